@@ -1,0 +1,5 @@
+import sys
+
+from kneecap.cli import main
+
+sys.exit(main())

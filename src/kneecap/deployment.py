@@ -1,0 +1,61 @@
+"""A Deployment: one model on one kind of GPU with a parallel layout and dtypes.
+
+Shared by the planner, the simulator and the load-plan runner, so that `plan` and
+`simulate` size the KV pool from the same inputs. Values only; the ledger lives in kneecap.plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kneecap.errors import KneecapError
+from kneecap.hardware import Gpu
+from kneecap.model.spec import Model
+from kneecap.units import GiB
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Model x GPU x layout. Byte quantities are per GPU."""
+
+    model: Model
+    gpu: Gpu
+    tp: int = 1  # tensor-parallel degree
+    pp: int = 1  # pipeline stages (layers split over stages)
+    weight_dtype: str = "bf16"  # see kneecap.model.weights for the names
+    kv_dtype: str = "bf16"  # "bf16" | "fp16" | "fp8"
+    block_size: int = 16  # tokens per KV block (paged allocation)
+    hbm: str | int = "datasheet"  # "datasheet" | "device" | "framework" | explicit bytes per GPU
+    overhead_bytes: int = 4 * GiB  # activations + workspace + CUDA graphs, per GPU
+    frag_fraction: float = 0.05  # fragmentation headroom: fraction of what is left after weights + overhead
+    mem_util: float = 1.0  # fraction of HBM the engine may use
+    params_override: int | None = None  # --params: total parameters to use for weight bytes
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "block_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise KneecapError(f"--{name.replace('_', '-')} must be a whole number >= 1, got {value!r}",
+                                   f"pass e.g. --{name.replace('_', '-')} 1")
+        if not (0 < self.mem_util <= 1):
+            raise KneecapError(f"--mem-util must be in (0, 1], got {self.mem_util!r}", "pass e.g. --mem-util 0.9")
+        if not (0 <= self.frag_fraction < 1):
+            raise KneecapError(f"--frag must be in [0, 1), got {self.frag_fraction!r}", "pass e.g. --frag 0.05")
+        if self.overhead_bytes < 0:
+            raise KneecapError(f"--overhead-gib must be >= 0, got {self.overhead_bytes / GiB!r}", "pass e.g. --overhead-gib 4")
+        if self.pp > self.model.num_hidden_layers:
+            raise KneecapError(
+                f"--pp {self.pp} exceeds the model's {self.model.num_hidden_layers} layers",
+                f"use --pp <= {self.model.num_hidden_layers}",
+            )
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def hbm_bytes(self) -> int:
+        """HBM per GPU under the chosen accounting, before --mem-util."""
+        if isinstance(self.hbm, int):
+            return self.hbm
+        return self.gpu.memory_bytes(self.hbm)

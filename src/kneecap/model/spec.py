@@ -1,0 +1,104 @@
+"""The Model record: the architecture facts that set memory and compute, nothing else.
+
+Field names mirror Hugging Face `config.json` where the value mirrors it. A Model is built
+by an adapter (config.json, GGUF, preset) and never mutated. Per-token KV bytes are derived
+in kneecap.model.kv from `layer_types`, not stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kneecap.errors import KneecapError
+
+# One entry per decoder layer in Model.layer_types:
+#   "full_attention"    MHA/GQA/MQA: caches K and V for every token, num_key_value_heads x head_dim each
+#   "sliding_attention" same per token, but holds at most `sliding_window` tokens per sequence
+#                       (chunked-local attention, e.g. Llama 4, is modelled the same way)
+#   "mla"               Multi-head Latent Attention: one latent of kv_lora_rank + qk_rope_head_dim per token,
+#                       no K/V factor 2, identical on every TP rank (as vLLM and SGLang cache it)
+#   "linear_attention"  Gated DeltaNet / Mamba-style: no per-token cache, a fixed recurrent state per sequence
+LAYER_KINDS = ("full_attention", "sliding_attention", "mla", "linear_attention")
+
+
+@dataclass(frozen=True)
+class Model:
+    """Architecture facts of one decoder-only model (the text model of a multimodal wrapper)."""
+
+    name: str
+    source: str  # where the numbers came from: a file path, a preset and its citation, a hub id
+    architecture: str  # HF architectures[0] or GGUF general.architecture
+    num_hidden_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int  # KV heads of full/sliding layers (for MLA: the config value, unused by the cache)
+    head_dim: int  # per-head dim of K and V in full/sliding layers
+    vocab_size: int
+    layer_types: tuple[str, ...]  # len == num_hidden_layers, each in LAYER_KINDS
+    total_params: int  # every weight, all experts: what must sit in memory
+    active_params: int  # weights touched per token (MoE: shared + top-k experts); == total for dense
+    max_position_embeddings: int | None = None
+    intermediate_size: int | None = None
+    sliding_window: int | None = None  # tokens kept by a sliding_attention layer
+    # MLA (DeepSeek-V2/V3, Kimi-K2): cached latent = kv_lora_rank + qk_rope_head_dim elements per token per layer
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    # Linear-attention / SSM layers: fixed state per sequence per layer, in bytes (recurrent + conv state)
+    linear_state_bytes_per_layer: int = 0
+    # MoE
+    num_experts: int = 0  # routed experts per MoE layer (0 = dense)
+    num_experts_per_tok: int = 0
+    num_shared_experts: int = 0
+    expert_params: int = 0  # parameters of ONE routed expert in ONE layer
+    num_moe_layers: int = 0
+    # Checkpoint
+    checkpoint_bytes: int | None = None  # exact bytes of the weights on disk (safetensors index total_size)
+    weight_dtype: str | None = None  # dtype the checkpoint ships in (from torch_dtype / quantization_config)
+    notes: tuple[str, ...] = field(default_factory=tuple)  # facts worth showing a user (e.g. naive-formula error)
+
+    def __post_init__(self) -> None:
+        for name in ("num_hidden_layers", "hidden_size", "num_attention_heads", "head_dim", "vocab_size", "total_params", "active_params"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise KneecapError(
+                    f"model {self.name!r}: {name} must be a positive integer, got {value!r}",
+                    f"fix {name} in {self.source}",
+                )
+        if self.num_key_value_heads <= 0:
+            raise KneecapError(
+                f"model {self.name!r}: num_key_value_heads must be positive, got {self.num_key_value_heads!r}",
+                f"fix num_key_value_heads in {self.source}",
+            )
+        if len(self.layer_types) != self.num_hidden_layers:
+            raise KneecapError(
+                f"model {self.name!r}: {len(self.layer_types)} layer types for {self.num_hidden_layers} layers",
+                f"make layer_types as long as num_hidden_layers in {self.source}",
+            )
+        unknown = sorted(set(self.layer_types) - set(LAYER_KINDS))
+        if unknown:
+            raise KneecapError(
+                f"model {self.name!r}: unknown layer type(s) {unknown}",
+                f"use one of {', '.join(LAYER_KINDS)}",
+            )
+        if "sliding_attention" in self.layer_types and not self.sliding_window:
+            raise KneecapError(
+                f"model {self.name!r}: sliding_attention layers but no sliding_window",
+                f"set sliding_window in {self.source}",
+            )
+        if "mla" in self.layer_types and not (self.kv_lora_rank and self.qk_rope_head_dim is not None):
+            raise KneecapError(
+                f"model {self.name!r}: MLA layers need kv_lora_rank and qk_rope_head_dim",
+                f"set both in {self.source}",
+            )
+        if self.active_params > self.total_params:
+            raise KneecapError(
+                f"model {self.name!r}: active_params {self.active_params} exceeds total_params {self.total_params}",
+                f"fix the parameter counts in {self.source}",
+            )
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    def count_layers(self, kind: str) -> int:
+        return sum(1 for t in self.layer_types if t == kind)

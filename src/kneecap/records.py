@@ -1,0 +1,134 @@
+"""RequestRecord: what every driver (simulator, HTTP client) emits for one request, and its JSONL I/O.
+
+Times are seconds (float) on one monotonic clock per run, measured from the run's epoch
+(the simulator's virtual clock starts at 0.0). Metrics, knee, stop rules, capacity and
+reports are pure functions of these records. requests.jsonl is the source of truth:
+one record per line, appended as requests finish.
+
+Write policy (crash safety): each record is serialised to one complete line and written with
+a single os.write on an O_APPEND descriptor, so a SIGKILL leaves at most a torn final line,
+which the reader skips; the file is fsync'ed at the end of every level.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Iterable, Iterator
+
+# status values
+OK = "ok"
+ERROR = "error"
+TIMEOUT = "timeout"
+CANCELLED = "cancelled"
+STATUSES = (OK, ERROR, TIMEOUT, CANCELLED)
+
+
+@dataclass
+class RequestRecord:
+    """One request, start to end. Times in seconds since the run epoch; None = never happened."""
+
+    request_id: str
+    level: int  # index of the sweep level / load cell this request belongs to
+    concurrency: int | None = None  # closed-loop level (None in open loop)
+    rate: float | None = None  # open-loop level, requests/s (None in closed loop)
+    class_name: str = "default"
+    warmup: bool = False  # warmup requests are recorded but excluded from statistics
+    scheduled_at: float | None = None  # when the load pattern intended to send it
+    sent_at: float | None = None  # right before the request bytes were written
+    first_token_at: float | None = None  # first generated token of any kind (reasoning included)
+    first_answer_at: float | None = None  # first answer (non-reasoning) token
+    end_at: float | None = None  # last byte of the response / failure time
+    chunk_times: list[float] = field(default_factory=list)  # arrival of each token-bearing chunk (read)
+    chunk_tokens: list[int] = field(default_factory=list)  # tokens carried by that chunk
+    expected_input_tokens: int | None = None  # what the workload asked for
+    expected_output_tokens: int | None = None
+    prompt_tokens: int | None = None  # as the server reported (usage); None if it did not say
+    output_tokens: int | None = None  # as the server reported; None if it did not say
+    status: str = OK
+    error_kind: str | None = None  # e.g. "http_500", "http_429", "connection", "timeout", "malformed_sse"
+    error_message: str | None = None
+    prompt_hash: str | None = None  # sha256 of the prompt (prompts themselves are not kept by default)
+    prompt: str | None = None  # only with --keep-prompts
+    extra: dict = field(default_factory=dict)  # driver-specific facts (e.g. simulator: preempted count)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    @property
+    def num_output_tokens(self) -> int:
+        """Output tokens: the server's usage count if reported, else the tokens counted in chunks."""
+        if self.output_tokens is not None:
+            return self.output_tokens
+        return sum(self.chunk_tokens)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RequestRecord":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def dumps_record(record: RequestRecord) -> bytes:
+    """One record as one JSON line (bytes, newline-terminated)."""
+    import orjson
+
+    return orjson.dumps(record.to_dict(), option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+
+
+class RecordWriter:
+    """Appends records to a JSONL file, one os.write per line; `sync()` fsyncs (call per level)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.count = 0
+
+    def write(self, record: RequestRecord) -> None:
+        data = dumps_record(record)
+        written = os.write(self._fd, data)
+        while written < len(data):  # a short write on a regular file is rare; finish it
+            written += os.write(self._fd, data[written:])
+        self.count += 1
+
+    def write_many(self, records: Iterable[RequestRecord]) -> None:
+        for r in records:
+            self.write(r)
+
+    def sync(self) -> None:
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> "RecordWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def iter_records(path: str | os.PathLike) -> Iterator[RequestRecord]:
+    """Read records back; a torn or corrupt line (e.g. after SIGKILL) is skipped, never fatal."""
+    import orjson
+
+    with open(path, "rb") as fh:
+        for line in fh:
+            if not line.endswith(b"\n"):
+                break  # torn final line
+            try:
+                yield RequestRecord.from_dict(orjson.loads(line))
+            except (orjson.JSONDecodeError, TypeError):
+                continue
+
+
+def read_records(path: str | os.PathLike) -> list[RequestRecord]:
+    return list(iter_records(path))
