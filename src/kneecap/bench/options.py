@@ -1,0 +1,191 @@
+"""BenchOptions: every `kneecap bench` flag as one validated, frozen value (no secrets inside).
+
+Owns flag validation and the per-level request budget; knows nothing of sockets or files.
+The API key is deliberately not a field: it is resolved separately (kneecap.bench.credentials)
+so that options can be written to manifest.json and reloaded by `--resume` without leaking it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Sequence
+
+from kneecap.errors import KneecapError
+
+ENDPOINTS = ("completions", "chat")
+FAIL_ON = ("errors", "slo", "stopped")
+KIND_CONCURRENCY = "concurrency"
+KIND_RATE = "rate"
+
+# Default requests per level when neither --requests nor --duration is given:
+# closed loop: DEFAULT_REQUESTS_PER_STREAM per concurrent stream (so every stream sends several
+# requests and the steady state dominates the ramp), open loop: DEFAULT_OPEN_LOOP_S of arrivals.
+DEFAULT_REQUESTS_PER_STREAM = 4
+DEFAULT_OPEN_LOOP_S = 30.0
+MIN_REQUESTS_PER_LEVEL = 10
+
+
+def parse_rates(spec: str | Sequence[float]) -> list[float]:
+    """Parse '0.5,1,2' (requests/s) into positive floats; 'inf' sends every request at once."""
+    parts = [p.strip() for p in spec.split(",") if p.strip()] if isinstance(spec, str) else list(spec)
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        raise KneecapError(f"rate list {spec!r} is not a list of numbers", "pass e.g. --rate 1,2,4 (requests/s)") from None
+    if not values or any(not (v > 0) for v in values):
+        raise KneecapError(f"request rates must be numbers > 0, got {spec!r}", "pass e.g. --rate 1,2,4 (requests/s)")
+    return values
+
+
+def parse_fail_on(spec: str | Sequence[str] | None) -> tuple[str, ...]:
+    """Parse '--fail-on errors,slo' into a tuple of conditions."""
+    if not spec:
+        return ()
+    parts = [p.strip() for p in spec.split(",") if p.strip()] if isinstance(spec, str) else list(spec)
+    bad = [p for p in parts if p not in FAIL_ON]
+    if bad:
+        raise KneecapError(f"--fail-on got unknown condition(s) {', '.join(bad)}", f"use any of {', '.join(FAIL_ON)}")
+    return tuple(dict.fromkeys(parts))
+
+
+def parse_shared_prefix(spec: str | None) -> tuple[int, int]:
+    """'512' or '512x8' -> (prefix tokens, number of prefix groups)."""
+    if not spec:
+        return 0, 1
+    tokens, _, groups = spec.lower().partition("x")
+    try:
+        num_tokens, num_groups = int(tokens), int(groups or 1)
+    except ValueError:
+        raise KneecapError(f"--shared-prefix {spec!r} is not TOKENS or TOKENSxGROUPS",
+                           "pass e.g. --shared-prefix 512x8 (8 groups sharing a 512-token prefix)") from None
+    if num_tokens < 1 or num_groups < 1:
+        raise KneecapError(f"--shared-prefix needs tokens >= 1 and groups >= 1, got {spec!r}", "pass e.g. --shared-prefix 512x8")
+    return num_tokens, num_groups
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """One bench run. Lengths in tokens, times in seconds, rates in requests/s."""
+
+    base_url: str
+    osl: int
+    isl: int | None = None  # required for the random dataset; a JSONL dataset brings its own prompts
+    concurrency: tuple[int, ...] = ()
+    rate: tuple[float, ...] = ()
+    burstiness: float = 1.0
+    model: str | None = None
+    endpoint: str = "completions"
+    requests: int | None = None  # per level
+    duration_s: float | None = None  # per level
+    warmup: int = 0  # requests per level, recorded with warmup=true, excluded from statistics
+    slo: str | None = None  # raw `--slo` text, parsed by kneecap.metrics.slo
+    timeout_s: float = 600.0  # per request
+    keepalive: bool = True
+    ignore_eos: bool = True
+    dataset: str = "random"
+    shared_prefix_tokens: int = 0
+    num_prefix_groups: int = 1
+    seed: int = 0
+    kv_tokens: int | None = None  # KV pool capacity override for the preflight
+    block_size: int = 16  # tokens per KV block, for the preflight
+    force: bool = False  # run levels the preflight says exceed the KV pool
+    workers: int = 1
+    keep_prompts: bool = False
+    redact: bool = False
+    fail_on: tuple[str, ...] = ()
+    api_key_env: str | None = None  # name of the env variable holding the key (never the key)
+    api_key_file: str | None = None  # path of a file holding the key (never the key)
+
+    def __post_init__(self) -> None:
+        if not self.base_url or not self.base_url.startswith(("http://", "https://")):
+            raise KneecapError(f"--base-url must be an http(s) URL, got {self.base_url!r}",
+                               "pass e.g. --base-url http://127.0.0.1:8000")
+        if bool(self.concurrency) == bool(self.rate):
+            raise KneecapError("pass exactly one of --concurrency and --rate",
+                               "e.g. --concurrency 1,8,64 (closed loop) or --rate 1,2,4 (open loop, requests/s)")
+        if self.endpoint not in ENDPOINTS:
+            raise KneecapError(f"--endpoint must be one of {', '.join(ENDPOINTS)}, got {self.endpoint!r}",
+                               "pass --endpoint completions or --endpoint chat")
+        if self.osl is None or self.osl < 1:
+            raise KneecapError(f"--osl must be a whole number >= 1, got {self.osl!r}", "pass e.g. --osl 1000")
+        if self.dataset == "random" and (self.isl is None or self.isl < 1):
+            raise KneecapError(f"--isl must be a whole number >= 1 with the random dataset, got {self.isl!r}",
+                               "pass e.g. --isl 1000")
+        if self.requests is not None and self.duration_s is not None:
+            raise KneecapError("pass at most one of --requests and --duration", "drop one of them")
+        if self.requests is not None and self.requests < 1:
+            raise KneecapError(f"--requests must be >= 1, got {self.requests}", "pass e.g. --requests 100 (per level)")
+        for flag, value in (("--duration", self.duration_s), ("--timeout", self.timeout_s), ("--burstiness", self.burstiness)):
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                raise KneecapError(f"{flag} must be a finite number > 0, got {value!r}", f"pass a positive {flag}")
+        for flag, value in (("--warmup", self.warmup), ("--seed", self.seed)):
+            if value < 0:
+                raise KneecapError(f"{flag} must be >= 0, got {value}", f"pass e.g. {flag} 0")
+        if self.kv_tokens is not None and self.kv_tokens < 1:
+            raise KneecapError(f"--kv-tokens must be >= 1, got {self.kv_tokens}", "pass the KV pool size in tokens, e.g. --kv-tokens 1573854")
+        if self.block_size < 1:
+            raise KneecapError(f"--block-size must be >= 1, got {self.block_size}", "pass e.g. --block-size 16")
+        if not (1 <= self.workers <= 256):
+            raise KneecapError(f"--workers must be between 1 and 256, got {self.workers}", "pass e.g. --workers 2 (one per spare core)")
+        if self.api_key_env is not None and self.api_key_file is not None:
+            raise KneecapError("pass at most one of --api-key-env and --api-key-file", "drop one of them")
+
+    # -- the sweep ---------------------------------------------------------------------------
+    @property
+    def kind(self) -> str:
+        """'concurrency' (closed loop) or 'rate' (open loop): the summary's level key."""
+        return KIND_CONCURRENCY if self.concurrency else KIND_RATE
+
+    @property
+    def levels(self) -> tuple:
+        return self.concurrency if self.concurrency else self.rate
+
+    @property
+    def base_url_clean(self) -> str:
+        return self.base_url.rstrip("/")
+
+    def requests_for(self, value: float) -> int:
+        """Measured requests at one level (warmup not included).
+
+        With --duration, closed loop sends until the duration is over (this is then a budget the
+        driver stops early on); open loop schedules ceil(rate x duration) arrivals.
+        """
+        if self.requests is not None:
+            return self.requests
+        if self.kind == KIND_CONCURRENCY:
+            if self.duration_s is not None:
+                # an upper bound only: enough for every stream to keep sending for the whole duration
+                return max(MIN_REQUESTS_PER_LEVEL, int(value) * 1000)
+            return max(MIN_REQUESTS_PER_LEVEL, DEFAULT_REQUESTS_PER_STREAM * int(value))
+        if math.isinf(value):  # everything at once: there is no duration to fill
+            return MIN_REQUESTS_PER_LEVEL
+        span_s = self.duration_s if self.duration_s is not None else DEFAULT_OPEN_LOOP_S
+        return max(MIN_REQUESTS_PER_LEVEL if self.duration_s is None else 1, math.ceil(value * span_s))
+
+    def level_label(self, value: float) -> str:
+        if self.kind == KIND_CONCURRENCY:
+            return f"C={int(value)}"
+        return "rate=inf" if math.isinf(value) else f"rate={value:g}/s"
+
+    # -- persistence (manifest.json; never holds the key) ------------------------------------
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["concurrency"] = list(self.concurrency)
+        data["rate"] = [r if math.isfinite(r) else "inf" for r in self.rate]
+        data["fail_on"] = list(self.fail_on)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict, **overrides) -> "BenchOptions":
+        """Rebuild from manifest.json; `overrides` (flags given again) win over stored values."""
+        known = {f.name for f in fields(cls)}
+        merged = {k: v for k, v in data.items() if k in known}
+        merged.update({k: v for k, v in overrides.items() if k in known and v is not None})
+        merged["concurrency"] = tuple(int(c) for c in merged.get("concurrency") or ())
+        merged["rate"] = tuple(float(r) for r in merged.get("rate") or ())
+        merged["fail_on"] = tuple(merged.get("fail_on") or ())
+        if "base_url" not in merged or "osl" not in merged:
+            raise KneecapError("the results folder's manifest.json has no bench options to resume from",
+                               "resume only a folder written by `kneecap bench`, or start a new run")
+        return cls(**merged)

@@ -1,0 +1,111 @@
+"""The terminal table printed at the end of `kneecap bench`: summary.json in, a rich Table out.
+
+Pure: takes the summary dict, returns a renderable; the CLI decides where to print it.
+Every column header carries its unit. A dash means "no data", never a fake zero.
+"""
+
+from __future__ import annotations
+
+import math
+
+MISSING = "—"
+
+# (header, path into a level dict, format); stats are {mean, p50, p90, p95, p99, max, n}.
+COLUMNS = (
+    ("ok", ("completed",), "int"),
+    ("failed", ("failed",), "int"),
+    ("out tok/s", ("output_tok_s",), "num"),
+    ("total tok/s", ("total_tok_s",), "num"),
+    ("req/s", ("request_s",), "num2"),
+    ("TTFT p50 (ms)", ("ttft_ms", "p50"), "ms"),
+    ("TTFT p99 (ms)", ("ttft_ms", "p99"), "ms"),
+    ("ITL p50 (ms)", ("itl_ms", "p50"), "ms"),
+    ("ITL p99 (ms)", ("itl_ms", "p99"), "ms"),
+    ("TPOT p50 (ms)", ("tpot_ms", "p50"), "ms"),
+    ("E2E p99 (s)", ("e2e_ms", "p99"), "s_from_ms"),
+)
+
+
+def _get(level: dict, path: tuple[str, ...]):
+    value = level
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def fmt(value, style: str) -> str:
+    """One cell: whole numbers with separators, ms with 1 decimal under 100, a dash when absent."""
+    if not _is_number(value):
+        return MISSING
+    if style == "int":
+        return f"{int(value):,}"
+    if style == "num2":
+        return f"{value:,.2f}"
+    if style == "ms":
+        return f"{value:,.1f}" if abs(value) < 100 else f"{value:,.0f}"
+    if style == "s_from_ms":
+        return f"{value / 1000:,.2f}"
+    return f"{value:,.1f}" if abs(value) < 100 else f"{value:,.0f}"
+
+
+def level_value_label(kind: str, value) -> str:
+    if kind == "rate":
+        return "inf" if value in ("inf", float("inf")) else f"{value:g}"
+    return f"{value}"
+
+
+def level_notes(level: dict, knee_value) -> str:
+    """Flags worth a glance: the knee, a suspect client, a tight preflight, server-side facts."""
+    notes = []
+    key = "concurrency" if "concurrency" in level else "rate"
+    if knee_value is not None and level.get(key) == knee_value:
+        notes.append("knee")
+    if level.get("suspect"):
+        notes.append("client-suspect")
+    verdict = (level.get("preflight") or {}).get("verdict") if isinstance(level.get("preflight"), dict) else level.get("preflight")
+    if verdict in ("tight", "exceeds"):
+        notes.append(f"preflight {verdict}")
+    server = level.get("server_metrics") or {}
+    kv = server.get("kv_cache_usage_max") if isinstance(server, dict) else None
+    if _is_number(kv):
+        notes.append(f"KV max {kv * 100:.0f}%")
+    if _is_number(server.get("preemptions") if isinstance(server, dict) else None) and server["preemptions"] > 0:
+        notes.append(f"{int(server['preemptions'])} preemptions")
+    if level.get("server_dead"):
+        notes.append("server died")
+    errors = level.get("errors") or {}
+    if errors:
+        notes.append(", ".join(f"{kind}×{n}" for kind, n in sorted(errors.items())))
+    return "; ".join(notes)
+
+
+def summary_table(summary: dict):
+    """A rich Table of every measured level (skipped levels listed as such)."""
+    from rich.table import Table
+
+    kind = summary.get("kind") or ("rate" if any("rate" in lv for lv in summary.get("levels", [])) else "concurrency")
+    knee = summary.get("knee") or {}
+    knee_value = knee.get(kind) if isinstance(knee, dict) else None
+    table = Table(title="kneecap bench", title_justify="left")
+    table.add_column("C" if kind == "concurrency" else "rate (req/s)", justify="right")
+    for header, _, _ in COLUMNS:
+        table.add_column(header, justify="right")
+    table.add_column("notes", justify="left")
+    for level in summary.get("levels", []):
+        cells = [level_value_label(kind, level.get(kind))]
+        cells += [fmt(_get(level, path), style) for _, path, style in COLUMNS]
+        cells.append(level_notes(level, knee_value))
+        table.add_row(*cells)
+    for skipped in summary.get("skipped", []):
+        table.add_row(level_value_label(kind, skipped.get(kind)), *([MISSING] * len(COLUMNS)),
+                      f"skipped: {skipped.get('reason', '')}")
+    stopped = summary.get("stopped")
+    if stopped:
+        table.caption = f"stopped at {kind} {level_value_label(kind, stopped.get('at'))}: {stopped.get('reason')}"
+    return table
