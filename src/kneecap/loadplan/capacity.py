@@ -1,0 +1,143 @@
+"""Capacity: the region of cells that meet every applicable constraint in every repetition; and
+Little's law, checked only where the interval is stable. Pure.
+
+Seed 004: "Capacity is the region that repeatedly satisfies all applicable constraints, not the
+single highest completed sample." A load point belongs to the region of (candidate, class, state)
+when every repetition of it passed. The capacity *figure* is the highest load such that it and
+every lower step are in the region (a pass above a failure is reported, not counted).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from kneecap.records import RequestRecord
+
+STABLE_RATE_TOLERANCE = 0.15  # completion rate of the two halves of the interval may differ by this fraction
+STABLE_TREND_TOLERANCE = 0.15  # in-flight count may drift by this fraction of its mean over the interval
+LITTLE_TOLERANCE = 0.10  # |L - lambda W| / L above this is flagged
+
+
+def capacity_region(cells: list[dict]) -> dict:
+    """cells: [{candidate, class, state, load: {dimension: x}, repetition, verdict, metrics}] ->
+    {candidate: {class: {state: {region: [loads], capacity: load|None, dimension, failed: {load: [reasons]},
+    at_capacity: {ttft_ms, itl_ms, tpot_ms, e2e_ms percentiles, output_tok_s}}}}}"""
+    grouped: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
+    dims: dict = {}
+    for c in cells:
+        (dim, load), = c["load"].items()
+        dims[(c["candidate"], c["class"], c["state"])] = dim
+        grouped[c["candidate"]][c["class"]][c["state"]][load].append(c)
+    out: dict = {}
+    for cand, by_class in grouped.items():
+        out[cand] = {}
+        for cls, by_state in by_class.items():
+            out[cand][cls] = {}
+            for state, by_load in by_state.items():
+                loads = sorted(by_load)
+                region = [x for x in loads if all(c["verdict"] == "pass" for c in by_load[x])]
+                failed = {str(x): sorted({r for c in by_load[x] if c["verdict"] != "pass" for r in _reasons(c)})
+                          for x in loads if x not in region}
+                capacity = None
+                for x in loads:
+                    if x in region:
+                        capacity = x
+                    else:
+                        break
+                at_cap = None
+                if capacity is not None:
+                    at_cap = _worst_of(by_load[capacity])
+                out[cand][cls][state] = {
+                    "dimension": dims[(cand, cls, state)],
+                    "region": region,
+                    "capacity": capacity,
+                    "failed": failed,
+                    "repetitions": max(len(v) for v in by_load.values()),
+                    "at_capacity": at_cap,
+                }
+    return out
+
+
+def _reasons(cell: dict) -> list[str]:
+    if cell["verdict"] == "not_run":
+        return ["not run (ramp stopped below)"]
+    return ([cell["limit"]] if cell.get("limit") else []) + list(cell.get("breaches") or [])
+
+
+def _worst_of(cells: list[dict]) -> dict:
+    """Across repetitions of one load point: the worst percentile of each latency, the lowest throughput."""
+    keys = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
+    out: dict = {}
+    for k in keys:
+        out[k] = {}
+        for p in ("p50", "p95", "p99"):
+            vals = [c["metrics"].get(k, {}).get(p) for c in cells if c.get("metrics")]
+            vals = [v for v in vals if v is not None]
+            out[k][p] = max(vals) if vals else None
+        out[k]["n"] = sum((c["metrics"].get(k, {}).get("n") or 0) for c in cells if c.get("metrics"))
+    tps = [c["metrics"].get("output_tok_s") for c in cells if c.get("metrics")]
+    tps = [t for t in tps if t is not None]
+    out["output_tok_s"] = min(tps) if tps else None
+    return out
+
+
+def _in_flight_average(records: list[RequestRecord], t0: float, t1: float) -> float:
+    """Time-average number of requests in flight over [t0, t1] (from sent_at/end_at)."""
+    span = t1 - t0
+    if span <= 0:
+        return 0.0
+    busy = 0.0
+    for r in records:
+        if r.sent_at is None or r.end_at is None:
+            continue
+        busy += max(0.0, min(r.end_at, t1) - max(r.sent_at, t0))
+    return busy / span
+
+
+def littles_law(records: list[RequestRecord]) -> dict:
+    """Check L = lambda x W on the level's interval, only if the interval is stable.
+
+    Stability test (documented in docs/metrics.md): split [first send, last completion] in two halves;
+    the completion rates of the halves must agree within STABLE_RATE_TOLERANCE, and the time-average
+    in-flight count of the halves within STABLE_TREND_TOLERANCE. Unstable intervals (ramping queues,
+    bursts, overload) are flagged and Little's law is not applied to them.
+    """
+    done = [r for r in records if not r.warmup and r.ok and r.sent_at is not None and r.end_at is not None]
+    if len(done) < 20:
+        return {"stable": False, "reason": f"too few completed requests ({len(done)}) to test stability", "applied": False}
+    t0 = min(r.sent_at for r in done)
+    t1 = max(r.end_at for r in done)
+    mid = (t0 + t1) / 2
+    rate1 = sum(1 for r in done if r.end_at <= mid) / (mid - t0)
+    rate2 = sum(1 for r in done if r.end_at > mid) / (t1 - mid)
+    l1, l2 = _in_flight_average(records, t0, mid), _in_flight_average(records, mid, t1)
+    rate_diff = abs(rate1 - rate2) / max(rate1, rate2, 1e-12)
+    trend = abs(l1 - l2) / max((l1 + l2) / 2, 1e-12)
+    stable = rate_diff <= STABLE_RATE_TOLERANCE and trend <= STABLE_TREND_TOLERANCE
+    result = {"stable": stable, "rate_halves_diff": round(rate_diff, 4), "in_flight_halves_diff": round(trend, 4)}
+    if not stable:
+        result.update(applied=False, reason="interval not stable: Little's law not applied")
+        return result
+    lam = len(done) / (t1 - t0)
+    w = sum(r.end_at - r.sent_at for r in done) / len(done)
+    l_obs = _in_flight_average(records, t0, t1)
+    rel = abs(l_obs - lam * w) / max(l_obs, 1e-12)
+    result.update(applied=True, arrival_rate_s=lam, mean_time_in_system_s=w, L_observed=l_obs,
+                  L_predicted=lam * w, relative_error=rel, consistent=rel <= LITTLE_TOLERANCE)
+    return result
+
+
+def offered_vs_completed(records: list[RequestRecord], duration_s: float | None) -> dict:
+    """Offered load (requests sent per s) beside completed throughput (successful per s)."""
+    recs = [r for r in records if not r.warmup]
+    if not recs:
+        return {"offered_request_s": None, "completed_request_s": None, "dropped": 0}
+    if not duration_s:
+        starts = [r.scheduled_at if r.scheduled_at is not None else r.sent_at for r in recs]
+        ends = [r.end_at for r in recs if r.end_at is not None]
+        starts = [s for s in starts if s is not None]
+        duration_s = (max(ends) - min(starts)) if ends and starts else None
+    if not duration_s:
+        return {"offered_request_s": None, "completed_request_s": None, "dropped": 0}
+    ok = sum(1 for r in recs if r.ok)
+    return {"offered_request_s": len(recs) / duration_s, "completed_request_s": ok / duration_s, "dropped": len(recs) - ok}

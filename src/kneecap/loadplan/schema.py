@@ -1,0 +1,329 @@
+"""The load-plan file: a pydantic schema, and a loader whose errors name the file, line and field.
+
+Unknown keys are errors (a YAML typo must not silently fall back to a default).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from kneecap.errors import KneecapError
+from kneecap.workload import LengthDist, RequestClass
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LengthSpec(_Strict):
+    """Token-count distribution: fixed | uniform | normal | lognormal | empirical (values or a file of ints)."""
+
+    kind: Literal["fixed", "uniform", "normal", "lognormal", "empirical"] = "fixed"
+    value: Optional[int] = Field(None, ge=1)
+    low: Optional[int] = Field(None, ge=1)
+    high: Optional[int] = Field(None, ge=1)
+    mean: Optional[float] = Field(None, gt=0)
+    std: Optional[float] = Field(None, ge=0)
+    values: Optional[list[int]] = None
+    file: Optional[str] = None  # empirical: a text file with one token count per line (relative to the plan)
+    min: int = Field(1, ge=1)
+    max: Optional[int] = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _needs(self) -> "LengthSpec":
+        need = {"fixed": ("value",), "uniform": ("low", "high"), "normal": ("mean", "std"),
+                "lognormal": ("mean", "std"), "empirical": ()}[self.kind]
+        missing = [n for n in need if getattr(self, n) is None]
+        if missing:
+            raise ValueError(f"a {self.kind} length needs {', '.join(missing)}")
+        if self.kind == "empirical" and not (self.values or self.file):
+            raise ValueError("an empirical length needs `values` or `file`")
+        if self.kind == "uniform" and self.low > self.high:
+            raise ValueError(f"uniform low {self.low} > high {self.high}")
+        return self
+
+    def to_dist(self, base_dir: Path) -> LengthDist:
+        values: tuple[int, ...] = ()
+        if self.kind == "empirical":
+            if self.values:
+                values = tuple(self.values)
+            else:
+                path = (base_dir / self.file).resolve()
+                try:
+                    values = tuple(int(x) for x in path.read_text().split())
+                except (OSError, ValueError) as exc:
+                    raise KneecapError(f"cannot read token lengths from {path}: {exc}",
+                                       "give a text file with one whole number per line") from None
+                if not values:
+                    raise KneecapError(f"{path} holds no token lengths", "put one whole number per line")
+        return LengthDist(kind=self.kind, value=self.value, low=self.low, high=self.high, mean=self.mean, std=self.std,
+                          values=values, min_value=self.min, max_value=self.max)
+
+
+def _length(v: Any) -> Any:
+    """Allow the shorthand `input: 1000` for a fixed length."""
+    return {"kind": "fixed", "value": v} if isinstance(v, int) else v
+
+
+class ArrivalSpec(_Strict):
+    """How requests of a rate cell arrive. poisson = gamma with burstiness 1; onoff = bursts of `on_s` at
+    the cell's rate separated by `off_s` of silence."""
+
+    kind: Literal["poisson", "gamma", "onoff"] = "poisson"
+    burstiness: float = Field(1.0, gt=0)
+    on_s: float = Field(1.0, gt=0)
+    off_s: float = Field(1.0, ge=0)
+
+
+class ClassSpec(_Strict):
+    input: LengthSpec
+    output: LengthSpec
+    weight: float = Field(1.0, ge=0)
+    shared_prefix_tokens: int = Field(0, ge=0)
+    prefix_groups: int = Field(1, ge=1)
+
+    _coerce_in = field_validator("input", "output", mode="before")(lambda cls, v: _length(v))
+
+    def to_request_class(self, name: str, base_dir: Path) -> RequestClass:
+        return RequestClass(name=name, input=self.input.to_dist(base_dir), output=self.output.to_dist(base_dir),
+                            weight=self.weight, shared_prefix_tokens=self.shared_prefix_tokens,
+                            num_prefix_groups=self.prefix_groups)
+
+
+BUDGET_METRICS = ("ttft", "itl", "tpot", "e2e")
+BUDGET_PCTS = ("p50", "p95", "p99")
+
+
+class Budget(_Strict):
+    """SLO budget of one class: latency percentiles in ms, and the tolerated error rate (0..1)."""
+
+    ttft_p50_ms: Optional[float] = Field(None, gt=0)
+    ttft_p95_ms: Optional[float] = Field(None, gt=0)
+    ttft_p99_ms: Optional[float] = Field(None, gt=0)
+    itl_p50_ms: Optional[float] = Field(None, gt=0)
+    itl_p95_ms: Optional[float] = Field(None, gt=0)
+    itl_p99_ms: Optional[float] = Field(None, gt=0)
+    tpot_p50_ms: Optional[float] = Field(None, gt=0)
+    tpot_p95_ms: Optional[float] = Field(None, gt=0)
+    tpot_p99_ms: Optional[float] = Field(None, gt=0)
+    e2e_p50_ms: Optional[float] = Field(None, gt=0)
+    e2e_p95_ms: Optional[float] = Field(None, gt=0)
+    e2e_p99_ms: Optional[float] = Field(None, gt=0)
+    error_rate: float = Field(0.01, ge=0, le=1)
+
+    def limits(self) -> dict[str, float]:
+        """{'ttft_p99_ms': 500.0, ...} for the budgets that are set (error_rate excluded)."""
+        return {k: v for k, v in self.model_dump().items() if v is not None and k != "error_rate"}
+
+
+class Expectation(_Strict):
+    """What a behaviour case's answer must satisfy (exactly one kind)."""
+
+    exact: Optional[str] = None
+    regex: Optional[str] = None
+    json_schema: Optional[dict] = None
+    must_abstain: Optional[bool] = None
+    language: Optional[str] = None  # ISO 639-1 code, e.g. "en", "fr"
+
+    @model_validator(mode="after")
+    def _one(self) -> "Expectation":
+        set_ = [k for k, v in self.model_dump().items() if v is not None]
+        if len(set_) != 1:
+            raise ValueError(f"an expectation needs exactly one of exact, regex, json_schema, must_abstain, language (got {set_ or 'none'})")
+        if self.regex is not None:
+            import re
+
+            try:
+                re.compile(self.regex)
+            except re.error as exc:
+                raise ValueError(f"invalid regex {self.regex!r}: {exc}") from None
+        return self
+
+
+class BehaviourCase(_Strict):
+    name: str
+    prompt: str
+    expect: Expectation
+    max_tokens: int = Field(64, ge=1)
+
+
+class PrivacySpec(_Strict):
+    keep_prompts: bool = False  # traces keep prompt hashes, not prompts, unless this is true
+    redact_server_strings: bool = False
+
+
+class StateSpec(_Strict):
+    """How to reach a known state before each cell. warm: declared warm-up requests first; cold: a pause
+    (and a prefix-cache reset where the server exposes one)."""
+
+    warmup_requests: int = Field(4, ge=0)
+    cold_pause_s: float = Field(2.0, ge=0)
+    reset_prefix_cache: bool = True
+
+
+class LoadSpec(_Strict):
+    """One dimension raised at a time: the steps of concurrency (closed loop) or rate (open loop, req/s).
+    `steps: auto` starts below the preflight's safe concurrency and doubles."""
+
+    dimension: Literal["concurrency", "rate"] = "concurrency"
+    steps: Union[list[float], Literal["auto"]] = "auto"
+    requests_per_cell: Optional[int] = Field(None, ge=1)
+    duration_s: Optional[float] = Field(None, gt=0)
+    arrival: ArrivalSpec = ArrivalSpec()
+
+    @field_validator("steps")
+    @classmethod
+    def _positive(cls, v):
+        if isinstance(v, list) and (not v or any(s <= 0 for s in v)):
+            raise ValueError("steps must be a non-empty list of positive numbers")
+        return v
+
+    @model_validator(mode="after")
+    def _count(self) -> "LoadSpec":
+        if self.requests_per_cell is None and self.duration_s is None:
+            raise ValueError("set requests_per_cell or duration_s")
+        if isinstance(self.steps, list):
+            if self.dimension == "concurrency" and any(s != int(s) for s in self.steps):
+                raise ValueError("concurrency steps must be whole numbers")
+        return self
+
+
+class StopSpec(_Strict):
+    """Declared limits: a cell crossing one stops the ramp for that class/state/repetition."""
+
+    max_error_rate: float = Field(0.05, ge=0, le=1)  # any error kind, incl. 5xx and OOM
+    max_timeout_rate: float = Field(0.02, ge=0, le=1)
+    max_invalid_output_rate: float = Field(0.0, ge=0, le=1)
+    unstable_tail_ratio: float = Field(20.0, gt=1)  # p99/p50 of TTFT beyond this = unstable tail
+    stop_on_suspect: bool = True  # the client's own lag may have set the numbers: measurement corruption
+    stop_on_slo_breach: bool = True  # stop raising load after the first cell that breaks a budget
+
+
+class SimulatorTarget(_Strict):
+    kind: Literal["simulator"] = "simulator"
+    model: str = "llama-3.1-8b"  # preset name or config path
+    gpu: str = "h100-sxm"
+    tp: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+    weight_dtype: Optional[str] = None
+    kv_dtype: str = "bf16"
+    block_size: int = Field(16, ge=1)
+    engine_defaults: Literal["vllm", "sglang"] = "vllm"
+    max_num_seqs: Optional[int] = Field(None, ge=1)
+    max_num_batched_tokens: Optional[int] = Field(None, ge=1)
+    prefix_caching: bool = True
+
+
+class ServerTarget(_Strict):
+    kind: Literal["server"] = "server"
+    base_url: str
+    model: Optional[str] = None
+    endpoint: Literal["completions", "chat"] = "completions"
+    api_key_env: Optional[str] = None  # name of the env variable holding the key (never the key itself)
+    timeout_s: float = Field(120.0, gt=0)
+
+
+class CostSpec(_Strict):
+    """Self-hosted: $/GPU-hour x GPUs. Managed endpoint: $ per million input and output tokens."""
+
+    gpu_hour_usd: Optional[float] = Field(None, ge=0)
+    num_gpus: Optional[int] = Field(None, ge=1)
+    input_usd_per_mtok: Optional[float] = Field(None, ge=0)
+    output_usd_per_mtok: Optional[float] = Field(None, ge=0)
+
+
+class CandidateSpec(_Strict):
+    name: str
+    target: Union[SimulatorTarget, ServerTarget] = Field(discriminator="kind")
+    cost: Optional[CostSpec] = None
+    routing: Optional[str] = None  # what the candidate is for, e.g. "interactive"
+
+
+class LoadPlanSpec(_Strict):
+    name: str
+    description: str = ""
+    seed: int = 0
+    classes: dict[str, ClassSpec]
+    slo: dict[str, Budget] = {}
+    behaviour: list[BehaviourCase] = []
+    privacy: PrivacySpec = PrivacySpec()
+    states: list[Literal["warm", "cold"]] = ["warm"]
+    state: StateSpec = StateSpec()
+    load: LoadSpec
+    repetitions: int = Field(1, ge=1)
+    stop: StopSpec = StopSpec()
+    candidates: list[CandidateSpec]
+
+    @model_validator(mode="after")
+    def _refs(self) -> "LoadPlanSpec":
+        if not self.classes:
+            raise ValueError("declare at least one request class under `classes`")
+        unknown = sorted(set(self.slo) - set(self.classes))
+        if unknown:
+            raise ValueError(f"slo names unknown class(es) {unknown}; classes are {sorted(self.classes)}")
+        if not self.candidates:
+            raise ValueError("declare at least one candidate under `candidates`")
+        names = [c.name for c in self.candidates]
+        if len(set(names)) != len(names):
+            raise ValueError(f"candidate names must be unique, got {names}")
+        return self
+
+
+def _node_line(root, loc: tuple) -> int | None:
+    """1-based line of the YAML node at a pydantic error location (best effort)."""
+    import yaml
+
+    node = root
+    line = node.start_mark.line + 1 if node is not None else None
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if k.value == str(key):
+                    node, line = v, k.start_mark.line + 1
+                    break
+            else:
+                return line
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+def load_plan_file(path: str | Path) -> tuple[LoadPlanSpec, Path]:
+    """Read and validate a plan file; returns (spec, folder it lives in). Errors name file, line and field."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise KneecapError(f"cannot read load plan {path}: {exc.strerror or exc}", "check the path") from None
+    try:
+        data = yaml.safe_load(text)
+        root = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise KneecapError(f"{where}: YAML syntax error: {problem}", "fix the YAML (indentation, colons, quotes)") from None
+    if not isinstance(data, dict):
+        raise KneecapError(f"{path}: a load plan must be a YAML mapping", "see examples/ for the layout")
+    try:
+        spec = LoadPlanSpec.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in ("simulator", "server", "function-after[_needs(), LengthSpec]")))
+        loc = tuple(p for p in loc if not (isinstance(p, str) and p.startswith(("function-", "union[", "tagged-union["))))
+        field = ".".join(str(p) for p in loc) or "(top level)"
+        line = _node_line(root, loc)
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field (typo?)"
+        more = f" (+{len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        raise KneecapError(f"{path}:{line}: {field}: {msg}{more}", "fix that field; see examples/ for valid plans") from None
+    return spec, path.parent

@@ -1,0 +1,75 @@
+"""Judging one cell: SLO budgets (per class) and declared stop limits. Pure.
+
+verdict "pass"        every budget met, no limit crossed
+        "slo_breach"  a budget missed (the ramp goes on unless stop_on_slo_breach)
+        "limit"       a declared limit crossed (error/timeout/invalid-output rate, unstable tail,
+                      suspect measurement, behaviour drift): the ramp stops here
+        "not_run"     a higher step of a ramp that had already stopped
+"""
+
+from __future__ import annotations
+
+from kneecap.loadplan.schema import Budget, StopSpec
+
+
+def _pct(level: dict, metric: str, pct: str) -> float | None:
+    dist = level.get(f"{metric}_ms") or {}
+    return dist.get(pct)
+
+
+def budget_breaches(level: dict, budget: Budget | None) -> list[str]:
+    """Budgets this level misses, as readable strings ('ttft_p99_ms 812.4 > 500')."""
+    if budget is None:
+        return []
+    out = []
+    for key, limit in budget.limits().items():
+        metric, pct, _ = key.split("_")
+        value = _pct(level, metric, pct)
+        if value is None:
+            out.append(f"{key}: no samples")
+        elif value > limit:
+            out.append(f"{key} {value:.1f} > {limit:g}")
+    requests = level.get("requests") or 0
+    if requests:
+        rate = (level.get("failed") or 0) / requests
+        if rate > budget.error_rate:
+            out.append(f"error_rate {rate:.3f} > {budget.error_rate:g}")
+    return out
+
+
+def limit_crossed(level: dict, stop: StopSpec, *, invalid_outputs: int = 0, behaviour_drift: list[str] | None = None) -> str | None:
+    """The first declared limit this level crosses, or None."""
+    requests = level.get("requests") or 0
+    if requests:
+        errors = level.get("errors") or {}
+        failed = level.get("failed") or 0
+        timeouts = sum(v for k, v in errors.items() if "timeout" in k or k == "stall")
+        if failed / requests > stop.max_error_rate:
+            kinds = ", ".join(f"{k}={v}" for k, v in sorted(errors.items()))
+            return f"error rate {failed / requests:.3f} > {stop.max_error_rate:g} ({kinds})"
+        if timeouts / requests > stop.max_timeout_rate:
+            return f"timeout rate {timeouts / requests:.3f} > {stop.max_timeout_rate:g}"
+        if invalid_outputs / requests > stop.max_invalid_output_rate:
+            return f"invalid output rate {invalid_outputs / requests:.3f} > {stop.max_invalid_output_rate:g}"
+    if behaviour_drift:
+        return f"behaviour drift: {', '.join(behaviour_drift)}"
+    p50, p99 = _pct(level, "ttft", "p50"), _pct(level, "ttft", "p99")
+    if p50 and p99 and p99 / p50 > stop.unstable_tail_ratio:
+        return f"unstable tail: ttft p99/p50 = {p99 / p50:.1f} > {stop.unstable_tail_ratio:g}"
+    if stop.stop_on_suspect and level.get("suspect"):
+        return "measurement corruption: the client's own lag may have set the numbers (suspect)"
+    return None
+
+
+def judge(level: dict, budget: Budget | None, stop: StopSpec, **kw) -> dict:
+    """{'verdict', 'breaches', 'limit', 'stops_ramp'} for one cell's level summary."""
+    breaches = budget_breaches(level, budget)
+    limit = limit_crossed(level, stop, **kw)
+    if limit:
+        verdict = "limit"
+    elif breaches:
+        verdict = "slo_breach"
+    else:
+        verdict = "pass"
+    stops = verdict == "limit" or (verdict == "slo_breach" and stop.stop_on_slo_breach)
+    return {"verdict": verdict, "breaches": breaches, "limit": limit, "stops_ramp": stops}

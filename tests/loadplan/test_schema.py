@@ -1,0 +1,90 @@
+"""Plan-file validation: every error names the file, the line and the field."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from kneecap.errors import KneecapError
+from kneecap.loadplan.schema import load_plan_file
+
+GOOD = """\
+name: demo
+seed: 3
+classes:
+  short-message:
+    input: {kind: lognormal, mean: 300, std: 120, max: 2000}
+    output: 200
+    weight: 3
+  long-thread:
+    input: {kind: uniform, low: 4000, high: 8000}
+    output: {kind: fixed, value: 400}
+slo:
+  short-message: {ttft_p99_ms: 500, itl_p99_ms: 60}
+load:
+  dimension: concurrency
+  steps: [1, 2, 4]
+  requests_per_cell: 20
+candidates:
+  - name: small
+    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm, max_num_seqs: 16}
+"""
+
+
+def write(tmp_path, text):
+    p = tmp_path / "plan.yaml"
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def test_good_plan_loads(tmp_path):
+    spec, base = load_plan_file(write(tmp_path, GOOD))
+    assert spec.name == "demo"
+    assert spec.classes["short-message"].output.value == 200  # shorthand int -> fixed
+    assert spec.candidates[0].target.kind == "simulator"
+    assert spec.load.steps == [1, 2, 4]
+
+
+@pytest.mark.parametrize(
+    "old,new,line,field",
+    [
+        ("    weight: 3\n", "    wieght: 3\n", 7, "classes.short-message.wieght"),  # typo -> unknown field
+        ("  steps: [1, 2, 4]\n", "  steps: [1, -2, 4]\n", 15, "load.steps"),
+        ("  short-message: {ttft_p99_ms: 500, itl_p99_ms: 60}\n", "  short-mesage: {ttft_p99_ms: 500}\n", None, "(top level)"),
+        ("    input: {kind: uniform, low: 4000, high: 8000}\n", "    input: {kind: uniform, low: 4000}\n", 9, "classes.long-thread.input"),
+        ("    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm, max_num_seqs: 16}\n",
+         "    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm, max_num_seqs: 0}\n", 19, "candidates.0.target.max_num_seqs"),
+    ],
+)
+def test_errors_name_file_line_field(tmp_path, old, new, line, field):
+    assert old in GOOD
+    p = write(tmp_path, GOOD.replace(old, new))
+    with pytest.raises(KneecapError) as exc:
+        load_plan_file(p)
+    msg = exc.value.one_line()
+    assert str(p) in msg
+    assert field in msg
+    if line is not None:
+        assert f"{p}:{line}:" in msg
+
+
+def test_yaml_syntax_error_names_line(tmp_path):
+    p = write(tmp_path, GOOD.replace("  steps: [1, 2, 4]\n", "  steps: [1, 2, 4\n"))
+    with pytest.raises(KneecapError) as exc:
+        load_plan_file(p)
+    assert "YAML syntax error" in exc.value.message and f"{p}:" in exc.value.message
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(KneecapError) as exc:
+        load_plan_file(tmp_path / "nope.yaml")
+    assert "cannot read load plan" in exc.value.message
+
+
+def test_empirical_lengths_from_file(tmp_path):
+    (tmp_path / "lens.txt").write_text("10\n20\n30\n")
+    p = write(tmp_path, GOOD.replace("    output: 200\n", "    output: {kind: empirical, file: lens.txt}\n"))
+    spec, base = load_plan_file(p)
+    dist = spec.classes["short-message"].output.to_dist(base)
+    assert dist.values == (10, 20, 30)

@@ -1,0 +1,141 @@
+"""Cell verdicts, the capacity region, Little's law on stable intervals, behaviour checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from kneecap.loadplan.behaviour import check, drift
+from kneecap.loadplan.capacity import capacity_region, littles_law, offered_vs_completed
+from kneecap.loadplan.cells import auto_steps, build_ramps
+from kneecap.loadplan.schema import Budget, Expectation, StopSpec
+from kneecap.loadplan.verdicts import judge
+from kneecap.records import RequestRecord
+
+
+def level(ttft_p50=100.0, ttft_p99=200.0, itl_p99=20.0, requests=100, failed=0, errors=None, suspect=False):
+    return {
+        "requests": requests, "completed": requests - failed, "failed": failed, "errors": errors or {},
+        "ttft_ms": {"p50": ttft_p50, "p95": ttft_p99, "p99": ttft_p99, "n": requests - failed},
+        "itl_ms": {"p50": 10.0, "p95": itl_p99, "p99": itl_p99, "n": 1000},
+        "output_tok_s": 1000.0, "suspect": suspect,
+    }
+
+
+BUDGET = Budget(ttft_p99_ms=500, itl_p99_ms=50, error_rate=0.01)
+
+
+@pytest.mark.parametrize(
+    "lvl,verdict,stops",
+    [
+        (level(), "pass", False),
+        (level(ttft_p99=600), "slo_breach", True),
+        (level(failed=2, errors={"http_500": 2}), "slo_breach", True),  # 2% > 1% budget, < 5% limit
+        (level(failed=10, errors={"http_500": 10}), "limit", True),  # 10% > 5% stop limit
+        (level(failed=3, errors={"timeout": 3}), "limit", True),  # 3% timeouts > 2%
+        (level(ttft_p50=10, ttft_p99=400), "limit", True),  # p99/p50 = 40 > 20: unstable tail
+        (level(suspect=True), "limit", True),
+    ],
+)
+def test_judge(lvl, verdict, stops):
+    j = judge(lvl, BUDGET, StopSpec())
+    assert j["verdict"] == verdict
+    assert j["stops_ramp"] is stops
+
+
+def test_slo_breach_does_not_stop_when_told():
+    j = judge(level(ttft_p99=600), BUDGET, StopSpec(stop_on_slo_breach=False))
+    assert j["verdict"] == "slo_breach" and not j["stops_ramp"]
+
+
+def cell(load, rep, verdict, cand="a", cls="short"):
+    return {"candidate": cand, "class": cls, "state": "warm", "load": {"concurrency": load}, "repetition": rep,
+            "verdict": verdict, "breaches": [] if verdict == "pass" else ["ttft_p99_ms 600 > 500"], "limit": None,
+            "metrics": level(ttft_p99=100 + load)}
+
+
+def test_capacity_requires_every_repetition():
+    cells = [cell(1, 0, "pass"), cell(2, 0, "pass"), cell(4, 0, "pass"), cell(8, 0, "slo_breach"),
+             cell(1, 1, "pass"), cell(2, 1, "pass"), cell(4, 1, "slo_breach"), cell(8, 1, "not_run")]
+    reg = capacity_region(cells)["a"]["short"]["warm"]
+    assert reg["region"] == [1, 2]
+    assert reg["capacity"] == 2
+    assert reg["repetitions"] == 2
+    assert "4" in reg["failed"] and "8" in reg["failed"]
+    assert reg["at_capacity"]["ttft_ms"]["p99"] == 102  # worst over repetitions at load 2
+
+
+def test_pass_above_a_failure_is_in_region_but_not_capacity():
+    cells = [cell(1, 0, "pass"), cell(2, 0, "slo_breach"), cell(4, 0, "pass")]
+    reg = capacity_region(cells)["a"]["short"]["warm"]
+    assert reg["region"] == [1, 4]
+    assert reg["capacity"] == 1
+
+
+def test_empty_region():
+    reg = capacity_region([cell(1, 0, "slo_breach")])["a"]["short"]["warm"]
+    assert reg["region"] == [] and reg["capacity"] is None and reg["at_capacity"] is None
+
+
+def closed_loop_records(c=4, n=200, service=1.0):
+    """C workers each sending back-to-back requests of `service` seconds: L = C exactly."""
+    recs = []
+    for i in range(n):
+        w, k = i % c, i // c
+        recs.append(RequestRecord(request_id=str(i), level=0, concurrency=c, sent_at=k * service,
+                                  first_token_at=k * service + 0.1, end_at=(k + 1) * service))
+    return recs
+
+
+def test_littles_law_holds_on_stable_closed_loop():
+    res = littles_law(closed_loop_records())
+    assert res["stable"] and res["applied"]
+    assert res["L_observed"] == pytest.approx(4.0)
+    assert res["L_predicted"] == pytest.approx(4.0, rel=0.01)
+    assert res["consistent"]
+
+
+def test_littles_law_not_applied_to_growing_queue():
+    # an overloaded open loop: arrivals at 2/s, service grows linearly -> in-flight count grows
+    recs = [RequestRecord(request_id=str(i), level=0, sent_at=i * 0.5, end_at=i * 0.5 + 0.5 + i * 0.2) for i in range(100)]
+    res = littles_law(recs)
+    assert not res["stable"] and not res["applied"]
+
+
+def test_offered_vs_completed_counts_drops():
+    recs = closed_loop_records(n=10)
+    recs[3].status = "error"
+    out = offered_vs_completed(recs, duration_s=10.0)
+    assert out["offered_request_s"] == 1.0 and out["completed_request_s"] == 0.9 and out["dropped"] == 1
+
+
+def test_ramps_order_and_auto_steps():
+    ramps = build_ramps(["a", "b"], ["x"], ["warm", "cold"], "concurrency", [4, 1, 2], repetitions=2)
+    assert len(ramps) == 2 * 2 * 1 * 2
+    assert [c.load for c in ramps[0]] == [1, 2, 4]  # lowest first, one dimension at a time
+    assert [c.index for r in ramps for c in r] == list(range(24))
+    assert ramps[-1][0].repetition == 1
+    assert auto_steps(100) == [1, 2, 4, 8, 16, 32, 64, 128]
+    assert auto_steps(5000, ceiling=1024)[-1] == 1024
+
+
+@pytest.mark.parametrize(
+    "expect,answer,ok",
+    [
+        (Expectation(exact="Paris"), "  Paris\n", True),
+        (Expectation(exact="Paris"), "Paris.", False),
+        (Expectation(regex=r"\bParis\b"), "It is Paris.", True),
+        (Expectation(json_schema={"type": "object", "required": ["city"]}), '{"city": "Paris"}', True),
+        (Expectation(json_schema={"type": "object", "required": ["city"]}), '{"town": "Paris"}', False),
+        (Expectation(json_schema={"type": "object"}), "not json", False),
+        (Expectation(must_abstain=True), "I cannot help with that request.", True),
+        (Expectation(must_abstain=True), "Sure, here is how to do it.", False),
+        (Expectation(language="fr"), "La capitale de la France est Paris, une ville magnifique.", True),
+        (Expectation(language="en"), "La capitale de la France est Paris, une ville magnifique.", False),
+    ],
+)
+def test_behaviour_checks(expect, answer, ok):
+    assert check(expect, answer)[0] is ok
+
+
+def test_drift_lists_cases_that_stopped_passing():
+    assert drift({"a": True, "b": True, "c": False}, {"a": True, "b": False, "c": False}) == ["b"]
