@@ -8,7 +8,11 @@ the driver reports (nvidia-smi / rocm-smi), plus what a framework sees where kno
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from functools import lru_cache
+
+from kneecap.errors import KneecapError
 
 
 @dataclass(frozen=True)
@@ -40,4 +44,93 @@ class Gpu:
             if self.framework_bytes is not None:
                 return self.framework_bytes
             return self.memory_bytes("device")
-        raise ValueError(which)
+        raise KneecapError(f"unknown HBM accounting {which!r}", "use --hbm datasheet, device, framework or a byte count")
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.datasheet_bytes, int) or self.datasheet_bytes <= 0:
+            raise KneecapError(f"GPU {self.name!r}: datasheet_bytes must be a positive integer, got {self.datasheet_bytes!r}",
+                               "fix the entry in kneecap/data/gpus.json")
+        for name in ("device_bytes", "framework_bytes"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise KneecapError(f"GPU {self.name!r}: {name} must be a positive integer or null, got {value!r}",
+                                   "fix the entry in kneecap/data/gpus.json")
+        for name in ("hbm_bandwidth_bytes_s", "bf16_flops", "interconnect_bytes_s"):
+            if not getattr(self, name) or getattr(self, name) <= 0:
+                raise KneecapError(f"GPU {self.name!r}: {name} must be positive", "fix the entry in kneecap/data/gpus.json")
+        if self.interconnect not in INTERCONNECTS:
+            raise KneecapError(f"GPU {self.name!r}: unknown interconnect {self.interconnect!r}",
+                               f"use one of {', '.join(INTERCONNECTS)}")
+
+    @classmethod
+    def from_dict(cls, entry: dict) -> "Gpu":
+        """Build a Gpu from one gpus.json entry (lists become tuples)."""
+        known = {f for f in cls.__dataclass_fields__}
+        values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in entry.items() if k in known}
+        return cls(**values)
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name, "label": self.label,
+            "datasheet_bytes": self.datasheet_bytes, "device_bytes": self.device_bytes,
+            "framework_bytes": self.framework_bytes,
+            "hbm_bandwidth_bytes_s": self.hbm_bandwidth_bytes_s,
+            "bf16_flops": self.bf16_flops, "fp8_flops": self.fp8_flops, "fp4_flops": self.fp4_flops,
+            "interconnect": self.interconnect, "interconnect_bytes_s": self.interconnect_bytes_s,
+            "aliases": list(self.aliases), "sources": list(self.sources), "notes": list(self.notes),
+        }
+
+
+INTERCONNECTS = ("nvlink", "xgmi", "pcie")
+HBM_CHOICES = ("datasheet", "device", "framework")
+
+
+def _normalize(name: str) -> str:
+    """'NVIDIA H100_SXM' -> 'h100-sxm': lower case, '-' for spaces/underscores, vendor prefix dropped."""
+    key = "-".join(name.strip().lower().replace("_", " ").replace("-", " ").split())
+    for prefix in ("nvidia-", "amd-", "instinct-", "geforce-"):
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+    return key
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> dict[str, Gpu]:
+    """Catalog key -> Gpu, loaded once from kneecap/data/gpus.json."""
+    from importlib import resources
+
+    raw = json.loads(resources.files("kneecap").joinpath("data", "gpus.json").read_text(encoding="utf-8"))
+    return {entry["name"]: Gpu.from_dict(entry) for entry in raw["gpus"]}
+
+
+@lru_cache(maxsize=1)
+def _aliases() -> dict[str, str]:
+    """Normalized name or alias -> catalog key."""
+    table: dict[str, str] = {}
+    for key, gpu in _catalog().items():
+        for alias in (key, gpu.label, *gpu.aliases):
+            table.setdefault(_normalize(alias), key)
+            table.setdefault(_normalize(alias).replace("-", ""), key)
+    return table
+
+
+def list_gpus() -> list[Gpu]:
+    """Every catalog GPU, in catalog order."""
+    return list(_catalog().values())
+
+
+def get_gpu(name: str) -> Gpu:
+    """The catalog GPU for a name or alias ('h100', 'NVIDIA H100 SXM', 'mi300x'); KneecapError with suggestions otherwise."""
+    aliases = _aliases()
+    key = _normalize(name or "")
+    found = aliases.get(key) or aliases.get(key.replace("-", ""))
+    if found:
+        return _catalog()[found]
+    import difflib
+
+    names = list(_catalog())
+    close = difflib.get_close_matches(key, list(aliases), n=6, cutoff=0.5)
+    suggestions = list(dict.fromkeys(aliases[c] for c in close))[:3]
+    hint = f"did you mean {', '.join(suggestions)}?" if suggestions else ""
+    hint = (hint + " " if hint else "") + f"known GPUs: {', '.join(names)} (`kneecap plan --list-gpus`)"
+    raise KneecapError(f"unknown GPU {name!r}", hint)

@@ -1,0 +1,340 @@
+"""The HBM ledger: one Deployment in, one Plan out (pure: no I/O, no clocks, no printing).
+
+Owns the per-GPU budget (weights, overhead, fragmentation headroom, KV pool), the KV cost of a
+sequence, and how many sequences fit under contiguous vs paged allocation. Does not own the
+KV formula (kneecap.model.kv), weight bits (kneecap.model.weights), levers and sweeps
+(levers.py, sweeps.py), engine pool models (engines.py) or rendering (render.py).
+
+Arithmetic, bytes per GPU (seed 003 §1.2-1.4; every division rounds down unless noted):
+    usable      = hbm x mem_util
+    weights     = params x bits/8 / (tp x pp)            (rounded up: a weight byte is never shared)
+    rest        = usable - weights - overhead
+    frag        = rest x frag_fraction                     (headroom for allocator fragmentation)
+    kv_pool     = rest - frag
+    blocks      = kv_pool / (kv_bytes_per_token_per_gpu x block_size)
+    contiguous  = kv_pool / (bytes/token x context)                      reserve the advertised max
+    paged       = kv_pool / (bytes/token x ceil(mean/block) x block)     whole blocks of the mean
+Seed 003 (gqa-70b, fp16, MI300X 192e9 B): pool 45,319,781,069 B = 42.21 GiB -> 16 contiguous, 67 paged.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from kneecap.deployment import Deployment
+from kneecap.errors import KneecapError
+from kneecap.model import kv as kvmath
+from kneecap.model.weights import weight_bits, weight_bytes
+from kneecap.units import GiB
+
+BINDINGS = ("hbm", "compute")
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """Where one GPU's memory goes. The five DESIGN fields plus what --mem-util leaves unused.
+
+    hbm_bytes = weights_bytes + overhead_bytes + fragmentation_bytes + kv_pool_bytes + reserved_bytes.
+    """
+
+    hbm_bytes: int
+    weights_bytes: int
+    overhead_bytes: int
+    fragmentation_bytes: int
+    kv_pool_bytes: int
+    reserved_bytes: int = 0  # hbm x (1 - mem_util): memory the engine is told not to touch
+
+    def to_json(self) -> dict:
+        return {
+            "hbm_bytes": self.hbm_bytes,
+            "weights_bytes": self.weights_bytes,
+            "overhead_bytes": self.overhead_bytes,
+            "fragmentation_bytes": self.fragmentation_bytes,
+            "kv_pool_bytes": self.kv_pool_bytes,
+            "reserved_bytes": self.reserved_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The capacity plan of one Deployment at one context. Bytes are per GPU unless named otherwise."""
+
+    deployment: Deployment
+    context: int  # advertised max tokens per sequence (what contiguous allocation reserves)
+    mean_context: int  # typical tokens per sequence (what paged allocation charges)
+    compute_batch_cap: int | None  # latency/SLO cap on concurrent sequences, if any
+    weights_total_bytes: int  # whole model, before sharding
+    weights_source: str  # "params x dtype" | "checkpoint" | "override"
+    kv_dtype_bytes: int
+    kv_bytes_per_token: int  # whole model, one sequence, all layers, before sharding
+    kv_bytes_per_token_per_gpu: int
+    kv_heads_per_gpu: int  # KV heads each rank stores (GQA/MQA layers; MLA: the latent is whole on every rank)
+    kv_replicated: bool  # ranks hold copies of the same KV (tp > kv heads, or MLA at tp > 1)
+    state_bytes_per_sequence: int  # fixed linear-attention state per sequence, per GPU
+    ledger: Ledger
+    pool_source: str  # "ledger" | "override" (--kv-pool-gib or an engine model)
+    block_size: int
+    num_kv_blocks: int
+    kv_capacity_tokens: int  # tokens the pool holds, in whole blocks
+    seq_bytes_contiguous: int  # one sequence reserving `context` tokens
+    seq_bytes_paged: int  # one sequence of `mean_context` tokens in whole blocks
+    max_seqs_contiguous: int
+    max_seqs_paged: int
+    max_concurrency: int  # min(paged, compute cap)
+    binding: str  # "hbm" | "compute"
+    hbm_datasheet_bytes: int
+    hbm_device_bytes: int | None
+    hbm_framework_bytes: int | None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    # -- derived figures the worksheet prints -------------------------------------------------
+    @property
+    def paged_waste_bound_tokens(self) -> int:
+        """Worst-case empty slots per sequence under paging: block_size - 1 (seed 003: 15)."""
+        return self.block_size - 1
+
+    @property
+    def paged_waste_bound_bytes(self) -> int:
+        return self.paged_waste_bound_tokens * self.kv_bytes_per_token_per_gpu
+
+    @property
+    def paged_waste_bytes(self) -> int:
+        """Empty slots in the last block of a mean-length sequence, in bytes (seed 003: 14 tokens = 4.4 MiB)."""
+        slots = kvmath.blocks_for(self.mean_context, self.block_size) * self.block_size
+        return (slots - self.mean_context) * self.kv_bytes_per_token_per_gpu
+
+    @property
+    def contiguous_waste_bytes(self) -> int:
+        """Reserved but unused per mean-length sequence under contiguous allocation (seed 003: 1.87 GiB)."""
+        return (self.context - self.mean_context) * self.kv_bytes_per_token_per_gpu
+
+    @property
+    def contiguous_waste_fraction(self) -> float:
+        return (self.context - self.mean_context) / self.context
+
+    @property
+    def hbm_device_minus_datasheet_bytes(self) -> int | None:
+        return None if self.hbm_device_bytes is None else self.hbm_device_bytes - self.hbm_datasheet_bytes
+
+    def to_json(self) -> dict:
+        """DESIGN.md's plan keys (levers and sweeps are added by the CLI from levers.py / sweeps.py)."""
+        d = self.deployment
+        return {
+            "model": d.model.name,
+            "gpu": d.gpu.name,
+            "tp": d.tp,
+            "pp": d.pp,
+            "num_gpus": d.num_gpus,
+            "weight_dtype": d.weight_dtype,
+            "kv_dtype": d.kv_dtype,
+            "context": self.context,
+            "mean_context": self.mean_context,
+            "block_size": self.block_size,
+            "compute_batch_cap": self.compute_batch_cap,
+            "hbm": {
+                "accounting": d.hbm if isinstance(d.hbm, str) else "bytes",
+                "datasheet_bytes": self.hbm_datasheet_bytes,
+                "device_bytes": self.hbm_device_bytes,
+                "framework_bytes": self.hbm_framework_bytes,
+                "device_minus_datasheet_bytes": self.hbm_device_minus_datasheet_bytes,
+            },
+            "weights_total_bytes": self.weights_total_bytes,
+            "weights_source": self.weights_source,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token_per_gpu,
+            "kv_heads_per_gpu": self.kv_heads_per_gpu,
+            "kv_replicated": self.kv_replicated,
+            "state_bytes_per_sequence": self.state_bytes_per_sequence,
+            "ledger": self.ledger.to_json(),
+            "kv_pool_source": self.pool_source,
+            "num_kv_blocks": self.num_kv_blocks,
+            "kv_capacity_tokens": self.kv_capacity_tokens,
+            "seq_bytes": {"contiguous": self.seq_bytes_contiguous, "paged": self.seq_bytes_paged},
+            "max_seqs": {"contiguous": self.max_seqs_contiguous, "paged": self.max_seqs_paged},
+            "max_concurrency": self.max_concurrency,
+            "binding": self.binding,
+            "waste": {
+                "paged_bound_tokens": self.paged_waste_bound_tokens,
+                "paged_bound_bytes": self.paged_waste_bound_bytes,
+                "paged_bytes": self.paged_waste_bytes,
+                "contiguous_bytes": self.contiguous_waste_bytes,
+                "contiguous_fraction": round(self.contiguous_waste_fraction, 6),
+            },
+            "notes": list(self.notes),
+        }
+
+
+# -- the pieces -------------------------------------------------------------------------------
+
+def weights_total_bytes(deployment: Deployment) -> int:
+    """Whole-model weight bytes: (--params or the model's total) x bits of --weight-dtype / 8."""
+    params = deployment.params_override or deployment.model.total_params
+    return weight_bytes(params, deployment.weight_dtype)
+
+
+def weights_bytes_per_gpu(total_bytes: int, deployment: Deployment) -> int:
+    """Weights on one GPU: split evenly over tp x pp ranks, rounded up."""
+    return -(-total_bytes // deployment.num_gpus)
+
+
+def usable_bytes(deployment: Deployment) -> int:
+    """HBM the engine may use: hbm x mem_util, rounded down."""
+    return int(deployment.hbm_bytes * deployment.mem_util)
+
+
+def kv_dtype_bytes(deployment: Deployment) -> int:
+    return kvmath.kv_dtype_bytes(deployment.kv_dtype)
+
+
+def _is_mla(deployment: Deployment) -> bool:
+    return "mla" in deployment.model.layer_types
+
+
+def kv_layout(deployment: Deployment) -> tuple[int, bool]:
+    """(KV heads per GPU, replicated?) at this TP degree."""
+    m = deployment.model
+    heads = kvmath.kv_heads_per_gpu(m.num_key_value_heads, deployment.tp)
+    if _is_mla(deployment) and not any(t in ("full_attention", "sliding_attention") for t in m.layer_types):
+        return heads, deployment.tp > 1  # MLA keeps the whole latent on every rank
+    return heads, kvmath.is_kv_replicated(m.num_key_value_heads, deployment.tp)
+
+
+def suggest_fit(deployment: Deployment, weights_total: int) -> str:
+    """The fix for weights that do not fit: the smallest TP (power of two dividing the heads) and/or fp8."""
+    usable, overhead = usable_bytes(deployment), deployment.overhead_bytes
+    heads = deployment.model.num_attention_heads
+    options = []
+    tp = deployment.tp
+    while tp < 4096:
+        tp *= 2
+        if heads % tp == 0 and weights_total / (tp * deployment.pp) + overhead < usable:
+            options.append(f"--tp {tp}")
+            break
+    if weight_bits(deployment.weight_dtype) > 8:
+        fp8_total = weight_bytes(deployment.params_override or deployment.model.total_params, "fp8")
+        if fp8_total / deployment.num_gpus + overhead < usable:
+            options.append("--weight-dtype fp8")
+    if not options:
+        options.append("more GPUs (--tp / --pp) or a smaller --weight-dtype such as int4")
+    return "try " + " or ".join(options)
+
+
+def _check_inputs(deployment: Deployment, context: int, mean_context: int, compute_batch_cap: int | None) -> None:
+    for flag, value in (("--context", context), ("--mean-context", mean_context)):
+        if not isinstance(value, int) or value <= 0:
+            raise KneecapError(f"{flag} must be a positive whole number of tokens, got {value!r}", f"pass e.g. {flag} 8192")
+    if mean_context > context:
+        raise KneecapError(f"--mean-context {mean_context} exceeds --context {context}",
+                           "the mean sequence cannot be longer than the advertised maximum: lower --mean-context or raise --context")
+    if compute_batch_cap is not None and (not isinstance(compute_batch_cap, int) or compute_batch_cap <= 0):
+        raise KneecapError(f"--compute-batch-cap must be a positive whole number, got {compute_batch_cap!r}",
+                           "pass e.g. --compute-batch-cap 128, or leave it out")
+    if deployment.hbm_bytes <= 0:
+        raise KneecapError(f"--hbm must be a positive byte count, got {deployment.hbm_bytes!r}", "pass e.g. --hbm 192000000000")
+    kvmath.check_tp(deployment.model, deployment.tp)
+
+
+def build_plan(deployment: Deployment, *, context: int, mean_context: int | None = None,
+               compute_batch_cap: int | None = None, weights_total: int | None = None,
+               weights_source: str | None = None, kv_pool_bytes: int | None = None) -> Plan:
+    """The HBM ledger of `deployment` and what it holds at `context` (max) / `mean_context` (typical) tokens.
+
+    weights_total: whole-model weight bytes to use instead of params x dtype (e.g. a checkpoint's size).
+    kv_pool_bytes: a KV pool known from elsewhere (an engine's log, an engine model); the ledger then
+    books what the engine kept for itself as overhead and no fragmentation headroom.
+    Raises KneecapError when the weights and overhead leave no room for a KV pool.
+    """
+    mean_context = context if mean_context is None else mean_context
+    _check_inputs(deployment, context, mean_context, compute_batch_cap)
+    m, gpu = deployment.model, deployment.gpu
+    dtype_bytes = kv_dtype_bytes(deployment)
+
+    if weights_total is None:
+        weights_total = weights_total_bytes(deployment)
+        weights_source = weights_source or ("override" if deployment.params_override else "params x dtype")
+    weights = weights_bytes_per_gpu(weights_total, deployment)
+    hbm = deployment.hbm_bytes
+    usable = usable_bytes(deployment)
+    reserved = hbm - usable
+
+    if kv_pool_bytes is None:
+        rest = usable - weights - deployment.overhead_bytes
+        if rest <= 0:
+            raise KneecapError(
+                f"weights need {weights / GiB:.2f} GiB per GPU (+ {deployment.overhead_bytes / GiB:.2f} GiB overhead), "
+                f"HBM has {usable / GiB:.2f} GiB on {gpu.name} at --tp {deployment.tp} --pp {deployment.pp}",
+                suggest_fit(deployment, weights_total),
+            )
+        frag = int(rest * deployment.frag_fraction)
+        pool = rest - frag
+        ledger = Ledger(hbm, weights, deployment.overhead_bytes, frag, pool, reserved)
+        pool_source = "ledger"
+    else:
+        if kv_pool_bytes <= 0:
+            raise KneecapError(f"the KV pool must be positive, got {kv_pool_bytes} bytes", "pass e.g. --kv-pool-gib 42.2")
+        engine_kept = usable - weights - kv_pool_bytes
+        if engine_kept < 0:
+            raise KneecapError(
+                f"a KV pool of {kv_pool_bytes / GiB:.2f} GiB plus {weights / GiB:.2f} GiB of weights exceeds the "
+                f"{usable / GiB:.2f} GiB usable on {gpu.name}",
+                "check --kv-pool-gib against the engine's log, or --hbm / --mem-util / --tp",
+            )
+        ledger = Ledger(hbm, weights, engine_kept, 0, kv_pool_bytes, reserved)
+        pool = kv_pool_bytes
+        pool_source = "override"
+
+    per_token_gpu = kvmath.kv_bytes_per_token_per_gpu(m, dtype_bytes, deployment.tp, deployment.pp)
+    bs = deployment.block_size
+    num_blocks = pool // (per_token_gpu * bs) if per_token_gpu else 0
+    seq_contig = kvmath.sequence_kv_bytes_per_gpu(m, context, dtype_bytes, deployment.tp, deployment.pp, bs, paged=False)
+    seq_paged = kvmath.sequence_kv_bytes_per_gpu(m, mean_context, dtype_bytes, deployment.tp, deployment.pp, bs, paged=True)
+    max_contig = pool // seq_contig if seq_contig else 0
+    max_paged = pool // seq_paged if seq_paged else 0
+    cap = compute_batch_cap
+    max_conc = min(max_paged, cap) if cap is not None else max_paged
+    binding = "compute" if cap is not None and cap < max_paged else "hbm"
+    heads, replicated = kv_layout(deployment)
+
+    notes = list(m.notes)
+    if replicated and not _is_mla(deployment):
+        notes.append(f"--tp {deployment.tp} exceeds the {m.num_key_value_heads} KV heads: each rank keeps a whole head, "
+                     "so the KV cache is replicated and stops shrinking with TP")
+    return Plan(
+        deployment=deployment, context=context, mean_context=mean_context, compute_batch_cap=cap,
+        weights_total_bytes=weights_total, weights_source=weights_source or "params x dtype",
+        kv_dtype_bytes=dtype_bytes,
+        kv_bytes_per_token=kvmath.kv_bytes_per_token(m, dtype_bytes),
+        kv_bytes_per_token_per_gpu=per_token_gpu,
+        kv_heads_per_gpu=heads, kv_replicated=replicated,
+        state_bytes_per_sequence=kvmath.state_bytes_per_sequence(m, deployment.tp, deployment.pp),
+        ledger=ledger, pool_source=pool_source, block_size=bs,
+        num_kv_blocks=num_blocks, kv_capacity_tokens=num_blocks * bs,
+        seq_bytes_contiguous=seq_contig, seq_bytes_paged=seq_paged,
+        max_seqs_contiguous=max_contig, max_seqs_paged=max_paged,
+        max_concurrency=max_conc, binding=binding,
+        hbm_datasheet_bytes=gpu.datasheet_bytes, hbm_device_bytes=gpu.device_bytes,
+        hbm_framework_bytes=gpu.framework_bytes,
+        notes=tuple(notes),
+    )
+
+
+def rebuild(plan: Plan, deployment: Deployment, *, context: int | None = None, mean_context: int | None = None,
+            keep_weights: bool = True) -> Plan:
+    """The same plan on a changed deployment (a lever or a sweep point).
+
+    keep_weights: reuse the plan's whole-model weight bytes (checkpoint size) — False when the lever
+    changes the weight dtype, so the weights are re-priced from params x the new dtype.
+    """
+    context = plan.context if context is None else context
+    mean = plan.mean_context if mean_context is None else min(mean_context, context)
+    return build_plan(
+        deployment, context=context, mean_context=min(mean, context), compute_batch_cap=plan.compute_batch_cap,
+        weights_total=plan.weights_total_bytes if keep_weights else None,
+        weights_source=plan.weights_source if keep_weights else None,
+    )
+
+
+def blocks_per_sequence(tokens: int, block_size: int) -> int:
+    """Whole blocks one sequence of `tokens` tokens occupies (seed 003: 2050 -> 129)."""
+    return math.ceil(tokens / block_size)
