@@ -1,0 +1,180 @@
+"""Write a tiny random-weight llama-architecture GGUF that llama.cpp's server loads and runs.
+
+Owns the file layout only (metadata keys, vocabulary, tensor shapes); it starts no server
+(see `kneecap.testing.llamacpp_server`). Random weights give garbage text, but real timing,
+real slots and a real KV cache: enough to test a load generator end to end on a CPU.
+
+Sources for what llama.cpp reads (ggml-org/llama.cpp, and the `gguf` package's constants):
+- hyper-parameters: `src/llama-model.cpp` `load_hparams` for LLM_ARCH_LLAMA reads
+  `llama.context_length`, `.embedding_length`, `.block_count`, `.feed_forward_length`,
+  `.attention.head_count`, `.attention.head_count_kv`, `.attention.layer_norm_rms_epsilon`,
+  `.rope.dimension_count` (defaults to head_dim);
+- tensors: `gguf.constants.MODEL_TENSORS[MODEL_ARCH.LLAMA]` / `TENSOR_NAMES`
+  (token_embd, blk.N.{attn_norm,attn_q,attn_k,attn_v,attn_output,ffn_norm,ffn_gate,ffn_up,
+  ffn_down}, output_norm, output). GGML lists dimensions fastest-first, so a numpy array of
+  shape (rows, cols) is the GGML tensor ne=[cols, rows]: attn_q is (n_head*head_dim, n_embd);
+- tokenizer: `src/llama-vocab.cpp`, model "llama" = SentencePiece-style: text gets a leading
+  space, spaces become U+2581 "▁", and a character missing from the vocabulary falls back to
+  byte tokens "<0xXX>" (without them `byte_to_token` throws). Types: gguf.TokenType.
+
+The vocabulary is character-level: <unk>, <s>, </s>, the 256 byte tokens, then one token per
+printable ASCII character and newline, so a prompt of n such characters is n tokens (plus
+BOS and the space prefix). Generation never emits a control or byte token: dimension 0 of
+the residual stream is a constant +1 no layer writes to, and the output rows of those tokens
+hold -SUPPRESS_LOGIT there (every other token's row holds 0), so their logits sit near
+-SUPPRESS_LOGIT at any temperature. Every generated token is therefore one printable
+character, and llama.cpp streams one chunk per token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kneecap.errors import KneecapError
+
+UNK_ID = 0
+BOS_ID = 1
+EOS_ID = 2
+NUM_BYTE_TOKENS = 256
+FIRST_BYTE_ID = 3
+FIRST_CHAR_ID = FIRST_BYTE_ID + NUM_BYTE_TOKENS
+SPACE_PIECE = "\u2581"  # SentencePiece's visible space
+SUPPRESS_LOGIT = 1000.0  # how far below the others control/byte tokens' logits sit
+
+# printable ASCII (space shown as "▁") and newline: the characters a prompt is made of
+CHARACTERS = ("\n",) + tuple(SPACE_PIECE if c == " " else c for c in map(chr, range(0x20, 0x7F)))
+
+
+@dataclass(frozen=True)
+class TinyLlamaConfig:
+    """Shape of the tiny model. Sizes are counts (not bytes); `context_length` is tokens."""
+
+    num_hidden_layers: int = 2
+    hidden_size: int = 64
+    intermediate_size: int = 128
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    context_length: int = 4096
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+
+    def __post_init__(self) -> None:
+        for name in ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
+                     "num_key_value_heads", "context_length"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise KneecapError(f"tiny GGUF {name} must be a positive integer, got {value!r}",
+                                   f"pass {name}=N with N >= 1")
+        if self.hidden_size % self.num_attention_heads:
+            raise KneecapError(
+                f"tiny GGUF hidden_size {self.hidden_size} is not divisible by num_attention_heads "
+                f"{self.num_attention_heads}", "pick hidden_size as a multiple of num_attention_heads")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise KneecapError(
+                f"tiny GGUF num_attention_heads {self.num_attention_heads} is not a multiple of "
+                f"num_key_value_heads {self.num_key_value_heads}", "GQA needs heads = k * kv_heads")
+        if self.head_dim % 2:
+            raise KneecapError(f"tiny GGUF head_dim {self.head_dim} is odd", "RoPE needs an even head_dim")
+        if not self.rms_norm_eps > 0:
+            raise KneecapError(f"tiny GGUF rms_norm_eps must be > 0, got {self.rms_norm_eps!r}", "use 1e-5")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def vocab_size(self) -> int:
+        return len(vocabulary())
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV cache bytes per token at f16 (llama.cpp's default cache type): 2 (K,V) * layers * kv_heads * head_dim * 2 B."""
+        return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * 2
+
+
+def vocabulary() -> list[tuple[str, int]]:
+    """(piece, gguf TokenType value) for every token id, in id order."""
+    from gguf import TokenType
+
+    tokens: list[tuple[str, int]] = [("<unk>", TokenType.UNKNOWN), ("<s>", TokenType.CONTROL),
+                                     ("</s>", TokenType.CONTROL)]
+    tokens += [(f"<0x{b:02X}>", TokenType.BYTE) for b in range(NUM_BYTE_TOKENS)]
+    tokens += [(c, TokenType.NORMAL) for c in CHARACTERS]
+    return [(piece, int(kind)) for piece, kind in tokens]
+
+
+def write_tiny_gguf(path: str | Path, config: TinyLlamaConfig = TinyLlamaConfig(), seed: int = 0) -> Path:
+    """Write the model to `path` (a new .gguf file) and return it. Same seed and config, same bytes."""
+    import numpy as np
+    from gguf import GGUFWriter
+
+    rng = np.random.default_rng(seed)
+    out = Path(path)
+    if out.is_dir():
+        raise KneecapError(f"{out} is a folder", "pass a file path ending in .gguf")
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    vocab = vocabulary()
+    n_vocab, n_embd, n_ff = len(vocab), config.hidden_size, config.intermediate_size
+    q_rows = config.num_attention_heads * config.head_dim
+    kv_rows = config.num_key_value_heads * config.head_dim
+
+    writer = GGUFWriter(str(out), "llama")
+    writer.add_name("kneecap-tiny-llama")
+    writer.add_context_length(config.context_length)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_rope_dimension_count(config.head_dim)
+    writer.add_rope_freq_base(config.rope_theta)
+    writer.add_vocab_size(n_vocab)
+    writer.add_file_type(0)  # LLAMA_FTYPE_ALL_F32
+
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list([piece for piece, _ in vocab])
+    writer.add_token_scores([0.0] * n_vocab)
+    writer.add_token_types([kind for _, kind in vocab])
+    writer.add_bos_token_id(BOS_ID)
+    writer.add_eos_token_id(EOS_ID)
+    writer.add_unk_token_id(UNK_ID)
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+
+    def normal(*shape: int, std: float) -> "np.ndarray":
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    # Residual dimension 0 is a constant +1 carried from the embedding (no layer writes it).
+    embd = normal(n_vocab, n_embd, std=1.0)
+    embd[:, 0] = 1.0
+    writer.add_tensor("token_embd.weight", embd)
+    for layer in range(config.num_hidden_layers):
+        blk = f"blk.{layer}"
+        attn_out = normal(n_embd, q_rows, std=0.02)
+        attn_out[0, :] = 0.0
+        ffn_down = normal(n_embd, n_ff, std=0.02)
+        ffn_down[0, :] = 0.0
+        writer.add_tensor(f"{blk}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        writer.add_tensor(f"{blk}.attn_q.weight", normal(q_rows, n_embd, std=0.1))
+        writer.add_tensor(f"{blk}.attn_k.weight", normal(kv_rows, n_embd, std=0.1))
+        writer.add_tensor(f"{blk}.attn_v.weight", normal(kv_rows, n_embd, std=0.1))
+        writer.add_tensor(f"{blk}.attn_output.weight", attn_out)
+        writer.add_tensor(f"{blk}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        writer.add_tensor(f"{blk}.ffn_gate.weight", normal(n_ff, n_embd, std=0.1))
+        writer.add_tensor(f"{blk}.ffn_up.weight", normal(n_ff, n_embd, std=0.1))
+        writer.add_tensor(f"{blk}.ffn_down.weight", ffn_down)
+    writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
+    output = normal(n_vocab, n_embd, std=n_embd ** -0.5)  # logits ~ N(0, 1): varied text
+    output[:, 0] = 0.0
+    output[:FIRST_CHAR_ID, :] = 0.0
+    output[:FIRST_CHAR_ID, 0] = -SUPPRESS_LOGIT
+    writer.add_tensor("output.weight", output)
+
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
