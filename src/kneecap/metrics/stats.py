@@ -1,0 +1,284 @@
+"""Summary statistics: exact distributions (numpy) and a bounded, mergeable streaming summary.
+
+Owns the one statistics shape every metric uses, {mean, p50, p90, p95, p99, max, n}, and
+how percentiles are computed. Does not know what the numbers measure (summarize.py does).
+
+Percentiles use numpy's default method, 'linear' (Hyndman & Fan type 7): for n sorted values
+x[0..n-1] and quantile q, h = (n - 1) * q and the result is x[floor(h)] + (h - floor(h)) *
+(x[floor(h) + 1] - x[floor(h)]). With no data every statistic is None (never 0) and n is 0.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Mapping, Sequence
+
+from kneecap.errors import KneecapError
+
+PERCENTILES = (50, 90, 95, 99)
+STAT_KEYS = ("mean", "p50", "p90", "p95", "p99", "max", "n")
+
+
+def empty_distribution() -> dict:
+    """The shape of a distribution with no samples: every statistic None, n = 0."""
+    out: dict = {key: None for key in STAT_KEYS}
+    out["n"] = 0
+    return out
+
+
+def _as_finite_array(values, name: str = "values"):
+    import numpy as np
+
+    arr = np.asarray(values, dtype=np.float64).reshape(-1)
+    if arr.size and not np.all(np.isfinite(arr)):
+        raise KneecapError(f"statistics got a non-finite sample in {name}",
+                           "records carry a NaN or infinite time; check the driver that wrote them")
+    return arr
+
+
+def distribution(values: Iterable[float] | Sequence[float]) -> dict:
+    """Exact {mean, p50, p90, p95, p99, max, n} of `values` (same unit in, same unit out).
+
+    Percentiles: numpy.percentile with method='linear' (numpy's default). Empty -> all None, n 0.
+    """
+    import numpy as np
+
+    arr = _as_finite_array(list(values) if not hasattr(values, "__len__") else values)
+    if arr.size == 0:
+        return empty_distribution()
+    pcts = np.percentile(arr, PERCENTILES, method="linear")
+    out = {"mean": float(arr.mean())}
+    for p, v in zip(PERCENTILES, pcts):
+        out[f"p{p}"] = float(v)
+    out["max"] = float(arr.max())
+    out["n"] = int(arr.size)
+    return out
+
+
+def _lerp(a: float, b: float, t: float) -> float:
+    """numpy's interpolation between neighbouring order statistics (numpy/lib/_function_base_impl.py _lerp)."""
+    diff = b - a
+    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
+
+
+def weighted_distribution(values: Sequence[float], weights: Sequence[int]) -> dict:
+    """Exact statistics of `values` where values[i] occurs weights[i] times (integer weights >= 0).
+
+    Equal to distribution(numpy.repeat(values, weights)) without materialising the repeats, so
+    a per-token statistic over millions of tokens costs memory per chunk, not per token.
+    """
+    import numpy as np
+
+    vals = _as_finite_array(values)
+    w = np.asarray(weights, dtype=np.int64).reshape(-1)
+    if vals.shape != w.shape:
+        raise KneecapError(f"weighted statistics got {vals.size} values but {w.size} weights",
+                           "pass one integer weight per value")
+    if w.size and w.min() < 0:
+        raise KneecapError("weighted statistics got a negative weight", "weights are sample counts (>= 0)")
+    keep = w > 0
+    vals, w = vals[keep], w[keep]
+    n = int(w.sum())
+    if n == 0:
+        return empty_distribution()
+    order = np.argsort(vals, kind="stable")
+    vals, w = vals[order], w[order]
+    cum = np.cumsum(w)  # cum[j] = number of samples with rank < cum[j]
+
+    def order_stat(rank: int) -> float:
+        return float(vals[int(np.searchsorted(cum, rank, side="right"))])
+
+    out = {"mean": float(np.dot(vals, w) / n)}
+    for p in PERCENTILES:
+        h = (n - 1) * (p / 100.0)
+        lo = math.floor(h)
+        hi = min(lo + 1, n - 1)
+        out[f"p{p}"] = _lerp(order_stat(lo), order_stat(hi), h - lo)
+    out["max"] = float(vals[-1])
+    out["n"] = n
+    return out
+
+
+class StreamingDistribution:
+    """Bounded, mergeable summary of a stream of numbers: exact count/sum/min/max plus a
+    log-bucketed histogram (the DDSketch construction: Masson, Rim & Lee, VLDB 2019,
+    https://arxiv.org/abs/1908.10693).
+
+    Bucket i holds values in (gamma^(i-1), gamma^i] with gamma = (1 + a) / (1 - a), and is read
+    back as 2 * gamma^i / (gamma + 1), within relative error `a` (= relative_accuracy) of every
+    value in it. Percentiles use the same 'linear' rule as distribution(): each of the two
+    neighbouring order statistics is read from its bucket and clamped to [min, max], so for data
+    of one sign every percentile is within relative error `a` of the exact one (mixed signs:
+    within a * max(|x_lo|, |x_hi|)). mean, max and n are exact.
+    Values with |x| < zero_threshold count as 0 (absolute error < zero_threshold).
+    Memory: one counter per occupied bucket, at most ln(max/min) / ln(gamma) + 1 per sign —
+    about 1,150 buckets for a 1e-3..1e7 range at a = 0.01 — however many values are added.
+    Two summaries merge exactly (bucket counts add) when their relative_accuracy is equal.
+    """
+
+    def __init__(self, relative_accuracy: float = 0.01, zero_threshold: float = 1e-9):
+        if not (0.0 < relative_accuracy < 1.0):
+            raise KneecapError(f"relative_accuracy must be in (0, 1), got {relative_accuracy!r}",
+                               "use e.g. 0.01 for 1% relative error")
+        if not zero_threshold > 0:
+            raise KneecapError(f"zero_threshold must be positive, got {zero_threshold!r}", "use e.g. 1e-9")
+        self.relative_accuracy = float(relative_accuracy)
+        self.zero_threshold = float(zero_threshold)
+        self._gamma = (1.0 + self.relative_accuracy) / (1.0 - self.relative_accuracy)
+        self._log_gamma = math.log(self._gamma)
+        self.count = 0
+        self.sum = 0.0
+        self.min: float | None = None
+        self.max: float | None = None
+        self.zero_count = 0
+        self.positive: dict[int, int] = {}
+        self.negative: dict[int, int] = {}  # indexed by |x|
+
+    def _index(self, magnitude: float) -> int:
+        return math.ceil(math.log(magnitude) / self._log_gamma)
+
+    def _value(self, index: int) -> float:
+        return 2.0 * self._gamma**index / (self._gamma + 1.0)
+
+    def add(self, value: float, count: int = 1) -> None:
+        """Add `value` `count` times."""
+        x = float(value)
+        if not math.isfinite(x):
+            raise KneecapError("streaming statistics got a non-finite sample",
+                               "records carry a NaN or infinite time; check the driver that wrote them")
+        if count <= 0:
+            return
+        self.count += count
+        self.sum += x * count
+        self.min = x if self.min is None else min(self.min, x)
+        self.max = x if self.max is None else max(self.max, x)
+        if abs(x) < self.zero_threshold:
+            self.zero_count += count
+        else:
+            store = self.positive if x > 0 else self.negative
+            i = self._index(abs(x))
+            store[i] = store.get(i, 0) + count
+
+    def add_many(self, values: Iterable[float]) -> None:
+        """Add every value (vectorised with numpy)."""
+        import numpy as np
+
+        arr = _as_finite_array(list(values) if not hasattr(values, "__len__") else values)
+        if arr.size == 0:
+            return
+        self.count += int(arr.size)
+        self.sum += float(arr.sum())
+        lo, hi = float(arr.min()), float(arr.max())
+        self.min = lo if self.min is None else min(self.min, lo)
+        self.max = hi if self.max is None else max(self.max, hi)
+        mag = np.abs(arr)
+        zero = mag < self.zero_threshold
+        self.zero_count += int(zero.sum())
+        for store, mask in ((self.positive, (arr > 0) & ~zero), (self.negative, (arr < 0) & ~zero)):
+            if not mask.any():
+                continue
+            idx = np.ceil(np.log(mag[mask]) / self._log_gamma).astype(np.int64)
+            keys, counts = np.unique(idx, return_counts=True)
+            for k, c in zip(keys.tolist(), counts.tolist()):
+                store[k] = store.get(k, 0) + c
+
+    def merge(self, other: "StreamingDistribution") -> "StreamingDistribution":
+        """Add `other`'s samples into this summary (exact: counts add); returns self."""
+        if other.relative_accuracy != self.relative_accuracy or other.zero_threshold != self.zero_threshold:
+            raise KneecapError(
+                f"cannot merge streaming statistics with relative accuracy {other.relative_accuracy} "
+                f"into one with {self.relative_accuracy}",
+                "build every worker's summary with the same relative_accuracy and zero_threshold")
+        if other.count == 0:
+            return self
+        self.count += other.count
+        self.sum += other.sum
+        self.min = other.min if self.min is None else min(self.min, other.min)
+        self.max = other.max if self.max is None else max(self.max, other.max)
+        self.zero_count += other.zero_count
+        for mine, theirs in ((self.positive, other.positive), (self.negative, other.negative)):
+            for k, c in theirs.items():
+                mine[k] = mine.get(k, 0) + c
+        return self
+
+    @property
+    def num_buckets(self) -> int:
+        return len(self.positive) + len(self.negative) + (1 if self.zero_count else 0)
+
+    def _order_stat(self, rank: int) -> float:
+        """Estimate of the rank-th smallest value (0-based), clamped to [min, max]."""
+        seen = 0
+        estimate = None
+        for i in sorted(self.negative, reverse=True):  # most negative first
+            seen += self.negative[i]
+            if rank < seen:
+                estimate = -self._value(i)
+                break
+        if estimate is None:
+            seen += self.zero_count
+            if rank < seen:
+                estimate = 0.0
+        if estimate is None:
+            for i in sorted(self.positive):
+                seen += self.positive[i]
+                if rank < seen:
+                    estimate = self._value(i)
+                    break
+        if estimate is None:  # pragma: no cover - rank < count always finds a bucket
+            estimate = self.max
+        return min(max(estimate, self.min), self.max)
+
+    def quantile(self, q: float) -> float | None:
+        """Estimated q-quantile (0 <= q <= 1) by the 'linear' rule; None when empty."""
+        if not 0.0 <= q <= 1.0:
+            raise KneecapError(f"quantile must be in [0, 1], got {q!r}", "use e.g. 0.99 for p99")
+        if self.count == 0:
+            return None
+        h = (self.count - 1) * q
+        lo = math.floor(h)
+        hi = min(lo + 1, self.count - 1)
+        return _lerp(self._order_stat(lo), self._order_stat(hi), h - lo)
+
+    def to_distribution(self) -> dict:
+        """Same keys as distribution(); percentiles within relative_accuracy, the rest exact."""
+        if self.count == 0:
+            return empty_distribution()
+        out = {"mean": self.sum / self.count}
+        for p in PERCENTILES:
+            out[f"p{p}"] = self.quantile(p / 100.0)
+        out["max"] = self.max
+        out["n"] = self.count
+        return out
+
+    def to_dict(self) -> dict:
+        """JSON-safe form, to ship a summary between processes or machines (from_dict reverses it)."""
+        return {
+            "relative_accuracy": self.relative_accuracy,
+            "zero_threshold": self.zero_threshold,
+            "count": self.count,
+            "sum": self.sum,
+            "min": self.min,
+            "max": self.max,
+            "zero_count": self.zero_count,
+            "positive": {str(k): v for k, v in sorted(self.positive.items())},
+            "negative": {str(k): v for k, v in sorted(self.negative.items())},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "StreamingDistribution":
+        try:
+            out = cls(float(data["relative_accuracy"]), float(data.get("zero_threshold", 1e-9)))
+            out.count = int(data["count"])
+            out.sum = float(data["sum"])
+            out.min = None if data["min"] is None else float(data["min"])
+            out.max = None if data["max"] is None else float(data["max"])
+            out.zero_count = int(data.get("zero_count", 0))
+            out.positive = {int(k): int(v) for k, v in data.get("positive", {}).items()}
+            out.negative = {int(k): int(v) for k, v in data.get("negative", {}).items()}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise KneecapError(f"malformed streaming statistics ({exc})",
+                               "pass a dict produced by StreamingDistribution.to_dict()") from None
+        if out.count != out.zero_count + sum(out.positive.values()) + sum(out.negative.values()):
+            raise KneecapError("malformed streaming statistics: bucket counts do not add up to count",
+                               "pass a dict produced by StreamingDistribution.to_dict()")
+        return out

@@ -1,0 +1,173 @@
+"""One level's summary from its RequestRecords: counts, throughput, latency distributions, errors.
+
+Pure: records in, a JSON-ready dict out (the DESIGN `levels[]` entry plus kneecap's extras).
+Formulas live in metrics/request.py and are defined in docs/metrics.md. Warmup records are
+excluded (and counted); failed and timed-out requests are counted, never dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from kneecap.errors import KneecapError
+from kneecap.metrics import request as req
+from kneecap.metrics.slo import level_meets_slo, parse_slo, per_request_budgets_ms, request_is_good
+from kneecap.metrics.stats import distribution, weighted_distribution
+from kneecap.records import TIMEOUT, RequestRecord
+from kneecap.units import MS_PER_S
+
+MAX_MISMATCH_EXAMPLES = 5
+
+# Keys every level summary carries (the DESIGN contract), besides `concurrency` or `rate`.
+LEVEL_KEYS = ("requests", "completed", "failed", "duration_s", "output_tok_s", "input_tok_s", "total_tok_s",
+              "request_s", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "errors")
+
+
+def _ms(values_s: Iterable[float | None]) -> dict:
+    return distribution([v * MS_PER_S for v in values_s if v is not None])
+
+
+def _per_s(count: float, duration_s: float | None) -> float | None:
+    return count / duration_s if duration_s else None
+
+
+def _level_value(records: list[RequestRecord], concurrency, rate) -> dict:
+    if concurrency is not None or rate is not None:
+        out = {}
+        if concurrency is not None:
+            out["concurrency"] = concurrency
+        if rate is not None:
+            out["rate"] = rate
+        return out
+    rates = {r.rate for r in records if r.rate is not None}
+    if len(rates) == 1:
+        return {"rate": rates.pop()}
+    conc = {r.concurrency for r in records if r.concurrency is not None}
+    if len(conc) == 1:
+        return {"concurrency": conc.pop()}
+    return {"concurrency": None}
+
+
+def _token_mismatch(completed: list[RequestRecord]) -> dict:
+    out = {"requests": 0, "output": 0, "prompt": 0, "output_unreported": 0, "output_vs_chunks": 0, "examples": []}
+    for r in completed:
+        bad_out = r.output_tokens is not None and r.expected_output_tokens is not None \
+            and r.output_tokens != r.expected_output_tokens
+        bad_in = r.prompt_tokens is not None and r.expected_input_tokens is not None \
+            and r.prompt_tokens != r.expected_input_tokens
+        out["output"] += bad_out
+        out["prompt"] += bad_in
+        out["output_unreported"] += r.output_tokens is None
+        out["output_vs_chunks"] += bool(r.output_tokens is not None and r.chunk_tokens
+                                        and r.output_tokens != sum(r.chunk_tokens))
+        if bad_out or bad_in:
+            out["requests"] += 1
+            if len(out["examples"]) < MAX_MISMATCH_EXAMPLES:
+                out["examples"].append({
+                    "request_id": r.request_id,
+                    "expected_input_tokens": r.expected_input_tokens, "prompt_tokens": r.prompt_tokens,
+                    "expected_output_tokens": r.expected_output_tokens, "output_tokens": r.output_tokens,
+                })
+    return out
+
+
+def _itl(completed: list[RequestRecord]) -> tuple[dict, dict, dict]:
+    """(per-token ITL ms, per-chunk gap ms, tokens per chunk) pooled over completed requests."""
+    per_token_ms: list[float] = []
+    weights: list[int] = []
+    per_chunk_ms: list[float] = []
+    sizes: list[int] = []
+    for r in completed:
+        gaps, tokens = req.chunk_gaps(r)
+        per_chunk_ms.extend(g * MS_PER_S for g in gaps)
+        # a chunk carrying k tokens after gap g contributes k samples of g / k
+        per_token_ms.extend(g * MS_PER_S / k for g, k in zip(gaps, tokens))
+        weights.extend(tokens)
+        sizes.extend(req.token_chunk_sizes(r))
+    return weighted_distribution(per_token_ms, weights), distribution(per_chunk_ms), distribution(sizes)
+
+
+def summarize_level(records: Iterable[RequestRecord], *, concurrency=None, rate=None,
+                    duration_s: float | None = None, slo: Mapping | str | None = None) -> dict:
+    """Summary of one sweep level (all its records, warmup included — they are excluded here).
+
+    concurrency / rate: the level's load value (else inferred from the records' fields).
+    duration_s: the level's wall time in seconds; default max(end_at) - min(sent_at) over the
+    non-warmup records. slo: a parsed SLO dict (or its string form) for goodput and the SLO
+    verdict; None gives goodput = slo = None. Latencies in ms, throughput per second.
+    """
+    all_records = list(records)
+    measured = [r for r in all_records if not r.warmup]
+    completed = [r for r in measured if r.ok]
+    failed = [r for r in measured if not r.ok]
+    level = _level_value(measured or all_records, concurrency, rate)
+    open_loop = "rate" in level
+    level_indexes = {r.level for r in all_records}
+    if len(level_indexes) == 1:
+        level["level"] = level_indexes.pop()
+
+    if duration_s is not None:
+        if not duration_s > 0:
+            raise KneecapError(f"level duration must be positive, got {duration_s!r} s",
+                               "pass the level's wall time in seconds, or None to take it from the records")
+        wall_s = float(duration_s)
+    else:
+        sent = [r.sent_at for r in measured if r.sent_at is not None]
+        ends = [r.end_at for r in measured if r.end_at is not None]
+        wall_s = (max(ends) - min(sent)) if sent and ends else None
+        if wall_s is not None and wall_s <= 0:
+            wall_s = None
+
+    out_tokens = sum(r.num_output_tokens for r in completed)
+    in_tokens = sum(req.input_tokens(r) for r in completed)
+    errors: dict = {}
+    for r in failed:
+        kind = r.error_kind or r.status
+        errors[kind] = errors.get(kind, 0) + 1
+    itl_ms, chunk_gap_ms, tokens_per_chunk = _itl(completed)
+
+    summary = dict(level)
+    summary.update({
+        "requests": len(measured),
+        "completed": len(completed),
+        "failed": len(failed),
+        "timeouts": sum(1 for r in failed if r.status == TIMEOUT or r.error_kind == TIMEOUT),
+        "warmup_excluded": len(all_records) - len(measured),
+        "duration_s": wall_s,
+        "output_tokens": out_tokens,
+        "input_tokens": in_tokens,
+        "output_tok_s": _per_s(out_tokens, wall_s),
+        "input_tok_s": _per_s(in_tokens, wall_s),
+        "total_tok_s": _per_s(out_tokens + in_tokens, wall_s),
+        "request_s": _per_s(len(completed), wall_s),
+        "ttft_ms": _ms(req.ttft_s(r) for r in completed),
+        "ttft_answer_ms": _ms(req.ttft_answer_s(r) for r in completed),
+        "itl_ms": itl_ms,
+        "tpot_ms": _ms(req.tpot_s(r) for r in completed),
+        "e2e_ms": _ms(req.e2e_s(r) for r in completed),
+        "chunk_gap_ms": chunk_gap_ms,
+        "tokens_per_chunk": tokens_per_chunk,
+    })
+    if open_loop:
+        summary["ttft_from_scheduled_ms"] = _ms(req.ttft_from_scheduled_s(r) for r in completed)
+        summary["e2e_from_scheduled_ms"] = _ms(req.e2e_from_scheduled_s(r) for r in completed)
+    summary["schedule_lag_ms"] = _ms(req.schedule_lag_s(r) for r in measured)
+    summary["errors"] = dict(sorted(errors.items()))
+    summary["token_mismatch"] = _token_mismatch(completed)
+
+    slo_dict = parse_slo(slo) if isinstance(slo, str) else (dict(slo) if slo else None)
+    if slo_dict:
+        budgets = per_request_budgets_ms(slo_dict)
+        good = [r for r in completed if request_is_good(r, budgets, from_scheduled=open_loop)]
+        summary["goodput"] = {
+            "requests": len(good),
+            "request_s": _per_s(len(good), wall_s),
+            "output_tok_s": _per_s(sum(r.num_output_tokens for r in good), wall_s),
+            "fraction": len(good) / len(measured) if measured else None,
+        }
+        met, breaches = level_meets_slo(summary, slo_dict)
+        summary["slo"] = {"met": met, "breaches": breaches}
+    else:
+        summary["goodput"] = None
+        summary["slo"] = None
+    return summary
