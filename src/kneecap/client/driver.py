@@ -1,0 +1,613 @@
+"""The async HTTP driver: sends RequestSpecs to an OpenAI-compatible server and emits RequestRecords.
+
+Owns the sockets and clocks of a level: one pooled aiohttp ClientSession per process (a `Client`),
+connections opened before the level's clock starts, `sent_at` stamped right before the request is
+handed to aiohttp, every socket read stamped on arrival (time.perf_counter, CLOCK_MONOTONIC on
+Linux) with only SSE line splitting done on the hot path (JSON decoding waits for the stream's end),
+closed-loop (C workers) and open-loop (scheduled arrivals, no coordinated omission) levels, and the
+client's self-measurement (event-loop lag, schedule lag, CPU) that marks a level `suspect`.
+Failures never hang (total and stall timeouts) and are never retried: each becomes a record with
+an error_kind (ERROR_KINDS). The API key is sent in the Authorization header and nowhere else.
+Does not write files (the caller's on_record does), summarise (kneecap.metrics) or draw progress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import aiohttp
+
+from kneecap.client import openai as oa
+from kneecap.client.prompts import Prompt, PromptSource, RandomTextPrompts, RandomTokenPrompts
+from kneecap.client.sse import DEFAULT_MAX_LINE_BYTES, SseLineTooLong, SseParser
+from kneecap.errors import KneecapError
+from kneecap.records import CANCELLED, ERROR, OK, TIMEOUT, RequestRecord
+from kneecap.workload import RequestSpec, arrival_offsets
+
+# error_kind values (besides "http_<status>")
+CONNECTION_REFUSED = "connection_refused"  # could not connect at all
+CONNECTION_RESET = "connection_reset"  # reset / closed mid-request, incl. a dropped kept-alive connection
+TIMEOUT_KIND = "timeout"  # the per-request total timeout (or connect timeout, or no answer within stall_timeout_s)
+STALL = "stall"  # the response started, then no byte arrived for stall_timeout_s
+MALFORMED_SSE = oa.MALFORMED_SSE  # bad JSON, a runaway line, wrong content type, unparseable body
+SERVER_ERROR_EVENT = oa.SERVER_ERROR_EVENT  # an error object / `event: error` inside a 200 stream
+INCOMPLETE_STREAM = "incomplete_stream"  # the body ended before data: [DONE] (truncated or missing)
+PROTOCOL_ERROR = "protocol_error"  # not HTTP the client could read
+CANCELLED_KIND = "cancelled"  # the level or run was stopped while the request was in flight
+CLIENT_ERROR = "client_error"  # anything else (a bug in the client, reported, never raised)
+ERROR_KINDS = (CONNECTION_REFUSED, CONNECTION_RESET, TIMEOUT_KIND, STALL, MALFORMED_SSE, SERVER_ERROR_EVENT,
+               INCOMPLETE_STREAM, PROTOCOL_ERROR, CANCELLED_KIND, CLIENT_ERROR)
+
+# Self-certification thresholds (the `suspect` rule; see LevelRun):
+LOOP_LAG_P99_LIMIT_S = 0.005  # a read waits this long for the loop -> ITL/TTFT inflated by the client
+CPU_FRACTION_LIMIT = 0.90  # the process used >= 90 % of one core: its single event loop is saturated
+SCHEDULE_LAG_P99_LIMIT_S = 0.010  # open loop: sends left this late after their intended time
+LOOP_TICK_S = 0.010  # the lag probe's period
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """How to talk to the server. The api_key is kept out of repr (and therefore out of logs)."""
+
+    base_url: str
+    model: str | None = None  # None: the first id of GET /v1/models
+    endpoint: str = oa.COMPLETIONS  # "completions" | "chat"
+    api_key: str | None = field(default=None, repr=False)
+    timeout_s: float = 600.0  # per request, total (connect + wait + stream)
+    stall_timeout_s: float = 120.0  # longest silence between two reads (and before the response starts)
+    connect_timeout_s: float = 10.0
+    keepalive: bool = True  # False (--no-keepalive): a new connection per request (aiohttp force_close)
+    stream: bool = True
+    ignore_eos: bool = True
+    min_tokens: bool = False  # also send min_tokens = max_tokens (vLLM)
+    continuous_usage_stats: bool = False  # ask for usage in every chunk (vLLM's stream_options extension)
+    require_done: bool = True  # a stream without data: [DONE] is an incomplete_stream failure
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+    keep_prompts: bool = False  # put prompt text in records (else only its sha256)
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+
+    def __post_init__(self) -> None:
+        url = (self.base_url or "").strip().rstrip("/")
+        if not url.startswith(("http://", "https://")):
+            raise KneecapError(f"base URL {self.base_url!r} is not an http(s) URL", "pass e.g. --base-url http://127.0.0.1:8000")
+        if url.endswith("/v1"):
+            url = url[:-3]
+        object.__setattr__(self, "base_url", url)
+        oa.endpoint_path(self.endpoint)
+        for name in ("timeout_s", "stall_timeout_s", "connect_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise KneecapError(f"{name} must be positive, got {getattr(self, name)!r}", f"pass a positive {name}")
+        if self.max_line_bytes < 1024:
+            raise KneecapError(f"max_line_bytes must be >= 1024, got {self.max_line_bytes}", "raise the SSE line limit")
+
+    @property
+    def url(self) -> str:
+        return self.base_url + oa.endpoint_path(self.endpoint)
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    """A spec with its body already encoded (done before the level's clock starts)."""
+
+    spec: RequestSpec
+    body: bytes
+    prompt_hash: str
+    prompt_text: str | None  # only with keep_prompts
+    expected_input_tokens: int | None
+
+
+@dataclass
+class LevelRun:
+    """One level's records plus the client's measurement of itself.
+
+    suspect rule: the level is marked suspect when the client, not the server, may have set the
+    numbers — event-loop lag p99 > 5 ms (reads were stamped late), or the process used > 90 % of a
+    core over the level (its one event loop was saturated), or, in open loop, sends left > 10 ms
+    after their scheduled time at p99. suspect_reasons says which.
+    """
+
+    level: int
+    concurrency: int | None
+    rate: float | None
+    records: list[RequestRecord]
+    started_at: float  # s since the run epoch
+    ended_at: float
+    cpu_s: float  # process CPU time (user + system) over the level
+    loop_lag_s: list[float]  # lag samples of a LOOP_TICK_S ticker
+    schedule_lag_s: list[float]  # sent_at - scheduled_at per request (open loop)
+    suspect: bool = False
+    suspect_reasons: list[str] = field(default_factory=list)
+
+    @property
+    def duration_s(self) -> float:
+        return self.ended_at - self.started_at
+
+    @property
+    def cpu_fraction(self) -> float:
+        """Process CPU seconds per wall second (1.0 = one core busy)."""
+        return self.cpu_s / self.duration_s if self.duration_s > 0 else 0.0
+
+    def client_stats(self) -> dict:
+        """JSON-ready self-measurement (milliseconds for lags)."""
+        return {
+            "loop_lag_p50_ms": _pct(self.loop_lag_s, 50) * 1e3,
+            "loop_lag_p99_ms": _pct(self.loop_lag_s, 99) * 1e3,
+            "loop_lag_max_ms": max(self.loop_lag_s, default=0.0) * 1e3,
+            "loop_lag_n": len(self.loop_lag_s),
+            "schedule_lag_p50_ms": _pct(self.schedule_lag_s, 50) * 1e3,
+            "schedule_lag_p99_ms": _pct(self.schedule_lag_s, 99) * 1e3,
+            "schedule_lag_max_ms": max(self.schedule_lag_s, default=0.0) * 1e3,
+            "cpu_s": self.cpu_s,
+            "cpu_fraction": self.cpu_fraction,
+            "suspect": self.suspect,
+            "suspect_reasons": list(self.suspect_reasons),
+        }
+
+
+def _pct(samples: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (0.0 for no samples: callers also report n)."""
+    if not samples:
+        return 0.0
+    s = sorted(samples)
+    k = max(0, min(len(s) - 1, int(round(q / 100 * len(s) + 0.5)) - 1))
+    return s[k]
+
+
+def judge_suspect(loop_lag_s: Sequence[float], cpu_fraction: float, schedule_lag_s: Sequence[float]) -> list[str]:
+    """The reasons (possibly none) why a level's numbers may be the client's doing."""
+    reasons = []
+    lag99 = _pct(loop_lag_s, 99)
+    if lag99 > LOOP_LAG_P99_LIMIT_S:
+        reasons.append(f"event-loop lag p99 {lag99 * 1e3:.1f} ms > {LOOP_LAG_P99_LIMIT_S * 1e3:.0f} ms")
+    if cpu_fraction > CPU_FRACTION_LIMIT:
+        reasons.append(f"client CPU {cpu_fraction:.0%} of a core > {CPU_FRACTION_LIMIT:.0%}")
+    sched99 = _pct(schedule_lag_s, 99)
+    if sched99 > SCHEDULE_LAG_P99_LIMIT_S:
+        reasons.append(f"schedule lag p99 {sched99 * 1e3:.1f} ms > {SCHEDULE_LAG_P99_LIMIT_S * 1e3:.0f} ms")
+    return reasons
+
+
+def ensure_fd_limit(num_connections: int, reserve: int = 64) -> int:
+    """Raise the soft RLIMIT_NOFILE toward the hard limit so num_connections sockets fit; returns it.
+
+    Raises KneecapError when even the hard limit is too low (raise it with `ulimit -n`).
+    """
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return num_connections + reserve
+    need = int(num_connections) + reserve
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft >= need:
+        return soft
+    if soft == resource.RLIM_INFINITY:
+        return need
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise KneecapError(f"{num_connections} connections need about {need} open files, but this shell allows at most {hard}",
+                           f"raise the limit first (`ulimit -n {need}`, or `ulimit -Hn` as root / limits.conf), or spread load with --workers")
+    new_soft = hard if hard != resource.RLIM_INFINITY else max(need, 65536)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new_soft, hard))
+    except (ValueError, OSError):
+        raise KneecapError(f"cannot raise the open-file limit to {new_soft} for {num_connections} connections",
+                           f"run `ulimit -n {need}` before kneecap") from None
+    return new_soft
+
+
+def default_prompt_source(cfg: ClientConfig) -> PromptSource:
+    """Token ids on /v1/completions (exact ISL); random words on chat (ISL approximate, usage tells)."""
+    return RandomTokenPrompts() if cfg.endpoint == oa.COMPLETIONS else RandomTextPrompts()
+
+
+def prepare_requests(cfg: ClientConfig, specs: Iterable[RequestSpec], prompts: PromptSource | None = None) -> list[PreparedRequest]:
+    """Build and encode every request body (before a level's clock starts). cfg.model must be set."""
+    if cfg.model is None:
+        raise KneecapError("no model name to send", "pass --model, or let the client read it from /v1/models first")
+    source = prompts if prompts is not None else default_prompt_source(cfg)
+    out = []
+    for spec in specs:
+        prompt: Prompt = source.prompt_for(spec)
+        body = oa.request_body(cfg.endpoint, cfg.model, prompt.content, spec.output_tokens, stream=cfg.stream,
+                               ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens,
+                               continuous_usage_stats=cfg.continuous_usage_stats, extra_body=cfg.extra_body)
+        text = None
+        if cfg.keep_prompts:
+            text = prompt.content if isinstance(prompt.content, str) else " ".join(map(str, prompt.content))
+        expected = prompt.num_tokens if prompt.num_tokens is not None else None
+        out.append(PreparedRequest(spec, oa.encode_body(body), prompt.sha256, text, expected))
+    return out
+
+
+def _chain(exc: BaseException) -> Iterable[BaseException]:
+    seen = 0
+    while exc is not None and seen < 8:
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+
+
+def classify_exception(exc: BaseException, response_started: bool) -> tuple[str, str]:
+    """(error_kind, message) for an exception raised while sending or reading one request."""
+    name = type(exc).__name__
+    text = str(exc)[:300]
+    if isinstance(exc, SseLineTooLong):
+        return MALFORMED_SSE, exc.message
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return TIMEOUT_KIND, f"connect timeout: {text}"
+    if isinstance(exc, aiohttp.ServerTimeoutError):  # sock_read: no byte for stall_timeout_s
+        if response_started:
+            return STALL, "no data from the server within the stall timeout"
+        return TIMEOUT_KIND, "the server did not answer within the stall timeout"
+    if isinstance(exc, asyncio.TimeoutError):
+        return TIMEOUT_KIND, "the request exceeded its total timeout"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        os_err = getattr(exc, "os_error", None)
+        if isinstance(os_err, ConnectionRefusedError) or getattr(os_err, "errno", None) == errno.ECONNREFUSED:
+            return CONNECTION_REFUSED, f"connection refused: {text}"
+        return CONNECTION_REFUSED, f"cannot connect: {text}"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        if response_started:
+            return CONNECTION_RESET, "the server closed the connection mid-response"
+        return CONNECTION_RESET, ("the server closed the connection before answering (a kept-alive connection "
+                                  "dropped, as llama.cpp does); --no-keepalive avoids reuse")
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        for e in _chain(exc):
+            if isinstance(e, (ConnectionResetError, BrokenPipeError)):
+                return CONNECTION_RESET, f"connection reset mid-stream: {text}"
+        return INCOMPLETE_STREAM, f"the response body ended early: {text}"
+    if isinstance(exc, (aiohttp.ClientOSError, ConnectionError)):
+        return CONNECTION_RESET, f"{name}: {text}"
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return PROTOCOL_ERROR, f"{name}: {text}"
+    if isinstance(exc, aiohttp.ClientError):
+        return PROTOCOL_ERROR, f"{name}: {text}"
+    return CLIENT_ERROR, f"{name}: {text}"
+
+
+_STATUS_OF_KIND = {TIMEOUT_KIND: TIMEOUT, STALL: TIMEOUT, CANCELLED_KIND: CANCELLED}
+
+
+class _SelfMonitor:
+    """Event-loop lag ticker + process CPU time, started before a level and stopped after it."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+        self._task: asyncio.Task | None = None
+        self.cpu_s = 0.0
+        self._cpu0 = 0.0
+
+    async def _tick(self) -> None:
+        perf = time.perf_counter
+        expected = perf() + LOOP_TICK_S
+        while True:
+            await asyncio.sleep(LOOP_TICK_S)
+            now = perf()
+            self.samples.append(max(0.0, now - expected))
+            expected = now + LOOP_TICK_S
+
+    def start(self) -> None:
+        self._cpu0 = time.process_time()
+        self._task = asyncio.get_running_loop().create_task(self._tick())
+
+    async def stop(self) -> None:
+        self.cpu_s = time.process_time() - self._cpu0
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+
+class Client:
+    """One pooled aiohttp session for the life of a process; sends levels of requests.
+
+        async with Client(cfg) as client:
+            run = await client.run_closed_loop(specs, 64, level=0, epoch=epoch, on_record=writer.write)
+    """
+
+    def __init__(self, cfg: ClientConfig, prompts: PromptSource | None = None):
+        self.cfg = cfg
+        self.prompts = prompts
+        self._session: aiohttp.ClientSession | None = None
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream" if cfg.stream else "application/json"}
+        if cfg.api_key:
+            headers["Authorization"] = f"Bearer {cfg.api_key}"
+        self._headers = headers
+
+    def __repr__(self) -> str:
+        return f"Client({self.cfg!r})"
+
+    async def __aenter__(self) -> "Client":
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        if self._session is not None:
+            return
+        cfg = self.cfg
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=not cfg.keepalive,
+                                         keepalive_timeout=300.0 if cfg.keepalive else None, ttl_dns_cache=3600)
+        timeout = aiohttp.ClientTimeout(total=cfg.timeout_s, sock_read=cfg.stall_timeout_s, sock_connect=cfg.connect_timeout_s)
+        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=self._headers)
+        if cfg.model is None:
+            self.cfg = replace(cfg, model=await self.detect_model())
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise KneecapError("the client is not open", "use `async with Client(cfg) as client:`")
+        return self._session
+
+    def _scrub(self, text: str | None) -> str | None:
+        key = self.cfg.api_key
+        if text and key and key in text:
+            return text.replace(key, "***")
+        return text
+
+    async def detect_model(self) -> str:
+        """The first model id the server lists at GET /v1/models."""
+        url = self.cfg.base_url + "/v1/models"
+        try:
+            async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=min(30.0, self.cfg.timeout_s))) as resp:
+                if resp.status != 200:
+                    raise KneecapError(f"GET {url} answered HTTP {resp.status}, so the model name is unknown", "pass --model NAME")
+                data = await resp.json(content_type=None)
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+            raise KneecapError(f"cannot read the model name from {url}: {type(exc).__name__}",
+                               "check --base-url and that the server is up, or pass --model NAME") from None
+        models = data.get("data") if isinstance(data, dict) else None
+        if not models or not isinstance(models[0], dict) or not models[0].get("id"):
+            raise KneecapError(f"{url} lists no model", "pass --model NAME")
+        return str(models[0]["id"])
+
+    async def warm(self, num_connections: int) -> int:
+        """Open up to num_connections pooled connections (concurrent GET /v1/models); returns how many answered."""
+        if not self.cfg.keepalive or num_connections <= 0:
+            return 0
+        url = self.cfg.base_url + "/v1/models"
+        timeout = aiohttp.ClientTimeout(total=min(30.0, self.cfg.timeout_s))
+
+        async def one() -> bool:
+            try:
+                async with self.session.get(url, timeout=timeout) as resp:
+                    await resp.read()
+                    return True
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                return False
+
+        done = await asyncio.gather(*(one() for _ in range(num_connections)))
+        return sum(done)
+
+    def prepare(self, specs: Iterable[RequestSpec]) -> list[PreparedRequest]:
+        return prepare_requests(self.cfg, specs, self.prompts)
+
+    async def send(self, prep: PreparedRequest, *, level: int, epoch: float, on_record: Callable[[RequestRecord], Any],
+                   concurrency: int | None = None, rate: float | None = None, scheduled_at: float | None = None,
+                   warmup: bool = False) -> RequestRecord:
+        """Send one prepared request, stream its answer, build its record and hand it to on_record.
+
+        Never raises for a server or network failure (the record says what happened). A cancelled
+        request is recorded (status "cancelled") before the CancelledError propagates.
+        """
+        cfg = self.cfg
+        spec = prep.spec
+        rec = RequestRecord(request_id=spec.request_id, level=level, concurrency=concurrency, rate=rate,
+                            class_name=spec.class_name, warmup=warmup, scheduled_at=scheduled_at,
+                            expected_input_tokens=prep.expected_input_tokens, expected_output_tokens=spec.output_tokens,
+                            prompt_hash=prep.prompt_hash, prompt=prep.prompt_text)
+        perf = time.perf_counter
+        reads: list = []
+        parser = SseParser(cfg.max_line_bytes)
+        started = False
+        kind: str | None = None
+        message: str | None = None
+        body: bytes | None = None
+        cancelled: asyncio.CancelledError | None = None
+        rec.sent_at = perf() - epoch
+        try:
+            async with self.session.post(cfg.url, data=prep.body) as resp:
+                started = True
+                status = resp.status
+                if status != 200:
+                    kind = f"http_{status}"
+                    raw = await resp.content.read(2048)
+                    message = f"HTTP {status}: {raw[:300].decode('utf-8', 'replace')}"
+                elif cfg.stream:
+                    ctype = resp.headers.get("Content-Type", "")
+                    if not ctype.startswith("text/event-stream"):
+                        kind, message = MALFORMED_SSE, f"expected text/event-stream, got content type {ctype[:80]!r}"
+                    else:
+                        readany = resp.content.readany
+                        feed = parser.feed
+                        append = reads.append
+                        while True:
+                            data = await readany()
+                            if not data:
+                                break
+                            t = perf() - epoch
+                            events = feed(data)
+                            if events:
+                                append((t, events))
+                else:
+                    body = await resp.read()
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+            kind, message = CANCELLED_KIND, "stopped while in flight"
+        except Exception as exc:  # every failure becomes a record; nothing escapes a level
+            kind, message = classify_exception(exc, started)
+        end = perf() - epoch
+        rec.end_at = end
+        if cfg.stream:
+            result = oa.decode_stream(reads)
+        elif body is not None:
+            result = oa.decode_response(body, end)
+        else:
+            result = oa.StreamResult()
+        rec.chunk_times = result.chunk_times
+        rec.chunk_tokens = result.chunk_tokens
+        rec.first_token_at = result.first_token_at
+        rec.first_answer_at = result.first_answer_at
+        rec.prompt_tokens = result.prompt_tokens
+        rec.output_tokens = result.output_tokens
+        if result.reasoning_tokens is not None:
+            rec.extra["reasoning_tokens"] = result.reasoning_tokens
+        if result.finish_reason is not None:
+            rec.extra["finish_reason"] = result.finish_reason
+        if kind is None and result.error_kind:
+            kind, message = result.error_kind, result.error_message
+        if kind is None and cfg.stream and cfg.require_done and not result.done:
+            kind, message = INCOMPLETE_STREAM, "the stream ended without data: [DONE]"
+        if kind is not None:
+            rec.status = _STATUS_OF_KIND.get(kind, ERROR)
+            rec.error_kind = kind
+            rec.error_message = self._scrub(message)
+        else:
+            rec.status = OK
+        on_record(rec)
+        if cancelled is not None:
+            raise cancelled
+        return rec
+
+    async def run_closed_loop(self, specs: Sequence[RequestSpec], concurrency: int, *, level: int, epoch: float,
+                              on_record: Callable[[RequestRecord], Any], warmup: bool = False,
+                              duration_s: float | None = None) -> LevelRun:
+        """C workers; each sends the next spec as soon as its previous request finished.
+
+        With duration_s, no request starts after that many seconds (those in flight finish).
+        """
+        if concurrency < 1:
+            raise KneecapError(f"concurrency must be >= 1, got {concurrency}", "pass e.g. --concurrency 1,8,64")
+        ensure_fd_limit(concurrency)
+        preps = self.prepare(specs)
+        workers = min(concurrency, len(preps))
+        await self.warm(workers)
+        records: list[RequestRecord] = []
+
+        def emit(rec: RequestRecord) -> None:
+            records.append(rec)
+            on_record(rec)
+
+        it = iter(preps)
+        monitor = _SelfMonitor()
+        monitor.start()
+        t0 = time.perf_counter()
+        deadline = t0 + duration_s if duration_s is not None else None
+
+        async def worker() -> None:
+            for prep in it:
+                if deadline is not None and time.perf_counter() >= deadline:
+                    return
+                await self.send(prep, level=level, epoch=epoch, on_record=emit, concurrency=concurrency, warmup=warmup)
+
+        tasks = [asyncio.ensure_future(worker()) for _ in range(workers)]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await monitor.stop()
+        t1 = time.perf_counter()
+        return self._level_run(level, concurrency, None, records, t0 - epoch, t1 - epoch, monitor, [])
+
+    async def run_open_loop(self, specs: Sequence[RequestSpec], rate: float, *, burstiness: float = 1.0, seed: int = 0,
+                            level: int, epoch: float, on_record: Callable[[RequestRecord], Any], warmup: bool = False,
+                            duration_s: float | None = None, warm_connections: int = 0) -> LevelRun:
+        """Send at kneecap.workload.arrival_offsets times whatever is still in flight (no coordinated
+        omission); scheduled_at is recorded, so latency can also be measured from the intended time.
+        warm_connections pre-opens that many connections (e.g. rate x expected E2E).
+        """
+        preps = self.prepare(specs)
+        offsets = arrival_offsets(rate, len(preps), burstiness, seed)
+        ensure_fd_limit(max(warm_connections, 1))
+        await self.warm(min(warm_connections, len(preps)))
+        records: list[RequestRecord] = []
+
+        def emit(rec: RequestRecord) -> None:
+            records.append(rec)
+            on_record(rec)
+
+        monitor = _SelfMonitor()
+        monitor.start()
+        t0 = time.perf_counter()
+        in_flight: set[asyncio.Task] = set()
+        perf = time.perf_counter
+        try:
+            for prep, offset in zip(preps, offsets):
+                if duration_s is not None and offset > duration_s:
+                    break
+                target = t0 + offset
+                delay = target - perf()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                task = asyncio.ensure_future(self.send(prep, level=level, epoch=epoch, on_record=emit, rate=rate,
+                                                       scheduled_at=target - epoch, warmup=warmup))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+            if in_flight:
+                await asyncio.gather(*list(in_flight))
+        finally:
+            for task in list(in_flight):
+                task.cancel()
+            if in_flight:
+                await asyncio.gather(*list(in_flight), return_exceptions=True)
+            await monitor.stop()
+        t1 = time.perf_counter()
+        sched = [r.sent_at - r.scheduled_at for r in records if r.sent_at is not None and r.scheduled_at is not None]
+        return self._level_run(level, None, rate, records, t0 - epoch, t1 - epoch, monitor, sched)
+
+    @staticmethod
+    def _level_run(level: int, concurrency: int | None, rate: float | None, records: list[RequestRecord],
+                   started_at: float, ended_at: float, monitor: _SelfMonitor, sched: list[float]) -> LevelRun:
+        run = LevelRun(level=level, concurrency=concurrency, rate=rate, records=records, started_at=started_at,
+                       ended_at=ended_at, cpu_s=monitor.cpu_s, loop_lag_s=monitor.samples, schedule_lag_s=sched)
+        run.suspect_reasons = judge_suspect(run.loop_lag_s, run.cpu_fraction, run.schedule_lag_s)
+        run.suspect = bool(run.suspect_reasons)
+        return run
+
+
+async def run_closed_loop(cfg: ClientConfig, specs: Sequence[RequestSpec], concurrency: int, *, level: int, epoch: float,
+                          on_record: Callable[[RequestRecord], Any], client: Client | None = None,
+                          prompts: PromptSource | None = None, warmup: bool = False,
+                          duration_s: float | None = None) -> LevelRun:
+    """Closed loop at `concurrency` on `client` (or on a Client opened for this call)."""
+    if client is not None:
+        return await client.run_closed_loop(specs, concurrency, level=level, epoch=epoch, on_record=on_record,
+                                            warmup=warmup, duration_s=duration_s)
+    async with Client(cfg, prompts) as own:
+        return await own.run_closed_loop(specs, concurrency, level=level, epoch=epoch, on_record=on_record,
+                                         warmup=warmup, duration_s=duration_s)
+
+
+async def run_open_loop(cfg: ClientConfig, specs: Sequence[RequestSpec], rate: float, *, burstiness: float = 1.0,
+                        seed: int = 0, level: int, epoch: float, on_record: Callable[[RequestRecord], Any],
+                        client: Client | None = None, prompts: PromptSource | None = None, warmup: bool = False,
+                        duration_s: float | None = None, warm_connections: int = 0) -> LevelRun:
+    """Open loop at `rate` requests/s on `client` (or on a Client opened for this call)."""
+    kwargs = dict(burstiness=burstiness, seed=seed, level=level, epoch=epoch, on_record=on_record, warmup=warmup,
+                  duration_s=duration_s, warm_connections=warm_connections)
+    if client is not None:
+        return await client.run_open_loop(specs, rate, **kwargs)
+    async with Client(cfg, prompts) as own:
+        return await own.run_open_loop(specs, rate, **kwargs)
+
+
+def run_sync(coro) -> Any:
+    """Run a coroutine on a fresh event loop, uvloop's when installed (the process's one loop)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
+        return asyncio.run(coro)
+    return uvloop.run(coro)

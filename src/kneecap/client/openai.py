@@ -1,0 +1,240 @@
+"""OpenAI-compatible wire format: request bodies for /v1/completions and /v1/chat/completions,
+and decoding of what comes back (streamed SSE events or one JSON body) into token timings.
+
+Owns: which JSON fields are sent (stream_options.include_usage, max_tokens = OSL, ignore_eos /
+min_tokens, continuous_usage_stats) and how chunks are read (tokens per chunk, reasoning vs answer
+deltas, usage-only chunks, [DONE], error objects). Pure: no sockets, no clocks; the driver hands
+in (arrival time, events) pairs and gets plain numbers back.
+Field names: OpenAI API reference (completions / chat streaming, `stream_options`), vLLM's
+protocol.py (`ignore_eos`, `min_tokens`, `stream_options.continuous_usage_stats`, `reasoning_content`),
+llama.cpp server README (`ignore_eos`, `reasoning_content`), SGLang's OpenAI adapter (`ignore_eos`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import orjson
+
+from kneecap.client.sse import SseEvent
+from kneecap.errors import KneecapError
+
+COMPLETIONS = "completions"
+CHAT = "chat"
+ENDPOINTS = (COMPLETIONS, CHAT)
+ENDPOINT_PATHS = {COMPLETIONS: "/v1/completions", CHAT: "/v1/chat/completions"}
+
+_DONE = b"[DONE]"
+
+# error_kind values produced while decoding (the driver adds the transport ones)
+MALFORMED_SSE = "malformed_sse"
+SERVER_ERROR_EVENT = "server_error_event"
+
+
+def endpoint_path(endpoint: str) -> str:
+    try:
+        return ENDPOINT_PATHS[endpoint]
+    except KeyError:
+        raise KneecapError(f"unknown endpoint {endpoint!r}", "use --endpoint completions or --endpoint chat") from None
+
+
+def request_body(endpoint: str, model: str, prompt: str | Sequence[int], max_tokens: int, *, stream: bool = True,
+                 ignore_eos: bool = False, min_tokens: bool = False, continuous_usage_stats: bool = False,
+                 extra_body: Mapping[str, Any] | None = None) -> dict:
+    """The JSON body of one request. `prompt` is text, or token ids (completions endpoint only).
+
+    max_tokens is the requested output length (OSL). ignore_eos asks the server to keep generating
+    past an end-of-sequence token (vLLM, SGLang, llama.cpp honour it; OpenAI itself rejects it);
+    min_tokens = max_tokens pins the length on servers that support min_tokens (vLLM).
+    extra_body is merged last and wins.
+    """
+    if max_tokens < 1:
+        raise KneecapError(f"max_tokens must be >= 1, got {max_tokens}", "pass a positive --osl")
+    body: dict[str, Any] = {"model": model}
+    if endpoint == COMPLETIONS:
+        body["prompt"] = prompt if isinstance(prompt, str) else list(prompt)
+    elif endpoint == CHAT:
+        if not isinstance(prompt, str):
+            raise KneecapError("the chat endpoint needs text prompts, not token ids",
+                               "use --endpoint completions, or give a tokenizer so prompts are text")
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        endpoint_path(endpoint)  # raises the one-line error
+    body["max_tokens"] = int(max_tokens)
+    if stream:
+        body["stream"] = True
+        options: dict[str, Any] = {"include_usage": True}
+        if continuous_usage_stats:
+            options["continuous_usage_stats"] = True
+        body["stream_options"] = options
+    else:
+        body["stream"] = False
+    if ignore_eos:
+        body["ignore_eos"] = True
+    if min_tokens:
+        body["min_tokens"] = int(max_tokens)
+    if extra_body:
+        body.update(extra_body)
+    return body
+
+
+def encode_body(body: Mapping[str, Any]) -> bytes:
+    return orjson.dumps(body)
+
+
+@dataclass
+class StreamResult:
+    """What a response said, in the driver's clock (seconds since the run epoch).
+
+    chunk_times/chunk_tokens: one entry per socket read that carried generated tokens, with the
+    number of tokens it carried (reasoning included). Token counts per event: the completion_tokens
+    delta when the server sends usage in every chunk (continuous usage stats), else 1 for each event
+    whose text / content / reasoning delta is non-empty.
+    """
+
+    chunk_times: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    first_token_at: float | None = None  # first token of any kind (reasoning included)
+    first_answer_at: float | None = None  # first answer (non-reasoning) token
+    prompt_tokens: int | None = None  # usage, as the server reported it
+    output_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    finish_reason: str | None = None
+    done: bool = False  # saw data: [DONE]
+    num_events: int = 0
+    error_kind: str | None = None
+    error_message: str | None = None
+
+
+def _error_text(err: Any) -> str:
+    if isinstance(err, Mapping):
+        msg = err.get("message") or err.get("msg") or err
+        code = err.get("code") or err.get("type")
+        return f"{code}: {msg}" if code else str(msg)
+    return str(err)
+
+
+def _apply_usage(result: StreamResult, usage: Mapping[str, Any]) -> int | None:
+    pt = usage.get("prompt_tokens")
+    ct = usage.get("completion_tokens")
+    if isinstance(pt, int):
+        result.prompt_tokens = pt
+    if isinstance(ct, int):
+        result.output_tokens = ct
+    details = usage.get("completion_tokens_details")
+    if isinstance(details, Mapping) and isinstance(details.get("reasoning_tokens"), int):
+        result.reasoning_tokens = details["reasoning_tokens"]
+    return ct if isinstance(ct, int) else None
+
+
+def decode_stream(reads: Iterable[tuple[float, Sequence[SseEvent]]]) -> StreamResult:
+    """Decode a streamed response given as (read arrival time, events completed by that read).
+
+    Stops at the first malformed event or error object and reports it in error_kind
+    ("malformed_sse" / "server_error_event"); tokens seen before it are kept.
+    """
+    result = StreamResult()
+    loads = orjson.loads
+    last_ct = 0  # running completion_tokens under continuous usage stats
+    times = result.chunk_times
+    counts = result.chunk_tokens
+    for t, events in reads:
+        tokens = 0
+        answer = False
+        for ev in events:
+            result.num_events += 1
+            data = ev.data
+            if data == _DONE:
+                result.done = True
+                continue
+            if ev.event == "error":
+                result.error_kind, result.error_message = SERVER_ERROR_EVENT, f"error event: {ev.text[:300]}"
+                break
+            try:
+                obj = loads(data)
+            except orjson.JSONDecodeError:
+                result.error_kind, result.error_message = MALFORMED_SSE, f"event data is not JSON: {data[:120]!r}"
+                break
+            if type(obj) is not dict:
+                result.error_kind, result.error_message = MALFORMED_SSE, f"event data is not a JSON object: {data[:120]!r}"
+                break
+            err = obj.get("error")
+            if err is not None:
+                result.error_kind, result.error_message = SERVER_ERROR_EVENT, _error_text(err)[:500]
+                break
+            choices = obj.get("choices")
+            usage = obj.get("usage")
+            k = 0
+            if choices:
+                choice = choices[0]
+                delta = choice.get("delta")
+                if delta is not None:  # chat
+                    if delta.get("content"):
+                        k = 1
+                        answer = True
+                    elif delta.get("reasoning_content") or delta.get("reasoning"):
+                        k = 1
+                elif choice.get("text"):  # completions
+                    k = 1
+                    answer = True
+                fr = choice.get("finish_reason")
+                if fr:
+                    result.finish_reason = fr
+                if usage:  # usage beside choices: continuous usage stats -> exact tokens in this chunk
+                    ct = _apply_usage(result, usage)
+                    if ct is not None:
+                        k = max(ct - last_ct, 0)
+                        last_ct = ct
+            elif usage:  # the usage-only chunk at the end (stream_options.include_usage)
+                _apply_usage(result, usage)
+            tokens += k
+        if tokens:
+            times.append(t)
+            counts.append(tokens)
+            if result.first_token_at is None:
+                result.first_token_at = t
+        if answer and result.first_answer_at is None:
+            result.first_answer_at = t
+        if result.error_kind:
+            break
+    return result
+
+
+def decode_response(body: bytes, end_at: float) -> StreamResult:
+    """Decode a non-streamed response body (one JSON object); its only timing is end_at."""
+    result = StreamResult()
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        result.error_kind, result.error_message = MALFORMED_SSE, f"response is not JSON: {body[:120]!r}"
+        return result
+    if type(obj) is not dict:
+        result.error_kind, result.error_message = MALFORMED_SSE, f"response is not a JSON object: {body[:120]!r}"
+        return result
+    if obj.get("error") is not None:
+        result.error_kind, result.error_message = SERVER_ERROR_EVENT, _error_text(obj["error"])[:500]
+        return result
+    usage = obj.get("usage")
+    if isinstance(usage, Mapping):
+        _apply_usage(result, usage)
+    choices = obj.get("choices") or []
+    answer = reasoning = False
+    if choices:
+        choice = choices[0]
+        message = choice.get("message")
+        if isinstance(message, Mapping):
+            answer = bool(message.get("content"))
+            reasoning = bool(message.get("reasoning_content") or message.get("reasoning"))
+        else:
+            answer = bool(choice.get("text"))
+        result.finish_reason = choice.get("finish_reason")
+    result.done = True
+    if answer or reasoning:
+        n = result.output_tokens if result.output_tokens is not None else 1
+        result.chunk_times.append(end_at)
+        result.chunk_tokens.append(n)
+        result.first_token_at = end_at
+        if answer:
+            result.first_answer_at = end_at
+    return result
