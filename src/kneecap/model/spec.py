@@ -55,6 +55,12 @@ class Model:
     checkpoint_bytes: int | None = None  # exact bytes of the weights on disk (safetensors index total_size)
     weight_dtype: str | None = None  # dtype the checkpoint ships in (from torch_dtype / quantization_config)
     notes: tuple[str, ...] = field(default_factory=tuple)  # facts worth showing a user (e.g. naive-formula error)
+    # Parameter breakdown (kneecap.model.params): (part, count) pairs summing to total_params, the dtype each
+    # part ships in, and the bytes each part occupies as shipped (exact for GGUF; params x bits otherwise).
+    # Empty when a Model is built by hand; kneecap.model.params.param_breakdown() then reports one "other" part.
+    param_parts: tuple[tuple[str, int], ...] = ()
+    part_dtypes: tuple[tuple[str, str], ...] = ()
+    part_bytes: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("num_hidden_layers", "hidden_size", "num_attention_heads", "head_dim", "vocab_size", "total_params", "active_params"):

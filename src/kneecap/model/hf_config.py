@@ -1,0 +1,300 @@
+"""Model.from_hf_config: a Hugging Face config.json dict -> Model. Pure: no files, no network.
+
+Owns which model_types are understood, how the per-layer attention kinds are derived (layer_types,
+sliding_window_pattern, full_attention_interval, chunked attention, MLA) and the linear-attention state
+size; parameter counting lives in params.py, dtypes in quant.py, file reading in resolve.py.
+Multimodal wrappers (Gemma 3, Qwen3.5, Kimi-K2.5, Llama 4) are read through their `text_config`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kneecap.errors import KneecapError
+from kneecap.model import kv, params, quant
+from kneecap.model.spec import Model
+from kneecap.model.weights import weight_bytes
+
+# model_type (of the text model) -> attention family
+MODEL_TYPES = {
+    # dense GQA / MQA / MHA
+    "llama": "gqa", "mistral": "gqa", "qwen2": "gqa", "qwen3": "gqa", "granite": "gqa", "phi3": "gqa",
+    "gemma": "gqa", "gemma2": "gqa", "gemma3_text": "gqa",
+    # MoE with GQA attention
+    "mixtral": "gqa", "qwen2_moe": "gqa", "qwen3_moe": "gqa", "gpt_oss": "gqa", "llama4_text": "gqa",
+    # Multi-head Latent Attention
+    "deepseek_v2": "mla", "deepseek_v3": "mla", "kimi_k2": "mla",
+    # hybrid Gated DeltaNet + gated full attention
+    "qwen3_next": "gdn", "qwen3_5_text": "gdn", "qwen3_5_moe_text": "gdn",
+}
+# Wrapper model_type -> the text model_type used when text_config does not name one.
+_WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text", "kimi_k25": "kimi_k2",
+             "qwen3_5_moe": "qwen3_5_moe_text", "qwen3_5": "qwen3_5_text", "mistral3": "mistral"}
+# HF config-class defaults for tie_word_embeddings when the key is absent (Gemma ties, the others do not).
+_TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3_text")
+_STATE_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkpoint_bytes: int | None = None,
+                   extra_notes: tuple[str, ...] = ()) -> Model:
+    """Build a Model from a config.json dict; every missing or bad field becomes a one-line KneecapError."""
+    if not isinstance(config, Mapping):
+        raise KneecapError(f"{source}: config.json must hold a JSON object, got {type(config).__name__}",
+                           "point at the model's config.json")
+    cfg, model_type, architecture = _text_config(config, source)
+    family = MODEL_TYPES[model_type]
+    num_layers = _pos_int(cfg, "num_hidden_layers", source)
+    hidden = _pos_int(cfg, "hidden_size", source)
+    heads = _pos_int(cfg, "num_attention_heads", source)
+    _pos_int(cfg, "vocab_size", source)
+    kv_heads = _pos_int(cfg, "num_key_value_heads", source) if "num_key_value_heads" in cfg else heads
+    cfg["num_key_value_heads"] = kv_heads
+    notes: list[str] = list(extra_notes)
+
+    if family == "mla":
+        for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            _pos_int(cfg, key, source)
+        if cfg.get("q_lora_rank") is not None:
+            _pos_int(cfg, "q_lora_rank", source)
+        head_dim = cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
+    elif cfg.get("head_dim") is not None:
+        head_dim = _pos_int(cfg, "head_dim", source)
+    else:
+        if hidden % heads:
+            raise KneecapError(f"{source}: no head_dim and hidden_size {hidden} is not a multiple of "
+                               f"num_attention_heads {heads}", f"add head_dim to {source}")
+        head_dim = hidden // heads
+    cfg["head_dim"] = head_dim
+
+    layer_types, window = _layer_types(cfg, model_type, family, num_layers, source, notes)
+    moe_layers = _moe_layers(cfg, model_type, num_layers, source)
+    tied = bool(cfg.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT))
+    if not all(moe_layers):  # dense MLP layers
+        _pos_int(cfg, "intermediate_size_mlp" if "intermediate_size_mlp" in cfg else "intermediate_size", source)
+    if any(moe_layers):  # routed experts
+        _pos_int(cfg, "moe_intermediate_size" if "moe_intermediate_size" in cfg else "intermediate_size", source)
+    if family == "gdn":
+        for key in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                    "linear_value_head_dim", "linear_conv_kernel_dim"):
+            _pos_int(cfg, key, source)
+
+    count = params.count_params(cfg, model_type, layer_types, moe_layers, tied)
+    dtypes, qnotes = quant.part_dtypes_from_config(cfg, count.parts)
+    notes += qnotes
+    state_bytes = linear_state_bytes_per_layer(cfg) if "linear_attention" in layer_types else 0
+    parts = tuple((p, n) for p, n in count.parts.items())
+    model = Model(
+        name=name, source=source, architecture=architecture, num_hidden_layers=num_layers, hidden_size=hidden,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim, vocab_size=cfg["vocab_size"],
+        layer_types=tuple(layer_types), total_params=count.total, active_params=count.active,
+        max_position_embeddings=cfg.get("max_position_embeddings"),
+        intermediate_size=cfg.get("intermediate_size"), sliding_window=window,
+        kv_lora_rank=cfg.get("kv_lora_rank") if family == "mla" else None,
+        qk_rope_head_dim=cfg.get("qk_rope_head_dim") if family == "mla" else None,
+        linear_state_bytes_per_layer=state_bytes,
+        num_experts=count.num_experts, num_experts_per_tok=count.num_experts_per_tok,
+        num_shared_experts=_num_shared(cfg, model_type) if count.num_moe_layers else 0,
+        expert_params=count.expert_params if count.num_moe_layers else 0, num_moe_layers=count.num_moe_layers,
+        checkpoint_bytes=checkpoint_bytes, weight_dtype=_headline_dtype(dtypes, count.parts),
+        param_parts=parts, part_dtypes=tuple((p, dtypes[p]) for p, _ in parts),
+        part_bytes=tuple((p, weight_bytes(n, dtypes[p])) for p, n in parts),
+    )
+    notes += _kv_notes(model, cfg, family)
+    if family == "mla" and cfg.get("num_nextn_predict_layers"):
+        notes.append(f"{cfg['num_nextn_predict_layers']} multi-token-prediction layer(s) ship in the checkpoint "
+                     "but are loaded only for speculative decoding; not counted in total_params")
+    return _with_notes(model, notes)
+
+
+def _text_config(config: Mapping, source: str) -> tuple[dict, str, str]:
+    """Merge a wrapper's text_config over its top level; return (cfg, text model_type, architecture)."""
+    archs = config.get("architectures") or []
+    architecture = str(archs[0]) if archs else str(config.get("model_type", "unknown"))
+    top_type = config.get("model_type")
+    text = config.get("text_config")
+    if isinstance(text, Mapping):
+        cfg = {k: v for k, v in config.items() if k not in ("text_config", "vision_config", "audio_config")}
+        cfg.update(text)
+        model_type = text.get("model_type") or _WRAPPERS.get(str(top_type))
+    else:
+        cfg = dict(config)
+        model_type = _WRAPPERS.get(str(top_type), top_type) if top_type in _WRAPPERS and "num_hidden_layers" in cfg \
+            else top_type
+    if model_type is None:
+        raise KneecapError(f"{source}: config.json has no model_type",
+                           f"add \"model_type\" (one of: {', '.join(sorted(MODEL_TYPES))})")
+    if model_type not in MODEL_TYPES:
+        raise KneecapError(
+            f"{source}: unknown model_type {model_type!r} (architecture {architecture})",
+            f"known model types: {', '.join(sorted(MODEL_TYPES))}; or use a preset (kneecap plan --preset ...)")
+    return cfg, str(model_type), architecture
+
+
+def _pos_int(cfg: Mapping, key: str, source: str) -> int:
+    if key not in cfg or cfg[key] is None:
+        raise KneecapError(f"{source}: config.json has no {key!r}, which the memory formula needs",
+                           f"add {key} from the model's published config.json")
+    value = cfg[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise KneecapError(f"{source}: {key} must be a positive integer, got {value!r}",
+                           f"fix {key} in {source}")
+    return value
+
+
+def _layer_types(cfg: dict, model_type: str, family: str, n: int, source: str,
+                 notes: list[str]) -> tuple[list[str], int | None]:
+    """Per-layer attention kind and the sliding window (tokens) of the sliding layers."""
+    if family == "mla":
+        return ["mla"] * n, None
+    window = cfg.get("sliding_window")
+    explicit = cfg.get("layer_types")
+    if explicit is not None:
+        if not isinstance(explicit, list) or len(explicit) != n:
+            raise KneecapError(f"{source}: layer_types has {len(explicit) if isinstance(explicit, list) else 0} "
+                               f"entries for {n} layers", f"make layer_types as long as num_hidden_layers in {source}")
+        mapping = {"full_attention": "full_attention", "sliding_attention": "sliding_attention",
+                   "chunked_attention": "sliding_attention", "linear_attention": "linear_attention"}
+        bad = sorted({t for t in explicit if t not in mapping})
+        if bad:
+            raise KneecapError(f"{source}: unknown layer_types entries {bad}", f"use {', '.join(mapping)}")
+        kinds = [mapping[t] for t in explicit]
+        if "chunked_attention" in explicit:
+            window = _pos_int(cfg, "attention_chunk_size", source)
+            notes.append(_chunk_note(window, kinds))
+    elif family == "gdn":
+        interval = _pos_int(cfg, "full_attention_interval", source)
+        kinds = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n)]
+    elif model_type == "gemma2":
+        # HF Gemma2Config: layer_types = sliding if (i + 1) % 2 else full (even layers slide)
+        kinds = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]
+    elif model_type == "gemma3_text":
+        # HF Gemma3TextConfig: sliding_window_pattern 6 -> every 6th layer global, the rest slide
+        pattern = cfg.get("sliding_window_pattern", 6)
+        kinds = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
+    elif model_type == "llama4_text" and cfg.get("attention_chunk_size"):
+        # HF Llama4TextConfig: no_rope_layers[i] = 1 (RoPE, chunked local attention) unless (i+1) % 4 == 0
+        no_rope = cfg.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(n)]
+        kinds = ["sliding_attention" if no_rope[i] else "full_attention" for i in range(n)]
+        window = _pos_int(cfg, "attention_chunk_size", source)
+        notes.append(_chunk_note(window, kinds))
+    elif model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
+        # HF Qwen2/3: sliding only when use_sliding_window, for layers >= max_window_layers
+        if cfg.get("use_sliding_window") and window:
+            start = cfg.get("max_window_layers", 0)
+            kinds = ["sliding_attention" if i >= start else "full_attention" for i in range(n)]
+        else:
+            kinds, window = ["full_attention"] * n, None
+    elif window and model_type in ("mistral", "mixtral", "phi3"):
+        kinds = ["sliding_attention"] * n  # Mistral-7B-v0.1 style: every layer keeps `sliding_window` tokens
+    else:
+        kinds = ["full_attention"] * n
+    if "sliding_attention" in kinds:
+        if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+            raise KneecapError(f"{source}: sliding layers but sliding_window is {window!r}",
+                               f"set sliding_window to the window in tokens in {source}")
+    else:
+        window = None
+    return kinds, window
+
+
+def _chunk_note(chunk: int, kinds: list[str]) -> str:
+    return (f"chunked-local attention (chunks of {chunk} tokens) on {kinds.count('sliding_attention')} of "
+            f"{len(kinds)} layers is modelled as a sliding window of {chunk}: a chunked layer never holds more "
+            f"than {chunk} tokens of a sequence")
+
+
+def _moe_layers(cfg: dict, model_type: str, n: int, source: str) -> list[bool]:
+    """Which layers hold routed experts; also normalises num_experts / num_experts_per_tok in cfg."""
+    experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts") or cfg.get("num_experts") or 0
+    if not experts:
+        cfg["num_experts"] = 0
+        return [False] * n
+    cfg["num_experts"] = _pos_int({"num_experts": experts}, "num_experts", source)
+    top_k = cfg.get("num_experts_per_tok") or cfg.get("experts_per_token")
+    if not top_k:
+        raise KneecapError(f"{source}: {experts} experts but no num_experts_per_tok",
+                           f"add num_experts_per_tok to {source}")
+    cfg["num_experts_per_tok"] = _pos_int({"num_experts_per_tok": top_k}, "num_experts_per_tok", source)
+    if model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
+        first, freq = cfg.get("first_k_dense_replace", 0), cfg.get("moe_layer_freq", 1)
+        return [i >= first and i % freq == 0 for i in range(n)]
+    if model_type == "llama4_text":
+        step = cfg.get("interleave_moe_layer_step", 1)
+        return [(i + 1) % step == 0 for i in range(n)]
+    if model_type in ("qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text"):
+        only_mlp = set(cfg.get("mlp_only_layers") or [])
+        step = cfg.get("decoder_sparse_step", 1)
+        return [i not in only_mlp and (i + 1) % step == 0 for i in range(n)]
+    return [True] * n  # mixtral, gpt_oss: every layer is MoE
+
+
+def _num_shared(cfg: Mapping, model_type: str) -> int:
+    if cfg.get("n_shared_experts"):
+        return int(cfg["n_shared_experts"])
+    if cfg.get("shared_expert_intermediate_size") or model_type == "llama4_text":
+        return 1
+    return 0
+
+
+def linear_state_bytes_per_layer(cfg: Mapping) -> int:
+    """Fixed per-sequence state of one Gated DeltaNet layer, bytes (whole layer, before TP).
+
+    recurrent state: linear_num_value_heads x linear_value_head_dim x linear_key_head_dim x state dtype bytes
+                     (mamba_ssm_dtype float32 -> 4; absent -> the model dtype)
+    conv state:      (linear_conv_kernel_dim - 1) x (2 x linear_num_key_heads x linear_key_head_dim
+                     + linear_num_value_heads x linear_value_head_dim) x model dtype bytes
+    Source: vLLM MambaStateShapeCalculator.gated_delta_net_state_shape (conv_dim = head_k_dim x num_k_heads x 2
+    + head_v_dim x num_v_heads, state_len = conv_kernel_size - 1; temporal = (num_v_heads, head_v_dim, head_k_dim))
+    and MambaStateDtypeCalculator.gated_delta_net_state_dtype (conv in the model dtype, temporal in
+    mamba_ssm_cache_dtype), vllm/model_executor/layers/mamba/mamba_utils.py.
+    """
+    model_bytes = {"bf16": 2, "fp16": 2, "fp32": 4}[quant.model_dtype(cfg)]
+    ssm = cfg.get("mamba_ssm_dtype")
+    state_bytes = _STATE_DTYPE_BYTES.get(str(ssm), model_bytes) if ssm else model_bytes
+    nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+    dk, dv = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]
+    recurrent = nv * dv * dk * state_bytes
+    conv = (cfg["linear_conv_kernel_dim"] - 1) * (2 * nk * dk + nv * dv) * model_bytes
+    return recurrent + conv
+
+
+def _headline_dtype(dtypes: Mapping[str, str], parts: Mapping[str, int]) -> str:
+    """The dtype of the largest part (what most of the weight bytes are stored as)."""
+    biggest = max(parts, key=lambda p: parts[p])
+    return dtypes[biggest]
+
+
+def _kv_notes(model: Model, cfg: Mapping, family: str) -> list[str]:
+    """How far the naive all-layers formula 2 x layers x kv_heads x head_dim x 2 B is off, when it is."""
+    correct = kv.kv_bytes_per_token(model, 2)
+    n = model.num_hidden_layers
+    if family == "mla":
+        heads, k_dim, v_dim = model.num_attention_heads, model.head_dim, cfg["v_head_dim"]
+        naive = n * heads * (k_dim + v_dim) * 2
+        return [f"MLA caches one latent of kv_lora_rank {model.kv_lora_rank} + qk_rope_head_dim "
+                f"{model.qk_rope_head_dim} = {model.kv_lora_rank + model.qk_rope_head_dim} elements per token per "
+                f"layer: {n} x {model.kv_lora_rank + model.qk_rope_head_dim} x 2 B = {correct:,} B/token in bf16; "
+                f"caching per-head K ({k_dim}) and V ({v_dim}) for {heads} heads would be {naive:,} B/token "
+                f"({naive / correct:.0f}x too much)"]
+    naive = 2 * n * model.num_key_value_heads * model.head_dim * 2
+    if family == "gdn":
+        full = model.count_layers("full_attention")
+        linear = model.count_layers("linear_attention")
+        return [f"only the {full} full-attention layers of {n} cache per-token KV: {full} x 2 x "
+                f"{model.num_key_value_heads} x {model.head_dim} x 2 B = {correct:,} B/token in bf16; the naive "
+                f"all-layers formula gives {naive:,} B/token ({naive / correct:.1f}x too much); the {linear} Gated "
+                f"DeltaNet layers hold a fixed {model.linear_state_bytes_per_layer:,} B per sequence each "
+                f"({linear * model.linear_state_bytes_per_layer:,} B per sequence in all)"]
+    sliding = model.count_layers("sliding_attention")
+    if sliding:
+        return [f"{sliding} of {n} layers keep at most {model.sliding_window} tokens per sequence (sliding window); "
+                f"per-token KV counts all layers ({correct:,} B/token in bf16) but a long sequence's sliding "
+                f"layers stop growing at the window"]
+    return []
+
+
+def _with_notes(model: Model, notes: list[str]) -> Model:
+    from dataclasses import replace
+
+    return replace(model, notes=tuple(model.notes) + tuple(notes)) if notes else model

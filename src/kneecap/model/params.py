@@ -1,0 +1,194 @@
+"""Parameter counts from the architecture in config.json, split into parts that can be priced per dtype.
+
+Owns the counting formulas (one per attention / MLP kind, below) and the breakdown API the planner
+calls; does not read files (hf_config.py does) and does not know dtypes (quant.py, weights.py).
+
+Per decoder layer, with h = hidden_size, n = num_attention_heads, k = num_key_value_heads, d = head_dim:
+  GQA/MQA/MHA attention   q: h*n*d  k,v: h*k*d each  o: n*d*h   (+ biases if attention_bias; Qwen2 q/k/v bias;
+                          + q_norm/k_norm d each for Qwen3/Gemma3/Qwen3-Next; gated attention doubles q (Qwen3-Next,
+                          Qwen3.5: attn_output_gate); + n sink logits (gpt-oss))
+  MLA (DeepSeek-V2/V3)    q_a: h*q_lora + q_lora (norm), q_b: q_lora*n*(nope+rope)   [or q: h*n*(nope+rope) without q_lora]
+                          kv_a: h*(kv_lora+rope) + kv_lora (norm), kv_b: kv_lora*n*(nope+v), o: n*v*h
+  Gated DeltaNet          in_proj: h*(2*nk*dk + 2*nv*dv) + h*2*nv (b, a), conv1d: (2*nk*dk + nv*dv)*kernel,
+                          dt_bias + A_log: 2*nv, gated norm: dv, out: nv*dv*h
+  SwiGLU MLP / expert     3*h*i (gate, up, down) (+ gpt-oss expert biases 2*i + h)
+  router                  h*E (+ E bias: gpt-oss; + E e_score_correction_bias: DeepSeek-V3/Kimi-K2)
+  shared expert           DeepSeek: n_shared*3*h*moe_i; Qwen-MoE: 3*h*shared_i + h (shared_expert_gate); Llama 4: 3*h*i
+  norms                   2*h per layer (Gemma 2/3: 4*h) + h final
+  embed                   vocab*h; lm_head vocab*h unless tie_word_embeddings
+Sources: the module definitions in Hugging Face transformers (modeling_llama, modeling_qwen2/3, modeling_qwen3_moe,
+modeling_qwen3_next, modeling_gemma3, modeling_mixtral, modeling_gpt_oss, modeling_deepseek_v3, modeling_llama4);
+checked against published totals in tests/model (Llama-3.1-8B 8.03B, Mixtral 46.7B, gpt-oss-120b 116.83B, ...).
+Active parameters = total - (E - top_k) routed experts in every MoE layer (embeddings counted, as Mistral's
+12.9B for Mixtral does; OpenAI's 5.1B for gpt-oss-120b leaves the input embedding out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+# Parts of a checkpoint, each priced at its own dtype by the planner.
+PARTS = ("embed", "attention", "linear_attention", "dense_mlp", "routed_experts", "shared_experts",
+         "router", "lm_head", "norms", "other")
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    """Parameters per part for a whole model (all layers), plus what one routed expert holds."""
+
+    parts: dict[str, int]
+    expert_params: int  # ONE routed expert in ONE layer
+    num_moe_layers: int
+    num_experts: int
+    num_experts_per_tok: int
+
+    @property
+    def total(self) -> int:
+        return sum(self.parts.values())
+
+    @property
+    def active(self) -> int:
+        idle = self.num_moe_layers * (self.num_experts - self.num_experts_per_tok) * self.expert_params
+        return self.total - idle
+
+
+def gqa_attention_params(cfg: Mapping, model_type: str) -> int:
+    """One GQA/MQA/MHA attention block (see module docstring)."""
+    h, n, k, d = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    q_out = n * d * (2 if _gated_attention(cfg, model_type) else 1)
+    count = h * q_out + 2 * h * k * d + n * d * h
+    if cfg.get("attention_bias"):
+        count += q_out + 2 * k * d + h
+    elif model_type in ("qwen2", "qwen2_moe", "qwen2_vl_text", "qwen2_5_vl_text"):
+        count += n * d + 2 * k * d  # Qwen2 always has q/k/v bias, no o bias
+    if model_type in ("qwen3", "qwen3_moe", "gemma3_text", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"):
+        count += 2 * d  # q_norm, k_norm (RMSNorm over head_dim)
+    if model_type == "gpt_oss":
+        count += n  # learned attention-sink logit per head
+    return count
+
+
+def _gated_attention(cfg: Mapping, model_type: str) -> bool:
+    if model_type == "qwen3_next":
+        return True  # q_proj outputs query and gate (modeling_qwen3_next), no config flag
+    return bool(cfg.get("attn_output_gate", False)) or (
+        model_type in ("qwen3_5_text", "qwen3_5_moe_text") and cfg.get("attn_output_gate") is None)
+
+
+def mla_attention_params(cfg: Mapping) -> int:
+    """One Multi-head Latent Attention block (DeepSeek-V2/V3, Kimi-K2)."""
+    h, n = cfg["hidden_size"], cfg["num_attention_heads"]
+    nope, rope, v = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+    kv_lora, q_lora = cfg["kv_lora_rank"], cfg.get("q_lora_rank")
+    q = (h * q_lora + q_lora + q_lora * n * (nope + rope)) if q_lora else h * n * (nope + rope)
+    kv = h * (kv_lora + rope) + kv_lora + kv_lora * n * (nope + v)
+    return q + kv + n * v * h
+
+
+def gated_deltanet_params(cfg: Mapping) -> int:
+    """One Gated DeltaNet (linear attention) block (Qwen3-Next, Qwen3.5)."""
+    h = cfg["hidden_size"]
+    nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+    dk, dv = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]
+    key_dim, value_dim = nk * dk, nv * dv
+    in_proj = h * (2 * key_dim + 2 * value_dim) + h * 2 * nv
+    conv = (2 * key_dim + value_dim) * cfg["linear_conv_kernel_dim"]
+    return in_proj + conv + 2 * nv + dv + value_dim * h
+
+
+def swiglu_params(hidden: int, intermediate: int) -> int:
+    """gate_proj + up_proj + down_proj."""
+    return 3 * hidden * intermediate
+
+
+def count_params(cfg: Mapping, model_type: str, layer_types: Sequence[str], moe_layers: Sequence[bool],
+                 tie_word_embeddings: bool) -> ParamCount:
+    """Parameters per part from a normalised config (HF names; head_dim, expert fields already resolved).
+
+    `layer_types` is Model.layer_types; `moe_layers[i]` says whether layer i has routed experts.
+    """
+    h, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    num_layers = len(layer_types)
+    parts = dict.fromkeys(PARTS, 0)
+    parts["embed"] = vocab * h
+    parts["lm_head"] = 0 if tie_word_embeddings else vocab * h
+    norms_per_layer = 4 if model_type in ("gemma2", "gemma3_text") else 2
+    parts["norms"] = num_layers * norms_per_layer * h + h
+
+    for kind in layer_types:
+        if kind == "mla":
+            parts["attention"] += mla_attention_params(cfg)
+        elif kind == "linear_attention":
+            parts["linear_attention"] += gated_deltanet_params(cfg)
+        else:
+            parts["attention"] += gqa_attention_params(cfg, model_type)
+
+    num_experts = cfg.get("num_experts", 0)
+    top_k = cfg.get("num_experts_per_tok", 0)
+    expert_i = cfg.get("moe_intermediate_size") or cfg.get("intermediate_size")
+    expert = swiglu_params(h, expert_i) if num_experts else 0
+    if model_type == "gpt_oss":
+        expert += 2 * expert_i + h  # gate_up_proj_bias + down_proj_bias
+    dense_i = cfg.get("intermediate_size_mlp") or cfg.get("intermediate_size")
+    n_moe = 0
+    for is_moe in moe_layers:
+        if not is_moe:
+            parts["dense_mlp"] += swiglu_params(h, dense_i)
+            continue
+        n_moe += 1
+        parts["routed_experts"] += num_experts * expert
+        parts["router"] += h * num_experts
+        if model_type in ("gpt_oss", "deepseek_v3", "kimi_k2"):
+            parts["router"] += num_experts  # router bias / e_score_correction_bias
+        parts["shared_experts"] += _shared_expert_params(cfg, model_type)
+    return ParamCount(parts={p: parts[p] for p in PARTS}, expert_params=expert, num_moe_layers=n_moe,
+                      num_experts=num_experts if n_moe else 0, num_experts_per_tok=top_k if n_moe else 0)
+
+
+def _shared_expert_params(cfg: Mapping, model_type: str) -> int:
+    h = cfg["hidden_size"]
+    if cfg.get("n_shared_experts"):
+        return cfg["n_shared_experts"] * swiglu_params(h, cfg["moe_intermediate_size"])
+    if cfg.get("shared_expert_intermediate_size"):
+        return swiglu_params(h, cfg["shared_expert_intermediate_size"]) + h  # + shared_expert_gate (h -> 1)
+    if model_type == "llama4_text":
+        return swiglu_params(h, cfg["intermediate_size"])
+    return 0
+
+
+def param_breakdown(model) -> dict[str, int]:
+    """Parameters per part (keys in PARTS, zeros omitted), summing to model.total_params.
+
+    A Model built without a breakdown (by hand, or a synthetic preset) reports {"other": total_params}.
+    """
+    if model.param_parts:
+        return {part: n for part, n in model.param_parts if n}
+    return {"other": model.total_params}
+
+
+def part_dtypes(model) -> dict[str, str]:
+    """The dtype each part ships in (e.g. gpt-oss: routed_experts "mxfp4", the rest "bf16")."""
+    if model.part_dtypes:
+        return dict(model.part_dtypes)
+    return {part: model.weight_dtype or "bf16" for part in param_breakdown(model)}
+
+
+def weight_bytes_by_part(model, weight_dtype: str | None = None) -> dict[str, int]:
+    """Bytes of each part, whole model before sharding.
+
+    weight_dtype=None: as the checkpoint ships (exact GGUF tensor bytes; else params x bits of each part's
+    dtype, scale overhead included, kneecap.model.weights). A dtype name: every part stored as that dtype.
+    """
+    from kneecap.model.weights import weight_bytes
+
+    breakdown = param_breakdown(model)
+    if weight_dtype is None and model.part_bytes:
+        return {part: n for part, n in model.part_bytes if part in breakdown}
+    dtypes = part_dtypes(model)
+    return {part: weight_bytes(n, weight_dtype or dtypes.get(part, "bf16")) for part, n in breakdown.items()}
+
+
+def total_weight_bytes(model, weight_dtype: str | None = None) -> int:
+    """Sum of weight_bytes_by_part: what the weights occupy, whole model before sharding."""
+    return sum(weight_bytes_by_part(model, weight_dtype).values())
