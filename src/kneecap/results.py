@@ -188,10 +188,7 @@ def build_summary(kind: str, levels: Sequence[Mapping], knee: Mapping | None, st
         "model_executed": bool(model_executed),
         "benchmark_executed": bool(benchmark_executed),
     }
-    for key, value in extra.items():
-        if key in summary:
-            raise KneecapError(f"summary key {key!r} given twice", "pass it once")
-        summary[key] = value
+    summary.update(extra)  # named parameters above cannot collide with extra's keys
     return summary
 
 
