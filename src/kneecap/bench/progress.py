@@ -46,6 +46,7 @@ class RichProgress(SilentProgress):
         self._task = None
         self._failed = 0
         self._done = 0
+        self._closed = False
         self._progress.start()
 
     def start_level(self, label: str, total: int, phase: str = "measure") -> None:
@@ -74,6 +75,9 @@ class RichProgress(SilentProgress):
         self._progress.console.print(line, markup=False, highlight=False)
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         self.end_level()
         self._progress.stop()
 

@@ -89,7 +89,7 @@ def summary_table(summary: dict):
     """A rich Table of every measured level (skipped levels listed as such)."""
     from rich.table import Table
 
-    kind = summary.get("kind") or ("rate" if any("rate" in lv for lv in summary.get("levels", [])) else "concurrency")
+    kind = summary.get("load") or ("rate" if any("rate" in lv for lv in summary.get("levels", [])) else "concurrency")
     knee = summary.get("knee") or {}
     knee_value = knee.get(kind) if isinstance(knee, dict) else None
     table = Table(title="kneecap bench", title_justify="left")

@@ -1,0 +1,74 @@
+"""`--resume DIR`: which levels are done, and moving the records of unfinished levels aside.
+
+A level is done when summary.json holds its complete entry (kneecap.results decides). Records
+of any other level (a level killed half-way) are moved from requests.jsonl to
+requests.discarded.jsonl, so the re-run of that level is the only copy its statistics see:
+no level is duplicated and none is lost. The rewrite is atomic (temp file, fsync, rename).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+DISCARDED_FILE = "requests.discarded.jsonl"
+
+
+def _level_of(line: bytes) -> int | None:
+    import orjson
+
+    try:
+        value = orjson.loads(line).get("level")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return value if isinstance(value, int) else None
+
+
+def set_aside_records(records_path: Path, keep_levels: set[int]) -> tuple[int, int]:
+    """Keep only lines whose `level` is in keep_levels; move the rest (and any torn tail) aside.
+
+    Returns (kept, moved). A missing requests.jsonl is (0, 0).
+    """
+    records_path = Path(records_path)
+    if not records_path.exists():
+        return 0, 0
+    keep: list[bytes] = []
+    moved: list[bytes] = []
+    with open(records_path, "rb") as fh:
+        for line in fh:
+            if line.endswith(b"\n") and _level_of(line) in keep_levels:
+                keep.append(line)
+            elif line.strip():
+                moved.append(line if line.endswith(b"\n") else line + b"\n")
+    if not moved:
+        return len(keep), 0
+    discarded = records_path.with_name(DISCARDED_FILE)
+    fd = os.open(discarded, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, b"".join(moved))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fd, tmp = tempfile.mkstemp(prefix=f".{records_path.name}.", suffix=".tmp", dir=records_path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(b"".join(keep))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, records_path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return len(keep), len(moved)
+
+
+def first_incomplete(num_levels: int, done: set[int], skipped: set[int]) -> int | None:
+    """Index of the first level neither complete nor skipped by the preflight; None = all done."""
+    for index in range(num_levels):
+        if index not in done and index not in skipped:
+            return index
+    return None

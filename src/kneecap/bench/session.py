@@ -1,0 +1,197 @@
+"""One `kneecap bench` invocation, wired end to end: server check, results folder, resume, sweep.
+
+Thin I/O around kneecap.bench.sweep: reads the server's info (and its KV capacity for the
+preflight), opens the results folder (new, or an existing one with --resume), starts the
+worker processes, runs the sweep and closes everything whatever happens. Returns the summary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from kneecap.bench.credentials import Scrubber
+from kneecap.bench.options import KIND_CONCURRENCY, BenchOptions
+from kneecap.bench.resume import first_incomplete, set_aside_records
+from kneecap.bench.sweep import STATUS_INTERRUPTED, LevelPlan, Sweep, SweepState, in_process_runner, plan_levels
+from kneecap.errors import KneecapError
+
+DEFAULT_RESULTS_ROOT = "kneecap-results"
+PROBE_TIMEOUT_S = 10.0  # reading /v1/models etc. before the sweep and after a failing level
+
+
+def default_out_dir(root: str | Path = DEFAULT_RESULTS_ROOT) -> Path:
+    """./kneecap-results/bench-YYYYmmdd-HHMMSS (UTC), with a suffix if that folder exists."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    base = Path(root) / f"bench-{stamp}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+# -- the server --------------------------------------------------------------------------------
+def read_server_info(opts: BenchOptions, api_key: str | None, scrub: Scrubber):
+    """The server's facts (models, KV capacity...) or a one-line error naming the URL."""
+    from kneecap.client.server_info import fetch_server_info
+
+    url = opts.base_url_clean
+    try:
+        return fetch_server_info(url, api_key=api_key, timeout_s=PROBE_TIMEOUT_S)
+    except KneecapError as exc:
+        raise KneecapError(scrub(exc.message), scrub(exc.hint)) from None
+    except Exception as exc:  # connection refused, DNS, TLS, timeout: all say the same thing to the user
+        reason = scrub(str(exc)) or type(exc).__name__
+        raise KneecapError(f"cannot reach the server at {url} ({reason})",
+                           f"check that it is running and listening there (curl {url}/v1/models), "
+                           "the host and port in --base-url, and any proxy or firewall") from None
+
+
+def server_answers(opts: BenchOptions, api_key: str | None) -> bool:
+    """Is the server still there? (used after a level whose requests failed at the connection)."""
+    try:
+        read_server_info(opts, api_key, Scrubber(api_key))
+    except KneecapError:
+        return False
+    return True
+
+
+def server_facts(info, redact: bool) -> dict:
+    """What summary.json keeps about the server (without strings the server chose, with --redact)."""
+    data = info.to_json() if hasattr(info, "to_json") else (
+        dataclasses.asdict(info) if dataclasses.is_dataclass(info) else dict(vars(info)))
+    if redact:
+        data = {k: v for k, v in data.items() if not isinstance(v, str) and not isinstance(v, (list, dict))}
+    return data
+
+
+def preflight_for(opts: BenchOptions, kv_capacity_tokens: int | None, source: str) -> tuple[dict | None, dict]:
+    """(preflight JSON, {level value: its verdict row}); nothing when it cannot be computed."""
+    if not kv_capacity_tokens or opts.kind != KIND_CONCURRENCY or opts.isl is None:
+        return None, {}
+    from kneecap.plan.preflight import preflight
+
+    result = preflight(int(kv_capacity_tokens), isl=opts.isl, osl=opts.osl, concurrencies=list(opts.concurrency),
+                       block_size=opts.block_size, source=source).to_json()
+    return result, {row["concurrency"]: row for row in result["levels"]}
+
+
+# -- the run ------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class BenchRun:
+    """What the CLI needs after the sweep: the summary and where it was written."""
+
+    summary: dict
+    out_dir: Path
+    resumed_from: int | None = None
+    nothing_to_do: bool = False
+
+
+def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, resume: bool, progress,
+              argv: list[str]) -> BenchRun:
+    from kneecap.metrics.knee import find_knee
+    from kneecap.metrics.slo import parse_slo
+    from kneecap.metrics.stop import StopLimits, check_stop
+    from kneecap.metrics.summarize import summarize_level
+    from kneecap.results import ResultsDir
+
+    scrub = Scrubber(api_key)
+    slo = parse_slo(opts.slo) if opts.slo else {}
+    limits = StopLimits(slo=slo, stop_on_preflight_exceeds=not opts.force)
+
+    # 1. the server must answer before anything is written
+    info = read_server_info(opts, api_key, scrub)
+    model = opts.model or getattr(info, "model", None)
+    if not model:
+        raise KneecapError(f"the server at {opts.base_url_clean} lists no model", "pass --model NAME")
+    kv_tokens = opts.kv_tokens or getattr(info, "kv_capacity_tokens", None)
+    source = "--kv-tokens" if opts.kv_tokens else ("[redacted server]" if opts.redact else opts.base_url_clean)
+    preflight_json, verdicts = preflight_for(opts, kv_tokens, source)
+    plans = plan_levels(opts, verdicts)
+
+    # 2. the results folder (fresh, or resumed)
+    results = ResultsDir(out_dir if out_dir is not None else default_out_dir())
+    state = SweepState(preflight=preflight_json, server=server_facts(info, opts.redact))
+    start = 0
+    if resume:
+        start, state = _resume_state(results, plans, state)
+        if start is None:
+            previous = results.read_summary() or {}
+            return BenchRun(summary=previous, out_dir=results.path, nothing_to_do=True)
+    results.write_manifest(argv, extra={"bench_options": opts.to_dict(), "resumed_at_level": start if resume else None,
+                                        "model": None if opts.redact else model})
+
+    cfg = _client_config(opts, model=model, api_key=api_key)
+    writer = results.open_writer()
+    pool = None
+    try:
+        if opts.workers > 1:
+            from kneecap.bench.workers import WorkerPool
+
+            pool = WorkerPool(opts.workers, cfg)
+            run_share = pool.run
+        else:
+            run_share = in_process_runner(cfg)
+
+        def write_record(record) -> None:
+            if not record.ok:
+                record.error_message = None if opts.redact else scrub(record.error_message)
+            if not opts.keep_prompts:
+                record.prompt = None
+            writer.write(record)
+
+        sweep = Sweep(opts, state=state, plans=plans, epoch=time.monotonic(), run_share=run_share,
+                      write_record=write_record, persist=results.write_summary,
+                      probe=lambda: server_answers(opts, api_key), poll_metrics=_metrics_poller(opts, api_key),
+                      progress=progress, slo=slo, stop_limits=limits, knee_fn=find_knee, check_stop_fn=check_stop,
+                      summarize_fn=summarize_level, sync=writer.sync)
+        summary = sweep.run(start)
+        if summary.get("status") == STATUS_INTERRUPTED and pool is not None:
+            pool.terminate()
+            pool = None
+    finally:
+        if pool is not None:
+            pool.close()
+        writer.close()
+        progress.close()
+    return BenchRun(summary=summary, out_dir=results.path, resumed_from=start if resume else None)
+
+
+def _resume_state(results, plans: list[LevelPlan], fresh: SweepState) -> tuple[int | None, SweepState]:
+    """(first level to run, the state carried over) for --resume; records of unfinished levels set aside."""
+    previous = results.read_summary()
+    if previous is None:
+        raise KneecapError(f"{results.path} has no summary.json to resume from",
+                           "pass --resume a folder written by `kneecap bench`, or start a new run with --out")
+    done = set(results.completed_levels())
+    stopped = previous.get("stopped")
+    if stopped and stopped.get("reason") != "interrupted":
+        return None, fresh  # the sweep ended by a rule: nothing to resume
+    kept = [lv for lv in previous.get("levels") or [] if lv.get("level") in done]
+    skipped = [s for s in previous.get("skipped") or [] if s.get("index") in done]  # re-decided below
+    start = first_incomplete(len(plans), done, set())
+    set_aside_records(results.records_path, done)
+    if start is None:
+        return None, fresh
+    state = dataclasses.replace(fresh, levels=kept, skipped=skipped)
+    return start, state
+
+
+def _client_config(opts: BenchOptions, *, model: str, api_key: str | None):
+    from kneecap.client.driver import ClientConfig
+
+    return ClientConfig(base_url=opts.base_url_clean, model=model, endpoint=opts.endpoint, api_key=api_key,
+                        timeout_s=opts.timeout_s, keepalive=opts.keepalive, ignore_eos=opts.ignore_eos,
+                        dataset=opts.dataset, keep_prompts=opts.keep_prompts, seed=opts.seed)
+
+
+def _metrics_poller(opts: BenchOptions, api_key: str | None):
+    """A factory of per-level server-metrics pollers, or None when the client has none."""
+    try:
+        from kneecap.client.server_metrics import MetricsPoller
+    except ImportError:
+        return None
+    return lambda: MetricsPoller(opts.base_url_clean, api_key=api_key)

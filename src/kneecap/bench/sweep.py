@@ -1,0 +1,275 @@
+"""The bench level loop: preflight, warmup, run, poll server metrics, summarize, knee, stop, persist.
+
+Owns the order of things and what goes into summary.json; the driver (kneecap.client), the
+statistics (kneecap.metrics), the preflight arithmetic (kneecap.plan.preflight) and the
+results folder I/O (kneecap.results) are called, not re-implemented. Records reach
+requests.jsonl as they finish; summary.json is rewritten after every level, so a killed run
+keeps every level it finished and `--resume` continues from the first one it did not.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from kneecap.bench.level import LevelOutcome, LevelTask, run_task
+from kneecap.bench.options import KIND_CONCURRENCY, BenchOptions
+from kneecap.errors import KneecapError
+from kneecap.records import RequestRecord
+
+SUMMARY_KIND = "bench"
+STATUS_RUNNING = "running"
+STATUS_COMPLETE = "complete"
+STATUS_STOPPED = "stopped"
+STATUS_INTERRUPTED = "interrupted"
+
+# A level ends with the server probed again when at least this fraction of its requests failed
+# with a connection-level error: the stop rule "server dead" needs a positive check, not a guess.
+DEAD_PROBE_FAILED_FRACTION = 0.5
+CONNECTION_ERROR_KINDS = ("connection", "connect", "connection_refused", "reset", "disconnected")
+
+
+@dataclass
+class SweepState:
+    """What the sweep has learned so far; becomes summary.json."""
+
+    levels: list[dict] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)
+    stopped: dict | None = None
+    status: str = STATUS_RUNNING
+    preflight: dict | None = None
+    server: dict | None = None
+
+
+@dataclass(frozen=True)
+class LevelPlan:
+    """One level of the sweep, before it runs."""
+
+    index: int
+    value: float
+    num_requests: int
+    num_warmup: int
+    first_index: int  # RequestSpec.index of its first request (unique over the sweep)
+    verdict: dict | None = None  # the preflight row for this level, if one was computed
+
+
+def plan_levels(opts: BenchOptions, verdicts: dict | None = None) -> list[LevelPlan]:
+    """Every level in the order given, with request budgets and sweep-unique request indices."""
+    plans, next_index = [], 0
+    for i, value in enumerate(opts.levels):
+        n = opts.requests_for(value)
+        plans.append(LevelPlan(index=i, value=value, num_requests=n, num_warmup=opts.warmup, first_index=next_index,
+                               verdict=(verdicts or {}).get(value)))
+        next_index += n + opts.warmup
+    return plans
+
+
+def level_specs(opts: BenchOptions, plan: LevelPlan, *, warmup: bool):
+    """The requests of one level (or of its warmup), drawn from the shared Workload code."""
+    from kneecap.workload import LengthDist, RequestClass, Workload, make_requests
+
+    isl = opts.isl if opts.isl is not None else 1
+    cls = RequestClass(name="default", input=LengthDist.fixed(isl), output=LengthDist.fixed(opts.osl),
+                       shared_prefix_tokens=opts.shared_prefix_tokens, num_prefix_groups=opts.num_prefix_groups)
+    n = plan.num_warmup if warmup else plan.num_requests
+    start = plan.first_index if warmup else plan.first_index + plan.num_warmup
+    prefix = f"L{plan.index}{'w' if warmup else 'r'}"
+    return tuple(make_requests(Workload(classes=(cls,)), n, seed=opts.seed, start_index=start, id_prefix=prefix))
+
+
+def mostly_connection_failures(summary: dict) -> bool:
+    """Did this level fail in a way that suggests the server is gone (not just busy)?"""
+    requests = summary.get("requests") or 0
+    if not requests:
+        return True
+    conn = sum(n for kind, n in (summary.get("errors") or {}).items()
+               if any(kind.startswith(k) for k in CONNECTION_ERROR_KINDS) or kind in ("timeout",))
+    return conn / requests >= DEAD_PROBE_FAILED_FRACTION
+
+
+class Sweep:
+    """Runs the levels of one bench sweep (fresh or resumed) and keeps summary.json current.
+
+    `run_share(task, on_record) -> [LevelOutcome]` runs one level (in-process or over workers);
+    `probe() -> bool` says whether the server still answers; `poll_metrics` is a context
+    factory giving per-level server metrics (or None); `persist(summary)` writes summary.json.
+    """
+
+    def __init__(self, opts: BenchOptions, *, state: SweepState, plans: list[LevelPlan], epoch: float,
+                 run_share: Callable, write_record: Callable[[RequestRecord], None], persist: Callable[[dict], None],
+                 probe: Callable[[], bool], poll_metrics: Callable | None, progress, slo: dict | None,
+                 stop_limits, knee_fn: Callable, check_stop_fn: Callable, summarize_fn: Callable, sync: Callable[[], None]):
+        self.opts = opts
+        self.state = state
+        self.plans = plans
+        self.epoch = epoch
+        self._run_share = run_share
+        self._write_record = write_record
+        self._persist = persist
+        self._probe = probe
+        self._poll_metrics = poll_metrics
+        self._progress = progress
+        self._slo = slo
+        self._limits = stop_limits
+        self._find_knee = knee_fn
+        self._check_stop = check_stop_fn
+        self._summarize = summarize_fn
+        self._sync = sync
+
+    # -- summary.json ----------------------------------------------------------------------
+    def summary(self) -> dict:
+        from kneecap.results import build_summary
+
+        kind = self.opts.kind
+        knee = self._find_knee(self.state.levels, kind) if self.state.levels else None
+        return build_summary(
+            SUMMARY_KIND, self.state.levels, knee, self.state.stopped,
+            model_executed=True, benchmark_executed=True,
+            load=kind, status=self.state.status, skipped=self.state.skipped, preflight=self.state.preflight,
+            server=self.state.server, slo=self._slo or None, workers=self.opts.workers,
+        )
+
+    def save(self) -> dict:
+        summary = self.summary()
+        self._persist(summary)
+        return summary
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self, start: int = 0) -> dict:
+        """Run levels from index `start`; return the final summary (also written to disk)."""
+        current = None
+        try:
+            for plan in self.plans[start:]:
+                current = plan
+                if self._skip_by_preflight(plan):
+                    continue
+                summary = self._run_level(plan)
+                self.state.levels.append(summary)
+                self._sync()
+                stopped = self._after_level(summary)
+                self.save()
+                if stopped:
+                    break
+            if self.state.stopped is None and any(s["index"] == len(self.plans) - 1 for s in self.state.skipped):
+                self._stop_for_preflight()
+            self.state.status = STATUS_STOPPED if self.state.stopped else STATUS_COMPLETE
+        except KeyboardInterrupt:
+            at = current.value if current is not None else None
+            self.state.stopped = {"at": at, "reason": "interrupted",
+                                  "detail": "stopped by the user (Ctrl-C / SIGTERM); finished records are kept, "
+                                            "the interrupted level is re-run by --resume"}
+            self.state.status = STATUS_INTERRUPTED
+            self._sync()
+        return self.save()
+
+    def _skip_by_preflight(self, plan: LevelPlan) -> bool:
+        verdict = (plan.verdict or {}).get("verdict")
+        label = self.opts.level_label(plan.value)
+        if verdict == "tight":
+            self._progress.note(f"warning: {label} is tight for the KV pool (only the steady state fits): "
+                                f"expect preemption when requests start together")
+        if verdict != "exceeds":
+            return False
+        if self.opts.force:
+            self._progress.note(f"warning: {label} exceeds the KV pool; running it anyway (--force)")
+            return False
+        self._progress.note(f"skipping {label}: it exceeds the server's KV pool "
+                            f"({plan.verdict.get('peak_tokens')} tokens needed > {self.state.preflight.get('kv_capacity_tokens')}); "
+                            f"--force runs it anyway")
+        self.state.skipped.append({self.opts.kind: plan.value, "index": plan.index, "reason": "preflight_exceeds"})
+        self.save()
+        return True
+
+    def _stop_for_preflight(self) -> None:
+        """The sweep ran out of levels that fit: stopped at the first of the trailing skipped levels."""
+        from kneecap.metrics.stop import PREFLIGHT_EXCEEDS, stop_record
+
+        skipped = {s["index"] for s in self.state.skipped}
+        first = len(self.plans)
+        while first > 0 and (first - 1) in skipped:
+            first -= 1
+        value = self.plans[first].value
+        self.state.stopped = stop_record(value, PREFLIGHT_EXCEEDS,
+                                         f"{self.opts.level_label(value)} and above exceed the KV pool of "
+                                         f"{(self.state.preflight or {}).get('kv_capacity_tokens')} tokens; pass --force to run them")
+
+    def _run_level(self, plan: LevelPlan) -> dict:
+        opts = self.opts
+        label = opts.level_label(plan.value)
+        records: list[RequestRecord] = []
+
+        def keep(record: RequestRecord) -> None:
+            self._write_record(record)
+            if not record.warmup:
+                records.append(record)
+            self._progress.on_record(record.ok)
+
+        base = dict(level=plan.index, kind=opts.kind, value=plan.value, epoch=self.epoch,
+                    burstiness=opts.burstiness, seed=opts.seed + plan.index)
+        if plan.num_warmup:
+            self._progress.start_level(label, plan.num_warmup, phase="warmup")
+            warm_value = min(plan.value, plan.num_warmup) if opts.kind == KIND_CONCURRENCY else plan.value
+            self._run_share(LevelTask(specs=level_specs(opts, plan, warmup=True), warmup=True,
+                                      **{**base, "value": warm_value}), keep)
+        self._progress.start_level(label, plan.num_requests)
+        started = time.monotonic()
+        poller = self._poll_metrics() if self._poll_metrics else None
+        if poller is not None:
+            poller.__enter__()
+        try:
+            outcomes = self._run_share(LevelTask(specs=level_specs(opts, plan, warmup=False),
+                                                 duration_s=opts.duration_s, **base), keep)
+        finally:
+            server_metrics = None
+            if poller is not None:
+                poller.__exit__(None, None, None)
+                server_metrics = poller.result()
+        wall_s = time.monotonic() - started
+        summary = self._summarize(records, **{opts.kind: plan.value}, duration_s=None, slo=self._slo or None)
+        summary["level"] = plan.index
+        summary["wall_s"] = wall_s
+        summary["preflight"] = plan.verdict
+        summary["server_metrics"] = server_metrics
+        summary["client"] = _merge_outcomes(outcomes)
+        summary["suspect"] = summary["client"]["suspect"]
+        ok, failed = summary.get("completed", 0), summary.get("failed", 0)
+        self._progress.end_level(f"{label}: {ok} ok, {failed} failed, "
+                                 f"{_fmt(summary.get('output_tok_s'))} output tok/s"
+                                 + (" (client suspect: its own lag may have set these numbers)" if summary["suspect"] else ""))
+        return summary
+
+    def _after_level(self, summary: dict) -> bool:
+        """Server-dead check, then the declared stop rules. True when the sweep must stop."""
+        from kneecap.metrics.stop import SERVER_DEAD, stop_record
+
+        if summary.get("failed") and mostly_connection_failures(summary) and not self._probe():
+            summary["server_dead"] = True
+            self.state.stopped = stop_record(summary[self.opts.kind], SERVER_DEAD,
+                                             f"the server at {self.opts.base_url_clean} stopped answering during "
+                                             f"{self.opts.level_label(summary[self.opts.kind])}")
+            return True
+        stopped = self._check_stop(self.state.levels, self._limits)
+        if stopped:
+            self.state.stopped = stopped
+            return True
+        return False
+
+
+def _merge_outcomes(outcomes: list[LevelOutcome]) -> dict:
+    from kneecap.bench.workers import merge_outcomes
+
+    return merge_outcomes(outcomes)
+
+
+def _fmt(value) -> str:
+    return f"{value:,.1f}" if isinstance(value, (int, float)) else "—"
+
+
+def in_process_runner(cfg) -> Callable:
+    """run_share for --workers 1: the driver on this process's own event loop."""
+
+    def run_share(task: LevelTask, on_record) -> list[LevelOutcome]:
+        return [run_task(cfg, task, on_record)]
+
+    return run_share

@@ -1,0 +1,164 @@
+"""`--workers N`: one level's streams spread over N spawned processes, records merged exactly.
+
+Each worker runs its own event loop and driver on its share (concurrency split as evenly as
+whole streams allow, rate split evenly, requests dealt round-robin) and sends every finished
+record back as one serialised line; the parent writes them to requests.jsonl as they arrive, so
+statistics are computed from the merged raw records and are exact. Workers ignore SIGINT: the
+parent decides when to stop them. Owns the processes; knows nothing of statistics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+from typing import Callable, Sequence
+
+from kneecap.bench.level import LevelOutcome, LevelTask, run_task
+from kneecap.errors import KneecapError
+from kneecap.records import RequestRecord
+
+POLL_S = 0.25  # how often the parent checks that its workers are still alive while waiting
+STOP_TIMEOUT_S = 5.0  # grace given to a worker to exit before it is terminated
+
+
+def split_concurrency(concurrency: int, num_workers: int) -> list[int]:
+    """Whole streams per worker, as even as possible; workers left with 0 streams are dropped."""
+    base, extra = divmod(int(concurrency), num_workers)
+    shares = [base + (1 if i < extra else 0) for i in range(num_workers)]
+    return [s for s in shares if s > 0]
+
+
+def split_rate(rate: float, num_workers: int) -> list[float]:
+    """Even split: N independent Poisson(rate/N) streams superpose to Poisson(rate).
+
+    With burstiness != 1 the superposition of N gamma processes is only approximately gamma
+    with the same shape: per-worker burstiness is kept, aggregate burstiness regresses toward 1.
+    """
+    return [rate / num_workers] * num_workers
+
+
+def deal(specs: Sequence, num_shares: int) -> list[tuple]:
+    """Round-robin: share k gets specs k, k+n, k+2n... so each share sees the same length mix."""
+    return [tuple(specs[k::num_shares]) for k in range(num_shares)]
+
+
+def split_task(task: LevelTask, num_workers: int) -> list[LevelTask]:
+    """One level task -> up to num_workers tasks whose loads and requests add up to the original."""
+    if task.kind == "concurrency":
+        values = split_concurrency(int(task.value), num_workers)
+    else:
+        values = split_rate(task.value, min(num_workers, max(1, len(task.specs))))
+    shares = deal(task.specs, len(values))
+    tasks = []
+    for k, (value, specs) in enumerate(zip(values, shares)):
+        if specs:
+            tasks.append(dataclasses.replace(task, value=value, specs=specs, seed=task.seed * 1000 + k))
+    return tasks
+
+
+def _worker_main(worker_id: int, cfg, commands, results) -> None:
+    """Worker process body: run tasks until told to stop (None), streaming records to the parent."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
+    from kneecap.records import dumps_record
+
+    while True:
+        task = commands.get()
+        if task is None:
+            return
+        try:
+            outcome = run_task(cfg, task, lambda r: results.put(("record", worker_id, dumps_record(r))))
+            results.put(("done", worker_id, dataclasses.asdict(outcome)))
+        except KneecapError as exc:
+            results.put(("error", worker_id, exc.one_line()))
+        except Exception as exc:  # report, never die silently: the parent turns it into one line
+            results.put(("error", worker_id, f"error: client worker {worker_id} failed: {type(exc).__name__}: {exc}"))
+
+
+class WorkerPool:
+    """N long-lived spawned processes (imports paid once per run, not once per level)."""
+
+    def __init__(self, num_workers: int, cfg):
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self._results = ctx.Queue()
+        self._commands = [ctx.Queue() for _ in range(num_workers)]
+        self._procs = [ctx.Process(target=_worker_main, args=(i, cfg, self._commands[i], self._results),
+                                   name=f"kneecap-bench-worker-{i}", daemon=True)
+                       for i in range(num_workers)]
+        for proc in self._procs:
+            proc.start()
+
+    @property
+    def size(self) -> int:
+        return len(self._procs)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs]
+
+    def run(self, task: LevelTask, on_record: Callable[[RequestRecord], None]) -> list[LevelOutcome]:
+        """Run one level split over the workers; returns each worker's outcome once all are done."""
+        import orjson
+
+        tasks = split_task(task, self.size)
+        for worker_id, sub in enumerate(tasks):
+            self._commands[worker_id].put(sub)
+        outcomes: dict[int, LevelOutcome] = {}
+        pending = set(range(len(tasks)))
+        while pending:
+            try:
+                kind, worker_id, payload = self._results.get(timeout=POLL_S)
+            except queue.Empty:
+                dead = [i for i in pending if not self._procs[i].is_alive()]
+                if dead:
+                    raise KneecapError(f"client worker {dead[0]} exited (code {self._procs[dead[0]].exitcode}) during level {task.level}",
+                                       "check memory and file-descriptor limits, or run with fewer --workers") from None
+                continue
+            if kind == "record":
+                on_record(RequestRecord.from_dict(orjson.loads(payload)))
+            elif kind == "done":
+                outcomes[worker_id] = LevelOutcome(**payload)
+                pending.discard(worker_id)
+            else:
+                raise KneecapError(str(payload).removeprefix("error: "), None)
+        return [outcomes[i] for i in sorted(outcomes)]
+
+    def close(self) -> None:
+        """Ask every worker to exit, then terminate any that do not within STOP_TIMEOUT_S."""
+        for commands, proc in zip(self._commands, self._procs):
+            if proc.is_alive():
+                try:
+                    commands.put(None)
+                except (OSError, ValueError):
+                    pass
+        for proc in self._procs:
+            proc.join(timeout=STOP_TIMEOUT_S)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=STOP_TIMEOUT_S)
+        for q in (self._results, *self._commands):
+            q.close()
+            q.cancel_join_thread()
+
+    def terminate(self) -> None:
+        """Stop now (Ctrl-C or a fatal error): kill the workers' in-flight requests."""
+        for proc in self._procs:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in self._procs:
+            proc.join(timeout=STOP_TIMEOUT_S)
+        for q in (self._results, *self._commands):
+            q.close()
+            q.cancel_join_thread()
+
+
+def merge_outcomes(outcomes: Sequence[LevelOutcome]) -> dict:
+    """Per-level client facts over all workers: suspect if any was; each worker's own report kept."""
+    return {
+        "workers": len(outcomes),
+        "suspect": any(o.suspect for o in outcomes),
+        "per_worker": [o.client for o in outcomes],
+    }

@@ -1,0 +1,172 @@
+"""`kneecap bench`: flags -> BenchOptions -> the sweep (kneecap.bench.session) -> table / JSON.
+
+Heavy imports (numpy, aiohttp, rich) happen inside the command. The API key is read from an
+environment variable or a file, never from a flag value, and never printed or written.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from kneecap.cli.app import app
+
+EXIT_FAILED_ON = 1  # --fail-on matched
+EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM (128 + SIGINT), results kept
+
+
+@app.command("bench")
+def bench(
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000"),
+    model: Optional[str] = typer.Option(None, "--model", help="model name to request (default: the server's first model)"),
+    endpoint: Optional[str] = typer.Option(None, "--endpoint", help="completions | chat (default completions)"),
+    isl: Optional[int] = typer.Option(None, "--isl", help="input tokens per request"),
+    osl: Optional[int] = typer.Option(None, "--osl", help="output tokens per request"),
+    concurrency: Optional[str] = typer.Option(None, "--concurrency", help="closed-loop levels, e.g. 1,8,64"),
+    rate: Optional[str] = typer.Option(None, "--rate", help="open-loop levels in requests/s, e.g. 1,2,4"),
+    burstiness: Optional[float] = typer.Option(None, "--burstiness", help="gamma shape of arrivals: 1 Poisson, <1 burstier"),
+    requests: Optional[int] = typer.Option(None, "--requests", help="measured requests per level"),
+    duration: Optional[float] = typer.Option(None, "--duration", help="seconds per level (instead of --requests)"),
+    warmup: Optional[int] = typer.Option(None, "--warmup", help="warmup requests per level (recorded, excluded from stats)"),
+    slo: Optional[str] = typer.Option(None, "--slo", help="e.g. ttft_p99_ms=500,itl_p99_ms=50,error_rate=0.01"),
+    out: Optional[str] = typer.Option(None, "--out", help="results folder (default ./kneecap-results/bench-<UTC time>)"),
+    json_out: bool = typer.Option(False, "--json", help="print summary.json on stdout, nothing else"),
+    quiet: bool = typer.Option(False, "--quiet", help="no progress display and no table"),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="per-request timeout in seconds (default 600)"),
+    keepalive: Optional[bool] = typer.Option(None, "--keepalive/--no-keepalive", help="reuse connections (default on)"),
+    ignore_eos: Optional[bool] = typer.Option(None, "--ignore-eos/--no-ignore-eos", help="ask for exactly --osl tokens (default on)"),
+    dataset: Optional[str] = typer.Option(None, "--dataset", help="random | PATH.jsonl (prompts; ShareGPT layout accepted)"),
+    shared_prefix: Optional[str] = typer.Option(None, "--shared-prefix", help="TOKENS or TOKENSxGROUPS shared by requests"),
+    seed: Optional[int] = typer.Option(None, "--seed", help="seed of lengths, prompts and arrivals (default 0)"),
+    kv_tokens: Optional[int] = typer.Option(None, "--kv-tokens", help="KV pool in tokens for the preflight (default: read from the server)"),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help="KV block size in tokens for the preflight (default 16)"),
+    force: bool = typer.Option(False, "--force", help="run levels the preflight says exceed the KV pool"),
+    workers: Optional[int] = typer.Option(None, "--workers", help="client processes to spread streams over (default 1)"),
+    resume: Optional[str] = typer.Option(None, "--resume", help="continue the sweep in this results folder"),
+    keep_prompts: bool = typer.Option(False, "--keep-prompts", help="store prompts in requests.jsonl (default: hashes only)"),
+    redact: bool = typer.Option(False, "--redact", help="keep no server-chosen strings (URL, model, error bodies)"),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="exit 1 on: errors, slo, stopped (comma list)"),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="environment variable holding the API key"),
+    api_key_file: Optional[str] = typer.Option(None, "--api-key-file", help="file holding the API key"),
+) -> int:
+    """Drive a real OpenAI-compatible server through a concurrency or rate sweep.
+
+    The API key comes from KNEECAP_API_KEY or OPENAI_API_KEY (or --api-key-env / --api-key-file).
+    """
+    import signal
+    import sys
+    from pathlib import Path
+
+    from kneecap.bench.credentials import resolve_api_key
+    from kneecap.bench.options import BenchOptions, parse_fail_on, parse_rates, parse_shared_prefix
+    from kneecap.bench.progress import make_progress
+    from kneecap.bench.session import run_bench
+    from kneecap.errors import KneecapError
+    from kneecap.results import current_argv
+    from kneecap.workload import concurrency_levels
+
+    given = {
+        "base_url": base_url, "model": model, "endpoint": endpoint, "isl": isl, "osl": osl,
+        "concurrency": tuple(concurrency_levels(concurrency)) if concurrency is not None else None,
+        "rate": tuple(parse_rates(rate)) if rate is not None else None,
+        "burstiness": burstiness, "requests": requests, "duration_s": duration, "warmup": warmup, "slo": slo,
+        "timeout_s": timeout, "keepalive": keepalive, "ignore_eos": ignore_eos, "dataset": dataset, "seed": seed,
+        "kv_tokens": kv_tokens, "block_size": block_size, "workers": workers,
+        "fail_on": parse_fail_on(fail_on) if fail_on is not None else None,
+        "api_key_env": api_key_env, "api_key_file": api_key_file,
+        "force": force or None, "keep_prompts": keep_prompts or None, "redact": redact or None,
+    }
+    if shared_prefix is not None:
+        given["shared_prefix_tokens"], given["num_prefix_groups"] = parse_shared_prefix(shared_prefix)
+
+    out_dir = Path(out) if out else None
+    if resume is not None:
+        opts, out_dir = _resumed_options(Path(resume), out_dir, given)
+    else:
+        if base_url is None:
+            raise KneecapError("--base-url is required", "pass e.g. --base-url http://127.0.0.1:8000 (or --resume DIR)")
+        if osl is None:
+            raise KneecapError("--osl is required", "pass the output tokens per request, e.g. --osl 1000")
+        opts = BenchOptions(**{k: v for k, v in given.items() if v is not None})
+    api_key = resolve_api_key(opts.api_key_env, opts.api_key_file)
+
+    progress = make_progress(quiet=quiet, json_out=json_out)
+    previous_term = signal.signal(signal.SIGTERM, _term_as_interrupt)
+    try:
+        run = run_bench(opts, api_key=api_key, out_dir=out_dir, resume=resume is not None, progress=progress,
+                        argv=current_argv())
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+        progress.close()
+
+    summary = run.summary
+    if json_out:
+        import orjson
+
+        sys.stdout.write(orjson.dumps(summary, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode() + "\n")
+    elif not quiet:
+        from rich.console import Console
+
+        from kneecap.bench.render import summary_table
+
+        console = Console(highlight=False)
+        if run.nothing_to_do:
+            console.print(f"nothing to resume in {run.out_dir}: the sweep already ended", markup=False)
+        console.print(summary_table(summary))
+        console.print(f"results: {run.out_dir}", markup=False)
+    code, why = exit_code(summary, opts.fail_on)
+    if why and not quiet:
+        print(why, file=sys.stderr)
+    return code
+
+
+def _term_as_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _resumed_options(folder, out_dir, given: dict):
+    from kneecap.bench.options import BenchOptions
+    from kneecap.errors import KneecapError
+    from kneecap.results import ResultsDir
+
+    if not folder.is_dir():
+        raise KneecapError(f"--resume folder {folder} does not exist", "pass the results folder of an earlier bench run")
+    if out_dir is not None and out_dir.resolve() != folder.resolve():
+        raise KneecapError("--resume and --out name different folders", "drop --out: a resumed run writes into its own folder")
+    manifest = ResultsDir(folder).read_manifest() or {}
+    stored = dict(manifest.get("bench_options") or {})
+    # key locations are never trusted from disk (the manifest redacts them): name them again if needed
+    stored.pop("api_key_env", None)
+    stored.pop("api_key_file", None)
+    if stored.get("base_url") in (None, "<redacted>") and given.get("base_url") is None:
+        raise KneecapError(f"{folder}/manifest.json does not hold the server URL (redacted)", "pass --base-url again with --resume")
+    changed = [k for k in ("isl", "osl", "concurrency", "rate", "requests", "warmup", "seed", "shared_prefix_tokens")
+               if given.get(k) is not None and stored.get(k) is not None and _norm(given[k]) != _norm(stored[k])]
+    if changed:
+        raise KneecapError(f"--resume cannot change the sweep ({', '.join('--' + k.replace('_', '-') for k in changed)})",
+                           "drop those flags to continue the same sweep, or start a new run with --out")
+    return BenchOptions.from_dict(stored, **given), folder
+
+
+def _norm(value):
+    return [float(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+
+def exit_code(summary: dict, fail_on) -> tuple[int, str | None]:
+    """0 unless interrupted (130) or a --fail-on condition holds (1, with the reason)."""
+    if summary.get("status") == "interrupted":
+        return EXIT_INTERRUPTED, "interrupted: results written so far are kept; continue with --resume"
+    levels = summary.get("levels") or []
+    if "errors" in fail_on:
+        failed = sum(lv.get("failed") or 0 for lv in levels)
+        if failed:
+            return EXIT_FAILED_ON, f"bench: {failed} request(s) failed (--fail-on errors)"
+    if "slo" in fail_on:
+        breached = [lv for lv in levels if (lv.get("slo") or {}).get("met") is False]
+        if breached:
+            return EXIT_FAILED_ON, f"bench: the SLO was breached at {len(breached)} level(s) (--fail-on slo)"
+    if "stopped" in fail_on and summary.get("stopped"):
+        stopped = summary["stopped"]
+        return EXIT_FAILED_ON, f"bench: stopped at {stopped.get('at')}: {stopped.get('reason')} (--fail-on stopped)"
+    return 0, None
