@@ -320,7 +320,7 @@ def build_plan(deployment: Deployment, *, context: int, mean_context: int | None
 
 
 def rebuild(plan: Plan, deployment: Deployment, *, context: int | None = None, mean_context: int | None = None,
-            keep_weights: bool = True) -> Plan:
+            keep_weights: bool = True, kv_pool_bytes: int | None = None) -> Plan:
     """The same plan on a changed deployment (a lever or a sweep point).
 
     keep_weights: reuse the plan's whole-model weight bytes (checkpoint size) — False when the lever
@@ -332,6 +332,7 @@ def rebuild(plan: Plan, deployment: Deployment, *, context: int | None = None, m
         deployment, context=context, mean_context=min(mean, context), compute_batch_cap=plan.compute_batch_cap,
         weights_total=plan.weights_total_bytes if keep_weights else None,
         weights_source=plan.weights_source if keep_weights else None,
+        kv_pool_bytes=kv_pool_bytes,
     )
 
 

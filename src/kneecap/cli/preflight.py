@@ -1,0 +1,119 @@
+"""`kneecap preflight`: a KV capacity (a number, plan flags, or a live server) -> verdict per concurrency level.
+
+Thin: resolves where the capacity comes from and calls kneecap.plan.preflight.preflight.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from kneecap.cli.app import app
+from kneecap.cli.plan import (ActOpt, BlockOpt, CapOpt, ContextOpt, EngineOpt, EngineVerOpt, FragOpt, GpuOpt, GraphOpt,
+                              HbmOpt, KvDtypeOpt, MemFracOpt, MemUtilOpt, ModelOpt, NonTorchOpt, OverheadOpt, ParamsOpt,
+                              PlanFlags, PoolOpt, PpOpt, PresetOpt, TpOpt, WDtypeOpt, build_from_flags)
+from kneecap.errors import KneecapError
+
+
+def capacity_from_server(url: str, api_key: str | None, timeout_s: float) -> tuple[int, int | None, str]:
+    """(kv_capacity_tokens, block_size or None, description) as a live engine reports it."""
+    try:
+        from kneecap.client.server_info import fetch_server_info
+    except ImportError:
+        raise KneecapError("reading a live server's capacity is not available in this build",
+                           "pass --kv-tokens N from the engine's log (vLLM 'GPU KV cache size', SGLang max_total_num_tokens)") from None
+    info = fetch_server_info(url, api_key=api_key, timeout_s=timeout_s)
+    tokens = getattr(info, "kv_capacity_tokens", None)
+    if not tokens:
+        engine = getattr(info, "engine", None) or "the server"
+        raise KneecapError(f"{engine} at {url} does not report its KV capacity",
+                           "pass --kv-tokens N from its startup log (vLLM 'GPU KV cache size: N tokens')")
+    block = getattr(info, "block_size", None)
+    desc = f"{getattr(info, 'engine', None) or 'server'} at {url}"
+    return int(tokens), int(block) if block else None, desc
+
+
+@app.command("preflight")
+def preflight_command(
+    isl: Annotated[int, typer.Option("--isl", help="Input tokens per request")] = 1000,
+    osl: Annotated[int, typer.Option("--osl", help="Output tokens per request")] = 1000,
+    concurrency: Annotated[str, typer.Option("--concurrency", help="Levels, e.g. 64,128,256,512,1024")] = "1,8,64,128,256,512,1024",
+    kv_tokens: Annotated[Optional[int], typer.Option("--kv-tokens", help="KV capacity in tokens (an engine's log figure)")] = None,
+    server: Annotated[Optional[str], typer.Option("--server", help="Read the capacity a live engine reports (vLLM, SGLang, llama.cpp)")] = None,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", help="Bearer token for --server", envvar="KNEECAP_API_KEY")] = None,
+    timeout_s: Annotated[float, typer.Option("--timeout-s", help="--server probe timeout, seconds")] = 5.0,
+    preset: PresetOpt = None, model: ModelOpt = None, gpu: GpuOpt = None, tp: TpOpt = 1, pp: PpOpt = 1,
+    weight_dtype: WDtypeOpt = None, kv_dtype: KvDtypeOpt = None, params: ParamsOpt = None,
+    context: ContextOpt = None, block_size: Annotated[Optional[int], typer.Option("--block-size", help="Tokens per KV block (16)")] = None,
+    compute_batch_cap: CapOpt = None, overhead_gib: OverheadOpt = 4.0, frag: FragOpt = 0.05,
+    mem_util: MemUtilOpt = None, hbm: HbmOpt = "datasheet", kv_pool_gib: PoolOpt = None,
+    engine: EngineOpt = None, mem_fraction: MemFracOpt = None, engine_version: EngineVerOpt = None,
+    activation_gib: ActOpt = None, non_torch_gib: NonTorchOpt = 0.0, cudagraph_gib: GraphOpt = 0.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document")] = False,
+) -> int:
+    """Which levels of a planned sweep fit the KV pool (from --kv-tokens, plan flags, or --server URL)."""
+    from kneecap.plan.preflight import preflight
+    from kneecap.workload import concurrency_levels
+
+    levels = concurrency_levels(concurrency)
+    for flag, value in (("--isl", isl), ("--osl", osl)):
+        if value <= 0:
+            raise KneecapError(f"{flag} must be a positive whole number, got {value}", f"pass e.g. {flag} 1000")
+    sources = [name for name, v in (("--kv-tokens", kv_tokens), ("--server", server),
+                                    ("plan flags", preset or model or gpu)) if v]
+    if len(sources) != 1:
+        raise KneecapError("preflight needs exactly one capacity source" + (f", got {', '.join(sources)}" if sources else ""),
+                           "pass --kv-tokens N, or --server URL, or plan flags (--preset/--model and --gpu)")
+    bs = block_size or 16
+    if bs <= 0:
+        raise KneecapError(f"--block-size must be a positive whole number, got {bs}", "pass e.g. --block-size 16")
+    plan_doc = None
+    kv_bytes = 2
+    gpus_per_replica = tp_caps = None
+    if kv_tokens is not None:
+        if kv_tokens <= 0:
+            raise KneecapError(f"--kv-tokens must be a positive whole number, got {kv_tokens}", "pass e.g. --kv-tokens 1573854")
+        capacity, source = kv_tokens, "--kv-tokens"
+        if kv_dtype:
+            from kneecap.model.kv import kv_dtype_bytes
+
+            kv_bytes = kv_dtype_bytes(kv_dtype)
+    elif server:
+        capacity, server_block, source = capacity_from_server(server, api_key, timeout_s)
+        bs = block_size or server_block or 16
+        kv_bytes = None if kv_dtype and kv_dtype.startswith("fp8") else 2
+    else:
+        from kneecap.plan.sweeps import tp_sweep
+
+        flags = PlanFlags(preset=preset, model=model, gpu=gpu, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                          params=params, context=context, mean_context=None, block_size=bs,
+                          compute_batch_cap=compute_batch_cap, overhead_gib=overhead_gib, frag=frag, mem_util=mem_util,
+                          hbm=hbm, kv_pool_gib=kv_pool_gib, engine=engine, mem_fraction=mem_fraction,
+                          engine_version=engine_version, activation_gib=activation_gib, non_torch_gib=non_torch_gib,
+                          cudagraph_gib=cudagraph_gib)
+        plan, engine_pool = build_from_flags(flags)
+        capacity = engine_pool.kv_capacity_tokens if engine_pool else plan.kv_capacity_tokens
+        source = f"plan: {plan.deployment.model.name} on {plan.deployment.num_gpus}x {plan.deployment.gpu.name}"
+        kv_bytes = plan.kv_dtype_bytes
+        gpus_per_replica = plan.deployment.num_gpus
+        tp_caps = [(p.tp, p.num_gpus, (p.kv_pool_bytes // (p.kv_bytes_per_token_per_gpu * bs)) * bs)
+                   for p in tp_sweep(plan) if p.fits and p.kv_bytes_per_token_per_gpu and p.tp > plan.deployment.tp]
+        plan_doc = {"kv_pool_bytes": plan.ledger.kv_pool_bytes, "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token_per_gpu,
+                    "weights_bytes": plan.ledger.weights_bytes, "hbm_bytes": plan.ledger.hbm_bytes,
+                    "num_gpus": plan.deployment.num_gpus, "engine": engine_pool.to_json() if engine_pool else None}
+        if capacity <= 0:
+            raise KneecapError(f"the plan leaves no KV capacity ({source})", "see `kneecap plan` with the same flags")
+    result = preflight(capacity, isl=isl, osl=osl, concurrencies=levels, block_size=bs, kv_dtype_bytes=kv_bytes,
+                       gpus_per_replica=gpus_per_replica, tp_capacities=tp_caps, source=source)
+    if as_json:
+        doc = result.to_json()
+        doc["plan"] = plan_doc
+        sys.stdout.write(json.dumps(doc) + "\n")
+        return 0
+    from kneecap.plan.render import preflight_table, print_renderables
+
+    print_renderables(preflight_table(result))
+    return 0

@@ -1,0 +1,144 @@
+"""How vLLM and SGLang size their KV pool at startup, modelled from their source (pure).
+
+Owns the two engine formulas and the log lines each engine prints about its pool. Does not own
+the generic ledger (ledger.py): an engine's pool is handed to build_plan as `kv_pool_bytes`.
+kneecap cannot profile a model, so the activation peak, non-torch memory and CUDA-graph memory
+that vLLM measures at startup are inputs (defaulting to the ledger's --overhead-gib in total).
+Versions and source lines followed: docs/engine-model.md.
+
+vLLM (v1 engine, vllm/v1/worker/gpu_worker.py `determine_available_memory`):
+    requested    = gpu_memory_utilization x total          (total: torch.cuda.mem_get_info at init)
+    non_kv       = weights + torch activation peak + non-torch increase   (vllm/utils/mem_utils.py)
+    available    = requested - non_kv - cudagraph_estimate  (the CUDA-graph term from v0.21 on)
+    num_blocks   = available // (page_size_bytes x num_layers)   (vllm/v1/core/kv_cache_utils.py)
+                 = available // (block_size x kv_bytes_per_token_per_gpu) for one uniform layer group
+    logs "GPU KV cache size: N tokens" and "Maximum concurrency for L tokens per request: X.XXx"
+SGLang (python/sglang/srt/model_executor/model_runner.py `profile_max_num_token`):
+    rest_memory  = free_after_weights - total x (1 - mem_fraction_static)
+                 = total x mem_fraction_static - weights - non-torch          (GiB in the source)
+    cell_size    = kv_heads_per_gpu x head_dim x layers x 2 x elem   (MLA: (kv_lora_rank + rope) x layers x elem)
+    max_total_num_tokens = rest_memory // cell_size, rounded down to page_size
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kneecap.deployment import Deployment
+from kneecap.errors import KneecapError
+from kneecap.model import kv as kvmath
+from kneecap.units import GiB
+
+ENGINES = ("vllm", "sglang")
+VLLM_CUDAGRAPH_FROM = (0, 21)  # first vLLM minor that subtracts its CUDA-graph estimate by default
+DEFAULT_VLLM_VERSION = "0.21"
+DEFAULT_SGLANG_VERSION = "0.5"
+VLLM_DEFAULT_MEM_UTIL = 0.9  # vLLM's --gpu-memory-utilization default
+SGLANG_EXAMPLE_MEM_FRACTION = 0.88  # a typical --mem-fraction-static (SGLang picks one by GPU size when unset)
+
+
+@dataclass(frozen=True)
+class EnginePool:
+    """One engine's KV pool on one GPU, with the figures it logs."""
+
+    engine: str
+    version: str
+    total_bytes: int  # what the engine reads as the GPU's total
+    fraction: float  # vLLM gpu_memory_utilization | SGLang mem_fraction_static
+    budget_bytes: int  # fraction x total
+    weights_bytes: int
+    activation_bytes: int  # vLLM: torch activation peak of the profile run (SGLang: inside 1 - fraction)
+    non_torch_bytes: int  # CUDA context, NCCL buffers, cuBLAS workspaces
+    cudagraph_bytes: int  # vLLM >= 0.21 only
+    kv_pool_bytes: int
+    block_size: int
+    num_blocks: int
+    kv_capacity_tokens: int
+    max_model_len: int
+    max_concurrency: float  # sequences of max_model_len the pool holds (vLLM's log figure)
+    log_lines: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+def parse_version(version: str) -> tuple[int, ...]:
+    """'0.21.1' -> (0, 21, 1); KneecapError for anything else."""
+    try:
+        return tuple(int(p) for p in version.strip().lstrip("v").split("."))
+    except ValueError:
+        raise KneecapError(f"bad engine version {version!r}", "pass it as MAJOR.MINOR, e.g. --engine-version 0.21") from None
+
+
+def _check_fraction(flag: str, value: float) -> None:
+    if not (0 < value <= 1):
+        raise KneecapError(f"{flag} must be in (0, 1], got {value!r}", f"pass e.g. {flag} 0.9")
+
+
+def _check_nonneg(**values: int) -> None:
+    for name, v in values.items():
+        if v < 0:
+            flag = "--" + name.replace("_bytes", "").replace("_", "-") + "-gib"
+            raise KneecapError(f"{flag} must be >= 0, got {v / GiB:g}", f"pass the figure from the engine's log, e.g. {flag} 1")
+
+
+def vllm_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int, mem_util: float,
+              max_model_len: int, activation_bytes: int, non_torch_bytes: int, cudagraph_bytes: int,
+              version: str = DEFAULT_VLLM_VERSION) -> EnginePool:
+    """vLLM's pool: util x total - weights - activation peak - non-torch (- CUDA graphs from v0.21), blocks of block_size."""
+    _check_fraction("--mem-util", mem_util)
+    _check_nonneg(activation_bytes=activation_bytes, non_torch_bytes=non_torch_bytes, cudagraph_bytes=cudagraph_bytes)
+    graphs = cudagraph_bytes if parse_version(version) >= VLLM_CUDAGRAPH_FROM else 0
+    requested = int(total_bytes * mem_util)
+    available = requested - weights_bytes - activation_bytes - non_torch_bytes - graphs
+    if available <= 0:
+        raise KneecapError(
+            f"vLLM would have no KV cache: {mem_util} x {total_bytes / GiB:.2f} GiB - {weights_bytes / GiB:.2f} GiB weights "
+            f"- {(activation_bytes + non_torch_bytes + graphs) / GiB:.2f} GiB activations/graphs = {available / GiB:.2f} GiB",
+            "raise --mem-util, add GPUs (--tp) or use a smaller --weight-dtype")
+    m, bs = deployment.model, deployment.block_size
+    dtype_bytes = kvmath.kv_dtype_bytes(deployment.kv_dtype)
+    per_token = kvmath.kv_bytes_per_token_per_gpu(m, dtype_bytes, deployment.tp, deployment.pp)
+    num_blocks = available // (bs * per_token) if per_token else 0
+    uniform = set(m.layer_types) <= {"full_attention"} or set(m.layer_types) <= {"mla"}
+    if uniform:
+        tokens = num_blocks * bs
+        concurrency = tokens / max_model_len
+    else:  # hybrid groups: per-request memory caps sliding layers at their window (kv_cache_utils.get_max_concurrency...)
+        seq = kvmath.sequence_kv_bytes_per_gpu(m, max_model_len, dtype_bytes, deployment.tp, deployment.pp, bs, paged=True)
+        concurrency = available / seq if seq else 0.0
+        tokens = int(concurrency * max_model_len)
+    lines = (
+        f"Available KV cache memory: {available / GiB:.2f} GiB",
+        f"GPU KV cache size: {tokens:,} tokens",
+        f"Maximum concurrency for {max_model_len:,} tokens per request: {concurrency:.2f}x",
+    )
+    return EnginePool("vllm", version, total_bytes, mem_util, requested, weights_bytes, activation_bytes,
+                      non_torch_bytes, graphs, available, bs, num_blocks, tokens, max_model_len, concurrency, lines)
+
+
+def sglang_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int, mem_fraction: float,
+                max_model_len: int, non_torch_bytes: int, page_size: int = 1,
+                version: str = DEFAULT_SGLANG_VERSION) -> EnginePool:
+    """SGLang's pool: mem_fraction_static x total - weights (- non-torch), in cells of one token."""
+    _check_fraction("--mem-fraction", mem_fraction)
+    _check_nonneg(non_torch_bytes=non_torch_bytes)
+    budget = int(total_bytes * mem_fraction)
+    rest = budget - weights_bytes - non_torch_bytes
+    if rest <= 0:
+        raise KneecapError(
+            f"SGLang would have no KV cache: {mem_fraction} x {total_bytes / GiB:.2f} GiB - {weights_bytes / GiB:.2f} GiB weights "
+            f"= {rest / GiB:.2f} GiB", "raise --mem-fraction, add GPUs (--tp) or use a smaller --weight-dtype")
+    m = deployment.model
+    dtype_bytes = kvmath.kv_dtype_bytes(deployment.kv_dtype)
+    cell = kvmath.kv_bytes_per_token_per_gpu(m, dtype_bytes, deployment.tp, deployment.pp)
+    tokens = (rest // cell) // page_size * page_size if cell else 0
+    pool = tokens * cell
+    lines = (
+        f"KV Cache is allocated. #tokens: {tokens}, KV size: {pool / GiB:.2f} GB",
+        f"max_total_num_tokens={tokens}, context_len={max_model_len}",
+    )
+    return EnginePool("sglang", version, total_bytes, mem_fraction, budget, weights_bytes, 0, non_torch_bytes, 0,
+                      pool, page_size, math.floor(tokens / page_size), tokens, max_model_len,
+                      tokens / max_model_len, lines)

@@ -1,0 +1,144 @@
+"""Preflight: which concurrency levels of a planned sweep fit the KV pool (pure verdicts).
+
+Owns the per-level verdict and what would make a failing level fit. Does not own where the
+capacity comes from (a number, a Plan from ledger.py, or a live server read by the CLI).
+
+Per level C with ISL input and OSL output tokens (seed 000: 1,573,854 tokens at 1000/1000):
+    peak   = C x blocks(ISL + OSL) x block     every request at its longest at once (requests started together)
+    steady = C x blocks(ISL + OSL/2) x block   requests spread over their lifetimes: on average half-way through decode
+    verdict: "fits" if peak <= capacity; "tight" if only steady fits (expect preemption when requests start
+    together); "exceeds" otherwise.  max_safe_concurrency = capacity // (blocks(ISL+OSL) x block).
+Seed 000: C=512 fits (peak 1,024,000), C=1024 tight, C=2048 exceeds, max safe 786.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kneecap.errors import KneecapError
+from kneecap.model.kv import blocks_for
+
+VERDICTS = ("fits", "tight", "exceeds")
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """What would make a level fit, with numbers."""
+
+    fp8_kv_fits: bool | None  # doubling the pool (fp8 KV instead of 16-bit) makes the peak fit; None if KV is already 8-bit
+    max_seq_tokens: int  # longest ISL+OSL (whole blocks) whose peak fits at this C
+    pool_multiple: float  # capacity needed / capacity
+    replicas: int  # data-parallel replicas of this deployment that would hold it (each serving C / replicas)
+    tp: int | None  # smallest swept TP whose pool holds the peak (when a plan is known)
+    num_gpus: int | None  # GPUs for the fix above: replicas x GPUs per replica, or the TP option's GPU count
+    text: str
+
+    def to_json(self) -> dict:
+        return {"fp8_kv_fits": self.fp8_kv_fits, "max_seq_tokens": self.max_seq_tokens,
+                "pool_multiple": round(self.pool_multiple, 4), "replicas": self.replicas, "tp": self.tp,
+                "num_gpus": self.num_gpus, "text": self.text}
+
+
+@dataclass(frozen=True)
+class Level:
+    concurrency: int
+    peak_tokens: int
+    steady_tokens: int
+    verdict: str
+    headroom_tokens: int  # capacity - peak (negative: short by that much)
+    remedy: Remedy | None = None
+
+    def to_json(self) -> dict:
+        return {"concurrency": self.concurrency, "peak_tokens": self.peak_tokens, "steady_tokens": self.steady_tokens,
+                "verdict": self.verdict, "headroom_tokens": self.headroom_tokens,
+                "fix": None if self.remedy is None else self.remedy.to_json()}
+
+
+@dataclass(frozen=True)
+class Preflight:
+    kv_capacity_tokens: int
+    isl: int
+    osl: int
+    block_size: int
+    levels: tuple[Level, ...]
+    max_safe_concurrency: int
+    source: str  # "--kv-tokens" | "plan" | the server URL
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict:
+        return {"kv_capacity_tokens": self.kv_capacity_tokens, "isl": self.isl, "osl": self.osl,
+                "block_size": self.block_size, "source": self.source,
+                "levels": [lv.to_json() for lv in self.levels],
+                "max_safe_concurrency": self.max_safe_concurrency, "notes": list(self.notes)}
+
+
+def _check(kv_capacity_tokens: int, isl: int, osl: int, concurrencies: list[int], block_size: int) -> None:
+    for flag, value in (("--kv-tokens", kv_capacity_tokens), ("--isl", isl), ("--osl", osl), ("--block-size", block_size)):
+        if not isinstance(value, int) or value <= 0:
+            raise KneecapError(f"{flag} must be a positive whole number, got {value!r}", f"pass e.g. {flag} 1000")
+    if not concurrencies:
+        raise KneecapError("no concurrency levels", "pass e.g. --concurrency 64,128,256")
+    for c in concurrencies:
+        if not isinstance(c, int) or c <= 0:
+            raise KneecapError(f"concurrency levels must be positive whole numbers, got {c!r}",
+                               "pass e.g. --concurrency 64,128,256")
+
+
+def tokens_in_blocks(tokens: int, block_size: int) -> int:
+    """Token slots of whole blocks holding `tokens` tokens."""
+    return blocks_for(tokens, block_size) * block_size
+
+
+def remedy(capacity: int, concurrency: int, isl: int, osl: int, block_size: int, *, kv_dtype_bytes: int | None = 2,
+           gpus_per_replica: int | None = None, tp_capacities: list[tuple[int, int, int]] | None = None) -> Remedy:
+    """What would make C concurrent ISL+OSL sequences fit a pool of `capacity` tokens.
+
+    tp_capacities: (tp, num_gpus, kv_capacity_tokens) per swept TP degree, from a plan.
+    """
+    peak = concurrency * tokens_in_blocks(isl + osl, block_size)
+    per_seq = (capacity // concurrency) // block_size * block_size
+    multiple = peak / capacity
+    replicas = -(-peak // capacity)
+    fp8 = None if kv_dtype_bytes is not None and kv_dtype_bytes <= 1 else (peak <= 2 * capacity)
+    tp = gpus = None
+    for t, n, cap in tp_capacities or []:
+        if cap >= peak:
+            tp, gpus = t, n
+            break
+    parts = []
+    if fp8 is not None:
+        parts.append(f"fp8 KV doubles the pool to {2 * capacity:,} tokens ({'fits' if fp8 else 'still short'})")
+    parts.append(f"at C={concurrency} the longest ISL+OSL that fits is {per_seq:,} tokens")
+    if tp is not None:
+        parts.append(f"TP={tp} ({gpus} GPUs) holds {peak:,} tokens")
+    rep_gpus = replicas * gpus_per_replica if gpus_per_replica else None
+    parts.append(f"or {replicas} replicas of this deployment"
+                 + (f" ({rep_gpus} GPUs)" if rep_gpus else "") + f", each serving C={-(-concurrency // replicas)}")
+    return Remedy(fp8, per_seq, multiple, replicas, tp, gpus if tp is not None else rep_gpus, "; ".join(parts))
+
+
+def preflight(kv_capacity_tokens: int, *, isl: int, osl: int, concurrencies: list[int], block_size: int = 16,
+              kv_dtype_bytes: int | None = 2, gpus_per_replica: int | None = None,
+              tp_capacities: list[tuple[int, int, int]] | None = None, source: str = "--kv-tokens") -> Preflight:
+    """The verdict for each concurrency level against a pool of `kv_capacity_tokens` tokens."""
+    _check(kv_capacity_tokens, isl, osl, concurrencies, block_size)
+    per_seq_peak = tokens_in_blocks(isl + osl, block_size)
+    per_seq_steady = tokens_in_blocks(isl + osl // 2, block_size)
+    levels = []
+    for c in concurrencies:
+        peak, steady = c * per_seq_peak, c * per_seq_steady
+        if peak <= kv_capacity_tokens:
+            verdict = "fits"
+        elif steady <= kv_capacity_tokens:
+            verdict = "tight"
+        else:
+            verdict = "exceeds"
+        fix = None if verdict == "fits" else remedy(kv_capacity_tokens, c, isl, osl, block_size,
+                                                    kv_dtype_bytes=kv_dtype_bytes, gpus_per_replica=gpus_per_replica,
+                                                    tp_capacities=tp_capacities)
+        levels.append(Level(c, peak, steady, verdict, kv_capacity_tokens - peak, fix))
+    max_safe = kv_capacity_tokens // per_seq_peak
+    notes = []
+    if max_safe == 0:
+        notes.append(f"not even one {isl}+{osl}-token sequence fits {kv_capacity_tokens:,} tokens")
+    return Preflight(kv_capacity_tokens, isl, osl, block_size, tuple(levels), max_safe, source, tuple(notes))

@@ -1,0 +1,257 @@
+"""The plan worksheet and the preflight table as text a person reads (rich tables).
+
+Owns formatting only: it takes a Plan / levers / sweeps / EnginePool / Preflight and returns
+renderables; it computes nothing new. rich is imported inside the functions so that
+`kneecap plan --json` never loads it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from kneecap.model.kv import blocks_for
+from kneecap.plan.engines import EnginePool
+from kneecap.plan.ledger import Plan
+from kneecap.plan.levers import Lever
+from kneecap.plan.preflight import Preflight
+from kneecap.plan.sweeps import ContextPoint, TpPoint
+from kneecap.units import GB, GiB, MiB, fmt_bytes
+
+KIND_LABELS = {"full_attention": "full-attention", "sliding_attention": "sliding-window", "mla": "MLA",
+               "linear_attention": "linear-attention"}
+
+
+def _e9(num_bytes: int) -> str:
+    return f"{num_bytes / GB:,.2f} × 10⁹"
+
+
+def _gib(num_bytes: int) -> str:
+    return f"{num_bytes / GiB:,.2f}"
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.1f}" if whole else "-"
+
+
+def kv_factor_lines(plan: Plan) -> list[str]:
+    """The KV-bytes-per-token multiplication written out, one line per layer kind."""
+    m, b = plan.deployment.model, plan.kv_dtype_bytes
+    dt = plan.deployment.kv_dtype
+    counts = Counter(m.layer_types)
+    lines = []
+    for kind, n in counts.items():
+        if kind in ("full_attention", "sliding_attention"):
+            value = 2 * n * m.num_key_value_heads * m.head_dim * b
+            where = f" (window {m.sliding_window:,} tokens)" if kind == "sliding_attention" else ""
+            lines.append(f"  {KIND_LABELS[kind]}{where}: 2 (K and V) × {n} layers × {m.num_key_value_heads} kv_heads × "
+                         f"{m.head_dim} head_dim × {b} B ({dt}) = {value:,} B")
+        elif kind == "mla":
+            value = n * (m.kv_lora_rank + m.qk_rope_head_dim) * b
+            lines.append(f"  MLA latent: ({m.kv_lora_rank} kv_lora_rank + {m.qk_rope_head_dim} qk_rope_head_dim) × {n} layers × "
+                         f"{b} B ({dt}) = {value:,} B  (no K/V factor 2; the same latent on every TP rank)")
+        else:
+            lines.append(f"  linear-attention: {n} layers × 0 B per token (a fixed "
+                         f"{fmt_bytes(m.linear_state_bytes_per_layer)} state per layer per sequence instead)")
+    return lines
+
+
+def _table(title: str, columns: list[tuple[str, str]]):
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", show_lines=False, pad_edge=False)
+    for name, justify in columns:
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    return table
+
+
+def plan_worksheet(plan: Plan, levers: list[Lever], tps: list[TpPoint], contexts: list[ContextPoint],
+                   engine: EnginePool | None = None, prefix_tokens: int | None = None) -> list:
+    """Renderables, in seed 003's order: KV bytes/token, HBM ledger, allocators, binding, levers, TP, context."""
+    from rich.text import Text
+
+    d, m, g, L = plan.deployment, plan.deployment.model, plan.deployment.gpu, plan.ledger
+    out: list = []
+    out.append(Text(f"kneecap plan — {m.name} on {d.num_gpus}× {g.label} (TP={d.tp}, PP={d.pp}), "
+                    f"weights {d.weight_dtype}, KV {d.kv_dtype}, context {plan.context:,} (mean {plan.mean_context:,})",
+                    style="bold"))
+
+    # 1. KV bytes per token
+    per_tok = plan.kv_bytes_per_token
+    lines = ["", "1. KV bytes per token (whole model, one sequence, all layers)"]
+    lines += kv_factor_lines(plan)
+    lines.append(f"  = {per_tok:,} bytes = {fmt_bytes(per_tok)} per token per sequence;"
+                 f" a {plan.context:,}-token sequence carries {fmt_bytes(per_tok * plan.context)}")
+    if plan.kv_bytes_per_token_per_gpu != per_tok:
+        lines.append(f"  per GPU at TP={d.tp}, PP={d.pp}: {plan.kv_heads_per_gpu} KV head(s) per rank"
+                     f"{' (replicated)' if plan.kv_replicated else ''} → {plan.kv_bytes_per_token_per_gpu:,} B per token")
+    if "full_attention" in m.layer_types or "sliding_attention" in m.layer_types:
+        lines.append(f"  ({m.num_attention_heads} query heads do not appear: queries are recomputed every step; "
+                     f"only the {m.num_key_value_heads} KV heads are cached)")
+    if plan.state_bytes_per_sequence:
+        lines.append(f"  + {fmt_bytes(plan.state_bytes_per_sequence)} fixed linear-attention state per sequence per GPU")
+    out.append(Text("\n".join(lines)))
+
+    # 2. HBM: datasheet vs device, then the ledger
+    hb = ["", "2. The HBM budget (per GPU)",
+          f"  datasheet {g.datasheet_bytes / GB:,.0f} GB = {g.datasheet_bytes:,} B = {_gib(g.datasheet_bytes)} GiB"
+          f" (GB = 10⁹ bytes, GiB = 2³⁰: planning in 'GB as GiB' invents "
+          f"{(g.datasheet_bytes * GiB / GB - g.datasheet_bytes) / GB:,.1f} GB)"]
+    if g.device_bytes is not None:
+        diff = g.device_bytes - g.datasheet_bytes
+        hb.append(f"  driver reports {g.device_bytes:,} B = {_gib(g.device_bytes)} GiB "
+                  f"({'+' if diff >= 0 else '−'}{abs(diff) / GB:,.2f} GB vs the datasheet)")
+    else:
+        hb.append("  driver-reported total: not in the catalog (UNCONFIRMED)")
+    if g.framework_bytes is not None:
+        hb.append(f"  PyTorch reports ≈ {_gib(g.framework_bytes)} GiB total capacity")
+    acct = d.hbm if isinstance(d.hbm, str) else f"{d.hbm:,} B"
+    hb.append(f"  planning with: {acct} = {L.hbm_bytes:,} B" + (f", mem-util {d.mem_util}" if d.mem_util != 1 else ""))
+    out.append(Text("\n".join(hb)))
+    t = _table("", [("Component", "left"), ("Bytes", "right"), ("GiB", "right"), ("% of HBM", "right")])
+    params = d.params_override or m.total_params
+    t.add_row("HBM (per GPU)", _e9(L.hbm_bytes), _gib(L.hbm_bytes), "100.0")
+    if L.reserved_bytes:
+        t.add_row(f"Left unused (mem-util {d.mem_util})", _e9(L.reserved_bytes), _gib(L.reserved_bytes), _pct(L.reserved_bytes, L.hbm_bytes))
+    from kneecap.model.weights import weight_bits
+
+    wlabel = (f"Weights, {params / 1e9:g}e9 × {weight_bits(d.weight_dtype) / 8:g} B ({d.weight_dtype})"
+              if not plan.weights_source.startswith("checkpoint (mixed") else "Weights, as the checkpoint ships (mixed dtypes)")
+    if d.num_gpus > 1:
+        wlabel += f" / {d.num_gpus}"
+    t.add_row(wlabel, _e9(L.weights_bytes), _gib(L.weights_bytes), _pct(L.weights_bytes, L.hbm_bytes))
+    over = "Activations + workspace + graphs" if plan.pool_source == "ledger" else "Kept by the engine (activations, graphs, runtime)"
+    t.add_row(over, _e9(L.overhead_bytes), _gib(L.overhead_bytes), _pct(L.overhead_bytes, L.hbm_bytes))
+    if plan.pool_source == "ledger":
+        t.add_row(f"Fragmentation headroom ({d.frag_fraction:g} of what's left)", _e9(L.fragmentation_bytes),
+                  _gib(L.fragmentation_bytes), _pct(L.fragmentation_bytes, L.hbm_bytes))
+    t.add_row("KV cache pool", _e9(L.kv_pool_bytes), _gib(L.kv_pool_bytes), _pct(L.kv_pool_bytes, L.hbm_bytes), style="bold")
+    out.append(t)
+    out.append(Text(f"  pool = {plan.num_kv_blocks:,} blocks of {plan.block_size} tokens = {plan.kv_capacity_tokens:,} tokens"))
+
+    if engine is not None:
+        out.append(engine_section(engine))
+
+    # 3. Contiguous vs paged
+    bs = plan.block_size
+    nblk = blocks_for(plan.mean_context, bs)
+    sec = ["", "3. Max concurrency, two allocators",
+           f"  (a) contiguous, reserve {plan.context:,} tokens: {fmt_bytes(plan.seq_bytes_contiguous)} per sequence"
+           f" → {plan.max_seqs_contiguous:,} sequences",
+           f"  (b) paged, {bs}-token blocks: {plan.mean_context:,} tokens = {nblk} blocks = {nblk * bs:,} slots = "
+           f"{fmt_bytes(plan.seq_bytes_paged)} per sequence → {plan.max_seqs_paged:,} sequences"]
+    if plan.max_seqs_contiguous:
+        sec.append(f"  ratio {plan.max_seqs_paged / plan.max_seqs_contiguous:.1f}×: nothing got faster, nothing was added;"
+                   " paging just does not reserve a length the request never reaches")
+    out.append(Text("\n".join(sec)))
+    w = _table("", [("Scheme", "left"), ("Waste per sequence", "right"), ("% of its allocation", "right"), ("Bounded by", "left")])
+    w.add_row("Contiguous", fmt_bytes(plan.contiguous_waste_bytes), f"{100 * plan.contiguous_waste_fraction:.1f}%",
+              "nothing — grows with the advertised context")
+    slots = nblk * bs
+    w.add_row("Paged", fmt_bytes(plan.paged_waste_bytes), f"{100 * (slots - plan.mean_context) / slots:.2f}%",
+              f"≤ {plan.paged_waste_bound_tokens} tokens = {plan.paged_waste_bound_bytes / MiB:.2f} MiB, always")
+    out.append(w)
+
+    # 4. Binding
+    cap = plan.compute_batch_cap
+    if plan.binding == "hbm":
+        why = f"{plan.max_seqs_paged:,} < compute cap {cap:,}" if cap is not None else "no compute cap given"
+        text = (f"\n4. HBM binds ({why}). Configure max concurrent sequences = {plan.max_concurrency:,}"
+                f" (vLLM --max-num-seqs, SGLang --max-running-requests).")
+    else:
+        text = (f"\n4. Compute binds: the cap of {cap:,} is below the {plan.max_seqs_paged:,} sequences memory holds;"
+                " buy per-step speed, not memory.")
+    out.append(Text(text))
+
+    # 5. Levers
+    lt = _table("\n5. Levers", [("Lever", "left"), ("Change", "left"), ("KV pool (GiB)", "right"), ("Max seqs", "right"),
+                                ("× base", "right"), ("GPUs", "right"), ("Note", "left")])
+    lt.add_row("(base)", "", _gib(L.kv_pool_bytes), f"{plan.max_seqs_paged:,}", "1.0", str(d.num_gpus), "")
+    for lv in levers:
+        lt.add_row(lv.name, lv.change, _gib(lv.kv_pool_bytes), f"{lv.max_seqs:,}", f"{lv.gain:.1f}", str(lv.num_gpus), lv.note)
+    out.append(lt)
+    if prefix_tokens is None:
+        out.append(Text("  prefix sharing: pass --prefix-tokens N (a shared system prompt) to price it"))
+
+    # 6. TP sweep
+    if tps:
+        tt = _table("\n6. Tensor parallelism (the trap beyond the KV-head count)",
+                    [("TP", "right"), ("KV heads per GPU", "right"), ("KV pool (GiB)", "right"), ("Max seqs", "right"),
+                     ("Gain over previous", "right"), ("vs TP=1", "right")])
+        first = next((p.max_seqs for p in tps if p.fits and p.max_seqs), None)
+        for p in tps:
+            heads = f"{p.kv_heads_per_gpu}{' (replicated)' if p.replicated else ''}"
+            if not p.fits:
+                tt.add_row(str(p.tp), heads, "weights do not fit", "0", "—", "—")
+                continue
+            tt.add_row(str(p.tp), heads, _gib(p.kv_pool_bytes), f"{p.max_seqs:,}",
+                       "—" if p.gain is None else f"{p.gain:.2f}×", f"{p.max_seqs / first:.1f}×" if first else "—")
+        out.append(tt)
+        rep = [p for p in tps if p.replicated and p.fits and "mla" not in m.layer_types]
+        if rep:
+            out.append(Text(f"  With num_key_value_heads = {m.num_key_value_heads}, TP={m.num_key_value_heads} already puts one KV "
+                            f"head per rank; beyond it the cache is replicated and only the weight shards shrink."))
+        elif "mla" in m.layer_types:
+            out.append(Text("  MLA: every rank keeps the whole latent, so TP only frees weight memory."))
+
+    # 7. Context sweep
+    ct = _table("\n7. Advertised context", [("Context", "right"), ("Contiguous bytes/seq", "right"),
+                                             ("Contiguous max seqs", "right"), ("Paged max seqs", "right")])
+    for c in contexts:
+        ct.add_row(f"{c.context:,}", fmt_bytes(c.seq_bytes_contiguous), f"{c.contiguous:,}", f"{c.paged:,}")
+    out.append(ct)
+    if plan.notes:
+        out.append(Text("\nNotes:\n" + "\n".join(f"  - {n}" for n in plan.notes)))
+    return out
+
+
+def engine_section(engine: EnginePool):
+    from rich.text import Text
+
+    lines = ["", f"Engine model: {engine.engine} {engine.version} (docs/engine-model.md)",
+             f"  total {_gib(engine.total_bytes)} GiB × {engine.fraction} = {_gib(engine.budget_bytes)} GiB budget;"
+             f" weights {_gib(engine.weights_bytes)} GiB"]
+    if engine.engine == "vllm":
+        lines.append(f"  − activation peak {_gib(engine.activation_bytes)} − non-torch {_gib(engine.non_torch_bytes)}"
+                     f" − CUDA graphs {_gib(engine.cudagraph_bytes)} GiB = KV {_gib(engine.kv_pool_bytes)} GiB")
+    else:
+        lines.append(f"  − non-torch {_gib(engine.non_torch_bytes)} GiB = KV {_gib(engine.kv_pool_bytes)} GiB"
+                     f" (activations and graphs live in the other {1 - engine.fraction:.2f})")
+    lines.append("  the engine would log:")
+    lines += [f"    {line}" for line in engine.log_lines]
+    return Text("\n".join(lines))
+
+
+def preflight_table(result: Preflight) -> list:
+    from rich.text import Text
+
+    title = Text(f"Preflight: {result.kv_capacity_tokens:,} KV tokens ({result.source}), ISL {result.isl:,} + OSL {result.osl:,}")
+    t = _table("", [("C", "right"), ("Peak tokens", "right"), ("Steady tokens", "right"), ("Headroom", "right"), ("Verdict", "left")])
+    style = {"fits": "green", "tight": "yellow", "exceeds": "red"}
+    for lv in result.levels:
+        t.add_row(f"{lv.concurrency:,}", f"{lv.peak_tokens:,}", f"{lv.steady_tokens:,}", f"{lv.headroom_tokens:,}",
+                  lv.verdict, style=style[lv.verdict])
+    out: list = [title, t, Text(f"max safe concurrency: {result.max_safe_concurrency:,}"
+                         f" (peak {result.isl + result.osl:,} tokens per sequence, in whole {result.block_size}-token blocks)")]
+    fixes = [f"  C={lv.concurrency:,} {lv.verdict}: {lv.remedy.text}" for lv in result.levels if lv.remedy]
+    if fixes:
+        out.append(Text("What would make it fit:\n" + "\n".join(fixes)))
+    tight = [lv.concurrency for lv in result.levels if lv.verdict == "tight"]
+    if tight:
+        out.append(Text("tight: only the steady state fits (ISL + OSL/2 per sequence); expect preemption when "
+                        "requests start together."))
+    for n in result.notes:
+        out.append(Text(f"note: {n}"))
+    return out
+
+
+def print_renderables(renderables: list) -> None:
+    """Print to stdout with rich, wide enough for the tables when stdout is not a terminal."""
+    import sys
+
+    from rich.console import Console
+
+    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 120, highlight=False)
+    for r in renderables:
+        console.print(r)
+
+

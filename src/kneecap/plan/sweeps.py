@@ -1,0 +1,105 @@
+"""Sweeps: the plan across TP degrees (with the KV-replication trap) and across advertised contexts.
+
+Owns which points are swept and what each reports. The arithmetic is the ledger's (ledger.py) and
+the KV formula's (kneecap.model.kv). Seed 003 §1.5-1.6: TP 1/8/16 -> 67/1912/2010 sequences (TP=16
+replicates the 8 KV heads: 5% more for twice the GPUs); 128k context -> 1 contiguous vs 67 paged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from kneecap.errors import KneecapError
+from kneecap.model import kv as kvmath
+from kneecap.plan.ledger import Plan, rebuild
+
+CONTEXT_POINTS = (4096, 8192, 32768, 131072)
+MAX_SWEEP_TP = 64
+
+
+@dataclass(frozen=True)
+class TpPoint:
+    tp: int
+    num_gpus: int
+    kv_heads_per_gpu: int
+    replicated: bool
+    fits: bool  # weights + overhead fit in HBM at this TP
+    kv_pool_bytes: int
+    kv_bytes_per_token_per_gpu: int
+    max_seqs: int  # paged, at the plan's mean context
+    gain: float | None  # max_seqs over the previous fitting point
+
+    def to_json(self) -> dict:
+        return {"tp": self.tp, "num_gpus": self.num_gpus, "kv_heads_per_gpu": self.kv_heads_per_gpu,
+                "replicated": self.replicated, "fits": self.fits, "kv_pool_bytes": self.kv_pool_bytes,
+                "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token_per_gpu, "max_seqs": self.max_seqs,
+                "gain": None if self.gain is None else round(self.gain, 4)}
+
+
+@dataclass(frozen=True)
+class ContextPoint:
+    context: int
+    seq_bytes_contiguous: int
+    contiguous: int  # sequences that fit reserving `context` tokens each
+    paged: int  # sequences that fit at the mean context (capped at `context`), whole blocks
+
+    def to_json(self) -> dict:
+        return {"context": self.context, "seq_bytes_contiguous": self.seq_bytes_contiguous,
+                "contiguous": self.contiguous, "paged": self.paged}
+
+
+def sweep_tps(plan: Plan) -> list[int]:
+    """Powers of two up to 2x the KV heads (at least 8, at most 64), plus the plan's own TP."""
+    m = plan.deployment.model
+    top = min(max(2 * m.num_key_value_heads, 8), MAX_SWEEP_TP)
+    tps = {1 << i for i in range(0, 13) if (1 << i) <= top} | {plan.deployment.tp}
+    return sorted(tps)
+
+
+def tp_sweep(plan: Plan) -> list[TpPoint]:
+    """The plan at each TP degree of sweep_tps (skipping degrees that do not split the heads)."""
+    if plan.pool_source == "override":
+        return []  # a logged pool says nothing about other layouts
+    d = plan.deployment
+    points: list[TpPoint] = []
+    previous: int | None = None
+    for tp in sweep_tps(plan):
+        try:
+            kvmath.check_tp(d.model, tp)
+        except KneecapError:
+            continue
+        new = dataclasses.replace(d, tp=tp)
+        try:
+            p = rebuild(plan, new)
+        except KneecapError:
+            heads = kvmath.kv_heads_per_gpu(d.model.num_key_value_heads, tp)
+            points.append(TpPoint(tp, tp * d.pp, heads, kvmath.is_kv_replicated(d.model.num_key_value_heads, tp),
+                                  False, 0, 0, 0, None))
+            continue
+        gain = p.max_seqs_paged / previous if previous else None
+        points.append(TpPoint(tp, p.deployment.num_gpus, p.kv_heads_per_gpu, p.kv_replicated, True,
+                              p.ledger.kv_pool_bytes, p.kv_bytes_per_token_per_gpu, p.max_seqs_paged, gain))
+        previous = p.max_seqs_paged or None
+    return points
+
+
+def context_points(plan: Plan) -> list[int]:
+    """4k, 8k, 32k, 128k, the plan's --context and the model's advertised maximum."""
+    pts = set(CONTEXT_POINTS) | {plan.context}
+    if plan.deployment.model.max_position_embeddings:
+        pts.add(plan.deployment.model.max_position_embeddings)
+    return sorted(pts)
+
+
+def context_sweep(plan: Plan) -> list[ContextPoint]:
+    """Contiguous vs paged sequences as the advertised context grows (the pool does not change)."""
+    d = plan.deployment
+    dtype_bytes, pool = plan.kv_dtype_bytes, plan.ledger.kv_pool_bytes
+    out = []
+    for ctx in context_points(plan):
+        contig = kvmath.sequence_kv_bytes_per_gpu(d.model, ctx, dtype_bytes, d.tp, d.pp, d.block_size, paged=False)
+        paged = kvmath.sequence_kv_bytes_per_gpu(d.model, min(plan.mean_context, ctx), dtype_bytes, d.tp, d.pp,
+                                                 d.block_size, paged=True)
+        out.append(ContextPoint(ctx, contig, pool // contig if contig else 0, pool // paged if paged else 0))
+    return out
