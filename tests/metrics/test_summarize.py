@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kneecap.errors import KneecapError
+from kneecap.metrics import request as req
+from kneecap.metrics.stats import distribution, weighted_distribution
 from kneecap.metrics.summarize import LEVEL_KEYS, summarize_level
 from kneecap.records import ERROR, TIMEOUT, RequestRecord
 
@@ -192,3 +196,36 @@ def test_explicit_duration_overrides_and_is_validated():
 def test_error_kind_falls_back_to_status():
     s = summarize_level([rec("a", sent_at=0.0, status="cancelled")])
     assert s["errors"] == {"cancelled": 1}
+
+
+chunk = st.tuples(st.floats(min_value=0.0, max_value=0.5, allow_nan=False), st.integers(min_value=0, max_value=4))
+
+
+@given(st.lists(st.lists(chunk, max_size=12), min_size=1, max_size=6), st.integers(min_value=0, max_value=2))
+@settings(max_examples=150)
+def test_vectorised_itl_equals_per_request_chunk_gaps(requests, extra_tokens):
+    """The pooled (numpy) ITL over a level equals the per-request definition in metrics/request.py."""
+    records = []
+    for i, chunks in enumerate(requests):
+        times, t = [], 0.0
+        for dt, _ in chunks:
+            t += dt
+            times.append(t)
+        tokens = [k for _, k in chunks] + [1] * extra_tokens  # a length mismatch uses the common prefix
+        records.append(rec(str(i), sent_at=0.0, first_token_at=0.0, end_at=t, chunk_times=times, chunk_tokens=tokens))
+    s = summarize_level(records)
+    values, weights, chunk_gaps_ms, sizes = [], [], [], []
+    for r in records:
+        gaps, tokens = req.chunk_gaps(r)
+        values += [g * 1000 / k for g, k in zip(gaps, tokens)]
+        weights += tokens
+        chunk_gaps_ms += [g * 1000 for g in gaps]
+        sizes += req.token_chunk_sizes(r)
+    for key, ref in (("itl_ms", weighted_distribution(values, weights)), ("chunk_gap_ms", distribution(chunk_gaps_ms)),
+                     ("tokens_per_chunk", distribution(sizes))):
+        assert s[key]["n"] == ref["n"]
+        for stat in STAT:
+            if ref["n"]:
+                assert s[key][stat] == pytest.approx(ref[stat], rel=1e-9, abs=1e-9), (key, stat)
+            else:
+                assert s[key][stat] in (None, 0), (key, stat)

@@ -7,6 +7,7 @@ excluded (and counted); failed and timed-out requests are counted, never dropped
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Iterable, Mapping
 
 from kneecap.errors import KneecapError
@@ -72,19 +73,28 @@ def _token_mismatch(completed: list[RequestRecord]) -> dict:
 
 
 def _itl(completed: list[RequestRecord]) -> tuple[dict, dict, dict]:
-    """(per-token ITL ms, per-chunk gap ms, tokens per chunk) pooled over completed requests."""
-    per_token_ms: list[float] = []
-    weights: list[int] = []
-    per_chunk_ms: list[float] = []
-    sizes: list[int] = []
-    for r in completed:
-        gaps, tokens = req.chunk_gaps(r)
-        per_chunk_ms.extend(g * MS_PER_S for g in gaps)
-        # a chunk carrying k tokens after gap g contributes k samples of g / k
-        per_token_ms.extend(g * MS_PER_S / k for g, k in zip(gaps, tokens))
-        weights.extend(tokens)
-        sizes.extend(req.token_chunk_sizes(r))
-    return weighted_distribution(per_token_ms, weights), distribution(per_chunk_ms), distribution(sizes)
+    """(per-token ITL ms, per-chunk gap ms, tokens per chunk) pooled over completed requests.
+
+    Vectorised form of request.chunk_gaps over all requests at once (same result): token-bearing
+    chunks only, gaps taken within a request, a chunk carrying k tokens after gap g giving k
+    samples of g / k to the per-token ITL.
+    """
+    import numpy as np
+
+    lengths = [min(len(r.chunk_times), len(r.chunk_tokens)) for r in completed]
+    total = sum(lengths)
+    times = np.fromiter(chain.from_iterable(r.chunk_times[:m] for r, m in zip(completed, lengths)),
+                        dtype=np.float64, count=total)
+    tokens = np.fromiter(chain.from_iterable(r.chunk_tokens[:m] for r, m in zip(completed, lengths)),
+                         dtype=np.int64, count=total)
+    owner = np.repeat(np.arange(len(lengths)), lengths)
+    bearing = tokens > 0
+    times, tokens, owner = times[bearing], tokens[bearing], owner[bearing]
+    same_request = owner[1:] == owner[:-1]
+    gaps_ms = (np.diff(times) * MS_PER_S)[same_request]
+    gap_tokens = tokens[1:][same_request]
+    return (weighted_distribution(gaps_ms / np.maximum(gap_tokens, 1), gap_tokens),
+            distribution(gaps_ms), distribution(tokens))
 
 
 def summarize_level(records: Iterable[RequestRecord], *, concurrency=None, rate=None,
