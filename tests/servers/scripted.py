@@ -20,7 +20,8 @@ Every knob can also be overridden per request by a JSON object under the body ke
 (e.g. extra_body={"scripted": {"fault": "http_500"}}), so one server serves a whole fault matrix.
 Knobs: ttft_s, itl_s, tokens_per_chunk, output_tokens (None = max_tokens), usage (bool),
 reasoning_tokens (chat: that many tokens first as reasoning_content), fault, fault_after_chunks,
-huge_line_bytes, slow_loris_interval_s, model, max_model_len, kv_capacity_tokens.
+huge_line_bytes, slow_loris_interval_s, model, max_model_len, kv_capacity_tokens, error_echo_auth
+(an HTTP error's message repeats the Authorization header, to test that the client scrubs it).
 Faults: http_500 http_503 http_429 malformed_json missing_done truncated huge_line
 wrong_content_type stall never_answer slow_loris reset error_event close_after_response drop_reused.
 """
@@ -55,6 +56,7 @@ DEFAULTS = {
     "model": "scripted-model",
     "max_model_len": 8192,
     "kv_capacity_tokens": 65536,
+    "error_echo_auth": False,
 }
 FAULTS = ("http_500", "http_503", "http_429", "malformed_json", "missing_done", "truncated", "huge_line",
           "wrong_content_type", "stall", "never_answer", "slow_loris", "reset", "error_event",
@@ -169,7 +171,8 @@ def _serve(config: dict, log_path: str) -> None:
             entry["status"] = status
             log(entry)
             headers = {"Retry-After": "1"} if status == 429 else None
-            return web.json_response({"error": {"message": f"scripted {status}", "type": "scripted", "code": status}},
+            message = f"scripted {status}" + (f" (you sent {auth})" if k["error_echo_auth"] else "")
+            return web.json_response({"error": {"message": message, "type": "scripted", "code": status}},
                                      status=status, headers=headers)
         if fault == "never_answer":
             log(dict(entry, received=True))

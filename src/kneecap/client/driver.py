@@ -223,11 +223,13 @@ def prepare_requests(cfg: ClientConfig, specs: Iterable[RequestSpec], prompts: P
 
 
 def _chain(exc: BaseException) -> Iterable[BaseException]:
-    seen = 0
-    while exc is not None and seen < 8:
-        yield exc
-        exc = exc.__cause__ or exc.__context__
+    """The exception, its causes/contexts, and exceptions carried in args (aiohttp nests them there)."""
+    todo, seen = [exc], 0
+    while todo and seen < 16:
+        e = todo.pop()
         seen += 1
+        yield e
+        todo.extend(x for x in (e.__cause__, e.__context__, *getattr(e, "args", ())) if isinstance(x, BaseException))
 
 
 def classify_exception(exc: BaseException, response_started: bool) -> tuple[str, str]:
@@ -258,6 +260,8 @@ def classify_exception(exc: BaseException, response_started: bool) -> tuple[str,
         for e in _chain(exc):
             if isinstance(e, (ConnectionResetError, BrokenPipeError)):
                 return CONNECTION_RESET, f"connection reset mid-stream: {text}"
+        if "ConnectionResetError" in str(exc):  # older aiohttp keeps only the text
+            return CONNECTION_RESET, f"connection reset mid-stream: {text}"
         return INCOMPLETE_STREAM, f"the response body ended early: {text}"
     if isinstance(exc, (aiohttp.ClientOSError, ConnectionError)):
         return CONNECTION_RESET, f"{name}: {text}"

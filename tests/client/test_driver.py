@@ -1,0 +1,298 @@
+"""The real driver against the scripted server: timing vs the server's own stamps, exact lengths,
+every fault counted by its kind without hanging, the API key kept secret."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import socket
+import statistics
+import time
+
+import pytest
+
+from kneecap.client.driver import Client, ClientConfig, ensure_fd_limit, run_closed_loop, run_open_loop, run_sync
+from kneecap.client.prompts import prompt_sha256
+from kneecap.errors import KneecapError
+from kneecap.records import RecordWriter, read_records
+from kneecap.workload import Workload, make_requests
+from servers.scripted import start_scripted_server
+
+BOUND_S = 30  # no test here may take longer than this, whatever the server does
+
+
+@pytest.fixture(scope="module")
+def server():
+    url, srv = start_scripted_server(ttft_s=0.05, itl_s=0.01)
+    yield url, srv
+    srv.stop()
+
+
+def closed(cfg, specs, concurrency, client_prompts=None, **kw):
+    records = []
+    epoch = time.perf_counter()
+
+    async def go():
+        return await asyncio.wait_for(run_closed_loop(cfg, specs, concurrency, level=0, epoch=epoch,
+                                                      on_record=records.append, prompts=client_prompts, **kw), BOUND_S)
+
+    run = run_sync(go())
+    assert len(run.records) == len(records)  # on_record saw every record
+    return run, epoch
+
+
+def by_hash(srv):
+    """Server log entries keyed by the sha256 of the prompt they received."""
+    out = {}
+    for e in srv.log():
+        body = e["body"]
+        prompt = body.get("prompt") if "prompt" in body else body["messages"][0]["content"]
+        out[prompt_sha256(prompt)] = e
+    return out
+
+
+def test_c1_timing_matches_server_send_stamps(server):
+    url, srv = server
+    cfg = ClientConfig(base_url=url, model="m")
+    run, epoch = closed(cfg, make_requests(Workload.fixed(32, 20), 4, seed=1), 1)
+    log = by_hash(srv)
+    ttft_err, arrival_delay, itl_err = [], [], []
+    for rec in run.records:
+        assert rec.ok, rec.error_message
+        e = log[rec.prompt_hash]
+        sends = e["chunk_send_times"]
+        assert len(rec.chunk_times) == len(sends) == 20
+        server_ttft = sends[0] - e["received_at"]
+        ttft_err.append((rec.first_token_at - rec.sent_at) - server_ttft)
+        for client_t, server_t in zip(rec.chunk_times, sends):
+            arrival_delay.append(epoch + client_t - server_t)
+        client_gaps = [b - a for a, b in zip(rec.chunk_times, rec.chunk_times[1:])]
+        server_gaps = [b - a for a, b in zip(sends, sends[1:])]
+        itl_err.extend(c - s for c, s in zip(client_gaps, server_gaps))
+    # same clock (CLOCK_MONOTONIC) on both sides: a read can only arrive after its send
+    assert min(arrival_delay) > -0.0002
+    assert statistics.median(arrival_delay) < 0.001
+    assert 0 <= statistics.median(ttft_err) < 0.001
+    assert abs(statistics.mean(itl_err)) < 0.001
+
+
+@pytest.mark.parametrize("per_chunk,osl,continuous,expected", [
+    (1, 7, False, [1] * 7),
+    (3, 10, True, [3, 3, 3, 1]),
+    (4, 8, True, [4, 4]),
+    (3, 10, False, [1, 1, 1, 1]),  # no usage per chunk: each text-bearing event counts 1 (usage still says 10)
+])
+def test_tokens_per_chunk_and_exact_output_length(server, per_chunk, osl, continuous, expected):
+    url, srv = server
+    cfg = ClientConfig(base_url=url, model="m", continuous_usage_stats=continuous,
+                       extra_body={"scripted": {"tokens_per_chunk": per_chunk, "ttft_s": 0, "itl_s": 0.002}})
+    run, _ = closed(cfg, make_requests(Workload.fixed(16, osl), 2, seed=2), 2)
+    log = by_hash(srv)
+    for rec in run.records:
+        assert rec.ok and rec.chunk_tokens == expected
+        assert rec.output_tokens == osl and rec.prompt_tokens == 16 == rec.expected_input_tokens
+        body = log[rec.prompt_hash]["body"]
+        assert body["max_tokens"] == osl and body["ignore_eos"] is True
+        assert body["stream_options"] == ({"include_usage": True, "continuous_usage_stats": True} if continuous
+                                          else {"include_usage": True})
+        assert len(body["prompt"]) == 16
+
+
+def test_continuous_usage_counts_tokens_from_usage_deltas(server):
+    url, _ = server
+    cfg = ClientConfig(base_url=url, model="m", continuous_usage_stats=True,
+                       extra_body={"scripted": {"tokens_per_chunk": 5, "ttft_s": 0, "itl_s": 0.001}})
+    run, _ = closed(cfg, make_requests(Workload.fixed(8, 12), 1), 1)
+    assert run.records[0].chunk_tokens == [5, 5, 2]
+
+
+def test_chat_reasoning_first_then_answer(server):
+    url, _ = server
+    cfg = ClientConfig(base_url=url, model="m", endpoint="chat",
+                       extra_body={"scripted": {"reasoning_tokens": 3, "ttft_s": 0.01, "itl_s": 0.01}})
+    run, _ = closed(cfg, make_requests(Workload.fixed(8, 6), 1), 1)
+    rec = run.records[0]
+    assert rec.ok and sum(rec.chunk_tokens) == 6  # the role-only first chunk carries no token
+    assert rec.first_answer_at - rec.first_token_at >= 0.025  # three reasoning tokens 10 ms apart came first
+
+
+def test_non_streaming(server):
+    url, _ = server
+    cfg = ClientConfig(base_url=url, model="m", stream=False)
+    run, _ = closed(cfg, make_requests(Workload.fixed(8, 9), 2), 2)
+    for rec in run.records:
+        assert rec.ok and rec.output_tokens == 9 and rec.first_token_at == rec.end_at
+
+
+def test_model_is_detected_from_v1_models(server):
+    url, _ = server
+
+    async def go():
+        async with Client(ClientConfig(base_url=url + "/v1/")) as client:
+            return client.cfg.model
+
+    assert run_sync(go()) == "scripted-model"
+
+
+def test_open_loop_records_schedule(server):
+    url, _ = server
+    cfg = ClientConfig(base_url=url, model="m", extra_body={"scripted": {"ttft_s": 0.01, "itl_s": 0.001}})
+    records = []
+    epoch = time.perf_counter()
+    run = run_sync(asyncio.wait_for(run_open_loop(cfg, make_requests(Workload.fixed(8, 4), 20), 100.0, seed=3, level=1,
+                                                  epoch=epoch, on_record=records.append), BOUND_S))
+    assert len(run.records) == 20 and all(r.ok for r in run.records)
+    sched = sorted(r.scheduled_at for r in run.records)
+    assert sched[-1] - sched[0] > 0.05  # spread out, not all at once
+    assert all(r.rate == 100.0 and r.concurrency is None and r.level == 1 for r in run.records)
+    assert len(run.schedule_lag_s) == 20 and max(run.schedule_lag_s) < 0.25  # generous: a loaded CI box
+
+
+FAULT_KINDS = {
+    "http_500": ("http_500", "error"),
+    "http_503": ("http_503", "error"),
+    "http_429": ("http_429", "error"),
+    "malformed_json": ("malformed_sse", "error"),
+    "missing_done": ("incomplete_stream", "error"),
+    "truncated": ("incomplete_stream", "error"),
+    "huge_line": ("malformed_sse", "error"),
+    "wrong_content_type": ("malformed_sse", "error"),
+    "stall": ("stall", "timeout"),
+    "never_answer": ("timeout", "timeout"),
+    "slow_loris": ("timeout", "timeout"),
+    "reset": ("connection_reset", "error"),
+    "error_event": ("server_error_event", "error"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULT_KINDS))
+def test_each_fault_is_counted_by_kind_without_hanging(server, fault):
+    url, _ = server
+    cfg = ClientConfig(base_url=url, model="m", stall_timeout_s=1.0, timeout_s=2.5, max_line_bytes=64 * 1024,
+                       extra_body={"scripted": {"fault": fault, "ttft_s": 0, "itl_s": 0.005, "huge_line_bytes": 300_000,
+                                                "slow_loris_interval_s": 0.1}})
+    t0 = time.monotonic()
+    run, _ = closed(cfg, make_requests(Workload.fixed(8, 6), 3, seed=4), 3)
+    assert time.monotonic() - t0 < 10
+    kind, status = FAULT_KINDS[fault]
+    assert [(r.error_kind, r.status) for r in run.records] == [(kind, status)] * 3, [r.error_message for r in run.records]
+    assert all(r.end_at >= r.sent_at for r in run.records)
+
+
+def test_tokens_before_a_mid_stream_fault_are_kept(server):
+    url, _ = server
+    cfg = ClientConfig(base_url=url, model="m", stall_timeout_s=1.0, timeout_s=3,
+                       extra_body={"scripted": {"fault": "reset", "fault_after_chunks": 3, "ttft_s": 0, "itl_s": 0.002}})
+    run, _ = closed(cfg, make_requests(Workload.fixed(8, 10), 1), 1)
+    assert run.records[0].error_kind == "connection_reset" and sum(run.records[0].chunk_tokens) == 3
+
+
+def test_dropped_keepalive_connection_is_a_connection_error_and_no_keepalive_avoids_it(server):
+    url, srv = server
+    extra = {"scripted": {"fault": "drop_reused", "ttft_s": 0, "itl_s": 0.001}}
+    specs = make_requests(Workload.fixed(8, 3), 3, seed=5)
+    before = len(srv.log())
+    run, _ = closed(ClientConfig(base_url=url, model="m", extra_body=extra, timeout_s=5), specs, 1)
+    # the warmed connection is reused by the first POST: the server drops it, the client never retries
+    kinds = [r.error_kind for r in run.records]
+    assert "connection_reset" in kinds and len(srv.log()) - before == 3
+    run2, _ = closed(ClientConfig(base_url=url, model="m", extra_body=extra, keepalive=False, timeout_s=5), specs, 1)
+    assert all(r.ok for r in run2.records)
+
+
+def test_connection_refused():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again before use: nothing listens there
+    run, _ = closed(ClientConfig(base_url=f"http://127.0.0.1:{port}", model="m", timeout_s=5), make_requests(Workload.fixed(4, 2), 2), 2)
+    assert [r.error_kind for r in run.records] == ["connection_refused"] * 2
+
+
+def test_server_killed_mid_level_ends_the_level():
+    url, srv = start_scripted_server(ttft_s=0.0, itl_s=0.05)
+    try:
+        cfg = ClientConfig(base_url=url, model="m", timeout_s=10, stall_timeout_s=5)
+        records = []
+        epoch = time.perf_counter()
+
+        async def go():
+            task = asyncio.ensure_future(run_closed_loop(cfg, make_requests(Workload.fixed(4, 100), 8), 4, level=0,
+                                                         epoch=epoch, on_record=records.append))
+            await asyncio.sleep(0.6)
+            srv.kill()
+            return await asyncio.wait_for(task, BOUND_S)
+
+        t0 = time.monotonic()
+        run = run_sync(go())
+        assert time.monotonic() - t0 < 15
+        assert len(run.records) == 8
+        kinds = {r.error_kind for r in run.records}
+        assert kinds <= {"connection_reset", "connection_refused", "incomplete_stream"} and kinds
+    finally:
+        srv.stop()
+
+
+def test_cancelled_level_records_in_flight_requests(server):
+    url, _ = server
+    cfg = ClientConfig(base_url=url, model="m", extra_body={"scripted": {"ttft_s": 5}})
+    records = []
+
+    async def go():
+        task = asyncio.ensure_future(run_closed_loop(cfg, make_requests(Workload.fixed(4, 2), 4), 2, level=0,
+                                                     epoch=time.perf_counter(), on_record=records.append))
+        await asyncio.sleep(0.5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    run_sync(go())
+    assert [(r.status, r.error_kind) for r in records] == [("cancelled", "cancelled")] * 2
+
+
+def test_api_key_never_in_repr_records_or_messages(server, tmp_path):
+    url, srv = server
+    key = "sk-kneecap-TOPSECRET-4242"
+    cfg = ClientConfig(base_url=url, model="m", api_key=key,
+                       extra_body={"scripted": {"fault": "http_500", "error_echo_auth": True}})
+    assert key not in repr(cfg) and key not in str(cfg)
+    run, _ = closed(cfg, make_requests(Workload.fixed(4, 2), 2, seed=9), 2)
+    assert run.records[0].error_kind == "http_500" and "***" in run.records[0].error_message
+    with RecordWriter(tmp_path / "requests.jsonl") as writer:
+        writer.write_many(run.records)
+    assert key.encode() not in (tmp_path / "requests.jsonl").read_bytes()
+    assert key not in json.dumps(run.client_stats()) and key not in repr(run)
+    # ... but the server did get it, as a bearer token
+    digests = {e["auth_sha256"] for e in srv.log() if e["body"].get("scripted", {}).get("error_echo_auth")}
+    assert digests == {hashlib.sha256(f"Bearer {key}".encode()).hexdigest()}
+    assert len(read_records(tmp_path / "requests.jsonl")) == 2
+
+
+def test_self_measurement_is_reported(server):
+    url, _ = server
+    run, _ = closed(ClientConfig(base_url=url, model="m", extra_body={"scripted": {"ttft_s": 0.2}}),
+                    make_requests(Workload.fixed(4, 2), 2), 2)
+    stats = run.client_stats()
+    assert stats["loop_lag_n"] > 5 and 0 <= stats["cpu_fraction"] and stats["suspect"] == bool(stats["suspect_reasons"])
+
+
+def test_fd_limit_error_names_ulimit():
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert ensure_fd_limit(100) >= 164
+    if hard != resource.RLIM_INFINITY:
+        with pytest.raises(KneecapError) as err:
+            ensure_fd_limit(hard + 10)
+        assert "ulimit -n" in err.value.one_line()
+
+
+@pytest.mark.parametrize("kwargs,fragment", [
+    ({"base_url": "localhost:8000"}, "http"),
+    ({"base_url": "http://x", "endpoint": "embeddings"}, "endpoint"),
+    ({"base_url": "http://x", "timeout_s": 0}, "timeout_s"),
+])
+def test_config_validation(kwargs, fragment):
+    with pytest.raises(KneecapError) as err:
+        ClientConfig(**kwargs)
+    assert fragment in err.value.one_line()
