@@ -1,0 +1,47 @@
+"""`kneecap report DIR [DIR2]`: render a results folder as markdown + self-contained HTML, or compare two.
+
+Thin: flags -> kneecap.report.render -> print the paths written (or one JSON document with --json).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from kneecap.cli.app import app
+from kneecap.errors import KneecapError
+
+
+@app.command("report")
+def report(
+    folders: List[Path] = typer.Argument(..., help="A results folder (bench, simulate, run), a plan.json, or two "
+                                                   "sweep folders A B to compare level by level."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder to write into (default: the results folder; "
+                                                           "for A B, folder B), or FILE.md / FILE.html to name it."),
+    fmt: str = typer.Option("both", "--format", help="md, html or both."),
+    as_json: bool = typer.Option(False, "--json", help="Print {kind, files} as one JSON document."),
+) -> int:
+    """Render results as report.md + report.html (plots embedded), or compare two runs (compare.md/.html)."""
+    import json
+
+    from kneecap.report.load import load_results
+    from kneecap.report.render import render_comparison, render_results
+
+    if fmt not in ("md", "html", "both"):
+        raise KneecapError(f"unknown --format {fmt!r}", "use --format md, html or both")
+    if len(folders) > 2:
+        raise KneecapError(f"kneecap report takes one folder, or two to compare; got {len(folders)}",
+                           "pass DIR, or A B")
+    if len(folders) == 2:
+        paths, kind = render_comparison(folders[0], folders[1], out, fmt), "compare"
+    else:
+        results = load_results(folders[0])
+        kind, paths = results.kind, render_results(results, out, fmt)
+    if as_json:
+        print(json.dumps({"kind": kind, "files": [str(p) for p in paths]}))
+    else:
+        for p in paths:
+            print(p)
+    return 0

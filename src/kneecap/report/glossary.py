@@ -1,0 +1,69 @@
+"""Each metric a report shows, defined once from named timestamps, with its unit.
+
+The formulas follow kneecap's DESIGN.md command-line contract (the same definitions the
+metrics package computes): TTFT = first token − sent; TPOT = (E2E − TTFT) / (output tokens − 1);
+ITL counts a chunk carrying k tokens as k tokens; throughput counts completed requests only.
+"""
+
+from __future__ import annotations
+
+from kneecap.report.document import Definitions
+
+# term -> (unit, definition)
+TERMS: dict[str, tuple[str, str]] = {
+    "TTFT": ("ms", "Time to first token = first_token_at − sent_at: from the request bytes leaving the client "
+                   "to the first generated token (reasoning tokens included) arriving."),
+    "TTFT (answer)": ("ms", "first_answer_at − sent_at: time to the first non-reasoning (answer) token."),
+    "ITL": ("ms", "Inter-token latency: the gap between consecutive token-bearing chunks of one stream, "
+                  "a chunk arriving g ms after the previous one and carrying k tokens counts as k tokens (k samples of g/k ms); "
+                  "pooled over all requests of a level."),
+    "TPOT": ("ms", "Time per output token = (E2E − TTFT) / (output tokens − 1), per request; "
+                   "requests with one output token have none."),
+    "E2E": ("ms", "End-to-end latency = end_at − sent_at: first request byte to last response byte."),
+    "Chunk gap": ("ms", "Gap between consecutive token-bearing reads of one stream, not divided by tokens."),
+    "Tokens per chunk": ("tokens", "How many output tokens one streamed chunk (socket read) carried."),
+    "Output throughput": ("tok/s", "Output tokens of completed requests / the level's wall time (duration)."),
+    "Input throughput": ("tok/s", "Prompt tokens of completed requests / the level's wall time."),
+    "Total throughput": ("tok/s", "(prompt + output tokens of completed requests) / the level's wall time."),
+    "Request throughput": ("req/s", "Completed requests / the level's wall time."),
+    "Goodput": ("req/s", "Completed requests that met every SLO / the level's wall time."),
+    "Duration": ("s", "Wall time of one level: first request scheduled to last request finished."),
+    "Requests / completed / failed": ("count", "Requests sent at the level; of them, finished with status ok; "
+                                               "errored, timed out or cancelled (always counted, never dropped)."),
+    "pNN": ("same as the metric", "The NN-th percentile of the level's samples (p50 = median); n = sample count."),
+    "Concurrency (C)": ("requests", "Closed loop: requests kept in flight; a new one is sent when one finishes."),
+    "Rate": ("req/s", "Open loop: mean arrival rate of requests, sent on schedule whether or not earlier ones finished."),
+    "Knee": ("—", "The load past which output throughput stops growing in proportion to load (saturation)."),
+    "Preflight limit": ("requests", "The largest concurrency whose worst-case KV footprint (ISL+OSL per request) "
+                                    "fits the KV pool, from the memory plan."),
+    "Suspect level": ("—", "A level whose client was itself saturated (event-loop lag), so its latencies may "
+                           "measure the client rather than the server."),
+    "KV usage": ("%", "Fraction of the server's KV-cache blocks in use (server metrics or simulator trace)."),
+    "Queue depth": ("requests", "Requests waiting to be scheduled (not yet running)."),
+    "Preemptions": ("count", "Running requests evicted from the KV cache to make room (recomputed or swapped later)."),
+    "SLO": ("as stated", "Service-level objective, e.g. ttft_p99_ms=500: the p99 TTFT must stay at or under 500 ms."),
+    "KV bytes per token": ("bytes", "KV-cache bytes one token of one sequence occupies across all layers."),
+    "KV pool": ("GiB", "HBM per GPU left for the KV cache = HBM − weights − overhead − fragmentation headroom."),
+    "KV capacity": ("tokens", "Tokens the KV pool holds, counted in whole blocks."),
+    "Max sequences": ("sequences", "Contiguous: pool / (max context × KV bytes per token). "
+                                   "Paged: pool / (mean context × KV bytes per token), in whole blocks."),
+    "Binding": ("—", "Which limit sets max concurrency: 'hbm' (the KV pool) or 'compute' (the batch cap)."),
+    "Δ": ("as the metric", "B − A at the same load; '%' is (B − A) / A. Higher is better for throughput, "
+                           "lower is better for latency and failures."),
+}
+
+SWEEP_TERMS = ("TTFT", "TTFT (answer)", "ITL", "TPOT", "E2E", "Chunk gap", "Tokens per chunk", "Output throughput",
+               "Input throughput", "Total throughput", "Request throughput", "Goodput", "Duration",
+               "Requests / completed / failed", "pNN", "Concurrency (C)", "Rate", "Knee", "Preflight limit",
+               "Suspect level", "KV usage", "Queue depth", "Preemptions", "SLO")
+PLAN_TERMS = ("KV bytes per token", "KV pool", "KV capacity", "Max sequences", "Binding")
+COMPARE_TERMS = ("Δ",) + SWEEP_TERMS
+
+
+def glossary(terms: tuple[str, ...]) -> Definitions:
+    """The glossary block for these terms, in the order given (each term once)."""
+    seen: list[str] = []
+    for term in terms:
+        if term in TERMS and term not in seen:
+            seen.append(term)
+    return Definitions(items=tuple((t, TERMS[t][0], TERMS[t][1]) for t in seen))

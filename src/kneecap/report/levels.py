@@ -1,0 +1,179 @@
+"""Reading sweep levels for a report: load points, SLO limits, preflight limit, suspect flags, and the
+time series of a simulator trace or server-metrics timeline. Pure: dicts in, plain values out.
+
+Tolerant by design: keys another driver version may not write are optional, never a crash.
+"""
+
+from __future__ import annotations
+
+import re
+
+from kneecap.report.numbers import is_number, load_label
+from kneecap.report.plots import LoadPoint
+
+LATENCY_KEYS = ("ttft_ms", "ttft_answer_ms", "itl_ms", "tpot_ms", "e2e_ms", "chunk_gap_ms")
+LATENCY_LABELS = {"ttft_ms": "TTFT", "ttft_answer_ms": "TTFT (answer)", "itl_ms": "ITL", "tpot_ms": "TPOT",
+                  "e2e_ms": "E2E", "chunk_gap_ms": "Chunk gap"}
+_SLO_KEY = re.compile(r"^(?P<metric>[a-z0-9_]+?)_(?P<pct>p\d+|mean|max)_ms$")
+
+
+def levels_of(summary: dict) -> list[dict]:
+    levels = summary.get("levels")
+    return [lv for lv in levels if isinstance(lv, dict)] if isinstance(levels, list) else []
+
+
+def load_axis(levels: list[dict]) -> tuple[str, str]:
+    """(name, unit) of the load axis: concurrency or rate."""
+    for lv in levels:
+        name, value, unit = load_label(lv)
+        if value is not None:
+            return name, unit
+    return "level", ""
+
+
+def load_value(level: dict, index: int) -> float:
+    _, value, _ = load_label(level)
+    return value if value is not None else float(index + 1)
+
+
+def is_suspect(level: dict) -> bool:
+    return bool(level.get("suspect"))
+
+
+def suspect_reason(level: dict) -> str:
+    """Why a level is suspect, in words (client lag figures where present)."""
+    flag = level.get("suspect")
+    if isinstance(flag, str):
+        return flag
+    if isinstance(flag, dict) and isinstance(flag.get("reason"), str):
+        return flag["reason"]
+    client = level.get("client")
+    if isinstance(client, dict):
+        lags = [f"{k} = {v:,.1f}" for k, v in client.items() if "lag" in k and is_number(v)]
+        if lags:
+            return "client event-loop lag: " + ", ".join(lags)
+    return "client saturated (latencies may measure the client, not the server)"
+
+
+def preflight_verdict(level: dict) -> str | None:
+    for key in ("preflight", "preflight_verdict", "verdict"):
+        value = level.get(key)
+        if isinstance(value, str):
+            return value
+        if isinstance(value, dict) and isinstance(value.get("verdict"), str):
+            return value["verdict"]
+    return None
+
+
+def preflight_limit(summary: dict, levels: list[dict]) -> float | None:
+    """The largest concurrency the memory preflight says fits: from the summary, else from level verdicts."""
+    pre = summary.get("preflight")
+    if isinstance(pre, dict) and is_number(pre.get("max_safe_concurrency")):
+        return float(pre["max_safe_concurrency"])
+    if is_number(summary.get("max_safe_concurrency")):
+        return float(summary["max_safe_concurrency"])
+    fits = [float(lv["concurrency"]) for lv in levels
+            if is_number(lv.get("concurrency")) and preflight_verdict(lv) == "fits"]
+    if fits and any(preflight_verdict(lv) in ("tight", "exceeds") for lv in levels):
+        return max(fits)
+    return None
+
+
+def knee_load(summary: dict) -> float | None:
+    knee = summary.get("knee")
+    if not isinstance(knee, dict):
+        return None
+    for key in ("concurrency", "rate"):
+        if is_number(knee.get(key)):
+            return float(knee[key])
+    return None
+
+
+def parse_slo(slo: object) -> dict[str, dict[str, float]]:
+    """{'ttft_p99_ms': 500} or 'ttft_p99_ms=500,itl_p99_ms=50' -> {'ttft_ms': {'p99': 500.0}, ...}.
+
+    Keys that are not '<metric>_<pNN|mean|max>_ms' (e.g. an error-rate budget) are ignored here.
+    """
+    pairs: list[tuple[str, object]] = []
+    if isinstance(slo, str):
+        for part in slo.split(","):
+            if "=" in part:
+                key, _, value = part.partition("=")
+                pairs.append((key.strip(), value.strip()))
+    elif isinstance(slo, dict):
+        pairs = list(slo.items())
+    out: dict[str, dict[str, float]] = {}
+    for key, value in pairs:
+        match = _SLO_KEY.match(str(key))
+        try:
+            limit = float(value)
+        except (TypeError, ValueError):
+            continue
+        if match:
+            out.setdefault(f"{match['metric']}_ms", {})[match["pct"]] = limit
+    return out
+
+
+def points_of(levels: list[dict]) -> list[LoadPoint]:
+    points = []
+    for i, lv in enumerate(levels):
+        sm = lv.get("server_metrics") if isinstance(lv.get("server_metrics"), dict) else {}
+        points.append(LoadPoint(
+            load=load_value(lv, i),
+            output_tok_s=float(lv["output_tok_s"]) if is_number(lv.get("output_tok_s")) else None,
+            latency_ms={k: lv[k] for k in LATENCY_KEYS if isinstance(lv.get(k), dict)},
+            suspect=is_suspect(lv),
+            kv_usage_max=_fraction(sm.get("kv_usage_max")),
+            waiting_max=float(sm["waiting_max"]) if is_number(sm.get("waiting_max")) else None,
+            running_max=float(sm["running_max"]) if is_number(sm.get("running_max")) else None,
+        ))
+    return points
+
+
+def _fraction(value: object) -> float | None:
+    """KV usage as a fraction; a value above 1 is read as a percentage."""
+    if not is_number(value):
+        return None
+    return float(value) / 100 if value > 1 else float(value)
+
+
+def _first_number(row: dict, keys: tuple[str, ...]) -> float | None:
+    for key in keys:
+        if is_number(row.get(key)):
+            return float(row[key])
+    return None
+
+
+def _batch_size(row: dict) -> float | None:
+    batch = row.get("batch")
+    if isinstance(batch, dict):
+        counts = [v for v in batch.values() if is_number(v)]
+        return float(sum(counts)) if counts else None
+    if isinstance(batch, list):
+        return float(len(batch))
+    return _first_number(row, ("running", "num_running", "batch_size", "num_seqs"))
+
+
+def time_series(rows: tuple | list, kv_blocks_total: float | None = None) -> dict | None:
+    """Trace or timeline rows -> {'t', 'kv_usage' (fraction), 'queue', 'running'} lists, or None.
+
+    Time: 't' / 'time_s' / 'at' (s). KV: 'kv_usage' (fraction or %) or 'kv_blocks_used' over
+    'kv_blocks_total' (per row, or the total given). Queue: 'queue_depth' / 'waiting' / 'num_waiting'.
+    """
+    t, kv, queue, running = [], [], [], []
+    for row in rows:
+        when = _first_number(row, ("t", "time_s", "at", "t_s"))
+        if when is None:
+            continue
+        usage = _fraction(_first_number(row, ("kv_usage", "kv_cache_usage", "gpu_cache_usage")))
+        if usage is None:
+            used = _first_number(row, ("kv_blocks_used", "blocks_used", "num_blocks_used"))
+            total = _first_number(row, ("kv_blocks_total", "blocks_total", "num_blocks")) or kv_blocks_total
+            usage = used / total if used is not None and total else None
+        t.append(when)
+        kv.append(usage)
+        queue.append(_first_number(row, ("queue_depth", "waiting", "num_waiting", "queue")))
+        running.append(_batch_size(row))
+    if not t or (all(v is None for v in kv) and all(v is None for v in queue)):
+        return None
+    return {"t": t, "kv_usage": kv, "queue": queue, "running": running}

@@ -1,0 +1,335 @@
+"""The report's plots: data in, PNG bytes out (matplotlib, Agg backend, no pyplot global state).
+
+The only module of kneecap that imports matplotlib. Every plot has a title saying what it shows
+and units on both axes; a function returns None when it has nothing to draw, never an empty
+frame. Times in s, latencies in ms, sizes in GiB (2^30 bytes) at the axis only.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Sequence
+
+from kneecap.units import GiB
+
+WIDTH_IN, HEIGHT_IN, DPI = 8.0, 4.2, 100  # 800x420 px per plot
+PALETTE = ("#1f6feb", "#d1242f", "#1a7f37", "#8250df", "#bc4c00", "#0a7b83", "#6e7781")
+PCT_STYLES = (("p50", "-", "o"), ("p90", "--", "s"), ("p99", ":", "^"))
+SLO_COLOR = "#24292f"  # limits drawn in near-black so they never share a colour with a data line
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    """One sweep level as the plots see it: load on x, everything else optional."""
+
+    load: float
+    output_tok_s: float | None = None
+    latency_ms: dict | None = None  # metric -> {p50, p90, p99, ...} in ms
+    suspect: bool = False
+    kv_usage_max: float | None = None  # fraction 0..1
+    waiting_max: float | None = None
+    running_max: float | None = None
+
+
+def _plain_text(plot):
+    """Run a plot with mathtext off: model names and server strings may hold '$', shown as typed."""
+    import functools
+
+    @functools.wraps(plot)
+    def wrapper(*args, **kwargs):
+        import matplotlib
+
+        with matplotlib.rc_context({"text.parse_math": False}):
+            return plot(*args, **kwargs)
+
+    return wrapper
+
+
+def _figure(nrows: int = 1, ncols: int = 1, height_in: float = HEIGHT_IN, width_in: float = WIDTH_IN):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width_in, height_in), dpi=DPI, layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, axes
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _load_axis(ax, loads: Sequence[float], load_name: str, load_unit: str) -> None:
+    positive = [x for x in loads if x > 0]
+    if len(positive) == len(loads) and len(positive) >= 2 and max(positive) / min(positive) >= 16:
+        ax.set_xscale("log", base=2)
+        from matplotlib.ticker import FixedLocator, FuncFormatter
+
+        ax.xaxis.set_major_locator(FixedLocator(sorted(set(positive))))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_locator(FixedLocator([]))
+    ax.set_xlabel(f"{load_name} ({load_unit})" if load_unit else load_name)
+    ax.grid(True, alpha=0.3)
+
+
+@_plain_text
+def throughput_vs_load(points: Sequence[LoadPoint], load_name: str, load_unit: str,
+                       knee_load: float | None = None, preflight_limit: float | None = None,
+                       subject: str = "") -> bytes | None:
+    """Output tok/s vs concurrency (or rate), knee marked, preflight limit as a vertical line."""
+    pts = [p for p in points if p.output_tok_s is not None]
+    if not pts:
+        return None
+    fig, axes = _figure()
+    ax = axes[0][0]
+    xs = [p.load for p in pts]
+    ax.plot(xs, [p.output_tok_s for p in pts], marker="o", color=PALETTE[0], label="output throughput")
+    bad = [p for p in pts if p.suspect]
+    if bad:
+        ax.scatter([p.load for p in bad], [p.output_tok_s for p in bad], s=160, facecolors="none",
+                   edgecolors=PALETTE[4], linewidths=2, label="suspect level (client lag)", zorder=3)
+    if knee_load is not None:
+        knee_y = next((p.output_tok_s for p in pts if p.load == knee_load), None)
+        if knee_y is not None:
+            ax.scatter([knee_load], [knee_y], s=220, marker="*", color=PALETTE[1], zorder=4,
+                       label=f"knee ({load_name} {knee_load:g})")
+        else:
+            ax.axvline(knee_load, color=PALETTE[1], linestyle="-.", label=f"knee ({load_name} {knee_load:g})")
+    if preflight_limit is not None:
+        ax.axvline(preflight_limit, color=PALETTE[2], linestyle="--", linewidth=1.5,
+                   label=f"preflight KV limit ({load_name} {preflight_limit:g})")
+    _load_axis(ax, xs + ([preflight_limit] if preflight_limit else []), load_name, load_unit)
+    ax.set_ylabel("output throughput (tok/s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"Output throughput vs {load_name}{' — ' + subject if subject else ''}")
+    ax.legend(loc="best", fontsize=8)
+    return _png(fig)
+
+
+@_plain_text
+def latency_vs_load(points: Sequence[LoadPoint], load_name: str, load_unit: str,
+                    metrics: Sequence[tuple[str, str]], slo_ms: dict | None = None) -> bytes | None:
+    """One panel per metric (key, label): p50/p90/p99 in ms vs load, SLO lines dashed red.
+
+    slo_ms maps metric key -> {percentile name: limit ms}, e.g. {"ttft_ms": {"p99": 500}}.
+    """
+    shown = [(k, label) for k, label in metrics
+             if any(p.latency_ms and isinstance(p.latency_ms.get(k), dict) for p in points)]
+    if not shown:
+        return None
+    fig, axes = _figure(1, len(shown), height_in=3.8, width_in=max(WIDTH_IN, 3.6 * len(shown)))
+    slo_ms = slo_ms or {}
+    for ax, (key, label) in zip(axes[0], shown):
+        pts = [p for p in points if p.latency_ms and isinstance(p.latency_ms.get(key), dict)]
+        xs = [p.load for p in pts]
+        for i, (pname, style, marker) in enumerate(PCT_STYLES):
+            ys = [p.latency_ms[key].get(pname) for p in pts]
+            pairs = [(x, y) for x, y in zip(xs, ys) if isinstance(y, (int, float))]
+            if pairs:
+                ax.plot([x for x, _ in pairs], [y for _, y in pairs], linestyle=style, marker=marker,
+                        color=PALETTE[i], label=pname)
+        for pname, limit in sorted((slo_ms.get(key) or {}).items()):
+            ax.axhline(limit, color=SLO_COLOR, linestyle="-.", linewidth=1.4, label=f"SLO {pname} ≤ {limit:g} ms")
+        _load_axis(ax, xs, load_name, load_unit)
+        ax.set_ylabel(f"{label} (ms)")
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"{label} percentiles vs {load_name}", fontsize=10)
+        ax.legend(loc="best", fontsize=7)
+    return _png(fig)
+
+
+@_plain_text
+def frontier(series: Sequence[tuple[str, Sequence[tuple[float, float, str]]]]) -> bytes | None:
+    """Throughput-latency frontier: output tok/s vs p99 TPOT (ms), one line per run or candidate.
+
+    series: (name, [(p99_tpot_ms, output_tok_s, point label), ...]) in load order.
+    """
+    usable = [(name, pts) for name, pts in series if pts]
+    if not usable:
+        return None
+    fig, axes = _figure()
+    ax = axes[0][0]
+    for i, (name, pts) in enumerate(usable):
+        color = PALETTE[i % len(PALETTE)]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=color, label=name)
+        for x, y, label in pts:
+            ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
+    ax.set_xlabel("p99 time per output token, TPOT (ms)")
+    ax.set_ylabel("output throughput (tok/s)")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.set_title("Throughput–latency frontier: output tok/s vs p99 TPOT (up and left is better)")
+    ax.legend(loc="best", fontsize=8)
+    return _png(fig)
+
+
+# bottom to top: the KV pool always sits on top, so bars of full and partial ledgers line up
+LEDGER_PARTS = (("weights_bytes", "weights"), ("overhead_bytes", "overhead"),
+                ("fragmentation_bytes", "fragmentation headroom"),
+                ("other_bytes", "weights + overhead + fragmentation"), ("kv_pool_bytes", "KV pool"))
+LEDGER_COLORS = {"weights_bytes": "#6e7781", "overhead_bytes": "#bc4c00", "fragmentation_bytes": "#d4a72c",
+                 "kv_pool_bytes": "#1a7f37", "other_bytes": "#8c959f"}
+
+
+@_plain_text
+def ledger_bars(groups: Sequence[tuple[str, Sequence[tuple[str, dict, str]]]], hbm_bytes: float | None) -> bytes | None:
+    """The per-GPU HBM ledger as stacked bars (GiB), one panel per group (levers, TP degrees).
+
+    groups: (panel title, [(bar label, {part_bytes: value}, annotation such as 'max seqs 120')]).
+    """
+    usable = [(title, bars) for title, bars in groups if bars]
+    if not usable:
+        return None
+    fig, axes = _figure(1, len(usable), height_in=4.4, width_in=max(WIDTH_IN, 5.0 * len(usable)))
+    labelled: set[str] = set()
+    for ax, (title, bars) in zip(axes[0], usable):
+        xs = list(range(len(bars)))
+        bottoms = [0.0] * len(bars)
+        for key, part_label in LEDGER_PARTS:
+            heights = [float(parts.get(key) or 0) / GiB for _, parts, _ in bars]
+            if not any(heights):
+                continue
+            label = part_label if part_label not in labelled else None
+            labelled.add(part_label)
+            ax.bar(xs, heights, bottom=bottoms, color=LEDGER_COLORS[key], label=label, width=0.6)
+            bottoms = [b + h for b, h in zip(bottoms, heights)]
+        for x, (_, _, note), top in zip(xs, bars, bottoms):
+            if note:
+                ax.annotate(note, (x, top), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7)
+        if hbm_bytes:
+            ax.axhline(hbm_bytes / GiB, color=PALETTE[1], linestyle="--", linewidth=1,
+                       label="HBM per GPU" if "HBM" not in labelled else None)
+            labelled.add("HBM")
+        ax.set_ylim(0, max(bottoms + [float(hbm_bytes or 0) / GiB]) * 1.12)
+        ax.set_xticks(xs, [label for label, _, _ in bars], rotation=15, fontsize=8)
+        ax.set_ylabel("memory per GPU (GiB)")
+        ax.set_xlabel("configuration")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.legend(loc="outside lower center", ncols=6, fontsize=8)
+    fig.suptitle("HBM ledger per GPU: where the memory goes (GiB)")
+    return _png(fig)
+
+
+@_plain_text
+def occupancy_over_time(times_s: Sequence[float], kv_usage: Sequence[float | None],
+                        queue_depth: Sequence[float | None], source: str,
+                        running: Sequence[float | None] | None = None) -> bytes | None:
+    """KV usage (% of blocks) and queue depth (requests) over time (s), on twin y axes."""
+    if not times_s or (all(v is None for v in kv_usage) and all(v is None for v in queue_depth)):
+        return None
+    fig, axes = _figure()
+    ax = axes[0][0]
+    handles = []
+    kv = [(t, v * 100) for t, v in zip(times_s, kv_usage) if v is not None]
+    if kv:
+        handles += ax.plot([t for t, _ in kv], [v for _, v in kv], color=PALETTE[2], label="KV usage (%)")
+    ax.set_ylabel("KV cache usage (% of blocks)")
+    ax.set_ylim(0, 105)
+    ax.set_xlabel("time since run start (s)")
+    ax.grid(True, alpha=0.3)
+    ax2 = ax.twinx()
+    q = [(t, v) for t, v in zip(times_s, queue_depth) if v is not None]
+    if q:
+        handles += ax2.step([t for t, _ in q], [v for _, v in q], where="post", color=PALETTE[1],
+                            label="queue depth (waiting requests)")
+    if running:
+        r = [(t, v) for t, v in zip(times_s, running) if v is not None]
+        if r:
+            handles += ax2.step([t for t, _ in r], [v for _, v in r], where="post", color=PALETTE[0],
+                                alpha=0.6, label="running requests")
+    ax2.set_ylabel("requests")
+    ax2.set_ylim(bottom=0)
+    ax.set_title(f"KV occupancy and queue depth over time ({source})")
+    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8)
+    return _png(fig)
+
+
+@_plain_text
+def peaks_vs_load(points: Sequence[LoadPoint], load_name: str, load_unit: str) -> bytes | None:
+    """Per level peak KV usage (%) and peak queue depth (requests), from server metrics."""
+    pts = [p for p in points if p.kv_usage_max is not None or p.waiting_max is not None]
+    if not pts:
+        return None
+    fig, axes = _figure()
+    ax = axes[0][0]
+    handles = []
+    kv = [(p.load, p.kv_usage_max * 100) for p in pts if p.kv_usage_max is not None]
+    if kv:
+        handles += ax.plot([x for x, _ in kv], [y for _, y in kv], marker="o", color=PALETTE[2],
+                           label="peak KV usage (%)")
+    ax.set_ylabel("peak KV cache usage (% of blocks)")
+    ax.set_ylim(0, 105)
+    _load_axis(ax, [p.load for p in pts], load_name, load_unit)
+    ax2 = ax.twinx()
+    for i, (attr, label) in enumerate((("waiting_max", "peak queue depth"), ("running_max", "peak running"))):
+        ys = [(p.load, getattr(p, attr)) for p in pts if getattr(p, attr) is not None]
+        if ys:
+            handles += ax2.plot([x for x, _ in ys], [y for _, y in ys], marker="s", linestyle="--",
+                                color=PALETTE[1 if i == 0 else 0], label=f"{label} (requests)")
+    ax2.set_ylabel("requests")
+    ax2.set_ylim(bottom=0)
+    ax.set_title(f"Peak KV occupancy and queue depth per level (server metrics) vs {load_name}")
+    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8)
+    return _png(fig)
+
+
+@_plain_text
+def tokens_per_chunk_histogram(tokens_per_chunk: Sequence[int]) -> bytes | None:
+    """How many tokens each streamed chunk carried: count of chunks per size (tokens)."""
+    from collections import Counter
+
+    values = [int(v) for v in tokens_per_chunk if v is not None and v > 0]
+    if not values:
+        return None
+    fig, axes = _figure()
+    ax = axes[0][0]
+    if max(values) <= 64:
+        counts = sorted(Counter(values).items())
+        ax.bar([k for k, _ in counts], [n for _, n in counts], width=0.7, color=PALETTE[0])
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlim(0.3, max(values) + 0.7)
+    else:
+        ax.hist(values, bins=50, color=PALETTE[0], edgecolor="white")
+    ax.set_xlabel("tokens carried by one streamed chunk (tokens)")
+    ax.set_ylabel("chunks (count)")
+    ax.grid(True, axis="y", alpha=0.3)
+    single = sum(1 for v in values if v == 1) / len(values)
+    ax.set_title(f"Tokens per chunk: {len(values):,} chunks, {single * 100:.0f} % carried one token")
+    return _png(fig)
+
+@_plain_text
+def series_vs_load(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], load_name: str, load_unit: str,
+                   y_label: str, title: str, limits: Sequence[tuple[str, float]] = ()) -> bytes | None:
+    """Several runs or candidates on one axis: series = (name, [(load, y), ...]); limits = horizontal lines."""
+    usable = [(name, pts) for name, pts in series if pts]
+    if not usable:
+        return None
+    fig, axes = _figure()
+    ax = axes[0][0]
+    loads: list[float] = []
+    for i, (name, pts) in enumerate(usable):
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", color=PALETTE[i % len(PALETTE)], label=name)
+        loads += [x for x, _ in pts]
+    for label, value in limits:
+        ax.axhline(value, color=SLO_COLOR, linestyle="-.", linewidth=1.4, label=label)
+    _load_axis(ax, loads, load_name, load_unit)
+    ax.set_ylabel(y_label)
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.legend(loc="best", fontsize=8)
+    return _png(fig)
+
+
+def throughput_series(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], load_name: str,
+                      load_unit: str) -> bytes | None:
+    """Output tok/s vs load for several runs on one axis: series = (name, [(load, tok/s), ...])."""
+    return series_vs_load(series, load_name, load_unit, "output throughput (tok/s)",
+                          f"Output throughput vs {load_name}, run by run")

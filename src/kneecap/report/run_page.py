@@ -1,0 +1,217 @@
+"""The worksheet of a load-plan run (`kneecap run`): candidates and why each was accepted or rejected,
+the capacity region per candidate/class/state, the cells with their verdicts, the KV ledger when
+the run carries its plan, plots, handoff, glossary. Pure: Results in, Document out.
+
+Cells are {candidate, class, state, load: {dimension: x}, repetition, verdict, metrics, limit,
+breaches} (kneecap.loadplan); anything missing renders as a dash.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from kneecap.report import numbers as fmt
+from kneecap.report import plots
+from kneecap.report.document import Block, Cell, Code, Document, Figure, Heading, KeyValues, Paragraph, Table
+from kneecap.report.glossary import PLAN_TERMS, SWEEP_TERMS, glossary
+from kneecap.report.levels import time_series
+from kneecap.report.load import PLAN_KEYS, Results
+from kneecap.report.plan_page import ledger_blocks, ledger_figure
+from kneecap.report.provenance import flatten, manifest_blocks, missing_block, source_banner
+
+UNITS = {"concurrency": "concurrent requests", "rate": "req/s"}
+
+
+def _load(cell: dict) -> tuple[str, float | None]:
+    load = cell.get("load")
+    if isinstance(load, dict) and len(load) == 1:
+        (dim, value), = load.items()
+        return str(dim), float(value) if fmt.is_number(value) else None
+    for dim in ("concurrency", "rate"):
+        if fmt.is_number(cell.get(dim)):
+            return dim, float(cell[dim])
+    return "load", None
+
+
+def _load_text(cell: dict) -> str:
+    dim, value = _load(cell)
+    if value is None:
+        return fmt.MISSING
+    return f"C={value:g}" if dim == "concurrency" else f"{value:g} {UNITS.get(dim, '')}".strip()
+
+
+def _metric(cell: dict, key: str, pct: str | None = None) -> float | None:
+    metrics = cell.get("metrics") if isinstance(cell.get("metrics"), dict) else {}
+    value = metrics.get(key)
+    if pct is not None:
+        value = value.get(pct) if isinstance(value, dict) else None
+    return float(value) if fmt.is_number(value) else None
+
+
+def _reason(cell: dict) -> str:
+    parts = ([str(cell["limit"])] if cell.get("limit") else []) + [str(b) for b in cell.get("breaches") or []]
+    return "; ".join(parts)
+
+
+def _verdict_cell(verdict: object) -> Cell:
+    text = str(verdict) if verdict is not None else fmt.MISSING
+    tone = {"pass": "better", "accepted": "better", "slo_breach": "worse", "limit": "worse", "rejected": "worse",
+            "not_run": "muted"}.get(text, "plain")
+    return Cell(text, tone)
+
+
+def candidates_table(candidates: list[dict]) -> Table:
+    rows = tuple((str(c.get("name", "?")), _verdict_cell(c.get("verdict")), str(c.get("reason") or fmt.MISSING))
+                 for c in candidates)
+    return Table(("candidate", "verdict", "reason"), rows,
+                 caption="Behaviour gate first, then SLO gate; cost is compared only between accepted candidates")
+
+
+def capacity_table(capacity: dict) -> Table | None:
+    rows = []
+    for cand, by_class in capacity.items():
+        for cls, by_state in (by_class or {}).items() if isinstance(by_class, dict) else ():
+            for state, info in (by_state or {}).items() if isinstance(by_state, dict) else ():
+                if not isinstance(info, dict):
+                    continue
+                dim = str(info.get("dimension", "load"))
+                unit = UNITS.get(dim, "")
+                at = info.get("at_capacity") if isinstance(info.get("at_capacity"), dict) else {}
+                failed = info.get("failed") if isinstance(info.get("failed"), dict) else {}
+                cap = info.get("capacity")
+                rows.append((str(cand), str(cls), str(state), f"{dim} ({unit})" if unit else dim,
+                             Cell(f"{cap:g}" if fmt.is_number(cap) else "none", "better" if fmt.is_number(cap)
+                                  else "worse"),
+                             ", ".join(f"{x:g}" if fmt.is_number(x) else str(x) for x in info.get("region") or [])
+                             or "empty",
+                             fmt.ms((at.get("ttft_ms") or {}).get("p99")), fmt.ms((at.get("itl_ms") or {}).get("p99")),
+                             fmt.ms((at.get("e2e_ms") or {}).get("p99")), fmt.rate(at.get("output_tok_s")),
+                             "; ".join(f"{load}: {', '.join(map(str, why))}" for load, why in failed.items())
+                             or fmt.MISSING))
+    if not rows:
+        return None
+    return Table(("candidate", "class", "state", "dimension", "capacity", "region (loads passing every repetition)",
+                  "TTFT p99 at capacity (ms)", "ITL p99 (ms)", "E2E p99 (ms)", "output at capacity (tok/s)",
+                  "failing loads and why"), tuple(rows),
+                 caption="Capacity = the highest load such that it and every lower step passed every repetition")
+
+
+def cells_table(cells: list[dict]) -> Table:
+    rows, tones = [], []
+    for c in cells:
+        m = c.get("metrics") if isinstance(c.get("metrics"), dict) else {}
+        rows.append((str(c.get("candidate", fmt.MISSING)), str(c.get("class", fmt.MISSING)),
+                     str(c.get("state", fmt.MISSING)), _load_text(c), fmt.count(c.get("repetition")),
+                     _verdict_cell(c.get("verdict")), fmt.count(m.get("requests")), fmt.count(m.get("completed")),
+                     fmt.count(m.get("failed")), fmt.rate(m.get("output_tok_s")),
+                     fmt.ms(_metric(c, "ttft_ms", "p50")), fmt.ms(_metric(c, "ttft_ms", "p95")),
+                     fmt.ms(_metric(c, "ttft_ms", "p99")), fmt.ms(_metric(c, "itl_ms", "p99")),
+                     fmt.ms(_metric(c, "e2e_ms", "p99")), fmt.count((m.get("ttft_ms") or {}).get("n")
+                                                                    if isinstance(m.get("ttft_ms"), dict) else None),
+                     _reason(c) or fmt.MISSING))
+        tones.append("warning" if m.get("suspect") else "plain")
+    return Table(("candidate", "class", "state", "load", "repetition", "verdict", "requests", "completed", "failed",
+                  "output (tok/s)", "TTFT p50 (ms)", "TTFT p95 (ms)", "TTFT p99 (ms)", "ITL p99 (ms)", "E2E p99 (ms)",
+                  "n (samples)", "limit crossed / budgets missed"), tuple(rows), row_tones=tuple(tones),
+                 caption="Every cell run, per repetition (suspect cells highlighted)")
+
+
+def _group_series(cells: list[dict], y) -> tuple[list[tuple[str, list[tuple[float, float]]]], str]:
+    """Per candidate/class/state: worst value over repetitions at each load (y(cell) -> float|None)."""
+    grouped: dict = defaultdict(lambda: defaultdict(list))
+    dims = set()
+    for c in cells:
+        dim, load = _load(c)
+        value = y(c)
+        if load is None or value is None:
+            continue
+        dims.add(dim)
+        grouped[(c.get("candidate"), c.get("class"), c.get("state"))][load].append(value)
+    series = [(" / ".join(str(k) for k in key if k is not None), sorted((x, max(v)) for x, v in by_load.items()))
+              for key, by_load in grouped.items()]
+    return series, (dims.pop() if len(dims) == 1 else "load")
+
+
+def run_figures(results: Results, cells: list[dict]) -> list[Figure]:
+    out: list[Figure] = []
+    ttft, dim = _group_series(cells, lambda c: _metric(c, "ttft_ms", "p99"))
+    png = plots.series_vs_load(ttft, dim, UNITS.get(dim, ""), "TTFT p99 (ms)",
+                               f"p99 TTFT vs {dim} per candidate / class / state (worst repetition)")
+    if png:
+        out.append(Figure("ttft_p99", "p99 TTFT per candidate", png))
+    thr, _ = _group_series(cells, lambda c: _metric(c, "output_tok_s"))
+    png = plots.series_vs_load(thr, dim, UNITS.get(dim, ""), "output throughput (tok/s)",
+                               f"Output throughput vs {dim} per candidate / class / state")
+    if png:
+        out.append(Figure("throughput", "Output throughput per candidate", png))
+    front: dict = defaultdict(list)
+    for c in cells:
+        tpot, tok_s = _metric(c, "tpot_ms", "p99"), _metric(c, "output_tok_s")
+        if tpot is not None and tok_s is not None:
+            front[f"{c.get('candidate')} / {c.get('class')}"].append((tpot, tok_s, _load_text(c)))
+    png = plots.frontier([(name, pts) for name, pts in front.items()])
+    if png:
+        out.append(Figure("frontier", "Throughput–latency frontier per candidate", png))
+    series = time_series(results.trace) if results.trace else None
+    if series is not None:
+        png = plots.occupancy_over_time(series["t"], series["kv_usage"], series["queue"], "simulator trace",
+                                        series["running"])
+        if png:
+            out.append(Figure("occupancy", "KV occupancy and queue depth over time", png))
+    sizes = [k for rec in results.records if rec.status == "ok" and not rec.warmup for k in rec.chunk_tokens]
+    png = plots.tokens_per_chunk_histogram(sizes)
+    if png:
+        out.append(Figure("chunks", "Tokens per streamed chunk", png))
+    return out
+
+
+def _plan_of(results: Results) -> dict | None:
+    summary = results.summary
+    worksheet = summary.get("worksheet") if isinstance(summary.get("worksheet"), dict) else {}
+    for candidate in (summary.get("plan"), worksheet.get("plan"), worksheet.get("ledger"), results.plan):
+        if isinstance(candidate, dict) and all(k in candidate for k in PLAN_KEYS):
+            return candidate
+    return None
+
+
+def run_document(results: Results) -> Document:
+    summary = results.summary
+    name = summary.get("plan_name") or summary.get("name") or results.name
+    title = f"Load-plan worksheet — {name}"
+    blocks: list[Block] = [Heading(title, 1), source_banner("run", summary)]
+    blocks += manifest_blocks(summary)
+    blocks += missing_block(results.missing)
+    cells = [c for c in summary.get("cells") or [] if isinstance(c, dict)]
+    candidates = [c for c in summary.get("candidates") or [] if isinstance(c, dict)]
+    if candidates:
+        blocks += [Heading("Candidates"), candidates_table(candidates)]
+    capacity = summary.get("capacity")
+    cap_table = capacity_table(capacity) if isinstance(capacity, dict) else None
+    blocks.append(Heading("Capacity region"))
+    blocks.append(cap_table or Paragraph("No capacity region in this summary.", "warning"))
+    handoff = summary.get("handoff")
+    blocks.append(KeyValues((("handoff package", str(handoff) if handoff else "none: no limit failed"),),
+                            caption="Specialist handoff"))
+    plan = _plan_of(results)
+    if plan is not None:
+        blocks += [Heading("KV ledger (from the plan)")] + ledger_blocks(plan)
+        fig = ledger_figure(plan)
+        if fig:
+            blocks.append(fig)
+    figs = run_figures(results, cells)
+    if figs:
+        blocks += [Heading("Plots")] + figs
+    if cells:
+        blocks += [Heading("Cells"), cells_table(cells)]
+    else:
+        blocks.append(Paragraph("This summary holds no cells: nothing ran.", "warning"))
+    worksheet = summary.get("worksheet")
+    if isinstance(worksheet, str):
+        blocks += [Heading("Worksheet"), Code(worksheet)]
+    elif isinstance(worksheet, dict):
+        items: list[tuple[str, str]] = []
+        flatten("", {k: v for k, v in worksheet.items() if k not in ("plan", "ledger")}, items)
+        if items:
+            blocks += [Heading("Worksheet"), KeyValues(tuple(items), caption="Workloads, budgets and settings")]
+    blocks += [Heading("Glossary"), glossary(SWEEP_TERMS + PLAN_TERMS)]
+    return Document(title, tuple(blocks))

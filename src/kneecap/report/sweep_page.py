@@ -1,0 +1,266 @@
+"""The page for one bench or simulate sweep: provenance, headline, plots, level and percentile
+tables, errors (with the server's own words, escaped by the renderer), glossary.
+Pure apart from drawing PNGs in memory: Results in, Document out.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from kneecap.report import numbers as fmt
+from kneecap.report import plots
+from kneecap.report.document import Block, Cell, Document, Figure, Heading, KeyValues, Paragraph, Table
+from kneecap.report.glossary import SWEEP_TERMS, glossary
+from kneecap.report.levels import (LATENCY_KEYS, LATENCY_LABELS, is_suspect, knee_load, levels_of, load_axis,
+                                   parse_slo, points_of, preflight_limit, preflight_verdict, suspect_reason,
+                                   time_series)
+from kneecap.report.load import Results
+from kneecap.report.provenance import manifest_blocks, missing_block, source_banner
+
+MAX_ERROR_SAMPLES = 3  # distinct error messages shown per (level, kind)
+PLOT_LATENCIES = (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E"))
+
+
+def _pct(stats: object, name: str) -> str:
+    return fmt.ms(stats.get(name)) if isinstance(stats, dict) else fmt.MISSING
+
+
+def subject_of(summary: dict) -> str:
+    """A short 'what was run' label: the model name and target, where the summary says."""
+    manifest = summary.get("manifest") if isinstance(summary.get("manifest"), dict) else {}
+    for source in (summary, manifest):
+        for key in ("model", "model_name", "served_model"):
+            if isinstance(source.get(key), str):
+                return source[key]
+    return ""
+
+
+def headline(summary: dict, levels: list[dict], limit: float | None) -> KeyValues:
+    load_name, load_unit = load_axis(levels)
+    items: list[tuple[str, str]] = [("levels run", f"{len(levels)}")]
+    best = max((lv for lv in levels if fmt.is_number(lv.get("output_tok_s"))), key=lambda lv: lv["output_tok_s"],
+               default=None)
+    if best is not None:
+        items.append(("peak output throughput", f"{fmt.rate(best['output_tok_s'])} tok/s at {fmt.load_text(best)}"))
+    knee = summary.get("knee")
+    if isinstance(knee, dict):
+        where = fmt.load_text(knee)
+        items.append(("knee", f"{where}, {fmt.rate(knee.get('output_tok_s'))} tok/s output"))
+    else:
+        items.append(("knee", "none found in the levels run (throughput still rising, or too few levels)"))
+    stopped = summary.get("stopped")
+    if isinstance(stopped, dict):
+        at = stopped.get("at")
+        at_text = fmt.load_text(at) if isinstance(at, dict) else f"{load_name} {at}"
+        items.append(("stopped early", f"at {at_text}: {stopped.get('reason', 'no reason recorded')}"))
+    else:
+        items.append(("stopped early", "no: every planned level ran"))
+    if limit is not None:
+        items.append(("preflight KV limit", f"C={fmt.count(limit)} concurrent requests (worst case fits the KV pool)"))
+    slo = summary.get("slo")
+    if slo:
+        items.append(("SLO", slo if isinstance(slo, str) else ", ".join(f"{k}={v}" for k, v in slo.items())))
+    suspects = [f"{fmt.load_text(lv)} ({suspect_reason(lv)})" for lv in levels if is_suspect(lv)]
+    items.append(("suspect levels", "; ".join(suspects) if suspects else "none"))
+    failed = sum(int(lv.get("failed") or 0) for lv in levels if fmt.is_number(lv.get("failed")))
+    requests = sum(int(lv.get("requests") or 0) for lv in levels if fmt.is_number(lv.get("requests")))
+    items.append(("failed requests", f"{failed:,} of {requests:,} requests"))
+    return KeyValues(tuple(items))
+
+
+def _flags(lv: dict) -> Cell:
+    return Cell("⚠ suspect (client lag)", "warning") if is_suspect(lv) else Cell("", "plain")
+
+
+def level_table(levels: list[dict]) -> Table:
+    """Counts and throughput per level."""
+    columns = ("load", "requests", "completed", "failed", "duration (s)", "output (tok/s)", "input (tok/s)",
+               "total (tok/s)", "requests (req/s)", "goodput (req/s)", "preflight", "flags")
+    rows, tones = [], []
+    for lv in levels:
+        goodput = lv.get("goodput")
+        if isinstance(goodput, dict):
+            goodput = goodput.get("request_s", goodput.get("req_s"))
+        verdict = preflight_verdict(lv)
+        failed = lv.get("failed")
+        rows.append((fmt.load_text(lv), fmt.count(lv.get("requests")), fmt.count(lv.get("completed")),
+                     Cell(fmt.count(failed), "worse" if fmt.is_number(failed) and failed > 0 else "plain"),
+                     fmt.num(lv.get("duration_s"), 2), fmt.rate(lv.get("output_tok_s")),
+                     fmt.rate(lv.get("input_tok_s")), fmt.rate(lv.get("total_tok_s")),
+                     fmt.rate(lv.get("request_s")), fmt.rate(goodput),
+                     Cell(verdict or fmt.MISSING, "worse" if verdict == "exceeds" else
+                          "warning" if verdict == "tight" else "plain"),
+                     _flags(lv)))
+        tones.append("warning" if is_suspect(lv) else "plain")
+    return Table(columns, tuple(rows), caption="Throughput counts completed requests only, over each level's wall "
+                                               "time; failed requests are counted, never dropped.",
+                 row_tones=tuple(tones))
+
+
+def _slo_cell(lv: dict) -> Cell:
+    verdict = lv.get("slo")
+    if not isinstance(verdict, dict) or "met" not in verdict:
+        return Cell(fmt.MISSING, "muted")
+    if verdict["met"]:
+        return Cell("met", "better")
+    breaches = [b.get("message", b.get("key", "?")) if isinstance(b, dict) else str(b)
+                for b in verdict.get("breaches") or []]
+    return Cell("missed: " + "; ".join(map(str, breaches)), "worse")
+
+
+def latency_table(levels: list[dict]) -> Table:
+    """The latency headline per level, with the level's SLO verdict."""
+    rows, tones = [], []
+    for lv in levels:
+        rows.append((fmt.load_text(lv), _pct(lv.get("ttft_ms"), "p50"), _pct(lv.get("ttft_ms"), "p99"),
+                     _pct(lv.get("itl_ms"), "p50"), _pct(lv.get("itl_ms"), "p99"), _pct(lv.get("tpot_ms"), "p50"),
+                     _pct(lv.get("tpot_ms"), "p99"), _pct(lv.get("e2e_ms"), "p50"), _pct(lv.get("e2e_ms"), "p99"),
+                     _slo_cell(lv), _flags(lv)))
+        tones.append("warning" if is_suspect(lv) else "plain")
+    return Table(("load", "TTFT p50 (ms)", "TTFT p99 (ms)", "ITL p50 (ms)", "ITL p99 (ms)", "TPOT p50 (ms)",
+                  "TPOT p99 (ms)", "E2E p50 (ms)", "E2E p99 (ms)", "SLO", "flags"), tuple(rows),
+                 caption="Latency per level (full percentiles below)", row_tones=tuple(tones))
+
+
+def percentile_table(levels: list[dict], key: str) -> Table | None:
+    if not any(isinstance(lv.get(key), dict) for lv in levels):
+        return None
+    label = LATENCY_LABELS[key]
+    rows = []
+    for lv in levels:
+        st = lv.get(key) if isinstance(lv.get(key), dict) else {}
+        rows.append((fmt.load_text(lv), *(fmt.ms(st.get(p)) for p in ("mean", "p50", "p90", "p95", "p99", "max")),
+                     fmt.count(st.get("n"))))
+    return Table(("load", f"{label} mean (ms)", "p50 (ms)", "p90 (ms)", "p95 (ms)", "p99 (ms)", "max (ms)",
+                  "n (samples)"), tuple(rows), caption=f"{label} per level")
+
+
+def error_table(levels: list[dict], records: tuple) -> Table | None:
+    """Error counts per level and kind, with up to MAX_ERROR_SAMPLES distinct messages from the records."""
+    samples: dict[tuple[int, str], list[str]] = defaultdict(list)
+    for rec in records:
+        if rec.status != "ok" and rec.error_message:
+            bucket = samples[(rec.level, rec.error_kind or rec.status)]
+            if rec.error_message not in bucket and len(bucket) < MAX_ERROR_SAMPLES:
+                bucket.append(rec.error_message)
+    rows = []
+    for i, lv in enumerate(levels):
+        errors = lv.get("errors") if isinstance(lv.get("errors"), dict) else {}
+        for kind, n in sorted(errors.items()):
+            rows.append((fmt.load_text(lv), str(kind), fmt.count(n), " | ".join(samples.get((i, str(kind)), []))
+                         or fmt.MISSING))
+    if not rows:
+        return None
+    return Table(("load", "error kind", "count (requests)", "sample messages (as the server sent them)"),
+                 tuple(rows), caption="Failed requests by kind")
+
+
+def server_table(levels: list[dict]) -> Table | None:
+    if not any(isinstance(lv.get("server_metrics"), dict) for lv in levels):
+        return None
+    rows = []
+    for lv in levels:
+        sm = lv.get("server_metrics") if isinstance(lv.get("server_metrics"), dict) else {}
+        kv = sm.get("kv_usage_max")
+        kv_pct = fmt.pct(kv / 100 if fmt.is_number(kv) and kv > 1 else kv)
+        rows.append((fmt.load_text(lv), kv_pct, fmt.count(sm.get("running_max")), fmt.count(sm.get("waiting_max")),
+                     fmt.count(sm.get("preemptions_delta"))))
+    return Table(("load", "peak KV usage (% of blocks)", "peak running (requests)", "peak waiting (requests)",
+                  "preemptions (count)"), tuple(rows), caption="Server metrics per level (scraped from the server)")
+
+
+def client_table(levels: list[dict]) -> Table | None:
+    keys: list[str] = []
+    for lv in levels:
+        for k, v in (lv.get("client") or {}).items() if isinstance(lv.get("client"), dict) else ():
+            if fmt.is_number(v) and k not in keys:
+                keys.append(k)
+    if not keys:
+        return None
+    rows, tones = [], []
+    for lv in levels:
+        client = lv.get("client") if isinstance(lv.get("client"), dict) else {}
+        rows.append((fmt.load_text(lv), *(fmt.num(client.get(k), 2) for k in keys),
+                     "⚠ suspect" if is_suspect(lv) else "ok"))
+        tones.append("warning" if is_suspect(lv) else "plain")
+    headers = tuple(f"{k} ({'ms' if k.endswith('_ms') else 's' if k.endswith('_s') else '%' if 'pct' in k else 'as named'})"
+                    for k in keys)
+    return Table(("load", *headers, "verdict"), tuple(rows), row_tones=tuple(tones),
+                 caption="The client's own health per level: a lagging client measures itself, not the server")
+
+
+def chunk_sizes(records: tuple) -> list[int]:
+    return [k for rec in records if rec.status == "ok" and not rec.warmup for k in rec.chunk_tokens]
+
+
+def figures(results: Results, levels: list[dict], limit: float | None) -> list[Figure]:
+    summary = results.summary
+    load_name, load_unit = load_axis(levels)
+    points = points_of(levels)
+    subject = subject_of(summary)
+    out: list[Figure] = []
+
+    def add(name: str, title: str, png: bytes | None, caption: str | None = None) -> None:
+        if png is not None:
+            out.append(Figure(name, title, png, caption))
+
+    add("throughput", f"Output throughput vs {load_name}",
+        plots.throughput_vs_load(points, load_name, load_unit, knee_load(summary), limit, subject),
+        "The star marks the knee; the dashed green line is the memory preflight limit (worst-case KV fits).")
+    add("latency", f"Latency percentiles vs {load_name}",
+        plots.latency_vs_load(points, load_name, load_unit, PLOT_LATENCIES, parse_slo(summary.get("slo"))),
+        "Dashed red lines are the SLO limits declared for the run.")
+    frontier_pts = [(lv["tpot_ms"]["p99"], lv["output_tok_s"], fmt.load_text(lv)) for lv in levels
+                    if isinstance(lv.get("tpot_ms"), dict) and fmt.is_number(lv["tpot_ms"].get("p99"))
+                    and fmt.is_number(lv.get("output_tok_s"))]
+    add("frontier", "Throughput–latency frontier", plots.frontier([(subject or results.name, frontier_pts)]))
+    kv_total = summary.get("kv_blocks_total") if fmt.is_number(summary.get("kv_blocks_total")) else None
+    series = time_series(results.trace, kv_total) if results.trace else None
+    source = "simulator trace"
+    if series is None and results.timeline:
+        series, source = time_series(results.timeline, kv_total), "server metrics"
+    if series is not None:
+        add("occupancy", "KV occupancy and queue depth over time",
+            plots.occupancy_over_time(series["t"], series["kv_usage"], series["queue"], source, series["running"]))
+    else:
+        add("occupancy", f"Peak KV occupancy and queue depth vs {load_name}",
+            plots.peaks_vs_load(points, load_name, load_unit))
+    add("chunks", "Tokens per streamed chunk", plots.tokens_per_chunk_histogram(chunk_sizes(results.records)),
+        "A chunk carrying k tokens counts as k tokens in ITL; many multi-token chunks mean per-token timing is coarse.")
+    return out
+
+
+def sweep_document(results: Results) -> Document:
+    summary = results.summary
+    levels = levels_of(summary)
+    limit = preflight_limit(summary, levels)
+    kind_word = "Benchmark" if results.kind == "bench" else "Simulation"
+    subject = subject_of(summary)
+    title = f"{kind_word} report — {subject or results.name}"
+    blocks: list[Block] = [Heading(title, 1), source_banner(results.kind, summary)]
+    blocks += manifest_blocks(summary)
+    blocks += missing_block(results.missing)
+    if not levels:
+        blocks.append(Paragraph("This summary holds no levels: nothing ran to completion.", "warning"))
+    blocks += [Heading("Headline"), headline(summary, levels, limit)]
+    figs = figures(results, levels, limit) if levels else []
+    if figs:
+        blocks.append(Heading("Plots"))
+        blocks += figs
+    if levels:
+        blocks += [Heading("Levels"), level_table(levels), latency_table(levels)]
+        blocks.append(Heading("Latency percentiles"))
+        blocks += [t for t in (percentile_table(levels, k) for k in LATENCY_KEYS) if t is not None]
+        extra = [t for t in (error_table(levels, results.records), server_table(levels), client_table(levels)) if t]
+        if extra:
+            blocks.append(Heading("Errors, server and client"))
+            blocks += extra
+        tpc = [lv.get("tokens_per_chunk") for lv in levels]
+        if any(isinstance(s, dict) for s in tpc):
+            rows = tuple((fmt.load_text(lv), fmt.num((s or {}).get("mean"), 2), fmt.num((s or {}).get("p99"), 0),
+                          fmt.num((s or {}).get("max"), 0)) for lv, s in zip(levels, tpc))
+            blocks.append(Table(("load", "tokens per chunk, mean (tokens)", "p99 (tokens)", "max (tokens)"), rows,
+                                caption="Tokens per streamed chunk"))
+    blocks += [Heading("Glossary"), glossary(SWEEP_TERMS)]
+    return Document(title, tuple(blocks))
+
