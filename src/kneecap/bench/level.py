@@ -3,14 +3,13 @@
 `LevelTask` is what the sweep hands to a process (itself, or a spawned worker): which level,
 which load (a concurrency or a rate share), which requests. `run_task` runs it with
 kneecap.client.driver and returns a `LevelOutcome`: the client's own timing and lag, without
-the records, which went to `on_record` one by one as they finished.
+the records, which went to `on_record` one by one as they finished. Times are seconds since
+the run's epoch, a time.perf_counter() value (CLOCK_MONOTONIC on Linux, shared by processes).
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -54,25 +53,23 @@ def _plain(value):
 
 
 def outcome_from_run(run, num_records: int) -> LevelOutcome:
-    """Keep every LevelRun field except the records themselves."""
-    if dataclasses.is_dataclass(run):
-        data = {f.name: _plain(getattr(run, f.name)) for f in dataclasses.fields(run) if f.name != "records"}
-    else:
-        data = {k: _plain(v) for k, v in vars(run).items() if k != "records"}
-    return LevelOutcome(num_records=num_records, suspect=bool(data.get("suspect")), client=data)
+    """The driver's self-measurement of one level (lags in ms, CPU, suspect and why), records excluded."""
+    data = _plain(run.client_stats())
+    data.update(started_at=run.started_at, ended_at=run.ended_at, duration_s=run.duration_s)
+    return LevelOutcome(num_records=num_records, suspect=bool(run.suspect), client=data)
 
 
-def new_event_loop():
-    """uvloop when installed (faster socket reads), else asyncio's default loop."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
+@dataclass(frozen=True)
+class DriverSetup:
+    """What every process needs to drive the server: the client config and the prompt source (picklable)."""
+
+    cfg: object  # kneecap.client.driver.ClientConfig
+    prompts: object | None = None  # a kneecap.client.prompts PromptSource; None = the driver's default
+    warm_connections: int = 0  # open loop: connections opened before the level's clock starts
 
 
-def run_task(cfg, task: LevelTask, on_record: Callable[[RequestRecord], None]) -> LevelOutcome:
-    """Run one task to completion on a fresh event loop in this process."""
+def run_task(setup: DriverSetup, task: LevelTask, on_record: Callable[[RequestRecord], None]) -> LevelOutcome:
+    """Run one task to completion on a fresh event loop (uvloop) in this process."""
     from kneecap.client import driver
 
     count = 0
@@ -80,30 +77,15 @@ def run_task(cfg, task: LevelTask, on_record: Callable[[RequestRecord], None]) -
     def record_sink(record: RequestRecord) -> None:
         nonlocal count
         count += 1
-        if task.warmup:
-            record.warmup = True
         on_record(record)
 
     specs = list(task.specs)
+    common = dict(level=task.level, epoch=task.epoch, on_record=record_sink, prompts=setup.prompts,
+                  warmup=task.warmup, duration_s=task.duration_s)
     if task.kind == "concurrency":
-        call = driver.run_closed_loop(cfg, specs, int(task.value), level=task.level, epoch=task.epoch,
-                                      on_record=record_sink, **_optional(driver.run_closed_loop, task))
+        coro = driver.run_closed_loop(setup.cfg, specs, int(task.value), **common)
     else:
-        call = driver.run_open_loop(cfg, specs, task.value, burstiness=task.burstiness, seed=task.seed,
-                                    level=task.level, epoch=task.epoch, on_record=record_sink,
-                                    **_optional(driver.run_open_loop, task))
-    if inspect.isawaitable(call):
-        with asyncio.Runner(loop_factory=new_event_loop) as runner:
-            run = runner.run(call)
-    else:
-        run = call
+        coro = driver.run_open_loop(setup.cfg, specs, task.value, burstiness=task.burstiness, seed=task.seed,
+                                    warm_connections=min(setup.warm_connections, len(specs)), **common)
+    run = driver.run_sync(coro)
     return outcome_from_run(run, count)
-
-
-def _optional(fn, task: LevelTask) -> dict:
-    """Keyword arguments the driver may accept beyond the agreed signature (duration)."""
-    params = inspect.signature(fn).parameters
-    extra = {}
-    if task.duration_s is not None and "duration_s" in params:
-        extra["duration_s"] = task.duration_s
-    return extra

@@ -24,6 +24,8 @@ KIND_RATE = "rate"
 DEFAULT_REQUESTS_PER_STREAM = 4
 DEFAULT_OPEN_LOOP_S = 30.0
 MIN_REQUESTS_PER_LEVEL = 10
+DURATION_REQUESTS_PER_STREAM_S = 4.0
+MAX_REQUESTS_PER_LEVEL = 20_000
 
 
 def parse_rates(spec: str | Sequence[float]) -> list[float]:
@@ -155,8 +157,11 @@ class BenchOptions:
             return self.requests
         if self.kind == KIND_CONCURRENCY:
             if self.duration_s is not None:
-                # an upper bound only: enough for every stream to keep sending for the whole duration
-                return max(MIN_REQUESTS_PER_LEVEL, int(value) * 1000)
+                # a budget the duration normally ends first: every stream may send
+                # DURATION_REQUESTS_PER_STREAM_S requests per second (i.e. requests of >= 250 ms),
+                # capped so the prepared bodies stay bounded in memory
+                per_stream = math.ceil(self.duration_s * DURATION_REQUESTS_PER_STREAM_S) + 1
+                return min(MAX_REQUESTS_PER_LEVEL, max(MIN_REQUESTS_PER_LEVEL, int(value) * per_stream))
             return max(MIN_REQUESTS_PER_LEVEL, DEFAULT_REQUESTS_PER_STREAM * int(value))
         if math.isinf(value):  # everything at once: there is no duration to fill
             return MIN_REQUESTS_PER_LEVEL

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kneecap.bench.credentials import Scrubber
+from kneecap.bench.level import DriverSetup
 from kneecap.bench.options import KIND_CONCURRENCY, BenchOptions
 from kneecap.bench.resume import first_incomplete, set_aside_records
 from kneecap.bench.sweep import STATUS_INTERRUPTED, LevelPlan, Sweep, SweepState, in_process_runner, plan_levels
@@ -20,6 +21,8 @@ from kneecap.errors import KneecapError
 
 DEFAULT_RESULTS_ROOT = "kneecap-results"
 PROBE_TIMEOUT_S = 10.0  # reading /v1/models etc. before the sweep and after a failing level
+STALL_TIMEOUT_S = 120.0  # longest silence inside one response before it counts as a stall
+OPEN_LOOP_WARM_CONNECTIONS = 32  # open loop: connections opened before the clock starts (more open on demand)
 
 
 def default_out_dir(root: str | Path = DEFAULT_RESULTS_ROOT) -> Path:
@@ -34,13 +37,36 @@ def default_out_dir(root: str | Path = DEFAULT_RESULTS_ROOT) -> Path:
 
 
 # -- the server --------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class BasicServerInfo:
+    """What GET /v1/models alone tells (used when kneecap.client.server_info is unavailable)."""
+
+    model: str | None
+    kv_capacity_tokens: int | None = None
+
+    def to_json(self) -> dict:
+        return {"model": self.model, "kv_capacity_tokens": self.kv_capacity_tokens}
+
+
+def _fetch_info(url: str, api_key: str | None):
+    try:
+        from kneecap.client.server_info import fetch_server_info
+    except ImportError:
+        from kneecap.client.driver import Client, ClientConfig, run_sync
+
+        async def models() -> str:
+            async with Client(ClientConfig(base_url=url, model="-", api_key=api_key, timeout_s=PROBE_TIMEOUT_S)) as client:
+                return await client.detect_model()
+
+        return BasicServerInfo(model=run_sync(models()))
+    return fetch_server_info(url, api_key=api_key, timeout_s=PROBE_TIMEOUT_S)
+
+
 def read_server_info(opts: BenchOptions, api_key: str | None, scrub: Scrubber):
     """The server's facts (models, KV capacity...) or a one-line error naming the URL."""
-    from kneecap.client.server_info import fetch_server_info
-
     url = opts.base_url_clean
     try:
-        return fetch_server_info(url, api_key=api_key, timeout_s=PROBE_TIMEOUT_S)
+        return _fetch_info(url, api_key)
     except KneecapError as exc:
         raise KneecapError(scrub(exc.message), scrub(exc.hint)) from None
     except Exception as exc:  # connection refused, DNS, TLS, timeout: all say the same thing to the user
@@ -124,17 +150,18 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
     results.write_manifest(argv, extra={"bench_options": opts.to_dict(), "resumed_at_level": start if resume else None,
                                         "model": None if opts.redact else model})
 
-    cfg = _client_config(opts, model=model, api_key=api_key)
+    setup = DriverSetup(cfg=_client_config(opts, model=model, api_key=api_key), prompts=prompt_source(opts),
+                        warm_connections=OPEN_LOOP_WARM_CONNECTIONS)
     writer = results.open_writer()
     pool = None
     try:
         if opts.workers > 1:
             from kneecap.bench.workers import WorkerPool
 
-            pool = WorkerPool(opts.workers, cfg)
+            pool = WorkerPool(opts.workers, setup)
             run_share = pool.run
         else:
-            run_share = in_process_runner(cfg)
+            run_share = in_process_runner(setup)
 
         def write_record(record) -> None:
             if not record.ok:
@@ -143,7 +170,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
                 record.prompt = None
             writer.write(record)
 
-        sweep = Sweep(opts, state=state, plans=plans, epoch=time.monotonic(), run_share=run_share,
+        sweep = Sweep(opts, state=state, plans=plans, epoch=time.perf_counter(), run_share=run_share,
                       write_record=write_record, persist=results.write_summary,
                       probe=lambda: server_answers(opts, api_key), poll_metrics=_metrics_poller(opts, api_key),
                       progress=progress, slo=slo, stop_limits=limits, knee_fn=find_knee, check_stop_fn=check_stop,
@@ -184,8 +211,21 @@ def _client_config(opts: BenchOptions, *, model: str, api_key: str | None):
     from kneecap.client.driver import ClientConfig
 
     return ClientConfig(base_url=opts.base_url_clean, model=model, endpoint=opts.endpoint, api_key=api_key,
-                        timeout_s=opts.timeout_s, keepalive=opts.keepalive, ignore_eos=opts.ignore_eos,
-                        dataset=opts.dataset, keep_prompts=opts.keep_prompts, seed=opts.seed)
+                        timeout_s=opts.timeout_s, stall_timeout_s=min(STALL_TIMEOUT_S, opts.timeout_s),
+                        keepalive=opts.keepalive, ignore_eos=opts.ignore_eos, keep_prompts=opts.keep_prompts)
+
+
+def prompt_source(opts: BenchOptions):
+    """Random prompts of exact length (token ids on completions, words on chat), or a dataset's."""
+    from kneecap.client.prompts import RandomTextPrompts, RandomTokenPrompts
+
+    if opts.dataset != "random":
+        from kneecap.client.datasets import DatasetPrompts, load_prompts
+
+        return DatasetPrompts(texts=tuple(load_prompts(opts.dataset)), seed=opts.seed)
+    if opts.endpoint == "completions":
+        return RandomTokenPrompts(seed=opts.seed)
+    return RandomTextPrompts(seed=opts.seed)
 
 
 def _metrics_poller(opts: BenchOptions, api_key: str | None):

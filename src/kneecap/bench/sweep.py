@@ -116,13 +116,15 @@ class Sweep:
         self._check_stop = check_stop_fn
         self._summarize = summarize_fn
         self._sync = sync
+        self._current: list[RequestRecord] = []  # measured records of the level in progress
 
     # -- summary.json ----------------------------------------------------------------------
     def summary(self) -> dict:
         from kneecap.results import build_summary
 
         kind = self.opts.kind
-        knee = self._find_knee(self.state.levels, kind) if self.state.levels else None
+        complete = [lv for lv in self.state.levels if not lv.get("partial")]
+        knee = self._find_knee(complete, kind) if complete else None
         return build_summary(
             SUMMARY_KIND, self.state.levels, knee, self.state.stopped,
             model_executed=True, benchmark_executed=True,
@@ -138,6 +140,7 @@ class Sweep:
     # -- the loop ---------------------------------------------------------------------------
     def run(self, start: int = 0) -> dict:
         """Run levels from index `start`; return the final summary (also written to disk)."""
+        self.save()
         current = None
         try:
             for plan in self.plans[start:]:
@@ -155,13 +158,21 @@ class Sweep:
                 self._stop_for_preflight()
             self.state.status = STATUS_STOPPED if self.state.stopped else STATUS_COMPLETE
         except KeyboardInterrupt:
-            at = current.value if current is not None else None
-            self.state.stopped = {"at": at, "reason": "interrupted",
-                                  "detail": "stopped by the user (Ctrl-C / SIGTERM); finished records are kept, "
-                                            "the interrupted level is re-run by --resume"}
-            self.state.status = STATUS_INTERRUPTED
-            self._sync()
+            self._interrupted(current)
         return self.save()
+
+    def _interrupted(self, plan: LevelPlan | None) -> None:
+        """Ctrl-C / SIGTERM: keep the records, summarise the cut level as partial (not complete)."""
+        self._sync()
+        if plan is not None and self._current:
+            partial = self._summarize(self._current, **{self.opts.kind: plan.value}, duration_s=None,
+                                      slo=self._slo or None)
+            partial.update(level=plan.index, partial=True, preflight=plan.verdict)
+            self.state.levels.append(partial)
+        self.state.stopped = {"at": plan.value if plan is not None else None, "reason": "interrupted",
+                              "detail": "stopped by the user (Ctrl-C / SIGTERM); finished records are kept "
+                                        "and --resume re-runs the cut level"}
+        self.state.status = STATUS_INTERRUPTED
 
     def _skip_by_preflight(self, plan: LevelPlan) -> bool:
         verdict = (plan.verdict or {}).get("verdict")
@@ -198,6 +209,7 @@ class Sweep:
         opts = self.opts
         label = opts.level_label(plan.value)
         records: list[RequestRecord] = []
+        self._current = records
 
         def keep(record: RequestRecord) -> None:
             self._write_record(record)
@@ -266,10 +278,10 @@ def _fmt(value) -> str:
     return f"{value:,.1f}" if isinstance(value, (int, float)) else "—"
 
 
-def in_process_runner(cfg) -> Callable:
+def in_process_runner(setup) -> Callable:
     """run_share for --workers 1: the driver on this process's own event loop."""
 
     def run_share(task: LevelTask, on_record) -> list[LevelOutcome]:
-        return [run_task(cfg, task, on_record)]
+        return [run_task(setup, task, on_record)]
 
     return run_share

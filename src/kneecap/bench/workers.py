@@ -13,7 +13,7 @@ import dataclasses
 import queue
 from typing import Callable, Sequence
 
-from kneecap.bench.level import LevelOutcome, LevelTask, run_task
+from kneecap.bench.level import DriverSetup, LevelOutcome, LevelTask, run_task
 from kneecap.errors import KneecapError
 from kneecap.records import RequestRecord
 
@@ -56,7 +56,7 @@ def split_task(task: LevelTask, num_workers: int) -> list[LevelTask]:
     return tasks
 
 
-def _worker_main(worker_id: int, cfg, commands, results) -> None:
+def _worker_main(worker_id: int, setup: DriverSetup, commands, results) -> None:
     """Worker process body: run tasks until told to stop (None), streaming records to the parent."""
     import signal
 
@@ -68,7 +68,7 @@ def _worker_main(worker_id: int, cfg, commands, results) -> None:
         if task is None:
             return
         try:
-            outcome = run_task(cfg, task, lambda r: results.put(("record", worker_id, dumps_record(r))))
+            outcome = run_task(setup, task, lambda r: results.put(("record", worker_id, dumps_record(r))))
             results.put(("done", worker_id, dataclasses.asdict(outcome)))
         except KneecapError as exc:
             results.put(("error", worker_id, exc.one_line()))
@@ -79,13 +79,13 @@ def _worker_main(worker_id: int, cfg, commands, results) -> None:
 class WorkerPool:
     """N long-lived spawned processes (imports paid once per run, not once per level)."""
 
-    def __init__(self, num_workers: int, cfg):
+    def __init__(self, num_workers: int, setup: DriverSetup):
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")
         self._results = ctx.Queue()
         self._commands = [ctx.Queue() for _ in range(num_workers)]
-        self._procs = [ctx.Process(target=_worker_main, args=(i, cfg, self._commands[i], self._results),
+        self._procs = [ctx.Process(target=_worker_main, args=(i, setup, self._commands[i], self._results),
                                    name=f"kneecap-bench-worker-{i}", daemon=True)
                        for i in range(num_workers)]
         for proc in self._procs:

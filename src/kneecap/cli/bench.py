@@ -14,6 +14,7 @@ from kneecap.cli.app import app
 
 EXIT_FAILED_ON = 1  # --fail-on matched
 EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM (128 + SIGINT), results kept
+TABLE_WIDTH_NOT_A_TTY = 200  # characters, when stdout is a file or pipe (rich would assume 80)
 
 
 @app.command("bench")
@@ -110,7 +111,7 @@ def bench(
 
         from kneecap.bench.render import summary_table
 
-        console = Console(highlight=False)
+        console = Console(highlight=False, width=None if sys.stdout.isatty() else TABLE_WIDTH_NOT_A_TTY)
         if run.nothing_to_do:
             console.print(f"nothing to resume in {run.out_dir}: the sweep already ended", markup=False)
         console.print(summary_table(summary))
