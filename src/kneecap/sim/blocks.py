@@ -1,0 +1,209 @@
+"""The paged KV block manager: which physical blocks each sequence holds, plain data.
+
+Owns block tables, reference counts, the free queue and the prefix cache (block hash -> block);
+not scheduling decisions (scheduler.py) nor bytes (a block is `block_size` tokens of every layer).
+
+Model (vLLM V1 KVCacheManager / nano-vllm BlockManager): a block is either free (ref 0, in the
+free queue) or used (ref >= 1, in >= 1 block tables). A full block whose content is known may carry a
+hash; a freed hashed block stays in the free queue *and* in the cache until it is evicted, i.e.
+reallocated (the queue is LRU: blocks are taken from its front, freed blocks join its back, a
+sequence's tail blocks first so its prefix is evicted last). A cache hit on a free block takes it
+out of the queue. Invariant: free + used == num_blocks, always.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Hashable, Sequence
+
+from kneecap.errors import KneecapError
+
+
+def blocks_for(tokens: int, block_size: int) -> int:
+    """Whole blocks needed for `tokens` tokens."""
+    return -(-tokens // block_size)
+
+
+class BlockManager:
+    """Blocks of `block_size` tokens, `num_blocks` of them; sequences are keyed by any hashable id."""
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        if num_blocks < 1:
+            raise KneecapError(f"the KV pool holds {num_blocks} blocks", "give the engine memory for at least one block "
+                               "(lower --overhead-gib or --frag, raise --mem-util or --tp, or use fp8 KV)")
+        if block_size < 1:
+            raise KneecapError(f"--block-size must be >= 1, got {block_size}", "pass e.g. --block-size 16")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.ref_count = [0] * num_blocks
+        self.block_hash: list[Hashable | None] = [None] * num_blocks
+        self.cached: dict[Hashable, int] = {}  # hash -> block id
+        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
+        self.tables: dict[Hashable, list[int]] = {}
+        # prefix-cache counters, in tokens (as vLLM's prefix_cache_queries / prefix_cache_hits)
+        self.query_tokens = 0
+        self.hit_tokens = 0
+
+    # --- queries -----------------------------------------------------------------------------
+    @property
+    def num_free(self) -> int:
+        return len(self.free)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - len(self.free)
+
+    def num_held(self, seq_id: Hashable) -> int:
+        table = self.tables.get(seq_id)
+        return len(table) if table is not None else 0
+
+    def table(self, seq_id: Hashable) -> list[int]:
+        return self.tables.get(seq_id, [])
+
+    # --- allocation --------------------------------------------------------------------------
+    def _take_free(self) -> int:
+        block, _ = self.free.popitem(last=False)  # LRU: evict the oldest free block
+        h = self.block_hash[block]
+        if h is not None:  # evicting a cached block: its content is gone
+            if self.cached.get(h) == block:
+                del self.cached[h]
+            self.block_hash[block] = None
+        self.ref_count[block] = 1
+        return block
+
+    def lookup_prefix(self, hashes: Sequence[Hashable]) -> int:
+        """How many leading blocks of `hashes` are cached (no state change)."""
+        if not self.enable_prefix_caching:
+            return 0
+        n = 0
+        for h in hashes:
+            if h not in self.cached:
+                break
+            n += 1
+        return n
+
+    def new_blocks_needed(self, seq_id: Hashable, num_tokens: int, hashes: Sequence[Hashable] = ()) -> int:
+        """Free blocks that `allocate(seq_id, num_tokens, hashes)` would take (cache hits on free blocks count)."""
+        have = self.num_held(seq_id)
+        need = blocks_for(num_tokens, self.block_size) - have
+        if need <= 0:
+            return 0
+        if have == 0 and hashes:
+            hit = self.lookup_prefix(hashes)
+            # a hit on a used block costs nothing; a hit on a free block still removes it from the queue
+            hit_used = sum(1 for h in hashes[:hit] if self.ref_count[self.cached[h]] > 0)
+            return need - hit_used
+        return need
+
+    def allocate(self, seq_id: Hashable, num_tokens: int, hashes: Sequence[Hashable] = ()) -> int | None:
+        """Grow `seq_id`'s table to hold `num_tokens` tokens. Returns tokens served from the prefix cache
+        (only on a sequence's first allocation, when `hashes` names its leading full blocks), or None —
+        with no state change — if there are not enough free blocks."""
+        table = self.tables.get(seq_id)
+        have = len(table) if table is not None else 0
+        need = blocks_for(num_tokens, self.block_size) - have
+        if need <= 0:
+            return 0
+        if self.new_blocks_needed(seq_id, num_tokens, hashes) > len(self.free):
+            return None
+        if table is None:
+            table = self.tables[seq_id] = []
+        hit = 0
+        if have == 0 and hashes and self.enable_prefix_caching:
+            hit = min(self.lookup_prefix(hashes), need)
+            for h in hashes[:hit]:
+                block = self.cached[h]
+                if self.ref_count[block] == 0:
+                    del self.free[block]
+                self.ref_count[block] += 1
+                table.append(block)
+        for _ in range(need - hit):
+            table.append(self._take_free())
+        return hit * self.block_size
+
+    def count_query(self, query_tokens: int, hit_tokens: int) -> None:
+        """Record a prefix-cache lookup (tokens asked for, tokens found)."""
+        self.query_tokens += query_tokens
+        self.hit_tokens += hit_tokens
+
+    def register(self, seq_id: Hashable, index: int, block_hash: Hashable) -> None:
+        """Mark block `index` of `seq_id` (now full, content known) as cached under `block_hash`."""
+        if not self.enable_prefix_caching:
+            return
+        block = self.tables[seq_id][index]
+        if self.block_hash[block] is None and block_hash not in self.cached:
+            self.block_hash[block] = block_hash
+            self.cached[block_hash] = block
+
+    def free_seq(self, seq_id: Hashable, own_hashes: Sequence[Hashable] = ()) -> None:
+        """Release every block of `seq_id`. `own_hashes[i]`, if given, caches block i under that hash
+        (a preempted sequence keeps its computed blocks findable for its recompute)."""
+        table = self.tables.pop(seq_id, None)
+        if not table:
+            return
+        if own_hashes and self.enable_prefix_caching:
+            for i, h in enumerate(own_hashes[:len(table)]):
+                block = table[i]
+                if self.block_hash[block] is None and h not in self.cached:
+                    self.block_hash[block] = h
+                    self.cached[h] = block
+        for block in reversed(table):  # tail first: the prefix is evicted last
+            rc = self.ref_count[block] - 1
+            self.ref_count[block] = rc
+            if rc == 0:
+                self.free[block] = None
+
+    def fork(self, parent_id: Hashable, child_id: Hashable, num_tokens: int) -> bool:
+        """Give `child_id` the parent's blocks for its first `num_tokens` tokens: full blocks are shared
+        (ref + 1), a partial last block is copied into a fresh block (copy on write). False if no block
+        is free for the copy."""
+        parent = self.tables.get(parent_id, [])
+        nblocks = blocks_for(num_tokens, self.block_size)
+        if child_id in self.tables or nblocks > len(parent):
+            raise KneecapError(f"cannot fork {parent_id!r} into {child_id!r} at {num_tokens} tokens", "internal misuse")
+        full = num_tokens // self.block_size
+        partial = nblocks - full
+        if partial > len(self.free):
+            return False
+        table = self.tables[child_id] = []
+        for block in parent[:full]:
+            self.ref_count[block] += 1
+            table.append(block)
+        if partial:
+            table.append(self._take_free())
+        return True
+
+    def take_many(self, seq_ids: Sequence[Hashable], counts: Sequence[int]) -> None:
+        """Append counts[i] fresh blocks to seq_ids[i] (caller has checked they are free): the decode fast path."""
+        take = self._take_free
+        tables = self.tables
+        for sid, n in zip(seq_ids, counts):
+            if n:
+                table = tables[sid]
+                for _ in range(n):
+                    table.append(take())
+
+    # --- invariants (tests call this after every operation) -----------------------------------
+    def check(self) -> None:
+        """Raise AssertionError-free KneecapError if any invariant is broken."""
+        used = sum(1 for r in self.ref_count if r > 0)
+        problems = []
+        if any(r < 0 for r in self.ref_count):
+            problems.append("negative ref count")
+        if used + len(self.free) != self.num_blocks:
+            problems.append(f"free {len(self.free)} + used {used} != total {self.num_blocks}")
+        if any(self.ref_count[b] != 0 for b in self.free):
+            problems.append("a free block has references")
+        refs = [0] * self.num_blocks
+        for table in self.tables.values():
+            for b in table:
+                refs[b] += 1
+        if refs != self.ref_count:
+            problems.append("ref counts differ from block-table occurrences")
+        for h, b in self.cached.items():
+            if self.block_hash[b] != h:
+                problems.append(f"cache entry {h!r} points at block {b} holding {self.block_hash[b]!r}")
+                break
+        if problems:
+            raise KneecapError("block manager invariant broken: " + "; ".join(problems), "this is a simulator bug; please report it")

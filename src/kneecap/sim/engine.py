@@ -1,0 +1,324 @@
+"""The simulated engine: requests in, one step at a time on a clock it is handed, records out.
+
+Owns the step loop of one engine instance (scheduler + block manager + step-time model), the
+per-step trace and the RequestRecords; not arrival patterns (sweep.py drives the virtual clock;
+`kneecap serve` drives it in real time) nor files.
+
+    engine = Engine(deployment, config, num_blocks=plan.num_kv_blocks)
+    engine.add_request(spec, at=t)            # arrival (sent_at) in seconds
+    out = engine.step(now)                    # one step starting at `now` -> StepOutcome | None
+    out.ended_at, out.emitted, out.finished   # tokens appear and requests finish at ended_at
+
+`step(now, until=T, max_steps=N)` may advance up to N steps at once when nothing can change but
+the contexts growing by one token each (all running sequences decoding, none finishing, no
+admission possible, no block shortage, every step starting before T): the same steps, computed in
+one go (the event-skipping fast path). Deterministic: no wall clock, no random state.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from kneecap.deployment import Deployment
+from kneecap.errors import KneecapError
+from kneecap.records import ERROR, OK, RequestRecord
+from kneecap.sim.blocks import BlockManager, blocks_for
+from kneecap.sim.config import EngineConfig
+from kneecap.sim.scheduler import BLOCKED_BLOCKS, BLOCKED_BUDGET, BLOCKED_SEQS, Scheduler, Sequence
+from kneecap.sim.steptime import StepTimeModel, StepTimeParams
+from kneecap.workload import RequestSpec
+
+TRACE_KEYS = ("level", "step", "t", "duration_s", "num_prefill_seqs", "num_decode_seqs", "prefill_tokens",
+              "decode_tokens", "kv_blocks_used", "num_running", "num_waiting", "preemptions")
+FAST_PATH_BLOCKED = (BLOCKED_SEQS, BLOCKED_BUDGET, BLOCKED_BLOCKS)  # admission stays impossible while only decoding
+
+
+@dataclass
+class StepOutcome:
+    """What happened in one call to `Engine.step`: `num_steps` engine steps from started_at to ended_at."""
+
+    started_at: float
+    ended_at: float
+    num_steps: int
+    num_prefill_seqs: int  # in the last step
+    num_decode_seqs: int  # in the last step
+    prefill_tokens: int  # summed over the steps
+    decode_tokens: int  # summed over the steps
+    emitted: list[tuple[str, int]]  # (request_id, tokens generated) over the steps; all stamped at ended_at if num_steps == 1
+    finished: list[RequestRecord]
+    preempted: list[str]
+    kv_blocks_used: int
+    num_running: int
+    num_waiting: int
+
+
+@dataclass
+class EngineStats:
+    """Counters over the engine's life (one sweep level): the bench driver's `server_metrics` names."""
+
+    num_steps: int = 0
+    preemptions: int = 0
+    kv_blocks_max: int = 0
+    running_max: int = 0
+    waiting_max: int = 0
+    busy_s: float = 0.0
+
+
+class Engine:
+    """One simulated engine instance (a fresh KV pool, an empty cache)."""
+
+    def __init__(self, deployment: Deployment, config: EngineConfig, num_blocks: int, *,
+                 step_params: StepTimeParams | None = None, steptime: StepTimeModel | None = None,
+                 level: int = 0, trace: bool = False, fast_path: bool = True):
+        self.deployment = deployment
+        self.config = config
+        self.block_size = deployment.block_size
+        self.blocks = BlockManager(num_blocks, deployment.block_size, config.enable_prefix_caching)
+        model = deployment.model
+        window = model.sliding_window if "sliding_attention" in model.layer_types else 0
+        self.scheduler = Scheduler(config, self.blocks, window=window or 0)
+        self.steptime = steptime or StepTimeModel(deployment, step_params)
+        self.level = level
+        self.fast_path = fast_path
+        self.step_end_at: list[float] = []  # end time of every step so far (records index into it)
+        self.stats = EngineStats()
+        self.trace_rows: list[tuple] | None = [] if trace else None
+        self._last_blocked = ""
+        self._num_preempted_total = 0
+
+    # --- inputs -------------------------------------------------------------------------------
+    def add_request(self, spec: RequestSpec, at: float, *, meta: dict | None = None,
+                    scheduled_at: float | None = None) -> RequestRecord | None:
+        """Queue a request arriving at `at` (s). Returns a failed record at once if it can never fit the
+        KV pool (prompt + output > pool), as engines reject such requests up front; else None."""
+        if spec.input_tokens < 1 or spec.output_tokens < 1:
+            raise KneecapError(f"request {spec.request_id}: needs >= 1 input and output token", "fix the workload lengths")
+        seq = Sequence(spec, at, self.block_size, meta, scheduled_at)
+        if blocks_for(spec.input_tokens + spec.output_tokens - 1, self.block_size) > self.blocks.num_blocks:
+            return self._record(seq, end_at=at, status=ERROR, error_kind="kv_capacity",
+                                error_message=f"prompt + output = {spec.input_tokens + spec.output_tokens} tokens exceed "
+                                              f"the KV pool of {self.blocks.num_blocks * self.block_size} tokens")
+        self.scheduler.add(seq)
+        self._last_blocked = "" if len(self.scheduler.waiting) == 1 else self._last_blocked
+        return None
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.scheduler.running or self.scheduler.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    @property
+    def kv_usage(self) -> float:
+        """Fraction of KV blocks in use (vLLM's kv_cache_usage_perc)."""
+        return self.blocks.num_used / self.blocks.num_blocks
+
+    @property
+    def prefix_cache_hit_rate(self) -> float | None:
+        """Prefix-cache hits / queries, in tokens (None when caching is off or nothing was looked up)."""
+        if not self.config.enable_prefix_caching or not self.blocks.query_tokens:
+            return None
+        return self.blocks.hit_tokens / self.blocks.query_tokens
+
+    def server_metrics(self) -> dict:
+        """The per-level engine counters under the names the bench driver uses for a real server's metrics."""
+        rate = self.prefix_cache_hit_rate
+        return {
+            "preemptions": self.stats.preemptions,
+            "prefix_cache_hit_rate": None if rate is None else round(rate, 6),
+            "prefix_cache_queries_tokens": self.blocks.query_tokens,
+            "prefix_cache_hits_tokens": self.blocks.hit_tokens,
+            "kv_usage_max": round(self.stats.kv_blocks_max / self.blocks.num_blocks, 6),
+            "kv_blocks_max": self.stats.kv_blocks_max,
+            "num_kv_blocks": self.blocks.num_blocks,
+            "running_max": self.stats.running_max,
+            "waiting_max": self.stats.waiting_max,
+            "num_steps": self.stats.num_steps,
+        }
+
+    # --- the step -----------------------------------------------------------------------------
+    def step(self, now: float, *, until: float = math.inf, max_steps: int = 1) -> StepOutcome | None:
+        """Run the next step starting at `now` (or, with max_steps > 1, up to that many identical decode
+        steps, each starting before `until`). None when nothing is runnable."""
+        if self.fast_path and max_steps > 1:
+            out = self._decode_run(now, until, max_steps)
+            if out is not None:
+                return out
+        return self._one_step(now)
+
+    def _one_step(self, now: float) -> StepOutcome | None:
+        sched, blocks, bs = self.scheduler, self.blocks, self.block_size
+        batch = sched.schedule()
+        self._last_blocked = batch.blocked
+        if batch.num_seqs == 0:
+            if batch.preempted:
+                self._note_preempted(batch.preempted)
+            return None
+        n_dec = len(batch.decodes)
+        prefill_tokens = batch.prefill_tokens
+        tokens = n_dec + prefill_tokens
+        dur = self.steptime.seconds(tokens, batch.pairs_full, batch.pairs_window, batch.kv_tokens_full,
+                                    batch.kv_tokens_window, batch.num_seqs)
+        end = now + dur
+        idx = len(self.step_end_at)
+        self.step_end_at.append(end)
+        used_peak = blocks.num_used
+        emitted: list[tuple[str, int]] = []
+        done: list[Sequence] = []
+        for seq in batch.decodes:
+            seq.num_computed += 1
+            self._emit(seq, idx, end, emitted, done)
+        for seq, n in batch.prefills:
+            if seq.admitted_at is None:
+                seq.admitted_at = now
+                seq.meta["cached_tokens"] = seq.num_computed
+            p = seq.num_computed
+            seq.num_computed = p + n
+            if seq.prefix_hashes and p // bs < len(seq.prefix_hashes):
+                for i in range(p // bs, min((p + n) // bs, len(seq.prefix_hashes))):
+                    blocks.register(seq.rid, i, seq.prefix_hashes[i])
+            if seq.num_computed == seq.num_tokens:
+                self._emit(seq, idx, end, emitted, done)
+        records = []
+        for seq in done:
+            sched.finish(seq)
+            records.append(self._record(seq, end_at=end))
+        if done:
+            self._last_blocked = ""  # a finish frees a slot and blocks: admission may be possible again
+        preempted = self._note_preempted(batch.preempted)
+        if sched.new_token_ratio > self.config.min_new_token_ratio:
+            sched.new_token_ratio = max(self.config.min_new_token_ratio, sched.new_token_ratio - self.config.new_token_ratio_decay)
+        st = self.stats
+        st.num_steps += 1
+        st.busy_s += dur
+        st.kv_blocks_max = max(st.kv_blocks_max, used_peak)
+        st.running_max = max(st.running_max, n_dec + len(batch.prefills))
+        st.waiting_max = max(st.waiting_max, len(sched.waiting))
+        if self.trace_rows is not None:
+            self.trace_rows.append((self.level, idx, now, dur, len(batch.prefills), n_dec, prefill_tokens, n_dec,
+                                    used_peak, len(sched.running), len(sched.waiting), len(batch.preempted)))
+        return StepOutcome(now, end, 1, len(batch.prefills), n_dec, prefill_tokens, n_dec, emitted, records, preempted,
+                           blocks.num_used, len(sched.running), len(sched.waiting))
+
+    def _note_preempted(self, preempted: list[Sequence]) -> list[str]:
+        self.stats.preemptions += len(preempted)
+        return [s.rid for s in preempted]
+
+    @staticmethod
+    def _emit(seq: Sequence, idx: int, end: float, emitted: list, done: list) -> None:
+        seq.num_output += 1
+        seq.num_tokens += 1
+        if seq.first_token_at is None:
+            seq.first_token_at = end
+        runs = seq.runs
+        if runs and runs[-1][0] + runs[-1][1] == idx:
+            runs[-1][1] += 1
+        else:
+            runs.append([idx, 1])
+        emitted.append((seq.rid, 1))
+        if seq.num_output >= seq.output_len:
+            done.append(seq)
+
+    # --- the fast path: many identical decode steps at once -------------------------------------
+    def _decode_run(self, now: float, until: float, max_steps: int) -> StepOutcome | None:
+        import numpy as np
+
+        sched, blocks, bs = self.scheduler, self.blocks, self.block_size
+        running = sched.running
+        n = len(running)
+        if n == 0 or n > self.config.max_num_batched_tokens:
+            return None
+        if sched.waiting and self._last_blocked not in FAST_PATH_BLOCKED:
+            return None
+        if sched.waiting and self._last_blocked == BLOCKED_BLOCKS and self.config.init_new_token_ratio > 0:
+            return None
+        rem = math.inf
+        for seq in running:
+            if seq.num_output == 0 or seq.num_tokens - seq.num_computed != 1:
+                return None
+            r = seq.output_len - seq.num_output
+            if r < rem:
+                rem = r
+        k = min(max_steps, int(rem) - 1)  # the step in which a sequence finishes runs on the exact path
+        if k < 2:
+            return None
+        c = np.fromiter((s.num_computed for s in running), dtype=np.int64, count=n)
+        crossings = np.bincount((-c) % bs, minlength=bs)  # sequences needing a new block at step j (period bs)
+        need = np.cumsum(np.resize(crossings, k))
+        k = min(k, int(np.searchsorted(need, blocks.num_free, side="right")))
+        if k < 2:
+            return None
+        durs = self.steptime.decode_run_seconds(n, c + 1, k).tolist()
+        t = now
+        ends = []
+        for d in durs:
+            if t >= until:
+                break
+            t += d
+            ends.append(t)
+        k = len(ends)
+        if k < 1:
+            return None
+        first = len(self.step_end_at)
+        self.step_end_at.extend(ends)
+        counts = ((c + k + bs - 1) // bs - (c + bs - 1) // bs).tolist()
+        used_before = blocks.num_used
+        blocks.take_many([s.rid for s in running], counts)
+        emitted = []
+        for seq in running:
+            seq.num_computed += k
+            seq.num_output += k
+            seq.num_tokens += k
+            runs = seq.runs
+            if runs and runs[-1][0] + runs[-1][1] == first:
+                runs[-1][1] += k
+            else:
+                runs.append([first, k])
+            emitted.append((seq.rid, k))
+        cfg = self.config
+        if sched.new_token_ratio > cfg.min_new_token_ratio:
+            sched.new_token_ratio = max(cfg.min_new_token_ratio, sched.new_token_ratio - k * cfg.new_token_ratio_decay)
+        st = self.stats
+        st.num_steps += k
+        st.busy_s += sum(durs[:k])
+        st.kv_blocks_max = max(st.kv_blocks_max, blocks.num_used)
+        st.running_max = max(st.running_max, n)
+        st.waiting_max = max(st.waiting_max, len(sched.waiting))
+        if self.trace_rows is not None:
+            nw = len(sched.waiting)
+            used = (used_before + need[:k]).tolist()
+            starts = [now] + ends[:-1]
+            for j in range(k):
+                self.trace_rows.append((self.level, first + j, starts[j], durs[j], 0, n, 0, n, used[j], n, nw, 0))
+        return StepOutcome(now, ends[-1], k, 0, n, 0, n * k, emitted, [], [], blocks.num_used, n, len(sched.waiting))
+
+    # --- records ------------------------------------------------------------------------------
+    def _record(self, seq: Sequence, *, end_at: float, status: str = OK, error_kind: str | None = None,
+                error_message: str | None = None) -> RequestRecord:
+        ends = self.step_end_at
+        chunk_times: list[float] = []
+        for start, length in seq.runs:
+            chunk_times.extend(ends[start:start + length])
+        meta = seq.meta
+        queue_s = None if seq.admitted_at is None else seq.admitted_at - seq.arrival_at
+        extra = {"preemptions": seq.preemptions, "queue_s": queue_s, "cached_tokens": meta.get("cached_tokens", 0)}
+        return RequestRecord(
+            request_id=seq.rid, level=meta.get("level", self.level), concurrency=meta.get("concurrency"),
+            rate=meta.get("rate"), class_name=seq.spec.class_name, warmup=bool(meta.get("warmup", False)),
+            scheduled_at=seq.scheduled_at, sent_at=seq.arrival_at, first_token_at=seq.first_token_at,
+            first_answer_at=seq.first_token_at, end_at=end_at, chunk_times=chunk_times, chunk_tokens=[1] * len(chunk_times),
+            expected_input_tokens=seq.prompt_len, expected_output_tokens=seq.output_len,
+            prompt_tokens=seq.prompt_len if status == OK else None, output_tokens=seq.num_output if status == OK else None,
+            status=status, error_kind=error_kind, error_message=error_message, extra=extra)
+
+    # --- trace --------------------------------------------------------------------------------
+    def trace(self) -> list[dict]:
+        """Per-step trace rows (empty unless built with trace=True)."""
+        return [dict(zip(TRACE_KEYS, row)) for row in (self.trace_rows or [])]

@@ -1,0 +1,253 @@
+"""One scheduling decision per engine step: which sequences run, with how many tokens each.
+
+Owns the Sequence state and the policy; not time (steptime.py, engine.py) nor block bookkeeping
+(blocks.py, which it calls). No I/O, no clock, no randomness.
+
+Policy (vLLM V1 `Scheduler.schedule`, with decodes placed first as Sarathi-Serve does):
+  1. running decodes, oldest admission first, 1 token each; a decode that needs a new block when
+     none is free preempts the most recently admitted running sequence (recompute: its blocks are
+     freed, it goes back to the *front* of the queue and later recomputes prompt + generated tokens),
+     possibly itself;
+  2. running sequences still in prefill, in admission order, a chunk each within the token budget;
+  3. new admissions from the queue, first come first served, while the sequence cap, the token budget
+     and the free blocks allow (a cache hit on a shared prefix skips those tokens). The queue head
+     blocks everything behind it (strict FCFS, as vLLM).
+SGLang-like configs also require free KV for new_token_ratio x the remaining output of every running
+sequence and the candidate before admitting it (SGLang PrefillAdder).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from kneecap.sim.blocks import BlockManager, blocks_for
+from kneecap.sim.config import EngineConfig
+from kneecap.workload import RequestSpec
+
+# why the last admission attempt stopped (the engine's fast path reads it)
+BLOCKED_NONE = ""
+BLOCKED_SEQS = "max_num_seqs"
+BLOCKED_BUDGET = "token_budget"
+BLOCKED_BLOCKS = "kv_blocks"
+BLOCKED_RESERVE = "kv_reserve"
+
+
+class Sequence:
+    """One request inside the engine. Token counts in tokens; times in seconds of virtual time."""
+
+    __slots__ = ("spec", "rid", "prompt_len", "output_len", "arrival_at", "scheduled_at", "num_tokens", "num_computed",
+                 "num_output", "prefix_hashes", "admitted_at", "first_token_at", "preemptions", "runs", "meta")
+
+    def __init__(self, spec: RequestSpec, arrival_at: float, block_size: int, meta: dict | None = None,
+                 scheduled_at: float | None = None):
+        self.spec = spec
+        self.rid = spec.request_id
+        self.prompt_len = spec.input_tokens
+        self.output_len = spec.output_tokens
+        self.arrival_at = arrival_at
+        self.scheduled_at = arrival_at if scheduled_at is None else scheduled_at
+        self.num_tokens = spec.input_tokens  # prompt + tokens generated so far
+        self.num_computed = 0  # tokens whose KV is in the cache
+        self.num_output = 0
+        n_prefix = (spec.prefix_tokens // block_size) if spec.prefix_group is not None else 0
+        self.prefix_hashes = tuple(("p", spec.class_name, spec.prefix_group, i) for i in range(n_prefix))
+        self.admitted_at: float | None = None
+        self.first_token_at: float | None = None
+        self.preemptions = 0
+        self.runs: list[list[int]] = []  # [first step index, number of consecutive steps] that emitted a token
+        self.meta = meta or {}
+
+    @property
+    def is_decode(self) -> bool:
+        return self.num_output > 0 and self.num_tokens - self.num_computed == 1
+
+    def block_hashes(self, block_size: int) -> list:
+        """Hashes of the full blocks a (re)admission may find cached: the shared prefix, then (after a
+        preemption) this sequence's own computed blocks. Never the block holding the last token (it must
+        be recomputed to produce logits, as in vLLM)."""
+        n = (self.num_tokens - 1) // block_size
+        hashes = list(self.prefix_hashes[:n])
+        if self.preemptions:
+            hashes.extend(("s", self.rid, i) for i in range(len(hashes), n))
+        return hashes
+
+    def own_hashes(self, block_size: int) -> list:
+        """Hashes of this sequence's full computed blocks (cached when it is preempted)."""
+        n = self.num_computed // block_size
+        out = list(self.prefix_hashes[:n])
+        out.extend(("s", self.rid, i) for i in range(len(out), n))
+        return out
+
+
+@dataclass
+class Batch:
+    """What one step runs. Aggregates feed the step-time model (see steptime.py for their meaning)."""
+
+    decodes: list[Sequence] = field(default_factory=list)
+    prefills: list[tuple[Sequence, int]] = field(default_factory=list)  # (sequence, new tokens this step)
+    preempted: list[Sequence] = field(default_factory=list)
+    admitted: list[Sequence] = field(default_factory=list)
+    num_tokens: int = 0
+    pairs_full: float = 0.0
+    pairs_window: float = 0.0
+    kv_tokens_full: float = 0.0
+    kv_tokens_window: float = 0.0
+    blocked: str = BLOCKED_NONE
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.decodes) + len(self.prefills)
+
+    @property
+    def prefill_tokens(self) -> int:
+        return sum(n for _, n in self.prefills)
+
+
+def _window_pairs(p: int, n: int, w: int) -> int:
+    """sum over positions i = p+1 .. p+n of min(i, w): attention pairs of a chunk under a sliding window."""
+    if w <= 0:
+        return 0
+    lo, hi = p + 1, p + n
+    if hi <= w:
+        return (lo + hi) * n // 2
+    if lo > w:
+        return n * w
+    return (lo + w) * (w - lo + 1) // 2 + (hi - w) * w
+
+
+class Scheduler:
+    """Holds the running list (admission order) and the FCFS queue; `schedule()` builds one Batch."""
+
+    def __init__(self, config: EngineConfig, blocks: BlockManager, window: int = 0):
+        self.config = config
+        self.blocks = blocks
+        self.window = window
+        self.running: list[Sequence] = []
+        self.waiting: deque[Sequence] = deque()
+        self.new_token_ratio = config.init_new_token_ratio
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def _preempt(self, victim: Sequence, batch: Batch) -> None:
+        bs = self.blocks.block_size
+        self.blocks.free_seq(victim.rid, victim.own_hashes(bs) if self.blocks.enable_prefix_caching else ())
+        victim.num_computed = 0
+        victim.preemptions += 1
+        self.waiting.appendleft(victim)
+        batch.preempted.append(victim)
+        self.new_token_ratio = self.config.init_new_token_ratio  # SGLang resets its estimate after a retraction
+
+    def _reserve_ok(self, seq: Sequence, new_blocks: int) -> bool:
+        ratio = self.new_token_ratio
+        if ratio <= 0:
+            return True
+        remaining = sum(s.output_len - s.num_output for s in self.running) + seq.output_len - seq.num_output
+        free_tokens = (self.blocks.num_free - new_blocks) * self.blocks.block_size
+        return free_tokens >= ratio * remaining
+
+    def schedule(self) -> Batch:
+        """Decide this step's batch, allocating blocks (and preempting) as it goes."""
+        cfg, blocks, bs, w = self.config, self.blocks, self.blocks.block_size, self.window
+        batch = Batch()
+        budget = cfg.max_num_batched_tokens
+        running = self.running
+        # 1. decodes, oldest first; preempt from the tail when a block is missing
+        i = 0
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            if not seq.is_decode:
+                i += 1
+                continue
+            if blocks.num_held(seq.rid) < blocks_for(seq.num_computed + 1, bs):
+                while blocks.num_free == 0:
+                    victim = running.pop()
+                    self._preempt(victim, batch)
+                    if victim is seq:
+                        break
+                if seq.num_computed == 0:  # preempted itself
+                    continue  # running shrank; index i now points past the end or at the next sequence
+                blocks.allocate(seq.rid, seq.num_computed + 1)
+            batch.decodes.append(seq)
+            ctx = seq.num_computed + 1
+            batch.pairs_full += ctx
+            batch.kv_tokens_full += ctx
+            if w:
+                m = ctx if ctx < w else w
+                batch.pairs_window += m
+                batch.kv_tokens_window += m
+            budget -= 1
+            i += 1
+        # 2. running sequences still in prefill (chunked)
+        for seq in running:
+            if budget <= 0:
+                break
+            if seq.is_decode:
+                continue
+            remaining = seq.num_tokens - seq.num_computed
+            n = remaining if remaining < budget else budget
+            fit = (blocks.num_held(seq.rid) + blocks.num_free) * bs - seq.num_computed
+            if n > fit:
+                n = fit
+            if n <= 0:
+                continue
+            blocks.allocate(seq.rid, seq.num_computed + n)
+            self._add_prefill(batch, seq, n)
+            budget -= n
+        # 3. admissions, FCFS (none in a step that preempted: vLLM V1 admits only when nothing was preempted)
+        waiting = self.waiting
+        if batch.preempted:
+            return batch
+        while waiting:
+            if len(running) >= cfg.max_num_seqs:
+                batch.blocked = BLOCKED_SEQS
+                break
+            if budget <= 0:
+                batch.blocked = BLOCKED_BUDGET
+                break
+            seq = waiting[0]
+            hashes = seq.block_hashes(bs) if blocks.enable_prefix_caching else []
+            hit_blocks = blocks.lookup_prefix(hashes)
+            hashes = hashes[:hit_blocks]
+            hit_tokens = hit_blocks * bs
+            n = seq.num_tokens - hit_tokens
+            if n > budget:
+                n = budget
+            need = blocks.new_blocks_needed(seq.rid, hit_tokens + n, hashes)
+            if need > blocks.num_free and not running:
+                # nothing else will free memory: shrink the chunk to what fits (else it would wait forever)
+                n = min(n, (blocks.num_free + hit_blocks) * bs - hit_tokens)
+                need = blocks.new_blocks_needed(seq.rid, hit_tokens + n, hashes) if n > 0 else need
+            if need > blocks.num_free or n <= 0:
+                batch.blocked = BLOCKED_BLOCKS
+                break
+            if not self._reserve_ok(seq, need):
+                batch.blocked = BLOCKED_RESERVE
+                break
+            got = blocks.allocate(seq.rid, hit_tokens + n, hashes)
+            if got is None:  # cannot happen after the check above; stay safe
+                batch.blocked = BLOCKED_BLOCKS
+                break
+            blocks.count_query(seq.num_tokens, got)
+            seq.num_computed = got
+            waiting.popleft()
+            running.append(seq)
+            batch.admitted.append(seq)
+            self._add_prefill(batch, seq, n)
+            budget -= n
+        return batch
+
+    def _add_prefill(self, batch: Batch, seq: Sequence, n: int) -> None:
+        p = seq.num_computed
+        batch.prefills.append((seq, n))
+        batch.pairs_full += n * p + n * (n + 1) / 2
+        batch.kv_tokens_full += p + n
+        if self.window:
+            batch.pairs_window += _window_pairs(p, n, self.window)
+            batch.kv_tokens_window += min(p + n, self.window)
+
+    def finish(self, seq: Sequence) -> None:
+        """Remove a finished sequence and free its blocks."""
+        self.running.remove(seq)
+        self.blocks.free_seq(seq.rid)

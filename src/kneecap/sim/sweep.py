@@ -1,0 +1,158 @@
+"""The virtual-clock driver: one sweep level on a fresh simulated engine -> RequestRecords + trace.
+
+Owns arrival patterns in virtual time (closed loop at concurrency C, open loop at a rate, all at
+once) and the clock; not the engine (engine.py) nor summaries and files (metrics/, results.py, the CLI).
+Requests come from kneecap.workload (make_requests / arrival_offsets), exactly as the HTTP client's.
+
+Closed loop: C requests go at t = 0; each completion sends the next one at its end time.
+Open loop: request i goes at arrival_offsets(rate, n, burstiness, seed)[i]. "max": every request at t = 0.
+`--duration S` stops *sending* at S seconds of virtual time (what was sent still finishes).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from kneecap.deployment import Deployment
+from kneecap.errors import KneecapError
+from kneecap.records import RequestRecord
+from kneecap.sim.config import EngineConfig
+from kneecap.sim.engine import Engine
+from kneecap.sim.steptime import StepTimeModel, StepTimeParams
+from kneecap.workload import RequestSpec, Workload, arrival_offsets, make_requests
+
+REQUEST_CHUNK = 1024  # requests drawn per make_requests call when the count is open-ended (--duration)
+MAX_STEPS_PER_CALL = 1 << 20
+MAX_REJECTS_IN_A_ROW = 1000  # a closed loop whose every request exceeds the KV pool stops sending
+
+
+@dataclass(frozen=True)
+class LevelSpec:
+    """One level of a sweep: exactly one of concurrency / rate / all_at_once; a request count or a duration."""
+
+    concurrency: int | None = None
+    rate: float | None = None
+    all_at_once: bool = False
+    num_requests: int | None = None  # measured requests (warmup ones come on top)
+    duration_s: float | None = None  # stop sending after this much virtual time
+    warmup: int = 0
+
+    def __post_init__(self) -> None:
+        modes = (self.concurrency is not None) + (self.rate is not None) + bool(self.all_at_once)
+        if modes != 1:
+            raise KneecapError("a level needs exactly one of a concurrency, a rate or 'max'",
+                               "pass --concurrency LIST (may include max) or --rate LIST")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise KneecapError(f"concurrency must be >= 1, got {self.concurrency}", "pass e.g. --concurrency 1,8,64")
+        if self.rate is not None and not self.rate > 0:
+            raise KneecapError(f"rate must be > 0 requests/s, got {self.rate}", "pass e.g. --rate 2,4,8")
+        if self.num_requests is None and self.duration_s is None:
+            raise KneecapError("a level needs a request count or a duration", "pass --requests N or --duration S")
+        if self.num_requests is not None and self.num_requests < 1:
+            raise KneecapError(f"--requests must be >= 1, got {self.num_requests}", "pass e.g. --requests 200")
+        if self.duration_s is not None and not self.duration_s > 0:
+            raise KneecapError(f"--duration must be > 0 s, got {self.duration_s}", "pass e.g. --duration 60")
+        if self.all_at_once and self.num_requests is None:
+            raise KneecapError("concurrency 'max' sends a fixed number of requests at once", "pass --requests N with max")
+        if self.warmup < 0:
+            raise KneecapError(f"--warmup must be >= 0, got {self.warmup}", "pass e.g. --warmup 8")
+
+    @property
+    def label(self) -> str:
+        if self.all_at_once:
+            return "max"
+        return f"C={self.concurrency}" if self.concurrency is not None else f"rate={self.rate:g}/s"
+
+
+@dataclass
+class LevelResult:
+    records: list[RequestRecord]
+    server_metrics: dict
+    trace: list[dict] = field(default_factory=list)
+    end_s: float = 0.0  # virtual time when the level's last request ended
+
+
+def _requests(workload: Workload, seed: int, total: int | None, id_prefix: str) -> Iterator[RequestSpec]:
+    if total is not None:
+        yield from make_requests(workload, total, seed, id_prefix=id_prefix)
+        return
+    start = 0
+    while True:
+        yield from make_requests(workload, REQUEST_CHUNK, seed, start_index=start, id_prefix=id_prefix)
+        start += REQUEST_CHUNK
+
+
+def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int, workload: Workload, level: LevelSpec, *,
+                   index: int = 0, seed: int = 0, burstiness: float = 1.0, step_params: StepTimeParams | None = None,
+                   steptime: StepTimeModel | None = None, trace: bool = False, fast_path: bool = True) -> LevelResult:
+    """Run one level on a fresh engine of `num_blocks` KV blocks; records in completion order."""
+    engine = Engine(deployment, config, num_blocks, step_params=step_params, steptime=steptime, level=index,
+                    trace=trace, fast_path=fast_path)
+    total = None if level.num_requests is None else level.num_requests + level.warmup
+    source = _requests(workload, seed, total, id_prefix=f"L{index}-r")
+    concurrency = level.concurrency if level.concurrency is not None else (total if level.all_at_once else None)
+    meta_base = {"level": index, "concurrency": concurrency, "rate": level.rate}
+    records: list[RequestRecord] = []
+    sent = 0
+    horizon = level.duration_s if level.duration_s is not None else math.inf
+
+    def send(at: float) -> bool | None:
+        """Send the next request at `at`: True if queued, False if rejected at once, None if none is left."""
+        nonlocal sent
+        if total is not None and sent >= total:
+            return None
+        spec = next(source)
+        meta = dict(meta_base, warmup=sent < level.warmup)
+        sent += 1
+        rejected = engine.add_request(spec, at, meta=meta, scheduled_at=at)
+        if rejected is not None:
+            records.append(rejected)
+            return False
+        return True
+
+    def fill_slot(at: float) -> bool:
+        """Closed loop: send until one request is queued (a rejected one frees its slot at once)."""
+        for _ in range(MAX_REJECTS_IN_A_ROW):
+            got = send(at)
+            if got is None:
+                return False
+            if got:
+                return True
+        return False
+
+    t = 0.0
+    arrivals: list[float] = []
+    next_arrival = 0
+    if level.rate is not None:
+        if total is not None:
+            arrivals = arrival_offsets(level.rate, total, burstiness, seed)
+        else:
+            n_est = int(math.ceil(level.rate * level.duration_s * 1.5)) + 16
+            arrivals = [a for a in arrival_offsets(level.rate, n_est, burstiness, seed) if a < level.duration_s]
+    else:
+        for _ in range(concurrency or 0):
+            if not fill_slot(0.0):
+                break
+    while True:
+        while next_arrival < len(arrivals) and arrivals[next_arrival] <= t:
+            send(arrivals[next_arrival])
+            next_arrival += 1
+        if not engine.has_work:
+            if next_arrival < len(arrivals):
+                t = max(t, arrivals[next_arrival])
+                continue
+            break
+        until = arrivals[next_arrival] if next_arrival < len(arrivals) else math.inf
+        out = engine.step(t, until=until, max_steps=MAX_STEPS_PER_CALL)
+        if out is None:
+            raise KneecapError("the simulated engine stopped making progress with requests still queued",
+                               "this is a simulator bug; please report the command line")
+        t = out.ended_at
+        for rec in out.finished:
+            records.append(rec)
+            if level.rate is None and t < horizon:
+                fill_slot(t)  # closed loop: the finished request's slot sends the next one now
+    end_s = max((r.end_at for r in records if r.end_at is not None), default=0.0)
+    return LevelResult(records=records, server_metrics=engine.server_metrics(), trace=engine.trace(), end_s=end_s)
