@@ -1,0 +1,379 @@
+"""Compare kneecap's load-generating client with peer clients against one fast scripted server.
+
+Starts bench/fast_server.js (Node, built-in http) pinned to one core and each client pinned
+to the other (taskset), on the same configurations in one run, restarting the server for every
+(client, configuration) so each run has its own server timestamp log. Prints a markdown table
+and writes it to bench/results/compare_clients.md (raw numbers: compare_clients.json).
+
+Two kinds of configuration (issue 3, item 12):
+- latency: scripted TTFT 200 ms, ITL 20 ms, one token per chunk, at C=1, 64, 256. A client's
+  own TTFT/ITL minus the server's (send of the first token-bearing event minus arrival of the
+  request; gaps between sends) is the error the client adds. Reported as differences of means
+  and of p99s (requests are not matched one to one).
+- ingest: ITL 0 (the server writes as fast as sockets drain) at C=256 and C=1024: output
+  tokens per second, and output tokens per client CPU-second ("per client core").
+
+  .venv/bin/python bench/compare_clients.py [--clients kneecap,vllm] [--quick]
+
+Peers come from bench/install_peers.sh (their own venv under bench/.peers/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PEER_PY = HERE / ".peers" / "venv" / "bin" / "python"
+RESULTS = HERE / "results"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str  # "latency" | "ingest"
+    concurrency: int
+    requests: int
+    isl: int
+    osl: int
+    ttft_ms: float
+    itl_ms: float
+    tokens_per_chunk: int = 1
+    events_per_write: int = 1  # only with ITL 0: SSE events handed to the socket in one write
+
+
+def scenarios(quick: bool, ingest_events_per_write: int = 8) -> list[Scenario]:
+    scale = 4 if quick else 1
+    return [
+        Scenario("latency", 1, max(4, 16 // scale), 16, 64, 200.0, 20.0),
+        Scenario("latency", 64, 256 // scale, 16, 64, 200.0, 20.0),
+        Scenario("latency", 256, 1024 // scale, 16, 64, 200.0, 20.0),
+        Scenario("ingest", 256, 2048 // scale, 16, 256, 0.0, 0.0, 1, ingest_events_per_write),
+        Scenario("ingest", 1024, 4096 // scale, 16, 256, 0.0, 0.0, 1, ingest_events_per_write),
+    ]
+
+
+# ---- processes -------------------------------------------------------------------------------
+
+class NodeServer:
+    """bench/fast_server.js on `cpu`, logging its own send timestamps to `log_path`."""
+
+    def __init__(self, scenario: Scenario, cpu: int, log_path: Path):
+        self.log_path = log_path
+        self.out_path = log_path.with_suffix(".stdout")
+        cmd = ["taskset", "-c", str(cpu), "node", str(HERE / "fast_server.js"), "--port", "0",
+               "--ttft-ms", str(scenario.ttft_ms), "--itl-ms", str(scenario.itl_ms),
+               "--tokens-per-chunk", str(scenario.tokens_per_chunk),
+               "--events-per-write", str(scenario.events_per_write), "--log", str(log_path)]
+        with open(self.out_path, "wb") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            text = self.out_path.read_text()
+            if text.startswith("LISTENING "):
+                self.base_url = text.split()[1]
+                return
+            if self.proc.poll() is not None:
+                raise SystemExit(f"error: fast_server.js exited: {text.strip()}")
+            time.sleep(0.02)
+        self.stop()
+        raise SystemExit("error: fast_server.js did not start listening within 10 s")
+
+    def stop(self) -> float:
+        """SIGTERM by PID (the server flushes its log), reap it; return its CPU seconds."""
+        os.kill(self.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while True:
+            pid, status, usage = os.wait4(self.proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                pid, status, usage = os.wait4(self.proc.pid, 0)
+                break
+            time.sleep(0.02)
+        self.proc.returncode = os.waitstatus_to_exitcode(status)
+        return usage.ru_utime + usage.ru_stime
+
+
+def run_pinned(cmd: list[str], cpu: int, timeout_s: float, env: dict | None = None) -> tuple[int, float, str]:
+    """Run `cmd` on `cpu`; return (exit code, its CPU seconds from wait4, stderr tail)."""
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(["taskset", "-c", str(cpu), *cmd], stdout=subprocess.DEVNULL, stderr=err,
+                                env={**os.environ, **(env or {})}, cwd=ROOT)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                os.kill(proc.pid, signal.SIGKILL)
+                pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.05)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        tail = err.read().decode(errors="replace")[-1500:]
+    return proc.returncode, usage.ru_utime + usage.ru_stime, tail
+
+
+# ---- clients: each returns {completed, duration_s, output_tokens, cpu_s, ttft_ms, itl_ms, warmup_requests}
+
+def per_token_gaps_ms(times_s: list[float], tokens: list[int]) -> list[float]:
+    """ITL per token: the gap before a chunk of k tokens, then k-1 zero gaps (DESIGN.md's definition)."""
+    gaps: list[float] = [0.0] * max(0, (tokens[0] if tokens else 1) - 1)
+    for i in range(1, len(times_s)):
+        gaps.append((times_s[i] - times_s[i - 1]) * 1000.0)
+        gaps.extend([0.0] * max(0, tokens[i] - 1))
+    return gaps
+
+
+def run_kneecap(url: str, sc: Scenario, cpu: int, work: Path) -> dict:
+    out_dir = work / "kneecap-out"
+    cmd = [sys.executable, "-m", "kneecap", "bench", "--base-url", url, "--isl", str(sc.isl), "--osl", str(sc.osl),
+           "--concurrency", str(sc.concurrency), "--requests", str(sc.requests), "--warmup", "0",
+           "--out", str(out_dir), "--quiet", "--json"]
+    code, cpu_total_s, err = run_pinned(cmd, cpu, timeout_s=600)
+    if code != 0:
+        return {"error": f"kneecap bench exited {code}: {err.strip().splitlines()[-1:] if err.strip() else ''}"}
+    from kneecap.records import read_records
+
+    summary = json.loads((out_dir / "summary.json").read_text())
+    level = summary["levels"][0]
+    records = [r for r in read_records(out_dir / "requests.jsonl") if not r.warmup]
+    ok = [r for r in records if r.ok]
+    client = level.get("client") or {}
+    cpu_s = next((float(v) for k, v in client.items() if "cpu" in k and k.endswith("_s") and isinstance(v, (int, float))),
+                 None)
+    ttft = [(r.first_token_at - r.sent_at) * 1000.0 for r in ok if r.first_token_at is not None and r.sent_at is not None]
+    itl = [g for r in ok for g in per_token_gaps_ms(r.chunk_times, r.chunk_tokens)]
+    return {"completed": len(ok), "duration_s": level["duration_s"],
+            "output_tokens": sum((r.output_tokens or sum(r.chunk_tokens)) for r in ok),
+            "cpu_s": cpu_s if cpu_s is not None else cpu_total_s,
+            "cpu_source": "level" if cpu_s is not None else "whole process (includes start-up)",
+            "ttft_ms": ttft, "itl_ms": itl, "warmup_requests": 0}
+
+
+def run_vllm(url: str, sc: Scenario, cpu: int, work: Path) -> dict:
+    if not PEER_PY.exists():
+        return {"error": "bench/.peers/venv missing: run bench/install_peers.sh"}
+    out = work / "vllm.json"
+    cmd = [str(PEER_PY), str(HERE / "peer_vllm.py"), "--base-url", url, "--concurrency", str(sc.concurrency),
+           "--requests", str(sc.requests), "--isl", str(sc.isl), "--osl", str(sc.osl), "--out", str(out)]
+    code, _, err = run_pinned(cmd, cpu, timeout_s=600)
+    if code != 0 or not out.exists():
+        return {"error": f"peer_vllm.py exited {code}: {err.strip()[-300:]}"}
+    result = json.loads(out.read_text())
+    result["cpu_source"] = "benchmark() only"
+    return result
+
+
+CLIENTS = {"kneecap": run_kneecap, "vllm": run_vllm}
+
+
+# ---- the server's side ------------------------------------------------------------------------
+
+def server_side(log_path: Path, skip_first: int) -> dict:
+    """Server TTFT (first send - request arrival) and per-token ITL from the server's own log."""
+    rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+    rows = sorted((r for r in rows if r["complete"]), key=lambda r: r["id"])[skip_first:]
+    ttft = [r["send_ms"][0] - r["recv_ms"] for r in rows if r["send_ms"]]
+    itl = [g for r in rows for g in per_token_gaps_ms([t / 1000.0 for t in r["send_ms"]], r["tokens"])]
+    return {"requests": len(rows), "ttft_ms": ttft, "itl_ms": itl}
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100.0 * (len(ordered) - 1))))]
+
+
+def mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else float("nan")
+
+
+def measure(client: str, sc: Scenario, server_cpu: int, client_cpu: int, work_root: Path) -> dict:
+    work = work_root / f"{sc.name}-c{sc.concurrency}-{client}"
+    work.mkdir(parents=True, exist_ok=True)
+    server = NodeServer(sc, server_cpu, work / "server.jsonl")
+    started = time.monotonic()
+    try:
+        result = CLIENTS[client](server.base_url, sc, client_cpu, work)
+    finally:
+        server_cpu_s = server.stop()
+    wall_s = time.monotonic() - started
+    if "error" in result:
+        return {"client": client, "scenario": sc.__dict__, **result}
+    srv = server_side(server.log_path, result.get("warmup_requests", 0))
+    row = {
+        "client": client, "scenario": sc.__dict__, "completed": result["completed"], "requests": sc.requests,
+        "duration_s": result["duration_s"], "output_tokens": result["output_tokens"],
+        "output_tok_s": result["output_tokens"] / result["duration_s"] if result["duration_s"] else float("nan"),
+        "cpu_s": result["cpu_s"], "cpu_source": result.get("cpu_source"),
+        "client_ttft_mean_ms": mean(result["ttft_ms"]), "server_ttft_mean_ms": mean(srv["ttft_ms"]),
+        "client_ttft_p99_ms": pct(result["ttft_ms"], 99), "server_ttft_p99_ms": pct(srv["ttft_ms"], 99),
+        "client_itl_mean_ms": mean(result["itl_ms"]), "server_itl_mean_ms": mean(srv["itl_ms"]),
+        "client_itl_p99_ms": pct(result["itl_ms"], 99), "server_itl_p99_ms": pct(srv["itl_ms"], 99),
+    }
+    row["cpu_util"] = row["cpu_s"] / row["duration_s"] if row["duration_s"] else float("nan")
+    row["server_cpu_util"] = server_cpu_s / wall_s  # over the client's whole run (start-up included): a lower bound
+    row["output_tok_per_cpu_s"] = row["output_tokens"] / row["cpu_s"] if row["cpu_s"] else float("nan")
+    row["ttft_err_mean_ms"] = row["client_ttft_mean_ms"] - row["server_ttft_mean_ms"]
+    row["ttft_err_p99_ms"] = row["client_ttft_p99_ms"] - row["server_ttft_p99_ms"]
+    row["itl_err_mean_ms"] = row["client_itl_mean_ms"] - row["server_itl_mean_ms"]
+    row["itl_err_p99_ms"] = row["client_itl_p99_ms"] - row["server_itl_p99_ms"]
+    return row
+
+
+# ---- rendering ---------------------------------------------------------------------------------
+
+def fmt(value, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "—"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}"
+
+
+def render(rows: list[dict], command: str, clients: list[str]) -> str:
+    lines = [
+        "# kneecap client vs peer clients", "",
+        f"Command: `{command}`", "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores ({_cpu_model()}), Python {platform.python_version()}, "
+        f"Node {subprocess.run(['node', '--version'], capture_output=True, text=True).stdout.strip()}; "
+        "server (bench/fast_server.js) pinned to one core, client to the other.", "",
+        "## Latency added by the client (scripted TTFT 200 ms, ITL 20 ms, 1 token/chunk, OSL 64)", "",
+        "| client | C | completed | TTFT mean client / server ms | TTFT err mean ms | TTFT err p99 ms "
+        "| ITL mean client / server ms | ITL err mean ms | ITL err p99 ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        sc = r["scenario"]
+        if sc["name"] != "latency":
+            continue
+        if "error" in r:
+            lines.append(f"| {r['client']} | {sc['concurrency']} | error: {r['error'][:120]} | | | | | | |")
+            continue
+        lines.append(f"| {r['client']} | {sc['concurrency']} | {r['completed']}/{r['requests']} "
+                     f"| {fmt(r['client_ttft_mean_ms'])} / {fmt(r['server_ttft_mean_ms'])} | {fmt(r['ttft_err_mean_ms'])} "
+                     f"| {fmt(r['ttft_err_p99_ms'])} | {fmt(r['client_itl_mean_ms'], 3)} / {fmt(r['server_itl_mean_ms'], 3)} "
+                     f"| {fmt(r['itl_err_mean_ms'], 3)} | {fmt(r['itl_err_p99_ms'], 2)} |")
+    epw = next((r["scenario"]["events_per_write"] for r in rows if r["scenario"]["name"] == "ingest"), 1)
+    lines += ["", f"## Ingest (ITL 0: the server writes as fast as sockets drain, {epw} SSE event(s) of 1 token per "
+              "write; OSL 256)", "",
+              "| client | C | completed | output tok/s | client CPU util | server CPU util (≥) | output tok per client CPU-s | client CPU measured over |",
+              "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        sc = r["scenario"]
+        if sc["name"] != "ingest":
+            continue
+        if "error" in r:
+            lines.append(f"| {r['client']} | {sc['concurrency']} | error: {r['error'][:120]} | | | | | |")
+            continue
+        lines.append(f"| {r['client']} | {sc['concurrency']} | {r['completed']}/{r['requests']} | {fmt(r['output_tok_s'], 0)} "
+                     f"| {fmt(r['cpu_util'])} | {fmt(r['server_cpu_util'])} | {fmt(r['output_tok_per_cpu_s'], 0)} | {r['cpu_source']} |")
+    lines += ["", "## Ratios and targets (issue 3, item 12)", ""]
+    lines += ratio_lines(rows, clients)
+    lines += ["", "Definitions: TTFT err = client TTFT − server TTFT (first token-bearing event handed to the socket "
+              "minus request arrival, both from the server's own log); ITL per token (a chunk of k tokens = its gap "
+              "then k−1 zeros) on both sides; err p99 = difference of the two p99s (requests are not paired). "
+              "Ingest per client core = output tokens / client CPU-seconds (user+system)."]
+    return "\n".join(lines) + "\n"
+
+
+def ratio_lines(rows: list[dict], clients: list[str]) -> list[str]:
+    def find(client: str, name: str, c: int) -> dict | None:
+        return next((r for r in rows if r["client"] == client and r["scenario"]["name"] == name
+                     and r["scenario"]["concurrency"] == c and "error" not in r), None)
+
+    out = []
+    for c in (256, 1024):
+        k, v = find("kneecap", "ingest", c), find("vllm", "ingest", c)
+        if k and v:
+            ratio = k["output_tok_per_cpu_s"] / v["output_tok_per_cpu_s"]
+            out.append(f"- C={c}: kneecap ingests {ratio:.2f}x vLLM's output tokens per client CPU-second "
+                       f"({fmt(k['output_tok_per_cpu_s'], 0)} vs {fmt(v['output_tok_per_cpu_s'], 0)}); target >= 1.8x: "
+                       f"{'met' if ratio >= 1.8 else 'NOT met'}")
+    for c in (1, 64, 256):
+        for client in clients:
+            r = find(client, "latency", c)
+            if r:
+                target = ""
+                if client == "kneecap" and c == 256:
+                    target = f" (target <= 5 ms: {'met' if abs(r['ttft_err_mean_ms']) <= 5 else 'NOT met'})"
+                out.append(f"- C={c} {client}: TTFT err mean {fmt(r['ttft_err_mean_ms'])} ms{target}, "
+                           f"ITL err mean {fmt(r['itl_err_mean_ms'], 3)} ms"
+                           + (f" (target <= 0.05 ms: {'met' if abs(r['itl_err_mean_ms']) <= 0.05 else 'NOT met'})"
+                              if client == "kneecap" else ""))
+    return out or ["- (no pair of results to compare)"]
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", default="kneecap,vllm", help="comma list of: " + ",".join(CLIENTS))
+    parser.add_argument("--quick", action="store_true", help="a quarter of the requests (a smoke run)")
+    parser.add_argument("--only", default=None, help="run only scenarios named latency or ingest")
+    parser.add_argument("--ingest-events-per-write", type=int, default=8,
+                        help="SSE events per server write in the ingest runs (1 = one write per token)")
+    parser.add_argument("--server-cpu", type=int, default=0)
+    parser.add_argument("--client-cpu", type=int, default=1)
+    parser.add_argument("--out", default=str(RESULTS / "compare_clients.md"))
+    args = parser.parse_args()
+    clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    unknown = [c for c in clients if c not in CLIENTS]
+    if unknown:
+        parser.error(f"unknown client(s) {unknown}; choose from {list(CLIENTS)}")
+    for tool in ("node", "taskset"):
+        if subprocess.run(["which", tool], capture_output=True).returncode:
+            parser.error(f"{tool} not found on PATH")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 65536)), hard))
+
+    command = "python bench/compare_clients.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kneecap-compare-") as tmp:
+        for sc in scenarios(args.quick, args.ingest_events_per_write):
+            if args.only and sc.name != args.only:
+                continue
+            for client in clients:
+                started = time.monotonic()
+                row = measure(client, sc, args.server_cpu, args.client_cpu, Path(tmp))
+                rows.append(row)
+                status = row.get("error") or (f"{row['output_tok_s']:,.0f} tok/s, TTFT err {row['ttft_err_mean_ms']:.2f} ms, "
+                                              f"ITL err {row['itl_err_mean_ms']:.3f} ms, cpu {row['cpu_util']:.2f}, server cpu {row['server_cpu_util']:.2f}")
+                print(f"[{sc.name} C={sc.concurrency} {client}] {status} ({time.monotonic() - started:.1f}s)",
+                      file=sys.stderr, flush=True)
+    text = render(rows, command, clients)
+    print(text)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
