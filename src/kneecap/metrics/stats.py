@@ -159,27 +159,36 @@ class StreamingDistribution:
             i = self._index(abs(x))
             store[i] = store.get(i, 0) + count
 
-    def add_many(self, values: Iterable[float]) -> None:
-        """Add every value (vectorised with numpy)."""
+    def add_many(self, values: Iterable[float], counts: Sequence[int] | None = None) -> None:
+        """Add every value (vectorised with numpy); values[i] is added counts[i] times when given."""
         import numpy as np
 
         arr = _as_finite_array(list(values) if not hasattr(values, "__len__") else values)
+        if counts is None:
+            w = np.ones(arr.size, dtype=np.int64)
+        else:
+            w = np.asarray(counts, dtype=np.int64).reshape(-1)
+            if w.shape != arr.shape or (w.size and w.min() < 0):
+                raise KneecapError(f"streaming statistics got {arr.size} values and {w.size} counts",
+                                   "pass one count (>= 0) per value")
+            arr, w = arr[w > 0], w[w > 0]
         if arr.size == 0:
             return
-        self.count += int(arr.size)
-        self.sum += float(arr.sum())
+        self.count += int(w.sum())
+        self.sum += float(np.dot(arr, w))
         lo, hi = float(arr.min()), float(arr.max())
         self.min = lo if self.min is None else min(self.min, lo)
         self.max = hi if self.max is None else max(self.max, hi)
         mag = np.abs(arr)
         zero = mag < self.zero_threshold
-        self.zero_count += int(zero.sum())
+        self.zero_count += int(w[zero].sum())
         for store, mask in ((self.positive, (arr > 0) & ~zero), (self.negative, (arr < 0) & ~zero)):
             if not mask.any():
                 continue
             idx = np.ceil(np.log(mag[mask]) / self._log_gamma).astype(np.int64)
-            keys, counts = np.unique(idx, return_counts=True)
-            for k, c in zip(keys.tolist(), counts.tolist()):
+            keys, inverse = np.unique(idx, return_inverse=True)
+            sums = np.bincount(inverse, weights=w[mask]).astype(np.int64)
+            for k, c in zip(keys.tolist(), sums.tolist()):
                 store[k] = store.get(k, 0) + c
 
     def merge(self, other: "StreamingDistribution") -> "StreamingDistribution":

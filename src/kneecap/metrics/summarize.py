@@ -49,27 +49,65 @@ def _level_value(records: list[RequestRecord], concurrency, rate) -> dict:
     return {"concurrency": None}
 
 
-def _token_mismatch(completed: list[RequestRecord]) -> dict:
-    out = {"requests": 0, "output": 0, "prompt": 0, "output_unreported": 0, "output_vs_chunks": 0, "examples": []}
-    for r in completed:
-        bad_out = r.output_tokens is not None and r.expected_output_tokens is not None \
-            and r.output_tokens != r.expected_output_tokens
-        bad_in = r.prompt_tokens is not None and r.expected_input_tokens is not None \
-            and r.prompt_tokens != r.expected_input_tokens
-        out["output"] += bad_out
-        out["prompt"] += bad_in
-        out["output_unreported"] += r.output_tokens is None
-        out["output_vs_chunks"] += bool(r.output_tokens is not None and r.chunk_tokens
-                                        and r.output_tokens != sum(r.chunk_tokens))
-        if bad_out or bad_in:
-            out["requests"] += 1
-            if len(out["examples"]) < MAX_MISMATCH_EXAMPLES:
-                out["examples"].append({
-                    "request_id": r.request_id,
-                    "expected_input_tokens": r.expected_input_tokens, "prompt_tokens": r.prompt_tokens,
-                    "expected_output_tokens": r.expected_output_tokens, "output_tokens": r.output_tokens,
-                })
-    return out
+def new_token_mismatch() -> dict:
+    return {"requests": 0, "output": 0, "prompt": 0, "output_unreported": 0, "output_vs_chunks": 0, "examples": []}
+
+
+def add_token_mismatch(out: dict, r: RequestRecord) -> None:
+    """Count one completed request into a token_mismatch dict (see docs/metrics.md)."""
+    bad_out = r.output_tokens is not None and r.expected_output_tokens is not None \
+        and r.output_tokens != r.expected_output_tokens
+    bad_in = r.prompt_tokens is not None and r.expected_input_tokens is not None \
+        and r.prompt_tokens != r.expected_input_tokens
+    out["output"] += bad_out
+    out["prompt"] += bad_in
+    out["output_unreported"] += r.output_tokens is None
+    out["output_vs_chunks"] += bool(r.output_tokens is not None and r.chunk_tokens
+                                    and r.output_tokens != sum(r.chunk_tokens))
+    if bad_out or bad_in:
+        out["requests"] += 1
+        if len(out["examples"]) < MAX_MISMATCH_EXAMPLES:
+            out["examples"].append({
+                "request_id": r.request_id,
+                "expected_input_tokens": r.expected_input_tokens, "prompt_tokens": r.prompt_tokens,
+                "expected_output_tokens": r.expected_output_tokens, "output_tokens": r.output_tokens,
+            })
+
+
+def wall_time_s(duration_s: float | None, first_sent_at: float | None, last_end_at: float | None) -> float | None:
+    """The level's wall time: duration_s when the driver measured it, else last end_at - first sent_at."""
+    if duration_s is not None:
+        if not duration_s > 0:
+            raise KneecapError(f"level duration must be positive, got {duration_s!r} s",
+                               "pass the level's wall time in seconds, or None to take it from the records")
+        return float(duration_s)
+    if first_sent_at is None or last_end_at is None or last_end_at <= first_sent_at:
+        return None
+    return last_end_at - first_sent_at
+
+
+def as_slo(slo: Mapping | str | None) -> dict | None:
+    """An SLO given as a string or a dict -> a validated dict, or None when there is none."""
+    parsed = parse_slo(slo) if slo is not None else {}
+    return parsed or None
+
+
+def attach_goodput_and_slo(summary: dict, slo: dict | None, good_requests: int, good_output_tokens: int,
+                           wall_s: float | None) -> None:
+    """Add `goodput` and `slo` {met, breaches} to a level summary (both None without an SLO)."""
+    if not slo:
+        summary["goodput"] = None
+        summary["slo"] = None
+        return
+    requests = summary["requests"]
+    summary["goodput"] = {
+        "requests": good_requests,
+        "request_s": _per_s(good_requests, wall_s),
+        "output_tok_s": _per_s(good_output_tokens, wall_s),
+        "fraction": good_requests / requests if requests else None,
+    }
+    met, breaches = level_meets_slo(summary, slo)
+    summary["slo"] = {"met": met, "breaches": breaches}
 
 
 def _itl(completed: list[RequestRecord]) -> tuple[dict, dict, dict]:
@@ -116,17 +154,9 @@ def summarize_level(records: Iterable[RequestRecord], *, concurrency=None, rate=
     if len(level_indexes) == 1:
         level["level"] = level_indexes.pop()
 
-    if duration_s is not None:
-        if not duration_s > 0:
-            raise KneecapError(f"level duration must be positive, got {duration_s!r} s",
-                               "pass the level's wall time in seconds, or None to take it from the records")
-        wall_s = float(duration_s)
-    else:
-        sent = [r.sent_at for r in measured if r.sent_at is not None]
-        ends = [r.end_at for r in measured if r.end_at is not None]
-        wall_s = (max(ends) - min(sent)) if sent and ends else None
-        if wall_s is not None and wall_s <= 0:
-            wall_s = None
+    wall_s = wall_time_s(duration_s,
+                         min((r.sent_at for r in measured if r.sent_at is not None), default=None),
+                         max((r.end_at for r in measured if r.end_at is not None), default=None))
 
     out_tokens = sum(r.num_output_tokens for r in completed)
     in_tokens = sum(req.input_tokens(r) for r in completed)
@@ -163,21 +193,16 @@ def summarize_level(records: Iterable[RequestRecord], *, concurrency=None, rate=
         summary["e2e_from_scheduled_ms"] = _ms(req.e2e_from_scheduled_s(r) for r in completed)
     summary["schedule_lag_ms"] = _ms(req.schedule_lag_s(r) for r in measured)
     summary["errors"] = dict(sorted(errors.items()))
-    summary["token_mismatch"] = _token_mismatch(completed)
+    mismatch = new_token_mismatch()
+    for r in completed:
+        add_token_mismatch(mismatch, r)
+    summary["token_mismatch"] = mismatch
 
-    slo_dict = parse_slo(slo) if isinstance(slo, str) else (dict(slo) if slo else None)
+    slo_dict = as_slo(slo)
+    good = []
     if slo_dict:
         budgets = per_request_budgets_ms(slo_dict)
         good = [r for r in completed if request_is_good(r, budgets, from_scheduled=open_loop)]
-        summary["goodput"] = {
-            "requests": len(good),
-            "request_s": _per_s(len(good), wall_s),
-            "output_tok_s": _per_s(sum(r.num_output_tokens for r in good), wall_s),
-            "fraction": len(good) / len(measured) if measured else None,
-        }
-        met, breaches = level_meets_slo(summary, slo_dict)
-        summary["slo"] = {"met": met, "breaches": breaches}
-    else:
-        summary["goodput"] = None
-        summary["slo"] = None
+    attach_goodput_and_slo(summary, slo_dict, len(good), sum(r.num_output_tokens for r in good), wall_s)
+    summary["percentile_relative_error"] = 0.0  # exact (streaming summaries report their bound)
     return summary
