@@ -142,7 +142,7 @@ def per_token_gaps_ms(times_s: list[float], tokens: list[int]) -> list[float]:
 
 def run_kneecap(url: str, sc: Scenario, cpu: int, work: Path) -> dict:
     out_dir = work / "kneecap-out"
-    cmd = [sys.executable, "-m", "kneecap", "bench", "--base-url", url, "--isl", str(sc.isl), "--osl", str(sc.osl),
+    cmd = [sys.executable, "-m", "kneecap", "bench", "--base-url", url, "--model", "fast-scripted", "--isl", str(sc.isl), "--osl", str(sc.osl),
            "--concurrency", str(sc.concurrency), "--requests", str(sc.requests), "--warmup", "0",
            "--out", str(out_dir), "--quiet", "--json"]
     code, cpu_total_s, err = run_pinned(cmd, cpu, timeout_s=600)
