@@ -174,7 +174,8 @@ def build_summary(kind: str, levels: Sequence[Mapping], knee: Mapping | None, st
     benchmark_executed, ...extra}.
 
     model_executed: a real model produced the tokens (False for the simulator).
-    benchmark_executed: requests were actually sent and timed (False for a dry run / plan only).
+    benchmark_executed: a real server was driven and timed (False for the simulator, which
+    computes its times, and for dry runs).
     manifest: the manifest dict, or its file name relative to the results folder.
     """
     if kind not in KINDS:
