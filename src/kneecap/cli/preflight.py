@@ -63,7 +63,7 @@ def preflight_command(
         if value <= 0:
             raise KneecapError(f"{flag} must be a positive whole number, got {value}", f"pass e.g. {flag} 1000")
     sources = [name for name, v in (("--kv-tokens", kv_tokens), ("--server", server),
-                                    ("plan flags", preset or model or gpu)) if v]
+                                    ("plan flags", preset or model or gpu)) if v is not None]
     if len(sources) != 1:
         raise KneecapError("preflight needs exactly one capacity source" + (f", got {', '.join(sources)}" if sources else ""),
                            "pass --kv-tokens N, or --server URL, or plan flags (--preset/--model and --gpu)")
