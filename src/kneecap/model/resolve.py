@@ -130,17 +130,50 @@ def load_hub(repo_id: str, *, cache_dir: str | None = None, offline: bool | None
 
 
 def _download(repo_id: str, cache_dir: str | None) -> Model:
-    from huggingface_hub import hf_hub_download
+    import logging
 
+    from huggingface_hub import constants, hf_hub_download
+
+    _check_reachable(constants.ENDPOINT, repo_id)
+    hub_logger = logging.getLogger("huggingface_hub")
+    level = hub_logger.level
+    hub_logger.setLevel(logging.CRITICAL)  # its retry warnings would break the one-line stderr contract
     try:
-        config = hf_hub_download(repo_id, "config.json", cache_dir=cache_dir, etag_timeout=10)
-    except Exception as exc:  # network, auth, 404: huggingface_hub raises many types
-        reason = " ".join(str(exc).split())[:160] or type(exc).__name__
-        raise KneecapError(f"cannot fetch config.json for {repo_id} ({type(exc).__name__}: {reason})",
-                           "offline or no access: pass a local config.json / model folder, or a preset name") from None
-    index = None
-    try:
-        index = hf_hub_download(repo_id, INDEX_FILE, cache_dir=cache_dir, etag_timeout=10)
-    except Exception:  # optional: single-file checkpoints have no index
-        index = None
+        try:
+            config = hf_hub_download(repo_id, "config.json", cache_dir=cache_dir, etag_timeout=10)
+        except Exception as exc:  # network, auth, 404: huggingface_hub raises many types
+            raise KneecapError(f"cannot fetch config.json for {repo_id}: {_hub_reason(exc)}",
+                               "check the id and your access, or pass a local config.json / model folder, "
+                               "or a preset name") from None
+        try:
+            index = hf_hub_download(repo_id, INDEX_FILE, cache_dir=cache_dir, etag_timeout=10)
+        except Exception:  # optional: single-file checkpoints have no index
+            index = None
+    finally:
+        hub_logger.setLevel(level)
     return load_config_file(Path(config), index=Path(index) if index else None, name=repo_id)
+
+
+def _check_reachable(endpoint: str, repo_id: str, timeout_s: float = 3.0) -> None:
+    """Fail fast (one line, no retries) when the Hub's host cannot even be reached."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(endpoint)
+    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        raise KneecapError(f"{repo_id}: config.json is not in the local Hugging Face cache and {host} cannot be "
+                           f"reached ({exc.strerror or type(exc).__name__})",
+                           "offline: pass a local config.json / model folder, or a preset name") from None
+
+
+def _hub_reason(exc: Exception) -> str:
+    name = type(exc).__name__
+    if name in ("RepositoryNotFoundError", "GatedRepoError"):
+        return f"{name} (no such repository, or it needs a token: set HF_TOKEN)"
+    if name == "EntryNotFoundError":
+        return "the repository has no config.json"
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{name}: {first[:120]}" if first else name

@@ -1,0 +1,220 @@
+"""A GGUF file -> Model: architecture from the `<arch>.*` metadata keys, parameters and bytes from the tensors.
+
+Owns reading GGUF (with the `gguf` package's GGUFReader, imported only here) and mapping llama.cpp tensor
+names onto kneecap.model.params.PARTS; the KV formula itself stays in kv.py. Parameter counts are the
+tensors' element counts and weight bytes are the tensors' data sizes, so both are exact for the file.
+Key names: gguf.constants.Keys (e.g. `llama.block_count`, `llama.attention.head_count_kv`,
+`deepseek2.attention.kv_lora_rank`, `gemma3.attention.sliding_window`, `qwen3next.full_attention_interval`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+from kneecap.errors import KneecapError
+from kneecap.model.params import PARTS
+from kneecap.model.spec import Model
+
+_LAYER_TENSOR = re.compile(r"^blk\.(\d+)\.([^.]+)")
+_LAYER_NORMS = ("attn_norm", "ffn_norm", "post_attention_norm", "post_ffw_norm", "attn_post_norm",
+                "ffn_post_norm", "layer_output_norm", "attn_norm_2")
+
+
+def read_gguf(path: str | Path) -> Model:
+    """Read a .gguf file's metadata and tensor table (no tensor data is loaded)."""
+    try:
+        from gguf import GGUFReader
+    except ImportError:  # pragma: no cover - gguf is a declared dependency
+        raise KneecapError("reading .gguf files needs the gguf package", "pip install gguf") from None
+    path = Path(path)
+    try:
+        reader = GGUFReader(str(path), "r")
+    except (ValueError, OSError, IndexError, KeyError) as exc:
+        reason = " ".join(str(exc).split())[:120] or type(exc).__name__
+        raise KneecapError(f"{path}: not a readable GGUF file ({reason})",
+                           "check the file (a partial download?) or pass its config.json instead") from None
+    return model_from_gguf(_fields(reader), reader.tensors, source=str(path), default_name=path.stem)
+
+
+def _fields(reader) -> dict:
+    out = {}
+    for name, field in reader.fields.items():
+        if name.startswith("tokenizer.ggml.") and name != "tokenizer.ggml.tokens":
+            continue
+        try:
+            out[name] = field.contents()
+        except Exception:  # noqa: BLE001 - an undecodable field we do not need
+            continue
+    if "tokenizer.ggml.tokens" in out:
+        out["tokenizer.ggml.tokens"] = len(out["tokenizer.ggml.tokens"])
+    return out
+
+
+def model_from_gguf(meta: dict, tensors, *, source: str, default_name: str) -> Model:
+    """Build a Model from decoded GGUF metadata and its tensor table (objects with name, n_elements, n_bytes,
+    tensor_type)."""
+    arch = meta.get("general.architecture")
+    if not arch:
+        raise KneecapError(f"{source}: GGUF has no general.architecture", "re-convert the model with llama.cpp")
+
+    def key(name: str, required: bool = True):
+        value = meta.get(f"{arch}.{name}")
+        if isinstance(value, list):
+            value = max((v for v in value if v), default=0)
+        if value is None and required:
+            raise KneecapError(f"{source}: GGUF has no {arch}.{name}, which the memory formula needs",
+                               "re-convert with a current llama.cpp, or pass the model's config.json")
+        if value is not None and (not isinstance(value, int) or value <= 0) and required:
+            raise KneecapError(f"{source}: {arch}.{name} must be a positive integer, got {value!r}",
+                               "re-convert the model, or pass its config.json")
+        return value
+
+    num_layers = key("block_count")
+    hidden = key("embedding_length")
+    heads = key("attention.head_count")
+    kv_heads = key("attention.head_count_kv", required=False) or heads
+    head_dim = key("attention.key_length", required=False) or hidden // heads
+    vocab = key("vocab_size", required=False) or meta.get("tokenizer.ggml.tokens") or _vocab_from_tensors(tensors, hidden)
+    if not vocab:
+        raise KneecapError(f"{source}: cannot tell the vocabulary size", "the GGUF has no token_embd tensor or tokens")
+    notes: list[str] = []
+    kinds, window = _layer_kinds(meta, arch, num_layers, source, notes)
+    kv_lora = key("attention.kv_lora_rank", required=False)
+    rope_dim = key("rope.dimension_count", required=False)
+    if "mla" in kinds:
+        if not kv_lora or not rope_dim:
+            raise KneecapError(f"{source}: MLA model without {arch}.attention.kv_lora_rank / rope.dimension_count",
+                               "re-convert with a current llama.cpp")
+        head_dim = key("attention.key_length", required=False) or head_dim
+
+    parts, part_bytes, types_by_part, experts_by_layer = _tally(tensors, kinds)
+    total = sum(parts.values())
+    num_experts = key("expert_count", required=False) or 0
+    top_k = key("expert_used_count", required=False) or 0
+    moe_layers = [layer for layer, n in experts_by_layer.items() if n]
+    expert_params = experts_by_layer[moe_layers[0]] // num_experts if moe_layers and num_experts else 0
+    active = total - len(moe_layers) * max(0, num_experts - top_k) * expert_params if moe_layers else total
+    dtypes = {p: (types_by_part[p].most_common(1)[0][0] if types_by_part[p] else "f32") for p in PARTS}
+    all_types = Counter()
+    for counter in types_by_part.values():
+        all_types.update(counter)
+    state = _linear_state_bytes(meta, arch, notes) if "linear_attention" in kinds else 0
+    if "linear_attention" in kinds and not state:
+        raise KneecapError(f"{source}: linear-attention layers but no {arch}.ssm.* keys",
+                           "re-convert with a current llama.cpp, or pass the model's config.json")
+    notes.append(f"GGUF: {total:,} parameters and {sum(part_bytes.values()):,} weight bytes counted from the "
+                 f"tensor table (exact for this file)")
+    return Model(
+        name=str(meta.get("general.name") or default_name), source=source, architecture=str(arch),
+        num_hidden_layers=num_layers, hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv_heads,
+        head_dim=head_dim, vocab_size=int(vocab), layer_types=tuple(kinds), total_params=total,
+        active_params=active, max_position_embeddings=key("context_length", required=False),
+        intermediate_size=key("feed_forward_length", required=False), sliding_window=window,
+        kv_lora_rank=kv_lora if "mla" in kinds else None, qk_rope_head_dim=rope_dim if "mla" in kinds else None,
+        linear_state_bytes_per_layer=state, num_experts=num_experts if moe_layers else 0,
+        num_experts_per_tok=top_k if moe_layers else 0,
+        num_shared_experts=(key("expert_shared_count", required=False) or 0) if moe_layers else 0,
+        expert_params=expert_params, num_moe_layers=len(moe_layers),
+        checkpoint_bytes=sum(part_bytes.values()),
+        weight_dtype=all_types.most_common(1)[0][0] if all_types else None,
+        notes=tuple(notes),
+        param_parts=tuple((p, parts[p]) for p in PARTS), part_dtypes=tuple((p, dtypes[p]) for p in PARTS),
+        part_bytes=tuple((p, part_bytes[p]) for p in PARTS),
+    )
+
+
+def _vocab_from_tensors(tensors, hidden: int) -> int | None:
+    for t in tensors:
+        if t.name == "token_embd.weight":
+            dims = [int(d) for d in t.shape]
+            others = [d for d in dims if d != hidden]
+            return others[0] if others else dims[-1]
+    return None
+
+
+def _layer_kinds(meta: dict, arch: str, n: int, source: str, notes: list[str]) -> tuple[list[str], int | None]:
+    if arch in ("deepseek2", "deepseek3", "kimi-k2") or meta.get(f"{arch}.attention.kv_lora_rank"):
+        return ["mla"] * n, None
+    interval = meta.get(f"{arch}.full_attention_interval")
+    if interval:
+        return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n)], None
+    window = meta.get(f"{arch}.attention.sliding_window")
+    if not window:
+        return ["full_attention"] * n, None
+    pattern = meta.get(f"{arch}.attention.sliding_window_pattern")
+    if isinstance(pattern, list) and len(pattern) == n:
+        kinds = ["sliding_attention" if p else "full_attention" for p in pattern]
+    elif isinstance(pattern, int) and pattern > 0:  # every pattern-th layer global (llama.cpp n_swa_pattern)
+        kinds = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
+    elif arch == "gemma3":  # llama.cpp: hparams.set_swa_pattern(6)
+        kinds = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(n)]
+    elif arch in ("gemma2", "gpt-oss"):  # llama.cpp: set_swa_pattern(2), first layer sliding
+        kinds = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]
+    else:
+        kinds = ["sliding_attention"] * n
+        notes.append(f"{arch}.attention.sliding_window {window} with no pattern: every layer treated as sliding")
+    return kinds, int(window)
+
+
+def _part_of(name: str, kinds: list[str]) -> tuple[str, int | None]:
+    if name.startswith("token_embd_norm"):
+        return "norms", None
+    if name.startswith("token_embd"):
+        return "embed", None
+    if name.startswith("output_norm"):
+        return "norms", None
+    if name.startswith("output."):
+        return "lm_head", None
+    match = _LAYER_TENSOR.match(name)
+    if not match:
+        return "other", None
+    layer, kind = int(match.group(1)), match.group(2)
+    if layer >= len(kinds):
+        return "other", layer  # e.g. an MTP / nextn layer beyond block_count
+    if kind in _LAYER_NORMS:
+        return "norms", layer
+    if kind.endswith("_exps") or kind.endswith("_exps_b"):
+        return "routed_experts", layer
+    if "shexp" in kind:
+        return "shared_experts", layer
+    if kind in ("ffn_gate_inp", "exp_probs_b", "ffn_gate_inp_b"):
+        return "router", layer
+    if kind.startswith("ffn_"):
+        return "dense_mlp", layer
+    if kind.startswith(("attn_", "ssm_")):
+        return ("linear_attention" if kinds[layer] == "linear_attention" else "attention"), layer
+    return "other", layer
+
+
+def _tally(tensors, kinds: list[str]):
+    parts = dict.fromkeys(PARTS, 0)
+    part_bytes = dict.fromkeys(PARTS, 0)
+    types = {p: Counter() for p in PARTS}
+    experts_by_layer: dict[int, int] = {}
+    for t in tensors:
+        part, layer = _part_of(t.name, kinds)
+        n = int(t.n_elements)
+        parts[part] += n
+        part_bytes[part] += int(t.n_bytes)
+        types[part][t.tensor_type.name.lower()] += int(t.n_bytes)
+        if layer is not None:
+            experts_by_layer.setdefault(layer, 0)
+            if part == "routed_experts":
+                experts_by_layer[layer] += n
+    return parts, part_bytes, types, experts_by_layer
+
+
+def _linear_state_bytes(meta: dict, arch: str, notes: list[str]) -> int:
+    """Gated DeltaNet state per layer from the ssm.* keys; llama.cpp keeps both states in f32 (4 B)."""
+    conv = meta.get(f"{arch}.ssm.conv_kernel")
+    dk = meta.get(f"{arch}.ssm.state_size")  # head_k_dim
+    nk = meta.get(f"{arch}.ssm.group_count")  # num_k_heads
+    nv = meta.get(f"{arch}.ssm.time_step_rank")  # num_v_heads
+    inner = meta.get(f"{arch}.ssm.inner_size")  # num_v_heads x head_v_dim
+    if not all(isinstance(v, int) and v > 0 for v in (conv, dk, nk, nv, inner)):
+        return 0
+    dv = inner // nv
+    notes.append("linear-attention state from ssm.* keys, held in f32 as llama.cpp does (recurrent + conv state)")
+    return nv * dv * dk * 4 + (conv - 1) * (2 * nk * dk + nv * dv) * 4

@@ -1,0 +1,116 @@
+"""GGUF: tiny files written here with gguf.GGUFWriter, read back through load_model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+
+from kneecap.model import load_model, param_breakdown, total_weight_bytes  # noqa: E402
+from kneecap.model.kv import kv_bytes_per_token  # noqa: E402
+
+Q8_0 = gguf.GGMLQuantizationType.Q8_0
+
+
+def _write(path: Path, arch: str, meta: dict, tensors: dict) -> Path:
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name("tiny-test")
+    for key, value in meta.items():
+        getattr(writer, f"add_{key}")(value)
+    for name, (shape, qtype) in tensors.items():
+        data = np.linspace(-1, 1, int(np.prod(shape)), dtype=np.float32).reshape(shape)
+        if qtype == Q8_0:
+            writer.add_tensor(name, gguf.quants.quantize(data, Q8_0), raw_dtype=Q8_0)
+        else:
+            writer.add_tensor(name, data.astype(qtype))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _dense_tensors(layers: int, hidden: int, kv_dim: int, ffn: int, vocab: int) -> dict:
+    t = {"token_embd.weight": ((vocab, hidden), np.float16), "output_norm.weight": ((hidden,), np.float32),
+         "output.weight": ((vocab, hidden), Q8_0)}
+    for i in range(layers):
+        t |= {f"blk.{i}.attn_norm.weight": ((hidden,), np.float32), f"blk.{i}.ffn_norm.weight": ((hidden,), np.float32),
+              f"blk.{i}.attn_q.weight": ((hidden, hidden), Q8_0), f"blk.{i}.attn_k.weight": ((kv_dim, hidden), Q8_0),
+              f"blk.{i}.attn_v.weight": ((kv_dim, hidden), Q8_0), f"blk.{i}.attn_output.weight": ((hidden, hidden), Q8_0),
+              f"blk.{i}.ffn_gate.weight": ((ffn, hidden), np.float16), f"blk.{i}.ffn_up.weight": ((ffn, hidden), np.float16),
+              f"blk.{i}.ffn_down.weight": ((hidden, ffn), np.float16)}
+    return t
+
+
+def test_dense_llama_gguf_exact_params_and_bytes(tmp_path):
+    meta = {"block_count": 2, "embedding_length": 64, "head_count": 4, "head_count_kv": 2, "context_length": 2048,
+            "feed_forward_length": 128}
+    path = _write(tmp_path / "tiny.gguf", "llama", meta, _dense_tensors(2, 64, 32, 128, 100))
+    model = load_model(str(path))
+    assert (model.architecture, model.name, model.vocab_size) == ("llama", "tiny-test", 100)
+    assert (model.num_hidden_layers, model.num_key_value_heads, model.head_dim) == (2, 2, 16)  # 64 / 4
+    # embed 100*64 = 6,400; per layer attn 64*64*2 + 32*64*2 = 12,288, MLP 3*128*64 = 24,576, norms 128
+    # -> 36,992 x2 = 73,984; output_norm 64; output 6,400 -> 86,848
+    assert model.total_params == 86_848
+    assert param_breakdown(model) == {"embed": 6_400, "attention": 24_576, "dense_mlp": 49_152,
+                                      "lm_head": 6_400, "norms": 320}
+    # bytes: embed f16 12,800; norms f32 320*4 = 1,280; Q8_0 = 34 B per 32 weights: attention 24,576/32*34 =
+    # 26,112; MLP f16 49,152*2 = 98,304; output 6,400/32*34 = 6,800 -> 145,296
+    assert model.checkpoint_bytes == 145_296 == total_weight_bytes(model)
+    assert kv_bytes_per_token(model, 2) == 256  # 2 layers x 2 (K,V) x 2 heads x 16 x 2 B
+    assert model.max_position_embeddings == 2048
+
+
+def test_moe_gguf_active_params(tmp_path):
+    hidden, ffn, experts = 64, 32, 4
+    tensors = {"token_embd.weight": ((50, hidden), np.float32), "output_norm.weight": ((hidden,), np.float32)}
+    for i in range(2):
+        tensors |= {f"blk.{i}.attn_q.weight": ((hidden, hidden), np.float32),
+                    f"blk.{i}.attn_k.weight": ((hidden, hidden), np.float32),
+                    f"blk.{i}.attn_v.weight": ((hidden, hidden), np.float32),
+                    f"blk.{i}.attn_output.weight": ((hidden, hidden), np.float32),
+                    f"blk.{i}.ffn_gate_inp.weight": ((experts, hidden), np.float32),
+                    f"blk.{i}.ffn_gate_exps.weight": ((experts, ffn, hidden), np.float32),
+                    f"blk.{i}.ffn_up_exps.weight": ((experts, ffn, hidden), np.float32),
+                    f"blk.{i}.ffn_down_exps.weight": ((experts, hidden, ffn), np.float32)}
+    meta = {"block_count": 2, "embedding_length": hidden, "head_count": 4, "head_count_kv": 4, "expert_count": experts,
+            "expert_used_count": 1}
+    model = load_model(str(_write(tmp_path / "moe.gguf", "qwen3moe", meta, tensors)))
+    # expert = 3*32*64 = 6,144; experts 6,144*4*2 = 49,152; attn 4*64*64*2 = 32,768; router 4*64*2 = 512;
+    # embed 50*64 = 3,200 (tied: no output tensor); norms 64 -> 85,696; active = total - 2*3*6,144 = 48,832
+    assert model.total_params == 85_696
+    assert model.active_params == 48_832
+    assert (model.num_experts, model.num_experts_per_tok, model.expert_params, model.num_moe_layers) == (4, 1, 6_144, 2)
+
+
+def test_sliding_and_mla_gguf(tmp_path):
+    tensors = {"token_embd.weight": ((10, 32), np.float32)}
+    meta = {"block_count": 12, "embedding_length": 32, "head_count": 2, "head_count_kv": 1, "sliding_window": 512}
+    model = load_model(str(_write(tmp_path / "g3.gguf", "gemma3", meta, tensors)))
+    # llama.cpp gemma3: every 6th layer global -> 10 sliding (window 512) + 2 full
+    assert (model.count_layers("sliding_attention"), model.count_layers("full_attention")) == (10, 2)
+    assert model.sliding_window == 512
+    meta = {"block_count": 3, "embedding_length": 32, "head_count": 2, "head_count_kv": 2, "kv_lora_rank": 16,
+            "rope_dimension_count": 8, "key_length": 24}
+    mla = load_model(str(_write(tmp_path / "ds.gguf", "deepseek2", meta, tensors)))
+    assert set(mla.layer_types) == {"mla"}
+    assert kv_bytes_per_token(mla, 2) == 3 * (16 + 8) * 2  # 144
+
+
+def test_gguf_missing_key_is_one_line(tmp_path):
+    from kneecap.errors import KneecapError
+
+    path = _write(tmp_path / "bad.gguf", "llama", {"embedding_length": 32, "head_count": 2},
+                  {"token_embd.weight": ((10, 32), np.float32)})
+    with pytest.raises(KneecapError) as info:
+        load_model(str(path))
+    assert "llama.block_count" in info.value.message and str(path) in info.value.message
+
+
+def test_folder_with_one_gguf(tmp_path):
+    meta = {"block_count": 1, "embedding_length": 32, "head_count": 2}
+    _write(tmp_path / "only.gguf", "llama", meta, {"token_embd.weight": ((10, 32), np.float32)})
+    assert load_model(str(tmp_path)).total_params == 320

@@ -1,0 +1,152 @@
+"""config.json files (tests/model/configs, sources in its README) -> Model, against hand-computed values."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kneecap.model import load_model, param_breakdown, part_dtypes, total_weight_bytes, weight_bytes_by_part
+from kneecap.model.kv import kv_bytes_per_token
+
+CONFIGS = Path(__file__).parent / "configs"
+
+# file, total params, head_dim, KV bytes/token bf16, {kind: layers}, sliding_window
+ROWS = [
+    # Qwen2.5-7B: embed x2 = 2*152064*3584 = 1,089,994,752; attn q,o 3584*3584 = 12,845,056 each, k,v 3584*512 =
+    # 1,835,008 each, q/k/v bias 3584+512+512 = 4,608 -> 29,364,736 x28 = 822,212,608; MLP 3*3584*18944 =
+    # 203,685,888 x28 = 5,703,204,864; norms 28*7168 + 3584 = 204,288 -> 7,615,616,512 (card: 7.61B).
+    # head_dim 3584/28 = 128; KV 28*2*4*128*2 = 57,344.
+    ("qwen2.5-7b-instruct.json", 7_615_616_512, 128, 57_344, {"full_attention": 28}, None),
+    # Qwen3-0.6B: explicit head_dim 128 (hidden/heads would be 64). attn q 1024*2048 = 2,097,152, k,v 1024*1024
+    # each, o 2048*1024, q/k norm 256 -> 6,291,712 x28 = 176,167,936; MLP 3*1024*3072*28 = 264,241,152; embed
+    # (tied) 151936*1024 = 155,582,464; norms 28*2048 + 1024 = 58,368 -> 596,049,920.
+    # KV 28*2*8*128*2 = 114,688 (with hidden/heads = 64 it would read 57,344).
+    ("qwen3-0.6b.json", 596_049_920, 128, 114_688, {"full_attention": 28}, None),
+    # Mistral-7B-v0.1: embed x2 = 2*32000*4096 = 262,144,000; attn 41,943,040 x32 = 1,342,177,280; MLP
+    # 176,160,768 x32 = 5,637,144,576; norms 266,240 -> 7,241,732,096. Every layer slides over 4096 tokens.
+    ("mistral-7b-v0.1.json", 7_241_732_096, 128, 131_072, {"sliding_attention": 32}, 4096),
+    # Phi-3-mini-4k (MHA, 32 KV heads): embed x2 = 2*32064*3072 = 197,001,216; attn 4*3072^2 = 37,748,736 x32 =
+    # 1,207,959,552; MLP 3*3072*8192 = 75,497,472 x32 = 2,415,919,104; norms 32*6144 + 3072 = 199,680 ->
+    # 3,821,079,552 (card: 3.8B). head_dim 3072/32 = 96; KV 32*2*32*96*2 = 393,216; sliding_window 2047.
+    ("phi-3-mini-4k-instruct.json", 3_821_079_552, 96, 393_216, {"sliding_attention": 32}, 2047),
+    # Gemma-2B (MQA, 1 KV head): attn q,o 2048*2048 each, k,v 2048*256 each = 9,437,184 x18 = 169,869,312;
+    # MLP 3*2048*16384 = 100,663,296 x18 = 1,811,939,328; embed (tied) 256000*2048 = 524,288,000; norms
+    # 18*4096 + 2048 = 75,776 -> 2,506,172,416 (the published count). KV 18*2*1*256*2 = 18,432.
+    ("gemma-2b.json", 2_506_172_416, 256, 18_432, {"full_attention": 18}, None),
+]
+
+
+@pytest.mark.parametrize("fname,total,head_dim,kv_per_token,layers,window", ROWS, ids=[r[0] for r in ROWS])
+def test_dense_configs(fname, total, head_dim, kv_per_token, layers, window):
+    model = load_model(str(CONFIGS / fname))
+    assert model.total_params == total == model.active_params
+    assert model.head_dim == head_dim
+    assert kv_bytes_per_token(model, 2) == kv_per_token
+    assert {k: model.count_layers(k) for k in layers} == layers
+    assert model.sliding_window == window
+
+
+def test_granite_head_dim_from_hidden_over_heads():
+    model = load_model(str(CONFIGS / "granite-3.1-2b-base.json"))
+    assert (model.head_dim, model.num_key_value_heads) == (64, 8)  # 2048 / 32
+    assert kv_bytes_per_token(model, 2) == 81_920  # 40 x 2 x 8 x 64 x 2
+
+
+def test_llama4_chunked_layers_and_moe_under_text_config():
+    model = load_model(str(CONFIGS / "llama-4-scout-17b-16e-instruct.json"))
+    # no_rope_layers default: layer i chunked unless (i + 1) % 4 == 0 -> 36 chunked (window 8192) + 12 global
+    assert model.count_layers("sliding_attention") == 36 and model.count_layers("full_attention") == 12
+    assert model.layer_types[3] == "full_attention" and model.sliding_window == 8192
+    assert any("chunked" in n for n in model.notes)
+    # embed x2 = 2*202048*5120 = 2,068,971,520; attn q,o 5120*5120 each, k,v 5120*1024 each = 62,914,560 x48 =
+    # 3,019,898,880; expert 3*5120*8192 = 125,829,120, x16 x48 = 96,636,764,160; shared 125,829,120 x48 =
+    # 6,039,797,760; router 5120*16*48 = 3,932,160; norms 48*10240 + 5120 = 496,640 -> 107,769,861,120
+    assert model.total_params == 107_769_861_120
+    # active = total - 48*15*125,829,120 (90,596,966,400) = 17,172,894,720 ("17B active")
+    assert model.active_params == 17_172_894_720
+    assert (model.num_experts, model.num_experts_per_tok, model.num_shared_experts) == (16, 1, 1)
+
+
+def test_folder_with_safetensors_index(tmp_path):
+    shutil.copy(CONFIGS / "qwen3-0.6b.json", tmp_path / "config.json")
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 1_503_238_144},
+                                                                       "weight_map": {}}))
+    model = load_model(str(tmp_path))
+    assert model.checkpoint_bytes == 1_503_238_144
+    assert model.name == tmp_path.name
+    # a config.json path also picks up the index beside it
+    assert load_model(str(tmp_path / "config.json")).checkpoint_bytes == 1_503_238_144
+
+
+def test_breakdown_keys_and_per_part_dtypes_gpt_oss():
+    model = load_model("gpt-oss-120b")
+    parts = param_breakdown(model)
+    assert set(parts) == {"embed", "attention", "routed_experts", "router", "lm_head", "norms"}
+    assert parts["routed_experts"] == 114_701_598_720  # 24,891,840 x 128 x 36
+    dtypes = part_dtypes(model)
+    assert dtypes["routed_experts"] == "mxfp4"
+    assert {dtypes[p] for p in ("embed", "attention", "router", "lm_head")} == {"bf16"}
+    by_part = weight_bytes_by_part(model)
+    # 114,701,598,720 x 4.25 bits / 8 = 60,935,224,320 B; attention 955,805,184 x 2 B = 1,911,610,368
+    assert by_part["routed_experts"] == 60_935_224_320
+    assert by_part["attention"] == 1_911_610_368
+    # every part at fp8: total 116,829,156,672 B
+    assert total_weight_bytes(model, "fp8") == 116_829_156_672
+
+
+def test_kimi_k25_only_routed_experts_int4():
+    model = load_model("kimi-k2.5")
+    dtypes = part_dtypes(model)
+    assert dtypes["routed_experts"] == "int4-g32"
+    assert {dtypes[p] for p in ("attention", "shared_experts", "dense_mlp", "lm_head", "embed")} == {"bf16"}
+    by_part = weight_bytes_by_part(model)
+    # experts 1,014,686,023,680 x 4.5 bits / 8 = 570,760,888,320 B
+    assert by_part["routed_experts"] == 570_760_888_320
+    # non-expert parameters 1,026,408,232,448 - 1,014,686,023,680 = 11,722,208,768, x 2 B = 23,444,417,536
+    assert total_weight_bytes(model) == 570_760_888_320 + 23_444_417_536
+
+
+def test_deepseek_fp8_block_keeps_embeddings_bf16():
+    dtypes = part_dtypes(load_model("deepseek-v3"))
+    assert dtypes["routed_experts"] == dtypes["attention"] == dtypes["dense_mlp"] == "fp8-block"
+    assert dtypes["embed"] == dtypes["lm_head"] == dtypes["router"] == "bf16"
+
+
+def test_multimodal_wrapper_reads_text_config():
+    model = load_model("qwen3.5-397b-a17b")
+    assert model.architecture == "Qwen3_5MoeForConditionalGeneration"
+    assert (model.num_hidden_layers, model.hidden_size, model.num_key_value_heads) == (60, 4096, 2)
+    gemma = load_model("gemma-3-27b")
+    assert (gemma.num_hidden_layers, gemma.head_dim) == (62, 128)  # explicit head_dim, not 5376 / 32 = 168
+
+
+def test_awq_and_modelopt_quantization(tmp_path):
+    cfg = json.loads((CONFIGS / "qwen2.5-7b-instruct.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    dtypes = part_dtypes(load_model(str(tmp_path)))
+    assert dtypes["attention"] == dtypes["dense_mlp"] == "awq"
+    assert dtypes["embed"] == dtypes["lm_head"] == "bf16"
+    cfg["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "NVFP4", "exclude_modules": ["lm_head"]}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    dtypes = part_dtypes(load_model(str(tmp_path)))
+    assert dtypes["attention"] == dtypes["dense_mlp"] == "nvfp4"
+    assert dtypes["lm_head"] == "bf16"
+
+
+def test_unknown_quant_method_is_a_note_not_a_failure(tmp_path):
+    cfg = json.loads((CONFIGS / "qwen3-0.6b.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "bitsandbytes"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    model = load_model(str(tmp_path))
+    assert any("bitsandbytes" in n and "--weight-dtype" in n for n in model.notes)
+
+
+def test_layer_types_key_wins_for_qwen2_style_configs(tmp_path):
+    cfg = json.loads((CONFIGS / "qwen3-0.6b.json").read_text())
+    cfg["layer_types"] = ["full_attention"] * 28
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert load_model(str(tmp_path)).count_layers("full_attention") == 28
