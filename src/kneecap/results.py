@@ -33,8 +33,11 @@ LEVEL_REQUIRED_KEYS = ("requests", "completed", "failed", "duration_s", "output_
 
 # A flag is secret when its name holds one of these. Plural "tokens" (--max-tokens, --kv-tokens) and
 # "tokenizer" are counts and paths, not credentials, so they are removed before matching "token".
+# A name ending in a reference word (--api-key-env NAME, --api-key-file PATH) holds where the secret
+# is, not the secret, and is kept (resume reads it back from manifest.json).
 _SECRET_PARTS = ("key", "token", "secret", "passw", "auth", "credential", "bearer", "cookie")
 _NOT_SECRET_PARTS = ("tokens", "tokenizer")
+_REFERENCE_WORDS = ("env", "file", "path", "var")
 _VALUE_PATTERNS = (
     (re.compile(r"(?i)\b(authorization|proxy-authorization|x-api-key|api-key|cookie)(\s*[:=]\s*)(.+)"),
      lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}"),
@@ -49,6 +52,8 @@ _VALUE_PATTERNS = (
 def is_secret_name(name: str) -> bool:
     """Does a flag / field / header name (e.g. '--api-key', 'Authorization') name a secret?"""
     text = name.lower().lstrip("-")
+    if re.split(r"[^a-z0-9]+", text)[-1] in _REFERENCE_WORDS:
+        return False
     for part in _NOT_SECRET_PARTS:
         text = text.replace(part, " ")
     return any(part in text for part in _SECRET_PARTS)
@@ -91,9 +96,10 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
 
 
 def redact_value(value: Any) -> Any:
-    """Redact a JSON-like value: secret-named dict keys lose their values; strings are scrubbed."""
+    """Redact a JSON-like value: string values of secret-named dict keys are replaced (numbers,
+    booleans and None are kept: they are settings, not credentials); all strings are scrubbed."""
     if isinstance(value, Mapping):
-        return {k: (REDACTED if is_secret_name(str(k)) and v not in (None, "", False) else redact_value(v))
+        return {k: (REDACTED if is_secret_name(str(k)) and isinstance(v, str) and v else redact_value(v))
                 for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [redact_value(v) for v in value]

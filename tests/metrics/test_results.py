@@ -95,6 +95,7 @@ def test_build_summary_shape_and_validation():
     ("--client-secret", True), ("--password", True), ("Authorization", True), ("x-api-key", True),
     ("--max-tokens", False), ("--kv-tokens", False), ("--tokenizer", False), ("--model", False),
     ("--no-keepalive", False), ("--keep-prompts", False), ("--base-url", False),
+    ("--api-key-env", False), ("--api-key-file", False), ("api_key_env", False), ("hf_token_path", False),
 ])
 def test_is_secret_name(name, secret):
     assert is_secret_name(name) is secret
@@ -117,7 +118,9 @@ def test_manifest_never_contains_the_key(tmp_path):
     argv = ["kneecap", "bench", "--base-url", "http://127.0.0.1:1/v1", "--api-key", FAKE_KEY,
             "-H", f"Authorization: Bearer {FAKE_TOKEN}"]
     extra = {"headers": {"Authorization": f"Bearer {FAKE_TOKEN}", "Accept": "text/event-stream"},
-             "api_key": FAKE_KEY, "server": {"url": "http://127.0.0.1:1", "notes": [f"key {FAKE_KEY}"]}}
+             "api_key": FAKE_KEY, "server": {"url": "http://127.0.0.1:1", "notes": [f"key {FAKE_KEY}"]},
+             "bench_options": {"api_key_env": "MY_KEY_VAR", "api_key_file": None, "max_tokens": 64,
+                               "token_id_prompts": True}}
     manifest = results.write_manifest(argv, extra)
     results.write_summary(build_summary("bench", [], None, None, model_executed=True, benchmark_executed=True,
                                         manifest=manifest))
@@ -126,6 +129,9 @@ def test_manifest_never_contains_the_key(tmp_path):
         assert FAKE_KEY.encode() not in data and FAKE_TOKEN.encode() not in data, path
     on_disk = results.read_manifest()
     assert on_disk["headers"]["Accept"] == "text/event-stream"
+    # where the key lives (an env variable name) and non-string settings survive for --resume
+    assert on_disk["bench_options"] == {"api_key_env": "MY_KEY_VAR", "api_key_file": None, "max_tokens": 64,
+                                        "token_id_prompts": True}
     assert on_disk["command"][:4] == ["kneecap", "bench", "--base-url", "http://127.0.0.1:1/v1"]
     for key in ("kneecap_version", "python", "os", "cpu_model", "cpu_count", "gpus", "created_at"):
         assert key in on_disk
