@@ -1,0 +1,177 @@
+"""The benchmark tools in bench/: the Node scripted server (fast_server.js), the comparison's
+server-side arithmetic (compare_clients.py) and the soak script's short mode (soak.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+NODE = shutil.which("node")
+needs_node = pytest.mark.skipif(NODE is None, reason="node is not installed")
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+class Node:
+    def __init__(self, tmp_path: Path, *flags: str):
+        self.log = tmp_path / "server.jsonl"
+        out = tmp_path / "server.stdout"
+        with open(out, "wb") as fh:
+            self.proc = subprocess.Popen([NODE, str(BENCH / "fast_server.js"), "--port", "0", "--log", str(self.log),
+                                          *flags], stdout=fh, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while not out.read_text().startswith("LISTENING "):
+            assert self.proc.poll() is None, out.read_text()
+            assert time.monotonic() < deadline, "fast_server.js did not listen"
+            time.sleep(0.02)
+        self.url = out.read_text().split()[1]
+
+    def stop(self) -> list[dict]:
+        os.kill(self.proc.pid, signal.SIGTERM)
+        assert self.proc.wait(timeout=10) == 0
+        return [json.loads(line) for line in self.log.read_text().splitlines()]
+
+
+@pytest.fixture
+def node_server(tmp_path):
+    servers = []
+
+    def start(*flags: str) -> Node:
+        servers.append(Node(tmp_path, *flags))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        if server.proc.poll() is None:
+            os.kill(server.proc.pid, signal.SIGKILL)
+            server.proc.wait()
+
+
+def _stream(url: str, body: dict) -> tuple[list[dict], list[bytes]]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    events, raw = [], []
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        for line in resp:
+            raw.append(line)
+            if line.startswith(b"data: ") and line.strip() != b"data: [DONE]":
+                events.append(json.loads(line[6:]))
+    assert raw[-2].strip() == b"data: [DONE]"
+    return events, raw
+
+
+@needs_node
+def test_fast_server_streams_max_tokens_with_usage_and_logs_its_sends(node_server):
+    server = node_server("--ttft-ms", "30", "--itl-ms", "10", "--tokens-per-chunk", "3")
+    events, _ = _stream(server.url + "/v1/completions", {"prompt": "one two three four", "max_tokens": 10,
+                                                          "stream": True, "stream_options": {"include_usage": True}})
+    texts = [e["choices"][0]["text"] for e in events if e["choices"]]
+    assert [t.count("x") for t in texts] == [3, 3, 3, 1]
+    assert events[-1]["choices"] == [] and events[-1]["usage"] == {"prompt_tokens": 4, "completion_tokens": 10,
+                                                                    "total_tokens": 14}
+    chat, _ = _stream(server.url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                                            "max_completion_tokens": 2, "stream": True})
+    assert chat[0]["choices"][0]["delta"] == {"role": "assistant", "content": "x x"}
+    (log_stream, log_chat) = server.stop()
+    assert log_stream["tokens"] == [3, 3, 3, 1] and log_stream["complete"] and log_stream["max_tokens"] == 10
+    sends = log_stream["send_ms"]
+    assert len(sends) == 4 and sends == sorted(sends)
+    assert sends[0] - log_stream["recv_ms"] >= 29  # the first event is not sent before TTFT (timers fire late, not early)
+    assert log_chat["tokens"] == [2]
+
+
+@needs_node
+def test_fast_server_batches_events_per_write_only_at_itl_zero(node_server):
+    server = node_server("--ttft-ms", "0", "--itl-ms", "0", "--events-per-write", "4")
+    events, _ = _stream(server.url + "/v1/completions", {"prompt": "p", "max_tokens": 10, "stream": True})
+    assert len(events) == 10  # still one token per event
+    (entry,) = server.stop()
+    assert entry["tokens"] == [1] * 10
+    assert len(set(entry["send_ms"])) == 3  # 4 + 4 + 2 events, one timestamp per write
+
+
+@needs_node
+def test_fast_server_non_streaming_and_bad_requests(node_server):
+    server = node_server("--ttft-ms", "0", "--itl-ms", "0")
+    req = urllib.request.Request(server.url + "/v1/completions", data=b'{"prompt": "a b", "max_tokens": 3}')
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        body = json.loads(resp.read())
+    assert body["choices"][0]["text"] == "x x x" and body["usage"]["completion_tokens"] == 3
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(urllib.request.Request(server.url + "/v1/completions", data=b"{not json"), timeout=10)
+    assert err.value.code == 400
+    with urllib.request.urlopen(server.url + "/v1/models", timeout=10) as resp:
+        assert json.loads(resp.read())["data"][0]["id"] == "fast-scripted"
+    stats = json.loads(urllib.request.urlopen(server.url + "/stats", timeout=10).read())
+    assert stats["completed"] == 1 and stats["bad_requests"] == 1
+    server.stop()
+
+
+@needs_node
+def test_fast_server_rejects_bad_flags():
+    proc = subprocess.run([NODE, str(BENCH / "fast_server.js"), "--tokens-per-chunk", "0"], capture_output=True,
+                          text=True, timeout=10)
+    assert proc.returncode == 2 and "tokens-per-chunk" in proc.stderr
+
+
+def test_per_token_gaps_count_a_chunk_of_k_tokens_as_k():
+    compare = _load("compare_clients")
+    assert compare.per_token_gaps_ms([0.0, 0.010, 0.030], [1, 1, 1]) == pytest.approx([10.0, 20.0])
+    assert compare.per_token_gaps_ms([0.0, 0.010], [2, 3]) == pytest.approx([0.0, 10.0, 0.0, 0.0])
+    # mean per-token ITL = (last - first) / (tokens - 1) whatever the chunking
+    gaps = compare.per_token_gaps_ms([1.0, 1.5, 1.9], [3, 1, 4])
+    assert sum(gaps) / len(gaps) == pytest.approx((1.9 - 1.0) * 1000 / (8 - 1))
+
+
+def test_server_side_reads_the_node_log(tmp_path):
+    compare = _load("compare_clients")
+    log = tmp_path / "server.jsonl"
+    log.write_text("\n".join(json.dumps(r) for r in [
+        {"id": 1, "recv_ms": 100.0, "send_ms": [300.0, 320.0, 340.0], "tokens": [1, 1, 1], "complete": True},
+        {"id": 0, "recv_ms": 0.0, "send_ms": [50.0], "tokens": [1], "complete": True},  # warmup, skipped
+        {"id": 2, "recv_ms": 0.0, "send_ms": [10.0], "tokens": [1], "complete": False},  # aborted, ignored
+    ]) + "\n")
+    side = compare.server_side(log, skip_first=1)
+    assert side["requests"] == 1 and side["ttft_ms"] == [200.0] and side["itl_ms"] == pytest.approx([20.0, 20.0])
+
+
+def test_rss_growth_and_soak_verdict():
+    soak = _load("soak")
+    mib = soak.MIB
+    flat = [(float(t), 100 * mib) for t in range(60)]
+    assert soak.rss_growth(flat)["growth_bytes"] == 0 and soak.rss_growth(flat)["slope_bytes_per_min"] == 0
+    leaking = [(float(t), 100 * mib + t * mib) for t in range(60)]  # 1 MiB per second
+    grown = soak.rss_growth(leaking)
+    assert grown["growth_bytes"] > 30 * mib and grown["slope_bytes_per_min"] == pytest.approx(60 * mib)
+    report = {"exit_code": 0, "stderr_tail": "", "records": 10, "lost_vs_summary": 0, "lost_vs_server": 2,
+              "error_count": 0, "errors": {}, "rss": grown}
+    problems = soak.verdict(report, max_growth_mib=16)
+    assert any("lost_vs_server" in p for p in problems) and any("RSS grew" in p for p in problems)
+
+
+@pytest.mark.slow
+@needs_node
+def test_soak_short_run_loses_nothing(tmp_path):
+    """bench/soak.py for 15 s at C=256 against fast_server.js: exit 0 = no lost record, no error, bounded RSS."""
+    proc = subprocess.run([sys.executable, str(BENCH / "soak.py"), "--minutes", "0.25", "--out", str(tmp_path),
+                           "--json"], capture_output=True, text=True, timeout=240)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0, report["problems"]
+    assert report["records"] > 256 and report["lost_vs_server"] == 0 and report["lost_vs_summary"] == 0
