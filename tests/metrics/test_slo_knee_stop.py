@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kneecap.errors import KneecapError
 from kneecap.metrics.knee import find_knee, gain_per_doubling
@@ -14,6 +16,7 @@ from kneecap.metrics.slo import (
     parse_slo,
     per_request_budgets_ms,
     request_is_good,
+    request_meets_slo,
 )
 from kneecap.metrics.stop import StopLimits, check_stop, stop_record
 from kneecap.records import RequestRecord
@@ -88,6 +91,7 @@ def test_request_is_good(kw, good):
     fields.update(kw)
     budgets = {"ttft": 500.0, "tpot": 120.0}
     assert request_is_good(RequestRecord(**fields), budgets) is good
+    assert request_meets_slo(RequestRecord(**fields), {"ttft_p99_ms": 500.0, "tpot_p50_ms": 120.0}) is good
 
 
 # --- knee --------------------------------------------------------------------------------------------
@@ -141,10 +145,34 @@ def test_knee_with_uneven_steps_and_rates_and_unsorted_input():
 
 def test_knee_ignores_unusable_levels_and_validates_key():
     levels = curve([1, 2, 4], [100, 200, 205]) + [{"concurrency": "max", "output_tok_s": 999.0}]
+    levels.append({"concurrency": 8, "output_tok_s": 5000.0, "partial": True, "tpot_ms": {"p50": 1e3}})
     assert find_knee(levels)["concurrency"] == 2
     assert find_knee([]) is None
     with pytest.raises(KneecapError, match="knee key"):
         find_knee(levels, key="qps")
+
+
+@given(st.lists(st.floats(min_value=1.0, max_value=1e5), min_size=2, max_size=8),
+       st.floats(min_value=0.01, max_value=100.0), st.randoms(use_true_random=False))
+def test_knee_is_invariant_to_order_and_throughput_units(ys, scale, rnd):
+    levels = curve([2 ** i for i in range(len(ys))], ys)
+    knee = find_knee(levels)
+    shuffled = list(levels)
+    rnd.shuffle(shuffled)
+    assert find_knee(shuffled) == knee
+    scaled = [dict(level, output_tok_s=level["output_tok_s"] * scale) for level in levels]
+    got = find_knee(scaled)
+    assert (got is None) == (knee is None)
+    if knee is not None:
+        assert got["concurrency"] == knee["concurrency"] and got["kind"] == knee["kind"]
+
+
+@given(st.lists(st.floats(min_value=0.10, max_value=3.0), min_size=1, max_size=7))
+def test_curve_gaining_at_least_10_percent_per_doubling_has_no_knee(gains):
+    ys = [100.0]
+    for g in gains:
+        ys.append(ys[-1] * (1 + g) * 1.0000001)
+    assert find_knee(curve([2 ** i for i in range(len(ys))], ys)) is None
 
 
 # --- stop --------------------------------------------------------------------------------------------

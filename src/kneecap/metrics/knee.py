@@ -53,6 +53,8 @@ def _usable(levels: Sequence[Mapping], key: str) -> list[tuple[float, float, Map
         x, y = level.get(key), level.get("output_tok_s")
         if isinstance(x, bool) or not isinstance(x, (int, float)) or not isinstance(y, (int, float)):
             continue  # e.g. concurrency "max", or a level with no wall time
+        if level.get("partial"):
+            continue  # an interrupted level's throughput is not a point of the curve
         if not (x > 0 and math.isfinite(x)) or x in seen:
             continue
         seen.add(x)
@@ -65,8 +67,8 @@ def find_knee(levels: Sequence[Mapping], key: str = "concurrency",
               gain_threshold: float = GAIN_PER_DOUBLING) -> dict | None:
     """The knee {key: x, output_tok_s, rule, kind: 'saturation'|'collapse'} or None.
 
-    Levels without a numeric positive load value or without output_tok_s are ignored; a
-    repeated load value keeps its first level.
+    Levels without a numeric positive load value or without output_tok_s, and levels marked
+    `partial` (interrupted), are ignored; a repeated load value keeps its first level.
     """
     if key not in KEYS:
         raise KneecapError(f"knee key must be one of {', '.join(KEYS)}, got {key!r}", "use concurrency or rate")
