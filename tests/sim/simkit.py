@@ -1,0 +1,76 @@
+"""Shared builders for the simulator tests (imported as `simkit`): a tiny dense model, real presets, a step-by-step runner
+that checks the engine's invariants after every step."""
+
+from __future__ import annotations
+
+from kneecap.deployment import Deployment
+from kneecap.hardware import get_gpu
+from kneecap.model.spec import Model
+from kneecap.sim.blocks import blocks_for
+from kneecap.sim.config import EngineConfig
+from kneecap.sim.engine import Engine
+
+
+def tiny_model(**kw) -> Model:
+    base = dict(name="tiny", source="test", architecture="LlamaForCausalLM", num_hidden_layers=4, hidden_size=1024,
+                num_attention_heads=8, num_key_value_heads=8, head_dim=128, vocab_size=32000,
+                layer_types=("full_attention",) * 4, total_params=1_000_000_000, active_params=1_000_000_000)
+    base.update(kw)
+    return Model(**base)
+
+
+def deployment(model=None, gpu="h100-sxm", **kw) -> Deployment:
+    return Deployment(model=model or tiny_model(), gpu=get_gpu(gpu), **kw)
+
+
+def check_engine(engine: Engine) -> None:
+    """Invariants that must hold between any two steps."""
+    bm, sched, bs = engine.blocks, engine.scheduler, engine.block_size
+    bm.check()  # free + used == total; ref counts >= 0 and equal to table occurrences
+    assert len(sched.running) <= engine.config.max_num_seqs
+    for seq in sched.running:
+        # a running sequence holds exactly the blocks its computed tokens need, never more
+        assert bm.num_held(seq.rid) == blocks_for(seq.num_computed, bs), (seq.rid, seq.num_computed)
+        assert seq.num_computed <= seq.num_tokens <= seq.prompt_len + seq.output_len
+    for seq in sched.waiting:
+        assert bm.num_held(seq.rid) == 0 and seq.num_computed == 0
+    ids = [s.rid for s in sched.running] + [s.rid for s in sched.waiting]
+    assert len(ids) == len(set(ids))
+
+
+def run_checked(engine: Engine, arrivals, *, max_steps: int = 1, closed_loop=None):
+    """Drive `engine` with (time, spec) arrivals (sorted); check invariants after every step.
+
+    closed_loop: an iterator of further specs, one sent at each completion. Returns (records, outcomes)."""
+    import math
+
+    arrivals = list(arrivals)
+    records, outcomes = [], []
+    t, k = 0.0, 0
+    while True:
+        while k < len(arrivals) and arrivals[k][0] <= t:
+            rejected = engine.add_request(arrivals[k][1], arrivals[k][0])
+            if rejected:
+                records.append(rejected)
+            k += 1
+        if not engine.has_work:
+            if k < len(arrivals):
+                t = arrivals[k][0]
+                continue
+            break
+        until = arrivals[k][0] if k < len(arrivals) else math.inf
+        out = engine.step(t, until=until, max_steps=max_steps)
+        assert out is not None, "engine stalled with work queued"
+        assert out.ended_at > t
+        assert out.prefill_tokens + out.decode_tokens <= engine.config.max_num_batched_tokens * out.num_steps
+        check_engine(engine)
+        outcomes.append(out)
+        t = out.ended_at
+        for rec in out.finished:
+            records.append(rec)
+            if closed_loop is not None:
+                nxt = next(closed_loop, None)
+                if nxt is not None:
+                    engine.add_request(nxt, t)
+    return records, outcomes
+

@@ -1,0 +1,199 @@
+"""Engine and scheduler: invariants after every step, budgets, FCFS, preemption, prefix caching, fast path, records."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simkit import check_engine, deployment, run_checked, tiny_model
+from kneecap.sim.config import EngineConfig
+from kneecap.sim.engine import Engine
+from kneecap.sim.sweep import LevelSpec, simulate_level
+from kneecap.workload import LengthDist, RequestClass, RequestSpec, Workload, make_requests
+
+
+def spec(i, isl, osl, group=None, prefix=0):
+    return RequestSpec(index=i, request_id=f"r{i}", class_name="c", input_tokens=isl, output_tokens=osl,
+                       prefix_group=group, prefix_tokens=prefix)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(num_blocks=st.integers(8, 60), max_seqs=st.integers(1, 6), budget=st.integers(4, 48),
+       lengths=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 30), st.integers(0, 3)), min_size=1, max_size=14),
+       gaps=st.lists(st.floats(0, 0.05), min_size=14, max_size=14), fast=st.booleans(), caching=st.booleans())
+def test_invariants_hold_after_every_step(num_blocks, max_seqs, budget, lengths, gaps, fast, caching):
+    cfg = EngineConfig(max_num_seqs=max_seqs, max_num_batched_tokens=budget, enable_prefix_caching=caching)
+    engine = Engine(deployment(block_size=4), cfg, num_blocks)
+    t, arrivals = 0.0, []
+    for i, (isl, osl, group) in enumerate(lengths):
+        t += gaps[i]
+        prefix = min(8, isl - 1) if group else 0
+        arrivals.append((t, spec(i, isl, osl, group if prefix else None, prefix)))
+    records, outcomes = run_checked(engine, arrivals, max_steps=50 if fast else 1)
+    assert sorted(r.request_id for r in records) == sorted(s.request_id for _, s in arrivals)
+    for r in records:
+        if r.ok:
+            assert r.output_tokens == r.expected_output_tokens == len(r.chunk_times)
+            assert r.sent_at <= r.first_token_at == r.chunk_times[0] <= r.end_at == r.chunk_times[-1]
+            assert all(a < b for a, b in zip(r.chunk_times, r.chunk_times[1:]))
+        else:
+            assert r.error_kind == "kv_capacity"  # only requests larger than the whole pool fail
+    engine.blocks.check()
+    assert engine.blocks.num_free == num_blocks  # every block returns
+
+
+def test_token_budget_and_decodes_first():
+    engine = Engine(deployment(block_size=4), EngineConfig(max_num_seqs=8, max_num_batched_tokens=64), 1000)
+    for i in range(3):
+        engine.add_request(spec(i, 10, 5), 0.0)
+    out = engine.step(0.0)
+    assert out.prefill_tokens == 30 and out.decode_tokens == 0  # three whole prompts fit 64 tokens
+    for i in range(3, 6):
+        engine.add_request(spec(i, 100, 5), out.ended_at)
+    out = engine.step(out.ended_at)
+    # decodes of the first three go first (3 tokens), then one 61-token chunk of the queue head
+    assert out.num_decode_seqs == 3 and out.decode_tokens == 3
+    assert out.prefill_tokens == 61 and out.num_prefill_seqs == 1
+    check_engine(engine)
+
+
+def test_max_num_seqs_caps_the_batch():
+    cfg = EngineConfig(max_num_seqs=2, max_num_batched_tokens=1000)
+    engine = Engine(deployment(), cfg, 1000)
+    for i in range(5):
+        engine.add_request(spec(i, 10, 50), 0.0)
+    out = engine.step(0.0)
+    assert out.num_running == 2 and out.num_waiting == 3
+    assert engine.stats.running_max == 2
+
+
+def test_fcfs_admission_order():
+    cfg = EngineConfig(max_num_seqs=1, max_num_batched_tokens=1000)
+    engine = Engine(deployment(), cfg, 1000)
+    for i in range(4):
+        engine.add_request(spec(i, 10 + i, 3), 0.0)
+    records, _ = run_checked(engine, [])
+    assert [r.request_id for r in records] == ["r0", "r1", "r2", "r3"]
+
+
+def test_preemption_takes_the_most_recent_and_requeues_it_first():
+    # 4 blocks of 4 tokens: two 6-token prompts take 2 blocks each; the first decode past 8 tokens needs a fifth
+    cfg = EngineConfig(max_num_seqs=4, max_num_batched_tokens=64, enable_prefix_caching=False)
+    engine = Engine(deployment(block_size=4), cfg, 4)
+    engine.add_request(spec(0, 6, 8), 0.0)
+    engine.add_request(spec(1, 6, 8), 0.0)
+    records, outcomes = run_checked(engine, [])
+    preempted = [rid for o in outcomes for rid in o.preempted]
+    assert preempted and preempted[0] == "r1"  # the later admission is the victim
+    by_id = {r.request_id: r for r in records}
+    assert by_id["r0"].extra["preemptions"] == 0 and by_id["r1"].extra["preemptions"] >= 1
+    assert by_id["r0"].end_at < by_id["r1"].end_at
+    assert engine.stats.preemptions == len(preempted)
+    assert all(r.ok and r.output_tokens == 8 for r in records)
+
+
+def test_prefix_cache_hits_shared_prefix_blocks():
+    cfg = EngineConfig(max_num_seqs=8, max_num_batched_tokens=4096)
+    engine = Engine(deployment(block_size=16), cfg, 1000)
+    engine.add_request(spec(0, 200, 4, group=0, prefix=160), 0.0)
+    first = engine.step(0.0)
+    engine.add_request(spec(1, 200, 4, group=0, prefix=160), first.ended_at)
+    engine.add_request(spec(2, 200, 4, group=1, prefix=160), first.ended_at)
+    run_checked(engine, [], max_steps=1)
+    # r1 found 10 blocks (160 tokens) of group 0; r2's group was never computed
+    assert engine.blocks.hit_tokens == 160
+    assert engine.blocks.query_tokens == 600
+    assert engine.prefix_cache_hit_rate == pytest.approx(160 / 600)
+
+
+def test_prefix_hit_shortens_prefill():
+    wl = Workload(classes=(RequestClass(input=LengthDist.fixed(2000), output=LengthDist.fixed(10),
+                                        shared_prefix_tokens=1900, num_prefix_groups=1),))
+    plain = Workload.fixed(2000, 10)
+    d = deployment(model=tiny_model(total_params=8_000_000_000, active_params=8_000_000_000))
+    cfg = EngineConfig(max_num_seqs=4, max_num_batched_tokens=8192)
+    lv = LevelSpec(concurrency=1, num_requests=20)
+    shared = simulate_level(d, cfg, 5000, wl, lv)
+    unique = simulate_level(d, cfg, 5000, plain, lv)
+    ttft = lambda res: sorted(r.first_token_at - r.sent_at for r in res.records)[10]  # noqa: E731
+    assert shared.server_metrics["prefix_cache_hit_rate"] > 0.85
+    assert ttft(shared) < 0.5 * ttft(unique)
+
+
+def test_request_larger_than_pool_fails_at_once():
+    engine = Engine(deployment(block_size=16), EngineConfig(), 10)
+    rec = engine.add_request(spec(0, 150, 20), 1.5)
+    assert rec is not None and not rec.ok and rec.error_kind == "kv_capacity" and rec.end_at == 1.5
+    assert not engine.has_work
+
+
+def test_fast_path_equals_exact_path():
+    wl = Workload(classes=(RequestClass(input=LengthDist(kind="uniform", low=50, high=900),
+                                        output=LengthDist(kind="uniform", low=5, high=400),
+                                        shared_prefix_tokens=48, num_prefix_groups=2),))
+    d = deployment(model=tiny_model(), block_size=16)
+    cfg = EngineConfig(max_num_seqs=32, max_num_batched_tokens=1024)
+    for num_blocks in (20000, 600):  # plenty, and tight enough to preempt
+        for lv in (LevelSpec(concurrency=24, num_requests=120), LevelSpec(rate=50.0, num_requests=120)):
+            a = simulate_level(d, cfg, num_blocks, wl, lv, seed=5, fast_path=True, trace=True)
+            b = simulate_level(d, cfg, num_blocks, wl, lv, seed=5, fast_path=False, trace=True)
+            assert a.server_metrics == b.server_metrics
+            assert [r.request_id for r in a.records] == [r.request_id for r in b.records]
+            for ra, rb in zip(a.records, b.records):
+                assert len(ra.chunk_times) == len(rb.chunk_times)
+                assert ra.chunk_times == pytest.approx(rb.chunk_times, rel=1e-12, abs=1e-9)
+            assert len(a.trace) == len(b.trace)
+            assert [row["kv_blocks_used"] for row in a.trace] == [row["kv_blocks_used"] for row in b.trace]
+            if num_blocks == 600:
+                assert a.server_metrics["preemptions"] > 0  # the tight pool really exercises preemption
+
+
+def test_same_seed_same_records_different_seed_different():
+    wl = Workload(classes=(RequestClass(input=LengthDist(kind="uniform", low=10, high=300),
+                                        output=LengthDist(kind="uniform", low=5, high=100)),))
+    d, cfg = deployment(), EngineConfig(max_num_seqs=16, max_num_batched_tokens=512)
+    lv = LevelSpec(rate=20.0, num_requests=80)
+    a = simulate_level(d, cfg, 3000, wl, lv, seed=1)
+    b = simulate_level(d, cfg, 3000, wl, lv, seed=1)
+    c = simulate_level(d, cfg, 3000, wl, lv, seed=2)
+    assert [r.to_dict() for r in a.records] == [r.to_dict() for r in b.records]
+    assert [r.to_dict() for r in a.records] != [r.to_dict() for r in c.records]
+
+
+def test_closed_loop_keeps_concurrency():
+    d, cfg = deployment(), EngineConfig(max_num_seqs=64, max_num_batched_tokens=4096)
+    res = simulate_level(d, cfg, 20000, Workload.fixed(100, 50), LevelSpec(concurrency=8, num_requests=40), trace=True)
+    assert len(res.records) == 40
+    assert max(row["num_running"] + row["num_waiting"] for row in res.trace) == 8
+    assert res.server_metrics["running_max"] == 8
+    # each completion sends the next request at that very time
+    ends = sorted(r.end_at for r in res.records)
+    sends = sorted(r.sent_at for r in res.records)[8:]
+    assert sends == ends[:len(sends)]
+
+
+def test_warmup_flagged_and_extra_fields():
+    d, cfg = deployment(), EngineConfig()
+    res = simulate_level(d, cfg, 5000, Workload.fixed(64, 8), LevelSpec(concurrency=2, num_requests=6, warmup=2))
+    assert len(res.records) == 8
+    assert sum(r.warmup for r in res.records) == 2
+    for r in res.records:
+        assert set(r.extra) >= {"preemptions", "queue_s"} and r.extra["queue_s"] >= 0
+        assert r.chunk_tokens == [1] * 8 and r.prompt_tokens == 64
+
+
+def test_step_with_nothing_to_do_returns_none():
+    engine = Engine(deployment(), EngineConfig(), 100)
+    assert engine.step(0.0) is None
+
+
+def test_make_requests_compatibility():
+    # the engine consumes kneecap.workload specs as they are
+    specs = make_requests(Workload.fixed(30, 3), 4, seed=0)
+    engine = Engine(deployment(), EngineConfig(), 100)
+    records, _ = run_checked(engine, [(0.0, s) for s in specs])
+    assert {r.request_id for r in records} == {s.request_id for s in specs}
+    assert list(itertools.chain.from_iterable(r.chunk_tokens for r in records)) == [1] * 12
