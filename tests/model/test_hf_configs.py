@@ -150,3 +150,17 @@ def test_layer_types_key_wins_for_qwen2_style_configs(tmp_path):
     cfg["layer_types"] = ["full_attention"] * 28
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     assert load_model(str(tmp_path)).count_layers("full_attention") == 28
+
+
+def test_deepseek_v2_lite_mla_without_q_lora():
+    model = load_model(str(CONFIGS / "deepseek-v2-lite.json"))
+    assert set(model.layer_types) == {"mla"} and model.head_dim == 192  # nope 128 + rope 64 (config head_dim unused)
+    assert kv_bytes_per_token(model, 2) == 31_104  # 27 x (512 + 64) x 2
+    # MLA attn/layer (no q_lora): q 2048*16*192 = 6,291,456; kv_a 2048*576 = 1,179,648 + norm 512; kv_b
+    # 512*16*256 = 2,097,152; o 16*128*2048 = 4,194,304 -> 13,763,072 x27 = 371,602,944. Dense layer 0:
+    # 3*2048*10944 = 67,239,936. 26 MoE layers: expert 3*2048*1408 = 8,650,752, x64 x26 = 14,394,851,328;
+    # 2 shared 17,301,504 x26 = 449,839,104; router 2048*64*26 = 3,407,872 (no bias in V2). embed x2 =
+    # 2*102400*2048 = 419,430,400; norms 27*4096 + 2048 = 112,640 -> 15,706,484,224 (card: 15.7B)
+    assert model.total_params == 15_706_484_224
+    # active = total - 26*58*8,650,752 (13,045,334,016) = 2,661,150,208 (card: 2.4B, embeddings not counted)
+    assert model.active_params == 2_661_150_208

@@ -173,8 +173,10 @@ def _layer_types(cfg: dict, model_type: str, family: str, n: int, source: str,
         pattern = cfg.get("sliding_window_pattern", 6)
         kinds = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
     elif model_type == "llama4_text" and cfg.get("attention_chunk_size"):
-        # HF Llama4TextConfig: no_rope_layers[i] = 1 (RoPE, chunked local attention) unless (i+1) % 4 == 0
-        no_rope = cfg.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(n)]
+        # HF Llama4TextConfig / Llama4TextDecoderLayer: use_chunked_attention = int((i + 1) % interval != 0)
+        # (the RoPE layers), interval = no_rope_layer_interval (4); no_rope_layers overrides per layer
+        interval = cfg.get("no_rope_layer_interval") or 4
+        no_rope = cfg.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n)]
         kinds = ["sliding_attention" if no_rope[i] else "full_attention" for i in range(n)]
         window = _pos_int(cfg, "attention_chunk_size", source)
         notes.append(_chunk_note(window, kinds))
