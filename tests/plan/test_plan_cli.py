@@ -24,7 +24,8 @@ LEVER_KEYS = {"name", "kv_pool_bytes", "max_seqs", "change", "max_concurrency", 
 TP_KEYS = {"tp", "kv_heads_per_gpu", "replicated", "kv_pool_bytes", "max_seqs", "num_gpus", "fits",
            "kv_bytes_per_token_per_gpu", "gain"}
 CONTEXT_KEYS = {"context", "contiguous", "paged", "seq_bytes_contiguous"}
-PREFLIGHT_KEYS = {"kv_capacity_tokens", "levels", "max_safe_concurrency", "isl", "osl", "block_size", "source", "notes", "plan"}
+PREFLIGHT_KEYS = {"kv_capacity_tokens", "levels", "max_safe_concurrency", "isl", "osl", "block_size", "source", "notes", "plan",
+                  "server"}
 LEVEL_KEYS = {"concurrency", "peak_tokens", "steady_tokens", "verdict", "headroom_tokens", "fix"}
 
 

@@ -18,8 +18,8 @@ from kneecap.cli.plan import (ActOpt, BlockOpt, CapOpt, ContextOpt, EngineOpt, E
 from kneecap.errors import KneecapError
 
 
-def capacity_from_server(url: str, api_key: str | None, timeout_s: float) -> tuple[int, int | None, str]:
-    """(kv_capacity_tokens, block_size or None, description) as a live engine reports it."""
+def capacity_from_server(url: str, api_key: str | None, timeout_s: float) -> tuple[int, int | None, str, dict]:
+    """(kv_capacity_tokens, block_size or None, description, what the server said) as a live engine reports it."""
     try:
         from kneecap.client.server_info import fetch_server_info
     except ImportError:
@@ -33,7 +33,8 @@ def capacity_from_server(url: str, api_key: str | None, timeout_s: float) -> tup
                            "pass --kv-tokens N from its startup log (vLLM 'GPU KV cache size: N tokens')")
     block = getattr(info, "block_size", None)
     desc = f"{getattr(info, 'engine', None) or 'server'} at {url}"
-    return int(tokens), int(block) if block else None, desc
+    said = info.to_dict() if hasattr(info, "to_dict") else {}
+    return int(tokens), int(block) if block else None, desc, said
 
 
 @app.command("preflight")
@@ -70,7 +71,7 @@ def preflight_command(
     bs = block_size or 16
     if bs <= 0:
         raise KneecapError(f"--block-size must be a positive whole number, got {bs}", "pass e.g. --block-size 16")
-    plan_doc = None
+    plan_doc = server_doc = None
     kv_bytes = 2
     gpus_per_replica = tp_caps = None
     if kv_tokens is not None:
@@ -82,7 +83,7 @@ def preflight_command(
 
             kv_bytes = kv_dtype_bytes(kv_dtype)
     elif server:
-        capacity, server_block, source = capacity_from_server(server, api_key, timeout_s)
+        capacity, server_block, source, server_doc = capacity_from_server(server, api_key, timeout_s)
         bs = block_size or server_block or 16
         kv_bytes = None if kv_dtype and kv_dtype.startswith("fp8") else 2
     else:
@@ -111,6 +112,7 @@ def preflight_command(
     if as_json:
         doc = result.to_json()
         doc["plan"] = plan_doc
+        doc["server"] = server_doc
         sys.stdout.write(json.dumps(doc) + "\n")
         return 0
     from kneecap.plan.render import preflight_table, print_renderables
