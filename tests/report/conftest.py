@@ -169,3 +169,14 @@ def run_dir(tmp_path) -> Path:
     (folder / "records").mkdir()
     write_records(folder / "records" / "cell-0.jsonl", (1, 2))
     return folder
+
+
+@pytest.fixture
+def make_sweep(tmp_path):
+    """make_sweep(name, kind=..., loads=..., scale=..., trace=..., axis=...) -> a sweep folder."""
+    return lambda name, **kwargs: write_sweep(tmp_path / name, **kwargs)
+
+
+@pytest.fixture
+def hostile() -> str:
+    return HOSTILE

@@ -1,0 +1,91 @@
+"""Reading results folders: strict about the kind, tolerant about optional files and keys."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kneecap.errors import KneecapError
+from kneecap.report.levels import parse_slo, preflight_limit, time_series
+from kneecap.report.load import load_results
+
+
+def test_kinds_are_detected(bench_dir, sim_dir, plan_file, run_dir):
+    assert load_results(bench_dir).kind == "bench"
+    assert load_results(sim_dir).kind == "simulate"
+    assert load_results(plan_file).kind == "plan"
+    assert load_results(run_dir).kind == "run"
+    assert load_results(bench_dir / "summary.json").kind == "bench"
+
+
+def test_records_and_trace_are_read(bench_dir, sim_dir, run_dir):
+    assert len(load_results(bench_dir).records) == 8 * 5 + 1
+    assert len(load_results(sim_dir).trace) == 400
+    assert len(load_results(run_dir).records) == 2 * 5 + 1  # records/*.jsonl
+
+
+def test_torn_last_record_line_is_skipped(bench_dir):
+    with open(bench_dir / "requests.jsonl", "ab") as fh:
+        fh.write(b'{"request_id": "torn", "lev')
+    assert len(load_results(bench_dir).records) == 41
+
+
+@pytest.mark.parametrize("content,match", [
+    ('{"kind": "banana", "levels": []}', "kind 'banana'"),
+    ('{"levels": []}', "no 'kind' key"),
+    ("[1, 2]", "JSON list"),
+    ('{"kind": "bench", ', "not valid JSON"),
+])
+def test_bad_summaries_are_one_clear_error(tmp_path, content, match):
+    (tmp_path / "summary.json").write_text(content)
+    with pytest.raises(KneecapError, match=match) as info:
+        load_results(tmp_path)
+    assert info.value.hint
+
+
+def test_missing_folder_and_empty_folder(tmp_path):
+    with pytest.raises(KneecapError, match="does not exist"):
+        load_results(tmp_path / "nope")
+    with pytest.raises(KneecapError, match="neither summary.json nor plan.json"):
+        load_results(tmp_path)
+
+
+def test_manifest_named_by_the_summary_is_read_from_the_folder(bench_dir):
+    summary = json.loads((bench_dir / "summary.json").read_text())
+    manifest = summary.pop("manifest")
+    summary["manifest"] = "manifest.json"
+    (bench_dir / "summary.json").write_text(json.dumps(summary))
+    (bench_dir / "manifest.json").write_text(json.dumps(manifest))
+    assert load_results(bench_dir).summary["manifest"]["command"][1] == "bench"
+    # a manifest path pointing outside the folder is ignored, not followed
+    summary["manifest"] = "../elsewhere.json"
+    (bench_dir / "summary.json").write_text(json.dumps(summary))
+    results = load_results(bench_dir)
+    assert results.summary["manifest"] is None and any("manifest" in m for m in results.missing)
+
+
+def test_parse_slo_forms():
+    assert parse_slo("ttft_p99_ms=500,itl_p99_ms=50,error_rate=0.01") == {"ttft_ms": {"p99": 500.0},
+                                                                         "itl_ms": {"p99": 50.0}}
+    assert parse_slo({"ttft_p50_ms": 100, "ttft_p99_ms": 400, "ttft_from_scheduled_p99_ms": 900}) == {
+        "ttft_ms": {"p50": 100.0, "p99": 400.0}, "ttft_from_scheduled_ms": {"p99": 900.0}}
+    assert parse_slo(None) == {} and parse_slo({"ttft_p99_ms": "x"}) == {}
+
+
+def test_preflight_limit_from_summary_or_verdicts():
+    assert preflight_limit({"preflight": {"max_safe_concurrency": 96}}, []) == 96
+    levels = [{"concurrency": c, "preflight": v} for c, v in ((32, "fits"), (64, "fits"), (128, "exceeds"))]
+    assert preflight_limit({}, levels) == 64
+    assert preflight_limit({}, levels[:2]) is None  # every level fits: no limit reached, none drawn
+
+
+def test_time_series_aliases():
+    rows = [{"t": 0.0, "kv_blocks_used": 10, "kv_blocks_total": 100, "waiting": 3, "batch": {"prefill": 1, "decode": 4}},
+            {"time_s": 1.0, "kv_usage": 55, "queue_depth": 0, "running": 7},
+            {"no_time": 1}]
+    series = time_series(rows)
+    assert series["t"] == [0.0, 1.0]
+    assert series["kv_usage"] == [pytest.approx(0.10), pytest.approx(0.55)]
+    assert series["queue"] == [3.0, 0.0] and series["running"] == [5.0, 7.0]
+    assert time_series([{"t": 1.0}]) is None
