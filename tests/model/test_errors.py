@@ -142,3 +142,13 @@ def test_cli_prints_one_line_and_exits_2(cli, tmp_path):
     assert result.code == 2
     assert result.stderr.count("\n") == 1 and "num_attention_heads" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_nemotron_h_pattern_errors(tmp_path):
+    cfg = json.loads((CONFIGS / "nemotron-h-8b-base-8k.json").read_text())
+    err = _error(str(_write(tmp_path, dict(cfg, hybrid_override_pattern="M*-"))))
+    assert "hybrid_override_pattern" in err.message and "52" in err.message
+    err = _error(str(_write(tmp_path, dict(cfg, hybrid_override_pattern="ME" * 26))))
+    assert "MoE blocks" in err.message
+    err = _error(str(_write(tmp_path, {k: v for k, v in cfg.items() if k != "ssm_state_size"})))
+    assert "ssm_state_size" in err.message

@@ -164,3 +164,20 @@ def test_deepseek_v2_lite_mla_without_q_lora():
     assert model.total_params == 15_706_484_224
     # active = total - 26*58*8,650,752 (13,045,334,016) = 2,661,150,208 (card: 2.4B, embeddings not counted)
     assert model.active_params == 2_661_150_208
+
+
+def test_nemotron_h_mamba2_hybrid():
+    model = load_model(str(CONFIGS / "nemotron-h-8b-base-8k.json"))
+    # 52 blocks: 24 M (Mamba-2), 4 * (attention), 24 - (MLP only, folded away) -> 28 layers
+    assert (model.count_layers("linear_attention"), model.count_layers("full_attention")) == (24, 4)
+    assert model.num_hidden_layers == 28 and model.head_dim == 128  # attention_head_dim
+    assert kv_bytes_per_token(model, 2) == 16_384  # 4 x 2 x 8 x 128 x 2 (naive 52 layers: 212,992, 13x)
+    # Mamba-2 state: conv (128*64 + 2*8*128 = 10,240) x (4 - 1) x 2 B = 61,440; temporal 128 x 64 x 128 x 2 B =
+    # 2,097,152 -> 2,158,592 per layer
+    assert model.linear_state_bytes_per_layer == 2_158_592
+    assert any("13.0x" in n for n in model.notes)
+    # Mamba-2 mixer: in_proj 4096*(8192 + 10240 + 128) = 76,021,760; conv 10240*4 + 10240 = 51,200; dt/A/D 384;
+    # norm 8192; out 8192*4096 = 33,554,432 -> 109,635,968 x24 = 2,631,263,232. Attention 4 x 41,943,040 =
+    # 167,772,160. MLP 2*4096*21504 = 176,160,768 x24 = 4,227,858,432. embed + lm_head 2*131072*4096 =
+    # 1,073,741,824. norms 52*4096 + 4096 = 217,088 -> 8,100,852,736 ("8B")
+    assert model.total_params == 8_100_852_736

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kneecap.errors import KneecapError
-from kneecap.model import kv, params, quant
+from kneecap.model import kv, mamba, params, quant
 from kneecap.model.spec import Model
 from kneecap.model.weights import weight_bytes
 
@@ -27,6 +27,8 @@ MODEL_TYPES = {
     "deepseek_v2": "mla", "deepseek_v3": "mla", "kimi_k2": "mla",
     # hybrid Gated DeltaNet + gated full attention
     "qwen3_next": "gdn", "qwen3_5_text": "gdn", "qwen3_5_moe_text": "gdn",
+    # hybrid Mamba-2 + attention (kneecap.model.mamba)
+    "nemotron_h": "mamba2",
 }
 # Wrapper model_type -> the text model_type used when text_config does not name one.
 _WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text", "kimi_k25": "kimi_k2",
@@ -60,6 +62,8 @@ def from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkpo
         head_dim = cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
     elif cfg.get("head_dim") is not None:
         head_dim = _pos_int(cfg, "head_dim", source)
+    elif cfg.get("attention_head_dim") is not None:  # Nemotron-H spelling
+        head_dim = _pos_int(cfg, "attention_head_dim", source)
     else:
         if hidden % heads:
             raise KneecapError(f"{source}: no head_dim and hidden_size {hidden} is not a multiple of "
@@ -67,9 +71,12 @@ def from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkpo
         head_dim = hidden // heads
     cfg["head_dim"] = head_dim
 
+    tied = bool(cfg.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT))
+    if family == "mamba2":
+        return _from_mamba2(cfg, name=name, source=source, architecture=architecture, head_dim=head_dim,
+                            tied=tied, checkpoint_bytes=checkpoint_bytes, notes=notes)
     layer_types, window = _layer_types(cfg, model_type, family, num_layers, source, notes)
     moe_layers = _moe_layers(cfg, model_type, num_layers, source)
-    tied = bool(cfg.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT))
     if not all(moe_layers):  # dense MLP layers
         _pos_int(cfg, "intermediate_size_mlp" if "intermediate_size_mlp" in cfg else "intermediate_size", source)
     if any(moe_layers):  # routed experts
@@ -100,7 +107,7 @@ def from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkpo
         param_parts=parts, part_dtypes=tuple((p, dtypes[p]) for p, _ in parts),
         part_bytes=tuple((p, weight_bytes(n, dtypes[p])) for p, n in parts),
     )
-    notes += _kv_notes(model, cfg, family)
+    notes += _kv_notes(model, cfg, family, num_layers)
     if family == "mla" and cfg.get("num_nextn_predict_layers"):
         notes.append(f"{cfg['num_nextn_predict_layers']} multi-token-prediction layer(s) ship in the checkpoint "
                      "but are loaded only for speculative decoding; not counted in total_params")
@@ -267,10 +274,9 @@ def _headline_dtype(dtypes: Mapping[str, str], parts: Mapping[str, int]) -> str:
     return dtypes[biggest]
 
 
-def _kv_notes(model: Model, cfg: Mapping, family: str) -> list[str]:
-    """How far the naive all-layers formula 2 x layers x kv_heads x head_dim x 2 B is off, when it is."""
+def _kv_notes(model: Model, cfg: Mapping, family: str, n: int) -> list[str]:
+    """How far the naive all-layers formula 2 x n x kv_heads x head_dim x 2 B is off, when it is (n = config layers)."""
     correct = kv.kv_bytes_per_token(model, 2)
-    n = model.num_hidden_layers
     if family == "mla":
         heads, k_dim, v_dim = model.num_attention_heads, model.head_dim, cfg["v_head_dim"]
         naive = n * heads * (k_dim + v_dim) * 2
@@ -280,13 +286,14 @@ def _kv_notes(model: Model, cfg: Mapping, family: str) -> list[str]:
                 f"caching per-head K ({k_dim}) and V ({v_dim}) for {heads} heads would be {naive:,} B/token "
                 f"({naive / correct:.0f}x too much)"]
     naive = 2 * n * model.num_key_value_heads * model.head_dim * 2
-    if family == "gdn":
+    if family in ("gdn", "mamba2"):
         full = model.count_layers("full_attention")
         linear = model.count_layers("linear_attention")
+        mixer = "Gated DeltaNet" if family == "gdn" else "Mamba-2"
         return [f"only the {full} full-attention layers of {n} cache per-token KV: {full} x 2 x "
                 f"{model.num_key_value_heads} x {model.head_dim} x 2 B = {correct:,} B/token in bf16; the naive "
-                f"all-layers formula gives {naive:,} B/token ({naive / correct:.1f}x too much); the {linear} Gated "
-                f"DeltaNet layers hold a fixed {model.linear_state_bytes_per_layer:,} B per sequence each "
+                f"all-layers formula gives {naive:,} B/token ({naive / correct:.1f}x too much); the {linear} {mixer} "
+                f"layers hold a fixed {model.linear_state_bytes_per_layer:,} B per sequence each "
                 f"({linear * model.linear_state_bytes_per_layer:,} B per sequence in all)"]
     sliding = model.count_layers("sliding_attention")
     if sliding:
@@ -300,3 +307,34 @@ def _with_notes(model: Model, notes: list[str]) -> Model:
     from dataclasses import replace
 
     return replace(model, notes=tuple(model.notes) + tuple(notes)) if notes else model
+
+
+def _from_mamba2(cfg: dict, *, name: str, source: str, architecture: str, head_dim: int, tied: bool,
+                 checkpoint_bytes: int | None, notes: list[str]) -> Model:
+    """Nemotron-H style Mamba-2 hybrids (see kneecap.model.mamba)."""
+    blocks = mamba.nemotron_h_blocks(cfg, source)
+    for key in ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel"):
+        _pos_int(cfg, key, source)
+    if "-" in blocks:
+        _pos_int(cfg, "intermediate_size", source)
+    kinds = mamba.layer_types(blocks)
+    count = mamba.count_nemotron_h_params(cfg, blocks, tied)
+    dtypes, qnotes = quant.part_dtypes_from_config(cfg, count.parts)
+    model_bytes = {"bf16": 2, "fp16": 2, "fp32": 4}[quant.model_dtype(cfg)]
+    parts = tuple(count.parts.items())
+    model = Model(
+        name=name, source=source, architecture=architecture, num_hidden_layers=len(kinds),
+        hidden_size=cfg["hidden_size"], num_attention_heads=cfg["num_attention_heads"],
+        num_key_value_heads=cfg["num_key_value_heads"], head_dim=head_dim, vocab_size=cfg["vocab_size"],
+        layer_types=tuple(kinds), total_params=count.total, active_params=count.active,
+        max_position_embeddings=cfg.get("max_position_embeddings"), intermediate_size=cfg.get("intermediate_size"),
+        linear_state_bytes_per_layer=mamba.mamba2_state_bytes_per_layer(cfg, model_bytes),
+        checkpoint_bytes=checkpoint_bytes, weight_dtype=_headline_dtype(dtypes, count.parts),
+        param_parts=parts, part_dtypes=tuple((p, dtypes[p]) for p, _ in parts),
+        part_bytes=tuple((p, weight_bytes(n, dtypes[p])) for p, n in parts),
+    )
+    notes = notes + qnotes + [
+        f"{len(blocks)} blocks = {blocks.count('M')} Mamba-2 + {blocks.count('*')} attention + {blocks.count('-')} "
+        f"MLP-only; the MLP-only blocks cache nothing and are folded away, so the model has {len(kinds)} layers here"]
+    notes += _kv_notes(model, cfg, "mamba2", len(blocks))
+    return _with_notes(model, notes)
