@@ -90,7 +90,7 @@ class BenchOptions:
     num_prefix_groups: int = 1
     seed: int = 0
     kv_tokens: int | None = None  # KV pool capacity override for the preflight
-    block_size: int = 16  # tokens per KV block, for the preflight
+    block_size: int | None = None  # tokens per KV block for the preflight (None: the server's, else 16)
     force: bool = False  # run levels the preflight says exceed the KV pool
     workers: int = 1
     keep_prompts: bool = False
@@ -126,7 +126,7 @@ class BenchOptions:
                 raise KneecapError(f"{flag} must be >= 0, got {value}", f"pass e.g. {flag} 0")
         if self.kv_tokens is not None and self.kv_tokens < 1:
             raise KneecapError(f"--kv-tokens must be >= 1, got {self.kv_tokens}", "pass the KV pool size in tokens, e.g. --kv-tokens 1573854")
-        if self.block_size < 1:
+        if self.block_size is not None and self.block_size < 1:
             raise KneecapError(f"--block-size must be >= 1, got {self.block_size}", "pass e.g. --block-size 16")
         if not (1 <= self.workers <= 256):
             raise KneecapError(f"--workers must be between 1 and 256, got {self.workers}", "pass e.g. --workers 2 (one per spare core)")

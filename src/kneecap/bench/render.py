@@ -72,11 +72,10 @@ def level_notes(level: dict, knee_value) -> str:
     if verdict in ("tight", "exceeds"):
         notes.append(f"preflight {verdict}")
     server = level.get("server_metrics") or {}
-    kv = server.get("kv_cache_usage_max") if isinstance(server, dict) else None
-    if _is_number(kv):
-        notes.append(f"KV max {kv * 100:.0f}%")
-    if _is_number(server.get("preemptions") if isinstance(server, dict) else None) and server["preemptions"] > 0:
-        notes.append(f"{int(server['preemptions'])} preemptions")
+    if _is_number(server.get("kv_usage_max")):
+        notes.append(f"KV max {server['kv_usage_max'] * 100:.0f}%")
+    if _is_number(server.get("preemptions_delta")) and server["preemptions_delta"] > 0:
+        notes.append(f"{int(server['preemptions_delta'])} preemptions")
     if level.get("server_dead"):
         notes.append("server died")
     errors = level.get("errors") or {}

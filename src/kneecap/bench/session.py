@@ -21,6 +21,8 @@ from kneecap.errors import KneecapError
 
 DEFAULT_RESULTS_ROOT = "kneecap-results"
 PROBE_TIMEOUT_S = 10.0  # reading /v1/models etc. before the sweep and after a failing level
+DEAD_PROBE_TIMEOUT_S = 5.0  # a server that cannot answer GET /v1/models in this long is treated as gone
+DEFAULT_BLOCK_SIZE = 16  # tokens per KV block when neither --block-size nor the server says (vLLM's default)
 STALL_TIMEOUT_S = 120.0  # longest silence inside one response before it counts as a stall
 OPEN_LOOP_WARM_CONNECTIONS = 32  # open loop: connections opened before the clock starts (more open on demand)
 
@@ -37,40 +39,15 @@ def default_out_dir(root: str | Path = DEFAULT_RESULTS_ROOT) -> Path:
 
 
 # -- the server --------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class BasicServerInfo:
-    """What GET /v1/models alone tells (used when kneecap.client.server_info is unavailable)."""
+def read_server_info(opts: BenchOptions, api_key: str | None, scrub: Scrubber, timeout_s: float = PROBE_TIMEOUT_S):
+    """The server's facts (model, KV capacity, block size...) or a one-line error naming the URL."""
+    from kneecap.client.server_info import fetch_server_info
 
-    model: str | None
-    kv_capacity_tokens: int | None = None
-
-    def to_json(self) -> dict:
-        return {"model": self.model, "kv_capacity_tokens": self.kv_capacity_tokens}
-
-
-def _fetch_info(url: str, api_key: str | None):
-    try:
-        from kneecap.client.server_info import fetch_server_info
-    except ImportError:
-        from kneecap.client.driver import Client, ClientConfig, run_sync
-
-        async def models() -> str:
-            async with Client(ClientConfig(base_url=url, model="-", api_key=api_key, timeout_s=PROBE_TIMEOUT_S)) as client:
-                return await client.detect_model()
-
-        return BasicServerInfo(model=run_sync(models()))
-    return fetch_server_info(url, api_key=api_key, timeout_s=PROBE_TIMEOUT_S)
-
-
-def read_server_info(opts: BenchOptions, api_key: str | None, scrub: Scrubber):
-    """The server's facts (models, KV capacity...) or a one-line error naming the URL."""
     url = opts.base_url_clean
     try:
-        return _fetch_info(url, api_key)
-    except KneecapError as exc:
-        raise KneecapError(scrub(exc.message), scrub(exc.hint)) from None
-    except Exception as exc:  # connection refused, DNS, TLS, timeout: all say the same thing to the user
-        reason = scrub(str(exc)) or type(exc).__name__
+        return fetch_server_info(url, api_key=api_key, timeout_s=timeout_s)
+    except Exception as exc:  # refused, DNS, TLS, timeout, nothing answered: all say the same to the user
+        reason = scrub(getattr(exc, "message", None) or str(exc)) or type(exc).__name__
         raise KneecapError(f"cannot reach the server at {url} ({reason})",
                            f"check that it is running and listening there (curl {url}/v1/models), "
                            "the host and port in --base-url, and any proxy or firewall") from None
@@ -79,7 +56,7 @@ def read_server_info(opts: BenchOptions, api_key: str | None, scrub: Scrubber):
 def server_answers(opts: BenchOptions, api_key: str | None) -> bool:
     """Is the server still there? (used after a level whose requests failed at the connection)."""
     try:
-        read_server_info(opts, api_key, Scrubber(api_key))
+        read_server_info(opts, api_key, Scrubber(api_key), timeout_s=DEAD_PROBE_TIMEOUT_S)
     except KneecapError:
         return False
     return True
@@ -87,21 +64,21 @@ def server_answers(opts: BenchOptions, api_key: str | None) -> bool:
 
 def server_facts(info, redact: bool) -> dict:
     """What summary.json keeps about the server (without strings the server chose, with --redact)."""
-    data = info.to_json() if hasattr(info, "to_json") else (
-        dataclasses.asdict(info) if dataclasses.is_dataclass(info) else dict(vars(info)))
+    data = info.to_dict()
     if redact:
         data = {k: v for k, v in data.items() if not isinstance(v, str) and not isinstance(v, (list, dict))}
     return data
 
 
-def preflight_for(opts: BenchOptions, kv_capacity_tokens: int | None, source: str) -> tuple[dict | None, dict]:
+def preflight_for(opts: BenchOptions, kv_capacity_tokens: int | None, source: str,
+                  block_size: int) -> tuple[dict | None, dict]:
     """(preflight JSON, {level value: its verdict row}); nothing when it cannot be computed."""
     if not kv_capacity_tokens or opts.kind != KIND_CONCURRENCY or opts.isl is None:
         return None, {}
     from kneecap.plan.preflight import preflight
 
     result = preflight(int(kv_capacity_tokens), isl=opts.isl, osl=opts.osl, concurrencies=list(opts.concurrency),
-                       block_size=opts.block_size, source=source).to_json()
+                       block_size=block_size, source=source).to_json()
     return result, {row["concurrency"]: row for row in result["levels"]}
 
 
@@ -130,12 +107,13 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
 
     # 1. the server must answer before anything is written
     info = read_server_info(opts, api_key, scrub)
-    model = opts.model or getattr(info, "model", None)
+    model = opts.model or info.model_id
     if not model:
         raise KneecapError(f"the server at {opts.base_url_clean} lists no model", "pass --model NAME")
-    kv_tokens = opts.kv_tokens or getattr(info, "kv_capacity_tokens", None)
+    kv_tokens = opts.kv_tokens or info.kv_capacity_tokens
     source = "--kv-tokens" if opts.kv_tokens else ("[redacted server]" if opts.redact else opts.base_url_clean)
-    preflight_json, verdicts = preflight_for(opts, kv_tokens, source)
+    block_size = opts.block_size or info.block_size or DEFAULT_BLOCK_SIZE
+    preflight_json, verdicts = preflight_for(opts, kv_tokens, source, block_size)
     plans = plan_levels(opts, verdicts)
 
     # 2. the results folder (fresh, or resumed)
@@ -189,10 +167,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
 
 def _resume_state(results, plans: list[LevelPlan], fresh: SweepState) -> tuple[int | None, SweepState]:
     """(first level to run, the state carried over) for --resume; records of unfinished levels set aside."""
-    previous = results.read_summary()
-    if previous is None:
-        raise KneecapError(f"{results.path} has no summary.json to resume from",
-                           "pass --resume a folder written by `kneecap bench`, or start a new run with --out")
+    previous = results.read_summary() or {}  # none yet: killed before the first level ended
     done = set(results.completed_levels())
     stopped = previous.get("stopped")
     if stopped and stopped.get("reason") != "interrupted":
@@ -229,9 +204,7 @@ def prompt_source(opts: BenchOptions):
 
 
 def _metrics_poller(opts: BenchOptions, api_key: str | None):
-    """A factory of per-level server-metrics pollers, or None when the client has none."""
-    try:
-        from kneecap.client.server_metrics import MetricsPoller
-    except ImportError:
-        return None
-    return lambda: MetricsPoller(opts.base_url_clean, api_key=api_key)
+    """A factory of per-level /metrics pollers (each on its own thread and event loop)."""
+    from kneecap.bench.server_watch import ThreadedMetricsPoller
+
+    return lambda: ThreadedMetricsPoller(opts.base_url_clean, api_key)

@@ -92,13 +92,14 @@ class Sweep:
     """Runs the levels of one bench sweep (fresh or resumed) and keeps summary.json current.
 
     `run_share(task, on_record) -> [LevelOutcome]` runs one level (in-process or over workers);
-    `probe() -> bool` says whether the server still answers; `poll_metrics` is a context
-    factory giving per-level server metrics (or None); `persist(summary)` writes summary.json.
+    `probe() -> bool` says whether the server still answers; `poll_metrics()` gives a context
+    manager scraping server metrics during the level (its `result()` a dict or None);
+    `persist(summary)` writes summary.json.
     """
 
     def __init__(self, opts: BenchOptions, *, state: SweepState, plans: list[LevelPlan], epoch: float,
                  run_share: Callable, write_record: Callable[[RequestRecord], None], persist: Callable[[dict], None],
-                 probe: Callable[[], bool], poll_metrics: Callable | None, progress, slo: dict | None,
+                 probe: Callable[[], bool], poll_metrics: Callable, progress, slo: dict | None,
                  stop_limits, knee_fn: Callable, check_stop_fn: Callable, summarize_fn: Callable, sync: Callable[[], None]):
         self.opts = opts
         self.state = state
@@ -116,7 +117,7 @@ class Sweep:
         self._check_stop = check_stop_fn
         self._summarize = summarize_fn
         self._sync = sync
-        self._current: list[RequestRecord] = []  # measured records of the level in progress
+        self._current: list[RequestRecord] = []  # records (warmup included) of the level in progress
 
     # -- summary.json ----------------------------------------------------------------------
     def summary(self) -> dict:
@@ -213,8 +214,7 @@ class Sweep:
 
         def keep(record: RequestRecord) -> None:
             self._write_record(record)
-            if not record.warmup:
-                records.append(record)
+            records.append(record)  # warmup ones too: summarize_level excludes and counts them
             self._progress.on_record(record.ok)
 
         base = dict(level=plan.index, kind=opts.kind, value=plan.value, epoch=self.epoch,
@@ -226,17 +226,11 @@ class Sweep:
                                       **{**base, "value": warm_value}), keep)
         self._progress.start_level(label, plan.num_requests)
         started = time.monotonic()
-        poller = self._poll_metrics() if self._poll_metrics else None
-        if poller is not None:
-            poller.__enter__()
-        try:
+        poller = self._poll_metrics()
+        with poller:
             outcomes = self._run_share(LevelTask(specs=level_specs(opts, plan, warmup=False),
                                                  duration_s=opts.duration_s, **base), keep)
-        finally:
-            server_metrics = None
-            if poller is not None:
-                poller.__exit__(None, None, None)
-                server_metrics = poller.result()
+        server_metrics = poller.result()
         wall_s = time.monotonic() - started
         summary = self._summarize(records, **{opts.kind: plan.value}, duration_s=None, slo=self._slo or None)
         summary["level"] = plan.index

@@ -117,7 +117,7 @@ def bench(
         console.print(summary_table(summary))
         console.print(f"results: {run.out_dir}", markup=False)
     code, why = exit_code(summary, opts.fail_on)
-    if why and not quiet:
+    if why:  # one line on stderr saying why the exit code is not 0, even with --quiet
         print(why, file=sys.stderr)
     return code
 
@@ -137,6 +137,9 @@ def _resumed_options(folder, out_dir, given: dict):
         raise KneecapError("--resume and --out name different folders", "drop --out: a resumed run writes into its own folder")
     manifest = ResultsDir(folder).read_manifest() or {}
     stored = dict(manifest.get("bench_options") or {})
+    if not stored:
+        raise KneecapError(f"{folder} holds no bench manifest.json to resume from",
+                           "pass --resume the results folder of an earlier `kneecap bench` run")
     # key locations are never trusted from disk (the manifest redacts them): name them again if needed
     stored.pop("api_key_env", None)
     stored.pop("api_key_file", None)
