@@ -181,3 +181,16 @@ def test_nemotron_h_mamba2_hybrid():
     # 167,772,160. MLP 2*4096*21504 = 176,160,768 x24 = 4,227,858,432. embed + lm_head 2*131072*4096 =
     # 1,073,741,824. norms 52*4096 + 4096 = 217,088 -> 8,100,852,736 ("8B")
     assert model.total_params == 8_100_852_736
+
+
+def test_gemma2_alternation_rule(tmp_path):
+    # Synthetic (shape only): HF Gemma2Config layer_types = "sliding" if (i + 1) % 2 else "full" -> layer 0 slides
+    cfg = {"model_type": "gemma2", "architectures": ["Gemma2ForCausalLM"], "num_hidden_layers": 4, "hidden_size": 64,
+           "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+           "vocab_size": 100, "sliding_window": 4096}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    model = load_model(str(tmp_path))
+    assert model.layer_types == ("sliding_attention", "full_attention") * 2
+    # tied by default (Gemma): embed 100*64 = 6,400, no lm_head; 4 norms per layer: 4*4*64 + 64 = 1,088;
+    # attn q,o 64*64 each + k,v 64*32 each = 12,288 x4 = 49,152; MLP 3*64*128 = 24,576 x4 = 98,304 -> 154,944
+    assert model.total_params == 154_944
