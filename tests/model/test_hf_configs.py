@@ -194,3 +194,11 @@ def test_gemma2_alternation_rule(tmp_path):
     # tied by default (Gemma): embed 100*64 = 6,400, no lm_head; 4 norms per layer: 4*4*64 + 64 = 1,088;
     # attn q,o 64*64 each + k,v 64*32 each = 12,288 x4 = 49,152; MLP 3*64*128 = 24,576 x4 = 98,304 -> 154,944
     assert model.total_params == 154_944
+
+
+def test_model_from_hf_config_classmethod():
+    from kneecap.model import Model
+
+    cfg = json.loads((CONFIGS / "qwen3-0.6b.json").read_text())
+    model = Model.from_hf_config(cfg, name="qwen3-0.6b", source="inline")
+    assert model.total_params == 596_049_920 and model.source == "inline"

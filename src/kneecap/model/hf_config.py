@@ -9,6 +9,7 @@ Multimodal wrappers (Gemma 3, Qwen3.5, Kimi-K2.5, Llama 4) are read through thei
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from kneecap.errors import KneecapError
@@ -304,8 +305,6 @@ def _kv_notes(model: Model, cfg: Mapping, family: str, n: int) -> list[str]:
 
 
 def _with_notes(model: Model, notes: list[str]) -> Model:
-    from dataclasses import replace
-
     return replace(model, notes=tuple(model.notes) + tuple(notes)) if notes else model
 
 

@@ -102,6 +102,13 @@ class Model:
                 f"fix the parameter counts in {self.source}",
             )
 
+    @classmethod
+    def from_hf_config(cls, config: dict, *, name: str, source: str, checkpoint_bytes: int | None = None) -> "Model":
+        """Build a Model from a Hugging Face config.json dict (the adapter lives in kneecap.model.hf_config)."""
+        from kneecap.model.hf_config import from_hf_config
+
+        return from_hf_config(config, name=name, source=source, checkpoint_bytes=checkpoint_bytes)
+
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
