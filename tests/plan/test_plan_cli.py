@@ -202,3 +202,15 @@ def test_plan_modules_alone_stay_off_heavy_imports():
             f"print([m for m in {HEAVY!r} + ('rich',) if m in sys.modules])\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_engine_mode_is_the_ledger_in_the_engines_terms(cli):
+    r = cli("plan", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine", "vllm", "--context", "32768",
+            "--activation-gib", "1.2", "--non-torch-gib", "0.4", "--cudagraph-gib", "0.5", "--json")
+    doc = json.loads(r.stdout)
+    assert doc["ledger"]["kv_pool_bytes"] == doc["engine"]["kv_pool_bytes"]
+    assert doc["kv_capacity_tokens"] == doc["engine"]["kv_capacity_tokens"]
+    assert doc["ledger"]["fragmentation_bytes"] == 0
+    assert doc["ledger"]["hbm_bytes"] == 85_029_615_043  # the PyTorch total, 79.19 GiB
+    assert {lv["name"] for lv in doc["levers"]} >= {"fp8-weights", "fp8-kv", "more-gpus"}
+    assert doc["tp_sweep"]

@@ -6,6 +6,7 @@ and calls kneecap.plan. rich is imported only when the worksheet is printed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ KvDtypeOpt = Annotated[Optional[str], typer.Option("--kv-dtype", help="bf16, fp1
 ParamsOpt = Annotated[Optional[float], typer.Option("--params", help="Total parameters to price (overrides the model's count)")]
 ContextOpt = Annotated[Optional[int], typer.Option("--context", help="Advertised max tokens per sequence (default: the model's max)")]
 MeanOpt = Annotated[Optional[int], typer.Option("--mean-context", help="Typical tokens per sequence (default: --context)")]
-BlockOpt = Annotated[int, typer.Option("--block-size", help="Tokens per KV block (paged allocation)")]
+BlockOpt = Annotated[Optional[int], typer.Option("--block-size", help="Tokens per KV block (paged allocation; 16, SGLang page size 1)")]
 CapOpt = Annotated[Optional[int], typer.Option("--compute-batch-cap", help="Latency/SLO cap on concurrent sequences")]
 OverheadOpt = Annotated[float, typer.Option("--overhead-gib", help="Activations + workspace + CUDA graphs per GPU, GiB")]
 FragOpt = Annotated[float, typer.Option("--frag", help="Fragmentation headroom: fraction of what is left after weights and overhead")]
@@ -57,7 +58,7 @@ class PlanFlags:
     params: float | None = None
     context: int | None = None
     mean_context: int | None = None
-    block_size: int = 16
+    block_size: int | None = None  # None: 16 (vLLM's default), or SGLang's page size 1 with --engine sglang
     compute_batch_cap: int | None = None
     overhead_gib: float = 4.0
     frag: float = 0.05
@@ -199,7 +200,7 @@ def build_from_flags(f: PlanFlags):
         mem_util = f.mem_fraction if f.mem_fraction is not None else engines.SGLANG_EXAMPLE_MEM_FRACTION
     deployment = Deployment(
         model=model, gpu=gpu, tp=f.tp, pp=f.pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-        block_size=f.block_size, hbm=hbm, overhead_bytes=int(f.overhead_gib * GiB), frag_fraction=f.frag,
+        block_size=f.block_size or (1 if f.engine == "sglang" else 16), hbm=hbm, overhead_bytes=int(f.overhead_gib * GiB), frag_fraction=f.frag,
         mem_util=1.0 if mem_util is None else mem_util,
         params_override=int(f.params) if f.params else None,
     )
@@ -213,7 +214,7 @@ def build_from_flags(f: PlanFlags):
 
     pool_bytes = int(f.kv_pool_gib * GiB) if f.kv_pool_gib else None
     engine_pool = None
-    if f.engine:
+    if f.engine:  # the engine's own formula; then the ledger re-expressed in its terms (no fragmentation term)
         total = deployment.hbm_bytes
         wt = weights_total if weights_total is not None else weights_total_bytes(deployment)
         w_gpu = weights_bytes_per_gpu(wt, deployment)
@@ -226,9 +227,10 @@ def build_from_flags(f: PlanFlags):
         else:
             engine_pool = engines.sglang_pool(
                 deployment, total_bytes=total, weights_bytes=w_gpu, mem_fraction=deployment.mem_util,
-                max_model_len=context, non_torch_bytes=int(f.non_torch_gib * GiB),
+                max_model_len=context, non_torch_bytes=int(f.non_torch_gib * GiB), page_size=deployment.block_size,
                 version=f.engine_version or engines.DEFAULT_SGLANG_VERSION)
-        pool_bytes = engine_pool.kv_pool_bytes
+        kept = engine_pool.activation_bytes + engine_pool.non_torch_bytes + engine_pool.cudagraph_bytes
+        deployment = dataclasses.replace(deployment, overhead_bytes=kept, frag_fraction=0.0)
     plan = build_plan(deployment, context=context, mean_context=mean, compute_batch_cap=f.compute_batch_cap,
                       weights_total=weights_total, weights_source=source, kv_pool_bytes=pool_bytes)
     return plan, engine_pool
@@ -269,7 +271,7 @@ def _list_gpus(as_json: bool) -> int:
 def plan_command(
     preset: PresetOpt = None, model: ModelOpt = None, gpu: GpuOpt = None, tp: TpOpt = 1, pp: PpOpt = 1,
     weight_dtype: WDtypeOpt = None, kv_dtype: KvDtypeOpt = None, params: ParamsOpt = None,
-    context: ContextOpt = None, mean_context: MeanOpt = None, block_size: BlockOpt = 16,
+    context: ContextOpt = None, mean_context: MeanOpt = None, block_size: BlockOpt = None,
     compute_batch_cap: CapOpt = None, overhead_gib: OverheadOpt = 4.0, frag: FragOpt = 0.05,
     mem_util: MemUtilOpt = None, hbm: HbmOpt = "datasheet", kv_pool_gib: PoolOpt = None,
     prefix_tokens: Annotated[Optional[int], typer.Option("--prefix-tokens", help="Shared prompt prefix per request (prices prefix sharing)")] = None,

@@ -90,12 +90,13 @@ def preflight_command(
         from kneecap.plan.sweeps import tp_sweep
 
         flags = PlanFlags(preset=preset, model=model, gpu=gpu, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                          params=params, context=context, mean_context=None, block_size=bs,
+                          params=params, context=context, mean_context=None, block_size=block_size,
                           compute_batch_cap=compute_batch_cap, overhead_gib=overhead_gib, frag=frag, mem_util=mem_util,
                           hbm=hbm, kv_pool_gib=kv_pool_gib, engine=engine, mem_fraction=mem_fraction,
                           engine_version=engine_version, activation_gib=activation_gib, non_torch_gib=non_torch_gib,
                           cudagraph_gib=cudagraph_gib)
         plan, engine_pool = build_from_flags(flags)
+        bs = plan.deployment.block_size
         capacity = engine_pool.kv_capacity_tokens if engine_pool else plan.kv_capacity_tokens
         source = f"plan: {plan.deployment.model.name} on {plan.deployment.num_gpus}x {plan.deployment.gpu.name}"
         kv_bytes = plan.kv_dtype_bytes

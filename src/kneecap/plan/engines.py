@@ -135,8 +135,12 @@ def sglang_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int,
     cell = kvmath.kv_bytes_per_token_per_gpu(m, dtype_bytes, deployment.tp, deployment.pp)
     tokens = (rest // cell) // page_size * page_size if cell else 0
     pool = tokens * cell
+    if "mla" in m.layer_types:  # SGLang prints sizes with GB = 2**30 (its own constant)
+        sizes = f"KV size: {pool / GiB:.2f} GB"
+    else:
+        sizes = f"K size: {pool / 2 / GiB:.2f} GB, V size: {pool / 2 / GiB:.2f} GB"
     lines = (
-        f"KV Cache is allocated. #tokens: {tokens}, KV size: {pool / GiB:.2f} GB",
+        f"KV Cache is allocated. #tokens: {tokens}, {sizes}",
         f"max_total_num_tokens={tokens}, context_len={max_model_len}",
     )
     return EnginePool("sglang", version, total_bytes, mem_fraction, budget, weights_bytes, 0, non_torch_bytes, 0,

@@ -167,10 +167,30 @@ class Plan:
 
 # -- the pieces -------------------------------------------------------------------------------
 
+# Parts quantization schemes leave in the checkpoint's own dtype (AWQ/GPTQ, fp8, modelopt, compressed-tensors
+# and mxfp4 all replace the decoder Linear layers only; see kneecap.model.quant): priced as shipped.
+UNQUANTIZED_PARTS = ("embed", "norms", "router", "lm_head")
+
+
 def weights_total_bytes(deployment: Deployment) -> int:
-    """Whole-model weight bytes: (--params or the model's total) x bits of --weight-dtype / 8."""
-    params = deployment.params_override or deployment.model.total_params
-    return weight_bytes(params, deployment.weight_dtype)
+    """Whole-model weight bytes at --weight-dtype.
+
+    --params given, or a model without a parameter breakdown: params x bits / 8 (seed 003: 70e9 x 2 B).
+    With a breakdown: the decoder's Linear parts at --weight-dtype; embeddings, norms, router and
+    lm_head as the checkpoint ships them.
+    """
+    m = deployment.model
+    parts = dict(m.param_parts)
+    if deployment.params_override or not parts or set(parts) == {"other"}:
+        return weight_bytes(deployment.params_override or m.total_params, deployment.weight_dtype)
+    shipped = dict(m.part_dtypes)
+    total = 0
+    for part, n in parts.items():
+        dtype = deployment.weight_dtype
+        if part in UNQUANTIZED_PARTS:
+            dtype = shipped.get(part, m.weight_dtype or "bf16")
+        total += weight_bytes(n, dtype)
+    return total
 
 
 def weights_bytes_per_gpu(total_bytes: int, deployment: Deployment) -> int:

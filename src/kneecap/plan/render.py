@@ -114,14 +114,15 @@ def plan_worksheet(plan: Plan, levers: list[Lever], tps: list[TpPoint], contexts
         t.add_row(f"Left unused (mem-util {d.mem_util})", _e9(L.reserved_bytes), _gib(L.reserved_bytes), _pct(L.reserved_bytes, L.hbm_bytes))
     from kneecap.model.weights import weight_bits
 
-    wlabel = (f"Weights, {params / 1e9:g}e9 × {weight_bits(d.weight_dtype) / 8:g} B ({d.weight_dtype})"
+    wlabel = (f"Weights, {params / 1e9:.4g}e9 × {weight_bits(d.weight_dtype) / 8:g} B ({d.weight_dtype})"
               if not plan.weights_source.startswith("checkpoint (mixed") else "Weights, as the checkpoint ships (mixed dtypes)")
     if d.num_gpus > 1:
         wlabel += f" / {d.num_gpus}"
     t.add_row(wlabel, _e9(L.weights_bytes), _gib(L.weights_bytes), _pct(L.weights_bytes, L.hbm_bytes))
-    over = "Activations + workspace + graphs" if plan.pool_source == "ledger" else "Kept by the engine (activations, graphs, runtime)"
+    over = ("Activations + workspace + graphs" if plan.pool_source == "ledger" and engine is None
+            else "Kept by the engine (activation peak, non-torch, graphs)")
     t.add_row(over, _e9(L.overhead_bytes), _gib(L.overhead_bytes), _pct(L.overhead_bytes, L.hbm_bytes))
-    if plan.pool_source == "ledger":
+    if plan.pool_source == "ledger" and d.frag_fraction > 0:
         t.add_row(f"Fragmentation headroom ({d.frag_fraction:g} of what's left)", _e9(L.fragmentation_bytes),
                   _gib(L.fragmentation_bytes), _pct(L.fragmentation_bytes, L.hbm_bytes))
     t.add_row("KV cache pool", _e9(L.kv_pool_bytes), _gib(L.kv_pool_bytes), _pct(L.kv_pool_bytes, L.hbm_bytes), style="bold")
