@@ -214,3 +214,9 @@ def test_engine_mode_is_the_ledger_in_the_engines_terms(cli):
     assert doc["ledger"]["hbm_bytes"] == 85_029_615_043  # the PyTorch total, 79.19 GiB
     assert {lv["name"] for lv in doc["levers"]} >= {"fp8-weights", "fp8-kv", "more-gpus"}
     assert doc["tp_sweep"]
+
+
+def test_list_gpus_json(cli):
+    r = cli("plan", "--list-gpus", "--json")
+    names = [g["name"] for g in json.loads(r.stdout)["gpus"]]
+    assert "mi300x" in names and "rtx-pro-6000" in names

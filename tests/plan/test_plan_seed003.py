@@ -131,3 +131,13 @@ SEED_003 = [
 @pytest.mark.parametrize("name,expected", SEED_003, ids=[row[0] for row in SEED_003])
 def test_seed_003_number(seed, name, expected):
     assert seed[name] == expected
+
+
+def test_prefix_sharing_lever_by_hand(gqa_70b):
+    # 1000 shared tokens -> 62 whole blocks stored once = 62 x 16 x 327,680 = 325,058,560 B
+    # per sequence: 676,331,520 - 325,058,560 = 351,272,960 B
+    # (45,319,781,069 - 325,058,560) // 351,272,960 = 128
+    dep = Deployment(gqa_70b, get_gpu("mi300x"), weight_dtype="fp16", kv_dtype="fp16")
+    plan = build_plan(dep, context=8192, mean_context=2050, compute_batch_cap=128)
+    lever = {lv.name: lv for lv in compute_levers(plan, prefix_tokens=1000)}["prefix-sharing"]
+    assert lever.max_seqs == 128

@@ -19,7 +19,6 @@ Seed 003 (gqa-70b, fp16, MI300X 192e9 B): pool 45,319,781,069 B = 42.21 GiB -> 1
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from kneecap.deployment import Deployment
@@ -255,6 +254,17 @@ def _check_inputs(deployment: Deployment, context: int, mean_context: int, compu
     kvmath.check_tp(deployment.model, deployment.tp)
 
 
+def _missing_hbm_figure(deployment: Deployment) -> str | None:
+    """A note when --hbm asked for a figure the catalog does not have (memory_bytes falls back)."""
+    gpu, which = deployment.gpu, deployment.hbm
+    if which == "device" and gpu.device_bytes is None:
+        return f"{gpu.name}: no driver-reported total in the catalog (UNCONFIRMED); planned with the datasheet figure"
+    if which == "framework" and gpu.framework_bytes is None:
+        fallback = "driver" if gpu.device_bytes is not None else "datasheet"
+        return f"{gpu.name}: no framework-reported total in the catalog; planned with the {fallback} figure"
+    return None
+
+
 def build_plan(deployment: Deployment, *, context: int, mean_context: int | None = None,
                compute_batch_cap: int | None = None, weights_total: int | None = None,
                weights_source: str | None = None, kv_pool_bytes: int | None = None) -> Plan:
@@ -317,6 +327,8 @@ def build_plan(deployment: Deployment, *, context: int, mean_context: int | None
     heads, replicated = kv_layout(deployment)
 
     notes = list(m.notes)
+    if missing := _missing_hbm_figure(deployment):
+        notes.append(missing)
     if replicated and not _is_mla(deployment):
         notes.append(f"--tp {deployment.tp} exceeds the {m.num_key_value_heads} KV heads: each rank keeps a whole head, "
                      "so the KV cache is replicated and stops shrinking with TP")
@@ -354,8 +366,3 @@ def rebuild(plan: Plan, deployment: Deployment, *, context: int | None = None, m
         weights_source=plan.weights_source if keep_weights else None,
         kv_pool_bytes=kv_pool_bytes,
     )
-
-
-def blocks_per_sequence(tokens: int, block_size: int) -> int:
-    """Whole blocks one sequence of `tokens` tokens occupies (seed 003: 2050 -> 129)."""
-    return math.ceil(tokens / block_size)
