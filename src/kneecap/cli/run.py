@@ -1,0 +1,59 @@
+"""`kneecap run PLAN.yaml`: a load plan (classes x states x load steps x repetitions) against its candidates."""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+
+from kneecap.cli.app import app
+
+
+@app.command("run")
+def run(
+    plan_file: str = typer.Argument(..., help="Load-plan YAML (see examples/)"),
+    out: Optional[str] = typer.Option(None, "--out", help="Results folder (default ./kneecap-results/run-<UTC time>)"),
+    json_out: bool = typer.Option(False, "--json", help="Print summary.json on stdout, nothing else"),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress lines"),
+    no_report: bool = typer.Option(False, "--no-report", help="Do not render report.md/report.html at the end"),
+) -> int:
+    """Run a load plan: behaviour gate, then SLO gate, then cost; capacity region per class; handoff on failure."""
+    from datetime import datetime, timezone
+    from pathlib import Path
+
+    import orjson
+
+    from kneecap.loadplan.execute import run_load_plan
+    from kneecap.loadplan.render import render_verdict_table
+    from kneecap.loadplan.schema import load_plan_file
+    from kneecap.results import ResultsDir, current_argv
+
+    spec, base_dir = load_plan_file(plan_file)
+    if spec.load.dimension == "rate" and spec.load.steps == "auto":
+        from kneecap.errors import KneecapError
+
+        raise KneecapError(f"{plan_file}: load.steps: auto works for concurrency only",
+                           "list the rates, e.g. steps: [1, 2, 4, 8]")
+    folder = Path(out) if out else Path("kneecap-results") / f"run-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+    results = ResultsDir(folder)
+    results.write_manifest(current_argv(), extra={"kind": "run", "plan": str(Path(plan_file).resolve().name), "seed": spec.seed})
+    say = None if (quiet or json_out) else (lambda line: print(line, file=sys.stderr, flush=True))
+    summary = run_load_plan(spec, base_dir, Path(plan_file), results, progress=say)
+    if not no_report:
+        try:
+            from kneecap.report import render_report
+
+            render_report(results.path)
+        except ImportError:  # pragma: no cover - report module absent in a partial install
+            pass
+    if json_out:
+        sys.stdout.write(orjson.dumps(summary, option=orjson.OPT_SORT_KEYS).decode() + "\n")
+    elif not quiet:
+        from rich.console import Console
+
+        console = Console(width=None if sys.stdout.isatty() else 160)
+        for table in render_verdict_table(summary):
+            console.print(table)
+        console.print(f"results: {results.path}")
+    return 0

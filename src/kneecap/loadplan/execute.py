@@ -1,0 +1,222 @@
+"""Run a load plan: candidates x ramps of cells, verdicts, capacity, candidate gates, handoff.
+
+Order of gates per candidate (seed 004): behaviour first (a candidate that changes contract
+behaviour is rejected before anything else), then the SLO gate (a capacity region for every class
+with a budget, in every state), and only then cost at the capacity found.
+Writes DIR/records/cell-<index>.jsonl as each cell ends and rewrites DIR/summary.json after every cell.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kneecap.loadplan.behaviour import check, drift
+from kneecap.loadplan.capacity import capacity_region, littles_law, offered_vs_completed
+from kneecap.loadplan.cells import auto_steps, build_ramps
+from kneecap.loadplan.handoff import write_handoff
+from kneecap.loadplan.schema import LoadPlanSpec
+from kneecap.loadplan.targets import make_candidate
+from kneecap.loadplan.verdicts import judge
+from kneecap.records import RecordWriter
+from kneecap.workload import Workload
+
+DEFAULT_REQUESTS_PER_CELL = 100
+
+
+def _max_safe(candidate, isl: int, osl: int) -> int | None:
+    from kneecap.plan.preflight import preflight
+
+    cap = candidate.kv_capacity_tokens
+    if not cap:
+        return None
+    return preflight(cap, isl=isl, osl=osl, concurrencies=[1], block_size=candidate.block_size).max_safe_concurrency
+
+
+def _requests_for(spec: LoadPlanSpec, dimension: str, load: float) -> int:
+    if spec.load.requests_per_cell:
+        return spec.load.requests_per_cell
+    # duration: rate x duration requests (open loop), or enough for C workers to cycle (closed loop)
+    if dimension == "rate":
+        return max(1, int(load * spec.load.duration_s))
+    return max(int(load) * 4, DEFAULT_REQUESTS_PER_CELL)
+
+
+def _cost(candidate_spec, cap_metrics: dict | None, cls_spec) -> dict | None:
+    """Cost per million output tokens at the capacity found (None without a cost declaration)."""
+    cost = candidate_spec.cost
+    if cost is None or not cap_metrics:
+        return None
+    tok_s = cap_metrics.get("output_tok_s")
+    if cost.gpu_hour_usd is not None:
+        gpus = cost.num_gpus or 1
+        if not tok_s:
+            return None
+        usd_per_mtok = cost.gpu_hour_usd * gpus / (tok_s * 3600) * 1e6
+        return {"basis": "self-hosted", "usd_per_gpu_hour": cost.gpu_hour_usd, "num_gpus": gpus,
+                "output_tok_s_at_capacity": tok_s, "usd_per_million_output_tokens": usd_per_mtok}
+    if cost.input_usd_per_mtok is not None or cost.output_usd_per_mtok is not None:
+        return {"basis": "managed", "usd_per_million_input_tokens": cost.input_usd_per_mtok,
+                "usd_per_million_output_tokens": cost.output_usd_per_mtok}
+    return None
+
+
+def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, *, progress=None) -> dict:
+    """Execute the plan; `results` is a kneecap.results.ResultsDir. Returns the summary dict."""
+    from kneecap.metrics.summarize import summarize_level
+    from kneecap.results import build_summary
+
+    say = progress or (lambda line: None)
+    classes = {name: c.to_request_class(name, base_dir) for name, c in spec.classes.items()}
+    workloads = {name: Workload(classes=(rc,)) for name, rc in classes.items()}
+    records_dir = results.path / "records"
+    records_dir.mkdir(parents=True, exist_ok=True)
+    burstiness = 1.0 if spec.load.arrival.kind == "poisson" else spec.load.arrival.burstiness
+
+    cells: list[dict] = []
+    candidates_out: list[dict] = []
+    handoff_path = None
+    any_executed = False
+    identities = {}
+    for cand_spec in spec.candidates:
+        cand = make_candidate(cand_spec.target)
+        any_executed = any_executed or cand.benchmark_executed
+        identities[cand_spec.name] = cand.identity()
+        entry = {"name": cand_spec.name, "target": cand_spec.target.kind, "routing": cand_spec.routing,
+                 "model_executed": cand.model_executed, "benchmark_executed": cand.benchmark_executed}
+        # -- gate 1: behaviour replay ----------------------------------------------------------------
+        baseline: dict[str, bool] = {}
+        behaviour_rows = []
+        for case in spec.behaviour:
+            answer = cand.answer(case.prompt, case.max_tokens)
+            if answer is None:
+                behaviour_rows.append({"case": case.name, "executed": False, "passed": None,
+                                       "detail": "not executed: the simulator runs no model"})
+                continue
+            ok, detail = check(case.expect, answer)
+            baseline[case.name] = ok
+            behaviour_rows.append({"case": case.name, "executed": True, "passed": ok, "detail": detail,
+                                   "answer": answer if spec.privacy.keep_prompts else None})
+        entry["behaviour"] = behaviour_rows
+        failed_cases = [r["case"] for r in behaviour_rows if r["passed"] is False]
+        if failed_cases:
+            entry.update(verdict="rejected", gate="behaviour",
+                         reason=f"behaviour changed: case(s) {', '.join(failed_cases)} no longer meet their expectation")
+            candidates_out.append(entry)
+            say(f"{cand_spec.name}: rejected at the behaviour gate ({', '.join(failed_cases)})")
+            continue
+        # -- the ramps ---------------------------------------------------------------------------------
+        dimension = spec.load.dimension
+        if spec.load.steps == "auto":
+            isl = max(c.input.upper_bound or int(c.input.expected) for c in classes.values())
+            osl = max(c.output.upper_bound or int(c.output.expected) for c in classes.values())
+            steps = auto_steps(_max_safe(cand, isl, osl))
+        else:
+            steps = list(spec.load.steps)
+        ramps = build_ramps([cand_spec.name], list(classes), list(spec.states), dimension, steps, spec.repetitions)
+        offset = len(cells)
+        for ramp in ramps:
+            stopped_at = None
+            for cell in ramp:
+                index = cell.index + offset
+                row = {"index": index, "candidate": cell.candidate, "class": cell.class_name, "state": cell.state,
+                       "load": {dimension: int(cell.load) if dimension == "concurrency" else cell.load},
+                       "repetition": cell.repetition}
+                if stopped_at is not None:
+                    row.update(verdict="not_run", breaches=[], limit=None, metrics=None,
+                               reason=f"ramp stopped at {dimension} {stopped_at:g}")
+                    cells.append(row)
+                    continue
+                state_note = cand.settle(cell.state, spec.state.cold_pause_s, spec.state.reset_prefix_cache)
+                n = _requests_for(spec, dimension, cell.load)
+                warmup = spec.state.warmup_requests if cell.state == "warm" else 0
+                run = cand.run_cell(index=index, dimension=dimension, load=cell.load, workload=workloads[cell.class_name],
+                                    num_requests=n, warmup=warmup, seed=spec.seed + index, burstiness=burstiness)
+                with RecordWriter(records_dir / f"cell-{index:04d}.jsonl") as w:
+                    for r in run.records:
+                        if not spec.privacy.keep_prompts and r.prompt is not None:
+                            r.prompt = None
+                        w.write(r)
+                level = summarize_level(run.records, **{dimension: row["load"][dimension]}, duration_s=run.duration_s)
+                level["suspect"] = bool(run.suspect)
+                if run.server_metrics:
+                    level["server_metrics"] = run.server_metrics
+                if run.client:
+                    level["client"] = run.client
+                drifted: list[str] = []
+                if baseline and cand.model_executed:
+                    now = {case.name: check(case.expect, cand.answer(case.prompt, case.max_tokens) or "")[0]
+                           for case in spec.behaviour}
+                    drifted = drift(baseline, now)
+                verdict = judge(level, spec.slo.get(cell.class_name), spec.stop, behaviour_drift=drifted)
+                row.update(verdict=verdict["verdict"], breaches=verdict["breaches"], limit=verdict["limit"],
+                           metrics=level, state_reached=state_note,
+                           little=littles_law(run.records),
+                           offered=offered_vs_completed(run.records, level.get("duration_s")),
+                           records=f"records/cell-{index:04d}.jsonl")
+                cells.append(row)
+                say(f"{cell.key}: {verdict['verdict']}" + (f" ({verdict['limit'] or '; '.join(verdict['breaches'])})"
+                                                          if verdict["verdict"] != "pass" else ""))
+                if verdict["verdict"] != "pass" and handoff_path is None:
+                    handoff_path = write_handoff(results.path / "handoff", plan_path=plan_path, cell=row,
+                                                 records=run.records, identity=identities[cand_spec.name],
+                                                 workload={"class": cell.class_name, "spec": spec.classes[cell.class_name].model_dump(),
+                                                           "seed": spec.seed + index, "generator": "kneecap.workload.make_requests"},
+                                                 manifest=results.read_manifest() if results.manifest_path.exists() else {},
+                                                 target=cand_spec.target.model_dump())
+                if verdict["stops_ramp"]:
+                    stopped_at = cell.load
+                results.write_summary(build_summary("run", [], None, None, model_executed=any_executed,
+                                                    benchmark_executed=any_executed, status="running", cells=cells,
+                                                    plan_name=spec.name))
+        candidates_out.append(entry)
+    capacity = capacity_region(cells)
+    # -- gate 2: SLO; then cost ----------------------------------------------------------------------
+    for entry in candidates_out:
+        if entry.get("verdict"):
+            continue
+        region = capacity.get(entry["name"], {})
+        missing = []
+        for cls_name in spec.slo:
+            for state in spec.states:
+                info = region.get(cls_name, {}).get(state)
+                if not info or info["capacity"] is None:
+                    failed = (info or {}).get("failed", {})
+                    first = next(iter(failed.items()), None)
+                    why = f" at {info['dimension']} {first[0]}: {'; '.join(first[1])}" if first and info else ""
+                    missing.append(f"{cls_name}/{state}{why}")
+        if missing:
+            entry.update(verdict="rejected", gate="slo",
+                         reason=("breaches its SLO budgets at every load step tried for " + ", ".join(missing)
+                                 + (f" — rejected for {entry['routing']} routing" if entry.get("routing") else "")))
+        else:
+            entry.update(verdict="accepted", gate=None, reason="meets behaviour and every SLO budget in every repetition")
+        entry["capacity"] = region
+        cand_spec = next(c for c in spec.candidates if c.name == entry["name"])
+        entry["cost"] = {cls: _cost(cand_spec, (region.get(cls, {}).get(spec.states[0]) or {}).get("at_capacity"), spec.classes[cls])
+                         for cls in spec.classes} if cand_spec.cost else None
+        entry["peak_output_tok_s"] = max((c["metrics"]["output_tok_s"] or 0 for c in cells
+                                          if c["candidate"] == entry["name"] and c.get("metrics")), default=None)
+    accepted = [e for e in candidates_out if e["verdict"] == "accepted"]
+    summary = build_summary(
+        "run", [], None, None, model_executed=any_executed, benchmark_executed=any_executed, status="complete",
+        plan_name=spec.name, description=spec.description, cells=cells, capacity=capacity, candidates=candidates_out,
+        handoff=str(handoff_path.relative_to(results.path)) if handoff_path else None,
+        identities=identities,
+        worksheet={
+            "classes": {n: c.model_dump() for n, c in spec.classes.items()},
+            "budgets": {n: b.model_dump(exclude_none=True) for n, b in spec.slo.items()},
+            "states": list(spec.states), "load": spec.load.model_dump(), "repetitions": spec.repetitions,
+            "stop": spec.stop.model_dump(), "seed": spec.seed,
+            "ledger": {name: ident.get("plan", {}).get("ledger") for name, ident in identities.items()},
+        },
+        preferred=min(accepted, key=lambda e: (_first_cost(e) is None, _first_cost(e) or 0))["name"] if accepted else None,
+    )
+    results.write_summary(summary)
+    return summary
+
+
+def _first_cost(entry: dict) -> float | None:
+    for c in (entry.get("cost") or {}).values():
+        if c and c.get("usd_per_million_output_tokens") is not None:
+            return c["usd_per_million_output_tokens"]
+    return None

@@ -1,0 +1,211 @@
+"""Serving candidates as things a cell can run on: the simulator (virtual time) or a live server.
+
+Each target answers the same questions: who am I (identity), how many sequences fit (preflight),
+run this cell's requests (records + server metrics), reach a warm or cold state, and answer the
+behaviour cases. The simulator cannot answer behaviour cases (no model is executed); it says so.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from kneecap.errors import KneecapError
+from kneecap.loadplan.schema import ServerTarget, SimulatorTarget
+from kneecap.records import RequestRecord
+from kneecap.workload import Workload, make_requests
+
+
+@dataclass
+class CellRun:
+    records: list[RequestRecord]
+    server_metrics: dict | None = None
+    trace: list[dict] = field(default_factory=list)
+    suspect: bool = False
+    client: dict | None = None
+    duration_s: float | None = None
+
+
+class SimulatorCandidate:
+    """A Deployment on the simulated engine. Each cell runs on a fresh engine (virtual time)."""
+
+    model_executed = False
+    benchmark_executed = False
+
+    def __init__(self, target: SimulatorTarget):
+        from kneecap.cli.plan import PlanFlags, build_from_flags
+        from kneecap.sim.config import engine_defaults
+        from kneecap.sim.steptime import StepTimeModel
+
+        self.target = target
+        plan, _ = build_from_flags(PlanFlags(model=target.model, gpu=target.gpu, tp=target.tp, pp=target.pp,
+                                             weight_dtype=target.weight_dtype, kv_dtype=target.kv_dtype,
+                                             block_size=target.block_size))
+        self.plan = plan
+        d = plan.deployment
+        base = engine_defaults(target.engine_defaults, device_bytes=d.gpu.memory_bytes("device"), gpu_name=d.gpu.name,
+                               pool_tokens=plan.kv_capacity_tokens, context_len=plan.context)
+        self.config = base.with_overrides(max_num_seqs=target.max_num_seqs,
+                                          max_num_batched_tokens=target.max_num_batched_tokens,
+                                          enable_prefix_caching=target.prefix_caching)
+        self.steptime = StepTimeModel(d)
+
+    def identity(self) -> dict:
+        d = self.plan.deployment
+        return {
+            "kind": "simulator",
+            "deployment": {"model": d.model.name, "model_source": d.model.source, "gpu": d.gpu.name, "tp": d.tp,
+                           "pp": d.pp, "num_gpus": d.num_gpus, "weight_dtype": d.weight_dtype, "kv_dtype": d.kv_dtype,
+                           "block_size": d.block_size, "interconnect": d.gpu.interconnect},
+            "engine": {"defaults": self.config.name, "max_num_seqs": self.config.max_num_seqs,
+                       "max_num_batched_tokens": self.config.max_num_batched_tokens,
+                       "enable_prefix_caching": self.config.enable_prefix_caching},
+            "plan": self.plan.to_json(),
+        }
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.plan.kv_capacity_tokens
+
+    @property
+    def block_size(self) -> int:
+        return self.plan.deployment.block_size
+
+    @property
+    def num_gpus(self) -> int:
+        return self.plan.deployment.num_gpus
+
+    def run_cell(self, *, index: int, dimension: str, load: float, workload: Workload, num_requests: int,
+                 warmup: int, seed: int, burstiness: float) -> CellRun:
+        from kneecap.sim.sweep import LevelSpec, simulate_level
+
+        spec = (LevelSpec(concurrency=int(load), num_requests=num_requests, warmup=warmup) if dimension == "concurrency"
+                else LevelSpec(rate=float(load), num_requests=num_requests, warmup=warmup))
+        result = simulate_level(self.plan.deployment, self.config, self.plan.num_kv_blocks, workload, spec, index=index,
+                                seed=seed, burstiness=burstiness, steptime=self.steptime, trace=True)
+        return CellRun(records=result.records, server_metrics=result.server_metrics, trace=result.trace)
+
+    def settle(self, state: str, pause_s: float, reset_prefix_cache: bool) -> str:
+        # every simulated cell starts on a fresh engine: cold by construction; warm = warm-up requests first
+        return "fresh simulated engine" + (" + warm-up requests" if state == "warm" else " (cold: empty prefix cache)")
+
+    def answer(self, prompt: str, max_tokens: int) -> str | None:
+        return None  # no model is executed in the simulator
+
+
+class ServerCandidate:
+    """A live OpenAI-compatible server, driven by kneecap's client (the same one `kneecap bench` uses)."""
+
+    model_executed = True
+    benchmark_executed = True
+
+    def __init__(self, target: ServerTarget):
+        import os
+
+        from kneecap.client.server_info import fetch_server_info
+
+        self.target = target
+        self.api_key = os.environ.get(target.api_key_env) if target.api_key_env else None
+        if target.api_key_env and not self.api_key:
+            raise KneecapError(f"environment variable {target.api_key_env} (api_key_env) is empty or unset",
+                               f"export {target.api_key_env}=... before kneecap run")
+        try:
+            self.info = fetch_server_info(target.base_url, api_key=self.api_key, timeout_s=10)
+        except KneecapError as exc:
+            raise KneecapError(f"candidate server {target.base_url}: {exc.message}", exc.hint) from None
+        self.model = target.model or self.info.model_id
+        if not self.model:
+            raise KneecapError(f"server {target.base_url} lists no model in /v1/models", "set target.model in the plan")
+
+    def identity(self) -> dict:
+        info = self.info.to_dict()
+        return {"kind": "server", "base_url": self.target.base_url, "endpoint": self.target.endpoint, "model": self.model,
+                "server": info}
+
+    @property
+    def kv_capacity_tokens(self) -> int | None:
+        return self.info.kv_capacity_tokens
+
+    @property
+    def block_size(self) -> int:
+        return self.info.block_size or 16
+
+    @property
+    def num_gpus(self) -> int | None:
+        return None
+
+    def _client(self):
+        from kneecap.client.driver import ClientConfig
+
+        return ClientConfig(base_url=self.target.base_url, model=self.model, endpoint=self.target.endpoint,
+                            api_key=self.api_key, timeout_s=self.target.timeout_s,
+                            stall_timeout_s=min(120.0, self.target.timeout_s))
+
+    def run_cell(self, *, index: int, dimension: str, load: float, workload: Workload, num_requests: int,
+                 warmup: int, seed: int, burstiness: float) -> CellRun:
+        from kneecap.bench.level import DriverSetup, LevelTask, run_task
+        from kneecap.bench.server_watch import ThreadedMetricsPoller
+        from kneecap.client.prompts import RandomTextPrompts, RandomTokenPrompts
+
+        prompts = RandomTokenPrompts(seed=seed) if self.target.endpoint == "completions" else RandomTextPrompts(seed=seed)
+        setup = DriverSetup(cfg=self._client(), prompts=prompts, warm_connections=min(32, int(load) if dimension == "concurrency" else 32))
+        epoch = time.perf_counter()
+        records: list[RequestRecord] = []
+        specs = make_requests(workload, warmup + num_requests, seed, id_prefix=f"cell{index}-r")
+        if warmup:
+            task = LevelTask(level=index, kind="concurrency", value=max(1, min(warmup, int(load) if dimension == "concurrency" else 4)),
+                             specs=tuple(specs[:warmup]), epoch=epoch, warmup=True)
+            run_task(setup, task, records.append)
+        task = LevelTask(level=index, kind=dimension, value=load, specs=tuple(specs[warmup:]), epoch=epoch,
+                         burstiness=burstiness, seed=seed)
+        with ThreadedMetricsPoller(self.target.base_url, self.api_key) as poller:
+            outcome = run_task(setup, task, records.append)
+        client = outcome.client
+        return CellRun(records=records, server_metrics=poller.result(), suspect=outcome.suspect, client=client,
+                       duration_s=client.get("duration_s"))
+
+    def settle(self, state: str, pause_s: float, reset_prefix_cache: bool) -> str:
+        """Cold: pause, then ask the server to drop its prefix cache where it has an endpoint for it."""
+        if state != "cold":
+            return "warm-up requests"
+        time.sleep(pause_s)
+        done = []
+        if reset_prefix_cache:
+            import urllib.request
+
+            root = self.target.base_url.rstrip("/").removesuffix("/v1")
+            # vLLM: POST /reset_prefix_cache; SGLang: POST /flush_cache
+            for path in ("/reset_prefix_cache", "/flush_cache"):
+                req = urllib.request.Request(root + path, data=b"", method="POST",
+                                             headers={"Authorization": f"Bearer {self.api_key}"} if self.api_key else {})
+                try:
+                    with urllib.request.urlopen(req, timeout=5) as resp:
+                        if resp.status < 300:
+                            done.append(path)
+                except Exception:  # an engine without that endpoint: nothing to reset there
+                    pass
+        return f"paused {pause_s:g} s" + (f", reset via {', '.join(done)}" if done else ", no prefix-cache reset endpoint")
+
+    def answer(self, prompt: str, max_tokens: int) -> str | None:
+        """One non-streaming, greedy chat completion: the behaviour case's answer text."""
+        import json
+        import urllib.error
+        import urllib.request
+
+        root = self.target.base_url.rstrip("/").removesuffix("/v1")
+        body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+                "temperature": 0, "stream": False}
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        req = urllib.request.Request(root + "/v1/chat/completions", data=json.dumps(body).encode(), headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=self.target.timeout_s) as resp:
+                doc = json.loads(resp.read())
+            return doc["choices"][0]["message"]["content"] or ""
+        except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+            return f"<no answer: {type(exc).__name__}>"
+
+
+def make_candidate(target):
+    return SimulatorCandidate(target) if target.kind == "simulator" else ServerCandidate(target)
