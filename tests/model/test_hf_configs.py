@@ -202,3 +202,21 @@ def test_model_from_hf_config_classmethod():
     cfg = json.loads((CONFIGS / "qwen3-0.6b.json").read_text())
     model = Model.from_hf_config(cfg, name="qwen3-0.6b", source="inline")
     assert model.total_params == 596_049_920 and model.source == "inline"
+
+
+def test_jamba_mamba1_hybrid_moe():
+    model = load_model(str(CONFIGS / "ai21-jamba-1.5-mini.json"))
+    # attention where i % 8 == 4 -> layers 4, 12, 20, 28; the other 28 are Mamba-1
+    assert [i for i, t in enumerate(model.layer_types) if t == "full_attention"] == [4, 12, 20, 28]
+    assert kv_bytes_per_token(model, 2) == 16_384  # 4 x 2 x 8 x 128 x 2 (naive 32 layers: 131,072, 8x)
+    # Mamba-1 state: I = 2 x 4096 = 8192; conv 8192 x 3 x 2 B = 49,152; temporal 8192 x 16 x 2 B = 262,144
+    assert model.linear_state_bytes_per_layer == 311_296
+    # Mamba-1 mixer: in_proj 4096*16384 = 67,108,864; conv 8192*4 + 8192 = 40,960; x_proj 8192*(256 + 32) =
+    # 2,359,296; dt_proj 256*8192 + 8192 = 2,105,344; A_log 8192*16 = 131,072; D 8192; out 8192*4096 =
+    # 33,554,432; dt/B/C norms 256 + 16 + 16 = 288 -> 105,308,448 x28 = 2,948,636,544. Attention 41,943,040 x4 =
+    # 167,772,160. MLP 3*4096*14336 = 176,160,768: dense on 16 even layers = 2,818,572,288; experts x16 on 16 odd
+    # layers = 45,097,156,608; router 4096*16*16 = 1,048,576. embed x2 = 2*65536*4096 = 536,870,912. norms
+    # 32*8192 + 4096 = 266,240 -> 51,570,323,328 ("52B total")
+    assert model.total_params == 51_570_323_328
+    # active = total - 16 x 14 x 176,160,768 (39,460,012,032) = 12,110,311,296 ("12B active")
+    assert model.active_params == 12_110_311_296

@@ -30,6 +30,8 @@ MODEL_TYPES = {
     "qwen3_next": "gdn", "qwen3_5_text": "gdn", "qwen3_5_moe_text": "gdn",
     # hybrid Mamba-2 + attention (kneecap.model.mamba)
     "nemotron_h": "mamba2",
+    # hybrid Mamba-1 + attention + MoE (kneecap.model.mamba)
+    "jamba": "mamba1",
 }
 # Wrapper model_type -> the text model_type used when text_config does not name one.
 _WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text", "kimi_k25": "kimi_k2",
@@ -73,9 +75,9 @@ def from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkpo
     cfg["head_dim"] = head_dim
 
     tied = bool(cfg.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT))
-    if family == "mamba2":
-        return _from_mamba2(cfg, name=name, source=source, architecture=architecture, head_dim=head_dim,
-                            tied=tied, checkpoint_bytes=checkpoint_bytes, notes=notes)
+    if family in ("mamba1", "mamba2"):
+        return _from_ssm_hybrid(cfg, family, name=name, source=source, architecture=architecture,
+                                head_dim=head_dim, tied=tied, checkpoint_bytes=checkpoint_bytes, notes=notes)
     layer_types, window = _layer_types(cfg, model_type, family, num_layers, source, notes)
     moe_layers = _moe_layers(cfg, model_type, num_layers, source)
     if not all(moe_layers):  # dense MLP layers
@@ -287,10 +289,10 @@ def _kv_notes(model: Model, cfg: Mapping, family: str, n: int) -> list[str]:
                 f"caching per-head K ({k_dim}) and V ({v_dim}) for {heads} heads would be {naive:,} B/token "
                 f"({naive / correct:.0f}x too much)"]
     naive = 2 * n * model.num_key_value_heads * model.head_dim * 2
-    if family in ("gdn", "mamba2"):
+    if family in ("gdn", "mamba1", "mamba2"):
         full = model.count_layers("full_attention")
         linear = model.count_layers("linear_attention")
-        mixer = "Gated DeltaNet" if family == "gdn" else "Mamba-2"
+        mixer = {"gdn": "Gated DeltaNet", "mamba2": "Mamba-2", "mamba1": "Mamba"}[family]
         return [f"only the {full} full-attention layers of {n} cache per-token KV: {full} x 2 x "
                 f"{model.num_key_value_heads} x {model.head_dim} x 2 B = {correct:,} B/token in bf16; the naive "
                 f"all-layers formula gives {naive:,} B/token ({naive / correct:.1f}x too much); the {linear} {mixer} "
@@ -308,18 +310,35 @@ def _with_notes(model: Model, notes: list[str]) -> Model:
     return replace(model, notes=tuple(model.notes) + tuple(notes)) if notes else model
 
 
-def _from_mamba2(cfg: dict, *, name: str, source: str, architecture: str, head_dim: int, tied: bool,
-                 checkpoint_bytes: int | None, notes: list[str]) -> Model:
-    """Nemotron-H style Mamba-2 hybrids (see kneecap.model.mamba)."""
-    blocks = mamba.nemotron_h_blocks(cfg, source)
-    for key in ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel"):
-        _pos_int(cfg, key, source)
-    if "-" in blocks:
-        _pos_int(cfg, "intermediate_size", source)
-    kinds = mamba.layer_types(blocks)
-    count = mamba.count_nemotron_h_params(cfg, blocks, tied)
-    dtypes, qnotes = quant.part_dtypes_from_config(cfg, count.parts)
+def _from_ssm_hybrid(cfg: dict, family: str, *, name: str, source: str, architecture: str, head_dim: int,
+                     tied: bool, checkpoint_bytes: int | None, notes: list[str]) -> Model:
+    """Mamba hybrids: Nemotron-H (Mamba-2 blocks) and Jamba (Mamba-1 layers); see kneecap.model.mamba."""
     model_bytes = {"bf16": 2, "fp16": 2, "fp32": 4}[quant.model_dtype(cfg)]
+    if family == "mamba2":
+        blocks = mamba.nemotron_h_blocks(cfg, source)
+        for key in ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel"):
+            _pos_int(cfg, key, source)
+        if "-" in blocks:
+            _pos_int(cfg, "intermediate_size", source)
+        kinds, count = mamba.layer_types(blocks), mamba.count_nemotron_h_params(cfg, blocks, tied)
+        state = mamba.mamba2_state_bytes_per_layer(cfg, model_bytes)
+        config_layers = len(blocks)
+        notes = notes + [
+            f"{len(blocks)} blocks = {blocks.count('M')} Mamba-2 + {blocks.count('*')} attention + "
+            f"{blocks.count('-')} MLP-only; the MLP-only blocks cache nothing and are folded away, so the model "
+            f"has {len(kinds)} layers here"]
+    else:
+        _pos_int(cfg, "intermediate_size", source)
+        for key in ("mamba_d_state", "mamba_d_conv", "mamba_expand"):
+            if key in cfg:
+                _pos_int(cfg, key, source)
+        kinds, moe = mamba.jamba_layout(cfg)
+        if any(moe):
+            _pos_int(cfg, "num_experts_per_tok", source)
+        count = mamba.count_jamba_params(cfg, kinds, moe, tied)
+        state = mamba.mamba1_state_bytes_per_layer(cfg, model_bytes)
+        config_layers = len(kinds)
+    dtypes, qnotes = quant.part_dtypes_from_config(cfg, count.parts)
     parts = tuple(count.parts.items())
     model = Model(
         name=name, source=source, architecture=architecture, num_hidden_layers=len(kinds),
@@ -327,13 +346,11 @@ def _from_mamba2(cfg: dict, *, name: str, source: str, architecture: str, head_d
         num_key_value_heads=cfg["num_key_value_heads"], head_dim=head_dim, vocab_size=cfg["vocab_size"],
         layer_types=tuple(kinds), total_params=count.total, active_params=count.active,
         max_position_embeddings=cfg.get("max_position_embeddings"), intermediate_size=cfg.get("intermediate_size"),
-        linear_state_bytes_per_layer=mamba.mamba2_state_bytes_per_layer(cfg, model_bytes),
-        checkpoint_bytes=checkpoint_bytes, weight_dtype=_headline_dtype(dtypes, count.parts),
+        linear_state_bytes_per_layer=state, num_experts=count.num_experts,
+        num_experts_per_tok=count.num_experts_per_tok, expert_params=count.expert_params,
+        num_moe_layers=count.num_moe_layers, checkpoint_bytes=checkpoint_bytes,
+        weight_dtype=_headline_dtype(dtypes, count.parts),
         param_parts=parts, part_dtypes=tuple((p, dtypes[p]) for p, _ in parts),
         part_bytes=tuple((p, weight_bytes(n, dtypes[p])) for p, n in parts),
     )
-    notes = notes + qnotes + [
-        f"{len(blocks)} blocks = {blocks.count('M')} Mamba-2 + {blocks.count('*')} attention + {blocks.count('-')} "
-        f"MLP-only; the MLP-only blocks cache nothing and are folded away, so the model has {len(kinds)} layers here"]
-    notes += _kv_notes(model, cfg, "mamba2", len(blocks))
-    return _with_notes(model, notes)
+    return _with_notes(model, notes + qnotes + _kv_notes(model, cfg, family, config_layers))
