@@ -1,0 +1,96 @@
+"""`kneecap run` end to end on the simulator: results folder, verdicts, capacity, handoff, determinism."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+PLAN = """\
+name: two-candidates
+seed: 5
+classes:
+  chat:
+    input: {kind: uniform, low: 200, high: 600}
+    output: {kind: fixed, value: 64}
+slo:
+  chat: {ttft_p99_ms: 400, itl_p99_ms: 200, error_rate: 0.01}
+load:
+  dimension: concurrency
+  steps: [1, 8, 64]
+  requests_per_cell: 40
+repetitions: 2
+candidates:
+  - name: roomy
+    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm}
+    cost: {gpu_hour_usd: 2.0, num_gpus: 1}
+  - name: starved
+    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm, max_num_seqs: 1}
+    cost: {gpu_hour_usd: 2.0, num_gpus: 1}
+    routing: interactive
+"""
+
+
+def run_plan(cli, tmp_path, text=PLAN, name="out"):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(textwrap.dedent(text))
+    out = tmp_path / name
+    r = cli("run", str(plan), "--out", str(out), "--json", "--no-report")
+    return r, out
+
+
+def test_run_on_simulator(cli, tmp_path):
+    r, out = run_plan(cli, tmp_path)
+    assert r.code == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary == json.loads((out / "summary.json").read_text())
+    assert {"kind", "cells", "capacity", "candidates", "handoff", "model_executed", "benchmark_executed", "worksheet"} <= set(summary)
+    assert summary["kind"] == "run"
+    assert summary["model_executed"] is False and summary["benchmark_executed"] is False
+    cells = summary["cells"]
+    assert {c["candidate"] for c in cells} == {"roomy", "starved"}
+    for c in cells:
+        assert {"class", "state", "load", "repetition", "verdict"} <= set(c)
+        if c["verdict"] != "not_run":
+            assert (out / c["records"]).exists()
+    by_name = {c["name"]: c for c in summary["candidates"]}
+    # max_num_seqs 1: requests queue behind each other, so TTFT explodes at C=8 and the ramp stops there
+    starved = summary["capacity"]["starved"]["chat"]["warm"]
+    assert starved["capacity"] == 1 and 8 not in starved["region"]
+    assert summary["capacity"]["roomy"]["chat"]["warm"]["capacity"] >= 8
+    assert by_name["roomy"]["verdict"] == "accepted"
+    assert by_name["roomy"]["cost"]["chat"]["usd_per_million_output_tokens"] > 0
+    # every repetition ran (repetition-major order)
+    assert {c["repetition"] for c in cells} == {0, 1}
+    # a failing cell produced a handoff package
+    assert summary["handoff"] == "handoff"
+    handoff = json.loads((out / "handoff" / "handoff.json").read_text())
+    assert handoff["threshold_crossed"] and handoff["next_experiment"]
+    assert (out / "handoff" / "plan.yaml").exists() and (out / "handoff" / "failing_cell_requests.jsonl").exists()
+
+
+def test_run_is_deterministic(cli, tmp_path):
+    r1, out1 = run_plan(cli, tmp_path, name="a")
+    r2, out2 = run_plan(cli, tmp_path, name="b")
+    assert r1.code == r2.code == 0
+    s1, s2 = json.loads(r1.stdout), json.loads(r2.stdout)
+    for s in (s1, s2):
+        s.pop("manifest", None)
+    assert s1 == s2
+    assert (out1 / "records" / "cell-0000.jsonl").read_bytes() == (out2 / "records" / "cell-0000.jsonl").read_bytes()
+
+
+def test_slo_gate_rejects_with_reason(cli, tmp_path):
+    text = PLAN.replace("ttft_p99_ms: 400", "ttft_p99_ms: 0.001")
+    r, out = run_plan(cli, tmp_path, text=text)
+    assert r.code == 0, r.stderr
+    cands = {c["name"]: c for c in json.loads(r.stdout)["candidates"]}
+    assert cands["roomy"]["verdict"] == "rejected" and cands["roomy"]["gate"] == "slo"
+    assert "interactive routing" in cands["starved"]["reason"]
+
+
+def test_bad_plan_is_one_line(cli, tmp_path):
+    r, _ = run_plan(cli, tmp_path, text=PLAN.replace("requests_per_cell: 40", "requests_per_cel: 40"))
+    assert r.code == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "load.requests_per_cel" in lines[0] and "plan.yaml:12:" in lines[0]
+    assert "Traceback" not in r.stderr
