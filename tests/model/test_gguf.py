@@ -114,3 +114,21 @@ def test_folder_with_one_gguf(tmp_path):
     meta = {"block_count": 1, "embedding_length": 32, "head_count": 2}
     _write(tmp_path / "only.gguf", "llama", meta, {"token_embd.weight": ((10, 32), np.float32)})
     assert load_model(str(tmp_path)).total_params == 320
+
+
+def test_nemotron_h_style_hybrid_gguf(tmp_path):
+    # blocks M * - M: head_count_kv 0 = no attention; feed_forward_length > 0 without attention = MLP-only block
+    tensors = {"token_embd.weight": ((10, 32), np.float32),
+               "blk.0.ssm_in.weight": ((200, 32), np.float32), "blk.1.attn_q.weight": ((32, 32), np.float32),
+               "blk.2.ffn_up.weight": ((128, 32), np.float32), "blk.3.ssm_out.weight": ((32, 64), np.float32)}
+    meta = {"block_count": 4, "embedding_length": 32, "head_count": 4, "head_count_kv": [0, 2, 0, 0],
+            "feed_forward_length": [0, 0, 128, 0], "ssm_conv_kernel": 4, "ssm_inner_size": 64, "ssm_state_size": 16,
+            "ssm_group_count": 2, "ssm_time_step_rank": 4}
+    model = load_model(str(_write(tmp_path / "nh.gguf", "nemotron_h", meta, tensors)))
+    assert model.layer_types == ("linear_attention", "full_attention", "linear_attention")  # MLP block folded
+    assert kv_bytes_per_token(model, 2) == 64  # 1 layer x 2 x 2 heads x (32 / 4 = 8) x 2 B
+    # Mamba-2 state in f32: conv (64 + 2*2*16 = 128) x 3 x 4 B = 1,536; SSM 64 x 16 x 4 B = 4,096 -> 5,632
+    assert model.linear_state_bytes_per_layer == 5_632
+    parts = param_breakdown(model)
+    # ssm_in 200*32 + ssm_out 32*64 = 8,448; attn_q 32*32 = 1,024; ffn_up 128*32 = 4,096
+    assert (parts["linear_attention"], parts["attention"], parts["dense_mlp"]) == (8_448, 1_024, 4_096)

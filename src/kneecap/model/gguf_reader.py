@@ -80,7 +80,8 @@ def model_from_gguf(meta: dict, tensors, *, source: str, default_name: str) -> M
     if not vocab:
         raise KneecapError(f"{source}: cannot tell the vocabulary size", "the GGUF has no token_embd tensor or tokens")
     notes: list[str] = []
-    kinds, window = _layer_kinds(meta, arch, num_layers, source, notes)
+    blocks, window = _layer_kinds(meta, arch, num_layers, source, notes)
+    kinds = [k for k in blocks if k != "mlp"]  # MLP-only blocks (Nemotron-H) cache nothing: folded away
     kv_lora = key("attention.kv_lora_rank", required=False)
     rope_dim = key("rope.dimension_count", required=False)
     if "mla" in kinds:
@@ -89,7 +90,7 @@ def model_from_gguf(meta: dict, tensors, *, source: str, default_name: str) -> M
                                "re-convert with a current llama.cpp")
         head_dim = key("attention.key_length", required=False) or head_dim
 
-    parts, part_bytes, types_by_part, experts_by_layer = _tally(tensors, kinds)
+    parts, part_bytes, types_by_part, experts_by_layer = _tally(tensors, blocks)
     total = sum(parts.values())
     num_experts = key("expert_count", required=False) or 0
     top_k = key("expert_used_count", required=False) or 0
@@ -101,6 +102,9 @@ def model_from_gguf(meta: dict, tensors, *, source: str, default_name: str) -> M
     for counter in types_by_part.values():
         all_types.update(counter)
     state = _linear_state_bytes(meta, arch, notes) if "linear_attention" in kinds else 0
+    if len(kinds) < len(blocks):
+        notes.append(f"{len(blocks)} blocks, {len(blocks) - len(kinds)} of them MLP-only (no cache): "
+                     f"folded away, {len(kinds)} layers here")
     if "linear_attention" in kinds and not state:
         raise KneecapError(f"{source}: linear-attention layers but no {arch}.ssm.* keys",
                            "re-convert with a current llama.cpp, or pass the model's config.json")
@@ -108,7 +112,7 @@ def model_from_gguf(meta: dict, tensors, *, source: str, default_name: str) -> M
                  f"tensor table (exact for this file)")
     return Model(
         name=str(meta.get("general.name") or default_name), source=source, architecture=str(arch),
-        num_hidden_layers=num_layers, hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv_heads,
+        num_hidden_layers=len(kinds), hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv_heads,
         head_dim=head_dim, vocab_size=int(vocab), layer_types=tuple(kinds), total_params=total,
         active_params=active, max_position_embeddings=key("context_length", required=False),
         intermediate_size=key("feed_forward_length", required=False), sliding_window=window,
@@ -138,6 +142,14 @@ def _layer_kinds(meta: dict, arch: str, n: int, source: str, notes: list[str]) -
     if arch in ("deepseek2", "deepseek3", "kimi-k2") or meta.get(f"{arch}.attention.kv_lora_rank"):
         return ["mla"] * n, None
     interval = meta.get(f"{arch}.full_attention_interval")
+    kv_per_layer = meta.get(f"{arch}.attention.head_count_kv")
+    if isinstance(kv_per_layer, list) and len(kv_per_layer) == n and 0 in kv_per_layer:
+        # llama.cpp hybrids (jamba, nemotron_h, granitehybrid): head_count_kv 0 marks a layer without attention;
+        # it is recurrent unless it has a feed-forward (Nemotron-H MLP-only block)
+        ff = meta.get(f"{arch}.feed_forward_length")
+        ff = ff if isinstance(ff, list) and len(ff) == n and arch == "nemotron_h" else [0] * n
+        return ["full_attention" if kv_per_layer[i] else ("mlp" if ff[i] else "linear_attention")
+                for i in range(n)], None
     if interval:
         return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n)], None
     window = meta.get(f"{arch}.attention.sliding_window")
@@ -206,9 +218,23 @@ def _tally(tensors, kinds: list[str]):
     return parts, part_bytes, types, experts_by_layer
 
 
+_MAMBA1_ARCHS = ("jamba", "mamba")
+
+
 def _linear_state_bytes(meta: dict, arch: str, notes: list[str]) -> int:
-    """Gated DeltaNet state per layer from the ssm.* keys; llama.cpp keeps both states in f32 (4 B)."""
+    """Recurrent state per layer from the ssm.* keys; llama.cpp keeps conv and SSM states in f32 (4 B).
+
+    Gated DeltaNet (qwen3next): see hf_config.linear_state_bytes_per_layer; Mamba-1: inner x (conv - 1) +
+    inner x state; Mamba-2: (inner + 2 x groups x state) x (conv - 1) + inner x state (elements).
+    """
     conv = meta.get(f"{arch}.ssm.conv_kernel")
+    inner = meta.get(f"{arch}.ssm.inner_size")
+    state = meta.get(f"{arch}.ssm.state_size")
+    if arch != "qwen3next" and all(isinstance(v, int) and v > 0 for v in (conv, inner, state)):
+        groups = meta.get(f"{arch}.ssm.group_count") or 0
+        conv_dim = inner if arch in _MAMBA1_ARCHS else inner + 2 * groups * state
+        notes.append("Mamba state from ssm.* keys, held in f32 as llama.cpp does (conv + SSM state)")
+        return (conv_dim * (conv - 1) + inner * state) * 4
     dk = meta.get(f"{arch}.ssm.state_size")  # head_k_dim
     nk = meta.get(f"{arch}.ssm.group_count")  # num_k_heads
     nv = meta.get(f"{arch}.ssm.time_step_rank")  # num_v_heads
