@@ -272,6 +272,12 @@ def classify_exception(exc: BaseException, response_started: bool) -> tuple[str,
     return CLIENT_ERROR, f"{name}: {text}"
 
 
+async def _stamp_headers_sent(session, ctx, params) -> None:
+    stamp = ctx.trace_request_ctx
+    if type(stamp) is list:
+        stamp[0] = time.perf_counter()
+
+
 _STATUS_OF_KIND = {TIMEOUT_KIND: TIMEOUT, STALL: TIMEOUT, CANCELLED_KIND: CANCELLED}
 
 
@@ -340,7 +346,12 @@ class Client:
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=not cfg.keepalive,
                                          keepalive_timeout=300.0 if cfg.keepalive else None, ttl_dns_cache=3600)
         timeout = aiohttp.ClientTimeout(total=cfg.timeout_s, sock_read=cfg.stall_timeout_s, sock_connect=cfg.connect_timeout_s)
-        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=self._headers)
+        # sent_at: aiohttp calls on_request_headers_sent right before it serialises the request line and
+        # headers and hands them, with the body, to the socket (http_writer.StreamWriter.write_headers)
+        trace = aiohttp.TraceConfig()
+        trace.on_request_headers_sent.append(_stamp_headers_sent)
+        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=self._headers,
+                                              trace_configs=[trace])
         if cfg.model is None:
             self.cfg = replace(cfg, model=await self.detect_model())
 
@@ -420,9 +431,10 @@ class Client:
         message: str | None = None
         body: bytes | None = None
         cancelled: asyncio.CancelledError | None = None
-        rec.sent_at = perf() - epoch
+        stamp = [None]  # filled right before the request is written (see _stamp_headers_sent)
+        called_at = perf()
         try:
-            async with self.session.post(cfg.url, data=prep.body) as resp:
+            async with self.session.post(cfg.url, data=prep.body, trace_request_ctx=stamp) as resp:
                 started = True
                 status = resp.status
                 if status != 200:
@@ -454,6 +466,7 @@ class Client:
             kind, message = classify_exception(exc, started)
         end = perf() - epoch
         rec.end_at = end
+        rec.sent_at = (stamp[0] if stamp[0] is not None else called_at) - epoch
         if cfg.stream:
             result = oa.decode_stream(reads)
         elif body is not None:
