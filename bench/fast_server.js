@@ -24,17 +24,25 @@
 // Timestamp log (--log PATH, JSONL, one line per finished request), cheap on the hot path: numbers
 // are pushed to an array and lines are appended to the file in batches, never per chunk.
 //   {"id":n, "recv_ms":t, "body_ms":t, "send_ms":[t...], "tokens":[k...], "end_ms":t,
-//    "max_tokens":N, "prompt_chars":P, "complete":true|false}
-// Times are milliseconds on performance.now() (monotonic, sub-microsecond resolution);
-// recv_ms = request headers parsed, body_ms = body fully read, send_ms[i] = right after
+//    "max_tokens":N, "prompt_chars":P, "prompt_sha256":"hex", "complete":true|false}
+// Times are milliseconds on CLOCK_MONOTONIC (process.hrtime's clock, read through performance.now()
+// plus a constant offset: sub-microsecond resolution), the clock Python's time.perf_counter() and
+// time.monotonic() read on Linux, so a client's own stamps can be paired with these;
+// prompt_sha256 = sha256 of the prompt text (UTF-8), or of the JSON token-id list without spaces,
+// or of the messages' JSON for chat (what kneecap records as prompt_hash); recv_ms = request headers parsed, body_ms = body fully read, send_ms[i] = right after
 // the i-th token-bearing event was handed to the socket. Server-side TTFT = send_ms[0] - recv_ms
 // and server-side ITL = the gaps of send_ms: a client's own numbers minus these are the error
 // the client adds.
 'use strict';
 
 const http = require('http');
+const crypto = require('crypto');
 const fs = require('fs');
 const { performance } = require('perf_hooks');
+
+// CLOCK_MONOTONIC in ms = performance.now() + a constant (both come from libuv's uv_hrtime).
+const MONO_OFFSET_MS = Number(process.hrtime.bigint()) / 1e6 - performance.now();
+const now = () => MONO_OFFSET_MS + performance.now();
 
 function parseArgs(argv) {
   const opts = { host: '127.0.0.1', port: 0, ttftMs: 200, itlMs: 20, tokensPerChunk: 1, eventsPerWrite: 1,
@@ -82,7 +90,7 @@ function finish(rec) {
   if (logFd === null) return;
   pending.push(`{"id":${rec.id},"recv_ms":${rec.recv},"body_ms":${rec.body},"send_ms":[${rec.sends.join(',')}],` +
     `"tokens":[${rec.tokens.join(',')}],"end_ms":${rec.end},"max_tokens":${rec.maxTokens},` +
-    `"prompt_chars":${rec.promptChars},"complete":${rec.complete}}\n`);
+    `"prompt_chars":${rec.promptChars},"prompt_sha256":"${rec.promptSha}","complete":${rec.complete}}\n`);
 }
 
 // ---- responses ------------------------------------------------------------------------------
@@ -103,6 +111,13 @@ function promptTokens(body, chat) {
   return trimmed ? trimmed.split(/\s+/).length : 0;
 }
 
+function promptSha256(body, chat) {
+  // As kneecap hashes prompts (kneecap.client.prompts.prompt_sha256): text as UTF-8, token ids as compact JSON.
+  const p = chat ? body.messages : body.prompt;
+  const data = typeof p === 'string' ? p : JSON.stringify(p === undefined ? null : p);
+  return crypto.createHash('sha256').update(data, 'utf8').digest('hex');
+}
+
 function promptChars(body, chat) {
   const p = chat ? JSON.stringify(body.messages || []) : body.prompt;
   return typeof p === 'string' ? p.length : Array.isArray(p) ? p.length : 0;
@@ -114,7 +129,7 @@ function handleGenerate(req, res, chat, recv) {
   const parts = [];
   req.on('data', (c) => parts.push(c));
   req.on('end', () => {
-    const bodyAt = performance.now();
+    const bodyAt = now();
     let body;
     try {
       body = JSON.parse(Buffer.concat(parts).toString('utf8'));
@@ -135,7 +150,8 @@ function handleGenerate(req, res, chat, recv) {
     }
     const nPrompt = promptTokens(body, chat);
     const rec = { id, recv, body: bodyAt, sends: [], tokens: [], end: 0, maxTokens,
-                  promptChars: promptChars(body, chat), complete: false };
+                  promptChars: promptChars(body, chat), promptSha: logFd === null ? '' : promptSha256(body, chat),
+                  complete: false };
     const created = Math.floor(Date.now() / 1000);
     const rid = (chat ? 'chatcmpl-' : 'cmpl-') + id;
     const model = body.model || opts.model;
@@ -149,7 +165,7 @@ function handleGenerate(req, res, chat, recv) {
           `"model":${JSON.stringify(model)},"choices":[${choice}],"usage":${usageJson(nPrompt, maxTokens)}}`;
         res.writeHead(200, { 'Content-Type': 'application/json' });
         res.end(payload);
-        rec.sends.push(performance.now());
+        rec.sends.push(now());
         rec.tokens.push(maxTokens);
         rec.end = rec.sends[0];
         rec.complete = true;
@@ -176,7 +192,7 @@ function handleGenerate(req, res, chat, recv) {
       if (!rec.complete) {
         closed = true;
         stats.aborted++;
-        rec.end = performance.now();
+        rec.end = now();
         finish(rec);
       }
     });
@@ -217,10 +233,10 @@ function handleGenerate(req, res, chat, recv) {
         res.end(data + 'data: [DONE]\n\n');
       }
       const ok = last ? true : res.write(data);
-      const now = performance.now();
-      for (let i = 0; i < inWrite; i++) rec.sends.push(now);
+      const sentAt = now();
+      for (let i = 0; i < inWrite; i++) rec.sends.push(sentAt);
       if (last) {
-        rec.end = now;
+        rec.end = sentAt;
         rec.complete = true;
         stats.completed++;
         finish(rec);
@@ -236,15 +252,15 @@ function handleGenerate(req, res, chat, recv) {
         return;
       }
       const due = start + Math.ceil(sent / opts.tokensPerChunk) * opts.itlMs;
-      timer = setTimeout(sendNext, Math.max(0, due - performance.now()));
+      timer = setTimeout(sendNext, Math.max(0, due - now()));
     }
 
-    timer = setTimeout(sendNext, Math.max(0, start - performance.now()));
+    timer = setTimeout(sendNext, Math.max(0, start - now()));
   });
 }
 
 const server = http.createServer((req, res) => {
-  const recv = performance.now();
+  const recv = now();
   const path = req.url.split('?')[0];
   if (req.method === 'POST' && (path === '/v1/completions' || path === '/completions')) return handleGenerate(req, res, false, recv);
   if (req.method === 'POST' && (path === '/v1/chat/completions' || path === '/chat/completions')) return handleGenerate(req, res, true, recv);

@@ -12,7 +12,9 @@ server sends (vLLM's client asks for stream_options.include_usage).
   python bench/peer_vllm.py --base-url URL --concurrency C --requests N --isl I --osl O --out result.json
 
 Writes {client, concurrency, requests, completed, duration_s, output_tokens, cpu_s, ttft_ms:[...],
-itl_ms:[...]} where cpu_s is this process's user+system CPU time during the benchmark.
+itl_ms:[...], per_request:[{sha256, ok, sent_s, chunk_times_s, chunk_tokens}]} where cpu_s is this
+process's user+system CPU time during the benchmark and per-request times are vLLM's own
+time.perf_counter() stamps (CLOCK_MONOTONIC, the clock fast_server.js logs on).
 """
 
 from __future__ import annotations
@@ -67,6 +69,12 @@ def _install_stubs() -> None:
     module("vllm.logger", init_logger=logging.getLogger)
 
 
+def _sha256(prompt: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(prompt.encode("utf-8")).hexdigest()
+
+
 def make_requests(num: int, isl: int, osl: int) -> list[SampleRequest]:
     """Unique prompts of `isl` whitespace words (the Node server counts words as tokens)."""
     return [SampleRequest(prompt=" ".join([f"r{i}"] + ["w"] * (isl - 1)), prompt_len=isl, expected_output_len=osl)
@@ -97,13 +105,26 @@ def main() -> int:
         extra_headers=None, extra_body=None, ready_check_timeout_sec=60))
     usage1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu_s = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
+    per_request = []
+    for req, start, ttft, itl, error in zip(requests, result["start_times"], result["ttfts"], result["itls"],
+                                            result["errors"]):
+        if not ttft or error:
+            per_request.append({"sha256": _sha256(req.prompt), "ok": False})
+            continue
+        times = [start + ttft]
+        for gap in itl:  # vLLM's ITL: one gap per SSE event carrying text (here one token each)
+            times.append(times[-1] + gap)
+        per_request.append({"sha256": _sha256(req.prompt), "ok": True, "sent_s": start,
+                            "chunk_times_s": times, "chunk_tokens": [1] * len(times)})
     out = {
         "client": "vllm", "concurrency": args.concurrency, "requests": args.requests,
         "completed": result["completed"], "duration_s": result["duration"],
         "output_tokens": result["total_output_tokens"], "cpu_s": cpu_s,
         "warmup_requests": 1,  # the ready check sends one request before the clock starts
+        "clock": "monotonic",  # start_times are time.perf_counter() = CLOCK_MONOTONIC on Linux
         "ttft_ms": [t * 1000.0 for t in result["ttfts"] if t],
         "itl_ms": [g * 1000.0 for per_request in result["itls"] for g in per_request],
+        "per_request": per_request,
     }
     Path(args.out).write_text(json.dumps(out))
     return 0
