@@ -19,6 +19,13 @@ def tiny_model(**kw) -> Model:
     return Model(**base)
 
 
+def hybrid_model(**kw) -> Model:
+    """A Qwen3-Next-like toy: 3 linear-attention layers per full-attention layer, fixed state per sequence."""
+    layers = ("linear_attention", "linear_attention", "linear_attention", "full_attention") * 2
+    return tiny_model(num_hidden_layers=8, layer_types=layers, num_key_value_heads=2,
+                      linear_state_bytes_per_layer=100_000, **kw)
+
+
 def deployment(model=None, gpu="h100-sxm", **kw) -> Deployment:
     return Deployment(model=model or tiny_model(), gpu=get_gpu(gpu), **kw)
 
@@ -32,8 +39,10 @@ def check_engine(engine: Engine) -> None:
         # a running sequence holds exactly the blocks its computed tokens need, never more
         assert bm.num_held(seq.rid) == blocks_for(seq.num_computed, bs), (seq.rid, seq.num_computed)
         assert seq.num_computed <= seq.num_tokens <= seq.prompt_len + seq.output_len
+        assert bm.num_held(("state", seq.rid)) == engine.state_blocks  # fixed linear-attention state
     for seq in sched.waiting:
         assert bm.num_held(seq.rid) == 0 and seq.num_computed == 0
+        assert bm.num_held(("state", seq.rid)) == 0
     ids = [s.rid for s in sched.running] + [s.rid for s in sched.waiting]
     assert len(ids) == len(set(ids))
 

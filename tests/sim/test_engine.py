@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simkit import check_engine, deployment, run_checked, tiny_model
+from simkit import check_engine, deployment, hybrid_model, run_checked, tiny_model
 from kneecap.sim.config import EngineConfig
 from kneecap.sim.engine import Engine
 from kneecap.sim.sweep import LevelSpec, simulate_level
@@ -23,10 +23,13 @@ def spec(i, isl, osl, group=None, prefix=0):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(num_blocks=st.integers(8, 60), max_seqs=st.integers(1, 6), budget=st.integers(4, 48),
        lengths=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 30), st.integers(0, 3)), min_size=1, max_size=14),
-       gaps=st.lists(st.floats(0, 0.05), min_size=14, max_size=14), fast=st.booleans(), caching=st.booleans())
-def test_invariants_hold_after_every_step(num_blocks, max_seqs, budget, lengths, gaps, fast, caching):
+       gaps=st.lists(st.floats(0, 0.05), min_size=14, max_size=14), fast=st.booleans(), caching=st.booleans(),
+       hybrid=st.booleans())
+def test_invariants_hold_after_every_step(num_blocks, max_seqs, budget, lengths, gaps, fast, caching, hybrid):
     cfg = EngineConfig(max_num_seqs=max_seqs, max_num_batched_tokens=budget, enable_prefix_caching=caching)
-    engine = Engine(deployment(block_size=4), cfg, num_blocks)
+    engine = Engine(deployment(hybrid_model() if hybrid else None, block_size=4), cfg, num_blocks)
+    if hybrid:
+        assert engine.state_blocks > 0
     t, arrivals = 0.0, []
     for i, (isl, osl, group) in enumerate(lengths):
         t += gaps[i]

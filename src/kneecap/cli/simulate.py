@@ -145,6 +145,8 @@ def simulate(
     frag: float = typer.Option(0.05, "--frag", help="Fragmentation headroom fraction"),
     mem_util: Optional[float] = typer.Option(None, "--mem-util", help="Fraction of HBM the engine may use (1.0)"),
     hbm: str = typer.Option("datasheet", "--hbm", help="datasheet | device | framework | bytes per GPU"),
+    kv_pool_gib: Optional[float] = typer.Option(None, "--kv-pool-gib", help="KV pool an engine logged, GiB per GPU (else the ledger's); "
+                                                "linear-attention state is then not charged to it"),
     isl: int = typer.Option(1000, "--isl", help="Input tokens per request"),
     osl: int = typer.Option(1000, "--osl", help="Output tokens per request"),
     shared_prefix: Optional[str] = typer.Option(None, "--shared-prefix", help="TOKENS or TOKENSxGROUPS of prompt shared by requests"),
@@ -179,6 +181,7 @@ def simulate(
     from kneecap.metrics.summarize import summarize_level
     from kneecap.results import ResultsDir, build_summary, current_argv
     from kneecap.sim.config import engine_defaults as pick_defaults
+    from kneecap.sim.engine import state_blocks_per_sequence
     from kneecap.sim.steptime import StepTimeModel
     from kneecap.sim.sweep import LevelSpec, simulate_level
     from kneecap.workload import LengthDist, RequestClass, Workload
@@ -208,7 +211,7 @@ def simulate(
 
     flags = PlanFlags(preset=preset, model=model, gpu=gpu, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                       params=params, context=context, mean_context=None, block_size=block_size,
-                      overhead_gib=overhead_gib, frag=frag, mem_util=mem_util, hbm=hbm)
+                      overhead_gib=overhead_gib, frag=frag, mem_util=mem_util, hbm=hbm, kv_pool_gib=kv_pool_gib)
     plan, _ = build_from_flags(flags)
     deployment = plan.deployment
     if isl + osl > plan.context:
@@ -241,7 +244,8 @@ def simulate(
                     "interconnect": d.gpu.interconnect},
         plan={"num_kv_blocks": plan.num_kv_blocks, "kv_capacity_tokens": plan.kv_capacity_tokens,
               "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token_per_gpu, "kv_pool_bytes": plan.ledger.kv_pool_bytes,
-              "context": plan.context},
+              "context": plan.context, "pool_source": plan.pool_source,
+              "state_blocks_per_sequence": state_blocks_per_sequence(deployment) if kv_pool_gib is None else 0},
         engine={"defaults": config.name, "max_num_seqs": config.max_num_seqs,
                 "max_num_batched_tokens": config.max_num_batched_tokens,
                 "enable_prefix_caching": config.enable_prefix_caching,
@@ -265,8 +269,12 @@ def simulate(
             else:
                 n = requests if requests is not None else (None if duration is not None else max(100, 4 * value))
                 spec = LevelSpec(concurrency=value, num_requests=n, duration_s=duration, warmup=warmup)
+            if spec.concurrency is not None and spec.num_requests is not None and spec.num_requests < spec.concurrency:
+                print(f"warning: C={spec.concurrency} with only {spec.num_requests} requests never reaches its concurrency; "
+                      f"pass --requests >= {spec.concurrency}", file=sys.stderr)
             result = simulate_level(deployment, config, plan.num_kv_blocks, workload, spec, index=index,
-                                    seed=seed + index, burstiness=burstiness, steptime=steptime, trace=trace)
+                                    seed=seed + index, burstiness=burstiness, steptime=steptime, trace=trace,
+                                    charge_state=kv_pool_gib is None)
             for record in result.records:
                 writer.write(record)
             writer.sync()

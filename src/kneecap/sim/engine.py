@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
+from kneecap.model.kv import kv_bytes_per_token_per_gpu, kv_dtype_bytes, state_bytes_per_sequence
 from kneecap.records import ERROR, OK, RequestRecord
 from kneecap.sim.blocks import BlockManager, blocks_for
 from kneecap.sim.config import EngineConfig
@@ -65,19 +66,31 @@ class EngineStats:
     busy_s: float = 0.0
 
 
+def state_blocks_per_sequence(deployment: Deployment) -> int:
+    """Blocks' worth of the fixed linear-attention state one sequence holds per GPU (0 for pure attention models)."""
+    model = deployment.model
+    state = state_bytes_per_sequence(model, deployment.tp, deployment.pp)
+    per_block = kv_bytes_per_token_per_gpu(model, kv_dtype_bytes(deployment.kv_dtype), deployment.tp, deployment.pp) \
+        * deployment.block_size
+    return -(-state // per_block) if state and per_block else 0
+
+
 class Engine:
     """One simulated engine instance (a fresh KV pool, an empty cache)."""
 
     def __init__(self, deployment: Deployment, config: EngineConfig, num_blocks: int, *,
                  step_params: StepTimeParams | None = None, steptime: StepTimeModel | None = None,
-                 level: int = 0, trace: bool = False, fast_path: bool = True):
+                 level: int = 0, trace: bool = False, fast_path: bool = True, charge_state: bool = True):
         self.deployment = deployment
         self.config = config
         self.block_size = deployment.block_size
         self.blocks = BlockManager(num_blocks, deployment.block_size, config.enable_prefix_caching)
         model = deployment.model
         window = model.sliding_window if "sliding_attention" in model.layer_types else 0
-        self.scheduler = Scheduler(config, self.blocks, window=window or 0)
+        # linear-attention state is charged to the block pool (as the planner does) unless the pool is one an
+        # engine logged for KV alone (SGLang keeps its Mamba/DeltaNet state in a separate pool)
+        self.state_blocks = state_blocks_per_sequence(deployment) if charge_state else 0
+        self.scheduler = Scheduler(config, self.blocks, window=window or 0, state_blocks=self.state_blocks)
         self.steptime = steptime or StepTimeModel(deployment, step_params)
         self.level = level
         self.fast_path = fast_path
@@ -95,7 +108,7 @@ class Engine:
         if spec.input_tokens < 1 or spec.output_tokens < 1:
             raise KneecapError(f"request {spec.request_id}: needs >= 1 input and output token", "fix the workload lengths")
         seq = Sequence(spec, at, self.block_size, meta, scheduled_at)
-        if blocks_for(spec.input_tokens + spec.output_tokens - 1, self.block_size) > self.blocks.num_blocks:
+        if blocks_for(spec.input_tokens + spec.output_tokens - 1, self.block_size) + self.state_blocks > self.blocks.num_blocks:
             return self._record(seq, end_at=at, status=ERROR, error_kind="kv_capacity",
                                 error_message=f"prompt + output = {spec.input_tokens + spec.output_tokens} tokens exceed "
                                               f"the KV pool of {self.blocks.num_blocks * self.block_size} tokens")

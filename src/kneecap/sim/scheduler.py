@@ -119,10 +119,13 @@ def _window_pairs(p: int, n: int, w: int) -> int:
 class Scheduler:
     """Holds the running list (admission order) and the FCFS queue; `schedule()` builds one Batch."""
 
-    def __init__(self, config: EngineConfig, blocks: BlockManager, window: int = 0):
+    def __init__(self, config: EngineConfig, blocks: BlockManager, window: int = 0, state_blocks: int = 0):
         self.config = config
         self.blocks = blocks
         self.window = window
+        # blocks' worth of fixed per-sequence state (linear-attention layers), charged to the same pool on
+        # admission and returned on preemption or finish, as the planner charges it per sequence
+        self.state_blocks = state_blocks
         self.running: list[Sequence] = []
         self.waiting: deque[Sequence] = deque()
         self.new_token_ratio = config.init_new_token_ratio
@@ -133,6 +136,7 @@ class Scheduler:
     def _preempt(self, victim: Sequence, batch: Batch) -> None:
         bs = self.blocks.block_size
         self.blocks.free_seq(victim.rid, victim.own_hashes(bs) if self.blocks.enable_prefix_caching else ())
+        self.blocks.free_seq(("state", victim.rid))
         victim.num_computed = 0
         victim.preemptions += 1
         self.waiting.appendleft(victim)
@@ -214,11 +218,12 @@ class Scheduler:
             n = seq.num_tokens - hit_tokens
             if n > budget:
                 n = budget
-            need = blocks.new_blocks_needed(seq.rid, hit_tokens + n, hashes)
+            sb = self.state_blocks
+            need = blocks.new_blocks_needed(seq.rid, hit_tokens + n, hashes) + sb
             if need > blocks.num_free and not running:
                 # nothing else will free memory: shrink the chunk to what fits (else it would wait forever)
-                n = min(n, (blocks.num_free + hit_blocks) * bs - hit_tokens)
-                need = blocks.new_blocks_needed(seq.rid, hit_tokens + n, hashes) if n > 0 else need
+                n = min(n, (blocks.num_free - sb + hit_blocks) * bs - hit_tokens)
+                need = blocks.new_blocks_needed(seq.rid, hit_tokens + n, hashes) + sb if n > 0 else need
             if need > blocks.num_free or n <= 0:
                 batch.blocked = BLOCKED_BLOCKS
                 break
@@ -229,6 +234,8 @@ class Scheduler:
             if got is None:  # cannot happen after the check above; stay safe
                 batch.blocked = BLOCKED_BLOCKS
                 break
+            if sb:
+                blocks.allocate(("state", seq.rid), sb * bs)
             blocks.count_query(seq.num_tokens, got)
             seq.num_computed = got
             waiting.popleft()
@@ -251,3 +258,4 @@ class Scheduler:
         """Remove a finished sequence and free its blocks."""
         self.running.remove(seq)
         self.blocks.free_seq(seq.rid)
+        self.blocks.free_seq(("state", seq.rid))

@@ -86,10 +86,11 @@ def _requests(workload: Workload, seed: int, total: int | None, id_prefix: str) 
 
 def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int, workload: Workload, level: LevelSpec, *,
                    index: int = 0, seed: int = 0, burstiness: float = 1.0, step_params: StepTimeParams | None = None,
-                   steptime: StepTimeModel | None = None, trace: bool = False, fast_path: bool = True) -> LevelResult:
+                   steptime: StepTimeModel | None = None, trace: bool = False, fast_path: bool = True,
+                   charge_state: bool = True) -> LevelResult:
     """Run one level on a fresh engine of `num_blocks` KV blocks; records in completion order."""
     engine = Engine(deployment, config, num_blocks, step_params=step_params, steptime=steptime, level=index,
-                    trace=trace, fast_path=fast_path)
+                    trace=trace, fast_path=fast_path, charge_state=charge_state)
     total = None if level.num_requests is None else level.num_requests + level.warmup
     source = _requests(workload, seed, total, id_prefix=f"L{index}-r")
     concurrency = level.concurrency if level.concurrency is not None else (total if level.all_at_once else None)
