@@ -158,7 +158,8 @@ def _layer_kinds(meta: dict, arch: str, n: int, source: str, notes: list[str]) -
     pattern = meta.get(f"{arch}.attention.sliding_window_pattern")
     if isinstance(pattern, list) and len(pattern) == n:
         kinds = ["sliding_attention" if p else "full_attention" for p in pattern]
-    elif isinstance(pattern, int) and pattern > 0:  # every pattern-th layer global (llama.cpp n_swa_pattern)
+    # llama.cpp src/llama-hparams.cpp set_swa_pattern(n): layer il slides when il % n < n - 1
+    elif isinstance(pattern, int) and pattern > 0:  # every pattern-th layer global
         kinds = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
     elif arch == "gemma3":  # llama.cpp: hparams.set_swa_pattern(6)
         kinds = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(n)]
