@@ -220,3 +220,12 @@ def test_jamba_mamba1_hybrid_moe():
     assert model.total_params == 51_570_323_328
     # active = total - 16 x 14 x 176,160,768 (39,460,012,032) = 12,110,311,296 ("12B active")
     assert model.active_params == 12_110_311_296
+
+
+def test_absent_or_null_kv_heads_means_mha(tmp_path):
+    cfg = json.loads((CONFIGS / "qwen3-0.6b.json").read_text())
+    for value in (None, "absent"):
+        doc = dict(cfg, num_key_value_heads=value) if value is None else {k: v for k, v in cfg.items()
+                                                                            if k != "num_key_value_heads"}
+        (tmp_path / "config.json").write_text(json.dumps(doc))
+        assert load_model(str(tmp_path)).num_key_value_heads == 16  # = num_attention_heads

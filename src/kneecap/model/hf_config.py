@@ -53,7 +53,8 @@ def from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkpo
     hidden = _pos_int(cfg, "hidden_size", source)
     heads = _pos_int(cfg, "num_attention_heads", source)
     _pos_int(cfg, "vocab_size", source)
-    kv_heads = _pos_int(cfg, "num_key_value_heads", source) if "num_key_value_heads" in cfg else heads
+    # absent or null num_key_value_heads means MHA (the HF config classes default it to num_attention_heads)
+    kv_heads = _pos_int(cfg, "num_key_value_heads", source) if cfg.get("num_key_value_heads") is not None else heads
     cfg["num_key_value_heads"] = kv_heads
     notes: list[str] = list(extra_notes)
 
