@@ -152,3 +152,15 @@ def test_nemotron_h_pattern_errors(tmp_path):
     assert "MoE blocks" in err.message
     err = _error(str(_write(tmp_path, {k: v for k, v in cfg.items() if k != "ssm_state_size"})))
     assert "ssm_state_size" in err.message
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() == 0,
+                    reason="root reads files whatever their mode")
+def test_permission_denied(tmp_path):
+    path = _write(tmp_path, GOOD)
+    path.chmod(0)
+    try:
+        err = _error(str(path))
+        assert "cannot read" in err.message and "ermission" in err.message
+    finally:
+        path.chmod(0o644)
