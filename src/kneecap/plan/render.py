@@ -29,6 +29,10 @@ def _gib(num_bytes: int) -> str:
     return f"{num_bytes / GiB:,.2f}"
 
 
+def _seqs(n: int) -> str:
+    return f"{n:,} sequence" + ("" if n == 1 else "s")
+
+
 def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}" if whole else "-"
 
@@ -114,8 +118,12 @@ def plan_worksheet(plan: Plan, levers: list[Lever], tps: list[TpPoint], contexts
         t.add_row(f"Left unused (mem-util {d.mem_util})", _e9(L.reserved_bytes), _gib(L.reserved_bytes), _pct(L.reserved_bytes, L.hbm_bytes))
     from kneecap.model.weights import weight_bits
 
-    wlabel = (f"Weights, {params / 1e9:.4g}e9 × {weight_bits(d.weight_dtype) / 8:g} B ({d.weight_dtype})"
-              if not plan.weights_source.startswith("checkpoint (mixed") else "Weights, as the checkpoint ships (mixed dtypes)")
+    if plan.weights_source.startswith("checkpoint (mixed"):
+        wlabel = "Weights, as the checkpoint ships (mixed dtypes)"
+    elif len(m.param_parts) > 1 and not d.params_override:
+        wlabel = f"Weights, {params / 1e9:.4g}e9 at {d.weight_dtype} (embed/norms/lm_head as shipped)"
+    else:
+        wlabel = f"Weights, {params / 1e9:.4g}e9 × {weight_bits(d.weight_dtype) / 8:g} B ({d.weight_dtype})"
     if d.num_gpus > 1:
         wlabel += f" / {d.num_gpus}"
     t.add_row(wlabel, _e9(L.weights_bytes), _gib(L.weights_bytes), _pct(L.weights_bytes, L.hbm_bytes))
@@ -137,9 +145,9 @@ def plan_worksheet(plan: Plan, levers: list[Lever], tps: list[TpPoint], contexts
     nblk = blocks_for(plan.mean_context, bs)
     sec = ["", "3. Max concurrency, two allocators",
            f"  (a) contiguous, reserve {plan.context:,} tokens: {fmt_bytes(plan.seq_bytes_contiguous)} per sequence"
-           f" → {plan.max_seqs_contiguous:,} sequences",
+           f" → {_seqs(plan.max_seqs_contiguous)}",
            f"  (b) paged, {bs}-token blocks: {plan.mean_context:,} tokens = {nblk} blocks = {nblk * bs:,} slots = "
-           f"{fmt_bytes(plan.seq_bytes_paged)} per sequence → {plan.max_seqs_paged:,} sequences"]
+           f"{fmt_bytes(plan.seq_bytes_paged)} per sequence → {_seqs(plan.max_seqs_paged)}"]
     if plan.max_seqs_contiguous:
         sec.append(f"  ratio {plan.max_seqs_paged / plan.max_seqs_contiguous:.1f}×: nothing got faster, nothing was added;"
                    " paging just does not reserve a length the request never reaches")
@@ -179,8 +187,9 @@ def plan_worksheet(plan: Plan, levers: list[Lever], tps: list[TpPoint], contexts
                     [("TP", "right"), ("KV heads per GPU", "right"), ("KV pool (GiB)", "right"), ("Max seqs", "right"),
                      ("Gain over previous", "right"), ("vs TP=1", "right")])
         first = next((p.max_seqs for p in tps if p.fits and p.max_seqs), None)
+        mla_only = set(m.layer_types) <= {"mla", "linear_attention"}
         for p in tps:
-            heads = f"{p.kv_heads_per_gpu}{' (replicated)' if p.replicated else ''}"
+            heads = ("whole latent" if mla_only else str(p.kv_heads_per_gpu)) + (" (replicated)" if p.replicated else "")
             if not p.fits:
                 tt.add_row(str(p.tp), heads, "weights do not fit", "0", "—", "—")
                 continue

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from kneecap.errors import KneecapError
 from kneecap.model import kv as kvmath
-from kneecap.plan.ledger import Plan, rebuild
+from kneecap.plan.ledger import Plan, kv_layout, rebuild
 
 CONTEXT_POINTS = (4096, 8192, 32768, 131072)
 MAX_SWEEP_TP = 64
@@ -73,9 +73,8 @@ def tp_sweep(plan: Plan) -> list[TpPoint]:
         try:
             p = rebuild(plan, new)
         except KneecapError:
-            heads = kvmath.kv_heads_per_gpu(d.model.num_key_value_heads, tp)
-            points.append(TpPoint(tp, tp * d.pp, heads, kvmath.is_kv_replicated(d.model.num_key_value_heads, tp),
-                                  False, 0, 0, 0, None))
+            heads, replicated = kv_layout(new)
+            points.append(TpPoint(tp, tp * d.pp, heads, replicated, False, 0, 0, 0, None))
             continue
         gain = p.max_seqs_paged / previous if previous else None
         points.append(TpPoint(tp, p.deployment.num_gpus, p.kv_heads_per_gpu, p.kv_replicated, True,
