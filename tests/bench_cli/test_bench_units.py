@@ -60,6 +60,9 @@ def test_request_budget_per_level():
     assert [fixed.requests_for(c) for c in fixed.levels] == [7, 7]
     open_loop = BenchOptions(**BASE, rate=(2.0,), duration_s=5.0)
     assert open_loop.requests_for(2.0) == 10
+    timed = BenchOptions(**BASE, concurrency=(2, 4096), duration_s=1.5)
+    assert timed.requests_for(2) == 2 * (30 + 1)  # 20 requests per stream per second, +1
+    assert timed.requests_for(4096) == 50_000  # the memory cap
 
 
 @pytest.mark.parametrize("text, expected", [("1,2.5", [1.0, 2.5]), (" 4 ", [4.0]), ("inf", [math.inf])])

@@ -24,8 +24,8 @@ KIND_RATE = "rate"
 DEFAULT_REQUESTS_PER_STREAM = 4
 DEFAULT_OPEN_LOOP_S = 30.0
 MIN_REQUESTS_PER_LEVEL = 10
-DURATION_REQUESTS_PER_STREAM_S = 4.0
-MAX_REQUESTS_PER_LEVEL = 20_000
+DURATION_REQUESTS_PER_STREAM_S = 20.0  # closed loop + --duration: budget for requests as short as 50 ms
+MAX_REQUESTS_PER_LEVEL = 50_000  # prepared request bodies are held in memory: this bounds them
 
 
 def parse_rates(spec: str | Sequence[float]) -> list[float]:
@@ -158,8 +158,9 @@ class BenchOptions:
         if self.kind == KIND_CONCURRENCY:
             if self.duration_s is not None:
                 # a budget the duration normally ends first: every stream may send
-                # DURATION_REQUESTS_PER_STREAM_S requests per second (i.e. requests of >= 250 ms),
-                # capped so the prepared bodies stay bounded in memory
+                # DURATION_REQUESTS_PER_STREAM_S requests per second (requests of >= 50 ms),
+                # capped so the prepared bodies stay bounded in memory; a level that spends its
+                # budget before the duration is flagged `duration_budget_exhausted` in summary.json
                 per_stream = math.ceil(self.duration_s * DURATION_REQUESTS_PER_STREAM_S) + 1
                 return min(MAX_REQUESTS_PER_LEVEL, max(MIN_REQUESTS_PER_LEVEL, int(value) * per_stream))
             return max(MIN_REQUESTS_PER_LEVEL, DEFAULT_REQUESTS_PER_STREAM * int(value))

@@ -125,8 +125,11 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
         if start is None:
             previous = results.read_summary() or {}
             return BenchRun(summary=previous, out_dir=results.path, nothing_to_do=True)
+    previous = results.read_manifest() or {} if resume else {}
+    earlier_runs = previous.get("previous_runs", []) + ([{"created_at": previous.get("created_at"),
+                                                          "command": previous.get("command")}] if previous else [])
     results.write_manifest(argv, extra={"bench_options": opts.to_dict(), "resumed_at_level": start if resume else None,
-                                        "model": None if opts.redact else model})
+                                        "previous_runs": earlier_runs, "model": None if opts.redact else model})
 
     setup = DriverSetup(cfg=_client_config(opts, model=model, api_key=api_key), prompts=prompt_source(opts),
                         warm_connections=OPEN_LOOP_WARM_CONNECTIONS)

@@ -25,9 +25,8 @@ STATUS_STOPPED = "stopped"
 STATUS_INTERRUPTED = "interrupted"
 
 # A level ends with the server probed again when at least this fraction of its requests failed
-# with a connection-level error: the stop rule "server dead" needs a positive check, not a guess.
+# at the connection level: the stop rule "server dead" needs a positive check, not a guess.
 DEAD_PROBE_FAILED_FRACTION = 0.5
-CONNECTION_ERROR_KINDS = ("connection", "connect", "connection_refused", "reset", "disconnected")
 
 
 @dataclass
@@ -79,13 +78,16 @@ def level_specs(opts: BenchOptions, plan: LevelPlan, *, warmup: bool):
 
 
 def mostly_connection_failures(summary: dict) -> bool:
-    """Did this level fail in a way that suggests the server is gone (not just busy)?"""
+    """Did this level fail in a way that suggests the server is gone (not just busy or erroring)?"""
+    from kneecap.client import driver
+
+    gone = {driver.CONNECTION_REFUSED, driver.CONNECTION_RESET, driver.TIMEOUT_KIND, driver.STALL,
+            driver.INCOMPLETE_STREAM, driver.PROTOCOL_ERROR}
     requests = summary.get("requests") or 0
     if not requests:
         return True
-    conn = sum(n for kind, n in (summary.get("errors") or {}).items()
-               if any(kind.startswith(k) for k in CONNECTION_ERROR_KINDS) or kind in ("timeout",))
-    return conn / requests >= DEAD_PROBE_FAILED_FRACTION
+    lost = sum(n for kind, n in (summary.get("errors") or {}).items() if kind in gone)
+    return lost / requests >= DEAD_PROBE_FAILED_FRACTION
 
 
 class Sweep:
@@ -239,10 +241,16 @@ class Sweep:
         summary["server_metrics"] = server_metrics
         summary["client"] = _merge_outcomes(outcomes)
         summary["suspect"] = summary["client"]["suspect"]
+        if opts.duration_s is not None:
+            summary["duration_budget_exhausted"] = summary.get("requests", 0) >= plan.num_requests
+            if summary["duration_budget_exhausted"] and opts.kind == KIND_CONCURRENCY:
+                self._progress.note(f"warning: {label} sent its whole budget of {plan.num_requests} requests before "
+                                    f"--duration {opts.duration_s:g} s ended; pass --requests for a fixed count")
         ok, failed = summary.get("completed", 0), summary.get("failed", 0)
         self._progress.end_level(f"{label}: {ok} ok, {failed} failed, "
                                  f"{_fmt(summary.get('output_tok_s'))} output tok/s"
-                                 + (" (client suspect: its own lag may have set these numbers)" if summary["suspect"] else ""))
+                                 + (f" (client suspect: its own lag may have set these numbers; "
+                                    f"try --workers {opts.workers + 1})" if summary["suspect"] else ""))
         return summary
 
     def _after_level(self, summary: dict) -> bool:

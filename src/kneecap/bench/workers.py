@@ -19,6 +19,8 @@ from kneecap.records import RequestRecord
 
 POLL_S = 0.25  # how often the parent checks that its workers are still alive while waiting
 STOP_TIMEOUT_S = 5.0  # grace given to a worker to exit before it is terminated
+ORPHAN_CHECK_S = 1.0  # an idle worker checks this often that its parent is still alive
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def split_concurrency(concurrency: int, num_workers: int) -> list[int]:
@@ -56,15 +58,35 @@ def split_task(task: LevelTask, num_workers: int) -> list[LevelTask]:
     return tasks
 
 
-def _worker_main(worker_id: int, setup: DriverSetup, commands, results) -> None:
+def _die_with_parent() -> None:
+    """Linux: have the kernel SIGKILL this worker when its parent dies (even by SIGKILL)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, 9)  # 9 = SIGKILL
+    except (OSError, AttributeError):  # not Linux: the getppid() check below still ends orphans
+        pass
+
+
+def _worker_main(worker_id: int, setup: DriverSetup, commands, results, parent_pid: int) -> None:
     """Worker process body: run tasks until told to stop (None), streaming records to the parent."""
+    import os
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
+    _die_with_parent()
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        return
     from kneecap.records import dumps_record
 
     while True:
-        task = commands.get()
+        try:
+            task = commands.get(timeout=ORPHAN_CHECK_S)
+        except queue.Empty:
+            if os.getppid() != parent_pid:
+                return
+            continue
         if task is None:
             return
         try:
@@ -81,11 +103,12 @@ class WorkerPool:
 
     def __init__(self, num_workers: int, setup: DriverSetup):
         import multiprocessing
+        import os
 
         ctx = multiprocessing.get_context("spawn")
         self._results = ctx.Queue()
         self._commands = [ctx.Queue() for _ in range(num_workers)]
-        self._procs = [ctx.Process(target=_worker_main, args=(i, setup, self._commands[i], self._results),
+        self._procs = [ctx.Process(target=_worker_main, args=(i, setup, self._commands[i], self._results, os.getpid()),
                                    name=f"kneecap-bench-worker-{i}", daemon=True)
                        for i in range(num_workers)]
         for proc in self._procs:
