@@ -1,0 +1,115 @@
+"""`kneecap simulate` as a user runs it: the summary schema, byte-identical output for a seed, files, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+BASE = ["simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "200", "--osl", "50", "--requests", "40"]
+LEVEL_KEYS = {"concurrency", "requests", "completed", "failed", "duration_s", "output_tok_s", "input_tok_s", "total_tok_s",
+              "request_s", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "errors", "server_metrics"}
+SERVER_METRICS_KEYS = {"preemptions", "prefix_cache_hit_rate", "kv_usage_max", "running_max", "waiting_max"}
+STAT_KEYS = {"mean", "p50", "p90", "p95", "p99", "max", "n"}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    from conftest import run_cli
+
+    def _run(*args, out=None):
+        out = out or tmp_path_factory.mktemp("sim")
+        res = run_cli(*BASE, *args, "--out", str(out), "--json")
+        return res, out
+
+    return _run
+
+
+def test_json_summary_schema(run):
+    res, out = run("--concurrency", "1,8,max", "--trace")
+    assert res.code == 0, res.stderr
+    doc = json.loads(res.stdout)  # exactly one JSON document on stdout
+    assert doc["kind"] == "simulate" and doc["model_executed"] is False and doc["benchmark_executed"] is False
+    assert {"levels", "knee", "stopped", "plan", "engine", "step_time", "deployment"} <= set(doc)
+    assert [lv["concurrency"] for lv in doc["levels"]] == [1, 8, "max"]
+    for lv in doc["levels"]:
+        assert LEVEL_KEYS <= set(lv)
+        assert SERVER_METRICS_KEYS <= set(lv["server_metrics"])
+        for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
+            assert STAT_KEYS <= set(lv[key])
+        assert lv["completed"] == 40 and lv["failed"] == 0
+    assert doc["deployment"]["interconnect"] == "nvlink"
+    on_disk = json.loads((out / "summary.json").read_text())
+    assert on_disk == doc
+    lines = (out / "requests.jsonl").read_text().splitlines()
+    assert len(lines) == 120
+    trace = [json.loads(line) for line in (out / "trace.jsonl").read_text().splitlines()]
+    assert trace and {"t", "num_prefill_seqs", "num_decode_seqs", "prefill_tokens", "decode_tokens", "kv_blocks_used",
+                      "num_waiting", "preemptions"} <= set(trace[0])
+    assert max(row["kv_blocks_used"] for row in trace) <= doc["plan"]["num_kv_blocks"]
+
+
+def test_engine_holds_exactly_the_planned_blocks(run, cli):
+    res, _ = run("--concurrency", "4")
+    doc = json.loads(res.stdout)
+    plan = json.loads(cli("plan", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--json").stdout)
+    assert doc["plan"]["num_kv_blocks"] == plan["kv_capacity_tokens"] // 16
+    assert doc["levels"][0]["server_metrics"]["num_kv_blocks"] == doc["plan"]["num_kv_blocks"]
+
+
+def test_same_seed_byte_identical_summary(run, tmp_path):
+    args = ("--rate", "5,20", "--seed", "7", "--shared-prefix", "64x2")
+    a, out_a = run(*args, out=tmp_path / "a")
+    b, out_b = run(*args, out=tmp_path / "b")
+    c, _ = run("--rate", "5,20", "--seed", "8", "--shared-prefix", "64x2", out=tmp_path / "c")
+    assert a.code == b.code == c.code == 0
+    assert a.stdout == b.stdout
+    assert (out_a / "summary.json").read_bytes() == (out_b / "summary.json").read_bytes()
+    assert (out_a / "requests.jsonl").read_bytes() == (out_b / "requests.jsonl").read_bytes()
+    assert a.stdout != c.stdout
+    assert json.loads(a.stdout)["levels"][0]["server_metrics"]["prefix_cache_hit_rate"] > 0
+
+
+def test_engine_defaults_and_overrides(run):
+    res, _ = run("--concurrency", "2", "--engine-defaults", "sglang", "--max-num-batched-tokens", "1024", "--no-prefix-caching")
+    doc = json.loads(res.stdout)
+    assert doc["engine"]["defaults"] == "sglang" and doc["engine"]["max_num_batched_tokens"] == 1024
+    assert doc["engine"]["enable_prefix_caching"] is False
+    assert doc["levels"][0]["server_metrics"]["prefix_cache_hit_rate"] is None
+    res, _ = run("--concurrency", "2")
+    assert json.loads(res.stdout)["engine"]["max_num_seqs"] == 1024  # vLLM on a >= 70 GiB GPU
+
+
+def test_step_params_change_the_prediction(run):
+    slow, _ = run("--concurrency", "1", "--step-params", "bw_efficiency=0.4")
+    fast, _ = run("--concurrency", "1", "--step-params", "bw_efficiency=0.8")
+    tpot = lambda r: json.loads(r.stdout)["levels"][0]["tpot_ms"]["p50"]  # noqa: E731
+    assert tpot(slow) > 1.5 * tpot(fast)  # C=1 decode is memory-bound: half the bandwidth, ~twice the TPOT
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--concurrency", "0"], "concurrency"),
+    (["--concurrency", "1", "--rate", "2"], "both given"),
+    (["--rate", "abc"], "--rate"),
+    (["--concurrency", "1", "--engine-defaults", "tgi"], "--engine-defaults"),
+    (["--concurrency", "1", "--step-params", "mfu=2"], "mfu"),
+    (["--concurrency", "1", "--step-params", "speed=1"], "unknown step-time parameter"),
+    (["--concurrency", "max", "--duration", "5"], "--duration"),
+    (["--concurrency", "1", "--requests", "0"], "--requests"),
+    (["--concurrency", "1", "--gpu", "h900"], "h900"),
+    (["--concurrency", "1", "--isl", "0"], "--isl"),
+])
+def test_bad_input_is_one_line_no_traceback(run, args, needle):
+    res, _ = run(*args)
+    assert res.code != 0
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], res.stderr
+    assert "Traceback" not in res.stderr and res.stdout == ""
+
+
+def test_table_mode_prints_levels(tmp_path):
+    from conftest import run_cli
+
+    res = run_cli(*BASE, "--concurrency", "1,4", "--out", str(tmp_path))
+    assert res.code == 0
+    assert "kneecap simulate" in res.stdout and "TTFT p50 (ms)" in res.stdout
