@@ -15,7 +15,7 @@ from kneecap.report.render import build_document
 
 ALLOWED_TAGS = {"html", "head", "meta", "title", "style", "body", "main", "nav", "a", "h1", "h2", "h3", "p", "div",
                 "strong", "pre", "code", "table", "caption", "thead", "tbody", "tr", "th", "td", "figure", "img",
-                "figcaption", "footer"}
+                "figcaption", "footer", "dl", "dt", "dd"}
 
 
 class _Tags(HTMLParser):

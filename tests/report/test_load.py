@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kneecap.errors import KneecapError
-from kneecap.report.levels import parse_slo, preflight_limit, time_series
+from kneecap.report.levels import level_panels, parse_slo, preflight_limit, slo_spec, time_series
 from kneecap.report.load import load_results
 
 
@@ -89,3 +89,34 @@ def test_time_series_aliases():
     assert series["kv_usage"] == [pytest.approx(0.10), pytest.approx(0.55)]
     assert series["queue"] == [3.0, 0.0] and series["running"] == [5.0, 7.0]
     assert time_series([{"t": 1.0}]) is None
+
+
+def test_level_panels_split_a_trace_whose_clock_restarts_per_level():
+    levels = [{"concurrency": 1, "server_metrics": {"num_kv_blocks": 100}}, {"concurrency": 8}]
+    rows = [{"level": 0, "t": 0.0, "kv_blocks_used": 10, "num_waiting": 0, "num_running": 1},
+            {"level": 0, "t": 5.0, "kv_blocks_used": 20, "num_waiting": 0, "num_running": 1},
+            {"level": 1, "t": 0.0, "kv_blocks_used": 50, "num_waiting": 4, "num_running": 8}]
+    summary = {"plan": {"num_kv_blocks": 200}}
+    panels = level_panels(rows, summary, levels)
+    assert [p["label"] for p in panels] == ["C=1", "C=8"]
+    assert panels[0]["kv_usage"] == [pytest.approx(0.10), pytest.approx(0.20)]  # the level's own pool
+    assert panels[1]["kv_usage"] == [pytest.approx(0.25)]  # falls back to the plan's pool
+    assert panels[1]["queue"] == [4.0]
+    many = level_panels([{"level": i, "t": 0.0, "num_waiting": i} for i in range(20)], {}, [], max_panels=5)
+    assert [p["label"] for p in many] == ["level 0", "level 5", "level 10", "level 14", "level 19"]
+
+
+def test_preflight_limit_derived_from_a_simulate_summary():
+    # 138,304 tokens of KV; 1000 + 200 tokens per request = 75 blocks of 16 = 1,200 tokens -> 115 requests
+    summary = {"load": "concurrency", "plan": {"kv_capacity_tokens": 138304}, "workload": {"isl": 1000, "osl": 200},
+               "deployment": {"block_size": 16}}
+    assert preflight_limit(summary, []) == 115
+    summary["workload"]["isl"] = None  # a length distribution, not a fixed length: no limit claimed
+    assert preflight_limit(summary, []) is None
+
+
+def test_slo_from_the_recorded_command_line():
+    assert slo_spec({"manifest": {"command": ["kneecap", "simulate", "--slo", "ttft_p99_ms=2000"]}}) == "ttft_p99_ms=2000"
+    assert slo_spec({"manifest": {"command": ["kneecap", "bench", "--slo=itl_p99_ms=50"]}}) == "itl_p99_ms=50"
+    assert slo_spec({"slo": {"ttft_p99_ms": 1}, "manifest": {"command": ["--slo", "x"]}}) == {"ttft_p99_ms": 1}
+    assert slo_spec({}) is None

@@ -23,7 +23,7 @@ def test_bench_report_writes_markdown_plots_and_html(bench_dir):
     md = paths[".md"].read_text()
     # every image the markdown links exists next to it, and is a PNG
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
-    assert {Path(link).stem for link in links} >= {"throughput", "latency", "frontier", "occupancy", "chunks"}
+    assert {Path(link).stem for link in links} == {"throughput", "latency", "frontier", "peaks", "chunks"}
     for link in links:
         assert (bench_dir / link).read_bytes().startswith(b"\x89PNG")
 
@@ -55,7 +55,7 @@ def test_simulate_page_is_unmistakably_simulated_and_plots_the_trace(sim_dir):
     assert "SIMULATED — not measured on a real server" in page
     assert "tone-simulated" in page and "MEASURED" not in page
     names = [f.name for f in doc.figures]
-    assert "occupancy" in names
+    assert {"occupancy", "peaks"} <= set(names)
     occupancy = next(f for f in doc.figures if f.name == "occupancy")
     assert "over time" in occupancy.title  # from the trace, not the per-level peaks
 

@@ -86,10 +86,11 @@ class Table:
 
 @dataclass(frozen=True)
 class KeyValues:
-    """A two-column list of facts (manifest, ledger lines)."""
+    """A two-column list of facts (manifest, ledger lines); `compact` lays many short facts out in a grid."""
 
     items: tuple[tuple[str, str], ...]
     caption: str | None = None
+    compact: bool = False
 
 
 @dataclass(frozen=True)

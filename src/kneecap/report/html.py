@@ -55,6 +55,12 @@ table.kv td:first-child { color: #57606a; width: 240px; }
 table.kv td { text-align: left; white-space: normal; word-break: break-word; }
 table.glossary td { text-align: left; white-space: normal; vertical-align: top; }
 table.glossary td:first-child { font-weight: 600; white-space: nowrap; }
+.grid-caption { color: #57606a; font-style: italic; font-size: 12.5px; margin: 10px 0 4px; }
+dl.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(260px, 1fr)); gap: 2px 18px; margin: 0 0 16px;
+          padding: 8px 10px; border: 1px solid #d0d7de; border-radius: 6px; font-size: 12.5px; }
+dl.grid div { display: flex; gap: 8px; min-width: 0; }
+dl.grid dt { color: #57606a; white-space: nowrap; }
+dl.grid dd { margin: 0; word-break: break-word; }
 figure { margin: 14px 0 22px; }
 figure img { display: block; max-width: 100%; height: auto; border: 1px solid #d0d7de; border-radius: 6px; }
 figcaption { font-size: 12.5px; color: #57606a; margin-top: 4px; }
@@ -117,6 +123,10 @@ def to_html(doc: Document) -> str:
             parts.append(f"<pre><code>{escape(block.text)}</code></pre>")
         elif isinstance(block, Table):
             parts.append(_table(block.columns, block.rows, block.caption, block.row_tones))
+        elif isinstance(block, KeyValues) and block.compact:
+            cap = f"<p class=\"grid-caption\">{escape(block.caption)}</p>" if block.caption else ""
+            cells = "".join(f"<div><dt>{escape(k)}</dt><dd>{escape(v)}</dd></div>" for k, v in block.items)
+            parts.append(f'{cap}<dl class="grid">{cells}</dl>')
         elif isinstance(block, KeyValues):
             parts.append(_table(("item", "value"), block.items, block.caption, css_class="kv", header=False))
         elif isinstance(block, Figure):

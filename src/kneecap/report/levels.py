@@ -76,7 +76,28 @@ def preflight_limit(summary: dict, levels: list[dict]) -> float | None:
             if is_number(lv.get("concurrency")) and preflight_verdict(lv) == "fits"]
     if fits and any(preflight_verdict(lv) in ("tight", "exceeds") for lv in levels):
         return max(fits)
-    return None
+    return _derived_preflight_limit(summary)
+
+
+def _derived_preflight_limit(summary: dict) -> float | None:
+    """A simulate summary carries its plan's KV capacity and a fixed ISL/OSL: run the same pure preflight
+    (kneecap.plan.preflight) on them. None when any input is missing or lengths are not fixed."""
+    plan, workload = summary.get("plan"), summary.get("workload")
+    deployment = summary.get("deployment") if isinstance(summary.get("deployment"), dict) else {}
+    if not (isinstance(plan, dict) and isinstance(workload, dict) and summary.get("load", "concurrency") == "concurrency"):
+        return None
+    capacity, isl, osl = plan.get("kv_capacity_tokens"), workload.get("isl"), workload.get("osl")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (capacity, isl, osl)):
+        return None
+    block_size = deployment.get("block_size") if isinstance(deployment.get("block_size"), int) else 16
+    from kneecap.errors import KneecapError
+    from kneecap.plan.preflight import preflight
+
+    try:
+        return float(preflight(capacity, isl=isl, osl=osl, concurrencies=[1], block_size=block_size)
+                     .max_safe_concurrency)
+    except KneecapError:
+        return None
 
 
 def knee_load(summary: dict) -> float | None:
@@ -112,6 +133,21 @@ def parse_slo(slo: object) -> dict[str, dict[str, float]]:
         if match:
             out.setdefault(f"{match['metric']}_ms", {})[match["pct"]] = limit
     return out
+
+
+def slo_spec(summary: dict) -> object:
+    """The run's SLO: the summary's `slo`, else the `--slo` value on the recorded command line."""
+    if summary.get("slo"):
+        return summary["slo"]
+    manifest = summary.get("manifest") if isinstance(summary.get("manifest"), dict) else {}
+    argv = manifest.get("command")
+    if isinstance(argv, list):
+        for i, arg in enumerate(argv):
+            if arg == "--slo" and i + 1 < len(argv) and isinstance(argv[i + 1], str):
+                return argv[i + 1]
+            if isinstance(arg, str) and arg.startswith("--slo="):
+                return arg.split("=", 1)[1]
+    return None
 
 
 def points_of(levels: list[dict]) -> list[LoadPoint]:
@@ -168,7 +204,7 @@ def time_series(rows: tuple | list, kv_blocks_total: float | None = None) -> dic
         usage = _fraction(_first_number(row, ("kv_usage", "kv_cache_usage", "gpu_cache_usage")))
         if usage is None:
             used = _first_number(row, ("kv_blocks_used", "blocks_used", "num_blocks_used"))
-            total = _first_number(row, ("kv_blocks_total", "blocks_total", "num_blocks")) or kv_blocks_total
+            total = _first_number(row, ("kv_blocks_total", "blocks_total", "num_kv_blocks")) or kv_blocks_total
             usage = used / total if used is not None and total else None
         t.append(when)
         kv.append(usage)
@@ -177,3 +213,41 @@ def time_series(rows: tuple | list, kv_blocks_total: float | None = None) -> dic
     if not t or (all(v is None for v in kv) and all(v is None for v in queue)):
         return None
     return {"t": t, "kv_usage": kv, "queue": queue, "running": running}
+
+
+def kv_blocks_total(summary: dict, level: dict | None) -> float | None:
+    """The KV pool in blocks: the level's server metrics, else the summary's (plan) figure."""
+    sm = level.get("server_metrics") if isinstance(level, dict) else None
+    for source, key in ((sm, "num_kv_blocks"), (summary, "kv_blocks_total"), (summary.get("plan"), "num_kv_blocks")):
+        if isinstance(source, dict) and is_number(source.get(key)):
+            return float(source[key])
+    return None
+
+
+def level_panels(rows: tuple | list, summary: dict, levels: list[dict], max_panels: int = 8) -> list[dict]:
+    """Trace/timeline rows split per level (each level's clock may restart at 0): one series per panel.
+
+    Rows without a 'level' key form one panel. Each panel is a time_series dict plus 'label'.
+    With more than max_panels levels, panels are picked evenly, always keeping the first and last.
+    """
+    groups: dict = {}
+    for row in rows:
+        key = row.get("level") if isinstance(row.get("level"), int) else None
+        groups.setdefault(key, []).append(row)
+    panels = []
+    for key in sorted(groups, key=lambda k: (k is None, k if k is not None else 0)):
+        level = levels[key] if key is not None and 0 <= key < len(levels) else None
+        series = time_series(groups[key], kv_blocks_total(summary, level))
+        if series is None:
+            continue
+        if level is not None:
+            from kneecap.report.numbers import load_text
+
+            label = load_text(level)
+        else:
+            label = f"level {key}" if key is not None else "whole run"
+        panels.append({**series, "label": label})
+    if len(panels) > max_panels:
+        step = (len(panels) - 1) / (max_panels - 1)
+        panels = [panels[round(i * step)] for i in range(max_panels)]
+    return panels

@@ -217,36 +217,50 @@ def ledger_bars(groups: Sequence[tuple[str, Sequence[tuple[str, dict, str]]]], h
 
 
 @_plain_text
-def occupancy_over_time(times_s: Sequence[float], kv_usage: Sequence[float | None],
-                        queue_depth: Sequence[float | None], source: str,
-                        running: Sequence[float | None] | None = None) -> bytes | None:
-    """KV usage (% of blocks) and queue depth (requests) over time (s), on twin y axes."""
-    if not times_s or (all(v is None for v in kv_usage) and all(v is None for v in queue_depth)):
+def occupancy_over_time(panels: Sequence[dict], source: str) -> bytes | None:
+    """KV usage (% of blocks) and queue depth (requests) over time (s), one small panel per level.
+
+    panels: [{'label', 't' (s), 'kv_usage' (fraction or None), 'queue' (requests or None),
+    'running' (requests or None)}], e.g. from kneecap.report.levels.level_panels.
+    """
+    panels = [p for p in panels if p.get("t")]
+    if not panels:
         return None
-    fig, axes = _figure()
-    ax = axes[0][0]
-    handles = []
-    kv = [(t, v * 100) for t, v in zip(times_s, kv_usage) if v is not None]
-    if kv:
-        handles += ax.plot([t for t, _ in kv], [v for _, v in kv], color=PALETTE[2], label="KV usage (%)")
-    ax.set_ylabel("KV cache usage (% of blocks)")
-    ax.set_ylim(0, 105)
-    ax.set_xlabel("time since run start (s)")
-    ax.grid(True, alpha=0.3)
-    ax2 = ax.twinx()
-    q = [(t, v) for t, v in zip(times_s, queue_depth) if v is not None]
-    if q:
-        handles += ax2.step([t for t, _ in q], [v for _, v in q], where="post", color=PALETTE[1],
-                            label="queue depth (waiting requests)")
-    if running:
-        r = [(t, v) for t, v in zip(times_s, running) if v is not None]
-        if r:
-            handles += ax2.step([t for t, _ in r], [v for _, v in r], where="post", color=PALETTE[0],
-                                alpha=0.6, label="running requests")
-    ax2.set_ylabel("requests")
-    ax2.set_ylim(bottom=0)
-    ax.set_title(f"KV occupancy and queue depth over time ({source})")
-    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8)
+    ncols = min(len(panels), 4)
+    nrows = (len(panels) + ncols - 1) // ncols
+    fig, axes = _figure(nrows, ncols, height_in=2.6 * nrows + 0.9, width_in=max(WIDTH_IN, 3.2 * ncols))
+    queue_top = max([v for p in panels for key in ("queue", "running") for v in (p.get(key) or []) if v is not None]
+                    + [1.0]) * 1.05
+    handles: dict = {}
+    for index, panel in enumerate(panels):
+        ax = axes[index // ncols][index % ncols]
+        kv = [(t, v * 100) for t, v in zip(panel["t"], panel["kv_usage"]) if v is not None]
+        if kv:
+            (handles["kv"],) = ax.plot([t for t, _ in kv], [v for _, v in kv], color=PALETTE[2],
+                                       label="KV cache usage (% of blocks, left axis)")
+        ax.set_ylim(0, 105)
+        ax.grid(True, alpha=0.3)
+        ax.set_title(panel["label"], fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax2 = ax.twinx()
+        ax2.tick_params(labelsize=7)
+        for key, color, label in (("queue", PALETTE[1], "queue depth: waiting requests (right axis)"),
+                                  ("running", PALETTE[0], "running requests (right axis)")):
+            pts = [(t, v) for t, v in zip(panel["t"], panel.get(key) or []) if v is not None]
+            if pts:
+                (handles[key],) = ax2.step([t for t, _ in pts], [v for _, v in pts], where="post", color=color,
+                                           alpha=0.8 if key == "queue" else 0.5, label=label)
+        ax2.set_ylim(0, queue_top)
+        if index % ncols == 0:
+            ax.set_ylabel("KV usage (%)", fontsize=8)
+        if index % ncols == ncols - 1 or index == len(panels) - 1:
+            ax2.set_ylabel("requests", fontsize=8)
+        if index // ncols == nrows - 1:
+            ax.set_xlabel("time in level (s)", fontsize=8)
+    for index in range(len(panels), nrows * ncols):
+        axes[index // ncols][index % ncols].set_visible(False)
+    fig.suptitle(f"KV occupancy and queue depth over time, per level ({source})")
+    fig.legend(handles=list(handles.values()), loc="outside lower center", ncols=3, fontsize=8)
     return _png(fig)
 
 

@@ -60,6 +60,8 @@ def flatten(prefix: str, value: object, out: list[tuple[str, str]]) -> None:
             flatten(f"{prefix}[{i}]", sub, out)
     elif isinstance(value, (list, tuple)):
         out.append((prefix, ", ".join(str(v) for v in value)))
+    elif isinstance(value, int) and not isinstance(value, bool):
+        out.append((prefix, f"{value:,}"))
     else:
         out.append((prefix, "—" if value is None else str(value)))
 
@@ -86,7 +88,7 @@ def manifest_blocks(summary: dict) -> list[Block]:
         shown = items[:MAX_MANIFEST_ITEMS]
         caption = "Environment manifest" + (f" (first {MAX_MANIFEST_ITEMS} of {len(items)} entries)"
                                             if len(items) > MAX_MANIFEST_ITEMS else "")
-        blocks.append(KeyValues(tuple(shown), caption=caption))
+        blocks.append(KeyValues(tuple(shown), caption=caption, compact=True))
     return blocks
 
 

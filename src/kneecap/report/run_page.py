@@ -14,7 +14,7 @@ from kneecap.report import numbers as fmt
 from kneecap.report import plots
 from kneecap.report.document import Block, Cell, Code, Document, Figure, Heading, KeyValues, Paragraph, Table
 from kneecap.report.glossary import PLAN_TERMS, SWEEP_TERMS, glossary
-from kneecap.report.levels import time_series
+from kneecap.report.levels import level_panels
 from kneecap.report.load import PLAN_KEYS, Results
 from kneecap.report.plan_page import ledger_blocks, ledger_figure
 from kneecap.report.provenance import flatten, manifest_blocks, missing_block, source_banner
@@ -152,10 +152,9 @@ def run_figures(results: Results, cells: list[dict]) -> list[Figure]:
     png = plots.frontier([(name, pts) for name, pts in front.items()])
     if png:
         out.append(Figure("frontier", "Throughput–latency frontier per candidate", png))
-    series = time_series(results.trace) if results.trace else None
-    if series is not None:
-        png = plots.occupancy_over_time(series["t"], series["kv_usage"], series["queue"], "simulator trace",
-                                        series["running"])
+    panels = level_panels(results.trace, results.summary, []) if results.trace else []
+    if panels:
+        png = plots.occupancy_over_time(panels, "simulator trace")
         if png:
             out.append(Figure("occupancy", "KV occupancy and queue depth over time", png))
     sizes = [k for rec in results.records if rec.status == "ok" and not rec.warmup for k in rec.chunk_tokens]

@@ -12,10 +12,10 @@ from kneecap.report import plots
 from kneecap.report.document import Block, Cell, Document, Figure, Heading, KeyValues, Paragraph, Table
 from kneecap.report.glossary import SWEEP_TERMS, glossary
 from kneecap.report.levels import (LATENCY_KEYS, LATENCY_LABELS, is_suspect, knee_load, levels_of, load_axis,
-                                   parse_slo, points_of, preflight_limit, preflight_verdict, suspect_reason,
-                                   time_series)
+                                   level_panels, parse_slo, points_of, preflight_limit, preflight_verdict, slo_spec,
+                                   suspect_reason)
 from kneecap.report.load import Results
-from kneecap.report.provenance import manifest_blocks, missing_block, source_banner
+from kneecap.report.provenance import flatten, manifest_blocks, missing_block, source_banner
 
 MAX_ERROR_SAMPLES = 3  # distinct error messages shown per (level, kind)
 PLOT_LATENCIES = (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E"))
@@ -28,10 +28,12 @@ def _pct(stats: object, name: str) -> str:
 def subject_of(summary: dict) -> str:
     """A short 'what was run' label: the model name and target, where the summary says."""
     manifest = summary.get("manifest") if isinstance(summary.get("manifest"), dict) else {}
-    for source in (summary, manifest):
+    deployment = summary.get("deployment") if isinstance(summary.get("deployment"), dict) else {}
+    for source in (summary, manifest, deployment):
         for key in ("model", "model_name", "served_model"):
             if isinstance(source.get(key), str):
-                return source[key]
+                gpu = deployment.get("gpu") if source is deployment else None
+                return f"{source[key]} on {gpu}" if isinstance(gpu, str) else source[key]
     return ""
 
 
@@ -52,12 +54,13 @@ def headline(summary: dict, levels: list[dict], limit: float | None) -> KeyValue
     if isinstance(stopped, dict):
         at = stopped.get("at")
         at_text = fmt.load_text(at) if isinstance(at, dict) else f"{load_name} {at}"
-        items.append(("stopped early", f"at {at_text}: {stopped.get('reason', 'no reason recorded')}"))
+        detail = f" — {stopped['detail']}" if isinstance(stopped.get("detail"), str) else ""
+        items.append(("stopped early", f"at {at_text}: {stopped.get('reason', 'no reason recorded')}{detail}"))
     else:
         items.append(("stopped early", "no: every planned level ran"))
     if limit is not None:
         items.append(("preflight KV limit", f"C={fmt.count(limit)} concurrent requests (worst case fits the KV pool)"))
-    slo = summary.get("slo")
+    slo = slo_spec(summary)
     if slo:
         items.append(("SLO", slo if isinstance(slo, str) else ", ".join(f"{k}={v}" for k, v in slo.items())))
     suspects = [f"{fmt.load_text(lv)} ({suspect_reason(lv)})" for lv in levels if is_suspect(lv)]
@@ -206,28 +209,41 @@ def figures(results: Results, levels: list[dict], limit: float | None) -> list[F
 
     add("throughput", f"Output throughput vs {load_name}",
         plots.throughput_vs_load(points, load_name, load_unit, knee_load(summary), limit, subject),
-        "The star marks the knee; the dashed green line is the memory preflight limit (worst-case KV fits).")
+        " ".join(filter(None, (
+            "The star marks the knee." if knee_load(summary) is not None else "No knee was found in these levels.",
+            "The dashed green line is the memory preflight limit (worst-case KV fits)." if limit is not None else "",
+            "Circled points are suspect levels (client lag)." if any(p.suspect for p in points) else ""))))
     add("latency", f"Latency percentiles vs {load_name}",
-        plots.latency_vs_load(points, load_name, load_unit, PLOT_LATENCIES, parse_slo(summary.get("slo"))),
+        plots.latency_vs_load(points, load_name, load_unit, PLOT_LATENCIES, parse_slo(slo_spec(summary))),
         "Dashed red lines are the SLO limits declared for the run.")
     frontier_pts = [(lv["tpot_ms"]["p99"], lv["output_tok_s"], fmt.load_text(lv)) for lv in levels
                     if isinstance(lv.get("tpot_ms"), dict) and fmt.is_number(lv["tpot_ms"].get("p99"))
                     and fmt.is_number(lv.get("output_tok_s"))]
     add("frontier", "Throughput–latency frontier", plots.frontier([(subject or results.name, frontier_pts)]))
-    kv_total = summary.get("kv_blocks_total") if fmt.is_number(summary.get("kv_blocks_total")) else None
-    series = time_series(results.trace, kv_total) if results.trace else None
+    panels = level_panels(results.trace, summary, levels) if results.trace else []
     source = "simulator trace"
-    if series is None and results.timeline:
-        series, source = time_series(results.timeline, kv_total), "server metrics"
-    if series is not None:
-        add("occupancy", "KV occupancy and queue depth over time",
-            plots.occupancy_over_time(series["t"], series["kv_usage"], series["queue"], source, series["running"]))
-    else:
-        add("occupancy", f"Peak KV occupancy and queue depth vs {load_name}",
-            plots.peaks_vs_load(points, load_name, load_unit))
+    if not panels and results.timeline:
+        panels, source = level_panels(results.timeline, summary, levels), "server metrics"
+    if panels:
+        add("occupancy", "KV occupancy and queue depth over time", plots.occupancy_over_time(panels, source))
+    add("peaks", f"Peak KV occupancy and queue depth vs {load_name}", plots.peaks_vs_load(points, load_name, load_unit))
     add("chunks", "Tokens per streamed chunk", plots.tokens_per_chunk_histogram(chunk_sizes(results.records)),
         "A chunk carrying k tokens counts as k tokens in ITL; many multi-token chunks mean per-token timing is coarse.")
     return out
+
+
+CONFIG_KEYS = ("deployment", "engine", "workload", "plan", "step_time", "load", "seed", "status", "base_url",
+               "endpoint", "server")
+
+
+def configuration(summary: dict) -> KeyValues | None:
+    """What was run: deployment, engine limits, workload, KV plan figures, step-time constants, seed."""
+    items: list[tuple[str, str]] = []
+    for key in CONFIG_KEYS:
+        if key in summary and summary[key] is not None:
+            flatten(key, summary[key], items)
+    return KeyValues(tuple(items), caption="Deployment, engine, workload and seed as recorded (units in the names)",
+                     compact=True) if items else None
 
 
 def sweep_document(results: Results) -> Document:
@@ -243,6 +259,9 @@ def sweep_document(results: Results) -> Document:
     if not levels:
         blocks.append(Paragraph("This summary holds no levels: nothing ran to completion.", "warning"))
     blocks += [Heading("Headline"), headline(summary, levels, limit)]
+    config = configuration(summary)
+    if config:
+        blocks += [Heading("Configuration"), config]
     figs = figures(results, levels, limit) if levels else []
     if figs:
         blocks.append(Heading("Plots"))
