@@ -1,0 +1,106 @@
+"""`kneecap serve`: plan flags -> SimTarget -> the simulated engine behind an OpenAI-compatible HTTP server.
+
+Thin: builds the target as `kneecap simulate` does, starts aiohttp on --host/--port (0 picks a free
+port), prints one line `kneecap serve: listening on http://HOST:PORT ...` on stdout once the socket
+is bound (scripts and `kneecap demo` read the port from it), and runs until SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from kneecap.cli.app import app
+from kneecap.errors import KneecapError
+
+READY_PREFIX = "kneecap serve: listening on "
+
+
+@app.command("serve")
+def serve(
+    preset: Optional[str] = typer.Option(None, "--preset", help="Model preset name, e.g. llama-3.1-8b"),
+    model: Optional[str] = typer.Option(None, "--model", help="Preset, config.json, folder or org/name"),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name, e.g. h100-sxm (see kneecap plan --list-gpus)"),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree"),
+    pp: int = typer.Option(1, "--pp", help="Pipeline stages"),
+    weight_dtype: Optional[str] = typer.Option(None, "--weight-dtype", help="bf16, fp8, nvfp4, ... (default: as the checkpoint ships)"),
+    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="bf16, fp16 or fp8"),
+    params: Optional[float] = typer.Option(None, "--params", help="Total parameters (override)"),
+    context: Optional[int] = typer.Option(None, "--context", help="max_model_len: advertised max tokens per sequence (default: the model's)"),
+    block_size: int = typer.Option(16, "--block-size", help="Tokens per KV block"),
+    overhead_gib: float = typer.Option(4.0, "--overhead-gib", help="Activations + workspace + graphs per GPU, GiB"),
+    frag: float = typer.Option(0.05, "--frag", help="Fragmentation headroom fraction"),
+    mem_util: Optional[float] = typer.Option(None, "--mem-util", help="Fraction of HBM the engine may use (1.0)"),
+    hbm: str = typer.Option("datasheet", "--hbm", help="datasheet | device | framework | bytes per GPU"),
+    engine_defaults: str = typer.Option("vllm", "--engine-defaults", help="vllm or sglang: whose scheduler defaults to mimic"),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Sequences running at once (default: the engine's)"),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Tokens per step (default: the engine's)"),
+    calibration: Optional[str] = typer.Option(None, "--calibration", help="Step-time constants from `kneecap calibrate --out FILE` (or k=v pairs)"),
+    served_model_name: Optional[str] = typer.Option(None, "--served-model-name", help="Model id in /v1/models (default: the model's name)"),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind"),
+    port: int = typer.Option(8000, "--port", help="Port to bind (0: any free port; the ready line names it)"),
+    time_scale: float = typer.Option(1.0, "--time-scale", help="Wall seconds per simulated second: 1 real time, 2 twice as slow, 0.5 twice as fast"),
+    seed: int = typer.Option(0, "--seed", help="Accepted for symmetry with simulate; the served engine draws no random numbers"),
+) -> int:
+    """An OpenAI-compatible simulated engine on a local port, in real time (no GPU, no model download)."""
+    import asyncio
+    import signal
+    import sys
+
+    from kneecap.cli.plan import PlanFlags
+    from kneecap.serve.target import build_target, load_step_params
+
+    if not (0 <= port <= 65535):
+        raise KneecapError(f"--port must be 0..65535, got {port}", "pass e.g. --port 8000 (or 0 for any free port)")
+    if not (time_scale > 0):
+        raise KneecapError(f"--time-scale must be > 0, got {time_scale}", "pass e.g. --time-scale 1")
+    flags = PlanFlags(preset=preset, model=model, gpu=gpu, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                      params=params, context=context, mean_context=None, block_size=block_size,
+                      overhead_gib=overhead_gib, frag=frag, mem_util=mem_util, hbm=hbm)
+    target = build_target(flags, engine_defaults=engine_defaults, max_num_seqs=max_num_seqs,
+                          max_num_batched_tokens=max_num_batched_tokens, step_params=load_step_params(calibration))
+
+    from aiohttp import web
+
+    from kneecap.serve.app import build_app
+
+    try:
+        import uvloop  # optional: a faster event loop when installed
+    except ImportError:  # pragma: no cover
+        uvloop = None
+
+    async def main() -> None:
+        application = build_app(target, time_scale=time_scale, served_model_name=served_model_name)
+        runner = web.AppRunner(application, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port, backlog=2048, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise KneecapError(f"cannot bind {host}:{port}: {exc.strerror or exc}",
+                               "pick another --port (or --port 0 for any free one)") from None
+        bound = runner.addresses[0]
+        bound_host, bound_port = bound[0], bound[1]
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        plan = target.plan
+        print(f"{READY_PREFIX}http://{shown}:{bound_port} — {target.model_name} on {target.deployment.num_gpus}x "
+              f"{target.deployment.gpu.name}, {plan.num_kv_blocks} KV blocks of {plan.block_size} tokens, "
+              f"max_num_seqs {target.config.max_num_seqs}, time scale {time_scale:g} (simulated; no model executed)",
+              flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            await runner.cleanup()
+
+    if uvloop is not None:
+        uvloop.run(main())
+    else:  # pragma: no cover
+        asyncio.run(main())
+    print("kneecap serve: stopped", file=sys.stderr)
+    return 0

@@ -1,0 +1,48 @@
+"""/metrics of the simulated server in vLLM's Prometheus names (text exposition format 0.0.4).
+
+Owns the metric names, types and help strings; the numbers come from RealtimeEngine. Names as vLLM V1
+exports them (vllm/v1/metrics/loggers.py PrometheusStatLogger): vllm:num_requests_running,
+vllm:num_requests_waiting, vllm:kv_cache_usage_perc (a 0-1 fraction despite the name) and its older alias
+vllm:gpu_cache_usage_perc, vllm:num_preemptions_total, vllm:prompt_tokens_total,
+vllm:generation_tokens_total, vllm:request_success_total, and vllm:cache_config_info (an info gauge whose
+labels are CacheConfig.metrics_info(): block_size, num_gpu_blocks, ...). kneecap:* are this server's own.
+"""
+
+from __future__ import annotations
+
+
+def _label_value(value) -> str:
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def exposition(model_name: str, gauges: dict, counters, engine_name: str = "0") -> str:
+    """The /metrics body. gauges: RealtimeEngine.gauges(); counters: ServerCounters."""
+    labels = f'engine="{engine_name}",model_name="{_label_value(model_name)}"'
+    rows = [
+        ("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", gauges["num_running"]),
+        ("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", gauges["num_waiting"]),
+        ("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", gauges["kv_usage"]),
+        ("vllm:gpu_cache_usage_perc", "gauge", "GPU KV-cache usage. 1 means 100 percent usage (deprecated alias).",
+         gauges["kv_usage"]),
+        ("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.",
+         gauges["num_preemptions"]),
+        ("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", counters.prompt_tokens_total),
+        ("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
+         counters.generation_tokens_total),
+        ("vllm:request_success_total", "counter", "Count of successfully processed requests.",
+         counters.requests_finished_total),
+        ("kneecap:requests_aborted_total", "counter", "Requests whose client went away before the end.",
+         counters.requests_aborted_total),
+        ("kneecap:lag_seconds", "gauge", "How far the simulated engine runs behind the wall clock (virtual s).",
+         counters.lag_s),
+        ("kneecap:virtual_time_seconds", "gauge", "The simulated engine's clock.", gauges["virtual_s"]),
+    ]
+    out = []
+    for name, kind, help_text, value in rows:
+        base = name[:-6] if kind == "counter" and name.endswith("_total") else name
+        out.append(f"# HELP {base} {help_text}\n# TYPE {base} {kind}\n{name}{{{labels}}} {float(value)!r}\n")
+    info = (f'block_size="{gauges["block_size"]}",cache_dtype="auto",enable_prefix_caching="{bool(gauges.get("prefix_caching"))}",'
+            f'engine="{engine_name}",num_gpu_blocks="{gauges["num_kv_blocks"]}"')
+    out.append("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+               f"# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{{{info}}} 1.0\n")
+    return "".join(out)
