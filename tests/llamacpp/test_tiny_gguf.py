@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from kneecap.errors import KneecapError
-from kneecap.testing.tiny_gguf import (BOS_ID, EOS_ID, FIRST_CHAR_ID, SPACE_PIECE, UNK_ID, TinyLlamaConfig,
-                                       vocabulary, write_tiny_gguf)
+from kneecap.testing.tiny_gguf import (BOS_ID, CHARACTERS, EOS_ID, FIRST_CHAR_ID, SPACE_PIECE, UNK_ID,
+                                       TinyLlamaConfig, vocabulary, write_tiny_gguf)
 
 gguf = pytest.importorskip("gguf")
 
@@ -67,8 +67,11 @@ def test_metadata_and_tensor_shapes_match_the_config(tmp_path):
 def test_suppressed_tokens_lose_to_every_character_for_any_residual(tmp_path):
     """Dimension 0 of the residual is +1 and never written by a layer, so after RMSNorm it is
     positive; control and byte tokens read only that dimension, with a large negative weight."""
-    reader = gguf.GGUFReader(write_tiny_gguf(tmp_path / "m.gguf"))
+    config = TinyLlamaConfig(pad_vocab_to=1000)
+    reader = gguf.GGUFReader(write_tiny_gguf(tmp_path / "m.gguf", config))
     tensors = {t.name: np.array(t.data) for t in reader.tensors}
+    assert tensors["output.weight"].shape[0] == config.vocab_size == 1000
+    chars = slice(FIRST_CHAR_ID, FIRST_CHAR_ID + len(CHARACTERS))
     assert np.all(tensors["token_embd.weight"][:, 0] == 1.0)
     for name, array in tensors.items():
         if name.endswith(("attn_output.weight", "ffn_down.weight")):
@@ -79,7 +82,8 @@ def test_suppressed_tokens_lose_to_every_character_for_any_residual(tmp_path):
     hidden[:, 0] = 1.0
     hidden /= np.sqrt(np.mean(hidden**2, axis=1, keepdims=True))  # RMSNorm (unit weights)
     logits = hidden @ output.T
-    assert np.all(logits[:, :FIRST_CHAR_ID].max(axis=1) < logits[:, FIRST_CHAR_ID:].min(axis=1) - 100)
+    never = np.concatenate([logits[:, :FIRST_CHAR_ID], logits[:, chars.stop:]], axis=1)  # control, byte, padding
+    assert np.all(never.max(axis=1) < logits[:, chars].min(axis=1) - 100)
 
 
 def test_vocabulary_is_character_level():
@@ -87,6 +91,8 @@ def test_vocabulary_is_character_level():
     assert pieces[:3] == ["<unk>", "<s>", "</s>"]
     assert all(len(p) == 1 for p in pieces[FIRST_CHAR_ID:])
     assert len(set(pieces)) == len(pieces)
+    padded = [piece for piece, _ in vocabulary(pad_to=500)]
+    assert len(padded) == 500 and padded[:len(pieces)] == pieces and padded[-1] == f"<unused{500 - len(pieces) - 1}>"
 
 
 @pytest.mark.parametrize("kwargs, fragment", [
@@ -95,6 +101,7 @@ def test_vocabulary_is_character_level():
     ({"num_hidden_layers": 0}, "num_hidden_layers"),
     ({"hidden_size": 24, "num_attention_heads": 8, "num_key_value_heads": 8}, "odd"),
     ({"rms_norm_eps": 0.0}, "rms_norm_eps"),
+    ({"pad_vocab_to": -1}, "pad_vocab_to"),
 ])
 def test_bad_config_is_a_kneecap_error(kwargs, fragment):
     with pytest.raises(KneecapError, match=fragment):

@@ -19,7 +19,9 @@ Sources for what llama.cpp reads (ggml-org/llama.cpp, and the `gguf` package's c
 
 The vocabulary is character-level: <unk>, <s>, </s>, the 256 byte tokens, then one token per
 printable ASCII character and newline, so a prompt of n such characters is n tokens (plus
-BOS and the space prefix). Generation never emits a control or byte token: dimension 0 of
+BOS and the space prefix); `pad_vocab_to` appends "<unusedN>" tokens so that token-id
+prompts drawn from a real model's id range are valid. Generation never emits a control, byte
+or padding token: dimension 0 of
 the residual stream is a constant +1 no layer writes to, and the output rows of those tokens
 hold -SUPPRESS_LOGIT there (every other token's row holds 0), so their logits sit near
 -SUPPRESS_LOGIT at any temperature. Every generated token is therefore one printable
@@ -58,6 +60,8 @@ class TinyLlamaConfig:
     context_length: int = 4096
     rms_norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+    pad_vocab_to: int = 0  # pad the vocabulary with never-generated "<unusedN>" tokens up to this size
+
 
     def __post_init__(self) -> None:
         for name in ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
@@ -76,6 +80,9 @@ class TinyLlamaConfig:
                 f"num_key_value_heads {self.num_key_value_heads}", "GQA needs heads = k * kv_heads")
         if self.head_dim % 2:
             raise KneecapError(f"tiny GGUF head_dim {self.head_dim} is odd", "RoPE needs an even head_dim")
+        if not isinstance(self.pad_vocab_to, int) or self.pad_vocab_to < 0:
+            raise KneecapError(f"tiny GGUF pad_vocab_to must be an integer >= 0, got {self.pad_vocab_to!r}",
+                               "pass 0 (no padding) or a vocabulary size such as 32000")
         if not self.rms_norm_eps > 0:
             raise KneecapError(f"tiny GGUF rms_norm_eps must be > 0, got {self.rms_norm_eps!r}", "use 1e-5")
 
@@ -85,7 +92,7 @@ class TinyLlamaConfig:
 
     @property
     def vocab_size(self) -> int:
-        return len(vocabulary())
+        return len(vocabulary(self.pad_vocab_to))
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -93,14 +100,15 @@ class TinyLlamaConfig:
         return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * 2
 
 
-def vocabulary() -> list[tuple[str, int]]:
-    """(piece, gguf TokenType value) for every token id, in id order."""
+def vocabulary(pad_to: int = 0) -> list[tuple[str, int]]:
+    """(piece, gguf TokenType value) for every token id, in id order; "<unusedN>" (UNUSED) pad it to `pad_to`."""
     from gguf import TokenType
 
     tokens: list[tuple[str, int]] = [("<unk>", TokenType.UNKNOWN), ("<s>", TokenType.CONTROL),
                                      ("</s>", TokenType.CONTROL)]
     tokens += [(f"<0x{b:02X}>", TokenType.BYTE) for b in range(NUM_BYTE_TOKENS)]
     tokens += [(c, TokenType.NORMAL) for c in CHARACTERS]
+    tokens += [(f"<unused{i}>", TokenType.UNUSED) for i in range(max(0, pad_to - len(tokens)))]
     return [(piece, int(kind)) for piece, kind in tokens]
 
 
@@ -115,7 +123,8 @@ def write_tiny_gguf(path: str | Path, config: TinyLlamaConfig = TinyLlamaConfig(
         raise KneecapError(f"{out} is a folder", "pass a file path ending in .gguf")
     out.parent.mkdir(parents=True, exist_ok=True)
 
-    vocab = vocabulary()
+    vocab = vocabulary(config.pad_vocab_to)
+    n_chars_end = FIRST_CHAR_ID + len(CHARACTERS)  # ids past this are padding, never generated
     n_vocab, n_embd, n_ff = len(vocab), config.hidden_size, config.intermediate_size
     q_rows = config.num_attention_heads * config.head_dim
     kv_rows = config.num_key_value_heads * config.head_dim
@@ -169,8 +178,9 @@ def write_tiny_gguf(path: str | Path, config: TinyLlamaConfig = TinyLlamaConfig(
     writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
     output = normal(n_vocab, n_embd, std=n_embd ** -0.5)  # logits ~ N(0, 1): varied text
     output[:, 0] = 0.0
-    output[:FIRST_CHAR_ID, :] = 0.0
-    output[:FIRST_CHAR_ID, 0] = -SUPPRESS_LOGIT
+    for suppressed in (slice(0, FIRST_CHAR_ID), slice(n_chars_end, n_vocab)):
+        output[suppressed, :] = 0.0
+        output[suppressed, 0] = -SUPPRESS_LOGIT
     writer.add_tensor("output.weight", output)
 
     writer.write_header_to_file()
