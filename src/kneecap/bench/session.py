@@ -89,7 +89,7 @@ class BenchRun:
 
     summary: dict
     out_dir: Path
-    resumed_from: int | None = None
+    levels_already_done: list[int] = dataclasses.field(default_factory=list)  # --resume: levels kept from before
     nothing_to_do: bool = False
 
 
@@ -119,16 +119,15 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
     # 2. the results folder (fresh, or resumed)
     results = ResultsDir(out_dir if out_dir is not None else default_out_dir())
     state = SweepState(preflight=preflight_json, server=server_facts(info, opts.redact))
-    start = 0
+    done: frozenset[int] = frozenset()
     if resume:
-        start, state = _resume_state(results, plans, state)
-        if start is None:
-            previous = results.read_summary() or {}
-            return BenchRun(summary=previous, out_dir=results.path, nothing_to_do=True)
+        done, state = _resume_state(results, plans, state)
+        if done is None:
+            return BenchRun(summary=results.read_summary() or {}, out_dir=results.path, nothing_to_do=True)
     previous = results.read_manifest() or {} if resume else {}
     earlier_runs = previous.get("previous_runs", []) + ([{"created_at": previous.get("created_at"),
                                                           "command": previous.get("command")}] if previous else [])
-    results.write_manifest(argv, extra={"bench_options": opts.to_dict(), "resumed_at_level": start if resume else None,
+    results.write_manifest(argv, extra={"bench_options": opts.to_dict(), "levels_already_done": sorted(done),
                                         "previous_runs": earlier_runs, "model": None if opts.redact else model})
 
     setup = DriverSetup(cfg=_client_config(opts, model=model, api_key=api_key), prompts=prompt_source(opts),
@@ -156,7 +155,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
                       probe=lambda: server_answers(opts, api_key), poll_metrics=_metrics_poller(opts, api_key),
                       progress=progress, slo=slo, stop_limits=limits, knee_fn=find_knee, check_stop_fn=check_stop,
                       summarize_fn=summarize_level, sync=writer.sync)
-        summary = sweep.run(start)
+        summary = sweep.run(done)
         if summary.get("status") == STATUS_INTERRUPTED and pool is not None:
             pool.terminate()
             pool = None
@@ -165,24 +164,25 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
             pool.close()
         writer.close()
         progress.close()
-    return BenchRun(summary=summary, out_dir=results.path, resumed_from=start if resume else None)
+    return BenchRun(summary=summary, out_dir=results.path, levels_already_done=sorted(done))
 
 
-def _resume_state(results, plans: list[LevelPlan], fresh: SweepState) -> tuple[int | None, SweepState]:
-    """(first level to run, the state carried over) for --resume; records of unfinished levels set aside."""
+def _resume_state(results, plans: list[LevelPlan], fresh: SweepState) -> tuple[frozenset[int] | None, SweepState]:
+    """(levels already complete, the state carried over) for --resume, or (None, _) when nothing is left.
+
+    Records of levels that are not complete are moved to requests.discarded.jsonl first, so each
+    level's statistics come from exactly one full run of it. Preflight skips are decided again.
+    """
     previous = results.read_summary() or {}  # none yet: killed before the first level ended
-    done = set(results.completed_levels())
     stopped = previous.get("stopped")
     if stopped and stopped.get("reason") != "interrupted":
         return None, fresh  # the sweep ended by a rule: nothing to resume
-    kept = [lv for lv in previous.get("levels") or [] if lv.get("level") in done]
-    skipped = [s for s in previous.get("skipped") or [] if s.get("index") in done]  # re-decided below
-    start = first_incomplete(len(plans), done, set())
-    set_aside_records(results.records_path, done)
-    if start is None:
+    done = frozenset(results.completed_levels())
+    set_aside_records(results.records_path, set(done))
+    if first_incomplete(len(plans), set(done), set()) is None:
         return None, fresh
-    state = dataclasses.replace(fresh, levels=kept, skipped=skipped)
-    return start, state
+    kept = [lv for lv in previous.get("levels") or [] if lv.get("level") in done and not lv.get("partial")]
+    return done, dataclasses.replace(fresh, levels=kept)
 
 
 def _client_config(opts: BenchOptions, *, model: str, api_key: str | None):

@@ -15,7 +15,6 @@ from typing import Callable
 
 from kneecap.bench.level import LevelOutcome, LevelTask, run_task
 from kneecap.bench.options import KIND_CONCURRENCY, BenchOptions
-from kneecap.errors import KneecapError
 from kneecap.records import RequestRecord
 
 SUMMARY_KIND = "bench"
@@ -141,12 +140,15 @@ class Sweep:
         return summary
 
     # -- the loop ---------------------------------------------------------------------------
-    def run(self, start: int = 0) -> dict:
-        """Run levels from index `start`; return the final summary (also written to disk)."""
+    def run(self, done: frozenset[int] = frozenset()) -> dict:
+        """Run every level not in `done` (levels a resumed run already has), in order; return the
+        final summary (also written to disk)."""
         self.save()
         current = None
         try:
-            for plan in self.plans[start:]:
+            for plan in self.plans:
+                if plan.index in done:
+                    continue
                 current = plan
                 if self._skip_by_preflight(plan):
                     continue
@@ -172,9 +174,11 @@ class Sweep:
                                       slo=self._slo or None)
             partial.update(level=plan.index, partial=True, preflight=plan.verdict)
             self.state.levels.append(partial)
-        self.state.stopped = {"at": plan.value if plan is not None else None, "reason": "interrupted",
-                              "detail": "stopped by the user (Ctrl-C / SIGTERM); finished records are kept "
-                                        "and --resume re-runs the cut level"}
+        from kneecap.metrics.stop import INTERRUPTED, stop_record
+
+        self.state.stopped = stop_record(plan.value if plan is not None else None, INTERRUPTED,
+                                         "stopped by the user (Ctrl-C / SIGTERM); finished records are kept "
+                                         "and --resume re-runs the cut level")
         self.state.status = STATUS_INTERRUPTED
 
     def _skip_by_preflight(self, plan: LevelPlan) -> bool:
