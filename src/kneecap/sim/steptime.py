@@ -125,9 +125,11 @@ class StepTimeModel:
         n_slide = model.count_layers("sliding_attention")
         n_mla = model.count_layers("mla")
         # FLOPs per GPU, summed over all layers (pipeline stages run one after another)
-        params_active = deployment.params_override and model.active_params * deployment.params_override // model.total_params \
-            or model.active_params
-        self.flops_per_token = 2.0 * params_active / tp
+        # --params rescales the total; the active share stays the model's own (active / total)
+        active = model.active_params
+        if deployment.params_override:
+            active = model.active_params * deployment.params_override / model.total_params
+        self.flops_per_token = 2.0 * active / tp
         self.flops_per_pair_full = 4.0 * heads_per_gpu * model.head_dim * n_full
         self.flops_per_pair_window = 4.0 * heads_per_gpu * model.head_dim * n_slide
         if n_mla:
@@ -179,8 +181,10 @@ class StepTimeModel:
     # --- pieces --------------------------------------------------------------------------------
     def weight_bytes_touched(self, num_tokens: float) -> float:
         """Weight bytes read per GPU by a step of `num_tokens` tokens (MoE: expected distinct experts)."""
-        if not self.num_moe_layers or num_tokens <= 0:
-            return self.dense_weight_bytes + (self.expert_bytes * self.num_experts * self.num_moe_layers if num_tokens > 0 else 0.0)
+        if num_tokens <= 0:
+            return 0.0
+        if not self.num_moe_layers:
+            return self.dense_weight_bytes
         e, k = self.num_experts, self.top_k
         hit = e * (1.0 - (1.0 - k / e) ** num_tokens)
         return self.dense_weight_bytes + self.expert_bytes * hit * self.num_moe_layers
