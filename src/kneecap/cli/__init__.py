@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "calibrate",
     "run",
     "report",
+    "demo",
 )
 
 for _name in COMMAND_MODULES:
