@@ -69,3 +69,55 @@ def test_bad_version(bad):
 def test_fraction_bounds():
     with pytest.raises(KneecapError):
         vllm(mem_util=1.5)
+
+
+# --- vLLM hybrid layer groups (vllm/v1/core/kv_cache_utils.py), hand-checked ---------------------------------
+
+def _hybrid(**kw) -> Model:
+    base = dict(name="hybrid", source="test", architecture="X", num_hidden_layers=62, hidden_size=5376,
+                num_attention_heads=32, num_key_value_heads=16, head_dim=128, vocab_size=262208,
+                layer_types=("sliding_attention",) * 52 + ("full_attention",) * 10, total_params=27_000_000_000,
+                active_params=27_000_000_000, sliding_window=1024)
+    base.update(kw)
+    return Model(**base)
+
+
+def test_vllm_groups_for_sliding_plus_full():
+    from kneecap.plan.engines import vllm_layout
+
+    # 52 sliding + 10 full: group size = 10 (52 >= 1.5 x 10), sliding padded to 6 groups, full 1 group.
+    # page = 16 tokens x (2 x 16 heads x 128 x 2 B) = 131,072 B per layer slot.
+    lay = vllm_layout(Deployment(_hybrid(), get_gpu("h100-sxm")))
+    assert (lay.block_size, lay.page_bytes, lay.group_size) == (16, 131_072, 10)
+    assert dict(lay.groups) == {"sliding_attention": 6, "full_attention": 1}
+    # a 131,072-token request: full group 8,192 blocks; each sliding group min(8192, ceil(1023/16) + 1 = 65)
+    assert lay.blocks_per_request(131_072) == 8_192 + 6 * 65
+
+
+def test_vllm_groups_equal_counts_use_the_larger():
+    from kneecap.plan.engines import vllm_layout
+
+    m = _hybrid(num_hidden_layers=36, layer_types=("sliding_attention", "full_attention") * 18, sliding_window=128)
+    lay = vllm_layout(Deployment(m, get_gpu("h100-sxm")))
+    assert lay.group_size == 18 and dict(lay.groups) == {"sliding_attention": 1, "full_attention": 1}
+
+
+def test_vllm_linear_attention_grows_the_block():
+    from kneecap.plan.engines import vllm_layout
+
+    # 15 full (2 KV heads x 256) + 45 linear layers, state 4,268,032 B per layer; TP 8 -> 533,504 B per GPU.
+    # attention per token per layer at TP 8: 2 x 1 head x 256 x 2 B = 1,024 B -> block = 16 x ceil(533,504 / 16,384) = 528
+    m = _hybrid(num_hidden_layers=60, num_attention_heads=32, num_key_value_heads=2, head_dim=256,
+                layer_types=("linear_attention",) * 3 * 15 + ("full_attention",) * 15, sliding_window=None,
+                linear_state_bytes_per_layer=4_268_032)
+    lay = vllm_layout(Deployment(m, get_gpu("rtx-pro-6000"), tp=8))
+    assert lay.block_size == 528 and lay.page_bytes == 540_672 and lay.group_size == 15
+    assert dict(lay.groups) == {"linear_attention": 3, "full_attention": 1}
+    assert lay.blocks_per_request(2000) == 4 + 3  # ceil(2000 / 528) full blocks + one state block per linear group
+
+
+def test_effective_capacity_for_length_dependent_models():
+    from kneecap.plan.preflight import effective_capacity_tokens
+
+    # pool 1,000,000 B, a 2,000-token sequence costs 40,000 B in 2,000 slots -> 25 sequences = 50,000 tokens
+    assert effective_capacity_tokens(1_000_000, 40_000, 2000, 16) == 50_000

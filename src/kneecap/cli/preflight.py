@@ -5,6 +5,7 @@ Thin: resolves where the capacity comes from and calls kneecap.plan.preflight.pr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from typing import Annotated, Optional
@@ -56,7 +57,8 @@ def preflight_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document")] = False,
 ) -> int:
     """Which levels of a planned sweep fit the KV pool (from --kv-tokens, plan flags, or --server URL)."""
-    from kneecap.plan.preflight import preflight
+    from kneecap.model.kv import sequence_kv_bytes_per_gpu
+    from kneecap.plan.preflight import effective_capacity_tokens, preflight
     from kneecap.workload import concurrency_levels
 
     levels = concurrency_levels(concurrency)
@@ -72,6 +74,7 @@ def preflight_command(
     if bs <= 0:
         raise KneecapError(f"--block-size must be a positive whole number, got {bs}", "pass e.g. --block-size 16")
     plan_doc = server_doc = None
+    notes: list[str] = []
     kv_bytes = 2
     gpus_per_replica = tp_caps = None
     if kv_tokens is not None:
@@ -97,12 +100,28 @@ def preflight_command(
                           cudagraph_gib=cudagraph_gib)
         plan, engine_pool = build_from_flags(flags)
         bs = plan.deployment.block_size
-        capacity = engine_pool.kv_capacity_tokens if engine_pool else plan.kv_capacity_tokens
-        source = f"plan: {plan.deployment.model.name} on {plan.deployment.num_gpus}x {plan.deployment.gpu.name}"
+        d = plan.deployment
+        source = f"plan: {d.model.name} on {d.num_gpus}x {d.gpu.name}"
+        uniform = set(d.model.layer_types) <= {"full_attention"} or set(d.model.layer_types) <= {"mla"}
+
+        def capacity_at(tp: int, pool_bytes: int, per_token: int) -> int:
+            if uniform:  # whole blocks of the pool, as the ledger counts them
+                return (pool_bytes // (per_token * bs)) * bs if per_token else 0
+            # sliding windows / linear state: what the pool holds depends on the sequence length
+            seq = sequence_kv_bytes_per_gpu(d.model, isl + osl, plan.kv_dtype_bytes, tp, d.pp, bs, paged=True)
+            return effective_capacity_tokens(pool_bytes, seq, isl + osl, bs)
+
+        if uniform and engine_pool:
+            capacity = engine_pool.kv_capacity_tokens
+        else:
+            capacity = capacity_at(d.tp, plan.ledger.kv_pool_bytes, plan.kv_bytes_per_token_per_gpu)
+        if not uniform:
+            notes.append(f"{d.model.name} mixes layer kinds: capacity is the pool's tokens when every sequence holds "
+                         f"{isl + osl:,} tokens (sliding layers capped at their window, linear layers a fixed state)")
         kv_bytes = plan.kv_dtype_bytes
         gpus_per_replica = plan.deployment.num_gpus
-        tp_caps = [(p.tp, p.num_gpus, (p.kv_pool_bytes // (p.kv_bytes_per_token_per_gpu * bs)) * bs)
-                   for p in tp_sweep(plan) if p.fits and p.kv_bytes_per_token_per_gpu and p.tp > plan.deployment.tp]
+        tp_caps = [(p.tp, p.num_gpus, capacity_at(p.tp, p.kv_pool_bytes, p.kv_bytes_per_token_per_gpu))
+                   for p in tp_sweep(plan) if p.fits and p.tp > d.tp]
         plan_doc = {"kv_pool_bytes": plan.ledger.kv_pool_bytes, "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token_per_gpu,
                     "weights_bytes": plan.ledger.weights_bytes, "hbm_bytes": plan.ledger.hbm_bytes,
                     "num_gpus": plan.deployment.num_gpus, "engine": engine_pool.to_json() if engine_pool else None}
@@ -110,6 +129,8 @@ def preflight_command(
             raise KneecapError(f"the plan leaves no KV capacity ({source})", "see `kneecap plan` with the same flags")
     result = preflight(capacity, isl=isl, osl=osl, concurrencies=levels, block_size=bs, kv_dtype_bytes=kv_bytes,
                        gpus_per_replica=gpus_per_replica, tp_capacities=tp_caps, source=source)
+    if notes:
+        result = dataclasses.replace(result, notes=result.notes + tuple(notes))
     if as_json:
         doc = result.to_json()
         doc["plan"] = plan_doc

@@ -11,7 +11,8 @@ vLLM (v1 engine, vllm/v1/worker/gpu_worker.py `determine_available_memory`):
     non_kv       = weights + torch activation peak + non-torch increase   (vllm/utils/mem_utils.py)
     available    = requested - non_kv - cudagraph_estimate  (the CUDA-graph term from v0.21 on)
     num_blocks   = available // (page_size_bytes x num_layers)   (vllm/v1/core/kv_cache_utils.py)
-                 = available // (block_size x kv_bytes_per_token_per_gpu) for one uniform layer group
+                 = available // (block_size x kv_bytes_per_token_per_gpu) for one uniform layer group;
+                 hybrids: available // (page_size x group_size), layer groups as in VllmLayout below
     logs "GPU KV cache size: N tokens" and "Maximum concurrency for L tokens per request: X.XXx"
 SGLang (python/sglang/srt/model_executor/model_runner.py `profile_max_num_token`):
     rest_memory  = free_after_weights - total x (1 - mem_fraction_static)
@@ -58,6 +59,7 @@ class EnginePool:
     max_model_len: int
     max_concurrency: float  # sequences of max_model_len the pool holds (vLLM's log figure)
     log_lines: tuple[str, ...]
+    layout: str = ""  # how the engine lays the pool out (vLLM: block, page and layer groups)
 
     def to_json(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -97,25 +99,79 @@ def vllm_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int, m
             f"vLLM would have no KV cache: {mem_util} x {total_bytes / GiB:.2f} GiB - {weights_bytes / GiB:.2f} GiB weights "
             f"- {(activation_bytes + non_torch_bytes + graphs) / GiB:.2f} GiB activations/graphs = {available / GiB:.2f} GiB",
             "raise --mem-util, add GPUs (--tp) or use a smaller --weight-dtype")
-    m, bs = deployment.model, deployment.block_size
-    dtype_bytes = kvmath.kv_dtype_bytes(deployment.kv_dtype)
-    per_token = kvmath.kv_bytes_per_token_per_gpu(m, dtype_bytes, deployment.tp, deployment.pp)
-    num_blocks = available // (bs * per_token) if per_token else 0
-    uniform = set(m.layer_types) <= {"full_attention"} or set(m.layer_types) <= {"mla"}
-    if uniform:
-        tokens = num_blocks * bs
-        concurrency = tokens / max_model_len
-    else:  # hybrid groups: per-request memory caps sliding layers at their window (kv_cache_utils.get_max_concurrency...)
-        seq = kvmath.sequence_kv_bytes_per_gpu(m, max_model_len, dtype_bytes, deployment.tp, deployment.pp, bs, paged=True)
-        concurrency = available / seq if seq else 0.0
-        tokens = int(concurrency * max_model_len)
+    layout = vllm_layout(deployment)
+    num_blocks = available // (layout.page_bytes * layout.group_size) if layout.page_bytes else 0
+    per_request = layout.blocks_per_request(max_model_len)
+    concurrency = num_blocks / per_request if per_request else 0.0
+    # Uniform models: N = blocks x block; hybrids: vLLM reports int(max_concurrency x max_model_len).
+    tokens = num_blocks * layout.block_size if layout.uniform else int(concurrency * max_model_len)
     lines = (
         f"Available KV cache memory: {available / GiB:.2f} GiB",
         f"GPU KV cache size: {tokens:,} tokens",
         f"Maximum concurrency for {max_model_len:,} tokens per request: {concurrency:.2f}x",
     )
     return EnginePool("vllm", version, total_bytes, mem_util, requested, weights_bytes, activation_bytes,
-                      non_torch_bytes, graphs, available, bs, num_blocks, tokens, max_model_len, concurrency, lines)
+                      non_torch_bytes, graphs, available, layout.block_size, num_blocks, tokens, max_model_len,
+                      concurrency, lines, layout.describe())
+
+
+@dataclass(frozen=True)
+class VllmLayout:
+    """vLLM's KV cache groups for one GPU (vllm/v1/core/kv_cache_utils.py).
+
+    Layers of one kind share a spec; hybrids are split into groups of `group_size` layers (the smallest
+    kind's layer count, or the largest if it is below 1.5x the smallest), each kind padded up to whole
+    groups. Every layer slot holds `page_bytes` per block; one block table per group. Linear-attention
+    (Mamba / Gated DeltaNet) layers hold one block per request, and the attention block size grows
+    until an attention page is at least one state page (a multiple of 16 tokens).
+    """
+
+    block_size: int  # tokens per attention block
+    page_bytes: int  # bytes per block per layer slot
+    group_size: int
+    groups: tuple[tuple[str, int], ...]  # (kind, number of groups of that kind)
+    window: int  # sliding window in tokens (0 if none)
+    uniform: bool  # one kind of layer only (one group, no padding)
+
+    def blocks_per_request(self, tokens: int) -> int:
+        """Blocks one request of `tokens` tokens takes across all groups (kv_cache_utils max_memory_usage_bytes)."""
+        total = 0
+        for kind, n in self.groups:
+            if kind in ("full_attention", "mla"):
+                per = kvmath.blocks_for(tokens, self.block_size)
+            elif kind == "sliding_attention":
+                per = min(kvmath.blocks_for(tokens, self.block_size), kvmath.blocks_for(self.window - 1, self.block_size) + 1)
+            else:  # linear attention: one state block
+                per = 1
+            total += n * per
+        return total
+
+    def describe(self) -> str:
+        groups = ", ".join(f"{n} x {kind}" for kind, n in self.groups)
+        return f"block {self.block_size} tokens, page {self.page_bytes:,} B, group size {self.group_size} layers, groups: {groups}"
+
+
+def vllm_layout(deployment: Deployment) -> VllmLayout:
+    """The KV cache groups vLLM builds for this model on one GPU (PP: the heaviest stage)."""
+    m, tp = deployment.model, deployment.tp
+    dtype_bytes = kvmath.kv_dtype_bytes(deployment.kv_dtype)
+    kinds = m.layer_types if deployment.pp == 1 else kvmath._stage_layer_types(m, deployment.pp)
+    counts: dict[str, int] = {}
+    for kind in kinds:
+        counts[kind] = counts.get(kind, 0) + 1
+    bs = deployment.block_size
+    per_token = {k: kvmath.layer_bytes_per_token(m, k, dtype_bytes, tp) for k in counts if k != "linear_attention"}
+    state = math.ceil(m.linear_state_bytes_per_layer / tp) if "linear_attention" in counts else 0
+    if state and per_token:  # grow the attention block until its page holds one state page
+        largest = max(per_token.values())
+        bs = max(bs, 16 * math.ceil(state / (16 * largest)))
+    page = max([bs * b for b in per_token.values()] + [state])
+    if len(counts) == 1:
+        return VllmLayout(bs, page, next(iter(counts.values())), ((next(iter(counts)), 1),), m.sliding_window or 0, True)
+    smallest, largest_n = min(counts.values()), max(counts.values())
+    group = largest_n if largest_n < smallest * 1.5 else smallest
+    groups = tuple((k, math.ceil(n / group)) for k, n in counts.items())
+    return VllmLayout(bs, page, group, groups, m.sliding_window or 0, False)
 
 
 def sglang_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int, mem_fraction: float,

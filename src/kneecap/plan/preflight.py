@@ -84,6 +84,17 @@ def _check(kv_capacity_tokens: int, isl: int, osl: int, concurrencies: list[int]
                                "pass e.g. --concurrency 64,128,256")
 
 
+def effective_capacity_tokens(kv_pool_bytes: int, seq_bytes: int, tokens: int, block_size: int) -> int:
+    """Tokens a pool holds when every sequence is `tokens` long: pool / seq_bytes x slots per sequence.
+
+    For models whose per-sequence cost is not proportional to length (sliding windows, linear-attention
+    state), the capacity in tokens depends on the length; this is it at `tokens`.
+    """
+    if seq_bytes <= 0:
+        return 0
+    return kv_pool_bytes * tokens_in_blocks(tokens, block_size) // seq_bytes
+
+
 def tokens_in_blocks(tokens: int, block_size: int) -> int:
     """Token slots of whole blocks holding `tokens` tokens."""
     return blocks_for(tokens, block_size) * block_size
@@ -110,7 +121,7 @@ def remedy(capacity: int, concurrency: int, isl: int, osl: int, block_size: int,
         parts.append(f"fp8 KV doubles the pool to {2 * capacity:,} tokens ({'fits' if fp8 else 'still short'})")
     parts.append(f"at C={concurrency} the longest ISL+OSL that fits is {per_seq:,} tokens")
     if tp is not None:
-        parts.append(f"TP={tp} ({gpus} GPUs) holds {peak:,} tokens")
+        parts.append(f"TP={tp} ({gpus} GPUs) holds the {peak:,}-token peak")
     rep_gpus = replicas * gpus_per_replica if gpus_per_replica else None
     parts.append(f"or {replicas} replicas of this deployment"
                  + (f" ({rep_gpus} GPUs)" if rep_gpus else "") + f", each serving C={-(-concurrency // replicas)}")
