@@ -90,3 +90,22 @@ def test_gpu_validation_rejects_bad_entries():
         Gpu(name="x", label="x", datasheet_bytes=1, device_bytes=None, framework_bytes=None,
             hbm_bandwidth_bytes_s=1e12, bf16_flops=1e12, fp8_flops=None, fp4_flops=None,
             interconnect="carrier-pigeon", interconnect_bytes_s=1e9)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("datasheet", "datasheet"), ("device", "device"), ("Framework", "framework"),
+    ("192000000000", 192_000_000_000), ("192e9", 192_000_000_000), ("192GB", 192_000_000_000),
+    ("180GiB", 180 * 2**30), ("205,822,885,888", 205_822_885_888),
+])
+def test_hbm_flag(text, expected):
+    from kneecap.cli.plan import parse_hbm
+
+    assert parse_hbm(text) == expected
+
+
+@pytest.mark.parametrize("text", ["lots", "-5", "0", "GB"])
+def test_bad_hbm_flag(text):
+    from kneecap.cli.plan import parse_hbm
+
+    with pytest.raises(KneecapError):
+        parse_hbm(text)
