@@ -3,8 +3,9 @@
 Runs the real CLI (`python -m kneecap bench --concurrency C --duration S`) against a URL, or
 against a server this script starts (bench/fast_server.js, or `kneecap serve` once it exists),
 samples the client's resident memory (RSS, its process tree) every second, and reports:
-- RSS growth: the median of the last samples minus the peak of the early window (10-20% of the
-  run, after connections and buffers are warm), and a least-squares slope in MiB/minute;
+- RSS growth: the median of the last samples minus the peak of an early window (from 10 s or 10%
+  of the run, whichever is later: connections and buffers are warm by then), and a least-squares
+  slope in MiB/minute after it; the peak RSS too;
 - lost records: requests the server saw (fast_server.js counts them) or the summary counted,
   minus the records in requests.jsonl (each must be there, finished, failed or cancelled);
 - errors by kind, from summary.json.
@@ -113,14 +114,20 @@ def tree_rss_bytes(proc) -> int:
     return total
 
 
-def rss_growth(samples: list[tuple[float, int]]) -> dict:
-    """Growth (bytes) from the early window's peak to the final median, and the late slope in bytes/minute."""
+def rss_growth(samples: list[tuple[float, int]], warm_s: float = 10.0) -> dict:
+    """Growth (bytes) from the early window's peak to the final median, and the slope after the
+    early window in bytes/minute. The early window starts after `warm_s` (start-up, connections
+    and buffers filling) or 10% of the run, whichever is later, and lasts 10% of the run (>= 5 s)."""
     if len(samples) < 5:
         return {"samples": len(samples), "growth_bytes": None, "slope_bytes_per_min": None}
     t_end = samples[-1][0]
-    early = [rss for t, rss in samples if 0.1 * t_end <= t <= 0.2 * t_end] or [samples[len(samples) // 5][1]]
+    start = max(warm_s, 0.1 * t_end)
+    early = [rss for t, rss in samples if start <= t <= start + max(5.0, 0.1 * t_end)]
+    if not early:
+        return {"samples": len(samples), "growth_bytes": None, "slope_bytes_per_min": None,
+                "max_bytes": max(r for _, r in samples), "note": f"run shorter than the {warm_s} s warm-up"}
     late = [rss for _, rss in samples[-max(3, len(samples) // 10):]]
-    steady = [(t, rss) for t, rss in samples if t >= 0.1 * t_end]
+    steady = [(t, rss) for t, rss in samples if t >= start]
     slope = None
     if len(steady) >= 3:
         mean_t = statistics.fmean(t for t, _ in steady)
@@ -182,7 +189,7 @@ def run_soak(args: argparse.Namespace, url: str, out_dir: Path) -> dict:
         "lost_vs_server": server_seen - len(records) if server_seen is not None else None,
         "errors": errors, "error_count": sum(errors.values()),
         "output_tok_s": level.get("output_tok_s"), "suspect": level.get("suspect"),
-        "rss": rss_growth(samples),
+        "rss": rss_growth(samples, args.warm_s),
     }
     (out_dir / "rss.jsonl").write_text("".join(json.dumps({"t_s": round(t, 3), "rss_bytes": r}) + "\n" for t, r in samples))
     return report
@@ -225,9 +232,10 @@ def render(report: dict, problems: list[str], command: str) -> str:
         f"{'—' if report['lost_vs_server'] is None else report['lost_vs_server']} |",
         f"| errors | {report['error_count']} {report['errors'] or ''} |",
         f"| output tok/s | {report['output_tok_s'] if report['output_tok_s'] is None else round(report['output_tok_s'])} |",
-        f"| RSS early peak → final median (MiB) | {mib(rss.get('early_peak_bytes'))} → {mib(rss.get('final_median_bytes'))} |",
+        f"| RSS early-window peak → final median (MiB) | {mib(rss.get('early_peak_bytes'))} → "
+        f"{mib(rss.get('final_median_bytes'))} |",
         f"| RSS growth (MiB) / max (MiB) | {mib(rss.get('growth_bytes'))} / {mib(rss.get('max_bytes'))} |",
-        f"| RSS slope after the first 10% (MiB/min) | {mib(rss.get('slope_bytes_per_min'))} |",
+        f"| RSS slope after the early window (MiB/min) | {mib(rss.get('slope_bytes_per_min'))} |",
         "", "Verdict: " + ("PASS" if not problems else "FAIL — " + "; ".join(problems)),
     ]
     return "\n".join(lines) + "\n"
@@ -251,6 +259,7 @@ def main() -> int:
     parser.add_argument("--no-keepalive", dest="keepalive", action="store_false")
     parser.add_argument("--max-rss-growth-mib", type=float, default=64.0)
     parser.add_argument("--sample-s", type=float, default=1.0)
+    parser.add_argument("--warm-s", type=float, default=10.0, help="RSS growth is measured from after this warm-up")
     parser.add_argument("--grace-s", type=float, default=120.0, help="time allowed past the duration before SIGKILL")
     parser.add_argument("--out", default=None, help="folder for records and reports (default: a temporary one)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -157,9 +157,12 @@ def test_rss_growth_and_soak_verdict():
     mib = soak.MIB
     flat = [(float(t), 100 * mib) for t in range(60)]
     assert soak.rss_growth(flat)["growth_bytes"] == 0 and soak.rss_growth(flat)["slope_bytes_per_min"] == 0
+    warming = [(float(t), min(t, 8) * 60 * mib) for t in range(60)]  # fills buffers for 8 s, then flat
+    assert soak.rss_growth(warming)["growth_bytes"] == 0 and soak.rss_growth(warming)["max_bytes"] == 480 * mib
     leaking = [(float(t), 100 * mib + t * mib) for t in range(60)]  # 1 MiB per second
     grown = soak.rss_growth(leaking)
     assert grown["growth_bytes"] > 30 * mib and grown["slope_bytes_per_min"] == pytest.approx(60 * mib)
+    assert soak.rss_growth(leaking[:8])["growth_bytes"] is None  # shorter than the warm-up: no verdict
     report = {"exit_code": 0, "stderr_tail": "", "records": 10, "lost_vs_summary": 0, "lost_vs_server": 2,
               "error_count": 0, "errors": {}, "rss": grown}
     problems = soak.verdict(report, max_growth_mib=16)
@@ -169,8 +172,8 @@ def test_rss_growth_and_soak_verdict():
 @pytest.mark.slow
 @needs_node
 def test_soak_short_run_loses_nothing(tmp_path):
-    """bench/soak.py for 15 s at C=256 against fast_server.js: exit 0 = no lost record, no error, bounded RSS."""
-    proc = subprocess.run([sys.executable, str(BENCH / "soak.py"), "--minutes", "0.25", "--out", str(tmp_path),
+    """bench/soak.py for 20 s at C=256 against fast_server.js: exit 0 = no lost record, no error, bounded RSS."""
+    proc = subprocess.run([sys.executable, str(BENCH / "soak.py"), "--minutes", "0.34", "--out", str(tmp_path),
                            "--json"], capture_output=True, text=True, timeout=240)
     report = json.loads(proc.stdout)
     assert proc.returncode == 0, report["problems"]
