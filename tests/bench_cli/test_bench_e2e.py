@@ -269,6 +269,12 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes(server, cli, tmp_path):
     doc = json.loads(r.stdout)
     assert [lv["level"] for lv in doc["levels"]] == [0, 1, 2, 3]
     assert not any(lv.get("partial") for lv in doc["levels"])
+    # resuming a finished sweep sends nothing and says so
+    lines = (out / "requests.jsonl").read_bytes()
+    r = cli("bench", "--resume", str(out))
+    assert r.code == 0, r.stderr
+    assert "nothing to resume" in r.stdout
+    assert (out / "requests.jsonl").read_bytes() == lines
 
 
 # -- secrets -----------------------------------------------------------------------------------
@@ -364,3 +370,15 @@ def test_slo_breached_at_two_consecutive_levels_stops(cli, server, tmp_path):
     assert all(lv["slo"]["met"] is False for lv in doc["levels"])
     assert doc["stopped"]["reason"] == "slo_breach" and doc["stopped"]["at"] == 2
     assert "--fail-on slo" in r.stderr
+
+
+def test_redact_keeps_no_server_strings(cli, server, tmp_path):
+    url, _ = server(model="acme-internal-model-7", fault="http_500")
+    out = tmp_path / "run"
+    r = cli("bench", "--base-url", url, "--isl", "4", "--osl", "4", "--concurrency", "1", "--requests", "2",
+            "--out", str(out), "--redact", "--json")
+    assert r.code == 0, r.stderr
+    assert json.loads(r.stdout)["levels"][0]["errors"] == {"http_500": 2}  # error kinds are kept
+    for path in out.iterdir():
+        data = path.read_bytes()
+        assert b"acme-internal-model-7" not in data and b"scripted 500" not in data, path

@@ -66,6 +66,8 @@ def level_notes(level: dict, knee_value) -> str:
     key = "concurrency" if "concurrency" in level else "rate"
     if knee_value is not None and level.get(key) == knee_value:
         notes.append("knee")
+    if level.get("partial"):
+        notes.append("partial (interrupted)")
     if level.get("suspect"):
         notes.append("client-suspect")
     verdict = (level.get("preflight") or {}).get("verdict") if isinstance(level.get("preflight"), dict) else level.get("preflight")
