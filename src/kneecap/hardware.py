@@ -1,9 +1,10 @@
-"""GPUs: the Gpu record and the catalog lookup.
+"""GPUs: the Gpu record and the catalog lookup (get_gpu with aliases and did-you-mean, list_gpus).
 
-The catalog itself is data with a source per figure: kneecap/data/gpus.json. This module
-only loads it and answers "which GPU is this name?". Memory is kept twice because the
-two differ in ways that matter: the datasheet figure (vendor GB = 10^9 bytes) and the bytes
-the driver reports (nvidia-smi / rocm-smi), plus what a framework sees where known.
+The catalog itself is data with a source per figure: kneecap/data/gpus.json (unconfirmed figures
+say UNCONFIRMED in their notes). This module only loads it and answers "which GPU is this name?".
+Memory is kept three ways because they differ in ways that matter: the datasheet figure (vendor
+GB = 10^9 bytes), the bytes the driver reports (nvidia-smi / rocm-smi), and what PyTorch reports
+where a log was found.
 """
 
 from __future__ import annotations
