@@ -9,6 +9,7 @@ so even a renderer bug could not make the page run code or reach the network.
 from __future__ import annotations
 
 import base64
+import re
 from html import escape
 
 from kneecap.report.document import (Banner, Cell, Code, Definitions, Document, Figure, Heading, KeyValues,
@@ -42,10 +43,12 @@ pre { background: #0d1117; color: #e6edf3; padding: 10px 14px; border-radius: 6p
 .table-wrap { overflow-x: auto; margin: 6px 0 16px; border: 1px solid #d0d7de; border-radius: 6px; }
 table { border-collapse: collapse; width: 100%; font-size: 12.5px; }
 caption { caption-side: top; text-align: left; padding: 6px 10px; color: #57606a; font-style: italic; }
-th, td { padding: 5px 9px; border-bottom: 1px solid #eaeef2; text-align: right; white-space: nowrap; }
-th { background: #f6f8fa; font-weight: 600; position: sticky; top: 0; }
-th:first-child, td:first-child { text-align: left; white-space: nowrap; }
-td.text { text-align: left; white-space: normal; max-width: 560px; word-break: break-word; }
+th, td { padding: 5px 9px; border-bottom: 1px solid #eaeef2; text-align: left; vertical-align: top; }
+th { background: #f6f8fa; font-weight: 600; position: sticky; top: 0; white-space: nowrap; }
+.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
+td.text { white-space: nowrap; }
+td.long { min-width: 260px; max-width: 560px; overflow-wrap: anywhere; }
+td:first-child { white-space: nowrap; }
 tr.row-warning td { background: #fff8c5; }
 td.tone-better { color: #1a7f37; font-weight: 600; }
 td.tone-worse { color: #cf222e; font-weight: 600; }
@@ -69,25 +72,32 @@ footer { margin-top: 40px; font-size: 12px; color: #8c959f; }
 """
 
 
-def _text_class(text: str) -> str:
-    """Long free text (messages, reasons) wraps and aligns left; numbers and short labels stay on one line."""
-    return "text" if len(text) > 24 else ""
+_NUMBER = re.compile(r"^(?:—|[+\-−]?[\d,]*\.?\d+(?:e[+\-]?\d+)?(?: ?(?:%|×|GiB|GB|ms|s|tok/s|req/s))?)$")
 
 
-def _td(cell: str | Cell) -> str:
+def _is_numeric(text: str) -> bool:
+    return bool(_NUMBER.match(text.strip())) if text.strip() else True
+
+
+def _td(cell: str | Cell, numeric: bool) -> str:
     text, tone = (cell.text, cell.tone) if isinstance(cell, Cell) else (cell, "plain")
-    classes = " ".join(c for c in (_text_class(text), f"tone-{tone}" if tone != "plain" else "") if c)
-    attr = f' class="{classes}"' if classes else ""
-    return f"<td{attr}>{escape(text)}</td>"
+    classes = ["num" if numeric else "long" if len(text) > 40 else "text"]
+    if tone != "plain":
+        classes.append(f"tone-{tone}")
+    return f'<td class="{" ".join(classes)}">{escape(text)}</td>'
 
 
 def _table(columns, rows, caption: str | None, row_tones=(), css_class: str = "", header: bool = True) -> str:
-    head = "<thead><tr>" + "".join(f"<th>{escape(c)}</th>" for c in columns) + "</tr></thead>" if header else ""
+    """Numeric columns (every cell a number, with or without its unit) align right; text aligns left."""
+    texts = [[c.text if isinstance(c, Cell) else c for c in row] for row in rows]
+    numeric = [i > 0 and bool(texts) and all(_is_numeric(row[i]) for row in texts) for i in range(len(columns))]
+    head = ("<thead><tr>" + "".join(f'<th class="{"num" if n else "text"}">{escape(c)}</th>'
+                                    for c, n in zip(columns, numeric)) + "</tr></thead>") if header else ""
     body = []
     for i, row in enumerate(rows):
         tone = row_tones[i] if row_tones else "plain"
         attr = f' class="row-{tone}"' if tone != "plain" else ""
-        body.append(f"<tr{attr}>" + "".join(_td(c) for c in row) + "</tr>")
+        body.append(f"<tr{attr}>" + "".join(_td(c, n) for c, n in zip(row, numeric)) + "</tr>")
     cap = f"<caption>{escape(caption)}</caption>" if caption else ""
     cls = f' class="{css_class}"' if css_class else ""
     return f'<div class="table-wrap"><table{cls}>{cap}{head}<tbody>{"".join(body)}</tbody></table></div>'

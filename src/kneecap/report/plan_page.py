@@ -11,10 +11,16 @@ from kneecap.report import plots
 from kneecap.report.document import Block, Document, Figure, Heading, KeyValues, Paragraph, Table
 from kneecap.report.glossary import PLAN_TERMS, glossary
 from kneecap.report.load import Results
-from kneecap.report.provenance import manifest_blocks, source_banner
+from kneecap.report.provenance import flatten, manifest_blocks, source_banner
 
 LEDGER_LINES = (("weights_bytes", "weights"), ("overhead_bytes", "overhead (activations, workspace, graphs)"),
-                ("fragmentation_bytes", "fragmentation headroom"), ("kv_pool_bytes", "KV-cache pool"))
+                ("fragmentation_bytes", "fragmentation headroom"), ("reserved_bytes", "reserved (outside the engine)"),
+                ("kv_pool_bytes", "KV-cache pool"))
+BAR_PARTS = ("weights_bytes", "overhead_bytes", "fragmentation_bytes", "kv_pool_bytes")
+
+
+def _gain(value: object) -> str:
+    return f"{value:,.2f}×" if fmt.is_number(value) else fmt.MISSING
 
 
 def _seqs(value: object) -> str:
@@ -32,7 +38,7 @@ def _bar_parts(entry: dict, hbm_bytes: object) -> dict:
     """Stacked-bar parts for a lever or TP row: its own ledger if given, else KV pool + the rest of HBM."""
     ledger = entry.get("ledger")
     if isinstance(ledger, dict):
-        return {k: ledger.get(k) for k, _ in LEDGER_LINES}
+        return {k: ledger.get(k) for k in BAR_PARTS}
     pool = entry.get("kv_pool_bytes")
     parts = {"kv_pool_bytes": pool}
     if fmt.is_number(hbm_bytes) and fmt.is_number(pool):
@@ -43,7 +49,7 @@ def _bar_parts(entry: dict, hbm_bytes: object) -> dict:
 def ledger_figure(plan: dict) -> Figure | None:
     ledger = plan.get("ledger") if isinstance(plan.get("ledger"), dict) else {}
     hbm = ledger.get("hbm_bytes")
-    base = ("as planned", {k: ledger.get(k) for k, _ in LEDGER_LINES},
+    base = ("as planned", {k: ledger.get(k) for k in BAR_PARTS},
             f"max seqs {fmt.count(_paged(plan.get('max_seqs')))}")
     levers = [(str(lv.get("name", "?")), _bar_parts(lv, hbm), f"max seqs {fmt.count(_paged(lv.get('max_seqs')))}")
               for lv in plan.get("levers") or [] if isinstance(lv, dict)]
@@ -61,9 +67,12 @@ def ledger_blocks(plan: dict) -> list[Block]:
     """The ledger as key/value lines with GiB and share of HBM, plus the headline capacity numbers."""
     ledger = plan.get("ledger") if isinstance(plan.get("ledger"), dict) else {}
     hbm = ledger.get("hbm_bytes")
-    items: list[tuple[str, str]] = [("HBM per GPU", fmt.with_unit(fmt.gib(hbm), "GiB"))]
+    gb = f" ({hbm / 10**9:,.1f} GB)" if fmt.is_number(hbm) else ""
+    items: list[tuple[str, str]] = [("HBM per GPU", fmt.with_unit(fmt.gib(hbm), "GiB") + gb)]
     for key, label in LEDGER_LINES:
         value = ledger.get(key)
+        if key == "reserved_bytes" and not value:
+            continue
         share = f" ({fmt.pct(value / hbm)} of HBM)" if fmt.is_number(value) and fmt.is_number(hbm) and hbm else ""
         items.append((label, fmt.with_unit(fmt.gib(value), "GiB") + share))
     items += [
@@ -78,29 +87,39 @@ def ledger_blocks(plan: dict) -> list[Block]:
 
 
 def _facts(plan: dict) -> KeyValues | None:
-    """Scalar facts the planner wrote that the ledger does not show (model, GPU, TP, dtypes...)."""
+    """Facts the planner wrote that the ledger and tables do not show (model, GPU, TP, dtypes, HBM basis...)."""
     shown = {"kv_bytes_per_token", "kv_bytes_per_token_per_gpu", "kv_capacity_tokens", "max_concurrency",
-             "binding", "kind", "model_executed", "benchmark_executed"}
-    items = tuple((k, str(v)) for k, v in plan.items()
-                  if k not in shown and isinstance(v, (str, int, float, bool)) and not isinstance(v, dict))
-    return KeyValues(items, caption="Deployment") if items else None
+             "binding", "kind", "model_executed", "benchmark_executed", "ledger", "max_seqs", "levers", "tp_sweep",
+             "context_sweep", "notes", "manifest"}
+    items: list[tuple[str, str]] = []
+    for key, value in plan.items():
+        if key not in shown and value is not None:
+            flatten(key, value, items)
+    return KeyValues(tuple(items), caption="Deployment and planner inputs (units in the names)",
+                     compact=True) if items else None
 
 
 def plan_tables(plan: dict) -> list[Block]:
     blocks: list[Block] = []
     levers = [lv for lv in plan.get("levers") or [] if isinstance(lv, dict)]
     if levers:
-        rows = tuple((str(lv.get("name", "?")), fmt.gib(lv.get("kv_pool_bytes")), _seqs(lv.get("max_seqs")))
+        rows = tuple((str(lv.get("name", "?")), str(lv.get("change") or fmt.MISSING), fmt.gib(lv.get("kv_pool_bytes")),
+                      _seqs(lv.get("max_seqs")), fmt.count(lv.get("max_concurrency")), fmt.count(lv.get("num_gpus")),
+                      _gain(lv.get("gain")), str(lv.get("note") or ""))
                      for lv in levers)
-        blocks.append(Table(("lever", "KV pool per GPU (GiB)", "max sequences (sequences)"), rows,
+        blocks.append(Table(("lever", "change", "KV pool per GPU (GiB)", "max sequences (sequences)",
+                             "max concurrency (requests)", "GPUs", "gain (× max sequences)", "note"), rows,
                             caption="What each lever buys"))
     tps = [row for row in plan.get("tp_sweep") or [] if isinstance(row, dict)]
     if tps:
-        rows = tuple((fmt.count(r.get("tp")), fmt.count(r.get("kv_heads_per_gpu")),
-                      "yes" if r.get("replicated") else "no", fmt.gib(r.get("kv_pool_bytes")), _seqs(r.get("max_seqs")))
+        rows = tuple((fmt.count(r.get("tp")), fmt.count(r.get("num_gpus")), fmt.count(r.get("kv_heads_per_gpu")),
+                      "yes" if r.get("replicated") else "no",
+                      fmt.MISSING if "fits" not in r else ("yes" if r["fits"] else "no"),
+                      fmt.gib(r.get("kv_pool_bytes")), _seqs(r.get("max_seqs")), _gain(r.get("gain")))
                      for r in tps)
-        blocks.append(Table(("TP (GPUs)", "KV heads per GPU (heads)", "KV heads replicated", "KV pool per GPU (GiB)",
-                             "max sequences (sequences)"), rows, caption="Tensor-parallel sweep"))
+        blocks.append(Table(("TP (degree)", "GPUs", "KV heads per GPU (heads)", "KV heads replicated", "weights fit",
+                             "KV pool per GPU (GiB)", "max sequences (sequences)", "gain (× max sequences)"), rows,
+                            caption="Tensor-parallel sweep"))
     ctx = [row for row in plan.get("context_sweep") or [] if isinstance(row, dict)]
     if ctx:
         rows = tuple((fmt.count(r.get("context")), fmt.count(r.get("contiguous")), fmt.count(r.get("paged")))
@@ -121,6 +140,8 @@ def plan_document(results: Results) -> Document:
         blocks.append(facts)
     if not isinstance(plan.get("ledger"), dict):
         blocks.append(Paragraph("This plan has no ledger: nothing to chart.", "warning"))
+    notes = [str(n) for n in plan.get("notes") or [] if n]
+    blocks += [Paragraph("Note: " + n, "muted") for n in notes]
     blocks += [Heading("HBM ledger")] + ledger_blocks(plan)
     fig = ledger_figure(plan)
     if fig:

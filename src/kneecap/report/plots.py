@@ -158,6 +158,7 @@ def frontier(series: Sequence[tuple[str, Sequence[tuple[float, float, str]]]]) -
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=color, label=name)
         for x, y, label in pts:
             ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
+    ax.margins(x=0.1, y=0.08)
     ax.set_xlabel("p99 time per output token, TPOT (ms)")
     ax.set_ylabel("output throughput (tok/s)")
     ax.set_xlim(left=0)
