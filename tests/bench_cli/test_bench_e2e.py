@@ -382,3 +382,22 @@ def test_redact_keeps_no_server_strings(cli, server, tmp_path):
     for path in out.iterdir():
         data = path.read_bytes()
         assert b"acme-internal-model-7" not in data and b"scripted 500" not in data, path
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--dataset", "/nonexistent/prompts.jsonl"), "prompts.jsonl"),
+    (("--concurrency", "1,x"), "--concurrency"),
+    (("--rate", "0"), "--rate"),
+    (("--fail-on", "sometimes"), "--fail-on"),
+])
+def test_bad_input_is_one_line_and_creates_nothing(cli, server, tmp_path, args, needle):
+    url, srv = server()
+    base = ["--base-url", url, "--isl", "4", "--osl", "4"]
+    if not any(a in ("--concurrency", "--rate") for a in args):
+        base += ["--concurrency", "1"]
+    out = tmp_path / "run"
+    r = cli("bench", *base, *args, "--out", str(out))
+    assert r.code == 2
+    assert_one_line_error(r.stderr)
+    assert needle in r.stderr
+    assert not out.exists() and srv.log() == []

@@ -115,6 +115,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
     block_size = opts.block_size or info.block_size or DEFAULT_BLOCK_SIZE
     preflight_json, verdicts = preflight_for(opts, kv_tokens, source, block_size)
     plans = plan_levels(opts, verdicts)
+    prompts = prompt_source(opts)  # a bad --dataset fails here, before any folder is created
 
     # 2. the results folder (fresh, or resumed)
     results = ResultsDir(out_dir if out_dir is not None else default_out_dir())
@@ -130,7 +131,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
     results.write_manifest(argv, extra={"bench_options": opts.to_dict(), "levels_already_done": sorted(done),
                                         "previous_runs": earlier_runs, "model": None if opts.redact else model})
 
-    setup = DriverSetup(cfg=_client_config(opts, model=model, api_key=api_key), prompts=prompt_source(opts),
+    setup = DriverSetup(cfg=_client_config(opts, model=model, api_key=api_key), prompts=prompts,
                         warm_connections=OPEN_LOOP_WARM_CONNECTIONS)
     writer = results.open_writer()
     pool = None
