@@ -12,7 +12,7 @@ samples the client's resident memory (RSS, its process tree) every second, and r
 Exit 0 when growth <= --max-rss-growth-mib, no record is lost and there are no errors.
 
   .venv/bin/python bench/soak.py --short                   # 30 s against fast_server.js (CI)
-  .venv/bin/python bench/soak.py --minutes 30              # the full soak (issue 7, item 6)
+  .venv/bin/python bench/soak.py --minutes 30 --target serve   # the full soak (issue 7, item 6)
   .venv/bin/python bench/soak.py --url http://127.0.0.1:8000 --minutes 30
 """
 
@@ -43,29 +43,26 @@ def start_node(ttft_ms: float, itl_ms: float, log_dir: Path) -> tuple[subprocess
     return proc, _wait_listening(proc, out)
 
 
-def start_kneecap_serve(log_dir: Path) -> tuple[subprocess.Popen, str]:
-    """`kneecap serve` on a free port: the simulated engine in real time (issue 7 names it as the target)."""
-    import socket
+def start_kneecap_serve(serve_args: str, log_dir: Path) -> tuple[subprocess.Popen, str]:
+    """`kneecap serve ARGS --port 0`: the simulated engine in real time (the target issue 7 names).
+    Its ready line on stdout names the URL ("kneecap serve: listening on http://HOST:PORT — ...")."""
+    import re
+    import shlex
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     out = log_dir / "serve.stdout"
     with open(out, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "kneecap", "serve", "--host", "127.0.0.1", "--port", str(port)],
-                                stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
+        proc = subprocess.Popen([sys.executable, "-m", "kneecap", "serve", *shlex.split(serve_args), "--host", "127.0.0.1",
+                                 "--port", "0"], stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
+        found = re.search(r"listening on (http://\S+)", out.read_text(errors="replace"))
+        if found:
+            return proc, found.group(1)
         if proc.poll() is not None:
             sys.exit(f"error: kneecap serve exited {proc.returncode}: {out.read_text()[-400:]}")
-        try:
-            with urllib.request.urlopen(url + "/v1/models", timeout=2):
-                return proc, url
-        except OSError:
-            time.sleep(0.2)
+        time.sleep(0.1)
     stop(proc)
-    sys.exit("error: kneecap serve did not answer /v1/models within 60 s")
+    sys.exit("error: kneecap serve did not print its listening line within 60 s")
 
 
 def _wait_listening(proc: subprocess.Popen, out: Path) -> str:
@@ -249,6 +246,8 @@ def main() -> int:
                        help="start bench/fast_server.js (default) or `kneecap serve`")
     parser.add_argument("--model", default=None, help="model name to request (default: fast-scripted for the Node "
                         "server, else the server's first model)")
+    parser.add_argument("--serve-args", default="--preset llama-3.1-8b --gpu h100-sxm",
+                        help="flags for `kneecap serve` with --target serve")
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--short", action="store_true", help="30 seconds (the CI version)")
     parser.add_argument("--concurrency", type=int, default=256)
@@ -280,7 +279,7 @@ def main() -> int:
             server, url = start_node(args.ttft_ms, args.itl_ms, out_dir)
             args.model = args.model or "fast-scripted"
         else:
-            server, url = start_kneecap_serve(out_dir)
+            server, url = start_kneecap_serve(args.serve_args, out_dir)
         try:
             report = run_soak(args, url, out_dir)
         finally:
