@@ -200,3 +200,33 @@ def test_make_requests_compatibility():
     records, _ = run_checked(engine, [(0.0, s) for s in specs])
     assert {r.request_id for r in records} == {s.request_id for s in specs}
     assert list(itertools.chain.from_iterable(r.chunk_tokens for r in records)) == [1] * 12
+
+
+def test_abort_frees_blocks_and_returns_a_cancelled_record():
+    engine = Engine(deployment(block_size=4), EngineConfig(max_num_seqs=1, max_num_batched_tokens=64), 100)
+    engine.add_request(spec(0, 20, 50), 0.0)
+    engine.add_request(spec(1, 20, 50), 0.0)
+    out = engine.step(0.0)
+    out = engine.step(out.ended_at)
+    rec = engine.abort("r0", out.ended_at)
+    assert rec.status == "cancelled" and rec.output_tokens == 2 and rec.end_at == out.ended_at
+    queued = engine.abort("r1", out.ended_at)
+    assert queued.status == "cancelled" and queued.first_token_at is None
+    assert engine.abort("r9", 0.0) is None
+    check_engine(engine)
+    assert engine.blocks.num_used == 0 and not engine.has_work
+
+
+def test_engine_setup_matches_the_plan():
+    from kneecap.plan.ledger import build_plan
+    from kneecap.sim.setup import engine_setup
+
+    d = deployment(model=hybrid_model())
+    plan = build_plan(d, context=4096)
+    setup = engine_setup(plan, defaults="sglang", max_num_seqs=7)
+    engine = setup.new_engine()
+    assert engine.blocks.num_blocks == plan.num_kv_blocks
+    assert setup.config.name == "sglang" and setup.config.max_num_seqs == 7
+    assert engine.state_blocks == setup.state_blocks_per_sequence > 0
+    facts = setup.describe()
+    assert facts["plan"]["num_kv_blocks"] == plan.num_kv_blocks and facts["engine"]["max_num_seqs"] == 7

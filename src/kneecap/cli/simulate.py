@@ -180,9 +180,7 @@ def simulate(
     from kneecap.metrics.stop import StopLimits, check_stop
     from kneecap.metrics.summarize import summarize_level
     from kneecap.results import ResultsDir, build_summary, current_argv
-    from kneecap.sim.config import engine_defaults as pick_defaults
-    from kneecap.sim.engine import state_blocks_per_sequence
-    from kneecap.sim.steptime import StepTimeModel
+    from kneecap.sim.setup import engine_setup
     from kneecap.sim.sweep import LevelSpec, simulate_level
     from kneecap.workload import LengthDist, RequestClass, Workload
 
@@ -217,11 +215,10 @@ def simulate(
     if isl + osl > plan.context:
         raise KneecapError(f"--isl + --osl = {isl + osl} tokens exceed the context of {plan.context}",
                            f"pass --context {isl + osl} or shorter lengths")
-    base = pick_defaults(engine_defaults, device_bytes=deployment.gpu.memory_bytes("device"), gpu_name=deployment.gpu.name,
-                         pool_tokens=plan.kv_capacity_tokens, context_len=plan.context)
-    config = base.with_overrides(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                                 enable_prefix_caching=prefix_caching)
-    steptime = StepTimeModel(deployment, params_obj)
+    setup = engine_setup(plan, defaults=engine_defaults, max_num_seqs=max_num_seqs,
+                         max_num_batched_tokens=max_num_batched_tokens, prefix_caching=prefix_caching,
+                         step_params=params_obj, charge_state=kv_pool_gib is None)
+    config = setup.config
     workload = Workload(classes=(RequestClass(input=LengthDist.fixed(isl), output=LengthDist.fixed(osl),
                                               shared_prefix_tokens=prefix_tokens, num_prefix_groups=prefix_groups),))
 
@@ -236,21 +233,8 @@ def simulate(
     limits = StopLimits(slo=slo_dict)
     levels: list[dict] = []
     knee = stopped = None
-    d = deployment
     doc_base = dict(
-        load=kind, seed=seed, status="running",
-        deployment={"model": d.model.name, "gpu": d.gpu.name, "tp": d.tp, "pp": d.pp, "num_gpus": d.num_gpus,
-                    "weight_dtype": d.weight_dtype, "kv_dtype": d.kv_dtype, "block_size": d.block_size,
-                    "interconnect": d.gpu.interconnect},
-        plan={"num_kv_blocks": plan.num_kv_blocks, "kv_capacity_tokens": plan.kv_capacity_tokens,
-              "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token_per_gpu, "kv_pool_bytes": plan.ledger.kv_pool_bytes,
-              "context": plan.context, "pool_source": plan.pool_source,
-              "state_blocks_per_sequence": state_blocks_per_sequence(deployment) if kv_pool_gib is None else 0},
-        engine={"defaults": config.name, "max_num_seqs": config.max_num_seqs,
-                "max_num_batched_tokens": config.max_num_batched_tokens,
-                "enable_prefix_caching": config.enable_prefix_caching,
-                "init_new_token_ratio": config.init_new_token_ratio},
-        step_time=params_obj.to_dict(),
+        load=kind, seed=seed, status="running", **setup.describe(),
         workload={"isl": isl, "osl": osl, "shared_prefix_tokens": prefix_tokens, "num_prefix_groups": prefix_groups,
                   "burstiness": burstiness if kind == "rate" else None},
     )
@@ -273,8 +257,8 @@ def simulate(
                 print(f"warning: C={spec.concurrency} with only {spec.num_requests} requests never reaches its concurrency; "
                       f"pass --requests >= {spec.concurrency}", file=sys.stderr)
             result = simulate_level(deployment, config, plan.num_kv_blocks, workload, spec, index=index,
-                                    seed=seed + index, burstiness=burstiness, steptime=steptime, trace=trace,
-                                    charge_state=kv_pool_gib is None)
+                                    seed=seed + index, burstiness=burstiness, steptime=setup.steptime, trace=trace,
+                                    charge_state=setup.charge_state)
             for record in result.records:
                 writer.write(record)
             writer.sync()

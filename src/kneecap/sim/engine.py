@@ -8,6 +8,7 @@ per-step trace and the RequestRecords; not arrival patterns (sweep.py drives the
     engine.add_request(spec, at=t)            # arrival (sent_at) in seconds
     out = engine.step(now)                    # one step starting at `now` -> StepOutcome | None
     out.ended_at, out.emitted, out.finished   # tokens appear and requests finish at ended_at
+    engine.abort(request_id, at=t)            # client gone: free its blocks, a cancelled record
 
 `step(now, until=T, max_steps=N)` may advance up to N steps at once when nothing can change but
 the contexts growing by one token each (all running sequences decoding, none finishing, no
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.model.kv import kv_bytes_per_token_per_gpu, kv_dtype_bytes, state_bytes_per_sequence
-from kneecap.records import ERROR, OK, RequestRecord
+from kneecap.records import CANCELLED, ERROR, OK, RequestRecord
 from kneecap.sim.blocks import BlockManager, blocks_for
 from kneecap.sim.config import EngineConfig
 from kneecap.sim.scheduler import BLOCKED_BLOCKS, BLOCKED_BUDGET, BLOCKED_SEQS, Scheduler, Sequence
@@ -115,6 +116,25 @@ class Engine:
         self.scheduler.add(seq)
         self._last_blocked = "" if len(self.scheduler.waiting) == 1 else self._last_blocked
         return None
+
+    def abort(self, request_id: str, at: float) -> RequestRecord | None:
+        """Drop a queued or running request (client went away) at time `at`: its blocks are freed and a
+        cancelled record is returned (None if the engine does not hold it)."""
+        sched = self.scheduler
+        for seq in sched.waiting:
+            if seq.rid == request_id:
+                sched.waiting.remove(seq)
+                break
+        else:
+            for seq in sched.running:
+                if seq.rid == request_id:
+                    sched.finish(seq)
+                    break
+            else:
+                return None
+        self._last_blocked = ""
+        return self._record(seq, end_at=at, status=CANCELLED, error_kind="cancelled",
+                            error_message="the client cancelled the request")
 
     @property
     def has_work(self) -> bool:
@@ -328,7 +348,7 @@ class Engine:
             scheduled_at=seq.scheduled_at, sent_at=seq.arrival_at, first_token_at=seq.first_token_at,
             first_answer_at=seq.first_token_at, end_at=end_at, chunk_times=chunk_times, chunk_tokens=[1] * len(chunk_times),
             expected_input_tokens=seq.prompt_len, expected_output_tokens=seq.output_len,
-            prompt_tokens=seq.prompt_len if status == OK else None, output_tokens=seq.num_output if status == OK else None,
+            prompt_tokens=seq.prompt_len if status != ERROR else None, output_tokens=seq.num_output if status != ERROR else None,
             status=status, error_kind=error_kind, error_message=error_message, extra=extra)
 
     # --- trace --------------------------------------------------------------------------------
