@@ -192,3 +192,11 @@ def test_table_has_units_and_dashes_for_missing():
         assert needle in text, needle
     row_8 = next(line for line in text.splitlines() if line.startswith("│  8 "))
     assert "—" in row_8 and " 0 " not in row_8  # no data is a dash, never a fake zero
+
+
+@pytest.mark.parametrize("vocab, expected", [(None, (1000, 30000)), (128256, (1000, 30000)), (355, (177, 355)),
+                                             (8000, (1000, 8000))])
+def test_token_ids_stay_inside_the_servers_vocabulary(vocab, expected):
+    from kneecap.bench.session import token_id_range
+
+    assert token_id_range(vocab) == expected

@@ -115,7 +115,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
     block_size = opts.block_size or info.block_size or DEFAULT_BLOCK_SIZE
     preflight_json, verdicts = preflight_for(opts, kv_tokens, source, block_size)
     plans = plan_levels(opts, verdicts)
-    prompts = prompt_source(opts)  # a bad --dataset fails here, before any folder is created
+    prompts = prompt_source(opts, info.vocab_size)  # a bad --dataset fails here, before any folder is created
 
     # 2. the results folder (fresh, or resumed)
     results = ResultsDir(out_dir if out_dir is not None else default_out_dir())
@@ -194,7 +194,19 @@ def _client_config(opts: BenchOptions, *, model: str, api_key: str | None):
                         keepalive=opts.keepalive, ignore_eos=opts.ignore_eos, keep_prompts=opts.keep_prompts)
 
 
-def prompt_source(opts: BenchOptions):
+def token_id_range(vocab_size: int | None) -> tuple[int, int]:
+    """[low, high) of random prompt token ids: RandomTokenPrompts' default range, moved inside a
+    vocabulary the server reports as smaller (llama.cpp answers HTTP 400 "invalid tokens" for ids
+    >= n_vocab). The lower part of a vocabulary, where special tokens sit, is avoided."""
+    from kneecap.client.prompts import RandomTokenPrompts
+
+    default = RandomTokenPrompts()
+    if not vocab_size or vocab_size >= default.high:
+        return default.low, default.high
+    return min(default.low, vocab_size // 2), vocab_size
+
+
+def prompt_source(opts: BenchOptions, vocab_size: int | None = None):
     """Random prompts of exact length (token ids on completions, words on chat), or a dataset's."""
     from kneecap.client.prompts import RandomTextPrompts, RandomTokenPrompts
 
@@ -203,7 +215,8 @@ def prompt_source(opts: BenchOptions):
 
         return DatasetPrompts(texts=tuple(load_prompts(opts.dataset)), seed=opts.seed)
     if opts.endpoint == "completions":
-        return RandomTokenPrompts(seed=opts.seed)
+        low, high = token_id_range(vocab_size)
+        return RandomTokenPrompts(seed=opts.seed, low=low, high=high)
     return RandomTextPrompts(seed=opts.seed)
 
 
