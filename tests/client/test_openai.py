@@ -71,8 +71,19 @@ def test_continuous_usage_deltas():
     reads = [(1.0, [comp("ab", usage={"prompt_tokens": 4, "completion_tokens": 2})]),
              (2.0, [comp("cde", usage={"prompt_tokens": 4, "completion_tokens": 5})]),
              (3.0, [comp("", "length", usage={"prompt_tokens": 4, "completion_tokens": 5})]), (3.1, [DONE])]
-    r = decode_stream(reads)
+    r = decode_stream(reads, usage_deltas=True)
     assert (r.chunk_times, r.chunk_tokens, r.output_tokens) == ([1.0, 2.0], [2, 3], 5)
+
+
+def test_llamacpp_final_chunk_usage_is_a_total_not_more_tokens():
+    # llama.cpp's last chunk: empty text, finish_reason and usage with the total (no continuous stats asked)
+    reads = [(1.0, [comp("a")]), (2.0, [comp("b")]), (3.0, [comp("c")]),
+             (3.1, [comp("", "length", usage={"prompt_tokens": 4, "completion_tokens": 3}), DONE])]
+    r = decode_stream(reads)
+    assert (r.chunk_tokens, r.output_tokens, r.finish_reason) == ([1, 1, 1], 3, "length")
+    # ... and when a server puts the total on a chunk that still carries text, that chunk counts one
+    reads[2] = (3.0, [comp("c", "length", usage={"prompt_tokens": 4, "completion_tokens": 3})])
+    assert decode_stream(reads[:3]).chunk_tokens == [1, 1, 1]
 
 
 @pytest.mark.parametrize("bad,kind", [

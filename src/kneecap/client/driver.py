@@ -468,7 +468,7 @@ class Client:
         rec.end_at = end
         rec.sent_at = (stamp[0] if stamp[0] is not None else called_at) - epoch
         if cfg.stream:
-            result = oa.decode_stream(reads)
+            result = oa.decode_stream(reads, usage_deltas=cfg.continuous_usage_stats)
         elif body is not None:
             result = oa.decode_response(body, end)
         else:

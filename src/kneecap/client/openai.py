@@ -128,9 +128,13 @@ def _apply_usage(result: StreamResult, usage: Mapping[str, Any]) -> int | None:
     return ct if isinstance(ct, int) else None
 
 
-def decode_stream(reads: Iterable[tuple[float, Sequence[SseEvent]]]) -> StreamResult:
+def decode_stream(reads: Iterable[tuple[float, Sequence[SseEvent]]], usage_deltas: bool = False) -> StreamResult:
     """Decode a streamed response given as (read arrival time, events completed by that read).
 
+    usage_deltas: the request asked for continuous usage stats, so a chunk's tokens are the
+    increase of usage.completion_tokens. Without it a usage object beside choices is only a total
+    (llama.cpp puts the final usage on its last chunk, with empty text and finish_reason) and is
+    never counted as tokens of that chunk.
     Stops at the first malformed event or error object and reports it in error_kind
     ("malformed_sse" / "server_error_event"); tokens seen before it are kept.
     """
@@ -181,9 +185,9 @@ def decode_stream(reads: Iterable[tuple[float, Sequence[SseEvent]]]) -> StreamRe
                 fr = choice.get("finish_reason")
                 if fr:
                     result.finish_reason = fr
-                if usage:  # usage beside choices: continuous usage stats -> exact tokens in this chunk
+                if usage:
                     ct = _apply_usage(result, usage)
-                    if ct is not None:
+                    if usage_deltas and ct is not None:  # continuous usage stats: exact tokens in this chunk
                         k = max(ct - last_ct, 0)
                         last_ct = ct
             elif usage:  # the usage-only chunk at the end (stream_options.include_usage)

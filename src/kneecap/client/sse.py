@@ -35,6 +35,9 @@ class SseEvent(NamedTuple):
         return self.data.decode("utf-8", "replace")
 
 
+_new_event = tuple.__new__  # builds an SseEvent without NamedTuple's Python-level __new__
+
+
 class SseParser:
     """Feed bytes with `feed(chunk)`; it returns the events completed by that chunk, in order.
 
@@ -66,6 +69,20 @@ class SseParser:
     def feed(self, chunk: bytes) -> list[SseEvent]:
         if not chunk:
             return []
+        # Fast path (the shape of nearly every read from an LLM server): no state carried over, whole
+        # events only, each one `data: ...` line, LF endings. Anything else takes the general path.
+        if (not self._buf and not self._data and self._event is None and not self._skip_lf and not self._at_start
+                and chunk[-2:] == b"\n\n" and len(chunk) <= self.max_line_bytes and b"\r" not in chunk):
+            blocks = chunk.split(b"\n\n")
+            blocks.pop()
+            out = []
+            last_id = self.last_event_id
+            for block in blocks:
+                if block[:6] != b"data: " or b"\n" in block:
+                    break
+                out.append(_new_event(SseEvent, (_MESSAGE, block[6:], last_id)))
+            else:
+                return out
         if self._skip_lf:
             self._skip_lf = False
             if chunk[0] == 0x0A:
@@ -102,7 +119,7 @@ class SseParser:
             if not line:  # blank line: dispatch
                 if data:
                     payload = data[0] if len(data) == 1 else b"\n".join(data)
-                    out.append(SseEvent(self._event or _MESSAGE, payload, self.last_event_id))
+                    out.append(_new_event(SseEvent, (self._event or _MESSAGE, payload, self.last_event_id)))
                     data = self._data = []
                     self._data_bytes = 0
                 self._event = None
