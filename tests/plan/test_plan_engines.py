@@ -121,3 +121,29 @@ def test_effective_capacity_for_length_dependent_models():
 
     # pool 1,000,000 B, a 2,000-token sequence costs 40,000 B in 2,000 slots -> 25 sequences = 50,000 tokens
     assert effective_capacity_tokens(1_000_000, 40_000, 2000, 16) == 50_000
+
+
+def _linear_hybrid() -> Model:
+    return _hybrid(num_hidden_layers=60, num_attention_heads=32, num_key_value_heads=2, head_dim=256,
+                   layer_types=("linear_attention",) * 45 + ("full_attention",) * 15, sliding_window=None,
+                   linear_state_bytes_per_layer=4_268_032)
+
+
+def test_sglang_sets_aside_a_mamba_pool_by_ratio():
+    # TP 8: state per request = 45 layers x ceil(4,268,032 / 8) = 24,007,680 B
+    # budget int(80 GiB x 0.9) = 77,309,411,328; rest = 77,309,411,328 - 50e9 = 27,309,411,328
+    # slots = int(rest x 0.9 / 1.9) // 24,007,680 = 538 -> 12,916,131,840 B; rest 14,393,279,488
+    # cell = 15 full layers x 2 x 1 KV head x 256 x 2 B = 15,360 -> 937,062 tokens
+    p = sglang_pool(Deployment(_linear_hybrid(), get_gpu("rtx-pro-6000"), tp=8), total_bytes=80 * GiB,
+                    weights_bytes=50_000_000_000, mem_fraction=0.9, max_model_len=262144, non_torch_bytes=0)
+    assert p.state_pool_bytes == 12_916_131_840
+    assert p.kv_capacity_tokens == 937_062
+    assert p.log_lines[0].startswith("Mamba Cache is allocated. max_mamba_cache_size: 538")
+
+
+def test_sglang_mamba_cache_size_flag():
+    # 512 slots x 24,007,680 B = 12,291,932,160 B -> (27,309,411,328 - 12,291,932,160) // 15,360 = 977,700 tokens
+    p = sglang_pool(Deployment(_linear_hybrid(), get_gpu("rtx-pro-6000"), tp=8), total_bytes=80 * GiB,
+                    weights_bytes=50_000_000_000, mem_fraction=0.9, max_model_len=262144, non_torch_bytes=0,
+                    mamba_cache_size=512)
+    assert p.kv_capacity_tokens == 977_700

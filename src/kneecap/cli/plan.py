@@ -42,6 +42,7 @@ EngineVerOpt = Annotated[Optional[str], typer.Option("--engine-version", help="E
 ActOpt = Annotated[Optional[float], typer.Option("--activation-gib", help="vLLM: activation peak of its profile run, GiB (default: --overhead-gib)")]
 NonTorchOpt = Annotated[float, typer.Option("--non-torch-gib", help="Engine mode: non-torch memory (CUDA context, NCCL), GiB")]
 GraphOpt = Annotated[float, typer.Option("--cudagraph-gib", help="vLLM >= 0.21: CUDA-graph memory estimate, GiB")]
+MambaOpt = Annotated[Optional[int], typer.Option("--mamba-cache-size", help="SGLang --max-mamba-cache-size (hybrid linear-attention models)")]
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ class PlanFlags:
     activation_gib: float | None = None
     non_torch_gib: float = 0.0
     cudagraph_gib: float = 0.0
+    mamba_cache_size: int | None = None  # SGLang --max-mamba-cache-size (linear-attention hybrids)
 
 
 def parse_hbm(value: str) -> str | int:
@@ -228,8 +230,10 @@ def build_from_flags(f: PlanFlags):
             engine_pool = engines.sglang_pool(
                 deployment, total_bytes=total, weights_bytes=w_gpu, mem_fraction=deployment.mem_util,
                 max_model_len=context, non_torch_bytes=int(f.non_torch_gib * GiB), page_size=deployment.block_size,
+                mamba_cache_size=f.mamba_cache_size,
                 version=f.engine_version or engines.DEFAULT_SGLANG_VERSION)
-        kept = engine_pool.activation_bytes + engine_pool.non_torch_bytes + engine_pool.cudagraph_bytes
+        kept = (engine_pool.activation_bytes + engine_pool.non_torch_bytes + engine_pool.cudagraph_bytes
+                + engine_pool.state_pool_bytes)
         deployment = dataclasses.replace(deployment, overhead_bytes=kept, frag_fraction=0.0)
     plan = build_plan(deployment, context=context, mean_context=mean, compute_batch_cap=f.compute_batch_cap,
                       weights_total=weights_total, weights_source=source, kv_pool_bytes=pool_bytes)
@@ -277,6 +281,7 @@ def plan_command(
     prefix_tokens: Annotated[Optional[int], typer.Option("--prefix-tokens", help="Shared prompt prefix per request (prices prefix sharing)")] = None,
     engine: EngineOpt = None, mem_fraction: MemFracOpt = None, engine_version: EngineVerOpt = None,
     activation_gib: ActOpt = None, non_torch_gib: NonTorchOpt = 0.0, cudagraph_gib: GraphOpt = 0.0,
+    mamba_cache_size: MambaOpt = None,
     list_gpus: Annotated[bool, typer.Option("--list-gpus", help="List the GPU catalog and exit")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document")] = False,
 ) -> int:
@@ -288,7 +293,7 @@ def plan_command(
                       compute_batch_cap=compute_batch_cap, overhead_gib=overhead_gib, frag=frag, mem_util=mem_util,
                       hbm=hbm, kv_pool_gib=kv_pool_gib, engine=engine, mem_fraction=mem_fraction,
                       engine_version=engine_version, activation_gib=activation_gib, non_torch_gib=non_torch_gib,
-                      cudagraph_gib=cudagraph_gib)
+                      cudagraph_gib=cudagraph_gib, mamba_cache_size=mamba_cache_size)
     _positive("--prefix-tokens", prefix_tokens, int)
     plan, engine_pool = build_from_flags(flags)
     doc, levers, tps, contexts = plan_document(plan, engine_pool, prefix_tokens)

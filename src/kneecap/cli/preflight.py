@@ -14,7 +14,7 @@ import typer
 
 from kneecap.cli.app import app
 from kneecap.cli.plan import (ActOpt, BlockOpt, CapOpt, ContextOpt, EngineOpt, EngineVerOpt, FragOpt, GpuOpt, GraphOpt,
-                              HbmOpt, KvDtypeOpt, MemFracOpt, MemUtilOpt, ModelOpt, NonTorchOpt, OverheadOpt, ParamsOpt,
+                              HbmOpt, KvDtypeOpt, MambaOpt, MemFracOpt, MemUtilOpt, ModelOpt, NonTorchOpt, OverheadOpt, ParamsOpt,
                               PlanFlags, PoolOpt, PpOpt, PresetOpt, TpOpt, WDtypeOpt, build_from_flags)
 from kneecap.errors import KneecapError
 
@@ -54,6 +54,7 @@ def preflight_command(
     mem_util: MemUtilOpt = None, hbm: HbmOpt = "datasheet", kv_pool_gib: PoolOpt = None,
     engine: EngineOpt = None, mem_fraction: MemFracOpt = None, engine_version: EngineVerOpt = None,
     activation_gib: ActOpt = None, non_torch_gib: NonTorchOpt = 0.0, cudagraph_gib: GraphOpt = 0.0,
+    mamba_cache_size: MambaOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document")] = False,
 ) -> int:
     """Which levels of a planned sweep fit the KV pool (from --kv-tokens, plan flags, or --server URL)."""
@@ -97,7 +98,7 @@ def preflight_command(
                           compute_batch_cap=compute_batch_cap, overhead_gib=overhead_gib, frag=frag, mem_util=mem_util,
                           hbm=hbm, kv_pool_gib=kv_pool_gib, engine=engine, mem_fraction=mem_fraction,
                           engine_version=engine_version, activation_gib=activation_gib, non_torch_gib=non_torch_gib,
-                          cudagraph_gib=cudagraph_gib)
+                          cudagraph_gib=cudagraph_gib, mamba_cache_size=mamba_cache_size)
         plan, engine_pool = build_from_flags(flags)
         bs = plan.deployment.block_size
         d = plan.deployment

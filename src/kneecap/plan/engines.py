@@ -60,6 +60,7 @@ class EnginePool:
     max_concurrency: float  # sequences of max_model_len the pool holds (vLLM's log figure)
     log_lines: tuple[str, ...]
     layout: str = ""  # how the engine lays the pool out (vLLM: block, page and layer groups)
+    state_pool_bytes: int = 0  # SGLang: the Mamba state pool set aside before the KV pool
 
     def to_json(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -174,10 +175,20 @@ def vllm_layout(deployment: Deployment) -> VllmLayout:
     return VllmLayout(bs, page, group, groups, m.sliding_window or 0, False)
 
 
+SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9  # sglang server_args.mamba_full_memory_ratio default (v0.5.x)
+
+
 def sglang_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int, mem_fraction: float,
                 max_model_len: int, non_torch_bytes: int, page_size: int = 1,
+                mamba_cache_size: int | None = None, mamba_full_memory_ratio: float = SGLANG_MAMBA_FULL_MEMORY_RATIO,
                 version: str = DEFAULT_SGLANG_VERSION) -> EnginePool:
-    """SGLang's pool: mem_fraction_static x total - weights (- non-torch), in cells of one token."""
+    """SGLang's pool: mem_fraction_static x total - weights (- non-torch), in cells of one token.
+
+    Linear-attention hybrids (Qwen3-Next, Qwen3.5): SGLang first sets aside a Mamba state pool
+    (`handle_max_mamba_cache`): --max-mamba-cache-size request slots when given, else the share
+    ratio / (1 + ratio) of what is left (mamba_full_memory_ratio, 0.9); only full-attention layers
+    then count in the cell size.
+    """
     _check_fraction("--mem-fraction", mem_fraction)
     _check_nonneg(non_torch_bytes=non_torch_bytes)
     budget = int(total_bytes * mem_fraction)
@@ -187,6 +198,22 @@ def sglang_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int,
             f"SGLang would have no KV cache: {mem_fraction} x {total_bytes / GiB:.2f} GiB - {weights_bytes / GiB:.2f} GiB weights "
             f"= {rest / GiB:.2f} GiB", "raise --mem-fraction, add GPUs (--tp) or use a smaller --weight-dtype")
     m = deployment.model
+    lines: list[str] = []
+    mamba_bytes = 0
+    per_req_state = kvmath.state_bytes_per_sequence(m, deployment.tp, deployment.pp)
+    if per_req_state:
+        if mamba_cache_size is not None:
+            if mamba_cache_size <= 0:
+                raise KneecapError(f"--mamba-cache-size must be positive, got {mamba_cache_size}", "pass e.g. --mamba-cache-size 512")
+            slots = mamba_cache_size
+        else:
+            slots = int(rest * mamba_full_memory_ratio / (1 + mamba_full_memory_ratio)) // per_req_state
+        mamba_bytes = slots * per_req_state
+        rest -= mamba_bytes
+        lines.append(f"Mamba Cache is allocated. max_mamba_cache_size: {slots}, state size: {mamba_bytes / GiB:.2f} GB")
+        if rest <= 0:
+            raise KneecapError(f"SGLang's Mamba state pool ({slots} slots) leaves no KV cache",
+                               "pass a smaller --mamba-cache-size or raise --mem-fraction")
     dtype_bytes = kvmath.kv_dtype_bytes(deployment.kv_dtype)
     cell = kvmath.kv_bytes_per_token_per_gpu(m, dtype_bytes, deployment.tp, deployment.pp)
     tokens = (rest // cell) // page_size * page_size if cell else 0
@@ -195,10 +222,9 @@ def sglang_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int,
         sizes = f"KV size: {pool / GiB:.2f} GB"
     else:
         sizes = f"K size: {pool / 2 / GiB:.2f} GB, V size: {pool / 2 / GiB:.2f} GB"
-    lines = (
-        f"KV Cache is allocated. #tokens: {tokens}, {sizes}",
-        f"max_total_num_tokens={tokens}, context_len={max_model_len}",
-    )
+    lines += [f"KV Cache is allocated. #tokens: {tokens}, {sizes}",
+              f"max_total_num_tokens={tokens}, context_len={max_model_len}"]
+    layout = f"page size {page_size}" + (f", Mamba state pool {mamba_bytes:,} B" if mamba_bytes else "")
     return EnginePool("sglang", version, total_bytes, mem_fraction, budget, weights_bytes, 0, non_torch_bytes, 0,
                       pool, page_size, math.floor(tokens / page_size), tokens, max_model_len,
-                      tokens / max_model_len, lines)
+                      tokens / max_model_len, tuple(lines), layout, mamba_bytes)
