@@ -117,3 +117,12 @@ def test_bad_datasets_are_one_line_errors(tmp_path, content, fragment):
     assert fragment in err.value.one_line()
     with pytest.raises(KneecapError):
         load_prompts(tmp_path / "missing.jsonl")
+
+
+@pytest.mark.parametrize("vocab,low,high", [(None, 1000, 30000), (355, 35, 355), (32000, 1000, 30000), (151936, 1000, 30000)])
+def test_token_range_for_a_vocabulary(vocab, low, high):
+    src = RandomTokenPrompts.for_vocab(vocab)
+    assert (src.low, src.high) == (low, high)
+    assert all(low <= t < high for t in src.prompt_for(spec(0, 500)).content)
+    with pytest.raises(KneecapError):
+        RandomTokenPrompts.for_vocab(4)

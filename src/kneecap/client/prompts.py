@@ -91,6 +91,20 @@ class RandomTokenPrompts:
             raise KneecapError(f"token id range must satisfy 0 <= low < high, got [{self.low}, {self.high})",
                                "pass a range inside the model's vocabulary")
 
+    @classmethod
+    def for_vocab(cls, vocab_size: int | None, seed: int = 0) -> "RandomTokenPrompts":
+        """A range inside a vocabulary of vocab_size ids (e.g. ServerInfo.vocab_size; None: the default).
+
+        Skips the lowest ids (special tokens sit there in Llama/Mistral/tiny test vocabularies) and
+        stays below 30,000 (Llama 3 and Qwen keep their special tokens at the top of the vocabulary).
+        """
+        if vocab_size is None:
+            return cls(seed=seed)
+        if vocab_size < 8:
+            raise KneecapError(f"a vocabulary of {vocab_size} tokens is too small for random token prompts",
+                               "use text prompts (--endpoint chat or a dataset)")
+        return cls(seed=seed, low=max(3, min(1000, vocab_size // 10)), high=min(vocab_size, 30000))
+
     def prompt_for(self, spec: RequestSpec) -> Prompt:
         prefix = _prefix_len(spec)
         ids: list[int] = []
