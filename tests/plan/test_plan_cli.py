@@ -220,3 +220,13 @@ def test_list_gpus_json(cli):
     r = cli("plan", "--list-gpus", "--json")
     names = [g["name"] for g in json.loads(r.stdout)["gpus"]]
     assert "mi300x" in names and "rtx-pro-6000" in names
+
+
+def test_preflight_vllm_hybrid_uses_its_grown_block(cli):
+    r = cli("preflight", "--preset", "qwen3.5-397b-a17b", "--gpu", "rtx-pro-6000", "--tp", "8", "--weight-dtype", "nvfp4",
+            "--engine", "vllm", "--concurrency", "512", "--json")
+    assert r.code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["block_size"] == 528  # attention block grown to hold one Gated DeltaNet state page (see test_plan_engines)
+    assert doc["levels"][0]["peak_tokens"] == 512 * 2112  # 2000 tokens -> 4 blocks of 528
+    assert any("mixes layer kinds" in n for n in doc["notes"])

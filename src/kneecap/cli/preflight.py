@@ -58,7 +58,7 @@ def preflight_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document")] = False,
 ) -> int:
     """Which levels of a planned sweep fit the KV pool (from --kv-tokens, plan flags, or --server URL)."""
-    from kneecap.model.kv import sequence_kv_bytes_per_gpu
+    from kneecap.model.kv import blocks_for, sequence_kv_bytes_per_gpu
     from kneecap.plan.preflight import effective_capacity_tokens, preflight
     from kneecap.workload import concurrency_levels
 
@@ -112,8 +112,15 @@ def preflight_command(
             seq = sequence_kv_bytes_per_gpu(d.model, isl + osl, plan.kv_dtype_bytes, tp, d.pp, bs, paged=True)
             return effective_capacity_tokens(pool_bytes, seq, isl + osl, bs)
 
-        if uniform and engine_pool:
-            capacity = engine_pool.kv_capacity_tokens
+        if engine_pool and (uniform or engine_pool.engine == "sglang"):
+            capacity = engine_pool.kv_capacity_tokens  # SGLang keeps linear state in its own pool
+        elif engine_pool:  # vLLM hybrid: blocks per request of ISL+OSL tokens across its layer groups
+            from kneecap.plan.engines import vllm_layout
+
+            layout = vllm_layout(d)
+            bs = layout.block_size
+            per_request = layout.blocks_per_request(isl + osl)
+            capacity = engine_pool.num_blocks * blocks_for(isl + osl, bs) * bs // per_request
         else:
             capacity = capacity_at(d.tp, plan.ledger.kv_pool_bytes, plan.kv_bytes_per_token_per_gpu)
         if not uniform:
