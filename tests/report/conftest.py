@@ -36,7 +36,12 @@ def sweep_summary(kind: str = "bench", loads=(1, 2, 4, 8, 16, 32, 64, 128), scal
             "goodput": {"requests": 90, "request_s": tok_s / 250, "output_tok_s": tok_s * 0.9, "fraction": 0.9},
             "server_metrics": {"kv_usage_max": min(0.99, c / 100), "running_max": min(c, 96),
                                "waiting_max": max(0, c - 96), "preemptions_delta": 2 if c >= 128 else 0},
-            "client": {"lag_p99_ms": 80.0 if c == 64 else 1.5},
+            "client": {"workers": 2, "suspect": c == 64, "per_worker": [  # as bench's merge_outcomes writes it
+                {"loop_lag_p99_ms": 80.0 if c == 64 else 1.5, "cpu_fraction": 0.97 if c == 64 else 0.3,
+                 "started_at": 1.0, "suspect": c == 64,
+                 "suspect_reasons": ["event-loop lag p99 80.0 ms > 20 ms"] if c == 64 else []},
+                {"loop_lag_p99_ms": 2.0, "cpu_fraction": 0.4, "started_at": 1.0, "suspect": False,
+                 "suspect_reasons": []}]},
             "suspect": c == 64,
             "preflight": {"verdict": "fits" if c <= 64 else "tight" if c <= 96 else "exceeds"},
         }

@@ -42,7 +42,10 @@ def test_bench_page_has_provenance_units_suspect_and_glossary(bench_dir):
     # the suspect level (C=64) is flagged in the level table, in both formats
     assert re.search(r"\| \*\*⚠ C=64\*\* \|", md), "suspect row marked in markdown"
     assert re.search(r'<tr class="row-warning"><td[^>]*>C=64</td>', page)
-    assert "lag\\_p99\\_ms = 80.0" in md and "lag_p99_ms = 80.0" in page  # why it is suspect
+    assert "event-loop lag p99 80.0 ms &gt; 20 ms" in md
+    assert re.search(r"\| \*\*⚠ C=64\*\* \| 80\.00 \| 0\.97 \|", md)  # worst worker's lag and CPU
+    assert "⚠ suspect: event-loop lag p99 80.0 ms &gt; 20 ms" in page  # why it is suspect
+    assert "loop_lag_p99_ms (ms)" in page and "started_at" not in page  # client health, worst worker
     # glossary formulas match DESIGN.md
     assert "first\\_token\\_at − sent\\_at" in md
     assert "(E2E − TTFT) / (output tokens − 1)" in page

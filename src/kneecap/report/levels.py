@@ -40,18 +40,40 @@ def is_suspect(level: dict) -> bool:
     return bool(level.get("suspect"))
 
 
+def client_stats(level: dict) -> dict:
+    """The client's self-measurement of a level, one flat dict: a single driver's stats as they are;
+    several workers' (client.per_worker) merged as the worst (max) of each number, reasons pooled."""
+    client = level.get("client")
+    if not isinstance(client, dict):
+        return {}
+    workers = [w for w in client.get("per_worker") or [] if isinstance(w, dict)]
+    if not workers:
+        return client
+    merged: dict = {"workers": len(workers), "suspect_reasons": []}
+    for w in workers:
+        for key, value in w.items():
+            if is_number(value):
+                merged[key] = max(merged.get(key, value), value)
+        for reason in w.get("suspect_reasons") or []:
+            if reason not in merged["suspect_reasons"]:
+                merged["suspect_reasons"].append(reason)
+    return merged
+
+
 def suspect_reason(level: dict) -> str:
-    """Why a level is suspect, in words (client lag figures where present)."""
+    """Why a level is suspect, in words (the client's own reasons, or its lag figures)."""
     flag = level.get("suspect")
     if isinstance(flag, str):
         return flag
     if isinstance(flag, dict) and isinstance(flag.get("reason"), str):
         return flag["reason"]
-    client = level.get("client")
-    if isinstance(client, dict):
-        lags = [f"{k} = {v:,.1f}" for k, v in client.items() if "lag" in k and is_number(v)]
-        if lags:
-            return "client event-loop lag: " + ", ".join(lags)
+    client = client_stats(level)
+    reasons = [str(r) for r in client.get("suspect_reasons") or []]
+    if reasons:
+        return "; ".join(reasons)
+    lags = [f"{k} = {v:,.1f}" for k, v in client.items() if "lag" in k and is_number(v)]
+    if lags:
+        return "client event-loop lag: " + ", ".join(lags)
     return "client saturated (latencies may measure the client, not the server)"
 
 

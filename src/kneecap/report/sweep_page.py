@@ -11,9 +11,9 @@ from kneecap.report import numbers as fmt
 from kneecap.report import plots
 from kneecap.report.document import Block, Cell, Document, Figure, Heading, KeyValues, Paragraph, Table
 from kneecap.report.glossary import SWEEP_TERMS, glossary
-from kneecap.report.levels import (LATENCY_KEYS, LATENCY_LABELS, is_suspect, knee_load, levels_of, load_axis,
-                                   level_panels, parse_slo, points_of, preflight_limit, preflight_verdict, slo_spec,
-                                   suspect_reason)
+from kneecap.report.levels import (LATENCY_KEYS, LATENCY_LABELS, client_stats, is_suspect, knee_load, level_panels,
+                                   levels_of, load_axis, parse_slo, points_of, preflight_limit, preflight_verdict,
+                                   slo_spec, suspect_reason)
 from kneecap.report.load import Results
 from kneecap.report.provenance import flatten, manifest_blocks, missing_block, source_banner
 
@@ -65,6 +65,10 @@ def headline(summary: dict, levels: list[dict], limit: float | None) -> KeyValue
         items.append(("SLO", slo if isinstance(slo, str) else ", ".join(f"{k}={v}" for k, v in slo.items())))
     suspects = [f"{fmt.load_text(lv)} ({suspect_reason(lv)})" for lv in levels if is_suspect(lv)]
     items.append(("suspect levels", "; ".join(suspects) if suspects else "none"))
+    skipped = summary.get("skipped")
+    if isinstance(skipped, list) and skipped:
+        items.append(("skipped levels", "; ".join(
+            f"{fmt.load_text(s)}: {s.get('reason', 'no reason recorded')}" for s in skipped if isinstance(s, dict))))
     failed = sum(int(lv.get("failed") or 0) for lv in levels if fmt.is_number(lv.get("failed")))
     requests = sum(int(lv.get("requests") or 0) for lv in levels if fmt.is_number(lv.get("requests")))
     items.append(("failed requests", f"{failed:,} of {requests:,} requests"))
@@ -172,24 +176,31 @@ def server_table(levels: list[dict]) -> Table | None:
                   "preemptions (count)"), tuple(rows), caption="Server metrics per level (scraped from the server)")
 
 
+CLIENT_KEY_PARTS = ("lag", "cpu")  # the client-health numbers worth a column (not timestamps)
+
+
 def client_table(levels: list[dict]) -> Table | None:
+    stats = [client_stats(lv) for lv in levels]
     keys: list[str] = []
-    for lv in levels:
-        for k, v in (lv.get("client") or {}).items() if isinstance(lv.get("client"), dict) else ():
-            if fmt.is_number(v) and k not in keys:
+    for st in stats:
+        for k, v in st.items():
+            if fmt.is_number(v) and any(p in k for p in CLIENT_KEY_PARTS) and k not in keys:
                 keys.append(k)
     if not keys:
         return None
     rows, tones = [], []
-    for lv in levels:
-        client = lv.get("client") if isinstance(lv.get("client"), dict) else {}
-        rows.append((fmt.load_text(lv), *(fmt.num(client.get(k), 2) for k in keys),
-                     "⚠ suspect" if is_suspect(lv) else "ok"))
+    for lv, st in zip(levels, stats):
+        rows.append((fmt.load_text(lv), *(fmt.num(st.get(k), 2) for k in keys),
+                     Cell("⚠ suspect: " + suspect_reason(lv), "warning") if is_suspect(lv) else "ok"))
         tones.append("warning" if is_suspect(lv) else "plain")
-    headers = tuple(f"{k} ({'ms' if k.endswith('_ms') else 's' if k.endswith('_s') else '%' if 'pct' in k else 'as named'})"
-                    for k in keys)
-    return Table(("load", *headers, "verdict"), tuple(rows), row_tones=tuple(tones),
-                 caption="The client's own health per level: a lagging client measures itself, not the server")
+
+    def unit(k: str) -> str:
+        return "ms" if k.endswith("_ms") else "s" if k.endswith("_s") else "fraction of one core" \
+            if k.endswith("fraction") else "count" if k.endswith("_n") else "as named"
+
+    return Table(("load", *(f"{k} ({unit(k)})" for k in keys), "verdict"), tuple(rows), row_tones=tuple(tones),
+                 caption="The client's own health per level (worst worker): a lagging client measures itself, "
+                         "not the server")
 
 
 def chunk_sizes(records: tuple) -> list[int]:
@@ -233,7 +244,7 @@ def figures(results: Results, levels: list[dict], limit: float | None) -> list[F
 
 
 CONFIG_KEYS = ("deployment", "engine", "workload", "plan", "step_time", "load", "seed", "status", "base_url",
-               "endpoint", "server")
+               "endpoint", "server", "workers")
 
 
 def configuration(summary: dict) -> KeyValues | None:
