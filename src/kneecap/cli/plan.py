@@ -149,7 +149,7 @@ def build_from_flags(f: PlanFlags):
     """Flags -> (Plan, EnginePool | None). Every bad flag becomes a one-line KneecapError."""
     from kneecap.deployment import Deployment
     from kneecap.hardware import get_gpu
-    from kneecap.model.kv import kv_dtype_bytes
+    from kneecap.model.kv import check_tp, kv_dtype_bytes
     from kneecap.model.weights import weight_bits
     from kneecap.plan import engines
     from kneecap.plan.ledger import build_plan, weights_bytes_per_gpu, weights_total_bytes
@@ -175,6 +175,10 @@ def build_from_flags(f: PlanFlags):
         raise KneecapError("--engine and --kv-pool-gib both given", "an engine model computes the pool; pass one of them")
     if f.mem_fraction is not None and f.engine != "sglang":
         raise KneecapError("--mem-fraction is SGLang's mem_fraction_static", "add --engine sglang, or use --mem-util")
+    if f.mamba_cache_size is not None and f.engine != "sglang":
+        raise KneecapError("--mamba-cache-size is SGLang's --max-mamba-cache-size", "add --engine sglang")
+    if f.activation_gib is not None and f.engine != "vllm":
+        raise KneecapError("--activation-gib is an input of the vLLM engine model", "add --engine vllm, or use --overhead-gib")
 
     gpu = get_gpu(f.gpu)
     if f.kv_dtype:
@@ -182,6 +186,7 @@ def build_from_flags(f: PlanFlags):
     if f.weight_dtype:
         weight_bits(f.weight_dtype)
     model = load_model_spec(spec)
+    check_tp(model, f.tp)  # before any engine arithmetic, so the message is about the heads
     weights_total = source = None
     weight_dtype = f.weight_dtype
     if not f.weight_dtype and not f.params:
