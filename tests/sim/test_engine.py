@@ -230,3 +230,44 @@ def test_engine_setup_matches_the_plan():
     assert engine.state_blocks == setup.state_blocks_per_sequence > 0
     facts = setup.describe()
     assert facts["plan"]["num_kv_blocks"] == plan.num_kv_blocks and facts["engine"]["max_num_seqs"] == 7
+
+
+def test_fast_path_never_skips_an_admission_the_budget_now_allows():
+    # step 1 spends the whole budget on r0's prompt (queue blocked by the budget); from step 2 r0 only
+    # decodes, so r1 must be admitted at once, not after a run of skipped decode steps
+    cfg = EngineConfig(max_num_seqs=8, max_num_batched_tokens=64)
+    runs = []
+    for max_steps in (1, 1000):
+        engine = Engine(deployment(block_size=16), cfg, 1000)
+        engine.add_request(spec(0, 64, 100), 0.0)
+        engine.add_request(spec(1, 64, 100), 0.0)
+        records, _ = run_checked(engine, [], max_steps=max_steps)
+        runs.append({r.request_id: (r.first_token_at, r.end_at) for r in records})
+    assert runs[0].keys() == runs[1].keys() == {"r0", "r1"}
+    for rid in runs[0]:
+        assert runs[1][rid] == pytest.approx(runs[0][rid], rel=1e-12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(num_blocks=st.integers(10, 80), max_seqs=st.integers(1, 6), budget=st.integers(2, 64),
+       lengths=st.lists(st.tuples(st.integers(1, 60), st.integers(1, 60), st.integers(0, 2)), min_size=1, max_size=10),
+       gaps=st.lists(st.floats(0, 0.2), min_size=10, max_size=10), sglang=st.booleans())
+def test_fast_path_equals_step_by_step_on_random_workloads(num_blocks, max_seqs, budget, lengths, gaps, sglang):
+    cfg = EngineConfig(max_num_seqs=max_seqs, max_num_batched_tokens=budget,
+                       **({"init_new_token_ratio": 0.7, "min_new_token_ratio": 0.1, "new_token_ratio_decay": 0.01}
+                          if sglang else {}))
+    t, arrivals = 0.0, []
+    for i, (isl, osl, group) in enumerate(lengths):
+        t += gaps[i]
+        prefix = min(8, isl - 1) if group else 0
+        arrivals.append((t, spec(i, isl, osl, group if prefix else None, prefix)))
+    results = []
+    for max_steps in (1, 10_000):
+        engine = Engine(deployment(block_size=4), cfg, num_blocks)
+        records, _ = run_checked(engine, arrivals, max_steps=max_steps)
+        results.append(({r.request_id: r for r in records}, engine.stats.preemptions, engine.stats.num_steps))
+    (exact, pre_a, steps_a), (fast, pre_b, steps_b) = results
+    assert exact.keys() == fast.keys() and pre_a == pre_b and steps_a == steps_b
+    for rid, r in exact.items():
+        assert fast[rid].status == r.status and len(fast[rid].chunk_times) == len(r.chunk_times)
+        assert fast[rid].chunk_times == pytest.approx(r.chunk_times, rel=1e-9, abs=1e-12)

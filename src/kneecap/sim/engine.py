@@ -271,7 +271,9 @@ class Engine:
         if sched.waiting and self._last_blocked not in FAST_PATH_BLOCKED:
             return None
         if sched.waiting and self._last_blocked == BLOCKED_BLOCKS and self.config.init_new_token_ratio > 0:
-            return None
+            return None  # SGLang's reserve shrinks as its ratio decays: admission may open mid-run
+        if sched.waiting and self._last_blocked == BLOCKED_BUDGET and n < self.config.max_num_batched_tokens:
+            return None  # the budget was spent on prefill chunks, which are done: decodes alone leave room now
         rem = math.inf
         for seq in running:
             if seq.num_output == 0 or seq.num_tokens - seq.num_computed != 1:
