@@ -1,0 +1,111 @@
+"""`kneecap calibrate`: a measured bench summary.json + plan flags -> fitted step-time factors (calib.json) and
+predicted vs measured per level.
+
+Thin: reads the summary, builds the SimTarget as `kneecap simulate` does, calls kneecap.calibrate, writes the
+calibration file ({"step_time": {...}, ...}: `kneecap simulate --step-params FILE` and
+`kneecap serve --calibration FILE` read it) and prints the table.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+
+from kneecap.cli.app import app
+from kneecap.errors import KneecapError
+
+
+def _table(doc: dict, title: str):
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for header in ("load", "ISL/OSL", "TTFT p50 meas (ms)", "pred", "err %", "TPOT p50 meas (ms)", "pred", "err %",
+                   "out tok/s meas", "pred", "err %"):
+        table.add_column(header, justify="right")
+
+    def fmt(v, digits=1):
+        return "—" if v is None else f"{v:,.{digits}f}"
+
+    for row in doc["levels"]:
+        load = f"C={row['concurrency']}" if row["concurrency"] is not None else f"{row['rate']:g}/s"
+        cells = [load, f"{row['isl']}/{row['osl']}"]
+        for m in ("ttft_ms", "tpot_ms", "output_tok_s"):
+            cells += [fmt(row["measured"][m]), fmt(row["predicted"][m]), fmt(row["error_pct"][m], 1)]
+        table.add_row(*cells)
+    return table
+
+
+@app.command("calibrate")
+def calibrate_command(
+    summary: str = typer.Option(..., "--summary", help="summary.json of a measured sweep (kneecap bench --out DIR)"),
+    preset: Optional[str] = typer.Option(None, "--preset", help="Model preset the measured server ran"),
+    model: Optional[str] = typer.Option(None, "--model", help="Preset, config.json, folder or org/name"),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU the measured server ran on"),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree"),
+    pp: int = typer.Option(1, "--pp", help="Pipeline stages"),
+    weight_dtype: Optional[str] = typer.Option(None, "--weight-dtype", help="bf16, fp8, nvfp4, ..."),
+    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="bf16, fp16 or fp8"),
+    params: Optional[float] = typer.Option(None, "--params", help="Total parameters (override)"),
+    context: Optional[int] = typer.Option(None, "--context", help="The server's max_model_len"),
+    block_size: int = typer.Option(16, "--block-size", help="Tokens per KV block"),
+    overhead_gib: float = typer.Option(4.0, "--overhead-gib", help="Activations + workspace + graphs per GPU, GiB"),
+    frag: float = typer.Option(0.05, "--frag", help="Fragmentation headroom fraction"),
+    mem_util: Optional[float] = typer.Option(None, "--mem-util", help="Fraction of HBM the engine may use"),
+    hbm: str = typer.Option("datasheet", "--hbm", help="datasheet | device | framework | bytes per GPU"),
+    engine_defaults: str = typer.Option("vllm", "--engine-defaults", help="vllm or sglang scheduler defaults"),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="The measured server's sequence cap"),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="The measured server's token budget"),
+    isl: Optional[int] = typer.Option(None, "--isl", help="Input tokens per request (default: the level's mean)"),
+    osl: Optional[int] = typer.Option(None, "--osl", help="Output tokens per request (default: the level's mean)"),
+    fit: str = typer.Option("mfu,bw_efficiency,overhead_s", "--fit", help="Step-time factors to fit (comma list)"),
+    start: Optional[str] = typer.Option(None, "--start", help="Starting factors: k=v list or a calibration file"),
+    out: Optional[str] = typer.Option(None, "--out", help="Write the calibration here (default calib.json)"),
+    json_out: bool = typer.Option(False, "--json", help="Print the calibration JSON on stdout, nothing else"),
+) -> int:
+    """Fit the simulator's efficiency factors to a measured sweep; show predicted vs measured per level."""
+    import json
+    from pathlib import Path
+
+    from kneecap.calibrate import calibrate, levels_from_summary
+    from kneecap.cli.plan import PlanFlags
+    from kneecap.serve.target import build_target, load_step_params
+
+    path = Path(summary)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise KneecapError(f"summary {summary} not found", "pass the summary.json that kneecap bench --out DIR wrote") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise KneecapError(f"summary {summary} is not JSON ({exc})", "pass a summary.json written by kneecap bench") from None
+    levels = levels_from_summary(doc, isl=isl, osl=osl)
+    flags = PlanFlags(preset=preset, model=model, gpu=gpu, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                      params=params, context=context, mean_context=None, block_size=block_size,
+                      overhead_gib=overhead_gib, frag=frag, mem_util=mem_util, hbm=hbm)
+    target = build_target(flags, engine_defaults=engine_defaults, max_num_seqs=max_num_seqs,
+                          max_num_batched_tokens=max_num_batched_tokens, step_params=load_step_params(start))
+    names = tuple(n.strip() for n in fit.split(",") if n.strip())
+    result = calibrate(target, levels, fit=names)
+    calib = result.to_dict() | {"summary": str(path), "deployment": target.describe()}
+    calib["deployment"].pop("step_time", None)
+    out_path = Path(out or "calib.json")
+    try:
+        out_path.write_text(json.dumps(calib, indent=2, sort_keys=True) + "\n")
+    except OSError as exc:
+        raise KneecapError(f"cannot write {out_path}: {exc.strerror or exc}", "pass a writable --out path") from None
+    if json_out:
+        sys.stdout.write(json.dumps(calib, sort_keys=True) + "\n")
+        return 0
+    from rich.console import Console
+
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    fitted = ", ".join(f"{n} {result.initial[n]:.4g} -> {getattr(result.params, n):.4g}" for n in result.fitted)
+    console.print(_table(calib, f"kneecap calibrate — {target.model_name} on {target.deployment.num_gpus}x "
+                                f"{target.deployment.gpu.name}: predicted (fitted) vs measured"))
+    console.print(f"fitted: {fitted}", markup=False)
+    console.print(f"rms log error: {result.initial_rms_log_error:.3f} before, {result.rms_log_error:.3f} after "
+                  f"({result.iterations} iterations)", markup=False)
+    console.print(f"calibration: {out_path} (use: kneecap simulate --step-params {out_path}; "
+                  f"kneecap serve --calibration {out_path})", markup=False)
+    return 0

@@ -1,0 +1,132 @@
+"""`kneecap calibrate`: recover known step-time factors from a simulated sweep; the calibration file drives
+simulate and serve; bad inputs are one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kneecap.calibrate import MeasuredLevel, calibrate, levels_from_summary, predict_level
+from kneecap.cli.plan import PlanFlags
+from kneecap.errors import KneecapError
+from kneecap.serve.target import build_target
+from kneecap.sim.steptime import StepTimeParams
+
+FLAGS = ["--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--context", "8192"]
+TRUE = {"mfu": 0.33, "bw_efficiency": 0.64, "overhead_s": 0.0042}
+
+
+def one_line_error(r) -> str:
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.code != 0 and len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in r.stderr, r.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def target():
+    return build_target(PlanFlags(preset="llama-3.1-8b", gpu="h100-sxm", context=8192))
+
+
+def synthetic_levels(target, params, loads=(1, 8, 64), isl=1000, osl=120):
+    levels = []
+    for c in loads:
+        probe = MeasuredLevel(concurrency=c, rate=None, isl=isl, osl=osl, num_requests=max(16, 2 * c),
+                              ttft_ms=1, tpot_ms=1, output_tok_s=1)
+        levels.append(MeasuredLevel(concurrency=c, rate=None, isl=isl, osl=osl, num_requests=max(16, 2 * c),
+                                    **predict_level(target, params, probe)))
+    return levels
+
+
+def test_recovers_known_factors_from_defaults(target):
+    levels = synthetic_levels(target, StepTimeParams(**TRUE))
+    result = calibrate(target, levels)
+    assert result.initial == {"mfu": 0.5, "bw_efficiency": 0.8, "overhead_s": 0.002}
+    for name, value in TRUE.items():
+        assert getattr(result.params, name) == pytest.approx(value, rel=0.05), name
+    assert result.initial_rms_log_error > 0.1 and result.rms_log_error < 0.01
+    for row in result.levels:
+        assert all(abs(e) < 2.0 for e in row["error_pct"].values()), row
+
+
+def test_fitting_a_subset_leaves_the_rest_alone(target):
+    levels = synthetic_levels(target, StepTimeParams(mfu=0.5, bw_efficiency=0.6, overhead_s=0.002), loads=(1, 16))
+    result = calibrate(target, levels, fit=("bw_efficiency",))
+    assert result.params.bw_efficiency == pytest.approx(0.6, rel=0.03)
+    assert (result.params.mfu, result.params.overhead_s) == (0.5, 0.002)
+
+
+def test_measured_levels_come_from_a_summary():
+    summary = {"levels": [
+        {"concurrency": 4, "completed": 10, "input_tokens": 10_000, "output_tokens": 1_000, "warmup_excluded": 2,
+         "ttft_ms": {"p50": 50.0}, "tpot_ms": {"p50": 10.0}, "output_tok_s": 300.0},
+        {"concurrency": 8, "completed": 0, "ttft_ms": {}, "tpot_ms": {}, "output_tok_s": None},  # nothing usable
+        {"concurrency": "max", "completed": 5, "ttft_ms": {"p50": 1.0}, "tpot_ms": {"p50": 1.0}, "output_tok_s": 1.0},
+    ]}
+    (level,) = levels_from_summary(summary)
+    assert (level.concurrency, level.isl, level.osl, level.num_requests, level.warmup) == (4, 1000, 100, 10, 2)
+    with pytest.raises(KneecapError):
+        levels_from_summary({"levels": [summary["levels"][1]]})
+    with pytest.raises(KneecapError):
+        calibrate(None, [level], fit=("no_such_factor",))
+
+
+def test_cli_round_trip_simulate_calibrate_simulate(cli, tmp_path):
+    measured = tmp_path / "measured"
+    pairs = ",".join(f"{k}={v}" for k, v in TRUE.items())
+    r = cli("simulate", *FLAGS, "--isl", "800", "--osl", "100", "--concurrency", "1,8,64", "--requests", "64",
+            "--step-params", pairs, "--out", str(measured), "--quiet")
+    assert r.code == 0, r.stderr
+    calib_path = tmp_path / "calib.json"
+    r = cli("calibrate", "--summary", str(measured / "summary.json"), *FLAGS, "--out", str(calib_path), "--json")
+    assert r.code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc == json.loads(calib_path.read_text())
+    assert doc["kind"] == "calibration" and doc["fitted"] == ["mfu", "bw_efficiency", "overhead_s"]
+    for name, value in TRUE.items():
+        assert doc["step_time"][name] == pytest.approx(value, rel=0.05), name
+    assert [row["concurrency"] for row in doc["levels"]] == [1, 8, 64]
+    # the calibration drives simulate: the fitted engine reproduces the measured sweep
+    r = cli("simulate", *FLAGS, "--isl", "800", "--osl", "100", "--concurrency", "1,8,64", "--requests", "64",
+            "--step-params", str(calib_path), "--out", str(tmp_path / "again"), "--json")
+    assert r.code == 0, r.stderr
+    again = json.loads(r.stdout)["levels"]
+    before = json.loads((measured / "summary.json").read_text())["levels"]
+    for a, b in zip(again, before):
+        assert a["output_tok_s"] == pytest.approx(b["output_tok_s"], rel=0.02)
+        assert a["tpot_ms"]["p50"] == pytest.approx(b["tpot_ms"]["p50"], rel=0.02)
+    # the printed table shows predicted vs measured with errors
+    r = cli("calibrate", "--summary", str(measured / "summary.json"), *FLAGS, "--fit", "overhead_s",
+            "--out", str(tmp_path / "c2.json"))
+    assert r.code == 0 and "TTFT p50 meas" in r.stdout and "err %" in r.stdout and "overhead_s" in r.stdout
+
+
+def test_serve_uses_the_calibration(tmp_path):
+    import urllib.request
+
+    from kneecap.cli.demo import start_server, stop_server
+
+    calib = tmp_path / "calib.json"
+    calib.write_text(json.dumps({"kind": "calibration", "step_time": {"mfu": 0.3, "bw_efficiency": 0.5, "overhead_s": 0.003}}))
+    proc, url = start_server([*FLAGS, "--calibration", str(calib)])
+    try:
+        with urllib.request.urlopen(url + "/version", timeout=10) as resp:
+            step = json.loads(resp.read())["target"]["step_time"]
+    finally:
+        stop_server(proc)
+    assert (step["mfu"], step["bw_efficiency"], step["overhead_s"]) == (0.3, 0.5, 0.003)
+
+
+@pytest.mark.parametrize("content, args", [
+    (None, []),
+    ("not json", []),
+    ('{"levels": []}', []),
+    ('{"levels": [{"concurrency": 1, "completed": 3, "input_tokens": 30, "output_tokens": 30, '
+     '"ttft_ms": {"p50": 5}, "tpot_ms": {"p50": 2}, "output_tok_s": 50}]}', ["--fit", "bogus"]),
+])
+def test_bad_inputs_are_one_line(cli, tmp_path, content, args):
+    path = tmp_path / "summary.json"
+    if content is not None:
+        path.write_text(content)
+    r = cli("calibrate", "--summary", str(path), *FLAGS, "--out", str(tmp_path / "c.json"), *args)
+    one_line_error(r)
