@@ -108,11 +108,30 @@ class NodeServer:
         return usage.ru_utime + usage.ru_stime
 
 
-def run_pinned(cmd: list[str], cpu: int, timeout_s: float, env: dict | None = None) -> tuple[int, float, str]:
-    """Run `cmd` on `cpu`; return (exit code, its CPU seconds from wait4, stderr tail)."""
+def _tree_cpu_s(ps) -> float:
+    """User + system CPU seconds of a psutil.Process and its live descendants."""
+    import psutil
+
+    total = 0.0
+    for p in [ps, *ps.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return total
+
+
+def run_pinned(cmd: list[str], cpu: int, timeout_s: float, env: dict | None = None,
+               cpu_samples: list | None = None) -> tuple[int, float, str]:
+    """Run `cmd` on `cpu`; return (exit code, its CPU seconds from wait4, stderr tail).
+    With `cpu_samples`, also append (wall time s, process-tree CPU s) every 0.1 s."""
+    import psutil
+
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(["taskset", "-c", str(cpu), *cmd], stdout=subprocess.DEVNULL, stderr=err,
                                 env={**os.environ, **(env or {})}, cwd=ROOT)
+        ps = psutil.Process(proc.pid)
         deadline = time.monotonic() + timeout_s
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -122,11 +141,32 @@ def run_pinned(cmd: list[str], cpu: int, timeout_s: float, env: dict | None = No
                 os.kill(proc.pid, signal.SIGKILL)
                 pid, status, usage = os.wait4(proc.pid, 0)
                 break
-            time.sleep(0.05)
+            if cpu_samples is not None:
+                try:
+                    cpu_samples.append((time.time(), _tree_cpu_s(ps)))
+                except psutil.NoSuchProcess:
+                    pass
+            time.sleep(0.1 if cpu_samples is not None else 0.05)
         proc.returncode = os.waitstatus_to_exitcode(status)
         err.seek(0)
         tail = err.read().decode(errors="replace")[-1500:]
     return proc.returncode, usage.ru_utime + usage.ru_stime, tail
+
+
+def cpu_between(samples: list[tuple[float, float]], start: float, end: float) -> float | None:
+    """CPU seconds spent between two wall times, interpolated from (wall s, cumulative CPU s) samples."""
+    if len(samples) < 2 or end <= start:
+        return None
+
+    def at(t: float) -> float:
+        if t <= samples[0][0]:
+            return samples[0][1]
+        for (t0, c0), (t1, c1) in zip(samples, samples[1:]):
+            if t0 <= t <= t1:
+                return c0 + (c1 - c0) * ((t - t0) / (t1 - t0) if t1 > t0 else 0.0)
+        return samples[-1][1]
+
+    return at(end) - at(start)
 
 
 # ---- clients: each returns {completed, duration_s, output_tokens, cpu_s, ttft_ms, itl_ms, warmup_requests}
@@ -191,7 +231,70 @@ def run_vllm(url: str, sc: Scenario, cpu: int, work: Path) -> dict:
     return result
 
 
-CLIENTS = {"kneecap": run_kneecap, "vllm": run_vllm}
+PEER_TOKENIZER = HERE / ".peers" / "tokenizer"
+
+
+def run_aiperf(url: str, sc: Scenario, cpu: int, work: Path) -> dict:
+    """NVIDIA AIPerf (`aiperf profile`), streaming completions, server token counts. It runs several
+    processes (all pinned to the client core); its CPU is the process tree's, sampled, over the
+    window from its first request start to its last request end (its start-up is excluded)."""
+    exe = HERE / ".peers" / "venv" / "bin" / "aiperf"
+    if not exe.exists() or not (PEER_TOKENIZER / "tokenizer.json").exists():
+        return {"error": "aiperf or its local tokenizer missing: run bench/install_peers.sh"}
+    art = work / "aiperf"
+    cmd = [str(exe), "profile", "--model", "fast-scripted", "--url", url, "--endpoint-type", "completions",
+           "--streaming", "--concurrency", str(sc.concurrency), "--request-count", str(sc.requests),
+           "--synthetic-input-tokens-mean", str(sc.isl), "--synthetic-input-tokens-stddev", "0",
+           "--output-tokens-mean", str(sc.osl), "--output-tokens-stddev", "0", "--extra-inputs", "ignore_eos:true",
+           "--tokenizer", str(PEER_TOKENIZER), "--use-server-token-count", "--artifact-dir", str(art),
+           "--ui-type", "none"]
+    samples: list[tuple[float, float]] = []
+    code, cpu_total_s, err = run_pinned(cmd, cpu, timeout_s=900, cpu_samples=samples)
+    records_path = art / "profile_export.jsonl"
+    if code != 0 or not records_path.exists():
+        return {"error": f"aiperf exited {code}: {err.strip()[-300:]}"}
+    import hashlib
+
+    prompts = {}
+    for entry in json.loads((art / "inputs.json").read_text())["data"]:
+        payload = entry["payloads"][0]
+        prompts[entry["session_id"]] = payload.get("prompt")
+    per_request, ttft, itl = [], [], []
+    starts, ends, output_tokens = [], [], 0
+    for line in records_path.read_text().splitlines():
+        rec = json.loads(line)
+        meta, metrics = rec["metadata"], rec.get("metrics") or {}
+        if meta.get("benchmark_phase") != "profiling":
+            continue
+        prompt = prompts.get(meta.get("conversation_id"))
+        sha = hashlib.sha256(prompt.encode("utf-8")).hexdigest() if isinstance(prompt, str) else None
+        first = (metrics.get("time_to_first_token") or {}).get("value")
+        if rec.get("error") or first is None:
+            per_request.append({"sha256": sha, "ok": False})
+            continue
+        sent_s = meta["request_start_ns"] / 1e9
+        starts.append(sent_s)
+        ends.append(meta["request_end_ns"] / 1e9)
+        times = [sent_s + first / 1000.0]
+        for gap in (metrics.get("inter_chunk_latency") or {}).get("value") or []:
+            times.append(times[-1] + gap / 1000.0)
+        per_request.append({"sha256": sha, "ok": True, "sent_s": sent_s, "chunk_times_s": times,
+                            "chunk_tokens": [1] * len(times)})
+        ttft.append(first)
+        itl.extend(per_token_gaps_ms(times, [1] * len(times)))
+        output_tokens += int((metrics.get("usage_completion_tokens") or metrics.get("output_token_count") or {})
+                             .get("value") or 0)
+    if not starts:
+        return {"error": "aiperf recorded no successful request"}
+    window_cpu = cpu_between(samples, min(starts), max(ends))
+    return {"completed": len(ttft), "duration_s": max(ends) - min(starts), "output_tokens": output_tokens,
+            "cpu_s": window_cpu if window_cpu else cpu_total_s,
+            "cpu_source": "process tree, sampled over its requests" if window_cpu else "whole run (includes start-up)",
+            "ttft_ms": ttft, "itl_ms": itl, "warmup_requests": 0, "clock": "relative",  # wall-clock ns, not MONOTONIC
+            "per_request": per_request}
+
+
+CLIENTS = {"kneecap": run_kneecap, "vllm": run_vllm, "aiperf": run_aiperf}
 
 
 # ---- the server's side ------------------------------------------------------------------------
@@ -213,7 +316,7 @@ def paired_errors(client_requests: list[dict], server_rows: list[dict], clock: s
     arrival - client send stamp and receive lag = client first-token stamp - server first send.
     The sum needs no common clock; the split does: with clock="monotonic" the client stamped
     CLOCK_MONOTONIC like the server; with "relative" (seconds since an unstated epoch) the offset
-    is estimated as the smallest (arrival - send) over all pairs, so the split's send lags are
+    (or wall-clock stamps: aiperf) is estimated as the smallest (arrival - send) over all pairs, so the split's send lags are
     measured from the fastest request's (a loopback trip, tens of microseconds).
     ITL error = client per-token gaps - server per-token gaps, token by token.
     """
@@ -224,7 +327,7 @@ def paired_errors(client_requests: list[dict], server_rows: list[dict], clock: s
              if c.get("ok") and c.get("sha256") in by_sha and by_sha[c["sha256"]]["send_ms"]]
     if not pairs:
         return {"paired": 0}
-    if clock == "monotonic":
+    if clock == "monotonic":  # the client stamped the server's clock
         offset_s = 0.0
     else:
         offset_s = min(s["recv_ms"] / 1000.0 - c["sent_s"] for c, s in pairs)
@@ -431,7 +534,7 @@ def _cpu_model() -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", default="kneecap,vllm", help="comma list of: " + ",".join(CLIENTS))
+    parser.add_argument("--clients", default="kneecap,vllm,aiperf", help="comma list of: " + ",".join(CLIENTS))
     parser.add_argument("--quick", action="store_true", help="a quarter of the requests (a smoke run)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs per (configuration, client); the table shows the median run and the range")

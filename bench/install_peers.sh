@@ -34,4 +34,20 @@ with zipfile.ZipFile(wheel) as zf:
 print(f"unpacked {len(names)} files of vllm/benchmarks from {wheel}")
 EOF
 fi
+# aiperf needs a Hugging Face tokenizer to build its synthetic prompts; the hub is not reachable
+# here, so write a local byte-level one (256 byte tokens, no merges) with the `tokenizers` package.
+if [ ! -f .peers/tokenizer/tokenizer.json ]; then
+  mkdir -p .peers/tokenizer
+  .peers/venv/bin/python - <<'PYEOF'
+import json
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+vocab = {ch: i for i, ch in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tok.decoder = decoders.ByteLevel()
+tok.save(".peers/tokenizer/tokenizer.json")
+with open(".peers/tokenizer/tokenizer_config.json", "w") as fh:
+    json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1000000}, fh)
+PYEOF
+fi
 echo "peers ready: $(.peers/venv/bin/python -c 'import aiperf, importlib.metadata as m; print("aiperf", m.version("aiperf"))'), vllm ${VLLM_VERSION} benchmarks in bench/.peers/vllm_src"
