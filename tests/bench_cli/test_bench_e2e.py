@@ -401,3 +401,19 @@ def test_bad_input_is_one_line_and_creates_nothing(cli, server, tmp_path, args, 
     assert_one_line_error(r.stderr)
     assert needle in r.stderr
     assert not out.exists() and srv.log() == []
+
+
+def test_duration_runs_closed_loop_rounds_until_time_is_up(cli, server, tmp_path):
+    url, srv = server(ttft_s=0.001, itl_s=0.001)  # a few ms per request: one round of 2 x 32 is far too short
+    out = tmp_path / "run"
+    r = cli("bench", "--base-url", url, "--isl", "4", "--osl", "4", "--concurrency", "2", "--duration", "2",
+            "--out", str(out), "--json")
+    assert r.code == 0, r.stderr
+    level = json.loads(r.stdout)["levels"][0]
+    assert level["requests"] > 2 * 32 and level["failed"] == 0
+    assert 1.5 <= level["wall_s"] <= 10.0  # the duration, plus the requests in flight at the end
+    recs = records(out)
+    assert len(recs) == level["requests"] == len(srv.log())
+    assert len({r["request_id"] for r in recs}) == len(recs)
+    assert len({r["prompt_hash"] for r in recs}) == len(recs)  # every round draws new prompts
+    assert any(r["request_id"].startswith("L0r1-") for r in recs)

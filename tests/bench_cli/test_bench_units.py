@@ -61,8 +61,9 @@ def test_request_budget_per_level():
     open_loop = BenchOptions(**BASE, rate=(2.0,), duration_s=5.0)
     assert open_loop.requests_for(2.0) == 10
     timed = BenchOptions(**BASE, concurrency=(2, 4096), duration_s=1.5)
-    assert timed.requests_for(2) == 2 * (30 + 1)  # 20 requests per stream per second, +1
-    assert timed.requests_for(4096) == 50_000  # the memory cap
+    assert timed.in_rounds and not open_loop.in_rounds
+    assert timed.requests_for(2) == 2 * 32  # one round: 32 requests per stream
+    assert timed.requests_for(4096) == 20_000  # the memory cap of a round
 
 
 @pytest.mark.parametrize("text, expected", [("1,2.5", [1.0, 2.5]), (" 4 ", [4.0]), ("inf", [math.inf])])
@@ -136,7 +137,12 @@ def test_split_task_conserves_requests_and_load():
 def test_plan_levels_gives_sweep_unique_request_indices():
     opts = BenchOptions(**BASE, concurrency=(1, 4), requests=5, warmup=2)
     plans = plan_levels(opts)
-    assert [(p.first_index, p.num_requests, p.num_warmup) for p in plans] == [(0, 5, 2), (7, 5, 2)]
+    assert [(p.first_index, p.num_requests, p.num_warmup) for p in plans] == [(0, 5, 2), (10**9, 5, 2)]
+    from kneecap.bench.sweep import level_specs
+
+    indices = [s.index for p in plans for s in level_specs(opts, p, warmup=True)]
+    indices += [s.index for p in plans for r in range(3) for s in level_specs(opts, p, warmup=False, round_index=r)]
+    assert len(indices) == len(set(indices)) == 2 * (2 + 3 * 5)  # warmup and every round: prompts never repeat
 
 
 # -- resume ------------------------------------------------------------------------------------

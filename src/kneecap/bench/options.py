@@ -24,8 +24,13 @@ KIND_RATE = "rate"
 DEFAULT_REQUESTS_PER_STREAM = 4
 DEFAULT_OPEN_LOOP_S = 30.0
 MIN_REQUESTS_PER_LEVEL = 10
-DURATION_REQUESTS_PER_STREAM_S = 20.0  # closed loop + --duration: budget for requests as short as 50 ms
-MAX_REQUESTS_PER_LEVEL = 50_000  # prepared request bodies are held in memory: this bounds them
+# Closed loop with --duration runs in rounds of ROUND_REQUESTS_PER_STREAM requests per stream
+# (bodies are prepared before a round's clock starts, so a round bounds the memory they take);
+# rounds follow each other until the duration is over. A round boundary lets every stream finish
+# its last request before the next round starts: the load dips for about one request's time
+# once per round, i.e. for at most 1/ROUND_REQUESTS_PER_STREAM of the level.
+ROUND_REQUESTS_PER_STREAM = 32
+MAX_REQUESTS_PER_ROUND = 20_000
 
 
 def parse_rates(spec: str | Sequence[float]) -> list[float]:
@@ -148,26 +153,26 @@ class BenchOptions:
         return self.base_url.rstrip("/")
 
     def requests_for(self, value: float) -> int:
-        """Measured requests at one level (warmup not included).
+        """Measured requests at one level (warmup not included); with --duration in closed loop,
+        the requests of one round (rounds repeat until the duration is over).
 
-        With --duration, closed loop sends until the duration is over (this is then a budget the
-        driver stops early on); open loop schedules ceil(rate x duration) arrivals.
+        Open loop with --duration schedules ceil(rate x duration) arrivals.
         """
         if self.requests is not None:
             return self.requests
         if self.kind == KIND_CONCURRENCY:
             if self.duration_s is not None:
-                # a budget the duration normally ends first: every stream may send
-                # DURATION_REQUESTS_PER_STREAM_S requests per second (requests of >= 50 ms),
-                # capped so the prepared bodies stay bounded in memory; a level that spends its
-                # budget before the duration is flagged `duration_budget_exhausted` in summary.json
-                per_stream = math.ceil(self.duration_s * DURATION_REQUESTS_PER_STREAM_S) + 1
-                return min(MAX_REQUESTS_PER_LEVEL, max(MIN_REQUESTS_PER_LEVEL, int(value) * per_stream))
+                return min(MAX_REQUESTS_PER_ROUND, max(MIN_REQUESTS_PER_LEVEL, int(value) * ROUND_REQUESTS_PER_STREAM))
             return max(MIN_REQUESTS_PER_LEVEL, DEFAULT_REQUESTS_PER_STREAM * int(value))
         if math.isinf(value):  # everything at once: there is no duration to fill
             return MIN_REQUESTS_PER_LEVEL
         span_s = self.duration_s if self.duration_s is not None else DEFAULT_OPEN_LOOP_S
         return max(MIN_REQUESTS_PER_LEVEL if self.duration_s is None else 1, math.ceil(value * span_s))
+
+    @property
+    def in_rounds(self) -> bool:
+        """Closed loop for a duration: the level repeats rounds of requests until time is up."""
+        return self.kind == KIND_CONCURRENCY and self.duration_s is not None and self.requests is None
 
     def level_label(self, value: float) -> str:
         if self.kind == KIND_CONCURRENCY:

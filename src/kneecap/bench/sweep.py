@@ -52,27 +52,31 @@ class LevelPlan:
     verdict: dict | None = None  # the preflight row for this level, if one was computed
 
 
+# Request indices (which seed each random prompt, so they must never repeat in a sweep): level i
+# uses [i x LEVEL_INDEX_STRIDE, (i + 1) x LEVEL_INDEX_STRIDE), warmup first, then round after round.
+LEVEL_INDEX_STRIDE = 10**9
+
+
 def plan_levels(opts: BenchOptions, verdicts: dict | None = None) -> list[LevelPlan]:
     """Every level in the order given, with request budgets and sweep-unique request indices."""
-    plans, next_index = [], 0
-    for i, value in enumerate(opts.levels):
-        n = opts.requests_for(value)
-        plans.append(LevelPlan(index=i, value=value, num_requests=n, num_warmup=opts.warmup, first_index=next_index,
-                               verdict=(verdicts or {}).get(value)))
-        next_index += n + opts.warmup
-    return plans
+    return [LevelPlan(index=i, value=value, num_requests=opts.requests_for(value), num_warmup=opts.warmup,
+                      first_index=i * LEVEL_INDEX_STRIDE, verdict=(verdicts or {}).get(value))
+            for i, value in enumerate(opts.levels)]
 
 
-def level_specs(opts: BenchOptions, plan: LevelPlan, *, warmup: bool):
-    """The requests of one level (or of its warmup), drawn from the shared Workload code."""
+def level_specs(opts: BenchOptions, plan: LevelPlan, *, warmup: bool, round_index: int = 0):
+    """The requests of one level's warmup or of one of its rounds, drawn from the shared Workload code."""
     from kneecap.workload import LengthDist, RequestClass, Workload, make_requests
 
     isl = opts.isl if opts.isl is not None else 1
     cls = RequestClass(name="default", input=LengthDist.fixed(isl), output=LengthDist.fixed(opts.osl),
                        shared_prefix_tokens=opts.shared_prefix_tokens, num_prefix_groups=opts.num_prefix_groups)
-    n = plan.num_warmup if warmup else plan.num_requests
-    start = plan.first_index if warmup else plan.first_index + plan.num_warmup
-    prefix = f"L{plan.index}{'w' if warmup else 'r'}"
+    if warmup:
+        n, start, prefix = plan.num_warmup, plan.first_index, f"L{plan.index}w"
+    else:
+        n = plan.num_requests
+        start = plan.first_index + plan.num_warmup + round_index * plan.num_requests
+        prefix = f"L{plan.index}r" if round_index == 0 else f"L{plan.index}r{round_index}-"
     return tuple(make_requests(Workload(classes=(cls,)), n, seed=opts.seed, start_index=start, id_prefix=prefix))
 
 
@@ -230,12 +234,12 @@ class Sweep:
             warm_value = min(plan.value, plan.num_warmup) if opts.kind == KIND_CONCURRENCY else plan.value
             self._run_share(LevelTask(specs=level_specs(opts, plan, warmup=True), warmup=True,
                                       **{**base, "value": warm_value}), keep)
-        self._progress.start_level(label, plan.num_requests)
+        self._progress.start_level(label, None if opts.in_rounds else plan.num_requests)
         started = time.monotonic()
         poller = self._poll_metrics()
         with poller:
-            outcomes = self._run_share(LevelTask(specs=level_specs(opts, plan, warmup=False),
-                                                 duration_s=opts.duration_s, **base), keep)
+            outcomes = self._run_rounds(plan, base, keep, started) if opts.in_rounds else self._run_share(
+                LevelTask(specs=level_specs(opts, plan, warmup=False), duration_s=opts.duration_s, **base), keep)
         server_metrics = poller.result()
         wall_s = time.monotonic() - started
         summary = self._summarize(records, **{opts.kind: plan.value}, duration_s=None, slo=self._slo or None)
@@ -245,17 +249,28 @@ class Sweep:
         summary["server_metrics"] = server_metrics
         summary["client"] = _merge_outcomes(outcomes)
         summary["suspect"] = summary["client"]["suspect"]
-        if opts.duration_s is not None:
-            summary["duration_budget_exhausted"] = summary.get("requests", 0) >= plan.num_requests
-            if summary["duration_budget_exhausted"] and opts.kind == KIND_CONCURRENCY:
-                self._progress.note(f"warning: {label} sent its whole budget of {plan.num_requests} requests before "
-                                    f"--duration {opts.duration_s:g} s ended; pass --requests for a fixed count")
         ok, failed = summary.get("completed", 0), summary.get("failed", 0)
         self._progress.end_level(f"{label}: {ok} ok, {failed} failed, "
                                  f"{_fmt(summary.get('output_tok_s'))} output tok/s"
                                  + (f" (client suspect: its own lag may have set these numbers; "
                                     f"try --workers {opts.workers + 1})" if summary["suspect"] else ""))
         return summary
+
+    def _run_rounds(self, plan: LevelPlan, base: dict, keep, started: float) -> list[LevelOutcome]:
+        """Closed loop for --duration: rounds of plan.num_requests until the duration is over."""
+        outcomes: list[LevelOutcome] = []
+        round_index = 0
+        while True:
+            remaining_s = self.opts.duration_s - (time.monotonic() - started)
+            if remaining_s <= 0:
+                break
+            specs = level_specs(self.opts, plan, warmup=False, round_index=round_index)
+            round_outcomes = self._run_share(LevelTask(specs=specs, duration_s=remaining_s, **base), keep)
+            outcomes.extend(round_outcomes)
+            if sum(o.num_records for o in round_outcomes) < len(specs):
+                break  # the driver stopped sending because the duration was over
+            round_index += 1
+        return outcomes
 
     def _after_level(self, summary: dict) -> bool:
         """Server-dead check, then the declared stop rules. True when the sweep must stop."""
