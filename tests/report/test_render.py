@@ -154,3 +154,32 @@ def test_formats(bench_dir, tmp_path, fmt, suffixes):
 def test_out_as_file_name(bench_dir, tmp_path):
     paths = render_report(bench_dir, out=tmp_path / "x" / "mine.html", formats="html")
     assert paths == [tmp_path / "x" / "mine.html"]
+
+
+def test_rerender_removes_plots_the_new_page_no_longer_has(bench_dir):
+    import json
+
+    render_report(bench_dir, formats="md")
+    assert (bench_dir / "report-plots" / "peaks.png").is_file()
+    summary = json.loads((bench_dir / "summary.json").read_text())
+    for level in summary["levels"]:
+        level.pop("server_metrics")
+    (bench_dir / "summary.json").write_text(json.dumps(summary))
+    render_report(bench_dir, formats="md")
+    assert not (bench_dir / "report-plots" / "peaks.png").exists()
+    assert (bench_dir / "report-plots" / "throughput.png").is_file()
+
+
+def test_end_to_end_on_a_real_simulate_folder(cli, tmp_path):
+    """kneecap simulate (the real simulator) writes a folder; kneecap report renders it."""
+    out = tmp_path / "sim"
+    r = cli("simulate", "--preset", "gqa-70b", "--gpu", "mi300x", "--isl", "500", "--osl", "50",
+            "--concurrency", "1,8,64", "--requests", "16", "--trace", "--slo", "ttft_p99_ms=3000",
+            "--out", str(out), "--quiet")
+    assert r.code == 0, r.stderr
+    doc = build_document(load_results(out))
+    names = {f.name for f in doc.figures}
+    assert {"throughput", "latency", "frontier", "occupancy", "chunks"} <= names
+    md = to_markdown(doc)
+    assert "SIMULATED" in md and "gqa-70b on mi300x" in md
+    assert "| SLO | ttft\\_p99\\_ms=3000 |" in md  # recovered from the recorded command line

@@ -31,7 +31,12 @@ def source_banner(kind: str, summary: dict) -> Banner:
                       "Numbers come from kneecap's simulated engine in virtual time (continuous batching, paged KV, "
                       f"roofline step times); no model was executed. {flags}{conflict}", "simulated")
     if kind == "bench" or (model_executed and benchmark_executed):
-        target = summary.get("base_url") or (summary.get("manifest") or {}).get("base_url")
+        server = summary.get("server") if isinstance(summary.get("server"), dict) else {}
+        manifest = summary.get("manifest") if isinstance(summary.get("manifest"), dict) else {}
+        target = summary.get("base_url") or server.get("base_url") or manifest.get("base_url")
+        engine = server.get("engine")
+        if isinstance(target, str) and isinstance(engine, str):
+            target = f"{target} ({engine}{', version ' + str(server['version']) if server.get('version') else ''})"
         where = f" against {target}" if isinstance(target, str) else ""
         return Banner("MEASURED on a real server",
                       f"Numbers were measured by kneecap's HTTP client{where}, with streaming timestamps per read. "

@@ -74,6 +74,11 @@ def write_document(doc, directory: Path, stem: str, formats: tuple[str, ...]) ->
                 (directory / image_dir).mkdir(exist_ok=True)
                 for fig in doc.figures:
                     _write_atomic(directory / image_dir / f"{fig.name}.png", fig.png)
+            if (directory / image_dir).is_dir():  # a plot an earlier render drew but this one did not
+                current = {f"{fig.name}.png" for fig in doc.figures}
+                for stale in (directory / image_dir).glob("*.png"):
+                    if stale.name not in current:
+                        stale.unlink()
             md_path = directory / f"{stem}.md"
             _write_atomic(md_path, to_markdown(doc, image_dir).encode("utf-8"))
             written.append(md_path)

@@ -29,8 +29,9 @@ def subject_of(summary: dict) -> str:
     """A short 'what was run' label: the model name and target, where the summary says."""
     manifest = summary.get("manifest") if isinstance(summary.get("manifest"), dict) else {}
     deployment = summary.get("deployment") if isinstance(summary.get("deployment"), dict) else {}
-    for source in (summary, manifest, deployment):
-        for key in ("model", "model_name", "served_model"):
+    server = summary.get("server") if isinstance(summary.get("server"), dict) else {}
+    for source in (summary, manifest, deployment, server):
+        for key in ("model", "model_name", "served_model", "model_id"):
             if isinstance(source.get(key), str):
                 gpu = deployment.get("gpu") if source is deployment else None
                 return f"{source[key]} on {gpu}" if isinstance(gpu, str) else source[key]
@@ -154,7 +155,7 @@ def error_table(levels: list[dict], records: tuple) -> Table | None:
     for i, lv in enumerate(levels):
         errors = lv.get("errors") if isinstance(lv.get("errors"), dict) else {}
         for kind, n in sorted(errors.items()):
-            rows.append((fmt.load_text(lv), str(kind), fmt.count(n), " | ".join(samples.get((i, str(kind)), []))
+            rows.append((fmt.load_text(lv), str(kind), fmt.count(n), " • ".join(samples.get((i, str(kind)), []))
                          or fmt.MISSING))
     if not rows:
         return None
@@ -226,7 +227,8 @@ def figures(results: Results, levels: list[dict], limit: float | None) -> list[F
             "Circled points are suspect levels (client lag)." if any(p.suspect for p in points) else ""))))
     add("latency", f"Latency percentiles vs {load_name}",
         plots.latency_vs_load(points, load_name, load_unit, PLOT_LATENCIES, parse_slo(slo_spec(summary))),
-        "Dashed red lines are the SLO limits declared for the run.")
+        "Black dash-dot lines are the SLO limits declared for the run." if parse_slo(slo_spec(summary)) else
+        "No latency SLO was declared for this run.")
     frontier_pts = [(lv["tpot_ms"]["p99"], lv["output_tok_s"], fmt.load_text(lv)) for lv in levels
                     if isinstance(lv.get("tpot_ms"), dict) and fmt.is_number(lv["tpot_ms"].get("p99"))
                     and fmt.is_number(lv.get("output_tok_s"))]
