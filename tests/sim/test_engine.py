@@ -213,6 +213,8 @@ def test_abort_frees_blocks_and_returns_a_cancelled_record():
     queued = engine.abort("r1", out.ended_at)
     assert queued.status == "cancelled" and queued.first_token_at is None
     assert engine.abort("r9", 0.0) is None
+    engine.add_request(spec(2, 20, 50), out.ended_at)
+    assert engine.abort("r2").end_at == out.ended_at  # default time: the end of the last step
     check_engine(engine)
     assert engine.blocks.num_used == 0 and not engine.has_work
 

@@ -117,9 +117,9 @@ class Engine:
         self._last_blocked = "" if len(self.scheduler.waiting) == 1 else self._last_blocked
         return None
 
-    def abort(self, request_id: str, at: float) -> RequestRecord | None:
-        """Drop a queued or running request (client went away) at time `at`: its blocks are freed and a
-        cancelled record is returned (None if the engine does not hold it)."""
+    def abort(self, request_id: str, at: float | None = None) -> RequestRecord | None:
+        """Drop a queued or running request (client went away) at time `at` (default: the end of the last
+        step): its blocks are freed and a cancelled record is returned (None if the engine does not hold it)."""
         sched = self.scheduler
         for seq in sched.waiting:
             if seq.rid == request_id:
@@ -133,6 +133,8 @@ class Engine:
             else:
                 return None
         self._last_blocked = ""
+        if at is None:
+            at = max(self.step_end_at[-1] if self.step_end_at else seq.arrival_at, seq.arrival_at)
         return self._record(seq, end_at=at, status=CANCELLED, error_kind="cancelled",
                             error_message="the client cancelled the request")
 
