@@ -1,7 +1,7 @@
 """Each metric a report shows, defined once from named timestamps, with its unit.
 
-The formulas follow kneecap's DESIGN.md command-line contract (the same definitions the
-metrics package computes): TTFT = first token − sent; TPOT = (E2E − TTFT) / (output tokens − 1);
+The formulas follow kneecap's DESIGN.md command-line contract and docs/metrics.md (the
+definitions kneecap.metrics computes): TTFT = first token − sent; TPOT = (E2E − TTFT) / (output tokens − 1);
 ITL counts a chunk carrying k tokens as k tokens; throughput counts completed requests only.
 """
 
@@ -20,6 +20,10 @@ TERMS: dict[str, tuple[str, str]] = {
     "TPOT": ("ms", "Time per output token = (E2E − TTFT) / (output tokens − 1), per request; "
                    "requests with one output token have none."),
     "E2E": ("ms", "End-to-end latency = end_at − sent_at: first request byte to last response byte."),
+    "TTFT from scheduled": ("ms", "first_token_at − scheduled_at (open-loop levels): includes any wait before the "
+                                  "client could send, so a stalled client cannot hide a queue."),
+    "E2E from scheduled": ("ms", "end_at − scheduled_at (open-loop levels)."),
+    "Schedule lag": ("ms", "sent_at − scheduled_at: how late the client itself sent the request."),
     "Chunk gap": ("ms", "Gap between consecutive token-bearing reads of one stream, not divided by tokens."),
     "Tokens per chunk": ("tokens", "How many output tokens one streamed chunk (socket read) carried."),
     "Output throughput": ("tok/s", "Output tokens of completed requests / the level's wall time (duration)."),
@@ -52,7 +56,8 @@ TERMS: dict[str, tuple[str, str]] = {
                            "lower is better for latency and failures."),
 }
 
-SWEEP_TERMS = ("TTFT", "TTFT (answer)", "ITL", "TPOT", "E2E", "Chunk gap", "Tokens per chunk", "Output throughput",
+SWEEP_TERMS = ("TTFT", "TTFT (answer)", "ITL", "TPOT", "E2E", "TTFT from scheduled", "E2E from scheduled",
+               "Schedule lag", "Chunk gap", "Tokens per chunk", "Output throughput",
                "Input throughput", "Total throughput", "Request throughput", "Goodput", "Duration",
                "Requests / completed / failed", "pNN", "Concurrency (C)", "Rate", "Knee", "Preflight limit",
                "Suspect level", "KV usage", "Queue depth", "Preemptions", "SLO")

@@ -11,9 +11,12 @@ import re
 from kneecap.report.numbers import is_number, load_label
 from kneecap.report.plots import LoadPoint
 
-LATENCY_KEYS = ("ttft_ms", "ttft_answer_ms", "itl_ms", "tpot_ms", "e2e_ms", "chunk_gap_ms")
+LATENCY_KEYS = ("ttft_ms", "ttft_answer_ms", "itl_ms", "tpot_ms", "e2e_ms", "ttft_from_scheduled_ms",
+                "e2e_from_scheduled_ms", "schedule_lag_ms", "chunk_gap_ms")
 LATENCY_LABELS = {"ttft_ms": "TTFT", "ttft_answer_ms": "TTFT (answer)", "itl_ms": "ITL", "tpot_ms": "TPOT",
-                  "e2e_ms": "E2E", "chunk_gap_ms": "Chunk gap"}
+                  "e2e_ms": "E2E", "ttft_from_scheduled_ms": "TTFT from scheduled",
+                  "e2e_from_scheduled_ms": "E2E from scheduled", "schedule_lag_ms": "Schedule lag",
+                  "chunk_gap_ms": "Chunk gap"}
 _SLO_KEY = re.compile(r"^(?P<metric>[a-z0-9_]+?)_(?P<pct>p\d+|mean|max)_ms$")
 
 

@@ -293,6 +293,8 @@ def sweep_document(results: Results) -> Document:
                           fmt.num((s or {}).get("max"), 0)) for lv, s in zip(levels, tpc))
             blocks.append(Table(("load", "tokens per chunk, mean (tokens)", "p99 (tokens)", "max (tokens)"), rows,
                                 caption="Tokens per streamed chunk"))
-    blocks += [Heading("Glossary"), glossary(SWEEP_TERMS)]
+    blocks += [Heading("Glossary"), Paragraph("Each metric once, from the record's named timestamps "
+                                              "(kneecap's docs/metrics.md has the full definitions)."),
+               glossary(SWEEP_TERMS)]
     return Document(title, tuple(blocks))
 
