@@ -23,6 +23,8 @@ needs_node = pytest.mark.skipif(NODE is None, reason="node is not installed")
 
 
 def _load(name: str):
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))  # the scripts import their sibling modules, as when run from bench/
     spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
@@ -132,7 +134,7 @@ def test_fast_server_rejects_bad_flags():
 
 
 def test_per_token_gaps_count_a_chunk_of_k_tokens_as_k():
-    compare = _load("compare_clients")
+    compare = _load("pairing")
     assert compare.per_token_gaps_ms([0.0, 0.010, 0.030], [1, 1, 1]) == pytest.approx([10.0, 20.0])
     assert compare.per_token_gaps_ms([0.0, 0.010], [2, 3]) == pytest.approx([0.0, 10.0, 0.0, 0.0])
     # mean per-token ITL = (last - first) / (tokens - 1) whatever the chunking
@@ -141,7 +143,7 @@ def test_per_token_gaps_count_a_chunk_of_k_tokens_as_k():
 
 
 def test_server_side_reads_the_node_log(tmp_path):
-    compare = _load("compare_clients")
+    compare = _load("pairing")
     log = tmp_path / "server.jsonl"
     log.write_text("\n".join(json.dumps(r) for r in [
         {"id": 1, "recv_ms": 100.0, "send_ms": [300.0, 320.0, 340.0], "tokens": [1, 1, 1], "complete": True},
@@ -150,6 +152,31 @@ def test_server_side_reads_the_node_log(tmp_path):
     ]) + "\n")
     side = compare.server_side(log, skip_first=1)
     assert side["requests"] == 1 and side["ttft_ms"] == [200.0] and side["itl_ms"] == pytest.approx([20.0, 20.0])
+
+
+def _pair(sha, sent_s, chunk_times_s):
+    return {"sha256": sha, "ok": True, "sent_s": sent_s, "chunk_times_s": chunk_times_s,
+            "chunk_tokens": [1] * len(chunk_times_s)}
+
+
+def test_paired_errors_split_ttft_into_send_and_receive_lag():
+    pairing = _load("pairing")
+    # server clock in ms; client A sent at 1.000 s, server got it at 1002 ms, first send at 1202, A saw it at 1.205 s
+    server = [{"prompt_sha256": "a", "recv_ms": 1002.0, "send_ms": [1202.0, 1222.0, 1242.0], "tokens": [1, 1, 1]},
+              {"prompt_sha256": "b", "recv_ms": 1001.0, "send_ms": [1201.0, 1221.0], "tokens": [1, 1]}]
+    client = [_pair("a", 1.000, [1.205, 1.2255, 1.2455]), _pair("b", 1.000, [1.2015, 1.2215])]
+    same_clock = pairing.paired_errors(client, server, clock="monotonic")
+    assert same_clock["paired"] == 2
+    assert same_clock["ttft_err_mean_ms"] == pytest.approx((5.0 + 1.5) / 2)  # (205-200) and (201.5-200)
+    assert same_clock["send_lag_mean_ms"] == pytest.approx((2.0 + 1.0) / 2)
+    assert same_clock["recv_lag_mean_ms"] == pytest.approx((3.0 + 0.5) / 2)
+    assert same_clock["itl_err_mean_ms"] == pytest.approx((0.5 + 0.0 + 0.0) / 3)  # A's second gap is 20.5 ms
+    # a client on another clock: the sum is unchanged, the split is measured from the fastest send (b: 1 ms)
+    shifted = [_pair(c["sha256"], c["sent_s"] - 50.0, [t - 50.0 for t in c["chunk_times_s"]]) for c in client]
+    other_clock = pairing.paired_errors(shifted, server, clock="relative")
+    assert other_clock["ttft_err_mean_ms"] == pytest.approx(same_clock["ttft_err_mean_ms"])
+    assert other_clock["send_lag_mean_ms"] == pytest.approx(0.5) and other_clock["recv_lag_mean_ms"] == pytest.approx(2.75)
+    assert pairing.paired_errors([_pair("zzz", 1.0, [1.1])], server, clock="monotonic") == {"paired": 0}
 
 
 def test_rss_growth_and_soak_verdict():
