@@ -109,7 +109,7 @@ def _better_cell(better: str | None) -> Cell:
         return Cell(fmt.MISSING, "muted")
     if better == "tie":
         return Cell("tie", "muted")
-    return Cell(better, "better" if better == "B" else "worse")
+    return Cell(better, "better")  # the winning side's letter, in green
 
 
 def metric_table(matched: list[LevelComparison], index: int) -> Table:
@@ -134,7 +134,7 @@ def _scoreboard(matched: list[LevelComparison]) -> Table:
         a, b, tie = verdicts.count("A"), verdicts.count("B"), verdicts.count("tie")
         overall = "B" if b > a else "A" if a > b else "even"
         rows.append((f"{label} ({unit})", "higher" if hib else "lower", str(a), str(b), str(tie),
-                     Cell(overall, "better" if overall == "B" else "worse" if overall == "A" else "muted")))
+                     Cell(overall, "muted" if overall == "even" else "better")))
     return Table(("metric", "better when", "A better (levels)", "B better (levels)", "ties (levels)", "overall"),
                  tuple(rows), caption=f"Levels where each run wins (a tie is within {fmt.pct(TIE_FRACTION, 0)})")
 
