@@ -125,7 +125,9 @@ def iter_records(path: str | os.PathLike) -> Iterator[RequestRecord]:
             if not line.endswith(b"\n"):
                 break  # torn final line
             try:
-                yield RequestRecord.from_dict(orjson.loads(line))
+                data = orjson.loads(line)
+                if isinstance(data, dict):  # a JSON line that is not an object is as corrupt as a torn one
+                    yield RequestRecord.from_dict(data)
             except (orjson.JSONDecodeError, TypeError):
                 continue
 

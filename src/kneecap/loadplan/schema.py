@@ -214,6 +214,7 @@ class SimulatorTarget(_Strict):
     engine_defaults: Literal["vllm", "sglang"] = "vllm"
     max_num_seqs: Optional[int] = Field(None, ge=1)
     max_num_batched_tokens: Optional[int] = Field(None, ge=1)
+    scheduler_delay_factor: Optional[float] = Field(None, ge=0)  # vLLM V0 --scheduler-delay-factor
     prefix_caching: bool = True
 
 
@@ -300,15 +301,22 @@ def load_plan_file(path: str | Path) -> tuple[LoadPlanSpec, Path]:
 
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise KneecapError(f"cannot read load plan {path}: {exc.strerror or exc}", "check the path") from None
+    except UnicodeDecodeError as exc:  # found by tests/fuzz: a binary or non-UTF-8 file
+        text_line = exc.object[:exc.start].count(b"\n") + 1
+        raise KneecapError(f"{path}:{text_line}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})",
+                           "save the plan as UTF-8 YAML") from None
     try:
         data = yaml.safe_load(text)
         root = yaml.compose(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        if mark is None and isinstance(getattr(exc, "position", None), int):  # yaml.reader.ReaderError: a bad character
+            where = f"{path}:{text[:exc.position].count(chr(10)) + 1}"
+        else:
+            where = f"{path}:{mark.line + 1}" if mark else str(path)
         problem = getattr(exc, "problem", None) or str(exc)
         raise KneecapError(f"{where}: YAML syntax error: {problem}", "fix the YAML (indentation, colons, quotes)") from None
     if not isinstance(data, dict):

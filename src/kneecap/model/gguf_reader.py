@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kneecap.errors import KneecapError
 from kneecap.model.params import PARTS
-from kneecap.model.spec import Model
+from kneecap.model.spec import MAX_LAYERS, Model
 
 _LAYER_TENSOR = re.compile(r"^blk\.(\d+)\.([^.]+)")
 _LAYER_NORMS = ("attn_norm", "ffn_norm", "post_attention_norm", "post_ffw_norm", "attn_post_norm",
@@ -52,9 +52,22 @@ def _fields(reader) -> dict:
     return out
 
 
+# Metadata of a shape llama.cpp never writes (found by tests/fuzz) ends as a one-line KneecapError.
+_SHAPE_ERRORS = (TypeError, ValueError, KeyError, IndexError, AttributeError, ZeroDivisionError, OverflowError)
+
+
 def model_from_gguf(meta: dict, tensors, *, source: str, default_name: str) -> Model:
     """Build a Model from decoded GGUF metadata and its tensor table (objects with name, n_elements, n_bytes,
     tensor_type)."""
+    try:
+        return _model_from_gguf(meta, tensors, source=source, default_name=default_name)
+    except _SHAPE_ERRORS as exc:
+        raise KneecapError(f"{source}: GGUF metadata has a type or value kneecap cannot use "
+                           f"({type(exc).__name__}: {' '.join(str(exc).split())[:120]})",
+                           "re-convert the model with a current llama.cpp, or pass its config.json") from None
+
+
+def _model_from_gguf(meta: dict, tensors, *, source: str, default_name: str) -> Model:
     arch = meta.get("general.architecture")
     if not arch:
         raise KneecapError(f"{source}: GGUF has no general.architecture", "re-convert the model with llama.cpp")
@@ -72,6 +85,9 @@ def model_from_gguf(meta: dict, tensors, *, source: str, default_name: str) -> M
         return value
 
     num_layers = key("block_count")
+    if num_layers > MAX_LAYERS:  # per-layer lists are built below: bound them
+        raise KneecapError(f"{source}: {arch}.block_count {num_layers} is not a plausible layer count (> {MAX_LAYERS:,})",
+                           "the file is corrupt: re-download or re-convert it")
     hidden = key("embedding_length")
     heads = key("attention.head_count")
     kv_heads = key("attention.head_count_kv", required=False) or heads

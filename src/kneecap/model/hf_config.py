@@ -14,7 +14,7 @@ from typing import Any
 
 from kneecap.errors import KneecapError
 from kneecap.model import kv, mamba, params, quant
-from kneecap.model.spec import Model
+from kneecap.model.spec import MAX_LAYERS, Model
 from kneecap.model.weights import weight_bytes
 
 # model_type (of the text model) -> attention family
@@ -41,12 +41,28 @@ _TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3_text")
 _STATE_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
+# A config.json is untrusted input: a value of a shape no published config has (found by tests/fuzz) must
+# still end as a one-line KneecapError naming the file, never as a traceback.
+_SHAPE_ERRORS = (TypeError, ValueError, KeyError, IndexError, AttributeError, ZeroDivisionError, OverflowError)
+
+
 def from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkpoint_bytes: int | None = None,
                    extra_notes: tuple[str, ...] = ()) -> Model:
     """Build a Model from a config.json dict; every missing or bad field becomes a one-line KneecapError."""
     if not isinstance(config, Mapping):
         raise KneecapError(f"{source}: config.json must hold a JSON object, got {type(config).__name__}",
                            "point at the model's config.json")
+    try:
+        return _from_hf_config(config, name=name, source=source, checkpoint_bytes=checkpoint_bytes,
+                               extra_notes=extra_notes)
+    except _SHAPE_ERRORS as exc:
+        raise KneecapError(f"{source}: a field has a type or value kneecap cannot use "
+                           f"({type(exc).__name__}: {' '.join(str(exc).split())[:120]})",
+                           "compare the file with the model's published config.json") from None
+
+
+def _from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkpoint_bytes: int | None,
+                    extra_notes: tuple[str, ...]) -> Model:
     cfg, model_type, architecture = _text_config(config, source)
     family = MODEL_TYPES[model_type]
     num_layers = _pos_int(cfg, "num_hidden_layers", source)
@@ -121,7 +137,9 @@ def from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkpo
 def _text_config(config: Mapping, source: str) -> tuple[dict, str, str]:
     """Merge a wrapper's text_config over its top level; return (cfg, text model_type, architecture)."""
     archs = config.get("architectures") or []
-    architecture = str(archs[0]) if archs else str(config.get("model_type", "unknown"))
+    if isinstance(archs, str):
+        archs = [archs]
+    architecture = str(archs[0]) if isinstance(archs, list) and archs else str(config.get("model_type", "unknown"))
     top_type = config.get("model_type")
     text = config.get("text_config")
     if isinstance(text, Mapping):
@@ -132,6 +150,9 @@ def _text_config(config: Mapping, source: str) -> tuple[dict, str, str]:
         cfg = dict(config)
         model_type = _WRAPPERS.get(str(top_type), top_type) if top_type in _WRAPPERS and "num_hidden_layers" in cfg \
             else top_type
+    if model_type is not None and not isinstance(model_type, str):
+        raise KneecapError(f"{source}: model_type must be a string, got {type(model_type).__name__}",
+                           f"set \"model_type\" to one of: {', '.join(sorted(MODEL_TYPES))}")
     if model_type is None:
         raise KneecapError(f"{source}: config.json has no model_type",
                            f"add \"model_type\" (one of: {', '.join(sorted(MODEL_TYPES))})")
@@ -150,6 +171,9 @@ def _pos_int(cfg: Mapping, key: str, source: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise KneecapError(f"{source}: {key} must be a positive integer, got {value!r}",
                            f"fix {key} in {source}")
+    if key == "num_hidden_layers" and value > MAX_LAYERS:  # per-layer lists are built: bound them
+        raise KneecapError(f"{source}: num_hidden_layers {value} is not a plausible layer count (> {MAX_LAYERS:,})",
+                           f"fix num_hidden_layers in {source}")
     return value
 
 

@@ -19,6 +19,9 @@ from kneecap.errors import KneecapError
 #                       no K/V factor 2, identical on every TP rank (as vLLM and SGLang cache it)
 #   "linear_attention"  Gated DeltaNet / Mamba-style: no per-token cache, a fixed recurrent state per sequence
 LAYER_KINDS = ("full_attention", "sliding_attention", "mla", "linear_attention")
+# Readers refuse layer counts above this before building per-layer lists (a corrupt config.json or GGUF
+# could otherwise ask for 2**63 entries); the deepest published decoders have ~130 layers.
+MAX_LAYERS = 100_000
 
 
 @dataclass(frozen=True)
