@@ -206,3 +206,23 @@ def test_token_ids_stay_inside_the_servers_vocabulary(vocab, expected):
     from kneecap.bench.session import token_id_range
 
     assert token_id_range(vocab) == expected
+
+
+def test_records_file_reads_one_level_from_an_offset(tmp_path):
+    from kneecap.bench.resume import RecordsFile
+    from kneecap.records import RecordWriter, RequestRecord
+
+    path = tmp_path / "requests.jsonl"
+    records = RecordsFile(path)
+    assert records.tell() == 0 and list(records.level_records(0)) == []
+    with RecordWriter(path) as writer:
+        writer.write(RequestRecord(request_id="a", level=0))
+        offset = records.tell()
+        writer.write(RequestRecord(request_id="b", level=1))
+        writer.write(RequestRecord(request_id="c", level=0))  # e.g. a stray record: filtered by level
+        writer.write(RequestRecord(request_id="d", level=1))
+    with open(path, "ab") as fh:
+        fh.write(b'{"request_id": "torn", "level": 1')
+    assert [r.request_id for r in records.level_records(1, offset)] == ["b", "d"]
+    assert [r.request_id for r in records.level_records(0)] == ["a", "c"]
+    assert [r.request_id for r in records.level_records(0, offset)] == ["c"]

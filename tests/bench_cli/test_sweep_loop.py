@@ -48,18 +48,29 @@ class FakeDriver:
         return [LevelOutcome(num_records=len(task.specs), suspect=False, client={"cpu_fraction": 0.1})]
 
 
+class MemoryRecords(list):
+    """Stands in for requests.jsonl: written records, read back by level from an offset (a count here)."""
+
+    def tell(self):
+        return len(self)
+
+    def level_records(self, level, offset=0):
+        return (r for r in self[offset:] if r.level == level)
+
+
 def make_sweep(opts, driver, written, verdicts=None, alive=True):
     return Sweep(opts, state=SweepState(), plans=plan_levels(opts, verdicts), epoch=0.0, run_share=driver,
                  write_record=written.append, persist=lambda summary: None, probe=lambda: alive,
                  poll_metrics=NoMetrics, progress=SilentProgress(), slo=None, stop_limits=StopLimits(),
-                 knee_fn=find_knee, check_stop_fn=check_stop, summarize_fn=summarize_level, sync=lambda: None)
+                 knee_fn=find_knee, check_stop_fn=check_stop, summarize_fn=summarize_level, sync=lambda: None,
+                 records_file=written)
 
 
 OPTS = dict(base_url="http://127.0.0.1:1", isl=8, osl=4, requests=5)
 
 
 def test_every_level_runs_in_order_with_warmup_first():
-    driver, written = FakeDriver(), []
+    driver, written = FakeDriver(), MemoryRecords()
     summary = make_sweep(BenchOptions(**OPTS, concurrency=(1, 2, 4), warmup=2), driver, written).run()
     assert [(t.level, t.warmup) for t in driver.tasks] == [(0, True), (0, False), (1, True), (1, False), (2, True), (2, False)]
     assert [lv["level"] for lv in summary["levels"]] == [0, 1, 2]
@@ -71,7 +82,7 @@ def test_resume_skips_done_levels_even_after_a_preflight_gap():
     # level 1 exceeds the pool (skipped), levels 0 and 2 were done before the kill: only level 3 may run
     opts = BenchOptions(**OPTS, concurrency=(1, 8, 2, 3))
     verdicts = {8: {"verdict": "exceeds", "peak_tokens": 999}}
-    driver, written = FakeDriver(), []
+    driver, written = FakeDriver(), MemoryRecords()
     sweep = make_sweep(opts, driver, written, verdicts)
     sweep.state.preflight = {"kv_capacity_tokens": 100}
     summary = sweep.run(frozenset({0, 2}))
@@ -81,7 +92,7 @@ def test_resume_skips_done_levels_even_after_a_preflight_gap():
 
 
 def test_error_rate_stops_after_the_failing_level():
-    driver, written = FakeDriver(fail_levels={1}), []
+    driver, written = FakeDriver(fail_levels={1}), MemoryRecords()
     summary = make_sweep(BenchOptions(**OPTS, concurrency=(1, 2, 4)), driver, written).run()
     assert [lv["level"] for lv in summary["levels"]] == [0, 1]
     assert summary["stopped"]["reason"] == "error_rate" and summary["status"] == "stopped"
@@ -95,7 +106,7 @@ def test_connection_failures_and_a_dead_probe_mean_server_dead():
                                         sent_at=0.0, end_at=0.001, status=ERROR, error_kind="connection_refused"))
             return [LevelOutcome()]
 
-    summary = make_sweep(BenchOptions(**OPTS, concurrency=(1, 2)), Refused(), [], alive=False).run()
+    summary = make_sweep(BenchOptions(**OPTS, concurrency=(1, 2)), Refused(), MemoryRecords(), alive=False).run()
     assert summary["stopped"]["reason"] == "server_dead" and summary["levels"][0]["server_dead"] is True
 
 
@@ -110,7 +121,7 @@ def test_interrupt_keeps_a_partial_level():
                 raise KeyboardInterrupt
             return super().__call__(task, on_record)
 
-    written = []
+    written = MemoryRecords()
     summary = make_sweep(BenchOptions(**OPTS, concurrency=(1, 2, 4)), CutAfterTwo(), written).run()
     assert summary["status"] == "interrupted" and summary["stopped"]["reason"] == "interrupted"
     assert [(lv["level"], lv.get("partial", False)) for lv in summary["levels"]] == [(0, False), (1, True)]

@@ -1,4 +1,8 @@
-"""`--resume DIR`: which levels are done, and moving the records of unfinished levels aside.
+"""requests.jsonl as the sweep reads it back: one level's records, and `--resume DIR`'s bookkeeping.
+
+A level's statistics are computed from its records read back from requests.jsonl (from the byte
+offset where the level started), so memory does not grow with the length of a level.
+`--resume DIR`: which levels are done, and moving the records of unfinished levels aside.
 
 A level is done when summary.json holds its complete entry (kneecap.results decides). Records
 of any other level (a level killed half-way) are moved from requests.jsonl to
@@ -11,6 +15,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 DISCARDED_FILE = "requests.discarded.jsonl"
 
@@ -64,6 +69,40 @@ def set_aside_records(records_path: Path, keep_levels: set[int]) -> tuple[int, i
             pass
         raise
     return len(keep), len(moved)
+
+
+class RecordsFile:
+    """Read-back side of requests.jsonl (the RecordWriter appends with os.write: no buffer to flush)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def tell(self) -> int:
+        """Current size in bytes: where the next record will start."""
+        try:
+            return self.path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def level_records(self, level: int, offset: int = 0) -> Iterator:
+        """Records of `level` from byte `offset` on (a torn or corrupt line is skipped, as iter_records does)."""
+        import orjson
+
+        from kneecap.records import RequestRecord
+
+        if not self.path.exists():
+            return
+        with open(self.path, "rb") as fh:
+            fh.seek(offset)
+            for line in fh:
+                if not line.endswith(b"\n"):
+                    break
+                try:
+                    data = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(data, dict) and data.get("level") == level:
+                    yield RequestRecord.from_dict(data)
 
 
 def first_incomplete(num_levels: int, done: set[int], skipped: set[int]) -> int | None:

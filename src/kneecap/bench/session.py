@@ -15,7 +15,7 @@ from pathlib import Path
 from kneecap.bench.credentials import Scrubber
 from kneecap.bench.level import DriverSetup
 from kneecap.bench.options import KIND_CONCURRENCY, BenchOptions
-from kneecap.bench.resume import first_incomplete, set_aside_records
+from kneecap.bench.resume import RecordsFile, first_incomplete, set_aside_records
 from kneecap.bench.sweep import STATUS_INTERRUPTED, LevelPlan, Sweep, SweepState, in_process_runner, plan_levels
 from kneecap.errors import KneecapError
 
@@ -155,7 +155,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
                       write_record=write_record, persist=results.write_summary,
                       probe=lambda: server_answers(opts, api_key), poll_metrics=_metrics_poller(opts, api_key),
                       progress=progress, slo=slo, stop_limits=limits, knee_fn=find_knee, check_stop_fn=check_stop,
-                      summarize_fn=summarize_level, sync=writer.sync)
+                      summarize_fn=summarize_level, sync=writer.sync, records_file=RecordsFile(results.records_path))
         summary = sweep.run(done)
         if summary.get("status") == STATUS_INTERRUPTED and pool is not None:
             pool.terminate()

@@ -105,7 +105,8 @@ class Sweep:
     def __init__(self, opts: BenchOptions, *, state: SweepState, plans: list[LevelPlan], epoch: float,
                  run_share: Callable, write_record: Callable[[RequestRecord], None], persist: Callable[[dict], None],
                  probe: Callable[[], bool], poll_metrics: Callable, progress, slo: dict | None,
-                 stop_limits, knee_fn: Callable, check_stop_fn: Callable, summarize_fn: Callable, sync: Callable[[], None]):
+                 stop_limits, knee_fn: Callable, check_stop_fn: Callable, summarize_fn: Callable, sync: Callable[[], None],
+                 records_file):
         self.opts = opts
         self.state = state
         self.plans = plans
@@ -122,7 +123,8 @@ class Sweep:
         self._check_stop = check_stop_fn
         self._summarize = summarize_fn
         self._sync = sync
-        self._current: list[RequestRecord] = []  # records (warmup included) of the level in progress
+        self._records_file = records_file  # kneecap.bench.resume.RecordsFile: reads a level's records back
+        self._level_offset: int | None = None  # where the level in progress starts in requests.jsonl
 
     # -- summary.json ----------------------------------------------------------------------
     def summary(self) -> dict:
@@ -173,9 +175,9 @@ class Sweep:
     def _interrupted(self, plan: LevelPlan | None) -> None:
         """Ctrl-C / SIGTERM: keep the records, summarise the cut level as partial (not complete)."""
         self._sync()
-        if plan is not None and self._current:
-            partial = self._summarize(self._current, **{self.opts.kind: plan.value}, duration_s=None,
-                                      slo=self._slo or None)
+        cut = list(self._level_records(plan)) if plan is not None and self._level_offset is not None else []
+        if cut:
+            partial = self._summarize(cut, **{self.opts.kind: plan.value}, duration_s=None, slo=self._slo or None)
             partial.update(level=plan.index, partial=True, preflight=plan.verdict)
             self.state.levels.append(partial)
         from kneecap.metrics.stop import INTERRUPTED, stop_record
@@ -219,12 +221,10 @@ class Sweep:
     def _run_level(self, plan: LevelPlan) -> dict:
         opts = self.opts
         label = opts.level_label(plan.value)
-        records: list[RequestRecord] = []
-        self._current = records
+        self._level_offset = self._records_file.tell()
 
         def keep(record: RequestRecord) -> None:
             self._write_record(record)
-            records.append(record)  # warmup ones too: summarize_level excludes and counts them
             self._progress.on_record(record.ok)
 
         base = dict(level=plan.index, kind=opts.kind, value=plan.value, epoch=self.epoch,
@@ -242,7 +242,9 @@ class Sweep:
                 LevelTask(specs=level_specs(opts, plan, warmup=False), duration_s=opts.duration_s, **base), keep)
         server_metrics = poller.result()
         wall_s = time.monotonic() - started
-        summary = self._summarize(records, **{opts.kind: plan.value}, duration_s=None, slo=self._slo or None)
+        # from the records read back (warmup included: summarize_level excludes and counts them)
+        summary = self._summarize(self._level_records(plan), **{opts.kind: plan.value}, duration_s=None,
+                                  slo=self._slo or None)
         summary["level"] = plan.index
         summary["wall_s"] = wall_s
         summary["preflight"] = plan.verdict
@@ -255,6 +257,9 @@ class Sweep:
                                  + (f" (client suspect: its own lag may have set these numbers; "
                                     f"try --workers {opts.workers + 1})" if summary["suspect"] else ""))
         return summary
+
+    def _level_records(self, plan: LevelPlan):
+        return self._records_file.level_records(plan.index, self._level_offset or 0)
 
     def _run_rounds(self, plan: LevelPlan, base: dict, keep, started: float) -> list[LevelOutcome]:
         """Closed loop for --duration: rounds of plan.num_requests until the duration is over."""
