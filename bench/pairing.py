@@ -9,11 +9,13 @@ from pathlib import Path
 
 
 def per_token_gaps_ms(times_s: list[float], tokens: list[int]) -> list[float]:
-    """ITL per token: the gap before a chunk of k tokens, then k-1 zero gaps (DESIGN.md's definition)."""
-    gaps: list[float] = [0.0] * max(0, (tokens[0] if tokens else 1) - 1)
-    for i in range(1, len(times_s)):
-        gaps.append((times_s[i] - times_s[i - 1]) * 1000.0)
-        gaps.extend([0.0] * max(0, tokens[i] - 1))
+    """Per-token ITL as docs/metrics.md defines `itl_ms`: a token-bearing chunk of k tokens arriving
+    g after the previous one gives k samples of g/k; the first chunk gives none; chunks with no
+    token are not boundaries. Used alike for every client and for the server's own log."""
+    bearing = [(t, k) for t, k in zip(times_s, tokens) if k > 0]
+    gaps: list[float] = []
+    for (t0, _), (t1, k) in zip(bearing, bearing[1:]):
+        gaps.extend([(t1 - t0) * 1000.0 / k] * k)
     return gaps
 
 

@@ -133,13 +133,16 @@ def test_fast_server_rejects_bad_flags():
     assert proc.returncode == 2 and "tokens-per-chunk" in proc.stderr
 
 
-def test_per_token_gaps_count_a_chunk_of_k_tokens_as_k():
-    compare = _load("pairing")
-    assert compare.per_token_gaps_ms([0.0, 0.010, 0.030], [1, 1, 1]) == pytest.approx([10.0, 20.0])
-    assert compare.per_token_gaps_ms([0.0, 0.010], [2, 3]) == pytest.approx([0.0, 10.0, 0.0, 0.0])
-    # mean per-token ITL = (last - first) / (tokens - 1) whatever the chunking
-    gaps = compare.per_token_gaps_ms([1.0, 1.5, 1.9], [3, 1, 4])
-    assert sum(gaps) / len(gaps) == pytest.approx((1.9 - 1.0) * 1000 / (8 - 1))
+def test_per_token_gaps_follow_docs_metrics_itl():
+    pairing = _load("pairing")
+    assert pairing.per_token_gaps_ms([0.0, 0.010, 0.030], [1, 1, 1]) == pytest.approx([10.0, 20.0])
+    # first chunk (2 tokens) adds nothing; a chunk of 3 after 30 ms gives three samples of 10 ms
+    assert pairing.per_token_gaps_ms([0.0, 0.030], [2, 3]) == pytest.approx([10.0, 10.0, 10.0])
+    # chunks without tokens (usage, keep-alive) are not boundaries
+    assert pairing.per_token_gaps_ms([0.0, 0.005, 0.020], [1, 0, 1]) == pytest.approx([20.0])
+    # the samples sum to the time spent streaming after the first chunk
+    gaps = pairing.per_token_gaps_ms([1.0, 1.5, 1.9], [3, 1, 4])
+    assert sum(gaps) == pytest.approx(900.0) and len(gaps) == 5
 
 
 def test_server_side_reads_the_node_log(tmp_path):
