@@ -79,6 +79,8 @@ def test_every_block_kind_escapes_its_text():
 def test_markdown_table_cells_cannot_break_the_table():
     assert escape_md("a|b\nc", in_table=True) == "a\\|b c"
     assert escape_md("[x](javascript:alert(1))") == "\\[x\\](javascript:alert(1))"
+    assert escape_md("ttft_p99_ms") == "ttft_p99_ms"  # intraword '_' is never emphasis: kept readable
+    assert escape_md("_x_ *y*") == "\\_x\\_ \\*y\\*"
     md = to_markdown(Document("t", (Table(("a", "b"), (("1|2", "3"),)),)))
     row = [line for line in md.splitlines() if line.startswith("| 1")][0]
     assert row == "| 1\\|2 | 3 |"

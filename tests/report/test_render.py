@@ -47,7 +47,7 @@ def test_bench_page_has_provenance_units_suspect_and_glossary(bench_dir):
     assert "⚠ suspect: event-loop lag p99 80.0 ms &gt; 20 ms" in page  # why it is suspect
     assert "loop_lag_p99_ms (ms)" in page and "started_at" not in page  # client health, worst worker
     # glossary formulas match DESIGN.md
-    assert "first\\_token\\_at − sent\\_at" in md
+    assert "first_token_at − sent_at" in md
     assert "(E2E − TTFT) / (output tokens − 1)" in page
     assert "counts as k tokens" in page
 
@@ -182,4 +182,4 @@ def test_end_to_end_on_a_real_simulate_folder(cli, tmp_path):
     assert {"throughput", "latency", "frontier", "occupancy", "chunks"} <= names
     md = to_markdown(doc)
     assert "SIMULATED" in md and "gqa-70b on mi300x" in md
-    assert "| SLO | ttft\\_p99\\_ms=3000 |" in md  # recovered from the recorded command line
+    assert "| SLO | ttft_p99_ms=3000 |" in md  # recovered from the recorded command line

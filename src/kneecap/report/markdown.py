@@ -11,13 +11,14 @@ import re
 from kneecap.report.document import (Banner, Cell, Code, Definitions, Document, Figure, Heading, KeyValues,
                                      Paragraph, Table)
 
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]#])")
+# '_' inside a word (ttft_p99_ms) is never emphasis in CommonMark/GFM, so only word-edge '_' is escaped
+_MD_SPECIAL = re.compile(r"([\\`*\[\]#])|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 
 
 def escape_md(text: str, in_table: bool = False) -> str:
     """Plain text -> Markdown text that shows the same characters and can never become markup."""
     out = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    out = _MD_SPECIAL.sub(r"\\\1", out)
+    out = _MD_SPECIAL.sub(lambda m: "\\" + m.group(0), out)
     out = " ".join(out.split("\n")) if in_table else out
     return out.replace("|", "\\|") if in_table else out
 
@@ -67,7 +68,12 @@ def to_markdown(doc: Document, image_dir: str = "plots") -> str:
         elif isinstance(block, KeyValues):
             if block.caption:
                 lines += [f"*{escape_md(block.caption)}*", ""]
-            lines += _table(("item", "value"), block.items) + [""]
+            if block.compact:  # many short facts: two pairs per row
+                pairs = list(block.items) + ([("", "")] if len(block.items) % 2 else [])
+                rows = [(*pairs[i], *pairs[i + 1]) for i in range(0, len(pairs), 2)]
+                lines += _table(("item", "value", "item", "value"), rows) + [""]
+            else:
+                lines += _table(("item", "value"), block.items) + [""]
         elif isinstance(block, Figure):
             lines += [f"![{escape_md(block.title)}]({image_dir}/{block.name}.png)", ""]
             if block.caption:

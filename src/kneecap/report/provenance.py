@@ -64,7 +64,7 @@ def flatten(prefix: str, value: object, out: list[tuple[str, str]]) -> None:
         for i, sub in enumerate(value):
             flatten(f"{prefix}[{i}]", sub, out)
     elif isinstance(value, (list, tuple)):
-        out.append((prefix, ", ".join(str(v) for v in value)))
+        out.append((prefix, ", ".join(str(v) for v in value) or "—"))
     elif isinstance(value, int) and not isinstance(value, bool):
         out.append((prefix, f"{value:,}"))
     else:
