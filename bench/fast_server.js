@@ -133,10 +133,11 @@ function handleGenerate(req, res, chat, recv) {
     let body;
     try {
       body = JSON.parse(Buffer.concat(parts).toString('utf8'));
+      if (body === null || typeof body !== 'object' || Array.isArray(body)) throw new Error('not an object');
     } catch (e) {
       stats.bad_requests++;
       res.writeHead(400, { 'Content-Type': 'application/json' });
-      res.end('{"error":{"message":"request body is not JSON","type":"invalid_request_error"}}');
+      res.end('{"error":{"message":"request body is not a JSON object","type":"invalid_request_error"}}');
       return;
     }
     const id = nextId++;

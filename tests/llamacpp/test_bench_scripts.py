@@ -119,10 +119,14 @@ def test_fast_server_non_streaming_and_bad_requests(node_server):
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(urllib.request.Request(server.url + "/v1/completions", data=b"{not json"), timeout=10)
     assert err.value.code == 400
+    for body in (b"null", b"[1, 2]", b'{"prompt": "a", "max_tokens": 0}'):
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(urllib.request.Request(server.url + "/v1/completions", data=body), timeout=10)
+        assert err.value.code == 400
     with urllib.request.urlopen(server.url + "/v1/models", timeout=10) as resp:
         assert json.loads(resp.read())["data"][0]["id"] == "fast-scripted"
     stats = json.loads(urllib.request.urlopen(server.url + "/stats", timeout=10).read())
-    assert stats["completed"] == 1 and stats["bad_requests"] == 1
+    assert stats["completed"] == 1 and stats["bad_requests"] == 4
     server.stop()
 
 
