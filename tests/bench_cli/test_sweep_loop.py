@@ -127,3 +127,23 @@ def test_interrupt_keeps_a_partial_level():
     assert [(lv["level"], lv.get("partial", False)) for lv in summary["levels"]] == [(0, False), (1, True)]
     assert summary["levels"][1]["completed"] == 2
     assert len(written) == 5 + 2
+
+
+def test_a_client_failure_is_saved_as_failed_and_raised():
+    import pytest
+
+    from kneecap.errors import KneecapError
+
+    class WorkerDies(FakeDriver):
+        def __call__(self, task, on_record):
+            if task.level == 1:
+                raise KneecapError("client worker 0 exited", "check memory")
+            return super().__call__(task, on_record)
+
+    saved = []
+    opts = BenchOptions(**OPTS, concurrency=(1, 2))
+    sweep = make_sweep(opts, WorkerDies(), MemoryRecords())
+    sweep._persist = saved.append
+    with pytest.raises(KneecapError):
+        sweep.run()
+    assert saved[-1]["status"] == "failed" and [lv["level"] for lv in saved[-1]["levels"]] == [0]

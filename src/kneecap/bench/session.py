@@ -125,7 +125,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
         done, state = _resume_state(results, plans, state)
         if done is None:
             return BenchRun(summary=results.read_summary() or {}, out_dir=results.path, nothing_to_do=True)
-    previous = results.read_manifest() or {} if resume else {}
+    previous = (results.read_manifest() or {}) if resume else {}
     earlier_runs = previous.get("previous_runs", []) + ([{"created_at": previous.get("created_at"),
                                                           "command": previous.get("command")}] if previous else [])
     results.write_manifest(argv, extra={"bench_options": opts.to_dict(), "levels_already_done": sorted(done),

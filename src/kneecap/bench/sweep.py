@@ -15,6 +15,7 @@ from typing import Callable
 
 from kneecap.bench.level import LevelOutcome, LevelTask, run_task
 from kneecap.bench.options import KIND_CONCURRENCY, BenchOptions
+from kneecap.errors import KneecapError
 from kneecap.records import RequestRecord
 
 SUMMARY_KIND = "bench"
@@ -22,6 +23,7 @@ STATUS_RUNNING = "running"
 STATUS_COMPLETE = "complete"
 STATUS_STOPPED = "stopped"
 STATUS_INTERRUPTED = "interrupted"
+STATUS_FAILED = "failed"  # the client itself failed (one-line error on stderr); --resume continues
 
 # A level ends with the server probed again when at least this fraction of its requests failed
 # at the connection level: the stop rule "server dead" needs a positive check, not a guess.
@@ -170,6 +172,11 @@ class Sweep:
             self.state.status = STATUS_STOPPED if self.state.stopped else STATUS_COMPLETE
         except KeyboardInterrupt:
             self._interrupted(current)
+        except KneecapError:  # e.g. a client worker died: keep what was measured, resumable, then report
+            self.state.status = STATUS_FAILED
+            self._sync()
+            self.save()
+            raise
         return self.save()
 
     def _interrupted(self, plan: LevelPlan | None) -> None:
