@@ -160,6 +160,7 @@ def simulate(
     slo: Optional[str] = typer.Option(None, "--slo", help="e.g. ttft_p99_ms=500,itl_p99_ms=50"),
     max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Sequences running at once (default: the engine's)"),
     max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Tokens per step (default: the engine's)"),
+    scheduler_delay_factor: Optional[float] = typer.Option(None, "--scheduler-delay-factor", help="vLLM V0's prompt batching delay: hold new prompts until the oldest waited X x the last prompt step (0 = off)"),
     engine_defaults: str = typer.Option("vllm", "--engine-defaults", help="vllm or sglang: whose scheduler defaults to mimic"),
     prefix_caching: Optional[bool] = typer.Option(None, "--prefix-caching/--no-prefix-caching", help="Prefix caching (default on, as both engines)"),
     step_params: Optional[str] = typer.Option(None, "--step-params", help="Step-time constants: k=v list (mfu=0.4,...) or a JSON file (e.g. from calibrate)"),
@@ -217,7 +218,8 @@ def simulate(
                            f"pass --context {isl + osl} or shorter lengths")
     setup = engine_setup(plan, defaults=engine_defaults, max_num_seqs=max_num_seqs,
                          max_num_batched_tokens=max_num_batched_tokens, prefix_caching=prefix_caching,
-                         step_params=params_obj, charge_state=kv_pool_gib is None)
+                         step_params=params_obj, charge_state=kv_pool_gib is None,
+                         scheduler_delay_factor=scheduler_delay_factor)
     config = setup.config
     workload = Workload(classes=(RequestClass(input=LengthDist.fixed(isl), output=LengthDist.fixed(osl),
                                               shared_prefix_tokens=prefix_tokens, num_prefix_groups=prefix_groups),))

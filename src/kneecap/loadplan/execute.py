@@ -175,18 +175,22 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
         if entry.get("verdict"):
             continue
         region = capacity.get(entry["name"], {})
+        required = spec.load.required
         missing = []
         for cls_name in spec.slo:
             for state in spec.states:
                 info = region.get(cls_name, {}).get(state)
-                if not info or info["capacity"] is None:
+                cap = info["capacity"] if info else None
+                if cap is None or (required is not None and cap < required):
                     failed = (info or {}).get("failed", {})
                     first = next(iter(failed.items()), None)
-                    why = f" at {info['dimension']} {first[0]}: {'; '.join(first[1])}" if first and info else ""
-                    missing.append(f"{cls_name}/{state}{why}")
+                    why = f" (first failure at {info['dimension']} {first[0]}: {'; '.join(first[1])})" if first and info else ""
+                    have = "no load step" if cap is None else f"capacity {cap:g}"
+                    need = f" < required {required:g}" if required is not None and cap is not None else ""
+                    missing.append(f"{cls_name}/{state}: {have}{need}{why}")
         if missing:
             entry.update(verdict="rejected", gate="slo",
-                         reason=("breaches its SLO budgets at every load step tried for " + ", ".join(missing)
+                         reason=("fails the SLO gate — " + "; ".join(missing)
                                  + (f" — rejected for {entry['routing']} routing" if entry.get("routing") else "")))
         else:
             entry.update(verdict="accepted", gate=None, reason="meets behaviour and every SLO budget in every repetition")

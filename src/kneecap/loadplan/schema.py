@@ -173,6 +173,9 @@ class LoadSpec(_Strict):
     requests_per_cell: Optional[int] = Field(None, ge=1)
     duration_s: Optional[float] = Field(None, gt=0)
     arrival: ArrivalSpec = ArrivalSpec()
+    # the load every class with an SLO must sustain (same unit as steps): a candidate whose capacity is
+    # below it fails the SLO gate. Unset: any non-empty capacity region passes.
+    required: Optional[float] = Field(None, gt=0)
 
     @field_validator("steps")
     @classmethod

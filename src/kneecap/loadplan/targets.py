@@ -34,34 +34,24 @@ class SimulatorCandidate:
 
     def __init__(self, target: SimulatorTarget):
         from kneecap.cli.plan import PlanFlags, build_from_flags
-        from kneecap.sim.config import engine_defaults
-        from kneecap.sim.steptime import StepTimeModel
+        from kneecap.sim.setup import engine_setup
 
         self.target = target
         plan, _ = build_from_flags(PlanFlags(model=target.model, gpu=target.gpu, tp=target.tp, pp=target.pp,
                                              weight_dtype=target.weight_dtype, kv_dtype=target.kv_dtype,
                                              block_size=target.block_size))
         self.plan = plan
-        d = plan.deployment
-        base = engine_defaults(target.engine_defaults, device_bytes=d.gpu.memory_bytes("device"), gpu_name=d.gpu.name,
-                               pool_tokens=plan.kv_capacity_tokens, context_len=plan.context)
-        self.config = base.with_overrides(max_num_seqs=target.max_num_seqs,
-                                          max_num_batched_tokens=target.max_num_batched_tokens,
-                                          enable_prefix_caching=target.prefix_caching)
-        self.steptime = StepTimeModel(d)
+        self.setup = engine_setup(plan, defaults=target.engine_defaults, max_num_seqs=target.max_num_seqs,
+                                  max_num_batched_tokens=target.max_num_batched_tokens,
+                                  prefix_caching=target.prefix_caching,
+                                  scheduler_delay_factor=target.scheduler_delay_factor)
+        self.config = self.setup.config
+        self.steptime = self.setup.steptime
 
     def identity(self) -> dict:
-        d = self.plan.deployment
-        return {
-            "kind": "simulator",
-            "deployment": {"model": d.model.name, "model_source": d.model.source, "gpu": d.gpu.name, "tp": d.tp,
-                           "pp": d.pp, "num_gpus": d.num_gpus, "weight_dtype": d.weight_dtype, "kv_dtype": d.kv_dtype,
-                           "block_size": d.block_size, "interconnect": d.gpu.interconnect},
-            "engine": {"defaults": self.config.name, "max_num_seqs": self.config.max_num_seqs,
-                       "max_num_batched_tokens": self.config.max_num_batched_tokens,
-                       "enable_prefix_caching": self.config.enable_prefix_caching},
-            "plan": self.plan.to_json(),
-        }
+        facts = self.setup.describe()
+        facts["deployment"]["model_source"] = self.plan.deployment.model.source
+        return {"kind": "simulator", **facts, "plan": self.plan.to_json()}
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -82,7 +72,8 @@ class SimulatorCandidate:
         spec = (LevelSpec(concurrency=int(load), num_requests=num_requests, warmup=warmup) if dimension == "concurrency"
                 else LevelSpec(rate=float(load), num_requests=num_requests, warmup=warmup))
         result = simulate_level(self.plan.deployment, self.config, self.plan.num_kv_blocks, workload, spec, index=index,
-                                seed=seed, burstiness=burstiness, steptime=self.steptime, trace=True)
+                                seed=seed, burstiness=burstiness, steptime=self.steptime, trace=True,
+                                charge_state=self.setup.charge_state)
         return CellRun(records=result.records, server_metrics=result.server_metrics, trace=result.trace)
 
     def settle(self, state: str, pause_s: float, reset_prefix_cache: bool) -> str:

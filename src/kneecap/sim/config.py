@@ -41,6 +41,10 @@ class EngineConfig:
     init_new_token_ratio: float = 0.0
     min_new_token_ratio: float = 0.0
     new_token_ratio_decay: float = 0.0  # subtracted per decode step
+    # vLLM's --scheduler-delay-factor (V0 scheduler, `Scheduler._passed_delay`): while sequences are
+    # running, hold new prompts until the oldest waiting one has waited delay_factor x the latency of
+    # the last step that ran prompts, so prompts batch together ("waiting to batch"). 0 = off (default).
+    scheduler_delay_factor: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_num_seqs, int) or self.max_num_seqs < 1:
@@ -53,11 +57,15 @@ class EngineConfig:
             raise KneecapError(
                 f"new-token ratios must satisfy 0 <= min ({self.min_new_token_ratio}) <= init ({self.init_new_token_ratio}) <= 1",
                 "use e.g. init 0.7, min 0.1 (SGLang) or 0 and 0 (vLLM)")
+        if self.scheduler_delay_factor < 0:
+            raise KneecapError(f"--scheduler-delay-factor must be >= 0, got {self.scheduler_delay_factor}",
+                               "pass e.g. 0 (off) or 0.5")
         if self.new_token_ratio_decay < 0:
             raise KneecapError(f"new_token_ratio_decay must be >= 0, got {self.new_token_ratio_decay}", "use e.g. 0.001")
 
     def with_overrides(self, *, max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
-                       enable_prefix_caching: bool | None = None) -> "EngineConfig":
+                       enable_prefix_caching: bool | None = None,
+                       scheduler_delay_factor: float | None = None) -> "EngineConfig":
         """A copy with the user's flags applied (None keeps the default)."""
         changes = {}
         if max_num_seqs is not None:
@@ -66,6 +74,8 @@ class EngineConfig:
             changes["max_num_batched_tokens"] = max_num_batched_tokens
         if enable_prefix_caching is not None:
             changes["enable_prefix_caching"] = enable_prefix_caching
+        if scheduler_delay_factor is not None:
+            changes["scheduler_delay_factor"] = scheduler_delay_factor
         return replace(self, **changes) if changes else self
 
 

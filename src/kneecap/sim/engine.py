@@ -190,6 +190,7 @@ class Engine:
 
     def _one_step(self, now: float) -> StepOutcome | None:
         sched, blocks, bs = self.scheduler, self.blocks, self.block_size
+        sched.now = now
         batch = sched.schedule()
         self._last_blocked = batch.blocked
         if batch.num_seqs == 0:
@@ -202,6 +203,8 @@ class Engine:
         dur = self.steptime.seconds(tokens, batch.pairs_full, batch.pairs_window, batch.kv_tokens_full,
                                     batch.kv_tokens_window, batch.num_seqs)
         end = now + dur
+        if batch.admitted:
+            sched.last_prompt_latency = dur  # vLLM V0: time from the prompt step's schedule() to the next
         idx = len(self.step_end_at)
         self.step_end_at.append(end)
         used_peak = blocks.num_used

@@ -14,6 +14,8 @@ Policy (vLLM V1 `Scheduler.schedule`, with decodes placed first as Sarathi-Serve
      blocks everything behind it (strict FCFS, as vLLM).
 SGLang-like configs also require free KV for new_token_ratio x the remaining output of every running
 sequence and the candidate before admitting it (SGLang PrefillAdder).
+With scheduler_delay_factor > 0 (vLLM V0 `Scheduler._passed_delay`), admissions wait while sequences run
+until the oldest waiting request has waited delay_factor x the duration of the last step that ran prompts.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ BLOCKED_SEQS = "max_num_seqs"
 BLOCKED_BUDGET = "token_budget"
 BLOCKED_BLOCKS = "kv_blocks"
 BLOCKED_RESERVE = "kv_reserve"
+BLOCKED_DELAY = "scheduler_delay"
 
 
 class Sequence:
@@ -129,6 +132,26 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.waiting: deque[Sequence] = deque()
         self.new_token_ratio = config.init_new_token_ratio
+        # scheduler_delay_factor state (vLLM V0): `now` is set by the engine before each schedule(), and
+        # last_prompt_latency (s) after each step that admitted prompts — vLLM measures it as the time between
+        # the schedule() call that admitted prompts and the next call, i.e. that step's duration
+        self.now = 0.0
+        self.last_prompt_latency = 0.0
+        self.delay_gate_at: float | None = None  # when held prompts may be admitted (None: not holding)
+
+    def _passed_delay(self) -> bool:
+        """vLLM V0 `_passed_delay`: admit prompts only once the oldest waiting request has waited
+        delay_factor x the last prompt step's latency, or when nothing is running."""
+        now = self.now
+        self.delay_gate_at = None
+        factor = self.config.scheduler_delay_factor
+        if factor > 0 and self.waiting and self.running:
+            earliest = min(s.arrival_at for s in self.waiting)
+            gate = earliest + factor * self.last_prompt_latency
+            if not now - earliest > factor * self.last_prompt_latency:
+                self.delay_gate_at = gate
+                return False
+        return True
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -201,7 +224,11 @@ class Scheduler:
             budget -= n
         # 3. admissions, FCFS (none in a step that preempted: vLLM V1 admits only when nothing was preempted)
         waiting = self.waiting
+        passed_delay = self._passed_delay()
         if batch.preempted:
+            return batch
+        if waiting and not passed_delay:
+            batch.blocked = BLOCKED_DELAY
             return batch
         while waiting:
             if len(running) >= cfg.max_num_seqs:

@@ -53,21 +53,23 @@ class EngineSetup:
             "engine": {"defaults": cfg.name, "max_num_seqs": cfg.max_num_seqs,
                        "max_num_batched_tokens": cfg.max_num_batched_tokens,
                        "enable_prefix_caching": cfg.enable_prefix_caching,
-                       "init_new_token_ratio": cfg.init_new_token_ratio},
+                       "init_new_token_ratio": cfg.init_new_token_ratio,
+                       "scheduler_delay_factor": cfg.scheduler_delay_factor},
             "step_time": self.steptime.params.to_dict(),
         }
 
 
 def engine_setup(plan, *, defaults: str = "vllm", max_num_seqs: int | None = None,
                  max_num_batched_tokens: int | None = None, prefix_caching: bool | None = None,
-                 step_params: StepTimeParams | None = None, charge_state: bool | None = None) -> EngineSetup:
+                 step_params: StepTimeParams | None = None, charge_state: bool | None = None,
+                 scheduler_delay_factor: float | None = None) -> EngineSetup:
     """The named engine's defaults for this plan, with the user's overrides. charge_state defaults to
     True unless the plan's pool came from an engine log (pool_source "override")."""
     d = plan.deployment
     base = engine_defaults(defaults, device_bytes=d.gpu.memory_bytes("device"), gpu_name=d.gpu.name,
                            pool_tokens=plan.kv_capacity_tokens, context_len=plan.context)
     config = base.with_overrides(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                                 enable_prefix_caching=prefix_caching)
+                                 enable_prefix_caching=prefix_caching, scheduler_delay_factor=scheduler_delay_factor)
     if charge_state is None:
         charge_state = getattr(plan, "pool_source", "ledger") != "override"
     return EngineSetup(plan=plan, config=config, steptime=StepTimeModel(d, step_params), charge_state=charge_state)
