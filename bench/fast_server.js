@@ -198,6 +198,7 @@ function handleGenerate(req, res, chat, recv) {
       }
     });
     const start = bodyAt + opts.ttftMs;
+    let due = start;  // when the next event may go out (ms, CLOCK_MONOTONIC)
 
     function event() {
       const k = Math.min(opts.tokensPerChunk, maxTokens - sent);
@@ -218,6 +219,12 @@ function handleGenerate(req, res, chat, recv) {
     function sendNext() {
       timer = null;
       if (closed) return;
+      // libuv timers count from the loop's cached time and may fire early: never send before due
+      const early = due - now();
+      if (early > 0) {
+        timer = setTimeout(sendNext, early);
+        return;
+      }
       let data = event();
       const burst = opts.itlMs === 0 ? opts.eventsPerWrite : 1;
       let inWrite = 1;
@@ -252,7 +259,7 @@ function handleGenerate(req, res, chat, recv) {
         else res.once('drain', sendNext);
         return;
       }
-      const due = start + Math.ceil(sent / opts.tokensPerChunk) * opts.itlMs;
+      due = start + Math.ceil(sent / opts.tokensPerChunk) * opts.itlMs;
       timer = setTimeout(sendNext, Math.max(0, due - now()));
     }
 
