@@ -226,3 +226,12 @@ def test_records_file_reads_one_level_from_an_offset(tmp_path):
     assert [r.request_id for r in records.level_records(1, offset)] == ["b", "d"]
     assert [r.request_id for r in records.level_records(0)] == ["a", "c"]
     assert [r.request_id for r in records.level_records(0, offset)] == ["c"]
+
+
+def test_shared_prefix_reaches_the_request_specs():
+    from kneecap.bench.sweep import level_specs
+
+    opts = BenchOptions(**BASE, concurrency=(2,), requests=8, shared_prefix_tokens=6, num_prefix_groups=2)
+    specs = level_specs(opts, plan_levels(opts)[0], warmup=False)
+    assert {s.prefix_tokens for s in specs} == {6}
+    assert {s.prefix_group for s in specs} <= {0, 1} and len(specs) == 8
