@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import aiohttp
 
 from kneecap.client import openai as oa
+from kneecap.client.body_tap import BodyTap, ChunkError, StallError, StallWatch, TruncatedError, terminal_chunk
 from kneecap.client.prompts import Prompt, PromptSource, RandomTextPrompts, RandomTokenPrompts
 from kneecap.client.sse import DEFAULT_MAX_LINE_BYTES, SseLineTooLong, SseParser
 from kneecap.errors import KneecapError
@@ -238,6 +239,12 @@ def classify_exception(exc: BaseException, response_started: bool) -> tuple[str,
     text = str(exc)[:300]
     if isinstance(exc, SseLineTooLong):
         return MALFORMED_SSE, exc.message
+    if isinstance(exc, StallError):
+        return STALL, "no data from the server within the stall timeout"
+    if isinstance(exc, TruncatedError):
+        return INCOMPLETE_STREAM, str(exc)
+    if isinstance(exc, ChunkError):
+        return PROTOCOL_ERROR, f"bad chunked body: {text}"
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
         return TIMEOUT_KIND, f"connect timeout: {text}"
     if isinstance(exc, aiohttp.ServerTimeoutError):  # sock_read: no byte for stall_timeout_s
@@ -264,6 +271,8 @@ def classify_exception(exc: BaseException, response_started: bool) -> tuple[str,
             return CONNECTION_RESET, f"connection reset mid-stream: {text}"
         return INCOMPLETE_STREAM, f"the response body ended early: {text}"
     if isinstance(exc, (aiohttp.ClientOSError, ConnectionError)):
+        return CONNECTION_RESET, f"{name}: {text}"
+    if isinstance(exc, OSError) and not isinstance(exc, aiohttp.ClientError):
         return CONNECTION_RESET, f"{name}: {text}"
     if isinstance(exc, aiohttp.ClientResponseError):
         return PROTOCOL_ERROR, f"{name}: {text}"
@@ -320,9 +329,12 @@ class Client:
             run = await client.run_closed_loop(specs, 64, level=0, epoch=epoch, on_record=writer.write)
     """
 
-    def __init__(self, cfg: ClientConfig, prompts: PromptSource | None = None):
+    def __init__(self, cfg: ClientConfig, prompts: PromptSource | None = None, *, tap_bodies: bool = True):
         self.cfg = cfg
         self.prompts = prompts
+        self.tap_bodies = tap_bodies  # False: always read through aiohttp's StreamReader
+        self.bodies_tapped = 0  # streams read by a BodyTap (counters for tests and diagnostics)
+        self.bodies_via_aiohttp = 0
         self._session: aiohttp.ClientSession | None = None
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream" if cfg.stream else "application/json"}
         if cfg.api_key:
@@ -345,7 +357,8 @@ class Client:
         cfg = self.cfg
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=not cfg.keepalive,
                                          keepalive_timeout=300.0 if cfg.keepalive else None, ttl_dns_cache=3600)
-        timeout = aiohttp.ClientTimeout(total=cfg.timeout_s, sock_read=cfg.stall_timeout_s, sock_connect=cfg.connect_timeout_s)
+        # total and stall timeouts are the driver's own (send / _read_stream); aiohttp keeps the connect one
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=None, sock_connect=cfg.connect_timeout_s)
         # sent_at: aiohttp calls on_request_headers_sent right before it serialises the request line and
         # headers and hands them, with the body, to the socket (http_writer.StreamWriter.write_headers)
         trace = aiohttp.TraceConfig()
@@ -432,36 +445,42 @@ class Client:
         body: bytes | None = None
         cancelled: asyncio.CancelledError | None = None
         stamp = [None]  # filled right before the request is written (see _stamp_headers_sent)
+        # one total deadline; until the response starts, no answer for stall_timeout_s is a timeout
+        total_cm = asyncio.timeout(cfg.timeout_s)
+        head_cm = asyncio.timeout(cfg.stall_timeout_s if cfg.stream else cfg.timeout_s)
         called_at = perf()
         try:
-            async with self.session.post(cfg.url, data=prep.body, trace_request_ctx=stamp) as resp:
+            async with total_cm:
+                async with head_cm:
+                    resp = await self.session.post(cfg.url, data=prep.body, trace_request_ctx=stamp)
                 started = True
-                status = resp.status
-                if status != 200:
-                    kind = f"http_{status}"
-                    raw = await resp.content.read(2048)
-                    message = f"HTTP {status}: {raw[:300].decode('utf-8', 'replace')}"
-                elif cfg.stream:
-                    ctype = resp.headers.get("Content-Type", "")
-                    if not ctype.startswith("text/event-stream"):
-                        kind, message = MALFORMED_SSE, f"expected text/event-stream, got content type {ctype[:80]!r}"
+                try:
+                    status = resp.status
+                    if status != 200:
+                        kind = f"http_{status}"
+                        async with asyncio.timeout(cfg.stall_timeout_s):
+                            raw = await resp.content.read(2048)
+                        message = f"HTTP {status}: {raw[:300].decode('utf-8', 'replace')}"
+                    elif cfg.stream:
+                        ctype = resp.headers.get("Content-Type", "")
+                        if not ctype.startswith("text/event-stream"):
+                            kind, message = MALFORMED_SSE, f"expected text/event-stream, got content type {ctype[:80]!r}"
+                        else:
+                            await self._read_stream(resp, parser, reads, epoch)
                     else:
-                        readany = resp.content.readany
-                        feed = parser.feed
-                        append = reads.append
-                        while True:
-                            data = await readany()
-                            if not data:
-                                break
-                            t = perf() - epoch
-                            events = feed(data)
-                            if events:
-                                append((t, events))
-                else:
-                    body = await resp.read()
+                        body = await resp.read()
+                finally:
+                    resp.release()
         except asyncio.CancelledError as exc:
             cancelled = exc
             kind, message = CANCELLED_KIND, "stopped while in flight"
+        except TimeoutError as exc:
+            if total_cm.expired():
+                kind, message = TIMEOUT_KIND, f"the request exceeded its total timeout ({cfg.timeout_s:g} s)"
+            elif head_cm.expired():
+                kind, message = TIMEOUT_KIND, f"the server did not answer within the stall timeout ({cfg.stall_timeout_s:g} s)"
+            else:
+                kind, message = classify_exception(exc, started)
         except Exception as exc:  # every failure becomes a record; nothing escapes a level
             kind, message = classify_exception(exc, started)
         end = perf() - epoch
@@ -497,6 +516,74 @@ class Client:
         if cancelled is not None:
             raise cancelled
         return rec
+
+    async def _read_stream(self, resp: aiohttp.ClientResponse, parser: SseParser, reads: list, epoch: float) -> None:
+        """Read an SSE body into reads = [(t, events)], stamping each socket read on arrival.
+
+        A chunked, uncompressed, plain-TCP body is read by a BodyTap standing in for aiohttp's
+        protocol (see body_tap.py); anything else, or a body whose first read does not start at a
+        chunk boundary, through aiohttp's StreamReader. Raises StallError after stall_timeout_s of
+        silence, and whatever the connection raised.
+        """
+        loop = asyncio.get_running_loop()
+        perf = time.perf_counter
+        stall_s = self.cfg.stall_timeout_s
+        content = resp.content
+        conn = resp.connection
+        proto = conn.protocol if conn is not None else None
+        transport = proto.transport if proto is not None else None
+        if (self.tap_bodies and transport is not None and not content.is_eof()
+                and resp.headers.get("Transfer-Encoding", "").lower() == "chunked"
+                and "Content-Encoding" not in resp.headers and transport.get_extra_info("sslcontext") is None):
+            early = content.read_nowait()  # body bytes that came with the headers
+            if early:
+                events = parser.feed(early)
+                if events:
+                    reads.append((perf() - epoch, events))
+            done = loop.create_future()
+            tap = BodyTap(proto, parser, epoch, done)
+
+            def on_stall() -> None:
+                if not done.done():
+                    done.set_exception(StallError("no data within the stall timeout"))
+
+            tap.watch = StallWatch(loop, stall_s, on_stall)
+            transport.set_protocol(tap)
+            claimed = False
+            try:
+                claimed = await done
+            except BaseException:
+                resp.close()  # the connection is mid-message: never reuse it
+                raise
+            finally:
+                tap.watch.cancel()
+                if transport.get_protocol() is tap:
+                    transport.set_protocol(proto)
+                reads.extend(tap.events)
+            if claimed:
+                self.bodies_tapped += 1
+                proto.data_received(terminal_chunk())  # aiohttp's parser completes the message it began
+                if not content.is_eof():
+                    resp.close()
+                return
+            proto.data_received(tap.unclaimed)  # not at a chunk boundary: aiohttp reads the rest
+        self.bodies_via_aiohttp += 1
+        watch = StallWatch(loop, stall_s, lambda: content.set_exception(StallError("no data within the stall timeout")))
+        readany = content.readany
+        feed = parser.feed
+        append = reads.append
+        try:
+            while True:
+                data = await readany()
+                if not data:
+                    break
+                t = perf()
+                watch.last = t
+                events = feed(data)
+                if events:
+                    append((t - epoch, events))
+        finally:
+            watch.cancel()
 
     async def run_closed_loop(self, specs: Sequence[RequestSpec], concurrency: int, *, level: int, epoch: float,
                               on_record: Callable[[RequestRecord], Any], warmup: bool = False,
