@@ -51,6 +51,10 @@ def test_run_on_simulator(cli, tmp_path):
     for c in cells:
         assert {"class", "state", "load", "repetition", "verdict"} <= set(c)
         if c["verdict"] != "not_run":
+            obs = c["observed"]
+            assert obs["scheduled"] == 40 and obs["batch_size"]["max"] >= 1 and obs["kv_blocks_high_water"] > 0
+            assert obs["queue_ms"]["n"] == obs["completed"]
+        if c["verdict"] != "not_run":
             assert (out / c["records"]).exists()
     by_name = {c["name"]: c for c in summary["candidates"]}
     # max_num_seqs 1: requests queue behind each other, so TTFT explodes at C=8 and the ramp stops there

@@ -14,6 +14,7 @@ from kneecap.loadplan.behaviour import check, drift
 from kneecap.loadplan.capacity import capacity_region, littles_law, offered_vs_completed
 from kneecap.loadplan.cells import auto_steps, build_ramps
 from kneecap.loadplan.handoff import write_handoff
+from kneecap.loadplan.observe import observe_cell
 from kneecap.loadplan.schema import LoadPlanSpec
 from kneecap.loadplan.targets import make_candidate
 from kneecap.loadplan.verdicts import judge
@@ -136,6 +137,10 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
                         if not spec.privacy.keep_prompts and r.prompt is not None:
                             r.prompt = None
                         w.write(r)
+                if run.trace:  # the simulator's per-step trace: batch composition, KV blocks, queue depth
+                    import orjson
+
+                    (records_dir / f"cell-{index:04d}.trace.jsonl").write_bytes(b"".join(orjson.dumps(t) + b"\n" for t in run.trace))
                 level = summarize_level(run.records, **{dimension: row["load"][dimension]}, duration_s=run.duration_s)
                 level["suspect"] = bool(run.suspect)
                 if run.server_metrics:
@@ -151,6 +156,7 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
                 row.update(verdict=verdict["verdict"], breaches=verdict["breaches"], limit=verdict["limit"],
                            metrics=level, state_reached=state_note,
                            little=littles_law(run.records),
+                           observed=observe_cell(run.records, run.trace, run.server_metrics),
                            offered=offered_vs_completed(run.records, level.get("duration_s")),
                            records=f"records/cell-{index:04d}.jsonl")
                 cells.append(row)
