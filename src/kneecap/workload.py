@@ -162,12 +162,16 @@ def make_requests(workload: Workload, n: int, seed: int = 0, start_index: int = 
     return specs
 
 
-def arrival_offsets(rate: float, n: int, burstiness: float = 1.0, seed: int = 0) -> list[float]:
+def arrival_offsets(rate: float, n: int, burstiness: float = 1.0, seed: int = 0, *,
+                    on_s: float | None = None, off_s: float = 0.0) -> list[float]:
     """Intended send times (s from level start) of n requests at `rate` req/s.
 
     Inter-arrival gaps are gamma-distributed with shape `burstiness` and mean 1/rate:
     burstiness 1 is a Poisson process, < 1 burstier, > 1 more regular. Gaps are not capped.
     rate = inf sends everything at t = 0.
+    On/off bursts (on_s given): the process above runs only during `on_s`-second windows separated by
+    `off_s` seconds of silence — `rate` is the rate inside a burst; the long-run mean is
+    rate x on_s / (on_s + off_s).
     """
     import math
 
@@ -181,10 +185,15 @@ def arrival_offsets(rate: float, n: int, burstiness: float = 1.0, seed: int = 0)
         raise KneecapError(f"request rate must be positive, got {rate}", "pass e.g. --rate 4")
     if burstiness <= 0:
         raise KneecapError(f"burstiness must be positive, got {burstiness}", "pass e.g. --burstiness 1 (Poisson)")
+    if on_s is not None and (on_s <= 0 or off_s < 0):
+        raise KneecapError(f"on/off bursts need on_s > 0 and off_s >= 0, got {on_s}/{off_s}", "e.g. on_s: 2, off_s: 8")
     rng = np.random.default_rng([seed, 7919])
     gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n)
     gaps[0] = 0.0  # the first request goes at the level's start
-    return np.cumsum(gaps).tolist()
+    times = np.cumsum(gaps)
+    if on_s is not None:
+        times = times + np.floor(times / on_s) * off_s  # skip the silent windows
+    return times.tolist()
 
 
 def concurrency_levels(spec: str | Sequence[int]) -> list[int]:

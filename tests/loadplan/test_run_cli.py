@@ -98,3 +98,19 @@ def test_bad_plan_is_one_line(cli, tmp_path):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "load.requests_per_cel" in lines[0] and "plan.yaml:12:" in lines[0]
     assert "Traceback" not in r.stderr
+
+
+def test_on_off_bursts_on_the_simulator(cli, tmp_path):
+    text = PLAN.replace("""load:
+  dimension: concurrency
+  steps: [1, 8, 64]""", """load:
+  dimension: rate
+  steps: [4]
+  arrival: {kind: onoff, on_s: 1.0, off_s: 4.0}""").replace("repetitions: 2", "repetitions: 1")
+    r, out = run_plan(cli, tmp_path, text=text)
+    assert r.code == 0, r.stderr
+    from kneecap.records import read_records
+
+    recs = [x for x in read_records(out / "records" / "cell-0000.jsonl") if not x.warmup]
+    phases = sorted({round(rec.scheduled_at % 5.0, 6) <= 1.0 for rec in recs})
+    assert phases == [True]  # every request was sent inside an on-window

@@ -71,7 +71,9 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
     workloads = {name: Workload(classes=(rc,)) for name, rc in classes.items()}
     records_dir = results.path / "records"
     records_dir.mkdir(parents=True, exist_ok=True)
-    burstiness = 1.0 if spec.load.arrival.kind == "poisson" else spec.load.arrival.burstiness
+    arrival = spec.load.arrival
+    burstiness = 1.0 if arrival.kind == "poisson" else arrival.burstiness
+    bursts = {"on_s": arrival.on_s, "off_s": arrival.off_s} if arrival.kind == "onoff" else {}
 
     cells: list[dict] = []
     candidates_out: list[dict] = []
@@ -131,7 +133,8 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
                 n = _requests_for(spec, dimension, cell.load)
                 warmup = spec.state.warmup_requests if cell.state == "warm" else 0
                 run = cand.run_cell(index=index, dimension=dimension, load=cell.load, workload=workloads[cell.class_name],
-                                    num_requests=n, warmup=warmup, seed=spec.seed + index, burstiness=burstiness)
+                                    num_requests=n, warmup=warmup, seed=spec.seed + index, burstiness=burstiness,
+                                    **bursts)
                 with RecordWriter(records_dir / f"cell-{index:04d}.jsonl") as w:
                     for r in run.records:
                         if not spec.privacy.keep_prompts and r.prompt is not None:

@@ -66,11 +66,11 @@ class SimulatorCandidate:
         return self.plan.deployment.num_gpus
 
     def run_cell(self, *, index: int, dimension: str, load: float, workload: Workload, num_requests: int,
-                 warmup: int, seed: int, burstiness: float) -> CellRun:
+                 warmup: int, seed: int, burstiness: float, on_s: float | None = None, off_s: float = 0.0) -> CellRun:
         from kneecap.sim.sweep import LevelSpec, simulate_level
 
         spec = (LevelSpec(concurrency=int(load), num_requests=num_requests, warmup=warmup) if dimension == "concurrency"
-                else LevelSpec(rate=float(load), num_requests=num_requests, warmup=warmup))
+                else LevelSpec(rate=float(load), num_requests=num_requests, warmup=warmup, on_s=on_s, off_s=off_s))
         result = simulate_level(self.plan.deployment, self.config, self.plan.num_kv_blocks, workload, spec, index=index,
                                 seed=seed, burstiness=burstiness, steptime=self.steptime, trace=True,
                                 charge_state=self.setup.charge_state)
@@ -133,7 +133,10 @@ class ServerCandidate:
                             stall_timeout_s=min(120.0, self.target.timeout_s))
 
     def run_cell(self, *, index: int, dimension: str, load: float, workload: Workload, num_requests: int,
-                 warmup: int, seed: int, burstiness: float) -> CellRun:
+                 warmup: int, seed: int, burstiness: float, on_s: float | None = None, off_s: float = 0.0) -> CellRun:
+        if on_s is not None:
+            raise KneecapError("on/off burst arrivals are not yet supported against a live server",
+                               "use arrival kind poisson or gamma (burstiness < 1) for server candidates")
         from kneecap.bench.level import DriverSetup, LevelTask, run_task
         from kneecap.bench.server_watch import ThreadedMetricsPoller
         from kneecap.client.prompts import RandomTextPrompts, RandomTokenPrompts

@@ -38,6 +38,8 @@ class LevelSpec:
     num_requests: int | None = None  # measured requests (warmup ones come on top)
     duration_s: float | None = None  # stop sending after this much virtual time
     warmup: int = 0
+    on_s: float | None = None  # open loop in on/off bursts: `rate` inside on_s-second windows...
+    off_s: float = 0.0  # ...separated by off_s seconds of silence (kneecap.workload.arrival_offsets)
 
     def __post_init__(self) -> None:
         modes = (self.concurrency is not None) + (self.rate is not None) + bool(self.all_at_once)
@@ -128,10 +130,11 @@ def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int
     next_arrival = 0
     if level.rate is not None:
         if total is not None:
-            arrivals = arrival_offsets(level.rate, total, burstiness, seed)
+            arrivals = arrival_offsets(level.rate, total, burstiness, seed, on_s=level.on_s, off_s=level.off_s)
         else:
             n_est = int(math.ceil(level.rate * level.duration_s * 1.5)) + 16
-            arrivals = [a for a in arrival_offsets(level.rate, n_est, burstiness, seed) if a < level.duration_s]
+            arrivals = [a for a in arrival_offsets(level.rate, n_est, burstiness, seed, on_s=level.on_s, off_s=level.off_s)
+                        if a < level.duration_s]
     else:
         for _ in range(concurrency or 0):
             if not fill_slot(0.0):
