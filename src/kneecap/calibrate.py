@@ -106,7 +106,7 @@ def predict_level(target, params, level: MeasuredLevel, *, seed: int = 0) -> dic
     else:
         spec = LevelSpec(rate=level.rate, num_requests=n, warmup=level.warmup)
     result = simulate_level(deployment, target.config, target.plan.num_kv_blocks, workload, spec, index=0, seed=seed,
-                            steptime=StepTimeModel(deployment, params))
+                            steptime=StepTimeModel(deployment, params), charge_state=target.charge_state)
     s = summarize_level(result.records, concurrency=level.concurrency, rate=level.rate)
     return {"ttft_ms": (s.get("ttft_ms") or {}).get("p50"), "tpot_ms": (s.get("tpot_ms") or {}).get("p50"),
             "output_tok_s": s.get("output_tok_s")}

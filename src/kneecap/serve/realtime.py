@@ -22,7 +22,6 @@ import time
 from dataclasses import dataclass
 
 from kneecap.errors import KneecapError
-from kneecap.sim.engine import Engine
 from kneecap.workload import RequestSpec
 
 MAX_STEPS_PER_CALL = 4096  # steps one catch-up call may advance (bounds the work between two yields)
@@ -65,7 +64,7 @@ class RealtimeEngine:
             raise KneecapError(f"--time-scale must be a positive number, got {time_scale!r}",
                                "pass e.g. --time-scale 1 (real time) or 0.5 (twice as fast)")
         self.target = target
-        self.engine = Engine(target.deployment, target.config, target.plan.num_kv_blocks, step_params=target.step_params)
+        self.engine = target.new_engine()
         self.time_scale = float(time_scale)
         self.clock = clock
         self.start_wall = clock()

@@ -14,19 +14,38 @@ from kneecap.errors import KneecapError
 
 @dataclass(frozen=True)
 class SimTarget:
-    """One simulated deployment. `plan.num_kv_blocks` is the engine's pool, as the planner computes it."""
+    """One simulated deployment: kneecap.sim.setup.EngineSetup (plan, engine config, step-time model), the
+    step-time constants it was built with, and the flags' served name. `plan.num_kv_blocks` is the pool."""
 
-    plan: object  # kneecap.plan.ledger.Plan
-    config: object  # kneecap.sim.config.EngineConfig
+    setup: object  # kneecap.sim.setup.EngineSetup
     step_params: object  # kneecap.sim.steptime.StepTimeParams
 
     @property
+    def plan(self):
+        return self.setup.plan
+
+    @property
+    def config(self):
+        return self.setup.config
+
+    @property
+    def steptime(self):
+        return self.setup.steptime
+
+    @property
+    def charge_state(self) -> bool:
+        return self.setup.charge_state
+
+    @property
     def deployment(self):
-        return self.plan.deployment
+        return self.setup.plan.deployment
 
     @property
     def model_name(self) -> str:
-        return self.plan.deployment.model.name
+        return self.setup.plan.deployment.model.name
+
+    def new_engine(self):
+        return self.setup.new_engine()
 
     def describe(self) -> dict:
         """A JSON-able summary (served at /version and written beside calibrations)."""
@@ -43,7 +62,7 @@ def build_target(flags, *, engine_defaults: str = "vllm", max_num_seqs: int | No
                  max_num_batched_tokens: int | None = None, step_params=None) -> SimTarget:
     """flags: kneecap.cli.plan.PlanFlags. step_params: StepTimeParams or None (the published defaults)."""
     from kneecap.cli.plan import build_from_flags
-    from kneecap.sim.config import engine_defaults as pick_defaults
+    from kneecap.sim.setup import engine_setup
     from kneecap.sim.steptime import StepTimeParams
 
     plan, _ = build_from_flags(flags)
@@ -51,10 +70,10 @@ def build_target(flags, *, engine_defaults: str = "vllm", max_num_seqs: int | No
     if plan.num_kv_blocks < 1:
         raise KneecapError(f"{deployment.model.name} on {deployment.num_gpus}x {deployment.gpu.name} leaves no KV pool",
                            "raise --tp, use a bigger GPU, or lower --weight-dtype / --overhead-gib")
-    base = pick_defaults(engine_defaults, device_bytes=deployment.gpu.memory_bytes("device"),
-                         gpu_name=deployment.gpu.name, pool_tokens=plan.kv_capacity_tokens, context_len=plan.context)
-    config = base.with_overrides(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
-    return SimTarget(plan=plan, config=config, step_params=step_params or StepTimeParams())
+    params = step_params or StepTimeParams()
+    setup = engine_setup(plan, defaults=engine_defaults, max_num_seqs=max_num_seqs,
+                         max_num_batched_tokens=max_num_batched_tokens, step_params=params)
+    return SimTarget(setup=setup, step_params=params)
 
 
 def load_step_params(path_or_pairs: str | None):
