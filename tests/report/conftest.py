@@ -114,22 +114,27 @@ def plan_dict() -> dict:
 
 
 def run_summary() -> dict:
+    """Shaped like `kneecap run` (kneecap.loadplan.execute) writes it."""
     cells = []
     for cand, worse in (("interactive-small-batch", 1.0), ("throughput-large-batch", 3.0)):
         for rep in range(2):
             for rate in (1.0, 2.0, 4.0):
-                ttft_p99 = 100 * rate * worse
+                ttft_p99 = 100 * rate * worse + 10 * rep
                 verdict = "pass" if ttft_p99 <= 500 else "slo_breach"
+                tok_s = 300 * rate * (1.3 if worse > 1 else 1) - 5 * rep
                 cells.append({"candidate": cand, "class": "short-message", "state": "warm", "load": {"rate": rate},
                               "repetition": rep, "verdict": verdict,
                               "breaches": [] if verdict == "pass" else [f"ttft_p99_ms {ttft_p99:.1f} > 500"],
                               "limit": None,
-                              "metrics": {"requests": 50, "completed": 50, "failed": 0,
-                                          "output_tok_s": 300 * rate * (1.3 if worse > 1 else 1),
-                                          "ttft_ms": _dist(ttft_p99 / 2.5), "itl_ms": _dist(12), "tpot_ms": _dist(13 * worse),
-                                          "e2e_ms": _dist(1500)}})
+                              "offered": {"offered_request_s": rate, "completed_request_s": rate * 0.98, "dropped": 1},
+                              "little": {"stable": True, "applied": True, "relative_error": 0.03, "consistent": True},
+                              "metrics": {"requests": 50, "completed": 50, "failed": 0, "output_tok_s": tok_s,
+                                          "ttft_ms": _dist(ttft_p99 / 2.5), "itl_ms": _dist(12),
+                                          "tpot_ms": _dist(13 * worse + rep), "e2e_ms": _dist(1500)}})
+    plan = plan_dict()
     return {
-        "kind": "run", "cells": cells,
+        "kind": "run", "plan_name": "interactive-vs-throughput", "description": "Two batch sizes on one GPU.",
+        "levels": [], "knee": None, "stopped": None, "status": "complete", "cells": cells,
         "capacity": {"interactive-small-batch": {"short-message": {"warm": {
             "dimension": "rate", "region": [1.0, 2.0, 4.0], "capacity": 4.0, "failed": {}, "repetitions": 2,
             "at_capacity": {"ttft_ms": {"p99": 400}, "itl_ms": {"p99": 30}, "e2e_ms": {"p99": 3000},
@@ -138,14 +143,27 @@ def run_summary() -> dict:
                 "dimension": "rate", "region": [1.0], "capacity": 1.0,
                 "failed": {"2.0": ["ttft_p99_ms 600.0 > 500"], "4.0": ["ttft_p99_ms 1200.0 > 500"]},
                 "repetitions": 2, "at_capacity": {"ttft_ms": {"p99": 300}, "output_tok_s": 390}}}}},
-        "candidates": [{"name": "interactive-small-batch", "verdict": "accepted", "reason": "met every budget"},
-                       {"name": "throughput-large-batch", "verdict": "rejected",
-                        "reason": f"p99 TTFT breached during bursts {HOSTILE}"}],
-        "handoff": "handoff/throughput-large-batch",
+        "candidates": [{"name": "interactive-small-batch", "target": "simulator", "verdict": "accepted", "gate": None,
+                        "reason": "met every budget", "peak_output_tok_s": 1200.0,
+                        "cost": {"short-message": {"basis": "self-hosted", "usd_per_gpu_hour": 2.5, "num_gpus": 1,
+                                                   "output_tok_s_at_capacity": 1200.0,
+                                                   "usd_per_million_output_tokens": 2.5 / (1200 * 3600) * 1e6}}},
+                       {"name": "throughput-large-batch", "target": "simulator", "verdict": "rejected", "gate": "slo",
+                        "reason": f"p99 TTFT breached during bursts {HOSTILE}", "peak_output_tok_s": 1560.0,
+                        "cost": {}}],
+        "preferred": "interactive-small-batch",
+        "handoff": "handoff",
+        "identities": {"interactive-small-batch": {"kind": "simulator", "plan": plan},
+                       "throughput-large-batch": {"kind": "simulator", "plan": plan}},
         "model_executed": False, "benchmark_executed": False,
         "manifest": {"command": ["kneecap", "run", "examples/interactive.yaml", "--out", "out"]},
-        "worksheet": {"plan": plan_dict(), "workloads": {"short-message": {"isl": "lognormal(200, 80)", "osl": 150}},
-                      "budgets": {"short-message": {"ttft_p99_ms": 500}}},
+        "worksheet": {"classes": {"short-message": {"input": {"kind": "lognormal", "mean": 400.0, "std": 200.0,
+                                                              "min": 1, "max": 4000},
+                                                    "output": {"kind": "uniform", "low": 100, "high": 300},
+                                                    "weight": 3.0, "shared_prefix_tokens": 0}},
+                      "budgets": {"short-message": {"ttft_p99_ms": 500.0, "itl_p99_ms": 60.0, "error_rate": 0.01}},
+                      "ledger": {"interactive-small-batch": plan["ledger"], "throughput-large-batch": plan["ledger"]},
+                      "load": {"dimension": "rate", "steps": [1.0, 2.0, 4.0]}, "repetitions": 2, "seed": 11},
     }
 
 

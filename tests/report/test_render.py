@@ -100,12 +100,23 @@ def test_plan_ledger_lines_carry_gib_and_share_of_hbm(plan_file):
 
 def test_run_worksheet_shows_candidates_capacity_cells_and_ledger(run_dir):
     doc = build_document(load_results(run_dir))
-    page = to_html(doc)
+    page, md = to_html(doc), to_markdown(doc)
     assert "SIMULATED" in page  # model_executed / benchmark_executed false
-    assert "throughput-large-batch" in page and "rejected" in page
-    assert "Capacity region" in page and "handoff/throughput-large-batch" in page
-    assert "KV ledger (from the plan)" in page
+    assert "Load-plan worksheet — interactive-vs-throughput" in md and "Two batch sizes on one GPU." in md
+    assert "| interactive-small-batch (preferred) | simulator | **accepted** | — | 1,200 | met every budget |" in md
+    assert "| throughput-large-batch | simulator | **rejected** | slo | 1,560 |" in md
+    # cost: 2.5 $/GPU-hour / (1200 tok/s x 3600 s) x 1e6 = 0.579 $ per 1M output tokens
+    assert "| interactive-small-batch | short-message | self-hosted | 2.5 $/GPU-hour × 1 GPUs | 1,200 | 0.579 |" in md
+    assert "Capacity region" in page and "handoff/ (inside this results folder)" in page
     assert "ttft_p99_ms 600.0 &gt; 500" in page  # failing loads and why
+    # one ledger table, a column per candidate
+    assert "| per GPU | interactive-small-batch | throughput-large-batch |" in md
+    # 192e9 − 140e9 − 4 GiB − 5 % of the rest = 45,319,781,069 bytes = 42.21 GiB, 23.6 % of HBM
+    assert "| KV-cache pool | 42.21 GiB (23.6 % of HBM) | 42.21 GiB (23.6 % of HBM) |" in md
+    # offered load apart from completed throughput, Little's law, workload classes with budgets
+    assert "offered (req/s)" in md and "dropped (requests)" in md and "consistent (3.0 % off)" in md
+    assert "lognormal mean 400.0, std 200.0 (clipped to 1..4,000) tokens" in md
+    assert "ttft_p99_ms ≤ 500, itl_p99_ms ≤ 60, error_rate ≤ 0.01" in md
     names = {f.name for f in doc.figures}
     assert {"ttft_p99", "throughput", "frontier", "ledger", "chunks"} <= names
 

@@ -52,6 +52,15 @@ TERMS: dict[str, tuple[str, str]] = {
     "Max sequences": ("sequences", "Contiguous: pool / (max context × KV bytes per token). "
                                    "Paged: pool / (mean context × KV bytes per token), in whole blocks."),
     "Binding": ("—", "Which limit sets max concurrency: 'hbm' (the KV pool) or 'compute' (the batch cap)."),
+    "Capacity region": ("loads", "The loads of one candidate/class/state at which every repetition met every "
+                                 "budget and no limit was crossed; capacity is the highest load with every lower "
+                                 "step also passing (seed 004)."),
+    "Offered vs completed": ("req/s", "Offered = requests the load plan sent per second; completed = requests that "
+                                      "finished ok per second. A system that drops requests must not look fast."),
+    "Little's law": ("—", "L = λW: mean requests in flight = arrival rate × mean time in system; checked only on "
+                          "intervals a stability test accepts, flagged when it does not hold."),
+    "Cost per 1M output tokens": ("$", "Self-hosted: $/GPU-hour × GPUs / (output tok/s at capacity × 3600 s) × 10^6. "
+                                       "Managed endpoint: its declared $ per 1M output tokens."),
     "Δ": ("as the metric", "B − A at the same load; '%' is (B − A) / A. Higher is better for throughput, "
                            "lower is better for latency and failures."),
 }
@@ -63,6 +72,7 @@ SWEEP_TERMS = ("TTFT", "TTFT (answer)", "ITL", "TPOT", "E2E", "TTFT from schedul
                "Suspect level", "KV usage", "Queue depth", "Preemptions", "SLO")
 PLAN_TERMS = ("KV bytes per token", "KV pool", "KV capacity", "Max sequences", "Binding")
 COMPARE_TERMS = ("Δ",) + SWEEP_TERMS
+RUN_TERMS = ("Capacity region", "Offered vs completed", "Little's law", "Cost per 1M output tokens")
 
 
 def glossary(terms: tuple[str, ...]) -> Definitions:

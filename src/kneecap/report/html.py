@@ -47,7 +47,7 @@ th, td { padding: 5px 9px; border-bottom: 1px solid #eaeef2; text-align: left; v
 th { background: #f6f8fa; font-weight: 600; position: sticky; top: 0; white-space: nowrap; }
 .num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
 td.text { white-space: nowrap; }
-td.long { min-width: 260px; max-width: 560px; overflow-wrap: anywhere; }
+td.long { min-width: 380px; max-width: 620px; overflow-wrap: anywhere; }
 td:first-child { white-space: nowrap; }
 tr.row-warning td { background: #fff8c5; }
 td.tone-better { color: #1a7f37; font-weight: 600; }

@@ -209,6 +209,8 @@ def ledger_bars(groups: Sequence[tuple[str, Sequence[tuple[str, dict, str]]]], h
                        label="HBM per GPU" if "HBM" not in labelled else None)
             labelled.add("HBM")
         ax.set_ylim(0, max(bottoms + [float(hbm_bytes or 0) / GiB]) * 1.12)
+        pad = max(0.0, (3 - len(bars)) / 2)  # keep one or two bars bar-shaped, not a wall
+        ax.set_xlim(-0.5 - pad, len(bars) - 0.5 + pad)
         ax.set_xticks(xs, [label for label, _, _ in bars], rotation=15, fontsize=8)
         ax.set_ylabel("memory per GPU (GiB)")
         ax.set_xlabel("configuration")

@@ -1,6 +1,7 @@
 """The worksheet of a load-plan run (`kneecap run`): candidates and why each was accepted or rejected,
-the capacity region per candidate/class/state, the cells with their verdicts, the KV ledger when
-the run carries its plan, plots, handoff, glossary. Pure: Results in, Document out.
+the capacity region per candidate/class/state, the cells with their verdicts (offered load apart
+from completed throughput), plots, handoff, glossary; the worksheet parts (ledgers, workloads,
+budgets, cost) come from run_worksheet. Pure: Results in, Document out.
 
 Cells are {candidate, class, state, load: {dimension: x}, repetition, verdict, metrics, limit,
 breaches} (kneecap.loadplan); anything missing renders as a dash.
@@ -13,11 +14,11 @@ from collections import defaultdict
 from kneecap.report import numbers as fmt
 from kneecap.report import plots
 from kneecap.report.document import Block, Cell, Code, Document, Figure, Heading, KeyValues, Paragraph, Table
-from kneecap.report.glossary import PLAN_TERMS, SWEEP_TERMS, glossary
+from kneecap.report.glossary import PLAN_TERMS, RUN_TERMS, SWEEP_TERMS, glossary
 from kneecap.report.levels import level_panels
-from kneecap.report.load import PLAN_KEYS, Results
-from kneecap.report.plan_page import ledger_blocks, ledger_figure
-from kneecap.report.provenance import flatten, manifest_blocks, missing_block, source_banner
+from kneecap.report.load import Results
+from kneecap.report.provenance import manifest_blocks, missing_block, source_banner
+from kneecap.report.run_worksheet import candidate_plans, classes_table, cost_table, ledger_section, settings_block
 
 UNITS = {"concurrency": "concurrent requests", "rate": "req/s"}
 
@@ -60,10 +61,15 @@ def _verdict_cell(verdict: object) -> Cell:
     return Cell(text, tone)
 
 
-def candidates_table(candidates: list[dict]) -> Table:
-    rows = tuple((str(c.get("name", "?")), _verdict_cell(c.get("verdict")), str(c.get("reason") or fmt.MISSING))
-                 for c in candidates)
-    return Table(("candidate", "verdict", "reason"), rows,
+def candidates_table(candidates: list[dict], preferred: object = None) -> Table:
+    rows = []
+    for c in candidates:
+        name = str(c.get("name", "?"))
+        gate = c.get("gate")
+        rows.append((name + (" (preferred)" if preferred == name else ""), str(c.get("target") or fmt.MISSING),
+                     _verdict_cell(c.get("verdict")), str(gate) if gate else fmt.MISSING,
+                     fmt.rate(c.get("peak_output_tok_s")), str(c.get("reason") or fmt.MISSING)))
+    return Table(("candidate", "target", "verdict", "gate failed", "peak output (tok/s)", "reason"), tuple(rows),
                  caption="Behaviour gate first, then SLO gate; cost is compared only between accepted candidates")
 
 
@@ -96,24 +102,41 @@ def capacity_table(capacity: dict) -> Table | None:
                  caption="Capacity = the highest load such that it and every lower step passed every repetition")
 
 
+def _little_text(cell: dict) -> str:
+    little = cell.get("little")
+    if not isinstance(little, dict):
+        return fmt.MISSING
+    if not little.get("applied", little.get("stable")):
+        return "not applied (interval not stable)"
+    consistent = little.get("consistent")
+    err = little.get("relative_error")
+    text = "consistent" if consistent else "inconsistent" if consistent is False else "checked"
+    return f"{text} ({fmt.pct(err)} off)" if fmt.is_number(err) else text
+
+
 def cells_table(cells: list[dict]) -> Table:
     rows, tones = [], []
     for c in cells:
         m = c.get("metrics") if isinstance(c.get("metrics"), dict) else {}
+        offered = c.get("offered") if isinstance(c.get("offered"), dict) else {}
         rows.append((str(c.get("candidate", fmt.MISSING)), str(c.get("class", fmt.MISSING)),
                      str(c.get("state", fmt.MISSING)), _load_text(c), fmt.count(c.get("repetition")),
                      _verdict_cell(c.get("verdict")), fmt.count(m.get("requests")), fmt.count(m.get("completed")),
-                     fmt.count(m.get("failed")), fmt.rate(m.get("output_tok_s")),
+                     fmt.count(m.get("failed")), fmt.rate(offered.get("offered_request_s")),
+                     fmt.rate(offered.get("completed_request_s")), fmt.count(offered.get("dropped")),
+                     fmt.rate(m.get("output_tok_s")),
                      fmt.ms(_metric(c, "ttft_ms", "p50")), fmt.ms(_metric(c, "ttft_ms", "p95")),
                      fmt.ms(_metric(c, "ttft_ms", "p99")), fmt.ms(_metric(c, "itl_ms", "p99")),
                      fmt.ms(_metric(c, "e2e_ms", "p99")), fmt.count((m.get("ttft_ms") or {}).get("n")
                                                                     if isinstance(m.get("ttft_ms"), dict) else None),
-                     _reason(c) or fmt.MISSING))
+                     _little_text(c), _reason(c) or fmt.MISSING))
         tones.append("warning" if m.get("suspect") else "plain")
     return Table(("candidate", "class", "state", "load", "repetition", "verdict", "requests", "completed", "failed",
-                  "output (tok/s)", "TTFT p50 (ms)", "TTFT p95 (ms)", "TTFT p99 (ms)", "ITL p99 (ms)", "E2E p99 (ms)",
-                  "n (samples)", "limit crossed / budgets missed"), tuple(rows), row_tones=tuple(tones),
-                 caption="Every cell run, per repetition (suspect cells highlighted)")
+                  "offered (req/s)", "completed (req/s)", "dropped (requests)", "output (tok/s)", "TTFT p50 (ms)",
+                  "TTFT p95 (ms)", "TTFT p99 (ms)", "ITL p99 (ms)", "E2E p99 (ms)", "n (samples)", "Little's law",
+                  "limit crossed / budgets missed"), tuple(rows), row_tones=tuple(tones),
+                 caption="Every cell run, per repetition; offered load is shown apart from completed throughput "
+                         "(suspect cells highlighted)")
 
 
 def _group_series(cells: list[dict], y) -> tuple[list[tuple[str, list[tuple[float, float]]]], str]:
@@ -144,14 +167,21 @@ def run_figures(results: Results, cells: list[dict]) -> list[Figure]:
                                f"Output throughput vs {dim} per candidate / class / state")
     if png:
         out.append(Figure("throughput", "Output throughput per candidate", png))
-    front: dict = defaultdict(list)
+    # one point per load: the worst repetition (highest p99 TPOT, lowest throughput), in load order
+    worst: dict = defaultdict(dict)
     for c in cells:
         tpot, tok_s = _metric(c, "tpot_ms", "p99"), _metric(c, "output_tok_s")
-        if tpot is not None and tok_s is not None:
-            front[f"{c.get('candidate')} / {c.get('class')}"].append((tpot, tok_s, _load_text(c)))
-    png = plots.frontier([(name, pts) for name, pts in front.items()])
+        _, load = _load(c)
+        if tpot is None or tok_s is None or load is None:
+            continue
+        series = f"{c.get('candidate')} / {c.get('class')}" + (f" / {c['state']}" if c.get("state") else "")
+        old = worst[series].get(load)
+        worst[series][load] = (max(tpot, old[0]), min(tok_s, old[1]), _load_text(c)) if old else (tpot, tok_s,
+                                                                                                     _load_text(c))
+    png = plots.frontier([(name, [by_load[x] for x in sorted(by_load)]) for name, by_load in worst.items()])
     if png:
-        out.append(Figure("frontier", "Throughput–latency frontier per candidate", png))
+        out.append(Figure("frontier", "Throughput–latency frontier per candidate", png,
+                          "Each point is one load step, at its worst repetition."))
     panels = level_panels(results.trace, results.summary, []) if results.trace else []
     if panels:
         png = plots.occupancy_over_time(panels, "simulator trace")
@@ -164,39 +194,33 @@ def run_figures(results: Results, cells: list[dict]) -> list[Figure]:
     return out
 
 
-def _plan_of(results: Results) -> dict | None:
-    summary = results.summary
-    worksheet = summary.get("worksheet") if isinstance(summary.get("worksheet"), dict) else {}
-    for candidate in (summary.get("plan"), worksheet.get("plan"), worksheet.get("ledger"), results.plan):
-        if isinstance(candidate, dict) and all(k in candidate for k in PLAN_KEYS):
-            return candidate
-    return None
-
-
 def run_document(results: Results) -> Document:
     summary = results.summary
     name = summary.get("plan_name") or summary.get("name") or results.name
     title = f"Load-plan worksheet — {name}"
-    blocks: list[Block] = [Heading(title, 1), source_banner("run", summary)]
+    blocks: list[Block] = [Heading(title, 1)]
+    if isinstance(summary.get("description"), str):
+        blocks.append(Paragraph(summary["description"]))
+    blocks.append(source_banner("run", summary))
     blocks += manifest_blocks(summary)
     blocks += missing_block(results.missing)
     cells = [c for c in summary.get("cells") or [] if isinstance(c, dict)]
     candidates = [c for c in summary.get("candidates") or [] if isinstance(c, dict)]
     if candidates:
-        blocks += [Heading("Candidates"), candidates_table(candidates)]
+        blocks += [Heading("Candidates"), candidates_table(candidates, summary.get("preferred"))]
+        costs = cost_table(candidates)
+        if costs:
+            blocks.append(costs)
     capacity = summary.get("capacity")
     cap_table = capacity_table(capacity) if isinstance(capacity, dict) else None
     blocks.append(Heading("Capacity region"))
     blocks.append(cap_table or Paragraph("No capacity region in this summary.", "warning"))
     handoff = summary.get("handoff")
-    blocks.append(KeyValues((("handoff package", str(handoff) if handoff else "none: no limit failed"),),
-                            caption="Specialist handoff"))
-    plan = _plan_of(results)
-    if plan is not None:
-        blocks += [Heading("KV ledger (from the plan)")] + ledger_blocks(plan)
-        fig = ledger_figure(plan)
-        if fig:
-            blocks.append(fig)
+    blocks.append(KeyValues((("handoff package", f"{handoff}/ (inside this results folder)" if handoff
+                              else "none: no limit failed"),), caption="Specialist handoff"))
+    plans = candidate_plans(summary, results.plan)
+    if plans:
+        blocks += [Heading("KV ledger")] + ledger_section(plans)
     figs = run_figures(results, cells)
     if figs:
         blocks += [Heading("Plots")] + figs
@@ -208,9 +232,8 @@ def run_document(results: Results) -> Document:
     if isinstance(worksheet, str):
         blocks += [Heading("Worksheet"), Code(worksheet)]
     elif isinstance(worksheet, dict):
-        items: list[tuple[str, str]] = []
-        flatten("", {k: v for k, v in worksheet.items() if k not in ("plan", "ledger")}, items)
-        if items:
-            blocks += [Heading("Worksheet"), KeyValues(tuple(items), caption="Workloads, budgets and settings")]
-    blocks += [Heading("Glossary"), glossary(SWEEP_TERMS + PLAN_TERMS)]
+        parts = [b for b in (classes_table(worksheet), settings_block(worksheet)) if b is not None]
+        if parts:
+            blocks += [Heading("Workloads and budgets")] + parts
+    blocks += [Heading("Glossary"), glossary(SWEEP_TERMS + PLAN_TERMS + RUN_TERMS)]
     return Document(title, tuple(blocks))

@@ -1,0 +1,131 @@
+"""The worksheet parts of a load-plan run page (seed 004): each candidate's KV ledger, the workload
+classes with their length distributions, the budgets per class, the cost at capacity, and the
+plan's load/stop settings. Pure: run summary dict in, document blocks out.
+"""
+
+from __future__ import annotations
+
+from kneecap.report import numbers as fmt
+from kneecap.report import plots
+from kneecap.report.document import Block, Figure, KeyValues, Table
+from kneecap.report.load import PLAN_KEYS
+from kneecap.report.plan_page import BAR_PARTS, ledger_blocks
+from kneecap.report.provenance import flatten
+
+
+def candidate_plans(summary: dict, fallback: dict | None = None) -> dict[str, dict]:
+    """{candidate: plan-like dict with at least 'ledger'}: the identity's full plan, else the worksheet's
+    ledger alone; `fallback` (a plan.json found in the folder) when neither is there."""
+    out: dict[str, dict] = {}
+    identities = summary.get("identities") if isinstance(summary.get("identities"), dict) else {}
+    for name, ident in identities.items():
+        plan = ident.get("plan") if isinstance(ident, dict) else None
+        if isinstance(plan, dict) and all(k in plan for k in PLAN_KEYS):
+            out[str(name)] = plan
+    worksheet = summary.get("worksheet") if isinstance(summary.get("worksheet"), dict) else {}
+    ledgers = worksheet.get("ledger")
+    if isinstance(ledgers, dict):
+        if all(k in ledgers for k in ("hbm_bytes", "kv_pool_bytes")):  # one ledger, not one per candidate
+            ledgers = {"plan": ledgers}
+        for name, ledger in ledgers.items():
+            if isinstance(ledger, dict) and str(name) not in out and "kv_pool_bytes" in ledger:
+                out[str(name)] = {"ledger": ledger}
+    for source in (summary.get("plan"), worksheet.get("plan")):  # one plan for the whole run
+        if not out and isinstance(source, dict) and all(k in source for k in PLAN_KEYS):
+            out["plan"] = source
+    if not out and fallback is not None:
+        out["plan"] = fallback
+    return out
+
+
+def ledger_section(plans: dict[str, dict]) -> list[Block]:
+    """One ledger per candidate (GiB per GPU) and a stacked bar per candidate."""
+    blocks: list[Block] = []
+    columns = {name: dict(next(b for b in ledger_blocks(plan) if isinstance(b, KeyValues)).items)
+               for name, plan in plans.items()}
+    lines = list(dict.fromkeys(line for items in columns.values() for line in items))
+    rows = tuple((line, *(columns[name].get(line, fmt.MISSING) for name in columns)) for line in lines)
+    blocks.append(Table(("per GPU", *columns), rows, caption="HBM ledger per GPU and candidate (GiB = 2^30 bytes)"))
+    bars = []
+    hbm = None
+    for name, plan in plans.items():
+        ledger = plan["ledger"]
+        hbm = hbm or ledger.get("hbm_bytes")
+        seqs = plan.get("max_seqs")
+        paged = seqs.get("paged") if isinstance(seqs, dict) else seqs
+        bars.append((name, {k: ledger.get(k) for k in BAR_PARTS},
+                     f"max seqs {fmt.count(paged)}" if fmt.is_number(paged) else ""))
+    same_hbm = len({p["ledger"].get("hbm_bytes") for p in plans.values()}) == 1
+    png = plots.ledger_bars([("Per candidate (per GPU)", bars)], hbm if same_hbm else None)
+    if png:
+        blocks.append(Figure("ledger", "HBM ledger per GPU, per candidate", png))
+    return blocks
+
+
+def length_text(dist: object) -> str:
+    """A length distribution as words: 'lognormal mean 400, std 200 (clipped to 1..4,000) tokens'."""
+    if not isinstance(dist, dict):
+        return str(dist) if dist is not None else fmt.MISSING
+    kind = dist.get("kind")
+    if kind == "fixed":
+        body = f"fixed {fmt.count(dist.get('value'))}"
+    elif kind == "uniform":
+        body = f"uniform {fmt.count(dist.get('low'))}..{fmt.count(dist.get('high'))}"
+    elif kind in ("normal", "lognormal"):
+        body = f"{kind} mean {fmt.num(dist.get('mean'))}, std {fmt.num(dist.get('std'))}"
+    elif kind == "empirical":
+        source = dist.get("file") or f"{len(dist.get('values') or [])} values"
+        body = f"empirical ({source})"
+    else:
+        body = str(kind)
+    low, high = dist.get("min"), dist.get("max")
+    clip = f" (clipped to {fmt.count(low) if fmt.is_number(low) else 1}..{fmt.count(high)})" if fmt.is_number(high) else ""
+    return f"{body}{clip} tokens"
+
+
+def classes_table(worksheet: dict) -> Table | None:
+    classes = worksheet.get("classes")
+    if not isinstance(classes, dict) or not classes:
+        return None
+    budgets = worksheet.get("budgets") if isinstance(worksheet.get("budgets"), dict) else {}
+    rows = []
+    for name, spec in classes.items():
+        spec = spec if isinstance(spec, dict) else {}
+        budget = budgets.get(name) if isinstance(budgets.get(name), dict) else {}
+        budget_text = ", ".join(f"{k} ≤ {v:g}" if fmt.is_number(v) else f"{k}={v}" for k, v in budget.items())
+        prefix = spec.get("shared_prefix_tokens")
+        rows.append((str(name), length_text(spec.get("input")), length_text(spec.get("output")),
+                     fmt.num(spec.get("weight"), 2), fmt.count(prefix) if fmt.is_number(prefix) else fmt.MISSING,
+                     budget_text or fmt.MISSING))
+    return Table(("class", "input length", "output length", "mix weight", "shared prefix (tokens)",
+                  "budgets (ms; error_rate as a fraction)"), tuple(rows),
+                 caption="Workload classes and their SLO budgets")
+
+
+def settings_block(worksheet: dict) -> KeyValues | None:
+    items: list[tuple[str, str]] = []
+    for key, value in worksheet.items():
+        if key not in ("classes", "budgets", "ledger", "plan") and value is not None:
+            flatten(key, value, items)
+    return KeyValues(tuple(items), caption="Load plan settings (units in the names)", compact=True) if items else None
+
+
+def cost_table(candidates: list[dict]) -> Table | None:
+    rows = []
+    for cand in candidates:
+        cost = cand.get("cost") if isinstance(cand.get("cost"), dict) else {}
+        for cls, c in cost.items():
+            if not isinstance(c, dict):
+                continue
+            price = (f"{c['usd_per_gpu_hour']:g} $/GPU-hour × {fmt.count(c.get('num_gpus'))} GPUs"
+                     if fmt.is_number(c.get("usd_per_gpu_hour")) else
+                     ", ".join(f"{k} = {v:g}" for k, v in c.items() if k.startswith("usd_per") and fmt.is_number(v)
+                               and k != "usd_per_million_output_tokens") or fmt.MISSING)
+            rows.append((str(cand.get("name", "?")), str(cls), str(c.get("basis", fmt.MISSING)), price,
+                         fmt.rate(c.get("output_tok_s_at_capacity")),
+                         fmt.num(c.get("usd_per_million_output_tokens"), 3)))
+    if not rows:
+        return None
+    return Table(("candidate", "class", "basis", "price as declared", "output at capacity (tok/s)",
+                  "cost ($ per 1M output tokens)"), tuple(rows),
+                 caption="Cost at the capacity found (compared only between accepted candidates)")
