@@ -164,7 +164,8 @@ def test_metrics_names_and_kv_usage_rises_under_load(server):
     async def load() -> tuple[list[int], float, float]:
         async with aiohttp.ClientSession() as session:
             async def one(i: int) -> int:
-                body = {"model": MODEL, "prompt": list(range(2000, 4000)), "max_tokens": 150, "stream": True}
+                first = 100_000 + 2000 * i  # unique prompts: no prefix-cache sharing
+                body = {"model": MODEL, "prompt": list(range(first, first + 2000)), "max_tokens": 150, "stream": True}
                 n = 0
                 async with session.post(server + "/v1/completions", json=body) as resp:
                     async for line in resp.content:

@@ -48,7 +48,7 @@ async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
     try:
         req = wire.parse_request(endpoint, await _body(request), served_model=info["model"],
                                  max_model_len=info["max_model_len"])
-        slot = rt.submit(req.prompt_tokens, req.max_tokens)
+        slot = rt.submit(req.prompt_tokens, req.max_tokens, req.prompt_ids)
     except wire.BadRequest as exc:
         return _error(exc.message, 400, exc.param)
     except KneecapError as exc:

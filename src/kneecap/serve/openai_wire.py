@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from kneecap.serve.pseudo_tokens import count_text, filler_piece, filler_text
+from kneecap.serve.pseudo_tokens import encode_text, filler_piece, filler_text
 
 COMPLETIONS = "completions"
 CHAT = "chat"
@@ -44,6 +44,7 @@ class ParsedRequest:
     endpoint: str
     model: str
     prompt_tokens: int
+    prompt_ids: tuple[int, ...]  # token ids (pseudo-tokenizer ids for text): the prefix cache keys on them
     max_tokens: int
     stream: bool
     include_usage: bool
@@ -59,34 +60,35 @@ def _int_field(body: dict, name: str) -> int | None:
     return value
 
 
-def _prompt_tokens(prompt: Any) -> int:
-    """str -> words; [int] -> ids; a batch of one of either is accepted; longer batches are refused."""
+def _prompt_ids(prompt: Any) -> list[int]:
+    """str -> one id per word; [int] -> the ids; a batch of one of either is accepted; longer batches are refused."""
     if isinstance(prompt, str):
-        return count_text(prompt)
+        return encode_text(prompt)
     if isinstance(prompt, list) and prompt:
         if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            return len(prompt)
+            return prompt
         if len(prompt) == 1:
-            return _prompt_tokens(prompt[0])
+            return _prompt_ids(prompt[0])
         raise BadRequest("batched prompts are not supported by kneecap serve; send one prompt per request", "prompt")
     raise BadRequest("prompt must be a string, a list of token ids, or a list of one of those", "prompt")
 
 
-def _message_tokens(messages: Any) -> int:
+def _message_ids(messages: Any) -> list[int]:
+    """Ids of every message's content words, in order (no chat-template tokens)."""
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages must be a non-empty list of {role, content}", "messages")
-    total = 0
+    words: list[str] = []
     for m in messages:
         if not isinstance(m, dict):
             raise BadRequest("each message must be an object with role and content", "messages")
         content = m.get("content")
         if isinstance(content, str):
-            total += len(content.split())
-        elif isinstance(content, list):  # content parts: count the text parts
-            total += sum(len(str(p.get("text", "")).split()) for p in content if isinstance(p, dict))
+            words.append(content)
+        elif isinstance(content, list):  # content parts: the text parts
+            words.extend(str(p.get("text", "")) for p in content if isinstance(p, dict))
         elif content is not None:
             raise BadRequest("message content must be a string or a list of parts", "messages")
-    return max(1, total)
+    return encode_text(" ".join(words))
 
 
 def parse_request(endpoint: str, body: Any, *, served_model: str, max_model_len: int) -> ParsedRequest:
@@ -102,9 +104,10 @@ def parse_request(endpoint: str, body: Any, *, served_model: str, max_model_len:
     if endpoint == COMPLETIONS:
         if "prompt" not in body:
             raise BadRequest("prompt is required", "prompt")
-        prompt_tokens = _prompt_tokens(body["prompt"])
+        ids = _prompt_ids(body["prompt"])
     else:
-        prompt_tokens = _message_tokens(body.get("messages"))
+        ids = _message_ids(body.get("messages"))
+    prompt_tokens = len(ids)
     max_tokens = _int_field(body, "max_tokens")
     if endpoint == CHAT:
         max_tokens = _int_field(body, "max_completion_tokens") or max_tokens
@@ -124,7 +127,8 @@ def parse_request(endpoint: str, body: Any, *, served_model: str, max_model_len:
         raise BadRequest("stream_options must be an object", "stream_options")
     if options and not stream:
         raise BadRequest("stream_options can only be set when stream is true", "stream_options")
-    return ParsedRequest(endpoint=endpoint, model=model, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
+    return ParsedRequest(endpoint=endpoint, model=model, prompt_tokens=prompt_tokens, prompt_ids=tuple(ids),
+                         max_tokens=max_tokens,
                          stream=stream, include_usage=bool(options.get("include_usage", False)),
                          continuous_usage=bool(options.get("continuous_usage_stats", False)))
 

@@ -4,7 +4,8 @@ Owns the metric names, types and help strings; the numbers come from RealtimeEng
 exports them (vllm/v1/metrics/loggers.py PrometheusStatLogger): vllm:num_requests_running,
 vllm:num_requests_waiting, vllm:kv_cache_usage_perc (a 0-1 fraction despite the name) and its older alias
 vllm:gpu_cache_usage_perc, vllm:num_preemptions_total, vllm:prompt_tokens_total,
-vllm:generation_tokens_total, vllm:request_success_total, and vllm:cache_config_info (an info gauge whose
+vllm:generation_tokens_total, vllm:prefix_cache_queries_total / _hits_total (tokens),
+vllm:request_success_total, and vllm:cache_config_info (an info gauge whose
 labels are CacheConfig.metrics_info(): block_size, num_gpu_blocks, ...). kneecap:* are this server's own.
 """
 
@@ -29,6 +30,9 @@ def exposition(model_name: str, gauges: dict, counters, engine_name: str = "0") 
         ("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", counters.prompt_tokens_total),
         ("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
          counters.generation_tokens_total),
+        ("vllm:prefix_cache_queries_total", "counter", "Prefix-cache queries, in tokens.",
+         gauges.get("prefix_cache_queries_tokens", 0)),
+        ("vllm:prefix_cache_hits_total", "counter", "Prefix-cache hits, in tokens.", gauges.get("prefix_cache_hits_tokens", 0)),
         ("vllm:request_success_total", "counter", "Count of successfully processed requests.",
          counters.requests_finished_total),
         ("kneecap:requests_aborted_total", "counter", "Requests whose client went away before the end.",

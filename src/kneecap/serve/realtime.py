@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 from kneecap.errors import KneecapError
+from kneecap.serve.prefix import PrefixIndex
 from kneecap.workload import RequestSpec
 
 MAX_STEPS_PER_CALL = 4096  # steps one catch-up call may advance (bounds the work between two yields)
@@ -71,6 +72,7 @@ class RealtimeEngine:
         self.virtual_t = 0.0  # start of the engine's next step, virtual seconds
         self.slots: dict[str, RequestSlot] = {}
         self.counters = ServerCounters()
+        self.prefix_index = PrefixIndex(self.engine.block_size) if self.engine.config.enable_prefix_caching else None
         self._arrived = asyncio.Event()
         self._next_index = 0
         self._force_exact = False  # after an abort, let the scheduler look again before any fast-path run
@@ -85,15 +87,19 @@ class RealtimeEngine:
         return self.start_wall + virtual_s * self.time_scale
 
     # --- requests -------------------------------------------------------------------------------
-    def submit(self, prompt_tokens: int, max_tokens: int) -> RequestSlot:
-        """Queue a request now. Raises KneecapError if it can never fit the KV pool (the server answers 400)."""
+    def submit(self, prompt_tokens: int, max_tokens: int, prompt_ids=None) -> RequestSlot:
+        """Queue a request now. prompt_ids (token ids) let the prefix cache find shared leading blocks.
+        Raises KneecapError if it can never fit the KV pool (the server answers 400)."""
         if self.failure:
             raise KneecapError(f"the simulated engine stopped: {self.failure}", "restart kneecap serve")
         index = self._next_index
         self._next_index += 1
         rid = f"cmpl-{index}"
+        group, shared = (None, 0)
+        if self.prefix_index is not None and prompt_ids:
+            group, shared = self.prefix_index.assign(prompt_ids)
         spec = RequestSpec(index=index, request_id=rid, class_name="serve", input_tokens=prompt_tokens,
-                           output_tokens=max_tokens)
+                           output_tokens=max_tokens, prefix_group=group, prefix_tokens=min(shared, prompt_tokens))
         rejected = self.engine.add_request(spec, at=self.virtual_now())
         if rejected is not None:
             self.counters.requests_rejected_total += 1
@@ -227,4 +233,5 @@ class RealtimeEngine:
         return {"num_running": engine.num_running, "num_waiting": engine.num_waiting, "kv_usage": engine.kv_usage,
                 "num_preemptions": engine.stats.preemptions, "num_kv_blocks": engine.blocks.num_blocks,
                 "block_size": engine.block_size, "virtual_s": self.virtual_t,
-                "prefix_caching": engine.config.enable_prefix_caching}
+                "prefix_caching": engine.config.enable_prefix_caching,
+                "prefix_cache_queries_tokens": engine.blocks.query_tokens, "prefix_cache_hits_tokens": engine.blocks.hit_tokens}
