@@ -19,16 +19,32 @@ def test_kinds_are_detected(bench_dir, sim_dir, plan_file, run_dir):
     assert load_results(bench_dir / "summary.json").kind == "bench"
 
 
-def test_records_and_trace_are_read(bench_dir, sim_dir, run_dir):
-    assert len(load_results(bench_dir).records) == 8 * 5 + 1
+def test_records_are_digested_and_trace_is_read(bench_dir, sim_dir, run_dir, hostile):
+    digest = load_results(bench_dir).records
+    assert digest.num_records == 8 * 5 + 1
+    # 8 levels x 5 ok requests x 20 chunks: chunks k % 3 == 0 (7 of 20) carry 2 tokens, the others 1
+    assert digest.chunk_token_counts == {1: 8 * 5 * 13, 2: 8 * 5 * 7}
+    assert digest.error_samples == {(7, "http_500"): (f"upstream said {hostile} & died",)}
     assert len(load_results(sim_dir).trace) == 400
-    assert len(load_results(run_dir).records) == 2 * 5 + 1  # records/*.jsonl
+    assert load_results(run_dir).records.num_records == 2 * 5 + 1  # records/*.jsonl
+
+
+def test_error_samples_are_distinct_and_bounded():
+    from kneecap.records import RequestRecord
+    from kneecap.report.load import MAX_ERROR_SAMPLES, digest_records
+
+    recs = [RequestRecord(request_id=str(i), level=0, status="error", error_kind="http_429",
+                          error_message=f"slow down {i % 5}") for i in range(50)]
+    recs.append(RequestRecord(request_id="w", level=0, warmup=True, chunk_tokens=[4, 4]))  # warmup: not counted
+    digest = digest_records(recs)
+    assert digest.error_samples[(0, "http_429")] == tuple(f"slow down {i}" for i in range(MAX_ERROR_SAMPLES))
+    assert digest.chunk_token_counts == {} and digest.num_records == 51
 
 
 def test_torn_last_record_line_is_skipped(bench_dir):
     with open(bench_dir / "requests.jsonl", "ab") as fh:
         fh.write(b'{"request_id": "torn", "lev')
-    assert len(load_results(bench_dir).records) == 41
+    assert load_results(bench_dir).records.num_records == 41
 
 
 @pytest.mark.parametrize("content,match", [

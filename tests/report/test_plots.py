@@ -30,8 +30,8 @@ POINTS = [LoadPoint(load=c, output_tok_s=100.0 * c ** 0.5, suspect=c == 8,
     lambda: plots.occupancy_over_time([{"label": "C=1", "t": [0.0, 1.0, 2.0], "kv_usage": [0.1, 0.5, None],
                                         "queue": [0, 3, 1], "running": [1, 2, 3]}] * 5, "simulator trace"),
     lambda: plots.peaks_vs_load(POINTS, "concurrency", "requests"),
-    lambda: plots.tokens_per_chunk_histogram([1, 1, 2, 3, 1]),
-    lambda: plots.tokens_per_chunk_histogram(list(range(1, 200))),
+    lambda: plots.tokens_per_chunk_histogram({1: 3, 2: 1, 3: 1}),
+    lambda: plots.tokens_per_chunk_histogram({k: 1 for k in range(1, 200)}),
     lambda: plots.series_vs_load([("x", [(1.0, 2.0), (2.0, 3.0)])], "rate", "req/s", "TTFT p99 (ms)", "t",
                                  [("budget", 2.5)]),
 ])
@@ -47,7 +47,7 @@ def test_plots_render_pngs(make):
     lambda: plots.ledger_bars([("levers", [])], None),
     lambda: plots.occupancy_over_time([{"label": "C=1", "t": []}], "trace"),
     lambda: plots.peaks_vs_load([LoadPoint(load=1)], "concurrency", "requests"),
-    lambda: plots.tokens_per_chunk_histogram([]),
+    lambda: plots.tokens_per_chunk_histogram({}),
 ])
 def test_nothing_to_draw_is_none(make):
     assert make() is None

@@ -20,6 +20,42 @@ PLAN_KEYS = ("ledger", "kv_bytes_per_token")  # what makes a JSON document a `kn
 MAX_TRACE_ROWS = 200_000  # longer simulator traces are thinned evenly for plotting
 
 
+MAX_ERROR_SAMPLES = 3  # distinct error messages kept per (level, error kind)
+
+
+@dataclass(frozen=True)
+class RecordDigest:
+    """The little a report needs from the raw records, gathered in one streaming pass (a sweep at
+    C=1024 can hold millions of chunk timestamps; none of them is kept).
+
+    num_records: records read (warmup included); chunk_token_counts: {tokens in one chunk: chunks},
+    over completed non-warmup requests; error_samples: {(level, error kind): up to
+    MAX_ERROR_SAMPLES distinct messages, as the server or client wrote them}.
+    """
+
+    num_records: int = 0
+    chunk_token_counts: dict = field(default_factory=dict)
+    error_samples: dict = field(default_factory=dict)
+
+
+def digest_records(records) -> RecordDigest:
+    """One pass over RequestRecords (any iterable) -> RecordDigest."""
+    count = 0
+    chunks: dict[int, int] = {}
+    errors: dict[tuple[int, str], list[str]] = {}
+    for rec in records:
+        count += 1
+        if rec.status == "ok":
+            if not rec.warmup:
+                for k in rec.chunk_tokens:
+                    chunks[k] = chunks.get(k, 0) + 1
+        elif rec.error_message:
+            bucket = errors.setdefault((rec.level, rec.error_kind or rec.status), [])
+            if rec.error_message not in bucket and len(bucket) < MAX_ERROR_SAMPLES:
+                bucket.append(rec.error_message)
+    return RecordDigest(count, chunks, {key: tuple(v) for key, v in errors.items()})
+
+
 @dataclass(frozen=True)
 class Results:
     """Everything a report page needs from one results location. Times in s, sizes in bytes."""
@@ -27,7 +63,7 @@ class Results:
     kind: str
     path: Path  # the folder (or the file's folder when a file was given)
     summary: dict  # summary.json, or the plan JSON for kind "plan"
-    records: tuple = ()  # RequestRecords (requests.jsonl, or records/*.jsonl for a run)
+    records: "RecordDigest | None" = None  # what the page needs from requests.jsonl (or records/*.jsonl)
     trace: tuple = ()  # simulator trace rows (dicts), thinned to at most MAX_TRACE_ROWS
     timeline: tuple = ()  # server-metric samples over time (dicts), if the driver wrote them
     plan: dict | None = None  # a plan.json found next to a sweep or run summary
@@ -71,39 +107,44 @@ def _kind_of(data: dict, path: Path) -> str:
 
 
 def _read_jsonl_dicts(path: Path, limit: int | None = None) -> list[dict]:
-    """JSON lines as dicts; a torn or corrupt line is skipped; evenly thinned to `limit` rows."""
+    """JSON-object lines as dicts, evenly thinned to at most `limit` rows: a first pass counts the
+    lines, the second decodes only every k-th one, so a long trace never sits in memory whole.
+    A torn last line or a corrupt line is skipped."""
     import orjson
 
+    step = 1
+    if limit is not None:
+        with open(path, "rb") as fh:
+            total = sum(1 for _ in fh)
+        step = max(1, -(-total // limit))  # ceil(total / limit)
     rows: list[dict] = []
     with open(path, "rb") as fh:
-        for line in fh:
-            if not line.endswith(b"\n"):
-                break
+        for index, line in enumerate(fh):
+            if index % step or not line.endswith(b"\n"):
+                continue
             try:
                 row = orjson.loads(line)
             except orjson.JSONDecodeError:
                 continue
             if isinstance(row, dict):
                 rows.append(row)
-    if limit is not None and len(rows) > limit:
-        step = len(rows) / limit
-        rows = [rows[int(i * step)] for i in range(limit)]
     return rows
 
 
-def _read_records(folder: Path) -> tuple[tuple, list[str]]:
-    from kneecap.records import read_records
+def _read_records(folder: Path) -> tuple[RecordDigest | None, list[str]]:
+    from itertools import chain
+
+    from kneecap.records import iter_records
 
     single = folder / "requests.jsonl"
-    if single.is_file():
-        return tuple(read_records(single)), []
-    many = sorted((folder / "records").glob("*.jsonl")) if (folder / "records").is_dir() else []
-    if many:
-        out: list = []
-        for path in many:
-            out.extend(read_records(path))
-        return tuple(out), []
-    return (), ["requests.jsonl (per-request records: no tokens-per-chunk histogram from records)"]
+    paths = [single] if single.is_file() else (
+        sorted((folder / "records").glob("*.jsonl")) if (folder / "records").is_dir() else [])
+    if not paths:
+        return None, ["requests.jsonl (per-request records: no tokens-per-chunk histogram, no error messages)"]
+    try:
+        return digest_records(chain.from_iterable(iter_records(p) for p in paths)), []
+    except OSError as exc:
+        raise KneecapError(f"cannot read the records in {folder}: {exc.strerror}", "check the folder's permissions")
 
 
 def _manifest(folder: Path, value: object) -> dict | None:

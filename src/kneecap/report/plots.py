@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from kneecap.units import GiB
 
@@ -299,29 +299,28 @@ def peaks_vs_load(points: Sequence[LoadPoint], load_name: str, load_unit: str) -
 
 
 @_plain_text
-def tokens_per_chunk_histogram(tokens_per_chunk: Sequence[int]) -> bytes | None:
-    """How many tokens each streamed chunk carried: count of chunks per size (tokens)."""
-    from collections import Counter
-
-    values = [int(v) for v in tokens_per_chunk if v is not None and v > 0]
-    if not values:
+def tokens_per_chunk_histogram(chunk_token_counts: Mapping[int, int]) -> bytes | None:
+    """How many tokens each streamed chunk carried: {tokens in a chunk: number of chunks}."""
+    counts = sorted((int(k), int(n)) for k, n in chunk_token_counts.items() if k > 0 and n > 0)
+    if not counts:
         return None
     fig, axes = _figure()
     ax = axes[0][0]
-    if max(values) <= 64:
-        counts = sorted(Counter(values).items())
+    total = sum(n for _, n in counts)
+    top = counts[-1][0]
+    if top <= 64:
         ax.bar([k for k, _ in counts], [n for _, n in counts], width=0.7, color=PALETTE[0])
         from matplotlib.ticker import MaxNLocator
 
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlim(0.3, max(values) + 0.7)
-    else:
-        ax.hist(values, bins=50, color=PALETTE[0], edgecolor="white")
+        ax.set_xlim(0.3, top + 0.7)
+    else:  # long tails: 50 bins over the sizes seen, weighted by their counts
+        ax.hist([k for k, _ in counts], weights=[n for _, n in counts], bins=50, color=PALETTE[0], edgecolor="white")
     ax.set_xlabel("tokens carried by one streamed chunk (tokens)")
     ax.set_ylabel("chunks (count)")
     ax.grid(True, axis="y", alpha=0.3)
-    single = sum(1 for v in values if v == 1) / len(values)
-    ax.set_title(f"Tokens per chunk: {len(values):,} chunks, {single * 100:.0f} % carried one token")
+    single = dict(counts).get(1, 0) / total
+    ax.set_title(f"Tokens per chunk: {total:,} chunks, {single * 100:.0f} % carried one token")
     return _png(fig)
 
 @_plain_text

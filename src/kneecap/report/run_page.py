@@ -187,8 +187,7 @@ def run_figures(results: Results, cells: list[dict]) -> list[Figure]:
         png = plots.occupancy_over_time(panels, "simulator trace")
         if png:
             out.append(Figure("occupancy", "KV occupancy and queue depth over time", png))
-    sizes = [k for rec in results.records if rec.status == "ok" and not rec.warmup for k in rec.chunk_tokens]
-    png = plots.tokens_per_chunk_histogram(sizes)
+    png = plots.tokens_per_chunk_histogram(results.records.chunk_token_counts if results.records else {})
     if png:
         out.append(Figure("chunks", "Tokens per streamed chunk", png))
     return out

@@ -5,8 +5,6 @@ Pure apart from drawing PNGs in memory: Results in, Document out.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from kneecap.report import numbers as fmt
 from kneecap.report import plots
 from kneecap.report.document import Block, Cell, Document, Figure, Heading, KeyValues, Paragraph, Table
@@ -14,10 +12,9 @@ from kneecap.report.glossary import SWEEP_TERMS, glossary
 from kneecap.report.levels import (LATENCY_KEYS, LATENCY_LABELS, client_stats, is_suspect, knee_load, level_panels,
                                    levels_of, load_axis, parse_slo, points_of, preflight_limit, preflight_verdict,
                                    slo_spec, suspect_reason)
-from kneecap.report.load import Results
+from kneecap.report.load import RecordDigest, Results
 from kneecap.report.provenance import flatten, manifest_blocks, missing_block, source_banner
 
-MAX_ERROR_SAMPLES = 3  # distinct error messages shown per (level, kind)
 PLOT_LATENCIES = (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E"))
 
 
@@ -143,19 +140,15 @@ def percentile_table(levels: list[dict], key: str) -> Table | None:
                   "n (samples)"), tuple(rows), caption=f"{label} per level")
 
 
-def error_table(levels: list[dict], records: tuple) -> Table | None:
-    """Error counts per level and kind, with up to MAX_ERROR_SAMPLES distinct messages from the records."""
-    samples: dict[tuple[int, str], list[str]] = defaultdict(list)
-    for rec in records:
-        if rec.status != "ok" and rec.error_message:
-            bucket = samples[(rec.level, rec.error_kind or rec.status)]
-            if rec.error_message not in bucket and len(bucket) < MAX_ERROR_SAMPLES:
-                bucket.append(rec.error_message)
+def error_table(levels: list[dict], digest: RecordDigest | None) -> Table | None:
+    """Error counts per level and kind, with a few distinct messages from the records."""
+    samples = digest.error_samples if digest is not None else {}
     rows = []
     for i, lv in enumerate(levels):
         errors = lv.get("errors") if isinstance(lv.get("errors"), dict) else {}
         for kind, n in sorted(errors.items()):
-            rows.append((fmt.load_text(lv), str(kind), fmt.count(n), " • ".join(samples.get((i, str(kind)), []))
+            index = lv["level"] if isinstance(lv.get("level"), int) else i  # records carry the sweep's index
+            rows.append((fmt.load_text(lv), str(kind), fmt.count(n), " • ".join(samples.get((index, str(kind)), []))
                          or fmt.MISSING))
     if not rows:
         return None
@@ -204,10 +197,6 @@ def client_table(levels: list[dict]) -> Table | None:
                          "not the server")
 
 
-def chunk_sizes(records: tuple) -> list[int]:
-    return [k for rec in records if rec.status == "ok" and not rec.warmup for k in rec.chunk_tokens]
-
-
 def figures(results: Results, levels: list[dict], limit: float | None) -> list[Figure]:
     summary = results.summary
     load_name, load_unit = load_axis(levels)
@@ -240,7 +229,7 @@ def figures(results: Results, levels: list[dict], limit: float | None) -> list[F
     if panels:
         add("occupancy", "KV occupancy and queue depth over time", plots.occupancy_over_time(panels, source))
     add("peaks", f"Peak KV occupancy and queue depth vs {load_name}", plots.peaks_vs_load(points, load_name, load_unit))
-    add("chunks", "Tokens per streamed chunk", plots.tokens_per_chunk_histogram(chunk_sizes(results.records)),
+    add("chunks", "Tokens per streamed chunk", plots.tokens_per_chunk_histogram(results.records.chunk_token_counts if results.records else {}),
         "A chunk carrying k tokens counts as k tokens in ITL; many multi-token chunks mean per-token timing is coarse.")
     return out
 
