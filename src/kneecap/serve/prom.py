@@ -39,6 +39,8 @@ def exposition(model_name: str, gauges: dict, counters, engine_name: str = "0") 
          counters.requests_aborted_total),
         ("kneecap:lag_seconds", "gauge", "How far the simulated engine runs behind the wall clock (virtual s).",
          counters.lag_s),
+        ("kneecap:lag_max_seconds", "gauge", "The largest lag behind the wall clock so far (virtual s).",
+         counters.max_lag_s),
         ("kneecap:virtual_time_seconds", "gauge", "The simulated engine's clock.", gauges["virtual_s"]),
     ]
     out = []

@@ -162,6 +162,7 @@ class RealtimeEngine:
         engine = self.engine
         while True:
             if not engine.has_work:
+                self.counters.lag_s = 0.0  # idle: nothing is late
                 self._arrived.clear()
                 await self._arrived.wait()
                 self.virtual_t = max(self.virtual_t, self.virtual_now())
