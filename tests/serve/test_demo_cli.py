@@ -36,3 +36,19 @@ def test_demo_bad_preset_is_one_line(cli, tmp_path):
     r = cli("demo", "--preset", "no-such-model", "--out", str(tmp_path / "x"))
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.code != 0 and len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in r.stderr
+
+
+def test_serve_bad_flags_and_busy_port_are_one_line(cli):
+    import socket
+
+    for args in (["--gpu", "nope"], ["--gpu", "h100-sxm", "--time-scale", "0"], ["--gpu", "h100-sxm", "--port", "70000"]):
+        r = cli("serve", "--preset", "llama-3.1-8b", *args)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.code == 2 and len(lines) == 1 and lines[0].startswith("error:"), (args, r.stderr)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = cli("serve", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--port", str(port))
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.code == 2 and len(lines) == 1 and "cannot bind" in lines[0] and "Traceback" not in r.stderr
