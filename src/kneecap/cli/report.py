@@ -16,7 +16,7 @@ from kneecap.errors import KneecapError
 
 @app.command("report")
 def report(
-    folders: List[Path] = typer.Argument(..., help="A results folder (bench, simulate, run), a plan.json, or two "
+    folders: List[Path] = typer.Argument(..., metavar="DIR...", help="A results folder (bench, simulate, run), a plan.json, or two "
                                                    "sweep folders A B to compare level by level."),
     out: Optional[Path] = typer.Option(None, "--out", help="Folder to write into (default: the results folder; "
                                                            "for A B, folder B), or FILE.md / FILE.html to name it."),
