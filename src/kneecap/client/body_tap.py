@@ -54,6 +54,21 @@ class ChunkDecoder:
             self._pending = b""
         out: list[bytes] = []
         i, n = 0, len(data)
+        if self._state == self._SIZE:  # fast path: whole "size CRLF data CRLF" chunks, plain hex sizes
+            find = data.find
+            while True:
+                j = find(b"\r\n", i)
+                if j < 0:
+                    break
+                try:
+                    size = int(data[i:j], 16)
+                except ValueError:  # extensions, junk: the careful loop below decides
+                    break
+                end = j + 2 + size
+                if not size or end + 2 > n or data[end:end + 2] != b"\r\n":
+                    break
+                out.append(data[j + 2:end])
+                i = end + 2
         while i < n:
             state = self._state
             if state == self._DATA:
@@ -170,12 +185,7 @@ class BodyTap(asyncio.Protocol):
         first, self._first = self._first, False
         try:
             pieces = self.decoder.feed(data)
-            if len(pieces) == 1:
-                evs = self.parser.feed(pieces[0])
-            else:
-                evs = []
-                for piece in pieces:
-                    evs.extend(self.parser.feed(piece))
+            evs = self.parser.feed(pieces[0] if len(pieces) == 1 else b"".join(pieces))
         except ChunkError as exc:
             if first:  # not at a chunk boundary: these bytes belong to aiohttp's parser
                 self.unclaimed = data

@@ -3,7 +3,8 @@
 Owns the sockets and clocks of a level: one pooled aiohttp ClientSession per process (a `Client`),
 connections opened before the level's clock starts, `sent_at` stamped right before the request is
 handed to aiohttp, every socket read stamped on arrival (time.perf_counter, CLOCK_MONOTONIC on
-Linux) with only SSE line splitting done on the hot path (JSON decoding waits for the stream's end),
+Linux) with only de-chunking and SSE splitting done on the hot path (JSON decoding waits for the
+stream's end; body_tap.py reads chunked bodies at the transport level),
 closed-loop (C workers) and open-loop (scheduled arrivals, no coordinated omission) levels, and the
 client's self-measurement (event-loop lag, schedule lag, CPU) that marks a level `suspect`.
 Failures never hang (total and stall timeouts) and are never retried: each becomes a record with
@@ -14,7 +15,6 @@ Does not write files (the caller's on_record does), summarise (kneecap.metrics) 
 from __future__ import annotations
 
 import asyncio
-import errno
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -22,32 +22,17 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import aiohttp
 
 from kneecap.client import openai as oa
-from kneecap.client.body_tap import BodyTap, ChunkError, StallError, StallWatch, TruncatedError, terminal_chunk
+from kneecap.client.body_tap import BodyTap, StallError, StallWatch, terminal_chunk
+from kneecap.client.failures import (CANCELLED_KIND, CLIENT_ERROR, CONNECTION_REFUSED, CONNECTION_RESET,  # noqa: F401
+                                     ERROR_KINDS, INCOMPLETE_STREAM, MALFORMED_SSE, PROTOCOL_ERROR, SERVER_ERROR_EVENT,
+                                     STALL, TIMEOUT_KIND, classify_exception)
+from kneecap.client.fdlimit import ensure_fd_limit
+from kneecap.client.selfcheck import LevelRun, SelfMonitor, judge_suspect  # noqa: F401
 from kneecap.client.prompts import Prompt, PromptSource, RandomTextPrompts, RandomTokenPrompts
-from kneecap.client.sse import DEFAULT_MAX_LINE_BYTES, SseLineTooLong, SseParser
+from kneecap.client.sse import DEFAULT_MAX_LINE_BYTES, SseParser
 from kneecap.errors import KneecapError
 from kneecap.records import CANCELLED, ERROR, OK, TIMEOUT, RequestRecord
 from kneecap.workload import RequestSpec, arrival_offsets
-
-# error_kind values (besides "http_<status>")
-CONNECTION_REFUSED = "connection_refused"  # could not connect at all
-CONNECTION_RESET = "connection_reset"  # reset / closed mid-request, incl. a dropped kept-alive connection
-TIMEOUT_KIND = "timeout"  # the per-request total timeout (or connect timeout, or no answer within stall_timeout_s)
-STALL = "stall"  # the response started, then no byte arrived for stall_timeout_s
-MALFORMED_SSE = oa.MALFORMED_SSE  # bad JSON, a runaway line, wrong content type, unparseable body
-SERVER_ERROR_EVENT = oa.SERVER_ERROR_EVENT  # an error object / `event: error` inside a 200 stream
-INCOMPLETE_STREAM = "incomplete_stream"  # the body ended before data: [DONE] (truncated or missing)
-PROTOCOL_ERROR = "protocol_error"  # not HTTP the client could read
-CANCELLED_KIND = "cancelled"  # the level or run was stopped while the request was in flight
-CLIENT_ERROR = "client_error"  # anything else (a bug in the client, reported, never raised)
-ERROR_KINDS = (CONNECTION_REFUSED, CONNECTION_RESET, TIMEOUT_KIND, STALL, MALFORMED_SSE, SERVER_ERROR_EVENT,
-               INCOMPLETE_STREAM, PROTOCOL_ERROR, CANCELLED_KIND, CLIENT_ERROR)
-
-# Self-certification thresholds (the `suspect` rule; see LevelRun):
-LOOP_LAG_P99_LIMIT_S = 0.005  # a read waits this long for the loop -> ITL/TTFT inflated by the client
-CPU_FRACTION_LIMIT = 0.90  # the process used >= 90 % of one core: its single event loop is saturated
-SCHEDULE_LAG_P99_LIMIT_S = 0.010  # open loop: sends left this late after their intended time
-LOOP_TICK_S = 0.010  # the lag probe's period
 
 
 @dataclass(frozen=True)
@@ -101,104 +86,6 @@ class PreparedRequest:
     expected_input_tokens: int | None
 
 
-@dataclass
-class LevelRun:
-    """One level's records plus the client's measurement of itself.
-
-    suspect rule: the level is marked suspect when the client, not the server, may have set the
-    numbers — event-loop lag p99 > 5 ms (reads were stamped late), or the process used > 90 % of a
-    core over the level (its one event loop was saturated), or, in open loop, sends left > 10 ms
-    after their scheduled time at p99. suspect_reasons says which.
-    """
-
-    level: int
-    concurrency: int | None
-    rate: float | None
-    records: list[RequestRecord]
-    started_at: float  # s since the run epoch
-    ended_at: float
-    cpu_s: float  # process CPU time (user + system) over the level
-    loop_lag_s: list[float]  # lag samples of a LOOP_TICK_S ticker
-    schedule_lag_s: list[float]  # sent_at - scheduled_at per request (open loop)
-    suspect: bool = False
-    suspect_reasons: list[str] = field(default_factory=list)
-
-    @property
-    def duration_s(self) -> float:
-        return self.ended_at - self.started_at
-
-    @property
-    def cpu_fraction(self) -> float:
-        """Process CPU seconds per wall second (1.0 = one core busy)."""
-        return self.cpu_s / self.duration_s if self.duration_s > 0 else 0.0
-
-    def client_stats(self) -> dict:
-        """JSON-ready self-measurement (milliseconds for lags)."""
-        return {
-            "loop_lag_p50_ms": _pct(self.loop_lag_s, 50) * 1e3,
-            "loop_lag_p99_ms": _pct(self.loop_lag_s, 99) * 1e3,
-            "loop_lag_max_ms": max(self.loop_lag_s, default=0.0) * 1e3,
-            "loop_lag_n": len(self.loop_lag_s),
-            "schedule_lag_p50_ms": _pct(self.schedule_lag_s, 50) * 1e3,
-            "schedule_lag_p99_ms": _pct(self.schedule_lag_s, 99) * 1e3,
-            "schedule_lag_max_ms": max(self.schedule_lag_s, default=0.0) * 1e3,
-            "cpu_s": self.cpu_s,
-            "cpu_fraction": self.cpu_fraction,
-            "suspect": self.suspect,
-            "suspect_reasons": list(self.suspect_reasons),
-        }
-
-
-def _pct(samples: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (0.0 for no samples: callers also report n)."""
-    if not samples:
-        return 0.0
-    s = sorted(samples)
-    k = max(0, min(len(s) - 1, int(round(q / 100 * len(s) + 0.5)) - 1))
-    return s[k]
-
-
-def judge_suspect(loop_lag_s: Sequence[float], cpu_fraction: float, schedule_lag_s: Sequence[float]) -> list[str]:
-    """The reasons (possibly none) why a level's numbers may be the client's doing."""
-    reasons = []
-    lag99 = _pct(loop_lag_s, 99)
-    if lag99 > LOOP_LAG_P99_LIMIT_S:
-        reasons.append(f"event-loop lag p99 {lag99 * 1e3:.1f} ms > {LOOP_LAG_P99_LIMIT_S * 1e3:.0f} ms")
-    if cpu_fraction > CPU_FRACTION_LIMIT:
-        reasons.append(f"client CPU {cpu_fraction:.0%} of a core > {CPU_FRACTION_LIMIT:.0%}")
-    sched99 = _pct(schedule_lag_s, 99)
-    if sched99 > SCHEDULE_LAG_P99_LIMIT_S:
-        reasons.append(f"schedule lag p99 {sched99 * 1e3:.1f} ms > {SCHEDULE_LAG_P99_LIMIT_S * 1e3:.0f} ms")
-    return reasons
-
-
-def ensure_fd_limit(num_connections: int, reserve: int = 64) -> int:
-    """Raise the soft RLIMIT_NOFILE toward the hard limit so num_connections sockets fit; returns it.
-
-    Raises KneecapError when even the hard limit is too low (raise it with `ulimit -n`).
-    """
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - not POSIX
-        return num_connections + reserve
-    need = int(num_connections) + reserve
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft >= need:
-        return soft
-    if soft == resource.RLIM_INFINITY:
-        return need
-    if hard != resource.RLIM_INFINITY and hard < need:
-        raise KneecapError(f"{num_connections} connections need about {need} open files, but this shell allows at most {hard}",
-                           f"raise the limit first (`ulimit -n {need}`, or `ulimit -Hn` as root / limits.conf), or spread load with --workers")
-    new_soft = hard if hard != resource.RLIM_INFINITY else max(need, 65536)
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (new_soft, hard))
-    except (ValueError, OSError):
-        raise KneecapError(f"cannot raise the open-file limit to {new_soft} for {num_connections} connections",
-                           f"run `ulimit -n {need}` before kneecap") from None
-    return new_soft
-
-
 def default_prompt_source(cfg: ClientConfig) -> PromptSource:
     """Token ids on /v1/completions (exact ISL); random words on chat (ISL approximate, usage tells)."""
     return RandomTokenPrompts() if cfg.endpoint == oa.COMPLETIONS else RandomTextPrompts()
@@ -223,103 +110,24 @@ def prepare_requests(cfg: ClientConfig, specs: Iterable[RequestSpec], prompts: P
     return out
 
 
-def _chain(exc: BaseException) -> Iterable[BaseException]:
-    """The exception, its causes/contexts, and exceptions carried in args (aiohttp nests them there)."""
-    todo, seen = [exc], 0
-    while todo and seen < 16:
-        e = todo.pop()
-        seen += 1
-        yield e
-        todo.extend(x for x in (e.__cause__, e.__context__, *getattr(e, "args", ())) if isinstance(x, BaseException))
-
-
-def classify_exception(exc: BaseException, response_started: bool) -> tuple[str, str]:
-    """(error_kind, message) for an exception raised while sending or reading one request."""
-    name = type(exc).__name__
-    text = str(exc)[:300]
-    if isinstance(exc, SseLineTooLong):
-        return MALFORMED_SSE, exc.message
-    if isinstance(exc, StallError):
-        return STALL, "no data from the server within the stall timeout"
-    if isinstance(exc, TruncatedError):
-        return INCOMPLETE_STREAM, str(exc)
-    if isinstance(exc, ChunkError):
-        return PROTOCOL_ERROR, f"bad chunked body: {text}"
-    if isinstance(exc, aiohttp.ConnectionTimeoutError):
-        return TIMEOUT_KIND, f"connect timeout: {text}"
-    if isinstance(exc, aiohttp.ServerTimeoutError):  # sock_read: no byte for stall_timeout_s
-        if response_started:
-            return STALL, "no data from the server within the stall timeout"
-        return TIMEOUT_KIND, "the server did not answer within the stall timeout"
-    if isinstance(exc, asyncio.TimeoutError):
-        return TIMEOUT_KIND, "the request exceeded its total timeout"
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        os_err = getattr(exc, "os_error", None)
-        if isinstance(os_err, ConnectionRefusedError) or getattr(os_err, "errno", None) == errno.ECONNREFUSED:
-            return CONNECTION_REFUSED, f"connection refused: {text}"
-        return CONNECTION_REFUSED, f"cannot connect: {text}"
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        if response_started:
-            return CONNECTION_RESET, "the server closed the connection mid-response"
-        return CONNECTION_RESET, ("the server closed the connection before answering (a kept-alive connection "
-                                  "dropped, as llama.cpp does); --no-keepalive avoids reuse")
-    if isinstance(exc, aiohttp.ClientPayloadError):
-        for e in _chain(exc):
-            if isinstance(e, (ConnectionResetError, BrokenPipeError)):
-                return CONNECTION_RESET, f"connection reset mid-stream: {text}"
-        if "ConnectionResetError" in str(exc):  # older aiohttp keeps only the text
-            return CONNECTION_RESET, f"connection reset mid-stream: {text}"
-        return INCOMPLETE_STREAM, f"the response body ended early: {text}"
-    if isinstance(exc, (aiohttp.ClientOSError, ConnectionError)):
-        return CONNECTION_RESET, f"{name}: {text}"
-    if isinstance(exc, OSError) and not isinstance(exc, aiohttp.ClientError):
-        return CONNECTION_RESET, f"{name}: {text}"
-    if isinstance(exc, aiohttp.ClientResponseError):
-        return PROTOCOL_ERROR, f"{name}: {text}"
-    if isinstance(exc, aiohttp.ClientError):
-        return PROTOCOL_ERROR, f"{name}: {text}"
-    return CLIENT_ERROR, f"{name}: {text}"
-
-
 async def _stamp_headers_sent(session, ctx, params) -> None:
     stamp = ctx.trace_request_ctx
     if type(stamp) is list:
         stamp[0] = time.perf_counter()
 
 
+try:  # Python 3.11+; aiohttp brings async-timeout on 3.10
+    from asyncio import timeout as _timeout
+except ImportError:  # pragma: no cover - Python 3.10
+    from async_timeout import timeout as _timeout
+
+
+def _expired(cm) -> bool:
+    flag = cm.expired  # a method on asyncio.Timeout, a property on async_timeout.Timeout
+    return flag() if callable(flag) else bool(flag)
+
+
 _STATUS_OF_KIND = {TIMEOUT_KIND: TIMEOUT, STALL: TIMEOUT, CANCELLED_KIND: CANCELLED}
-
-
-class _SelfMonitor:
-    """Event-loop lag ticker + process CPU time, started before a level and stopped after it."""
-
-    def __init__(self) -> None:
-        self.samples: list[float] = []
-        self._task: asyncio.Task | None = None
-        self.cpu_s = 0.0
-        self._cpu0 = 0.0
-
-    async def _tick(self) -> None:
-        perf = time.perf_counter
-        expected = perf() + LOOP_TICK_S
-        while True:
-            await asyncio.sleep(LOOP_TICK_S)
-            now = perf()
-            self.samples.append(max(0.0, now - expected))
-            expected = now + LOOP_TICK_S
-
-    def start(self) -> None:
-        self._cpu0 = time.process_time()
-        self._task = asyncio.get_running_loop().create_task(self._tick())
-
-    async def stop(self) -> None:
-        self.cpu_s = time.process_time() - self._cpu0
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
 
 
 class Client:
@@ -446,8 +254,8 @@ class Client:
         cancelled: asyncio.CancelledError | None = None
         stamp = [None]  # filled right before the request is written (see _stamp_headers_sent)
         # one total deadline; until the response starts, no answer for stall_timeout_s is a timeout
-        total_cm = asyncio.timeout(cfg.timeout_s)
-        head_cm = asyncio.timeout(cfg.stall_timeout_s if cfg.stream else cfg.timeout_s)
+        total_cm = _timeout(cfg.timeout_s)
+        head_cm = _timeout(cfg.stall_timeout_s if cfg.stream else cfg.timeout_s)
         called_at = perf()
         try:
             async with total_cm:
@@ -458,7 +266,7 @@ class Client:
                     status = resp.status
                     if status != 200:
                         kind = f"http_{status}"
-                        async with asyncio.timeout(cfg.stall_timeout_s):
+                        async with _timeout(cfg.stall_timeout_s):
                             raw = await resp.content.read(2048)
                         message = f"HTTP {status}: {raw[:300].decode('utf-8', 'replace')}"
                     elif cfg.stream:
@@ -475,9 +283,9 @@ class Client:
             cancelled = exc
             kind, message = CANCELLED_KIND, "stopped while in flight"
         except TimeoutError as exc:
-            if total_cm.expired():
+            if _expired(total_cm):
                 kind, message = TIMEOUT_KIND, f"the request exceeded its total timeout ({cfg.timeout_s:g} s)"
-            elif head_cm.expired():
+            elif _expired(head_cm):
                 kind, message = TIMEOUT_KIND, f"the server did not answer within the stall timeout ({cfg.stall_timeout_s:g} s)"
             else:
                 kind, message = classify_exception(exc, started)
@@ -605,7 +413,7 @@ class Client:
             on_record(rec)
 
         it = iter(preps)
-        monitor = _SelfMonitor()
+        monitor = SelfMonitor()
         monitor.start()
         t0 = time.perf_counter()
         deadline = t0 + duration_s if duration_s is not None else None
@@ -643,7 +451,7 @@ class Client:
             records.append(rec)
             on_record(rec)
 
-        monitor = _SelfMonitor()
+        monitor = SelfMonitor()
         monitor.start()
         t0 = time.perf_counter()
         in_flight: set[asyncio.Task] = set()
@@ -674,7 +482,7 @@ class Client:
 
     @staticmethod
     def _level_run(level: int, concurrency: int | None, rate: float | None, records: list[RequestRecord],
-                   started_at: float, ended_at: float, monitor: _SelfMonitor, sched: list[float]) -> LevelRun:
+                   started_at: float, ended_at: float, monitor: SelfMonitor, sched: list[float]) -> LevelRun:
         run = LevelRun(level=level, concurrency=concurrency, rate=rate, records=records, started_at=started_at,
                        ended_at=ended_at, cpu_s=monitor.cpu_s, loop_lag_s=monitor.samples, schedule_lag_s=sched)
         run.suspect_reasons = judge_suspect(run.loop_lag_s, run.cpu_fraction, run.schedule_lag_s)

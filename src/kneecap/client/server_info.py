@@ -22,7 +22,7 @@ Where each number comes from:
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 from kneecap.client.server_metrics import parse_prometheus
