@@ -136,3 +136,11 @@ def test_slo_from_the_recorded_command_line():
     assert slo_spec({"manifest": {"command": ["kneecap", "bench", "--slo=itl_p99_ms=50"]}}) == "itl_p99_ms=50"
     assert slo_spec({"slo": {"ttft_p99_ms": 1}, "manifest": {"command": ["--slo", "x"]}}) == {"ttft_p99_ms": 1}
     assert slo_spec({}) is None
+
+
+def test_concurrency_max_is_plotted_at_its_request_count():
+    from kneecap.report.levels import load_value
+
+    assert load_value({"concurrency": "max", "requests": 512}, 3) == 512
+    assert load_value({"concurrency": 8}, 0) == 8 and load_value({"rate": 2.5}, 0) == 2.5
+    assert load_value({}, 4) == 5

@@ -35,8 +35,14 @@ def load_axis(levels: list[dict]) -> tuple[str, str]:
 
 
 def load_value(level: dict, index: int) -> float:
+    """The level's load as a number: its concurrency or rate; `--concurrency max` (every request at
+    once) is plotted at its request count; a level with neither at its position (1, 2, ...)."""
     _, value, _ = load_label(level)
-    return value if value is not None else float(index + 1)
+    if value is not None:
+        return value
+    if level.get("concurrency") == "max" and is_number(level.get("requests")):
+        return float(level["requests"])
+    return float(index + 1)
 
 
 def is_suspect(level: dict) -> bool:
