@@ -327,3 +327,14 @@ def test_config_validation(kwargs, fragment):
     with pytest.raises(KneecapError) as err:
         ClientConfig(**kwargs)
     assert fragment in err.value.one_line()
+
+
+def test_prompts_are_hashed_by_default_and_kept_only_on_request(server):
+    url, srv = server
+    specs = make_requests(Workload.fixed(12, 2), 2, seed=21)
+    run, _ = closed(ClientConfig(base_url=url, model="m", endpoint="chat"), specs, 1)
+    assert all(r.prompt is None and len(r.prompt_hash) == 64 for r in run.records)
+    kept, _ = closed(ClientConfig(base_url=url, model="m", endpoint="chat", keep_prompts=True), specs, 1)
+    log = by_hash(srv, kept.records)
+    for r in kept.records:
+        assert r.prompt == log[r.prompt_hash]["body"]["messages"][0]["content"] and prompt_sha256(r.prompt) == r.prompt_hash

@@ -60,10 +60,10 @@ class ChunkDecoder:
                 j = find(b"\r\n", i)
                 if j < 0:
                     break
-                try:
-                    size = int(data[i:j], 16)
-                except ValueError:  # extensions, junk: the careful loop below decides
+                digits = data[i:j]
+                if not digits or len(digits) > 16 or digits.strip(_HEX):  # extensions, junk: the loop below decides
                     break
+                size = int(digits, 16)
                 end = j + 2 + size
                 if not size or end + 2 > n or data[end:end + 2] != b"\r\n":
                     break
