@@ -54,6 +54,7 @@ def calibrate_command(
     frag: float = typer.Option(0.05, "--frag", help="Fragmentation headroom fraction"),
     mem_util: Optional[float] = typer.Option(None, "--mem-util", help="Fraction of HBM the engine may use"),
     hbm: str = typer.Option("datasheet", "--hbm", help="datasheet | device | framework | bytes per GPU"),
+    kv_pool_gib: Optional[float] = typer.Option(None, "--kv-pool-gib", help="KV pool an engine logged, GiB per GPU (else the ledger's)"),
     engine_defaults: str = typer.Option("vllm", "--engine-defaults", help="vllm or sglang scheduler defaults"),
     max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="The measured server's sequence cap"),
     max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="The measured server's token budget"),
@@ -82,7 +83,7 @@ def calibrate_command(
     levels = levels_from_summary(doc, isl=isl, osl=osl)
     flags = PlanFlags(preset=preset, model=model, gpu=gpu, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                       params=params, context=context, mean_context=None, block_size=block_size,
-                      overhead_gib=overhead_gib, frag=frag, mem_util=mem_util, hbm=hbm)
+                      overhead_gib=overhead_gib, frag=frag, mem_util=mem_util, hbm=hbm, kv_pool_gib=kv_pool_gib)
     target = build_target(flags, engine_defaults=engine_defaults, max_num_seqs=max_num_seqs,
                           max_num_batched_tokens=max_num_batched_tokens, step_params=load_step_params(start))
     names = tuple(n.strip() for n in fit.split(",") if n.strip())

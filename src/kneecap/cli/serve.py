@@ -33,6 +33,7 @@ def serve(
     frag: float = typer.Option(0.05, "--frag", help="Fragmentation headroom fraction"),
     mem_util: Optional[float] = typer.Option(None, "--mem-util", help="Fraction of HBM the engine may use (1.0)"),
     hbm: str = typer.Option("datasheet", "--hbm", help="datasheet | device | framework | bytes per GPU"),
+    kv_pool_gib: Optional[float] = typer.Option(None, "--kv-pool-gib", help="KV pool an engine logged, GiB per GPU (else the ledger's)"),
     engine_defaults: str = typer.Option("vllm", "--engine-defaults", help="vllm or sglang: whose scheduler defaults to mimic"),
     max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Sequences running at once (default: the engine's)"),
     max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Tokens per step (default: the engine's)"),
@@ -57,7 +58,7 @@ def serve(
         raise KneecapError(f"--time-scale must be > 0, got {time_scale}", "pass e.g. --time-scale 1")
     flags = PlanFlags(preset=preset, model=model, gpu=gpu, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                       params=params, context=context, mean_context=None, block_size=block_size,
-                      overhead_gib=overhead_gib, frag=frag, mem_util=mem_util, hbm=hbm)
+                      overhead_gib=overhead_gib, frag=frag, mem_util=mem_util, hbm=hbm, kv_pool_gib=kv_pool_gib)
     target = build_target(flags, engine_defaults=engine_defaults, max_num_seqs=max_num_seqs,
                           max_num_batched_tokens=max_num_batched_tokens, step_params=load_step_params(calibration))
 
