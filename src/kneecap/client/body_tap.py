@@ -6,9 +6,11 @@ SSE stream inside it while stamping each read's arrival, then handing the connec
 terminal chunk so aiohttp's parser completes the message and the connection returns to the pool.
 Also the stall watchdog (no byte for stall_s) used by both read paths.
 Why: aiohttp's StreamReader wakes the request's coroutine once per read (a future, a task step and
-per-HTTP-chunk buffer bookkeeping), measured at ~9-14 us per read here, against ~2 us for stamping
-and keeping the bytes in data_received. Whenever anything is unusual (not chunked, compressed, TLS,
-a first read that does not start at a chunk boundary) the driver keeps aiohttp's own reader.
+per-HTTP-chunk buffer bookkeeping). Measured on the 2-core dev box, C=256, 500-token streams from a
+Node server: the whole client spent 12.6 us of CPU per read with the tap against 19.6 us through
+aiohttp's reader (and stamped ~40 % more, finer-grained reads). Whenever anything is unusual (not
+chunked, compressed, TLS, a first read that does not start at a chunk boundary) the driver keeps
+aiohttp's own reader.
 """
 
 from __future__ import annotations
