@@ -261,8 +261,8 @@ class Sweep:
         ok, failed = summary.get("completed", 0), summary.get("failed", 0)
         self._progress.end_level(f"{label}: {ok} ok, {failed} failed, "
                                  f"{_fmt(summary.get('output_tok_s'))} output tok/s"
-                                 + (f" (client suspect: its own lag may have set these numbers; "
-                                    f"try --workers {opts.workers + 1})" if summary["suspect"] else ""))
+                                 + (f" (client suspect: its own lag may have set these numbers; {_suspect_hint(opts.workers)})"
+                                    if summary["suspect"] else ""))
         return summary
 
     def _level_records(self, plan: LevelPlan):
@@ -305,6 +305,14 @@ def _merge_outcomes(outcomes: list[LevelOutcome]) -> dict:
     from kneecap.bench.workers import merge_outcomes
 
     return merge_outcomes(outcomes)
+
+
+def _suspect_hint(workers: int) -> str:
+    import os
+
+    if workers < (os.cpu_count() or 1):
+        return f"try --workers {workers + 1}"
+    return "every core already drives load: run the client on a machine (or cores) apart from the server"
 
 
 def _fmt(value) -> str:
