@@ -233,6 +233,7 @@ def test_dropped_keepalive_connection_is_a_connection_error_and_no_keepalive_avo
     # the warmed connection is reused by the first POST: the server drops it, the client never retries
     kinds = [r.error_kind for r in run.records]
     assert "connection_reset" in kinds and len(srv.log()) - before == 3
+    assert all(r.extra.get("reused_connection") for r in run.records if r.error_kind == "connection_reset")
     run2, _ = closed(ClientConfig(base_url=url, model="m", extra_body=extra, keepalive=False, timeout_s=5), specs, 1)
     assert all(r.ok for r in run2.records)
 

@@ -116,6 +116,12 @@ async def _stamp_headers_sent(session, ctx, params) -> None:
         stamp[0] = time.perf_counter()
 
 
+async def _mark_reused(session, ctx, params) -> None:
+    stamp = ctx.trace_request_ctx
+    if type(stamp) is list:
+        stamp[1] = True
+
+
 try:  # Python 3.11+; aiohttp brings async-timeout on 3.10
     from asyncio import timeout as _timeout
 except ImportError:  # pragma: no cover - Python 3.10
@@ -171,6 +177,7 @@ class Client:
         # headers and hands them, with the body, to the socket (http_writer.StreamWriter.write_headers)
         trace = aiohttp.TraceConfig()
         trace.on_request_headers_sent.append(_stamp_headers_sent)
+        trace.on_connection_reuseconn.append(_mark_reused)  # to tell a dropped kept-alive connection apart
         self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=self._headers,
                                               trace_configs=[trace])
         if cfg.model is None:
@@ -252,7 +259,7 @@ class Client:
         message: str | None = None
         body: bytes | None = None
         cancelled: asyncio.CancelledError | None = None
-        stamp = [None]  # filled right before the request is written (see _stamp_headers_sent)
+        stamp = [None, False]  # [time right before the request is written, sent on a reused connection]
         # one total deadline; until the response starts, no answer for stall_timeout_s is a timeout
         total_cm = _timeout(cfg.timeout_s)
         head_cm = _timeout(cfg.stall_timeout_s if cfg.stream else cfg.timeout_s)
@@ -315,6 +322,8 @@ class Client:
         if kind is None and cfg.stream and cfg.require_done and not result.done:
             kind, message = INCOMPLETE_STREAM, "the stream ended without data: [DONE]"
         if kind is not None:
+            if kind == CONNECTION_RESET and stamp[1]:
+                rec.extra["reused_connection"] = True  # llama.cpp-style keep-alive drop: --no-keepalive avoids it
             rec.status = _STATUS_OF_KIND.get(kind, ERROR)
             rec.error_kind = kind
             rec.error_message = self._scrub(message)
