@@ -41,12 +41,13 @@ def run(
     say = None if (quiet or json_out) else (lambda line: print(line, file=sys.stderr, flush=True))
     summary = run_load_plan(spec, base_dir, Path(plan_file), results, progress=say)
     if not no_report:
-        try:
-            from kneecap.report import render_report
+        from kneecap.errors import KneecapError
+        from kneecap.report import render_report
 
+        try:
             render_report(results.path)
-        except ImportError:  # pragma: no cover - report module absent in a partial install
-            pass
+        except KneecapError as exc:  # the measurements are written; a report problem must not lose them
+            print(f"warning: report not rendered: {exc.message}", file=sys.stderr)
     if json_out:
         sys.stdout.write(orjson.dumps(summary, option=orjson.OPT_SORT_KEYS).decode() + "\n")
     elif not quiet:

@@ -168,6 +168,7 @@ def simulate(
     json_out: bool = typer.Option(False, "--json", help="Print summary.json on stdout, nothing else"),
     trace: bool = typer.Option(False, "--trace", help="Also write DIR/trace.jsonl: one line per engine step"),
     quiet: bool = typer.Option(False, "--quiet", help="No table"),
+    no_report: bool = typer.Option(False, "--no-report", help="Do not render report.md / report.html into the folder"),
 ) -> int:
     """The same sweep as `kneecap bench`, on the simulated engine in virtual time (deterministic for a seed)."""
     from datetime import datetime, timezone
@@ -278,6 +279,13 @@ def simulate(
                 break
     final = document("stopped" if stopped else "complete")
     results.write_summary(final)
+    if not no_report:
+        from kneecap.report import render_report
+
+        try:
+            render_report(results.path)
+        except KneecapError as exc:  # the measurements are written; a report problem must not lose them
+            print(f"warning: report not rendered: {exc.message}", file=sys.stderr)
     if json_out:
         sys.stdout.write(orjson.dumps(final).decode() + "\n")
     elif not quiet:
