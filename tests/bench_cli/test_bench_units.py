@@ -159,9 +159,9 @@ def test_set_aside_keeps_finished_levels_only(tmp_path):
 
 
 def test_first_incomplete():
-    assert first_incomplete(4, {0, 1}, set()) == 2
-    assert first_incomplete(3, {0, 2}, set()) == 1
-    assert first_incomplete(2, {0, 1}, set()) is None
+    assert first_incomplete(4, {0, 1}) == 2
+    assert first_incomplete(3, {0, 2}) == 1
+    assert first_incomplete(2, {0, 1}) is None
 
 
 # -- exit codes and the table -------------------------------------------------------------------

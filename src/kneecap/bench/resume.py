@@ -105,9 +105,9 @@ class RecordsFile:
                     yield RequestRecord.from_dict(data)
 
 
-def first_incomplete(num_levels: int, done: set[int], skipped: set[int]) -> int | None:
-    """Index of the first level neither complete nor skipped by the preflight; None = all done."""
+def first_incomplete(num_levels: int, done: set[int]) -> int | None:
+    """Index of the first level not complete; None = all done."""
     for index in range(num_levels):
-        if index not in done and index not in skipped:
+        if index not in done:
             return index
     return None

@@ -180,7 +180,7 @@ def _resume_state(results, plans: list[LevelPlan], fresh: SweepState) -> tuple[f
         return None, fresh  # the sweep ended by a rule: nothing to resume
     done = frozenset(results.completed_levels())
     set_aside_records(results.records_path, set(done))
-    if first_incomplete(len(plans), set(done), set()) is None:
+    if first_incomplete(len(plans), set(done)) is None:
         return None, fresh
     kept = [lv for lv in previous.get("levels") or [] if lv.get("level") in done and not lv.get("partial")]
     return done, dataclasses.replace(fresh, levels=kept)
