@@ -88,7 +88,7 @@ def test_cli_round_trip_simulate_calibrate_simulate(cli, tmp_path):
     assert [row["concurrency"] for row in doc["levels"]] == [1, 8, 64]
     # the calibration drives simulate: the fitted engine reproduces the measured sweep
     r = cli("simulate", *FLAGS, "--isl", "800", "--osl", "100", "--concurrency", "1,8,64", "--requests", "64",
-            "--step-params", str(calib_path), "--out", str(tmp_path / "again"), "--json")
+            "--calibration", str(calib_path), "--out", str(tmp_path / "again"), "--json")
     assert r.code == 0, r.stderr
     again = json.loads(r.stdout)["levels"]
     before = json.loads((measured / "summary.json").read_text())["levels"]

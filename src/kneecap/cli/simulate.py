@@ -163,6 +163,7 @@ def simulate(
     scheduler_delay_factor: Optional[float] = typer.Option(None, "--scheduler-delay-factor", help="vLLM V0's prompt batching delay: hold new prompts until the oldest waited X x the last prompt step (0 = off)"),
     engine_defaults: str = typer.Option("vllm", "--engine-defaults", help="vllm or sglang: whose scheduler defaults to mimic"),
     prefix_caching: Optional[bool] = typer.Option(None, "--prefix-caching/--no-prefix-caching", help="Prefix caching (default on, as both engines)"),
+    calibration: Optional[str] = typer.Option(None, "--calibration", help="calib.json written by kneecap calibrate (same as --step-params FILE)"),
     step_params: Optional[str] = typer.Option(None, "--step-params", help="Step-time constants: k=v list (mfu=0.4,...) or a JSON file (e.g. from calibrate)"),
     out: Optional[str] = typer.Option(None, "--out", help="Results folder (default ./kneecap-results/simulate-<UTC time>)"),
     json_out: bool = typer.Option(False, "--json", help="Print summary.json on stdout, nothing else"),
@@ -207,7 +208,9 @@ def simulate(
             raise KneecapError(f"--shared-prefix {prefix_tokens} tokens is not shorter than --isl {isl}",
                                "use a prefix shorter than the prompt")
     slo_dict = parse_slo(slo) if slo else {}
-    params_obj = parse_step_params(step_params)
+    if calibration and step_params:
+        raise KneecapError("--calibration and --step-params both given", "pass one of them")
+    params_obj = parse_step_params(calibration or step_params)
 
     flags = PlanFlags(preset=preset, model=model, gpu=gpu, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                       params=params, context=context, mean_context=None, block_size=block_size,
