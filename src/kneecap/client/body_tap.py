@@ -159,18 +159,19 @@ class BodyTap(asyncio.Protocol):
     """Stands in for aiohttp's protocol on one connection while a chunked SSE body streams in.
 
     Each read is stamped (perf_counter - epoch) on arrival, de-chunked and split into SSE events
-    at once: `events` = [(t, [SseEvent, ...]), ...]. `done` resolves to True at the terminal chunk,
+    at once, and on_events(t, events) is called with them. `done` resolves to True at the terminal chunk,
     to False when the very first read is not at a chunk boundary (its bytes are kept in
     `unclaimed` for aiohttp), or fails with ChunkError / TruncatedError / the connection's error /
     the SSE parser's SseLineTooLong.
     """
 
-    def __init__(self, orig: asyncio.Protocol, parser: SseParser, epoch: float, done: asyncio.Future):
+    def __init__(self, orig: asyncio.Protocol, parser: SseParser, epoch: float, done: asyncio.Future,
+                 on_events: Callable[[float, list], None]):
         self.orig = orig
         self.parser = parser
         self.epoch = epoch
         self.done = done
-        self.events: list = []
+        self.on_events = on_events
         self.decoder = ChunkDecoder()
         self.watch: StallWatch | None = None
         self.unclaimed: bytes | None = None
@@ -188,6 +189,8 @@ class BodyTap(asyncio.Protocol):
         try:
             pieces = self.decoder.feed(data)
             evs = self.parser.feed(pieces[0] if len(pieces) == 1 else b"".join(pieces))
+            if evs:
+                self.on_events(t - self.epoch, evs)
         except ChunkError as exc:
             if first:  # not at a chunk boundary: these bytes belong to aiohttp's parser
                 self.unclaimed = data
@@ -198,8 +201,6 @@ class BodyTap(asyncio.Protocol):
         except Exception as exc:  # SseLineTooLong
             done.set_exception(exc)
             return
-        if evs:
-            self.events.append((t - self.epoch, evs))
         if self.decoder.ended:
             done.set_result(True)
 

@@ -3,8 +3,8 @@
 Owns the sockets and clocks of a level: one pooled aiohttp ClientSession per process (a `Client`),
 connections opened before the level's clock starts, `sent_at` stamped right before the request is
 handed to aiohttp, every socket read stamped on arrival (time.perf_counter, CLOCK_MONOTONIC on
-Linux) with only de-chunking and SSE splitting done on the hot path (JSON decoding waits for the
-stream's end; body_tap.py reads chunked bodies at the transport level),
+Linux), each read de-chunked, split into SSE events and decoded into (time, tokens) as it arrives
+(memory: two numbers per read; body_tap.py reads chunked bodies at the transport level),
 closed-loop (C workers) and open-loop (scheduled arrivals, no coordinated omission) levels, and the
 client's self-measurement (event-loop lag, schedule lag, CPU) that marks a level `suspect`.
 Failures never hang (total and stall timeouts) and are never retried: each becomes a record with
@@ -252,7 +252,7 @@ class Client:
                             expected_input_tokens=prep.expected_input_tokens, expected_output_tokens=spec.output_tokens,
                             prompt_hash=prep.prompt_hash, prompt=prep.prompt_text)
         perf = time.perf_counter
-        reads: list = []
+        decoder = oa.StreamDecoder(cfg.continuous_usage_stats)  # fed read by read: memory stays two numbers a read
         parser = SseParser(cfg.max_line_bytes)
         started = False
         kind: str | None = None
@@ -281,7 +281,7 @@ class Client:
                         if not ctype.startswith("text/event-stream"):
                             kind, message = MALFORMED_SSE, f"expected text/event-stream, got content type {ctype[:80]!r}"
                         else:
-                            await self._read_stream(resp, parser, reads, epoch)
+                            await self._read_stream(resp, parser, decoder.feed, epoch)
                     else:
                         body = await resp.read()
                 finally:
@@ -302,7 +302,7 @@ class Client:
         rec.end_at = end
         rec.sent_at = (stamp[0] if stamp[0] is not None else called_at) - epoch
         if cfg.stream:
-            result = oa.decode_stream(reads, usage_deltas=cfg.continuous_usage_stats)
+            result = decoder.result
         elif body is not None:
             result = oa.decode_response(body, end)
         else:
@@ -334,8 +334,9 @@ class Client:
             raise cancelled
         return rec
 
-    async def _read_stream(self, resp: aiohttp.ClientResponse, parser: SseParser, reads: list, epoch: float) -> None:
-        """Read an SSE body into reads = [(t, events)], stamping each socket read on arrival.
+    async def _read_stream(self, resp: aiohttp.ClientResponse, parser: SseParser,
+                           on_events: Callable[[float, list], None], epoch: float) -> None:
+        """Read an SSE body, calling on_events(t, events) for each socket read (t: its arrival - epoch).
 
         A chunked, uncompressed, plain-TCP body is read by a BodyTap standing in for aiohttp's
         protocol (see body_tap.py); anything else, or a body whose first read does not start at a
@@ -356,9 +357,9 @@ class Client:
             if early:
                 events = parser.feed(early)
                 if events:
-                    reads.append((perf() - epoch, events))
+                    on_events(perf() - epoch, events)
             done = loop.create_future()
-            tap = BodyTap(proto, parser, epoch, done)
+            tap = BodyTap(proto, parser, epoch, done, on_events)
 
             def on_stall() -> None:
                 if not done.done():
@@ -376,7 +377,6 @@ class Client:
                 tap.watch.cancel()
                 if transport.get_protocol() is tap:
                     transport.set_protocol(proto)
-                reads.extend(tap.events)
             if claimed:
                 self.bodies_tapped += 1
                 proto.data_received(terminal_chunk())  # aiohttp's parser completes the message it began
@@ -388,7 +388,6 @@ class Client:
         watch = StallWatch(loop, stall_s, lambda: content.set_exception(StallError("no data within the stall timeout")))
         readany = content.readany
         feed = parser.feed
-        append = reads.append
         try:
             while True:
                 data = await readany()
@@ -398,7 +397,7 @@ class Client:
                 watch.last = t
                 events = feed(data)
                 if events:
-                    append((t - epoch, events))
+                    on_events(t - epoch, events)
         finally:
             watch.cancel()
 

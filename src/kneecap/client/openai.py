@@ -128,32 +128,39 @@ def _apply_usage(result: StreamResult, usage: Mapping[str, Any]) -> int | None:
     return ct if isinstance(ct, int) else None
 
 
-def decode_stream(reads: Iterable[tuple[float, Sequence[SseEvent]]], usage_deltas: bool = False) -> StreamResult:
-    """Decode a streamed response given as (read arrival time, events completed by that read).
+class StreamDecoder:
+    """Decodes a streamed response read by read: feed(t, events) with each read's arrival time and
+    the SSE events it completed; `result` holds the numbers so far (memory: two numbers per read).
 
     usage_deltas: the request asked for continuous usage stats, so a chunk's tokens are the
     increase of usage.completion_tokens. Without it a usage object beside choices is only a total
     (llama.cpp puts the final usage on its last chunk, with empty text and finish_reason) and is
     never counted as tokens of that chunk.
     Stops at the first malformed event or error object and reports it in error_kind
-    ("malformed_sse" / "server_error_event"); tokens seen before it are kept.
+    ("malformed_sse" / "server_error_event"); tokens seen before it are kept, later events ignored.
     """
-    result = StreamResult()
-    loads = orjson.loads
-    last_ct = 0  # running completion_tokens under continuous usage stats
-    times = result.chunk_times
-    counts = result.chunk_tokens
-    for t, events in reads:
+
+    __slots__ = ("result", "usage_deltas", "_last_ct")
+
+    def __init__(self, usage_deltas: bool = False):
+        self.result = StreamResult()
+        self.usage_deltas = usage_deltas
+        self._last_ct = 0  # running completion_tokens under continuous usage stats
+
+    def feed(self, t: float, events: Sequence[SseEvent]) -> None:
+        result = self.result
+        if result.error_kind:
+            return
+        loads = orjson.loads
         tokens = 0
         answer = False
-        for ev in events:
+        for event, data, _ in events:
             result.num_events += 1
-            data = ev.data
             if data == _DONE:
                 result.done = True
                 continue
-            if ev.event == "error":
-                result.error_kind, result.error_message = SERVER_ERROR_EVENT, f"error event: {ev.text[:300]}"
+            if event == "error":
+                result.error_kind, result.error_message = SERVER_ERROR_EVENT, f"error event: {data[:300].decode('utf-8', 'replace')}"
                 break
             try:
                 obj = loads(data)
@@ -187,22 +194,27 @@ def decode_stream(reads: Iterable[tuple[float, Sequence[SseEvent]]], usage_delta
                     result.finish_reason = fr
                 if usage:
                     ct = _apply_usage(result, usage)
-                    if usage_deltas and ct is not None:  # continuous usage stats: exact tokens in this chunk
-                        k = max(ct - last_ct, 0)
-                        last_ct = ct
+                    if self.usage_deltas and ct is not None:  # continuous usage stats: exact tokens in this chunk
+                        k = max(ct - self._last_ct, 0)
+                        self._last_ct = ct
             elif usage:  # the usage-only chunk at the end (stream_options.include_usage)
                 _apply_usage(result, usage)
             tokens += k
         if tokens:
-            times.append(t)
-            counts.append(tokens)
+            result.chunk_times.append(t)
+            result.chunk_tokens.append(tokens)
             if result.first_token_at is None:
                 result.first_token_at = t
         if answer and result.first_answer_at is None:
             result.first_answer_at = t
-        if result.error_kind:
-            break
-    return result
+
+
+def decode_stream(reads: Iterable[tuple[float, Sequence[SseEvent]]], usage_deltas: bool = False) -> StreamResult:
+    """Decode a whole streamed response given as (read arrival time, events completed by that read)."""
+    decoder = StreamDecoder(usage_deltas)
+    for t, events in reads:
+        decoder.feed(t, events)
+    return decoder.result
 
 
 def decode_response(body: bytes, end_at: float) -> StreamResult:
