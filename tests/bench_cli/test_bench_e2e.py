@@ -379,7 +379,8 @@ def test_redact_keeps_no_server_strings(cli, server, tmp_path):
             "--out", str(out), "--redact", "--json")
     assert r.code == 0, r.stderr
     assert json.loads(r.stdout)["levels"][0]["errors"] == {"http_500": 2}  # error kinds are kept
-    for path in out.iterdir():
+    assert (out / "report.html").exists()  # the report is rendered, and redacted like everything else
+    for path in (p for p in out.rglob("*") if p.is_file()):
         data = path.read_bytes()
         assert b"acme-internal-model-7" not in data and b"scripted 500" not in data, path
 

@@ -50,6 +50,7 @@ def bench(
     fail_on: Optional[str] = typer.Option(None, "--fail-on", help="exit 1 on: errors, slo, stopped (comma list)"),
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="environment variable holding the API key"),
     api_key_file: Optional[str] = typer.Option(None, "--api-key-file", help="file holding the API key"),
+    no_report: bool = typer.Option(False, "--no-report", help="do not render report.md / report.html into the folder"),
 ) -> int:
     """Drive a real OpenAI-compatible server through a concurrency or rate sweep.
 
@@ -102,6 +103,13 @@ def bench(
         progress.close()
 
     summary = run.summary
+    if not no_report:
+        from kneecap.report import render_report
+
+        try:
+            render_report(run.out_dir)
+        except KneecapError as exc:  # the measurements are written; a report problem must not lose them
+            print(f"warning: report not rendered: {exc.message}", file=sys.stderr)
     if json_out:
         import orjson
 
