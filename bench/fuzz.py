@@ -22,6 +22,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "fuzz"))  # fuzz_targets (not a package; bench/ is not on the path first)
 sys.path = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
+import os  # noqa: E402
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a mutated model name must never reach the network
+
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 
 import fuzz_targets as ft  # noqa: E402
