@@ -104,12 +104,9 @@ def bench(
 
     summary = run.summary
     if not no_report:
-        from kneecap.report import render_report
+        from kneecap.report import render_report_or_warn
 
-        try:
-            render_report(run.out_dir)
-        except KneecapError as exc:  # the measurements are written; a report problem must not lose them
-            print(f"warning: report not rendered: {exc.message}", file=sys.stderr)
+        render_report_or_warn(run.out_dir)
     if json_out:
         import orjson
 

@@ -41,13 +41,9 @@ def run(
     say = None if (quiet or json_out) else (lambda line: print(line, file=sys.stderr, flush=True))
     summary = run_load_plan(spec, base_dir, Path(plan_file), results, progress=say)
     if not no_report:
-        from kneecap.errors import KneecapError
-        from kneecap.report import render_report
+        from kneecap.report import render_report_or_warn
 
-        try:
-            render_report(results.path)
-        except KneecapError as exc:  # the measurements are written; a report problem must not lose them
-            print(f"warning: report not rendered: {exc.message}", file=sys.stderr)
+        render_report_or_warn(results.path)
     if json_out:
         sys.stdout.write(orjson.dumps(summary, option=orjson.OPT_SORT_KEYS).decode() + "\n")
     elif not quiet:

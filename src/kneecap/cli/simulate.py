@@ -283,12 +283,9 @@ def simulate(
     final = document("stopped" if stopped else "complete")
     results.write_summary(final)
     if not no_report:
-        from kneecap.report import render_report
+        from kneecap.report import render_report_or_warn
 
-        try:
-            render_report(results.path)
-        except KneecapError as exc:  # the measurements are written; a report problem must not lose them
-            print(f"warning: report not rendered: {exc.message}", file=sys.stderr)
+        render_report_or_warn(results.path)
     if json_out:
         sys.stdout.write(orjson.dumps(final).decode() + "\n")
     elif not quiet:

@@ -20,3 +20,16 @@ def render_comparison(folder_a, folder_b, out=None, formats=("md", "html")):
     from kneecap.report.render import render_comparison as _compare
 
     return _compare(folder_a, folder_b, out, formats)
+
+
+def render_report_or_warn(folder) -> None:
+    """What bench, simulate and run call at the end: render the folder's report; if that fails, say so in
+    one stderr line and carry on — the measurements are already written and must never be lost to it."""
+    import sys
+
+    from kneecap.errors import KneecapError
+
+    try:
+        render_report(folder)
+    except KneecapError as exc:
+        print(f"warning: report not rendered: {exc.message}", file=sys.stderr)
