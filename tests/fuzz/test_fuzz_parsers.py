@@ -34,9 +34,10 @@ def test_sse_parser_on_raw_bytes(stream, cuts):
 
 # -- OpenAI chunk decoder (kneecap.client.openai, still being written: bugs pinned as strict xfails) --
 
-# Minimal repros found by the fuzzer; each makes decode_stream / decode_response raise instead of
-# reporting malformed_sse. In the driver (client/driver.py Client.send) decode_stream runs outside the
-# try block, so one such chunk from a server ends the whole level with an exception.
+# Minimal repros found by the fuzzer; each makes StreamDecoder.feed / decode_stream / decode_response raise
+# instead of reporting malformed_sse. End to end (a server sending `data: {"choices": 158}`), the driver
+# catches the exception and records the request as `client_error` ("a bug in the client") instead of
+# `malformed_sse` (the server's fault): checked by hand against a 10-line aiohttp server, tap on and off.
 CHUNK_BUGS = [
     pytest.param(b'{"choices": 158}', id="choices-not-a-list-TypeError"),
     pytest.param(b'{"choices": {"a": 1}}', id="choices-a-dict-KeyError"),
