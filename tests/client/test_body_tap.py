@@ -67,3 +67,70 @@ def test_random_bodies_any_split(pieces, cuts):
     parts.append(body[prev:])
     payload, d = decode_in(parts)
     assert payload == b"".join(pieces) and d.ended
+
+
+# ---- the transport-level reader (fused de-chunk + SSE fast path, and its fallbacks) ----------
+
+import asyncio  # noqa: E402
+
+from kneecap.client.body_tap import BodyTap, TruncatedError  # noqa: E402
+from kneecap.client.sse import SseParser, parse_all  # noqa: E402
+
+
+class FakeProtocol(asyncio.Protocol):
+    def __init__(self):
+        self.lost = []
+
+    def connection_lost(self, exc):
+        self.lost.append(exc)
+
+
+def run_tap(reads, max_line_bytes=1 << 20):
+    loop = asyncio.new_event_loop()
+    try:
+        done = loop.create_future()
+        calls = []
+        tap = BodyTap(FakeProtocol(), SseParser(max_line_bytes), 0.0, done, lambda t, evs: calls.append(list(evs)))
+        for raw in reads:
+            tap.data_received(raw)
+        return tap, done, calls
+    finally:
+        loop.close()
+
+
+EVENTS = [b'data: {"n": 1}\n\n', b": ping\n\n", b'data: {"n": 2}\r\n\r\n', b"event: error\ndata: x\n\n",
+          b'data: {"n": 3}\n\n', b"data: [DONE]\n\n"]
+STREAM = chunked(EVENTS)
+EXPECTED = parse_all(b"".join(EVENTS))
+
+
+def test_one_call_per_read_even_when_the_fast_path_stops_midway():
+    # read 1: a data event, then a comment (not a data event: the fast path stops), then a CRLF event
+    first = chunked(EVENTS[:3]).removesuffix(b"0\r\n\r\n")
+    tap, done, calls = run_tap([first, chunked(EVENTS[3:])])
+    assert done.result() is True
+    assert len(calls) == 2 and [e for c in calls for e in c] == EXPECTED
+
+
+@pytest.mark.parametrize("cut", range(0, len(STREAM) + 1, 3))
+def test_tap_split_anywhere_gives_the_same_events(cut):
+    tap, done, calls = run_tap([STREAM[:cut], STREAM[cut:]] if cut else [STREAM])
+    assert [e for c in calls for e in c] == EXPECTED and done.result() is True
+
+
+def test_first_read_not_at_a_chunk_boundary_is_handed_back():
+    tap, done, calls = run_tap([b'{"n": 1}\n\n\r\n10\r\n'])
+    assert done.result() is False and tap.unclaimed == b'{"n": 1}\n\n\r\n10\r\n' and calls == []
+
+
+def test_runaway_event_and_truncation_fail_the_tap():
+    _, done, _ = run_tap([chunked([b"data: " + b"x" * 5000 + b"\n\n"])], max_line_bytes=1024)
+    assert type(done.exception()).__name__ == "SseLineTooLong"
+    tap, done, _ = run_tap([chunked(EVENTS[:2]).removesuffix(b"0\r\n\r\n")])
+    assert not done.done()
+    loop = asyncio.new_event_loop()
+    try:
+        tap.connection_lost(None)
+    finally:
+        loop.close()
+    assert isinstance(done.exception(), TruncatedError) and tap.orig.lost == [None]

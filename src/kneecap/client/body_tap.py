@@ -19,7 +19,9 @@ import asyncio
 import time
 from typing import Callable
 
-from kneecap.client.sse import SseParser
+from kneecap.client.sse import SseEvent, SseParser
+
+_new_event = tuple.__new__
 
 _HEX = b"0123456789abcdefABCDEF"
 _TERMINAL = b"0\r\n\r\n"
@@ -49,6 +51,10 @@ class ChunkDecoder:
         self._pending = b""
         self.ended = False
         self.leftover = b""
+
+    def at_chunk_start(self) -> bool:
+        """True when the next byte starts a chunk-size line (no partial state held)."""
+        return self._state == self._SIZE and not self._pending
 
     def feed(self, data: bytes) -> list[bytes]:
         if self._pending:
@@ -186,10 +192,52 @@ class BodyTap(asyncio.Protocol):
         if done.done():
             return
         first, self._first = self._first, False
+        parser = self.parser
+        decoder = self.decoder
+        if decoder.at_chunk_start() and parser.idle():
+            # Fused fast path (nearly every read from an LLM server): whole chunks, each holding exactly
+            # one `data: ...` event ending in LF LF. The first chunk that is anything else, and the rest
+            # of the read after it, go through the decoder and the parser below.
+            if first:
+                parser.mark_started()
+            find = data.find
+            n = len(data)
+            limit = parser.max_line_bytes
+            last_id = parser.last_event_id
+            evs = []
+            i = 0
+            while i < n:
+                j = find(b"\r\n", i)
+                if j < 0:
+                    break
+                digits = data[i:j]
+                if not digits or len(digits) > 16 or digits.strip(_HEX):
+                    break
+                end = j + 2 + int(digits, 16)
+                if (end == j + 2 or end + 2 > n or end - j > limit or data[end:end + 2] != b"\r\n"
+                        or data[j + 2:j + 8] != b"data: " or data[end - 2:end] != b"\n\n"
+                        or find(b"\n", j + 8, end - 2) >= 0 or find(b"\r", j + 2, end) >= 0):
+                    break
+                evs.append(_new_event(SseEvent, ("message", data[j + 8:end - 2], last_id)))
+                i = end + 2
+            if i == n:
+                if evs:
+                    try:
+                        self.on_events(t - self.epoch, evs)
+                    except Exception as exc:
+                        done.set_exception(exc)
+                return
+            if i:
+                first = False  # the read did start at a chunk boundary
+                data = data[i:]
+        else:
+            evs = []
         try:
-            pieces = self.decoder.feed(data)
-            evs = self.parser.feed(pieces[0] if len(pieces) == 1 else b"".join(pieces))
-            if evs:
+            pieces = decoder.feed(data)
+            more = parser.feed(pieces[0] if len(pieces) == 1 else b"".join(pieces))
+            if more:
+                evs.extend(more)
+            if evs:  # one call per read: the read's events share its arrival time
                 self.on_events(t - self.epoch, evs)
         except ChunkError as exc:
             if first:  # not at a chunk boundary: these bytes belong to aiohttp's parser

@@ -61,6 +61,14 @@ class SseParser:
         self._data_bytes = 0
         self._event: str | None = None
 
+    def idle(self) -> bool:
+        """True between events: no partial line, no partial event, no CR awaiting its LF."""
+        return not (self._buf or self._data or self._skip_lf or self._event is not None)
+
+    def mark_started(self) -> None:
+        """The stream's first bytes were consumed elsewhere (without a BOM): no BOM check from now on."""
+        self._at_start = False
+
     @property
     def pending(self) -> bool:
         """True when bytes of an unfinished line or event are held (a stream ending now was cut)."""
