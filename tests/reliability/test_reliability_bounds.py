@@ -65,11 +65,8 @@ def test_simulate_small_run_stays_inside_the_bounds(tmp_path):
     assert code == 0, err
 
 
-@pytest.mark.xfail(strict=True, reason="loadplan/execute.py writes a cell's records only when the cell ends: SIGKILL "
-                                       "mid-cell loses every finished request of that cell (bench streams them); repro: "
-                                       "kneecap run PLAN (server candidate, 8 requests of ~0.4 s at C=1), kill -9 after 2 s, "
-                                       "DIR/records/ holds no record")
 def test_run_keeps_finished_records_after_sigkill_mid_cell(tmp_path):
+    """Regression: execute.py wrote a cell's records only when the cell ended, so SIGKILL mid-cell lost them."""
     url, srv = start_scripted_server(ttft_s=0.0, itl_s=0.05)
     out = tmp_path / "out"
     plan = {"name": "kill", "classes": {"c": {"input": 8, "output": 8}}, "state": {"warmup_requests": 0},

@@ -132,14 +132,17 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
                 state_note = cand.settle(cell.state, spec.state.cold_pause_s, spec.state.reset_prefix_cache)
                 n = _requests_for(spec, dimension, cell.load)
                 warmup = spec.state.warmup_requests if cell.state == "warm" else 0
-                run = cand.run_cell(index=index, dimension=dimension, load=cell.load, workload=workloads[cell.class_name],
-                                    num_requests=n, warmup=warmup, seed=spec.seed + index, burstiness=burstiness,
-                                    **bursts)
+                # records are appended as requests finish (one os.write each, fsync at the cell's end), so a
+                # run killed mid-cell keeps every finished request (tests/reliability/test_reliability_bounds.py)
                 with RecordWriter(records_dir / f"cell-{index:04d}.jsonl") as w:
-                    for r in run.records:
+                    def keep(r, w=w):
                         if not spec.privacy.keep_prompts and r.prompt is not None:
                             r.prompt = None
                         w.write(r)
+
+                    run = cand.run_cell(index=index, dimension=dimension, load=cell.load,
+                                        workload=workloads[cell.class_name], num_requests=n, warmup=warmup,
+                                        seed=spec.seed + index, burstiness=burstiness, on_record=keep, **bursts)
                 if run.trace:  # the simulator's per-step trace: batch composition, KV blocks, queue depth
                     import orjson
 

@@ -66,7 +66,8 @@ class SimulatorCandidate:
         return self.plan.deployment.num_gpus
 
     def run_cell(self, *, index: int, dimension: str, load: float, workload: Workload, num_requests: int,
-                 warmup: int, seed: int, burstiness: float, on_s: float | None = None, off_s: float = 0.0) -> CellRun:
+                 warmup: int, seed: int, burstiness: float, on_s: float | None = None, off_s: float = 0.0,
+                 on_record=None) -> CellRun:
         from kneecap.sim.sweep import LevelSpec, simulate_level
 
         spec = (LevelSpec(concurrency=int(load), num_requests=num_requests, warmup=warmup) if dimension == "concurrency"
@@ -74,6 +75,8 @@ class SimulatorCandidate:
         result = simulate_level(self.plan.deployment, self.config, self.plan.num_kv_blocks, workload, spec, index=index,
                                 seed=seed, burstiness=burstiness, steptime=self.steptime, trace=True,
                                 charge_state=self.setup.charge_state)
+        for r in result.records if on_record is not None else ():
+            on_record(r)  # virtual time: the whole cell is computed at once, then handed over
         return CellRun(records=result.records, server_metrics=result.server_metrics, trace=result.trace)
 
     def settle(self, state: str, pause_s: float, reset_prefix_cache: bool) -> str:
@@ -133,7 +136,8 @@ class ServerCandidate:
                             stall_timeout_s=min(120.0, self.target.timeout_s))
 
     def run_cell(self, *, index: int, dimension: str, load: float, workload: Workload, num_requests: int,
-                 warmup: int, seed: int, burstiness: float, on_s: float | None = None, off_s: float = 0.0) -> CellRun:
+                 warmup: int, seed: int, burstiness: float, on_s: float | None = None, off_s: float = 0.0,
+                 on_record=None) -> CellRun:
         if on_s is not None:
             raise KneecapError("on/off burst arrivals are not yet supported against a live server",
                                "use arrival kind poisson or gamma (burstiness < 1) for server candidates")
@@ -145,15 +149,21 @@ class ServerCandidate:
         setup = DriverSetup(cfg=self._client(), prompts=prompts, warm_connections=min(32, int(load) if dimension == "concurrency" else 32))
         epoch = time.perf_counter()
         records: list[RequestRecord] = []
+
+        def keep(record: RequestRecord) -> None:  # each record leaves as it finishes (crash safety)
+            records.append(record)
+            if on_record is not None:
+                on_record(record)
+
         specs = make_requests(workload, warmup + num_requests, seed, id_prefix=f"cell{index}-r")
         if warmup:
             task = LevelTask(level=index, kind="concurrency", value=max(1, min(warmup, int(load) if dimension == "concurrency" else 4)),
                              specs=tuple(specs[:warmup]), epoch=epoch, warmup=True)
-            run_task(setup, task, records.append)
+            run_task(setup, task, keep)
         task = LevelTask(level=index, kind=dimension, value=load, specs=tuple(specs[warmup:]), epoch=epoch,
                          burstiness=burstiness, seed=seed)
         with ThreadedMetricsPoller(self.target.base_url, self.api_key) as poller:
-            outcome = run_task(setup, task, records.append)
+            outcome = run_task(setup, task, keep)
         client = outcome.client
         return CellRun(records=records, server_metrics=poller.result(), suspect=outcome.suspect, client=client,
                        duration_s=client.get("duration_s"))
