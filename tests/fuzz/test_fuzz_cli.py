@@ -139,7 +139,7 @@ def workdir():
             os.chdir(old)
 
 
-_SETTINGS = settings(max_examples=120, deadline=None, database=None,
+_SETTINGS = settings(max_examples=80, deadline=None, database=None,
                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                             HealthCheck.filter_too_much])
 
@@ -156,7 +156,7 @@ def test_preflight_argv(workdir, capsys, argv):
     _check(argv, *_invoke(argv, capsys))
 
 
-@settings(max_examples=80, deadline=None, database=None,
+@settings(max_examples=50, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(argv=argv_for("simulate", SIM_FLAGS, required={"--preset": ["llama-3.1-8b", "gqa-70b"], "--gpu": ["h100-sxm", "mi300x"],
                                                       "--isl": ["64", "16"], "--osl": ["8", "4"], "--requests": ["4", "2"],
@@ -172,7 +172,7 @@ def test_report_argv(workdir, capsys, argv):
     _check(argv, *_invoke(argv, capsys))
 
 
-@settings(max_examples=60, deadline=None, database=None,
+@settings(max_examples=40, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(argv=argv_for("run", {"--out": ["run-out", "out-is-a-file", "empty"]},
                      positional=["missing.yaml", "binary.yaml", "list.yaml", "empty", "tiny.yaml", ""]))

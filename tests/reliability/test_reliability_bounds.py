@@ -19,7 +19,7 @@ import pytest
 from servers.scripted import start_scripted_server
 
 MEMORY_LIMIT_BYTES = 3 * 1024**3  # address space of a child; the legitimate cases here use < 1 GiB
-CHILD_TIMEOUT_S = 20
+CHILD_TIMEOUT_S = 12
 
 
 def _limit_memory() -> None:

@@ -101,6 +101,7 @@ def assert_failed_cell_handled(out: Path, summary: dict, kinds: set[str], expect
     return cell
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_run_survives_each_fault(tmp_path, fault):
     url, srv = start_scripted_server(fault=fault, ttft_s=0.0, itl_s=0.002, fault_after_chunks=1,
