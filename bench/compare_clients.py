@@ -232,9 +232,11 @@ def render(rows: list[dict], command: str, clients: list[str]) -> str:
               "server's accept/parse) + receive lag (client first-token stamp − server send: the client's read "
               "path). vLLM stamps CLOCK_MONOTONIC like the server; kneecap's records are relative to an epoch that "
               "summary.json does not state, so its split takes the fastest request's send lag as 0 (the sum is "
-              "exact either way). ITL per token on both sides (a chunk of k tokens = its gap then k−1 zeros), "
-              "err = client gap − server gap, token by token. Ingest per client core = output tokens / client "
-              "CPU-seconds (user+system)."]
+              "exact either way). ITL err mean = (client streaming span − server streaming span) / (tokens − 1) "
+              "over paired requests (span = first to last token-bearing chunk); ITL err p1/p99 compare per-token "
+              "gaps (docs/metrics.md `itl_ms`: a chunk of k tokens after a gap g gives k samples of g/k) token by "
+              "token, where the client chunked the stream as the server sent it. Ingest per client core = output "
+              "tokens / client CPU-seconds (user+system)."]
     return "\n".join(lines) + "\n"
 
 
@@ -287,6 +289,7 @@ def main() -> int:
     parser.add_argument("--server-cpu", type=int, default=0)
     parser.add_argument("--client-cpu", type=int, default=1)
     parser.add_argument("--out", default=str(RESULTS / "compare_clients.md"))
+    parser.add_argument("--keep", default=None, help="keep every run's records and server logs in this folder")
     args = parser.parse_args()
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
     unknown = [c for c in clients if c not in CLIENTS]
@@ -300,7 +303,8 @@ def main() -> int:
 
     command = "python bench/compare_clients.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     rows = []
-    with tempfile.TemporaryDirectory(prefix="kneecap-compare-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="kneecap-compare-") as scratch:
+        tmp = args.keep or scratch
         for sc in scenarios(args.quick, args.ingest_events_per_write):
             if args.only and sc.name != args.only:
                 continue

@@ -185,6 +185,11 @@ def test_paired_errors_split_ttft_into_send_and_receive_lag():
     assert other_clock["ttft_err_mean_ms"] == pytest.approx(same_clock["ttft_err_mean_ms"])
     assert other_clock["send_lag_mean_ms"] == pytest.approx(0.5) and other_clock["recv_lag_mean_ms"] == pytest.approx(2.75)
     assert pairing.paired_errors([_pair("zzz", 1.0, [1.1])], server, clock="monotonic") == {"paired": 0}
+    # the client read a's first two events in one read: spans still compare, token pairs do not
+    merged = {"sha256": "a", "ok": True, "sent_s": 1.000, "chunk_times_s": [1.2225, 1.2425], "chunk_tokens": [2, 1]}
+    spans = pairing.paired_errors([merged], server[:1], clock="monotonic")
+    assert spans["itl_err_mean_ms"] == pytest.approx(((1242.5 - 1222.5) - (1242.0 - 1202.0)) / 2)
+    assert spans["itl_tokens_paired_one_to_one"] == 0 and spans["itl_tokens"] == 2
 
 
 def test_rss_growth_and_soak_verdict():
