@@ -69,19 +69,11 @@ def test_decode_response_reports_malformed_bodies_instead_of_raising(body):
     assert result.error_kind in (None, oa.MALFORMED_SSE)
 
 
-@pytest.mark.xfail(strict=True, reason="client/openai.py decode_stream/decode_response raise on non-object choices/usage "
-                                       "(see test_decode_stream_reports_malformed_chunks_instead_of_raising)")
-@settings(max_examples=300, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(ft.chunk_case())
-def test_chunk_decoder_never_raises(case):
-    ft.check_chunks(case)
-
-
 @FAST
 @given(ft.chunk_case())
 def test_chunk_decoder_never_raises_on_well_shaped_chunks(case):
-    """The part of the decoder that holds today: chunks whose choices/usage have the OpenAI shape."""
+    """The part of the decoder that holds today: chunks whose choices/usage have the OpenAI shape. (The
+    unrestricted property is bench/fuzz.py's chunk-decoder target; its failures are the repros above.)"""
     reads, body = case
     import orjson
 
