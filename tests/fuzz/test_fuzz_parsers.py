@@ -165,7 +165,7 @@ def test_gguf_reader_regressions(tmp_path, overrides):
 
 
 def test_gguf_truncated_at_every_header_byte(tmp_path):
-    """The first 300 cut points of a real tiny file: each is a one-line KneecapError, never a traceback."""
+    """Every third cut point in the first 300 bytes of a real tiny file: each is a one-line KneecapError."""
     base = ft.gguf_base()
     for cut in range(0, 300, 3):
         ft.check_gguf(("bytes", base[:cut]), tmp_path)
