@@ -1,29 +1,11 @@
-"""Shared test helpers: run the real CLI in-process or as a subprocess."""
+"""Shared fixtures. Helpers live in tests/clitools.py (a unique module name: several test folders have
+a conftest.py of their own, so `from conftest import ...` would pick whichever was imported first)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from dataclasses import dataclass
-
 import pytest
 
-
-@dataclass
-class CliResult:
-    code: int
-    stdout: str
-    stderr: str
-
-
-def run_cli(*args: str, timeout: float = 120, env: dict | None = None, cwd: str | None = None) -> CliResult:
-    """Run `python -m kneecap ARGS` as a real subprocess (what a user runs)."""
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    proc = subprocess.run([sys.executable, "-m", "kneecap", *args], capture_output=True, text=True,
-                          timeout=timeout, env=full_env, cwd=cwd)
-    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+from clitools import CliResult, run_cli  # noqa: F401  (re-exported for older imports)
 
 
 @pytest.fixture

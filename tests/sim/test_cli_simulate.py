@@ -15,7 +15,7 @@ STAT_KEYS = {"mean", "p50", "p90", "p95", "p99", "max", "n"}
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    from conftest import run_cli
+    from clitools import run_cli
 
     def _run(*args, out=None):
         out = out or tmp_path_factory.mktemp("sim")
@@ -108,7 +108,7 @@ def test_bad_input_is_one_line_no_traceback(run, args, needle):
 
 
 def test_table_mode_prints_levels(tmp_path):
-    from conftest import run_cli
+    from clitools import run_cli
 
     res = run_cli(*BASE, "--concurrency", "1,4", "--out", str(tmp_path))
     assert res.code == 0
