@@ -30,6 +30,8 @@ class LevelTask:
     seed: int = 0
     warmup: bool = False
     duration_s: float | None = None
+    on_s: float | None = None  # open loop in on/off bursts (kneecap.workload.arrival_offsets)
+    off_s: float = 0.0
 
 
 @dataclass
@@ -80,12 +82,14 @@ def run_task(setup: DriverSetup, task: LevelTask, on_record: Callable[[RequestRe
         on_record(record)
 
     specs = list(task.specs)
+    # records are streamed to on_record (and on to disk); the driver keeps none, so memory stays flat
     common = dict(level=task.level, epoch=task.epoch, on_record=record_sink, prompts=setup.prompts,
-                  warmup=task.warmup, duration_s=task.duration_s)
+                  warmup=task.warmup, duration_s=task.duration_s, keep_records=False)
     if task.kind == "concurrency":
         coro = driver.run_closed_loop(setup.cfg, specs, int(task.value), **common)
     else:
         coro = driver.run_open_loop(setup.cfg, specs, task.value, burstiness=task.burstiness, seed=task.seed,
-                                    warm_connections=min(setup.warm_connections, len(specs)), **common)
+                                    warm_connections=min(setup.warm_connections, len(specs)),
+                                    on_s=task.on_s, off_s=task.off_s, **common)
     run = driver.run_sync(coro)
     return outcome_from_run(run, count)

@@ -403,10 +403,12 @@ class Client:
 
     async def run_closed_loop(self, specs: Sequence[RequestSpec], concurrency: int, *, level: int, epoch: float,
                               on_record: Callable[[RequestRecord], Any], warmup: bool = False,
-                              duration_s: float | None = None) -> LevelRun:
+                              duration_s: float | None = None, keep_records: bool = True) -> LevelRun:
         """C workers; each sends the next spec as soon as its previous request finished.
 
         With duration_s, no request starts after that many seconds (those in flight finish).
+        keep_records=False: records go only to on_record (LevelRun.records stays empty), so memory does
+        not grow with the level's length when the caller streams them to disk.
         """
         if concurrency < 1:
             raise KneecapError(f"concurrency must be >= 1, got {concurrency}", "pass e.g. --concurrency 1,8,64")
@@ -417,7 +419,8 @@ class Client:
         records: list[RequestRecord] = []
 
         def emit(rec: RequestRecord) -> None:
-            records.append(rec)
+            if keep_records:
+                records.append(rec)
             on_record(rec)
 
         it = iter(preps)
@@ -444,19 +447,25 @@ class Client:
 
     async def run_open_loop(self, specs: Sequence[RequestSpec], rate: float, *, burstiness: float = 1.0, seed: int = 0,
                             level: int, epoch: float, on_record: Callable[[RequestRecord], Any], warmup: bool = False,
-                            duration_s: float | None = None, warm_connections: int = 0) -> LevelRun:
+                            duration_s: float | None = None, warm_connections: int = 0, keep_records: bool = True,
+                            on_s: float | None = None, off_s: float = 0.0) -> LevelRun:
         """Send at kneecap.workload.arrival_offsets times whatever is still in flight (no coordinated
         omission); scheduled_at is recorded, so latency can also be measured from the intended time.
-        warm_connections pre-opens that many connections (e.g. rate x expected E2E).
+        warm_connections pre-opens that many connections (e.g. rate x expected E2E). on_s/off_s: on/off
+        bursts (see arrival_offsets). keep_records as in run_closed_loop.
         """
         preps = self.prepare(specs)
-        offsets = arrival_offsets(rate, len(preps), burstiness, seed)
+        offsets = arrival_offsets(rate, len(preps), burstiness, seed, on_s=on_s, off_s=off_s)
         ensure_fd_limit(max(warm_connections, 1))
         await self.warm(min(warm_connections, len(preps)))
         records: list[RequestRecord] = []
+        sched: list[float] = []
 
         def emit(rec: RequestRecord) -> None:
-            records.append(rec)
+            if rec.sent_at is not None and rec.scheduled_at is not None:
+                sched.append(rec.sent_at - rec.scheduled_at)
+            if keep_records:
+                records.append(rec)
             on_record(rec)
 
         monitor = SelfMonitor()
@@ -485,7 +494,6 @@ class Client:
                 await asyncio.gather(*list(in_flight), return_exceptions=True)
             await monitor.stop()
         t1 = time.perf_counter()
-        sched = [r.sent_at - r.scheduled_at for r in records if r.sent_at is not None and r.scheduled_at is not None]
         return self._level_run(level, None, rate, records, t0 - epoch, t1 - epoch, monitor, sched)
 
     @staticmethod
@@ -501,23 +509,25 @@ class Client:
 async def run_closed_loop(cfg: ClientConfig, specs: Sequence[RequestSpec], concurrency: int, *, level: int, epoch: float,
                           on_record: Callable[[RequestRecord], Any], client: Client | None = None,
                           prompts: PromptSource | None = None, warmup: bool = False,
-                          duration_s: float | None = None) -> LevelRun:
+                          duration_s: float | None = None, keep_records: bool = True) -> LevelRun:
     """Closed loop at `concurrency` on `client` (or on a Client opened for this call)."""
+    kwargs = dict(level=level, epoch=epoch, on_record=on_record, warmup=warmup, duration_s=duration_s,
+                  keep_records=keep_records)
     if client is not None:
-        return await client.run_closed_loop(specs, concurrency, level=level, epoch=epoch, on_record=on_record,
-                                            warmup=warmup, duration_s=duration_s)
+        return await client.run_closed_loop(specs, concurrency, **kwargs)
     async with Client(cfg, prompts) as own:
-        return await own.run_closed_loop(specs, concurrency, level=level, epoch=epoch, on_record=on_record,
-                                         warmup=warmup, duration_s=duration_s)
+        return await own.run_closed_loop(specs, concurrency, **kwargs)
 
 
 async def run_open_loop(cfg: ClientConfig, specs: Sequence[RequestSpec], rate: float, *, burstiness: float = 1.0,
                         seed: int = 0, level: int, epoch: float, on_record: Callable[[RequestRecord], Any],
                         client: Client | None = None, prompts: PromptSource | None = None, warmup: bool = False,
-                        duration_s: float | None = None, warm_connections: int = 0) -> LevelRun:
+                        duration_s: float | None = None, warm_connections: int = 0, keep_records: bool = True,
+                        on_s: float | None = None, off_s: float = 0.0) -> LevelRun:
     """Open loop at `rate` requests/s on `client` (or on a Client opened for this call)."""
     kwargs = dict(burstiness=burstiness, seed=seed, level=level, epoch=epoch, on_record=on_record, warmup=warmup,
-                  duration_s=duration_s, warm_connections=warm_connections)
+                  duration_s=duration_s, warm_connections=warm_connections, keep_records=keep_records,
+                  on_s=on_s, off_s=off_s)
     if client is not None:
         return await client.run_open_loop(specs, rate, **kwargs)
     async with Client(cfg, prompts) as own:

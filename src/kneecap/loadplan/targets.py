@@ -138,9 +138,6 @@ class ServerCandidate:
     def run_cell(self, *, index: int, dimension: str, load: float, workload: Workload, num_requests: int,
                  warmup: int, seed: int, burstiness: float, on_s: float | None = None, off_s: float = 0.0,
                  on_record=None) -> CellRun:
-        if on_s is not None:
-            raise KneecapError("on/off burst arrivals are not yet supported against a live server",
-                               "use arrival kind poisson or gamma (burstiness < 1) for server candidates")
         from kneecap.bench.level import DriverSetup, LevelTask, run_task
         from kneecap.bench.server_watch import ThreadedMetricsPoller
         from kneecap.client.prompts import RandomTextPrompts, RandomTokenPrompts
@@ -161,7 +158,7 @@ class ServerCandidate:
                              specs=tuple(specs[:warmup]), epoch=epoch, warmup=True)
             run_task(setup, task, keep)
         task = LevelTask(level=index, kind=dimension, value=load, specs=tuple(specs[warmup:]), epoch=epoch,
-                         burstiness=burstiness, seed=seed)
+                         burstiness=burstiness, seed=seed, on_s=on_s, off_s=off_s)
         with ThreadedMetricsPoller(self.target.base_url, self.api_key) as poller:
             outcome = run_task(setup, task, keep)
         client = outcome.client
