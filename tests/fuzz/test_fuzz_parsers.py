@@ -207,3 +207,27 @@ def test_records_reader_skips_json_lines_that_are_not_objects(tmp_path):
     path = tmp_path / "requests.jsonl"
     path.write_bytes(b"[]\n1\nnull\n" + good + b'"s"\n' + good[:-5])
     assert [r.request_id for r in read_records(path)] == ["r1"]
+
+
+@pytest.mark.parametrize("steps", ["[1, .inf]", "[1e999]", "[.nan]", "[2, -.inf]"])
+def test_plan_loader_non_finite_steps_name_file_and_line(tmp_path, steps):
+    """Found by bench/fuzz.py: `steps: [1e999]` (YAML reads inf) raised OverflowError in the whole-number check."""
+    from kneecap.loadplan.schema import load_plan_file
+
+    text = ft.example_plans()["quick.yaml"].replace("steps: [1, 4, 16, 64, 256]", f"steps: {steps}")
+    assert steps in text
+    path = tmp_path / "plan.yaml"
+    path.write_text(text)
+    with pytest.raises(KneecapError) as info:
+        load_plan_file(path)
+    assert f"{path}:" in info.value.message and "load.steps" in info.value.message
+
+
+@pytest.mark.xfail(strict=True, reason="client/openai.py decode_response keeps a negative usage.completion_tokens as the "
+                                       "chunk's token count; repro: decode_response(b'{\"choices\":[{\"text\":\"a\"}],"
+                                       "\"usage\":{\"completion_tokens\":-3}}', 1.0).chunk_tokens == [-3]")
+def test_decode_response_never_counts_negative_tokens():
+    from kneecap.client import openai as oa
+
+    result = oa.decode_response(b'{"choices":[{"text":"a"}],"usage":{"completion_tokens":-3}}', 1.0)
+    assert all(k >= 0 for k in result.chunk_tokens), result.chunk_tokens

@@ -180,8 +180,8 @@ class LoadSpec(_Strict):
     @field_validator("steps")
     @classmethod
     def _positive(cls, v):
-        if isinstance(v, list) and (not v or any(s <= 0 for s in v)):
-            raise ValueError("steps must be a non-empty list of positive numbers")
+        if isinstance(v, list) and (not v or any(not (0 < s < float("inf")) for s in v)):  # .inf/.nan: found by fuzzing
+            raise ValueError("steps must be a non-empty list of positive, finite numbers")
         return v
 
     @model_validator(mode="after")
