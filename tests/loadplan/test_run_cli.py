@@ -114,3 +114,59 @@ def test_on_off_bursts_on_the_simulator(cli, tmp_path):
     recs = [x for x in read_records(out / "records" / "cell-0000.jsonl") if not x.warmup]
     phases = sorted({round(rec.scheduled_at % 5.0, 6) <= 1.0 for rec in recs})
     assert phases == [True]  # every request was sent inside an on-window
+
+
+def test_resume_after_sigkill_equals_an_uninterrupted_run(cli, tmp_path):
+    """SIGKILL a simulated run after its second cell; --resume finishes it; every cell's verdict and
+    metrics equal those of a run that was never interrupted (the simulator is deterministic)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(textwrap.dedent(PLAN).replace("requests_per_cell: 40", "requests_per_cell: 300"))
+    whole = cli("run", str(plan), "--out", str(tmp_path / "whole"), "--json", "--no-report", timeout=600)
+    assert whole.code == 0, whole.stderr
+    out = tmp_path / "cut"
+    proc = subprocess.Popen([sys.executable, "-m", "kneecap", "run", str(plan), "--out", str(out), "--no-report", "--quiet"])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if len(json.loads((out / "summary.json").read_text()).get("cells", [])) >= 2:
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    cut = json.loads((out / "summary.json").read_text())
+    assert cut["status"] == "running" and len(cut["cells"]) < len(json.loads(whole.stdout)["cells"])
+    r = cli("run", str(plan), "--resume", str(out), "--json", "--no-report", timeout=600)
+    assert r.code == 0, r.stderr
+    a, b = json.loads(whole.stdout), json.loads(r.stdout)
+    assert [c["index"] for c in b["cells"]] == [c["index"] for c in a["cells"]]  # nothing lost, nothing twice
+    for ca, cb in zip(a["cells"], b["cells"]):
+        assert (ca["verdict"], ca.get("metrics")) == (cb["verdict"], cb.get("metrics")), ca["index"]
+    assert [c["verdict"] for c in a["candidates"]] == [c["verdict"] for c in b["candidates"]]
+
+
+def test_resume_refuses_another_plan(cli, tmp_path):
+    r, out = run_plan(cli, tmp_path)
+    assert r.code == 0
+    other = tmp_path / "other.yaml"
+    other.write_text(textwrap.dedent(PLAN).replace("seed: 5", "seed: 6"))
+    r2 = cli("run", str(other), "--resume", str(out))
+    assert r2.code == 2 and "not written by this plan" in r2.stderr
+
+
+def test_fail_on(cli, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(textwrap.dedent(PLAN))
+    r = cli("run", str(plan), "--out", str(tmp_path / "o"), "--quiet", "--no-report", "--fail-on", "slo")
+    assert r.code == 1 and "--fail-on slo" in r.stderr  # the starved candidate misses its TTFT budget
+    r = cli("run", str(plan), "--out", str(tmp_path / "o2"), "--quiet", "--no-report", "--fail-on", "errors")
+    assert r.code == 0  # nothing failed on the simulator
+    r = cli("run", str(plan), "--out", str(tmp_path / "o3"), "--fail-on", "bogus")
+    assert r.code == 2 and "--fail-on" in r.stderr

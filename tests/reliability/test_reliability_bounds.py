@@ -91,8 +91,6 @@ def test_run_keeps_finished_records_after_sigkill_mid_cell(tmp_path):
     assert len(kept) >= 3, f"the server finished {finished} requests, {len(kept)} records kept"
 
 
-@pytest.mark.xfail(strict=True, reason="kneecap run has no --resume (issue 7 item 2: a killed run continues where it "
-                                       "stopped); repro: kneecap run PLAN --resume DIR -> 'No such option', exit 2")
 def test_run_has_resume(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "kneecap", "run", "--help"], capture_output=True, text=True, timeout=60)
     assert "--resume" in proc.stdout

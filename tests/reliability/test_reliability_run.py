@@ -181,8 +181,6 @@ def test_run_partial_failures_are_counted_not_dropped(tmp_path):
         assert set(m["errors"]) <= {"connection_reset"}
 
 
-@pytest.mark.xfail(strict=True, reason="kneecap run has no --fail-on (issue 7 item 1: exit non-zero only when asked); "
-                                       "repro: kneecap run PLAN --fail-on errors -> 'No such option' exit 2")
 def test_run_fail_on_errors_exits_1(tmp_path):
     url, srv = start_scripted_server(fault="http_500")
     try:

@@ -17,6 +17,8 @@ def run(
     json_out: bool = typer.Option(False, "--json", help="Print summary.json on stdout, nothing else"),
     quiet: bool = typer.Option(False, "--quiet", help="No progress lines"),
     no_report: bool = typer.Option(False, "--no-report", help="Do not render report.md/report.html at the end"),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Continue a killed run of this plan in its results folder"),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="Exit 1 on: errors, limit, slo, rejected (comma list)"),
 ) -> int:
     """Run a load plan: behaviour gate, then SLO gate, then cost; capacity region per class; handoff on failure."""
     from datetime import datetime, timezone
@@ -35,11 +37,31 @@ def run(
 
         raise KneecapError(f"{plan_file}: load.steps: auto works for concurrency only",
                            "list the rates, e.g. steps: [1, 2, 4, 8]")
-    folder = Path(out) if out else Path("kneecap-results") / f"run-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
-    results = ResultsDir(folder)
+    from kneecap.errors import KneecapError
+    from kneecap.loadplan.execute import FAIL_ON, fail_on_reason, plan_digest
+
+    wanted = tuple(x.strip() for x in (fail_on or "").split(",") if x.strip())
+    unknown = [x for x in wanted if x not in FAIL_ON]
+    if unknown:
+        raise KneecapError(f"--fail-on {','.join(unknown)} is not one of {', '.join(FAIL_ON)}", "pass e.g. --fail-on errors,rejected")
+    previous = None
+    if resume:
+        if out and Path(out) != Path(resume):
+            raise KneecapError("--resume and --out name different folders", "pass only --resume DIR")
+        folder = Path(resume)
+        results = ResultsDir(folder)
+        if not results.summary_path.exists():
+            raise KneecapError(f"nothing to resume in {folder}: no summary.json", "pass the folder of an earlier kneecap run")
+        previous = results.read_summary()
+        if previous.get("kind") != "run" or previous.get("plan_sha256") != plan_digest(Path(plan_file)):
+            raise KneecapError(f"{folder} was not written by this plan file (or was changed since)",
+                               "resume with the same plan file, or start a new --out folder")
+    else:
+        folder = Path(out) if out else Path("kneecap-results") / f"run-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+        results = ResultsDir(folder)
     results.write_manifest(current_argv(), extra={"kind": "run", "plan": str(Path(plan_file).resolve().name), "seed": spec.seed})
     say = None if (quiet or json_out) else (lambda line: print(line, file=sys.stderr, flush=True))
-    summary = run_load_plan(spec, base_dir, Path(plan_file), results, progress=say)
+    summary = run_load_plan(spec, base_dir, Path(plan_file), results, progress=say, resume=previous)
     if not no_report:
         from kneecap.report import render_report_or_warn
 
@@ -53,4 +75,8 @@ def run(
         for table in render_verdict_table(summary):
             console.print(table)
         console.print(f"results: {results.path}")
+    why = fail_on_reason(summary, wanted)
+    if why:  # one line saying why the exit code is not 0, even with --quiet / --json
+        print(why, file=sys.stderr)
+        return 1
     return 0

@@ -61,8 +61,25 @@ def _cost(candidate_spec, cap_metrics: dict | None, cls_spec) -> dict | None:
     return None
 
 
-def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, *, progress=None) -> dict:
-    """Execute the plan; `results` is a kneecap.results.ResultsDir. Returns the summary dict."""
+def finished_cells(previous: dict | None) -> dict[int, dict]:
+    """Cells of an earlier (killed) run that ended, by index: `--resume` keeps them and re-runs the rest."""
+    if not previous:
+        return {}
+    return {c["index"]: c for c in previous.get("cells", []) if c.get("verdict") in ("pass", "slo_breach", "limit", "not_run")}
+
+
+def _stops_ramp(row: dict, spec: LoadPlanSpec) -> bool:
+    return row["verdict"] == "limit" or (row["verdict"] == "slo_breach" and spec.stop.stop_on_slo_breach)
+
+
+def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, *, progress=None,
+                  resume: dict | None = None) -> dict:
+    """Execute the plan; `results` is a kneecap.results.ResultsDir. Returns the summary dict.
+
+    resume: the summary.json of an earlier run of the same plan into the same folder; its finished cells
+    are kept as they are, and a cell that was cut short has its records set aside
+    (records/cell-NNNN.discarded.jsonl) and runs again.
+    """
     from kneecap.metrics.summarize import summarize_level
     from kneecap.results import build_summary
 
@@ -75,9 +92,10 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
     burstiness = 1.0 if arrival.kind == "poisson" else arrival.burstiness
     bursts = {"on_s": arrival.on_s, "off_s": arrival.off_s} if arrival.kind == "onoff" else {}
 
+    done = finished_cells(resume)
     cells: list[dict] = []
     candidates_out: list[dict] = []
-    handoff_path = None
+    handoff_path = (results.path / "handoff") if done and (results.path / "handoff" / "handoff.json").exists() else None
     any_executed = False
     identities = {}
     for cand_spec in spec.candidates:
@@ -129,6 +147,16 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
                                reason=f"ramp stopped at {dimension} {stopped_at:g}")
                     cells.append(row)
                     continue
+                if index in done and done[index]["verdict"] != "not_run":  # --resume: this cell already ended
+                    row = done[index]
+                    cells.append(row)
+                    say(f"{cell.key}: {row['verdict']} (kept from the earlier run)")
+                    if _stops_ramp(row, spec):
+                        stopped_at = cell.load
+                    continue
+                partial = records_dir / f"cell-{index:04d}.jsonl"
+                if resume is not None and partial.exists():  # cut short by the kill: keep it aside, run it again
+                    partial.replace(records_dir / f"cell-{index:04d}.discarded.jsonl")
                 state_note = cand.settle(cell.state, spec.state.cold_pause_s, spec.state.reset_prefix_cache)
                 n = _requests_for(spec, dimension, cell.load)
                 warmup = spec.state.warmup_requests if cell.state == "warm" else 0
@@ -179,7 +207,7 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
                     stopped_at = cell.load
                 results.write_summary(build_summary("run", [], None, None, model_executed=any_executed,
                                                     benchmark_executed=any_executed, status="running", cells=cells,
-                                                    plan_name=spec.name))
+                                                    plan_name=spec.name, plan_sha256=plan_digest(plan_path)))
         candidates_out.append(entry)
     capacity = capacity_region(cells)
     # -- gate 2: SLO; then cost ----------------------------------------------------------------------
@@ -215,7 +243,7 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
     accepted = [e for e in candidates_out if e["verdict"] == "accepted"]
     summary = build_summary(
         "run", [], None, None, model_executed=any_executed, benchmark_executed=any_executed, status="complete",
-        plan_name=spec.name, description=spec.description, cells=cells, capacity=capacity, candidates=candidates_out,
+        plan_name=spec.name, plan_sha256=plan_digest(plan_path), description=spec.description, cells=cells, capacity=capacity, candidates=candidates_out,
         handoff=str(handoff_path.relative_to(results.path)) if handoff_path else None,
         identities=identities,
         worksheet={
@@ -229,6 +257,39 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
     )
     results.write_summary(summary)
     return summary
+
+
+def plan_digest(plan_path: Path) -> str:
+    """sha256 of the plan file: --resume refuses a folder written by a different plan."""
+    import hashlib
+
+    return hashlib.sha256(Path(plan_path).read_bytes()).hexdigest()
+
+
+FAIL_ON = ("errors", "limit", "slo", "rejected")
+
+
+def fail_on_reason(summary: dict, fail_on: tuple[str, ...]) -> str | None:
+    """Why `--fail-on` turns this run into exit 1, or None. errors: a request failed; limit: a cell crossed
+    a declared limit; slo: a cell missed a budget; rejected: a candidate was rejected."""
+    cells = summary.get("cells", [])
+    if "errors" in fail_on:
+        failed = sum((c.get("metrics") or {}).get("failed") or 0 for c in cells)
+        if failed:
+            return f"run: {failed} request(s) failed (--fail-on errors)"
+    if "limit" in fail_on:
+        hit = [c for c in cells if c.get("verdict") == "limit"]
+        if hit:
+            return f"run: {len(hit)} cell(s) crossed a declared limit, first: {hit[0].get('limit')} (--fail-on limit)"
+    if "slo" in fail_on:
+        hit = [c for c in cells if c.get("verdict") == "slo_breach"]
+        if hit:
+            return f"run: {len(hit)} cell(s) missed an SLO budget (--fail-on slo)"
+    if "rejected" in fail_on:
+        rej = [c["name"] for c in summary.get("candidates", []) if c.get("verdict") == "rejected"]
+        if rej:
+            return f"run: candidate(s) rejected: {', '.join(rej)} (--fail-on rejected)"
+    return None
 
 
 def _first_cost(entry: dict) -> float | None:
