@@ -108,6 +108,19 @@ def check_sse(case) -> None:
             results.append(("too_long",))
         except Exception as exc:  # noqa: BLE001 - the point of the fuzzer
             raise escaped("sse", case, exc) from exc
+    # the parser's fast path (whole `data: ...` events, nothing carried over) only runs after the first
+    # feed: the same bytes after a comment line, in one feed (general path) and in two (fast path)
+    for parts in ([b":\n" + stream], [b":\n", stream]):
+        parser = SseParser(limit)
+        try:
+            results.append(("ok", _feed_all(parser, parts), parser.pending, parser.last_event_id, parser.retry_ms))
+        except SseLineTooLong:
+            results.append(("too_long",))
+        except Exception as exc:  # noqa: BLE001
+            raise escaped("sse", case, exc) from exc
+    if results[3] != results[4]:
+        raise Escaped(f"sse: the fast path changed the events: {results[3]!r} vs {results[4]!r} — repro: {case!r}")
+    del results[3:]
     whole = results[0]
     for other in results[1:]:
         if other[0] != whole[0]:
