@@ -17,6 +17,11 @@ from kneecap.cli.app import app
 from kneecap.errors import KneecapError
 
 DEFAULT_MAX_REQUESTS = 1000  # requests of a "max" (all at once) level when --requests is not given
+# Bounds that keep one level's memory and time finite: every simulated request keeps one timestamp per
+# output token until its level is summarised (~1 GB for 10,000 x 1,000 tokens), so a level holds at most
+# MAX_REQUESTS_PER_LEVEL requests, and --duration is virtual seconds up to one virtual day.
+MAX_REQUESTS_PER_LEVEL = 200_000
+MAX_DURATION_S = 86_400.0
 TRACE_FILE = "trace.jsonl"
 
 
@@ -193,6 +198,12 @@ def simulate(
             raise KneecapError(f"{flag} must be >= 1, got {value}", f"pass e.g. {flag} 1000")
     if requests is not None and requests < 1:
         raise KneecapError(f"--requests must be >= 1, got {requests}", "pass e.g. --requests 200")
+    if requests is not None and requests > MAX_REQUESTS_PER_LEVEL:
+        raise KneecapError(f"--requests {requests:,} exceeds the simulator's {MAX_REQUESTS_PER_LEVEL:,} requests per level",
+                           "simulate fewer requests per level (a level's statistics settle long before that)")
+    if duration is not None and not (0 < duration <= MAX_DURATION_S):
+        raise KneecapError(f"--duration must be between 0 and {MAX_DURATION_S:,.0f} virtual seconds, got {duration}",
+                           "pass e.g. --duration 600, or --requests N")
     if requests is not None and duration is not None:
         raise KneecapError("--requests and --duration both given", "pass one of them")
     if "max" in values and duration is not None:

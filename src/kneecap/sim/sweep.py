@@ -26,6 +26,7 @@ from kneecap.workload import RequestSpec, Workload, arrival_offsets, make_reques
 REQUEST_CHUNK = 1024  # requests drawn per make_requests call when the count is open-ended (--duration)
 MAX_STEPS_PER_CALL = 1 << 20
 MAX_REJECTS_IN_A_ROW = 1000  # a closed loop whose every request exceeds the KV pool stops sending
+MAX_REQUESTS_PER_LEVEL = 200_000  # a --duration level stops sending after this many (memory stays bounded)
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,8 @@ def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int
         nonlocal sent
         if total is not None and sent >= total:
             return None
+        if sent >= MAX_REQUESTS_PER_LEVEL:  # --duration at a high rate: stop sending, never grow without bound
+            return None
         spec = next(source)
         meta = dict(meta_base, warmup=sent < level.warmup)
         sent += 1
@@ -132,7 +135,7 @@ def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int
         if total is not None:
             arrivals = arrival_offsets(level.rate, total, burstiness, seed, on_s=level.on_s, off_s=level.off_s)
         else:
-            n_est = int(math.ceil(level.rate * level.duration_s * 1.5)) + 16
+            n_est = min(int(math.ceil(level.rate * level.duration_s * 1.5)) + 16, MAX_REQUESTS_PER_LEVEL)
             arrivals = [a for a in arrival_offsets(level.rate, n_est, burstiness, seed, on_s=level.on_s, off_s=level.off_s)
                         if a < level.duration_s]
     else:
