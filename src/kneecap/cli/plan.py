@@ -145,6 +145,26 @@ def checkpoint_weights(model) -> tuple[int, str, str] | None:
         f"{p} {dtypes.get(p, '?')}" for p in parts) + ")"
 
 
+MAX_GIB_FLAG = 1024.0**2  # 1 PiB per GPU: far beyond any device, small enough for exact integer bytes
+MAX_PARAMS = 1e16
+
+
+def _finite_floats(f: PlanFlags) -> None:
+    """Every float flag is a finite number in range (nan, inf and 1e300 would reach int() otherwise)."""
+    import dataclasses
+    import math
+
+    for field in dataclasses.fields(f):
+        value = getattr(f, field.name)
+        if not isinstance(value, float):
+            continue
+        flag = "--" + field.name.replace("_", "-")
+        limit = MAX_PARAMS if field.name == "params" else MAX_GIB_FLAG if field.name.endswith("_gib") else None
+        if not math.isfinite(value) or (limit is not None and abs(value) > limit):
+            bound = f" up to {limit:g}" if limit is not None else ""
+            raise KneecapError(f"{flag} must be a finite number{bound}, got {value!r}", f"pass a plain number to {flag}")
+
+
 def build_from_flags(f: PlanFlags):
     """Flags -> (Plan, EnginePool | None). Every bad flag becomes a one-line KneecapError."""
     from kneecap.deployment import Deployment
@@ -165,6 +185,7 @@ def build_from_flags(f: PlanFlags):
     for flag, value in (("--tp", f.tp), ("--pp", f.pp), ("--block-size", f.block_size), ("--context", f.context),
                         ("--mean-context", f.mean_context), ("--compute-batch-cap", f.compute_batch_cap)):
         _positive(flag, value, int)
+    _finite_floats(f)
     for flag, value in (("--params", f.params), ("--kv-pool-gib", f.kv_pool_gib)):
         _positive(flag, value, float)
     if f.overhead_gib < 0:
