@@ -45,7 +45,8 @@ def preflight_command(
     concurrency: Annotated[str, typer.Option("--concurrency", help="Levels, e.g. 64,128,256,512,1024")] = "1,8,64,128,256,512,1024",
     kv_tokens: Annotated[Optional[int], typer.Option("--kv-tokens", help="KV capacity in tokens (an engine's log figure)")] = None,
     server: Annotated[Optional[str], typer.Option("--server", help="Read the capacity a live engine reports (vLLM, SGLang, llama.cpp)")] = None,
-    api_key: Annotated[Optional[str], typer.Option("--api-key", help="Bearer token for --server", envvar="KNEECAP_API_KEY")] = None,
+    api_key_env: Annotated[Optional[str], typer.Option("--api-key-env", help="Environment variable holding the --server API key (default KNEECAP_API_KEY, then OPENAI_API_KEY)")] = None,
+    api_key_file: Annotated[Optional[str], typer.Option("--api-key-file", help="File holding the --server API key")] = None,
     timeout_s: Annotated[float, typer.Option("--timeout-s", help="--server probe timeout, seconds")] = 5.0,
     preset: PresetOpt = None, model: ModelOpt = None, gpu: GpuOpt = None, tp: TpOpt = 1, pp: PpOpt = 1,
     weight_dtype: WDtypeOpt = None, kv_dtype: KvDtypeOpt = None, params: ParamsOpt = None,
@@ -87,6 +88,9 @@ def preflight_command(
 
             kv_bytes = kv_dtype_bytes(kv_dtype)
     elif server:
+        from kneecap.bench.credentials import resolve_api_key
+
+        api_key = resolve_api_key(api_key_env, api_key_file)  # never a flag value: it would land in shell history
         capacity, server_block, source, server_doc = capacity_from_server(server, api_key, timeout_s)
         bs = block_size or server_block or 16
         kv_bytes = None if kv_dtype and kv_dtype.startswith("fp8") else 2
