@@ -12,10 +12,6 @@ from kneecap.workload import Workload, make_requests
 from servers.scripted import start_scripted_server
 
 
-@pytest.mark.xfail(strict=True, reason="client body tap: after a request fails with an SSE line > max_line_bytes, the next "
-                                       "request waits out its whole total timeout (timeout, not malformed_sse); repro: "
-                                       "scripted fault=huge_line, Client(tap_bodies=True), C=1, 6 requests, timeout_s=3 (timing-dependent: "
-                                       "1 to 3 of every 4 requests time out on this machine)")
 def test_request_after_a_runaway_line_is_not_a_timeout():
     url, srv = start_scripted_server(fault="huge_line", ttft_s=0.0, itl_s=0.002, fault_after_chunks=1)
     try:

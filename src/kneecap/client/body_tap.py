@@ -166,8 +166,8 @@ class BodyTap(asyncio.Protocol):
 
     Each read is stamped (perf_counter - epoch) on arrival, de-chunked and split into SSE events
     at once, and on_events(t, events) is called with them. `done` resolves to True at the terminal chunk,
-    to False when the very first read is not at a chunk boundary (its bytes are kept in
-    `unclaimed` for aiohttp), or fails with ChunkError / TruncatedError / the connection's error /
+    to False when the very first read is not at a chunk boundary (its bytes, and those of any read
+    arriving before the driver restores aiohttp's protocol, are kept in `unclaimed` for aiohttp), or fails with ChunkError / TruncatedError / the connection's error /
     the SSE parser's SseLineTooLong.
     """
 
@@ -190,6 +190,8 @@ class BodyTap(asyncio.Protocol):
             watch.last = t
         done = self.done
         if done.done():
+            if self.unclaimed is not None:  # handed back, but the driver has not restored aiohttp's protocol yet
+                self.unclaimed += data  # these bytes follow the unclaimed ones: dropping them desyncs aiohttp's parser
             return
         first, self._first = self._first, False
         parser = self.parser
@@ -258,6 +260,9 @@ class BodyTap(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.done.done():
             self.done.set_exception(exc if exc is not None else TruncatedError("the connection closed before the end of the body"))
+        elif self.unclaimed:  # handed back but not yet fed: aiohttp's parser must see these bytes before the close
+            data, self.unclaimed = self.unclaimed, b""
+            self.orig.data_received(data)
         self.orig.connection_lost(exc)
 
     def pause_writing(self) -> None:

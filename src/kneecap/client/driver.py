@@ -383,7 +383,8 @@ class Client:
                 if not content.is_eof():
                     resp.close()
                 return
-            proto.data_received(tap.unclaimed)  # not at a chunk boundary: aiohttp reads the rest
+            if tap.unclaimed:  # empty when the tap already fed them to aiohttp at connection_lost
+                proto.data_received(tap.unclaimed)  # not at a chunk boundary: aiohttp reads the rest
         self.bodies_via_aiohttp += 1
         watch = StallWatch(loop, stall_s, lambda: content.set_exception(StallError("no data within the stall timeout")))
         readany = content.readany
