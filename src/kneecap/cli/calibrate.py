@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from kneecap.cli.app import app
+from kneecap.cli.plan import (PresetOpt, ModelOpt, GpuOpt, TpOpt, PpOpt, WDtypeOpt, KvDtypeOpt, ParamsOpt, ContextOpt, BlockOpt, OverheadOpt, FragOpt, MemUtilOpt, HbmOpt, PoolOpt)  # one definition of each plan flag
 from kneecap.errors import KneecapError
 
 
@@ -40,21 +41,21 @@ def _table(doc: dict, title: str):
 @app.command("calibrate")
 def calibrate_command(
     summary: str = typer.Option(..., "--summary", help="summary.json of a measured sweep (kneecap bench --out DIR)"),
-    preset: Optional[str] = typer.Option(None, "--preset", help="Model preset the measured server ran"),
-    model: Optional[str] = typer.Option(None, "--model", help="Preset, config.json, folder or org/name"),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU the measured server ran on"),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree"),
-    pp: int = typer.Option(1, "--pp", help="Pipeline stages"),
-    weight_dtype: Optional[str] = typer.Option(None, "--weight-dtype", help="bf16, fp8, nvfp4, ..."),
-    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="bf16, fp16 or fp8"),
-    params: Optional[float] = typer.Option(None, "--params", help="Total parameters (override)"),
-    context: Optional[int] = typer.Option(None, "--context", help="The server's max_model_len"),
-    block_size: int = typer.Option(16, "--block-size", help="Tokens per KV block"),
-    overhead_gib: float = typer.Option(4.0, "--overhead-gib", help="Activations + workspace + graphs per GPU, GiB"),
-    frag: float = typer.Option(0.05, "--frag", help="Fragmentation headroom fraction"),
-    mem_util: Optional[float] = typer.Option(None, "--mem-util", help="Fraction of HBM the engine may use"),
-    hbm: str = typer.Option("datasheet", "--hbm", help="datasheet | device | framework | bytes per GPU"),
-    kv_pool_gib: Optional[float] = typer.Option(None, "--kv-pool-gib", help="KV pool an engine logged, GiB per GPU (else the ledger's)"),
+    preset: PresetOpt = None,
+    model: ModelOpt = None,
+    gpu: GpuOpt = None,
+    tp: TpOpt = 1,
+    pp: PpOpt = 1,
+    weight_dtype: WDtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    params: ParamsOpt = None,
+    context: ContextOpt = None,
+    block_size: BlockOpt = None,
+    overhead_gib: OverheadOpt = 4.0,
+    frag: FragOpt = 0.05,
+    mem_util: MemUtilOpt = None,
+    hbm: HbmOpt = "datasheet",
+    kv_pool_gib: PoolOpt = None,
     engine_defaults: str = typer.Option("vllm", "--engine-defaults", help="vllm or sglang scheduler defaults"),
     max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="The measured server's sequence cap"),
     max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="The measured server's token budget"),

@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from kneecap.cli.app import app
+from kneecap.cli.plan import (PoolOpt, PresetOpt, ModelOpt, GpuOpt, TpOpt, PpOpt, WDtypeOpt, KvDtypeOpt, ParamsOpt, ContextOpt, BlockOpt, OverheadOpt, FragOpt, MemUtilOpt, HbmOpt)  # one definition of each plan flag
 from kneecap.errors import KneecapError
 
 DEFAULT_MAX_REQUESTS = 1000  # requests of a "max" (all at once) level when --requests is not given
@@ -136,22 +137,21 @@ def _table(summary: dict):
 
 @app.command("simulate")
 def simulate(
-    preset: Optional[str] = typer.Option(None, "--preset", help="Model preset name, e.g. llama-3.1-70b"),
-    model: Optional[str] = typer.Option(None, "--model", help="Preset, config.json, folder or org/name"),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name, e.g. h100-sxm (see kneecap plan --list-gpus)"),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree"),
-    pp: int = typer.Option(1, "--pp", help="Pipeline stages"),
-    weight_dtype: Optional[str] = typer.Option(None, "--weight-dtype", help="bf16, fp8, nvfp4, ... (default: as the checkpoint ships)"),
-    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="bf16, fp16 or fp8"),
-    params: Optional[float] = typer.Option(None, "--params", help="Total parameters (override)"),
-    context: Optional[int] = typer.Option(None, "--context", help="Advertised max tokens per sequence (default: the model's max)"),
-    block_size: int = typer.Option(16, "--block-size", help="Tokens per KV block"),
-    overhead_gib: float = typer.Option(4.0, "--overhead-gib", help="Activations + workspace + graphs per GPU, GiB"),
-    frag: float = typer.Option(0.05, "--frag", help="Fragmentation headroom fraction"),
-    mem_util: Optional[float] = typer.Option(None, "--mem-util", help="Fraction of HBM the engine may use (1.0)"),
-    hbm: str = typer.Option("datasheet", "--hbm", help="datasheet | device | framework | bytes per GPU"),
-    kv_pool_gib: Optional[float] = typer.Option(None, "--kv-pool-gib", help="KV pool an engine logged, GiB per GPU (else the ledger's); "
-                                                "linear-attention state is then not charged to it"),
+    preset: PresetOpt = None,
+    model: ModelOpt = None,
+    gpu: GpuOpt = None,
+    tp: TpOpt = 1,
+    pp: PpOpt = 1,
+    weight_dtype: WDtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    params: ParamsOpt = None,
+    context: ContextOpt = None,
+    block_size: BlockOpt = None,
+    overhead_gib: OverheadOpt = 4.0,
+    frag: FragOpt = 0.05,
+    mem_util: MemUtilOpt = None,
+    hbm: HbmOpt = "datasheet",
+    kv_pool_gib: PoolOpt = None,
     isl: int = typer.Option(1000, "--isl", help="Input tokens per request"),
     osl: int = typer.Option(1000, "--osl", help="Output tokens per request"),
     shared_prefix: Optional[str] = typer.Option(None, "--shared-prefix", help="TOKENS or TOKENSxGROUPS of prompt shared by requests"),
