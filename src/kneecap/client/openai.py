@@ -128,6 +128,11 @@ def _apply_usage(result: StreamResult, usage: Mapping[str, Any]) -> int | None:
     return ct if isinstance(ct, int) else None
 
 
+def _not_a_chunk(result: StreamResult, what: str, data: bytes) -> None:
+    """Record a JSON object that does not have the OpenAI shape (choices: list of objects, delta and usage objects)."""
+    result.error_kind, result.error_message = MALFORMED_SSE, f"{what}: {data[:120]!r}"
+
+
 class StreamDecoder:
     """Decodes a streamed response read by read: feed(t, events) with each read's arrival time and
     the SSE events it completed; `result` holds the numbers so far (memory: two numbers per read).
@@ -176,11 +181,20 @@ class StreamDecoder:
                 break
             choices = obj.get("choices")
             usage = obj.get("usage")
+            if usage and type(usage) is not dict:  # shape checks: a few ns each, on every event
+                _not_a_chunk(result, "event usage is not a JSON object", data)
+                break
             k = 0
             if choices:
-                choice = choices[0]
+                choice = choices[0] if type(choices) is list else None
+                if type(choice) is not dict:
+                    _not_a_chunk(result, "event choices is not a list of JSON objects", data)
+                    break
                 delta = choice.get("delta")
                 if delta is not None:  # chat
+                    if type(delta) is not dict:
+                        _not_a_chunk(result, "event choices[0].delta is not a JSON object", data)
+                        break
                     if delta.get("content"):
                         k = 1
                         answer = True
@@ -190,7 +204,7 @@ class StreamDecoder:
                     k = 1
                     answer = True
                 fr = choice.get("finish_reason")
-                if fr:
+                if fr and type(fr) is str:
                     result.finish_reason = fr
                 if usage:
                     ct = _apply_usage(result, usage)
@@ -232,19 +246,28 @@ def decode_response(body: bytes, end_at: float) -> StreamResult:
         result.error_kind, result.error_message = SERVER_ERROR_EVENT, _error_text(obj["error"])[:500]
         return result
     usage = obj.get("usage")
-    if isinstance(usage, Mapping):
-        _apply_usage(result, usage)
-    choices = obj.get("choices") or []
-    answer = reasoning = False
+    if usage and type(usage) is not dict:
+        _not_a_chunk(result, "response usage is not a JSON object", body)
+        return result
+    choices = obj.get("choices")
+    choice = None
     if choices:
-        choice = choices[0]
+        choice = choices[0] if type(choices) is list else None
+        if type(choice) is not dict:
+            _not_a_chunk(result, "response choices is not a list of JSON objects", body)
+            return result
+    if usage:
+        _apply_usage(result, usage)
+    answer = reasoning = False
+    if choice is not None:
         message = choice.get("message")
         if isinstance(message, Mapping):
             answer = bool(message.get("content"))
             reasoning = bool(message.get("reasoning_content") or message.get("reasoning"))
         else:
             answer = bool(choice.get("text"))
-        result.finish_reason = choice.get("finish_reason")
+        fr = choice.get("finish_reason")
+        result.finish_reason = fr if type(fr) is str else None
     result.done = True
     if answer or reasoning:
         n = result.output_tokens if result.output_tokens is not None else 1
