@@ -115,17 +115,24 @@ def _error_text(err: Any) -> str:
     return str(err)
 
 
+def _count(value: Any) -> int | None:
+    """A usage token count, or None when it is not a whole number >= 0 (bools, floats, negatives: not reported)."""
+    return value if type(value) is int and value >= 0 else None
+
+
 def _apply_usage(result: StreamResult, usage: Mapping[str, Any]) -> int | None:
-    pt = usage.get("prompt_tokens")
-    ct = usage.get("completion_tokens")
-    if isinstance(pt, int):
+    pt = _count(usage.get("prompt_tokens"))
+    ct = _count(usage.get("completion_tokens"))
+    if pt is not None:
         result.prompt_tokens = pt
-    if isinstance(ct, int):
+    if ct is not None:
         result.output_tokens = ct
     details = usage.get("completion_tokens_details")
-    if isinstance(details, Mapping) and isinstance(details.get("reasoning_tokens"), int):
-        result.reasoning_tokens = details["reasoning_tokens"]
-    return ct if isinstance(ct, int) else None
+    if isinstance(details, Mapping):
+        rt = _count(details.get("reasoning_tokens"))
+        if rt is not None:
+            result.reasoning_tokens = rt
+    return ct
 
 
 def _not_a_chunk(result: StreamResult, what: str, data: bytes) -> None:
