@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from clitools import CliResult, run_cli  # noqa: F401  (re-exported for older imports)
+from clitools import run_cli
 
 
 @pytest.fixture

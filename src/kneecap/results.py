@@ -256,29 +256,7 @@ class ResultsDir:
         return read_records(self.records_path)
 
     def _write_atomic(self, target: Path, data: bytes) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=self.path)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        try:  # make the rename itself durable
-            dir_fd = os.open(self.path, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(dir_fd)
-        except OSError:
-            pass
-        finally:
-            os.close(dir_fd)
+        write_atomic(target, data)
 
     def _read_json(self, target: Path) -> dict | None:
         import orjson
@@ -335,3 +313,32 @@ class ResultsDir:
 def current_argv() -> list[str]:
     """This process's command line as the user typed it (program name shortened to 'kneecap')."""
     return ["kneecap", *sys.argv[1:]]
+
+
+def write_atomic(target: Path, data: bytes) -> None:
+    """Replace `target` with `data` atomically: write a temp file in the same folder, fsync it, rename it
+    over the target, fsync the folder. A crash leaves the old file or the new one, never a torn one."""
+    folder = Path(target).parent
+    fd, tmp = tempfile.mkstemp(prefix=f".{Path(target).name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:  # make the rename itself durable
+        dir_fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)

@@ -14,7 +14,6 @@ output of every running and new sequence; its batch limits come from the point (
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 

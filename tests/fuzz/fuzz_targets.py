@@ -13,7 +13,6 @@ import copy
 import json
 import logging
 import math
-import os
 import re
 import tempfile
 from dataclasses import dataclass

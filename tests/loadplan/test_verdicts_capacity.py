@@ -80,7 +80,7 @@ def closed_loop_records(c=4, n=200, service=1.0):
     """C workers each sending back-to-back requests of `service` seconds: L = C exactly."""
     recs = []
     for i in range(n):
-        w, k = i % c, i // c
+        k = i // c  # worker i % c, its k-th request
         recs.append(RequestRecord(request_id=str(i), level=0, concurrency=c, sent_at=k * service,
                                   first_token_at=k * service + 0.1, end_at=(k + 1) * service))
     return recs

@@ -6,7 +6,6 @@ address-space limit, so a regression cannot take the machine down."""
 from __future__ import annotations
 
 import json
-import os
 import resource
 import signal
 import subprocess

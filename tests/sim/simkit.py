@@ -7,7 +7,6 @@ from kneecap.deployment import Deployment
 from kneecap.hardware import get_gpu
 from kneecap.model.spec import Model
 from kneecap.sim.blocks import blocks_for
-from kneecap.sim.config import EngineConfig
 from kneecap.sim.engine import Engine
 
 

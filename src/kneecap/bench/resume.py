@@ -13,7 +13,6 @@ no level is duplicated and none is lost. The rewrite is atomic (temp file, fsync
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -55,19 +54,9 @@ def set_aside_records(records_path: Path, keep_levels: set[int]) -> tuple[int, i
         os.fsync(fd)
     finally:
         os.close(fd)
-    fd, tmp = tempfile.mkstemp(prefix=f".{records_path.name}.", suffix=".tmp", dir=records_path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(b"".join(keep))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, records_path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    from kneecap.results import write_atomic
+
+    write_atomic(records_path, b"".join(keep))
     return len(keep), len(moved)
 
 

@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from kneecap.cli.app import app
-from kneecap.cli.plan import (ActOpt, BlockOpt, CapOpt, ContextOpt, EngineOpt, EngineVerOpt, FragOpt, GpuOpt, GraphOpt,
+from kneecap.cli.plan import (ActOpt, CapOpt, ContextOpt, EngineOpt, EngineVerOpt, FragOpt, GpuOpt, GraphOpt,
                               HbmOpt, KvDtypeOpt, MambaOpt, MemFracOpt, MemUtilOpt, ModelOpt, NonTorchOpt, OverheadOpt, ParamsOpt,
                               PlanFlags, PoolOpt, PpOpt, PresetOpt, TpOpt, WDtypeOpt, build_from_flags)
 from kneecap.errors import KneecapError

@@ -30,7 +30,7 @@ def next_experiment(cell: dict, target: dict) -> str:
     if "suspect" in reason:
         return "repeat this cell with kneecap bench --workers 2 (only the client changed): the client, not the server, may have set the numbers"
     if "itl" in reason or "tpot" in reason:
-        return f"repeat this cell with the KV dtype changed to fp8 or TP doubled (one of them) to see whether decode bandwidth sets the ITL"
+        return "repeat this cell with the KV dtype changed to fp8 or TP doubled (one of them) to see whether decode bandwidth sets the ITL"
     return f"repeat this cell at {dim} {lower:g} (only the load changed) to bracket the threshold"
 
 

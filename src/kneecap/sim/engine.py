@@ -19,7 +19,7 @@ one go (the event-skipping fast path). Deterministic: no wall clock, no random s
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
