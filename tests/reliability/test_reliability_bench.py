@@ -51,9 +51,6 @@ def test_bench_survives_each_fault(tmp_path, fault):
     assert len(records) == sum(lv["requests"] for lv in summary["levels"]) and all(r["error_kind"] in kinds for r in records)
 
 
-@pytest.mark.xfail(strict=True, reason="report/plots.py:143 prints a matplotlib UserWarning ('No artists with labels found "
-                                       "to put in legend') on stderr when every request failed; repro: kneecap bench against "
-                                       "a server answering HTTP 500 (report rendered at the end)")
 def test_bench_all_failed_prints_only_its_own_lines(tmp_path):
     url, srv = start_scripted_server(fault="http_500")
     try:

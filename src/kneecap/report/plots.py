@@ -63,6 +63,19 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
+def _legend(ax, **kwargs) -> None:
+    """ax.legend(**kwargs) when the axes hold a labelled artist; with none, matplotlib would print a
+    UserWarning ("No artists with labels found to put in legend") on the user's terminal."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**kwargs)
+
+
+def _has_percentile(latency_ms: dict | None, key: str) -> bool:
+    """True when latency_ms[key] holds a number for at least one of p50/p90/p99 (all failed: none)."""
+    pcts = latency_ms.get(key) if latency_ms else None
+    return isinstance(pcts, dict) and any(isinstance(pcts.get(name), (int, float)) for name, _, _ in PCT_STYLES)
+
+
 def _load_axis(ax, loads: Sequence[float], load_name: str, load_unit: str) -> None:
     """x axis of a load sweep: log2 when loads span 16x or more; ticks at the loads actually run."""
     from matplotlib.ticker import FixedLocator, FuncFormatter
@@ -108,7 +121,7 @@ def throughput_vs_load(points: Sequence[LoadPoint], load_name: str, load_unit: s
     ax.set_ylabel("output throughput (tok/s)")
     ax.set_ylim(bottom=0)
     ax.set_title(f"Output throughput vs {load_name}{' — ' + subject if subject else ''}")
-    ax.legend(loc="best", fontsize=8)
+    _legend(ax, loc="best", fontsize=8)
     return _png(fig)
 
 
@@ -119,14 +132,13 @@ def latency_vs_load(points: Sequence[LoadPoint], load_name: str, load_unit: str,
 
     slo_ms maps metric key -> {percentile name: limit ms}, e.g. {"ttft_ms": {"p99": 500}}.
     """
-    shown = [(k, label) for k, label in metrics
-             if any(p.latency_ms and isinstance(p.latency_ms.get(k), dict) for p in points)]
+    shown = [(k, label) for k, label in metrics if any(_has_percentile(p.latency_ms, k) for p in points)]
     if not shown:
         return None
     fig, axes = _figure(1, len(shown), height_in=3.8, width_in=max(WIDTH_IN, 3.6 * len(shown)))
     slo_ms = slo_ms or {}
     for ax, (key, label) in zip(axes[0], shown):
-        pts = [p for p in points if p.latency_ms and isinstance(p.latency_ms.get(key), dict)]
+        pts = [p for p in points if _has_percentile(p.latency_ms, key)]
         xs = [p.load for p in pts]
         for i, (pname, style, marker) in enumerate(PCT_STYLES):
             ys = [p.latency_ms[key].get(pname) for p in pts]
@@ -140,7 +152,7 @@ def latency_vs_load(points: Sequence[LoadPoint], load_name: str, load_unit: str,
         ax.set_ylabel(f"{label} (ms)")
         ax.set_ylim(bottom=0)
         ax.set_title(f"{label} percentiles vs {load_name}", fontsize=10)
-        ax.legend(loc="best", fontsize=7)
+        _legend(ax, loc="best", fontsize=7)
     return _png(fig)
 
 
@@ -167,7 +179,7 @@ def frontier(series: Sequence[tuple[str, Sequence[tuple[float, float, str]]]]) -
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.set_title("Throughput–latency frontier: output tok/s vs p99 TPOT (up and left is better)")
-    ax.legend(loc="best", fontsize=8)
+    _legend(ax, loc="best", fontsize=8)
     return _png(fig)
 
 
@@ -208,7 +220,8 @@ def ledger_bars(groups: Sequence[tuple[str, Sequence[tuple[str, dict, str]]]], h
             ax.axhline(hbm_bytes / GiB, color=PALETTE[1], linestyle="--", linewidth=1,
                        label="HBM per GPU" if "HBM" not in labelled else None)
             labelled.add("HBM")
-        ax.set_ylim(0, max(bottoms + [float(hbm_bytes or 0) / GiB]) * 1.12)
+        top_gib = max(bottoms + [float(hbm_bytes or 0) / GiB])
+        ax.set_ylim(0, top_gib * 1.12 if top_gib > 0 else 1.0)  # (0, 0) is a singular range: matplotlib warns
         pad = max(0.0, (3 - len(bars)) / 2)  # keep one or two bars bar-shaped, not a wall
         ax.set_xlim(-0.5 - pad, len(bars) - 0.5 + pad)
         ax.set_xticks(xs, [label for label, _, _ in bars], rotation=15, fontsize=8)
@@ -216,7 +229,8 @@ def ledger_bars(groups: Sequence[tuple[str, Sequence[tuple[str, dict, str]]]], h
         ax.set_xlabel("configuration")
         ax.set_title(title, fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
-    fig.legend(loc="outside lower center", ncols=6, fontsize=8)
+    if any(a.get_legend_handles_labels()[0] for a in fig.axes):  # all parts zero and no HBM line: no legend
+        fig.legend(loc="outside lower center", ncols=6, fontsize=8)
     fig.suptitle("HBM ledger per GPU: where the memory goes (GiB)")
     return _png(fig)
 
@@ -265,7 +279,8 @@ def occupancy_over_time(panels: Sequence[dict], source: str) -> bytes | None:
     for index in range(len(panels), nrows * ncols):
         axes[index // ncols][index % ncols].set_visible(False)
     fig.suptitle(f"KV occupancy and queue depth over time, per level ({source})")
-    fig.legend(handles=list(handles.values()), loc="outside lower center", ncols=3, fontsize=8)
+    if handles:  # an empty legend box otherwise
+        fig.legend(handles=list(handles.values()), loc="outside lower center", ncols=3, fontsize=8)
     return _png(fig)
 
 
@@ -294,7 +309,8 @@ def peaks_vs_load(points: Sequence[LoadPoint], load_name: str, load_unit: str) -
     ax2.set_ylabel("requests")
     ax2.set_ylim(bottom=0)
     ax.set_title(f"Peak KV occupancy and queue depth per level (server metrics) vs {load_name}")
-    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8)
+    if handles:
+        fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8)
     return _png(fig)
 
 
@@ -342,7 +358,7 @@ def series_vs_load(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], 
     ax.set_ylabel(y_label)
     ax.set_ylim(bottom=0)
     ax.set_title(title)
-    ax.legend(loc="best", fontsize=8)
+    _legend(ax, loc="best", fontsize=8)
     return _png(fig)
 
 
