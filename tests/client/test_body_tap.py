@@ -134,3 +134,30 @@ def test_runaway_event_and_truncation_fail_the_tap():
     finally:
         loop.close()
     assert isinstance(done.exception(), TruncatedError) and tap.orig.lost == [None]
+
+
+class HandBackRecorder(asyncio.Protocol):
+    def __init__(self):
+        self.seen = []
+
+    def data_received(self, data):
+        self.seen.append(("data", data))
+
+    def connection_lost(self, exc):
+        self.seen.append(("lost", exc))
+
+
+def test_reads_after_the_hand_back_are_kept_for_aiohttp_in_order():
+    loop = asyncio.new_event_loop()
+    try:
+        orig = HandBackRecorder()
+        done = loop.create_future()
+        tap = BodyTap(orig, SseParser(1 << 20), 0.0, done, lambda t, evs: None)
+        tap.data_received(b"x" * 300)  # mid-chunk: handed back
+        tap.data_received(b"y" * 300)  # arrives before the driver restores aiohttp's protocol
+        tap.data_received(b"\r\n0\r\n\r\n")
+        assert done.result() is False and tap.unclaimed == b"x" * 300 + b"y" * 300 + b"\r\n0\r\n\r\n"
+        tap.connection_lost(None)
+        assert orig.seen == [("data", b"x" * 300 + b"y" * 300 + b"\r\n0\r\n\r\n"), ("lost", None)] and tap.unclaimed == b""
+    finally:
+        loop.close()
