@@ -1,6 +1,6 @@
 """Bounded time and memory on inputs the fuzzers and the audit found unbounded, and crash safety of
-`kneecap run` (issue 7 items 2 and 5). Open bugs in modules still being written are strict xfails
-whose reason carries the one-line repro. Every child runs under a wall-clock timeout and an
+`kneecap run` (issue 7 items 2 and 5). Each bug found here is pinned by its one-line repro as a
+regression test. Every child runs under a wall-clock timeout and an
 address-space limit, so a regression cannot take the machine down."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def test_simulate_huge_request_count_is_refused_or_bounded(tmp_path):
 
 
 def test_simulate_small_run_stays_inside_the_bounds(tmp_path):
-    """The harness itself: a normal tiny run passes under the same limits (so the xfails above fail for their bug)."""
+    """The harness itself: a normal tiny run passes under the same limits (so the tests above fail for their bug, not the harness)."""
     code, err = kneecap_bounded(*SIM, "--concurrency", "2", "--requests", "8", cwd=tmp_path)
     assert code == 0, err
 

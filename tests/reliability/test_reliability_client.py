@@ -1,11 +1,8 @@
-"""Client bugs the reliability audit found, pinned with their minimal repro (the client is still being
-written, so these are strict xfails for its engineer to turn green)."""
+"""Client bugs the reliability audit found, pinned with their minimal repro as regression tests."""
 
 from __future__ import annotations
 
 import time
-
-import pytest
 
 from kneecap.client.driver import Client, ClientConfig, run_sync
 from kneecap.workload import Workload, make_requests
