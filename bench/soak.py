@@ -9,7 +9,8 @@ samples the client's resident memory (RSS, its process tree) every second, and r
 - lost records: requests the server saw (fast_server.js counts them) or the summary counted,
   minus the records in requests.jsonl (each must be there, finished, failed or cancelled);
 - errors by kind, from summary.json.
-Exit 0 when growth <= --max-rss-growth-mib, no record is lost and there are no errors.
+Exit 0 when growth <= --max-rss-growth-mib, the peak <= --max-rss-mib, no record is lost and
+there are no errors.
 
   .venv/bin/python bench/soak.py --short                   # 30 s against fast_server.js (CI)
   .venv/bin/python bench/soak.py --minutes 30 --target serve   # the full soak (issue 7, item 6)
@@ -192,7 +193,7 @@ def run_soak(args: argparse.Namespace, url: str, out_dir: Path) -> dict:
     return report
 
 
-def verdict(report: dict, max_growth_mib: float) -> list[str]:
+def verdict(report: dict, max_growth_mib: float, max_rss_mib: float | None = None) -> list[str]:
     problems = []
     if report["exit_code"] != 0:
         problems.append(f"kneecap bench exited {report['exit_code']}: {report['stderr_tail'].strip()[-200:]}")
@@ -208,6 +209,9 @@ def verdict(report: dict, max_growth_mib: float) -> list[str]:
         problems.append("too few RSS samples")
     elif growth > max_growth_mib * MIB:
         problems.append(f"RSS grew {growth / MIB:.1f} MiB (> {max_growth_mib} MiB)")
+    peak = report["rss"].get("max_bytes")
+    if max_rss_mib is not None and peak is not None and peak > max_rss_mib * MIB:
+        problems.append(f"RSS peaked at {peak / MIB:.0f} MiB (> {max_rss_mib:.0f} MiB)")
     return problems
 
 
@@ -257,6 +261,8 @@ def main() -> int:
     parser.add_argument("--itl-ms", type=float, default=10.0, help="fast_server.js's scripted ITL")
     parser.add_argument("--no-keepalive", dest="keepalive", action="store_false")
     parser.add_argument("--max-rss-growth-mib", type=float, default=64.0)
+    parser.add_argument("--max-rss-mib", type=float, default=1024.0,
+                        help="peak RSS allowed at any moment (e.g. while the level's summary is computed)")
     parser.add_argument("--sample-s", type=float, default=1.0)
     parser.add_argument("--warm-s", type=float, default=10.0, help="RSS growth is measured from after this warm-up")
     parser.add_argument("--grace-s", type=float, default=120.0, help="time allowed past the duration before SIGKILL")
@@ -285,7 +291,7 @@ def main() -> int:
         finally:
             if server is not None:
                 stop(server)
-        problems = verdict(report, args.max_rss_growth_mib)
+        problems = verdict(report, args.max_rss_growth_mib, args.max_rss_mib)
         report["problems"] = problems
         (out_dir / "soak.json").write_text(json.dumps(report, indent=1))
         print(json.dumps(report, indent=1) if args.json else render(report, problems, command))

@@ -207,6 +207,9 @@ def test_rss_growth_and_soak_verdict():
               "error_count": 0, "errors": {}, "rss": grown}
     problems = soak.verdict(report, max_growth_mib=16)
     assert any("lost_vs_server" in p for p in problems) and any("RSS grew" in p for p in problems)
+    spiky = {**report, "lost_vs_server": 0, "rss": soak.rss_growth(flat[:-1] + [(60.0, 3000 * mib)])}
+    assert soak.verdict(spiky, max_growth_mib=16) == []  # a final spike does not move the final median
+    assert soak.verdict(spiky, max_growth_mib=16, max_rss_mib=1024) == ["RSS peaked at 3000 MiB (> 1024 MiB)"]
 
 
 @pytest.mark.slow
