@@ -111,3 +111,23 @@ def test_accumulator_merge_rejects_different_slo_and_bad_state():
         LevelAccumulator(slo="ttft_p99_ms=1").merge(LevelAccumulator())
     with pytest.raises(KneecapError, match="malformed"):
         LevelAccumulator.from_dict({"concurrency": 1})
+
+
+def test_summarize_stream_is_exact_below_the_limit_and_bounded_above(tmp_path):
+    """Bench summarises a level from its records read back one at a time: exactly up to the limit,
+    through the bounded accumulator beyond it (percentiles within the accumulator's stated error)."""
+    from kneecap.metrics.accumulate import summarize_stream
+    from kneecap.metrics.summarize import summarize_level
+    from kneecap.records import RequestRecord
+
+    recs = [RequestRecord(request_id=str(i), level=0, concurrency=8, sent_at=i * 0.01, first_token_at=i * 0.01 + 0.05 + (i % 7) * 0.01,
+                          end_at=i * 0.01 + 0.5, chunk_times=[i * 0.01 + 0.05 + k * 0.02 for k in range(10)], chunk_tokens=[1] * 10,
+                          output_tokens=10, prompt_tokens=20) for i in range(300)]
+    exact = summarize_level(recs, concurrency=8)
+    assert summarize_stream(iter(recs), concurrency=8, exact_limit=1000) == exact
+    streamed = summarize_stream(iter(recs), concurrency=8, exact_limit=50)
+    assert streamed["completed"] == exact["completed"] and streamed["output_tok_s"] == pytest.approx(exact["output_tok_s"])
+    for key in ("ttft_ms", "e2e_ms", "itl_ms"):
+        for q in ("p50", "p99"):
+            assert streamed[key][q] == pytest.approx(exact[key][q], rel=0.02), (key, q)
+    assert streamed["percentile_relative_error"] > 0

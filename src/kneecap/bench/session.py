@@ -98,7 +98,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
     from kneecap.metrics.knee import find_knee
     from kneecap.metrics.slo import parse_slo
     from kneecap.metrics.stop import StopLimits, check_stop
-    from kneecap.metrics.summarize import summarize_level
+    from kneecap.metrics.accumulate import summarize_stream
     from kneecap.results import ResultsDir
 
     scrub = Scrubber(api_key)
@@ -155,7 +155,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
                       write_record=write_record, persist=results.write_summary,
                       probe=lambda: server_answers(opts, api_key), poll_metrics=_metrics_poller(opts, api_key),
                       progress=progress, slo=slo, stop_limits=limits, knee_fn=find_knee, check_stop_fn=check_stop,
-                      summarize_fn=summarize_level, sync=writer.sync, records_file=RecordsFile(results.records_path))
+                      summarize_fn=summarize_stream, sync=writer.sync, records_file=RecordsFile(results.records_path))
         summary = sweep.run(done)
         if summary.get("status") == STATUS_INTERRUPTED and pool is not None:
             pool.terminate()

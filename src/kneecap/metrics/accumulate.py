@@ -211,3 +211,32 @@ class LevelAccumulator:
             raise KneecapError(f"malformed level accumulator ({exc!r})",
                                "pass a dict produced by LevelAccumulator.to_dict()") from None
         return out
+
+
+EXACT_RECORDS_LIMIT = 20_000  # levels up to this many records are summarised exactly (all in memory)
+
+
+def summarize_stream(records: Iterable[RequestRecord], *, concurrency=None, rate=None, duration_s: float | None = None,
+                     slo: Mapping | str | None = None, exact_limit: int = EXACT_RECORDS_LIMIT) -> dict:
+    """A level summary from an iterator of records with bounded memory.
+
+    Up to `exact_limit` records: exactly summarize_level. Beyond it the records stream through a
+    LevelAccumulator (counts, throughput, means, maxima exact; percentiles within its stated relative
+    error, reported as `percentile_relative_error`), so a long level never holds its records at once.
+    """
+    from kneecap.metrics.summarize import summarize_level
+
+    it = iter(records)
+    buffered: list[RequestRecord] = []
+    for r in it:
+        buffered.append(r)
+        if len(buffered) > exact_limit:
+            break
+    else:
+        return summarize_level(buffered, concurrency=concurrency, rate=rate, duration_s=duration_s, slo=slo)
+    acc = LevelAccumulator(concurrency=concurrency, rate=rate, slo=slo)
+    acc.add_many(buffered)
+    buffered.clear()
+    for r in it:
+        acc.add(r)
+    return acc.summary(duration_s)
