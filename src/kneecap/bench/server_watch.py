@@ -26,6 +26,7 @@ class ThreadedMetricsPoller:
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._result: dict | None = None
+        self._samples: list[dict] = []
 
     def _main(self) -> None:
         from kneecap.client.server_metrics import MetricsPoller
@@ -38,6 +39,8 @@ class ThreadedMetricsPoller:
             self._ready.set()
             await self._stop.wait()
             self._result = (await poller.stop()).to_dict()
+            self._samples = [dict(at_s=x.at_s, kv_usage=x.kv_usage, running=x.running, waiting=x.waiting,
+                                  preemptions_total=x.preemptions_total) for x in poller.samples]
 
         try:
             asyncio.run(watch())
@@ -60,6 +63,10 @@ class ThreadedMetricsPoller:
                 pass
         if self._thread is not None:
             self._thread.join(timeout=STOP_TIMEOUT_S)
+
+    def samples(self) -> list[dict]:
+        """Every scrape of the level: at_s (time.perf_counter), kv_usage (0-1), running, waiting, preemptions_total."""
+        return self._samples
 
     def result(self) -> dict | None:
         """kv_usage_max (0-1), running_max, waiting_max, preemptions_delta, num_samples... or None."""

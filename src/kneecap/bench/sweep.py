@@ -248,6 +248,7 @@ class Sweep:
             outcomes = self._run_rounds(plan, base, keep, started) if opts.in_rounds else self._run_share(
                 LevelTask(specs=level_specs(opts, plan, warmup=False), duration_s=opts.duration_s, **base), keep)
         server_metrics = poller.result()
+        self._append_timeline(plan.index, getattr(poller, "samples", lambda: [])())
         wall_s = time.monotonic() - started
         # from the records read back (warmup included: summarize_level excludes and counts them)
         summary = self._summarize(self._level_records(plan), **{opts.kind: plan.value}, duration_s=None,
@@ -264,6 +265,20 @@ class Sweep:
                                  + (f" (client suspect: its own lag may have set these numbers; {_suspect_hint(opts.workers)})"
                                     if summary["suspect"] else ""))
         return summary
+
+    def _append_timeline(self, level: int, samples: list[dict]) -> None:
+        """The server's gauges over the level, for the report's occupancy-over-time plot:
+        DIR/server_metrics.jsonl, one row per scrape, t in seconds since the run's epoch."""
+        if not samples:
+            return
+        import orjson
+
+        path = self._records_file.path.parent / "server_metrics.jsonl"
+        rows = b"".join(orjson.dumps({"level": level, "t": s["at_s"] - self.epoch,
+                                      **{k: s[k] for k in ("kv_usage", "running", "waiting", "preemptions_total")}}) + b"\n"
+                        for s in samples)
+        with open(path, "ab") as fh:
+            fh.write(rows)
 
     def _level_records(self, plan: LevelPlan):
         return self._records_file.level_records(plan.index, self._level_offset or 0)
