@@ -170,3 +170,49 @@ def test_fail_on(cli, tmp_path):
     assert r.code == 0  # nothing failed on the simulator
     r = cli("run", str(plan), "--out", str(tmp_path / "o3"), "--fail-on", "bogus")
     assert r.code == 2 and "--fail-on" in r.stderr
+
+
+def _server_plan(tmp_path, url, extra=""):
+    plan = tmp_path / "srv.yaml"
+    plan.write_text(textwrap.dedent(f"""\
+        name: server-candidate
+        classes:
+          c: {{input: 8, output: 6}}
+        state: {{warmup_requests: 0}}
+        load: {{steps: [1, 2], requests_per_cell: 4}}
+        {extra}
+        candidates:
+          - name: srv
+            target: {{kind: server, base_url: "{url}", timeout_s: 10}}
+        """))
+    return plan
+
+
+def test_invalid_output_is_a_declared_limit(cli, tmp_path):
+    """A server that returns fewer tokens than asked (here: 3 of 6) produces invalid output: the ramp stops."""
+    from servers.scripted import start_scripted_server
+
+    url, srv = start_scripted_server(output_tokens=3)
+    try:
+        r = cli("run", str(_server_plan(tmp_path, url)), "--out", str(tmp_path / "o"), "--json", "--no-report")
+    finally:
+        srv.stop()
+    assert r.code == 0, r.stderr
+    cells = json.loads(r.stdout)["cells"]
+    assert cells[0]["verdict"] == "limit" and "invalid output rate" in cells[0]["limit"]
+    assert cells[0]["metrics"]["invalid_outputs"] == 4 and cells[1]["verdict"] == "not_run"
+
+
+def test_redact_server_strings_keeps_them_out_of_every_file(cli, tmp_path):
+    from servers.scripted import start_scripted_server
+
+    url, srv = start_scripted_server(model="acme-secret-model-9", fault="http_500")
+    try:
+        r = cli("run", str(_server_plan(tmp_path, url, "privacy: {redact_server_strings: true}")),
+                "--out", str(tmp_path / "o"), "--quiet")
+    finally:
+        srv.stop()
+    assert r.code == 0, r.stderr
+    for path in (p for p in (tmp_path / "o").rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        assert b"acme-secret-model-9" not in data and b"scripted 500" not in data, path

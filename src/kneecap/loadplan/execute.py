@@ -101,7 +101,7 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
     for cand_spec in spec.candidates:
         cand = make_candidate(cand_spec.target)
         any_executed = any_executed or cand.benchmark_executed
-        identities[cand_spec.name] = cand.identity()
+        identities[cand_spec.name] = _redacted(cand.identity()) if spec.privacy.redact_server_strings else cand.identity()
         entry = {"name": cand_spec.name, "target": cand_spec.target.kind, "routing": cand_spec.routing,
                  "model_executed": cand.model_executed, "benchmark_executed": cand.benchmark_executed}
         # -- gate 1: behaviour replay ----------------------------------------------------------------
@@ -166,6 +166,8 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
                     def keep(r, w=w):
                         if not spec.privacy.keep_prompts and r.prompt is not None:
                             r.prompt = None
+                        if spec.privacy.redact_server_strings and r.error_message:
+                            r.error_message = None  # the server's own words: kept out when asked
                         w.write(r)
 
                     run = cand.run_cell(index=index, dimension=dimension, load=cell.load,
@@ -186,7 +188,13 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
                     now = {case.name: check(case.expect, cand.answer(case.prompt, case.max_tokens) or "")[0]
                            for case in spec.behaviour}
                     drifted = drift(baseline, now)
-                verdict = judge(level, spec.slo.get(cell.class_name), spec.stop, behaviour_drift=drifted)
+                # invalid output: a completed request whose server-reported output length is not what was asked
+                # (the client asks for exactly that many tokens), or that produced no tokens at all
+                invalid = (level.get("token_mismatch") or {}).get("output", 0) + sum(
+                    1 for r in run.records if r.ok and not r.warmup and r.num_output_tokens == 0)
+                level["invalid_outputs"] = invalid
+                verdict = judge(level, spec.slo.get(cell.class_name), spec.stop, behaviour_drift=drifted,
+                                invalid_outputs=invalid)
                 row.update(verdict=verdict["verdict"], breaches=verdict["breaches"], limit=verdict["limit"],
                            metrics=level, state_reached=state_note,
                            little=littles_law(run.records),
@@ -257,6 +265,14 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
     )
     results.write_summary(summary)
     return summary
+
+
+def _redacted(identity: dict) -> dict:
+    """A server candidate's identity without strings the server chose (model ids, versions, URLs)."""
+    if identity.get("kind") != "server":
+        return identity
+    return {"kind": "server", "redacted": True, "endpoint": identity.get("endpoint"),
+            "kv_capacity_tokens": (identity.get("server") or {}).get("kv_capacity_tokens")}
 
 
 def plan_digest(plan_path: Path) -> str:
