@@ -216,3 +216,30 @@ def test_redact_server_strings_keeps_them_out_of_every_file(cli, tmp_path):
     for path in (p for p in (tmp_path / "o").rglob("*") if p.is_file()):
         data = path.read_bytes()
         assert b"acme-secret-model-9" not in data and b"scripted 500" not in data, path
+
+
+def test_behaviour_gate_replays_cases_against_a_live_server(cli, tmp_path):
+    """The scripted server answers every chat with 'tok tok …': a case expecting that passes and the load
+    cells run; a case expecting 'Paris' fails, so the candidate is rejected before any load or cost."""
+    from servers.scripted import start_scripted_server
+
+    url, srv = start_scripted_server()
+    try:
+        ok_cases = "behaviour: [{name: filler, prompt: 'say tok', max_tokens: 4, expect: {regex: '^(tok )+$'}}]"
+        r = cli("run", str(_server_plan(tmp_path, url, ok_cases)), "--out", str(tmp_path / "ok"), "--json", "--no-report")
+        assert r.code == 0, r.stderr
+        s = json.loads(r.stdout)
+        cand = s["candidates"][0]
+        assert cand["behaviour"][0]["passed"] is True and cand["verdict"] == "accepted"
+        assert s["cells"] and s["model_executed"] is True and s["benchmark_executed"] is True
+
+        bad_cases = "behaviour: [{name: capital, prompt: 'Capital of France?', max_tokens: 4, expect: {exact: Paris}}]"
+        r = cli("run", str(_server_plan(tmp_path, url, bad_cases)), "--out", str(tmp_path / "bad"), "--json",
+                "--no-report", "--fail-on", "rejected")
+        assert r.code == 1 and "rejected" in r.stderr
+        s = json.loads(r.stdout)
+        cand = s["candidates"][0]
+        assert cand["verdict"] == "rejected" and cand["gate"] == "behaviour" and "capital" in cand["reason"]
+        assert s["cells"] == []  # rejected before any load was offered
+    finally:
+        srv.stop()
