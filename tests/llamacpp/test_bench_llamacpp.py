@@ -42,6 +42,9 @@ def test_preflight_from_the_live_server(llamacpp, cli):
     assert out["kv_capacity_tokens"] == llamacpp.ctx_size
     verdicts = {level["concurrency"]: level["verdict"] for level in out["levels"]}
     assert verdicts[1] == "fits" and verdicts[64] == "exceeds"  # 64 x 200 tokens > 4096
+    # llama.cpp runs at most total_slots requests at once: beyond that requests queue, KV or not
+    slots = out["server"]["num_slots"]
+    assert slots and any(f"at most {slots} requests at once" in n for n in out["notes"]) == (64 > slots)
 
 
 def _bench(cli, llamacpp, out_dir, *extra: str):

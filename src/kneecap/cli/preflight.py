@@ -93,6 +93,11 @@ def preflight_command(
         api_key = resolve_api_key(api_key_env, api_key_file)  # never a flag value: it would land in shell history
         capacity, server_block, source, server_doc = capacity_from_server(server, api_key, timeout_s)
         bs = block_size or server_block or 16
+        slots = (server_doc or {}).get("num_slots")
+        over = [c for c in levels if slots and c > slots]
+        if over:  # llama.cpp slots / SGLang max_running_requests: beyond them requests queue, whatever the KV says
+            notes.append(f"the server runs at most {slots} requests at once: at C={', '.join(map(str, over))} the rest "
+                         f"queue, so TTFT includes waiting for a slot even where the KV pool fits")
         kv_bytes = None if kv_dtype and kv_dtype.startswith("fp8") else 2
     else:
         from kneecap.plan.sweeps import tp_sweep
