@@ -97,14 +97,20 @@ def test_the_api_key_is_sent_but_never_printed_logged_or_written(tmp_path, env):
     assert not leaked, f"the key was written to {leaked}"
 
     # the echoing server's error body reached the records, with the key scrubbed out of it
-    echoed = [json.loads(line) for p in written if p.suffix == ".jsonl" and "echo" in str(p)
+    echoed = [json.loads(line) for p in written if is_records(p) and "echo" in str(p)
               for line in p.read_text().splitlines() if line.strip()]
     assert echoed and all(r["error_kind"] == "http_500" for r in echoed)
     assert any("you sent" in (r["error_message"] or "") for r in echoed)  # the echo is kept, minus the key
 
     # prompts: hashes by default, never the text
-    records = [json.loads(line) for p in written if p.suffix == ".jsonl" for line in p.read_text().splitlines() if line.strip()]
+    records = [json.loads(line) for p in written if is_records(p) for line in p.read_text().splitlines() if line.strip()]
     assert records and all(r["prompt"] is None and r["prompt_hash"] for r in records)
+
+
+def is_records(path) -> bool:
+    """RequestRecord files: bench's requests.jsonl and run's records/cell-NNNN.jsonl (not traces or server metrics)."""
+    return path.name == "requests.jsonl" or (path.parent.name == "records" and path.name.startswith("cell-")
+                                             and path.name.count(".") == 1)
 
 
 def test_a_missing_key_variable_is_named_not_printed(tmp_path, env):
