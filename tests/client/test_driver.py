@@ -232,6 +232,12 @@ def test_dropped_keepalive_connection_is_a_connection_error_and_no_keepalive_avo
     run, _ = closed(ClientConfig(base_url=url, model="m", extra_body=extra, timeout_s=5), specs, 1)
     # the warmed connection is reused by the first POST: the server drops it, the client never retries
     kinds = [r.error_kind for r in run.records]
+    # the server logs a request when its response ends, in its own process: let the log catch up, then
+    # check it saw exactly one attempt per request (no silent retry)
+    deadline = time.monotonic() + 3.0
+    while len(srv.log()) - before < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.1)
     assert "connection_reset" in kinds and len(srv.log()) - before == 3
     assert all(r.extra.get("reused_connection") for r in run.records if r.error_kind == "connection_reset")
     run2, _ = closed(ClientConfig(base_url=url, model="m", extra_body=extra, keepalive=False, timeout_s=5), specs, 1)
