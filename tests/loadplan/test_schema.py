@@ -88,3 +88,11 @@ def test_empirical_lengths_from_file(tmp_path):
     spec, base = load_plan_file(p)
     dist = spec.classes["short-message"].output.to_dist(base)
     assert dist.values == (10, 20, 30)
+
+
+def test_a_class_named_server_keeps_its_name_in_errors(tmp_path):
+    p = write(tmp_path, GOOD.replace("  long-thread:\n", "  server:\n").replace("    input: {kind: uniform, low: 4000, high: 8000}\n",
+                                                                              "    input: {kind: uniform, low: 4000}\n"))
+    with pytest.raises(KneecapError) as exc:
+        load_plan_file(p)
+    assert "classes.server.input" in exc.value.message

@@ -42,7 +42,7 @@ def _requests_for(spec: LoadPlanSpec, dimension: str, load: float) -> int:
     return max(int(load) * 4, DEFAULT_REQUESTS_PER_CELL)
 
 
-def _cost(candidate_spec, cap_metrics: dict | None, cls_spec) -> dict | None:
+def _cost(candidate_spec, cap_metrics: dict | None) -> dict | None:
     """Cost per million output tokens at the capacity found (None without a cost declaration)."""
     cost = candidate_spec.cost
     if cost is None or not cap_metrics:
@@ -244,7 +244,7 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
             entry.update(verdict="accepted", gate=None, reason="meets behaviour and every SLO budget in every repetition")
         entry["capacity"] = region
         cand_spec = next(c for c in spec.candidates if c.name == entry["name"])
-        entry["cost"] = {cls: _cost(cand_spec, (region.get(cls, {}).get(spec.states[0]) or {}).get("at_capacity"), spec.classes[cls])
+        entry["cost"] = {cls: _cost(cand_spec, (region.get(cls, {}).get(spec.states[0]) or {}).get("at_capacity"))
                          for cls in spec.classes} if cand_spec.cost else None
         entry["peak_output_tok_s"] = max((c["metrics"]["output_tok_s"] or 0 for c in cells
                                           if c["candidate"] == entry["name"] and c.get("metrics")), default=None)

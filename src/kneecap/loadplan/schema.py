@@ -298,6 +298,19 @@ def _node_line(root, loc: tuple) -> int | None:
     return line
 
 
+def _user_path(loc: tuple) -> tuple:
+    """A pydantic error location as the user's field path: without validator wrappers and without the
+    union tag pydantic inserts after `target` (so a class named `server` keeps its name)."""
+    out: list = []
+    for p in loc:
+        if isinstance(p, str) and p.startswith(("function-", "union[", "tagged-union[")):
+            continue
+        if out and out[-1] == "target" and p in ("simulator", "server"):
+            continue
+        out.append(p)
+    return tuple(out)
+
+
 def load_plan_file(path: str | Path) -> tuple[LoadPlanSpec, Path]:
     """Read and validate a plan file; returns (spec, folder it lives in). Errors name file, line and field."""
     import yaml
@@ -328,8 +341,7 @@ def load_plan_file(path: str | Path) -> tuple[LoadPlanSpec, Path]:
         spec = LoadPlanSpec.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in ("simulator", "server", "function-after[_needs(), LengthSpec]")))
-        loc = tuple(p for p in loc if not (isinstance(p, str) and p.startswith(("function-", "union[", "tagged-union["))))
+        loc = _user_path(err["loc"])
         field = ".".join(str(p) for p in loc) or "(top level)"
         line = _node_line(root, loc)
         msg = err["msg"].removeprefix("Value error, ")
