@@ -74,10 +74,15 @@ class RequestRecord:
 
 
 def dumps_record(record: RequestRecord) -> bytes:
-    """One record as one JSON line (bytes, newline-terminated)."""
+    """One record as one JSON line (bytes, newline-terminated).
+
+    orjson serialises the dataclass itself (fields in declaration order, as to_dict() would give):
+    dataclasses.asdict deep-copies every list element first, which cost ~0.1 ms of the client's
+    single core per 64-token record, on the read path of every other stream in flight.
+    """
     import orjson
 
-    return orjson.dumps(record.to_dict(), option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+    return orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE)
 
 
 class RecordWriter:

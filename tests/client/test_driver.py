@@ -108,6 +108,43 @@ def test_c1_timing_matches_server_send_stamps(server):
     assert min(request_path) > 0 and statistics.median(request_path) < 0.003, numbers
 
 
+def test_sent_at_is_stamped_when_the_bytes_go_out_not_when_headers_are_serialised(server, monkeypatch):
+    """aiohttp buffers the serialised headers and writes them with the body, which on Python < 3.12 is
+    a task of its own one event-loop turn later. Here a 50 ms callback is queued in that turn (as a
+    busy loop reading hundreds of streams would): sent_at must still be the moment of the write."""
+    from aiohttp import http_writer
+
+    writes: list[float] = []
+    original_headers = http_writer.StreamWriter.write_headers
+    original_writelines = http_writer.StreamWriter._writelines
+    original_write = http_writer.StreamWriter._write
+
+    async def write_headers_then_hold_the_loop(self, *args, **kwargs):
+        await original_headers(self, *args, **kwargs)
+        asyncio.get_running_loop().call_soon(time.sleep, 0.05)
+
+    def writelines(self, chunks):
+        chunks = list(chunks)
+        if bytes(chunks[0]).startswith(b"POST "):  # not the connection-opening GETs before the level
+            writes.append(time.perf_counter())
+        return original_writelines(self, chunks)
+
+    def write(self, chunk):
+        if bytes(chunk).startswith(b"POST "):
+            writes.append(time.perf_counter())
+        return original_write(self, chunk)
+
+    monkeypatch.setattr(http_writer.StreamWriter, "write_headers", write_headers_then_hold_the_loop)
+    monkeypatch.setattr(http_writer.StreamWriter, "_writelines", writelines)
+    monkeypatch.setattr(http_writer.StreamWriter, "_write", write)
+    url, _ = server
+    run, epoch = closed(ClientConfig(base_url=url, model="m"), make_requests(Workload.fixed(8, 3), 1, seed=5), 1)
+    (rec,) = run.records
+    assert rec.ok, rec.error_message
+    (first_write,) = writes
+    assert first_write - 0.002 <= epoch + rec.sent_at <= first_write, (epoch + rec.sent_at - first_write)
+
+
 @pytest.mark.parametrize("per_chunk,osl,continuous,expected", [
     (1, 7, False, [1] * 7),
     (3, 10, True, [3, 3, 3, 1]),

@@ -72,6 +72,29 @@ def test_records_writer_and_reader(tmp_path):
     assert results.records_path.name == "requests.jsonl"
 
 
+def test_a_record_line_round_trips_every_field_numpy_values_included(tmp_path):
+    import dataclasses
+
+    import numpy as np
+
+    from kneecap.records import dumps_record, read_records
+
+    rec = RequestRecord(request_id="r", level=2, concurrency=8, rate=None, class_name="chat", warmup=True,
+                        scheduled_at=0.5, sent_at=np.float64(0.625), first_token_at=0.75, first_answer_at=0.8,
+                        end_at=1.25, chunk_times=[0.75, np.float64(1.0)], chunk_tokens=[1, np.int64(3)],
+                        expected_input_tokens=16, expected_output_tokens=4, prompt_tokens=16, output_tokens=4,
+                        status="error", error_kind="http_500", error_message="é \"quoted\"", prompt_hash="ab",
+                        prompt="p", extra={"finish_reason": "length", "preempted": np.int64(1)})
+    line = dumps_record(rec)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(line)
+    (back,) = read_records(path)
+    assert dataclasses.asdict(back) == {k: (v.item() if isinstance(v, np.generic) else v)
+                                        for k, v in dataclasses.asdict(rec).items()} | {
+        "chunk_times": [0.75, 1.0], "chunk_tokens": [1, 3], "extra": {"finish_reason": "length", "preempted": 1}}
+
+
 def test_completed_levels_for_resume(tmp_path):
     results = ResultsDir(tmp_path)
     partial = dict(one_level(2, 4), partial=True)

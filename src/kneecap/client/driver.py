@@ -112,8 +112,14 @@ def prepare_requests(cfg: ClientConfig, specs: Iterable[RequestSpec], prompts: P
 
 async def _stamp_headers_sent(session, ctx, params) -> None:
     stamp = ctx.trace_request_ctx
-    if type(stamp) is list:
-        stamp[0] = time.perf_counter()
+    if type(stamp) is list and stamp[2] is None:
+        stamp[0] = time.perf_counter()  # no body (yet): the headers stamp stands until the body goes out
+
+
+async def _stamp_body_sent(session, ctx, params) -> None:
+    stamp = ctx.trace_request_ctx
+    if type(stamp) is list and stamp[2] is None:
+        stamp[0] = stamp[2] = time.perf_counter()  # the first body write carries the buffered headers with it
 
 
 async def _mark_reused(session, ctx, params) -> None:
@@ -173,10 +179,14 @@ class Client:
                                          keepalive_timeout=300.0 if cfg.keepalive else None, ttl_dns_cache=3600)
         # total and stall timeouts are the driver's own (send / _read_stream); aiohttp keeps the connect one
         timeout = aiohttp.ClientTimeout(total=None, sock_read=None, sock_connect=cfg.connect_timeout_s)
-        # sent_at: aiohttp calls on_request_headers_sent right before it serialises the request line and
-        # headers and hands them, with the body, to the socket (http_writer.StreamWriter.write_headers)
+        # sent_at: aiohttp (3.10+) serialises the headers in StreamWriter.write_headers but buffers them and
+        # hands them to the socket together with the first body write, which on Python < 3.12 runs in a
+        # task of its own, one event-loop turn later (ClientRequest.send / write_bytes). That turn can be
+        # long when many streams are being read, so sent_at is stamped on on_request_chunk_sent, in the
+        # same synchronous step as the transport write; the headers stamp is the fallback for a bodiless request.
         trace = aiohttp.TraceConfig()
         trace.on_request_headers_sent.append(_stamp_headers_sent)
+        trace.on_request_chunk_sent.append(_stamp_body_sent)
         trace.on_connection_reuseconn.append(_mark_reused)  # to tell a dropped kept-alive connection apart
         self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=self._headers,
                                               trace_configs=[trace])
@@ -259,7 +269,7 @@ class Client:
         message: str | None = None
         body: bytes | None = None
         cancelled: asyncio.CancelledError | None = None
-        stamp = [None, False]  # [time right before the request is written, sent on a reused connection]
+        stamp = [None, False, None]  # [time right before the request is written, on a reused connection, body write time]
         # one total deadline; until the response starts, no answer for stall_timeout_s is a timeout
         total_cm = _timeout(cfg.timeout_s)
         head_cm = _timeout(cfg.stall_timeout_s if cfg.stream else cfg.timeout_s)
