@@ -107,20 +107,24 @@ def run_kneecap(url: str, sc, cpu: int, work: Path) -> dict:
     from kneecap.records import read_records
 
     summary = json.loads((out_dir / "summary.json").read_text())
+    epoch = json.loads((out_dir / "manifest.json").read_text()).get("clock_epoch_s")
     level = summary["levels"][0]
     records = [r for r in read_records(out_dir / "requests.jsonl") if not r.warmup]
     ok = [r for r in records if r.ok]
     cpu_s = level_cpu_s(level.get("client") or {})
     ttft = [(r.first_token_at - r.sent_at) * 1000.0 for r in ok if r.first_token_at is not None and r.sent_at is not None]
     itl = [g for r in ok for g in per_token_gaps_ms(r.chunk_times, r.chunk_tokens)]
-    per_request = [{"sha256": r.prompt_hash, "ok": r.ok and bool(r.chunk_times), "sent_s": r.sent_at,
-                    "chunk_times_s": r.chunk_times, "chunk_tokens": r.chunk_tokens} for r in records]
+    shift = epoch if isinstance(epoch, (int, float)) else 0.0  # records are seconds since the run's epoch
+    per_request = [{"sha256": r.prompt_hash, "ok": r.ok and bool(r.chunk_times), "sent_s": r.sent_at + shift,
+                    "chunk_times_s": [t + shift for t in r.chunk_times], "chunk_tokens": r.chunk_tokens}
+                   for r in records]
     return {"completed": len(ok), "duration_s": level["duration_s"],
             "output_tokens": sum((r.output_tokens or sum(r.chunk_tokens)) for r in ok),
             "cpu_s": cpu_s if cpu_s is not None else cpu_total_s,
             "cpu_source": "level" if cpu_s is not None else "whole process (includes start-up)",
             "ttft_ms": ttft, "itl_ms": itl, "warmup_requests": 0,
-            "clock": "relative",  # seconds since the run's perf_counter epoch, which summary.json does not state
+            # manifest.json states the perf_counter() epoch (CLOCK_MONOTONIC, the server log's clock)
+            "clock": "monotonic" if isinstance(epoch, (int, float)) else "relative",
             "per_request": per_request}
 
 

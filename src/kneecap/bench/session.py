@@ -127,9 +127,15 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
             return BenchRun(summary=results.read_summary() or {}, out_dir=results.path, nothing_to_do=True)
     previous = (results.read_manifest() or {}) if resume else {}
     earlier_runs = previous.get("previous_runs", []) + ([{"created_at": previous.get("created_at"),
-                                                          "command": previous.get("command")}] if previous else [])
+                                                          "command": previous.get("command"),
+                                                          "clock_epoch_s": previous.get("clock_epoch_s")}]
+                                                        if previous else [])
+    # every time in this run's records is seconds since this perf_counter() reading (CLOCK_MONOTONIC on
+    # Linux, shared by all processes on the machine): stated so that other tools' stamps can be lined up
+    epoch = time.perf_counter()
     results.write_manifest(argv, extra={"bench_options": opts.to_dict(), "levels_already_done": sorted(done),
-                                        "previous_runs": earlier_runs, "model": None if opts.redact else model})
+                                        "previous_runs": earlier_runs, "model": None if opts.redact else model,
+                                        "clock_epoch_s": epoch})
 
     setup = DriverSetup(cfg=_client_config(opts, model=model, api_key=api_key), prompts=prompts,
                         warm_connections=OPEN_LOOP_WARM_CONNECTIONS)
@@ -151,7 +157,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
                 record.prompt = None
             writer.write(record)
 
-        sweep = Sweep(opts, state=state, plans=plans, epoch=time.perf_counter(), run_share=run_share,
+        sweep = Sweep(opts, state=state, plans=plans, epoch=epoch, run_share=run_share,
                       write_record=write_record, persist=results.write_summary,
                       probe=lambda: server_answers(opts, api_key), poll_metrics=_metrics_poller(opts, api_key),
                       progress=progress, slo=slo, stop_limits=limits, knee_fn=find_knee, check_stop_fn=check_stop,

@@ -16,7 +16,12 @@ aiohttp's own reader.
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
+import socket
+import struct
 import time
+import weakref
 from typing import Callable
 
 from kneecap.client.sse import SseEvent, SseParser
@@ -184,7 +189,10 @@ class BodyTap(asyncio.Protocol):
         self._first = True
 
     def data_received(self, data: bytes) -> None:
-        t = time.perf_counter()
+        self.data_received_at(time.perf_counter(), data)
+
+    def data_received_at(self, t: float, data: bytes) -> None:
+        """A read whose bytes arrived at perf_counter time t (now, or earlier when the kernel said so)."""
         watch = self.watch
         if watch is not None:
             watch.last = t
@@ -270,6 +278,154 @@ class BodyTap(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.orig.resume_writing()
+
+
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if os.uname().sysname == "Linux" else None)
+_SCM_TIMESTAMPNS = _SO_TIMESTAMPNS  # Linux: the control message type equals the option
+_TIMESPEC = struct.Struct("@qq")  # struct timespec on 64-bit Linux: tv_sec, tv_nsec
+_ANC_BYTES = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
+_READ_BYTES = 262144
+
+
+class KernelStampedReader:
+    """Reads a tapped connection's socket itself (recvmsg) so each read carries the kernel's receive
+    time (SO_TIMESTAMPNS) instead of the moment the event loop got round to it.
+
+    Why: on one core, a client that is busy (finishing a wave of requests, sending the next ones)
+    reaches a readable socket milliseconds after its bytes arrived; stamping on arrival in the
+    kernel keeps that lag out of TTFT and ITL. The kernel's stamp is CLOCK_REALTIME, so it is turned
+    into a delay (time.time_ns() now minus the stamp) and subtracted from perf_counter() now: no
+    clock offset is assumed, and a delay below zero (a clock step) counts as zero.
+    While it reads, aiohttp's transport is paused; stop() hands the socket back.
+    Linux only: start() returns None wherever the option or the loop's add_reader is missing.
+
+    A socket error (a TCP reset) makes libuv stop uvloop's poll handle and report only a bare
+    EBADF to the loop's exception handler, never calling the reader back; so the first reader on a
+    loop installs a handler that, on such a report, reads every live reader once (the dead one
+    gets its error) and passes every other report on unchanged.
+    """
+
+    __slots__ = ("_loop", "_transport", "_sock", "_tap", "_fd", "reads", "behind_ns", "behind_max_ns", "__weakref__")
+
+    def __init__(self, loop, transport, sock: socket.socket, tap: BodyTap):
+        self._loop = loop
+        self._transport = transport
+        self._sock = sock
+        self._tap = tap
+        self._fd = sock.fileno()
+        self.reads = 0  # reads that carried the kernel's stamp
+        self.behind_ns = 0  # summed over them: how long each waited for the event loop (processing - arrival)
+        self.behind_max_ns = 0
+
+    @classmethod
+    def start(cls, loop: asyncio.AbstractEventLoop, transport: asyncio.Transport, tap: BodyTap) -> "KernelStampedReader | None":
+        if _SO_TIMESTAMPNS is None or not _ANC_BYTES:
+            return None
+        raw = transport.get_extra_info("socket")
+        if raw is None:
+            return None
+        try:
+            sock = socket.socket(fileno=os.dup(raw.fileno()))
+        except (OSError, ValueError):
+            return None
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            transport.pause_reading()
+            reader = cls(loop, transport, sock, tap)
+            _live_readers(loop).add(reader)
+            loop.add_reader(reader._fd, reader._readable)
+        except (OSError, RuntimeError, NotImplementedError):
+            sock.close()
+            try:
+                transport.resume_reading()
+            except (RuntimeError, AttributeError):
+                pass
+            return None
+        return reader
+
+    def _readable(self) -> None:
+        # Read until the socket would block: uvloop (libuv) reports data and a hang-up or reset that
+        # arrived together as one readable event and then stops polling the descriptor, so an error
+        # queued behind the data must be read now or never.
+        sock = self._sock
+        tap = self._tap
+        while sock is not None:
+            try:
+                data, anc, _flags, _addr = sock.recvmsg(_READ_BYTES, _ANC_BYTES)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # the error is consumed here, so the request fails with it
+                done = tap.done
+                if not done.done():
+                    done.set_exception(exc)
+                self.stop()
+                return
+            t = time.perf_counter()
+            if anc:
+                _level, kind, raw = anc[0]
+                if kind == _SCM_TIMESTAMPNS and len(raw) >= 16:
+                    sec, nsec = _TIMESPEC.unpack_from(raw)
+                    delay = time.time_ns() - sec * 1_000_000_000 - nsec
+                    self.reads += 1
+                    if delay > 0:
+                        self.behind_ns += delay
+                        if delay > self.behind_max_ns:
+                            self.behind_max_ns = delay
+                        t -= delay * 1e-9
+            if not data:  # EOF stays readable: the resumed transport reads it and reports the close as usual
+                self.stop()
+                return
+            tap.data_received_at(t, data)
+            if tap.done.done():
+                return
+            sock = self._sock
+
+    def probe(self) -> None:
+        """Read once if the socket is readable or failed (after the loop lost a poll handle)."""
+        if self._sock is not None:
+            self._readable()
+
+    def stop(self) -> None:
+        """Stop reading and give the socket back to the transport (idempotent)."""
+        sock = self._sock
+        if sock is None:
+            return
+        self._sock = None
+        _live_readers(self._loop).discard(self)
+        try:
+            self._loop.remove_reader(self._fd)
+        except (OSError, RuntimeError):  # the loop already dropped a failed poll handle
+            pass
+        finally:
+            sock.close()  # closes the duplicate descriptor only
+            if not self._transport.is_closing():
+                self._transport.resume_reading()
+
+
+_READERS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.WeakSet]" = weakref.WeakKeyDictionary()
+
+
+def _live_readers(loop: asyncio.AbstractEventLoop) -> "weakref.WeakSet[KernelStampedReader]":
+    live = _READERS.get(loop)
+    if live is None:
+        live = _READERS[loop] = weakref.WeakSet()
+        previous = loop.get_exception_handler()
+
+        def on_loop_error(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+            exc = context.get("exception")
+            if (len(context) == 1 and isinstance(exc, OSError) and exc.errno == errno.EBADF
+                    and _READERS.get(loop)):
+                for reader in list(_READERS[loop]):
+                    reader.probe()
+                return
+            if previous is not None:
+                previous(loop, context)
+            else:
+                loop.default_exception_handler(context)
+
+        loop.set_exception_handler(on_loop_error)
+    return live
 
 
 def terminal_chunk() -> bytes:

@@ -22,12 +22,12 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import aiohttp
 
 from kneecap.client import openai as oa
-from kneecap.client.body_tap import BodyTap, StallError, StallWatch, terminal_chunk
+from kneecap.client.body_tap import BodyTap, KernelStampedReader, StallError, StallWatch, terminal_chunk
 from kneecap.client.failures import (CANCELLED_KIND, CLIENT_ERROR, CONNECTION_REFUSED, CONNECTION_RESET,  # noqa: F401
                                      ERROR_KINDS, INCOMPLETE_STREAM, MALFORMED_SSE, PROTOCOL_ERROR, SERVER_ERROR_EVENT,
                                      STALL, TIMEOUT_KIND, classify_exception)
 from kneecap.client.fdlimit import ensure_fd_limit
-from kneecap.client.selfcheck import LevelRun, SelfMonitor, judge_suspect  # noqa: F401
+from kneecap.client.selfcheck import LevelRun, ReadStamps, SelfMonitor, judge_suspect  # noqa: F401
 from kneecap.client.prompts import Prompt, PromptSource, RandomTextPrompts, RandomTokenPrompts
 from kneecap.client.sse import DEFAULT_MAX_LINE_BYTES, SseParser
 from kneecap.errors import KneecapError
@@ -149,10 +149,13 @@ class Client:
             run = await client.run_closed_loop(specs, 64, level=0, epoch=epoch, on_record=writer.write)
     """
 
-    def __init__(self, cfg: ClientConfig, prompts: PromptSource | None = None, *, tap_bodies: bool = True):
+    def __init__(self, cfg: ClientConfig, prompts: PromptSource | None = None, *, tap_bodies: bool = True,
+                 kernel_stamps: bool = True):
         self.cfg = cfg
         self.prompts = prompts
         self.tap_bodies = tap_bodies  # False: always read through aiohttp's StreamReader
+        self.kernel_stamps = kernel_stamps  # tapped bodies: stamp reads with the kernel's receive time
+        self.read_stamps = ReadStamps()  # running counts: which clock stamped the body reads
         self.bodies_tapped = 0  # streams read by a BodyTap (counters for tests and diagnostics)
         self.bodies_via_aiohttp = 0
         self._session: aiohttp.ClientSession | None = None
@@ -377,18 +380,26 @@ class Client:
 
             tap.watch = StallWatch(loop, stall_s, on_stall)
             transport.set_protocol(tap)
+            reader = KernelStampedReader.start(loop, transport, tap) if self.kernel_stamps else None
             claimed = False
             try:
                 claimed = await done
             except BaseException:
+                if reader is not None:
+                    reader.stop()
                 resp.close()  # the connection is mid-message: never reuse it
                 raise
             finally:
                 tap.watch.cancel()
+                if reader is not None:
+                    reader.stop()
+                    self.read_stamps.add_kernel(reader.reads, reader.behind_ns, reader.behind_max_ns)
                 if transport.get_protocol() is tap:
                     transport.set_protocol(proto)
             if claimed:
                 self.bodies_tapped += 1
+                if reader is None:
+                    self.read_stamps.loop_streams += 1
                 proto.data_received(terminal_chunk())  # aiohttp's parser completes the message it began
                 if not content.is_eof():
                     resp.close()
@@ -396,6 +407,7 @@ class Client:
             if tap.unclaimed:  # empty when the tap already fed them to aiohttp at connection_lost
                 proto.data_received(tap.unclaimed)  # not at a chunk boundary: aiohttp reads the rest
         self.bodies_via_aiohttp += 1
+        self.read_stamps.loop_streams += 1
         watch = StallWatch(loop, stall_s, lambda: content.set_exception(StallError("no data within the stall timeout")))
         readany = content.readany
         feed = parser.feed
@@ -435,6 +447,7 @@ class Client:
             on_record(rec)
 
         it = iter(preps)
+        self.read_stamps = ReadStamps()
         monitor = SelfMonitor()
         monitor.start()
         t0 = time.perf_counter()
@@ -479,6 +492,7 @@ class Client:
                 records.append(rec)
             on_record(rec)
 
+        self.read_stamps = ReadStamps()
         monitor = SelfMonitor()
         monitor.start()
         t0 = time.perf_counter()
@@ -507,11 +521,11 @@ class Client:
         t1 = time.perf_counter()
         return self._level_run(level, None, rate, records, t0 - epoch, t1 - epoch, monitor, sched)
 
-    @staticmethod
-    def _level_run(level: int, concurrency: int | None, rate: float | None, records: list[RequestRecord],
+    def _level_run(self, level: int, concurrency: int | None, rate: float | None, records: list[RequestRecord],
                    started_at: float, ended_at: float, monitor: SelfMonitor, sched: list[float]) -> LevelRun:
         run = LevelRun(level=level, concurrency=concurrency, rate=rate, records=records, started_at=started_at,
-                       ended_at=ended_at, cpu_s=monitor.cpu_s, loop_lag_s=monitor.samples, schedule_lag_s=sched)
+                       ended_at=ended_at, cpu_s=monitor.cpu_s, loop_lag_s=monitor.samples, schedule_lag_s=sched,
+                       read_stamps=self.read_stamps)
         run.suspect_reasons = judge_suspect(run.loop_lag_s, run.cpu_fraction, run.schedule_lag_s)
         run.suspect = bool(run.suspect_reasons)
         return run

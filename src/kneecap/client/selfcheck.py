@@ -22,6 +22,39 @@ LOOP_TICK_S = 0.010  # the lag probe's period
 
 
 @dataclass
+class ReadStamps:
+    """Which clock stamped a level's streamed response bodies, and how late the event loop was.
+
+    kernel_streams: bodies whose every read carried the kernel's receive time (SO_TIMESTAMPNS, see
+    client/body_tap.py); loop_streams: bodies stamped when the event loop read them (no kernel
+    stamps on this platform or connection). For the kernel-stamped reads, loop_wait is how long
+    each waited between arriving and being read: the error loop stamping would have added.
+    """
+
+    kernel_streams: int = 0
+    loop_streams: int = 0
+    kernel_reads: int = 0
+    loop_wait_ns: int = 0  # summed over kernel_reads
+    loop_wait_max_ns: int = 0
+
+    def add_kernel(self, reads: int, wait_ns: int, wait_max_ns: int) -> None:
+        self.kernel_streams += 1
+        self.kernel_reads += reads
+        self.loop_wait_ns += wait_ns
+        self.loop_wait_max_ns = max(self.loop_wait_max_ns, wait_max_ns)
+
+    def stats(self) -> dict:
+        """JSON-ready (milliseconds)."""
+        return {
+            "kernel_stamped_streams": self.kernel_streams,
+            "loop_stamped_streams": self.loop_streams,
+            "kernel_stamped_reads": self.kernel_reads,
+            "read_loop_wait_mean_ms": self.loop_wait_ns / self.kernel_reads / 1e6 if self.kernel_reads else 0.0,
+            "read_loop_wait_max_ms": self.loop_wait_max_ns / 1e6,
+        }
+
+
+@dataclass
 class LevelRun:
     """One level's records plus the client's measurement of itself.
 
@@ -42,6 +75,7 @@ class LevelRun:
     schedule_lag_s: list[float]  # sent_at - scheduled_at per request (open loop)
     suspect: bool = False
     suspect_reasons: list[str] = field(default_factory=list)
+    read_stamps: ReadStamps = field(default_factory=ReadStamps)
 
     @property
     def duration_s(self) -> float:
@@ -66,6 +100,7 @@ class LevelRun:
             "cpu_fraction": self.cpu_fraction,
             "suspect": self.suspect,
             "suspect_reasons": list(self.suspect_reasons),
+            **self.read_stamps.stats(),
         }
 
 
