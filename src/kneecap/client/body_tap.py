@@ -11,17 +11,18 @@ Node server: the whole client spent 12.6 us of CPU per read with the tap against
 aiohttp's reader (and stamped ~40 % more, finer-grained reads). Whenever anything is unusual (not
 chunked, compressed, TLS, a first read that does not start at a chunk boundary) the driver keeps
 aiohttp's own reader.
+While a tap owns a connection, KernelStampedReader (Linux) reads the socket itself with recvmsg and
+stamps each read with the kernel's receive time (SO_TIMESTAMPNS) rather than the moment the event
+loop got to it; see its docstring and docs/metrics.md "How kneecap bench takes them".
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
 import socket
 import struct
 import time
-import weakref
 from typing import Callable
 
 from kneecap.client.sse import SseEvent, SseParser
@@ -298,14 +299,9 @@ class KernelStampedReader:
     clock offset is assumed, and a delay below zero (a clock step) counts as zero.
     While it reads, aiohttp's transport is paused; stop() hands the socket back.
     Linux only: start() returns None wherever the option or the loop's add_reader is missing.
-
-    A socket error (a TCP reset) makes libuv stop uvloop's poll handle and report only a bare
-    EBADF to the loop's exception handler, never calling the reader back; so the first reader on a
-    loop installs a handler that, on such a report, reads every live reader once (the dead one
-    gets its error) and passes every other report on unchanged.
     """
 
-    __slots__ = ("_loop", "_transport", "_sock", "_tap", "_fd", "reads", "behind_ns", "behind_max_ns", "__weakref__")
+    __slots__ = ("_loop", "_transport", "_sock", "_tap", "_fd", "reads", "behind_ns", "behind_max_ns")
 
     def __init__(self, loop, transport, sock: socket.socket, tap: BodyTap):
         self._loop = loop
@@ -333,7 +329,6 @@ class KernelStampedReader:
             sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
             transport.pause_reading()
             reader = cls(loop, transport, sock, tap)
-            _live_readers(loop).add(reader)
             loop.add_reader(reader._fd, reader._readable)
         except (OSError, RuntimeError, NotImplementedError):
             sock.close()
@@ -381,51 +376,18 @@ class KernelStampedReader:
                 return
             sock = self._sock
 
-    def probe(self) -> None:
-        """Read once if the socket is readable or failed (after the loop lost a poll handle)."""
-        if self._sock is not None:
-            self._readable()
-
     def stop(self) -> None:
         """Stop reading and give the socket back to the transport (idempotent)."""
         sock = self._sock
         if sock is None:
             return
         self._sock = None
-        _live_readers(self._loop).discard(self)
         try:
             self._loop.remove_reader(self._fd)
-        except (OSError, RuntimeError):  # the loop already dropped a failed poll handle
-            pass
         finally:
             sock.close()  # closes the duplicate descriptor only
             if not self._transport.is_closing():
                 self._transport.resume_reading()
-
-
-_READERS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.WeakSet]" = weakref.WeakKeyDictionary()
-
-
-def _live_readers(loop: asyncio.AbstractEventLoop) -> "weakref.WeakSet[KernelStampedReader]":
-    live = _READERS.get(loop)
-    if live is None:
-        live = _READERS[loop] = weakref.WeakSet()
-        previous = loop.get_exception_handler()
-
-        def on_loop_error(loop: asyncio.AbstractEventLoop, context: dict) -> None:
-            exc = context.get("exception")
-            if (len(context) == 1 and isinstance(exc, OSError) and exc.errno == errno.EBADF
-                    and _READERS.get(loop)):
-                for reader in list(_READERS[loop]):
-                    reader.probe()
-                return
-            if previous is not None:
-                previous(loop, context)
-            else:
-                loop.default_exception_handler(context)
-
-        loop.set_exception_handler(on_loop_error)
-    return live
 
 
 def terminal_chunk() -> bytes:
