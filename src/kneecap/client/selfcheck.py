@@ -15,7 +15,7 @@ from typing import Sequence
 from kneecap.records import RequestRecord
 
 # Self-certification thresholds (the `suspect` rule; see LevelRun):
-LOOP_LAG_P99_LIMIT_S = 0.005  # a read waits this long for the loop -> ITL/TTFT inflated by the client
+LOOP_LAG_P99_LIMIT_S = 0.005  # work waits this long for the loop: sends go out late, loop-stamped reads are stamped late
 CPU_FRACTION_LIMIT = 0.90  # the process used >= 90 % of one core: its single event loop is saturated
 SCHEDULE_LAG_P99_LIMIT_S = 0.010  # open loop: sends left this late after their intended time
 LOOP_TICK_S = 0.010  # the lag probe's period
@@ -59,7 +59,8 @@ class LevelRun:
     """One level's records plus the client's measurement of itself.
 
     suspect rule: the level is marked suspect when the client, not the server, may have set the
-    numbers — event-loop lag p99 > 5 ms (reads were stamped late), or the process used > 90 % of a
+    numbers — event-loop lag p99 > 5 ms (the next requests went out late, and reads stamped on the
+    loop's clock rather than the kernel's were stamped late: see ReadStamps), or the process used > 90 % of a
     core over the level (its one event loop was saturated), or, in open loop, sends left > 10 ms
     after their scheduled time at p99. suspect_reasons says which.
     """
