@@ -52,9 +52,16 @@ def summary(out: Path) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
+def _default_sigint() -> None:
+    # A test run started in the background of a non-interactive shell (nohup, `cmd &`) inherits
+    # SIGINT ignored, and Python keeps it ignored: give the child the default, as a terminal would.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def popen_bench(*args: str, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "kneecap", "bench", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
+                            preexec_fn=_default_sigint)
 
 
 def wait_for_lines(path: Path, n: int, timeout_s: float = 60.0) -> None:
