@@ -186,6 +186,22 @@ def test_reads_are_stamped_when_they_arrive_even_while_the_loop_is_busy(server, 
         assert (stats["kernel_stamped_streams"], stats["loop_stamped_streams"]) == (0, 1)
 
 
+def test_without_a_spare_descriptor_streams_fall_back_to_loop_stamps_and_say_so(server, monkeypatch):
+    import errno
+
+    from kneecap.client import body_tap
+
+    def no_more_files(fd):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(body_tap.os, "dup", no_more_files)
+    url, _ = server
+    run, _ = closed(ClientConfig(base_url=url, model="m"), make_requests(Workload.fixed(8, 5), 4, seed=3), 2)
+    assert all(r.ok and sum(r.chunk_tokens) == 5 for r in run.records), [r.error_message for r in run.records]
+    stats = run.client_stats()
+    assert (stats["kernel_stamped_streams"], stats["loop_stamped_streams"]) == (0, 4)
+
+
 @pytest.mark.parametrize("per_chunk,osl,continuous,expected", [
     (1, 7, False, [1] * 7),
     (3, 10, True, [3, 3, 3, 1]),

@@ -247,6 +247,17 @@ class Client:
         done = await asyncio.gather(*(one() for _ in range(num_connections)))
         return sum(done)
 
+    def _ensure_fds(self, connections: int) -> None:
+        """Open-file limit for `connections` sockets (required) and, best effort, the duplicate
+        descriptor each stream holds while KernelStampedReader reads it: without one, a stream is
+        stamped on the loop's clock, and the level's loop_stamped_streams says so."""
+        ensure_fd_limit(connections)
+        if self.kernel_stamps:
+            try:
+                ensure_fd_limit(2 * connections)
+            except KneecapError:
+                pass
+
     def prepare(self, specs: Iterable[RequestSpec]) -> list[PreparedRequest]:
         return prepare_requests(self.cfg, specs, self.prompts)
 
@@ -435,7 +446,7 @@ class Client:
         """
         if concurrency < 1:
             raise KneecapError(f"concurrency must be >= 1, got {concurrency}", "pass e.g. --concurrency 1,8,64")
-        ensure_fd_limit(concurrency)
+        self._ensure_fds(concurrency)
         preps = self.prepare(specs)
         workers = min(concurrency, len(preps))
         await self.warm(workers)
@@ -480,7 +491,7 @@ class Client:
         """
         preps = self.prepare(specs)
         offsets = arrival_offsets(rate, len(preps), burstiness, seed, on_s=on_s, off_s=off_s)
-        ensure_fd_limit(max(warm_connections, 1))
+        self._ensure_fds(max(warm_connections, 1))
         await self.warm(min(warm_connections, len(preps)))
         records: list[RequestRecord] = []
         sched: list[float] = []
