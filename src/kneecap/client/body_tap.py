@@ -301,7 +301,7 @@ class KernelStampedReader:
     Linux only: start() returns None wherever the option or the loop's add_reader is missing.
     """
 
-    __slots__ = ("_loop", "_transport", "_sock", "_tap", "_fd", "reads", "behind_ns", "behind_max_ns")
+    __slots__ = ("_loop", "_transport", "_sock", "_tap", "_fd", "reads", "loop_wait_ns", "loop_wait_max_ns")
 
     def __init__(self, loop, transport, sock: socket.socket, tap: BodyTap):
         self._loop = loop
@@ -310,8 +310,8 @@ class KernelStampedReader:
         self._tap = tap
         self._fd = sock.fileno()
         self.reads = 0  # reads that carried the kernel's stamp
-        self.behind_ns = 0  # summed over them: how long each waited for the event loop (processing - arrival)
-        self.behind_max_ns = 0
+        self.loop_wait_ns = 0  # summed over them: how long each waited for the event loop (processing - arrival)
+        self.loop_wait_max_ns = 0
 
     @classmethod
     def start(cls, loop: asyncio.AbstractEventLoop, transport: asyncio.Transport, tap: BodyTap) -> "KernelStampedReader | None":
@@ -364,9 +364,9 @@ class KernelStampedReader:
                     delay = time.time_ns() - sec * 1_000_000_000 - nsec
                     self.reads += 1
                     if delay > 0:
-                        self.behind_ns += delay
-                        if delay > self.behind_max_ns:
-                            self.behind_max_ns = delay
+                        self.loop_wait_ns += delay
+                        if delay > self.loop_wait_max_ns:
+                            self.loop_wait_max_ns = delay
                         t -= delay * 1e-9
             if not data:  # EOF stays readable: the resumed transport reads it and reports the close as usual
                 self.stop()

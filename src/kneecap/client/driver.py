@@ -110,16 +110,10 @@ def prepare_requests(cfg: ClientConfig, specs: Iterable[RequestSpec], prompts: P
     return out
 
 
-async def _stamp_headers_sent(session, ctx, params) -> None:
-    stamp = ctx.trace_request_ctx
-    if type(stamp) is list and stamp[2] is None:
-        stamp[0] = time.perf_counter()  # no body (yet): the headers stamp stands until the body goes out
-
-
 async def _stamp_body_sent(session, ctx, params) -> None:
     stamp = ctx.trace_request_ctx
-    if type(stamp) is list and stamp[2] is None:
-        stamp[0] = stamp[2] = time.perf_counter()  # the first body write carries the buffered headers with it
+    if type(stamp) is list and stamp[0] is None:
+        stamp[0] = time.perf_counter()  # the first body write carries the buffered headers with it
 
 
 async def _mark_reused(session, ctx, params) -> None:
@@ -186,9 +180,8 @@ class Client:
         # hands them to the socket together with the first body write, which on Python < 3.12 runs in a
         # task of its own, one event-loop turn later (ClientRequest.send / write_bytes). That turn can be
         # long when many streams are being read, so sent_at is stamped on on_request_chunk_sent, in the
-        # same synchronous step as the transport write; the headers stamp is the fallback for a bodiless request.
+        # same synchronous step as the transport write (every request sent here has a JSON body).
         trace = aiohttp.TraceConfig()
-        trace.on_request_headers_sent.append(_stamp_headers_sent)
         trace.on_request_chunk_sent.append(_stamp_body_sent)
         trace.on_connection_reuseconn.append(_mark_reused)  # to tell a dropped kept-alive connection apart
         self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=self._headers,
@@ -283,7 +276,7 @@ class Client:
         message: str | None = None
         body: bytes | None = None
         cancelled: asyncio.CancelledError | None = None
-        stamp = [None, False, None]  # [time right before the request is written, on a reused connection, body write time]
+        stamp = [None, False]  # [time right before the request is written, sent on a reused connection]
         # one total deadline; until the response starts, no answer for stall_timeout_s is a timeout
         total_cm = _timeout(cfg.timeout_s)
         head_cm = _timeout(cfg.stall_timeout_s if cfg.stream else cfg.timeout_s)
@@ -404,7 +397,7 @@ class Client:
                 tap.watch.cancel()
                 if reader is not None:
                     reader.stop()
-                    self.read_stamps.add_kernel(reader.reads, reader.behind_ns, reader.behind_max_ns)
+                    self.read_stamps.add_kernel(reader.reads, reader.loop_wait_ns, reader.loop_wait_max_ns)
                 if transport.get_protocol() is tap:
                     transport.set_protocol(proto)
             if claimed:

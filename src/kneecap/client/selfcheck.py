@@ -25,10 +25,11 @@ LOOP_TICK_S = 0.010  # the lag probe's period
 class ReadStamps:
     """Which clock stamped a level's streamed response bodies, and how late the event loop was.
 
-    kernel_streams: bodies whose every read carried the kernel's receive time (SO_TIMESTAMPNS, see
-    client/body_tap.py); loop_streams: bodies stamped when the event loop read them (no kernel
-    stamps on this platform or connection). For the kernel-stamped reads, loop_wait is how long
-    each waited between arriving and being read: the error loop stamping would have added.
+    kernel_streams: bodies read by KernelStampedReader (client/body_tap.py), whose reads carry the
+    kernel's receive time (SO_TIMESTAMPNS); loop_streams: bodies stamped when the event loop read
+    them (no kernel stamps on this platform or connection). kernel_reads: reads that carried a
+    kernel stamp; loop_wait is how long each waited between arriving and being read: the error loop
+    stamping would have added.
     """
 
     kernel_streams: int = 0
