@@ -1,6 +1,6 @@
 """Compare kneecap's load-generating client with peer clients against one fast scripted server.
 
-Starts bench/fast_server.js (Node, built-in http) pinned to one core and each client pinned
+Starts bench/fast_server.js (Node; HTTP/1.1 on the built-in net module) pinned to one core and each client pinned
 to the other (taskset), on the same configurations in one run, restarting the server for every
 (client, configuration) so each run has its own server timestamp log. Prints a markdown table
 and writes it to bench/results/compare_clients.md (raw numbers: compare_clients.json).
@@ -230,15 +230,17 @@ def render(rows: list[dict], command: str, clients: list[str]) -> str:
     lines += ["", "## Ratios and targets (issue 3, item 12)", ""]
     lines += ratio_lines(rows, clients)
     lines += ["", "Definitions. Requests are paired with the server's log entries by prompt sha256. TTFT err = "
-              "client TTFT − server TTFT (server: first token-bearing event handed to the socket − request headers "
-              "parsed) = send lag (server arrival − client send stamp: the client's write path, the kernel and the "
-              "server's accept/parse) + receive lag (client first-token stamp − server send: the client's read "
+              "client TTFT − server TTFT (server: first token-bearing event handed to the socket − arrival of the "
+              "request's first byte, stamped on the socket's data event before any parsing) = send lag (server "
+              "arrival − client send stamp: the client's write path, the kernel and the server's event loop) + receive lag (client first-token stamp − server send: the client's read "
               "path). vLLM stamps CLOCK_MONOTONIC like the server, and kneecap's records are seconds since the "
               "CLOCK_MONOTONIC epoch its manifest.json states, so both splits are exact; AIPerf stamps wall-clock "
               "time, so its split takes the fastest request's send lag as 0 (the sum is exact either way). The "
               "server (`--warmup-requests C`) streams C requests to itself before it listens, so no client pays "
-              "for V8 compiling its hot paths, and it stamps a request's arrival before handling it (the handling "
-              "waits for setImmediate), so a burst of arrivals is stamped as it arrives. ITL err mean = (client streaming span − server streaming span) / (tokens − 1) "
+              "for V8 compiling its hot paths. It speaks HTTP/1.1 on Node's net module rather than its http module, "
+              "whose per-request and per-write work delayed arrival stamps by milliseconds at C=256, and it "
+              "stamps a request's arrival before handling it (the handling waits for setImmediate), so a burst "
+              "of arrivals is stamped as it arrives. ITL err mean = (client streaming span − server streaming span) / (tokens − 1) "
               "over paired requests (span = first to last token-bearing chunk); ITL err p1/p99 compare per-token "
               "gaps (docs/metrics.md `itl_ms`: a chunk of k tokens after a gap g gives k samples of g/k) token by "
               "token, where the client chunked the stream as the server sent it. Ingest per client core = output "

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// A fast scripted OpenAI-compatible streaming server for client benchmarks (Node, built-in http only).
+// A fast scripted OpenAI-compatible streaming server for client benchmarks (Node, built-in net only:
+// HTTP/1.1 is parsed and written here, see "HTTP/1.1 over net" below for why).
 //
 // It owns the script (TTFT, ITL, tokens per chunk, output length = max_tokens) and its own
 // timestamps; it does no inference. Written in Node, not Python, so that it is not the bottleneck
@@ -33,13 +34,16 @@
 // plus a constant offset: sub-microsecond resolution), the clock Python's time.perf_counter() and
 // time.monotonic() read on Linux, so a client's own stamps can be paired with these;
 // prompt_sha256 = sha256 of the prompt text (UTF-8), or of the JSON token-id list without spaces,
-// or of the messages' JSON for chat (what kneecap records as prompt_hash); recv_ms = request headers parsed, body_ms = body fully read, send_ms[i] = right after
-// the i-th token-bearing event was handed to the socket. Server-side TTFT = send_ms[0] - recv_ms
+// or of the messages' JSON for chat (what kneecap records as prompt_hash); recv_ms = the socket's
+// 'data' event that brought the request's first byte, stamped before anything is parsed; body_ms =
+// the 'data' event that completed the body; send_ms[i] = right after the i-th token-bearing event was
+// handed to the socket (libuv writes it to the kernel at once unless earlier bytes are still queued). Server-side TTFT = send_ms[0] - recv_ms
 // and server-side ITL = the gaps of send_ms: a client's own numbers minus these are the error
 // the client adds.
 'use strict';
 
-const http = require('http');
+const http = require('http');  // only to warm up (a client)
+const net = require('net');
 const crypto = require('crypto');
 const fs = require('fs');
 const { performance } = require('perf_hooks');
@@ -129,183 +133,283 @@ function promptChars(body, chat) {
 
 let nextId = 0;
 
-function handleGenerate(req, res, chat, recv) {
-  const parts = [];
-  req.on('data', (c) => parts.push(c));
-  // Stamp the body's arrival in the poll phase, then leave the rest (JSON, hashing, headers, timers) to
-  // the check phase (setImmediate): when hundreds of requests arrive in one burst, each one's arrival
-  // stamp then waits only for the others' HTTP parsing, not for their whole handling.
-  req.on('end', () => {
-    const bodyAt = now();
-    setImmediate(respond, bodyAt);
+// ---- HTTP/1.1 over net: just what OpenAI-compatible clients send -------------------------------
+// Why not the http module: its per-request machinery (llhttp callbacks, IncomingMessage,
+// ServerResponse, chunked encoding with cork/nextTick) runs before a request's arrival can be
+// stamped and again on every event written; with 256 streams in lockstep that work delays the
+// arrival stamps of new requests by milliseconds, and the comparison would count it against the
+// client. Here each socket's 'data' event stamps first and parses after; responses are strings
+// written straight to the socket. Requests need Content-Length (every aiohttp, httpx, urllib and
+// Node client sends it for a JSON body); keep-alive is the HTTP/1.1 default; no pipelining is
+// needed, but pipelined requests are answered in order.
+
+const MAX_HEAD_BYTES = 64 * 1024;
+const MAX_BODY_BYTES = 64 * 1024 * 1024;
+const REASONS = { 200: 'OK', 400: 'Bad Request', 404: 'Not Found', 411: 'Length Required',
+                  413: 'Content Too Large', 431: 'Request Header Fields Too Large' };
+const CRLF2 = Buffer.from('\r\n\r\n');
+
+function chunkFrame(data) {
+  // one chunk of a Transfer-Encoding: chunked body
+  return Buffer.byteLength(data).toString(16) + '\r\n' + data + '\r\n';
+}
+
+function onConnection(sock) {
+  sock.setNoDelay(true);
+  const conn = { sock, buf: null, firstByteAt: 0, head: null, queue: [], busy: false, closed: false, onClose: null };
+  sock.on('data', (chunk) => {
+    const t = now();  // first, before any parsing: this is the arrival stamp
+    if (conn.buf === null || conn.buf.length === 0) {
+      conn.buf = chunk;
+      conn.firstByteAt = t;
+    } else {
+      conn.buf = Buffer.concat([conn.buf, chunk]);
+    }
+    parseRequests(conn, t);
   });
-  function respond(bodyAt) {
-    let body;
-    try {
-      body = JSON.parse(Buffer.concat(parts).toString('utf8'));
-      if (body === null || typeof body !== 'object' || Array.isArray(body)) throw new Error('not an object');
-    } catch (e) {
-      stats.bad_requests++;
-      res.writeHead(400, { 'Content-Type': 'application/json' });
-      res.end('{"error":{"message":"request body is not a JSON object","type":"invalid_request_error"}}');
-      return;
-    }
-    const id = nextId++;
-    stats.requests++;
-    const maxTokens = Number(body.max_completion_tokens ?? body.max_tokens ?? 16);
-    if (!(maxTokens >= 1)) {
-      stats.bad_requests++;
-      res.writeHead(400, { 'Content-Type': 'application/json' });
-      res.end('{"error":{"message":"max_tokens must be >= 1","type":"invalid_request_error"}}');
-      return;
-    }
-    const nPrompt = promptTokens(body, chat);
-    const rec = { id, recv, body: bodyAt, sends: [], tokens: [], end: 0, maxTokens, warmup: !!req.headers['x-fast-server-warmup'],
-                  promptChars: promptChars(body, chat), promptSha: logFd === null ? '' : promptSha256(body, chat),
-                  complete: false };
-    const created = Math.floor(Date.now() / 1000);
-    const rid = (chat ? 'chatcmpl-' : 'cmpl-') + id;
-    const model = body.model || opts.model;
-    if (!body.stream) {
-      setTimeout(() => {
-        const text = chunkText(true, 1) + ' x'.repeat(maxTokens - 1);
-        const choice = chat
-          ? `{"index":0,"message":{"role":"assistant","content":"${text}"},"finish_reason":"length"}`
-          : `{"index":0,"text":"${text}","logprobs":null,"finish_reason":"length"}`;
-        const payload = `{"id":"${rid}","object":"${chat ? 'chat.completion' : 'text_completion'}","created":${created},` +
-          `"model":${JSON.stringify(model)},"choices":[${choice}],"usage":${usageJson(nPrompt, maxTokens)}}`;
-        res.writeHead(200, { 'Content-Type': 'application/json' });
-        res.end(payload);
-        rec.sends.push(now());
-        rec.tokens.push(maxTokens);
-        rec.end = rec.sends[0];
-        rec.complete = true;
-        stats.completed++;
-        stats.tokens += maxTokens;
-        finish(rec);
-      }, opts.ttftMs + opts.itlMs * (maxTokens - 1));
-      return;
-    }
+  sock.on('error', () => {});  // a reset: 'close' follows
+  sock.on('close', () => {
+    conn.closed = true;
+    if (conn.onClose !== null) conn.onClose();
+  });
+}
 
-    const so = body.stream_options || {};
-    const includeUsage = !!so.include_usage;
-    const continuous = !!so.continuous_usage_stats;
-    const head = `data: {"id":"${rid}","object":"${chat ? 'chat.completion.chunk' : 'text_completion'}",` +
-      `"created":${created},"model":${JSON.stringify(model)},"choices":[{"index":0,`;
-    res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
-    res.flushHeaders();
+function reject(conn, status, message) {
+  // a request this server cannot read: answer and close (the byte stream can no longer be framed)
+  conn.buf = null;
+  conn.head = null;
+  stats.bad_requests++;
+  const body = `{"error":{"message":${JSON.stringify(message)},"type":"invalid_request_error"}}`;
+  conn.sock.end(`HTTP/1.1 ${status} ${REASONS[status]}\r\nContent-Type: application/json\r\n` +
+    `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+}
 
-    let sent = 0;
-    let timer = null;
-    let closed = false;
-    res.on('close', () => {
-      if (timer !== null) clearTimeout(timer);
-      if (!rec.complete) {
-        closed = true;
-        stats.aborted++;
-        rec.end = now();
-        finish(rec);
-      }
-    });
-    const start = bodyAt + opts.ttftMs;
-    let due = start;  // when the next event may go out (ms, CLOCK_MONOTONIC)
-
-    function event() {
-      const k = Math.min(opts.tokensPerChunk, maxTokens - sent);
-      const text = chunkText(sent === 0, k);
-      sent += k;
-      const last = sent >= maxTokens;
-      const finishReason = last ? '"length"' : 'null';
-      const content = chat
-        ? `"delta":{${sent === k ? '"role":"assistant",' : ''}"content":"${text}"},"logprobs":null,"finish_reason":${finishReason}}]`
-        : `"text":"${text}","logprobs":null,"finish_reason":${finishReason}}]`;
-      const usage = continuous ? `,"usage":${usageJson(nPrompt, sent)}` : '';
-      rec.tokens.push(k);
-      stats.events++;
-      stats.tokens += k;
-      return head + content + usage + '}\n\n';
-    }
-
-    function sendNext() {
-      timer = null;
-      if (closed) return;
-      // libuv timers count from the loop's cached time and may fire early: never send before due
-      const early = due - now();
-      if (early > 0) {
-        timer = setTimeout(sendNext, early);
+function parseRequests(conn, t) {
+  while (conn.buf !== null && conn.buf.length > 0) {
+    if (conn.head === null) {
+      const end = conn.buf.indexOf(CRLF2);
+      if (end < 0) {
+        if (conn.buf.length > MAX_HEAD_BYTES) reject(conn, 431, 'request head larger than 64 KiB');
         return;
       }
-      let data = event();
-      const burst = opts.itlMs === 0 ? opts.eventsPerWrite : 1;
-      let inWrite = 1;
-      while (inWrite < burst && sent < maxTokens) {
-        data += event();
-        inWrite++;
+      const lines = conn.buf.toString('latin1', 0, end).split('\r\n');
+      const m = /^([A-Z]+) (\S+) HTTP\/1\.([01])$/.exec(lines[0]);
+      if (m === null) return reject(conn, 400, 'not an HTTP/1.x request line');
+      const headers = {};
+      for (let i = 1; i < lines.length; i++) {
+        const colon = lines[i].indexOf(':');
+        if (colon <= 0) return reject(conn, 400, 'malformed header line');
+        headers[lines[i].slice(0, colon).trim().toLowerCase()] = lines[i].slice(colon + 1).trim();
       }
-      const last = sent >= maxTokens;
-      if (last && includeUsage) {
-        data += `data: {"id":"${rid}","object":"${chat ? 'chat.completion.chunk' : 'text_completion'}",` +
-          `"created":${created},"model":${JSON.stringify(model)},"choices":[],"usage":${usageJson(nPrompt, maxTokens)}}\n\n`;
+      if (headers['transfer-encoding'] !== undefined) {
+        return reject(conn, 411, 'chunked request bodies are not accepted: send Content-Length');
       }
-      if (last) {
-        res.end(data + 'data: [DONE]\n\n');
-      }
-      const ok = last ? true : res.write(data);
-      const sentAt = now();
-      for (let i = 0; i < inWrite; i++) rec.sends.push(sentAt);
-      if (last) {
-        rec.end = sentAt;
-        rec.complete = true;
-        stats.completed++;
-        finish(rec);
-        return;
-      }
-      schedule(ok);
+      const length = headers['content-length'] === undefined ? 0 : Number(headers['content-length']);
+      if (!Number.isInteger(length) || length < 0) return reject(conn, 400, 'bad Content-Length');
+      if (length > MAX_BODY_BYTES) return reject(conn, 413, 'request body larger than 64 MiB');
+      const connection = (headers.connection || '').toLowerCase();
+      conn.head = { method: m[1], path: m[2].split('?')[0], headers, length, recv: conn.firstByteAt,
+                    keepAlive: m[3] === '1' ? connection !== 'close' : connection === 'keep-alive' };
+      if ((headers.expect || '').toLowerCase() === '100-continue') conn.sock.write('HTTP/1.1 100 Continue\r\n\r\n');
+      conn.buf = conn.buf.subarray(end + 4);
     }
-
-    function schedule(drained) {
-      if (opts.itlMs === 0) {
-        if (drained) setImmediate(sendNext);
-        else res.once('drain', sendNext);
-        return;
-      }
-      due = start + Math.ceil(sent / opts.tokensPerChunk) * opts.itlMs;
-      timer = setTimeout(sendNext, Math.max(0, due - now()));
+    if (conn.buf.length < conn.head.length) return;
+    const head = conn.head;
+    const body = Buffer.from(conn.buf.subarray(0, head.length));  // a copy: the socket's chunk is not kept
+    conn.buf = conn.buf.subarray(head.length);
+    conn.firstByteAt = t;
+    conn.head = null;
+    conn.queue.push({ head, body, bodyAt: t });
+    // Handling (JSON, hashing, headers, timers) waits for the check phase: when hundreds of requests
+    // arrive in one burst, each one's arrival stamp waits only for the others' stamping, not their handling.
+    if (!conn.busy) {
+      conn.busy = true;
+      setImmediate(dispatch, conn);
     }
-
-    timer = setTimeout(sendNext, Math.max(0, start - now()));
   }
 }
 
-const server = http.createServer((req, res) => {
-  const recv = now();
-  const path = req.url.split('?')[0];
-  if (req.method === 'POST' && (path === '/v1/completions' || path === '/completions')) return handleGenerate(req, res, false, recv);
-  if (req.method === 'POST' && (path === '/v1/chat/completions' || path === '/chat/completions')) return handleGenerate(req, res, true, recv);
-  req.resume();
-  if (req.method === 'GET' && (path === '/health' || path === '/v1/health')) {
-    res.writeHead(200, { 'Content-Type': 'application/json' });
-    return res.end('{"status":"ok"}');
+function dispatch(conn) {
+  const req = conn.queue.shift();
+  if (req === undefined || conn.closed) {
+    conn.busy = false;
+    return;
   }
-  if (req.method === 'GET' && (path === '/v1/models' || path === '/models')) {
-    res.writeHead(200, { 'Content-Type': 'application/json' });
-    return res.end(`{"object":"list","data":[{"id":${JSON.stringify(opts.model)},"object":"model","owned_by":"kneecap-bench"}]}`);
+  const { head } = req;
+  const done = () => {  // the response is complete: the next request on this connection may go
+    conn.onClose = null;
+    if (!head.keepAlive) {
+      conn.sock.end();
+      conn.busy = false;
+      return;
+    }
+    if (conn.queue.length > 0) dispatch(conn);
+    else conn.busy = false;
+  };
+  route(conn, req, done);
+}
+
+function respond(conn, head, status, contentType, body, done) {
+  conn.sock.write(`HTTP/1.1 ${status} ${REASONS[status]}\r\nContent-Type: ${contentType}\r\n` +
+    `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+    (head.keepAlive ? 'Connection: keep-alive\r\n\r\n' : 'Connection: close\r\n\r\n') + body);
+  done();
+}
+
+function route(conn, req, done) {
+  const { head } = req;
+  const path = head.path;
+  if (head.method === 'POST' && (path === '/v1/completions' || path === '/completions')) return handleGenerate(conn, req, false, done);
+  if (head.method === 'POST' && (path === '/v1/chat/completions' || path === '/chat/completions')) return handleGenerate(conn, req, true, done);
+  if (head.method === 'GET' && (path === '/health' || path === '/v1/health')) {
+    return respond(conn, head, 200, 'application/json', '{"status":"ok"}', done);
   }
-  if (req.method === 'GET' && path === '/metrics') {
-    res.writeHead(200, { 'Content-Type': 'text/plain; version=0.0.4' });
-    return res.end('');
+  if (head.method === 'GET' && (path === '/v1/models' || path === '/models')) {
+    return respond(conn, head, 200, 'application/json',
+      `{"object":"list","data":[{"id":${JSON.stringify(opts.model)},"object":"model","owned_by":"kneecap-bench"}]}`, done);
   }
-  if (req.method === 'GET' && path === '/stats') {
-    res.writeHead(200, { 'Content-Type': 'application/json' });
-    return res.end(JSON.stringify(stats));
+  if (head.method === 'GET' && path === '/metrics') return respond(conn, head, 200, 'text/plain; version=0.0.4', '', done);
+  if (head.method === 'GET' && path === '/stats') return respond(conn, head, 200, 'application/json', JSON.stringify(stats), done);
+  respond(conn, head, 404, 'application/json',
+    `{"error":{"message":${JSON.stringify(`no route ${head.method} ${path}`)},"type":"not_found"}}`, done);
+}
+
+function handleGenerate(conn, req, chat, done) {
+  const { head, bodyAt } = req;
+  const sock = conn.sock;
+  let body;
+  try {
+    body = JSON.parse(req.body.toString('utf8'));
+    if (body === null || typeof body !== 'object' || Array.isArray(body)) throw new Error('not an object');
+  } catch (e) {
+    stats.bad_requests++;
+    return respond(conn, head, 400, 'application/json',
+      '{"error":{"message":"request body is not a JSON object","type":"invalid_request_error"}}', done);
   }
-  res.writeHead(404, { 'Content-Type': 'application/json' });
-  res.end(`{"error":{"message":"no route ${req.method} ${path}","type":"not_found"}}`);
-});
-server.keepAliveTimeout = 120000;
-server.headersTimeout = 125000;
-server.requestTimeout = 0;
-server.maxRequestsPerSocket = 0;
+  const id = nextId++;
+  stats.requests++;
+  const maxTokens = Number(body.max_completion_tokens ?? body.max_tokens ?? 16);
+  if (!(maxTokens >= 1)) {
+    stats.bad_requests++;
+    return respond(conn, head, 400, 'application/json',
+      '{"error":{"message":"max_tokens must be >= 1","type":"invalid_request_error"}}', done);
+  }
+  const nPrompt = promptTokens(body, chat);
+  const rec = { id, recv: head.recv, body: bodyAt, sends: [], tokens: [], end: 0, maxTokens,
+                warmup: head.headers['x-fast-server-warmup'] !== undefined,
+                promptChars: promptChars(body, chat), promptSha: logFd === null ? '' : promptSha256(body, chat),
+                complete: false };
+  const created = Math.floor(Date.now() / 1000);
+  const rid = (chat ? 'chatcmpl-' : 'cmpl-') + id;
+  const model = body.model || opts.model;
+  let timer = null;
+  conn.onClose = () => {  // the client went away mid-response
+    if (timer !== null) clearTimeout(timer);
+    timer = null;
+    if (!rec.complete) {
+      stats.aborted++;
+      rec.end = now();
+      finish(rec);
+    }
+  };
+  if (!body.stream) {
+    timer = setTimeout(() => {
+      timer = null;
+      const text = chunkText(true, 1) + ' x'.repeat(maxTokens - 1);
+      const choice = chat
+        ? `{"index":0,"message":{"role":"assistant","content":"${text}"},"finish_reason":"length"}`
+        : `{"index":0,"text":"${text}","logprobs":null,"finish_reason":"length"}`;
+      const payload = `{"id":"${rid}","object":"${chat ? 'chat.completion' : 'text_completion'}","created":${created},` +
+        `"model":${JSON.stringify(model)},"choices":[${choice}],"usage":${usageJson(nPrompt, maxTokens)}}`;
+      rec.complete = true;
+      respond(conn, head, 200, 'application/json', payload, done);
+      rec.sends.push(now());
+      rec.tokens.push(maxTokens);
+      rec.end = rec.sends[0];
+      stats.completed++;
+      stats.tokens += maxTokens;
+      finish(rec);
+    }, opts.ttftMs + opts.itlMs * (maxTokens - 1));
+    return;
+  }
+
+  const so = body.stream_options || {};
+  const includeUsage = !!so.include_usage;
+  const continuous = !!so.continuous_usage_stats;
+  const eventHead = `data: {"id":"${rid}","object":"${chat ? 'chat.completion.chunk' : 'text_completion'}",` +
+    `"created":${created},"model":${JSON.stringify(model)},"choices":[{"index":0,`;
+  // the response head goes out at once (as a real server's does when it accepts the request)
+  sock.write('HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n' +
+    'Transfer-Encoding: chunked\r\n' + (head.keepAlive ? 'Connection: keep-alive\r\n\r\n' : 'Connection: close\r\n\r\n'));
+
+  let sent = 0;
+  const start = bodyAt + opts.ttftMs;
+  let due = start;  // when the next event may go out (ms, CLOCK_MONOTONIC)
+
+  function event() {
+    const k = Math.min(opts.tokensPerChunk, maxTokens - sent);
+    const text = chunkText(sent === 0, k);
+    sent += k;
+    const last = sent >= maxTokens;
+    const finishReason = last ? '"length"' : 'null';
+    const content = chat
+      ? `"delta":{${sent === k ? '"role":"assistant",' : ''}"content":"${text}"},"logprobs":null,"finish_reason":${finishReason}}]`
+      : `"text":"${text}","logprobs":null,"finish_reason":${finishReason}}]`;
+    const usage = continuous ? `,"usage":${usageJson(nPrompt, sent)}` : '';
+    rec.tokens.push(k);
+    stats.events++;
+    stats.tokens += k;
+    return eventHead + content + usage + '}\n\n';
+  }
+
+  function sendNext() {
+    timer = null;
+    if (conn.closed) return;
+    // libuv timers count from the loop's cached time and may fire early: never send before due
+    const early = due - now();
+    if (early > 0) {
+      timer = setTimeout(sendNext, early);
+      return;
+    }
+    let data = event();
+    const burst = opts.itlMs === 0 ? opts.eventsPerWrite : 1;
+    let inWrite = 1;
+    while (inWrite < burst && sent < maxTokens) {
+      data += event();
+      inWrite++;
+    }
+    const last = sent >= maxTokens;
+    if (last) {
+      if (includeUsage) {
+        data += `data: {"id":"${rid}","object":"${chat ? 'chat.completion.chunk' : 'text_completion'}",` +
+          `"created":${created},"model":${JSON.stringify(model)},"choices":[],"usage":${usageJson(nPrompt, maxTokens)}}\n\n`;
+      }
+      data += 'data: [DONE]\n\n';
+    }
+    const drained = sock.write(last ? chunkFrame(data) + '0\r\n\r\n' : chunkFrame(data));
+    const sentAt = now();
+    for (let i = 0; i < inWrite; i++) rec.sends.push(sentAt);
+    if (last) {
+      rec.end = sentAt;
+      rec.complete = true;
+      stats.completed++;
+      finish(rec);
+      done();
+      return;
+    }
+    if (opts.itlMs === 0) {
+      if (drained) setImmediate(sendNext);
+      else sock.once('drain', sendNext);
+      return;
+    }
+    due = start + Math.ceil(sent / opts.tokensPerChunk) * opts.itlMs;
+    timer = setTimeout(sendNext, Math.max(0, due - now()));
+  }
+
+  timer = setTimeout(sendNext, Math.max(0, start - now()));
+}
+
+const server = net.createServer(onConnection);
 
 function shutdown() {
   flushLog(true);
@@ -324,7 +428,8 @@ function warmUp(port, n, done) {
   const oneDone = () => { if (--left === 0) { agent.destroy(); done(); } };
   for (let i = 0; i < n; i++) {
     const req = http.request({ host: opts.host, port, path: '/v1/completions', method: 'POST', agent,
-      headers: { 'Content-Type': 'application/json', 'x-fast-server-warmup': '1' } }, (res) => {
+      headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body),
+                 'x-fast-server-warmup': '1' } }, (res) => {
       res.on('data', () => {});
       res.on('end', oneDone);
       res.on('error', oneDone);

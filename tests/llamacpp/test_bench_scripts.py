@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -136,6 +137,68 @@ def test_fast_server_rejects_bad_flags():
     proc = subprocess.run([NODE, str(BENCH / "fast_server.js"), "--tokens-per-chunk", "0"], capture_output=True,
                           text=True, timeout=10)
     assert proc.returncode == 2 and "tokens-per-chunk" in proc.stderr
+
+
+def _raw_exchange(url: str, data: bytes, until: bytes, timeout: float = 10.0) -> bytes:
+    """Write raw bytes to the server and read until `until` has arrived (or the server closes)."""
+    host, port = url.split("//")[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(data)
+        got = b""
+        while until not in got:
+            part = sock.recv(65536)
+            if not part:
+                break
+            got += part
+        return got
+
+
+def _post(path: str, body: dict, extra: str = "") -> bytes:
+    raw = json.dumps(body).encode()
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}"
+            f"Content-Length: {len(raw)}\r\n\r\n").encode() + raw
+
+
+@needs_node
+def test_fast_server_http11_framing_keepalive_pipelining_and_aborts(node_server):
+    """fast_server.js parses and writes HTTP/1.1 itself (Node's net module): one kept-alive connection
+    carries several requests, pipelined ones are answered in order, a body split across packets is
+    waited for, chunked request bodies get 411, and a client that leaves mid-stream is logged as
+    incomplete, never as complete."""
+    server = node_server("--ttft-ms", "0", "--itl-ms", "5")
+    one = _post("/v1/completions", {"prompt": "first", "max_tokens": 2, "stream": True})
+    two = _post("/v1/completions", {"prompt": "second", "max_tokens": 3, "stream": True}, "Connection: close\r\n")
+    reply = _raw_exchange(server.url, one + two, until=b"never arrives: read to EOF")
+    heads = [part for part in reply.split(b"\r\n") if part.startswith(b"HTTP/1.1 ")]
+    assert heads == [b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK"]
+    assert reply.count(b"Transfer-Encoding: chunked") == 2 and reply.count(b"\r\n0\r\n\r\n") == 2
+    assert reply.count(b"data: [DONE]") == 2 and b"Connection: close" in reply.split(b"HTTP/1.1 200 OK")[2]
+    # a body that arrives in two packets, 200 ms apart: body_ms is the second packet's arrival
+    host, port = server.url.split("//")[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        req = _post("/v1/completions", {"prompt": "split", "max_tokens": 1})
+        sock.sendall(req[:-5])
+        time.sleep(0.2)
+        sock.sendall(req[-5:])
+        assert b'"completion_tokens":1' in sock.recv(65536)
+    chunked = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"
+    assert _raw_exchange(server.url, chunked, until=b"}}").startswith(b"HTTP/1.1 411 Length Required")
+    assert _raw_exchange(server.url, b"GET /nowhere HTTP/1.1\r\n\r\n", until=b"}}").startswith(b"HTTP/1.1 404")
+    # leave after the first event of a 50-token stream
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(_post("/v1/completions", {"prompt": "leaver", "max_tokens": 50, "stream": True}))
+        got = b""
+        while b"data: " not in got:
+            got += sock.recv(65536)
+    deadline = time.monotonic() + 5
+    while json.loads(urllib.request.urlopen(server.url + "/stats", timeout=10).read())["aborted"] < 1:
+        assert time.monotonic() < deadline, "the server did not notice the client leaving"
+        time.sleep(0.02)
+    log = server.stop()
+    by_chars = {entry["prompt_chars"]: entry for entry in log}
+    assert [e["complete"] for e in log].count(True) == 3 and by_chars[len("leaver")]["complete"] is False
+    split = by_chars[len("split")]
+    assert 190.0 <= split["body_ms"] - split["recv_ms"] < 2000.0
 
 
 def test_per_token_gaps_follow_docs_metrics_itl():
