@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from kneecap.client.keepalive import PROBE_PROMPT_PREFIX
 from servers.scripted import start_scripted_server
 
 SUMMARY_KEYS = {"kind", "levels", "knee", "stopped", "manifest", "model_executed", "benchmark_executed", "load",
@@ -46,6 +47,16 @@ def server():
 def records(out: Path) -> list[dict]:
     path = out / "requests.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def probe_entries(srv) -> list[dict]:
+    """The server's log entries for kneecap's keep-alive probe (two requests before the sweep)."""
+    return [e for e in srv.log() if PROBE_PROMPT_PREFIX in json.dumps(e["body"])]
+
+
+def sweep_log(srv) -> list[dict]:
+    """The server's log entries for the sweep's own requests."""
+    return [e for e in srv.log() if PROBE_PROMPT_PREFIX not in json.dumps(e["body"])]
 
 
 def summary(out: Path) -> dict:
@@ -101,7 +112,11 @@ def test_concurrency_sweep_json_golden_keys_and_warmup_excluded(cli, server, tmp
         assert lv["ttft_ms"]["n"] == 6
         assert lv["ttft_ms"]["p50"] >= 20.0  # the server waits 20 ms before the first token
     recs = records(out)
-    assert len(recs) == 2 * (6 + 2) == len(srv.log())
+    assert len(recs) == 2 * (6 + 2) == len(sweep_log(srv))
+    # before the sweep, two probe requests found that the server keeps connections open: reused
+    assert doc["connections"]["keepalive"] is True and doc["connections"]["decided_by"] == "probe"
+    assert doc["connections"]["probe"]["kept_alive"] is True and doc["connections"]["probe"]["requests_sent"] == 2
+    assert len(probe_entries(srv)) == 2 and all(lv["failed_on_reused_connection"] == 0 for lv in doc["levels"])
     assert sum(r["warmup"] for r in recs) == 4
     assert len({r["request_id"] for r in recs}) == len(recs)
     assert all(r["prompt"] is None and r["prompt_hash"] for r in recs)  # hashes, not prompts, by default
@@ -160,7 +175,7 @@ def test_preflight_skips_exceeding_levels_and_warns_on_tight(cli, server, tmp_pa
     assert doc["stopped"]["reason"] == "preflight_exceeds" and doc["stopped"]["at"] == 8
     assert doc["preflight"]["kv_capacity_tokens"] == 100
     assert "tight" in r.stderr and "skipping C=8" in r.stderr
-    assert len(srv.log()) == 6  # nothing was sent for C=8
+    assert len(sweep_log(srv)) == 6  # nothing was sent for C=8
 
 
 def test_force_runs_exceeding_levels(cli, server, tmp_path):
@@ -171,7 +186,43 @@ def test_force_runs_exceeding_levels(cli, server, tmp_path):
     doc = json.loads(r.stdout)
     assert [lv["concurrency"] for lv in doc["levels"]] == [2, 3, 8]
     assert doc["skipped"] == [] and doc["stopped"] is None
-    assert len(srv.log()) == 9
+    assert len(sweep_log(srv)) == 9
+
+
+# -- keep-alive ---------------------------------------------------------------------------------
+def test_a_server_that_closes_connections_after_streams_is_detected_and_not_reused(cli, server, tmp_path):
+    """llama.cpp closes its connection after every streamed response. Without --keepalive or
+    --no-keepalive, kneecap probes first and then opens a connection per request: no request is lost
+    to a race with the server's FIN, and summary.json says what was decided and why."""
+    url, srv = server(ttft_s=0.0, itl_s=0.002, fault="close_after_response")
+    out = tmp_path / "run"
+    r = cli("bench", "--base-url", url, "--isl", "4", "--osl", "4", "--concurrency", "1,2", "--requests", "6",
+            "--out", str(out), "--json")
+    assert r.code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    conn = doc["connections"]
+    assert conn["keepalive"] is False and conn["decided_by"] == "probe" and conn["probe"]["kept_alive"] is False
+    assert "new connection per request" in r.stderr and "--keepalive forces reuse" in r.stderr
+    assert all(lv["completed"] == 6 and lv["failed"] == 0 for lv in doc["levels"])
+    assert len(probe_entries(srv)) == 2 and len(sweep_log(srv)) == 12
+    assert json.loads((out / "manifest.json").read_text())["bench_options"]["keepalive"] is False  # --resume keeps it
+
+
+def test_forced_keepalive_drops_are_counted_and_named(cli, server, tmp_path):
+    """--keepalive against a server that drops reused connections unanswered: every drop is a counted
+    connection_reset, never retried, tallied in failed_on_reused_connection, with a warning naming
+    --no-keepalive. The probe does not run when the flag is given."""
+    url, srv = server(ttft_s=0.0, itl_s=0.002, fault="drop_reused")
+    r = cli("bench", "--base-url", url, "--isl", "4", "--osl", "4", "--concurrency", "1", "--requests", "6",
+            "--keepalive", "--out", str(tmp_path / "run"), "--json")
+    assert r.code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    level = doc["levels"][0]
+    assert doc["connections"] == {"keepalive": True, "decided_by": "--keepalive"}
+    assert level["failed"] > 0 and level["errors"] == {"connection_reset": level["failed"]}
+    assert level["failed_on_reused_connection"] == level["failed"] and level["completed"] + level["failed"] == 6
+    assert f"{level['failed']} request(s) failed on a reused connection" in r.stderr and "--no-keepalive" in r.stderr
+    assert probe_entries(srv) == []
 
 
 # -- failures ----------------------------------------------------------------------------------
@@ -184,7 +235,7 @@ def test_error_rate_stops_the_sweep_exit_per_fail_on(cli, server, tmp_path):
     assert len(doc["levels"]) == 1
     assert doc["levels"][0]["failed"] == 4 and doc["levels"][0]["errors"] == {"http_500": 4}
     assert doc["stopped"]["reason"] == "error_rate" and doc["stopped"]["at"] == 1
-    assert len(srv.log()) == 4
+    assert len(sweep_log(srv)) == 4
     r = cli("bench", *args, "--out", str(tmp_path / "b"), "--quiet", "--fail-on", "errors")
     assert r.code == 1
     assert "--fail-on errors" in r.stderr and "Traceback" not in r.stderr
@@ -342,7 +393,7 @@ def test_two_workers_give_the_same_records_and_merged_stats(cli, server, tmp_pat
     assert b["client"]["workers"] == 2 and len(b["client"]["per_worker"]) == 2
     recs = records(tmp_path / "w2")
     assert len(recs) == 12 and len({r["request_id"] for r in recs}) == 12
-    assert len(srv.log()) == 24
+    assert len(sweep_log(srv)) == 24
 
 
 def test_sigkill_with_workers_leaves_no_orphans_and_resumes(server, cli, tmp_path):
@@ -421,7 +472,7 @@ def test_duration_runs_closed_loop_rounds_until_time_is_up(cli, server, tmp_path
     assert level["requests"] > 2 * 32 and level["failed"] == 0
     assert 1.5 <= level["wall_s"] <= 10.0  # the duration, plus the requests in flight at the end
     recs = records(out)
-    assert len(recs) == level["requests"] == len(srv.log())
+    assert len(recs) == level["requests"] == len(sweep_log(srv))
     assert len({r["request_id"] for r in recs}) == len(recs)
     assert len({r["prompt_hash"] for r in recs}) == len(recs)  # every round draws new prompts
     assert any(r["request_id"].startswith("L0r1-") for r in recs)

@@ -1,5 +1,6 @@
 """kneecap against llama.cpp's real server: the preflight read from /props, and a small `kneecap bench`
-sweep with exact output lengths, sane metrics and no errors; keep-alive drops counted, never hidden.
+sweep with exact output lengths, sane metrics and no errors (its keep-alive probe finds that llama.cpp
+closes connections after streams); with --keepalive forced, the drops counted, never hidden.
 
 Depends on (other parts of kneecap): kneecap.client.server_info.fetch_server_info, the
 `kneecap preflight --server` and `kneecap bench` commands, kneecap.records.read_records.
@@ -77,8 +78,10 @@ def test_bench_exact_lengths_on_a_real_server(llamacpp_32k, cli, tmp_path):
 
 
 def test_bench_sweep_token_accounting_and_sane_metrics(llamacpp, cli, tmp_path):
-    summary, records = _bench(cli, llamacpp, tmp_path / "sweep", "--concurrency", "1,2,4", "--requests", "8",
-                              "--no-keepalive")
+    summary, records = _bench(cli, llamacpp, tmp_path / "sweep", "--concurrency", "1,2,4", "--requests", "8")
+    # no keep-alive flag: the probe finds that llama.cpp closes its connection after a streamed response
+    assert summary["connections"]["decided_by"] == "probe", summary["connections"]
+    assert summary["connections"]["keepalive"] is False and summary["connections"]["probe"]["kept_alive"] is False
     levels = summary["levels"]
     assert [level["concurrency"] for level in levels] == [1, 2, 4]
     for level in levels:
@@ -114,6 +117,7 @@ def test_keepalive_drops_are_counted_as_connection_errors_never_hidden(llamacpp,
     assert level["completed"] == sum(1 for r in measured if r.ok)
     failed = [r for r in measured if not r.ok]
     assert sum(level["errors"].values()) == len(failed)
+    assert level["failed_on_reused_connection"] == sum(1 for r in failed if r.extra.get("reused_connection"))
     for r in failed:
         assert any(word in (r.error_kind or "") for word in CONNECTION_KINDS), (r.error_kind, r.error_message)
         assert not r.chunk_times  # the drop happens before any token arrives

@@ -57,4 +57,10 @@ def test_bench_all_failed_prints_only_its_own_lines(tmp_path):
         proc, _ = bench(url, tmp_path / "out", "--fail-on", "errors")
     finally:
         srv.stop()
-    assert proc.stderr.strip().splitlines() == [proc.stderr.strip().splitlines()[-1]], proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    # the keep-alive probe's note (its requests got HTTP 500 too), then the --fail-on line; nothing else
+    # (no plotting warning about empty data, no traceback)
+    assert len(lines) == 2, proc.stderr
+    assert lines[0].startswith("note: could not tell whether the server keeps connections open "
+                               "(probe request 1 answered HTTP 500)"), proc.stderr
+    assert lines[1] == "bench: 4 request(s) failed (--fail-on errors)", proc.stderr

@@ -88,7 +88,7 @@ class BenchOptions:
     warmup: int = 0  # requests per level, recorded with warmup=true, excluded from statistics
     slo: str | None = None  # raw `--slo` text, parsed by kneecap.metrics.slo
     timeout_s: float = 600.0  # per request
-    keepalive: bool = True
+    keepalive: bool | None = None  # None: probe the server (kneecap.client.keepalive) and decide
     ignore_eos: bool = True
     dataset: str = "random"
     shared_prefix_tokens: int = 0

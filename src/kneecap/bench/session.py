@@ -22,6 +22,7 @@ from kneecap.errors import KneecapError
 DEFAULT_RESULTS_ROOT = "kneecap-results"
 PROBE_TIMEOUT_S = 10.0  # reading /v1/models etc. before the sweep and after a failing level
 DEAD_PROBE_TIMEOUT_S = 5.0  # a server that cannot answer GET /v1/models in this long is treated as gone
+PROBE_REQUEST_TIMEOUT_S = 60.0  # each of the keep-alive probe's two 2-token requests (a cold server may be slow)
 DEFAULT_BLOCK_SIZE = 16  # tokens per KV block when neither --block-size nor the server says (vLLM's default)
 STALL_TIMEOUT_S = 120.0  # longest silence inside one response before it counts as a stall
 OPEN_LOOP_WARM_CONNECTIONS = 32  # open loop: connections opened before the clock starts (more open on demand)
@@ -82,6 +83,30 @@ def preflight_for(opts: BenchOptions, kv_capacity_tokens: int | None, source: st
     return result, {row["concurrency"]: row for row in result["levels"]}
 
 
+def decide_keepalive(opts: BenchOptions, *, model: str, api_key: str | None, resumed: bool,
+                     progress) -> tuple[BenchOptions, dict]:
+    """(options with keepalive settled, summary.json's `connections`). Neither --keepalive nor
+    --no-keepalive given: probe the server (kneecap.client.keepalive) and reuse connections only if
+    it keeps them open after a streamed response; say so either way."""
+    if opts.keepalive is not None:
+        flag = "--keepalive" if opts.keepalive else "--no-keepalive"
+        return opts, {"keepalive": opts.keepalive, "decided_by": "the resumed run's setting" if resumed else flag}
+    from kneecap.client.driver import run_sync
+    from kneecap.client.keepalive import probe_keepalive
+
+    cfg = dataclasses.replace(_client_config(opts, model=model, api_key=api_key), keepalive=True)
+    probe = run_sync(probe_keepalive(cfg, timeout_s=min(PROBE_REQUEST_TIMEOUT_S, opts.timeout_s)))
+    keepalive = probe.kept_alive is not False
+    if probe.kept_alive is False:
+        progress.note(f"note: {probe.detail} (llama.cpp does): opening a new connection per request (before "
+                      "its send stamp, so TTFT does not include connecting); --keepalive forces reuse")
+    elif probe.kept_alive is None:
+        progress.note(f"note: could not tell whether the server keeps connections open ({probe.detail}); "
+                      "reusing them. If requests fail on reused connections, pass --no-keepalive")
+    return dataclasses.replace(opts, keepalive=keepalive), {"keepalive": keepalive, "decided_by": "probe",
+                                                             "probe": probe.to_dict()}
+
+
 # -- the run ------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class BenchRun:
@@ -117,9 +142,11 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
     plans = plan_levels(opts, verdicts)
     prompts = prompt_source(opts, info.vocab_size)  # a bad --dataset fails here, before any folder is created
 
+    opts, connections = decide_keepalive(opts, model=model, api_key=api_key, resumed=resume, progress=progress)
+
     # 2. the results folder (fresh, or resumed)
     results = ResultsDir(out_dir if out_dir is not None else default_out_dir())
-    state = SweepState(preflight=preflight_json, server=server_facts(info, opts.redact))
+    state = SweepState(preflight=preflight_json, server=server_facts(info, opts.redact), connections=connections)
     done: frozenset[int] = frozenset()
     if resume:
         done, state = _resume_state(results, plans, state)

@@ -40,6 +40,7 @@ class SweepState:
     status: str = STATUS_RUNNING
     preflight: dict | None = None
     server: dict | None = None
+    connections: dict | None = None  # keep-alive or not, and what decided it (kneecap.client.keepalive)
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,8 @@ class Sweep:
             SUMMARY_KIND, self.state.levels, knee, self.state.stopped,
             model_executed=True, benchmark_executed=True,
             load=kind, status=self.state.status, skipped=self.state.skipped, preflight=self.state.preflight,
-            server=self.state.server, slo=self._slo or None, workers=self.opts.workers,
+            server=self.state.server, connections=self.state.connections, slo=self._slo or None,
+            workers=self.opts.workers,
         )
 
     def save(self) -> dict:
@@ -260,6 +262,11 @@ class Sweep:
         summary["client"] = _merge_outcomes(outcomes)
         summary["suspect"] = summary["client"]["suspect"]
         ok, failed = summary.get("completed", 0), summary.get("failed", 0)
+        dropped = summary.get("failed_on_reused_connection", 0)
+        if dropped:
+            self._progress.note(f"warning: {label}: {dropped} request(s) failed on a reused connection the server had "
+                                "closed (llama.cpp closes its connection after each streamed response); "
+                                "--no-keepalive opens a new connection per request")
         self._progress.end_level(f"{label}: {ok} ok, {failed} failed, "
                                  f"{_fmt(summary.get('output_tok_s'))} output tok/s"
                                  + (f" (client suspect: its own lag may have set these numbers; {_suspect_hint(opts.workers)})"

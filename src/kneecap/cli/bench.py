@@ -35,7 +35,7 @@ def bench(
     json_out: bool = typer.Option(False, "--json", help="print summary.json on stdout, nothing else"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress display and no table"),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="per-request timeout in seconds (default 600)"),
-    keepalive: Optional[bool] = typer.Option(None, "--keepalive/--no-keepalive", help="reuse connections (default on)"),
+    keepalive: Optional[bool] = typer.Option(None, "--keepalive/--no-keepalive", help="reuse connections; default: probe the server first and reuse them only if it keeps a connection open after a streamed response (llama.cpp does not)"),
     ignore_eos: Optional[bool] = typer.Option(None, "--ignore-eos/--no-ignore-eos", help="ask for exactly --osl tokens (default on)"),
     dataset: Optional[str] = typer.Option(None, "--dataset", help="random | PATH.jsonl (prompts; ShareGPT layout accepted)"),
     shared_prefix: Optional[str] = typer.Option(None, "--shared-prefix", help="TOKENS or TOKENSxGROUPS shared by requests"),

@@ -37,7 +37,8 @@ _REQUEST_METRICS = (
 )
 _DISTRIBUTIONS = tuple(k for k, _ in _REQUEST_METRICS) + ("itl_ms", "chunk_gap_ms", "tokens_per_chunk",
                                                           "schedule_lag_ms")
-_COUNTERS = ("requests", "completed", "failed", "timeouts", "warmup_excluded", "output_tokens", "input_tokens",
+_COUNTERS = ("requests", "completed", "failed", "timeouts", "failed_on_reused_connection", "warmup_excluded",
+             "output_tokens", "input_tokens",
              "good_requests", "good_output_tokens")
 
 
@@ -83,6 +84,7 @@ class LevelAccumulator:
         if not r.ok:
             c["failed"] += 1
             c["timeouts"] += r.status == TIMEOUT or r.error_kind == TIMEOUT
+            c["failed_on_reused_connection"] += bool(r.extra.get("reused_connection"))
             kind = r.error_kind or r.status
             self.errors[kind] = self.errors.get(kind, 0) + 1
             return
@@ -159,7 +161,8 @@ class LevelAccumulator:
             out["concurrency"] = None
         if len(self.levels_seen) == 1:
             out["level"] = next(iter(self.levels_seen))
-        out.update({k: c[k] for k in ("requests", "completed", "failed", "timeouts", "warmup_excluded")})
+        out.update({k: c[k] for k in ("requests", "completed", "failed", "timeouts", "failed_on_reused_connection",
+                                            "warmup_excluded")})
         out.update({
             "duration_s": wall_s,
             "output_tokens": c["output_tokens"],

@@ -172,6 +172,8 @@ def summarize_level(records: Iterable[RequestRecord], *, concurrency=None, rate=
         "completed": len(completed),
         "failed": len(failed),
         "timeouts": sum(1 for r in failed if r.status == TIMEOUT or r.error_kind == TIMEOUT),
+        # a kept-alive connection the server had closed (llama.cpp does after each stream): --no-keepalive
+        "failed_on_reused_connection": sum(1 for r in failed if r.extra.get("reused_connection")),
         "warmup_excluded": len(all_records) - len(measured),
         "duration_s": wall_s,
         "output_tokens": out_tokens,
