@@ -100,7 +100,8 @@ def run_kneecap(url: str, sc, cpu: int, work: Path) -> dict:
     out_dir = work / "kneecap-out"
     cmd = [sys.executable, "-m", "kneecap", "bench", "--base-url", url, "--model", "fast-scripted",
            "--isl", str(sc.isl), "--osl", str(sc.osl), "--concurrency", str(sc.concurrency), "--requests", str(sc.requests), "--warmup", "0",
-           "--out", str(out_dir), "--quiet", "--json"]
+           # reuse connections like the peers, without the keep-alive probe's two requests in the server's log
+           "--keepalive", "--out", str(out_dir), "--quiet", "--json"]
     code, cpu_total_s, err = run_pinned(cmd, cpu, timeout_s=600)
     if code != 0:
         return {"error": f"kneecap bench exited {code}: {err.strip().splitlines()[-1:] if err.strip() else ''}"}
