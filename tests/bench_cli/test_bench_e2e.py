@@ -476,3 +476,8 @@ def test_duration_runs_closed_loop_rounds_until_time_is_up(cli, server, tmp_path
     assert len({r["request_id"] for r in recs}) == len(recs)
     assert len({r["prompt_hash"] for r in recs}) == len(recs)  # every round draws new prompts
     assert any(r["request_id"].startswith("L0r1-") for r in recs)
+    # one worker, many rounds: the client section says both (it once counted each round as a worker)
+    # request ids: L0r<i> in round 0, L0r<round>-<i> after it
+    rounds = 1 + max(int(r["request_id"][3:].split("-")[0]) if "-" in r["request_id"] else 0 for r in recs)
+    client = level["client"]
+    assert client["workers"] == 1 and client["rounds"] == rounds >= 2 and len(client["per_worker"]) == rounds

@@ -259,7 +259,7 @@ class Sweep:
         summary["wall_s"] = wall_s
         summary["preflight"] = plan.verdict
         summary["server_metrics"] = server_metrics
-        summary["client"] = _merge_outcomes(outcomes)
+        summary["client"] = _merge_outcomes(outcomes, self.opts.workers)
         summary["suspect"] = summary["client"]["suspect"]
         ok, failed = summary.get("completed", 0), summary.get("failed", 0)
         dropped = summary.get("failed_on_reused_connection", 0)
@@ -323,10 +323,10 @@ class Sweep:
         return False
 
 
-def _merge_outcomes(outcomes: list[LevelOutcome]) -> dict:
+def _merge_outcomes(outcomes: list[LevelOutcome], workers: int) -> dict:
     from kneecap.bench.workers import merge_outcomes
 
-    return merge_outcomes(outcomes)
+    return merge_outcomes(outcomes, workers)
 
 
 def _suspect_hint(workers: int) -> str:
