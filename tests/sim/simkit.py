@@ -46,10 +46,12 @@ def check_engine(engine: Engine) -> None:
     assert len(ids) == len(set(ids))
 
 
-def run_checked(engine: Engine, arrivals, *, max_steps: int = 1, closed_loop=None):
+def run_checked(engine: Engine, arrivals, *, max_steps: int = 1, closed_loop=None, forget_steps: bool = False):
     """Drive `engine` with (time, spec) arrivals (sorted); check invariants after every step.
 
-    closed_loop: an iterator of further specs, one sent at each completion. Returns (records, outcomes)."""
+    closed_loop: an iterator of further specs, one sent at each completion. forget_steps: after every
+    step, let the engine drop the step times no held request needs (as `kneecap serve` does).
+    Returns (records, outcomes)."""
     import math
 
     arrivals = list(arrivals)
@@ -72,6 +74,8 @@ def run_checked(engine: Engine, arrivals, *, max_steps: int = 1, closed_loop=Non
         assert out.ended_at > t
         assert out.prefill_tokens + out.decode_tokens <= engine.config.max_num_batched_tokens * out.num_steps
         check_engine(engine)
+        if forget_steps:
+            engine.forget_finished_steps(keep_at_most=0)
         outcomes.append(out)
         t = out.ended_at
         for rec in out.finished:

@@ -133,6 +133,25 @@ def test_request_larger_than_pool_fails_at_once():
     assert not engine.has_work
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(num_blocks=st.integers(6, 40), lengths=st.lists(st.tuples(st.integers(1, 30), st.integers(1, 40)), min_size=1,
+                                                        max_size=12),
+       gaps=st.lists(st.floats(0, 0.05), min_size=12, max_size=12), fast=st.booleans())
+def test_forgetting_finished_steps_changes_no_record(num_blocks, lengths, gaps, fast):
+    """`kneecap serve` drops the end times of steps no held request needs (bounded memory); the
+    records, including those of preempted and requeued requests, must be exactly the same."""
+    cfg = EngineConfig(max_num_seqs=4, max_num_batched_tokens=32, enable_prefix_caching=False)
+    arrivals = list(zip(itertools.accumulate(gaps), (spec(i, isl, osl) for i, (isl, osl) in enumerate(lengths))))
+    runs = []
+    for forget in (False, True):
+        engine = Engine(deployment(block_size=4), cfg, num_blocks)
+        records, _ = run_checked(engine, arrivals, max_steps=50 if fast else 1, forget_steps=forget)
+        runs.append((sorted(records, key=lambda r: r.request_id), engine))
+    (kept, full), (forgot, lean) = runs
+    assert [r.to_dict() for r in kept] == [r.to_dict() for r in forgot]
+    assert len(lean.step_end_at) == min(1, len(full.step_end_at))  # idle at the end: only the last step's end is kept
+
+
 def test_fast_path_equals_exact_path():
     wl = Workload(classes=(RequestClass(input=LengthDist(kind="uniform", low=50, high=900),
                                         output=LengthDist(kind="uniform", low=5, high=400),

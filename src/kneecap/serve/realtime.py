@@ -26,6 +26,7 @@ from kneecap.serve.prefix import PrefixIndex
 from kneecap.workload import RequestSpec
 
 MAX_STEPS_PER_CALL = 4096  # steps one catch-up call may advance (bounds the work between two yields)
+STEP_TIMES_KEPT = 4096  # the engine forgets finished steps' end times past this many (memory bounded over days)
 ARRIVAL_EPSILON_S = 1e-9  # a step may start at "now" in virtual time
 
 
@@ -201,6 +202,7 @@ class RealtimeEngine:
                     slot.done = True
                     slot.wake.set()
                     self.counters.requests_finished_total += 1
+            engine.forget_finished_steps(keep_at_most=STEP_TIMES_KEPT)
             if not slept:
                 await asyncio.sleep(0)  # behind the wall clock: still let the handlers write
 

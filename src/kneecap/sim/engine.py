@@ -95,7 +95,11 @@ class Engine:
         self.steptime = steptime or StepTimeModel(deployment, step_params)
         self.level = level
         self.fast_path = fast_path
-        self.step_end_at: list[float] = []  # end time of every step so far (records index into it)
+        # end time of every step since step number _step_base (requests' runs hold step numbers);
+        # forget_finished_steps() drops the ones no held request refers to any more
+        self.step_end_at: list[float] = []
+        self._step_base = 0
+        self._compact_at = 0  # len(step_end_at) past which forget_finished_steps() looks again
         self.stats = EngineStats()
         self.trace_rows: list[tuple] | None = [] if trace else None
         self._last_blocked = ""
@@ -205,7 +209,7 @@ class Engine:
         end = now + dur
         if batch.admitted:
             sched.last_prompt_latency = dur  # vLLM V0: time from the prompt step's schedule() to the next
-        idx = len(self.step_end_at)
+        idx = self._step_base + len(self.step_end_at)
         self.step_end_at.append(end)
         used_peak = blocks.num_used
         emitted: list[tuple[str, int]] = []
@@ -306,7 +310,7 @@ class Engine:
         k = len(ends)
         if k < 1:
             return None
-        first = len(self.step_end_at)
+        first = self._step_base + len(self.step_end_at)
         self.step_end_at.extend(ends)
         counts = ((c + k + bs - 1) // bs - (c + bs - 1) // bs).tolist()
         used_before = blocks.num_used
@@ -339,13 +343,32 @@ class Engine:
                 self.trace_rows.append((self.level, first + j, starts[j], durs[j], 0, n, 0, n, used[j], n, nw, 0))
         return StepOutcome(now, ends[-1], k, 0, n, 0, n * k, emitted, [], [], blocks.num_used, n, len(sched.waiting))
 
+    def forget_finished_steps(self, keep_at_most: int = 0) -> int:
+        """Drop the end times of steps that no request still held (running, or waiting after a
+        preemption) produced a token in, once more than `keep_at_most` are kept. `kneecap serve`
+        calls this so that its memory does not grow by one float per step for as long as it runs;
+        a sweep's engine lives for one level and never needs it. Returns how many were dropped."""
+        if len(self.step_end_at) <= max(keep_at_most, self._compact_at):
+            return 0
+        sched = self.scheduler
+        held = [seq.runs[0][0] for seq in sched.running if seq.runs]
+        held += [seq.runs[0][0] for seq in sched.waiting if seq.runs]
+        last = self._step_base + len(self.step_end_at) - 1  # kept: abort() ends a request at the last step's end
+        drop = min(min(held, default=last), last) - self._step_base
+        if drop > 0:
+            del self.step_end_at[:drop]
+            self._step_base += drop
+        # a long request can hold old steps: look again only after keep_at_most more steps
+        self._compact_at = len(self.step_end_at) + keep_at_most
+        return max(drop, 0)
+
     # --- records ------------------------------------------------------------------------------
     def _record(self, seq: Sequence, *, end_at: float, status: str = OK, error_kind: str | None = None,
                 error_message: str | None = None) -> RequestRecord:
-        ends = self.step_end_at
+        ends, base = self.step_end_at, self._step_base
         chunk_times: list[float] = []
         for start, length in seq.runs:
-            chunk_times.extend(ends[start:start + length])
+            chunk_times.extend(ends[start - base:start - base + length])
         meta = seq.meta
         queue_s = None if seq.admitted_at is None else seq.admitted_at - seq.arrival_at
         extra = {"preemptions": seq.preemptions, "queue_s": queue_s, "cached_tokens": meta.get("cached_tokens", 0)}
