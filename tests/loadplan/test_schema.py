@@ -38,6 +38,15 @@ def write(tmp_path, text):
     return p
 
 
+def test_server_keepalive_is_auto_unless_set(tmp_path):
+    server = "    target: {kind: server, base_url: 'http://127.0.0.1:8000'}\n"
+    simulator = "    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm, max_num_seqs: 16}\n"
+    spec, _ = load_plan_file(write(tmp_path, GOOD.replace(simulator, server)))
+    assert spec.candidates[0].target.keepalive == "auto"
+    spec, _ = load_plan_file(write(tmp_path, GOOD.replace(simulator, server.replace("}", ", keepalive: false}"))))
+    assert spec.candidates[0].target.keepalive is False
+
+
 def test_good_plan_loads(tmp_path):
     spec, base = load_plan_file(write(tmp_path, GOOD))
     assert spec.name == "demo"
@@ -55,6 +64,9 @@ def test_good_plan_loads(tmp_path):
         ("    input: {kind: uniform, low: 4000, high: 8000}\n", "    input: {kind: uniform, low: 4000}\n", 9, "classes.long-thread.input"),
         ("    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm, max_num_seqs: 16}\n",
          "    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm, max_num_seqs: 0}\n", 19, "candidates.0.target.max_num_seqs"),
+        ("    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm, max_num_seqs: 16}\n",
+         "    target: {kind: server, base_url: 'http://127.0.0.1:8000', keepalive: sometimes}\n", 19,
+         "candidates.0.target.keepalive"),
     ],
 )
 def test_errors_name_file_line_field(tmp_path, old, new, line, field):

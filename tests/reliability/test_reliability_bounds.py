@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from kneecap.client.keepalive import PROBE_PROMPT_PREFIX
 from servers.scripted import start_scripted_server
 
 MEMORY_LIMIT_BYTES = 3 * 1024**3  # address space of a child; the legitimate cases here use < 1 GiB
@@ -58,6 +59,11 @@ def test_simulate_small_run_stays_inside_the_bounds(tmp_path):
     assert code == 0, err
 
 
+def finished_cell_requests(srv) -> int:
+    """Requests the server finished for the plan's cells (not the keep-alive probe's two)."""
+    return sum(e["completed"] for e in srv.log() if PROBE_PROMPT_PREFIX not in json.dumps(e["body"]))
+
+
 def test_run_keeps_finished_records_after_sigkill_mid_cell(tmp_path):
     """Regression: execute.py wrote a cell's records only when the cell ended, so SIGKILL mid-cell lost them."""
     url, srv = start_scripted_server(ttft_s=0.0, itl_s=0.05)
@@ -70,11 +76,11 @@ def test_run_keeps_finished_records_after_sigkill_mid_cell(tmp_path):
                              "--quiet", "--no-report"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and sum(e["completed"] for e in srv.log()) < 3:
+        while time.monotonic() < deadline and finished_cell_requests(srv) < 3:
             time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-        finished = sum(e["completed"] for e in srv.log())
+        finished = finished_cell_requests(srv)
     finally:
         if proc.poll() is None:
             proc.kill()

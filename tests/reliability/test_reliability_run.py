@@ -46,8 +46,10 @@ FAULTS = {
 
 
 def write_plan(folder: Path, base_url: str, *, api_key_env: str | None = None, output: int = 8,
-               requests: int = REQUESTS, timeout_s: float = TIMEOUT_S) -> Path:
+               requests: int = REQUESTS, timeout_s: float = TIMEOUT_S, keepalive=None) -> Path:
     target = {"kind": "server", "base_url": base_url, "timeout_s": timeout_s}
+    if keepalive is not None:
+        target["keepalive"] = keepalive
     if api_key_env:
         target["api_key_env"] = api_key_env
     plan = {
@@ -161,16 +163,25 @@ def test_run_connection_refused_is_one_line(tmp_path):
     assert proc.stdout == "" and elapsed < 30
 
 
-def test_run_partial_failures_are_counted_not_dropped(tmp_path):
+@pytest.mark.parametrize("keepalive", [True, None])
+def test_run_partial_failures_are_counted_not_dropped(tmp_path, keepalive):
     """A server that fails only some requests (a keep-alive dropper): every request is in the records,
-    failures by kind in the cell metrics, completed + failed = requests."""
+    failures by kind in the cell metrics, completed + failed = requests. With keepalive left at "auto"
+    the probe finds the dropper first and no request fails."""
     url, srv = start_scripted_server(fault="drop_reused", ttft_s=0.0, itl_s=0.001)
     try:
-        proc, _ = run_plan(write_plan(tmp_path, url), tmp_path / "out")
+        proc, _ = run_plan(write_plan(tmp_path, url, keepalive=keepalive), tmp_path / "out")
     finally:
         srv.stop()
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
+    connections = summary["identities"]["srv"]["connections"]
+    failed = sum(cell["metrics"]["failed"] for cell in summary["cells"] if cell.get("metrics"))
+    if keepalive is None:
+        assert connections["decided_by"] == "probe" and connections["keepalive"] is False, connections
+        assert failed == 0
+    else:
+        assert connections == {"keepalive": True, "decided_by": "target.keepalive"} and failed > 0
     for cell in summary["cells"]:
         if cell["verdict"] == "not_run":
             continue

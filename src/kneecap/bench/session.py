@@ -87,7 +87,8 @@ def decide_keepalive(opts: BenchOptions, *, model: str, api_key: str | None, res
                      progress) -> tuple[BenchOptions, dict]:
     """(options with keepalive settled, summary.json's `connections`). Neither --keepalive nor
     --no-keepalive given: probe the server (kneecap.client.keepalive) and reuse connections only if
-    it keeps them open after a streamed response; say so either way."""
+    it keeps them open after a streamed response; a note on stderr when it does not, or when the
+    probe cannot tell."""
     if opts.keepalive is not None:
         flag = "--keepalive" if opts.keepalive else "--no-keepalive"
         return opts, {"keepalive": opts.keepalive, "decided_by": "the resumed run's setting" if resumed else flag}
@@ -96,15 +97,14 @@ def decide_keepalive(opts: BenchOptions, *, model: str, api_key: str | None, res
 
     cfg = dataclasses.replace(_client_config(opts, model=model, api_key=api_key), keepalive=True)
     probe = run_sync(probe_keepalive(cfg, timeout_s=min(PROBE_REQUEST_TIMEOUT_S, opts.timeout_s)))
-    keepalive = probe.kept_alive is not False
+    connections = probe.decision()
     if probe.kept_alive is False:
-        progress.note(f"note: {probe.detail} (llama.cpp does): opening a new connection per request (before "
-                      "its send stamp, so TTFT does not include connecting); --keepalive forces reuse")
+        progress.note(f"note: {probe.detail}, as llama.cpp's server does: opening a new connection per request "
+                      "(before its send stamp, so TTFT does not include connecting); --keepalive forces reuse")
     elif probe.kept_alive is None:
         progress.note(f"note: could not tell whether the server keeps connections open ({probe.detail}); "
                       "reusing them. If requests fail on reused connections, pass --no-keepalive")
-    return dataclasses.replace(opts, keepalive=keepalive), {"keepalive": keepalive, "decided_by": "probe",
-                                                             "probe": probe.to_dict()}
+    return dataclasses.replace(opts, keepalive=connections["keepalive"]), connections
 
 
 # -- the run ------------------------------------------------------------------------------------

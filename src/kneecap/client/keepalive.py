@@ -41,6 +41,11 @@ class KeepAliveProbe:
     def to_dict(self) -> dict:
         return {"kept_alive": self.kept_alive, "detail": self.detail, "requests_sent": self.requests_sent}
 
+    def decision(self) -> dict:
+        """summary.json's `connections` after this probe: reuse connections unless the server was
+        seen closing them (a probe that could not tell keeps the default, reuse)."""
+        return {"keepalive": self.kept_alive is not False, "decided_by": "probe", "probe": self.to_dict()}
+
 
 async def probe_keepalive(cfg, *, pause_s: float = PAUSE_S, timeout_s: float = 30.0) -> KeepAliveProbe:
     """Two streamed requests on one pooled connection: was the connection still there for the second?

@@ -272,7 +272,8 @@ def _redacted(identity: dict) -> dict:
     if identity.get("kind") != "server":
         return identity
     return {"kind": "server", "redacted": True, "endpoint": identity.get("endpoint"),
-            "kv_capacity_tokens": (identity.get("server") or {}).get("kv_capacity_tokens")}
+            "kv_capacity_tokens": (identity.get("server") or {}).get("kv_capacity_tokens"),
+            "connections": identity.get("connections")}  # kneecap's own words: keep-alive and why
 
 
 def plan_digest(plan_path: Path) -> str:

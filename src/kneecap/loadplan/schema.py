@@ -228,6 +228,9 @@ class ServerTarget(_Strict):
     endpoint: Literal["completions", "chat"] = "completions"
     api_key_env: Optional[str] = None  # name of the env variable holding the key (never the key itself)
     timeout_s: float = Field(120.0, gt=0)
+    # reuse connections: "auto" probes the server first (kneecap.client.keepalive) and reuses them only
+    # if it keeps a connection open after a streamed response (llama.cpp does not)
+    keepalive: Union[Literal["auto"], bool] = "auto"
 
 
 class CostSpec(_Strict):

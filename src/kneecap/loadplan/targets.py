@@ -110,11 +110,24 @@ class ServerCandidate:
         self.model = target.model or self.info.model_id
         if not self.model:
             raise KneecapError(f"server {target.base_url} lists no model in /v1/models", "set target.model in the plan")
+        self.connections = self._decide_keepalive()
+
+    def _decide_keepalive(self) -> dict:
+        """As `kneecap bench` does: target.keepalive true/false, or "auto" = probe the server first."""
+        from dataclasses import replace
+
+        if self.target.keepalive != "auto":
+            return {"keepalive": bool(self.target.keepalive), "decided_by": "target.keepalive"}
+        from kneecap.client.driver import run_sync
+        from kneecap.client.keepalive import probe_keepalive
+
+        probe = run_sync(probe_keepalive(replace(self._client(), keepalive=True), timeout_s=min(60.0, self.target.timeout_s)))
+        return probe.decision()
 
     def identity(self) -> dict:
         info = self.info.to_dict()
         return {"kind": "server", "base_url": self.target.base_url, "endpoint": self.target.endpoint, "model": self.model,
-                "server": info}
+                "server": info, "connections": self.connections}
 
     @property
     def kv_capacity_tokens(self) -> int | None:
@@ -131,9 +144,11 @@ class ServerCandidate:
     def _client(self):
         from kneecap.client.driver import ClientConfig
 
+        connections = getattr(self, "connections", None)  # None while the probe itself runs
         return ClientConfig(base_url=self.target.base_url, model=self.model, endpoint=self.target.endpoint,
                             api_key=self.api_key, timeout_s=self.target.timeout_s,
-                            stall_timeout_s=min(120.0, self.target.timeout_s))
+                            stall_timeout_s=min(120.0, self.target.timeout_s),
+                            keepalive=connections["keepalive"] if connections else True)
 
     def run_cell(self, *, index: int, dimension: str, load: float, workload: Workload, num_requests: int,
                  warmup: int, seed: int, burstiness: float, on_s: float | None = None, off_s: float = 0.0,
