@@ -22,7 +22,6 @@ from kneecap.errors import KneecapError
 DEFAULT_RESULTS_ROOT = "kneecap-results"
 PROBE_TIMEOUT_S = 10.0  # reading /v1/models etc. before the sweep and after a failing level
 DEAD_PROBE_TIMEOUT_S = 5.0  # a server that cannot answer GET /v1/models in this long is treated as gone
-PROBE_REQUEST_TIMEOUT_S = 60.0  # each of the keep-alive probe's two 2-token requests (a cold server may be slow)
 DEFAULT_BLOCK_SIZE = 16  # tokens per KV block when neither --block-size nor the server says (vLLM's default)
 STALL_TIMEOUT_S = 120.0  # longest silence inside one response before it counts as a stall
 OPEN_LOOP_WARM_CONNECTIONS = 32  # open loop: connections opened before the clock starts (more open on demand)
@@ -93,10 +92,10 @@ def decide_keepalive(opts: BenchOptions, *, model: str, api_key: str | None, res
         flag = "--keepalive" if opts.keepalive else "--no-keepalive"
         return opts, {"keepalive": opts.keepalive, "decided_by": "the resumed run's setting" if resumed else flag}
     from kneecap.client.driver import run_sync
-    from kneecap.client.keepalive import probe_keepalive
+    from kneecap.client.keepalive import PROBE_TIMEOUT_S, probe_keepalive
 
-    cfg = dataclasses.replace(_client_config(opts, model=model, api_key=api_key), keepalive=True)
-    probe = run_sync(probe_keepalive(cfg, timeout_s=min(PROBE_REQUEST_TIMEOUT_S, opts.timeout_s)))
+    cfg = _client_config(dataclasses.replace(opts, keepalive=True), model=model, api_key=api_key)
+    probe = run_sync(probe_keepalive(cfg, timeout_s=min(PROBE_TIMEOUT_S, opts.timeout_s)))
     connections = probe.decision()
     if probe.kept_alive is False:
         progress.note(f"note: {probe.detail}, as llama.cpp's server does: opening a new connection per request "

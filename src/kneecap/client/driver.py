@@ -110,6 +110,14 @@ def prepare_requests(cfg: ClientConfig, specs: Iterable[RequestSpec], prompts: P
     return out
 
 
+def request_headers(cfg: ClientConfig) -> dict:
+    """The headers every request to the server carries (the API key only here, never in a record)."""
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream" if cfg.stream else "application/json"}
+    if cfg.api_key:
+        headers["Authorization"] = f"Bearer {cfg.api_key}"
+    return headers
+
+
 async def _stamp_body_sent(session, ctx, params) -> None:
     stamp = ctx.trace_request_ctx
     if type(stamp) is list and stamp[0] is None:
@@ -153,10 +161,7 @@ class Client:
         self.bodies_tapped = 0  # streams read by a BodyTap (counters for tests and diagnostics)
         self.bodies_via_aiohttp = 0
         self._session: aiohttp.ClientSession | None = None
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream" if cfg.stream else "application/json"}
-        if cfg.api_key:
-            headers["Authorization"] = f"Bearer {cfg.api_key}"
-        self._headers = headers
+        self._headers = request_headers(cfg)
 
     def __repr__(self) -> str:
         return f"Client({self.cfg!r})"

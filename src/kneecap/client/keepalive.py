@@ -19,15 +19,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import aiohttp
 
 from kneecap.client import openai as oa
+from kneecap.client.driver import request_headers
 
 PAUSE_S = 0.25  # between the two probe requests: longer than the 50 ms llama.cpp takes to close
 PROBE_MAX_TOKENS = 2
 PROBE_PROMPT_PREFIX = "kneecap keep-alive probe"  # + a random nonce and the request's number: never cached
+PROBE_TIMEOUT_S = 60.0  # each probe request, total (a cold server may be slow to answer its first request)
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class KeepAliveProbe:
         return {"keepalive": self.kept_alive is not False, "decided_by": "probe", "probe": self.to_dict()}
 
 
-async def probe_keepalive(cfg, *, pause_s: float = PAUSE_S, timeout_s: float = 30.0) -> KeepAliveProbe:
+async def probe_keepalive(cfg, *, pause_s: float = PAUSE_S, timeout_s: float = PROBE_TIMEOUT_S) -> KeepAliveProbe:
     """Two streamed requests on one pooled connection: was the connection still there for the second?
 
     `cfg` is a kneecap.client.driver.ClientConfig with its model set. Each request is read to its
@@ -63,9 +65,7 @@ async def probe_keepalive(cfg, *, pause_s: float = PAUSE_S, timeout_s: float = 3
     trace = aiohttp.TraceConfig()
     trace.on_connection_create_end.append(on_create)
     trace.on_connection_reuseconn.append(on_reuse)
-    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-    if cfg.api_key:
-        headers["Authorization"] = f"Bearer {cfg.api_key}"
+    headers = request_headers(replace(cfg, stream=True))
     connector = aiohttp.TCPConnector(limit=1, keepalive_timeout=60.0)
     nonce = os.urandom(6).hex()
     sent = 0

@@ -114,15 +114,13 @@ class ServerCandidate:
 
     def _decide_keepalive(self) -> dict:
         """As `kneecap bench` does: target.keepalive true/false, or "auto" = probe the server first."""
-        from dataclasses import replace
-
         if self.target.keepalive != "auto":
             return {"keepalive": bool(self.target.keepalive), "decided_by": "target.keepalive"}
         from kneecap.client.driver import run_sync
-        from kneecap.client.keepalive import probe_keepalive
+        from kneecap.client.keepalive import PROBE_TIMEOUT_S, probe_keepalive
 
-        probe = run_sync(probe_keepalive(replace(self._client(), keepalive=True), timeout_s=min(60.0, self.target.timeout_s)))
-        return probe.decision()
+        cfg = self._client(keepalive=True)
+        return run_sync(probe_keepalive(cfg, timeout_s=min(PROBE_TIMEOUT_S, self.target.timeout_s))).decision()
 
     def identity(self) -> dict:
         info = self.info.to_dict()
@@ -141,14 +139,12 @@ class ServerCandidate:
     def num_gpus(self) -> int | None:
         return None
 
-    def _client(self):
+    def _client(self, *, keepalive: bool):
         from kneecap.client.driver import ClientConfig
 
-        connections = getattr(self, "connections", None)  # None while the probe itself runs
         return ClientConfig(base_url=self.target.base_url, model=self.model, endpoint=self.target.endpoint,
                             api_key=self.api_key, timeout_s=self.target.timeout_s,
-                            stall_timeout_s=min(120.0, self.target.timeout_s),
-                            keepalive=connections["keepalive"] if connections else True)
+                            stall_timeout_s=min(120.0, self.target.timeout_s), keepalive=keepalive)
 
     def run_cell(self, *, index: int, dimension: str, load: float, workload: Workload, num_requests: int,
                  warmup: int, seed: int, burstiness: float, on_s: float | None = None, off_s: float = 0.0,
@@ -158,7 +154,7 @@ class ServerCandidate:
         from kneecap.client.prompts import RandomTextPrompts, RandomTokenPrompts
 
         prompts = RandomTokenPrompts(seed=seed) if self.target.endpoint == "completions" else RandomTextPrompts(seed=seed)
-        setup = DriverSetup(cfg=self._client(), prompts=prompts, warm_connections=min(32, int(load) if dimension == "concurrency" else 32))
+        setup = DriverSetup(cfg=self._client(keepalive=self.connections["keepalive"]), prompts=prompts, warm_connections=min(32, int(load) if dimension == "concurrency" else 32))
         epoch = time.perf_counter()
         records: list[RequestRecord] = []
 
