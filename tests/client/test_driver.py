@@ -31,14 +31,11 @@ def server():
     srv.stop()
 
 
-def closed(cfg, specs, concurrency, client_prompts=None, tap_bodies=True, counters=None, kernel_stamps=True,
-           on_loop=None, **kw):
+def closed(cfg, specs, concurrency, client_prompts=None, tap_bodies=True, counters=None, kernel_stamps=True, **kw):
     records = []
     epoch = time.perf_counter()
 
     async def go():
-        if on_loop is not None:
-            on_loop(asyncio.get_running_loop())
         async with Client(cfg, client_prompts, tap_bodies=tap_bodies, kernel_stamps=kernel_stamps) as client:
             run = await asyncio.wait_for(client.run_closed_loop(specs, concurrency, level=0, epoch=epoch,
                                                                 on_record=records.append, **kw), BOUND_S)

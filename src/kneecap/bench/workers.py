@@ -178,12 +178,11 @@ class WorkerPool:
             q.cancel_join_thread()
 
 
-def merge_outcomes(outcomes: Sequence[LevelOutcome], workers: int | None = None) -> dict:
+def merge_outcomes(outcomes: Sequence[LevelOutcome], workers: int) -> dict:
     """Per-level client facts over all workers: suspect if any was; each worker's own report kept.
 
     A `--duration` closed-loop level runs in rounds, each over all `workers` processes, so
     `per_worker` holds one report per worker per round (round by round) and `rounds` says how many."""
-    workers = workers or len(outcomes) or 1
     return {
         "workers": workers,
         "rounds": -(-len(outcomes) // workers),

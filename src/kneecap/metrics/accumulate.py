@@ -37,9 +37,8 @@ _REQUEST_METRICS = (
 )
 _DISTRIBUTIONS = tuple(k for k, _ in _REQUEST_METRICS) + ("itl_ms", "chunk_gap_ms", "tokens_per_chunk",
                                                           "schedule_lag_ms")
-_COUNTERS = ("requests", "completed", "failed", "timeouts", "failed_on_reused_connection", "warmup_excluded",
-             "output_tokens", "input_tokens",
-             "good_requests", "good_output_tokens")
+_REQUEST_COUNTS = ("requests", "completed", "failed", "timeouts", "failed_on_reused_connection", "warmup_excluded")
+_COUNTERS = _REQUEST_COUNTS + ("output_tokens", "input_tokens", "good_requests", "good_output_tokens")
 
 
 class LevelAccumulator:
@@ -161,8 +160,7 @@ class LevelAccumulator:
             out["concurrency"] = None
         if len(self.levels_seen) == 1:
             out["level"] = next(iter(self.levels_seen))
-        out.update({k: c[k] for k in ("requests", "completed", "failed", "timeouts", "failed_on_reused_connection",
-                                            "warmup_excluded")})
+        out.update({k: c[k] for k in _REQUEST_COUNTS})
         out.update({
             "duration_s": wall_s,
             "output_tokens": c["output_tokens"],

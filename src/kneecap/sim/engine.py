@@ -354,13 +354,12 @@ class Engine:
         held = [seq.runs[0][0] for seq in sched.running if seq.runs]
         held += [seq.runs[0][0] for seq in sched.waiting if seq.runs]
         last = self._step_base + len(self.step_end_at) - 1  # kept: abort() ends a request at the last step's end
-        drop = min(min(held, default=last), last) - self._step_base
-        if drop > 0:
-            del self.step_end_at[:drop]
-            self._step_base += drop
+        drop = min(held, default=last) - self._step_base
+        del self.step_end_at[:drop]  # drop >= 0: a held request's first step is never past the last one
+        self._step_base += drop
         # a long request can hold old steps: look again only after keep_at_most more steps
         self._compact_at = len(self.step_end_at) + keep_at_most
-        return max(drop, 0)
+        return drop
 
     # --- records ------------------------------------------------------------------------------
     def _record(self, seq: Sequence, *, end_at: float, status: str = OK, error_kind: str | None = None,
