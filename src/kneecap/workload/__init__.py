@@ -133,6 +133,8 @@ class RequestSpec:
     output_tokens: int
     prefix_group: int | None = None
     prefix_tokens: int = 0
+    conversation_id: str | None = None  # multi-turn only (workload.multiturn); records carry it
+    turn: int | None = None  # 1-based turn within the conversation; None outside multi-turn
 
 
 def make_requests(workload: Workload, n: int, seed: int = 0, start_index: int = 0, id_prefix: str = "r") -> list[RequestSpec]:

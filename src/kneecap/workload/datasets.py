@@ -1,0 +1,275 @@
+"""Datasets users bring: ShareGPT conversations or {prompt, output_len?} lines -> sampled requests.
+
+Owns the one reader per dataset format (parse_dataset; read_dataset is the thin file wrapper),
+vLLM-style length filters, and seeded sampling into DatasetRequests whose input/output lengths come
+from the data. Token counts come from a `count_tokens(text) -> int` the caller passes: the HTTP
+client passes the server's /tokenize or a local tokenizer; the simulator passes estimate_tokens
+(about 4 characters per token). Sends nothing; the client's PromptSource lives in client/datasets.py.
+
+Layouts read (a JSON array file, or JSONL with one record a line):
+- ShareGPT, as ShareGPT_V3_unfiltered_cleaned_split.json ships it
+  (https://huggingface.co/datasets/anon8231489123/ShareGPT_Vicuna_unfiltered):
+  {"id": ..., "conversations": [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}, ...]}.
+  vLLM's ShareGPTDataset (vllm/benchmarks/datasets/sharegpt.py, vLLM main 2026, commit 237145e)
+  keeps entries with >= 2 turns, takes conversations[0] as the prompt and conversations[1] as the
+  completion whose token count is the output length. turns="vllm" does exactly that; the default
+  turns="first_human" takes the first human/user turn and the turn after it, which is the same
+  pair whenever the conversation opens with the human (and never sends a model reply as a prompt).
+- custom: {"prompt": "...", "output_len": 128} (output_len optional), vLLM's `custom` dataset.
+- OpenAI chat: {"messages": [{"role": "user", "content": ...}, {"role": "assistant", ...}]}.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from kneecap.errors import KneecapError
+from kneecap.workload import RequestSpec
+
+_USER_ROLES = ("human", "user")
+_REPLY_ROLES = ("gpt", "assistant", "chatgpt", "bard", "bing")
+TURN_POLICIES = ("first_human", "vllm")
+CHARS_PER_TOKEN_ESTIMATE = 4.0  # OpenAI: "one token generally corresponds to ~4 characters of text
+# for common English text" (https://help.openai.com/en/articles/4936856-what-are-tokens-and-how-to-count-them)
+
+TokenCountFn = Callable[[str], int]
+
+
+def estimate_tokens(text: str) -> int:
+    """A tokenizer-free estimate: ceil(characters / 4), at least 1 (what the simulator uses)."""
+    return max(1, -(-len(text) // int(CHARS_PER_TOKEN_ESTIMATE)))
+
+
+def prompt_sha256(text: str) -> str:
+    """sha256 hex of a text prompt's UTF-8 bytes (the same hash client.prompts.prompt_sha256 gives text)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class DatasetEntry:
+    """One usable record: its prompt, the reference reply (ShareGPT/chat) or a fixed output_len."""
+
+    prompt: str
+    reply: str | None = None
+    output_len: int | None = None
+    line: int = 0  # 1-based line (JSONL) or element number (JSON array) in the file
+
+
+def _turn_text(turn: object, key: str) -> str | None:
+    if isinstance(turn, dict) and isinstance(turn.get(key), str):
+        return turn[key]
+    return None
+
+
+def _pair(turns: list, role_key: str, text_key: str, policy: str) -> tuple[str | None, str | None]:
+    if policy == "vllm":
+        if len(turns) < 2:
+            return None, None
+        return _turn_text(turns[0], text_key), _turn_text(turns[1], text_key)
+    for i, turn in enumerate(turns):
+        if isinstance(turn, dict) and turn.get(role_key) in _USER_ROLES and _turn_text(turn, text_key) is not None:
+            reply = None
+            if i + 1 < len(turns) and isinstance(turns[i + 1], dict) and turns[i + 1].get(role_key) in _REPLY_ROLES:
+                reply = _turn_text(turns[i + 1], text_key)
+            return turn[text_key], reply
+    return None, None
+
+
+def entry_of_record(obj: object, line: int = 0, turns: str = "first_human") -> DatasetEntry | None:
+    """The DatasetEntry of one parsed record, or None when the record holds no prompt."""
+    if not isinstance(obj, dict):
+        return None
+    prompt = obj.get("prompt")
+    if isinstance(prompt, str):
+        out = obj.get("output_len")
+        if out is not None and (isinstance(out, bool) or not isinstance(out, int) or out < 1):
+            raise KneecapError(f"dataset line {line}: output_len must be a whole number >= 1, got {out!r}",
+                               'write e.g. {"prompt": "...", "output_len": 128}, or leave output_len out')
+        return DatasetEntry(prompt=prompt, output_len=out, line=line) if prompt else None
+    for key, role_key, text_key in (("conversations", "from", "value"), ("messages", "role", "content")):
+        seq = obj.get(key)
+        if isinstance(seq, list):
+            text, reply = _pair(seq, role_key, text_key, turns)
+            return DatasetEntry(prompt=text, reply=reply, line=line) if text else None
+    return None
+
+
+def parse_dataset(raw: bytes, source: str = "dataset", turns: str = "first_human") -> list[DatasetEntry]:
+    """Every usable entry of a dataset file's bytes, in file order. Bad JSON names the file and line."""
+    import orjson
+
+    if turns not in TURN_POLICIES:
+        raise KneecapError(f"unknown ShareGPT turn policy {turns!r}", f"use one of {', '.join(TURN_POLICIES)}")
+    numbered: list[tuple[int, object]]
+    if raw.lstrip()[:1] == b"[":
+        try:
+            numbered = list(enumerate(orjson.loads(raw), 1))
+        except orjson.JSONDecodeError as exc:
+            raise KneecapError(f"dataset {source} is not valid JSON: {exc}",
+                               "fix the file or give one JSON object per line") from None
+    else:
+        numbered = []
+        for lineno, line in enumerate(raw.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                numbered.append((lineno, orjson.loads(line)))
+            except orjson.JSONDecodeError:
+                raise KneecapError(f"dataset {source} line {lineno} is not valid JSON",
+                                   'give one JSON object per line, e.g. {"prompt": "..."}') from None
+    entries: list[DatasetEntry] = []
+    for lineno, obj in numbered:
+        try:
+            entry = entry_of_record(obj, lineno, turns)
+        except KneecapError as exc:
+            raise KneecapError(f"dataset {source}: {exc.message}", exc.hint) from None
+        if entry is not None:
+            entries.append(entry)
+    if not entries:
+        raise KneecapError(f"dataset {source} holds no prompts",
+                           'use {"prompt": ...} lines, ShareGPT "conversations", or OpenAI "messages"')
+    return entries
+
+
+def read_dataset(path: str | Path, turns: str = "first_human") -> list[DatasetEntry]:
+    """parse_dataset over a file; a missing or unreadable file is a one-line error."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise KneecapError(f"cannot read dataset {p}: {exc.strerror}", "pass an existing JSONL or JSON file") from None
+    return parse_dataset(raw, str(p), turns)
+
+
+@dataclass(frozen=True)
+class LengthFilter:
+    """Keep a sample only if its token lengths are inside these bounds (None = no bound).
+
+    The shape of vLLM's is_valid_sequence (vllm/benchmarks/datasets/utils.py); VLLM_DEFAULT_FILTER
+    holds its defaults. As in vLLM, the minimum output check is skipped when a fixed output length is
+    forced (the reply's length is then not used).
+    """
+
+    min_input_tokens: int | None = None
+    max_input_tokens: int | None = None
+    min_output_tokens: int | None = None
+    max_output_tokens: int | None = None
+    max_total_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("min_input_tokens", "max_input_tokens", "min_output_tokens", "max_output_tokens", "max_total_tokens"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise KneecapError(f"length filter {name} must be a whole number >= 0, got {v!r}", "fix the filter bound")
+        for lo, hi in (("min_input_tokens", "max_input_tokens"), ("min_output_tokens", "max_output_tokens")):
+            a, b = getattr(self, lo), getattr(self, hi)
+            if a is not None and b is not None and a > b:
+                raise KneecapError(f"length filter {lo} ({a}) is above {hi} ({b})", "swap or fix the bounds")
+
+    def why_rejected(self, input_tokens: int, output_tokens: int, output_forced: bool = False) -> str | None:
+        """None when the sample passes, else the first bound it breaks."""
+        if self.min_input_tokens is not None and input_tokens < self.min_input_tokens:
+            return "input_too_short"
+        if self.max_input_tokens is not None and input_tokens > self.max_input_tokens:
+            return "input_too_long"
+        if not output_forced and self.min_output_tokens is not None and output_tokens < self.min_output_tokens:
+            return "output_too_short"
+        if self.max_output_tokens is not None and output_tokens > self.max_output_tokens:
+            return "output_too_long"
+        if self.max_total_tokens is not None and input_tokens + output_tokens > self.max_total_tokens:
+            return "total_too_long"
+        return None
+
+
+# vLLM is_valid_sequence defaults: min_len=4 (prompt and output), max_prompt_len=1024, max_total_len=2048
+VLLM_DEFAULT_FILTER = LengthFilter(min_input_tokens=4, max_input_tokens=1024, min_output_tokens=4, max_total_tokens=2048)
+NO_FILTER = LengthFilter()
+
+
+@dataclass(frozen=True)
+class DatasetRequest:
+    """One sampled request: lengths from the data, the prompt text to send, and its hash for records."""
+
+    spec: RequestSpec
+    prompt: str  # what the client sends; records keep `record_prompt` of it
+    prompt_sha256: str
+    source_line: int
+
+    def record_prompt(self, keep_prompts: bool = False) -> str | None:
+        """The prompt as a record keeps it: None (only prompt_sha256 is kept) unless keep_prompts."""
+        return self.prompt if keep_prompts else None
+
+
+@dataclass(frozen=True)
+class DatasetSample:
+    """The sampled requests and how many entries each filter reason dropped."""
+
+    requests: tuple[DatasetRequest, ...]
+    rejected: dict
+    oversampled: int  # requests that repeat an earlier entry because too few entries passed the filter
+
+
+def sample_dataset(entries: Sequence[DatasetEntry], n: int, count_tokens: TokenCountFn, *, seed: int = 0,
+                   length_filter: LengthFilter = NO_FILTER, output_len: int | None = None,
+                   default_output_len: int | None = None, oversample: bool = True,
+                   id_prefix: str = "r", class_name: str = "dataset") -> DatasetSample:
+    """n requests from a dataset, deterministic in (entries, n, seed, count_tokens).
+
+    Entries are shuffled with the seed and taken in that order while they pass the filter (as vLLM
+    does). Output length: `output_len` when forced; else the entry's output_len; else the reply's
+    token count; else `default_output_len` (an entry with none of these is an error). When fewer
+    than n entries pass, the passing ones are drawn again with replacement (vLLM's oversampling)
+    unless oversample=False, which is then a one-line error.
+    """
+    if n < 0:
+        raise KneecapError(f"request count must be >= 0, got {n}", "pass a positive --requests")
+    if output_len is not None and output_len < 1:
+        raise KneecapError(f"output length must be >= 1, got {output_len}", "pass e.g. --osl 128")
+    order = list(range(len(entries)))
+    rng = random.Random(f"kneecap-dataset-sample:{seed}")
+    rng.shuffle(order)
+    picked: list[tuple[DatasetEntry, int, int]] = []
+    rejected: dict = {}
+    for i in order:
+        if len(picked) >= n:
+            break
+        e = entries[i]
+        isl = int(count_tokens(e.prompt))
+        forced = output_len is not None
+        if forced:
+            osl = output_len
+        elif e.output_len is not None:
+            osl = e.output_len
+        elif e.reply is not None:
+            osl = int(count_tokens(e.reply))
+        elif default_output_len is not None:
+            osl = default_output_len
+        else:
+            raise KneecapError(f"dataset line {e.line} has no reply and no output_len to size the output",
+                               "add output_len to the line, or pass a fixed output length")
+        why = length_filter.why_rejected(isl, osl, output_forced=forced)
+        if why is None and (isl < 1 or osl < 1):
+            why = "empty"
+        if why is not None:
+            rejected[why] = rejected.get(why, 0) + 1
+            continue
+        picked.append((e, isl, osl))
+    extra = 0
+    if len(picked) < n:
+        if not picked:
+            raise KneecapError(f"no dataset entry passes the length filter ({dict(sorted(rejected.items()))})",
+                               "loosen the length filter or use a dataset with shorter turns")
+        if not oversample:
+            raise KneecapError(f"only {len(picked)} dataset entries pass the length filter, {n} requests asked for",
+                               "ask for fewer requests, loosen the filter, or allow oversampling")
+        extra = n - len(picked)
+        picked.extend(rng.choices(picked, k=extra))
+    out = []
+    for k, (e, isl, osl) in enumerate(picked):
+        spec = RequestSpec(index=k, request_id=f"{id_prefix}{k}", class_name=class_name, input_tokens=isl, output_tokens=osl)
+        out.append(DatasetRequest(spec=spec, prompt=e.prompt, prompt_sha256=prompt_sha256(e.prompt), source_line=e.line))
+    return DatasetSample(requests=tuple(out), rejected=dict(sorted(rejected.items())), oversampled=extra)
