@@ -28,6 +28,9 @@ from kneecap.model.weights import weight_bits, weight_bytes
 from kneecap.units import GiB
 
 BINDINGS = ("hbm", "compute")
+# Mean contexts the plan shows paged capacity at when no --mean-context is given (the headline then
+# assumes every sequence at the full advertised context: the worst case, not the answer).
+TYPICAL_MEAN_CONTEXTS = (1000, 2000, 4000, 8000, 16000, 32000)
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,22 @@ class Plan:
         return (self.context - self.mean_context) / self.context
 
     @property
+    def worst_case(self) -> bool:
+        """True when the mean context is the advertised maximum: every sequence assumed at full length."""
+        return self.mean_context == self.context
+
+    def paged_max_seqs_at(self, mean_context: int) -> int:
+        """Paged sequences the pool holds at another mean context (whole blocks, sliding layers capped)."""
+        d = self.deployment
+        seq = kvmath.sequence_kv_bytes_per_gpu(d.model, min(mean_context, self.context), self.kv_dtype_bytes,
+                                               d.tp, d.pp, self.block_size, paged=True)
+        return self.ledger.kv_pool_bytes // seq if seq else 0
+
+    def typical_means(self) -> list[tuple[int, int]]:
+        """(mean context, paged max sequences) at each TYPICAL_MEAN_CONTEXTS point below the advertised context."""
+        return [(mean, self.paged_max_seqs_at(mean)) for mean in TYPICAL_MEAN_CONTEXTS if mean < self.context]
+
+    @property
     def hbm_device_minus_datasheet_bytes(self) -> int | None:
         return None if self.hbm_device_bytes is None else self.hbm_device_bytes - self.hbm_datasheet_bytes
 
@@ -152,6 +171,11 @@ class Plan:
             "seq_bytes": {"contiguous": self.seq_bytes_contiguous, "paged": self.seq_bytes_paged},
             "max_seqs": {"contiguous": self.max_seqs_contiguous, "paged": self.max_seqs_paged},
             "max_concurrency": self.max_concurrency,
+            "worst_case": self.worst_case,
+            "paged_at_mean_context": [
+                {"mean_context": mean, "max_seqs": seqs,
+                 "max_concurrency": seqs if self.compute_batch_cap is None else min(seqs, self.compute_batch_cap)}
+                for mean, seqs in self.typical_means()],
             "binding": self.binding,
             "waste": {
                 "paged_bound_tokens": self.paged_waste_bound_tokens,

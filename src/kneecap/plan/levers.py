@@ -76,28 +76,47 @@ def prefix_sharing(plan: Plan, prefix_tokens: int) -> Lever:
                  f"{prefix_tokens // plan.block_size} shared blocks stored once")
 
 
+def skipped_levers(plan: Plan) -> list[str]:
+    """Why a lever is not offered: its flag would not give what the lever promises (e.g. --weight-dtype fp8
+    on 4-bit weights upcasts them, so the pool shrinks)."""
+    d = plan.deployment
+    out = []
+    if plan.pool_source != "override" and weight_bits(d.weight_dtype) <= 8:
+        bits = weight_bits(d.weight_dtype)
+        out.append(f"fp8 weights: the weights are already {d.weight_dtype} ({bits:g}-bit)"
+                   + ("; --weight-dtype fp8 would upcast them and shrink the pool" if bits < 8 else ""))
+    if plan.kv_dtype_bytes <= 1:
+        out.append(f"fp8 KV: the KV cache is already {d.kv_dtype}")
+    return out
+
+
 def compute_levers(plan: Plan, *, prefix_tokens: int | None = None) -> list[Lever]:
-    """Every lever that applies to `plan`, in seed 003's order of leverage discussion."""
+    """Every lever that applies to `plan`, in seed 003's order of leverage discussion.
+
+    A lever is offered only when its `change` flags, added to the plan's own, give exactly its row:
+    fp8 weights only for weights wider than 8 bits, fp8 KV only for a KV cache wider than 1 byte.
+    """
     d = plan.deployment
     override = plan.pool_source == "override"
     levers: list[Lever] = []
-    wants_fp8_w = weight_bits(d.weight_dtype) > 8
-    wants_fp8_kv = plan.kv_dtype_bytes > 1
+    fp8_w = weight_bits(d.weight_dtype) > 8 and not override  # a logged pool: weight changes are unknowable
+    fp8_kv = plan.kv_dtype_bytes > 1
 
     def variant(weights_fp8: bool, kv_fp8: bool) -> Plan:
-        new = dataclasses.replace(d, weight_dtype="fp8" if weights_fp8 and wants_fp8_w else d.weight_dtype,
-                                  kv_dtype="fp8" if kv_fp8 and wants_fp8_kv else d.kv_dtype)
-        if override:  # a logged pool: KV dtype changes what it holds, weight changes are unknowable
+        new = dataclasses.replace(d, weight_dtype="fp8" if weights_fp8 else d.weight_dtype,
+                                  kv_dtype="fp8" if kv_fp8 else d.kv_dtype)
+        if override:  # a logged pool: KV dtype changes what it holds
             return rebuild(plan, new, kv_pool_bytes=plan.ledger.kv_pool_bytes)
-        return rebuild(plan, new, keep_weights=not (weights_fp8 and wants_fp8_w))
+        return rebuild(plan, new, keep_weights=not weights_fp8)
 
-    if not override:
-        levers.append(_lever("fp8-weights", "--weight-dtype fp8", variant(True, False), plan,
-                             "" if wants_fp8_w else f"weights are already {d.weight_dtype}"))
-    levers.append(_lever("fp8-kv", "--kv-dtype fp8", variant(False, True), plan,
-                         "an accuracy decision: gate it on a task-level eval" if wants_fp8_kv else f"KV is already {d.kv_dtype}"))
-    if not override:
+    if fp8_w:
+        levers.append(_lever("fp8-weights", "--weight-dtype fp8", variant(True, False), plan))
+    if fp8_kv:
+        levers.append(_lever("fp8-kv", "--kv-dtype fp8", variant(False, True), plan,
+                             "an accuracy decision: gate it on a task-level eval"))
+    if fp8_w and fp8_kv:
         levers.append(_lever("fp8-weights+fp8-kv", "--weight-dtype fp8 --kv-dtype fp8", variant(True, True), plan))
+    if not override:
         tp = more_gpus_tp(plan)
         if tp is not None:
             try:

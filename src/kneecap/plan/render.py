@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-from kneecap.model.kv import blocks_for
+from kneecap.model.kv import blocks_for, sequence_kv_bytes_per_gpu
 from kneecap.plan.engines import EnginePool
 from kneecap.plan.ledger import Plan
-from kneecap.plan.levers import Lever
+from kneecap.plan.levers import Lever, skipped_levers
 from kneecap.plan.preflight import Preflight
-from kneecap.plan.sweeps import ContextPoint, TpPoint
+from kneecap.plan.sweeps import ContextPoint, TpPoint, paged_below_contiguous
 from kneecap.units import GB, GiB, MiB, fmt_bytes
 
 KIND_LABELS = {"full_attention": "full-attention", "sliding_attention": "sliding-window", "mla": "MLA",
@@ -76,15 +76,20 @@ def plan_worksheet(plan: Plan, levers: list[Lever], tps: list[TpPoint], contexts
     d, m, g, L = plan.deployment, plan.deployment.model, plan.deployment.gpu, plan.ledger
     out: list = []
     out.append(Text(f"kneecap plan — {m.name} on {d.num_gpus}× {g.label} (TP={d.tp}, PP={d.pp}), "
-                    f"weights {d.weight_dtype}, KV {d.kv_dtype}, context {plan.context:,} (mean {plan.mean_context:,})",
+                    f"weights {d.weight_dtype}, KV {d.kv_dtype}, context {plan.context:,} "
+                    + ("(no --mean-context: every sequence at the full context)" if plan.worst_case
+                       else f"(mean {plan.mean_context:,})"),
                     style="bold"))
 
     # 1. KV bytes per token
     per_tok = plan.kv_bytes_per_token
     lines = ["", "1. KV bytes per token (whole model, one sequence, all layers)"]
     lines += kv_factor_lines(plan)
+    whole_seq = sequence_kv_bytes_per_gpu(m, plan.context, plan.kv_dtype_bytes, 1, 1, plan.block_size, paged=False)
+    capped = (f" (its sliding-window layers hold only the last {m.sliding_window:,} tokens)"
+              if "sliding_attention" in m.layer_types and m.sliding_window and m.sliding_window < plan.context else "")
     lines.append(f"  = {per_tok:,} bytes = {fmt_bytes(per_tok)} per token per sequence;"
-                 f" a {plan.context:,}-token sequence carries {fmt_bytes(per_tok * plan.context)}")
+                 f" a {plan.context:,}-token sequence carries {fmt_bytes(whole_seq)}{capped}")
     if plan.kv_bytes_per_token_per_gpu != per_tok:
         lines.append(f"  per GPU at TP={d.tp}, PP={d.pp}: {plan.kv_heads_per_gpu} KV head(s) per rank"
                      f"{' (replicated)' if plan.kv_replicated else ''} → {plan.kv_bytes_per_token_per_gpu:,} B per token")
@@ -143,12 +148,18 @@ def plan_worksheet(plan: Plan, levers: list[Lever], tps: list[TpPoint], contexts
     # 3. Contiguous vs paged
     bs = plan.block_size
     nblk = blocks_for(plan.mean_context, bs)
+    per_gpu = " per GPU" if d.num_gpus > 1 else ""
     sec = ["", "3. Max concurrency, two allocators",
-           f"  (a) contiguous, reserve {plan.context:,} tokens: {fmt_bytes(plan.seq_bytes_contiguous)} per sequence"
+           f"  (a) contiguous, reserve {plan.context:,} tokens: {fmt_bytes(plan.seq_bytes_contiguous)} per sequence{per_gpu}"
            f" → {_seqs(plan.max_seqs_contiguous)}",
-           f"  (b) paged, {bs}-token blocks: {plan.mean_context:,} tokens = {nblk} blocks = {nblk * bs:,} slots = "
-           f"{fmt_bytes(plan.seq_bytes_paged)} per sequence → {_seqs(plan.max_seqs_paged)}"]
-    if plan.max_seqs_contiguous:
+           f"  (b) paged, {bs}-token blocks: {plan.mean_context:,} tokens = {nblk:,} blocks = {nblk * bs:,} slots = "
+           f"{fmt_bytes(plan.seq_bytes_paged)} per sequence{per_gpu} → {_seqs(plan.max_seqs_paged)}"]
+    if plan.worst_case:
+        sec.append(f"  no --mean-context given: (b) assumes every sequence holds all {plan.context:,} tokens, the worst case."
+                   " Paging charges what a sequence really holds; at a typical mean context:")
+        sec += [f"      mean {mean:>6,} tokens → {_seqs(seqs)}" for mean, seqs in plan.typical_means()]
+        sec.append("  pass --mean-context N (your traffic's mean prompt + output tokens) for the number to configure")
+    elif plan.max_seqs_contiguous:
         sec.append(f"  ratio {plan.max_seqs_paged / plan.max_seqs_contiguous:.1f}×: nothing got faster, nothing was added;"
                    " paging just does not reserve a length the request never reaches")
     out.append(Text("\n".join(sec)))
@@ -162,7 +173,14 @@ def plan_worksheet(plan: Plan, levers: list[Lever], tps: list[TpPoint], contexts
 
     # 4. Binding
     cap = plan.compute_batch_cap
-    if plan.binding == "hbm":
+    if plan.binding == "hbm" and plan.worst_case:
+        typical = plan.typical_means()
+        example = next((f"; at a {mean:,}-token mean, {seqs:,}" for mean, seqs in typical if mean == 2000), "")
+        text = (f"\n4. HBM binds{'' if cap is None else f' ({plan.max_seqs_paged:,} < compute cap {cap:,})'}. "
+                f"Only {plan.max_concurrency:,} sequences fit if every one holds {plan.context:,} tokens{example}."
+                " The number to configure (vLLM --max-num-seqs, SGLang --max-running-requests) depends on your"
+                " mean context: pass --mean-context N.")
+    elif plan.binding == "hbm":
         why = f"{plan.max_seqs_paged:,} < compute cap {cap:,}" if cap is not None else "no compute cap given"
         text = (f"\n4. HBM binds ({why}). Configure max concurrent sequences = {plan.max_concurrency:,}"
                 f" (vLLM --max-num-seqs, SGLang --max-running-requests).")
@@ -172,18 +190,21 @@ def plan_worksheet(plan: Plan, levers: list[Lever], tps: list[TpPoint], contexts
     out.append(Text(text))
 
     # 5. Levers
-    lt = _table("\n5. Levers", [("Lever", "left"), ("Change", "left"), ("KV pool (GiB)", "right"), ("Max seqs", "right"),
+    at = f"max seqs at {plan.mean_context:,} tokens per sequence" + (", the worst case" if plan.worst_case else "")
+    lt = _table(f"\n5. Levers ({at}; each change is flags to add to this command)", [("Lever", "left"), ("Change", "left"), ("KV pool (GiB)", "right"), ("Max seqs", "right"),
                                 ("× base", "right"), ("GPUs", "right"), ("Note", "left")])
     lt.add_row("(base)", "", _gib(L.kv_pool_bytes), f"{plan.max_seqs_paged:,}", "1.0", str(d.num_gpus), "")
     for lv in levers:
         lt.add_row(lv.name, lv.change, _gib(lv.kv_pool_bytes), f"{lv.max_seqs:,}", f"{lv.gain:.1f}", str(lv.num_gpus), lv.note)
     out.append(lt)
+    for why in skipped_levers(plan):
+        out.append(Text(f"  not offered — {why}"))
     if prefix_tokens is None:
         out.append(Text("  prefix sharing: pass --prefix-tokens N (a shared system prompt) to price it"))
 
     # 6. TP sweep
     if tps:
-        tt = _table("\n6. Tensor parallelism (the trap beyond the KV-head count)",
+        tt = _table(f"\n6. Tensor parallelism (the trap beyond the KV-head count; {at})",
                     [("TP", "right"), ("KV heads per GPU", "right"), ("KV pool (GiB)", "right"), ("Max seqs", "right"),
                      ("Gain over previous", "right"), ("vs TP=1", "right")])
         first = next((p.max_seqs for p in tps if p.fits and p.max_seqs), None)
@@ -207,8 +228,14 @@ def plan_worksheet(plan: Plan, levers: list[Lever], tps: list[TpPoint], contexts
     ct = _table("\n7. Advertised context", [("Context", "right"), ("Contiguous bytes/seq", "right"),
                                              ("Contiguous max seqs", "right"), ("Paged max seqs", "right")])
     for c in contexts:
-        ct.add_row(f"{c.context:,}", fmt_bytes(c.seq_bytes_contiguous), f"{c.contiguous:,}", f"{c.paged:,}")
+        ct.add_row(f"{c.context:,}" + (" (model max)" if c.model_max else ""), fmt_bytes(c.seq_bytes_contiguous),
+                   f"{c.contiguous:,}", f"{c.paged:,}")
     out.append(ct)
+    top = m.max_position_embeddings
+    if top and plan.context > top:
+        out.append(Text(f"  --context {plan.context:,} exceeds the model's advertised maximum of {top:,} tokens"))
+    if why := paged_below_contiguous(plan, contexts):
+        out.append(Text(f"  {why}"))
     if plan.notes:
         out.append(Text("\nNotes:\n" + "\n".join(f"  - {n}" for n in plan.notes)))
     return out

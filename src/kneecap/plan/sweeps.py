@@ -43,10 +43,11 @@ class ContextPoint:
     seq_bytes_contiguous: int
     contiguous: int  # sequences that fit reserving `context` tokens each
     paged: int  # sequences that fit at the mean context (capped at `context`), whole blocks
+    model_max: bool = False  # the model's advertised maximum (max_position_embeddings)
 
     def to_json(self) -> dict:
         return {"context": self.context, "seq_bytes_contiguous": self.seq_bytes_contiguous,
-                "contiguous": self.contiguous, "paged": self.paged}
+                "contiguous": self.contiguous, "paged": self.paged, "model_max": self.model_max}
 
 
 def sweep_tps(plan: Plan) -> list[int]:
@@ -84,10 +85,11 @@ def tp_sweep(plan: Plan) -> list[TpPoint]:
 
 
 def context_points(plan: Plan) -> list[int]:
-    """4k, 8k, 32k, 128k, the plan's --context and the model's advertised maximum."""
-    pts = set(CONTEXT_POINTS) | {plan.context}
-    if plan.deployment.model.max_position_embeddings:
-        pts.add(plan.deployment.model.max_position_embeddings)
+    """4k, 8k, 32k, 128k up to the model's advertised maximum, that maximum, and the plan's --context."""
+    top = plan.deployment.model.max_position_embeddings
+    pts = {c for c in CONTEXT_POINTS if not top or c <= top} | {plan.context}
+    if top:
+        pts.add(top)
     return sorted(pts)
 
 
@@ -100,5 +102,26 @@ def context_sweep(plan: Plan) -> list[ContextPoint]:
         contig = kvmath.sequence_kv_bytes_per_gpu(d.model, ctx, dtype_bytes, d.tp, d.pp, d.block_size, paged=False)
         paged = kvmath.sequence_kv_bytes_per_gpu(d.model, min(plan.mean_context, ctx), dtype_bytes, d.tp, d.pp,
                                                  d.block_size, paged=True)
-        out.append(ContextPoint(ctx, contig, pool // contig if contig else 0, pool // paged if paged else 0))
+        out.append(ContextPoint(ctx, contig, pool // contig if contig else 0, pool // paged if paged else 0,
+                                ctx == d.model.max_position_embeddings))
     return out
+
+
+def paged_below_contiguous(plan: Plan, points: list[ContextPoint]) -> str | None:
+    """Why paged allocation holds fewer sequences than contiguous at some context, when it does.
+
+    Only sliding-window layers cause it (kneecap.model.kv): contiguous keeps exactly the window, while a
+    paged window straddles a block boundary and keeps one block more.
+    """
+    low = [p.context for p in points if p.paged < p.contiguous]
+    m = plan.deployment.model
+    if not low:
+        return None
+    where = ", ".join(f"{c:,}" for c in low)
+    if "sliding_attention" in m.layer_types and m.sliding_window:
+        bs = plan.block_size
+        blocks = kvmath.blocks_for(m.sliding_window, bs) + 1
+        return (f"paged holds fewer than contiguous at {where} tokens: a sliding-window layer's {m.sliding_window:,}-token "
+                f"window straddles a block boundary, so paging keeps {blocks} blocks ({blocks * bs:,} slots) per sliding "
+                f"layer where a contiguous buffer keeps exactly {m.sliding_window:,}")
+    return f"paged holds fewer than contiguous at {where} tokens: a paged sequence rounds up to whole blocks"
