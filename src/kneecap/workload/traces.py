@@ -1,0 +1,257 @@
+"""Trace replay: timed request traces (Mooncake JSONL, BurstGPT CSV) -> timed request specs and prompts.
+
+Owns parsing the two published trace formats (pure: text in; read_trace is the thin file reader),
+the replay schedule (send offsets from the trace's timestamps, divided by replay_speed), the
+context-length check, and token prompts in which equal hash ids give equal 512-token blocks, so a
+server's prefix cache sees the trace's reuse. Sends nothing.
+
+Formats:
+- Mooncake (https://github.com/kvcache-ai/Mooncake, FAST25-release/README.md and
+  FAST25-release/traces/*.jsonl): one JSON object a line, {"timestamp": ms since the first request,
+  "input_length": tokens, "output_length": tokens, "hash_ids": [one id per 512-token block of the
+  prompt]}; requests sharing leading hash ids share that prefix.
+- BurstGPT (https://github.com/HPMLL/BurstGPT, release v1.1 CSVs): header
+  `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`, Timestamp in seconds from
+  the trace's start; a failed request has 0 response tokens (the README's "failure"). No prefix
+  identity, so every replayed prompt is unique.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from kneecap.errors import KneecapError
+from kneecap.workload import RequestSpec
+
+MOONCAKE_BLOCK_TOKENS = 512  # Mooncake: "hash_ids" are 512-token block hashes
+BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type")
+MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
+
+
+@dataclass(frozen=True)
+class TraceRow:
+    """One request of a trace, as the file says it (timestamp in seconds, lengths in tokens)."""
+
+    line: int  # 1-based line in the file (the CSV header is line 1)
+    timestamp_s: float
+    input_tokens: int
+    output_tokens: int
+    hash_ids: tuple[int, ...] | None = None  # Mooncake only
+    model: str | None = None  # BurstGPT only
+    log_type: str | None = None  # BurstGPT only
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A parsed trace: its rows in file order, and rows the format marks as failed (BurstGPT)."""
+
+    source: str
+    format: str  # "mooncake" | "burstgpt"
+    rows: tuple[TraceRow, ...]
+    failed_rows: tuple[int, ...] = ()  # lines of BurstGPT rows with 0 response tokens (not replayable)
+
+
+def _whole(value: object, what: str, where: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < minimum:
+        raise KneecapError(f"{where}: {what} must be a whole number >= {minimum}, got {value!r}",
+                           "fix or remove that line of the trace")
+    return int(value)
+
+
+def parse_mooncake(text: str, source: str = "trace") -> Trace:
+    """Rows of a Mooncake-format JSONL trace. Any broken line raises, naming the file and line."""
+    import orjson
+
+    rows: list[TraceRow] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"trace {source} line {lineno}"
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            raise KneecapError(f"{where} is not valid JSON",
+                               'each line must be {"timestamp": ms, "input_length": n, "output_length": n, "hash_ids": [...]}') from None
+        if not isinstance(obj, dict) or any(k not in obj for k in MOONCAKE_KEYS):
+            missing = [k for k in MOONCAKE_KEYS if not isinstance(obj, dict) or k not in obj]
+            raise KneecapError(f"{where} lacks {', '.join(missing)}",
+                               "a Mooncake trace line needs timestamp (ms), input_length and output_length")
+        ts = obj["timestamp"]
+        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts < 0:
+            raise KneecapError(f"{where}: timestamp must be a number of milliseconds >= 0, got {ts!r}", "fix that line")
+        hash_ids = obj.get("hash_ids")
+        if hash_ids is not None:
+            if not isinstance(hash_ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hash_ids):
+                raise KneecapError(f"{where}: hash_ids must be a list of integers", "fix that line")
+            hash_ids = tuple(hash_ids)
+        rows.append(TraceRow(line=lineno, timestamp_s=float(ts) / 1000.0,
+                             input_tokens=_whole(obj["input_length"], "input_length", where, 1),
+                             output_tokens=_whole(obj["output_length"], "output_length", where, 1),
+                             hash_ids=hash_ids))
+    if not rows:
+        raise KneecapError(f"trace {source} holds no requests", "pass a Mooncake JSONL trace with one request a line")
+    return Trace(source=source, format="mooncake", rows=tuple(rows))
+
+
+def parse_burstgpt(text: str, source: str = "trace") -> Trace:
+    """Rows of a BurstGPT-style CSV (a Timestamp column plus request/response token columns).
+
+    Rows with 0 response tokens are the trace's failed requests: kept out of `rows`, listed in
+    failed_rows. Any other broken row raises, naming the file and line.
+    """
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, None)
+    if header is None:
+        raise KneecapError(f"trace {source} is empty", "pass a BurstGPT CSV with its header line")
+    header = [h.strip() for h in header]
+    col = {name: i for i, name in enumerate(header)}
+    need = ("Timestamp", "Request tokens", "Response tokens")
+    missing = [n for n in need if n not in col]
+    if missing:
+        raise KneecapError(f"trace {source} has no {', '.join(missing)} column",
+                           f"a BurstGPT CSV starts with the header {','.join(BURSTGPT_COLUMNS)}")
+    rows: list[TraceRow] = []
+    failed: list[int] = []
+    for lineno, fields in enumerate(reader, 2):
+        if not fields or not "".join(fields).strip():
+            continue
+        where = f"trace {source} line {lineno}"
+        if len(fields) < len(header):
+            raise KneecapError(f"{where} has {len(fields)} fields, the header has {len(header)}", "fix that line")
+        try:
+            ts = float(fields[col["Timestamp"]])
+            isl = float(fields[col["Request tokens"]])
+            osl = float(fields[col["Response tokens"]])
+        except ValueError:
+            raise KneecapError(f"{where}: Timestamp, Request tokens and Response tokens must be numbers",
+                               "fix that line") from None
+        if ts < 0:
+            raise KneecapError(f"{where}: Timestamp must be >= 0 seconds, got {ts}", "fix that line")
+        if osl == 0:
+            failed.append(lineno)
+            continue
+        model = fields[col["Model"]].strip() if "Model" in col else None
+        log_type = fields[col["Log Type"]].strip() if "Log Type" in col else None
+        rows.append(TraceRow(line=lineno, timestamp_s=ts, input_tokens=_whole(isl, "Request tokens", where, 1),
+                             output_tokens=_whole(osl, "Response tokens", where, 1), model=model, log_type=log_type))
+    if not rows:
+        raise KneecapError(f"trace {source} holds no replayable requests", "pass a BurstGPT CSV with data rows")
+    return Trace(source=source, format="burstgpt", rows=tuple(rows), failed_rows=tuple(failed))
+
+
+def parse_trace(text: str, source: str = "trace") -> Trace:
+    """Mooncake JSONL when the first non-blank character is '{', else a BurstGPT-style CSV."""
+    return parse_mooncake(text, source) if text.lstrip()[:1] == "{" else parse_burstgpt(text, source)
+
+
+def read_trace(path: str | Path) -> Trace:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KneecapError(f"cannot read trace {p}: {getattr(exc, 'strerror', None) or exc}",
+                           "pass an existing Mooncake .jsonl or BurstGPT .csv file") from None
+    return parse_trace(text, str(p))
+
+
+@dataclass(frozen=True)
+class TimedRequest:
+    """A request to send `send_at_s` seconds after the replay starts."""
+
+    spec: RequestSpec
+    send_at_s: float
+    row: TraceRow
+
+
+@dataclass(frozen=True)
+class Replay:
+    """The replay plan: timed requests in send order, and rows skipped for being too long."""
+
+    requests: tuple[TimedRequest, ...]
+    too_long_lines: tuple[int, ...] = ()
+    failed_lines: tuple[int, ...] = ()
+
+    @property
+    def duration_s(self) -> float:
+        return self.requests[-1].send_at_s if self.requests else 0.0
+
+
+def _lines_text(lines: Sequence[int], limit: int = 5) -> str:
+    shown = ", ".join(str(n) for n in lines[:limit])
+    return shown + (f" and {len(lines) - limit} more" if len(lines) > limit else "")
+
+
+def plan_replay(trace: Trace, *, replay_speed: float = 1.0, max_context_tokens: int | None = None,
+                skip_too_long: bool = False, models: Sequence[str] | None = None,
+                limit: int | None = None, id_prefix: str = "t") -> Replay:
+    """Timed requests from a trace: send offset = (timestamp - first timestamp) / replay_speed.
+
+    Rows are sent in timestamp order (stable for equal timestamps). A row whose input + output
+    tokens exceed max_context_tokens raises (naming the lines and how many) before anything is
+    sent, unless skip_too_long, which drops them and lists them in too_long_lines. `models` keeps
+    only BurstGPT rows of those models (vLLM's BurstGPT loader keeps "GPT-4"); `limit` keeps the first rows.
+    """
+    if not replay_speed > 0:
+        raise KneecapError(f"replay speed must be positive, got {replay_speed!r}", "pass e.g. --replay-speed 2 (twice as fast)")
+    rows = sorted(trace.rows, key=lambda r: r.timestamp_s)
+    if models is not None:
+        wanted = set(models)
+        rows = [r for r in rows if r.model in wanted]
+        if not rows:
+            raise KneecapError(f"trace {trace.source} has no rows of model {', '.join(sorted(wanted))}",
+                               "check the Model column's values")
+    if limit is not None:
+        rows = rows[:limit]
+    too_long: list[int] = []
+    if max_context_tokens is not None:
+        too_long = sorted(r.line for r in rows if r.input_tokens + r.output_tokens > max_context_tokens)
+        if too_long and not skip_too_long:
+            raise KneecapError(
+                f"{len(too_long)} of {len(rows)} trace rows exceed the {max_context_tokens}-token context "
+                f"(input + output), lines {_lines_text(too_long)} of {trace.source}",
+                "skip them (skip_too_long / --skip-too-long) or serve with a longer context")
+        bad = set(too_long)
+        rows = [r for r in rows if r.line not in bad]
+    if not rows:
+        raise KneecapError(f"no request of trace {trace.source} is left to replay", "check the filters and the context length")
+    t0 = rows[0].timestamp_s
+    out = []
+    for i, r in enumerate(rows):
+        spec = RequestSpec(index=i, request_id=f"{id_prefix}{i}", class_name=trace.format,
+                           input_tokens=r.input_tokens, output_tokens=r.output_tokens)
+        out.append(TimedRequest(spec=spec, send_at_s=(r.timestamp_s - t0) / replay_speed, row=r))
+    return Replay(requests=tuple(out), too_long_lines=tuple(too_long), failed_lines=trace.failed_rows)
+
+
+def block_tokens(hash_id: int, *, seed: int = 0, block_tokens: int = MOONCAKE_BLOCK_TOKENS,
+                 low: int = 1000, high: int = 30000) -> list[int]:
+    """The token ids of one hash id's block: the same ids for the same (hash_id, seed), always."""
+    rng = random.Random(f"kneecap-trace-block:{seed}:{hash_id}")
+    return [rng.randrange(low, high) for _ in range(block_tokens)]
+
+
+def trace_prompt_tokens(row: TraceRow, *, seed: int = 0, block_size: int = MOONCAKE_BLOCK_TOKENS,
+                        low: int = 1000, high: int = 30000) -> list[int]:
+    """Exactly row.input_tokens token ids built from the row's hash ids.
+
+    Block k of the prompt is block_tokens(hash_ids[k]); the last block is cut so the prompt has
+    input_length tokens, as the trace says. Rows without hash ids (BurstGPT), or tokens past the
+    last hash id's block, get ids unique to the row (seeded by its line), so they share nothing.
+    """
+    if not (0 <= low < high):
+        raise KneecapError(f"token id range must satisfy 0 <= low < high, got [{low}, {high})",
+                           "pass a range inside the model's vocabulary")
+    ids: list[int] = []
+    for h in row.hash_ids or ():
+        if len(ids) >= row.input_tokens:
+            break
+        ids.extend(block_tokens(h, seed=seed, block_tokens=block_size, low=low, high=high))
+    if len(ids) < row.input_tokens:
+        rng = random.Random(f"kneecap-trace-row:{seed}:{row.line}")
+        ids.extend(rng.randrange(low, high) for _ in range(row.input_tokens - len(ids)))
+    return ids[: row.input_tokens]
