@@ -1,0 +1,141 @@
+"""Time slices of a level's records, metrics per slice, and the "stable p99" rule that ends a level.
+
+Owns: cutting records into fixed-length slices of the run (a request belongs to the slice in
+which it was sent), one level summary per slice (with the ramp's load at the slice's middle), and
+p99_stable: a level may end once the p99 estimates of TTFT and ITL, taken over all records that
+finished by the end of each window, moved less than a relative tolerance over the last windows.
+Pure over the records so far; the level runner decides when to call it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from kneecap.errors import KneecapError
+from kneecap.metrics import request as req
+from kneecap.metrics.stats import distribution, weighted_distribution
+from kneecap.metrics.summarize import summarize_level
+from kneecap.records import RequestRecord
+from kneecap.units import MS_PER_S
+from kneecap.workload.ramps import Ramp
+
+
+@dataclass(frozen=True)
+class TimeSlice:
+    index: int
+    start_s: float  # on the records' clock
+    end_s: float
+    records: tuple[RequestRecord, ...]
+
+
+def time_slices(records: Sequence[RequestRecord], slice_s: float, t0: float | None = None) -> list[TimeSlice]:
+    """Records cut into [t0 + k*slice_s, t0 + (k+1)*slice_s) by sent_at (t0: the first sent_at).
+
+    Records never sent (sent_at None) are left out. Empty slices inside the run are kept, so
+    slice k always starts at t0 + k * slice_s.
+    """
+    if not slice_s > 0:
+        raise KneecapError(f"slice length must be positive, got {slice_s!r} s", "pass e.g. 10 (seconds)")
+    sent = [r for r in records if r.sent_at is not None]
+    if not sent:
+        return []
+    start = min(r.sent_at for r in sent) if t0 is None else t0
+    n = int(math.floor((max(r.sent_at for r in sent) - start) / slice_s)) + 1
+    buckets: list[list[RequestRecord]] = [[] for _ in range(n)]
+    for r in sent:
+        k = int(math.floor((r.sent_at - start) / slice_s))
+        if 0 <= k < n:
+            buckets[k].append(r)
+    return [TimeSlice(index=k, start_s=start + k * slice_s, end_s=start + (k + 1) * slice_s, records=tuple(b))
+            for k, b in enumerate(buckets)]
+
+
+def slice_metrics(records: Sequence[RequestRecord], slice_s: float, *, ramp: Ramp | None = None,
+                  t0: float | None = None, slo=None) -> list[dict]:
+    """One summarize_level summary per time slice (duration = the slice), with the ramp's load at its middle.
+
+    Each entry: {index, start_s, end_s, load, summary}. load is ramp.value_at(middle - t0) when a
+    ramp is given, else None. Throughput counts the tokens of requests sent in the slice over the
+    slice's length.
+    """
+    slices = time_slices(records, slice_s, t0)
+    if not slices:
+        return []
+    origin = slices[0].start_s
+    out = []
+    for s in slices:
+        mid = (s.start_s + s.end_s) / 2 - origin
+        summary = summarize_level(s.records, duration_s=slice_s, slo=slo) if s.records else None
+        out.append({"index": s.index, "start_s": s.start_s, "end_s": s.end_s,
+                    "load": ramp.value_at(mid) if ramp is not None else None, "summary": summary})
+    return out
+
+
+@dataclass(frozen=True)
+class StableP99:
+    """The stable-p99 verdict: stable or not, and the estimates it compared (ms; None = too few samples)."""
+
+    stable: bool
+    why: str
+    window_ends_s: tuple[float, ...]
+    ttft_p99_ms: tuple[float | None, ...]
+    itl_p99_ms: tuple[float | None, ...]
+
+
+def _p99s(done: Sequence[RequestRecord], min_samples: int) -> tuple[float | None, float | None]:
+    ttfts = [req.ttft_s(r) * MS_PER_S for r in done if req.ttft_s(r) is not None]
+    values: list[float] = []
+    weights: list[int] = []
+    for r in done:
+        gaps, toks = req.chunk_gaps(r)
+        values.extend(g * MS_PER_S / max(k, 1) for g, k in zip(gaps, toks))
+        weights.extend(toks)
+    ttft = distribution(ttfts)["p99"] if len(ttfts) >= min_samples else None
+    itl = weighted_distribution(values, weights)["p99"] if sum(weights) >= min_samples else None
+    return ttft, itl
+
+
+def p99_stable(records: Sequence[RequestRecord], window_s: float, *, windows: int = 3, rel_tol: float = 0.05,
+               min_samples: int = 50, now_s: float | None = None) -> StableP99:
+    """Has the level's p99 TTFT and ITL settled?
+
+    Estimates are taken at the end of each whole window since the first send (t0 + k*window_s,
+    up to now_s, default the last end_at), each over the completed, non-warmup records that ended
+    by then. Stable when the last `windows` estimates each moved less than rel_tol (relative) from
+    the one before, for both TTFT and ITL, and every compared estimate had >= min_samples samples.
+    """
+    if not window_s > 0 or windows < 1 or not 0 < rel_tol < 1 or min_samples < 1:
+        raise KneecapError("stable-p99 needs window_s > 0, windows >= 1, 0 < rel_tol < 1 and min_samples >= 1",
+                           "e.g. window_s=10, windows=3, rel_tol=0.05, min_samples=50")
+    done = sorted((r for r in records if r.ok and not r.warmup and r.end_at is not None and r.sent_at is not None),
+                  key=lambda r: r.end_at)
+    if not done:
+        return StableP99(False, "no completed request yet", (), (), ())
+    t0 = min(r.sent_at for r in done)
+    now = max(r.end_at for r in done) if now_s is None else now_s
+    count = int(math.floor((now - t0) / window_s))
+    ends = tuple(t0 + k * window_s for k in range(1, count + 1))
+    ttft: list[float | None] = []
+    itl: list[float | None] = []
+    for end in ends:
+        a, b = _p99s([r for r in done if r.end_at <= end], min_samples)
+        ttft.append(a)
+        itl.append(b)
+    verdict = StableP99(False, "", ends, tuple(ttft), tuple(itl))
+    if len(ends) < windows + 1:
+        return _with(verdict, False, f"{len(ends)} whole windows of {window_s:g} s so far, {windows + 1} needed")
+    for name, series in (("TTFT", ttft), ("ITL", itl)):
+        tail = series[-(windows + 1):]
+        if any(v is None for v in tail):
+            return _with(verdict, False, f"fewer than {min_samples} {name} samples in a compared window")
+        for prev, cur in zip(tail, tail[1:]):
+            moved = abs(cur - prev) / prev if prev > 0 else (0.0 if cur == prev else math.inf)
+            if moved >= rel_tol:
+                return _with(verdict, False, f"p99 {name} moved {moved:.1%} in a window (tolerance {rel_tol:.0%})")
+    return _with(verdict, True, f"p99 TTFT and ITL moved < {rel_tol:.0%} over the last {windows} windows")
+
+
+def _with(v: StableP99, stable: bool, why: str) -> StableP99:
+    return StableP99(stable, why, v.window_ends_s, v.ttft_p99_ms, v.itl_p99_ms)
