@@ -77,6 +77,7 @@ def test_closed_loop_detailed_and_goodput():
     assert got["ttfts"] == pytest.approx([0.1, 0.2, 0.0])
     assert got["itls"][0] == pytest.approx([0.1, 0.1]) and got["itls"][2] == []
     assert got["errors"] == ["", "", "HTTP 500"] and got["generated_texts"] == ["", "", ""]
+    assert got["start_times"] == [0.0, 0.5, 1.0]
     keys = list(got)
     assert keys.index("total_token_throughput") < keys.index("input_lens") < keys.index("max_output_tokens_per_s")
 

@@ -1,13 +1,15 @@
 """--export vllm: one level as the JSON `vllm bench serve --save-result` writes, so vLLM tooling can read it.
 
 Pure: a level summary (metrics.summarize.summarize_level) and its records in, a dict out; the
-caller writes the file. Keys, their order and their formulas follow vllm/benchmarks/serve.py as
-shipped in vLLM 0.18.0 (the layout of a published 0.18.0 result file; calculate_metrics and the
-result / result_json dicts): `date`, `endpoint_type`, `backend`, `label`, `model_id`,
-`tokenizer_id`, `num_prompts`, `request_rate`, `burstiness`, `max_concurrency`, `duration`,
-`completed`, `failed`, `total_input_tokens`, `total_output_tokens`, `request_throughput`,
-`request_goodput`, `output_throughput`, `total_token_throughput`, then (--save-detailed only)
-`input_lens`, `output_lens`, `ttfts`, `itls`, `generated_texts`, `errors`, then
+caller writes the file. Keys, their order and their formulas follow vllm/benchmarks/serve.py
+(calculate_metrics and the result / result_json dicts, read on vLLM's main branch in 2026); the
+keys written without --save-detailed, their order and their types are checked against a result
+file published from vLLM 0.18.0 (VLLM_VERSION), which has no per-request latencies/queue_times:
+`date`, `endpoint_type`, `backend`, `label`, `model_id`, `tokenizer_id`, `num_prompts`,
+`request_rate`, `burstiness`, `max_concurrency`, `duration`, `completed`, `failed`,
+`total_input_tokens`, `total_output_tokens`, `request_throughput`, `request_goodput`,
+`output_throughput`, `total_token_throughput`, then (--save-detailed only) `input_lens`,
+`output_lens`, `ttfts`, `itls`, `start_times`, `generated_texts`, `errors`, then
 `max_output_tokens_per_s`, `max_concurrent_requests`, `rtfx`, then mean/median/std/pNN for each
 of --percentile-metrics (vLLM's default ttft,tpot,itl; e2el on request) at --metric-percentiles
 (default 99).
@@ -32,7 +34,7 @@ VLLM_VERSION = "0.18.0"
 DEFAULT_PERCENTILE_METRICS = ("ttft", "tpot", "itl")  # vLLM's default for generation backends
 DEFAULT_METRIC_PERCENTILES = (99.0,)
 PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
-DETAILED_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors")
+DETAILED_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "start_times", "generated_texts", "errors")
 
 
 def _stats(values: Sequence[float], percentiles: Sequence[float]) -> tuple[float, float, float, list[tuple[float, float]]]:
@@ -147,6 +149,7 @@ def to_vllm_result(summary: Mapping, records: Iterable[RequestRecord], *, model_
         out["output_lens"] = output_lens
         out["ttfts"] = [(req.ttft_s(r) or 0.0) if id(r) in ok_ids else 0.0 for r in measured]
         out["itls"] = [_chunk_gaps_s(r) if id(r) in ok_ids else [] for r in measured]
+        out["start_times"] = [r.sent_at for r in measured]  # on kneecap's run clock (vLLM: time.perf_counter())
         out["generated_texts"] = ["" for _ in measured]  # kneecap keeps no generated text
         out["errors"] = ["" if id(r) in ok_ids else (r.error_message or r.error_kind or r.status) for r in measured]
     out["max_output_tokens_per_s"] = _max_output_tokens_per_s(ok)
