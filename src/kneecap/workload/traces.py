@@ -9,7 +9,9 @@ Formats:
 - Mooncake (https://github.com/kvcache-ai/Mooncake, FAST25-release/README.md and
   FAST25-release/traces/*.jsonl): one JSON object a line, {"timestamp": ms since the first request,
   "input_length": tokens, "output_length": tokens, "hash_ids": [one id per 512-token block of the
-  prompt]}; requests sharing leading hash ids share that prefix.
+  prompt]}; requests sharing leading hash ids share that prefix. (NVIDIA Dynamo's
+  benchmarks/data_generator/README.md documents the same format: timestamp "in milliseconds ...
+  since the first request", block size 512.)
 - BurstGPT (https://github.com/HPMLL/BurstGPT, release v1.1 CSVs): header
   `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`, Timestamp in seconds from
   the trace's start; a failed request has 0 response tokens (the README's "failure"). No prefix
