@@ -118,7 +118,9 @@ class BenchRun:
 
 
 def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, resume: bool, progress,
-              argv: list[str]) -> BenchRun:
+              argv: list[str], ray=None) -> BenchRun:
+    """The sweep, end to end. `ray`: a kneecap.cluster.connect.RayTarget (--ray) spreads every level's
+    streams over Ray actors across that cluster instead of this machine's processes."""
     from kneecap.metrics.knee import find_knee
     from kneecap.metrics.slo import parse_slo
     from kneecap.metrics.stop import StopLimits, check_stop
@@ -168,7 +170,17 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
     writer = results.open_writer()
     pool = None
     try:
-        if opts.workers > 1:
+        if ray is not None:  # --ray: the level's streams over Ray actors across a cluster's nodes
+            from kneecap.bench.level import LevelOutcome, run_task
+            from kneecap.bench.workers import split_task
+            from kneecap.cluster.streams import open_pool
+
+            pool = open_pool(ray, setup, max_streams=max(opts.levels) if opts.kind == KIND_CONCURRENCY else None,
+                             api_key=api_key, run_fn=run_task, split_fn=split_task,
+                             outcome_fn=lambda data: LevelOutcome(**data))
+            opts = dataclasses.replace(opts, workers=pool.size)  # client processes: the actors
+            run_share = pool.run
+        elif opts.workers > 1:
             from kneecap.bench.workers import WorkerPool
 
             pool = WorkerPool(opts.workers, setup)

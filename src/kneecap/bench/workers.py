@@ -182,10 +182,17 @@ def merge_outcomes(outcomes: Sequence[LevelOutcome], workers: int) -> dict:
     """Per-level client facts over all workers: suspect if any was; each worker's own report kept.
 
     A `--duration` closed-loop level runs in rounds, each over all `workers` processes, so
-    `per_worker` holds one report per worker per round (round by round) and `rounds` says how many."""
-    return {
+    `per_worker` holds one report per worker per round (round by round) and `rounds` says how many.
+    Workers that were Ray actors (`--ray`, kneecap.cluster) each say where they ran; `ray` sums that up."""
+    merged = {
         "workers": workers,
         "rounds": -(-len(outcomes) // workers),
         "suspect": any(o.suspect for o in outcomes),
         "per_worker": [o.client for o in outcomes],
     }
+    placed = [o.client["ray"] for o in outcomes if isinstance(o.client.get("ray"), dict)]
+    if placed:
+        merged["ray"] = {"address": placed[0].get("address"), "nodes": len({p.get("node_id") for p in placed}),
+                         "actors": len({p.get("actor") for p in placed}),
+                         "lost_actors": sum(1 for o in outcomes if o.client.get("lost"))}
+    return merged

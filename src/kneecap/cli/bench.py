@@ -40,10 +40,14 @@ def bench(
     dataset: Optional[str] = typer.Option(None, "--dataset", help="random | PATH.jsonl (prompts; ShareGPT layout accepted)"),
     shared_prefix: Optional[str] = typer.Option(None, "--shared-prefix", help="TOKENS or TOKENSxGROUPS shared by requests"),
     seed: Optional[int] = typer.Option(None, "--seed", help="seed of lengths, prompts and arrivals (default 0)"),
+    prompt_salt: Optional[str] = typer.Option(None, "--prompt-salt", help="mixed into every prompt (default: a fresh one per run, in manifest.json; pass it again to repeat a run's prompts exactly)"),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="the served model's tokenizer.json: text prompts of exact length, counted locally"),
     kv_tokens: Optional[int] = typer.Option(None, "--kv-tokens", help="KV pool in tokens for the preflight (default: read from the server)"),
     block_size: Optional[int] = typer.Option(None, "--block-size", help="KV block size in tokens for the preflight (default 16)"),
     force: bool = typer.Option(False, "--force", help="run levels the preflight says exceed the KV pool"),
     workers: Optional[int] = typer.Option(None, "--workers", help="client processes to spread streams over (default 1)"),
+    ray_address: Optional[str] = typer.Option(None, "--ray", help="spread streams over Ray actors across a cluster's nodes: auto (RAY_ADDRESS), local (a cluster in this process) or the head's HOST:PORT; needs pip install 'kneecap[ray]'"),
+    ray_streams_per_actor: int = typer.Option(256, "--ray-streams-per-actor", help="with --ray: at most this many concurrent streams per actor (default: one actor per CPU of the cluster, more if a level needs them)"),
     resume: Optional[str] = typer.Option(None, "--resume", help="continue the sweep in this results folder"),
     keep_prompts: bool = typer.Option(False, "--keep-prompts", help="store prompts in requests.jsonl (default: hashes only)"),
     redact: bool = typer.Option(False, "--redact", help="keep no server-chosen strings (URL, model, error bodies)"),
@@ -74,6 +78,7 @@ def bench(
         "rate": tuple(parse_rates(rate)) if rate is not None else None,
         "burstiness": burstiness, "requests": requests, "duration_s": duration, "warmup": warmup, "slo": slo,
         "timeout_s": timeout, "keepalive": keepalive, "ignore_eos": ignore_eos, "dataset": dataset, "seed": seed,
+        "prompt_salt": prompt_salt, "tokenizer": tokenizer,
         "kv_tokens": kv_tokens, "block_size": block_size, "workers": workers,
         "fail_on": parse_fail_on(fail_on) if fail_on is not None else None,
         "api_key_env": api_key_env, "api_key_file": api_key_file,
@@ -92,12 +97,13 @@ def bench(
             raise KneecapError("--osl is required", "pass the output tokens per request, e.g. --osl 1000")
         opts = BenchOptions(**{k: v for k, v in given.items() if v is not None})
     api_key = resolve_api_key(opts.api_key_env, opts.api_key_file)
+    ray_target = _ray_target(ray_address, ray_streams_per_actor, workers)
 
     progress = make_progress(quiet=quiet, json_out=json_out)
     previous_term = signal.signal(signal.SIGTERM, _term_as_interrupt)
     try:
         run = run_bench(opts, api_key=api_key, out_dir=out_dir, resume=resume is not None, progress=progress,
-                        argv=current_argv())
+                        argv=current_argv(), ray=ray_target)
     finally:
         signal.signal(signal.SIGTERM, previous_term)
         progress.close()
@@ -127,6 +133,19 @@ def bench(
     return code
 
 
+def _ray_target(address: str | None, streams_per_actor: int, workers: int | None):
+    """--ray: where and how to spread the streams (kneecap.cluster); a one-line error without Ray installed."""
+    if address is None:
+        return None
+    from kneecap.cluster.connect import RayTarget, require_ray
+    from kneecap.errors import KneecapError
+
+    if workers is not None and workers > 1:
+        raise KneecapError("--ray and --workers both given", "pass one: --ray spreads streams over the cluster's actors")
+    require_ray()
+    return RayTarget(address, streams_per_actor=streams_per_actor)
+
+
 def _term_as_interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -150,7 +169,8 @@ def _resumed_options(folder, out_dir, given: dict):
     stored.pop("api_key_file", None)
     if stored.get("base_url") in (None, "<redacted>") and given.get("base_url") is None:
         raise KneecapError(f"{folder}/manifest.json does not hold the server URL (redacted)", "pass --base-url again with --resume")
-    changed = [k for k in ("isl", "osl", "concurrency", "rate", "requests", "warmup", "seed", "shared_prefix_tokens")
+    changed = [k for k in ("isl", "osl", "concurrency", "rate", "requests", "warmup", "seed", "shared_prefix_tokens",
+                           "prompt_salt")
                if given.get(k) is not None and stored.get(k) is not None and _norm(given[k]) != _norm(stored[k])]
     if changed:
         raise KneecapError(f"--resume cannot change the sweep ({', '.join('--' + k.replace('_', '-') for k in changed)})",

@@ -1,0 +1,105 @@
+"""Reaching a Ray cluster: what `--ray ADDRESS` means, the one-line error when Ray is not installed,
+and the connection (ray.init) with Ray's own logging kept off kneecap's stdout and stderr.
+
+`auto` is the cluster named by RAY_ADDRESS (or the one `ray start` left on this machine), `local`
+starts an in-process cluster for this run only, anything else is a head address (HOST:PORT).
+Owns the connection only: no actors, no load.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from kneecap.errors import KneecapError
+
+EXTRA_HINT = "install it with: pip install 'kneecap[ray]'"
+DEFAULT_STREAMS_PER_ACTOR = 256
+MAX_ACTORS = 256  # as --workers: one bench level spreads over at most this many client processes
+
+
+@dataclass(frozen=True)
+class RayTarget:
+    """`--ray ADDRESS` and the actor sizing: at most streams_per_actor concurrent streams per actor,
+    and at least one actor per CPU of the cluster (actors=None) or exactly `actors`."""
+
+    address: str
+    streams_per_actor: int = DEFAULT_STREAMS_PER_ACTOR
+    actors: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.address or "").strip():
+            raise KneecapError("--ray needs an address", "pass --ray auto (RAY_ADDRESS), --ray local, or --ray HOST:PORT")
+        if self.streams_per_actor < 1:
+            raise KneecapError(f"--ray-streams-per-actor must be >= 1, got {self.streams_per_actor}",
+                               f"pass e.g. --ray-streams-per-actor {DEFAULT_STREAMS_PER_ACTOR}")
+        if self.actors is not None and not (1 <= self.actors <= MAX_ACTORS):
+            raise KneecapError(f"the number of Ray actors must be between 1 and {MAX_ACTORS}, got {self.actors}",
+                               "pass fewer actors")
+
+
+def require_ray():
+    """The ray module, or a one-line error naming the extra that installs it."""
+    try:
+        import ray
+    except ImportError:
+        raise KneecapError("--ray needs Ray, which is not installed", EXTRA_HINT) from None
+    return ray
+
+
+def actors_for(cluster_cpus: float, max_streams: int | None, target: RayTarget) -> int:
+    """How many actors: `target.actors` if given, else one per whole CPU of the cluster, raised so that no
+    actor holds more than streams_per_actor of the largest level's streams; within [1, MAX_ACTORS]."""
+    if target.actors is not None:
+        return target.actors
+    per_cpu = max(1, int(cluster_cpus))
+    by_streams = -(-int(max_streams) // target.streams_per_actor) if max_streams else 1
+    return max(1, min(MAX_ACTORS, max(per_cpu, by_streams)))
+
+
+@dataclass
+class RayConnection:
+    """This process's connection to a cluster; `close()` disconnects (and stops an in-process `local` one)."""
+
+    address: str  # as the user named it (auto, local, HOST:PORT)
+    cluster_address: str | None  # the head's address Ray resolved
+    ray: object
+
+    def alive_nodes(self) -> list[dict]:
+        return [n for n in self.ray.nodes() if n.get("Alive")]
+
+    def cpus(self) -> float:
+        return float(self.ray.cluster_resources().get("CPU", 0.0))
+
+    def close(self) -> None:
+        if self.ray.is_initialized():
+            self.ray.shutdown()
+
+
+def connect(address: str, *, runtime_env: dict | None = None, num_cpus: int | None = None) -> RayConnection:
+    """ray.init for `--ray ADDRESS`. Ray replaces the process's SIGTERM handler in ray.init: the caller's
+    handler is put back, so SIGTERM still stops a bench run the way it does without Ray."""
+    import logging
+    import signal
+
+    ray = require_ray()
+    given = address.strip()
+    if given == "auto" and not os.environ.get("RAY_ADDRESS"):
+        hint = "set RAY_ADDRESS=HOST:PORT of the cluster's head (or pass --ray HOST:PORT, or --ray local)"
+    else:
+        hint = "check the head's address and port (ray status --address HOST:PORT), or pass --ray local"
+    kwargs: dict = dict(address=given, logging_level=logging.WARNING, log_to_driver=False,
+                        include_dashboard=False if given == "local" else None, runtime_env=runtime_env)
+    if given == "local":
+        kwargs["num_cpus"] = num_cpus
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    previous_term = signal.getsignal(signal.SIGTERM)
+    try:
+        context = ray.init(**kwargs)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise KneecapError(f"cannot connect to the Ray cluster at {given!r} ({' '.join(str(exc).split())[:200]})", hint) from None
+    finally:
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
+    cluster_address = getattr(context, "address_info", {}).get("gcs_address") if context is not None else None
+    return RayConnection(address=given, cluster_address=cluster_address, ray=ray)
