@@ -3,6 +3,10 @@
 Owns reading GGUF (with the `gguf` package's GGUFReader, imported only here) and mapping llama.cpp tensor
 names onto kneecap.model.params.PARTS; the KV formula itself stays in kv.py. Parameter counts are the
 tensors' element counts and weight bytes are the tensors' data sizes, so both are exact for the file.
+Every GGML tensor type is read (f32, f16, bf16, q8_0, q4_0 .. q5_1, the k-quants, the iq families, tq1_0/tq2_0,
+mxfp4): a tensor's bytes are the gguf package's size for its type, so a mix such as Q4_K_M is exact too. The
+model's weight_dtype is the file type llama.cpp wrote (general.file_type, e.g. "q4_k_m"; named as
+kneecap.model.weights.file_type_name does), or the tensor type holding most bytes when the key is absent.
 Key names: gguf.constants.Keys (e.g. `llama.block_count`, `llama.attention.head_count_kv`,
 `deepseek2.attention.kv_lora_rank`, `gemma3.attention.sliding_window`, `qwen3next.full_attention_interval`).
 """
@@ -138,11 +142,21 @@ def _model_from_gguf(meta: dict, tensors, *, source: str, default_name: str) -> 
         num_shared_experts=(key("expert_shared_count", required=False) or 0) if moe_layers else 0,
         expert_params=expert_params, num_moe_layers=len(moe_layers),
         checkpoint_bytes=sum(part_bytes.values()),
-        weight_dtype=all_types.most_common(1)[0][0] if all_types else None,
+        weight_dtype=_file_type(meta) or (all_types.most_common(1)[0][0] if all_types else None),
         notes=tuple(notes),
         param_parts=tuple((p, parts[p]) for p in PARTS), part_dtypes=tuple((p, dtypes[p]) for p in PARTS),
         part_bytes=tuple((p, part_bytes[p]) for p in PARTS),
     )
+
+
+def _file_type(meta: dict) -> str | None:
+    """general.file_type as llama.cpp names it ("q4_k_m"), when the file states one kneecap can price."""
+    from kneecap.model.weights import file_type_name
+
+    value = meta.get("general.file_type")
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return file_type_name(value)
 
 
 def _vocab_from_tensors(tensors, hidden: int) -> int | None:
