@@ -54,10 +54,28 @@ def test_missing_linear_attention_field(tmp_path):
     assert "linear_num_value_heads" in _error(str(_write(tmp_path, cfg))).message
 
 
-def test_unknown_model_type_lists_known(tmp_path):
-    err = _error(str(_write(tmp_path, dict(GOOD, model_type="rwkv7", architectures=["Rwkv7ForCausalLM"]))))
-    assert "rwkv7" in err.message and "Rwkv7ForCausalLM" in err.message
-    assert "llama" in err.hint and "deepseek_v3" in err.hint and "preset" in err.hint
+def test_unknown_model_type_with_decoder_fields_plans_as_a_generic_decoder(tmp_path):
+    model = load_model(str(_write(tmp_path, dict(GOOD, model_type="newdecoder", architectures=["NewForCausalLM"]))))
+    assert any("'newdecoder'" in n and "generic decoder" in n for n in model.notes)
+    # Qwen3-0.6B's fields: 28 layers x 2 x 8 KV heads x head_dim 128 x 2 B = 114,688
+    from kneecap.model.kv import kv_bytes_per_token
+
+    assert kv_bytes_per_token(model, 2) == 114_688
+
+
+@pytest.mark.parametrize("field", ["num_hidden_layers", "hidden_size", "num_attention_heads"])
+def test_unknown_model_type_missing_a_decoder_field_names_it(tmp_path, field):
+    cfg = {k: v for k, v in GOOD.items() if k != field}
+    err = _error(str(_write(tmp_path, dict(cfg, model_type="rwkv7", architectures=["Rwkv7ForCausalLM"]))))
+    assert "rwkv7" in err.message and "Rwkv7ForCausalLM" in err.message and repr(field) in err.message
+    assert field in err.hint and "llama" in err.hint and "deepseek_v3" in err.hint and "preset" in err.hint
+
+
+@pytest.mark.parametrize("extra", [{"mamba_d_state": 16}, {"hybrid_override_pattern": "M*"},
+                                   {"layer_types": ["mamba"] * 28}, {"cross_attention_layers": [3, 8]}])
+def test_unknown_model_type_that_is_not_a_plain_decoder_is_refused(tmp_path, extra):
+    err = _error(str(_write(tmp_path, dict(GOOD, model_type="hybridthing", **extra))))
+    assert "hybridthing" in err.message and "not a plain decoder" in err.message and next(iter(extra)) in err.message
 
 
 def test_no_model_type(tmp_path):

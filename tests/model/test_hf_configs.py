@@ -196,12 +196,20 @@ def test_gemma2_alternation_rule(tmp_path):
     assert model.total_params == 154_944
 
 
-def test_model_from_hf_config_classmethod():
-    from kneecap.model import Model
+def test_from_hf_config_on_a_dict_and_no_import_cycle():
+    import subprocess
+    import sys
+
+    from kneecap.model import Model, from_hf_config
 
     cfg = json.loads((CONFIGS / "qwen3-0.6b.json").read_text())
-    model = Model.from_hf_config(cfg, name="qwen3-0.6b", source="inline")
+    model = from_hf_config(cfg, name="qwen3-0.6b", source="inline")
     assert model.total_params == 596_049_920 and model.source == "inline"
+    assert not hasattr(Model, "from_hf_config")  # spec.py knows no adapter: the dependency points one way
+    # importing the record alone must not pull in an adapter (spec -> hf_config -> kv -> spec was a cycle)
+    code = "import sys, kneecap.model.spec; print(sorted(m for m in sys.modules if m.startswith('kneecap.model.')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "['kneecap.model.spec']"
 
 
 def test_jamba_mamba1_hybrid_moe():

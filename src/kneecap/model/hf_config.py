@@ -4,6 +4,11 @@ Owns which model_types are understood, how the per-layer attention kinds are der
 sliding_window_pattern, full_attention_interval, chunked attention, MLA) and the linear-attention state
 size; parameter counting lives in params.py, dtypes in quant.py, file reading in resolve.py.
 Multimodal wrappers (Gemma 3, Qwen3.5, Kimi-K2.5, Llama 4) are read through their `text_config`.
+A model_type not listed in MODEL_TYPES whose config has the standard decoder fields (num_hidden_layers,
+hidden_size, num_attention_heads, optional num_key_value_heads / head_dim) is read as a generic decoder,
+with a note saying so; one with recurrent (Mamba/SSM) or cross-attention fields is refused, since a
+generic decoder would get its cache wrong. The KV-cache dtype a checkpoint was calibrated for is read
+from quant.kv_dtype_from_config.
 """
 
 from __future__ import annotations
@@ -64,7 +69,15 @@ def from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkpo
 def _from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkpoint_bytes: int | None,
                     extra_notes: tuple[str, ...]) -> Model:
     cfg, model_type, architecture = _text_config(config, source)
-    family = MODEL_TYPES[model_type]
+    family = MODEL_TYPES.get(model_type)
+    generic_note = None
+    if family is None:
+        _refuse_unmodelled(cfg, model_type, architecture, source)
+        family = "gqa"
+        generic_note = (f"model_type {model_type!r} ({architecture}) is not one kneecap knows: read as a generic "
+                        "decoder from num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads and "
+                        "head_dim (KV cache exact for standard attention); parameters counted as Llama-style "
+                        "blocks (SwiGLU MLP, no biases), so pass --params for the exact count")
     num_layers = _pos_int(cfg, "num_hidden_layers", source)
     hidden = _pos_int(cfg, "hidden_size", source)
     heads = _pos_int(cfg, "num_attention_heads", source)
@@ -72,7 +85,7 @@ def _from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkp
     # absent or null num_key_value_heads means MHA (the HF config classes default it to num_attention_heads)
     kv_heads = _pos_int(cfg, "num_key_value_heads", source) if cfg.get("num_key_value_heads") is not None else heads
     cfg["num_key_value_heads"] = kv_heads
-    notes: list[str] = list(extra_notes)
+    notes: list[str] = list(extra_notes) + ([generic_note] if generic_note else [])
 
     if family == "mla":
         for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
@@ -108,7 +121,8 @@ def _from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkp
 
     count = params.count_params(cfg, model_type, layer_types, moe_layers, tied)
     dtypes, qnotes = quant.part_dtypes_from_config(cfg, count.parts)
-    notes += qnotes
+    kv_dtype, kv_notes = quant.kv_dtype_from_config(cfg)
+    notes += qnotes + kv_notes
     state_bytes = linear_state_bytes_per_layer(cfg) if "linear_attention" in layer_types else 0
     parts = tuple((p, n) for p, n in count.parts.items())
     model = Model(
@@ -124,6 +138,7 @@ def _from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkp
         num_shared_experts=_num_shared(cfg, model_type) if count.num_moe_layers else 0,
         expert_params=count.expert_params if count.num_moe_layers else 0, num_moe_layers=count.num_moe_layers,
         checkpoint_bytes=checkpoint_bytes, weight_dtype=_headline_dtype(dtypes, count.parts),
+        kv_dtype=kv_dtype,
         param_parts=parts, part_dtypes=tuple((p, dtypes[p]) for p, _ in parts),
         part_bytes=tuple((p, weight_bytes(n, dtypes[p])) for p, n in parts),
     )
@@ -157,10 +172,37 @@ def _text_config(config: Mapping, source: str) -> tuple[dict, str, str]:
         raise KneecapError(f"{source}: config.json has no model_type",
                            f"add \"model_type\" (one of: {', '.join(sorted(MODEL_TYPES))})")
     if model_type not in MODEL_TYPES:
-        raise KneecapError(
-            f"{source}: unknown model_type {model_type!r} (architecture {architecture})",
-            f"known model types: {', '.join(sorted(MODEL_TYPES))}; or use a preset (kneecap plan --preset ...)")
+        for key in _GENERIC_NEEDS:  # a generic decoder needs these; name the first one missing
+            if key not in cfg or cfg[key] is None:
+                raise KneecapError(
+                    f"{source}: unknown model_type {model_type!r} (architecture {architecture}) and no {key!r} to "
+                    "read it as a generic decoder",
+                    f"add {key} from the model's published config.json; known model types: "
+                    f"{', '.join(sorted(MODEL_TYPES))}; or use a preset (kneecap plan --preset ...)")
     return cfg, str(model_type), architecture
+
+
+# The fields a generic decoder cannot do without (head_dim defaults to hidden_size / num_attention_heads,
+# num_key_value_heads to num_attention_heads, as in the HF config classes).
+_GENERIC_NEEDS = ("num_hidden_layers", "hidden_size", "num_attention_heads")
+# Fields that say a model is not a plain decoder: recurrent (Mamba/SSM) mixers or cross-attention layers.
+_UNMODELLED_MARKERS = ("hybrid_override_pattern", "layers_block_type", "attn_layer_indices", "mamba_d_state",
+                       "mamba_d_ssm", "mamba_n_heads", "ssm_state_size", "cross_attention_layers",
+                       "linear_attn_config")
+
+
+def _refuse_unmodelled(cfg: Mapping, model_type: str, architecture: str, source: str) -> None:
+    """A model_type read as a generic decoder must have nothing a generic decoder would get wrong."""
+    found = [k for k in _UNMODELLED_MARKERS if cfg.get(k) is not None]
+    layer_kinds = cfg.get("layer_types")
+    if isinstance(layer_kinds, list):
+        found += sorted({f"layer_types {t!r}" for t in layer_kinds
+                         if t not in ("full_attention", "sliding_attention", "chunked_attention")})
+    if found:
+        raise KneecapError(
+            f"{source}: model_type {model_type!r} ({architecture}) is not one kneecap knows, and its "
+            f"{', '.join(found[:3])} mean it is not a plain decoder (a generic reading would get the cache wrong)",
+            f"known model types: {', '.join(sorted(MODEL_TYPES))}; or use a preset (kneecap plan --preset ...)")
 
 
 def _pos_int(cfg: Mapping, key: str, source: str) -> int:
@@ -364,6 +406,8 @@ def _from_ssm_hybrid(cfg: dict, family: str, *, name: str, source: str, architec
         state = mamba.mamba1_state_bytes_per_layer(cfg, model_bytes)
         config_layers = len(kinds)
     dtypes, qnotes = quant.part_dtypes_from_config(cfg, count.parts)
+    kv_dtype, kv_notes = quant.kv_dtype_from_config(cfg)
+    qnotes = qnotes + kv_notes
     parts = tuple(count.parts.items())
     model = Model(
         name=name, source=source, architecture=architecture, num_hidden_layers=len(kinds),
@@ -374,7 +418,7 @@ def _from_ssm_hybrid(cfg: dict, family: str, *, name: str, source: str, architec
         linear_state_bytes_per_layer=state, num_experts=count.num_experts,
         num_experts_per_tok=count.num_experts_per_tok, expert_params=count.expert_params,
         num_moe_layers=count.num_moe_layers, checkpoint_bytes=checkpoint_bytes,
-        weight_dtype=_headline_dtype(dtypes, count.parts),
+        weight_dtype=_headline_dtype(dtypes, count.parts), kv_dtype=kv_dtype,
         param_parts=parts, part_dtypes=tuple((p, dtypes[p]) for p, _ in parts),
         part_bytes=tuple((p, weight_bytes(n, dtypes[p])) for p, n in parts),
     )

@@ -14,6 +14,16 @@ What stays unquantized, per scheme (checked against the published configs in tes
   modelopt (NVIDIA NVFP4 / FP8 checkpoints): Linear layers not matched by exclude_modules (glob patterns).
   awq / gptq: decoder Linear layers; embeddings and lm_head stay in the model dtype.
 Embeddings, norms and routers are never quantized by these schemes.
+
+The KV cache a checkpoint was calibrated for (kv_dtype_from_config): FP8 checkpoints quantize it too, and
+vLLM's `--kv-cache-dtype auto` then resolves to fp8 (vllm/utils/torch_utils.py resolve_kv_cache_dtype_string,
+added for vLLM issue #34752). Spellings found in published configs:
+  NVIDIA ModelOpt, older exports: hf_quant_config.json {"quantization": {"kv_cache_quant_algo": "FP8"}} (resolve.py
+      merges it into quantization_config), e.g. nvidia/Llama-3.1-70B-Instruct-FP8; null means not quantized
+  ModelOpt, newer exports: quantization_config {"quant_method": "modelopt", "kv_cache_scheme": {"num_bits": 8,
+      "type": "float", "dynamic": false}}, e.g. nvidia/Qwen3.5-397B-A17B-NVFP4; some write "kv_cache_scheme": "FP8"
+  compressed-tensors (llm-compressor): quantization_config.kv_cache_scheme {"num_bits": 8, "type": "float"};
+      null when only the weights are quantized (e.g. moonshotai/Kimi-K2.5)
 """
 
 from __future__ import annotations
@@ -148,3 +158,26 @@ class _Exclusions:
 
 def _matcher(patterns: list[str], style: str) -> _Exclusions:
     return _Exclusions(patterns, style)
+
+
+def kv_dtype_from_config(cfg: Mapping) -> tuple[str | None, list[str]]:
+    """The KV-cache dtype the checkpoint's quantization_config asks for ("fp8"), or None; and notes for the user."""
+    qc = cfg.get("quantization_config")
+    if not isinstance(qc, Mapping):
+        return None, []
+    algo = qc.get("kv_cache_quant_algo")
+    scheme = qc.get("kv_cache_scheme")
+    if algo is None and isinstance(scheme, str):
+        algo = scheme
+    if algo is not None:
+        said, fp8 = f"kv_cache_quant_algo {algo!r}", str(algo).upper() == "FP8"
+    elif isinstance(scheme, Mapping):
+        bits, kind = scheme.get("num_bits"), str(scheme.get("type", "")).lower()
+        said, fp8 = f"kv_cache_scheme {{num_bits: {bits}, type: {kind}}}", bits == 8 and kind == "float"
+    else:
+        return None, []
+    if fp8:
+        return "fp8", [f"quantization_config {said}: the checkpoint ships FP8 KV-cache scales, so the KV cache "
+                       "defaults to fp8 (1 B per element), as vLLM's --kv-cache-dtype auto does"]
+    return None, [f"quantization_config {said} is not modelled; KV cache left at the engine default — "
+                  "pass --kv-dtype"]

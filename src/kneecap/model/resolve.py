@@ -1,7 +1,8 @@
 """load_model(spec): a preset name, a config.json (or a folder holding it), a .gguf file, or an org/name hub id.
 
 Owns the I/O around the pure adapters: reading and decoding files (errors name the file and line),
-the optional model.safetensors.index.json (metadata.total_size = exact checkpoint bytes), the local
+the optional model.safetensors.index.json (metadata.total_size = exact checkpoint bytes) and NVIDIA
+ModelOpt's hf_quant_config.json (merged into quantization_config when config.json has none), the local
 Hugging Face cache and, when online, fetching config.json with huggingface_hub. Import-light: json and
 pathlib only at import time; gguf and huggingface_hub are imported when a spec needs them.
 """
@@ -18,6 +19,7 @@ from kneecap.model.spec import Model
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 INDEX_FILE = "model.safetensors.index.json"
+MODELOPT_FILE = "hf_quant_config.json"  # ModelOpt exports: {"producer": ..., "quantization": {quant_algo, kv_cache_quant_algo, ...}}
 
 
 def load_model(spec: str, *, cache_dir: str | None = None, offline: bool | None = None) -> Model:
@@ -64,11 +66,15 @@ def load_path(path: Path) -> Model:
     return load_config_file(path, index=path.parent / INDEX_FILE)
 
 
-def load_config_file(path: Path, index: Path | None = None, name: str | None = None) -> Model:
-    """Read config.json (+ the safetensors index beside it, when present) and build the Model."""
+def load_config_file(path: Path, index: Path | None = None, name: str | None = None,
+                     modelopt: Path | None = None) -> Model:
+    """Read config.json (+ the safetensors index and hf_quant_config.json beside it, when present), build the Model."""
     from kneecap.model.hf_config import from_hf_config
 
     config = read_json(path)
+    modelopt = modelopt if modelopt is not None else (path.parent / MODELOPT_FILE if path.name == "config.json" else None)
+    if modelopt is not None and modelopt.is_file():
+        config = with_modelopt_quantization(config, read_json(modelopt), modelopt)
     checkpoint_bytes = checkpoint_bytes_from_index(index) if index is not None and index.is_file() else None
     model_name = name or (path.parent.name if path.name == "config.json" else path.stem)
     return from_hf_config(config, name=model_name, source=str(path), checkpoint_bytes=checkpoint_bytes)
@@ -92,6 +98,21 @@ def read_json(path: Path) -> dict:
         raise KneecapError(f"{path}: expected a JSON object, got {type(data).__name__}",
                            "point at the model's config.json")
     return data
+
+
+def with_modelopt_quantization(config: dict, quant_file: dict, source: Path) -> dict:
+    """config.json with ModelOpt's hf_quant_config.json as its quantization_config, when config.json has none.
+
+    vLLM reads the same file for ModelOpt checkpoints (quant_method "modelopt"); e.g. nvidia/Llama-3.1-70B-Instruct-FP8
+    ships {"quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head"]}}.
+    """
+    if config.get("quantization_config"):
+        return config
+    quantization = quant_file.get("quantization")
+    if not isinstance(quantization, dict):
+        raise KneecapError(f"{source}: no \"quantization\" object, as ModelOpt writes it",
+                           f"fix or remove {source.name}")
+    return {**config, "quantization_config": {"quant_method": "modelopt", **quantization}}
 
 
 def checkpoint_bytes_from_index(index: Path) -> int:
@@ -120,7 +141,9 @@ def load_hub(repo_id: str, *, cache_dir: str | None = None, offline: bool | None
     cached = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache_dir)
     if isinstance(cached, str):
         index = try_to_load_from_cache(repo_id, INDEX_FILE, cache_dir=cache_dir)
-        return load_config_file(Path(cached), index=Path(index) if isinstance(index, str) else None, name=repo_id)
+        modelopt = try_to_load_from_cache(repo_id, MODELOPT_FILE, cache_dir=cache_dir)
+        return load_config_file(Path(cached), index=Path(index) if isinstance(index, str) else None, name=repo_id,
+                                modelopt=Path(modelopt) if isinstance(modelopt, str) else None)
     if offline is None:
         offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
     if offline:
@@ -149,9 +172,14 @@ def _download(repo_id: str, cache_dir: str | None) -> Model:
             index = hf_hub_download(repo_id, INDEX_FILE, cache_dir=cache_dir, etag_timeout=10)
         except Exception:  # optional: single-file checkpoints have no index
             index = None
+        try:
+            modelopt = hf_hub_download(repo_id, MODELOPT_FILE, cache_dir=cache_dir, etag_timeout=10)
+        except Exception:  # optional: only ModelOpt exports ship it
+            modelopt = None
     finally:
         hub_logger.setLevel(level)
-    return load_config_file(Path(config), index=Path(index) if index else None, name=repo_id)
+    return load_config_file(Path(config), index=Path(index) if index else None, name=repo_id,
+                            modelopt=Path(modelopt) if modelopt else None)
 
 
 def _check_reachable(endpoint: str, repo_id: str, timeout_s: float = 3.0) -> None:

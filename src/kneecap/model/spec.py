@@ -1,8 +1,8 @@
 """The Model record: the architecture facts that set memory and compute, nothing else.
 
 Field names mirror Hugging Face `config.json` where the value mirrors it. A Model is built
-by an adapter (config.json, GGUF, preset) and never mutated. Per-token KV bytes are derived
-in kneecap.model.kv from `layer_types`, not stored.
+by an adapter (kneecap.model.hf_config.from_hf_config, gguf_reader, presets) and never mutated; this
+module imports none of them. Per-token KV bytes are derived in kneecap.model.kv from `layer_types`, not stored.
 """
 
 from __future__ import annotations
@@ -57,6 +57,9 @@ class Model:
     # Checkpoint
     checkpoint_bytes: int | None = None  # exact bytes of the weights on disk (safetensors index total_size)
     weight_dtype: str | None = None  # dtype the checkpoint ships in (from torch_dtype / quantization_config)
+    # KV-cache dtype the checkpoint was calibrated for ("fp8": ModelOpt kv_cache_quant_algo FP8, compressed-tensors
+    # kv_cache_scheme 8-bit float); None when the checkpoint says nothing (the engine's default applies)
+    kv_dtype: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)  # facts worth showing a user (e.g. naive-formula error)
     # Parameter breakdown (kneecap.model.params): (part, count) pairs summing to total_params, the dtype each
     # part ships in, and the bytes each part occupies as shipped (exact for GGUF; params x bits otherwise).
@@ -104,13 +107,6 @@ class Model:
                 f"model {self.name!r}: active_params {self.active_params} exceeds total_params {self.total_params}",
                 f"fix the parameter counts in {self.source}",
             )
-
-    @classmethod
-    def from_hf_config(cls, config: dict, *, name: str, source: str, checkpoint_bytes: int | None = None) -> "Model":
-        """Build a Model from a Hugging Face config.json dict (the adapter lives in kneecap.model.hf_config)."""
-        from kneecap.model.hf_config import from_hf_config
-
-        return from_hf_config(config, name=name, source=source, checkpoint_bytes=checkpoint_bytes)
 
     @property
     def is_moe(self) -> bool:
