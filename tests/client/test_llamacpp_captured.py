@@ -1,6 +1,6 @@
 """Payloads captured from a real llama.cpp server (xllamacpp 2026.10, build b0-unknown, the tiny
-character-level test GGUF of kneecap.testing.tiny_gguf, -c 4096 -np 4) read by the client's parsers.
-Captured with kneecap.testing.llamacpp_server; files in tests/client/data/."""
+character-level test GGUF of tests/llamacpp/tiny_gguf.py, -c 4096 -np 4) read by the client's parsers.
+Captured with tests/llamacpp/llamacpp_server.py; files in tests/client/data/."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """llama.cpp's real HTTP server on the tiny GGUF: what kneecap relies on it doing.
 
+The request-level checks run against the F32, F16 and Q8_0 models alike (fixture any_llamacpp).
+
 Streaming completions with exact lengths, ignore_eos honoured, per-slot context in /props,
 character-level prompt counting, Prometheus names, the launcher's start/stop by PID, and the
 keep-alive drop that llama.cpp shows after streamed responses (characterised, not assumed).
@@ -15,7 +17,7 @@ import urllib.request
 import pytest
 
 from kneecap.errors import KneecapError
-from kneecap.testing.llamacpp_server import LlamaCppServerConfig, start_llamacpp_server
+from llamacpp_server import LlamaCppServerConfig, start_llamacpp_server
 
 pytestmark = pytest.mark.slow
 
@@ -50,8 +52,8 @@ def _stream(url: str, body: dict, timeout: float = 30) -> list[dict]:
     return events
 
 
-def test_streaming_completion_has_exactly_max_tokens_one_per_chunk(llamacpp):
-    events = _stream(llamacpp.base_url + "/v1/completions",
+def test_streaming_completion_has_exactly_max_tokens_one_per_chunk(any_llamacpp):
+    events = _stream(any_llamacpp.base_url + "/v1/completions",
                      {"prompt": "stream check 1", "max_tokens": 24, "ignore_eos": True, "cache_prompt": False,
                       "stream_options": {"include_usage": True}})
     texts = [e["choices"][0]["text"] for e in events if e.get("choices") and e["choices"][0].get("text")]
@@ -61,8 +63,8 @@ def test_streaming_completion_has_exactly_max_tokens_one_per_chunk(llamacpp):
     assert events[-1]["choices"] == [] or events[-1]["choices"][0]["finish_reason"] == "length"
 
 
-def test_chat_streaming_works(llamacpp):
-    events = _stream(llamacpp.base_url + "/v1/chat/completions",
+def test_chat_streaming_works(any_llamacpp):
+    events = _stream(any_llamacpp.base_url + "/v1/chat/completions",
                      {"messages": [{"role": "user", "content": "hi there 2"}], "max_tokens": 8, "ignore_eos": True,
                       "stream_options": {"include_usage": True}})
     content = "".join((e["choices"][0].get("delta") or {}).get("content") or "" for e in events if e.get("choices"))
@@ -70,9 +72,9 @@ def test_chat_streaming_works(llamacpp):
     assert [e["usage"]["completion_tokens"] for e in events if e.get("usage")][-1] == 8
 
 
-def test_ignore_eos_is_honoured_when_eos_is_forced(llamacpp):
+def test_ignore_eos_is_honoured_when_eos_is_forced(any_llamacpp):
     """A logit bias makes EOS certain: without ignore_eos generation stops at once, with it runs to max_tokens."""
-    url = llamacpp.base_url + "/v1/completions"
+    url = any_llamacpp.base_url + "/v1/completions"
     force_eos = {"prompt": "eos check 3", "max_tokens": 12, "logit_bias": [[2, 5000]], "cache_prompt": False}
     stopped = _post(url, force_eos)
     assert stopped["choices"][0]["finish_reason"] == "stop" and stopped["usage"]["completion_tokens"] <= 1
@@ -80,18 +82,18 @@ def test_ignore_eos_is_honoured_when_eos_is_forced(llamacpp):
     assert full["choices"][0]["finish_reason"] == "length" and full["usage"]["completion_tokens"] == 12
 
 
-def test_props_report_slots_and_per_slot_context(llamacpp):
-    props = json.loads(_get(llamacpp.base_url + "/props"))
-    assert props["total_slots"] == llamacpp.parallel
-    assert props["default_generation_settings"]["n_ctx"] == llamacpp.ctx_size // llamacpp.parallel
+def test_props_report_slots_and_per_slot_context(any_llamacpp):
+    props = json.loads(_get(any_llamacpp.base_url + "/props"))
+    assert props["total_slots"] == any_llamacpp.parallel
+    assert props["default_generation_settings"]["n_ctx"] == any_llamacpp.ctx_size // any_llamacpp.parallel
 
 
-def test_prompt_tokens_are_characters_plus_bos_and_space_prefix(llamacpp):
-    url = llamacpp.base_url + "/v1/completions"
+def test_prompt_tokens_are_characters_plus_bos_and_space_prefix(any_llamacpp):
+    url = any_llamacpp.base_url + "/v1/completions"
     prompt = "exactly forty characters of prompt text!"
     assert len(prompt) == 40
     assert _post(url, {"prompt": prompt, "max_tokens": 1, "cache_prompt": False})["usage"]["prompt_tokens"] == 42
-    tokenized = _post(llamacpp.base_url + "/tokenize", {"content": prompt})["tokens"]
+    tokenized = _post(any_llamacpp.base_url + "/tokenize", {"content": prompt})["tokens"]
     assert len(tokenized) == 41  # /tokenize adds no BOS; the space prefix is one token
     ids = list(range(300, 350))  # token-id prompts are taken as they are
     assert _post(url, {"prompt": ids, "max_tokens": 1, "cache_prompt": False})["usage"]["prompt_tokens"] == 50

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kneecap.errors import KneecapError
-from kneecap.testing.tiny_gguf import (BOS_ID, CHARACTERS, EOS_ID, FIRST_CHAR_ID, SPACE_PIECE, UNK_ID,
+from tiny_gguf import (BOS_ID, CHARACTERS, EOS_ID, FIRST_CHAR_ID, SPACE_PIECE, UNK_ID,
                                        TinyLlamaConfig, vocabulary, write_tiny_gguf)
 
 gguf = pytest.importorskip("gguf")
@@ -111,3 +111,23 @@ def test_bad_config_is_a_kneecap_error(kwargs, fragment):
 def test_a_folder_is_not_a_model_path(tmp_path):
     with pytest.raises(KneecapError, match="folder"):
         write_tiny_gguf(tmp_path)
+
+
+@pytest.mark.parametrize("weight_type, file_type", [("f32", 0), ("f16", 1), ("q8_0", 7)])
+def test_weight_types_store_matrices_in_the_type_and_norms_in_f32(tmp_path, weight_type, file_type):
+    reader = gguf.GGUFReader(write_tiny_gguf(tmp_path / "m.gguf", weight_type=weight_type))
+    assert reader.fields["general.file_type"].contents() == file_type  # llama_ftype ALL_F32 / MOSTLY_F16 / MOSTLY_Q8_0
+    for t in reader.tensors:
+        expected = "f32" if t.name.endswith("norm.weight") else weight_type
+        assert t.tensor_type.name.lower() == expected, t.name
+    out = next(t for t in reader.tensors if t.name == "output.weight")
+    rows = gguf.quants.dequantize(out.data, out.tensor_type).reshape(-1, TinyLlamaConfig().hidden_size)
+    assert rows[0, 0] <= -1000.0 and not rows[0, 1:].any()  # control tokens still read only dimension 0
+
+
+def test_q8_0_needs_rows_in_whole_blocks(tmp_path):
+    with pytest.raises(KneecapError, match="Q8_0"):
+        write_tiny_gguf(tmp_path / "m.gguf", TinyLlamaConfig(hidden_size=48, num_attention_heads=4,
+                                                             num_key_value_heads=2), weight_type="q8_0")
+    with pytest.raises(KneecapError, match="weight_type"):
+        write_tiny_gguf(tmp_path / "m.gguf", weight_type="q4_k")

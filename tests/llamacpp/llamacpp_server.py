@@ -2,9 +2,10 @@
 
 xllamacpp has no command line: `xllamacpp.Server(CommonParams)` starts llama.cpp's C++ server
 inside the calling process and returns once it listens. This module is that missing command
-(`python -m kneecap.testing.llamacpp_server --model PATH --port N --parallel NP --ctx-size C`)
-plus `start_llamacpp_server`, which launches it, waits for `/health` and returns a handle.
-It owns processes and sockets only; the model file comes from `kneecap.testing.tiny_gguf`.
+(`python tests/llamacpp/llamacpp_server.py --model PATH --port N --parallel NP --ctx-size C`, from the
+repo root) plus `start_llamacpp_server`, which runs this file as a script, waits for `/health` and returns a
+handle. It owns processes and sockets only; the model file comes from tests/llamacpp/tiny_gguf.py.
+It lives with the tests, not in the installed package: only tests and bench scripts start servers.
 
 Facts relied on (xllamacpp 2026.10 `CommonParams` attributes, read from the installed wheel;
 llama.cpp `tools/server/README.md`): `port=0` picks a free port and `Server.listening_address`
@@ -28,6 +29,8 @@ from pathlib import Path
 from kneecap.errors import KneecapError
 
 READY_PREFIX = "LISTENING "  # the one line the child prints on stdout once it listens
+# llama.cpp's --cache-type-k/-v values (common/arg.cpp kv_cache_types)
+CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,8 @@ class LlamaCppServerConfig:
     threads: int = 1
     cache_prompt: bool = True  # llama.cpp's default; clients may still send cache_prompt per request
     metrics: bool = True  # expose Prometheus /metrics
+    cache_type: str = "f16"  # K and V cache type, as llama-server --cache-type-k/-v (f16 is llama.cpp's default)
+    verbose: bool = False  # log at verbosity 4, which includes llama.cpp's own lines (e.g. "llama_kv_cache: size = ...")
 
     def __post_init__(self) -> None:
         if not self.model_path:
@@ -51,6 +56,9 @@ class LlamaCppServerConfig:
         for name in ("parallel", "ctx_size", "threads"):
             if getattr(self, name) < 1:
                 raise KneecapError(f"{name} must be >= 1, got {getattr(self, name)}", f"pass --{name.replace('_', '-')} N >= 1")
+        if self.cache_type not in CACHE_TYPES:
+            raise KneecapError(f"cache type {self.cache_type!r} is not one llama.cpp accepts",
+                               f"pass --cache-type one of {', '.join(CACHE_TYPES)}")
         if self.ctx_size < self.parallel:
             raise KneecapError(f"ctx-size {self.ctx_size} is smaller than parallel {self.parallel}",
                                "each slot gets ctx-size / parallel tokens: raise --ctx-size")
@@ -62,6 +70,10 @@ class LlamaCppServerConfig:
             argv.append("--no-cache-prompt")
         if not self.metrics:
             argv.append("--no-metrics")
+        if self.cache_type != "f16":
+            argv += ["--cache-type", self.cache_type]
+        if self.verbose:
+            argv.append("--verbose")
         return argv
 
 
@@ -139,7 +151,7 @@ def start_llamacpp_server(config: LlamaCppServerConfig, *, log_dir: str | Path, 
     out_path, log_path = log_dir / "llamacpp.stdout", log_dir / "llamacpp.log"
     with open(out_path, "wb") as out, open(log_path, "wb") as err:
         process = subprocess.Popen(
-            [sys.executable, "-m", "kneecap.testing.llamacpp_server", *config.to_argv()],
+            [sys.executable, str(Path(__file__).resolve()), *config.to_argv()],
             stdout=out, stderr=err, stdin=subprocess.DEVNULL, preexec_fn=_child_setup(cpu))
     server = LlamaCppServer(base_url="", process=process, log_path=log_path)
     deadline = time.monotonic() + startup_timeout_s
@@ -202,6 +214,11 @@ def _serve(config: LlamaCppServerConfig) -> int:  # pragma: no cover - runs in t
     params.endpoint_metrics = config.metrics
     params.endpoint_slots = True
     params.warmup = False
+    cache_type = xllamacpp.ggml_type.__members__[f"GGML_TYPE_{config.cache_type.upper()}"]
+    params.cache_type_k = cache_type
+    params.cache_type_v = cache_type
+    if config.verbose:
+        params.verbosity = 4  # llama.cpp's info lines (model loader, KV cache size) show from 4 up
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -220,7 +237,7 @@ def _serve(config: LlamaCppServerConfig) -> int:  # pragma: no cover - runs in t
 
 
 def parse_args(argv: list[str] | None = None) -> LlamaCppServerConfig:
-    parser = argparse.ArgumentParser(prog="python -m kneecap.testing.llamacpp_server",
+    parser = argparse.ArgumentParser(prog="python tests/llamacpp/llamacpp_server.py",
                                      description="llama.cpp's HTTP server (xllamacpp) as a command")
     parser.add_argument("--model", required=True, help="path to a .gguf file")
     parser.add_argument("--host", default="127.0.0.1")
@@ -230,10 +247,12 @@ def parse_args(argv: list[str] | None = None) -> LlamaCppServerConfig:
     parser.add_argument("--threads", "-t", type=int, default=1)
     parser.add_argument("--no-cache-prompt", action="store_true", help="server default cache_prompt=false")
     parser.add_argument("--no-metrics", action="store_true", help="do not expose /metrics")
+    parser.add_argument("--cache-type", default="f16", choices=CACHE_TYPES, help="K and V cache type")
+    parser.add_argument("--verbose", action="store_true", help="log llama.cpp's info lines (verbosity 4)")
     ns = parser.parse_args(argv)
     return LlamaCppServerConfig(model_path=ns.model, host=ns.host, port=ns.port, parallel=ns.parallel,
                                 ctx_size=ns.ctx_size, threads=ns.threads, cache_prompt=not ns.no_cache_prompt,
-                                metrics=not ns.no_metrics)
+                                metrics=not ns.no_metrics, cache_type=ns.cache_type, verbose=ns.verbose)
 
 
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - exercised through the subprocess

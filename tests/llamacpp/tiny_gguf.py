@@ -1,7 +1,7 @@
 """Write a tiny random-weight llama-architecture GGUF that llama.cpp's server loads and runs.
 
 Owns the file layout only (metadata keys, vocabulary, tensor shapes); it starts no server
-(see `kneecap.testing.llamacpp_server`). Random weights give garbage text, but real timing,
+(see tests/llamacpp/llamacpp_server.py). Random weights give garbage text, but real timing,
 real slots and a real KV cache: enough to test a load generator end to end on a CPU.
 
 Sources for what llama.cpp reads (ggml-org/llama.cpp, and the `gguf` package's constants):
@@ -26,6 +26,12 @@ the residual stream is a constant +1 no layer writes to, and the output rows of 
 hold -SUPPRESS_LOGIT there (every other token's row holds 0), so their logits sit near
 -SUPPRESS_LOGIT at any temperature. Every generated token is therefore one printable
 character, and llama.cpp streams one chunk per token.
+
+Weight types (`weight_type`): "f32" (every tensor F32), "f16" or "q8_0" (every matrix F16 or Q8_0, the 1-D
+norm vectors F32, as llama.cpp's convert_hf_to_gguf.py --outtype f16 / q8_0 writes them; Q8_0 blocks come from
+the gguf package's gguf.quants.quantize). general.file_type says which (LlamaFileType ALL_F32 / MOSTLY_F16 /
+MOSTLY_Q8_0). The suppression above survives both: -SUPPRESS_LOGIT and 0 are exact in F16, and a Q8_0 block
+stores 0 exactly and -SUPPRESS_LOGIT as -127 x its f16 scale (-1000.125), still far below every character.
 """
 
 from __future__ import annotations
@@ -112,10 +118,26 @@ def vocabulary(pad_to: int = 0) -> list[tuple[str, int]]:
     return [(piece, int(kind)) for piece, kind in tokens]
 
 
-def write_tiny_gguf(path: str | Path, config: TinyLlamaConfig = TinyLlamaConfig(), seed: int = 0) -> Path:
-    """Write the model to `path` (a new .gguf file) and return it. Same seed and config, same bytes."""
+WEIGHT_TYPES = ("f32", "f16", "q8_0")
+
+
+def write_tiny_gguf(path: str | Path, config: TinyLlamaConfig = TinyLlamaConfig(), seed: int = 0,
+                    weight_type: str = "f32") -> Path:
+    """Write the model to `path` (a new .gguf file) and return it. Same seed, config and type, same bytes."""
     import numpy as np
-    from gguf import GGUFWriter
+    from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType
+    from gguf.constants import GGML_QUANT_SIZES
+    from gguf.quants import quantize
+
+    if weight_type not in WEIGHT_TYPES:
+        raise KneecapError(f"tiny GGUF weight_type {weight_type!r} is not one the writer knows",
+                           f"use one of {', '.join(WEIGHT_TYPES)}")
+    if weight_type == "q8_0":
+        block = GGML_QUANT_SIZES[GGMLQuantizationType.Q8_0][0]
+        for name in ("hidden_size", "intermediate_size"):
+            if getattr(config, name) % block:
+                raise KneecapError(f"tiny GGUF {name} {getattr(config, name)} is not a multiple of Q8_0's block of "
+                                   f"{block}", f"pick {name} as a multiple of {block} for weight_type q8_0")
 
     rng = np.random.default_rng(seed)
     out = Path(path)
@@ -141,7 +163,8 @@ def write_tiny_gguf(path: str | Path, config: TinyLlamaConfig = TinyLlamaConfig(
     writer.add_rope_dimension_count(config.head_dim)
     writer.add_rope_freq_base(config.rope_theta)
     writer.add_vocab_size(n_vocab)
-    writer.add_file_type(0)  # LLAMA_FTYPE_ALL_F32
+    writer.add_file_type({"f32": LlamaFileType.ALL_F32, "f16": LlamaFileType.MOSTLY_F16,
+                          "q8_0": LlamaFileType.MOSTLY_Q8_0}[weight_type])
 
     writer.add_tokenizer_model("llama")
     writer.add_token_list([piece for piece, _ in vocab])
@@ -156,10 +179,18 @@ def write_tiny_gguf(path: str | Path, config: TinyLlamaConfig = TinyLlamaConfig(
     def normal(*shape: int, std: float) -> "np.ndarray":
         return (rng.standard_normal(shape) * std).astype(np.float32)
 
+    def add_matrix(name: str, array: "np.ndarray") -> None:
+        if weight_type == "f16":
+            writer.add_tensor(name, array.astype(np.float16))
+        elif weight_type == "q8_0":
+            writer.add_tensor(name, quantize(array, GGMLQuantizationType.Q8_0), raw_dtype=GGMLQuantizationType.Q8_0)
+        else:
+            writer.add_tensor(name, array)
+
     # Residual dimension 0 is a constant +1 carried from the embedding (no layer writes it).
     embd = normal(n_vocab, n_embd, std=1.0)
     embd[:, 0] = 1.0
-    writer.add_tensor("token_embd.weight", embd)
+    add_matrix("token_embd.weight", embd)
     for layer in range(config.num_hidden_layers):
         blk = f"blk.{layer}"
         attn_out = normal(n_embd, q_rows, std=0.02)
@@ -167,21 +198,21 @@ def write_tiny_gguf(path: str | Path, config: TinyLlamaConfig = TinyLlamaConfig(
         ffn_down = normal(n_embd, n_ff, std=0.02)
         ffn_down[0, :] = 0.0
         writer.add_tensor(f"{blk}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        writer.add_tensor(f"{blk}.attn_q.weight", normal(q_rows, n_embd, std=0.1))
-        writer.add_tensor(f"{blk}.attn_k.weight", normal(kv_rows, n_embd, std=0.1))
-        writer.add_tensor(f"{blk}.attn_v.weight", normal(kv_rows, n_embd, std=0.1))
-        writer.add_tensor(f"{blk}.attn_output.weight", attn_out)
+        add_matrix(f"{blk}.attn_q.weight", normal(q_rows, n_embd, std=0.1))
+        add_matrix(f"{blk}.attn_k.weight", normal(kv_rows, n_embd, std=0.1))
+        add_matrix(f"{blk}.attn_v.weight", normal(kv_rows, n_embd, std=0.1))
+        add_matrix(f"{blk}.attn_output.weight", attn_out)
         writer.add_tensor(f"{blk}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        writer.add_tensor(f"{blk}.ffn_gate.weight", normal(n_ff, n_embd, std=0.1))
-        writer.add_tensor(f"{blk}.ffn_up.weight", normal(n_ff, n_embd, std=0.1))
-        writer.add_tensor(f"{blk}.ffn_down.weight", ffn_down)
+        add_matrix(f"{blk}.ffn_gate.weight", normal(n_ff, n_embd, std=0.1))
+        add_matrix(f"{blk}.ffn_up.weight", normal(n_ff, n_embd, std=0.1))
+        add_matrix(f"{blk}.ffn_down.weight", ffn_down)
     writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
     output = normal(n_vocab, n_embd, std=n_embd ** -0.5)  # logits ~ N(0, 1): varied text
     output[:, 0] = 0.0
     for suppressed in (slice(0, FIRST_CHAR_ID), slice(n_chars_end, n_vocab)):
         output[suppressed, :] = 0.0
         output[suppressed, 0] = -SUPPRESS_LOGIT
-    writer.add_tensor("output.weight", output)
+    add_matrix("output.weight", output)
 
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
