@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kneecap.errors import KneecapError
 from kneecap.workload import LengthDist
@@ -79,3 +81,25 @@ def test_context_limit_ends_a_conversation_early():
     full = expected_turns(plan(), plan().conversations[0])
     assert [t.spec.input_tokens for t in full] == [100, 220, 340]
     assert len(synthetic_answer(p, p.conversations[0], 1)) == 20
+
+
+@settings(max_examples=50, deadline=None)
+@given(turns=st.integers(1, 6), conversations=st.integers(1, 4), seed=st.integers(0, 100),
+       answers=st.lists(st.integers(0, 40), min_size=6, max_size=6))
+def test_property_every_turn_extends_the_previous_prompt_and_answer(turns, conversations, seed, answers):
+    p = plan_conversations(turns * conversations, turns, LengthDist(kind="uniform", low=1, high=30),
+                           LengthDist(kind="uniform", low=1, high=30), seed=seed, think_time_s=0.5)
+    for conv in p.conversations:
+        t = first_turn(p, conv)
+        seen = [t]
+        while True:
+            answer = list(range(answers[t.spec.turn - 1]))
+            nxt = next_turn(p, conv, t, answer)
+            if nxt is None:
+                break
+            assert nxt.prompt_tokens[:len(t.prompt_tokens) + len(answer)] == t.prompt_tokens + tuple(answer)
+            assert nxt.spec.input_tokens == len(t.prompt_tokens) + len(answer) + conv.new_input_tokens[nxt.spec.turn - 1]
+            seen.append(nxt)
+            t = nxt
+        assert [s.spec.turn for s in seen] == list(range(1, turns + 1))
+        assert {s.spec.conversation_id for s in seen} == {conv.conversation_id}

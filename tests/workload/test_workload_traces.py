@@ -6,9 +6,11 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kneecap.errors import KneecapError
-from kneecap.workload.traces import (MOONCAKE_BLOCK_TOKENS, parse_burstgpt, parse_mooncake, parse_trace, plan_replay,
+from kneecap.workload.traces import (MOONCAKE_BLOCK_TOKENS, TraceRow, parse_burstgpt, parse_mooncake, parse_trace, plan_replay,
                                      read_trace, trace_prompt_tokens)
 
 DATA = Path(__file__).parent / "data"
@@ -100,3 +102,18 @@ def test_burstgpt_prompts_share_nothing():
     rows = read_trace(DATA / "burstgpt_shape.csv").rows
     a, b = trace_prompt_tokens(rows[0]), trace_prompt_tokens(rows[1])
     assert len(a) == 472 and len(b) == 1087 and a[:16] != b[:16]
+
+
+@settings(max_examples=60, deadline=None)
+@given(shared=st.integers(0, 4), a_extra=st.integers(0, 3), b_extra=st.integers(0, 3), a_tail=st.integers(1, 512),
+       b_tail=st.integers(1, 512), seed=st.integers(0, 50))
+def test_property_shared_leading_hash_ids_mean_shared_leading_tokens(shared, a_extra, b_extra, a_tail, b_tail, seed):
+    ids_a = list(range(shared)) + [100 + i for i in range(a_extra + 1)]
+    ids_b = list(range(shared)) + [200 + i for i in range(b_extra + 1)]
+    a = TraceRow(line=1, timestamp_s=0, input_tokens=(len(ids_a) - 1) * 512 + a_tail, output_tokens=1, hash_ids=tuple(ids_a))
+    b = TraceRow(line=2, timestamp_s=0, input_tokens=(len(ids_b) - 1) * 512 + b_tail, output_tokens=1, hash_ids=tuple(ids_b))
+    ta, tb = trace_prompt_tokens(a, seed=seed), trace_prompt_tokens(b, seed=seed)
+    assert len(ta) == a.input_tokens and len(tb) == b.input_tokens
+    n = shared * 512
+    assert ta[:n] == tb[:n]
+    assert ta[n:n + 16] != tb[n:n + 16]  # the first differing block differs from its first tokens
