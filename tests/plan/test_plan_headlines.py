@@ -99,3 +99,9 @@ def test_context_sweep_stops_at_the_models_maximum():
     assert [c["context"] for c in doc["context_sweep"] if c["model_max"]] == [top]
     text = _text("plan", "--preset", "qwen3-30b-a3b", "--gpu", "h100-sxm")
     assert "40,960 (model max)" in text and "131,072" not in text
+
+
+def test_a_bare_gpu_family_name_says_which_part_it_planned():
+    text = _text("plan", "--preset", "llama-3.1-8b", "--gpu", "h100")
+    assert "1× h100-sxm = NVIDIA H100 80GB HBM3 (SXM)" in text
+    assert "the other h100 parts in the catalog are --gpu h100-pcie, --gpu h100-nvl" in text

@@ -59,6 +59,15 @@ def kv_factor_lines(plan: Plan) -> list[str]:
     return lines
 
 
+def gpu_siblings(name: str) -> list[str]:
+    """Other catalog parts of the same GPU family ('h100-sxm' -> h100-pcie, h100-nvl): a bare family name
+    such as --gpu h100 resolves to one of them, so the worksheet names the part it planned with."""
+    from kneecap.hardware import list_gpus
+
+    family = name.split("-")[0]
+    return [g.name for g in list_gpus() if g.name != name and g.name.split("-")[0] == family]
+
+
 def _table(title: str, columns: list[tuple[str, str]]):
     from rich.table import Table
 
@@ -75,11 +84,15 @@ def plan_worksheet(plan: Plan, levers: list[Lever], tps: list[TpPoint], contexts
 
     d, m, g, L = plan.deployment, plan.deployment.model, plan.deployment.gpu, plan.ledger
     out: list = []
-    out.append(Text(f"kneecap plan — {m.name} on {d.num_gpus}× {g.label} (TP={d.tp}, PP={d.pp}), "
+    out.append(Text(f"kneecap plan — {m.name} on {d.num_gpus}× {g.name} = {g.label} (TP={d.tp}, PP={d.pp}), "
                     f"weights {d.weight_dtype}, KV {d.kv_dtype}, context {plan.context:,} "
                     + ("(no --mean-context: every sequence at the full context)" if plan.worst_case
                        else f"(mean {plan.mean_context:,})"),
                     style="bold"))
+
+    if siblings := gpu_siblings(g.name):
+        out.append(Text(f"  GPU {g.name}: the {g.label} part; the other {g.name.split('-')[0]} parts in the catalog are "
+                        + ", ".join(f"--gpu {s}" for s in siblings)))
 
     # 1. KV bytes per token
     per_tok = plan.kv_bytes_per_token
