@@ -54,7 +54,7 @@ TERMS: dict[str, tuple[str, str]] = {
     "Binding": ("—", "Which limit sets max concurrency: 'hbm' (the KV pool) or 'compute' (the batch cap)."),
     "Capacity region": ("loads", "The loads of one candidate/class/state at which every repetition met every "
                                  "budget and no limit was crossed; capacity is the highest load with every lower "
-                                 "step also passing (seed 004)."),
+                                 "step also passing."),
     "Offered vs completed": ("req/s", "Offered = requests the load plan sent per second; completed = requests that "
                                       "finished ok per second. A system that drops requests must not look fast."),
     "Little's law": ("—", "L = λW: mean requests in flight = arrival rate × mean time in system; checked only on "
