@@ -96,7 +96,8 @@ def test_stable_p99_on_a_steady_level_and_not_on_a_degrading_one():
     steady = [rec(i, sent=0.05 * i, ttft=float(rng.uniform(0.1, 0.2)), itl=0.02) for i in range(2000)]  # 100 s
     v = p99_stable(steady, 10.0, windows=3, rel_tol=0.05, min_samples=50)
     assert v.stable, v.why
-    assert len(v.window_ends_s) == 10 and all(x is not None for x in v.ttft_p99_ms)
+    assert len(v.window_ends_s) == 4 and v.window_ends_s[-1] == pytest.approx(100.0)  # the last 3 + 1 windows
+    assert all(x is not None for x in v.ttft_p99_ms)
     degrading = [rec(i, sent=0.05 * i, ttft=0.1 + 0.002 * i, itl=0.02 + 0.0001 * i) for i in range(2000)]
     d = p99_stable(degrading, 10.0, windows=3, rel_tol=0.05)
     assert not d.stable and "moved" in d.why
@@ -113,3 +114,26 @@ def test_stable_p99_needs_windows_and_samples():
     assert p99_stable(warm, 1.0).why == "no completed request yet"
     with pytest.raises(KneecapError):
         p99_stable(few, 10.0, rel_tol=0)
+
+
+def test_stable_p99_estimates_equal_the_level_summary_over_the_same_records():
+    from kneecap.metrics.summarize import summarize_level
+
+    rng = np.random.default_rng(1)
+    records = []
+    for i in range(600):  # multi-token chunks, and a token-less chunk, as servers stream them
+        sent = 0.1 * i
+        t = sent + float(rng.uniform(0.05, 0.3))
+        times, toks = [t], [1]
+        for _ in range(int(rng.integers(2, 12))):
+            t += float(rng.uniform(0.01, 0.05))
+            times.append(t)
+            toks.append(int(rng.choice([0, 1, 1, 2, 3])))
+        records.append(RequestRecord(request_id=f"r{i}", level=0, sent_at=sent, first_token_at=times[0], end_at=times[-1],
+                                     chunk_times=times, chunk_tokens=toks, output_tokens=sum(toks)))
+    last_end = max(r.end_at for r in records)
+    v = p99_stable(records, 5.0, windows=2, now_s=last_end, min_samples=10)
+    full = [r for r in records if r.end_at <= v.window_ends_s[-1]]
+    s = summarize_level(full, concurrency=1)
+    assert v.ttft_p99_ms[-1] == pytest.approx(s["ttft_ms"]["p99"])
+    assert v.itl_p99_ms[-1] == pytest.approx(s["itl_ms"]["p99"])

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from kneecap.errors import KneecapError
-from kneecap.metrics import request as req
 from kneecap.metrics.stats import distribution, weighted_distribution
 from kneecap.metrics.summarize import summarize_level
 from kneecap.records import RequestRecord
@@ -84,27 +83,42 @@ class StableP99:
     itl_p99_ms: tuple[float | None, ...]
 
 
-def _p99s(done: Sequence[RequestRecord], min_samples: int) -> tuple[float | None, float | None]:
-    ttfts = [req.ttft_s(r) * MS_PER_S for r in done if req.ttft_s(r) is not None]
-    values: list[float] = []
-    weights: list[int] = []
-    for r in done:
-        gaps, toks = req.chunk_gaps(r)
-        values.extend(g * MS_PER_S / max(k, 1) for g, k in zip(gaps, toks))
-        weights.extend(toks)
-    ttft = distribution(ttfts)["p99"] if len(ttfts) >= min_samples else None
-    itl = weighted_distribution(values, weights)["p99"] if sum(weights) >= min_samples else None
-    return ttft, itl
+def _per_record_samples(done: Sequence[RequestRecord]):
+    """TTFT ms per record (NaN if unknown) and the per-token ITL samples (ms, weight) of all records, in order.
+
+    Same per-token ITL as summarize_level (vectorised the same way): token-bearing chunks only, a
+    chunk carrying k tokens after a gap g gives k samples of g / k. `owner_end[i]` is the index one
+    past record i's last ITL sample.
+    """
+    import numpy as np
+    from itertools import chain
+
+    ttft = np.array([(r.first_token_at - r.sent_at) * MS_PER_S if r.first_token_at is not None else np.nan
+                     for r in done], dtype=np.float64)
+    lengths = [min(len(r.chunk_times), len(r.chunk_tokens)) for r in done]
+    total = sum(lengths)
+    times = np.fromiter(chain.from_iterable(r.chunk_times[:m] for r, m in zip(done, lengths)), dtype=np.float64, count=total)
+    tokens = np.fromiter(chain.from_iterable(r.chunk_tokens[:m] for r, m in zip(done, lengths)), dtype=np.int64, count=total)
+    owner = np.repeat(np.arange(len(done)), lengths)
+    bearing = tokens > 0
+    times, tokens, owner = times[bearing], tokens[bearing], owner[bearing]
+    same = owner[1:] == owner[:-1]
+    gaps_ms = (np.diff(times) * MS_PER_S)[same]
+    gap_tokens = tokens[1:][same]
+    gap_owner = owner[1:][same]
+    owner_end = np.cumsum(np.bincount(gap_owner, minlength=len(done)))
+    return ttft, gaps_ms / np.maximum(gap_tokens, 1), gap_tokens, owner_end
 
 
 def p99_stable(records: Sequence[RequestRecord], window_s: float, *, windows: int = 3, rel_tol: float = 0.05,
                min_samples: int = 50, now_s: float | None = None) -> StableP99:
     """Has the level's p99 TTFT and ITL settled?
 
-    Estimates are taken at the end of each whole window since the first send (t0 + k*window_s,
-    up to now_s, default the last end_at), each over the completed, non-warmup records that ended
-    by then. Stable when the last `windows` estimates each moved less than rel_tol (relative) from
-    the one before, for both TTFT and ITL, and every compared estimate had >= min_samples samples.
+    Estimates are taken at the ends of the last windows + 1 whole windows since the first send
+    (t0 + k*window_s, up to now_s, default the last end_at), each over the completed, non-warmup
+    records that ended by then; the verdict carries those window ends and estimates. Stable when
+    each of the last `windows` estimates moved less than rel_tol (relative) from the one before,
+    for both TTFT and ITL, and every compared estimate had >= min_samples samples.
     """
     if not window_s > 0 or windows < 1 or not 0 < rel_tol < 1 or min_samples < 1:
         raise KneecapError("stable-p99 needs window_s > 0, windows >= 1, 0 < rel_tol < 1 and min_samples >= 1",
@@ -116,16 +130,23 @@ def p99_stable(records: Sequence[RequestRecord], window_s: float, *, windows: in
     t0 = min(r.sent_at for r in done)
     now = max(r.end_at for r in done) if now_s is None else now_s
     count = int(math.floor((now - t0) / window_s))
-    ends = tuple(t0 + k * window_s for k in range(1, count + 1))
+    ends = tuple(t0 + k * window_s for k in range(max(1, count - windows), count + 1))  # only the compared ones
+    import numpy as np
+
+    ttft_ms, itl_ms, itl_w, owner_end = _per_record_samples(done)
+    end_times = np.array([r.end_at for r in done], dtype=np.float64)  # sorted: done is ordered by end_at
     ttft: list[float | None] = []
     itl: list[float | None] = []
     for end in ends:
-        a, b = _p99s([r for r in done if r.end_at <= end], min_samples)
-        ttft.append(a)
-        itl.append(b)
+        m = int(np.searchsorted(end_times, end, side="right"))  # records that ended by `end`
+        t = ttft_ms[:m]
+        t = t[~np.isnan(t)]
+        ttft.append(distribution(t)["p99"] if t.size >= min_samples else None)
+        k = int(owner_end[m - 1]) if m else 0
+        itl.append(weighted_distribution(itl_ms[:k], itl_w[:k])["p99"] if int(itl_w[:k].sum()) >= min_samples else None)
     verdict = StableP99(False, "", ends, tuple(ttft), tuple(itl))
-    if len(ends) < windows + 1:
-        return _with(verdict, False, f"{len(ends)} whole windows of {window_s:g} s so far, {windows + 1} needed")
+    if count < windows + 1:
+        return _with(verdict, False, f"{count} whole windows of {window_s:g} s so far, {windows + 1} needed")
     for name, series in (("TTFT", ttft), ("ITL", itl)):
         tail = series[-(windows + 1):]
         if any(v is None for v in tail):
