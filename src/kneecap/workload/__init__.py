@@ -2,7 +2,9 @@
 
 The simulator and the HTTP client both draw their requests here, so a simulated sweep and a
 measured sweep of the same Workload and seed see the same lengths in the same order.
-Pure: randomness comes in as a seed, nothing is read or written.
+Pure: randomness comes in as a seed, nothing is read or written. Beside it in this package:
+datasets.py (ShareGPT / custom datasets), traces.py (Mooncake / BurstGPT replay), multiturn.py,
+ramps.py, slices.py (time slices, stable-p99 rule) and lengthspec.py (CLI length specs).
 """
 
 from __future__ import annotations
