@@ -105,6 +105,15 @@ def test_entry_without_reply_needs_an_output_length(tmp_path):
     assert sample_dataset(entries, 1, words, default_output_len=9).requests[0].spec.output_tokens == 9
 
 
+def test_conversation_ending_on_the_human_turn_is_skipped_not_fatal():
+    lines = [{"conversations": [{"from": "human", "value": "a question left unanswered"}]},
+             {"conversations": [{"from": "human", "value": "a b c d"}, {"from": "gpt", "value": "e f g"}]}]
+    entries = parse_dataset("\n".join(json.dumps(x) for x in lines).encode(), "inline")
+    sample = sample_dataset(entries, 2, words)
+    assert sample.rejected == {"no_reply": 1} and {r.source_line for r in sample.requests} == {2}
+    assert sample.requests[0].spec.output_tokens == 3
+
+
 def test_bad_filters_and_policies_are_one_line_errors():
     with pytest.raises(KneecapError):
         LengthFilter(min_input_tokens=10, max_input_tokens=5)

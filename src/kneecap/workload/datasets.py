@@ -57,6 +57,7 @@ class DatasetEntry:
     reply: str | None = None
     output_len: int | None = None
     line: int = 0  # 1-based line (JSONL) or element number (JSON array) in the file
+    conversation: bool = False  # from ShareGPT "conversations" / chat "messages" (else a {"prompt"} line)
 
 
 def _turn_text(turn: object, key: str) -> str | None:
@@ -94,7 +95,7 @@ def entry_of_record(obj: object, line: int = 0, turns: str = "first_human") -> D
         seq = obj.get(key)
         if isinstance(seq, list):
             text, reply = _pair(seq, role_key, text_key, turns)
-            return DatasetEntry(prompt=text, reply=reply, line=line) if text else None
+            return DatasetEntry(prompt=text, reply=reply, line=line, conversation=True) if text else None
     return None
 
 
@@ -221,7 +222,8 @@ def sample_dataset(entries: Sequence[DatasetEntry], n: int, count_tokens: TokenC
 
     Entries are shuffled with the seed and taken in that order while they pass the filter (as vLLM
     does). Output length: `output_len` when forced; else the entry's output_len; else the reply's
-    token count; else `default_output_len` (an entry with none of these is an error). When fewer
+    token count; else `default_output_len`; else a conversation is skipped (counted as no_reply)
+    and a {"prompt"} line without output_len is an error. When fewer
     than n entries pass, the passing ones are drawn again with replacement (vLLM's oversampling)
     unless oversample=False, which is then a one-line error.
     """
@@ -248,6 +250,9 @@ def sample_dataset(entries: Sequence[DatasetEntry], n: int, count_tokens: TokenC
             osl = int(count_tokens(e.reply))
         elif default_output_len is not None:
             osl = default_output_len
+        elif e.conversation:  # a conversation whose prompt got no reply: nothing to size the output by
+            rejected["no_reply"] = rejected.get("no_reply", 0) + 1
+            continue
         else:
             raise KneecapError(f"dataset line {e.line} has no reply and no output_len to size the output",
                                "add output_len to the line, or pass a fixed output length")
