@@ -20,19 +20,62 @@ Defaults, as the engines compute them when the user passes nothing:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from kneecap.errors import KneecapError
 from kneecap.units import GiB, MiB
 
-ENGINE_DEFAULTS = ("vllm", "sglang")
+ENGINE_DEFAULTS = ("vllm", "sglang", "trtllm")
+
+
+def vllm_cudagraph_sizes(max_num_seqs: int) -> tuple[int, ...]:
+    """vLLM V1's default CUDA-graph capture sizes (vllm/config/compilation.py, set_cudagraph_sizes): up to
+    max_graph_size = min(max_num_seqs x 2, 512): 1, 2, 4, multiples of 8 below 256, multiples of 16 from 256."""
+    top = min(max_num_seqs * 2, 512)
+    sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, top + 1, 16))
+    return tuple(x for x in sizes if x <= top)
+
+
+def sglang_cudagraph_sizes(max_bs: int = 160) -> tuple[int, ...]:
+    """SGLang's capture list (model_executor/cuda_graph_runner.py): 1, 2, 4, then multiples of 8 up to
+    --cuda-graph-max-bs (server_args.py default 160 in the 0.4 releases)."""
+    return tuple([1, 2, 4] + list(range(8, max_bs + 1, 8)))
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """How an engine spends its per-step CPU time and pads decode batches; which version the values follow."""
+
+    name: str = "vllm"
+    version: str = "vLLM V1 (0.10-0.11 defaults)"
+    # CPU seconds per step that grow with the batch (scheduling, input preparation, output processing),
+    # per running sequence; the fixed part is StepTimeParams.overhead_s.
+    cpu_per_seq_s: float = 12.7e-6
+    # whether the CPU work of step n+1 runs while the GPU computes step n (vLLM --async-scheduling, SGLang's
+    # overlap scheduler, TensorRT-LLM's overlap scheduler): step = max(gpu, cpu) instead of gpu + cpu
+    overlap_cpu: bool = False
+    # pure-decode batches pad up to the next of these (CUDA graphs); above the largest they run eagerly
+    cudagraph_sizes: tuple[int, ...] = field(default_factory=lambda: vllm_cudagraph_sizes(256))
+
+
+# Per-sequence CPU time per step. vLLM: a cProfile study of the V1 engine loop measured the all-decode
+# scheduler cost at 12.7 us per running request at the cap, growing ~2x per doubling of requests
+# (openfabric-systems/simllm#204); it covers Scheduler.schedule only, so it is a lower bound of the whole
+# per-step CPU work. SGLang and TensorRT-LLM overlap their CPU work with the GPU (SGLang v0.4 "zero-overhead
+# batch scheduler", lmsys.org/blog/2024-12-04-sglang-v0-4; TensorRT-LLM docs "Overlap Scheduler": enabled by
+# default), so the same per-sequence figure is used and hidden under GPU time when the GPU is the longer.
+VLLM_PROFILE = EngineProfile()
+SGLANG_PROFILE = EngineProfile(name="sglang", version="SGLang 0.4+ (overlap scheduler on by default)",
+                               overlap_cpu=True, cudagraph_sizes=sglang_cudagraph_sizes())
+TRTLLM_PROFILE = EngineProfile(name="trtllm", version="TensorRT-LLM 1.x PyTorch backend (overlap scheduler on by default)",
+                               overlap_cpu=True, cudagraph_sizes=())
 
 
 @dataclass(frozen=True)
 class EngineConfig:
     """Scheduler limits. Token counts are tokens; ratios are fractions of remaining output tokens."""
 
-    name: str = "vllm"  # which engine's defaults these mimic ("vllm" | "sglang" | "custom")
+    name: str = "vllm"  # which engine's defaults these mimic ("vllm" | "sglang" | "trtllm" | "custom")
     max_num_seqs: int = 256  # sequences running at once (vLLM --max-num-seqs, SGLang --max-running-requests)
     max_num_batched_tokens: int = 8192  # tokens per step (vLLM --max-num-batched-tokens, SGLang --chunked-prefill-size)
     enable_prefix_caching: bool = True
@@ -45,6 +88,8 @@ class EngineConfig:
     # running, hold new prompts until the oldest waiting one has waited delay_factor x the latency of
     # the last step that ran prompts, so prompts batch together ("waiting to batch"). 0 = off (default).
     scheduler_delay_factor: float = 0.0
+    # per-step CPU cost, CPU/GPU overlap and CUDA-graph padding of the engine these defaults mimic
+    profile: EngineProfile = VLLM_PROFILE
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_num_seqs, int) or self.max_num_seqs < 1:
@@ -82,8 +127,10 @@ class EngineConfig:
 def vllm_defaults(device_bytes: int, gpu_name: str = "") -> EngineConfig:
     """vLLM's OpenAI-server defaults for a GPU reporting `device_bytes` of memory (EngineArgs.get_batch_defaults)."""
     if device_bytes >= 70 * GiB and "a100" not in gpu_name.lower():
-        return EngineConfig(name="vllm", max_num_seqs=1024, max_num_batched_tokens=8192, enable_prefix_caching=True)
-    return EngineConfig(name="vllm", max_num_seqs=256, max_num_batched_tokens=2048, enable_prefix_caching=True)
+        return EngineConfig(name="vllm", max_num_seqs=1024, max_num_batched_tokens=8192, enable_prefix_caching=True,
+                            profile=replace(VLLM_PROFILE, cudagraph_sizes=vllm_cudagraph_sizes(1024)))
+    return EngineConfig(name="vllm", max_num_seqs=256, max_num_batched_tokens=2048, enable_prefix_caching=True,
+                        profile=replace(VLLM_PROFILE, cudagraph_sizes=vllm_cudagraph_sizes(256)))
 
 
 def sglang_defaults(device_bytes: int, pool_tokens: int, context_len: int) -> EngineConfig:
@@ -99,13 +146,27 @@ def sglang_defaults(device_bytes: int, pool_tokens: int, context_len: int) -> En
     running = min(max(int(pool_tokens / context_len * 512), 2048), 4096)
     running = max(1, min(running, pool_tokens // 2))
     return EngineConfig(name="sglang", max_num_seqs=running, max_num_batched_tokens=chunk, enable_prefix_caching=True,
-                        init_new_token_ratio=0.7, min_new_token_ratio=0.1, new_token_ratio_decay=0.001)
+                        init_new_token_ratio=0.7, min_new_token_ratio=0.1, new_token_ratio_decay=0.001,
+                        profile=SGLANG_PROFILE)
+
+
+def trtllm_defaults() -> EngineConfig:
+    """TensorRT-LLM's defaults (PyTorch backend, LLM API / trtllm-serve): max_batch_size 2048 and max_num_tokens
+    8192 (llmapi BuildConfig defaults); the capacity scheduler's default policy GUARANTEED_NO_EVICT admits a
+    request only if the pool can hold it to the end (docs, "Useful Runtime Options"), modelled as an admission
+    reserve of 1.0 x the remaining output of every running and new sequence; prefix (block) reuse is on by
+    default in the PyTorch backend's KvCacheConfig (enable_block_reuse=True)."""
+    return EngineConfig(name="trtllm", max_num_seqs=2048, max_num_batched_tokens=8192, enable_prefix_caching=True,
+                        init_new_token_ratio=1.0, min_new_token_ratio=1.0, new_token_ratio_decay=0.0,
+                        profile=TRTLLM_PROFILE)
 
 
 def engine_defaults(kind: str, *, device_bytes: int, gpu_name: str, pool_tokens: int, context_len: int) -> EngineConfig:
-    """Named defaults: "vllm" or "sglang"."""
+    """Named defaults: "vllm", "sglang" or "trtllm"."""
     if kind == "vllm":
         return vllm_defaults(device_bytes, gpu_name)
     if kind == "sglang":
         return sglang_defaults(device_bytes, pool_tokens, context_len)
+    if kind == "trtllm":
+        return trtllm_defaults()
     raise KneecapError(f"unknown --engine-defaults {kind!r}", f"use one of {', '.join(ENGINE_DEFAULTS)}")

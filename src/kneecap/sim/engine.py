@@ -91,8 +91,10 @@ class Engine:
         # linear-attention state is charged to the block pool (as the planner does) unless the pool is one an
         # engine logged for KV alone (SGLang keeps its Mamba/DeltaNet state in a separate pool)
         self.state_blocks = state_blocks_per_sequence(deployment) if charge_state else 0
-        self.scheduler = Scheduler(config, self.blocks, window=window or 0, state_blocks=self.state_blocks)
-        self.steptime = steptime or StepTimeModel(deployment, step_params)
+        self.microbatches = deployment.pp  # pipeline stages: micro-batches in flight per round (steptime.py)
+        self.scheduler = Scheduler(config, self.blocks, window=window or 0, state_blocks=self.state_blocks,
+                                   microbatches=self.microbatches)
+        self.steptime = (steptime or StepTimeModel(deployment, step_params)).for_engine(config.profile)
         self.level = level
         self.fast_path = fast_path
         # end time of every step since step number _step_base (requests' runs hold step numbers);
@@ -204,8 +206,14 @@ class Engine:
         n_dec = len(batch.decodes)
         prefill_tokens = batch.prefill_tokens
         tokens = n_dec + prefill_tokens
+        units = n_dec
+        if self.microbatches > 1:  # a prefill chunk fills one micro-batch per token budget
+            per = self.config.max_num_batched_tokens
+            units += sum(-(-n // per) for _, n in batch.prefills)
         dur = self.steptime.seconds(tokens, batch.pairs_full, batch.pairs_window, batch.kv_tokens_full,
-                                    batch.kv_tokens_window, batch.num_seqs)
+                                    batch.kv_tokens_window, batch.num_seqs, num_decodes=n_dec,
+                                    decode_kv_full=batch.decode_kv_full, decode_kv_window=batch.decode_kv_window,
+                                    microbatches=units)
         end = now + dur
         if batch.admitted:
             sched.last_prompt_latency = dur  # vLLM V0: time from the prompt step's schedule() to the next
@@ -275,13 +283,13 @@ class Engine:
         sched, blocks, bs = self.scheduler, self.blocks, self.block_size
         running = sched.running
         n = len(running)
-        if n == 0 or n > self.config.max_num_batched_tokens:
+        if n == 0 or n > sched.budget:
             return None
         if sched.waiting and self._last_blocked not in FAST_PATH_BLOCKED:
             return None
         if sched.waiting and self._last_blocked == BLOCKED_BLOCKS and self.config.init_new_token_ratio > 0:
             return None  # SGLang's reserve shrinks as its ratio decays: admission may open mid-run
-        if sched.waiting and self._last_blocked == BLOCKED_BUDGET and n < self.config.max_num_batched_tokens:
+        if sched.waiting and self._last_blocked == BLOCKED_BUDGET and n < sched.budget:
             return None  # the budget was spent on prefill chunks, which are done: decodes alone leave room now
         rem = math.inf
         for seq in running:

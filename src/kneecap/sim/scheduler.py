@@ -96,6 +96,8 @@ class Batch:
     pairs_window: float = 0.0
     kv_tokens_full: float = 0.0
     kv_tokens_window: float = 0.0
+    decode_kv_full: float = 0.0  # the decodes' share of pairs_full / kv_tokens_full (equal for a decode)
+    decode_kv_window: float = 0.0
     blocked: str = BLOCKED_NONE
 
     @property
@@ -122,8 +124,13 @@ def _window_pairs(p: int, n: int, w: int) -> int:
 class Scheduler:
     """Holds the running list (admission order) and the FCFS queue; `schedule()` builds one Batch."""
 
-    def __init__(self, config: EngineConfig, blocks: BlockManager, window: int = 0, state_blocks: int = 0):
+    def __init__(self, config: EngineConfig, blocks: BlockManager, window: int = 0, state_blocks: int = 0,
+                 microbatches: int = 1):
         self.config = config
+        # pipeline parallelism: one schedule() builds a round of `microbatches` micro-batches, each with its own
+        # max_num_batched_tokens budget (vLLM V1 schedules every in-flight batch against the full budget)
+        self.microbatches = max(1, microbatches)
+        self.budget = config.max_num_batched_tokens * self.microbatches
         self.blocks = blocks
         self.window = window
         # blocks' worth of fixed per-sequence state (linear-attention layers), charged to the same pool on
@@ -178,7 +185,7 @@ class Scheduler:
         """Decide this step's batch, allocating blocks (and preempting) as it goes."""
         cfg, blocks, bs, w = self.config, self.blocks, self.blocks.block_size, self.window
         batch = Batch()
-        budget = cfg.max_num_batched_tokens
+        budget = self.budget
         running = self.running
         # 1. decodes, oldest first; preempt from the tail when a block is missing
         i = 0
@@ -200,10 +207,12 @@ class Scheduler:
             ctx = seq.num_computed + 1
             batch.pairs_full += ctx
             batch.kv_tokens_full += ctx
+            batch.decode_kv_full += ctx
             if w:
                 m = ctx if ctx < w else w
                 batch.pairs_window += m
                 batch.kv_tokens_window += m
+                batch.decode_kv_window += m
             budget -= 1
             i += 1
         # 2. running sequences still in prefill (chunked)

@@ -1,74 +1,87 @@
-"""Roofline step time: how long one engine step (one forward pass over a batch) takes, from first principles.
+"""Step time: how long one engine step (one forward pass over a batch) takes, priced operator by operator.
 
-Owns the formula and its named, overridable constants; not batching (scheduler.py) nor the clock
-(engine.py). No per-GPU profiling: everything comes from the Model, the Gpu datasheet figures and
-the efficiency factors below.
+Owns the formula and its named, overridable constants; not batching (scheduler.py), the clock
+(engine.py) nor the efficiency data (efficiency.py reads data/efficiency.json). No per-GPU profiling of
+any serving engine: rates are datasheet peaks (gpus.json) x what public microbenchmarks reach.
 
-    step_s = max(compute_s, memory_s) + tp_comm_s + pp_comm_s + overhead_s
+One step over a batch of T tokens (S sequences; decodes and prefill chunks), per GPU, summed over layers:
 
-    compute_s = FLOPs / (dense peak FLOP/s of the GEMM dtype x mfu)
-      FLOPs   = 2 x active_params x tokens / tp                       (Kaplan et al. 2020, C ~ 2N per token)
-              + 4 x heads x head_dim x pairs / tp  per full/sliding layer (QK^T and PV, 2 FLOPs per MAC)
-              + 2 x heads x (2 x kv_lora_rank + qk_rope_head_dim) x pairs / tp  per MLA layer (absorbed MLA:
-                scores over the 576-wide latent+rope, values over the 512-wide latent; DeepSeek-V2 paper, sec. 2.1)
-      pairs   = (query token, cached token) pairs: a decode of context c adds c; a prefill chunk of n
-                tokens after p cached adds n*p + n(n+1)/2 (causal); sliding layers cap each at the window.
-    memory_s  = bytes read / (HBM bandwidth x bw_efficiency)
-      bytes   = weight bytes touched / tp
-                (dense: every weight once per step; MoE: per MoE layer the expected number of distinct
-                 routed experts a batch of n tokens hits with top-k of E, E x (1 - (1 - k/E)^n), plus
-                 all dense/shared/attention weights)
-              + KV bytes of every sequence in the batch (its whole context, per GPU after TP sharding)
-              + linear-attention state (read and written once per sequence per step)
-    tp_comm_s = 2 all-reduces per layer (after attention, after the MLP; Megatron-LM, Shoeybi et al. 2019)
-                of tokens x hidden x activation_bytes, ring all-reduce:
-                latency + 2(tp-1)/tp x bytes / (link bytes/s per direction x link_efficiency),
-                latency = base + 2(tp-1) x per-hop (NCCL src/graph/tuning.cc, Ring/LL: baseLat 3.6 us;
-                hwLat 0.47 us per hop over NVLink, 1.0 us over PCIe).
-    pp_comm_s = (pp-1) point-to-point sends of tokens x hidden x activation_bytes. Stages run one after
-                another for one batch (no micro-batch overlap): PP buys memory, not speed, here.
-    overhead_s = fixed per step (scheduling, sampling, kernel launch, Python).
+    gpu_s  = sum over operators of max(FLOPs / achievable FLOP/s, bytes / achievable HBM bytes/s)
+           + communication (TP all-reduce, EP all-to-all, PP sends; not overlapped with compute)
+    step_s = gpu_s + cpu_s, or max(gpu_s, cpu_s) when the engine overlaps its CPU work (engine profile)
+
+  GEMMs (per layer, TP-sharded): attention projections, dense MLP / shared experts, router; each
+      FLOPs 2 x params x T, bytes params x bytes/param + activations in and out (T x width x 2 B).
+  MoE routed experts (grouped GEMM): FLOPs 2 x expert params x T x top_k; bytes of the distinct experts
+      the batch touches, E x (1 - (1 - k/E)^T) (uniform routing); with expert parallelism the busiest
+      rank sets the time: mean load + sqrt(2 ln ep) standard deviations of a binomial load.
+  Attention, per sequence group (decodes, then prefill chunks), per layer kind:
+      GQA/MHA  FLOPs 4 x heads/tp x head_dim x pairs; bytes KV bytes/token/GPU x cached tokens read
+      sliding  the same, each query's pairs capped at the window
+      MLA      decode absorbed: 2 x heads x (2 kv_lora_rank + qk_rope_head_dim) x pairs over the latent
+               (DeepSeek-V2, sec. 2.1); prefill as multi-head attention over head_dim
+      linear   the recurrent state, read and written once per sequence
+      pairs    decode of context c: c; prefill chunk of n after p cached: n p + n(n+1)/2 (causal)
+  Embedding gather and LM head: the head is a GEMM over the S sampled rows (vocab x hidden / tp);
+      sampling reads the S x vocab fp32 logits SAMPLING_PASSES times.
+  TP all-reduce: 2 per layer (Megatron-LM, Shoeybi et al. 2019) of T x hidden x 2 B, ring:
+      latency + 2(n-1)/n x bytes / bus bandwidth (nccl-tests' busbw, efficiency.json);
+      latency = base + 2(n-1) x per-hop (NCCL src/graph/tuning.cc, Ring/LL: baseLat 3.6 us; hwLat 0.47 us
+      per hop over NVLink, 1.0 us over PCIe). With DP attention the attention output is not all-reduced.
+  EP all-to-all (DP attention + expert parallelism): dispatch and combine per MoE layer, each
+      T_rank x top_k x hidden x 2 B x (ep-1)/ep over the link.
+  PP: the step is one round of as many micro-batches as stages (vLLM V1 keeps pipeline_parallel_size
+      batches in flight: EngineCore.step_with_batch_queue; TensorRT-LLM likewise); m micro-batches
+      (at most pp; a decode is one unit, a prefill chunk one unit per token budget) of T/m tokens each
+      pass through every stage, so the round lasts one full-model pass
+      of a micro-batch plus (pp-1) activation sends of T/m x hidden x 2 B. Fewer tokens than stages
+      leave stages idle (the bubble).
+      The scheduler's token budget per round is pp x max_num_batched_tokens (one per micro-batch). Each micro-batch is scheduled on the CPU while others run.
 
 Dtype of the GEMMs: bf16/fp16 -> bf16 peak; fp8/fp8-block/int8 (W8A8) -> fp8 peak; nvfp4/mxfp4 ->
 fp4 peak where the GPU has it (else fp8, else bf16: weight-only dequantisation); int4/awq/gptq
-(W4A16) -> bf16 peak.
+(W4A16) -> bf16 peak. Attention runs at the bf16 attention rate.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 from dataclasses import dataclass, fields, replace
 
 from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.model.kv import kv_bytes_per_token_per_gpu, kv_dtype_bytes, kv_heads_per_gpu, state_bytes_per_sequence
-from kneecap.model.weights import weight_bits, weight_bytes
+from kneecap.sim.efficiency import Efficiency, efficiency_for
 
 # NCCL ring all-reduce, LL protocol, latency per hop in seconds (NCCL src/graph/tuning.cc hwLat, Ring/LL).
 HOP_LATENCY_S = {"nvlink": 0.47e-6, "xgmi": 0.47e-6, "pcie": 1.0e-6}
+# Passes over the fp32 logits when sampling (softmax, then top-k/top-p selection): a round count, not a
+# measurement; the term is small next to the LM head GEMM except for tiny models.
+SAMPLING_PASSES = 2
+LOGIT_BYTES = 4  # fp32 logits
 
 
 @dataclass(frozen=True)
 class StepTimeParams:
-    """The step-time model's constants; every one overridable (and fitted by `kneecap calibrate`)."""
+    """The step-time model's scales and constants; every one overridable (and fitted by `kneecap calibrate`)."""
 
-    # Fraction of dense peak FLOP/s that GEMMs + attention reach. 0.5 is the usual large-batch
-    # prefill figure (PaLM paper, Chowdhery et al. 2022, reports 46% MFU in training; vLLM/SGLang
-    # prefill on H100 reaches 40-60%). Not a measured constant of any engine: calibrate it.
-    mfu: float = 0.5
-    # Fraction of datasheet HBM bandwidth a decode step reaches. ~0.8 is what memory-bound kernels
-    # reach on H100 (NVIDIA's STREAM-like measurements and FlashInfer/vLLM decode kernels report
-    # 75-90%). Calibrate it.
-    bw_efficiency: float = 0.8
-    # Fraction of the link's per-direction bandwidth an all-reduce reaches (NCCL bus bandwidth):
-    # NVIDIA/nccl#1264 measures ~783 of 900 GB/s on HGX H100 NVLink4 (0.87); PCIe rings reach less.
-    link_efficiency: float = 0.8
+    # Scale on the achievable GEMM and attention FLOP/s of data/efficiency.json (1.0 = as the public
+    # matmul / flash-attention microbenchmarks reach). A serving engine's kernels at its own shapes
+    # reach at most that; calibrate it against a measured sweep.
+    mfu: float = 1.0
+    # Scale on the achievable HBM bytes/s of data/efficiency.json (1.0 = as a tuned memory-bound kernel
+    # reaches). Calibrate it.
+    bw_efficiency: float = 1.0
+    # Scale on the achievable all-reduce bus bandwidth of data/efficiency.json (nccl-tests busbw).
+    link_efficiency: float = 1.0
     # NCCL ring/LL base latency, seconds (src/graph/tuning.cc baseLat[Ring][LL] = 3.6 us).
     allreduce_base_latency_s: float = 3.6e-6
     # Per-hop latency, seconds; None -> by interconnect (HOP_LATENCY_S).
     hop_latency_s: float | None = None
-    # Fixed per-step cost: scheduling, sampling, launches. A few ms is what vLLM V1 steps cost with CUDA
-    # graphs on small batches (the vLLM V1 announcement names CPU overhead as the bottleneck it cut);
-    # 2 ms is a round middle value. Calibrate it.
+    # Fixed CPU cost per step (scheduling, input preparation, output processing) before its per-sequence
+    # part (the engine profile's cpu_per_seq_s, sim/config.py). The vLLM multi-step RFC measured ~4 ms of GPU
+    # bubble per decode step in V0 (vllm-project/vllm#6854); V1 cut it; 2 ms is a round middle. Calibrate it.
     overhead_s: float = 0.002
     # Bytes per activation element sent in all-reduces and pipeline sends (bf16).
     activation_bytes: int = 2
@@ -77,7 +90,7 @@ class StepTimeParams:
         for name in ("mfu", "bw_efficiency", "link_efficiency"):
             value = getattr(self, name)
             if not (0 < value <= 1):
-                raise KneecapError(f"step-time {name} must be in (0, 1], got {value!r}", f"pass e.g. {name}=0.5")
+                raise KneecapError(f"step-time {name} must be in (0, 1], got {value!r}", f"pass e.g. {name}=0.8")
         for name in ("allreduce_base_latency_s", "overhead_s"):
             if getattr(self, name) < 0:
                 raise KneecapError(f"step-time {name} must be >= 0, got {getattr(self, name)!r}", f"pass {name}=0 or more")
@@ -99,76 +112,168 @@ class StepTimeParams:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+def gemm_class(deployment: Deployment) -> str:
+    """"bf16" | "fp8" | "fp4": the tensor-core path the weight dtype's GEMMs take on this GPU (module docstring)."""
+    gpu = deployment.gpu
+    dtype = deployment.weight_dtype.lower()
+    if dtype in ("fp8", "fp8-block", "int8") and gpu.fp8_flops:
+        return "fp8"
+    if dtype in ("nvfp4", "mxfp4"):
+        if gpu.fp4_flops:
+            return "fp4"
+        if gpu.fp8_flops:
+            return "fp8"
+    return "bf16"
+
+
 def gemm_flops(deployment: Deployment) -> float:
     """Dense peak FLOP/s per GPU for the GEMM dtype implied by the weight dtype (see module docstring)."""
     gpu = deployment.gpu
-    dtype = deployment.weight_dtype.lower()
-    if dtype in ("fp8", "fp8-block", "int8"):
-        return gpu.fp8_flops or gpu.bf16_flops
-    if dtype in ("nvfp4", "mxfp4"):
-        return gpu.fp4_flops or gpu.fp8_flops or gpu.bf16_flops
-    return gpu.bf16_flops
+    return {"bf16": gpu.bf16_flops, "fp8": gpu.fp8_flops, "fp4": gpu.fp4_flops}[gemm_class(deployment)]
+
+
+def _part_bytes(deployment: Deployment) -> dict[str, float]:
+    """Whole-model weight bytes per part (kneecap.model.params), rescaled by --params; as shipped when the
+    deployment's dtype is one the checkpoint ships in (mixed-precision checkpoints keep their parts' dtypes)."""
+    from kneecap.model.params import part_dtypes, weight_bytes_by_part
+
+    model = deployment.model
+    shipped = set(part_dtypes(model).values())
+    parts = weight_bytes_by_part(model, None if deployment.weight_dtype in shipped else deployment.weight_dtype)
+    scale = deployment.params_override / model.total_params if deployment.params_override else 1.0
+    return {k: float(v) * scale for k, v in parts.items()}
 
 
 class StepTimeModel:
-    """Per-GPU coefficients of the roofline for one Deployment, precomputed once; `seconds()` per step."""
+    """Per-GPU coefficients of the operator model for one Deployment, precomputed once; `seconds()` per step.
 
-    def __init__(self, deployment: Deployment, params: StepTimeParams | None = None):
+    ep: expert-parallel degree (routed experts split whole over ep GPUs instead of sharded by TP; 1 = off).
+    dp_attention: attention data-parallel over the tp GPUs (SGLang --enable-dp-attention, vLLM DP+EP):
+    each GPU holds all attention weights and attends only its own 1/tp of the sequences, experts go
+    expert-parallel over all of them, and tokens move by all-to-all instead of all-reduce.
+    """
+
+    def __init__(self, deployment: Deployment, params: StepTimeParams | None = None, *, ep: int = 1,
+                 dp_attention: bool = False, efficiency: Efficiency | None = None):
         self.deployment = deployment
         self.params = params = params or StepTimeParams()
         model, gpu, tp, pp = deployment.model, deployment.gpu, deployment.tp, deployment.pp
         if gpu.bf16_flops <= 0 or gpu.hbm_bandwidth_bytes_s <= 0:
             raise KneecapError(f"GPU {gpu.name} has no FLOP/s or bandwidth figure", "pick a GPU with datasheet figures")
-        kv_bytes = kv_dtype_bytes(deployment.kv_dtype)
-        heads_per_gpu = max(1, model.num_attention_heads // tp)
+        if not isinstance(ep, int) or ep < 1:
+            raise KneecapError(f"expert parallelism must be a whole number >= 1, got {ep!r}", "pass ep=1 (off) or the GPU count")
+        if dp_attention and not model.is_moe:
+            raise KneecapError("DP attention needs a mixture-of-experts model", "drop dp_attention for a dense model")
+        if dp_attention:
+            ep = max(ep, tp)
+        self.ep, self.dp_attention = ep, dp_attention
+        self.efficiency = eff = efficiency or efficiency_for(gpu.name, gpu.interconnect)
+        cls = gemm_class(deployment)
+        self.flop_rate = gemm_flops(deployment) * eff.gemm(cls) * params.mfu  # GEMM FLOP/s
+        self.attn_rate = gpu.bf16_flops * eff.attention * params.mfu
+        self.byte_rate = gpu.hbm_bandwidth_bytes_s * eff.hbm * params.bw_efficiency
+        act = float(params.activation_bytes)
+        h = model.hidden_size
+        n_layers = model.num_hidden_layers
         n_full = model.count_layers("full_attention")
         n_slide = model.count_layers("sliding_attention")
         n_mla = model.count_layers("mla")
-        # FLOPs per GPU, summed over all layers (pipeline stages run one after another)
-        # --params rescales the total; the active share stays the model's own (active / total)
-        active = model.active_params
-        if deployment.params_override:
-            active = model.active_params * deployment.params_override / model.total_params
-        self.flops_per_token = 2.0 * active / tp
-        self.flops_per_pair_full = 4.0 * heads_per_gpu * model.head_dim * n_full
-        self.flops_per_pair_window = 4.0 * heads_per_gpu * model.head_dim * n_slide
-        if n_mla:
-            self.flops_per_pair_full += 2.0 * heads_per_gpu * (2 * model.kv_lora_rank + model.qk_rope_head_dim) * n_mla
-        self.flop_rate = gemm_flops(deployment) * params.mfu
-        # bytes per GPU
-        total_params = deployment.params_override or model.total_params
-        all_weight_bytes = weight_bytes(total_params, deployment.weight_dtype) / tp
-        if model.is_moe and model.num_moe_layers and model.expert_params:
-            self.expert_bytes = model.expert_params * weight_bits(deployment.weight_dtype) / 8.0 / tp
-            routed = self.expert_bytes * model.num_experts * model.num_moe_layers
-            self.dense_weight_bytes = max(0.0, all_weight_bytes - routed)
-        else:
-            self.expert_bytes = 0.0
-            self.dense_weight_bytes = float(all_weight_bytes)
+        n_lin = model.count_layers("linear_attention")
+        n_attn = n_full + n_slide + n_mla
+        parts = _part_bytes(deployment)
+        attn_tp = 1 if dp_attention else tp  # attention weights and heads split over this many GPUs
+
+        # --- GEMM weight bytes per GPU, summed over layers (pipeline stages run one after another) -------
+        # dense-in-T GEMMs: every weight read once per step, 2 FLOPs per weight per token
+        attn_w = parts.get("attention", 0.0) / attn_tp + parts.get("linear_attention", 0.0) / tp
+        mlp_w = parts.get("dense_mlp", 0.0) / tp + parts.get("shared_experts", 0.0) / tp + parts.get("router", 0.0)
+        other_w = parts.get("other", 0.0) / tp
+        self.dense_weight_bytes = attn_w + mlp_w + other_w + (parts.get("embed", 0.0) + parts.get("lm_head", 0.0)) / tp \
+            + parts.get("norms", 0.0)
+        # params per GPU of those GEMMs (FLOPs = 2 x params x tokens), from the model's own counts
+        from kneecap.model.params import param_breakdown
+
+        pcount = param_breakdown(model)
+        pscale = deployment.params_override / model.total_params if deployment.params_override else 1.0
+        # two GEMM groups: the attention projections (under DP attention: whole weights, 1/tp of the tokens)
+        # and the rest (MLP, shared experts, router, linear-attention projections)
+        self.attn_gemm_params = pcount.get("attention", 0) / attn_tp * pscale
+        self.attn_gemm_bytes = parts.get("attention", 0.0) / attn_tp
+        self.gemm_params = (pcount.get("linear_attention", 0) / tp + pcount.get("dense_mlp", 0) / tp
+                            + pcount.get("shared_experts", 0) / tp + pcount.get("router", 0)
+                            + pcount.get("other", 0) / tp) * pscale
+        self.gemm_weight_bytes = attn_w + mlp_w + other_w - self.attn_gemm_bytes
+        # activation bytes per token through those GEMMs: hidden in and out of the attention and MLP
+        # blocks, plus the MLP intermediate (gate/up written, read back by down)
+        inter = model.intermediate_size or 4 * h
+        n_dense = n_layers - model.num_moe_layers
+        self.gemm_act_bytes_per_token = act * (4 * h * n_layers + 3 * inter / tp * n_dense)
+        # LM head over the sampled rows; embedding gather per token
+        head_params = (pcount.get("lm_head", 0) or pcount.get("embed", 0)) * pscale / tp
+        self.head_params = head_params
+        self.head_bytes = (parts.get("lm_head", 0.0) or parts.get("embed", 0.0)) / tp
+        self.embed_bytes_per_token = h * act
+        self.sample_bytes_per_seq = float(model.vocab_size * LOGIT_BYTES * SAMPLING_PASSES)
+
+        # --- MoE routed experts ---------------------------------------------------------------------
         self.num_experts = model.num_experts
         self.top_k = model.num_experts_per_tok
-        self.num_moe_layers = model.num_moe_layers if self.expert_bytes else 0
-        window_kinds = ("sliding_attention",)
-        per_token_all = kv_bytes_per_token_per_gpu(model, kv_bytes, tp, 1)
-        self.kv_window_bytes_per_token = 2 * kv_heads_per_gpu(model.num_key_value_heads, tp) * model.head_dim * kv_bytes * n_slide \
-            if any(k in window_kinds for k in model.layer_types) else 0
-        self.kv_full_bytes_per_token = per_token_all - self.kv_window_bytes_per_token
-        self.state_bytes_per_seq = 2.0 * state_bytes_per_sequence(model, tp, 1)  # read + write
-        self.window = model.sliding_window or 0
-        self.byte_rate = gpu.hbm_bandwidth_bytes_s * params.bw_efficiency
-        # communication
-        self.act_bytes_per_token = float(model.hidden_size * params.activation_bytes)
-        link = gpu.interconnect_bytes_s * params.link_efficiency
-        hop = params.hop_latency_s if params.hop_latency_s is not None else HOP_LATENCY_S.get(gpu.interconnect, 1.0e-6)
-        if tp > 1:
-            if link <= 0:
-                raise KneecapError(f"GPU {gpu.name} has no interconnect bandwidth for --tp {tp}", "use --tp 1 or a GPU with a link figure")
-            n_allreduce = 2 * model.num_hidden_layers
-            self.tp_latency_s = n_allreduce * (params.allreduce_base_latency_s + 2 * (tp - 1) * hop)
-            self.tp_s_per_byte = n_allreduce * 2.0 * (tp - 1) / tp / link
+        routed = parts.get("routed_experts", 0.0)
+        if model.is_moe and model.num_moe_layers and model.num_experts and routed:
+            per_expert_all = routed / (model.num_experts * model.num_moe_layers)  # one expert, one layer, whole
+            self.num_moe_layers = model.num_moe_layers
+            # bytes of one expert held per GPU: sharded over tp, or whole on one of ep GPUs
+            self.expert_bytes = per_expert_all / (1 if ep > 1 else tp)
+            self.expert_params = model.expert_params * pscale / (1 if ep > 1 else tp)
+            self.expert_act_bytes = act * (2 * h + 3 * model.expert_params / (3 * h) / (1 if ep > 1 else tp))
         else:
-            self.tp_latency_s = 0.0
-            self.tp_s_per_byte = 0.0
+            self.num_moe_layers = 0
+            self.expert_bytes = self.expert_params = self.expert_act_bytes = 0.0
+
+        # --- attention ------------------------------------------------------------------------------
+        kv_b = kv_dtype_bytes(deployment.kv_dtype)
+        heads = max(1, model.num_attention_heads // attn_tp)
+        kvh = kv_heads_per_gpu(model.num_key_value_heads, attn_tp)
+        # (FLOPs, bytes) per attention pair / cached token read, summed over layers of each kind
+        self.f_full = 4.0 * heads * model.head_dim * n_full
+        self.b_full = 2.0 * kvh * model.head_dim * kv_b * n_full
+        self.f_win = 4.0 * heads * model.head_dim * n_slide
+        self.b_win = 2.0 * kvh * model.head_dim * kv_b * n_slide
+        if n_mla:
+            latent = (model.kv_lora_rank or 0) + (model.qk_rope_head_dim or 0)
+            self.f_mla_dec = 2.0 * heads * (2 * (model.kv_lora_rank or 0) + (model.qk_rope_head_dim or 0)) * n_mla
+            self.f_mla_pre = 4.0 * heads * model.head_dim * n_mla
+            self.b_mla = float(latent * kv_b * n_mla)
+        else:
+            self.f_mla_dec = self.f_mla_pre = self.b_mla = 0.0
+        self.state_bytes_per_seq = 2.0 * state_bytes_per_sequence(model, attn_tp, 1) if n_lin else 0.0
+        self.window = model.sliding_window or 0
+        # each GPU attends 1/tp of the sequences under DP attention (heads are whole there)
+        self.attn_share = 1.0 / tp if dp_attention else 1.0
+        # legacy aggregate (kept for callers that read it): KV bytes per cached token per GPU, all layers
+        self.kv_full_bytes_per_token = kv_bytes_per_token_per_gpu(model, kv_b, tp, 1) - self.b_win
+        self.kv_window_bytes_per_token = self.b_win
+
+        # --- communication --------------------------------------------------------------------------
+        self.act_bytes_per_token = float(h * act)
+        busbw = eff.allreduce_busbw_bytes_s or gpu.interconnect_bytes_s * eff.allreduce_link_fraction
+        busbw *= params.link_efficiency
+        link = gpu.interconnect_bytes_s * eff.allreduce_link_fraction * params.link_efficiency
+        hop = params.hop_latency_s if params.hop_latency_s is not None else HOP_LATENCY_S.get(gpu.interconnect, 1.0e-6)
+        if tp > 1 and busbw <= 0:
+            raise KneecapError(f"GPU {gpu.name} has no interconnect bandwidth for --tp {tp}", "use --tp 1 or a GPU with a link figure")
+        n_allreduce = (n_layers if dp_attention else 2 * n_layers) if tp > 1 else 0
+        self.tp_latency_s = n_allreduce * (params.allreduce_base_latency_s + 2 * (tp - 1) * hop)
+        self.tp_s_per_byte = n_allreduce * 2.0 * (tp - 1) / tp / busbw if n_allreduce else 0.0
+        if dp_attention and self.num_moe_layers and ep > 1:
+            # dispatch + combine per MoE layer; each rank sends its own tokens' top-k copies
+            self.a2a_latency_s = 2 * self.num_moe_layers * (params.allreduce_base_latency_s + (ep - 1) * hop)
+            self.a2a_s_per_token = 2 * self.num_moe_layers * self.top_k * self.act_bytes_per_token * (ep - 1) / ep / link / tp
+            # DP attention has no all-reduce after the MoE block either: tokens come back by the combine
+            self.tp_latency_s = self.tp_s_per_byte = 0.0
+        else:
+            self.a2a_latency_s = self.a2a_s_per_token = 0.0
+        self.pp = pp
         if pp > 1:
             pp_link = max(link, 1.0)
             self.pp_latency_s = (pp - 1) * (params.allreduce_base_latency_s + hop)
@@ -177,32 +282,138 @@ class StepTimeModel:
             self.pp_latency_s = 0.0
             self.pp_s_per_byte = 0.0
         self.overhead_s = params.overhead_s
+        # engine profile (bound by for_engine): CPU per sequence, overlap, CUDA-graph capture sizes
+        self.cpu_per_seq_s = 0.0
+        self.overlap_cpu = False
+        self.graph_sizes: tuple[int, ...] = ()
+
+    def for_engine(self, profile) -> "StepTimeModel":
+        """This model bound to an engine profile (kneecap.sim.config.EngineProfile); self if nothing changes."""
+        if profile is None:
+            return self
+        sizes = tuple(sorted(profile.cudagraph_sizes))
+        if (self.cpu_per_seq_s, self.overlap_cpu, self.graph_sizes) == (profile.cpu_per_seq_s, profile.overlap_cpu, sizes):
+            return self
+        other = copy.copy(self)
+        other.cpu_per_seq_s, other.overlap_cpu, other.graph_sizes = profile.cpu_per_seq_s, profile.overlap_cpu, sizes
+        return other
 
     # --- pieces --------------------------------------------------------------------------------
+    def distinct_experts(self, num_tokens: float) -> float:
+        e, k = self.num_experts, self.top_k
+        return e * (1.0 - (1.0 - k / e) ** num_tokens) if num_tokens > 0 else 0.0
+
     def weight_bytes_touched(self, num_tokens: float) -> float:
         """Weight bytes read per GPU by a step of `num_tokens` tokens (MoE: expected distinct experts)."""
         if num_tokens <= 0:
             return 0.0
         if not self.num_moe_layers:
             return self.dense_weight_bytes
-        e, k = self.num_experts, self.top_k
-        hit = e * (1.0 - (1.0 - k / e) ** num_tokens)
+        hit = self.distinct_experts(num_tokens)
+        if self.ep > 1:
+            hit /= self.ep
         return self.dense_weight_bytes + self.expert_bytes * hit * self.num_moe_layers
 
     def comm_seconds(self, num_tokens: float) -> float:
+        """TP all-reduces, EP all-to-alls and PP sends of one pass over `num_tokens` tokens."""
         nbytes = num_tokens * self.act_bytes_per_token
-        return self.tp_latency_s + self.tp_s_per_byte * nbytes + self.pp_latency_s + self.pp_s_per_byte * nbytes
+        return (self.tp_latency_s + self.tp_s_per_byte * nbytes + self.pp_latency_s + self.pp_s_per_byte * nbytes
+                + ((self.a2a_latency_s + self.a2a_s_per_token * num_tokens) if num_tokens > 0 else 0.0))
+
+    def _moe_seconds(self, t: float) -> float:
+        if not self.num_moe_layers or t <= 0:
+            return 0.0
+        assign = t * self.top_k  # token-expert assignments
+        if self.ep > 1:
+            # tokens: the whole batch (TP attention, replicated) or this rank's 1/tp share (DP attention);
+            # the busiest of ep ranks: mean + sqrt(2 ln ep) sd of a binomial(assign, 1/ep) load
+            # the whole batch's assignments land on ep ranks; the busiest sets the grouped GEMM's time
+            mean = assign / self.ep
+            load = mean + math.sqrt(2.0 * math.log(self.ep)) * math.sqrt(assign * (1.0 / self.ep) * (1 - 1.0 / self.ep))
+            hit = self.distinct_experts(t) / self.ep
+        else:
+            load = assign
+            hit = self.distinct_experts(t)
+        flops = 2.0 * self.expert_params * load
+        nbytes = self.expert_bytes * hit + self.expert_act_bytes * load
+        c, m = flops / self.flop_rate, nbytes / self.byte_rate
+        return (c if c > m else m) * self.num_moe_layers
+
+    def _fixed_seconds(self, t: float, s: float, gemm_t: float) -> float:
+        """Everything but the context-dependent attention: GEMMs, experts, head, sampling, state, comm."""
+        if t <= 0:
+            return 0.0
+        c = 2.0 * self.gemm_params * gemm_t / self.flop_rate
+        m = (self.gemm_weight_bytes + self.gemm_act_bytes_per_token * gemm_t) / self.byte_rate
+        g = c if c > m else m
+        ta = gemm_t * self.attn_share
+        c = 2.0 * self.attn_gemm_params * ta / self.flop_rate
+        m = self.attn_gemm_bytes / self.byte_rate
+        g += c if c > m else m
+        hc = 2.0 * self.head_params * s / self.flop_rate
+        hm = (self.head_bytes + self.sample_bytes_per_seq * s + self.embed_bytes_per_token * t) / self.byte_rate
+        g += hc if hc > hm else hm
+        g += self._moe_seconds(gemm_t)
+        g += self.state_bytes_per_seq * s * self.attn_share / self.byte_rate
+        return g + self.comm_seconds(t)
+
+    def _slopes(self) -> tuple[float, float]:
+        """Seconds per decode-context token: (full + MLA layers, sliding layers); max of compute and memory."""
+        sh = self.attn_share
+        full = max(self.f_full / self.attn_rate, self.b_full / self.byte_rate) \
+            + max(self.f_mla_dec / self.attn_rate, self.b_mla / self.byte_rate)
+        win = max(self.f_win / self.attn_rate, self.b_win / self.byte_rate)
+        return full * sh, win * sh
+
+    def _prefill_attention_seconds(self, pairs_full: float, pairs_win: float, kv_full: float, kv_win: float) -> float:
+        sh = self.attn_share
+        t = max(self.f_full * pairs_full / self.attn_rate, self.b_full * kv_full / self.byte_rate)
+        t += max(self.f_mla_pre * pairs_full / self.attn_rate, self.b_mla * kv_full / self.byte_rate)
+        t += max(self.f_win * pairs_win / self.attn_rate, self.b_win * kv_win / self.byte_rate)
+        return t * sh
+
+    def padded(self, num_tokens: int, num_seqs: int) -> int:
+        """GEMM rows of a pure-decode step under CUDA graphs: padded up to the next capture size."""
+        if num_tokens != num_seqs or not self.graph_sizes or num_tokens > self.graph_sizes[-1]:
+            return num_tokens
+        for size in self.graph_sizes:
+            if size >= num_tokens:
+                return size
+        return num_tokens
+
+    def _cpu(self, s: float, m: int) -> float:
+        return m * self.overhead_s + self.cpu_per_seq_s * s
+
+    def _combine(self, gpu, cpu, m: int):
+        if m > 1 or self.overlap_cpu:  # PP: the batch queue schedules micro-batches while others run
+            return gpu if gpu > cpu else cpu
+        return gpu + cpu
 
     def seconds(self, num_tokens: int, pairs_full: float, pairs_window: float, kv_tokens_full: float,
-                kv_tokens_window: float, num_seqs: int) -> float:
-        """Duration of one step. pairs_*: attention (query, cached-token) pairs; kv_tokens_*: cached tokens read."""
+                kv_tokens_window: float, num_seqs: int, *, num_decodes: int | None = None,
+                decode_kv_full: float | None = None, decode_kv_window: float | None = None,
+                microbatches: int | None = None) -> float:
+        """Duration of one step. pairs_*: attention (query, cached-token) pairs of every sequence; kv_tokens_*:
+        cached tokens read. num_decodes / decode_kv_*: which part of those is decodes (default: all of it when
+        every sequence contributes one token, else none). microbatches: how many pipeline micro-batches the
+        step's work splits into (default min(pp, num_seqs): one sequence's chunk stays in one micro-batch)."""
         if num_tokens <= 0:
             return 0.0
-        compute_s = (self.flops_per_token * num_tokens + self.flops_per_pair_full * pairs_full
-                     + self.flops_per_pair_window * pairs_window) / self.flop_rate
-        memory_s = (self.weight_bytes_touched(num_tokens) + self.kv_full_bytes_per_token * kv_tokens_full
-                    + self.kv_window_bytes_per_token * kv_tokens_window + self.state_bytes_per_seq * num_seqs) / self.byte_rate
-        return (compute_s if compute_s > memory_s else memory_s) + self.comm_seconds(num_tokens) + self.overhead_s
+        if num_decodes is None:
+            num_decodes = num_seqs if num_tokens == num_seqs else 0
+            decode_kv_full = kv_tokens_full if num_decodes else 0.0
+            decode_kv_window = kv_tokens_window if num_decodes else 0.0
+        dkf, dkw = decode_kv_full or 0.0, decode_kv_window or 0.0
+        # pairs == kv tokens for a decode
+        pf, pw = pairs_full - dkf, pairs_window - dkw
+        kf, kw = kv_tokens_full - dkf, kv_tokens_window - dkw
+        m = microbatches if microbatches is not None else min(self.pp, num_seqs)  # micro-batches in the round
+        m = max(1, min(m, self.pp, num_tokens))
+        gemm_t = self.padded(num_tokens, num_seqs) if m == 1 else num_tokens
+        sf, sw = self._slopes()
+        gpu = (self._fixed_seconds(num_tokens / m, num_seqs / m, gemm_t / m) + (sf * dkf + sw * dkw) / m
+               + self._prefill_attention_seconds(pf / m, pw / m, kf / m, kw / m))
+        return self._combine(gpu, self._cpu(num_seqs, m), m)
 
     def decode_run_seconds(self, num_seqs: int, contexts, num_steps: int):
         """Durations (numpy array) of `num_steps` consecutive pure-decode steps of the same `num_seqs` sequences
@@ -212,17 +423,20 @@ class StepTimeModel:
         j = np.arange(num_steps, dtype=np.float64)
         ctx0 = contexts.astype(np.float64)
         full = float(ctx0.sum()) + num_seqs * j  # pairs == kv tokens read for a decode
-        if self.window and (self.flops_per_pair_window or self.kv_window_bytes_per_token):
+        sf, sw = self._slopes()
+        if self.window and sw:
             # sum over sequences of min(ctx + j, W): exact, via sorted contexts
             w = float(self.window)
             srt = np.sort(ctx0)
             csum = np.concatenate(([0.0], np.cumsum(srt)))
-            # sequences with ctx + j >= W contribute W; the rest ctx + j
             cut = np.searchsorted(srt, w - j, side="left")  # count with ctx < W - j
             window = csum[cut] + cut * j + (num_seqs - cut) * w
         else:
             window = np.zeros(num_steps)
-        compute_s = (self.flops_per_token * num_seqs + self.flops_per_pair_full * full + self.flops_per_pair_window * window) / self.flop_rate
-        memory_s = (self.weight_bytes_touched(num_seqs) + self.kv_full_bytes_per_token * full
-                    + self.kv_window_bytes_per_token * window + self.state_bytes_per_seq * num_seqs) / self.byte_rate
-        return np.maximum(compute_s, memory_s) + (self.comm_seconds(num_seqs) + self.overhead_s)
+        m = self.pp if num_seqs >= self.pp else num_seqs
+        gemm_t = self.padded(num_seqs, num_seqs) if m == 1 else num_seqs
+        gpu = self._fixed_seconds(num_seqs / m, num_seqs / m, gemm_t / m) + (sf * full + sw * window) / m
+        cpu = self._cpu(num_seqs, m)
+        if m > 1 or self.overlap_cpu:
+            return np.maximum(gpu, cpu)
+        return gpu + cpu
