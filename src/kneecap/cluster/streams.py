@@ -8,7 +8,9 @@ barrier), its clock offset to the driver is measured by round trips (kneecap.clu
 every actor starts at one common time; each share's epoch is moved into its actor's clock, so record
 stamps arrive in the driver's clock. An actor that dies or stops answering is dropped: requests whose
 records never arrived count as failed ("client_lost"), the level keeps everything else, and every
-wait is bounded. The API key reaches actors only through Ray's runtime environment (env_vars).
+wait is bounded. The API key reaches actors through Ray's runtime environment (env_vars) as one of two
+random shares (kneecap.cluster.streams.split_secret): Ray 2.60's runtime-env agent writes a runtime_env,
+env_vars included, to its log (runtime_env_agent.log), so the key itself is never in it.
 Owns the actors; knows nothing of statistics or the order of levels.
 """
 
@@ -38,12 +40,26 @@ SILENT_S = 20.0  # an actor that answers no poll for this long is treated as los
 KILL_GRACE_S = 5.0  # waiting for actors to go at the end
 
 
+def split_secret(secret: str) -> tuple[str, str]:
+    """Two hex shares, each alone uniformly random: secret = share_a XOR share_b (UTF-8 bytes)."""
+    import secrets
+
+    data = secret.encode()
+    mask = secrets.token_bytes(len(data))
+    return bytes(a ^ b for a, b in zip(data, mask)).hex(), mask.hex()
+
+
+def join_secret(share_a: str, share_b: str) -> str:
+    return bytes(a ^ b for a, b in zip(bytes.fromhex(share_a), bytes.fromhex(share_b))).decode()
+
+
 class StreamActor:
     """Actor body (wrapped by ray.remote in ActorPool). Runs one share at a time on a thread of its own."""
 
-    def __init__(self, setup, run_fn: Callable):
-        key = os.environ.get(API_KEY_ENV)
-        if key:  # the key came through the runtime environment; put it back where the driver code reads it
+    def __init__(self, setup, run_fn: Callable, key_share: str | None = None):
+        share = os.environ.get(API_KEY_ENV)
+        if share and key_share:  # the key's two shares: the runtime environment's and the constructor's
+            key = join_secret(share, key_share)
             setup = dataclasses.replace(setup, cfg=dataclasses.replace(setup.cfg, api_key=key))
         self._setup = setup
         self._run_fn = run_fn
@@ -142,7 +158,8 @@ class ActorPool:
             raise KneecapError(f"the Ray cluster at {conn.address} could not place {num_actors} client actors "
                                f"({cpu_each:g} CPU each) within {PLACEMENT_TIMEOUT_S:g} s",
                                "add nodes, or pass fewer actors with a larger --ray-streams-per-actor") from None
-        env = {"env_vars": {API_KEY_ENV: api_key}} if api_key else None
+        env_share, arg_share = split_secret(api_key) if api_key else (None, None)
+        env = {"env_vars": {API_KEY_ENV: env_share}} if api_key else None
         bare = dataclasses.replace(setup, cfg=dataclasses.replace(setup.cfg, api_key=None))  # no key in arguments
         remote_cls = ray.remote(max_concurrency=ACTOR_CONCURRENCY)(StreamActor)
         handles = []
@@ -151,7 +168,7 @@ class ActorPool:
                            scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=i))
             if env:
                 options["runtime_env"] = env
-            handles.append(remote_cls.options(**options).remote(bare, run_fn))
+            handles.append(remote_cls.options(**options).remote(bare, run_fn, arg_share))
         try:
             hellos = ray.get([h.hello.remote() for h in handles], timeout=READY_TIMEOUT_S)
         except Exception as exc:

@@ -1,0 +1,77 @@
+"""kneecap.cluster without a cluster: the clock-offset estimate, actor sizing, the lifted client.ray
+facts, and the one-line error `--ray` gives when Ray is not installed."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from kneecap.cluster.clock import estimate_offset
+from kneecap.cluster.connect import RayTarget, actors_for
+from kneecap.errors import KneecapError
+
+
+def test_offset_within_half_the_round_trip_of_the_truth():
+    rng = random.Random(7)
+    true_offset = 123.456  # remote clock runs this far ahead
+    samples = []
+    t = 10.0
+    for _ in range(50):
+        out_s, back_s = rng.uniform(50e-6, 5e-3), rng.uniform(50e-6, 5e-3)  # asymmetric delays
+        remote = t + out_s + true_offset
+        samples.append((t, remote, t + out_s + back_s))
+        t += 0.01
+    est = estimate_offset(samples)
+    assert est.samples == 50
+    assert est.rtt_s == min(b - a for a, _, b in samples)
+    assert abs(est.offset_s - true_offset) <= est.rtt_s / 2 + 1e-12
+    assert est.to_local(est.to_remote(5.0)) == pytest.approx(5.0)
+
+
+def test_offset_symmetric_trip_is_exact_and_bad_input_refused():
+    assert estimate_offset([(1.0, 101.5, 2.0)]).offset_s == pytest.approx(100.0)
+    with pytest.raises(ValueError):
+        estimate_offset([])
+    with pytest.raises(ValueError):
+        estimate_offset([(2.0, 0.0, 1.0)])
+
+
+def test_actor_count_one_per_cpu_more_when_a_level_needs_them():
+    target = RayTarget("local", streams_per_actor=256)
+    assert actors_for(2.0, 64, target) == 2
+    assert actors_for(2.0, 1024, target) == 4
+    assert actors_for(3.5, None, target) == 3
+    assert actors_for(0.5, 10, target) == 1
+    assert actors_for(2.0, 10**9, target) == 256
+    assert actors_for(8.0, 4096, RayTarget("local", actors=3)) == 3
+    for bad in (dict(address=" "), dict(address="auto", streams_per_actor=0), dict(address="auto", actors=0)):
+        with pytest.raises(KneecapError):
+            RayTarget(**bad)
+
+
+def test_merge_sums_up_where_actors_ran():
+    from kneecap.bench.level import LevelOutcome
+    from kneecap.bench.workers import merge_outcomes
+
+    outs = [LevelOutcome(3, False, {"ray": {"address": "a:1", "actor": 0, "node_id": "n1"}}),
+            LevelOutcome(3, False, {"ray": {"address": "a:1", "actor": 1, "node_id": "n2"}}),
+            LevelOutcome(2, True, {"lost": True, "ray": {"address": "a:1", "actor": 2, "node_id": "n2"}})]
+    merged = merge_outcomes(outs, 3)
+    assert merged["ray"] == {"address": "a:1", "nodes": 2, "actors": 3, "lost_actors": 1}
+    assert merged["suspect"] is True and len(merged["per_worker"]) == 3
+    assert "ray" not in merge_outcomes([LevelOutcome(1, False, {})], 1)
+
+
+def test_ray_flag_without_ray_installed_is_one_line_naming_the_extra(cli, tmp_path):
+    fake = tmp_path / "noray" / "ray"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('No module named ray (hidden by the test)')\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(fake.parent), os.environ.get("PYTHONPATH", "")])}
+    r = cli("bench", "--base-url", "http://127.0.0.1:9", "--isl", "4", "--osl", "4", "--concurrency", "1", "--ray", "auto",
+            "--out", str(tmp_path / "out"), env=env)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.code == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "kneecap[ray]" in lines[0] and "--ray" in lines[0]
+    assert not (tmp_path / "out").exists()

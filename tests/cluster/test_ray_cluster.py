@@ -1,0 +1,181 @@
+"""`kneecap bench --ray` against a real two-node Ray cluster on this machine's loopback (two `ray start`
+processes, each its own process group and ports), driving `kneecap serve` and the scripted Node server
+(bench/fast_server.js): the same counts as one process and percentiles within the client's own lag,
+actors on both nodes, the API key in no output file and no Ray log, and a node killed mid-level ending
+the level in bounded time with its requests counted as failed (client_lost)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray")
+
+from kneecap.cluster.localnodes import LocalNodes  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "sk-ray-test-4f1d0c9b7e3a"
+ENV = {"KNEECAP_API_KEY": SECRET, "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    nodes = LocalNodes(num_nodes=2, cpus_per_node=1)
+    nodes.start()
+    try:
+        yield nodes
+    finally:
+        nodes.cleanup()
+
+
+class Server:
+    """A server subprocess (its own process group) whose first output line names its URL; stopped by PID."""
+
+    def __init__(self, cmd: list[str], pattern: str, log: Path):
+        self.log = log
+        with open(log, "wb") as fh:
+            self.proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while not (m := re.search(pattern, log.read_text(errors="replace"))):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"server did not start: {log.read_text(errors='replace')[-400:]}")
+            time.sleep(0.05)
+        self.url = m.group(1)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+def start_serve(tmp: Path) -> Server:
+    return Server([sys.executable, "-m", "kneecap", "serve", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm",
+                   "--port", "0"], r"listening on (http://\S+)", tmp / "serve.log")
+
+
+def start_node(tmp: Path, *, ttft_ms: float = 200, itl_ms: float = 20) -> Server:
+    if not shutil.which("node"):
+        pytest.skip("node is not installed")
+    return Server(["node", str(ROOT / "bench" / "fast_server.js"), "--port", "0", "--ttft-ms", str(ttft_ms),
+                   "--itl-ms", str(itl_ms)], r"LISTENING (http://\S+)", tmp / "node.log")
+
+
+def bench(url: str, out: Path, *extra: str, timeout: float = 180) -> dict:
+    cmd = [sys.executable, "-m", "kneecap", "bench", "--base-url", url, "--out", str(out), "--quiet", "--no-report",
+           "--keepalive", "--warmup", "0", *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **ENV})
+    assert proc.returncode == 0, proc.stderr
+    assert SECRET not in proc.stdout + proc.stderr
+    return json.loads((out / "summary.json").read_text())
+
+
+def client_lag_ms(level: dict) -> float:
+    """The most the client's own lag could have moved one stamp in this level (its self-measurement)."""
+    return max((w.get("loop_lag_max_ms") or 0.0) + (w.get("read_loop_wait_max_ms") or 0.0)
+               for w in level["client"]["per_worker"])
+
+
+def assert_no_secret_under(folder: Path) -> int:
+    seen = 0
+    for path in folder.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            seen += 1
+            assert SECRET.encode() not in path.read_bytes(), f"the API key is in {path}"
+    return seen
+
+
+@pytest.mark.parametrize("target", ["serve", "node"])
+def test_ray_sweep_matches_one_process(cluster, tmp_path, target):
+    server = start_serve(tmp_path) if target == "serve" else start_node(tmp_path)
+    try:
+        common = ["--isl", "64", "--osl", "16", "--concurrency", "2,16", "--requests", "48"]
+        one = bench(server.url, tmp_path / "one", *common)
+        # 16 streams at most 8 per actor: at least two actors, one per node (SPREAD)
+        ray = bench(server.url, tmp_path / "ray", *common, "--ray", cluster.address, "--ray-streams-per-actor", "8")
+    finally:
+        server.stop()
+    for a, b in zip(one["levels"], ray["levels"], strict=True):
+        for key in ("requests", "completed", "failed", "errors", "output_tokens", "input_tokens"):
+            assert a.get(key) == b.get(key), (key, a.get(key), b.get(key))
+        assert b["completed"] == 48 and b["failed"] == 0
+        if target == "node":  # scripted timing: whatever differs is the clients' own doing
+            # (kneecap serve's step times depend on the CPU it gets on this shared machine: counts only)
+            tol_ms = client_lag_ms(a) + client_lag_ms(b)
+            for metric in ("ttft_ms", "itl_ms", "e2e_ms"):
+                for q in ("p50", "p90", "p99"):
+                    gap = abs(a[metric][q] - b[metric][q])
+                    assert gap <= tol_ms, (metric, q, a[metric][q], b[metric][q], tol_ms)
+    top = ray["levels"][-1]["client"]
+    assert top["ray"]["actors"] == 2 and top["ray"]["nodes"] == 2 and top["ray"]["lost_actors"] == 0
+    assert len({w["ray"]["node_id"] for w in top["per_worker"]}) == 2
+    for w in top["per_worker"]:  # both nodes share this machine's CLOCK_MONOTONIC: the true offset is 0
+        assert abs(w["ray"]["clock_offset_s"]) <= w["ray"]["clock_rtt_s"] / 2 + 1e-6
+        assert "cpu_s" in w and "loop_lag_p99_ms" in w
+    assert assert_no_secret_under(tmp_path) > 4
+    assert assert_no_secret_under(cluster.session_logs()) > 10  # every node's Ray logs for this session
+
+
+def test_api_key_reaches_every_actor_and_no_file(cluster, tmp_path):
+    import hashlib
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from servers.scripted import start_scripted_server
+
+    url, server = start_scripted_server(ttft_s=0.01, itl_s=0.001)
+    try:
+        summary = bench(url, tmp_path / "auth", "--isl", "8", "--osl", "4", "--concurrency", "4", "--requests", "8",
+                        "--ray", cluster.address, "--ray-streams-per-actor", "2")
+        entries = server.log()
+    finally:
+        server.stop()
+    assert summary["levels"][0]["completed"] == 8 and summary["levels"][0]["client"]["ray"]["nodes"] == 2
+    wanted = hashlib.sha256(f"Bearer {SECRET}".encode()).hexdigest()
+    sent = [e for e in entries if e["path"].endswith("/completions")]
+    assert len(sent) >= 8 and all(e["auth_sha256"] == wanted for e in sent)  # the 8, and the ready check
+    assert_no_secret_under(tmp_path)
+    assert_no_secret_under(cluster.session_logs())
+
+
+def test_killed_node_fails_its_requests_and_the_level_ends(cluster, tmp_path):
+    """Must run last in this module: it kills the second node."""
+    server = start_node(tmp_path, ttft_ms=100, itl_ms=100)  # 32 tokens: ~3.2 s a request
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "kneecap", "bench", "--base-url", server.url, "--out", str(out), "--quiet",
+           "--no-report", "--keepalive", "--warmup", "0", "--isl", "16", "--osl", "32", "--concurrency", "8",
+           "--requests", "32", "--ray", cluster.address, "--ray-streams-per-actor", "4"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV})
+    try:
+        records = out / "requests.jsonl"
+        deadline = time.monotonic() + 90
+        while not (records.exists() and records.read_bytes().count(b"\n") >= 4):  # the level is under way
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "timeout"
+            time.sleep(0.1)
+        killed_at = time.monotonic()
+        cluster.kill_node(1)
+        stdout, stderr = proc.communicate(timeout=60)
+        ended_s = time.monotonic() - killed_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        server.stop()
+    assert proc.returncode == 0, stderr
+    level = json.loads((out / "summary.json").read_text())["levels"][0]
+    assert level["requests"] == 32 and level["completed"] + level["failed"] == 32
+    assert level["errors"].get("client_lost", 0) > 0 and level["completed"] > 0, level["errors"]
+    assert level["client"]["ray"]["lost_actors"] == 1 and level["suspect"] is True
+    assert ended_s < 30, ended_s
+    lines = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
+    assert len({r["request_id"] for r in lines}) == len(lines) == 32  # none twice, none missing
