@@ -1,4 +1,4 @@
-"""config.json files (tests/model/configs, sources in its README) -> Model, against hand-computed values."""
+"""config.json files (tests/model/configs, sources in its SOURCES.md) -> Model, against hand-computed values."""
 
 from __future__ import annotations
 

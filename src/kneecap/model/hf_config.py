@@ -29,8 +29,10 @@ MODEL_TYPES = {
     "gemma": "gqa", "gemma2": "gqa", "gemma3_text": "gqa",
     # MoE with GQA attention
     "mixtral": "gqa", "qwen2_moe": "gqa", "qwen3_moe": "gqa", "gpt_oss": "gqa", "llama4_text": "gqa",
-    # Multi-head Latent Attention
-    "deepseek_v2": "mla", "deepseek_v3": "mla", "kimi_k2": "mla",
+    "glm4_moe": "gqa", "qwen3_vl_text": "gqa", "qwen3_vl_moe_text": "gqa",
+    # Multi-head Latent Attention (deepseek_v32 and glm_moe_dsa add DeepSeek Sparse Attention's indexer, see
+    # _DSA_NOTE)
+    "deepseek_v2": "mla", "deepseek_v3": "mla", "kimi_k2": "mla", "deepseek_v32": "mla", "glm_moe_dsa": "mla",
     # hybrid Gated DeltaNet + gated full attention
     "qwen3_next": "gdn", "qwen3_5_text": "gdn", "qwen3_5_moe_text": "gdn",
     # hybrid Mamba-2 + attention (kneecap.model.mamba)
@@ -40,7 +42,13 @@ MODEL_TYPES = {
 }
 # Wrapper model_type -> the text model_type used when text_config does not name one.
 _WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text", "kimi_k25": "kimi_k2",
-             "qwen3_5_moe": "qwen3_5_moe_text", "qwen3_5": "qwen3_5_text", "mistral3": "mistral"}
+             "qwen3_5_moe": "qwen3_5_moe_text", "qwen3_5": "qwen3_5_text", "mistral3": "mistral",
+             "qwen3_vl": "qwen3_vl_text", "qwen3_vl_moe": "qwen3_vl_moe_text"}
+# DeepSeek-V3.2 and GLM-5 (DeepSeek Sparse Attention): besides the MLA latent, the lightning indexer keeps one
+# index_head_dim key per token per layer (vLLM stores it in fp8 with per-block scales); kneecap does not count it.
+_DSA_NOTE = ("DeepSeek Sparse Attention: the indexer also caches index_head_dim {dim} per token per layer "
+             "(an fp8 cache with scales in vLLM), which is not counted here — the MLA latent is")
+_DEEPSEEK_STYLE_MOE = ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa", "glm4_moe")
 # HF config-class defaults for tie_word_embeddings when the key is absent (Gemma ties, the others do not).
 _TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3_text")
 _STATE_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -143,6 +151,8 @@ def _from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkp
         part_bytes=tuple((p, weight_bytes(n, dtypes[p])) for p, n in parts),
     )
     notes += _kv_notes(model, cfg, family, num_layers)
+    if family == "mla" and cfg.get("index_head_dim"):
+        notes.append(_DSA_NOTE.format(dim=cfg["index_head_dim"]))
     if family == "mla" and cfg.get("num_nextn_predict_layers"):
         notes.append(f"{cfg['num_nextn_predict_layers']} multi-token-prediction layer(s) ship in the checkpoint "
                      "but are loaded only for speculative decoding; not counted in total_params")
@@ -185,10 +195,12 @@ def _text_config(config: Mapping, source: str) -> tuple[dict, str, str]:
 # The fields a generic decoder cannot do without (head_dim defaults to hidden_size / num_attention_heads,
 # num_key_value_heads to num_attention_heads, as in the HF config classes).
 _GENERIC_NEEDS = ("num_hidden_layers", "hidden_size", "num_attention_heads")
-# Fields that say a model is not a plain decoder: recurrent (Mamba/SSM) mixers or cross-attention layers.
+# Fields that say a model is not a plain decoder: recurrent (Mamba/SSM) mixers, cross-attention layers, a
+# compressed (MLA-style) cache, per-layer block shapes, or layers whose KV heads / head_dim differ from the rest.
 _UNMODELLED_MARKERS = ("hybrid_override_pattern", "layers_block_type", "attn_layer_indices", "mamba_d_state",
                        "mamba_d_ssm", "mamba_n_heads", "ssm_state_size", "cross_attention_layers",
-                       "linear_attn_config")
+                       "linear_attn_config", "kv_lora_rank", "block_configs", "compress_ratios", "global_head_dim",
+                       "num_global_key_value_heads", "attention_k_eq_v", "num_kv_shared_layers")
 
 
 def _refuse_unmodelled(cfg: Mapping, model_type: str, architecture: str, source: str) -> None:
@@ -295,13 +307,13 @@ def _moe_layers(cfg: dict, model_type: str, n: int, source: str) -> list[bool]:
         raise KneecapError(f"{source}: {experts} experts but no num_experts_per_tok",
                            f"add num_experts_per_tok to {source}")
     cfg["num_experts_per_tok"] = _pos_int({"num_experts_per_tok": top_k}, "num_experts_per_tok", source)
-    if model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
+    if model_type in _DEEPSEEK_STYLE_MOE:
         first, freq = cfg.get("first_k_dense_replace", 0), cfg.get("moe_layer_freq", 1)
         return [i >= first and i % freq == 0 for i in range(n)]
     if model_type == "llama4_text":
         step = cfg.get("interleave_moe_layer_step", 1)
         return [(i + 1) % step == 0 for i in range(n)]
-    if model_type in ("qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text"):
+    if model_type in ("qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text", "qwen3_vl_moe_text"):
         only_mlp = set(cfg.get("mlp_only_layers") or [])
         step = cfg.get("decoder_sparse_step", 1)
         return [i not in only_mlp and (i + 1) % step == 0 for i in range(n)]

@@ -62,7 +62,8 @@ def gqa_attention_params(cfg: Mapping, model_type: str) -> int:
         count += q_out + 2 * k * d + h
     elif model_type in ("qwen2", "qwen2_moe", "qwen2_vl_text", "qwen2_5_vl_text"):
         count += n * d + 2 * k * d  # Qwen2 always has q/k/v bias, no o bias
-    if model_type in ("qwen3", "qwen3_moe", "gemma3_text", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"):
+    if model_type in ("qwen3", "qwen3_moe", "gemma3_text", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text",
+                      "qwen3_vl_text", "qwen3_vl_moe_text") or (model_type == "glm4_moe" and cfg.get("use_qk_norm")):
         count += 2 * d  # q_norm, k_norm (RMSNorm over head_dim)
     if model_type == "gpt_oss":
         count += n  # learned attention-sink logit per head
@@ -139,7 +140,7 @@ def count_params(cfg: Mapping, model_type: str, layer_types: Sequence[str], moe_
         n_moe += 1
         parts["routed_experts"] += num_experts * expert
         parts["router"] += h * num_experts
-        if model_type in ("gpt_oss", "deepseek_v3", "kimi_k2"):
+        if model_type in ("gpt_oss", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa", "glm4_moe"):
             parts["router"] += num_experts  # router bias / e_score_correction_bias
         parts["shared_experts"] += _shared_expert_params(cfg, model_type)
     return ParamCount(parts={p: parts[p] for p in PARTS}, expert_params=expert, num_moe_layers=n_moe,

@@ -1,0 +1,202 @@
+"""Published config.json files, copied byte for byte (tests/model/configs/SOURCES.md), planned without a preset.
+
+Each row's KV bytes per token (bf16, whole model, one sequence) is computed by hand from the file's own fields
+and written out in the comment; it is never taken from kneecap's formula. Each file must also plan through the
+real CLI (`kneecap plan --model FILE --gpu h100-sxm --json`, exit 0) at a TP x PP at which its weights fit
+(--context 4096: one partial copy states no max_position_embeddings).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kneecap.errors import KneecapError
+from kneecap.model import load_model
+from kneecap.model.kv import kv_bytes_per_token
+
+CONFIGS = Path(__file__).parent / "configs"
+
+# file, tp, pp, KV bytes/token at 2 B per element, {layer kind: count}
+ROWS = [
+    # Llama-2-7B, MHA: 2 x 32 layers x 32 KV heads x (4096 / 32 = 128) x 2 B = 524,288
+    ("meta-llama--Llama-2-7b-hf.json", 1, 1, 524_288, {"full_attention": 32}),
+    # Llama-3.1-8B: 2 x 32 layers x 8 KV heads x (4096 / 32 = 128) x 2 B = 131,072
+    ("meta-llama--Meta-Llama-3.1-8B.json", 1, 1, 131_072, {"full_attention": 32}),
+    # Llama-4-Maverick (text_config): 2 x 48 layers x 8 KV heads x head_dim 128 x 2 B = 196,608; 36 chunked layers
+    # (attention_chunk_size 8192) + every 4th layer global = 12
+    ("meta-llama--Llama-4-Maverick-17B-128E-Instruct.json", 8, 2, 196_608,
+     {"full_attention": 12, "sliding_attention": 36}),
+    # Llama-4-Scout FP8-dynamic (compressed-tensors): same attention as Maverick: 2 x 48 x 8 x 128 x 2 B = 196,608
+    ("RedHatAI--Llama-4-Scout-17B-16E-Instruct-FP8-dynamic.json", 1, 2, 196_608,
+     {"full_attention": 12, "sliding_attention": 36}),
+    # CodeLlama-34B: 2 x 48 layers x 8 KV heads x (8192 / 64 = 128) x 2 B = 196,608
+    ("codellama--CodeLlama-34b-Instruct-hf.json", 1, 1, 196_608, {"full_attention": 48}),
+    # Yi-34B (Llama architecture): 2 x 60 layers x 8 KV heads x (7168 / 56 = 128) x 2 B = 245,760
+    ("01-ai--Yi-34B.json", 1, 1, 245_760, {"full_attention": 60}),
+    # Mistral-NeMo: explicit head_dim 128 (5120 / 32 would be 160): 2 x 40 x 8 x 128 x 2 B = 163,840
+    ("mistralai--Mistral-Nemo-Instruct-2407.json", 1, 1, 163_840, {"full_attention": 40}),
+    # Mixtral-8x22B: 2 x 56 layers x 8 KV heads x (6144 / 48 = 128) x 2 B = 229,376
+    ("mistralai--Mixtral-8x22B-v0.1.json", 2, 2, 229_376, {"full_attention": 56}),
+    # Qwen2.5-7B (use_sliding_window false): 2 x 28 layers x 4 KV heads x (3584 / 28 = 128) x 2 B = 57,344
+    ("Qwen--Qwen2.5-7B-Instruct.json", 1, 1, 57_344, {"full_attention": 28}),
+    # Qwen3-8B: 2 x 36 layers x 8 KV heads x head_dim 128 x 2 B = 147,456
+    ("Qwen--Qwen3-8B.json", 1, 1, 147_456, {"full_attention": 36}),
+    # Qwen3-30B-A3B: 2 x 48 layers x 4 KV heads x head_dim 128 x 2 B = 98,304
+    ("Qwen--Qwen3-30B-A3B.json", 1, 1, 98_304, {"full_attention": 48}),
+    # Qwen3-Coder-480B-A35B: 2 x 62 layers x 8 KV heads x head_dim 128 x 2 B = 253,952
+    ("Qwen--Qwen3-Coder-480B-A35B-Instruct.json", 8, 2, 253_952, {"full_attention": 62}),
+    # Qwen3-VL-8B (text_config): 2 x 36 layers x 8 KV heads x head_dim 128 x 2 B = 147,456
+    ("Qwen--Qwen3-VL-8B-Instruct.json", 1, 1, 147_456, {"full_attention": 36}),
+    # Qwen3.5-27B (text_config): full_attention_interval 4 -> 64 / 4 = 16 full layers; 2 x 16 x 4 KV heads x
+    # head_dim 256 x 2 B = 65,536; the other 48 are Gated DeltaNet (fixed state)
+    ("Qwen--Qwen3.5-27B.json", 1, 1, 65_536, {"full_attention": 16, "linear_attention": 48}),
+    # Qwen3.5-35B-A3B: 40 / 4 = 10 full layers; 2 x 10 x 2 KV heads x 256 x 2 B = 20,480
+    ("Qwen--Qwen3.5-35B-A3B.json", 1, 1, 20_480, {"full_attention": 10, "linear_attention": 30}),
+    # Qwen3.5-397B-A17B NVFP4: 60 / 4 = 15 full layers; 2 x 15 x 2 KV heads x 256 x 2 B = 30,720
+    ("nvidia--Qwen3.5-397B-A17B-NVFP4.json", 2, 2, 30_720, {"full_attention": 15, "linear_attention": 45}),
+    # DeepSeek-V2-Lite, MLA: 27 layers x (kv_lora_rank 512 + qk_rope_head_dim 64) x 2 B = 31,104
+    ("deepseek-ai--DeepSeek-V2-Lite.json", 1, 1, 31_104, {"mla": 27}),
+    # DeepSeek-V3: 61 layers x (512 + 64) x 2 B = 70,272
+    ("deepseek-ai--DeepSeek-V3.json", 8, 2, 70_272, {"mla": 61}),
+    # DeepSeek-R1: the V3 architecture: 61 x 576 x 2 B = 70,272
+    ("deepseek-ai--DeepSeek-R1.json", 8, 2, 70_272, {"mla": 61}),
+    # DeepSeek-V3.2: MLA latent 61 x 576 x 2 B = 70,272 (the sparse-attention indexer's keys are not counted)
+    ("deepseek-ai--DeepSeek-V3.2.json", 8, 2, 70_272, {"mla": 61}),
+    # Kimi-K2: 61 layers x (512 + 64) x 2 B = 70,272
+    ("moonshotai--Kimi-K2-Instruct.json", 8, 2, 70_272, {"mla": 61}),
+    # Kimi-K2.5 (text_config): 61 x 576 x 2 B = 70,272
+    ("moonshotai--Kimi-K2.5.json", 4, 2, 70_272, {"mla": 61}),
+    # GLM-4.5, GQA: 2 x 92 layers x 8 KV heads x head_dim 128 x 2 B = 376,832
+    ("zai-org--GLM-4.5.json", 8, 2, 376_832, {"full_attention": 92}),
+    # GLM-5, MLA: 78 layers x (kv_lora_rank 512 + qk_rope_head_dim 64) x 2 B = 89,856
+    ("zai-org--GLM-5.json", 16, 2, 89_856, {"mla": 78}),
+    # gpt-oss-20b: 2 x 24 layers x 8 KV heads x head_dim 64 x 2 B = 49,152; layer_types: 12 sliding (128) + 12 full
+    ("openai--gpt-oss-20b.json", 1, 1, 49_152, {"full_attention": 12, "sliding_attention": 12}),
+    # MiniMax-M2.5 (a generic decoder to kneecap): 2 x 62 layers x 8 KV heads x head_dim 128 x 2 B = 253,952
+    ("MiniMaxAI--MiniMax-M2.5.json", 4, 2, 253_952, {"full_attention": 62}),
+    # MiMo-7B (generic decoder, use_sliding_window false): 2 x 36 x 8 KV heads x head_dim 128 x 2 B = 147,456
+    ("XiaomiMiMo--MiMo-7B-Base.json", 1, 1, 147_456, {"full_attention": 36}),
+    # Nemotron-H-56B: hybrid_override_pattern has 10 '*' (attention) of 118 blocks, 54 'M' (Mamba-2);
+    # 2 x 10 x 8 KV heads x head_dim 128 x 2 B = 40,960
+    ("nvidia--Nemotron-H-56B-Base-8K.json", 1, 2, 40_960, {"full_attention": 10, "linear_attention": 54}),
+    # Llama-3.1-70B-Instruct-FP8 (folder with hf_quant_config.json): 2 x 80 x 8 x (8192 / 64 = 128) x 2 B = 327,680
+    ("nvidia--Llama-3.1-70B-Instruct-FP8", 1, 1, 327_680, {"full_attention": 80}),
+    # Earlier partial copies (SOURCES.md says which fields they hold)
+    # Qwen3-0.6B: 2 x 28 x 8 KV heads x head_dim 128 x 2 B = 114,688
+    ("qwen3-0.6b.json", 1, 1, 114_688, {"full_attention": 28}),
+    # Mistral-7B-v0.1: 2 x 32 x 8 x (4096 / 32 = 128) x 2 B = 131,072, every layer sliding (4096)
+    ("mistral-7b-v0.1.json", 1, 1, 131_072, {"sliding_attention": 32}),
+    # Phi-3-mini-4k, MHA: 2 x 32 x 32 x (3072 / 32 = 96) x 2 B = 393,216
+    ("phi-3-mini-4k-instruct.json", 1, 1, 393_216, {"sliding_attention": 32}),
+    # Gemma-2B, MQA: 2 x 18 x 1 KV head x head_dim 256 x 2 B = 18,432
+    ("gemma-2b.json", 1, 1, 18_432, {"full_attention": 18}),
+    # Granite-3.1-2B: 2 x 40 x 8 x (2048 / 32 = 64) x 2 B = 81,920
+    ("granite-3.1-2b-base.json", 1, 1, 81_920, {"full_attention": 40}),
+    # Jamba-1.5-Mini: attention every 8th layer from 4 -> 4 of 32; 2 x 4 x 8 x (4096 / 32 = 128) x 2 B = 16,384
+    ("ai21-jamba-1.5-mini.json", 2, 1, 16_384, {"full_attention": 4, "linear_attention": 28}),
+]
+
+
+@pytest.mark.parametrize("fname, tp, pp, per_token, layers", ROWS, ids=[r[0] for r in ROWS])
+def test_published_config_kv_bytes_by_hand(fname, tp, pp, per_token, layers):
+    model = load_model(str(CONFIGS / fname))
+    assert kv_bytes_per_token(model, 2) == per_token
+    assert {k: model.count_layers(k) for k in layers} == layers
+    assert sum(layers.values()) == model.num_hidden_layers
+
+
+@pytest.mark.parametrize("fname, tp, pp, per_token, layers", ROWS, ids=[r[0] for r in ROWS])
+def test_published_config_plans_without_a_preset(cli, fname, tp, pp, per_token, layers):
+    result = cli("plan", "--model", str(CONFIGS / fname), "--gpu", "h100-sxm", "--tp", str(tp), "--pp", str(pp),
+                 "--kv-dtype", "bf16", "--context", "4096", "--json")
+    assert result.code == 0, result.stderr
+    assert json.loads(result.stdout)["kv_bytes_per_token"] == per_token
+
+
+def test_every_shipped_config_is_in_the_table_or_refused():
+    shipped = {p.name for p in CONFIGS.iterdir() if p.suffix == ".json" or p.is_dir()}
+    refused = {name for name, _ in REFUSED}
+    assert shipped == {r[0] for r in ROWS} | refused | {"llama-4-scout-17b-16e-instruct.json",
+                                                         "qwen2.5-7b-instruct.json", "deepseek-v2-lite.json",
+                                                         "nemotron-h-8b-base-8k.json"}
+
+
+def test_generic_decoders_say_so():
+    for fname in ("MiniMaxAI--MiniMax-M2.5.json", "XiaomiMiMo--MiMo-7B-Base.json"):
+        model = load_model(str(CONFIGS / fname))
+        assert any("generic decoder" in note for note in model.notes), fname
+    assert not any("generic" in n for n in load_model(str(CONFIGS / "zai-org--GLM-4.5.json")).notes)
+
+
+def test_sparse_attention_indexer_is_named_as_not_counted():
+    for fname in ("deepseek-ai--DeepSeek-V3.2.json", "zai-org--GLM-5.json"):
+        notes = load_model(str(CONFIGS / fname)).notes
+        assert any("indexer" in n and "index_head_dim 128" in n and "not counted" in n for n in notes), fname
+
+
+# Real configs kneecap does not model yet: refused with one line naming why, never a wrong number
+REFUSED = [
+    ("google--gemma-4-26B-A4B.json", "global_head_dim"),  # global layers: other KV heads and head_dim
+    ("nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json", "MoE blocks ('E')"),
+]
+
+
+@pytest.mark.parametrize("fname, reason", REFUSED, ids=[r[0] for r in REFUSED])
+def test_unmodelled_published_configs_are_refused(fname, reason):
+    with pytest.raises(KneecapError) as info:
+        load_model(str(CONFIGS / fname))
+    assert reason in info.value.message and "\n" not in info.value.one_line()
+
+
+# --- checkpoint KV dtype (Model.kv_dtype) on published FP8 / NVFP4 exports ---
+
+def test_modelopt_hf_quant_config_gives_fp8_kv_and_fp8_weights():
+    # nvidia/Llama-3.1-70B-Instruct-FP8: config.json has no quantization_config; hf_quant_config.json says
+    # quant_algo FP8, kv_cache_quant_algo FP8, exclude_modules [lm_head]
+    model = load_model(str(CONFIGS / "nvidia--Llama-3.1-70B-Instruct-FP8"))
+    assert model.kv_dtype == "fp8"
+    assert model.weight_dtype == "fp8"
+    assert dict(model.part_dtypes)["lm_head"] == "bf16"
+    assert kv_bytes_per_token(model, 1) == 163_840  # 2 x 80 x 8 x 128 x 1 B
+    assert any("kv_cache_quant_algo 'FP8'" in n for n in model.notes)
+    # the config.json alone (no hf_quant_config.json beside it) says nothing about the KV cache
+    from kneecap.model.resolve import read_json
+    from kneecap.model.hf_config import from_hf_config
+
+    bare = from_hf_config(read_json(CONFIGS / "nvidia--Llama-3.1-70B-Instruct-FP8" / "config.json"),
+                          name="bare", source="inline")
+    assert bare.kv_dtype is None and bare.weight_dtype == "bf16"
+
+
+def test_modelopt_kv_cache_scheme_in_config_gives_fp8_kv():
+    # nvidia/Qwen3.5-397B-A17B-NVFP4: quantization_config {quant_method modelopt, quant_algo NVFP4,
+    # kv_cache_scheme {dynamic false, num_bits 8, type float}}
+    model = load_model(str(CONFIGS / "nvidia--Qwen3.5-397B-A17B-NVFP4.json"))
+    assert (model.kv_dtype, model.weight_dtype) == ("fp8", "nvfp4")
+    assert kv_bytes_per_token(model, 1) == 15_360  # 2 x 15 x 2 x 256 x 1 B
+
+
+@pytest.mark.parametrize("fname", ["RedHatAI--Llama-4-Scout-17B-16E-Instruct-FP8-dynamic.json",
+                                   "moonshotai--Kimi-K2.5.json", "deepseek-ai--DeepSeek-V3.json",
+                                   "meta-llama--Meta-Llama-3.1-8B.json"])
+def test_checkpoints_that_say_nothing_about_the_kv_cache(fname):
+    # FP8-dynamic / INT4 / block-FP8 weights with kv_cache_scheme null or absent: the engine default applies
+    assert load_model(str(CONFIGS / fname)).kv_dtype is None
+
+
+@pytest.mark.parametrize("scheme, expected", [
+    ({"quant_method": "compressed-tensors", "kv_cache_scheme": {"num_bits": 8, "type": "float",
+                                                                "strategy": "tensor", "dynamic": False}}, "fp8"),
+    ({"quant_method": "compressed-tensors", "kv_cache_scheme": {"num_bits": 8, "type": "int"}}, None),
+    ({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_scheme": "FP8"}, "fp8"),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4", "kv_cache_quant_algo": None}, None),
+])
+def test_kv_cache_spellings(scheme, expected):
+    from kneecap.model.quant import kv_dtype_from_config
+
+    kv, notes = kv_dtype_from_config({"quantization_config": scheme})
+    assert kv == expected
+    assert bool(notes) == (scheme.get("kv_cache_scheme") is not None or scheme.get("kv_cache_quant_algo") is not None)
