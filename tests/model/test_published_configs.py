@@ -84,7 +84,10 @@ ROWS = [
     ("nvidia--Nemotron-H-56B-Base-8K.json", 1, 2, 40_960, {"full_attention": 10, "linear_attention": 54}),
     # Llama-3.1-70B-Instruct-FP8 (folder with hf_quant_config.json): 2 x 80 x 8 x (8192 / 64 = 128) x 2 B = 327,680
     ("nvidia--Llama-3.1-70B-Instruct-FP8", 1, 1, 327_680, {"full_attention": 80}),
-    # Earlier partial copies (SOURCES.md says which fields they hold)
+    # Earlier partial copies and reproductions (SOURCES.md says where each comes from)
+    # Phi-2 (model_type "phi", a generic decoder to kneecap), MHA: 2 x 32 x 32 KV heads x (2560 / 32 = 80) x 2 B
+    # = 327,680
+    ("phi-2.json", 1, 1, 327_680, {"full_attention": 32}),
     # Qwen3-0.6B: 2 x 28 x 8 KV heads x head_dim 128 x 2 B = 114,688
     ("qwen3-0.6b.json", 1, 1, 114_688, {"full_attention": 28}),
     # Mistral-7B-v0.1: 2 x 32 x 8 x (4096 / 32 = 128) x 2 B = 131,072, every layer sliding (4096)
@@ -125,7 +128,7 @@ def test_every_shipped_config_is_in_the_table_or_refused():
 
 
 def test_generic_decoders_say_so():
-    for fname in ("MiniMaxAI--MiniMax-M2.5.json", "XiaomiMiMo--MiMo-7B-Base.json"):
+    for fname in ("MiniMaxAI--MiniMax-M2.5.json", "XiaomiMiMo--MiMo-7B-Base.json", "phi-2.json"):
         model = load_model(str(CONFIGS / fname))
         assert any("generic decoder" in note for note in model.notes), fname
     assert not any("generic" in n for n in load_model(str(CONFIGS / "zai-org--GLM-4.5.json")).notes)

@@ -151,6 +151,9 @@ def _from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkp
         part_bytes=tuple((p, weight_bytes(n, dtypes[p])) for p, n in parts),
     )
     notes += _kv_notes(model, cfg, family, num_layers)
+    if generic_note and cfg.get("sliding_window") and "sliding_attention" not in layer_types:
+        notes.append(f"sliding_window {cfg['sliding_window']} is in the config but, with no layer_types saying "
+                     "which layers slide, every layer is counted as full attention (an upper bound)")
     if family == "mla" and cfg.get("index_head_dim"):
         notes.append(_DSA_NOTE.format(dim=cfg["index_head_dim"]))
     if family == "mla" and cfg.get("num_nextn_predict_layers"):
