@@ -203,3 +203,57 @@ def make_sweep(tmp_path):
 @pytest.fixture
 def hostile() -> str:
     return HOSTILE
+
+
+# -- real runs: the report tests' inputs made by the commands users run (session-scoped, small sweeps) --------
+
+REAL_SIM_ARGS = ("simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "512", "--osl", "64",
+                 "--concurrency", "1,16,64", "--requests", "64", "--slo", "ttft_p99_ms=200,itl_p99_ms=15", "--trace")
+REAL_PLAN_ARGS = ("plan", "--preset", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "8", "--weight-dtype", "fp8")
+# an ITL budget no server meets (a microsecond): every bench level breaches it, whatever the machine's load
+REAL_BENCH_SLO = "ttft_p99_ms=600000,itl_p99_ms=0.001"
+
+
+def _cli(*args: str, timeout: float = 300):
+    from clitools import run_cli
+
+    r = run_cli(*args, timeout=timeout)
+    assert r.code in (0, 1), (args, r.stderr[-2000:])
+    return r
+
+
+@pytest.fixture(scope="session")
+def real_sim(tmp_path_factory):
+    """`kneecap simulate` with an SLO that C=1 and C=16 meet and C=64 breaches (virtual time: deterministic)."""
+    out = tmp_path_factory.mktemp("real") / "sim"
+    r = _cli(*REAL_SIM_ARGS, "--out", str(out))
+    return out, r.stdout
+
+
+@pytest.fixture(scope="session")
+def real_plan(tmp_path_factory) -> Path:
+    """`kneecap plan --json` written to a file, as a user saves it for `kneecap report`."""
+    path = tmp_path_factory.mktemp("real") / "plan.json"
+    path.write_text(_cli(*REAL_PLAN_ARGS, "--json").stdout)
+    return path
+
+
+@pytest.fixture(scope="session")
+def simulated_server():
+    """`kneecap serve` on a free loopback port, stopped by its PID at the end of the session."""
+    from kneecap.cli.demo import start_server, stop_server
+
+    proc, url = start_server(["--preset", "llama-3.1-8b", "--gpu", "h100-sxm"])
+    try:
+        yield url
+    finally:
+        stop_server(proc)
+
+
+@pytest.fixture(scope="session")
+def real_bench(tmp_path_factory, simulated_server):
+    """`kneecap bench` against `kneecap serve`: (results folder, terminal output)."""
+    out = tmp_path_factory.mktemp("real") / "bench"
+    r = _cli("bench", "--base-url", simulated_server, "--isl", "256", "--osl", "16", "--concurrency", "1,4",
+             "--requests", "8", "--slo", REAL_BENCH_SLO, "--out", str(out))
+    return out, r.stdout

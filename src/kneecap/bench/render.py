@@ -76,14 +76,42 @@ def level_notes(level: dict, knee_value) -> str:
     server = level.get("server_metrics") or {}
     if _is_number(server.get("kv_usage_max")):
         notes.append(f"KV max {server['kv_usage_max'] * 100:.0f}%")
-    if _is_number(server.get("preemptions_delta")) and server["preemptions_delta"] > 0:
-        notes.append(f"{int(server['preemptions_delta'])} preemptions")
+    preemptions = server.get("preemptions", server.get("preemptions_delta"))  # the contract's key, then bench's older one
+    if _is_number(preemptions) and preemptions > 0:
+        notes.append(f"{int(preemptions)} preemptions")
     if level.get("server_dead"):
         notes.append("server died")
     errors = level.get("errors") or {}
     if errors:
         notes.append(", ".join(f"{kind}×{n}" for kind, n in sorted(errors.items())))
     return "; ".join(notes)
+
+
+def has_slo(summary: dict) -> bool:
+    return bool(summary.get("slo")) or any(isinstance(lv.get("slo"), dict) for lv in summary.get("levels", []))
+
+
+def slo_cell(level: dict) -> str:
+    """The level's SLO verdict: 'met', or 'BREACH' and every term that failed ('itl_p99_ms 150 > 15')."""
+    verdict = level.get("slo")
+    if not isinstance(verdict, dict) or "met" not in verdict:
+        return MISSING
+    if verdict["met"]:
+        return "met"
+    terms = [str(b.get("message") or b.get("key")) for b in verdict.get("breaches") or [] if isinstance(b, dict)]
+    return "BREACH " + "; ".join(terms)
+
+
+def slo_caption(summary: dict, kind: str) -> str | None:
+    """One line under the table: at which levels the SLO held and where it broke (None without an SLO)."""
+    if not has_slo(summary):
+        return None
+    judged = [lv for lv in summary.get("levels", []) if isinstance(lv.get("slo"), dict) and "met" in lv["slo"]]
+    broke = [level_value_label(kind, lv.get(kind)) for lv in judged if not lv["slo"]["met"]]
+    label = "C" if kind == "concurrency" else "rate"
+    if not broke:
+        return f"SLO met at every level ({len(judged)} of {len(judged)})"
+    return f"SLO BREACHED at {label}={', '.join(broke)} ({len(broke)} of {len(judged)} levels)"
 
 
 def summary_table(summary: dict):
@@ -97,16 +125,26 @@ def summary_table(summary: dict):
     table.add_column("C" if kind == "concurrency" else "rate (req/s)", justify="right")
     for header, _, _ in COLUMNS:
         table.add_column(header, justify="right")
+    slo = has_slo(summary)
+    if slo:
+        table.add_column("SLO", justify="left")
     table.add_column("notes", justify="left")
     for level in summary.get("levels", []):
         cells = [level_value_label(kind, level.get(kind))]
         cells += [fmt(_get(level, path), style) for _, path, style in COLUMNS]
+        if slo:
+            cells.append(slo_cell(level))
         cells.append(level_notes(level, knee_value))
-        table.add_row(*cells)
+        table.add_row(*cells, style="red" if slo and cells[-2].startswith("BREACH") else None)
     for skipped in summary.get("skipped", []):
-        table.add_row(level_value_label(kind, skipped.get(kind)), *([MISSING] * len(COLUMNS)),
+        table.add_row(level_value_label(kind, skipped.get(kind)), *([MISSING] * (len(COLUMNS) + slo)),
                       f"skipped: {skipped.get('reason', '')}")
+    captions = []
     stopped = summary.get("stopped")
     if stopped:
-        table.caption = f"stopped at {kind} {level_value_label(kind, stopped.get('at'))}: {stopped.get('reason')}"
+        captions.append(f"stopped at {kind} {level_value_label(kind, stopped.get('at'))}: {stopped.get('reason')}")
+    if line := slo_caption(summary, kind):
+        captions.append(line)
+    if captions:
+        table.caption = "\n".join(captions)
     return table

@@ -30,7 +30,10 @@ TERMS: dict[str, tuple[str, str]] = {
     "Input throughput": ("tok/s", "Prompt tokens of completed requests / the level's wall time."),
     "Total throughput": ("tok/s", "(prompt + output tokens of completed requests) / the level's wall time."),
     "Request throughput": ("req/s", "Completed requests / the level's wall time."),
-    "Goodput": ("req/s", "Completed requests that met every SLO / the level's wall time."),
+    "Goodput": ("req/s", "Completed requests whose own TTFT, TPOT and E2E are each within the SLO's limit for "
+                         "that metric (the largest limit named for it, e.g. ttft_p99_ms=500 gives 500 ms) / the "
+                         "level's wall time. ITL and error-rate terms, and the statistic itself (p99 over the level), "
+                         "are judged on the level: see SLO verdict."),
     "Duration": ("s", "Wall time of one level: first request scheduled to last request finished."),
     "Requests / completed / failed": ("count", "Requests sent at the level; of them, finished with status ok; "
                                                "errored, timed out or cancelled (always counted, never dropped)."),
@@ -46,6 +49,9 @@ TERMS: dict[str, tuple[str, str]] = {
     "Queue depth": ("requests", "Requests waiting to be scheduled (not yet running)."),
     "Preemptions": ("count", "Running requests evicted from the KV cache to make room (recomputed or swapped later)."),
     "SLO": ("as stated", "Service-level objective, e.g. ttft_p99_ms=500: the p99 TTFT must stay at or under 500 ms."),
+    "SLO verdict": ("—", "Per level: 'met' when every SLO term holds for the level's statistic (its p99 TTFT, p99 "
+                         "ITL, error rate...); otherwise each breached term with the level's value and the limit. "
+                         "A term with no data is a breach."),
     "KV bytes per token": ("bytes", "KV-cache bytes one token of one sequence occupies across all layers."),
     "KV pool": ("GiB", "HBM per GPU left for the KV cache = HBM − weights − overhead − fragmentation headroom."),
     "KV capacity": ("tokens", "Tokens the KV pool holds, counted in whole blocks."),
@@ -69,7 +75,7 @@ SWEEP_TERMS = ("TTFT", "TTFT (answer)", "ITL", "TPOT", "E2E", "TTFT from schedul
                "Schedule lag", "Chunk gap", "Tokens per chunk", "Output throughput",
                "Input throughput", "Total throughput", "Request throughput", "Goodput", "Duration",
                "Requests / completed / failed", "pNN", "Concurrency (C)", "Rate", "Knee", "Preflight limit",
-               "Suspect level", "KV usage", "Queue depth", "Preemptions", "SLO")
+               "Suspect level", "KV usage", "Queue depth", "Preemptions", "SLO", "SLO verdict")
 PLAN_TERMS = ("KV bytes per token", "KV pool", "KV capacity", "Max sequences", "Binding")
 COMPARE_TERMS = ("Δ",) + SWEEP_TERMS
 RUN_TERMS = ("Capacity region", "Offered vs completed", "Little's law", "Cost per 1M output tokens")

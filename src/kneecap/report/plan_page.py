@@ -79,10 +79,24 @@ def ledger_blocks(plan: dict) -> list[Block]:
         ("KV bytes per token (whole model)", fmt.with_unit(fmt.count(plan.get("kv_bytes_per_token")), "bytes")),
         ("KV bytes per token per GPU", fmt.with_unit(fmt.count(plan.get("kv_bytes_per_token_per_gpu")), "bytes")),
         ("KV capacity", fmt.with_unit(fmt.count(plan.get("kv_capacity_tokens")), "tokens")),
-        ("max sequences", _seqs(plan.get("max_seqs")) + " sequences"),
-        ("max concurrency", fmt.with_unit(fmt.count(plan.get("max_concurrency")), "requests")),
-        ("binding limit", str(plan.get("binding", fmt.MISSING))),
     ]
+    context = plan.get("context")
+    worst = plan.get("worst_case")
+    if worst is None and fmt.is_number(context):
+        worst = plan.get("mean_context") == context
+    if worst and fmt.is_number(context):
+        full = f" if every sequence holds the full {fmt.count(context)} tokens (worst case)"
+        items += [("max sequences" + full, _seqs(plan.get("max_seqs")) + " sequences"),
+                  ("max concurrency" + full, fmt.with_unit(fmt.count(plan.get("max_concurrency")), "requests"))]
+        typical = [p for p in plan.get("paged_at_mean_context") or [] if isinstance(p, dict)]
+        if typical:
+            items.append(("paged max sequences at a typical mean context",
+                          "; ".join(f"{fmt.count(p.get('mean_context'))} tokens → {fmt.count(p.get('max_seqs'))}"
+                                    for p in typical)))
+    else:
+        items += [("max sequences", _seqs(plan.get("max_seqs")) + " sequences"),
+                  ("max concurrency", fmt.with_unit(fmt.count(plan.get("max_concurrency")), "requests"))]
+    items.append(("binding limit", str(plan.get("binding", fmt.MISSING))))
     return [KeyValues(tuple(items), caption="HBM ledger per GPU (GiB = 2^30 bytes)")]
 
 
@@ -90,7 +104,7 @@ def _facts(plan: dict) -> KeyValues | None:
     """Facts the planner wrote that the ledger and tables do not show (model, GPU, TP, dtypes, HBM basis...)."""
     shown = {"kv_bytes_per_token", "kv_bytes_per_token_per_gpu", "kv_capacity_tokens", "max_concurrency",
              "binding", "kind", "model_executed", "benchmark_executed", "ledger", "max_seqs", "levers", "tp_sweep",
-             "context_sweep", "notes", "manifest"}
+             "context_sweep", "notes", "manifest", "worst_case", "paged_at_mean_context"}
     items: list[tuple[str, str]] = []
     for key, value in plan.items():
         if key not in shown and value is not None:

@@ -16,6 +16,18 @@ def _flag(summary: dict, name: str) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
+SIMULATED_SERVER_MARK = "(simulated engine)"  # what `kneecap serve` answers on /version (serve/app.py)
+
+
+def simulated_server(summary: dict) -> bool:
+    """True when the server bench measured identified itself as kneecap's simulated engine: /version says
+    `simulated: true` (kept as server.simulated) or its version string is `kneecap-serve X (simulated engine)`."""
+    server = summary.get("server") if isinstance(summary.get("server"), dict) else {}
+    version = server.get("version")
+    return server.get("simulated") is True or (isinstance(version, str) and (
+        SIMULATED_SERVER_MARK in version or version.startswith("kneecap-serve")))
+
+
 def source_banner(kind: str, summary: dict) -> Banner:
     """Measured vs simulated vs planned, from the kind and the model_executed/benchmark_executed flags."""
     model_executed = _flag(summary, "model_executed")
@@ -34,6 +46,14 @@ def source_banner(kind: str, summary: dict) -> Banner:
         server = summary.get("server") if isinstance(summary.get("server"), dict) else {}
         manifest = summary.get("manifest") if isinstance(summary.get("manifest"), dict) else {}
         target = summary.get("base_url") or server.get("base_url") or manifest.get("base_url")
+        if simulated_server(summary):
+            where = f" at {target}" if isinstance(target, str) else ""
+            return Banner("MEASURED against a simulated engine — no model ran",
+                          f"kneecap's HTTP client measured a live server{where}, but that server is `kneecap serve`: "
+                          "kneecap's simulated engine in real time (continuous batching, paged KV, roofline step "
+                          "times). The client's timings are real; the server's latency and throughput are the "
+                          f"simulator's. The server identified itself as {server.get('version') or 'simulated'}. "
+                          f"{flags}", "simulated")
         engine = server.get("engine")
         if isinstance(target, str) and isinstance(engine, str):
             target = f"{target} ({engine}{', version ' + str(server['version']) if server.get('version') else ''})"

@@ -60,7 +60,8 @@ def headline(summary: dict, levels: list[dict], limit: float | None) -> KeyValue
         items.append(("preflight KV limit", f"C={fmt.count(limit)} concurrent requests (worst case fits the KV pool)"))
     slo = slo_spec(summary)
     if slo:
-        items.append(("SLO", slo if isinstance(slo, str) else ", ".join(f"{k}={v}" for k, v in slo.items())))
+        items.append(("SLO", slo if isinstance(slo, str) else ", ".join(
+            f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}" for k, v in slo.items())))
     suspects = [f"{fmt.load_text(lv)} ({suspect_reason(lv)})" for lv in levels if is_suspect(lv)]
     items.append(("suspect levels", "; ".join(suspects) if suspects else "none"))
     skipped = summary.get("skipped")
