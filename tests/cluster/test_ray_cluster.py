@@ -147,6 +147,24 @@ def test_api_key_reaches_every_actor_and_no_file(cluster, tmp_path):
     assert len(sent) >= 8 and all(e["auth_sha256"] == wanted for e in sent)  # the 8, and the ready check
     assert_no_secret_under(tmp_path)
     assert_no_secret_under(cluster.session_logs())
+    # Ray logs a runtime_env verbatim: the env_vars share is on disk; its partner share must not be
+    shares = set()
+    hexes = set()
+    for path in [*cluster.session_logs().rglob("*"), *tmp_path.rglob("*")]:
+        if path.is_file() and not path.is_symlink():
+            text = path.read_bytes().decode("utf-8", "replace")
+            shares.update(re.findall(r'KNEECAP_RAY_API_KEY": "([0-9a-f]+)"', text))
+            hexes.update(re.findall(r"[0-9a-f]{%d}" % (2 * len(SECRET)), text))
+    from kneecap.cluster.streams import join_secret
+
+    assert shares, "expected Ray's runtime-env log to hold the env_vars share"
+    for share in shares:
+        for other in hexes:
+            if len(other) == len(share):
+                try:
+                    assert join_secret(share, other) != SECRET, "both shares of the key are on disk"
+                except UnicodeDecodeError:
+                    pass
 
 
 def test_killed_node_fails_its_requests_and_the_level_ends(cluster, tmp_path):

@@ -76,6 +76,7 @@ class LocalNodes:
     num_nodes: int = 2
     cpus_per_node: int = 1
     temp_dir: Path | None = None
+    cpu_list: str | None = None  # e.g. "1": pin every node (and the actors it starts) to these cores (taskset)
     nodes: list[Node] = field(default_factory=list)
     address: str | None = None
     _own_temp: bool = False
@@ -99,7 +100,8 @@ class LocalNodes:
         env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
         env.pop("RAY_ADDRESS", None)
         with open(log, "wb") as fh:
-            proc = subprocess.Popen([self.ray_bin(), "start", *args], stdout=fh, stderr=subprocess.STDOUT,
+            pin = ["taskset", "-c", self.cpu_list] if self.cpu_list else []
+            proc = subprocess.Popen([*pin, self.ray_bin(), "start", *args], stdout=fh, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         node = Node(proc, log, head)
         self.nodes.append(node)

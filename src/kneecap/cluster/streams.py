@@ -66,6 +66,7 @@ class StreamActor:
         self._lock = threading.Lock()
         self._lines: list[bytes] = []
         self._result: tuple | None = None
+        self._run_id = -1  # which share the lines and result belong to
         self._thread: threading.Thread | None = None
 
     def hello(self) -> dict:
@@ -78,12 +79,13 @@ class StreamActor:
     def clock(self) -> float:
         return time.perf_counter()
 
-    def start(self, task, start_at: float) -> float:
-        """Begin `task` when this actor's perf_counter reaches start_at; returns at once (its clock now)."""
+    def start(self, run_id: int, task, start_at: float) -> float:
+        """Begin `task` when this actor's perf_counter reaches start_at; returns at once (its clock now).
+        A threaded actor may run calls out of order: polls name the run they ask about."""
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 raise RuntimeError("a share is already running on this actor")
-            self._lines, self._result = [], None
+            self._lines, self._result, self._run_id = [], None, run_id
         self._thread = threading.Thread(target=self._run, args=(task, start_at), name="kneecap-share", daemon=True)
         self._thread.start()
         return time.perf_counter()
@@ -109,9 +111,11 @@ class StreamActor:
         with self._lock:
             self._result = result
 
-    def poll(self) -> tuple[bytes, int, tuple | None]:
-        """(finished records as JSON lines, how many, the share's result once it is over)."""
+    def poll(self, run_id: int) -> tuple[bytes, int, tuple | None]:
+        """(finished records of run `run_id` as JSON lines, how many, its result once it is over)."""
         with self._lock:
+            if run_id != self._run_id:
+                return b"", 0, None
             lines, self._lines = self._lines, []
             result = self._result
         return b"".join(lines), len(lines), result
@@ -177,6 +181,7 @@ class ActorPool:
                                f"({type(exc).__name__})", "check that kneecap is installed on every node "
                                "(pip install 'kneecap[ray]'), and the nodes' logs") from None
         self._actors = [_Actor(i, h, info["node_id"], info["pid"]) for i, (h, info) in enumerate(zip(handles, hellos))]
+        self._runs = 0
 
     # -- facts ------------------------------------------------------------------------------
     @property
@@ -238,19 +243,30 @@ class ActorPool:
         actors = actors[:len(shares)]
         start_at = time.perf_counter() + START_LEAD_S + max(o.rtt_s for o in offsets.values())
         received: dict[int, set] = {a.index: set() for a in actors}
-        for a, share in zip(actors, shares):
-            off = offsets[a.index]
-            a.handle.start.remote(dataclasses.replace(share, epoch=off.to_remote(share.epoch)), off.to_remote(start_at))
+        self._runs += 1
+        run_id = self._runs
+        started = {a.handle.start.remote(run_id, dataclasses.replace(share, epoch=offsets[a.index].to_remote(share.epoch)),
+                                         offsets[a.index].to_remote(start_at)): a for a, share in zip(actors, shares)}
+        ready, _ = ray.wait(list(started), num_returns=len(started), timeout=BARRIER_TIMEOUT_S)
+        failed_start = set(started) - set(ready)
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except Exception:
+                failed_start.add(ref)
 
         results: dict[int, tuple] = {}
         outstanding: dict[int, object] = {}  # actor index -> its poll in flight
         last_heard = {a.index: time.monotonic() for a in actors}
         by_index = {a.index: a for a in actors}
         pending = {a.index for a in actors}
+        for ref in failed_start:  # it never started its share: every request of it is lost
+            results[started[ref].index] = ("lost", "the actor did not start its share")
+            pending.discard(started[ref].index)
         while pending:
             for i in pending:
                 if i not in outstanding:
-                    outstanding[i] = by_index[i].handle.poll.remote()
+                    outstanding[i] = by_index[i].handle.poll.remote(run_id)
             refs = {outstanding[i]: i for i in pending}
             ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=POLL_S * 4)
             now = time.monotonic()
