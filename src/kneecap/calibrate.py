@@ -42,6 +42,10 @@ class MeasuredLevel:
     tpot_ms: float
     output_tok_s: float
     warmup: int = 0  # warmup requests sent before the measured ones (excluded from the metrics)
+    index: int = 0  # the level's place in its sweep (the simulator seeds level i with seed + i)
+    seed: int = 0  # the sweep's --seed
+    duration_s: float | None = None  # the sweep's --duration (requests sent until then), else None
+    burstiness: float = 1.0  # open loop: the gamma shape of the sweep's arrivals
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.rate is None):
@@ -65,11 +69,14 @@ class MeasuredLevel:
 
 def levels_from_summary(summary: dict, *, isl: int | None = None, osl: int | None = None) -> list[MeasuredLevel]:
     """The usable levels of a bench (or simulate) summary.json: completed requests, p50 TTFT and TPOT, throughput.
-    Lengths: --isl/--osl if given, else the level's mean input/output tokens per completed request."""
+    Lengths: --isl/--osl if given, else the level's mean input/output tokens per completed request.
+    Each level is replayed as it ran: its index, the sweep's seed, --duration, warmup and burstiness
+    (summary.json `sweep`, which simulate writes and bench writes from its options)."""
     if not isinstance(summary, dict) or not isinstance(summary.get("levels"), list):
         raise KneecapError("the summary has no levels list", "pass the summary.json written by kneecap bench --out DIR")
+    sweep = summary.get("sweep") or {}
     out = []
-    for lv in summary["levels"]:
+    for position, lv in enumerate(summary["levels"]):
         done = lv.get("completed") or 0
         ttft = (lv.get("ttft_ms") or {}).get("p50")
         tpot = (lv.get("tpot_ms") or {}).get("p50")
@@ -82,32 +89,33 @@ def levels_from_summary(summary: dict, *, isl: int | None = None, osl: int | Non
         if not level_isl or not level_osl:
             raise KneecapError(f"level {load_c or load_r}: input/output token counts are missing",
                                "pass --isl and --osl as the sweep used them")
+        sent = lv.get("requests") or done
         out.append(MeasuredLevel(concurrency=load_c, rate=None if load_c is not None else load_r, isl=int(level_isl),
-                                 osl=int(level_osl), num_requests=int(done), ttft_ms=float(ttft), tpot_ms=float(tpot),
-                                 output_tok_s=float(tput), warmup=int(lv.get("warmup_excluded") or 0)))
+                                 osl=int(level_osl), num_requests=int(sent), ttft_ms=float(ttft), tpot_ms=float(tpot),
+                                 output_tok_s=float(tput), warmup=int(lv.get("warmup_excluded") or 0),
+                                 index=int(lv.get("level", position)), seed=int(sweep.get("seed") or summary.get("seed") or 0),
+                                 duration_s=sweep.get("duration_s"), burstiness=float(sweep.get("burstiness") or 1.0)))
     if not out:
         raise KneecapError("the summary has no completed level with TTFT, TPOT and throughput",
                            "calibrate on a sweep whose levels completed requests")
     return out
 
 
-def predict_level(target, params, level: MeasuredLevel, *, seed: int = 0) -> dict:
-    """The simulated engine's p50 TTFT (ms), p50 TPOT (ms) and output tok/s for one measured level's load."""
+def predict_level(target, params, level: MeasuredLevel) -> dict:
+    """The simulated engine's p50 TTFT (ms), p50 TPOT (ms) and output tok/s for one measured level, replayed
+    as it ran (same index, seed, duration mode, warmup and rate) by the one virtual-clock level driver."""
+    from kneecap.levels import LevelPlan
     from kneecap.metrics.summarize import summarize_level
-    from kneecap.sim.steptime import StepTimeModel
-    from kneecap.sim.sweep import LevelSpec, simulate_level
-    from kneecap.workload import LengthDist, RequestClass, Workload
+    from kneecap.sim.level_driver import SimulateOptions, VirtualTimeDriver
 
-    deployment = target.plan.deployment
-    workload = Workload(classes=(RequestClass(input=LengthDist.fixed(level.isl), output=LengthDist.fixed(level.osl)),))
-    n = min(level.num_requests, MAX_SIM_REQUESTS)
-    if level.concurrency is not None:
-        spec = LevelSpec(concurrency=level.concurrency, num_requests=n, warmup=level.warmup)
-    else:
-        spec = LevelSpec(rate=level.rate, num_requests=n, warmup=level.warmup)
-    result = simulate_level(deployment, target.config, target.plan.num_kv_blocks, workload, spec, index=0, seed=seed,
-                            steptime=StepTimeModel(deployment, params), charge_state=target.charge_state)
-    s = summarize_level(result.records, concurrency=level.concurrency, rate=level.rate)
+    kind = "concurrency" if level.concurrency is not None else "rate"
+    value = level.concurrency if level.concurrency is not None else level.rate
+    opts = SimulateOptions(kind=kind, levels=(value,), isl=level.isl, osl=level.osl, warmup=level.warmup,
+                           seed=level.seed, burstiness=level.burstiness, duration_s=level.duration_s)
+    n = None if level.duration_s is not None else min(level.num_requests, MAX_SIM_REQUESTS)
+    plan = LevelPlan(index=level.index, value=value, num_requests=n, num_warmup=level.warmup, first_index=0)
+    run = VirtualTimeDriver(target.with_step_params(params), opts).run_level(plan, keep=lambda record: None)
+    s = summarize_level(run.records, concurrency=level.concurrency, rate=level.rate)
     return {"ttft_ms": (s.get("ttft_ms") or {}).get("p50"), "tpot_ms": (s.get("tpot_ms") or {}).get("p50"),
             "output_tok_s": s.get("output_tok_s")}
 

@@ -89,7 +89,7 @@ def _engine_config(point: Point, plan):
 
 def predict(point: Point) -> float:
     """Run the simulated engine on the point's configuration and return the published metric's prediction."""
-    from kneecap.cli.plan import PlanFlags, build_from_flags
+    from kneecap.plan.build import DeploymentRequest, plan_deployment
     from kneecap.metrics.summarize import summarize_level
     from kneecap.sim.steptime import StepTimeModel
     from kneecap.sim.sweep import LevelSpec, simulate_level
@@ -98,9 +98,9 @@ def predict(point: Point) -> float:
     model = point.model
     if model.endswith(".json"):
         model = str(DATA_DIR / model)
-    flags = PlanFlags(preset=None, model=model, gpu=point.gpu, tp=point.tp, weight_dtype=point.weight_dtype,
-                      context=point.isl + point.osl)
-    plan, _ = build_from_flags(flags)
+    request = DeploymentRequest(model=model, gpu=point.gpu, tp=point.tp, weight_dtype=point.weight_dtype,
+                                context=point.isl + point.osl)
+    plan, _ = plan_deployment(request)
     config = _engine_config(point, plan)
     workload = Workload(classes=(RequestClass(input=LengthDist.fixed(point.isl), output=LengthDist.fixed(point.osl)),))
     if point.concurrency == "max":

@@ -138,7 +138,7 @@ def test_plan_levels_gives_sweep_unique_request_indices():
     opts = BenchOptions(**BASE, concurrency=(1, 4), requests=5, warmup=2)
     plans = plan_levels(opts)
     assert [(p.first_index, p.num_requests, p.num_warmup) for p in plans] == [(0, 5, 2), (10**9, 5, 2)]
-    from kneecap.bench.sweep import level_specs
+    from kneecap.bench.http_levels import level_specs
 
     indices = [s.index for p in plans for s in level_specs(opts, p, warmup=True)]
     indices += [s.index for p in plans for r in range(3) for s in level_specs(opts, p, warmup=False, round_index=r)]
@@ -229,7 +229,7 @@ def test_records_file_reads_one_level_from_an_offset(tmp_path):
 
 
 def test_shared_prefix_reaches_the_request_specs():
-    from kneecap.bench.sweep import level_specs
+    from kneecap.bench.http_levels import level_specs
 
     opts = BenchOptions(**BASE, concurrency=(2,), requests=8, shared_prefix_tokens=6, num_prefix_groups=2)
     specs = level_specs(opts, plan_levels(opts)[0], warmup=False)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from kneecap.bench.level import LevelOutcome
 from kneecap.bench.options import BenchOptions
 from kneecap.bench.progress import SilentProgress
+from kneecap.bench.http_levels import HttpLevelDriver
 from kneecap.bench.sweep import Sweep, SweepState, plan_levels
-from kneecap.metrics.knee import find_knee
-from kneecap.metrics.stop import StopLimits, check_stop
+from kneecap.metrics.stop import StopLimits
 from kneecap.metrics.summarize import summarize_level
 from kneecap.records import ERROR, OK, RequestRecord
 
@@ -59,11 +59,12 @@ class MemoryRecords(list):
 
 
 def make_sweep(opts, driver, written, verdicts=None, alive=True):
-    return Sweep(opts, state=SweepState(), plans=plan_levels(opts, verdicts), epoch=0.0, run_share=driver,
-                 write_record=written.append, persist=lambda summary: None, probe=lambda: alive,
-                 poll_metrics=NoMetrics, progress=SilentProgress(), slo=None, stop_limits=StopLimits(),
-                 knee_fn=find_knee, check_stop_fn=check_stop, summarize_fn=summarize_level, sync=lambda: None,
-                 records_file=written)
+    http = HttpLevelDriver(opts, run_share=driver, probe=lambda: alive, poll_metrics=NoMetrics, epoch=0.0,
+                           progress=SilentProgress())
+    return Sweep(opts, state=SweepState(), plans=plan_levels(opts, verdicts), driver=http,
+                 write_record=written.append, persist=lambda summary: None, progress=SilentProgress(), slo=None,
+                 stop_limits=StopLimits(), summarize_fn=summarize_level, sync=lambda: None, records_file=written,
+                 summary_fields=lambda: {"kind": "bench", "model_executed": True, "benchmark_executed": True})
 
 
 OPTS = dict(base_url="http://127.0.0.1:1", isl=8, osl=4, requests=5)

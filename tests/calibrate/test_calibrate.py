@@ -8,9 +8,9 @@ import json
 import pytest
 
 from kneecap.calibrate import MeasuredLevel, calibrate, levels_from_summary, predict_level
-from kneecap.cli.plan import PlanFlags
+from kneecap.plan.build import DeploymentRequest
 from kneecap.errors import KneecapError
-from kneecap.serve.target import build_target
+from kneecap.sim.setup import simulated_deployment
 from kneecap.sim.steptime import StepTimeParams
 
 FLAGS = ["--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--context", "8192"]
@@ -25,7 +25,7 @@ def one_line_error(r) -> str:
 
 @pytest.fixture(scope="module")
 def target():
-    return build_target(PlanFlags(preset="llama-3.1-8b", gpu="h100-sxm", context=8192))
+    return simulated_deployment(DeploymentRequest(preset="llama-3.1-8b", gpu="h100-sxm", context=8192))
 
 
 def synthetic_levels(target, params, loads=(1, 8, 64), isl=1000, osl=120):

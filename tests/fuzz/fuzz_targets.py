@@ -255,13 +255,13 @@ def check_config(cfg) -> None:
 
 def check_config_file(cfg, folder: Path | None = None) -> None:
     """The whole path a user takes: the dict written as config.json, `kneecap plan --model PATH` core."""
-    from kneecap.cli.plan import PlanFlags, build_from_flags
+    from kneecap.plan.build import DeploymentRequest, plan_deployment
 
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         path = Path(tmp) / "config.json"
         path.write_text(json.dumps(cfg))  # Python's JSON: NaN / Infinity / big ints written as read_json accepts them
         try:
-            build_from_flags(PlanFlags(model=str(path), gpu="h100-sxm", context=4096))
+            plan_deployment(DeploymentRequest(model=str(path), gpu="h100-sxm", context=4096))
         except KneecapError as exc:
             _one_line(exc, "config.json file", cfg)
         except Exception as exc:  # noqa: BLE001

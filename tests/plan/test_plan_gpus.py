@@ -98,14 +98,14 @@ def test_gpu_validation_rejects_bad_entries():
     ("180GiB", 180 * 2**30), ("205,822,885,888", 205_822_885_888),
 ])
 def test_hbm_flag(text, expected):
-    from kneecap.cli.plan import parse_hbm
+    from kneecap.plan.build import parse_hbm
 
     assert parse_hbm(text) == expected
 
 
 @pytest.mark.parametrize("text", ["lots", "-5", "0", "GB"])
 def test_bad_hbm_flag(text):
-    from kneecap.cli.plan import parse_hbm
+    from kneecap.plan.build import parse_hbm
 
     with pytest.raises(KneecapError):
         parse_hbm(text)

@@ -77,7 +77,7 @@ def test_info_endpoints(server):
     assert code == 200 and card["id"] == MODEL and card["max_model_len"] == 8192
     code, body = get(server + "/version")
     doc = json.loads(body)
-    assert code == 200 and doc["simulated"] is True and doc["target"]["gpu"] == "h100-sxm"
+    assert code == 200 and doc["simulated"] is True and doc["target"]["deployment"]["gpu"] == "h100-sxm"
     code, body = post(server + "/tokenize", {"model": MODEL, "prompt": "one two  three\nfour", "add_special_tokens": True})
     doc = json.loads(body)
     assert code == 200 and doc["count"] == 4 and len(doc["tokens"]) == 4 and doc["max_model_len"] == 8192

@@ -240,11 +240,11 @@ def test_abort_frees_blocks_and_returns_a_cancelled_record():
 
 def test_engine_setup_matches_the_plan():
     from kneecap.plan.ledger import build_plan
-    from kneecap.sim.setup import engine_setup
+    from kneecap.sim.setup import from_plan
 
     d = deployment(model=hybrid_model())
     plan = build_plan(d, context=4096)
-    setup = engine_setup(plan, defaults="sglang", max_num_seqs=7)
+    setup = from_plan(plan, defaults="sglang", max_num_seqs=7)
     engine = setup.new_engine()
     assert engine.blocks.num_blocks == plan.num_kv_blocks
     assert setup.config.name == "sglang" and setup.config.max_num_seqs == 7

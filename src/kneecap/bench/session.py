@@ -16,7 +16,8 @@ from kneecap.bench.credentials import Scrubber
 from kneecap.bench.level import DriverSetup
 from kneecap.bench.options import KIND_CONCURRENCY, BenchOptions
 from kneecap.bench.resume import RecordsFile, first_incomplete, set_aside_records
-from kneecap.bench.sweep import STATUS_INTERRUPTED, LevelPlan, Sweep, SweepState, in_process_runner, plan_levels
+from kneecap.bench.http_levels import HttpLevelDriver, in_process_runner
+from kneecap.bench.sweep import STATUS_INTERRUPTED, LevelPlan, Sweep, SweepState, plan_levels
 from kneecap.errors import KneecapError
 
 DEFAULT_RESULTS_ROOT = "kneecap-results"
@@ -118,13 +119,10 @@ class BenchRun:
 
 
 def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, resume: bool, progress,
-              argv: list[str], ray=None) -> BenchRun:
-    """The sweep, end to end. `ray`: a kneecap.cluster.connect.RayTarget (--ray) spreads every level's
-    streams over Ray actors across that cluster instead of this machine's processes."""
-    from kneecap.metrics.knee import find_knee
-    from kneecap.metrics.slo import parse_slo
-    from kneecap.metrics.stop import StopLimits, check_stop
+              argv: list[str]) -> BenchRun:
     from kneecap.metrics.accumulate import summarize_stream
+    from kneecap.metrics.slo import parse_slo
+    from kneecap.metrics.stop import StopLimits
     from kneecap.results import ResultsDir
 
     scrub = Scrubber(api_key)
@@ -170,17 +168,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
     writer = results.open_writer()
     pool = None
     try:
-        if ray is not None:  # --ray: the level's streams over Ray actors across a cluster's nodes
-            from kneecap.bench.level import LevelOutcome, run_task
-            from kneecap.bench.workers import split_task
-            from kneecap.cluster.streams import open_pool
-
-            pool = open_pool(ray, setup, max_streams=max(opts.levels) if opts.kind == KIND_CONCURRENCY else None,
-                             api_key=api_key, run_fn=run_task, split_fn=split_task,
-                             outcome_fn=lambda data: LevelOutcome(**data))
-            opts = dataclasses.replace(opts, workers=pool.size)  # client processes: the actors
-            run_share = pool.run
-        elif opts.workers > 1:
+        if opts.workers > 1:
             from kneecap.bench.workers import WorkerPool
 
             pool = WorkerPool(opts.workers, setup)
@@ -195,11 +183,17 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
                 record.prompt = None
             writer.write(record)
 
-        sweep = Sweep(opts, state=state, plans=plans, epoch=epoch, run_share=run_share,
-                      write_record=write_record, persist=results.write_summary,
-                      probe=lambda: server_answers(opts, api_key), poll_metrics=_metrics_poller(opts, api_key),
-                      progress=progress, slo=slo, stop_limits=limits, knee_fn=find_knee, check_stop_fn=check_stop,
-                      summarize_fn=summarize_stream, sync=writer.sync, records_file=RecordsFile(results.records_path))
+        driver = HttpLevelDriver(opts, run_share=run_share, probe=lambda: server_answers(opts, api_key),
+                                 poll_metrics=_metrics_poller(opts, api_key), epoch=epoch, progress=progress,
+                                 timeline_path=results.path / "server_metrics.jsonl")
+        sweep = Sweep(opts, state=state, plans=plans, driver=driver, write_record=write_record,
+                      persist=results.write_summary, progress=progress, slo=slo, stop_limits=limits,
+                      summarize_fn=summarize_stream, sync=writer.sync, records_file=RecordsFile(results.records_path),
+                      summary_fields=lambda: {"kind": "bench", "model_executed": True, "benchmark_executed": True,
+                                              "workers": opts.workers,
+                                              "sweep": {"seed": opts.seed, "requests": opts.requests,
+                                                        "duration_s": opts.duration_s, "warmup": opts.warmup,
+                                                        "burstiness": opts.burstiness}})
         summary = sweep.run(done)
         if summary.get("status") == STATUS_INTERRUPTED and pool is not None:
             pool.terminate()

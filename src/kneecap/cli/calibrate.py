@@ -1,7 +1,7 @@
 """`kneecap calibrate`: a measured bench summary.json + plan flags -> fitted step-time factors (calib.json) and
 predicted vs measured per level.
 
-Thin: reads the summary, builds the SimTarget as `kneecap simulate` does, calls kneecap.calibrate, writes the
+Thin: reads the summary, builds the SimDeployment as `kneecap simulate` does, calls kneecap.calibrate, writes the
 calibration file ({"step_time": {...}, ...}: `kneecap simulate --step-params FILE` and
 `kneecap serve --calibration FILE` read it) and prints the table.
 """
@@ -16,6 +16,7 @@ import typer
 from kneecap.cli.app import app
 from kneecap.cli.plan import (PresetOpt, ModelOpt, GpuOpt, TpOpt, PpOpt, WDtypeOpt, KvDtypeOpt, ParamsOpt, ContextOpt, BlockOpt, OverheadOpt, FragOpt, MemUtilOpt, HbmOpt, PoolOpt)  # one definition of each plan flag
 from kneecap.errors import KneecapError
+from kneecap.plan.build import DEFAULTS
 
 
 def _table(doc: dict, title: str):
@@ -44,17 +45,17 @@ def calibrate_command(
     preset: PresetOpt = None,
     model: ModelOpt = None,
     gpu: GpuOpt = None,
-    tp: TpOpt = 1,
-    pp: PpOpt = 1,
+    tp: TpOpt = DEFAULTS.tp,
+    pp: PpOpt = DEFAULTS.pp,
     weight_dtype: WDtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
     params: ParamsOpt = None,
     context: ContextOpt = None,
     block_size: BlockOpt = None,
-    overhead_gib: OverheadOpt = 4.0,
-    frag: FragOpt = 0.05,
+    overhead_gib: OverheadOpt = DEFAULTS.overhead_gib,
+    frag: FragOpt = DEFAULTS.frag,
     mem_util: MemUtilOpt = None,
-    hbm: HbmOpt = "datasheet",
+    hbm: HbmOpt = DEFAULTS.hbm,
     kv_pool_gib: PoolOpt = None,
     engine_defaults: str = typer.Option("vllm", "--engine-defaults", help="vllm or sglang scheduler defaults"),
     max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="The measured server's sequence cap"),
@@ -71,8 +72,9 @@ def calibrate_command(
     from pathlib import Path
 
     from kneecap.calibrate import calibrate, levels_from_summary
-    from kneecap.cli.plan import PlanFlags
-    from kneecap.serve.target import build_target, load_step_params
+    from kneecap.plan.build import DeploymentRequest
+    from kneecap.sim.setup import simulated_deployment
+    from kneecap.sim.step_params import parse_step_params
 
     path = Path(summary)
     try:
@@ -82,11 +84,11 @@ def calibrate_command(
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise KneecapError(f"summary {summary} is not JSON ({exc})", "pass a summary.json written by kneecap bench") from None
     levels = levels_from_summary(doc, isl=isl, osl=osl)
-    flags = PlanFlags(preset=preset, model=model, gpu=gpu, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                      params=params, context=context, mean_context=None, block_size=block_size,
-                      overhead_gib=overhead_gib, frag=frag, mem_util=mem_util, hbm=hbm, kv_pool_gib=kv_pool_gib)
-    target = build_target(flags, engine_defaults=engine_defaults, max_num_seqs=max_num_seqs,
-                          max_num_batched_tokens=max_num_batched_tokens, step_params=load_step_params(start))
+    request = DeploymentRequest(preset=preset, model=model, gpu=gpu, tp=tp, pp=pp, weight_dtype=weight_dtype,
+                                kv_dtype=kv_dtype, params=params, context=context, block_size=block_size,
+                                overhead_gib=overhead_gib, frag=frag, mem_util=mem_util, hbm=hbm, kv_pool_gib=kv_pool_gib)
+    target = simulated_deployment(request, defaults=engine_defaults, max_num_seqs=max_num_seqs,
+                                  max_num_batched_tokens=max_num_batched_tokens, step_params=parse_step_params(start))
     names = tuple(n.strip() for n in fit.split(",") if n.strip())
     result = calibrate(target, levels, fit=names)
     calib = result.to_dict() | {"summary": str(path), "deployment": target.describe()}

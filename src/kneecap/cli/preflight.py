@@ -15,8 +15,9 @@ import typer
 from kneecap.cli.app import app
 from kneecap.cli.plan import (ActOpt, CapOpt, ContextOpt, EngineOpt, EngineVerOpt, FragOpt, GpuOpt, GraphOpt,
                               HbmOpt, KvDtypeOpt, MambaOpt, MemFracOpt, MemUtilOpt, ModelOpt, NonTorchOpt, OverheadOpt, ParamsOpt,
-                              PlanFlags, PoolOpt, PpOpt, PresetOpt, TpOpt, WDtypeOpt, build_from_flags)
+                              PoolOpt, PpOpt, PresetOpt, TpOpt, WDtypeOpt)
 from kneecap.errors import KneecapError
+from kneecap.plan.build import DEFAULTS, DeploymentRequest, plan_deployment
 
 
 def capacity_from_server(url: str, api_key: str | None, timeout_s: float) -> tuple[int, int | None, str, dict]:
@@ -48,13 +49,14 @@ def preflight_command(
     api_key_env: Annotated[Optional[str], typer.Option("--api-key-env", help="Environment variable holding the --server API key (default KNEECAP_API_KEY, then OPENAI_API_KEY)")] = None,
     api_key_file: Annotated[Optional[str], typer.Option("--api-key-file", help="File holding the --server API key")] = None,
     timeout_s: Annotated[float, typer.Option("--timeout-s", help="--server probe timeout, seconds")] = 5.0,
-    preset: PresetOpt = None, model: ModelOpt = None, gpu: GpuOpt = None, tp: TpOpt = 1, pp: PpOpt = 1,
+    preset: PresetOpt = None, model: ModelOpt = None, gpu: GpuOpt = None, tp: TpOpt = DEFAULTS.tp, pp: PpOpt = DEFAULTS.pp,
     weight_dtype: WDtypeOpt = None, kv_dtype: KvDtypeOpt = None, params: ParamsOpt = None,
     context: ContextOpt = None, block_size: Annotated[Optional[int], typer.Option("--block-size", help="Tokens per KV block (16)")] = None,
-    compute_batch_cap: CapOpt = None, overhead_gib: OverheadOpt = 4.0, frag: FragOpt = 0.05,
-    mem_util: MemUtilOpt = None, hbm: HbmOpt = "datasheet", kv_pool_gib: PoolOpt = None,
+    compute_batch_cap: CapOpt = None, overhead_gib: OverheadOpt = DEFAULTS.overhead_gib, frag: FragOpt = DEFAULTS.frag,
+    mem_util: MemUtilOpt = None, hbm: HbmOpt = DEFAULTS.hbm, kv_pool_gib: PoolOpt = None,
     engine: EngineOpt = None, mem_fraction: MemFracOpt = None, engine_version: EngineVerOpt = None,
-    activation_gib: ActOpt = None, non_torch_gib: NonTorchOpt = 0.0, cudagraph_gib: GraphOpt = 0.0,
+    activation_gib: ActOpt = None, non_torch_gib: NonTorchOpt = DEFAULTS.non_torch_gib,
+    cudagraph_gib: GraphOpt = DEFAULTS.cudagraph_gib,
     mamba_cache_size: MambaOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document")] = False,
 ) -> int:
@@ -102,13 +104,13 @@ def preflight_command(
     else:
         from kneecap.plan.sweeps import tp_sweep
 
-        flags = PlanFlags(preset=preset, model=model, gpu=gpu, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+        request = DeploymentRequest(preset=preset, model=model, gpu=gpu, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                           params=params, context=context, mean_context=None, block_size=block_size,
                           compute_batch_cap=compute_batch_cap, overhead_gib=overhead_gib, frag=frag, mem_util=mem_util,
                           hbm=hbm, kv_pool_gib=kv_pool_gib, engine=engine, mem_fraction=mem_fraction,
                           engine_version=engine_version, activation_gib=activation_gib, non_torch_gib=non_torch_gib,
                           cudagraph_gib=cudagraph_gib, mamba_cache_size=mamba_cache_size)
-        plan, engine_pool = build_from_flags(flags)
+        plan, engine_pool = plan_deployment(request)
         bs = plan.deployment.block_size
         d = plan.deployment
         source = f"plan: {d.model.name} on {d.num_gpus}x {d.gpu.name}"

@@ -1,4 +1,4 @@
-"""`kneecap serve`: plan flags -> SimTarget -> the simulated engine behind an OpenAI-compatible HTTP server.
+"""`kneecap serve`: plan flags -> SimDeployment -> the simulated engine behind an OpenAI-compatible HTTP server.
 
 Thin: builds the target as `kneecap simulate` does, starts aiohttp on --host/--port (0 picks a free
 port), prints one line `kneecap serve: listening on http://HOST:PORT ...` on stdout once the socket
@@ -14,6 +14,7 @@ import typer
 from kneecap.cli.app import app
 from kneecap.cli.plan import (PresetOpt, ModelOpt, GpuOpt, TpOpt, PpOpt, WDtypeOpt, KvDtypeOpt, ParamsOpt, ContextOpt, BlockOpt, OverheadOpt, FragOpt, MemUtilOpt, HbmOpt, PoolOpt)  # one definition of each plan flag
 from kneecap.errors import KneecapError
+from kneecap.plan.build import DEFAULTS
 
 READY_PREFIX = "kneecap serve: listening on "
 
@@ -23,17 +24,17 @@ def serve(
     preset: PresetOpt = None,
     model: ModelOpt = None,
     gpu: GpuOpt = None,
-    tp: TpOpt = 1,
-    pp: PpOpt = 1,
+    tp: TpOpt = DEFAULTS.tp,
+    pp: PpOpt = DEFAULTS.pp,
     weight_dtype: WDtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
     params: ParamsOpt = None,
     context: ContextOpt = None,
     block_size: BlockOpt = None,
-    overhead_gib: OverheadOpt = 4.0,
-    frag: FragOpt = 0.05,
+    overhead_gib: OverheadOpt = DEFAULTS.overhead_gib,
+    frag: FragOpt = DEFAULTS.frag,
     mem_util: MemUtilOpt = None,
-    hbm: HbmOpt = "datasheet",
+    hbm: HbmOpt = DEFAULTS.hbm,
     kv_pool_gib: PoolOpt = None,
     engine_defaults: str = typer.Option("vllm", "--engine-defaults", help="vllm or sglang: whose scheduler defaults to mimic"),
     max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Sequences running at once (default: the engine's)"),
@@ -50,18 +51,20 @@ def serve(
     import signal
     import sys
 
-    from kneecap.cli.plan import PlanFlags
-    from kneecap.serve.target import build_target, load_step_params
+    from kneecap.plan.build import DeploymentRequest
+    from kneecap.sim.setup import simulated_deployment
+    from kneecap.sim.step_params import parse_step_params
 
     if not (0 <= port <= 65535):
         raise KneecapError(f"--port must be 0..65535, got {port}", "pass e.g. --port 8000 (or 0 for any free port)")
     if not (time_scale > 0):
         raise KneecapError(f"--time-scale must be > 0, got {time_scale}", "pass e.g. --time-scale 1")
-    flags = PlanFlags(preset=preset, model=model, gpu=gpu, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                      params=params, context=context, mean_context=None, block_size=block_size,
-                      overhead_gib=overhead_gib, frag=frag, mem_util=mem_util, hbm=hbm, kv_pool_gib=kv_pool_gib)
-    target = build_target(flags, engine_defaults=engine_defaults, max_num_seqs=max_num_seqs,
-                          max_num_batched_tokens=max_num_batched_tokens, step_params=load_step_params(calibration))
+    request = DeploymentRequest(preset=preset, model=model, gpu=gpu, tp=tp, pp=pp, weight_dtype=weight_dtype,
+                                kv_dtype=kv_dtype, params=params, context=context, block_size=block_size,
+                                overhead_gib=overhead_gib, frag=frag, mem_util=mem_util, hbm=hbm, kv_pool_gib=kv_pool_gib)
+    target = simulated_deployment(request, defaults=engine_defaults, max_num_seqs=max_num_seqs,
+                                  max_num_batched_tokens=max_num_batched_tokens,
+                                  step_params=parse_step_params(calibration))
 
     from aiohttp import web
 

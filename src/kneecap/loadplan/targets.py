@@ -33,18 +33,18 @@ class SimulatorCandidate:
     benchmark_executed = False
 
     def __init__(self, target: SimulatorTarget):
-        from kneecap.cli.plan import PlanFlags, build_from_flags
-        from kneecap.sim.setup import engine_setup
+        from kneecap.plan.build import DeploymentRequest
+        from kneecap.sim.setup import simulated_deployment
 
         self.target = target
-        plan, _ = build_from_flags(PlanFlags(model=target.model, gpu=target.gpu, tp=target.tp, pp=target.pp,
-                                             weight_dtype=target.weight_dtype, kv_dtype=target.kv_dtype,
-                                             block_size=target.block_size))
-        self.plan = plan
-        self.setup = engine_setup(plan, defaults=target.engine_defaults, max_num_seqs=target.max_num_seqs,
-                                  max_num_batched_tokens=target.max_num_batched_tokens,
-                                  prefix_caching=target.prefix_caching,
-                                  scheduler_delay_factor=target.scheduler_delay_factor)
+        request = DeploymentRequest(model=target.model, gpu=target.gpu, tp=target.tp, pp=target.pp,
+                                    weight_dtype=target.weight_dtype, kv_dtype=target.kv_dtype,
+                                    block_size=target.block_size)
+        self.setup = simulated_deployment(request, defaults=target.engine_defaults, max_num_seqs=target.max_num_seqs,
+                                          max_num_batched_tokens=target.max_num_batched_tokens,
+                                          prefix_caching=target.prefix_caching,
+                                          scheduler_delay_factor=target.scheduler_delay_factor)
+        self.plan = self.setup.plan
         self.config = self.setup.config
         self.steptime = self.setup.steptime
 

@@ -1,6 +1,5 @@
 """`kneecap serve`: the simulated engine in real time behind an OpenAI-compatible HTTP server.
 
-target.py       flags -> SimTarget (sim.setup.EngineSetup + step-time constants), shared with calibrate
 pseudo_tokens.py the documented deterministic tokenizer (one whitespace-separated word = one token)
 openai_wire.py  response bodies and SSE chunk bytes (completions and chat, vLLM's field layout)
 prefix.py       content prefix caching: prompt token ids -> the simulator's prefix groups (never aliasing)

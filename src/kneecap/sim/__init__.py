@@ -5,6 +5,7 @@ scheduler.py  one scheduling decision per step (decodes first, chunked prefill, 
 steptime.py   roofline step time: max(compute, memory) + TP/PP communication + fixed overhead
 config.py     EngineConfig with named vLLM-like and SGLang-like defaults
 engine.py     the Engine: add_request / step(now) -> StepOutcome, records and trace
-setup.py      plan -> EngineSetup (config, block count, step-time model) -> new_engine()
+setup.py      plan -> SimDeployment (config, block count, step-time model) -> new_engine()
+level_driver.py  the virtual-clock driver of the one level runner; SimulateOptions
 sweep.py      the virtual-clock driver: closed loop, open loop, all at once; levels -> records
 """

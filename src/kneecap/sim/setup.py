@@ -1,24 +1,29 @@
-"""One simulated deployment, ready to instantiate engines: plan -> engine config, block count, step-time model.
+"""SimDeployment: the one simulated deployment — a Plan (hence Deployment and its KV pool), the engine's
+scheduler config and the step-time model — used by `simulate`, `serve`, load-plan simulator candidates,
+`calibrate` and validation.
 
-Owns the wiring every front end repeats (`kneecap simulate`, `kneecap serve`, load-plan simulator
-targets): the pool is exactly plan.num_kv_blocks, the scheduler defaults are the named engine's,
-the step-time model is built once. Not flag parsing (cli/) nor the clock (sweep.py, serve).
+Owns the wiring every front end would otherwise repeat: the pool is exactly plan.num_kv_blocks, the
+scheduler defaults are the named engine's, the step-time model is built once. Not flag parsing (cli/),
+the ledger (kneecap.plan.build) nor the clock (sweep.py, serve/).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kneecap.errors import KneecapError
+from kneecap.plan.build import DeploymentRequest, plan_deployment
+from kneecap.plan.ledger import Plan
 from kneecap.sim.config import EngineConfig, engine_defaults
 from kneecap.sim.engine import Engine, state_blocks_per_sequence
 from kneecap.sim.steptime import StepTimeModel, StepTimeParams
 
 
 @dataclass(frozen=True)
-class EngineSetup:
-    """Everything an Engine needs, derived from one Plan (kneecap.plan.ledger.Plan)."""
+class SimDeployment:
+    """Everything an Engine needs, derived from one Plan."""
 
-    plan: object  # kneecap.plan.ledger.Plan (not imported here to keep this module light)
+    plan: Plan
     config: EngineConfig
     steptime: StepTimeModel
     charge_state: bool = True  # False when the pool is one an engine logged for KV alone
@@ -28,6 +33,14 @@ class EngineSetup:
         return self.plan.deployment
 
     @property
+    def model_name(self) -> str:
+        return self.plan.deployment.model.name
+
+    @property
+    def step_params(self) -> StepTimeParams:
+        return self.steptime.params
+
+    @property
     def num_kv_blocks(self) -> int:
         return self.plan.num_kv_blocks
 
@@ -35,12 +48,17 @@ class EngineSetup:
     def state_blocks_per_sequence(self) -> int:
         return state_blocks_per_sequence(self.plan.deployment) if self.charge_state else 0
 
+    def with_step_params(self, params: StepTimeParams) -> "SimDeployment":
+        """The same deployment with other step-time constants (what calibrate varies)."""
+        return SimDeployment(plan=self.plan, config=self.config, steptime=StepTimeModel(self.plan.deployment, params),
+                             charge_state=self.charge_state)
+
     def new_engine(self, *, level: int = 0, trace: bool = False, fast_path: bool = True) -> Engine:
         return Engine(self.plan.deployment, self.config, self.plan.num_kv_blocks, steptime=self.steptime, level=level,
                       trace=trace, fast_path=fast_path, charge_state=self.charge_state)
 
     def describe(self) -> dict:
-        """JSON-ready facts of this setup (what summaries and /metrics cache_config_info report)."""
+        """JSON-ready facts (what summaries, /version and calibrations report)."""
         d, plan, cfg = self.plan.deployment, self.plan, self.config
         return {
             "deployment": {"model": d.model.name, "gpu": d.gpu.name, "tp": d.tp, "pp": d.pp, "num_gpus": d.num_gpus,
@@ -59,17 +77,28 @@ class EngineSetup:
         }
 
 
-def engine_setup(plan, *, defaults: str = "vllm", max_num_seqs: int | None = None,
-                 max_num_batched_tokens: int | None = None, prefix_caching: bool | None = None,
-                 step_params: StepTimeParams | None = None, charge_state: bool | None = None,
-                 scheduler_delay_factor: float | None = None) -> EngineSetup:
+def from_plan(plan: Plan, *, defaults: str = "vllm", max_num_seqs: int | None = None,
+              max_num_batched_tokens: int | None = None, prefix_caching: bool | None = None,
+              step_params: StepTimeParams | None = None, charge_state: bool | None = None,
+              scheduler_delay_factor: float | None = None) -> SimDeployment:
     """The named engine's defaults for this plan, with the user's overrides. charge_state defaults to
     True unless the plan's pool came from an engine log (pool_source "override")."""
     d = plan.deployment
+    if plan.num_kv_blocks < 1:
+        raise KneecapError(f"{d.model.name} on {d.num_gpus}x {d.gpu.name} leaves no KV pool",
+                           "raise --tp, use a bigger GPU, or lower --weight-dtype / --overhead-gib")
     base = engine_defaults(defaults, device_bytes=d.gpu.memory_bytes("device"), gpu_name=d.gpu.name,
                            pool_tokens=plan.kv_capacity_tokens, context_len=plan.context)
     config = base.with_overrides(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                  enable_prefix_caching=prefix_caching, scheduler_delay_factor=scheduler_delay_factor)
     if charge_state is None:
-        charge_state = getattr(plan, "pool_source", "ledger") != "override"
-    return EngineSetup(plan=plan, config=config, steptime=StepTimeModel(d, step_params), charge_state=charge_state)
+        charge_state = plan.pool_source != "override"
+    return SimDeployment(plan=plan, config=config, steptime=StepTimeModel(d, step_params), charge_state=charge_state)
+
+
+def simulated_deployment(request: DeploymentRequest, **engine_knobs) -> SimDeployment:
+    """A request -> its Plan (kneecap.plan.build, exactly as `kneecap plan`) -> the simulated deployment.
+    engine_knobs: from_plan's keywords (defaults, max_num_seqs, max_num_batched_tokens, prefix_caching,
+    step_params, charge_state, scheduler_delay_factor)."""
+    plan, _ = plan_deployment(request)
+    return from_plan(plan, **engine_knobs)

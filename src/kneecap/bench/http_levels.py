@@ -1,0 +1,147 @@
+"""The live HTTP client as a level driver for the one level runner (kneecap.bench.sweep): a level's
+warmup, then its requests (or rounds of them for a --duration closed loop) over this process or
+worker processes, the server's /metrics polled meanwhile, and the client's own lag merged.
+
+Owns how bench sends a level; not the order of levels, stop rules or summary.json (the runner).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable
+
+from kneecap.bench.level import LevelOutcome, LevelTask, run_task
+from kneecap.bench.options import KIND_CONCURRENCY, BenchOptions
+from kneecap.levels import LevelPlan, LevelRun
+from kneecap.records import RequestRecord
+
+# A level ends with the server probed again when at least this fraction of its requests failed
+# at the connection level: the stop rule "server dead" needs a positive check, not a guess.
+DEAD_PROBE_FAILED_FRACTION = 0.5
+
+
+def level_specs(opts: BenchOptions, plan: LevelPlan, *, warmup: bool, round_index: int = 0):
+    """The requests of one level's warmup or of one of its rounds, drawn from the shared Workload code."""
+    from kneecap.workload import LengthDist, RequestClass, Workload, make_requests
+
+    isl = opts.isl if opts.isl is not None else 1
+    cls = RequestClass(name="default", input=LengthDist.fixed(isl), output=LengthDist.fixed(opts.osl),
+                       shared_prefix_tokens=opts.shared_prefix_tokens, num_prefix_groups=opts.num_prefix_groups)
+    if warmup:
+        n, start, prefix = plan.num_warmup, plan.first_index, f"L{plan.index}w"
+    else:
+        n = plan.num_requests
+        start = plan.first_index + plan.num_warmup + round_index * plan.num_requests
+        prefix = f"L{plan.index}r" if round_index == 0 else f"L{plan.index}r{round_index}-"
+    return tuple(make_requests(Workload(classes=(cls,)), n, seed=opts.seed, start_index=start, id_prefix=prefix))
+
+
+def mostly_connection_failures(summary: dict) -> bool:
+    """Did this level fail in a way that suggests the server is gone (not just busy or erroring)?"""
+    from kneecap.client import driver
+
+    gone = {driver.CONNECTION_REFUSED, driver.CONNECTION_RESET, driver.TIMEOUT_KIND, driver.STALL,
+            driver.INCOMPLETE_STREAM, driver.PROTOCOL_ERROR}
+    requests = summary.get("requests") or 0
+    if not requests:
+        return True
+    lost = sum(n for kind, n in (summary.get("errors") or {}).items() if kind in gone)
+    return lost / requests >= DEAD_PROBE_FAILED_FRACTION
+
+
+class HttpLevelDriver:
+    """`run_share(task, on_record) -> [LevelOutcome]` runs one share of a level (in-process, over worker
+    processes, or over Ray actors); `probe() -> bool` says whether the server still answers;
+    `poll_metrics()` gives a context manager scraping server metrics during the level (its `result()`
+    the level's server_metrics, its `samples()` the scrapes); `timeline_path` receives those scrapes."""
+
+    def __init__(self, opts: BenchOptions, *, run_share: Callable, probe: Callable[[], bool], poll_metrics: Callable,
+                 epoch: float, progress, timeline_path=None):
+        self.opts = opts
+        self._run_share = run_share
+        self._probe = probe
+        self._poll_metrics = poll_metrics
+        self._epoch = epoch
+        self._progress = progress
+        self._timeline_path = timeline_path
+
+    def run_level(self, plan: LevelPlan, keep: Callable[[RequestRecord], None]) -> LevelRun:
+        opts = self.opts
+        label = opts.level_label(plan.value)
+        base = dict(level=plan.index, kind=opts.kind, value=plan.value, epoch=self._epoch,
+                    burstiness=opts.burstiness, seed=opts.seed + plan.index)
+        if plan.num_warmup:
+            self._progress.start_level(label, plan.num_warmup, phase="warmup")
+            warm_value = min(plan.value, plan.num_warmup) if opts.kind == KIND_CONCURRENCY else plan.value
+            self._run_share(LevelTask(specs=level_specs(opts, plan, warmup=True), warmup=True,
+                                      **{**base, "value": warm_value}), keep)
+        self._progress.start_level(label, None if opts.in_rounds else plan.num_requests)
+        started = time.monotonic()
+        poller = self._poll_metrics()
+        with poller:
+            outcomes = self._run_rounds(plan, base, keep, started) if opts.in_rounds else self._run_share(
+                LevelTask(specs=level_specs(opts, plan, warmup=False), duration_s=opts.duration_s, **base), keep)
+        self._append_timeline(plan.index, getattr(poller, "samples", lambda: [])())
+        from kneecap.bench.workers import merge_outcomes
+
+        client = merge_outcomes(outcomes, opts.workers)
+        return LevelRun(server_metrics=poller.result(),
+                        fields={"wall_s": time.monotonic() - started, "client": client, "suspect": client["suspect"]},
+                        note=(f" (client suspect: its own lag may have set these numbers; {_suspect_hint(opts.workers)})"
+                              if client["suspect"] else ""))
+
+    def server_gone(self, summary: dict) -> str | None:
+        dropped = summary.get("failed_on_reused_connection", 0)
+        label = self.opts.level_label(summary[self.opts.kind])
+        if summary.get("failed") and mostly_connection_failures(summary) and not self._probe():
+            return f"the server at {self.opts.base_url_clean} stopped answering during {label}"
+        if dropped:
+            self._progress.note(f"warning: {label}: {dropped} request(s) failed on a reused connection the server had "
+                                "closed (llama.cpp closes its connection after each streamed response); "
+                                "--no-keepalive opens a new connection per request")
+        return None
+
+    def _append_timeline(self, level: int, samples: list[dict]) -> None:
+        """The server's gauges over the level, for the report's occupancy-over-time plot:
+        DIR/server_metrics.jsonl, one row per scrape, t in seconds since the run's epoch."""
+        if not samples or self._timeline_path is None:
+            return
+        import orjson
+
+        rows = b"".join(orjson.dumps({"level": level, "t": s["at_s"] - self._epoch,
+                                      **{k: s[k] for k in ("kv_usage", "running", "waiting", "preemptions_total")}}) + b"\n"
+                        for s in samples)
+        with open(self._timeline_path, "ab") as fh:
+            fh.write(rows)
+
+    def _run_rounds(self, plan: LevelPlan, base: dict, keep, started: float) -> list[LevelOutcome]:
+        """Closed loop for --duration: rounds of plan.num_requests until the duration is over."""
+        outcomes: list[LevelOutcome] = []
+        round_index = 0
+        while True:
+            remaining_s = self.opts.duration_s - (time.monotonic() - started)
+            if remaining_s <= 0:
+                break
+            specs = level_specs(self.opts, plan, warmup=False, round_index=round_index)
+            round_outcomes = self._run_share(LevelTask(specs=specs, duration_s=remaining_s, **base), keep)
+            outcomes.extend(round_outcomes)
+            if sum(o.num_records for o in round_outcomes) < len(specs):
+                break  # the driver stopped sending because the duration was over
+            round_index += 1
+        return outcomes
+
+
+def _suspect_hint(workers: int) -> str:
+    if workers < (os.cpu_count() or 1):
+        return f"try --workers {workers + 1}"
+    return "every core already drives load: run the client on a machine (or cores) apart from the server"
+
+
+def in_process_runner(setup) -> Callable:
+    """run_share for --workers 1: the driver on this process's own event loop."""
+
+    def run_share(task: LevelTask, on_record) -> list[LevelOutcome]:
+        return [run_task(setup, task, on_record)]
+
+    return run_share

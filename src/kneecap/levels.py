@@ -1,0 +1,67 @@
+"""A sweep level as the level runner (kneecap.bench.sweep) and its drivers speak of it: the plan of a
+level before it runs, what a driver hands back after it, and the driver's interface.
+
+Values only; the runner owns the order of levels, each driver how a level's requests are sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Protocol
+
+from kneecap.records import RequestRecord
+
+
+@dataclass(frozen=True)
+class LevelPlan:
+    """One level of the sweep, before it runs."""
+
+    index: int
+    value: float | str  # a concurrency, a rate in req/s, or "max" (the simulator: every request at once)
+    num_requests: int | None  # measured requests (None: as many as a --duration level sends)
+    num_warmup: int
+    first_index: int  # RequestSpec.index of its first request (unique over the sweep)
+    verdict: dict | None = None  # the preflight row for this level, if one was computed
+
+
+# Request indices (which seed each random prompt, so they must never repeat in a sweep): level i
+# uses [i x LEVEL_INDEX_STRIDE, (i + 1) x LEVEL_INDEX_STRIDE), warmup first, then round after round.
+LEVEL_INDEX_STRIDE = 10**9
+
+
+class LevelOptions(Protocol):
+    """What the runner reads of a command's options (BenchOptions and SimulateOptions have it)."""
+
+    kind: str
+    levels: tuple
+    warmup: int
+    force: bool
+
+    def requests_for(self, value) -> int | None: ...
+    def level_label(self, value) -> str: ...
+
+
+def plan_levels(opts: LevelOptions, verdicts: dict | None = None) -> list[LevelPlan]:
+    """Every level in the order given, with request budgets and sweep-unique request indices."""
+    return [LevelPlan(index=i, value=value, num_requests=opts.requests_for(value), num_warmup=opts.warmup,
+                      first_index=i * LEVEL_INDEX_STRIDE, verdict=(verdicts or {}).get(value))
+            for i, value in enumerate(opts.levels)]
+
+
+@dataclass
+class LevelRun:
+    """What a driver hands back for one level: the records to summarize (None: read them back from
+    requests.jsonl), the server's metrics in the one server_metrics shape, level fields only this driver
+    knows (wall time, the client's own lag), and a note for the end-of-level line."""
+
+    server_metrics: dict
+    records: Iterable[RequestRecord] | None = None
+    fields: dict = field(default_factory=dict)
+    note: str = ""
+
+
+class LevelDriver(Protocol):
+    def run_level(self, plan: LevelPlan, keep: Callable[[RequestRecord], None]) -> LevelRun: ...
+
+    def server_gone(self, summary: dict) -> str | None:
+        """After a level: a sentence saying the server stopped answering, or None."""

@@ -1,0 +1,138 @@
+"""The simulated engine in virtual time as a level driver for the one level runner
+(kneecap.bench.sweep): each level on a fresh engine of exactly the plan's KV blocks, its server
+metrics in the one server_metrics shape, optionally one trace row per engine step.
+
+Also SimulateOptions: the simulate command's sweep (levels, request budgets, workload) as one
+validated value. Owns neither the order of levels nor files other than the trace it is handed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from kneecap.errors import KneecapError
+from kneecap.levels import LevelPlan, LevelRun
+from kneecap.records import RequestRecord
+from kneecap.sim.setup import SimDeployment
+from kneecap.sim.sweep import MAX_REQUESTS_PER_LEVEL, LevelSpec, simulate_level
+from kneecap.workload import LengthDist, RequestClass, Workload
+
+KIND_CONCURRENCY = "concurrency"
+KIND_RATE = "rate"
+ALL_AT_ONCE = "max"
+DEFAULT_MAX_REQUESTS = 1000  # requests of a "max" (all at once) level when --requests is not given
+DEFAULT_RATE_REQUESTS = 200
+MIN_CLOSED_LOOP_REQUESTS = 100
+REQUESTS_PER_STREAM = 4
+# --duration is virtual seconds up to one virtual day (and a level at most MAX_REQUESTS_PER_LEVEL requests).
+MAX_DURATION_S = 86_400.0
+
+
+@dataclass(frozen=True)
+class SimulateOptions:
+    """One simulated sweep. Lengths in tokens, times in virtual seconds, rates in requests/s."""
+
+    kind: str  # "concurrency" | "rate"
+    levels: tuple  # concurrencies (ints, or "max") or rates
+    isl: int = 1000
+    osl: int = 1000
+    requests: int | None = None
+    duration_s: float | None = None
+    warmup: int = 0
+    seed: int = 0
+    burstiness: float = 1.0
+    shared_prefix_tokens: int = 0
+    num_prefix_groups: int = 1
+    force: bool = True  # the simulator runs every level: preemption past the pool is what it shows
+
+    def __post_init__(self) -> None:
+        for flag, value in (("--isl", self.isl), ("--osl", self.osl)):
+            if value < 1:
+                raise KneecapError(f"{flag} must be >= 1, got {value}", f"pass e.g. {flag} 1000")
+        if self.requests is not None and self.requests < 1:
+            raise KneecapError(f"--requests must be >= 1, got {self.requests}", "pass e.g. --requests 200")
+        if self.requests is not None and self.requests > MAX_REQUESTS_PER_LEVEL:
+            raise KneecapError(f"--requests {self.requests:,} exceeds the simulator's {MAX_REQUESTS_PER_LEVEL:,} "
+                               "requests per level",
+                               "simulate fewer requests per level (a level's statistics settle long before that)")
+        if self.duration_s is not None and not (0 < self.duration_s <= MAX_DURATION_S):
+            raise KneecapError(f"--duration must be between 0 and {MAX_DURATION_S:,.0f} virtual seconds, "
+                               f"got {self.duration_s}", "pass e.g. --duration 600, or --requests N")
+        if self.requests is not None and self.duration_s is not None:
+            raise KneecapError("--requests and --duration both given", "pass one of them")
+        if ALL_AT_ONCE in self.levels and self.duration_s is not None:
+            raise KneecapError("--concurrency max sends a fixed batch; it cannot run for --duration", "pass --requests N")
+        if self.burstiness <= 0:
+            raise KneecapError(f"--burstiness must be > 0, got {self.burstiness}", "pass e.g. --burstiness 1 (Poisson)")
+        if self.shared_prefix_tokens and self.shared_prefix_tokens >= self.isl:
+            raise KneecapError(f"--shared-prefix {self.shared_prefix_tokens} tokens is not shorter than --isl {self.isl}",
+                               "use a prefix shorter than the prompt")
+        if self.warmup < 0:
+            raise KneecapError(f"--warmup must be >= 0, got {self.warmup}", "pass e.g. --warmup 8")
+
+    def requests_for(self, value) -> int | None:
+        """Measured requests of a level (None: as many as --duration sends)."""
+        if value == ALL_AT_ONCE:
+            return self.requests or DEFAULT_MAX_REQUESTS
+        if self.requests is not None:
+            return self.requests
+        if self.duration_s is not None:
+            return None
+        if self.kind == KIND_RATE:
+            return DEFAULT_RATE_REQUESTS
+        return max(MIN_CLOSED_LOOP_REQUESTS, REQUESTS_PER_STREAM * int(value))
+
+    def level_label(self, value) -> str:
+        if value == ALL_AT_ONCE:
+            return "C=max"
+        return f"C={int(value)}" if self.kind == KIND_CONCURRENCY else f"rate={value:g}/s"
+
+    @property
+    def workload(self) -> Workload:
+        return Workload(classes=(RequestClass(input=LengthDist.fixed(self.isl), output=LengthDist.fixed(self.osl),
+                                              shared_prefix_tokens=self.shared_prefix_tokens,
+                                              num_prefix_groups=self.num_prefix_groups),))
+
+    def describe(self) -> dict:
+        return {"isl": self.isl, "osl": self.osl, "shared_prefix_tokens": self.shared_prefix_tokens,
+                "num_prefix_groups": self.num_prefix_groups,
+                "burstiness": self.burstiness if self.kind == KIND_RATE else None}
+
+
+def level_spec(opts: SimulateOptions, value, num_requests: int | None, num_warmup: int) -> LevelSpec:
+    """One level as the virtual-clock driver runs it."""
+    if value == ALL_AT_ONCE:
+        return LevelSpec(all_at_once=True, num_requests=num_requests, warmup=num_warmup)
+    if opts.kind == KIND_RATE:
+        return LevelSpec(rate=value, num_requests=num_requests, duration_s=opts.duration_s, warmup=num_warmup)
+    return LevelSpec(concurrency=int(value), num_requests=num_requests, duration_s=opts.duration_s, warmup=num_warmup)
+
+
+class VirtualTimeDriver:
+    """Runs a level of a SimulateOptions sweep on a fresh engine of the SimDeployment; level i uses seed + i."""
+
+    def __init__(self, sim: SimDeployment, opts: SimulateOptions, *, trace_path: Path | None = None,
+                 row_writer: Callable[[Path, list], None] | None = None):
+        self.sim = sim
+        self.opts = opts
+        self._trace_path = trace_path
+        self._row_writer = row_writer
+
+    def run_level(self, plan: LevelPlan, keep: Callable[[RequestRecord], None]):
+        opts = self.opts
+        spec = level_spec(opts, plan.value, plan.num_requests, plan.num_warmup)
+        result = simulate_level(self.sim.deployment, self.sim.config, self.sim.num_kv_blocks, opts.workload, spec,
+                                index=plan.index, seed=opts.seed + plan.index, burstiness=opts.burstiness,
+                                steptime=self.sim.steptime, trace=self._trace_path is not None,
+                                charge_state=self.sim.charge_state)
+        for record in result.records:
+            keep(record)
+        if self._trace_path is not None and self._row_writer is not None:
+            self._row_writer(self._trace_path, result.trace)
+        return LevelRun(server_metrics=result.server_metrics, records=result.records)
+
+    def server_gone(self, summary: dict) -> str | None:
+        return None  # the simulated engine never goes away
+

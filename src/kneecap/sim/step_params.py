@@ -1,0 +1,42 @@
+"""Step-time constants as users hand them in: a calibration file written by `kneecap calibrate`, any
+{"step_time": {...}} JSON, a flat JSON mapping, or k=v pairs. The one file the simulator's setup reads.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kneecap.errors import KneecapError
+from kneecap.sim.steptime import StepTimeParams
+
+
+def parse_step_params(spec: str | None):
+    """'mfu=0.4,bw_efficiency=0.7' or a JSON file ({"step_time": {...}} or a flat mapping) -> StepTimeParams."""
+    if not spec:
+        return StepTimeParams()
+    path = Path(spec)
+    if path.suffix == ".json" or path.exists():
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise KneecapError(f"step-time file {spec} not found", "pass a JSON file or k=v pairs, e.g. mfu=0.4") from None
+        except json.JSONDecodeError as exc:
+            raise KneecapError(f"step-time file {spec} is not JSON ({exc.msg})", "fix the file") from None
+        if isinstance(data, dict) and isinstance(data.get("step_time"), dict):
+            data = data["step_time"]
+        if not isinstance(data, dict):
+            raise KneecapError(f"step-time file {spec} holds no mapping", 'write e.g. {"mfu": 0.4}')
+        return StepTimeParams.from_dict(data)
+    values = {}
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        key, sep, raw = part.partition("=")
+        if not sep:
+            raise KneecapError(f"--step-params item {part!r} is not key=value", "pass e.g. --step-params mfu=0.4,overhead_s=0.003")
+        try:
+            values[key.strip()] = None if raw.strip().lower() == "none" else float(raw)
+        except ValueError:
+            raise KneecapError(f"--step-params {key}={raw!r} is not a number", "pass e.g. mfu=0.4") from None
+    if "activation_bytes" in values and values["activation_bytes"] is not None:
+        values["activation_bytes"] = int(values["activation_bytes"])
+    return StepTimeParams.from_dict(values)
