@@ -1,18 +1,17 @@
-"""Validation: the simulated engine against published measurements (data/validation/points.json).
+"""Validation: the simulated engine against published serving measurements (data/validation/points.json).
 
-Owns reading the published points, running the simulator on each configuration (the same Plan ->
-Engine path as `kneecap simulate`, default step-time factors, never fitted to these points), the error
-table and its markdown rendering for docs/validation.md. Does not fetch anything: every number comes
-from the points file, which names its source URL per point.
+Owns reading the published points, running the simulator on each configuration (the same Plan -> Engine path
+as `kneecap simulate`, default step-time factors, nothing fitted to these points), the error table, the
+median and per-group medians, the committed baseline (data/validation/baseline.json) and the markdown block
+of docs/validation.md. Does not fetch anything: every number comes from points.json, which names its source.
 
-Engines. "vllm": kneecap.sim.config vLLM defaults for the GPU. "tensorrt-llm": TensorRT-LLM's default
-capacity scheduler is GUARANTEED_NO_EVICT (a request is admitted only if the pool can hold it to the end;
-TensorRT-LLM docs, "Useful Runtime Options"), modelled as an admission reserve of 1.0 x the remaining
-output of every running and new sequence; its batch limits come from the point (`engine_overrides`).
+A point whose setup needs a knob the simulator does not have (expert parallelism, attention data
+parallelism, speculative decoding...) is kept in the table as "not simulated: <why>", never dropped.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +20,48 @@ from kneecap.errors import KneecapError
 
 DATA_DIR = Path(__file__).parent / "data" / "validation"
 POINTS_FILE = DATA_DIR / "points.json"
-METRICS = {"output_tok_s": "output tok/s", "ttft_ms_p50": "TTFT p50 (ms)", "tpot_ms_p50": "TPOT p50 (ms)",
-           "tpot_ms_mean": "TPOT mean (ms)"}
+BASELINE_FILE = DATA_DIR / "baseline.json"
+DOC_FILE = Path(__file__).resolve().parents[2] / "docs" / "validation.md"
 TABLE_BEGIN = "<!-- BEGIN GENERATED TABLE (python -m kneecap.validation --write) -->"
 TABLE_END = "<!-- END GENERATED TABLE -->"
+
+# metric -> (label, how the published value converts to the simulator's summary: (summary key, stat, factor))
+METRICS: dict[str, tuple[str, str, str | None, float]] = {
+    "output_tok_s": ("output tok/s", "output_tok_s", None, 1.0),
+    "output_tok_s_per_gpu": ("output tok/s per GPU", "output_tok_s", None, 1.0),  # divided by the GPU count
+    "ttft_ms_p50": ("TTFT p50 (ms)", "ttft_ms", "p50", 1.0),
+    "ttft_ms_mean": ("TTFT mean (ms)", "ttft_ms", "mean", 1.0),
+    "ttft_s_p50": ("TTFT p50 (s)", "ttft_ms", "p50", 1e-3),
+    "tpot_ms_p50": ("TPOT p50 (ms)", "tpot_ms", "p50", 1.0),
+    "tpot_ms_mean": ("TPOT mean (ms)", "tpot_ms", "mean", 1.0),
+    "itl_ms_mean": ("ITL mean (ms)", "itl_ms", "mean", 1.0),
+    "itl_s_p50": ("ITL p50 (s)", "itl_ms", "p50", 1e-3),
+    "e2e_ms_mean": ("request latency mean (ms)", "e2e_ms", "mean", 1.0),
+    "decode_tok_s": ("decode tok/s (1000 / TPOT)", "tpot_ms", "mean", -1.0),  # 1000 / TPOT mean
+    "prefill_tok_s": ("prefill tok/s (ISL / TTFT)", "ttft_ms", "mean", -1.0),  # ISL x 1000 / TTFT mean
+}
+
+# Published engine -> the simulated scheduler and KV pool it is run with. Stated in docs/validation.md.
+ENGINES: dict[str, str] = {
+    "vllm": "kneecap's vLLM defaults for the GPU (max_num_seqs / max_num_batched_tokens by GPU memory, chunked "
+            "prefill, prefix caching) and vLLM's own KV-pool model (`--engine vllm`, gpu_memory_utilization 0.9 "
+            "unless the point states one)",
+    "sglang": "kneecap's SGLang defaults (chunked_prefill_size by GPU memory, max_running_requests from the pool, "
+              "new-token-ratio admission reserve) and SGLang's KV-pool model (`--engine sglang`, mem_fraction_static "
+              "0.88 unless the point states one)",
+    "tensorrt-llm": "TensorRT-LLM's default GUARANTEED_NO_EVICT capacity scheduler (admit a request only if the pool "
+                    "holds it to its last token), max_batch_size 2048 and max_num_tokens 8192 (its LLM-API defaults) "
+                    "unless the point states them; KV pool = the planner's ledger (4 GiB overhead, 5% fragmentation "
+                    "headroom: about the 0.9-0.95 kv_cache_free_gpu_memory_fraction of the runs)",
+    "nim": "NVIDIA NIM's TensorRT-LLM profiles: run as tensorrt-llm above",
+    "llama.cpp": "one sequence at a time (llama-bench runs one), n_batch 2048 tokens per step; KV pool = the ledger",
+}
+GROUPS = ("engine", "GPU vendor", "PP > 1", "MoE", "MLA", "FP8", "FP4")
+REGRESSION_POINTS = 2.0  # the regression test fails if a median worsens by more than this many points
+
+
+class NotSimulated(Exception):
+    """The point needs a knob the simulator does not have; the message says which."""
 
 
 @dataclass(frozen=True)
@@ -35,74 +72,151 @@ class Point:
     source_url: str
     source_title: str
     engine: str
+    engine_version: str | None
     model: str  # preset name, or a config path relative to data/validation/
     gpu: str
     tp: int
+    pp: int
+    ep: int
+    dp_attention: bool
     weight_dtype: str | None
+    kv_dtype: str | None
+    mem_util: float | None  # vLLM gpu_memory_utilization / SGLang mem_fraction_static, when the run states it
     isl: int
     osl: int
+    isl_low: int | None  # random lengths: uniform isl_low..isl (None: every request exactly isl)
+    osl_low: int | None
     concurrency: int | str  # an int, or "max" (every request queued at once: offline throughput)
-    requests: int  # requests the publisher sent
+    requests: int | None  # requests the publisher sent (None: not stated)
     sim_requests: int  # requests simulated (fewer for the largest offline runs; stated in the table)
     metric: str
     published: float
     engine_overrides: dict
+    not_simulated: str | None  # a reason stated in the data (e.g. speculative decoding)
     note: str
 
     @classmethod
     def from_dict(cls, d: dict) -> "Point":
         try:
             point = cls(id=d["id"], source_url=d["source"]["url"], source_title=d["source"]["title"], engine=d["engine"],
-                        model=d["model"], gpu=d["gpu"], tp=int(d.get("tp", 1)), weight_dtype=d.get("weight_dtype"),
-                        isl=int(d["isl"]), osl=int(d["osl"]), concurrency=d["concurrency"], requests=int(d["requests"]),
-                        sim_requests=int(d.get("sim_requests", d["requests"])), metric=d["metric"],
+                        engine_version=d.get("engine_version"), model=d["model"], gpu=d["gpu"], tp=int(d.get("tp", 1)),
+                        pp=int(d.get("pp", 1)), ep=int(d.get("ep", 1)), dp_attention=bool(d.get("dp_attention", False)),
+                        weight_dtype=d.get("weight_dtype"), kv_dtype=d.get("kv_dtype"),
+                        mem_util=None if d.get("mem_util") is None else float(d["mem_util"]),
+                        isl=int(d["isl"]), osl=int(d["osl"]),
+                        isl_low=None if d.get("isl_low") is None else int(d["isl_low"]),
+                        osl_low=None if d.get("osl_low") is None else int(d["osl_low"]),
+                        concurrency=d["concurrency"],
+                        requests=None if d.get("requests") is None else int(d["requests"]),
+                        sim_requests=int(d.get("sim_requests") or d["requests"]), metric=d["metric"],
                         published=float(d["published"]), engine_overrides=dict(d.get("engine_overrides") or {}),
-                        note=d.get("note", ""))
+                        not_simulated=d.get("not_simulated"), note=d.get("note", ""))
         except (KeyError, TypeError, ValueError) as exc:
             raise KneecapError(f"validation point {d.get('id', '?')}: bad or missing field ({exc})",
                                "fix src/kneecap/data/validation/points.json") from None
         if point.metric not in METRICS:
             raise KneecapError(f"validation point {point.id}: unknown metric {point.metric!r}", f"use one of {sorted(METRICS)}")
-        if point.engine not in ("vllm", "tensorrt-llm"):
-            raise KneecapError(f"validation point {point.id}: unknown engine {point.engine!r}", "use vllm or tensorrt-llm")
+        if point.engine not in ENGINES:
+            raise KneecapError(f"validation point {point.id}: unknown engine {point.engine!r}", f"use one of {sorted(ENGINES)}")
+        if point.concurrency != "max" and not (isinstance(point.concurrency, int) and point.concurrency >= 1):
+            raise KneecapError(f"validation point {point.id}: concurrency must be an int >= 1 or \"max\"",
+                               "fix src/kneecap/data/validation/points.json")
+        if point.sim_requests < 1 or (point.requests is not None and point.sim_requests > point.requests) \
+                or point.published <= 0:
+            raise KneecapError(f"validation point {point.id}: need 1 <= sim_requests <= requests and published > 0",
+                               "fix src/kneecap/data/validation/points.json")
         return point
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def model_name(self) -> str:
+        return Path(self.model).name.removesuffix(".json") if self.model.endswith(".json") else self.model
+
+    def model_spec(self) -> str:
+        return str(DATA_DIR / self.model) if self.model.endswith(".json") else self.model
 
 
 def load_points(path: Path = POINTS_FILE) -> list[Point]:
     doc = json.loads(Path(path).read_text())
-    return [Point.from_dict(d) for d in doc["points"]]
+    points = [Point.from_dict(d) for d in doc["points"]]
+    seen: set[str] = set()
+    for p in points:
+        if p.id in seen:
+            raise KneecapError(f"validation point id {p.id!r} appears twice", "give every point its own id")
+        seen.add(p.id)
+    return points
+
+
+def unsupported_knob(point: Point) -> str | None:
+    """Why the simulator cannot run this point as published, or None. Follows what Deployment can express."""
+    from kneecap.deployment import Deployment
+
+    fields = {f.name for f in dataclasses.fields(Deployment)}
+    if point.not_simulated:
+        return point.not_simulated
+    if point.ep > 1 and "ep" not in fields:
+        return f"expert parallelism (EP {point.ep}) is not modelled"
+    if point.dp_attention and "dp_attention" not in fields:
+        return "attention data parallelism is not modelled"
+    return None
+
+
+def _plan(point: Point):
+    """The Plan the simulator runs on: the same builder as `kneecap simulate` (engine pool model for vLLM/SGLang)."""
+    from kneecap.plan.build import DeploymentRequest, plan_deployment
+
+    engine_mode = point.engine if point.engine in ("vllm", "sglang") else None
+    request = DeploymentRequest(model=point.model_spec(), gpu=point.gpu, tp=point.tp, pp=point.pp,
+                                weight_dtype=point.weight_dtype, kv_dtype=point.kv_dtype, context=point.isl + point.osl,
+                                engine=engine_mode,
+                                mem_util=point.mem_util if point.engine == "vllm" else None,
+                                mem_fraction=point.mem_util if point.engine == "sglang" else None)
+    return plan_deployment(request).plan
 
 
 def _engine_config(point: Point, plan):
     from kneecap.sim.config import EngineConfig, engine_defaults
 
     d = plan.deployment
-    if point.engine == "vllm":
-        base = engine_defaults("vllm", device_bytes=d.gpu.memory_bytes("device"), gpu_name=d.gpu.name,
-                               pool_tokens=plan.kv_capacity_tokens, context_len=plan.context)
-        return base.with_overrides(**point.engine_overrides) if point.engine_overrides else base
     o = point.engine_overrides
+    if point.engine in ("vllm", "sglang"):
+        base = engine_defaults(point.engine, device_bytes=d.gpu.memory_bytes("device"), gpu_name=d.gpu.name,
+                               pool_tokens=plan.kv_capacity_tokens, context_len=plan.context)
+        return base.with_overrides(max_num_seqs=o.get("max_num_seqs"), max_num_batched_tokens=o.get("max_num_batched_tokens"),
+                                   enable_prefix_caching=o.get("enable_prefix_caching"))
+    if point.engine == "llama.cpp":
+        return EngineConfig(name="custom", max_num_seqs=int(o.get("max_num_seqs", 1)),
+                            max_num_batched_tokens=int(o.get("max_num_batched_tokens", 2048)), enable_prefix_caching=False)
     return EngineConfig(name="custom", max_num_seqs=int(o.get("max_num_seqs", 2048)),
                         max_num_batched_tokens=int(o.get("max_num_batched_tokens", 8192)), enable_prefix_caching=False,
                         init_new_token_ratio=1.0, min_new_token_ratio=1.0, new_token_ratio_decay=0.0)
 
 
+def _lengths(high: int, low: int | None):
+    from kneecap.workload import LengthDist
+
+    return LengthDist.fixed(high) if low is None else LengthDist(kind="uniform", low=low, high=high)
+
+
 def predict(point: Point) -> float:
-    """Run the simulated engine on the point's configuration and return the published metric's prediction."""
-    from kneecap.plan.build import DeploymentRequest, plan_deployment
+    """Run the simulated engine on the point's configuration; the published metric's prediction.
+
+    Raises NotSimulated when the setup needs a knob the simulator does not have."""
     from kneecap.metrics.summarize import summarize_level
     from kneecap.sim.steptime import StepTimeModel
     from kneecap.sim.sweep import LevelSpec, simulate_level
-    from kneecap.workload import LengthDist, RequestClass, Workload
+    from kneecap.workload import RequestClass, Workload
 
-    model = point.model
-    if model.endswith(".json"):
-        model = str(DATA_DIR / model)
-    request = DeploymentRequest(model=model, gpu=point.gpu, tp=point.tp, weight_dtype=point.weight_dtype,
-                                context=point.isl + point.osl)
-    plan, _ = plan_deployment(request)
+    reason = unsupported_knob(point)
+    if reason:
+        raise NotSimulated(reason)
+    plan = _plan(point)
     config = _engine_config(point, plan)
-    workload = Workload(classes=(RequestClass(input=LengthDist.fixed(point.isl), output=LengthDist.fixed(point.osl)),))
+    workload = Workload(classes=(RequestClass(input=_lengths(point.isl, point.isl_low),
+                                              output=_lengths(point.osl, point.osl_low)),))
     if point.concurrency == "max":
         spec = LevelSpec(all_at_once=True, num_requests=point.sim_requests)
     else:
@@ -110,69 +224,180 @@ def predict(point: Point) -> float:
     result = simulate_level(plan.deployment, config, plan.num_kv_blocks, workload, spec, index=0, seed=0,
                             steptime=StepTimeModel(plan.deployment))
     s = summarize_level(result.records, concurrency=None if point.concurrency == "max" else int(point.concurrency))
-    if point.metric == "output_tok_s":
-        return float(s["output_tok_s"])
-    key, stat = point.metric.rsplit("_", 1)
-    return float(s[key][stat])
+    _, key, stat, factor = METRICS[point.metric]
+    value = float(s[key]) if stat is None else float(s[key][stat])
+    if point.metric == "output_tok_s_per_gpu":
+        value /= point.num_gpus
+    if factor < 0:  # a rate from a time in ms: per output token (decode) or for the whole prompt (prefill)
+        return (point.isl if point.metric == "prefill_tok_s" else 1) * 1000.0 / value
+    return value * factor
+
+
+def features(point: Point) -> dict[str, str]:
+    """The groups a point belongs to (docs/validation.md reports the median error of each)."""
+    from kneecap.model.resolve import load_model
+
+    model = load_model(point.model_spec())
+    dtypes = {(point.weight_dtype or model.weight_dtype or "bf16").lower(), (point.kv_dtype or "").lower()}
+    dtypes |= {dt.lower() for _, dt in model.part_dtypes} if not point.weight_dtype else set()
+    return {
+        "engine": point.engine,
+        "GPU vendor": "AMD" if point.gpu.lower().startswith("mi") else "NVIDIA",
+        "PP > 1": "yes" if point.pp > 1 else "no",
+        "MoE": "yes" if model.is_moe else "no",
+        "MLA": "yes" if "mla" in model.layer_types else "no",
+        "FP8": "yes" if any(dt.startswith("fp8") for dt in dtypes) else "no",
+        "FP4": "yes" if dtypes & {"nvfp4", "mxfp4"} else "no",
+    }
 
 
 def error_table(points: list[Point] | None = None) -> list[dict]:
-    """One row per point: published, predicted, signed error in percent of the published value."""
+    """One row per point: published, predicted, signed error in percent of the published value (None: not simulated)."""
     rows = []
     for p in points if points is not None else load_points():
-        pred = predict(p)
-        name = Path(p.model).name.removesuffix(".json") if p.model.endswith(".json") else p.model
-        rows.append({"id": p.id, "engine": p.engine, "model": name, "gpu": p.gpu, "tp": p.tp,
-                     "weight_dtype": p.weight_dtype or "as shipped", "isl": p.isl, "osl": p.osl,
+        try:
+            pred, reason = predict(p), None
+        except NotSimulated as exc:
+            pred, reason = None, str(exc)
+        layout = f"TP{p.tp}" + (f" PP{p.pp}" if p.pp > 1 else "") + (f" EP{p.ep}" if p.ep > 1 else "") + \
+                 (" DP-attn" if p.dp_attention else "")
+        rows.append({"id": p.id, "engine": p.engine + (f" {p.engine_version}" if p.engine_version else ""),
+                     "model": p.model_name, "gpu": p.gpu, "layout": layout,
+                     "dtypes": (p.weight_dtype or "as shipped") + (f", KV {p.kv_dtype}" if p.kv_dtype else ""),
+                     "isl": p.isl, "osl": p.osl, "isl_low": p.isl_low, "osl_low": p.osl_low,
                      "concurrency": p.concurrency, "requests": p.requests, "sim_requests": p.sim_requests,
-                     "metric": p.metric, "published": p.published, "predicted": round(pred, 2),
-                     "error_pct": round(100.0 * (pred - p.published) / p.published, 1), "source": p.source_url,
+                     "metric": p.metric, "published": p.published,
+                     "predicted": None if pred is None else (float(f"{pred:.4g}") if pred < 10 else round(pred, 2)),
+                     "error_pct": None if pred is None else round(100.0 * (pred - p.published) / p.published, 1),
+                     "not_simulated": reason, "groups": features(p), "source": p.source_url,
                      "source_title": p.source_title})
     return rows
 
 
+def _median(values: list[float]) -> float | None:
+    v = sorted(values)
+    n = len(v)
+    if not n:
+        return None
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
 def median_abs_error_pct(rows: list[dict]) -> float:
-    errs = sorted(abs(r["error_pct"]) for r in rows)
-    n = len(errs)
-    return errs[n // 2] if n % 2 else (errs[n // 2 - 1] + errs[n // 2]) / 2
+    return _median([abs(r["error_pct"]) for r in rows if r["error_pct"] is not None])
+
+
+def group_medians(rows: list[dict]) -> dict[str, dict[str, dict]]:
+    """{group: {value: {"points": n, "median_abs_error_pct": m}}} over the simulated rows."""
+    out: dict[str, dict[str, dict]] = {}
+    for g in GROUPS:
+        values = sorted({r["groups"][g] for r in rows})
+        out[g] = {}
+        for v in values:
+            errs = [abs(r["error_pct"]) for r in rows if r["groups"][g] == v and r["error_pct"] is not None]
+            out[g][v] = {"points": len(errs), "not_simulated": sum(1 for r in rows if r["groups"][g] == v
+                                                                   and r["error_pct"] is None),
+                         "median_abs_error_pct": None if not errs else round(_median(errs), 1)}
+    return out
+
+
+def baseline_document(rows: list[dict]) -> dict:
+    return {"about": "Median absolute error of the simulator on docs/validation.md's points, as last accepted with "
+                     "`python -m kneecap.validation --write-baseline`. tests/validation fails if a median worsens by "
+                     f"more than {REGRESSION_POINTS:g} points against these.",
+            "points": len(rows), "simulated": sum(1 for r in rows if r["error_pct"] is not None),
+            "median_abs_error_pct": round(median_abs_error_pct(rows), 1),
+            "groups": {g: {v: m["median_abs_error_pct"] for v, m in vals.items()} for g, vals in group_medians(rows).items()}}
+
+
+def regressions(rows: list[dict], baseline: dict) -> list[str]:
+    """Medians (overall and per group) that are more than REGRESSION_POINTS worse than the baseline."""
+    now = baseline_document(rows)
+    out = []
+    if now["median_abs_error_pct"] > baseline["median_abs_error_pct"] + REGRESSION_POINTS:
+        out.append(f"median {baseline['median_abs_error_pct']}% -> {now['median_abs_error_pct']}%")
+    for g, vals in baseline["groups"].items():
+        for v, was in vals.items():
+            cur = now["groups"].get(g, {}).get(v)
+            if was is not None and cur is not None and cur > was + REGRESSION_POINTS:
+                out.append(f"{g} = {v}: {was}% -> {cur}%")
+    return out
+
+
+def _num(x: float) -> str:
+    return f"{x:,.4g}" if abs(x) < 10 else f"{x:,.1f}"
+
+
+def row_cells(r: dict) -> str:
+    """One table row without its number and source: engine ... error."""
+    load = "max" if r["concurrency"] == "max" else str(r["concurrency"])
+    if r["error_pct"] is None:
+        pass
+    elif r["requests"] is None:
+        load += f" ({r['sim_requests']:,} req. simulated; count not published)"
+    elif r["sim_requests"] != r["requests"]:
+        load += f" ({r['sim_requests']:,} of {r['requests']:,} req. simulated)"
+    isl = f"{r['isl_low']}-{r['isl']}" if r["isl_low"] else str(r["isl"])
+    osl = f"{r['osl_low']}-{r['osl']}" if r["osl_low"] else str(r["osl"])
+    if r["error_pct"] is None:
+        pred, err = f"not simulated: {r['not_simulated']}", "—"
+    else:
+        pred, err = _num(r["predicted"]), f"{r['error_pct']:+.1f}%"
+    return (f"| {r['engine']} | {r['model']} | {r['gpu']} {r['layout']} | {r['dtypes']} | {isl}/{osl} | {load} | "
+            f"{METRICS[r['metric']][0]} | {_num(r['published'])} | {pred} | {err} |")
 
 
 def render_markdown(rows: list[dict]) -> str:
-    """The generated block of docs/validation.md."""
+    """The generated block of docs/validation.md: summary, per-group medians, then every point."""
     sources: dict[str, tuple[int, str]] = {}
     for r in rows:
         sources.setdefault(r["source"], (len(sources) + 1, r.get("source_title", "")))
+    sim = [r for r in rows if r["error_pct"] is not None]
+    errs = [abs(r["error_pct"]) for r in sim]
     lines = [TABLE_BEGIN, "",
-             "| # | engine | model | GPU x TP | weights | ISL/OSL | C | metric | published | predicted | error | src |",
-             "|---|---|---|---|---|---|---|---|---:|---:|---:|---|"]
+             f"{len(rows)} published points from {len(sources)} sources; {len(sim)} simulated, "
+             f"{len(rows) - len(sim)} not simulated (a knob the simulator does not have, named in the row). "
+             f"Median absolute error **{median_abs_error_pct(rows):.1f}%**; {sum(e <= 25 for e in errs)} of {len(sim)} "
+             f"within 25%; worst {max(errs):.1f}%.", "",
+             "| group | value | points | median abs. error | not simulated |", "|---|---|---:|---:|---:|"]
+    for g, vals in group_medians(rows).items():
+        for v, m in vals.items():
+            med = "—" if m["median_abs_error_pct"] is None else f"{m['median_abs_error_pct']:.1f}%"
+            lines.append(f"| {g} | {v} | {m['points']} | {med} | {m['not_simulated']} |")
+    lines += ["", "How each published engine is simulated:", ""]
+    lines += [f"- **{name}**: {how}." for name, how in ENGINES.items() if any(r["engine"].split()[0] == name for r in rows)]
+    lines += ["", "| # | engine | model | GPU, layout | dtypes | ISL/OSL | C | metric | published | predicted | error | src |",
+              "|---|---|---|---|---|---|---|---|---:|---:|---:|---|"]
     for i, r in enumerate(rows, 1):
-        load = "max" if r["concurrency"] == "max" else str(r["concurrency"])
-        if r["sim_requests"] != r["requests"]:
-            load += f" ({r['sim_requests']:,} of {r['requests']:,} req. simulated)"
-        lines.append(f"| {i} | {r['engine']} | {r['model']} | {r['gpu']} x{r['tp']} | {r['weight_dtype']} | "
-                     f"{r['isl']}/{r['osl']} | {load} | {METRICS[r['metric']]} | {r['published']:,.1f} | "
-                     f"{r['predicted']:,.1f} | {r['error_pct']:+.1f}% | [{sources[r['source']][0]}] |")
-    errs = [abs(r["error_pct"]) for r in rows]
-    within = sum(e <= 25 for e in errs)
-    lines += ["", f"{len(rows)} points; median absolute error {median_abs_error_pct(rows):.1f}%; "
-                  f"{within} of {len(rows)} within 25%; worst {max(errs):.1f}%.", "", "Sources:", ""]
+        lines.append(f"| {i} {row_cells(r)} [{sources[r['source']][0]}] |")
+    lines += ["", "Sources:", ""]
     lines += [f"[{n}] {title} — <{url}>" + "  " for url, (n, title) in sources.items()]
     lines += ["", TABLE_END]
     return "\n".join(lines)
 
 
+def write_doc(block: str, doc_path: Path = DOC_FILE) -> None:
+    text = doc_path.read_text()
+    start, end = text.index(TABLE_BEGIN), text.index(TABLE_END) + len(TABLE_END)
+    doc_path.write_text(text[:start] + block + text[end:])
+
+
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - a maintenance entry point
+    """python -m kneecap.validation [--write] [--write-baseline] [--json]: print the table (and the regressions)."""
     import sys
 
     args = sys.argv[1:] if argv is None else argv
     rows = error_table()
     block = render_markdown(rows)
     if "--write" in args:
-        doc_path = Path(__file__).resolve().parents[2] / "docs" / "validation.md"
-        text = doc_path.read_text()
-        start, end = text.index(TABLE_BEGIN), text.index(TABLE_END) + len(TABLE_END)
-        doc_path.write_text(text[:start] + block + text[end:])
+        write_doc(block)
     print(block)
+    baseline = json.loads(BASELINE_FILE.read_text()) if BASELINE_FILE.exists() else None
+    if "--write-baseline" in args:
+        BASELINE_FILE.write_text(json.dumps(baseline_document(rows), indent=1) + "\n")
+        print(f"baseline written: {BASELINE_FILE}")
+    elif baseline is not None:
+        worse = regressions(rows, baseline)
+        print("regressions against the baseline: " + ("; ".join(worse) if worse else "none"))
     if "--json" in args:
         print(json.dumps(rows, indent=1))
     return 0
