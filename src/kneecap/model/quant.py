@@ -177,7 +177,7 @@ def kv_dtype_from_config(cfg: Mapping) -> tuple[str | None, list[str]]:
     else:
         return None, []
     if fp8:
-        return "fp8", [f"quantization_config {said}: the checkpoint ships FP8 KV-cache scales, so the KV cache "
-                       "defaults to fp8 (1 B per element), as vLLM's --kv-cache-dtype auto does"]
+        return "fp8", [f"quantization_config {said}: the checkpoint ships FP8 KV-cache scales, and vLLM's "
+                       "--kv-cache-dtype auto then caches fp8 (1 B per element)"]
     return None, [f"quantization_config {said} is not modelled; KV cache left at the engine default — "
                   "pass --kv-dtype"]
