@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from kneecap.client.keepalive import PROBE_PROMPT_PREFIX
+from kneecap.client.setup import CHECK_USER
 from servers.scripted import start_scripted_server
 
 SUMMARY_KEYS = {"kind", "levels", "knee", "stopped", "manifest", "model_executed", "benchmark_executed", "load",
@@ -55,8 +56,9 @@ def probe_entries(srv) -> list[dict]:
 
 
 def sweep_log(srv) -> list[dict]:
-    """The server's log entries for the sweep's own requests."""
-    return [e for e in srv.log() if PROBE_PROMPT_PREFIX not in json.dumps(e["body"])]
+    """The server's log entries for the sweep's own requests (not the probe's, not the prompt check's)."""
+    return [e for e in srv.log() if PROBE_PROMPT_PREFIX not in json.dumps(e["body"])
+            and e["body"].get("user") != CHECK_USER]
 
 
 def summary(out: Path) -> dict:

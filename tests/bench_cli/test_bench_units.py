@@ -200,14 +200,6 @@ def test_table_has_units_and_dashes_for_missing():
     assert "—" in row_8 and " 0 " not in row_8  # no data is a dash, never a fake zero
 
 
-@pytest.mark.parametrize("vocab, expected", [(None, (1000, 30000)), (128256, (1000, 30000)), (355, (177, 355)),
-                                             (8000, (1000, 8000))])
-def test_token_ids_stay_inside_the_servers_vocabulary(vocab, expected):
-    from kneecap.bench.session import token_id_range
-
-    assert token_id_range(vocab) == expected
-
-
 def test_records_file_reads_one_level_from_an_offset(tmp_path):
     from kneecap.bench.resume import RecordsFile
     from kneecap.records import RecordWriter, RequestRecord

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from kneecap.client.datasets import DatasetPrompts, load_prompts
-from kneecap.client.prompts import LocalTokenizer, RandomTextPrompts, RandomTokenPrompts, ServerTokenizer, prompt_sha256
+from kneecap.client.prompts import (LocalTokenizer, RandomTextPrompts, RandomTokenPrompts, ServerTokenizer, prompt_sha256,
+                                    token_id_range)
 from kneecap.errors import KneecapError
 from kneecap.workload import LengthDist, RequestClass, RequestSpec, Workload, make_requests
 from servers.scripted import start_scripted_server
@@ -119,10 +120,46 @@ def test_bad_datasets_are_one_line_errors(tmp_path, content, fragment):
         load_prompts(tmp_path / "missing.jsonl")
 
 
-@pytest.mark.parametrize("vocab,low,high", [(None, 1000, 30000), (355, 35, 355), (32000, 1000, 30000), (151936, 1000, 30000)])
+@pytest.mark.parametrize("vocab,low,high", [(260, 26, 260), (355, 35, 355), (32000, 1000, 30000), (151936, 1000, 30000)])
 def test_token_range_for_a_vocabulary(vocab, low, high):
     src = RandomTokenPrompts.for_vocab(vocab)
-    assert (src.low, src.high) == (low, high)
+    assert (src.low, src.high) == (low, high) == token_id_range(vocab)
     assert all(low <= t < high for t in src.prompt_for(spec(0, 500)).content)
     with pytest.raises(KneecapError):
         RandomTokenPrompts.for_vocab(4)
+
+
+class ByteCounter:
+    """A byte-level tokenizer with a BOS token (the 260-token vocabulary of tests/vllm/tiny_llama.py)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def count(self, text):
+        self.calls += 1
+        return len(text.encode()) + 1
+
+
+@pytest.mark.parametrize("n", [1, 2, 16, 100, 1000])
+def test_text_calibration_converges_in_a_few_counts_when_words_are_many_tokens(n):
+    counter = ByteCounter()
+    p = RandomTextPrompts(counter=counter, seed=5).prompt_for(spec(3, n))
+    assert p.num_tokens == n == counter.count(p.content)
+    assert counter.calls <= 16  # interpolation over the cut, not one word at a time
+
+
+def test_salt_changes_every_prompt_and_the_template_overhead_is_left_out():
+    a = RandomTokenPrompts(seed=1, salt="a").prompt_for(spec(0, 64))
+    b = RandomTokenPrompts(seed=1, salt="b").prompt_for(spec(0, 64))
+    assert a.content[:4] != b.content[:4] and a == RandomTokenPrompts(seed=1, salt="a").prompt_for(spec(0, 64))
+    t = RandomTextPrompts(counter=WordCounter(), salt="x", overhead_tokens=7).prompt_for(spec(0, 50))
+    assert WordCounter().count(t.content) == 43 and t.num_tokens == 50
+    u = RandomTextPrompts(counter=WordCounter(), salt="y", overhead_tokens=7).prompt_for(spec(0, 50))
+    assert u.content.split()[:3] != t.content.split()[:3]
+
+
+def test_text_prefix_groups_share_their_calibrated_prefix():
+    src = RandomTextPrompts(counter=ByteCounter(), seed=2)
+    a, b, c = (src.prompt_for(spec(i, 200, group=g, prefix=120)) for i, g in ((0, 0), (1, 0), (2, 1)))
+    assert a.content[:100] == b.content[:100] != c.content[:100]
+    assert a.num_tokens == b.num_tokens == c.num_tokens == 200

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from kneecap.client.keepalive import PROBE_PROMPT_PREFIX
+from kneecap.client.setup import CHECK_USER
 from servers.scripted import start_scripted_server
 
 MEMORY_LIMIT_BYTES = 3 * 1024**3  # address space of a child; the legitimate cases here use < 1 GiB
@@ -61,7 +62,8 @@ def test_simulate_small_run_stays_inside_the_bounds(tmp_path):
 
 def finished_cell_requests(srv) -> int:
     """Requests the server finished for the plan's cells (not the keep-alive probe's two)."""
-    return sum(e["completed"] for e in srv.log() if PROBE_PROMPT_PREFIX not in json.dumps(e["body"]))
+    return sum(e["completed"] for e in srv.log() if PROBE_PROMPT_PREFIX not in json.dumps(e["body"])
+               and e["body"].get("user") != CHECK_USER)
 
 
 def test_run_keeps_finished_records_after_sigkill_mid_cell(tmp_path):

@@ -94,6 +94,8 @@ class BenchOptions:
     shared_prefix_tokens: int = 0
     num_prefix_groups: int = 1
     seed: int = 0
+    prompt_salt: str | None = None  # mixed into every prompt; None: a fresh one per run (recorded, kept by --resume)
+    tokenizer: str | None = None  # a local tokenizer.json to calibrate text prompts with
     kv_tokens: int | None = None  # KV pool capacity override for the preflight
     block_size: int | None = None  # tokens per KV block for the preflight (None: the server's, else 16)
     force: bool = False  # run levels the preflight says exceed the KV pool
@@ -129,6 +131,10 @@ class BenchOptions:
         for flag, value in (("--warmup", self.warmup), ("--seed", self.seed)):
             if value < 0:
                 raise KneecapError(f"{flag} must be >= 0, got {value}", f"pass e.g. {flag} 0")
+        if self.prompt_salt is not None and (not self.prompt_salt or len(self.prompt_salt) > 64
+                                             or not self.prompt_salt.isprintable()):
+            raise KneecapError(f"--prompt-salt must be 1-64 printable characters, got {self.prompt_salt!r}",
+                               "pass the salt a results folder's manifest.json records, e.g. --prompt-salt 3f9a01c2")
         if self.kv_tokens is not None and self.kv_tokens < 1:
             raise KneecapError(f"--kv-tokens must be >= 1, got {self.kv_tokens}", "pass the KV pool size in tokens, e.g. --kv-tokens 1573854")
         if self.block_size is not None and self.block_size < 1:

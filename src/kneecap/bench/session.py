@@ -24,7 +24,6 @@ DEFAULT_RESULTS_ROOT = "kneecap-results"
 PROBE_TIMEOUT_S = 10.0  # reading /v1/models etc. before the sweep and after a failing level
 DEAD_PROBE_TIMEOUT_S = 5.0  # a server that cannot answer GET /v1/models in this long is treated as gone
 DEFAULT_BLOCK_SIZE = 16  # tokens per KV block when neither --block-size nor the server says (vLLM's default)
-STALL_TIMEOUT_S = 120.0  # longest silence inside one response before it counts as a stall
 OPEN_LOOP_WARM_CONNECTIONS = 32  # open loop: connections opened before the clock starts (more open on demand)
 
 
@@ -86,25 +85,21 @@ def preflight_for(opts: BenchOptions, kv_capacity_tokens: int | None, source: st
 def decide_keepalive(opts: BenchOptions, *, model: str, api_key: str | None, resumed: bool,
                      progress) -> tuple[BenchOptions, dict]:
     """(options with keepalive settled, summary.json's `connections`). Neither --keepalive nor
-    --no-keepalive given: probe the server (kneecap.client.keepalive) and reuse connections only if
-    it keeps them open after a streamed response; a note on stderr when it does not, or when the
-    probe cannot tell."""
-    if opts.keepalive is not None:
-        flag = "--keepalive" if opts.keepalive else "--no-keepalive"
-        return opts, {"keepalive": opts.keepalive, "decided_by": "the resumed run's setting" if resumed else flag}
-    from kneecap.client.driver import run_sync
-    from kneecap.client.keepalive import PROBE_TIMEOUT_S, probe_keepalive
+    --no-keepalive given: probe the server (kneecap.client.setup.decide_keepalive) and reuse
+    connections only if it keeps them open after a streamed response; a note on stderr when it
+    does not, or when the probe cannot tell."""
+    from kneecap.client.setup import decide_keepalive as decide
 
-    cfg = _client_config(dataclasses.replace(opts, keepalive=True), model=model, api_key=api_key)
-    probe = run_sync(probe_keepalive(cfg, timeout_s=min(PROBE_TIMEOUT_S, opts.timeout_s)))
-    connections = probe.decision()
-    if probe.kept_alive is False:
+    flag_name = "the resumed run's setting" if resumed else ("--keepalive" if opts.keepalive else "--no-keepalive")
+    keepalive, connections, probe = decide(_client_config(opts, model=model, api_key=api_key), opts.keepalive,
+                                           timeout_s=opts.timeout_s, flag_name=flag_name)
+    if probe is not None and probe.kept_alive is False:
         progress.note(f"note: {probe.detail}, as llama.cpp's server does: opening a new connection per request "
                       "(before its send stamp, so TTFT does not include connecting); --keepalive forces reuse")
-    elif probe.kept_alive is None:
+    elif probe is not None and probe.kept_alive is None:
         progress.note(f"note: could not tell whether the server keeps connections open ({probe.detail}); "
                       "reusing them. If requests fail on reused connections, pass --no-keepalive")
-    return dataclasses.replace(opts, keepalive=connections["keepalive"]), connections
+    return dataclasses.replace(opts, keepalive=keepalive), connections
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -119,7 +114,9 @@ class BenchRun:
 
 
 def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, resume: bool, progress,
-              argv: list[str]) -> BenchRun:
+              argv: list[str], ray=None) -> BenchRun:
+    """The sweep, end to end. `ray`: a kneecap.cluster.connect.RayTarget (--ray) spreads every level's
+    streams over Ray actors across that cluster instead of this machine's processes."""
     from kneecap.metrics.accumulate import summarize_stream
     from kneecap.metrics.slo import parse_slo
     from kneecap.metrics.stop import StopLimits
@@ -130,16 +127,19 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
     limits = StopLimits(slo=slo, stop_on_preflight_exceeds=not opts.force)
 
     # 1. the server must answer before anything is written
+    from kneecap.client.setup import check_server, new_salt
+
     info = read_server_info(opts, api_key, scrub)
-    model = opts.model or info.model_id
-    if not model:
-        raise KneecapError(f"the server at {opts.base_url_clean} lists no model", "pass --model NAME")
+    model = check_server(info, opts.model, url=opts.base_url_clean)  # the key, the API, the model: before anything runs
     kv_tokens = opts.kv_tokens or info.kv_capacity_tokens
     source = "--kv-tokens" if opts.kv_tokens else ("[redacted server]" if opts.redact else opts.base_url_clean)
     block_size = opts.block_size or info.block_size or DEFAULT_BLOCK_SIZE
     preflight_json, verdicts = preflight_for(opts, kv_tokens, source, block_size)
     plans = plan_levels(opts, verdicts)
-    prompts = prompt_source(opts, info.vocab_size)  # a bad --dataset fails here, before any folder is created
+    if not opts.prompt_salt:  # a fresh salt per run (kept by --resume): a second run misses the first's prefix cache
+        opts = dataclasses.replace(opts, prompt_salt=new_salt())
+    prompt_choice = choose_prompts(opts, info, model=model, api_key=api_key)  # one check request, before any folder
+    prompts = prompt_choice.make(opts.seed)
 
     opts, connections = decide_keepalive(opts, model=model, api_key=api_key, resumed=resume, progress=progress)
 
@@ -161,14 +161,24 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
     epoch = time.perf_counter()
     results.write_manifest(argv, extra={"bench_options": opts.to_dict(), "levels_already_done": sorted(done),
                                         "previous_runs": earlier_runs, "model": None if opts.redact else model,
-                                        "clock_epoch_s": epoch})
+                                        "clock_epoch_s": epoch, "prompts": prompt_choice.to_dict()})
 
     setup = DriverSetup(cfg=_client_config(opts, model=model, api_key=api_key), prompts=prompts,
                         warm_connections=OPEN_LOOP_WARM_CONNECTIONS)
     writer = results.open_writer()
     pool = None
     try:
-        if opts.workers > 1:
+        if ray is not None:  # --ray: the level's streams over Ray actors across a cluster's nodes
+            from kneecap.bench.level import LevelOutcome, run_task
+            from kneecap.bench.workers import split_task
+            from kneecap.cluster.streams import open_pool
+
+            pool = open_pool(ray, setup, max_streams=max(opts.levels) if opts.kind == KIND_CONCURRENCY else None,
+                             api_key=api_key, run_fn=run_task, split_fn=split_task,
+                             outcome_fn=lambda data: LevelOutcome(**data))
+            opts = dataclasses.replace(opts, workers=pool.size)  # client processes: the actors
+            run_share = pool.run
+        elif opts.workers > 1:
             from kneecap.bench.workers import WorkerPool
 
             pool = WorkerPool(opts.workers, setup)
@@ -184,7 +194,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
             writer.write(record)
 
         driver = HttpLevelDriver(opts, run_share=run_share, probe=lambda: server_answers(opts, api_key),
-                                 poll_metrics=_metrics_poller(opts, api_key), epoch=epoch, progress=progress,
+                                 poll_metrics=_metrics_poller(opts, api_key, progress), epoch=epoch, progress=progress,
                                  timeline_path=results.path / "server_metrics.jsonl")
         sweep = Sweep(opts, state=state, plans=plans, driver=driver, write_record=write_record,
                       persist=results.write_summary, progress=progress, slo=slo, stop_limits=limits,
@@ -225,41 +235,74 @@ def _resume_state(results, plans: list[LevelPlan], fresh: SweepState) -> tuple[f
 
 
 def _client_config(opts: BenchOptions, *, model: str, api_key: str | None):
-    from kneecap.client.driver import ClientConfig
+    from kneecap.client.setup import client_config
 
-    return ClientConfig(base_url=opts.base_url_clean, model=model, endpoint=opts.endpoint, api_key=api_key,
-                        timeout_s=opts.timeout_s, stall_timeout_s=min(STALL_TIMEOUT_S, opts.timeout_s),
-                        keepalive=opts.keepalive, ignore_eos=opts.ignore_eos, keep_prompts=opts.keep_prompts)
-
-
-def token_id_range(vocab_size: int | None) -> tuple[int, int]:
-    """[low, high) of random prompt token ids: RandomTokenPrompts' default range, moved inside a
-    vocabulary the server reports as smaller (llama.cpp answers HTTP 400 "invalid tokens" for ids
-    >= n_vocab). The lower part of a vocabulary, where special tokens sit, is avoided."""
-    from kneecap.client.prompts import RandomTokenPrompts
-
-    default = RandomTokenPrompts()
-    if not vocab_size or vocab_size >= default.high:
-        return default.low, default.high
-    return min(default.low, vocab_size // 2), vocab_size
+    return client_config(opts.base_url_clean, model=model, endpoint=opts.endpoint, api_key=api_key,
+                         timeout_s=opts.timeout_s, keepalive=opts.keepalive is not False, ignore_eos=opts.ignore_eos,
+                         keep_prompts=opts.keep_prompts)
 
 
-def prompt_source(opts: BenchOptions, vocab_size: int | None = None):
-    """Random prompts of exact length (token ids on completions, words on chat), or a dataset's."""
-    from kneecap.client.prompts import RandomTextPrompts, RandomTokenPrompts
+def choose_prompts(opts: BenchOptions, info, *, model: str, api_key: str | None):
+    """How this run builds prompts (kneecap.client.setup): token ids inside a vocabulary the server
+    states, else text calibrated by --tokenizer or the server's /tokenize, ..., proved by one check
+    request the server must accept. A bad --dataset or --tokenizer fails here, before any folder."""
+    from kneecap.client.setup import prompt_candidates, settle_prompts
 
+    texts = None
     if opts.dataset != "random":
-        from kneecap.client.datasets import DatasetPrompts, load_prompts
+        from kneecap.client.datasets import load_prompts
 
-        return DatasetPrompts(texts=tuple(load_prompts(opts.dataset)), seed=opts.seed)
-    if opts.endpoint == "completions":
-        low, high = token_id_range(vocab_size)
-        return RandomTokenPrompts(seed=opts.seed, low=low, high=high)
-    return RandomTextPrompts(seed=opts.seed)
+        texts = tuple(load_prompts(opts.dataset))
+    candidates = prompt_candidates(info, endpoint=opts.endpoint, model=model, api_key=api_key, salt=opts.prompt_salt,
+                                   tokenizer=opts.tokenizer, dataset_texts=texts)
+    return settle_prompts(_client_config(opts, model=model, api_key=api_key), candidates, input_tokens=opts.isl,
+                          timeout_s=min(opts.timeout_s, 120.0))
 
 
-def _metrics_poller(opts: BenchOptions, api_key: str | None):
+PREFIX_HIT_SLACK = 0.1  # a level's prefix-cache hit rate this far above what the workload shares is warned about
+
+
+def expected_prefix_hit_rate(opts: BenchOptions) -> float:
+    """The share of prompt tokens the workload itself repeats (its shared prefixes), 0 when none."""
+    if not opts.shared_prefix_tokens or not opts.isl:
+        return 0.0
+    return min(1.0, opts.shared_prefix_tokens / opts.isl)
+
+
+class _PrefixCacheWatch:
+    """Wraps a level's metrics poller: warns when the server found far more of the prompts in its
+    prefix cache than the workload shares (prompts repeated from an earlier run, e.g. the same
+    --prompt-salt, or a server that caches something kneecap did not ask for)."""
+
+    def __init__(self, inner, expected: float, progress):
+        self._inner, self._expected, self._progress = inner, expected, progress
+
+    def __enter__(self):
+        self._inner.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._inner.__exit__(*exc)
+
+    def samples(self) -> list:
+        return self._inner.samples()
+
+    def result(self) -> dict | None:
+        out = self._inner.result()
+        rate = (out or {}).get("prefix_cache_hit_rate")
+        if rate is not None and rate > self._expected + PREFIX_HIT_SLACK:
+            out["prefix_cache_warning"] = (f"the server found {rate:.0%} of this level's prompt tokens in its prefix "
+                                           f"cache; the workload shares {self._expected:.0%}")
+            self._progress.note(f"warning: {out['prefix_cache_warning']}: prompts repeated from an earlier run "
+                                "(same --prompt-salt?) make latencies look better than fresh traffic")
+        return out
+
+
+def _metrics_poller(opts: BenchOptions, api_key: str | None, progress=None):
     """A factory of per-level /metrics pollers (each on its own thread and event loop)."""
     from kneecap.bench.server_watch import ThreadedMetricsPoller
 
-    return lambda: ThreadedMetricsPoller(opts.base_url_clean, api_key)
+    expected = expected_prefix_hit_rate(opts)
+    if progress is None:
+        return lambda: ThreadedMetricsPoller(opts.base_url_clean, api_key)
+    return lambda: _PrefixCacheWatch(ThreadedMetricsPoller(opts.base_url_clean, api_key), expected, progress)

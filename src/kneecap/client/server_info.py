@@ -49,10 +49,14 @@ class ServerInfo:
     vocab_size: int | None = None
     version: str | None = None
     notes: tuple[str, ...] = ()
+    model_ids: tuple[str, ...] = ()  # every id GET /v1/models listed
+    models_status: int | None = None  # HTTP status of GET /v1/models (None: no answer)
+    models_json: bool = False  # did it answer an OpenAI model list (JSON with a "data" list)?
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["notes"] = list(self.notes)
+        d["model_ids"] = list(self.model_ids)
         return d
 
 
@@ -72,6 +76,7 @@ def parse_models(obj: Any) -> dict:
     if not data or not isinstance(data[0], Mapping):
         return out
     first = data[0]
+    out["model_ids"] = tuple(str(m["id"]) for m in data if isinstance(m, Mapping) and m.get("id") is not None)
     out["model_id"] = first.get("id")
     out["owned_by"] = first.get("owned_by")
     if _int(first.get("max_model_len")):
@@ -169,12 +174,13 @@ def parse_llamacpp_props(props: Any, slots: Any = None) -> dict:
 
 
 def combine(base_url: str, models: Any = None, version: Any = None, metrics_text: str | None = None,
-            sglang_info: Any = None, props: Any = None, slots: Any = None) -> ServerInfo:
+            sglang_info: Any = None, props: Any = None, slots: Any = None, models_status: int | None = None) -> ServerInfo:
     """Assemble a ServerInfo from whichever payloads the server answered (None = not answered)."""
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] = {"models_status": models_status,
+                              "models_json": isinstance(models, Mapping) and isinstance(models.get("data"), list)}
     notes: list[str] = []
     m = parse_models(models) if models is not None else {}
-    for key in ("model_id", "max_model_len", "vocab_size"):
+    for key in ("model_id", "max_model_len", "vocab_size", "model_ids"):
         if m.get(key) is not None:
             fields[key] = m[key]
     engine = None
@@ -260,8 +266,10 @@ async def fetch_server_info_async(base_url: str, api_key: str | None = None, tim
     got = dict(zip(paths, answers))
     metrics = got["/metrics"]
     metrics_text = metrics[1].decode("utf-8", "replace") if metrics is not None and metrics[0] == 200 else None
-    return combine(root, models=_json(got["/v1/models"]), version=_json(got["/version"]), metrics_text=metrics_text,
-                   sglang_info=_json(got["/get_server_info"]), props=_json(got["/props"]), slots=_json(got["/slots"]))
+    models = got["/v1/models"]
+    return combine(root, models=_json(models), version=_json(got["/version"]), metrics_text=metrics_text,
+                   sglang_info=_json(got["/get_server_info"]), props=_json(got["/props"]), slots=_json(got["/slots"]),
+                   models_status=models[0] if models is not None else None)
 
 
 def fetch_server_info(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> ServerInfo:

@@ -7,7 +7,10 @@ interval). Does not decide anything from the numbers (metrics / stop rules do).
 Metric names, from the engines' sources:
   vLLM   vllm/v1/metrics/loggers.py: vllm:kv_cache_usage_perc (V1; a 0-1 fraction despite the name),
          vllm:gpu_cache_usage_perc (V0 / deprecated alias), vllm:num_requests_running,
-         vllm:num_requests_waiting, vllm:num_preemptions_total (counter)
+         vllm:num_requests_waiting, vllm:num_preemptions_total (counter), vllm:prefix_cache_queries_total
+         and vllm:prefix_cache_hits_total (counters, in prompt tokens looked up / found cached; read
+         from vLLM 0.32.0's /metrics, kneecap's tests/vllm); a level's prefix_cache_hit_rate is
+         Δhits / Δqueries over the level
   SGLang python/sglang/srt/metrics/collector.py: sglang:token_usage (0-1), sglang:num_running_reqs,
          sglang:num_queue_reqs
   llama.cpp tools/server (README "GET /metrics", needs --metrics): llamacpp:kv_cache_usage_ratio
@@ -29,6 +32,8 @@ ENGINE_METRICS = {
         "running": ("vllm:num_requests_running",),
         "waiting": ("vllm:num_requests_waiting",),
         "preemptions": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
+        "prefix_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+        "prefix_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
     },
     "sglang": {
         "kv_usage": ("sglang:token_usage",),
@@ -145,6 +150,8 @@ class MetricsSample:
     running: float | None
     waiting: float | None
     preemptions_total: float | None
+    prefix_hits_total: float | None = None  # prompt tokens found in the prefix cache (counter)
+    prefix_queries_total: float | None = None  # prompt tokens looked up in it (counter)
 
 
 def _pick(samples: dict, names: tuple[str, ...], reduce) -> float | None:
@@ -161,7 +168,9 @@ def sample_from_text(text: str, at_s: float = 0.0) -> MetricsSample:
     for engine, roles in ENGINE_METRICS.items():
         if any(n in samples for names in roles.values() for n in names):
             return MetricsSample(at_s, engine, _pick(samples, roles["kv_usage"], max), _pick(samples, roles["running"], sum),
-                                 _pick(samples, roles["waiting"], sum), _pick(samples, roles["preemptions"], sum))
+                                 _pick(samples, roles["waiting"], sum), _pick(samples, roles["preemptions"], sum),
+                                 _pick(samples, roles.get("prefix_hits", ()), sum),
+                                 _pick(samples, roles.get("prefix_queries", ()), sum))
     return MetricsSample(at_s, None, None, None, None, None)
 
 
@@ -177,10 +186,22 @@ class LevelServerMetrics:
     num_samples: int = 0
     num_failed_scrapes: int = 0
     samples: list[MetricsSample] = field(default_factory=list, repr=False)
+    prefix_cache_hits_delta: float | None = None
+    prefix_cache_queries_delta: float | None = None
+
+    @property
+    def prefix_cache_hit_rate(self) -> float | None:
+        """Share of the level's looked-up prompt tokens the server found cached (None: not reported or no lookups)."""
+        if not self.prefix_cache_queries_delta or self.prefix_cache_hits_delta is None:
+            return None
+        return self.prefix_cache_hits_delta / self.prefix_cache_queries_delta
 
     def to_dict(self) -> dict:
         return {"engine": self.engine, "kv_usage_max": self.kv_usage_max, "running_max": self.running_max,
                 "waiting_max": self.waiting_max, "preemptions_delta": self.preemptions_delta,
+                "prefix_cache_hits_delta": self.prefix_cache_hits_delta,
+                "prefix_cache_queries_delta": self.prefix_cache_queries_delta,
+                "prefix_cache_hit_rate": self.prefix_cache_hit_rate,
                 "num_samples": self.num_samples, "num_failed_scrapes": self.num_failed_scrapes}
 
 
@@ -189,12 +210,16 @@ def summarize_samples(samples: list[MetricsSample], num_failed: int = 0) -> Leve
         values = [getattr(s, attr) for s in samples if getattr(s, attr) is not None]
         return max(values) if values else None
 
-    counters = [s.preemptions_total for s in samples if s.preemptions_total is not None]
+    def delta(attr: str) -> float | None:
+        values = [getattr(s, attr) for s in samples if getattr(s, attr) is not None]
+        return (values[-1] - values[0]) if len(values) >= 2 else None
+
     engine = next((s.engine for s in samples if s.engine), None)
     return LevelServerMetrics(engine=engine, kv_usage_max=mx("kv_usage"), running_max=mx("running"),
-                              waiting_max=mx("waiting"),
-                              preemptions_delta=(counters[-1] - counters[0]) if len(counters) >= 2 else None,
-                              num_samples=len(samples), num_failed_scrapes=num_failed, samples=list(samples))
+                              waiting_max=mx("waiting"), preemptions_delta=delta("preemptions_total"),
+                              num_samples=len(samples), num_failed_scrapes=num_failed, samples=list(samples),
+                              prefix_cache_hits_delta=delta("prefix_hits_total"),
+                              prefix_cache_queries_delta=delta("prefix_queries_total"))
 
 
 class MetricsPoller:
