@@ -13,4 +13,7 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
     || echo "warning: could not install chromium; the HTML report browser test will be skipped" >&2
 fi
+# the layers of docs/architecture.md (import-linter, .importlinter): no import from a lower layer to a higher
+# one, no import cycles, lazy imports included
+.venv/bin/lint-imports --no-cache --no-logo
 exec .venv/bin/python -m pytest -q "$@"

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from simkit import check_engine, deployment, hybrid_model, run_checked, tiny_model
 from kneecap.sim.config import EngineConfig
 from kneecap.sim.engine import Engine
-from kneecap.sim.sweep import LevelSpec, simulate_level
+from kneecap.sim.sweep import CLIENT_TURNAROUND_S, LevelSpec, simulate_level
 from kneecap.workload import LengthDist, RequestClass, RequestSpec, Workload, make_requests
 
 
@@ -191,10 +191,25 @@ def test_closed_loop_keeps_concurrency():
     assert len(res.records) == 40
     assert max(row["num_running"] + row["num_waiting"] for row in res.trace) == 8
     assert res.server_metrics["running_max"] == 8
-    # each completion sends the next request at that very time
+    # each completion sends the next request one client turnaround later (it joins the step after the one in flight)
     ends = sorted(r.end_at for r in res.records)
     sends = sorted(r.sent_at for r in res.records)[8:]
-    assert sends == ends[:len(sends)]
+    assert sends == pytest.approx([e + CLIENT_TURNAROUND_S for e in ends[:len(sends)]], abs=1e-12)
+
+    # with mixed output lengths slots free while other sequences decode: the new request misses the step in flight
+    from kneecap.workload import LengthDist, RequestClass
+
+    mixed = Workload(classes=(RequestClass(input=LengthDist.fixed(100), output=LengthDist(kind="uniform", low=20, high=80)),))
+    res = simulate_level(d, cfg, 20000, mixed, LevelSpec(concurrency=8, num_requests=40), trace=True)
+    first_tokens = {r.request_id: r.first_token_at for r in res.records}
+    steps = [(row["t"], row["t"] + row["duration_s"]) for row in res.trace]
+    joined_later = 0
+    for r in sorted(res.records, key=lambda r: r.sent_at)[8:]:
+        in_flight = [end for start, end in steps if start < r.sent_at < end]  # a step already running (else idle)
+        if in_flight:
+            assert first_tokens[r.request_id] > in_flight[0]
+            joined_later += 1
+    assert joined_later > 0
 
 
 def test_warmup_flagged_and_extra_fields():

@@ -4,7 +4,10 @@ Owns arrival patterns in virtual time (closed loop at concurrency C, open loop a
 once) and the clock; not the engine (engine.py) nor summaries and files (metrics/, results.py, the CLI).
 Requests come from kneecap.workload (make_requests / arrival_offsets), exactly as the HTTP client's.
 
-Closed loop: C requests go at t = 0; each completion sends the next one at its end time.
+Closed loop: C requests go at t = 0; each completion sends the next one `turnaround_s` after its end (the
+client's turnaround), so it arrives while the engine's next step is already in flight and joins the step
+after, as with a real client against a real-time server (`kneecap serve` + `kneecap bench`). With
+turnaround_s = 0 the next request would join the very next step (every slot of a wave refilled at once).
 Open loop: request i goes at arrival_offsets(rate, n, burstiness, seed)[i]. "max": every request at t = 0.
 `--duration S` stops *sending* at S seconds of virtual time (what was sent still finishes).
 """
@@ -12,6 +15,7 @@ Open loop: request i goes at arrival_offsets(rate, n, burstiness, seed)[i]. "max
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -27,6 +31,10 @@ REQUEST_CHUNK = 1024  # requests drawn per make_requests call when the count is 
 MAX_STEPS_PER_CALL = 1 << 20
 MAX_REJECTS_IN_A_ROW = 1000  # a closed loop whose every request exceeds the KV pool stops sending
 MAX_REQUESTS_PER_LEVEL = 200_000  # a --duration level stops sending after this many (memory stays bounded)
+# A closed-loop client's turnaround, seconds: from a response's last token to the slot's next send. Any value
+# shorter than one engine step gives the same schedule (the request waits for the step after the one in
+# flight); 100 us is of the order of an asyncio client's per-request work on one core.
+CLIENT_TURNAROUND_S = 1e-4
 
 
 @dataclass(frozen=True)
@@ -90,7 +98,7 @@ def _requests(workload: Workload, seed: int, total: int | None, id_prefix: str) 
 def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int, workload: Workload, level: LevelSpec, *,
                    index: int = 0, seed: int = 0, burstiness: float = 1.0, step_params: StepTimeParams | None = None,
                    steptime: StepTimeModel | None = None, trace: bool = False, fast_path: bool = True,
-                   charge_state: bool = True) -> LevelResult:
+                   charge_state: bool = True, turnaround_s: float = CLIENT_TURNAROUND_S) -> LevelResult:
     """Run one level on a fresh engine of `num_blocks` KV blocks; records in completion order."""
     engine = Engine(deployment, config, num_blocks, step_params=step_params, steptime=steptime, level=index,
                     trace=trace, fast_path=fast_path, charge_state=charge_state)
@@ -128,9 +136,12 @@ def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int
                 return True
         return False
 
+    if not (turnaround_s >= 0 and math.isfinite(turnaround_s)):
+        raise KneecapError(f"client turnaround must be >= 0 s, got {turnaround_s!r}", "pass e.g. 1e-4")
     t = 0.0
     arrivals: list[float] = []
     next_arrival = 0
+    pending: deque[float] = deque()  # closed loop: when finished slots send their next request (non-decreasing)
     if level.rate is not None:
         if total is not None:
             arrivals = arrival_offsets(level.rate, total, burstiness, seed, on_s=level.on_s, off_s=level.off_s)
@@ -146,12 +157,16 @@ def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int
         while next_arrival < len(arrivals) and arrivals[next_arrival] <= t:
             send(arrivals[next_arrival])
             next_arrival += 1
+        while pending and pending[0] <= t:
+            fill_slot(pending.popleft())
+        until = arrivals[next_arrival] if next_arrival < len(arrivals) else math.inf
+        if pending and pending[0] < until:
+            until = pending[0]
         if not engine.has_work:
-            if next_arrival < len(arrivals):
-                t = max(t, arrivals[next_arrival])
+            if until < math.inf:
+                t = max(t, until)
                 continue
             break
-        until = arrivals[next_arrival] if next_arrival < len(arrivals) else math.inf
         out = engine.step(t, until=until, max_steps=MAX_STEPS_PER_CALL)
         if out is None:
             raise KneecapError("the simulated engine stopped making progress with requests still queued",
@@ -160,6 +175,6 @@ def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int
         for rec in out.finished:
             records.append(rec)
             if level.rate is None and t < horizon:
-                fill_slot(t)  # closed loop: the finished request's slot sends the next one now
+                pending.append(t + turnaround_s)  # closed loop: the slot sends its next request after the turnaround
     end_s = max((r.end_at for r in records if r.end_at is not None), default=0.0)
     return LevelResult(records=records, server_metrics=engine.server_metrics(), trace=engine.trace(), end_s=end_s)
