@@ -38,6 +38,10 @@ def capacity_region(cells: list[dict]) -> dict:
                 region = [x for x in loads if all(c["verdict"] == "pass" for c in by_load[x])]
                 failed = {str(x): sorted({r for c in by_load[x] if c["verdict"] != "pass" for r in _reasons(c)})
                           for x in loads if x not in region}
+                failures = {str(x): [{"repetition": c.get("repetition"), "verdict": c["verdict"], "reasons": _reasons(c)}
+                                     for c in sorted(by_load[x], key=lambda c: c.get("repetition") or 0)
+                                     if c["verdict"] != "pass"]
+                            for x in loads if x not in region}
                 capacity = None
                 for x in loads:
                     if x in region:
@@ -52,10 +56,50 @@ def capacity_region(cells: list[dict]) -> dict:
                     "region": region,
                     "capacity": capacity,
                     "failed": failed,
+                    "failures": failures,  # per failing load: which repetition failed, and why
                     "repetitions": max(len(v) for v in by_load.values()),
+                    "highest_load": loads[-1] if loads else None,
                     "at_capacity": at_cap,
                 }
     return out
+
+
+def _load(x) -> str:
+    return f"{x:g}" if isinstance(x, (int, float)) else str(x)
+
+
+def failure_text(load: str, failures: list[dict]) -> str:
+    """'256 failed in rep0 (itl_p99_ms 149.3 > 60) and rep1 (itl_p99_ms 82.5 > 60)' — repetitions as the
+    cell names count them (rep0 is the first)."""
+    try:
+        load = _load(float(load))
+    except ValueError:
+        pass
+    parts = [f"rep{f.get('repetition')} ({'; '.join(f.get('reasons') or []) or f.get('verdict')})" for f in failures]
+    return f"{load} failed in " + " and ".join(parts)
+
+
+def region_end_text(info: dict) -> str:
+    """Where one (class, state) region ends: its capacity, the first failing load and the repetition of each
+    failure there; or that every load step passed (the region ends at the highest step run, not at a failure)."""
+    dim, cap = info.get("dimension", "load"), info.get("capacity")
+    failures = info.get("failures") or {}
+    if not failures and not info.get("failed"):
+        top = info.get("highest_load")
+        return f"every step passed up to {dim} {_load(top if top is not None else cap)} (the highest step run)"
+    first_load, first = next(iter(failures.items()), (None, None))
+    if first_load is None:  # a summary from before `failures` was recorded
+        first_load, reasons = next(iter(info["failed"].items()))
+        first = [{"repetition": "?", "reasons": reasons}]
+    have = f"capacity {dim} {_load(cap)}" if cap is not None else "no load step passed"
+    return f"{have}; {dim} {failure_text(first_load, first)}"
+
+
+def accepted_reason(region: dict, classes, states) -> str:
+    """The verdict line of an accepted candidate: what it met, and where each class's region ends."""
+    ends = [f"{cls}/{state}: {region_end_text(region[cls][state])}" for cls in classes for state in states
+            if state in region.get(cls, {})]
+    return "meets behaviour and every SLO budget in every repetition up to its capacity — " + "; ".join(ends)
 
 
 def _reasons(cell: dict) -> list[str]:

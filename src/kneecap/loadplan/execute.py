@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kneecap.loadplan.behaviour import check, drift
-from kneecap.loadplan.capacity import capacity_region, littles_law, offered_vs_completed
+from kneecap.loadplan.capacity import accepted_reason, capacity_region, littles_law, offered_vs_completed, region_end_text
 from kneecap.loadplan.cells import auto_steps, build_ramps
 from kneecap.loadplan.handoff import write_handoff
 from kneecap.loadplan.observe import observe_cell
@@ -230,18 +230,14 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
                 info = region.get(cls_name, {}).get(state)
                 cap = info["capacity"] if info else None
                 if cap is None or (required is not None and cap < required):
-                    failed = (info or {}).get("failed", {})
-                    first = next(iter(failed.items()), None)
-                    why = f" (first failure at {info['dimension']} {first[0]}: {'; '.join(first[1])})" if first and info else ""
-                    have = "no load step" if cap is None else f"capacity {cap:g}"
-                    need = f" < required {required:g}" if required is not None and cap is not None else ""
-                    missing.append(f"{cls_name}/{state}: {have}{need}{why}")
+                    need = f" (required {required:g})" if required is not None and cap is not None else ""
+                    missing.append(f"{cls_name}/{state}: {region_end_text(info) if info else 'no load step'}{need}")
         if missing:
             entry.update(verdict="rejected", gate="slo",
                          reason=("fails the SLO gate — " + "; ".join(missing)
                                  + (f" — rejected for {entry['routing']} routing" if entry.get("routing") else "")))
         else:
-            entry.update(verdict="accepted", gate=None, reason="meets behaviour and every SLO budget in every repetition")
+            entry.update(verdict="accepted", gate=None, reason=accepted_reason(region, list(spec.slo), list(spec.states)))
         entry["capacity"] = region
         cand_spec = next(c for c in spec.candidates if c.name == entry["name"])
         entry["cost"] = {cls: _cost(cand_spec, (region.get(cls, {}).get(spec.states[0]) or {}).get("at_capacity"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kneecap.loadplan.capacity import region_end_text
+
 
 def _fmt(x) -> str:
     if x is None:
@@ -20,16 +22,15 @@ def render_verdict_table(summary: dict) -> list:
     for c in summary.get("candidates", []):
         cands.add_row(c["name"], c.get("verdict", "—"), c.get("gate") or "—", _fmt(c.get("peak_output_tok_s")), c.get("reason", ""))
     region = Table(title="capacity region (every repetition passes)", title_justify="left")
-    for h in ("candidate", "class", "state", "region", "capacity", "TTFT p99 (ms)", "ITL p99 (ms)", "out tok/s", "first failure"):
-        region.add_column(h, justify="left" if h in ("candidate", "class", "state", "region", "first failure") else "right")
+    for h in ("candidate", "class", "state", "region", "capacity", "TTFT p99 (ms)", "ITL p99 (ms)", "out tok/s", "where the region ends"):
+        region.add_column(h, justify="left" if h in ("candidate", "class", "state", "region", "where the region ends") else "right")
     for cand, by_class in (summary.get("capacity") or {}).items():
         for cls, by_state in by_class.items():
             for state, info in by_state.items():
                 at = info.get("at_capacity") or {}
-                first = next(iter((info.get("failed") or {}).items()), None)
                 region.add_row(cand, cls, state, ", ".join(f"{x:g}" for x in info["region"]) or "none",
                                f"{info['dimension']} {info['capacity']:g}" if info["capacity"] is not None else "—",
                                _fmt((at.get("ttft_ms") or {}).get("p99")), _fmt((at.get("itl_ms") or {}).get("p99")),
                                _fmt(at.get("output_tok_s")),
-                               f"{first[0]}: {'; '.join(first[1])}" if first else "—")
+                               region_end_text(info))
     return [cands, region]

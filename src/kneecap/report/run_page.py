@@ -73,6 +73,20 @@ def candidates_table(candidates: list[dict], preferred: object = None) -> Table:
                  caption="Behaviour gate first, then SLO gate; cost is compared only between accepted candidates")
 
 
+def _failing_loads(info: dict, failed: dict) -> str:
+    """'256: rep0 (ttft_p99_ms 828.7 > 500), rep1 (...)' per failing load: the repetition of each failure
+    (rep0 is the first, as cells are named); a summary without `failures` lists the reasons alone."""
+    failures = info.get("failures") if isinstance(info.get("failures"), dict) else None
+    if failures is None:
+        return "; ".join(f"{load}: {', '.join(map(str, why))}" for load, why in failed.items())
+    parts = []
+    for load, fails in failures.items():
+        each = [f"rep{f.get('repetition')} ({'; '.join(map(str, f.get('reasons') or [])) or f.get('verdict')})"
+                for f in fails if isinstance(f, dict)]
+        parts.append(f"{load}: {', '.join(each)}")
+    return "; ".join(parts)
+
+
 def capacity_table(capacity: dict) -> Table | None:
     rows = []
     for cand, by_class in capacity.items():
@@ -92,8 +106,7 @@ def capacity_table(capacity: dict) -> Table | None:
                              or "empty",
                              fmt.ms((at.get("ttft_ms") or {}).get("p99")), fmt.ms((at.get("itl_ms") or {}).get("p99")),
                              fmt.ms((at.get("e2e_ms") or {}).get("p99")), fmt.rate(at.get("output_tok_s")),
-                             "; ".join(f"{load}: {', '.join(map(str, why))}" for load, why in failed.items())
-                             or fmt.MISSING))
+                             _failing_loads(info, failed) or fmt.MISSING))
     if not rows:
         return None
     return Table(("candidate", "class", "state", "dimension", "capacity", "region (loads passing every repetition)",
