@@ -65,6 +65,8 @@ ROWS = [
     ("deepseek-ai--DeepSeek-R1.json", 8, 2, 70_272, {"mla": 61}),
     # DeepSeek-V3.2: MLA latent 61 x 576 x 2 B = 70,272 (the sparse-attention indexer's keys are not counted)
     ("deepseek-ai--DeepSeek-V3.2.json", 8, 2, 70_272, {"mla": 61}),
+    # DeepSeek-V3.1 NVFP4 (folder with hf_quant_config.json): the V3 architecture: 61 x 576 x 2 B = 70,272
+    ("nvidia--DeepSeek-V3.1-NVFP4", 8, 1, 70_272, {"mla": 61}),
     # Kimi-K2: 61 layers x (512 + 64) x 2 B = 70,272
     ("moonshotai--Kimi-K2-Instruct.json", 8, 2, 70_272, {"mla": 61}),
     # Kimi-K2.5 (text_config): 61 x 576 x 2 B = 70,272
@@ -144,6 +146,8 @@ def test_sparse_attention_indexer_is_named_as_not_counted():
 REFUSED = [
     ("google--gemma-4-26B-A4B.json", "global_head_dim"),  # global layers: other KV heads and head_dim
     ("nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json", "MoE blocks ('E')"),
+    ("XiaomiMiMo--MiMo-V2-Flash.json", "swa_num_key_value_heads"),  # sliding layers: other KV heads
+    ("MiniMaxAI--MiniMax-M3.json", "sparse_attention_config"),  # block-sparse attention with an index cache
 ]
 
 
@@ -172,6 +176,16 @@ def test_modelopt_hf_quant_config_gives_fp8_kv_and_fp8_weights():
     bare = from_hf_config(read_json(CONFIGS / "nvidia--Llama-3.1-70B-Instruct-FP8" / "config.json"),
                           name="bare", source="inline")
     assert bare.kv_dtype is None and bare.weight_dtype == "bf16"
+
+
+def test_modelopt_fp8_kv_on_an_mla_checkpoint():
+    # nvidia/DeepSeek-V3.1-NVFP4: hf_quant_config.json quant_algo NVFP4, kv_cache_quant_algo FP8, exclude_modules
+    # lm_head and every layer's self_attn projections
+    model = load_model(str(CONFIGS / "nvidia--DeepSeek-V3.1-NVFP4"))
+    assert (model.kv_dtype, model.weight_dtype) == ("fp8", "nvfp4")
+    dtypes = dict(model.part_dtypes)
+    assert (dtypes["attention"], dtypes["lm_head"], dtypes["routed_experts"]) == ("bf16", "bf16", "nvfp4")
+    assert kv_bytes_per_token(model, 1) == 35_136  # 61 x 576 x 1 B
 
 
 def test_modelopt_kv_cache_scheme_in_config_gives_fp8_kv():

@@ -203,7 +203,9 @@ _GENERIC_NEEDS = ("num_hidden_layers", "hidden_size", "num_attention_heads")
 _UNMODELLED_MARKERS = ("hybrid_override_pattern", "layers_block_type", "attn_layer_indices", "mamba_d_state",
                        "mamba_d_ssm", "mamba_n_heads", "ssm_state_size", "cross_attention_layers",
                        "linear_attn_config", "kv_lora_rank", "block_configs", "compress_ratios", "global_head_dim",
-                       "num_global_key_value_heads", "attention_k_eq_v", "num_kv_shared_layers")
+                       "num_global_key_value_heads", "attention_k_eq_v", "num_kv_shared_layers", "hybrid_layer_pattern",
+                       "swa_num_key_value_heads", "swa_head_dim", "v_head_dim", "sparse_attention_config",
+                       "index_head_dim")
 
 
 def _refuse_unmodelled(cfg: Mapping, model_type: str, architecture: str, source: str) -> None:
