@@ -16,4 +16,7 @@ fi
 # the layers of docs/architecture.md (import-linter, .importlinter): no import from a lower layer to a higher
 # one, no import cycles, lazy imports included
 .venv/bin/lint-imports --no-cache --no-logo
+# the layers of docs/architecture.md (import-linter, .importlinter): no import from a lower layer to a higher
+# one, no import cycles, lazy imports included
+.venv/bin/lint-imports --no-cache --no-logo
 exec .venv/bin/python -m pytest -q "$@"

@@ -65,3 +65,28 @@ class LevelDriver(Protocol):
 
     def server_gone(self, summary: dict) -> str | None:
         """After a level: a sentence saying the server stopped answering, or None."""
+
+
+SERVER_METRICS_KEYS = ("preemptions", "kv_usage_max", "kv_usage_mean", "running_max", "waiting_max",
+                       "prefix_cache_hit_rate")
+SOURCES = ("simulator", "prometheus", "none")
+
+
+def server_metrics(source: str, *, preemptions=None, kv_usage_max=None, kv_usage_mean=None, running_max=None,
+                   waiting_max=None, prefix_cache_hit_rate=None, **detail) -> dict:
+    """The one per-level server_metrics shape, whatever measured it: counts as ints, usage and hit rate as
+    fractions 0..1, None where the source cannot tell; `source` "simulator" | "prometheus" | "none".
+    `detail`: further keys a source knows (kept beside the contract's, never instead of them)."""
+    if source not in SOURCES:
+        raise ValueError(f"server_metrics source {source!r} is not one of {SOURCES}")
+
+    def count(v):
+        return None if v is None else int(round(v))
+
+    def fraction(v):
+        return None if v is None else round(min(1.0, max(0.0, float(v))), 6)
+
+    return {**detail, "preemptions": count(preemptions), "kv_usage_max": fraction(kv_usage_max),
+            "kv_usage_mean": fraction(kv_usage_mean), "running_max": count(running_max),
+            "waiting_max": count(waiting_max), "prefix_cache_hit_rate": fraction(prefix_cache_hit_rate),
+            "source": source}

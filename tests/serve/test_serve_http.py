@@ -16,6 +16,8 @@ from kneecap.client.server_metrics import parse_prometheus, sample_from_text
 from kneecap.serve.pseudo_tokens import filler_text
 
 MODEL = "llama-3.1-8b"
+SERVER_METRICS_CONTRACT = ("preemptions", "kv_usage_max", "kv_usage_mean", "running_max", "waiting_max",
+                           "prefix_cache_hit_rate", "source")
 SERVER_ARGS = ["--preset", MODEL, "--gpu", "h100-sxm", "--context", "8192"]
 
 
@@ -235,6 +237,16 @@ def test_real_bench_cli_sweep_against_serve(cli, server, tmp_path):
     for served, simulated in zip(doc["levels"], sim_doc["levels"]):
         ratio = served["tpot_ms"]["p50"] / simulated["tpot_ms"]["p50"]
         assert 0.8 < ratio < 2.0, (served["tpot_ms"], simulated["tpot_ms"])
+    # one server_metrics shape whatever measured it: scraped /metrics here, the engine's counters in simulate
+    for summary, source in ((doc, "prometheus"), (sim_doc, "simulator")):
+        for lv in summary["levels"]:
+            sm = lv["server_metrics"]
+            assert set(SERVER_METRICS_CONTRACT) <= set(sm) and sm["source"] == source, sm
+            assert isinstance(sm["preemptions"], int) and sm["preemptions"] == 0
+            # scrapes come about once a second, so a short level may be scraped while nothing runs
+            assert isinstance(sm["running_max"], int) and (source == "prometheus" or sm["running_max"] >= 1)
+            assert sm["running_max"] <= lv["concurrency"] and 0 <= sm["kv_usage_max"] <= 1
+    assert doc["levels"][1]["server_metrics"]["kv_usage_mean"] is not None
 
 
 def test_health_stays_fast_at_concurrency_1024(server):

@@ -113,3 +113,24 @@ def test_table_mode_prints_levels(tmp_path):
     res = run_cli(*BASE, "--concurrency", "1,4", "--out", str(tmp_path))
     assert res.code == 0
     assert "kneecap simulate" in res.stdout and "TTFT p50 (ms)" in res.stdout
+
+
+def test_past_the_kv_pool_preemptions_show_in_summary_and_report(tmp_path):
+    """A pool far too small for the level: the engine preempts, and summary.json's one server_metrics shape and
+    the report both say how often (the report used to read only bench's preemptions_delta and showed a dash)."""
+    from clitools import run_cli
+
+    out = tmp_path / "tight"
+    res = run_cli("simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--kv-pool-gib", "0.25", "--isl", "1000",
+                  "--osl", "400", "--concurrency", "64", "--requests", "64", "--out", str(out), "--json")
+    assert res.code == 0, res.stderr
+    sm = json.loads(res.stdout)["levels"][0]["server_metrics"]
+    assert sm["source"] == "simulator" and isinstance(sm["preemptions"], int) and sm["preemptions"] > 0
+    assert sm["kv_usage_max"] > 0.9 and 0 < sm["kv_usage_mean"] <= sm["kv_usage_max"]
+    assert {"running_max", "waiting_max", "prefix_cache_hit_rate"} <= set(sm)
+    lines = (out / "report.md").read_text().splitlines()
+    header = next(i for i, line in enumerate(lines) if "preemptions (count)" in line)
+    columns = [c.strip() for c in lines[header].strip("|").split("|")]
+    row = [c.strip() for c in lines[header + 2].strip("|").split("|")]
+    assert row[columns.index("preemptions (count)")] == f"{sm['preemptions']:,}", (columns, row)
+    assert "simulated engine" in "\n".join(lines[header - 3:header])

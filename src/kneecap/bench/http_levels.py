@@ -13,7 +13,7 @@ from typing import Callable
 
 from kneecap.bench.level import LevelOutcome, LevelTask, run_task
 from kneecap.bench.options import KIND_CONCURRENCY, BenchOptions
-from kneecap.levels import LevelPlan, LevelRun
+from kneecap.levels import LevelPlan, LevelRun, server_metrics
 from kneecap.records import RequestRecord
 
 # A level ends with the server probed again when at least this fraction of its requests failed
@@ -82,11 +82,12 @@ class HttpLevelDriver:
         with poller:
             outcomes = self._run_rounds(plan, base, keep, started) if opts.in_rounds else self._run_share(
                 LevelTask(specs=level_specs(opts, plan, warmup=False), duration_s=opts.duration_s, **base), keep)
-        self._append_timeline(plan.index, getattr(poller, "samples", lambda: [])())
+        samples = getattr(poller, "samples", lambda: [])()
+        self._append_timeline(plan.index, samples)
         from kneecap.bench.workers import merge_outcomes
 
         client = merge_outcomes(outcomes, opts.workers)
-        return LevelRun(server_metrics=poller.result(),
+        return LevelRun(server_metrics=scraped_server_metrics(poller.result(), samples),
                         fields={"wall_s": time.monotonic() - started, "client": client, "suspect": client["suspect"]},
                         note=(f" (client suspect: its own lag may have set these numbers; {_suspect_hint(opts.workers)})"
                               if client["suspect"] else ""))
@@ -130,6 +131,17 @@ class HttpLevelDriver:
                 break  # the driver stopped sending because the duration was over
             round_index += 1
         return outcomes
+
+
+def scraped_server_metrics(scraped: dict | None, samples: list[dict]) -> dict:
+    """A level's /metrics scrapes in the one server_metrics shape (source "none" when nothing was scraped).
+    kv_usage_mean is the mean over the scrapes (about one a second), not a time integral."""
+    if not scraped:
+        return server_metrics("none")
+    usage = [s["kv_usage"] for s in samples if s.get("kv_usage") is not None]
+    detail = {k: v for k, v in scraped.items() if k not in ("preemptions_delta",)}
+    return server_metrics("prometheus", **{**detail, "preemptions": scraped.get("preemptions_delta"),
+                                           "kv_usage_mean": sum(usage) / len(usage) if usage else None})
 
 
 def _suspect_hint(workers: int) -> str:

@@ -165,10 +165,16 @@ def server_table(levels: list[dict]) -> Table | None:
         sm = lv.get("server_metrics") if isinstance(lv.get("server_metrics"), dict) else {}
         kv = sm.get("kv_usage_max")
         kv_pct = fmt.pct(kv / 100 if fmt.is_number(kv) and kv > 1 else kv)
-        rows.append((fmt.load_text(lv), kv_pct, fmt.count(sm.get("running_max")), fmt.count(sm.get("waiting_max")),
-                     fmt.count(sm.get("preemptions_delta"))))
-    return Table(("load", "peak KV usage (% of blocks)", "peak running (requests)", "peak waiting (requests)",
-                  "preemptions (count)"), tuple(rows), caption="Server metrics per level (scraped from the server)")
+        rows.append((fmt.load_text(lv), kv_pct, fmt.pct(sm.get("kv_usage_mean")), fmt.count(sm.get("running_max")),
+                     fmt.count(sm.get("waiting_max")), fmt.count(sm.get("preemptions")),
+                     fmt.pct(sm.get("prefix_cache_hit_rate"))))
+    sources = {(lv.get("server_metrics") or {}).get("source") for lv in levels if isinstance(lv.get("server_metrics"), dict)}
+    origin = {"simulator": "the simulated engine's own counters", "prometheus": "scraped from the server's /metrics",
+              "none": "the server exposed none"}
+    said = "; ".join(origin.get(s, str(s)) for s in sorted(sources, key=str))
+    return Table(("load", "peak KV usage (% of blocks)", "mean KV usage (% of blocks)", "peak running (requests)",
+                  "peak waiting (requests)", "preemptions (count)", "prefix-cache hit rate (% of prompt tokens)"),
+                 tuple(rows), caption=f"Server metrics per level ({said})")
 
 
 CLIENT_KEY_PARTS = ("lag", "cpu")  # the client-health numbers worth a column (not timestamps)

@@ -65,6 +65,7 @@ class EngineStats:
     running_max: int = 0
     waiting_max: int = 0
     busy_s: float = 0.0
+    kv_block_s: float = 0.0  # KV blocks in use x seconds, summed over steps (for the time-weighted mean usage)
 
 
 def state_blocks_per_sequence(deployment: Deployment) -> int:
@@ -177,6 +178,9 @@ class Engine:
             "prefix_cache_queries_tokens": self.blocks.query_tokens,
             "prefix_cache_hits_tokens": self.blocks.hit_tokens,
             "kv_usage_max": round(self.stats.kv_blocks_max / self.blocks.num_blocks, 6),
+            # time-weighted over the engine's busy time (idle gaps between arrivals are not counted)
+            "kv_usage_mean": (round(self.stats.kv_block_s / self.stats.busy_s / self.blocks.num_blocks, 6)
+                              if self.stats.busy_s > 0 else None),
             "kv_blocks_max": self.stats.kv_blocks_max,
             "num_kv_blocks": self.blocks.num_blocks,
             "running_max": self.stats.running_max,
@@ -205,7 +209,8 @@ class Engine:
             return None
         n_dec = len(batch.decodes)
         prefill_tokens = batch.prefill_tokens
-        tokens = n_dec + prefill_tokens
+        spec = self.config.spec_tokens
+        tokens = n_dec * (1 + spec) + prefill_tokens  # a decode verifies its spec drafts in the same pass
         units = n_dec
         if self.microbatches > 1:  # a prefill chunk fills one micro-batch per token budget
             per = self.config.max_num_batched_tokens
@@ -214,6 +219,8 @@ class Engine:
                                     batch.kv_tokens_window, batch.num_seqs, num_decodes=n_dec,
                                     decode_kv_full=batch.decode_kv_full, decode_kv_window=batch.decode_kv_window,
                                     microbatches=units)
+        if spec and n_dec:
+            dur += self.steptime.draft_seconds(n_dec, spec)
         end = now + dur
         if batch.admitted:
             sched.last_prompt_latency = dur  # vLLM V0: time from the prompt step's schedule() to the next
@@ -223,8 +230,9 @@ class Engine:
         emitted: list[tuple[str, int]] = []
         done: list[Sequence] = []
         for seq in batch.decodes:
-            seq.num_computed += 1
-            self._emit(seq, idx, end, emitted, done)
+            gain = seq.next_tokens if spec else 1
+            seq.num_computed += gain
+            self._emit(seq, idx, end, emitted, done, gain, spec)
         for seq, n in batch.prefills:
             if seq.admitted_at is None:
                 seq.admitted_at = now
@@ -235,7 +243,7 @@ class Engine:
                 for i in range(p // bs, min((p + n) // bs, len(seq.prefix_hashes))):
                     blocks.register(seq.rid, i, seq.prefix_hashes[i])
             if seq.num_computed == seq.num_tokens:
-                self._emit(seq, idx, end, emitted, done)
+                self._emit(seq, idx, end, emitted, done, 1, spec)
         records = []
         for seq in done:
             sched.finish(seq)
@@ -248,6 +256,7 @@ class Engine:
         st = self.stats
         st.num_steps += 1
         st.busy_s += dur
+        st.kv_block_s += used_peak * dur
         st.kv_blocks_max = max(st.kv_blocks_max, used_peak)
         st.running_max = max(st.running_max, n_dec + len(batch.prefills))
         st.waiting_max = max(st.waiting_max, len(sched.waiting))
@@ -262,9 +271,13 @@ class Engine:
         return [s.rid for s in preempted]
 
     @staticmethod
-    def _emit(seq: Sequence, idx: int, end: float, emitted: list, done: list) -> None:
-        seq.num_output += 1
-        seq.num_tokens += 1
+    def _emit(seq: Sequence, idx: int, end: float, emitted: list, done: list, n: int = 1, spec: int = 0) -> None:
+        seq.num_output += n
+        seq.num_tokens += n
+        if spec:  # tokens per emitting step (records: one chunk per step, chunk_tokens its count)
+            if seq.step_tokens is None:
+                seq.step_tokens = []
+            seq.step_tokens.append(n)
         if seq.first_token_at is None:
             seq.first_token_at = end
         runs = seq.runs
@@ -272,7 +285,7 @@ class Engine:
             runs[-1][1] += 1
         else:
             runs.append([idx, 1])
-        emitted.append((seq.rid, 1))
+        emitted.append((seq.rid, n))
         if seq.num_output >= seq.output_len:
             done.append(seq)
 
@@ -283,7 +296,7 @@ class Engine:
         sched, blocks, bs = self.scheduler, self.blocks, self.block_size
         running = sched.running
         n = len(running)
-        if n == 0 or n > sched.budget:
+        if n == 0 or n > sched.budget or self.config.spec_tokens:
             return None
         if sched.waiting and self._last_blocked not in FAST_PATH_BLOCKED:
             return None
@@ -340,6 +353,7 @@ class Engine:
         st = self.stats
         st.num_steps += k
         st.busy_s += sum(durs[:k])
+        st.kv_block_s += float(np.dot(used_before + need[:k], durs[:k]))  # blocks in use during each decode step
         st.kv_blocks_max = max(st.kv_blocks_max, blocks.num_used)
         st.running_max = max(st.running_max, n)
         st.waiting_max = max(st.waiting_max, len(sched.waiting))
@@ -383,7 +397,8 @@ class Engine:
             request_id=seq.rid, level=meta.get("level", self.level), concurrency=meta.get("concurrency"),
             rate=meta.get("rate"), class_name=seq.spec.class_name, warmup=bool(meta.get("warmup", False)),
             scheduled_at=seq.scheduled_at, sent_at=seq.arrival_at, first_token_at=seq.first_token_at,
-            first_answer_at=seq.first_token_at, end_at=end_at, chunk_times=chunk_times, chunk_tokens=[1] * len(chunk_times),
+            first_answer_at=seq.first_token_at, end_at=end_at, chunk_times=chunk_times,
+            chunk_tokens=list(seq.step_tokens) if seq.step_tokens is not None else [1] * len(chunk_times),
             expected_input_tokens=seq.prompt_len, expected_output_tokens=seq.output_len,
             prompt_tokens=seq.prompt_len if status != ERROR else None, output_tokens=seq.num_output if status != ERROR else None,
             status=status, error_kind=error_kind, error_message=error_message, extra=extra)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from kneecap.errors import KneecapError
-from kneecap.levels import LevelPlan, LevelRun
+from kneecap.levels import LevelPlan, LevelRun, server_metrics
 from kneecap.records import RequestRecord
 from kneecap.sim.setup import SimDeployment
 from kneecap.sim.sweep import MAX_REQUESTS_PER_LEVEL, LevelSpec, simulate_level
@@ -131,7 +131,7 @@ class VirtualTimeDriver:
             keep(record)
         if self._trace_path is not None and self._row_writer is not None:
             self._row_writer(self._trace_path, result.trace)
-        return LevelRun(server_metrics=result.server_metrics, records=result.records)
+        return LevelRun(server_metrics=server_metrics("simulator", **result.server_metrics), records=result.records)
 
     def server_gone(self, summary: dict) -> str | None:
         return None  # the simulated engine never goes away
