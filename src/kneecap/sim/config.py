@@ -90,6 +90,11 @@ class EngineConfig:
     scheduler_delay_factor: float = 0.0
     # per-step CPU cost, CPU/GPU overlap and CUDA-graph padding of the engine these defaults mimic
     profile: EngineProfile = VLLM_PROFILE
+    # speculative decoding (MTP / EAGLE / draft model): each decode step verifies spec_tokens drafted tokens per
+    # sequence; draft i is kept only if drafts 1..i-1 were, each with probability acceptance_rate, so a step emits
+    # 1 + a + a^2 + ... + a^k tokens per sequence on average (Leviathan et al. 2023, eq. 1). 0 = off.
+    spec_tokens: int = 0
+    acceptance_rate: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_num_seqs, int) or self.max_num_seqs < 1:
@@ -105,8 +110,20 @@ class EngineConfig:
         if self.scheduler_delay_factor < 0:
             raise KneecapError(f"--scheduler-delay-factor must be >= 0, got {self.scheduler_delay_factor}",
                                "pass e.g. 0 (off) or 0.5")
+        if not isinstance(self.spec_tokens, int) or self.spec_tokens < 0:
+            raise KneecapError(f"speculative tokens per step must be a whole number >= 0, got {self.spec_tokens!r}",
+                               "pass e.g. spec_tokens=3 (0 = off)")
+        if not (0.0 <= self.acceptance_rate <= 1.0):
+            raise KneecapError(f"draft acceptance rate must be in [0, 1], got {self.acceptance_rate!r}",
+                               "pass e.g. acceptance_rate=0.7")
         if self.new_token_ratio_decay < 0:
             raise KneecapError(f"new_token_ratio_decay must be >= 0, got {self.new_token_ratio_decay}", "use e.g. 0.001")
+
+    @property
+    def tokens_per_decode_step(self) -> float:
+        """Expected tokens a decoding sequence gains per step: 1 + sum of acceptance_rate^i, i = 1..spec_tokens."""
+        a = self.acceptance_rate
+        return 1.0 + sum(a ** i for i in range(1, self.spec_tokens + 1))
 
     def with_overrides(self, *, max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                        enable_prefix_caching: bool | None = None,

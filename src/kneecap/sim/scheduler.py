@@ -40,7 +40,8 @@ class Sequence:
     """One request inside the engine. Token counts in tokens; times in seconds of virtual time."""
 
     __slots__ = ("spec", "rid", "prompt_len", "output_len", "arrival_at", "scheduled_at", "num_tokens", "num_computed",
-                 "num_output", "prefix_hashes", "admitted_at", "first_token_at", "preemptions", "runs", "meta")
+                 "num_output", "prefix_hashes", "admitted_at", "first_token_at", "preemptions", "runs", "meta",
+                 "spec_credit", "next_tokens", "step_tokens")
 
     def __init__(self, spec: RequestSpec, arrival_at: float, block_size: int, meta: dict | None = None,
                  scheduled_at: float | None = None):
@@ -59,6 +60,11 @@ class Sequence:
         self.first_token_at: float | None = None
         self.preemptions = 0
         self.runs: list[list[int]] = []  # [first step index, number of consecutive steps] that emitted a token
+        # speculative decoding: fractional tokens carried between steps, tokens the scheduled step emits, and the
+        # tokens of every emitting step (None when each step emits one)
+        self.spec_credit = 0.0
+        self.next_tokens = 1
+        self.step_tokens: list[int] | None = None
         self.meta = meta or {}
 
     @property
@@ -187,6 +193,8 @@ class Scheduler:
         batch = Batch()
         budget = self.budget
         running = self.running
+        k = cfg.spec_tokens
+        expected = cfg.tokens_per_decode_step
         # 1. decodes, oldest first; preempt from the tail when a block is missing
         i = 0
         while i < len(running) and budget > 0:
@@ -194,26 +202,36 @@ class Scheduler:
             if not seq.is_decode:
                 i += 1
                 continue
-            if blocks.num_held(seq.rid) < blocks_for(seq.num_computed + 1, bs):
+            gain = 1
+            if k:  # tokens this verify step keeps: the integer part of the carried expectation
+                credit = seq.spec_credit + expected
+                gain = max(1, min(int(credit), seq.output_len - seq.num_output))
+            while blocks.num_held(seq.rid) < blocks_for(seq.num_computed + gain, bs):
                 while blocks.num_free == 0:
                     victim = running.pop()
                     self._preempt(victim, batch)
                     if victim is seq:
                         break
                 if seq.num_computed == 0:  # preempted itself
-                    continue  # running shrank; index i now points past the end or at the next sequence
-                blocks.allocate(seq.rid, seq.num_computed + 1)
+                    break
+                blocks.allocate(seq.rid, min(seq.num_computed + gain,
+                                             (blocks.num_held(seq.rid) + blocks.num_free) * bs))
+            if seq.num_computed == 0:
+                continue  # preempted itself: running shrank; index i now points past the end or at the next sequence
+            if k:
+                seq.spec_credit = seq.spec_credit + expected - gain
+                seq.next_tokens = gain
             batch.decodes.append(seq)
             ctx = seq.num_computed + 1
-            batch.pairs_full += ctx
+            batch.pairs_full += ctx * (1 + k) + k * (k + 1) / 2  # 1 + k query tokens (drafts verified in one pass)
             batch.kv_tokens_full += ctx
             batch.decode_kv_full += ctx
             if w:
                 m = ctx if ctx < w else w
-                batch.pairs_window += m
+                batch.pairs_window += m * (1 + k)
                 batch.kv_tokens_window += m
                 batch.decode_kv_window += m
-            budget -= 1
+            budget -= 1 + k
             i += 1
         # 2. running sequences still in prefill (chunked)
         for seq in running:

@@ -415,6 +415,20 @@ class StepTimeModel:
                + self._prefill_attention_seconds(pf / m, pw / m, kf / m, kw / m))
         return self._combine(gpu, self._cpu(num_seqs, m), m)
 
+    def draft_seconds(self, num_seqs: int, spec_tokens: int) -> float:
+        """Drafting `spec_tokens` tokens for `num_seqs` decoding sequences: each draft step is one decoder layer's
+        GEMMs over the sequences plus the shared LM head (an MTP module is one transformer block sharing the
+        embedding and output head, DeepSeek-V3 report sec. 2.2; an EAGLE head is one decoder layer)."""
+        if num_seqs <= 0 or spec_tokens <= 0:
+            return 0.0
+        n = float(num_seqs)
+        hc = 2.0 * self.head_params * n / self.flop_rate
+        hm = (self.head_bytes + self.sample_bytes_per_seq * n) / self.byte_rate
+        head = hc if hc > hm else hm
+        body = self._fixed_seconds(n, n, n) - self.comm_seconds(n) - head - self.embed_bytes_per_token * n / self.byte_rate
+        layer = body / max(1, self.deployment.model.num_hidden_layers)
+        return spec_tokens * (layer + head)
+
     def decode_run_seconds(self, num_seqs: int, contexts, num_steps: int):
         """Durations (numpy array) of `num_steps` consecutive pure-decode steps of the same `num_seqs` sequences
         whose contexts (cached tokens after step 0) are `contexts` (numpy int array); each step adds one token each."""
