@@ -359,10 +359,14 @@ def render_markdown(rows: list[dict]) -> str:
              f"Median absolute error **{median_abs_error_pct(rows):.1f}%**; {sum(e <= 25 for e in errs)} of {len(sim)} "
              f"within 25%; worst {max(errs):.1f}%.", "",
              "| group | value | points | median abs. error | not simulated |", "|---|---|---:|---:|---:|"]
+    ranked = []
     for g, vals in group_medians(rows).items():
         for v, m in vals.items():
             med = "—" if m["median_abs_error_pct"] is None else f"{m['median_abs_error_pct']:.1f}%"
             lines.append(f"| {g} | {v} | {m['points']} | {med} | {m['not_simulated']} |")
+            if m["median_abs_error_pct"] is not None and m["points"] >= 3:
+                ranked.append((m["median_abs_error_pct"], f"{g} = {v} ({m['median_abs_error_pct']:.1f}%, {m['points']} points)"))
+    lines += ["", "Weakest groups (3 or more simulated points): " + "; ".join(t for _, t in sorted(ranked, reverse=True)[:4]) + "."]
     lines += ["", "How each published engine is simulated:", ""]
     lines += [f"- **{name}**: {how}." for name, how in ENGINES.items() if any(r["engine"].split()[0] == name for r in rows)]
     lines += ["", "| # | engine | model | GPU, layout | dtypes | ISL/OSL | C | metric | published | predicted | error | src |",
@@ -370,7 +374,10 @@ def render_markdown(rows: list[dict]) -> str:
     for i, r in enumerate(rows, 1):
         lines.append(f"| {i} {row_cells(r)} [{sources[r['source']][0]}] |")
     lines += ["", "Sources:", ""]
-    lines += [f"[{n}] {title} — <{url}>" + "  " for url, (n, title) in sources.items()]
+    for url, (n, title) in sources.items():
+        errs_src = [abs(r["error_pct"]) for r in sim if r["source"] == url]
+        med = f"median {_median(errs_src):.1f}% over {len(errs_src)} simulated" if errs_src else "none simulated"
+        lines.append(f"[{n}] {title} — <{url}> ({med})  ")
     lines += ["", TABLE_END]
     return "\n".join(lines)
 
