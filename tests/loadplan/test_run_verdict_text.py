@@ -54,3 +54,76 @@ def test_the_run_report_names_the_repetition_of_each_failure(quick_run):
     assert failing
     for cell in failing:
         assert f"rep{cell['repetition']} ({'; '.join(cell['breaches'])})" in md
+
+
+TWO_CANDIDATES = """\
+name: two-candidates
+seed: 5
+classes:
+  chat:
+    input: {kind: uniform, low: 200, high: 600}
+    output: {kind: fixed, value: 64}
+slo:
+  chat: {ttft_p99_ms: 400, itl_p99_ms: 200, error_rate: 0.01}
+load:
+  dimension: concurrency
+  steps: [1, 8, 32]
+  requests_per_cell: 32
+repetitions: 2
+candidates:
+  - name: roomy
+    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm}
+  - name: starved
+    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm, max_num_seqs: 1}
+"""
+
+
+def test_the_handoff_reproduce_line_runs_the_failing_cell_again_with_the_same_numbers(tmp_path):
+    """The handoff's Reproduce line is a command: run in the handoff folder it re-runs that one cell, at its
+    place in the run order (so the same seed), and the simulator gives the same numbers."""
+    import shlex
+
+    from clitools import run_cli
+
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(TWO_CANDIDATES)
+    r = run_cli("run", str(plan), "--out", str(tmp_path / "full"), "--json", "--no-report", timeout=300)
+    assert r.code == 0, r.stderr
+    full = json.loads(r.stdout)
+    handoff = json.loads((tmp_path / "full" / "handoff" / "handoff.json").read_text())
+    failing = handoff["failing_cell"]
+    argv = shlex.split(handoff["reproduce"])
+    assert argv[:3] == ["kneecap", "run", "plan.yaml"] and "--cell" in argv
+    readme = (tmp_path / "full" / "handoff" / "README.md").read_text()
+    assert f"`{handoff['reproduce']}`" in readme
+    # a cell of the second candidate too: its index (and seed) counts the first candidate's cells
+    starved = next(c for c in full["cells"] if c["candidate"] == "starved" and c["repetition"] == 1
+                   and c["verdict"] != "not_run" and c["load"]["concurrency"] == 8)
+    second = ["kneecap", "run", "plan.yaml", "--cell", "starved/chat/warm", "--load", "8", "--repetition", "1"]
+    for command, original in ((argv, failing), (second, starved)):
+        out = tmp_path / f"again-{original['candidate']}"
+        again = run_cli(*command[1:], "--out", str(out), "--json", "--no-report", cwd=str(tmp_path / "full" / "handoff"),
+                        timeout=300)
+        assert again.code == 0, again.stderr
+        doc = json.loads(again.stdout)
+        (cell,) = doc["cells"]
+        before = next(c for c in full["cells"] if c["index"] == cell["index"])
+        assert {k: before[k] for k in ("candidate", "class", "state", "load", "repetition")} == \
+            {k: original[k] for k in ("candidate", "class", "state", "load", "repetition")}
+        assert (cell["verdict"], cell["breaches"], cell["metrics"]["ttft_ms"], cell["metrics"]["output_tok_s"]) == \
+            (before["verdict"], before["breaches"], before["metrics"]["ttft_ms"], before["metrics"]["output_tok_s"])
+        assert doc["selected_cell"] and doc["candidates"][0]["verdict"] == "not judged"
+
+
+def test_a_bad_cell_selection_is_one_line(tmp_path):
+    from clitools import run_cli
+
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(TWO_CANDIDATES)
+    for args, needle in ((["--cell", "nobody/chat/warm", "--load", "8", "--repetition", "0"], "candidate 'nobody'"),
+                         (["--cell", "roomy/chat/warm", "--load", "7", "--repetition", "0"], "--load 7 is not one"),
+                         (["--cell", "roomy/chat/warm", "--load", "8", "--repetition", "2"], "--repetition 2 is outside"),
+                         (["--cell", "roomy/chat/warm"], "--cell needs --load and --repetition"),
+                         (["--load", "8"], "together with --cell")):
+        r = run_cli("run", str(plan), "--out", str(tmp_path / "x"), *args)
+        assert r.code == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)

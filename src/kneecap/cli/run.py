@@ -19,6 +19,9 @@ def run(
     no_report: bool = typer.Option(False, "--no-report", help="Do not render report.md/report.html at the end"),
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue a killed run of this plan in its results folder"),
     fail_on: Optional[str] = typer.Option(None, "--fail-on", help="Exit 1 on: errors, limit, slo, rejected (comma list)"),
+    cell: Optional[str] = typer.Option(None, "--cell", help="Run one cell again: CANDIDATE/CLASS/STATE (with --load and --repetition; the handoff's Reproduce line)"),
+    load: Optional[float] = typer.Option(None, "--load", help="With --cell: the load step (concurrency or rate)"),
+    repetition: Optional[int] = typer.Option(None, "--repetition", help="With --cell: the repetition, counted from 0"),
 ) -> int:
     """Run a load plan: behaviour gate, then SLO gate, then cost; capacity region per class; handoff on failure."""
     from datetime import datetime, timezone
@@ -40,6 +43,11 @@ def run(
     from kneecap.errors import KneecapError
     from kneecap.loadplan.execute import FAIL_ON, fail_on_reason, plan_digest
 
+    from kneecap.loadplan.reproduce import select_cell
+
+    only = select_cell(spec, cell, load, repetition)
+    if only is not None and resume:
+        raise KneecapError("--cell and --resume both given", "re-run one cell into a new --out folder")
     wanted = tuple(x.strip() for x in (fail_on or "").split(",") if x.strip())
     unknown = [x for x in wanted if x not in FAIL_ON]
     if unknown:
@@ -61,7 +69,7 @@ def run(
         results = ResultsDir(folder)
     results.write_manifest(current_argv(), extra={"kind": "run", "plan": str(Path(plan_file).resolve().name), "seed": spec.seed})
     say = None if (quiet or json_out) else (lambda line: print(line, file=sys.stderr, flush=True))
-    summary = run_load_plan(spec, base_dir, Path(plan_file), results, progress=say, resume=previous)
+    summary = run_load_plan(spec, base_dir, Path(plan_file), results, progress=say, resume=previous, only=only)
     if not no_report:
         from kneecap.report import render_report_or_warn
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kneecap.errors import KneecapError
 from kneecap.loadplan.behaviour import check, drift
 from kneecap.loadplan.capacity import accepted_reason, capacity_region, littles_law, offered_vs_completed, region_end_text
 from kneecap.loadplan.cells import auto_steps, build_ramps
@@ -72,13 +73,29 @@ def _stops_ramp(row: dict, spec: LoadPlanSpec) -> bool:
     return row["verdict"] == "limit" or (row["verdict"] == "slo_breach" and spec.stop.stop_on_slo_breach)
 
 
+def _steps(spec: LoadPlanSpec, cand, classes: dict) -> list:
+    if spec.load.steps != "auto":
+        return list(spec.load.steps)
+    isl = max(c.input.upper_bound or int(c.input.expected) for c in classes.values())
+    osl = max(c.output.upper_bound or int(c.output.expected) for c in classes.values())
+    return auto_steps(_max_safe(cand, isl, osl))
+
+
+def _cell_count(spec: LoadPlanSpec, cand_spec, classes: dict) -> int:
+    """How many cells one candidate's ramps hold (its share of the run order)."""
+    cand = make_candidate(cand_spec.target) if spec.load.steps == "auto" else None
+    return len(_steps(spec, cand, classes)) * len(classes) * len(spec.states) * spec.repetitions
+
+
 def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, *, progress=None,
-                  resume: dict | None = None) -> dict:
+                  resume: dict | None = None, only=None) -> dict:
     """Execute the plan; `results` is a kneecap.results.ResultsDir. Returns the summary dict.
 
     resume: the summary.json of an earlier run of the same plan into the same folder; its finished cells
     are kept as they are, and a cell that was cut short has its records set aside
     (records/cell-NNNN.discarded.jsonl) and runs again.
+    only: a kneecap.loadplan.reproduce.CellSelection — run that one cell (at its place in the run order,
+    so with its seed) and judge it; no candidate verdict is given from one cell.
     """
     from kneecap.metrics.summarize import summarize_level
     from kneecap.results import build_summary
@@ -98,7 +115,12 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
     handoff_path = (results.path / "handoff") if done and (results.path / "handoff" / "handoff.json").exists() else None
     any_executed = False
     identities = {}
+    skipped_cells = 0  # --cell: the cells earlier candidates hold in the run order, so the chosen one keeps its index
     for cand_spec in spec.candidates:
+        if only is not None and cand_spec.name != only.candidate:
+            if not cells:  # a candidate before the chosen one (assumed past its behaviour gate, as simulators always are)
+                skipped_cells += _cell_count(spec, cand_spec, classes)
+            continue
         cand = make_candidate(cand_spec.target)
         any_executed = any_executed or cand.benchmark_executed
         identities[cand_spec.name] = _redacted(cand.identity()) if spec.privacy.redact_server_strings else cand.identity()
@@ -127,17 +149,14 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
             continue
         # -- the ramps ---------------------------------------------------------------------------------
         dimension = spec.load.dimension
-        if spec.load.steps == "auto":
-            isl = max(c.input.upper_bound or int(c.input.expected) for c in classes.values())
-            osl = max(c.output.upper_bound or int(c.output.expected) for c in classes.values())
-            steps = auto_steps(_max_safe(cand, isl, osl))
-        else:
-            steps = list(spec.load.steps)
+        steps = _steps(spec, cand, classes)
         ramps = build_ramps([cand_spec.name], list(classes), list(spec.states), dimension, steps, spec.repetitions)
-        offset = len(cells)
+        offset = len(cells) + skipped_cells
         for ramp in ramps:
             stopped_at = None
             for cell in ramp:
+                if only is not None and not only.matches(cell):
+                    continue
                 index = cell.index + offset
                 row = {"index": index, "candidate": cell.candidate, "class": cell.class_name, "state": cell.state,
                        "load": {dimension: int(cell.load) if dimension == "concurrency" else cell.load},
@@ -217,10 +236,21 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
                                                     benchmark_executed=any_executed, status="running", cells=cells,
                                                     plan_name=spec.name, plan_sha256=plan_digest(plan_path)))
         candidates_out.append(entry)
+    if only is not None and not cells:
+        raise KneecapError(f"no cell of the plan matches {only.key}",
+                           "check --load against the steps the plan ran (steps: auto picks them at run time)")
     capacity = capacity_region(cells)
     # -- gate 2: SLO; then cost ----------------------------------------------------------------------
     for entry in candidates_out:
         if entry.get("verdict"):
+            continue
+        if only is not None:
+            cell = cells[0]
+            entry.update(verdict="not judged", gate=None, capacity=capacity.get(entry["name"], {}), cost=None,
+                         peak_output_tok_s=(cell.get("metrics") or {}).get("output_tok_s"),
+                         reason=f"one cell re-run ({only.key}): {cell['verdict']}"
+                                + (f" ({cell.get('limit') or '; '.join(cell.get('breaches') or [])})"
+                                   if cell["verdict"] != "pass" else ""))
             continue
         region = capacity.get(entry["name"], {})
         required = spec.load.required
@@ -249,6 +279,7 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
         "run", [], None, None, model_executed=any_executed, benchmark_executed=any_executed, status="complete",
         plan_name=spec.name, plan_sha256=plan_digest(plan_path), description=spec.description, cells=cells, capacity=capacity, candidates=candidates_out,
         handoff=str(handoff_path.relative_to(results.path)) if handoff_path else None,
+        selected_cell=only.key if only is not None else None,
         identities=identities,
         worksheet={
             "classes": {n: c.model_dump() for n, c in spec.classes.items()},

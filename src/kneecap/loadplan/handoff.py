@@ -1,4 +1,4 @@
-"""The specialist handoff: when a limit fails, the smallest reproducible package (seed 004).
+"""The specialist handoff: when a limit fails, the smallest reproducible package.
 
 A folder with: the plan file, the deployment / server identity, the workload generator and seed,
 the raw trace of the failing cell (records without prompts), the threshold crossed, a one-variable
@@ -11,6 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
+from kneecap.loadplan.reproduce import reproduce_command
 from kneecap.records import RecordWriter, RequestRecord
 
 
@@ -53,7 +54,7 @@ def write_handoff(folder: Path, *, plan_path: Path, cell: dict, records: list[Re
         "target": target,
         "workload": workload,
         "environment": manifest,
-        "reproduce": f"kneecap run plan.yaml (cell {cell['candidate']}/{cell['class']}/{cell['state']}, {dim}={load:g}, repetition {cell['repetition']})",
+        "reproduce": reproduce_command("plan.yaml", cell),
     }
     (folder / "handoff.json").write_text(json.dumps(package, indent=2, sort_keys=True, default=str) + "\n")
     lines = [
@@ -61,7 +62,7 @@ def write_handoff(folder: Path, *, plan_path: Path, cell: dict, records: list[Re
         "",
         f"- Threshold crossed: {package['threshold_crossed']}",
         f"- Next experiment (one variable): {package['next_experiment']}",
-        f"- Reproduce: `{package['reproduce']}`",
+        f"- Reproduce (in this folder; the cell keeps its seed): `{package['reproduce']}`",
         f"- Raw trace: `failing_cell_requests.jsonl` ({len(records)} records, prompt hashes only)",
         "- Identity, workload generator and seed, environment: `handoff.json`",
     ]
