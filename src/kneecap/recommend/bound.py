@@ -1,0 +1,88 @@
+"""A cheap upper bound on one replica's load under the SLO, from the plan and the GPU's datasheet peaks:
+no simulated step is ever faster than reading the (active) weights and the prompts' KV at peak HBM
+bandwidth, nor than its FLOPs at the GPU's highest peak; by Little's law a replica decoding B sequences
+at TPOT t serves at most B / (osl x t) requests/s. Used only to skip candidates that cannot win.
+
+Owns the arithmetic; not the simulator (a test checks the simulated maximum never exceeds this bound).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kneecap.metrics.slo import ERROR_RATE, split_key
+from kneecap.plan.ledger import Plan
+from kneecap.recommend.space import Knobs, RecommendRequest
+from kneecap.units import MS_PER_S
+
+# stats whose limit also bounds the mean (a level's mean is at most its p95 / p99 / max in practice)
+_MEAN_BOUNDING = ("mean", "p95", "p99", "max")
+
+
+@dataclass(frozen=True)
+class Bound:
+    load: float  # highest per-replica load (req/s or streams) that could meet the SLO; 0: none can
+    why: str  # what limits it
+
+
+def _limits_ms(slo: dict, metrics: tuple[str, ...], stats: tuple[str, ...] | None) -> float | None:
+    vals = []
+    for key, limit in slo.items():
+        if key == ERROR_RATE:
+            continue
+        metric, stat = split_key(key)
+        if metric in metrics and (stats is None or stat in stats):
+            vals.append(limit)
+    return max(vals) if vals else None
+
+
+def replica_bound(plan: Plan, knobs: Knobs, req: RecommendRequest) -> Bound:
+    d = plan.deployment
+    gpu, model = d.gpu, d.model
+    bw = gpu.hbm_bandwidth_bytes_s
+    peak = max(f for f in (gpu.bf16_flops, gpu.fp8_flops, gpu.fp4_flops) if f)
+    active = model.active_params
+    frac = active / model.total_params if model.total_params else 1.0
+    w_min = plan.ledger.weights_bytes * frac  # bytes every step must read on each GPU
+    kv_tok = plan.kv_bytes_per_token_per_gpu
+    n = knobs.tp * knobs.pp
+    flops_tok = 2.0 * active / n  # per GPU, per token
+
+    def t_round(b: float) -> float:
+        return max((w_min + b * req.isl * kv_tok) / bw, b * flops_tok / peak)
+
+    # every request's TTFT and TPOT are at least one step of itself
+    any_tpot = _limits_ms(req.slo, ("tpot", "itl"), None)
+    if any_tpot is not None and t_round(1) * MS_PER_S > any_tpot:
+        return Bound(0.0, f"one decode step reads {w_min / 1e9:.1f} GB per GPU: at least {t_round(1) * MS_PER_S:.1f} ms "
+                          f"> TPOT limit {any_tpot:g} ms")
+    any_ttft = _limits_ms(req.slo, ("ttft",), None)
+    t_prefill = knobs.pp * max(2.0 * active * req.isl / (n * peak), w_min / bw)
+    if any_ttft is not None and t_prefill * MS_PER_S > any_ttft:
+        return Bound(0.0, f"one {req.isl}-token prefill takes at least {t_prefill * MS_PER_S:.0f} ms > TTFT limit {any_ttft:g} ms")
+
+    b_cap = min(knobs.max_num_seqs * knobs.pp, plan.kv_capacity_tokens // (req.isl + 1))
+    why = "KV pool / max_num_seqs"
+    tpot = _limits_ms(req.slo, ("tpot", "itl"), _MEAN_BOUNDING)
+    if tpot is not None:
+        limit_s = tpot / MS_PER_S
+        b_tpot = min((limit_s * bw - w_min) / (req.isl * kv_tok) if kv_tok else math.inf, limit_s * peak / flops_tok)
+        if b_tpot < b_cap:
+            b_cap, why = b_tpot, "TPOT limit vs HBM bandwidth"
+    if b_cap < 1:
+        return Bound(0.0, "not one sequence fits the KV pool within the TPOT limit")
+    rate_decode = b_cap / (req.osl * t_round(b_cap))
+    rate_compute = peak / (flops_tok * (req.isl + req.osl))
+    rate = min(rate_decode, rate_compute)
+    if rate_compute < rate_decode:
+        why = "peak FLOPs"
+    if req.kind == "rate":
+        return Bound(rate, why)
+    ttft = _limits_ms(req.slo, ("ttft",), _MEAN_BOUNDING)
+    e2e = _limits_ms(req.slo, ("e2e",), _MEAN_BOUNDING)
+    e2e_s = e2e / MS_PER_S if e2e is not None else (
+        (ttft + (req.osl - 1) * tpot) / MS_PER_S if ttft is not None and tpot is not None else None)
+    if e2e_s is None:
+        return Bound(float(req.load), "no TTFT+TPOT or E2E limit to bound the streams")
+    return Bound(float(max(1, math.floor(rate * e2e_s))), why + " (Little's law over the E2E limit)")

@@ -1,0 +1,65 @@
+"""How to confirm a recommended deployment on real hardware, and how far to trust the prediction:
+the vLLM launch line for one replica, one `kneecap bench` run against it (half the replica's share of
+the load, its share, and the simulated per-replica maximum: one run, three levels), and the simulator's
+validation error for the engine and GPU vendor (kneecap/data/validation/baseline.json) where it exists.
+
+Owns strings and the lookup; not the search.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from kneecap.metrics.slo import format_slo
+from kneecap.recommend.space import Knobs, RecommendRequest
+
+BASELINE = Path(__file__).resolve().parents[1] / "data" / "validation" / "baseline.json"
+
+
+def serve_cmd(req: RecommendRequest, k: Knobs) -> str:
+    """vLLM's own flags for one replica (vllm serve --help: tensor/pipeline parallel size, scheduler limits)."""
+    parts = ["vllm", "serve", req.model, "--tensor-parallel-size", str(k.tp), "--pipeline-parallel-size", str(k.pp),
+             "--max-num-seqs", str(k.max_num_seqs), "--max-num-batched-tokens", str(k.max_num_batched_tokens),
+             "--max-model-len", str(req.context)]
+    if k.kv_dtype.startswith("fp8"):
+        parts += ["--kv-cache-dtype", "fp8"]
+    if k.weight_dtype == "fp8":
+        parts += ["--quantization", "fp8"]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def _levels(req: RecommendRequest, share: float, max_load: float | None) -> str:
+    if req.kind == "rate":
+        vals = sorted({round(share / 2, 3), round(share, 3)} | ({round(max_load, 3)} if max_load and max_load > share else set()))
+        return ",".join(f"{v:g}" for v in vals if v > 0)
+    vals = sorted({max(1, int(share) // 2), int(share)} | ({int(max_load)} if max_load and max_load > share else set()))
+    return ",".join(str(v) for v in vals)
+
+
+def bench_cmd(req: RecommendRequest, share: float, max_load: float | None) -> str:
+    """One bench run against one replica at its share of the load (replicas serve independent shares)."""
+    flag = "--rate" if req.kind == "rate" else "--concurrency"
+    parts = ["kneecap", "bench", "--base-url", "http://127.0.0.1:8000", "--model", req.model, "--isl", str(req.isl),
+             "--osl", str(req.osl), flag, _levels(req, share, max_load), "--requests", "300", "--slo", format_slo(req.slo),
+             "--seed", str(req.seed)]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def trust(gpu_vendor: str, moe: bool, fp8: bool, engine: str = "vllm") -> str:
+    """The simulator's median absolute error on published points for this engine and GPU vendor."""
+    try:
+        groups = json.loads(BASELINE.read_text()).get("groups", {})
+    except (OSError, ValueError):
+        return "not validated"
+    parts = []
+    for group, value, label in (("engine", engine, f"{engine} points"), ("GPU vendor", gpu_vendor, f"{gpu_vendor} GPUs"),
+                                ("MoE", "yes" if moe else "no", "MoE models" if moe else "dense models"),
+                                ("FP8", "yes" if fp8 else "no", "FP8 points" if fp8 else "non-FP8 points")):
+        err = (groups.get(group) or {}).get(value)
+        if err is not None:
+            parts.append(f"{label} {err:g}%")
+    if not parts:
+        return "not validated"
+    return "simulator's median absolute error against published measurements: " + ", ".join(parts)

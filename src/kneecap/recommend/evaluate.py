@@ -1,0 +1,151 @@
+"""One candidate in the simulated engine: a level at a load (VirtualTimeDriver on a fresh engine of the
+plan's KV blocks, summarized and judged against the SLO), one replica's highest load meeting the SLO
+(find_max over such levels), and the replica count that serves the whole load (checked at the load itself).
+
+Runs in worker processes: every function takes plain values and rebuilds (and caches) the plan.
+Owns neither the grid nor the ranking (search.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from kneecap.levels import LevelPlan
+from kneecap.metrics.search import MaxLoad, Verdict, find_max
+from kneecap.metrics.slo import level_meets_slo
+from kneecap.metrics.summarize import summarize_level
+from kneecap.plan.build import DeploymentRequest, plan_deployment
+from kneecap.recommend.space import ENGINE_DEFAULTS, Knobs, RecommendRequest
+from kneecap.sim.level_driver import SimulateOptions, VirtualTimeDriver
+from kneecap.sim.setup import SimDeployment, from_plan
+
+COARSE_REQUESTS = 60  # measured requests of a search level at least (short levels first)
+COARSE_MAX_REQUESTS = 160  # ... and at most: enough for the decode population to build up at the load
+FINE_REQUESTS = 200  # measured requests of the check at the stated load
+RATE_RESOLUTION = 0.1  # find_max stops when the bracket is within 10%
+MAX_REPLICA_STEPS = 6  # replica adjustments tried around ceil(load / per-replica max)
+
+
+@lru_cache(maxsize=256)
+def planned(request: DeploymentRequest):
+    return plan_deployment(request).plan
+
+
+def simulated(req: RecommendRequest, k: Knobs) -> SimDeployment:
+    return from_plan(planned(req.deployment_request(k)), defaults=ENGINE_DEFAULTS, max_num_seqs=k.max_num_seqs,
+                     max_num_batched_tokens=k.max_num_batched_tokens)
+
+
+@dataclass(frozen=True)
+class LevelOutcome:
+    load: float
+    met: bool
+    why: str
+    ttft_p99_ms: float | None
+    tpot_p99_ms: float | None
+    tpot_p50_ms: float | None
+    output_tok_s: float | None
+    kv_usage_max: float | None
+    preemptions: int | None
+    values: dict  # every SLO key -> the level's value (None: no data)
+
+
+def level_requests(req: RecommendRequest, load: float, base: int) -> int:
+    return base if req.kind == "rate" else max(base, 3 * int(load))
+
+
+def coarse_requests(req: RecommendRequest, load: float) -> int:
+    """A search level's requests: twice the requests in flight at the load by Little's law over the SLO's
+    TTFT + osl x TPOT (so the level reaches its steady state), within [COARSE_REQUESTS, COARSE_MAX_REQUESTS]."""
+    if req.kind != "rate":
+        return COARSE_REQUESTS
+    ttft = max((v for k, v in req.slo.items() if k.startswith("ttft_")), default=None)
+    tpot = max((v for k, v in req.slo.items() if k.startswith(("tpot_", "itl_"))), default=None)
+    e2e_s = ((ttft or 0.0) + req.osl * (tpot or 0.0)) / 1000.0 if (ttft or tpot) else 10.0
+    return int(min(COARSE_MAX_REQUESTS, max(COARSE_REQUESTS, math.ceil(2 * load * e2e_s))))
+
+
+def run_level(sim: SimDeployment, req: RecommendRequest, load: float, requests: int) -> LevelOutcome:
+    value = float(load) if req.kind == "rate" else int(load)
+    opts = SimulateOptions(kind=req.kind, levels=(value,), isl=req.isl, osl=req.osl,
+                           requests=level_requests(req, value, requests), seed=req.seed)
+    records: list = []
+    run = VirtualTimeDriver(sim, opts).run_level(
+        LevelPlan(index=0, value=value, num_requests=opts.requests, num_warmup=0, first_index=0), records.append)
+    summary = summarize_level(records, **({"rate": value} if req.kind == "rate" else {"concurrency": value}))
+    ok, breaches = level_meets_slo(summary, req.slo)
+    values = {}
+    for key in req.slo:
+        if key == "error_rate":
+            values[key] = summary["failed"] / summary["requests"] if summary.get("requests") else None
+        else:
+            metric, _, stat = key[: -len("_ms")].rpartition("_")
+            values[key] = (summary.get(f"{metric}_ms") or {}).get(stat)
+    sm = run.server_metrics
+    return LevelOutcome(load=value, met=ok, why="; ".join(b["message"] for b in breaches),
+                        ttft_p99_ms=(summary.get("ttft_ms") or {}).get("p99"),
+                        tpot_p99_ms=(summary.get("tpot_ms") or {}).get("p99"),
+                        tpot_p50_ms=(summary.get("tpot_ms") or {}).get("p50"),
+                        output_tok_s=summary.get("output_tok_s"), kv_usage_max=sm.get("kv_usage_max"),
+                        preemptions=sm.get("preemptions"), values=values)
+
+
+def replica_max(req: RecommendRequest, k: Knobs, bound: float, requests: int | None = None) -> MaxLoad:
+    """find_max over simulated levels of one replica, from bound/8 up to min(bound, the whole load)
+    (once more from bound/512 when bound/8 already fails). requests None: coarse_requests at each load."""
+    sim = simulated(req, k)
+
+    def evaluate(load: float, _rep: int) -> Verdict:
+        o = run_level(sim, req, load, requests if requests is not None else coarse_requests(req, load))
+        return Verdict(met=o.met, why=o.why)
+
+    high = min(bound, req.load)
+    if req.kind == "rate":
+        m = find_max(evaluate, "rate", low=high / 8, high=high, resolution=RATE_RESOLUTION)
+        if m.value is None:
+            m = find_max(evaluate, "rate", low=high / 512, high=high / 8, resolution=RATE_RESOLUTION)
+        return m
+    high = max(1, int(high))
+    step = max(1, high // 32)
+    m = find_max(evaluate, "concurrency", low=max(1, high // 8), high=high, resolution=step)
+    if m.value is None and high // 8 > 1:
+        m = find_max(evaluate, "concurrency", low=1, high=max(1, high // 8), resolution=max(1, high // 256))
+    return m
+
+
+def per_replica_load(req: RecommendRequest, replicas: int) -> float:
+    """Each replica's share of the load: rate / replicas (requests routed at random stay Poisson), or
+    ceil(concurrency / replicas) streams (the busiest replica)."""
+    return req.load / replicas if req.kind == "rate" else math.ceil(req.load / replicas)
+
+
+@dataclass(frozen=True)
+class Sized:
+    replicas: int | None  # None: no replica count within MAX_REPLICA_STEPS met the SLO
+    at_load: LevelOutcome | None  # the check at the stated load with `replicas`
+    one_fewer: LevelOutcome | None  # the same check with one replica fewer (fails, or replicas == 1)
+
+
+def size_replicas(req: RecommendRequest, k: Knobs, max_load: float, requests: int = FINE_REQUESTS) -> Sized:
+    """Replicas = ceil(load / per-replica max), then checked at the stated load with longer levels: add
+    replicas until the check meets the SLO, remove them while one fewer still meets it."""
+    sim = simulated(req, k)
+    r = max(1, math.ceil(req.load / max_load - 1e-9))
+    cache: dict[int, LevelOutcome] = {}
+
+    def check(n: int) -> LevelOutcome:
+        if n not in cache:
+            cache[n] = run_level(sim, req, per_replica_load(req, n), requests)
+        return cache[n]
+
+    for _ in range(MAX_REPLICA_STEPS):
+        if check(r).met:
+            break
+        r += 1
+    else:
+        return Sized(None, None, None)
+    while r > 1 and check(r - 1).met:
+        r -= 1
+    return Sized(r, check(r), check(r - 1) if r > 1 else None)

@@ -1,0 +1,302 @@
+"""The search: every candidate of the grid is planned (what cannot fit is pruned), bounded (what cannot
+beat the cheapest found so far is skipped), and the rest priced by the simulated engine — short levels
+first (one replica's max load under the SLO, find_max), then the cheapest few sized and checked at the
+stated load with longer levels. Batches of a fixed size run across worker processes; results depend on
+the batch order only, never on the worker count.
+
+Owns ranking, pruning counts and the Pareto frontiers; not flags, rendering, or the simulator.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+from kneecap.errors import KneecapError
+from kneecap.recommend import confirm
+from kneecap.recommend.bound import Bound, replica_bound
+from kneecap.recommend.evaluate import (COARSE_MAX_REQUESTS, COARSE_REQUESTS, FINE_REQUESTS, planned, per_replica_load, replica_max,
+                                        size_replicas)
+from kneecap.recommend.prices import Price
+from kneecap.recommend.space import Knobs, RecommendRequest
+
+BATCH = 4  # candidates simulated per round (fixed: the pruning between rounds must not depend on the workers)
+SLACK = 0.25  # also simulate candidates whose lower-bound cost is within 25% of the best so far (the frontier)
+MAX_REPRESENTATIVES = 10  # stage 1: one engine-limit setting per (GPU, tp, pp, dtypes), cheapest bounds first
+LIMIT_VARIANTS_FOR = 1  # stage 2: every max_num_seqs x max_num_batched_tokens of the best this many setups
+REFINE = 4  # stage 3: the cheapest candidates sized and checked at the stated load with longer levels
+PREFERRED_LIMITS = (256, 8192)  # the representative's limits when bounds tie (vLLM's defaults on a >= 70 GiB GPU: 1024, 8192)
+
+
+@dataclass
+class Counts:
+    evaluated: int = 0
+    pruned: int = 0  # does not fit (plan_deployment refused it, or no KV pool)
+    infeasible: int = 0  # the roofline bound says no load meets the SLO
+    over_gpu_limit: int = 0
+    skipped_by_bound: int = 0  # its lower-bound cost cannot come within SLACK of the best found
+    simulated: int = 0
+    not_simulated: int = 0  # fits and could meet the SLO, but bounded out or not among the best setups
+    prune_reasons: dict = field(default_factory=dict)
+
+
+def _coarse(args):
+    req, k, bound = args
+    m = replica_max(req, k, bound)
+    return m.value, m.failed_at, m.failed_because, len(m.probes)
+
+
+def _refine(args):
+    req, k, max_load = args
+    return size_replicas(req, k, max_load, FINE_REQUESTS)
+
+
+class _Runner:
+    """fn over items, in order: inline with one worker, else on one process pool kept for the whole search."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self.pool = None
+
+    def map(self, fn, items):
+        if self.workers <= 1 or len(items) <= 1:
+            return [fn(x) for x in items]
+        if self.pool is None:
+            self.pool = ProcessPoolExecutor(max_workers=self.workers)
+        return list(self.pool.map(fn, items))
+
+    def close(self):
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
+def _cost_per_mtok(cost_per_hour: float, output_tok_s: float | None) -> float | None:
+    if not output_tok_s:
+        return None
+    return cost_per_hour / (output_tok_s * 3600.0 / 1e6)
+
+
+def pareto(items: list[dict], keys: tuple) -> list[dict]:
+    """Items not dominated under `keys` ((getter, 'min'|'max') pairs); order kept."""
+    def val(it, g, sense):
+        v = g(it)
+        return None if v is None else (v if sense == "min" else -v)
+
+    out = []
+    for a in items:
+        va = [val(a, g, s) for g, s in keys]
+        if None in va:
+            continue
+        dominated = False
+        for b in items:
+            vb = [val(b, g, s) for g, s in keys]
+            if b is a or None in vb:
+                continue
+            if all(x <= y for x, y in zip(vb, va)) and any(x < y for x, y in zip(vb, va)):
+                dominated = True
+                break
+        if not dominated:
+            out.append(a)
+    return out
+
+
+def _binding(slo: dict, values: dict, kv_usage_max: float | None) -> tuple[str, float | None]:
+    """The SLO term closest to its limit (margin = 1 - value / limit), or the KV pool when it ran full."""
+    best, margin = None, None
+    for key, limit in slo.items():
+        v = values.get(key)
+        if v is None or not limit:
+            continue
+        m = 1.0 - v / limit
+        if margin is None or m < margin:
+            best, margin = key, m
+    if kv_usage_max is not None and kv_usage_max >= 0.95 and (margin is None or 1 - kv_usage_max < margin):
+        return "kv_pool", 1.0 - kv_usage_max
+    return best or "none", margin
+
+
+def _candidate(req: RecommendRequest, k: Knobs, price: float, plan, max_load: float, sized, bound: Bound) -> dict:
+    d = plan.deployment
+    at = sized.at_load
+    r = sized.replicas
+    cost = price * k.gpus_per_replica * r
+    out_tok_s = at.output_tok_s * r if at.output_tok_s is not None else None
+    binding, margin = _binding(req.slo, at.values, at.kv_usage_max)
+    share = per_replica_load(req, r)
+    vendor = "AMD" if d.gpu.interconnect == "xgmi" else "NVIDIA"
+    moe = d.model.active_params < d.model.total_params
+    return {
+        "gpu": k.gpu, "gpus_per_replica": k.gpus_per_replica, "replicas": r, "tp": k.tp, "pp": k.pp, "ep": 1,
+        "weight_dtype": d.weight_dtype, "kv_dtype": d.kv_dtype, "max_num_seqs": k.max_num_seqs,
+        "max_num_batched_tokens": k.max_num_batched_tokens, "disaggregated": None,
+        "total_gpus": k.gpus_per_replica * r, "usd_per_gpu_hour": price,
+        "cost_per_hour": round(cost, 4),
+        "cost_per_mtok_output": None if out_tok_s is None else round(_cost_per_mtok(cost, out_tok_s), 4),
+        "predicted": {"ttft_p99_ms": at.ttft_p99_ms, "tpot_p99_ms": at.tpot_p99_ms, "tpot_p50_ms": at.tpot_p50_ms,
+                      "output_tok_s": out_tok_s, "per_replica_load": share, "slo_values": at.values,
+                      "kv_usage_max": at.kv_usage_max, "preemptions": at.preemptions},
+        "output_tok_s_per_gpu": None if out_tok_s is None else out_tok_s / (k.gpus_per_replica * r),
+        "output_tok_s_per_user": None if not at.tpot_p50_ms else 1000.0 / at.tpot_p50_ms,
+        "binding": binding, "margin": margin,
+        "one_fewer_replica": None if sized.one_fewer is None else {
+            "replicas": r - 1, "met": sized.one_fewer.met, "why": sized.one_fewer.why},
+        "max_load": max_load, "bound": {"load": bound.load, "why": bound.why},
+        "plan": {"kv_capacity_tokens": plan.kv_capacity_tokens, "num_kv_blocks": plan.num_kv_blocks,
+                 "weights_bytes_per_gpu": plan.ledger.weights_bytes, "kv_pool_bytes_per_gpu": plan.ledger.kv_pool_bytes,
+                 "overhead_bytes_per_gpu": plan.ledger.overhead_bytes, "hbm_bytes_per_gpu": plan.ledger.hbm_bytes,
+                 "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token_per_gpu, "context": plan.context},
+        "serve_cmd": confirm.serve_cmd(req, k),
+        "confirm_cmd": confirm.bench_cmd(req, share, max_load),
+        "trust": confirm.trust(vendor, moe, "fp8" in (d.weight_dtype, d.kv_dtype)),
+    }
+
+
+def _no_candidate(req: RecommendRequest, c: Counts, reasons: list[str]) -> KneecapError:
+    what = []
+    if c.pruned == c.evaluated:
+        what.append("more GPUs per replica (--max-gpus), a bigger GPU, or fp8 weights/KV (--weight-dtypes fp8 --kv-dtypes fp8)")
+    else:
+        what.append("a looser SLO, fp8 weights/KV, a faster GPU (--gpus)")
+        if req.max_gpus is not None and c.over_gpu_limit:
+            what.append("a higher --max-gpus")
+    why = reasons[0] if reasons else "no candidate met the SLO"
+    return KneecapError(f"no deployment of {req.model} meets {', '.join(f'{k}={v:g}' for k, v in req.slo.items())} "
+                        f"at {req.kind} {req.load:g} ({c.evaluated} candidates: {c.pruned} do not fit, "
+                        f"{c.infeasible} cannot meet the SLO; e.g. {why})", "try " + "; or ".join(what))
+
+
+def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int = 1, progress=None) -> dict:
+    """The search; returns recommend.json's document."""
+    t0 = time.perf_counter()
+    c = Counts()
+    grid = req.grid()
+    c.evaluated = len(grid)
+    plans: dict[tuple, object] = {}
+    reasons: list[str] = []
+    ranked = []  # (lower-bound cost, index, knobs, bound, price)
+    for i, k in enumerate(grid):
+        if k.plan_key not in plans:
+            try:
+                plan = planned(req.deployment_request(k))
+                if plan.num_kv_blocks < 1:
+                    raise KneecapError(f"{req.model} on {k.gpus_per_replica}x {k.gpu} leaves no KV pool")
+                plans[k.plan_key] = plan
+            except KneecapError as exc:
+                plans[k.plan_key] = exc
+        plan = plans[k.plan_key]
+        if isinstance(plan, KneecapError):
+            c.pruned += 1
+            msg = str(plan.args[0]) if plan.args else str(plan)
+            c.prune_reasons[msg] = c.prune_reasons.get(msg, 0) + 1
+            continue
+        b = replica_bound(plan, k, req)
+        if b.load <= 0:
+            c.infeasible += 1
+            if len(reasons) < 1:
+                reasons.append(f"{k.gpu} tp={k.tp} pp={k.pp} {k.weight_dtype}/{k.kv_dtype}: {b.why}")
+            continue
+        lb_replicas = max(1, math.ceil(req.load / b.load - 1e-9))
+        if req.max_gpus is not None and lb_replicas * k.gpus_per_replica > req.max_gpus:
+            c.over_gpu_limit += 1
+            continue
+        price = prices[k.gpu].usd_per_gpu_hour
+        ranked.append((price * k.gpus_per_replica * lb_replicas, i, k, b, price))
+    ranked.sort(key=lambda x: (x[0], x[1]))
+
+    coarse = []  # (estimated cost, index, knobs, bound, price, max_load)
+    runner = _Runner(workers)
+    state = {"best": math.inf}
+
+    def simulate(items: list) -> None:
+        """Coarse find_max over `items` in fixed batches, skipping what cannot beat the best (+ slack)."""
+        pos = 0
+        while pos < len(items):
+            batch = []
+            while pos < len(items) and len(batch) < BATCH:
+                if items[pos][0] <= state["best"] * (1 + SLACK):
+                    batch.append(items[pos])
+                else:
+                    c.skipped_by_bound += 1
+                pos += 1
+            if not batch:
+                continue
+            results = runner.map(_coarse, [(req, it[2], it[3].load) for it in batch])
+            c.simulated += len(batch)
+            for it, (value, _failed_at, because, _n) in zip(batch, results):
+                if value is None:
+                    if not reasons:
+                        reasons.append(f"{it[2].gpu} tp={it[2].tp}: {because}")
+                    continue
+                n = max(1, math.ceil(req.load / value - 1e-9))
+                if req.max_gpus is not None and n * it[2].gpus_per_replica > req.max_gpus:
+                    c.over_gpu_limit += 1
+                    continue
+                est = it[4] * it[2].gpus_per_replica * n
+                coarse.append((est, it[1], it[2], it[3], it[4], value))
+                state["best"] = min(state["best"], est)
+            if progress:
+                progress(c.simulated, len(ranked))
+
+    # stage 1: one representative per setup (the cheapest bound; ties: the preferred limits, then grid order)
+    by_setup: dict[tuple, list] = {}
+    for it in ranked:
+        by_setup.setdefault(it[2].plan_key, []).append(it)
+    reps = []
+    for items in by_setup.values():
+        items.sort(key=lambda x: (x[0], (x[2].max_num_seqs, x[2].max_num_batched_tokens) != PREFERRED_LIMITS, x[1]))
+        reps.append(items[0])
+    reps.sort(key=lambda x: (x[0], x[1]))
+    simulate(reps[:MAX_REPRESENTATIVES])
+    # stage 2: the other engine limits of the best setups
+    done = {it[1] for it in reps[:MAX_REPRESENTATIVES]}
+    order = sorted(coarse, key=lambda x: (x[0], x[1]))
+    best_setups = []
+    for it in order:
+        if it[2].plan_key not in best_setups:
+            best_setups.append(it[2].plan_key)
+    variants = [it for key in best_setups[:LIMIT_VARIANTS_FOR] for it in by_setup[key] if it[1] not in done]
+    variants.sort(key=lambda x: (x[0], x[1]))
+    simulate(variants)
+    c.not_simulated = len(ranked) - c.simulated
+
+    coarse.sort(key=lambda x: (x[0], x[1]))
+    top, seen = [], set()  # the cheapest of each setup first (a frontier across GPUs), then the next cheapest
+    for it in coarse:
+        if it[2].plan_key not in seen and len(top) < REFINE:
+            top.append(it)
+            seen.add(it[2].plan_key)
+    top += [it for it in coarse if it not in top][: REFINE - len(top)]
+    top.sort(key=lambda x: (x[0], x[1]))
+    sized = runner.map(_refine, [(req, it[2], it[5]) for it in top])
+    runner.close()
+    cands = []
+    for it, s in zip(top, sized):
+        if s.replicas is None:
+            continue
+        if req.max_gpus is not None and s.replicas * it[2].gpus_per_replica > req.max_gpus:
+            continue
+        cands.append(_candidate(req, it[2], it[4], plans[it[2].plan_key], it[5], s, it[3]))
+    if not cands:
+        raise _no_candidate(req, c, reasons)
+    cands.sort(key=lambda x: (x["cost_per_hour"], x["predicted"]["ttft_p99_ms"] or math.inf))
+    frontier = pareto(cands, ((lambda x: x["cost_per_mtok_output"], "min"), (lambda x: x["predicted"]["ttft_p99_ms"], "min")))
+    throughput = pareto(cands, ((lambda x: x["output_tok_s_per_gpu"], "max"), (lambda x: x["output_tok_s_per_user"], "max")))
+    return {
+        "model": req.model, "load": {"kind": req.kind, "value": req.load}, "isl": req.isl, "osl": req.osl,
+        "slo": dict(req.slo), "gpus": list(req.gpus),
+        "evaluated": c.evaluated, "pruned": c.pruned, "infeasible": c.infeasible, "over_gpu_limit": c.over_gpu_limit,
+        "skipped_by_bound": c.skipped_by_bound, "simulated": c.simulated, "not_simulated": c.not_simulated,
+        "sized": len(top), "prune_reasons": c.prune_reasons,
+        "seconds": round(time.perf_counter() - t0, 3),
+        "search": {"coarse_requests": [COARSE_REQUESTS, COARSE_MAX_REQUESTS], "fine_requests": FINE_REQUESTS, "batch": BATCH, "slack": SLACK,
+                   "representatives": MAX_REPRESENTATIVES, "limit_variants_for": LIMIT_VARIANTS_FOR, "refined": REFINE, "engine": "vllm defaults (simulated)",
+                   "aggregated_only": True, "expert_parallel": "not searched (ep=1)"},
+        "prices": {g: {"usd_per_gpu_hour": prices[g].usd_per_gpu_hour, "source": prices[g].source, "date": prices[g].date}
+                   for g in req.gpus},
+        "candidates": cands,
+        "frontier": frontier,
+        "throughput_frontier": throughput,
+        "best": cands[0],
+    }

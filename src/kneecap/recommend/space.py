@@ -1,0 +1,116 @@
+"""What `kneecap recommend` is asked (RecommendRequest: model, load, lengths, SLO, allowed GPUs and dtypes,
+engine limits to try) and the grid of candidate deployments it spans (Knobs, one replica's setup).
+
+Owns validation of the request and the deterministic order of the grid; not pricing, bounds or simulation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from kneecap.errors import KneecapError
+from kneecap.metrics.slo import ERROR_RATE
+from kneecap.model.kv import kv_dtype_bytes
+from kneecap.model.weights import weight_bits
+from kneecap.plan.build import DeploymentRequest
+
+KINDS = ("rate", "concurrency")
+GPUS_PER_NODE = 8  # one replica stays inside one node's NVLink domain (the catalog's interconnect is per node)
+TP_CHOICES = (1, 2, 4, 8)
+PP_CHOICES = (1, 2)
+MAX_NUM_SEQS_CHOICES = (64, 128, 256, 512)
+MAX_NUM_BATCHED_TOKENS_CHOICES = (2048, 8192)
+DEFAULT_WEIGHT_DTYPES = ("bf16", "fp8")
+DEFAULT_KV_DTYPES = ("bf16", "fp8")
+ENGINE_DEFAULTS = "vllm"  # the simulated engine's scheduler and CPU profile
+
+
+class Knobs(NamedTuple):
+    """One replica's deployment: the plan key (gpu, tp, pp, dtypes) and the engine's two batch limits."""
+
+    gpu: str
+    tp: int
+    pp: int
+    weight_dtype: str
+    kv_dtype: str
+    max_num_seqs: int
+    max_num_batched_tokens: int
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def plan_key(self) -> tuple:
+        return (self.gpu, self.tp, self.pp, self.weight_dtype, self.kv_dtype)
+
+
+@dataclass(frozen=True)
+class RecommendRequest:
+    """Lengths in tokens; load in requests/s (rate) or streams (concurrency); SLO limits in ms."""
+
+    model: str
+    kind: str
+    load: float
+    isl: int
+    osl: int
+    slo: dict
+    gpus: tuple[str, ...]
+    weight_dtypes: tuple[str, ...] = DEFAULT_WEIGHT_DTYPES
+    kv_dtypes: tuple[str, ...] = DEFAULT_KV_DTYPES
+    max_gpus: int | None = None  # total GPUs over all replicas
+    tp_choices: tuple[int, ...] = TP_CHOICES
+    pp_choices: tuple[int, ...] = PP_CHOICES
+    max_num_seqs_choices: tuple[int, ...] = MAX_NUM_SEQS_CHOICES
+    max_num_batched_tokens_choices: tuple[int, ...] = MAX_NUM_BATCHED_TOKENS_CHOICES
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise KneecapError(f"load kind must be rate or concurrency, got {self.kind!r}", "pass --rate R or --concurrency C")
+        if not self.load > 0 or (self.kind == "concurrency" and int(self.load) != self.load):
+            what = "a positive whole number of streams" if self.kind == "concurrency" else "a positive rate in requests/s"
+            raise KneecapError(f"--{self.kind} must be {what}, got {self.load!r}", f"pass e.g. --{self.kind} 16")
+        for flag, v in (("--isl", self.isl), ("--osl", self.osl)):
+            if not isinstance(v, int) or v < 1:
+                raise KneecapError(f"{flag} must be a whole number >= 1, got {v!r}", f"pass e.g. {flag} 1000")
+        latency = [k for k in self.slo if k != ERROR_RATE]
+        if not latency:
+            raise KneecapError("recommend needs a latency SLO to size against",
+                               "pass e.g. --slo ttft_p99_ms=2000,tpot_p99_ms=50")
+        if not self.gpus:
+            raise KneecapError("no candidate GPU has a price",
+                               "pass --gpus with priced GPUs, or --prices FILE giving dollars per GPU-hour")
+        if self.max_gpus is not None and self.max_gpus < 1:
+            raise KneecapError(f"--max-gpus must be >= 1, got {self.max_gpus}", "pass e.g. --max-gpus 16")
+        for d in self.weight_dtypes:
+            weight_bits(d)
+        for d in self.kv_dtypes:
+            kv_dtype_bytes(d)
+        if not self.weight_dtypes or not self.kv_dtypes:
+            raise KneecapError("empty dtype list", "pass e.g. --weight-dtypes bf16,fp8 --kv-dtypes bf16,fp8")
+
+    @property
+    def context(self) -> int:
+        return self.isl + self.osl
+
+    def deployment_request(self, k: Knobs) -> DeploymentRequest:
+        """The one deployment builder's request for a candidate (every other default as `kneecap plan`)."""
+        return DeploymentRequest(model=self.model, gpu=k.gpu, tp=k.tp, pp=k.pp, weight_dtype=k.weight_dtype,
+                                 kv_dtype=k.kv_dtype, context=self.context)
+
+    def grid(self) -> list[Knobs]:
+        """Every candidate, in a fixed order (GPU list order, then tp, pp, dtypes, limits)."""
+        out = []
+        for gpu in self.gpus:
+            for tp in self.tp_choices:
+                for pp in self.pp_choices:
+                    if tp * pp > GPUS_PER_NODE or (self.max_gpus is not None and tp * pp > self.max_gpus):
+                        continue
+                    for wd in self.weight_dtypes:
+                        for kd in self.kv_dtypes:
+                            for mns in self.max_num_seqs_choices:
+                                for mbt in self.max_num_batched_tokens_choices:
+                                    out.append(Knobs(gpu, tp, pp, wd, kd, mns, mbt))
+        return out
