@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "run",
     "report",
     "demo",
+    "recommend",
 )
 
 for _name in COMMAND_MODULES:

@@ -1,0 +1,124 @@
+"""`kneecap recommend`: model, load, lengths and SLO -> the cheapest deployment meeting the SLO at the load,
+the Pareto frontier around it, and the `kneecap bench` run that would confirm each on real hardware.
+
+Thin: parses flags into a RecommendRequest, calls kneecap.recommend.search.recommend, renders a table
+(or --json), and with --out writes recommend.json and the report pages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from kneecap.cli.app import app
+from kneecap.errors import KneecapError
+
+
+def _csv(value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    items = tuple(v.strip().lower() for v in value.split(",") if v.strip())
+    return items or None
+
+
+def _fmt(v, spec: str = ".3g") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _table(doc: dict):
+    from rich.table import Table
+
+    load = doc["load"]
+    t = Table(title=f"kneecap recommend — {doc['model']} at {load['kind']} {load['value']:g}, ISL {doc['isl']} / OSL {doc['osl']} "
+                    f"(simulated engine, vLLM defaults; {doc['evaluated']} candidates, {doc['pruned']} do not fit, "
+                    f"{doc['simulated']} simulated, {doc['seconds']:.0f} s)", title_justify="left")
+    for col in ("", "GPU", "tp x pp", "replicas", "weights/KV", "seqs/tokens", "$/h", "$/M out tok", "TTFT p99 ms",
+                "TPOT p99 ms", "max/replica", "binding (margin)"):
+        t.add_column(col)
+    front = {id(c) for c in doc["frontier"]}
+    for i, c in enumerate(doc["candidates"]):
+        mark = ("best" if i == 0 else "") + (" *" if id(c) in front or any(c == f for f in doc["frontier"]) else "")
+        margin = "" if c["margin"] is None else f" ({c['margin']:.0%})"
+        t.add_row(mark.strip(), c["gpu"], f"{c['tp']}x{c['pp']}", str(c["replicas"]), f"{c['weight_dtype']}/{c['kv_dtype']}",
+                  f"{c['max_num_seqs']}/{c['max_num_batched_tokens']}", f"{c['cost_per_hour']:.2f}",
+                  _fmt(c["cost_per_mtok_output"], ".3f"), _fmt(c["predicted"]["ttft_p99_ms"], ".0f"),
+                  _fmt(c["predicted"]["tpot_p99_ms"], ".1f"), _fmt(c["max_load"], ".3g"), c["binding"] + margin)
+    return t
+
+
+@app.command("recommend")
+def recommend_cmd(
+    model: str = typer.Option(..., "--model", help="preset name, config.json / GGUF path, or org/name"),
+    rate: Optional[float] = typer.Option(None, "--rate", help="total arrival rate to serve, requests/s"),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="total concurrent streams to serve"),
+    isl: int = typer.Option(..., "--isl", help="input tokens per request"),
+    osl: int = typer.Option(..., "--osl", help="output tokens per request"),
+    classes: Optional[str] = typer.Option(None, "--classes", help="a workload class file (not supported yet: use --isl/--osl)"),
+    slo: str = typer.Option(..., "--slo", help="e.g. ttft_p99_ms=2000,tpot_p99_ms=50"),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="candidate GPUs, e.g. h100-sxm,a100-80 (default: every priced GPU)"),
+    max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="at most this many GPUs in all (replicas x GPUs per replica)"),
+    prices: Optional[str] = typer.Option(None, "--prices", help='JSON {gpu: dollars per GPU-hour} replacing the shipped table'),
+    weight_dtypes: Optional[str] = typer.Option(None, "--weight-dtypes", help="weight dtypes to try (default bf16,fp8)"),
+    kv_dtypes: Optional[str] = typer.Option(None, "--kv-dtypes", help="KV cache dtypes to try (default bf16,fp8)"),
+    ray: Optional[str] = typer.Option(None, "--ray", help="spread the search over a Ray cluster (not supported yet)"),
+    workers: Optional[int] = typer.Option(None, "--workers", help="processes to simulate on (default: the CPU count; results do not depend on it)"),
+    seed: int = typer.Option(0, "--seed", help="seed of the simulated arrivals"),
+    json_out: bool = typer.Option(False, "--json", help="print recommend.json on stdout, nothing else"),
+    out: Optional[str] = typer.Option(None, "--out", help="write recommend.json, report.md and report.html into DIR"),
+) -> None:
+    """The cheapest deployment that meets the SLO at the load, with the experiment that would confirm it."""
+    from kneecap.hardware import get_gpu
+    from kneecap.metrics.slo import parse_slo
+    from kneecap.recommend.prices import load_prices
+    from kneecap.recommend.search import recommend
+    from kneecap.recommend.space import DEFAULT_KV_DTYPES, DEFAULT_WEIGHT_DTYPES, RecommendRequest
+
+    if classes is not None:
+        raise KneecapError("--classes is not supported by recommend yet", "describe the workload with --isl N --osl N")
+    if ray is not None:
+        raise KneecapError("--ray is not supported by recommend yet", "drop --ray; the search runs on this machine's cores (--workers)")
+    if (rate is None) == (concurrency is None):
+        raise KneecapError("recommend needs exactly one of --rate and --concurrency", "pass e.g. --rate 20 or --concurrency 64")
+    if workers is not None and workers < 1:
+        raise KneecapError(f"--workers must be >= 1, got {workers}", "pass e.g. --workers 2")
+    table = load_prices(prices)
+    if gpus:
+        names = tuple(dict.fromkeys(get_gpu(g).name for g in _csv(gpus)))
+        unpriced = [g for g in names if g not in table or table[g].usd_per_gpu_hour is None]
+        if unpriced:
+            raise KneecapError(f"no price for {', '.join(unpriced)}",
+                               'pass --prices FILE with e.g. {"' + unpriced[0] + '": 2.50} (dollars per GPU-hour), or drop it from --gpus')
+    else:
+        names = tuple(g for g, p in table.items() if p.usd_per_gpu_hour is not None)
+    req = RecommendRequest(model=model, kind="rate" if rate is not None else "concurrency",
+                           load=float(rate) if rate is not None else int(concurrency), isl=isl, osl=osl,
+                           slo=parse_slo(slo), gpus=names, max_gpus=max_gpus,
+                           weight_dtypes=_csv(weight_dtypes) or DEFAULT_WEIGHT_DTYPES,
+                           kv_dtypes=_csv(kv_dtypes) or DEFAULT_KV_DTYPES, seed=seed)
+    n = workers or max(1, os.cpu_count() or 1)
+    doc = recommend(req, table, workers=n)
+    if out:
+        from kneecap.report.recommend_page import write_report
+
+        d = Path(out)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "recommend.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        write_report(d, doc)
+    if json_out:
+        print(json.dumps(doc, indent=1, sort_keys=True))
+        return
+    from rich.console import Console
+
+    console = Console()
+    console.print(_table(doc))
+    best = doc["best"]
+    console.print(f"best: {best['replicas']} x {best['gpus_per_replica']} {best['gpu']} (tp {best['tp']}, pp {best['pp']}), "
+                  f"${best['cost_per_hour']:.2f}/h; {best['trust']}")
+    console.print(f"confirm one replica: {best['serve_cmd']}")
+    console.print(f"  then: {best['confirm_cmd']}", soft_wrap=True)
+    if out:
+        console.print(f"wrote {Path(out) / 'recommend.json'}, report.md, report.html")
