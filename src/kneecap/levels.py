@@ -58,6 +58,7 @@ class LevelRun:
     records: Iterable[RequestRecord] | None = None
     fields: dict = field(default_factory=dict)
     note: str = ""
+    trace: list = field(default_factory=list)  # the simulated engine's rows per step, when asked for
 
 
 class LevelDriver(Protocol):

@@ -68,16 +68,17 @@ class SimulatorCandidate:
     def run_cell(self, *, index: int, dimension: str, load: float, workload: Workload, num_requests: int,
                  warmup: int, seed: int, burstiness: float, on_s: float | None = None, off_s: float = 0.0,
                  on_record=None) -> CellRun:
-        from kneecap.sim.sweep import LevelSpec, simulate_level
+        from kneecap.levels import LevelPlan
+        from kneecap.sim.level_driver import SimulateOptions, VirtualTimeDriver
 
-        spec = (LevelSpec(concurrency=int(load), num_requests=num_requests, warmup=warmup) if dimension == "concurrency"
-                else LevelSpec(rate=float(load), num_requests=num_requests, warmup=warmup, on_s=on_s, off_s=off_s))
-        result = simulate_level(self.plan.deployment, self.config, self.plan.num_kv_blocks, workload, spec, index=index,
-                                seed=seed, burstiness=burstiness, steptime=self.steptime, trace=True,
-                                charge_state=self.setup.charge_state)
-        for r in result.records if on_record is not None else ():
-            on_record(r)  # virtual time: the whole cell is computed at once, then handed over
-        return CellRun(records=result.records, server_metrics=result.server_metrics, trace=result.trace)
+        # the same virtual-clock level driver `kneecap simulate` runs, with this cell's class, seed and bursts;
+        # virtual time: the whole cell is computed at once, then its records are handed over
+        opts = SimulateOptions(kind=dimension, levels=(load,), warmup=warmup, burstiness=burstiness)
+        level = LevelPlan(index=index, value=int(load) if dimension == "concurrency" else float(load),
+                          num_requests=num_requests, num_warmup=warmup, first_index=0)
+        run = VirtualTimeDriver(self.setup, opts, trace=True).run_level(
+            level, on_record or (lambda record: None), workload=workload, seed=seed, on_s=on_s, off_s=off_s)
+        return CellRun(records=list(run.records), server_metrics=run.server_metrics, trace=run.trace)
 
     def settle(self, state: str, pause_s: float, reset_prefix_cache: bool) -> str:
         # every simulated cell starts on a fresh engine: cold by construction; warm = warm-up requests first
@@ -150,6 +151,7 @@ class ServerCandidate:
                  warmup: int, seed: int, burstiness: float, on_s: float | None = None, off_s: float = 0.0,
                  on_record=None) -> CellRun:
         from kneecap.bench.level import DriverSetup, LevelTask, run_task
+        from kneecap.bench.http_levels import scraped_server_metrics
         from kneecap.bench.server_watch import ThreadedMetricsPoller
         from kneecap.client.prompts import RandomTextPrompts, RandomTokenPrompts
 
@@ -173,7 +175,8 @@ class ServerCandidate:
         with ThreadedMetricsPoller(self.target.base_url, self.api_key) as poller:
             outcome = run_task(setup, task, keep)
         client = outcome.client
-        return CellRun(records=records, server_metrics=poller.result(), suspect=outcome.suspect, client=client,
+        server = scraped_server_metrics(poller.result(), poller.samples())  # the one server_metrics shape
+        return CellRun(records=records, server_metrics=server, suspect=outcome.suspect, client=client,
                        duration_s=client.get("duration_s"))
 
     def settle(self, state: str, pause_s: float, reset_prefix_cache: bool) -> str:

@@ -101,38 +101,44 @@ class SimulateOptions:
                 "burstiness": self.burstiness if self.kind == KIND_RATE else None}
 
 
-def level_spec(opts: SimulateOptions, value, num_requests: int | None, num_warmup: int) -> LevelSpec:
-    """One level as the virtual-clock driver runs it."""
+def level_spec(opts: SimulateOptions, value, num_requests: int | None, num_warmup: int, *, on_s: float | None = None,
+               off_s: float = 0.0) -> LevelSpec:
+    """One level as the virtual-clock driver runs it (on_s/off_s: open-loop on/off bursts)."""
     if value == ALL_AT_ONCE:
         return LevelSpec(all_at_once=True, num_requests=num_requests, warmup=num_warmup)
     if opts.kind == KIND_RATE:
-        return LevelSpec(rate=value, num_requests=num_requests, duration_s=opts.duration_s, warmup=num_warmup)
+        return LevelSpec(rate=value, num_requests=num_requests, duration_s=opts.duration_s, warmup=num_warmup,
+                         on_s=on_s, off_s=off_s)
     return LevelSpec(concurrency=int(value), num_requests=num_requests, duration_s=opts.duration_s, warmup=num_warmup)
 
 
 class VirtualTimeDriver:
-    """Runs a level of a SimulateOptions sweep on a fresh engine of the SimDeployment; level i uses seed + i."""
+    """Runs a level of a SimulateOptions sweep on a fresh engine of the SimDeployment; level i uses seed + i.
+    trace: keep one row per engine step (LevelRun.trace); row_writer(path, rows) appends them to trace_path."""
 
-    def __init__(self, sim: SimDeployment, opts: SimulateOptions, *, trace_path: Path | None = None,
+    def __init__(self, sim: SimDeployment, opts: SimulateOptions, *, trace: bool = False, trace_path: Path | None = None,
                  row_writer: Callable[[Path, list], None] | None = None):
         self.sim = sim
         self.opts = opts
+        self._trace = trace or trace_path is not None
         self._trace_path = trace_path
         self._row_writer = row_writer
 
-    def run_level(self, plan: LevelPlan, keep: Callable[[RequestRecord], None]):
+    def run_level(self, plan: LevelPlan, keep: Callable[[RequestRecord], None], *, workload: Workload | None = None,
+                  seed: int | None = None, on_s: float | None = None, off_s: float = 0.0) -> LevelRun:
+        """workload / seed: a load-plan cell's own class and seed (default: the sweep's, seed + level index)."""
         opts = self.opts
-        spec = level_spec(opts, plan.value, plan.num_requests, plan.num_warmup)
-        result = simulate_level(self.sim.deployment, self.sim.config, self.sim.num_kv_blocks, opts.workload, spec,
-                                index=plan.index, seed=opts.seed + plan.index, burstiness=opts.burstiness,
-                                steptime=self.sim.steptime, trace=self._trace_path is not None,
+        spec = level_spec(opts, plan.value, plan.num_requests, plan.num_warmup, on_s=on_s, off_s=off_s)
+        result = simulate_level(self.sim.deployment, self.sim.config, self.sim.num_kv_blocks, workload or opts.workload,
+                                spec, index=plan.index, seed=opts.seed + plan.index if seed is None else seed,
+                                burstiness=opts.burstiness, steptime=self.sim.steptime, trace=self._trace,
                                 charge_state=self.sim.charge_state)
         for record in result.records:
             keep(record)
         if self._trace_path is not None and self._row_writer is not None:
             self._row_writer(self._trace_path, result.trace)
-        return LevelRun(server_metrics=server_metrics("simulator", **result.server_metrics), records=result.records)
+        return LevelRun(server_metrics=server_metrics("simulator", **result.server_metrics), records=result.records,
+                        trace=result.trace)
 
     def server_gone(self, summary: dict) -> str | None:
         return None  # the simulated engine never goes away
-
