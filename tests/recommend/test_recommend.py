@@ -1,0 +1,149 @@
+"""kneecap recommend on a small search space: the search against brute force, every recommendation
+simulated on its own at the stated load, one replica fewer failing, the roofline bound never below the
+simulated engine, determinism over worker counts, the price table's sources, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from kneecap.metrics.slo import parse_slo
+from kneecap.plan.build import plan_deployment
+from kneecap.recommend.bound import replica_bound
+from kneecap.recommend.evaluate import (FINE_REQUESTS, per_replica_load, replica_max, run_level, simulated,
+                                        size_replicas)
+from kneecap.recommend.prices import DEFAULT_PRICES, load_prices
+from kneecap.recommend.search import recommend
+from kneecap.recommend.space import Knobs, RecommendRequest
+from clitools import run_cli
+
+PRICES = load_prices()
+SLO = parse_slo("ttft_p99_ms=1500,tpot_p99_ms=40")
+
+
+def small(**kw) -> RecommendRequest:
+    base = dict(model="llama-3.1-8b", kind="rate", load=24.0, isl=1000, osl=200, slo=SLO, gpus=("a100-80", "h100-sxm"),
+                weight_dtypes=("bf16",), kv_dtypes=("bf16",), tp_choices=(1, 2), pp_choices=(1,),
+                max_num_seqs_choices=(64, 256), max_num_batched_tokens_choices=(8192,))
+    base.update(kw)
+    return RecommendRequest(**base)
+
+
+@pytest.fixture(scope="module")
+def doc():
+    return recommend(small(), PRICES, workers=1)
+
+
+def test_search_matches_brute_force(doc):
+    """Brute force: every candidate's replica max by find_max (no bound), sized at the load; the cheapest."""
+    req = small()
+    costs = []
+    for k in req.grid():
+        m = replica_max(req, k, bound=req.load)
+        if m.value is None:
+            continue
+        s = size_replicas(req, k, m.value)
+        if s.replicas is not None:
+            costs.append(PRICES[k.gpu].usd_per_gpu_hour * k.gpus_per_replica * s.replicas)
+    assert costs, "the small case must have a feasible candidate"
+    assert doc["best"]["cost_per_hour"] == pytest.approx(min(costs))
+    assert doc["evaluated"] == len(req.grid()) == 8
+
+
+def test_recommendations_meet_the_slo_and_one_fewer_fails(doc):
+    req = small()
+    assert doc["candidates"] and doc["best"] == doc["candidates"][0]
+    for c in doc["candidates"]:
+        k = Knobs(c["gpu"], c["tp"], c["pp"], c["weight_dtype"], c["kv_dtype"], c["max_num_seqs"], c["max_num_batched_tokens"])
+        sim = simulated(req, k)
+        at = run_level(sim, req, per_replica_load(req, c["replicas"]), FINE_REQUESTS)
+        assert at.met, (c["gpu"], c["replicas"], at.why)
+        if c["replicas"] > 1:
+            fewer = run_level(sim, req, per_replica_load(req, c["replicas"] - 1), FINE_REQUESTS)
+            assert not fewer.met, (c["gpu"], c["replicas"] - 1)
+        assert c["cost_per_hour"] == pytest.approx(PRICES[c["gpu"]].usd_per_gpu_hour * c["gpus_per_replica"] * c["replicas"])
+        assert c["predicted"]["ttft_p99_ms"] <= SLO["ttft_p99_ms"] and c["predicted"]["tpot_p99_ms"] <= SLO["tpot_p99_ms"]
+
+
+def test_contract_keys(doc):
+    for key in ("evaluated", "pruned", "seconds", "frontier", "best"):
+        assert key in doc
+    for key in ("gpu", "gpus_per_replica", "replicas", "tp", "pp", "ep", "weight_dtype", "kv_dtype", "max_num_seqs",
+                "max_num_batched_tokens", "disaggregated", "cost_per_hour", "cost_per_mtok_output", "predicted",
+                "max_load", "confirm_cmd"):
+        assert key in doc["best"]
+    assert set(doc["best"]["predicted"]) >= {"ttft_p99_ms", "tpot_p99_ms", "output_tok_s"}
+    assert doc["best"]["confirm_cmd"].startswith("kneecap bench ")
+    assert doc["frontier"] and all(f in doc["candidates"] for f in doc["frontier"])
+
+
+@pytest.mark.parametrize("gpu,tp", [("a100-80", 1), ("h100-sxm", 1), ("h100-sxm", 2)])
+def test_bound_is_above_the_simulated_engine(gpu, tp):
+    """Just past the roofline bound, a steady-state simulated level breaks the SLO (the bound only skips losers)."""
+    req = small()
+    k = Knobs(gpu, tp, 1, "bf16", "bf16", 256, 8192)
+    plan = plan_deployment(req.deployment_request(k)).plan
+    b = replica_bound(plan, k, req)
+    assert b.load > 0
+    assert not run_level(simulated(req, k), req, b.load * 1.05, 400).met
+
+
+def test_deterministic_across_worker_counts(doc):
+    two = recommend(small(), PRICES, workers=2)
+    strip = lambda d: json.dumps({k: v for k, v in d.items() if k != "seconds"}, sort_keys=True)
+    assert strip(two) == strip(doc)
+
+
+def test_prices_are_sourced():
+    raw = json.loads(DEFAULT_PRICES.read_text())["prices"]
+    for gpu, entry in raw.items():
+        if entry["usd_per_gpu_hour"] is not None:
+            assert entry["source"].startswith("https://") and entry["date"][:2] == "20", gpu
+            assert entry["transcribed_by"].startswith("https://"), gpu
+        else:
+            assert entry["note"], gpu
+    assert PRICES["h100-sxm"].usd_per_gpu_hour == 3.29
+
+
+def test_pruned_when_nothing_fits():
+    """405B in bf16 does not fit one 80 GB GPU: every candidate is pruned and the error says what would fit."""
+    req = small(model="llama-3.1-405b", gpus=("a100-80",), tp_choices=(1,))
+    with pytest.raises(Exception) as info:
+        recommend(req, PRICES)
+    msg = str(info.value.one_line())
+    assert "no deployment" in msg and "more GPUs" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--gpus", "h100-sxmm"], "h100-sxmm"),
+    (["--gpus", "l40s"], "no price for l40s"),
+    (["--classes", "x.yaml"], "--classes"),
+    (["--concurrency", "8"], "exactly one of --rate and --concurrency"),
+    (["--slo", "ttft_p99=5"], "unknown SLO key"),
+])
+def test_bad_input_is_one_line(args, needle):
+    base = ["recommend", "--model", "llama-3.1-8b", "--rate", "4", "--isl", "100", "--osl", "20", "--slo", "ttft_p99_ms=500"]
+    for i in range(0, len(args), 2):
+        if args[i] in base:
+            base[base.index(args[i]) + 1] = args[i + 1]
+        else:
+            base += args[i:i + 2]
+    r = run_cli(*base)
+    assert r.code != 0
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_cli_json_and_out(tmp_path):
+    r = run_cli("recommend", "--model", "llama-3.1-8b", "--rate", "2", "--isl", "500", "--osl", "50", "--slo",
+                "ttft_p99_ms=1000,tpot_p99_ms=60", "--gpus", "a100-80", "--weight-dtypes", "bf16", "--kv-dtypes", "bf16",
+                "--workers", "1", "--json", "--out", str(tmp_path), timeout=300)
+    assert r.code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["best"]["gpu"] == "a100-80" and doc["best"]["replicas"] >= 1
+    assert json.loads((tmp_path / "recommend.json").read_text())["best"] == doc["best"]
+    md = (tmp_path / "report.md").read_text()
+    assert "a100-80" in md and "kneecap bench" in md and (tmp_path / "report.html").exists()
