@@ -327,6 +327,11 @@ def _num(x: float) -> str:
     return f"{x:,.4g}" if abs(x) < 10 else f"{x:,.1f}"
 
 
+def _published(x: float) -> str:
+    """The published value as the source printed it (no rounding), with thousands separators."""
+    return f"{int(x):,}" if x.is_integer() else f"{x:,}"
+
+
 def row_cells(r: dict) -> str:
     """One table row without its number and source: engine ... error."""
     load = "max" if r["concurrency"] == "max" else str(r["concurrency"])
@@ -336,6 +341,8 @@ def row_cells(r: dict) -> str:
         load += f" ({r['sim_requests']:,} req. simulated; count not published)"
     elif r["sim_requests"] != r["requests"]:
         load += f" ({r['sim_requests']:,} of {r['requests']:,} req. simulated)"
+    elif r["concurrency"] == "max":
+        load += f" ({r['requests']:,} req.)"
     isl = f"{r['isl_low']}-{r['isl']}" if r["isl_low"] else str(r["isl"])
     osl = f"{r['osl_low']}-{r['osl']}" if r["osl_low"] else str(r["osl"])
     if r["error_pct"] is None:
@@ -343,7 +350,7 @@ def row_cells(r: dict) -> str:
     else:
         pred, err = _num(r["predicted"]), f"{r['error_pct']:+.1f}%"
     return (f"| {r['engine']} | {r['model']} | {r['gpu']} {r['layout']} | {r['dtypes']} | {isl}/{osl} | {load} | "
-            f"{METRICS[r['metric']][0]} | {_num(r['published'])} | {pred} | {err} |")
+            f"{METRICS[r['metric']][0]} | {_published(r['published'])} | {pred} | {err} |")
 
 
 def render_markdown(rows: list[dict]) -> str:
@@ -354,7 +361,7 @@ def render_markdown(rows: list[dict]) -> str:
     sim = [r for r in rows if r["error_pct"] is not None]
     errs = [abs(r["error_pct"]) for r in sim]
     lines = [TABLE_BEGIN, "",
-             f"{len(rows)} published points from {len(sources)} sources; {len(sim)} simulated, "
+             f"{len(rows)} published points from {len(sources)} source{'s' if len(sources) != 1 else ''}; {len(sim)} simulated, "
              f"{len(rows) - len(sim)} not simulated (a knob the simulator does not have, named in the row). "
              f"Median absolute error **{median_abs_error_pct(rows):.1f}%**; {sum(e <= 25 for e in errs)} of {len(sim)} "
              f"within 25%; worst {max(errs):.1f}%.", "",
@@ -366,7 +373,9 @@ def render_markdown(rows: list[dict]) -> str:
             lines.append(f"| {g} | {v} | {m['points']} | {med} | {m['not_simulated']} |")
             if m["median_abs_error_pct"] is not None and m["points"] >= 3:
                 ranked.append((m["median_abs_error_pct"], f"{g} = {v} ({m['median_abs_error_pct']:.1f}%, {m['points']} points)"))
-    lines += ["", "Weakest groups (3 or more simulated points): " + "; ".join(t for _, t in sorted(ranked, reverse=True)[:4]) + "."]
+    if ranked:
+        lines += ["", "Weakest groups (3 or more simulated points): "
+                  + "; ".join(t for _, t in sorted(ranked, reverse=True)[:4]) + "."]
     lines += ["", "How each published engine is simulated:", ""]
     lines += [f"- **{name}**: {how}." for name, how in ENGINES.items() if any(r["engine"].split()[0] == name for r in rows)]
     lines += ["", "| # | engine | model | GPU, layout | dtypes | ISL/OSL | C | metric | published | predicted | error | src |",
@@ -389,11 +398,24 @@ def write_doc(block: str, doc_path: Path = DOC_FILE) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - a maintenance entry point
-    """python -m kneecap.validation [--write] [--write-baseline] [--json]: print the table (and the regressions)."""
+    """python -m kneecap.validation [--only TEXT] [--write] [--write-baseline] [--json]: print the table and the
+    regressions against the baseline. --only runs the points whose id contains TEXT (no writing then)."""
     import sys
 
     args = sys.argv[1:] if argv is None else argv
-    rows = error_table()
+    points = load_points()
+    if "--only" in args:
+        i = args.index("--only")
+        if i + 1 >= len(args) or "--write" in args or "--write-baseline" in args:
+            print("error: --only needs a text and cannot be combined with --write / --write-baseline "
+                  "(hint: python -m kneecap.validation --only deepseek)", file=sys.stderr)
+            return 2
+        points = [p for p in points if args[i + 1] in p.id]
+        if not points:
+            print(f"error: no point id contains {args[i + 1]!r} (hint: ids are in src/kneecap/data/validation/points.json)",
+                  file=sys.stderr)
+            return 2
+    rows = error_table(points)
     block = render_markdown(rows)
     if "--write" in args:
         write_doc(block)
@@ -402,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - a maintena
     if "--write-baseline" in args:
         BASELINE_FILE.write_text(json.dumps(baseline_document(rows), indent=1) + "\n")
         print(f"baseline written: {BASELINE_FILE}")
-    elif baseline is not None:
+    elif baseline is not None and "--only" not in args:
         worse = regressions(rows, baseline)
         print("regressions against the baseline: " + ("; ".join(worse) if worse else "none"))
     if "--json" in args:
