@@ -92,6 +92,7 @@ def run_one_process(url: str, sc, cpu: int, work: Path) -> dict:
         w = (summary["levels"][0].get("client") or {}).get("per_worker") or [{}]
         EXTRAS[(ONE, sc.name, sc.concurrency)] = {"actor_cpu_util": [w[0].get("cpu_fraction")],
                                                   "actor_loop_lag_p99_ms": [w[0].get("loop_lag_p99_ms")],
+                                                  "suspect_reasons": w[0].get("suspect_reasons"),
                                                   "suspect": summary["levels"][0].get("suspect")}
     return result
 
@@ -106,8 +107,8 @@ def render(rows: list[dict], command: str, install: str) -> str:
              f"{install}", "",
              "## Latency added by the client (scripted TTFT 200 ms, ITL 20 ms, 1 token/chunk, OSL 64)", "",
              "| client | C | completed | TTFT mean client / server ms | TTFT err mean / p50 / p99 ms | ITL err mean ms "
-             "| client CPU util (per actor) | loop lag p99 ms (per actor) | suspect |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| client CPU util (per actor) | loop lag p99 ms (per actor) | suspect | load avg before / after |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
     for r in rows:
         sc = r["scenario"]
         if sc["name"] != "latency":
@@ -120,11 +121,13 @@ def render(rows: list[dict], command: str, install: str) -> str:
                      f"| {fmt(r['client_ttft_mean_ms'])} / {fmt(r['server_ttft_mean_ms'])} "
                      f"| {fmt(r['ttft_err_mean_ms'])} / {fmt(p.get('ttft_err_p50_ms'))} / {fmt(p.get('ttft_err_p99_ms'))} "
                      f"| {fmt(r['itl_err_mean_ms'], 3)} | {' / '.join(fmt(x) for x in r.get('actor_cpu_util') or [])} "
-                     f"| {' / '.join(fmt(x) for x in r.get('actor_loop_lag_p99_ms') or [])} | {r.get('suspect')} |")
+                     f"| {' / '.join(fmt(x) for x in r.get('actor_loop_lag_p99_ms') or [])} | {r.get('suspect')} "
+                     f"| {fmt(r.get('load_avg_before'))} / {fmt(r.get('load_avg_after'))} |")
     lines += ["", "## Ingest (ITL 0, 8 SSE events of 1 token per server write, OSL 256)", "",
               "| client | C | completed | output tok/s | output tok per client CPU-s | client CPU-s | Ray driver CPU-s "
-              "(whole process) | output tok per CPU-s, driver included | suspect |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+              "(whole process) | output tok per CPU-s, driver included | client CPU util (per actor) "
+              "| loop lag p99 ms (per actor) | suspect |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         sc = r["scenario"]
         if sc["name"] != "ingest":
@@ -136,15 +139,24 @@ def render(rows: list[dict], command: str, install: str) -> str:
         with_driver = r["output_tokens"] / (r["cpu_s"] + driver) if driver else None
         lines.append(f"| {r['client']} | {sc['concurrency']} | {r['completed']}/{r['requests']} | {fmt(r['output_tok_s'], 0)} "
                      f"| {fmt(r['output_tok_per_cpu_s'], 0)} | {fmt(r['cpu_s'])} | {fmt(driver)} | {fmt(with_driver, 0)} "
-                     f"| {r.get('suspect')} |")
+                     f"| {' / '.join(fmt(x) for x in r.get('actor_cpu_util') or [])} "
+                     f"| {' / '.join(fmt(x) for x in r.get('actor_loop_lag_p99_ms') or [])} | {r.get('suspect')} |")
     lines += ["", "## Where one process saturates", ""]
-    for c in (1024, 4096):
-        one = next((r for r in rows if r["client"] == ONE and r["scenario"]["name"] == "ingest"
-                    and r["scenario"]["concurrency"] == c and "error" not in r), None)
-        if one:
-            lines.append(f"- C={c}, one process: client CPU utilisation {fmt(one['cpu_util'])} of its core over the level, "
-                         f"{fmt(one['output_tok_s'], 0)} output tok/s")
-    lines += ["", "Definitions as in bench/results/compare_clients.md: TTFT err = client TTFT − the server's own TTFT "
+    for name in ("latency", "ingest"):
+        for c in (1024, 4096):
+            one = next((r for r in rows if r["client"] == ONE and r["scenario"]["name"] == name
+                        and r["scenario"]["concurrency"] == c and "error" not in r), None)
+            if one:
+                reasons = "; ".join(one.get("suspect_reasons") or []) or "none"
+                lines.append(f"- {name} C={c}, one process: CPU {fmt(one['cpu_util'])} of its core over the level, "
+                             f"event-loop lag p99 {fmt((one.get('actor_loop_lag_p99_ms') or [None])[0])} ms, "
+                             f"{fmt(one['output_tok_s'], 0)} output tok/s; its own suspect reasons: {reasons}")
+    lines += ["", "CPU utilisation is the client's CPU seconds over the level's wall time. Well below 1 together with "
+              "an event-loop lag of hundreds of milliseconds means the client was runnable but waiting for its core, "
+              "which other work on this machine shared (load averages above): the process is starved, not idle. "
+              "The two Ray actors are two processes on that same core, so they get a larger share of it than one "
+              "process does; on separate machines each actor has a core of its own.",
+              "", "Definitions as in bench/results/compare_clients.md: TTFT err = client TTFT − the server's own TTFT "
               "(its first token-bearing send − the request's arrival), requests paired by prompt sha256; kneecap "
               "records are seconds since the CLOCK_MONOTONIC epoch in manifest.json, and a Ray actor's stamps are "
               "moved into the driver's clock by its measured offset (both nodes share this machine's clock, so the "
@@ -180,8 +192,10 @@ def main() -> int:
             for sc in scenarios(args.quick):
                 for client in (ONE, RAY):
                     print(f"{sc.name} C={sc.concurrency} {client} ...", file=sys.stderr, flush=True)
+                    load_before = os.getloadavg()[0]
                     row = measure(client, sc, args.server_cpu, args.client_cpu, Path(tmp))
-                    row.update(EXTRAS.pop((client, sc.name, sc.concurrency), {}))
+                    row.update(EXTRAS.pop((client, sc.name, sc.concurrency), {}), load_avg_before=load_before,
+                               load_avg_after=os.getloadavg()[0])
                     rows.append(row)
     install = (f"The two Ray nodes took {CLUSTER['start_s']:.1f} s to start; the whole run took "
                f"{time.monotonic() - started:.0f} s.")

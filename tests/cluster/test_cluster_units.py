@@ -75,3 +75,36 @@ def test_ray_flag_without_ray_installed_is_one_line_naming_the_extra(cli, tmp_pa
     assert r.code == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert "kneecap[ray]" in lines[0] and "--ray" in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_grid_configuration_to_simulate_options_and_bad_files(tmp_path):
+    from kneecap.cluster.grid import config_args, config_name, load_grid
+
+    cfg = {"name": "8b / h100", "preset": "llama-3.1-8b", "concurrency": [1, 8], "prefix-caching": False,
+           "trace": True, "requests": 40, "seed": None}
+    assert config_args(cfg, 0) == ["--preset", "llama-3.1-8b", "--concurrency", "1,8", "--no-prefix-caching",
+                                   "--trace", "--requests", "40"]
+    assert config_name(cfg, 3) == "003-8b-h100" and config_name({}, 12) == "012"
+    with pytest.raises(KneecapError, match="sets 'out'"):
+        config_args({"out": "x"}, 1)
+    (tmp_path / "bad.yaml").write_text("preset: llama-3.1-8b\n")
+    (tmp_path / "bad.json").write_text("[{")
+    for name in ("bad.yaml", "bad.json", "missing.yaml"):
+        with pytest.raises(KneecapError):
+            load_grid(tmp_path / name)
+
+
+def test_grid_here_matches_simulate_one_by_one_and_bad_config_is_one_line(cli, tmp_path):
+    grid = tmp_path / "grid.json"
+    grid.write_text('[{"name": "small", "preset": "llama-3.1-8b", "gpu": "h100-sxm", "isl": 128, "osl": 8, '
+                    '"concurrency": "1,4", "requests": 12}]')
+    r = cli("simulate", "--grid", str(grid), "--out", str(tmp_path / "g"), "--quiet")
+    assert r.code == 0, r.stderr
+    r = cli("simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "128", "--osl", "8",
+            "--concurrency", "1,4", "--requests", "12", "--out", str(tmp_path / "one"), "--quiet", "--no-report")
+    assert r.code == 0, r.stderr
+    assert (tmp_path / "g" / "000-small" / "summary.json").read_bytes() == (tmp_path / "one" / "summary.json").read_bytes()
+    grid.write_text('[{"preset": "llama-3.1-8b", "gpu": "no-such-gpu"}]')
+    r = cli("simulate", "--grid", str(grid), "--out", str(tmp_path / "bad"))
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.code == 2 and len(lines) == 1 and "grid configuration 0" in lines[0] and "Traceback" not in r.stderr

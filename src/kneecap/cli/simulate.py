@@ -50,6 +50,34 @@ def parse_levels(concurrency: str | None, rate: str | None) -> tuple[str, list]:
     return "concurrency", values
 
 
+def _run_grid(grid: str | None, ray_address: str | None, out: str | None, json_out: bool, quiet: bool) -> int:
+    """--grid [--ray]: every configuration as `kneecap simulate` alone would run it, on a cluster or here."""
+    from datetime import datetime, timezone
+    from pathlib import Path
+
+    from kneecap.cluster.grid import load_grid, run_grid_bytes, write_grid
+
+    if grid is None:
+        raise KneecapError("--ray needs --grid", "pass --grid FILE (a list of configurations), or drop --ray")
+    if ray_address is not None:
+        from kneecap.cluster.connect import require_ray
+
+        require_ray()
+    configs = load_grid(grid)
+    root = Path(out) if out else Path("kneecap-results") / f"grid-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+    nodes: list = []
+    index = write_grid(root, configs, run_grid_bytes(configs, ray_address, nodes), nodes)
+    if json_out:
+        import json
+
+        sys.stdout.write(json.dumps(index) + "\n")
+    elif not quiet:
+        for row in index:
+            print(f"{row['summary']}: kneecap simulate {' '.join(row['args'])}")
+        print(f"results: {root}")
+    return 0
+
+
 def _sorted(obj):
     """Recursively key-sorted copy (summary bytes must not depend on insertion order)."""
     if isinstance(obj, dict):
@@ -134,8 +162,12 @@ def simulate(
     trace: bool = typer.Option(False, "--trace", help="Also write DIR/trace.jsonl: one line per engine step"),
     quiet: bool = typer.Option(False, "--quiet", help="No table"),
     no_report: bool = typer.Option(False, "--no-report", help="Do not render report.md / report.html into the folder"),
+    grid: Optional[str] = typer.Option(None, "--grid", help="A JSON/YAML list of simulate configurations (option names to values): each one's summary.json into OUT/NNN-name/, index in OUT/grid.json"),
+    ray_address: Optional[str] = typer.Option(None, "--ray", help="With --grid: run the configurations as Ray tasks across a cluster: auto (RAY_ADDRESS), local, or the head's HOST:PORT; needs pip install 'kneecap[ray]'"),
 ) -> int:
     """The same sweep as `kneecap bench`, on the simulated engine in virtual time (deterministic for a seed)."""
+    if grid is not None or ray_address is not None:  # a grid of configurations (kneecap.cluster.grid)
+        return _run_grid(grid, ray_address, out, json_out, quiet)
     from datetime import datetime, timezone
     from pathlib import Path
 
