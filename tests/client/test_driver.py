@@ -31,12 +31,17 @@ def server():
     srv.stop()
 
 
-def closed(cfg, specs, concurrency, client_prompts=None, tap_bodies=True, counters=None, kernel_stamps=True, **kw):
+def closed(cfg, specs, concurrency, client_prompts=None, tap_bodies=True, counters=None, kernel_stamps=True,
+           on_open=None, **kw):
+    """Run a closed-loop level on a fresh Client; on_open() is called once it is open (its read path
+    chosen), right before the level."""
     records = []
     epoch = time.perf_counter()
 
     async def go():
         async with Client(cfg, client_prompts, tap_bodies=tap_bodies, kernel_stamps=kernel_stamps) as client:
+            if on_open is not None:
+                on_open()
             run = await asyncio.wait_for(client.run_closed_loop(specs, concurrency, level=0, epoch=epoch,
                                                                 on_record=records.append, **kw), BOUND_S)
             if counters is not None:
@@ -126,21 +131,26 @@ def test_sent_at_is_stamped_when_the_bytes_go_out_not_when_headers_are_serialise
         await original_headers(self, *args, **kwargs)
         asyncio.get_running_loop().call_soon(time.sleep, 0.05)
 
+    url, _ = server
+    host = f"Host: {url.split('//', 1)[1]}".encode()
+
+    def ours(head: bytes) -> bool:  # not the connection-opening GETs, nor the read-path self-test's POSTs
+        return head.startswith(b"POST ") and host in head
+
     def writelines(self, chunks):
         chunks = list(chunks)
-        if bytes(chunks[0]).startswith(b"POST "):  # not the connection-opening GETs before the level
+        if ours(bytes(chunks[0])):
             writes.append(time.perf_counter())
         return original_writelines(self, chunks)
 
     def write(self, chunk):
-        if bytes(chunk).startswith(b"POST "):
+        if ours(bytes(chunk)):
             writes.append(time.perf_counter())
         return original_write(self, chunk)
 
     monkeypatch.setattr(http_writer.StreamWriter, "write_headers", write_headers_then_hold_the_loop)
     monkeypatch.setattr(http_writer.StreamWriter, "_writelines", writelines)
     monkeypatch.setattr(http_writer.StreamWriter, "_write", write)
-    url, _ = server
     run, epoch = closed(ClientConfig(base_url=url, model="m"), make_requests(Workload.fixed(8, 3), 1, seed=5), 1)
     (rec,) = run.records
     assert rec.ok, rec.error_message
@@ -165,10 +175,10 @@ def test_reads_are_stamped_when_they_arrive_even_while_the_loop_is_busy(server, 
             held.append(asyncio.get_running_loop().call_later(0.03, time.sleep, 0.12))
         return feed(self, t, events)
 
-    monkeypatch.setattr(oa.StreamDecoder, "feed", feed_and_hold_once)
     url, srv = server
     cfg = ClientConfig(base_url=url, model="m", extra_body={"scripted": {"ttft_s": 0.01, "itl_s": 0.1}})
-    run, epoch = closed(cfg, make_requests(Workload.fixed(8, 3), 1, seed=9), 1, kernel_stamps=kernel_stamps)
+    run, epoch = closed(cfg, make_requests(Workload.fixed(8, 3), 1, seed=9), 1, kernel_stamps=kernel_stamps,
+                        on_open=lambda: monkeypatch.setattr(oa.StreamDecoder, "feed", feed_and_hold_once))
     (rec,) = run.records
     assert rec.ok and rec.chunk_tokens == [1, 1, 1], (rec.error_message, rec.chunk_tokens)
     sends = by_hash(srv, run.records)[rec.prompt_hash]["chunk_send_times"]
@@ -233,13 +243,17 @@ def test_continuous_usage_counts_tokens_from_usage_deltas(server):
 
 
 def test_chat_reasoning_first_then_answer(server):
-    url, _ = server
+    url, srv = server
     cfg = ClientConfig(base_url=url, model="m", endpoint="chat",
                        extra_body={"scripted": {"reasoning_tokens": 3, "ttft_s": 0.01, "itl_s": 0.01}})
     run, _ = closed(cfg, make_requests(Workload.fixed(8, 6), 1), 1)
     rec = run.records[0]
     assert rec.ok and sum(rec.chunk_tokens) == 6  # the role-only first chunk carries no token
-    assert rec.first_answer_at - rec.first_token_at >= 0.025  # three reasoning tokens 10 ms apart came first
+    # three reasoning tokens (10 ms apart on the server's schedule) came first: the answer is the fourth
+    # token the server sent, and the client's gap is the server's (its first send may run late on a busy box)
+    sends = by_hash(srv, run.records)[rec.prompt_hash]["chunk_send_times"]
+    assert len(sends) == 6 and sends[3] - sends[0] > 0.005
+    assert abs((rec.first_answer_at - rec.first_token_at) - (sends[3] - sends[0])) < 0.003, sends
 
 
 def test_non_streaming(server):

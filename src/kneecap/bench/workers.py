@@ -183,13 +183,24 @@ def merge_outcomes(outcomes: Sequence[LevelOutcome], workers: int) -> dict:
 
     A `--duration` closed-loop level runs in rounds, each over all `workers` processes, so
     `per_worker` holds one report per worker per round (round by round) and `rounds` says how many.
-    Workers that were Ray actors (`--ray`, kneecap.cluster) each say where they ran; `ray` sums that up."""
+    Workers that were Ray actors (`--ray`, kneecap.cluster) each say where they ran; `ray` sums that up.
+    `read_path` is how the workers read streamed bodies (kneecap.client.read_path), "mixed" when they
+    did not all read them the same way (per_worker says which did what)."""
     merged = {
         "workers": workers,
         "rounds": -(-len(outcomes) // workers),
         "suspect": any(o.suspect for o in outcomes),
         "per_worker": [o.client for o in outcomes],
     }
+    # how the workers read streamed bodies (kneecap.client.read_path): one name when they all agree
+    paths = {o.client.get("read_path") for o in outcomes if o.client.get("read_path")}
+    if paths:
+        merged["read_path"] = paths.pop() if len(paths) == 1 else "mixed"
+        streams: dict = {}
+        for o in outcomes:
+            for path, n in (o.client.get("streams_by_read_path") or {}).items():
+                streams[path] = streams.get(path, 0) + n
+        merged["streams_by_read_path"] = streams
     placed = [o.client["ray"] for o in outcomes if isinstance(o.client.get("ray"), dict)]
     if placed:
         merged["ray"] = {"address": placed[0].get("address"), "nodes": len({p.get("node_id") for p in placed}),

@@ -10,7 +10,8 @@ per-HTTP-chunk buffer bookkeeping). Measured on the 2-core dev box, C=256, 500-t
 Node server: the whole client spent 12.6 us of CPU per read with the tap against 19.6 us through
 aiohttp's reader (and stamped ~40 % more, finer-grained reads). Whenever anything is unusual (not
 chunked, compressed, TLS, a first read that does not start at a chunk boundary) the driver keeps
-aiohttp's own reader.
+aiohttp's own reader, and so does a client whose aiohttp lacks what the tap touches or fails its
+loopback self-test (client/read_path.py, checked once per client when it opens).
 While a tap owns a connection, KernelStampedReader (Linux) reads the socket itself with recvmsg and
 stamps each read with the kernel's receive time (SO_TIMESTAMPNS) rather than the moment the event
 loop got to it; see its docstring and docs/metrics.md "How kneecap bench takes them".

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import aiohttp
+from aiohttp import http_writer
 
 from kneecap.client import openai as oa
 from kneecap.client.body_tap import BodyTap, KernelStampedReader, StallError, StallWatch, terminal_chunk
@@ -29,6 +30,7 @@ from kneecap.client.failures import (CANCELLED_KIND, CLIENT_ERROR, CONNECTION_RE
 from kneecap.client.fdlimit import ensure_fd_limit
 from kneecap.client.selfcheck import LevelRun, ReadStamps, SelfMonitor, judge_suspect  # noqa: F401
 from kneecap.client.prompts import Prompt, PromptSource, RandomTextPrompts, RandomTokenPrompts
+from kneecap.client.read_path import AIOHTTP, PROBE_TOKENS, TAP, TAP_KERNEL, LoopbackSse, missing_tap_hooks
 from kneecap.client.sse import DEFAULT_MAX_LINE_BYTES, SseParser
 from kneecap.errors import KneecapError
 from kneecap.records import CANCELLED, ERROR, OK, TIMEOUT, RequestRecord
@@ -152,11 +154,15 @@ class Client:
     """
 
     def __init__(self, cfg: ClientConfig, prompts: PromptSource | None = None, *, tap_bodies: bool = True,
-                 kernel_stamps: bool = True):
+                 kernel_stamps: bool = True, read_path: str | None = None):
         self.cfg = cfg
         self.prompts = prompts
         self.tap_bodies = tap_bodies  # False: always read through aiohttp's StreamReader
         self.kernel_stamps = kernel_stamps  # tapped bodies: stamp reads with the kernel's receive time
+        # kneecap.client.read_path: TAP_KERNEL, TAP or AIOHTTP, chosen at open() by choose_read_path()
+        # (a value given here is taken as is: the self-test's own client)
+        self.read_path = read_path
+        self.read_path_note: str | None = None  # why the path is not the one asked for
         self.read_stamps = ReadStamps()  # running counts: which clock stamped the body reads
         self.bodies_tapped = 0  # streams read by a BodyTap (counters for tests and diagnostics)
         self.bodies_via_aiohttp = 0
@@ -181,18 +187,57 @@ class Client:
                                          keepalive_timeout=300.0 if cfg.keepalive else None, ttl_dns_cache=3600)
         # total and stall timeouts are the driver's own (send / _read_stream); aiohttp keeps the connect one
         timeout = aiohttp.ClientTimeout(total=None, sock_read=None, sock_connect=cfg.connect_timeout_s)
-        # sent_at: aiohttp (3.10+) serialises the headers in StreamWriter.write_headers but buffers them and
+        # sent_at: aiohttp 3.12+ serialises the headers in StreamWriter.write_headers but buffers them and
         # hands them to the socket together with the first body write, which on Python < 3.12 runs in a
         # task of its own, one event-loop turn later (ClientRequest.send / write_bytes). That turn can be
         # long when many streams are being read, so sent_at is stamped on on_request_chunk_sent, in the
         # same synchronous step as the transport write (every request sent here has a JSON body).
+        # aiohttp < 3.12 (no StreamWriter.send_headers) writes the headers at once, right after
+        # on_request_headers_sent: there the stamp is taken on that signal (the first stamp is kept).
         trace = aiohttp.TraceConfig()
+        if not hasattr(http_writer.StreamWriter, "send_headers"):
+            trace.on_request_headers_sent.append(_stamp_body_sent)
         trace.on_request_chunk_sent.append(_stamp_body_sent)
         trace.on_connection_reuseconn.append(_mark_reused)  # to tell a dropped kept-alive connection apart
         self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=self._headers,
                                               trace_configs=[trace])
+        if self.read_path is None:
+            self.read_path, self.read_path_note = await self.choose_read_path()
         if cfg.model is None:
             self.cfg = replace(cfg, model=await self.detect_model())
+
+    async def choose_read_path(self) -> tuple[str, str | None]:
+        """(path, why it is not the one asked for) for this client's streamed bodies: the body tap when
+        this aiohttp has every attribute it touches and two chunked streams from a loopback server read
+        through it come out whole, on one reused connection (the hand-back left aiohttp's parser in
+        step); kernel receive stamps when they stamped those streams; else aiohttp's own reader."""
+        if not self.tap_bodies:
+            return AIOHTTP, None
+        missing = missing_tap_hooks()
+        if missing:
+            return AIOHTTP, f"aiohttp {aiohttp.__version__} lacks {', '.join(missing)}"
+        want = TAP_KERNEL if self.kernel_stamps else TAP
+        try:
+            async with LoopbackSse() as srv:
+                cfg = ClientConfig(base_url=srv.url, model="read-path-check", timeout_s=5.0, stall_timeout_s=5.0)
+                async with Client(cfg, read_path=want) as probe:
+                    records = []
+                    for i in range(2):
+                        spec = RequestSpec(index=i, request_id=f"read-path-check-{i}", class_name="check",
+                                           input_tokens=1, output_tokens=PROBE_TOKENS)
+                        await probe.send(PreparedRequest(spec, b"{}", "", None, None), level=0, epoch=0.0,
+                                         on_record=records.append)
+        except (OSError, RuntimeError) as exc:
+            return AIOHTTP, f"the body tap's self-test could not run: {type(exc).__name__}: {exc}"
+        bad = [r.error_message or f"{r.chunk_tokens} tokens" for r in records
+               if not r.ok or r.chunk_tokens != [1] * PROBE_TOKENS]
+        if bad or probe.bodies_tapped < 1 or srv.connections != 1:
+            why = bad[0] if bad else (f"{srv.connections} connections for 2 requests" if srv.connections != 1
+                                      else "no stream reached the tap")
+            return AIOHTTP, f"the body tap's self-test on aiohttp {aiohttp.__version__} failed ({why})"
+        if want == TAP_KERNEL and probe.read_stamps.kernel_streams < probe.bodies_tapped:
+            return TAP, "kernel receive stamps (SO_TIMESTAMPNS) are not available here"
+        return want, None
 
     async def close(self) -> None:
         if self._session is not None:
@@ -372,7 +417,7 @@ class Client:
         conn = resp.connection
         proto = conn.protocol if conn is not None else None
         transport = proto.transport if proto is not None else None
-        if (self.tap_bodies and transport is not None and not content.is_eof()
+        if (self.read_path != AIOHTTP and transport is not None and not content.is_eof()
                 and resp.headers.get("Transfer-Encoding", "").lower() == "chunked"
                 and "Content-Encoding" not in resp.headers and transport.get_extra_info("sslcontext") is None):
             early = content.read_nowait()  # body bytes that came with the headers
@@ -389,7 +434,7 @@ class Client:
 
             tap.watch = StallWatch(loop, stall_s, on_stall)
             transport.set_protocol(tap)
-            reader = KernelStampedReader.start(loop, transport, tap) if self.kernel_stamps else None
+            reader = KernelStampedReader.start(loop, transport, tap) if self.read_path == TAP_KERNEL else None
             claimed = False
             try:
                 claimed = await done
@@ -417,6 +462,7 @@ class Client:
                 proto.data_received(tap.unclaimed)  # not at a chunk boundary: aiohttp reads the rest
         self.bodies_via_aiohttp += 1
         self.read_stamps.loop_streams += 1
+        self.read_stamps.aiohttp_streams += 1
         watch = StallWatch(loop, stall_s, lambda: content.set_exception(StallError("no data within the stall timeout")))
         readany = content.readany
         feed = parser.feed
@@ -456,7 +502,7 @@ class Client:
             on_record(rec)
 
         it = iter(preps)
-        self.read_stamps = ReadStamps()
+        self.read_stamps = ReadStamps(read_path=self.read_path, read_path_note=self.read_path_note)
         monitor = SelfMonitor()
         monitor.start()
         t0 = time.perf_counter()
@@ -501,7 +547,7 @@ class Client:
                 records.append(rec)
             on_record(rec)
 
-        self.read_stamps = ReadStamps()
+        self.read_stamps = ReadStamps(read_path=self.read_path, read_path_note=self.read_path_note)
         monitor = SelfMonitor()
         monitor.start()
         t0 = time.perf_counter()

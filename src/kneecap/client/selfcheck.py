@@ -29,11 +29,16 @@ class ReadStamps:
     kernel's receive time (SO_TIMESTAMPNS); loop_streams: bodies stamped when the event loop read
     them (no kernel stamps on this platform or connection). kernel_reads: reads that carried a
     kernel stamp; loop_wait is how long each waited between arriving and being read: the error loop
-    stamping would have added.
+    stamping would have added. read_path: the way the client chose to read bodies
+    (kneecap.client.read_path; read_path_note says why, when it fell back); aiohttp_streams: bodies
+    read by aiohttp's own reader (counted in loop_streams too: its reads are stamped by the loop).
     """
 
     kernel_streams: int = 0
     loop_streams: int = 0
+    aiohttp_streams: int = 0
+    read_path: str | None = None
+    read_path_note: str | None = None
     kernel_reads: int = 0
     loop_wait_ns: int = 0  # summed over kernel_reads
     loop_wait_max_ns: int = 0
@@ -46,7 +51,13 @@ class ReadStamps:
 
     def stats(self) -> dict:
         """JSON-ready (milliseconds)."""
+        extra = {"read_path_note": self.read_path_note} if self.read_path_note else {}
         return {
+            "read_path": self.read_path,
+            **extra,
+            "streams_by_read_path": {"body_tap+kernel_stamps": self.kernel_streams,
+                                     "body_tap": self.loop_streams - self.aiohttp_streams,
+                                     "aiohttp": self.aiohttp_streams},
             "kernel_stamped_streams": self.kernel_streams,
             "loop_stamped_streams": self.loop_streams,
             "kernel_stamped_reads": self.kernel_reads,
