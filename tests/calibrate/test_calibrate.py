@@ -41,7 +41,8 @@ def synthetic_levels(target, params, loads=(1, 8, 64), isl=1000, osl=120):
 def test_recovers_known_factors_from_defaults(target):
     levels = synthetic_levels(target, StepTimeParams(**TRUE))
     result = calibrate(target, levels)
-    assert result.initial == {"mfu": 0.5, "bw_efficiency": 0.8, "overhead_s": 0.002}
+    defaults = StepTimeParams()
+    assert result.initial == {n: getattr(defaults, n) for n in ("mfu", "bw_efficiency", "overhead_s")}
     for name, value in TRUE.items():
         assert getattr(result.params, name) == pytest.approx(value, rel=0.05), name
     assert result.initial_rms_log_error > 0.1 and result.rms_log_error < 0.01
@@ -50,10 +51,12 @@ def test_recovers_known_factors_from_defaults(target):
 
 
 def test_fitting_a_subset_leaves_the_rest_alone(target):
-    levels = synthetic_levels(target, StepTimeParams(mfu=0.5, bw_efficiency=0.6, overhead_s=0.002), loads=(1, 16))
-    result = calibrate(target, levels, fit=("bw_efficiency",))
+    truth = StepTimeParams(mfu=0.5, bw_efficiency=0.6, overhead_s=0.003)
+    levels = synthetic_levels(target, truth, loads=(1, 16))
+    start = StepTimeParams(mfu=0.5, bw_efficiency=0.9, overhead_s=0.003)  # right but for the fitted factor
+    result = calibrate(target, levels, fit=("bw_efficiency",), start=start)
     assert result.params.bw_efficiency == pytest.approx(0.6, rel=0.03)
-    assert (result.params.mfu, result.params.overhead_s) == (0.5, 0.002)
+    assert (result.params.mfu, result.params.overhead_s) == (0.5, 0.003)
 
 
 def test_measured_levels_come_from_a_summary():
@@ -130,3 +133,38 @@ def test_bad_inputs_are_one_line(cli, tmp_path, content, args):
         path.write_text(content)
     r = cli("calibrate", "--summary", str(path), *FLAGS, "--out", str(tmp_path / "c.json"), *args)
     one_line_error(r)
+
+
+SHAPES = {  # every sweep shape `kneecap simulate` writes: request counts, another seed, warmup, --duration, open loop
+    "requests": ["--concurrency", "1,8,32", "--requests", "48"],
+    "seed-7": ["--concurrency", "1,8,32", "--requests", "48", "--seed", "7"],
+    "warmup": ["--concurrency", "1,8,32", "--requests", "48", "--warmup", "8"],
+    "duration": ["--concurrency", "1,8,32", "--duration", "20"],
+    "rate": ["--rate", "4,32,128", "--requests", "96", "--seed", "3"],
+}
+# Open loop: the replay is exact (the true constants predict every level), but the Levenberg-Marquardt fit stalls
+# 0.5-2% rms log error away from them (bw_efficiency 0.60-0.99 for a true 0.70, from three different starts):
+# arrival-driven batching makes the residuals step-shaped in the constants. Strict: passes once the fit is fixed.
+OPEN_LOOP_FIT = pytest.mark.xfail(strict=True, reason="the LM fit stalls on open-loop sweeps (see above)")
+
+
+@pytest.mark.parametrize("shape", [pytest.param(s, marks=OPEN_LOOP_FIT) if s == "rate" else s for s in sorted(SHAPES)])
+def test_calibrate_recovers_its_own_constants_on_every_sweep_shape(cli, tmp_path, shape):
+    """A sweep simulated at known constants, read back from its summary.json: each level is replayed as it ran
+    (index, seed, duration, warmup, rate), so the true constants predict it exactly and a fit from the defaults
+    finds them again within 1%."""
+    truth = {"mfu": 0.45, "bw_efficiency": 0.7, "overhead_s": 0.003}
+    pairs = ",".join(f"{k}={v}" for k, v in truth.items())
+    out = tmp_path / shape
+    r = cli("simulate", *FLAGS, "--isl", "600", "--osl", "64", *SHAPES[shape], "--step-params", pairs,
+            "--out", str(out), "--json", "--no-report")
+    assert r.code == 0, r.stderr
+    summary = json.loads(r.stdout)
+    sim = simulated_deployment(DeploymentRequest(preset="llama-3.1-8b", gpu="h100-sxm", context=8192))
+    levels = levels_from_summary(summary)
+    assert len(levels) == 3
+    at_truth = calibrate(sim, levels, start=StepTimeParams(**truth), max_iterations=1)
+    assert at_truth.initial_rms_log_error < 1e-9, at_truth.levels  # every level replayed exactly as it ran
+    result = calibrate(sim, levels)
+    for name, value in truth.items():
+        assert getattr(result.params, name) == pytest.approx(value, rel=0.01), (name, result.to_dict())
