@@ -138,3 +138,20 @@ def test_quantized_kv_needs_head_dim_in_whole_blocks(tmp_path):
     assert kv_bytes_per_token(model, kv_dtype_bytes("f16")) == 2 * 2 * 16 * 2
     with pytest.raises(KneecapError, match="unknown KV dtype"):
         kv_dtype_bytes("q4_k")
+
+
+def test_plan_refuses_a_block_kv_type_that_does_not_tile_head_dim(tmp_path):
+    """`kneecap plan --kv-dtype q8_0` on a head_dim-16 model is one line naming the sizes, as llama.cpp refuses
+    to start with it ("K cache type q8_0 with block size 32 does not divide n_embd_head_k=16")."""
+    from clitools import run_cli
+
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256,
+              "max_position_embeddings": 2048, "torch_dtype": "float16"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    bad = run_cli("plan", "--model", str(path), "--gpu", "h100-sxm", "--kv-dtype", "q8_0", "--json")
+    lines = [ln for ln in bad.stderr.splitlines() if ln.strip()]
+    assert bad.code == 2 and len(lines) == 1 and "head_dim 16" in lines[0], bad.stderr
+    good = run_cli("plan", "--model", str(path), "--gpu", "h100-sxm", "--kv-dtype", "f16", "--json")
+    assert good.code == 0 and json.loads(good.stdout)["kv_bytes_per_token"] == 2 * 2 * 2 * 16 * 2, good.stderr

@@ -16,7 +16,7 @@ from typing import NamedTuple
 from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.hardware import get_gpu
-from kneecap.model.kv import check_tp, kv_dtype_bytes
+from kneecap.model.kv import check_kv_dtype, check_tp, kv_dtype_bytes
 from kneecap.model.weights import weight_bits
 from kneecap.plan import engines
 from kneecap.plan.ledger import Plan, build_plan, weights_bytes_per_gpu, weights_total_bytes
@@ -187,6 +187,7 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
     checkpoint_kv = getattr(model, "kv_dtype", None)
     kv_dtype = (f.kv_dtype or checkpoint_kv
                 or (model.weight_dtype if model.weight_dtype in ("bf16", "fp16") else "bf16")).lower()
+    check_kv_dtype(model, kv_dtype)  # a block-quantized cache type must tile head_dim (llama.cpp refuses otherwise)
     hbm = parse_hbm(f.hbm)
     if f.engine and f.hbm == "datasheet":
         hbm = "framework"  # an engine reads the total the framework sees, not the datasheet
