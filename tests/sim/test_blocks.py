@@ -1,4 +1,4 @@
-"""Block manager: invariants after every operation, over random allocate / grow / fork / register / free sequences."""
+"""Block manager: invariants after every operation, over random allocate / grow / register / free sequences."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from kneecap.errors import KneecapError
 from kneecap.sim.blocks import BlockManager, blocks_for
 
 OPS = st.lists(
-    st.tuples(st.sampled_from(["alloc", "grow", "fork", "register", "free", "free_cached"]),
+    st.tuples(st.sampled_from(["alloc", "grow", "register", "free", "free_cached"]),
               st.integers(0, 7), st.integers(1, 200), st.integers(0, 3)),
     min_size=1, max_size=60)
 
@@ -40,10 +40,6 @@ def test_invariants_after_every_operation(num_blocks, block_size, caching, ops):
             target = tokens[sid] + n
             if bm.allocate(sid, target) is not None:
                 tokens[sid] = target
-        elif op == "fork" and sid in tokens:
-            child = sid + 100
-            if child not in tokens and bm.fork(sid, child, tokens[sid]):
-                tokens[child] = tokens[sid]
         elif op == "register" and sid in tokens:
             full = tokens[sid] // block_size
             for i in range(min(full, len(prefix))):

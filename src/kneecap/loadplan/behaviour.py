@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 
+from kneecap.errors import KneecapError
 from kneecap.loadplan.schema import Expectation
 
 ABSTAIN_PATTERN = re.compile(
@@ -53,7 +54,11 @@ def check(expect: Expectation, answer: str) -> tuple[bool, str]:
 
 
 def detect_language(text: str) -> str | None:
-    from langdetect import DetectorFactory, LangDetectException, detect
+    try:
+        from langdetect import DetectorFactory, LangDetectException, detect
+    except ImportError:
+        raise KneecapError("a behaviour case checks the answer's language, which needs the langdetect package",
+                           "pip install 'kneecap[behaviour]'") from None
 
     DetectorFactory.seed = 0  # langdetect is randomised; fix it so replays are reproducible
     try:

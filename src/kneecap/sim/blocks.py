@@ -154,26 +154,6 @@ class BlockManager:
             if rc == 0:
                 self.free[block] = None
 
-    def fork(self, parent_id: Hashable, child_id: Hashable, num_tokens: int) -> bool:
-        """Give `child_id` the parent's blocks for its first `num_tokens` tokens: full blocks are shared
-        (ref + 1), a partial last block is copied into a fresh block (copy on write). False if no block
-        is free for the copy."""
-        parent = self.tables.get(parent_id, [])
-        nblocks = blocks_for(num_tokens, self.block_size)
-        if child_id in self.tables or nblocks > len(parent):
-            raise KneecapError(f"cannot fork {parent_id!r} into {child_id!r} at {num_tokens} tokens", "internal misuse")
-        full = num_tokens // self.block_size
-        partial = nblocks - full
-        if partial > len(self.free):
-            return False
-        table = self.tables[child_id] = []
-        for block in parent[:full]:
-            self.ref_count[block] += 1
-            table.append(block)
-        if partial:
-            table.append(self._take_free())
-        return True
-
     def take_many(self, seq_ids: Sequence[Hashable], counts: Sequence[int]) -> None:
         """Append counts[i] fresh blocks to seq_ids[i] (caller has checked they are free): the decode fast path."""
         take = self._take_free
