@@ -362,9 +362,9 @@ def render_markdown(rows: list[dict]) -> str:
     errs = [abs(r["error_pct"]) for r in sim]
     lines = [TABLE_BEGIN, "",
              f"{len(rows)} published points from {len(sources)} source{'s' if len(sources) != 1 else ''}; {len(sim)} simulated, "
-             f"{len(rows) - len(sim)} not simulated (a knob the simulator does not have, named in the row). "
-             f"Median absolute error **{median_abs_error_pct(rows):.1f}%**; {sum(e <= 25 for e in errs)} of {len(sim)} "
-             f"within 25%; worst {max(errs):.1f}%.", "",
+             f"{len(rows) - len(sim)} not simulated (a knob the simulator does not have, named in the row). " +
+             (f"Median absolute error **{median_abs_error_pct(rows):.1f}%**; {sum(e <= 25 for e in errs)} of {len(sim)} "
+              f"within 25%; worst {max(errs):.1f}%." if sim else "None simulated."), "",
              "| group | value | points | median abs. error | not simulated |", "|---|---|---:|---:|---:|"]
     ranked = []
     for g, vals in group_medians(rows).items():
