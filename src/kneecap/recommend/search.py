@@ -25,7 +25,7 @@ from kneecap.recommend.space import Knobs, RecommendRequest
 BATCH = 4  # candidates simulated per round (fixed: the pruning between rounds must not depend on the workers)
 SLACK = 0.25  # also simulate candidates whose lower-bound cost is within 25% of the best so far (the frontier)
 MAX_REPRESENTATIVES = 10  # stage 1: one engine-limit setting per (GPU, tp, pp, dtypes), cheapest bounds first
-LIMIT_VARIANTS_FOR = 1  # stage 2: every max_num_seqs x max_num_batched_tokens of the best this many setups
+LIMIT_VARIANTS_FOR = 1  # stage 2: the other max_num_seqs, then max_num_batched_tokens, of the best this many setups
 REFINE = 4  # stage 3: the cheapest candidates sized and checked at the stated load with longer levels
 PREFERRED_LIMITS = (256, 8192)  # the representative's limits when bounds tie (vLLM's defaults on a >= 70 GiB GPU: 1024, 8192)
 
@@ -154,17 +154,18 @@ def _candidate(req: RecommendRequest, k: Knobs, price: float, plan, max_load: fl
 
 
 def _no_candidate(req: RecommendRequest, c: Counts, reasons: list[str]) -> KneecapError:
-    what = []
     if c.pruned == c.evaluated:
-        what.append("more GPUs per replica (--max-gpus), a bigger GPU, or fp8 weights/KV (--weight-dtypes fp8 --kv-dtypes fp8)")
+        hint = ("try more GPUs per replica (up to 8 per node; raise --max-gpus if it is lower), a GPU with more memory (--gpus), "
+                "or fp8 weights and KV (--weight-dtypes fp8 --kv-dtypes fp8)")
     else:
-        what.append("a looser SLO, fp8 weights/KV, a faster GPU (--gpus)")
+        hint = "try a looser SLO, fp8 weights and KV (--weight-dtypes fp8 --kv-dtypes fp8), or a faster GPU (--gpus)"
         if req.max_gpus is not None and c.over_gpu_limit:
-            what.append("a higher --max-gpus")
-    why = reasons[0] if reasons else "no candidate met the SLO"
-    return KneecapError(f"no deployment of {req.model} meets {', '.join(f'{k}={v:g}' for k, v in req.slo.items())} "
-                        f"at {req.kind} {req.load:g} ({c.evaluated} candidates: {c.pruned} do not fit, "
-                        f"{c.infeasible} cannot meet the SLO; e.g. {why})", "try " + "; or ".join(what))
+            hint += ", or a higher --max-gpus"
+    why = reasons[0] if reasons else (next(iter(c.prune_reasons)) if c.prune_reasons else "no candidate met the SLO")
+    slo = ", ".join(f"{k}={v:g}" for k, v in req.slo.items())
+    return KneecapError(f"no deployment of {req.model} meets {slo} at {req.kind} {req.load:g} ({c.evaluated} candidates: "
+                        f"{c.pruned} do not fit, {c.infeasible} cannot meet the SLO, {c.over_gpu_limit} need more GPUs "
+                        f"than allowed; e.g. {why})", hint)
 
 
 def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int = 1, progress=None) -> dict:
@@ -249,16 +250,24 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
         reps.append(items[0])
     reps.sort(key=lambda x: (x[0], x[1]))
     simulate(reps[:MAX_REPRESENTATIVES])
-    # stage 2: the other engine limits of the best setups
+    # stage 2: the other engine limits of the best setup — first its other max_num_seqs (at the representative's
+    # token budget), then its other token budgets at the best max_num_seqs so far
     done = {it[1] for it in reps[:MAX_REPRESENTATIVES]}
     order = sorted(coarse, key=lambda x: (x[0], x[1]))
     best_setups = []
     for it in order:
         if it[2].plan_key not in best_setups:
             best_setups.append(it[2].plan_key)
-    variants = [it for key in best_setups[:LIMIT_VARIANTS_FOR] for it in by_setup[key] if it[1] not in done]
-    variants.sort(key=lambda x: (x[0], x[1]))
-    simulate(variants)
+    for key in best_setups[:LIMIT_VARIANTS_FOR]:
+        rep = next(it for it in order if it[2].plan_key == key)
+        seqs = [it for it in by_setup[key] if it[1] not in done
+                and it[2].max_num_batched_tokens == rep[2].max_num_batched_tokens]
+        simulate(seqs)
+        done |= {it[1] for it in seqs}
+        mine = sorted((it for it in coarse if it[2].plan_key == key), key=lambda x: (x[0], -x[5], x[1]))
+        tokens = [it for it in by_setup[key] if it[1] not in done and it[2].max_num_seqs == mine[0][2].max_num_seqs]
+        simulate(tokens)
+        done |= {it[1] for it in tokens}
     c.not_simulated = len(ranked) - c.simulated
 
     coarse.sort(key=lambda x: (x[0], x[1]))
