@@ -63,6 +63,7 @@ class Sweep:
         self._records_file = records_file
         self._summary_fields = summary_fields
         self._level_offset: int | None = None  # where the level in progress starts in requests.jsonl
+        self.extra: dict = {}  # summary keys an orchestration above the runner adds (find-max's max_load)
 
     # -- summary.json ----------------------------------------------------------------------
     def summary(self) -> dict:
@@ -77,7 +78,7 @@ class Sweep:
         return build_summary(summary_kind, self.state.levels, knee, self.state.stopped, load=kind,
                              status=self.state.status, skipped=self.state.skipped, preflight=self.state.preflight,
                              server=self.state.server, connections=self.state.connections, slo=self._slo or None,
-                             **fields)
+                             **fields, **self.extra)
 
     def save(self) -> dict:
         summary = self.summary()
@@ -114,6 +115,19 @@ class Sweep:
             self._sync()
             self.save()
             raise
+        return self.save()
+
+    def run_one(self, plan: LevelPlan) -> dict:
+        """One level outside the fixed order (a search chooses it): run, summarised, kept, summary.json
+        rewritten. Its records go to requests.jsonl like any level's."""
+        summary = self._run_level(plan)
+        self.state.levels.append(summary)
+        self._sync()
+        self.save()
+        return summary
+
+    def finish(self, status: str = STATUS_COMPLETE) -> dict:
+        self.state.status = status
         return self.save()
 
     def _interrupted(self, plan: LevelPlan | None) -> None:

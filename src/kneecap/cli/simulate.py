@@ -139,17 +139,20 @@ def simulate(
     mem_util: MemUtilOpt = None,
     hbm: HbmOpt = DEFAULTS.hbm,
     kv_pool_gib: PoolOpt = None,
-    isl: int = typer.Option(1000, "--isl", help="Input tokens per request"),
-    osl: int = typer.Option(1000, "--osl", help="Output tokens per request"),
+    isl: int = typer.Option(1000, "--isl", "--random-input-len", help="Input tokens per request"),
+    osl: int = typer.Option(1000, "--osl", "--random-output-len", help="Output tokens per request"),
     shared_prefix: Optional[str] = typer.Option(None, "--shared-prefix", help="TOKENS or TOKENSxGROUPS of prompt shared by requests"),
-    concurrency: Optional[str] = typer.Option(None, "--concurrency", help="Closed-loop levels, e.g. 1,8,64,max (max: all at once)"),
-    rate: Optional[str] = typer.Option(None, "--rate", help="Open-loop levels in requests/s, e.g. 1,2,4"),
+    concurrency: Optional[str] = typer.Option(None, "--concurrency", "--max-concurrency", help="Closed-loop levels, e.g. 1,8,64,max (max: all at once); with --find-max the lowest and highest load to search"),
+    rate: Optional[str] = typer.Option(None, "--rate", "--request-rate", help="Open-loop levels in requests/s, e.g. 1,2,4; with --find-max the lowest and highest rate to search"),
     burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of inter-arrival gaps: 1 Poisson, <1 burstier"),
-    requests: Optional[int] = typer.Option(None, "--requests", help="Measured requests per level (default max(100, 4 x C); 200 per rate level)"),
+    requests: Optional[int] = typer.Option(None, "--requests", "--num-prompts", help="Measured requests per level (default max(100, 4 x C); 200 per rate level)"),
     duration: Optional[float] = typer.Option(None, "--duration", help="Virtual seconds per level during which requests are sent"),
     warmup: int = typer.Option(0, "--warmup", help="Warmup requests per level (recorded, excluded from stats)"),
     seed: int = typer.Option(0, "--seed", help="Seed of lengths and arrivals (level i uses seed + i, as bench)"),
     slo: Optional[str] = typer.Option(None, "--slo", help="e.g. ttft_p99_ms=500,itl_p99_ms=50"),
+    find_max: Optional[str] = typer.Option(None, "--find-max", help="concurrency or rate: search for the highest load meeting every --slo (doubling, then bisection); the answer is summary.json's max_load"),
+    repeats: int = typer.Option(1, "--repeats", help="With --find-max: a load passes only if it meets the SLO this many times (each with its own seed)"),
+    export: Optional[str] = typer.Option(None, "--export", help="vllm: also write each level as `vllm bench serve --save-result` JSON (DIR/vllm/level-N.json)"),
     max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Sequences running at once (default: the engine's)"),
     max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Tokens per step (default: the engine's)"),
     scheduler_delay_factor: Optional[float] = typer.Option(None, "--scheduler-delay-factor", help="vLLM V0's prompt batching delay: hold new prompts until the oldest waited X x the last prompt step (0 = off)"),
@@ -184,6 +187,16 @@ def simulate(
     from kneecap.sim.step_params import parse_step_params
 
     kind, values = parse_levels(concurrency, rate)
+    if export is not None and export != "vllm":
+        raise KneecapError(f"--export {export!r} is not a known format", "pass --export vllm")
+    if find_max is not None:
+        if find_max != kind:
+            raise KneecapError(f"--find-max {find_max} searches the dimension of the levels given, which is {kind}",
+                               f"pass --find-max {kind}, or give --{find_max} LOW,HIGH")
+        if "max" in values:
+            raise KneecapError("--find-max cannot search 'max'", "give numeric bounds, e.g. --concurrency 1,512")
+        if repeats < 1:
+            raise KneecapError(f"--repeats must be >= 1, got {repeats}", "pass e.g. --repeats 3")
     prefix_tokens, prefix_groups = 0, 1
     if shared_prefix:
         from kneecap.bench.options import parse_shared_prefix
@@ -208,7 +221,7 @@ def simulate(
                     max_num_batched_tokens=max_num_batched_tokens, prefix_caching=prefix_caching,
                     step_params=params_obj, scheduler_delay_factor=scheduler_delay_factor)
     plans = plan_levels(opts)
-    for level in plans:
+    for level in plans if find_max is None else ():  # a search chooses its own levels
         if (kind == "concurrency" and level.value != "max" and level.num_requests is not None
                 and level.num_requests < level.value):
             print(f"warning: C={level.value} with only {level.num_requests} requests never reaches its concurrency; "
@@ -235,7 +248,16 @@ def simulate(
                       persist=lambda doc: results.write_summary(_sorted(doc)), progress=SilentProgress(),
                       slo=slo_dict or None, stop_limits=StopLimits(slo=slo_dict), summarize_fn=summarize_level,
                       sync=writer.sync, records_file=RecordsFile(results.records_path), summary_fields=summary_fields)
-        final = _sorted(sweep.run())
+        if find_max is not None:
+            from kneecap.bench.find_max import search_max_load
+
+            low, high = (min(values), max(values)) if len(values) > 1 else (1 if kind == "concurrency" else values[0] / 64,
+                                                                           values[0])
+            final = _sorted(search_max_load(sweep, opts, slo=slo_dict, low=low, high=high, repeats=repeats))
+        else:
+            final = _sorted(sweep.run())
+    if export == "vllm":
+        _export_vllm(results, final)
     if not no_report:
         from kneecap.report import render_report_or_warn
 
@@ -251,6 +273,26 @@ def simulate(
         console.print(_table(final))
         console.print(f"results: {results.path}")
     return 0
+
+
+def _export_vllm(results, summary: dict) -> None:
+    """Each level in `vllm bench serve --save-result` JSON shape (kneecap.metrics.export_vllm), DIR/vllm/level-N.json."""
+    import json
+    from datetime import datetime, timezone
+
+    from kneecap.bench.resume import RecordsFile
+    from kneecap.metrics.export_vllm import to_vllm_result
+
+    folder = results.path / "vllm"
+    folder.mkdir(exist_ok=True)
+    records = RecordsFile(results.records_path)
+    date = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    for level in summary["levels"]:
+        if not level.get("duration_s"):
+            continue
+        doc = to_vllm_result(level, records.level_records(level["level"]), model_id=summary["deployment"]["model"],
+                             date=date, burstiness=(summary.get("workload") or {}).get("burstiness") or 1.0)
+        (folder / f"level-{level['level']}.json").write_text(json.dumps(doc, indent=2) + "\n")
 
 
 def _append_rows(path, rows: list) -> None:

@@ -1,0 +1,65 @@
+"""`kneecap simulate --find-max`: the highest load meeting every SLO, found level by level through the one level
+runner; the answer met the SLO and the next step up failed it, each checked by simulating that load on its own.
+Also `--export vllm` and the flag names users bring from `vllm bench serve`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from clitools import run_cli
+
+BASE = ["simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "1000", "--osl", "200", "--no-report",
+        "--json"]
+SLO = "ttft_p99_ms=300,itl_p99_ms=40"
+
+
+def meets(level: dict) -> bool:
+    return level["ttft_ms"]["p99"] <= 300 and level["itl_ms"]["p99"] <= 40
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    out = tmp_path_factory.mktemp("findmax")
+    r = run_cli(*BASE, "--max-concurrency", "1,256", "--slo", SLO, "--find-max", "concurrency", "--export", "vllm",
+                "--out", str(out / "run"))
+    assert r.code == 0, r.stderr
+    return json.loads(r.stdout), out / "run"
+
+
+def test_the_answer_meets_the_slo_and_the_next_step_does_not(searched):
+    doc, _ = searched
+    m = doc["max_load"]
+    assert m["dimension"] == "concurrency" and m["repeats"] == 1
+    assert m["failed_at"] == m["value"] + 1 and m["failed_because"].startswith(("ttft_p99_ms", "itl_p99_ms"))
+    by_load = {lv["concurrency"]: lv for lv in doc["levels"]}
+    assert meets(by_load[m["value"]]) and not meets(by_load[m["failed_at"]])
+    assert all(lv["find_max"]["met"] == meets(lv) for lv in doc["levels"])
+    for load, expect in ((m["value"], True), (m["failed_at"], False)):  # each load simulated on its own
+        r = run_cli(*BASE, "--concurrency", str(load), "--slo", SLO, "--out", str(searched[1].parent / f"alone-{load}"))
+        assert r.code == 0, r.stderr
+        assert meets(json.loads(r.stdout)["levels"][0]) is expect, load
+
+
+def test_every_level_is_exported_in_vllm_result_shape(searched):
+    doc, folder = searched
+    files = sorted((folder / "vllm").glob("level-*.json"))
+    assert len(files) == len(doc["levels"])
+    first = json.loads(files[0].read_text())
+    for key in ("date", "backend", "model_id", "num_prompts", "request_rate", "max_concurrency", "duration", "completed",
+                "total_input_tokens", "total_output_tokens", "request_throughput", "output_throughput",
+                "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "mean_itl_ms"):  # vLLM: ttft,tpot,itl by default
+        assert key in first, key
+    level0 = doc["levels"][0]
+    assert first["max_concurrency"] == level0["concurrency"] and first["completed"] == level0["completed"]
+    assert first["mean_ttft_ms"] == pytest.approx(level0["ttft_ms"]["mean"], rel=1e-6)
+
+
+def test_find_max_needs_an_slo_and_matching_bounds(tmp_path):
+    for args, needle in ((["--concurrency", "1,64", "--find-max", "concurrency"], "--slo"),
+                         (["--concurrency", "1,64", "--find-max", "rate", "--slo", SLO], "--find-max"),
+                         (["--concurrency", "1,64", "--export", "csv"], "--export")):
+        r = run_cli(*BASE, *args, "--out", str(tmp_path / "bad"))
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.code == 2 and len(lines) == 1 and needle in lines[0], r.stderr
