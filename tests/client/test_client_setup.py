@@ -160,3 +160,28 @@ def test_a_chat_template_overhead_is_measured_by_the_check_and_kept():
     p = chosen.make(seed=1).prompt_for(RequestSpec(index=0, request_id="r", class_name="c", input_tokens=30,
                                                    output_tokens=2))
     assert len(p.content.split()) == 21 and p.num_tokens == 30
+
+
+def test_prompts_are_new_every_run_unless_the_salt_is_given_again(cli, scripted, tmp_path):
+    url, srv = scripted()
+
+    def run(name, *extra):
+        out = tmp_path / name
+        r = cli("bench", "--base-url", url, "--isl", "16", "--osl", "2", "--concurrency", "2", "--requests", "6",
+                "--out", str(out), "--no-report", "--quiet", *extra)
+        assert r.code == 0, r.stderr
+        salt = json.loads((out / "manifest.json").read_text())["bench_options"]["prompt_salt"]
+        hashes = [json.loads(line)["prompt_hash"] for line in (out / "requests.jsonl").read_text().splitlines()]
+        return salt, hashes
+
+    salt_a, a = run("a")
+    salt_b, b = run("b")
+    salt_c, c = run("c", "--prompt-salt", salt_a)
+    assert salt_a != salt_b and not set(a) & set(b)  # same seed, new run: no prompt repeated
+    assert salt_c == salt_a and c == a  # the recorded salt repeats the run's prompts exactly
+    from kneecap.bench.options import BenchOptions
+
+    opts = BenchOptions(base_url=url, osl=2, isl=16, concurrency=(2,), prompt_salt=salt_a)
+    assert BenchOptions.from_dict(opts.to_dict()).prompt_salt == salt_a  # what --resume reloads
+    with pytest.raises(KneecapError):
+        BenchOptions(base_url=url, osl=2, isl=16, concurrency=(2,), prompt_salt="")
