@@ -199,3 +199,22 @@ def test_fetch_from_nothing_is_a_one_line_error():
     with pytest.raises(KneecapError) as err:
         fetch_server_info(f"http://127.0.0.1:{port}", timeout_s=1)
     assert "--kv-tokens" in err.value.one_line()
+
+
+def test_prefix_cache_hit_rate_is_the_level_delta_of_hits_over_lookups():
+    def vllm(hits, queries):
+        return (f'vllm:prefix_cache_queries_total{{engine="0",model_name="m"}} {queries}\n'
+                f'vllm:prefix_cache_hits_total{{engine="0",model_name="m"}} {hits}\n')
+
+    def sglang(cached_device, cached_host, prompt):
+        return (f'sglang:prompt_tokens_total{{model_name="m"}} {prompt}\n'
+                f'sglang:cached_tokens_total{{model_name="m",cache_source="device"}} {cached_device}\n'
+                f'sglang:cached_tokens_total{{model_name="m",cache_source="host"}} {cached_host}\n'
+                'sglang:num_running_reqs{model_name="m"} 1\n')
+
+    level = summarize_samples([sample_from_text(vllm(100, 1000), 1.0), sample_from_text(vllm(3172, 4600), 2.0)])
+    assert level.to_dict()["prefix_cache_hit_rate"] == pytest.approx(3072 / 3600)
+    level = summarize_samples([sample_from_text(sglang(10, 0, 100), 1.0), sample_from_text(sglang(50, 20, 300), 2.0)])
+    assert level.engine == "sglang" and level.prefix_cache_hit_rate == pytest.approx(60 / 200)
+    idle = summarize_samples([sample_from_text(vllm(5, 50), 1.0), sample_from_text(vllm(5, 50), 2.0)])
+    assert idle.prefix_cache_hit_rate is None  # no lookups in the level: no rate, not 0

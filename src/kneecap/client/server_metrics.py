@@ -12,7 +12,9 @@ Metric names, from the engines' sources:
          from vLLM 0.32.0's /metrics, kneecap's tests/vllm); a level's prefix_cache_hit_rate is
          Δhits / Δqueries over the level
   SGLang python/sglang/srt/metrics/collector.py: sglang:token_usage (0-1), sglang:num_running_reqs,
-         sglang:num_queue_reqs
+         sglang:num_queue_reqs; prefix cache: sglang:cached_tokens_total (counter, summed over its
+         cache_source label) over sglang:prompt_tokens_total (SGLang docs, "Production Metrics",
+         request metrics table; both count a request's tokens when it finishes)
   llama.cpp tools/server (README "GET /metrics", needs --metrics): llamacpp:kv_cache_usage_ratio
          (0-1; dropped by newer builds), llamacpp:requests_processing, llamacpp:requests_deferred
 """
@@ -40,6 +42,8 @@ ENGINE_METRICS = {
         "running": ("sglang:num_running_reqs",),
         "waiting": ("sglang:num_queue_reqs",),
         "preemptions": (),
+        "prefix_hits": ("sglang:cached_tokens_total",),
+        "prefix_queries": ("sglang:prompt_tokens_total",),
     },
     "llama.cpp": {
         "kv_usage": ("llamacpp:kv_cache_usage_ratio",),
