@@ -147,3 +147,24 @@ def test_cli_json_and_out(tmp_path):
     assert json.loads((tmp_path / "recommend.json").read_text())["best"] == doc["best"]
     md = (tmp_path / "report.md").read_text()
     assert "a100-80" in md and "kneecap bench" in md and (tmp_path / "report.html").exists()
+
+
+def test_concurrency_load_sizes_the_busiest_replica():
+    """Closed loop: each replica gets ceil(C / replicas) streams; that meets the SLO, one replica fewer does not."""
+    req = small(kind="concurrency", load=48, gpus=("a100-80",), tp_choices=(1,), max_num_seqs_choices=(256,))
+    d = recommend(req, PRICES, workers=1)
+    b = d["best"]
+    k = Knobs(b["gpu"], b["tp"], b["pp"], b["weight_dtype"], b["kv_dtype"], b["max_num_seqs"], b["max_num_batched_tokens"])
+    assert b["predicted"]["per_replica_load"] == math.ceil(48 / b["replicas"])
+    assert run_level(simulated(req, k), req, math.ceil(48 / b["replicas"]), FINE_REQUESTS).met
+    if b["replicas"] > 1:
+        assert not run_level(simulated(req, k), req, math.ceil(48 / (b["replicas"] - 1)), FINE_REQUESTS).met
+
+
+def test_max_gpus_limits_the_total():
+    """A load one GPU cannot serve, with --max-gpus 1: refused in one line naming the limit."""
+    req = small(load=200.0, gpus=("a100-80",), tp_choices=(1,), max_gpus=1)
+    with pytest.raises(Exception) as info:
+        recommend(req, PRICES)
+    msg = info.value.one_line()
+    assert "need more GPUs than allowed" in msg and "--max-gpus" in msg

@@ -46,7 +46,8 @@ def _table(doc: dict):
         t.add_row(mark.strip(), c["gpu"], f"{c['tp']}x{c['pp']}", str(c["replicas"]), f"{c['weight_dtype']}/{c['kv_dtype']}",
                   f"{c['max_num_seqs']}/{c['max_num_batched_tokens']}", f"{c['cost_per_hour']:.2f}",
                   _fmt(c["cost_per_mtok_output"], ".3f"), _fmt(c["predicted"]["ttft_p99_ms"], ".0f"),
-                  _fmt(c["predicted"]["tpot_p99_ms"], ".1f"), _fmt(c["max_load"], ".3g"), c["binding"] + margin)
+                  _fmt(c["predicted"]["tpot_p99_ms"], ".1f"), ("≥" if c.get("max_load_at_least") else "") + _fmt(c["max_load"], ".3g"),
+                  c["binding"] + margin)
     return t
 
 

@@ -20,14 +20,16 @@ BASELINE = Path(__file__).resolve().parents[1] / "data" / "validation" / "baseli
 
 def serve_cmd(req: RecommendRequest, k: Knobs) -> str:
     """vLLM's own flags for one replica (vllm serve --help: tensor/pipeline parallel size, scheduler limits)."""
-    parts = ["vllm", "serve", req.model, "--tensor-parallel-size", str(k.tp), "--pipeline-parallel-size", str(k.pp),
+    parts = ["vllm", "serve", "--tensor-parallel-size", str(k.tp), "--pipeline-parallel-size", str(k.pp),
              "--max-num-seqs", str(k.max_num_seqs), "--max-num-batched-tokens", str(k.max_num_batched_tokens),
              "--max-model-len", str(req.context)]
     if k.kv_dtype.startswith("fp8"):
         parts += ["--kv-cache-dtype", "fp8"]
     if k.weight_dtype == "fp8":
         parts += ["--quantization", "fp8"]
-    return " ".join(shlex.quote(p) for p in parts)
+    # a preset names no checkpoint: the user fills in the one they serve
+    model = shlex.quote(req.model) if ("/" in req.model or Path(req.model).exists()) else f"<{req.model} checkpoint>"
+    return " ".join([*parts[:2], model, *(shlex.quote(p) for p in parts[2:])])
 
 
 def _levels(req: RecommendRequest, share: float, max_load: float | None) -> str:
@@ -39,9 +41,10 @@ def _levels(req: RecommendRequest, share: float, max_load: float | None) -> str:
 
 
 def bench_cmd(req: RecommendRequest, share: float, max_load: float | None) -> str:
-    """One bench run against one replica at its share of the load (replicas serve independent shares)."""
+    """One bench run against one replica at its share of the load (replicas serve independent shares); bench
+    asks the server for its model name."""
     flag = "--rate" if req.kind == "rate" else "--concurrency"
-    parts = ["kneecap", "bench", "--base-url", "http://127.0.0.1:8000", "--model", req.model, "--isl", str(req.isl),
+    parts = ["kneecap", "bench", "--base-url", "http://127.0.0.1:8000", "--isl", str(req.isl),
              "--osl", str(req.osl), flag, _levels(req, share, max_load), "--requests", "300", "--slo", format_slo(req.slo),
              "--seed", str(req.seed)]
     return " ".join(shlex.quote(p) for p in parts)

@@ -45,7 +45,7 @@ class Counts:
 def _coarse(args):
     req, k, bound = args
     m = replica_max(req, k, bound)
-    return m.value, m.failed_at, m.failed_because, len(m.probes)
+    return m.value, m.failed_at, m.failed_because, len(m.probes)  # failed_at None: met at the top of the search
 
 
 def _refine(args):
@@ -117,7 +117,8 @@ def _binding(slo: dict, values: dict, kv_usage_max: float | None) -> tuple[str, 
     return best or "none", margin
 
 
-def _candidate(req: RecommendRequest, k: Knobs, price: float, plan, max_load: float, sized, bound: Bound) -> dict:
+def _candidate(req: RecommendRequest, k: Knobs, price: float, plan, max_load: float, sized, bound: Bound,
+               max_load_open: bool) -> dict:
     d = plan.deployment
     at = sized.at_load
     r = sized.replicas
@@ -142,7 +143,9 @@ def _candidate(req: RecommendRequest, k: Knobs, price: float, plan, max_load: fl
         "binding": binding, "margin": margin,
         "one_fewer_replica": None if sized.one_fewer is None else {
             "replicas": r - 1, "met": sized.one_fewer.met, "why": sized.one_fewer.why},
-        "max_load": max_load, "bound": {"load": bound.load, "why": bound.why},
+        "max_load": max_load, "max_load_at_least": max_load_open,  # True: met at the top of the search (the whole
+        # load, or the roofline bound); the replica's true maximum may be higher
+        "bound": {"load": bound.load, "why": bound.why},
         "plan": {"kv_capacity_tokens": plan.kv_capacity_tokens, "num_kv_blocks": plan.num_kv_blocks,
                  "weights_bytes_per_gpu": plan.ledger.weights_bytes, "kv_pool_bytes_per_gpu": plan.ledger.kv_pool_bytes,
                  "overhead_bytes_per_gpu": plan.ledger.overhead_bytes, "hbm_bytes_per_gpu": plan.ledger.hbm_bytes,
@@ -225,7 +228,7 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
                 continue
             results = runner.map(_coarse, [(req, it[2], it[3].load) for it in batch])
             c.simulated += len(batch)
-            for it, (value, _failed_at, because, _n) in zip(batch, results):
+            for it, (value, failed_at, because, _n) in zip(batch, results):
                 if value is None:
                     if not reasons:
                         reasons.append(f"{it[2].gpu} tp={it[2].tp}: {because}")
@@ -235,7 +238,7 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
                     c.over_gpu_limit += 1
                     continue
                 est = it[4] * it[2].gpus_per_replica * n
-                coarse.append((est, it[1], it[2], it[3], it[4], value))
+                coarse.append((est, it[1], it[2], it[3], it[4], value, failed_at is None))
                 state["best"] = min(state["best"], est)
             if progress:
                 progress(c.simulated, len(ranked))
@@ -286,7 +289,7 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
             continue
         if req.max_gpus is not None and s.replicas * it[2].gpus_per_replica > req.max_gpus:
             continue
-        cands.append(_candidate(req, it[2], it[4], plans[it[2].plan_key], it[5], s, it[3]))
+        cands.append(_candidate(req, it[2], it[4], plans[it[2].plan_key], it[5], s, it[3], it[6]))
     if not cands:
         raise _no_candidate(req, c, reasons)
     cands.sort(key=lambda x: (x["cost_per_hour"], x["predicted"]["ttft_p99_ms"] or math.inf))

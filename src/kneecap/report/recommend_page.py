@@ -25,7 +25,8 @@ def _rows(doc: dict) -> list[list[str]]:
         rows.append([mark.strip(), c["gpu"], f"{c['tp']} x {c['pp']}", str(c["replicas"]), f"{c['weight_dtype']}/{c['kv_dtype']}",
                      f"{c['max_num_seqs']}/{c['max_num_batched_tokens']}", f"{c['cost_per_hour']:.2f}",
                      _f(c["cost_per_mtok_output"], ".3f"), _f(c["predicted"]["ttft_p99_ms"], ".0f"),
-                     _f(c["predicted"]["tpot_p99_ms"], ".1f"), _f(c["max_load"], ".3g"), c["binding"] + margin])
+                     _f(c["predicted"]["tpot_p99_ms"], ".1f"),
+                     ("≥ " if c.get("max_load_at_least") else "") + _f(c["max_load"], ".3g"), c["binding"] + margin])
     return rows
 
 
@@ -54,7 +55,7 @@ def _plots(out_dir: Path, doc: dict) -> list[tuple[str, str]]:
         if fr:
             ax.plot([p[0] for p in fr], [p[1] for p in fr], "o-", color="C0", label="Pareto frontier")
         for x, y, c in pts:
-            ax.annotate(f"{c['replicas']}x{c['gpus_per_replica']} {c['gpu']}", (x, y), fontsize=7, xytext=(3, 3),
+            ax.annotate(f"{c['replicas']}x{c['gpus_per_replica']} {c['gpu']} {c['weight_dtype']}/{c['kv_dtype']}", (x, y), fontsize=7, xytext=(3, 3),
                         textcoords="offset points")
         ax.set_xlabel(xl)
         ax.set_ylabel(yl)
