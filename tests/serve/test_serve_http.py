@@ -304,3 +304,25 @@ def test_time_scale_maps_virtual_to_wall_time(cli, tmp_path):
     wall_e2e_s = stamps[-1] - sent
     assert len(stamps) == 40
     assert 0.95 * 0.25 * virtual_e2e_s <= wall_e2e_s < 0.75 * virtual_e2e_s, (wall_e2e_s, virtual_e2e_s)
+
+
+def test_bench_find_max_and_vllm_export_against_serve(cli, server, tmp_path):
+    """bench --find-max through the one level runner against a live server: every probe is a level, the answer met
+    the SLO in its run and the next step up did not; --export vllm writes each level; vLLM's flag names work."""
+    out = tmp_path / "fm"
+    r = cli("bench", "--base-url", server, "--random-input-len", "128", "--random-output-len", "16",
+            "--max-concurrency", "1,64", "--num-prompts", "16", "--slo", "ttft_p50_ms=60", "--find-max", "concurrency",
+            "--export", "vllm", "--out", str(out), "--json", "--no-report")
+    assert r.code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    m = doc["max_load"]
+    by_load = {lv["concurrency"]: lv for lv in doc["levels"]}
+    assert len(doc["levels"]) == len(m["probes"]) >= 2
+    # the simulated 8B on one H100 queues prefills past about C=12 at this size: the search has both ends
+    assert m["value"] is not None and m["failed_at"] is not None and m["value"] < m["failed_at"] <= 64
+    assert by_load[m["value"]]["ttft_ms"]["p50"] <= 60
+    assert by_load[m["failed_at"]]["ttft_ms"]["p50"] > 60 and m["failed_because"].startswith("ttft_p50_ms")
+    files = sorted((out / "vllm").glob("level-*.json"))
+    assert len(files) == len(doc["levels"])
+    exported = json.loads(files[0].read_text())
+    assert exported["completed"] == doc["levels"][0]["completed"] and exported["max_concurrency"] == 1

@@ -18,6 +18,13 @@ from kneecap.metrics.stop import INTERRUPTED, stop_record
 DIMENSIONS = ("concurrency", "rate")
 
 
+def search_bounds(kind: str, values) -> tuple[float, float]:
+    """The search's lowest and highest load: the levels given (one value: from 1, or rate/64, up to it)."""
+    if len(values) > 1:
+        return min(values), max(values)
+    return (1 if kind == "concurrency" else values[0] / 64), values[0]
+
+
 def search_max_load(sweep: Sweep, opts, *, slo: dict, low: float, high: float, repeats: int = 1,
                     resolution: float | None = None) -> dict:
     """Run the search; returns the final summary (also written), whose max_load is the answer."""

@@ -114,7 +114,7 @@ class BenchRun:
 
 
 def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, resume: bool, progress,
-              argv: list[str], ray=None) -> BenchRun:
+              argv: list[str], ray=None, find_max_repeats: int | None = None) -> BenchRun:
     """The sweep, end to end. `ray`: a kneecap.cluster.connect.RayTarget (--ray) spreads every level's
     streams over Ray actors across that cluster instead of this machine's processes."""
     from kneecap.metrics.accumulate import summarize_stream
@@ -204,7 +204,13 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
                                               "sweep": {"seed": opts.seed, "requests": opts.requests,
                                                         "duration_s": opts.duration_s, "warmup": opts.warmup,
                                                         "burstiness": opts.burstiness}})
-        summary = sweep.run(done)
+        if find_max_repeats is not None:  # --find-max: the levels given bound the search
+            from kneecap.bench.find_max import search_bounds, search_max_load
+
+            low, high = search_bounds(opts.kind, opts.levels)
+            summary = search_max_load(sweep, opts, slo=slo, low=low, high=high, repeats=find_max_repeats)
+        else:
+            summary = sweep.run(done)
         if summary.get("status") == STATUS_INTERRUPTED and pool is not None:
             pool.terminate()
             pool = None

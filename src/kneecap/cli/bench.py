@@ -22,22 +22,25 @@ def bench(
     base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000"),
     model: Optional[str] = typer.Option(None, "--model", help="model name to request (default: the server's first model)"),
     endpoint: Optional[str] = typer.Option(None, "--endpoint", help="completions | chat (default completions)"),
-    isl: Optional[int] = typer.Option(None, "--isl", help="input tokens per request"),
-    osl: Optional[int] = typer.Option(None, "--osl", help="output tokens per request"),
-    concurrency: Optional[str] = typer.Option(None, "--concurrency", help="closed-loop levels, e.g. 1,8,64"),
-    rate: Optional[str] = typer.Option(None, "--rate", help="open-loop levels in requests/s, e.g. 1,2,4"),
+    isl: Optional[int] = typer.Option(None, "--isl", "--random-input-len", help="input tokens per request"),
+    osl: Optional[int] = typer.Option(None, "--osl", "--random-output-len", help="output tokens per request"),
+    concurrency: Optional[str] = typer.Option(None, "--concurrency", "--max-concurrency", help="closed-loop levels, e.g. 1,8,64; with --find-max the lowest and highest load to search"),
+    rate: Optional[str] = typer.Option(None, "--rate", "--request-rate", help="open-loop levels in requests/s, e.g. 1,2,4; with --find-max the lowest and highest rate to search"),
     burstiness: Optional[float] = typer.Option(None, "--burstiness", help="gamma shape of arrivals: 1 Poisson, <1 burstier"),
-    requests: Optional[int] = typer.Option(None, "--requests", help="measured requests per level"),
+    requests: Optional[int] = typer.Option(None, "--requests", "--num-prompts", help="measured requests per level"),
     duration: Optional[float] = typer.Option(None, "--duration", help="seconds per level (instead of --requests)"),
     warmup: Optional[int] = typer.Option(None, "--warmup", help="warmup requests per level (recorded, excluded from stats)"),
     slo: Optional[str] = typer.Option(None, "--slo", help="e.g. ttft_p99_ms=500,itl_p99_ms=50,error_rate=0.01"),
+    find_max: Optional[str] = typer.Option(None, "--find-max", help="concurrency or rate: search for the highest load meeting every --slo (doubling, then bisection); the answer is summary.json's max_load"),
+    repeats: int = typer.Option(1, "--repeats", help="with --find-max: a load passes only if it meets the SLO this many times"),
+    export: Optional[str] = typer.Option(None, "--export", help="vllm: also write each level as `vllm bench serve --save-result` JSON (DIR/vllm/level-N.json)"),
     out: Optional[str] = typer.Option(None, "--out", help="results folder (default ./kneecap-results/bench-<UTC time>)"),
     json_out: bool = typer.Option(False, "--json", help="print summary.json on stdout, nothing else"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress display and no table"),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="per-request timeout in seconds (default 600)"),
     keepalive: Optional[bool] = typer.Option(None, "--keepalive/--no-keepalive", help="reuse connections; default: probe the server first and reuse them only if it keeps a connection open after a streamed response (llama.cpp does not)"),
     ignore_eos: Optional[bool] = typer.Option(None, "--ignore-eos/--no-ignore-eos", help="ask for exactly --osl tokens (default on)"),
-    dataset: Optional[str] = typer.Option(None, "--dataset", help="random | PATH.jsonl (prompts; ShareGPT layout accepted)"),
+    dataset: Optional[str] = typer.Option(None, "--dataset", "--dataset-path", help="random | PATH.jsonl (prompts; ShareGPT layout accepted)"),
     shared_prefix: Optional[str] = typer.Option(None, "--shared-prefix", help="TOKENS or TOKENSxGROUPS shared by requests"),
     seed: Optional[int] = typer.Option(None, "--seed", help="seed of lengths, prompts and arrivals (default 0)"),
     prompt_salt: Optional[str] = typer.Option(None, "--prompt-salt", help="mixed into every prompt (default: a fresh one per run, in manifest.json; pass it again to repeat a run's prompts exactly)"),
@@ -96,6 +99,14 @@ def bench(
         if osl is None:
             raise KneecapError("--osl is required", "pass the output tokens per request, e.g. --osl 1000")
         opts = BenchOptions(**{k: v for k, v in given.items() if v is not None})
+    from kneecap.bench.export import check_format
+
+    check_format(export)
+    if find_max is not None and find_max != opts.kind:
+        raise KneecapError(f"--find-max {find_max} searches the dimension of the levels given, which is {opts.kind}",
+                           f"pass --find-max {opts.kind}, or give --{find_max} LOW,HIGH")
+    if find_max is not None and resume is not None:
+        raise KneecapError("--find-max cannot be resumed", "start the search again with --out NEW_DIR")
     api_key = resolve_api_key(opts.api_key_env, opts.api_key_file)
     ray_target = _ray_target(ray_address, ray_streams_per_actor, workers)
 
@@ -103,12 +114,18 @@ def bench(
     previous_term = signal.signal(signal.SIGTERM, _term_as_interrupt)
     try:
         run = run_bench(opts, api_key=api_key, out_dir=out_dir, resume=resume is not None, progress=progress,
-                        argv=current_argv(), ray=ray_target)
+                        argv=current_argv(), ray=ray_target,
+                        find_max_repeats=repeats if find_max is not None else None)
     finally:
         signal.signal(signal.SIGTERM, previous_term)
         progress.close()
 
     summary = run.summary
+    if export == "vllm":
+        from kneecap.bench.export import export_vllm
+
+        export_vllm(run.out_dir, summary, model_id=opts.model or (summary.get("server") or {}).get("model_id") or "",
+                    burstiness=opts.burstiness)
     if not no_report:
         from kneecap.report import render_report_or_warn
 

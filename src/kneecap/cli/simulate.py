@@ -187,8 +187,9 @@ def simulate(
     from kneecap.sim.step_params import parse_step_params
 
     kind, values = parse_levels(concurrency, rate)
-    if export is not None and export != "vllm":
-        raise KneecapError(f"--export {export!r} is not a known format", "pass --export vllm")
+    from kneecap.bench.export import check_format
+
+    check_format(export)
     if find_max is not None:
         if find_max != kind:
             raise KneecapError(f"--find-max {find_max} searches the dimension of the levels given, which is {kind}",
@@ -249,15 +250,17 @@ def simulate(
                       slo=slo_dict or None, stop_limits=StopLimits(slo=slo_dict), summarize_fn=summarize_level,
                       sync=writer.sync, records_file=RecordsFile(results.records_path), summary_fields=summary_fields)
         if find_max is not None:
-            from kneecap.bench.find_max import search_max_load
+            from kneecap.bench.find_max import search_bounds, search_max_load
 
-            low, high = (min(values), max(values)) if len(values) > 1 else (1 if kind == "concurrency" else values[0] / 64,
-                                                                           values[0])
+            low, high = search_bounds(kind, values)
             final = _sorted(search_max_load(sweep, opts, slo=slo_dict, low=low, high=high, repeats=repeats))
         else:
             final = _sorted(sweep.run())
     if export == "vllm":
-        _export_vllm(results, final)
+        from kneecap.bench.export import export_vllm
+
+        export_vllm(results.path, final, model_id=final["deployment"]["model"],
+                    burstiness=(final.get("workload") or {}).get("burstiness") or 1.0)
     if not no_report:
         from kneecap.report import render_report_or_warn
 
@@ -273,26 +276,6 @@ def simulate(
         console.print(_table(final))
         console.print(f"results: {results.path}")
     return 0
-
-
-def _export_vllm(results, summary: dict) -> None:
-    """Each level in `vllm bench serve --save-result` JSON shape (kneecap.metrics.export_vllm), DIR/vllm/level-N.json."""
-    import json
-    from datetime import datetime, timezone
-
-    from kneecap.bench.resume import RecordsFile
-    from kneecap.metrics.export_vllm import to_vllm_result
-
-    folder = results.path / "vllm"
-    folder.mkdir(exist_ok=True)
-    records = RecordsFile(results.records_path)
-    date = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    for level in summary["levels"]:
-        if not level.get("duration_s"):
-            continue
-        doc = to_vllm_result(level, records.level_records(level["level"]), model_id=summary["deployment"]["model"],
-                             date=date, burstiness=(summary.get("workload") or {}).get("burstiness") or 1.0)
-        (folder / f"level-{level['level']}.json").write_text(json.dumps(doc, indent=2) + "\n")
 
 
 def _append_rows(path, rows: list) -> None:
