@@ -79,11 +79,15 @@ def test_contract_keys(doc):
     assert doc["frontier"] and all(f in doc["candidates"] for f in doc["frontier"])
 
 
-@pytest.mark.parametrize("gpu,tp", [("a100-80", 1), ("h100-sxm", 1), ("h100-sxm", 2)])
-def test_bound_is_above_the_simulated_engine(gpu, tp):
-    """Just past the roofline bound, a steady-state simulated level breaks the SLO (the bound only skips losers)."""
-    req = small()
-    k = Knobs(gpu, tp, 1, "bf16", "bf16", 256, 8192)
+@pytest.mark.parametrize("model,gpu,tp,pp,dtype", [
+    ("llama-3.1-8b", "a100-80", 1, 1, "bf16"), ("llama-3.1-8b", "h100-sxm", 1, 1, "bf16"),
+    ("llama-3.1-8b", "h100-sxm", 2, 1, "bf16"), ("llama-3.1-8b", "a100-80", 1, 2, "bf16"),
+    ("qwen3-30b-a3b", "h100-sxm", 1, 1, "fp8")])
+def test_bound_is_above_the_simulated_engine(model, gpu, tp, pp, dtype):
+    """Just past the roofline bound, a steady-state simulated level breaks the SLO (the bound only skips losers),
+    for dense and MoE models, TP and PP, bf16 and fp8."""
+    req = small(model=model, gpus=(gpu,))
+    k = Knobs(gpu, tp, pp, dtype, dtype, 256, 8192)
     plan = plan_deployment(req.deployment_request(k)).plan
     b = replica_bound(plan, k, req)
     assert b.load > 0
@@ -168,3 +172,15 @@ def test_max_gpus_limits_the_total():
         recommend(req, PRICES)
     msg = info.value.one_line()
     assert "need more GPUs than allowed" in msg and "--max-gpus" in msg
+
+
+def test_prices_file_replaces_the_table(tmp_path):
+    f = tmp_path / "p.json"
+    f.write_text('{"L40S": 0.86, "h100": {"usd_per_gpu_hour": 2.0, "source": "my contract"}}')
+    table = load_prices(f)
+    assert set(table) == {"l40s", "h100-sxm"} and table["l40s"].usd_per_gpu_hour == 0.86
+    f.write_text('{"l40s": -1}')
+    r = run_cli("recommend", "--model", "llama-3.1-8b", "--rate", "1", "--isl", "100", "--osl", "10", "--slo",
+                "ttft_p99_ms=500", "--prices", str(f))
+    assert r.code != 0 and "usd_per_gpu_hour of 'l40s' must be a positive number" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
