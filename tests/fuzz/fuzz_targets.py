@@ -190,6 +190,205 @@ def check_chunks(case) -> None:
             raise Escaped(f"chunk decoder: undocumented error_kind {res.error_kind!r} — repro: {case!r}")
 
 
+# Labelled cases: each event (and each non-streamed body) is drawn from one of three families whose
+# outcome the OpenAI streaming format fixes — a well-formed chunk (its tokens and whether it is answer
+# text known by construction), a malformed one (not JSON, not an object, choices / delta / usage of the
+# wrong type) or an error (`event: error`, or an object with a non-null "error") — so the expected
+# result is computed from the labels, not from the decoder. Rules (StreamDecoder's docstring): a chunk
+# with answer text (completions `text`, chat `delta.content`) or reasoning text counts one token; the
+# first malformed or error event ends decoding (tokens before it, in its read too, are kept).
+OK = None
+MALFORMED = "malformed_sse"
+SERVER_ERROR = "server_error_event"
+_TOKEN_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=6)  # valid UTF-8
+_NAMES = st.sampled_from(["message", "ping", "completion"])  # any name but "error" is an ordinary event
+
+
+@dataclass(frozen=True)
+class Labelled:
+    name: str
+    data: bytes
+    kind: str | None  # OK, MALFORMED or SERVER_ERROR
+    tokens: int = 0
+    answer: bool = False
+    done: bool = False
+
+
+@st.composite
+def _good_chunk(draw) -> Labelled:
+    form = draw(st.sampled_from(["text", "content", "reasoning", "empty_text", "role", "usage_only", "no_choices",
+                                 "done"]))
+    name = draw(_NAMES)
+    if form == "done":
+        return Labelled(name, b"[DONE]", OK, done=True)
+    tokens, answer, obj = 0, False, {}
+    if form == "text":
+        choice, tokens, answer = {"index": 0, "text": draw(_TOKEN_TEXT)}, 1, True
+    elif form == "content":
+        choice, tokens, answer = {"index": 0, "delta": {"content": draw(_TOKEN_TEXT)}}, 1, True
+    elif form == "reasoning":
+        key = draw(st.sampled_from(["reasoning_content", "reasoning"]))
+        choice, tokens = {"index": 0, "delta": {key: draw(_TOKEN_TEXT), "content": draw(st.sampled_from([None, ""]))}}, 1
+    elif form == "empty_text":
+        choice = {"index": 0, "text": ""}
+    elif form == "role":
+        choice = {"index": 0, "delta": {"role": "assistant"}}
+    else:
+        choice = None
+    if choice is not None:
+        choice["finish_reason"] = draw(st.sampled_from([None, "length", "stop"]))
+        obj["choices"] = [choice]
+    elif form == "usage_only":
+        obj["choices"] = draw(st.sampled_from([[], None]))
+    if form == "usage_only" or draw(st.booleans()):
+        obj["usage"] = {"prompt_tokens": draw(st.integers(0, 4096)), "completion_tokens": draw(st.integers(0, 4096))}
+    if draw(st.booleans()):
+        obj["error"] = None  # null: no error
+    return Labelled(name, json.dumps(obj).encode(), OK, tokens, answer)
+
+
+_NOT_LIST = st.sampled_from([158, {"a": 1}, "x", True, 1.5])  # truthy, not a list
+_NOT_OBJECT = st.sampled_from(["", None, 1, [], "x", True])
+_NOT_OBJECT_TRUTHY = st.sampled_from([243, "x", [1], True])
+
+
+@st.composite
+def _malformed_chunk(draw) -> Labelled:
+    form = draw(st.sampled_from(["not_json", "not_object", "choices_not_list", "choice_not_object",
+                                 "delta_not_object", "usage_not_object"]))
+    if form == "not_json":  # nothing, a bare word, a lone brace, bad UTF-8, or an object cut before its last brace
+        cut = json.dumps({"choices": [{"text": draw(_TOKEN_TEXT)}]}).encode()[:-1]
+        data = draw(st.sampled_from([b"", b"hello", b"{", b"\xff\xfe", cut]))
+    elif form == "not_object":
+        data = json.dumps(draw(st.sampled_from([[1], [], 3, "s", None, True]))).encode()
+    elif form == "choices_not_list":
+        data = json.dumps({"choices": draw(_NOT_LIST)}).encode()
+    elif form == "choice_not_object":
+        data = json.dumps({"choices": [draw(_NOT_OBJECT)]}).encode()
+    elif form == "delta_not_object":
+        data = json.dumps({"choices": [{"index": 0, "delta": draw(st.sampled_from(["x", 1, [], False, 0, ""]))}]}).encode()
+    else:  # usage of the wrong type, beside a chunk that would otherwise count a token
+        data = json.dumps({"choices": [{"index": 0, "text": "a"}], "usage": draw(_NOT_OBJECT_TRUTHY)}).encode()
+    return Labelled(draw(_NAMES), data, MALFORMED)
+
+
+@st.composite
+def _error_chunk(draw) -> Labelled:
+    if draw(st.booleans()):  # `event: error`, whatever its data ([DONE] aside)
+        data = draw(st.one_of(_good_chunk().map(lambda ev: ev.data).filter(lambda d: d != b"[DONE]"),
+                              st.sampled_from([b"", b"overloaded", b'{"message": "x"}'])))
+        return Labelled("error", data, SERVER_ERROR)
+    err = draw(st.sampled_from([{"message": "too many requests", "code": 429}, "boom", 0, False, [], {}]))
+    obj = {"error": err}
+    if draw(st.booleans()):
+        obj["usage"] = 243  # the error object wins over a malformed rest
+    return Labelled(draw(_NAMES), json.dumps(obj).encode(), SERVER_ERROR)
+
+
+LABELLED_EVENT = st.one_of(_good_chunk(), _good_chunk(), _good_chunk(), _malformed_chunk(), _error_chunk())
+
+
+@st.composite
+def labelled_stream_case(draw):
+    """Reads (1-3 labelled events each) at 10 ms apart."""
+    return draw(st.lists(st.lists(LABELLED_EVENT, min_size=1, max_size=3), max_size=6))
+
+
+def expected_stream(reads: list[list[Labelled]]) -> dict:
+    """What decode_stream must report, from the labels alone."""
+    chunk_times, chunk_tokens = [], []
+    first_answer_at, error_kind, done = None, None, False
+    for i, events in enumerate(reads):
+        t = 0.01 * (i + 1)
+        tokens = 0
+        for ev in events:
+            if ev.kind is not OK:
+                error_kind = ev.kind
+                break
+            tokens += ev.tokens
+            done = done or ev.done
+            if ev.answer and first_answer_at is None:
+                first_answer_at = t
+        if tokens:
+            chunk_times.append(t)
+            chunk_tokens.append(tokens)
+        if error_kind is not None:
+            break
+    return {"error_kind": error_kind, "chunk_times": chunk_times, "chunk_tokens": chunk_tokens,
+            "first_token_at": chunk_times[0] if chunk_times else None, "first_answer_at": first_answer_at,
+            "done": done}
+
+
+def check_labelled_stream(reads: list[list[Labelled]]) -> None:
+    from kneecap.client import openai as oa
+    from kneecap.client.sse import SseEvent
+
+    stream = [(0.01 * (i + 1), [SseEvent(ev.name, ev.data, None) for ev in events]) for i, events in enumerate(reads)]
+    try:
+        result = oa.decode_stream(stream)
+    except Exception as exc:  # noqa: BLE001
+        raise escaped("chunk decoder", reads, exc) from exc
+    got = {key: getattr(result, key) for key in ("error_kind", "chunk_times", "chunk_tokens", "first_token_at",
+                                                 "first_answer_at", "done")}
+    want = expected_stream(reads)
+    if got != want:
+        raise Escaped(f"chunk decoder: got {got!r}, the labels say {want!r} — repro: {reads!r}")
+
+
+@st.composite
+def labelled_body_case(draw) -> tuple[bytes, str | None, list[int], bool]:
+    """A non-streamed response body: (body, expected error kind, expected chunk_tokens, answer text in it)."""
+    family = draw(st.sampled_from(["good", "good", "malformed", "error"]))
+    if family == "error":
+        err = draw(st.sampled_from([{"message": "bad request", "type": "invalid_request_error"}, "boom", 0, False]))
+        return json.dumps({"error": err, "choices": draw(_NOT_LIST)}).encode(), SERVER_ERROR, [], False
+    if family == "malformed":
+        form = draw(st.sampled_from(["not_json", "not_object", "choices_not_list", "choice_not_object",
+                                     "usage_not_object"]))
+        body = {
+            "not_json": b'{"choices": [{"text": "a"}]',
+            "not_object": json.dumps(draw(st.sampled_from([[1], 3, "s", None]))).encode(),
+            "choices_not_list": json.dumps({"choices": draw(_NOT_LIST)}).encode(),
+            "choice_not_object": json.dumps({"choices": [draw(_NOT_OBJECT)]}).encode(),
+            "usage_not_object": json.dumps({"choices": [{"text": "a"}], "usage": draw(_NOT_OBJECT_TRUTHY)}).encode(),
+        }[form]
+        return body, MALFORMED, [], False
+    form = draw(st.sampled_from(["text", "message", "reasoning", "empty", "no_choices"]))
+    choice: dict | None
+    answer = form in ("text", "message")
+    if form == "text":
+        choice = {"index": 0, "text": draw(_TOKEN_TEXT), "finish_reason": "length"}
+    elif form == "message":
+        choice = {"index": 0, "message": {"role": "assistant", "content": draw(_TOKEN_TEXT)}, "finish_reason": "stop"}
+    elif form == "reasoning":
+        choice = {"index": 0, "message": {"role": "assistant", "content": None, "reasoning_content": draw(_TOKEN_TEXT)}}
+    elif form == "empty":
+        choice = {"index": 0, "text": ""}
+    else:
+        choice = None
+    obj: dict = {"choices": [choice] if choice is not None else []}
+    ct = draw(st.none() | st.integers(0, 4096))
+    if ct is not None:
+        obj["usage"] = {"prompt_tokens": 7, "completion_tokens": ct}
+    # a body with answer or reasoning text holds usage.completion_tokens tokens (1 when usage is missing)
+    tokens = [ct if ct is not None else 1] if form in ("text", "message", "reasoning") else []
+    return json.dumps(obj).encode(), OK, tokens, answer
+
+
+def check_labelled_body(case) -> None:
+    from kneecap.client import openai as oa
+
+    body, kind, tokens, answer = case
+    try:
+        result = oa.decode_response(body, 1.0)
+    except Exception as exc:  # noqa: BLE001
+        raise escaped("response decoder", case, exc) from exc
+    got = (result.error_kind, result.chunk_tokens, result.first_answer_at, result.done)
+    want = (kind, tokens, 1.0 if answer else None, kind is OK)
+    if got != want:
+        raise Escaped(f"response decoder: got {got!r}, the labels say {want!r} — repro: {case!r}")
+
+
 # ------------------------------------------------------------------------------------------------
 # 3. config.json reader (kneecap.model): from_hf_config on dicts, load_model + plan on mutated real files
 # ------------------------------------------------------------------------------------------------
