@@ -97,13 +97,13 @@ def run_one_process(url: str, sc, cpu: int, work: Path) -> dict:
     return result
 
 
-def render(rows: list[dict], command: str, install: str) -> str:
+def render(rows: list[dict], command: str, install: str, load_end: float) -> str:
     lines = ["# kneecap on Ray (two local nodes) vs one process", "",
              f"Command: `{command}`", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
              f"Ray {CLUSTER.get('ray_version')}; server (bench/fast_server.js) pinned to core 0; the one-process client, "
              "the Ray driver and both Ray nodes (with their actors) pinned to core 1. "
-             f"Load average (1 min) at the end: {os.getloadavg()[0]:.2f} (other work on this machine shares both cores). "
+             f"Load average (1 min) at the end: {load_end:.2f} (other work on this machine shares both cores). "
              f"{install}", "",
              "## Latency added by the client (scripted TTFT 200 ms, ITL 20 ms, 1 token/chunk, OSL 64)", "",
              "| client | C | completed | TTFT mean client / server ms | TTFT err mean / p50 / p99 ms | ITL err mean ms "
@@ -151,6 +151,16 @@ def render(rows: list[dict], command: str, install: str) -> str:
                 lines.append(f"- {name} C={c}, one process: CPU {fmt(one['cpu_util'])} of its core over the level, "
                              f"event-loop lag p99 {fmt((one.get('actor_loop_lag_p99_ms') or [None])[0])} ms, "
                              f"{fmt(one['output_tok_s'], 0)} output tok/s; its own suspect reasons: {reasons}")
+    ones = [r for r in rows if r["client"] == ONE and "error" not in r]
+    full = [r for r in ones if r["cpu_util"] >= 0.9]
+    if ones and not full:
+        lines += ["", f"This run cannot say at which concurrency one process saturates a core of its own: it never had "
+                  f"one (CPU utilisation at most {fmt(max(r['cpu_util'] for r in ones))} of its core at every level, "
+                  "with the event-loop lags above)."]
+    elif full:
+        first = min(full, key=lambda r: r["scenario"]["concurrency"])
+        lines += ["", f"One process used at least 0.9 of its core from C={first['scenario']['concurrency']} "
+                  f"({first['scenario']['name']})."]
     lines += ["", "CPU utilisation is the client's CPU seconds over the level's wall time. Well below 1 together with "
               "an event-loop lag of hundreds of milliseconds means the client was runnable but waiting for its core, "
               "which other work on this machine shared (load averages above): the process is starved, not idle. "
@@ -171,7 +181,15 @@ def main() -> int:
     parser.add_argument("--server-cpu", type=int, default=0)
     parser.add_argument("--client-cpu", type=int, default=1)
     parser.add_argument("--out", default=str(RESULTS / "ray_clients.md"))
+    parser.add_argument("--from-json", default=None, help="render the markdown again from a run's ray_clients.json")
     args = parser.parse_args()
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text())
+        CLUSTER.update(saved["cluster"])
+        text = render(saved["rows"], saved["command"], saved["install"], saved["load_avg_end"])
+        Path(args.out).write_text(text)
+        print(text)
+        return 0
     import signal
 
     import ray
@@ -199,9 +217,12 @@ def main() -> int:
                     rows.append(row)
     install = (f"The two Ray nodes took {CLUSTER['start_s']:.1f} s to start; the whole run took "
                f"{time.monotonic() - started:.0f} s.")
-    text = render(rows, command, install)
+    load_end = os.getloadavg()[0]
+    text = render(rows, command, install, load_end)
     Path(args.out).write_text(text)
-    Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=1, default=str))
+    Path(args.out).with_suffix(".json").write_text(json.dumps(
+        {"command": command, "install": install, "load_avg_end": load_end, "cluster": CLUSTER, "rows": rows},
+        indent=1, default=str))
     print(text)
     return 0
 
