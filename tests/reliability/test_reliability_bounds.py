@@ -49,9 +49,10 @@ def test_simulate_unbounded_duration_is_refused(tmp_path, duration):
     assert code == 2 and err.startswith("error: "), (code, err[-300:])
 
 
-def test_simulate_huge_request_count_is_refused_or_bounded(tmp_path):
+def test_simulate_huge_request_count_is_refused(tmp_path):
     code, err = kneecap_bounded(*SIM, "--concurrency", "4", "--requests", "99999999", cwd=tmp_path)
-    assert code in (0, 2) and "internal error" not in err, (code, err[-300:])
+    assert code == 2 and err.startswith("error: --requests 99,999,999 exceeds"), (code, err[-300:])
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_simulate_small_run_stays_inside_the_bounds(tmp_path):
