@@ -123,7 +123,7 @@ def test_pruned_when_nothing_fits():
 @pytest.mark.parametrize("args,needle", [
     (["--gpus", "h100-sxmm"], "h100-sxmm"),
     (["--gpus", "l40s"], "no price for l40s"),
-    (["--classes", "x.yaml"], "--classes"),
+    (["--classes", "missing.yaml"], "--classes and --isl/--osl both given"),
     (["--concurrency", "8"], "exactly one of --rate and --concurrency"),
     (["--slo", "ttft_p99=5"], "unknown SLO key"),
 ])
@@ -184,3 +184,28 @@ def test_prices_file_replaces_the_table(tmp_path):
                 "ttft_p99_ms=500", "--prices", str(f))
     assert r.code != 0 and "usd_per_gpu_hour of 'l40s' must be a positive number" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_class_file_mix(tmp_path):
+    """A class mix: lengths drawn from each class (not the means), context = the longest class, the best
+    re-simulated at the load meets the SLO; a length without a maximum is refused in one line."""
+    from kneecap.recommend.classes import load_classes, mean_lengths
+    from kneecap.recommend.evaluate import MixOptions
+
+    f = tmp_path / "classes.yaml"
+    f.write_text('classes:\n  - {name: chat, input: "lognormal:mean=800,std=300,max=3000", output: "150", weight: 0.8}\n'
+                 '  - {name: rag, input: "4000", output: "uniform:100:300", weight: 0.2}\n')
+    mix = load_classes(f)
+    isl, osl = mean_lengths(mix)
+    assert (isl, osl) == (round(0.8 * 800 + 0.2 * 4000), round(0.8 * 150 + 0.2 * 200))
+    assert MixOptions(kind="rate", levels=(1.0,), isl=isl, osl=osl, mix=mix).workload is mix
+    req = small(isl=isl, osl=osl, mix=mix, load=6.0, gpus=("a100-80",), tp_choices=(1,), max_num_seqs_choices=(256,))
+    assert req.context == 4300
+    d = recommend(req, PRICES, workers=1)
+    b = d["best"]
+    assert b["plan"]["context"] == 4300 and b["confirm_note"] and d["classes"][1]["name"] == "rag"
+    k = Knobs(b["gpu"], b["tp"], b["pp"], b["weight_dtype"], b["kv_dtype"], b["max_num_seqs"], b["max_num_batched_tokens"])
+    assert run_level(simulated(req, k), req, per_replica_load(req, b["replicas"]), FINE_REQUESTS).met
+    f.write_text('classes:\n  - {input: "lognormal:mean=800,std=300", output: "150"}\n')
+    r = run_cli("recommend", "--model", "llama-3.1-8b", "--rate", "1", "--classes", str(f), "--slo", "ttft_p99_ms=500")
+    assert r.code != 0 and "has no maximum" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -56,9 +56,9 @@ def recommend_cmd(
     model: str = typer.Option(..., "--model", help="preset name, config.json / GGUF path, or org/name"),
     rate: Optional[float] = typer.Option(None, "--rate", help="total arrival rate to serve, requests/s"),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="total concurrent streams to serve"),
-    isl: int = typer.Option(..., "--isl", help="input tokens per request"),
-    osl: int = typer.Option(..., "--osl", help="output tokens per request"),
-    classes: Optional[str] = typer.Option(None, "--classes", help="a workload class file (not supported yet: use --isl/--osl)"),
+    isl: Optional[int] = typer.Option(None, "--isl", help="input tokens per request"),
+    osl: Optional[int] = typer.Option(None, "--osl", help="output tokens per request"),
+    classes: Optional[str] = typer.Option(None, "--classes", help="a YAML/JSON file of request classes (lengths, weights) instead of --isl/--osl"),
     slo: str = typer.Option(..., "--slo", help="e.g. ttft_p99_ms=2000,tpot_p99_ms=50"),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="candidate GPUs, e.g. h100-sxm,a100-80 (default: every priced GPU)"),
     max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="at most this many GPUs in all (replicas x GPUs per replica)"),
@@ -78,8 +78,16 @@ def recommend_cmd(
     from kneecap.recommend.search import recommend
     from kneecap.recommend.space import DEFAULT_KV_DTYPES, DEFAULT_WEIGHT_DTYPES, RecommendRequest
 
+    mix = None
     if classes is not None:
-        raise KneecapError("--classes is not supported by recommend yet", "describe the workload with --isl N --osl N")
+        if isl is not None or osl is not None:
+            raise KneecapError("--classes and --isl/--osl both given", "pass one: the class file states its own lengths")
+        from kneecap.recommend.classes import load_classes, mean_lengths
+
+        mix = load_classes(classes)
+        isl, osl = mean_lengths(mix)
+    elif isl is None or osl is None:
+        raise KneecapError("recommend needs --isl and --osl (or --classes FILE)", "pass e.g. --isl 1000 --osl 200")
     if ray is not None:
         raise KneecapError("--ray is not supported by recommend yet", "drop --ray; the search runs on this machine's cores (--workers)")
     if (rate is None) == (concurrency is None):
@@ -99,7 +107,7 @@ def recommend_cmd(
                            load=float(rate) if rate is not None else int(concurrency), isl=isl, osl=osl,
                            slo=parse_slo(slo), gpus=names, max_gpus=max_gpus,
                            weight_dtypes=_csv(weight_dtypes) or DEFAULT_WEIGHT_DTYPES,
-                           kv_dtypes=_csv(kv_dtypes) or DEFAULT_KV_DTYPES, seed=seed)
+                           kv_dtypes=_csv(kv_dtypes) or DEFAULT_KV_DTYPES, seed=seed, mix=mix)
     n = workers or max(1, os.cpu_count() or 1)
     doc = recommend(req, table, workers=n)
     if out:

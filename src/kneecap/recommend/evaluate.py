@@ -20,6 +20,18 @@ from kneecap.plan.build import DeploymentRequest, plan_deployment
 from kneecap.recommend.space import ENGINE_DEFAULTS, Knobs, RecommendRequest
 from kneecap.sim.level_driver import SimulateOptions, VirtualTimeDriver
 from kneecap.sim.setup import SimDeployment, from_plan
+from kneecap.workload import Workload
+
+
+@dataclass(frozen=True)
+class MixOptions(SimulateOptions):
+    """SimulateOptions whose levels draw from a class mix instead of one fixed ISL/OSL pair."""
+
+    mix: Workload | None = None
+
+    @property
+    def workload(self) -> Workload:
+        return self.mix if self.mix is not None else super().workload
 
 COARSE_REQUESTS = 60  # measured requests of a search level at least (short levels first)
 COARSE_MAX_REQUESTS = 160  # ... and at most: enough for the decode population to build up at the load
@@ -69,8 +81,8 @@ def coarse_requests(req: RecommendRequest, load: float) -> int:
 
 def run_level(sim: SimDeployment, req: RecommendRequest, load: float, requests: int) -> LevelOutcome:
     value = float(load) if req.kind == "rate" else int(load)
-    opts = SimulateOptions(kind=req.kind, levels=(value,), isl=req.isl, osl=req.osl,
-                           requests=level_requests(req, value, requests), seed=req.seed)
+    opts = MixOptions(kind=req.kind, levels=(value,), isl=req.isl, osl=req.osl,
+                      requests=level_requests(req, value, requests), seed=req.seed, mix=req.mix)
     records: list = []
     run = VirtualTimeDriver(sim, opts).run_level(
         LevelPlan(index=0, value=value, num_requests=opts.requests, num_warmup=0, first_index=0), records.append)

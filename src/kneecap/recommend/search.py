@@ -9,6 +9,7 @@ Owns ranking, pruning counts and the Pareto frontiers; not flags, rendering, or 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -152,6 +153,8 @@ def _candidate(req: RecommendRequest, k: Knobs, price: float, plan, max_load: fl
                  "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token_per_gpu, "context": plan.context},
         "serve_cmd": confirm.serve_cmd(req, k),
         "confirm_cmd": confirm.bench_cmd(req, share, max_load),
+        "confirm_note": None if req.mix is None else (
+            "bench sends one length pair: the class mix's weighted means; the mix itself runs with a `kneecap run` plan"),
         "trust": confirm.trust(vendor, moe, "fp8" in (d.weight_dtype, d.kv_dtype)),
     }
 
@@ -297,6 +300,9 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
     throughput = pareto(cands, ((lambda x: x["output_tok_s_per_gpu"], "max"), (lambda x: x["output_tok_s_per_user"], "max")))
     return {
         "model": req.model, "load": {"kind": req.kind, "value": req.load}, "isl": req.isl, "osl": req.osl,
+        "classes": None if req.mix is None else [
+            {"name": c.name, "input": dataclasses.asdict(c.input), "output": dataclasses.asdict(c.output), "weight": c.weight}
+            for c in req.mix.classes],
         "slo": dict(req.slo), "gpus": list(req.gpus),
         "evaluated": c.evaluated, "pruned": c.pruned, "infeasible": c.infeasible, "over_gpu_limit": c.over_gpu_limit,
         "skipped_by_bound": c.skipped_by_bound, "simulated": c.simulated, "not_simulated": c.not_simulated,

@@ -14,6 +14,7 @@ from kneecap.metrics.slo import ERROR_RATE
 from kneecap.model.kv import kv_dtype_bytes
 from kneecap.model.weights import weight_bits
 from kneecap.plan.build import DeploymentRequest
+from kneecap.workload import Workload
 
 KINDS = ("rate", "concurrency")
 GPUS_PER_NODE = 8  # one replica stays inside one node's NVLink domain (the catalog's interconnect is per node)
@@ -65,6 +66,7 @@ class RecommendRequest:
     max_num_seqs_choices: tuple[int, ...] = MAX_NUM_SEQS_CHOICES
     max_num_batched_tokens_choices: tuple[int, ...] = MAX_NUM_BATCHED_TOKENS_CHOICES
     seed: int = 0
+    mix: Workload | None = None  # a class file's mix (isl / osl are then its weighted means)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -93,6 +95,8 @@ class RecommendRequest:
 
     @property
     def context(self) -> int:
+        if self.mix is not None:
+            return max(c.input.upper_bound + c.output.upper_bound for c in self.mix.classes)
         return self.isl + self.osl
 
     def deployment_request(self, k: Knobs) -> DeploymentRequest:

@@ -72,8 +72,10 @@ def _intro(doc: dict) -> list[str]:
     load = doc["load"]
     unit = "requests/s" if load["kind"] == "rate" else "concurrent streams"
     slo = ", ".join(f"{k} = {v:g}" for k, v in doc["slo"].items())
-    return [f"Model {doc['model']}, {load['value']:g} {unit}, {doc['isl']} input / {doc['osl']} output tokens per request; "
-            f"SLO {slo}.",
+    lengths = (f"{doc['isl']} input / {doc['osl']} output tokens per request" if not doc.get("classes") else
+               f"a mix of {len(doc['classes'])} request classes ({', '.join(c['name'] for c in doc['classes'])}; "
+               f"means {doc['isl']} input / {doc['osl']} output tokens)")
+    return [f"Model {doc['model']}, {load['value']:g} {unit}, {lengths}; SLO {slo}.",
             f"{doc['evaluated']} candidate deployments: {doc['pruned']} do not fit, {doc['infeasible']} cannot meet the SLO by "
             f"the roofline bound, {doc['over_gpu_limit']} need more GPUs than allowed, {doc['simulated']} were simulated "
             f"(one replica's highest load under the SLO), {doc['sized']} sized and checked at the stated load; "
@@ -104,7 +106,8 @@ def to_markdown(doc: dict, plots: list[tuple[str, str]]) -> str:
                                              ("meets the SLO" if c["one_fewer_replica"]["met"] else
                                               f"fails ({c['one_fewer_replica']['why']})")),
                   f"- trust: {c['trust']}",
-                  f"- confirm on one replica: `{c['serve_cmd']}` then `{c['confirm_cmd']}`", ""]
+                  f"- confirm on one replica: `{c['serve_cmd']}` then `{c['confirm_cmd']}`"
+                  + (f" ({c['confirm_note']})" if c.get("confirm_note") else ""), ""]
     lines += ["## Prices", "", "| GPU | $/GPU-hour | source | date |", "|---|---|---|---|"]
     for g, pr in doc["prices"].items():
         lines.append(f"| {g} | {pr['usd_per_gpu_hour']} | {pr['source']} | {pr['date']} |")
