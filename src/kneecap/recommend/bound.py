@@ -3,7 +3,8 @@ no simulated step is ever faster than reading the (active) weights and the promp
 bandwidth, nor than its FLOPs at the GPU's highest peak; by Little's law a replica decoding B sequences
 at TPOT t serves at most B / (osl x t) requests/s. Used only to skip candidates that cannot win.
 
-Owns the arithmetic; not the simulator (a test checks the simulated maximum never exceeds this bound).
+With a class mix it uses the mix's weighted mean lengths, which makes it an estimate rather than a strict
+bound. Owns the arithmetic; not the simulator (a test checks the simulated maximum never exceeds this bound).
 """
 
 from __future__ import annotations
