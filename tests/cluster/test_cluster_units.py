@@ -108,3 +108,24 @@ def test_grid_here_matches_simulate_one_by_one_and_bad_config_is_one_line(cli, t
     r = cli("simulate", "--grid", str(grid), "--out", str(tmp_path / "bad"))
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.code == 2 and len(lines) == 1 and "grid configuration 0" in lines[0] and "Traceback" not in r.stderr
+
+
+def test_unreachable_ray_head_is_one_line_before_anything_is_written(cli, tmp_path):
+    pytest.importorskip("ray")
+    import socket
+    import time
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = time.monotonic()
+    r = cli("bench", "--base-url", "http://127.0.0.1:9", "--isl", "4", "--osl", "4", "--concurrency", "1",
+            "--ray", f"127.0.0.1:{port}", "--out", str(tmp_path / "out"), timeout=60)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.code == 2 and len(lines) == 1 and "does not answer" in lines[0], r.stderr
+    assert time.monotonic() - started < 30 and not (tmp_path / "out").exists()
+    grid = tmp_path / "g.json"
+    grid.write_text('[{"preset": "llama-3.1-8b"}]')
+    r = cli("simulate", "--grid", str(grid), "--ray", "nohostport", "--out", str(tmp_path / "g"))
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.code == 2 and len(lines) == 1 and "HOST:PORT" in lines[0], r.stderr

@@ -154,13 +154,15 @@ def _ray_target(address: str | None, streams_per_actor: int, workers: int | None
     """--ray: where and how to spread the streams (kneecap.cluster); a one-line error without Ray installed."""
     if address is None:
         return None
-    from kneecap.cluster.connect import RayTarget, require_ray
+    from kneecap.cluster.connect import RayTarget, check_reachable, require_ray
     from kneecap.errors import KneecapError
 
     if workers is not None and workers > 1:
         raise KneecapError("--ray and --workers both given", "pass one: --ray spreads streams over the cluster's actors")
     require_ray()
-    return RayTarget(address, streams_per_actor=streams_per_actor)
+    target = RayTarget(address, streams_per_actor=streams_per_actor)
+    check_reachable(target.address)
+    return target
 
 
 def _term_as_interrupt(signum, frame):

@@ -60,9 +60,10 @@ def _run_grid(grid: str | None, ray_address: str | None, out: str | None, json_o
     if grid is None:
         raise KneecapError("--ray needs --grid", "pass --grid FILE (a list of configurations), or drop --ray")
     if ray_address is not None:
-        from kneecap.cluster.connect import require_ray
+        from kneecap.cluster.connect import check_reachable, require_ray
 
         require_ray()
+        check_reachable(ray_address)
     configs = load_grid(grid)
     root = Path(out) if out else Path("kneecap-results") / f"grid-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
     nodes: list = []

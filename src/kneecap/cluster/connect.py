@@ -57,6 +57,31 @@ def actors_for(cluster_cpus: float, max_streams: int | None, target: RayTarget) 
     return max(1, min(MAX_ACTORS, max(per_cpu, by_streams)))
 
 
+REACH_TIMEOUT_S = 5.0  # the head's port must accept a TCP connection within this long (ray.init retries for minutes)
+
+
+def check_reachable(address: str) -> None:
+    """A one-line error now, before any results folder exists, when the head's port does not answer:
+    ray.init would otherwise retry for minutes. `local` and an `auto` without RAY_ADDRESS are not probed."""
+    import socket
+
+    given = address.strip()
+    target = os.environ.get("RAY_ADDRESS", "") if given == "auto" else given
+    if given == "local" or not target or target in ("auto", "local"):
+        return
+    hostport = target.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        raise KneecapError(f"Ray address {target!r} is not HOST:PORT", "pass --ray HOST:PORT of the cluster's head, auto or local")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise KneecapError(f"the Ray head at {hostport} does not answer ({exc.strerror or type(exc).__name__})",
+                           "check the address and port (ray status on the head prints them), "
+                           "or pass --ray local for a cluster in this process") from None
+
+
 @dataclass
 class RayConnection:
     """This process's connection to a cluster; `close()` disconnects (and stops an in-process `local` one)."""
