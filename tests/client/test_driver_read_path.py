@@ -5,7 +5,6 @@ fallback still measures what the scripted server sent; summary.json says which p
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
 
@@ -79,6 +78,9 @@ def test_forced_fallback_measures_correctly_and_says_aiohttp(server, monkeypatch
     assert stats["streams_by_read_path"] == {"body_tap+kernel_stamps": 0, "body_tap": 0, "aiohttp": N}
     assert (stats["kernel_stamped_streams"], stats["loop_stamped_streams"]) == (0, N)
     log = by_hash(srv, run.records)
+    # stamped when the event loop reads, so after the server's send, and later by at most what the
+    # client measured of its own loop's lag (a busy box delays the loop; the ticker sees it too)
+    late_s = stats["loop_lag_max_ms"] / 1e3 + 0.005
     delays = []
     for rec in run.records:
         assert rec.ok and rec.output_tokens == 12 and sum(rec.chunk_tokens) == 12, rec.error_message
@@ -88,9 +90,8 @@ def test_forced_fallback_measures_correctly_and_says_aiohttp(server, monkeypatch
             cum += k
             delays.append(epoch + t - sends[cum - 1])  # each read vs the send of the last chunk it holds
         # the stream's span, client side vs server side (12 tokens, 4 ms apart)
-        assert abs((rec.chunk_times[-1] - rec.first_token_at) - (sends[-1] - sends[0])) < 0.005
-    # stamped by the loop, so later than the send, but on this quiet loop by little
-    assert min(delays) > 0 and statistics.median(delays) < 0.002, (min(delays), statistics.median(delays))
+        assert abs((rec.chunk_times[-1] - rec.first_token_at) - (sends[-1] - sends[0])) < late_s
+    assert 0 < min(delays) and max(delays) < late_s, (min(delays), max(delays), late_s)
 
 
 def test_summary_json_names_the_read_path_per_level(server, tmp_path, monkeypatch):

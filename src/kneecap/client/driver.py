@@ -20,7 +20,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import aiohttp
-from aiohttp import http_writer
 
 from kneecap.client import openai as oa
 from kneecap.client.body_tap import BodyTap, KernelStampedReader, StallError, StallWatch, terminal_chunk
@@ -192,11 +191,9 @@ class Client:
         # task of its own, one event-loop turn later (ClientRequest.send / write_bytes). That turn can be
         # long when many streams are being read, so sent_at is stamped on on_request_chunk_sent, in the
         # same synchronous step as the transport write (every request sent here has a JSON body).
-        # aiohttp < 3.12 (no StreamWriter.send_headers) writes the headers at once, right after
-        # on_request_headers_sent: there the stamp is taken on that signal (the first stamp is kept).
+        # aiohttp < 3.12 writes the headers at once and the body in that later turn: sent_at is then the
+        # moment the body, the request's last bytes, goes out (the server has the whole request only then).
         trace = aiohttp.TraceConfig()
-        if not hasattr(http_writer.StreamWriter, "send_headers"):
-            trace.on_request_headers_sent.append(_stamp_body_sent)
         trace.on_request_chunk_sent.append(_stamp_body_sent)
         trace.on_connection_reuseconn.append(_mark_reused)  # to tell a dropped kept-alive connection apart
         self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=self._headers,
