@@ -50,8 +50,8 @@ ENGINES: dict[str, str] = {
               "new-token-ratio admission reserve) and SGLang's KV-pool model (`--engine sglang`, mem_fraction_static "
               "0.88 unless the point states one)",
     "tensorrt-llm": "TensorRT-LLM's default GUARANTEED_NO_EVICT capacity scheduler (admit a request only if the pool "
-                    "holds it to its last token), max_batch_size 2048 and max_num_tokens 8192 (its LLM-API defaults) "
-                    "unless the point states them; KV pool = the planner's ledger (4 GiB overhead, 5% fragmentation "
+                    "holds it to its last token), max_batch_size 2048 and max_num_tokens 8192 unless the point states them "
+                    "(assumed: trtllm-bench tunes its own limits per run); KV pool = the planner's ledger (4 GiB overhead, 5% fragmentation "
                     "headroom: about the 0.9-0.95 kv_cache_free_gpu_memory_fraction of the runs)",
     "nim": "NVIDIA NIM's TensorRT-LLM profiles: run as tensorrt-llm above",
     "llama.cpp": "one sequence at a time (llama-bench runs one), n_batch 2048 tokens per step; KV pool = the ledger",
