@@ -153,6 +153,9 @@ def simulate(
     slo: Optional[str] = typer.Option(None, "--slo", help="e.g. ttft_p99_ms=500,itl_p99_ms=50"),
     find_max: Optional[str] = typer.Option(None, "--find-max", help="concurrency or rate: search for the highest load meeting every --slo (doubling, then bisection); the answer is summary.json's max_load"),
     repeats: int = typer.Option(1, "--repeats", help="With --find-max: a load passes only if it meets the SLO this many times (each with its own seed)"),
+    replay: Optional[str] = typer.Option(None, "--replay", help="Replay a trace: Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids) or a BurstGPT-style CSV; requests at the trace's times, equal hash ids sharing prefix-cache blocks"),
+    replay_speed: str = typer.Option("1", "--replay-speed", help="With --replay: how much faster than recorded, one level each, e.g. 1,2,4"),
+    skip_too_long: bool = typer.Option(False, "--skip-too-long", help="With --replay: skip trace rows longer than the context (listed on stderr) instead of stopping"),
     export: Optional[str] = typer.Option(None, "--export", help="vllm: also write each level as `vllm bench serve --save-result` JSON (DIR/vllm/level-N.json)"),
     max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Sequences running at once (default: the engine's)"),
     max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Tokens per step (default: the engine's)"),
@@ -187,7 +190,10 @@ def simulate(
     from kneecap.sim.setup import from_plan
     from kneecap.sim.step_params import parse_step_params
 
-    kind, values = parse_levels(concurrency, rate)
+    if replay is not None and (concurrency or rate):
+        raise KneecapError("--replay sends the trace's own requests at its own times",
+                           "drop --concurrency/--rate (use --replay-speed to scale the trace's times)")
+    kind, values = parse_levels(concurrency, rate or (replay_speed if replay is not None else None))
     from kneecap.bench.export import check_format
 
     check_format(export)
@@ -204,9 +210,6 @@ def simulate(
         from kneecap.bench.options import parse_shared_prefix
 
         prefix_tokens, prefix_groups = parse_shared_prefix(shared_prefix)
-    opts = SimulateOptions(kind=kind, levels=tuple(values), isl=isl, osl=osl, requests=requests, duration_s=duration,
-                           warmup=warmup, seed=seed, burstiness=burstiness, shared_prefix_tokens=prefix_tokens,
-                           num_prefix_groups=prefix_groups)
     slo_dict = parse_slo(slo) if slo else {}
     if calibration and step_params:
         raise KneecapError("--calibration and --step-params both given", "pass one of them")
@@ -216,6 +219,15 @@ def simulate(
                                 kv_dtype=kv_dtype, params=params, context=context, block_size=block_size,
                                 overhead_gib=overhead_gib, frag=frag, mem_util=mem_util, hbm=hbm, kv_pool_gib=kv_pool_gib)
     plan, _ = plan_deployment(request)
+    schedule = ()
+    if replay is not None:  # the levels given were speeds: each becomes the replay's mean request rate
+        schedule = _replay_schedule(replay, plan.context, skip_too_long)
+        base = SimulateOptions(kind="rate", levels=(1.0,), schedule=schedule)
+        values = [speed * base.trace_rate for speed in values]
+        isl, osl = 1, 1  # lengths come from the trace (checked against the context row by row)
+    opts = SimulateOptions(kind=kind, levels=tuple(values), isl=isl, osl=osl, requests=requests, duration_s=duration,
+                           warmup=warmup, seed=seed, burstiness=burstiness, shared_prefix_tokens=prefix_tokens,
+                           num_prefix_groups=prefix_groups, schedule=schedule)
     if isl + osl > plan.context:
         raise KneecapError(f"--isl + --osl = {isl + osl} tokens exceed the context of {plan.context}",
                            f"pass --context {isl + osl} or shorter lengths")
@@ -277,6 +289,19 @@ def simulate(
         console.print(_table(final))
         console.print(f"results: {results.path}")
     return 0
+
+
+def _replay_schedule(path: str, context: int, skip_too_long: bool) -> tuple:
+    """The trace's requests at speed 1 as (send offset s, RequestSpec); a broken line or a row past the
+    context stops here, before anything runs (one line naming the file and lines)."""
+    from kneecap.workload.traces import plan_replay, read_trace
+
+    replay = plan_replay(read_trace(path), max_context_tokens=context, skip_too_long=skip_too_long)
+    if replay.too_long_lines:
+        print(f"note: skipped {len(replay.too_long_lines)} trace rows longer than the {context:,}-token context "
+              f"(lines {', '.join(map(str, replay.too_long_lines[:10]))}{' ...' if len(replay.too_long_lines) > 10 else ''})",
+              file=sys.stderr)
+    return tuple((r.send_at_s, r.spec) for r in replay.requests)
 
 
 def _append_rows(path, rows: list) -> None:

@@ -46,6 +46,9 @@ class SimulateOptions:
     shared_prefix_tokens: int = 0
     num_prefix_groups: int = 1
     force: bool = True  # the simulator runs every level: preemption past the pool is what it shows
+    # --replay: the trace's requests at speed 1, (send offset s, request) in send order; levels are then the
+    # replay's mean request rates (speed x the trace's own rate), each level the whole trace
+    schedule: tuple = ()
 
     def __post_init__(self) -> None:
         for flag, value in (("--isl", self.isl), ("--osl", self.osl)):
@@ -72,8 +75,19 @@ class SimulateOptions:
         if self.warmup < 0:
             raise KneecapError(f"--warmup must be >= 0, got {self.warmup}", "pass e.g. --warmup 8")
 
+    @property
+    def trace_rate(self) -> float:
+        """The replayed trace's mean request rate at speed 1 (requests/s)."""
+        n, span = len(self.schedule), self.schedule[-1][0] - self.schedule[0][0] if self.schedule else 0.0
+        return (n - 1) / span if n > 1 and span > 0 else float(n)
+
+    def replay_speed(self, rate: float) -> float:
+        return rate / self.trace_rate
+
     def requests_for(self, value) -> int | None:
         """Measured requests of a level (None: as many as --duration sends)."""
+        if self.schedule:
+            return len(self.schedule) - self.warmup
         if value == ALL_AT_ONCE:
             return self.requests or DEFAULT_MAX_REQUESTS
         if self.requests is not None:
@@ -85,6 +99,8 @@ class SimulateOptions:
         return max(MIN_CLOSED_LOOP_REQUESTS, REQUESTS_PER_STREAM * int(value))
 
     def level_label(self, value) -> str:
+        if self.schedule:
+            return f"replay x{self.replay_speed(value):g}"
         if value == ALL_AT_ONCE:
             return "C=max"
         return f"C={int(value)}" if self.kind == KIND_CONCURRENCY else f"rate={value:g}/s"
@@ -106,6 +122,9 @@ def level_spec(opts: SimulateOptions, value, num_requests: int | None, num_warmu
     """One level as the virtual-clock driver runs it (on_s/off_s: open-loop on/off bursts)."""
     if value == ALL_AT_ONCE:
         return LevelSpec(all_at_once=True, num_requests=num_requests, warmup=num_warmup)
+    if opts.schedule:
+        speed = opts.replay_speed(value)
+        return LevelSpec(rate=value, warmup=num_warmup, schedule=tuple((at / speed, spec) for at, spec in opts.schedule))
     if opts.kind == KIND_RATE:
         return LevelSpec(rate=value, num_requests=num_requests, duration_s=opts.duration_s, warmup=num_warmup,
                          on_s=on_s, off_s=off_s)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from kneecap.sim.blocks import BlockManager, blocks_for
 from kneecap.sim.config import EngineConfig
-from kneecap.workload import RequestSpec
+from kneecap.workload import TRACE_BLOCK_TOKENS, RequestSpec
 
 # why the last admission attempt stopped (the engine's fast path reads it)
 BLOCKED_NONE = ""
@@ -54,8 +54,13 @@ class Sequence:
         self.num_tokens = spec.input_tokens  # prompt + tokens generated so far
         self.num_computed = 0  # tokens whose KV is in the cache
         self.num_output = 0
-        n_prefix = (spec.prefix_tokens // block_size) if spec.prefix_group is not None else 0
-        self.prefix_hashes = tuple(("p", spec.class_name, spec.prefix_group, i) for i in range(n_prefix))
+        if spec.block_hashes:  # a replayed trace: a full block is shared where its trace block's hash id is
+            per = TRACE_BLOCK_TOKENS // block_size if TRACE_BLOCK_TOKENS % block_size == 0 else 0
+            n_full = min(spec.input_tokens, len(spec.block_hashes) * TRACE_BLOCK_TOKENS) // block_size if per else 0
+            self.prefix_hashes = tuple(("t", spec.block_hashes[i // per], i % per) for i in range(n_full))
+        else:
+            n_prefix = (spec.prefix_tokens // block_size) if spec.prefix_group is not None else 0
+            self.prefix_hashes = tuple(("p", spec.class_name, spec.prefix_group, i) for i in range(n_prefix))
         self.admitted_at: float | None = None
         self.first_token_at: float | None = None
         self.preemptions = 0

@@ -49,8 +49,13 @@ class LevelSpec:
     warmup: int = 0
     on_s: float | None = None  # open loop in on/off bursts: `rate` inside on_s-second windows...
     off_s: float = 0.0  # ...separated by off_s seconds of silence (kneecap.workload.arrival_offsets)
+    # a replayed trace: (send offset in seconds, request) in send order; with it, `rate` is the trace's mean rate
+    # (for the summary) and the requests and their times are the trace's, not drawn
+    schedule: tuple[tuple[float, RequestSpec], ...] = ()
 
     def __post_init__(self) -> None:
+        if self.schedule:
+            object.__setattr__(self, "num_requests", self.num_requests or len(self.schedule))
         modes = (self.concurrency is not None) + (self.rate is not None) + bool(self.all_at_once)
         if modes != 1:
             raise KneecapError("a level needs exactly one of a concurrency, a rate or 'max'",
@@ -103,7 +108,11 @@ def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int
     engine = Engine(deployment, config, num_blocks, step_params=step_params, steptime=steptime, level=index,
                     trace=trace, fast_path=fast_path, charge_state=charge_state)
     total = None if level.num_requests is None else level.num_requests + level.warmup
-    source = _requests(workload, seed, total, id_prefix=f"L{index}-r")
+    if level.schedule:
+        total = len(level.schedule)
+        source = iter([spec for _, spec in level.schedule])
+    else:
+        source = _requests(workload, seed, total, id_prefix=f"L{index}-r")
     concurrency = level.concurrency if level.concurrency is not None else (total if level.all_at_once else None)
     meta_base = {"level": index, "concurrency": concurrency, "rate": level.rate}
     records: list[RequestRecord] = []
@@ -142,7 +151,9 @@ def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int
     arrivals: list[float] = []
     next_arrival = 0
     pending: deque[float] = deque()  # closed loop: when finished slots send their next request (non-decreasing)
-    if level.rate is not None:
+    if level.schedule:
+        arrivals = [at for at, _ in level.schedule]
+    elif level.rate is not None:
         if total is not None:
             arrivals = arrival_offsets(level.rate, total, burstiness, seed, on_s=level.on_s, off_s=level.off_s)
         else:

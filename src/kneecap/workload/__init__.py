@@ -124,6 +124,10 @@ class Workload:
         return cls(classes=(RequestClass(name=name, input=LengthDist.fixed(isl), output=LengthDist.fixed(osl)),))
 
 
+# Trace replay: Mooncake's traces give one hash id per 512-token block of a prompt (kneecap.workload.traces).
+TRACE_BLOCK_TOKENS = 512
+
+
 @dataclass(frozen=True)
 class RequestSpec:
     """One request to send: lengths in tokens; prefix_group identifies a shared prefix (None = unique)."""
@@ -137,6 +141,7 @@ class RequestSpec:
     prefix_tokens: int = 0
     conversation_id: str | None = None  # multi-turn only (workload.multiturn); records carry it
     turn: int | None = None  # 1-based turn within the conversation; None outside multi-turn
+    block_hashes: tuple[int, ...] = ()  # trace replay: one hash id per TRACE_BLOCK_TOKENS of prompt (equal ids, equal tokens)
 
 
 def make_requests(workload: Workload, n: int, seed: int = 0, start_index: int = 0, id_prefix: str = "r") -> list[RequestSpec]:

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Sequence
 
 from kneecap.errors import KneecapError
-from kneecap.workload import RequestSpec
+from kneecap.workload import TRACE_BLOCK_TOKENS, RequestSpec
 
-MOONCAKE_BLOCK_TOKENS = 512  # Mooncake: "hash_ids" are 512-token block hashes
+MOONCAKE_BLOCK_TOKENS = TRACE_BLOCK_TOKENS  # Mooncake: "hash_ids" are 512-token block hashes
 BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
 
@@ -225,7 +225,8 @@ def plan_replay(trace: Trace, *, replay_speed: float = 1.0, max_context_tokens: 
     out = []
     for i, r in enumerate(rows):
         spec = RequestSpec(index=i, request_id=f"{id_prefix}{i}", class_name=trace.format,
-                           input_tokens=r.input_tokens, output_tokens=r.output_tokens)
+                           input_tokens=r.input_tokens, output_tokens=r.output_tokens,
+                           block_hashes=tuple(r.hash_ids or ()))
         out.append(TimedRequest(spec=spec, send_at_s=(r.timestamp_s - t0) / replay_speed, row=r))
     return Replay(requests=tuple(out), too_long_lines=tuple(too_long), failed_lines=trace.failed_rows)
 
