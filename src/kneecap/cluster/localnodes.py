@@ -97,7 +97,9 @@ class LocalNodes:
 
     def _spawn(self, args: list[str], name: str, head: bool) -> Node:
         log = self.temp_dir / f"{name}.log"
-        env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+        # token authentication off explicitly: Ray 2.60 turns it on for a head when ~/.ray/auth_token exists
+        # (`ray.init()` of a local cluster writes one), and nodes started without the token could not join
+        env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
         env.pop("RAY_ADDRESS", None)
         with open(log, "wb") as fh:
             pin = ["taskset", "-c", self.cpu_list] if self.cpu_list else []
