@@ -16,9 +16,6 @@ fi
 # the layers of docs/architecture.md (import-linter, .importlinter): no import from a lower layer to a higher
 # one, no import cycles, lazy imports included
 .venv/bin/lint-imports --no-cache --no-logo
-# the layers of docs/architecture.md (import-linter, .importlinter): no import from a lower layer to a higher
-# one, no import cycles, lazy imports included
-.venv/bin/lint-imports --no-cache --no-logo
 # a real vLLM (CPU build) for tests/vllm, in a cached venv (scripts/vllm.sh); under CI=true a failed
 # install fails the run, elsewhere those tests skip. An executable KNEECAP_VLLM_PYTHON already set is kept.
 if [ -z "${KNEECAP_VLLM_PYTHON:-}" ] || [ ! -x "${KNEECAP_VLLM_PYTHON}" ]; then
