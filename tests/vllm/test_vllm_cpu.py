@@ -108,3 +108,18 @@ def test_run_plan_with_a_live_vllm_candidate_completes(cli, vllm, tmp_path):
     assert ran and ran[0]["load"] == {"concurrency": 1}, cells
     assert all(c["metrics"]["completed"] == 8 and c["metrics"]["failed"] == 0 for c in ran), cells
 
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_a_local_tokenizer_gives_exact_text_prompts(cli, vllm, tiny_model, tmp_path, endpoint):
+    """--tokenizer: text counted locally (chat: plus the template tokens the check request measured)."""
+    out = tmp_path / endpoint
+    r = cli("bench", "--base-url", vllm.base_url, "--endpoint", endpoint, "--isl", "100", "--osl", "3",
+            "--concurrency", "4", "--requests", "8", "--tokenizer", str(tiny_model / "tokenizer.json"),
+            "--out", str(out), "--json", "--no-report", timeout=300)
+    assert r.code == 0, r.stderr
+    prompts = json.loads((out / "manifest.json").read_text())["prompts"]
+    assert prompts["way"] == "text_local_tokenizer" and prompts["exact_input_tokens"], prompts
+    assert (endpoint == "chat") == ("template_overhead_tokens" in prompts)
+    recs = records(out)
+    assert len(recs) == 8 and all(x["prompt_tokens"] == x["expected_input_tokens"] == 100 for x in recs), recs[:2]
