@@ -30,6 +30,6 @@ if [ -z "${KNEECAP_VLLM_PYTHON:-}" ] || [ ! -x "${KNEECAP_VLLM_PYTHON}" ]; then
   fi
 fi
 # the client's read paths on the lowest and the highest aiohttp of pyproject.toml's range, each in a cached
-# venv (scripts/aiohttp_matrix.sh; about a minute once the venvs exist): a failure on either bound fails the run
+# venv (scripts/aiohttp_matrix.sh; ~90 s on a busy 2-core box once the venvs exist): a failure on either bound fails the run
 bash scripts/aiohttp_matrix.sh
 exec .venv/bin/python -m pytest -q "$@"
