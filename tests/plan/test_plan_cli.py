@@ -19,7 +19,7 @@ PLAN_KEYS = {"kv_bytes_per_token", "kv_bytes_per_token_per_gpu", "ledger", "kv_c
              "model", "gpu", "tp", "pp", "num_gpus", "weight_dtype", "kv_dtype", "context", "mean_context", "block_size",
              "compute_batch_cap", "hbm", "weights_total_bytes", "weights_source", "kv_heads_per_gpu", "kv_replicated",
              "state_bytes_per_sequence", "kv_pool_source", "num_kv_blocks", "seq_bytes", "waste", "notes", "engine",
-             "worst_case", "paged_at_mean_context"}
+             "worst_case", "paged_at_mean_context", "kv_derivation"}
 LEDGER_KEYS = {"hbm_bytes", "weights_bytes", "overhead_bytes", "fragmentation_bytes", "kv_pool_bytes", "reserved_bytes"}
 LEVER_KEYS = {"name", "kv_pool_bytes", "max_seqs", "change", "max_concurrency", "num_gpus", "gain", "note"}
 TP_KEYS = {"tp", "kv_heads_per_gpu", "replicated", "kv_pool_bytes", "max_seqs", "num_gpus", "fits",

@@ -257,3 +257,11 @@ def real_bench(tmp_path_factory, simulated_server):
     r = _cli("bench", "--base-url", simulated_server, "--isl", "256", "--osl", "16", "--concurrency", "1,4",
              "--requests", "8", "--slo", REAL_BENCH_SLO, "--out", str(out))
     return out, r.stdout
+
+
+@pytest.fixture(scope="session")
+def real_run(tmp_path_factory) -> Path:
+    """`kneecap run` of the shipped quick example (simulated candidates, two repetitions, failing cells)."""
+    out = tmp_path_factory.mktemp("real") / "run"
+    _cli("run", str(Path(__file__).resolve().parents[2] / "examples" / "quick.yaml"), "--out", str(out), "--quiet")
+    return out

@@ -38,7 +38,7 @@ if CHROMIUM is None and not IN_CI:
 class DevTools:
     """A minimal DevTools-protocol client over Chromium's --remote-debugging-pipe."""
 
-    def __init__(self, user_data_dir: str):
+    def __init__(self, user_data_dir: str, width: int = 1280):
         to_chrome_r, self._to_chrome_w = os.pipe()
         self._from_chrome_r, from_chrome_w = os.pipe()
         # the child must see our pipe ends as fds 3 (commands in) and 4 (replies out): move the child's
@@ -60,7 +60,7 @@ class DevTools:
             [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              "--disable-extensions", "--remote-debugging-pipe", f"--user-data-dir={user_data_dir}",
-             "--window-size=1280,2000", "about:blank"],
+             f"--window-size={width},2000", "about:blank"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             preexec_fn=_wire, pass_fds=(3, 4), close_fds=True)
         for fd in (to_chrome_r, from_chrome_w, *placeholders):
@@ -167,9 +167,11 @@ def _screenshot_is_not_blank(png: bytes) -> float:
     return 1.0 - counts.max() / len(pixels)
 
 
-def _load_page(tmp_path: Path, html_path: Path, shot_path: Path) -> dict:
+def _load_page(tmp_path: Path, html_path: Path, shot_path: Path, width: int = 1280, probe: str | None = None) -> dict:
+    """Load the page at `width` CSS pixels; `probe` is a JavaScript expression returning a JSON string, evaluated
+    by the test through the protocol (the page itself runs no script)."""
     user_data = tempfile.mkdtemp(prefix="kneecap-chromium-", dir=tmp_path)
-    chrome = DevTools(user_data)
+    chrome = DevTools(user_data, width)
     try:
         targets = chrome.send("Target.getTargets")["targetInfos"]
         page = next(t for t in targets if t["type"] == "page")
@@ -177,6 +179,8 @@ def _load_page(tmp_path: Path, html_path: Path, shot_path: Path) -> dict:
         for domain in ("Page", "Runtime", "Log"):
             chrome.send(f"{domain}.enable", session=session)
         chrome.send("Page.navigate", {"url": html_path.as_uri()}, session=session)
+        chrome.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 2000, "deviceScaleFactor": 1,
+                                                             "mobile": False}, session=session)
         chrome.wait_event("Page.loadEventFired")
         # every image's decoded size, read by the test through the protocol (the page runs no script)
         images = chrome.send("Runtime.evaluate", {
@@ -187,14 +191,18 @@ def _load_page(tmp_path: Path, html_path: Path, shot_path: Path) -> dict:
         height = int(min(metrics["cssContentSize"]["height"], 6000))
         shot = chrome.send("Page.captureScreenshot", {
             "format": "png", "captureBeyondViewport": True,
-            "clip": {"x": 0, "y": 0, "width": 1280, "height": height, "scale": 1}}, session=session)
+            "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}}, session=session)
         shot_path.write_bytes(base64.b64decode(shot["data"]))
         dom = chrome.send("Runtime.evaluate", {"expression": "document.documentElement.outerHTML",
                                                "returnByValue": True}, session=session)["result"]["value"]
         errors = [e for e in chrome.events if e.get("method") == "Runtime.exceptionThrown"
                   or (e.get("method") == "Runtime.consoleAPICalled" and e["params"].get("type") in ("error", "assert"))
                   or (e.get("method") == "Log.entryAdded" and e["params"]["entry"].get("level") == "error")]
-        return {"images": json.loads(images), "dom": dom, "errors": errors}
+        probed = None
+        if probe:
+            probed = json.loads(chrome.send("Runtime.evaluate", {"expression": probe, "returnByValue": True},
+                                            session=session)["result"]["value"])
+        return {"images": json.loads(images), "dom": dom, "errors": errors, "probe": probed}
     finally:
         chrome.close()
 
@@ -233,3 +241,60 @@ def test_report_renders_in_headless_chromium(request, tmp_path, folder, min_imag
     w, h = _png_size(shot)
     assert w == 1280 and h > 1500
     assert _screenshot_is_not_blank(shot) > 0.05
+
+
+# Every number token (digits with separators, decimals, exponents) in a table cell or grid value must sit
+# on one line, and no table may be wider than its box: checked in the page by the test, over the protocol.
+LAYOUT_PROBE = r"""JSON.stringify((() => {
+  const overflow = [];
+  const root = document.documentElement;
+  if (root.scrollWidth > root.clientWidth + 1) overflow.push(`page ${root.scrollWidth} > ${root.clientWidth}`);
+  document.querySelectorAll('.table-wrap').forEach((wrap, i) => {
+    if (wrap.scrollWidth > wrap.clientWidth + 1) {
+      const cap = wrap.querySelector('caption');
+      overflow.push(`table ${i} (${cap ? cap.textContent : ''}): ${wrap.scrollWidth} > ${wrap.clientWidth}`);
+    }
+  });
+  const wrapped = [];
+  const number = /[−+\-]?\d[\d,]*(?:\.\d+)?(?:e[+\-]?\d+)?/g;
+  document.querySelectorAll('td, th, dd, dt').forEach(el => {
+    const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const m of node.textContent.matchAll(number)) {
+        if (m[0].length < 3) continue;
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const tops = new Set(Array.from(range.getClientRects()).filter(r => r.width > 0).map(r => Math.round(r.top)));
+        if (tops.size > 1) wrapped.push(`${m[0]} in "${el.textContent.trim().slice(0, 60)}"`);
+      }
+    }
+  });
+  const headers = Array.from(document.querySelectorAll('th')).map(th => {
+    const r = th.getBoundingClientRect();
+    return [th.textContent.trim(), r.left, r.right];
+  });
+  return {overflow, wrapped, headers, width: root.clientWidth};
+})())"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("folder", ["real_sim", "real_bench", "real_run", "real_plan"])
+def test_real_reports_fit_1400_px_with_no_wrapped_numbers(request, tmp_path, folder):
+    """At 1400 px every table fits its box (the SLO verdict is on screen) and no number wraps mid-digit."""
+    if CHROMIUM is None:
+        pytest.fail("CI=true but chromium is not installed (apt-get install -y chromium)")
+    made = request.getfixturevalue(folder)
+    target = made[0] if isinstance(made, tuple) else made
+    html_path = next(p for p in render_report(target) if p.suffix == ".html")
+    page = _load_page(tmp_path, html_path, tmp_path / "shot.png", width=1400, probe=LAYOUT_PROBE)
+    keep = os.environ.get("KNEECAP_REPORT_SCREENSHOT")
+    if keep:
+        shutil.copy(tmp_path / "shot.png", keep.replace(".png", f"-{folder}-1400.png"))
+    assert page["errors"] == [], page["errors"]
+    probe = page["probe"]
+    assert probe["overflow"] == [], probe["overflow"]
+    assert probe["wrapped"] == [], probe["wrapped"]
+    for name, left, right in probe["headers"]:
+        if name == "SLO verdict":
+            assert 0 <= left and right <= probe["width"], (name, left, right)

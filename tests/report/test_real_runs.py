@@ -47,3 +47,13 @@ def test_plan_report_without_mean_context_does_not_headline_the_worst_case(real_
     assert "max concurrency if every sequence holds the full 131,072 tokens (worst case)" in md
     assert "2,000 tokens → 772" in md and "2,000 tokens → 772" in page
     assert "| max concurrency | 11" not in md
+
+
+def test_plan_report_shows_the_kv_derivation_step_by_step(real_plan):
+    plan = json.loads(real_plan.read_text())
+    md, page = _pages(real_plan)
+    for text in (md, page):
+        assert "KV bytes per token, step by step" in text
+        assert "2 (K and V) × 80 layers × 8 kv_heads × 128 head_dim × 2 B (bf16) = 327,680 B" in text
+        assert f"= {plan['kv_bytes_per_token']:,} B per token per sequence" in text
+        assert "→ 40,960 B per token" in text  # TP=8: one KV head per rank

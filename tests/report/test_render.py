@@ -45,7 +45,7 @@ def test_bench_page_has_provenance_units_suspect_and_glossary(bench_dir):
     assert "event-loop lag p99 80.0 ms &gt; 20 ms" in md
     assert re.search(r"\| \*\*⚠ C=64\*\* \| 80\.00 \| 0\.97 \|", md)  # worst worker's lag and CPU
     assert "⚠ suspect: event-loop lag p99 80.0 ms &gt; 20 ms" in page  # why it is suspect
-    assert "loop_lag_p99_ms (ms)" in page and "started_at" not in page  # client health, worst worker
+    assert "loop lag p99 ms (ms)" in page and "started_at" not in page  # client health, worst worker
     # glossary formulas match DESIGN.md
     assert "first_token_at − sent_at" in md
     assert "(E2E − TTFT) / (output tokens − 1)" in page

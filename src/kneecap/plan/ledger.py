@@ -184,8 +184,60 @@ class Plan:
                 "contiguous_bytes": self.contiguous_waste_bytes,
                 "contiguous_fraction": round(self.contiguous_waste_fraction, 6),
             },
+            "kv_derivation": kv_derivation(self),
             "notes": list(self.notes),
         }
+
+
+KIND_LABELS = {"full_attention": "full-attention", "sliding_attention": "sliding-window", "mla": "MLA",
+               "linear_attention": "linear-attention"}
+
+
+def kv_factor_lines(plan: Plan) -> list[str]:
+    """The KV-bytes-per-token multiplication written out, one line per layer kind."""
+    from collections import Counter
+
+    from kneecap.units import fmt_bytes
+
+    m, b = plan.deployment.model, plan.kv_dtype_bytes
+    dt = plan.deployment.kv_dtype
+    counts = Counter(m.layer_types)
+    lines = []
+    for kind, n in counts.items():
+        if kind in ("full_attention", "sliding_attention"):
+            value = 2 * n * m.num_key_value_heads * m.head_dim * b
+            where = f" (window {m.sliding_window:,} tokens)" if kind == "sliding_attention" else ""
+            lines.append(f"  {KIND_LABELS[kind]}{where}: 2 (K and V) × {n} layers × {m.num_key_value_heads} kv_heads × "
+                         f"{m.head_dim} head_dim × {b} B ({dt}) = {value:,} B")
+        elif kind == "mla":
+            value = n * (m.kv_lora_rank + m.qk_rope_head_dim) * b
+            lines.append(f"  MLA latent: ({m.kv_lora_rank} kv_lora_rank + {m.qk_rope_head_dim} qk_rope_head_dim) × {n} layers × "
+                         f"{b} B ({dt}) = {value:,} B  (no K/V factor 2; the same latent on every TP rank)")
+        else:
+            lines.append(f"  linear-attention: {n} layers × 0 B per token (a fixed "
+                         f"{fmt_bytes(m.linear_state_bytes_per_layer)} state per layer per sequence instead)")
+    return lines
+
+
+def kv_derivation(plan: Plan) -> list[str]:
+    """The KV bytes of one token and of one sequence, step by step (what the worksheet's section 1 prints)."""
+    m, d = plan.deployment.model, plan.deployment
+    per_tok = plan.kv_bytes_per_token
+    lines = [line.strip() for line in kv_factor_lines(plan)]
+    lines.append(f"= {per_tok:,} B per token per sequence (whole model, all layers)")
+    whole = kvmath.sequence_kv_bytes_per_gpu(m, plan.context, plan.kv_dtype_bytes, 1, 1, plan.block_size, paged=False)
+    capped = (f" (sliding-window layers hold only the last {m.sliding_window:,} tokens)"
+              if "sliding_attention" in m.layer_types and m.sliding_window and m.sliding_window < plan.context else "")
+    lines.append(f"a {plan.context:,}-token sequence: {whole:,} B{capped}")
+    if plan.kv_bytes_per_token_per_gpu != per_tok:
+        lines.append(f"per GPU at TP={d.tp}, PP={d.pp}: {plan.kv_heads_per_gpu} KV head(s) per rank"
+                     f"{' (replicated)' if plan.kv_replicated else ''} → {plan.kv_bytes_per_token_per_gpu:,} B per token")
+    if plan.state_bytes_per_sequence:
+        lines.append(f"+ {plan.state_bytes_per_sequence:,} B fixed linear-attention state per sequence per GPU")
+    bs = plan.block_size
+    lines.append(f"pool {plan.ledger.kv_pool_bytes:,} B / ({plan.kv_bytes_per_token_per_gpu:,} B × {bs}-token blocks)"
+                 f" = {plan.num_kv_blocks:,} blocks = {plan.kv_capacity_tokens:,} tokens")
+    return lines
 
 
 # -- the pieces -------------------------------------------------------------------------------

@@ -11,14 +11,12 @@ from collections import Counter
 
 from kneecap.model.kv import blocks_for, sequence_kv_bytes_per_gpu
 from kneecap.plan.engines import EnginePool
-from kneecap.plan.ledger import Plan
+from kneecap.plan.ledger import Plan, kv_factor_lines
 from kneecap.plan.levers import Lever, skipped_levers
 from kneecap.plan.preflight import Preflight
 from kneecap.plan.sweeps import ContextPoint, TpPoint, paged_below_contiguous
 from kneecap.units import GB, GiB, MiB, fmt_bytes
 
-KIND_LABELS = {"full_attention": "full-attention", "sliding_attention": "sliding-window", "mla": "MLA",
-               "linear_attention": "linear-attention"}
 
 
 def _e9(num_bytes: int) -> str:
@@ -35,28 +33,6 @@ def _seqs(n: int) -> str:
 
 def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}" if whole else "-"
-
-
-def kv_factor_lines(plan: Plan) -> list[str]:
-    """The KV-bytes-per-token multiplication written out, one line per layer kind."""
-    m, b = plan.deployment.model, plan.kv_dtype_bytes
-    dt = plan.deployment.kv_dtype
-    counts = Counter(m.layer_types)
-    lines = []
-    for kind, n in counts.items():
-        if kind in ("full_attention", "sliding_attention"):
-            value = 2 * n * m.num_key_value_heads * m.head_dim * b
-            where = f" (window {m.sliding_window:,} tokens)" if kind == "sliding_attention" else ""
-            lines.append(f"  {KIND_LABELS[kind]}{where}: 2 (K and V) × {n} layers × {m.num_key_value_heads} kv_heads × "
-                         f"{m.head_dim} head_dim × {b} B ({dt}) = {value:,} B")
-        elif kind == "mla":
-            value = n * (m.kv_lora_rank + m.qk_rope_head_dim) * b
-            lines.append(f"  MLA latent: ({m.kv_lora_rank} kv_lora_rank + {m.qk_rope_head_dim} qk_rope_head_dim) × {n} layers × "
-                         f"{b} B ({dt}) = {value:,} B  (no K/V factor 2; the same latent on every TP rank)")
-        else:
-            lines.append(f"  linear-attention: {n} layers × 0 B per token (a fixed "
-                         f"{fmt_bytes(m.linear_state_bytes_per_layer)} state per layer per sequence instead)")
-    return lines
 
 
 def gpu_siblings(name: str) -> list[str]:

@@ -22,7 +22,7 @@ CSS = """
 * { box-sizing: border-box; }
 body { margin: 0; font: 14px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif;
        color: #1f2328; background: #f6f8fa; }
-main { max-width: 1180px; margin: 0 auto; padding: 24px 28px 60px; background: #fff; min-height: 100vh; }
+main { max-width: 1360px; margin: 0 auto; padding: 24px 28px 60px; background: #fff; min-height: 100vh; }
 h1 { font-size: 26px; margin: 0 0 14px; }
 h2 { font-size: 19px; margin: 34px 0 10px; padding-bottom: 4px; border-bottom: 1px solid #d0d7de; }
 h3 { font-size: 15px; margin: 22px 0 8px; }
@@ -44,10 +44,12 @@ pre { background: #0d1117; color: #e6edf3; padding: 10px 14px; border-radius: 6p
 table { border-collapse: collapse; width: 100%; font-size: 12.5px; }
 caption { caption-side: top; text-align: left; padding: 6px 10px; color: #57606a; font-style: italic; }
 th, td { padding: 5px 9px; border-bottom: 1px solid #eaeef2; text-align: left; vertical-align: top; }
-th { background: #f6f8fa; font-weight: 600; position: sticky; top: 0; white-space: nowrap; }
+th { background: #f6f8fa; font-weight: 600; position: sticky; top: 0; white-space: normal; overflow-wrap: normal;
+     hyphens: none; min-width: 4.5em; }
 .num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
-td.text { white-space: nowrap; }
-td.long { min-width: 380px; max-width: 620px; overflow-wrap: anywhere; }
+td.text { white-space: normal; overflow-wrap: normal; }
+th.num, th.text { white-space: normal; }
+td.long { min-width: 220px; max-width: 560px; overflow-wrap: break-word; }
 td:first-child { white-space: nowrap; }
 tr.row-warning td { background: #fff8c5; }
 td.tone-better { color: #1a7f37; font-weight: 600; }
@@ -61,9 +63,10 @@ table.glossary td:first-child { font-weight: 600; white-space: nowrap; }
 .grid-caption { color: #57606a; font-style: italic; font-size: 12.5px; margin: 10px 0 4px; }
 dl.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(260px, 1fr)); gap: 2px 18px; margin: 0 0 16px;
           padding: 8px 10px; border: 1px solid #d0d7de; border-radius: 6px; font-size: 12.5px; }
-dl.grid div { display: flex; gap: 8px; min-width: 0; }
+dl.grid div { display: flex; flex-wrap: wrap; column-gap: 8px; min-width: 0; }
 dl.grid dt { color: #57606a; white-space: nowrap; }
-dl.grid dd { margin: 0; word-break: break-word; }
+dl.grid dd { margin: 0; overflow-wrap: break-word; min-width: 0; }
+dl.grid dd.num { white-space: nowrap; }
 figure { margin: 14px 0 22px; }
 figure img { display: block; max-width: 100%; height: auto; border: 1px solid #d0d7de; border-radius: 6px; }
 figcaption { font-size: 12.5px; color: #57606a; margin-top: 4px; }
@@ -73,6 +76,9 @@ footer { margin-top: 40px; font-size: 12px; color: #8c959f; }
 
 
 _NUMBER = re.compile(r"^(?:—|[+\-−]?[\d,]*\.?\d+(?:e[+\-]?\d+)?(?: ?(?:%|×|GiB|GB|ms|s|tok/s|req/s))?)$")
+
+
+NUM_ATTR = ' class="num"'
 
 
 def _is_numeric(text: str) -> bool:
@@ -135,7 +141,8 @@ def to_html(doc: Document) -> str:
             parts.append(_table(block.columns, block.rows, block.caption, block.row_tones))
         elif isinstance(block, KeyValues) and block.compact:
             cap = f"<p class=\"grid-caption\">{escape(block.caption)}</p>" if block.caption else ""
-            cells = "".join(f"<div><dt>{escape(k)}</dt><dd>{escape(v)}</dd></div>" for k, v in block.items)
+            cells = "".join(f"<div><dt>{escape(k)}</dt><dd{NUM_ATTR if _is_numeric(v) else ''}>{escape(v)}</dd></div>"
+                            for k, v in block.items)
             parts.append(f'{cap}<dl class="grid">{cells}</dl>')
         elif isinstance(block, KeyValues):
             parts.append(_table(("item", "value"), block.items, block.caption, css_class="kv", header=False))

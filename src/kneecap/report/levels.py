@@ -277,7 +277,10 @@ def level_panels(rows: tuple | list, summary: dict, levels: list[dict], max_pane
             label = load_text(level)
         else:
             label = f"level {key}" if key is not None else "whole run"
-        panels.append({**series, "label": label})
+        t0 = series["t"][0]  # a level's clock may start where the previous level ended: count from its own start
+        panels.append({**series, "t": [t - t0 for t in series["t"]], "label": label,
+                       "time_label": "time since the level's first step (s)" if key is not None
+                       else "time since the first step (s)"})
     if len(panels) > max_panels:
         step = (len(panels) - 1) / (max_panels - 1)
         panels = [panels[round(i * step)] for i in range(max_panels)]

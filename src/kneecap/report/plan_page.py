@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kneecap.report import numbers as fmt
 from kneecap.report import plots
-from kneecap.report.document import Block, Document, Figure, Heading, KeyValues, Paragraph, Table
+from kneecap.report.document import Block, Code, Document, Figure, Heading, KeyValues, Paragraph, Table
 from kneecap.report.glossary import PLAN_TERMS, glossary
 from kneecap.report.load import Results
 from kneecap.report.provenance import flatten, manifest_blocks, source_banner
@@ -104,7 +104,7 @@ def _facts(plan: dict) -> KeyValues | None:
     """Facts the planner wrote that the ledger and tables do not show (model, GPU, TP, dtypes, HBM basis...)."""
     shown = {"kv_bytes_per_token", "kv_bytes_per_token_per_gpu", "kv_capacity_tokens", "max_concurrency",
              "binding", "kind", "model_executed", "benchmark_executed", "ledger", "max_seqs", "levers", "tp_sweep",
-             "context_sweep", "notes", "manifest", "worst_case", "paged_at_mean_context"}
+             "context_sweep", "notes", "manifest", "worst_case", "paged_at_mean_context", "kv_derivation"}
     items: list[tuple[str, str]] = []
     for key, value in plan.items():
         if key not in shown and value is not None:
@@ -156,6 +156,12 @@ def plan_document(results: Results) -> Document:
         blocks.append(Paragraph("This plan has no ledger: nothing to chart.", "warning"))
     notes = [str(n) for n in plan.get("notes") or [] if n]
     blocks += [Paragraph("Note: " + n, "muted") for n in notes]
+    derivation = [str(line) for line in plan.get("kv_derivation") or [] if isinstance(line, str)]
+    if derivation:
+        blocks += [Heading("KV bytes per token, step by step"),
+                   Paragraph("Only K and V are cached, per layer and per KV head; the same arithmetic as the "
+                             "terminal worksheet's section 1."),
+                   Code("\n".join(derivation))]
     blocks += [Heading("HBM ledger")] + ledger_blocks(plan)
     fig = ledger_figure(plan)
     if fig:

@@ -52,7 +52,10 @@ def _figure(nrows: int = 1, ncols: int = 1, height_in: float = HEIGHT_IN, width_
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     fig = Figure(figsize=(width_in, height_in), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)  # a renderer, so label placement can measure text
     axes = fig.subplots(nrows, ncols, squeeze=False)
     return fig, axes
 
@@ -167,11 +170,11 @@ def frontier(series: Sequence[tuple[str, Sequence[tuple[float, float, str]]]]) -
         return None
     fig, axes = _figure()
     ax = axes[0][0]
+    labels = []
     for i, (name, pts) in enumerate(usable):
         color = PALETTE[i % len(PALETTE)]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=color, label=name)
-        for x, y, label in pts:
-            ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
+        labels += [(x, y, label, color) for x, y, label in pts]
     ax.margins(x=0.1, y=0.08)
     ax.set_xlabel("p99 time per output token, TPOT (ms)")
     ax.set_ylabel("output throughput (tok/s)")
@@ -180,7 +183,35 @@ def frontier(series: Sequence[tuple[str, Sequence[tuple[float, float, str]]]]) -
     ax.grid(True, alpha=0.3)
     ax.set_title("Throughput–latency frontier: output tok/s vs p99 TPOT (up and left is better)")
     _legend(ax, loc="best", fontsize=8)
+    _place_point_labels(fig, ax, labels)
     return _png(fig)
+
+
+LABEL_OFFSETS = ((5, 5), (5, -11), (-5, 5), (-5, -11), (8, 14), (8, -20), (-8, 14), (-8, -20))  # points
+
+
+def _place_point_labels(fig, ax, labels) -> None:
+    """Annotate each point with the first offset whose text stays inside the axes and clear of the labels
+    placed before it (so labels neither overlap nor get clipped at the frame)."""
+    fig.canvas.draw()
+    frame = ax.get_window_extent()
+    placed = []
+    for x, y, text, color in labels:
+        chosen = None
+        for dx, dy in LABEL_OFFSETS:
+            note = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=7, color=color,
+                               ha="left" if dx > 0 else "right", annotation_clip=False)
+            box = note.get_window_extent(fig.canvas.get_renderer())
+            inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+            if inside and not any(box.overlaps(other) for other in placed):
+                chosen = box
+                break
+            note.remove()
+        if chosen is None:  # no clear spot: keep the first offset rather than drop the label
+            note = ax.annotate(text, (x, y), textcoords="offset points", xytext=LABEL_OFFSETS[0], fontsize=7,
+                               color=color, annotation_clip=False)
+            chosen = note.get_window_extent(fig.canvas.get_renderer())
+        placed.append(chosen)
 
 
 # bottom to top: the KV pool always sits on top, so bars of full and partial ledgers line up
@@ -245,9 +276,9 @@ def occupancy_over_time(panels: Sequence[dict], source: str) -> bytes | None:
     panels = [p for p in panels if p.get("t")]
     if not panels:
         return None
-    ncols = min(len(panels), 4)
+    ncols = min(len(panels), 2)
     nrows = (len(panels) + ncols - 1) // ncols
-    fig, axes = _figure(nrows, ncols, height_in=2.6 * nrows + 0.9, width_in=max(WIDTH_IN, 3.2 * ncols))
+    fig, axes = _figure(nrows, ncols, height_in=3.0 * nrows + 1.0, width_in=max(WIDTH_IN, 5.6 * ncols))
     queue_top = max([v for p in panels for key in ("queue", "running") for v in (p.get(key) or []) if v is not None]
                     + [1.0]) * 1.05
     handles: dict = {}
@@ -259,10 +290,10 @@ def occupancy_over_time(panels: Sequence[dict], source: str) -> bytes | None:
                                        label="KV cache usage (% of blocks, left axis)")
         ax.set_ylim(0, 105)
         ax.grid(True, alpha=0.3)
-        ax.set_title(panel["label"], fontsize=9)
-        ax.tick_params(labelsize=7)
+        ax.set_title(panel["label"], fontsize=10)
+        ax.tick_params(labelsize=8)
         ax2 = ax.twinx()
-        ax2.tick_params(labelsize=7)
+        ax2.tick_params(labelsize=8)
         for key, color, label in (("queue", PALETTE[1], "queue depth: waiting requests (right axis)"),
                                   ("running", PALETTE[0], "running requests (right axis)")):
             pts = [(t, v) for t, v in zip(panel["t"], panel.get(key) or []) if v is not None]
@@ -271,11 +302,10 @@ def occupancy_over_time(panels: Sequence[dict], source: str) -> bytes | None:
                                            alpha=0.8 if key == "queue" else 0.5, label=label)
         ax2.set_ylim(0, queue_top)
         if index % ncols == 0:
-            ax.set_ylabel("KV usage (%)", fontsize=8)
+            ax.set_ylabel("KV usage (%)", fontsize=9)
         if index % ncols == ncols - 1 or index == len(panels) - 1:
-            ax2.set_ylabel("requests", fontsize=8)
-        if index // ncols == nrows - 1:
-            ax.set_xlabel("time in level (s)", fontsize=8)
+            ax2.set_ylabel("requests", fontsize=9)
+        ax.set_xlabel(panel.get("time_label") or "time (s)", fontsize=9)
     for index in range(len(panels), nrows * ncols):
         axes[index // ncols][index % ncols].set_visible(False)
     fig.suptitle(f"KV occupancy and queue depth over time, per level ({source})")
@@ -326,10 +356,14 @@ def tokens_per_chunk_histogram(chunk_token_counts: Mapping[int, int]) -> bytes |
     top = counts[-1][0]
     if top <= 64:
         ax.bar([k for k, _ in counts], [n for _, n in counts], width=0.7, color=PALETTE[0])
-        from matplotlib.ticker import MaxNLocator
+        from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator
 
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlim(0.3, top + 0.7)
+        if top <= 16:  # a tick at every whole size from 1 to the largest seen (one token: one tick, "1")
+            ax.xaxis.set_major_locator(FixedLocator(list(range(1, top + 1))))
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.0f}"))
+        ax.set_xlim(0.5, max(top, 3) + 0.5)
     else:  # long tails: 50 bins over the sizes seen, weighted by their counts
         ax.hist([k for k, _ in counts], weights=[n for _, n in counts], bins=50, color=PALETTE[0], edgecolor="white")
     ax.set_xlabel("tokens carried by one streamed chunk (tokens)")
@@ -341,8 +375,10 @@ def tokens_per_chunk_histogram(chunk_token_counts: Mapping[int, int]) -> bytes |
 
 @_plain_text
 def series_vs_load(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], load_name: str, load_unit: str,
-                   y_label: str, title: str, limits: Sequence[tuple[str, float]] = ()) -> bytes | None:
-    """Several runs or candidates on one axis: series = (name, [(load, y), ...]); limits = horizontal lines."""
+                   y_label: str, title: str, limits: Sequence[tuple[str, float]] = (),
+                   log_y: bool = False) -> bytes | None:
+    """Several runs or candidates on one axis: series = (name, [(load, y), ...]); limits = horizontal lines
+    (budgets); log_y: a log10 y axis (latencies spanning orders of magnitude, with the budget in view)."""
     usable = [(name, pts) for name, pts in series if pts]
     if not usable:
         return None
@@ -356,7 +392,11 @@ def series_vs_load(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], 
         ax.axhline(value, color=SLO_COLOR, linestyle="-.", linewidth=1.4, label=label)
     _load_axis(ax, loads, load_name, load_unit)
     ax.set_ylabel(y_label)
-    ax.set_ylim(bottom=0)
+    if log_y:
+        ax.set_yscale("log")
+        ax.grid(True, which="both", axis="y", alpha=0.2)
+    else:
+        ax.set_ylim(bottom=0)
     ax.set_title(title)
     _legend(ax, loc="best", fontsize=8)
     return _png(fig)

@@ -127,29 +127,34 @@ def _little_text(cell: dict) -> str:
     return f"{text} ({fmt.pct(err)} off)" if fmt.is_number(err) else text
 
 
-def cells_table(cells: list[dict]) -> Table:
-    rows, tones = [], []
+def cells_tables(cells: list[dict]) -> list[Table]:
+    """Every cell in two tables that fit a page: its verdict and why, then what was measured."""
+    verdicts, measured, tones = [], [], []
     for c in cells:
         m = c.get("metrics") if isinstance(c.get("metrics"), dict) else {}
         offered = c.get("offered") if isinstance(c.get("offered"), dict) else {}
-        rows.append((str(c.get("candidate", fmt.MISSING)), str(c.get("class", fmt.MISSING)),
-                     str(c.get("state", fmt.MISSING)), _load_text(c), fmt.count(c.get("repetition")),
-                     _verdict_cell(c.get("verdict")), fmt.count(m.get("requests")), fmt.count(m.get("completed")),
-                     fmt.count(m.get("failed")), fmt.rate(offered.get("offered_request_s")),
-                     fmt.rate(offered.get("completed_request_s")), fmt.count(offered.get("dropped")),
-                     fmt.rate(m.get("output_tok_s")),
-                     fmt.ms(_metric(c, "ttft_ms", "p50")), fmt.ms(_metric(c, "ttft_ms", "p95")),
-                     fmt.ms(_metric(c, "ttft_ms", "p99")), fmt.ms(_metric(c, "itl_ms", "p99")),
-                     fmt.ms(_metric(c, "e2e_ms", "p99")), fmt.count((m.get("ttft_ms") or {}).get("n")
-                                                                    if isinstance(m.get("ttft_ms"), dict) else None),
-                     _little_text(c), _reason(c) or fmt.MISSING))
+        key = " / ".join(str(c.get(k, fmt.MISSING)) for k in ("candidate", "class", "state"))
+        where = f"{key} / {_load_text(c)} / rep{c.get('repetition')}"
+        verdicts.append((str(c.get("candidate", fmt.MISSING)), str(c.get("class", fmt.MISSING)),
+                         str(c.get("state", fmt.MISSING)), _load_text(c), fmt.count(c.get("repetition")),
+                         _verdict_cell(c.get("verdict")), fmt.count(m.get("requests")), fmt.count(m.get("completed")),
+                         fmt.count(m.get("failed")), _little_text(c), _reason(c) or fmt.MISSING))
+        measured.append((where, fmt.rate(offered.get("offered_request_s")),
+                         fmt.rate(offered.get("completed_request_s")), fmt.count(offered.get("dropped")),
+                         fmt.rate(m.get("output_tok_s")),
+                         fmt.ms(_metric(c, "ttft_ms", "p50")), fmt.ms(_metric(c, "ttft_ms", "p95")),
+                         fmt.ms(_metric(c, "ttft_ms", "p99")), fmt.ms(_metric(c, "itl_ms", "p99")),
+                         fmt.ms(_metric(c, "e2e_ms", "p99")), fmt.count((m.get("ttft_ms") or {}).get("n")
+                                                                        if isinstance(m.get("ttft_ms"), dict) else None)))
         tones.append("warning" if m.get("suspect") else "plain")
-    return Table(("candidate", "class", "state", "load", "repetition", "verdict", "requests", "completed", "failed",
-                  "offered (req/s)", "completed (req/s)", "dropped (requests)", "output (tok/s)", "TTFT p50 (ms)",
-                  "TTFT p95 (ms)", "TTFT p99 (ms)", "ITL p99 (ms)", "E2E p99 (ms)", "n (samples)", "Little's law",
-                  "limit crossed / budgets missed"), tuple(rows), row_tones=tuple(tones),
-                 caption="Every cell run, per repetition; offered load is shown apart from completed throughput "
-                         "(suspect cells highlighted)")
+    return [Table(("candidate", "class", "state", "load", "repetition", "verdict", "requests", "completed", "failed",
+                   "Little's law", "limit crossed / budgets missed"), tuple(verdicts), row_tones=tuple(tones),
+                  caption="Every cell run, per repetition (rep0 is the first): its verdict and why "
+                          "(suspect cells highlighted)"),
+            Table(("cell", "offered (req/s)", "completed (req/s)", "dropped (requests)", "output (tok/s)",
+                   "TTFT p50 (ms)", "TTFT p95 (ms)", "TTFT p99 (ms)", "ITL p99 (ms)", "E2E p99 (ms)", "n (samples)"),
+                  tuple(measured), row_tones=tuple(tones),
+                  caption="What each cell measured; offered load is shown apart from completed throughput")]
 
 
 def _group_series(cells: list[dict], y) -> tuple[list[tuple[str, list[tuple[float, float]]]], str]:
@@ -171,8 +176,14 @@ def _group_series(cells: list[dict], y) -> tuple[list[tuple[str, list[tuple[floa
 def run_figures(results: Results, cells: list[dict]) -> list[Figure]:
     out: list[Figure] = []
     ttft, dim = _group_series(cells, lambda c: _metric(c, "ttft_ms", "p99"))
+    worksheet = results.summary.get("worksheet") if isinstance(results.summary.get("worksheet"), dict) else {}
+    budgets = worksheet.get("budgets") if isinstance(worksheet.get("budgets"), dict) else {}
+    limits = [(f"{cls} budget: p99 TTFT ≤ {b['ttft_p99_ms']:g} ms", float(b["ttft_p99_ms"]))
+              for cls, b in budgets.items() if isinstance(b, dict) and fmt.is_number(b.get("ttft_p99_ms"))]
+    values = [y for _, pts in ttft for _, y in pts if y and y > 0] + [v for _, v in limits]
     png = plots.series_vs_load(ttft, dim, UNITS.get(dim, ""), "TTFT p99 (ms)",
-                               f"p99 TTFT vs {dim} per candidate / class / state (worst repetition)")
+                               f"p99 TTFT vs {dim} per candidate / class / state (worst repetition)",
+                               limits=limits, log_y=bool(values) and max(values) / min(values) >= 10)
     if png:
         out.append(Figure("ttft_p99", "p99 TTFT per candidate", png))
     thr, _ = _group_series(cells, lambda c: _metric(c, "output_tok_s"))
@@ -237,7 +248,7 @@ def run_document(results: Results) -> Document:
     if figs:
         blocks += [Heading("Plots")] + figs
     if cells:
-        blocks += [Heading("Cells"), cells_table(cells)]
+        blocks += [Heading("Cells"), *cells_tables(cells)]
     else:
         blocks.append(Paragraph("This summary holds no cells: nothing ran.", "warning"))
     worksheet = summary.get("worksheet")

@@ -118,13 +118,13 @@ def latency_table(levels: list[dict]) -> Table:
     """The latency headline per level, with the level's SLO verdict."""
     rows, tones = [], []
     for lv in levels:
-        rows.append((fmt.load_text(lv), _pct(lv.get("ttft_ms"), "p50"), _pct(lv.get("ttft_ms"), "p99"),
+        rows.append((fmt.load_text(lv), _slo_cell(lv), _pct(lv.get("ttft_ms"), "p50"), _pct(lv.get("ttft_ms"), "p99"),
                      _pct(lv.get("itl_ms"), "p50"), _pct(lv.get("itl_ms"), "p99"), _pct(lv.get("tpot_ms"), "p50"),
                      _pct(lv.get("tpot_ms"), "p99"), _pct(lv.get("e2e_ms"), "p50"), _pct(lv.get("e2e_ms"), "p99"),
-                     _slo_cell(lv), _flags(lv)))
+                     _flags(lv)))
         tones.append("warning" if is_suspect(lv) else "plain")
-    return Table(("load", "TTFT p50 (ms)", "TTFT p99 (ms)", "ITL p50 (ms)", "ITL p99 (ms)", "TPOT p50 (ms)",
-                  "TPOT p99 (ms)", "E2E p50 (ms)", "E2E p99 (ms)", "SLO", "flags"), tuple(rows),
+    return Table(("load", "SLO verdict", "TTFT p50 (ms)", "TTFT p99 (ms)", "ITL p50 (ms)", "ITL p99 (ms)", "TPOT p50 (ms)",
+                  "TPOT p99 (ms)", "E2E p50 (ms)", "E2E p99 (ms)", "flags"), tuple(rows),
                  caption="Latency per level (full percentiles below)", row_tones=tuple(tones))
 
 
@@ -199,7 +199,8 @@ def client_table(levels: list[dict]) -> Table | None:
         return "ms" if k.endswith("_ms") else "s" if k.endswith("_s") else "fraction of one core" \
             if k.endswith("fraction") else "count" if k.endswith("_n") else "as named"
 
-    return Table(("load", *(f"{k} ({unit(k)})" for k in keys), "verdict"), tuple(rows), row_tones=tuple(tones),
+    return Table(("load", *(f"{k.replace('_', ' ')} ({unit(k)})" for k in keys), "verdict"), tuple(rows),
+                 row_tones=tuple(tones),
                  caption="The client's own health per level (worst worker): a lagging client measures itself, "
                          "not the server")
 
