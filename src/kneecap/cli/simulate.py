@@ -153,6 +153,8 @@ def simulate(
     slo: Optional[str] = typer.Option(None, "--slo", help="e.g. ttft_p99_ms=500,itl_p99_ms=50"),
     find_max: Optional[str] = typer.Option(None, "--find-max", help="concurrency or rate: search for the highest load meeting every --slo (doubling, then bisection); the answer is summary.json's max_load"),
     repeats: int = typer.Option(1, "--repeats", help="With --find-max: a load passes only if it meets the SLO this many times (each with its own seed)"),
+    dataset: Optional[str] = typer.Option(None, "--dataset", "--dataset-path", help="ShareGPT JSON/JSONL or JSONL {prompt, output_len?}: request lengths from the data (prompt tokens estimated at 4 characters each), sampled with --seed"),
+    ramp: Optional[str] = typer.Option(None, "--ramp", help="KIND:START:END:SECONDS (KIND linear or exp): one open-loop level whose rate goes from START to END requests/s over SECONDS, with metrics per tenth of it"),
     replay: Optional[str] = typer.Option(None, "--replay", help="Replay a trace: Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids) or a BurstGPT-style CSV; requests at the trace's times, equal hash ids sharing prefix-cache blocks"),
     replay_speed: str = typer.Option("1", "--replay-speed", help="With --replay: how much faster than recorded, one level each, e.g. 1,2,4"),
     skip_too_long: bool = typer.Option(False, "--skip-too-long", help="With --replay: skip trace rows longer than the context (listed on stderr) instead of stopping"),
@@ -190,9 +192,18 @@ def simulate(
     from kneecap.sim.setup import from_plan
     from kneecap.sim.step_params import parse_step_params
 
+    if ramp is not None and (concurrency or replay is not None or find_max is not None):
+        raise KneecapError("--ramp is one open-loop level on the rate dimension here",
+                           "drop --concurrency/--replay/--find-max (a concurrency ramp is not simulated yet)")
     if replay is not None and (concurrency or rate):
         raise KneecapError("--replay sends the trace's own requests at its own times",
                            "drop --concurrency/--rate (use --replay-speed to scale the trace's times)")
+    ramp_obj = None
+    if ramp is not None:
+        from kneecap.workload.ramps import parse_ramp
+
+        ramp_obj = parse_ramp(ramp)
+        rate = f"{ramp_obj.expected_arrivals(ramp_obj.duration_s) / ramp_obj.duration_s:.12g}"  # the ramp's mean rate
     kind, values = parse_levels(concurrency, rate or (replay_speed if replay is not None else None))
     from kneecap.bench.export import check_format
 
@@ -227,7 +238,12 @@ def simulate(
         isl, osl = 1, 1  # lengths come from the trace (checked against the context row by row)
     opts = SimulateOptions(kind=kind, levels=tuple(values), isl=isl, osl=osl, requests=requests, duration_s=duration,
                            warmup=warmup, seed=seed, burstiness=burstiness, shared_prefix_tokens=prefix_tokens,
-                           num_prefix_groups=prefix_groups, schedule=schedule)
+                           num_prefix_groups=prefix_groups, schedule=schedule, ramp=ramp_obj)
+    if dataset is not None:
+        import dataclasses
+
+        opts = dataclasses.replace(opts, dataset=_dataset_specs(dataset, opts, plan.context))
+        isl, osl = 1, 1  # lengths come from the data (kept within the context)
     if isl + osl > plan.context:
         raise KneecapError(f"--isl + --osl = {isl + osl} tokens exceed the context of {plan.context}",
                            f"pass --context {isl + osl} or shorter lengths")
@@ -289,6 +305,23 @@ def simulate(
         console.print(_table(final))
         console.print(f"results: {results.path}")
     return 0
+
+
+def _dataset_specs(path: str, opts, context: int) -> tuple:
+    """Requests with the dataset's lengths, enough for the largest level; prompts longer than the context
+    are filtered out (vLLM's way: sample in seeded order while entries pass, oversample if too few do)."""
+    from kneecap.workload.datasets import LengthFilter, estimate_tokens, read_dataset, sample_dataset
+
+    if opts.ramp is not None:
+        r = opts.ramp
+        n = int(r.expected_arrivals(r.duration_s) * 2) + 64  # a Poisson ramp sends about this many at most
+    else:
+        n = max(opts.requests_for(v) or 0 for v in opts.levels) + opts.warmup
+    if not n:
+        raise KneecapError("--dataset needs a request count", "pass --requests N (or --ramp)")
+    sample = sample_dataset(read_dataset(path), n, estimate_tokens, seed=opts.seed,
+                            length_filter=LengthFilter(max_total_tokens=context))
+    return tuple(r.spec for r in sample.requests)
 
 
 def _replay_schedule(path: str, context: int, skip_too_long: bool) -> tuple:

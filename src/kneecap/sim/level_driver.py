@@ -49,6 +49,8 @@ class SimulateOptions:
     # --replay: the trace's requests at speed 1, (send offset s, request) in send order; levels are then the
     # replay's mean request rates (speed x the trace's own rate), each level the whole trace
     schedule: tuple = ()
+    dataset: tuple = ()  # --dataset: the requests, lengths from the data, in the order every level sends them
+    ramp: object | None = None  # --ramp on the rate dimension (kneecap.workload.ramps.Ramp): one level, the ramp
 
     def __post_init__(self) -> None:
         for flag, value in (("--isl", self.isl), ("--osl", self.osl)):
@@ -86,6 +88,8 @@ class SimulateOptions:
 
     def requests_for(self, value) -> int | None:
         """Measured requests of a level (None: as many as --duration sends)."""
+        if self.ramp is not None:
+            return None
         if self.schedule:
             return len(self.schedule) - self.warmup
         if value == ALL_AT_ONCE:
@@ -99,6 +103,9 @@ class SimulateOptions:
         return max(MIN_CLOSED_LOOP_REQUESTS, REQUESTS_PER_STREAM * int(value))
 
     def level_label(self, value) -> str:
+        if self.ramp is not None:
+            r = self.ramp
+            return f"ramp {r.kind} {r.start:g} to {r.end:g}/s over {r.duration_s:g} s"
         if self.schedule:
             return f"replay x{self.replay_speed(value):g}"
         if value == ALL_AT_ONCE:
@@ -118,17 +125,27 @@ class SimulateOptions:
 
 
 def level_spec(opts: SimulateOptions, value, num_requests: int | None, num_warmup: int, *, on_s: float | None = None,
-               off_s: float = 0.0) -> LevelSpec:
-    """One level as the virtual-clock driver runs it (on_s/off_s: open-loop on/off bursts)."""
+               off_s: float = 0.0, seed: int = 0) -> LevelSpec:
+    """One level as the virtual-clock driver runs it (on_s/off_s: open-loop on/off bursts; seed: a ramp's
+    arrivals and the requests it sends)."""
+    if opts.ramp is not None:
+        from kneecap.workload import make_requests
+        from kneecap.workload.ramps import ramp_arrival_times
+
+        times = ramp_arrival_times(opts.ramp, seed=seed)
+        specs = opts.dataset[:len(times)] if opts.dataset else make_requests(opts.workload, len(times), seed)
+        return LevelSpec(rate=value, warmup=num_warmup, schedule=tuple(zip(times, specs)))
     if value == ALL_AT_ONCE:
         return LevelSpec(all_at_once=True, num_requests=num_requests, warmup=num_warmup)
     if opts.schedule:
         speed = opts.replay_speed(value)
         return LevelSpec(rate=value, warmup=num_warmup, schedule=tuple((at / speed, spec) for at, spec in opts.schedule))
+    specs = opts.dataset[:num_requests + num_warmup] if opts.dataset and num_requests is not None else opts.dataset
     if opts.kind == KIND_RATE:
         return LevelSpec(rate=value, num_requests=num_requests, duration_s=opts.duration_s, warmup=num_warmup,
-                         on_s=on_s, off_s=off_s)
-    return LevelSpec(concurrency=int(value), num_requests=num_requests, duration_s=opts.duration_s, warmup=num_warmup)
+                         on_s=on_s, off_s=off_s, specs=specs)
+    return LevelSpec(concurrency=int(value), num_requests=num_requests, duration_s=opts.duration_s, warmup=num_warmup,
+                     specs=specs)
 
 
 class VirtualTimeDriver:
@@ -147,17 +164,36 @@ class VirtualTimeDriver:
                   seed: int | None = None, on_s: float | None = None, off_s: float = 0.0) -> LevelRun:
         """workload / seed: a load-plan cell's own class and seed (default: the sweep's, seed + level index)."""
         opts = self.opts
-        spec = level_spec(opts, plan.value, plan.num_requests, plan.num_warmup, on_s=on_s, off_s=off_s)
+        level_seed = opts.seed + plan.index if seed is None else seed
+        spec = level_spec(opts, plan.value, plan.num_requests, plan.num_warmup, on_s=on_s, off_s=off_s, seed=level_seed)
         result = simulate_level(self.sim.deployment, self.sim.config, self.sim.num_kv_blocks, workload or opts.workload,
-                                spec, index=plan.index, seed=opts.seed + plan.index if seed is None else seed,
+                                spec, index=plan.index, seed=level_seed,
                                 burstiness=opts.burstiness, steptime=self.sim.steptime, trace=self._trace,
                                 charge_state=self.sim.charge_state)
         for record in result.records:
             keep(record)
         if self._trace_path is not None and self._row_writer is not None:
             self._row_writer(self._trace_path, result.trace)
+        fields = {"slices": ramp_slices(result.records, opts.ramp)} if opts.ramp is not None else {}
         return LevelRun(server_metrics=server_metrics("simulator", **result.server_metrics), records=result.records,
-                        trace=result.trace)
+                        trace=result.trace, fields=fields)
 
     def server_gone(self, summary: dict) -> str | None:
         return None  # the simulated engine never goes away
+
+
+RAMP_SLICES = 10  # a ramp's metrics in this many equal time slices
+
+
+def ramp_slices(records, ramp) -> list[dict]:
+    """The ramp's level cut into RAMP_SLICES slices by send time: the target rate at each slice's middle and
+    what the slice's requests saw (kneecap.workload.slices)."""
+    from kneecap.workload.slices import slice_metrics
+
+    rows = []
+    for row in slice_metrics(records, ramp.duration_s / RAMP_SLICES, ramp=ramp):
+        s = row["summary"] or {}
+        rows.append({"index": row["index"], "start_s": row["start_s"], "end_s": row["end_s"],
+                     "target_rate": row["load"], "requests": s.get("requests", 0), "completed": s.get("completed", 0),
+                     "output_tok_s": s.get("output_tok_s"), "ttft_ms": s.get("ttft_ms"), "itl_ms": s.get("itl_ms")})
+    return rows

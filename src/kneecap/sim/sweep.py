@@ -52,6 +52,8 @@ class LevelSpec:
     # a replayed trace: (send offset in seconds, request) in send order; with it, `rate` is the trace's mean rate
     # (for the summary) and the requests and their times are the trace's, not drawn
     schedule: tuple[tuple[float, RequestSpec], ...] = ()
+    # requests drawn elsewhere (a dataset's lengths), sent in this order instead of the workload's draws
+    specs: tuple[RequestSpec, ...] = ()
 
     def __post_init__(self) -> None:
         if self.schedule:
@@ -111,6 +113,9 @@ def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int
     if level.schedule:
         total = len(level.schedule)
         source = iter([spec for _, spec in level.schedule])
+    elif level.specs:
+        total = len(level.specs) if total is None else min(total, len(level.specs))
+        source = iter(level.specs)
     else:
         source = _requests(workload, seed, total, id_prefix=f"L{index}-r")
     concurrency = level.concurrency if level.concurrency is not None else (total if level.all_at_once else None)
