@@ -79,6 +79,16 @@ SIM_FLAGS.update({
 })
 
 
+# Appended last (so no later occurrence overrides it), each of these is refused while the command line is
+# parsed, before any other check or eager option: an unknown option, a value for a switch, a non-integer
+# for an integer option. A case that ends with one must exit 2 exactly.
+REFUSED_AT_PARSE = [("--bogus", "1"), ("-x",), ("--json=1",), ("--tp", "abc"), ("--context", "1.5")]
+
+
+def refused_at_parse(argv: list[str]) -> bool:
+    return any(tuple(argv[-len(tail):]) == tail for tail in REFUSED_AT_PARSE)
+
+
 @st.composite
 def argv_for(draw, command: str, flags: dict, positional: list[str] | None = None, required: dict | None = None):
     argv = [command]
@@ -92,6 +102,8 @@ def argv_for(draw, command: str, flags: dict, positional: list[str] | None = Non
     argv += draw(st.lists(st.sampled_from(SWITCHES[command]), max_size=2, unique=True))
     if draw(st.integers(0, 15)) == 0:
         argv.insert(draw(st.integers(1, len(argv))), draw(st.sampled_from(["--bogus", "-x", "--", "extra", "--json=1"])))
+    if draw(st.integers(0, 3)) == 0:
+        argv += list(draw(st.sampled_from(REFUSED_AT_PARSE)))
     return argv
 
 
@@ -109,7 +121,10 @@ def _check(argv: list[str], code: int, out: str, err: str) -> None:
     shown = " ".join(repr(a) if (not a or " " in a) else a for a in argv)
     assert "Traceback" not in err, f"traceback for: kneecap {shown}\n{err}"
     assert "internal error" not in err, f"internal error for: kneecap {shown}\n{err.strip()}"
-    assert code in (0, 2), f"exit {code} for: kneecap {shown}\n{err.strip()}"
+    if refused_at_parse(argv):
+        assert code == 2, f"exit {code} (not 2) for: kneecap {shown}\n{err.strip()}"
+    else:  # valid values and edge numbers mixed: whether this one is accepted is the plan's own arithmetic
+        assert code in (0, 2), f"exit {code} for: kneecap {shown}\n{err.strip()}"
     if code == 2:
         lines = [line for line in err.splitlines() if line.strip()]
         assert lines and lines[-1].startswith("error: "), f"no one-line error for: kneecap {shown}\n{err}"
@@ -193,6 +208,31 @@ def test_run_argv(workdir, capsys, argv):
 @given(argv=argv_for("plan", {**PLAN_FLAGS, **PLAN_ONLY}))
 def test_plan_argv_any_model(workdir, capsys, argv):
     _check(argv, *_invoke(argv, capsys))
+
+
+# values every one of which the plan accepts for an 8B model on an 80 GB+ GPU (16 GB of BF16 weights fit
+# at any --tp; 8 KV heads split over 1-8 GPUs): a plan made only of them must exit 0 with its JSON
+VALID_8B_GPUS = ["h100-sxm", "mi300x", "a100-80gb"]
+VALID_8B_PLAN = {"--tp": ["1", "2", "4", "8"],
+                 "--kv-dtype": ["bf16", "fp8"], "--weight-dtype": ["bf16", "fp8"], "--context": ["1024", "8192"],
+                 "--block-size": ["16", "32"], "--mem-util": ["0.9", "0.8"]}
+
+
+@st.composite
+def valid_8b_plan_argv(draw):
+    argv = ["plan", "--preset", "llama-3.1-8b", "--gpu", draw(st.sampled_from(VALID_8B_GPUS)), "--json"]
+    for flag in draw(st.lists(st.sampled_from(sorted(VALID_8B_PLAN)), max_size=5, unique=True)):
+        argv += [flag, draw(st.sampled_from(VALID_8B_PLAN[flag]))]
+    return argv
+
+
+@settings(max_examples=30, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(argv=valid_8b_plan_argv())
+def test_plan_argv_of_valid_values_exits_0(workdir, capsys, argv):
+    code, out, err = _invoke(argv, capsys)
+    assert code == 0, f"exit {code} for: kneecap {' '.join(argv)}\n{err.strip()}"
+    assert json.loads(out)
 
 
 # found by hand after the fuzzer's pools were widened; plan/ and cli/plan.py are still being written
