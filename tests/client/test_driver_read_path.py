@@ -65,6 +65,20 @@ def test_a_broken_hand_back_is_caught_by_the_self_test(monkeypatch):
     assert "2 connections for 2 requests" in client.read_path_note
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="kernel receive stamps (SO_TIMESTAMPNS) are Linux-only")
+def test_without_kernel_stamps_in_the_self_test_the_tap_reads_on_the_loops_clock(monkeypatch):
+    import errno
+
+    from kneecap.client import body_tap
+
+    def no_more_files(fd):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(body_tap.os, "dup", no_more_files)  # KernelStampedReader cannot take the socket
+    client = opened()
+    assert client.read_path == read_path.TAP and "SO_TIMESTAMPNS" in client.read_path_note
+
+
 def test_forced_fallback_measures_correctly_and_says_aiohttp(server, monkeypatch):
     monkeypatch.setattr(driver, "missing_tap_hooks", lambda: ["ResponseHandler.data_received"])
     url, srv = server
