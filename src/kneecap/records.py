@@ -51,6 +51,8 @@ class RequestRecord:
     error_message: str | None = None
     prompt_hash: str | None = None  # sha256 of the prompt (prompts themselves are not kept by default)
     prompt: str | None = None  # only with --keep-prompts
+    conversation_id: str | None = None  # multi-turn: the conversation this turn belongs to (None otherwise)
+    turn: int | None = None  # multi-turn: 1-based turn within it
     extra: dict = field(default_factory=dict)  # driver-specific facts (e.g. simulator: preempted count)
 
     @property

@@ -47,3 +47,34 @@ def test_a_concurrency_ramp_is_refused_in_one_line(tmp_path):
     r = run_cli(*BASE, "--concurrency", "4", "--ramp", "linear:1:8:10", "--out", str(tmp_path / "x"))
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.code == 2 and len(lines) == 1 and "--ramp" in lines[0], r.stderr
+
+
+def test_multi_turn_conversations_grow_and_hit_the_prefix_cache(tmp_path):
+    out = tmp_path / "turns"
+    r = run_cli(*BASE, "--isl", "300", "--osl", "100", "--turns", "3", "--concurrency", "4", "--requests", "24",
+                "--think-time-s", "1", "--out", str(out))
+    assert r.code == 0, r.stderr
+    level = json.loads(r.stdout)["levels"][0]
+    assert level["completed"] == 24 and level["server_metrics"]["prefix_cache_hit_rate"] > 0.3
+    recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    by_conv: dict = {}
+    for rec in recs:
+        by_conv.setdefault(rec["conversation_id"], {})[rec["turn"]] = rec
+    assert len(by_conv) == 8 and all(sorted(turns) == [1, 2, 3] for turns in by_conv.values())
+    block = 16  # vLLM's default block size: the prefix cache shares whole blocks
+    for turns in by_conv.values():
+        for k in (2, 3):
+            prev, cur = turns[k - 1], turns[k]
+            # turn k's prompt = turn k-1's prompt + its answer + the new input
+            assert cur["prompt_tokens"] == prev["prompt_tokens"] + prev["output_tokens"] + 300
+            # ... whose whole blocks are already cached (the previous prompt's full blocks)
+            assert cur["extra"]["cached_tokens"] == (prev["prompt_tokens"] - 1) // block * block
+            # ... and it is sent after the answer and the user's think time
+            assert cur["scheduled_at"] >= prev["end_at"] + 1.0
+        assert turns[1]["extra"]["cached_tokens"] == 0
+
+
+def test_turns_must_divide_the_requests(tmp_path):
+    r = run_cli(*BASE, "--turns", "3", "--concurrency", "4", "--requests", "20", "--out", str(tmp_path / "x"))
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.code == 2 and len(lines) == 1 and ("--turns" in lines[0] or "3-turn" in lines[0]), r.stderr

@@ -91,6 +91,8 @@ def _sorted(obj):
 def _table(summary: dict):
     from rich.table import Table
 
+    from kneecap.bench.render import has_slo, slo_caption, slo_cell
+
     def ms(level, key, q):
         v = (level.get(key) or {}).get(q)
         return "—" if v is None else f"{v:,.1f}"
@@ -100,8 +102,9 @@ def _table(summary: dict):
     table = Table(title=f"kneecap simulate — {summary['deployment']['model']} on {summary['deployment']['num_gpus']}x "
                         f"{summary['deployment']['gpu']} (virtual time; no model executed)", title_justify="left")
     for header in ("C" if kind == "concurrency" else "rate (req/s)", "ok", "failed", "out tok/s", "TTFT p50 (ms)",
-                   "TTFT p99 (ms)", "TPOT p50 (ms)", "ITL p99 (ms)", "preempt", "KV max %", "running max", "queue max", "notes"):
-        table.add_column(header, justify="left" if header == "notes" else "right")
+                   "TTFT p99 (ms)", "TPOT p50 (ms)", "ITL p99 (ms)", "preempt", "KV max %", "running max", "queue max",
+                   *(("SLO",) if has_slo(summary) else ()), "notes"):
+        table.add_column(header, justify="left" if header in ("notes", "SLO") else "right")
     for level in summary["levels"]:
         sm = level.get("server_metrics") or {}
         notes = []
@@ -116,10 +119,13 @@ def _table(summary: dict):
                       "—" if out is None else f"{out:,.0f}", ms(level, "ttft_ms", "p50"), ms(level, "ttft_ms", "p99"),
                       ms(level, "tpot_ms", "p50"), ms(level, "itl_ms", "p99"), str(sm.get("preemptions", "—")),
                       f"{100 * sm['kv_usage_max']:.0f}" if sm.get("kv_usage_max") is not None else "—",
-                      str(sm.get("running_max", "—")), str(sm.get("waiting_max", "—")), "; ".join(notes))
+                      str(sm.get("running_max", "—")), str(sm.get("waiting_max", "—")),
+                      *((slo_cell(level),) if has_slo(summary) else ()), "; ".join(notes))
     stopped = summary.get("stopped")
-    if stopped:
-        table.caption = f"stopped at {stopped.get('at')}: {stopped.get('reason')}"
+    captions = [f"stopped at {stopped.get('at')}: {stopped.get('reason')}"] if stopped else []
+    captions += [line] if (line := slo_caption(summary, kind)) else []
+    if captions:
+        table.caption = "\n".join(captions)
     return table
 
 
@@ -155,6 +161,8 @@ def simulate(
     repeats: int = typer.Option(1, "--repeats", help="With --find-max: a load passes only if it meets the SLO this many times (each with its own seed)"),
     dataset: Optional[str] = typer.Option(None, "--dataset", "--dataset-path", help="ShareGPT JSON/JSONL or JSONL {prompt, output_len?}: request lengths from the data (prompt tokens estimated at 4 characters each), sampled with --seed"),
     ramp: Optional[str] = typer.Option(None, "--ramp", help="KIND:START:END:SECONDS (KIND linear or exp): one open-loop level whose rate goes from START to END requests/s over SECONDS, with metrics per tenth of it"),
+    turns: Optional[int] = typer.Option(None, "--turns", help="Multi-turn: each of C users holds conversations of K turns; each turn sends the whole history (prompt + answer) plus --isl new tokens; --requests counts turns"),
+    think_time_s: float = typer.Option(0.0, "--think-time-s", help="With --turns: seconds a user waits after an answer before its next turn"),
     replay: Optional[str] = typer.Option(None, "--replay", help="Replay a trace: Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids) or a BurstGPT-style CSV; requests at the trace's times, equal hash ids sharing prefix-cache blocks"),
     replay_speed: str = typer.Option("1", "--replay-speed", help="With --replay: how much faster than recorded, one level each, e.g. 1,2,4"),
     skip_too_long: bool = typer.Option(False, "--skip-too-long", help="With --replay: skip trace rows longer than the context (listed on stderr) instead of stopping"),
@@ -238,7 +246,8 @@ def simulate(
         isl, osl = 1, 1  # lengths come from the trace (checked against the context row by row)
     opts = SimulateOptions(kind=kind, levels=tuple(values), isl=isl, osl=osl, requests=requests, duration_s=duration,
                            warmup=warmup, seed=seed, burstiness=burstiness, shared_prefix_tokens=prefix_tokens,
-                           num_prefix_groups=prefix_groups, schedule=schedule, ramp=ramp_obj)
+                           num_prefix_groups=prefix_groups, schedule=schedule, ramp=ramp_obj, turns=turns or 0,
+                           think_time_s=think_time_s)
     if dataset is not None:
         import dataclasses
 

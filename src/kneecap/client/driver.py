@@ -314,7 +314,8 @@ class Client:
         rec = RequestRecord(request_id=spec.request_id, level=level, concurrency=concurrency, rate=rate,
                             class_name=spec.class_name, warmup=warmup, scheduled_at=scheduled_at,
                             expected_input_tokens=prep.expected_input_tokens, expected_output_tokens=spec.output_tokens,
-                            prompt_hash=prep.prompt_hash, prompt=prep.prompt_text)
+                            prompt_hash=prep.prompt_hash, prompt=prep.prompt_text,
+                            conversation_id=spec.conversation_id, turn=spec.turn)
         perf = time.perf_counter
         decoder = oa.StreamDecoder(cfg.continuous_usage_stats)  # fed read by read: memory stays two numbers a read
         parser = SseParser(cfg.max_line_bytes)

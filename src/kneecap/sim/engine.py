@@ -401,7 +401,8 @@ class Engine:
             chunk_tokens=list(seq.step_tokens) if seq.step_tokens is not None else [1] * len(chunk_times),
             expected_input_tokens=seq.prompt_len, expected_output_tokens=seq.output_len,
             prompt_tokens=seq.prompt_len if status != ERROR else None, output_tokens=seq.num_output if status != ERROR else None,
-            status=status, error_kind=error_kind, error_message=error_message, extra=extra)
+            status=status, error_kind=error_kind, error_message=error_message, extra=extra,
+            conversation_id=seq.spec.conversation_id, turn=seq.spec.turn)
 
     # --- trace --------------------------------------------------------------------------------
     def trace(self) -> list[dict]:

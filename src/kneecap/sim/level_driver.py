@@ -51,6 +51,8 @@ class SimulateOptions:
     schedule: tuple = ()
     dataset: tuple = ()  # --dataset: the requests, lengths from the data, in the order every level sends them
     ramp: object | None = None  # --ramp on the rate dimension (kneecap.workload.ramps.Ramp): one level, the ramp
+    turns: int = 0  # --turns K: C users each hold K-turn conversations (requests count turns); --isl is each new input
+    think_time_s: float = 0.0  # --think-time-s: the pause between an answer and the user's next turn
 
     def __post_init__(self) -> None:
         for flag, value in (("--isl", self.isl), ("--osl", self.osl)):
@@ -76,6 +78,11 @@ class SimulateOptions:
                                "use a prefix shorter than the prompt")
         if self.warmup < 0:
             raise KneecapError(f"--warmup must be >= 0, got {self.warmup}", "pass e.g. --warmup 8")
+        if self.turns and (self.kind != KIND_CONCURRENCY or ALL_AT_ONCE in self.levels or self.duration_s is not None):
+            raise KneecapError("--turns runs C users' conversations in closed loop for a number of requests",
+                               "pass --concurrency C --requests N (N a multiple of --turns), without max or --duration")
+        if self.think_time_s < 0:
+            raise KneecapError(f"--think-time-s must be >= 0, got {self.think_time_s}", "pass e.g. --think-time-s 2")
 
     @property
     def trace_rate(self) -> float:
@@ -137,6 +144,14 @@ def level_spec(opts: SimulateOptions, value, num_requests: int | None, num_warmu
         return LevelSpec(rate=value, warmup=num_warmup, schedule=tuple(zip(times, specs)))
     if value == ALL_AT_ONCE:
         return LevelSpec(all_at_once=True, num_requests=num_requests, warmup=num_warmup)
+    if opts.turns:  # C users' conversations: turn k's prompt = turn k-1's prompt + its answer + new input
+        from kneecap.workload.multiturn import expected_turns, plan_conversations
+
+        plan = plan_conversations(num_requests + num_warmup, opts.turns, LengthDist.fixed(opts.isl),
+                                  LengthDist.fixed(opts.osl), seed=seed, think_time_s=opts.think_time_s)
+        conversations = tuple(tuple(t.spec for t in expected_turns(plan, conv)) for conv in plan.conversations)
+        return LevelSpec(concurrency=int(value), num_requests=num_requests, warmup=num_warmup,
+                         conversations=conversations, think_time_s=opts.think_time_s)
     if opts.schedule:
         speed = opts.replay_speed(value)
         return LevelSpec(rate=value, warmup=num_warmup, schedule=tuple((at / speed, spec) for at, spec in opts.schedule))

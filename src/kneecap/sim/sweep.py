@@ -54,6 +54,10 @@ class LevelSpec:
     schedule: tuple[tuple[float, RequestSpec], ...] = ()
     # requests drawn elsewhere (a dataset's lengths), sent in this order instead of the workload's draws
     specs: tuple[RequestSpec, ...] = ()
+    # multi-turn, closed loop: each conversation's turns in order; a slot sends a conversation's next turn
+    # think_time_s after the previous answer ends, and a new conversation when one is over
+    conversations: tuple[tuple[RequestSpec, ...], ...] = ()
+    think_time_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.schedule:
@@ -116,6 +120,9 @@ def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int
     elif level.specs:
         total = len(level.specs) if total is None else min(total, len(level.specs))
         source = iter(level.specs)
+    elif level.conversations:
+        total = sum(len(c) for c in level.conversations)
+        source = iter([c[0] for c in level.conversations])  # first turns; later ones follow their answers
     else:
         source = _requests(workload, seed, total, id_prefix=f"L{index}-r")
     concurrency = level.concurrency if level.concurrency is not None else (total if level.all_at_once else None)
@@ -124,14 +131,20 @@ def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int
     sent = 0
     horizon = level.duration_s if level.duration_s is not None else math.inf
 
-    def send(at: float) -> bool | None:
-        """Send the next request at `at`: True if queued, False if rejected at once, None if none is left."""
+    follow = {conv[k].request_id: conv[k + 1] for conv in level.conversations for k in range(len(conv) - 1)}
+
+    def send(at: float, spec: RequestSpec | None = None) -> bool | None:
+        """Send `spec` (default: the next from the source) at `at`: True if queued, False if rejected at once,
+        None if none is left."""
         nonlocal sent
         if total is not None and sent >= total:
             return None
         if sent >= MAX_REQUESTS_PER_LEVEL:  # --duration at a high rate: stop sending, never grow without bound
             return None
-        spec = next(source)
+        if spec is None:
+            spec = next(source, None)
+            if spec is None:
+                return None
         meta = dict(meta_base, warmup=sent < level.warmup)
         sent += 1
         rejected = engine.add_request(spec, at, meta=meta, scheduled_at=at)
@@ -140,10 +153,11 @@ def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int
             return False
         return True
 
-    def fill_slot(at: float) -> bool:
-        """Closed loop: send until one request is queued (a rejected one frees its slot at once)."""
-        for _ in range(MAX_REJECTS_IN_A_ROW):
-            got = send(at)
+    def fill_slot(at: float, spec: RequestSpec | None = None) -> bool:
+        """Closed loop: send until one request is queued (a rejected one frees its slot at once; a rejected
+        turn ends its conversation)."""
+        for attempt in range(MAX_REJECTS_IN_A_ROW):
+            got = send(at, spec if attempt == 0 else None)
             if got is None:
                 return False
             if got:
@@ -155,7 +169,8 @@ def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int
     t = 0.0
     arrivals: list[float] = []
     next_arrival = 0
-    pending: deque[float] = deque()  # closed loop: when finished slots send their next request (non-decreasing)
+    # closed loop: (when, what) a finished slot sends next, in non-decreasing time (None: the source's next)
+    pending: deque[tuple[float, RequestSpec | None]] = deque()
     if level.schedule:
         arrivals = [at for at, _ in level.schedule]
     elif level.rate is not None:
@@ -173,11 +188,11 @@ def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int
         while next_arrival < len(arrivals) and arrivals[next_arrival] <= t:
             send(arrivals[next_arrival])
             next_arrival += 1
-        while pending and pending[0] <= t:
-            fill_slot(pending.popleft())
+        while pending and pending[0][0] <= t:
+            fill_slot(*pending.popleft())
         until = arrivals[next_arrival] if next_arrival < len(arrivals) else math.inf
-        if pending and pending[0] < until:
-            until = pending[0]
+        if pending and pending[0][0] < until:
+            until = pending[0][0]
         if not engine.has_work:
             if until < math.inf:
                 t = max(t, until)
@@ -191,6 +206,10 @@ def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int
         for rec in out.finished:
             records.append(rec)
             if level.rate is None and t < horizon:
-                pending.append(t + turnaround_s)  # closed loop: the slot sends its next request after the turnaround
+                nxt = follow.get(rec.request_id) if rec.ok else None
+                if nxt is not None:  # the conversation's next turn, after the user's think time
+                    pending.append((t + turnaround_s + level.think_time_s, nxt))
+                else:  # closed loop: the slot sends its next request after the turnaround
+                    pending.append((t + turnaround_s, None))
     end_s = max((r.end_at for r in records if r.end_at is not None), default=0.0)
     return LevelResult(records=records, server_metrics=engine.server_metrics(), trace=engine.trace(), end_s=end_s)
