@@ -52,3 +52,57 @@ def test_readme_json_claim_holds_for_every_command_it_names():
         r = run_cli(command, "--help")
         assert r.code == 0 and "--json" in r.stdout, command
     assert "--json" not in run_cli("serve", "--help").stdout
+def test_version_flag_prints_the_version():
+    from kneecap import __version__
+
+    r = run_cli("--version")
+    assert r.code == 0 and r.stdout.strip() == __version__, (r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_names_no_internal_references(command):
+    r = run_cli(command, "--help")
+    assert r.code == 0, r.stderr
+    assert not INTERNAL.search(r.stdout), INTERNAL.search(r.stdout).group(0)
+
+
+def test_bench_help_marks_required_flags_and_shows_defaults():
+    text = " ".join(run_cli("bench", "--help").stdout.split())
+    assert "--base-url <str> [required, unless --resume]" in text
+    assert "[required] output tokens per request" in text
+    for shown in ("[default: (600)]", "[default: (completions)]", "[default: (random)]", "[default: (0)]",
+                  "[default: 256]", "[default: (1)]"):
+        assert shown in text, shown
+
+
+def test_list_gpus_has_a_header():
+    lines = run_cli("plan", "--list-gpus").stdout.splitlines()
+    assert lines[0].split()[:2] == ["--gpu", "datasheet"] and "part" in lines[0]
+
+
+def test_serve_ready_line_names_its_pid():
+    import os
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-m", "kneecap", "serve", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm",
+                             "--host", "127.0.0.1", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        line = proc.stdout.readline()
+        assert f"(PID {proc.pid})" in line, line
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_simulate_table_shows_the_slo_verdict_per_level(tmp_path):
+    r = run_cli("simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "512", "--osl", "64",
+                "--concurrency", "1,64", "--requests", "64", "--slo", "ttft_p99_ms=200,itl_p99_ms=15",
+                "--out", str(tmp_path / "sim"), "--no-report", timeout=300)
+    assert r.code == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert "│ met │" in text and "BREACH ttft_p99_ms" in text
+    assert "SLO BREACHED at C=64 (1 of 2 levels)" in text

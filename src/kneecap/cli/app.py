@@ -14,8 +14,19 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from kneecap import __version__
+
+        print(__version__)
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", help="Print kneecap's version and exit", is_eager=True,
+                                 callback=_print_version),
+) -> None:
     """LLM serving capacity: plan the memory, preflight the sweep, bench or simulate it, report it."""
 
 

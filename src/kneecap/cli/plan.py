@@ -68,9 +68,10 @@ def _list_gpus(as_json: bool) -> int:
     if as_json:
         print(json.dumps({"gpus": [g.to_json() for g in gpus]}))
         return 0
+    print(f"{'--gpu':14} {'datasheet':>9}  {'driver reports':>14}  {'HBM bandwidth':>13}  {'link':6}  part")
     for g in gpus:
-        dev = f"{g.device_bytes / GiB:7.2f} GiB" if g.device_bytes else "      n/a"
-        print(f"{g.name:14} {g.datasheet_bytes / 1e9:5.0f} GB  device {dev}  {g.hbm_bandwidth_bytes_s / 1e12:5.2f} TB/s  "
+        dev = f"{g.device_bytes / GiB:.2f} GiB" if g.device_bytes else "n/a"
+        print(f"{g.name:14} {g.datasheet_bytes / 1e9:>6.0f} GB  {dev:>14}  {g.hbm_bandwidth_bytes_s / 1e12:>8.2f} TB/s  "
               f"{g.interconnect:6}  {g.label}")
     return 0
 
@@ -89,7 +90,7 @@ def plan_command(
     list_gpus: Annotated[bool, typer.Option("--list-gpus", help="List the GPU catalog and exit")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document")] = False,
 ) -> int:
-    """Capacity ledger for one deployment, with levers, TP sweep and context sweep (seed 003's worksheet)."""
+    """Capacity ledger for one deployment, with levers, TP sweep and context sweep (the worksheet, step by step)."""
     if list_gpus:
         return _list_gpus(as_json)
     request = DeploymentRequest(preset=preset, model=model, gpu=gpu, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,

@@ -7,6 +7,8 @@ is bound (scripts and `kneecap demo` read the port from it), and runs until SIGI
 
 from __future__ import annotations
 
+import os
+
 from typing import Optional
 
 import typer
@@ -90,7 +92,7 @@ def serve(
         bound_host, bound_port = bound[0], bound[1]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         plan = target.plan
-        print(f"{READY_PREFIX}http://{shown}:{bound_port} — {target.model_name} on {target.deployment.num_gpus}x "
+        print(f"{READY_PREFIX}http://{shown}:{bound_port} (PID {os.getpid()}) — {target.model_name} on {target.deployment.num_gpus}x "
               f"{target.deployment.gpu.name}, {plan.num_kv_blocks} KV blocks of {plan.block_size} tokens, "
               f"max_num_seqs {target.config.max_num_seqs}, time scale {time_scale:g} (simulated; no model executed)",
               flush=True)
