@@ -177,10 +177,20 @@ def sim_dir(tmp_path) -> Path:
     return write_sweep(tmp_path / "sim-run", "simulate", scale=1.3, trace=True)
 
 
+@pytest.fixture(scope="session")
+def real_worked_plan(tmp_path_factory) -> Path:
+    """The README's worked example, `kneecap plan ... --json` written to a file."""
+    path = tmp_path_factory.mktemp("real") / "worked-plan.json"
+    path.write_text(_cli("plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--context", "8192", "--mean-context", "2050",
+                         "--compute-batch-cap", "128", "--json").stdout)
+    return path
+
+
 @pytest.fixture
-def plan_file(tmp_path) -> Path:
+def plan_file(tmp_path, real_worked_plan) -> Path:
+    """A copy of a real `kneecap plan --json` document (the README's worked example)."""
     path = tmp_path / "plan.json"
-    path.write_text(json.dumps(plan_dict()))
+    path.write_text(real_worked_plan.read_text())
     return path
 
 

@@ -52,8 +52,8 @@ def test_bench_page_has_provenance_units_suspect_and_glossary(bench_dir):
     assert "counts as k tokens" in page
 
 
-def test_simulate_page_is_unmistakably_simulated_and_plots_the_trace(sim_dir):
-    doc = build_document(load_results(sim_dir))
+def test_simulate_page_is_unmistakably_simulated_and_plots_the_trace(real_sim):
+    doc = build_document(load_results(real_sim[0]))
     page = to_html(doc)
     assert "SIMULATED — not measured on a real server" in page
     assert "tone-simulated" in page and "MEASURED" not in page
