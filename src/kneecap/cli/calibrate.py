@@ -14,9 +14,8 @@ from typing import Optional
 import typer
 
 from kneecap.cli.app import app
-from kneecap.cli.plan import (PresetOpt, ModelOpt, GpuOpt, TpOpt, PpOpt, WDtypeOpt, KvDtypeOpt, ParamsOpt, ContextOpt, BlockOpt, OverheadOpt, FragOpt, MemUtilOpt, HbmOpt, PoolOpt)  # one definition of each plan flag
+from kneecap.cli.plan import SIM_FLAGS, deployment_flags
 from kneecap.errors import KneecapError
-from kneecap.plan.build import DEFAULTS
 
 
 def _table(doc: dict, title: str):
@@ -40,23 +39,10 @@ def _table(doc: dict, title: str):
 
 
 @app.command("calibrate")
+@deployment_flags(SIM_FLAGS)
 def calibrate_command(
+    request=None,
     summary: str = typer.Option(..., "--summary", help="summary.json of a measured sweep (kneecap bench --out DIR)"),
-    preset: PresetOpt = None,
-    model: ModelOpt = None,
-    gpu: GpuOpt = None,
-    tp: TpOpt = DEFAULTS.tp,
-    pp: PpOpt = DEFAULTS.pp,
-    weight_dtype: WDtypeOpt = None,
-    kv_dtype: KvDtypeOpt = None,
-    params: ParamsOpt = None,
-    context: ContextOpt = None,
-    block_size: BlockOpt = None,
-    overhead_gib: OverheadOpt = DEFAULTS.overhead_gib,
-    frag: FragOpt = DEFAULTS.frag,
-    mem_util: MemUtilOpt = None,
-    hbm: HbmOpt = DEFAULTS.hbm,
-    kv_pool_gib: PoolOpt = None,
     engine_defaults: str = typer.Option("vllm", "--engine-defaults", help="vllm or sglang scheduler defaults"),
     max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="The measured server's sequence cap"),
     max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="The measured server's token budget"),
@@ -72,7 +58,6 @@ def calibrate_command(
     from pathlib import Path
 
     from kneecap.calibrate import calibrate, levels_from_summary
-    from kneecap.plan.build import DeploymentRequest
     from kneecap.sim.setup import simulated_deployment
     from kneecap.sim.step_params import parse_step_params
 
@@ -84,9 +69,6 @@ def calibrate_command(
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise KneecapError(f"summary {summary} is not JSON ({exc})", "pass a summary.json written by kneecap bench") from None
     levels = levels_from_summary(doc, isl=isl, osl=osl)
-    request = DeploymentRequest(preset=preset, model=model, gpu=gpu, tp=tp, pp=pp, weight_dtype=weight_dtype,
-                                kv_dtype=kv_dtype, params=params, context=context, block_size=block_size,
-                                overhead_gib=overhead_gib, frag=frag, mem_util=mem_util, hbm=hbm, kv_pool_gib=kv_pool_gib)
     target = simulated_deployment(request, defaults=engine_defaults, max_num_seqs=max_num_seqs,
                                   max_num_batched_tokens=max_num_batched_tokens, step_params=parse_step_params(start))
     names = tuple(n.strip() for n in fit.split(",") if n.strip())

@@ -13,7 +13,6 @@ from typing import Annotated, Optional
 import typer
 
 from kneecap.cli.app import app
-from kneecap.errors import KneecapError
 from kneecap.plan.build import DEFAULTS, DeploymentRequest, check_positive, plan_deployment
 
 HELP_HBM = "HBM per GPU: datasheet (vendor GB x 10^9, default), device (nvidia-smi/rocm-smi), framework (PyTorch), or bytes (e.g. 192000000000, 180GiB)"
@@ -42,6 +41,43 @@ ActOpt = Annotated[Optional[float], typer.Option("--activation-gib", help="vLLM:
 NonTorchOpt = Annotated[float, typer.Option("--non-torch-gib", help="Engine mode: non-torch memory (CUDA context, NCCL), GiB")]
 GraphOpt = Annotated[float, typer.Option("--cudagraph-gib", help="vLLM >= 0.21: CUDA-graph memory estimate, GiB")]
 MambaOpt = Annotated[Optional[int], typer.Option("--mamba-cache-size", help="SGLang --max-mamba-cache-size (hybrid linear-attention models)")]
+
+# Every plan flag: its typer option; the default is DEFAULTS' (kneecap.plan.build), never written here again.
+FLAG_OPTIONS = {
+    "preset": PresetOpt, "model": ModelOpt, "gpu": GpuOpt, "tp": TpOpt, "pp": PpOpt, "weight_dtype": WDtypeOpt,
+    "kv_dtype": KvDtypeOpt, "params": ParamsOpt, "context": ContextOpt, "mean_context": MeanOpt, "block_size": BlockOpt,
+    "compute_batch_cap": CapOpt, "overhead_gib": OverheadOpt, "frag": FragOpt, "mem_util": MemUtilOpt, "hbm": HbmOpt,
+    "kv_pool_gib": PoolOpt, "engine": EngineOpt, "mem_fraction": MemFracOpt, "engine_version": EngineVerOpt,
+    "activation_gib": ActOpt, "non_torch_gib": NonTorchOpt, "cudagraph_gib": GraphOpt, "mamba_cache_size": MambaOpt,
+}
+ALL_FLAGS = tuple(FLAG_OPTIONS)
+# what simulate, serve and calibrate take: a deployment without an engine's own pool model or a serving target
+SIM_FLAGS = ("preset", "model", "gpu", "tp", "pp", "weight_dtype", "kv_dtype", "params", "context", "block_size",
+             "overhead_gib", "frag", "mem_util", "hbm", "kv_pool_gib")
+
+
+def deployment_flags(names: tuple[str, ...] = ALL_FLAGS):
+    """Give a command the plan flags `names`, defined once, and hand it `request=DeploymentRequest(...)`
+    built from them (typer reads the signature this decorator writes)."""
+    import functools
+    import inspect
+
+    def decorate(fn):
+        sig = inspect.signature(fn, eval_str=True)  # typer needs the annotations themselves, not their text
+        kw = inspect.Parameter.KEYWORD_ONLY
+        flags = [inspect.Parameter(n, kw, default=getattr(DEFAULTS, n), annotation=FLAG_OPTIONS[n]) for n in names]
+        own = [p.replace(kind=kw) for p in sig.parameters.values() if p.name != "request"]
+
+        @functools.wraps(fn)
+        def command(**kwargs):
+            values = {n: kwargs.pop(n) for n in names}
+            return fn(request=DeploymentRequest(**values), **kwargs)
+
+        command.__signature__ = sig.replace(parameters=flags + own)
+        command.__annotations__ = {k: v for k, v in fn.__annotations__.items() if k != "request"}
+        return command
+
+    return decorate
 
 
 def plan_document(plan, engine_pool, prefix_tokens: int | None) -> tuple[dict, list, list, list]:
@@ -77,28 +113,16 @@ def _list_gpus(as_json: bool) -> int:
 
 
 @app.command("plan")
+@deployment_flags()
 def plan_command(
-    preset: PresetOpt = None, model: ModelOpt = None, gpu: GpuOpt = None, tp: TpOpt = DEFAULTS.tp, pp: PpOpt = DEFAULTS.pp,
-    weight_dtype: WDtypeOpt = None, kv_dtype: KvDtypeOpt = None, params: ParamsOpt = None,
-    context: ContextOpt = None, mean_context: MeanOpt = None, block_size: BlockOpt = None,
-    compute_batch_cap: CapOpt = None, overhead_gib: OverheadOpt = DEFAULTS.overhead_gib, frag: FragOpt = DEFAULTS.frag,
-    mem_util: MemUtilOpt = None, hbm: HbmOpt = DEFAULTS.hbm, kv_pool_gib: PoolOpt = None,
+    request=None,
     prefix_tokens: Annotated[Optional[int], typer.Option("--prefix-tokens", help="Shared prompt prefix per request (prices prefix sharing)")] = None,
-    engine: EngineOpt = None, mem_fraction: MemFracOpt = None, engine_version: EngineVerOpt = None,
-    activation_gib: ActOpt = None, non_torch_gib: NonTorchOpt = DEFAULTS.non_torch_gib,
-    cudagraph_gib: GraphOpt = DEFAULTS.cudagraph_gib, mamba_cache_size: MambaOpt = None,
     list_gpus: Annotated[bool, typer.Option("--list-gpus", help="List the GPU catalog and exit")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document")] = False,
 ) -> int:
     """Capacity ledger for one deployment, with levers, TP sweep and context sweep (the worksheet, step by step)."""
     if list_gpus:
         return _list_gpus(as_json)
-    request = DeploymentRequest(preset=preset, model=model, gpu=gpu, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                      params=params, context=context, mean_context=mean_context, block_size=block_size,
-                      compute_batch_cap=compute_batch_cap, overhead_gib=overhead_gib, frag=frag, mem_util=mem_util,
-                      hbm=hbm, kv_pool_gib=kv_pool_gib, engine=engine, mem_fraction=mem_fraction,
-                      engine_version=engine_version, activation_gib=activation_gib, non_torch_gib=non_torch_gib,
-                      cudagraph_gib=cudagraph_gib, mamba_cache_size=mamba_cache_size)
     check_positive("--prefix-tokens", prefix_tokens, int)
     plan, engine_pool = plan_deployment(request)
     doc, levers, tps, contexts = plan_document(plan, engine_pool, prefix_tokens)

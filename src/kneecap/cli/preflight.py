@@ -13,11 +13,9 @@ from typing import Annotated, Optional
 import typer
 
 from kneecap.cli.app import app
-from kneecap.cli.plan import (ActOpt, CapOpt, ContextOpt, EngineOpt, EngineVerOpt, FragOpt, GpuOpt, GraphOpt,
-                              HbmOpt, KvDtypeOpt, MambaOpt, MemFracOpt, MemUtilOpt, ModelOpt, NonTorchOpt, OverheadOpt, ParamsOpt,
-                              PoolOpt, PpOpt, PresetOpt, TpOpt, WDtypeOpt)
+from kneecap.cli.plan import ALL_FLAGS, deployment_flags
 from kneecap.errors import KneecapError
-from kneecap.plan.build import DEFAULTS, DeploymentRequest, plan_deployment
+from kneecap.plan.build import plan_deployment
 
 
 def capacity_from_server(url: str, api_key: str | None, timeout_s: float) -> tuple[int, int | None, str, dict]:
@@ -40,7 +38,9 @@ def capacity_from_server(url: str, api_key: str | None, timeout_s: float) -> tup
 
 
 @app.command("preflight")
+@deployment_flags(tuple(n for n in ALL_FLAGS if n != "mean_context"))
 def preflight_command(
+    request=None,
     isl: Annotated[int, typer.Option("--isl", help="Input tokens per request")] = 1000,
     osl: Annotated[int, typer.Option("--osl", help="Output tokens per request")] = 1000,
     concurrency: Annotated[str, typer.Option("--concurrency", help="Levels, e.g. 64,128,256,512,1024")] = "1,8,64,128,256,512,1024",
@@ -49,15 +49,6 @@ def preflight_command(
     api_key_env: Annotated[Optional[str], typer.Option("--api-key-env", help="Environment variable holding the --server API key (default KNEECAP_API_KEY, then OPENAI_API_KEY)")] = None,
     api_key_file: Annotated[Optional[str], typer.Option("--api-key-file", help="File holding the --server API key")] = None,
     timeout_s: Annotated[float, typer.Option("--timeout-s", help="--server probe timeout, seconds")] = 5.0,
-    preset: PresetOpt = None, model: ModelOpt = None, gpu: GpuOpt = None, tp: TpOpt = DEFAULTS.tp, pp: PpOpt = DEFAULTS.pp,
-    weight_dtype: WDtypeOpt = None, kv_dtype: KvDtypeOpt = None, params: ParamsOpt = None,
-    context: ContextOpt = None, block_size: Annotated[Optional[int], typer.Option("--block-size", help="Tokens per KV block (16)")] = None,
-    compute_batch_cap: CapOpt = None, overhead_gib: OverheadOpt = DEFAULTS.overhead_gib, frag: FragOpt = DEFAULTS.frag,
-    mem_util: MemUtilOpt = None, hbm: HbmOpt = DEFAULTS.hbm, kv_pool_gib: PoolOpt = None,
-    engine: EngineOpt = None, mem_fraction: MemFracOpt = None, engine_version: EngineVerOpt = None,
-    activation_gib: ActOpt = None, non_torch_gib: NonTorchOpt = DEFAULTS.non_torch_gib,
-    cudagraph_gib: GraphOpt = DEFAULTS.cudagraph_gib,
-    mamba_cache_size: MambaOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document")] = False,
 ) -> int:
     """Which levels of a planned sweep fit the KV pool (from --kv-tokens, plan flags, or --server URL)."""
@@ -65,6 +56,7 @@ def preflight_command(
     from kneecap.plan.preflight import effective_capacity_tokens, preflight
     from kneecap.workload import concurrency_levels
 
+    preset, model, gpu, kv_dtype, block_size = request.preset, request.model, request.gpu, request.kv_dtype, request.block_size
     levels = concurrency_levels(concurrency)
     for flag, value in (("--isl", isl), ("--osl", osl)):
         if value <= 0:
@@ -104,12 +96,6 @@ def preflight_command(
     else:
         from kneecap.plan.sweeps import tp_sweep
 
-        request = DeploymentRequest(preset=preset, model=model, gpu=gpu, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                          params=params, context=context, mean_context=None, block_size=block_size,
-                          compute_batch_cap=compute_batch_cap, overhead_gib=overhead_gib, frag=frag, mem_util=mem_util,
-                          hbm=hbm, kv_pool_gib=kv_pool_gib, engine=engine, mem_fraction=mem_fraction,
-                          engine_version=engine_version, activation_gib=activation_gib, non_torch_gib=non_torch_gib,
-                          cudagraph_gib=cudagraph_gib, mamba_cache_size=mamba_cache_size)
         plan, engine_pool = plan_deployment(request)
         bs = plan.deployment.block_size
         d = plan.deployment

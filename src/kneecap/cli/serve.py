@@ -14,30 +14,16 @@ from typing import Optional
 import typer
 
 from kneecap.cli.app import app
-from kneecap.cli.plan import (PresetOpt, ModelOpt, GpuOpt, TpOpt, PpOpt, WDtypeOpt, KvDtypeOpt, ParamsOpt, ContextOpt, BlockOpt, OverheadOpt, FragOpt, MemUtilOpt, HbmOpt, PoolOpt)  # one definition of each plan flag
+from kneecap.cli.plan import SIM_FLAGS, deployment_flags
 from kneecap.errors import KneecapError
-from kneecap.plan.build import DEFAULTS
 
 READY_PREFIX = "kneecap serve: listening on "
 
 
 @app.command("serve")
+@deployment_flags(SIM_FLAGS)
 def serve(
-    preset: PresetOpt = None,
-    model: ModelOpt = None,
-    gpu: GpuOpt = None,
-    tp: TpOpt = DEFAULTS.tp,
-    pp: PpOpt = DEFAULTS.pp,
-    weight_dtype: WDtypeOpt = None,
-    kv_dtype: KvDtypeOpt = None,
-    params: ParamsOpt = None,
-    context: ContextOpt = None,
-    block_size: BlockOpt = None,
-    overhead_gib: OverheadOpt = DEFAULTS.overhead_gib,
-    frag: FragOpt = DEFAULTS.frag,
-    mem_util: MemUtilOpt = None,
-    hbm: HbmOpt = DEFAULTS.hbm,
-    kv_pool_gib: PoolOpt = None,
+    request=None,
     engine_defaults: str = typer.Option("vllm", "--engine-defaults", help="vllm or sglang: whose scheduler defaults to mimic"),
     max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Sequences running at once (default: the engine's)"),
     max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Tokens per step (default: the engine's)"),
@@ -53,7 +39,6 @@ def serve(
     import signal
     import sys
 
-    from kneecap.plan.build import DeploymentRequest
     from kneecap.sim.setup import simulated_deployment
     from kneecap.sim.step_params import parse_step_params
 
@@ -61,9 +46,6 @@ def serve(
         raise KneecapError(f"--port must be 0..65535, got {port}", "pass e.g. --port 8000 (or 0 for any free port)")
     if not (time_scale > 0):
         raise KneecapError(f"--time-scale must be > 0, got {time_scale}", "pass e.g. --time-scale 1")
-    request = DeploymentRequest(preset=preset, model=model, gpu=gpu, tp=tp, pp=pp, weight_dtype=weight_dtype,
-                                kv_dtype=kv_dtype, params=params, context=context, block_size=block_size,
-                                overhead_gib=overhead_gib, frag=frag, mem_util=mem_util, hbm=hbm, kv_pool_gib=kv_pool_gib)
     target = simulated_deployment(request, defaults=engine_defaults, max_num_seqs=max_num_seqs,
                                   max_num_batched_tokens=max_num_batched_tokens,
                                   step_params=parse_step_params(calibration))

@@ -14,9 +14,8 @@ from typing import Optional
 import typer
 
 from kneecap.cli.app import app
-from kneecap.cli.plan import (PoolOpt, PresetOpt, ModelOpt, GpuOpt, TpOpt, PpOpt, WDtypeOpt, KvDtypeOpt, ParamsOpt, ContextOpt, BlockOpt, OverheadOpt, FragOpt, MemUtilOpt, HbmOpt)  # one definition of each plan flag
+from kneecap.cli.plan import SIM_FLAGS, deployment_flags
 from kneecap.errors import KneecapError
-from kneecap.plan.build import DEFAULTS
 
 TRACE_FILE = "trace.jsonl"
 
@@ -130,22 +129,9 @@ def _table(summary: dict):
 
 
 @app.command("simulate")
+@deployment_flags(SIM_FLAGS)
 def simulate(
-    preset: PresetOpt = None,
-    model: ModelOpt = None,
-    gpu: GpuOpt = None,
-    tp: TpOpt = DEFAULTS.tp,
-    pp: PpOpt = DEFAULTS.pp,
-    weight_dtype: WDtypeOpt = None,
-    kv_dtype: KvDtypeOpt = None,
-    params: ParamsOpt = None,
-    context: ContextOpt = None,
-    block_size: BlockOpt = None,
-    overhead_gib: OverheadOpt = DEFAULTS.overhead_gib,
-    frag: FragOpt = DEFAULTS.frag,
-    mem_util: MemUtilOpt = None,
-    hbm: HbmOpt = DEFAULTS.hbm,
-    kv_pool_gib: PoolOpt = None,
+    request=None,
     isl: int = typer.Option(1000, "--isl", "--random-input-len", help="Input tokens per request"),
     osl: int = typer.Option(1000, "--osl", "--random-output-len", help="Output tokens per request"),
     shared_prefix: Optional[str] = typer.Option(None, "--shared-prefix", help="TOKENS or TOKENSxGROUPS of prompt shared by requests"),
@@ -194,7 +180,7 @@ def simulate(
     from kneecap.metrics.slo import parse_slo
     from kneecap.metrics.stop import StopLimits
     from kneecap.metrics.summarize import summarize_level
-    from kneecap.plan.build import DeploymentRequest, plan_deployment
+    from kneecap.plan.build import plan_deployment
     from kneecap.results import ResultsDir, current_argv
     from kneecap.sim.level_driver import SimulateOptions, VirtualTimeDriver
     from kneecap.sim.setup import from_plan
@@ -234,9 +220,6 @@ def simulate(
         raise KneecapError("--calibration and --step-params both given", "pass one of them")
     params_obj = parse_step_params(calibration or step_params)
 
-    request = DeploymentRequest(preset=preset, model=model, gpu=gpu, tp=tp, pp=pp, weight_dtype=weight_dtype,
-                                kv_dtype=kv_dtype, params=params, context=context, block_size=block_size,
-                                overhead_gib=overhead_gib, frag=frag, mem_util=mem_util, hbm=hbm, kv_pool_gib=kv_pool_gib)
     plan, _ = plan_deployment(request)
     schedule = ()
     if replay is not None:  # the levels given were speeds: each becomes the replay's mean request rate
