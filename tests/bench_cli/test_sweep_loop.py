@@ -148,3 +148,25 @@ def test_a_client_failure_is_saved_as_failed_and_raised():
     with pytest.raises(KneecapError):
         sweep.run()
     assert saved[-1]["status"] == "failed" and [lv["level"] for lv in saved[-1]["levels"]] == [0]
+
+
+def test_preflight_skip_note_writes_token_counts_with_separators():
+    class Notes(SilentProgress):
+        def __init__(self):
+            self.lines = []
+
+        def note(self, line):
+            self.lines.append(line)
+
+    opts = BenchOptions(**OPTS, concurrency=(1, 2048))
+    verdicts = {2048: {"verdict": "exceeds", "peak_tokens": 4_096_000}}
+    notes, written = Notes(), MemoryRecords()
+    http = HttpLevelDriver(opts, run_share=FakeDriver(), probe=lambda: True, poll_metrics=NoMetrics, epoch=0.0,
+                           progress=notes)
+    sweep = Sweep(opts, state=SweepState(preflight={"kv_capacity_tokens": 2_076_672}), plans=plan_levels(opts, verdicts),
+                  driver=http, write_record=written.append, persist=lambda summary: None, progress=notes, slo=None,
+                  stop_limits=StopLimits(), summarize_fn=summarize_level, sync=lambda: None, records_file=written,
+                  summary_fields=lambda: {"kind": "bench", "model_executed": True, "benchmark_executed": True})
+    summary = sweep.run()
+    assert any("4,096,000 tokens needed > 2,076,672" in line for line in notes.lines), notes.lines
+    assert summary["stopped"]["reason"] == "preflight_exceeds" and "2,076,672 tokens" in summary["stopped"]["detail"]

@@ -157,7 +157,8 @@ class Sweep:
             self._progress.note(f"warning: {label} exceeds the KV pool; running it anyway (--force)")
             return False
         self._progress.note(f"skipping {label}: it exceeds the server's KV pool "
-                            f"({plan.verdict.get('peak_tokens')} tokens needed > {self.state.preflight.get('kv_capacity_tokens')}); "
+                            f"({_count(plan.verdict.get('peak_tokens'))} tokens needed > "
+                            f"{_count(self.state.preflight.get('kv_capacity_tokens'))}); "
                             f"--force runs it anyway")
         self.state.skipped.append({self.opts.kind: plan.value, "index": plan.index, "reason": "preflight_exceeds"})
         self.save()
@@ -174,7 +175,8 @@ class Sweep:
         value = self.plans[first].value
         self.state.stopped = stop_record(value, PREFLIGHT_EXCEEDS,
                                          f"{self.opts.level_label(value)} and above exceed the KV pool of "
-                                         f"{(self.state.preflight or {}).get('kv_capacity_tokens')} tokens; pass --force to run them")
+                                         f"{_count((self.state.preflight or {}).get('kv_capacity_tokens'))} tokens; "
+                                         "pass --force to run them")
 
     def _run_level(self, plan: LevelPlan) -> dict:
         label = self.opts.level_label(plan.value)
@@ -214,6 +216,10 @@ class Sweep:
             self.state.stopped = stopped
             return True
         return False
+
+
+def _count(value) -> str:
+    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def _fmt(value) -> str:
