@@ -247,6 +247,8 @@ def test_real_bench_cli_sweep_against_serve(cli, server, tmp_path):
             assert isinstance(sm["running_max"], int) and (source == "prometheus" or sm["running_max"] >= 1)
             assert sm["running_max"] <= lv["concurrency"] and 0 <= sm["kv_usage_max"] <= 1
     assert doc["levels"][1]["server_metrics"]["kv_usage_mean"] is not None
+    # the server said it is kneecap's simulated engine: measured (benchmark_executed) but no model ran
+    assert (doc["benchmark_executed"], doc["model_executed"], doc["server"]["simulated"]) == (True, False, True)
 
 
 def test_health_stays_fast_at_concurrency_1024(server):

@@ -52,6 +52,7 @@ class ServerInfo:
     model_ids: tuple[str, ...] = ()  # every id GET /v1/models listed
     models_status: int | None = None  # HTTP status of GET /v1/models (None: no answer)
     models_json: bool = False  # did it answer an OpenAI model list (JSON with a "data" list)?
+    simulated: bool = False  # /version said {"simulated": true}: kneecap's simulated engine, no model runs
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -177,7 +178,8 @@ def combine(base_url: str, models: Any = None, version: Any = None, metrics_text
             sglang_info: Any = None, props: Any = None, slots: Any = None, models_status: int | None = None) -> ServerInfo:
     """Assemble a ServerInfo from whichever payloads the server answered (None = not answered)."""
     fields: dict[str, Any] = {"models_status": models_status,
-                              "models_json": isinstance(models, Mapping) and isinstance(models.get("data"), list)}
+                              "models_json": isinstance(models, Mapping) and isinstance(models.get("data"), list),
+                              "simulated": isinstance(version, Mapping) and version.get("simulated") is True}
     notes: list[str] = []
     m = parse_models(models) if models is not None else {}
     for key in ("model_id", "max_model_len", "vocab_size", "model_ids"):

@@ -36,7 +36,9 @@ def source_banner(kind: str, summary: dict) -> Banner:
     if kind == "plan":
         return Banner("PLANNED — nothing was executed",
                       "Every number on this page is arithmetic from the model config and the GPU datasheet.", "planned")
-    simulated = kind == "simulate" or model_executed is False or benchmark_executed is False
+    # a bench against `kneecap serve` was measured (benchmark_executed) though no model ran: the banner below says so
+    measured_simulator = kind == "bench" and benchmark_executed is not False and simulated_server(summary)
+    simulated = kind == "simulate" or benchmark_executed is False or (model_executed is False and not measured_simulator)
     if simulated:
         conflict = " (note: kind says bench but the flags say nothing ran on a real server)" if kind == "bench" else ""
         return Banner("SIMULATED — not measured on a real server",
