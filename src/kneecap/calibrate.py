@@ -104,7 +104,7 @@ def levels_from_summary(summary: dict, *, isl: int | None = None, osl: int | Non
 def predict_level(target, params, level: MeasuredLevel) -> dict:
     """The simulated engine's p50 TTFT (ms), p50 TPOT (ms) and output tok/s for one measured level, replayed
     as it ran (same index, seed, duration mode, warmup and rate) by the one virtual-clock level driver."""
-    from kneecap.levels import LevelPlan
+    from kneecap.levels import SweepLevel
     from kneecap.metrics.summarize import summarize_level
     from kneecap.sim.level_driver import SimulateOptions, VirtualTimeDriver
 
@@ -113,7 +113,7 @@ def predict_level(target, params, level: MeasuredLevel) -> dict:
     opts = SimulateOptions(kind=kind, levels=(value,), isl=level.isl, osl=level.osl, warmup=level.warmup,
                            seed=level.seed, burstiness=level.burstiness, duration_s=level.duration_s)
     n = None if level.duration_s is not None else min(level.num_requests, MAX_SIM_REQUESTS)
-    plan = LevelPlan(index=level.index, value=value, num_requests=n, num_warmup=level.warmup, first_index=0)
+    plan = SweepLevel(index=level.index, value=value, num_requests=n, num_warmup=level.warmup, first_index=0)
     run = VirtualTimeDriver(target.with_step_params(params), opts).run_level(plan, keep=lambda record: None)
     s = summarize_level(run.records, concurrency=level.concurrency, rate=level.rate)
     return {"ttft_ms": (s.get("ttft_ms") or {}).get("p50"), "tpot_ms": (s.get("tpot_ms") or {}).get("p50"),

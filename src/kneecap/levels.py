@@ -1,4 +1,4 @@
-"""A sweep level as the level runner (kneecap.bench.sweep) and its drivers speak of it: the plan of a
+"""A sweep level as the level runner (kneecap.sweep.runner) and its drivers speak of it: the plan of a
 level before it runs, what a driver hands back after it, and the driver's interface.
 
 Values only; the runner owns the order of levels, each driver how a level's requests are sent.
@@ -13,7 +13,7 @@ from kneecap.records import RequestRecord
 
 
 @dataclass(frozen=True)
-class LevelPlan:
+class SweepLevel:
     """One level of the sweep, before it runs."""
 
     index: int
@@ -41,9 +41,9 @@ class LevelOptions(Protocol):
     def level_label(self, value) -> str: ...
 
 
-def plan_levels(opts: LevelOptions, verdicts: dict | None = None) -> list[LevelPlan]:
+def sweep_levels(opts: LevelOptions, verdicts: dict | None = None) -> list[SweepLevel]:
     """Every level in the order given, with request budgets and sweep-unique request indices."""
-    return [LevelPlan(index=i, value=value, num_requests=opts.requests_for(value), num_warmup=opts.warmup,
+    return [SweepLevel(index=i, value=value, num_requests=opts.requests_for(value), num_warmup=opts.warmup,
                       first_index=i * LEVEL_INDEX_STRIDE, verdict=(verdicts or {}).get(value))
             for i, value in enumerate(opts.levels)]
 
@@ -62,7 +62,7 @@ class LevelRun:
 
 
 class LevelDriver(Protocol):
-    def run_level(self, plan: LevelPlan, keep: Callable[[RequestRecord], None]) -> LevelRun: ...
+    def run_level(self, plan: SweepLevel, keep: Callable[[RequestRecord], None]) -> LevelRun: ...
 
     def server_gone(self, summary: dict) -> str | None:
         """After a level: a sentence saying the server stopped answering, or None."""

@@ -7,13 +7,13 @@ import math
 import orjson
 import pytest
 
-from kneecap.bench.credentials import Scrubber, resolve_api_key
-from kneecap.bench.level import LevelTask
-from kneecap.bench.options import BenchOptions, parse_fail_on, parse_rates, parse_shared_prefix
-from kneecap.bench.render import summary_table
-from kneecap.bench.resume import DISCARDED_FILE, first_incomplete, set_aside_records
-from kneecap.bench.sweep import plan_levels
-from kneecap.bench.workers import deal, split_concurrency, split_rate, split_task
+from kneecap.sweep.credentials import Scrubber, resolve_api_key
+from kneecap.sweep.level import LevelTask
+from kneecap.sweep.options import BenchOptions, parse_fail_on, parse_rates, parse_shared_prefix
+from kneecap.sweep.render import summary_table
+from kneecap.sweep.resume import DISCARDED_FILE, first_incomplete, set_aside_records
+from kneecap.levels import sweep_levels
+from kneecap.sweep.workers import deal, split_concurrency, split_rate, split_task
 from kneecap.cli.bench import exit_code
 from kneecap.errors import KneecapError
 from kneecap.workload import make_requests, Workload
@@ -136,9 +136,9 @@ def test_split_task_conserves_requests_and_load():
 
 def test_plan_levels_gives_sweep_unique_request_indices():
     opts = BenchOptions(**BASE, concurrency=(1, 4), requests=5, warmup=2)
-    plans = plan_levels(opts)
+    plans = sweep_levels(opts)
     assert [(p.first_index, p.num_requests, p.num_warmup) for p in plans] == [(0, 5, 2), (10**9, 5, 2)]
-    from kneecap.bench.http_levels import level_specs
+    from kneecap.sweep.http_levels import level_specs
 
     indices = [s.index for p in plans for s in level_specs(opts, p, warmup=True)]
     indices += [s.index for p in plans for r in range(3) for s in level_specs(opts, p, warmup=False, round_index=r)]
@@ -201,7 +201,7 @@ def test_table_has_units_and_dashes_for_missing():
 
 
 def test_records_file_reads_one_level_from_an_offset(tmp_path):
-    from kneecap.bench.resume import RecordsFile
+    from kneecap.sweep.resume import RecordsFile
     from kneecap.records import RecordWriter, RequestRecord
 
     path = tmp_path / "requests.jsonl"
@@ -221,9 +221,9 @@ def test_records_file_reads_one_level_from_an_offset(tmp_path):
 
 
 def test_shared_prefix_reaches_the_request_specs():
-    from kneecap.bench.http_levels import level_specs
+    from kneecap.sweep.http_levels import level_specs
 
     opts = BenchOptions(**BASE, concurrency=(2,), requests=8, shared_prefix_tokens=6, num_prefix_groups=2)
-    specs = level_specs(opts, plan_levels(opts)[0], warmup=False)
+    specs = level_specs(opts, sweep_levels(opts)[0], warmup=False)
     assert {s.prefix_tokens for s in specs} == {6}
     assert {s.prefix_group for s in specs} <= {0, 1} and len(specs) == 8

@@ -132,8 +132,8 @@ def test_summary_json_names_the_read_path_per_level(server, tmp_path, monkeypatc
 
 
 def test_workers_that_disagree_are_mixed():
-    from kneecap.bench.level import LevelOutcome
-    from kneecap.bench.workers import merge_outcomes
+    from kneecap.sweep.level import LevelOutcome
+    from kneecap.sweep.workers import merge_outcomes
 
     def outcome(path, n):
         return LevelOutcome(num_records=n, client={"read_path": path, "streams_by_read_path": {path: n}})

@@ -52,8 +52,8 @@ def test_actor_count_one_per_cpu_more_when_a_level_needs_them():
 
 
 def test_merge_sums_up_where_actors_ran():
-    from kneecap.bench.level import LevelOutcome
-    from kneecap.bench.workers import merge_outcomes
+    from kneecap.sweep.level import LevelOutcome
+    from kneecap.sweep.workers import merge_outcomes
 
     outs = [LevelOutcome(3, False, {"ray": {"address": "a:1", "actor": 0, "node_id": "n1"}}),
             LevelOutcome(3, False, {"ray": {"address": "a:1", "actor": 1, "node_id": "n2"}}),

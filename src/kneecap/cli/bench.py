@@ -1,4 +1,4 @@
-"""`kneecap bench`: flags -> BenchOptions -> the sweep (kneecap.bench.session) -> table / JSON.
+"""`kneecap bench`: flags -> BenchOptions -> the sweep (kneecap.sweep.session) -> table / JSON.
 
 Heavy imports (numpy, aiohttp, rich) happen inside the command. The API key is read from an
 environment variable or a file, never from a flag value, and never printed or written.
@@ -67,10 +67,10 @@ def bench(
     import sys
     from pathlib import Path
 
-    from kneecap.bench.credentials import resolve_api_key
-    from kneecap.bench.options import BenchOptions, parse_fail_on, parse_rates, parse_shared_prefix
-    from kneecap.bench.progress import make_progress
-    from kneecap.bench.session import run_bench
+    from kneecap.sweep.credentials import resolve_api_key
+    from kneecap.sweep.options import BenchOptions, parse_fail_on, parse_rates, parse_shared_prefix
+    from kneecap.sweep.progress import make_progress
+    from kneecap.sweep.session import run_bench
     from kneecap.errors import KneecapError
     from kneecap.results import current_argv
     from kneecap.workload import concurrency_levels
@@ -99,7 +99,7 @@ def bench(
         if osl is None:
             raise KneecapError("--osl is required", "pass the output tokens per request, e.g. --osl 1000")
         opts = BenchOptions(**{k: v for k, v in given.items() if v is not None})
-    from kneecap.bench.export import check_format
+    from kneecap.sweep.export import check_format
 
     check_format(export)
     if find_max is not None and find_max != opts.kind:
@@ -122,7 +122,7 @@ def bench(
 
     summary = run.summary
     if export == "vllm":
-        from kneecap.bench.export import export_vllm
+        from kneecap.sweep.export import export_vllm
 
         export_vllm(run.out_dir, summary, model_id=opts.model or (summary.get("server") or {}).get("model_id") or "",
                     burstiness=opts.burstiness)
@@ -137,7 +137,7 @@ def bench(
     elif not quiet:
         from rich.console import Console
 
-        from kneecap.bench.render import summary_table
+        from kneecap.sweep.render import summary_table
 
         console = Console(highlight=False, width=None if sys.stdout.isatty() else TABLE_WIDTH_NOT_A_TTY)
         if run.nothing_to_do:
@@ -170,7 +170,7 @@ def _term_as_interrupt(signum, frame):
 
 
 def _resumed_options(folder, out_dir, given: dict):
-    from kneecap.bench.options import BenchOptions
+    from kneecap.sweep.options import BenchOptions
     from kneecap.errors import KneecapError
     from kneecap.results import ResultsDir
 

@@ -111,7 +111,7 @@ def demo(
     import orjson
     from rich.console import Console
 
-    from kneecap.bench.render import summary_table
+    from kneecap.sweep.render import summary_table
 
     summary = orjson.loads(bench.stdout)
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)

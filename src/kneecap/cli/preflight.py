@@ -82,7 +82,7 @@ def preflight_command(
 
             kv_bytes = kv_dtype_bytes(kv_dtype)
     elif server:
-        from kneecap.bench.credentials import resolve_api_key
+        from kneecap.sweep.credentials import resolve_api_key
 
         api_key = resolve_api_key(api_key_env, api_key_file)  # never a flag value: it would land in shell history
         capacity, server_block, source, server_doc = capacity_from_server(server, api_key, timeout_s)

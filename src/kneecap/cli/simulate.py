@@ -1,7 +1,7 @@
 """`kneecap simulate`: plan flags + sweep flags -> the simulated engine, level by level -> bench's summary.json.
 
 Thin: plans the deployment exactly as `kneecap plan` does (kneecap.plan.build), so the engine gets exactly
-plan.num_kv_blocks blocks; the one level runner (kneecap.bench.sweep) drives the virtual-clock driver
+plan.num_kv_blocks blocks; the one level runner (kneecap.sweep.runner) drives the virtual-clock driver
 (kneecap.sim.level_driver); writes DIR/requests.jsonl, DIR/summary.json (no timestamps: byte-identical for
 the same seed), DIR/manifest.json (the only file with a date) and, with --trace, DIR/trace.jsonl.
 """
@@ -90,7 +90,7 @@ def _sorted(obj):
 def _table(summary: dict):
     from rich.table import Table
 
-    from kneecap.bench.render import has_slo, slo_caption, slo_cell
+    from kneecap.sweep.render import has_slo, slo_caption, slo_cell
 
     def ms(level, key, q):
         v = (level.get(key) or {}).get(q)
@@ -174,9 +174,10 @@ def simulate(
     from datetime import datetime, timezone
     from pathlib import Path
 
-    from kneecap.bench.progress import SilentProgress
-    from kneecap.bench.resume import RecordsFile
-    from kneecap.bench.sweep import Sweep, SweepState, plan_levels
+    from kneecap.sweep.progress import SilentProgress
+    from kneecap.sweep.resume import RecordsFile
+    from kneecap.levels import sweep_levels
+    from kneecap.sweep.runner import Sweep, SweepState
     from kneecap.metrics.slo import parse_slo
     from kneecap.metrics.stop import StopLimits
     from kneecap.metrics.summarize import summarize_level
@@ -199,7 +200,7 @@ def simulate(
         ramp_obj = parse_ramp(ramp)
         rate = f"{ramp_obj.expected_arrivals(ramp_obj.duration_s) / ramp_obj.duration_s:.12g}"  # the ramp's mean rate
     kind, values = parse_levels(concurrency, rate or (replay_speed if replay is not None else None))
-    from kneecap.bench.export import check_format
+    from kneecap.sweep.export import check_format
 
     check_format(export)
     if find_max is not None:
@@ -212,7 +213,7 @@ def simulate(
             raise KneecapError(f"--repeats must be >= 1, got {repeats}", "pass e.g. --repeats 3")
     prefix_tokens, prefix_groups = 0, 1
     if shared_prefix:
-        from kneecap.bench.options import parse_shared_prefix
+        from kneecap.sweep.options import parse_shared_prefix
 
         prefix_tokens, prefix_groups = parse_shared_prefix(shared_prefix)
     slo_dict = parse_slo(slo) if slo else {}
@@ -242,7 +243,7 @@ def simulate(
     sim = from_plan(plan, defaults=engine_defaults, max_num_seqs=max_num_seqs,
                     max_num_batched_tokens=max_num_batched_tokens, prefix_caching=prefix_caching,
                     step_params=params_obj, scheduler_delay_factor=scheduler_delay_factor)
-    plans = plan_levels(opts)
+    plans = sweep_levels(opts)
     for level in plans if find_max is None else ():  # a search chooses its own levels
         if (kind == "concurrency" and level.value != "max" and level.num_requests is not None
                 and level.num_requests < level.value):
@@ -271,14 +272,14 @@ def simulate(
                       slo=slo_dict or None, stop_limits=StopLimits(slo=slo_dict), summarize_fn=summarize_level,
                       sync=writer.sync, records_file=RecordsFile(results.records_path), summary_fields=summary_fields)
         if find_max is not None:
-            from kneecap.bench.find_max import search_bounds, search_max_load
+            from kneecap.sweep.find_max import search_bounds, search_max_load
 
             low, high = search_bounds(kind, values)
             final = _sorted(search_max_load(sweep, opts, slo=slo_dict, low=low, high=high, repeats=repeats))
         else:
             final = _sorted(sweep.run())
     if export == "vllm":
-        from kneecap.bench.export import export_vllm
+        from kneecap.sweep.export import export_vllm
 
         export_vllm(results.path, final, model_id=final["deployment"]["model"],
                     burstiness=(final.get("workload") or {}).get("burstiness") or 1.0)

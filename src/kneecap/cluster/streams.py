@@ -134,7 +134,7 @@ class ActorPool:
     """`num_actors` StreamActors in a SPREAD placement group; `run(task, on_record)` is bench's run_share.
 
     run_fn(setup, task, on_record) -> outcome and split_fn(task, n) -> [task] are bench's own
-    (kneecap.bench.level.run_task, kneecap.bench.workers.split_task); outcome_fn(dict) rebuilds an
+    (kneecap.sweep.level.run_task, kneecap.sweep.workers.split_task); outcome_fn(dict) rebuilds an
     outcome from its fields (num_records, suspect, client)."""
 
     def __init__(self, conn: RayConnection, setup, *, num_actors: int, run_fn: Callable, split_fn: Callable,

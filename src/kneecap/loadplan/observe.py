@@ -1,7 +1,7 @@
 """What a cell observed beyond latency: queue time, batch sizes, KV high-water mark, cancellations. Pure.
 
 Sources: the simulator's per-step trace and its records' `extra.queue_s`, or a live server's
-/metrics samples (kneecap.bench.server_watch). Fields a source cannot observe are None, never 0.
+/metrics samples (kneecap.sweep.server_watch). Fields a source cannot observe are None, never 0.
 """
 
 from __future__ import annotations

@@ -68,13 +68,13 @@ class SimulatorCandidate:
     def run_cell(self, *, index: int, dimension: str, load: float, workload: Workload, num_requests: int,
                  warmup: int, seed: int, burstiness: float, on_s: float | None = None, off_s: float = 0.0,
                  on_record=None) -> CellRun:
-        from kneecap.levels import LevelPlan
+        from kneecap.levels import SweepLevel
         from kneecap.sim.level_driver import SimulateOptions, VirtualTimeDriver
 
         # the same virtual-clock level driver `kneecap simulate` runs, with this cell's class, seed and bursts;
         # virtual time: the whole cell is computed at once, then its records are handed over
         opts = SimulateOptions(kind=dimension, levels=(load,), warmup=warmup, burstiness=burstiness)
-        level = LevelPlan(index=index, value=int(load) if dimension == "concurrency" else float(load),
+        level = SweepLevel(index=index, value=int(load) if dimension == "concurrency" else float(load),
                           num_requests=num_requests, num_warmup=warmup, first_index=0)
         run = VirtualTimeDriver(self.setup, opts, trace=True).run_level(
             level, on_record or (lambda record: None), workload=workload, seed=seed, on_s=on_s, off_s=off_s)
@@ -151,9 +151,9 @@ class ServerCandidate:
     def run_cell(self, *, index: int, dimension: str, load: float, workload: Workload, num_requests: int,
                  warmup: int, seed: int, burstiness: float, on_s: float | None = None, off_s: float = 0.0,
                  on_record=None) -> CellRun:
-        from kneecap.bench.level import DriverSetup, LevelTask, run_task
-        from kneecap.bench.http_levels import scraped_server_metrics
-        from kneecap.bench.server_watch import ThreadedMetricsPoller
+        from kneecap.sweep.level import DriverSetup, LevelTask, run_task
+        from kneecap.sweep.http_levels import scraped_server_metrics
+        from kneecap.sweep.server_watch import ThreadedMetricsPoller
         prompts = self.prompts.make(seed)  # the way settled before the first cell (kneecap.client.setup)
         setup = DriverSetup(cfg=self._client(keepalive=self.connections["keepalive"]), prompts=prompts, warm_connections=min(32, int(load) if dimension == "concurrency" else 32))
         epoch = time.perf_counter()

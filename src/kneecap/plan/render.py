@@ -7,7 +7,6 @@ renderables; it computes nothing new. rich is imported inside the functions so t
 
 from __future__ import annotations
 
-from collections import Counter
 
 from kneecap.model.kv import blocks_for, sequence_kv_bytes_per_gpu
 from kneecap.plan.engines import EnginePool

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from kneecap.levels import LevelPlan
+from kneecap.levels import SweepLevel
 from kneecap.metrics.search import MaxLoad, Verdict, find_max
 from kneecap.metrics.slo import level_meets_slo
 from kneecap.metrics.summarize import summarize_level
@@ -85,7 +85,7 @@ def run_level(sim: SimDeployment, req: RecommendRequest, load: float, requests: 
                       requests=level_requests(req, value, requests), seed=req.seed, mix=req.mix)
     records: list = []
     run = VirtualTimeDriver(sim, opts).run_level(
-        LevelPlan(index=0, value=value, num_requests=opts.requests, num_warmup=0, first_index=0), records.append)
+        SweepLevel(index=0, value=value, num_requests=opts.requests, num_warmup=0, first_index=0), records.append)
     summary = summarize_level(records, **({"rate": value} if req.kind == "rate" else {"concurrency": value}))
     ok, breaches = level_meets_slo(summary, req.slo)
     values = {}

@@ -1,5 +1,5 @@
 """The simulated engine in virtual time as a level driver for the one level runner
-(kneecap.bench.sweep): each level on a fresh engine of exactly the plan's KV blocks, its server
+(kneecap.sweep.runner): each level on a fresh engine of exactly the plan's KV blocks, its server
 metrics in the one server_metrics shape, optionally one trace row per engine step.
 
 Also SimulateOptions: the simulate command's sweep (levels, request budgets, workload) as one
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from kneecap.errors import KneecapError
-from kneecap.levels import LevelPlan, LevelRun, server_metrics
+from kneecap.levels import SweepLevel, LevelRun, server_metrics
 from kneecap.records import RequestRecord
 from kneecap.sim.setup import SimDeployment
 from kneecap.sim.sweep import MAX_REQUESTS_PER_LEVEL, LevelSpec, simulate_level
@@ -175,7 +175,7 @@ class VirtualTimeDriver:
         self._trace_path = trace_path
         self._row_writer = row_writer
 
-    def run_level(self, plan: LevelPlan, keep: Callable[[RequestRecord], None], *, workload: Workload | None = None,
+    def run_level(self, plan: SweepLevel, keep: Callable[[RequestRecord], None], *, workload: Workload | None = None,
                   seed: int | None = None, on_s: float | None = None, off_s: float = 0.0) -> LevelRun:
         """workload / seed: a load-plan cell's own class and seed (default: the sweep's, seed + level index)."""
         opts = self.opts

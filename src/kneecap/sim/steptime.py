@@ -179,7 +179,6 @@ class StepTimeModel:
         n_slide = model.count_layers("sliding_attention")
         n_mla = model.count_layers("mla")
         n_lin = model.count_layers("linear_attention")
-        n_attn = n_full + n_slide + n_mla
         parts = _part_bytes(deployment)
         attn_tp = 1 if dp_attention else tp  # attention weights and heads split over this many GPUs
 
