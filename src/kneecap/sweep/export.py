@@ -8,7 +8,7 @@ import json
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kneecap.bench.resume import RecordsFile
+from kneecap.sweep.resume import RecordsFile
 from kneecap.errors import KneecapError
 from kneecap.metrics.export_vllm import to_vllm_result
 

@@ -8,9 +8,9 @@ against the SLO (kneecap.metrics.slo.level_meets_slo) and writes the answer into
 
 from __future__ import annotations
 
-from kneecap.bench.sweep import STATUS_COMPLETE, STATUS_INTERRUPTED, Sweep
+from kneecap.sweep.runner import STATUS_COMPLETE, STATUS_INTERRUPTED, Sweep
 from kneecap.errors import KneecapError
-from kneecap.levels import LEVEL_INDEX_STRIDE, LevelPlan
+from kneecap.levels import LEVEL_INDEX_STRIDE, SweepLevel
 from kneecap.metrics.search import MaxLoad, Verdict, find_max
 from kneecap.metrics.slo import level_meets_slo
 from kneecap.metrics.stop import INTERRUPTED, stop_record
@@ -40,7 +40,7 @@ def search_max_load(sweep: Sweep, opts, *, slo: dict, low: float, high: float, r
 
     def evaluate(load: float, repetition: int) -> Verdict:
         nonlocal count
-        plan = LevelPlan(index=count, value=load, num_requests=opts.requests_for(load), num_warmup=opts.warmup,
+        plan = SweepLevel(index=count, value=load, num_requests=opts.requests_for(load), num_warmup=opts.warmup,
                          first_index=count * LEVEL_INDEX_STRIDE)
         count += 1
         summary = sweep.run_one(plan)

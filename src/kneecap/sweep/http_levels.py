@@ -1,4 +1,4 @@
-"""The live HTTP client as a level driver for the one level runner (kneecap.bench.sweep): a level's
+"""The live HTTP client as a level driver for the one level runner (kneecap.sweep.runner): a level's
 warmup, then its requests (or rounds of them for a --duration closed loop) over this process or
 worker processes, the server's /metrics polled meanwhile, and the client's own lag merged.
 
@@ -11,9 +11,9 @@ import os
 import time
 from typing import Callable
 
-from kneecap.bench.level import LevelOutcome, LevelTask, run_task
-from kneecap.bench.options import KIND_CONCURRENCY, BenchOptions
-from kneecap.levels import LevelPlan, LevelRun, server_metrics
+from kneecap.sweep.level import LevelOutcome, LevelTask, run_task
+from kneecap.sweep.options import KIND_CONCURRENCY, BenchOptions
+from kneecap.levels import SweepLevel, LevelRun, server_metrics
 from kneecap.records import RequestRecord
 
 # A level ends with the server probed again when at least this fraction of its requests failed
@@ -21,7 +21,7 @@ from kneecap.records import RequestRecord
 DEAD_PROBE_FAILED_FRACTION = 0.5
 
 
-def level_specs(opts: BenchOptions, plan: LevelPlan, *, warmup: bool, round_index: int = 0):
+def level_specs(opts: BenchOptions, plan: SweepLevel, *, warmup: bool, round_index: int = 0):
     """The requests of one level's warmup or of one of its rounds, drawn from the shared Workload code."""
     from kneecap.workload import LengthDist, RequestClass, Workload, make_requests
 
@@ -66,7 +66,7 @@ class HttpLevelDriver:
         self._progress = progress
         self._timeline_path = timeline_path
 
-    def run_level(self, plan: LevelPlan, keep: Callable[[RequestRecord], None]) -> LevelRun:
+    def run_level(self, plan: SweepLevel, keep: Callable[[RequestRecord], None]) -> LevelRun:
         opts = self.opts
         label = opts.level_label(plan.value)
         base = dict(level=plan.index, kind=opts.kind, value=plan.value, epoch=self._epoch,
@@ -84,7 +84,7 @@ class HttpLevelDriver:
                 LevelTask(specs=level_specs(opts, plan, warmup=False), duration_s=opts.duration_s, **base), keep)
         samples = getattr(poller, "samples", lambda: [])()
         self._append_timeline(plan.index, samples)
-        from kneecap.bench.workers import merge_outcomes
+        from kneecap.sweep.workers import merge_outcomes
 
         client = merge_outcomes(outcomes, opts.workers)
         return LevelRun(server_metrics=scraped_server_metrics(poller.result(), samples),
@@ -116,7 +116,7 @@ class HttpLevelDriver:
         with open(self._timeline_path, "ab") as fh:
             fh.write(rows)
 
-    def _run_rounds(self, plan: LevelPlan, base: dict, keep, started: float) -> list[LevelOutcome]:
+    def _run_rounds(self, plan: SweepLevel, base: dict, keep, started: float) -> list[LevelOutcome]:
         """Closed loop for --duration: rounds of plan.num_requests until the duration is over."""
         outcomes: list[LevelOutcome] = []
         round_index = 0

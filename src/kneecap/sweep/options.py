@@ -1,7 +1,7 @@
 """BenchOptions: every `kneecap bench` flag as one validated, frozen value (no secrets inside).
 
 Owns flag validation and the per-level request budget; knows nothing of sockets or files.
-The API key is deliberately not a field: it is resolved separately (kneecap.bench.credentials)
+The API key is deliberately not a field: it is resolved separately (kneecap.sweep.credentials)
 so that options can be written to manifest.json and reloaded by `--resume` without leaking it.
 """
 

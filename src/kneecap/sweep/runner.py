@@ -1,7 +1,7 @@
 """The one level runner: the sweep's levels in order — preflight skip, run, summarize, knee, stop rules,
 progress, summary.json after every level, resume, interruption — whatever produces the records.
 
-The records come from a LevelDriver passed in: the live HTTP client (kneecap.bench.http_levels, one
+The records come from a LevelDriver passed in: the live HTTP client (kneecap.sweep.http_levels, one
 process or many), the simulated engine in virtual time (kneecap.sim.level_driver), or a test's fake.
 The runner owns the order of things and what goes into summary.json; the driver owns how a level's
 requests are sent and what it learns about the server and itself. Records reach requests.jsonl
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kneecap.errors import KneecapError
-from kneecap.levels import LEVEL_INDEX_STRIDE, LevelDriver, LevelOptions, LevelPlan, LevelRun, plan_levels  # noqa: F401
+from kneecap.levels import LevelDriver, LevelOptions, SweepLevel
 from kneecap.records import RequestRecord
 
 STATUS_RUNNING = "running"
@@ -42,10 +42,10 @@ class Sweep:
 
     `summary_fields()` gives the summary's kind and the keys only this command writes (build_summary's
     arguments); `persist(summary)` writes summary.json; `records_file` reads a level's records back
-    (kneecap.bench.resume.RecordsFile, or any object with tell() and level_records(level, offset)).
+    (kneecap.sweep.resume.RecordsFile, or any object with tell() and level_records(level, offset)).
     """
 
-    def __init__(self, opts: LevelOptions, *, state: SweepState, plans: list[LevelPlan], driver: LevelDriver,
+    def __init__(self, opts: LevelOptions, *, state: SweepState, plans: list[SweepLevel], driver: LevelDriver,
                  write_record: Callable[[RequestRecord], None], persist: Callable[[dict], None], progress,
                  slo: dict | None, stop_limits, summarize_fn: Callable, sync: Callable[[], None], records_file,
                  summary_fields: Callable[[], dict]):
@@ -117,7 +117,7 @@ class Sweep:
             raise
         return self.save()
 
-    def run_one(self, plan: LevelPlan) -> dict:
+    def run_one(self, plan: SweepLevel) -> dict:
         """One level outside the fixed order (a search chooses it): run, summarised, kept, summary.json
         rewritten. Its records go to requests.jsonl like any level's."""
         summary = self._run_level(plan)
@@ -130,7 +130,7 @@ class Sweep:
         self.state.status = status
         return self.save()
 
-    def _interrupted(self, plan: LevelPlan | None) -> None:
+    def _interrupted(self, plan: SweepLevel | None) -> None:
         """Ctrl-C / SIGTERM: keep the records, summarise the cut level as partial (not complete)."""
         self._sync()
         cut = list(self._level_records(plan)) if plan is not None and self._level_offset is not None else []
@@ -145,7 +145,7 @@ class Sweep:
                                          "and --resume re-runs the cut level")
         self.state.status = STATUS_INTERRUPTED
 
-    def _skip_by_preflight(self, plan: LevelPlan) -> bool:
+    def _skip_by_preflight(self, plan: SweepLevel) -> bool:
         verdict = (plan.verdict or {}).get("verdict")
         label = self.opts.level_label(plan.value)
         if verdict == "tight":
@@ -178,7 +178,7 @@ class Sweep:
                                          f"{_count((self.state.preflight or {}).get('kv_capacity_tokens'))} tokens; "
                                          "pass --force to run them")
 
-    def _run_level(self, plan: LevelPlan) -> dict:
+    def _run_level(self, plan: SweepLevel) -> dict:
         label = self.opts.level_label(plan.value)
         self._level_offset = self._records_file.tell()
 
@@ -199,7 +199,7 @@ class Sweep:
                                  + run.note)
         return summary
 
-    def _level_records(self, plan: LevelPlan):
+    def _level_records(self, plan: SweepLevel):
         return self._records_file.level_records(plan.index, self._level_offset or 0)
 
     def _after_level(self, summary: dict) -> bool:

@@ -1,6 +1,6 @@
 """One `kneecap bench` invocation, wired end to end: server check, results folder, resume, sweep.
 
-Thin I/O around kneecap.bench.sweep: reads the server's info (and its KV capacity for the
+Thin I/O around kneecap.sweep.runner: reads the server's info (and its KV capacity for the
 preflight), opens the results folder (new, or an existing one with --resume), starts the
 worker processes, runs the sweep and closes everything whatever happens. Returns the summary.
 """
@@ -12,12 +12,13 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kneecap.bench.credentials import Scrubber
-from kneecap.bench.level import DriverSetup
-from kneecap.bench.options import KIND_CONCURRENCY, BenchOptions
-from kneecap.bench.resume import RecordsFile, first_incomplete, set_aside_records
-from kneecap.bench.http_levels import HttpLevelDriver, in_process_runner
-from kneecap.bench.sweep import STATUS_INTERRUPTED, LevelPlan, Sweep, SweepState, plan_levels
+from kneecap.sweep.credentials import Scrubber
+from kneecap.sweep.level import DriverSetup
+from kneecap.sweep.options import KIND_CONCURRENCY, BenchOptions
+from kneecap.sweep.resume import RecordsFile, first_incomplete, set_aside_records
+from kneecap.sweep.http_levels import HttpLevelDriver, in_process_runner
+from kneecap.levels import SweepLevel, sweep_levels
+from kneecap.sweep.runner import STATUS_INTERRUPTED, Sweep, SweepState
 from kneecap.errors import KneecapError
 
 DEFAULT_RESULTS_ROOT = "kneecap-results"
@@ -135,7 +136,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
     source = "--kv-tokens" if opts.kv_tokens else ("[redacted server]" if opts.redact else opts.base_url_clean)
     block_size = opts.block_size or info.block_size or DEFAULT_BLOCK_SIZE
     preflight_json, verdicts = preflight_for(opts, kv_tokens, source, block_size)
-    plans = plan_levels(opts, verdicts)
+    plans = sweep_levels(opts, verdicts)
     if not opts.prompt_salt:  # a fresh salt per run (kept by --resume): a second run misses the first's prefix cache
         opts = dataclasses.replace(opts, prompt_salt=new_salt())
     prompt_choice = choose_prompts(opts, info, model=model, api_key=api_key)  # one check request, before any folder
@@ -169,8 +170,8 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
     pool = None
     try:
         if ray is not None:  # --ray: the level's streams over Ray actors across a cluster's nodes
-            from kneecap.bench.level import LevelOutcome, run_task
-            from kneecap.bench.workers import split_task
+            from kneecap.sweep.level import LevelOutcome, run_task
+            from kneecap.sweep.workers import split_task
             from kneecap.cluster.streams import open_pool
 
             pool = open_pool(ray, setup, max_streams=max(opts.levels) if opts.kind == KIND_CONCURRENCY else None,
@@ -179,7 +180,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
             opts = dataclasses.replace(opts, workers=pool.size)  # client processes: the actors
             run_share = pool.run
         elif opts.workers > 1:
-            from kneecap.bench.workers import WorkerPool
+            from kneecap.sweep.workers import WorkerPool
 
             pool = WorkerPool(opts.workers, setup)
             run_share = pool.run
@@ -207,7 +208,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
                                                         "duration_s": opts.duration_s, "warmup": opts.warmup,
                                                         "burstiness": opts.burstiness}})
         if find_max_repeats is not None:  # --find-max: the levels given bound the search
-            from kneecap.bench.find_max import search_bounds, search_max_load
+            from kneecap.sweep.find_max import search_bounds, search_max_load
 
             low, high = search_bounds(opts.kind, opts.levels)
             summary = search_max_load(sweep, opts, slo=slo, low=low, high=high, repeats=find_max_repeats)
@@ -224,7 +225,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
     return BenchRun(summary=summary, out_dir=results.path, levels_already_done=sorted(done))
 
 
-def _resume_state(results, plans: list[LevelPlan], fresh: SweepState) -> tuple[frozenset[int] | None, SweepState]:
+def _resume_state(results, plans: list[SweepLevel], fresh: SweepState) -> tuple[frozenset[int] | None, SweepState]:
     """(levels already complete, the state carried over) for --resume, or (None, _) when nothing is left.
 
     Records of levels that are not complete are moved to requests.discarded.jsonl first, so each
@@ -308,7 +309,7 @@ class _PrefixCacheWatch:
 
 def _metrics_poller(opts: BenchOptions, api_key: str | None, progress=None):
     """A factory of per-level /metrics pollers (each on its own thread and event loop)."""
-    from kneecap.bench.server_watch import ThreadedMetricsPoller
+    from kneecap.sweep.server_watch import ThreadedMetricsPoller
 
     expected = expected_prefix_hit_rate(opts)
     if progress is None:

@@ -13,7 +13,7 @@ import dataclasses
 import queue
 from typing import Callable, Sequence
 
-from kneecap.bench.level import DriverSetup, LevelOutcome, LevelTask, run_task
+from kneecap.sweep.level import DriverSetup, LevelOutcome, LevelTask, run_task
 from kneecap.errors import KneecapError
 from kneecap.records import RequestRecord
 
