@@ -179,8 +179,10 @@ def run_soak(args: argparse.Namespace, url: str, out_dir: Path) -> dict:
     counted = (level.get("completed") or 0) + (level.get("failed") or 0)
     server_seen = (after["requests"] - before["requests"]) if after and before else None
     probe = (summary.get("connections") or {}).get("probe") or {}
-    if server_seen is not None:  # the keep-alive probe's requests reach the server before the sweep
-        server_seen -= probe.get("requests_sent") or 0
+    manifest_path = out_dir / "run" / "manifest.json"
+    prompts = (json.loads(manifest_path.read_text()).get("prompts") or {}) if manifest_path.exists() else {}
+    if server_seen is not None:  # the keep-alive probe's and the prompt check's requests reach the server first
+        server_seen -= (probe.get("requests_sent") or 0) + (prompts.get("check_requests") or 0)
     report = {
         "url": url, "concurrency": args.concurrency, "duration_s": duration_s, "wall_s": wall_s,
         "exit_code": proc.returncode, "stderr_tail": stderr_path.read_text(errors="replace")[-500:],

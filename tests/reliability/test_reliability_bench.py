@@ -27,8 +27,24 @@ def bench(url: str, out, *extra: str) -> tuple[subprocess.CompletedProcess, floa
     return proc, time.monotonic() - t0
 
 
+# a server that answers the first completion with a 200 that is not JSON or an event stream is not an
+# OpenAI-compatible server: bench says so before the first level (one line, exit 2) instead of measuring it
+NOT_OPENAI = {"wrong_content_type"}
+
+
+def test_bench_names_a_server_that_is_not_openai_compatible(tmp_path):
+    url, srv = start_scripted_server(fault="wrong_content_type", ttft_s=0.0, itl_s=0.002, fault_after_chunks=1)
+    try:
+        proc, elapsed = bench(url, tmp_path / "out", "--fail-on", "errors")
+    finally:
+        srv.stop()
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "not an OpenAI-compatible server" in lines[0], proc.stderr
+    assert not (tmp_path / "out" / "summary.json").exists() and elapsed < 45
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("fault", sorted(FAULTS))
+@pytest.mark.parametrize("fault", sorted(set(FAULTS) - NOT_OPENAI))
 def test_bench_survives_each_fault(tmp_path, fault):
     url, srv = start_scripted_server(fault=fault, ttft_s=0.0, itl_s=0.002, fault_after_chunks=1, slow_loris_interval_s=0.1)
     try:

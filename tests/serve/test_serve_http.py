@@ -313,7 +313,7 @@ def test_bench_find_max_and_vllm_export_against_serve(cli, server, tmp_path):
     the SLO in its run and the next step up did not; --export vllm writes each level; vLLM's flag names work."""
     out = tmp_path / "fm"
     r = cli("bench", "--base-url", server, "--random-input-len", "128", "--random-output-len", "16",
-            "--max-concurrency", "1,64", "--num-prompts", "16", "--slo", "ttft_p50_ms=60", "--find-max", "concurrency",
+            "--max-concurrency", "1,64", "--slo", "ttft_p50_ms=60", "--find-max", "concurrency",
             "--export", "vllm", "--out", str(out), "--json", "--no-report")
     assert r.code == 0, r.stderr
     doc = json.loads(r.stdout)
@@ -328,3 +328,7 @@ def test_bench_find_max_and_vllm_export_against_serve(cli, server, tmp_path):
     assert len(files) == len(doc["levels"])
     exported = json.loads(files[0].read_text())
     assert exported["completed"] == doc["levels"][0]["completed"] and exported["max_concurrency"] == 1
+    # vLLM's own flag name for the request count is accepted too
+    r = cli("bench", "--base-url", server, "--random-input-len", "16", "--random-output-len", "4", "--concurrency", "2",
+            "--num-prompts", "6", "--out", str(tmp_path / "np"), "--json", "--no-report")
+    assert r.code == 0 and json.loads(r.stdout)["levels"][0]["requests"] == 6, r.stderr

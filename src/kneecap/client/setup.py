@@ -103,6 +103,7 @@ class PromptChoice:
     overhead_tokens: int = 0  # tokens the server adds around the text (chat template), from the check request
     salt: str = ""
     dataset_texts: tuple[str, ...] = field(default=(), repr=False)
+    check_requests: int = 0  # check requests sent to settle this way (they reach the server before any level)
 
     pool: tuple[int, ...] = field(default=(), repr=False)  # SERVER_TOKEN_IDS: the ids to draw from
 
@@ -118,7 +119,8 @@ class PromptChoice:
         return RandomTextPrompts(counter=self.counter, seed=seed, salt=self.salt, overhead_tokens=self.overhead_tokens)
 
     def to_dict(self) -> dict:
-        out = {"way": self.way, "detail": self.detail, "exact_input_tokens": self.exact, "salt": self.salt}
+        out = {"way": self.way, "detail": self.detail, "exact_input_tokens": self.exact, "salt": self.salt,
+               "check_requests": self.check_requests}
         if self.way in (TOKEN_IDS, DEFAULT_TOKEN_IDS):
             out["token_id_range"] = [self.low, self.high]
         if self.pool:
@@ -179,6 +181,7 @@ class CheckAnswer:
     prompt_tokens: int | None = None
     message: str = ""
     json_answer: bool = False
+    timed_out: bool = False  # the connection was made but no answer came within the check's timeout
 
 
 def send_check(cfg: ClientConfig, content, timeout_s: float = CHECK_TIMEOUT_S) -> CheckAnswer:
@@ -194,7 +197,8 @@ def send_check(cfg: ClientConfig, content, timeout_s: float = CHECK_TIMEOUT_S) -
         status, raw = exc.code, exc.read(4096) if exc.fp is not None else b""
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", None) or exc
-        return CheckAnswer(None, message=f"{type(reason).__name__}: {reason}"[:200])
+        return CheckAnswer(None, message=f"{type(reason).__name__}: {reason}"[:200],
+                           timed_out=isinstance(reason, TimeoutError))
     try:
         doc = json.loads(raw)
     except ValueError:
@@ -221,6 +225,7 @@ def settle_prompts(cfg: ClientConfig, candidates: list[PromptChoice], *, input_t
     n = max(1, min(input_tokens or CHECK_INPUT_TOKENS, CHECK_INPUT_TOKENS))
     spec = RequestSpec(index=-1, request_id="check", class_name="check", input_tokens=n, output_tokens=1)
     refused: list[str] = []
+    sent = 0
     for choice in candidates:
         try:
             if choice.way == SERVER_TOKEN_IDS and not choice.pool:
@@ -230,6 +235,8 @@ def settle_prompts(cfg: ClientConfig, candidates: list[PromptChoice], *, input_t
             refused.append(f"{choice.way}: {exc.message}")
             continue
         answer = send(cfg, prompt.content, timeout_s)
+        sent += 1
+        choice = replace(choice, check_requests=sent)
         if answer.status == 200 and answer.json_answer:
             if choice.counter is not None and not choice.exact and answer.prompt_tokens and prompt.num_tokens:
                 overhead = answer.prompt_tokens - prompt.num_tokens
@@ -237,6 +244,9 @@ def settle_prompts(cfg: ClientConfig, candidates: list[PromptChoice], *, input_t
                     return replace(choice, overhead_tokens=overhead, exact=True,
                                    detail=choice.detail + f" + {overhead} chat-template tokens measured")
             return choice
+        if answer.status is None and answer.timed_out:  # it listens but did not answer: the sweep measures that
+            return replace(choice, detail=f"{choice.detail} (the check request got no answer in {timeout_s:g} s: "
+                                          "prompts not proved)")
         if answer.status is None:
             raise KneecapError(f"cannot reach the server at {cfg.base_url} ({answer.message})",
                                f"check that it is running and listening there (curl {cfg.base_url}/v1/models)")
