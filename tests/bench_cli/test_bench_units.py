@@ -176,7 +176,9 @@ LEVEL = {"concurrency": 4, "requests": 10, "completed": 8, "failed": 2, "output_
     (("errors",), {"levels": [LEVEL]}, 1),
     (("slo",), {"levels": [LEVEL]}, 1),
     (("stopped",), {"levels": [LEVEL], "stopped": None}, 0),
-    (("stopped",), {"levels": [LEVEL], "stopped": {"at": 4, "reason": "server_dead"}}, 1),
+    (("stopped",), {"levels": [LEVEL], "stopped": {"at": 4, "reason": "error_rate"}}, 1),
+    (("stopped",), {"levels": [LEVEL], "stopped": {"at": 4, "reason": "server_dead"}}, 3),  # a dead server: 3, always
+    ((), {"levels": [LEVEL], "stopped": {"at": 4, "reason": "server_dead"}}, 3),
     (("errors",), {"levels": [dict(LEVEL, failed=0)]}, 0),
     (("errors",), {"levels": [LEVEL], "status": "interrupted"}, 130),
 ])

@@ -14,6 +14,7 @@ from kneecap.cli.app import app
 
 EXIT_FAILED_ON = 1  # --fail-on matched
 EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM (128 + SIGINT), results kept
+EXIT_SERVER_DEAD = 3  # the sweep ended because the server stopped answering, results kept
 TABLE_WIDTH_NOT_A_TTY = 200  # characters, when stdout is a file or pipe (rich would assume 80)
 
 
@@ -62,6 +63,10 @@ def bench(
     """Drive a real OpenAI-compatible server through a concurrency or rate sweep.
 
     The API key comes from KNEECAP_API_KEY or OPENAI_API_KEY (or --api-key-env / --api-key-file).
+
+    Exit codes: 0 done (also when requests failed); 1 a --fail-on condition held; 2 bad input or a server
+    that cannot be used; 3 the server stopped answering mid-sweep (what was measured is kept; --resume);
+    130 interrupted.
     """
     import signal
     import sys
@@ -202,9 +207,14 @@ def _norm(value):
 
 
 def exit_code(summary: dict, fail_on) -> tuple[int, str | None]:
-    """0 unless interrupted (130) or a --fail-on condition holds (1, with the reason)."""
+    """0 unless interrupted (130), the server died under the sweep (3) or a --fail-on condition holds (1),
+    each with the reason."""
     if summary.get("status") == "interrupted":
         return EXIT_INTERRUPTED, "interrupted: results written so far are kept; continue with --resume"
+    stopped = summary.get("stopped") or {}
+    if stopped.get("reason") == "server_dead":
+        return EXIT_SERVER_DEAD, (f"bench: {stopped.get('detail') or 'the server stopped answering'}; the levels "
+                                  "measured so far are kept (restart the server, then --resume the folder)")
     levels = summary.get("levels") or []
     if "errors" in fail_on:
         failed = sum(lv.get("failed") or 0 for lv in levels)
