@@ -461,3 +461,13 @@ def test_prompts_are_hashed_by_default_and_kept_only_on_request(server):
     log = by_hash(srv, kept.records)
     for r in kept.records:
         assert r.prompt == log[r.prompt_hash]["body"]["messages"][0]["content"] and prompt_sha256(r.prompt) == r.prompt_hash
+
+
+def test_a_cpu_share_over_a_millisecond_level_is_not_a_suspicion():
+    """A level of 0.94 ms used all of a core for that instant: too short a window to say the client saturated.
+    Over a second, the same share is a reason; loop lag is judged whatever the window."""
+    from kneecap.client.selfcheck import judge_suspect
+
+    assert judge_suspect([], 0.99, [], duration_s=0.00094) == []
+    assert any("client CPU" in r for r in judge_suspect([], 0.99, [], duration_s=5.0))
+    assert any("event-loop lag" in r for r in judge_suspect([0.5] * 10, 0.1, [], duration_s=0.00094))

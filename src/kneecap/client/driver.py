@@ -579,7 +579,8 @@ class Client:
         run = LevelRun(level=level, concurrency=concurrency, rate=rate, records=records, started_at=started_at,
                        ended_at=ended_at, cpu_s=monitor.cpu_s, loop_lag_s=monitor.samples, schedule_lag_s=sched,
                        read_stamps=self.read_stamps)
-        run.suspect_reasons = judge_suspect(run.loop_lag_s, run.cpu_fraction, run.schedule_lag_s)
+        run.suspect_reasons = judge_suspect(run.loop_lag_s, run.cpu_fraction, run.schedule_lag_s,
+                                            duration_s=run.duration_s)
         run.suspect = bool(run.suspect_reasons)
         return run
 

@@ -17,6 +17,9 @@ from kneecap.records import RequestRecord
 # Self-certification thresholds (the `suspect` rule; see LevelRun):
 LOOP_LAG_P99_LIMIT_S = 0.005  # work waits this long for the loop: sends go out late, loop-stamped reads are stamped late
 CPU_FRACTION_LIMIT = 0.90  # the process used >= 90 % of one core: its single event loop is saturated
+# A CPU share is judged only over a window at least this long: over a millisecond-long level the client's
+# fixed per-level work (preparing bodies, opening connections) is most of the window, saturated or not.
+MIN_CPU_WINDOW_S = 1.0
 SCHEDULE_LAG_P99_LIMIT_S = 0.010  # open loop: sends left this late after their intended time
 LOOP_TICK_S = 0.010  # the lag probe's period
 
@@ -126,13 +129,15 @@ def _pct(samples: Sequence[float], q: float) -> float:
     return s[k]
 
 
-def judge_suspect(loop_lag_s: Sequence[float], cpu_fraction: float, schedule_lag_s: Sequence[float]) -> list[str]:
-    """The reasons (possibly none) why a level's numbers may be the client's doing."""
+def judge_suspect(loop_lag_s: Sequence[float], cpu_fraction: float, schedule_lag_s: Sequence[float], *,
+                  duration_s: float | None = None) -> list[str]:
+    """The reasons (possibly none) why a level's numbers may be the client's doing. duration_s: the level's
+    window; a CPU share over less than MIN_CPU_WINDOW_S says nothing and is not judged."""
     reasons = []
     lag99 = _pct(loop_lag_s, 99)
     if lag99 > LOOP_LAG_P99_LIMIT_S:
         reasons.append(f"event-loop lag p99 {lag99 * 1e3:.1f} ms > {LOOP_LAG_P99_LIMIT_S * 1e3:.0f} ms")
-    if cpu_fraction > CPU_FRACTION_LIMIT:
+    if cpu_fraction > CPU_FRACTION_LIMIT and (duration_s is None or duration_s >= MIN_CPU_WINDOW_S):
         reasons.append(f"client CPU {cpu_fraction:.0%} of a core > {CPU_FRACTION_LIMIT:.0%}")
     sched99 = _pct(schedule_lag_s, 99)
     if sched99 > SCHEDULE_LAG_P99_LIMIT_S:
