@@ -106,3 +106,15 @@ def test_simulate_table_shows_the_slo_verdict_per_level(tmp_path):
     text = " ".join(r.stdout.split())
     assert "│ met │" in text and "BREACH ttft_p99_ms" in text
     assert "SLO BREACHED at C=64 (1 of 2 levels)" in text
+
+
+def test_the_worked_example_plan_names_no_internal_document():
+    """The gqa-70b preset's notes reach the worksheet and --json: they speak of the worked example."""
+    from clitools import run_cli
+
+    args = ("plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--context", "8192", "--mean-context", "2050",
+            "--compute-batch-cap", "128")
+    for extra in ((), ("--json",)):
+        r = run_cli(*args, *extra)
+        assert r.code == 0, r.stderr
+        assert "seed" not in r.stdout.lower(), [ln for ln in r.stdout.splitlines() if "seed" in ln.lower()]
