@@ -78,3 +78,16 @@ def test_turns_must_divide_the_requests(tmp_path):
     r = run_cli(*BASE, "--turns", "3", "--concurrency", "4", "--requests", "20", "--out", str(tmp_path / "x"))
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.code == 2 and len(lines) == 1 and ("--turns" in lines[0] or "3-turn" in lines[0]), r.stderr
+
+
+def test_summary_says_which_workload_ran(tmp_path):
+    """Two runs of different workloads must be told apart from their summaries (and a report must not run a
+    fixed-length preflight on lengths that were never fixed)."""
+    turns = json.loads(run_cli(*BASE, "--isl", "300", "--osl", "100", "--turns", "3", "--concurrency", "2",
+                               "--requests", "6", "--think-time-s", "0.5", "--out", str(tmp_path / "t")).stdout)
+    assert turns["workload"]["turns"] == 3 and turns["workload"]["think_time_s"] == 0.5
+    assert turns["workload"]["isl"] is None and turns["workload"]["ramp"] is None
+    ramp = json.loads(run_cli(*BASE, "--isl", "200", "--osl", "20", "--ramp", "exp:1:8:10",
+                              "--out", str(tmp_path / "r")).stdout)
+    assert ramp["workload"]["ramp"] == {"kind": "exp", "start": 1.0, "end": 8.0, "duration_s": 10.0}
+    assert (ramp["workload"]["isl"], ramp["workload"]["turns"]) == (200, None)

@@ -126,9 +126,16 @@ class SimulateOptions:
                                               num_prefix_groups=self.num_prefix_groups),))
 
     def describe(self) -> dict:
-        return {"isl": self.isl, "osl": self.osl, "shared_prefix_tokens": self.shared_prefix_tokens,
-                "num_prefix_groups": self.num_prefix_groups,
-                "burstiness": self.burstiness if self.kind == KIND_RATE else None}
+        """summary.json's workload: what the requests were, so two runs of different workloads can be told apart
+        (lengths from a dataset or a trace, or prompts that grow turn by turn, leave isl/osl as None)."""
+        r = self.ramp
+        from_data = bool(self.dataset or self.schedule or self.turns)  # no one fixed prompt length
+        return {"isl": None if from_data else self.isl, "osl": None if from_data else self.osl,
+                "shared_prefix_tokens": self.shared_prefix_tokens, "num_prefix_groups": self.num_prefix_groups,
+                "burstiness": self.burstiness if self.kind == KIND_RATE else None,
+                "dataset_requests": len(self.dataset) or None, "replay_requests": len(self.schedule) or None,
+                "turns": self.turns or None, "think_time_s": self.think_time_s if self.turns else None,
+                "ramp": None if r is None else {"kind": r.kind, "start": r.start, "end": r.end, "duration_s": r.duration_s}}
 
 
 def level_spec(opts: SimulateOptions, value, num_requests: int | None, num_warmup: int, *, on_s: float | None = None,
