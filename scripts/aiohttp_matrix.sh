@@ -4,7 +4,7 @@
 # relies on aiohttp internals, so this runs the tests that read streams through aiohttp on each bound.
 # One cached venv per bound: ${KNEECAP_CACHE:-$HOME/.cache/kneecap}/aiohttp-<version>, made when missing
 # (pip install -e . aiohttp==<version> pytest hypothesis: a few minutes) and brought up to date in place
-# when pyproject.toml changed (its stamp file differs). Exit status: non-zero when the tests fail on either bound; a failed install fails
+# when pyproject.toml changed (its stamp file differs); a venv another checkout installed is pointed at this one. Exit status: non-zero when the tests fail on either bound; a failed install fails
 # the run under CI=true and is a warning elsewhere (those bounds are then not tested).
 # Usage: bash scripts/aiohttp_matrix.sh [pytest args...]   (base python: ${KNEECAP_AIOHTTP_BASE_PYTHON:-python3})
 set -euo pipefail
@@ -55,8 +55,16 @@ for version in "$LOW" "$HIGH"; do
     printf '%s' "aiohttp==$version; $recipe" > "$stamp"
     echo "aiohttp matrix: installed in $(( $(date +%s) - started )) s" >&2
   fi
-  got="$("$py" -c 'import aiohttp, kneecap, os; print(aiohttp.__version__, os.path.dirname(kneecap.__file__))')"
-  if [ "$got" != "$version $PWD/src/kneecap" ]; then
+  want="$version $(realpath "$PWD/src/kneecap")"
+  probe='import aiohttp, kneecap, os; print(aiohttp.__version__, os.path.realpath(os.path.dirname(kneecap.__file__)))'
+  got="$("$py" -c "$probe" 2>/dev/null || true)"
+  if [ "$got" != "$want" ]; then
+    # a venv cached by another checkout (CI clones to a new path each run): point its editable kneecap here
+    echo "aiohttp matrix: $venv has '$got'; installing this checkout's kneecap into it" >&2
+    "$py" -m pip install -q --no-deps -e . >&2
+    got="$("$py" -c "$probe" 2>/dev/null || true)"
+  fi
+  if [ "$got" != "$want" ]; then
     echo "error: $venv has '$got', not aiohttp $version with this checkout's kneecap; remove it and run again" >&2
     exit 1
   fi
