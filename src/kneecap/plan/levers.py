@@ -2,7 +2,7 @@
 
 Owns the list of levers (fp8 weights, fp8 KV, both, more GPUs, prefix sharing) and what each buys
 over the base plan. Does not own the arithmetic (ledger.py) or the TP/context sweeps (sweeps.py).
-Seed 003 §1.4-1.5: fp8 weights 67 -> 165 (pool 104.14 GiB), fp8 KV 134, both 330, TP=8 1912.
+The worked example (gqa-70b on one MI300X): fp8 weights 67 -> 165 (pool 104.14 GiB), fp8 KV 134, both 330, TP=8 1912.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def skipped_levers(plan: Plan) -> list[str]:
 
 
 def compute_levers(plan: Plan, *, prefix_tokens: int | None = None) -> list[Lever]:
-    """Every lever that applies to `plan`, in seed 003's order of leverage discussion.
+    """Every lever that applies to `plan`, in the worked example's order of leverage.
 
     A lever is offered only when its `change` flags, added to the plan's own, give exactly its row:
     fp8 weights only for weights wider than 8 bits, fp8 KV only for a KV cache wider than 1 byte.

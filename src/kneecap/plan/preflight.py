@@ -3,12 +3,12 @@
 Owns the per-level verdict and what would make a failing level fit. Does not own where the
 capacity comes from (a number, a Plan from ledger.py, or a live server read by the CLI).
 
-Per level C with ISL input and OSL output tokens (seed 000: 1,573,854 tokens at 1000/1000):
+Per level C with ISL input and OSL output tokens (the Qwen3.5-397B on 8x RTX PRO 6000 example: 1,573,854 tokens at 1000/1000):
     peak   = C x blocks(ISL + OSL) x block     every request at its longest at once (requests started together)
     steady = C x blocks(ISL + OSL/2) x block   requests spread over their lifetimes: on average half-way through decode
     verdict: "fits" if peak <= capacity; "tight" if only steady fits (expect preemption when requests start
     together); "exceeds" otherwise.  max_safe_concurrency = capacity // (blocks(ISL+OSL) x block).
-Seed 000: C=512 fits (peak 1,024,000), C=1024 tight, C=2048 exceeds, max safe 786.
+That example: C=512 fits (peak 1,024,000), C=1024 tight, C=2048 exceeds, max safe 786.
 """
 
 from __future__ import annotations

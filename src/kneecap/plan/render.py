@@ -54,7 +54,7 @@ def _table(title: str, columns: list[tuple[str, str]]):
 
 def plan_worksheet(plan: Plan, levers: list[Lever], tps: list[TpPoint], contexts: list[ContextPoint],
                    engine: EnginePool | None = None, prefix_tokens: int | None = None) -> list:
-    """Renderables, in seed 003's order: KV bytes/token, HBM ledger, allocators, binding, levers, TP, context."""
+    """Renderables, in the worked example's order: KV bytes/token, HBM ledger, allocators, binding, levers, TP, context."""
     from rich.text import Text
 
     d, m, g, L = plan.deployment, plan.deployment.model, plan.deployment.gpu, plan.ledger

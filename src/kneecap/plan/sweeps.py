@@ -1,7 +1,7 @@
 """Sweeps: the plan across TP degrees (with the KV-replication trap) and across advertised contexts.
 
 Owns which points are swept and what each reports. The arithmetic is the ledger's (ledger.py) and
-the KV formula's (kneecap.model.kv). Seed 003 §1.5-1.6: TP 1/8/16 -> 67/1912/2010 sequences (TP=16
+the KV formula's (kneecap.model.kv). The worked example: TP 1/8/16 -> 67/1912/2010 sequences (TP=16
 replicates the 8 KV heads: 5% more for twice the GPUs); 128k context -> 1 contiguous vs 67 paged.
 """
 

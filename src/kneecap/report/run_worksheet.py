@@ -1,4 +1,4 @@
-"""The worksheet parts of a load-plan run page (seed 004): each candidate's KV ledger, the workload
+"""The worksheet parts of a load-plan run page: each candidate's KV ledger, the workload
 classes with their length distributions, the budgets per class, the cost at capacity, and the
 plan's load/stop settings. Pure: run summary dict in, document blocks out.
 """
