@@ -54,11 +54,17 @@ class HttpLevelDriver:
     """`run_share(task, on_record) -> [LevelOutcome]` runs one share of a level (in-process, over worker
     processes, or over Ray actors); `probe() -> bool` says whether the server still answers;
     `poll_metrics()` gives a context manager scraping server metrics during the level (its `result()`
-    the level's server_metrics, its `samples()` the scrapes); `timeline_path` receives those scrapes."""
+    the level's server_metrics, its `samples()` the scrapes); `timeline_path` receives those scrapes.
+    `specs_for(plan, warmup, round_index)` gives a level's requests (default: level_specs from opts, e.g. a
+    load plan's class instead); `bursts` ({"on_s", "off_s"}) sends an open loop in on/off bursts."""
 
     def __init__(self, opts: BenchOptions, *, run_share: Callable, probe: Callable[[], bool], poll_metrics: Callable,
-                 epoch: float, progress, timeline_path=None):
+                 epoch: float, progress, timeline_path=None, specs_for: Callable | None = None,
+                 bursts: dict | None = None):
         self.opts = opts
+        self._specs_for = specs_for or (lambda plan, warmup, round_index=0: level_specs(
+            opts, plan, warmup=warmup, round_index=round_index))
+        self._bursts = bursts or {}
         self._run_share = run_share
         self._probe = probe
         self._poll_metrics = poll_metrics
@@ -70,18 +76,18 @@ class HttpLevelDriver:
         opts = self.opts
         label = opts.level_label(plan.value)
         base = dict(level=plan.index, kind=opts.kind, value=plan.value, epoch=self._epoch,
-                    burstiness=opts.burstiness, seed=opts.seed + plan.index)
+                    burstiness=opts.burstiness, seed=opts.seed + plan.index, **self._bursts)
         if plan.num_warmup:
             self._progress.start_level(label, plan.num_warmup, phase="warmup")
             warm_value = min(plan.value, plan.num_warmup) if opts.kind == KIND_CONCURRENCY else plan.value
-            self._run_share(LevelTask(specs=level_specs(opts, plan, warmup=True), warmup=True,
+            self._run_share(LevelTask(specs=self._specs_for(plan, warmup=True), warmup=True,
                                       **{**base, "value": warm_value}), keep)
         self._progress.start_level(label, None if opts.in_rounds else plan.num_requests)
         started = time.monotonic()
         poller = self._poll_metrics()
         with poller:
             outcomes = self._run_rounds(plan, base, keep, started) if opts.in_rounds else self._run_share(
-                LevelTask(specs=level_specs(opts, plan, warmup=False), duration_s=opts.duration_s, **base), keep)
+                LevelTask(specs=self._specs_for(plan, warmup=False), duration_s=opts.duration_s, **base), keep)
         samples = getattr(poller, "samples", lambda: [])()
         self._append_timeline(plan.index, samples)
         from kneecap.sweep.workers import merge_outcomes
@@ -124,7 +130,7 @@ class HttpLevelDriver:
             remaining_s = self.opts.duration_s - (time.monotonic() - started)
             if remaining_s <= 0:
                 break
-            specs = level_specs(self.opts, plan, warmup=False, round_index=round_index)
+            specs = self._specs_for(plan, warmup=False, round_index=round_index)
             round_outcomes = self._run_share(LevelTask(specs=specs, duration_s=remaining_s, **base), keep)
             outcomes.extend(round_outcomes)
             if sum(o.num_records for o in round_outcomes) < len(specs):
