@@ -7,6 +7,7 @@ frame. Times in s, latencies in ms, sizes in GiB (2^30 bytes) at the axis only.
 
 from __future__ import annotations
 
+import contextlib
 import io
 from dataclasses import dataclass
 from typing import Mapping, Sequence
@@ -60,7 +61,25 @@ def _figure(nrows: int = 1, ncols: int = 1, height_in: float = HEIGHT_IN, width_
     return fig, axes
 
 
+_FIGURE_SINKS: list[list] = []  # the lists keep_figures() handed out, while their blocks run
+
+
+@contextlib.contextmanager
+def keep_figures():
+    """Within this block every plot function also appends the matplotlib Figure it drew to the list this
+    yields, in drawing order, as it was when it became PNG bytes: to read what a plot shows (its lines,
+    labels, axes) rather than its pixels."""
+    sink: list = []
+    _FIGURE_SINKS.append(sink)
+    try:
+        yield sink
+    finally:
+        _FIGURE_SINKS.remove(sink)
+
+
 def _png(fig) -> bytes:
+    for sink in _FIGURE_SINKS:
+        sink.append(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
     return buf.getvalue()
