@@ -48,7 +48,9 @@ def test_search_matches_brute_force(doc):
         if s.replicas is not None:
             costs.append(PRICES[k.gpu].usd_per_gpu_hour * k.gpus_per_replica * s.replicas)
     assert costs, "the small case must have a feasible candidate"
-    assert doc["best"]["cost_per_hour"] == pytest.approx(min(costs))
+    aggregated = [c for c in doc["candidates"] if c["disaggregated"] is None]
+    assert aggregated[0]["cost_per_hour"] == pytest.approx(min(costs))
+    assert doc["best"]["cost_per_hour"] <= min(costs) + 1e-9
     assert doc["evaluated"] == len(req.grid()) == 8
 
 
@@ -56,6 +58,8 @@ def test_recommendations_meet_the_slo_and_one_fewer_fails(doc):
     req = small()
     assert doc["candidates"] and doc["best"] == doc["candidates"][0]
     for c in doc["candidates"]:
+        if c["disaggregated"] is not None:
+            continue  # test_disaggregated_pools_meet_the_slo
         k = Knobs(c["gpu"], c["tp"], c["pp"], c["weight_dtype"], c["kv_dtype"], c["max_num_seqs"], c["max_num_batched_tokens"])
         sim = simulated(req, k)
         at = run_level(sim, req, per_replica_load(req, c["replicas"]), FINE_REQUESTS)
@@ -76,7 +80,8 @@ def test_contract_keys(doc):
         assert key in doc["best"]
     assert set(doc["best"]["predicted"]) >= {"ttft_p99_ms", "tpot_p99_ms", "output_tok_s"}
     assert doc["best"]["confirm_cmd"].startswith("kneecap bench ")
-    assert doc["frontier"] and all(f in doc["candidates"] for f in doc["frontier"])
+    assert doc["frontier"] and all(f in doc["points"] for f in doc["frontier"])
+    assert all(c in doc["points"] for c in doc["candidates"])
 
 
 @pytest.mark.parametrize("model,gpu,tp,pp,dtype", [
@@ -96,7 +101,7 @@ def test_bound_is_above_the_simulated_engine(model, gpu, tp, pp, dtype):
 
 def test_deterministic_across_worker_counts(doc):
     two = recommend(small(), PRICES, workers=2)
-    strip = lambda d: json.dumps({k: v for k, v in d.items() if k != "seconds"}, sort_keys=True)
+    strip = lambda d: json.dumps({k: v for k, v in d.items() if k not in ("seconds", "ray")}, sort_keys=True)
     assert strip(two) == strip(doc)
 
 
@@ -209,3 +214,99 @@ def test_class_file_mix(tmp_path):
     f.write_text('classes:\n  - {input: "lognormal:mean=800,std=300", output: "150"}\n')
     r = run_cli("recommend", "--model", "llama-3.1-8b", "--rate", "1", "--classes", str(f), "--slo", "ttft_p99_ms=500")
     assert r.code != 0 and "has no maximum" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def _knobs(c: dict) -> Knobs:
+    return Knobs(c["gpu"], c["tp"], c["pp"], c["weight_dtype"], c["kv_dtype"], c["max_num_seqs"], c["max_num_batched_tokens"])
+
+
+def test_frontier_covers_every_simulated_candidate(doc):
+    """The frontier is taken over every simulated candidate (not only the sized ones): no point meeting the SLO
+    dominates a frontier point, and every point not on the frontier is dominated by one that is."""
+    pts = [p for p in doc["points"] if p["meets_slo"]]
+    assert len(doc["points"]) >= doc["simulated"] - 2 and len(doc["points"]) > len(doc["candidates"])
+    key = lambda p: (p["cost_per_mtok_output"], p["predicted"]["ttft_p99_ms"])
+    dominates = lambda a, b: all(x <= y for x, y in zip(key(a), key(b))) and key(a) != key(b)
+    for f in doc["frontier"]:
+        assert not any(dominates(p, f) for p in pts)
+    for p in pts:
+        if p not in doc["frontier"]:
+            assert any(dominates(f, p) or key(f) == key(p) for f in doc["frontier"])
+
+
+def test_disaggregated_pools_meet_the_slo():
+    """A TPOT limit that prefills breaking into decode steps make hard: xPyD candidates are searched beside the
+    aggregated ones; each, re-simulated at the rate with its pool sizes, meets the SLO, and one replica fewer in
+    either pool fails it; TTFT includes the prefill time and the KV transfer."""
+    from kneecap.recommend.disagg import run_pools
+
+    req = small(slo=parse_slo("ttft_p99_ms=1500,tpot_p99_ms=12"), gpus=("h100-sxm",), tp_choices=(1,),
+                max_num_seqs_choices=(256,))
+    d = recommend(req, PRICES, workers=1)
+    dis = [c for c in d["candidates"] if c["disaggregated"] is not None]
+    assert d["disaggregated_tried"] >= 1 and dis, d["disaggregated_not_met"]
+    for c in dis:
+        info, k = c["disaggregated"], _knobs(c)
+        x, y = info["prefill_replicas"], info["decode_replicas"]
+        assert c["replicas"] == x + y and c["total_gpus"] == (x + y) * c["gpus_per_replica"]
+        o = run_pools(req, k, x, y)
+        assert o.level.met, o.level.why
+        assert o.level.ttft_p99_ms > o.transfer_ms > 0 and info["kv_link"] == "nvlink"
+        if x > 1:
+            assert not run_pools(req, k, x - 1, y).level.met
+        if y > 1:
+            assert not run_pools(req, k, x, y - 1).level.met
+        assert "--kv-transfer-config" in c["serve_cmd"]
+
+
+def test_kv_transfer_uses_the_ledger_and_the_link():
+    """KV bytes = the plan's KV bytes per token per GPU x prompt tokens; NVLink inside a node, the network past 8 GPUs."""
+    from kneecap.recommend.disagg import NETWORK_BYTES_S_PER_GPU, link_for, transfer_s
+
+    req = small()
+    k = Knobs("h100-sxm", 2, 1, "bf16", "bf16", 256, 8192)
+    plan = plan_deployment(req.deployment_request(k)).plan
+    near, far = link_for(req, k, 1, 1), link_for(req, k, 3, 2)
+    assert near.name == "nvlink" and far.name == "network" and far.bytes_s == NETWORK_BYTES_S_PER_GPU
+    assert transfer_s(plan.kv_bytes_per_token_per_gpu, 1000, near) == pytest.approx(
+        plan.kv_bytes_per_token_per_gpu * 1000 / 450e9)
+
+
+def test_run_plans_load_and_run_on_the_simulator(tmp_path):
+    """--out writes a `kneecap run` plan per top candidate; both load with the load-plan schema, and the simulated
+    twin runs with `kneecap run` and accepts the candidate at its share of the load."""
+    from kneecap.loadplan.schema import BUDGET_METRICS, BUDGET_PCTS, load_plan_file
+    from kneecap.recommend import runplan
+
+    assert (runplan.BUDGET_METRICS, runplan.BUDGET_PCTS) == (BUDGET_METRICS, BUDGET_PCTS)
+    r = run_cli("recommend", "--model", "llama-3.1-8b", "--rate", "4", "--isl", "500", "--osl", "50", "--slo",
+                "ttft_p99_ms=1000,tpot_p99_ms=60", "--gpus", "a100-80", "--weight-dtypes", "bf16", "--kv-dtypes", "bf16",
+                "--workers", "1", "--out", str(tmp_path), timeout=300)
+    assert r.code == 0, r.stderr
+    doc = json.loads((tmp_path / "recommend.json").read_text())
+    best = doc["best"]
+    server, _ = load_plan_file(tmp_path / best["run_plan"]["server"])
+    sim, _ = load_plan_file(tmp_path / best["run_plan"]["simulated"])
+    assert server.candidates[0].target.kind == "server" and sim.candidates[0].target.kind == "simulator"
+    assert server.load == sim.load and server.load.required == best["predicted"]["per_replica_load"]
+    t = sim.candidates[0].target
+    assert (t.gpu, t.tp, t.pp, t.max_num_seqs, t.max_num_batched_tokens) == (
+        best["gpu"], best["tp"], best["pp"], best["max_num_seqs"], best["max_num_batched_tokens"])
+    assert server.slo["requests"].limits() == {"ttft_p99_ms": 1000, "tpot_p99_ms": 60}
+    out = run_cli("run", str(tmp_path / best["run_plan"]["simulated"]), "--out", str(tmp_path / "run"), "--json", "--quiet",
+                  timeout=300)
+    assert out.code == 0, out.stderr
+    verdict = json.loads(out.stdout)["candidates"][0]
+    assert verdict["verdict"] == "accepted", verdict["reason"]
+    md = (tmp_path / "report.md").read_text()
+    assert best["run_plan"]["server"] in md and "Pareto frontier" in md
+    assert (tmp_path / "recommend-cost-ttft.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plot_function_draws_points_and_frontier():
+    from kneecap.report.plots import recommend_pareto
+
+    png = recommend_pareto([(1.0, 2.0, "a"), (2.0, 1.0, "b"), (3.0, 3.0, "c")], [(1.0, 2.0, "a"), (2.0, 1.0, "b")],
+                           "x", "y", "t")
+    assert png[:4] == b"\x89PNG"
+    assert recommend_pareto([], [], "x", "y", "t") is None

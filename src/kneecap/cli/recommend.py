@@ -29,6 +29,11 @@ def _fmt(v, spec: str = ".3g") -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _replicas(c: dict) -> str:
+    dis = c.get("disaggregated")
+    return f"{dis['prefill_replicas']}P+{dis['decode_replicas']}D" if dis else str(c["replicas"])
+
+
 def _table(doc: dict):
     from rich.table import Table
 
@@ -43,12 +48,31 @@ def _table(doc: dict):
     for i, c in enumerate(doc["candidates"]):
         mark = ("best" if i == 0 else "") + (" *" if id(c) in front or any(c == f for f in doc["frontier"]) else "")
         margin = "" if c["margin"] is None else f" ({c['margin']:.0%})"
-        t.add_row(mark.strip(), c["gpu"], f"{c['tp']}x{c['pp']}", str(c["replicas"]), f"{c['weight_dtype']}/{c['kv_dtype']}",
+        t.add_row(mark.strip(), c["gpu"], f"{c['tp']}x{c['pp']}", _replicas(c), f"{c['weight_dtype']}/{c['kv_dtype']}",
                   f"{c['max_num_seqs']}/{c['max_num_batched_tokens']}", f"{c['cost_per_hour']:.2f}",
                   _fmt(c["cost_per_mtok_output"], ".3f"), _fmt(c["predicted"]["ttft_p99_ms"], ".0f"),
                   _fmt(c["predicted"]["tpot_p99_ms"], ".1f"), ("≥" if c.get("max_load_at_least") else "") + _fmt(c["max_load"], ".3g"),
                   c["binding"] + margin)
     return t
+
+
+RUN_PLANS_FOR = 3  # the cheapest candidates given a `kneecap run` plan
+
+
+def _write_run_plans(d: Path, req, doc: dict) -> None:
+    """DIR/confirm-N.yaml (against the real server) and DIR/confirm-N-simulated.yaml (the simulated twin) for the
+    cheapest candidates; each candidate names its files under run_plan."""
+    import yaml
+
+    from kneecap.recommend.runplan import run_plans
+
+    for i, cand in enumerate(doc["candidates"][:RUN_PLANS_FOR]):
+        names = {}
+        for kind, plan in run_plans(req, doc, cand, f"confirm-{i + 1}").items():
+            fname = f"confirm-{i + 1}.yaml" if kind == "server" else f"confirm-{i + 1}-{kind}.yaml"
+            (d / fname).write_text(f"# kneecap run {fname}\n" + yaml.safe_dump(plan, sort_keys=False, width=120))
+            names[kind] = fname
+        cand["run_plan"] = names
 
 
 @app.command("recommend")
@@ -65,7 +89,7 @@ def recommend_cmd(
     prices: Optional[str] = typer.Option(None, "--prices", help='JSON {gpu: dollars per GPU-hour} replacing the shipped table'),
     weight_dtypes: Optional[str] = typer.Option(None, "--weight-dtypes", help="weight dtypes to try (default bf16,fp8)"),
     kv_dtypes: Optional[str] = typer.Option(None, "--kv-dtypes", help="KV cache dtypes to try (default bf16,fp8)"),
-    ray: Optional[str] = typer.Option(None, "--ray", help="spread the search over a Ray cluster (not supported yet)"),
+    ray: Optional[str] = typer.Option(None, "--ray", help="run the candidate evaluations as Ray tasks on a cluster: auto (RAY_ADDRESS), local, or the head's HOST:PORT; the same answer as without it; needs pip install 'kneecap[ray]'"),
     workers: Optional[int] = typer.Option(None, "--workers", help="processes to simulate on (default: the CPU count; results do not depend on it)"),
     seed: int = typer.Option(0, "--seed", help="seed of the simulated arrivals"),
     json_out: bool = typer.Option(False, "--json", help="print recommend.json on stdout, nothing else"),
@@ -89,7 +113,10 @@ def recommend_cmd(
     elif isl is None or osl is None:
         raise KneecapError("recommend needs --isl and --osl (or --classes FILE)", "pass e.g. --isl 1000 --osl 200")
     if ray is not None:
-        raise KneecapError("--ray is not supported by recommend yet", "drop --ray; the search runs on this machine's cores (--workers)")
+        from kneecap.cluster.connect import check_reachable, require_ray
+
+        require_ray()
+        check_reachable(ray)
     if (rate is None) == (concurrency is None):
         raise KneecapError("recommend needs exactly one of --rate and --concurrency", "pass e.g. --rate 20 or --concurrency 64")
     if workers is not None and workers < 1:
@@ -109,12 +136,13 @@ def recommend_cmd(
                            weight_dtypes=_csv(weight_dtypes) or DEFAULT_WEIGHT_DTYPES,
                            kv_dtypes=_csv(kv_dtypes) or DEFAULT_KV_DTYPES, seed=seed, mix=mix)
     n = workers or max(1, os.cpu_count() or 1)
-    doc = recommend(req, table, workers=n)
+    doc = recommend(req, table, workers=n, ray=ray)
     if out:
         from kneecap.report.recommend_page import write_report
 
         d = Path(out)
         d.mkdir(parents=True, exist_ok=True)
+        _write_run_plans(d, req, doc)
         (d / "recommend.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
         write_report(d, doc)
     if json_out:
@@ -127,7 +155,9 @@ def recommend_cmd(
     best = doc["best"]
     console.print(f"best: {best['replicas']} x {best['gpus_per_replica']} {best['gpu']} (tp {best['tp']}, pp {best['pp']}), "
                   f"${best['cost_per_hour']:.2f}/h; {best['trust']}")
-    console.print(f"confirm one replica: {best['serve_cmd']}")
+    console.print(f"confirm {'each instance' if best['disaggregated'] else 'one replica'}: {best['serve_cmd']}", soft_wrap=True)
     console.print(f"  then: {best['confirm_cmd']}", soft_wrap=True)
+    if best.get("run_plan"):
+        console.print(f"  or: kneecap run {Path(out) / best['run_plan']['server']}", soft_wrap=True)
     if out:
         console.print(f"wrote {Path(out) / 'recommend.json'}, report.md, report.html")

@@ -18,8 +18,15 @@ from kneecap.recommend.space import Knobs, RecommendRequest
 BASELINE = Path(__file__).resolve().parents[1] / "data" / "validation" / "baseline.json"
 
 
-def serve_cmd(req: RecommendRequest, k: Knobs) -> str:
-    """vLLM's own flags for one replica (vllm serve --help: tensor/pipeline parallel size, scheduler limits)."""
+# vLLM's NixlConnector usage guide (docs.vllm.ai/en/stable/features/nixl_connector_usage.html): every prefill and
+# decode instance runs with this KV transfer config; a proxy (the guide's toy_proxy_server.py) sends each request
+# to a prefiller with max_tokens=1, then to a decoder
+NIXL_KV_CONFIG = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+
+
+def serve_cmd(req: RecommendRequest, k: Knobs, *, disaggregated: bool = False) -> str:
+    """vLLM's own flags for one replica (vllm serve --help: tensor/pipeline parallel size, scheduler limits);
+    disaggregated: the same for each prefill and decode instance, with the NIXL KV transfer config."""
     parts = ["vllm", "serve", "--tensor-parallel-size", str(k.tp), "--pipeline-parallel-size", str(k.pp),
              "--max-num-seqs", str(k.max_num_seqs), "--max-num-batched-tokens", str(k.max_num_batched_tokens),
              "--max-model-len", str(req.context)]
@@ -27,6 +34,8 @@ def serve_cmd(req: RecommendRequest, k: Knobs) -> str:
         parts += ["--kv-cache-dtype", "fp8"]
     if k.weight_dtype == "fp8":
         parts += ["--quantization", "fp8"]
+    if disaggregated:
+        parts += ["--kv-transfer-config", NIXL_KV_CONFIG]
     # a preset names no checkpoint: the user fills in the one they serve
     model = shlex.quote(req.model) if ("/" in req.model or Path(req.model).exists()) else f"<{req.model} checkpoint>"
     return " ".join([*parts[:2], model, *(shlex.quote(p) for p in parts[2:])])
@@ -40,9 +49,10 @@ def _levels(req: RecommendRequest, share: float, max_load: float | None) -> str:
     return ",".join(str(v) for v in vals)
 
 
-def bench_cmd(req: RecommendRequest, share: float, max_load: float | None) -> str:
-    """One bench run against one replica at its share of the load (replicas serve independent shares); bench
-    asks the server for its model name."""
+def bench_cmd(req: RecommendRequest, share: float, max_load: float | None, *, disaggregated: bool = False) -> str:
+    """One bench run against one replica at its share of the load (replicas serve independent shares), or, for
+    disaggregated pools, against the proxy in front of them at the whole rate; bench asks the server for its
+    model name."""
     flag = "--rate" if req.kind == "rate" else "--concurrency"
     parts = ["kneecap", "bench", "--base-url", "http://127.0.0.1:8000", "--isl", str(req.isl),
              "--osl", str(req.osl), flag, _levels(req, share, max_load), "--requests", "300", "--slo", format_slo(req.slo),

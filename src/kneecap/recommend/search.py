@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from kneecap.errors import KneecapError
 from kneecap.recommend import confirm
 from kneecap.recommend.bound import Bound, replica_bound
-from kneecap.recommend.evaluate import (COARSE_MAX_REQUESTS, COARSE_REQUESTS, FINE_REQUESTS, planned, per_replica_load, replica_max,
-                                        size_replicas)
+from kneecap.recommend.disagg import NETWORK_SOURCE, size_pools
+from kneecap.recommend.evaluate import (COARSE_MAX_REQUESTS, COARSE_REQUESTS, FINE_REQUESTS, coarse_requests, per_replica_load,
+                                        planned, replica_max, run_level, simulated, size_replicas)
 from kneecap.recommend.prices import Price
 from kneecap.recommend.space import Knobs, RecommendRequest
 
@@ -28,6 +29,8 @@ SLACK = 0.25  # also simulate candidates whose lower-bound cost is within 25% of
 MAX_REPRESENTATIVES = 10  # stage 1: one engine-limit setting per (GPU, tp, pp, dtypes), cheapest bounds first
 LIMIT_VARIANTS_FOR = 1  # stage 2: the other max_num_seqs, then max_num_batched_tokens, of the best this many setups
 REFINE = 4  # stage 3: the cheapest candidates sized and checked at the stated load with longer levels
+DISAGG_SETUPS = 2  # stage 4: the cheapest this many setups also tried as disaggregated prefill/decode pools (rate loads)
+RAY_TASK_TIMEOUT_S = 3600.0
 PREFERRED_LIMITS = (256, 8192)  # the representative's limits when bounds tie (vLLM's defaults on a >= 70 GiB GPU: 1024, 8192)
 
 
@@ -44,9 +47,15 @@ class Counts:
 
 
 def _coarse(args):
+    """One replica's max load (find_max), and one level at the share of the load that ceil(load / max)
+    replicas would each take: the candidate's point on the frontier before any longer check."""
     req, k, bound = args
     m = replica_max(req, k, bound)
-    return m.value, m.failed_at, m.failed_because, len(m.probes)  # failed_at None: met at the top of the search
+    at = None
+    if m.value is not None:
+        n = max(1, math.ceil(req.load / m.value - 1e-9))
+        at = run_level(simulated(req, k), req, per_replica_load(req, n), coarse_requests(req, per_replica_load(req, n)))
+    return m.value, m.failed_at, m.failed_because, len(m.probes), at  # failed_at None: met at the top of the search
 
 
 def _refine(args):
@@ -54,23 +63,58 @@ def _refine(args):
     return size_replicas(req, k, max_load, FINE_REQUESTS)
 
 
-class _Runner:
-    """fn over items, in order: inline with one worker, else on one process pool kept for the whole search."""
+def _disagg(args):
+    req, k, high = args
+    return size_pools(req, k, high)
 
-    def __init__(self, workers: int):
+
+class _Runner:
+    """fn over items, in order: inline with one worker, on one process pool kept for the whole search, or as
+    Ray tasks on a cluster (`ray`: auto, local or HOST:PORT). The same items in the same order either way, so
+    the answer does not depend on where they ran."""
+
+    def __init__(self, workers: int, ray: str | None = None):
         self.workers = workers
+        self.ray_address = ray
         self.pool = None
+        self.conn = None
+        self.task = {}
 
     def map(self, fn, items):
+        if not items:
+            return []
+        if self.ray_address is not None:
+            return self._ray_map(fn, items)
         if self.workers <= 1 or len(items) <= 1:
             return [fn(x) for x in items]
         if self.pool is None:
             self.pool = ProcessPoolExecutor(max_workers=self.workers)
         return list(self.pool.map(fn, items))
 
+    def _ray_map(self, fn, items):
+        if self.conn is None:
+            from kneecap.cluster.connect import connect
+
+            self.conn = connect(self.ray_address)
+        ray = self.conn.ray
+        if fn not in self.task:
+            self.task[fn] = ray.remote(num_cpus=1, max_retries=0)(fn)
+        refs = [self.task[fn].remote(x) for x in items]
+        try:
+            return ray.get(refs, timeout=RAY_TASK_TIMEOUT_S)
+        except Exception as exc:  # a node died, a timeout: named, never a traceback
+            raise KneecapError(f"candidate evaluations did not finish on the Ray cluster at {self.ray_address} "
+                               f"({type(exc).__name__})", "check the cluster (ray status) and run recommend again") from None
+
+    @property
+    def nodes(self) -> int | None:
+        return None if self.conn is None else len(self.conn.alive_nodes())
+
     def close(self):
         if self.pool is not None:
             self.pool.shutdown()
+        if self.conn is not None:
+            self.conn.close()
 
 
 def _cost_per_mtok(cost_per_hour: float, output_tok_s: float | None) -> float | None:
@@ -118,45 +162,92 @@ def _binding(slo: dict, values: dict, kv_usage_max: float | None) -> tuple[str, 
     return best or "none", margin
 
 
-def _candidate(req: RecommendRequest, k: Knobs, price: float, plan, max_load: float, sized, bound: Bound,
-               max_load_open: bool) -> dict:
+def _point(req: RecommendRequest, k: Knobs, price: float, replicas: int, at, max_load: float | None,
+           disaggregated: dict | None = None) -> dict:
+    """A candidate as the frontier sees it: its cost and one level's prediction at its share of the load."""
+    gpus = k.gpus_per_replica * replicas
+    cost = price * gpus
+    r_out = at.output_tok_s if disaggregated else (at.output_tok_s * replicas if at.output_tok_s is not None else None)
+    return {
+        "gpu": k.gpu, "gpus_per_replica": k.gpus_per_replica, "replicas": replicas, "tp": k.tp, "pp": k.pp, "ep": 1,
+        "weight_dtype": k.weight_dtype, "kv_dtype": k.kv_dtype, "max_num_seqs": k.max_num_seqs,
+        "max_num_batched_tokens": k.max_num_batched_tokens, "disaggregated": disaggregated,
+        "total_gpus": gpus, "usd_per_gpu_hour": price, "cost_per_hour": round(cost, 4),
+        "cost_per_mtok_output": None if not r_out else round(_cost_per_mtok(cost, r_out), 4),
+        "predicted": {"ttft_p99_ms": at.ttft_p99_ms, "tpot_p99_ms": at.tpot_p99_ms, "tpot_p50_ms": at.tpot_p50_ms,
+                      "output_tok_s": r_out, "slo_values": at.values, "kv_usage_max": at.kv_usage_max,
+                      "preemptions": at.preemptions},
+        "meets_slo": at.met,
+        "output_tok_s_per_gpu": None if r_out is None else r_out / gpus,
+        "output_tok_s_per_user": None if not at.tpot_p50_ms else 1000.0 / at.tpot_p50_ms,
+        "max_load": max_load, "sized": False,
+    }
+
+
+def _plan_doc(plan) -> dict:
+    return {"kv_capacity_tokens": plan.kv_capacity_tokens, "num_kv_blocks": plan.num_kv_blocks,
+            "weights_bytes_per_gpu": plan.ledger.weights_bytes, "kv_pool_bytes_per_gpu": plan.ledger.kv_pool_bytes,
+            "overhead_bytes_per_gpu": plan.ledger.overhead_bytes, "hbm_bytes_per_gpu": plan.ledger.hbm_bytes,
+            "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token_per_gpu, "context": plan.context}
+
+
+def _trust(plan) -> str:
     d = plan.deployment
-    at = sized.at_load
-    r = sized.replicas
-    cost = price * k.gpus_per_replica * r
-    out_tok_s = at.output_tok_s * r if at.output_tok_s is not None else None
-    binding, margin = _binding(req.slo, at.values, at.kv_usage_max)
-    share = per_replica_load(req, r)
     vendor = "AMD" if d.gpu.interconnect == "xgmi" else "NVIDIA"
     moe = d.model.active_params < d.model.total_params
-    return {
-        "gpu": k.gpu, "gpus_per_replica": k.gpus_per_replica, "replicas": r, "tp": k.tp, "pp": k.pp, "ep": 1,
-        "weight_dtype": d.weight_dtype, "kv_dtype": d.kv_dtype, "max_num_seqs": k.max_num_seqs,
-        "max_num_batched_tokens": k.max_num_batched_tokens, "disaggregated": None,
-        "total_gpus": k.gpus_per_replica * r, "usd_per_gpu_hour": price,
-        "cost_per_hour": round(cost, 4),
-        "cost_per_mtok_output": None if out_tok_s is None else round(_cost_per_mtok(cost, out_tok_s), 4),
-        "predicted": {"ttft_p99_ms": at.ttft_p99_ms, "tpot_p99_ms": at.tpot_p99_ms, "tpot_p50_ms": at.tpot_p50_ms,
-                      "output_tok_s": out_tok_s, "per_replica_load": share, "slo_values": at.values,
-                      "kv_usage_max": at.kv_usage_max, "preemptions": at.preemptions},
-        "output_tok_s_per_gpu": None if out_tok_s is None else out_tok_s / (k.gpus_per_replica * r),
-        "output_tok_s_per_user": None if not at.tpot_p50_ms else 1000.0 / at.tpot_p50_ms,
-        "binding": binding, "margin": margin,
+    return confirm.trust(vendor, moe, "fp8" in (d.weight_dtype, d.kv_dtype))
+
+
+def _candidate(req: RecommendRequest, k: Knobs, price: float, plan, max_load: float, sized, bound: Bound,
+               max_load_open: bool) -> dict:
+    at = sized.at_load
+    r = sized.replicas
+    binding, margin = _binding(req.slo, at.values, at.kv_usage_max)
+    share = per_replica_load(req, r)
+    out = _point(req, k, price, r, at, max_load)
+    out["predicted"]["per_replica_load"] = share
+    out.update({
+        "sized": True, "binding": binding, "margin": margin,
         "one_fewer_replica": None if sized.one_fewer is None else {
             "replicas": r - 1, "met": sized.one_fewer.met, "why": sized.one_fewer.why},
-        "max_load": max_load, "max_load_at_least": max_load_open,  # True: met at the top of the search (the whole
+        "max_load_at_least": max_load_open,  # True: met at the top of the search (the whole
         # load, or the roofline bound); the replica's true maximum may be higher
         "bound": {"load": bound.load, "why": bound.why},
-        "plan": {"kv_capacity_tokens": plan.kv_capacity_tokens, "num_kv_blocks": plan.num_kv_blocks,
-                 "weights_bytes_per_gpu": plan.ledger.weights_bytes, "kv_pool_bytes_per_gpu": plan.ledger.kv_pool_bytes,
-                 "overhead_bytes_per_gpu": plan.ledger.overhead_bytes, "hbm_bytes_per_gpu": plan.ledger.hbm_bytes,
-                 "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token_per_gpu, "context": plan.context},
+        "plan": _plan_doc(plan),
         "serve_cmd": confirm.serve_cmd(req, k),
         "confirm_cmd": confirm.bench_cmd(req, share, max_load),
         "confirm_note": None if req.mix is None else (
-            "bench sends one length pair: the class mix's weighted means; the mix itself runs with a `kneecap run` plan"),
-        "trust": confirm.trust(vendor, moe, "fp8" in (d.weight_dtype, d.kv_dtype)),
-    }
+            "bench sends one length pair: the class mix's weighted means; the mix itself runs with the `kneecap run` plan"),
+        "trust": _trust(plan),
+    })
+    return out
+
+
+def _disagg_candidate(req: RecommendRequest, k: Knobs, price: float, plan, ds) -> dict:
+    p = ds.pools
+    at = p.level
+    binding, margin = _binding(req.slo, at.values, at.kv_usage_max)
+    g = k.gpus_per_replica
+    info = {"prefill_replicas": p.prefill, "decode_replicas": p.decode, "prefill_gpus": p.prefill * g,
+            "decode_gpus": p.decode * g, "kv_link": p.link, "kv_transfer_ms": round(p.transfer_ms, 3),
+            "kv_link_note": NETWORK_SOURCE if p.link == "network" else f"{plan.deployment.gpu.interconnect} of the GPU catalog",
+            "prefill_time_p99_ms": p.prefill_ttft_p99_ms, "prefill_max_rate": ds.prefill_max, "decode_max_rate": ds.decode_max,
+            "one_fewer_prefill": None if ds.one_fewer_prefill is None else {
+                "met": ds.one_fewer_prefill.met, "why": ds.one_fewer_prefill.why},
+            "one_fewer_decode": None if ds.one_fewer_decode is None else {
+                "met": ds.one_fewer_decode.met, "why": ds.one_fewer_decode.why}}
+    out = _point(req, k, price, p.prefill + p.decode, at, None, info)
+    out["predicted"]["per_replica_load"] = {"prefill": req.load / p.prefill, "decode": req.load / p.decode}
+    out.update({
+        "sized": True, "binding": binding, "margin": margin,
+        "one_fewer_replica": None, "max_load_at_least": False, "bound": None,
+        "plan": _plan_doc(plan),
+        "serve_cmd": confirm.serve_cmd(req, k, disaggregated=True),
+        "confirm_cmd": confirm.bench_cmd(req, req.load, None, disaggregated=True),
+        "confirm_note": "run against the router in front of both pools, at the whole rate",
+        "trust": _trust(plan) + "; disaggregated serving is not validated against measurements",
+    })
+    return out
 
 
 def _no_candidate(req: RecommendRequest, c: Counts, reasons: list[str]) -> KneecapError:
@@ -174,7 +265,8 @@ def _no_candidate(req: RecommendRequest, c: Counts, reasons: list[str]) -> Kneec
                         f"than allowed; e.g. {why})", hint)
 
 
-def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int = 1, progress=None) -> dict:
+def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int = 1, progress=None,
+              ray: str | None = None) -> dict:
     """The search; returns recommend.json's document."""
     t0 = time.perf_counter()
     c = Counts()
@@ -213,7 +305,7 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
     ranked.sort(key=lambda x: (x[0], x[1]))
 
     coarse = []  # (estimated cost, index, knobs, bound, price, max_load)
-    runner = _Runner(workers)
+    runner = _Runner(workers, ray)
     state = {"best": math.inf}
 
     def simulate(items: list) -> None:
@@ -231,7 +323,7 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
                 continue
             results = runner.map(_coarse, [(req, it[2], it[3].load) for it in batch])
             c.simulated += len(batch)
-            for it, (value, failed_at, because, _n) in zip(batch, results):
+            for it, (value, failed_at, because, _n, at) in zip(batch, results):
                 if value is None:
                     if not reasons:
                         reasons.append(f"{it[2].gpu} tp={it[2].tp}: {because}")
@@ -241,7 +333,7 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
                     c.over_gpu_limit += 1
                     continue
                 est = it[4] * it[2].gpus_per_replica * n
-                coarse.append((est, it[1], it[2], it[3], it[4], value, failed_at is None))
+                coarse.append((est, it[1], it[2], it[3], it[4], value, failed_at is None, n, at))
                 state["best"] = min(state["best"], est)
             if progress:
                 progress(c.simulated, len(ranked))
@@ -285,19 +377,44 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
     top += [it for it in coarse if it not in top][: REFINE - len(top)]
     top.sort(key=lambda x: (x[0], x[1]))
     sized = runner.map(_refine, [(req, it[2], it[5]) for it in top])
+    # stage 4 (rate loads): the cheapest setups as disaggregated prefill and decode pools
+    dis_top = []
+    if req.kind == "rate":
+        for it in top:
+            if it[2].plan_key not in {d[2].plan_key for d in dis_top} and len(dis_top) < DISAGG_SETUPS:
+                dis_top.append(it)
+    dis = runner.map(_disagg, [(req, it[2], req.load) for it in dis_top])
+    nodes = runner.nodes
     runner.close()
-    cands = []
+    cands, sized_keys = [], set()
     for it, s in zip(top, sized):
         if s.replicas is None:
             continue
         if req.max_gpus is not None and s.replicas * it[2].gpus_per_replica > req.max_gpus:
             continue
         cands.append(_candidate(req, it[2], it[4], plans[it[2].plan_key], it[5], s, it[3], it[6]))
+        sized_keys.add(it[1])
+    dis_notes = []
+    for it, ds in zip(dis_top, dis):
+        k = it[2]
+        if ds.pools is None:
+            dis_notes.append(f"{k.gpu} tp={k.tp} pp={k.pp}: {ds.why or 'no pool sizes met the SLO'}")
+            continue
+        if req.max_gpus is not None and (ds.pools.prefill + ds.pools.decode) * k.gpus_per_replica > req.max_gpus:
+            dis_notes.append(f"{k.gpu} tp={k.tp} pp={k.pp}: {ds.pools.prefill}P{ds.pools.decode}D needs more GPUs than allowed")
+            continue
+        cands.append(_disagg_candidate(req, k, it[4], plans[k.plan_key], ds))
     if not cands:
         raise _no_candidate(req, c, reasons)
-    cands.sort(key=lambda x: (x["cost_per_hour"], x["predicted"]["ttft_p99_ms"] or math.inf))
-    frontier = pareto(cands, ((lambda x: x["cost_per_mtok_output"], "min"), (lambda x: x["predicted"]["ttft_p99_ms"], "min")))
-    throughput = pareto(cands, ((lambda x: x["output_tok_s_per_gpu"], "max"), (lambda x: x["output_tok_s_per_user"], "max")))
+    cands.sort(key=lambda x: (x["cost_per_hour"], x["predicted"]["ttft_p99_ms"] or math.inf, x["disaggregated"] is not None))
+    # every simulated candidate is a point: the sized ones as checked, the others at their coarse level
+    points = list(cands) + [_point(req, it[2], it[4], it[7], it[8], it[5]) for it in sorted(coarse, key=lambda x: (x[0], x[1]))
+                            if it[1] not in sized_keys and it[8] is not None
+                            and (req.max_gpus is None or it[7] * it[2].gpus_per_replica <= req.max_gpus)]
+    points.sort(key=lambda x: (x["cost_per_hour"], x["predicted"]["ttft_p99_ms"] or math.inf, not x["sized"]))
+    meeting = [x for x in points if x["meets_slo"]]
+    frontier = pareto(meeting, ((lambda x: x["cost_per_mtok_output"], "min"), (lambda x: x["predicted"]["ttft_p99_ms"], "min")))
+    throughput = pareto(meeting, ((lambda x: x["output_tok_s_per_gpu"], "max"), (lambda x: x["output_tok_s_per_user"], "max")))
     return {
         "model": req.model, "load": {"kind": req.kind, "value": req.load}, "isl": req.isl, "osl": req.osl,
         "classes": None if req.mix is None else [
@@ -306,14 +423,18 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
         "slo": dict(req.slo), "gpus": list(req.gpus),
         "evaluated": c.evaluated, "pruned": c.pruned, "infeasible": c.infeasible, "over_gpu_limit": c.over_gpu_limit,
         "skipped_by_bound": c.skipped_by_bound, "simulated": c.simulated, "not_simulated": c.not_simulated,
-        "sized": len(top), "prune_reasons": c.prune_reasons,
+        "sized": len(top), "disaggregated_tried": len(dis_top), "disaggregated_not_met": dis_notes,
+        "prune_reasons": c.prune_reasons,
         "seconds": round(time.perf_counter() - t0, 3),
         "search": {"coarse_requests": [COARSE_REQUESTS, COARSE_MAX_REQUESTS], "fine_requests": FINE_REQUESTS, "batch": BATCH, "slack": SLACK,
                    "representatives": MAX_REPRESENTATIVES, "limit_variants_for": LIMIT_VARIANTS_FOR, "refined": REFINE, "engine": "vllm defaults (simulated)",
-                   "aggregated_only": True, "expert_parallel": "not searched (ep=1)"},
+                   "disaggregated_setups": DISAGG_SETUPS if req.kind == "rate" else 0,
+                   "expert_parallel": "not searched (ep=1)"},
+        "ray": None if ray is None else {"address": ray, "nodes": nodes},  # where it ran (the answer does not depend on it)
         "prices": {g: {"usd_per_gpu_hour": prices[g].usd_per_gpu_hour, "source": prices[g].source, "date": prices[g].date}
                    for g in req.gpus},
         "candidates": cands,
+        "points": points,
         "frontier": frontier,
         "throughput_frontier": throughput,
         "best": cands[0],

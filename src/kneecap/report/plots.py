@@ -426,3 +426,32 @@ def throughput_series(series: Sequence[tuple[str, Sequence[tuple[float, float]]]
     """Output tok/s vs load for several runs on one axis: series = (name, [(load, tok/s), ...])."""
     return series_vs_load(series, load_name, load_unit, "output throughput (tok/s)",
                           f"Output throughput vs {load_name}, run by run")
+
+
+@_plain_text
+def recommend_pareto(points: Sequence[tuple[float, float, str]], frontier_points: Sequence[tuple[float, float, str]],
+                     xlabel: str, ylabel: str, title: str, *, log_x: bool = False) -> bytes | None:
+    """kneecap recommend: every evaluated candidate as a grey dot, the Pareto frontier as a labelled line.
+
+    points / frontier_points: (x, y, label); only the frontier's points are labelled (hundreds of labels
+    would hide the plot).
+    """
+    pts = [p for p in points if p[0] is not None and p[1] is not None]
+    if not pts:
+        return None
+    fig, axes = _figure()
+    ax = axes[0][0]
+    ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=12, color="#8c959f", label=f"evaluated candidates ({len(pts)})")
+    fr = sorted(p for p in frontier_points if p[0] is not None and p[1] is not None)
+    if fr:
+        ax.plot([p[0] for p in fr], [p[1] for p in fr], marker="o", color=PALETTE[0], label="Pareto frontier")
+    if log_x and min(p[0] for p in pts) > 0 and max(p[0] for p in pts) > 10 * min(p[0] for p in pts):
+        ax.set_xscale("log")
+    ax.margins(x=0.1, y=0.08)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.set_title(title)
+    _legend(ax, loc="best", fontsize=8)
+    _place_point_labels(fig, ax, [(x, y, label, PALETTE[0]) for x, y, label in fr])
+    return _png(fig)

@@ -1,7 +1,8 @@
-"""The recommend report: recommend.json's document -> DIR/report.md and DIR/report.html, with two Pareto
-plots (cost per million output tokens vs p99 TTFT; output tokens/s per GPU vs per user) as PNG files.
+"""The recommend report: recommend.json's document -> DIR/report.md and DIR/report.html, with the Pareto
+frontier over every simulated candidate as a table and two plots (cost per million output tokens vs p99 TTFT;
+output tokens/s per GPU vs per user; drawn by report/plots.py) as PNG files.
 
-Owns this page's text and plots only (self-contained, so the other pages can change freely); not the search.
+Owns this page's text only; not the search, not the drawing.
 """
 
 from __future__ import annotations
@@ -17,12 +18,17 @@ def _f(v, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _replicas(c: dict) -> str:
+    dis = c.get("disaggregated")
+    return f"{dis['prefill_replicas']} prefill + {dis['decode_replicas']} decode" if dis else str(c["replicas"])
+
+
 def _rows(doc: dict) -> list[list[str]]:
     rows = []
     for i, c in enumerate(doc["candidates"]):
         mark = ("best " if i == 0 else "") + ("frontier" if c in doc["frontier"] else "")
         margin = "" if c["margin"] is None else f" ({c['margin']:.0%})"
-        rows.append([mark.strip(), c["gpu"], f"{c['tp']} x {c['pp']}", str(c["replicas"]), f"{c['weight_dtype']}/{c['kv_dtype']}",
+        rows.append([mark.strip(), c["gpu"], f"{c['tp']} x {c['pp']}", _replicas(c), f"{c['weight_dtype']}/{c['kv_dtype']}",
                      f"{c['max_num_seqs']}/{c['max_num_batched_tokens']}", f"{c['cost_per_hour']:.2f}",
                      _f(c["cost_per_mtok_output"], ".3f"), _f(c["predicted"]["ttft_p99_ms"], ".0f"),
                      _f(c["predicted"]["tpot_p99_ms"], ".1f"),
@@ -30,42 +36,53 @@ def _rows(doc: dict) -> list[list[str]]:
     return rows
 
 
-def _plots(out_dir: Path, doc: dict) -> list[tuple[str, str]]:
-    try:
-        import matplotlib
+def _label(c: dict) -> str:
+    dis = c.get("disaggregated")
+    n = f"{dis['prefill_replicas']}P+{dis['decode_replicas']}D" if dis else str(c["replicas"])
+    return f"{n}x{c['gpus_per_replica']} {c['gpu']} {c['weight_dtype']}/{c['kv_dtype']}"
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+
+PLOTS = (("recommend-cost-ttft.png", "cost per million output tokens vs p99 TTFT (down and left is better)",
+          lambda c: c["predicted"]["ttft_p99_ms"], lambda c: c["cost_per_mtok_output"], "p99 TTFT (ms)",
+          "$ per million output tokens", "frontier", True),
+         ("recommend-throughput.png", "output tokens/s per GPU vs per user (up and right is better)",
+          lambda c: c["output_tok_s_per_user"], lambda c: c["output_tok_s_per_gpu"],
+          "output tokens/s per user (1000 / TPOT p50)", "output tokens/s per GPU", "throughput_frontier", False))
+
+
+def _plots(out_dir: Path, doc: dict) -> list[tuple[str, str]]:
+    """The two Pareto plots over every evaluated candidate meeting the SLO (report/plots.py draws them)."""
+    try:
+        from kneecap.report.plots import recommend_pareto
     except ImportError:
         return []
     made = []
-    specs = (("recommend-cost-ttft.png", "cost per million output tokens vs p99 TTFT",
-              lambda c: c["predicted"]["ttft_p99_ms"], lambda c: c["cost_per_mtok_output"], "p99 TTFT (ms)",
-              "$ per million output tokens", "frontier"),
-             ("recommend-throughput.png", "output tokens/s per GPU vs per user",
-              lambda c: c["output_tok_s_per_user"], lambda c: c["output_tok_s_per_gpu"],
-              "output tokens/s per user (1000 / TPOT p50)", "output tokens/s per GPU", "throughput_frontier"))
-    for name, title, fx, fy, xl, yl, key in specs:
-        pts = [(fx(c), fy(c), c) for c in doc["candidates"] if fx(c) is not None and fy(c) is not None]
-        if not pts:
+    points = [c for c in doc.get("points", doc["candidates"]) if c.get("meets_slo", True)]
+    for name, title, fx, fy, xl, yl, key, log_x in PLOTS:
+        try:
+            png = recommend_pareto([(fx(c), fy(c), _label(c)) for c in points],
+                                   [(fx(c), fy(c), _label(c)) for c in doc[key]], xl, yl, title, log_x=log_x)
+        except ImportError:  # matplotlib not installed: the tables still say it all
+            return made
+        if png is None:
             continue
-        fig, ax = plt.subplots(figsize=(6.4, 4.0))
-        ax.scatter([p[0] for p in pts], [p[1] for p in pts], color="0.6", label="sized candidates")
-        fr = sorted((fx(c), fy(c)) for c in doc[key] if fx(c) is not None and fy(c) is not None)
-        if fr:
-            ax.plot([p[0] for p in fr], [p[1] for p in fr], "o-", color="C0", label="Pareto frontier")
-        for x, y, c in pts:
-            ax.annotate(f"{c['replicas']}x{c['gpus_per_replica']} {c['gpu']} {c['weight_dtype']}/{c['kv_dtype']}", (x, y), fontsize=7, xytext=(3, 3),
-                        textcoords="offset points")
-        ax.set_xlabel(xl)
-        ax.set_ylabel(yl)
-        ax.set_title(title, fontsize=10)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out_dir / name, dpi=110)
-        plt.close(fig)
+        (out_dir / name).write_bytes(png)
         made.append((name, title))
     return made
+
+
+FRONTIER_COLUMNS = ("deployment", "tp x pp", "seqs/tokens", "$/h", "$/M output tokens", "TTFT p99 (ms)", "TPOT p99 (ms)",
+                    "output tok/s per GPU", "output tok/s per user", "checked at the load")
+
+
+def _frontier_rows(doc: dict) -> list[list[str]]:
+    seen, rows = set(), []
+    for c in doc["frontier"] + [c for c in doc.get("throughput_frontier", []) if c not in doc["frontier"]]:
+        rows.append([_label(c), f"{c['tp']} x {c['pp']}", f"{c['max_num_seqs']}/{c['max_num_batched_tokens']}",
+                     f"{c['cost_per_hour']:.2f}", _f(c["cost_per_mtok_output"], ".3f"), _f(c["predicted"]["ttft_p99_ms"], ".0f"),
+                     _f(c["predicted"]["tpot_p99_ms"], ".1f"), _f(c["output_tok_s_per_gpu"], ".0f"),
+                     _f(c["output_tok_s_per_user"], ".0f"), "yes (longer levels)" if c.get("sized") else "short level"])
+    return rows
 
 
 def _intro(doc: dict) -> list[str]:
@@ -81,8 +98,14 @@ def _intro(doc: dict) -> list[str]:
             f"(one replica's highest load under the SLO), {doc['sized']} sized and checked at the stated load; "
             f"{doc['seconds']:.0f} s.",
             "Predictions come from kneecap's simulated engine (vLLM scheduling defaults, virtual time; no model was run). "
-            "Only aggregated serving is searched (no disaggregated prefill/decode) and expert parallelism is not searched. "
-            "Replicas share the load evenly (rate / replicas requests/s each)."]
+            "Replicas share the load evenly (rate / replicas requests/s each). "
+            + (f"The cheapest {doc.get('disaggregated_tried', 0)} setups were also tried as disaggregated prefill and decode pools "
+               "(prompts prefilled on one pool, their KV sent to the other, which generates every output token). "
+               if doc.get("disaggregated_tried") else "Disaggregated prefill/decode is searched for rate loads only. ")
+            + "Expert parallelism is not searched.",
+            f"The frontier is taken over all {len(doc.get('points', doc['candidates']))} simulated candidates that meet the SLO: "
+            f"the {len(doc['candidates'])} sized ones as checked at the load, the others at one shorter level at their share of it; "
+            "candidates the roofline bound or the staged search left out have no prediction and are not on it."]
 
 
 def to_markdown(doc: dict, plots: list[tuple[str, str]]) -> str:
@@ -90,11 +113,17 @@ def to_markdown(doc: dict, plots: list[tuple[str, str]]) -> str:
     lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(r) + " |" for r in _rows(doc)]
     lines.append("")
+    lines += ["## Pareto frontier", "", "Cost per million output tokens against p99 TTFT, then output tokens/s per GPU "
+              "against per user (each row is on at least one of the two frontiers).", "",
+              "| " + " | ".join(FRONTIER_COLUMNS) + " |", "|" + "---|" * len(FRONTIER_COLUMNS)]
+    lines += ["| " + " | ".join(r) + " |" for r in _frontier_rows(doc)]
+    lines.append("")
     for name, title in plots:
         lines += [f"![{title}]({name})", ""]
     for i, c in enumerate(doc["candidates"][:3]):
         p = c["plan"]
-        lines += [f"## {'Best: ' if i == 0 else ''}{c['replicas']} x {c['gpus_per_replica']} {c['gpu']} "
+        dis = c.get("disaggregated")
+        lines += [f"## {'Best: ' if i == 0 else ''}{_replicas(c)} x {c['gpus_per_replica']} {c['gpu']} "
                   f"(tp {c['tp']}, pp {c['pp']}, {c['weight_dtype']} weights, {c['kv_dtype']} KV)", "",
                   f"- ledger per GPU: weights {p['weights_bytes_per_gpu'] / 1e9:.2f} GB, KV pool {p['kv_pool_bytes_per_gpu'] / 1e9:.2f} GB "
                   f"({p['kv_capacity_tokens']:,} tokens), overhead {p['overhead_bytes_per_gpu'] / 1e9:.2f} GB of {p['hbm_bytes_per_gpu'] / 1e9:.2f} GB",
@@ -106,6 +135,12 @@ def to_markdown(doc: dict, plots: list[tuple[str, str]]) -> str:
                                              ("meets the SLO" if c["one_fewer_replica"]["met"] else
                                               f"fails ({c['one_fewer_replica']['why']})")),
                   f"- trust: {c['trust']}",
+                  *([f"- disaggregated: {dis['prefill_replicas']} prefill and {dis['decode_replicas']} decode replicas; KV sent over "
+                     f"{dis['kv_link']} ({dis['kv_link_note']}), {dis['kv_transfer_ms']:.2f} ms for a {doc['isl']}-token prompt; "
+                     f"prefill time p99 {_f(dis['prefill_time_p99_ms'], '.0f')} ms"] if dis else []),
+                  *([f"- `kneecap run` plans: `{c['run_plan']['server']}` (against the server)"
+                     + (f", `{c['run_plan']['simulated']}` (the same plan on the simulated engine)" if "simulated" in c["run_plan"] else "")]
+                    if c.get("run_plan") else []),
                   f"- confirm on one replica: `{c['serve_cmd']}` then `{c['confirm_cmd']}`"
                   + (f" ({c['confirm_note']})" if c.get("confirm_note") else ""), ""]
     lines += ["## Prices", "", "| GPU | $/GPU-hour | source | date |", "|---|---|---|---|"]
@@ -123,10 +158,15 @@ def to_html(doc: dict, plots: list[tuple[str, str]]) -> str:
     parts.append("<table><tr>" + "".join(f"<th>{e(c)}</th>" for c in COLUMNS) + "</tr>")
     parts += ["<tr>" + "".join(f"<td>{e(x)}</td>" for x in r) + "</tr>" for r in _rows(doc)]
     parts.append("</table>")
+    parts.append("<h2>Pareto frontier</h2><table><tr>" + "".join(f"<th>{e(c)}</th>" for c in FRONTIER_COLUMNS) + "</tr>")
+    parts += ["<tr>" + "".join(f"<td>{e(x)}</td>" for x in r) + "</tr>" for r in _frontier_rows(doc)]
+    parts.append("</table>")
     parts += [f"<figure><img src='{e(n)}' alt='{e(t)}'><figcaption>{e(t)}</figcaption></figure>" for n, t in plots]
     for c in doc["candidates"][:3]:
-        parts.append(f"<h2>{c['replicas']} x {c['gpus_per_replica']} {e(c['gpu'])} (tp {c['tp']}, pp {c['pp']})</h2>"
-                     f"<p>trust: {e(c['trust'])}</p><pre>{e(c['serve_cmd'])}\n{e(c['confirm_cmd'])}</pre>")
+        plans = " ".join(f"kneecap run {n}" for n in (c.get("run_plan") or {}).values())
+        parts.append(f"<h2>{e(_replicas(c))} x {c['gpus_per_replica']} {e(c['gpu'])} (tp {c['tp']}, pp {c['pp']})</h2>"
+                     f"<p>trust: {e(c['trust'])}</p><pre>{e(c['serve_cmd'])}\n{e(c['confirm_cmd'])}"
+                     + (f"\n{e(plans)}" if plans else "") + "</pre>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 

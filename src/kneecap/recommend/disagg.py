@@ -1,0 +1,277 @@
+"""Disaggregated prefill/decode (xPyD) in the simulated engine: a prefill pool of X replicas and a decode
+pool of Y replicas of one setup (GPU, tp, pp, dtypes, engine limits).
+
+What it follows: vLLM's disaggregated serving (docs "Disaggregated Prefilling", the NixlConnector and its
+toy proxy): the proxy sends each request to a prefill instance with max_tokens=1, the prefill instance
+computes the prompt's KV, the KV moves to a decode instance (each rank sends its own shard), and the decode
+instance, holding the prompt's KV already, generates every output token. SGLang's PD disaggregation and
+NVIDIA Dynamo's disaggregated serving have the same request path (prefill worker, KV transfer over
+NIXL/RDMA, decode worker); Dynamo's conditional routing (short prompts prefilled locally) is not modelled.
+
+How it is simulated (nothing in the engine changes):
+1. one prefill replica at rate / X, every request with one output token (simulate_level with a schedule):
+   each request's prefill time, queueing included;
+2. the KV transfer: kv bytes per token per GPU x prompt tokens over one GPU's link (each GPU sends its
+   shard in parallel): NVLink / xGMI / PCIe of the catalog when both pools fit one node (8 GPUs), else the
+   node's network, 400 Gb/s per GPU (NVIDIA DGX H100/H200: eight ConnectX-7 400 Gb/s ports, one per GPU);
+3. one decode replica at rate / Y: each request arrives at its own arrival + its prefill time + its transfer,
+   and its prompt's KV is written into the decode replica's KV pool on arrival (blocks held until the
+   scheduler admits it: vLLM's decode side allocates the blocks the KV is read into), so admission finds it
+   cached and computes only the prompt's last partial block (the first decode step). A request whose KV
+   finds no free blocks waits for them (its transfer starts when they are free).
+TTFT = its prefill time + transfer + the decode replica's queue and first step; TPOT/ITL from the decode
+replica. Rate loads only (a closed loop over two pools is not modelled). Owns this composition; not the
+engine, the grid or the ranking.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from kneecap.metrics.search import MaxLoad, Verdict, find_max
+from kneecap.metrics.slo import level_meets_slo, split_key
+from kneecap.metrics.summarize import summarize_level
+from kneecap.recommend.evaluate import RATE_RESOLUTION, LevelOutcome, simulated
+from kneecap.recommend.space import GPUS_PER_NODE, Knobs, RecommendRequest
+from kneecap.sim.sweep import LevelSpec, simulate_level
+from kneecap.workload import LengthDist, RequestClass, Workload, arrival_offsets, make_requests
+
+# NVIDIA DGX H100/H200 user guide, "Network ports": eight single-port ConnectX-7 cards at 400 Gb/s InfiniBand
+# / Ethernet, one per GPU, for the compute fabric (https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html)
+NETWORK_BYTES_S_PER_GPU = 400e9 / 8
+NETWORK_SOURCE = "400 Gb/s per GPU (NVIDIA DGX H100/H200: one ConnectX-7 400 Gb/s port per GPU)"
+MAX_POOL_STEPS = 6  # replica adjustments tried around the first estimate
+DECODE_STEP_BUFFER = 0.8  # the prefill pool is sized against 80% of the TTFT limit (the rest: transfer, first step)
+LEVEL_REQUESTS = 160  # requests of a level (each pool)
+MAX_STEPS_PER_CALL = 1 << 20
+
+
+@dataclass(frozen=True)
+class Link:
+    bytes_s: float  # per GPU, per direction
+    name: str  # nvlink / xgmi / pcie / network
+
+
+def link_for(req: RecommendRequest, k: Knobs, x: int, y: int) -> Link:
+    """Inside one node when both pools fit (x + y) x GPUs per replica <= 8; else the network."""
+    from kneecap.hardware import get_gpu
+
+    gpu = get_gpu(k.gpu)
+    if (x + y) * k.gpus_per_replica <= GPUS_PER_NODE:
+        return Link(gpu.interconnect_bytes_s, gpu.interconnect)
+    return Link(NETWORK_BYTES_S_PER_GPU, "network")
+
+
+def transfer_s(kv_bytes_per_token_per_gpu: float, prompt_tokens: int, link: Link) -> float:
+    return kv_bytes_per_token_per_gpu * prompt_tokens / link.bytes_s
+
+
+def _workload(req: RecommendRequest) -> Workload:
+    if req.mix is not None:
+        return req.mix
+    return Workload(classes=(RequestClass(input=LengthDist.fixed(req.isl), output=LengthDist.fixed(req.osl)),))
+
+
+def _draw(req: RecommendRequest, rate: float, n: int):
+    specs = make_requests(_workload(req), n, req.seed, id_prefix="r")
+    return specs, arrival_offsets(rate, n, 1.0, req.seed)
+
+
+def prefill_times(req: RecommendRequest, k: Knobs, rate: float, n: int) -> list[float | None]:
+    """One prefill replica at `rate`: each request's time from arrival to its prompt computed (None: failed)."""
+    sim = simulated(req, k)
+    specs, at = _draw(req, rate, n)
+    schedule = tuple((a, dataclasses.replace(s, output_tokens=1)) for a, s in zip(at, specs))
+    res = simulate_level(sim.deployment, sim.config, sim.num_kv_blocks, _workload(req), LevelSpec(rate=rate, schedule=schedule),
+                         seed=req.seed, steptime=sim.steptime, charge_state=sim.charge_state)
+    done = {r.request_id: (r.first_token_at - r.sent_at) if r.ok and r.first_token_at is not None else None for r in res.records}
+    return [done.get(s.request_id) for s in specs]
+
+
+def decode_records(req: RecommendRequest, k: Knobs, rate: float, prefill_s: list[float | None], link: Link, n: int):
+    """One decode replica at `rate`: request i arrives at its own arrival + prefill_s[i] + its transfer with its
+    prompt's KV, which is written into the pool (blocks held until admission). Records timed from the arrival."""
+    sim = simulated(req, k)
+    plan = sim.plan
+    specs, at = _draw(req, rate, n)
+    engine = sim.new_engine()
+    blocks, bs = engine.blocks, engine.block_size
+    failed = []
+    todo = []
+    for i, (s, a) in enumerate(zip(specs, at)):
+        p = prefill_s[i % len(prefill_s)]
+        if p is None:  # the prefill pool failed it
+            failed.append(s.request_id)
+            continue
+        ready = a + p + transfer_s(plan.kv_bytes_per_token_per_gpu, s.input_tokens, link)
+        todo.append((ready, i, dataclasses.replace(s, prefix_group=i, prefix_tokens=s.input_tokens), a))
+    todo.sort(key=lambda x: (x[0], x[1]))
+    origin = {spec.request_id: a for _, _, spec, a in todo}
+    records, held = [], {}
+    t, pos = 0.0, 0
+    while True:
+        while pos < len(todo) and todo[pos][0] <= t:
+            _, i, spec, a = todo[pos]
+            hold = ("kv", spec.request_id)
+            n_full = (spec.input_tokens - 1) // bs
+            if n_full and blocks.allocate(hold, n_full * bs) is None:
+                if engine.has_work:
+                    break  # no room for its KV yet: it waits for blocks (FIFO)
+                n_full = 0  # nothing will free blocks: it recomputes its prompt here
+            for b in range(n_full):
+                blocks.register(hold, b, ("p", spec.class_name, spec.prefix_group, b))
+            rejected = engine.add_request(spec, t, meta={"level": 0, "rate": rate}, scheduled_at=a)
+            if rejected is not None:
+                blocks.free_seq(hold)
+                records.append(rejected)
+            elif n_full:
+                held[spec.request_id] = hold
+            pos += 1
+        until = todo[pos][0] if pos < len(todo) else math.inf
+        if not engine.has_work:
+            if until < math.inf:
+                t = max(t, until)
+                continue
+            break
+        out = engine.step(t, until=until, max_steps=MAX_STEPS_PER_CALL)
+        if out is None:
+            break
+        t = out.ended_at
+        records.extend(out.finished)
+        for rid in [r for r, h in held.items() if blocks.num_held(r)]:
+            blocks.free_seq(held.pop(rid))  # admitted: the sequence holds its KV blocks itself now
+    for r in records:  # time every request from its arrival at the prefill pool
+        r.sent_at = r.scheduled_at = origin.get(r.request_id, r.sent_at)
+        r.rate = rate
+    return records, failed, engine.server_metrics()
+
+
+@dataclass(frozen=True)
+class PoolsOutcome:
+    prefill: int
+    decode: int
+    link: str
+    transfer_ms: float  # for a prompt of the mean length
+    level: LevelOutcome
+    prefill_ttft_p99_ms: float | None
+
+
+def run_pools(req: RecommendRequest, k: Knobs, x: int, y: int, n: int = LEVEL_REQUESTS) -> PoolsOutcome:
+    """The whole xPyD deployment at the stated rate: one replica of each pool at its share, composed."""
+    link = link_for(req, k, x, y)
+    pre = prefill_times(req, k, req.load / x, n)
+    recs, failed, sm = decode_records(req, k, req.load / y, pre, link, n)
+    summary = summarize_level(recs, rate=req.load / y)
+    if failed:
+        summary["failed"] = summary.get("failed", 0) + len(failed)
+        summary["requests"] = summary.get("requests", 0) + len(failed)
+    ok, breaches = level_meets_slo(summary, req.slo)
+    values = {}
+    for key in req.slo:
+        if key == "error_rate":
+            values[key] = summary["failed"] / summary["requests"] if summary.get("requests") else None
+        else:
+            metric, stat = split_key(key)
+            values[key] = (summary.get(f"{metric}_ms") or {}).get(stat)
+    sorted_pre = sorted(p for p in pre if p is not None)
+    p99 = sorted_pre[min(len(sorted_pre) - 1, math.ceil(0.99 * len(sorted_pre)) - 1)] * 1000.0 if sorted_pre else None
+    g = lambda m, s: (summary.get(m) or {}).get(s)
+    out = summary.get("output_tok_s")
+    level = LevelOutcome(load=req.load, met=ok, why="; ".join(b["message"] for b in breaches),
+                         ttft_p99_ms=g("ttft_ms", "p99"), tpot_p99_ms=g("tpot_ms", "p99"), tpot_p50_ms=g("tpot_ms", "p50"),
+                         output_tok_s=None if out is None else out * y,  # the decode pool's replicas in all
+                         kv_usage_max=sm.get("kv_usage_max"), preemptions=sm.get("preemptions"), values=values)
+    return PoolsOutcome(x, y, link.name, transfer_s(simulated(req, k).plan.kv_bytes_per_token_per_gpu, req.isl, link) * 1000.0,
+                        level, p99)
+
+
+def _limits(req: RecommendRequest, metrics: tuple[str, ...]) -> dict:
+    return {key: v for key, v in req.slo.items() if key != "error_rate" and split_key(key)[0] in metrics}
+
+
+def prefill_max(req: RecommendRequest, k: Knobs, high: float) -> MaxLoad:
+    """One prefill replica's highest rate whose prompt time keeps within DECODE_STEP_BUFFER of each TTFT
+    limit, less the transfer (judged on the prompt times alone)."""
+    ttft = _limits(req, ("ttft",))
+    link = link_for(req, k, 1, 1)
+    xfer_ms = transfer_s(simulated(req, k).plan.kv_bytes_per_token_per_gpu, req.isl, link) * 1000.0
+
+    def evaluate(rate: float, _rep: int) -> Verdict:
+        pre = sorted(p for p in prefill_times(req, k, rate, LEVEL_REQUESTS) if p is not None)
+        if len(pre) < LEVEL_REQUESTS:
+            return Verdict(met=False, why="prefill requests failed")
+        for key, limit in ttft.items():
+            stat = split_key(key)[1]
+            q = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "max": 1.0, "mean": None}.get(stat, 0.99)
+            v = (sum(pre) / len(pre)) if q is None else pre[min(len(pre) - 1, max(0, math.ceil(q * len(pre)) - 1))]
+            if v * 1000.0 + xfer_ms > DECODE_STEP_BUFFER * limit:
+                return Verdict(met=False, why=f"prefill {key[:-3]} {v * 1000:.0f} ms + transfer {xfer_ms:.1f} ms")
+        return Verdict(met=True, why="")
+
+    return find_max(evaluate, "rate", low=high / 64, high=high, resolution=RATE_RESOLUTION)
+
+
+def decode_max(req: RecommendRequest, k: Knobs, high: float) -> MaxLoad:
+    """One decode replica's highest rate meeting the TPOT/ITL/E2E limits, prompts arriving prefilled (no
+    prefill queueing: that is the prefill pool's share of the TTFT, checked when the pools are composed)."""
+    decode_slo = _limits(req, ("tpot", "itl"))
+    link = link_for(req, k, 1, 1)
+    n = LEVEL_REQUESTS
+
+    def evaluate(rate: float, _rep: int) -> Verdict:
+        recs, failed, _ = decode_records(req, k, rate, [0.0], link, n)
+        summary = summarize_level(recs, rate=rate)
+        ok, breaches = level_meets_slo(summary, decode_slo) if decode_slo else (not failed, [])
+        return Verdict(met=ok and not failed, why="; ".join(b["message"] for b in breaches))
+
+    return find_max(evaluate, "rate", low=high / 64, high=high, resolution=RATE_RESOLUTION)
+
+
+@dataclass(frozen=True)
+class DisaggSized:
+    pools: PoolsOutcome | None  # None: no pool sizes within MAX_POOL_STEPS met the SLO
+    prefill_max: float | None
+    decode_max: float | None
+    one_fewer_prefill: LevelOutcome | None
+    one_fewer_decode: LevelOutcome | None
+    why: str = ""
+
+
+def size_pools(req: RecommendRequest, k: Knobs, high: float) -> DisaggSized:
+    """X = ceil(rate / prefill max), Y = ceil(rate / decode max); the composed deployment checked at the rate:
+    a TTFT breach adds a prefill replica, any other a decode replica; then each pool shrinks while the whole
+    still meets the SLO."""
+    pm, dm = prefill_max(req, k, high), decode_max(req, k, high)
+    if pm.value is None or dm.value is None:
+        return DisaggSized(None, pm.value, dm.value, None, None,
+                           why=pm.failed_because if pm.value is None else dm.failed_because)
+    x = max(1, math.ceil(req.load / pm.value - 1e-9))
+    y = max(1, math.ceil(req.load / dm.value - 1e-9))
+    cache: dict[tuple[int, int], PoolsOutcome] = {}
+
+    def check(a: int, b: int) -> PoolsOutcome:
+        if (a, b) not in cache:
+            cache[(a, b)] = run_pools(req, k, a, b)
+        return cache[(a, b)]
+
+    for _ in range(MAX_POOL_STEPS):
+        o = check(x, y)
+        if o.level.met:
+            break
+        ttft_breach = any(key.startswith("ttft") and (o.level.values.get(key) or 0) > lim
+                          for key, lim in req.slo.items() if key != "error_rate")
+        if ttft_breach and (o.prefill_ttft_p99_ms or 0) + o.transfer_ms > 0.5 * min(
+                lim for key, lim in req.slo.items() if key.startswith("ttft")):
+            x += 1
+        else:
+            y += 1
+    else:
+        return DisaggSized(None, pm.value, dm.value, None, None, why=check(x, y).level.why)
+    while x > 1 and check(x - 1, y).level.met:
+        x -= 1
+    while y > 1 and check(x, y - 1).level.met:
+        y -= 1
+    return DisaggSized(check(x, y), pm.value, dm.value, check(x - 1, y).level if x > 1 else None,
+                       check(x, y - 1).level if y > 1 else None)

@@ -1,0 +1,89 @@
+"""The `kneecap run` load plan that would confirm a recommended candidate: one request class per workload
+class (the ISL/OSL pair, or each class of a --classes mix, ramped on its own as `kneecap run` does), the SLO
+as every class's budget, the load raised one step at a time (half the candidate's share, its share, and the
+simulated maximum) with the share as the required load.
+
+Two plans per candidate: against the real server (base URL http://127.0.0.1:8000, the replica started with
+the candidate's `vllm serve` line, or the proxy in front of disaggregated pools), and the same plan on
+kneecap's simulated engine with the candidate's own settings (what recommend predicted; aggregated
+candidates only, the simulator target has no prefill/decode pools). Owns the plan's content; the schema is
+kneecap.loadplan.schema's.
+"""
+
+from __future__ import annotations
+
+from kneecap.recommend.space import ENGINE_DEFAULTS, RecommendRequest
+
+# the budgets kneecap.loadplan.schema.Budget holds (a sibling layer: not imported; a test checks they agree)
+BUDGET_METRICS = ("ttft", "itl", "tpot", "e2e")
+BUDGET_PCTS = ("p50", "p95", "p99")
+
+BASE_URL = "http://127.0.0.1:8000"
+REQUESTS_PER_CELL = 300
+
+
+def _length(d: dict) -> dict:
+    """A workload LengthDist (as recommend.json's classes hold it) -> the plan's LengthSpec."""
+    kind = d["kind"]
+    out = {"kind": kind}
+    keys = {"fixed": ("value",), "uniform": ("low", "high"), "normal": ("mean", "std"), "lognormal": ("mean", "std"),
+            "empirical": ("values",)}[kind]
+    for key in keys:
+        out[key] = list(d[key]) if key == "values" else d[key]
+    if d.get("min_value", 1) != 1:
+        out["min"] = d["min_value"]
+    if d.get("max_value") is not None:
+        out["max"] = d["max_value"]
+    return out
+
+
+def _budget(slo: dict) -> tuple[dict, list[str]]:
+    """The SLO keys a load-plan budget can hold (ttft/itl/tpot/e2e at p50/p95/p99, error_rate); the rest named."""
+    allowed = {f"{m}_{p}_ms" for m in BUDGET_METRICS for p in BUDGET_PCTS} | {"error_rate"}
+    return {k: v for k, v in slo.items() if k in allowed}, [k for k in slo if k not in allowed]
+
+
+def _steps(kind: str, share: float, max_load: float | None) -> list[float]:
+    if kind == "rate":
+        vals = {round(share / 2, 3), round(share, 3)} | ({round(max_load, 3)} if max_load and max_load > share else set())
+        return sorted(v for v in vals if v > 0)
+    vals = {max(1, int(share) // 2), int(share)} | ({int(max_load)} if max_load and max_load > share else set())
+    return sorted(vals)
+
+
+def run_plans(req: RecommendRequest, doc: dict, cand: dict, name: str) -> dict[str, dict]:
+    """{"server": plan, "simulated": plan (aggregated only)} for one candidate of recommend.json."""
+    dis = cand.get("disaggregated")
+    share = req.load if dis else cand["predicted"]["per_replica_load"]
+    if doc.get("classes"):
+        classes = {c["name"]: {"input": _length(c["input"]), "output": _length(c["output"]), "weight": c["weight"]}
+                   for c in doc["classes"]}
+    else:
+        classes = {"requests": {"input": {"kind": "fixed", "value": req.isl}, "output": {"kind": "fixed", "value": req.osl}}}
+    budget, dropped = _budget(dict(req.slo))
+    where = (f"{dis['prefill_replicas']} prefill + {dis['decode_replicas']} decode replicas behind one proxy, at the whole rate"
+             if dis else f"one replica at its share of the load ({share:g} {'requests/s' if req.kind == 'rate' else 'streams'})")
+    desc = (f"Confirms kneecap recommend's {cand['replicas']} x {cand['gpus_per_replica']} {cand['gpu']} (tp {cand['tp']}, "
+            f"pp {cand['pp']}, {cand['weight_dtype']} weights, {cand['kv_dtype']} KV, max_num_seqs {cand['max_num_seqs']}, "
+            f"max_num_batched_tokens {cand['max_num_batched_tokens']}) for {req.model}: {where}.")
+    if len(classes) > 1:
+        desc += " Each class is ramped on its own (kneecap run's cells), not as the mix."
+    if dropped:
+        desc += f" SLO terms a load-plan budget cannot hold are left out: {', '.join(dropped)}."
+    base = {
+        "name": name, "description": desc, "seed": req.seed, "classes": classes,
+        "slo": {c: dict(budget) for c in classes},
+        "load": {"dimension": req.kind, "steps": _steps(req.kind, share, None if dis else cand.get("max_load")),
+                 "requests_per_cell": REQUESTS_PER_CELL, "required": share},
+        "repetitions": 1,
+    }
+    cost = {"gpu_hour_usd": cand["usd_per_gpu_hour"],
+            "num_gpus": cand["total_gpus"] if dis else cand["gpus_per_replica"]}
+    server = dict(base, candidates=[{"name": "server", "target": {"kind": "server", "base_url": BASE_URL}, "cost": cost}])
+    out = {"server": server}
+    if not dis:
+        target = {"kind": "simulator", "model": req.model, "gpu": cand["gpu"], "tp": cand["tp"], "pp": cand["pp"],
+                  "weight_dtype": cand["weight_dtype"], "kv_dtype": cand["kv_dtype"], "engine_defaults": ENGINE_DEFAULTS,
+                  "max_num_seqs": cand["max_num_seqs"], "max_num_batched_tokens": cand["max_num_batched_tokens"]}
+        out["simulated"] = dict(base, name=name + "-simulated", candidates=[{"name": "simulated", "target": target, "cost": cost}])
+    return out
