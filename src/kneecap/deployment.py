@@ -30,13 +30,25 @@ class Deployment:
     frag_fraction: float = 0.05  # fragmentation headroom: fraction of what is left after weights + overhead
     mem_util: float = 1.0  # fraction of HBM the engine may use
     params_override: int | None = None  # --params: total parameters to use for weight bytes
+    # expert parallelism: routed experts split whole over ep of the tp GPUs (each expert on one rank, sharded
+    # tp/ep ways) instead of every expert sharded tp ways; per-GPU expert bytes are the same either way
+    ep: int = 1
+    # attention data parallelism (SGLang --enable-dp-attention, TensorRT-LLM enable_attention_dp, vLLM DP+EP):
+    # each of the tp GPUs holds the whole attention weights and attends only its own sequences, whose KV it keeps
+    # (a KV pool per DP rank); the MoE layers run expert-parallel over the same GPUs
+    dp_attention: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "block_size"):
+        for name in ("tp", "pp", "block_size", "ep"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise KneecapError(f"--{name.replace('_', '-')} must be a whole number >= 1, got {value!r}",
                                    f"pass e.g. --{name.replace('_', '-')} 1")
+        if self.ep > 1 and not self.model.is_moe:
+            raise KneecapError(f"--ep {self.ep} needs a mixture-of-experts model; {self.model.name} is dense", "drop --ep")
+        if self.dp_attention and not self.model.is_moe:
+            raise KneecapError(f"--dp-attention needs a mixture-of-experts model; {self.model.name} is dense",
+                               "drop --dp-attention")
         if not (0 < self.mem_util <= 1):
             raise KneecapError(f"--mem-util must be in (0, 1], got {self.mem_util!r}", "pass e.g. --mem-util 0.9")
         if not (0 <= self.frag_fraction < 1):
@@ -52,6 +64,21 @@ class Deployment:
     @property
     def num_gpus(self) -> int:
         return self.tp * self.pp
+
+    @property
+    def attention_tp(self) -> int:
+        """GPUs one sequence's attention (heads, KV) is split over: 1 under DP attention, else tp."""
+        return 1 if self.dp_attention else self.tp
+
+    @property
+    def attention_dp(self) -> int:
+        """Attention data-parallel ranks, each with its own sequences and KV pool: tp under DP attention, else 1."""
+        return self.tp if self.dp_attention else 1
+
+    @property
+    def expert_parallel(self) -> int:
+        """Expert-parallel degree the MoE layers run with: tp under DP attention (as SGLang and TensorRT-LLM), else ep."""
+        return max(self.ep, self.tp) if self.dp_attention else self.ep
 
     @property
     def hbm_bytes(self) -> int:

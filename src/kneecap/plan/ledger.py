@@ -124,8 +124,8 @@ class Plan:
         """Paged sequences the pool holds at another mean context (whole blocks, sliding layers capped)."""
         d = self.deployment
         seq = kvmath.sequence_kv_bytes_per_gpu(d.model, min(mean_context, self.context), self.kv_dtype_bytes,
-                                               d.tp, d.pp, self.block_size, paged=True)
-        return self.ledger.kv_pool_bytes // seq if seq else 0
+                                               d.attention_tp, d.pp, self.block_size, paged=True)
+        return d.attention_dp * (self.ledger.kv_pool_bytes // seq) if seq else 0
 
     def typical_means(self) -> list[tuple[int, int]]:
         """(mean context, paged max sequences) at each TYPICAL_MEAN_CONTEXTS point below the advertised context."""
@@ -268,9 +268,24 @@ def weights_total_bytes(deployment: Deployment) -> int:
     return total
 
 
+def attention_weight_fraction(deployment: Deployment) -> float:
+    """The attention projections' share of the whole model's weight bytes (0 when the model has no breakdown)."""
+    m = deployment.model
+    parts = dict(m.param_parts)
+    if deployment.params_override or "attention" not in parts:
+        return 0.0
+    total = weights_total_bytes(deployment)
+    return weight_bytes(parts["attention"], deployment.weight_dtype) / total if total else 0.0
+
+
 def weights_bytes_per_gpu(total_bytes: int, deployment: Deployment) -> int:
-    """Weights on one GPU: split evenly over tp x pp ranks, rounded up."""
-    return -(-total_bytes // deployment.num_gpus)
+    """Weights on one GPU: split evenly over tp x pp ranks, rounded up. Under DP attention every GPU of a stage
+    also holds the whole attention projections (each rank attends its own sequences); experts stay split."""
+    per_gpu = -(-total_bytes // deployment.num_gpus)
+    if deployment.dp_attention:
+        attn = total_bytes * attention_weight_fraction(deployment)
+        per_gpu += int(attn / deployment.pp * (1 - 1 / deployment.tp))
+    return per_gpu
 
 
 def usable_bytes(deployment: Deployment) -> int:
@@ -289,6 +304,8 @@ def _is_mla(deployment: Deployment) -> bool:
 def kv_layout(deployment: Deployment) -> tuple[int, bool]:
     """(KV heads per GPU, replicated?) at this TP degree."""
     m = deployment.model
+    if deployment.dp_attention:
+        return m.num_key_value_heads, False  # every rank keeps whole heads, of its own sequences only
     heads = kvmath.kv_heads_per_gpu(m.num_key_value_heads, deployment.tp)
     if _is_mla(deployment) and not any(t in ("full_attention", "sliding_attention") for t in m.layer_types):
         return heads, deployment.tp > 1  # MLA keeps the whole latent on every rank
@@ -390,13 +407,16 @@ def build_plan(deployment: Deployment, *, context: int, mean_context: int | None
         pool = kv_pool_bytes
         pool_source = "override"
 
-    per_token_gpu = kvmath.kv_bytes_per_token_per_gpu(m, dtype_bytes, deployment.tp, deployment.pp)
+    # DP attention: each of the tp ranks keeps whole-head KV of its own sequences in its own pool, so the
+    # deployment holds dp pools' worth (blocks and sequences below are the deployment's, over its dp ranks)
+    atp, dp = deployment.attention_tp, deployment.attention_dp
+    per_token_gpu = kvmath.kv_bytes_per_token_per_gpu(m, dtype_bytes, atp, deployment.pp)
     bs = deployment.block_size
-    num_blocks = pool // (per_token_gpu * bs) if per_token_gpu else 0
-    seq_contig = kvmath.sequence_kv_bytes_per_gpu(m, context, dtype_bytes, deployment.tp, deployment.pp, bs, paged=False)
-    seq_paged = kvmath.sequence_kv_bytes_per_gpu(m, mean_context, dtype_bytes, deployment.tp, deployment.pp, bs, paged=True)
-    max_contig = pool // seq_contig if seq_contig else 0
-    max_paged = pool // seq_paged if seq_paged else 0
+    num_blocks = dp * (pool // (per_token_gpu * bs)) if per_token_gpu else 0
+    seq_contig = kvmath.sequence_kv_bytes_per_gpu(m, context, dtype_bytes, atp, deployment.pp, bs, paged=False)
+    seq_paged = kvmath.sequence_kv_bytes_per_gpu(m, mean_context, dtype_bytes, atp, deployment.pp, bs, paged=True)
+    max_contig = dp * (pool // seq_contig) if seq_contig else 0
+    max_paged = dp * (pool // seq_paged) if seq_paged else 0
     cap = compute_batch_cap
     max_conc = min(max_paged, cap) if cap is not None else max_paged
     binding = "compute" if cap is not None and cap < max_paged else "hbm"
@@ -405,7 +425,13 @@ def build_plan(deployment: Deployment, *, context: int, mean_context: int | None
     notes = list(m.notes)
     if missing := _missing_hbm_figure(deployment):
         notes.append(missing)
-    if replicated and not _is_mla(deployment):
+    if dp > 1:
+        notes.append(f"DP attention: each of the {dp} GPUs keeps the whole attention weights and the KV of its own "
+                     f"sequences ({per_token_gpu:,} B per token); blocks and sequences are summed over the {dp} pools")
+    if deployment.expert_parallel > 1:
+        notes.append(f"expert parallelism {deployment.expert_parallel}: the routed experts are split whole over "
+                     f"{deployment.expert_parallel} GPUs (same bytes per GPU as TP sharding)")
+    if replicated and not _is_mla(deployment) and dp == 1:
         notes.append(f"--tp {deployment.tp} exceeds the {m.num_key_value_heads} KV heads: each rank keeps a whole head, "
                      "so the KV cache is replicated and stops shrinking with TP")
     return Plan(
@@ -415,7 +441,7 @@ def build_plan(deployment: Deployment, *, context: int, mean_context: int | None
         kv_bytes_per_token=kvmath.kv_bytes_per_token(m, dtype_bytes),
         kv_bytes_per_token_per_gpu=per_token_gpu,
         kv_heads_per_gpu=heads, kv_replicated=replicated,
-        state_bytes_per_sequence=kvmath.state_bytes_per_sequence(m, deployment.tp, deployment.pp),
+        state_bytes_per_sequence=kvmath.state_bytes_per_sequence(m, atp, deployment.pp),
         ledger=ledger, pool_source=pool_source, block_size=bs,
         num_kv_blocks=num_blocks, kv_capacity_tokens=num_blocks * bs,
         seq_bytes_contiguous=seq_contig, seq_bytes_paged=seq_paged,

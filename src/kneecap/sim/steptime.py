@@ -153,11 +153,13 @@ class StepTimeModel:
     expert-parallel over all of them, and tokens move by all-to-all instead of all-reduce.
     """
 
-    def __init__(self, deployment: Deployment, params: StepTimeParams | None = None, *, ep: int = 1,
-                 dp_attention: bool = False, efficiency: Efficiency | None = None):
+    def __init__(self, deployment: Deployment, params: StepTimeParams | None = None, *, ep: int | None = None,
+                 dp_attention: bool | None = None, efficiency: Efficiency | None = None):
         self.deployment = deployment
         self.params = params = params or StepTimeParams()
         model, gpu, tp, pp = deployment.model, deployment.gpu, deployment.tp, deployment.pp
+        ep = deployment.ep if ep is None else ep  # None: as the deployment states (Deployment.ep / dp_attention)
+        dp_attention = deployment.dp_attention if dp_attention is None else dp_attention
         if gpu.bf16_flops <= 0 or gpu.hbm_bandwidth_bytes_s <= 0:
             raise KneecapError(f"GPU {gpu.name} has no FLOP/s or bandwidth figure", "pick a GPU with datasheet figures")
         if not isinstance(ep, int) or ep < 1:
@@ -221,10 +223,11 @@ class StepTimeModel:
         if model.is_moe and model.num_moe_layers and model.num_experts and routed:
             per_expert_all = routed / (model.num_experts * model.num_moe_layers)  # one expert, one layer, whole
             self.num_moe_layers = model.num_moe_layers
-            # bytes of one expert held per GPU: sharded over tp, or whole on one of ep GPUs
-            self.expert_bytes = per_expert_all / (1 if ep > 1 else tp)
-            self.expert_params = model.expert_params * pscale / (1 if ep > 1 else tp)
-            self.expert_act_bytes = act * (2 * h + 3 * model.expert_params / (3 * h) / (1 if ep > 1 else tp))
+            # bytes of one expert held per GPU: sharded over tp, or over tp/ep GPUs with ep expert groups
+            moe_tp = max(1, tp // ep) if ep > 1 else tp
+            self.expert_bytes = per_expert_all / moe_tp
+            self.expert_params = model.expert_params * pscale / moe_tp
+            self.expert_act_bytes = act * (2 * h + 3 * model.expert_params / (3 * h) / moe_tp)
         else:
             self.num_moe_layers = 0
             self.expert_bytes = self.expert_params = self.expert_act_bytes = 0.0
@@ -381,7 +384,8 @@ class StepTimeModel:
         return num_tokens
 
     def _cpu(self, s: float, m: int) -> float:
-        return m * self.overhead_s + self.cpu_per_seq_s * s
+        # under DP attention every rank runs its own scheduler over its own 1/tp of the sequences, in parallel
+        return m * self.overhead_s + self.cpu_per_seq_s * s * self.attn_share
 
     def _combine(self, gpu, cpu, m: int):
         if m > 1 or self.overlap_cpu:  # PP: the batch queue schedules micro-batches while others run
