@@ -22,6 +22,8 @@ ModelOpt = Annotated[Optional[str], typer.Option("--model", help="Preset, config
 GpuOpt = Annotated[Optional[str], typer.Option("--gpu", help="GPU name, e.g. h100-sxm, mi300x (see --list-gpus)")]
 TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree")]
 PpOpt = Annotated[int, typer.Option("--pp", help="Pipeline stages (layers split over stages)")]
+EpOpt = Annotated[int, typer.Option("--ep", help="Expert-parallel degree over the --tp GPUs (MoE models; 1 = experts sharded by TP)")]
+DpAttnOpt = Annotated[bool, typer.Option("--dp-attention", help="Attention data-parallel over the --tp GPUs: whole attention weights and a KV pool per GPU (MoE models)")]
 WDtypeOpt = Annotated[Optional[str], typer.Option("--weight-dtype", help="bf16, fp16, fp8, int8, int4/awq/gptq, nvfp4, mxfp4 (default: as the checkpoint ships)")]
 KvDtypeOpt = Annotated[Optional[str], typer.Option("--kv-dtype", help="bf16, fp16 or fp8 (default: the model's 16-bit dtype, as vLLM's 'auto')")]
 ParamsOpt = Annotated[Optional[float], typer.Option("--params", help="Total parameters to price (overrides the model's count)")]
@@ -44,7 +46,7 @@ MambaOpt = Annotated[Optional[int], typer.Option("--mamba-cache-size", help="SGL
 
 # Every plan flag: its typer option; the default is DEFAULTS' (kneecap.plan.build), never written here again.
 FLAG_OPTIONS = {
-    "preset": PresetOpt, "model": ModelOpt, "gpu": GpuOpt, "tp": TpOpt, "pp": PpOpt, "weight_dtype": WDtypeOpt,
+    "preset": PresetOpt, "model": ModelOpt, "gpu": GpuOpt, "tp": TpOpt, "pp": PpOpt, "ep": EpOpt, "dp_attention": DpAttnOpt, "weight_dtype": WDtypeOpt,
     "kv_dtype": KvDtypeOpt, "params": ParamsOpt, "context": ContextOpt, "mean_context": MeanOpt, "block_size": BlockOpt,
     "compute_batch_cap": CapOpt, "overhead_gib": OverheadOpt, "frag": FragOpt, "mem_util": MemUtilOpt, "hbm": HbmOpt,
     "kv_pool_gib": PoolOpt, "engine": EngineOpt, "mem_fraction": MemFracOpt, "engine_version": EngineVerOpt,
@@ -52,7 +54,7 @@ FLAG_OPTIONS = {
 }
 ALL_FLAGS = tuple(FLAG_OPTIONS)
 # what simulate, serve and calibrate take: a deployment without an engine's own pool model or a serving target
-SIM_FLAGS = ("preset", "model", "gpu", "tp", "pp", "weight_dtype", "kv_dtype", "params", "context", "block_size",
+SIM_FLAGS = ("preset", "model", "gpu", "tp", "pp", "ep", "dp_attention", "weight_dtype", "kv_dtype", "params", "context", "block_size",
              "overhead_gib", "frag", "mem_util", "hbm", "kv_pool_gib")
 
 

@@ -34,6 +34,8 @@ class DeploymentRequest:
     gpu: str | None = None
     tp: int = 1
     pp: int = 1
+    ep: int = 1  # expert parallelism over the tp GPUs (MoE models)
+    dp_attention: bool = False  # attention data parallelism over the tp GPUs (MoE models)
     weight_dtype: str | None = None
     kv_dtype: str | None = None
     params: float | None = None
@@ -149,7 +151,7 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         raise KneecapError("no model given", "pass --preset NAME (e.g. gqa-70b) or --model PATH|org/name")
     if not f.gpu:
         raise KneecapError("no GPU given", "pass --gpu NAME, e.g. --gpu h100-sxm (see `kneecap plan --list-gpus`)")
-    for flag, value in (("--tp", f.tp), ("--pp", f.pp), ("--block-size", f.block_size), ("--context", f.context),
+    for flag, value in (("--tp", f.tp), ("--pp", f.pp), ("--ep", f.ep), ("--block-size", f.block_size), ("--context", f.context),
                         ("--mean-context", f.mean_context), ("--compute-batch-cap", f.compute_batch_cap)):
         check_positive(flag, value, int)
     _finite_floats(f)
@@ -165,6 +167,14 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         raise KneecapError("--mem-fraction is SGLang's mem_fraction_static", "add --engine sglang, or use --mem-util")
     if f.mamba_cache_size is not None and f.engine != "sglang":
         raise KneecapError("--mamba-cache-size is SGLang's --max-mamba-cache-size", "add --engine sglang")
+    if f.ep > 1 and f.tp % f.ep:
+        raise KneecapError(f"--ep {f.ep} must divide --tp {f.tp} (the experts are split over the TP GPUs)",
+                           f"pass --ep {f.tp} or another divisor of --tp")
+    if f.dp_attention and f.tp < 2:
+        raise KneecapError("--dp-attention splits the sequences over the --tp GPUs; --tp is 1", "pass --tp 2 or more")
+    if f.dp_attention and f.engine:
+        raise KneecapError("--dp-attention with --engine: the engines' pool models are per TP group, not per DP rank",
+                           "drop --engine (the ledger keeps a pool per DP rank), or drop --dp-attention")
     if f.activation_gib is not None and f.engine != "vllm":
         raise KneecapError("--activation-gib is an input of the vLLM engine model", "add --engine vllm, or use --overhead-gib")
 
@@ -199,7 +209,7 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
             raise KneecapError("--mem-util is vLLM's knob", "use --mem-fraction for --engine sglang")
         mem_util = f.mem_fraction if f.mem_fraction is not None else engines.SGLANG_EXAMPLE_MEM_FRACTION
     deployment = Deployment(
-        model=model, gpu=gpu, tp=f.tp, pp=f.pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+        model=model, gpu=gpu, tp=f.tp, pp=f.pp, ep=f.ep, dp_attention=f.dp_attention, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
         block_size=f.block_size or (1 if f.engine == "sglang" else 16), hbm=hbm, overhead_bytes=int(f.overhead_gib * GiB), frag_fraction=f.frag,
         mem_util=1.0 if mem_util is None else mem_util,
         params_override=int(f.params) if f.params else None,
