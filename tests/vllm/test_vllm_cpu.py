@@ -89,6 +89,17 @@ def test_the_cpu_engine_model_predicts_the_kv_pool_vllm_logged_in_exact_tokens(v
     assert pool.log_lines[0] in logged  # the whole line: tokens and "Maximum concurrency for 2,048 tokens ...: 1024.00x"
 
 
+def test_plan_prints_the_cpu_kv_pool_vllm_logged_for_the_same_config_and_space(cli, vllm, tiny_model):
+    args = ("plan", "--model", str(tiny_model / "config.json"), "--cpu-kvcache-space-gib", str(vllm.kv_cache_space_gib),
+            "--context", str(MAX_MODEL_LEN))  # --context: the server's --max-model-len
+    as_json, text = cli(*args, "--json"), cli(*args)
+    assert as_json.code == text.code == 0, (as_json.stderr, text.stderr)
+    logged_line = [line for line in vllm.log().splitlines() if "KV cache size:" in line][-1]
+    assert json.loads(as_json.stdout)["kv_capacity_tokens"] == vllm.logged_kv_tokens()
+    printed = [line.strip() for line in text.stdout.splitlines() if line.strip().startswith("CPU KV cache size:")]
+    assert len(printed) == 1 and printed[0] in logged_line, (printed, logged_line)
+
+
 def test_run_plan_with_a_live_vllm_candidate_completes(cli, vllm, tmp_path):
     plan = tmp_path / "plan.yaml"
     plan.write_text(textwrap.dedent(f"""\

