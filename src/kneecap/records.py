@@ -42,6 +42,11 @@ class RequestRecord:
     end_at: float | None = None  # last byte of the response / failure time
     chunk_times: list[float] = field(default_factory=list)  # arrival of each token-bearing chunk (read)
     chunk_tokens: list[int] = field(default_factory=list)  # tokens carried by that chunk
+    # the simulator's tokens as runs of consecutive engine steps, one token per step:
+    # [time of the run's first token s, tokens in the run, time of its last token s]. Its records carry
+    # chunk_times only when asked (simulate --token-times); in memory they also reference the level's step
+    # timeline (see StepRuns), from which the exact per-token times and gaps come.
+    token_runs: list[list] = field(default_factory=list)
     expected_input_tokens: int | None = None  # what the workload asked for
     expected_output_tokens: int | None = None
     prompt_tokens: int | None = None  # as the server reported (usage); None if it did not say
@@ -55,6 +60,19 @@ class RequestRecord:
     turn: int | None = None  # multi-turn: 1-based turn within it
     extra: dict = field(default_factory=dict)  # driver-specific facts (e.g. simulator: preempted count)
 
+    # in memory only, not a field (never serialised — orjson skips attributes named with a leading underscore —
+    # nor compared): the simulator's runs as step indices into the level's shared StepTimeline; None for every
+    # other record and for records read back from a file
+    _step_runs = None
+
+    @property
+    def step_runs(self) -> "StepRuns | None":
+        return self._step_runs
+
+    @step_runs.setter
+    def step_runs(self, value: "StepRuns | None") -> None:
+        self._step_runs = value
+
     @property
     def ok(self) -> bool:
         return self.status == OK
@@ -66,13 +84,58 @@ class RequestRecord:
             return self.output_tokens
         return sum(self.chunk_tokens)
 
+    def token_times(self) -> list[float]:
+        """The time (s) of each token-bearing chunk: chunk_times, or a simulated record's step times."""
+        if self.chunk_times or self._step_runs is None:
+            return self.chunk_times
+        return self._step_runs.times()
+
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> "RequestRecord":
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return cls(**{k: v for k, v in data.items() if k in _SERIALISED})
+
+
+class StepTimeline:
+    """End times (s) of one engine's steps, step i at ends[i]; appended to as the engine runs and shared by
+    the records of its requests (a record's StepRuns index into it). `array()` is a numpy view of it."""
+
+    __slots__ = ("ends", "_array")
+
+    def __init__(self, ends: list[float] | None = None):
+        self.ends: list[float] = [] if ends is None else ends
+        self._array = None
+
+    def array(self):
+        import numpy as np
+
+        if self._array is None or len(self._array) != len(self.ends):
+            self._array = np.array(self.ends, dtype=np.float64)
+        return self._array
+
+
+class StepRuns:
+    """A simulated request's tokens: one per engine step, in runs of consecutive steps [first step, steps]
+    of a StepTimeline. Exactly the per-token times chunk_times would hold, without one float per token."""
+
+    __slots__ = ("timeline", "runs")
+
+    def __init__(self, timeline: StepTimeline, runs: list[list[int]]):
+        self.timeline = timeline
+        self.runs = runs
+
+    def times(self) -> list[float]:
+        """Every token's time (s), as chunk_times would list them."""
+        ends = self.timeline.ends
+        out: list[float] = []
+        for first, n in self.runs:
+            out.extend(ends[first:first + n])
+        return out
+
+
+_SERIALISED = frozenset(f.name for f in fields(RequestRecord))
 
 
 def dumps_record(record: RequestRecord) -> bytes:
@@ -80,7 +143,8 @@ def dumps_record(record: RequestRecord) -> bytes:
 
     orjson serialises the dataclass itself (fields in declaration order, as to_dict() would give):
     dataclasses.asdict deep-copies every list element first, which cost ~0.1 ms of the client's
-    single core per 64-token record, on the read path of every other stream in flight.
+    single core per 64-token record, on the read path of every other stream in flight. A simulated
+    record's in-memory step_runs is left out (its token_runs say the same in seconds).
     """
     import orjson
 

@@ -39,9 +39,9 @@ def test_invariants_hold_after_every_step(num_blocks, max_seqs, budget, lengths,
     assert sorted(r.request_id for r in records) == sorted(s.request_id for _, s in arrivals)
     for r in records:
         if r.ok:
-            assert r.output_tokens == r.expected_output_tokens == len(r.chunk_times)
-            assert r.sent_at <= r.first_token_at == r.chunk_times[0] <= r.end_at == r.chunk_times[-1]
-            assert all(a < b for a, b in zip(r.chunk_times, r.chunk_times[1:]))
+            assert r.output_tokens == r.expected_output_tokens == len(r.token_times())
+            assert r.sent_at <= r.first_token_at == r.token_times()[0] <= r.end_at == r.token_times()[-1]
+            assert all(a < b for a, b in zip(r.token_times(), r.token_times()[1:]))
         else:
             assert r.error_kind == "kv_capacity"  # only requests larger than the whole pool fail
     engine.blocks.check()
@@ -165,8 +165,8 @@ def test_fast_path_equals_exact_path():
             assert a.server_metrics == b.server_metrics
             assert [r.request_id for r in a.records] == [r.request_id for r in b.records]
             for ra, rb in zip(a.records, b.records):
-                assert len(ra.chunk_times) == len(rb.chunk_times)
-                assert ra.chunk_times == pytest.approx(rb.chunk_times, rel=1e-12, abs=1e-9)
+                assert len(ra.token_times()) == len(rb.token_times())
+                assert ra.token_times() == pytest.approx(rb.token_times(), rel=1e-12, abs=1e-9)
             assert len(a.trace) == len(b.trace)
             assert [row["kv_blocks_used"] for row in a.trace] == [row["kv_blocks_used"] for row in b.trace]
             if num_blocks == 600:
@@ -219,7 +219,8 @@ def test_warmup_flagged_and_extra_fields():
     assert sum(r.warmup for r in res.records) == 2
     for r in res.records:
         assert set(r.extra) >= {"preemptions", "queue_s"} and r.extra["queue_s"] >= 0
-        assert r.chunk_tokens == [1] * 8 and r.prompt_tokens == 64
+        assert len(r.token_times()) == 8 and r.prompt_tokens == 64
+        assert [n for _, n, _ in r.token_runs] == [8] and r.chunk_times == r.chunk_tokens == []  # one run of steps
 
 
 def test_step_with_nothing_to_do_returns_none():
@@ -305,5 +306,5 @@ def test_fast_path_equals_step_by_step_on_random_workloads(num_blocks, max_seqs,
     (exact, pre_a, steps_a), (fast, pre_b, steps_b) = results
     assert exact.keys() == fast.keys() and pre_a == pre_b and steps_a == steps_b
     for rid, r in exact.items():
-        assert fast[rid].status == r.status and len(fast[rid].chunk_times) == len(r.chunk_times)
+        assert fast[rid].status == r.status and len(fast[rid].chunk_times) == len(r.token_times())
         assert fast[rid].chunk_times == pytest.approx(r.chunk_times, rel=1e-9, abs=1e-12)

@@ -163,6 +163,7 @@ def simulate(
     out: Optional[str] = typer.Option(None, "--out", help="Results folder (default ./kneecap-results/simulate-<UTC time>)"),
     json_out: bool = typer.Option(False, "--json", help="Print summary.json on stdout, nothing else"),
     trace: bool = typer.Option(False, "--trace", help="Also write DIR/trace.jsonl: one line per engine step"),
+    token_times: bool = typer.Option(False, "--token-times", help="Write every token's time into requests.jsonl (chunk_times, as bench does); by default a request's tokens are written as runs of engine steps, token_runs [first token s, tokens, last token s] (the summary is the same either way)"),
     quiet: bool = typer.Option(False, "--quiet", help="No table"),
     no_report: bool = typer.Option(False, "--no-report", help="Do not render report.md / report.html into the folder"),
     grid: Optional[str] = typer.Option(None, "--grid", help="A JSON/YAML list of simulate configurations (option names to values): each one's summary.json into OUT/NNN-name/, index in OUT/grid.json"),
@@ -266,7 +267,9 @@ def simulate(
                                                      "warmup": warmup, "burstiness": burstiness}, **facts)
 
     with results.open_writer() as writer:
-        driver = VirtualTimeDriver(sim, opts, trace_path=trace_path if trace else None, row_writer=_append_rows)
+        # --export vllm re-reads requests.jsonl for per-token ITLs: it needs every token's time
+        driver = VirtualTimeDriver(sim, opts, trace_path=trace_path if trace else None, row_writer=_append_rows,
+                                   token_times=token_times or export == "vllm")
         sweep = Sweep(opts, state=SweepState(), plans=plans, driver=driver, write_record=writer.write,
                       persist=lambda doc: results.write_summary(_sorted(doc)), progress=SilentProgress(),
                       slo=slo_dict or None, stop_limits=StopLimits(slo=slo_dict), summarize_fn=summarize_level,

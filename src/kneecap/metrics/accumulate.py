@@ -15,6 +15,7 @@ from kneecap.errors import KneecapError
 from kneecap.metrics import request as req
 from kneecap.metrics.slo import per_request_budgets_ms, request_is_good
 from kneecap.metrics.stats import StreamingDistribution
+from kneecap.metrics.token_gaps import token_gaps
 from kneecap.metrics.summarize import (
     MAX_MISMATCH_EXAMPLES,
     add_token_mismatch,
@@ -95,14 +96,12 @@ class LevelAccumulator:
             value = fn(r)
             if value is not None:
                 self.dists[key].add(value * MS_PER_S)
-        gaps, tokens = req.chunk_gaps(r)
-        if gaps:
-            gaps_ms = [g * MS_PER_S for g in gaps]
-            self.dists["chunk_gap_ms"].add_many(gaps_ms)
-            self.dists["itl_ms"].add_many([g / k for g, k in zip(gaps_ms, tokens)], counts=tokens)
-        sizes = req.token_chunk_sizes(r)
-        if sizes:
-            self.dists["tokens_per_chunk"].add_many(sizes)
+        g = token_gaps([r])  # the same samples as summarize_level's, one request at a time
+        if g.gap_ms.size:
+            self.dists["chunk_gap_ms"].add_many(g.gap_ms, counts=g.gap_weights)
+            self.dists["itl_ms"].add_many(g.itl_ms, counts=g.itl_weights)
+        if g.chunk_tokens.size:
+            self.dists["tokens_per_chunk"].add_many(g.chunk_tokens, counts=g.chunk_weights)
         add_token_mismatch(self.token_mismatch, r)
         if self.slo and request_is_good(r, self._budgets, from_scheduled=self.rate is not None or r.rate is not None):
             c["good_requests"] += 1

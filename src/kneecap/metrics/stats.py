@@ -81,8 +81,10 @@ def weighted_distribution(values: Sequence[float], weights: Sequence[int]) -> di
     n = int(w.sum())
     if n == 0:
         return empty_distribution()
-    order = np.argsort(vals, kind="stable")
-    vals, w = vals[order], w[order]
+    # equal values are pooled first (sorted, weights summed), so the same multiset of samples gives the
+    # same floats whichever way it was split into (value, weight) pairs (per token, or per engine step)
+    vals, inverse = np.unique(vals, return_inverse=True)
+    w = np.bincount(inverse.reshape(-1), weights=w, minlength=vals.size).astype(np.int64)
     cum = np.cumsum(w)  # cum[j] = number of samples with rank < cum[j]
 
     def order_stat(rank: int) -> float:

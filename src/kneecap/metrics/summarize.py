@@ -7,7 +7,6 @@ excluded (and counted); failed and timed-out requests are counted, never dropped
 
 from __future__ import annotations
 
-from itertools import chain
 from typing import Iterable, Mapping
 
 from kneecap.errors import KneecapError
@@ -111,28 +110,13 @@ def attach_goodput_and_slo(summary: dict, slo: dict | None, good_requests: int, 
 
 
 def _itl(completed: list[RequestRecord]) -> tuple[dict, dict, dict]:
-    """(per-token ITL ms, per-chunk gap ms, tokens per chunk) pooled over completed requests.
+    """(per-token ITL ms, per-chunk gap ms, tokens per chunk) pooled over completed requests
+    (kneecap.metrics.token_gaps: the same result as request.chunk_gaps request by request)."""
+    from kneecap.metrics.token_gaps import token_gaps
 
-    Vectorised form of request.chunk_gaps over all requests at once (same result): token-bearing
-    chunks only, gaps taken within a request, a chunk carrying k tokens after gap g giving k
-    samples of g / k to the per-token ITL.
-    """
-    import numpy as np
-
-    lengths = [min(len(r.chunk_times), len(r.chunk_tokens)) for r in completed]
-    total = sum(lengths)
-    times = np.fromiter(chain.from_iterable(r.chunk_times[:m] for r, m in zip(completed, lengths)),
-                        dtype=np.float64, count=total)
-    tokens = np.fromiter(chain.from_iterable(r.chunk_tokens[:m] for r, m in zip(completed, lengths)),
-                         dtype=np.int64, count=total)
-    owner = np.repeat(np.arange(len(lengths)), lengths)
-    bearing = tokens > 0
-    times, tokens, owner = times[bearing], tokens[bearing], owner[bearing]
-    same_request = owner[1:] == owner[:-1]
-    gaps_ms = (np.diff(times) * MS_PER_S)[same_request]
-    gap_tokens = tokens[1:][same_request]
-    return (weighted_distribution(gaps_ms / np.maximum(gap_tokens, 1), gap_tokens),
-            distribution(gaps_ms), distribution(tokens))
+    g = token_gaps(completed)
+    return (weighted_distribution(g.itl_ms, g.itl_weights), weighted_distribution(g.gap_ms, g.gap_weights),
+            weighted_distribution(g.chunk_tokens, g.chunk_weights))
 
 
 def summarize_level(records: Iterable[RequestRecord], *, concurrency=None, rate=None,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.model.kv import kv_bytes_per_token_per_gpu, kv_dtype_bytes, state_bytes_per_sequence
-from kneecap.records import CANCELLED, ERROR, OK, RequestRecord
+from kneecap.records import CANCELLED, ERROR, OK, RequestRecord, StepRuns, StepTimeline
 from kneecap.sim.blocks import BlockManager, blocks_for
 from kneecap.sim.config import EngineConfig
 from kneecap.sim.scheduler import BLOCKED_BLOCKS, BLOCKED_BUDGET, BLOCKED_SEQS, Scheduler, Sequence
@@ -82,7 +82,8 @@ class Engine:
 
     def __init__(self, deployment: Deployment, config: EngineConfig, num_blocks: int, *,
                  step_params: StepTimeParams | None = None, steptime: StepTimeModel | None = None,
-                 level: int = 0, trace: bool = False, fast_path: bool = True, charge_state: bool = True):
+                 level: int = 0, trace: bool = False, fast_path: bool = True, charge_state: bool = True,
+                 token_times: bool = True):
         self.deployment = deployment
         self.config = config
         self.block_size = deployment.block_size
@@ -103,6 +104,10 @@ class Engine:
         self.step_end_at: list[float] = []
         self._step_base = 0
         self._compact_at = 0  # len(step_end_at) past which forget_finished_steps() looks again
+        # token_times: records list every token's time (chunk_times), as a live client's do; else they hold
+        # their runs of steps of this timeline (step_runs, token_runs), the same times without a float per token
+        self.token_times = token_times
+        self.timeline = StepTimeline(self.step_end_at)
         self.stats = EngineStats()
         self.trace_rows: list[tuple] | None = [] if trace else None
         self._last_blocked = ""
@@ -372,6 +377,9 @@ class Engine:
         a sweep's engine lives for one level and never needs it. Returns how many were dropped."""
         if len(self.step_end_at) <= max(keep_at_most, self._compact_at):
             return 0
+        if not self.token_times:
+            raise KneecapError("an engine whose records reference its step timeline cannot forget steps",
+                               "build the Engine with token_times=True (as kneecap serve does)")
         sched = self.scheduler
         held = [seq.runs[0][0] for seq in sched.running if seq.runs]
         held += [seq.runs[0][0] for seq in sched.waiting if seq.runs]
@@ -387,22 +395,28 @@ class Engine:
     def _record(self, seq: Sequence, *, end_at: float, status: str = OK, error_kind: str | None = None,
                 error_message: str | None = None) -> RequestRecord:
         ends, base = self.step_end_at, self._step_base
+        token_runs = [[ends[start - base], length, ends[start - base + length - 1]] for start, length in seq.runs]
         chunk_times: list[float] = []
-        for start, length in seq.runs:
-            chunk_times.extend(ends[start - base:start - base + length])
+        step_tokens = seq.step_tokens
+        if self.token_times or step_tokens is not None:  # speculative steps emit several tokens: chunks per step
+            for start, length in seq.runs:
+                chunk_times.extend(ends[start - base:start - base + length])
         meta = seq.meta
         queue_s = None if seq.admitted_at is None else seq.admitted_at - seq.arrival_at
         extra = {"preemptions": seq.preemptions, "queue_s": queue_s, "cached_tokens": meta.get("cached_tokens", 0)}
-        return RequestRecord(
+        record = RequestRecord(
             request_id=seq.rid, level=meta.get("level", self.level), concurrency=meta.get("concurrency"),
             rate=meta.get("rate"), class_name=seq.spec.class_name, warmup=bool(meta.get("warmup", False)),
             scheduled_at=seq.scheduled_at, sent_at=seq.arrival_at, first_token_at=seq.first_token_at,
             first_answer_at=seq.first_token_at, end_at=end_at, chunk_times=chunk_times,
-            chunk_tokens=list(seq.step_tokens) if seq.step_tokens is not None else [1] * len(chunk_times),
+            chunk_tokens=list(step_tokens) if step_tokens is not None else [1] * len(chunk_times), token_runs=token_runs,
             expected_input_tokens=seq.prompt_len, expected_output_tokens=seq.output_len,
             prompt_tokens=seq.prompt_len if status != ERROR else None, output_tokens=seq.num_output if status != ERROR else None,
             status=status, error_kind=error_kind, error_message=error_message, extra=extra,
             conversation_id=seq.spec.conversation_id, turn=seq.spec.turn)
+        if not chunk_times and seq.runs:
+            record.step_runs = StepRuns(self.timeline, seq.runs)
+        return record
 
     # --- trace --------------------------------------------------------------------------------
     def trace(self) -> list[dict]:

@@ -172,12 +172,14 @@ def level_spec(opts: SimulateOptions, value, num_requests: int | None, num_warmu
 
 class VirtualTimeDriver:
     """Runs a level of a SimulateOptions sweep on a fresh engine of the SimDeployment; level i uses seed + i.
-    trace: keep one row per engine step (LevelRun.trace); row_writer(path, rows) appends them to trace_path."""
+    trace: keep one row per engine step (LevelRun.trace); row_writer(path, rows) appends them to trace_path.
+    token_times: records list every token's time (chunk_times) instead of referencing the level's step timeline."""
 
     def __init__(self, sim: SimDeployment, opts: SimulateOptions, *, trace: bool = False, trace_path: Path | None = None,
-                 row_writer: Callable[[Path, list], None] | None = None):
+                 row_writer: Callable[[Path, list], None] | None = None, token_times: bool = False):
         self.sim = sim
         self.opts = opts
+        self._token_times = token_times
         self._trace = trace or trace_path is not None
         self._trace_path = trace_path
         self._row_writer = row_writer
@@ -191,7 +193,7 @@ class VirtualTimeDriver:
         result = simulate_level(self.sim.deployment, self.sim.config, self.sim.num_kv_blocks, workload or opts.workload,
                                 spec, index=plan.index, seed=level_seed,
                                 burstiness=opts.burstiness, steptime=self.sim.steptime, trace=self._trace,
-                                charge_state=self.sim.charge_state)
+                                charge_state=self.sim.charge_state, token_times=self._token_times)
         for record in result.records:
             keep(record)
         if self._trace_path is not None and self._row_writer is not None:

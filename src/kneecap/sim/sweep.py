@@ -109,10 +109,13 @@ def _requests(workload: Workload, seed: int, total: int | None, id_prefix: str) 
 def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int, workload: Workload, level: LevelSpec, *,
                    index: int = 0, seed: int = 0, burstiness: float = 1.0, step_params: StepTimeParams | None = None,
                    steptime: StepTimeModel | None = None, trace: bool = False, fast_path: bool = True,
-                   charge_state: bool = True, turnaround_s: float = CLIENT_TURNAROUND_S) -> LevelResult:
-    """Run one level on a fresh engine of `num_blocks` KV blocks; records in completion order."""
+                   charge_state: bool = True, turnaround_s: float = CLIENT_TURNAROUND_S,
+                   token_times: bool = False) -> LevelResult:
+    """Run one level on a fresh engine of `num_blocks` KV blocks; records in completion order.
+    token_times: records list every token's time in chunk_times (else they reference the level's step
+    timeline: the same times, summarised exactly, without one float per token)."""
     engine = Engine(deployment, config, num_blocks, step_params=step_params, steptime=steptime, level=index,
-                    trace=trace, fast_path=fast_path, charge_state=charge_state)
+                    trace=trace, fast_path=fast_path, charge_state=charge_state, token_times=token_times)
     total = None if level.num_requests is None else level.num_requests + level.warmup
     if level.schedule:
         total = len(level.schedule)

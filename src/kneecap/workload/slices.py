@@ -83,33 +83,6 @@ class StableP99:
     itl_p99_ms: tuple[float | None, ...]
 
 
-def _per_record_samples(done: Sequence[RequestRecord]):
-    """TTFT ms per record (NaN if unknown) and the per-token ITL samples (ms, weight) of all records, in order.
-
-    Same per-token ITL as summarize_level (vectorised the same way): token-bearing chunks only, a
-    chunk carrying k tokens after a gap g gives k samples of g / k. `owner_end[i]` is the index one
-    past record i's last ITL sample.
-    """
-    import numpy as np
-    from itertools import chain
-
-    ttft = np.array([(r.first_token_at - r.sent_at) * MS_PER_S if r.first_token_at is not None else np.nan
-                     for r in done], dtype=np.float64)
-    lengths = [min(len(r.chunk_times), len(r.chunk_tokens)) for r in done]
-    total = sum(lengths)
-    times = np.fromiter(chain.from_iterable(r.chunk_times[:m] for r, m in zip(done, lengths)), dtype=np.float64, count=total)
-    tokens = np.fromiter(chain.from_iterable(r.chunk_tokens[:m] for r, m in zip(done, lengths)), dtype=np.int64, count=total)
-    owner = np.repeat(np.arange(len(done)), lengths)
-    bearing = tokens > 0
-    times, tokens, owner = times[bearing], tokens[bearing], owner[bearing]
-    same = owner[1:] == owner[:-1]
-    gaps_ms = (np.diff(times) * MS_PER_S)[same]
-    gap_tokens = tokens[1:][same]
-    gap_owner = owner[1:][same]
-    owner_end = np.cumsum(np.bincount(gap_owner, minlength=len(done)))
-    return ttft, gaps_ms / np.maximum(gap_tokens, 1), gap_tokens, owner_end
-
-
 def p99_stable(records: Sequence[RequestRecord], window_s: float, *, windows: int = 3, rel_tol: float = 0.05,
                min_samples: int = 50, now_s: float | None = None) -> StableP99:
     """Has the level's p99 TTFT and ITL settled?
@@ -133,7 +106,10 @@ def p99_stable(records: Sequence[RequestRecord], window_s: float, *, windows: in
     ends = tuple(t0 + k * window_s for k in range(max(1, count - windows), count + 1))  # only the compared ones
     import numpy as np
 
-    ttft_ms, itl_ms, itl_w, owner_end = _per_record_samples(done)
+    from kneecap.metrics.token_gaps import token_gaps
+
+    ttft_ms = np.array([(r.first_token_at - r.sent_at) * MS_PER_S if r.first_token_at is not None else np.nan
+                        for r in done], dtype=np.float64)
     end_times = np.array([r.end_at for r in done], dtype=np.float64)  # sorted: done is ordered by end_at
     ttft: list[float | None] = []
     itl: list[float | None] = []
@@ -142,8 +118,9 @@ def p99_stable(records: Sequence[RequestRecord], window_s: float, *, windows: in
         t = ttft_ms[:m]
         t = t[~np.isnan(t)]
         ttft.append(distribution(t)["p99"] if t.size >= min_samples else None)
-        k = int(owner_end[m - 1]) if m else 0
-        itl.append(weighted_distribution(itl_ms[:k], itl_w[:k])["p99"] if int(itl_w[:k].sum()) >= min_samples else None)
+        g = token_gaps(done[:m])  # the same per-token ITL as summarize_level
+        itl.append(weighted_distribution(g.itl_ms, g.itl_weights)["p99"] if int(g.itl_weights.sum()) >= min_samples
+                   else None)
     verdict = StableP99(False, "", ends, tuple(ttft), tuple(itl))
     if count < windows + 1:
         return _with(verdict, False, f"{count} whole windows of {window_s:g} s so far, {windows + 1} needed")
@@ -160,3 +137,21 @@ def p99_stable(records: Sequence[RequestRecord], window_s: float, *, windows: in
 
 def _with(v: StableP99, stable: bool, why: str) -> StableP99:
     return StableP99(stable, why, v.window_ends_s, v.ttft_p99_ms, v.itl_p99_ms)
+
+
+RAMP_SLICES = 10  # a ramp's metrics in this many equal time slices
+
+
+def ramp_slices(records: Sequence[RequestRecord], ramp: Ramp, *, dimension: str = "rate",
+                slices: int = RAMP_SLICES, t0: float | None = None) -> list[dict]:
+    """A ramp's level cut into `slices` slices by send time: the target load at each slice's middle
+    (target_rate in requests/s, or target_concurrency in streams) and what the slice's requests saw.
+    The rows summary.json's level carries under `slices`, for simulate and bench alike."""
+    key = "target_rate" if dimension == "rate" else "target_concurrency"
+    rows = []
+    for row in slice_metrics([r for r in records if not r.warmup], ramp.duration_s / slices, ramp=ramp, t0=t0):
+        s = row["summary"] or {}
+        rows.append({"index": row["index"], "start_s": row["start_s"], "end_s": row["end_s"],
+                     key: row["load"], "requests": s.get("requests", 0), "completed": s.get("completed", 0),
+                     "output_tok_s": s.get("output_tok_s"), "ttft_ms": s.get("ttft_ms"), "itl_ms": s.get("itl_ms")})
+    return rows
