@@ -277,3 +277,32 @@ def decide_keepalive(cfg: ClientConfig, flag: bool | None, *, timeout_s: float, 
     probe = run_sync(probe_keepalive(replace(cfg, keepalive=True), timeout_s=min(PROBE_TIMEOUT_S, timeout_s)))
     connections = probe.decision()
     return connections["keepalive"], connections, probe
+
+
+# -- the whole setup, as bench and run get it ------------------------------------------------------
+@dataclass(frozen=True)
+class LiveClient:
+    """What a run sends a live server with, decided once before its first level: the client config
+    (keep-alive settled), the prompt way (`prompts.make(seed)` gives the PromptSource), summary.json's
+    `connections`, and the keep-alive probe (None when a flag decided)."""
+
+    cfg: ClientConfig
+    prompts: PromptChoice
+    connections: dict
+    probe: object | None = None
+
+
+def prepare_client(info: ServerInfo, *, base_url: str, model: str, endpoint: str, api_key: str | None,
+                   timeout_s: float, keepalive: bool | None, flag_name: str, salt: str, ignore_eos: bool = True,
+                   keep_prompts: bool = False, tokenizer: str | None = None,
+                   dataset_texts: tuple[str, ...] | None = None, input_tokens: int | None = None) -> LiveClient:
+    """The one client setup of `kneecap bench` and `kneecap run`: the prompt way proved by one check request
+    (inside the vocabulary the server states, else calibrated text...), then keep-alive (`keepalive` None:
+    probe the server; else the flag named `flag_name` decided). One-line KneecapError on a refusal."""
+    cfg = client_config(base_url, model=model, endpoint=endpoint, api_key=api_key, timeout_s=timeout_s,
+                        keepalive=keepalive is not False, ignore_eos=ignore_eos, keep_prompts=keep_prompts)
+    ways = prompt_candidates(info, endpoint=endpoint, model=model, api_key=api_key, salt=salt, tokenizer=tokenizer,
+                             dataset_texts=dataset_texts)
+    choice = settle_prompts(cfg, ways, input_tokens=input_tokens, timeout_s=min(timeout_s, CHECK_TIMEOUT_S))
+    kept, connections, probe = decide_keepalive(cfg, keepalive, timeout_s=timeout_s, flag_name=flag_name)
+    return LiveClient(cfg=replace(cfg, keepalive=kept), prompts=choice, connections=connections, probe=probe)

@@ -83,24 +83,32 @@ def preflight_for(opts: BenchOptions, kv_capacity_tokens: int | None, source: st
     return result, {row["concurrency"]: row for row in result["levels"]}
 
 
-def decide_keepalive(opts: BenchOptions, *, model: str, api_key: str | None, resumed: bool,
-                     progress) -> tuple[BenchOptions, dict]:
-    """(options with keepalive settled, summary.json's `connections`). Neither --keepalive nor
-    --no-keepalive given: probe the server (kneecap.client.setup.decide_keepalive) and reuse
-    connections only if it keeps them open after a streamed response; a note on stderr when it
-    does not, or when the probe cannot tell."""
-    from kneecap.client.setup import decide_keepalive as decide
+def live_client(opts: BenchOptions, info, *, model: str, api_key: str | None, resumed: bool, progress):
+    """(options with keepalive settled, the client setup) from kneecap.client.setup.prepare_client, the one
+    `kneecap run` uses too: prompts proved by one check request (token ids inside a vocabulary the server
+    states, else text calibrated by --tokenizer or the server's /tokenize, ...), then keep-alive. Neither
+    --keepalive nor --no-keepalive given: the server is probed, and a note on stderr says when it does not
+    keep connections open, or when the probe cannot tell. A bad --dataset or --tokenizer fails here."""
+    from kneecap.client.setup import prepare_client
 
+    texts = None
+    if opts.dataset != "random":
+        from kneecap.client.datasets import load_prompts
+
+        texts = tuple(load_prompts(opts.dataset))
     flag_name = "the resumed run's setting" if resumed else ("--keepalive" if opts.keepalive else "--no-keepalive")
-    keepalive, connections, probe = decide(_client_config(opts, model=model, api_key=api_key), opts.keepalive,
-                                           timeout_s=opts.timeout_s, flag_name=flag_name)
+    live = prepare_client(info, base_url=opts.base_url_clean, model=model, endpoint=opts.endpoint, api_key=api_key,
+                          timeout_s=opts.timeout_s, keepalive=opts.keepalive, flag_name=flag_name,
+                          salt=opts.prompt_salt, ignore_eos=opts.ignore_eos, keep_prompts=opts.keep_prompts,
+                          tokenizer=opts.tokenizer, dataset_texts=texts, input_tokens=opts.isl)
+    probe = live.probe
     if probe is not None and probe.kept_alive is False:
         progress.note(f"note: {probe.detail}, as llama.cpp's server does: opening a new connection per request "
                       "(before its send stamp, so TTFT does not include connecting); --keepalive forces reuse")
     elif probe is not None and probe.kept_alive is None:
         progress.note(f"note: could not tell whether the server keeps connections open ({probe.detail}); "
                       "reusing them. If requests fail on reused connections, pass --no-keepalive")
-    return dataclasses.replace(opts, keepalive=keepalive), connections
+    return dataclasses.replace(opts, keepalive=live.cfg.keepalive), live
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -139,10 +147,10 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
     plans = sweep_levels(opts, verdicts)
     if not opts.prompt_salt:  # a fresh salt per run (kept by --resume): a second run misses the first's prefix cache
         opts = dataclasses.replace(opts, prompt_salt=new_salt())
-    prompt_choice = choose_prompts(opts, info, model=model, api_key=api_key)  # one check request, before any folder
+    # one check request, then the keep-alive decision, before any folder
+    opts, live = live_client(opts, info, model=model, api_key=api_key, resumed=resume, progress=progress)
+    prompt_choice, connections = live.prompts, live.connections
     prompts = prompt_choice.make(opts.seed)
-
-    opts, connections = decide_keepalive(opts, model=model, api_key=api_key, resumed=resume, progress=progress)
 
     # 2. the results folder (fresh, or resumed)
     results = ResultsDir(out_dir if out_dir is not None else default_out_dir())
@@ -164,7 +172,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
                                         "previous_runs": earlier_runs, "model": None if opts.redact else model,
                                         "clock_epoch_s": epoch, "prompts": prompt_choice.to_dict()})
 
-    setup = DriverSetup(cfg=_client_config(opts, model=model, api_key=api_key), prompts=prompts,
+    setup = DriverSetup(cfg=live.cfg, prompts=prompts,
                         warm_connections=OPEN_LOOP_WARM_CONNECTIONS)
     writer = results.open_writer()
     pool = None
@@ -241,31 +249,6 @@ def _resume_state(results, plans: list[SweepLevel], fresh: SweepState) -> tuple[
         return None, fresh
     kept = [lv for lv in previous.get("levels") or [] if lv.get("level") in done and not lv.get("partial")]
     return done, dataclasses.replace(fresh, levels=kept)
-
-
-def _client_config(opts: BenchOptions, *, model: str, api_key: str | None):
-    from kneecap.client.setup import client_config
-
-    return client_config(opts.base_url_clean, model=model, endpoint=opts.endpoint, api_key=api_key,
-                         timeout_s=opts.timeout_s, keepalive=opts.keepalive is not False, ignore_eos=opts.ignore_eos,
-                         keep_prompts=opts.keep_prompts)
-
-
-def choose_prompts(opts: BenchOptions, info, *, model: str, api_key: str | None):
-    """How this run builds prompts (kneecap.client.setup): token ids inside a vocabulary the server
-    states, else text calibrated by --tokenizer or the server's /tokenize, ..., proved by one check
-    request the server must accept. A bad --dataset or --tokenizer fails here, before any folder."""
-    from kneecap.client.setup import prompt_candidates, settle_prompts
-
-    texts = None
-    if opts.dataset != "random":
-        from kneecap.client.datasets import load_prompts
-
-        texts = tuple(load_prompts(opts.dataset))
-    candidates = prompt_candidates(info, endpoint=opts.endpoint, model=model, api_key=api_key, salt=opts.prompt_salt,
-                                   tokenizer=opts.tokenizer, dataset_texts=texts)
-    return settle_prompts(_client_config(opts, model=model, api_key=api_key), candidates, input_tokens=opts.isl,
-                          timeout_s=min(opts.timeout_s, 120.0))
 
 
 PREFIX_HIT_SLACK = 0.1  # a level's prefix-cache hit rate this far above what the workload shares is warned about
