@@ -22,7 +22,8 @@ KNEE = "knee"
 PREFLIGHT_EXCEEDS = "preflight_exceeds"  # decided by the caller (the next level does not fit the KV pool)
 SERVER_DEAD = "server_dead"  # decided by the caller (health check / every request refused)
 INTERRUPTED = "interrupted"  # decided by the caller (Ctrl-C, time budget)
-REASONS = (ERROR_RATE, SLO_BREACH, KNEE, PREFLIGHT_EXCEEDS, SERVER_DEAD, INTERRUPTED)
+AUTH_REFUSED = "auth_refused"  # decided by the caller (the server answered HTTP 401/403 to a level's requests)
+REASONS = (ERROR_RATE, SLO_BREACH, KNEE, PREFLIGHT_EXCEEDS, SERVER_DEAD, INTERRUPTED, AUTH_REFUSED)
 
 
 @dataclass(frozen=True)
