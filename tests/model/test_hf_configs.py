@@ -196,6 +196,24 @@ def test_gemma2_alternation_rule(tmp_path):
     assert model.total_params == 154_944
 
 
+def test_cohere2_interleaved_sliding_layers(tmp_path):
+    # Synthetic (shape only; no Command R7B config.json is shipped): HF Cohere2Config layer_types = "sliding" if
+    # (i + 1) % sliding_window_pattern (4) else "full"; vLLM commandr.py (0.32.0) gives those layers a window of
+    # sliding_window + 1
+    cfg = {"model_type": "cohere2", "architectures": ["Cohere2ForCausalLM"], "num_hidden_layers": 8, "hidden_size": 64,
+           "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100,
+           "sliding_window": 4096, "sliding_window_pattern": 4}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    model = load_model(str(tmp_path))
+    assert model.layer_types == ("sliding_attention",) * 3 + ("full_attention",) + ("sliding_attention",) * 3 + (
+        "full_attention",)
+    assert model.sliding_window == 4097 and not any("generic" in n for n in model.notes)
+    assert kv_bytes_per_token(model, 2) == 8 * 2 * 2 * 16 * 2  # 8 layers x K,V x 2 KV heads x (64 / 4) x 2 B
+    # tied by default (CohereConfig, Cohere2Config): embed 100*64 = 6,400 and no lm_head; attn q,o 64*64 each +
+    # k,v 64*32 each = 12,288 x8 = 98,304; MLP 3*64*128 = 24,576 x8 = 196,608; norms 8*2*64 + 64 = 1,088 -> 302,400
+    assert dict(model.param_parts)["lm_head"] == 0 and model.total_params == 302_400
+
+
 def test_from_hf_config_on_a_dict_and_no_import_cycle():
     import subprocess
     import sys

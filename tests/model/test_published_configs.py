@@ -86,6 +86,33 @@ ROWS = [
     ("nvidia--Nemotron-H-56B-Base-8K.json", 1, 2, 40_960, {"full_attention": 10, "linear_attention": 54}),
     # Llama-3.1-70B-Instruct-FP8 (folder with hf_quant_config.json): 2 x 80 x 8 x (8192 / 64 = 128) x 2 B = 327,680
     ("nvidia--Llama-3.1-70B-Instruct-FP8", 1, 1, 327_680, {"full_attention": 80}),
+    # Command-R v01 (model_type cohere), MHA: 2 x 40 x 64 KV heads x (8192 / 64 = 128) x 2 B = 1,310,720
+    ("CohereForAI--c4ai-command-r-v01.json", 2, 1, 1_310_720, {"full_attention": 40}),
+    # Phi-4 (phi3): 2 x 40 x 10 KV heads x (5120 / 40 = 128) x 2 B = 204,800
+    ("microsoft--phi-4.json", 1, 1, 204_800, {"full_attention": 40}),
+    # Phi-1 (phi, a generic decoder to kneecap), MHA: 2 x 24 x 32 KV heads x (2048 / 32 = 64) x 2 B = 196,608
+    ("microsoft--phi-1.json", 1, 1, 196_608, {"full_attention": 24}),
+    # Llama-3.2-1B: explicit head_dim 64: 2 x 16 x 8 KV heads x 64 x 2 B = 32,768
+    ("meta-llama--Llama-3.2-1B-Instruct.json", 1, 1, 32_768, {"full_attention": 16}),
+    # ALLaM-7B (Llama architecture), MHA: 2 x 32 x 32 KV heads x head_dim 128 x 2 B = 524,288
+    ("ALLaM-AI--ALLaM-7B-Instruct-preview.json", 1, 1, 524_288, {"full_attention": 32}),
+    # Qwen2.5-VL-7B (top-level text fields): 2 x 28 x 4 KV heads x (3584 / 28 = 128) x 2 B = 57,344
+    ("Qwen--Qwen2.5-VL-7B-Instruct.json", 1, 1, 57_344, {"full_attention": 28}),
+    # Qwen3-VL-30B-A3B (text_config, MoE): 2 x 48 x 4 KV heads x head_dim 128 x 2 B = 98,304
+    ("Qwen--Qwen3-VL-30B-A3B-Instruct.json", 1, 1, 98_304, {"full_attention": 48}),
+    # Devstral-Small-2 (mistral3 wrapper, ministral3 text_config, FP8): 2 x 40 x 8 x head_dim 128 x 2 B = 163,840
+    ("mistralai--Devstral-Small-2-24B-Instruct-2512.json", 1, 1, 163_840, {"full_attention": 40}),
+    # Devstral-2-123B (ministral3, FP8): 2 x 88 x 8 KV heads x head_dim 128 x 2 B = 360,448
+    ("mistralai--Devstral-2-123B-Instruct-2512.json", 2, 1, 360_448, {"full_attention": 88}),
+    # Voxtral-Mini-3B (audio wrapper, llama text_config): 2 x 30 x 8 KV heads x head_dim 128 x 2 B = 122,880
+    ("mistralai--Voxtral-Mini-3B-2507.json", 1, 1, 122_880, {"full_attention": 30}),
+    # Gemma-3-27B-it (text_config): 2 x 62 x 16 KV heads x head_dim 128 x 2 B = 507,904; Gemma3TextConfig's
+    # sliding_window_pattern 6: every 6th layer global -> 62 // 6 = 10 full, 52 sliding (window 1024)
+    ("google--gemma-3-27b-it.json", 1, 1, 507_904, {"full_attention": 10, "sliding_attention": 52}),
+    # EXAONE-4.0-32B: layer_types LLLG x 16 -> 16 full, 48 sliding (4096); 2 x 64 x 8 x 128 x 2 B = 262,144
+    ("LGAI-EXAONE--EXAONE-4.0-32B.json", 2, 1, 262_144, {"full_attention": 16, "sliding_attention": 48}),
+    # Olmo-3.1-32B: layer_types 3 sliding + 1 full, x 16; 2 x 64 x 8 KV heads x (5120 / 40 = 128) x 2 B = 262,144
+    ("allenai--Olmo-3.1-32B-Instruct.json", 2, 1, 262_144, {"full_attention": 16, "sliding_attention": 48}),
     # Earlier partial copies and reproductions (SOURCES.md says where each comes from)
     # Phi-2 (model_type "phi", a generic decoder to kneecap), MHA: 2 x 32 x 32 KV heads x (2560 / 32 = 80) x 2 B
     # = 327,680
@@ -130,10 +157,38 @@ def test_every_shipped_config_is_in_the_table_or_refused():
 
 
 def test_generic_decoders_say_so():
-    for fname in ("MiniMaxAI--MiniMax-M2.5.json", "XiaomiMiMo--MiMo-7B-Base.json", "phi-2.json"):
+    for fname in ("MiniMaxAI--MiniMax-M2.5.json", "XiaomiMiMo--MiMo-7B-Base.json", "phi-2.json",
+                  "microsoft--phi-1.json", "LGAI-EXAONE--EXAONE-4.0-32B.json", "allenai--Olmo-3.1-32B-Instruct.json",
+                  "mistralai--Devstral-2-123B-Instruct-2512.json", "Qwen--Qwen2.5-VL-7B-Instruct.json"):
         model = load_model(str(CONFIGS / fname))
         assert any("generic decoder" in note for note in model.notes), fname
-    assert not any("generic" in n for n in load_model(str(CONFIGS / "zai-org--GLM-4.5.json")).notes)
+    for fname in ("zai-org--GLM-4.5.json", "CohereForAI--c4ai-command-r-v01.json", "google--gemma-3-27b-it.json"):
+        assert not any("generic" in n for n in load_model(str(CONFIGS / fname)).notes), fname
+
+
+def test_command_r_counts_35b_with_tied_embeddings():
+    # c4ai-command-r-v01 (35B on its card): embed (tied) 256000 x 8192 = 2,097,152,000; attn 4 x 8192^2 =
+    # 268,435,456 and MLP 3 x 8192 x 22528 = 553,648,128 per layer, x 40 = 32,883,343,360; norms 40 x 2 x 8192 +
+    # 8192 = 663,552 -> 34,981,158,912
+    model = load_model(str(CONFIGS / "CohereForAI--c4ai-command-r-v01.json"))
+    assert model.total_params == 34_981_158_912
+
+
+def test_gemma3_text_config_takes_the_config_class_defaults():
+    # google/gemma-3-27b-it's text_config leaves vocab_size and max_position_embeddings to Gemma3TextConfig
+    doc = json.loads((CONFIGS / "google--gemma-3-27b-it.json").read_text())
+    assert "vocab_size" not in doc["text_config"] and "max_position_embeddings" not in doc["text_config"]
+    model = load_model(str(CONFIGS / "google--gemma-3-27b-it.json"))
+    assert (model.vocab_size, model.max_position_embeddings, model.sliding_window) == (262_208, 131_072, 1024)
+    assert [i for i, k in enumerate(model.layer_types) if k == "full_attention"] == [5, 11, 17, 23, 29, 35, 41, 47,
+                                                                                    53, 59]
+
+
+def test_sliding_layers_follow_the_published_layer_types():
+    for fname in ("LGAI-EXAONE--EXAONE-4.0-32B.json", "allenai--Olmo-3.1-32B-Instruct.json"):
+        doc = json.loads((CONFIGS / fname).read_text())
+        model = load_model(str(CONFIGS / fname))
+        assert list(model.layer_types) == doc["layer_types"] and model.sliding_window == doc["sliding_window"] == 4096
 
 
 def test_sparse_attention_indexer_is_named_as_not_counted():
@@ -148,6 +203,10 @@ REFUSED = [
     ("nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json", "MoE blocks ('E')"),
     ("XiaomiMiMo--MiMo-V2-Flash.json", "swa_num_key_value_heads"),  # sliding layers: other KV heads
     ("MiniMaxAI--MiniMax-M3.json", "sparse_attention_config"),  # block-sparse attention with an index cache
+    # Llama-3.2-Vision: 20 of 100 layers cross-attend to image tokens (their KV is per image, not per token);
+    # vLLM 0.32.0 no longer serves MllamaForConditionalGeneration (its registry lists it as last in 0.10.2)
+    ("meta-llama--Llama-3.2-90B-Vision-Instruct.json", "cross_attention_layers"),
+    ("LiquidAI--LFM2.5-VL-1.6B.json", "layer_types 'conv'"),  # LFM2's short-convolution layers (a fixed state)
 ]
 
 

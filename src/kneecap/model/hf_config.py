@@ -26,7 +26,7 @@ from kneecap.model.weights import weight_bytes
 MODEL_TYPES = {
     # dense GQA / MQA / MHA
     "llama": "gqa", "mistral": "gqa", "qwen2": "gqa", "qwen3": "gqa", "granite": "gqa", "phi3": "gqa",
-    "gemma": "gqa", "gemma2": "gqa", "gemma3_text": "gqa",
+    "gemma": "gqa", "gemma2": "gqa", "gemma3_text": "gqa", "cohere": "gqa", "cohere2": "gqa",
     # MoE with GQA attention
     "mixtral": "gqa", "qwen2_moe": "gqa", "qwen3_moe": "gqa", "gpt_oss": "gqa", "llama4_text": "gqa",
     "glm4_moe": "gqa", "qwen3_vl_text": "gqa", "qwen3_vl_moe_text": "gqa",
@@ -50,7 +50,11 @@ _DSA_NOTE = ("DeepSeek Sparse Attention: the indexer also caches index_head_dim 
              "(an fp8 cache with scales in vLLM), which is not counted here — the MLA latent is")
 _DEEPSEEK_STYLE_MOE = ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa", "glm4_moe")
 # HF config-class defaults for tie_word_embeddings when the key is absent (Gemma ties, the others do not).
-_TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3_text")
+_TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3_text", "cohere", "cohere2")
+# Fields a published config leaves to its HF config class (only the keys it changes are saved): google/gemma-3-27b-it's
+# text_config has no vocab_size or max_position_embeddings; transformers' Gemma3TextConfig defaults them
+# (configuration_gemma3.py: vocab_size 262_208, max_position_embeddings 131_072; the same in 4.50 and 5.x).
+_CLASS_DEFAULTS = {"gemma3_text": {"vocab_size": 262_208, "max_position_embeddings": 131_072}}
 _STATE_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
@@ -184,6 +188,9 @@ def _text_config(config: Mapping, source: str) -> tuple[dict, str, str]:
     if model_type is None:
         raise KneecapError(f"{source}: config.json has no model_type",
                            f"add \"model_type\" (one of: {', '.join(sorted(MODEL_TYPES))})")
+    for key, value in _CLASS_DEFAULTS.get(str(model_type), {}).items():
+        if cfg.get(key) is None:
+            cfg[key] = value
     if model_type not in MODEL_TYPES:
         for key in _GENERIC_NEEDS:  # a generic decoder needs these; name the first one missing
             if key not in cfg or cfg[key] is None:
@@ -266,6 +273,10 @@ def _layer_types(cfg: dict, model_type: str, family: str, n: int, source: str,
         # HF Gemma3TextConfig: sliding_window_pattern 6 -> every 6th layer global, the rest slide
         pattern = cfg.get("sliding_window_pattern", 6)
         kinds = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
+    elif model_type == "cohere2":
+        # HF Cohere2Config: sliding_window_pattern 4 -> every 4th layer global, the rest slide (Command R7B)
+        pattern = cfg.get("sliding_window_pattern", 4)
+        kinds = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
     elif model_type == "llama4_text" and cfg.get("attention_chunk_size"):
         # HF Llama4TextConfig / Llama4TextDecoderLayer: use_chunked_attention = int((i + 1) % interval != 0)
         # (the RoPE layers), interval = no_rope_layer_interval (4); no_rope_layers overrides per layer
@@ -289,6 +300,8 @@ def _layer_types(cfg: dict, model_type: str, family: str, n: int, source: str,
         if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
             raise KneecapError(f"{source}: sliding layers but sliding_window is {window!r}",
                                f"set sliding_window to the window in tokens in {source}")
+        if model_type == "cohere2":  # vLLM commandr.py (0.32.0): a Cohere2 sliding layer sees sliding_window + 1
+            window += 1
     else:
         window = None
     return kinds, window
