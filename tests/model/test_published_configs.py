@@ -113,6 +113,10 @@ ROWS = [
     ("LGAI-EXAONE--EXAONE-4.0-32B.json", 2, 1, 262_144, {"full_attention": 16, "sliding_attention": 48}),
     # Olmo-3.1-32B: layer_types 3 sliding + 1 full, x 16; 2 x 64 x 8 KV heads x (5120 / 40 = 128) x 2 B = 262,144
     ("allenai--Olmo-3.1-32B-Instruct.json", 2, 1, 262_144, {"full_attention": 16, "sliding_attention": 48}),
+    # Laguna-XS.2 (poolside; a generic decoder to kneecap): num_attention_heads_per_layer varies the query heads only;
+    # vLLM 0.32.0 laguna.py gives every layer config.num_key_value_heads: 2 x 40 x 8 x 128 x 2 B = 163,840;
+    # layer_types 1 full + 3 sliding (512), x 10
+    ("poolside--Laguna-XS.2-FP8.json", 1, 1, 163_840, {"full_attention": 10, "sliding_attention": 30}),
     # Earlier partial copies and reproductions (SOURCES.md says where each comes from)
     # Phi-2 (model_type "phi", a generic decoder to kneecap), MHA: 2 x 32 x 32 KV heads x (2560 / 32 = 80) x 2 B
     # = 327,680
@@ -185,6 +189,8 @@ def test_gemma3_text_config_takes_the_config_class_defaults():
 
 
 def test_sliding_layers_follow_the_published_layer_types():
+    laguna = load_model(str(CONFIGS / "poolside--Laguna-XS.2-FP8.json"))
+    assert laguna.sliding_window == 512 and laguna.kv_dtype == "fp8"  # compressed-tensors kv_cache_scheme 8-bit float
     for fname in ("LGAI-EXAONE--EXAONE-4.0-32B.json", "allenai--Olmo-3.1-32B-Instruct.json"):
         doc = json.loads((CONFIGS / fname).read_text())
         model = load_model(str(CONFIGS / fname))
