@@ -60,7 +60,7 @@ def test_recommendations_meet_the_slo_and_one_fewer_fails(doc):
     for c in doc["candidates"]:
         if c["disaggregated"] is not None:
             continue  # test_disaggregated_pools_meet_the_slo
-        k = Knobs(c["gpu"], c["tp"], c["pp"], c["weight_dtype"], c["kv_dtype"], c["max_num_seqs"], c["max_num_batched_tokens"])
+        k = _knobs(c)
         sim = simulated(req, k)
         at = run_level(sim, req, per_replica_load(req, c["replicas"]), FINE_REQUESTS)
         assert at.met, (c["gpu"], c["replicas"], at.why)
@@ -163,7 +163,7 @@ def test_concurrency_load_sizes_the_busiest_replica():
     req = small(kind="concurrency", load=48, gpus=("a100-80",), tp_choices=(1,), max_num_seqs_choices=(256,))
     d = recommend(req, PRICES, workers=1)
     b = d["best"]
-    k = Knobs(b["gpu"], b["tp"], b["pp"], b["weight_dtype"], b["kv_dtype"], b["max_num_seqs"], b["max_num_batched_tokens"])
+    k = _knobs(b)
     assert b["predicted"]["per_replica_load"] == math.ceil(48 / b["replicas"])
     assert run_level(simulated(req, k), req, math.ceil(48 / b["replicas"]), FINE_REQUESTS).met
     if b["replicas"] > 1:
@@ -209,7 +209,7 @@ def test_class_file_mix(tmp_path):
     d = recommend(req, PRICES, workers=1)
     b = d["best"]
     assert b["plan"]["context"] == 4300 and b["confirm_note"] and d["classes"][1]["name"] == "rag"
-    k = Knobs(b["gpu"], b["tp"], b["pp"], b["weight_dtype"], b["kv_dtype"], b["max_num_seqs"], b["max_num_batched_tokens"])
+    k = _knobs(b)
     assert run_level(simulated(req, k), req, per_replica_load(req, b["replicas"]), FINE_REQUESTS).met
     f.write_text('classes:\n  - {input: "lognormal:mean=800,std=300", output: "150"}\n')
     r = run_cli("recommend", "--model", "llama-3.1-8b", "--rate", "1", "--classes", str(f), "--slo", "ttft_p99_ms=500")
@@ -217,7 +217,8 @@ def test_class_file_mix(tmp_path):
 
 
 def _knobs(c: dict) -> Knobs:
-    return Knobs(c["gpu"], c["tp"], c["pp"], c["weight_dtype"], c["kv_dtype"], c["max_num_seqs"], c["max_num_batched_tokens"])
+    return Knobs(c["gpu"], c["tp"], c["pp"], c["weight_dtype"], c["kv_dtype"], c["max_num_seqs"], c["max_num_batched_tokens"],
+                 c["ep"])
 
 
 def test_frontier_covers_every_simulated_candidate(doc):
@@ -310,3 +311,20 @@ def test_plot_function_draws_points_and_frontier():
                            "x", "y", "t")
     assert png[:4] == b"\x89PNG"
     assert recommend_pareto([], [], "x", "y", "t") is None
+
+
+def test_expert_parallel_is_searched_for_moe_models():
+    """A MoE model's grid holds ep = tp beside ep = 1 for every tp > 1 (a dense model's only ep = 1); an EP
+    candidate plans through the one deployment builder with its ep, and its vLLM line enables expert parallelism."""
+    from kneecap.recommend.confirm import serve_cmd
+
+    moe = small(model="qwen3-30b-a3b", gpus=("h100-sxm",), tp_choices=(1, 2, 4))
+    eps = {(k.tp, k.ep) for k in moe.grid()}
+    assert eps == {(1, 1), (2, 1), (2, 2), (4, 1), (4, 4)}
+    assert {k.ep for k in small().grid()} == {1}
+    k = Knobs("h100-sxm", 2, 1, "bf16", "bf16", 256, 8192, 2)
+    assert plan_deployment(moe.deployment_request(k)).plan.deployment.ep == 2
+    assert "--enable-expert-parallel" in serve_cmd(moe, k)
+    d = recommend(small(model="qwen3-30b-a3b", gpus=("h100-sxm",), tp_choices=(2,), max_num_seqs_choices=(256,),
+                        load=8.0), PRICES, workers=1)
+    assert {p["ep"] for p in d["points"]} == {1, 2}, [(p["tp"], p["ep"]) for p in d["points"]]

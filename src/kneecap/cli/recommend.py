@@ -48,7 +48,7 @@ def _table(doc: dict):
     for i, c in enumerate(doc["candidates"]):
         mark = ("best" if i == 0 else "") + (" *" if id(c) in front or any(c == f for f in doc["frontier"]) else "")
         margin = "" if c["margin"] is None else f" ({c['margin']:.0%})"
-        t.add_row(mark.strip(), c["gpu"], f"{c['tp']}x{c['pp']}", _replicas(c), f"{c['weight_dtype']}/{c['kv_dtype']}",
+        t.add_row(mark.strip(), c["gpu"], f"{c['tp']}x{c['pp']}" + (f" ep{c['ep']}" if c.get("ep", 1) > 1 else ""), _replicas(c), f"{c['weight_dtype']}/{c['kv_dtype']}",
                   f"{c['max_num_seqs']}/{c['max_num_batched_tokens']}", f"{c['cost_per_hour']:.2f}",
                   _fmt(c["cost_per_mtok_output"], ".3f"), _fmt(c["predicted"]["ttft_p99_ms"], ".0f"),
                   _fmt(c["predicted"]["tpot_p99_ms"], ".1f"), ("≥" if c.get("max_load_at_least") else "") + _fmt(c["max_load"], ".3g"),

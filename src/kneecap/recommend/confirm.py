@@ -34,6 +34,8 @@ def serve_cmd(req: RecommendRequest, k: Knobs, *, disaggregated: bool = False) -
         parts += ["--kv-cache-dtype", "fp8"]
     if k.weight_dtype == "fp8":
         parts += ["--quantization", "fp8"]
+    if k.ep > 1:  # vLLM: experts over the TP x DP GPUs (EP size = TP x DP)
+        parts += ["--enable-expert-parallel"]
     if disaggregated:
         parts += ["--kv-transfer-config", NIXL_KV_CONFIG]
     # a preset names no checkpoint: the user fills in the one they serve

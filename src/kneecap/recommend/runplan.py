@@ -81,7 +81,7 @@ def run_plans(req: RecommendRequest, doc: dict, cand: dict, name: str) -> dict[s
             "num_gpus": cand["total_gpus"] if dis else cand["gpus_per_replica"]}
     server = dict(base, candidates=[{"name": "server", "target": {"kind": "server", "base_url": BASE_URL}, "cost": cost}])
     out = {"server": server}
-    if not dis:
+    if not dis and cand.get("ep", 1) == 1:  # the load plan's simulator target has no expert parallelism
         target = {"kind": "simulator", "model": req.model, "gpu": cand["gpu"], "tp": cand["tp"], "pp": cand["pp"],
                   "weight_dtype": cand["weight_dtype"], "kv_dtype": cand["kv_dtype"], "engine_defaults": ENGINE_DEFAULTS,
                   "max_num_seqs": cand["max_num_seqs"], "max_num_batched_tokens": cand["max_num_batched_tokens"]}

@@ -68,6 +68,13 @@ def _disagg(args):
     return size_pools(req, k, high)
 
 
+def _on_node(fn, x):
+    """A Ray task: fn(x) and the id of the node it ran on."""
+    import ray
+
+    return fn(x), ray.get_runtime_context().get_node_id()
+
+
 class _Runner:
     """fn over items, in order: inline with one worker, on one process pool kept for the whole search, or as
     Ray tasks on a cluster (`ray`: auto, local or HOST:PORT). The same items in the same order either way, so
@@ -78,7 +85,8 @@ class _Runner:
         self.ray_address = ray
         self.pool = None
         self.conn = None
-        self.task = {}
+        self.task = None
+        self.used_nodes: set[str] = set()
 
     def map(self, fn, items):
         if not items:
@@ -97,18 +105,22 @@ class _Runner:
 
             self.conn = connect(self.ray_address)
         ray = self.conn.ray
-        if fn not in self.task:
-            self.task[fn] = ray.remote(num_cpus=1, max_retries=0)(fn)
-        refs = [self.task[fn].remote(x) for x in items]
+        if self.task is None:
+            self.task = ray.remote(num_cpus=1, max_retries=0)(_on_node)
+        refs = [self.task.remote(fn, x) for x in items]
         try:
-            return ray.get(refs, timeout=RAY_TASK_TIMEOUT_S)
+            got = ray.get(refs, timeout=RAY_TASK_TIMEOUT_S)
         except Exception as exc:  # a node died, a timeout: named, never a traceback
             raise KneecapError(f"candidate evaluations did not finish on the Ray cluster at {self.ray_address} "
                                f"({type(exc).__name__})", "check the cluster (ray status) and run recommend again") from None
+        self.used_nodes.update(node for _, node in got)
+        return [result for result, _ in got]
 
     @property
-    def nodes(self) -> int | None:
-        return None if self.conn is None else len(self.conn.alive_nodes())
+    def nodes(self) -> dict | None:
+        if self.conn is None:
+            return None
+        return {"alive": len(self.conn.alive_nodes()), "ran_tasks": len(self.used_nodes)}
 
     def close(self):
         if self.pool is not None:
@@ -169,7 +181,7 @@ def _point(req: RecommendRequest, k: Knobs, price: float, replicas: int, at, max
     cost = price * gpus
     r_out = at.output_tok_s if disaggregated else (at.output_tok_s * replicas if at.output_tok_s is not None else None)
     return {
-        "gpu": k.gpu, "gpus_per_replica": k.gpus_per_replica, "replicas": replicas, "tp": k.tp, "pp": k.pp, "ep": 1,
+        "gpu": k.gpu, "gpus_per_replica": k.gpus_per_replica, "replicas": replicas, "tp": k.tp, "pp": k.pp, "ep": k.ep,
         "weight_dtype": k.weight_dtype, "kv_dtype": k.kv_dtype, "max_num_seqs": k.max_num_seqs,
         "max_num_batched_tokens": k.max_num_batched_tokens, "disaggregated": disaggregated,
         "total_gpus": gpus, "usd_per_gpu_hour": price, "cost_per_hour": round(cost, 4),
@@ -398,7 +410,7 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
     for it, ds in zip(dis_top, dis):
         k = it[2]
         if ds.pools is None:
-            dis_notes.append(f"{k.gpu} tp={k.tp} pp={k.pp}: {ds.why or 'no pool sizes met the SLO'}")
+            dis_notes.append(f"{k.gpu} tp={k.tp} pp={k.pp} ep={k.ep}: {ds.why or 'no pool sizes met the SLO'}")
             continue
         if req.max_gpus is not None and (ds.pools.prefill + ds.pools.decode) * k.gpus_per_replica > req.max_gpus:
             dis_notes.append(f"{k.gpu} tp={k.tp} pp={k.pp}: {ds.pools.prefill}P{ds.pools.decode}D needs more GPUs than allowed")
@@ -429,7 +441,7 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
         "search": {"coarse_requests": [COARSE_REQUESTS, COARSE_MAX_REQUESTS], "fine_requests": FINE_REQUESTS, "batch": BATCH, "slack": SLACK,
                    "representatives": MAX_REPRESENTATIVES, "limit_variants_for": LIMIT_VARIANTS_FOR, "refined": REFINE, "engine": "vllm defaults (simulated)",
                    "disaggregated_setups": DISAGG_SETUPS if req.kind == "rate" else 0,
-                   "expert_parallel": "not searched (ep=1)"},
+                   "expert_parallel": "ep = 1 and ep = tp for MoE models" if req.expert_parallel and req.is_moe else "ep = 1 (dense model)"},
         "ray": None if ray is None else {"address": ray, "nodes": nodes},  # where it ran (the answer does not depend on it)
         "prices": {g: {"usd_per_gpu_hour": prices[g].usd_per_gpu_hour, "source": prices[g].source, "date": prices[g].date}
                    for g in req.gpus},

@@ -37,6 +37,7 @@ class Knobs(NamedTuple):
     kv_dtype: str
     max_num_seqs: int
     max_num_batched_tokens: int
+    ep: int = 1  # expert parallelism over the tp GPUs (MoE models; 1: experts split tensor-parallel)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -44,7 +45,7 @@ class Knobs(NamedTuple):
 
     @property
     def plan_key(self) -> tuple:
-        return (self.gpu, self.tp, self.pp, self.weight_dtype, self.kv_dtype)
+        return (self.gpu, self.tp, self.pp, self.weight_dtype, self.kv_dtype, self.ep)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class RecommendRequest:
     max_num_batched_tokens_choices: tuple[int, ...] = MAX_NUM_BATCHED_TOKENS_CHOICES
     seed: int = 0
     mix: Workload | None = None  # a class file's mix (isl / osl are then its weighted means)
+    expert_parallel: bool = True  # MoE models: also try ep = tp (experts split over the TP GPUs) beside ep = 1
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -101,20 +103,30 @@ class RecommendRequest:
 
     def deployment_request(self, k: Knobs) -> DeploymentRequest:
         """The one deployment builder's request for a candidate (every other default as `kneecap plan`)."""
-        return DeploymentRequest(model=self.model, gpu=k.gpu, tp=k.tp, pp=k.pp, weight_dtype=k.weight_dtype,
+        return DeploymentRequest(model=self.model, gpu=k.gpu, tp=k.tp, pp=k.pp, ep=k.ep, weight_dtype=k.weight_dtype,
                                  kv_dtype=k.kv_dtype, context=self.context)
 
+    @property
+    def is_moe(self) -> bool:
+        from kneecap.model import load_model
+
+        m = load_model(self.model)
+        return m.active_params < m.total_params
+
     def grid(self) -> list[Knobs]:
-        """Every candidate, in a fixed order (GPU list order, then tp, pp, dtypes, limits)."""
+        """Every candidate, in a fixed order (GPU list order, then tp, ep, pp, dtypes, limits). MoE models with
+        expert_parallel: every tp > 1 also with ep = tp (vLLM --enable-expert-parallel: EP size = TP x DP)."""
         out = []
+        moe = self.expert_parallel and self.is_moe
         for gpu in self.gpus:
             for tp in self.tp_choices:
-                for pp in self.pp_choices:
-                    if tp * pp > GPUS_PER_NODE or (self.max_gpus is not None and tp * pp > self.max_gpus):
-                        continue
-                    for wd in self.weight_dtypes:
-                        for kd in self.kv_dtypes:
-                            for mns in self.max_num_seqs_choices:
-                                for mbt in self.max_num_batched_tokens_choices:
-                                    out.append(Knobs(gpu, tp, pp, wd, kd, mns, mbt))
+                for ep in ((1, tp) if moe and tp > 1 else (1,)):
+                    for pp in self.pp_choices:
+                        if tp * pp > GPUS_PER_NODE or (self.max_gpus is not None and tp * pp > self.max_gpus):
+                            continue
+                        for wd in self.weight_dtypes:
+                            for kd in self.kv_dtypes:
+                                for mns in self.max_num_seqs_choices:
+                                    for mbt in self.max_num_batched_tokens_choices:
+                                        out.append(Knobs(gpu, tp, pp, wd, kd, mns, mbt, ep))
         return out

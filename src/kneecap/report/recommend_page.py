@@ -28,7 +28,7 @@ def _rows(doc: dict) -> list[list[str]]:
     for i, c in enumerate(doc["candidates"]):
         mark = ("best " if i == 0 else "") + ("frontier" if c in doc["frontier"] else "")
         margin = "" if c["margin"] is None else f" ({c['margin']:.0%})"
-        rows.append([mark.strip(), c["gpu"], f"{c['tp']} x {c['pp']}", _replicas(c), f"{c['weight_dtype']}/{c['kv_dtype']}",
+        rows.append([mark.strip(), c["gpu"], f"{c['tp']} x {c['pp']}" + (f", ep {c['ep']}" if c.get("ep", 1) > 1 else ""), _replicas(c), f"{c['weight_dtype']}/{c['kv_dtype']}",
                      f"{c['max_num_seqs']}/{c['max_num_batched_tokens']}", f"{c['cost_per_hour']:.2f}",
                      _f(c["cost_per_mtok_output"], ".3f"), _f(c["predicted"]["ttft_p99_ms"], ".0f"),
                      _f(c["predicted"]["tpot_p99_ms"], ".1f"),
@@ -102,7 +102,7 @@ def _intro(doc: dict) -> list[str]:
             + (f"The cheapest {doc.get('disaggregated_tried', 0)} setups were also tried as disaggregated prefill and decode pools "
                "(prompts prefilled on one pool, their KV sent to the other, which generates every output token). "
                if doc.get("disaggregated_tried") else "Disaggregated prefill/decode is searched for rate loads only. ")
-            + "Expert parallelism is not searched.",
+            + f"Expert parallelism: {doc.get('search', {}).get('expert_parallel', 'not searched')}.",
             f"The frontier is taken over all {len(doc.get('points', doc['candidates']))} simulated candidates that meet the SLO: "
             f"the {len(doc['candidates'])} sized ones as checked at the load, the others at one shorter level at their share of it; "
             "candidates the roofline bound or the staged search left out have no prediction and are not on it."]
