@@ -6,14 +6,14 @@ not scheduling decisions (scheduler.py) nor bytes (a block is `block_size` token
 Model (vLLM V1 KVCacheManager / nano-vllm BlockManager): a block is either free (ref 0, in the
 free queue) or used (ref >= 1, in >= 1 block tables). A full block whose content is known may carry a
 hash; a freed hashed block stays in the free queue *and* in the cache until it is evicted, i.e.
-reallocated (the queue is LRU: blocks are taken from its front, freed blocks join its back, a
+reallocated (the queue is LRU, a deque: blocks are taken from its front, freed blocks join its back, a
 sequence's tail blocks first so its prefix is evicted last). A cache hit on a free block takes it
 out of the queue. Invariant: free + used == num_blocks, always.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
 from typing import Hashable, Sequence
 
 from kneecap.errors import KneecapError
@@ -39,7 +39,12 @@ class BlockManager:
         self.ref_count = [0] * num_blocks
         self.block_hash: list[Hashable | None] = [None] * num_blocks
         self.cached: dict[Hashable, int] = {}  # hash -> block id
-        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
+        # the free queue, oldest first. A block leaving it from the middle (a cache hit on a free block) keeps its
+        # entry there, counted in _stale[block], and is skipped when it reaches the front; a free block's valid
+        # entry is its last one (a block is free exactly when its ref count is 0)
+        self.free: deque[int] = deque(range(num_blocks))
+        self._stale = [0] * num_blocks
+        self._num_stale = 0
         self.tables: dict[Hashable, list[int]] = {}
         # prefix-cache counters, in tokens (as vLLM's prefix_cache_queries / prefix_cache_hits)
         self.query_tokens = 0
@@ -48,11 +53,22 @@ class BlockManager:
     # --- queries -----------------------------------------------------------------------------
     @property
     def num_free(self) -> int:
-        return len(self.free)
+        return len(self.free) - self._num_stale
 
     @property
     def num_used(self) -> int:
-        return self.num_blocks - len(self.free)
+        return self.num_blocks - len(self.free) + self._num_stale
+
+    def free_blocks(self) -> list[int]:
+        """The free queue, oldest first (its valid entries)."""
+        skip = self._stale[:]
+        out = []
+        for block in self.free:  # as _take_free would meet them
+            if skip[block]:
+                skip[block] -= 1
+                continue
+            out.append(block)
+        return out
 
     def num_held(self, seq_id: Hashable) -> int:
         table = self.tables.get(seq_id)
@@ -63,7 +79,12 @@ class BlockManager:
 
     # --- allocation --------------------------------------------------------------------------
     def _take_free(self) -> int:
-        block, _ = self.free.popitem(last=False)  # LRU: evict the oldest free block
+        free, stale = self.free, self._stale
+        block = free.popleft()  # LRU: evict the oldest free block
+        while stale[block]:  # an entry left behind by a cache hit: the block is not (or not there) free
+            stale[block] -= 1
+            self._num_stale -= 1
+            block = free.popleft()
         h = self.block_hash[block]
         if h is not None:  # evicting a cached block: its content is gone
             if self.cached.get(h) == block:
@@ -71,6 +92,29 @@ class BlockManager:
             self.block_hash[block] = None
         self.ref_count[block] = 1
         return block
+
+    def _take_free_many(self, n: int) -> list[int]:
+        """`n` blocks from the front of the free queue, as n calls of _take_free would take them."""
+        if n == 1:
+            return [self._take_free()]
+        if self._num_stale:
+            taken = [self._take_free() for _ in range(n)]  # (sets ref counts and forgets hashes itself)
+            return taken
+        pop = self.free.popleft
+        taken = [pop() for _ in range(n)]
+        if self.cached:  # some free blocks may hold cached content: evicting it forgets the hash
+            block_hash, cached = self.block_hash, self.cached
+            for block in taken:
+                h = block_hash[block]
+                if h is not None:
+                    if cached.get(h) == block:
+                        del cached[h]
+                    block_hash[block] = None
+        # else nothing is cached, so no free block carries a hash (register() and free_seq() keep both in step)
+        ref = self.ref_count
+        for block in taken:
+            ref[block] = 1
+        return taken
 
     def lookup_prefix(self, hashes: Sequence[Hashable]) -> int:
         """How many leading blocks of `hashes` are cached (no state change)."""
@@ -105,7 +149,7 @@ class BlockManager:
         need = blocks_for(num_tokens, self.block_size) - have
         if need <= 0:
             return 0
-        if self.new_blocks_needed(seq_id, num_tokens, hashes) > len(self.free):
+        if self.new_blocks_needed(seq_id, num_tokens, hashes) > self.num_free:
             return None
         if table is None:
             table = self.tables[seq_id] = []
@@ -115,11 +159,12 @@ class BlockManager:
             for h in hashes[:hit]:
                 block = self.cached[h]
                 if self.ref_count[block] == 0:
-                    del self.free[block]
+                    self._stale[block] += 1  # leaves the free queue: its entry there is skipped
+                    self._num_stale += 1
                 self.ref_count[block] += 1
                 table.append(block)
-        for _ in range(need - hit):
-            table.append(self._take_free())
+        if need > hit:
+            table.extend(self._take_free_many(need - hit))
         return hit * self.block_size
 
     def count_query(self, query_tokens: int, hit_tokens: int) -> None:
@@ -148,38 +193,39 @@ class BlockManager:
                 if self.block_hash[block] is None and h not in self.cached:
                     self.block_hash[block] = h
                     self.cached[h] = block
+        ref, free = self.ref_count, self.free
         for block in reversed(table):  # tail first: the prefix is evicted last
-            rc = self.ref_count[block] - 1
-            self.ref_count[block] = rc
+            rc = ref[block] - 1
+            ref[block] = rc
             if rc == 0:
-                self.free[block] = None
+                free.append(block)
 
     def take_many(self, seq_ids: Sequence[Hashable], counts: Sequence[int]) -> None:
         """Append counts[i] fresh blocks to seq_ids[i] (caller has checked they are free): the decode fast path."""
-        take = self._take_free
+        take = self._take_free_many
         tables = self.tables
         for sid, n in zip(seq_ids, counts):
             if n:
-                table = tables[sid]
-                for _ in range(n):
-                    table.append(take())
+                tables[sid].extend(take(n))
 
     # --- invariants (tests call this after every operation) -----------------------------------
     def check(self) -> None:
         """Raise AssertionError-free KneecapError if any invariant is broken."""
-        used = sum(1 for r in self.ref_count if r > 0)
+        ref_count = self.ref_count
+        used = sum(1 for r in ref_count if r > 0)
         problems = []
-        if any(r < 0 for r in self.ref_count):
+        if any(r < 0 for r in ref_count):
             problems.append("negative ref count")
-        if used + len(self.free) != self.num_blocks:
-            problems.append(f"free {len(self.free)} + used {used} != total {self.num_blocks}")
-        if any(self.ref_count[b] != 0 for b in self.free):
+        free = self.free_blocks()
+        if used + len(free) != self.num_blocks or len(free) != self.num_free:
+            problems.append(f"free {len(free)} (counted {self.num_free}) + used {used} != total {self.num_blocks}")
+        if any(ref_count[b] != 0 for b in free):
             problems.append("a free block has references")
         refs = [0] * self.num_blocks
         for table in self.tables.values():
             for b in table:
                 refs[b] += 1
-        if refs != self.ref_count:
+        if refs != ref_count:
             problems.append("ref counts differ from block-table occurrences")
         for h, b in self.cached.items():
             if self.block_hash[b] != h:

@@ -234,10 +234,26 @@ class Engine:
         used_peak = blocks.num_used
         emitted: list[tuple[str, int]] = []
         done: list[Sequence] = []
-        for seq in batch.decodes:
-            gain = seq.next_tokens if spec else 1
-            seq.num_computed += gain
-            self._emit(seq, idx, end, emitted, done, gain, spec)
+        if spec:
+            for seq in batch.decodes:
+                gain = seq.next_tokens
+                seq.num_computed += gain
+                self._emit(seq, idx, end, emitted, done, gain, spec)
+        else:  # _emit of one token, inlined (this loop runs once per sequence per step)
+            add = emitted.append
+            for seq in batch.decodes:
+                seq.num_computed += 1
+                seq.num_tokens += 1
+                n_out = seq.num_output = seq.num_output + 1
+                runs = seq.runs
+                last = runs[-1]  # a decoding sequence has emitted before
+                if last[0] + last[1] == idx:
+                    last[1] += 1
+                else:
+                    runs.append([idx, 1])
+                add((seq.rid, 1))
+                if n_out >= seq.output_len:
+                    done.append(seq)
         for seq, n in batch.prefills:
             if seq.admitted_at is None:
                 seq.admitted_at = now

@@ -135,6 +135,8 @@ def _window_pairs(p: int, n: int, w: int) -> int:
 class Scheduler:
     """Holds the running list (admission order) and the FCFS queue; `schedule()` builds one Batch."""
 
+    decodes_at_once = True  # step 1 in one go when nothing can be preempted (False: always the loop; tests)
+
     def __init__(self, config: EngineConfig, blocks: BlockManager, window: int = 0, state_blocks: int = 0,
                  microbatches: int = 1):
         self.config = config
@@ -201,48 +203,91 @@ class Scheduler:
         k = cfg.spec_tokens
         expected = cfg.tokens_per_decode_step
         # 1. decodes, oldest first; preempt from the tail when a block is missing
+        if not k and self.decodes_at_once and self._decodes_at_once(batch, running, budget):
+            budget -= len(batch.decodes)
+            return self._after_decodes(batch, budget, running)
+        # (the batch's sums are kept in locals and added in the same order as one += per decode would)
+        tables = blocks.tables
+        decodes = batch.decodes
+        pairs_full = kv_full = dec_kv_full = pairs_window = kv_window = dec_kv_window = 0.0
+        per_pair = 1 + k
+        spec_pairs = k * (k + 1) / 2
         i = 0
         while i < len(running) and budget > 0:
             seq = running[i]
-            if not seq.is_decode:
+            computed = seq.num_computed
+            if seq.num_output == 0 or seq.num_tokens - computed != 1:  # not decoding (Sequence.is_decode)
                 i += 1
                 continue
             gain = 1
             if k:  # tokens this verify step keeps: the integer part of the carried expectation
                 credit = seq.spec_credit + expected
                 gain = max(1, min(int(credit), seq.output_len - seq.num_output))
-            while blocks.num_held(seq.rid) < blocks_for(seq.num_computed + gain, bs):
-                while blocks.num_free == 0:
-                    victim = running.pop()
-                    self._preempt(victim, batch)
-                    if victim is seq:
+            table = tables.get(seq.rid)
+            if (len(table) if table is not None else 0) * bs < computed + gain:  # needs another block
+                while blocks.num_held(seq.rid) < blocks_for(seq.num_computed + gain, bs):
+                    while blocks.num_free == 0:
+                        victim = running.pop()
+                        self._preempt(victim, batch)
+                        if victim is seq:
+                            break
+                    if seq.num_computed == 0:  # preempted itself
                         break
-                if seq.num_computed == 0:  # preempted itself
-                    break
-                blocks.allocate(seq.rid, min(seq.num_computed + gain,
-                                             (blocks.num_held(seq.rid) + blocks.num_free) * bs))
-            if seq.num_computed == 0:
-                continue  # preempted itself: running shrank; index i now points past the end or at the next sequence
+                    blocks.allocate(seq.rid, min(seq.num_computed + gain,
+                                                 (blocks.num_held(seq.rid) + blocks.num_free) * bs))
+                if seq.num_computed == 0:
+                    continue  # preempted itself: running shrank; index i now points past the end or at the next sequence
             if k:
                 seq.spec_credit = seq.spec_credit + expected - gain
                 seq.next_tokens = gain
-            batch.decodes.append(seq)
-            ctx = seq.num_computed + 1
-            batch.pairs_full += ctx * (1 + k) + k * (k + 1) / 2  # 1 + k query tokens (drafts verified in one pass)
-            batch.kv_tokens_full += ctx
-            batch.decode_kv_full += ctx
+            decodes.append(seq)
+            ctx = computed + 1
+            pairs_full += ctx * per_pair + spec_pairs  # 1 + k query tokens (drafts verified in one pass)
+            kv_full += ctx
+            dec_kv_full += ctx
             if w:
                 m = ctx if ctx < w else w
-                batch.pairs_window += m * (1 + k)
-                batch.kv_tokens_window += m
-                batch.decode_kv_window += m
-            budget -= 1 + k
+                pairs_window += m * per_pair
+                kv_window += m
+                dec_kv_window += m
+            budget -= per_pair
             i += 1
+        batch.pairs_full, batch.kv_tokens_full, batch.decode_kv_full = pairs_full, kv_full, dec_kv_full
+        batch.pairs_window, batch.kv_tokens_window, batch.decode_kv_window = pairs_window, kv_window, dec_kv_window
+        return self._after_decodes(batch, budget, running)
+
+    def _decodes_at_once(self, batch: Batch, running: list[Sequence], budget: int) -> bool:
+        """Step 1 without speculative tokens when nothing can be preempted: every decode fits the token budget
+        and a free block is there for each one that fills its last block. The same batch as the loop in
+        schedule() builds (decodes in running order, blocks taken in that order); the sums are of integers,
+        exact in floats in any order. False (nothing changed) when the loop is needed."""
+        bs, w, blocks = self.blocks.block_size, self.window, self.blocks
+        decodes = [s for s in running if s.num_output > 0 and s.num_tokens - s.num_computed == 1]
+        if len(decodes) > budget:
+            return False
+        computed = [s.num_computed for s in decodes]
+        tables = blocks.tables
+        crossing = [tables[s.rid] for s, c in zip(decodes, computed) if len(tables[s.rid]) * bs < c + 1]  # full
+        if len(crossing) > blocks.num_free:
+            return False
+        for table in crossing:
+            table.extend(blocks._take_free_many(1))
+        batch.decodes = decodes
+        ctx_sum = float(sum(computed) + len(computed))
+        batch.pairs_full = batch.kv_tokens_full = batch.decode_kv_full = ctx_sum
+        if w:
+            win = float(sum(c + 1 if c + 1 < w else w for c in computed))
+            batch.pairs_window = batch.kv_tokens_window = batch.decode_kv_window = win
+        return True
+
+    def _after_decodes(self, batch: Batch, budget: int, running: list[Sequence]) -> Batch:
+        """Steps 2 and 3 of schedule(): prefill chunks of running sequences, then admissions."""
+        cfg, blocks, bs = self.config, self.blocks, self.blocks.block_size
         # 2. running sequences still in prefill (chunked)
-        for seq in running:
+        for seq in running if len(batch.decodes) < len(running) else ():  # (none when every one decodes)
             if budget <= 0:
                 break
-            if seq.is_decode:
+            if seq.num_output > 0 and seq.num_tokens - seq.num_computed == 1:  # decoding
                 continue
             remaining = seq.num_tokens - seq.num_computed
             n = remaining if remaining < budget else budget
