@@ -1,6 +1,8 @@
 """Benchmark: how long `kneecap recommend` takes over its full default grid (every priced GPU x tp 1/2/4/8 x
-pp 1/2 x bf16/fp8 weights x bf16/fp8 KV x 4 max_num_seqs x 2 max_num_batched_tokens), and whether the answer
-is the same with one worker and with two (target: >= 1,000 candidates in <= 60 s on 2 cores, identical).
+(MoE models: ep 1 and ep = tp) x pp 1/2 x bf16/fp8 weights x bf16/fp8 KV x 4 max_num_seqs x 2
+max_num_batched_tokens, and for rate loads the cheapest setups also as disaggregated prefill/decode pools), and
+whether the answer is the same with one worker and with two (target: >= 1,000 candidates in <= 60 s on 2 cores,
+identical).
 
     python bench/recommend_speed.py [--workers 2] [--out bench/results/recommend_speed.md]
 
@@ -27,7 +29,8 @@ CASES = (
     ("llama-3.1-70b", "concurrency", 64, 2000, 300, "ttft_p99_ms=3000,tpot_p99_ms=60"),
     ("qwen3-30b-a3b", "rate", 10.0, 1000, 500, "ttft_p99_ms=1500,tpot_p99_ms=40"),
 )
-COUNTS = ("evaluated", "pruned", "infeasible", "over_gpu_limit", "skipped_by_bound", "simulated", "not_simulated", "sized")
+COUNTS = ("evaluated", "pruned", "infeasible", "over_gpu_limit", "skipped_by_bound", "simulated", "not_simulated", "sized",
+          "disaggregated_tried")
 
 
 def cpu_s() -> float:
@@ -60,10 +63,12 @@ def main() -> int:
         wall_one, cpu_one = time.perf_counter() - t1, cpu_s() - c1
         same = stripped(doc) == stripped(one)
         b = doc["best"]
+        dis = b["disaggregated"]
         rows.append((model, f"{kind} {load:g}", isl, osl, slo, *[doc[k] for k in COUNTS], f"{wall:.1f}", f"{cpu:.1f}",
                      f"{wall_one:.1f}", f"{cpu_one:.1f}", f"{load_before:.1f}",
                      "yes" if same else "NO",
-                     f"{b['replicas']} x {b['gpus_per_replica']} {b['gpu']} tp{b['tp']} pp{b['pp']} {b['weight_dtype']}/{b['kv_dtype']} "
+                     (f"{dis['prefill_replicas']}P+{dis['decode_replicas']}D" if dis else f"{b['replicas']}")
+                     + f" x {b['gpus_per_replica']} {b['gpu']} tp{b['tp']} pp{b['pp']} ep{b['ep']} {b['weight_dtype']}/{b['kv_dtype']} "
                      f"seqs {b['max_num_seqs']} tokens {b['max_num_batched_tokens']}, ${b['cost_per_hour']:.2f}/h"))
         ok &= same and wall <= args.budget_s and doc["evaluated"] >= 1000
         print(rows[-1], flush=True)
@@ -76,7 +81,7 @@ def main() -> int:
              "Every priced GPU of kneecap/data/prices.json, the default grid; `evaluated` counts every candidate planned and "
              "bounded, `simulated` those whose one-replica maximum was searched in the simulated engine, `sized` those "
              "then checked at the stated load with longer levels. CPU s: user + system seconds of the search and its worker "
-             "processes; the load average shows how much of the 2 cores other work took at the time.", "",
+             "processes; the load average (1 minute, before each case) shows how much of the 2 cores other work took at the time.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(str(x) for x in r) + " |" for r in rows]
     lines += ["", f"Target (>= 1,000 candidates in <= {args.budget_s:g} s with {args.workers} workers, the same answer with 1): "

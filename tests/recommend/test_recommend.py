@@ -328,3 +328,21 @@ def test_expert_parallel_is_searched_for_moe_models():
     d = recommend(small(model="qwen3-30b-a3b", gpus=("h100-sxm",), tp_choices=(2,), max_num_seqs_choices=(256,),
                         load=8.0), PRICES, workers=1)
     assert {p["ep"] for p in d["points"]} == {1, 2}, [(p["tp"], p["ep"]) for p in d["points"]]
+
+
+def test_decode_pool_takes_prompts_with_their_kv():
+    """The decode replica finds each prompt's KV in its pool (a prefix-cache hit on all its full blocks) and
+    computes only the last partial block: at a light rate its TTFT is a small part of an aggregated replica's,
+    whose TTFT holds the whole prefill of an 8,000-token prompt."""
+    from kneecap.recommend.disagg import Link, decode_records
+    from kneecap.metrics.summarize import summarize_level
+
+    req = small(isl=8000, osl=50, load=1.0, gpus=("h100-sxm",))
+    k = Knobs("h100-sxm", 1, 1, "bf16", "bf16", 256, 8192)
+    recs, failed, sm = decode_records(req, k, 1.0, [0.0], Link(450e9, "nvlink"), 40)
+    assert not failed and len(recs) == 40 and all(r.ok for r in recs)
+    block = simulated(req, k).plan.deployment.block_size
+    assert sm["prefix_cache_hits_tokens"] == 40 * ((8000 - 1) // block) * block
+    dec = summarize_level(recs, rate=1.0)["ttft_ms"]["p50"]
+    whole = run_level(simulated(req, k), req, 1.0, 40)
+    assert whole.ttft_p99_ms is not None and dec < 0.2 * whole.ttft_p99_ms, (dec, whole.ttft_p99_ms)
