@@ -6,7 +6,7 @@ environment variable or a file, never from a flag value, and never printed or wr
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -15,6 +15,7 @@ from kneecap.cli.app import app
 EXIT_FAILED_ON = 1  # --fail-on matched
 EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM (128 + SIGINT), results kept
 EXIT_SERVER_DEAD = 3  # the sweep ended because the server stopped answering, results kept
+EXIT_AUTH_REFUSED = 4  # the server started refusing the API key mid-sweep: the sweep stopped, results kept
 TABLE_WIDTH_NOT_A_TTY = 200  # characters, when stdout is a file or pipe (rich would assume 80)
 
 
@@ -23,8 +24,8 @@ def bench(
     base_url: Optional[str] = typer.Option(None, "--base-url", help="[required, unless --resume] OpenAI-compatible server, e.g. http://127.0.0.1:8000"),
     model: Optional[str] = typer.Option(None, "--model", help="model name to request", show_default="the server's first model"),
     endpoint: Optional[str] = typer.Option(None, "--endpoint", help="completions | chat", show_default="completions"),
-    isl: Optional[int] = typer.Option(None, "--isl", "--random-input-len", help="[required with the random dataset] input tokens per request"),
-    osl: Optional[int] = typer.Option(None, "--osl", "--random-output-len", help="[required] output tokens per request"),
+    isl: Optional[str] = typer.Option(None, "--isl", "--random-input-len", help="[required with the random dataset] input tokens per request: N, or a length distribution such as uniform:100:2000, normal:mean=1000,std=200, lognormal:mean=1000,std=300,max=4096, empirical:120,340,800"),
+    osl: Optional[str] = typer.Option(None, "--osl", "--random-output-len", "--sharegpt-output-len", help="[required, except with a dataset or --replay, whose data size the outputs] output tokens per request: N or a length distribution (as --isl); with a dataset it replaces the data's output lengths"),
     concurrency: Optional[str] = typer.Option(None, "--concurrency", "--max-concurrency", help="[this or --rate is required] closed-loop levels, e.g. 1,8,64; with --find-max the lowest and highest load to search"),
     rate: Optional[str] = typer.Option(None, "--rate", "--request-rate", help="[this or --concurrency is required] open-loop levels in requests/s, e.g. 1,2,4; with --find-max the lowest and highest rate to search"),
     burstiness: Optional[float] = typer.Option(None, "--burstiness", help="gamma shape of arrivals: 1 Poisson, <1 burstier", show_default="1.0"),
@@ -41,7 +42,15 @@ def bench(
     timeout: Optional[float] = typer.Option(None, "--timeout", help="per-request timeout in seconds", show_default="600"),
     keepalive: Optional[bool] = typer.Option(None, "--keepalive/--no-keepalive", help="reuse connections; default: probe the server first and reuse them only if it keeps a connection open after a streamed response (llama.cpp does not)", show_default="probe the server"),
     ignore_eos: Optional[bool] = typer.Option(None, "--ignore-eos/--no-ignore-eos", help="ask for exactly --osl tokens", show_default="on"),
-    dataset: Optional[str] = typer.Option(None, "--dataset", "--dataset-path", help="random | PATH.jsonl (prompts; ShareGPT layout accepted)", show_default="random"),
+    dataset: Optional[str] = typer.Option(None, "--dataset", "--dataset-name", help="random, or sharegpt / jsonl with --dataset-path, or the PATH itself: ShareGPT JSON/JSONL or JSONL {prompt, output_len?}; prompts and their lengths from the data (input tokens counted by --tokenizer, else estimated at 4 characters each), rows longer than the server's context left out; records keep prompt hashes unless --keep-prompts", show_default="random"),
+    dataset_path: Optional[str] = typer.Option(None, "--dataset-path", help="the dataset file (with --dataset sharegpt or jsonl, or alone)"),
+    replay: Optional[str] = typer.Option(None, "--replay", help="replay a trace: Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids) or a BurstGPT CSV; requests sent at the trace's times, equal hash ids sent as equal token blocks so the server's prefix cache sees the reuse"),
+    replay_speed: Optional[str] = typer.Option(None, "--replay-speed", help="with --replay: how much faster than recorded, one level each, e.g. 1,2,4", show_default="1"),
+    skip_too_long: bool = typer.Option(False, "--skip-too-long", help="with --replay: leave out rows longer than the server's context (listed) instead of stopping"),
+    ramp: Optional[str] = typer.Option(None, "--ramp", help="KIND:START:END:SECONDS (KIND linear or exp): one level whose load moves from START to END over SECONDS, on the dimension given with --concurrency or --rate (any value there); metrics per tenth of it in summary.json's slices"),
+    turns: Optional[int] = typer.Option(None, "--turns", help="multi-turn: each of C users holds conversations of K turns; turn k sends turn k-1's prompt + the server's answer + --isl new tokens; --requests counts turns"),
+    think_time_s: Optional[float] = typer.Option(None, "--think-time-s", help="with --turns: seconds a user waits after an answer before its next turn", show_default="0"),
+    goodput: Optional[List[str]] = typer.Option(None, "--goodput", help="vLLM's per-request goodput objectives, KEY:VALUE in ms with KEY ttft, tpot or e2el (e.g. --goodput 'ttft:200 tpot:50'): a request is good when each of its own latencies is within its value; added to --slo as ttft_max_ms=200,tpot_max_ms=50"),
     shared_prefix: Optional[str] = typer.Option(None, "--shared-prefix", help="TOKENS or TOKENSxGROUPS shared by requests"),
     seed: Optional[int] = typer.Option(None, "--seed", help="seed of lengths, prompts and arrivals", show_default="0"),
     prompt_salt: Optional[str] = typer.Option(None, "--prompt-salt", help="mixed into every prompt (default: a fresh one per run, in manifest.json; pass it again to repeat a run's prompts exactly)"),
@@ -66,7 +75,7 @@ def bench(
 
     Exit codes: 0 done (also when requests failed); 1 a --fail-on condition held; 2 bad input or a server
     that cannot be used; 3 the server stopped answering mid-sweep (what was measured is kept; --resume);
-    130 interrupted.
+    4 the server refused the API key mid-sweep (stopped after that level; what was measured is kept); 130 interrupted.
     """
     import signal
     import sys
@@ -80,8 +89,17 @@ def bench(
     from kneecap.results import current_argv
     from kneecap.workload import concurrency_levels
 
+    from kneecap.sweep.options import parse_goodput, parse_length_flag
+
+    isl_n, isl_dist = parse_length_flag("--isl", isl)
+    osl_n, osl_dist = parse_length_flag("--osl", osl)
+    dataset = _dataset_flag(dataset, dataset_path)
+    if goodput:
+        slo = ",".join(p for p in (slo, parse_goodput(goodput)) if p)
     given = {
-        "base_url": base_url, "model": model, "endpoint": endpoint, "isl": isl, "osl": osl,
+        "base_url": base_url, "model": model, "endpoint": endpoint, "isl": isl_n, "osl": osl_n,
+        "isl_dist": isl_dist, "osl_dist": osl_dist, "ramp": ramp, "turns": turns, "think_time_s": think_time_s,
+        "skip_too_long": skip_too_long or None,
         "concurrency": tuple(concurrency_levels(concurrency)) if concurrency is not None else None,
         "rate": tuple(parse_rates(rate)) if rate is not None else None,
         "burstiness": burstiness, "requests": requests, "duration_s": duration, "warmup": warmup, "slo": slo,
@@ -94,6 +112,22 @@ def bench(
     }
     if shared_prefix is not None:
         given["shared_prefix_tokens"], given["num_prefix_groups"] = parse_shared_prefix(shared_prefix)
+    if replay is not None:
+        given.update(_replay_levels(replay, replay_speed, concurrency, rate, skip_too_long))
+    elif replay_speed is not None:
+        raise KneecapError("--replay-speed scales a replayed trace's times", "pass --replay PATH with it")
+    if ramp is not None:  # one level on the dimension given: its value is the ramp's mean load
+        from kneecap.workload.ramps import parse_ramp
+
+        r = parse_ramp(ramp)
+        mean = r.expected_arrivals(r.duration_s) / r.duration_s
+        if concurrency is not None:
+            given["concurrency"] = (max(1, round(mean)),)
+        elif rate is not None:
+            given["rate"] = (float(f"{mean:.12g}"),)
+        else:
+            raise KneecapError("--ramp needs the dimension it moves on", "pass --concurrency 1 or --rate 1 with it "
+                               "(the value is replaced by the ramp's mean)")
 
     out_dir = Path(out) if out else None
     if resume is not None:
@@ -101,7 +135,7 @@ def bench(
     else:
         if base_url is None:
             raise KneecapError("--base-url is required", "pass e.g. --base-url http://127.0.0.1:8000 (or --resume DIR)")
-        if osl is None:
+        if osl is None and dataset in (None, "random") and replay is None:
             raise KneecapError("--osl is required", "pass the output tokens per request, e.g. --osl 1000")
         opts = BenchOptions(**{k: v for k, v in given.items() if v is not None})
     from kneecap.sweep.export import check_format
@@ -153,6 +187,38 @@ def bench(
     if why:  # one line on stderr saying why the exit code is not 0, even with --quiet
         print(why, file=sys.stderr)
     return code
+
+
+def _dataset_flag(dataset: str | None, path: str | None) -> str | None:
+    """--dataset / --dataset-name and --dataset-path as vLLM's bench serve takes them, into the one value
+    BenchOptions keeps: "random" or the file's path."""
+    from kneecap.errors import KneecapError
+
+    names = ("random", "sharegpt", "jsonl", "custom")
+    if path is None:
+        if dataset in ("sharegpt", "jsonl", "custom"):
+            raise KneecapError(f"--dataset {dataset} needs the file", f"pass --dataset-path PATH with --dataset {dataset}")
+        return dataset
+    if dataset not in (None, *names[1:]):
+        raise KneecapError(f"--dataset {dataset} and --dataset-path {path} both name the data",
+                           "pass --dataset sharegpt (or jsonl) --dataset-path PATH, or the path alone")
+    return path
+
+
+def _replay_levels(path: str, speeds: str | None, concurrency, rate, skip_too_long: bool) -> dict:
+    """--replay PATH --replay-speed S1,S2: one level per speed, each the trace's mean rate x the speed (the
+    rows are read again with the server's context before the sweep; a bad file is one line here)."""
+    from kneecap.errors import KneecapError
+    from kneecap.sweep.bench_workload import replay_schedule
+    from kneecap.sweep.options import parse_rates
+
+    if concurrency is not None or rate is not None:
+        raise KneecapError("--replay sends the trace's own requests at its own times",
+                           "drop --concurrency/--rate (use --replay-speed to scale the trace's times)")
+    values = tuple(parse_rates(speeds or "1"))
+    trace = replay_schedule(path, None, skip_too_long)
+    return {"replay": path, "replay_speeds": values, "trace_rate": trace.rate, "replay_requests": len(trace.schedule),
+            "rate": tuple(v * trace.rate for v in values)}
 
 
 def _ray_target(address: str | None, streams_per_actor: int, workers: int | None):
@@ -207,14 +273,18 @@ def _norm(value):
 
 
 def exit_code(summary: dict, fail_on) -> tuple[int, str | None]:
-    """0 unless interrupted (130), the server died under the sweep (3) or a --fail-on condition holds (1),
-    each with the reason."""
+    """0 unless interrupted (130), the server died under the sweep (3), it refused the key mid-sweep (4) or a
+    --fail-on condition holds (1), each with the reason."""
     if summary.get("status") == "interrupted":
         return EXIT_INTERRUPTED, "interrupted: results written so far are kept; continue with --resume"
     stopped = summary.get("stopped") or {}
     if stopped.get("reason") == "server_dead":
         return EXIT_SERVER_DEAD, (f"bench: {stopped.get('detail') or 'the server stopped answering'}; the levels "
                                   "measured so far are kept (restart the server, then --resume the folder)")
+    if stopped.get("reason") == "auth_refused":
+        return EXIT_AUTH_REFUSED, (f"bench: {stopped.get('detail')}; stopped there, the levels measured so far are "
+                                   "kept (set the key the server expects in KNEECAP_API_KEY or OPENAI_API_KEY, or "
+                                   "name it with --api-key-env / --api-key-file)")
     levels = summary.get("levels") or []
     if "errors" in fail_on:
         failed = sum(lv.get("failed") or 0 for lv in levels)

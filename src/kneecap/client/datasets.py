@@ -36,13 +36,15 @@ class DatasetPrompts:
     texts: tuple[str, ...]
     seed: int = 0
     counter: TokenCounter | None = None
+    in_order: bool = False  # request i gets texts[i mod len] (the texts are a seeded sample already, lengths beside)
     _order: tuple[int, ...] = field(default=(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.texts:
             raise KneecapError("a dataset prompt source needs at least one prompt", "check the dataset file")
         order = list(range(len(self.texts)))
-        random.Random(f"kneecap-dataset:{self.seed}").shuffle(order)
+        if not self.in_order:
+            random.Random(f"kneecap-dataset:{self.seed}").shuffle(order)
         object.__setattr__(self, "_order", tuple(order))
 
     def prompt_for(self, spec: RequestSpec) -> Prompt:

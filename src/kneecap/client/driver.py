@@ -303,9 +303,10 @@ class Client:
 
     async def send(self, prep: PreparedRequest, *, level: int, epoch: float, on_record: Callable[[RequestRecord], Any],
                    concurrency: int | None = None, rate: float | None = None, scheduled_at: float | None = None,
-                   warmup: bool = False) -> RequestRecord:
+                   warmup: bool = False, answer: list | None = None) -> RequestRecord:
         """Send one prepared request, stream its answer, build its record and hand it to on_record.
 
+        answer: a list the streamed answer's text pieces are appended to (multi-turn builds the next turn on it).
         Never raises for a server or network failure (the record says what happened). A cancelled
         request is recorded (status "cancelled") before the CancelledError propagates.
         """
@@ -317,7 +318,7 @@ class Client:
                             prompt_hash=prep.prompt_hash, prompt=prep.prompt_text,
                             conversation_id=spec.conversation_id, turn=spec.turn)
         perf = time.perf_counter
-        decoder = oa.StreamDecoder(cfg.continuous_usage_stats)  # fed read by read: memory stays two numbers a read
+        decoder = oa.StreamDecoder(cfg.continuous_usage_stats, answer)  # fed read by read: memory stays two numbers a read
         parser = SseParser(cfg.max_line_bytes)
         started = False
         kind: str | None = None
@@ -380,6 +381,8 @@ class Client:
         rec.output_tokens = result.output_tokens
         if result.reasoning_tokens is not None:
             rec.extra["reasoning_tokens"] = result.reasoning_tokens
+        if result.cached_tokens is not None:
+            rec.extra["cached_tokens"] = result.cached_tokens
         if result.finish_reason is not None:
             rec.extra["finish_reason"] = result.finish_reason
         if kind is None and result.error_kind:
@@ -479,15 +482,21 @@ class Client:
 
     async def run_closed_loop(self, specs: Sequence[RequestSpec], concurrency: int, *, level: int, epoch: float,
                               on_record: Callable[[RequestRecord], Any], warmup: bool = False,
-                              duration_s: float | None = None, keep_records: bool = True) -> LevelRun:
+                              duration_s: float | None = None, keep_records: bool = True,
+                              users: Sequence[tuple[float, int]] | None = None) -> LevelRun:
         """C workers; each sends the next spec as soon as its previous request finished.
 
         With duration_s, no request starts after that many seconds (those in flight finish).
+        users: a concurrency ramp's [(t_s, streams)] change points (kneecap.workload.ramps.concurrency_schedule):
+        stream u sends only while the target is at least u (its request in flight then finishes).
         keep_records=False: records go only to on_record (LevelRun.records stays empty), so memory does
         not grow with the level's length when the caller streams them to disk.
         """
         if concurrency < 1:
             raise KneecapError(f"concurrency must be >= 1, got {concurrency}", "pass e.g. --concurrency 1,8,64")
+        windows = user_windows(users) if users else None
+        if windows:
+            concurrency = len(windows)
         self._ensure_fds(concurrency)
         preps = self.prepare(specs)
         workers = min(concurrency, len(preps))
@@ -506,13 +515,17 @@ class Client:
         t0 = time.perf_counter()
         deadline = t0 + duration_s if duration_s is not None else None
 
-        async def worker() -> None:
+        async def worker(u: int) -> None:
+            start, end = windows[u] if windows else (0.0, None)
+            if start > 0:
+                await asyncio.sleep(t0 + start - time.perf_counter())
             for prep in it:
-                if deadline is not None and time.perf_counter() >= deadline:
+                now = time.perf_counter()
+                if (deadline is not None and now >= deadline) or (end is not None and now >= t0 + end):
                     return
                 await self.send(prep, level=level, epoch=epoch, on_record=emit, concurrency=concurrency, warmup=warmup)
 
-        tasks = [asyncio.ensure_future(worker()) for _ in range(workers)]
+        tasks = [asyncio.ensure_future(worker(u)) for u in range(workers)]
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -525,14 +538,20 @@ class Client:
     async def run_open_loop(self, specs: Sequence[RequestSpec], rate: float, *, burstiness: float = 1.0, seed: int = 0,
                             level: int, epoch: float, on_record: Callable[[RequestRecord], Any], warmup: bool = False,
                             duration_s: float | None = None, warm_connections: int = 0, keep_records: bool = True,
-                            on_s: float | None = None, off_s: float = 0.0) -> LevelRun:
+                            on_s: float | None = None, off_s: float = 0.0,
+                            offsets: Sequence[float] | None = None) -> LevelRun:
         """Send at kneecap.workload.arrival_offsets times whatever is still in flight (no coordinated
         omission); scheduled_at is recorded, so latency can also be measured from the intended time.
         warm_connections pre-opens that many connections (e.g. rate x expected E2E). on_s/off_s: on/off
-        bursts (see arrival_offsets). keep_records as in run_closed_loop.
+        bursts (see arrival_offsets). offsets: send times given instead (a trace's, a ramp's), one per spec.
+        keep_records as in run_closed_loop.
         """
         preps = self.prepare(specs)
-        offsets = arrival_offsets(rate, len(preps), burstiness, seed, on_s=on_s, off_s=off_s)
+        if offsets is not None:
+            if len(offsets) != len(preps):
+                raise KneecapError(f"{len(offsets)} send times for {len(preps)} requests", "give one time per request")
+        else:
+            offsets = arrival_offsets(rate, len(preps), burstiness, seed, on_s=on_s, off_s=off_s)
         self._ensure_fds(max(warm_connections, 1))
         await self.warm(min(warm_connections, len(preps)))
         records: list[RequestRecord] = []
@@ -574,6 +593,92 @@ class Client:
         t1 = time.perf_counter()
         return self._level_run(level, None, rate, records, t0 - epoch, t1 - epoch, monitor, sched)
 
+    async def run_conversations(self, conversations: Sequence, concurrency: int, specs: Sequence[RequestSpec], *,
+                                level: int, epoch: float, on_record: Callable[[RequestRecord], Any],
+                                think_time_s: float = 0.0, answer_tokenizer=None, warmup: bool = False,
+                                keep_records: bool = True) -> LevelRun:
+        """C users, each taking the next conversation and sending its turns in order (closed loop).
+
+        Turn k's prompt is turn k-1's prompt + turn k-1's answer as the server streamed it + turn k's new
+        input (drawn by this client's prompt source for the turn's own index), so every earlier token is a
+        prefix of it: text prompts append the answer's text; token-id prompts append the ids
+        answer_tokenizer.token_ids(text) gives it (the server's /tokenize or the local tokenizer). A user
+        waits think_time_s after an answer. `specs` are the turns as planned (conversation_id, turn, index,
+        request id, output length): the record of turn (c, k) carries them, with the grown input length.
+        A failed turn ends its conversation (there is no answer to build on).
+        """
+        from kneecap.workload.multiturn import grow_prompt
+
+        if concurrency < 1:
+            raise KneecapError(f"concurrency must be >= 1, got {concurrency}", "pass e.g. --concurrency 1,8,64")
+        cfg = self.cfg
+        source = self.prompts if self.prompts is not None else default_prompt_source(cfg)
+        planned = {(s.conversation_id, s.turn): s for s in specs}
+        users = min(concurrency, len(conversations))
+        self._ensure_fds(users)
+        await self.warm(users)
+        records: list[RequestRecord] = []
+
+        def emit(rec: RequestRecord) -> None:
+            if keep_records:
+                records.append(rec)
+            on_record(rec)
+
+        loop = asyncio.get_running_loop()
+        it = iter(conversations)
+        self.read_stamps = ReadStamps(read_path=self.read_path, read_path_note=self.read_path_note)
+        monitor = SelfMonitor()
+        monitor.start()
+        t0 = time.perf_counter()
+
+        async def user() -> None:
+            for conv in it:
+                prompt, answer_content = None, ()
+                for turn in range(1, conv.turns + 1):
+                    spec = planned[(conv.conversation_id, turn)]
+                    fresh = source.prompt_for(RequestSpec(index=spec.index, request_id=spec.request_id,
+                                                          class_name=spec.class_name,
+                                                          input_tokens=conv.new_input_tokens[turn - 1],
+                                                          output_tokens=spec.output_tokens))
+                    content = fresh.content if prompt is None else grow_prompt(prompt, answer_content, fresh.content)
+                    known = fresh.num_tokens if prompt is None else (
+                        len(content) if not isinstance(content, str) else None)
+                    prompt = content
+                    if turn > 1 and think_time_s > 0:
+                        await asyncio.sleep(think_time_s)
+                    body = oa.request_body(cfg.endpoint, cfg.model, content, spec.output_tokens, stream=cfg.stream,
+                                           ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens,
+                                           continuous_usage_stats=cfg.continuous_usage_stats, extra_body=cfg.extra_body)
+                    size = len(content) if not isinstance(content, str) else (known or spec.input_tokens)
+                    turn_spec = replace(spec, input_tokens=size, prefix_group=None, prefix_tokens=0)
+                    text = None
+                    if cfg.keep_prompts:
+                        text = content if isinstance(content, str) else " ".join(map(str, content))
+                    prep = PreparedRequest(turn_spec, oa.encode_body(body), Prompt.of(content, known).sha256, text, known)
+                    pieces: list[str] = []
+                    rec = await self.send(prep, level=level, epoch=epoch, on_record=emit, concurrency=concurrency,
+                                          warmup=warmup, answer=pieces)
+                    if not rec.ok or turn == conv.turns:
+                        break
+                    answer_text = "".join(pieces)
+                    if isinstance(content, str):
+                        answer_content = answer_text
+                    else:
+                        if answer_tokenizer is None:
+                            raise KneecapError("multi-turn token-id prompts need the answer's token ids",
+                                               "pass --tokenizer PATH/tokenizer.json (the served model's own)")
+                        answer_content = await loop.run_in_executor(None, answer_tokenizer.token_ids, answer_text)
+
+        tasks = [asyncio.ensure_future(user()) for _ in range(users)]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await monitor.stop()
+        t1 = time.perf_counter()
+        return self._level_run(level, concurrency, None, records, t0 - epoch, t1 - epoch, monitor, [])
+
     def _level_run(self, level: int, concurrency: int | None, rate: float | None, records: list[RequestRecord],
                    started_at: float, ended_at: float, monitor: SelfMonitor, sched: list[float]) -> LevelRun:
         run = LevelRun(level=level, concurrency=concurrency, rate=rate, records=records, started_at=started_at,
@@ -588,25 +693,51 @@ class Client:
 async def run_closed_loop(cfg: ClientConfig, specs: Sequence[RequestSpec], concurrency: int, *, level: int, epoch: float,
                           on_record: Callable[[RequestRecord], Any], client: Client | None = None,
                           prompts: PromptSource | None = None, warmup: bool = False,
-                          duration_s: float | None = None, keep_records: bool = True) -> LevelRun:
+                          duration_s: float | None = None, keep_records: bool = True,
+                          users: Sequence[tuple[float, int]] | None = None) -> LevelRun:
     """Closed loop at `concurrency` on `client` (or on a Client opened for this call)."""
     kwargs = dict(level=level, epoch=epoch, on_record=on_record, warmup=warmup, duration_s=duration_s,
-                  keep_records=keep_records)
+                  keep_records=keep_records, users=users)
     if client is not None:
         return await client.run_closed_loop(specs, concurrency, **kwargs)
     async with Client(cfg, prompts) as own:
         return await own.run_closed_loop(specs, concurrency, **kwargs)
 
 
+def user_windows(users: Sequence[tuple[float, int]]) -> list[tuple[float, float | None]]:
+    """[(start_s, end_s or None)] of each stream u = 1, 2, ... under a [(t_s, streams)] schedule: stream u
+    sends while the target is at least u (monotone ramps: one window each)."""
+    top = max(c for _, c in users)
+    out = []
+    for u in range(1, top + 1):
+        start = next(t for t, c in users if c >= u)
+        end = next((t for t, c in users if t > start and c < u), None)
+        out.append((start, end))
+    return out
+
+
+async def run_conversations(cfg: ClientConfig, conversations: Sequence, concurrency: int, *, specs: Sequence[RequestSpec],
+                            level: int, epoch: float, on_record: Callable[[RequestRecord], Any],
+                            client: Client | None = None, prompts: PromptSource | None = None, warmup: bool = False,
+                            think_time_s: float = 0.0, answer_tokenizer=None, keep_records: bool = True) -> LevelRun:
+    """Multi-turn conversations of C users on `client` (or on a Client opened for this call)."""
+    kwargs = dict(level=level, epoch=epoch, on_record=on_record, warmup=warmup, think_time_s=think_time_s,
+                  answer_tokenizer=answer_tokenizer, keep_records=keep_records)
+    if client is not None:
+        return await client.run_conversations(conversations, concurrency, specs, **kwargs)
+    async with Client(cfg, prompts) as own:
+        return await own.run_conversations(conversations, concurrency, specs, **kwargs)
+
+
 async def run_open_loop(cfg: ClientConfig, specs: Sequence[RequestSpec], rate: float, *, burstiness: float = 1.0,
                         seed: int = 0, level: int, epoch: float, on_record: Callable[[RequestRecord], Any],
                         client: Client | None = None, prompts: PromptSource | None = None, warmup: bool = False,
                         duration_s: float | None = None, warm_connections: int = 0, keep_records: bool = True,
-                        on_s: float | None = None, off_s: float = 0.0) -> LevelRun:
+                        on_s: float | None = None, off_s: float = 0.0, offsets: Sequence[float] | None = None) -> LevelRun:
     """Open loop at `rate` requests/s on `client` (or on a Client opened for this call)."""
     kwargs = dict(burstiness=burstiness, seed=seed, level=level, epoch=epoch, on_record=on_record, warmup=warmup,
                   duration_s=duration_s, warm_connections=warm_connections, keep_records=keep_records,
-                  on_s=on_s, off_s=off_s)
+                  on_s=on_s, off_s=off_s, offsets=offsets)
     if client is not None:
         return await client.run_open_loop(specs, rate, **kwargs)
     async with Client(cfg, prompts) as own:

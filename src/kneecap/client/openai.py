@@ -100,6 +100,7 @@ class StreamResult:
     prompt_tokens: int | None = None  # usage, as the server reported it
     output_tokens: int | None = None
     reasoning_tokens: int | None = None
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens: prompt tokens the server's prefix cache had
     finish_reason: str | None = None
     done: bool = False  # saw data: [DONE]
     num_events: int = 0
@@ -127,6 +128,11 @@ def _apply_usage(result: StreamResult, usage: Mapping[str, Any]) -> int | None:
         result.prompt_tokens = pt
     if ct is not None:
         result.output_tokens = ct
+    prompt_details = usage.get("prompt_tokens_details")  # vLLM --enable-prompt-tokens-details, SGLang, OpenAI
+    if isinstance(prompt_details, Mapping):
+        cached = _count(prompt_details.get("cached_tokens"))
+        if cached is not None:
+            result.cached_tokens = cached
     details = usage.get("completion_tokens_details")
     if isinstance(details, Mapping):
         rt = _count(details.get("reasoning_tokens"))
@@ -152,12 +158,13 @@ class StreamDecoder:
     ("malformed_sse" / "server_error_event"); tokens seen before it are kept, later events ignored.
     """
 
-    __slots__ = ("result", "usage_deltas", "_last_ct")
+    __slots__ = ("result", "usage_deltas", "_last_ct", "text_sink")
 
-    def __init__(self, usage_deltas: bool = False):
+    def __init__(self, usage_deltas: bool = False, text_sink: list | None = None):
         self.result = StreamResult()
         self.usage_deltas = usage_deltas
         self._last_ct = 0  # running completion_tokens under continuous usage stats
+        self.text_sink = text_sink  # a list the answer's text pieces are appended to (multi-turn needs the answer)
 
     def feed(self, t: float, events: Sequence[SseEvent]) -> None:
         result = self.result
@@ -205,11 +212,15 @@ class StreamDecoder:
                     if delta.get("content"):
                         k = 1
                         answer = True
+                        if self.text_sink is not None:
+                            self.text_sink.append(delta["content"])
                     elif delta.get("reasoning_content") or delta.get("reasoning"):
                         k = 1
                 elif choice.get("text"):  # completions
                     k = 1
                     answer = True
+                    if self.text_sink is not None:
+                        self.text_sink.append(choice["text"])
                 fr = choice.get("finish_reason")
                 if fr and type(fr) is str:
                     result.finish_reason = fr

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 from kneecap.errors import KneecapError
-from kneecap.workload import RequestSpec
+from kneecap.workload import TRACE_BLOCK_TOKENS, RequestSpec
 
 # Common English words: in the BPE vocabularies of current LLMs (Llama 3, Qwen 2/3, Mistral,
 # GPT-NeoX) " word" for each of these is a single token, so a space-joined run of n of them is
@@ -128,6 +128,15 @@ class RandomTokenPrompts:
         return cls(seed=seed, low=low, high=high, salt=salt)
 
     def prompt_for(self, spec: RequestSpec) -> Prompt:
+        if spec.block_hashes:  # a replayed trace: block k is the same ids wherever its hash id appears
+            ids = []
+            for h in spec.block_hashes:
+                if len(ids) >= spec.input_tokens:
+                    break
+                ids.extend(self._draw(_rng("block", self.seed, self.salt, h), TRACE_BLOCK_TOKENS))
+            ids = ids[:spec.input_tokens]
+            ids.extend(self._draw(_rng("prompt", self.seed, self.salt, spec.index), spec.input_tokens - len(ids)))
+            return Prompt.of(ids, len(ids))
         prefix = _prefix_len(spec)
         ids: list[int] = []
         if prefix:
@@ -163,9 +172,18 @@ class RandomTextPrompts:
     _prefixes: dict = field(default_factory=dict, compare=False, repr=False)  # group -> calibrated prefix text
 
     def prompt_for(self, spec: RequestSpec) -> Prompt:
-        prefix = _prefix_len(spec)
         rng = _rng("prompt", self.seed, self.salt, spec.index)
         target = spec.input_tokens
+        if spec.block_hashes:  # a replayed trace: one word a token per block (equal hash ids, equal text), uncounted
+            words: list[str] = []
+            for h in spec.block_hashes:
+                if len(words) >= target:
+                    break
+                words.extend(_rng("block", self.seed, self.salt, h).choices(WORDS, k=TRACE_BLOCK_TOKENS))
+            words = words[:target] + rng.choices(WORDS, k=max(0, target - len(words)))
+            text = " ".join(words)
+            return Prompt.of(text, self.counter.count(text) + self.overhead_tokens if self.counter is not None else None)
+        prefix = _prefix_len(spec)
         if self.counter is None:
             words = [] if not prefix else _rng("prefix", self.seed, self.salt, spec.prefix_group).choices(WORDS, k=prefix)
             return Prompt.of(" ".join(words + rng.choices(WORDS, k=max(1, target - prefix))), None)

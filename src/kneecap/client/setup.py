@@ -106,6 +106,7 @@ class PromptChoice:
     check_requests: int = 0  # check requests sent to settle this way (they reach the server before any level)
 
     pool: tuple[int, ...] = field(default=(), repr=False)  # SERVER_TOKEN_IDS: the ids to draw from
+    dataset_in_order: bool = False  # DATASET: request i takes text i (a sample whose lengths the specs carry)
 
     def make(self, seed: int):
         if self.way in (TOKEN_IDS, DEFAULT_TOKEN_IDS):
@@ -115,7 +116,7 @@ class PromptChoice:
         if self.way == DATASET:
             from kneecap.client.datasets import DatasetPrompts
 
-            return DatasetPrompts(texts=self.dataset_texts, seed=seed)
+            return DatasetPrompts(texts=self.dataset_texts, seed=seed, in_order=self.dataset_in_order)
         return RandomTextPrompts(counter=self.counter, seed=seed, salt=self.salt, overhead_tokens=self.overhead_tokens)
 
     def to_dict(self) -> dict:
@@ -131,10 +132,12 @@ class PromptChoice:
 
 
 def prompt_candidates(info: ServerInfo, *, endpoint: str, model: str, api_key: str | None, salt: str,
-                      tokenizer: str | None = None, dataset_texts: tuple[str, ...] | None = None) -> list[PromptChoice]:
+                      tokenizer: str | None = None, dataset_texts: tuple[str, ...] | None = None,
+                      dataset_in_order: bool = False) -> list[PromptChoice]:
     """The ways to build prompts for this server, best first (the check request picks the first accepted)."""
     if dataset_texts is not None:
-        return [PromptChoice(DATASET, "prompts of the dataset file", exact=False, salt=salt, dataset_texts=dataset_texts)]
+        return [PromptChoice(DATASET, "prompts of the dataset file", exact=False, salt=salt,
+                             dataset_texts=dataset_texts, dataset_in_order=dataset_in_order)]
     out: list[PromptChoice] = []
     completions = endpoint == oa.COMPLETIONS
     if tokenizer is not None:
@@ -295,14 +298,15 @@ class LiveClient:
 def prepare_client(info: ServerInfo, *, base_url: str, model: str, endpoint: str, api_key: str | None,
                    timeout_s: float, keepalive: bool | None, flag_name: str, salt: str, ignore_eos: bool = True,
                    keep_prompts: bool = False, tokenizer: str | None = None,
-                   dataset_texts: tuple[str, ...] | None = None, input_tokens: int | None = None) -> LiveClient:
+                   dataset_texts: tuple[str, ...] | None = None, input_tokens: int | None = None,
+                   dataset_in_order: bool = False) -> LiveClient:
     """The one client setup of `kneecap bench` and `kneecap run`: the prompt way proved by one check request
     (inside the vocabulary the server states, else calibrated text...), then keep-alive (`keepalive` None:
     probe the server; else the flag named `flag_name` decided). One-line KneecapError on a refusal."""
     cfg = client_config(base_url, model=model, endpoint=endpoint, api_key=api_key, timeout_s=timeout_s,
                         keepalive=keepalive is not False, ignore_eos=ignore_eos, keep_prompts=keep_prompts)
     ways = prompt_candidates(info, endpoint=endpoint, model=model, api_key=api_key, salt=salt, tokenizer=tokenizer,
-                             dataset_texts=dataset_texts)
+                             dataset_texts=dataset_texts, dataset_in_order=dataset_in_order)
     choice = settle_prompts(cfg, ways, input_tokens=input_tokens, timeout_s=min(timeout_s, CHECK_TIMEOUT_S))
     kept, connections, probe = decide_keepalive(cfg, keepalive, timeout_s=timeout_s, flag_name=flag_name)
     return LiveClient(cfg=replace(cfg, keepalive=kept), prompts=choice, connections=connections, probe=probe)

@@ -22,19 +22,11 @@ DEAD_PROBE_FAILED_FRACTION = 0.5
 
 
 def level_specs(opts: BenchOptions, plan: SweepLevel, *, warmup: bool, round_index: int = 0):
-    """The requests of one level's warmup or of one of its rounds, drawn from the shared Workload code."""
-    from kneecap.workload import LengthDist, RequestClass, Workload, make_requests
+    """The requests of one level's warmup or of one of its rounds, drawn from the shared Workload code
+    (a workload without files; a dataset or a trace needs kneecap.sweep.bench_workload.load_workload)."""
+    from kneecap.sweep.bench_workload import BenchWorkload
 
-    isl = opts.isl if opts.isl is not None else 1
-    cls = RequestClass(name="default", input=LengthDist.fixed(isl), output=LengthDist.fixed(opts.osl),
-                       shared_prefix_tokens=opts.shared_prefix_tokens, num_prefix_groups=opts.num_prefix_groups)
-    if warmup:
-        n, start, prefix = plan.num_warmup, plan.first_index, f"L{plan.index}w"
-    else:
-        n = plan.num_requests
-        start = plan.first_index + plan.num_warmup + round_index * plan.num_requests
-        prefix = f"L{plan.index}r" if round_index == 0 else f"L{plan.index}r{round_index}-"
-    return tuple(make_requests(Workload(classes=(cls,)), n, seed=opts.seed, start_index=start, id_prefix=prefix))
+    return BenchWorkload(opts).level(plan, warmup=warmup, round_index=round_index).specs
 
 
 def mostly_connection_failures(summary: dict) -> bool:
@@ -60,10 +52,17 @@ class HttpLevelDriver:
 
     def __init__(self, opts: BenchOptions, *, run_share: Callable, probe: Callable[[], bool], poll_metrics: Callable,
                  epoch: float, progress, timeline_path=None, specs_for: Callable | None = None,
-                 bursts: dict | None = None):
+                 bursts: dict | None = None, workload=None):
+        from kneecap.sweep.bench_workload import BenchWorkload, LevelWork
+
         self.opts = opts
-        self._specs_for = specs_for or (lambda plan, warmup, round_index=0: level_specs(
-            opts, plan, warmup=warmup, round_index=round_index))
+        # what each level sends: the run's workload (kneecap.sweep.bench_workload), or the specs specs_for gives
+        bench = workload if workload is not None else BenchWorkload(opts)
+        self._work_for = bench.level if specs_for is None else (
+            lambda plan, warmup, round_index=0: LevelWork(specs=tuple(specs_for(plan, warmup=warmup,
+                                                                                round_index=round_index))))
+        self._specs_for = lambda plan, warmup, round_index=0: self._work_for(
+            plan, warmup=warmup, round_index=round_index).specs
         self._bursts = bursts or {}
         self._run_share = run_share
         self._probe = probe
@@ -80,21 +79,36 @@ class HttpLevelDriver:
         if plan.num_warmup:
             self._progress.start_level(label, plan.num_warmup, phase="warmup")
             warm_value = min(plan.value, plan.num_warmup) if opts.kind == KIND_CONCURRENCY else plan.value
-            self._run_share(LevelTask(specs=self._specs_for(plan, warmup=True), warmup=True,
-                                      **{**base, "value": warm_value}), keep)
-        self._progress.start_level(label, None if opts.in_rounds else plan.num_requests)
+            self._run_share(_task(self._work_for(plan, warmup=True), warmup=True,
+                                  **{**base, "value": warm_value}), keep)
+        work = self._work_for(plan, warmup=False)
+        ramp = None
+        if opts.ramp is not None:  # keep the ramp's records for its time slices
+            from kneecap.workload.ramps import parse_ramp
+
+            ramp, ramp_records, outer = parse_ramp(opts.ramp), [], keep
+
+            def keep(record, _outer=outer):
+                ramp_records.append(record)
+                _outer(record)
+        self._progress.start_level(label, None if opts.in_rounds else len(work.specs))
         started = time.monotonic()
         poller = self._poll_metrics()
         with poller:
             outcomes = self._run_rounds(plan, base, keep, started) if opts.in_rounds else self._run_share(
-                LevelTask(specs=self._specs_for(plan, warmup=False), duration_s=opts.duration_s, **base), keep)
+                _task(work, duration_s=work.duration_s or opts.duration_s, **base), keep)
         samples = getattr(poller, "samples", lambda: [])()
         self._append_timeline(plan.index, samples)
         from kneecap.sweep.workers import merge_outcomes
 
         client = merge_outcomes(outcomes, opts.workers)
-        return LevelRun(server_metrics=scraped_server_metrics(poller.result(), samples),
-                        fields={"wall_s": time.monotonic() - started, "client": client, "suspect": client["suspect"]},
+        fields = {"wall_s": time.monotonic() - started, "client": client, "suspect": client["suspect"]}
+        if ramp is not None:  # slices from the level's clock start (the first request goes at its start)
+            from kneecap.workload.slices import ramp_slices
+
+            starts = [o.client["started_at"] for o in outcomes if o.client.get("started_at") is not None]
+            fields["slices"] = ramp_slices(ramp_records, ramp, dimension=opts.kind, t0=min(starts) if starts else None)
+        return LevelRun(server_metrics=scraped_server_metrics(poller.result(), samples), fields=fields,
                         note=(f" (client suspect: its own lag may have set these numbers; {_suspect_hint(opts.workers)})"
                               if client["suspect"] else ""))
 
@@ -137,6 +151,12 @@ class HttpLevelDriver:
                 break  # the driver stopped sending because the duration was over
             round_index += 1
         return outcomes
+
+
+def _task(work, **fields) -> LevelTask:
+    """A LevelTask sending one LevelWork (its requests, and their times, streams or conversations)."""
+    return LevelTask(specs=work.specs, offsets=work.offsets, users=work.users, conversations=work.conversations,
+                     think_time_s=work.think_time_s, **fields)
 
 
 def scraped_server_metrics(scraped: dict | None, samples: list[dict]) -> dict:

@@ -32,6 +32,10 @@ class LevelTask:
     duration_s: float | None = None
     on_s: float | None = None  # open loop in on/off bursts (kneecap.workload.arrival_offsets)
     off_s: float = 0.0
+    offsets: tuple[float, ...] | None = None  # open loop at these send times (s from the level's start): a trace, a ramp
+    users: tuple[tuple[float, int], ...] | None = None  # closed loop whose streams follow [(t_s, streams)] (a ramp)
+    conversations: tuple = ()  # --turns: kneecap.workload.multiturn.Conversation, value users hold them
+    think_time_s: float = 0.0
 
 
 @dataclass
@@ -68,6 +72,7 @@ class DriverSetup:
     cfg: object  # kneecap.client.driver.ClientConfig
     prompts: object | None = None  # a kneecap.client.prompts PromptSource; None = the driver's default
     warm_connections: int = 0  # open loop: connections opened before the level's clock starts
+    answer_tokenizer: object | None = None  # --turns with token-id prompts: the answer text's ids (.token_ids(text))
 
 
 def run_task(setup: DriverSetup, task: LevelTask, on_record: Callable[[RequestRecord], None]) -> LevelOutcome:
@@ -85,11 +90,16 @@ def run_task(setup: DriverSetup, task: LevelTask, on_record: Callable[[RequestRe
     # records are streamed to on_record (and on to disk); the driver keeps none, so memory stays flat
     common = dict(level=task.level, epoch=task.epoch, on_record=record_sink, prompts=setup.prompts,
                   warmup=task.warmup, duration_s=task.duration_s, keep_records=False)
-    if task.kind == "concurrency":
-        coro = driver.run_closed_loop(setup.cfg, specs, int(task.value), **common)
+    if task.conversations:
+        common.pop("duration_s")
+        coro = driver.run_conversations(setup.cfg, task.conversations, int(task.value), specs=specs,
+                                        think_time_s=task.think_time_s, answer_tokenizer=setup.answer_tokenizer, **common)
+    elif task.kind == "concurrency":
+        coro = driver.run_closed_loop(setup.cfg, specs, int(task.value), users=task.users, **common)
     else:
         coro = driver.run_open_loop(setup.cfg, specs, task.value, burstiness=task.burstiness, seed=task.seed,
                                     warm_connections=min(setup.warm_connections, len(specs)),
-                                    on_s=task.on_s, off_s=task.off_s, **common)
+                                    on_s=task.on_s, off_s=task.off_s, offsets=task.offsets, **common)
     run = driver.run_sync(coro)
     return outcome_from_run(run, count)
+

@@ -71,12 +71,46 @@ def parse_shared_prefix(spec: str | None) -> tuple[int, int]:
     return num_tokens, num_groups
 
 
+def parse_length_flag(flag: str, spec: str | None) -> tuple[int | None, str | None]:
+    """--isl / --osl: a whole number of tokens, or a length distribution (kneecap.workload.lengthspec, the
+    grammar `kneecap run` classes use) -> (tokens, None) or (its mean rounded, the spec)."""
+    if spec is None:
+        return None, None
+    from kneecap.workload.lengthspec import parse_length_spec
+
+    try:
+        dist = parse_length_spec(spec)
+    except KneecapError as exc:
+        raise KneecapError(f"{flag} {exc.message}", exc.hint) from None
+    if dist.kind == "fixed":
+        return dist.value, None
+    return max(1, round(dist.expected)), spec
+
+
+GOODPUT_KEYS = {"ttft": "ttft", "tpot": "tpot", "e2el": "e2e"}  # vLLM bench serve --goodput names -> kneecap's
+
+
+def parse_goodput(pairs: Sequence[str]) -> str:
+    """vLLM's `--goodput ttft:200 tpot:50 e2el:1000` (ms; a request is good when each of its own latencies
+    is within its value, vllm/benchmarks/serve.py) as kneecap --slo terms: ttft_max_ms=200,tpot_max_ms=50,
+    e2e_max_ms=1000. kneecap counts goodput with the same per-request rule, and a level meets these terms when
+    every request of it did."""
+    terms = []
+    for part in (p for item in pairs for p in str(item).replace(",", " ").split()):
+        key, sep, value = part.partition(":")
+        if not sep or key.strip().lower() not in GOODPUT_KEYS:
+            raise KneecapError(f"--goodput term {part!r} is not KEY:VALUE with KEY ttft, tpot or e2el",
+                               "pass e.g. --goodput 'ttft:200 tpot:50' (milliseconds)")
+        terms.append(f"{GOODPUT_KEYS[key.strip().lower()]}_max_ms={value.strip()}")
+    return ",".join(terms)
+
+
 @dataclass(frozen=True)
 class BenchOptions:
     """One bench run. Lengths in tokens, times in seconds, rates in requests/s."""
 
     base_url: str
-    osl: int
+    osl: int | None = None  # None only where the data sizes the outputs (a dataset without --osl, a replayed trace)
     isl: int | None = None  # required for the random dataset; a JSONL dataset brings its own prompts
     concurrency: tuple[int, ...] = ()
     rate: tuple[float, ...] = ()
@@ -105,6 +139,17 @@ class BenchOptions:
     fail_on: tuple[str, ...] = ()
     api_key_env: str | None = None  # name of the env variable holding the key (never the key)
     api_key_file: str | None = None  # path of a file holding the key (never the key)
+    # the workload beyond fixed lengths (kneecap.sweep.bench_workload builds each level's requests from these)
+    isl_dist: str | None = None  # --isl as a length spec ("lognormal:mean=1000,std=300"); isl is then its mean
+    osl_dist: str | None = None  # --osl as a length spec; osl is then its mean
+    replay: str | None = None  # --replay PATH: a Mooncake JSONL or BurstGPT CSV trace, requests at its times
+    replay_speeds: tuple[float, ...] = ()  # --replay-speed, one level each; `rate` then holds speed x trace_rate
+    trace_rate: float | None = None  # the replayed trace's mean request rate at speed 1 (requests/s)
+    replay_requests: int | None = None  # the replayed trace's rows (after --skip-too-long)
+    skip_too_long: bool = False  # --skip-too-long: drop trace or dataset rows longer than the server's context
+    ramp: str | None = None  # --ramp KIND:START:END:SECONDS on the dimension of --concurrency / --rate
+    turns: int = 0  # --turns K: C users each hold K-turn conversations (--requests counts turns)
+    think_time_s: float = 0.0  # --think-time-s: a user's pause between an answer and its next turn
 
     def __post_init__(self) -> None:
         if not self.base_url or not self.base_url.startswith(("http://", "https://")):
@@ -116,9 +161,10 @@ class BenchOptions:
         if self.endpoint not in ENDPOINTS:
             raise KneecapError(f"--endpoint must be one of {', '.join(ENDPOINTS)}, got {self.endpoint!r}",
                                "pass --endpoint completions or --endpoint chat")
-        if self.osl is None or self.osl < 1:
+        lengths_from_data = self.replay is not None or self.dataset != "random"
+        if (self.osl is None and not lengths_from_data) or (self.osl is not None and self.osl < 1):
             raise KneecapError(f"--osl must be a whole number >= 1, got {self.osl!r}", "pass e.g. --osl 1000")
-        if self.dataset == "random" and (self.isl is None or self.isl < 1):
+        if self.replay is None and self.dataset == "random" and (self.isl is None or self.isl < 1):
             raise KneecapError(f"--isl must be a whole number >= 1 with the random dataset, got {self.isl!r}",
                                "pass e.g. --isl 1000")
         if self.requests is not None and self.duration_s is not None:
@@ -143,6 +189,51 @@ class BenchOptions:
             raise KneecapError(f"--workers must be between 1 and 256, got {self.workers}", "pass e.g. --workers 2 (one per spare core)")
         if self.api_key_env is not None and self.api_key_file is not None:
             raise KneecapError("pass at most one of --api-key-env and --api-key-file", "drop one of them")
+        self._check_workload()
+
+    def _check_workload(self) -> None:
+        """The workload flags that exclude each other, each refusal one line naming the fix."""
+        special = [flag for flag, on in (("--replay", self.replay is not None), ("--ramp", self.ramp is not None),
+                                         ("--turns", bool(self.turns))) if on]
+        if len(special) > 1:
+            raise KneecapError(f"{' and '.join(special)} both given", "pass one of them per run")
+        if self.replay is not None:
+            if not self.rate or len(self.rate) != len(self.replay_speeds) or not self.trace_rate:
+                raise KneecapError("--replay levels are replay speeds", "pass --replay PATH [--replay-speed 1,2,4] "
+                                   "without --concurrency or --rate")
+            if self.dataset != "random" or self.duration_s is not None or self.requests is not None:
+                raise KneecapError("--replay sends the trace's own requests, each level the whole trace",
+                                   "drop --dataset, --requests and --duration")
+        if self.ramp is not None:
+            from kneecap.workload.ramps import parse_ramp
+
+            parse_ramp(self.ramp)
+            if len(self.levels) != 1 or self.duration_s is not None or self.requests is not None:
+                raise KneecapError("--ramp is one level whose load moves from START to END over SECONDS",
+                                   "drop --requests and --duration (the ramp's SECONDS is the level's length)")
+        if self.turns:
+            if self.turns < 1:
+                raise KneecapError(f"--turns must be >= 1, got {self.turns}", "pass e.g. --turns 3")
+            if self.kind != KIND_CONCURRENCY or self.duration_s is not None or self.dataset != "random":
+                raise KneecapError("--turns runs C users' conversations in closed loop for a number of requests",
+                                   "pass --concurrency C --requests N (N a multiple of --turns), without "
+                                   "--rate, --duration or --dataset")
+            for value in self.concurrency:
+                n = self.requests_for(value)
+                if n % self.turns or (self.warmup and self.warmup % self.turns):
+                    raise KneecapError(f"--requests {n} (or --warmup {self.warmup}) at C={value} is not a whole "
+                                       f"number of {self.turns}-turn conversations",
+                                       f"--requests counts turns: pass a multiple of {self.turns}")
+        if self.think_time_s < 0 or not math.isfinite(self.think_time_s):
+            raise KneecapError(f"--think-time-s must be a finite number >= 0, got {self.think_time_s}",
+                               "pass e.g. --think-time-s 2")
+        if self.think_time_s and not self.turns:
+            raise KneecapError("--think-time-s is the pause between turns of a conversation", "pass --turns K with it")
+        for flag, spec in (("--isl", self.isl_dist), ("--osl", self.osl_dist)):
+            if spec is not None:
+                from kneecap.workload.lengthspec import parse_length_spec
+
+                parse_length_spec(spec)
 
     # -- the sweep ---------------------------------------------------------------------------
     @property
@@ -164,8 +255,23 @@ class BenchOptions:
 
         Open loop with --duration schedules ceil(rate x duration) arrivals.
         """
+        if self.replay is not None:
+            return max(1, (self.replay_requests or 0) - self.warmup)
+        if self.ramp is not None:
+            from kneecap.workload.ramps import parse_ramp
+
+            ramp = parse_ramp(self.ramp)
+            if self.kind == KIND_CONCURRENCY:  # users keep sending until the ramp's time is over: a generous cap
+                return min(MAX_REQUESTS_PER_ROUND, max(MIN_REQUESTS_PER_LEVEL, int(ramp.duration_s *
+                                                                                max(ramp.start, ramp.end) * 4)))
+            from kneecap.workload.ramps import ramp_arrival_times
+
+            return len(ramp_arrival_times(ramp, seed=self.seed))
         if self.requests is not None:
             return self.requests
+        if self.turns:
+            return max(MIN_REQUESTS_PER_LEVEL, DEFAULT_REQUESTS_PER_STREAM * int(value)) // self.turns * self.turns \
+                or self.turns
         if self.kind == KIND_CONCURRENCY:
             if self.duration_s is not None:
                 return min(MAX_REQUESTS_PER_ROUND, max(MIN_REQUESTS_PER_LEVEL, int(value) * ROUND_REQUESTS_PER_STREAM))
@@ -181,6 +287,12 @@ class BenchOptions:
         return self.kind == KIND_CONCURRENCY and self.duration_s is not None and self.requests is None
 
     def level_label(self, value: float) -> str:
+        if self.ramp is not None:
+            kind, start, end, seconds = self.ramp.split(":")
+            unit = "" if self.kind == KIND_CONCURRENCY else "/s"
+            return f"ramp {self.kind} {kind} {start} to {end}{unit} over {seconds} s"
+        if self.replay is not None and self.trace_rate:
+            return f"replay x{value / self.trace_rate:g}"
         if self.kind == KIND_CONCURRENCY:
             return f"C={int(value)}"
         return "rate=inf" if math.isinf(value) else f"rate={value:g}/s"
@@ -191,6 +303,7 @@ class BenchOptions:
         data["concurrency"] = list(self.concurrency)
         data["rate"] = [r if math.isfinite(r) else "inf" for r in self.rate]
         data["fail_on"] = list(self.fail_on)
+        data["replay_speeds"] = list(self.replay_speeds)
         return data
 
     @classmethod
@@ -202,6 +315,7 @@ class BenchOptions:
         merged["concurrency"] = tuple(int(c) for c in merged.get("concurrency") or ())
         merged["rate"] = tuple(float(r) for r in merged.get("rate") or ())
         merged["fail_on"] = tuple(merged.get("fail_on") or ())
+        merged["replay_speeds"] = tuple(float(r) for r in merged.get("replay_speeds") or ())
         if "base_url" not in merged or "osl" not in merged:
             raise KneecapError("the results folder's manifest.json has no bench options to resume from",
                                "resume only a folder written by `kneecap bench`, or start a new run")

@@ -83,7 +83,8 @@ def preflight_for(opts: BenchOptions, kv_capacity_tokens: int | None, source: st
     return result, {row["concurrency"]: row for row in result["levels"]}
 
 
-def live_client(opts: BenchOptions, info, *, model: str, api_key: str | None, resumed: bool, progress):
+def live_client(opts: BenchOptions, info, *, model: str, api_key: str | None, resumed: bool, progress,
+                dataset_texts: tuple[str, ...] | None = None):
     """(options with keepalive settled, the client setup) from kneecap.client.setup.prepare_client, the one
     `kneecap run` uses too: prompts proved by one check request (token ids inside a vocabulary the server
     states, else text calibrated by --tokenizer or the server's /tokenize, ...), then keep-alive. Neither
@@ -91,8 +92,8 @@ def live_client(opts: BenchOptions, info, *, model: str, api_key: str | None, re
     keep connections open, or when the probe cannot tell. A bad --dataset or --tokenizer fails here."""
     from kneecap.client.setup import prepare_client
 
-    texts = None
-    if opts.dataset != "random":
+    texts = dataset_texts  # a dataset sample whose request i takes text i (its lengths are in the requests)
+    if texts is None and opts.dataset != "random":
         from kneecap.client.datasets import load_prompts
 
         texts = tuple(load_prompts(opts.dataset))
@@ -100,7 +101,8 @@ def live_client(opts: BenchOptions, info, *, model: str, api_key: str | None, re
     live = prepare_client(info, base_url=opts.base_url_clean, model=model, endpoint=opts.endpoint, api_key=api_key,
                           timeout_s=opts.timeout_s, keepalive=opts.keepalive, flag_name=flag_name,
                           salt=opts.prompt_salt, ignore_eos=opts.ignore_eos, keep_prompts=opts.keep_prompts,
-                          tokenizer=opts.tokenizer, dataset_texts=texts, input_tokens=opts.isl)
+                          tokenizer=opts.tokenizer, dataset_texts=texts, input_tokens=opts.isl,
+                          dataset_in_order=dataset_texts is not None)
     probe = live.probe
     if probe is not None and probe.kept_alive is False:
         progress.note(f"note: {probe.detail}, as llama.cpp's server does: opening a new connection per request "
@@ -143,14 +145,17 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
     kv_tokens = opts.kv_tokens or info.kv_capacity_tokens
     source = "--kv-tokens" if opts.kv_tokens else ("[redacted server]" if opts.redact else opts.base_url_clean)
     block_size = opts.block_size or info.block_size or DEFAULT_BLOCK_SIZE
+    opts, workload = read_workload(opts, info)  # a dataset or a trace, checked against the context
     preflight_json, verdicts = preflight_for(opts, kv_tokens, source, block_size)
     plans = sweep_levels(opts, verdicts)
     if not opts.prompt_salt:  # a fresh salt per run (kept by --resume): a second run misses the first's prefix cache
         opts = dataclasses.replace(opts, prompt_salt=new_salt())
     # one check request, then the keep-alive decision, before any folder
-    opts, live = live_client(opts, info, model=model, api_key=api_key, resumed=resume, progress=progress)
+    opts, live = live_client(opts, info, model=model, api_key=api_key, resumed=resume, progress=progress,
+                             dataset_texts=workload.dataset_texts or None)
     prompt_choice, connections = live.prompts, live.connections
     prompts = prompt_choice.make(opts.seed)
+    answer_tokenizer = _answer_tokenizer(opts, info, prompt_choice, model=model, api_key=api_key)
 
     # 2. the results folder (fresh, or resumed)
     results = ResultsDir(out_dir if out_dir is not None else default_out_dir())
@@ -173,7 +178,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
                                         "clock_epoch_s": epoch, "prompts": prompt_choice.to_dict()})
 
     setup = DriverSetup(cfg=live.cfg, prompts=prompts,
-                        warm_connections=OPEN_LOOP_WARM_CONNECTIONS)
+                        warm_connections=OPEN_LOOP_WARM_CONNECTIONS, answer_tokenizer=answer_tokenizer)
     writer = results.open_writer()
     pool = None
     try:
@@ -204,14 +209,14 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
 
         driver = HttpLevelDriver(opts, run_share=run_share, probe=lambda: server_answers(opts, api_key),
                                  poll_metrics=_metrics_poller(opts, api_key, progress), epoch=epoch, progress=progress,
-                                 timeline_path=results.path / "server_metrics.jsonl")
+                                 timeline_path=results.path / "server_metrics.jsonl", workload=workload)
         sweep = Sweep(opts, state=state, plans=plans, driver=driver, write_record=write_record,
                       persist=results.write_summary, progress=progress, slo=slo, stop_limits=limits,
                       summarize_fn=summarize_stream, sync=writer.sync, records_file=RecordsFile(results.records_path),
                       # a server that says it is kneecap's simulated engine ran no model (it was still measured)
                       summary_fields=lambda: {"kind": "bench", "model_executed": not info.simulated,
                                               "benchmark_executed": True,
-                                              "workers": opts.workers,
+                                              "workers": opts.workers, "workload": describe_workload(workload),
                                               "sweep": {"seed": opts.seed, "requests": opts.requests,
                                                         "duration_s": opts.duration_s, "warmup": opts.warmup,
                                                         "burstiness": opts.burstiness}})
@@ -251,11 +256,85 @@ def _resume_state(results, plans: list[SweepLevel], fresh: SweepState) -> tuple[
     return done, dataclasses.replace(fresh, levels=kept)
 
 
+def read_workload(opts: BenchOptions, info):
+    """(options, the run's BenchWorkload): the dataset sampled or the trace read once, rows longer than the
+    server's context refused (or skipped with --skip-too-long, listed once); a replay's speeds become its
+    levels' rates from the rows kept."""
+    from kneecap.sweep.bench_workload import load_workload, replay_rate
+
+    counter = None
+    if opts.tokenizer and opts.dataset != "random":
+        from kneecap.client.prompts import LocalTokenizer
+
+        counter = LocalTokenizer(opts.tokenizer).count
+    workload = load_workload(opts, context_tokens=info.max_model_len, count_tokens=counter)
+    if workload.too_long_lines:
+        lines = workload.too_long_lines
+        import sys
+
+        # on stderr even with --quiet (as simulate says it): the run measures fewer rows than the trace has
+        print(f"note: skipped {len(lines)} trace rows longer than the server's {info.max_model_len:,}-token "
+              f"context (lines {', '.join(map(str, lines[:10]))}{' ...' if len(lines) > 10 else ''})", file=sys.stderr)
+    if opts.replay is not None:
+        rate = replay_rate(workload.schedule)
+        opts = dataclasses.replace(opts, trace_rate=rate, replay_requests=len(workload.schedule),
+                                   rate=tuple(speed * rate for speed in opts.replay_speeds))
+        workload = dataclasses.replace(workload, opts=opts)
+    return opts, workload
+
+
+def describe_workload(workload) -> dict:
+    """summary.json's workload: what the requests were (isl/osl None where the data, not a flag, sized them)."""
+    opts = workload.opts
+    from_data = bool(workload.dataset or workload.schedule)
+    return {"isl": None if from_data or opts.turns or opts.isl_dist else opts.isl,
+            "osl": None if (from_data and opts.osl is None) or opts.osl_dist else opts.osl,
+            "isl_dist": opts.isl_dist, "osl_dist": opts.osl_dist,
+            "shared_prefix_tokens": opts.shared_prefix_tokens, "num_prefix_groups": opts.num_prefix_groups,
+            "dataset_requests": len(workload.dataset) or None, "dataset_rejected": workload.rejected or None,
+            "replay_requests": len(workload.schedule) or None,
+            "replay_speeds": list(opts.replay_speeds) or None, "trace_rate": opts.trace_rate,
+            "skipped_too_long": len(workload.too_long_lines) or None,
+            "turns": opts.turns or None, "think_time_s": opts.think_time_s if opts.turns else None,
+            "ramp": opts.ramp}
+
+
+def _answer_tokenizer(opts: BenchOptions, info, choice, *, model: str, api_key: str | None):
+    """--turns with token-id prompts: what turns an answer's text into the ids the next turn appends (the
+    --tokenizer file, else the server's own /tokenize); None for text prompts, which append the text."""
+    if not opts.turns or not choice.way.startswith("token_ids"):
+        return None
+    from kneecap.client.prompts import LocalTokenizer, ServerTokenizer
+
+    if opts.tokenizer:
+        return _LocalAnswerIds(LocalTokenizer(opts.tokenizer))
+    tok = ServerTokenizer(info.base_url, model=model, api_key=api_key, engine=info.engine)
+    try:
+        tok.token_ids("hello")
+    except KneecapError as exc:
+        raise KneecapError(f"--turns with token-id prompts needs the answers' token ids: {exc.message}",
+                           "pass --tokenizer PATH/tokenizer.json (the served model's own)") from None
+    return tok
+
+
+class _LocalAnswerIds:
+    """A local tokenizer's ids of an answer's text, without special tokens (picklable: the tokenizer is)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def token_ids(self, text: str) -> list[int]:
+        return self.tokenizer._tok.encode(text, add_special_tokens=False).ids
+
+
 PREFIX_HIT_SLACK = 0.1  # a level's prefix-cache hit rate this far above what the workload shares is warned about
 
 
-def expected_prefix_hit_rate(opts: BenchOptions) -> float:
-    """The share of prompt tokens the workload itself repeats (its shared prefixes), 0 when none."""
+def expected_prefix_hit_rate(opts: BenchOptions) -> float | None:
+    """The share of prompt tokens the workload itself repeats (its shared prefixes), 0 when none; None when
+    the workload repeats tokens on purpose in a share not known in advance (a trace's blocks, conversations)."""
+    if opts.replay is not None or opts.turns:
+        return None
     if not opts.shared_prefix_tokens or not opts.isl:
         return 0.0
     return min(1.0, opts.shared_prefix_tokens / opts.isl)
@@ -282,7 +361,7 @@ class _PrefixCacheWatch:
     def result(self) -> dict | None:
         out = self._inner.result()
         rate = (out or {}).get("prefix_cache_hit_rate")
-        if rate is not None and rate > self._expected + PREFIX_HIT_SLACK:
+        if rate is not None and self._expected is not None and rate > self._expected + PREFIX_HIT_SLACK:
             out["prefix_cache_warning"] = (f"the server found {rate:.0%} of this level's prompt tokens in its prefix "
                                            f"cache; the workload shares {self._expected:.0%}")
             self._progress.note(f"warning: {out['prefix_cache_warning']}: prompts repeated from an earlier run "

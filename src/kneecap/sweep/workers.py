@@ -46,6 +46,22 @@ def deal(specs: Sequence, num_shares: int) -> list[tuple]:
 
 def split_task(task: LevelTask, num_workers: int) -> list[LevelTask]:
     """One level task -> up to num_workers tasks whose loads and requests add up to the original."""
+    if task.users is not None:  # a concurrency ramp's streams follow one clock: one process runs them
+        return [task]
+    if task.conversations:  # users split as streams are; conversations dealt round-robin, their turns with them
+        values = split_concurrency(int(task.value), min(num_workers, len(task.conversations)))
+        convs = deal(task.conversations, len(values))
+        turns = len(task.specs) // max(1, len(task.conversations))
+        by_conv = [tuple(task.specs[i * turns:(i + 1) * turns]) for i in range(len(task.conversations))]
+        shares = [tuple(s for i in range(k, len(by_conv), len(values)) for s in by_conv[i]) for k in range(len(values))]
+        return [dataclasses.replace(task, value=v, specs=sp, conversations=cs, seed=task.seed * 1000 + k)
+                for k, (v, sp, cs) in enumerate(zip(values, shares, convs)) if cs]
+    if task.offsets is not None:  # a trace's or a ramp's send times: each share keeps its requests' own times
+        n = min(num_workers, max(1, len(task.specs)))
+        pairs = deal(list(zip(task.specs, task.offsets)), n)
+        return [dataclasses.replace(task, value=task.value / n, specs=tuple(s for s, _ in share),
+                                    offsets=tuple(t for _, t in share), seed=task.seed * 1000 + k)
+                for k, share in enumerate(pairs) if share]
     if task.kind == "concurrency":
         values = split_concurrency(int(task.value), num_workers)
     else:

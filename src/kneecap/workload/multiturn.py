@@ -136,3 +136,11 @@ def expected_turns(plan: MultiTurnPlan, conv: Conversation, id_prefix: str = "r"
         out.append(t)
         t = next_turn(plan, conv, t, synthetic_answer(plan, conv, t.spec.turn), id_prefix)
     return out
+
+
+def grow_prompt(previous, answer, new_input):
+    """Turn k's prompt from turn k-1's, its answer and the new input, as text or as token ids (the same kind
+    in, the same kind out): every earlier token stays a prefix. Text turns are joined by a newline."""
+    if isinstance(previous, str):
+        return f"{previous}{answer}\n{new_input}"
+    return tuple(previous) + tuple(int(t) for t in answer) + tuple(int(t) for t in new_input)

@@ -149,7 +149,8 @@ def ramp_slices(records: Sequence[RequestRecord], ramp: Ramp, *, dimension: str 
     The rows summary.json's level carries under `slices`, for simulate and bench alike."""
     key = "target_rate" if dimension == "rate" else "target_concurrency"
     rows = []
-    for row in slice_metrics([r for r in records if not r.warmup], ramp.duration_s / slices, ramp=ramp, t0=t0):
+    for row in slice_metrics([r for r in records if not r.warmup], ramp.duration_s / slices, ramp=ramp, t0=t0)[:slices]:
+        # (a request whose send stamp fell a hair after the ramp's end would open an eleventh slice: not the ramp's)
         s = row["summary"] or {}
         rows.append({"index": row["index"], "start_s": row["start_s"], "end_s": row["end_s"],
                      key: row["load"], "requests": s.get("requests", 0), "completed": s.get("completed", 0),
