@@ -169,7 +169,8 @@ def _plan(point: Point):
     from kneecap.plan.build import DeploymentRequest, plan_deployment
 
     engine_mode = point.engine if point.engine in ("vllm", "sglang") else None
-    request = DeploymentRequest(model=point.model_spec(), gpu=point.gpu, tp=point.tp, pp=point.pp,
+    request = DeploymentRequest(model=point.model_spec(), gpu=point.gpu, tp=point.tp, pp=point.pp, ep=point.ep,
+                                dp_attention=point.dp_attention,
                                 weight_dtype=point.weight_dtype, kv_dtype=point.kv_dtype, context=point.isl + point.osl,
                                 engine=engine_mode,
                                 mem_util=point.mem_util if point.engine == "vllm" else None,
@@ -178,21 +179,26 @@ def _plan(point: Point):
 
 
 def _engine_config(point: Point, plan):
-    from kneecap.sim.config import EngineConfig, engine_defaults
+    from kneecap.sim.config import TRTLLM_PROFILE, VLLM_V0_PROFILE, EngineConfig, engine_defaults, vllm_is_v0
 
     d = plan.deployment
     o = point.engine_overrides
     if point.engine in ("vllm", "sglang"):
         base = engine_defaults(point.engine, device_bytes=d.gpu.memory_bytes("device"), gpu_name=d.gpu.name,
                                pool_tokens=plan.kv_capacity_tokens, context_len=plan.context)
+        if point.engine == "vllm" and vllm_is_v0(point.engine_version):  # V0: 256 sequences and its CPU time
+            base = dataclasses.replace(base, max_num_seqs=256, profile=VLLM_V0_PROFILE)
         return base.with_overrides(max_num_seqs=o.get("max_num_seqs"), max_num_batched_tokens=o.get("max_num_batched_tokens"),
                                    enable_prefix_caching=o.get("enable_prefix_caching"))
     if point.engine == "llama.cpp":
         return EngineConfig(name="custom", max_num_seqs=int(o.get("max_num_seqs", 1)),
                             max_num_batched_tokens=int(o.get("max_num_batched_tokens", 2048)), enable_prefix_caching=False)
+    # TensorRT-LLM (and NIM's TensorRT-LLM profiles): its own engine profile (C++ runtime / overlap scheduler),
+    # not vLLM's Python per-step CPU time
     return EngineConfig(name="custom", max_num_seqs=int(o.get("max_num_seqs", 2048)),
                         max_num_batched_tokens=int(o.get("max_num_batched_tokens", 8192)), enable_prefix_caching=False,
-                        init_new_token_ratio=1.0, min_new_token_ratio=1.0, new_token_ratio_decay=0.0)
+                        init_new_token_ratio=1.0, min_new_token_ratio=1.0, new_token_ratio_decay=0.0,
+                        profile=TRTLLM_PROFILE)
 
 
 def _lengths(high: int, low: int | None):

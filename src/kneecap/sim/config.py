@@ -56,6 +56,8 @@ class EngineProfile:
     overlap_cpu: bool = False
     # pure-decode batches pad up to the next of these (CUDA graphs); above the largest they run eagerly
     cudagraph_sizes: tuple[int, ...] = field(default_factory=lambda: vllm_cudagraph_sizes(256))
+    # fixed CPU seconds per step of this engine version; None: StepTimeParams.overhead_s (what calibrate fits)
+    cpu_fixed_s: float | None = None
 
 
 # Per-sequence CPU time per step. vLLM: a cProfile study of the V1 engine loop measured the all-decode
@@ -67,6 +69,10 @@ class EngineProfile:
 VLLM_PROFILE = EngineProfile()
 SGLANG_PROFILE = EngineProfile(name="sglang", version="SGLang 0.4+ (overlap scheduler on by default)",
                                overlap_cpu=True, cudagraph_sizes=sglang_cudagraph_sizes())
+# vLLM V0 (releases before 0.8, the only engine until V1's alpha in January 2025): the scheduler, input preparation
+# and output processing ran between GPU steps; the multi-step scheduling RFC measured about 4 ms of GPU idle time per
+# decode step (vllm-project/vllm#6854), so V0's fixed CPU part is 4 ms, not overlapped.
+VLLM_V0_PROFILE = EngineProfile(name="vllm", version="vLLM V0 (before 0.8)", cpu_fixed_s=4e-3)
 TRTLLM_PROFILE = EngineProfile(name="trtllm", version="TensorRT-LLM 1.x PyTorch backend (overlap scheduler on by default)",
                                overlap_cpu=True, cudagraph_sizes=())
 
@@ -139,6 +145,19 @@ class EngineConfig:
         if scheduler_delay_factor is not None:
             changes["scheduler_delay_factor"] = scheduler_delay_factor
         return replace(self, **changes) if changes else self
+
+
+def vllm_is_v0(version: str | None) -> bool:
+    """True for a vLLM release before 0.8 (the V0 engine): "0.6.3", "0.7"; False for None or 0.8 and later."""
+    if not version:
+        return False
+    if version.strip().upper().startswith("V0"):  # "V0 (...)": a point that knows the engine, not the release
+        return True
+    try:
+        major, minor = (int(x) for x in version.strip().lstrip("v").split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) < (0, 8)
 
 
 def vllm_defaults(device_bytes: int, gpu_name: str = "") -> EngineConfig:

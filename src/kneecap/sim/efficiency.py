@@ -24,6 +24,7 @@ class Efficiency:
     gemm_fp4: float
     attention: float
     hbm: float
+    gemm_hbm: float  # a decode (skinny) GEMM's weight-streaming bytes/s over the datasheet bandwidth
     allreduce_busbw_bytes_s: float | None  # None: take allreduce_link_fraction x the link's per-direction bytes/s
     allreduce_link_fraction: float
     family: str
@@ -48,6 +49,7 @@ def efficiency_for(gpu_name: str, interconnect: str = "nvlink") -> Efficiency:
     family = entry.get("family") or family_of(gpu_name, interconnect)
     base = doc["families"][family]
     vals = {k: float(entry.get(k, base[k])) for k in KEYS}
+    vals["gemm_hbm"] = float(entry.get("gemm_hbm", base.get("gemm_hbm", vals["hbm"])))  # else the hbm fraction
     busbw = entry.get("allreduce_busbw_bytes_s")
     return Efficiency(**vals, allreduce_busbw_bytes_s=None if busbw is None else float(busbw),
                       allreduce_link_fraction=float(base["allreduce_link_fraction"]), family=family)

@@ -22,6 +22,20 @@ One step over a batch of T tokens (S sequences; decodes and prefill chunks), per
                (DeepSeek-V2, sec. 2.1); prefill as multi-head attention over head_dim
       linear   the recurrent state, read and written once per sequence
       pairs    decode of context c: c; prefill chunk of n after p cached: n p + n(n+1)/2 (causal)
+  Kernel boundaries: every kernel of the step costs StepTimeParams.kernel_gap_s on top of its roofline time.
+      The small kernels a decode step is made of (norms, rope, top-k, quantisation, sorting) each take a few
+      microseconds whatever their bytes: an H200 trace of DeepSeek-V3.1 at concurrency 4 shows the 12 kernels
+      before the first fused-MoE GEMM taking 39.8 us with their inter-kernel spacing, 3.3 us each
+      (vllm-project/vllm#28084); a graph-replayed tiny op alone takes 1.1-1.3 us (pytorch/pytorch#161104), the
+      floor under that. Kernels per layer are counted from the
+      engines' decoder-layer forwards (vLLM LlamaDecoderLayer / FusedMoE / DeepseekV2MLAAttention):
+      2 norms; GQA attention 5 (qkv, rope, cache write, attention, o) or MLA 11 (fused q_a/kv_a, 2 norms,
+      q_b, rope, W_UK bmm, cache write, 2 attention, W_UV bmm, o); dense MLP 3 (gate_up, act, down) or MoE 7
+      (router, top-k, align, 2 grouped GEMMs, act, sum) + 3 per shared-expert block; with fp8/fp4
+      activations one quantisation kernel per GEMM group; 6 for embedding, final norm, LM head, sampling.
+      This is what makes a 61-layer MoE slower at small batches than its weight reads alone.
+  GEMM weight streaming: a decode GEMM reads its weights at the GPU's gemm_hbm fraction (efficiency.json;
+      the hbm fraction where no skinny-GEMM measurement exists).
   Embedding gather and LM head: the head is a GEMM over the S sampled rows (vocab x hidden / tp);
       sampling reads the S x vocab fp32 logits SAMPLING_PASSES times.
   TP all-reduce: 2 per layer (Megatron-LM, Shoeybi et al. 2019) of T x hidden x 2 B, ring:
@@ -85,13 +99,18 @@ class StepTimeParams:
     overhead_s: float = 0.002
     # Bytes per activation element sent in all-reduces and pipeline sends (bf16).
     activation_bytes: int = 2
+    # Seconds each kernel of a step adds beyond its roofline time (a small kernel's own run, launch and drain
+    # inside a CUDA graph): 3.3 us, the mean of 12 small decode kernels in an H200 DeepSeek-V3.1 trace with
+    # their inter-kernel spacing (vllm-project/vllm#28084); 1.1-1.3 us is a bare graph-replayed op
+    # (pytorch/pytorch#161104).
+    kernel_gap_s: float = 3.3e-6
 
     def __post_init__(self) -> None:
         for name in ("mfu", "bw_efficiency", "link_efficiency"):
             value = getattr(self, name)
             if not (0 < value <= 1):
                 raise KneecapError(f"step-time {name} must be in (0, 1], got {value!r}", f"pass e.g. {name}=0.8")
-        for name in ("allreduce_base_latency_s", "overhead_s"):
+        for name in ("allreduce_base_latency_s", "overhead_s", "kernel_gap_s"):
             if getattr(self, name) < 0:
                 raise KneecapError(f"step-time {name} must be >= 0, got {getattr(self, name)!r}", f"pass {name}=0 or more")
         if self.hop_latency_s is not None and self.hop_latency_s < 0:
@@ -174,6 +193,8 @@ class StepTimeModel:
         self.flop_rate = gemm_flops(deployment) * eff.gemm(cls) * params.mfu  # GEMM FLOP/s
         self.attn_rate = gpu.bf16_flops * eff.attention * params.mfu
         self.byte_rate = gpu.hbm_bandwidth_bytes_s * eff.hbm * params.bw_efficiency
+        # weight streaming through the GEMM library at decode shapes (skinny GEMMs), where measured apart
+        self.gemm_byte_rate = gpu.hbm_bandwidth_bytes_s * eff.gemm_hbm * params.bw_efficiency
         act = float(params.activation_bytes)
         h = model.hidden_size
         n_layers = model.num_hidden_layers
@@ -231,6 +252,22 @@ class StepTimeModel:
         else:
             self.num_moe_layers = 0
             self.expert_bytes = self.expert_params = self.expert_act_bytes = 0.0
+
+        # --- kernels per step (module docstring: counted from the engines' decoder-layer forwards) ------
+        quant = cls != "bf16" or deployment.weight_dtype.lower() in ("fp8", "fp8-block", "int8")
+        per_attn = {"mla": 11 + (4 if quant else 0)}
+        kernels = 6
+        moe_layers = self.num_moe_layers
+        for i, kind in enumerate(model.layer_types):
+            k = 2 + per_attn.get(kind, 5 + (2 if quant else 0))
+            is_moe_layer = i >= n_layers - moe_layers  # MoE layers are the last num_moe_layers (DeepSeek: first 3 dense)
+            if is_moe_layer:
+                k += 7 + (2 if quant else 0) + ((3 + (2 if quant else 0)) if model.num_shared_experts else 0)
+            else:
+                k += 3 + (2 if quant else 0)
+            kernels += k
+        self.kernels_per_pass = kernels
+        self.kernel_s = kernels * params.kernel_gap_s
 
         # --- attention ------------------------------------------------------------------------------
         kv_b = kv_dtype_bytes(deployment.kv_dtype)
@@ -294,10 +331,13 @@ class StepTimeModel:
         if profile is None:
             return self
         sizes = tuple(sorted(profile.cudagraph_sizes))
-        if (self.cpu_per_seq_s, self.overlap_cpu, self.graph_sizes) == (profile.cpu_per_seq_s, profile.overlap_cpu, sizes):
+        fixed = self.params.overhead_s if getattr(profile, "cpu_fixed_s", None) is None else profile.cpu_fixed_s
+        if (self.cpu_per_seq_s, self.overlap_cpu, self.graph_sizes, self.overhead_s) == \
+                (profile.cpu_per_seq_s, profile.overlap_cpu, sizes, fixed):
             return self
         other = copy.copy(self)
         other.cpu_per_seq_s, other.overlap_cpu, other.graph_sizes = profile.cpu_per_seq_s, profile.overlap_cpu, sizes
+        other.overhead_s = fixed
         return other
 
     # --- pieces --------------------------------------------------------------------------------
@@ -337,8 +377,8 @@ class StepTimeModel:
             load = assign
             hit = self.distinct_experts(t)
         flops = 2.0 * self.expert_params * load
-        nbytes = self.expert_bytes * hit + self.expert_act_bytes * load
-        c, m = flops / self.flop_rate, nbytes / self.byte_rate
+        c = flops / self.flop_rate
+        m = self.expert_bytes * hit / self.gemm_byte_rate + self.expert_act_bytes * load / self.byte_rate
         return (c if c > m else m) * self.num_moe_layers
 
     def _fixed_seconds(self, t: float, s: float, gemm_t: float) -> float:
@@ -346,18 +386,18 @@ class StepTimeModel:
         if t <= 0:
             return 0.0
         c = 2.0 * self.gemm_params * gemm_t / self.flop_rate
-        m = (self.gemm_weight_bytes + self.gemm_act_bytes_per_token * gemm_t) / self.byte_rate
+        m = self.gemm_weight_bytes / self.gemm_byte_rate + self.gemm_act_bytes_per_token * gemm_t / self.byte_rate
         g = c if c > m else m
         ta = gemm_t * self.attn_share
         c = 2.0 * self.attn_gemm_params * ta / self.flop_rate
-        m = self.attn_gemm_bytes / self.byte_rate
+        m = self.attn_gemm_bytes / self.gemm_byte_rate
         g += c if c > m else m
         hc = 2.0 * self.head_params * s / self.flop_rate
-        hm = (self.head_bytes + self.sample_bytes_per_seq * s + self.embed_bytes_per_token * t) / self.byte_rate
+        hm = self.head_bytes / self.gemm_byte_rate + (self.sample_bytes_per_seq * s + self.embed_bytes_per_token * t) / self.byte_rate
         g += hc if hc > hm else hm
         g += self._moe_seconds(gemm_t)
         g += self.state_bytes_per_seq * s * self.attn_share / self.byte_rate
-        return g + self.comm_seconds(t)
+        return g + self.kernel_s + self.comm_seconds(t)
 
     def _slopes(self) -> tuple[float, float]:
         """Seconds per decode-context token: (full + MLA layers, sliding layers); max of compute and memory."""
@@ -426,7 +466,7 @@ class StepTimeModel:
             return 0.0
         n = float(num_seqs)
         hc = 2.0 * self.head_params * n / self.flop_rate
-        hm = (self.head_bytes + self.sample_bytes_per_seq * n) / self.byte_rate
+        hm = self.head_bytes / self.gemm_byte_rate + self.sample_bytes_per_seq * n / self.byte_rate
         head = hc if hc > hm else hm
         body = self._fixed_seconds(n, n, n) - self.comm_seconds(n) - head - self.embed_bytes_per_token * n / self.byte_rate
         layer = body / max(1, self.deployment.model.num_hidden_layers)

@@ -1,0 +1,58 @@
+"""EP and DP attention in the ledger: experts split over ranks keep the per-GPU bytes; DP attention replicates the
+attention weights on every GPU and keeps a KV pool per DP rank (whole heads, its own sequences)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kneecap.errors import KneecapError
+from kneecap.model import kv as kvmath
+from kneecap.plan.build import DeploymentRequest, plan_deployment
+from kneecap.plan.ledger import attention_weight_fraction
+from kneecap.sim.steptime import StepTimeModel
+
+
+def plan(**kw):
+    return plan_deployment(DeploymentRequest(**{"preset": "deepseek-v3", "gpu": "h200", "tp": 8, "context": 4096, **kw})).plan
+
+
+def test_expert_parallel_keeps_the_per_gpu_weights_and_pool():
+    tp, ep = plan(), plan(ep=8)
+    assert ep.ledger.weights_bytes == tp.ledger.weights_bytes and ep.num_kv_blocks == tp.num_kv_blocks
+    assert ep.deployment.expert_parallel == 8 and StepTimeModel(ep.deployment).ep == 8
+
+
+def test_dp_attention_replicates_attention_weights_and_keeps_a_pool_per_rank():
+    tp, dp = plan(), plan(dp_attention=True)
+    d = dp.deployment
+    attn = dp.weights_total_bytes * attention_weight_fraction(d)
+    assert attn > 0
+    assert dp.ledger.weights_bytes - tp.ledger.weights_bytes == pytest.approx(attn * 7 / 8, rel=1e-6)
+    per_token = kvmath.kv_bytes_per_token_per_gpu(d.model, dp.kv_dtype_bytes, 1, 1)
+    assert dp.kv_bytes_per_token_per_gpu == per_token  # MLA: the latent is whole either way
+    assert dp.num_kv_blocks == 8 * (dp.ledger.kv_pool_bytes // (per_token * dp.block_size))
+    assert dp.max_seqs_paged == 8 * (dp.ledger.kv_pool_bytes // dp.seq_bytes_paged)
+    # smaller per-GPU pool (the replicated attention weights) but eight of them: far more sequences than TP
+    assert dp.ledger.kv_pool_bytes < tp.ledger.kv_pool_bytes and dp.max_seqs_paged > 6 * tp.max_seqs_paged
+    st = StepTimeModel(d)
+    assert st.dp_attention and st.ep == 8 and st.attn_share == pytest.approx(1 / 8)
+
+
+def test_gqa_dp_attention_holds_whole_heads_per_rank():
+    tp = plan_deployment(DeploymentRequest(preset="qwen3-235b-a22b", gpu="h200", tp=8, context=4096)).plan
+    dp = plan_deployment(DeploymentRequest(preset="qwen3-235b-a22b", gpu="h200", tp=8, context=4096, dp_attention=True)).plan
+    m = dp.deployment.model
+    assert dp.kv_heads_per_gpu == m.num_key_value_heads and not dp.kv_replicated
+    assert dp.kv_bytes_per_token_per_gpu == kvmath.kv_bytes_per_token(m, dp.kv_dtype_bytes)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(ep=3), "--ep 3 must divide --tp 8"),
+    (dict(tp=1, dp_attention=True), "--tp is 1"),
+    (dict(dp_attention=True, engine="sglang"), "--dp-attention with --engine"),
+    (dict(preset="llama-3.1-8b", ep=2, tp=2), "needs a mixture-of-experts model"),
+    (dict(preset="llama-3.1-8b", tp=2, dp_attention=True), "needs a mixture-of-experts model"),
+])
+def test_bad_ep_or_dp_is_one_clear_error(kw, match):
+    with pytest.raises(KneecapError, match=match):
+        plan(**kw)
