@@ -1,27 +1,110 @@
-"""How fast is the simulator, and how do its speed and predictions compare with Vidur on one shared trace?
+"""How fast and how large is `kneecap simulate` on the 10,000-request case, and how does it compare with Vidur?
 
-    .venv/bin/python bench/sim_speed.py                 # the issue's case: 10,000 x 1000/1000 at C=256,
-                                                        # llama-3.1-70b on 8x H100 (TP8), fast path on
+    .venv/bin/python bench/sim_speed.py                 # the CLI command below, 3 times, as a subprocess:
+                                                        # wall, CPU and peak RSS of each run, plus where the time goes
+    .venv/bin/python bench/sim_speed.py --write         # also write bench/results/sim_speed.json and .md
+    .venv/bin/python bench/sim_speed.py --token-times   # also time the same command with --token-times
     .venv/bin/python bench/sim_speed.py --exact-too     # also time the step-by-step path (no event skipping)
     .venv/bin/python bench/sim_speed.py --vidur         # also try Vidur (pip `vidur`) in bench/.peers/vidur-venv
 
+The command is the one the README quotes, with the CLI's defaults:
+    kneecap simulate --preset llama-3.1-70b --gpu h100-sxm --tp 8 --isl 1000 --osl 1000 --concurrency 256
+                     --requests 10000 --no-report --quiet --out DIR
+Wall time is the subprocess's, from start to exit; CPU and peak RSS come from os.wait4's rusage of that child.
+The phases (simulate, summarise, write requests.jsonl and summary.json) are timed in this process on the same
+deployment with the same engine defaults (kneecap.plan.build + kneecap.sim.setup, as the CLI builds them).
 Vidur is installed with `python3 -m venv bench/.peers/vidur-venv && bench/.peers/vidur-venv/bin/pip install vidur`.
 Both simulators get the same trace (arrival time, prompt and output tokens per request: a CSV in Vidur's
 trace format, built from kneecap.workload) and the results are printed as ratios kneecap / Vidur.
-Prints one JSON document; wall times are this machine's (2 cores, shared), not a benchmark of record.
+Prints one JSON document; times are this machine's (2 cores, shared with other work: the load average is
+recorded before and after), not a benchmark of record.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VIDUR_PY = ROOT / ".peers" / "vidur-venv" / "bin" / "python"
+RESULTS = ROOT / "results"
+CASE = ["--preset", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "8", "--isl", "1000", "--osl", "1000",
+        "--concurrency", "256", "--requests", "10000", "--no-report", "--quiet"]
+
+
+def machine() -> dict:
+    import numpy
+
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    return {"cpu": model, "cores": os.cpu_count(), "python": sys.version.split()[0], "numpy": numpy.__version__,
+            "platform": platform.platform()}
+
+
+def run_cli(extra: list[str]) -> dict:
+    """One `python -m kneecap simulate CASE` as a child process: wall, CPU and peak RSS (os.wait4 rusage)."""
+    with tempfile.TemporaryDirectory(prefix="sim_speed-") as tmp:
+        out = Path(tmp) / "out"
+        cmd = [sys.executable, "-m", "kneecap", "simulate", *CASE, *extra, "--out", str(out)]
+        load = os.getloadavg()[0]
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+        proc.stderr.close()
+        code = os.waitstatus_to_exitcode(status)
+        row = {"extra_flags": extra, "exit": code, "wall_s": round(wall, 3), "user_s": round(usage.ru_utime, 3),
+               "sys_s": round(usage.ru_stime, 3), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+               "load_avg_1min_before": round(load, 2)}
+        if code != 0:
+            row["error"] = err.strip().splitlines()[-1] if err.strip() else f"exit {code}"
+            return row
+        summary = json.loads((out / "summary.json").read_text())
+        level = summary["levels"][0]
+        row.update({"requests_jsonl_mb": round((out / "requests.jsonl").stat().st_size / 1e6, 2),
+                    "engine_steps": level["server_metrics"]["num_steps"], "completed": level["completed"],
+                    "output_tok_s": round(level["output_tok_s"], 1), "itl_samples": level["itl_ms"]["n"]})
+        return row
+
+
+def phases(fast_path: bool = True) -> dict:
+    """Where the time goes, in this process: the CLI's deployment and engine defaults, one level."""
+    from kneecap.metrics.summarize import summarize_level
+    from kneecap.plan.build import DeploymentRequest, plan_deployment
+    from kneecap.records import RecordWriter
+    from kneecap.sim.setup import from_plan
+    from kneecap.sim.sweep import LevelSpec, simulate_level
+    from kneecap.workload import Workload
+
+    t0 = time.perf_counter()
+    plan, _ = plan_deployment(DeploymentRequest(preset="llama-3.1-70b", gpu="h100-sxm", tp=8))
+    sim = from_plan(plan)
+    t1 = time.perf_counter()
+    res = simulate_level(sim.deployment, sim.config, sim.num_kv_blocks, Workload.fixed(1000, 1000),
+                         LevelSpec(concurrency=256, num_requests=10_000), steptime=sim.steptime,
+                         charge_state=sim.charge_state, fast_path=fast_path)
+    t2 = time.perf_counter()
+    level = summarize_level(res.records, concurrency=256)
+    t3 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="sim_speed-") as tmp:
+        with RecordWriter(Path(tmp) / "requests.jsonl") as writer:
+            for r in res.records:
+                writer.write(r)
+        (Path(tmp) / "summary.json").write_text(json.dumps(level, sort_keys=True))
+    t4 = time.perf_counter()
+    return {"fast_path": fast_path, "plan_s": round(t1 - t0, 3), "simulate_s": round(t2 - t1, 3),
+            "summarize_s": round(t3 - t2, 3), "write_s": round(t4 - t3, 3),
+            "engine_steps": res.server_metrics["num_steps"], "virtual_s": round(res.end_s, 3),
+            "output_tok_s": round(level["output_tok_s"], 1), "ttft_p50_ms": round(level["ttft_ms"]["p50"], 2),
+            "tpot_p50_ms": round(level["tpot_ms"]["p50"], 3)}
 
 
 def deployment_70b_h100x8():
@@ -32,27 +115,6 @@ def deployment_70b_h100x8():
 
     d = Deployment(model=load_model("llama-3.1-70b"), gpu=get_gpu("h100-sxm"), tp=8)
     return d, build_plan(d, context=4096)
-
-
-def time_kneecap(requests: int, concurrency: int, isl: int, osl: int, fast_path: bool) -> dict:
-    from kneecap.metrics.summarize import summarize_level
-    from kneecap.sim.config import EngineConfig
-    from kneecap.sim.sweep import LevelSpec, simulate_level
-    from kneecap.workload import Workload
-
-    d, plan = deployment_70b_h100x8()
-    config = EngineConfig(max_num_seqs=256, max_num_batched_tokens=8192)
-    t0 = time.perf_counter()
-    res = simulate_level(d, config, plan.num_kv_blocks, Workload.fixed(isl, osl),
-                         LevelSpec(concurrency=concurrency, num_requests=requests), fast_path=fast_path)
-    sim_s = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    level = summarize_level(res.records, concurrency=concurrency)
-    return {"fast_path": fast_path, "requests": requests, "concurrency": concurrency, "isl": isl, "osl": osl,
-            "wall_simulate_s": round(sim_s, 3), "wall_summarize_s": round(time.perf_counter() - t1, 3),
-            "engine_steps": res.server_metrics["num_steps"], "virtual_s": round(res.end_s, 3),
-            "output_tok_s": round(level["output_tok_s"], 1), "ttft_p50_ms": round(level["ttft_ms"]["p50"], 2),
-            "tpot_p50_ms": round(level["tpot_ms"]["p50"], 3)}
 
 
 def shared_trace(n: int, rate: float, isl: int, osl: int, seed: int = 0) -> list[tuple[float, int, int]]:
@@ -118,29 +180,60 @@ def vidur_on_trace(trace, workdir: Path) -> dict:
             "note": "read Vidur's request_metrics.csv under its simulator_output folder for the latency ratios"}
 
 
+def markdown(doc: dict) -> str:
+    m = doc["machine"]
+    lines = ["# Simulator speed: 10,000 requests of 1000 in / 1000 out at C=256, Llama-3.1-70B on 8x H100 (TP8)", "",
+             "Written by `python bench/sim_speed.py --write` (the numbers below are that run's; bench/results/sim_speed.json",
+             "has them all). The command, with the CLI's defaults:", "", "```",
+             "kneecap simulate " + " ".join(CASE) + " --out DIR", "```", "",
+             f"Machine: {m['cpu']}, {m['cores']} cores (shared with other work while this ran), Python {m['python']},",
+             f"numpy {m['numpy']}. Load average (1 min) {doc['load_avg_before']} before, {doc['load_avg_after']} after.", "",
+             "| run | flags | wall s | CPU s (user + sys) | peak RSS MB | requests.jsonl MB | engine steps |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for i, r in enumerate(doc["runs"], 1):
+        if r.get("exit"):
+            lines.append(f"| {i} | {' '.join(r['extra_flags']) or '(defaults)'} | failed: {r.get('error')} | | | | |")
+            continue
+        lines.append(f"| {i} | {' '.join(r['extra_flags']) or '(defaults)'} | {r['wall_s']:.2f} | "
+                     f"{r['user_s'] + r['sys_s']:.2f} | {r['peak_rss_mb']:.0f} | {r['requests_jsonl_mb']:.1f} | "
+                     f"{r['engine_steps']:,} |")
+    p = doc["phases"]
+    lines += ["", "Where the time goes (the same level in one process, seconds): "
+              f"planning {p['plan_s']}, simulating {p['simulate_s']}, summarising {p['summarize_s']}, "
+              f"writing requests.jsonl and summary.json {p['write_s']}; the rest of a run is starting Python and "
+              "importing kneecap.", ""]
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--requests", type=int, default=10_000)
-    ap.add_argument("--concurrency", type=int, default=256)
-    ap.add_argument("--isl", type=int, default=1000)
-    ap.add_argument("--osl", type=int, default=1000)
-    ap.add_argument("--exact-too", action="store_true", help="also time the step-by-step path")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of the CLI command")
+    ap.add_argument("--token-times", action="store_true", help="also run the command with --token-times")
+    ap.add_argument("--exact-too", action="store_true", help="also time the step-by-step path (in process)")
     ap.add_argument("--vidur", action="store_true", help="compare with Vidur on a shared 1,000-request trace")
+    ap.add_argument("--write", action="store_true", help="write bench/results/sim_speed.json and .md")
     args = ap.parse_args()
-    out = {"machine": {"python": sys.version.split()[0]}, "runs": []}
-    out["runs"].append(time_kneecap(args.requests, args.concurrency, args.isl, args.osl, fast_path=True))
+    out = {"machine": machine(), "command": ["kneecap", "simulate", *CASE], "load_avg_before": round(os.getloadavg()[0], 2),
+           "runs": [run_cli([]) for _ in range(max(1, args.repeats))]}
+    if args.token_times:
+        out["runs"].append(run_cli(["--token-times"]))
+    out["phases"] = phases()
     if args.exact_too:
-        exact = time_kneecap(args.requests, args.concurrency, args.isl, args.osl, fast_path=False)
-        out["runs"].append(exact)
-        out["fast_path_speedup"] = round(exact["wall_simulate_s"] / out["runs"][0]["wall_simulate_s"], 2)
+        out["phases_step_by_step"] = phases(fast_path=False)
     if args.vidur:
-        trace = shared_trace(1000, 4.0, args.isl, args.osl)
+        trace = shared_trace(1000, 4.0, 1000, 1000)
         mine = kneecap_on_trace(trace)
         theirs = vidur_on_trace(trace, ROOT / ".peers" / "vidur-run")
-        out["shared_trace"] = {"requests": 1000, "rate": 4.0, "isl": args.isl, "osl": args.osl, "kneecap": mine, "vidur": theirs}
+        out["shared_trace"] = {"requests": 1000, "rate": 4.0, "isl": 1000, "osl": 1000, "kneecap": mine, "vidur": theirs}
         if "error" not in theirs:
             out["shared_trace"]["speed_ratio_vidur_over_kneecap"] = round(theirs["wall_s"] / mine["wall_s"], 2)
-    print(json.dumps(out, indent=2))
+    out["load_avg_after"] = round(os.getloadavg()[0], 2)
+    text = json.dumps(out, indent=2)
+    print(text)
+    if args.write:
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "sim_speed.json").write_text(text + "\n")
+        (RESULTS / "sim_speed.md").write_text(markdown(out))
     return 0
 
 

@@ -45,6 +45,7 @@ class BlockManager:
         self.free: deque[int] = deque(range(num_blocks))
         self._stale = [0] * num_blocks
         self._num_stale = 0
+        self._num_shared = 0  # blocks held by more than one sequence (ref count >= 2)
         self.tables: dict[Hashable, list[int]] = {}
         # prefix-cache counters, in tokens (as vLLM's prefix_cache_queries / prefix_cache_hits)
         self.query_tokens = 0
@@ -162,6 +163,8 @@ class BlockManager:
                     self._stale[block] += 1  # leaves the free queue: its entry there is skipped
                     self._num_stale += 1
                 self.ref_count[block] += 1
+                if self.ref_count[block] == 2:
+                    self._num_shared += 1
                 table.append(block)
         if need > hit:
             table.extend(self._take_free_many(need - hit))
@@ -194,11 +197,18 @@ class BlockManager:
                     self.block_hash[block] = h
                     self.cached[h] = block
         ref, free = self.ref_count, self.free
-        for block in reversed(table):  # tail first: the prefix is evicted last
+        if not self._num_shared:  # every block is this sequence's alone: all of them become free
+            for block in table:
+                ref[block] = 0
+            free.extend(reversed(table))  # tail first: the prefix is evicted last
+            return
+        for block in reversed(table):
             rc = ref[block] - 1
             ref[block] = rc
             if rc == 0:
                 free.append(block)
+            elif rc == 1:
+                self._num_shared -= 1
 
     def take_many(self, seq_ids: Sequence[Hashable], counts: Sequence[int]) -> None:
         """Append counts[i] fresh blocks to seq_ids[i] (caller has checked they are free): the decode fast path."""
@@ -216,6 +226,8 @@ class BlockManager:
         problems = []
         if any(r < 0 for r in ref_count):
             problems.append("negative ref count")
+        if sum(1 for r in ref_count if r > 1) != self._num_shared:
+            problems.append(f"{self._num_shared} blocks counted as shared, {sum(1 for r in ref_count if r > 1)} are")
         free = self.free_blocks()
         if used + len(free) != self.num_blocks or len(free) != self.num_free:
             problems.append(f"free {len(free)} (counted {self.num_free}) + used {used} != total {self.num_blocks}")

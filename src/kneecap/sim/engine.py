@@ -47,12 +47,21 @@ class StepOutcome:
     num_decode_seqs: int  # in the last step
     prefill_tokens: int  # summed over the steps
     decode_tokens: int  # summed over the steps
-    emitted: list[tuple[str, int]]  # (request_id, tokens generated) over the steps; all stamped at ended_at if num_steps == 1
+    emitters: list[Sequence]  # the sequences that generated tokens over the steps, in order
+    emitter_tokens: int | list[int]  # tokens each generated: one count for all, or one per emitter
     finished: list[RequestRecord]
     preempted: list[str]
     kv_blocks_used: int
     num_running: int
     num_waiting: int
+
+    @property
+    def emitted(self) -> list[tuple[str, int]]:
+        """(request_id, tokens generated) over the steps; all stamped at ended_at if num_steps == 1."""
+        n = self.emitter_tokens
+        if isinstance(n, int):
+            return [(seq.rid, n) for seq in self.emitters]
+        return [(seq.rid, k) for seq, k in zip(self.emitters, n)]
 
 
 @dataclass
@@ -232,15 +241,16 @@ class Engine:
         idx = self._step_base + len(self.step_end_at)
         self.step_end_at.append(end)
         used_peak = blocks.num_used
-        emitted: list[tuple[str, int]] = []
+        gains: list[int] | None = [] if spec else None  # tokens per emitter (None: one each)
         done: list[Sequence] = []
+        # every decode emits, then the prefills that finish their prompt (the scheduler's list is ours now)
+        emitters: list[Sequence] = [] if spec else batch.decodes
         if spec:
             for seq in batch.decodes:
                 gain = seq.next_tokens
                 seq.num_computed += gain
-                self._emit(seq, idx, end, emitted, done, gain, spec)
+                self._emit(seq, idx, end, emitters, gains, done, gain, spec)
         else:  # _emit of one token, inlined (this loop runs once per sequence per step)
-            add = emitted.append
             for seq in batch.decodes:
                 seq.num_computed += 1
                 seq.num_tokens += 1
@@ -251,7 +261,6 @@ class Engine:
                     last[1] += 1
                 else:
                     runs.append([idx, 1])
-                add((seq.rid, 1))
                 if n_out >= seq.output_len:
                     done.append(seq)
         for seq, n in batch.prefills:
@@ -264,7 +273,7 @@ class Engine:
                 for i in range(p // bs, min((p + n) // bs, len(seq.prefix_hashes))):
                     blocks.register(seq.rid, i, seq.prefix_hashes[i])
             if seq.num_computed == seq.num_tokens:
-                self._emit(seq, idx, end, emitted, done, 1, spec)
+                self._emit(seq, idx, end, emitters, gains, done, 1, spec)
         records = []
         for seq in done:
             sched.finish(seq)
@@ -284,7 +293,8 @@ class Engine:
         if self.trace_rows is not None:
             self.trace_rows.append((self.level, idx, now, dur, len(batch.prefills), n_dec, prefill_tokens, n_dec,
                                     used_peak, len(sched.running), len(sched.waiting), len(batch.preempted)))
-        return StepOutcome(now, end, 1, len(batch.prefills), n_dec, prefill_tokens, n_dec, emitted, records, preempted,
+        return StepOutcome(now, end, 1, len(batch.prefills), n_dec, prefill_tokens, n_dec, emitters,
+                           1 if gains is None else gains, records, preempted,
                            blocks.num_used, len(sched.running), len(sched.waiting))
 
     def _note_preempted(self, preempted: list[Sequence]) -> list[str]:
@@ -292,7 +302,8 @@ class Engine:
         return [s.rid for s in preempted]
 
     @staticmethod
-    def _emit(seq: Sequence, idx: int, end: float, emitted: list, done: list, n: int = 1, spec: int = 0) -> None:
+    def _emit(seq: Sequence, idx: int, end: float, emitters: list, gains: list | None, done: list, n: int = 1,
+              spec: int = 0) -> None:
         seq.num_output += n
         seq.num_tokens += n
         if spec:  # tokens per emitting step (records: one chunk per step, chunk_tokens its count)
@@ -306,7 +317,9 @@ class Engine:
             runs[-1][1] += 1
         else:
             runs.append([idx, 1])
-        emitted.append((seq.rid, n))
+        emitters.append(seq)
+        if gains is not None:
+            gains.append(n)
         if seq.num_output >= seq.output_len:
             done.append(seq)
 
@@ -357,7 +370,6 @@ class Engine:
         counts = ((c + k + bs - 1) // bs - (c + bs - 1) // bs).tolist()
         used_before = blocks.num_used
         blocks.take_many([s.rid for s in running], counts)
-        emitted = []
         for seq in running:
             seq.num_computed += k
             seq.num_output += k
@@ -367,7 +379,6 @@ class Engine:
                 runs[-1][1] += k
             else:
                 runs.append([first, k])
-            emitted.append((seq.rid, k))
         cfg = self.config
         if sched.new_token_ratio > cfg.min_new_token_ratio:
             sched.new_token_ratio = max(cfg.min_new_token_ratio, sched.new_token_ratio - k * cfg.new_token_ratio_decay)
@@ -384,7 +395,8 @@ class Engine:
             starts = [now] + ends[:-1]
             for j in range(k):
                 self.trace_rows.append((self.level, first + j, starts[j], durs[j], 0, n, 0, n, used[j], n, nw, 0))
-        return StepOutcome(now, ends[-1], k, 0, n, 0, n * k, emitted, [], [], blocks.num_used, n, len(sched.waiting))
+        return StepOutcome(now, ends[-1], k, 0, n, 0, n * k, list(running), k, [], [], blocks.num_used, n,
+                           len(sched.waiting))
 
     def forget_finished_steps(self, keep_at_most: int = 0) -> int:
         """Drop the end times of steps that no request still held (running, or waiting after a
