@@ -136,7 +136,8 @@ def _cost_per_mtok(cost_per_hour: float, output_tok_s: float | None) -> float | 
 
 
 def pareto(items: list[dict], keys: tuple) -> list[dict]:
-    """Items not dominated under `keys` ((getter, 'min'|'max') pairs); order kept."""
+    """Items not dominated under `keys` ((getter, 'min'|'max') pairs); order kept. Of items with equal values
+    under every key only the first stays (settings that change nothing the keys see are one point)."""
     def val(it, g, sense):
         v = g(it)
         return None if v is None else (v if sense == "min" else -v)
@@ -154,7 +155,7 @@ def pareto(items: list[dict], keys: tuple) -> list[dict]:
             if all(x <= y for x, y in zip(vb, va)) and any(x < y for x, y in zip(vb, va)):
                 dominated = True
                 break
-        if not dominated:
+        if not dominated and all([val(b, g, s) for g, s in keys] != va for b in out):
             out.append(a)
     return out
 

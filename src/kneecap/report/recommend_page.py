@@ -39,7 +39,7 @@ def _rows(doc: dict) -> list[list[str]]:
 def _label(c: dict) -> str:
     dis = c.get("disaggregated")
     n = f"{dis['prefill_replicas']}P+{dis['decode_replicas']}D" if dis else str(c["replicas"])
-    return f"{n}x{c['gpus_per_replica']} {c['gpu']} {c['weight_dtype']}/{c['kv_dtype']}"
+    return f"{n} x {c['gpus_per_replica']} {c['gpu']} {c['weight_dtype']}/{c['kv_dtype']}"
 
 
 PLOTS = (("recommend-cost-ttft.png", "cost per million output tokens vs p99 TTFT (down and left is better)",
