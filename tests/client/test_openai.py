@@ -75,6 +75,14 @@ def test_continuous_usage_deltas():
     assert (r.chunk_times, r.chunk_tokens, r.output_tokens) == ([1.0, 2.0], [2, 3], 5)
 
 
+def test_continuous_usage_counts_a_completion_token_whose_text_is_held_back_as_an_answer():
+    # vLLM holds back the text of a partial UTF-8 character: the chunk says "" but usage counts the token
+    reads = [(1.0, [comp("", usage={"prompt_tokens": 4, "completion_tokens": 1})]),
+             (2.0, [comp("\u00e9xy", usage={"prompt_tokens": 4, "completion_tokens": 4})])]
+    r = decode_stream(reads, usage_deltas=True)
+    assert (r.chunk_tokens, r.first_token_at, r.first_answer_at) == ([1, 3], 1.0, 1.0)
+
+
 def test_llamacpp_final_chunk_usage_is_a_total_not_more_tokens():
     # llama.cpp's last chunk: empty text, finish_reason and usage with the total (no continuous stats asked)
     reads = [(1.0, [comp("a")]), (2.0, [comp("b")]), (3.0, [comp("c")]),

@@ -229,6 +229,8 @@ class StreamDecoder:
                     if self.usage_deltas and ct is not None:  # continuous usage stats: exact tokens in this chunk
                         k = max(ct - self._last_ct, 0)
                         self._last_ct = ct
+                        if k and delta is None:  # completions have no reasoning: a token whose text vLLM holds back
+                            answer = True  # (a partial UTF-8 character, text "") is still an answer token
             elif usage:  # the usage-only chunk at the end (stream_options.include_usage)
                 _apply_usage(result, usage)
             tokens += k

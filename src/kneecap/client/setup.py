@@ -45,12 +45,20 @@ def new_salt() -> str:
     return os.urandom(SALT_BYTES).hex()
 
 
+# Engines that put a running usage count in every streamed chunk when asked
+# (stream_options.continuous_usage_stats: vLLM's and SGLang's OpenAI protocol). A chunk's tokens are then
+# the increase of usage.completion_tokens, exact when a chunk carries several (vLLM --stream-interval,
+# speculative decoding); other servers get only include_usage (OpenAI itself rejects unknown options).
+PER_CHUNK_USAGE_ENGINES = (VLLM, SGLANG)
+
+
 def client_config(base_url: str, *, model: str, endpoint: str, api_key: str | None, timeout_s: float,
-                  keepalive: bool = True, ignore_eos: bool = True, keep_prompts: bool = False) -> ClientConfig:
+                  keepalive: bool = True, ignore_eos: bool = True, keep_prompts: bool = False,
+                  continuous_usage_stats: bool = False) -> ClientConfig:
     """The driver's config, the same for bench and run (stall timeout capped by the request timeout)."""
     return ClientConfig(base_url=base_url, model=model, endpoint=endpoint, api_key=api_key, timeout_s=timeout_s,
                         stall_timeout_s=min(STALL_TIMEOUT_S, timeout_s), keepalive=keepalive, ignore_eos=ignore_eos,
-                        keep_prompts=keep_prompts)
+                        keep_prompts=keep_prompts, continuous_usage_stats=continuous_usage_stats)
 
 
 # -- the server and the model --------------------------------------------------------------------
@@ -304,7 +312,8 @@ def prepare_client(info: ServerInfo, *, base_url: str, model: str, endpoint: str
     (inside the vocabulary the server states, else calibrated text...), then keep-alive (`keepalive` None:
     probe the server; else the flag named `flag_name` decided). One-line KneecapError on a refusal."""
     cfg = client_config(base_url, model=model, endpoint=endpoint, api_key=api_key, timeout_s=timeout_s,
-                        keepalive=keepalive is not False, ignore_eos=ignore_eos, keep_prompts=keep_prompts)
+                        keepalive=keepalive is not False, ignore_eos=ignore_eos, keep_prompts=keep_prompts,
+                        continuous_usage_stats=info.engine in PER_CHUNK_USAGE_ENGINES)
     ways = prompt_candidates(info, endpoint=endpoint, model=model, api_key=api_key, salt=salt, tokenizer=tokenizer,
                              dataset_texts=dataset_texts, dataset_in_order=dataset_in_order)
     choice = settle_prompts(cfg, ways, input_tokens=input_tokens, timeout_s=min(timeout_s, CHECK_TIMEOUT_S))
