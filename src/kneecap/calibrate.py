@@ -8,9 +8,24 @@ What is fitted (kneecap.sim.steptime.StepTimeParams): `mfu` (fraction of dense p
 (fraction of datasheet HBM bandwidth) and `overhead_s` (fixed seconds per step) by default; any other float
 field may be named. What is compared, per measured level: p50 TTFT, p50 TPOT and output tokens/s, each as
 log(predicted / measured) so that a 10% miss weighs the same on any metric and scale. Predictions come from
-running the simulated engine (kneecap.sim.sweep.simulate_level) on the level's load with the level's mean
-input and output lengths. Solver: Levenberg-Marquardt on log-parameters (bounded by clipping), finite-
-difference Jacobian, numpy only (no scipy): each iteration solves (J^T J + lambda diag(J^T J)) d = -J^T r.
+replaying each level in the simulated engine as it ran (kneecap.sim.level_driver: same index, seed, warmup,
+duration mode and load) with the level's mean input and output lengths.
+
+Solver: scipy.optimize.least_squares (trust-region reflective) on log-parameters inside log bounds, with a
+forward-difference Jacobian whose step is fixed in log space. The simulated metrics are piecewise smooth
+in the constants: a small change moves a step boundary past an arrival and a batch changes, so some
+residuals jump (open loop: p50 TTFT at a low rate moves by 1-3% for a 0.05% change of bw_efficiency), while
+others (TPOT, TTFT of a saturated level) stay smooth. So the fit runs in rounds:
+  1. each residual's jitter is measured at the current point: the largest half second difference over a
+     +-0.5% stencil in each fitted factor (about zero for a smooth residual, the jump size for a stepped
+     one); its weight becomes 1 / (1 + (jitter / JITTER_SCALE)^2), so a residual that jumps by more than
+     it trends stops steering the fit (it is still predicted, reported and counted in the rms);
+  2. a weighted least-squares fit from there: a coarse 3% step in the first round (it sees the trend
+     through any jumps left), 1% after;
+  repeated at the new point until a round moves no factor by more than 0.1% (at most WEIGHT_ROUNDS).
+A closed-loop sweep's residuals are all smooth (every weight 1: plain least squares). The reported rms log
+error is over every residual, unweighted; each level row carries the weights of the last round.
+Deterministic: no random starts.
 """
 
 from __future__ import annotations
@@ -22,11 +37,16 @@ from kneecap.errors import KneecapError
 
 DEFAULT_FIT = ("mfu", "bw_efficiency", "overhead_s")
 METRICS = ("ttft_ms", "tpot_ms", "output_tok_s")
-# bounds of each fitted factor (clipped after every update)
+# bounds of each fitted factor (the solver's bounds, in log space)
 BOUNDS = {"mfu": (0.01, 1.0), "bw_efficiency": (0.02, 1.0), "link_efficiency": (0.02, 1.0),
           "overhead_s": (1e-5, 0.5), "allreduce_base_latency_s": (1e-7, 1e-3)}
 MAX_SIM_REQUESTS = 4096  # requests simulated per level per evaluation (bounded cost)
-FD_STEP = 0.03  # finite-difference step in log-parameter space (3%)
+COARSE_STEP = 0.03  # forward-difference step in log-parameter space of the first round (3%)
+FINE_STEP = 0.01  # forward-difference step of the later rounds (1%)
+JITTER_STEP = 0.005  # half-width, in log-parameter space, of the stencil that measures a residual's jitter
+JITTER_SCALE = 1e-4  # a residual that jitters this much (log units) gets weight 1/2; 10x more, 1/101
+WEIGHT_ROUNDS = 5  # measure the jitter and refit at most this many times,
+SETTLED = 1e-3  # until a refit moves no factor by more than 0.1%
 
 
 @dataclass(frozen=True)
@@ -130,6 +150,12 @@ def _residuals(target, params, levels: list[MeasuredLevel], weights: dict) -> li
     return res
 
 
+def rms_log_error(target, params, levels: list[MeasuredLevel]) -> float:
+    """Root mean square of log(predicted / measured) over every level and compared metric, unweighted."""
+    r = _residuals(target, params, levels, {m: 1.0 for m in METRICS})
+    return math.sqrt(sum(v * v for v in r) / len(r))
+
+
 @dataclass
 class CalibrationResult:
     """The fitted factors, the fit's quality and predicted vs measured per level."""
@@ -139,32 +165,40 @@ class CalibrationResult:
     initial: dict
     rms_log_error: float
     initial_rms_log_error: float
-    iterations: int
+    iterations: int  # solver iterations (Jacobians), over every stage
     levels: list[dict] = field(default_factory=list)
+    evaluations: int = 0  # replays of the measured sweep in the simulated engine
 
     def to_dict(self) -> dict:
         return {"kind": "calibration", "step_time": self.params.to_dict(), "fitted": list(self.fitted),
                 "initial": self.initial, "rms_log_error": round(self.rms_log_error, 6),
                 "initial_rms_log_error": round(self.initial_rms_log_error, 6), "iterations": self.iterations,
-                "levels": self.levels}
+                "evaluations": self.evaluations, "levels": self.levels}
 
 
-def level_table(target, params, levels: list[MeasuredLevel]) -> list[dict]:
-    """Predicted vs measured per level, with the signed error in percent of the measured value."""
+def level_table(target, params, levels: list[MeasuredLevel], weights=None) -> list[dict]:
+    """Predicted vs measured per level, with the signed error in percent of the measured value and, when
+    given, the weight (0-1) each metric had in the fit (`weights`: one per level and metric, in order)."""
     rows = []
-    for level in levels:
+    for i, level in enumerate(levels):
         pred = predict_level(target, params, level)
         meas = level.as_dict()
-        rows.append({"concurrency": level.concurrency, "rate": level.rate, "isl": level.isl, "osl": level.osl,
-                     "measured": meas, "predicted": {m: None if pred[m] is None else round(pred[m], 4) for m in METRICS},
-                     "error_pct": {m: None if not pred[m] else round(100.0 * (pred[m] - meas[m]) / meas[m], 2) for m in METRICS}})
+        row = {"concurrency": level.concurrency, "rate": level.rate, "isl": level.isl, "osl": level.osl,
+               "measured": meas, "predicted": {m: None if pred[m] is None else round(pred[m], 4) for m in METRICS},
+               "error_pct": {m: None if not pred[m] else round(100.0 * (pred[m] - meas[m]) / meas[m], 2) for m in METRICS}}
+        if weights is not None:
+            row["weight"] = {m: round(float(weights[i * len(METRICS) + k]), 4) for k, m in enumerate(METRICS)}
+        rows.append(row)
     return rows
 
 
 def calibrate(target, levels: list[MeasuredLevel], *, fit: tuple[str, ...] = DEFAULT_FIT, start=None,
               max_iterations: int = 25, weights: dict | None = None) -> CalibrationResult:
-    """Fit `fit` (StepTimeParams field names) from `start` (default: target.step_params) to the measured levels."""
+    """Fit `fit` (StepTimeParams field names) from `start` (default: target.step_params) to the measured levels.
+    `weights`: a weight per compared metric (default 1 each); `max_iterations`: least-squares
+    evaluations per round."""
     import numpy as np
+    from scipy.optimize import least_squares
 
     from kneecap.sim.steptime import StepTimeParams
 
@@ -177,47 +211,59 @@ def calibrate(target, levels: list[MeasuredLevel], *, fit: tuple[str, ...] = DEF
     w = {m: 1.0 for m in METRICS} | (weights or {})
     lo = np.log([BOUNDS[n][0] for n in fit])
     hi = np.log([BOUNDS[n][1] for n in fit])
+    x = np.clip(np.log([max(getattr(start, n), BOUNDS[n][0]) for n in fit]), lo, hi)
+    cache: dict[tuple, np.ndarray] = {}
 
     def params_at(x) -> StepTimeParams:
         return replace(start, **{n: float(math.exp(v)) for n, v in zip(fit, x)})
 
-    def cost_of(r) -> float:
-        return float(np.dot(r, r))
+    def residuals(x) -> np.ndarray:  # every replay is deterministic: remember each point's
+        key = tuple(float(v) for v in x)
+        if key not in cache:
+            cache[key] = np.asarray(_residuals(target, params_at(x), levels, w), dtype=float)
+        return cache[key]
 
-    x = np.clip(np.log([max(getattr(start, n), BOUNDS[n][0]) for n in fit]), lo, hi)
-    r = np.asarray(_residuals(target, params_at(x), levels, w))
-    initial_rms = math.sqrt(cost_of(r) / len(r))
-    lam = 1e-2
-    it = 0
-    for it in range(1, max_iterations + 1):
-        jac = np.empty((len(r), len(fit)))
-        for j in range(len(fit)):
-            step = FD_STEP if x[j] + FD_STEP <= hi[j] else -FD_STEP
+    def jacobian(f, x, step: float) -> np.ndarray:
+        """Forward differences of f at x, `step` in log space (backward where the bound is nearer)."""
+        f0 = f(x)
+        jac = np.empty((len(f0), len(x)))
+        for j in range(len(x)):
+            h = step if x[j] + step <= hi[j] else -step
             xj = x.copy()
-            xj[j] += step
-            jac[:, j] = (np.asarray(_residuals(target, params_at(xj), levels, w)) - r) / step
-        jtj = jac.T @ jac
-        g = jac.T @ r
-        improved = False
-        while lam < 1e8:
-            a = jtj + lam * np.diag(np.maximum(np.diag(jtj), 1e-9))
-            try:
-                delta = np.linalg.solve(a, -g)
-            except np.linalg.LinAlgError:
-                lam *= 10
+            xj[j] += h
+            jac[:, j] = (f(xj) - f0) / h
+        return jac
+
+    def jitter_weights(x) -> np.ndarray:
+        """1 / (1 + (jitter / JITTER_SCALE)^2) per residual, jitter the largest half second difference over
+        a +-JITTER_STEP stencil in each factor; normalised so the smoothest residual weighs 1."""
+        f0 = residuals(x)
+        jitter = np.zeros_like(f0)
+        for j in range(len(x)):
+            if x[j] - JITTER_STEP < lo[j] or x[j] + JITTER_STEP > hi[j]:
                 continue
-            x_new = np.clip(x + delta, lo, hi)
-            r_new = np.asarray(_residuals(target, params_at(x_new), levels, w))
-            if cost_of(r_new) < cost_of(r):
-                gain = cost_of(r) - cost_of(r_new)
-                x, r = x_new, r_new
-                lam = max(lam / 3, 1e-6)
-                improved = True
-                break
-            lam *= 4
-        if not improved or gain < 1e-10 * max(1.0, cost_of(r)) or float(np.max(np.abs(delta))) < 1e-4:
+            e = np.zeros_like(x)
+            e[j] = JITTER_STEP
+            jitter = np.maximum(jitter, np.abs(residuals(x + e) + residuals(x - e) - 2.0 * f0) / 2.0)
+        wt = 1.0 / (1.0 + (jitter / JITTER_SCALE) ** 2)
+        return wt / wt.max()
+
+    def solve(f, x, step: float):
+        sol = least_squares(f, x, jac=lambda x: jacobian(f, x, step), bounds=(lo, hi), method="trf",
+                            x_scale=1.0, max_nfev=max(1, max_iterations))
+        return sol.x, int(sol.njev or 0)
+
+    initial_rms = math.sqrt(float(np.mean(residuals(x) ** 2)))
+    iterations = 0
+    for rnd in range(WEIGHT_ROUNDS):
+        wt = jitter_weights(x)
+        x_before = x
+        x, n = solve(lambda x, wt=wt: wt * residuals(x), x, COARSE_STEP if rnd == 0 else FINE_STEP)
+        iterations += n
+        if float(np.max(np.abs(x - x_before))) < SETTLED:
             break
     params = params_at(x)
     return CalibrationResult(params=params, fitted=tuple(fit), initial={n: getattr(start, n) for n in fit},
-                             rms_log_error=math.sqrt(cost_of(r) / len(r)), initial_rms_log_error=initial_rms,
-                             iterations=it, levels=level_table(target, params, levels))
+                             rms_log_error=math.sqrt(float(np.mean(residuals(x) ** 2))),
+                             initial_rms_log_error=initial_rms, iterations=iterations, evaluations=len(cache),
+                             levels=level_table(target, params, levels, wt))

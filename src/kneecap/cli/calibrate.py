@@ -18,6 +18,10 @@ from kneecap.cli.plan import SIM_FLAGS, deployment_flags
 from kneecap.errors import KneecapError
 
 
+def _load(row: dict) -> str:
+    return f"C={row['concurrency']}" if row["concurrency"] is not None else f"{row['rate']:g}/s"
+
+
 def _table(doc: dict, title: str):
     from rich.table import Table
 
@@ -30,8 +34,7 @@ def _table(doc: dict, title: str):
         return "—" if v is None else f"{v:,.{digits}f}"
 
     for row in doc["levels"]:
-        load = f"C={row['concurrency']}" if row["concurrency"] is not None else f"{row['rate']:g}/s"
-        cells = [load, f"{row['isl']}/{row['osl']}"]
+        cells = [_load(row), f"{row['isl']}/{row['osl']}"]
         for m in ("ttft_ms", "tpot_ms", "output_tok_s"):
             cells += [fmt(row["measured"][m]), fmt(row["predicted"][m]), fmt(row["error_pct"][m], 1)]
         table.add_row(*cells)
@@ -91,7 +94,12 @@ def calibrate_command(
                                 f"{target.deployment.gpu.name}: predicted (fitted) vs measured"))
     console.print(f"fitted: {fitted}", markup=False)
     console.print(f"rms log error: {result.initial_rms_log_error:.3f} before, {result.rms_log_error:.3f} after "
-                  f"({result.iterations} iterations)", markup=False)
+                  f"({result.iterations} iterations, {result.evaluations} simulated replays of the sweep)", markup=False)
+    names = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "output_tok_s": "out tok/s"}
+    light = [f"{_load(row)} {names[m]} ({w:.2f})" for row in calib["levels"] for m, w in row.get("weight", {}).items() if w < 0.5]
+    if light:
+        console.print("weighed down in the fit (the simulated value jumps with tiny changes of the factors, so it "
+                      f"cannot steer them): {', '.join(light)}", markup=False)
     console.print(f"calibration: {out_path} (use: kneecap simulate --step-params {out_path}; "
                   f"kneecap serve --calibration {out_path})", markup=False)
     return 0
