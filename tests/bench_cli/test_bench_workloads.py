@@ -205,7 +205,27 @@ def test_length_distributions_and_goodput(cli, server, tmp_path):
     assert s["slo"] == {"ttft_max_ms": 60000.0, "tpot_max_ms": 60000.0}
 
 
+def test_until_stable_ends_a_level_once_its_p99s_settle_and_says_so(cli, server, tmp_path):
+    out = tmp_path / "stable"
+    r = cli("bench", "--base-url", server, "--concurrency", "4", "--duration", "40", "--until-stable", "0.2",
+            "--stable-window-s", "1", "--isl", "100", "--osl", "20", "--out", str(out), "--quiet", "--no-report")
+    assert r.code == 0, r.stderr
+    lv = summary(out)["levels"][0]
+    verdict = lv["stable_p99"]
+    assert verdict["stable"] is True and lv["wall_s"] < 40  # ended well before the cap
+    for series in (verdict["ttft_p99_ms"], verdict["itl_p99_ms"]):  # the last 3 windows each moved < 20%
+        assert len(series) == 4 and all(abs(b - a) / a < 0.2 for a, b in zip(series, series[1:]))
+    # a tolerance no level meets: the level runs its whole --duration and says why it did not settle
+    out = tmp_path / "never"
+    r = cli("bench", "--base-url", server, "--concurrency", "2", "--duration", "4", "--until-stable", "0.000001",
+            "--stable-window-s", "0.5", "--isl", "100", "--osl", "20", "--out", str(out), "--quiet", "--no-report")
+    assert r.code == 0, r.stderr
+    lv = summary(out)["levels"][0]
+    assert lv["stable_p99"]["stable"] is False and lv["stable_p99"]["why"] and lv["wall_s"] >= 4
+
+
 @pytest.mark.parametrize("args, needle", [
+    (("--until-stable", "0.05", "--concurrency", "2", "--requests", "8", "--isl", "10", "--osl", "4"), "--duration"),
     (("--replay", "/nonexistent/trace.jsonl"), "trace.jsonl"),
     (("--replay", str(DATA / "mooncake_conversation_head.jsonl"), "--rate", "2"), "--replay-speed"),
     (("--turns", "3", "--concurrency", "2", "--requests", "7", "--isl", "10", "--osl", "4"), "multiple of 3"),

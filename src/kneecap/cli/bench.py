@@ -50,6 +50,8 @@ def bench(
     ramp: Optional[str] = typer.Option(None, "--ramp", help="KIND:START:END:SECONDS (KIND linear or exp): one level whose load moves from START to END over SECONDS, on the dimension given with --concurrency or --rate (any value there); metrics per tenth of it in summary.json's slices"),
     turns: Optional[int] = typer.Option(None, "--turns", help="multi-turn: each of C users holds conversations of K turns; turn k sends turn k-1's prompt + the server's answer + --isl new tokens; --requests counts turns"),
     think_time_s: Optional[float] = typer.Option(None, "--think-time-s", help="with --turns: seconds a user waits after an answer before its next turn", show_default="0"),
+    until_stable: Optional[float] = typer.Option(None, "--until-stable", help="with --concurrency and --duration S: end a level as soon as its p99 TTFT and ITL each moved less than this fraction (e.g. 0.05) over the last 3 windows of --stable-window-s; S is then the longest a level runs; the verdict is the level's stable_p99 in summary.json"),
+    stable_window_s: Optional[float] = typer.Option(None, "--stable-window-s", help="with --until-stable: seconds per window", show_default="10"),
     goodput: Optional[List[str]] = typer.Option(None, "--goodput", help="vLLM's per-request goodput objectives, KEY:VALUE in ms with KEY ttft, tpot or e2el (e.g. --goodput 'ttft:200 tpot:50'): a request is good when each of its own latencies is within its value; added to --slo as ttft_max_ms=200,tpot_max_ms=50"),
     shared_prefix: Optional[str] = typer.Option(None, "--shared-prefix", help="TOKENS or TOKENSxGROUPS shared by requests"),
     seed: Optional[int] = typer.Option(None, "--seed", help="seed of lengths, prompts and arrivals", show_default="0"),
@@ -99,7 +101,7 @@ def bench(
     given = {
         "base_url": base_url, "model": model, "endpoint": endpoint, "isl": isl_n, "osl": osl_n,
         "isl_dist": isl_dist, "osl_dist": osl_dist, "ramp": ramp, "turns": turns, "think_time_s": think_time_s,
-        "skip_too_long": skip_too_long or None,
+        "skip_too_long": skip_too_long or None, "until_stable": until_stable, "stable_window_s": stable_window_s,
         "concurrency": tuple(concurrency_levels(concurrency)) if concurrency is not None else None,
         "rate": tuple(parse_rates(rate)) if rate is not None else None,
         "burstiness": burstiness, "requests": requests, "duration_s": duration, "warmup": warmup, "slo": slo,

@@ -95,7 +95,8 @@ class HttpLevelDriver:
         started = time.monotonic()
         poller = self._poll_metrics()
         with poller:
-            outcomes = self._run_rounds(plan, base, keep, started) if opts.in_rounds else self._run_share(
+            stable: dict = {}
+            outcomes = self._run_rounds(plan, base, keep, started, stable) if opts.in_rounds else self._run_share(
                 _task(work, duration_s=work.duration_s or opts.duration_s, **base), keep)
         samples = getattr(poller, "samples", lambda: [])()
         self._append_timeline(plan.index, samples)
@@ -103,6 +104,8 @@ class HttpLevelDriver:
 
         client = merge_outcomes(outcomes, opts.workers)
         fields = {"wall_s": time.monotonic() - started, "client": client, "suspect": client["suspect"]}
+        if stable:
+            fields["stable_p99"] = stable
         if ramp is not None:  # slices from the level's clock start (the first request goes at its start)
             from kneecap.workload.slices import ramp_slices
 
@@ -136,11 +139,30 @@ class HttpLevelDriver:
         with open(self._timeline_path, "ab") as fh:
             fh.write(rows)
 
-    def _run_rounds(self, plan: SweepLevel, base: dict, keep, started: float) -> list[LevelOutcome]:
-        """Closed loop for --duration: rounds of plan.num_requests until the duration is over."""
+    def _run_rounds(self, plan: SweepLevel, base: dict, keep, started: float, stable: dict) -> list[LevelOutcome]:
+        """Closed loop for --duration: rounds of plan.num_requests until the duration is over, or (--until-stable)
+        until the p99 of TTFT and ITL settled (kneecap.workload.slices.p99_stable, checked after each round;
+        `stable` receives the last verdict)."""
         outcomes: list[LevelOutcome] = []
         round_index = 0
+        tol = self.opts.until_stable
+        if tol is not None:
+            from kneecap.workload.slices import p99_stable
+
+            level_records, outer = [], keep
+
+            def keep(record, _outer=outer):
+                level_records.append(record)
+                _outer(record)
         while True:
+            if tol is not None and round_index:
+                verdict = p99_stable(level_records, self.opts.stable_window_s, rel_tol=tol,
+                                     now_s=time.perf_counter() - self._epoch)
+                stable.update(stable=verdict.stable, why=verdict.why, rel_tol=tol,
+                              window_s=self.opts.stable_window_s, ttft_p99_ms=list(verdict.ttft_p99_ms),
+                              itl_p99_ms=list(verdict.itl_p99_ms))
+                if verdict.stable:
+                    break
             remaining_s = self.opts.duration_s - (time.monotonic() - started)
             if remaining_s <= 0:
                 break

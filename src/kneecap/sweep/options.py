@@ -31,6 +31,7 @@ MIN_REQUESTS_PER_LEVEL = 10
 # once per round, i.e. for at most 1/ROUND_REQUESTS_PER_STREAM of the level.
 ROUND_REQUESTS_PER_STREAM = 32
 MAX_REQUESTS_PER_ROUND = 20_000
+STABLE_ROUND_REQUESTS_PER_STREAM = 4  # --until-stable: shorter rounds, the p99s checked after each
 
 
 def parse_rates(spec: str | Sequence[float]) -> list[float]:
@@ -150,6 +151,8 @@ class BenchOptions:
     ramp: str | None = None  # --ramp KIND:START:END:SECONDS on the dimension of --concurrency / --rate
     turns: int = 0  # --turns K: C users each hold K-turn conversations (--requests counts turns)
     think_time_s: float = 0.0  # --think-time-s: a user's pause between an answer and its next turn
+    until_stable: float | None = None  # --until-stable TOL: a --duration level ends once its p99 TTFT and ITL settled
+    stable_window_s: float = 10.0  # --stable-window-s: the windows p99_stable compares
 
     def __post_init__(self) -> None:
         if not self.base_url or not self.base_url.startswith(("http://", "https://")):
@@ -224,6 +227,17 @@ class BenchOptions:
                     raise KneecapError(f"--requests {n} (or --warmup {self.warmup}) at C={value} is not a whole "
                                        f"number of {self.turns}-turn conversations",
                                        f"--requests counts turns: pass a multiple of {self.turns}")
+        if self.until_stable is not None:
+            if not 0 < self.until_stable < 1:
+                raise KneecapError(f"--until-stable must be a fraction between 0 and 1, got {self.until_stable}",
+                                   "pass e.g. --until-stable 0.05 (p99s within 5% over the last 3 windows)")
+            if not self.in_rounds or special:
+                raise KneecapError("--until-stable ends a closed-loop --duration level early",
+                                   "pass --concurrency C --duration S (the longest a level runs), without "
+                                   "--requests, --replay, --ramp or --turns")
+            if not (self.stable_window_s > 0 and math.isfinite(self.stable_window_s)):
+                raise KneecapError(f"--stable-window-s must be a finite number > 0, got {self.stable_window_s}",
+                                   "pass e.g. --stable-window-s 10")
         if self.think_time_s < 0 or not math.isfinite(self.think_time_s):
             raise KneecapError(f"--think-time-s must be a finite number >= 0, got {self.think_time_s}",
                                "pass e.g. --think-time-s 2")
@@ -274,7 +288,8 @@ class BenchOptions:
                 or self.turns
         if self.kind == KIND_CONCURRENCY:
             if self.duration_s is not None:
-                return min(MAX_REQUESTS_PER_ROUND, max(MIN_REQUESTS_PER_LEVEL, int(value) * ROUND_REQUESTS_PER_STREAM))
+                per_stream = STABLE_ROUND_REQUESTS_PER_STREAM if self.until_stable else ROUND_REQUESTS_PER_STREAM
+                return min(MAX_REQUESTS_PER_ROUND, max(MIN_REQUESTS_PER_LEVEL, int(value) * per_stream))
             return max(MIN_REQUESTS_PER_LEVEL, DEFAULT_REQUESTS_PER_STREAM * int(value))
         if math.isinf(value):  # everything at once: there is no duration to fill
             return MIN_REQUESTS_PER_LEVEL
