@@ -116,3 +116,15 @@ def test_length_flags_take_a_number_or_a_distribution():
     assert parse_length_flag("--osl", None) == (None, None)
     with pytest.raises(KneecapError, match="--isl"):
         parse_length_flag("--isl", "uniform:300:100")
+
+
+def test_a_streams_cached_tokens_are_read_from_usage_prompt_tokens_details():
+    from kneecap.client.openai import decode_stream
+
+    last = (b'{"choices":[{"index":0,"text":"","finish_reason":"length"}],'
+            b'"usage":{"prompt_tokens":89,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":40}}}')
+    reads = [(0.1, [(None, b'{"choices":[{"index":0,"text":"a"}]}', None)]),
+             (0.2, [(None, b'{"choices":[{"index":0,"text":"b"}]}', None), (None, last, None), (None, b"[DONE]", None)])]
+    result = decode_stream(reads)
+    assert result.cached_tokens == 40 and result.prompt_tokens == 89 and result.done
+    assert decode_stream(reads[:1]).cached_tokens is None  # not reported: unknown, never 0

@@ -1,6 +1,7 @@
 """`kneecap bench --replay` and `--turns` against llama.cpp's real server (the tiny random-weight GGUF):
 a trace's rows sent at their times with exactly their lengths, and conversations whose prompts grow by the
-answers llama.cpp streamed (turned into token ids by llama.cpp's own /tokenize).
+answers llama.cpp streamed (turned into token ids by llama.cpp's own /tokenize), each turn finding the earlier
+prompt in llama.cpp's cache (its own per-request cached_tokens).
 
 Depends on (other parts of kneecap): the `kneecap bench` command, kneecap.records.read_records.
 """
@@ -59,3 +60,8 @@ def test_turns_on_llamacpp_append_the_streamed_answer(llamacpp, cli, tmp_path):
             grown = r.prompt_tokens - before.prompt_tokens - isl  # the answer's ids, as llama.cpp tokenized its text
             assert grown > 0, (r, before)
             assert r.sent_at >= before.end_at
+            # llama.cpp says what its slot's cache held (usage.prompt_tokens_details.cached_tokens): at least the
+            # whole earlier prompt. (The answer's ids come from re-tokenizing its text, which need not be the ids
+            # the model generated, so the cache may stop at the answer.)
+            assert r.extra["cached_tokens"] >= before.prompt_tokens, (r.extra, before.prompt_tokens)
+        assert turns[1].extra["cached_tokens"] < isl
