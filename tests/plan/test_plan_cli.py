@@ -16,7 +16,7 @@ SEED_LINE = ["plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--context", "819
 PLAN_KEYS = {"kv_bytes_per_token", "kv_bytes_per_token_per_gpu", "ledger", "kv_capacity_tokens", "max_seqs",
              "max_concurrency", "binding", "levers", "tp_sweep", "context_sweep",
              # additions
-             "model", "gpu", "tp", "pp", "num_gpus", "weight_dtype", "kv_dtype", "context", "mean_context", "block_size",
+             "model", "gpu", "tp", "pp", "ep", "dp_attention", "num_gpus", "weight_dtype", "kv_dtype", "context", "mean_context", "block_size",
              "compute_batch_cap", "hbm", "weights_total_bytes", "weights_source", "kv_heads_per_gpu", "kv_replicated",
              "state_bytes_per_sequence", "kv_pool_source", "num_kv_blocks", "seq_bytes", "waste", "notes", "engine",
              "worst_case", "paged_at_mean_context", "kv_derivation"}

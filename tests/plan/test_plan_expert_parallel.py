@@ -56,3 +56,9 @@ def test_gqa_dp_attention_holds_whole_heads_per_rank():
 def test_bad_ep_or_dp_is_one_clear_error(kw, match):
     with pytest.raises(KneecapError, match=match):
         plan(**kw)
+
+
+def test_plan_json_states_the_parallel_layout():
+    doc = plan(dp_attention=True).to_json()
+    assert doc["dp_attention"] is True and doc["ep"] == 8 and doc["tp"] == 8
+    assert plan(ep=4).to_json()["ep"] == 4 and plan().to_json()["ep"] == 1

@@ -143,6 +143,8 @@ class Plan:
             "gpu": d.gpu.name,
             "tp": d.tp,
             "pp": d.pp,
+            "ep": d.expert_parallel,
+            "dp_attention": d.dp_attention,
             "num_gpus": d.num_gpus,
             "weight_dtype": d.weight_dtype,
             "kv_dtype": d.kv_dtype,
