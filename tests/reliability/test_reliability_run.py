@@ -134,7 +134,7 @@ def test_run_survives_each_fault(tmp_path, fault):
 
 def test_run_server_killed_mid_cell(tmp_path):
     """SIGKILL the server while the first cell streams: in-flight requests fail as resets, the rest as
-    refused connections; the run still ends, keeps all records and hands off."""
+    refused connections; the run stops there as bench does (exit 3, one line), keeps all records and hands off."""
     url, srv = start_scripted_server(ttft_s=0.0, itl_s=0.05)
     out = tmp_path / "out"
     plan = write_plan(tmp_path, url, output=100, timeout_s=10)  # each request streams for ~5 s
@@ -154,13 +154,21 @@ def test_run_server_killed_mid_cell(tmp_path):
             proc.kill()
             proc.communicate()
         srv.stop()
-    assert proc.returncode == 0, stderr
-    assert "Traceback" not in stderr
+    assert proc.returncode == 3, stderr
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"run: candidate srv: the server at {url} stopped answering during C=2"), stderr
     assert elapsed < 30
     summary = json.loads(stdout)
-    cell = assert_failed_cell_handled(out, summary, {"connection_reset", "connection_refused", "incomplete_stream"}, REQUESTS)
+    assert summary["status"] == "stopped" and summary["stopped"]["reason"] == "server_dead"
+    (cell,) = summary["cells"]  # the run stopped at once: no later cell, not even a not_run one
+    assert cell["verdict"] == "limit" and cell["halted"] == "server_dead" and cell["metrics"]["server_dead"] is True
     kinds = cell["metrics"]["errors"]
+    assert set(kinds) <= {"connection_reset", "connection_refused", "incomplete_stream"} and sum(kinds.values()) == REQUESTS
     assert kinds.get("connection_refused", 0) >= 1  # after the kill nothing listens
+    assert len(read_jsonl(out / cell["records"])) == REQUESTS  # every request kept
+    assert json.loads((out / "handoff" / "handoff.json").read_text())["threshold_crossed"] == cell["limit"]
+    (cand,) = summary["candidates"]
+    assert cand["verdict"] == "not judged" and "stopped answering" in cand["reason"]
 
 
 def test_run_connection_refused_is_one_line(tmp_path):

@@ -23,7 +23,12 @@ def run(
     load: Optional[float] = typer.Option(None, "--load", help="With --cell: the load step (concurrency or rate)"),
     repetition: Optional[int] = typer.Option(None, "--repetition", help="With --cell: the repetition, counted from 0"),
 ) -> int:
-    """Run a load plan: behaviour gate, then SLO gate, then cost; capacity region per class; handoff on failure."""
+    """Run a load plan: behaviour gate, then SLO gate, then cost; capacity region per class; handoff on failure.
+
+    Exit codes: 0 done, whatever the verdicts; 1 a --fail-on condition held; 2 bad input or a candidate server
+    that cannot be used; 3 a candidate server stopped answering mid-run; 4 a candidate server refused the API
+    key mid-run (3 and 4 stop the run at once; the cells measured are kept; --resume continues); 130 interrupted.
+    """
     from datetime import datetime, timezone
     from pathlib import Path
 
@@ -41,7 +46,7 @@ def run(
         raise KneecapError(f"{plan_file}: load.steps: auto works for concurrency only",
                            "list the rates, e.g. steps: [1, 2, 4, 8]")
     from kneecap.errors import KneecapError
-    from kneecap.loadplan.execute import FAIL_ON, fail_on_reason, plan_digest
+    from kneecap.loadplan.execute import FAIL_ON, plan_digest
 
     from kneecap.loadplan.reproduce import select_cell
 
@@ -83,8 +88,27 @@ def run(
         for table in render_verdict_table(summary):
             console.print(table)
         console.print(f"results: {results.path}")
-    why = fail_on_reason(summary, wanted)
+    code, why = run_exit_code(summary, wanted)
     if why:  # one line saying why the exit code is not 0, even with --quiet / --json
         print(why, file=sys.stderr)
-        return 1
-    return 0
+    return code
+
+
+EXIT_SERVER_DEAD = 3  # as bench: a candidate server stopped answering; the cells measured are kept
+EXIT_AUTH_REFUSED = 4  # as bench: a candidate server started refusing the API key; the cells measured are kept
+
+
+def run_exit_code(summary: dict, wanted: tuple[str, ...]) -> tuple[int, str | None]:
+    """3 when a candidate server stopped answering, 4 when it refused the key mid-run (the run stops at
+    once either way), else 1 when a --fail-on condition holds, else 0; with the one line saying why."""
+    from kneecap.loadplan.execute import fail_on_reason
+
+    stopped = summary.get("stopped") or {}
+    if stopped.get("reason") in ("server_dead", "auth_refused"):
+        fix = ("restart it, then --resume the folder" if stopped["reason"] == "server_dead"
+               else "set the key the server expects (the target's api_key_env), then --resume the folder")
+        return ((EXIT_SERVER_DEAD if stopped["reason"] == "server_dead" else EXIT_AUTH_REFUSED),
+                f"run: candidate {stopped.get('candidate')}: {stopped.get('detail')}; the cells measured so far "
+                f"are kept ({fix})")
+    why = fail_on_reason(summary, wanted)
+    return (1, why) if why else (0, None)

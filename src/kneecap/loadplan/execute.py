@@ -19,7 +19,6 @@ from kneecap.loadplan.observe import observe_cell
 from kneecap.loadplan.schema import LoadPlanSpec
 from kneecap.loadplan.targets import make_candidate
 from kneecap.loadplan.verdicts import judge
-from kneecap.records import RecordWriter
 from kneecap.workload import Workload
 
 DEFAULT_REQUESTS_PER_CELL = 100
@@ -66,7 +65,8 @@ def finished_cells(previous: dict | None) -> dict[int, dict]:
     """Cells of an earlier (killed) run that ended, by index: `--resume` keeps them and re-runs the rest."""
     if not previous:
         return {}
-    return {c["index"]: c for c in previous.get("cells", []) if c.get("verdict") in ("pass", "slo_breach", "limit", "not_run")}
+    return {c["index"]: c for c in previous.get("cells", [])
+            if c.get("verdict") in ("pass", "slo_breach", "limit", "not_run") and not c.get("halted")}
 
 
 def _stops_ramp(row: dict, spec: LoadPlanSpec) -> bool:
@@ -116,7 +116,10 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
     any_executed = False
     identities = {}
     skipped_cells = 0  # --cell: the cells earlier candidates hold in the run order, so the chosen one keeps its index
+    halted: dict | None = None  # a live server died or refused the key: the run stops at once, measured cells kept
     for cand_spec in spec.candidates:
+        if halted is not None:
+            break
         if only is not None and cand_spec.name != only.candidate:
             if not cells:  # a candidate before the chosen one (assumed past its behaviour gate, as simulators always are)
                 skipped_cells += _cell_count(spec, cand_spec, classes)
@@ -153,6 +156,8 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
         ramps = build_ramps([cand_spec.name], list(classes), list(spec.states), dimension, steps, spec.repetitions)
         offset = len(cells) + skipped_cells
         for ramp in ramps:
+            if halted is not None:
+                break
             stopped_at = None
             for cell in ramp:
                 if only is not None and not only.matches(cell):
@@ -181,27 +186,27 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
                 warmup = spec.state.warmup_requests if cell.state == "warm" else 0
                 # records are appended as requests finish (one os.write each, fsync at the cell's end), so a
                 # run killed mid-cell keeps every finished request (tests/reliability/test_reliability_bounds.py)
-                with RecordWriter(records_dir / f"cell-{index:04d}.jsonl") as w:
-                    def keep(r, w=w):
-                        if not spec.privacy.keep_prompts and r.prompt is not None:
-                            r.prompt = None
-                        if spec.privacy.redact_server_strings and r.error_message:
-                            r.error_message = None  # the server's own words: kept out when asked
-                        w.write(r)
+                def keep(r):
+                    if not spec.privacy.keep_prompts and r.prompt is not None:
+                        r.prompt = None
+                    if spec.privacy.redact_server_strings and r.error_message:
+                        r.error_message = None  # the server's own words: kept out when asked
 
-                    run = cand.run_cell(index=index, dimension=dimension, load=cell.load,
-                                        workload=workloads[cell.class_name], num_requests=n, warmup=warmup,
-                                        seed=spec.seed + index, burstiness=burstiness, on_record=keep, **bursts)
+                run = cand.run_cell(index=index, dimension=dimension, load=cell.load,
+                                    workload=workloads[cell.class_name], num_requests=n, warmup=warmup,
+                                    seed=spec.seed + index, burstiness=burstiness, on_record=keep,
+                                    records_path=records_dir / f"cell-{index:04d}.jsonl", progress=say, **bursts)
                 if run.trace:  # the simulator's per-step trace: batch composition, KV blocks, queue depth
                     import orjson
 
                     (records_dir / f"cell-{index:04d}.trace.jsonl").write_bytes(b"".join(orjson.dumps(t) + b"\n" for t in run.trace))
-                level = summarize_level(run.records, **{dimension: row["load"][dimension]}, duration_s=run.duration_s)
-                level["suspect"] = bool(run.suspect)
-                if run.server_metrics:
-                    level["server_metrics"] = run.server_metrics
-                if run.client:
-                    level["client"] = run.client
+                if run.level is not None:  # a live cell: the level summary of the one level runner, as bench's
+                    level = dict(run.level)
+                else:
+                    level = summarize_level(run.records, **{dimension: row["load"][dimension]}, duration_s=run.duration_s)
+                    level["suspect"] = bool(run.suspect)
+                    if run.server_metrics:
+                        level["server_metrics"] = run.server_metrics
                 drifted: list[str] = []
                 if baseline and cand.model_executed:
                     now = {case.name: check(case.expect, cand.answer(case.prompt, case.max_tokens) or "")[0]
@@ -232,10 +237,23 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
                                                  target=cand_spec.target.model_dump())
                 if verdict["stops_ramp"]:
                     stopped_at = cell.load
-                results.write_summary(build_summary("run", [], None, None, model_executed=any_executed,
+                if run.stopped is not None:  # the same stop as bench's: the server is gone, or refuses the key
+                    halted = {"candidate": cand_spec.name, "cell": index, **run.stopped}
+                    row["halted"] = run.stopped["reason"]  # --resume runs this cell again
+                    say(f"{cell.key}: run stopped: {run.stopped['detail']}")
+                results.write_summary(build_summary("run", [], None, halted, model_executed=any_executed,
                                                     benchmark_executed=any_executed, status="running", cells=cells,
                                                     plan_name=spec.name, plan_sha256=plan_digest(plan_path)))
+                if halted is not None:
+                    break
+        if halted is not None:
+            entry.update(verdict="not judged", gate=None, reason=f"the run stopped at cell {halted['cell']}: {halted['detail']}")
         candidates_out.append(entry)
+    if halted is not None:  # candidates the run did not reach
+        reached = {e["name"] for e in candidates_out}
+        candidates_out += [{"name": c.name, "target": c.target.kind, "routing": c.routing, "verdict": "not judged",
+                            "gate": None, "reason": f"not run: the run stopped before it ({halted['detail']})"}
+                           for c in spec.candidates if c.name not in reached]
     if only is not None and not cells:
         raise KneecapError(f"no cell of the plan matches {only.key}",
                            "check --load against the steps the plan ran (steps: auto picks them at run time)")
@@ -276,7 +294,8 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
                                           if c["candidate"] == entry["name"] and c.get("metrics")), default=None)
     accepted = [e for e in candidates_out if e["verdict"] == "accepted"]
     summary = build_summary(
-        "run", [], None, None, model_executed=any_executed, benchmark_executed=any_executed, status="complete",
+        "run", [], None, halted, model_executed=any_executed, benchmark_executed=any_executed,
+        status="stopped" if halted else "complete",
         plan_name=spec.name, plan_sha256=plan_digest(plan_path), description=spec.description, cells=cells, capacity=capacity, candidates=candidates_out,
         handoff=str(handoff_path.relative_to(results.path)) if handoff_path else None,
         selected_cell=only.key if only is not None else None,

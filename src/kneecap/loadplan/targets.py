@@ -24,6 +24,8 @@ class CellRun:
     suspect: bool = False
     client: dict | None = None
     duration_s: float | None = None
+    level: dict | None = None  # a live cell: the level summary the one level runner made (bench's level shape)
+    stopped: dict | None = None  # a live cell: why the runner stopped (server_dead, auth_refused), else None
 
 
 class SimulatorCandidate:
@@ -67,8 +69,9 @@ class SimulatorCandidate:
 
     def run_cell(self, *, index: int, dimension: str, load: float, workload: Workload, num_requests: int,
                  warmup: int, seed: int, burstiness: float, on_s: float | None = None, off_s: float = 0.0,
-                 on_record=None) -> CellRun:
+                 on_record=None, records_path=None, progress=None) -> CellRun:
         from kneecap.levels import SweepLevel
+        from kneecap.records import RecordWriter
         from kneecap.sim.level_driver import SimulateOptions, VirtualTimeDriver
 
         # the same virtual-clock level driver `kneecap simulate` runs, with this cell's class, seed and bursts;
@@ -76,8 +79,14 @@ class SimulatorCandidate:
         opts = SimulateOptions(kind=dimension, levels=(load,), warmup=warmup, burstiness=burstiness)
         level = SweepLevel(index=index, value=int(load) if dimension == "concurrency" else float(load),
                           num_requests=num_requests, num_warmup=warmup, first_index=0)
-        run = VirtualTimeDriver(self.setup, opts, trace=True).run_level(
-            level, on_record or (lambda record: None), workload=workload, seed=seed, on_s=on_s, off_s=off_s)
+        with RecordWriter(records_path) as writer:
+            def write(record: RequestRecord, writer=writer) -> None:
+                if on_record is not None:
+                    on_record(record)  # the plan's privacy rules
+                writer.write(record)
+
+            run = VirtualTimeDriver(self.setup, opts, trace=True).run_level(
+                level, write, workload=workload, seed=seed, on_s=on_s, off_s=off_s)
         return CellRun(records=list(run.records), server_metrics=run.server_metrics, trace=run.trace)
 
     def settle(self, state: str, pause_s: float, reset_prefix_cache: bool) -> str:
@@ -98,7 +107,7 @@ class ServerCandidate:
         import os
 
         from kneecap.client.server_info import fetch_server_info
-        from kneecap.client.setup import check_server, new_salt, prompt_candidates, settle_prompts
+        from kneecap.client.setup import check_server, new_salt, prepare_client
 
         self.target = target
         self.api_key = os.environ.get(target.api_key_env) if target.api_key_env else None
@@ -107,23 +116,17 @@ class ServerCandidate:
                                f"export {target.api_key_env}=... before kneecap run")
         try:
             self.info = fetch_server_info(target.base_url, api_key=self.api_key, timeout_s=10)
-            # the same checks and prompt decision as `kneecap bench` (kneecap.client.setup)
+            # the same checks, prompt decision and keep-alive decision as `kneecap bench` (kneecap.client.setup)
             self.model = check_server(self.info, target.model, url=target.base_url)
-            candidates = prompt_candidates(self.info, endpoint=target.endpoint, model=self.model, api_key=self.api_key,
-                                           salt=new_salt())
-            self.prompts = settle_prompts(self._client(keepalive=True), candidates, input_tokens=None,
-                                          timeout_s=min(120.0, target.timeout_s))
+            self.live = prepare_client(self.info, base_url=target.base_url.rstrip("/"), model=self.model,
+                                       endpoint=target.endpoint, api_key=self.api_key, timeout_s=target.timeout_s,
+                                       keepalive=None if target.keepalive == "auto" else bool(target.keepalive),
+                                       flag_name="target.keepalive", salt=new_salt())
         except KneecapError as exc:
             raise KneecapError(f"candidate server {target.base_url}: {exc.message}", exc.hint) from None
-        self.connections = self._decide_keepalive()
-
-    def _decide_keepalive(self) -> dict:
-        """As `kneecap bench` does: target.keepalive true/false, or "auto" = probe the server first."""
-        from kneecap.client.setup import decide_keepalive
-
-        flag = None if self.target.keepalive == "auto" else bool(self.target.keepalive)
-        return decide_keepalive(self._client(keepalive=True), flag, timeout_s=self.target.timeout_s,
-                                flag_name="target.keepalive")[1]
+        self.prompts = self.live.prompts
+        self.connections = self.live.connections
+        self.model_executed = not self.info.simulated  # kneecap serve says it runs no model (it is still measured)
 
     def identity(self) -> dict:
         info = self.info.to_dict()
@@ -142,41 +145,69 @@ class ServerCandidate:
     def num_gpus(self) -> int | None:
         return None
 
-    def _client(self, *, keepalive: bool):
-        from kneecap.client.setup import client_config
-
-        return client_config(self.target.base_url, model=self.model, endpoint=self.target.endpoint,
-                             api_key=self.api_key, timeout_s=self.target.timeout_s, keepalive=keepalive)
-
     def run_cell(self, *, index: int, dimension: str, load: float, workload: Workload, num_requests: int,
                  warmup: int, seed: int, burstiness: float, on_s: float | None = None, off_s: float = 0.0,
-                 on_record=None) -> CellRun:
-        from kneecap.sweep.level import DriverSetup, LevelTask, run_task
-        from kneecap.sweep.http_levels import scraped_server_metrics
+                 on_record=None, records_path=None, progress=None) -> CellRun:
+        """One level of the one level runner (kneecap.sweep.runner.Sweep) with the HTTP driver, as bench runs a
+        level: records to `records_path` as they finish, /metrics scraped over the cell, the dead-server and
+        refused-key checks after it. The cell's class, seed and bursts give the level's requests."""
+        from kneecap.metrics.accumulate import summarize_stream
+        from kneecap.metrics.stop import StopLimits
+        from kneecap.records import RecordWriter, read_records
+        from kneecap.sweep.http_levels import HttpLevelDriver, in_process_runner
+        from kneecap.sweep.level import DriverSetup
+        from kneecap.sweep.options import BenchOptions
+        from kneecap.sweep.progress import SilentProgress
+        from kneecap.sweep.resume import RecordsFile
+        from kneecap.sweep.runner import STATUS_INTERRUPTED, Sweep, SweepState
         from kneecap.sweep.server_watch import ThreadedMetricsPoller
-        prompts = self.prompts.make(seed)  # the way settled before the first cell (kneecap.client.setup)
-        setup = DriverSetup(cfg=self._client(keepalive=self.connections["keepalive"]), prompts=prompts, warm_connections=min(32, int(load) if dimension == "concurrency" else 32))
-        epoch = time.perf_counter()
-        records: list[RequestRecord] = []
-
-        def keep(record: RequestRecord) -> None:  # each record leaves as it finishes (crash safety)
-            records.append(record)
-            if on_record is not None:
-                on_record(record)
+        from kneecap.sweep.session import OPEN_LOOP_WARM_CONNECTIONS, server_answers
+        from kneecap.levels import SweepLevel
 
         specs = make_requests(workload, warmup + num_requests, seed, id_prefix=f"cell{index}-r")
-        if warmup:
-            task = LevelTask(level=index, kind="concurrency", value=max(1, min(warmup, int(load) if dimension == "concurrency" else 4)),
-                             specs=tuple(specs[:warmup]), epoch=epoch, warmup=True)
-            run_task(setup, task, keep)
-        task = LevelTask(level=index, kind=dimension, value=load, specs=tuple(specs[warmup:]), epoch=epoch,
-                         burstiness=burstiness, seed=seed, on_s=on_s, off_s=off_s)
-        with ThreadedMetricsPoller(self.target.base_url, self.api_key) as poller:
-            outcome = run_task(setup, task, keep)
-        client = outcome.client
-        server = scraped_server_metrics(poller.result(), poller.samples())  # the one server_metrics shape
-        return CellRun(records=records, server_metrics=server, suspect=outcome.suspect, client=client,
-                       duration_s=client.get("duration_s"))
+        value = int(load) if dimension == "concurrency" else float(load)
+        # the driver seeds level i's arrivals with opts.seed + i: the cell's seed is spec.seed + index
+        opts = BenchOptions(base_url=self.target.base_url, endpoint=self.target.endpoint, model=self.model,
+                            isl=max(s.input_tokens for s in specs), osl=max(s.output_tokens for s in specs),
+                            **{dimension: (value,)}, burstiness=burstiness, requests=num_requests, warmup=warmup,
+                            seed=seed - index, timeout_s=self.target.timeout_s, keepalive=self.live.cfg.keepalive)
+        level = SweepLevel(index=index, value=value, num_requests=num_requests, num_warmup=warmup, first_index=0)
+        setup = DriverSetup(cfg=self.live.cfg, prompts=self.prompts.make(seed),
+                            warm_connections=OPEN_LOOP_WARM_CONNECTIONS)
+
+        class Notes(SilentProgress):  # the runner's warnings (e.g. reused connections) reach the run's progress
+            def note(self, line: str) -> None:
+                if progress is not None:
+                    progress(line)
+
+        notes = Notes()
+        driver = HttpLevelDriver(opts, run_share=in_process_runner(setup), probe=lambda: server_answers(opts, self.api_key),
+                                 poll_metrics=lambda: ThreadedMetricsPoller(opts.base_url_clean, self.api_key),
+                                 epoch=time.perf_counter(), progress=notes,
+                                 specs_for=lambda plan, warmup, round_index=0: tuple(specs[:plan.num_warmup] if warmup
+                                                                                     else specs[plan.num_warmup:]),
+                                 bursts={"on_s": on_s, "off_s": off_s} if on_s is not None else None)
+        with RecordWriter(records_path) as writer:
+            def write(record: RequestRecord, writer=writer) -> None:  # each record leaves as it finishes
+                if on_record is not None:
+                    on_record(record)  # the plan's privacy rules
+                writer.write(record)
+
+            sweep = Sweep(opts, state=SweepState(connections=self.connections), plans=[level], driver=driver,
+                          write_record=write, persist=lambda summary: None, progress=notes, slo=None,
+                          stop_limits=StopLimits(), summarize_fn=summarize_stream, sync=writer.sync,
+                          records_file=RecordsFile(records_path),
+                          summary_fields=lambda: {"kind": "bench", "model_executed": not self.info.simulated,
+                                                  "benchmark_executed": True})
+            done = sweep.run()
+        if done["status"] == STATUS_INTERRUPTED:
+            raise KeyboardInterrupt  # the run's own handling: records kept, --resume runs this cell again
+        summary = sweep.state.levels[0]
+        stopped = sweep.state.stopped if (sweep.state.stopped or {}).get("reason") in ("server_dead", "auth_refused") else None
+        client = summary.get("client") or {}
+        return CellRun(records=list(read_records(records_path)), server_metrics=summary.get("server_metrics"),
+                       suspect=bool(summary.get("suspect")), client=client, duration_s=client.get("duration_s"),
+                       level=summary, stopped=stopped)
 
     def settle(self, state: str, pause_s: float, reset_prefix_cache: bool) -> str:
         """Cold: pause, then ask the server to drop its prefix cache where it has an endpoint for it."""
