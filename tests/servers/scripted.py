@@ -22,7 +22,8 @@ Knobs: ttft_s, itl_s, tokens_per_chunk, output_tokens (None = max_tokens), usage
 reasoning_tokens (chat: that many tokens first as reasoning_content), fault, fault_after_chunks,
 huge_line_bytes, slow_loris_interval_s, model, max_model_len, kv_capacity_tokens, error_echo_auth
 (an HTTP error's message repeats the Authorization header, to test that the client scrubs it),
-api_key, vocab_size, check_model (server-wide only: they answer as vLLM 0.32.0 does).
+api_key, vocab_size, check_model (server-wide only: they answer as vLLM 0.32.0 does), auth_fail_after
+(server-wide: after that many completion requests, 401 to everything but /health, as a key revoked mid-run).
 Faults: http_500 http_503 http_429 malformed_json missing_done truncated huge_line
 wrong_content_type stall never_answer slow_loris reset error_event close_after_response drop_reused.
 """
@@ -61,6 +62,7 @@ DEFAULTS = {
     "api_key": None,  # set: every endpoint but /health answers 401 {"error": "Unauthorized"} without this key (vLLM --api-key)
     "vocab_size": None,  # set: a token id >= it is HTTP 400 "Token id N is out of vocabulary" (vLLM 0.32.0's answer)
     "check_model": False,  # True: a request for another model is HTTP 404 "The model `x` does not exist." (vLLM)
+    "auth_fail_after": None,  # N: after N completion requests, every endpoint but /health answers 401 (a revoked key)
 }
 FAULTS = ("http_500", "http_503", "http_429", "malformed_json", "missing_done", "truncated", "huge_line",
           "wrong_content_type", "stall", "never_answer", "slow_loris", "reset", "error_event",
@@ -76,7 +78,7 @@ def _serve(config: dict, log_path: str) -> None:
 
     log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     conn_requests: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-    state = {"running": 0, "served": 0, "preemptions": 0}
+    state = {"running": 0, "served": 0, "preemptions": 0, "completion_posts": 0}
 
     def log(entry: dict) -> None:
         os.write(log_fd, (json.dumps(entry) + "\n").encode())
@@ -296,6 +298,13 @@ def _serve(config: dict, log_path: str) -> None:
         if key and request.path != "/health" and request.headers.get("Authorization") != f"Bearer {key}":
             log({"path": request.path, "status": 401, "body": {}})
             return web.json_response({"error": "Unauthorized"}, status=401)
+        revoked_after = config.get("auth_fail_after")
+        if revoked_after is not None and request.path != "/health":
+            if state["completion_posts"] >= revoked_after:
+                log({"path": request.path, "status": 401, "body": {}, "revoked": True})
+                return web.json_response({"error": "Unauthorized"}, status=401)
+            if request.method == "POST" and request.path.endswith("completions"):
+                state["completion_posts"] += 1
         if request.method == "POST" and request.path.startswith("/v1/"):
             try:
                 body = json.loads(await request.read())

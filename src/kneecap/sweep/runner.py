@@ -203,19 +203,38 @@ class Sweep:
         return self._records_file.level_records(plan.index, self._level_offset or 0)
 
     def _after_level(self, summary: dict) -> bool:
-        """Server-dead check, then the declared stop rules. True when the sweep must stop."""
-        from kneecap.metrics.stop import SERVER_DEAD, check_stop, stop_record
+        """Server-dead check, the key refused, then the declared stop rules. True when the sweep must stop."""
+        from kneecap.metrics.stop import AUTH_REFUSED, SERVER_DEAD, check_stop, stop_record
 
         gone = self._driver.server_gone(summary)
         if gone:
             summary["server_dead"] = True
             self.state.stopped = stop_record(summary[self.opts.kind], SERVER_DEAD, gone)
             return True
+        refused = refused_key(summary)
+        if refused:  # the key worked before the sweep began: every later request would be refused too
+            self.state.stopped = stop_record(summary[self.opts.kind], AUTH_REFUSED,
+                                             f"the server refused the API key ({refused}) during "
+                                             f"{self.opts.level_label(summary[self.opts.kind])}")
+            return True
         stopped = check_stop(self.state.levels, self._limits)
         if stopped:
             self.state.stopped = stopped
             return True
         return False
+
+
+AUTH_ERROR_KINDS = ("http_401", "http_403")
+
+
+def refused_key(summary: dict) -> str | None:
+    """'HTTP 401 to 3 of 8 requests' when a level's requests were refused for the key, else None."""
+    errors = summary.get("errors") or {}
+    hits = {kind: errors[kind] for kind in AUTH_ERROR_KINDS if errors.get(kind)}
+    if not hits:
+        return None
+    said = " and ".join(f"HTTP {kind[5:]}" for kind in hits)
+    return f"{said} to {sum(hits.values())} of {summary.get('requests') or 0} requests"
 
 
 def _count(value) -> str:
