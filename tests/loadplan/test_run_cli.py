@@ -5,29 +5,7 @@ from __future__ import annotations
 import json
 import textwrap
 
-PLAN = """\
-name: two-candidates
-seed: 5
-classes:
-  chat:
-    input: {kind: uniform, low: 200, high: 600}
-    output: {kind: fixed, value: 64}
-slo:
-  chat: {ttft_p99_ms: 400, itl_p99_ms: 200, error_rate: 0.01}
-load:
-  dimension: concurrency
-  steps: [1, 8, 64]
-  requests_per_cell: 40
-repetitions: 2
-candidates:
-  - name: roomy
-    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm}
-    cost: {gpu_hour_usd: 2.0, num_gpus: 1}
-  - name: starved
-    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm, max_num_seqs: 1}
-    cost: {gpu_hour_usd: 2.0, num_gpus: 1}
-    routing: interactive
-"""
+from two_candidates import PLAN
 
 
 def run_plan(cli, tmp_path, text=PLAN, name="out"):

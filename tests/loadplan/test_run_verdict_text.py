@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from two_candidates import variant
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,26 +57,8 @@ def test_the_run_report_names_the_repetition_of_each_failure(quick_run):
         assert f"rep{cell['repetition']} ({'; '.join(cell['breaches'])})" in md
 
 
-TWO_CANDIDATES = """\
-name: two-candidates
-seed: 5
-classes:
-  chat:
-    input: {kind: uniform, low: 200, high: 600}
-    output: {kind: fixed, value: 64}
-slo:
-  chat: {ttft_p99_ms: 400, itl_p99_ms: 200, error_rate: 0.01}
-load:
-  dimension: concurrency
-  steps: [1, 8, 32]
-  requests_per_cell: 32
-repetitions: 2
-candidates:
-  - name: roomy
-    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm}
-  - name: starved
-    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm, max_num_seqs: 1}
-"""
+# the shared two-candidate plan, smaller: fewer requests per cell and a lower top step
+TWO_CANDIDATES = variant(load={"steps": [1, 8, 32], "requests_per_cell": 32})
 
 
 def test_the_handoff_reproduce_line_runs_the_failing_cell_again_with_the_same_numbers(tmp_path):
