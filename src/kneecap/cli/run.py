@@ -27,7 +27,8 @@ def run(
 
     Exit codes: 0 done, whatever the verdicts; 1 a --fail-on condition held; 2 bad input or a candidate server
     that cannot be used; 3 a candidate server stopped answering mid-run; 4 a candidate server refused the API
-    key mid-run (3 and 4 stop the run at once; the cells measured are kept; --resume continues); 130 interrupted.
+    key mid-run (3 and 4 stop the run after that cell; the cells measured are kept; --resume runs it again);
+    130 interrupted.
     """
     from datetime import datetime, timezone
     from pathlib import Path
