@@ -1,0 +1,80 @@
+"""`kneecap calibrate` on sweeps that `kneecap bench` wrote against `kneecap serve` (the simulated engine over HTTP,
+in real time) at known step-time constants: the levels parse as they ran, and the fit lands near the served
+constants.
+
+Real time adds what the virtual-time replay has not: HTTP, streaming and client time per request and token, and
+the CPU share this machine gives the server. Measured here (2 cores shared with other jobs, these two shapes):
+the served constants themselves predict the bench levels only to 0.11 (closed) and 0.16 (open) rms log error
+(C=1 TTFT 8-11% longer than simulated); the fit moved mfu by +8% (closed) and -5% (open). bw_efficiency and
+overhead_s trade off along one valley (both are a fixed cost per step but for the KV reads): closed loop the fit
+took bw_efficiency to its bound 1.0 (+43%) and overhead_s +79% together, open loop -3% and -4%; so they are not
+checked one by one, and 1% does not hold in real time. What the fit must give is what it does identify: the
+simulated decode step (TPOT at C=1; measured 0.6-1.8% off the served constants') within 10%, mfu within 20%,
+and an rms no worse than the served constants' own.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from clitools import run_cli
+from kneecap.calibrate import MeasuredLevel, calibrate, levels_from_summary, predict_level, rms_log_error
+from kneecap.plan.build import DeploymentRequest
+from kneecap.sim.setup import simulated_deployment
+from kneecap.sim.steptime import StepTimeParams
+
+FLAGS = ["--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--context", "8192"]
+SERVED = {"mfu": 0.45, "bw_efficiency": 0.7, "overhead_s": 0.003}
+ISL, OSL = 600, 32
+SHAPES = {
+    "closed": (["--concurrency", "1,4,16", "--requests", "24", "--warmup", "2", "--seed", "5"], "concurrency", [1, 4, 16], 2, 5),
+    "open": (["--rate", "4,16,64", "--requests", "32", "--seed", "9"], "rate", [4.0, 16.0, 64.0], 0, 9),
+}
+
+
+@pytest.fixture(scope="module")
+def served_sweeps(tmp_path_factory):
+    """Both bench shapes against one `kneecap serve` at the SERVED constants: {shape: summary.json}."""
+    from kneecap.cli.demo import start_server, stop_server
+
+    pairs = ",".join(f"{k}={v}" for k, v in SERVED.items())
+    proc, url = start_server([*FLAGS, "--calibration", pairs])
+    out = {}
+    try:
+        for shape, (args, *_rest) in SHAPES.items():
+            folder = tmp_path_factory.mktemp("bench") / shape
+            r = run_cli("bench", "--base-url", url, "--isl", str(ISL), "--osl", str(OSL), *args, "--out", str(folder),
+                        "--quiet")
+            assert r.code == 0, r.stderr
+            out[shape] = json.loads((folder / "summary.json").read_text())
+    finally:
+        stop_server(proc)
+    return out
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_bench_levels_parse_as_they_ran(served_sweeps, shape):
+    args, kind, loads, warmup, seed = SHAPES[shape]
+    levels = levels_from_summary(served_sweeps[shape])
+    assert [getattr(lv, kind) for lv in levels] == loads
+    assert all(getattr(lv, "rate" if kind == "concurrency" else "concurrency") is None for lv in levels)
+    assert [lv.index for lv in levels] == [0, 1, 2]
+    assert {(lv.isl, lv.osl, lv.warmup, lv.seed, lv.duration_s, lv.num_requests) for lv in levels} == \
+        {(ISL, OSL, warmup, seed, None, int(args[args.index("--requests") + 1]))}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_bench_fit_lands_near_the_served_constants(served_sweeps, shape):
+    sim = simulated_deployment(DeploymentRequest(preset="llama-3.1-8b", gpu="h100-sxm", context=8192))
+    levels = levels_from_summary(served_sweeps[shape])
+    served = StepTimeParams(**SERVED)
+    result = calibrate(sim, levels)
+    fitted = result.params
+    report = (result.to_dict()["step_time"], rms_log_error(sim, served, levels), result.rms_log_error)
+    assert result.rms_log_error <= rms_log_error(sim, served, levels) + 1e-3, report
+    assert fitted.mfu == pytest.approx(SERVED["mfu"], rel=0.20), report
+    c1 = MeasuredLevel(concurrency=1, rate=None, isl=ISL, osl=OSL, num_requests=8, ttft_ms=1, tpot_ms=1, output_tok_s=1)
+    step_fitted, step_served = predict_level(sim, fitted, c1)["tpot_ms"], predict_level(sim, served, c1)["tpot_ms"]
+    assert step_fitted == pytest.approx(step_served, rel=0.10), (step_fitted, step_served, report)
