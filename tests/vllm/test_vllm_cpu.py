@@ -118,6 +118,13 @@ def test_run_plan_with_a_live_vllm_candidate_completes(cli, vllm, tmp_path):
     ran = [c for c in cells if c.get("metrics")]  # a loaded machine may mark a cell's client suspect: a declared limit
     assert ran and ran[0]["load"] == {"concurrency": 1}, cells
     assert all(c["metrics"]["completed"] == 8 and c["metrics"]["failed"] == 0 for c in ran), cells
+    # a cell is a bench level: vLLM's /metrics scraped over it, the client's read path and lag beside it; and the
+    # tiny model's small vocabulary refused no prompt (the shared client setup chose a way vLLM accepts)
+    for cell in ran:
+        assert cell["metrics"]["server_metrics"]["source"] == "prometheus", cell["metrics"]["server_metrics"]
+        assert cell["metrics"]["server_metrics"]["running_max"] is not None
+        assert cell["metrics"]["client"]["read_path"] and cell["metrics"]["client"]["per_worker"][0]["loop_lag_n"] > 0
+        assert cell["metrics"]["errors"] == {}
 
 
 
