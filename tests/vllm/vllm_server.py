@@ -27,6 +27,12 @@ MAX_MODEL_LEN = 2048
 SERVED_NAME = "tiny"
 STARTUP_TIMEOUT_S = 600.0  # about a minute on 2 idle cores; a loaded CI machine can take several
 STOP_GRACE_S = 20.0
+# vLLM 0.32.0 (vllm/engine/arg_utils.py, vllm/config/scheduler.py, vllm/v1/engine/output_processor.py):
+# --stream-interval N sends a request's first token at once, then one chunk per N new tokens (and the
+# rest when it finishes). --reasoning-parser deepseek_r1 (vllm/reasoning/deepseek_r1_reasoning_parser.py)
+# streams everything before </think> as `reasoning` deltas, even with no <think> in the output.
+STREAM_INTERVAL = 3
+CHUNKED_ARGS = ("--stream-interval", str(STREAM_INTERVAL), "--reasoning-parser", "deepseek_r1")
 # vllm/v1/core/kv_cache_utils.py (0.32.0) logs "{CPU|GPU} KV cache size: 2,097,152 tokens, Maximum concurrency ..."
 KV_LOG_LINE = re.compile(r"(?:CPU|GPU) KV cache size: ([\d,]+) tokens")
 

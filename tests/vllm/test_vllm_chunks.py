@@ -1,0 +1,111 @@
+"""kneecap against a real vLLM (CPU build) that streams several tokens per chunk and reasoning deltas.
+
+The server (conftest.py `vllm_chunked`): --stream-interval 3 (the first token alone, then chunks of 3)
+and --reasoning-parser deepseek_r1 on the tiny Llama with <think> tokens: the random model's output
+streams as `reasoning` deltas, until it happens to emit </think> (then `content`). Each test checks
+what vLLM itself counted (usage) against what the client measured per chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from vllm_server import STREAM_INTERVAL
+
+ISL, OSL = 40, 12  # 12 tokens: 1 + 3 + 3 + 3 + 2 at --stream-interval 3
+
+
+def records(out: Path) -> list[dict]:
+    recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines() if line.strip()]
+    return [r for r in recs if not r.get("warmup")]
+
+
+def raw_chat_stream(server, max_tokens: int) -> list[dict]:
+    """The chunks of one streamed chat request, as vLLM sent them (no kneecap code in between)."""
+    body = {"model": server.model, "messages": [{"role": "user", "content": "abc abc abc"}], "max_tokens": max_tokens,
+            "temperature": 0, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    req = urllib.request.Request(server.base_url + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        lines = resp.read().decode().splitlines()
+    return [json.loads(x[6:]) for x in lines if x.startswith("data: ") and x != "data: [DONE]"]
+
+
+def bench(cli, server, out: Path, endpoint: str) -> dict:
+    r = cli("bench", "--base-url", server.base_url, "--endpoint", endpoint, "--isl", str(ISL), "--osl", str(OSL),
+            "--concurrency", "1,4", "--requests", "8", "--out", str(out), "--json", "--no-report", timeout=600)
+    assert r.code == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def check_chunks(doc: dict, recs: list[dict]) -> None:
+    """Per-chunk token counts exact (vLLM's usage), several tokens per chunk, one ITL sample per token."""
+    assert len(recs) == 16 and all(x["status"] == "ok" for x in recs), [x["error_message"] for x in recs]
+    for x in recs:
+        assert sum(x["chunk_tokens"]) == x["output_tokens"] == OSL, x  # usage.completion_tokens, as vLLM counted
+        assert max(x["chunk_tokens"]) > 1, x  # a socket read holds at least one 3-token chunk
+    for lv in doc["levels"]:
+        assert (lv["completed"], lv["failed"]) == (8, 0), lv
+        assert lv["token_mismatch"]["output"] == lv["token_mismatch"]["output_vs_chunks"] == 0, lv["token_mismatch"]
+        mine = [x for x in recs if x["concurrency"] == lv["concurrency"]]
+        # itl_ms: one sample per token after the first token-bearing chunk (docs/metrics.md)
+        assert lv["itl_ms"]["n"] == sum(OSL - x["chunk_tokens"][0] for x in mine), (lv["itl_ms"], mine)
+        assert lv["chunk_gap_ms"]["n"] == sum(len(x["chunk_tokens"]) - 1 for x in mine) < lv["itl_ms"]["n"]
+        assert lv["tokens_per_chunk"]["mean"] > 1 and lv["tokens_per_chunk"]["max"] >= STREAM_INTERVAL, lv
+
+
+def test_vllm_streams_several_tokens_per_chunk_and_reasoning_deltas(vllm_chunked):
+    """The server really does what the bench tests below rely on (read from its raw stream)."""
+    chunks = raw_chat_stream(vllm_chunked, OSL)
+    counts = [c["usage"]["completion_tokens"] for c in chunks if c["choices"]]
+    steps = [b - a for a, b in zip([0, *counts], counts) if b > a]
+    assert steps == [1, 3, 3, 3, 2], counts  # first token alone, then --stream-interval 3, then the rest
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert deltas[1].get("reasoning") and not deltas[1].get("content"), deltas  # the first token: reasoning
+
+
+def test_bench_counts_every_token_of_multi_token_chunks_on_completions(cli, vllm_chunked, tmp_path):
+    out = tmp_path / "completions"
+    doc = bench(cli, vllm_chunked, out, "completions")
+    recs = records(out)
+    check_chunks(doc, recs)
+    assert all(x["first_answer_at"] == x["first_token_at"] is not None for x in recs), recs  # no reasoning here
+    summary = json.loads((out / "summary.json").read_text())
+    assert all(lv["tokens_per_chunk"]["mean"] > 1 for lv in summary["levels"]), summary["levels"]
+
+
+def test_bench_counts_reasoning_tokens_toward_ttft_and_itl_on_chat(cli, vllm_chunked, tmp_path):
+    out = tmp_path / "chat"
+    doc = bench(cli, vllm_chunked, out, "chat")
+    recs = records(out)
+    check_chunks(doc, recs)  # ITL: every token after the first chunk, reasoning tokens included
+    assert all(x["first_token_at"] is not None for x in recs)
+    # TTFT is the first reasoning token; the answer (after a random </think>, if any) is never earlier
+    assert all(x["first_answer_at"] is None or x["first_answer_at"] >= x["first_token_at"] for x in recs), recs
+    only_reasoning = [x for x in recs if x["first_answer_at"] is None]
+    assert only_reasoning, "every response had an answer: the random model emitted </think> in all 16"
+    for lv in doc["levels"]:
+        mine = [x for x in recs if x["concurrency"] == lv["concurrency"]]
+        assert lv["ttft_ms"]["n"] == 8  # every request, answered or not
+        assert lv["ttft_answer_ms"]["n"] == sum(x["first_answer_at"] is not None for x in mine), lv["ttft_answer_ms"]
+        if lv["ttft_answer_ms"]["n"] == 0:
+            assert lv["ttft_answer_ms"]["mean"] is None
+    summary = json.loads((out / "summary.json").read_text())
+    assert all(lv["tokens_per_chunk"]["mean"] > 1 for lv in summary["levels"]), summary["levels"]
+
+
+def test_tokens_per_chunk_is_one_on_the_default_server(cli, vllm, tmp_path):
+    """Control: the session's default vLLM (--stream-interval 1) sends one token per chunk, counted so."""
+    out = tmp_path / "o"
+    r = cli("bench", "--base-url", vllm.base_url, "--isl", str(ISL), "--osl", "6",
+            "--concurrency", "1", "--requests", "4", "--out", str(out), "--json", "--no-report", timeout=300)
+    assert r.code == 0, r.stderr
+    recs = records(out)
+    assert recs and all(sum(x["chunk_tokens"]) == x["output_tokens"] == 6 for x in recs), recs
+    lv = json.loads(r.stdout)["levels"][0]
+    assert lv["itl_ms"]["n"] == sum(6 - x["chunk_tokens"][0] for x in recs)
+    assert lv["tokens_per_chunk"]["mean"] == pytest.approx(6 * len(recs) / lv["tokens_per_chunk"]["n"])
