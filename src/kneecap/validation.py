@@ -45,14 +45,16 @@ METRICS: dict[str, tuple[str, str, str | None, float]] = {
 ENGINES: dict[str, str] = {
     "vllm": "kneecap's vLLM defaults for the GPU (max_num_seqs / max_num_batched_tokens by GPU memory, chunked "
             "prefill, prefix caching) and vLLM's own KV-pool model (`--engine vllm`, gpu_memory_utilization 0.9 "
-            "unless the point states one)",
+            "unless the point states one); a point whose engine is vLLM V0 (releases before 0.8) runs with V0's profile "
+            "(max_num_seqs 256, 4 ms of CPU per step between steps)",
     "sglang": "kneecap's SGLang defaults (chunked_prefill_size by GPU memory, max_running_requests from the pool, "
               "new-token-ratio admission reserve) and SGLang's KV-pool model (`--engine sglang`, mem_fraction_static "
               "0.88 unless the point states one)",
     "tensorrt-llm": "TensorRT-LLM's default GUARANTEED_NO_EVICT capacity scheduler (admit a request only if the pool "
                     "holds it to its last token), max_batch_size 2048 and max_num_tokens 8192 unless the point states them "
                     "(assumed: trtllm-bench tunes its own limits per run); KV pool = the planner's ledger (4 GiB overhead, 5% fragmentation "
-                    "headroom: about the 0.9-0.95 kv_cache_free_gpu_memory_fraction of the runs)",
+                    "headroom: about the 0.9-0.95 kv_cache_free_gpu_memory_fraction of the runs); TensorRT-LLM's engine "
+                    "profile (its overlap scheduler hides the per-step CPU time under the GPU's)",
     "nim": "NVIDIA NIM's TensorRT-LLM profiles: run as tensorrt-llm above",
     "llama.cpp": "one sequence at a time (llama-bench runs one), n_batch 2048 tokens per step; KV pool = the ledger",
 }
