@@ -283,6 +283,15 @@ def test_server_killed_mid_level_stops_and_keeps_records(server, tmp_path):
     recs = records(out)
     assert len(recs) == 8  # every request of the level is accounted for, finished ones kept
     assert sum(r["status"] == "ok" for r in recs) == level["completed"]
+    # "restart the server, then --resume the folder": the cut level is run again, then the rest
+    url2, _ = server(ttft_s=0.01, itl_s=0.001, port=int(url.rsplit(":", 1)[1]))
+    resumed = subprocess.run([sys.executable, "-m", "kneecap", "bench", "--resume", str(out), "--quiet"],
+                             capture_output=True, text=True, timeout=120)
+    assert url2 == url and resumed.returncode == 0, resumed.stderr
+    doc = summary(out)
+    assert doc["status"] == "complete" and not doc.get("stopped")
+    assert [(lv["concurrency"], lv["completed"], lv["failed"]) for lv in doc["levels"]] == [(2, 8, 0), (4, 8, 0)]
+    assert len(records(out)) == 16 and len((out / "requests.discarded.jsonl").read_text().splitlines()) == 8
 
 
 # -- crash safety and resume -------------------------------------------------------------------------

@@ -117,3 +117,34 @@ def test_run_resume_after_the_key_is_fixed_runs_the_stopped_cell_again(tmp_path)
     assert "halted" not in redone and redone["metrics"]["failed"] == 0 and redone["metrics"]["completed"] == 6
     assert (out / "records" / f"cell-{halted['index']:04d}.discarded.jsonl").exists()  # the refused requests, set aside
     assert summary["candidates"][0]["verdict"] in ("accepted", "rejected")
+
+
+def test_bench_resume_after_the_key_is_fixed_runs_the_refused_level_again(tmp_path):
+    # the stop line says "then --resume the folder": it must do something. The check request and C=2's 4
+    # requests are served, C=4 meets the refusal; resumed against the same server accepting the key, C=4 is
+    # run again (its refused records set aside) and C=8 after it
+    url, srv = start_scripted_server(auth_fail_after=1 + 4)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "kneecap", "bench", "--json", "--no-report", "--quiet"]
+    try:
+        first = subprocess.run([*cmd, "--base-url", url, "--isl", "16", "--osl", "4", "--concurrency", "2,4,8",
+                                "--requests", "4", "--keepalive", "--out", str(out)],
+                               capture_output=True, text=True, timeout=BOUND_S)
+    finally:
+        srv.stop()
+    assert first.returncode == EXIT_AUTH_REFUSED and "then --resume the folder" in first.stderr, first.stderr
+    stopped = json.loads(first.stdout)
+    url2, srv2 = start_scripted_server(port=int(url.rsplit(":", 1)[1]))
+    try:
+        again = subprocess.run([*cmd, "--resume", str(out)], capture_output=True, text=True, timeout=BOUND_S)
+    finally:
+        srv2.stop()
+    assert url2 == url and again.returncode == 0, again.stderr
+    summary = json.loads(again.stdout)
+    assert summary["status"] == "complete" and not summary.get("stopped")
+    assert [lv["concurrency"] for lv in summary["levels"]] == [2, 4, 8]
+    assert summary["levels"][0] == stopped["levels"][0]  # the level measured before the stop is kept as it was
+    assert all(lv["completed"] == 4 and lv["failed"] == 0 for lv in summary["levels"])
+    kept = read_jsonl(out / "requests.jsonl")
+    assert len(kept) == 12 and all(r["status"] == "ok" for r in kept)
+    assert len(read_jsonl(out / "requests.discarded.jsonl")) == 4  # the refused requests of C=4, set aside

@@ -244,11 +244,19 @@ def _resume_state(results, plans: list[SweepLevel], fresh: SweepState) -> tuple[
     Records of levels that are not complete are moved to requests.discarded.jsonl first, so each
     level's statistics come from exactly one full run of it. Preflight skips are decided again.
     """
+    from kneecap.metrics.stop import AUTH_REFUSED, INTERRUPTED, SERVER_DEAD
+
     previous = results.read_summary() or {}  # none yet: killed before the first level ended
     stopped = previous.get("stopped")
-    if stopped and stopped.get("reason") != "interrupted":
-        return None, fresh  # the sweep ended by a rule: nothing to resume
-    done = frozenset(results.completed_levels())
+    if stopped and stopped.get("reason") not in (INTERRUPTED, SERVER_DEAD, AUTH_REFUSED):
+        return None, fresh  # the sweep ended by a rule (knee, SLO, errors, pool): nothing to resume
+    done = set(results.completed_levels())
+    if stopped and stopped.get("reason") in (SERVER_DEAD, AUTH_REFUSED) and previous.get("levels"):
+        # the level that met the dead server or the refused key ran to its end, but its numbers are the
+        # server's failure, not its capacity: it is run again once the server (or the key) is fixed
+        cut = previous["levels"][-1]
+        done.discard(cut.get("level", len(previous["levels"]) - 1))
+    done = frozenset(done)
     set_aside_records(results.records_path, set(done))
     if first_incomplete(len(plans), set(done)) is None:
         return None, fresh
