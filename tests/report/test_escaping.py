@@ -50,12 +50,19 @@ def test_hostile_strings_everywhere_are_text(bench_dir, run_dir, hostile):
         assert not any(k.startswith("on") for _, k, _ in tags.attrs)  # no event handlers
 
 
-def test_error_message_from_the_server_is_escaped_in_both_formats(bench_dir, hostile):
-    doc = build_document(load_results(bench_dir))
+def test_error_message_from_the_server_is_escaped_in_both_formats(bench_dir, hostile, hostile_model):
+    import html
+
+    results = load_results(bench_dir)
+    doc = build_document(results)
     page, md = to_html(doc), to_markdown(doc)
-    assert "upstream said &lt;script&gt;alert(1)&lt;/script&gt; &amp; died" in page
-    assert "upstream said &lt;script&gt;alert(1)&lt;/script&gt; &amp; died" in md
-    assert hostile not in md
+    (message,) = {m for messages in results.records.error_samples.values() for m in messages}
+    assert '"message":"This model\'s maximum context length is 1024 tokens' in message  # the server's own body
+    assert html.escape(message, quote=False) in page or html.escape(message) in page
+    assert escape_md(message) in md
+    # the served model name with markup: escaped in both formats, never raw
+    assert html.escape(hostile_model, quote=False) in page
+    assert hostile not in md and hostile not in page
 
 
 def test_every_block_kind_escapes_its_text():
@@ -108,10 +115,12 @@ def test_html_is_self_contained(bench_dir, sim_dir, plan_file, run_dir):
         assert "default-src 'none'" in page  # CSP: the browser itself refuses scripts and fetches
 
 
-def test_summary_strings_with_dollar_signs_do_not_break_plots(tmp_path, make_sweep):
-    folder = make_sweep("dollars", kind="bench")
-    summary = json.loads((folder / "summary.json").read_text())
-    summary["model"] = "cost $5 and $\\frac{1}{0}$"
-    (folder / "summary.json").write_text(json.dumps(summary))
-    doc = build_document(load_results(folder))
+def test_summary_strings_with_dollar_signs_do_not_break_plots(bench_dir, hostile_model):
+    """The served model name holds '$5 and $\\frac{1}{0}$': plotted as typed, not as mathtext."""
+    from kneecap.report import plots
+
+    with plots.keep_figures() as figures:
+        doc = build_document(load_results(bench_dir))
     assert any(f.name == "throughput" for f in doc.figures)
+    titles = [t.get_text() for fig in figures for ax in fig.axes for t in (ax.title,)]
+    assert any(hostile_model in t for t in titles), titles

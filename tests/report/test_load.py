@@ -19,14 +19,29 @@ def test_kinds_are_detected(bench_dir, sim_dir, plan_file, run_dir):
     assert load_results(bench_dir / "summary.json").kind == "bench"
 
 
-def test_records_are_digested_and_trace_is_read(bench_dir, sim_dir, run_dir, hostile):
+def test_records_are_digested_and_trace_is_read(bench_dir, sim_dir, run_dir):
+    summary = json.loads((bench_dir / "summary.json").read_text())
     digest = load_results(bench_dir).records
-    assert digest.num_records == 8 * 5 + 1
-    # 8 levels x 5 ok requests x 20 chunks: chunks k % 3 == 0 (7 of 20) carry 2 tokens, the others 1
-    assert digest.chunk_token_counts == {1: 8 * 5 * 13, 2: 8 * 5 * 7}
-    assert digest.error_samples == {(7, "http_500"): (f"upstream said {hostile} & died",)}
-    assert len(load_results(sim_dir).trace) == 400
-    assert load_results(run_dir).records.num_records == 2 * 5 + 1  # records/*.jsonl
+    assert digest.num_records == 3 * 16  # three levels of --requests 16, no warmup
+    completed = sum(lv["completed"] for lv in summary["levels"])
+    # every answered request streamed its 32 output tokens (--osl 32 with --ignore-eos), however they were chunked
+    assert sum(k * n for k, n in digest.chunk_token_counts.items()) == completed * 32
+    # the 2,000-word prompts are refused by the 1,024-token context: one distinct message per level that had them
+    failing = {lv["level"] for lv in summary["levels"] if lv["failed"]}
+    assert failing and set(digest.error_samples) == {(i, "http_400") for i in failing}
+    for messages in digest.error_samples.values():
+        (message,) = messages
+        assert message.startswith("HTTP 400: ") and "maximum context length is 1024 tokens" in message
+        assert "(2000 in the messages, 32 in the completion)" in message
+    sim = load_results(sim_dir)
+    steps = sum(lv["server_metrics"]["num_steps"] for lv in sim.summary["levels"])
+    assert len(sim.trace) == steps  # one trace line per engine step
+    assert sim.records.chunk_token_counts == {1: 2 * 16 * 32}  # the simulated engine streams a token per chunk
+    run = load_results(run_dir)
+    cell_files = [p for p in (run_dir / "records").glob("*.jsonl") if not p.name.endswith(".trace.jsonl")]
+    assert run.records.num_records == sum(sum(1 for _ in open(p)) for p in cell_files)
+    measured = sum(c["metrics"]["completed"] for c in run.summary["cells"])
+    assert run.records.chunk_token_counts == {1: measured * 64}  # fixed 64-token outputs, one token per chunk
 
 
 def test_error_samples_are_distinct_and_bounded():
@@ -42,9 +57,11 @@ def test_error_samples_are_distinct_and_bounded():
 
 
 def test_torn_last_record_line_is_skipped(bench_dir):
+    """A run killed mid-write leaves a torn last line (bench appends to requests.jsonl as requests end)."""
+    before = load_results(bench_dir).records.num_records
     with open(bench_dir / "requests.jsonl", "ab") as fh:
         fh.write(b'{"request_id": "torn", "lev')
-    assert load_results(bench_dir).records.num_records == 41
+    assert load_results(bench_dir).records.num_records == before == 48
 
 
 @pytest.mark.parametrize("content,match", [
@@ -69,12 +86,9 @@ def test_missing_folder_and_empty_folder(tmp_path):
 
 def test_manifest_named_by_the_summary_is_read_from_the_folder(bench_dir):
     summary = json.loads((bench_dir / "summary.json").read_text())
-    manifest = summary.pop("manifest")
-    summary["manifest"] = "manifest.json"
-    (bench_dir / "summary.json").write_text(json.dumps(summary))
-    (bench_dir / "manifest.json").write_text(json.dumps(manifest))
+    assert summary["manifest"] == "manifest.json"  # bench writes the manifest beside the summary and names it
     assert load_results(bench_dir).summary["manifest"]["command"][1] == "bench"
-    # a manifest path pointing outside the folder is ignored, not followed
+    # a hand-edited summary whose manifest path points outside the folder: ignored, not followed
     summary["manifest"] = "../elsewhere.json"
     (bench_dir / "summary.json").write_text(json.dumps(summary))
     results = load_results(bench_dir)

@@ -1,4 +1,5 @@
-"""Plots: PNG bytes of the expected size, or None when there is nothing to draw (never an empty frame)."""
+"""Plots: PNG bytes of the expected size, None when there is nothing to draw (never an empty frame), and
+what each figure shows (series, labels, axes, limit lines), read from the matplotlib Figure itself."""
 
 from __future__ import annotations
 
@@ -53,6 +54,13 @@ def test_nothing_to_draw_is_none(make):
     assert make() is None
 
 
+def test_keep_figures_collects_only_inside_its_block():
+    with plots.keep_figures() as figures:
+        plots.tokens_per_chunk_histogram({1: 3})
+    plots.tokens_per_chunk_histogram({1: 3})
+    assert len(figures) == 1 and plots._FIGURE_SINKS == []
+
+
 def test_plots_are_deterministic():
     make = lambda: plots.throughput_vs_load(POINTS, "concurrency", "requests", knee_load=8)  # noqa: E731
     assert make() == make()
@@ -61,17 +69,10 @@ def test_plots_are_deterministic():
 # -- what the plots show: the figure each one draws, caught on its way to PNG -----------------------------
 
 @pytest.fixture
-def drawn(monkeypatch):
+def drawn():
     """The matplotlib figures the plot functions render (in order), inspected instead of their pixels."""
-    figures = []
-    to_png = plots._png
-
-    def keep(fig):
-        figures.append(fig)
-        return to_png(fig)
-
-    monkeypatch.setattr(plots, "_png", keep)
-    return figures
+    with plots.keep_figures() as figures:
+        yield figures
 
 
 def _lines(ax) -> dict:

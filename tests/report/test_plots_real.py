@@ -1,5 +1,6 @@
 """What the report's plots show, read from the matplotlib figures themselves (series, labels, budget lines,
-axes), for pages built from real runs: kneecap simulate with a trace, and kneecap run of the quick example."""
+axes), for pages built from real runs: kneecap simulate with a trace and an SLO, kneecap bench against
+kneecap serve, and kneecap run of the quick example."""
 
 from __future__ import annotations
 
@@ -11,22 +12,21 @@ from kneecap.report.render import build_document
 
 
 @pytest.fixture
-def figures(monkeypatch):
+def figures():
     """build(folder) -> {figure title: matplotlib Figure} for every plot the page drew."""
-    real_png = plots._png
 
     def build(folder):
-        drawn = []
-
-        def keep(fig):
-            drawn.append(fig)
-            return real_png(fig)
-
-        monkeypatch.setattr(plots, "_png", keep)
-        build_document(load_results(folder))
+        with plots.keep_figures() as drawn:
+            build_document(load_results(folder))
         return {(fig._suptitle.get_text() if fig._suptitle else fig.axes[0].get_title()): fig for fig in drawn}
 
     return build
+
+
+def _lines(ax) -> dict:
+    """label -> (xs, ys) of every labelled line on the axes."""
+    return {line.get_label(): (list(map(float, line.get_xdata())), list(map(float, line.get_ydata())))
+            for line in ax.get_lines() if not line.get_label().startswith("_")}
 
 
 def _one(figs: dict, starts: str):
@@ -91,3 +91,54 @@ def test_frontier_labels_stay_inside_the_axes_and_do_not_overlap(real_run, real_
         for i, a in enumerate(boxes):
             for b in boxes[i + 1:]:
                 assert not a.overlaps(b)
+
+
+def test_simulate_throughput_plot_draws_each_level_on_a_log_axis(real_sim, figures):
+    import json
+
+    folder, _ = real_sim
+    levels = json.loads((folder / "summary.json").read_text())["levels"]
+    ax = _one(figures(folder), "Output throughput vs concurrency").axes[0]
+    lines = _lines(ax)
+    assert [name for name in lines if not name.startswith("preflight")] == ["output throughput"]  # one series
+    xs, ys = lines["output throughput"]
+    assert xs == [1.0, 16.0, 64.0] and ys == [lv["output_tok_s"] for lv in levels]
+    assert ax.get_xscale() == "log"  # the loads span 64x
+    assert ax.get_xlabel() == "concurrency (concurrent requests)" and ax.get_ylabel() == "output throughput (tok/s)"
+
+
+def test_simulate_latency_plot_draws_the_slo_budget(real_sim, figures):
+    """--slo ttft_p99_ms=200,itl_p99_ms=15: a horizontal budget line on the TTFT and ITL panels, none elsewhere."""
+    import json
+
+    folder, _ = real_sim
+    levels = json.loads((folder / "summary.json").read_text())["levels"]
+    fig = _one(figures(folder), "TTFT percentiles vs concurrency")  # one panel per metric, TTFT first
+    by_unit = {ax.get_ylabel(): ax for ax in fig.axes if ax.get_ylabel()}
+    budgets = {}
+    for ylabel, ax in by_unit.items():
+        lines = _lines(ax)
+        for name in ("p50", "p90", "p99"):
+            metric = {"TTFT (ms)": "ttft_ms", "ITL (ms)": "itl_ms", "TPOT (ms)": "tpot_ms",
+                      "E2E (ms)": "e2e_ms"}.get(ylabel)
+            if metric and name in lines:
+                assert lines[name] == ([1.0, 16.0, 64.0], [lv[metric][name] for lv in levels]), (ylabel, name)
+        budgets[ylabel] = [ys[0] for label, (xs, ys) in lines.items() if label.startswith("SLO")]
+    assert budgets["TTFT (ms)"] == [200.0] and budgets["ITL (ms)"] == [15.0]
+    assert all(not b for label, b in budgets.items() if label not in ("TTFT (ms)", "ITL (ms)"))
+
+
+def test_bench_peaks_plot_shows_what_the_server_reported(bench_run, figures):
+    """kneecap bench against kneecap serve: the peaks plot draws each level's scraped server_metrics."""
+    import json
+
+    levels = json.loads((bench_run / "summary.json").read_text())["levels"]
+    loads = [float(lv["concurrency"]) for lv in levels]
+    metrics = [lv["server_metrics"] for lv in levels]
+    fig = _one(figures(bench_run), "Peak KV occupancy")
+    left, right = fig.axes
+    assert _lines(left) == {"peak KV usage (%)": (loads, pytest.approx([100 * m["kv_usage_max"] for m in metrics]))}
+    assert _lines(right) == {"peak queue depth (requests)": (loads, [float(m["waiting_max"]) for m in metrics]),
+                             "peak running (requests)": (loads, [float(m["running_max"]) for m in metrics])}
+    assert left.get_ylabel() == "peak KV cache usage (% of blocks)" and right.get_ylabel() == "requests"
+    assert left.get_ylim() == (0.0, 105.0)
