@@ -11,7 +11,7 @@ The command is the one the README quotes, with the CLI's defaults:
     kneecap simulate --preset llama-3.1-70b --gpu h100-sxm --tp 8 --isl 1000 --osl 1000 --concurrency 256
                      --requests 10000 --no-report --quiet --out DIR
 Wall time is the subprocess's, from start to exit; CPU and peak RSS come from os.wait4's rusage of that child.
-The phases (simulate, summarise, write requests.jsonl and summary.json) are timed in this process on the same
+The phases (simulate, summarise, write requests.jsonl and summary.json) are timed in CPU seconds in this process on the same
 deployment with the same engine defaults (kneecap.plan.build + kneecap.sim.setup, as the CLI builds them).
 Vidur is installed with `python3 -m venv bench/.peers/vidur-venv && bench/.peers/vidur-venv/bin/pip install vidur`.
 Both simulators get the same trace (arrival time, prompt and output tokens per request: a CSV in Vidur's
@@ -76,7 +76,7 @@ def run_cli(extra: list[str]) -> dict:
 
 
 def phases(fast_path: bool = True) -> dict:
-    """Where the time goes, in this process: the CLI's deployment and engine defaults, one level."""
+    """Where the time goes, in CPU seconds of this process: the CLI's deployment and engine defaults, one level."""
     from kneecap.metrics.summarize import summarize_level
     from kneecap.plan.build import DeploymentRequest, plan_deployment
     from kneecap.records import RecordWriter
@@ -84,22 +84,22 @@ def phases(fast_path: bool = True) -> dict:
     from kneecap.sim.sweep import LevelSpec, simulate_level
     from kneecap.workload import Workload
 
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     plan, _ = plan_deployment(DeploymentRequest(preset="llama-3.1-70b", gpu="h100-sxm", tp=8))
     sim = from_plan(plan)
-    t1 = time.perf_counter()
+    t1 = time.process_time()
     res = simulate_level(sim.deployment, sim.config, sim.num_kv_blocks, Workload.fixed(1000, 1000),
                          LevelSpec(concurrency=256, num_requests=10_000), steptime=sim.steptime,
                          charge_state=sim.charge_state, fast_path=fast_path)
-    t2 = time.perf_counter()
+    t2 = time.process_time()
     level = summarize_level(res.records, concurrency=256)
-    t3 = time.perf_counter()
+    t3 = time.process_time()
     with tempfile.TemporaryDirectory(prefix="sim_speed-") as tmp:
         with RecordWriter(Path(tmp) / "requests.jsonl") as writer:
             for r in res.records:
                 writer.write(r)
         (Path(tmp) / "summary.json").write_text(json.dumps(level, sort_keys=True))
-    t4 = time.perf_counter()
+    t4 = time.process_time()
     return {"fast_path": fast_path, "plan_s": round(t1 - t0, 3), "simulate_s": round(t2 - t1, 3),
             "summarize_s": round(t3 - t2, 3), "write_s": round(t4 - t3, 3),
             "engine_steps": res.server_metrics["num_steps"], "virtual_s": round(res.end_s, 3),
@@ -198,7 +198,7 @@ def markdown(doc: dict) -> str:
                      f"{r['user_s'] + r['sys_s']:.2f} | {r['peak_rss_mb']:.0f} | {r['requests_jsonl_mb']:.1f} | "
                      f"{r['engine_steps']:,} |")
     p = doc["phases"]
-    lines += ["", "Where the time goes (the same level in one process, seconds): "
+    lines += ["", "Where the time goes (the same level in one process, CPU seconds): "
               f"planning {p['plan_s']}, simulating {p['simulate_s']}, summarising {p['summarize_s']}, "
               f"writing requests.jsonl and summary.json {p['write_s']}; the rest of a run is starting Python and "
               "importing kneecap.", ""]
