@@ -48,7 +48,8 @@ def new_salt() -> str:
 # Engines that put a running usage count in every streamed chunk when asked
 # (stream_options.continuous_usage_stats: vLLM's and SGLang's OpenAI protocol). A chunk's tokens are then
 # the increase of usage.completion_tokens, exact when a chunk carries several (vLLM --stream-interval,
-# speculative decoding); other servers get only include_usage (OpenAI itself rejects unknown options).
+# speculative decoding); other servers get only include_usage (OpenAI itself rejects unknown options),
+# and so does kneecap serve (it looks like vLLM but sends one token per chunk).
 PER_CHUNK_USAGE_ENGINES = (VLLM, SGLANG)
 
 
@@ -313,7 +314,7 @@ def prepare_client(info: ServerInfo, *, base_url: str, model: str, endpoint: str
     probe the server; else the flag named `flag_name` decided). One-line KneecapError on a refusal."""
     cfg = client_config(base_url, model=model, endpoint=endpoint, api_key=api_key, timeout_s=timeout_s,
                         keepalive=keepalive is not False, ignore_eos=ignore_eos, keep_prompts=keep_prompts,
-                        continuous_usage_stats=info.engine in PER_CHUNK_USAGE_ENGINES)
+                        continuous_usage_stats=info.engine in PER_CHUNK_USAGE_ENGINES and not info.simulated)
     ways = prompt_candidates(info, endpoint=endpoint, model=model, api_key=api_key, salt=salt, tokenizer=tokenizer,
                              dataset_texts=dataset_texts, dataset_in_order=dataset_in_order)
     choice = settle_prompts(cfg, ways, input_tokens=input_tokens, timeout_s=min(timeout_s, CHECK_TIMEOUT_S))
