@@ -186,8 +186,52 @@ def check_chunks(case) -> None:
             raise Escaped(f"chunk decoder: first_token_at {res.first_token_at} is not the first chunk time — repro: {case!r}")
         if any(type(k) is not int or k < 0 for k in res.chunk_tokens):
             raise Escaped(f"chunk decoder: token counts {res.chunk_tokens!r} are not whole numbers >= 0 — repro: {case!r}")
-        if res.error_kind not in (None, oa.MALFORMED_SSE, oa.SERVER_ERROR_EVENT):
-            raise Escaped(f"chunk decoder: undocumented error_kind {res.error_kind!r} — repro: {case!r}")
+    # the exact outcome, from the format's rules applied to each event in order: the first event that is not
+    # an ordinary chunk sets error_kind, and decoding stops there
+    expected = next((kind for _, events in reads for name, data, _ in events
+                     for kind in [event_outcome(name, data)] if kind is not OK), OK)
+    if result.error_kind != expected:
+        raise Escaped(f"chunk decoder: error_kind {result.error_kind!r}, the format says {expected!r} — repro: {case!r}")
+    if response.error_kind != event_outcome("message", body, stream=False):
+        raise Escaped(f"response decoder: error_kind {response.error_kind!r}, the format says "
+                      f"{event_outcome('message', body, stream=False)!r} — repro: {case!r}")
+
+
+def _strict_json(data: bytes):
+    """RFC 8259 JSON (no NaN / Infinity), or raises ValueError."""
+    def _refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(data.decode("utf-8"), parse_constant=_refuse)
+
+
+def event_outcome(name: str, data: bytes, stream: bool = True) -> str | None:
+    """What the OpenAI streaming format makes of one event (or, stream=False, of a whole non-streamed body):
+    OK, MALFORMED or SERVER_ERROR. `data: [DONE]` ends the stream; an `event: error` is the server's error; the
+    data must be a JSON object; a non-null "error" member is the server's error; "usage" (when set) must be an
+    object, "choices" (when set) a list whose first member (the client asks for one choice) is an object, and
+    a streamed choice's "delta" (when present) an object."""
+    if stream and data == b"[DONE]":
+        return OK
+    if stream and name == "error":
+        return SERVER_ERROR
+    try:
+        obj = _strict_json(data)
+    except ValueError:  # not UTF-8, not JSON
+        return MALFORMED
+    if type(obj) is not dict:
+        return MALFORMED
+    if obj.get("error") is not None:
+        return SERVER_ERROR
+    if obj.get("usage") and type(obj["usage"]) is not dict:
+        return MALFORMED
+    choices = obj.get("choices")
+    if choices:
+        if type(choices) is not list or type(choices[0]) is not dict:
+            return MALFORMED
+        if stream and choices[0].get("delta") is not None and type(choices[0]["delta"]) is not dict:
+            return MALFORMED
+    return OK
 
 
 # Labelled cases: each event (and each non-streamed body) is drawn from one of three families whose
