@@ -88,6 +88,16 @@ def format_slo(slo: Mapping) -> str:
     return ",".join(f"{k}={v:g}" for k, v in slo.items())
 
 
+def slo_value(level: Mapping, key: str) -> float | None:
+    """The statistic an SLO key judges, read from a level summary (None when the level has no data for it):
+    error_rate = failed / requests; 'ttft_p99_ms' = the level's ttft_ms p99."""
+    if key == ERROR_RATE:
+        requests = level.get("requests") or 0
+        return (level.get("failed", 0) / requests) if requests else None
+    metric, stat = split_key(key)
+    return (level.get(f"{metric}_ms") or {}).get(stat)
+
+
 def level_meets_slo(level: Mapping, slo: Mapping) -> tuple[bool, list[dict]]:
     """Does a level summary meet every SLO term? Returns (ok, breaches).
 
@@ -97,12 +107,7 @@ def level_meets_slo(level: Mapping, slo: Mapping) -> tuple[bool, list[dict]]:
     """
     breaches: list[dict] = []
     for key, limit in slo.items():
-        if key == ERROR_RATE:
-            requests = level.get("requests") or 0
-            value = (level.get("failed", 0) / requests) if requests else None
-        else:
-            metric, stat = split_key(key)
-            value = (level.get(f"{metric}_ms") or {}).get(stat)
+        value = slo_value(level, key)
         if value is None:
             breaches.append({"key": key, "limit": limit, "value": None, "message": f"{key}: no data (limit {limit:g})"})
         elif value > limit:

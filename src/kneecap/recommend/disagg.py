@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass
 
 from kneecap.metrics.search import MaxLoad, Verdict, find_max
-from kneecap.metrics.slo import level_meets_slo, split_key
+from kneecap.metrics.slo import level_meets_slo, slo_value, split_key
 from kneecap.metrics.summarize import summarize_level
 from kneecap.recommend.evaluate import RATE_RESOLUTION, LevelOutcome, simulated
 from kneecap.recommend.space import GPUS_PER_NODE, Knobs, RecommendRequest
@@ -168,13 +168,7 @@ def run_pools(req: RecommendRequest, k: Knobs, x: int, y: int, n: int = LEVEL_RE
         summary["failed"] = summary.get("failed", 0) + len(failed)
         summary["requests"] = summary.get("requests", 0) + len(failed)
     ok, breaches = level_meets_slo(summary, req.slo)
-    values = {}
-    for key in req.slo:
-        if key == "error_rate":
-            values[key] = summary["failed"] / summary["requests"] if summary.get("requests") else None
-        else:
-            metric, stat = split_key(key)
-            values[key] = (summary.get(f"{metric}_ms") or {}).get(stat)
+    values = {key: slo_value(summary, key) for key in req.slo}
     sorted_pre = sorted(p for p in pre if p is not None)
     p99 = sorted_pre[min(len(sorted_pre) - 1, math.ceil(0.99 * len(sorted_pre)) - 1)] * 1000.0 if sorted_pre else None
     g = lambda m, s: (summary.get(m) or {}).get(s)

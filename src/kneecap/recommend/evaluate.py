@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from kneecap.levels import SweepLevel
 from kneecap.metrics.search import MaxLoad, Verdict, find_max
-from kneecap.metrics.slo import level_meets_slo
+from kneecap.metrics.slo import level_meets_slo, slo_value
 from kneecap.metrics.summarize import summarize_level
 from kneecap.plan.build import DeploymentRequest, plan_deployment
 from kneecap.recommend.space import ENGINE_DEFAULTS, Knobs, RecommendRequest
@@ -88,13 +88,7 @@ def run_level(sim: SimDeployment, req: RecommendRequest, load: float, requests: 
         SweepLevel(index=0, value=value, num_requests=opts.requests, num_warmup=0, first_index=0), records.append)
     summary = summarize_level(records, **({"rate": value} if req.kind == "rate" else {"concurrency": value}))
     ok, breaches = level_meets_slo(summary, req.slo)
-    values = {}
-    for key in req.slo:
-        if key == "error_rate":
-            values[key] = summary["failed"] / summary["requests"] if summary.get("requests") else None
-        else:
-            metric, _, stat = key[: -len("_ms")].rpartition("_")
-            values[key] = (summary.get(f"{metric}_ms") or {}).get(stat)
+    values = {key: slo_value(summary, key) for key in req.slo}
     sm = run.server_metrics
     return LevelOutcome(load=value, met=ok, why="; ".join(b["message"] for b in breaches),
                         ttft_p99_ms=(summary.get("ttft_ms") or {}).get("p99"),
