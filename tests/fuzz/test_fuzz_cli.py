@@ -87,7 +87,26 @@ REFUSED_AT_PARSE = [("--bogus", "1"), ("-x",), ("--json=1",), ("--tp", "abc"), (
 
 
 def refused_at_parse(argv: list[str]) -> bool:
-    return any(tuple(argv[-len(tail):]) == tail for tail in REFUSED_AT_PARSE) or refused_by_type(argv)
+    return (any(tuple(argv[-len(tail):]) == tail for tail in REFUSED_AT_PARSE) or refused_by_type(argv)
+            or refused_by_value(argv))
+
+
+# Values the deployment builder refuses whatever else the command line says (one-line error, exit 2): an
+# unknown GPU name, a parallel degree or block size below 1; and --preset with --model. The last occurrence
+# of a flag is the one that counts.
+REFUSED_VALUES = {"--gpu": {"nope"}, "--tp": {"0", "-1"}, "--pp": {"0", "-1"}, "--block-size": {"0", "-1"}}
+
+
+def refused_by_value(argv: list[str]) -> bool:
+    if argv[0] not in ("plan", "preflight", "simulate") or "--help" in argv or "--list-gpus" in argv or "--" in argv:
+        return False
+    last = {}
+    for flag, value in zip(argv[1:], argv[2:]):
+        if flag in REFUSED_VALUES or flag in ("--preset", "--model"):
+            last[flag] = value
+    if last.get("--preset") and last.get("--model"):
+        return True
+    return any(last.get(flag) in values for flag, values in REFUSED_VALUES.items())
 
 
 @functools.lru_cache(maxsize=None)
@@ -150,7 +169,7 @@ def _check(argv: list[str], code: int, out: str, err: str) -> None:
     shown = " ".join(repr(a) if (not a or " " in a) else a for a in argv)
     assert "Traceback" not in err, f"traceback for: kneecap {shown}\n{err}"
     assert "internal error" not in err, f"internal error for: kneecap {shown}\n{err.strip()}"
-    if refused_at_parse(argv):
+    if refused_at_parse(argv):  # refused while parsed, or by a value no other flag can make acceptable
         assert code == 2, f"exit {code} (not 2) for: kneecap {shown}\n{err.strip()}"
     else:  # every value readable by its option: whether this one is accepted is the plan's own arithmetic
         assert code in (0, 2), f"exit {code} for: kneecap {shown}\n{err.strip()}"
