@@ -8,6 +8,7 @@ validated value. Owns neither the order of levels nor files other than the trace
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -17,7 +18,8 @@ from kneecap.levels import SweepLevel, LevelRun, server_metrics
 from kneecap.records import RequestRecord
 from kneecap.sim.setup import SimDeployment
 from kneecap.sim.sweep import MAX_REQUESTS_PER_LEVEL, LevelSpec, simulate_level
-from kneecap.workload import LengthDist, RequestClass, Workload
+from kneecap.workload import LengthDist, RequestClass, RequestSpec, Workload
+from kneecap.workload.level_work import LevelWork, WorkloadFlags, level_work
 
 KIND_CONCURRENCY = "concurrency"
 KIND_RATE = "rate"
@@ -53,6 +55,8 @@ class SimulateOptions:
     ramp: object | None = None  # --ramp on the rate dimension (kneecap.workload.ramps.Ramp): one level, the ramp
     turns: int = 0  # --turns K: C users each hold K-turn conversations (requests count turns); --isl is each new input
     think_time_s: float = 0.0  # --think-time-s: the pause between an answer and the user's next turn
+    until_stable: float | None = None  # --until-stable TOL: a --duration level ends once its p99 TTFT and ITL settled
+    stable_window_s: float = 10.0  # --stable-window-s: the windows p99_stable compares (virtual seconds)
 
     def __post_init__(self) -> None:
         for flag, value in (("--isl", self.isl), ("--osl", self.osl)):
@@ -83,6 +87,18 @@ class SimulateOptions:
                                "pass --concurrency C --requests N (N a multiple of --turns), without max or --duration")
         if self.think_time_s < 0:
             raise KneecapError(f"--think-time-s must be >= 0, got {self.think_time_s}", "pass e.g. --think-time-s 2")
+        if self.until_stable is not None:
+            if not 0 < self.until_stable < 1:
+                raise KneecapError(f"--until-stable must be a fraction between 0 and 1, got {self.until_stable}",
+                                   "pass e.g. --until-stable 0.05 (p99s within 5% over the last 3 windows)")
+            if (self.kind != KIND_CONCURRENCY or self.duration_s is None or ALL_AT_ONCE in self.levels
+                    or self.schedule or self.ramp is not None or self.turns):
+                raise KneecapError("--until-stable ends a closed-loop --duration level early",
+                                   "pass --concurrency C --duration S (the longest a level runs), without "
+                                   "--requests, max, --replay, --ramp or --turns")
+            if not (self.stable_window_s > 0 and math.isfinite(self.stable_window_s)):
+                raise KneecapError(f"--stable-window-s must be a finite number > 0, got {self.stable_window_s}",
+                                   "pass e.g. --stable-window-s 10")
 
     @property
     def trace_rate(self) -> float:
@@ -138,36 +154,61 @@ class SimulateOptions:
                 "ramp": None if r is None else {"kind": r.kind, "start": r.start, "end": r.end, "duration_s": r.duration_s}}
 
 
-def level_spec(opts: SimulateOptions, value, num_requests: int | None, num_warmup: int, *, on_s: float | None = None,
-               off_s: float = 0.0, seed: int = 0) -> LevelSpec:
-    """One level as the virtual-clock driver runs it (on_s/off_s: open-loop on/off bursts; seed: a ramp's
-    arrivals and the requests it sends)."""
-    if opts.ramp is not None:
-        from kneecap.workload import make_requests
-        from kneecap.workload.ramps import ramp_arrival_times
+def workload_flags(opts: SimulateOptions) -> WorkloadFlags:
+    """SimulateOptions' workload flags in the shape bench's are translated from (kneecap.workload.level_work)."""
+    return WorkloadFlags(input=LengthDist.fixed(opts.isl), output=LengthDist.fixed(opts.osl),
+                         shared_prefix_tokens=opts.shared_prefix_tokens, num_prefix_groups=opts.num_prefix_groups,
+                         seed=opts.seed, dimension=opts.kind, dataset=opts.dataset, schedule=opts.schedule,
+                         trace_rate=opts.trace_rate if opts.schedule else None, ramp=opts.ramp, turns=opts.turns,
+                         think_time_s=opts.think_time_s)
 
-        times = ramp_arrival_times(opts.ramp, seed=seed)
-        specs = opts.dataset[:len(times)] if opts.dataset else make_requests(opts.workload, len(times), seed)
-        return LevelSpec(rate=value, warmup=num_warmup, schedule=tuple(zip(times, specs)))
-    if value == ALL_AT_ONCE:
-        return LevelSpec(all_at_once=True, num_requests=num_requests, warmup=num_warmup)
-    if opts.turns:  # C users' conversations: turn k's prompt = turn k-1's prompt + its answer + new input
-        from kneecap.workload.multiturn import expected_turns, plan_conversations
 
-        plan = plan_conversations(num_requests + num_warmup, opts.turns, LengthDist.fixed(opts.isl),
-                                  LengthDist.fixed(opts.osl), seed=seed, think_time_s=opts.think_time_s)
-        conversations = tuple(tuple(t.spec for t in expected_turns(plan, conv)) for conv in plan.conversations)
-        return LevelSpec(concurrency=int(value), num_requests=num_requests, warmup=num_warmup,
-                         conversations=conversations, think_time_s=opts.think_time_s)
+def level_spec(opts: SimulateOptions, plan: SweepLevel, *, workload: Workload | None = None, seed: int | None = None,
+               on_s: float | None = None, off_s: float = 0.0) -> LevelSpec:
+    """One level as the virtual-clock driver runs it: its warmup's and its own work from the one translation
+    bench uses (kneecap.workload.level_work), sent on one engine, the warmup first. What is the simulator's own:
+    a level without a request count (--duration) draws its requests as it goes; a ramp's warmup requests go at
+    its start; a trace's warmup rows keep their place on the trace's clock. workload / seed: a load-plan cell's
+    own class and seed (lengths and arrivals)."""
+    import dataclasses
+
+    flags = workload_flags(opts) if seed is None else dataclasses.replace(workload_flags(opts), seed=seed)
+    workload = workload or opts.workload  # a subclass may draw from its own mix
+    value = plan.value
+    warm = level_work(flags, plan, warmup=True, workload=workload) if plan.num_warmup else LevelWork(specs=())
+    n_warm = len(warm.specs)
     if opts.schedule:
-        speed = opts.replay_speed(value)
-        return LevelSpec(rate=value, warmup=num_warmup, schedule=tuple((at / speed, spec) for at, spec in opts.schedule))
-    specs = opts.dataset[:num_requests + num_warmup] if opts.dataset and num_requests is not None else opts.dataset
+        work = level_work(flags, plan, warmup=False)
+        rows = [*zip(warm.offsets or (), warm.specs), *((work.start_s + at, s) for at, s in zip(work.offsets, work.specs))]
+        return LevelSpec(rate=value, warmup=n_warm, schedule=tuple(rows))
+    if opts.ramp is not None:
+        work = level_work(flags, plan, warmup=False)
+        rows = [*((0.0, s) for s in warm.specs), *zip(work.offsets, work.specs)]
+        return LevelSpec(rate=value, warmup=n_warm, schedule=tuple(rows))
+    if plan.num_requests is None:  # --duration: requests drawn as the level goes (a dataset's, in its order)
+        specs = opts.dataset
+        if opts.kind == KIND_RATE:
+            return LevelSpec(rate=value, duration_s=opts.duration_s, warmup=plan.num_warmup, on_s=on_s, off_s=off_s,
+                             specs=specs)
+        return LevelSpec(concurrency=int(value), duration_s=opts.duration_s, warmup=plan.num_warmup, specs=specs)
+    work = level_work(flags, plan, warmup=False, workload=workload)
+    if opts.turns:  # C users' conversations: turn k's prompt = turn k-1's prompt + its answer + new input
+        return LevelSpec(concurrency=int(value), num_requests=plan.num_requests, warmup=n_warm,
+                         conversations=_conversations(warm) + _conversations(work), think_time_s=opts.think_time_s)
+    specs = warm.specs + work.specs
+    if value == ALL_AT_ONCE:
+        return LevelSpec(all_at_once=True, num_requests=plan.num_requests, warmup=n_warm, specs=specs)
     if opts.kind == KIND_RATE:
-        return LevelSpec(rate=value, num_requests=num_requests, duration_s=opts.duration_s, warmup=num_warmup,
-                         on_s=on_s, off_s=off_s, specs=specs)
-    return LevelSpec(concurrency=int(value), num_requests=num_requests, duration_s=opts.duration_s, warmup=num_warmup,
-                     specs=specs)
+        return LevelSpec(rate=value, num_requests=plan.num_requests, warmup=n_warm, on_s=on_s, off_s=off_s, specs=specs)
+    return LevelSpec(concurrency=int(value), num_requests=plan.num_requests, warmup=n_warm, specs=specs)
+
+
+def _conversations(work: LevelWork) -> tuple[tuple[RequestSpec, ...], ...]:
+    """A LevelWork's turns (in conversation order) as one tuple of turns per conversation."""
+    convs: dict[str, list[RequestSpec]] = {}
+    for spec in work.specs:
+        convs.setdefault(spec.conversation_id, []).append(spec)
+    return tuple(tuple(turns) for turns in convs.values())
 
 
 class VirtualTimeDriver:
@@ -189,16 +230,31 @@ class VirtualTimeDriver:
         """workload / seed: a load-plan cell's own class and seed (default: the sweep's, seed + level index)."""
         opts = self.opts
         level_seed = opts.seed + plan.index if seed is None else seed
-        spec = level_spec(opts, plan.value, plan.num_requests, plan.num_warmup, on_s=on_s, off_s=off_s, seed=level_seed)
-        result = simulate_level(self.sim.deployment, self.sim.config, self.sim.num_kv_blocks, workload or opts.workload,
-                                spec, index=plan.index, seed=level_seed,
-                                burstiness=opts.burstiness, steptime=self.sim.steptime, trace=self._trace,
-                                charge_state=self.sim.charge_state, token_times=self._token_times)
+        spec = level_spec(opts, plan, workload=workload, seed=seed, on_s=on_s, off_s=off_s)
+
+        def run(spec: LevelSpec):
+            return simulate_level(self.sim.deployment, self.sim.config, self.sim.num_kv_blocks,
+                                  workload or opts.workload, spec, index=plan.index, seed=level_seed,
+                                  burstiness=opts.burstiness, steptime=self.sim.steptime, trace=self._trace,
+                                  charge_state=self.sim.charge_state, token_times=self._token_times)
+
+        result = run(spec)
+        fields = {}
+        if opts.until_stable is not None:
+            stop_s, fields["stable_p99"] = stable_stop(result.records, opts.until_stable, opts.stable_window_s,
+                                                       opts.duration_s)
+            if stop_s is not None:  # the level again, sending nothing after the p99s settled
+                import dataclasses
+
+                result = run(dataclasses.replace(spec, duration_s=stop_s))
         for record in result.records:
             keep(record)
         if self._trace_path is not None and self._row_writer is not None:
             self._row_writer(self._trace_path, result.trace)
-        fields = {"slices": ramp_slices(result.records, opts.ramp)} if opts.ramp is not None else {}
+        if opts.ramp is not None:
+            from kneecap.workload.slices import ramp_slices
+
+            fields["slices"] = ramp_slices(result.records, opts.ramp)
         return LevelRun(server_metrics=server_metrics("simulator", **result.server_metrics), records=result.records,
                         trace=result.trace, fields=fields)
 
@@ -206,18 +262,25 @@ class VirtualTimeDriver:
         return None  # the simulated engine never goes away
 
 
-RAMP_SLICES = 10  # a ramp's metrics in this many equal time slices
+def stable_stop(records, rel_tol: float, window_s: float, duration_s: float) -> tuple[float | None, dict]:
+    """--until-stable on the virtual clock: the first window end (t0 + k x window_s, before duration_s) at which
+    kneecap.workload.slices.p99_stable finds the level's p99 TTFT and ITL settled, over the records that ended
+    by then, and that verdict in summary.json's stable_p99 shape (bench's). None: never within duration_s.
+    A level run that stops sending at that time sees exactly these records end by then (what is sent later
+    cannot change what happened before), so the verdict holds for it; bench checks between rounds instead."""
+    from kneecap.workload.slices import p99_stable
 
-
-def ramp_slices(records, ramp) -> list[dict]:
-    """The ramp's level cut into RAMP_SLICES slices by send time: the target rate at each slice's middle and
-    what the slice's requests saw (kneecap.workload.slices)."""
-    from kneecap.workload.slices import slice_metrics
-
-    rows = []
-    for row in slice_metrics(records, ramp.duration_s / RAMP_SLICES, ramp=ramp):
-        s = row["summary"] or {}
-        rows.append({"index": row["index"], "start_s": row["start_s"], "end_s": row["end_s"],
-                     "target_rate": row["load"], "requests": s.get("requests", 0), "completed": s.get("completed", 0),
-                     "output_tok_s": s.get("output_tok_s"), "ttft_ms": s.get("ttft_ms"), "itl_ms": s.get("itl_ms")})
-    return rows
+    sent = [r.sent_at for r in records if r.sent_at is not None and not r.warmup]
+    t0 = min(sent, default=0.0)
+    verdict = None
+    k = 1
+    while t0 + k * window_s < duration_s:
+        verdict = p99_stable(records, window_s, rel_tol=rel_tol, now_s=t0 + k * window_s)
+        if verdict.stable:
+            break
+        k += 1
+    if verdict is None:
+        verdict = p99_stable(records, window_s, rel_tol=rel_tol, now_s=duration_s)
+    doc = dict(stable=verdict.stable, why=verdict.why, rel_tol=rel_tol, window_s=window_s,
+               ttft_p99_ms=list(verdict.ttft_p99_ms), itl_p99_ms=list(verdict.itl_p99_ms))
+    return (t0 + k * window_s if verdict.stable else None), doc

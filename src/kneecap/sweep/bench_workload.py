@@ -1,13 +1,9 @@
 """What each bench level sends: its requests, and when, drawn from the one workload code (kneecap.workload).
 
-Owns the translation of BenchOptions' workload (fixed lengths or length distributions, a dataset with
-its own lengths, a replayed trace, a ramp, multi-turn conversations) into one level's `LevelWork`:
-the RequestSpecs in send order, and either the arrival process of the level's rate, explicit send
-times (a trace's, a rate ramp's), a users-over-time schedule (a concurrency ramp) or the level's
-conversations. The same functions the simulator uses (make_requests, sample_dataset, plan_replay,
-ramp_arrival_times, concurrency_schedule, plan_conversations) make them, so a simulated and a
-measured sweep of the same flags and seed ask for the same lengths. Files are read once, here.
-Sends nothing (kneecap.sweep.http_levels does).
+Owns reading BenchOptions' workload (a dataset with its own lengths, a replayed trace) once and handing
+it, with the lengths, ramp and turns given, to the one level translation (kneecap.workload.level_work)
+that `kneecap simulate` uses too: a simulated and a measured sweep of the same flags and seed ask for the
+same lengths, token blocks and send times. Sends nothing (kneecap.sweep.http_levels does).
 """
 
 from __future__ import annotations
@@ -16,30 +12,17 @@ import dataclasses
 from dataclasses import dataclass
 
 from kneecap.levels import SweepLevel
-from kneecap.sweep.options import KIND_CONCURRENCY, BenchOptions
+from kneecap.sweep.options import BenchOptions
 from kneecap.workload import RequestSpec
+from kneecap.workload.level_work import LevelWork, WorkloadFlags, lengths, level_work, requests
 
-LEVEL_HASH_STRIDE = 4096  # a trace's hash id h at level i becomes h x this + i (levels never share blocks)
-RAMP_SLICES = 10  # a ramp's metrics in this many equal time slices (as simulate writes them)
-
-
-@dataclass(frozen=True)
-class LevelWork:
-    """One level's (or one warmup's) requests. offsets: send times in seconds from the level's start (open
-    loop on a trace's or a ramp's clock); users: [(t_s, streams)] change points of a concurrency ramp;
-    conversations: --turns (the specs are then every turn as planned, for counting)."""
-
-    specs: tuple[RequestSpec, ...]
-    offsets: tuple[float, ...] | None = None
-    users: tuple[tuple[float, int], ...] | None = None
-    conversations: tuple = ()
-    think_time_s: float = 0.0
-    duration_s: float | None = None  # a ramp's length: no request starts after it
+__all__ = ["BenchWorkload", "LevelWork", "load_workload", "replay_schedule", "replay_rate"]
 
 
 @dataclass(frozen=True)
 class BenchWorkload:
-    """A bench run's workload with its files already read: `level(plan, warmup=...)` gives a level's work.
+    """A bench run's workload with its files already read: `level(plan, warmup=...)` gives a level's work
+    (kneecap.workload.level_work, the translation simulate uses too).
 
     dataset: the sampled dataset requests (lengths from the data) in the order request index i takes
     entry i mod len; schedule: the trace's (send offset at speed 1 s, spec) rows in send order."""
@@ -54,92 +37,37 @@ class BenchWorkload:
     def dataset_texts(self) -> tuple[str, ...]:
         return tuple(r.prompt for r in self.dataset)
 
-    def level(self, plan: SweepLevel, *, warmup: bool, round_index: int = 0) -> LevelWork:
+    def flags(self) -> WorkloadFlags:
+        """BenchOptions' workload flags in the shape both commands translate."""
         opts = self.opts
-        if warmup:
-            n, start, prefix = plan.num_warmup, plan.first_index, f"L{plan.index}w"
-        else:
-            n = plan.num_requests
-            start = plan.first_index + plan.num_warmup + round_index * plan.num_requests
-            prefix = f"L{plan.index}r" if round_index == 0 else f"L{plan.index}r{round_index}-"
-        seed = opts.seed + plan.index
-        if self.schedule:  # the whole trace at this level's speed; warmup: its first rows, sent at once
-            speed = plan.value / opts.trace_rate
-            rows = self.schedule[:plan.num_warmup] if warmup else self.schedule[plan.num_warmup:]
-            t0 = rows[0][0] if rows else 0.0
-            # equal hash ids are equal token blocks within a level; each level's blocks are its own, so a faster
-            # replay does not find the previous level's whole trace in the server's prefix cache
-            specs = tuple(dataclasses.replace(s, index=start + k, request_id=f"{prefix}{start + k}",
-                                              block_hashes=tuple(h * LEVEL_HASH_STRIDE + plan.index
-                                                                 for h in s.block_hashes))
-                          for k, (_, s) in enumerate(rows))
-            return LevelWork(specs=specs, offsets=None if warmup else tuple((at - t0) / speed for at, _ in rows))
-        if opts.ramp is not None and not warmup:
-            return self._ramp(plan, start, prefix, seed)
-        if opts.turns:
-            return self._conversations(n, start, prefix, seed)
-        return LevelWork(specs=self.requests(n, start, prefix))
+        from kneecap.workload.ramps import parse_ramp
+
+        return WorkloadFlags(input=self.input_lengths(), output=self.output_lengths(),
+                             shared_prefix_tokens=opts.shared_prefix_tokens, num_prefix_groups=opts.num_prefix_groups,
+                             seed=opts.seed, dimension=opts.kind, dataset=tuple(r.spec for r in self.dataset),
+                             schedule=self.schedule, trace_rate=opts.trace_rate,
+                             ramp=parse_ramp(opts.ramp) if opts.ramp is not None else None, turns=opts.turns,
+                             think_time_s=opts.think_time_s)
+
+    def level(self, plan: SweepLevel, *, warmup: bool, round_index: int = 0) -> LevelWork:
+        work = level_work(self.flags(), plan, warmup=warmup, round_index=round_index)
+        if self.schedule and warmup:  # a trace's warmup rows go at once
+            work = dataclasses.replace(work, offsets=None, start_s=0.0)
+        return work
 
     def requests(self, n: int, start: int, prefix: str) -> tuple[RequestSpec, ...]:
         """n requests from index `start`: the dataset's (cycling) or drawn from the lengths given."""
-        if self.dataset:
-            return tuple(dataclasses.replace(self.dataset[i % len(self.dataset)].spec, index=i, request_id=f"{prefix}{i}")
-                         for i in range(start, start + n))
-        from kneecap.workload import make_requests
-
-        return tuple(make_requests(self.workload(), n, seed=self.opts.seed, start_index=start, id_prefix=prefix))
+        return requests(self.flags(), n, start, prefix)
 
     def workload(self):
         """The lengths given (fixed, or --isl/--osl length specs) as the one Workload shape."""
-        from kneecap.workload import RequestClass, Workload
-
-        opts = self.opts
-        return Workload(classes=(RequestClass(name="default", input=self.input_lengths(), output=self.output_lengths(),
-                                              shared_prefix_tokens=opts.shared_prefix_tokens,
-                                              num_prefix_groups=opts.num_prefix_groups),))
+        return self.flags().workload()
 
     def input_lengths(self):
-        return _lengths(self.opts.isl_dist, self.opts.isl if self.opts.isl is not None else 1)
+        return lengths(self.opts.isl_dist, self.opts.isl if self.opts.isl is not None else 1)
 
     def output_lengths(self):
-        return _lengths(self.opts.osl_dist, self.opts.osl)
-
-    def _ramp(self, plan: SweepLevel, start: int, prefix: str, seed: int) -> LevelWork:
-        from kneecap.workload.ramps import concurrency_schedule, parse_ramp, ramp_arrival_times
-
-        ramp = parse_ramp(self.opts.ramp)
-        if self.opts.kind == KIND_CONCURRENCY:
-            return LevelWork(specs=self.requests(plan.num_requests, start, prefix),
-                             users=tuple(concurrency_schedule(ramp)), duration_s=ramp.duration_s)
-        times = ramp_arrival_times(ramp, seed=self.opts.seed)
-        return LevelWork(specs=self.requests(len(times), start, prefix), offsets=tuple(times), duration_s=ramp.duration_s)
-
-    def _conversations(self, n: int, start: int, prefix: str, seed: int) -> LevelWork:
-        """C users' K-turn conversations (workload.multiturn): n turns, n / K conversations, their new-input
-        and output lengths drawn from the lengths given; the prompts grow with the server's own answers."""
-        from kneecap.workload.multiturn import expected_turns, plan_conversations
-
-        if n == 0:
-            return LevelWork(specs=())
-        opts = self.opts
-        plan = plan_conversations(n, opts.turns, self.input_lengths(), self.output_lengths(), seed=seed,
-                                  think_time_s=opts.think_time_s)
-        convs = tuple(dataclasses.replace(c, conversation_id=f"{prefix}c{c.index}") for c in plan.conversations)
-        # every turn as planned, in conversation order: the driver sends turn (conversation, k) as this spec's
-        # index and request id, with the prompt the conversation has grown to by then
-        specs = tuple(dataclasses.replace(t.spec, index=start + k, request_id=f"{prefix}{start + k}")
-                      for k, t in enumerate(t for conv in convs for t in expected_turns(plan, conv)))
-        return LevelWork(specs=specs, conversations=convs, think_time_s=opts.think_time_s)
-
-
-def _lengths(spec: str | None, value: int | None):
-    from kneecap.workload import LengthDist
-
-    if spec is not None:
-        from kneecap.workload.lengthspec import parse_length_spec
-
-        return parse_length_spec(spec)
-    return LengthDist.fixed(value if value is not None else 1)
+        return lengths(self.opts.osl_dist, self.opts.osl)
 
 
 def load_workload(opts: BenchOptions, *, context_tokens: int | None, count_tokens=None) -> BenchWorkload:
