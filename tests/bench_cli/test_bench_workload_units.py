@@ -13,7 +13,9 @@ from kneecap.errors import KneecapError
 from kneecap.levels import sweep_levels
 from kneecap.sweep.bench_workload import BenchWorkload, LevelWork, load_workload
 from kneecap.sweep.level import LevelTask
-from kneecap.sweep.options import BenchOptions, parse_goodput, parse_length_flag
+from kneecap.metrics.goodput import parse_goodput
+from kneecap.sweep.options import BenchOptions
+from kneecap.workload.lengthspec import parse_length_flag
 from kneecap.sweep.workers import split_task
 from kneecap.workload import TRACE_BLOCK_TOKENS, RequestSpec
 from kneecap.workload.multiturn import grow_prompt

@@ -91,11 +91,13 @@ def bench(
     from kneecap.results import current_argv
     from kneecap.workload import concurrency_levels
 
-    from kneecap.sweep.options import parse_goodput, parse_length_flag
+    from kneecap.metrics.goodput import parse_goodput
+    from kneecap.workload.datasets import dataset_flag
+    from kneecap.workload.lengthspec import parse_length_flag
 
     isl_n, isl_dist = parse_length_flag("--isl", isl)
     osl_n, osl_dist = parse_length_flag("--osl", osl)
-    dataset = _dataset_flag(dataset, dataset_path)
+    dataset = dataset_flag(dataset, dataset_path)
     if goodput:
         slo = ",".join(p for p in (slo, parse_goodput(goodput)) if p)
     given = {
@@ -189,22 +191,6 @@ def bench(
     if why:  # one line on stderr saying why the exit code is not 0, even with --quiet
         print(why, file=sys.stderr)
     return code
-
-
-def _dataset_flag(dataset: str | None, path: str | None) -> str | None:
-    """--dataset / --dataset-name and --dataset-path as vLLM's bench serve takes them, into the one value
-    BenchOptions keeps: "random" or the file's path."""
-    from kneecap.errors import KneecapError
-
-    names = ("random", "sharegpt", "jsonl", "custom")
-    if path is None:
-        if dataset in ("sharegpt", "jsonl", "custom"):
-            raise KneecapError(f"--dataset {dataset} needs the file", f"pass --dataset-path PATH with --dataset {dataset}")
-        return dataset
-    if dataset not in (None, *names[1:]):
-        raise KneecapError(f"--dataset {dataset} and --dataset-path {path} both name the data",
-                           "pass --dataset sharegpt (or jsonl) --dataset-path PATH, or the path alone")
-    return path
 
 
 def _replay_levels(path: str, speeds: str | None, concurrency, rate, skip_too_long: bool) -> dict:

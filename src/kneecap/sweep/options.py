@@ -72,40 +72,6 @@ def parse_shared_prefix(spec: str | None) -> tuple[int, int]:
     return num_tokens, num_groups
 
 
-def parse_length_flag(flag: str, spec: str | None) -> tuple[int | None, str | None]:
-    """--isl / --osl: a whole number of tokens, or a length distribution (kneecap.workload.lengthspec, the
-    grammar `kneecap run` classes use) -> (tokens, None) or (its mean rounded, the spec)."""
-    if spec is None:
-        return None, None
-    from kneecap.workload.lengthspec import parse_length_spec
-
-    try:
-        dist = parse_length_spec(spec)
-    except KneecapError as exc:
-        raise KneecapError(f"{flag} {exc.message}", exc.hint) from None
-    if dist.kind == "fixed":
-        return dist.value, None
-    return max(1, round(dist.expected)), spec
-
-
-GOODPUT_KEYS = {"ttft": "ttft", "tpot": "tpot", "e2el": "e2e"}  # vLLM bench serve --goodput names -> kneecap's
-
-
-def parse_goodput(pairs: Sequence[str]) -> str:
-    """vLLM's `--goodput ttft:200 tpot:50 e2el:1000` (ms; a request is good when each of its own latencies
-    is within its value, vllm/benchmarks/serve.py) as kneecap --slo terms: ttft_max_ms=200,tpot_max_ms=50,
-    e2e_max_ms=1000. kneecap counts goodput with the same per-request rule, and a level meets these terms when
-    every request of it did."""
-    terms = []
-    for part in (p for item in pairs for p in str(item).replace(",", " ").split()):
-        key, sep, value = part.partition(":")
-        if not sep or key.strip().lower() not in GOODPUT_KEYS:
-            raise KneecapError(f"--goodput term {part!r} is not KEY:VALUE with KEY ttft, tpot or e2el",
-                               "pass e.g. --goodput 'ttft:200 tpot:50' (milliseconds)")
-        terms.append(f"{GOODPUT_KEYS[key.strip().lower()]}_max_ms={value.strip()}")
-    return ",".join(terms)
-
-
 @dataclass(frozen=True)
 class BenchOptions:
     """One bench run. Lengths in tokens, times in seconds, rates in requests/s."""

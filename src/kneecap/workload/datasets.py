@@ -278,3 +278,19 @@ def sample_dataset(entries: Sequence[DatasetEntry], n: int, count_tokens: TokenC
         spec = RequestSpec(index=k, request_id=f"{id_prefix}{k}", class_name=class_name, input_tokens=isl, output_tokens=osl)
         out.append(DatasetRequest(spec=spec, prompt=e.prompt, prompt_sha256=prompt_sha256(e.prompt), source_line=e.line))
     return DatasetSample(requests=tuple(out), rejected=dict(sorted(rejected.items())), oversampled=extra)
+
+
+DATASET_NAMES = ("random", "sharegpt", "jsonl", "custom")  # --dataset / --dataset-name values, as vLLM's bench serve
+
+
+def dataset_flag(dataset: str | None, path: str | None) -> str | None:
+    """--dataset / --dataset-name and --dataset-path as vLLM's bench serve takes them, into one value: None
+    (not given), "random", or the file's path (--dataset PATH alone is the path too)."""
+    if path is None:
+        if dataset in DATASET_NAMES[1:]:
+            raise KneecapError(f"--dataset {dataset} needs the file", f"pass --dataset-path PATH with --dataset {dataset}")
+        return dataset
+    if dataset not in (None, *DATASET_NAMES[1:]):
+        raise KneecapError(f"--dataset {dataset} and --dataset-path {path} both name the data",
+                           "pass --dataset sharegpt (or jsonl) --dataset-path PATH, or the path alone")
+    return path

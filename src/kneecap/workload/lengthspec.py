@@ -75,3 +75,17 @@ def parse_length_spec(spec: str) -> LengthDist:
         return LengthDist(kind=kind, **params)
     except KneecapError as exc:
         raise KneecapError(f"length {text!r}: {exc.message}", exc.hint or _HINT) from None
+
+
+def parse_length_flag(flag: str, spec: str | None) -> tuple[int | None, str | None]:
+    """--isl / --osl: a whole number of tokens, or a length distribution (kneecap.workload.lengthspec, the
+    grammar `kneecap run` classes use) -> (tokens, None) or (its mean rounded, the spec)."""
+    if spec is None:
+        return None, None
+    try:
+        dist = parse_length_spec(spec)
+    except KneecapError as exc:
+        raise KneecapError(f"{flag} {exc.message}", exc.hint) from None
+    if dist.kind == "fixed":
+        return dist.value, None
+    return max(1, round(dist.expected)), spec
