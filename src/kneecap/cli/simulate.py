@@ -9,7 +9,7 @@ the same seed), DIR/manifest.json (the only file with a date) and, with --trace,
 from __future__ import annotations
 
 import sys
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -141,11 +141,15 @@ def simulate(
     requests: Optional[int] = typer.Option(None, "--requests", "--num-prompts", help="Measured requests per level (default max(100, 4 x C); 200 per rate level)"),
     duration: Optional[float] = typer.Option(None, "--duration", help="Virtual seconds per level during which requests are sent"),
     warmup: int = typer.Option(0, "--warmup", help="Warmup requests per level (recorded, excluded from stats)"),
-    seed: int = typer.Option(0, "--seed", help="Seed of lengths and arrivals (level i uses seed + i, as bench)"),
+    seed: int = typer.Option(0, "--seed", help="Seed of lengths and arrivals, as bench: lengths drawn at sweep-unique request indices, level i's arrivals with seed + i"),
     slo: Optional[str] = typer.Option(None, "--slo", help="e.g. ttft_p99_ms=500,itl_p99_ms=50"),
+    goodput: Optional[List[str]] = typer.Option(None, "--goodput", help="vLLM's per-request goodput objectives, KEY:VALUE in ms with KEY ttft, tpot or e2el (e.g. --goodput 'ttft:200 tpot:50'): a request is good when each of its own latencies is within its value; added to --slo as ttft_max_ms=200,tpot_max_ms=50"),
+    until_stable: Optional[float] = typer.Option(None, "--until-stable", help="With --concurrency and --duration S: end a level as soon as its p99 TTFT and ITL each moved less than this fraction (e.g. 0.05) over the last 3 windows of --stable-window-s; S is then the longest a level runs; the verdict is the level's stable_p99 in summary.json"),
+    stable_window_s: float = typer.Option(10.0, "--stable-window-s", help="With --until-stable: virtual seconds per window"),
     find_max: Optional[str] = typer.Option(None, "--find-max", help="concurrency or rate: search for the highest load meeting every --slo (doubling, then bisection); the answer is summary.json's max_load"),
     repeats: int = typer.Option(1, "--repeats", help="With --find-max: a load passes only if it meets the SLO this many times (each with its own seed)"),
-    dataset: Optional[str] = typer.Option(None, "--dataset", "--dataset-path", help="ShareGPT JSON/JSONL or JSONL {prompt, output_len?}: request lengths from the data (prompt tokens estimated at 4 characters each), sampled with --seed"),
+    dataset: Optional[str] = typer.Option(None, "--dataset", "--dataset-name", help="random, or sharegpt / jsonl with --dataset-path, or the PATH itself: ShareGPT JSON/JSONL or JSONL {prompt, output_len?}; request lengths from the data (prompt tokens estimated at 4 characters each), sampled with --seed, rows longer than the context left out", show_default="random"),
+    dataset_path: Optional[str] = typer.Option(None, "--dataset-path", help="The dataset file (with --dataset sharegpt or jsonl, or alone)"),
     ramp: Optional[str] = typer.Option(None, "--ramp", help="KIND:START:END:SECONDS (KIND linear or exp): one open-loop level whose rate goes from START to END requests/s over SECONDS, with metrics per tenth of it"),
     turns: Optional[int] = typer.Option(None, "--turns", help="Multi-turn: each of C users holds conversations of K turns; each turn sends the whole history (prompt + answer) plus --isl new tokens; --requests counts turns"),
     think_time_s: float = typer.Option(0.0, "--think-time-s", help="With --turns: seconds a user waits after an answer before its next turn"),
@@ -217,7 +221,15 @@ def simulate(
         from kneecap.sweep.options import parse_shared_prefix
 
         prefix_tokens, prefix_groups = parse_shared_prefix(shared_prefix)
+    if goodput:
+        from kneecap.metrics.goodput import parse_goodput
+
+        slo = ",".join(p for p in (slo, parse_goodput(goodput)) if p)
     slo_dict = parse_slo(slo) if slo else {}
+    from kneecap.workload.datasets import dataset_flag
+
+    dataset = dataset_flag(dataset, dataset_path)
+    dataset = None if dataset == "random" else dataset
     if calibration and step_params:
         raise KneecapError("--calibration and --step-params both given", "pass one of them")
     params_obj = parse_step_params(calibration or step_params)
@@ -232,7 +244,7 @@ def simulate(
     opts = SimulateOptions(kind=kind, levels=tuple(values), isl=isl, osl=osl, requests=requests, duration_s=duration,
                            warmup=warmup, seed=seed, burstiness=burstiness, shared_prefix_tokens=prefix_tokens,
                            num_prefix_groups=prefix_groups, schedule=schedule, ramp=ramp_obj, turns=turns or 0,
-                           think_time_s=think_time_s)
+                           think_time_s=think_time_s, until_stable=until_stable, stable_window_s=stable_window_s)
     if dataset is not None:
         import dataclasses
 

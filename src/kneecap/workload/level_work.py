@@ -21,13 +21,6 @@ from kneecap.workload import LengthDist, RequestClass, RequestSpec, Workload, ma
 
 LEVEL_HASH_STRIDE = 4096  # a trace's hash id h at level i becomes h x this + i (levels never share blocks)
 KIND_CONCURRENCY = "concurrency"
-KIND_RATE = "rate"
-# A closed-loop --duration level is sent in rounds of this many requests per stream (bench prepares a
-# round's bodies before its clock starts; --until-stable checks the p99s between rounds of the shorter size).
-ROUND_REQUESTS_PER_STREAM = 32
-STABLE_ROUND_REQUESTS_PER_STREAM = 4
-MIN_ROUND_REQUESTS = 10
-MAX_REQUESTS_PER_ROUND = 20_000
 
 
 @dataclass(frozen=True)
@@ -71,12 +64,6 @@ class WorkloadFlags:
         return Workload(classes=(RequestClass(name="default", input=self.input, output=self.output,
                                               shared_prefix_tokens=self.shared_prefix_tokens,
                                               num_prefix_groups=self.num_prefix_groups),))
-
-
-def round_requests(concurrency: int, *, until_stable: bool = False) -> int:
-    """Requests in one round of a closed-loop --duration level at `concurrency` streams."""
-    per_stream = STABLE_ROUND_REQUESTS_PER_STREAM if until_stable else ROUND_REQUESTS_PER_STREAM
-    return min(MAX_REQUESTS_PER_ROUND, max(MIN_ROUND_REQUESTS, int(concurrency) * per_stream))
 
 
 def level_ids(level: SweepLevel, *, warmup: bool, round_index: int = 0) -> tuple[int, int, str]:
