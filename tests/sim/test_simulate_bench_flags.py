@@ -35,6 +35,15 @@ def test_until_stable_ends_a_duration_level_once_its_p99s_settled(tmp_path):
     assert again.stable and list(again.ttft_p99_ms) == verdict["ttft_p99_ms"]
 
 
+def test_until_stable_stops_at_the_same_moment_whatever_the_longest_duration(tmp_path):
+    """The level runs to growing horizons until its p99s settle: the answer must not depend on --duration."""
+    runs = [json.loads(run_cli(*BASE, "--concurrency", "16", "--duration", d, "--until-stable", "0.02",
+                               "--out", str(tmp_path / d)).stdout)["levels"][0] for d in ("200", "3000")]
+    assert runs[0]["stable_p99"]["stable"] is True
+    assert runs[0]["stable_p99"] == runs[1]["stable_p99"] and runs[0]["requests"] == runs[1]["requests"]
+    assert runs[0]["ttft_ms"] == runs[1]["ttft_ms"]
+
+
 def verdict_end(records, last_send_s: float, window_s: float) -> float:
     """The window end after the last send: where the driver stopped sending."""
     import math

@@ -30,6 +30,7 @@ MIN_CLOSED_LOOP_REQUESTS = 100
 REQUESTS_PER_STREAM = 4
 # --duration is virtual seconds up to one virtual day (and a level at most MAX_REQUESTS_PER_LEVEL requests).
 MAX_DURATION_S = 86_400.0
+STABLE_WINDOWS = 3  # --until-stable compares the p99s over the last 3 windows (as bench)
 
 
 @dataclass(frozen=True)
@@ -238,14 +239,21 @@ class VirtualTimeDriver:
                                   burstiness=opts.burstiness, steptime=self.sim.steptime, trace=self._trace,
                                   charge_state=self.sim.charge_state, token_times=self._token_times)
 
-        result = run(spec)
         fields = {}
-        if opts.until_stable is not None:
-            stop_s, fields["stable_p99"] = stable_stop(result.records, opts.until_stable, opts.stable_window_s,
-                                                       opts.duration_s)
-            if stop_s is not None:  # the level again, sending nothing after the p99s settled
-                import dataclasses
+        if opts.until_stable is None:
+            result = run(spec)
+        else:  # the level up to a horizon that doubles until the p99s settle within it (or --duration is reached)
+            import dataclasses
 
+            horizon = min(opts.duration_s, 2 * (STABLE_WINDOWS + 1) * opts.stable_window_s)
+            while True:
+                result = run(dataclasses.replace(spec, duration_s=horizon))
+                stop_s, fields["stable_p99"] = stable_stop(result.records, opts.until_stable, opts.stable_window_s,
+                                                           horizon)
+                if stop_s is not None or horizon >= opts.duration_s:
+                    break
+                horizon = min(opts.duration_s, 2 * horizon)
+            if stop_s is not None:  # the level again, sending nothing after the p99s settled
                 result = run(dataclasses.replace(spec, duration_s=stop_s))
         for record in result.records:
             keep(record)
@@ -266,8 +274,9 @@ def stable_stop(records, rel_tol: float, window_s: float, duration_s: float) -> 
     """--until-stable on the virtual clock: the first window end (t0 + k x window_s, before duration_s) at which
     kneecap.workload.slices.p99_stable finds the level's p99 TTFT and ITL settled, over the records that ended
     by then, and that verdict in summary.json's stable_p99 shape (bench's). None: never within duration_s.
-    A level run that stops sending at that time sees exactly these records end by then (what is sent later
-    cannot change what happened before), so the verdict holds for it; bench checks between rounds instead."""
+    Any run of the level that sends until at least time t has the same records ended by t (what is sent later
+    cannot change what happened before), so the verdict holds for the run that stops sending at the time
+    found, and for the full --duration run; bench checks between rounds instead."""
     from kneecap.workload.slices import p99_stable
 
     sent = [r.sent_at for r in records if r.sent_at is not None and not r.warmup]
@@ -275,12 +284,12 @@ def stable_stop(records, rel_tol: float, window_s: float, duration_s: float) -> 
     verdict = None
     k = 1
     while t0 + k * window_s < duration_s:
-        verdict = p99_stable(records, window_s, rel_tol=rel_tol, now_s=t0 + k * window_s)
+        verdict = p99_stable(records, window_s, windows=STABLE_WINDOWS, rel_tol=rel_tol, now_s=t0 + k * window_s)
         if verdict.stable:
             break
         k += 1
     if verdict is None:
-        verdict = p99_stable(records, window_s, rel_tol=rel_tol, now_s=duration_s)
+        verdict = p99_stable(records, window_s, windows=STABLE_WINDOWS, rel_tol=rel_tol, now_s=duration_s)
     doc = dict(stable=verdict.stable, why=verdict.why, rel_tol=rel_tol, window_s=window_s,
                ttft_p99_ms=list(verdict.ttft_p99_ms), itl_p99_ms=list(verdict.itl_p99_ms))
     return (t0 + k * window_s if verdict.stable else None), doc
