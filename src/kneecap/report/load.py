@@ -49,6 +49,8 @@ def digest_records(records) -> RecordDigest:
             if not rec.warmup:
                 for k in rec.chunk_tokens:
                     chunks[k] = chunks.get(k, 0) + 1
+                if not rec.chunk_tokens and rec.token_runs:  # a simulated request: one token per engine step
+                    chunks[1] = chunks.get(1, 0) + sum(n for _, n, _ in rec.token_runs)
         elif rec.error_message:
             bucket = errors.setdefault((rec.level, rec.error_kind or rec.status), [])
             if rec.error_message not in bucket and len(bucket) < MAX_ERROR_SAMPLES:
