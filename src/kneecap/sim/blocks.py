@@ -1,7 +1,8 @@
 """The paged KV block manager: which physical blocks each sequence holds, plain data.
 
 Owns block tables, reference counts, the free queue and the prefix cache (block hash -> block);
-not scheduling decisions (scheduler.py) nor bytes (a block is `block_size` tokens of every layer).
+not scheduling decisions (scheduler.py) nor bytes (a block is `block_size` tokens of every layer; with
+sliding-window layers, GroupedBlockManager: `block_size` tokens of one layer group, a table per group).
 
 Model (vLLM V1 KVCacheManager / nano-vllm BlockManager): a block is either free (ref 0, in the
 free queue) or used (ref >= 1, in >= 1 block tables). A full block whose content is known may carry a
@@ -26,6 +27,8 @@ def blocks_for(tokens: int, block_size: int) -> int:
 
 class BlockManager:
     """Blocks of `block_size` tokens, `num_blocks` of them; sequences are keyed by any hashable id."""
+
+    grouped = False  # one block table per sequence (GroupedBlockManager: one per KV cache group)
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
         if num_blocks < 1:
@@ -77,6 +80,15 @@ class BlockManager:
 
     def table(self, seq_id: Hashable) -> list[int]:
         return self.tables.get(seq_id, [])
+
+    def max_blocks_for(self, tokens: int) -> int:
+        """Blocks a sequence of `tokens` tokens holds at most (what must fit the pool)."""
+        return blocks_for(tokens, self.block_size)
+
+    @property
+    def capacity_tokens(self) -> int:
+        """Tokens one sequence could hold with the whole pool."""
+        return self.num_blocks * self.block_size
 
     # --- allocation --------------------------------------------------------------------------
     def _take_free(self) -> int:
@@ -245,3 +257,191 @@ class BlockManager:
                 break
         if problems:
             raise KneecapError("block manager invariant broken: " + "; ".join(problems), "this is a simulator bug; please report it")
+
+
+def layer_groups(kinds: Sequence[str], window: int) -> tuple[list[int], int]:
+    """The KV cache groups vLLM V1's hybrid allocator makes of a model's attention layers, as the windows of their
+    layers (0: full attention or MLA), full groups first; layers without a KV cache (linear attention) are left out.
+
+    vLLM 0.32 kv_cache_utils._get_kv_cache_groups_uniform_page_size: the layers of each kind are split into groups
+    of group_size layers, group_size the fewest layers of any kind (the largest if that is below 1.5x the fewest);
+    the last group of a kind is padded. Every group block is block_size tokens of group_size layers.
+    Returns (windows, group_size)."""
+    full = sum(1 for k in kinds if k in ("full_attention", "mla"))
+    sliding = sum(1 for k in kinds if k == "sliding_attention")
+    counts = [(0, full)] * bool(full) + [(window, sliding)] * bool(sliding)
+    if not counts:
+        return [], 0
+    fewest, most = min(n for _, n in counts), max(n for _, n in counts)
+    group_size = most if most < fewest * 1.5 else fewest
+    return [w for w, n in counts for _ in range(-(-n // group_size))], group_size
+
+
+class GroupedBlockManager(BlockManager):
+    """One pool of blocks shared by several KV cache groups, each sequence holding one block table per group
+    (vLLM V1 KVCacheCoordinator over SingleTypeKVCacheManagers, one BlockPool). A group of sliding-window layers
+    frees the blocks that fall out of the window (SlidingWindowManager.remove_skipped_blocks: before each
+    allocation, the first (computed - window + 1) // block_size blocks of its table become null blocks), and a
+    prefix-cache hit there needs the window's last ceil((window - 1) / block_size) blocks cached
+    (find_longest_cache_hit). Group 0's table is keyed by the sequence id, group j's by ("g", j, id); a table
+    lists its real blocks, `offset` counts the null blocks before them. num_held(id) is a table's length
+    including null blocks (blocks_for of the tokens it covers), as vLLM's req_to_blocks."""
+
+    grouped = True
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool, windows: Sequence[int]):
+        super().__init__(num_blocks, block_size, enable_prefix_caching)
+        self.windows = tuple(windows)
+        self.offset: dict[Hashable, int] = {}
+
+    def _keys(self, seq_id: Hashable) -> list[Hashable]:
+        if isinstance(seq_id, tuple) and seq_id[:1] == ("state",):  # linear-attention state: one table
+            return [seq_id]
+        return [seq_id] + [("g", j, seq_id) for j in range(1, len(self.windows))]
+
+    def _skipped(self, j: int, computed: int) -> int:
+        w = self.windows[j]
+        return max(0, computed - w + 1) // self.block_size if w else 0
+
+    def _len(self, key: Hashable) -> int:
+        table = self.tables.get(key)
+        return (len(table) if table is not None else 0) + self.offset.get(key, 0)
+
+    def num_held(self, seq_id: Hashable) -> int:
+        return self._len(seq_id)
+
+    def max_blocks_for(self, tokens: int) -> int:
+        """Blocks a sequence of `tokens` tokens holds at most, over all groups (what must fit the pool)."""
+        n = blocks_for(tokens, self.block_size)
+        # a sliding group: vLLM's SlidingWindowSpec.max_admission_blocks_per_request with one token in flight
+        return sum(n if not w else min(n, blocks_for(w, self.block_size) + 1) for w in self.windows)
+
+    @property
+    def capacity_tokens(self) -> int:
+        full = sum(1 for w in self.windows if not w)
+        if not full:
+            return self.num_blocks * self.block_size
+        sliding = sum(blocks_for(w, self.block_size) + 1 for w in self.windows if w)
+        return max(0, self.num_blocks - sliding) // full * self.block_size
+
+    def trim(self, seq_id: Hashable, computed: int) -> None:
+        """Free the blocks of `seq_id`'s sliding groups that `computed` tokens leave out of the window."""
+        for j, key in enumerate(self._keys(seq_id)):
+            skip = self._skipped(j, computed) - self.offset.get(key, 0)
+            table = self.tables.get(key)
+            if skip <= 0 or not table:
+                continue
+            drop = table[:skip]
+            del table[:skip]
+            self.offset[key] = self.offset.get(key, 0) + len(drop)
+            ref, free = self.ref_count, self.free
+            for block in drop:
+                rc = ref[block] - 1
+                ref[block] = rc
+                if rc == 0:
+                    free.append(block)
+                elif rc == 1:
+                    self._num_shared -= 1
+
+    def _cached_in(self, j: int, h: Hashable) -> bool:
+        return (h if j == 0 else (j, h)) in self.cached
+
+    def lookup_prefix(self, hashes: Sequence[Hashable]) -> int:
+        """Leading blocks of `hashes` cached in every group: the full groups' hit, shortened until each sliding group
+        holds the window's blocks before it (vLLM's hybrid coordinator)."""
+        hit = super().lookup_prefix(hashes) if not self.windows[0] else len(hashes) * self.enable_prefix_caching
+        for j, w in enumerate(self.windows):
+            if j == 0 and not w:
+                continue
+            if not w:  # another full group: its leading cached blocks
+                hit = next((i for i, h in enumerate(hashes[:hit]) if not self._cached_in(j, h)), hit)
+                continue
+            need = blocks_for(w - 1, self.block_size)
+            while hit > 0 and not all(self._cached_in(j, h) for h in hashes[max(0, hit - need):hit]):
+                hit -= 1
+        return hit
+
+    def _group_plan(self, j: int, key: Hashable, num_tokens: int, hashes: Sequence[Hashable], hit: int):
+        """(cached blocks to take, fresh blocks) for group j to cover `num_tokens` tokens."""
+        have = self._len(key)
+        need = blocks_for(num_tokens, self.block_size) - have
+        if need <= 0:
+            return [], 0
+        taken = []
+        if have == 0 and hit:
+            skip = self._skipped(j, hit * self.block_size)
+            taken = [self.cached[h if j == 0 else (j, h)] for h in hashes[skip:hit]]
+            need -= skip
+        return taken, need - len(taken)
+
+    def new_blocks_needed(self, seq_id: Hashable, num_tokens: int, hashes: Sequence[Hashable] = ()) -> int:
+        cap = blocks_for(num_tokens, self.block_size)
+        hit = self.lookup_prefix(hashes[:cap]) if hashes and self.num_held(seq_id) == 0 else 0
+        total = 0
+        for j, key in enumerate(self._keys(seq_id)):
+            taken, fresh = self._group_plan(j, key, num_tokens, hashes, hit)
+            total += fresh + sum(1 for b in taken if self.ref_count[b] == 0)
+        return total
+
+    def allocate(self, seq_id: Hashable, num_tokens: int, hashes: Sequence[Hashable] = ()) -> int | None:
+        if self.num_held(seq_id) >= blocks_for(num_tokens, self.block_size):
+            return 0
+        if self.new_blocks_needed(seq_id, num_tokens, hashes) > self.num_free:
+            return None
+        first = self.num_held(seq_id) == 0
+        hit = self.lookup_prefix(hashes[:blocks_for(num_tokens, self.block_size)]) if first and hashes else 0
+        plans = [(key, *self._group_plan(j, key, num_tokens, hashes, hit)) for j, key in enumerate(self._keys(seq_id))]
+        for j, (key, taken, fresh) in enumerate(plans):  # every group's hits leave the free queue before any eviction
+            table = self.tables.get(key)
+            if table is None:
+                table = self.tables[key] = []
+                skip = self._skipped(j, hit * self.block_size) if hit else 0
+                if skip:
+                    self.offset[key] = skip
+            for block in taken:
+                if self.ref_count[block] == 0:
+                    self._stale[block] += 1
+                    self._num_stale += 1
+                self.ref_count[block] += 1
+                if self.ref_count[block] == 2:
+                    self._num_shared += 1
+                table.append(block)
+        for key, _, fresh in plans:
+            if fresh:
+                self.tables[key].extend(self._take_free_many(fresh))
+        return hit * self.block_size
+
+    def _cache(self, j: int, key: Hashable, index: int, block_hash: Hashable) -> None:
+        i = index - self.offset.get(key, 0)
+        table = self.tables.get(key)
+        if table is None or not 0 <= i < len(table):
+            return  # a null block (out of the window): nothing to cache
+        h = block_hash if j == 0 else (j, block_hash)
+        block = table[i]
+        if self.block_hash[block] is None and h not in self.cached:
+            self.block_hash[block] = h
+            self.cached[h] = block
+
+    def register(self, seq_id: Hashable, index: int, block_hash: Hashable) -> None:
+        if not self.enable_prefix_caching:
+            return
+        for j, key in enumerate(self._keys(seq_id)):
+            self._cache(j, key, index, block_hash)
+
+    def free_seq(self, seq_id: Hashable, own_hashes: Sequence[Hashable] = ()) -> None:
+        for j, key in enumerate(self._keys(seq_id)):
+            if own_hashes and self.enable_prefix_caching:
+                for i, h in enumerate(own_hashes):
+                    self._cache(j, key, i, h)
+            self.offset.pop(key, None)
+            table = self.tables.pop(key, None)
+            for block in reversed(table or ()):
+                rc = self.ref_count[block] - 1
+                self.ref_count[block] = rc
+                if rc == 0:
+                    self.free.append(block)
+                elif rc == 1:
+                    self._num_shared -= 1
+
+    def take_many(self, seq_ids: Sequence[Hashable], counts: Sequence[int]) -> None:  # pragma: no cover - guarded
+        raise KneecapError("the decode fast path does not run on grouped KV pools", "this is a simulator bug; please report it")

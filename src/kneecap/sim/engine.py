@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
-from kneecap.model.kv import kv_bytes_per_token_per_gpu, kv_dtype_bytes, state_bytes_per_sequence
+from kneecap.model.kv import _stage_layer_types, kv_bytes_per_token_per_gpu, kv_dtype_bytes, state_bytes_per_sequence
 from kneecap.records import CANCELLED, ERROR, OK, RequestRecord, StepRuns, StepTimeline
-from kneecap.sim.blocks import BlockManager, blocks_for
+from kneecap.sim.blocks import BlockManager, GroupedBlockManager, blocks_for, layer_groups
 from kneecap.sim.config import EngineConfig
 from kneecap.sim.scheduler import BLOCKED_BLOCKS, BLOCKED_BUDGET, BLOCKED_SEQS, Scheduler, Sequence
 from kneecap.sim.steptime import StepTimeModel, StepTimeParams
@@ -86,6 +86,19 @@ def state_blocks_per_sequence(deployment: Deployment) -> int:
     return -(-state // per_block) if state and per_block else 0
 
 
+def kv_pool(deployment: Deployment, num_blocks: int, enable_prefix_caching: bool) -> BlockManager:
+    """The engine's KV pool from the planner's `num_blocks` (block_size tokens of every KV layer): one block table
+    per sequence when every layer keeps all its tokens; with sliding-window layers, vLLM V1's hybrid pool — blocks
+    of block_size tokens of one layer group, num_blocks x layers / group_size of them, a table per group."""
+    model, bs = deployment.model, deployment.block_size
+    kinds = model.layer_types if deployment.pp == 1 else _stage_layer_types(model, deployment.pp)
+    windows, group_size = layer_groups(kinds, model.sliding_window or 0)
+    if not any(windows):
+        return BlockManager(num_blocks, bs, enable_prefix_caching)
+    layers = sum(1 for k in kinds if k in ("full_attention", "mla", "sliding_attention"))
+    return GroupedBlockManager(num_blocks * layers // group_size, bs, enable_prefix_caching, windows)
+
+
 class Engine:
     """One simulated engine instance (a fresh KV pool, an empty cache)."""
 
@@ -96,8 +109,8 @@ class Engine:
         self.deployment = deployment
         self.config = config
         self.block_size = deployment.block_size
-        self.blocks = BlockManager(num_blocks, deployment.block_size, config.enable_prefix_caching)
         model = deployment.model
+        self.blocks = kv_pool(deployment, num_blocks, config.enable_prefix_caching)
         window = model.sliding_window if "sliding_attention" in model.layer_types else 0
         # linear-attention state is charged to the block pool (as the planner does) unless the pool is one an
         # engine logged for KV alone (SGLang keeps its Mamba/DeltaNet state in a separate pool)
@@ -130,10 +143,10 @@ class Engine:
         if spec.input_tokens < 1 or spec.output_tokens < 1:
             raise KneecapError(f"request {spec.request_id}: needs >= 1 input and output token", "fix the workload lengths")
         seq = Sequence(spec, at, self.block_size, meta, scheduled_at)
-        if blocks_for(spec.input_tokens + spec.output_tokens - 1, self.block_size) + self.state_blocks > self.blocks.num_blocks:
+        if self.blocks.max_blocks_for(spec.input_tokens + spec.output_tokens - 1) + self.state_blocks > self.blocks.num_blocks:
             return self._record(seq, end_at=at, status=ERROR, error_kind="kv_capacity",
                                 error_message=f"prompt + output = {spec.input_tokens + spec.output_tokens} tokens exceed "
-                                              f"the KV pool of {self.blocks.num_blocks * self.block_size} tokens")
+                                              f"the KV pool of {self.blocks.capacity_tokens} tokens")
         self.scheduler.add(seq)
         self._last_blocked = "" if len(self.scheduler.waiting) == 1 else self._last_blocked
         return None
@@ -330,7 +343,7 @@ class Engine:
         sched, blocks, bs = self.scheduler, self.blocks, self.block_size
         running = sched.running
         n = len(running)
-        if n == 0 or n > sched.budget or self.config.spec_tokens:
+        if n == 0 or n > sched.budget or self.config.spec_tokens or blocks.grouped:
             return None
         if sched.waiting and self._last_blocked not in FAST_PATH_BLOCKED:
             return None

@@ -208,6 +208,7 @@ class Scheduler:
             return self._after_decodes(batch, budget, running)
         # (the batch's sums are kept in locals and added in the same order as one += per decode would)
         tables = blocks.tables
+        grouped = blocks.grouped
         decodes = batch.decodes
         pairs_full = kv_full = dec_kv_full = pairs_window = kv_window = dec_kv_window = 0.0
         per_pair = 1 + k
@@ -223,8 +224,19 @@ class Scheduler:
             if k:  # tokens this verify step keeps: the integer part of the carried expectation
                 credit = seq.spec_credit + expected
                 gain = max(1, min(int(credit), seq.output_len - seq.num_output))
-            table = tables.get(seq.rid)
-            if (len(table) if table is not None else 0) * bs < computed + gain:  # needs another block
+            if grouped:  # a block table per layer group; sliding groups first free what left the window
+                blocks.trim(seq.rid, computed)
+                if blocks.num_held(seq.rid) * bs < computed + gain:
+                    while blocks.new_blocks_needed(seq.rid, computed + gain) > blocks.num_free:
+                        victim = running.pop()
+                        self._preempt(victim, batch)
+                        if victim is seq:
+                            break
+                    if seq.num_computed == 0:
+                        continue  # preempted itself
+                    blocks.allocate(seq.rid, computed + gain)
+            elif (len(table) if (table := tables.get(seq.rid)) is not None else 0) * bs < computed + gain:
+                # needs another block
                 while blocks.num_held(seq.rid) < blocks_for(seq.num_computed + gain, bs):
                     while blocks.num_free == 0:
                         victim = running.pop()
@@ -262,6 +274,8 @@ class Scheduler:
         schedule() builds (decodes in running order, blocks taken in that order); the sums are of integers,
         exact in floats in any order. False (nothing changed) when the loop is needed."""
         bs, w, blocks = self.blocks.block_size, self.window, self.blocks
+        if blocks.grouped:
+            return False  # sliding groups free and take blocks per sequence: the loop
         decodes = [s for s in running if s.num_output > 0 and s.num_tokens - s.num_computed == 1]
         if len(decodes) > budget:
             return False
@@ -291,7 +305,11 @@ class Scheduler:
                 continue
             remaining = seq.num_tokens - seq.num_computed
             n = remaining if remaining < budget else budget
-            fit = (blocks.num_held(seq.rid) + blocks.num_free) * bs - seq.num_computed
+            if blocks.grouped:
+                blocks.trim(seq.rid, seq.num_computed)
+                fit = self._grouped_fit(seq, seq.num_computed, n)
+            else:
+                fit = (blocks.num_held(seq.rid) + blocks.num_free) * bs - seq.num_computed
             if n > fit:
                 n = fit
             if n <= 0:
@@ -326,7 +344,10 @@ class Scheduler:
             need = blocks.new_blocks_needed(seq.rid, hit_tokens + n, hashes) + sb
             if need > blocks.num_free and not running:
                 # nothing else will free memory: shrink the chunk to what fits (else it would wait forever)
-                n = min(n, (blocks.num_free - sb + hit_blocks) * bs - hit_tokens)
+                if blocks.grouped:
+                    n = self._grouped_fit(seq, hit_tokens, n, hashes, sb)
+                else:
+                    n = min(n, (blocks.num_free - sb + hit_blocks) * bs - hit_tokens)
                 need = blocks.new_blocks_needed(seq.rid, hit_tokens + n, hashes) + sb if n > 0 else need
             if need > blocks.num_free or n <= 0:
                 batch.blocked = BLOCKED_BLOCKS
@@ -348,6 +369,19 @@ class Scheduler:
             self._add_prefill(batch, seq, n)
             budget -= n
         return batch
+
+    def _grouped_fit(self, seq: Sequence, start: int, n: int, hashes=(), extra: int = 0) -> int:
+        """The most tokens m <= n past `start` that the free blocks cover in every layer group (0 if none)."""
+        blocks = self.blocks
+        free = blocks.num_free - extra
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if blocks.new_blocks_needed(seq.rid, start + mid, hashes) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
 
     def _add_prefill(self, batch: Batch, seq: Sequence, n: int) -> None:
         p = seq.num_computed
