@@ -335,14 +335,14 @@ def _dataset_specs(path: str, opts, context: int) -> tuple:
 def _replay_schedule(path: str, context: int, skip_too_long: bool) -> tuple:
     """The trace's requests at speed 1 as (send offset s, RequestSpec); a broken line or a row past the
     context stops here, before anything runs (one line naming the file and lines)."""
-    from kneecap.workload.traces import plan_replay, read_trace
+    from kneecap.workload.traces import replay_schedule
 
-    replay = plan_replay(read_trace(path), max_context_tokens=context, skip_too_long=skip_too_long)
+    replay = replay_schedule(path, context, skip_too_long)
     if replay.too_long_lines:
         print(f"note: skipped {len(replay.too_long_lines)} trace rows longer than the {context:,}-token context "
               f"(lines {', '.join(map(str, replay.too_long_lines[:10]))}{' ...' if len(replay.too_long_lines) > 10 else ''})",
               file=sys.stderr)
-    return tuple((r.send_at_s, r.spec) for r in replay.requests)
+    return replay.schedule
 
 
 def _append_rows(path, rows: list) -> None:

@@ -104,8 +104,9 @@ class SimulateOptions:
     @property
     def trace_rate(self) -> float:
         """The replayed trace's mean request rate at speed 1 (requests/s)."""
-        n, span = len(self.schedule), self.schedule[-1][0] - self.schedule[0][0] if self.schedule else 0.0
-        return (n - 1) / span if n > 1 and span > 0 else float(n)
+        from kneecap.workload.traces import replay_rate
+
+        return replay_rate(self.schedule)
 
     def replay_speed(self, rate: float) -> float:
         return rate / self.trace_rate

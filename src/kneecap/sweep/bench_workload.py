@@ -15,8 +15,9 @@ from kneecap.levels import SweepLevel
 from kneecap.sweep.options import BenchOptions
 from kneecap.workload import RequestSpec
 from kneecap.workload.level_work import LevelWork, WorkloadFlags, lengths, level_work, requests
+from kneecap.workload.traces import TraceSchedule, replay_rate, replay_schedule
 
-__all__ = ["BenchWorkload", "LevelWork", "load_workload", "replay_schedule", "replay_rate"]
+__all__ = ["BenchWorkload", "LevelWork", "TraceSchedule", "load_workload", "replay_schedule", "replay_rate"]
 
 
 @dataclass(frozen=True)
@@ -86,26 +87,3 @@ def load_workload(opts: BenchOptions, *, context_tokens: int | None, count_token
                                 LengthFilter(), output_len=opts.osl, default_output_len=None)
         return BenchWorkload(opts, dataset=sample.requests, rejected=sample.rejected)
     return BenchWorkload(opts)
-
-
-@dataclass(frozen=True)
-class TraceSchedule:
-    schedule: tuple  # (send offset at speed 1 s, RequestSpec)
-    rate: float  # mean request rate at speed 1 (requests/s)
-    too_long_lines: tuple[int, ...] = ()
-
-
-def replay_schedule(path: str, context_tokens: int | None, skip_too_long: bool) -> TraceSchedule:
-    """A trace's requests at speed 1 (kneecap.workload.traces.plan_replay) and its mean rate."""
-    from kneecap.workload.traces import plan_replay, read_trace
-
-    replay = plan_replay(read_trace(path), max_context_tokens=context_tokens, skip_too_long=skip_too_long)
-    schedule = tuple((r.send_at_s, r.spec) for r in replay.requests)
-    return TraceSchedule(schedule=schedule, rate=replay_rate(schedule), too_long_lines=replay.too_long_lines)
-
-
-def replay_rate(schedule) -> float:
-    """A trace's mean request rate at speed 1 (requests/s): (rows - 1) over its span, as simulate counts it."""
-    n = len(schedule)
-    span = schedule[-1][0] - schedule[0][0] if n else 0.0
-    return (n - 1) / span if n > 1 and span > 0 else float(max(n, 1))

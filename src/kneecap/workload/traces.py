@@ -258,3 +258,25 @@ def trace_prompt_tokens(row: TraceRow, *, seed: int = 0, block_size: int = MOONC
         rng = random.Random(f"kneecap-trace-row:{seed}:{row.line}")
         ids.extend(rng.randrange(low, high) for _ in range(row.input_tokens - len(ids)))
     return ids[: row.input_tokens]
+
+
+@dataclass(frozen=True)
+class TraceSchedule:
+    schedule: tuple  # (send offset at speed 1 s, RequestSpec)
+    rate: float  # mean request rate at speed 1 (requests/s)
+    too_long_lines: tuple[int, ...] = ()
+
+
+def replay_schedule(path: str, context_tokens: int | None, skip_too_long: bool) -> TraceSchedule:
+    """A trace file's requests at speed 1, (send offset s, RequestSpec) in send order (plan_replay), and its mean rate:
+    what bench and simulate replay."""
+    replay = plan_replay(read_trace(path), max_context_tokens=context_tokens, skip_too_long=skip_too_long)
+    schedule = tuple((r.send_at_s, r.spec) for r in replay.requests)
+    return TraceSchedule(schedule=schedule, rate=replay_rate(schedule), too_long_lines=replay.too_long_lines)
+
+
+def replay_rate(schedule) -> float:
+    """A trace's mean request rate at speed 1 (requests/s): (rows - 1) over its span, bench and simulate alike."""
+    n = len(schedule)
+    span = schedule[-1][0] - schedule[0][0] if n else 0.0
+    return (n - 1) / span if n > 1 and span > 0 else float(max(n, 1))
