@@ -3,8 +3,8 @@
 does not say it is simulated), `kneecap plan` and `kneecap run` on a small simulated load plan.
 
 Properties a test needs come from the commands' flags: a KV pool small enough to preempt
-(--kv-pool-gib), prompts over the context (a --dataset file against --context), an SLO no level meets,
-markup in the served model name (--served-model-name) and in the load plan's name and description.
+(--kv-pool-gib), an SLO no level meets,
+prompts longer than the server's --context, markup in the served model name (--served-model-name) and in the load plan's name and description.
 Tests that change a folder get a copy of it (bench_dir, sim_dir, run_dir).
 """
 
@@ -22,10 +22,9 @@ HOSTILE_MODEL = f"{HOSTILE} & <b>bold</b> costs $5 and $\\frac{{1}}{{0}}$"
 DATA = Path(__file__).resolve().parent / "data"
 TWO_CANDIDATES = DATA / "two_candidates.yaml"
 # kneecap serve with a 0.2 GiB KV pool: 1,632 tokens (131,072 B per token for llama-3.1-8b), so 16 requests of
-# ~232 tokens overflow it (preemptions) while 4 fit; a 1,024-token context refuses the dataset's long prompts
+# 132 tokens overflow it (preemptions) while 4 fit; a 512-token context refuses 600-token prompts (HTTP 400)
 HOSTILE_SERVE_ARGS = ["--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--served-model-name", HOSTILE_MODEL,
-                      "--context", "1024", "--kv-pool-gib", "0.2"]
-LONG_PROMPT_WORDS, SHORT_PROMPT_WORDS = 2000, 200
+                      "--context", "512", "--kv-pool-gib", "0.2"]
 
 
 def _copy(source: Path, dest: Path) -> Path:
@@ -62,7 +61,7 @@ def plan_file(tmp_path, real_worked_plan) -> Path:
 
 @pytest.fixture(scope="session")
 def hostile_server():
-    """`kneecap serve` whose served model name holds markup, with a small KV pool and a 1,024-token context."""
+    """`kneecap serve` whose served model name holds markup, with a small KV pool and a 512-token context."""
     from kneecap.cli.demo import start_server, stop_server
 
     proc, url = start_server(HOSTILE_SERVE_ARGS)
@@ -73,23 +72,22 @@ def hostile_server():
 
 
 @pytest.fixture(scope="session")
-def prompts_file(tmp_path_factory) -> Path:
-    """A --dataset file: ten prompts of 200 words and two of 2,000 (over the hostile server's context)."""
-    path = tmp_path_factory.mktemp("data") / "prompts.jsonl"
-    with open(path, "w") as fh:
-        for i in range(12):
-            words = LONG_PROMPT_WORDS if i % 6 == 5 else SHORT_PROMPT_WORDS
-            fh.write(json.dumps({"prompt": " ".join(f"w{i}x{j}" for j in range(words))}) + "\n")
-    return path
+def bench_run(tmp_path_factory, hostile_server) -> Path:
+    """`kneecap bench` against the hostile server: C=1,4,16 of 100-token prompts (16 past the KV pool: --force),
+    the served model name with markup."""
+    out = tmp_path_factory.mktemp("real") / "bench-run"
+    _cli("bench", "--base-url", hostile_server, "--isl", "100", "--osl", "32", "--concurrency", "1,4,16",
+         "--requests", "16", "--force", "--out", str(out), "--no-report", "--quiet")
+    return out
 
 
 @pytest.fixture(scope="session")
-def bench_run(tmp_path_factory, hostile_server, prompts_file) -> Path:
-    """`kneecap bench` against the hostile server: C=1,4,16 (16 past the KV pool: --force), some prompts over
-    the context (HTTP 400), the served model name with markup."""
-    out = tmp_path_factory.mktemp("real") / "bench-run"
-    _cli("bench", "--base-url", hostile_server, "--dataset", str(prompts_file), "--osl", "32",
-         "--concurrency", "1,4,16", "--requests", "16", "--force", "--out", str(out), "--no-report", "--quiet")
+def refused_bench(tmp_path_factory, hostile_server) -> Path:
+    """`kneecap bench` of 600-token prompts against the hostile server's 512-token context: the server answers
+    every request HTTP 400 with its own message (bench exits 0: failed requests are measured, not fatal)."""
+    out = tmp_path_factory.mktemp("real") / "refused-bench"
+    _cli("bench", "--base-url", hostile_server, "--isl", "600", "--osl", "32", "--concurrency", "1",
+         "--requests", "4", "--out", str(out), "--no-report", "--quiet")
     return out
 
 

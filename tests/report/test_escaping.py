@@ -50,14 +50,14 @@ def test_hostile_strings_everywhere_are_text(bench_dir, run_dir, hostile):
         assert not any(k.startswith("on") for _, k, _ in tags.attrs)  # no event handlers
 
 
-def test_error_message_from_the_server_is_escaped_in_both_formats(bench_dir, hostile, hostile_model):
+def test_error_message_from_the_server_is_escaped_in_both_formats(refused_bench, hostile, hostile_model):
     import html
 
-    results = load_results(bench_dir)
+    results = load_results(refused_bench)
     doc = build_document(results)
     page, md = to_html(doc), to_markdown(doc)
     (message,) = {m for messages in results.records.error_samples.values() for m in messages}
-    assert '"message":"This model\'s maximum context length is 1024 tokens' in message  # the server's own body
+    assert '"message":"This model\'s maximum context length is 512 tokens' in message  # the server's own body
     assert html.escape(message, quote=False) in page or html.escape(message) in page
     assert escape_md(message) in md
     # the served model name with markup: escaped in both formats, never raw

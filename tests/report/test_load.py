@@ -19,20 +19,22 @@ def test_kinds_are_detected(bench_dir, sim_dir, plan_file, run_dir):
     assert load_results(bench_dir / "summary.json").kind == "bench"
 
 
-def test_records_are_digested_and_trace_is_read(bench_dir, sim_dir, run_dir):
+def test_records_are_digested_and_trace_is_read(bench_dir, refused_bench, sim_dir, run_dir):
     summary = json.loads((bench_dir / "summary.json").read_text())
     digest = load_results(bench_dir).records
     assert digest.num_records == 3 * 16  # three levels of --requests 16, no warmup
     completed = sum(lv["completed"] for lv in summary["levels"])
+    assert completed == 3 * 16 and digest.error_samples == {}
     # every answered request streamed its 32 output tokens (--osl 32 with --ignore-eos), however they were chunked
     assert sum(k * n for k, n in digest.chunk_token_counts.items()) == completed * 32
-    # the 2,000-word prompts are refused by the 1,024-token context: one distinct message per level that had them
-    failing = {lv["level"] for lv in summary["levels"] if lv["failed"]}
-    assert failing and set(digest.error_samples) == {(i, "http_400") for i in failing}
-    for messages in digest.error_samples.values():
-        (message,) = messages
-        assert message.startswith("HTTP 400: ") and "maximum context length is 1024 tokens" in message
-        assert "(2000 in the messages, 32 in the completion)" in message
+    # 600-token prompts against a 512-token context: every request refused, the server's one message kept
+    refused = load_results(refused_bench).records
+    assert refused.num_records == 4 and refused.chunk_token_counts == {}
+    ((key, messages),) = refused.error_samples.items()
+    assert key == (0, "http_400")
+    (message,) = messages
+    assert message.startswith("HTTP 400: ") and "maximum context length is 512 tokens" in message
+    assert "you requested 632 tokens (600 in the messages, 32 in the completion)" in message
     sim = load_results(sim_dir)
     steps = sum(lv["server_metrics"]["num_steps"] for lv in sim.summary["levels"])
     assert len(sim.trace) == steps  # one trace line per engine step
