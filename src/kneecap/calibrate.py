@@ -6,16 +6,24 @@ in virtual time.
 
 What is fitted (kneecap.sim.steptime.StepTimeParams): `mfu` (fraction of dense peak FLOP/s), `bw_efficiency`
 (fraction of datasheet HBM bandwidth) and `overhead_s` (fixed seconds per step) by default; any other float
-field may be named. What is compared, per measured level: p50 TTFT, p50 TPOT and output tokens/s, each as
-log(predicted / measured) so that a 10% miss weighs the same on any metric and scale. Predictions come from
-replaying each level in the simulated engine as it ran (kneecap.sim.level_driver: same index, seed, warmup,
-duration mode and load) with the level's mean input and output lengths.
+field may be named. What is compared, per measured level (STATISTICS): mean TTFT, mean TPOT, median ITL and
+output tokens/s, each as log(predicted / measured) so that a 10% miss weighs the same on any metric and scale.
+Predictions come from replaying each level in the simulated engine as it ran (kneecap.sim.level_driver: same
+index, seed, warmup, duration mode and load) with the level's mean input and output lengths.
+
+Why these statistics: bw_efficiency and overhead_s are both a cost per step, but for the KV reads, so what
+separates them is the decode step at different batch sizes. The median ITL is that step (a median over every
+token of the level, so a decode-only step at the level's typical batch): at a low load it is weights / bandwidth
++ overhead, at a high load the KV reads of the whole batch are added. Mean TTFT and TPOT carry the prefill
+(mfu) and queueing; throughput the saturated levels. Medians of TTFT and TPOT (the statistics before) pick one
+request's value, which jumps as soon as a step boundary crosses an arrival; means and the token-level median
+jump far less (a mean over the level's requests moves by a fraction of a step when one request changes batch;
+the median over its thousands of tokens between neighbouring decode steps).
 
 Solver: scipy.optimize.least_squares (trust-region reflective) on log-parameters inside log bounds, with a
-forward-difference Jacobian whose step is fixed in log space. The simulated metrics are piecewise smooth
-in the constants: a small change moves a step boundary past an arrival and a batch changes, so some
-residuals jump (open loop: p50 TTFT at a low rate moves by 1-3% for a 0.05% change of bw_efficiency), while
-others (TPOT, TTFT of a saturated level) stay smooth. So the fit runs in rounds:
+forward-difference Jacobian whose step is fixed in log space. Open loop, the simulated statistics are still
+piecewise smooth in the constants (a small change moves a step boundary past an arrival and a batch
+changes), so the fit runs in rounds:
   1. each residual's jitter is measured at the current point: the largest half second difference over a
      +-0.5% stencil in each fitted factor (about zero for a smooth residual, the jump size for a stepped
      one); its weight becomes 1 / (1 + (jitter / JITTER_SCALE)^2), so a residual that jumps by more than
@@ -23,8 +31,19 @@ others (TPOT, TTFT of a saturated level) stay smooth. So the fit runs in rounds:
   2. a weighted least-squares fit from there: a coarse 3% step in the first round (it sees the trend
      through any jumps left), 1% after;
   repeated at the new point until a round moves no factor by more than 0.1% (at most WEIGHT_ROUNDS).
+Both the statistics and the weighting are needed (tests/calibrate/fit_study.py prints each case): with these
+statistics and every weight 1, six open-loop sweeps (seeds 0-5, rates 2-128/s, three true-constant triples)
+miss bw_efficiency by 1.4-33% and overhead_s by 2.9-74%; with the weighting every one is recovered within 0.3%,
+for JITTER_SCALE anywhere from 1e-5 to 1e-3 (the scale is not tuned to one sweep); the p50 statistics with the
+weighting missed the 4,32,128 req/s seed-1 sweep by -24% / -76%. tests/calibrate/test_calibrate.py checks
+recovery within 1% on ten closed- and open-loop shapes.
 A closed-loop sweep's residuals are all smooth (every weight 1: plain least squares). The reported rms log
 error is over every residual, unweighted; each level row carries the weights of the last round.
+
+Identifiability: at the result the fit's weighted Jacobian (residuals by log-factors) is decomposed; when its
+condition number (largest / smallest singular value) is above CONDITION_LIMIT the sweep cannot tell the factors
+of the weakest direction apart (one concurrency-1 level: 2.8e4; only saturated levels: 1.4e3; the sweeps the
+tests fit: 16-34), and the result carries a warning naming them instead of passing off a guess as a fit.
 Deterministic: no random starts.
 """
 
@@ -36,7 +55,11 @@ from dataclasses import dataclass, field, replace
 from kneecap.errors import KneecapError
 
 DEFAULT_FIT = ("mfu", "bw_efficiency", "overhead_s")
-METRICS = ("ttft_ms", "tpot_ms", "output_tok_s")
+# The compared statistic of each metric (summary.json's `levels[]`): means of TTFT and TPOT, the median ITL,
+# throughput. (level field, summary key, statistic or None for a scalar)
+STATISTICS = {"ttft_ms": ("ttft_ms", "mean"), "tpot_ms": ("tpot_ms", "mean"), "itl_ms": ("itl_ms", "p50"),
+              "output_tok_s": ("output_tok_s", None)}
+METRICS = tuple(STATISTICS)
 # bounds of each fitted factor (the solver's bounds, in log space)
 BOUNDS = {"mfu": (0.01, 1.0), "bw_efficiency": (0.02, 1.0), "link_efficiency": (0.02, 1.0),
           "overhead_s": (1e-5, 0.5), "allreduce_base_latency_s": (1e-7, 1e-3)}
@@ -47,6 +70,8 @@ JITTER_STEP = 0.005  # half-width, in log-parameter space, of the stencil that m
 JITTER_SCALE = 1e-4  # a residual that jitters this much (log units) gets weight 1/2; 10x more, 1/101
 WEIGHT_ROUNDS = 5  # measure the jitter and refit at most this many times,
 SETTLED = 1e-3  # until a refit moves no factor by more than 0.1%
+CONDITION_LIMIT = 1e3  # a fit whose Jacobian's condition number is above this cannot separate its factors
+WEAK_COMPONENT = 0.3  # a factor whose share of the weakest direction is at least this is named in the warning
 
 
 @dataclass(frozen=True)
@@ -58,9 +83,10 @@ class MeasuredLevel:
     isl: int
     osl: int
     num_requests: int  # measured (completed) requests; the simulation sends as many
-    ttft_ms: float
-    tpot_ms: float
+    ttft_ms: float  # mean TTFT
+    tpot_ms: float  # mean TPOT
     output_tok_s: float
+    itl_ms: float | None = None  # median ITL (a decode step); None: not compared
     warmup: int = 0  # warmup requests sent before the measured ones (excluded from the metrics)
     index: int = 0  # the level's place in its sweep (the simulator seeds level i with seed + i)
     seed: int = 0  # the sweep's --seed
@@ -70,8 +96,10 @@ class MeasuredLevel:
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.rate is None):
             raise KneecapError("a measured level needs a concurrency or a rate", "calibrate on a bench summary.json")
-        for name in ("ttft_ms", "tpot_ms", "output_tok_s"):
+        for name in METRICS:
             value = getattr(self, name)
+            if value is None and name == "itl_ms":
+                continue
             if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
                 raise KneecapError(f"measured level {self.load}: {name} must be a positive number, got {value!r}",
                                    "calibrate on levels whose requests completed with more than one output token")
@@ -84,11 +112,12 @@ class MeasuredLevel:
         return f"C={self.concurrency}" if self.concurrency is not None else f"rate={self.rate:g}"
 
     def as_dict(self) -> dict:
-        return {"ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms, "output_tok_s": self.output_tok_s}
+        return {m: getattr(self, m) for m in METRICS}
 
 
 def levels_from_summary(summary: dict, *, isl: int | None = None, osl: int | None = None) -> list[MeasuredLevel]:
-    """The usable levels of a bench (or simulate) summary.json: completed requests, p50 TTFT and TPOT, throughput.
+    """The usable levels of a bench (or simulate) summary.json: completed requests, mean TTFT and TPOT, median ITL,
+    throughput.
     Lengths: --isl/--osl if given, else the level's mean input/output tokens per completed request.
     Each level is replayed as it ran: its index, the sweep's seed, --duration, warmup and burstiness
     (summary.json `sweep`, which simulate writes and bench writes from its options)."""
@@ -98,9 +127,8 @@ def levels_from_summary(summary: dict, *, isl: int | None = None, osl: int | Non
     out = []
     for position, lv in enumerate(summary["levels"]):
         done = lv.get("completed") or 0
-        ttft = (lv.get("ttft_ms") or {}).get("p50")
-        tpot = (lv.get("tpot_ms") or {}).get("p50")
-        tput = lv.get("output_tok_s")
+        ttft, tpot, itl, tput = (statistic(lv, m) if m in STATISTICS else None
+                                 for m in ("ttft_ms", "tpot_ms", "itl_ms", "output_tok_s"))
         load_c, load_r = lv.get("concurrency"), lv.get("rate")
         if done < 1 or not ttft or not tpot or not tput or lv.get("partial") or isinstance(load_c, str):
             continue
@@ -112,7 +140,7 @@ def levels_from_summary(summary: dict, *, isl: int | None = None, osl: int | Non
         sent = lv.get("requests") or done
         out.append(MeasuredLevel(concurrency=load_c, rate=None if load_c is not None else load_r, isl=int(level_isl),
                                  osl=int(level_osl), num_requests=int(sent), ttft_ms=float(ttft), tpot_ms=float(tpot),
-                                 output_tok_s=float(tput), warmup=int(lv.get("warmup_excluded") or 0),
+                                 output_tok_s=float(tput), itl_ms=None if not itl else float(itl), warmup=int(lv.get("warmup_excluded") or 0),
                                  index=int(lv.get("level", position)), seed=int(sweep.get("seed") or summary.get("seed") or 0),
                                  duration_s=sweep.get("duration_s"), burstiness=float(sweep.get("burstiness") or 1.0)))
     if not out:
@@ -122,7 +150,8 @@ def levels_from_summary(summary: dict, *, isl: int | None = None, osl: int | Non
 
 
 def predict_level(target, params, level: MeasuredLevel) -> dict:
-    """The simulated engine's p50 TTFT (ms), p50 TPOT (ms) and output tok/s for one measured level, replayed
+    """The simulated engine's compared statistics (STATISTICS: mean TTFT and TPOT, median ITL, all ms; output
+    tok/s) for one measured level, replayed
     as it ran (same index, seed, duration mode, warmup and rate) by the one virtual-clock level driver."""
     from kneecap.levels import SweepLevel
     from kneecap.metrics.summarize import summarize_level
@@ -136,8 +165,14 @@ def predict_level(target, params, level: MeasuredLevel) -> dict:
     plan = SweepLevel(index=level.index, value=value, num_requests=n, num_warmup=level.warmup, first_index=0)
     run = VirtualTimeDriver(target.with_step_params(params), opts).run_level(plan, keep=lambda record: None)
     s = summarize_level(run.records, concurrency=level.concurrency, rate=level.rate)
-    return {"ttft_ms": (s.get("ttft_ms") or {}).get("p50"), "tpot_ms": (s.get("tpot_ms") or {}).get("p50"),
-            "output_tok_s": s.get("output_tok_s")}
+    return {m: statistic(s, m) for m in METRICS}
+
+
+def statistic(level_summary: dict, metric: str):
+    """The compared statistic of `metric` in one level summary (STATISTICS), or None."""
+    key, stat = STATISTICS[metric]
+    value = level_summary.get(key)
+    return value if stat is None else (value or {}).get(stat)
 
 
 def _residuals(target, params, levels: list[MeasuredLevel], weights: dict) -> list[float]:
@@ -146,6 +181,8 @@ def _residuals(target, params, levels: list[MeasuredLevel], weights: dict) -> li
         pred = predict_level(target, params, level)
         for m in METRICS:
             p, v = pred.get(m), getattr(level, m)
+            if v is None:
+                continue
             res.append(weights[m] * (math.log(p / v) if p and p > 0 else 5.0))
     return res
 
@@ -168,28 +205,57 @@ class CalibrationResult:
     iterations: int  # solver iterations (Jacobians), over every stage
     levels: list[dict] = field(default_factory=list)
     evaluations: int = 0  # replays of the measured sweep in the simulated engine
+    condition: float = 1.0  # of the fit's weighted Jacobian at the result (largest / smallest singular value)
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"kind": "calibration", "step_time": self.params.to_dict(), "fitted": list(self.fitted),
                 "initial": self.initial, "rms_log_error": round(self.rms_log_error, 6),
                 "initial_rms_log_error": round(self.initial_rms_log_error, 6), "iterations": self.iterations,
-                "evaluations": self.evaluations, "levels": self.levels}
+                "evaluations": self.evaluations, "condition": round(self.condition, 1), "warnings": self.warnings,
+                "levels": self.levels}
 
 
 def level_table(target, params, levels: list[MeasuredLevel], weights=None) -> list[dict]:
     """Predicted vs measured per level, with the signed error in percent of the measured value and, when
     given, the weight (0-1) each metric had in the fit (`weights`: one per level and metric, in order)."""
     rows = []
-    for i, level in enumerate(levels):
+    k = 0  # index of the level's first residual (a metric the level does not carry has none)
+    for level in levels:
         pred = predict_level(target, params, level)
         meas = level.as_dict()
         row = {"concurrency": level.concurrency, "rate": level.rate, "isl": level.isl, "osl": level.osl,
                "measured": meas, "predicted": {m: None if pred[m] is None else round(pred[m], 4) for m in METRICS},
-               "error_pct": {m: None if not pred[m] else round(100.0 * (pred[m] - meas[m]) / meas[m], 2) for m in METRICS}}
+               "error_pct": {m: None if not pred[m] or meas[m] is None else round(100.0 * (pred[m] - meas[m]) / meas[m], 2)
+                             for m in METRICS}}
+        compared = [m for m in METRICS if meas[m] is not None]
         if weights is not None:
-            row["weight"] = {m: round(float(weights[i * len(METRICS) + k]), 4) for k, m in enumerate(METRICS)}
+            row["weight"] = {m: round(float(weights[k + j]), 4) for j, m in enumerate(compared)}
+        k += len(compared)
         rows.append(row)
     return rows
+
+
+def identifiability(jac, fit: tuple[str, ...]) -> tuple[float, dict]:
+    """(condition number, weakest direction) of a Jacobian of residuals by log-parameters: the largest over the
+    smallest singular value, and the right singular vector of the smallest ({factor: component}, unit length)."""
+    import numpy as np
+
+    _, singular, vt = np.linalg.svd(np.asarray(jac, dtype=float), full_matrices=False)
+    condition = float(singular[0] / singular[-1]) if singular[-1] > 0 else math.inf
+    return condition, {n: float(v) for n, v in zip(fit, vt[-1])}
+
+
+def unidentified_warning(condition: float, weakest: dict) -> list[str]:
+    """One line when the sweep cannot separate the fitted factors (condition above CONDITION_LIMIT), naming the
+    factors that move together along the weakest direction; else nothing."""
+    if condition <= CONDITION_LIMIT:
+        return []
+    names = [n for n, v in sorted(weakest.items(), key=lambda kv: -abs(kv[1])) if abs(v) >= WEAK_COMPONENT]
+    what = " and ".join(names) if len(names) > 1 else f"{names[0]} from the others" if names else "the factors"
+    return [f"this sweep cannot separate {what} (condition number {condition:.3g} of the fit): their fitted values "
+            "trade off against each other and may be far from the engine's; add levels at other loads (a "
+            "concurrency 1 level and one that fills the batch) and calibrate again"]
 
 
 def calibrate(target, levels: list[MeasuredLevel], *, fit: tuple[str, ...] = DEFAULT_FIT, start=None,
@@ -263,7 +329,9 @@ def calibrate(target, levels: list[MeasuredLevel], *, fit: tuple[str, ...] = DEF
         if float(np.max(np.abs(x - x_before))) < SETTLED:
             break
     params = params_at(x)
-    return CalibrationResult(params=params, fitted=tuple(fit), initial={n: getattr(start, n) for n in fit},
+    condition, weakest = identifiability(jacobian(lambda x: wt * residuals(x), x, FINE_STEP), fit)
+    return CalibrationResult(condition=condition, warnings=unidentified_warning(condition, weakest),
+                             params=params, fitted=tuple(fit), initial={n: getattr(start, n) for n in fit},
                              rms_log_error=math.sqrt(float(np.mean(residuals(x) ** 2))),
                              initial_rms_log_error=initial_rms, iterations=iterations, evaluations=len(cache),
                              levels=level_table(target, params, levels, wt))

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from kneecap.calibrate import MeasuredLevel, calibrate, levels_from_summary, predict_level, rms_log_error
+from kneecap.calibrate import CONDITION_LIMIT, MeasuredLevel, calibrate, levels_from_summary, predict_level, rms_log_error
 from kneecap.plan.build import DeploymentRequest
 from kneecap.errors import KneecapError
 from kneecap.sim.setup import simulated_deployment
@@ -62,12 +62,14 @@ def test_fitting_a_subset_leaves_the_rest_alone(target):
 def test_measured_levels_come_from_a_summary():
     summary = {"levels": [
         {"concurrency": 4, "completed": 10, "input_tokens": 10_000, "output_tokens": 1_000, "warmup_excluded": 2,
-         "ttft_ms": {"p50": 50.0}, "tpot_ms": {"p50": 10.0}, "output_tok_s": 300.0},
+         "ttft_ms": {"p50": 45.0, "mean": 50.0}, "tpot_ms": {"p50": 9.0, "mean": 10.0},
+         "itl_ms": {"p50": 9.5, "mean": 10.0}, "output_tok_s": 300.0},
         {"concurrency": 8, "completed": 0, "ttft_ms": {}, "tpot_ms": {}, "output_tok_s": None},  # nothing usable
-        {"concurrency": "max", "completed": 5, "ttft_ms": {"p50": 1.0}, "tpot_ms": {"p50": 1.0}, "output_tok_s": 1.0},
+        {"concurrency": "max", "completed": 5, "ttft_ms": {"mean": 1.0}, "tpot_ms": {"mean": 1.0}, "output_tok_s": 1.0},
     ]}
     (level,) = levels_from_summary(summary)
     assert (level.concurrency, level.isl, level.osl, level.num_requests, level.warmup) == (4, 1000, 100, 10, 2)
+    assert (level.ttft_ms, level.tpot_ms, level.itl_ms, level.output_tok_s) == (50.0, 10.0, 9.5, 300.0)  # means, median ITL
     with pytest.raises(KneecapError):
         levels_from_summary({"levels": [summary["levels"][1]]})
     with pytest.raises(KneecapError):
@@ -101,7 +103,7 @@ def test_cli_round_trip_simulate_calibrate_simulate(cli, tmp_path):
     # the printed table shows predicted vs measured with errors
     r = cli("calibrate", "--summary", str(measured / "summary.json"), *FLAGS, "--fit", "overhead_s",
             "--out", str(tmp_path / "c2.json"))
-    assert r.code == 0 and "TTFT p50 meas" in r.stdout and "err %" in r.stdout and "overhead_s" in r.stdout
+    assert r.code == 0 and "TTFT mean meas" in r.stdout and "ITL p50 meas" in r.stdout and "err %" in r.stdout and "overhead_s" in r.stdout
 
 
 def test_serve_uses_the_calibration(tmp_path):
@@ -125,7 +127,7 @@ def test_serve_uses_the_calibration(tmp_path):
     ("not json", []),
     ('{"levels": []}', []),
     ('{"levels": [{"concurrency": 1, "completed": 3, "input_tokens": 30, "output_tokens": 30, '
-     '"ttft_ms": {"p50": 5}, "tpot_ms": {"p50": 2}, "output_tok_s": 50}]}', ["--fit", "bogus"]),
+     '"ttft_ms": {"mean": 5}, "tpot_ms": {"mean": 2}, "output_tok_s": 50}]}', ["--fit", "bogus"]),
 ])
 def test_bad_inputs_are_one_line(cli, tmp_path, content, args):
     path = tmp_path / "summary.json"
@@ -135,38 +137,64 @@ def test_bad_inputs_are_one_line(cli, tmp_path, content, args):
     one_line_error(r)
 
 
-SHAPES = {  # every sweep shape `kneecap simulate` writes: request counts, another seed, warmup, --duration, open loop
-    "requests": ["--concurrency", "1,8,32", "--requests", "48"],
-    "seed-7": ["--concurrency", "1,8,32", "--requests", "48", "--seed", "7"],
-    "warmup": ["--concurrency", "1,8,32", "--requests", "48", "--warmup", "8"],
-    "duration": ["--concurrency", "1,8,32", "--duration", "20"],
-    "rate": ["--rate", "4,32,128", "--requests", "96", "--seed", "3"],
+A = {"mfu": 0.45, "bw_efficiency": 0.7, "overhead_s": 0.003}
+B = {"mfu": 0.3, "bw_efficiency": 0.55, "overhead_s": 0.005}
+C = {"mfu": 0.6, "bw_efficiency": 0.85, "overhead_s": 0.0015}
+SHAPES = {  # every sweep shape `kneecap simulate` writes (request counts, another seed, warmup, --duration, open
+    # loop), open loop over several seeds, rate sets and true constants: (flags, true constants)
+    "requests": (["--concurrency", "1,8,32", "--requests", "48"], A),
+    "seed-7": (["--concurrency", "1,8,32", "--requests", "48", "--seed", "7"], A),
+    "warmup": (["--concurrency", "1,8,32", "--requests", "48", "--warmup", "8"], A),
+    "duration": (["--concurrency", "1,8,32", "--duration", "20"], A),
+    "rate-seed-3": (["--rate", "4,32,128", "--requests", "96", "--seed", "3"], A),
+    "rate-seed-1": (["--rate", "4,32,128", "--requests", "96", "--seed", "1"], A),
+    "rate-low-seed-0": (["--rate", "2,16,64", "--requests", "96", "--seed", "0"], A),
+    "rate-two-seed-5": (["--rate", "8,64", "--requests", "96", "--seed", "5"], B),
+    "rate-seed-2-fast": (["--rate", "4,32,128", "--requests", "96", "--seed", "2"], C),
+    "rate-low-seed-4-slow": (["--rate", "2,16,64", "--requests", "96", "--seed", "4"], B),
 }
 
 
-@pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_calibrate_recovers_its_own_constants_on_every_sweep_shape(cli, tmp_path, shape):
+def simulated_levels(cli, tmp_path, args, truth):
+    pairs = ",".join(f"{k}={v}" for k, v in truth.items())
+    r = cli("simulate", *FLAGS, "--isl", "600", "--osl", "64", *args, "--step-params", pairs,
+            "--out", str(tmp_path / "sweep"), "--json", "--no-report")
+    assert r.code == 0, r.stderr
+    return levels_from_summary(json.loads(r.stdout))
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_calibrate_recovers_its_own_constants_on_every_sweep_shape(cli, tmp_path, target, shape):
     """A sweep simulated at known constants, read back from its summary.json: each level is replayed as it ran
     (index, seed, duration, warmup, rate), so the true constants predict it exactly and a fit from the defaults
-    finds them again within 1%. Open loop, arrival-driven batching makes some residuals step-shaped in the
-    constants (p50 TTFT at 4 req/s jumps by percents for a 0.05% change): the fit weighs them down."""
-    truth = {"mfu": 0.45, "bw_efficiency": 0.7, "overhead_s": 0.003}
-    pairs = ",".join(f"{k}={v}" for k, v in truth.items())
-    out = tmp_path / shape
-    r = cli("simulate", *FLAGS, "--isl", "600", "--osl", "64", *SHAPES[shape], "--step-params", pairs,
-            "--out", str(out), "--json", "--no-report")
-    assert r.code == 0, r.stderr
-    summary = json.loads(r.stdout)
-    sim = simulated_deployment(DeploymentRequest(preset="llama-3.1-8b", gpu="h100-sxm", context=8192))
-    levels = levels_from_summary(summary)
-    assert len(levels) == 3
-    assert rms_log_error(sim, StepTimeParams(**truth), levels) < 1e-9  # every level replayed exactly as it ran
-    result = calibrate(sim, levels)
+    finds them again within 1%, closed loop and open loop, whatever the seed, rates and constants."""
+    args, truth = SHAPES[shape]
+    levels = simulated_levels(cli, tmp_path, args, truth)
+    assert len(levels) == args[1].count(",") + 1
+    assert all(lv.itl_ms for lv in levels)  # the median ITL (the decode step) is compared
+    assert rms_log_error(target, StepTimeParams(**truth), levels) < 1e-9  # every level replayed exactly as it ran
+    result = calibrate(target, levels)
     for name, value in truth.items():
         assert getattr(result.params, name) == pytest.approx(value, rel=0.01), (name, result.to_dict())
     assert result.rms_log_error < 0.01
-    weights = [w for row in result.levels for w in row["weight"].values()]
-    if shape == "rate":  # the step-shaped residuals were weighed down, the smooth ones kept
-        assert min(weights) < 0.01 and max(weights) == 1.0, result.levels
-    else:  # closed loop: every residual smooth, a plain least-squares fit
+    assert result.condition < CONDITION_LIMIT and result.warnings == [], result.condition
+    if "--rate" not in args:  # closed loop: every residual smooth, a plain least-squares fit
+        weights = [w for row in result.levels for w in row["weight"].values()]
         assert min(weights) > 0.99, result.levels
+
+
+@pytest.mark.parametrize("args, separable", [
+    (["--concurrency", "1", "--requests", "16"], "overhead_s and bw_efficiency"),  # one level: one batch size
+    (["--rate", "200,400", "--requests", "96", "--seed", "1"], "overhead_s"),  # every level saturated
+])
+def test_a_sweep_that_cannot_separate_the_factors_says_so(cli, tmp_path, target, args, separable):
+    """A sweep with one batch size (a single concurrency-1 level) or only saturated levels leaves a direction
+    of the factors that its statistics barely see: the result carries one warning line naming the factors."""
+    levels = simulated_levels(cli, tmp_path, args, A)
+    result = calibrate(target, levels)
+    assert result.condition > CONDITION_LIMIT
+    (warning,) = result.warnings
+    assert f"cannot separate {separable}" in warning and "\n" not in warning, warning
+    assert result.to_dict()["warnings"] == [warning]
+    r = cli("calibrate", "--summary", str(tmp_path / "sweep" / "summary.json"), *FLAGS, "--out", str(tmp_path / "c.json"))
+    assert r.code == 0 and [ln for ln in r.stderr.splitlines() if ln.strip()] == [f"warning: {warning}"], r.stderr

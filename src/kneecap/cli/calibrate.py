@@ -26,8 +26,8 @@ def _table(doc: dict, title: str):
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
-    for header in ("load", "ISL/OSL", "TTFT p50 meas (ms)", "pred", "err %", "TPOT p50 meas (ms)", "pred", "err %",
-                   "out tok/s meas", "pred", "err %"):
+    for header in ("load", "ISL/OSL", "TTFT mean meas (ms)", "pred", "err %", "TPOT mean meas (ms)", "pred", "err %",
+                   "ITL p50 meas (ms)", "pred", "err %", "out tok/s meas", "pred", "err %"):
         table.add_column(header, justify="right")
 
     def fmt(v, digits=1):
@@ -35,7 +35,7 @@ def _table(doc: dict, title: str):
 
     for row in doc["levels"]:
         cells = [_load(row), f"{row['isl']}/{row['osl']}"]
-        for m in ("ttft_ms", "tpot_ms", "output_tok_s"):
+        for m in ("ttft_ms", "tpot_ms", "itl_ms", "output_tok_s"):
             cells += [fmt(row["measured"][m]), fmt(row["predicted"][m]), fmt(row["error_pct"][m], 1)]
         table.add_row(*cells)
     return table
@@ -83,6 +83,8 @@ def calibrate_command(
         out_path.write_text(json.dumps(calib, indent=2, sort_keys=True) + "\n")
     except OSError as exc:
         raise KneecapError(f"cannot write {out_path}: {exc.strerror or exc}", "pass a writable --out path") from None
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if json_out:
         sys.stdout.write(json.dumps(calib, sort_keys=True) + "\n")
         return 0
@@ -95,7 +97,7 @@ def calibrate_command(
     console.print(f"fitted: {fitted}", markup=False)
     console.print(f"rms log error: {result.initial_rms_log_error:.3f} before, {result.rms_log_error:.3f} after "
                   f"({result.iterations} iterations, {result.evaluations} simulated replays of the sweep)", markup=False)
-    names = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "output_tok_s": "out tok/s"}
+    names = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "output_tok_s": "out tok/s"}
     light = [f"{_load(row)} {names[m]} ({w:.2f})" for row in calib["levels"] for m, w in row.get("weight", {}).items() if w < 0.5]
     if light:
         console.print("weighed down in the fit (the simulated value jumps with tiny changes of the factors, so it "
