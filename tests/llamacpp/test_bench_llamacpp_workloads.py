@@ -65,3 +65,51 @@ def test_turns_on_llamacpp_append_the_streamed_answer(llamacpp, cli, tmp_path):
             # the model generated, so the cache may stop at the answer.)
             assert r.extra["cached_tokens"] >= before.prompt_tokens, (r.extra, before.prompt_tokens)
         assert turns[1].extra["cached_tokens"] < isl
+
+
+def test_dataset_on_llamacpp_takes_each_output_length_from_the_data(llamacpp, cli, tmp_path):
+    import hashlib
+
+    data = tmp_path / "prompts.jsonl"
+    rows = [{"prompt": f"Question {i}: name {i + 2} colours of the rainbow, one per line.", "output_len": 3 + i % 4}
+            for i in range(6)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary, records = _bench(cli, llamacpp, tmp_path / "data", "--concurrency", "2", "--requests", "6",
+                              "--dataset", "jsonl", "--dataset-path", str(data), "--seed", "1")
+    level = summary["levels"][0]
+    assert level["completed"] == 6 and level["failed"] == 0, level["errors"]
+    by_hash = {hashlib.sha256(r["prompt"].encode()).hexdigest(): r for r in rows}
+    for r in records:  # each request is one of the file's prompts (kept as its hash), at that row's output length
+        row = by_hash[r.prompt_hash]
+        assert r.prompt is None and r.output_tokens == r.expected_output_tokens == row["output_len"], r
+        assert r.prompt_tokens and r.prompt_tokens > 5  # llama.cpp counted the text
+    assert summary["workload"]["osl"] is None
+
+
+def test_rate_ramp_and_length_distributions_on_llamacpp(llamacpp, cli, tmp_path):
+    summary, records = _bench(cli, llamacpp, tmp_path / "ramp", "--rate", "1", "--ramp", "linear:2:8:3",
+                              "--isl", "uniform:20:60", "--osl", "uniform:2:6", "--seed", "4")
+    level = summary["levels"][0]
+    assert level["failed"] == 0, level["errors"]
+    rows = level["slices"]
+    assert len(rows) == 10 and rows[0]["target_rate"] < rows[-1]["target_rate"]
+    assert sum(row["requests"] for row in rows) == level["requests"] == len(records)
+    assert {r.prompt_tokens for r in records} - set(range(20, 61)) == set()  # the server counted each drawn length
+    assert len({r.prompt_tokens for r in records}) > 3
+    assert all(2 <= r.output_tokens == r.expected_output_tokens <= 6 for r in records)
+
+
+def test_find_max_on_llamacpp_answers_a_load_that_met_the_slo(llamacpp, cli, tmp_path):
+    # the budget: four times this server's own TTFT at one request (its four slots queue requests past C=4)
+    one, _ = _bench(cli, llamacpp, tmp_path / "one", "--concurrency", "1", "--requests", "6", "--isl", "64",
+                    "--osl", "16")
+    budget_ms = 4 * one["levels"][0]["ttft_ms"]["p50"]
+    summary, _ = _bench(cli, llamacpp, tmp_path / "fm", "--concurrency", "1,64", "--requests", "16", "--isl", "64",
+                        "--osl", "16", "--slo", f"ttft_p50_ms={budget_ms:.3f}", "--find-max", "concurrency")
+    m = summary["max_load"]
+    by_load = {lv["concurrency"]: lv for lv in summary["levels"]}
+    assert len(summary["levels"]) == len(m["probes"]) >= 2
+    assert m["value"] is not None and by_load[m["value"]]["ttft_ms"]["p50"] <= budget_ms
+    if m["failed_at"] is not None:  # the next step up failed it, and says why
+        assert m["value"] < m["failed_at"] and by_load[m["failed_at"]]["ttft_ms"]["p50"] > budget_ms
+        assert m["failed_because"].startswith("ttft_p50_ms")

@@ -91,6 +91,19 @@ def test_time_slices_and_per_slice_metrics():
     assert time_slices([], 5.0) == [] and slice_metrics([], 5.0) == []
 
 
+def test_ramp_slices_has_every_slice_even_when_the_last_ones_are_empty():
+    from kneecap.workload.slices import ramp_slices
+
+    ramp = Ramp("linear", 2, 8, 10)  # ten 1 s slices; nothing is sent after 7.5 s
+    records = [rec(i, sent=0.5 * i, ttft=0.1, itl=0.02) for i in range(16)]
+    rows = ramp_slices(records, ramp, t0=0.0)
+    assert [row["index"] for row in rows] == list(range(10))
+    assert [row["requests"] for row in rows] == [2] * 8 + [0, 0]
+    assert rows[-1]["target_rate"] == pytest.approx(ramp.value_at(9.5)) and rows[-1]["output_tok_s"] is None
+    late = records + [rec(99, sent=10.001, ttft=0.1, itl=0.02)]  # a stamp a hair after the ramp's end
+    assert len(ramp_slices(late, ramp, t0=0.0)) == 10
+
+
 def test_stable_p99_on_a_steady_level_and_not_on_a_degrading_one():
     rng = np.random.default_rng(0)
     steady = [rec(i, sent=0.05 * i, ttft=float(rng.uniform(0.1, 0.2)), itl=0.02) for i in range(2000)]  # 100 s

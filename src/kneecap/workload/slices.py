@@ -29,11 +29,13 @@ class TimeSlice:
     records: tuple[RequestRecord, ...]
 
 
-def time_slices(records: Sequence[RequestRecord], slice_s: float, t0: float | None = None) -> list[TimeSlice]:
+def time_slices(records: Sequence[RequestRecord], slice_s: float, t0: float | None = None,
+                num_slices: int | None = None) -> list[TimeSlice]:
     """Records cut into [t0 + k*slice_s, t0 + (k+1)*slice_s) by sent_at (t0: the first sent_at).
 
     Records never sent (sent_at None) are left out. Empty slices inside the run are kept, so
-    slice k always starts at t0 + k * slice_s.
+    slice k always starts at t0 + k * slice_s; with num_slices there are exactly that many (a ramp's
+    last slices are there even when nothing was sent in them; records past the last one are left out).
     """
     if not slice_s > 0:
         raise KneecapError(f"slice length must be positive, got {slice_s!r} s", "pass e.g. 10 (seconds)")
@@ -41,7 +43,7 @@ def time_slices(records: Sequence[RequestRecord], slice_s: float, t0: float | No
     if not sent:
         return []
     start = min(r.sent_at for r in sent) if t0 is None else t0
-    n = int(math.floor((max(r.sent_at for r in sent) - start) / slice_s)) + 1
+    n = num_slices if num_slices is not None else int(math.floor((max(r.sent_at for r in sent) - start) / slice_s)) + 1
     buckets: list[list[RequestRecord]] = [[] for _ in range(n)]
     for r in sent:
         k = int(math.floor((r.sent_at - start) / slice_s))
@@ -52,14 +54,14 @@ def time_slices(records: Sequence[RequestRecord], slice_s: float, t0: float | No
 
 
 def slice_metrics(records: Sequence[RequestRecord], slice_s: float, *, ramp: Ramp | None = None,
-                  t0: float | None = None, slo=None) -> list[dict]:
+                  t0: float | None = None, slo=None, num_slices: int | None = None) -> list[dict]:
     """One summarize_level summary per time slice (duration = the slice), with the ramp's load at its middle.
 
     Each entry: {index, start_s, end_s, load, summary}. load is ramp.value_at(middle - t0) when a
     ramp is given, else None. Throughput counts the tokens of requests sent in the slice over the
     slice's length.
     """
-    slices = time_slices(records, slice_s, t0)
+    slices = time_slices(records, slice_s, t0, num_slices)
     if not slices:
         return []
     origin = slices[0].start_s
@@ -149,8 +151,10 @@ def ramp_slices(records: Sequence[RequestRecord], ramp: Ramp, *, dimension: str 
     The rows summary.json's level carries under `slices`, for simulate and bench alike."""
     key = "target_rate" if dimension == "rate" else "target_concurrency"
     rows = []
-    for row in slice_metrics([r for r in records if not r.warmup], ramp.duration_s / slices, ramp=ramp, t0=t0)[:slices]:
-        # (a request whose send stamp fell a hair after the ramp's end would open an eleventh slice: not the ramp's)
+    for row in slice_metrics([r for r in records if not r.warmup], ramp.duration_s / slices, ramp=ramp, t0=t0,
+                             num_slices=slices):
+        # exactly `slices` rows: an empty last slice is a row with 0 requests; a request whose send stamp fell a
+        # hair after the ramp's end is not the ramp's
         s = row["summary"] or {}
         rows.append({"index": row["index"], "start_s": row["start_s"], "end_s": row["end_s"],
                      key: row["load"], "requests": s.get("requests", 0), "completed": s.get("completed", 0),
