@@ -455,3 +455,54 @@ def recommend_pareto(points: Sequence[tuple[float, float, str]], frontier_points
     _legend(ax, loc="best", fontsize=8)
     _place_point_labels(fig, ax, [(x, y, label, PALETTE[0]) for x, y, label in fr])
     return _png(fig)
+
+
+@dataclass(frozen=True)
+class SearchProbe:
+    """One level of a highest-load-under-SLO search: its load, whether it met every SLO term, and the value
+    of the SLO statistic drawn (None when the level had no data for it)."""
+
+    load: float
+    met: bool
+    value: float | None
+
+
+@_plain_text
+def find_max_search(probes: Sequence[SearchProbe], stat_key: str, limit: float, load_name: str, load_unit: str,
+                    answer: float | None, failed_at: float | None) -> bytes | None:
+    """The search for the highest load meeting the SLO: each probe's SLO statistic vs its load (green met,
+    red failed, numbered in the order run), the budget as a horizontal line, the answer and the next step
+    up that failed as vertical lines."""
+    drawn = [p for p in probes if isinstance(p.value, (int, float))]
+    if not drawn:
+        return None
+    fig, axes = _figure(1, 1)
+    ax = axes[0][0]
+    for met, color, label in ((True, PALETTE[2], "met the SLO"), (False, PALETTE[1], "failed the SLO")):
+        pts = [p for p in drawn if p.met is met]
+        if pts:
+            ax.scatter([p.load for p in pts], [p.value for p in pts], color=color, marker="o" if met else "x",
+                       s=36, zorder=3, label=label)
+    for order, p in enumerate(probes, start=1):
+        if isinstance(p.value, (int, float)):
+            ax.annotate(str(order), (p.load, p.value), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.axhline(limit, color=SLO_COLOR, linestyle="-.", linewidth=1.4, label=f"SLO {stat_key} ≤ {limit:g}")
+    if answer is not None:
+        ax.axvline(answer, color=PALETTE[2], linestyle="--", linewidth=1.2, label=f"answer: {answer:g}")
+    if failed_at is not None:
+        ax.axvline(failed_at, color=PALETTE[1], linestyle=":", linewidth=1.2, label=f"next step up failed: {failed_at:g}")
+    _load_axis(ax, [p.load for p in probes], load_name, load_unit)
+    ticks: list[float] = []  # bisection probes crowd together: a tick only where its label has room
+    for x in sorted({p.load for p in probes if p.load > 0}):
+        if not ticks or x / ticks[-1] >= 1.25 or x in (answer, failed_at) and x / ticks[-1] >= 1.12:
+            ticks.append(x)
+    if ticks:
+        from matplotlib.ticker import FixedLocator
+
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
+    unit = "ms" if stat_key.endswith("_ms") else "fraction"
+    ax.set_ylabel(f"{stat_key} ({unit})")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"Highest {load_name} under the SLO: {len(probes)} probes", fontsize=10)
+    _legend(ax, loc="best", fontsize=7)
+    return _png(fig)

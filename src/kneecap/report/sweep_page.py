@@ -237,9 +237,52 @@ def figures(results: Results, levels: list[dict], limit: float | None) -> list[F
     if panels:
         add("occupancy", "KV occupancy and queue depth over time", plots.occupancy_over_time(panels, source))
     add("peaks", f"Peak KV occupancy and queue depth vs {load_name}", plots.peaks_vs_load(points, load_name, load_unit))
+    search = find_max_figure(summary, levels, load_name, load_unit)
+    if search is not None:
+        out.append(search)
     add("chunks", "Tokens per streamed chunk", plots.tokens_per_chunk_histogram(results.records.chunk_token_counts if results.records else {}),
         "A chunk carrying k tokens counts as k tokens in ITL; many multi-token chunks mean per-token timing is coarse.")
     return out
+
+
+def _search_key(summary: dict) -> tuple[str, float] | None:
+    """The SLO term the search plot draws: the one the failing step broke, else the first declared."""
+    from kneecap.metrics.slo import parse_slo as slo_terms
+
+    slo = slo_terms(slo_spec(summary))  # {'ttft_p99_ms': 200.0, ...}
+    if not slo:
+        return None
+    because = str((summary.get("max_load") or {}).get("failed_because") or "")
+    key = next((k for k in slo if because.startswith(k)), next(iter(slo)))
+    return key, slo[key]
+
+
+def find_max_figure(summary: dict, levels: list[dict], load_name: str, load_unit: str) -> Figure | None:
+    """--find-max: every probe of the search against the SLO budget (probes and levels are in the same order)."""
+    from kneecap.metrics.slo import slo_value
+
+    m = summary.get("max_load")
+    term = _search_key(summary)
+    if not isinstance(m, dict) or not m.get("probes") or term is None or len(m["probes"]) != len(levels):
+        return None
+    key, limit = term
+    probes = [plots.SearchProbe(load=float(p["load"]), met=bool(p.get("met")), value=slo_value(lv, key))
+              for p, lv in zip(m["probes"], levels)]
+    png = plots.find_max_search(probes, key, limit, load_name, load_unit, m.get("value"), m.get("failed_at"))
+    return Figure("find_max", f"Highest {load_name} under the SLO", png, find_max_text(m, load_name)) if png else None
+
+
+def find_max_text(m: dict, load_name: str) -> str:
+    """One sentence: the answer, the next step up that failed and why, how many probes and repetitions."""
+    reps = m.get("repeats") or 1
+    every = f" in each of {reps} repetitions" if reps > 1 else ""
+    if m.get("value") is None:
+        answer = f"No {load_name} probed met every SLO term{every}"
+    else:
+        answer = f"The highest {load_name} that met every SLO term{every}: {m['value']:g}"
+    nxt = (f"; the next step up, {m['failed_at']:g}, failed ({m.get('failed_because') or 'SLO'})"
+           if m.get("failed_at") is not None else "; no higher load was found to fail within the search bounds")
+    return f"{answer}{nxt}. {len(m.get('probes') or [])} probes, numbered in the order they ran."
 
 
 CONFIG_KEYS = ("deployment", "engine", "workload", "plan", "step_time", "load", "seed", "status", "base_url",
