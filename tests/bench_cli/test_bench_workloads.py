@@ -243,3 +243,19 @@ def test_bad_workload_flags_are_one_line(cli, server, tmp_path, args, needle):
     assert r.code == 2, (r.code, r.stderr)
     assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("flag, text", [
+    ("--replay", '{"timestamp": 0, "input_length": 10, "output_length": 4, "hash_ids": [0]}\n{"timestamp": 5, "input_len\n'),
+    ("--dataset", '{"prompt": "one", "output_len": 4}\n{"prompt": "two", "output_len": "four"}\n'),
+])
+def test_a_broken_line_in_a_trace_or_dataset_is_named_before_anything_is_sent(cli, server, tmp_path, flag, text):
+    path = tmp_path / "broken.jsonl"
+    path.write_text(text)
+    out = tmp_path / "bad"
+    extra = ("--replay-speed", "1") if flag == "--replay" else ("--concurrency", "1", "--requests", "2")
+    r = cli("bench", "--base-url", server, flag, str(path), *extra, "--out", str(out), "--quiet", "--no-report")
+    assert r.code == 2, (r.code, r.stderr)
+    line = r.stderr.strip()
+    assert len(line.splitlines()) == 1 and "broken.jsonl" in line and "line 2" in line, r.stderr
+    assert not out.exists()  # stopped before the first level: nothing measured, nothing written
