@@ -259,3 +259,23 @@ def test_a_broken_line_in_a_trace_or_dataset_is_named_before_anything_is_sent(cl
     line = r.stderr.strip()
     assert len(line.splitlines()) == 1 and "broken.jsonl" in line and "line 2" in line, r.stderr
     assert not out.exists()  # stopped before the first level: nothing measured, nothing written
+
+
+def test_replay_of_a_burstgpt_csv_sends_its_rows_at_their_times(cli, server, tmp_path):
+    trace = tmp_path / "burst.csv"  # BurstGPT's columns; timestamps in seconds
+    rows = [(0, 300, 6), (1, 420, 4), (3, 250, 8), (4, 500, 5)]
+    trace.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                     + "".join(f"{t},ChatGPT,{i},{o},{i + o},Conversation log\n" for t, i, o in rows))
+    out = tmp_path / "burst"
+    r = cli("bench", "--base-url", server, "--replay", str(trace), "--replay-speed", "4", "--out", str(out),
+            "--quiet", "--no-report")
+    assert r.code == 0, r.stderr
+    lv = summary(out)["levels"][0]
+    worker = lv["client"]["per_worker"][0]
+    t0, lag_s = worker["started_at"], worker["schedule_lag_max_ms"] / 1000
+    mine = sorted(records(out), key=lambda x: int(x["request_id"].split("r")[-1]))
+    assert len(mine) == 4 and all(x["status"] == "ok" for x in mine)
+    for x, (t, i, o) in zip(mine, rows):
+        assert x["scheduled_at"] - t0 == pytest.approx(t / 4, abs=1e-6)  # the trace's second, four times as fast
+        assert -TIMER_RESOLUTION_S <= x["sent_at"] - x["scheduled_at"] <= lag_s + 1e-9
+        assert (x["prompt_tokens"], x["output_tokens"]) == (i, o)
