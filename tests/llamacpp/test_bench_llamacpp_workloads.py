@@ -113,3 +113,16 @@ def test_find_max_on_llamacpp_answers_a_load_that_met_the_slo(llamacpp, cli, tmp
     if m["failed_at"] is not None:  # the next step up failed it, and says why
         assert m["value"] < m["failed_at"] and by_load[m["failed_at"]]["ttft_ms"]["p50"] > budget_ms
         assert m["failed_because"].startswith("ttft_p50_ms")
+
+
+def test_replay_on_llamacpp_equal_hash_ids_are_prefix_cache_hits(llamacpp, cli, tmp_path):
+    # every row shares its first 512-token block (hash id 0) and has one of its own: llama.cpp's slot cache
+    # (its own usage.prompt_tokens_details.cached_tokens) finds exactly that block for every row after the first
+    trace = tmp_path / "shared.jsonl"
+    rows = [{"timestamp": 300 * i, "input_length": 600, "output_length": 4, "hash_ids": [0, 1 + i]} for i in range(6)]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary, records = _bench(cli, llamacpp, tmp_path / "shared", "--replay", str(trace))
+    assert summary["levels"][0]["completed"] == 6, summary["levels"][0]["errors"]
+    mine = sorted(records, key=lambda r: r.scheduled_at)
+    assert [r.prompt_tokens for r in mine] == [600] * 6
+    assert [r.extra.get("cached_tokens") for r in mine] == [0] + [512] * 5
