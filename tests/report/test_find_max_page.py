@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import _cli
+from clitools import run_cli
 from kneecap.report import plots
 from kneecap.report.load import load_results
 from kneecap.report.markdown import to_markdown
@@ -14,9 +14,10 @@ from kneecap.report.render import build_document
 
 def test_the_report_plots_the_search_for_the_highest_load_under_the_slo(tmp_path):
     out = tmp_path / "fm"
-    _cli("simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "512", "--osl", "64",
-         "--concurrency", "1,256", "--requests", "64", "--find-max", "concurrency", "--slo", "ttft_p99_ms=200",
-         "--out", str(out), "--no-report", "--quiet")
+    r = run_cli("simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "512", "--osl", "64",
+                "--concurrency", "1,256", "--requests", "64", "--find-max", "concurrency", "--slo", "ttft_p99_ms=200",
+                "--out", str(out), "--no-report", "--quiet")
+    assert r.code == 0, r.stderr
     m = json.loads((out / "summary.json").read_text())["max_load"]
     assert m["value"] is not None and m["failed_at"] is not None  # the search has both ends at this size
     with plots.keep_figures() as figures:
