@@ -214,7 +214,12 @@ class BlockManager:
                 ref[block] = 0
             free.extend(reversed(table))  # tail first: the prefix is evicted last
             return
-        for block in reversed(table):
+        self._release(reversed(table))
+
+    def _release(self, blocks) -> None:
+        """One reference less on each block, in order: a block no one holds joins the free queue's back."""
+        ref, free = self.ref_count, self.free
+        for block in blocks:
             rc = ref[block] - 1
             ref[block] = rc
             if rc == 0:
@@ -334,14 +339,7 @@ class GroupedBlockManager(BlockManager):
             drop = table[:skip]
             del table[:skip]
             self.offset[key] = self.offset.get(key, 0) + len(drop)
-            ref, free = self.ref_count, self.free
-            for block in drop:
-                rc = ref[block] - 1
-                ref[block] = rc
-                if rc == 0:
-                    free.append(block)
-                elif rc == 1:
-                    self._num_shared -= 1
+            self._release(drop)
 
     def _cached_in(self, j: int, h: Hashable) -> bool:
         return (h if j == 0 else (j, h)) in self.cached
