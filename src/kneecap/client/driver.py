@@ -526,14 +526,7 @@ class Client:
                 await self.send(prep, level=level, epoch=epoch, on_record=emit, concurrency=concurrency, warmup=warmup)
 
         tasks = [asyncio.ensure_future(worker(u)) for u in range(workers)]
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await monitor.stop()
-        t1 = time.perf_counter()
-        return self._level_run(level, concurrency, None, records, t0 - epoch, t1 - epoch, monitor, [])
+        return await self._closed_loop_run(tasks, monitor, level, concurrency, records, t0 - epoch, epoch)
 
     async def run_open_loop(self, specs: Sequence[RequestSpec], rate: float, *, burstiness: float = 1.0, seed: int = 0,
                             level: int, epoch: float, on_record: Callable[[RequestRecord], Any], warmup: bool = False,
@@ -670,14 +663,19 @@ class Client:
                         answer_content = await loop.run_in_executor(None, answer_tokenizer.token_ids, answer_text)
 
         tasks = [asyncio.ensure_future(user()) for _ in range(users)]
+        return await self._closed_loop_run(tasks, monitor, level, concurrency, records, t0 - epoch, epoch)
+
+    async def _closed_loop_run(self, tasks: list, monitor: SelfMonitor, level: int, concurrency: int | None,
+                               records: list[RequestRecord], started_at: float, epoch: float) -> LevelRun:
+        """Wait for a closed loop's streams (cancelling the rest if one fails), stop the self-monitor, and
+        give the level's run (started_at and the end in seconds since the epoch)."""
         try:
             await asyncio.gather(*tasks)
         finally:
             for task in tasks:
                 task.cancel()
             await monitor.stop()
-        t1 = time.perf_counter()
-        return self._level_run(level, concurrency, None, records, t0 - epoch, t1 - epoch, monitor, [])
+        return self._level_run(level, concurrency, None, records, started_at, time.perf_counter() - epoch, monitor, [])
 
     def _level_run(self, level: int, concurrency: int | None, rate: float | None, records: list[RequestRecord],
                    started_at: float, ended_at: float, monitor: SelfMonitor, sched: list[float]) -> LevelRun:
