@@ -9,7 +9,8 @@ import pytest
 
 from kneecap.sweep.credentials import Scrubber, resolve_api_key
 from kneecap.sweep.level import LevelTask
-from kneecap.sweep.options import BenchOptions, parse_fail_on, parse_rates, parse_shared_prefix
+from kneecap.sweep.options import BenchOptions, parse_fail_on, parse_shared_prefix
+from kneecap.workload import parse_rates
 from kneecap.sweep.render import summary_table
 from kneecap.sweep.resume import DISCARDED_FILE, first_incomplete, set_aside_records
 from kneecap.levels import sweep_levels

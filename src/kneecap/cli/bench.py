@@ -84,12 +84,12 @@ def bench(
     from pathlib import Path
 
     from kneecap.sweep.credentials import resolve_api_key
-    from kneecap.sweep.options import BenchOptions, parse_fail_on, parse_rates, parse_shared_prefix
+    from kneecap.sweep.options import BenchOptions, parse_fail_on, parse_shared_prefix
     from kneecap.sweep.progress import make_progress
     from kneecap.sweep.session import run_bench
     from kneecap.errors import KneecapError
     from kneecap.results import current_argv
-    from kneecap.workload import concurrency_levels
+    from kneecap.workload import concurrency_levels, parse_rates
 
     from kneecap.metrics.goodput import parse_goodput
     from kneecap.workload.datasets import dataset_flag
@@ -198,7 +198,7 @@ def _replay_levels(path: str, speeds: str | None, concurrency, rate, skip_too_lo
     rows are read again with the server's context before the sweep; a bad file is one line here)."""
     from kneecap.errors import KneecapError
     from kneecap.sweep.bench_workload import replay_schedule
-    from kneecap.sweep.options import parse_rates
+    from kneecap.workload import parse_rates
 
     if concurrency is not None or rate is not None:
         raise KneecapError("--replay sends the trace's own requests at its own times",

@@ -20,35 +20,6 @@ from kneecap.errors import KneecapError
 TRACE_FILE = "trace.jsonl"
 
 
-def parse_levels(concurrency: str | None, rate: str | None) -> tuple[str, list]:
-    """('concurrency', [1, 8, 'max']) or ('rate', [2.0, 4.0])."""
-    from kneecap.workload import concurrency_levels
-
-    if concurrency and rate:
-        raise KneecapError("--concurrency and --rate both given", "pass one of them: closed loop or open loop")
-    if rate:
-        values = []
-        for part in (p.strip() for p in rate.split(",") if p.strip()):
-            try:
-                value = float(part)
-            except ValueError:
-                raise KneecapError(f"--rate {rate!r} is not a list of numbers", "pass e.g. --rate 1,2,4") from None
-            if not value > 0:
-                raise KneecapError(f"--rate values must be > 0 requests/s, got {part}", "pass e.g. --rate 1,2,4")
-            values.append(value)
-        if not values:
-            raise KneecapError("--rate is empty", "pass e.g. --rate 1,2,4")
-        return "rate", values
-    spec = concurrency or "1"
-    parts = [p.strip() for p in spec.split(",") if p.strip()]
-    values: list = []
-    for part in parts:
-        values.append("max" if part.lower() == "max" else concurrency_levels(part)[0])
-    if not values:
-        raise KneecapError("--concurrency is empty", "pass e.g. --concurrency 1,8,64,max")
-    return "concurrency", values
-
-
 def _run_grid(grid: str | None, ray_address: str | None, out: str | None, json_out: bool, quiet: bool) -> int:
     """--grid [--ray]: every configuration as `kneecap simulate` alone would run it, on a cluster or here."""
     from datetime import datetime, timezone
@@ -204,6 +175,8 @@ def simulate(
 
         ramp_obj = parse_ramp(ramp)
         rate = f"{ramp_obj.expected_arrivals(ramp_obj.duration_s) / ramp_obj.duration_s:.12g}"  # the ramp's mean rate
+    from kneecap.workload import parse_levels
+
     kind, values = parse_levels(concurrency, rate or (replay_speed if replay is not None else None))
     from kneecap.sweep.export import check_format
 

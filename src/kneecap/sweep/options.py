@@ -34,18 +34,6 @@ MAX_REQUESTS_PER_ROUND = 20_000
 STABLE_ROUND_REQUESTS_PER_STREAM = 4  # --until-stable: shorter rounds, the p99s checked after each
 
 
-def parse_rates(spec: str | Sequence[float]) -> list[float]:
-    """Parse '0.5,1,2' (requests/s) into positive floats; 'inf' sends every request at once."""
-    parts = [p.strip() for p in spec.split(",") if p.strip()] if isinstance(spec, str) else list(spec)
-    try:
-        values = [float(p) for p in parts]
-    except ValueError:
-        raise KneecapError(f"rate list {spec!r} is not a list of numbers", "pass e.g. --rate 1,2,4 (requests/s)") from None
-    if not values or any(not (v > 0) for v in values):
-        raise KneecapError(f"request rates must be numbers > 0, got {spec!r}", "pass e.g. --rate 1,2,4 (requests/s)")
-    return values
-
-
 def parse_fail_on(spec: str | Sequence[str] | None) -> tuple[str, ...]:
     """Parse '--fail-on errors,slo' into a tuple of conditions."""
     if not spec:

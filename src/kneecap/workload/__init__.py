@@ -218,3 +218,27 @@ def concurrency_levels(spec: str | Sequence[int]) -> list[int]:
     if not values or any(v < 1 for v in values):
         raise KneecapError(f"concurrency levels must be whole numbers >= 1, got {spec!r}", "pass e.g. --concurrency 1,8,64")
     return values
+
+
+def parse_rates(spec: str | Sequence[float]) -> list[float]:
+    """Parse '0.5,1,2' (requests/s) into positive floats; 'inf' sends every request at once."""
+    parts = [p.strip() for p in spec.split(",") if p.strip()] if isinstance(spec, str) else list(spec)
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        raise KneecapError(f"rate list {spec!r} is not a list of numbers", "pass e.g. --rate 1,2,4 (requests/s)") from None
+    if not values or any(not (v > 0) for v in values):
+        raise KneecapError(f"request rates must be numbers > 0, got {spec!r}", "pass e.g. --rate 1,2,4 (requests/s)")
+    return values
+
+
+def parse_levels(concurrency: str | None, rate: str | None) -> tuple[str, list]:
+    """--concurrency / --rate -> ('concurrency', [1, 8, 'max']) or ('rate', [2.0, 4.0]); neither: C=1."""
+    if concurrency and rate:
+        raise KneecapError("--concurrency and --rate both given", "pass one of them: closed loop or open loop")
+    if rate:
+        return "rate", parse_rates(rate)
+    parts = [p.strip() for p in (concurrency or "1").split(",") if p.strip()]
+    if not parts:
+        raise KneecapError("--concurrency is empty", "pass e.g. --concurrency 1,8,64,max")
+    return "concurrency", ["max" if p.lower() == "max" else concurrency_levels(p)[0] for p in parts]
