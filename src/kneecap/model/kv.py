@@ -122,8 +122,11 @@ def layer_bytes_per_token(model: Model, kind: str, dtype_bytes: int | float, tp:
     return 0  # linear_attention: fixed state, see state_bytes_per_sequence
 
 
-def _stage_layer_types(model: Model, pp: int) -> list[str]:
-    """Layer kinds of the heaviest pipeline stage (layers split as evenly as possible, first stages larger)."""
+def stage_layer_types(model: Model, pp: int = 1) -> list[str]:
+    """Layer kinds one GPU holds: all of them at pp=1, else those of the heaviest pipeline stage (layers split as
+    evenly as possible, first stages larger)."""
+    if pp == 1:
+        return list(model.layer_types)
     per_stage = math.ceil(model.num_hidden_layers / pp)
     stages = [model.layer_types[i:i + per_stage] for i in range(0, model.num_hidden_layers, per_stage)]
     return list(max(stages, key=lambda s: sum(layer_bytes_per_token(model, k, 1) for k in s) + len(s)))
@@ -139,13 +142,13 @@ def kv_bytes_per_token(model: Model, dtype_bytes: int | float) -> int:
 
 def kv_bytes_per_token_per_gpu(model: Model, dtype_bytes: int | float, tp: int = 1, pp: int = 1) -> int:
     """Bytes per token on one GPU: TP shards KV heads (down to one head), PP splits the layers."""
-    kinds = model.layer_types if pp == 1 else _stage_layer_types(model, pp)
+    kinds = stage_layer_types(model, pp)
     return sum(layer_bytes_per_token(model, kind, dtype_bytes, tp) for kind in kinds)
 
 
 def state_bytes_per_sequence(model: Model, tp: int = 1, pp: int = 1) -> int:
     """Fixed per-sequence state of linear-attention layers on one GPU (heads sharded over TP)."""
-    kinds = model.layer_types if pp == 1 else _stage_layer_types(model, pp)
+    kinds = stage_layer_types(model, pp)
     n_linear = sum(1 for k in kinds if k == "linear_attention")
     return n_linear * math.ceil(model.linear_state_bytes_per_layer / tp)
 
@@ -164,7 +167,7 @@ def sequence_kv_bytes_per_gpu(model: Model, tokens: int, dtype_bytes: int | floa
     Sliding layers hold min(tokens, window) tokens (paged: plus one block, since the window
     straddles a block boundary); linear layers hold their fixed state.
     """
-    kinds = model.layer_types if pp == 1 else _stage_layer_types(model, pp)
+    kinds = stage_layer_types(model, pp)
     growing = sum(layer_bytes_per_token(model, k, dtype_bytes, tp) for k in kinds if k in ("full_attention", "mla"))
     sliding = sum(layer_bytes_per_token(model, k, dtype_bytes, tp) for k in kinds if k == "sliding_attention")
     if paged:
