@@ -167,7 +167,7 @@ def vllm_layout(deployment: Deployment) -> VllmLayout:
 def model_layout(m, *, tp: int, pp: int, kv_dtype: str, block_size: int) -> VllmLayout:
     """vllm_layout for a model without a GPU deployment (the CPU build)."""
     dtype_bytes = kvmath.kv_dtype_bytes(kv_dtype)
-    kinds = m.layer_types if pp == 1 else kvmath._stage_layer_types(m, pp)
+    kinds = kvmath.stage_layer_types(m, pp)
     counts: dict[str, int] = {}
     for kind in kinds:
         counts[kind] = counts.get(kind, 0) + 1

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
-from kneecap.model.kv import _stage_layer_types, kv_bytes_per_token_per_gpu, kv_dtype_bytes, state_bytes_per_sequence
+from kneecap.model.kv import kv_bytes_per_token_per_gpu, kv_dtype_bytes, stage_layer_types, state_bytes_per_sequence
 from kneecap.records import CANCELLED, ERROR, OK, RequestRecord, StepRuns, StepTimeline
 from kneecap.sim.blocks import BlockManager, GroupedBlockManager, blocks_for, layer_groups
 from kneecap.sim.config import EngineConfig
@@ -91,7 +91,7 @@ def kv_pool(deployment: Deployment, num_blocks: int, enable_prefix_caching: bool
     per sequence when every layer keeps all its tokens; with sliding-window layers, vLLM V1's hybrid pool — blocks
     of block_size tokens of one layer group, num_blocks x layers / group_size of them, a table per group."""
     model, bs = deployment.model, deployment.block_size
-    kinds = model.layer_types if deployment.pp == 1 else _stage_layer_types(model, deployment.pp)
+    kinds = stage_layer_types(model, deployment.pp)
     windows, group_size = layer_groups(kinds, model.sliding_window or 0)
     if not any(windows):
         return BlockManager(num_blocks, bs, enable_prefix_caching)
