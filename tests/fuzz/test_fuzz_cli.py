@@ -20,6 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fuzz_expected import expected_code
+
 CALL_LIMIT_S = 30  # one CLI call; the slowest legitimate case here (a tiny simulated run) takes ~1 s
 
 
@@ -171,8 +173,8 @@ def _check(argv: list[str], code: int, out: str, err: str) -> None:
     assert "internal error" not in err, f"internal error for: kneecap {shown}\n{err.strip()}"
     if refused_at_parse(argv):  # refused while parsed, or by a value no other flag can make acceptable
         assert code == 2, f"exit {code} (not 2) for: kneecap {shown}\n{err.strip()}"
-    else:  # every value readable by its option: whether this one is accepted is the plan's own arithmetic
-        assert code in (0, 2), f"exit {code} for: kneecap {shown}\n{err.strip()}"
+    expected = expected_code(argv)  # what the core says of these values, asked without the CLI
+    assert code == expected, f"exit {code}, the core says {expected}, for: kneecap {shown}\n{err.strip()}"
     if code == 2:
         lines = [line for line in err.splitlines() if line.strip()]
         assert lines and lines[-1].startswith("error: "), f"no one-line error for: kneecap {shown}\n{err}"

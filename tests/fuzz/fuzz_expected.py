@@ -1,0 +1,184 @@
+"""The exit code a fuzzed command line must give, worked out from the core without the command itself.
+
+The argv is read by the command's own option parser (what typer/click refuse, the CLI refuses: exit 2);
+then the values go to the core functions the command stands on (kneecap.plan.build, the sweep options,
+the simulated deployment, the results folder, the report loader, the load-plan reader), called here
+directly. A KneecapError from any of them means the CLI must print that one line and exit with its code;
+none means the CLI must exit 0. So a CLI that refuses what the core accepts, or accepts what the core
+refuses, fails the fuzz test.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from kneecap.errors import KneecapError
+
+PARSE_REFUSED = 2
+
+
+@functools.lru_cache(maxsize=None)
+def _command(name: str):
+    import typer.main
+
+    from kneecap.cli import app
+
+    return typer.main.get_command(app).commands[name]
+
+
+def parsed_values(argv: list[str]) -> dict | None:
+    """The command's parameters as its parser reads argv, or None when the parser refuses it; {"help": True}
+    for an eager --help."""
+    import typer
+
+    try:  # the click typer runs on (a vendored copy in recent typer)
+        from typer._click import exceptions as click
+    except ImportError:  # pragma: no cover
+        from click import exceptions as click
+
+    import contextlib
+    import io
+
+    cmd = _command(argv[0])
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # an eager --help prints before it exits
+            ctx = cmd.make_context(argv[0], list(argv[1:]))
+    except typer.Exit:
+        return {"help": True}
+    except click.ClickException:
+        return None
+    return dict(ctx.params)
+
+
+def _request(values: dict):
+    import dataclasses
+
+    from kneecap.plan.build import DeploymentRequest
+
+    names = {f.name for f in dataclasses.fields(DeploymentRequest)}
+    return DeploymentRequest(**{k: v for k, v in values.items() if k in names})
+
+
+def _plan(v: dict) -> None:
+    from kneecap.plan.build import check_positive, plan_deployment, plan_vllm_cpu
+    from kneecap.plan.levers import compute_levers
+    from kneecap.plan.sweeps import context_sweep, tp_sweep
+
+    if v["list_gpus"]:
+        return
+    check_positive("--prefix-tokens", v["prefix_tokens"], int)
+    request = _request(v)
+    if request.cpu_kvcache_space_gib is not None:
+        plan_vllm_cpu(request)
+        return
+    plan, _ = plan_deployment(request)
+    compute_levers(plan, prefix_tokens=v["prefix_tokens"])
+    tp_sweep(plan)
+    context_sweep(plan)
+
+
+def _preflight(v: dict) -> None:
+    from kneecap.model.kv import blocks_for, kv_dtype_bytes, sequence_kv_bytes_per_gpu
+    from kneecap.plan.engines import vllm_layout
+    from kneecap.plan.build import plan_deployment
+    from kneecap.plan.preflight import effective_capacity_tokens, preflight
+    from kneecap.workload import concurrency_levels
+
+    request = _request(v)
+    levels = concurrency_levels(v["concurrency"])
+    isl, osl, bs = v["isl"], v["osl"], request.block_size or 16
+    sources = [s for s in (v["kv_tokens"], v["server"], request.preset or request.model or request.gpu) if s is not None]
+    if len(sources) != 1 or isl <= 0 or osl <= 0 or bs <= 0:
+        raise KneecapError("bad preflight input", "")
+    if v["kv_tokens"] is not None:
+        capacity = v["kv_tokens"]
+        if request.kv_dtype:
+            kv_dtype_bytes(request.kv_dtype)
+    elif v["server"]:
+        raise KneecapError("no server answers at any --server the fuzzer passes", "")
+    else:
+        plan, pool = plan_deployment(request)
+        d, bs = plan.deployment, plan.deployment.block_size
+        uniform = set(d.model.layer_types) <= {"full_attention"} or set(d.model.layer_types) <= {"mla"}
+        if pool is not None and (uniform or pool.engine == "sglang"):
+            capacity = pool.kv_capacity_tokens
+        elif pool is not None:  # vLLM's layer groups: whole requests of ISL+OSL tokens in its blocks
+            layout = vllm_layout(d)
+            capacity = pool.num_blocks * blocks_for(isl + osl, layout.block_size) * layout.block_size // layout.blocks_per_request(isl + osl)
+        elif uniform:
+            per_token = plan.kv_bytes_per_token_per_gpu
+            capacity = (plan.ledger.kv_pool_bytes // (per_token * bs)) * bs if per_token else 0
+        else:
+            seq = sequence_kv_bytes_per_gpu(d.model, isl + osl, plan.kv_dtype_bytes, d.tp, d.pp, bs, paged=True)
+            capacity = effective_capacity_tokens(plan.ledger.kv_pool_bytes, seq, isl + osl, bs)
+        if capacity <= 0:
+            raise KneecapError("the plan leaves no KV capacity", "")
+    preflight(capacity, isl=isl, osl=osl, concurrencies=levels, block_size=bs)
+
+
+def _simulate(v: dict) -> None:
+    from kneecap.metrics.slo import parse_slo
+    from kneecap.plan.build import plan_deployment
+    from kneecap.results import ResultsDir
+    from kneecap.levels import sweep_levels
+    from kneecap.sim.level_driver import SimulateOptions
+    from kneecap.sim.setup import from_plan
+    from kneecap.sim.step_params import parse_step_params
+    from kneecap.sweep.options import parse_shared_prefix
+    from kneecap.workload import parse_levels
+
+    kind, values = parse_levels(v["concurrency"], v["rate"])
+    prefix_tokens, prefix_groups = parse_shared_prefix(v["shared_prefix"])
+    parse_slo(v["slo"] or None)
+    params = parse_step_params(v["step_params"])
+    plan, _ = plan_deployment(_request(v))
+    opts = SimulateOptions(kind=kind, levels=tuple(values), isl=v["isl"], osl=v["osl"], requests=v["requests"],
+                           duration_s=v["duration"], warmup=v["warmup"], seed=v["seed"], burstiness=v["burstiness"],
+                           shared_prefix_tokens=prefix_tokens, num_prefix_groups=prefix_groups)
+    if v["isl"] + v["osl"] > plan.context:
+        raise KneecapError("--isl + --osl exceed the context", "")
+    from_plan(plan, defaults=v["engine_defaults"], max_num_seqs=v["max_num_seqs"],
+              max_num_batched_tokens=v["max_num_batched_tokens"], prefix_caching=v["prefix_caching"], step_params=params)
+    sweep_levels(opts)
+    if v["out"] is not None:
+        ResultsDir(Path(v["out"]))
+
+
+def _report(v: dict) -> None:
+    from kneecap.report.load import load_results
+    from kneecap.report.render import render_comparison, render_results
+
+    folders = v["folders"]
+    if v["fmt"] not in ("md", "html", "both") or len(folders) > 2:
+        raise KneecapError("bad report input", "")
+    if len(folders) == 2:
+        render_comparison(folders[0], folders[1], v["out"], v["fmt"])
+    else:
+        render_results(load_results(folders[0]), v["out"], v["fmt"])
+
+
+def _run(v: dict) -> None:
+    from kneecap.loadplan.schema import load_plan_file
+    from kneecap.results import ResultsDir
+
+    load_plan_file(v["plan_file"])
+    if v["out"] is not None:
+        ResultsDir(Path(v["out"]))
+
+
+CORE = {"plan": _plan, "preflight": _preflight, "simulate": _simulate, "report": _report, "run": _run}
+
+
+def expected_code(argv: list[str]) -> int:
+    """0, or the code of the core's KneecapError, or 2 when the command's parser refuses argv."""
+    values = parsed_values(argv)
+    if values is None:
+        return PARSE_REFUSED
+    if values.get("help"):
+        return 0
+    try:
+        CORE[argv[0]](values)
+    except KneecapError as exc:
+        return exc.exit_code
+    return 0
