@@ -231,8 +231,9 @@ def refused_key(summary: dict) -> str | None:
     """'HTTP 401 to 3 of 8 requests' when a level's requests were refused for the key, else None."""
     errors = summary.get("errors") or {}
     hits = {kind: errors[kind] for kind in AUTH_ERROR_KINDS if errors.get(kind)}
-    if not hits:
-        return None
+    if not hits:  # a level cut during its warmup has no measured refusal: its cut says
+        cut = summary.get("cut") or {}
+        return cut.get("refused") if cut.get("reason") == "auth_refused" else None
     said = " and ".join(f"HTTP {kind[5:]}" for kind in hits)
     return f"{said} to {sum(hits.values())} of {summary.get('requests') or 0} requests"
 
