@@ -117,6 +117,16 @@ ROWS = [
     # vLLM 0.32.0 laguna.py gives every layer config.num_key_value_heads: 2 x 40 x 8 x 128 x 2 B = 163,840;
     # layer_types 1 full + 3 sliding (512), x 10
     ("poolside--Laguna-XS.2-FP8.json", 1, 1, 163_840, {"full_attention": 10, "sliding_attention": 30}),
+    # Qwen2-72B (qwen2, use_sliding_window false): 2 x 80 layers x 8 KV heads x (8192 / 64 = 128) x 2 B = 327,680
+    ("Qwen--Qwen2-72B.json", 2, 1, 327_680, {"full_attention": 80}),
+    # OLMo-2-7B (olmo2, a generic decoder to kneecap), MHA: 2 x 32 x 32 KV heads x (4096 / 32 = 128) x 2 B = 524,288
+    ("allenai--OLMo-2-1124-7B.json", 1, 1, 524_288, {"full_attention": 32}),
+    # Phi-mini-MoE (phimoe, a generic decoder to kneecap): explicit head_dim 128: 2 x 32 x 8 KV heads x 128 x 2 B
+    # = 131,072 (sliding_window 2047 without layer_types: every layer counted as full, see the note)
+    ("microsoft--Phi-mini-MoE-instruct.json", 1, 1, 131_072, {"full_attention": 32}),
+    # Gemma-2-9B-it (gemma2): 2 x 42 layers x 8 KV heads x head_dim 256 x 2 B = 344,064; HF Gemma2Config's
+    # layer_types: even layers slide (window 4096), odd layers global -> 21 + 21
+    ("google--gemma-2-9b-it.json", 1, 1, 344_064, {"full_attention": 21, "sliding_attention": 21}),
     # Earlier partial copies and reproductions (SOURCES.md says where each comes from)
     # Phi-2 (model_type "phi", a generic decoder to kneecap), MHA: 2 x 32 x 32 KV heads x (2560 / 32 = 80) x 2 B
     # = 327,680
@@ -163,10 +173,12 @@ def test_every_shipped_config_is_in_the_table_or_refused():
 def test_generic_decoders_say_so():
     for fname in ("MiniMaxAI--MiniMax-M2.5.json", "XiaomiMiMo--MiMo-7B-Base.json", "phi-2.json",
                   "microsoft--phi-1.json", "LGAI-EXAONE--EXAONE-4.0-32B.json", "allenai--Olmo-3.1-32B-Instruct.json",
-                  "mistralai--Devstral-2-123B-Instruct-2512.json", "Qwen--Qwen2.5-VL-7B-Instruct.json"):
+                  "mistralai--Devstral-2-123B-Instruct-2512.json", "Qwen--Qwen2.5-VL-7B-Instruct.json",
+                  "allenai--OLMo-2-1124-7B.json", "microsoft--Phi-mini-MoE-instruct.json"):
         model = load_model(str(CONFIGS / fname))
         assert any("generic decoder" in note for note in model.notes), fname
-    for fname in ("zai-org--GLM-4.5.json", "CohereForAI--c4ai-command-r-v01.json", "google--gemma-3-27b-it.json"):
+    for fname in ("zai-org--GLM-4.5.json", "CohereForAI--c4ai-command-r-v01.json", "google--gemma-3-27b-it.json",
+                  "google--gemma-2-9b-it.json", "Qwen--Qwen2-72B.json"):
         assert not any("generic" in n for n in load_model(str(CONFIGS / fname)).notes), fname
 
 
@@ -176,6 +188,33 @@ def test_command_r_counts_35b_with_tied_embeddings():
     # 8192 = 663,552 -> 34,981,158,912
     model = load_model(str(CONFIGS / "CohereForAI--c4ai-command-r-v01.json"))
     assert model.total_params == 34_981_158_912
+
+
+def test_qwen2_72b_counts_its_card_size():
+    # Qwen/Qwen2-72B (72.7B on its card; q/k/v biases, untied embeddings): embed and lm_head 2 x 152064 x 8192 =
+    # 2,491,416,576; per layer q + o 2 x 8192^2 = 134,217,728, k + v 2 x 8192 x 1024 = 16,777,216, biases
+    # 8192 + 2 x 1024 = 10,240, MLP 3 x 8192 x 29568 = 726,663,168, norms 2 x 8192 = 16,384 -> 877,684,736,
+    # x 80 = 70,214,778,880; final norm 8192 -> 72,706,203,648
+    model = load_model(str(CONFIGS / "Qwen--Qwen2-72B.json"))
+    assert model.total_params == model.active_params == 72_706_203_648
+    assert model.sliding_window is None  # sliding_window 131072 is in the file, use_sliding_window false
+
+
+def test_gemma2_alternates_sliding_and_global_layers():
+    # google/gemma-2-9b-it (9.24B on its card): layers 1, 3, ..., 41 global, the even ones slide over 4096 tokens;
+    # Gemma ties its embeddings (no tie_word_embeddings key: Gemma2Config's default True). By hand: embed 256000 x
+    # 3584 = 917,504,000; per layer q + o 2 x 3584 x 4096 = 29,360,128, k + v 2 x 3584 x 2048 = 14,680,064, MLP 3 x
+    # 3584 x 14336 = 154,140,672, 4 norms 14,336 -> 198,195,200, x 42 = 8,324,198,400; final norm 3584
+    model = load_model(str(CONFIGS / "google--gemma-2-9b-it.json"))
+    assert [i for i, k in enumerate(model.layer_types) if k == "full_attention"] == list(range(1, 42, 2))
+    assert model.sliding_window == 4096
+    assert model.total_params == 9_241_705_984
+
+
+def test_a_sliding_window_without_layer_types_is_named_as_counted_full():
+    # microsoft/Phi-mini-MoE-instruct: phimoe, sliding_window 2047 and no layer_types
+    notes = load_model(str(CONFIGS / "microsoft--Phi-mini-MoE-instruct.json")).notes
+    assert any("sliding_window 2047" in n and "counted as full attention" in n for n in notes)
 
 
 def test_gemma3_text_config_takes_the_config_class_defaults():
