@@ -108,3 +108,28 @@ def test_a_class_named_server_keeps_its_name_in_errors(tmp_path):
     with pytest.raises(KneecapError) as exc:
         load_plan_file(p)
     assert "classes.server.input" in exc.value.message
+
+
+def test_simulator_target_takes_expert_parallelism_and_dp_attention(tmp_path):
+    """ep and dp_attention on a simulator target reach the one deployment builder (as kneecap plan --ep /
+    --dp-attention); the defaults are off; a bad value names its line and field; a dense model with --ep is refused."""
+    from kneecap.loadplan.targets import make_candidate
+
+    plan = GOOD.replace("target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm, max_num_seqs: 16}",
+                        "target: {kind: simulator, model: deepseek-v3, gpu: h200, tp: 8, ep: 8, dp_attention: true, "
+                        "weight_dtype: fp8, max_num_seqs: 64}")
+    spec, _ = load_plan_file(write(tmp_path, plan))
+    t = spec.candidates[0].target
+    assert (t.ep, t.dp_attention) == (8, True)
+    d = make_candidate(t).plan.deployment
+    assert (d.ep, d.dp_attention, d.attention_dp) == (8, True, 8)
+    plain, _ = load_plan_file(write(tmp_path, GOOD))
+    assert (plain.candidates[0].target.ep, plain.candidates[0].target.dp_attention) == (1, False)
+    with pytest.raises(KneecapError) as info:
+        load_plan_file(write(tmp_path, plan.replace("ep: 8,", "ep: 0,")))
+    assert ":19:" in info.value.one_line() and "candidates.0.target.ep" in info.value.one_line()
+    dense = GOOD.replace("gpu: h100-sxm,", "gpu: h100-sxm, tp: 2, ep: 2,")
+    spec, _ = load_plan_file(write(tmp_path, dense))
+    with pytest.raises(KneecapError) as info:
+        make_candidate(spec.candidates[0].target)
+    assert "mixture-of-experts" in info.value.one_line()

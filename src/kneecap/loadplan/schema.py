@@ -211,6 +211,8 @@ class SimulatorTarget(_Strict):
     gpu: str = "h100-sxm"
     tp: int = Field(1, ge=1)
     pp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)  # expert parallelism over the tp GPUs (mixture-of-experts models; as kneecap plan --ep)
+    dp_attention: bool = False  # attention data-parallel over the tp GPUs (as kneecap plan --dp-attention)
     weight_dtype: Optional[str] = None
     kv_dtype: str = "bf16"
     block_size: int = Field(16, ge=1)

@@ -39,7 +39,8 @@ class SimulatorCandidate:
         from kneecap.sim.setup import simulated_deployment
 
         self.target = target
-        request = DeploymentRequest(model=target.model, gpu=target.gpu, tp=target.tp, pp=target.pp,
+        request = DeploymentRequest(model=target.model, gpu=target.gpu, tp=target.tp, pp=target.pp, ep=target.ep,
+                                    dp_attention=target.dp_attention,
                                     weight_dtype=target.weight_dtype, kv_dtype=target.kv_dtype,
                                     block_size=target.block_size)
         self.setup = simulated_deployment(request, defaults=target.engine_defaults, max_num_seqs=target.max_num_seqs,
