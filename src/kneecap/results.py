@@ -25,9 +25,25 @@ RECORDS_FILE = "requests.jsonl"
 SUMMARY_FILE = "summary.json"
 MANIFEST_FILE = "manifest.json"
 KINDS = ("bench", "simulate", "run")
+CELL_RECORDS_DIR = "records"  # `kneecap run`: one records file per cell, beside its trace and a discarded attempt
+_CELL_RECORDS = re.compile(r"cell-\d{4,}\.jsonl")
 REDACTED = "<redacted>"
 LEVEL_REQUIRED_KEYS = ("requests", "completed", "failed", "duration_s", "output_tok_s", "input_tok_s",
                        "total_tok_s", "request_s", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "errors")
+
+def cell_records_name(index: int, part: str | None = None) -> str:
+    """'records/cell-0003.jsonl' (a run's cell records, relative to its folder); part 'trace' or 'discarded'
+    names the cell's engine trace or its set-aside attempt ('records/cell-0003.trace.jsonl')."""
+    return f"{CELL_RECORDS_DIR}/cell-{index:04d}{'.' + part if part else ''}.jsonl"
+
+
+def cell_records_files(folder: str | os.PathLike) -> list[Path]:
+    """A run folder's cell records files, in cell order: not the cells' traces nor their discarded attempts."""
+    directory = Path(folder) / CELL_RECORDS_DIR
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if _CELL_RECORDS.fullmatch(p.name))
+
 
 # --- redaction -------------------------------------------------------------------------------------
 

@@ -40,10 +40,27 @@ def test_records_are_digested_and_trace_is_read(bench_dir, refused_bench, sim_di
     assert len(sim.trace) == steps  # one trace line per engine step
     assert sim.records.chunk_token_counts == {1: 2 * 16 * 32}  # the simulated engine streams a token per chunk
     run = load_results(run_dir)
-    cell_files = [p for p in (run_dir / "records").glob("*.jsonl") if not p.name.endswith(".trace.jsonl")]
-    assert run.records.num_records == sum(sum(1 for _ in open(p)) for p in cell_files)
+    cell_files = [p for p in (run_dir / "records").glob("cell-*.jsonl") if p.name.count(".") == 1]
+    assert cell_files and run.records.num_records == sum(sum(1 for _ in open(p)) for p in cell_files)
     measured = sum(c["metrics"]["completed"] for c in run.summary["cells"])
     assert run.records.chunk_token_counts == {1: measured * 64}  # fixed 64-token outputs, one token per chunk
+
+
+def test_run_report_reads_only_the_cells_records(run_dir):
+    """A run folder's records/ also holds each simulated cell's engine trace and any attempt set aside on
+    resume: the report digests the cells' records files, and nothing else there, even a record-shaped line."""
+    from kneecap.results import cell_records_files
+
+    before = load_results(run_dir).records.num_records
+    traces = sorted((run_dir / "records").glob("cell-*.trace.jsonl"))
+    assert traces, "the run's simulated cells wrote no engine trace"
+    record = (run_dir / "records" / "cell-0000.jsonl").read_text().splitlines()[0] + "\n"
+    with open(traces[0], "a") as fh:
+        fh.write(record)
+    (run_dir / "records" / "cell-0000.discarded.jsonl").write_text(record * 3)
+    assert [p.name for p in cell_records_files(run_dir)] == sorted(
+        p.name for p in (run_dir / "records").iterdir() if p.name.count(".") == 1)
+    assert load_results(run_dir).records.num_records == before
 
 
 def test_error_samples_are_distinct_and_bounded():

@@ -19,6 +19,7 @@ from kneecap.loadplan.observe import observe_cell
 from kneecap.loadplan.schema import LoadPlanSpec
 from kneecap.loadplan.targets import make_candidate
 from kneecap.loadplan.verdicts import judge
+from kneecap.results import CELL_RECORDS_DIR, cell_records_name
 from kneecap.workload import Workload
 
 DEFAULT_REQUESTS_PER_CELL = 100
@@ -103,8 +104,7 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
     say = progress or (lambda line: None)
     classes = {name: c.to_request_class(name, base_dir) for name, c in spec.classes.items()}
     workloads = {name: Workload(classes=(rc,)) for name, rc in classes.items()}
-    records_dir = results.path / "records"
-    records_dir.mkdir(parents=True, exist_ok=True)
+    (results.path / CELL_RECORDS_DIR).mkdir(parents=True, exist_ok=True)
     arrival = spec.load.arrival
     burstiness = 1.0 if arrival.kind == "poisson" else arrival.burstiness
     bursts = {"on_s": arrival.on_s, "off_s": arrival.off_s} if arrival.kind == "onoff" else {}
@@ -178,9 +178,9 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
                     if _stops_ramp(row, spec):
                         stopped_at = cell.load
                     continue
-                partial = records_dir / f"cell-{index:04d}.jsonl"
+                partial = results.path / cell_records_name(index)
                 if resume is not None and partial.exists():  # cut short by the kill: keep it aside, run it again
-                    partial.replace(records_dir / f"cell-{index:04d}.discarded.jsonl")
+                    partial.replace(results.path / cell_records_name(index, "discarded"))
                 state_note = cand.settle(cell.state, spec.state.cold_pause_s, spec.state.reset_prefix_cache)
                 n = _requests_for(spec, dimension, cell.load)
                 warmup = spec.state.warmup_requests if cell.state == "warm" else 0
@@ -195,11 +195,11 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
                 run = cand.run_cell(index=index, dimension=dimension, load=cell.load,
                                     workload=workloads[cell.class_name], num_requests=n, warmup=warmup,
                                     seed=spec.seed + index, burstiness=burstiness, on_record=keep,
-                                    records_path=records_dir / f"cell-{index:04d}.jsonl", progress=say, **bursts)
+                                    records_path=results.path / cell_records_name(index), progress=say, **bursts)
                 if run.trace:  # the simulator's per-step trace: batch composition, KV blocks, queue depth
                     import orjson
 
-                    (records_dir / f"cell-{index:04d}.trace.jsonl").write_bytes(b"".join(orjson.dumps(t) + b"\n" for t in run.trace))
+                    (results.path / cell_records_name(index, "trace")).write_bytes(b"".join(orjson.dumps(t) + b"\n" for t in run.trace))
                 if run.level is not None:  # a live cell: the level summary of the one level runner, as bench's
                     level = dict(run.level)
                 else:
@@ -224,7 +224,7 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
                            little=littles_law(run.records),
                            observed=observe_cell(run.records, run.trace, run.server_metrics),
                            offered=offered_vs_completed(run.records, level.get("duration_s")),
-                           records=f"records/cell-{index:04d}.jsonl")
+                           records=cell_records_name(index))
                 cells.append(row)
                 say(f"{cell.key}: {verdict['verdict']}" + (f" ({verdict['limit'] or '; '.join(verdict['breaches'])})"
                                                           if verdict["verdict"] != "pass" else ""))

@@ -138,9 +138,10 @@ def _read_records(folder: Path) -> tuple[RecordDigest | None, list[str]]:
 
     from kneecap.records import iter_records
 
-    single = folder / "requests.jsonl"
-    paths = [single] if single.is_file() else (
-        sorted((folder / "records").glob("*.jsonl")) if (folder / "records").is_dir() else [])
+    from kneecap.results import RECORDS_FILE, cell_records_files
+
+    single = folder / RECORDS_FILE
+    paths = [single] if single.is_file() else cell_records_files(folder)
     if not paths:
         return None, ["requests.jsonl (per-request records: no tokens-per-chunk histogram, no error messages)"]
     try:
