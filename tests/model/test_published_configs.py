@@ -127,6 +127,10 @@ ROWS = [
     # Gemma-2-9B-it (gemma2): 2 x 42 layers x 8 KV heads x head_dim 256 x 2 B = 344,064; HF Gemma2Config's
     # layer_types: even layers slide (window 4096), odd layers global -> 21 + 21
     ("google--gemma-2-9b-it.json", 1, 1, 344_064, {"full_attention": 21, "sliding_attention": 21}),
+    # StarCoder2-15B (starcoder2, a generic decoder to kneecap): 2 x 40 x 4 KV heads x (6144 / 48 = 128) x 2 B
+    # = 81,920 (sliding_window 4096 without layer_types: every layer counted as full, see the note); torch_dtype
+    # float32 in this file, so its weights are priced at 4 B and need TP 2
+    ("bigcode--starcoder2-15b.json", 2, 1, 81_920, {"full_attention": 40}),
     # Earlier partial copies and reproductions (SOURCES.md says where each comes from)
     # Phi-2 (model_type "phi", a generic decoder to kneecap), MHA: 2 x 32 x 32 KV heads x (2560 / 32 = 80) x 2 B
     # = 327,680
@@ -174,7 +178,8 @@ def test_generic_decoders_say_so():
     for fname in ("MiniMaxAI--MiniMax-M2.5.json", "XiaomiMiMo--MiMo-7B-Base.json", "phi-2.json",
                   "microsoft--phi-1.json", "LGAI-EXAONE--EXAONE-4.0-32B.json", "allenai--Olmo-3.1-32B-Instruct.json",
                   "mistralai--Devstral-2-123B-Instruct-2512.json", "Qwen--Qwen2.5-VL-7B-Instruct.json",
-                  "allenai--OLMo-2-1124-7B.json", "microsoft--Phi-mini-MoE-instruct.json"):
+                  "allenai--OLMo-2-1124-7B.json", "microsoft--Phi-mini-MoE-instruct.json",
+                  "bigcode--starcoder2-15b.json"):
         model = load_model(str(CONFIGS / fname))
         assert any("generic decoder" in note for note in model.notes), fname
     for fname in ("zai-org--GLM-4.5.json", "CohereForAI--c4ai-command-r-v01.json", "google--gemma-3-27b-it.json",
@@ -212,9 +217,10 @@ def test_gemma2_alternates_sliding_and_global_layers():
 
 
 def test_a_sliding_window_without_layer_types_is_named_as_counted_full():
-    # microsoft/Phi-mini-MoE-instruct: phimoe, sliding_window 2047 and no layer_types
-    notes = load_model(str(CONFIGS / "microsoft--Phi-mini-MoE-instruct.json")).notes
-    assert any("sliding_window 2047" in n and "counted as full attention" in n for n in notes)
+    # microsoft/Phi-mini-MoE-instruct (phimoe, window 2047) and bigcode/starcoder2-15b (window 4096): no layer_types
+    for fname, window in (("microsoft--Phi-mini-MoE-instruct.json", 2047), ("bigcode--starcoder2-15b.json", 4096)):
+        notes = load_model(str(CONFIGS / fname)).notes
+        assert any(f"sliding_window {window}" in n and "counted as full attention" in n for n in notes), fname
 
 
 def test_gemma3_text_config_takes_the_config_class_defaults():
