@@ -23,6 +23,7 @@ class Price:
     usd_per_gpu_hour: float | None  # None: not sourced (left out by default)
     source: str = ""
     date: str = ""
+    note: str = ""  # why there is no price, or what to keep in mind about it
 
 
 def _entry(gpu: str, raw, origin: str) -> Price:
@@ -38,7 +39,8 @@ def _entry(gpu: str, raw, origin: str) -> Price:
             raise KneecapError(f"{origin}: usd_per_gpu_hour of {gpu!r} must be a positive number, got {value!r}",
                                "write dollars per GPU-hour, e.g. 3.29")
         value = float(value)
-    return Price(gpu=name, usd_per_gpu_hour=value, source=str(raw.get("source", "")), date=str(raw.get("date", "")))
+    return Price(gpu=name, usd_per_gpu_hour=value, source=str(raw.get("source", "")), date=str(raw.get("date", "")),
+                 note=str(raw.get("note", "")))
 
 
 def load_prices(path: str | Path | None = None) -> dict[str, Price]:
