@@ -127,7 +127,7 @@ def test_pruned_when_nothing_fits():
 
 @pytest.mark.parametrize("args,needle", [
     (["--gpus", "h100-sxmm"], "h100-sxmm"),
-    (["--gpus", "l40s"], "no price for l40s"),
+    (["--gpus", "l4"], "no price for l4"),
     (["--classes", "missing.yaml"], "--classes and --isl/--osl both given"),
     (["--concurrency", "8"], "exactly one of --rate and --concurrency"),
     (["--slo", "ttft_p99=5"], "unknown SLO key"),

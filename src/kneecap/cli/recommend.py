@@ -48,7 +48,7 @@ def _table(doc: dict):
     for i, c in enumerate(doc["candidates"]):
         mark = ("best" if i == 0 else "") + (" *" if id(c) in front or any(c == f for f in doc["frontier"]) else "")
         margin = "" if c["margin"] is None else f" ({c['margin']:.0%})"
-        t.add_row(mark.strip(), c["gpu"], f"{c['tp']}x{c['pp']}" + (f" ep{c['ep']}" if c.get("ep", 1) > 1 else ""), _replicas(c), f"{c['weight_dtype']}/{c['kv_dtype']}",
+        t.add_row(mark.strip(), c["gpu"], f"{c['tp']}x{c['pp']}" + (" dp-attn" if c.get("dp_attention") else f" ep{c['ep']}" if c.get("ep", 1) > 1 else ""), _replicas(c), f"{c['weight_dtype']}/{c['kv_dtype']}",
                   f"{c['max_num_seqs']}/{c['max_num_batched_tokens']}", f"{c['cost_per_hour']:.2f}",
                   _fmt(c["cost_per_mtok_output"], ".3f"), _fmt(c["predicted"]["ttft_p99_ms"], ".0f"),
                   _fmt(c["predicted"]["tpot_p99_ms"], ".1f"), ("≥" if c.get("max_load_at_least") else "") + _fmt(c["max_load"], ".3g"),
@@ -56,17 +56,15 @@ def _table(doc: dict):
     return t
 
 
-RUN_PLANS_FOR = 3  # the cheapest candidates given a `kneecap run` plan
-
-
 def _write_run_plans(d: Path, req, doc: dict) -> None:
-    """DIR/confirm-N.yaml (against the real server) and DIR/confirm-N-simulated.yaml (the simulated twin) for the
-    cheapest candidates; each candidate names its files under run_plan."""
+    """For every sized candidate: DIR/confirm-N.yaml (against the real server) and DIR/confirm-N-simulated.yaml (the
+    simulated twin), or for disaggregated pools DIR/confirm-N.yaml (the proxy) with DIR/confirm-N-prefill.yaml and
+    DIR/confirm-N-prefill-simulated.yaml (the prefill pool alone); each candidate names its files under run_plan."""
     import yaml
 
     from kneecap.recommend.runplan import run_plans
 
-    for i, cand in enumerate(doc["candidates"][:RUN_PLANS_FOR]):
+    for i, cand in enumerate(doc["candidates"]):
         names = {}
         for kind, plan in run_plans(req, doc, cand, f"confirm-{i + 1}").items():
             fname = f"confirm-{i + 1}.yaml" if kind == "server" else f"confirm-{i + 1}-{kind}.yaml"
@@ -128,8 +126,10 @@ def recommend_cmd(
         if unpriced:
             raise KneecapError(f"no price for {', '.join(unpriced)}",
                                'pass --prices FILE with e.g. {"' + unpriced[0] + '": 2.50} (dollars per GPU-hour), or drop it from --gpus')
+        unpriced_default = []
     else:
         names = tuple(g for g, p in table.items() if p.usd_per_gpu_hour is not None)
+        unpriced_default = [g for g, p in table.items() if p.usd_per_gpu_hour is None]
     req = RecommendRequest(model=model, kind="rate" if rate is not None else "concurrency",
                            load=float(rate) if rate is not None else int(concurrency), isl=isl, osl=osl,
                            slo=parse_slo(slo), gpus=names, max_gpus=max_gpus,
@@ -137,6 +137,7 @@ def recommend_cmd(
                            kv_dtypes=_csv(kv_dtypes) or DEFAULT_KV_DTYPES, seed=seed, mix=mix)
     n = workers or max(1, os.cpu_count() or 1)
     doc = recommend(req, table, workers=n, ray=ray)
+    doc["unpriced_gpus"] = [{"gpu": g, "note": table[g].note or "no price"} for g in unpriced_default]
     if out:
         from kneecap.report.recommend_page import write_report
 
@@ -152,11 +153,17 @@ def recommend_cmd(
 
     console = Console()
     console.print(_table(doc))
+    if doc["unpriced_gpus"]:
+        console.print("skipped for lack of a price (pass --prices FILE to include them): "
+                      + ", ".join(u["gpu"] for u in doc["unpriced_gpus"]), soft_wrap=True)
     best = doc["best"]
     console.print(f"best: {best['replicas']} x {best['gpus_per_replica']} {best['gpu']} (tp {best['tp']}, pp {best['pp']}), "
                   f"${best['cost_per_hour']:.2f}/h; {best['trust']}")
     console.print(f"confirm {'each instance' if best['disaggregated'] else 'one replica'}: {best['serve_cmd']}", soft_wrap=True)
     console.print(f"  then: {best['confirm_cmd']}", soft_wrap=True)
+    for pool in ("prefill", "decode"):
+        if (best.get("confirm_pools") or {}).get(pool):
+            console.print(f"  {pool} pool alone: {best['confirm_pools'][pool]}", soft_wrap=True)
     if best.get("run_plan"):
         console.print(f"  or: kneecap run {Path(out) / best['run_plan']['server']}", soft_wrap=True)
     if out:

@@ -38,7 +38,9 @@ def _limits_ms(slo: dict, metrics: tuple[str, ...], stats: tuple[str, ...] | Non
     return max(vals) if vals else None
 
 
-def replica_bound(plan: Plan, knobs: Knobs, req: RecommendRequest) -> Bound:
+def replica_bound(plan: Plan, knobs: Knobs, req: RecommendRequest, *, pool: str | None = None) -> Bound:
+    """pool None: an aggregated replica. pool "decode": a disaggregated decode replica (no prefill of its own:
+    no TTFT check, no prompt FLOPs); "prefill": a prefill replica (the prompt's FLOPs only, one output token)."""
     d = plan.deployment
     gpu, model = d.gpu, d.model
     bw = gpu.hbm_bandwidth_bytes_s
@@ -46,7 +48,9 @@ def replica_bound(plan: Plan, knobs: Knobs, req: RecommendRequest) -> Bound:
     active = model.active_params
     frac = active / model.total_params if model.total_params else 1.0
     w_min = plan.ledger.weights_bytes * frac  # bytes every step must read on each GPU
-    kv_tok = plan.kv_bytes_per_token_per_gpu
+    # under DP attention each GPU keeps (and reads) only its own 1/tp of the sequences' KV
+    dp = d.attention_dp
+    kv_tok = plan.kv_bytes_per_token_per_gpu / dp
     n = knobs.tp * knobs.pp
     flops_tok = 2.0 * active / n  # per GPU, per token
 
@@ -54,16 +58,18 @@ def replica_bound(plan: Plan, knobs: Knobs, req: RecommendRequest) -> Bound:
         return max((w_min + b * req.isl * kv_tok) / bw, b * flops_tok / peak)
 
     # every request's TTFT and TPOT are at least one step of itself
+    any_ttft = _limits_ms(req.slo, ("ttft",), None)
+    t_prefill = knobs.pp * max(2.0 * active * req.isl / (n * peak), w_min / bw)
+    if pool != "decode" and any_ttft is not None and t_prefill * MS_PER_S > any_ttft:
+        return Bound(0.0, f"one {req.isl}-token prefill takes at least {t_prefill * MS_PER_S:.0f} ms > TTFT limit {any_ttft:g} ms")
+    if pool == "prefill":
+        return Bound(peak / (flops_tok * req.isl), "peak FLOPs of the prompts")
     any_tpot = _limits_ms(req.slo, ("tpot", "itl"), None)
     if any_tpot is not None and t_round(1) * MS_PER_S > any_tpot:
         return Bound(0.0, f"one decode step reads {w_min / 1e9:.1f} GB per GPU: at least {t_round(1) * MS_PER_S:.1f} ms "
                           f"> TPOT limit {any_tpot:g} ms")
-    any_ttft = _limits_ms(req.slo, ("ttft",), None)
-    t_prefill = knobs.pp * max(2.0 * active * req.isl / (n * peak), w_min / bw)
-    if any_ttft is not None and t_prefill * MS_PER_S > any_ttft:
-        return Bound(0.0, f"one {req.isl}-token prefill takes at least {t_prefill * MS_PER_S:.0f} ms > TTFT limit {any_ttft:g} ms")
 
-    b_cap = min(knobs.max_num_seqs * knobs.pp, plan.kv_capacity_tokens // (req.isl + 1))
+    b_cap = min(knobs.max_num_seqs * knobs.pp, plan.kv_capacity_tokens // (req.isl + 1))  # the replica's (every DP rank's)
     why = "KV pool / max_num_seqs"
     tpot = _limits_ms(req.slo, ("tpot", "itl"), _MEAN_BOUNDING)
     if tpot is not None:
@@ -74,7 +80,7 @@ def replica_bound(plan: Plan, knobs: Knobs, req: RecommendRequest) -> Bound:
     if b_cap < 1:
         return Bound(0.0, "not one sequence fits the KV pool within the TPOT limit")
     rate_decode = b_cap / (req.osl * t_round(b_cap))
-    rate_compute = peak / (flops_tok * (req.isl + req.osl))
+    rate_compute = peak / (flops_tok * (req.osl if pool == "decode" else req.isl + req.osl))
     rate = min(rate_decode, rate_compute)
     if rate_compute < rate_decode:
         why = "peak FLOPs"

@@ -26,15 +26,23 @@ NIXL_KV_CONFIG = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 
 def serve_cmd(req: RecommendRequest, k: Knobs, *, disaggregated: bool = False) -> str:
     """vLLM's own flags for one replica (vllm serve --help: tensor/pipeline parallel size, scheduler limits);
-    disaggregated: the same for each prefill and decode instance, with the NIXL KV transfer config."""
-    parts = ["vllm", "serve", "--tensor-parallel-size", str(k.tp), "--pipeline-parallel-size", str(k.pp),
-             "--max-num-seqs", str(k.max_num_seqs), "--max-num-batched-tokens", str(k.max_num_batched_tokens),
+    disaggregated: the same for each prefill and decode instance, with the NIXL KV transfer config.
+
+    DP attention: vLLM's data-parallel deployment (docs.vllm.ai/en/latest/serving/data_parallel_deployment):
+    --data-parallel-size tp with --tensor-parallel-size 1 runs attention data parallel, one engine per GPU, and
+    --enable-expert-parallel puts the experts expert-parallel over all of them; each engine's --max-num-seqs and
+    --max-num-batched-tokens are its own, so the replica's limits / tp (SGLang: --tp N --dp N --enable-dp-attention)."""
+    dp = k.attention_dp
+    tp_flag = ["--tensor-parallel-size", "1", "--data-parallel-size", str(k.tp)] if k.dp_attention else [
+        "--tensor-parallel-size", str(k.tp)]
+    parts = ["vllm", "serve", *tp_flag, "--pipeline-parallel-size", str(k.pp),
+             "--max-num-seqs", str(k.max_num_seqs // dp), "--max-num-batched-tokens", str(k.max_num_batched_tokens // dp),
              "--max-model-len", str(req.context)]
     if k.kv_dtype.startswith("fp8"):
         parts += ["--kv-cache-dtype", "fp8"]
     if k.weight_dtype == "fp8":
         parts += ["--quantization", "fp8"]
-    if k.ep > 1:  # vLLM: experts over the TP x DP GPUs (EP size = TP x DP)
+    if k.ep > 1 or k.dp_attention:  # vLLM: experts over the TP x DP GPUs (EP size = TP x DP)
         parts += ["--enable-expert-parallel"]
     if disaggregated:
         parts += ["--kv-transfer-config", NIXL_KV_CONFIG]
@@ -78,3 +86,30 @@ def trust(gpu_vendor: str, moe: bool, fp8: bool, engine: str = "vllm") -> str:
     if not parts:
         return "not validated"
     return "simulator's median absolute error against published measurements: " + ", ".join(parts)
+
+
+def pool_bench_cmds(req: RecommendRequest, prefill_replicas: int, decode_replicas: int, transfer_ms: float) -> dict:
+    """The two bench runs that confirm each pool of a disaggregated candidate on its own:
+    prefill: one prefill instance (no KV transfer config needed to measure it), its share of the rate, one output
+    token per request, each TTFT limit less the KV transfer; decode: the proxy in front of the whole prefill pool and
+    ONE decode instance, at one decode replica's share of the rate, judged on the decode terms (TPOT / ITL)."""
+    from kneecap.metrics.slo import split_key
+    from kneecap.recommend.runplan import prefill_budget
+
+    seed = ["--seed", str(req.seed)]
+    pre_share = req.load / prefill_replicas
+    pre = ["kneecap", "bench", "--base-url", "http://127.0.0.1:8100", "--isl", str(req.isl), "--osl", "1", "--rate",
+           _levels(req, pre_share, None), "--requests", "300"]
+    budget = prefill_budget(req.slo, transfer_ms)
+    if budget:
+        pre += ["--slo", format_slo(budget)]
+    decode_slo = {k: v for k, v in req.slo.items() if k != "error_rate" and split_key(k)[0] in ("tpot", "itl")}
+    dec = ["kneecap", "bench", "--base-url", "http://127.0.0.1:8000", "--isl", str(req.isl), "--osl", str(req.osl),
+           "--rate", _levels(req, req.load / decode_replicas, None), "--requests", "300"]
+    if decode_slo:
+        dec += ["--slo", format_slo(decode_slo)]
+    return {"prefill": " ".join(shlex.quote(p) for p in pre + seed),
+            "prefill_note": f"one prefill instance alone, at {pre_share:g} requests/s (the rate / {prefill_replicas})",
+            "decode": " ".join(shlex.quote(p) for p in dec + seed),
+            "decode_note": (f"the proxy in front of all {prefill_replicas} prefill instances and one decode instance, at "
+                            f"{req.load / decode_replicas:g} requests/s (the rate / {decode_replicas})")}

@@ -3,11 +3,16 @@ class (the ISL/OSL pair, or each class of a --classes mix, ramped on its own as 
 as every class's budget, the load raised one step at a time (half the candidate's share, its share, and the
 simulated maximum) with the share as the required load.
 
-Two plans per candidate: against the real server (base URL http://127.0.0.1:8000, the replica started with
-the candidate's `vllm serve` line, or the proxy in front of disaggregated pools), and the same plan on
-kneecap's simulated engine with the candidate's own settings (what recommend predicted; aggregated
-candidates only, the simulator target has no prefill/decode pools). Owns the plan's content; the schema is
-kneecap.loadplan.schema's.
+Two plans per aggregated candidate (tensor, expert or DP-attention parallel alike): against the real server
+(base URL http://127.0.0.1:8000, the replica started with the candidate's `vllm serve` line), and the same plan
+on kneecap's simulated engine with the candidate's own settings (what recommend predicted).
+
+A disaggregated candidate has no simulated twin of the whole (the load-plan simulator target has no prefill/decode
+pools); it gets the plan against the proxy in front of both pools at the whole rate, and the prefill pool's own
+check: one prefill instance at its share of the rate with one output token per request (its TTFT is the prompt's
+prefill), each TTFT budget less the KV transfer, against the real instance and on the simulated engine. The decode
+pool cannot run alone (its prompts' KV comes from a prefill instance): its check is the bench line through the
+proxy (search.py's confirm_pools). Owns the plan's content; the schema is kneecap.loadplan.schema's.
 """
 
 from __future__ import annotations
@@ -51,8 +56,44 @@ def _steps(kind: str, share: float, max_load: float | None) -> list[float]:
     return sorted(vals)
 
 
+def _target(req: RecommendRequest, cand: dict) -> dict:
+    """The load plan's simulator target with the candidate's own settings (every field kneecap.plan.build takes)."""
+    return {"kind": "simulator", "model": req.model, "gpu": cand["gpu"], "tp": cand["tp"], "pp": cand["pp"],
+            "ep": cand.get("ep", 1), "dp_attention": bool(cand.get("dp_attention", False)),
+            "weight_dtype": cand["weight_dtype"], "kv_dtype": cand["kv_dtype"], "engine_defaults": ENGINE_DEFAULTS,
+            "max_num_seqs": cand["max_num_seqs"], "max_num_batched_tokens": cand["max_num_batched_tokens"]}
+
+
+def prefill_budget(slo: dict, transfer_ms: float) -> dict:
+    """The prefill pool's share of the SLO: each TTFT limit less the KV transfer, and the error rate."""
+    budget, _ = _budget(dict(slo))
+    out = {k: round(v - transfer_ms, 1) for k, v in budget.items() if k.startswith("ttft_")}
+    if "error_rate" in budget:
+        out["error_rate"] = budget["error_rate"]
+    return out
+
+
+def _prefill_plans(req: RecommendRequest, base: dict, cand: dict, name: str, cost: dict) -> dict[str, dict]:
+    dis = cand["disaggregated"]
+    share = req.load / dis["prefill_replicas"]
+    classes = {c: dict(spec, output={"kind": "fixed", "value": 1}) for c, spec in base["classes"].items()}
+    budget = prefill_budget(req.slo, dis["kv_transfer_ms"])
+    steps = _steps("rate", share, dis.get("prefill_max_rate"))
+    desc = (f"Confirms the prefill pool of kneecap recommend's {dis['prefill_replicas']}P{dis['decode_replicas']}D "
+            f"{cand['gpu']} deployment for {req.model}: one prefill instance at its share of the rate ({share:g} requests/s), "
+            f"one output token per request, each TTFT budget less the {dis['kv_transfer_ms']:g} ms KV transfer.")
+    plan = dict(base, name=name + "-prefill", description=desc, classes=classes, slo={c: dict(budget) for c in classes},
+                load={"dimension": "rate", "steps": steps, "requests_per_cell": REQUESTS_PER_CELL, "required": share})
+    one = dict(cost, num_gpus=cand["gpus_per_replica"])
+    return {"prefill": dict(plan, candidates=[{"name": "prefill", "target": {"kind": "server", "base_url": BASE_URL},
+                                               "cost": one}]),
+            "prefill-simulated": dict(plan, name=name + "-prefill-simulated",
+                                      candidates=[{"name": "prefill-simulated", "target": _target(req, cand), "cost": one}])}
+
+
 def run_plans(req: RecommendRequest, doc: dict, cand: dict, name: str) -> dict[str, dict]:
-    """{"server": plan, "simulated": plan (aggregated only)} for one candidate of recommend.json."""
+    """{"server": plan, "simulated": plan} for an aggregated candidate of recommend.json; {"server", "prefill",
+    "prefill-simulated"} for a disaggregated one."""
     dis = cand.get("disaggregated")
     share = req.load if dis else cand["predicted"]["per_replica_load"]
     if doc.get("classes"):
@@ -63,8 +104,9 @@ def run_plans(req: RecommendRequest, doc: dict, cand: dict, name: str) -> dict[s
     budget, dropped = _budget(dict(req.slo))
     where = (f"{dis['prefill_replicas']} prefill + {dis['decode_replicas']} decode replicas behind one proxy, at the whole rate"
              if dis else f"one replica at its share of the load ({share:g} {'requests/s' if req.kind == 'rate' else 'streams'})")
+    par = (f", ep {cand['ep']}" if cand.get("ep", 1) > 1 else "") + (", DP attention" if cand.get("dp_attention") else "")
     desc = (f"Confirms kneecap recommend's {cand['replicas']} x {cand['gpus_per_replica']} {cand['gpu']} (tp {cand['tp']}, "
-            f"pp {cand['pp']}, {cand['weight_dtype']} weights, {cand['kv_dtype']} KV, max_num_seqs {cand['max_num_seqs']}, "
+            f"pp {cand['pp']}{par}, {cand['weight_dtype']} weights, {cand['kv_dtype']} KV, max_num_seqs {cand['max_num_seqs']}, "
             f"max_num_batched_tokens {cand['max_num_batched_tokens']}) for {req.model}: {where}.")
     if len(classes) > 1:
         desc += " Each class is ramped on its own (kneecap run's cells), not as the mix."
@@ -81,9 +123,9 @@ def run_plans(req: RecommendRequest, doc: dict, cand: dict, name: str) -> dict[s
             "num_gpus": cand["total_gpus"] if dis else cand["gpus_per_replica"]}
     server = dict(base, candidates=[{"name": "server", "target": {"kind": "server", "base_url": BASE_URL}, "cost": cost}])
     out = {"server": server}
-    if not dis and cand.get("ep", 1) == 1:  # the load plan's simulator target has no expert parallelism
-        target = {"kind": "simulator", "model": req.model, "gpu": cand["gpu"], "tp": cand["tp"], "pp": cand["pp"],
-                  "weight_dtype": cand["weight_dtype"], "kv_dtype": cand["kv_dtype"], "engine_defaults": ENGINE_DEFAULTS,
-                  "max_num_seqs": cand["max_num_seqs"], "max_num_batched_tokens": cand["max_num_batched_tokens"]}
-        out["simulated"] = dict(base, name=name + "-simulated", candidates=[{"name": "simulated", "target": target, "cost": cost}])
+    if dis:
+        out.update(_prefill_plans(req, base, cand, name, cost))
+    else:
+        out["simulated"] = dict(base, name=name + "-simulated",
+                                candidates=[{"name": "simulated", "target": _target(req, cand), "cost": cost}])
     return out

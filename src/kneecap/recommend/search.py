@@ -29,7 +29,9 @@ SLACK = 0.25  # also simulate candidates whose lower-bound cost is within 25% of
 MAX_REPRESENTATIVES = 10  # stage 1: one engine-limit setting per (GPU, tp, pp, dtypes), cheapest bounds first
 LIMIT_VARIANTS_FOR = 1  # stage 2: the other max_num_seqs, then max_num_batched_tokens, of the best this many setups
 REFINE = 4  # stage 3: the cheapest candidates sized and checked at the stated load with longer levels
-DISAGG_SETUPS = 2  # stage 4: the cheapest this many setups also tried as disaggregated prefill/decode pools (rate loads)
+DISAGG_SETUPS = 4  # stage 4 (rate loads): at most this many setups tried as disaggregated prefill/decode pools: those
+# whose bound on the pools' cost (ceil(rate / prefill bound) + ceil(rate / decode bound) replicas) is below the cheapest
+# aggregated candidate sized, cheapest bound first
 RAY_TASK_TIMEOUT_S = 3600.0
 PREFERRED_LIMITS = (256, 8192)  # the representative's limits when bounds tie (vLLM's defaults on a >= 70 GiB GPU: 1024, 8192)
 
@@ -43,6 +45,7 @@ class Counts:
     skipped_by_bound: int = 0  # its lower-bound cost cannot come within SLACK of the best found
     simulated: int = 0
     not_simulated: int = 0  # fits and could meet the SLO, but bounded out or not among the best setups
+    disagg_bounded_out: int = 0  # setups whose disaggregated pools' cost bound is not below the best aggregated cost
     prune_reasons: dict = field(default_factory=dict)
 
 
@@ -183,6 +186,7 @@ def _point(req: RecommendRequest, k: Knobs, price: float, replicas: int, at, max
     r_out = at.output_tok_s if disaggregated else (at.output_tok_s * replicas if at.output_tok_s is not None else None)
     return {
         "gpu": k.gpu, "gpus_per_replica": k.gpus_per_replica, "replicas": replicas, "tp": k.tp, "pp": k.pp, "ep": k.ep,
+        "dp_attention": k.dp_attention,
         "weight_dtype": k.weight_dtype, "kv_dtype": k.kv_dtype, "max_num_seqs": k.max_num_seqs,
         "max_num_batched_tokens": k.max_num_batched_tokens, "disaggregated": disaggregated,
         "total_gpus": gpus, "usd_per_gpu_hour": price, "cost_per_hour": round(cost, 4),
@@ -258,6 +262,7 @@ def _disagg_candidate(req: RecommendRequest, k: Knobs, price: float, plan, ds) -
         "serve_cmd": confirm.serve_cmd(req, k, disaggregated=True),
         "confirm_cmd": confirm.bench_cmd(req, req.load, None, disaggregated=True),
         "confirm_note": "run against the router in front of both pools, at the whole rate",
+        "confirm_pools": confirm.pool_bench_cmds(req, p.prefill, p.decode, p.transfer_ms),
         "trust": _trust(plan) + "; disaggregated serving is not validated against measurements",
     })
     return out
@@ -278,6 +283,33 @@ def _no_candidate(req: RecommendRequest, c: Counts, reasons: list[str]) -> Kneec
                         f"than allowed; e.g. {why})", hint)
 
 
+def _disagg_setups(req: RecommendRequest, plans: dict, by_setup: dict, coarse: list, best_cost: float, c: Counts) -> list:
+    """The setups worth trying as xPyD pools: a lower bound on the pools' cost (at least ceil(rate / prefill bound)
+    prefill and ceil(rate / decode bound) decode replicas, replica_bound's roofline for each pool) below the cheapest
+    aggregated candidate's cost; cheapest bound first, at most DISAGG_SETUPS. Each setup with its best simulated
+    engine limits (coarse), else its representative's."""
+    best_knobs = {}
+    for it in sorted(coarse, key=lambda x: (x[0], x[1])):
+        best_knobs.setdefault(it[2].plan_key, it)
+    scored = []
+    for key, items in by_setup.items():
+        it = best_knobs.get(key, items[0])
+        k, plan = it[2], plans[key]
+        pre, dec = replica_bound(plan, k, req, pool="prefill"), replica_bound(plan, k, req, pool="decode")
+        if pre.load <= 0 or dec.load <= 0:
+            c.disagg_bounded_out += 1
+            continue
+        n = math.ceil(req.load / pre.load - 1e-9) + math.ceil(req.load / dec.load - 1e-9)
+        lb = it[4] * k.gpus_per_replica * n
+        if lb >= best_cost or (req.max_gpus is not None and n * k.gpus_per_replica > req.max_gpus):
+            c.disagg_bounded_out += 1
+            continue
+        scored.append((lb, it[1], it))
+    scored.sort(key=lambda x: (x[0], x[1]))
+    c.disagg_bounded_out += max(0, len(scored) - DISAGG_SETUPS)
+    return [it for _, _, it in scored[:DISAGG_SETUPS]]
+
+
 def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int = 1, progress=None,
               ray: str | None = None) -> dict:
     """The search; returns recommend.json's document."""
@@ -294,6 +326,11 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
                 plan = planned(req.deployment_request(k))
                 if plan.num_kv_blocks < 1:
                     raise KneecapError(f"{req.model} on {k.gpus_per_replica}x {k.gpu} leaves no KV pool")
+                per_rank = plan.kv_capacity_tokens // plan.deployment.attention_dp
+                if per_rank < req.context:
+                    raise KneecapError(f"{req.model} on {k.gpus_per_replica}x {k.gpu}: "
+                                       + ("each DP rank's KV pool" if k.dp_attention else "the KV pool")
+                                       + f" holds fewer tokens than one {req.context}-token sequence")
                 plans[k.plan_key] = plan
             except KneecapError as exc:
                 plans[k.plan_key] = exc
@@ -390,15 +427,6 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
     top += [it for it in coarse if it not in top][: REFINE - len(top)]
     top.sort(key=lambda x: (x[0], x[1]))
     sized = runner.map(_refine, [(req, it[2], it[5]) for it in top])
-    # stage 4 (rate loads): the cheapest setups as disaggregated prefill and decode pools
-    dis_top = []
-    if req.kind == "rate":
-        for it in top:
-            if it[2].plan_key not in {d[2].plan_key for d in dis_top} and len(dis_top) < DISAGG_SETUPS:
-                dis_top.append(it)
-    dis = runner.map(_disagg, [(req, it[2], req.load) for it in dis_top])
-    nodes = runner.nodes
-    runner.close()
     cands, sized_keys = [], set()
     for it, s in zip(top, sized):
         if s.replicas is None:
@@ -407,6 +435,13 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
             continue
         cands.append(_candidate(req, it[2], it[4], plans[it[2].plan_key], it[5], s, it[3], it[6]))
         sized_keys.add(it[1])
+    # stage 4 (rate loads): setups whose pools' bound may beat the cheapest aggregated candidate, as disaggregated
+    # prefill and decode pools (the setup's best simulated engine limits, else its representative's)
+    dis_top = _disagg_setups(req, plans, by_setup, coarse, min((x["cost_per_hour"] for x in cands), default=math.inf), c) \
+        if req.kind == "rate" else []
+    dis = runner.map(_disagg, [(req, it[2], req.load) for it in dis_top])
+    nodes = runner.nodes
+    runner.close()
     dis_notes = []
     for it, ds in zip(dis_top, dis):
         k = it[2]
@@ -437,11 +472,16 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
         "evaluated": c.evaluated, "pruned": c.pruned, "infeasible": c.infeasible, "over_gpu_limit": c.over_gpu_limit,
         "skipped_by_bound": c.skipped_by_bound, "simulated": c.simulated, "not_simulated": c.not_simulated,
         "sized": len(top), "disaggregated_tried": len(dis_top), "disaggregated_not_met": dis_notes,
+        "disaggregated_bounded_out": c.disagg_bounded_out,
         "prune_reasons": c.prune_reasons,
         "seconds": round(time.perf_counter() - t0, 3),
         "search": {"coarse_requests": [COARSE_REQUESTS, COARSE_MAX_REQUESTS], "fine_requests": FINE_REQUESTS, "batch": BATCH, "slack": SLACK,
                    "representatives": MAX_REPRESENTATIVES, "limit_variants_for": LIMIT_VARIANTS_FOR, "refined": REFINE, "engine": "vllm defaults (simulated)",
                    "disaggregated_setups": DISAGG_SETUPS if req.kind == "rate" else 0,
+                   "disaggregated_rule": "setups whose pools' roofline cost bound is below the cheapest aggregated candidate"
+                                         if req.kind == "rate" else "rate loads only",
+                   "dp_attention": "DP attention (ep = tp) for every tp > 1" if req.dp_attention and req.is_moe and req.is_mla
+                                   else "not tried (MLA mixture-of-experts models only)",
                    "expert_parallel": "ep = 1 and ep = tp for MoE models" if req.expert_parallel and req.is_moe else "ep = 1 (dense model)"},
         "ray": None if ray is None else {"address": ray, "nodes": nodes},  # where it ran (the answer does not depend on it)
         "prices": {g: {"usd_per_gpu_hour": prices[g].usd_per_gpu_hour, "source": prices[g].source, "date": prices[g].date}

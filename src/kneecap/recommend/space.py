@@ -38,14 +38,24 @@ class Knobs(NamedTuple):
     max_num_seqs: int
     max_num_batched_tokens: int
     ep: int = 1  # expert parallelism over the tp GPUs (MoE models; 1: experts split tensor-parallel)
+    # attention data-parallel over the tp GPUs (MLA MoE models: SGLang --enable-dp-attention, vLLM DP+EP): each GPU
+    # attends its own sequences with its own KV pool, experts expert-parallel over all tp GPUs (ep = tp).
+    # max_num_seqs / max_num_batched_tokens are then the whole replica's (every DP rank's together), as the
+    # simulated engine schedules them; each rank's engine flag is that / tp (confirm.serve_cmd)
+    dp_attention: bool = False
 
     @property
     def gpus_per_replica(self) -> int:
         return self.tp * self.pp
 
     @property
+    def attention_dp(self) -> int:
+        """DP ranks, each with its own sequences and KV pool: tp under DP attention, else 1."""
+        return self.tp if self.dp_attention else 1
+
+    @property
     def plan_key(self) -> tuple:
-        return (self.gpu, self.tp, self.pp, self.weight_dtype, self.kv_dtype, self.ep)
+        return (self.gpu, self.tp, self.pp, self.weight_dtype, self.kv_dtype, self.ep, self.dp_attention)
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,7 @@ class RecommendRequest:
     seed: int = 0
     mix: Workload | None = None  # a class file's mix (isl / osl are then its weighted means)
     expert_parallel: bool = True  # MoE models: also try ep = tp (experts split over the TP GPUs) beside ep = 1
+    dp_attention: bool = True  # MLA MoE models: also try DP attention (ep = tp) for every tp > 1
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -103,8 +114,8 @@ class RecommendRequest:
 
     def deployment_request(self, k: Knobs) -> DeploymentRequest:
         """The one deployment builder's request for a candidate (every other default as `kneecap plan`)."""
-        return DeploymentRequest(model=self.model, gpu=k.gpu, tp=k.tp, pp=k.pp, ep=k.ep, weight_dtype=k.weight_dtype,
-                                 kv_dtype=k.kv_dtype, context=self.context)
+        return DeploymentRequest(model=self.model, gpu=k.gpu, tp=k.tp, pp=k.pp, ep=k.ep, dp_attention=k.dp_attention,
+                                 weight_dtype=k.weight_dtype, kv_dtype=k.kv_dtype, context=self.context)
 
     @property
     def is_moe(self) -> bool:
@@ -113,14 +124,33 @@ class RecommendRequest:
         m = load_model(self.model)
         return m.active_params < m.total_params
 
+    @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention in any layer (DeepSeek V3, Kimi K2): one latent KV head, which TP replicates
+        on every GPU; DP attention keeps it once per sequence instead."""
+        from kneecap.model import load_model
+
+        return "mla" in load_model(self.model).layer_types
+
+    def _parallel(self, tp: int) -> list[tuple[int, bool]]:
+        """(ep, dp_attention) pairs tried at this tp."""
+        out = [(1, False)]
+        if tp > 1 and self.expert_parallel and self.is_moe:
+            out.append((tp, False))
+        if tp > 1 and self.dp_attention and self.is_moe and self.is_mla:
+            out.append((tp, True))
+        return out
+
     def grid(self) -> list[Knobs]:
-        """Every candidate, in a fixed order (GPU list order, then tp, ep, pp, dtypes, limits). MoE models with
-        expert_parallel: every tp > 1 also with ep = tp (vLLM --enable-expert-parallel: EP size = TP x DP)."""
+        """Every candidate, in a fixed order (GPU list order, then tp, ep / DP attention, pp, dtypes, limits). MoE
+        models with expert_parallel: every tp > 1 also with ep = tp (vLLM --enable-expert-parallel: EP size = TP x
+        DP); MLA MoE models with dp_attention: every tp > 1 also with DP attention (each engine limit then per DP
+        rank, so the replica's limits are tp times the choice)."""
         out = []
-        moe = self.expert_parallel and self.is_moe
         for gpu in self.gpus:
             for tp in self.tp_choices:
-                for ep in ((1, tp) if moe and tp > 1 else (1,)):
+                for ep, dpa in self._parallel(tp):
+                    ranks = tp if dpa else 1
                     for pp in self.pp_choices:
                         if tp * pp > GPUS_PER_NODE or (self.max_gpus is not None and tp * pp > self.max_gpus):
                             continue
@@ -128,5 +158,5 @@ class RecommendRequest:
                             for kd in self.kv_dtypes:
                                 for mns in self.max_num_seqs_choices:
                                     for mbt in self.max_num_batched_tokens_choices:
-                                        out.append(Knobs(gpu, tp, pp, wd, kd, mns, mbt, ep))
+                                        out.append(Knobs(gpu, tp, pp, wd, kd, mns * ranks, mbt * ranks, ep, dpa))
         return out

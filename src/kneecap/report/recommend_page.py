@@ -23,12 +23,20 @@ def _replicas(c: dict) -> str:
     return f"{dis['prefill_replicas']} prefill + {dis['decode_replicas']} decode" if dis else str(c["replicas"])
 
 
+def _par(c: dict, sep: str = ", ") -> str:
+    """tp x pp, with expert parallelism and DP attention when used."""
+    out = f"{c['tp']} x {c['pp']}"
+    if c.get("dp_attention"):
+        return out + f"{sep}DP attention (ep {c['ep']})"
+    return out + (f"{sep}ep {c['ep']}" if c.get("ep", 1) > 1 else "")
+
+
 def _rows(doc: dict) -> list[list[str]]:
     rows = []
     for i, c in enumerate(doc["candidates"]):
         mark = ("best " if i == 0 else "") + ("frontier" if c in doc["frontier"] else "")
         margin = "" if c["margin"] is None else f" ({c['margin']:.0%})"
-        rows.append([mark.strip(), c["gpu"], f"{c['tp']} x {c['pp']}" + (f", ep {c['ep']}" if c.get("ep", 1) > 1 else ""), _replicas(c), f"{c['weight_dtype']}/{c['kv_dtype']}",
+        rows.append([mark.strip(), c["gpu"], _par(c), _replicas(c), f"{c['weight_dtype']}/{c['kv_dtype']}",
                      f"{c['max_num_seqs']}/{c['max_num_batched_tokens']}", f"{c['cost_per_hour']:.2f}",
                      _f(c["cost_per_mtok_output"], ".3f"), _f(c["predicted"]["ttft_p99_ms"], ".0f"),
                      _f(c["predicted"]["tpot_p99_ms"], ".1f"),
@@ -99,10 +107,17 @@ def _intro(doc: dict) -> list[str]:
             f"{doc['seconds']:.0f} s.",
             "Predictions come from kneecap's simulated engine (vLLM scheduling defaults, virtual time; no model was run). "
             "Replicas share the load evenly (rate / replicas requests/s each). "
-            + (f"The cheapest {doc.get('disaggregated_tried', 0)} setups were also tried as disaggregated prefill and decode pools "
-               "(prompts prefilled on one pool, their KV sent to the other, which generates every output token). "
-               if doc.get("disaggregated_tried") else "Disaggregated prefill/decode is searched for rate loads only. ")
-            + f"Expert parallelism: {doc.get('search', {}).get('expert_parallel', 'not searched')}.",
+            + (f"{doc.get('disaggregated_tried', 0)} setups were also tried as disaggregated prefill and decode pools "
+               "(prompts prefilled on one pool, their KV sent to the other, which generates every output token): those whose "
+               "roofline bound on the pools' cost was below the cheapest aggregated deployment"
+               + (f" ({doc['disaggregated_bounded_out']} setups could not beat it by that bound)" if doc.get("disaggregated_bounded_out") else "")
+               + ". " if doc.get("disaggregated_tried") else
+               "Disaggregated prefill/decode is searched for rate loads only. " if doc["load"]["kind"] != "rate" else
+               "No setup's bound on disaggregated pools' cost was below the cheapest aggregated deployment. ")
+            + f"Expert parallelism: {doc.get('search', {}).get('expert_parallel', 'not searched')}. "
+            + f"DP attention: {doc.get('search', {}).get('dp_attention', 'not searched')}.",
+            *([f"Left out for lack of a price (pass --prices FILE to include them): "
+               + "; ".join(f"{u['gpu']} ({u['note']})" for u in doc["unpriced_gpus"]) + "."] if doc.get("unpriced_gpus") else []),
             f"The frontier is taken over all {len(doc.get('points', doc['candidates']))} simulated candidates that meet the SLO: "
             f"the {len(doc['candidates'])} sized ones as checked at the load, the others at one shorter level at their share of it; "
             "candidates the roofline bound or the staged search left out have no prediction and are not on it."]
@@ -120,11 +135,13 @@ def to_markdown(doc: dict, plots: list[tuple[str, str]]) -> str:
     lines.append("")
     for name, title in plots:
         lines += [f"![{title}]({name})", ""]
-    for i, c in enumerate(doc["candidates"][:3]):
+    for i, c in enumerate(doc["candidates"]):
         p = c["plan"]
         dis = c.get("disaggregated")
         lines += [f"## {'Best: ' if i == 0 else ''}{_replicas(c)} x {c['gpus_per_replica']} {c['gpu']} "
-                  f"(tp {c['tp']}, pp {c['pp']}, {c['weight_dtype']} weights, {c['kv_dtype']} KV)", "",
+                  f"(tp {c['tp']}, pp {c['pp']}" + (", DP attention" if c.get("dp_attention") else
+                                                     f", ep {c['ep']}" if c.get("ep", 1) > 1 else "")
+                  + f", {c['weight_dtype']} weights, {c['kv_dtype']} KV)", "",
                   f"- ledger per GPU: weights {p['weights_bytes_per_gpu'] / 1e9:.2f} GB, KV pool {p['kv_pool_bytes_per_gpu'] / 1e9:.2f} GB "
                   f"({p['kv_capacity_tokens']:,} tokens), overhead {p['overhead_bytes_per_gpu'] / 1e9:.2f} GB of {p['hbm_bytes_per_gpu'] / 1e9:.2f} GB",
                   f"- predicted at the load ({c['predicted']['per_replica_load']:.4g} per replica): TTFT p99 "
@@ -139,8 +156,13 @@ def to_markdown(doc: dict, plots: list[tuple[str, str]]) -> str:
                      f"{dis['kv_link']} ({dis['kv_link_note']}), {dis['kv_transfer_ms']:.2f} ms for a {doc['isl']}-token prompt; "
                      f"prefill time p99 {_f(dis['prefill_time_p99_ms'], '.0f')} ms"] if dis else []),
                   *([f"- `kneecap run` plans: `{c['run_plan']['server']}` (against the server)"
-                     + (f", `{c['run_plan']['simulated']}` (the same plan on the simulated engine)" if "simulated" in c["run_plan"] else "")]
+                     + (f", `{c['run_plan']['simulated']}` (the same plan on the simulated engine)" if "simulated" in c["run_plan"] else "")
+                     + (f", `{c['run_plan']['prefill']}` (one prefill instance alone), `{c['run_plan']['prefill-simulated']}` "
+                        "(the same on the simulated engine)" if "prefill" in c["run_plan"] else "")]
                     if c.get("run_plan") else []),
+                  *([f"- confirm the prefill pool: `{c['confirm_pools']['prefill']}` ({c['confirm_pools']['prefill_note']})",
+                     f"- confirm the decode pool: `{c['confirm_pools']['decode']}` ({c['confirm_pools']['decode_note']})"]
+                    if c.get("confirm_pools") else []),
                   f"- confirm on one replica: `{c['serve_cmd']}` then `{c['confirm_cmd']}`"
                   + (f" ({c['confirm_note']})" if c.get("confirm_note") else ""), ""]
     lines += ["## Prices", "", "| GPU | $/GPU-hour | source | date |", "|---|---|---|---|"]
@@ -162,10 +184,12 @@ def to_html(doc: dict, plots: list[tuple[str, str]]) -> str:
     parts += ["<tr>" + "".join(f"<td>{e(x)}</td>" for x in r) + "</tr>" for r in _frontier_rows(doc)]
     parts.append("</table>")
     parts += [f"<figure><img src='{e(n)}' alt='{e(t)}'><figcaption>{e(t)}</figcaption></figure>" for n, t in plots]
-    for c in doc["candidates"][:3]:
+    for c in doc["candidates"]:
         plans = " ".join(f"kneecap run {n}" for n in (c.get("run_plan") or {}).values())
-        parts.append(f"<h2>{e(_replicas(c))} x {c['gpus_per_replica']} {e(c['gpu'])} (tp {c['tp']}, pp {c['pp']})</h2>"
+        pools = c.get("confirm_pools") or {}
+        parts.append(f"<h2>{e(_replicas(c))} x {c['gpus_per_replica']} {e(c['gpu'])} ({e(_par(c))})</h2>"
                      f"<p>trust: {e(c['trust'])}</p><pre>{e(c['serve_cmd'])}\n{e(c['confirm_cmd'])}"
+                     + "".join(f"\n{e(pools[k])}" for k in ("prefill", "decode") if k in pools)
                      + (f"\n{e(plans)}" if plans else "") + "</pre>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
