@@ -131,6 +131,11 @@ ROWS = [
     # = 81,920 (sliding_window 4096 without layer_types: every layer counted as full, see the note); torch_dtype
     # float32 in this file, so its weights are priced at 4 B and need TP 2
     ("bigcode--starcoder2-15b.json", 2, 1, 81_920, {"full_attention": 40}),
+    # Granite-3.0-2B-instruct (granite): 2 x 40 x 8 KV heads x (2048 / 32 = 64) x 2 B = 81,920
+    ("ibm-granite--granite-3.0-2b-instruct.json", 1, 1, 81_920, {"full_attention": 40}),
+    # Granite-3.1-3B-A800M (granitemoe, a generic decoder to kneecap; 40 experts, top 8): 2 x 32 x 8 KV heads x
+    # (1536 / 24 = 64) x 2 B = 65,536
+    ("ibm-granite--granite-3.1-3b-a800m-instruct.json", 1, 1, 65_536, {"full_attention": 32}),
     # Earlier partial copies and reproductions (SOURCES.md says where each comes from)
     # Phi-2 (model_type "phi", a generic decoder to kneecap), MHA: 2 x 32 x 32 KV heads x (2560 / 32 = 80) x 2 B
     # = 327,680
@@ -179,11 +184,11 @@ def test_generic_decoders_say_so():
                   "microsoft--phi-1.json", "LGAI-EXAONE--EXAONE-4.0-32B.json", "allenai--Olmo-3.1-32B-Instruct.json",
                   "mistralai--Devstral-2-123B-Instruct-2512.json", "Qwen--Qwen2.5-VL-7B-Instruct.json",
                   "allenai--OLMo-2-1124-7B.json", "microsoft--Phi-mini-MoE-instruct.json",
-                  "bigcode--starcoder2-15b.json"):
+                  "bigcode--starcoder2-15b.json", "ibm-granite--granite-3.1-3b-a800m-instruct.json"):
         model = load_model(str(CONFIGS / fname))
         assert any("generic decoder" in note for note in model.notes), fname
     for fname in ("zai-org--GLM-4.5.json", "CohereForAI--c4ai-command-r-v01.json", "google--gemma-3-27b-it.json",
-                  "google--gemma-2-9b-it.json", "Qwen--Qwen2-72B.json"):
+                  "google--gemma-2-9b-it.json", "Qwen--Qwen2-72B.json", "ibm-granite--granite-3.0-2b-instruct.json"):
         assert not any("generic" in n for n in load_model(str(CONFIGS / fname)).notes), fname
 
 
@@ -203,6 +208,14 @@ def test_qwen2_72b_counts_its_card_size():
     model = load_model(str(CONFIGS / "Qwen--Qwen2-72B.json"))
     assert model.total_params == model.active_params == 72_706_203_648
     assert model.sliding_window is None  # sliding_window 131072 is in the file, use_sliding_window false
+
+
+def test_granite3_counts_its_card_size_with_tied_embeddings():
+    # ibm-granite/granite-3.0-2b-instruct (2.5B on its card; tie_word_embeddings true): embed 49155 x 2048 =
+    # 100,669,440; per layer q + o 2 x 2048^2 = 8,388,608, k + v 2 x 2048 x 512 = 2,097,152, MLP 3 x 2048 x 8192 =
+    # 50,331,648, norms 4,096 -> 60,821,504, x 40 = 2,432,860,160; final norm 2048 -> 2,533,531,648
+    model = load_model(str(CONFIGS / "ibm-granite--granite-3.0-2b-instruct.json"))
+    assert model.total_params == 2_533_531_648
 
 
 def test_gemma2_alternates_sliding_and_global_layers():
