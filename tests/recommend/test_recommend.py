@@ -71,6 +71,26 @@ def test_recommendations_meet_the_slo_and_one_fewer_fails(doc):
         assert c["predicted"]["ttft_p99_ms"] <= SLO["ttft_p99_ms"] and c["predicted"]["tpot_p99_ms"] <= SLO["tpot_p99_ms"]
 
 
+def test_every_cheaper_deployment_fails_or_does_not_fit(doc):
+    """One step cheaper, directly (no find_max): for every candidate of the grid, the most replicas that still
+    cost less than the recommendation, simulated at the load with them, break the SLO (or the setup does not fit)."""
+    req = small()
+    best = doc["best"]["cost_per_hour"]
+    checked = 0
+    for k in req.grid():
+        per = PRICES[k.gpu].usd_per_gpu_hour * k.gpus_per_replica
+        r = math.ceil(best / per - 1e-9) - 1  # the most replicas costing strictly less than the best
+        if r < 1:
+            continue
+        try:
+            sim = simulated(req, k)
+        except Exception:
+            continue  # does not fit
+        assert not run_level(sim, req, per_replica_load(req, r), FINE_REQUESTS).met, (k, r)
+        checked += 1
+    assert checked >= 1
+
+
 def test_contract_keys(doc):
     for key in ("evaluated", "pruned", "seconds", "frontier", "best"):
         assert key in doc
