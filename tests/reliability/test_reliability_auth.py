@@ -1,6 +1,13 @@
 """A server that accepts the key for the first levels, then refuses it (HTTP 401, as a key revoked mid-run):
-`kneecap bench` and `kneecap run` stop after the level or cell that met the refusal, with one line naming it,
-keep every level or cell already measured, send nothing more, and exit 4."""
+`kneecap bench` and `kneecap run` cut the level or cell at its first refusal (nothing more is sent, the
+requests in flight are cancelled, the records that finished are kept), stop there with one line naming it
+and the fix, keep every level or cell already measured, and exit 4.
+
+What is deterministic: the server accepts the first N completion requests and refuses the rest; each accepted
+one streams for about a second (ITL_S per token), a refusal is answered at once. When the refusal meets a
+level of C streams whose first C requests go out together and C-1 of them are accepted, exactly one request
+is refused: by the time any accepted stream could finish and send the next request, the refusal has cut the
+level, so the C-1 accepted ones are cancelled in flight and the level's other requests are never sent."""
 
 from __future__ import annotations
 
@@ -14,6 +21,17 @@ from test_reliability_run import read_jsonl, write_plan
 
 BOUND_S = 90
 EXIT_AUTH_REFUSED = 4
+ITL_S = 0.12  # per streamed token of an accepted request: 4-8 tokens take 0.5-1 s, far longer than a cut takes
+
+
+def _revoking_server(accepted: int, **knobs):
+    """The scripted server, accepting the key for `accepted` completion requests (the set-up check's included)."""
+    return start_scripted_server(auth_fail_after=accepted, itl_s=ITL_S, **knobs)
+
+
+def _completions(server) -> list[dict]:
+    """The server's log of completion requests: a refusal when answered, an accepted one when its stream ended."""
+    return [e for e in server.log() if e["path"].endswith("completions")]
 
 
 def _refusals(server) -> int:
@@ -31,36 +49,71 @@ def _plan(folder, url):
     return plan
 
 
-def test_bench_stops_at_once_when_the_key_is_refused_mid_sweep(tmp_path):
-    # --keepalive: no probe requests, so the server sees the check request, then level C=2's 4 requests,
-    # then refuses: level C=4 gets 401s and C=8 must never be sent
-    url, srv = start_scripted_server(auth_fail_after=1 + 4)
+def test_bench_cuts_the_level_at_the_first_refused_key(tmp_path):
+    # --keepalive: no probe requests, so the server sees the check request, then level C=2's 8 requests, then
+    # C=4's first 4 together: 3 accepted (streaming), the 4th refused. The refusal cuts C=4 at once: its 3
+    # streams are cancelled, its other 4 requests and level C=8 are never sent
+    url, srv = _revoking_server(1 + 8 + 3)
     out = tmp_path / "out"
     try:
         proc = subprocess.run([sys.executable, "-m", "kneecap", "bench", "--base-url", url, "--isl", "16", "--osl", "4",
-                               "--concurrency", "2,4,8", "--requests", "4", "--keepalive", "--json", "--no-report",
+                               "--concurrency", "2,4,8", "--requests", "8", "--keepalive", "--json", "--no-report",
                                "--out", str(out)], capture_output=True, text=True, timeout=BOUND_S)
+        sent = _completions(srv)
         refused = _refusals(srv)
     finally:
         srv.stop()
     assert proc.returncode == EXIT_AUTH_REFUSED, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "refused the API key (HTTP 401 to 4 of 4 requests) during C=4" in lines[0], proc.stderr
+    assert len(lines) == 1 and "refused the API key (HTTP 401 to 1 of 4 requests) during C=4" in lines[0], proc.stderr
+    assert "KNEECAP_API_KEY" in lines[0] and "--resume" in lines[0]  # the fix, in the same line
     assert "Traceback" not in proc.stderr
     summary = json.loads(proc.stdout)
     assert summary == json.loads((out / "summary.json").read_text())
     assert summary["stopped"]["reason"] == "auth_refused" and summary["stopped"]["at"] == 4
     first, second = summary["levels"]  # C=8 was not run
-    assert (first["concurrency"], first["completed"], first["failed"]) == (2, 4, 0)
-    assert (second["concurrency"], second["failed"], second["errors"]) == (4, 4, {"http_401": 4})
-    assert len(read_jsonl(out / "requests.jsonl")) == 8  # every request measured is kept
-    assert refused == 4  # nothing was sent after the level that met the refusal
+    assert (first["concurrency"], first["completed"], first["failed"]) == (2, 8, 0) and "cut" not in first
+    assert (second["concurrency"], second["completed"], second["failed"]) == (4, 0, 4)
+    assert second["errors"] == {"http_401": 1, "cancelled": 3}, second["errors"]
+    assert second["cut"]["reason"] == "auth_refused" and second["cut"]["error_kind"] == "http_401"
+    kept = read_jsonl(out / "requests.jsonl")
+    assert len(kept) == 8 + 4  # every request sent has its record: C=2's 8, C=4's refused one and 3 cancelled
+    assert sorted(r["status"] for r in kept if r["concurrency"] == 4) == ["cancelled"] * 3 + ["error"]
+    # every request sent after the refusal would have been refused (and logged) too; the 3 cancelled streams
+    # never completed (the server logs a stream when it ends)
+    assert refused == 1 and sum(1 for e in sent if e.get("completed")) == 1 + 8
 
 
-def test_run_stops_at_once_when_the_key_is_refused_mid_run(tmp_path):
-    # the check request, then cell 0 (chat at C=2, 6 requests) is served; cell 1 (chat at C=4) meets the
-    # refusal; the batch class's cells and the second candidate must never be sent
-    url, srv = start_scripted_server(auth_fail_after=1 + 6)
+def test_bench_refusal_during_a_warmup_cuts_the_level_before_its_measured_requests(tmp_path):
+    # C=2 with 2 warmup requests: the check request and C=2's warmup and 4 requests are served; C=4's warmup
+    # sends 2 together, one accepted, one refused: the warmup is cut, the level's measured requests never go
+    url, srv = _revoking_server(1 + 2 + 4 + 1)
+    out = tmp_path / "out"
+    try:
+        proc = subprocess.run([sys.executable, "-m", "kneecap", "bench", "--base-url", url, "--isl", "16", "--osl", "4",
+                               "--concurrency", "2,4", "--requests", "4", "--warmup", "2", "--keepalive", "--json",
+                               "--no-report", "--out", str(out)], capture_output=True, text=True, timeout=BOUND_S)
+        refused = _refusals(srv)
+    finally:
+        srv.stop()
+    assert proc.returncode == EXIT_AUTH_REFUSED, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "refused the API key (HTTP 401 during the warmup) during C=4" in lines[0], proc.stderr
+    summary = json.loads(proc.stdout)
+    first, second = summary["levels"]
+    assert first["completed"] == 4 and "cut" not in first
+    assert second["cut"]["phase"] == "warmup" and second["requests"] == 0, second
+    kept = read_jsonl(out / "requests.jsonl")
+    cut = [r for r in kept if r["level"] == 1]  # its warmup at min(C, warmup) = 2 streams
+    assert sorted(r["status"] for r in cut) == ["cancelled", "error"] and all(r["warmup"] for r in cut), cut
+    assert refused == 1
+
+
+def test_run_cuts_the_cell_at_the_first_refused_key(tmp_path):
+    # the check request, then cell 0 (chat at C=2, 6 requests) is served; cell 1 (chat at C=4) sends 4
+    # together: 3 accepted, the 4th refused, which cuts the cell (3 cancelled, 2 never sent); the batch
+    # class's cells and the second candidate must never be sent
+    url, srv = _revoking_server(1 + 6 + 3)
     out = tmp_path / "out"
     plan = _plan(tmp_path, url)
     doc = json.loads(plan.read_text())
@@ -70,29 +123,30 @@ def test_run_stops_at_once_when_the_key_is_refused_mid_run(tmp_path):
     try:
         proc = subprocess.run([sys.executable, "-m", "kneecap", "run", str(plan), "--out", str(out), "--json",
                                "--no-report"], capture_output=True, text=True, timeout=BOUND_S, env=dict(os.environ))
+        sent = _completions(srv)
         refused = _refusals(srv)
     finally:
         srv.stop()
     assert proc.returncode == EXIT_AUTH_REFUSED, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("run: candidate srv: the server refused the API key "
-                                                   "(HTTP 401 to 6 of 6 requests) during C="), proc.stderr
+                                                   "(HTTP 401 to 1 of 4 requests) during C="), proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["status"] == "stopped" and summary["stopped"]["reason"] == "auth_refused"
     first, last = summary["cells"]
     assert (first["class"], first["load"], first["metrics"]["completed"], first["metrics"]["failed"]) == \
         ("chat", {"concurrency": 2}, 6, 0)
     assert (last["class"], last["load"], last["halted"]) == ("chat", {"concurrency": 4}, "auth_refused")
-    assert last["metrics"]["errors"] == {"http_401": 6} and "during C=4;" in lines[0]
-    assert len(read_jsonl(out / first["records"])) == len(read_jsonl(out / last["records"])) == 6
+    assert last["metrics"]["errors"] == {"http_401": 1, "cancelled": 3} and "during C=4;" in lines[0]
+    assert len(read_jsonl(out / first["records"])) == 6 and len(read_jsonl(out / last["records"])) == 4
     cand, other = summary["candidates"]
     assert cand["verdict"] == "not judged" and "refused the API key" in cand["reason"]
     assert other["verdict"] == "not judged" and other["reason"].startswith("not run: the run stopped before it")
-    assert refused == 6  # nothing was sent after the cell that met the refusal
+    assert refused == 1 and sum(1 for e in sent if e.get("completed")) == 1 + 6  # nothing sent after the refusal
 
 
 def test_run_resume_after_the_key_is_fixed_runs_the_stopped_cell_again(tmp_path):
-    url, srv = start_scripted_server(auth_fail_after=1 + 6)
+    url, srv = _revoking_server(1 + 6 + 3)
     out = tmp_path / "out"
     plan = _plan(tmp_path, url)
     cmd = [sys.executable, "-m", "kneecap", "run", str(plan), "--json", "--no-report"]
@@ -121,9 +175,9 @@ def test_run_resume_after_the_key_is_fixed_runs_the_stopped_cell_again(tmp_path)
 
 def test_bench_resume_after_the_key_is_fixed_runs_the_refused_level_again(tmp_path):
     # the stop line says "then --resume the folder": it must do something. The check request and C=2's 4
-    # requests are served, C=4 meets the refusal; resumed against the same server accepting the key, C=4 is
-    # run again (its refused records set aside) and C=8 after it
-    url, srv = start_scripted_server(auth_fail_after=1 + 4)
+    # requests are served, C=4 is cut at its first refusal; resumed against the same server accepting the key,
+    # C=4 is run again (its 4 records, refused or cancelled, set aside) and C=8 after it
+    url, srv = _revoking_server(1 + 4 + 3)
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "kneecap", "bench", "--json", "--no-report", "--quiet"]
     try:
@@ -147,4 +201,4 @@ def test_bench_resume_after_the_key_is_fixed_runs_the_refused_level_again(tmp_pa
     assert all(lv["completed"] == 4 and lv["failed"] == 0 for lv in summary["levels"])
     kept = read_jsonl(out / "requests.jsonl")
     assert len(kept) == 12 and all(r["status"] == "ok" for r in kept)
-    assert len(read_jsonl(out / "requests.discarded.jsonl")) == 4  # the refused requests of C=4, set aside
+    assert len(read_jsonl(out / "requests.discarded.jsonl")) == 4  # C=4's refused and cancelled requests, set aside

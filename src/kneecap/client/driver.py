@@ -8,7 +8,8 @@ Linux), each read de-chunked, split into SSE events and decoded into (time, toke
 closed-loop (C workers) and open-loop (scheduled arrivals, no coordinated omission) levels, and the
 client's self-measurement (event-loop lag, schedule lag, CPU) that marks a level `suspect`.
 Failures never hang (total and stall timeouts) and are never retried: each becomes a record with
-an error_kind (ERROR_KINDS). The API key is sent in the Authorization header and nowhere else.
+an error_kind (ERROR_KINDS). The first request of a level the server refuses for its API key
+(HTTP 401/403) ends the level at once (AuthCut). The API key is sent in the Authorization header and nowhere else.
 Does not write files (the caller's on_record does), summarise (kneecap.metrics) or draw progress.
 """
 
@@ -23,7 +24,7 @@ import aiohttp
 
 from kneecap.client import openai as oa
 from kneecap.client.body_tap import BodyTap, KernelStampedReader, StallError, StallWatch, terminal_chunk
-from kneecap.client.failures import (CANCELLED_KIND, CLIENT_ERROR, CONNECTION_REFUSED, CONNECTION_RESET,  # noqa: F401
+from kneecap.client.failures import (AUTH_REFUSED_KINDS, CANCELLED_KIND, CLIENT_ERROR, CONNECTION_REFUSED, CONNECTION_RESET,  # noqa: F401
                                      ERROR_KINDS, INCOMPLETE_STREAM, MALFORMED_SSE, PROTOCOL_ERROR, SERVER_ERROR_EVENT,
                                      STALL, TIMEOUT_KIND, classify_exception)
 from kneecap.client.fdlimit import ensure_fd_limit
@@ -143,6 +144,46 @@ def _expired(cm) -> bool:
 
 
 _STATUS_OF_KIND = {TIMEOUT_KIND: TIMEOUT, STALL: TIMEOUT, CANCELLED_KIND: CANCELLED}
+
+
+def _cancelling(task) -> bool:
+    """Has someone asked to cancel this task (Python 3.11+; False where that cannot be told)?"""
+    count = getattr(task, "cancelling", None)
+    return bool(count()) if count is not None else False
+
+
+class AuthCut:
+    """Ends a level at the first record the server refused for the API key (HTTP 401 or 403).
+
+    The key was accepted when the run began, so every later request would be refused too: sending
+    them would only be a storm of refusals. `see(record)` is called with each record as it finishes;
+    at the first refusal it cancels the level's other tasks (its streams, an open loop's scheduler and
+    its requests in flight: each of those is recorded "cancelled" by Client.send), and the level's
+    loops send nothing after it (they check `cut` before each request). The records that finished
+    stay as they are. `kind` is the refusal that cut the level ("http_401" / "http_403"), else None.
+    """
+
+    def __init__(self) -> None:
+        self.kind: str | None = None
+        self.tasks: set = set()
+
+    @property
+    def cut(self) -> bool:
+        return self.kind is not None
+
+    def see(self, rec: RequestRecord) -> None:
+        if self.kind is not None or rec.error_kind not in AUTH_REFUSED_KINDS:
+            return
+        self.kind = rec.error_kind
+        me = asyncio.current_task()
+        for task in list(self.tasks):
+            if task is not me:
+                task.cancel()
+
+    def ended(self, exc: asyncio.CancelledError) -> None:
+        """A task of the level was cancelled: fine if this cut did it, else the cancel goes on up."""
+        if self.kind is None:
+            raise exc
 
 
 class Client:
@@ -503,10 +544,13 @@ class Client:
         await self.warm(workers)
         records: list[RequestRecord] = []
 
+        cut = AuthCut()
+
         def emit(rec: RequestRecord) -> None:
             if keep_records:
                 records.append(rec)
             on_record(rec)
+            cut.see(rec)
 
         it = iter(preps)
         self.read_stamps = ReadStamps(read_path=self.read_path, read_path_note=self.read_path_note)
@@ -516,17 +560,22 @@ class Client:
         deadline = t0 + duration_s if duration_s is not None else None
 
         async def worker(u: int) -> None:
-            start, end = windows[u] if windows else (0.0, None)
-            if start > 0:
-                await asyncio.sleep(t0 + start - time.perf_counter())
-            for prep in it:
-                now = time.perf_counter()
-                if (deadline is not None and now >= deadline) or (end is not None and now >= t0 + end):
-                    return
-                await self.send(prep, level=level, epoch=epoch, on_record=emit, concurrency=concurrency, warmup=warmup)
+            try:
+                start, end = windows[u] if windows else (0.0, None)
+                if start > 0:
+                    await asyncio.sleep(t0 + start - time.perf_counter())
+                for prep in it:
+                    now = time.perf_counter()
+                    if cut.cut or (deadline is not None and now >= deadline) or (end is not None and now >= t0 + end):
+                        return
+                    await self.send(prep, level=level, epoch=epoch, on_record=emit, concurrency=concurrency,
+                                    warmup=warmup)
+            except asyncio.CancelledError as exc:
+                cut.ended(exc)
 
         tasks = [asyncio.ensure_future(worker(u)) for u in range(workers)]
-        return await self._closed_loop_run(tasks, monitor, level, concurrency, records, t0 - epoch, epoch)
+        cut.tasks.update(tasks)
+        return await self._closed_loop_run(tasks, monitor, level, concurrency, records, t0 - epoch, epoch, cut)
 
     async def run_open_loop(self, specs: Sequence[RequestSpec], rate: float, *, burstiness: float = 1.0, seed: int = 0,
                             level: int, epoch: float, on_record: Callable[[RequestRecord], Any], warmup: bool = False,
@@ -550,12 +599,15 @@ class Client:
         records: list[RequestRecord] = []
         sched: list[float] = []
 
+        cut = AuthCut()
+
         def emit(rec: RequestRecord) -> None:
             if rec.sent_at is not None and rec.scheduled_at is not None:
                 sched.append(rec.sent_at - rec.scheduled_at)
             if keep_records:
                 records.append(rec)
             on_record(rec)
+            cut.see(rec)
 
         self.read_stamps = ReadStamps(read_path=self.read_path, read_path_note=self.read_path_note)
         monitor = SelfMonitor()
@@ -563,9 +615,14 @@ class Client:
         t0 = time.perf_counter()
         in_flight: set[asyncio.Task] = set()
         perf = time.perf_counter
-        try:
+
+        def done(task: asyncio.Task) -> None:
+            in_flight.discard(task)
+            cut.tasks.discard(task)
+
+        async def schedule() -> None:
             for prep, offset in zip(preps, offsets):
-                if duration_s is not None and offset > duration_s:
+                if cut.cut or (duration_s is not None and offset > duration_s):
                     break
                 target = t0 + offset
                 delay = target - perf()
@@ -574,9 +631,24 @@ class Client:
                 task = asyncio.ensure_future(self.send(prep, level=level, epoch=epoch, on_record=emit, rate=rate,
                                                        scheduled_at=target - epoch, warmup=warmup))
                 in_flight.add(task)
-                task.add_done_callback(in_flight.discard)
-            if in_flight:
-                await asyncio.gather(*list(in_flight))
+                cut.tasks.add(task)
+                task.add_done_callback(done)
+
+        try:
+            scheduler = asyncio.ensure_future(schedule())
+            cut.tasks.add(scheduler)
+            try:
+                await scheduler
+            except asyncio.CancelledError as exc:
+                if _cancelling(asyncio.current_task()):  # this level itself is being cancelled (Ctrl-C)
+                    raise
+                cut.ended(exc)  # else the cut stopped the schedule
+            while in_flight:
+                for result in await asyncio.gather(*list(in_flight), return_exceptions=True):
+                    if isinstance(result, asyncio.CancelledError):
+                        cut.ended(result)
+                    elif isinstance(result, BaseException):
+                        raise result
         finally:
             for task in list(in_flight):
                 task.cancel()
@@ -584,7 +656,7 @@ class Client:
                 await asyncio.gather(*list(in_flight), return_exceptions=True)
             await monitor.stop()
         t1 = time.perf_counter()
-        return self._level_run(level, None, rate, records, t0 - epoch, t1 - epoch, monitor, sched)
+        return self._level_run(level, None, rate, records, t0 - epoch, t1 - epoch, monitor, sched, cut)
 
     async def run_conversations(self, conversations: Sequence, concurrency: int, specs: Sequence[RequestSpec], *,
                                 level: int, epoch: float, on_record: Callable[[RequestRecord], Any],
@@ -612,10 +684,13 @@ class Client:
         await self.warm(users)
         records: list[RequestRecord] = []
 
+        cut = AuthCut()
+
         def emit(rec: RequestRecord) -> None:
             if keep_records:
                 records.append(rec)
             on_record(rec)
+            cut.see(rec)
 
         loop = asyncio.get_running_loop()
         it = iter(conversations)
@@ -625,6 +700,12 @@ class Client:
         t0 = time.perf_counter()
 
         async def user() -> None:
+            try:
+                await conversations_of_one_user()
+            except asyncio.CancelledError as exc:
+                cut.ended(exc)
+
+        async def conversations_of_one_user() -> None:
             for conv in it:
                 prompt, answer_content = None, ()
                 for turn in range(1, conv.turns + 1):
@@ -649,6 +730,8 @@ class Client:
                         text = content if isinstance(content, str) else " ".join(map(str, content))
                     prep = PreparedRequest(turn_spec, oa.encode_body(body), Prompt.of(content, known).sha256, text, known)
                     pieces: list[str] = []
+                    if cut.cut:
+                        return
                     rec = await self.send(prep, level=level, epoch=epoch, on_record=emit, concurrency=concurrency,
                                           warmup=warmup, answer=pieces)
                     if not rec.ok or turn == conv.turns:
@@ -663,10 +746,12 @@ class Client:
                         answer_content = await loop.run_in_executor(None, answer_tokenizer.token_ids, answer_text)
 
         tasks = [asyncio.ensure_future(user()) for _ in range(users)]
-        return await self._closed_loop_run(tasks, monitor, level, concurrency, records, t0 - epoch, epoch)
+        cut.tasks.update(tasks)
+        return await self._closed_loop_run(tasks, monitor, level, concurrency, records, t0 - epoch, epoch, cut)
 
     async def _closed_loop_run(self, tasks: list, monitor: SelfMonitor, level: int, concurrency: int | None,
-                               records: list[RequestRecord], started_at: float, epoch: float) -> LevelRun:
+                               records: list[RequestRecord], started_at: float, epoch: float,
+                               cut: AuthCut) -> LevelRun:
         """Wait for a closed loop's streams (cancelling the rest if one fails), stop the self-monitor, and
         give the level's run (started_at and the end in seconds since the epoch)."""
         try:
@@ -675,13 +760,15 @@ class Client:
             for task in tasks:
                 task.cancel()
             await monitor.stop()
-        return self._level_run(level, concurrency, None, records, started_at, time.perf_counter() - epoch, monitor, [])
+        return self._level_run(level, concurrency, None, records, started_at, time.perf_counter() - epoch, monitor, [],
+                               cut)
 
     def _level_run(self, level: int, concurrency: int | None, rate: float | None, records: list[RequestRecord],
-                   started_at: float, ended_at: float, monitor: SelfMonitor, sched: list[float]) -> LevelRun:
+                   started_at: float, ended_at: float, monitor: SelfMonitor, sched: list[float],
+                   cut: AuthCut) -> LevelRun:
         run = LevelRun(level=level, concurrency=concurrency, rate=rate, records=records, started_at=started_at,
                        ended_at=ended_at, cpu_s=monitor.cpu_s, loop_lag_s=monitor.samples, schedule_lag_s=sched,
-                       read_stamps=self.read_stamps)
+                       read_stamps=self.read_stamps, cut=cut.kind)
         run.suspect_reasons = judge_suspect(run.loop_lag_s, run.cpu_fraction, run.schedule_lag_s,
                                             duration_s=run.duration_s)
         run.suspect = bool(run.suspect_reasons)

@@ -92,6 +92,7 @@ class LevelRun:
     suspect: bool = False
     suspect_reasons: list[str] = field(default_factory=list)
     read_stamps: ReadStamps = field(default_factory=ReadStamps)
+    cut: str | None = None  # the level ended at its first refused-key answer ("http_401" / "http_403"): AuthCut
 
     @property
     def duration_s(self) -> float:

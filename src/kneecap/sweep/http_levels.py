@@ -76,11 +76,19 @@ class HttpLevelDriver:
         label = opts.level_label(plan.value)
         base = dict(level=plan.index, kind=opts.kind, value=plan.value, epoch=self._epoch,
                     burstiness=opts.burstiness, seed=opts.seed + plan.index, **self._bursts)
+        refusal = RefusalWatch(keep)  # the driver ends a share at its first refused key (kneecap.client.driver.AuthCut)
+        keep = refusal.keep
         if plan.num_warmup:
             self._progress.start_level(label, plan.num_warmup, phase="warmup")
             warm_value = min(plan.value, plan.num_warmup) if opts.kind == KIND_CONCURRENCY else plan.value
-            self._run_share(_task(self._work_for(plan, warmup=True), warmup=True,
-                                  **{**base, "value": warm_value}), keep)
+            warm = self._run_share(_task(self._work_for(plan, warmup=True), warmup=True,
+                                         **{**base, "value": warm_value}), keep)
+            if refusal.kind is not None:  # nothing more is sent: the level's measured requests would be refused too
+                from kneecap.sweep.workers import merge_outcomes
+
+                client = merge_outcomes(warm, opts.workers)
+                return LevelRun(server_metrics=server_metrics("none"),
+                                fields={"cut": refusal.cut("warmup"), "client": client, "suspect": client["suspect"]})
         work = self._work_for(plan, warmup=False)
         ramp = None
         if opts.ramp is not None:  # keep the ramp's records for its time slices
@@ -96,7 +104,7 @@ class HttpLevelDriver:
         poller = self._poll_metrics()
         with poller:
             stable: dict = {}
-            outcomes = self._run_rounds(plan, base, keep, started, stable) if opts.in_rounds else self._run_share(
+            outcomes = self._run_rounds(plan, base, keep, started, stable, refusal) if opts.in_rounds else self._run_share(
                 _task(work, duration_s=work.duration_s or opts.duration_s, **base), keep)
         samples = getattr(poller, "samples", lambda: [])()
         self._append_timeline(plan.index, samples)
@@ -104,6 +112,8 @@ class HttpLevelDriver:
 
         client = merge_outcomes(outcomes, opts.workers)
         fields = {"wall_s": time.monotonic() - started, "client": client, "suspect": client["suspect"]}
+        if refusal.kind is not None:
+            fields["cut"] = refusal.cut("measured")
         if stable:
             fields["stable_p99"] = stable
         if ramp is not None:  # slices from the level's clock start (the first request goes at its start)
@@ -139,10 +149,11 @@ class HttpLevelDriver:
         with open(self._timeline_path, "ab") as fh:
             fh.write(rows)
 
-    def _run_rounds(self, plan: SweepLevel, base: dict, keep, started: float, stable: dict) -> list[LevelOutcome]:
+    def _run_rounds(self, plan: SweepLevel, base: dict, keep, started: float, stable: dict,
+                    refusal: "RefusalWatch") -> list[LevelOutcome]:
         """Closed loop for --duration: rounds of plan.num_requests until the duration is over, or (--until-stable)
         until the p99 of TTFT and ITL settled (kneecap.workload.slices.p99_stable, checked after each round;
-        `stable` receives the last verdict)."""
+        `stable` receives the last verdict), or until a round was cut by a refused key (`refusal`)."""
         outcomes: list[LevelOutcome] = []
         round_index = 0
         tol = self.opts.until_stable
@@ -169,10 +180,35 @@ class HttpLevelDriver:
             specs = self._specs_for(plan, warmup=False, round_index=round_index)
             round_outcomes = self._run_share(LevelTask(specs=specs, duration_s=remaining_s, **base), keep)
             outcomes.extend(round_outcomes)
-            if sum(o.num_records for o in round_outcomes) < len(specs):
+            if refusal.kind is not None or sum(o.num_records for o in round_outcomes) < len(specs):
                 break  # the driver stopped sending because the duration was over
             round_index += 1
         return outcomes
+
+
+class RefusalWatch:
+    """Passes a level's records on to `keep` and notes the first the server refused for the API key
+    (HTTP 401/403), with which the driver cut the level: `cut(phase)` says so for the level's summary."""
+
+    def __init__(self, keep: Callable[[RequestRecord], None]):
+        from kneecap.client.failures import AUTH_REFUSED_KINDS
+
+        self._outer = keep
+        self._kinds = AUTH_REFUSED_KINDS
+        self.kind: str | None = None
+
+    def keep(self, record: RequestRecord) -> None:
+        if self.kind is None and record.error_kind in self._kinds:
+            self.kind = record.error_kind
+        self._outer(record)
+
+    def cut(self, phase: str) -> dict:
+        status = self.kind[5:]
+        return {"reason": "auth_refused", "phase": phase, "error_kind": self.kind,
+                "refused": f"HTTP {status} during the {phase}",
+                "detail": f"the server refused the API key (HTTP {status}): the level ended at that first refusal; "
+                          "nothing was sent after it and the requests in flight were cancelled (recorded as "
+                          "cancelled); the records that finished are kept"}
 
 
 def _task(work, **fields) -> LevelTask:

@@ -1,0 +1,94 @@
+"""The driver cuts a level at its first refused key (HTTP 401/403): nothing is sent after it, the requests
+in flight are cancelled (recorded "cancelled"), the records that finished are kept, and the level's run says
+which refusal cut it. Closed loop, open loop and multi-turn conversations, against the scripted server that
+accepts the key for its first N completion requests (each accepted one then streams for ~2 s: far longer
+than a cut takes) and refuses every later one at once."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+
+from kneecap.client.driver import ClientConfig, run_closed_loop, run_conversations, run_open_loop, run_sync
+from kneecap.workload import LengthDist, Workload, make_requests
+from kneecap.workload.multiturn import expected_turns, plan_conversations
+from servers.scripted import start_scripted_server
+
+BOUND_S = 30
+ITL_S = 0.1
+OSL = 20  # an accepted stream lasts OSL x ITL_S = 2 s
+
+
+def _served(accepted: int):
+    return start_scripted_server(auth_fail_after=accepted, itl_s=ITL_S)
+
+
+def _kinds(records) -> list:
+    return sorted(r.error_kind or r.status for r in records)
+
+
+def test_closed_loop_cut_at_the_first_refusal_cancels_the_streams_in_flight():
+    url, srv = _served(3)  # C=4: the first 4 go out together, 3 accepted, the 4th refused
+    records = []
+    try:
+        cfg = ClientConfig(base_url=url, model="m")
+        run = run_sync(asyncio.wait_for(run_closed_loop(cfg, make_requests(Workload.fixed(8, OSL), 12), 4, level=0,
+                                                        epoch=time.perf_counter(), on_record=records.append), BOUND_S))
+        log = srv.log()
+    finally:
+        srv.stop()
+    assert run.cut == "http_401"
+    assert _kinds(records) == ["cancelled"] * 3 + ["http_401"], _kinds(records)
+    assert run.duration_s < OSL * ITL_S  # the accepted streams were not waited for
+    refused = [e for e in log if e.get("status") == 401]
+    assert len(refused) == 1  # any request sent after the cut would have been refused and logged
+
+
+def test_open_loop_cut_sends_nothing_after_the_refusal():
+    url, srv = _served(2)  # sends at 0, 0.05 s (accepted, streaming), 0.1 s (refused), then 0.5, 0.9, 1.3 s
+    records = []
+    try:
+        cfg = ClientConfig(base_url=url, model="m")
+        specs = make_requests(Workload.fixed(8, OSL), 6)
+        run = run_sync(asyncio.wait_for(run_open_loop(cfg, specs, 1.0, level=0, epoch=time.perf_counter(),
+                                                      on_record=records.append,
+                                                      offsets=[0.0, 0.05, 0.1, 0.5, 0.9, 1.3]), BOUND_S))
+        log = srv.log()
+    finally:
+        srv.stop()
+    assert run.cut == "http_401"
+    assert _kinds(records) == ["cancelled", "cancelled", "http_401"], _kinds(records)
+    assert run.duration_s < 0.5  # the scheduler stopped too: it did not wait for the next send time
+    assert len([e for e in log if e.get("status") == 401]) == 1
+
+
+def test_conversations_cut_at_the_first_refusal():
+    url, srv = _served(1)  # 2 users: one first turn accepted, the other refused
+    records = []
+    plan = plan_conversations(6, 2, LengthDist.fixed(8), LengthDist.fixed(OSL))
+    specs = [dataclasses.replace(t.spec, index=k, request_id=f"r{k}")
+             for k, t in enumerate(t for conv in plan.conversations for t in expected_turns(plan, conv))]
+    try:
+        cfg = ClientConfig(base_url=url, model="m", endpoint="chat")
+        run = run_sync(asyncio.wait_for(run_conversations(cfg, plan.conversations, 2, specs=specs, level=0,
+                                                          epoch=time.perf_counter(), on_record=records.append),
+                                        BOUND_S))
+        log = srv.log()
+    finally:
+        srv.stop()
+    assert run.cut == "http_401"
+    assert _kinds(records) == ["cancelled", "http_401"], _kinds(records)
+    assert len([e for e in log if e.get("status") == 401]) == 1
+
+
+def test_a_level_without_refusals_is_not_cut():
+    url, srv = _served(100)
+    records = []
+    try:
+        cfg = ClientConfig(base_url=url, model="m", extra_body={"scripted": {"itl_s": 0.001}})
+        run = run_sync(asyncio.wait_for(run_closed_loop(cfg, make_requests(Workload.fixed(8, 4), 6), 2, level=0,
+                                                        epoch=time.perf_counter(), on_record=records.append), BOUND_S))
+    finally:
+        srv.stop()
+    assert run.cut is None and len(records) == 6 and all(r.ok for r in records)
