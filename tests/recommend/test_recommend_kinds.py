@@ -152,6 +152,11 @@ def test_disaggregated_candidates_get_pool_plans_and_bench_lines(tmp_path, dis_c
     assert f"--rate {round(req.load / y / 2, 3):g},{round(req.load / y, 3):g} " in pools["decode"]
     assert "tpot_p99_ms=12" in pools["decode"]
     assert "ttft" not in pools["decode"]
+    from kneecap.report.recommend_page import write_report
+
+    write_report(tmp_path, doc)  # every sized candidate, disaggregated ones with a share per pool
+    md = (tmp_path / "report.md").read_text()
+    assert f"{req.load / x:.4g} per prefill replica" in md and pools["prefill"] in md and pools["decode"] in md
 
 
 def test_disaggregated_setups_chosen_by_the_bound(dis_case):

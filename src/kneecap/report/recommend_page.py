@@ -23,6 +23,13 @@ def _replicas(c: dict) -> str:
     return f"{dis['prefill_replicas']} prefill + {dis['decode_replicas']} decode" if dis else str(c["replicas"])
 
 
+def _share(share) -> str:
+    """Each replica's share of the load; disaggregated pools have one per pool."""
+    if isinstance(share, dict):
+        return ", ".join(f"{v:.4g} per {k} replica" for k, v in share.items())
+    return f"{share:.4g} per replica"
+
+
 def _par(c: dict, sep: str = ", ") -> str:
     """tp x pp, with expert parallelism and DP attention when used."""
     out = f"{c['tp']} x {c['pp']}"
@@ -144,7 +151,7 @@ def to_markdown(doc: dict, plots: list[tuple[str, str]]) -> str:
                   + f", {c['weight_dtype']} weights, {c['kv_dtype']} KV)", "",
                   f"- ledger per GPU: weights {p['weights_bytes_per_gpu'] / 1e9:.2f} GB, KV pool {p['kv_pool_bytes_per_gpu'] / 1e9:.2f} GB "
                   f"({p['kv_capacity_tokens']:,} tokens), overhead {p['overhead_bytes_per_gpu'] / 1e9:.2f} GB of {p['hbm_bytes_per_gpu'] / 1e9:.2f} GB",
-                  f"- predicted at the load ({c['predicted']['per_replica_load']:.4g} per replica): TTFT p99 "
+                  f"- predicted at the load ({_share(c['predicted']['per_replica_load'])}): TTFT p99 "
                   f"{_f(c['predicted']['ttft_p99_ms'], '.0f')} ms, TPOT p99 {_f(c['predicted']['tpot_p99_ms'], '.1f')} ms, "
                   f"{_f(c['predicted']['output_tok_s'], '.0f')} output tokens/s in all, KV use up to {_f(c['predicted']['kv_usage_max'], '.0%')}",
                   f"- binding: {c['binding']}" + ("" if c["margin"] is None else f" ({c['margin']:.0%} below its limit)"),
