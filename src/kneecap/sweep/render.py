@@ -109,6 +109,9 @@ def slo_caption(summary: dict, kind: str) -> str | None:
     judged = [lv for lv in summary.get("levels", []) if isinstance(lv.get("slo"), dict) and "met" in lv["slo"]]
     broke = [level_value_label(kind, lv.get(kind)) for lv in judged if not lv["slo"]["met"]]
     label = "C" if kind == "concurrency" else "rate"
+    if not judged:  # e.g. preflight skipped every level: nothing to judge, not "met"
+        skipped = len(summary.get("skipped") or [])
+        return "SLO not judged: no level ran" + (f" (all {skipped} skipped: they exceed the KV pool)" if skipped else "")
     if not broke:
         return f"SLO met at every level ({len(judged)} of {len(judged)})"
     return f"SLO BREACHED at {label}={', '.join(broke)} ({len(broke)} of {len(judged)} levels)"
