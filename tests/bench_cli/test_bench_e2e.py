@@ -180,6 +180,17 @@ def test_preflight_skips_exceeding_levels_and_warns_on_tight(cli, server, tmp_pa
     assert len(sweep_log(srv)) == 6  # nothing was sent for C=8
 
 
+def test_footer_says_no_level_ran_when_preflight_skipped_every_level(cli, server, tmp_path):
+    url, srv = server()
+    r = cli("bench", "--base-url", url, "--isl", "16", "--osl", "32", "--concurrency", "8,16", "--requests", "3",
+            "--kv-tokens", "100", "--slo", "ttft_p99_ms=5000", "--out", str(tmp_path / "run"))
+    assert r.code == 0, r.stderr
+    footer = " ".join(r.stdout.split())  # the table's caption, however rich wraps it
+    assert "SLO not judged: no level ran (all 2 skipped: they exceed the KV pool)" in footer, r.stdout
+    assert "SLO met" not in footer and "0 of 0" not in footer
+    assert len(sweep_log(srv)) == 0  # nothing was sent
+
+
 def test_force_runs_exceeding_levels(cli, server, tmp_path):
     url, srv = server()
     out = tmp_path / "run"
