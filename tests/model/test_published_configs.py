@@ -90,7 +90,7 @@ ROWS = [
     ("CohereForAI--c4ai-command-r-v01.json", 2, 1, 1_310_720, {"full_attention": 40}),
     # Phi-4 (phi3): 2 x 40 x 10 KV heads x (5120 / 40 = 128) x 2 B = 204,800
     ("microsoft--phi-4.json", 1, 1, 204_800, {"full_attention": 40}),
-    # Phi-1 (phi, a generic decoder to kneecap), MHA: 2 x 24 x 32 KV heads x (2048 / 32 = 64) x 2 B = 196,608
+    # Phi-1 (phi), MHA: 2 x 24 x 32 KV heads x (2048 / 32 = 64) x 2 B = 196,608
     ("microsoft--phi-1.json", 1, 1, 196_608, {"full_attention": 24}),
     # Llama-3.2-1B: explicit head_dim 64: 2 x 16 x 8 KV heads x 64 x 2 B = 32,768
     ("meta-llama--Llama-3.2-1B-Instruct.json", 1, 1, 32_768, {"full_attention": 16}),
@@ -127,7 +127,7 @@ ROWS = [
     # Gemma-2-9B-it (gemma2): 2 x 42 layers x 8 KV heads x head_dim 256 x 2 B = 344,064; HF Gemma2Config's
     # layer_types: even layers slide (window 4096), odd layers global -> 21 + 21
     ("google--gemma-2-9b-it.json", 1, 1, 344_064, {"full_attention": 21, "sliding_attention": 21}),
-    # StarCoder2-15B (starcoder2, a generic decoder to kneecap): 2 x 40 x 4 KV heads x (6144 / 48 = 128) x 2 B
+    # StarCoder2-15B (starcoder2): 2 x 40 x 4 KV heads x (6144 / 48 = 128) x 2 B
     # = 81,920 (sliding_window 4096 without layer_types: every layer counted as full, see the note); torch_dtype
     # float32 in this file, so its weights are priced at 4 B and need TP 2
     ("bigcode--starcoder2-15b.json", 2, 1, 81_920, {"full_attention": 40}),
@@ -137,7 +137,7 @@ ROWS = [
     # (1536 / 24 = 64) x 2 B = 65,536
     ("ibm-granite--granite-3.1-3b-a800m-instruct.json", 1, 1, 65_536, {"full_attention": 32}),
     # Earlier partial copies and reproductions (SOURCES.md says where each comes from)
-    # Phi-2 (model_type "phi", a generic decoder to kneecap), MHA: 2 x 32 x 32 KV heads x (2560 / 32 = 80) x 2 B
+    # Phi-2 (model_type "phi"), MHA: 2 x 32 x 32 KV heads x (2560 / 32 = 80) x 2 B
     # = 327,680
     ("phi-2.json", 1, 1, 327_680, {"full_attention": 32}),
     # Qwen3-0.6B: 2 x 28 x 8 KV heads x head_dim 128 x 2 B = 114,688
@@ -180,15 +180,16 @@ def test_every_shipped_config_is_in_the_table_or_refused():
 
 
 def test_generic_decoders_say_so():
-    for fname in ("MiniMaxAI--MiniMax-M2.5.json", "XiaomiMiMo--MiMo-7B-Base.json", "phi-2.json",
-                  "microsoft--phi-1.json", "LGAI-EXAONE--EXAONE-4.0-32B.json", "allenai--Olmo-3.1-32B-Instruct.json",
+    for fname in ("MiniMaxAI--MiniMax-M2.5.json", "XiaomiMiMo--MiMo-7B-Base.json",
+                  "LGAI-EXAONE--EXAONE-4.0-32B.json", "allenai--Olmo-3.1-32B-Instruct.json",
                   "mistralai--Devstral-2-123B-Instruct-2512.json", "Qwen--Qwen2.5-VL-7B-Instruct.json",
                   "allenai--OLMo-2-1124-7B.json", "microsoft--Phi-mini-MoE-instruct.json",
-                  "bigcode--starcoder2-15b.json", "ibm-granite--granite-3.1-3b-a800m-instruct.json"):
+                  "ibm-granite--granite-3.1-3b-a800m-instruct.json"):
         model = load_model(str(CONFIGS / fname))
         assert any("generic decoder" in note for note in model.notes), fname
     for fname in ("zai-org--GLM-4.5.json", "CohereForAI--c4ai-command-r-v01.json", "google--gemma-3-27b-it.json",
-                  "google--gemma-2-9b-it.json", "Qwen--Qwen2-72B.json", "ibm-granite--granite-3.0-2b-instruct.json"):
+                  "google--gemma-2-9b-it.json", "Qwen--Qwen2-72B.json", "ibm-granite--granite-3.0-2b-instruct.json",
+                  "phi-2.json", "microsoft--phi-1.json", "bigcode--starcoder2-15b.json"):
         assert not any("generic" in n for n in load_model(str(CONFIGS / fname)).notes), fname
 
 
@@ -198,6 +199,27 @@ def test_command_r_counts_35b_with_tied_embeddings():
     # 8192 = 663,552 -> 34,981,158,912
     model = load_model(str(CONFIGS / "CohereForAI--c4ai-command-r-v01.json"))
     assert model.total_params == 34_981_158_912
+
+
+def test_phi_counts_its_gelu_mlp_and_biases():
+    # modeling_phi (transformers): q/k/v/dense Linear layers with bias, fc1 + fc2 with bias, ONE LayerNorm (weight +
+    # bias) per layer, a final LayerNorm, an untied lm_head with bias. Phi-2 (h 2560, 32 layers, i 10240, vocab
+    # 51200): attention 4 x (2560^2 + 2560) = 26,224,640; MLP 2 x 2560 x 10240 + 10240 + 2560 = 52,441,600; norm
+    # 5,120 -> 78,671,360 per layer, x 32 = 2,517,483,520; embed 131,072,000; lm_head 131,072,000 + 51,200; final
+    # norm 5,120 -> 2,779,683,840 (its card: 2.7 billion parameters)
+    assert load_model(str(CONFIGS / "phi-2.json")).total_params == 2_779_683_840
+    # Phi-1 as published (vocab 50295): layers 24 x (4 x (2048^2 + 2048) + 2 x 2048 x 8192 + 8192 + 2048 + 4096)
+    # = 1,208,500,224; embed 103,004,160; lm_head 103,004,160 + 50,295; final norm 4,096 -> 1,414,562,935
+    assert load_model(str(CONFIGS / "microsoft--phi-1.json")).total_params == 1_414_562_935
+
+
+def test_starcoder2_counts_its_gelu_mlp_and_biases():
+    # modeling_starcoder2: q/k/v/o and c_fc/c_proj with bias (use_bias true), two LayerNorms (weight + bias) per
+    # layer. StarCoder2-15B (h 6144, 48 heads, 4 KV heads x 128, i 24576, 40 layers, vocab 49152, untied):
+    # attention 2 x (6144^2 + 6144) + 2 x (6144 x 512 + 512) = 81,802,240; MLP 2 x 6144 x 24576 + 24576 + 6144 =
+    # 302,020,608; norms 4 x 6144 = 24,576 -> 383,847,424 per layer, x 40 = 15,353,896,960; embed + lm_head
+    # 2 x 301,989,888; final norm 12,288 -> 15,957,889,024 (its card: 15B)
+    assert load_model(str(CONFIGS / "bigcode--starcoder2-15b.json")).total_params == 15_957_889_024
 
 
 def test_qwen2_72b_counts_its_card_size():

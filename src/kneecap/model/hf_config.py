@@ -27,6 +27,8 @@ MODEL_TYPES = {
     # dense GQA / MQA / MHA
     "llama": "gqa", "mistral": "gqa", "qwen2": "gqa", "qwen3": "gqa", "granite": "gqa", "phi3": "gqa",
     "gemma": "gqa", "gemma2": "gqa", "gemma3_text": "gqa", "cohere": "gqa", "cohere2": "gqa",
+    # dense MHA/GQA with a two-matrix GELU MLP and biases (kneecap.model.params.GELU_MLP_TYPES)
+    "phi": "gqa", "starcoder2": "gqa",
     # MoE with GQA attention
     "mixtral": "gqa", "qwen2_moe": "gqa", "qwen3_moe": "gqa", "gpt_oss": "gqa", "llama4_text": "gqa",
     "glm4_moe": "gqa", "qwen3_vl_text": "gqa", "qwen3_vl_moe_text": "gqa",
@@ -155,7 +157,8 @@ def _from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkp
         part_bytes=tuple((p, weight_bytes(n, dtypes[p])) for p, n in parts),
     )
     notes += _kv_notes(model, cfg, family, num_layers)
-    if generic_note and cfg.get("sliding_window") and "sliding_attention" not in layer_types:
+    if (generic_note or model_type == "starcoder2") and cfg.get("sliding_window") \
+            and "sliding_attention" not in layer_types:
         notes.append(f"sliding_window {cfg['sliding_window']} is in the config but, with no layer_types saying "
                      "which layers slide, every layer is counted as full attention (an upper bound)")
     if family == "mla" and cfg.get("index_head_dim"):

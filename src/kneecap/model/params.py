@@ -12,12 +12,16 @@ Per decoder layer, with h = hidden_size, n = num_attention_heads, k = num_key_va
   Gated DeltaNet          in_proj: h*(2*nk*dk + 2*nv*dv) + h*2*nv (b, a), conv1d: (2*nk*dk + nv*dv)*kernel,
                           dt_bias + A_log: 2*nv, gated norm: dv, out: nv*dv*h
   SwiGLU MLP / expert     3*h*i (gate, up, down) (+ gpt-oss expert biases 2*i + h)
+  GELU MLP (Phi-1/2,      2*h*i (fc1/c_fc, fc2/c_proj) + biases i + h; their attention has q/k/v/o biases
+   StarCoder2)            (Phi always, StarCoder2 when use_bias), LayerNorms carry a bias (2*h each); Phi has
+                          one norm per layer (parallel attention + MLP) and an lm_head bias (vocab)
   router                  h*E (+ E bias: gpt-oss; + E e_score_correction_bias: DeepSeek-V3/Kimi-K2)
   shared expert           DeepSeek: n_shared*3*h*moe_i; Qwen-MoE: 3*h*shared_i + h (shared_expert_gate); Llama 4: 3*h*i
   norms                   2*h per layer (Gemma 2/3: 4*h) + h final
   embed                   vocab*h; lm_head vocab*h unless tie_word_embeddings
 Sources: the module definitions in Hugging Face transformers (modeling_llama, modeling_qwen2/3, modeling_qwen3_moe,
-modeling_qwen3_next, modeling_gemma3, modeling_mixtral, modeling_gpt_oss, modeling_deepseek_v3, modeling_llama4);
+modeling_qwen3_next, modeling_gemma3, modeling_mixtral, modeling_gpt_oss, modeling_deepseek_v3, modeling_llama4,
+modeling_phi, modeling_starcoder2);
 checked against published totals in tests/model (Llama-3.1-8B 8.03B, Mixtral 46.7B, gpt-oss-120b 116.83B, ...).
 Active parameters = total - (E - top_k) routed experts in every MoE layer (embeddings counted, as Mistral's
 12.9B for Mixtral does; OpenAI's 5.1B for gpt-oss-120b leaves the input embedding out).
@@ -58,7 +62,7 @@ def gqa_attention_params(cfg: Mapping, model_type: str) -> int:
     h, n, k, d = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     q_out = n * d * (2 if _gated_attention(cfg, model_type) else 1)
     count = h * q_out + 2 * h * k * d + n * d * h
-    if cfg.get("attention_bias"):
+    if cfg.get("attention_bias") or _gelu_biased(cfg, model_type):
         count += q_out + 2 * k * d + h
     elif model_type in ("qwen2", "qwen2_moe", "qwen2_vl_text", "qwen2_5_vl_text"):
         count += n * d + 2 * k * d  # Qwen2 always has q/k/v bias, no o bias
@@ -67,7 +71,24 @@ def gqa_attention_params(cfg: Mapping, model_type: str) -> int:
         count += 2 * d  # q_norm, k_norm (RMSNorm over head_dim)
     if model_type == "gpt_oss":
         count += n  # learned attention-sink logit per head
+    if model_type == "phi" and cfg.get("qk_layernorm"):
+        count += 2 * 2 * d  # q_layernorm, k_layernorm (LayerNorm over head_dim, weight + bias)
     return count
+
+
+# Decoders with a two-matrix GELU MLP and LayerNorms with biases (modeling_phi, modeling_starcoder2).
+GELU_MLP_TYPES = ("phi", "starcoder2")
+
+
+def _gelu_biased(cfg: Mapping, model_type: str) -> bool:
+    """Linear layers with biases: Phi's always (nn.Linear default), StarCoder2's when use_bias (default True)."""
+    return model_type == "phi" or (model_type == "starcoder2" and bool(cfg.get("use_bias", True)))
+
+
+def _dense_mlp_params(cfg: Mapping, model_type: str, hidden: int, intermediate: int) -> int:
+    if model_type in GELU_MLP_TYPES:
+        return 2 * hidden * intermediate + ((intermediate + hidden) if _gelu_biased(cfg, model_type) else 0)
+    return swiglu_params(hidden, intermediate)
 
 
 def _gated_attention(cfg: Mapping, model_type: str) -> bool:
@@ -113,9 +134,10 @@ def count_params(cfg: Mapping, model_type: str, layer_types: Sequence[str], moe_
     num_layers = len(layer_types)
     parts = dict.fromkeys(PARTS, 0)
     parts["embed"] = vocab * h
-    parts["lm_head"] = 0 if tie_word_embeddings else vocab * h
-    norms_per_layer = 4 if model_type in ("gemma2", "gemma3_text") else 2
-    parts["norms"] = num_layers * norms_per_layer * h + h
+    parts["lm_head"] = 0 if tie_word_embeddings else vocab * h + (vocab if model_type == "phi" else 0)
+    norms_per_layer = {"gemma2": 4, "gemma3_text": 4, "phi": 2, "starcoder2": 4}.get(model_type, 2)
+    final_norm = 2 * h if model_type in GELU_MLP_TYPES else h  # LayerNorm weight + bias
+    parts["norms"] = num_layers * norms_per_layer * h + final_norm
 
     for kind in layer_types:
         if kind == "mla":
@@ -135,7 +157,7 @@ def count_params(cfg: Mapping, model_type: str, layer_types: Sequence[str], moe_
     n_moe = 0
     for is_moe in moe_layers:
         if not is_moe:
-            parts["dense_mlp"] += swiglu_params(h, dense_i)
+            parts["dense_mlp"] += _dense_mlp_params(cfg, model_type, h, dense_i)
             continue
         n_moe += 1
         parts["routed_experts"] += num_experts * expert
