@@ -91,7 +91,8 @@ def test_dp_attention_pruned_when_one_rank_cannot_hold_a_sequence():
 
 def test_ep_and_dp_attention_candidates_get_a_simulated_run_plan(tmp_path, dsv3_doc):
     """The load plan's simulator target takes ep and dp_attention: an EP and a DP-attention candidate each get the
-    simulated twin, loaded by the schema with their own parallelism; the EP twin runs with `kneecap run`, accepted."""
+    simulated twin, loaded by the schema with their own parallelism; both run with `kneecap run`, accepted at the
+    candidate's share of the load."""
     from kneecap.loadplan.schema import load_plan_file
 
     req = RecommendRequest(model="qwen3-30b-a3b", kind="rate", load=6.0, isl=500, osl=100,
@@ -108,10 +109,11 @@ def test_ep_and_dp_attention_candidates_get_a_simulated_run_plan(tmp_path, dsv3_
     dfiles = _write(tmp_path, run_plans(dsv3(), dsv3_doc, dpc, "confirm-dp"))
     dspec, _ = load_plan_file(dfiles["simulated"])
     assert (dspec.candidates[0].target.ep, dspec.candidates[0].target.dp_attention) == (8, True)
-    out = run_cli("run", str(files["simulated"]), "--out", str(tmp_path / "run"), "--json", "--quiet", timeout=300)
-    assert out.code == 0, out.stderr
-    verdict = json.loads(out.stdout)["candidates"][0]
-    assert verdict["verdict"] == "accepted", verdict["reason"]
+    for name, f in (("ep", files["simulated"]), ("dp", dfiles["simulated"])):
+        out = run_cli("run", str(f), "--out", str(tmp_path / f"run-{name}"), "--json", "--quiet", timeout=300)
+        assert out.code == 0, out.stderr
+        verdict = json.loads(out.stdout)["candidates"][0]
+        assert verdict["verdict"] == "accepted", (name, verdict["reason"])
 
 
 @pytest.fixture(scope="module")
