@@ -35,7 +35,7 @@ from kneecap.metrics.slo import level_meets_slo, slo_value, split_key
 from kneecap.metrics.summarize import summarize_level
 from kneecap.recommend.evaluate import RATE_RESOLUTION, LevelOutcome, simulated
 from kneecap.recommend.space import GPUS_PER_NODE, Knobs, RecommendRequest
-from kneecap.sim.sweep import LevelSpec, simulate_level
+from kneecap.sim.sweep import LevelSpec, drive, simulate_level
 from kneecap.workload import LengthDist, RequestClass, Workload, arrival_offsets, make_requests
 
 # NVIDIA DGX H100/H200 user guide, "Network ports": eight single-port ConnectX-7 cards at 400 Gb/s InfiniBand
@@ -45,7 +45,6 @@ NETWORK_SOURCE = "400 Gb/s per GPU (NVIDIA DGX H100/H200: one ConnectX-7 400 Gb/
 MAX_POOL_STEPS = 6  # replica adjustments tried around the first estimate
 DECODE_STEP_BUFFER = 0.8  # the prefill pool is sized against 80% of the TTFT limit (the rest: transfer, first step)
 LEVEL_REQUESTS = 160  # requests of a level (each pool)
-MAX_STEPS_PER_CALL = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -110,8 +109,11 @@ def decode_records(req: RecommendRequest, k: Knobs, rate: float, prefill_s: list
     todo.sort(key=lambda x: (x[0], x[1]))
     origin = {spec.request_id: a for _, _, spec, a in todo}
     records, held = [], {}
-    t, pos = 0.0, 0
-    while True:
+    pos = 0
+
+    def due(t: float) -> float:
+        """Write the KV of every request ready by t into the pool and queue it, in order, while blocks last."""
+        nonlocal pos
         while pos < len(todo) and todo[pos][0] <= t:
             _, i, spec, a = todo[pos]
             hold = ("kv", spec.request_id)
@@ -129,19 +131,14 @@ def decode_records(req: RecommendRequest, k: Knobs, rate: float, prefill_s: list
             elif n_full:
                 held[spec.request_id] = hold
             pos += 1
-        until = todo[pos][0] if pos < len(todo) else math.inf
-        if not engine.has_work:
-            if until < math.inf:
-                t = max(t, until)
-                continue
-            break
-        out = engine.step(t, until=until, max_steps=MAX_STEPS_PER_CALL)
-        if out is None:
-            break
-        t = out.ended_at
-        records.extend(out.finished)
+        return todo[pos][0] if pos < len(todo) else math.inf
+
+    def ended(t: float, finished) -> None:
+        records.extend(finished)
         for rid in [r for r, h in held.items() if blocks.num_held(r)]:
             blocks.free_seq(held.pop(rid))  # admitted: the sequence holds its KV blocks itself now
+
+    drive(engine, due, ended)
     for r in records:  # time every request from its arrival at the prefill pool
         r.sent_at = r.scheduled_at = origin.get(r.request_id, r.sent_at)
         r.rate = rate

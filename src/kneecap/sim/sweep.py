@@ -14,10 +14,10 @@ Open loop: request i goes at arrival_offsets(rate, n, burstiness, seed)[i]. "max
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
@@ -96,6 +96,27 @@ class LevelResult:
     end_s: float = 0.0  # virtual time when the level's last request ended
 
 
+def drive(engine: Engine, due: Callable[[float], float], ended: Callable[[float, list[RequestRecord]], None],
+          t: float = 0.0) -> bool:
+    """The one loop that drives a simulated engine on the virtual clock, from `t`. due(t) sends whatever is due
+    by t and returns when the next known arrival is (math.inf: none known yet); ended(t, finished) hears of every
+    step (or run of identical decode steps) ending at t with the requests it finished (possibly none), and may
+    make new arrivals known (a closed loop's next request; a request waiting for KV blocks that the step freed).
+    Runs until no work is left and nothing more is due (True) or the engine stalls with work queued (False)."""
+    while True:
+        until = due(t)
+        if not engine.has_work:
+            if until < math.inf:
+                t = max(t, until)
+                continue
+            return True
+        out = engine.step(t, until=until, max_steps=MAX_STEPS_PER_CALL)
+        if out is None:
+            return False
+        t = out.ended_at
+        ended(t, out.finished)
+
+
 def _requests(workload: Workload, seed: int, total: int | None, id_prefix: str) -> Iterator[RequestSpec]:
     if total is not None:
         yield from make_requests(workload, total, seed, id_prefix=id_prefix)
@@ -169,11 +190,11 @@ def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int
 
     if not (turnaround_s >= 0 and math.isfinite(turnaround_s)):
         raise KneecapError(f"client turnaround must be >= 0 s, got {turnaround_s!r}", "pass e.g. 1e-4")
-    t = 0.0
     arrivals: list[float] = []
     next_arrival = 0
-    # closed loop: (when, what) a finished slot sends next, in non-decreasing time (None: the source's next)
-    pending: deque[tuple[float, RequestSpec | None]] = deque()
+    # closed loop: (when, order, what) a finished slot sends next, earliest first (None: the source's next); a
+    # heap, since a conversation's next turn (after a think time) may fall after a new conversation's first
+    pending: list[tuple[float, int, RequestSpec | None]] = []
     if level.schedule:
         arrivals = [at for at, _ in level.schedule]
     elif level.rate is not None:
@@ -187,32 +208,30 @@ def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int
         for _ in range(concurrency or 0):
             if not fill_slot(0.0):
                 break
-    while True:
-        while next_arrival < len(arrivals) and arrivals[next_arrival] <= t:
+
+    def due(now: float) -> float:
+        nonlocal next_arrival
+        while next_arrival < len(arrivals) and arrivals[next_arrival] <= now:
             send(arrivals[next_arrival])
             next_arrival += 1
-        while pending and pending[0][0] <= t:
-            fill_slot(*pending.popleft())
+        while pending and pending[0][0] <= now:
+            at, _, spec = heapq.heappop(pending)
+            fill_slot(at, spec)
         until = arrivals[next_arrival] if next_arrival < len(arrivals) else math.inf
-        if pending and pending[0][0] < until:
-            until = pending[0][0]
-        if not engine.has_work:
-            if until < math.inf:
-                t = max(t, until)
-                continue
-            break
-        out = engine.step(t, until=until, max_steps=MAX_STEPS_PER_CALL)
-        if out is None:
-            raise KneecapError("the simulated engine stopped making progress with requests still queued",
-                               "this is a simulator bug; please report the command line")
-        t = out.ended_at
-        for rec in out.finished:
+        return pending[0][0] if pending and pending[0][0] < until else until
+
+    def ended(now: float, finished: list[RequestRecord]) -> None:
+        for rec in finished:
             records.append(rec)
-            if level.rate is None and t < horizon:
+            if level.rate is None and now < horizon:
                 nxt = follow.get(rec.request_id) if rec.ok else None
                 if nxt is not None:  # the conversation's next turn, after the user's think time
-                    pending.append((t + turnaround_s + level.think_time_s, nxt))
+                    heapq.heappush(pending, (now + turnaround_s + level.think_time_s, len(records), nxt))
                 else:  # closed loop: the slot sends its next request after the turnaround
-                    pending.append((t + turnaround_s, None))
+                    heapq.heappush(pending, (now + turnaround_s, len(records), None))
+
+    if not drive(engine, due, ended):
+        raise KneecapError("the simulated engine stopped making progress with requests still queued",
+                           "this is a simulator bug; please report the command line")
     end_s = max((r.end_at for r in records if r.end_at is not None), default=0.0)
     return LevelResult(records=records, server_metrics=engine.server_metrics(), trace=engine.trace(), end_s=end_s)
