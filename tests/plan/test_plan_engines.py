@@ -147,3 +147,16 @@ def test_sglang_mamba_cache_size_flag():
                     weights_bytes=50_000_000_000, mem_fraction=0.9, max_model_len=262144, non_torch_bytes=0,
                     mamba_cache_size=512)
     assert p.kv_capacity_tokens == 977_700
+
+
+@pytest.mark.parametrize("preset, tp", [("gemma-3-27b", 1), ("gpt-oss-20b", 1), ("qwen3-next-80b-a3b", 4),
+                                        ("llama-3.1-8b", 1), ("deepseek-v3", 16)])
+def test_the_ledger_counts_vllms_blocks(preset, tp):
+    # with --engine vllm the ledger's pool is vLLM's available memory: its blocks, block size and "GPU KV cache size"
+    # are the ones vLLM's pool model derives (hybrids: a block is a page in each layer slot of one KV cache group)
+    from kneecap.plan.build import DeploymentRequest, plan_deployment
+
+    plan, pool = plan_deployment(DeploymentRequest(preset=preset, gpu="h100-sxm", tp=tp, context=16384, engine="vllm"))
+    assert (plan.num_kv_blocks, plan.block_size, plan.kv_capacity_tokens) == \
+        (pool.num_blocks, pool.block_size, pool.kv_capacity_tokens)
+    assert plan.max_seqs_paged == plan.paged_max_seqs_at(16384) > 0

@@ -1,5 +1,8 @@
 """The engine's KV pool per layer group (vLLM V1's hybrid allocator, vllm 0.32): sliding-window groups free the
-blocks that leave the window, and the pool holds as many sequences as `kneecap plan` says for every attention kind."""
+blocks that leave the window, and the pool holds as many sequences as `kneecap plan` says for every attention kind.
+
+Block counts here are vLLM's blocks (plan.num_kv_blocks == the engine's num_kv_blocks): block_size tokens of every
+layer for a model with one kind of layer, block_size tokens of one KV cache group's layers for a hybrid."""
 
 from __future__ import annotations
 
@@ -12,7 +15,8 @@ from hypothesis import strategies as st
 from simkit import deployment, run_checked, tiny_model
 from kneecap.model.presets import load_preset
 from kneecap.plan.build import DeploymentRequest, plan_deployment
-from kneecap.sim.blocks import BlockManager, GroupedBlockManager, blocks_for, layer_groups
+from kneecap.plan.engines import model_layout
+from kneecap.sim.blocks import BlockManager, GroupedBlockManager, blocks_for
 from kneecap.sim.config import EngineConfig
 from kneecap.sim.engine import Engine
 from kneecap.sim.setup import from_plan
@@ -30,15 +34,21 @@ def sliding_model(window=64):
     return tiny_model(layer_types=("sliding_attention", "full_attention") * 2, sliding_window=window)
 
 
+def groups_of(kinds, window):
+    m = tiny_model(num_hidden_layers=len(kinds), layer_types=tuple(kinds), sliding_window=window)
+    lay = model_layout(m, tp=1, pp=1, kv_dtype="bf16", block_size=16)
+    return list(lay.attention_windows), lay.group_size
+
+
 def test_layer_groups_follow_vllm():
     oss = load_preset("gpt-oss-20b")  # 12 sliding (window 128) + 12 full: one group of 12 layers each
-    assert layer_groups(oss.layer_types, oss.sliding_window) == ([0, 128], 12)
+    assert groups_of(oss.layer_types, oss.sliding_window) == ([0, 128], 12)
     gemma = load_preset("gemma-3-27b")  # 52 sliding + 10 full: groups of 10, the sliding ones padded to 6 groups
-    assert layer_groups(gemma.layer_types, gemma.sliding_window) == ([0] + [1024] * 6, 10)
+    assert groups_of(gemma.layer_types, gemma.sliding_window) == ([0] + [1024] * 6, 10)
     # 13 full + 12 sliding (gpt-oss-20b with an EAGLE layer, vLLM's own example): both padded to 13
-    assert layer_groups(("full_attention",) * 13 + ("sliding_attention",) * 12, 128) == ([0, 128], 13)
+    assert groups_of(("full_attention",) * 13 + ("sliding_attention",) * 12, 128) == ([0, 128], 13)
     llama = load_preset("llama-3.1-8b")
-    assert layer_groups(llama.layer_types, None) == ([0], 32)
+    assert groups_of(llama.layer_types, None) == ([0], 32)
 
 
 def test_a_sliding_group_frees_what_leaves_the_window():
@@ -90,7 +100,7 @@ def test_invariants_hold_with_sliding_groups(num_blocks, max_seqs, budget, lengt
     cfg = EngineConfig(max_num_seqs=max_seqs, max_num_batched_tokens=budget, enable_prefix_caching=caching)
     engine = Engine(deployment(sliding_model(window), block_size=4), cfg, num_blocks)
     bm = engine.blocks
-    assert bm.grouped and bm.num_blocks == 2 * num_blocks  # blocks of 2 layers, not 4
+    assert bm.grouped and bm.num_blocks == num_blocks  # vLLM's blocks: 16 tokens of one group's 2 layers
     arrivals = []
     for i, (isl, osl, group) in enumerate(lengths):
         prefix = min(12, isl - 1) if group else 0
@@ -120,38 +130,47 @@ def fill(request: DeploymentRequest, length: int, out: int = 64):
         t = step.ended_at
         most = max(most, engine.num_running)
     bm, state = engine.blocks, engine.state_blocks
+    # one unit: plan's blocks are the engine's (vLLM's num_gpu_blocks), and so is the block size
+    assert engine.server_metrics()["num_kv_blocks"] == plan.num_kv_blocks == bm.num_blocks
+    assert bm.block_size == plan.block_size
     pool = bm.num_blocks // (bm.max_blocks_for(length) + state)
     assert most <= bm.num_blocks // (bm.max_blocks_for(length - out) + state)  # every one holds >= length - out tokens
     return most, pool, expected
 
 
-CASES = [  # (deployment, context the pool is filled at, how far the engine's pool may fall below plan)
-    # (a window below the prompt: its whole prompt is written to the sliding layers before they are trimmed, so
-    # the one-chunk fill below admits fewer than the pool holds at steady state; see the Gemma 3 case)
-    (DeploymentRequest(preset="gpt-oss-20b", gpu="h100-sxm", context=16384), 8192, 0.0),
-    (DeploymentRequest(preset="gpt-oss-120b", gpu="h100-sxm", tp=2, context=16384), 1024, 0.0),
-    (DeploymentRequest(model=str(CONFIGS / "mistral-7b-v0.1.json"), gpu="l4", context=16384), 4096 + 1024, 0.0),
-    # linear attention: each sequence's fixed state is charged in whole blocks (plan charges its bytes)
-    (DeploymentRequest(preset="qwen3-next-80b-a3b", gpu="h100-sxm", tp=4, context=16384), 8192, 0.01),
-    (DeploymentRequest(preset="llama-3.1-8b", gpu="h100-sxm", context=16384), 8192, 0.0),
+CASES = [  # (deployment, context the pool is filled at), one per attention kind
+    # sliding + full in equal numbers (one group each)
+    (DeploymentRequest(preset="gpt-oss-20b", gpu="h100-sxm", context=16384), 8192),
+    (DeploymentRequest(preset="gpt-oss-120b", gpu="h100-sxm", tp=2, context=16384), 1024),
+    # sliding + full, the sliding layers padded: Gemma 2 (21 + 21, one group each), Gemma 3 (52 + 10: 6 groups of 10)
+    (DeploymentRequest(model=str(CONFIGS / "google--gemma-2-9b-it.json"), gpu="l4", context=8192), 4096 + 512),
+    (DeploymentRequest(model=str(CONFIGS / "google--gemma-3-27b-it.json"), gpu="h100-sxm", context=16384), 1024 + 64),
+    # sliding only (one group)
+    (DeploymentRequest(model=str(CONFIGS / "mistral-7b-v0.1.json"), gpu="l4", context=16384), 4096 + 1024),
+    # linear attention + full: the state is one block per linear group, the block grown to hold a state page
+    (DeploymentRequest(preset="qwen3-next-80b-a3b", gpu="h100-sxm", tp=4, context=16384), 8192),
+    (DeploymentRequest(model=str(CONFIGS / "nemotron-h-8b-base-8k.json"), gpu="l4", context=8192), 4096),
+    # full attention, MLA
+    (DeploymentRequest(preset="llama-3.1-8b", gpu="h100-sxm", context=16384), 8192),
+    (DeploymentRequest(model=str(CONFIGS / "deepseek-ai--DeepSeek-V2-Lite.json"), gpu="h100-sxm", context=16384), 8192),
 ]
 
 
-@pytest.mark.parametrize("request_, length, below", CASES, ids=lambda c: getattr(c, "preset", None) or
+@pytest.mark.parametrize("request_, length", CASES, ids=lambda c: getattr(c, "preset", None) or
                          (Path(c.model).stem if isinstance(c, DeploymentRequest) else str(c)))
-def test_the_pool_holds_what_plan_says(request_, length, below):
+def test_the_pool_holds_what_plan_says(request_, length):
     most, pool, planned = fill(request_, length)
-    assert planned * (1 - below) <= pool <= planned
+    assert pool == planned
     assert most >= pool  # the engine really runs that many (at most its figure 64 tokens shorter: fill checks)
 
 
 def test_gemma3_pool_is_vllms_padded_groups():
-    # 52 sliding layers are padded to 6 groups of 10 (60 layers' blocks), so vLLM's pool holds fewer sequences than
-    # the 52 layers plan charges: at 8192 tokens a sequence takes 512 blocks in the full group and 65 in each sliding
-    # group, 512 + 6 x 65 = 902 blocks of 10 layers, where plan charges (10 x 512 + 52 x 65) / 10 = 850
+    # 52 sliding layers are padded to 6 groups of 10 (60 layers' blocks): at 8192 tokens a sequence takes 512 blocks
+    # in the full group and 65 in each sliding group, 512 + 6 x 65 = 902 blocks of 10 layers, where the 62 layers
+    # alone would take (10 x 512 + 52 x 65) / 10 = 850; plan and the engine both say 17 (not 18)
     request = DeploymentRequest(model=str(CONFIGS / "google--gemma-3-27b-it.json"), gpu="h100-sxm", context=16384)
     most, pool, planned = fill(request, 8192)
-    assert planned == 18 and pool == 17
     plan, _ = plan_deployment(request)
-    assert pool == plan.num_kv_blocks * 62 // 10 // 902
+    assert planned == pool == plan.num_kv_blocks // 902 == 17
+    assert plan.num_kv_blocks == plan.ledger.kv_pool_bytes // (10 * 16 * 2 * 16 * 128 * 2)  # page x group size
     assert most >= 14  # a whole 8128-token prompt is written into every sliding group before it is trimmed

@@ -140,18 +140,40 @@ class VllmLayout:
     window: int  # sliding window in tokens (0 if none)
     uniform: bool  # one kind of layer only (one group, no padding)
 
-    def blocks_per_request(self, tokens: int) -> int:
-        """Blocks one request of `tokens` tokens takes across all groups (kv_cache_utils max_memory_usage_bytes)."""
+    def blocks_per_request(self, tokens: int, in_flight: int = 0) -> int:
+        """Blocks one request of `tokens` tokens takes across all groups (kv_cache_utils max_memory_usage_bytes).
+
+        A sliding group holds the window's last window - 1 computed tokens plus the `in_flight` tokens being
+        computed, plus one block the window straddles (SlidingWindowSpec.max_admission_blocks_per_request):
+        in_flight 0 is the startup log's figure, 1 what a decoding sequence holds."""
         total = 0
         for kind, n in self.groups:
             if kind in ("full_attention", "mla"):
                 per = kvmath.blocks_for(tokens, self.block_size)
             elif kind == "sliding_attention":
-                per = min(kvmath.blocks_for(tokens, self.block_size), kvmath.blocks_for(self.window - 1, self.block_size) + 1)
+                per = min(kvmath.blocks_for(tokens, self.block_size),
+                          kvmath.blocks_for(self.window - 1 + in_flight, self.block_size) + 1)
             else:  # linear attention: one state block
                 per = 1
             total += n * per
         return total
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes one block takes in the pool: a page in each of a group's layer slots (num_blocks = available // this)."""
+        return self.page_bytes * self.group_size
+
+    @property
+    def attention_windows(self) -> tuple[int, ...]:
+        """The attention groups as the windows of their layers (0: full attention or MLA), full groups first."""
+        full = sum(n for kind, n in self.groups if kind in ("full_attention", "mla"))
+        sliding = sum(n for kind, n in self.groups if kind == "sliding_attention")
+        return (0,) * full + (self.window,) * sliding
+
+    @property
+    def state_groups(self) -> int:
+        """Linear-attention groups: each holds one state block per request."""
+        return sum(n for kind, n in self.groups if kind == "linear_attention")
 
     def describe(self) -> str:
         groups = ", ".join(f"{n} x {kind}" for kind, n in self.groups)

@@ -14,6 +14,12 @@ Arithmetic, bytes per GPU (seed 003 §1.2-1.4; every division rounds down unless
     blocks      = kv_pool / (kv_bytes_per_token_per_gpu x block_size)
     contiguous  = kv_pool / (bytes/token x context)                      reserve the advertised max
     paged       = kv_pool / (bytes/token x ceil(mean/block) x block)     whole blocks of the mean
+Models mixing layer kinds (sliding-window or linear-attention layers beside full ones) are counted as vLLM's
+hybrid allocator lays them out (engines.VllmLayout, vLLM 0.32 kv_cache_utils): layers in KV cache groups of
+equal size, each kind padded up to whole groups; a block is one page in each of a group's layer slots, so
+    blocks      = kv_pool / (page x group_size)                         (vLLM's num_gpu_blocks)
+    paged       = blocks / (blocks one mean-length sequence holds over all groups)
+and the capacity in tokens is vLLM's "GPU KV cache size": blocks / (blocks per context-length request) x context.
 Seed 003 (gqa-70b, fp16, MI300X 192e9 B): pool 45,319,781,069 B = 42.21 GiB -> 16 contiguous, 67 paged.
 """
 
@@ -25,6 +31,7 @@ from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.model import kv as kvmath
 from kneecap.model.weights import weight_bits, weight_bytes
+from kneecap.plan.engines import VllmLayout, model_layout
 from kneecap.units import GiB
 
 BINDINGS = ("hbm", "compute")
@@ -89,6 +96,7 @@ class Plan:
     hbm_device_bytes: int | None
     hbm_framework_bytes: int | None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    kv_groups: VllmLayout | None = None  # vLLM's KV cache groups for a model mixing layer kinds (None: one kind)
 
     # -- derived figures the worksheet prints -------------------------------------------------
     @property
@@ -123,8 +131,7 @@ class Plan:
     def paged_max_seqs_at(self, mean_context: int) -> int:
         """Paged sequences the pool holds at another mean context (whole blocks, sliding layers capped)."""
         d = self.deployment
-        seq = kvmath.sequence_kv_bytes_per_gpu(d.model, min(mean_context, self.context), self.kv_dtype_bytes,
-                                               d.attention_tp, d.pp, self.block_size, paged=True)
+        seq = paged_sequence_bytes(d, self.kv_groups, min(mean_context, self.context), self.kv_dtype_bytes)
         return d.attention_dp * (self.ledger.kv_pool_bytes // seq) if seq else 0
 
     def typical_means(self) -> list[tuple[int, int]]:
@@ -237,9 +244,33 @@ def kv_derivation(plan: Plan) -> list[str]:
     if plan.state_bytes_per_sequence:
         lines.append(f"+ {plan.state_bytes_per_sequence:,} B fixed linear-attention state per sequence per GPU")
     bs = plan.block_size
+    if (groups := plan.kv_groups) is not None:
+        lines.append(f"vLLM's KV cache groups: {groups.describe()}")
+        lines.append(f"pool {plan.ledger.kv_pool_bytes:,} B / ({groups.page_bytes:,} B page × {groups.group_size} layers)"
+                     f" = {plan.num_kv_blocks:,} blocks of {bs} tokens; {plan.kv_capacity_tokens:,} tokens at "
+                     f"{plan.context:,} per sequence")
+        return lines
     lines.append(f"pool {plan.ledger.kv_pool_bytes:,} B / ({plan.kv_bytes_per_token_per_gpu:,} B × {bs}-token blocks)"
                  f" = {plan.num_kv_blocks:,} blocks = {plan.kv_capacity_tokens:,} tokens")
     return lines
+
+
+def kv_groups(deployment: Deployment) -> VllmLayout | None:
+    """vLLM's KV cache groups for a model mixing layer kinds on one GPU (its attention ranks), else None."""
+    m = deployment.model
+    if len(set(kvmath.stage_layer_types(m, deployment.pp))) < 2:
+        return None
+    return model_layout(m, tp=deployment.attention_tp, pp=deployment.pp, kv_dtype=deployment.kv_dtype,
+                        block_size=deployment.block_size)
+
+
+def paged_sequence_bytes(deployment: Deployment, groups: VllmLayout | None, tokens: int, dtype_bytes) -> int:
+    """Bytes one decoding sequence of `tokens` tokens holds on one GPU under paged allocation: whole blocks of every
+    layer (sliding layers capped at their window), or with KV cache groups the blocks it takes in every group."""
+    if groups is not None:
+        return groups.block_bytes * groups.blocks_per_request(tokens, in_flight=1)
+    return kvmath.sequence_kv_bytes_per_gpu(deployment.model, tokens, dtype_bytes, deployment.attention_tp,
+                                            deployment.pp, deployment.block_size, paged=True)
 
 
 # -- the pieces -------------------------------------------------------------------------------
@@ -413,10 +444,18 @@ def build_plan(deployment: Deployment, *, context: int, mean_context: int | None
     # deployment holds dp pools' worth (blocks and sequences below are the deployment's, over its dp ranks)
     atp, dp = deployment.attention_tp, deployment.attention_dp
     per_token_gpu = kvmath.kv_bytes_per_token_per_gpu(m, dtype_bytes, atp, deployment.pp)
-    bs = deployment.block_size
-    num_blocks = dp * (pool // (per_token_gpu * bs)) if per_token_gpu else 0
-    seq_contig = kvmath.sequence_kv_bytes_per_gpu(m, context, dtype_bytes, atp, deployment.pp, bs, paged=False)
-    seq_paged = kvmath.sequence_kv_bytes_per_gpu(m, mean_context, dtype_bytes, atp, deployment.pp, bs, paged=True)
+    groups = kv_groups(deployment)
+    seq_contig = kvmath.sequence_kv_bytes_per_gpu(m, context, dtype_bytes, atp, deployment.pp, deployment.block_size,
+                                                  paged=False)
+    seq_paged = paged_sequence_bytes(deployment, groups, mean_context, dtype_bytes)
+    if groups is None:
+        bs = deployment.block_size
+        num_blocks = dp * (pool // (per_token_gpu * bs)) if per_token_gpu else 0
+        capacity_tokens = num_blocks * bs
+    else:  # vLLM's blocks (a page in each layer slot of a group) and its "GPU KV cache size"
+        bs = groups.block_size
+        num_blocks = dp * (pool // groups.block_bytes)
+        capacity_tokens = int(num_blocks / groups.blocks_per_request(context) * context)
     max_contig = dp * (pool // seq_contig) if seq_contig else 0
     max_paged = dp * (pool // seq_paged) if seq_paged else 0
     cap = compute_batch_cap
@@ -445,13 +484,13 @@ def build_plan(deployment: Deployment, *, context: int, mean_context: int | None
         kv_heads_per_gpu=heads, kv_replicated=replicated,
         state_bytes_per_sequence=kvmath.state_bytes_per_sequence(m, atp, deployment.pp),
         ledger=ledger, pool_source=pool_source, block_size=bs,
-        num_kv_blocks=num_blocks, kv_capacity_tokens=num_blocks * bs,
+        num_kv_blocks=num_blocks, kv_capacity_tokens=capacity_tokens,
         seq_bytes_contiguous=seq_contig, seq_bytes_paged=seq_paged,
         max_seqs_contiguous=max_contig, max_seqs_paged=max_paged,
         max_concurrency=max_conc, binding=binding,
         hbm_datasheet_bytes=gpu.datasheet_bytes, hbm_device_bytes=gpu.device_bytes,
         hbm_framework_bytes=gpu.framework_bytes,
-        notes=tuple(notes),
+        notes=tuple(notes), kv_groups=groups,
     )
 
 

@@ -264,26 +264,9 @@ class BlockManager:
             raise KneecapError("block manager invariant broken: " + "; ".join(problems), "this is a simulator bug; please report it")
 
 
-def layer_groups(kinds: Sequence[str], window: int) -> tuple[list[int], int]:
-    """The KV cache groups vLLM V1's hybrid allocator makes of a model's attention layers, as the windows of their
-    layers (0: full attention or MLA), full groups first; layers without a KV cache (linear attention) are left out.
-
-    vLLM 0.32 kv_cache_utils._get_kv_cache_groups_uniform_page_size: the layers of each kind are split into groups
-    of group_size layers, group_size the fewest layers of any kind (the largest if that is below 1.5x the fewest);
-    the last group of a kind is padded. Every group block is block_size tokens of group_size layers.
-    Returns (windows, group_size)."""
-    full = sum(1 for k in kinds if k in ("full_attention", "mla"))
-    sliding = sum(1 for k in kinds if k == "sliding_attention")
-    counts = [(0, full)] * bool(full) + [(window, sliding)] * bool(sliding)
-    if not counts:
-        return [], 0
-    fewest, most = min(n for _, n in counts), max(n for _, n in counts)
-    group_size = most if most < fewest * 1.5 else fewest
-    return [w for w, n in counts for _ in range(-(-n // group_size))], group_size
-
-
 class GroupedBlockManager(BlockManager):
-    """One pool of blocks shared by several KV cache groups, each sequence holding one block table per group
+    """One pool of blocks shared by several KV cache groups (plan.engines.VllmLayout: vLLM 0.32
+    kv_cache_utils._get_kv_cache_groups_uniform_page_size), each sequence holding one block table per group
     (vLLM V1 KVCacheCoordinator over SingleTypeKVCacheManagers, one BlockPool). A group of sliding-window layers
     frees the blocks that fall out of the window (SlidingWindowManager.remove_skipped_blocks: before each
     allocation, the first (computed - window + 1) // block_size blocks of its table become null blocks), and a

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 
 from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
-from kneecap.model.kv import kv_bytes_per_token_per_gpu, kv_dtype_bytes, stage_layer_types, state_bytes_per_sequence
+from kneecap.plan.engines import vllm_layout
+from kneecap.plan.ledger import kv_groups
 from kneecap.records import CANCELLED, ERROR, OK, RequestRecord, StepRuns, StepTimeline
-from kneecap.sim.blocks import BlockManager, GroupedBlockManager, blocks_for, layer_groups
+from kneecap.sim.blocks import BlockManager, GroupedBlockManager
 from kneecap.sim.config import EngineConfig
 from kneecap.sim.scheduler import BLOCKED_BLOCKS, BLOCKED_BUDGET, BLOCKED_SEQS, Scheduler, Sequence
 from kneecap.sim.steptime import StepTimeModel, StepTimeParams
@@ -78,25 +79,27 @@ class EngineStats:
 
 
 def state_blocks_per_sequence(deployment: Deployment) -> int:
-    """Blocks' worth of the fixed linear-attention state one sequence holds per GPU (0 for pure attention models)."""
-    model = deployment.model
-    state = state_bytes_per_sequence(model, deployment.tp, deployment.pp)
-    per_block = kv_bytes_per_token_per_gpu(model, kv_dtype_bytes(deployment.kv_dtype), deployment.tp, deployment.pp) \
-        * deployment.block_size
-    return -(-state // per_block) if state and per_block else 0
+    """Blocks the fixed linear-attention state of one sequence takes (0 for models without linear-attention layers):
+    one in each of vLLM's linear-attention KV cache groups (engines.VllmLayout)."""
+    groups = kv_groups(deployment)
+    return groups.state_groups if groups is not None else 0
 
 
-def kv_pool(deployment: Deployment, num_blocks: int, enable_prefix_caching: bool) -> BlockManager:
-    """The engine's KV pool from the planner's `num_blocks` (block_size tokens of every KV layer): one block table
-    per sequence when every layer keeps all its tokens; with sliding-window layers, vLLM V1's hybrid pool — blocks
-    of block_size tokens of one layer group, num_blocks x layers / group_size of them, a table per group."""
-    model, bs = deployment.model, deployment.block_size
-    kinds = stage_layer_types(model, deployment.pp)
-    windows, group_size = layer_groups(kinds, model.sliding_window or 0)
-    if not any(windows):
+def kv_pool(deployment: Deployment, num_blocks: int, enable_prefix_caching: bool,
+            charge_state: bool = True) -> BlockManager:
+    """The engine's KV pool of the planner's `num_blocks`, in vLLM's blocks: one block table per sequence when the
+    model has one kind of layer (a block is block_size tokens of every layer); with sliding-window layers, vLLM V1's
+    hybrid pool (a block is block_size tokens of one KV cache group's layers, a table per group); linear-attention
+    hybrids hold their state in whole blocks beside one full-attention table (state_blocks_per_sequence), in blocks
+    grown to hold a state page. charge_state False: a pool an engine logged for its KV alone (SGLang keeps the
+    linear-attention state apart), in blocks of the deployment's block_size."""
+    groups = kv_groups(deployment)
+    if groups is None and "sliding_attention" in deployment.model.layer_types:  # sliding layers only: one group
+        groups = vllm_layout(deployment)
+    bs = deployment.block_size if groups is None or (groups.state_groups and not charge_state) else groups.block_size
+    if groups is None or not any(groups.attention_windows):
         return BlockManager(num_blocks, bs, enable_prefix_caching)
-    layers = sum(1 for k in kinds if k in ("full_attention", "mla", "sliding_attention"))
-    return GroupedBlockManager(num_blocks * layers // group_size, bs, enable_prefix_caching, windows)
+    return GroupedBlockManager(num_blocks, bs, enable_prefix_caching, groups.attention_windows)
 
 
 class Engine:
@@ -108,9 +111,9 @@ class Engine:
                  token_times: bool = True):
         self.deployment = deployment
         self.config = config
-        self.block_size = deployment.block_size
         model = deployment.model
-        self.blocks = kv_pool(deployment, num_blocks, config.enable_prefix_caching)
+        self.blocks = kv_pool(deployment, num_blocks, config.enable_prefix_caching, charge_state)
+        self.block_size = self.blocks.block_size  # vLLM's: grown for linear-attention hybrids
         window = model.sliding_window if "sliding_attention" in model.layer_types else 0
         # linear-attention state is charged to the block pool (as the planner does) unless the pool is one an
         # engine logged for KV alone (SGLang keeps its Mamba/DeltaNet state in a separate pool)
