@@ -103,7 +103,13 @@ def test_streamed_completion_wire_format_and_exact_length(server):
     assert [c["choices"][0]["finish_reason"] for c in token_chunks] == [None] * 22 + ["length"]
     assert "".join(c["choices"][0]["text"] for c in token_chunks) == filler_text(23)
     assert usage_chunk["choices"] == []
-    assert usage_chunk["usage"] == {"prompt_tokens": 137, "completion_tokens": 23, "total_tokens": 160}
+    assert usage_chunk["usage"] == {"prompt_tokens": 137, "completion_tokens": 23, "total_tokens": 160,
+                                    "prompt_tokens_details": {"cached_tokens": 0}}
+    # the same prompt again: its 8 whole 16-token blocks are in the prefix cache, and the usage says so (as vLLM's)
+    code, raw = post(server + "/v1/completions", {"model": MODEL, "prompt": ids, "max_tokens": 2, "stream": True,
+                                                  "ignore_eos": True, "stream_options": {"include_usage": True}})
+    again = json.loads(sse_events(raw)[-2])["usage"]
+    assert code == 200 and again["prompt_tokens_details"] == {"cached_tokens": 128}, again
 
 
 def test_streamed_chat_and_continuous_usage(server):
@@ -118,14 +124,16 @@ def test_streamed_chat_and_continuous_usage(server):
     content = [c for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]
     assert len(content) == 5 and all(c["object"] == "chat.completion.chunk" for c in chunks)
     assert [c["usage"]["completion_tokens"] for c in content] == [1, 2, 3, 4, 5]
-    assert chunks[-1]["usage"] == {"prompt_tokens": 4, "completion_tokens": 5, "total_tokens": 9}
+    assert chunks[-1]["usage"] == {"prompt_tokens": 4, "completion_tokens": 5, "total_tokens": 9,
+                                   "prompt_tokens_details": {"cached_tokens": 0}}
 
 
 def test_non_streamed_responses(server):
     code, body = post(server + "/v1/completions", {"model": MODEL, "prompt": "a b c", "max_tokens": 7})
     doc = json.loads(body)
     assert code == 200 and doc["choices"][0]["text"] == filler_text(7) and doc["choices"][0]["finish_reason"] == "length"
-    assert doc["usage"] == {"prompt_tokens": 3, "completion_tokens": 7, "total_tokens": 10}
+    assert doc["usage"] == {"prompt_tokens": 3, "completion_tokens": 7, "total_tokens": 10,
+                            "prompt_tokens_details": {"cached_tokens": 0}}
     code, body = post(server + "/v1/chat/completions", {"messages": [{"role": "user", "content": "x y"}], "max_tokens": 3})
     doc = json.loads(body)
     assert code == 200 and doc["object"] == "chat.completion" and doc["usage"]["completion_tokens"] == 3

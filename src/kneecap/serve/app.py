@@ -65,7 +65,8 @@ async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
             if slot.error:
                 return _error(f"generation failed: {slot.error}", 500)
             finished = True
-            return web.Response(body=wire.full_response(req, request_id, created), content_type="application/json")
+            return web.Response(body=wire.full_response(req, request_id, created, slot.cached_tokens),
+                                content_type="application/json")
         writer = wire.ChunkWriter(req, request_id, created)
         resp = web.StreamResponse(headers=SSE_HEADERS)
         await resp.prepare(request)
@@ -89,7 +90,7 @@ async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
             await resp.write(b"data: " + orjson.dumps({"error": {"message": f"generation failed: {slot.error}",
                                                                  "type": "InternalServerError", "code": 500}}) + b"\n\n")
         else:
-            await resp.write(writer.closing())
+            await resp.write(writer.closing(slot.cached_tokens))
             finished = True
         await resp.write_eof()
         return resp

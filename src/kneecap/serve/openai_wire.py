@@ -133,9 +133,15 @@ def parse_request(endpoint: str, body: Any, *, served_model: str, max_model_len:
                          continuous_usage=bool(options.get("continuous_usage_stats", False)))
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-            "completion_tokens": completion_tokens}
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> dict:
+    """The usage object; with cached_tokens (the prompt tokens the prefix cache held), also
+    prompt_tokens_details.cached_tokens, as vLLM 0.32 sends it in a response's final usage with
+    --enable-prompt-tokens-details (vllm/entrypoints/openai/chat_completion/serving.py _make_prompt_tokens_details)."""
+    out = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
+           "completion_tokens": completion_tokens}
+    if cached_tokens is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    return out
 
 
 class ChunkWriter:
@@ -193,18 +199,19 @@ class ChunkWriter:
                 parts.append(self._pre + filler_piece(i).encode() + self._post)
         return b"".join(parts)
 
-    def closing(self) -> bytes:
+    def closing(self, cached_tokens: int | None = None) -> bytes:
         """The usage-only chunk (when asked for) and [DONE]."""
         out = b""
         if self.req.include_usage:
-            out = self._event(dict(self.head, choices=[], usage=usage(self.req.prompt_tokens, self.req.max_tokens)))
+            out = self._event(dict(self.head, choices=[], usage=usage(self.req.prompt_tokens, self.req.max_tokens,
+                                                                      cached_tokens)))
         return out + DONE
 
 
-def full_response(req: ParsedRequest, request_id: str, created: int) -> bytes:
+def full_response(req: ParsedRequest, request_id: str, created: int, cached_tokens: int | None = None) -> bytes:
     """The non-streamed response body."""
     text = filler_text(req.max_tokens)
-    use = usage(req.prompt_tokens, req.max_tokens)
+    use = usage(req.prompt_tokens, req.max_tokens, cached_tokens)
     if req.endpoint == COMPLETIONS:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length", "stop_reason": None}
         return orjson.dumps({"id": request_id, "object": "text_completion", "created": created, "model": req.model,

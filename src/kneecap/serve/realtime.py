@@ -33,7 +33,7 @@ ARRIVAL_EPSILON_S = 1e-9  # a step may start at "now" in virtual time
 class RequestSlot:
     """Delivery state of one request: how many output tokens are ready, whether it ended, and its wake-up."""
 
-    __slots__ = ("request_id", "prompt_tokens", "max_tokens", "ready", "done", "error", "wake")
+    __slots__ = ("request_id", "prompt_tokens", "max_tokens", "ready", "done", "error", "wake", "cached_tokens")
 
     def __init__(self, request_id: str, prompt_tokens: int, max_tokens: int):
         self.request_id = request_id
@@ -43,6 +43,7 @@ class RequestSlot:
         self.done = False
         self.error: str | None = None
         self.wake = asyncio.Event()
+        self.cached_tokens: int | None = None  # prompt tokens the prefix cache held (set when it finishes)
 
 
 @dataclass
@@ -199,6 +200,7 @@ class RealtimeEngine:
             for record in out.finished:
                 slot = self.slots.pop(record.request_id, None)
                 if slot is not None:
+                    slot.cached_tokens = record.extra.get("cached_tokens")
                     slot.done = True
                     slot.wake.set()
                     self.counters.requests_finished_total += 1
