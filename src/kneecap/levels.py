@@ -70,13 +70,13 @@ class LevelDriver(Protocol):
 
 SERVER_METRICS_KEYS = ("preemptions", "kv_usage_max", "kv_usage_mean", "running_max", "waiting_max",
                        "prefix_cache_hit_rate")
-SOURCES = ("simulator", "prometheus", "none")
+SOURCES = ("simulator", "prometheus", "usage", "none")  # usage: only what the responses' usage said (cached tokens)
 
 
 def server_metrics(source: str, *, preemptions=None, kv_usage_max=None, kv_usage_mean=None, running_max=None,
                    waiting_max=None, prefix_cache_hit_rate=None, **detail) -> dict:
     """The one per-level server_metrics shape, whatever measured it: counts as ints, usage and hit rate as
-    fractions 0..1, None where the source cannot tell; `source` "simulator" | "prometheus" | "none".
+    fractions 0..1, None where the source cannot tell; `source` "simulator" | "prometheus" | "usage" | "none".
     `detail`: further keys a source knows (kept beside the contract's, never instead of them)."""
     if source not in SOURCES:
         raise ValueError(f"server_metrics source {source!r} is not one of {SOURCES}")

@@ -170,6 +170,7 @@ def server_table(levels: list[dict]) -> Table | None:
                      fmt.pct(sm.get("prefix_cache_hit_rate"))))
     sources = {(lv.get("server_metrics") or {}).get("source") for lv in levels if isinstance(lv.get("server_metrics"), dict)}
     origin = {"simulator": "the simulated engine's own counters", "prometheus": "scraped from the server's /metrics",
+              "usage": "the prefix-cache hit rate from the responses' cached-token counts (the server exposed no /metrics)",
               "none": "the server exposed none"}
     said = "; ".join(origin.get(s, str(s)) for s in sorted(sources, key=str))
     return Table(("load", "peak KV usage (% of blocks)", "mean KV usage (% of blocks)", "peak running (requests)",
