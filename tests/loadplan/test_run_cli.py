@@ -221,3 +221,49 @@ def test_behaviour_gate_replays_cases_against_a_live_server(cli, tmp_path):
         assert s["cells"] == []  # rejected before any load was offered
     finally:
         srv.stop()
+
+
+BURSTY = """
+name: bursty
+classes:
+  chat: {input: 128, output: 16}
+load:
+  dimension: rate
+  steps: [4, 8, 16]
+  requests_per_cell: 12
+  required: 8
+  arrival: {kind: gamma, burstiness: 0.3}
+state: {warmup_requests: 0}
+states: [warm]
+slo:
+  chat: {ttft_p99_ms: 5000}
+candidates:
+  - name: sim
+    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm}
+"""
+
+
+def test_rate_cells_report_the_rate_offered_and_capacity_rests_on_it(cli, tmp_path):
+    """Twelve bursty requests a cell go out far from their step (seed 0: the 16 req/s step sends at 4.6 req/s).
+    Each cell says the rate its requests were sent at beside its step; the capacity verdict compares what
+    was offered with the plan's required rate, so a step that passed at a fraction of its rate proves no more."""
+    from kneecap.records import read_records
+
+    r, out = run_plan(cli, tmp_path, BURSTY)
+    assert r.code == 0, r.stderr
+    summary = json.loads(r.stdout)
+    for c in summary["cells"]:
+        sends = sorted(x.scheduled_at for x in read_records(out / c["records"]))
+        assert c["offered"]["offered_request_s"] == (len(sends) - 1) / (sends[-1] - sends[0])
+        assert c["offered"]["nominal_request_s"] == c["load"]["rate"]
+    top = summary["cells"][-1]
+    assert top["verdict"] == "pass" and top["load"]["rate"] == 16.0
+    assert top["offered"]["offered_request_s"] < 0.9 * 16.0  # this sample of arrivals went out well below its step
+    info = summary["capacity"]["sim"]["chat"]["warm"]
+    assert info["capacity"] == 16.0 and info["offered_at_capacity"] == top["offered"]["offered_request_s"]
+    assert info["capacity_shown"] == info["offered_at_capacity"]
+    (cand,) = summary["candidates"]
+    # every step passed, and 16 >= the required 8, but what was offered at the capacity step is below 8
+    assert info["capacity_shown"] < 8
+    assert cand["verdict"] == "rejected" and cand["gate"] == "slo", cand
+    assert "as offered" in cand["reason"] and "(required 8)" in cand["reason"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kneecap.loadplan.behaviour import check, drift
-from kneecap.loadplan.capacity import capacity_region, littles_law, offered_vs_completed
+from kneecap.loadplan.capacity import capacity_region, littles_law, offered_rate, offered_vs_completed, region_end_text
 from kneecap.loadplan.cells import auto_steps, build_ramps
 from kneecap.loadplan.schema import Budget, Expectation, StopSpec
 from kneecap.loadplan.verdicts import judge
@@ -105,7 +105,42 @@ def test_offered_vs_completed_counts_drops():
     recs = closed_loop_records(n=10)
     recs[3].status = "error"
     out = offered_vs_completed(recs, duration_s=10.0)
-    assert out["offered_request_s"] == 1.0 and out["completed_request_s"] == 0.9 and out["dropped"] == 1
+    # 10 requests sent over 2 s (four workers: sends at 0, 0, 0, 0, 1, 1, 1, 1, 2, 2): 9 gaps in 2 s
+    assert out["offered_request_s"] == 4.5 and out["completed_request_s"] == 0.9 and out["dropped"] == 1
+    assert out["nominal_request_s"] is None
+
+
+def test_offered_rate_is_the_send_rate_not_the_level_duration():
+    """Nine gaps of 0.25 s between scheduled sends: 4 req/s offered, however long the last answer took."""
+    recs = [RequestRecord(request_id=str(i), level=0, rate=16.0, scheduled_at=i * 0.25, sent_at=i * 0.25 + 0.001,
+                          end_at=i * 0.25 + 5.0) for i in range(10)]
+    out = offered_vs_completed(recs, duration_s=None, nominal_rate=16.0)
+    assert out["offered_request_s"] == pytest.approx(4.0) and out["nominal_request_s"] == 16.0
+    assert out["completed_request_s"] == pytest.approx(10 / (9 * 0.25 + 5.0))
+    assert offered_rate(recs[:1]) is None  # one request: no rate
+    assert offered_rate([RequestRecord(request_id=str(i), level=0, scheduled_at=0.0) for i in range(4)]) is None
+
+
+def rate_cell(load, rep, offered, verdict="pass"):
+    c = cell(load, rep, verdict)
+    c["load"] = {"rate": float(load)}
+    c["offered"] = {"offered_request_s": offered, "nominal_request_s": float(load)}
+    return c
+
+
+def test_rate_capacity_rests_on_what_was_offered():
+    # step 16 passed in both repetitions, but one of them sent its requests at 4.6 req/s
+    short = capacity_region([rate_cell(8, 0, 8.3), rate_cell(16, 0, 15.1), rate_cell(8, 1, 7.8), rate_cell(16, 1, 4.6)])
+    reg = short["a"]["short"]["warm"]
+    assert reg["capacity"] == 16.0 and reg["offered_at_capacity"] == 4.6 and reg["capacity_shown"] == 4.6
+    assert "capacity rate 4.6 as offered (the step 16 went out at 4.6 req/s)" in region_end_text(reg)
+    # within OFFERED_RATE_SHARE of the step in every repetition: the step is what was shown
+    close = capacity_region([rate_cell(8, 0, 8.3), rate_cell(16, 0, 15.1), rate_cell(16, 1, 14.5)])["a"]["short"]["warm"]
+    assert close["capacity_shown"] == 16.0 and close["offered_at_capacity"] == 14.5
+    assert "(offered 14.5 req/s)" in region_end_text(close)
+    # a closed loop keeps its C requests in flight: the step is the capacity, no offered rate
+    closed = capacity_region([cell(1, 0, "pass"), cell(2, 0, "pass")])["a"]["short"]["warm"]
+    assert closed["capacity_shown"] == 2 and closed["offered_at_capacity"] is None
 
 
 def test_ramps_order_and_auto_steps():

@@ -16,6 +16,10 @@ from kneecap.records import RequestRecord
 STABLE_RATE_TOLERANCE = 0.15  # completion rate of the two halves of the interval may differ by this fraction
 STABLE_TREND_TOLERANCE = 0.15  # in-flight count may drift by this fraction of its mean over the interval
 LITTLE_TOLERANCE = 0.10  # |L - lambda W| / L above this is flagged
+# A rate cell sends its requests at random (Poisson or gamma) times: a short cell's realized rate strays from
+# its step (12 gamma arrivals of burstiness 0.3 at a nominal 16 req/s went out at 4.6). A capacity step is
+# credited as such only when every repetition offered at least this share of it; else what was offered.
+OFFERED_RATE_SHARE = 0.9
 
 
 def capacity_region(cells: list[dict]) -> dict:
@@ -51,6 +55,7 @@ def capacity_region(cells: list[dict]) -> dict:
                 at_cap = None
                 if capacity is not None:
                     at_cap = _worst_of(by_load[capacity])
+                offered, shown = _offered_at(dims[(cand, cls, state)], capacity, by_load.get(capacity, []))
                 out[cand][cls][state] = {
                     "dimension": dims[(cand, cls, state)],
                     "region": region,
@@ -60,8 +65,24 @@ def capacity_region(cells: list[dict]) -> dict:
                     "repetitions": max(len(v) for v in by_load.values()),
                     "highest_load": loads[-1] if loads else None,
                     "at_capacity": at_cap,
+                    "offered_at_capacity": offered,  # rate: the lowest rate a repetition of the capacity step sent at
+                    "capacity_shown": shown,  # the load the capacity claim rests on (the verdict compares this)
                 }
     return out
+
+
+def _offered_at(dimension: str, capacity, cells: list[dict]) -> tuple[float | None, float | None]:
+    """(lowest offered rate among the capacity step's repetitions, the load shown): on the rate dimension the
+    step itself when every repetition offered OFFERED_RATE_SHARE of it, else that lowest offered rate. A closed
+    loop holds its C requests in flight by construction, so there the step is what was shown."""
+    if capacity is None or dimension != "rate":
+        return None, capacity
+    rates = [(c.get("offered") or {}).get("offered_request_s") for c in cells]
+    rates = [r for r in rates if r is not None]
+    if not rates:  # every request at once (rate inf), or too few requests to time
+        return None, capacity
+    low = min(rates)
+    return low, (capacity if low >= OFFERED_RATE_SHARE * capacity else low)
 
 
 def _load(x) -> str:
@@ -86,13 +107,36 @@ def region_end_text(info: dict) -> str:
     failures = info.get("failures") or {}
     if not failures and not info.get("failed"):
         top = info.get("highest_load")
-        return f"every step passed up to {dim} {_load(top if top is not None else cap)} (the highest step run)"
+        text = f"every step passed up to {dim} {_load(top if top is not None else cap)} (the highest step run)"
+        if info.get("offered_at_capacity") is not None and top == cap:
+            text += "; " + capacity_text(info)
+        return text
     first_load, first = next(iter(failures.items()), (None, None))
     if first_load is None:  # a summary from before `failures` was recorded
         first_load, reasons = next(iter(info["failed"].items()))
         first = [{"repetition": "?", "reasons": reasons}]
-    have = f"capacity {dim} {_load(cap)}" if cap is not None else "no load step passed"
+    have = capacity_text(info) if cap is not None else "no load step passed"
     return f"{have}; {dim} {failure_text(first_load, first)}"
+
+
+def capacity_figure(info: dict) -> str | None:
+    """The capacity step, with the rate it was offered at beside it on the rate dimension: '16 (offered 4.56)'."""
+    cap, offered = info.get("capacity"), info.get("offered_at_capacity")
+    if cap is None:
+        return None
+    return _load(cap) + (f" (offered {offered:.3g})" if isinstance(offered, (int, float)) else "")
+
+
+def capacity_text(info: dict) -> str:
+    """'capacity rate 16 (offered 15.2 req/s)', or, where a repetition of the step sent its requests below
+    it, the rate it was shown at: 'capacity rate 4.56 as offered (the step 16 went out at 4.56 req/s)'."""
+    dim, cap = info.get("dimension", "load"), info.get("capacity")
+    offered, shown = info.get("offered_at_capacity"), info.get("capacity_shown", cap)
+    if offered is None:
+        return f"capacity {dim} {_load(cap)}"
+    if shown == cap:
+        return f"capacity {dim} {_load(cap)} (offered {offered:.3g} req/s)"
+    return f"capacity {dim} {offered:.3g} as offered (the step {_load(cap)} went out at {offered:.3g} req/s)"
 
 
 def accepted_reason(region: dict, classes, states) -> str:
@@ -171,17 +215,24 @@ def littles_law(records: list[RequestRecord]) -> dict:
     return result
 
 
-def offered_vs_completed(records: list[RequestRecord], duration_s: float | None) -> dict:
-    """Offered load (requests sent per s) beside completed throughput (successful per s)."""
+def offered_rate(records: list[RequestRecord]) -> float | None:
+    """The rate requests were offered at: (n - 1) / (last send - first send), by their scheduled send times
+    (the send times where none were scheduled); None for fewer than two, or all sent at one instant."""
+    sends = sorted(t for t in ((r.scheduled_at if r.scheduled_at is not None else r.sent_at) for r in records)
+                   if t is not None)
+    if len(sends) < 2 or sends[-1] <= sends[0]:
+        return None
+    return (len(sends) - 1) / (sends[-1] - sends[0])
+
+
+def offered_vs_completed(records: list[RequestRecord], duration_s: float | None, nominal_rate: float | None = None) -> dict:
+    """Offered load beside completed throughput: the rate the requests were sent at (offered_rate) beside
+    the cell's nominal step (nominal_request_s, rate cells), successful requests per s of the level, drops."""
     recs = [r for r in records if not r.warmup]
-    if not recs:
-        return {"offered_request_s": None, "completed_request_s": None, "dropped": 0}
-    if not duration_s:
-        starts = [r.scheduled_at if r.scheduled_at is not None else r.sent_at for r in recs]
-        ends = [r.end_at for r in recs if r.end_at is not None]
-        starts = [s for s in starts if s is not None]
-        duration_s = (max(ends) - min(starts)) if ends and starts else None
-    if not duration_s:
-        return {"offered_request_s": None, "completed_request_s": None, "dropped": 0}
     ok = sum(1 for r in recs if r.ok)
-    return {"offered_request_s": len(recs) / duration_s, "completed_request_s": ok / duration_s, "dropped": len(recs) - ok}
+    if recs and not duration_s:
+        starts = [t for t in (r.scheduled_at if r.scheduled_at is not None else r.sent_at for r in recs) if t is not None]
+        ends = [r.end_at for r in recs if r.end_at is not None]
+        duration_s = (max(ends) - min(starts)) if ends and starts else None
+    return {"offered_request_s": offered_rate(recs), "nominal_request_s": nominal_rate,
+            "completed_request_s": ok / duration_s if recs and duration_s else None, "dropped": len(recs) - ok}

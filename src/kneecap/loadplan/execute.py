@@ -223,7 +223,8 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
                            metrics=level, state_reached=state_note,
                            little=littles_law(run.records),
                            observed=observe_cell(run.records, run.trace, run.server_metrics),
-                           offered=offered_vs_completed(run.records, level.get("duration_s")),
+                           offered=offered_vs_completed(run.records, level.get("duration_s"),
+                                                        nominal_rate=cell.load if dimension == "rate" else None),
                            records=cell_records_name(index))
                 cells.append(row)
                 say(f"{cell.key}: {verdict['verdict']}" + (f" ({verdict['limit'] or '; '.join(verdict['breaches'])})"
@@ -276,7 +277,7 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
         for cls_name in spec.slo:
             for state in spec.states:
                 info = region.get(cls_name, {}).get(state)
-                cap = info["capacity"] if info else None
+                cap = info.get("capacity_shown", info["capacity"]) if info else None  # a rate as offered
                 if cap is None or (required is not None and cap < required):
                     need = f" (required {required:g})" if required is not None and cap is not None else ""
                     missing.append(f"{cls_name}/{state}: {region_end_text(info) if info else 'no load step'}{need}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kneecap.loadplan.capacity import region_end_text
+from kneecap.loadplan.capacity import capacity_figure, region_end_text
 
 
 def _fmt(x) -> str:
@@ -29,7 +29,7 @@ def render_verdict_table(summary: dict) -> list:
             for state, info in by_state.items():
                 at = info.get("at_capacity") or {}
                 region.add_row(cand, cls, state, ", ".join(f"{x:g}" for x in info["region"]) or "none",
-                               f"{info['dimension']} {info['capacity']:g}" if info["capacity"] is not None else "—",
+                               f"{info['dimension']} {capacity_figure(info)}" if info["capacity"] is not None else "—",
                                _fmt((at.get("ttft_ms") or {}).get("p99")), _fmt((at.get("itl_ms") or {}).get("p99")),
                                _fmt(at.get("output_tok_s")),
                                region_end_text(info))

@@ -100,7 +100,7 @@ def capacity_table(capacity: dict) -> Table | None:
                 failed = info.get("failed") if isinstance(info.get("failed"), dict) else {}
                 cap = info.get("capacity")
                 rows.append((str(cand), str(cls), str(state), f"{dim} ({unit})" if unit else dim,
-                             Cell(f"{cap:g}" if fmt.is_number(cap) else "none", "better" if fmt.is_number(cap)
+                             Cell(_capacity(cap, info.get("offered_at_capacity")), "better" if fmt.is_number(cap)
                                   else "worse"),
                              ", ".join(f"{x:g}" if fmt.is_number(x) else str(x) for x in info.get("region") or [])
                              or "empty",
@@ -112,7 +112,15 @@ def capacity_table(capacity: dict) -> Table | None:
     return Table(("candidate", "class", "state", "dimension", "capacity", "region (loads passing every repetition)",
                   "TTFT p99 at capacity (ms)", "ITL p99 (ms)", "E2E p99 (ms)", "output at capacity (tok/s)",
                   "failing loads and why"), tuple(rows),
-                 caption="Capacity = the highest load such that it and every lower step passed every repetition")
+                 caption="Capacity = the highest load such that it and every lower step passed every repetition; "
+                         "for a rate, the lowest rate its repetitions were offered at beside it")
+
+
+def _capacity(cap, offered) -> str:
+    """The capacity step; on the rate dimension the lowest rate its repetitions were offered at beside it."""
+    if not fmt.is_number(cap):
+        return "none"
+    return f"{cap:g}" + (f" (offered {offered:.3g})" if fmt.is_number(offered) else "")
 
 
 def _little_text(cell: dict) -> str:
