@@ -22,7 +22,6 @@ OK = "ok"
 ERROR = "error"
 TIMEOUT = "timeout"
 CANCELLED = "cancelled"
-STATUSES = (OK, ERROR, TIMEOUT, CANCELLED)
 
 
 @dataclass

@@ -16,7 +16,6 @@ from kneecap.metrics.slo import (
     parse_slo,
     per_request_budgets_ms,
     request_is_good,
-    request_meets_slo,
 )
 from kneecap.metrics.stop import StopLimits, check_stop, stop_record
 from kneecap.records import RequestRecord
@@ -91,7 +90,8 @@ def test_request_is_good(kw, good):
     fields.update(kw)
     budgets = {"ttft": 500.0, "tpot": 120.0}
     assert request_is_good(RequestRecord(**fields), budgets) is good
-    assert request_meets_slo(RequestRecord(**fields), {"ttft_p99_ms": 500.0, "tpot_p50_ms": 120.0}) is good
+    slo = {"ttft_p99_ms": 500.0, "tpot_p50_ms": 120.0}
+    assert request_is_good(RequestRecord(**fields), per_request_budgets_ms(slo)) is good
 
 
 # --- knee --------------------------------------------------------------------------------------------

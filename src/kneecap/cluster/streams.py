@@ -37,7 +37,6 @@ CLOCK_ROUND_TRIPS = 8  # per actor per level; the one with the least delay sets 
 START_LEAD_S = 0.2  # the common start is this long after the barrier (plus the slowest round trip)
 POLL_S = 0.05  # how often the driver asks every actor for finished records
 SILENT_S = 20.0  # an actor that answers no poll for this long is treated as lost
-KILL_GRACE_S = 5.0  # waiting for actors to go at the end
 
 
 def split_secret(secret: str) -> tuple[str, str]:
@@ -187,14 +186,6 @@ class ActorPool:
     @property
     def size(self) -> int:
         return sum(1 for a in self._actors if a.alive)
-
-    @property
-    def pids(self) -> list[int]:
-        return [a.pid for a in self._actors if a.alive]
-
-    def placement(self) -> list[dict]:
-        """Where each live actor runs (node id and process id)."""
-        return [{"actor": a.index, "node_id": a.node_id, "pid": a.pid} for a in self._actors if a.alive]
 
     # -- one level -------------------------------------------------------------------------
     def _offsets(self, actors: Sequence[_Actor]) -> dict[int, ClockOffset]:

@@ -79,11 +79,6 @@ def chunk_gaps(r: RequestRecord) -> tuple[list[float], list[int]]:
     return gaps, tokens
 
 
-def token_chunk_sizes(r: RequestRecord) -> list[int]:
-    """Tokens carried by each token-bearing chunk (the first chunk included)."""
-    return [int(k) for k in r.chunk_tokens[: len(r.chunk_times)] if k > 0]
-
-
 def input_tokens(r: RequestRecord) -> int:
     """Prompt tokens: the server's usage count if reported, else what the workload asked for, else 0."""
     if r.prompt_tokens is not None:

@@ -155,7 +155,3 @@ def request_is_good(record: RequestRecord, budgets_ms: Mapping, *, from_schedule
             return False
     return True
 
-
-def request_meets_slo(record: RequestRecord, slo: Mapping, *, from_scheduled: bool = False) -> bool:
-    """request_is_good with the budgets taken from an SLO dict (convenience for one-off checks)."""
-    return request_is_good(record, per_request_budgets_ms(slo), from_scheduled=from_scheduled)

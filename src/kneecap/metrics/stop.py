@@ -37,16 +37,12 @@ class StopLimits:
       a row breach it (default 2: one noisy level does not end a sweep).
     levels_past_knee: stop once a knee is found and this many levels past it have run
       (None, the default: run every level asked for; the knee is still reported).
-    stop_on_preflight_exceeds / stop_on_dead_server: read by the caller, which owns those
-      checks (both default True; `--force` turns the first off).
     """
 
     max_error_rate: float = 0.5
     slo: Mapping = field(default_factory=dict)
     consecutive_breaches: int = 2
     levels_past_knee: int | None = None
-    stop_on_preflight_exceeds: bool = True
-    stop_on_dead_server: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.max_error_rate <= 1.0:

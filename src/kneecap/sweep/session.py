@@ -135,7 +135,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
 
     scrub = Scrubber(api_key)
     slo = parse_slo(opts.slo) if opts.slo else {}
-    limits = StopLimits(slo=slo, stop_on_preflight_exceeds=not opts.force)
+    limits = StopLimits(slo=slo)
 
     # 1. the server must answer before anything is written
     from kneecap.client.setup import check_server, new_salt
