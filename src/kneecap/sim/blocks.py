@@ -7,14 +7,13 @@ sliding-window layers, GroupedBlockManager: `block_size` tokens of one layer gro
 Model (vLLM V1 KVCacheManager / nano-vllm BlockManager): a block is either free (ref 0, in the
 free queue) or used (ref >= 1, in >= 1 block tables). A full block whose content is known may carry a
 hash; a freed hashed block stays in the free queue *and* in the cache until it is evicted, i.e.
-reallocated (the queue is LRU, a deque: blocks are taken from its front, freed blocks join its back, a
+reallocated (the queue is LRU, first in first out: blocks are taken from its front, freed blocks join its back, a
 sequence's tail blocks first so its prefix is evicted last). A cache hit on a free block takes it
 out of the queue. Invariant: free + used == num_blocks, always.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Hashable, Sequence
 
 from kneecap.errors import KneecapError
@@ -44,8 +43,11 @@ class BlockManager:
         self.cached: dict[Hashable, int] = {}  # hash -> block id
         # the free queue, oldest first. A block leaving it from the middle (a cache hit on a free block) keeps its
         # entry there, counted in _stale[block], and is skipped when it reaches the front; a free block's valid
-        # entry is its last one (a block is free exactly when its ref count is 0)
-        self.free: deque[int] = deque(range(num_blocks))
+        # entry is its last one (a block is free exactly when its ref count is 0). The queue is the list
+        # _free[_head:]: blocks are taken from its front by moving _head (whole runs at once, by slicing), freed
+        # blocks join its back, and the taken prefix is dropped once it is half the list (_compact)
+        self._free: list[int] = list(range(num_blocks))
+        self._head = 0
         self._stale = [0] * num_blocks
         self._num_stale = 0
         self._num_shared = 0  # blocks held by more than one sequence (ref count >= 2)
@@ -57,17 +59,17 @@ class BlockManager:
     # --- queries -----------------------------------------------------------------------------
     @property
     def num_free(self) -> int:
-        return len(self.free) - self._num_stale
+        return len(self._free) - self._head - self._num_stale
 
     @property
     def num_used(self) -> int:
-        return self.num_blocks - len(self.free) + self._num_stale
+        return self.num_blocks - len(self._free) + self._head + self._num_stale
 
     def free_blocks(self) -> list[int]:
         """The free queue, oldest first (its valid entries)."""
         skip = self._stale[:]
         out = []
-        for block in self.free:  # as _take_free would meet them
+        for block in self._free[self._head:]:  # as _take_free would meet them
             if skip[block]:
                 skip[block] -= 1
                 continue
@@ -91,13 +93,23 @@ class BlockManager:
         return self.num_blocks * self.block_size
 
     # --- allocation --------------------------------------------------------------------------
+    def _compact(self) -> None:
+        """Drop the taken front of the free list once it is at least half of it (amortised O(1) per block)."""
+        if self._head > 1024 and 2 * self._head >= len(self._free):
+            del self._free[:self._head]
+            self._head = 0
+
     def _take_free(self) -> int:
-        free, stale = self.free, self._stale
-        block = free.popleft()  # LRU: evict the oldest free block
+        free, stale, head = self._free, self._stale, self._head
+        block = free[head]  # LRU: evict the oldest free block
+        head += 1
         while stale[block]:  # an entry left behind by a cache hit: the block is not (or not there) free
             stale[block] -= 1
             self._num_stale -= 1
-            block = free.popleft()
+            block = free[head]
+            head += 1
+        self._head = head
+        self._compact()
         h = self.block_hash[block]
         if h is not None:  # evicting a cached block: its content is gone
             if self.cached.get(h) == block:
@@ -113,8 +125,12 @@ class BlockManager:
         if self._num_stale:
             taken = [self._take_free() for _ in range(n)]  # (sets ref counts and forgets hashes itself)
             return taken
-        pop = self.free.popleft
-        taken = [pop() for _ in range(n)]
+        head = self._head
+        taken = self._free[head:head + n]
+        if len(taken) < n:
+            raise IndexError("take from an empty free queue")
+        self._head = head + n
+        self._compact()
         if self.cached:  # some free blocks may hold cached content: evicting it forgets the hash
             block_hash, cached = self.block_hash, self.cached
             for block in taken:
@@ -208,7 +224,7 @@ class BlockManager:
                 if self.block_hash[block] is None and h not in self.cached:
                     self.block_hash[block] = h
                     self.cached[h] = block
-        ref, free = self.ref_count, self.free
+        ref, free = self.ref_count, self._free
         if not self._num_shared:  # every block is this sequence's alone: all of them become free
             for block in table:
                 ref[block] = 0
@@ -218,7 +234,7 @@ class BlockManager:
 
     def _release(self, blocks) -> None:
         """One reference less on each block, in order: a block no one holds joins the free queue's back."""
-        ref, free = self.ref_count, self.free
+        ref, free = self.ref_count, self._free
         for block in blocks:
             rc = ref[block] - 1
             ref[block] = rc
@@ -420,7 +436,7 @@ class GroupedBlockManager(BlockManager):
                 rc = self.ref_count[block] - 1
                 self.ref_count[block] = rc
                 if rc == 0:
-                    self.free.append(block)
+                    self._free.append(block)
                 elif rc == 1:
                     self._num_shared -= 1
 
