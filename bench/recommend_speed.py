@@ -1,6 +1,7 @@
 """Benchmark: how long `kneecap recommend` takes over its full default grid (every priced GPU x tp 1/2/4/8 x
-(MoE models: ep 1 and ep = tp) x pp 1/2 x bf16/fp8 weights x bf16/fp8 KV x 4 max_num_seqs x 2
-max_num_batched_tokens, and for rate loads the cheapest setups also as disaggregated prefill/decode pools), and
+(MoE models: ep 1 and ep = tp; MLA MoE models also DP attention) x pp 1/2 x bf16/fp8 weights x bf16/fp8 KV x
+4 max_num_seqs x 2 max_num_batched_tokens, and for rate loads the setups whose bound on disaggregated pools' cost
+beats the cheapest aggregated candidate also as prefill/decode pools), and
 whether the answer is the same with one worker and with two (target: >= 1,000 candidates in <= 60 s on 2 cores,
 identical).
 
@@ -28,9 +29,10 @@ CASES = (
     ("llama-3.1-70b", "rate", 4.0, 2000, 300, "ttft_p99_ms=3000,tpot_p99_ms=60"),
     ("llama-3.1-70b", "concurrency", 64, 2000, 300, "ttft_p99_ms=3000,tpot_p99_ms=60"),
     ("qwen3-30b-a3b", "rate", 10.0, 1000, 500, "ttft_p99_ms=1500,tpot_p99_ms=40"),
+    ("deepseek-v3", "rate", 2.0, 2000, 300, "ttft_p99_ms=3000,tpot_p99_ms=60"),
 )
 COUNTS = ("evaluated", "pruned", "infeasible", "over_gpu_limit", "skipped_by_bound", "simulated", "not_simulated", "sized",
-          "disaggregated_tried")
+          "disaggregated_tried", "disaggregated_bounded_out")
 
 
 def cpu_s() -> float:
@@ -68,7 +70,8 @@ def main() -> int:
                      f"{wall_one:.1f}", f"{cpu_one:.1f}", f"{load_before:.1f}",
                      "yes" if same else "NO",
                      (f"{dis['prefill_replicas']}P+{dis['decode_replicas']}D" if dis else f"{b['replicas']}")
-                     + f" x {b['gpus_per_replica']} {b['gpu']} tp{b['tp']} pp{b['pp']} ep{b['ep']} {b['weight_dtype']}/{b['kv_dtype']} "
+                     + f" x {b['gpus_per_replica']} {b['gpu']} tp{b['tp']} pp{b['pp']} ep{b['ep']}{' DP-attention' if b['dp_attention'] else ''} "
+                     f"{b['weight_dtype']}/{b['kv_dtype']} "
                      f"seqs {b['max_num_seqs']} tokens {b['max_num_batched_tokens']}, ${b['cost_per_hour']:.2f}/h"))
         ok &= same and wall <= args.budget_s and doc["evaluated"] >= 1000
         print(rows[-1], flush=True)
