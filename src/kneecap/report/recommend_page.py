@@ -114,7 +114,7 @@ def _intro(doc: dict) -> list[str]:
             f"{doc['seconds']:.0f} s.",
             "Predictions come from kneecap's simulated engine (vLLM scheduling defaults, virtual time; no model was run). "
             "Replicas share the load evenly (rate / replicas requests/s each). "
-            + (f"{doc.get('disaggregated_tried', 0)} setups were also tried as disaggregated prefill and decode pools "
+            + (f"{doc.get('disaggregated_tried', 0)} setup{' was' if doc.get('disaggregated_tried') == 1 else 's were'} also tried as disaggregated prefill and decode pools "
                "(prompts prefilled on one pool, their KV sent to the other, which generates every output token): those whose "
                "roofline bound on the pools' cost was below the cheapest aggregated deployment"
                + (f" ({doc['disaggregated_bounded_out']} setups could not beat it by that bound)" if doc.get("disaggregated_bounded_out") else "")
