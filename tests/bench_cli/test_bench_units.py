@@ -230,3 +230,21 @@ def test_shared_prefix_reaches_the_request_specs():
     specs = level_specs(opts, sweep_levels(opts)[0], warmup=False)
     assert {s.prefix_tokens for s in specs} == {6}
     assert {s.prefix_group for s in specs} <= {0, 1} and len(specs) == 8
+
+
+def test_prefix_cache_hit_rate_from_usage_only_where_the_server_has_no_prefix_counters():
+    from kneecap.sweep.http_levels import scraped_server_metrics
+
+    # /metrics with prefix counters (vLLM, SGLang, kneecap serve): its own rate, whatever the usage said
+    with_counters = scraped_server_metrics({"prefix_cache_hit_rate": 0.25}, [], cached_fraction=0.5)
+    assert with_counters["prefix_cache_hit_rate"] == 0.25 and with_counters["prefix_cache_hit_rate_source"] == "prometheus"
+    # /metrics without them (llama.cpp): the responses' cached tokens over their prompt tokens, said so
+    without = scraped_server_metrics({"prefix_cache_hit_rate": None, "kv_usage_max": 0.1}, [], cached_fraction=0.5)
+    assert (without["source"], without["prefix_cache_hit_rate"], without["prefix_cache_hit_rate_source"]) == \
+        ("prometheus", 0.5, "usage")
+    # no /metrics at all: the level's source is the usage
+    bare = scraped_server_metrics(None, [], cached_fraction=0.5)
+    assert (bare["source"], bare["prefix_cache_hit_rate"], bare["kv_usage_max"]) == ("usage", 0.5, None)
+    # nothing said either way
+    assert scraped_server_metrics(None, [])["source"] == "none"
+    assert scraped_server_metrics({"prefix_cache_hit_rate": None}, [])["prefix_cache_hit_rate_source"] is None

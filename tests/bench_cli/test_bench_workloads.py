@@ -69,6 +69,9 @@ def test_replay_sends_each_row_at_its_time_and_equal_hash_ids_hit_the_prefix_cac
         # every row after the first finds the two shared 512-token blocks (whole 16-token cache blocks)
         expected = 11 * (2 * BLOCK // CACHE_BLOCK * CACHE_BLOCK) / (12 * 1200)
         assert lv["server_metrics"]["prefix_cache_hit_rate"] == pytest.approx(expected, abs=0.01)
+        assert lv["server_metrics"]["prefix_cache_hit_rate_source"] == "prometheus"  # its own counters
+        # and each response says what it found (usage.prompt_tokens_details.cached_tokens, as vLLM reports it)
+        assert [x["extra"]["cached_tokens"] for x in mine] == [0] + [2 * BLOCK] * 11
     # the same trace with no hash id in common: nothing to reuse
     control = tmp_path / "control"
     r = cli("bench", "--base-url", server, "--replay", str(write_trace(tmp_path / "distinct.jsonl", 12, 250, False)),

@@ -126,3 +126,7 @@ def test_replay_on_llamacpp_equal_hash_ids_are_prefix_cache_hits(llamacpp, cli, 
     mine = sorted(records, key=lambda r: r.scheduled_at)
     assert [r.prompt_tokens for r in mine] == [600] * 6
     assert [r.extra.get("cached_tokens") for r in mine] == [0] + [512] * 5
+    # llama.cpp's /metrics has no prefix-cache counters: the level's hit rate is those counts over its prompt tokens
+    sm = summary["levels"][0]["server_metrics"]
+    assert sm["source"] == "prometheus" and sm["prefix_cache_hit_rate_source"] == "usage", sm
+    assert sm["prefix_cache_hit_rate"] == pytest.approx(5 * 512 / (6 * 600), abs=1e-6)

@@ -76,7 +76,7 @@ class HttpLevelDriver:
         label = opts.level_label(plan.value)
         base = dict(level=plan.index, kind=opts.kind, value=plan.value, epoch=self._epoch,
                     burstiness=opts.burstiness, seed=opts.seed + plan.index, **self._bursts)
-        refusal = RefusalWatch(keep)  # the driver ends a share at its first refused key (kneecap.client.driver.AuthCut)
+        refusal = RecordWatch(keep)  # the driver ends a share at its first refused key (kneecap.client.driver.AuthCut)
         keep = refusal.keep
         if plan.num_warmup:
             self._progress.start_level(label, plan.num_warmup, phase="warmup")
@@ -121,7 +121,8 @@ class HttpLevelDriver:
 
             starts = [o.client["started_at"] for o in outcomes if o.client.get("started_at") is not None]
             fields["slices"] = ramp_slices(ramp_records, ramp, dimension=opts.kind, t0=min(starts) if starts else None)
-        return LevelRun(server_metrics=scraped_server_metrics(poller.result(), samples), fields=fields,
+        sm = scraped_server_metrics(poller.result(), samples, cached_fraction=refusal.cached_fraction())
+        return LevelRun(server_metrics=sm, fields=fields,
                         note=(f" (client suspect: its own lag may have set these numbers; {_suspect_hint(opts.workers)})"
                               if client["suspect"] else ""))
 
@@ -150,7 +151,7 @@ class HttpLevelDriver:
             fh.write(rows)
 
     def _run_rounds(self, plan: SweepLevel, base: dict, keep, started: float, stable: dict,
-                    refusal: "RefusalWatch") -> list[LevelOutcome]:
+                    refusal: "RecordWatch") -> list[LevelOutcome]:
         """Closed loop for --duration: rounds of plan.num_requests until the duration is over, or (--until-stable)
         until the p99 of TTFT and ITL settled (kneecap.workload.slices.p99_stable, checked after each round;
         `stable` receives the last verdict), or until a round was cut by a refused key (`refusal`)."""
@@ -186,9 +187,11 @@ class HttpLevelDriver:
         return outcomes
 
 
-class RefusalWatch:
-    """Passes a level's records on to `keep` and notes the first the server refused for the API key
-    (HTTP 401/403), with which the driver cut the level: `cut(phase)` says so for the level's summary."""
+class RecordWatch:
+    """Passes a level's records on to `keep` and notes, as they pass, the first the server refused for
+    the API key (HTTP 401/403), with which the driver cut the level (`cut(phase)` says so for the level's
+    summary), and the measured requests' prompt tokens and the cached tokens their usage reported
+    (usage.prompt_tokens_details.cached_tokens: `cached_fraction()`)."""
 
     def __init__(self, keep: Callable[[RequestRecord], None]):
         from kneecap.client.failures import AUTH_REFUSED_KINDS
@@ -196,11 +199,22 @@ class RefusalWatch:
         self._outer = keep
         self._kinds = AUTH_REFUSED_KINDS
         self.kind: str | None = None
+        self.prompt_tokens = 0  # of measured records whose usage said both counts
+        self.cached_tokens = 0
 
     def keep(self, record: RequestRecord) -> None:
         if self.kind is None and record.error_kind in self._kinds:
             self.kind = record.error_kind
+        cached = record.extra.get("cached_tokens")
+        if cached is not None and record.prompt_tokens and not record.warmup:
+            self.prompt_tokens += record.prompt_tokens
+            self.cached_tokens += cached
         self._outer(record)
+
+    def cached_fraction(self) -> float | None:
+        """Share of the measured requests' prompt tokens the server's usage said it had cached, None when
+        no response said (a server that does not report cached_tokens)."""
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else None
 
     def cut(self, phase: str) -> dict:
         status = self.kind[5:]
@@ -217,15 +231,28 @@ def _task(work, **fields) -> LevelTask:
                      think_time_s=work.think_time_s, **fields)
 
 
-def scraped_server_metrics(scraped: dict | None, samples: list[dict]) -> dict:
+def scraped_server_metrics(scraped: dict | None, samples: list[dict], *, cached_fraction: float | None = None) -> dict:
     """A level's /metrics scrapes in the one server_metrics shape (source "none" when nothing was scraped).
-    kv_usage_mean is the mean over the scrapes (about one a second), not a time integral."""
+    kv_usage_mean is the mean over the scrapes (about one a second), not a time integral.
+
+    prefix_cache_hit_rate: from the server's prefix-cache counters when its /metrics has them (vLLM, SGLang,
+    kneecap serve); else `cached_fraction`, the level's cached tokens over its prompt tokens as the responses'
+    usage reported them (llama.cpp: no prefix counters, but usage.prompt_tokens_details.cached_tokens).
+    prefix_cache_hit_rate_source says which ("prometheus" | "usage"); with nothing scraped and the rate from
+    usage, the level's source is "usage"."""
     if not scraped:
-        return server_metrics("none")
+        if cached_fraction is None:
+            return server_metrics("none")
+        return server_metrics("usage", prefix_cache_hit_rate=cached_fraction, prefix_cache_hit_rate_source="usage")
     usage = [s["kv_usage"] for s in samples if s.get("kv_usage") is not None]
     detail = {k: v for k, v in scraped.items() if k not in ("preemptions_delta",)}
+    rate, rate_source = scraped.get("prefix_cache_hit_rate"), "prometheus"
+    if rate is None and cached_fraction is not None:
+        rate, rate_source = cached_fraction, "usage"
     return server_metrics("prometheus", **{**detail, "preemptions": scraped.get("preemptions_delta"),
-                                           "kv_usage_mean": sum(usage) / len(usage) if usage else None})
+                                           "kv_usage_mean": sum(usage) / len(usage) if usage else None,
+                                           "prefix_cache_hit_rate": rate,
+                                           "prefix_cache_hit_rate_source": rate_source if rate is not None else None})
 
 
 def _suspect_hint(workers: int) -> str:
