@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 
 from kneecap.cli.app import app
-from kneecap.cli.plan import SIM_FLAGS, deployment_flags
+from kneecap.cli.plan import ENGINE_DEFAULTS, SIM_FLAGS, EngineDefaultsOpt, MaxBatchedOpt, MaxSeqsOpt, deployment_flags
 from kneecap.errors import KneecapError
 
 
@@ -46,9 +46,9 @@ def _table(doc: dict, title: str):
 def calibrate_command(
     request=None,
     summary: str = typer.Option(..., "--summary", help="summary.json of a measured sweep (kneecap bench --out DIR)"),
-    engine_defaults: str = typer.Option("vllm", "--engine-defaults", help="vllm or sglang scheduler defaults"),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="The measured server's sequence cap"),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="The measured server's token budget"),
+    engine_defaults: EngineDefaultsOpt = ENGINE_DEFAULTS,
+    max_num_seqs: MaxSeqsOpt = None,  # the measured server's, when it was not the engine's default
+    max_num_batched_tokens: MaxBatchedOpt = None,
     isl: Optional[int] = typer.Option(None, "--isl", help="Input tokens per request (default: the level's mean)"),
     osl: Optional[int] = typer.Option(None, "--osl", help="Output tokens per request (default: the level's mean)"),
     fit: str = typer.Option("mfu,bw_efficiency,overhead_s", "--fit", help="Step-time factors to fit (comma list)"),

@@ -60,6 +60,12 @@ PLAN_FLAGS = ALL_FLAGS + ("cpu_kvcache_space_gib",)
 SIM_FLAGS = ("preset", "model", "gpu", "tp", "pp", "ep", "dp_attention", "weight_dtype", "kv_dtype", "params", "context", "block_size",
              "overhead_gib", "frag", "mem_util", "hbm", "kv_pool_gib")
 
+# the simulated engine's scheduler knobs, for the commands that run it (simulate, serve, calibrate)
+ENGINE_DEFAULTS = "vllm"
+EngineDefaultsOpt = Annotated[str, typer.Option("--engine-defaults", help="vllm or sglang: whose scheduler defaults to mimic")]
+MaxSeqsOpt = Annotated[Optional[int], typer.Option("--max-num-seqs", help="Sequences running at once (default: the engine's)")]
+MaxBatchedOpt = Annotated[Optional[int], typer.Option("--max-num-batched-tokens", help="Tokens per step (default: the engine's)")]
+
 
 def deployment_flags(names: tuple[str, ...] = ALL_FLAGS):
     """Give a command the plan flags `names`, defined once, and hand it `request=DeploymentRequest(...)`

@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 
 from kneecap.cli.app import app
-from kneecap.cli.plan import SIM_FLAGS, deployment_flags
+from kneecap.cli.plan import ENGINE_DEFAULTS, SIM_FLAGS, EngineDefaultsOpt, MaxBatchedOpt, MaxSeqsOpt, deployment_flags
 from kneecap.errors import KneecapError
 
 READY_PREFIX = "kneecap serve: listening on "
@@ -24,9 +24,9 @@ READY_PREFIX = "kneecap serve: listening on "
 @deployment_flags(SIM_FLAGS)
 def serve(
     request=None,
-    engine_defaults: str = typer.Option("vllm", "--engine-defaults", help="vllm or sglang: whose scheduler defaults to mimic"),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Sequences running at once (default: the engine's)"),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Tokens per step (default: the engine's)"),
+    engine_defaults: EngineDefaultsOpt = ENGINE_DEFAULTS,
+    max_num_seqs: MaxSeqsOpt = None,
+    max_num_batched_tokens: MaxBatchedOpt = None,
     calibration: Optional[str] = typer.Option(None, "--calibration", help="Step-time constants from `kneecap calibrate --out FILE` (or k=v pairs)"),
     served_model_name: Optional[str] = typer.Option(None, "--served-model-name", help="Model id in /v1/models (default: the model's name)"),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind"),

@@ -14,7 +14,7 @@ from typing import List, Optional
 import typer
 
 from kneecap.cli.app import app
-from kneecap.cli.plan import SIM_FLAGS, deployment_flags
+from kneecap.cli.plan import ENGINE_DEFAULTS, SIM_FLAGS, EngineDefaultsOpt, MaxBatchedOpt, MaxSeqsOpt, deployment_flags
 from kneecap.errors import KneecapError
 
 TRACE_FILE = "trace.jsonl"
@@ -128,10 +128,10 @@ def simulate(
     replay_speed: str = typer.Option("1", "--replay-speed", help="With --replay: how much faster than recorded, one level each, e.g. 1,2,4"),
     skip_too_long: bool = typer.Option(False, "--skip-too-long", help="With --replay: skip trace rows longer than the context (listed on stderr) instead of stopping"),
     export: Optional[str] = typer.Option(None, "--export", help="vllm: also write each level as `vllm bench serve --save-result` JSON (DIR/vllm/level-N.json)"),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Sequences running at once (default: the engine's)"),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Tokens per step (default: the engine's)"),
+    max_num_seqs: MaxSeqsOpt = None,
+    max_num_batched_tokens: MaxBatchedOpt = None,
     scheduler_delay_factor: Optional[float] = typer.Option(None, "--scheduler-delay-factor", help="vLLM V0's prompt batching delay: hold new prompts until the oldest waited X x the last prompt step (0 = off)"),
-    engine_defaults: str = typer.Option("vllm", "--engine-defaults", help="vllm or sglang: whose scheduler defaults to mimic"),
+    engine_defaults: EngineDefaultsOpt = ENGINE_DEFAULTS,
     prefix_caching: Optional[bool] = typer.Option(None, "--prefix-caching/--no-prefix-caching", help="Prefix caching (default on, as both engines)"),
     calibration: Optional[str] = typer.Option(None, "--calibration", help="calib.json written by kneecap calibrate (same as --step-params FILE)"),
     step_params: Optional[str] = typer.Option(None, "--step-params", help="Step-time constants: k=v list (mfu=0.4,...) or a JSON file (e.g. from calibrate)"),
