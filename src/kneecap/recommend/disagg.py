@@ -18,7 +18,10 @@ How it is simulated (nothing in the engine changes):
    and its prompt's KV is written into the decode replica's KV pool on arrival (blocks held until the
    scheduler admits it: vLLM's decode side allocates the blocks the KV is read into), so admission finds it
    cached and computes only the prompt's last partial block (the first decode step). A request whose KV
-   finds no free blocks waits for them (its transfer starts when they are free).
+   finds no free blocks waits for them (its transfer starts when they are free). The replica runs on the
+   simulator's one engine loop (kneecap.sim.sweep.drive): a request arrives when its KV is ready and blocks
+   are free, which a step's end may bring. If the pool fills with KV that no waiting request can be admitted
+   beside, the replica stops and every request it did not finish counts as failed.
 TTFT = its prefill time + transfer + the decode replica's queue and first step; TPOT/ITL from the decode
 replica. Rate loads only (a closed loop over two pools is not modelled). Owns this composition; not the
 engine, the grid or the ranking.
@@ -138,7 +141,9 @@ def decode_records(req: RecommendRequest, k: Knobs, rate: float, prefill_s: list
         for rid in [r for r, h in held.items() if blocks.num_held(r)]:
             blocks.free_seq(held.pop(rid))  # admitted: the sequence holds its KV blocks itself now
 
-    drive(engine, due, ended)
+    if not drive(engine, due, ended):  # the pool filled with KV that no queued request can be admitted beside
+        seen = {r.request_id for r in records}
+        failed.extend(spec.request_id for _, _, spec, _ in todo if spec.request_id not in seen)
     for r in records:  # time every request from its arrival at the prefill pool
         r.sent_at = r.scheduled_at = origin.get(r.request_id, r.sent_at)
         r.rate = rate
