@@ -366,3 +366,15 @@ def test_decode_pool_takes_prompts_with_their_kv():
     dec = summarize_level(recs, rate=1.0)["ttft_ms"]["p50"]
     whole = run_level(simulated(req, k), req, 1.0, 40)
     assert whole.ttft_p99_ms is not None and dec < 0.2 * whole.ttft_p99_ms, (dec, whole.ttft_p99_ms)
+
+
+def test_decode_pool_full_of_waiting_kv_fails_the_rest():
+    """Prompts whose KV fills the decode replica's pool before any of them can be admitted stop the replica: every
+    request that was not recorded counts as failed (none vanishes from the level)."""
+    from kneecap.recommend.disagg import Link, decode_records
+
+    req = small(isl=6000, osl=800, load=60.0, gpus=("h100-sxm",))
+    k = Knobs("h100-sxm", 1, 1, "bf16", "bf16", 64, 8192)
+    recs, failed, _ = decode_records(req, k, 60.0, [0.0], Link(450e9, "nvlink"), 160)
+    assert failed and len(recs) + len(failed) == 160
+    assert not {r.request_id for r in recs} & set(failed)
