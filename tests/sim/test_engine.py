@@ -152,13 +152,20 @@ def test_forgetting_finished_steps_changes_no_record(num_blocks, lengths, gaps, 
     assert len(lean.step_end_at) == min(1, len(full.step_end_at))  # idle at the end: only the last step's end is kept
 
 
-def test_fast_path_equals_exact_path():
+SLIDING = tiny_model(layer_types=("sliding_attention", "full_attention", "sliding_attention", "sliding_attention"),
+                     sliding_window=100)  # 3 sliding + 1 full layers: a full group and 3 sliding groups of one layer
+
+
+@pytest.mark.parametrize("model, tight", [(tiny_model(), 600), (SLIDING, 1500)], ids=["dense", "sliding-window"])
+def test_fast_path_equals_exact_path(model, tight):
+    # sliding-window groups free blocks within a run of decode steps: the run frees and takes them as the
+    # step-by-step loop does (same blocks in use at every step, same preemptions)
     wl = Workload(classes=(RequestClass(input=LengthDist(kind="uniform", low=50, high=900),
                                         output=LengthDist(kind="uniform", low=5, high=400),
                                         shared_prefix_tokens=48, num_prefix_groups=2),))
-    d = deployment(model=tiny_model(), block_size=16)
+    d = deployment(model=model, block_size=16)
     cfg = EngineConfig(max_num_seqs=32, max_num_batched_tokens=1024)
-    for num_blocks in (20000, 600):  # plenty, and tight enough to preempt
+    for num_blocks in (20000, tight):  # plenty, and tight enough to preempt
         for lv in (LevelSpec(concurrency=24, num_requests=120), LevelSpec(rate=50.0, num_requests=120)):
             a = simulate_level(d, cfg, num_blocks, wl, lv, seed=5, fast_path=True, trace=True)
             b = simulate_level(d, cfg, num_blocks, wl, lv, seed=5, fast_path=False, trace=True)
@@ -169,7 +176,7 @@ def test_fast_path_equals_exact_path():
                 assert ra.token_times() == pytest.approx(rb.token_times(), rel=1e-12, abs=1e-9)
             assert len(a.trace) == len(b.trace)
             assert [row["kv_blocks_used"] for row in a.trace] == [row["kv_blocks_used"] for row in b.trace]
-            if num_blocks == 600:
+            if num_blocks == tight:
                 assert a.server_metrics["preemptions"] > 0  # the tight pool really exercises preemption
 
 

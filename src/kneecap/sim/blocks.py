@@ -297,11 +297,17 @@ class GroupedBlockManager(BlockManager):
         super().__init__(num_blocks, block_size, enable_prefix_caching)
         self.windows = tuple(windows)
         self.offset: dict[Hashable, int] = {}
+        self._seq_keys: dict[Hashable, tuple] = {}  # a held sequence's table keys (dropped by free_seq)
 
-    def _keys(self, seq_id: Hashable) -> list[Hashable]:
-        if isinstance(seq_id, tuple) and seq_id[:1] == ("state",):  # linear-attention state: one table
-            return [seq_id]
-        return [seq_id] + [("g", j, seq_id) for j in range(1, len(self.windows))]
+    def _keys(self, seq_id: Hashable) -> tuple:
+        keys = self._seq_keys.get(seq_id)
+        if keys is None:
+            if isinstance(seq_id, tuple) and seq_id[:1] == ("state",):  # linear-attention state: one table
+                keys = (seq_id,)
+            else:
+                keys = (seq_id,) + tuple(("g", j, seq_id) for j in range(1, len(self.windows)))
+            self._seq_keys[seq_id] = keys
+        return keys
 
     def _skipped(self, j: int, computed: int) -> int:
         w = self.windows[j]
@@ -330,15 +336,44 @@ class GroupedBlockManager(BlockManager):
 
     def trim(self, seq_id: Hashable, computed: int) -> None:
         """Free the blocks of `seq_id`'s sliding groups that `computed` tokens leave out of the window."""
+        windows, offset, tables, bs = self.windows, self.offset, self.tables, self.block_size
         for j, key in enumerate(self._keys(seq_id)):
-            skip = self._skipped(j, computed) - self.offset.get(key, 0)
-            table = self.tables.get(key)
+            w = windows[j]
+            if not w or computed < w:  # a full group, or nothing out of the window yet
+                continue
+            skip = (computed - w + 1) // bs - offset.get(key, 0)
+            table = tables.get(key)
             if skip <= 0 or not table:
                 continue
             drop = table[:skip]
             del table[:skip]
-            self.offset[key] = self.offset.get(key, 0) + len(drop)
+            offset[key] = offset.get(key, 0) + len(drop)
             self._release(drop)
+
+    def decode_blocks(self, seq_id: Hashable, computed: int) -> None:
+        """A decoding sequence's block work for its next token when the free blocks suffice (the decode fast path):
+        trim its sliding groups, then take the blocks `allocate(seq_id, computed + 1)` would take, group by group."""
+        bs, tables, offset, windows = self.block_size, self.tables, self.offset, self.windows
+        keys = self._keys(seq_id)
+        for j, key in enumerate(keys):  # trim(), inlined
+            w = windows[j]
+            if not w or computed < w:
+                continue
+            skip = (computed - w + 1) // bs - offset.get(key, 0)
+            table = tables.get(key)
+            if skip > 0 and table:
+                drop = table[:skip]
+                del table[:skip]
+                offset[key] = offset.get(key, 0) + len(drop)
+                self._release(drop)
+        need = -(-(computed + 1) // bs)
+        for key in keys:
+            table = tables.get(key)
+            if table is None:
+                table = tables[key] = []
+            fresh = need - len(table) - offset.get(key, 0)
+            if fresh > 0:
+                table.extend(self._take_free_many(fresh))
 
     def _cached_in(self, j: int, h: Hashable) -> bool:
         return (h if j == 0 else (j, h)) in self.cached
@@ -426,7 +461,9 @@ class GroupedBlockManager(BlockManager):
             self._cache(j, key, index, block_hash)
 
     def free_seq(self, seq_id: Hashable, own_hashes: Sequence[Hashable] = ()) -> None:
-        for j, key in enumerate(self._keys(seq_id)):
+        keys = self._keys(seq_id)
+        self._seq_keys.pop(seq_id, None)
+        for j, key in enumerate(keys):
             if own_hashes and self.enable_prefix_caching:
                 for i, h in enumerate(own_hashes):
                     self._cache(j, key, i, h)

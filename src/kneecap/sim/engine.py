@@ -346,8 +346,11 @@ class Engine:
         sched, blocks, bs = self.scheduler, self.blocks, self.block_size
         running = sched.running
         n = len(running)
-        if n == 0 or n > sched.budget or self.config.spec_tokens or blocks.grouped:
+        if n == 0 or n > sched.budget or self.config.spec_tokens:
             return None
+        grouped = blocks.grouped
+        if grouped and sched.waiting and self._last_blocked == BLOCKED_BLOCKS:
+            return None  # sliding groups free blocks as the contexts grow: an admission may fit mid-run
         if sched.waiting and self._last_blocked not in FAST_PATH_BLOCKED:
             return None
         if sched.waiting and self._last_blocked == BLOCKED_BLOCKS and self.config.init_new_token_ratio > 0:
@@ -367,6 +370,11 @@ class Engine:
         c = np.fromiter((s.num_computed for s in running), dtype=np.int64, count=n)
         crossings = np.bincount((-c) % bs, minlength=bs)  # sequences needing a new block at step j (period bs)
         need = np.cumsum(np.resize(crossings, k))
+        if grouped:  # a block in every group at each crossing; what the sliding groups free is not counted
+            num_groups = len(blocks.windows)
+            if any(blocks.num_held(s.rid) != -(-s.num_computed // bs) for s in running):
+                return None
+            need = need * num_groups
         k = min(k, int(np.searchsorted(need, blocks.num_free, side="right")))
         if k < 2:
             return None
@@ -383,9 +391,13 @@ class Engine:
             return None
         first = self._step_base + len(self.step_end_at)
         self.step_end_at.extend(ends)
-        counts = ((c + k + bs - 1) // bs - (c + bs - 1) // bs).tolist()
         used_before = blocks.num_used
-        blocks.take_many([s.rid for s in running], counts)
+        if grouped:
+            used = self._grouped_decode_blocks(running, c.tolist(), k)
+        else:
+            counts = ((c + k + bs - 1) // bs - (c + bs - 1) // bs).tolist()
+            blocks.take_many([s.rid for s in running], counts)
+            used = used_before + need[:k]  # blocks in use during each decode step
         for seq in running:
             seq.num_computed += k
             seq.num_output += k
@@ -401,18 +413,51 @@ class Engine:
         st = self.stats
         st.num_steps += k
         st.busy_s += sum(durs[:k])
-        st.kv_block_s += float(np.dot(used_before + need[:k], durs[:k]))  # blocks in use during each decode step
-        st.kv_blocks_max = max(st.kv_blocks_max, blocks.num_used)
+        st.kv_block_s += float(np.dot(used, durs[:k]))
+        st.kv_blocks_max = max(st.kv_blocks_max, int(used.max()))
         st.running_max = max(st.running_max, n)
         st.waiting_max = max(st.waiting_max, len(sched.waiting))
         if self.trace_rows is not None:
             nw = len(sched.waiting)
-            used = (used_before + need[:k]).tolist()
+            used_rows = used.tolist()
             starts = [now] + ends[:-1]
             for j in range(k):
-                self.trace_rows.append((self.level, first + j, starts[j], durs[j], 0, n, 0, n, used[j], n, nw, 0))
+                self.trace_rows.append((self.level, first + j, starts[j], durs[j], 0, n, 0, n, used_rows[j], n, nw, 0))
         return StepOutcome(now, ends[-1], k, 0, n, 0, n * k, list(running), k, [], [], blocks.num_used, n,
                            len(sched.waiting))
+
+    def _grouped_decode_blocks(self, running: list[Sequence], computed: list[int], k: int):
+        """The block work of k decode steps on a grouped pool, as the scheduler's loop does it step by step: in each
+        step, for each sequence in running order, trim its sliding groups (blocks leaving the window go to the free
+        queue's back) and, when its context fills its last block, take a block in every group. Only the (step,
+        sequence) pairs where either happens are visited (elsewhere both are no-ops), in the loop's order; no take
+        reaches a block freed in the run (k was bounded by the free blocks at its start). Blocks in use during each
+        step (numpy array)."""
+        import numpy as np
+
+        blocks, bs = self.blocks, self.block_size
+        window = max(blocks.windows)
+        group = blocks.windows.index(window)  # the first sliding group (they all trim alike)
+        events = []  # (step, running index): trims and crossings, visited in the loop's order
+        for i, c in enumerate(computed):
+            steps = set(range(-c % bs, k, bs))  # c + j fills its last block: a block in every group
+            if window:
+                lag = blocks.offset.get(blocks._keys(running[i].rid)[group], 0)
+                if blocks._skipped(group, c) > lag:
+                    steps.add(0)
+                first = (window - 1 - c) % bs  # c + j - window + 1 reaches a multiple of bs
+                steps.update(j for j in range(first, k, bs) if c + j - window + 1 > 0)
+            events.extend((j, i) for j in steps)
+        events.sort()
+        used = np.empty(k, dtype=np.int64)
+        at = 0
+        for j, i in events:
+            if j > at:
+                used[at:j] = blocks.num_used  # steps without an event change nothing
+                at = j
+            blocks.decode_blocks(running[i].rid, computed[i] + j)
+        used[at:] = blocks.num_used
+        return used
 
     def forget_finished_steps(self, keep_at_most: int = 0) -> int:
         """Drop the end times of steps that no request still held (running, or waiting after a
