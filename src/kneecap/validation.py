@@ -46,7 +46,8 @@ ENGINES: dict[str, str] = {
     "vllm": "kneecap's vLLM defaults for the GPU (max_num_seqs / max_num_batched_tokens by GPU memory, chunked "
             "prefill, prefix caching) and vLLM's own KV-pool model (`--engine vllm`, gpu_memory_utilization 0.9 "
             "unless the point states one); a point whose engine is vLLM V0 (releases before 0.8) runs with V0's profile "
-            "(max_num_seqs 256, 4 ms of CPU per step between steps)",
+            "(max_num_seqs 256, 4 ms of CPU per step between steps), and one from 0.14 on with its default asynchronous scheduling "
+            "(the next step's CPU work overlaps the GPU's)",
     "sglang": "kneecap's SGLang defaults (chunked_prefill_size by GPU memory, max_running_requests from the pool, "
               "new-token-ratio admission reserve) and SGLang's KV-pool model (`--engine sglang`, mem_fraction_static "
               "0.88 unless the point states one)",
@@ -181,7 +182,8 @@ def _plan(point: Point):
 
 
 def _engine_config(point: Point, plan):
-    from kneecap.sim.config import TRTLLM_PROFILE, VLLM_V0_PROFILE, EngineConfig, engine_defaults, vllm_is_v0
+    from kneecap.sim.config import (TRTLLM_PROFILE, VLLM_ASYNC_PROFILE, VLLM_V0_PROFILE, EngineConfig, engine_defaults,
+                                    vllm_async_by_default, vllm_is_v0)
 
     d = plan.deployment
     o = point.engine_overrides
@@ -190,6 +192,9 @@ def _engine_config(point: Point, plan):
                                pool_tokens=plan.kv_capacity_tokens, context_len=plan.context)
         if point.engine == "vllm" and vllm_is_v0(point.engine_version):  # V0: 256 sequences and its CPU time
             base = dataclasses.replace(base, max_num_seqs=256, profile=VLLM_V0_PROFILE)
+        elif point.engine == "vllm" and vllm_async_by_default(point.engine_version):  # 0.14+: CPU overlaps the GPU
+            base = dataclasses.replace(base, profile=dataclasses.replace(
+                base.profile, overlap_cpu=VLLM_ASYNC_PROFILE.overlap_cpu, version=VLLM_ASYNC_PROFILE.version))
         return base.with_overrides(max_num_seqs=o.get("max_num_seqs"), max_num_batched_tokens=o.get("max_num_batched_tokens"),
                                    enable_prefix_caching=o.get("enable_prefix_caching"))
     if point.engine == "llama.cpp":

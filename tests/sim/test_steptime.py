@@ -233,6 +233,18 @@ def test_blackwell_nvfp4_gemms_run_at_the_measured_fp4_rate_not_twice_fp8():
     assert gb.flop_rate == pytest.approx(0.39 * 1e16)  # the B200's measured TFLOP/s over the GB200's peak
 
 
+def test_vllm_async_scheduling_releases_overlap_cpu_with_the_gpu():
+    from kneecap.sim.config import VLLM_ASYNC_PROFILE, VLLM_PROFILE, vllm_async_by_default
+
+    st = model_for("llama-3.1-8b")
+    sync, overlap = st.for_engine(VLLM_PROFILE), st.for_engine(VLLM_ASYNC_PROFILE)
+    step = (256, 256 * 1000, 0, 256 * 1000, 0, 256)  # 256 decodes at 1000 tokens of context
+    cpu = sync.overhead_s + sync.cpu_per_seq_s * 256
+    assert sync.seconds(*step) == pytest.approx(overlap.seconds(*step) + cpu)  # GPU-bound: the CPU time is hidden
+    assert [vllm_async_by_default(v) for v in ("0.13.1", "0.14.0", "0.17.0", "0.23.0", "0.6.3", "V0 (Oct 2024)", None,
+                                               "main")] == [False, True, True, True, False, False, False, False]
+
+
 def test_expert_parallel_below_tp_shards_each_expert_over_the_rest():
     full = model_for("qwen3-30b-a3b", tp=4)
     ep2 = StepTimeModel(full.deployment, ep=2)

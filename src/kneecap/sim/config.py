@@ -73,6 +73,13 @@ SGLANG_PROFILE = EngineProfile(name="sglang", version="SGLang 0.4+ (overlap sche
 # and output processing ran between GPU steps; the multi-step scheduling RFC measured about 4 ms of GPU idle time per
 # decode step (vllm-project/vllm#6854), so V0's fixed CPU part is 4 ms, not overlapped.
 VLLM_V0_PROFILE = EngineProfile(name="vllm", version="vLLM V0 (before 0.8)", cpu_fixed_s=4e-3)
+# vLLM with async scheduling on by default: the scheduler runs one step ahead, so the CPU work of step n+1 overlaps
+# step n on the GPU (vllm-project/vllm#19970 "making the scheduler operate one step ahead of the current execution").
+# It became the default with vllm-project/vllm#27614 (the last item of the plan vllm-project/vllm#27679, opened
+# 2025-10-28); vllm-project/vllm#31998 (2026-01-08) extends that default to EAGLE/MTP speculative decoding. 0.14
+# (January 2026) is taken as the first release with it; whether 0.13 already had it is not checked. Pipeline
+# parallelism kept it off until vllm-project/vllm#32359; the batch queue overlaps PP rounds anyway.
+VLLM_ASYNC_PROFILE = EngineProfile(name="vllm", version="vLLM V1 0.14+ (async scheduling on by default)", overlap_cpu=True)
 TRTLLM_PROFILE = EngineProfile(name="trtllm", version="TensorRT-LLM 1.x PyTorch backend (overlap scheduler on by default)",
                                overlap_cpu=True, cudagraph_sizes=())
 
@@ -158,6 +165,17 @@ def vllm_is_v0(version: str | None) -> bool:
     except ValueError:
         return False
     return (major, minor) < (0, 8)
+
+
+def vllm_async_by_default(version: str | None) -> bool:
+    """True for a vLLM release that schedules asynchronously by default (0.14 and later): "0.17.0"; False for None."""
+    if not version or vllm_is_v0(version):
+        return False
+    try:
+        major, minor = (int(x) for x in version.strip().lstrip("v").split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (0, 14)
 
 
 def vllm_defaults(device_bytes: int, gpu_name: str = "") -> EngineConfig:
