@@ -344,7 +344,12 @@ def test_expert_parallel_is_searched_for_moe_models():
     assert {k.ep for k in small().grid()} == {1}
     k = Knobs("h100-sxm", 2, 1, "bf16", "bf16", 256, 8192, 2)
     assert plan_deployment(moe.deployment_request(k)).plan.deployment.ep == 2
-    assert "--enable-expert-parallel" in serve_cmd(moe, k)
+    assert "--enable-expert-parallel" in serve_cmd(moe, k, checkpoint_dtype="bf16")
+    # fp8 weights from a bf16 checkpoint: vLLM quantizes them as it loads (--quantization fp8); a checkpoint that
+    # ships quantized carries its own quantization_config, and a second method would be refused
+    k8 = Knobs("h100-sxm", 2, 1, "fp8", "bf16", 256, 8192, 2)
+    assert "--quantization fp8" in serve_cmd(moe, k8, checkpoint_dtype="bf16")
+    assert "--quantization" not in serve_cmd(moe, k8, checkpoint_dtype="fp8")
     d = recommend(small(model="qwen3-30b-a3b", gpus=("h100-sxm",), tp_choices=(2,), max_num_seqs_choices=(256,),
                         load=8.0), PRICES, workers=1)
     assert {p["ep"] for p in d["points"]} == {1, 2}, [(p["tp"], p["ep"]) for p in d["points"]]

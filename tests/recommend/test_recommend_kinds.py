@@ -75,7 +75,9 @@ def test_dp_attention_plans_a_pool_per_rank_and_prices_it_in_the_simulator(dsv3_
     dp = [c for c in dsv3_doc["candidates"] if c["dp_attention"]]
     assert dp and dp[0]["meets_slo"] and dp[0]["ep"] == 8
     assert run_level(simulated(req, k_dp), req, req.load / dp[0]["replicas"], 200).met
-    cmd = serve_cmd(req, k_dp)
+    cmd = serve_cmd(req, k_dp, checkpoint_dtype=p_dp.deployment.model.weight_dtype)
+    # DeepSeek V3 ships block-FP8 weights with their quantization_config: vLLM reads it, no --quantization
+    assert p_dp.deployment.model.weight_dtype == "fp8-block" and "--quantization" not in cmd
     assert "--data-parallel-size 8" in cmd and "--tensor-parallel-size 1" in cmd and "--enable-expert-parallel" in cmd
     assert "--max-num-seqs 64" in cmd and "--max-num-batched-tokens 8192" in cmd  # per DP rank
 

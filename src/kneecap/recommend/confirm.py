@@ -24,14 +24,19 @@ BASELINE = Path(__file__).resolve().parents[1] / "data" / "validation" / "baseli
 NIXL_KV_CONFIG = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 
 
-def serve_cmd(req: RecommendRequest, k: Knobs, *, disaggregated: bool = False) -> str:
+def serve_cmd(req: RecommendRequest, k: Knobs, *, checkpoint_dtype: str, disaggregated: bool = False) -> str:
     """vLLM's own flags for one replica (vllm serve --help: tensor/pipeline parallel size, scheduler limits);
     disaggregated: the same for each prefill and decode instance, with the NIXL KV transfer config.
 
     DP attention: vLLM's data-parallel deployment (docs.vllm.ai/en/latest/serving/data_parallel_deployment):
     --data-parallel-size tp with --tensor-parallel-size 1 runs attention data parallel, one engine per GPU, and
     --enable-expert-parallel puts the experts expert-parallel over all of them; each engine's --max-num-seqs and
-    --max-num-batched-tokens are its own, so the replica's limits / tp (SGLang: --tp N --dp N --enable-dp-attention)."""
+    --max-num-batched-tokens are its own, so the replica's limits / tp (SGLang: --tp N --dp N --enable-dp-attention).
+
+    FP8 weights: `--quantization fp8` only for a 16/32-bit checkpoint, which vLLM then quantizes as it loads
+    (docs.vllm.ai, "FP8 W8A8": online dynamic quantization); a checkpoint that ships quantized (`checkpoint_dtype`
+    fp8, fp8-block, ...) carries its quantization_config, which vLLM reads itself, and a different --quantization
+    is refused (a ModelOpt checkpoint is "modelopt", not "fp8")."""
     dp = k.attention_dp
     tp_flag = ["--tensor-parallel-size", "1", "--data-parallel-size", str(k.tp)] if k.dp_attention else [
         "--tensor-parallel-size", str(k.tp)]
@@ -40,7 +45,7 @@ def serve_cmd(req: RecommendRequest, k: Knobs, *, disaggregated: bool = False) -
              "--max-model-len", str(req.context)]
     if k.kv_dtype.startswith("fp8"):
         parts += ["--kv-cache-dtype", "fp8"]
-    if k.weight_dtype == "fp8":
+    if k.weight_dtype == "fp8" and checkpoint_dtype in ("bf16", "fp16", "f16", "fp32", "f32"):
         parts += ["--quantization", "fp8"]
     if k.ep > 1 or k.dp_attention:  # vLLM: experts over the TP x DP GPUs (EP size = TP x DP)
         parts += ["--enable-expert-parallel"]

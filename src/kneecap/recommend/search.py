@@ -231,7 +231,7 @@ def _candidate(req: RecommendRequest, k: Knobs, price: float, plan, max_load: fl
         # load, or the roofline bound); the replica's true maximum may be higher
         "bound": {"load": bound.load, "why": bound.why},
         "plan": _plan_doc(plan),
-        "serve_cmd": confirm.serve_cmd(req, k),
+        "serve_cmd": confirm.serve_cmd(req, k, checkpoint_dtype=plan.deployment.model.weight_dtype),
         "confirm_cmd": confirm.bench_cmd(req, share, max_load),
         "confirm_note": None if req.mix is None else (
             "bench sends one length pair: the class mix's weighted means; the mix itself runs with the `kneecap run` plan"),
@@ -259,7 +259,8 @@ def _disagg_candidate(req: RecommendRequest, k: Knobs, price: float, plan, ds) -
         "sized": True, "binding": binding, "margin": margin,
         "one_fewer_replica": None, "max_load_at_least": False, "bound": None,
         "plan": _plan_doc(plan),
-        "serve_cmd": confirm.serve_cmd(req, k, disaggregated=True),
+        "serve_cmd": confirm.serve_cmd(req, k, checkpoint_dtype=plan.deployment.model.weight_dtype,
+                                       disaggregated=True),
         "confirm_cmd": confirm.bench_cmd(req, req.load, None, disaggregated=True),
         "confirm_note": "run against the router in front of both pools, at the whole rate",
         "confirm_pools": confirm.pool_bench_cmds(req, p.prefill, p.decode, p.transfer_ms),
