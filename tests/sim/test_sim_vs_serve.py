@@ -1,7 +1,15 @@
 """`kneecap simulate` against `kneecap serve` + `kneecap bench` on the same flags: the virtual-clock closed loop
-(each slot's next request arrives one client turnaround after its response ends, so it misses the step in
-flight) agrees with the same engine run in real time behind HTTP on throughput and TPOT; TTFT only loosely. The server is a real subprocess on a free
-127.0.0.1 port, stopped by PID."""
+(a slot's next request arrives one client turnaround after its response ends, later by its place among the
+responses its step ended, so it misses the step in flight and joins the step after) agrees with the same engine
+run in real time behind HTTP within 5% on output tok/s, TTFT p50 and p99 and TPOT p50, at C=4, 32 and 64. The
+server is a real subprocess on a free 127.0.0.1 port, stopped by PID.
+
+The server runs at --time-scale 8 (each engine step takes eight times its simulated length on the wall clock) and
+bench's times are read back in simulated seconds. At real time on a busy 2-core machine the HTTP path cannot keep
+an 8B-on-H100 engine's cadence at C=64 (64 streams x one SSE chunk per 25 ms step): measured, the server delivered
+a step's tokens 12 ms late at the median and 107 ms at p99, the client read 2-3 tokens per chunk, the next wave's
+requests landed one or two steps late and TTFT p50 came out 1.5x the simulated one. That lag is the machine's,
+not an engine's; with eight times the wall time per step what is left is the engine and its client."""
 
 from __future__ import annotations
 
@@ -12,25 +20,53 @@ import pytest
 from kneecap.cli.demo import start_server, stop_server
 
 ARGS = ["--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--context", "8192"]
-LOAD = ["--isl", "1024", "--osl", "64", "--concurrency", "4", "--requests", "48"]
+TIME_SCALE = 8.0  # wall seconds per simulated second on the server
+REQUESTS = {4: 24, 32: 128, 64: 192}  # six, four and three waves: the level's p99 is its first wave's slowest
 
 
-def test_simulate_agrees_with_serve_and_bench(cli, tmp_path):
-    proc, url = start_server(ARGS)
+@pytest.mark.parametrize("concurrency", sorted(REQUESTS))
+def test_simulate_agrees_with_serve_and_bench(cli, tmp_path, concurrency):
+    n = REQUESTS[concurrency]
+    load = ["--isl", "1024", "--osl", "64", "--concurrency", str(concurrency), "--requests", str(n)]
+    proc, url = start_server([*ARGS, "--time-scale", str(TIME_SCALE)])
     try:
-        served = cli("bench", "--base-url", url, *LOAD, "--warmup", "0", "--out", str(tmp_path / "bench"), "--json",
+        served = cli("bench", "--base-url", url, *load, "--warmup", "0", "--out", str(tmp_path / "bench"), "--json",
                      "--no-report")
     finally:
         assert stop_server(proc) == 0
     assert served.code == 0, served.stderr
-    simulated = cli("simulate", *ARGS, *LOAD, "--out", str(tmp_path / "sim"), "--json", "--no-report")
+    simulated = cli("simulate", *ARGS, *load, "--out", str(tmp_path / "sim"), "--json", "--no-report")
     assert simulated.code == 0, simulated.stderr
     real, sim = json.loads(served.stdout)["levels"][0], json.loads(simulated.stdout)["levels"][0]
-    assert real["completed"] == sim["completed"] == 48
-    assert real["output_tok_s"] == pytest.approx(sim["output_tok_s"], rel=0.05)
-    assert real["tpot_ms"]["p50"] == pytest.approx(sim["tpot_ms"]["p50"], rel=0.10)
-    # TTFT is looser: in virtual time the slots of a wave stay in lockstep (identical lengths finish in the same
-    # step and refill together), while behind HTTP the responses of one step reach the client a few ms apart on a
-    # shared machine, so some refills miss the next step and the waves split into smaller prefills (measured
-    # here: served p50 from 0.7x to 1.0x the simulated one between runs)
-    assert 0.5 < real["ttft_ms"]["p50"] / sim["ttft_ms"]["p50"] < 1.5
+    assert real["completed"] == sim["completed"] == n
+    # bench measured wall seconds: in simulated seconds, times are 1/TIME_SCALE and rates TIME_SCALE times theirs
+    got = {"output tok/s": real["output_tok_s"] * TIME_SCALE, "TTFT p50": real["ttft_ms"]["p50"] / TIME_SCALE,
+           "TTFT p99": real["ttft_ms"]["p99"] / TIME_SCALE, "TPOT p50": real["tpot_ms"]["p50"] / TIME_SCALE}
+    want = {"output tok/s": sim["output_tok_s"], "TTFT p50": sim["ttft_ms"]["p50"], "TTFT p99": sim["ttft_ms"]["p99"],
+            "TPOT p50": sim["tpot_ms"]["p50"]}
+    off = {k: got[k] / want[k] - 1 for k in got}
+    assert all(abs(v) <= 0.05 for v in off.values()), (
+        f"C={concurrency}: served vs simulated " + ", ".join(f"{k} {got[k]:.1f} vs {want[k]:.1f} ({off[k]:+.1%})"
+                                                              for k in got))
+
+
+def test_a_wave_back_to_an_idle_engine_arrives_in_turn():
+    """Equal requests end in the same step; their clients send again rank x delivery spread + turnaround later,
+    so the engine, idle by then, starts on the first request alone and the others join the step after. With no
+    spread the whole wave arrives at once and is prefilled in one step."""
+    from simkit import deployment
+
+    from kneecap.sim.config import EngineConfig
+    from kneecap.sim.sweep import CLIENT_TURNAROUND_S, DELIVERY_SPREAD_S, LevelSpec, simulate_level
+    from kneecap.workload import Workload
+
+    d, cfg = deployment(), EngineConfig(max_num_seqs=64, max_num_batched_tokens=4096)
+    level = LevelSpec(concurrency=4, num_requests=8)
+    spread = simulate_level(d, cfg, 20000, Workload.fixed(400, 20), level, delivery_spread_s=DELIVERY_SPREAD_S)
+    lockstep = simulate_level(d, cfg, 20000, Workload.fixed(400, 20), level)
+    wave1_end = max(r.end_at for r in spread.records[:4])
+    second = sorted(r.sent_at for r in spread.records if r.sent_at > 0)
+    assert second == pytest.approx([wave1_end + k * DELIVERY_SPREAD_S + CLIENT_TURNAROUND_S for k in range(4)])
+    firsts = sorted(r.first_token_at for r in spread.records if r.sent_at > 0)
+    assert firsts[0] < firsts[1] == firsts[3]  # the first alone, then the other three in one step
+    assert len({r.first_token_at for r in lockstep.records if r.sent_at > 0}) == 1

@@ -17,7 +17,8 @@ from kneecap.errors import KneecapError
 from kneecap.levels import SweepLevel, LevelRun, server_metrics
 from kneecap.records import RequestRecord
 from kneecap.sim.setup import SimDeployment
-from kneecap.sim.sweep import MAX_REQUESTS_PER_LEVEL, LevelSpec, simulate_level
+from kneecap.sim.sweep import (CLIENT_TURNAROUND_S, DELIVERY_SPREAD_S, MAX_REQUESTS_PER_LEVEL, LevelSpec,
+                               simulate_level)
 from kneecap.workload import LengthDist, RequestClass, RequestSpec, Workload
 from kneecap.workload.level_work import LevelWork, WorkloadFlags, level_work
 
@@ -58,6 +59,10 @@ class SimulateOptions:
     think_time_s: float = 0.0  # --think-time-s: the pause between an answer and the user's next turn
     until_stable: float | None = None  # --until-stable TOL: a --duration level ends once its p99 TTFT and ITL settled
     stable_window_s: float = 10.0  # --stable-window-s: the windows p99_stable compares (virtual seconds)
+    # closed loops: a client's turnaround from a response's end to its slot's next send, and the spread of one
+    # step's responses reaching their clients one after another (kneecap.sim.sweep)
+    client_turnaround_s: float = CLIENT_TURNAROUND_S
+    delivery_spread_s: float = DELIVERY_SPREAD_S
 
     def __post_init__(self) -> None:
         for flag, value in (("--isl", self.isl), ("--osl", self.osl)):
@@ -86,6 +91,9 @@ class SimulateOptions:
         if self.turns and (self.kind != KIND_CONCURRENCY or ALL_AT_ONCE in self.levels or self.duration_s is not None):
             raise KneecapError("--turns runs C users' conversations in closed loop for a number of requests",
                                "pass --concurrency C --requests N (N a multiple of --turns), without max or --duration")
+        for name, value in (("client turnaround", self.client_turnaround_s), ("delivery spread", self.delivery_spread_s)):
+            if not (value >= 0 and math.isfinite(value)):
+                raise KneecapError(f"{name} must be a finite number of seconds >= 0, got {value!r}", "pass e.g. 1e-4")
         if self.think_time_s < 0:
             raise KneecapError(f"--think-time-s must be >= 0, got {self.think_time_s}", "pass e.g. --think-time-s 2")
         if self.until_stable is not None:
@@ -238,7 +246,8 @@ class VirtualTimeDriver:
             return simulate_level(self.sim.deployment, self.sim.config, self.sim.num_kv_blocks,
                                   workload or opts.workload, spec, index=plan.index, seed=level_seed,
                                   burstiness=opts.burstiness, steptime=self.sim.steptime, trace=self._trace,
-                                  charge_state=self.sim.charge_state, token_times=self._token_times)
+                                  charge_state=self.sim.charge_state, token_times=self._token_times,
+                                  turnaround_s=opts.client_turnaround_s, delivery_spread_s=opts.delivery_spread_s)
 
         fields = {}
         if opts.until_stable is None:

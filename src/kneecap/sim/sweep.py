@@ -10,6 +10,8 @@ after, as with a real client against a real-time server (`kneecap serve` + `knee
 turnaround_s = 0 the next request would join the very next step (every slot of a wave refilled at once).
 Open loop: request i goes at arrival_offsets(rate, n, burstiness, seed)[i]. "max": every request at t = 0.
 `--duration S` stops *sending* at S seconds of virtual time (what was sent still finishes).
+drive() is the one loop under all of them (and under the disaggregated decode replica of kneecap.recommend):
+arrivals known in advance and arrivals that follow an event (a response's end, KV blocks freed) alike.
 """
 
 from __future__ import annotations
@@ -33,8 +35,17 @@ MAX_REJECTS_IN_A_ROW = 1000  # a closed loop whose every request exceeds the KV 
 MAX_REQUESTS_PER_LEVEL = 200_000  # a --duration level stops sending after this many (memory stays bounded)
 # A closed-loop client's turnaround, seconds: from a response's last token to the slot's next send. Any value
 # shorter than one engine step gives the same schedule (the request waits for the step after the one in
-# flight); 100 us is of the order of an asyncio client's per-request work on one core.
+# flight). kneecap bench against kneecap serve, 1024 in / 64 out at C=4/32/64 on a 2-core machine, measured
+# at least 0.30-0.35 ms from a response's last chunk to the slot's next send (medians 1-9 ms, grown by the
+# machine's load); 100 us is below both and below every engine step, as for a client on an unloaded host.
 CLIENT_TURNAROUND_S = 1e-4
+# The responses that one step ends reach their clients one after another (the server writes them in turn, the
+# client's event loop reads them in turn; vLLM's API server likewise hands a step's outputs to each request's
+# stream in a loop): the k-th finished in a step is back k x this later. The same runs measured their last chunks
+# 0.22-0.32 ms apart per response. What it changes: a wave that comes back to an idle engine no longer arrives
+# in one instant, so the engine starts on its first request alone and the rest join the step after, as served.
+# simulate's default (SimulateOptions); simulate_level's own default stays 0 for the callers that model no client.
+DELIVERY_SPREAD_S = 2.5e-4
 
 
 @dataclass(frozen=True)
@@ -131,8 +142,10 @@ def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int
                    index: int = 0, seed: int = 0, burstiness: float = 1.0, step_params: StepTimeParams | None = None,
                    steptime: StepTimeModel | None = None, trace: bool = False, fast_path: bool = True,
                    charge_state: bool = True, turnaround_s: float = CLIENT_TURNAROUND_S,
-                   token_times: bool = False) -> LevelResult:
+                   delivery_spread_s: float = 0.0, token_times: bool = False) -> LevelResult:
     """Run one level on a fresh engine of `num_blocks` KV blocks; records in completion order.
+    turnaround_s / delivery_spread_s: a closed loop's next request is sent rank x delivery_spread_s +
+    turnaround_s after a response's end, rank its place among the requests its step finished.
     token_times: records list every token's time in chunk_times (else they reference the level's step
     timeline: the same times, summarised exactly, without one float per token)."""
     engine = Engine(deployment, config, num_blocks, step_params=step_params, steptime=steptime, level=index,
@@ -188,8 +201,9 @@ def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int
                 return True
         return False
 
-    if not (turnaround_s >= 0 and math.isfinite(turnaround_s)):
-        raise KneecapError(f"client turnaround must be >= 0 s, got {turnaround_s!r}", "pass e.g. 1e-4")
+    for name, value in (("client turnaround", turnaround_s), ("delivery spread", delivery_spread_s)):
+        if not (value >= 0 and math.isfinite(value)):
+            raise KneecapError(f"{name} must be >= 0 s, got {value!r}", "pass e.g. 1e-4")
     arrivals: list[float] = []
     next_arrival = 0
     # closed loop: (when, order, what) a finished slot sends next, earliest first (None: the source's next); a
@@ -221,14 +235,15 @@ def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int
         return pending[0][0] if pending and pending[0][0] < until else until
 
     def ended(now: float, finished: list[RequestRecord]) -> None:
-        for rec in finished:
+        for rank, rec in enumerate(finished):
             records.append(rec)
             if level.rate is None and now < horizon:
                 nxt = follow.get(rec.request_id) if rec.ok else None
+                back = now + rank * delivery_spread_s + turnaround_s
                 if nxt is not None:  # the conversation's next turn, after the user's think time
-                    heapq.heappush(pending, (now + turnaround_s + level.think_time_s, len(records), nxt))
+                    heapq.heappush(pending, (back + level.think_time_s, len(records), nxt))
                 else:  # closed loop: the slot sends its next request after the turnaround
-                    heapq.heappush(pending, (now + turnaround_s, len(records), None))
+                    heapq.heappush(pending, (back, len(records), None))
 
     if not drive(engine, due, ended):
         raise KneecapError("the simulated engine stopped making progress with requests still queued",
