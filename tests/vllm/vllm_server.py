@@ -11,6 +11,7 @@ keeps one free for the API server on a small machine).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -31,8 +32,19 @@ STOP_GRACE_S = 20.0
 # --stream-interval N sends a request's first token at once, then one chunk per N new tokens (and the
 # rest when it finishes). --reasoning-parser deepseek_r1 (vllm/reasoning/deepseek_r1_reasoning_parser.py)
 # streams everything before </think> as `reasoning` deltas, even with no <think> in the output.
+# --speculative-config (vllm/config/speculative.py; vllm/v1/spec_decode/ngram_proposer.py; the CPU worker
+# runs it, warning that it is slow without Intel OpenMP preloaded): the ngram drafter proposes up to
+# NUM_SPECULATIVE_TOKENS tokens found after the last PROMPT_LOOKUP_MAX tokens earlier in the sequence, so
+# one decode step can emit up to NUM_SPECULATIVE_TOKENS + 1 tokens and a chunk more than the stream
+# interval. Drafts of a random-weight model are accepted only under greedy sampling (temperature 0):
+# --override-generation-config makes that every request's default (bench sends no temperature).
 STREAM_INTERVAL = 3
-CHUNKED_ARGS = ("--stream-interval", str(STREAM_INTERVAL), "--reasoning-parser", "deepseek_r1")
+NUM_SPECULATIVE_TOKENS = 3
+SPECULATIVE_CONFIG = {"method": "ngram", "num_speculative_tokens": NUM_SPECULATIVE_TOKENS, "prompt_lookup_max": 3}
+CHUNKED_ARGS = ("--stream-interval", str(STREAM_INTERVAL), "--reasoning-parser", "deepseek_r1",
+                "--speculative-config", json.dumps(SPECULATIVE_CONFIG),
+                "--override-generation-config", json.dumps({"temperature": 0}))
+SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"  # draft tokens accepted (counter, /metrics)
 # vllm/v1/core/kv_cache_utils.py (0.32.0) logs "{CPU|GPU} KV cache size: 2,097,152 tokens, Maximum concurrency ..."
 KV_LOG_LINE = re.compile(r"(?:CPU|GPU) KV cache size: ([\d,]+) tokens")
 
@@ -58,6 +70,16 @@ class VllmServer:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def metric(self, name: str) -> float:
+        """One counter or gauge of the server's /metrics, summed over its label sets."""
+        with urllib.request.urlopen(self.base_url + "/metrics", timeout=30) as resp:
+            text = resp.read().decode()
+        values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                  if line.startswith(name + "{") or line.startswith(name + " ")]
+        if not values:
+            raise AssertionError(f"{name} is not in {self.base_url}/metrics")
+        return sum(values)
 
     def logged_kv_tokens(self) -> int:
         found = KV_LOG_LINE.findall(self.log())
