@@ -281,7 +281,9 @@ class Scheduler:
             return False
         computed = [s.num_computed for s in decodes]
         tables = blocks.tables
-        crossing = [tables[s.rid] for s, c in zip(decodes, computed) if len(tables[s.rid]) * bs < c + 1]  # full
+        # a table whose blocks are all full: it holds at least the blocks of its c computed tokens, so only when
+        # bs divides c can it hold no room for token c + 1
+        crossing = [t for s, c in zip(decodes, computed) if not c % bs and len(t := tables[s.rid]) * bs <= c]
         if len(crossing) > blocks.num_free:
             return False
         for table in crossing:
