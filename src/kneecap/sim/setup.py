@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kneecap.errors import KneecapError
+from kneecap.model.kv import stage_layer_types
 from kneecap.plan.build import DeploymentRequest, plan_deployment
 from kneecap.plan.ledger import Plan
 from kneecap.sim.config import EngineConfig, engine_defaults
@@ -67,7 +68,11 @@ class SimDeployment:
             "plan": {"num_kv_blocks": plan.num_kv_blocks, "kv_capacity_tokens": plan.kv_capacity_tokens,
                      "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token_per_gpu,
                      "kv_pool_bytes": plan.ledger.kv_pool_bytes, "context": plan.context,
-                     "pool_source": plan.pool_source, "state_blocks_per_sequence": self.state_blocks_per_sequence},
+                     "pool_source": plan.pool_source, "state_blocks_per_sequence": self.state_blocks_per_sequence,
+                     # the unit of num_kv_blocks (and of server_metrics' num_kv_blocks): tokens x layers of one block
+                     "kv_block_tokens": plan.block_size,
+                     "kv_block_layers": plan.kv_groups.group_size if plan.kv_groups else
+                     sum(1 for k in stage_layer_types(d.model, d.pp) if k != "linear_attention")},
             "engine": {"defaults": cfg.name, "max_num_seqs": cfg.max_num_seqs,
                        "max_num_batched_tokens": cfg.max_num_batched_tokens,
                        "enable_prefix_caching": cfg.enable_prefix_caching,
