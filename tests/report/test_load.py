@@ -129,14 +129,15 @@ def test_preflight_limit_from_summary_or_verdicts():
     assert preflight_limit({}, levels[:2]) is None  # every level fits: no limit reached, none drawn
 
 
-def test_time_series_aliases():
-    rows = [{"t": 0.0, "kv_blocks_used": 10, "kv_blocks_total": 100, "waiting": 3, "batch": {"prefill": 1, "decode": 4}},
-            {"time_s": 1.0, "kv_usage": 55, "queue_depth": 0, "running": 7},
-            {"no_time": 1}]
-    series = time_series(rows)
-    assert series["t"] == [0.0, 1.0]
-    assert series["kv_usage"] == [pytest.approx(0.10), pytest.approx(0.55)]
-    assert series["queue"] == [3.0, 0.0] and series["running"] == [5.0, 7.0]
+def test_time_series_of_the_shapes_the_commands_write():
+    # simulate's trace.jsonl: blocks used of the level's pool; bench's server_metrics.jsonl: the server's gauges
+    trace = [{"level": 0, "step": 0, "t": 0.0, "kv_blocks_used": 10, "num_running": 5, "num_waiting": 3},
+             {"level": 0, "step": 1, "t": 0.5, "kv_blocks_used": 20, "num_running": 6, "num_waiting": 0}]
+    series = time_series(trace, kv_blocks_total=100)
+    assert series == {"t": [0.0, 0.5], "kv_usage": [0.1, 0.2], "queue": [3.0, 0.0], "running": [5.0, 6.0]}
+    timeline = [{"level": 0, "t": 1.0, "kv_usage": 0.55, "running": 7, "waiting": 2, "preemptions_total": 0},
+                {"t": None}]
+    assert time_series(timeline) == {"t": [1.0], "kv_usage": [0.55], "queue": [2.0], "running": [7.0]}
     assert time_series([{"t": 1.0}]) is None
 
 

@@ -6,8 +6,6 @@ Tolerant by design: keys another driver version may not write are optional, neve
 
 from __future__ import annotations
 
-import re
-
 from kneecap.report.numbers import is_number, load_label
 from kneecap.report.plots import LoadPoint
 
@@ -17,7 +15,6 @@ LATENCY_LABELS = {"ttft_ms": "TTFT", "ttft_answer_ms": "TTFT (answer)", "itl_ms"
                   "e2e_ms": "E2E", "ttft_from_scheduled_ms": "TTFT from scheduled",
                   "e2e_from_scheduled_ms": "E2E from scheduled", "schedule_lag_ms": "Schedule lag",
                   "chunk_gap_ms": "Chunk gap"}
-_SLO_KEY = re.compile(r"^(?P<metric>[a-z0-9_]+?)_(?P<pct>p\d+|mean|max)_ms$")
 
 
 def levels_of(summary: dict) -> list[dict]:
@@ -144,25 +141,28 @@ def knee_load(summary: dict) -> float | None:
 def parse_slo(slo: object) -> dict[str, dict[str, float]]:
     """{'ttft_p99_ms': 500} or 'ttft_p99_ms=500,itl_p99_ms=50' -> {'ttft_ms': {'p99': 500.0}, ...}.
 
-    Keys that are not '<metric>_<pNN|mean|max>_ms' (e.g. an error-rate budget) are ignored here.
+    Each budget is read by the one SLO parser (kneecap.metrics.slo.parse_slo); one it refuses (a key or
+    value this version does not know) is left out and the others still draw; error_rate has no latency line.
     """
-    pairs: list[tuple[str, object]] = []
+    from kneecap.errors import KneecapError
+    from kneecap.metrics.slo import ERROR_RATE, split_key
+    from kneecap.metrics.slo import parse_slo as parse_budgets
+
     if isinstance(slo, str):
-        for part in slo.split(","):
-            if "=" in part:
-                key, _, value = part.partition("=")
-                pairs.append((key.strip(), value.strip()))
+        terms = [part.partition("=")[::2] for part in slo.replace(";", ",").split(",") if "=" in part]
     elif isinstance(slo, dict):
-        pairs = list(slo.items())
+        terms = list(slo.items())
+    else:
+        return {}
     out: dict[str, dict[str, float]] = {}
-    for key, value in pairs:
-        match = _SLO_KEY.match(str(key))
+    for key, value in terms:
         try:
-            limit = float(value)
-        except (TypeError, ValueError):
+            ((name, limit),) = parse_budgets({str(key).strip(): value}).items()
+        except KneecapError:
             continue
-        if match:
-            out.setdefault(f"{match['metric']}_ms", {})[match["pct"]] = limit
+        if name != ERROR_RATE:
+            metric, stat = split_key(name)
+            out.setdefault(f"{metric}_ms", {})[stat] = limit
     return out
 
 
@@ -211,36 +211,26 @@ def _first_number(row: dict, keys: tuple[str, ...]) -> float | None:
     return None
 
 
-def _batch_size(row: dict) -> float | None:
-    batch = row.get("batch")
-    if isinstance(batch, dict):
-        counts = [v for v in batch.values() if is_number(v)]
-        return float(sum(counts)) if counts else None
-    if isinstance(batch, list):
-        return float(len(batch))
-    return _first_number(row, ("running", "num_running", "batch_size", "num_seqs"))
-
-
 def time_series(rows: tuple | list, kv_blocks_total: float | None = None) -> dict | None:
     """Trace or timeline rows -> {'t', 'kv_usage' (fraction), 'queue', 'running'} lists, or None.
 
-    Time: 't' / 'time_s' / 'at' (s). KV: 'kv_usage' (fraction or %) or 'kv_blocks_used' over
-    'kv_blocks_total' (per row, or the total given). Queue: 'queue_depth' / 'waiting' / 'num_waiting'.
+    The two shapes the commands write, with 't' in seconds: the simulator's trace.jsonl (kv_blocks_used of
+    the pool's kv_blocks_total blocks, num_waiting, num_running) and bench's server_metrics.jsonl (the
+    server's kv_usage fraction, waiting, running).
     """
     t, kv, queue, running = [], [], [], []
     for row in rows:
-        when = _first_number(row, ("t", "time_s", "at", "t_s"))
+        when = _first_number(row, ("t",))
         if when is None:
             continue
-        usage = _fraction(_first_number(row, ("kv_usage", "kv_cache_usage", "gpu_cache_usage")))
+        usage = _fraction(_first_number(row, ("kv_usage",)))
         if usage is None:
-            used = _first_number(row, ("kv_blocks_used", "blocks_used", "num_blocks_used"))
-            total = _first_number(row, ("kv_blocks_total", "blocks_total", "num_kv_blocks")) or kv_blocks_total
-            usage = used / total if used is not None and total else None
+            used = _first_number(row, ("kv_blocks_used",))
+            usage = used / kv_blocks_total if used is not None and kv_blocks_total else None
         t.append(when)
         kv.append(usage)
-        queue.append(_first_number(row, ("queue_depth", "waiting", "num_waiting", "queue")))
-        running.append(_batch_size(row))
+        queue.append(_first_number(row, ("waiting", "num_waiting")))
+        running.append(_first_number(row, ("running", "num_running")))
     if not t or (all(v is None for v in kv) and all(v is None for v in queue)):
         return None
     return {"t": t, "kv_usage": kv, "queue": queue, "running": running}

@@ -196,10 +196,8 @@ def load_results(location: str | Path) -> Results:
     if (folder / "trace.jsonl").is_file():
         trace = tuple(_read_jsonl_dicts(folder / "trace.jsonl", MAX_TRACE_ROWS))
     timeline: tuple = ()
-    for name in ("server_metrics.jsonl", "metrics.jsonl"):
-        if (folder / name).is_file():
-            timeline = tuple(_read_jsonl_dicts(folder / name, MAX_TRACE_ROWS))
-            break
+    if (folder / "server_metrics.jsonl").is_file():  # bench: the server's gauges per scrape
+        timeline = tuple(_read_jsonl_dicts(folder / "server_metrics.jsonl", MAX_TRACE_ROWS))
     plan = None
     if (folder / "plan.json").is_file():
         plan_data = _read_json(folder / "plan.json")
