@@ -246,8 +246,10 @@ def kv_derivation(plan: Plan) -> list[str]:
     bs = plan.block_size
     if (groups := plan.kv_groups) is not None:
         lines.append(f"vLLM's KV cache groups: {groups.describe()}")
+        dp = plan.deployment.attention_dp
+        ranks = f" × {dp} DP ranks" if dp > 1 else ""
         lines.append(f"pool {plan.ledger.kv_pool_bytes:,} B / ({groups.page_bytes:,} B page × {groups.group_size} layers)"
-                     f" = {plan.num_kv_blocks:,} blocks of {bs} tokens; {plan.kv_capacity_tokens:,} tokens at "
+                     f"{ranks} = {plan.num_kv_blocks:,} blocks of {bs} tokens; {plan.kv_capacity_tokens:,} tokens at "
                      f"{plan.context:,} per sequence")
         return lines
     lines.append(f"pool {plan.ledger.kv_pool_bytes:,} B / ({plan.kv_bytes_per_token_per_gpu:,} B × {bs}-token blocks)"
