@@ -174,3 +174,15 @@ def test_gemma3_pool_is_vllms_padded_groups():
     assert planned == pool == plan.num_kv_blocks // 902 == 17
     assert plan.num_kv_blocks == plan.ledger.kv_pool_bytes // (10 * 16 * 2 * 16 * 128 * 2)  # page x group size
     assert most >= 14  # a whole 8128-token prompt is written into every sliding group before it is trimmed
+
+
+def test_an_aborted_waiting_request_leaves_nothing_in_the_pool():
+    # a request that waited (its admission looked at the pool) and was cancelled: the grouped pool keeps no note of
+    # it (kneecap serve runs for as long as clients come and go)
+    engine = Engine(deployment(sliding_model(), block_size=4), EngineConfig(max_num_seqs=1, max_num_batched_tokens=64), 40)
+    engine.add_request(spec(0, 30, 20), 0.0)
+    engine.add_request(spec(1, 30, 20), 0.0)
+    engine.step(0.0)  # r0 admitted; r1 waits on max_num_seqs
+    engine.blocks.new_blocks_needed("r1", 30)  # what an admission attempt looks up
+    assert engine.abort("r1", at=0.1).status == "cancelled"
+    assert set(engine.blocks._seq_keys) <= {"r0", ("state", "r0")}

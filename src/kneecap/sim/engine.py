@@ -161,6 +161,7 @@ class Engine:
         for seq in sched.waiting:
             if seq.rid == request_id:
                 sched.waiting.remove(seq)
+                self.blocks.free_seq(seq.rid)  # holds no blocks; the pool forgets what it noted for it
                 break
         else:
             for seq in sched.running:
