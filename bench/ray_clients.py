@@ -3,7 +3,7 @@ C=4096, on the scripted Node server: client-added TTFT and output tokens ingeste
 
 Starts bench/fast_server.js pinned to one core (as bench/compare_clients.py does, whose measurement and
 pairing this reuses), and for each configuration runs `kneecap bench` in one process pinned to the other
-core, then `kneecap bench --ray` against two `ray start` nodes (kneecap.cluster.localnodes) pinned to that
+core, then `kneecap bench --ray` against two `ray start` nodes (tests/localnodes.py) pinned to that
 same core, one actor per node (C/2 streams each). Both clients therefore get one core: on this 2-core
 machine the Ray run measures what Ray costs and how the two actors share a core, not the gain of
 separate machines. Client CPU: one process = its level's CPU; Ray = the two actors' level CPU, and the
@@ -196,7 +196,8 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the with-block below stops the Ray nodes
 
-    from kneecap.cluster.localnodes import LocalNodes
+    sys.path.insert(0, str(HERE.parent / "tests"))  # tests/localnodes.py: not installed with the package
+    from localnodes import LocalNodes
 
     CLIENTS[ONE] = run_one_process
     CLIENTS[RAY] = run_kneecap_ray

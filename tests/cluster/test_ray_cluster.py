@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from kneecap.cluster.localnodes import LocalNodes  # noqa: E402
+from localnodes import LocalNodes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sk-ray-test-4f1d0c9b7e3a"

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from kneecap.cluster.localnodes import LocalNodes  # noqa: E402
+from localnodes import LocalNodes  # noqa: E402
 from kneecap.recommend.prices import load_prices  # noqa: E402
 from kneecap.recommend.search import recommend  # noqa: E402
 

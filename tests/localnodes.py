@@ -1,4 +1,5 @@
-"""A real multi-node Ray cluster on this machine's loopback, for tests and benchmarks of `--ray`.
+"""A real multi-node Ray cluster on this machine's loopback, for tests and benchmarks of `--ray` (tests/ and
+bench/ray_clients.py; not installed with the package).
 
 Starts a head and further nodes with `ray start --block`, each in its own process group with its own
 ports (dashboard off) and one --temp-dir for the session's logs, and stops them by process group:
