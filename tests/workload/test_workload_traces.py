@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kneecap.errors import KneecapError
-from kneecap.workload.traces import (MOONCAKE_BLOCK_TOKENS, TraceRow, parse_burstgpt, parse_mooncake, parse_trace, plan_replay,
-                                     read_trace, trace_prompt_tokens)
+from kneecap.workload.traces import (MOONCAKE_BLOCK_TOKENS, parse_burstgpt, parse_mooncake, parse_trace, plan_replay,
+                                     read_trace)
 
 DATA = Path(__file__).parent / "data"
 
@@ -37,15 +37,22 @@ def test_replay_offsets_scale_with_speed():
 
 
 def test_equal_hash_ids_give_equal_blocks_so_the_prefix_cache_hits():
-    rows = read_trace(DATA / "mooncake_conversation_head.jsonl").rows
-    a, b = trace_prompt_tokens(rows[0], seed=1), trace_prompt_tokens(rows[1], seed=1)
+    """The token-id prompts bench sends for a replayed trace (client.prompts.RandomTokenPrompts)."""
+    from kneecap.client.prompts import RandomTokenPrompts
+
+    specs = [t.spec for t in plan_replay(read_trace(DATA / "mooncake_conversation_head.jsonl")).requests]
+
+    def ids(spec, seed=1):
+        return RandomTokenPrompts(seed=seed).prompt_for(spec).content
+
+    a, b = ids(specs[0]), ids(specs[1])
     assert len(a) == 6758 and len(b) == 7322  # exact input_length, last block partial
     assert a[:512] == b[:512]  # both start with hash id 0
     assert a[512:1024] != b[512:1024]  # hash ids 1 and 14 differ
-    assert trace_prompt_tokens(rows[0], seed=1) == a  # deterministic
-    assert trace_prompt_tokens(rows[0], seed=2)[:512] != a[:512]
-    short = rows[5]  # 915 tokens over hash ids [0, 462]: one full block, one of 403
-    s = trace_prompt_tokens(short, seed=1)
+    assert ids(specs[0]) == a  # deterministic
+    assert ids(specs[0], seed=2)[:512] != a[:512]
+    short = specs[5]  # 915 tokens over hash ids [0, 462]: one full block, one of 403
+    s = ids(short)
     assert len(s) == 915 and s[:512] == a[:512]
 
 
@@ -98,9 +105,22 @@ def test_burstgpt_bad_rows_and_headers():
         read_trace(DATA / "missing.csv")
 
 
+def _prompt_ids(spec, seed=0):
+    from kneecap.client.prompts import RandomTokenPrompts
+
+    return RandomTokenPrompts(seed=seed).prompt_for(spec).content
+
+
+def _spec(index, input_tokens, hash_ids=()):
+    from kneecap.workload import RequestSpec
+
+    return RequestSpec(index=index, request_id=f"r{index}", class_name="trace", input_tokens=input_tokens,
+                       output_tokens=1, block_hashes=tuple(hash_ids))
+
+
 def test_burstgpt_prompts_share_nothing():
-    rows = read_trace(DATA / "burstgpt_shape.csv").rows
-    a, b = trace_prompt_tokens(rows[0]), trace_prompt_tokens(rows[1])
+    specs = [t.spec for t in plan_replay(read_trace(DATA / "burstgpt_shape.csv")).requests]
+    a, b = _prompt_ids(specs[0]), _prompt_ids(specs[1])
     assert len(a) == 472 and len(b) == 1087 and a[:16] != b[:16]
 
 
@@ -110,9 +130,9 @@ def test_burstgpt_prompts_share_nothing():
 def test_property_shared_leading_hash_ids_mean_shared_leading_tokens(shared, a_extra, b_extra, a_tail, b_tail, seed):
     ids_a = list(range(shared)) + [100 + i for i in range(a_extra + 1)]
     ids_b = list(range(shared)) + [200 + i for i in range(b_extra + 1)]
-    a = TraceRow(line=1, timestamp_s=0, input_tokens=(len(ids_a) - 1) * 512 + a_tail, output_tokens=1, hash_ids=tuple(ids_a))
-    b = TraceRow(line=2, timestamp_s=0, input_tokens=(len(ids_b) - 1) * 512 + b_tail, output_tokens=1, hash_ids=tuple(ids_b))
-    ta, tb = trace_prompt_tokens(a, seed=seed), trace_prompt_tokens(b, seed=seed)
+    a = _spec(1, (len(ids_a) - 1) * 512 + a_tail, ids_a)
+    b = _spec(2, (len(ids_b) - 1) * 512 + b_tail, ids_b)
+    ta, tb = _prompt_ids(a, seed=seed), _prompt_ids(b, seed=seed)
     assert len(ta) == a.input_tokens and len(tb) == b.input_tokens
     n = shared * 512
     assert ta[:n] == tb[:n]

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import csv
 import io
-import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -229,35 +228,6 @@ def plan_replay(trace: Trace, *, replay_speed: float = 1.0, max_context_tokens: 
                            block_hashes=tuple(r.hash_ids or ()))
         out.append(TimedRequest(spec=spec, send_at_s=(r.timestamp_s - t0) / replay_speed, row=r))
     return Replay(requests=tuple(out), too_long_lines=tuple(too_long), failed_lines=trace.failed_rows)
-
-
-def block_tokens(hash_id: int, *, seed: int = 0, block_tokens: int = MOONCAKE_BLOCK_TOKENS,
-                 low: int = 1000, high: int = 30000) -> list[int]:
-    """The token ids of one hash id's block: the same ids for the same (hash_id, seed), always."""
-    rng = random.Random(f"kneecap-trace-block:{seed}:{hash_id}")
-    return [rng.randrange(low, high) for _ in range(block_tokens)]
-
-
-def trace_prompt_tokens(row: TraceRow, *, seed: int = 0, block_size: int = MOONCAKE_BLOCK_TOKENS,
-                        low: int = 1000, high: int = 30000) -> list[int]:
-    """Exactly row.input_tokens token ids built from the row's hash ids.
-
-    Block k of the prompt is block_tokens(hash_ids[k]); the last block is cut so the prompt has
-    input_length tokens, as the trace says. Rows without hash ids (BurstGPT), or tokens past the
-    last hash id's block, get ids unique to the row (seeded by its line), so they share nothing.
-    """
-    if not (0 <= low < high):
-        raise KneecapError(f"token id range must satisfy 0 <= low < high, got [{low}, {high})",
-                           "pass a range inside the model's vocabulary")
-    ids: list[int] = []
-    for h in row.hash_ids or ():
-        if len(ids) >= row.input_tokens:
-            break
-        ids.extend(block_tokens(h, seed=seed, block_tokens=block_size, low=low, high=high))
-    if len(ids) < row.input_tokens:
-        rng = random.Random(f"kneecap-trace-row:{seed}:{row.line}")
-        ids.extend(rng.randrange(low, high) for _ in range(row.input_tokens - len(ids)))
-    return ids[: row.input_tokens]
 
 
 @dataclass(frozen=True)
