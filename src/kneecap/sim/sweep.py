@@ -40,8 +40,9 @@ MAX_REQUESTS_PER_LEVEL = 200_000  # a --duration level stops sending after this 
 # machine's load); 100 us is below both and below every engine step, as for a client on an unloaded host.
 CLIENT_TURNAROUND_S = 1e-4
 # The responses that one step ends reach their clients one after another (the server writes them in turn, the
-# client's event loop reads them in turn; vLLM's API server likewise hands a step's outputs to each request's
-# stream in a loop): the k-th finished in a step is back k x this later. The same runs measured their last chunks
+# client's event loop reads them in turn; vLLM V1's OutputProcessor.process_outputs, vllm/v1/engine/
+# output_processor.py, likewise goes through one step's outputs request by request): the k-th finished in a
+# step is back k x this later. The same runs measured their last chunks
 # 0.22-0.32 ms apart per response. What it changes: a wave that comes back to an idle engine no longer arrives
 # in one instant, so the engine starts on its first request alone and the rest join the step after, as served.
 # simulate's default (SimulateOptions); simulate_level's own default stays 0 for the callers that model no client.
