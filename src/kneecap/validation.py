@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,8 +53,9 @@ ENGINES: dict[str, str] = {
               "new-token-ratio admission reserve) and SGLang's KV-pool model (`--engine sglang`, mem_fraction_static "
               "0.88 unless the point states one)",
     "tensorrt-llm": "TensorRT-LLM's default GUARANTEED_NO_EVICT capacity scheduler (admit a request only if the pool "
-                    "holds it to its last token), max_batch_size 2048 and max_num_tokens 8192 unless the point states them "
-                    "(assumed: trtllm-bench tunes its own limits per run); KV pool = the planner's ledger (4 GiB overhead, 5% fragmentation "
+                    "holds it to its last token), max_batch_size 2048 and max_num_tokens 8192 unless the point states them; a "
+                    "`trtllm-bench throughput` run takes the limits trtllm-bench computes from the model, the GPUs' memory "
+                    "and ISL/OSL (tensorrt_llm/bench/build/tuning.py); KV pool = the planner's ledger (4 GiB overhead, 5% fragmentation "
                     "headroom: about the 0.9-0.95 kv_cache_free_gpu_memory_fraction of the runs); TensorRT-LLM's engine "
                     "profile (its overlap scheduler hides the per-step CPU time under the GPU's)",
     "nim": "NVIDIA NIM's TensorRT-LLM profiles: run as tensorrt-llm above",
@@ -201,11 +203,44 @@ def _engine_config(point: Point, plan):
         return EngineConfig(name="custom", max_num_seqs=int(o.get("max_num_seqs", 1)),
                             max_num_batched_tokens=int(o.get("max_num_batched_tokens", 2048)), enable_prefix_caching=False)
     # TensorRT-LLM (and NIM's TensorRT-LLM profiles): its own engine profile (C++ runtime / overlap scheduler),
-    # not vLLM's Python per-step CPU time
-    return EngineConfig(name="custom", max_num_seqs=int(o.get("max_num_seqs", 2048)),
-                        max_num_batched_tokens=int(o.get("max_num_batched_tokens", 8192)), enable_prefix_caching=False,
+    # not vLLM's Python per-step CPU time; a trtllm-bench run takes the limits trtllm-bench computes for it
+    seqs, tokens = trtllm_bench_limits(point, plan) if o.get("trtllm_bench") else (2048, 8192)
+    return EngineConfig(name="custom", max_num_seqs=int(o.get("max_num_seqs", seqs)),
+                        max_num_batched_tokens=int(o.get("max_num_batched_tokens", tokens)), enable_prefix_caching=False,
                         init_new_token_ratio=1.0, min_new_token_ratio=1.0, new_token_ratio_decay=0.0,
                         profile=TRTLLM_PROFILE)
+
+
+def trtllm_bench_limits(point: Point, plan) -> tuple[int, int]:
+    """(max sequences, max tokens per micro-batch) as `trtllm-bench throughput` sets them for a run
+    (tensorrt_llm/bench/build/tuning.py calc_engine_setting + finetune_setting): the requests of isl + osl tokens
+    that 0.95 of the GPUs' memory left after the weights holds as KV cache (bytes per element by quantization:
+    NVFP4 0.5, FP8 1, else 2; KV heads at least tp), at most 4096 / pp per micro-batch, rounded up (to 32 below
+    256, 128 below 1024, else 256; at least 64); tokens = that batch x (1 + isl / osl), at most 32768, rounded up
+    (to 256 below 4096 and at least 2048, 512 below 8192, else 1024). Each of the pp micro-batches gets that batch."""
+    d = plan.deployment
+    model = d.model
+    elem = {"nvfp4": 0.5, "fp8": 1.0, "fp8-block": 1.0}.get(d.weight_dtype.lower(), 2.0)
+    kv_elem = 1.0 if (d.kv_dtype or "").lower().startswith("fp8") else 2.0
+    gib = float(1 << 30)
+    per_token = 2 * model.num_hidden_layers * max(point.tp, model.num_key_value_heads) * model.head_dim * kv_elem / gib
+    available = d.gpu.memory_bytes("device") / gib * point.num_gpus - model.total_params * elem / gib
+    requests = available * 0.95 / (per_token * (point.isl + point.osl))
+    raw_bs = min(requests, 4096) / point.pp
+    raw_token = min(raw_bs * (1 + point.isl / point.osl), 32768)
+    if raw_bs < 256:
+        bs = max(64, 32 * math.ceil(raw_bs / 32))
+    elif raw_bs < 1024:
+        bs = 128 * math.ceil(raw_bs / 128)
+    else:
+        bs = 256 * math.ceil(raw_bs / 256)
+    if raw_token < 4096:
+        tokens = max(2048, 256 * math.ceil(raw_token / 256))
+    elif raw_token < 8192:
+        tokens = 512 * math.ceil(raw_token / 512)
+    else:
+        tokens = 1024 * math.ceil(raw_token / 1024)
+    return bs * point.pp, tokens
 
 
 def _lengths(high: int, low: int | None):

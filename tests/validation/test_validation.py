@@ -100,3 +100,19 @@ def test_no_median_worsens_by_more_than_two_points_against_the_baseline(full_tab
     worse = regressions(full_table, baseline)
     assert not worse, ("validation got worse: " + "; ".join(worse) + f" (now {median_abs_error_pct(full_table):.1f}%). "
                        "Fix it, or accept it explicitly with `python -m kneecap.validation --write-baseline`")
+
+
+def test_trtllm_bench_runs_take_the_limits_trtllm_bench_computes():
+    """tensorrt_llm/bench/build/tuning.py by hand. Qwen3-30B-A3B NVFP4 on one B200, FP8 KV, 1000/1000: 179.06 GiB
+    - 30.5e9 x 0.5 B of weights = 164.8 GiB, x 0.95 / (2 x 48 layers x 4 KV heads x 128 x 1 B x 2000 tokens) = 1,710
+    requests -> 256 x ceil(1710 / 256) = 1,792 sequences, 1,710 x (1 + 1) = 3,420 -> 3,584 tokens. With PP8 the
+    batch is per micro-batch: min(requests, 4096) / 8, at least 2048 tokens."""
+    from kneecap.validation import _plan, trtllm_bench_limits
+
+    points = {p.id: p for p in load_points()}
+    qwen = points["trtllm-qwen3-30b-a3b-b200-tp1-nvfp4-1000-1000"]
+    assert qwen.engine_overrides == {"trtllm_bench": True} and qwen.kv_dtype == "fp8"
+    assert trtllm_bench_limits(qwen, _plan(qwen)) == (1792, 3584)
+    pp8 = points["trtllm-llama-3.3-70b-rtx-pro-6000-tp1pp8-nvfp4-1000-1000"]
+    seqs, tokens = trtllm_bench_limits(pp8, _plan(pp8))
+    assert seqs % 8 == 0 and seqs // 8 == 384 and tokens == 2048
