@@ -258,7 +258,7 @@ def test_rate_cells_report_the_rate_offered_and_capacity_rests_on_it(cli, tmp_pa
         assert c["offered"]["nominal_request_s"] == c["load"]["rate"]
     top = summary["cells"][-1]
     assert top["verdict"] == "pass" and top["load"]["rate"] == 16.0
-    assert top["offered"]["offered_request_s"] < 0.9 * 16.0  # this sample of arrivals went out well below its step
+    assert top["offered"]["offered_request_s"] < 0.8 * 16.0  # this sample of arrivals went out well below its step
     info = summary["capacity"]["sim"]["chat"]["warm"]
     assert info["capacity"] == 16.0 and info["offered_at_capacity"] == top["offered"]["offered_request_s"]
     assert info["capacity_shown"] == info["offered_at_capacity"]
