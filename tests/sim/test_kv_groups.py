@@ -186,3 +186,13 @@ def test_an_aborted_waiting_request_leaves_nothing_in_the_pool():
     engine.blocks.new_blocks_needed("r1", 30)  # what an admission attempt looks up
     assert engine.abort("r1", at=0.1).status == "cancelled"
     assert set(engine.blocks._seq_keys) <= {"r0", ("state", "r0")}
+
+
+def test_a_logged_kv_pool_of_a_linear_hybrid_is_in_the_deployments_blocks():
+    # --kv-pool-gib: a pool an engine logged for its KV alone (the simulator charges no state to it), so plan and the
+    # engine count it in block_size-token blocks of the full-attention layers, not in vLLM's grown hybrid blocks
+    request = DeploymentRequest(preset="qwen3-next-80b-a3b", gpu="h100-sxm", tp=4, context=16384, kv_pool_gib=20)
+    plan, _ = plan_deployment(request)
+    engine = from_plan(plan).new_engine()
+    assert plan.block_size == engine.blocks.block_size == 16 and engine.state_blocks == 0
+    assert engine.blocks.num_blocks == plan.num_kv_blocks == 20 * 2**30 // (plan.kv_bytes_per_token_per_gpu * 16)

@@ -447,6 +447,8 @@ def build_plan(deployment: Deployment, *, context: int, mean_context: int | None
     atp, dp = deployment.attention_tp, deployment.attention_dp
     per_token_gpu = kvmath.kv_bytes_per_token_per_gpu(m, dtype_bytes, atp, deployment.pp)
     groups = kv_groups(deployment)
+    if groups is not None and groups.state_groups and kv_pool_bytes is not None:
+        groups = None  # a pool an engine logged for its KV alone (SGLang keeps linear-attention state apart)
     seq_contig = kvmath.sequence_kv_bytes_per_gpu(m, context, dtype_bytes, atp, deployment.pp, deployment.block_size,
                                                   paged=False)
     seq_paged = paged_sequence_bytes(deployment, groups, mean_context, dtype_bytes)
