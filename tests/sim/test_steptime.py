@@ -222,6 +222,8 @@ def test_vllm_v0_profile_pays_its_fixed_cpu_time():
     assert v0.seconds(1, 1, 0, 1, 0, 1) - v1.seconds(1, 1, 0, 1, 0, 1) == pytest.approx(2e-3)
     assert [vllm_is_v0(v) for v in ("0.6.3", "0.7", "V0 (Oct 2024)", "0.8.0", "0.17.0", None, "main")] == \
         [True, True, True, False, False, False, False]
+    # a release tag spelled with its "v": the V0 engine only before 0.8
+    assert [vllm_is_v0(v) for v in ("v0.23.0", "v0.7.3", "V0")] == [False, True, True]
 
 
 def test_blackwell_nvfp4_gemms_run_at_the_measured_fp4_rate_not_twice_fp8():

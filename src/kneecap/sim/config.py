@@ -20,6 +20,7 @@ Defaults, as the engines compute them when the user passes nothing:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 
 from kneecap.errors import KneecapError
@@ -158,8 +159,8 @@ def vllm_is_v0(version: str | None) -> bool:
     """True for a vLLM release before 0.8 (the V0 engine): "0.6.3", "0.7"; False for None or 0.8 and later."""
     if not version:
         return False
-    if version.strip().upper().startswith("V0"):  # "V0 (...)": a point that knows the engine, not the release
-        return True
+    if re.match(r"v0(?![.\d])", version.strip(), re.IGNORECASE):  # "V0 (...)": the engine named, not the release
+        return True  # (and not "v0.23.0", a release tag)
     try:
         major, minor = (int(x) for x in version.strip().lstrip("v").split(".")[:2])
     except ValueError:
