@@ -254,6 +254,7 @@ def predict(point: Point) -> float:
 
     Raises NotSimulated when the setup needs a knob the simulator does not have."""
     from kneecap.metrics.summarize import summarize_level
+    from kneecap.sim.setup import SimDeployment
     from kneecap.sim.steptime import StepTimeModel
     from kneecap.sim.sweep import LevelSpec, simulate_level
     from kneecap.workload import RequestClass, Workload
@@ -269,8 +270,7 @@ def predict(point: Point) -> float:
         spec = LevelSpec(all_at_once=True, num_requests=point.sim_requests)
     else:
         spec = LevelSpec(concurrency=int(point.concurrency), num_requests=point.sim_requests)
-    result = simulate_level(plan.deployment, config, plan.num_kv_blocks, workload, spec, index=0, seed=0,
-                            steptime=StepTimeModel(plan.deployment))
+    result = simulate_level(SimDeployment(plan, config, StepTimeModel(plan.deployment)), workload, spec, index=0, seed=0)
     s = summarize_level(result.records, concurrency=None if point.concurrency == "max" else int(point.concurrency))
     _, key, stat, factor = METRICS[point.metric]
     value = float(s[key]) if stat is None else float(s[key][stat])
