@@ -86,3 +86,15 @@ def run_checked(engine: Engine, arrivals, *, max_steps: int = 1, closed_loop=Non
                     engine.add_request(nxt, t)
     return records, outcomes
 
+
+
+def sim_of(d: Deployment, config, num_blocks: int, *, charge_state: bool = True):
+    """The simulated deployment simulate_level takes, for a hand-built deployment and pool of `num_blocks` blocks
+    (a stand-in for the Plan: SimDeployment.new_engine reads only its deployment and num_kv_blocks)."""
+    from types import SimpleNamespace
+
+    from kneecap.sim.setup import SimDeployment
+    from kneecap.sim.steptime import StepTimeModel
+
+    return SimDeployment(plan=SimpleNamespace(deployment=d, num_kv_blocks=num_blocks), config=config,
+                         steptime=StepTimeModel(d), charge_state=charge_state)

@@ -5,7 +5,7 @@ windows, shared prefixes and SGLang's reserve."""
 from __future__ import annotations
 
 import pytest
-from simkit import deployment, tiny_model
+from simkit import deployment, sim_of, tiny_model
 
 from kneecap.model import load_model
 from kneecap.sim.config import EngineConfig
@@ -22,7 +22,7 @@ SGLANG = {"init_new_token_ratio": 0.7, "min_new_token_ratio": 0.1, "new_token_ra
 def _run(monkeypatch, at_once: bool, model, num_blocks, cfg, level, fast_path):
     monkeypatch.setattr(Scheduler, "decodes_at_once", at_once)
     d = deployment(model=model, block_size=16)
-    return simulate_level(d, cfg, num_blocks, WL, level, seed=11, trace=True, fast_path=fast_path, token_times=True)
+    return simulate_level(sim_of(d, cfg, num_blocks), WL, level, seed=11, trace=True, fast_path=fast_path, token_times=True)
 
 
 @pytest.mark.parametrize("model", [tiny_model(), load_model("gemma-3-27b")], ids=["dense", "sliding-window"])

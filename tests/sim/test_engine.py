@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simkit import check_engine, deployment, hybrid_model, run_checked, tiny_model
+from simkit import check_engine, deployment, hybrid_model, run_checked, sim_of, tiny_model
 from kneecap.sim.config import EngineConfig
 from kneecap.sim.engine import Engine
 from kneecap.sim.sweep import CLIENT_TURNAROUND_S, LevelSpec, simulate_level
@@ -119,8 +119,8 @@ def test_prefix_hit_shortens_prefill():
     d = deployment(model=tiny_model(total_params=8_000_000_000, active_params=8_000_000_000))
     cfg = EngineConfig(max_num_seqs=4, max_num_batched_tokens=8192)
     lv = LevelSpec(concurrency=1, num_requests=20)
-    shared = simulate_level(d, cfg, 5000, wl, lv)
-    unique = simulate_level(d, cfg, 5000, plain, lv)
+    shared = simulate_level(sim_of(d, cfg, 5000), wl, lv)
+    unique = simulate_level(sim_of(d, cfg, 5000), plain, lv)
     ttft = lambda res: sorted(r.first_token_at - r.sent_at for r in res.records)[10]  # noqa: E731
     assert shared.server_metrics["prefix_cache_hit_rate"] > 0.85
     assert ttft(shared) < 0.5 * ttft(unique)
@@ -167,8 +167,8 @@ def test_fast_path_equals_exact_path(model, tight):
     cfg = EngineConfig(max_num_seqs=32, max_num_batched_tokens=1024)
     for num_blocks in (20000, tight):  # plenty, and tight enough to preempt
         for lv in (LevelSpec(concurrency=24, num_requests=120), LevelSpec(rate=50.0, num_requests=120)):
-            a = simulate_level(d, cfg, num_blocks, wl, lv, seed=5, fast_path=True, trace=True)
-            b = simulate_level(d, cfg, num_blocks, wl, lv, seed=5, fast_path=False, trace=True)
+            a = simulate_level(sim_of(d, cfg, num_blocks), wl, lv, seed=5, fast_path=True, trace=True)
+            b = simulate_level(sim_of(d, cfg, num_blocks), wl, lv, seed=5, fast_path=False, trace=True)
             assert a.server_metrics == b.server_metrics
             assert [r.request_id for r in a.records] == [r.request_id for r in b.records]
             for ra, rb in zip(a.records, b.records):
@@ -185,16 +185,16 @@ def test_same_seed_same_records_different_seed_different():
                                         output=LengthDist(kind="uniform", low=5, high=100)),))
     d, cfg = deployment(), EngineConfig(max_num_seqs=16, max_num_batched_tokens=512)
     lv = LevelSpec(rate=20.0, num_requests=80)
-    a = simulate_level(d, cfg, 3000, wl, lv, seed=1)
-    b = simulate_level(d, cfg, 3000, wl, lv, seed=1)
-    c = simulate_level(d, cfg, 3000, wl, lv, seed=2)
+    a = simulate_level(sim_of(d, cfg, 3000), wl, lv, seed=1)
+    b = simulate_level(sim_of(d, cfg, 3000), wl, lv, seed=1)
+    c = simulate_level(sim_of(d, cfg, 3000), wl, lv, seed=2)
     assert [r.to_dict() for r in a.records] == [r.to_dict() for r in b.records]
     assert [r.to_dict() for r in a.records] != [r.to_dict() for r in c.records]
 
 
 def test_closed_loop_keeps_concurrency():
     d, cfg = deployment(), EngineConfig(max_num_seqs=64, max_num_batched_tokens=4096)
-    res = simulate_level(d, cfg, 20000, Workload.fixed(100, 50), LevelSpec(concurrency=8, num_requests=40), trace=True)
+    res = simulate_level(sim_of(d, cfg, 20000), Workload.fixed(100, 50), LevelSpec(concurrency=8, num_requests=40), trace=True)
     assert len(res.records) == 40
     assert max(row["num_running"] + row["num_waiting"] for row in res.trace) == 8
     assert res.server_metrics["running_max"] == 8
@@ -207,7 +207,7 @@ def test_closed_loop_keeps_concurrency():
     from kneecap.workload import LengthDist, RequestClass
 
     mixed = Workload(classes=(RequestClass(input=LengthDist.fixed(100), output=LengthDist(kind="uniform", low=20, high=80)),))
-    res = simulate_level(d, cfg, 20000, mixed, LevelSpec(concurrency=8, num_requests=40), trace=True)
+    res = simulate_level(sim_of(d, cfg, 20000), mixed, LevelSpec(concurrency=8, num_requests=40), trace=True)
     first_tokens = {r.request_id: r.first_token_at for r in res.records}
     steps = [(row["t"], row["t"] + row["duration_s"]) for row in res.trace]
     joined_later = 0
@@ -221,7 +221,7 @@ def test_closed_loop_keeps_concurrency():
 
 def test_warmup_flagged_and_extra_fields():
     d, cfg = deployment(), EngineConfig()
-    res = simulate_level(d, cfg, 5000, Workload.fixed(64, 8), LevelSpec(concurrency=2, num_requests=6, warmup=2))
+    res = simulate_level(sim_of(d, cfg, 5000), Workload.fixed(64, 8), LevelSpec(concurrency=2, num_requests=6, warmup=2))
     assert len(res.records) == 8
     assert sum(r.warmup for r in res.records) == 2
     for r in res.records:

@@ -6,6 +6,7 @@ Small request counts keep these fast; each level is a fresh engine.
 from __future__ import annotations
 
 import pytest
+from simkit import sim_of
 
 from kneecap.deployment import Deployment
 from kneecap.hardware import get_gpu
@@ -21,7 +22,7 @@ from kneecap.workload import Workload
 def sweep(deployment, config, num_blocks, isl, osl, levels, requests=lambda c: 3 * c):
     out = []
     for c in levels:
-        res = simulate_level(deployment, config, num_blocks, Workload.fixed(isl, osl),
+        res = simulate_level(sim_of(deployment, config, num_blocks), Workload.fixed(isl, osl),
                              LevelSpec(concurrency=c, num_requests=requests(c)))
         level = summarize_level(res.records, concurrency=c)
         level["server_metrics"] = res.server_metrics
@@ -100,7 +101,7 @@ def test_tp_beyond_kv_heads_buys_little_kv():
     running = {}
     for tp in (8, 16):
         p = plans[tp]
-        res = simulate_level(p.deployment, config, p.num_kv_blocks, Workload.fixed(2000, 2000),
+        res = simulate_level(sim_of(p.deployment, config, p.num_kv_blocks), Workload.fixed(2000, 2000),
                              LevelSpec(all_at_once=True, num_requests=900))
         running[tp] = res.server_metrics["running_max"]
     assert running[8] < 900  # the pool, not the request count, binds
@@ -152,8 +153,7 @@ def test_seed_000_with_the_engine_logged_pool_breaks_at_1024():
     config = sglang_defaults(gpu.memory_bytes("device"), num_blocks * 16, 262144)
     out = {}
     for c in (512, 1024):
-        res = simulate_level(d, config, num_blocks, Workload.fixed(1000, 1000), LevelSpec(concurrency=c, num_requests=c),
-                             charge_state=False)
+        res = simulate_level(sim_of(d, config, num_blocks, charge_state=False), Workload.fixed(1000, 1000), LevelSpec(concurrency=c, num_requests=c))
         out[c] = res.server_metrics
     assert out[512]["preemptions"] == 0 and out[512]["kv_usage_max"] < 0.7
     assert out[1024]["kv_usage_max"] == 1.0 and out[1024]["preemptions"] > 0
@@ -166,7 +166,7 @@ def test_pipeline_stages_scale_prefill_heavy_throughput():
     tput = {}
     for pp in (1, 2, 4):
         d = Deployment(model=model, gpu=get_gpu("h100-sxm"), tp=2, pp=pp)
-        res = simulate_level(d, EngineConfig(max_num_seqs=256, max_num_batched_tokens=8192), 200_000,
+        res = simulate_level(sim_of(d, EngineConfig(max_num_seqs=256, max_num_batched_tokens=8192), 200_000),
                              Workload.fixed(2000, 20), LevelSpec(concurrency=64, num_requests=128))
         tput[pp] = summarize_level(res.records, concurrency=64)["output_tok_s"]
     assert tput[2] > 1.8 * tput[1] and tput[4] > 3.3 * tput[1]

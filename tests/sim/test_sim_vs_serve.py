@@ -54,7 +54,7 @@ def test_a_wave_back_to_an_idle_engine_arrives_in_turn():
     """Equal requests end in the same step; their clients send again rank x delivery spread + turnaround later,
     so the engine, idle by then, starts on the first request alone and the others join the step after. With no
     spread the whole wave arrives at once and is prefilled in one step."""
-    from simkit import deployment
+    from simkit import deployment, sim_of
 
     from kneecap.sim.config import EngineConfig
     from kneecap.sim.sweep import CLIENT_TURNAROUND_S, DELIVERY_SPREAD_S, LevelSpec, simulate_level
@@ -62,8 +62,8 @@ def test_a_wave_back_to_an_idle_engine_arrives_in_turn():
 
     d, cfg = deployment(), EngineConfig(max_num_seqs=64, max_num_batched_tokens=4096)
     level = LevelSpec(concurrency=4, num_requests=8)
-    spread = simulate_level(d, cfg, 20000, Workload.fixed(400, 20), level, delivery_spread_s=DELIVERY_SPREAD_S)
-    lockstep = simulate_level(d, cfg, 20000, Workload.fixed(400, 20), level)
+    spread = simulate_level(sim_of(d, cfg, 20000), Workload.fixed(400, 20), level, delivery_spread_s=DELIVERY_SPREAD_S)
+    lockstep = simulate_level(sim_of(d, cfg, 20000), Workload.fixed(400, 20), level)
     wave1_end = max(r.end_at for r in spread.records[:4])
     second = sorted(r.sent_at for r in spread.records if r.sent_at > 0)
     assert second == pytest.approx([wave1_end + k * DELIVERY_SPREAD_S + CLIENT_TURNAROUND_S for k in range(4)])

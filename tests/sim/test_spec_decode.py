@@ -21,7 +21,7 @@ def run(cfg, c=8, n=32, osl=300, blocks=40_000, preset=None):
     from kneecap.deployment import Deployment
 
     d = Deployment(model=load_model(preset or "llama-3.1-8b"), gpu=get_gpu("h100-sxm"))
-    res = simulate_level(d, cfg, blocks, Workload.fixed(200, osl), LevelSpec(concurrency=c, num_requests=n))
+    res = simulate_level(simkit.sim_of(d, cfg, blocks), Workload.fixed(200, osl), LevelSpec(concurrency=c, num_requests=n))
     return res, summarize_level(res.records, concurrency=c)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from simkit import deployment, tiny_model
+from simkit import deployment, sim_of, tiny_model
 
 from kneecap.metrics.accumulate import LevelAccumulator
 from kneecap.metrics.summarize import summarize_level
@@ -24,8 +24,8 @@ WL = Workload(classes=(RequestClass(input=LengthDist(kind="uniform", low=50, hig
 def _pair(num_blocks: int, level: LevelSpec):
     d = deployment(model=tiny_model(), block_size=16)
     cfg = EngineConfig(max_num_seqs=32, max_num_batched_tokens=1024)
-    runs = simulate_level(d, cfg, num_blocks, WL, level, seed=3)
-    per_token = simulate_level(d, cfg, num_blocks, WL, level, seed=3, token_times=True)
+    runs = simulate_level(sim_of(d, cfg, num_blocks), WL, level, seed=3)
+    per_token = simulate_level(sim_of(d, cfg, num_blocks), WL, level, seed=3, token_times=True)
     return runs, per_token
 
 

@@ -86,8 +86,7 @@ def prefill_times(req: RecommendRequest, k: Knobs, rate: float, n: int) -> list[
     sim = simulated(req, k)
     specs, at = _draw(req, rate, n)
     schedule = tuple((a, dataclasses.replace(s, output_tokens=1)) for a, s in zip(at, specs))
-    res = simulate_level(sim.deployment, sim.config, sim.num_kv_blocks, _workload(req), LevelSpec(rate=rate, schedule=schedule),
-                         seed=req.seed, steptime=sim.steptime, charge_state=sim.charge_state)
+    res = simulate_level(sim, _workload(req), LevelSpec(rate=rate, schedule=schedule), seed=req.seed)
     done = {r.request_id: (r.first_token_at - r.sent_at) if r.ok and r.first_token_at is not None else None for r in res.records}
     return [done.get(s.request_id) for s in specs]
 

@@ -243,10 +243,8 @@ class VirtualTimeDriver:
         spec = level_spec(opts, plan, workload=workload, seed=seed, on_s=on_s, off_s=off_s)
 
         def run(spec: LevelSpec):
-            return simulate_level(self.sim.deployment, self.sim.config, self.sim.num_kv_blocks,
-                                  workload or opts.workload, spec, index=plan.index, seed=level_seed,
-                                  burstiness=opts.burstiness, steptime=self.sim.steptime, trace=self._trace,
-                                  charge_state=self.sim.charge_state, token_times=self._token_times,
+            return simulate_level(self.sim, workload or opts.workload, spec, index=plan.index, seed=level_seed,
+                                  burstiness=opts.burstiness, trace=self._trace, token_times=self._token_times,
                                   turnaround_s=opts.client_turnaround_s, delivery_spread_s=opts.delivery_spread_s)
 
         fields = {}

@@ -54,9 +54,11 @@ class SimDeployment:
         return SimDeployment(plan=self.plan, config=self.config, steptime=StepTimeModel(self.plan.deployment, params),
                              charge_state=self.charge_state)
 
-    def new_engine(self, *, level: int = 0, trace: bool = False, fast_path: bool = True) -> Engine:
+    def new_engine(self, *, level: int = 0, trace: bool = False, fast_path: bool = True,
+                   token_times: bool = True) -> Engine:
+        """The one place a simulated engine is built: a fresh pool of exactly plan.num_kv_blocks blocks."""
         return Engine(self.plan.deployment, self.config, self.plan.num_kv_blocks, steptime=self.steptime, level=level,
-                      trace=trace, fast_path=fast_path, charge_state=self.charge_state)
+                      trace=trace, fast_path=fast_path, charge_state=self.charge_state, token_times=token_times)
 
     def describe(self) -> dict:
         """JSON-ready facts (what summaries, /version and calibrations report)."""

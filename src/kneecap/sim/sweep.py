@@ -21,12 +21,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.records import RequestRecord
-from kneecap.sim.config import EngineConfig
 from kneecap.sim.engine import Engine
-from kneecap.sim.steptime import StepTimeModel, StepTimeParams
+from kneecap.sim.setup import SimDeployment
 from kneecap.workload import RequestSpec, Workload, arrival_offsets, make_requests
 
 REQUEST_CHUNK = 1024  # requests drawn per make_requests call when the count is open-ended (--duration)
@@ -139,18 +137,16 @@ def _requests(workload: Workload, seed: int, total: int | None, id_prefix: str) 
         start += REQUEST_CHUNK
 
 
-def simulate_level(deployment: Deployment, config: EngineConfig, num_blocks: int, workload: Workload, level: LevelSpec, *,
-                   index: int = 0, seed: int = 0, burstiness: float = 1.0, step_params: StepTimeParams | None = None,
-                   steptime: StepTimeModel | None = None, trace: bool = False, fast_path: bool = True,
-                   charge_state: bool = True, turnaround_s: float = CLIENT_TURNAROUND_S,
-                   delivery_spread_s: float = 0.0, token_times: bool = False) -> LevelResult:
-    """Run one level on a fresh engine of `num_blocks` KV blocks; records in completion order.
+def simulate_level(sim: SimDeployment, workload: Workload, level: LevelSpec, *, index: int = 0, seed: int = 0,
+                   burstiness: float = 1.0, trace: bool = False, fast_path: bool = True,
+                   turnaround_s: float = CLIENT_TURNAROUND_S, delivery_spread_s: float = 0.0,
+                   token_times: bool = False) -> LevelResult:
+    """Run one level on a fresh engine of the simulated deployment (sim.new_engine); records in completion order.
     turnaround_s / delivery_spread_s: a closed loop's next request is sent rank x delivery_spread_s +
     turnaround_s after a response's end, rank its place among the requests its step finished.
     token_times: records list every token's time in chunk_times (else they reference the level's step
     timeline: the same times, summarised exactly, without one float per token)."""
-    engine = Engine(deployment, config, num_blocks, step_params=step_params, steptime=steptime, level=index,
-                    trace=trace, fast_path=fast_path, charge_state=charge_state, token_times=token_times)
+    engine = sim.new_engine(level=index, trace=trace, fast_path=fast_path, token_times=token_times)
     total = None if level.num_requests is None else level.num_requests + level.warmup
     if level.schedule:
         total = len(level.schedule)
