@@ -56,7 +56,46 @@ def _table(doc: dict):
     return t
 
 
-def _write_run_plans(d: Path, req, doc: dict) -> None:
+_GATE_HINT = 'write a list of cases, e.g. [{name: capital, prompt: "The capital of France is", expect: {regex: "Paris"}}]'
+
+
+def _behaviour_cases(path: str) -> list[dict]:
+    """--behaviour-gate FILE: a YAML/JSON list of behaviour cases (or a load plan's `behaviour:` mapping), each
+    checked by the load-plan schema's own BehaviourCase; one line naming the file and case on any error."""
+    import yaml
+    from pydantic import ValidationError
+
+    from kneecap.loadplan.schema import BehaviourCase
+
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))  # JSON is YAML
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KneecapError(f"cannot read --behaviour-gate file {path}: {getattr(exc, 'strerror', None) or exc}",
+                           "pass an existing YAML or JSON file of behaviour cases") from None
+    except yaml.YAMLError as exc:
+        raise KneecapError(f"--behaviour-gate file {path} does not parse ({' '.join(str(exc).split())})", _GATE_HINT) from None
+    items = data.get("behaviour") if isinstance(data, dict) else data
+    if not isinstance(items, list) or not items:
+        raise KneecapError(f"--behaviour-gate file {path} holds no list of behaviour cases", _GATE_HINT)
+    cases = []
+    for i, item in enumerate(items):
+        try:
+            case = BehaviourCase.model_validate(item)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(x) for x in err["loc"] if not str(x).startswith("function-")) or "(the case)"
+            msg = "unknown field (typo?)" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+            raise KneecapError(f"--behaviour-gate file {path}: case {i + 1}: {field}: {msg}", _GATE_HINT) from None
+        cases.append(case.model_dump(exclude_none=True))
+    names = [c["name"] for c in cases]
+    if len(set(names)) != len(names):
+        raise KneecapError(f"--behaviour-gate file {path}: case names repeat ({', '.join(sorted({n for n in names if names.count(n) > 1}))})",
+                           "give every case its own name")
+    return cases
+
+
+def _write_run_plans(d: Path, req, doc: dict, behaviour: list[dict] | None = None) -> None:
     """For every sized candidate: DIR/confirm-N.yaml (against the real server) and DIR/confirm-N-simulated.yaml (the
     simulated twin), or for disaggregated pools DIR/confirm-N.yaml (the proxy) with DIR/confirm-N-prefill.yaml and
     DIR/confirm-N-prefill-simulated.yaml (the prefill pool alone); each candidate names its files under run_plan."""
@@ -64,9 +103,13 @@ def _write_run_plans(d: Path, req, doc: dict) -> None:
 
     from kneecap.recommend.runplan import run_plans
 
+    if req.trace is not None:  # the plans' empirical lengths read these files
+        from kneecap.recommend.trace import write_length_files
+
+        write_length_files(d, req.trace)
     for i, cand in enumerate(doc["candidates"]):
         names = {}
-        for kind, plan in run_plans(req, doc, cand, f"confirm-{i + 1}").items():
+        for kind, plan in run_plans(req, doc, cand, f"confirm-{i + 1}", behaviour).items():
             fname = f"confirm-{i + 1}.yaml" if kind == "server" else f"confirm-{i + 1}-{kind}.yaml"
             (d / fname).write_text(f"# kneecap run {fname}\n" + yaml.safe_dump(plan, sort_keys=False, width=120))
             names[kind] = fname
@@ -81,6 +124,9 @@ def recommend_cmd(
     isl: Optional[int] = typer.Option(None, "--isl", help="input tokens per request"),
     osl: Optional[int] = typer.Option(None, "--osl", help="output tokens per request"),
     classes: Optional[str] = typer.Option(None, "--classes", help="a YAML/JSON file of request classes (lengths, weights) instead of --isl/--osl"),
+    replay: Optional[str] = typer.Option(None, "--replay", help="a trace as the workload (Mooncake JSONL or BurstGPT CSV) instead of --isl/--osl/--classes and --rate: lengths drawn from the trace's own, at its mean arrival rate x --replay-speed; the confirming bench run replays the trace"),
+    replay_speed: Optional[float] = typer.Option(None, "--replay-speed", help="with --replay: how much faster than recorded to serve the trace, e.g. 2", show_default="1"),
+    behaviour_gate: Optional[str] = typer.Option(None, "--behaviour-gate", help="a YAML/JSON list of behaviour cases (name, prompt, expect: exact/regex/json_schema/must_abstain/language, max_tokens), as a `kneecap run` plan's behaviour section: deployments quantized below the checkpoint carry them in their run plans, which reject a deployment whose answers change"),
     slo: str = typer.Option(..., "--slo", help="e.g. ttft_p99_ms=2000,tpot_p99_ms=50"),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="candidate GPUs, e.g. h100-sxm,a100-80 (default: every priced GPU)"),
     max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="at most this many GPUs in all (replicas x GPUs per replica)"),
@@ -100,8 +146,24 @@ def recommend_cmd(
     from kneecap.recommend.search import recommend
     from kneecap.recommend.space import DEFAULT_KV_DTYPES, DEFAULT_WEIGHT_DTYPES, RecommendRequest
 
-    mix = None
-    if classes is not None:
+    mix = trace = None
+    cases = _behaviour_cases(behaviour_gate) if behaviour_gate is not None else None
+    if replay is not None:
+        given = [f for f, v in (("--isl", isl), ("--osl", osl), ("--classes", classes), ("--rate", rate),
+                                ("--concurrency", concurrency)) if v is not None]
+        if given:
+            raise KneecapError(f"--replay and {'/'.join(given)} both given",
+                               "drop " + "/".join(given) + ": the trace states its own lengths and rate (--replay-speed scales the rate)")
+        from kneecap.recommend.classes import mean_lengths
+        from kneecap.recommend.trace import trace_load
+
+        trace = trace_load(replay, 1.0 if replay_speed is None else replay_speed)
+        mix = trace.workload
+        isl, osl = mean_lengths(mix)
+        rate = trace.rate
+    elif replay_speed is not None:
+        raise KneecapError("--replay-speed scales a replayed trace's rate", "pass --replay TRACE with it")
+    elif classes is not None:
         if isl is not None or osl is not None:
             raise KneecapError("--classes and --isl/--osl both given", "pass one: the class file states its own lengths")
         from kneecap.recommend.classes import load_classes, mean_lengths
@@ -134,16 +196,20 @@ def recommend_cmd(
                            load=float(rate) if rate is not None else int(concurrency), isl=isl, osl=osl,
                            slo=parse_slo(slo), gpus=names, max_gpus=max_gpus,
                            weight_dtypes=_csv(weight_dtypes) or DEFAULT_WEIGHT_DTYPES,
-                           kv_dtypes=_csv(kv_dtypes) or DEFAULT_KV_DTYPES, seed=seed, mix=mix)
+                           kv_dtypes=_csv(kv_dtypes) or DEFAULT_KV_DTYPES, seed=seed, mix=mix, trace=trace)
     n = workers or max(1, os.cpu_count() or 1)
     doc = recommend(req, table, workers=n, ray=ray)
     doc["unpriced_gpus"] = [{"gpu": g, "note": table[g].note or "no price"} for g in unpriced_default]
+    if cases:
+        from kneecap.recommend.gate import mark
+
+        mark(doc, cases, behaviour_gate)
     if out:
         from kneecap.report.recommend_page import write_report
 
         d = Path(out)
         d.mkdir(parents=True, exist_ok=True)
-        _write_run_plans(d, req, doc)
+        _write_run_plans(d, req, doc, cases)
         (d / "recommend.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
         write_report(d, doc)
     if json_out:
@@ -152,6 +218,8 @@ def recommend_cmd(
     from rich.console import Console
 
     console = Console()
+    if trace is not None:
+        console.print("workload " + trace.describe() + "; " + doc["trace"]["model"], soft_wrap=True)
     console.print(_table(doc))
     if doc["unpriced_gpus"]:
         console.print("skipped for lack of a price (pass --prices FILE to include them): "
@@ -164,6 +232,12 @@ def recommend_cmd(
     for pool in ("prefill", "decode"):
         if (best.get("confirm_pools") or {}).get(pool):
             console.print(f"  {pool} pool alone: {best['confirm_pools'][pool]}", soft_wrap=True)
+    if best.get("needs_behaviour_gate"):
+        console.print(f"best stores its {' and '.join(best['quantized_below_checkpoint'])} below the checkpoint's dtype: "
+                      "its run plan checks the behaviour cases first", soft_wrap=True)
+    elif best.get("behaviour_unchecked"):
+        console.print(f"best stores its {' and '.join(best['quantized_below_checkpoint'])} below the checkpoint's dtype; "
+                      "this answer assumes its output is acceptable (pass --behaviour-gate FILE to check it)", soft_wrap=True)
     if best.get("run_plan"):
         console.print(f"  or: kneecap run {Path(out) / best['run_plan']['server']}", soft_wrap=True)
     if out:

@@ -56,18 +56,26 @@ def serve_cmd(req: RecommendRequest, k: Knobs, *, checkpoint_dtype: str, disaggr
     return " ".join([*parts[:2], model, *(shlex.quote(p) for p in parts[2:])])
 
 
-def _levels(req: RecommendRequest, share: float, max_load: float | None) -> str:
+def _level_values(req: RecommendRequest, share: float, max_load: float | None) -> list:
     if req.kind == "rate":
         vals = sorted({round(share / 2, 3), round(share, 3)} | ({round(max_load, 3)} if max_load and max_load > share else set()))
-        return ",".join(f"{v:g}" for v in vals if v > 0)
-    vals = sorted({max(1, int(share) // 2), int(share)} | ({int(max_load)} if max_load and max_load > share else set()))
-    return ",".join(str(v) for v in vals)
+        return [v for v in vals if v > 0]
+    return sorted({max(1, int(share) // 2), int(share)} | ({int(max_load)} if max_load and max_load > share else set()))
+
+
+def _levels(req: RecommendRequest, share: float, max_load: float | None) -> str:
+    return ",".join(f"{v:g}" if req.kind == "rate" else str(v) for v in _level_values(req, share, max_load))
 
 
 def bench_cmd(req: RecommendRequest, share: float, max_load: float | None, *, disaggregated: bool = False) -> str:
     """One bench run against one replica at its share of the load (replicas serve independent shares), or, for
     disaggregated pools, against the proxy in front of them at the whole rate; bench asks the server for its
-    model name."""
+    model name. With a trace: `--replay TRACE` at the speeds whose mean rates are those levels."""
+    if req.trace is not None:  # the trace itself, at the speeds that offer each level's rate on average
+        speeds = ",".join(f"{req.trace.speed_for(v):.4g}" for v in _level_values(req, share, max_load))
+        parts = ["kneecap", "bench", "--base-url", "http://127.0.0.1:8000", "--replay", req.trace.path,
+                 "--replay-speed", speeds, "--slo", format_slo(req.slo), "--seed", str(req.seed)]
+        return " ".join(shlex.quote(p) for p in parts)
     flag = "--rate" if req.kind == "rate" else "--concurrency"
     parts = ["kneecap", "bench", "--base-url", "http://127.0.0.1:8000", "--isl", str(req.isl),
              "--osl", str(req.osl), flag, _levels(req, share, max_load), "--requests", "300", "--slo", format_slo(req.slo),

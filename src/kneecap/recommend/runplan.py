@@ -30,6 +30,8 @@ REQUESTS_PER_CELL = 300
 def _length(d: dict) -> dict:
     """A workload LengthDist (as recommend.json's classes hold it) -> the plan's LengthSpec."""
     kind = d["kind"]
+    if kind == "empirical" and d.get("file"):  # a trace's lengths: the file written beside the plan
+        return {"kind": kind, "file": d["file"]}
     out = {"kind": kind}
     keys = {"fixed": ("value",), "uniform": ("low", "high"), "normal": ("mean", "std"), "lognormal": ("mean", "std"),
             "empirical": ("values",)}[kind]
@@ -91,9 +93,10 @@ def _prefill_plans(req: RecommendRequest, base: dict, cand: dict, name: str, cos
                                       candidates=[{"name": "prefill-simulated", "target": _target(req, cand), "cost": one}])}
 
 
-def run_plans(req: RecommendRequest, doc: dict, cand: dict, name: str) -> dict[str, dict]:
+def run_plans(req: RecommendRequest, doc: dict, cand: dict, name: str, behaviour: list[dict] | None = None) -> dict[str, dict]:
     """{"server": plan, "simulated": plan} for an aggregated candidate of recommend.json; {"server", "prefill",
-    "prefill-simulated"} for a disaggregated one."""
+    "prefill-simulated"} for a disaggregated one. A candidate marked needs_behaviour_gate carries `behaviour` (cases
+    in the load plan's own shape) as its plans' behaviour gate, which `kneecap run` checks before any load."""
     dis = cand.get("disaggregated")
     share = req.load if dis else cand["predicted"]["per_replica_load"]
     if doc.get("classes"):
@@ -112,6 +115,12 @@ def run_plans(req: RecommendRequest, doc: dict, cand: dict, name: str) -> dict[s
         desc += " Each class is ramped on its own (kneecap run's cells), not as the mix."
     if dropped:
         desc += f" SLO terms a load-plan budget cannot hold are left out: {', '.join(dropped)}."
+    gate = list(behaviour or []) if cand.get("needs_behaviour_gate") else []
+    if gate:
+        desc += (f" Its {' and '.join(cand['quantized_below_checkpoint'])} are quantized below the checkpoint: the "
+                 f"behaviour cases are checked first and a changed answer rejects it.")
+    if req.trace is not None:
+        desc += f" Lengths drawn from trace {req.trace.path} (files beside this plan)."
     base = {
         "name": name, "description": desc, "seed": req.seed, "classes": classes,
         "slo": {c: dict(budget) for c in classes},
@@ -119,6 +128,8 @@ def run_plans(req: RecommendRequest, doc: dict, cand: dict, name: str) -> dict[s
                  "requests_per_cell": REQUESTS_PER_CELL, "required": share},
         "repetitions": 1,
     }
+    if gate:
+        base["behaviour"] = gate
     cost = {"gpu_hour_usd": cand["usd_per_gpu_hour"],
             "num_gpus": cand["total_gpus"] if dis else cand["gpus_per_replica"]}
     server = dict(base, candidates=[{"name": "server", "target": {"kind": "server", "base_url": BASE_URL}, "cost": cost}])

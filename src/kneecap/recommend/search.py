@@ -21,6 +21,7 @@ from kneecap.recommend.bound import Bound, replica_bound
 from kneecap.recommend.disagg import NETWORK_SOURCE, size_pools
 from kneecap.recommend.evaluate import (COARSE_MAX_REQUESTS, COARSE_REQUESTS, FINE_REQUESTS, coarse_requests, per_replica_load,
                                         planned, replica_max, run_level, simulated, size_replicas)
+from kneecap.recommend.gate import mark, quantized_for
 from kneecap.recommend.prices import Price
 from kneecap.recommend.space import Knobs, RecommendRequest
 
@@ -198,6 +199,7 @@ def _point(req: RecommendRequest, k: Knobs, price: float, replicas: int, at, max
         "output_tok_s_per_gpu": None if r_out is None else r_out / gpus,
         "output_tok_s_per_user": None if not at.tpot_p50_ms else 1000.0 / at.tpot_p50_ms,
         "max_load": max_load, "sized": False,
+        "quantized_below_checkpoint": list(quantized_for(req.model, k.weight_dtype, k.kv_dtype)),
     }
 
 
@@ -233,7 +235,10 @@ def _candidate(req: RecommendRequest, k: Knobs, price: float, plan, max_load: fl
         "plan": _plan_doc(plan),
         "serve_cmd": confirm.serve_cmd(req, k, checkpoint_dtype=plan.deployment.model.weight_dtype),
         "confirm_cmd": confirm.bench_cmd(req, share, max_load),
-        "confirm_note": None if req.mix is None else (
+        "confirm_note": (
+            "bench replays the trace itself at the speeds whose mean rates are this replica's levels (the trace's own "
+            "arrival times and lengths; the prediction assumed Poisson arrivals)") if req.trace is not None else None
+        if req.mix is None else (
             "bench sends one length pair: the class mix's weighted means; the mix itself runs with the `kneecap run` plan"),
         "trust": _trust(plan),
     })
@@ -464,11 +469,12 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
     meeting = [x for x in points if x["meets_slo"]]
     frontier = pareto(meeting, ((lambda x: x["cost_per_mtok_output"], "min"), (lambda x: x["predicted"]["ttft_p99_ms"], "min")))
     throughput = pareto(meeting, ((lambda x: x["output_tok_s_per_gpu"], "max"), (lambda x: x["output_tok_s_per_user"], "max")))
-    return {
+    doc = {
         "model": req.model, "load": {"kind": req.kind, "value": req.load}, "isl": req.isl, "osl": req.osl,
         "classes": None if req.mix is None else [
-            {"name": c.name, "input": dataclasses.asdict(c.input), "output": dataclasses.asdict(c.output), "weight": c.weight}
+            {"name": c.name, "input": _length_doc(c.input, req, "input"), "output": _length_doc(c.output, req, "output"), "weight": c.weight}
             for c in req.mix.classes],
+        "trace": None if req.trace is None else req.trace.summary(),
         "slo": dict(req.slo), "gpus": list(req.gpus),
         "evaluated": c.evaluated, "pruned": c.pruned, "infeasible": c.infeasible, "over_gpu_limit": c.over_gpu_limit,
         "skipped_by_bound": c.skipped_by_bound, "simulated": c.simulated, "not_simulated": c.not_simulated,
@@ -493,3 +499,14 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
         "throughput_frontier": throughput,
         "best": cands[0],
     }
+    mark(doc, None)  # quantized candidates behaviour_unchecked until a behaviour gate is given
+    return doc
+
+
+def _length_doc(d, req: RecommendRequest, which: str) -> dict:
+    """A class length as recommend.json holds it; a trace's lengths are named by their file, not listed."""
+    if req.trace is not None:
+        from kneecap.recommend.trace import LENGTH_FILES
+
+        return {"kind": "empirical", "file": LENGTH_FILES[which], "count": len(d.values)}
+    return dataclasses.asdict(d)

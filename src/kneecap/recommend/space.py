@@ -14,6 +14,7 @@ from kneecap.metrics.slo import ERROR_RATE
 from kneecap.model.kv import kv_dtype_bytes
 from kneecap.model.weights import weight_bits
 from kneecap.plan.build import DeploymentRequest
+from kneecap.recommend.trace import TraceLoad
 from kneecap.workload import Workload
 
 KINDS = ("rate", "concurrency")
@@ -78,6 +79,7 @@ class RecommendRequest:
     max_num_batched_tokens_choices: tuple[int, ...] = MAX_NUM_BATCHED_TOKENS_CHOICES
     seed: int = 0
     mix: Workload | None = None  # a class file's mix (isl / osl are then its weighted means)
+    trace: TraceLoad | None = None  # --replay: the mix is the trace's (trace.workload) and the rate its mean x speed
     expert_parallel: bool = True  # MoE models: also try ep = tp (experts split over the TP GPUs) beside ep = 1
     dp_attention: bool = True  # MLA MoE models: also try DP attention (ep = tp) for every tp > 1
 
@@ -90,6 +92,8 @@ class RecommendRequest:
         for flag, v in (("--isl", self.isl), ("--osl", self.osl)):
             if not isinstance(v, int) or v < 1:
                 raise KneecapError(f"{flag} must be a whole number >= 1, got {v!r}", f"pass e.g. {flag} 1000")
+        if self.trace is not None and self.kind != "rate":
+            raise KneecapError("a replayed trace sets the rate, not a concurrency", "drop --concurrency")
         latency = [k for k in self.slo if k != ERROR_RATE]
         if not latency:
             raise KneecapError("recommend needs a latency SLO to size against",

@@ -100,11 +100,42 @@ def _frontier_rows(doc: dict) -> list[list[str]]:
     return rows
 
 
+def _gate(doc: dict) -> str:
+    """What vouches for the output of deployments that quantize below the checkpoint."""
+    q = [c for c in doc["candidates"] if c.get("quantized_below_checkpoint")]
+    if not q:
+        return ""
+    gate = doc.get("behaviour_gate")
+    if gate:
+        return (f"{len(q)} of the {len(doc['candidates'])} deployments below store weights or KV cache below the "
+                f"checkpoint's own dtype and need the behaviour gate: their `kneecap run` plans check the "
+                f"{len(gate['cases'])} behaviour cases of {gate['file']} ({', '.join(gate['cases'])}) first, and a "
+                "changed answer rejects the deployment.")
+    return (f"{len(q)} of the {len(doc['candidates'])} deployments below store weights or KV cache below the checkpoint's "
+            "own dtype, and their behaviour is unchecked: this answer assumes their output is acceptable "
+            "(pass --behaviour-gate FILE with behaviour cases to have their run plans check it).")
+
+
+def _quant(c: dict) -> str:
+    q = c.get("quantized_below_checkpoint")
+    if not q:
+        return ""
+    what = " and ".join("KV cache" if x == "kv" else x for x in q)
+    return (f"- {what} below the checkpoint's dtype: "
+            + ("needs the behaviour gate (its run plans carry the cases)" if c.get("needs_behaviour_gate") else
+               "behaviour unchecked (output assumed acceptable)"))
+
+
 def _intro(doc: dict) -> list[str]:
     load = doc["load"]
     unit = "requests/s" if load["kind"] == "rate" else "concurrent streams"
     slo = ", ".join(f"{k} = {v:g}" for k, v in doc["slo"].items())
-    lengths = (f"{doc['isl']} input / {doc['osl']} output tokens per request" if not doc.get("classes") else
+    tr = doc.get("trace")
+    lengths = (f"lengths from trace {tr['file']} ({tr['rows']} requests; input tokens mean {tr['input_tokens_mean']:g}, "
+               f"p99 {tr['input_tokens_p99']}; output tokens mean {tr['output_tokens_mean']:g}, p99 {tr['output_tokens_p99']}; "
+               f"each drawn from the trace's own lengths), at its mean rate {tr['mean_rate_recorded']:.4g} requests/s x "
+               f"speed {tr['speed']:g}, as Poisson arrivals; the confirming bench runs replay the trace at its own times"
+               ) if tr else (f"{doc['isl']} input / {doc['osl']} output tokens per request" if not doc.get("classes") else
                f"a mix of {len(doc['classes'])} request classes ({', '.join(c['name'] for c in doc['classes'])}; "
                f"means {doc['isl']} input / {doc['osl']} output tokens)")
     return [f"Model {doc['model']}, {load['value']:g} {unit}, {lengths}; SLO {slo}.",
@@ -123,6 +154,7 @@ def _intro(doc: dict) -> list[str]:
                "No setup's bound on disaggregated pools' cost was below the cheapest aggregated deployment. ")
             + f"Expert parallelism: {doc.get('search', {}).get('expert_parallel', 'not searched')}. "
             + f"DP attention: {doc.get('search', {}).get('dp_attention', 'not searched')}.",
+            *([_gate(doc)] if _gate(doc) else []),
             *([f"Left out for lack of a price (pass --prices FILE to include them): "
                + "; ".join(f"{u['gpu']} ({u['note']})" for u in doc["unpriced_gpus"]) + "."] if doc.get("unpriced_gpus") else []),
             f"The frontier is taken over all {len(doc.get('points', doc['candidates']))} simulated candidates that meet the SLO: "
@@ -159,6 +191,7 @@ def to_markdown(doc: dict, plots: list[tuple[str, str]]) -> str:
                                              ("meets the SLO" if c["one_fewer_replica"]["met"] else
                                               f"fails ({c['one_fewer_replica']['why']})")),
                   f"- trust: {c['trust']}",
+                  *([_quant(c)] if _quant(c) else []),
                   *([f"- disaggregated: {dis['prefill_replicas']} prefill and {dis['decode_replicas']} decode replicas; KV sent over "
                      f"{dis['kv_link']} ({dis['kv_link_note']}), {dis['kv_transfer_ms']:.2f} ms for a {doc['isl']}-token prompt; "
                      f"prefill time p99 {_f(dis['prefill_time_p99_ms'], '.0f')} ms"] if dis else []),
@@ -195,7 +228,7 @@ def to_html(doc: dict, plots: list[tuple[str, str]]) -> str:
         plans = " ".join(f"kneecap run {n}" for n in (c.get("run_plan") or {}).values())
         pools = c.get("confirm_pools") or {}
         parts.append(f"<h2>{e(_replicas(c))} x {c['gpus_per_replica']} {e(c['gpu'])} ({e(_par(c))})</h2>"
-                     f"<p>trust: {e(c['trust'])}</p><pre>{e(c['serve_cmd'])}\n{e(c['confirm_cmd'])}"
+                     f"<p>trust: {e(c['trust'])}</p>" + (f"<p>{e(_quant(c)[2:])}</p>" if _quant(c) else "") + "<pre>{e(c['serve_cmd'])}\n{e(c['confirm_cmd'])}"
                      + "".join(f"\n{e(pools[k])}" for k in ("prefill", "decode") if k in pools)
                      + (f"\n{e(plans)}" if plans else "") + "</pre>")
     parts.append("</body></html>")
