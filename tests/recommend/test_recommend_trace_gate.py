@@ -19,7 +19,9 @@ from clitools import run_cli
 MOONCAKE_HEAD = Path(__file__).resolve().parents[1] / "workload" / "data" / "mooncake_conversation_head.jsonl"
 SLO = "ttft_p99_ms=1000,tpot_p99_ms=60"
 GATE = ('- name: capital\n  prompt: "The capital of France is"\n  expect: {regex: "Paris"}\n  max_tokens: 8\n'
-        '- name: json\n  prompt: "Answer in JSON"\n  expect: {json_schema: {type: object}}\n')
+        '- name: json\n  prompt: "Answer in JSON"\n  expect: {json_schema: {type: object}}\n'
+        # any answer the server gave (the run writes "<no answer: ...>" when none came)
+        '- name: answered\n  prompt: "Say something"\n  expect: {regex: "^(?!<no answer)"}\n')
 
 
 def _trace(path: Path) -> tuple[list[int], list[int]]:
@@ -102,7 +104,7 @@ def test_run_plans_hold_the_trace_lengths_and_the_behaviour_cases(traced):
     quant = [c for c in doc["candidates"] if c["weight_dtype"] == "fp8"]
     plain = [c for c in doc["candidates"] if c["weight_dtype"] == "bf16"]
     assert quant and plain, [(c["weight_dtype"], c["kv_dtype"]) for c in doc["candidates"]]
-    assert doc["behaviour_gate"]["cases"] == ["capital", "json"]
+    assert doc["behaviour_gate"]["cases"] == ["capital", "json", "answered"]
     for c in doc["candidates"]:
         q = c["weight_dtype"] == "fp8"
         assert c["quantized_below_checkpoint"] == (["weights"] if q else [])
@@ -112,7 +114,7 @@ def test_run_plans_hold_the_trace_lengths_and_the_behaviour_cases(traced):
             assert list(spec.classes) == ["trace"]
             assert spec.classes["trace"].to_request_class("trace", base).input.values == tuple(ins)
             if q:
-                assert [b.name for b in spec.behaviour] == ["capital", "json"]
+                assert [b.name for b in spec.behaviour] == ["capital", "json", "answered"]
                 assert spec.behaviour[0].expect.regex == "Paris" and spec.behaviour[0].max_tokens == 8
                 assert spec.behaviour[1].expect.json_schema == {"type": "object"}
             else:
@@ -186,3 +188,31 @@ def test_bad_behaviour_gate_is_one_line(tmp_path, content, needle):
     r = _recommend(tmp_path, "--rate", "4", "--isl", "500", "--osl", "50", "--behaviour-gate", str(tmp_path / "gate.yaml"))
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.code == 2 and len(lines) == 1 and needle in lines[0], r.stderr
+
+
+def test_the_run_plan_rejects_a_quantized_deployment_whose_answers_fail(traced, tmp_path):
+    """The real thing: a quantized candidate's `kneecap run` plan, pointed at `kneecap serve` (the simulated engine,
+    which answers no question about France), is rejected at the behaviour gate before any load is sent."""
+    import yaml
+
+    from kneecap.cli.demo import start_server, stop_server
+
+    tmp, doc, _, _ = traced
+    c = next(c for c in doc["candidates"] if c["needs_behaviour_gate"])
+    plan = yaml.safe_load((tmp / "out" / c["run_plan"]["server"]).read_text())
+    proc, url = start_server(["--preset", "llama-3.1-8b", "--gpu", "a100-80"])
+    try:
+        plan["candidates"][0]["target"]["base_url"] = url  # what a user does: point it at their server
+        for kind in ("input", "output"):  # the trace's lengths files are beside the plan
+            plan["classes"]["trace"][kind]["file"] = str(tmp / "out" / plan["classes"]["trace"][kind]["file"])
+        (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
+        r = run_cli("run", str(tmp_path / "plan.yaml"), "--out", str(tmp_path / "run"), "--json", "--quiet", "--no-report",
+                    timeout=300)
+    finally:
+        stop_server(proc)
+    assert r.stdout, r.stderr
+    entry = json.loads(r.stdout)["candidates"][0]
+    assert entry["verdict"] == "rejected" and entry["gate"] == "behaviour", entry
+    rows = {b["case"]: b for b in entry["behaviour"]}
+    assert rows["answered"]["passed"] is True, rows  # the server answered ...
+    assert rows["capital"]["executed"] is True and rows["capital"]["passed"] is False, rows  # ... not about Paris
