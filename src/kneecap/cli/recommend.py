@@ -38,7 +38,8 @@ def _table(doc: dict):
     from rich.table import Table
 
     load = doc["load"]
-    t = Table(title=f"kneecap recommend — {doc['model']} at {load['kind']} {load['value']:g}, ISL {doc['isl']} / OSL {doc['osl']} "
+    lengths = "trace means " if doc.get("trace") else "mean " if doc.get("classes") else ""
+    t = Table(title=f"kneecap recommend — {doc['model']} at {load['kind']} {load['value']:.4g}, {lengths}ISL {doc['isl']} / OSL {doc['osl']} "
                     f"(simulated engine, vLLM defaults; {doc['evaluated']} candidates, {doc['pruned']} do not fit, "
                     f"{doc['simulated']} simulated, {doc['seconds']:.0f} s)", title_justify="left")
     for col in ("", "GPU", "tp x pp", "replicas", "weights/KV", "seqs/tokens", "$/h", "$/M out tok", "TTFT p99 ms",
@@ -126,7 +127,7 @@ def recommend_cmd(
     classes: Optional[str] = typer.Option(None, "--classes", help="a YAML/JSON file of request classes (lengths, weights) instead of --isl/--osl"),
     replay: Optional[str] = typer.Option(None, "--replay", help="a trace as the workload (Mooncake JSONL or BurstGPT CSV) instead of --isl/--osl/--classes and --rate: lengths drawn from the trace's own, at its mean arrival rate x --replay-speed; the confirming bench run replays the trace"),
     replay_speed: Optional[float] = typer.Option(None, "--replay-speed", help="with --replay: how much faster than recorded to serve the trace, e.g. 2", show_default="1"),
-    behaviour_gate: Optional[str] = typer.Option(None, "--behaviour-gate", help="a YAML/JSON list of behaviour cases (name, prompt, expect: exact/regex/json_schema/must_abstain/language, max_tokens), as a `kneecap run` plan's behaviour section: deployments quantized below the checkpoint carry them in their run plans, which reject a deployment whose answers change"),
+    behaviour_gate: Optional[str] = typer.Option(None, "--behaviour-gate", help="a YAML/JSON list of behaviour cases (name, prompt, expect: exact/regex/json_schema/must_abstain/language, max_tokens), as a `kneecap run` plan's behaviour section: deployments storing weights or KV cache in fewer bits than the checkpoint carry them in their run plans, which reject a deployment whose answers change (without it, such deployments are marked behaviour unchecked)"),
     slo: str = typer.Option(..., "--slo", help="e.g. ttft_p99_ms=2000,tpot_p99_ms=50"),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="candidate GPUs, e.g. h100-sxm,a100-80 (default: every priced GPU)"),
     max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="at most this many GPUs in all (replicas x GPUs per replica)"),
@@ -171,7 +172,7 @@ def recommend_cmd(
         mix = load_classes(classes)
         isl, osl = mean_lengths(mix)
     elif isl is None or osl is None:
-        raise KneecapError("recommend needs --isl and --osl (or --classes FILE)", "pass e.g. --isl 1000 --osl 200")
+        raise KneecapError("recommend needs --isl and --osl (or --classes FILE, or --replay TRACE)", "pass e.g. --isl 1000 --osl 200")
     if ray is not None:
         from kneecap.cluster.connect import check_reachable, require_ray
 
