@@ -62,7 +62,7 @@ class LevelRun:
 
 
 class LevelDriver(Protocol):
-    def run_level(self, plan: SweepLevel, keep: Callable[[RequestRecord], None]) -> LevelRun: ...
+    def run_level(self, level: SweepLevel, keep: Callable[[RequestRecord], None]) -> LevelRun: ...
 
     def server_gone(self, summary: dict) -> str | None:
         """After a level: a sentence saying the server stopped answering, or None."""

@@ -62,7 +62,7 @@ class MemoryRecords(list):
 def make_sweep(opts, driver, written, verdicts=None, alive=True):
     http = HttpLevelDriver(opts, run_share=driver, probe=lambda: alive, poll_metrics=NoMetrics, epoch=0.0,
                            progress=SilentProgress())
-    return Sweep(opts, state=SweepState(), plans=sweep_levels(opts, verdicts), driver=http,
+    return Sweep(opts, state=SweepState(), sweep_levels=sweep_levels(opts, verdicts), driver=http,
                  write_record=written.append, persist=lambda summary: None, progress=SilentProgress(), slo=None,
                  stop_limits=StopLimits(), summarize_fn=summarize_level, sync=lambda: None, records_file=written,
                  summary_fields=lambda: {"kind": "bench", "model_executed": True, "benchmark_executed": True})
@@ -164,7 +164,7 @@ def test_preflight_skip_note_writes_token_counts_with_separators():
     notes, written = Notes(), MemoryRecords()
     http = HttpLevelDriver(opts, run_share=FakeDriver(), probe=lambda: True, poll_metrics=NoMetrics, epoch=0.0,
                            progress=notes)
-    sweep = Sweep(opts, state=SweepState(preflight={"kv_capacity_tokens": 2_076_672}), plans=sweep_levels(opts, verdicts),
+    sweep = Sweep(opts, state=SweepState(preflight={"kv_capacity_tokens": 2_076_672}), sweep_levels=sweep_levels(opts, verdicts),
                   driver=http, write_record=written.append, persist=lambda summary: None, progress=notes, slo=None,
                   stop_limits=StopLimits(), summarize_fn=summarize_level, sync=lambda: None, records_file=written,
                   summary_fields=lambda: {"kind": "bench", "model_executed": True, "benchmark_executed": True})

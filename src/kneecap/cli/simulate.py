@@ -229,8 +229,8 @@ def simulate(
     sim = from_plan(plan, defaults=engine_defaults, max_num_seqs=max_num_seqs,
                     max_num_batched_tokens=max_num_batched_tokens, prefix_caching=prefix_caching,
                     step_params=params_obj, scheduler_delay_factor=scheduler_delay_factor)
-    plans = sweep_levels(opts)
-    for level in plans if find_max is None else ():  # a search chooses its own levels
+    levels_to_run = sweep_levels(opts)
+    for level in levels_to_run if find_max is None else ():  # a search chooses its own levels
         if (kind == "concurrency" and level.value != "max" and level.num_requests is not None
                 and level.num_requests < level.value):
             print(f"warning: C={level.value} with only {level.num_requests} requests never reaches its concurrency; "
@@ -255,7 +255,7 @@ def simulate(
         # --export vllm re-reads requests.jsonl for per-token ITLs: it needs every token's time
         driver = VirtualTimeDriver(sim, opts, trace_path=trace_path if trace else None, row_writer=_append_rows,
                                    token_times=token_times or export == "vllm")
-        sweep = Sweep(opts, state=SweepState(), plans=plans, driver=driver, write_record=writer.write,
+        sweep = Sweep(opts, state=SweepState(), sweep_levels=levels_to_run, driver=driver, write_record=writer.write,
                       persist=lambda doc: results.write_summary(_sorted(doc)), progress=SilentProgress(),
                       slo=slo_dict or None, stop_limits=StopLimits(slo=slo_dict), summarize_fn=summarize_level,
                       sync=writer.sync, records_file=RecordsFile(results.records_path), summary_fields=summary_fields)

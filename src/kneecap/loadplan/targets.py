@@ -185,8 +185,8 @@ class ServerCandidate:
         driver = HttpLevelDriver(opts, run_share=in_process_runner(setup), probe=lambda: server_answers(opts, self.api_key),
                                  poll_metrics=lambda: ThreadedMetricsPoller(opts.base_url_clean, self.api_key),
                                  epoch=time.perf_counter(), progress=notes,
-                                 specs_for=lambda plan, warmup, round_index=0: tuple(specs[:plan.num_warmup] if warmup
-                                                                                     else specs[plan.num_warmup:]),
+                                 specs_for=lambda level, warmup, round_index=0: tuple(specs[:level.num_warmup] if warmup
+                                                                                     else specs[level.num_warmup:]),
                                  bursts={"on_s": on_s, "off_s": off_s} if on_s is not None else None)
         with RecordWriter(records_path) as writer:
             def write(record: RequestRecord, writer=writer) -> None:  # each record leaves as it finishes
@@ -194,7 +194,7 @@ class ServerCandidate:
                     on_record(record)  # the plan's privacy rules
                 writer.write(record)
 
-            sweep = Sweep(opts, state=SweepState(connections=self.connections), plans=[level], driver=driver,
+            sweep = Sweep(opts, state=SweepState(connections=self.connections), sweep_levels=[level], driver=driver,
                           write_record=write, persist=lambda summary: None, progress=notes, slo=None,
                           stop_limits=StopLimits(), summarize_fn=summarize_stream, sync=writer.sync,
                           records_file=RecordsFile(records_path),

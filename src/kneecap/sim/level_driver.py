@@ -173,7 +173,7 @@ def workload_flags(opts: SimulateOptions) -> WorkloadFlags:
                          think_time_s=opts.think_time_s)
 
 
-def level_spec(opts: SimulateOptions, plan: SweepLevel, *, workload: Workload | None = None, seed: int | None = None,
+def level_spec(opts: SimulateOptions, level: SweepLevel, *, workload: Workload | None = None, seed: int | None = None,
                on_s: float | None = None, off_s: float = 0.0) -> LevelSpec:
     """One level as the virtual-clock driver runs it: its warmup's and its own work from the one translation
     bench uses (kneecap.workload.level_work), sent on one engine, the warmup first. What is the simulator's own:
@@ -184,33 +184,33 @@ def level_spec(opts: SimulateOptions, plan: SweepLevel, *, workload: Workload | 
 
     flags = workload_flags(opts) if seed is None else dataclasses.replace(workload_flags(opts), seed=seed)
     workload = workload or opts.workload  # a subclass may draw from its own mix
-    value = plan.value
-    warm = level_work(flags, plan, warmup=True, workload=workload) if plan.num_warmup else LevelWork(specs=())
+    value = level.value
+    warm = level_work(flags, level, warmup=True, workload=workload) if level.num_warmup else LevelWork(specs=())
     n_warm = len(warm.specs)
     if opts.schedule:
-        work = level_work(flags, plan, warmup=False)
+        work = level_work(flags, level, warmup=False)
         rows = [*zip(warm.offsets or (), warm.specs), *((work.start_s + at, s) for at, s in zip(work.offsets, work.specs))]
         return LevelSpec(rate=value, warmup=n_warm, schedule=tuple(rows))
     if opts.ramp is not None:
-        work = level_work(flags, plan, warmup=False)
+        work = level_work(flags, level, warmup=False)
         rows = [*((0.0, s) for s in warm.specs), *zip(work.offsets, work.specs)]
         return LevelSpec(rate=value, warmup=n_warm, schedule=tuple(rows))
-    if plan.num_requests is None:  # --duration: requests drawn as the level goes (a dataset's, in its order)
+    if level.num_requests is None:  # --duration: requests drawn as the level goes (a dataset's, in its order)
         specs = opts.dataset
         if opts.kind == KIND_RATE:
-            return LevelSpec(rate=value, duration_s=opts.duration_s, warmup=plan.num_warmup, on_s=on_s, off_s=off_s,
+            return LevelSpec(rate=value, duration_s=opts.duration_s, warmup=level.num_warmup, on_s=on_s, off_s=off_s,
                              specs=specs)
-        return LevelSpec(concurrency=int(value), duration_s=opts.duration_s, warmup=plan.num_warmup, specs=specs)
-    work = level_work(flags, plan, warmup=False, workload=workload)
+        return LevelSpec(concurrency=int(value), duration_s=opts.duration_s, warmup=level.num_warmup, specs=specs)
+    work = level_work(flags, level, warmup=False, workload=workload)
     if opts.turns:  # C users' conversations: turn k's prompt = turn k-1's prompt + its answer + new input
-        return LevelSpec(concurrency=int(value), num_requests=plan.num_requests, warmup=n_warm,
+        return LevelSpec(concurrency=int(value), num_requests=level.num_requests, warmup=n_warm,
                          conversations=_conversations(warm) + _conversations(work), think_time_s=opts.think_time_s)
     specs = warm.specs + work.specs
     if value == ALL_AT_ONCE:
-        return LevelSpec(all_at_once=True, num_requests=plan.num_requests, warmup=n_warm, specs=specs)
+        return LevelSpec(all_at_once=True, num_requests=level.num_requests, warmup=n_warm, specs=specs)
     if opts.kind == KIND_RATE:
-        return LevelSpec(rate=value, num_requests=plan.num_requests, warmup=n_warm, on_s=on_s, off_s=off_s, specs=specs)
-    return LevelSpec(concurrency=int(value), num_requests=plan.num_requests, warmup=n_warm, specs=specs)
+        return LevelSpec(rate=value, num_requests=level.num_requests, warmup=n_warm, on_s=on_s, off_s=off_s, specs=specs)
+    return LevelSpec(concurrency=int(value), num_requests=level.num_requests, warmup=n_warm, specs=specs)
 
 
 def _conversations(work: LevelWork) -> tuple[tuple[RequestSpec, ...], ...]:
@@ -235,15 +235,15 @@ class VirtualTimeDriver:
         self._trace_path = trace_path
         self._row_writer = row_writer
 
-    def run_level(self, plan: SweepLevel, keep: Callable[[RequestRecord], None], *, workload: Workload | None = None,
+    def run_level(self, level: SweepLevel, keep: Callable[[RequestRecord], None], *, workload: Workload | None = None,
                   seed: int | None = None, on_s: float | None = None, off_s: float = 0.0) -> LevelRun:
         """workload / seed: a load-plan cell's own class and seed (default: the sweep's, seed + level index)."""
         opts = self.opts
-        level_seed = opts.seed + plan.index if seed is None else seed
-        spec = level_spec(opts, plan, workload=workload, seed=seed, on_s=on_s, off_s=off_s)
+        level_seed = opts.seed + level.index if seed is None else seed
+        spec = level_spec(opts, level, workload=workload, seed=seed, on_s=on_s, off_s=off_s)
 
         def run(spec: LevelSpec):
-            return simulate_level(self.sim, workload or opts.workload, spec, index=plan.index, seed=level_seed,
+            return simulate_level(self.sim, workload or opts.workload, spec, index=level.index, seed=level_seed,
                                   burstiness=opts.burstiness, trace=self._trace, token_times=self._token_times,
                                   turnaround_s=opts.client_turnaround_s, delivery_spread_s=opts.delivery_spread_s)
 

@@ -21,12 +21,12 @@ from kneecap.records import RequestRecord
 DEAD_PROBE_FAILED_FRACTION = 0.5
 
 
-def level_specs(opts: BenchOptions, plan: SweepLevel, *, warmup: bool, round_index: int = 0):
+def level_specs(opts: BenchOptions, level: SweepLevel, *, warmup: bool, round_index: int = 0):
     """The requests of one level's warmup or of one of its rounds, drawn from the shared Workload code
     (a workload without files; a dataset or a trace needs kneecap.sweep.bench_workload.load_workload)."""
     from kneecap.sweep.bench_workload import BenchWorkload
 
-    return BenchWorkload(opts).level(plan, warmup=warmup, round_index=round_index).specs
+    return BenchWorkload(opts).level(level, warmup=warmup, round_index=round_index).specs
 
 
 def mostly_connection_failures(summary: dict) -> bool:
@@ -47,7 +47,7 @@ class HttpLevelDriver:
     processes, or over Ray actors); `probe() -> bool` says whether the server still answers;
     `poll_metrics()` gives a context manager scraping server metrics during the level (its `result()`
     the level's server_metrics, its `samples()` the scrapes); `timeline_path` receives those scrapes.
-    `specs_for(plan, warmup, round_index)` gives a level's requests (default: level_specs from opts, e.g. a
+    `specs_for(level, warmup, round_index)` gives a level's requests (default: level_specs from opts, e.g. a
     load plan's class instead); `bursts` ({"on_s", "off_s"}) sends an open loop in on/off bursts."""
 
     def __init__(self, opts: BenchOptions, *, run_share: Callable, probe: Callable[[], bool], poll_metrics: Callable,
@@ -59,10 +59,10 @@ class HttpLevelDriver:
         # what each level sends: the run's workload (kneecap.sweep.bench_workload), or the specs specs_for gives
         bench = workload if workload is not None else BenchWorkload(opts)
         self._work_for = bench.level if specs_for is None else (
-            lambda plan, warmup, round_index=0: LevelWork(specs=tuple(specs_for(plan, warmup=warmup,
+            lambda level, warmup, round_index=0: LevelWork(specs=tuple(specs_for(level, warmup=warmup,
                                                                                 round_index=round_index))))
-        self._specs_for = lambda plan, warmup, round_index=0: self._work_for(
-            plan, warmup=warmup, round_index=round_index).specs
+        self._specs_for = lambda level, warmup, round_index=0: self._work_for(
+            level, warmup=warmup, round_index=round_index).specs
         self._bursts = bursts or {}
         self._run_share = run_share
         self._probe = probe
@@ -71,17 +71,17 @@ class HttpLevelDriver:
         self._progress = progress
         self._timeline_path = timeline_path
 
-    def run_level(self, plan: SweepLevel, keep: Callable[[RequestRecord], None]) -> LevelRun:
+    def run_level(self, level: SweepLevel, keep: Callable[[RequestRecord], None]) -> LevelRun:
         opts = self.opts
-        label = opts.level_label(plan.value)
-        base = dict(level=plan.index, kind=opts.kind, value=plan.value, epoch=self._epoch,
-                    burstiness=opts.burstiness, seed=opts.seed + plan.index, **self._bursts)
+        label = opts.level_label(level.value)
+        base = dict(level=level.index, kind=opts.kind, value=level.value, epoch=self._epoch,
+                    burstiness=opts.burstiness, seed=opts.seed + level.index, **self._bursts)
         refusal = RecordWatch(keep)  # the driver ends a share at its first refused key (kneecap.client.driver.AuthCut)
         keep = refusal.keep
-        if plan.num_warmup:
-            self._progress.start_level(label, plan.num_warmup, phase="warmup")
-            warm_value = min(plan.value, plan.num_warmup) if opts.kind == KIND_CONCURRENCY else plan.value
-            warm = self._run_share(_task(self._work_for(plan, warmup=True), warmup=True,
+        if level.num_warmup:
+            self._progress.start_level(label, level.num_warmup, phase="warmup")
+            warm_value = min(level.value, level.num_warmup) if opts.kind == KIND_CONCURRENCY else level.value
+            warm = self._run_share(_task(self._work_for(level, warmup=True), warmup=True,
                                          **{**base, "value": warm_value}), keep)
             if refusal.kind is not None:  # nothing more is sent: the level's measured requests would be refused too
                 from kneecap.sweep.workers import merge_outcomes
@@ -89,7 +89,7 @@ class HttpLevelDriver:
                 client = merge_outcomes(warm, opts.workers)
                 return LevelRun(server_metrics=server_metrics("none"),
                                 fields={"cut": refusal.cut("warmup"), "client": client, "suspect": client["suspect"]})
-        work = self._work_for(plan, warmup=False)
+        work = self._work_for(level, warmup=False)
         ramp = None
         if opts.ramp is not None:  # keep the ramp's records for its time slices
             from kneecap.workload.ramps import parse_ramp
@@ -104,10 +104,10 @@ class HttpLevelDriver:
         poller = self._poll_metrics()
         with poller:
             stable: dict = {}
-            outcomes = self._run_rounds(plan, base, keep, started, stable, refusal) if opts.in_rounds else self._run_share(
+            outcomes = self._run_rounds(level, base, keep, started, stable, refusal) if opts.in_rounds else self._run_share(
                 _task(work, duration_s=work.duration_s or opts.duration_s, **base), keep)
         samples = getattr(poller, "samples", lambda: [])()
-        self._append_timeline(plan.index, samples)
+        self._append_timeline(level.index, samples)
         from kneecap.sweep.workers import merge_outcomes
 
         client = merge_outcomes(outcomes, opts.workers)
@@ -150,9 +150,9 @@ class HttpLevelDriver:
         with open(self._timeline_path, "ab") as fh:
             fh.write(rows)
 
-    def _run_rounds(self, plan: SweepLevel, base: dict, keep, started: float, stable: dict,
+    def _run_rounds(self, level: SweepLevel, base: dict, keep, started: float, stable: dict,
                     refusal: "RecordWatch") -> list[LevelOutcome]:
-        """Closed loop for --duration: rounds of plan.num_requests until the duration is over, or (--until-stable)
+        """Closed loop for --duration: rounds of level.num_requests until the duration is over, or (--until-stable)
         until the p99 of TTFT and ITL settled (kneecap.workload.slices.p99_stable, checked after each round;
         `stable` receives the last verdict), or until a round was cut by a refused key (`refusal`)."""
         outcomes: list[LevelOutcome] = []
@@ -178,7 +178,7 @@ class HttpLevelDriver:
             remaining_s = self.opts.duration_s - (time.monotonic() - started)
             if remaining_s <= 0:
                 break
-            specs = self._specs_for(plan, warmup=False, round_index=round_index)
+            specs = self._specs_for(level, warmup=False, round_index=round_index)
             round_outcomes = self._run_share(LevelTask(specs=specs, duration_s=remaining_s, **base), keep)
             outcomes.extend(round_outcomes)
             if refusal.kind is not None or sum(o.num_records for o in round_outcomes) < len(specs):

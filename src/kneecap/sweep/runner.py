@@ -45,13 +45,13 @@ class Sweep:
     (kneecap.sweep.resume.RecordsFile, or any object with tell() and level_records(level, offset)).
     """
 
-    def __init__(self, opts: LevelOptions, *, state: SweepState, plans: list[SweepLevel], driver: LevelDriver,
+    def __init__(self, opts: LevelOptions, *, state: SweepState, sweep_levels: list[SweepLevel], driver: LevelDriver,
                  write_record: Callable[[RequestRecord], None], persist: Callable[[dict], None], progress,
                  slo: dict | None, stop_limits, summarize_fn: Callable, sync: Callable[[], None], records_file,
                  summary_fields: Callable[[], dict]):
         self.opts = opts
         self.state = state
-        self.plans = plans
+        self.sweep_levels = sweep_levels
         self._driver = driver
         self._write_record = write_record
         self._persist = persist
@@ -92,20 +92,20 @@ class Sweep:
         self.save()
         current = None
         try:
-            for plan in self.plans:
-                if plan.index in done:
+            for level in self.sweep_levels:
+                if level.index in done:
                     continue
-                current = plan
-                if self._skip_by_preflight(plan):
+                current = level
+                if self._skip_by_preflight(level):
                     continue
-                summary = self._run_level(plan)
+                summary = self._run_level(level)
                 self.state.levels.append(summary)
                 self._sync()
                 stopped = self._after_level(summary)
                 self.save()
                 if stopped:
                     break
-            if self.state.stopped is None and any(s["index"] == len(self.plans) - 1 for s in self.state.skipped):
+            if self.state.stopped is None and any(s["index"] == len(self.sweep_levels) - 1 for s in self.state.skipped):
                 self._stop_for_preflight()
             self.state.status = STATUS_STOPPED if self.state.stopped else STATUS_COMPLETE
         except KeyboardInterrupt:
@@ -117,10 +117,10 @@ class Sweep:
             raise
         return self.save()
 
-    def run_one(self, plan: SweepLevel) -> dict:
+    def run_one(self, level: SweepLevel) -> dict:
         """One level outside the fixed order (a search chooses it): run, summarised, kept, summary.json
         rewritten. Its records go to requests.jsonl like any level's."""
-        summary = self._run_level(plan)
+        summary = self._run_level(level)
         self.state.levels.append(summary)
         self._sync()
         self.save()
@@ -130,24 +130,24 @@ class Sweep:
         self.state.status = status
         return self.save()
 
-    def _interrupted(self, plan: SweepLevel | None) -> None:
+    def _interrupted(self, level: SweepLevel | None) -> None:
         """Ctrl-C / SIGTERM: keep the records, summarise the cut level as partial (not complete)."""
         self._sync()
-        cut = list(self._level_records(plan)) if plan is not None and self._level_offset is not None else []
+        cut = list(self._level_records(level)) if level is not None and self._level_offset is not None else []
         if cut:
-            partial = self._summarize(cut, **{self.opts.kind: plan.value}, duration_s=None, slo=self._slo or None)
-            partial.update(level=plan.index, partial=True, preflight=plan.verdict)
+            partial = self._summarize(cut, **{self.opts.kind: level.value}, duration_s=None, slo=self._slo or None)
+            partial.update(level=level.index, partial=True, preflight=level.verdict)
             self.state.levels.append(partial)
         from kneecap.metrics.stop import INTERRUPTED, stop_record
 
-        self.state.stopped = stop_record(plan.value if plan is not None else None, INTERRUPTED,
+        self.state.stopped = stop_record(level.value if level is not None else None, INTERRUPTED,
                                          "stopped by the user (Ctrl-C / SIGTERM); finished records are kept "
                                          "and --resume re-runs the cut level")
         self.state.status = STATUS_INTERRUPTED
 
-    def _skip_by_preflight(self, plan: SweepLevel) -> bool:
-        verdict = (plan.verdict or {}).get("verdict")
-        label = self.opts.level_label(plan.value)
+    def _skip_by_preflight(self, level: SweepLevel) -> bool:
+        verdict = (level.verdict or {}).get("verdict")
+        label = self.opts.level_label(level.value)
         if verdict == "tight":
             self._progress.note(f"warning: {label} is tight for the KV pool (only the steady state fits): "
                                 f"expect preemption when requests start together")
@@ -157,10 +157,10 @@ class Sweep:
             self._progress.note(f"warning: {label} exceeds the KV pool; running it anyway (--force)")
             return False
         self._progress.note(f"skipping {label}: it exceeds the server's KV pool "
-                            f"({_count(plan.verdict.get('peak_tokens'))} tokens needed > "
+                            f"({_count(level.verdict.get('peak_tokens'))} tokens needed > "
                             f"{_count(self.state.preflight.get('kv_capacity_tokens'))}); "
                             f"--force runs it anyway")
-        self.state.skipped.append({self.opts.kind: plan.value, "index": plan.index, "reason": "preflight_exceeds"})
+        self.state.skipped.append({self.opts.kind: level.value, "index": level.index, "reason": "preflight_exceeds"})
         self.save()
         return True
 
@@ -169,29 +169,29 @@ class Sweep:
         from kneecap.metrics.stop import PREFLIGHT_EXCEEDS, stop_record
 
         skipped = {s["index"] for s in self.state.skipped}
-        first = len(self.plans)
+        first = len(self.sweep_levels)
         while first > 0 and (first - 1) in skipped:
             first -= 1
-        value = self.plans[first].value
+        value = self.sweep_levels[first].value
         self.state.stopped = stop_record(value, PREFLIGHT_EXCEEDS,
                                          f"{self.opts.level_label(value)} and above exceed the KV pool of "
                                          f"{_count((self.state.preflight or {}).get('kv_capacity_tokens'))} tokens; "
                                          "pass --force to run them")
 
-    def _run_level(self, plan: SweepLevel) -> dict:
-        label = self.opts.level_label(plan.value)
+    def _run_level(self, level: SweepLevel) -> dict:
+        label = self.opts.level_label(level.value)
         self._level_offset = self._records_file.tell()
 
         def keep(record: RequestRecord) -> None:
             self._write_record(record)
             self._progress.on_record(record.ok)
 
-        run = self._driver.run_level(plan, keep)
-        records = run.records if run.records is not None else self._level_records(plan)
+        run = self._driver.run_level(level, keep)
+        records = run.records if run.records is not None else self._level_records(level)
         # warmup included: the summarizer excludes and counts them
-        summary = self._summarize(records, **{self.opts.kind: plan.value}, duration_s=None, slo=self._slo or None)
-        summary["level"] = plan.index
-        summary["preflight"] = plan.verdict
+        summary = self._summarize(records, **{self.opts.kind: level.value}, duration_s=None, slo=self._slo or None)
+        summary["level"] = level.index
+        summary["preflight"] = level.verdict
         summary["server_metrics"] = run.server_metrics
         summary.update(run.fields)
         ok, failed = summary.get("completed", 0), summary.get("failed", 0)
@@ -199,8 +199,8 @@ class Sweep:
                                  + run.note)
         return summary
 
-    def _level_records(self, plan: SweepLevel):
-        return self._records_file.level_records(plan.index, self._level_offset or 0)
+    def _level_records(self, level: SweepLevel):
+        return self._records_file.level_records(level.index, self._level_offset or 0)
 
     def _after_level(self, summary: dict) -> bool:
         """Server-dead check, the key refused, then the declared stop rules. True when the sweep must stop."""

@@ -147,7 +147,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
     block_size = opts.block_size or info.block_size or DEFAULT_BLOCK_SIZE
     opts, workload = read_workload(opts, info)  # a dataset or a trace, checked against the context
     preflight_json, verdicts = preflight_for(opts, kv_tokens, source, block_size)
-    plans = sweep_levels(opts, verdicts)
+    levels_to_run = sweep_levels(opts, verdicts)
     if not opts.prompt_salt:  # a fresh salt per run (kept by --resume): a second run misses the first's prefix cache
         opts = dataclasses.replace(opts, prompt_salt=new_salt())
     # one check request, then the keep-alive decision, before any folder
@@ -162,7 +162,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
     state = SweepState(preflight=preflight_json, server=server_facts(info, opts.redact), connections=connections)
     done: frozenset[int] = frozenset()
     if resume:
-        done, state = _resume_state(results, plans, state)
+        done, state = _resume_state(results, levels_to_run, state)
         if done is None:
             return BenchRun(summary=results.read_summary() or {}, out_dir=results.path, nothing_to_do=True)
     previous = (results.read_manifest() or {}) if resume else {}
@@ -210,7 +210,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
         driver = HttpLevelDriver(opts, run_share=run_share, probe=lambda: server_answers(opts, api_key),
                                  poll_metrics=_metrics_poller(opts, api_key, progress), epoch=epoch, progress=progress,
                                  timeline_path=results.path / "server_metrics.jsonl", workload=workload)
-        sweep = Sweep(opts, state=state, plans=plans, driver=driver, write_record=write_record,
+        sweep = Sweep(opts, state=state, sweep_levels=levels_to_run, driver=driver, write_record=write_record,
                       persist=results.write_summary, progress=progress, slo=slo, stop_limits=limits,
                       summarize_fn=summarize_stream, sync=writer.sync, records_file=RecordsFile(results.records_path),
                       # a server that says it is kneecap's simulated engine ran no model (it was still measured)
@@ -238,7 +238,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
     return BenchRun(summary=summary, out_dir=results.path, levels_already_done=sorted(done))
 
 
-def _resume_state(results, plans: list[SweepLevel], fresh: SweepState) -> tuple[frozenset[int] | None, SweepState]:
+def _resume_state(results, levels_to_run: list[SweepLevel], fresh: SweepState) -> tuple[frozenset[int] | None, SweepState]:
     """(levels already complete, the state carried over) for --resume, or (None, _) when nothing is left.
 
     Records of levels that are not complete are moved to requests.discarded.jsonl first, so each
@@ -258,7 +258,7 @@ def _resume_state(results, plans: list[SweepLevel], fresh: SweepState) -> tuple[
         done.discard(cut.get("level", len(previous["levels"]) - 1))
     done = frozenset(done)
     set_aside_records(results.records_path, set(done))
-    if first_incomplete(len(plans), set(done)) is None:
+    if first_incomplete(len(levels_to_run), set(done)) is None:
         return None, fresh
     kept = [lv for lv in previous.get("levels") or [] if lv.get("level") in done and not lv.get("partial")]
     return done, dataclasses.replace(fresh, levels=kept)
