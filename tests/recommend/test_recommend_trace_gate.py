@@ -95,6 +95,9 @@ def test_confirming_bench_replays_the_trace(traced):
         # bench offers speed x the trace's mean rate: the replica's share is one of the levels
         assert any(s * trace_rate == pytest.approx(share, rel=1e-3) for s in speeds), (speeds, share)
         assert min(speeds) * trace_rate == pytest.approx(share / 2, rel=1e-3)  # the lowest level is half the share
+        # every level replays all 40 rows: 40 / rate seconds each
+        minutes = sum(40 / (s * trace_rate) for s in speeds) / 60
+        assert f"all 40 rows, about {minutes:.3g} minutes" in c["confirm_note"], c["confirm_note"]
 
 
 def test_run_plans_hold_the_trace_lengths_and_the_behaviour_cases(traced):

@@ -83,6 +83,15 @@ def bench_cmd(req: RecommendRequest, share: float, max_load: float | None, *, di
     return " ".join(shlex.quote(p) for p in parts)
 
 
+def replay_note(req: RecommendRequest, share: float, max_load: float | None) -> str:
+    """What the trace-replaying bench line does, and how long it takes: every level sends all the trace's rows."""
+    levels = _level_values(req, share, max_load)
+    seconds = sum(req.trace.rows / v for v in levels)
+    return (f"bench replays the trace itself (its own arrival times and lengths; the prediction assumed Poisson "
+            f"arrivals) at the speeds whose mean rates are this replica's levels ({', '.join(f'{v:g}' for v in levels)} "
+            f"requests/s); each level sends all {req.trace.rows} rows, about {seconds / 60:.3g} minutes in all")
+
+
 def trust(gpu_vendor: str, moe: bool, fp8: bool, engine: str = "vllm") -> str:
     """The simulator's median absolute error on published points for this engine and GPU vendor."""
     try:

@@ -235,9 +235,7 @@ def _candidate(req: RecommendRequest, k: Knobs, price: float, plan, max_load: fl
         "plan": _plan_doc(plan),
         "serve_cmd": confirm.serve_cmd(req, k, checkpoint_dtype=plan.deployment.model.weight_dtype),
         "confirm_cmd": confirm.bench_cmd(req, share, max_load),
-        "confirm_note": (
-            "bench replays the trace itself at the speeds whose mean rates are this replica's levels (the trace's own "
-            "arrival times and lengths; the prediction assumed Poisson arrivals)") if req.trace is not None else None
+        "confirm_note": confirm.replay_note(req, share, max_load) if req.trace is not None else None
         if req.mix is None else (
             "bench sends one length pair: the class mix's weighted means; the mix itself runs with the `kneecap run` plan"),
         "trust": _trust(plan),
