@@ -79,10 +79,9 @@ def _plan(v: dict) -> None:
 
 
 def _preflight(v: dict) -> None:
-    from kneecap.model.kv import blocks_for, kv_dtype_bytes, sequence_kv_bytes_per_gpu
-    from kneecap.plan.engines import vllm_layout
+    from kneecap.model.kv import kv_dtype_bytes
     from kneecap.plan.build import plan_deployment
-    from kneecap.plan.preflight import effective_capacity_tokens, preflight
+    from kneecap.plan.preflight import plan_capacity, preflight
     from kneecap.workload import concurrency_levels
 
     request = _request(v)
@@ -99,19 +98,8 @@ def _preflight(v: dict) -> None:
         raise KneecapError("no server answers at any --server the fuzzer passes", "")
     else:
         plan, pool = plan_deployment(request)
-        d, bs = plan.deployment, plan.deployment.block_size
-        uniform = set(d.model.layer_types) <= {"full_attention"} or set(d.model.layer_types) <= {"mla"}
-        if pool is not None and (uniform or pool.engine == "sglang"):
-            capacity = pool.kv_capacity_tokens
-        elif pool is not None:  # vLLM's layer groups: whole requests of ISL+OSL tokens in its blocks
-            layout = vllm_layout(d)
-            capacity = pool.num_blocks * blocks_for(isl + osl, layout.block_size) * layout.block_size // layout.blocks_per_request(isl + osl)
-        elif uniform:
-            per_token = plan.kv_bytes_per_token_per_gpu
-            capacity = (plan.ledger.kv_pool_bytes // (per_token * bs)) * bs if per_token else 0
-        else:
-            seq = sequence_kv_bytes_per_gpu(d.model, isl + osl, plan.kv_dtype_bytes, d.tp, d.pp, bs, paged=True)
-            capacity = effective_capacity_tokens(plan.ledger.kv_pool_bytes, seq, isl + osl, bs)
+        cap = plan_capacity(plan, pool, isl + osl)  # the CLI's own arithmetic, from the core
+        capacity, bs = cap.kv_capacity_tokens, cap.block_size
         if capacity <= 0:
             raise KneecapError("the plan leaves no KV capacity", "")
     preflight(capacity, isl=isl, osl=osl, concurrencies=levels, block_size=bs)

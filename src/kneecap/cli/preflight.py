@@ -52,8 +52,7 @@ def preflight_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document")] = False,
 ) -> int:
     """Which levels of a planned sweep fit the KV pool (from --kv-tokens, plan flags, or --server URL)."""
-    from kneecap.model.kv import blocks_for, sequence_kv_bytes_per_gpu
-    from kneecap.plan.preflight import effective_capacity_tokens, preflight
+    from kneecap.plan.preflight import plan_capacity, preflight
     from kneecap.workload import concurrency_levels
 
     preset, model, gpu, kv_dtype, block_size = request.preset, request.model, request.gpu, request.kv_dtype, request.block_size
@@ -94,39 +93,16 @@ def preflight_command(
                          f"queue, so TTFT includes waiting for a slot even where the KV pool fits")
         kv_bytes = None if kv_dtype and kv_dtype.startswith("fp8") else 2
     else:
-        from kneecap.plan.sweeps import tp_sweep
-
         plan, engine_pool = plan_deployment(request)
-        bs = plan.deployment.block_size
         d = plan.deployment
         source = f"plan: {d.model.name} on {d.num_gpus}x {d.gpu.name}"
-        uniform = set(d.model.layer_types) <= {"full_attention"} or set(d.model.layer_types) <= {"mla"}
-
-        def capacity_at(tp: int, pool_bytes: int, per_token: int) -> int:
-            if uniform:  # whole blocks of the pool, as the ledger counts them
-                return (pool_bytes // (per_token * bs)) * bs if per_token else 0
-            # sliding windows / linear state: what the pool holds depends on the sequence length
-            seq = sequence_kv_bytes_per_gpu(d.model, isl + osl, plan.kv_dtype_bytes, tp, d.pp, bs, paged=True)
-            return effective_capacity_tokens(pool_bytes, seq, isl + osl, bs)
-
-        if engine_pool and (uniform or engine_pool.engine == "sglang"):
-            capacity = engine_pool.kv_capacity_tokens  # SGLang keeps linear state in its own pool
-        elif engine_pool:  # vLLM hybrid: blocks per request of ISL+OSL tokens across its layer groups
-            from kneecap.plan.engines import vllm_layout
-
-            layout = vllm_layout(d)
-            bs = layout.block_size
-            per_request = layout.blocks_per_request(isl + osl)
-            capacity = engine_pool.num_blocks * blocks_for(isl + osl, bs) * bs // per_request
-        else:
-            capacity = capacity_at(d.tp, plan.ledger.kv_pool_bytes, plan.kv_bytes_per_token_per_gpu)
+        cap = plan_capacity(plan, engine_pool, isl + osl)
+        capacity, bs, uniform, tp_caps = cap.kv_capacity_tokens, cap.block_size, cap.uniform, cap.tp_capacities
         if not uniform:
             notes.append(f"{d.model.name} mixes layer kinds: capacity is the pool's tokens when every sequence holds "
                          f"{isl + osl:,} tokens (sliding layers capped at their window, linear layers a fixed state)")
         kv_bytes = plan.kv_dtype_bytes
         gpus_per_replica = plan.deployment.num_gpus
-        tp_caps = [(p.tp, p.num_gpus, capacity_at(p.tp, p.kv_pool_bytes, p.kv_bytes_per_token_per_gpu))
-                   for p in tp_sweep(plan) if p.fits and p.tp > d.tp]
         plan_doc = {"kv_pool_bytes": plan.ledger.kv_pool_bytes, "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token_per_gpu,
                     "weights_bytes": plan.ledger.weights_bytes, "hbm_bytes": plan.ledger.hbm_bytes,
                     "num_gpus": plan.deployment.num_gpus, "engine": engine_pool.to_json() if engine_pool else None}

@@ -1,7 +1,7 @@
 """Preflight: which concurrency levels of a planned sweep fit the KV pool (pure verdicts).
 
-Owns the per-level verdict and what would make a failing level fit. Does not own where the
-capacity comes from (a number, a Plan from ledger.py, or a live server read by the CLI).
+Owns the per-level verdict, what would make a failing level fit, and a Plan's capacity for a sequence length
+(plan_capacity). Does not own reading a live server's capacity (the CLI) nor building the Plan (build.py).
 
 Per level C with ISL input and OSL output tokens (the Qwen3.5-397B on 8x RTX PRO 6000 example: 1,573,854 tokens at 1000/1000):
     peak   = C x blocks(ISL + OSL) x block     every request at its longest at once (requests started together)
@@ -153,3 +153,62 @@ def preflight(kv_capacity_tokens: int, *, isl: int, osl: int, concurrencies: lis
     if max_safe == 0:
         notes.append(f"not even one {isl}+{osl}-token sequence fits {kv_capacity_tokens:,} tokens")
     return Preflight(kv_capacity_tokens, isl, osl, block_size, tuple(levels), max_safe, source, tuple(notes))
+
+
+def uniform_layers(model) -> bool:
+    """Every layer full attention (or every layer MLA): a sequence's KV is proportional to its length."""
+    kinds = set(model.layer_types)
+    return kinds <= {"full_attention"} or kinds <= {"mla"}
+
+
+def pool_capacity_tokens(plan, *, tp: int, kv_pool_bytes: int, kv_bytes_per_token_per_gpu: int, tokens: int,
+                         block_size: int) -> int:
+    """Tokens a pool of kv_pool_bytes per GPU holds at `tp` when every sequence is `tokens` long: whole blocks of
+    the pool, as the ledger counts them, for uniform layers; else (sliding windows, linear state) the pool over
+    one sequence's bytes at that length."""
+    from kneecap.model.kv import sequence_kv_bytes_per_gpu
+
+    d = plan.deployment
+    if uniform_layers(d.model):
+        per_token = kv_bytes_per_token_per_gpu
+        return (kv_pool_bytes // (per_token * block_size)) * block_size if per_token else 0
+    seq = sequence_kv_bytes_per_gpu(d.model, tokens, plan.kv_dtype_bytes, tp, d.pp, block_size, paged=True)
+    return effective_capacity_tokens(kv_pool_bytes, seq, tokens, block_size)
+
+
+@dataclass(frozen=True)
+class PlanCapacity:
+    """What preflight checks a planned deployment against, for sequences of `tokens` tokens."""
+
+    kv_capacity_tokens: int
+    block_size: int  # the block the capacity is counted in (vLLM's grown block for linear-attention hybrids)
+    uniform: bool  # False: the capacity holds only at this sequence length
+    tp_capacities: list[tuple[int, int, int]]  # (tp, GPUs, capacity tokens) of the larger TPs that fit
+
+
+def plan_capacity(plan, engine_pool, tokens: int) -> PlanCapacity:
+    """The KV capacity of a Plan (kneecap.plan.build.plan_deployment's plan and engine pool) when every sequence
+    holds `tokens` tokens: an engine's own pool when the engine mode counts it (SGLang keeps linear state in a pool
+    of its own; vLLM's hybrid layer groups hold whole requests of `tokens` in their blocks), else the ledger's."""
+    from kneecap.plan.sweeps import tp_sweep
+
+    d = plan.deployment
+    bs = d.block_size
+    uniform = uniform_layers(d.model)
+    if engine_pool and (uniform or engine_pool.engine == "sglang"):
+        capacity = engine_pool.kv_capacity_tokens
+    elif engine_pool:  # vLLM hybrid: blocks per request of `tokens` across its layer groups
+        from kneecap.plan.engines import vllm_layout
+
+        layout = vllm_layout(d)
+        bs = layout.block_size
+        capacity = engine_pool.num_blocks * blocks_for(tokens, bs) * bs // layout.blocks_per_request(tokens)
+    else:
+        capacity = pool_capacity_tokens(plan, tp=d.tp, kv_pool_bytes=plan.ledger.kv_pool_bytes,
+                                        kv_bytes_per_token_per_gpu=plan.kv_bytes_per_token_per_gpu, tokens=tokens,
+                                        block_size=bs)
+    tp_caps = [(p.tp, p.num_gpus, pool_capacity_tokens(plan, tp=p.tp, kv_pool_bytes=p.kv_pool_bytes,
+                                                       kv_bytes_per_token_per_gpu=p.kv_bytes_per_token_per_gpu,
+                                                       tokens=tokens, block_size=bs))
+               for p in tp_sweep(plan) if p.fits and p.tp > d.tp]
+    return PlanCapacity(capacity, bs, uniform, tp_caps)
