@@ -180,6 +180,19 @@ class AuthCut:
             if task is not me:
                 task.cancel()
 
+    def emitter(self, on_record: Callable[[RequestRecord], None],
+                records: list[RequestRecord] | None) -> Callable[[RequestRecord], None]:
+        """A level's one sink for each finished record: kept in `records` (None: not kept), handed to
+        `on_record`, then seen here (a refusal cuts the level)."""
+
+        def emit(rec: RequestRecord) -> None:
+            if records is not None:
+                records.append(rec)
+            on_record(rec)
+            self.see(rec)
+
+        return emit
+
     def ended(self, exc: asyncio.CancelledError) -> None:
         """A task of the level was cancelled: fine if this cut did it, else the cancel goes on up."""
         if self.kind is None:
@@ -543,14 +556,8 @@ class Client:
         workers = min(concurrency, len(preps))
         await self.warm(workers)
         records: list[RequestRecord] = []
-
         cut = AuthCut()
-
-        def emit(rec: RequestRecord) -> None:
-            if keep_records:
-                records.append(rec)
-            on_record(rec)
-            cut.see(rec)
+        emit = cut.emitter(on_record, records if keep_records else None)
 
         it = iter(preps)
         self.read_stamps = ReadStamps(read_path=self.read_path, read_path_note=self.read_path_note)
@@ -600,14 +607,12 @@ class Client:
         sched: list[float] = []
 
         cut = AuthCut()
+        keep = cut.emitter(on_record, records if keep_records else None)
 
         def emit(rec: RequestRecord) -> None:
             if rec.sent_at is not None and rec.scheduled_at is not None:
                 sched.append(rec.sent_at - rec.scheduled_at)
-            if keep_records:
-                records.append(rec)
-            on_record(rec)
-            cut.see(rec)
+            keep(rec)
 
         self.read_stamps = ReadStamps(read_path=self.read_path, read_path_note=self.read_path_note)
         monitor = SelfMonitor()
@@ -683,14 +688,8 @@ class Client:
         self._ensure_fds(users)
         await self.warm(users)
         records: list[RequestRecord] = []
-
         cut = AuthCut()
-
-        def emit(rec: RequestRecord) -> None:
-            if keep_records:
-                records.append(rec)
-            on_record(rec)
-            cut.see(rec)
+        emit = cut.emitter(on_record, records if keep_records else None)
 
         loop = asyncio.get_running_loop()
         it = iter(conversations)
