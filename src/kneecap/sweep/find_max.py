@@ -40,10 +40,10 @@ def search_max_load(sweep: Sweep, opts, *, slo: dict, low: float, high: float, r
 
     def evaluate(load: float, repetition: int) -> Verdict:
         nonlocal count
-        plan = SweepLevel(index=count, value=load, num_requests=opts.requests_for(load), num_warmup=opts.warmup,
-                         first_index=count * LEVEL_INDEX_STRIDE)
+        level = SweepLevel(index=count, value=load, num_requests=opts.requests_for(load), num_warmup=opts.warmup,
+                          first_index=count * LEVEL_INDEX_STRIDE)
         count += 1
-        summary = sweep.run_one(plan)
+        summary = sweep.run_one(level)
         met, breaches = level_meets_slo(summary, slo)
         why = "; ".join(b["message"] for b in breaches)
         summary["find_max"] = {"load": load, "repetition": repetition, "met": met, "why": why or None}
