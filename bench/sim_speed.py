@@ -96,9 +96,8 @@ def phases(fast_path: bool = True) -> dict:
     plan, _ = plan_deployment(DeploymentRequest(preset="llama-3.1-70b", gpu="h100-sxm", tp=8))
     sim = from_plan(plan)
     t1 = time.process_time()
-    res = simulate_level(sim.deployment, sim.config, sim.num_kv_blocks, Workload.fixed(1000, 1000),
-                         LevelSpec(concurrency=256, num_requests=10_000), steptime=sim.steptime,
-                         charge_state=sim.charge_state, fast_path=fast_path)
+    res = simulate_level(sim, Workload.fixed(1000, 1000), LevelSpec(concurrency=256, num_requests=10_000),
+                         fast_path=fast_path)
     t2 = time.process_time()
     level = summarize_level(res.records, concurrency=256)
     t3 = time.process_time()
