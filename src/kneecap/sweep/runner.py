@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kneecap.errors import KneecapError
-from kneecap.levels import LevelDriver, LevelOptions, SweepLevel
+from kneecap.levels import LevelDriver, LevelOptions, LevelRun, SweepLevel
 from kneecap.records import RequestRecord
 
 STATUS_RUNNING = "running"
@@ -43,12 +43,19 @@ class Sweep:
     `summary_fields()` gives the summary's kind and the keys only this command writes (build_summary's
     arguments); `persist(summary)` writes summary.json; `records_file` reads a level's records back
     (kneecap.sweep.resume.RecordsFile, or any object with tell() and level_records(level, offset)).
+
+    A command above the runner may add two things of its own: `on_level(level, run, summary, records)`, called
+    once a level is summarised and before the stop checks, adds its fields to the level's summary (it sees the
+    driver's LevelRun, e.g. the simulated engine's trace, and the level's records); `stop_rule(summary)`, consulted
+    after the runner's own checks (server gone, key refused, the declared limits), returns a stop record
+    ({at, reason, detail}) to stop the sweep after that level, or None.
     """
 
     def __init__(self, opts: LevelOptions, *, state: SweepState, sweep_levels: list[SweepLevel], driver: LevelDriver,
                  write_record: Callable[[RequestRecord], None], persist: Callable[[dict], None], progress,
                  slo: dict | None, stop_limits, summarize_fn: Callable, sync: Callable[[], None], records_file,
-                 summary_fields: Callable[[], dict]):
+                 summary_fields: Callable[[], dict], on_level: Callable[[SweepLevel, LevelRun, dict, list], None] | None = None,
+                 stop_rule: Callable[[dict], dict | None] | None = None):
         self.opts = opts
         self.state = state
         self.sweep_levels = sweep_levels
@@ -62,6 +69,8 @@ class Sweep:
         self._sync = sync
         self._records_file = records_file
         self._summary_fields = summary_fields
+        self._on_level = on_level
+        self._stop_rule = stop_rule
         self._level_offset: int | None = None  # where the level in progress starts in requests.jsonl
         self.extra: dict = {}  # summary keys an orchestration above the runner adds (find-max's max_load)
 
@@ -188,12 +197,16 @@ class Sweep:
 
         run = self._driver.run_level(level, keep)
         records = run.records if run.records is not None else self._level_records(level)
+        if self._on_level is not None:
+            records = list(records)  # on_level sees them too
         # warmup included: the summarizer excludes and counts them
         summary = self._summarize(records, **{self.opts.kind: level.value}, duration_s=None, slo=self._slo or None)
         summary["level"] = level.index
         summary["preflight"] = level.verdict
         summary["server_metrics"] = run.server_metrics
         summary.update(run.fields)
+        if self._on_level is not None:
+            self._on_level(level, run, summary, records)
         ok, failed = summary.get("completed", 0), summary.get("failed", 0)
         self._progress.end_level(f"{label}: {ok} ok, {failed} failed, {_fmt(summary.get('output_tok_s'))} output tok/s"
                                  + run.note)
@@ -203,7 +216,7 @@ class Sweep:
         return self._records_file.level_records(level.index, self._level_offset or 0)
 
     def _after_level(self, summary: dict) -> bool:
-        """Server-dead check, the key refused, then the declared stop rules. True when the sweep must stop."""
+        """Server-dead check, the key refused, the declared stop rules, then the command's. True when the sweep must stop."""
         from kneecap.metrics.stop import AUTH_REFUSED, SERVER_DEAD, check_stop, stop_record
 
         gone = self._driver.server_gone(summary)
@@ -217,7 +230,7 @@ class Sweep:
                                              f"the server refused the API key ({refused}) during "
                                              f"{self.opts.level_label(summary[self.opts.kind])}")
             return True
-        stopped = check_stop(self.state.levels, self._limits)
+        stopped = check_stop(self.state.levels, self._limits) or (self._stop_rule and self._stop_rule(summary))
         if stopped:
             self.state.stopped = stopped
             return True
