@@ -152,6 +152,16 @@ ROWS = [
     ("granite-3.1-2b-base.json", 1, 1, 81_920, {"full_attention": 40}),
     # Jamba-1.5-Mini: attention every 8th layer from 4 -> 4 of 32; 2 x 4 x 8 x (4096 / 32 = 128) x 2 B = 16,384
     ("ai21-jamba-1.5-mini.json", 2, 1, 16_384, {"full_attention": 4, "linear_attention": 28}),
+    # Granite-4.0-H-Tiny (granitemoehybrid, MoE): layer_types has 4 "attention" of 40 (the rest "mamba");
+    # 2 x 4 x 4 KV heads x (1536 / 12 = 128) x 2 B = 8,192
+    ("granite-4.0-h-tiny.json", 1, 1, 8_192, {"full_attention": 4, "linear_attention": 36}),
+    # Granite-4.0-H-1B (granitemoehybrid, dense): the same 4 attention layers: 2 x 4 x 4 x 128 x 2 B = 8,192
+    ("granite-4.0-h-1b.json", 1, 1, 8_192, {"full_attention": 4, "linear_attention": 36}),
+    # Falcon-H1-7B (falcon_h1): attention in every one of the 44 blocks, beside a Mamba-2 mixer:
+    # 2 x 44 x 2 KV heads x head_dim 128 x 2 B = 45,056; 44 Mamba-2 slots besides
+    ("falcon-h1-7b.json", 1, 1, 45_056, {"full_attention": 44, "linear_attention": 44}),
+    # Falcon-H1-3B: 2 x 32 x 2 KV heads x head_dim 128 x 2 B = 32,768
+    ("falcon-h1-3b.json", 1, 1, 32_768, {"full_attention": 32, "linear_attention": 32}),
 ]
 
 
@@ -281,6 +291,71 @@ def test_sparse_attention_indexer_is_named_as_not_counted():
     for fname in ("deepseek-ai--DeepSeek-V3.2.json", "zai-org--GLM-5.json"):
         notes = load_model(str(CONFIGS / fname)).notes
         assert any("indexer" in n and "index_head_dim 128" in n and "not counted" in n for n in notes), fname
+
+
+def test_granite4_hybrid_counts_its_mamba_state_and_experts_by_hand():
+    # Granite-4.0-H-Tiny (7B total / 1B active on IBM's model page). vLLM granitemoehybrid.py sizes the Mamba-2
+    # mixer with intermediate = mamba_expand 2 x 1536 = 3072; conv_dim = 3072 + 2 x 1 group x 128 state = 3328.
+    # State per Mamba layer in bf16: conv 3328 x (4 - 1) x 2 B = 19,968 + temporal 48 heads x 64 x 128 x 2 B
+    # = 786,432 -> 806,400 B.
+    # Parameters: embed (tied) 100352 x 1536 = 154,140,672; attention per layer q + o 2 x 1536^2 = 4,718,592,
+    # k + v 2 x 1536 x 512 = 1,572,864 -> 6,291,456, x 4 = 25,165,824; Mamba per layer in_proj 1536 x (3072 + 3328
+    # + 48) = 9,904,128, conv1d 3328 x 4 + 3328 = 16,640, dt_bias/A_log/D 144, gated norm 3072, out_proj 3072 x 1536
+    # = 4,718,592 -> 14,642,576, x 36 = 527,132,736; every layer: 64 experts x 3 x 1536 x 512 = 150,994,944, router
+    # 1536 x 64 = 98,304, shared MLP 3 x 1536 x 1024 = 4,718,592, x 40 = 6,039,797,760 + 3,932,160 + 188,743,680;
+    # norms 40 x 2 x 1536 + 1536 = 124,416 -> 6,939,037,248. Active: minus 40 x (64 - 6) x 2,359,296 = 5,473,566,720
+    # -> 1,465,470,528.
+    model = load_model(str(CONFIGS / "granite-4.0-h-tiny.json"))
+    assert model.linear_state_bytes_per_layer == 806_400
+    assert (model.total_params, model.active_params) == (6_939_037_248, 1_465_470_528)
+    assert (model.num_experts, model.num_experts_per_tok, model.num_shared_experts) == (64, 6, 1)
+    assert [i for i, k in enumerate(model.layer_types) if k == "full_attention"] == [5, 15, 25, 35]
+    # the dense twin: no routed experts, the shared MLP (3 x 1536 x 4096 = 18,874,368 per layer) is its MLP:
+    # 154,140,672 + 25,165,824 + 527,132,736 + 40 x 18,874,368 = 754,974,720 + 124,416 -> 1,461,538,368
+    dense = load_model(str(CONFIGS / "granite-4.0-h-1b.json"))
+    assert dense.total_params == dense.active_params == 1_461_538_368
+    assert not dense.is_moe and dense.linear_state_bytes_per_layer == 806_400
+
+
+def test_falcon_h1_has_attention_and_mamba_in_every_block():
+    # Falcon-H1-7B: d_ssm 3072 (mamba_d_ssm), conv_dim 3072 + 2 x 1 x 256 = 3584. State per block in bf16: conv
+    # 3584 x 3 x 2 B = 21,504 + temporal 24 heads x 128 x 256 x 2 B = 1,572,864 -> 1,594,368 B.
+    # Parameters: embed + lm_head (untied) 2 x 130048 x 3072 = 799,014,912; per block attention q + o 2 x 3072 x
+    # 1536 = 9,437,184, k + v 2 x 3072 x 256 = 1,572,864 -> 11,010,048; Mamba in_proj 3072 x (3072 + 3584 + 24)
+    # = 20,520,960, conv1d 3584 x 4 + 3584 = 17,920, 3 x 24 = 72, no gated norm (mamba_rms_norm absent: false),
+    # out_proj 3072^2 = 9,437,184 -> 29,976,136; MLP 3 x 3072 x 12288 = 113,246,208; x 44 blocks = 484,442,112 +
+    # 1,318,949,984 + 4,982,833,152; norms 44 x 2 x 3072 + 3072 = 273,408 -> 7,585,513,568 (the 7B of its card)
+    model = load_model(str(CONFIGS / "falcon-h1-7b.json"))
+    assert model.linear_state_bytes_per_layer == 1_594_368
+    assert model.total_params == model.active_params == 7_585_513_568
+    assert model.layer_types[:4] == ("full_attention", "linear_attention", "full_attention", "linear_attention")
+    assert any("side by side" in n and "88" in n for n in model.notes)
+
+
+def test_falcon_h1_without_mamba_d_ssm_names_the_field():
+    # absent, transformers' FalconH1Config would put its default 1024 there, which no published Falcon-H1 has
+    doc = json.loads((CONFIGS / "falcon-h1-3b.json").read_text())
+    del doc["mamba_d_ssm"]
+    from kneecap.model.hf_config import from_hf_config
+
+    with pytest.raises(KneecapError) as info:
+        from_hf_config(doc, name="x", source="cfg.json")
+    assert "'mamba_d_ssm'" in info.value.message
+    with pytest.raises(KneecapError) as info:
+        from_hf_config({**doc, "mamba_d_ssm": 4096, "attn_layer_indices": [0, 2]}, name="x", source="cfg.json")
+    assert "attn_layer_indices" in info.value.message
+
+
+def test_granite4_hybrid_needs_its_layer_types():
+    doc = json.loads((CONFIGS / "granite-4.0-h-tiny.json").read_text())
+    from kneecap.model.hf_config import from_hf_config
+
+    for broken, field in (({k: v for k, v in doc.items() if k != "layer_types"}, "layer_types"),
+                          ({**doc, "layer_types": doc["layer_types"][:39]}, "39 entries"),
+                          ({k: v for k, v in doc.items() if k != "mamba_n_heads"}, "mamba_n_heads")):
+        with pytest.raises(KneecapError) as info:
+            from_hf_config(broken, name="x", source="cfg.json")
+        assert field in info.value.message and "\n" not in info.value.one_line()
 
 
 # Real configs kneecap does not model yet: refused with one line naming why, never a wrong number

@@ -37,8 +37,9 @@ MODEL_TYPES = {
     "deepseek_v2": "mla", "deepseek_v3": "mla", "kimi_k2": "mla", "deepseek_v32": "mla", "glm_moe_dsa": "mla",
     # hybrid Gated DeltaNet + gated full attention
     "qwen3_next": "gdn", "qwen3_5_text": "gdn", "qwen3_5_moe_text": "gdn",
-    # hybrid Mamba-2 + attention (kneecap.model.mamba)
-    "nemotron_h": "mamba2",
+    # hybrid Mamba-2 + attention (kneecap.model.mamba): Nemotron-H, Granite 4.0-H (MoE or dense), Falcon-H1
+    # (attention and Mamba-2 side by side in every block)
+    "nemotron_h": "mamba2", "granitemoehybrid": "granite_hybrid", "falcon_h1": "falcon_h1",
     # hybrid Mamba-1 + attention + MoE (kneecap.model.mamba)
     "jamba": "mamba1",
 }
@@ -58,6 +59,9 @@ _TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3_text", "cohere", "cohere2")
 # (configuration_gemma3.py: vocab_size 262_208, max_position_embeddings 131_072; the same in 4.50 and 5.x).
 _CLASS_DEFAULTS = {"gemma3_text": {"vocab_size": 262_208, "max_position_embeddings": 131_072}}
 _STATE_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+_SSM_FAMILIES = ("mamba1", "mamba2", "granite_hybrid", "falcon_h1")
+_MIXER_NAMES = {"gdn": "Gated DeltaNet", "mamba2": "Mamba-2", "mamba1": "Mamba", "granite_hybrid": "Mamba-2",
+                "falcon_h1": "Mamba-2"}
 
 
 # A config.json is untrusted input: a value of a shape no published config has (found by tests/fuzz) must
@@ -119,7 +123,7 @@ def _from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkp
     cfg["head_dim"] = head_dim
 
     tied = bool(cfg.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT))
-    if family in ("mamba1", "mamba2"):
+    if family in _SSM_FAMILIES:
         return _from_ssm_hybrid(cfg, family, name=name, source=source, architecture=architecture,
                                 head_dim=head_dim, tied=tied, checkpoint_bytes=checkpoint_bytes, notes=notes)
     layer_types, window = _layer_types(cfg, model_type, family, num_layers, source, notes)
@@ -389,10 +393,16 @@ def _kv_notes(model: Model, cfg: Mapping, family: str, n: int) -> list[str]:
                 f"caching per-head K ({k_dim}) and V ({v_dim}) for {heads} heads would be {naive:,} B/token "
                 f"({naive / correct:.0f}x too much)"]
     naive = 2 * n * model.num_key_value_heads * model.head_dim * 2
-    if family in ("gdn", "mamba1", "mamba2"):
+    if family == "falcon_h1":
+        return [f"every one of the {n} blocks runs attention and a Mamba-2 mixer side by side, so each caches "
+                f"per-token KV ({n} x 2 x {model.num_key_value_heads} x {model.head_dim} x 2 B = {correct:,} B/token "
+                f"in bf16) and also holds a fixed {model.linear_state_bytes_per_layer:,} B Mamba state per sequence "
+                f"({n * model.linear_state_bytes_per_layer:,} B per sequence in all); kneecap lists each block as "
+                f"two layer slots, one attention and one Mamba-2 ({2 * n} in all)"]
+    if family in ("gdn", *_SSM_FAMILIES):
         full = model.count_layers("full_attention")
         linear = model.count_layers("linear_attention")
-        mixer = {"gdn": "Gated DeltaNet", "mamba2": "Mamba-2", "mamba1": "Mamba"}[family]
+        mixer = _MIXER_NAMES[family]
         return [f"only the {full} full-attention layers of {n} cache per-token KV: {full} x 2 x "
                 f"{model.num_key_value_heads} x {model.head_dim} x 2 B = {correct:,} B/token in bf16; the naive "
                 f"all-layers formula gives {naive:,} B/token ({naive / correct:.1f}x too much); the {linear} {mixer} "
@@ -412,9 +422,44 @@ def _with_notes(model: Model, notes: list[str]) -> Model:
 
 def _from_ssm_hybrid(cfg: dict, family: str, *, name: str, source: str, architecture: str, head_dim: int,
                      tied: bool, checkpoint_bytes: int | None, notes: list[str]) -> Model:
-    """Mamba hybrids: Nemotron-H (Mamba-2 blocks) and Jamba (Mamba-1 layers); see kneecap.model.mamba."""
+    """Mamba hybrids: Nemotron-H, Granite 4.0-H, Falcon-H1 (Mamba-2) and Jamba (Mamba-1); see kneecap.model.mamba."""
     model_bytes = {"bf16": 2, "fp16": 2, "fp32": 4}[quant.model_dtype(cfg)]
-    if family == "mamba2":
+    shared = 0
+    if family == "granite_hybrid":
+        # vLLM granitemoehybrid.py: head_dim = hidden_size // num_attention_heads (no head_dim key is read)
+        if cfg["hidden_size"] % cfg["num_attention_heads"]:
+            raise KneecapError(f"{source}: hidden_size {cfg['hidden_size']} is not a multiple of num_attention_heads "
+                               f"{cfg['num_attention_heads']}", f"fix num_attention_heads in {source}")
+        head_dim = cfg["head_dim"] = cfg["hidden_size"] // cfg["num_attention_heads"]
+        kinds = mamba.granite_hybrid_layout(cfg, source)
+        dims = mamba.granite_hybrid_dims(cfg, source)
+        experts = cfg.get("num_local_experts") or 0
+        if experts:
+            _pos_int(cfg, "num_local_experts", source)
+            _pos_int(cfg, "num_experts_per_tok", source)
+            _pos_int(cfg, "intermediate_size", source)
+        if cfg.get("shared_intermediate_size"):
+            _pos_int(cfg, "shared_intermediate_size", source)
+        elif not experts:
+            raise KneecapError(f"{source}: neither routed experts (num_local_experts) nor a shared MLP "
+                               "(shared_intermediate_size): the layers' MLP size is unknown",
+                               "add shared_intermediate_size from the model's published config.json")
+        shared = 1 if experts and cfg.get("shared_intermediate_size") else 0
+        count = mamba.count_granite_hybrid_params(cfg, kinds, dims, tied)
+        state = mamba.mamba2_dims_state_bytes(dims, model_bytes, cfg.get("mamba_ssm_dtype"))
+        config_layers = len(kinds)
+        mlp = (f"{experts} routed experts (top {cfg['num_experts_per_tok']})"
+               + (" + a shared expert" if shared else "")) if experts else "a dense MLP"
+        notes = notes + [f"Granite 4.0-H layers: {kinds.count('linear_attention')} Mamba-2 + "
+                         f"{kinds.count('full_attention')} attention, each with {mlp}"]
+    elif family == "falcon_h1":
+        _pos_int(cfg, "intermediate_size", source)
+        kinds = mamba.falcon_h1_layout(cfg, source)
+        dims = mamba.falcon_h1_dims(cfg, source)
+        count = mamba.count_falcon_h1_params(cfg, dims, tied)
+        state = mamba.mamba2_dims_state_bytes(dims, model_bytes, cfg.get("mamba_ssm_dtype"))
+        config_layers = cfg["num_hidden_layers"]
+    elif family == "mamba2":
         blocks = mamba.nemotron_h_blocks(cfg, source)
         for key in ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel"):
             _pos_int(cfg, key, source)
@@ -448,7 +493,7 @@ def _from_ssm_hybrid(cfg: dict, family: str, *, name: str, source: str, architec
         num_key_value_heads=cfg["num_key_value_heads"], head_dim=head_dim, vocab_size=cfg["vocab_size"],
         layer_types=tuple(kinds), total_params=count.total, active_params=count.active,
         max_position_embeddings=cfg.get("max_position_embeddings"), intermediate_size=cfg.get("intermediate_size"),
-        linear_state_bytes_per_layer=state, num_experts=count.num_experts,
+        linear_state_bytes_per_layer=state, num_experts=count.num_experts, num_shared_experts=shared,
         num_experts_per_tok=count.num_experts_per_tok, expert_params=count.expert_params,
         num_moe_layers=count.num_moe_layers, checkpoint_bytes=checkpoint_bytes,
         weight_dtype=_headline_dtype(dtypes, count.parts), kv_dtype=kv_dtype,

@@ -1,8 +1,9 @@
-"""Mamba hybrids: Nemotron-H (Mamba-2) and Jamba (Mamba-1): layer layout, SSM state bytes, parameter counts.
+"""Mamba hybrids: Nemotron-H, Granite 4.0-H, Falcon-H1 (Mamba-2) and Jamba (Mamba-1): layer layout, SSM state
+bytes, parameter counts.
 
-Owns what is Mamba-specific; hf_config.py calls it for model_type "nemotron_h" and "jamba". Not modelled yet:
-Falcon-H1 (attention and SSM in parallel in every block), Granite-4.0-H, and Nemotron-H MoE blocks ("E"):
-they fail with a one-line error rather than a wrong answer.
+Owns what is Mamba-specific; hf_config.py calls it for model_type "nemotron_h", "granitemoehybrid", "falcon_h1"
+and "jamba". Not modelled yet: Nemotron-H MoE blocks ("E"), which fail with a one-line error rather than a wrong
+answer.
 
 hybrid_override_pattern has one character per block: "M" Mamba-2 mixer, "*" attention, "-" MLP only.
 Only mixer blocks hold per-sequence memory, so Model.layer_types lists the M and * blocks ("linear_attention"
@@ -26,6 +27,26 @@ Mamba-1 state per layer (vLLM MambaStateShapeCalculator.mamba1_state_shape):
 Mamba-1 mixer parameters (HF JambaMambaMixer): in_proj h x 2I (+2I bias if mamba_proj_bias), conv1d I x d_conv
 (+ I bias if mamba_conv_bias), x_proj I x (dt_rank + 2 x state), dt_proj dt_rank x I + I, A_log I x state, D I,
 out_proj I x h (+ h bias if mamba_proj_bias), dt/B/C layernorms dt_rank + 2 x state; dt_rank "auto" = ceil(h / 16).
+
+Granite 4.0-H (HF GraniteMoeHybridConfig, vLLM 0.32 granitemoehybrid.py): layer_types[i] is "mamba" (a Mamba-2
+mixer, vLLM MambaMixer2 with intermediate_size = mamba_expand x hidden_size) or "attention" (GQA, head_dim =
+hidden_size / num_attention_heads, biases when attention_bias). Every layer, of either kind, also has an MLP:
+num_local_experts routed SwiGLU experts of intermediate_size (router h x E, no bias) when num_local_experts > 0,
+plus a shared SwiGLU MLP of shared_intermediate_size when that is > 0 (a dense Granite 4.0-H has no routed experts
+and only the shared MLP). Two RMSNorms per layer + final. The Mamba state vLLM allocates
+(get_mamba_state_shape_from_config): conv (mamba_expand x h + 2 x mamba_n_groups x mamba_d_state) x
+(mamba_d_conv - 1), temporal mamba_n_heads x mamba_d_head x mamba_d_state.
+
+Falcon-H1 (HF FalconH1Config, vLLM 0.32 falcon_h1.py FalconH1ParallelHybrid): EVERY block runs GQA attention and
+a Mamba-2 mixer side by side on the same input (their outputs summed), then a SwiGLU MLP (intermediate_size, no
+biases); two RMSNorms per block + final. So every block caches per-token K/V AND holds a Mamba state: kneecap
+lists each block as two layer slots (attention, then Mamba-2), 2 x num_hidden_layers in Model.layer_types. The
+mixer's width is mamba_d_ssm (vLLM: mamba_expand x hidden_size only when mamba_d_ssm is null); its gated RMSNorm
+(d_ssm weights) exists only when mamba_rms_norm. Attention head_dim is the config's head_dim (else h / heads);
+vLLM builds q/k/v/o without biases.
+Config-class defaults used when a key is absent (HF GraniteMoeHybridConfig and FalconH1Config, transformers 4.57):
+mamba_n_groups 1, mamba_d_conv 4, mamba_expand 2, mamba_conv_bias true, mamba_proj_bias false,
+mamba_rms_norm false (Falcon-H1), attention_bias false.
 """
 
 from __future__ import annotations
@@ -163,3 +184,138 @@ def count_jamba_params(cfg: Mapping, kinds: list[str], moe: list[bool], tie_word
     return ParamCount(parts=parts, expert_params=mlp if n_moe else 0, num_moe_layers=n_moe,
                       num_experts=experts if n_moe else 0,
                       num_experts_per_tok=cfg.get("num_experts_per_tok", 0) if n_moe else 0)
+
+
+# --- Mamba-2 mixers described by their dimensions (Granite 4.0-H, Falcon-H1) -------------------------------
+
+_STATE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def mamba2_dims_state_bytes(dims: Mapping, model_bytes: int, ssm_dtype: object = None) -> int:
+    """Conv + temporal state of one Mamba-2 mixer, bytes per sequence (whole layer, before TP); vLLM
+    MambaStateShapeCalculator.mamba2_state_shape: conv (intermediate + 2 x n_groups x state) x (conv_kernel - 1)
+    in the model dtype, temporal heads x head_dim x state in mamba_ssm_cache_dtype ("auto": the model dtype)."""
+    state_bytes = _STATE_BYTES.get(str(ssm_dtype), model_bytes)
+    conv_dim = dims["intermediate"] + 2 * dims["n_groups"] * dims["state"]
+    return conv_dim * (dims["conv_kernel"] - 1) * model_bytes \
+        + dims["heads"] * dims["head_dim"] * dims["state"] * state_bytes
+
+
+def mamba2_dims_mixer_params(h: int, dims: Mapping) -> int:
+    """One Mamba-2 mixer (HF GraniteMoeHybridMambaLayer / FalconH1Mixer): in_proj h x (2 x intermediate +
+    2 x n_groups x state + heads) (+ bias), conv1d conv_dim x kernel (+ conv_dim bias), dt_bias + A_log + D
+    3 x heads, gated RMSNorm intermediate (when it has one), out_proj intermediate x h (+ h bias)."""
+    inter, heads = dims["intermediate"], dims["heads"]
+    conv_dim = inter + 2 * dims["n_groups"] * dims["state"]
+    proj = inter + conv_dim + heads
+    in_proj = h * proj + (proj if dims["proj_bias"] else 0)
+    conv = conv_dim * dims["conv_kernel"] + (conv_dim if dims["conv_bias"] else 0)
+    out_proj = inter * h + (h if dims["proj_bias"] else 0)
+    return in_proj + conv + 3 * heads + (inter if dims["gated_norm"] else 0) + out_proj
+
+
+def _int_field(cfg: Mapping, key: str, source: str, default: int | None = None) -> int:
+    value = cfg.get(key, default)
+    if value is None:
+        raise KneecapError(f"{source}: config.json has no {key!r}, which the Mamba state size needs",
+                           f"add {key} from the model's published config.json")
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise KneecapError(f"{source}: {key} must be a positive integer, got {value!r}", f"fix {key} in {source}")
+    return value
+
+
+def _head_dim(cfg: Mapping, inter: int, heads: int, source: str) -> int:
+    """mamba_d_head, or "auto" = intermediate / mamba_n_heads (the HF config classes' rule)."""
+    if cfg.get("mamba_d_head", "auto") == "auto":
+        if inter % heads:
+            raise KneecapError(f"{source}: mamba_d_head 'auto' but the Mamba width {inter} is not a multiple of "
+                               f"mamba_n_heads {heads}", f"set mamba_d_head in {source}")
+        return inter // heads
+    return _int_field(cfg, "mamba_d_head", source)
+
+
+def granite_hybrid_layout(cfg: Mapping, source: str) -> list[str]:
+    """Layer kinds of a Granite 4.0-H model from layer_types ("mamba" / "attention")."""
+    n = cfg["num_hidden_layers"]
+    kinds = cfg.get("layer_types")
+    if not isinstance(kinds, list) or not kinds:
+        raise KneecapError(f"{source}: config.json has no 'layer_types', which says which layers are Mamba-2 and "
+                           "which attention", "add layer_types from the model's published config.json")
+    if len(kinds) != n:
+        raise KneecapError(f"{source}: layer_types has {len(kinds)} entries for {n} layers",
+                           f"make layer_types as long as num_hidden_layers in {source}")
+    bad = sorted({str(k) for k in kinds} - {"mamba", "attention"})
+    if bad:
+        raise KneecapError(f"{source}: unknown layer_types entries {bad}", "use 'mamba' or 'attention'")
+    return ["full_attention" if k == "attention" else "linear_attention" for k in kinds]
+
+
+def granite_hybrid_dims(cfg: Mapping, source: str) -> dict:
+    h = cfg["hidden_size"]
+    inter = _int_field(cfg, "mamba_expand", source, 2) * h  # vLLM: intermediate_size = mamba_expand x hidden_size
+    heads = _int_field(cfg, "mamba_n_heads", source)
+    return {"intermediate": inter, "heads": heads, "head_dim": _head_dim(cfg, inter, heads, source),
+            "state": _int_field(cfg, "mamba_d_state", source), "n_groups": _int_field(cfg, "mamba_n_groups", source, 1),
+            "conv_kernel": _int_field(cfg, "mamba_d_conv", source, 4),
+            "conv_bias": bool(cfg.get("mamba_conv_bias", True)), "proj_bias": bool(cfg.get("mamba_proj_bias", False)),
+            "gated_norm": True}  # GraniteMoeHybridRMSNormGated: always present
+
+
+def count_granite_hybrid_params(cfg: Mapping, kinds: list[str], dims: Mapping, tie_word_embeddings: bool
+                                ) -> ParamCount:
+    h, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    parts = dict.fromkeys(PARTS, 0)
+    parts["embed"] = vocab * h
+    parts["lm_head"] = 0 if tie_word_embeddings else vocab * h
+    parts["norms"] = len(kinds) * 2 * h + h
+    experts = cfg.get("num_local_experts") or 0
+    shared = cfg.get("shared_intermediate_size") or 0
+    expert = swiglu_params(h, cfg["intermediate_size"]) if experts else 0
+    for kind in kinds:
+        if kind == "full_attention":
+            parts["attention"] += gqa_attention_params(cfg, "granitemoehybrid")
+        else:
+            parts["linear_attention"] += mamba2_dims_mixer_params(h, dims)
+        if experts:
+            parts["routed_experts"] += experts * expert
+            parts["router"] += h * experts
+        parts["shared_experts" if experts else "dense_mlp"] += swiglu_params(h, shared) if shared else 0
+    n_moe = len(kinds) if experts else 0
+    return ParamCount(parts=parts, expert_params=expert, num_moe_layers=n_moe, num_experts=experts,
+                      num_experts_per_tok=cfg.get("num_experts_per_tok", 0) if n_moe else 0)
+
+
+def falcon_h1_dims(cfg: Mapping, source: str) -> dict:
+    h = cfg["hidden_size"]
+    if cfg.get("mamba_d_ssm") is None and "mamba_d_ssm" in cfg:  # null: vLLM falls back to mamba_expand x h
+        inter = _int_field(cfg, "mamba_expand", source, 2) * h
+    else:  # absent: the HF class would default it (1024), which no published Falcon-H1 uses: ask for it
+        inter = _int_field(cfg, "mamba_d_ssm", source)
+    heads = _int_field(cfg, "mamba_n_heads", source)
+    return {"intermediate": inter, "heads": heads, "head_dim": _head_dim(cfg, inter, heads, source),
+            "state": _int_field(cfg, "mamba_d_state", source), "n_groups": _int_field(cfg, "mamba_n_groups", source, 1),
+            "conv_kernel": _int_field(cfg, "mamba_d_conv", source, 4),
+            "conv_bias": bool(cfg.get("mamba_conv_bias", True)), "proj_bias": bool(cfg.get("mamba_proj_bias", False)),
+            "gated_norm": bool(cfg.get("mamba_rms_norm", False))}
+
+
+def falcon_h1_layout(cfg: Mapping, source: str) -> list[str]:
+    """Two layer slots per block (attention, then the Mamba-2 mixer beside it)."""
+    if cfg.get("attn_layer_indices") is not None:
+        raise KneecapError(f"{source}: attn_layer_indices {cfg['attn_layer_indices']!r}: a Falcon-H1 with attention "
+                           "in only some blocks is not modelled (every published Falcon-H1 has it in all, null here)",
+                           "set attn_layer_indices to null if every block has attention, or pass a preset")
+    return ["full_attention", "linear_attention"] * cfg["num_hidden_layers"]
+
+
+def count_falcon_h1_params(cfg: Mapping, dims: Mapping, tie_word_embeddings: bool) -> ParamCount:
+    h, vocab, n = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
+    parts = dict.fromkeys(PARTS, 0)
+    parts["embed"] = vocab * h
+    parts["lm_head"] = 0 if tie_word_embeddings else vocab * h
+    parts["norms"] = n * 2 * h + h  # input_layernorm, pre_ff_layernorm; final norm
+    unbiased = {**cfg, "attention_bias": False}  # vLLM falcon_h1.py: qkv_proj and o_proj with bias=False
+    parts["attention"] = n * gqa_attention_params(unbiased, "falcon_h1")
+    parts["linear_attention"] = n * mamba2_dims_mixer_params(h, dims)
+    parts["dense_mlp"] = n * swiglu_params(h, cfg["intermediate_size"])
+    return ParamCount(parts=parts, expert_params=0, num_moe_layers=0, num_experts=0, num_experts_per_tok=0)
