@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from kneecap.client.tasks import cancel_and_wait
 from kneecap.records import RequestRecord
 
 # Self-certification thresholds (the `suspect` rule; see LevelRun):
@@ -170,9 +171,4 @@ class SelfMonitor:
 
     async def stop(self) -> None:
         self.cpu_s = time.process_time() - self._cpu0
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._task)

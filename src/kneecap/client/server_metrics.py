@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from kneecap.client.tasks import cancel_and_wait
+
 # role -> names, first found wins within an engine; engines are tried in this order
 ENGINE_METRICS = {
     "vllm": {
@@ -285,13 +287,8 @@ class MetricsPoller:
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> LevelServerMetrics:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         await self.scrape()
         if self._own_session is not None:
             await self._own_session.close()
