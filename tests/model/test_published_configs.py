@@ -127,10 +127,10 @@ ROWS = [
     # Gemma-2-9B-it (gemma2): 2 x 42 layers x 8 KV heads x head_dim 256 x 2 B = 344,064; HF Gemma2Config's
     # layer_types: even layers slide (window 4096), odd layers global -> 21 + 21
     ("google--gemma-2-9b-it.json", 1, 1, 344_064, {"full_attention": 21, "sliding_attention": 21}),
-    # StarCoder2-15B (starcoder2): 2 x 40 x 4 KV heads x (6144 / 48 = 128) x 2 B
-    # = 81,920 (sliding_window 4096 without layer_types: every layer counted as full, see the note); torch_dtype
-    # float32 in this file, so its weights are priced at 4 B and need TP 2
-    ("bigcode--starcoder2-15b.json", 2, 1, 81_920, {"full_attention": 40}),
+    # StarCoder2-15B (starcoder2): 2 x 40 x 4 KV heads x (6144 / 48 = 128) x 2 B = 81,920; sliding_window 4096 with
+    # no layer_types: every layer slides over 4,096 tokens, as vLLM 0.32.0 caches it; torch_dtype float32 in this
+    # file, so its weights are priced at 4 B and need TP 2
+    ("bigcode--starcoder2-15b.json", 2, 1, 81_920, {"sliding_attention": 40}),
     # Granite-3.0-2B-instruct (granite): 2 x 40 x 8 KV heads x (2048 / 32 = 64) x 2 B = 81,920
     ("ibm-granite--granite-3.0-2b-instruct.json", 1, 1, 81_920, {"full_attention": 40}),
     # Granite-3.1-3B-A800M (granitemoe, a generic decoder to kneecap; 40 experts, top 8): 2 x 32 x 8 KV heads x
@@ -262,10 +262,17 @@ def test_gemma2_alternates_sliding_and_global_layers():
 
 
 def test_a_sliding_window_without_layer_types_is_named_as_counted_full():
-    # microsoft/Phi-mini-MoE-instruct (phimoe, window 2047) and bigcode/starcoder2-15b (window 4096): no layer_types
-    for fname, window in (("microsoft--Phi-mini-MoE-instruct.json", 2047), ("bigcode--starcoder2-15b.json", 4096)):
-        notes = load_model(str(CONFIGS / fname)).notes
-        assert any(f"sliding_window {window}" in n and "counted as full attention" in n for n in notes), fname
+    # microsoft/Phi-mini-MoE-instruct (phimoe, a generic decoder, window 2047): no layer_types
+    notes = load_model(str(CONFIGS / "microsoft--Phi-mini-MoE-instruct.json")).notes
+    assert any("sliding_window 2047" in n and "counted as full attention" in n for n in notes)
+
+
+def test_starcoder2_slides_on_every_layer_as_vllm_caches_it():
+    # vLLM 0.32.0: Starcoder2ForCausalLM runs on the Transformers backend; with no layer_types, CacheConfig's
+    # sliding_window (4096) is every attention layer's window
+    model = load_model(str(CONFIGS / "bigcode--starcoder2-15b.json"))
+    assert set(model.layer_types) == {"sliding_attention"} and model.sliding_window == 4096
+    assert not any("counted as full attention" in n for n in model.notes)
 
 
 def test_gemma3_text_config_takes_the_config_class_defaults():

@@ -161,7 +161,7 @@ def _from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkp
         part_bytes=tuple((p, weight_bytes(n, dtypes[p])) for p, n in parts),
     )
     notes += _kv_notes(model, cfg, family, num_layers)
-    if (generic_note or model_type == "starcoder2") and cfg.get("sliding_window") \
+    if generic_note and cfg.get("sliding_window") \
             and "sliding_attention" not in layer_types:
         notes.append(f"sliding_window {cfg['sliding_window']} is in the config but, with no layer_types saying "
                      "which layers slide, every layer is counted as full attention (an upper bound)")
@@ -299,8 +299,13 @@ def _layer_types(cfg: dict, model_type: str, family: str, n: int, source: str,
             kinds = ["sliding_attention" if i >= start else "full_attention" for i in range(n)]
         else:
             kinds, window = ["full_attention"] * n, None
-    elif window and model_type in ("mistral", "mixtral", "phi3"):
-        kinds = ["sliding_attention"] * n  # Mistral-7B-v0.1 style: every layer keeps `sliding_window` tokens
+    elif window and model_type in ("mistral", "mixtral", "phi3", "starcoder2"):
+        # Mistral-7B-v0.1 style: every layer keeps `sliding_window` tokens. StarCoder2 too: vLLM 0.32.0 serves it
+        # through its Transformers backend, and with no layer_types in the config (transformers 5.19's
+        # Starcoder2Config has none) arg_utils.py sets CacheConfig.sliding_window = config.sliding_window, which
+        # every Attention layer takes (attention.py: no per_layer_sliding_window -> cache_config.sliding_window);
+        # modeling_starcoder2 masks every layer with a sliding window too
+        kinds = ["sliding_attention"] * n
     else:
         kinds = ["full_attention"] * n
     if "sliding_attention" in kinds:
