@@ -359,7 +359,9 @@ def test_granite4_hybrid_needs_its_layer_types():
 
     for broken, field in (({k: v for k, v in doc.items() if k != "layer_types"}, "layer_types"),
                           ({**doc, "layer_types": doc["layer_types"][:39]}, "39 entries"),
-                          ({k: v for k, v in doc.items() if k != "mamba_n_heads"}, "mamba_n_heads")):
+                          ({k: v for k, v in doc.items() if k != "mamba_n_heads"}, "mamba_n_heads"),
+                          ({k: v for k, v in doc.items() if k != "num_local_experts"}, "'num_local_experts'"),
+                          ({**doc, "mamba_d_head": 32}, "mamba_d_head 32 x mamba_n_heads 48")):
         with pytest.raises(KneecapError) as info:
             from_hf_config(broken, name="x", source="cfg.json")
         assert field in info.value.message and "\n" not in info.value.one_line()

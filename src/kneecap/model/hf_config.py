@@ -438,7 +438,11 @@ def _from_ssm_hybrid(cfg: dict, family: str, *, name: str, source: str, architec
         head_dim = cfg["head_dim"] = cfg["hidden_size"] // cfg["num_attention_heads"]
         kinds = mamba.granite_hybrid_layout(cfg, source)
         dims = mamba.granite_hybrid_dims(cfg, source)
-        experts = cfg.get("num_local_experts") or 0
+        for key in ("num_local_experts", "shared_intermediate_size"):  # class defaults 8 and 1024: ask instead
+            if cfg.get(key) is None:
+                raise KneecapError(f"{source}: config.json has no {key!r} (0 for none), which the weight count needs",
+                                   f"add {key} from the model's published config.json")
+        experts = cfg["num_local_experts"]
         if experts:
             _pos_int(cfg, "num_local_experts", source)
             _pos_int(cfg, "num_experts_per_tok", source)

@@ -44,9 +44,11 @@ lists each block as two layer slots (attention, then Mamba-2), 2 x num_hidden_la
 mixer's width is mamba_d_ssm (vLLM: mamba_expand x hidden_size only when mamba_d_ssm is null); its gated RMSNorm
 (d_ssm weights) exists only when mamba_rms_norm. Attention head_dim is the config's head_dim (else h / heads);
 vLLM builds q/k/v/o without biases.
-Config-class defaults used when a key is absent (HF GraniteMoeHybridConfig and FalconH1Config, transformers 4.57):
-mamba_n_groups 1, mamba_d_conv 4, mamba_expand 2, mamba_conv_bias true, mamba_proj_bias false,
-mamba_rms_norm false (Falcon-H1), attention_bias false.
+Config-class defaults used when a key is absent (HF GraniteMoeHybridConfig and FalconH1Config, transformers 5.19,
+the one vLLM 0.32.0 runs with): mamba_n_groups 1, mamba_d_conv 4, mamba_expand 2, mamba_conv_bias true,
+mamba_proj_bias false, mamba_rms_norm false (Falcon-H1), attention_bias false. Keys whose class default no
+published model has are asked for by name instead: mamba_n_heads, mamba_d_state, Falcon-H1's mamba_d_ssm
+(default 1024), Granite's num_local_experts (default 8, where a dense model says 0) and shared_intermediate_size.
 """
 
 from __future__ import annotations
@@ -225,13 +227,19 @@ def _int_field(cfg: Mapping, key: str, source: str, default: int | None = None) 
 
 
 def _head_dim(cfg: Mapping, inter: int, heads: int, source: str) -> int:
-    """mamba_d_head, or "auto" = intermediate / mamba_n_heads (the HF config classes' rule)."""
+    """mamba_d_head, or "auto" = intermediate / mamba_n_heads; the HF config classes refuse a config whose
+    mamba_d_head x mamba_n_heads is not the mixer's width, and so does kneecap."""
     if cfg.get("mamba_d_head", "auto") == "auto":
         if inter % heads:
             raise KneecapError(f"{source}: mamba_d_head 'auto' but the Mamba width {inter} is not a multiple of "
                                f"mamba_n_heads {heads}", f"set mamba_d_head in {source}")
         return inter // heads
-    return _int_field(cfg, "mamba_d_head", source)
+    head_dim = _int_field(cfg, "mamba_d_head", source)
+    if head_dim * heads != inter:
+        raise KneecapError(f"{source}: mamba_d_head {head_dim} x mamba_n_heads {heads} is not the Mamba width {inter}"
+                           " (transformers refuses this config too)",
+                           "compare mamba_d_head, mamba_n_heads, mamba_d_ssm / mamba_expand with the published file")
+    return head_dim
 
 
 def granite_hybrid_layout(cfg: Mapping, source: str) -> list[str]:
