@@ -136,6 +136,16 @@ ROWS = [
     # Granite-3.1-3B-A800M (granitemoe, a generic decoder to kneecap; 40 experts, top 8): 2 x 32 x 8 KV heads x
     # (1536 / 24 = 64) x 2 B = 65,536
     ("ibm-granite--granite-3.1-3b-a800m-instruct.json", 1, 1, 65_536, {"full_attention": 32}),
+    # QwQ-32B (qwen2, use_sliding_window false): 2 x 64 layers x 8 KV heads x (5120 / 40 = 128) x 2 B = 262,144
+    ("Qwen--QwQ-32B.json", 1, 1, 262_144, {"full_attention": 64}),
+    # Ministral-8B-Instruct-2410 (mistral, explicit head_dim 128): 2 x 36 x 8 KV heads x 128 x 2 B = 147,456;
+    # sliding_window 32768 with no layer_types: every layer slides (the window is the whole 32,768 context)
+    ("mistralai--Ministral-8B-Instruct-2410.json", 1, 1, 147_456, {"sliding_attention": 36}),
+    # Gemma-7B (gemma), MHA: 2 x 28 layers x 16 KV heads x head_dim 256 x 2 B = 458,752
+    ("google--gemma-7b.json", 1, 1, 458_752, {"full_attention": 28}),
+    # Jamba-v0.1 (jamba): attention where i % attn_layer_period 8 == attn_layer_offset 4 -> layers 4, 12, 20, 28;
+    # 2 x 4 x 8 KV heads x (4096 / 32 = 128) x 2 B = 16,384; the other 28 are Mamba layers
+    ("ai21labs--Jamba-v0.1.json", 2, 1, 16_384, {"full_attention": 4, "linear_attention": 28}),
     # Earlier partial copies and reproductions (SOURCES.md says where each comes from)
     # Phi-2 (model_type "phi"), MHA: 2 x 32 x 32 KV heads x (2560 / 32 = 80) x 2 B
     # = 327,680
@@ -322,6 +332,36 @@ def test_granite4_hybrid_counts_its_mamba_state_and_experts_by_hand():
     dense = load_model(str(CONFIGS / "granite-4.0-h-1b.json"))
     assert dense.total_params == dense.active_params == 1_461_538_368
     assert not dense.is_moe and dense.linear_state_bytes_per_layer == 806_400
+
+
+def test_jamba_v01_counts_its_card_size_and_mamba_state():
+    # ai21labs/Jamba-v0.1 (52B total, 12B active on its card). Mamba-1 layer: intermediate = mamba_expand 2 x 4096
+    # = 8192, state per sequence in bf16: conv 8192 x (4 - 1) x 2 B = 49,152 + ssm 8192 x 16 x 2 B = 262,144
+    # -> 311,296 B. Parameters: embed + lm_head 2 x 65536 x 4096 = 536,870,912; attention (4 layers) 2 x 4096^2 +
+    # 2 x 4096 x 1024 = 41,943,040 each; Mamba (28 layers) in_proj 4096 x 16384 + conv1d 8192 x 4 + 8192 + x_proj
+    # 8192 x (256 + 32) + dt_proj 256 x 8192 + 8192 + A_log 8192 x 16 + D 8192 + out_proj 8192 x 4096 + dt/B/C norms
+    # 256 + 32 = 105,308,448 each; 16 MoE layers (odd i) of 16 experts x 3 x 4096 x 14336 = 2,818,572,288 + router
+    # 65,536, 16 dense layers 176,160,768; norms 32 x 2 x 4096 + 4096 -> 51,570,323,328. Active: minus 16 x (16 - 2)
+    # x 176,160,768 = 39,460,012,032 -> 12,110,311,296
+    model = load_model(str(CONFIGS / "ai21labs--Jamba-v0.1.json"))
+    assert model.linear_state_bytes_per_layer == 311_296
+    assert (model.total_params, model.active_params) == (51_570_323_328, 12_110_311_296)
+    assert [i for i, k in enumerate(model.layer_types) if k == "full_attention"] == [4, 12, 20, 28]
+
+
+def test_qwq_ministral_gemma7b_count_their_published_sizes():
+    # QwQ-32B: embed + lm_head 2 x 152064 x 5120 = 1,557,135,360; per layer attention 2 x 5120^2 + 2 x 5120 x 1024
+    # + q/k/v biases 5120 + 2 x 1024 = 62,921,728, MLP 3 x 5120 x 27648 = 424,673,280, norms 10,240, x 64 =
+    # 31,206,735,872; final norm 5120 -> 32,763,876,352 (its card: 32.5B)
+    # Ministral-8B: 2 x 131072 x 4096 = 1,073,741,824; per layer 2 x 4096^2 + 2 x 4096 x 1024 + 3 x 4096 x 12288 +
+    # 8192 = 192,946,176, x 36 = 6,946,062,336; + 4096 -> 8,019,808,256 (8.02B, the Open LLM leaderboard's figure)
+    # Gemma-7B (tied): 256000 x 3072 = 786,432,000; per layer 4 x 3072 x 4096 + 3 x 3072 x 24576 + 6144 =
+    # 276,830,208, x 28 = 7,751,245,824; + 3072 -> 8,537,680,896
+    for fname, total in (("Qwen--QwQ-32B.json", 32_763_876_352),
+                         ("mistralai--Ministral-8B-Instruct-2410.json", 8_019_808_256),
+                         ("google--gemma-7b.json", 8_537_680_896)):
+        model = load_model(str(CONFIGS / fname))
+        assert model.total_params == model.active_params == total, fname
 
 
 def test_falcon_h1_has_attention_and_mamba_in_every_block():
