@@ -61,39 +61,12 @@ _GATE_HINT = 'write a list of cases, e.g. [{name: capital, prompt: "The capital 
 
 
 def _behaviour_cases(path: str) -> list[dict]:
-    """--behaviour-gate FILE: a YAML/JSON list of behaviour cases (or a load plan's `behaviour:` mapping), each
-    checked by the load-plan schema's own BehaviourCase; one line naming the file and case on any error."""
-    import yaml
-    from pydantic import ValidationError
+    """--behaviour-gate FILE: a YAML/JSON list of behaviour cases (or a load plan's `behaviour:` mapping)."""
+    from kneecap.loadplan.schema import behaviour_cases
+    from kneecap.recommend.list_file import read_list_file
 
-    from kneecap.loadplan.schema import BehaviourCase
-
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))  # JSON is YAML
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KneecapError(f"cannot read --behaviour-gate file {path}: {getattr(exc, 'strerror', None) or exc}",
-                           "pass an existing YAML or JSON file of behaviour cases") from None
-    except yaml.YAMLError as exc:
-        raise KneecapError(f"--behaviour-gate file {path} does not parse ({' '.join(str(exc).split())})", _GATE_HINT) from None
-    items = data.get("behaviour") if isinstance(data, dict) else data
-    if not isinstance(items, list) or not items:
-        raise KneecapError(f"--behaviour-gate file {path} holds no list of behaviour cases", _GATE_HINT)
-    cases = []
-    for i, item in enumerate(items):
-        try:
-            case = BehaviourCase.model_validate(item)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            field = ".".join(str(x) for x in err["loc"] if not str(x).startswith("function-")) or "(the case)"
-            msg = "unknown field (typo?)" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-            raise KneecapError(f"--behaviour-gate file {path}: case {i + 1}: {field}: {msg}", _GATE_HINT) from None
-        cases.append(case.model_dump(exclude_none=True))
-    names = [c["name"] for c in cases]
-    if len(set(names)) != len(names):
-        raise KneecapError(f"--behaviour-gate file {path}: case names repeat ({', '.join(sorted({n for n in names if names.count(n) > 1}))})",
-                           "give every case its own name")
-    return cases
+    items = read_list_file(path, "--behaviour-gate", "behaviour", "behaviour cases", _GATE_HINT)
+    return behaviour_cases(items, f"--behaviour-gate file {path}", _GATE_HINT)
 
 
 def _write_run_plans(d: Path, req, doc: dict, behaviour: list[dict] | None = None) -> None:

@@ -316,6 +316,30 @@ def _user_path(loc: tuple) -> tuple:
     return tuple(out)
 
 
+def _error_text(err: dict) -> str:
+    """A pydantic error's message in users' terms."""
+    return "unknown field (typo?)" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+
+
+def behaviour_cases(items: list, source: str, hint: str) -> list[dict]:
+    """A list of behaviour cases outside a load plan (e.g. recommend's --behaviour-gate file), each checked as a
+    plan's `behaviour:` entries are, with distinct names; one line naming `source` and the case on any error."""
+    cases = []
+    for i, item in enumerate(items):
+        try:
+            case = BehaviourCase.model_validate(item)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(p) for p in _user_path(err["loc"])) or "(the case)"
+            raise KneecapError(f"{source}: case {i + 1}: {field}: {_error_text(err)}", hint) from None
+        cases.append(case.model_dump(exclude_none=True))
+    names = [c["name"] for c in cases]
+    if len(set(names)) != len(names):
+        raise KneecapError(f"{source}: case names repeat ({', '.join(sorted({n for n in names if names.count(n) > 1}))})",
+                           "give every case its own name")
+    return cases
+
+
 def load_plan_file(path: str | Path) -> tuple[LoadPlanSpec, Path]:
     """Read and validate a plan file; returns (spec, folder it lives in). Errors name file, line and field."""
     import yaml
@@ -349,9 +373,7 @@ def load_plan_file(path: str | Path) -> tuple[LoadPlanSpec, Path]:
         loc = _user_path(err["loc"])
         field = ".".join(str(p) for p in loc) or "(top level)"
         line = _node_line(root, loc)
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field (typo?)"
+        msg = _error_text(err)
         more = f" (+{len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
         raise KneecapError(f"{path}:{line}: {field}: {msg}{more}", "fix that field; see examples/ for valid plans") from None
     return spec, path.parent

@@ -5,15 +5,16 @@
       - {name: rag, input: "8000", output: "uniform:100:400", weight: 0.2}
 
 lengths in kneecap's length-spec grammar (kneecap.workload.lengthspec); weights are shares of the traffic.
-Owns reading and checking the file; the mix is sampled by kneecap.workload exactly as simulate and bench do.
+Owns checking the file (recommend.list_file reads it); the mix is sampled by kneecap.workload exactly as
+simulate and bench do.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from kneecap.errors import KneecapError
+from kneecap.recommend.list_file import read_list_file
 from kneecap.workload import RequestClass, Workload
 from kneecap.workload.lengthspec import parse_length_spec
 
@@ -21,23 +22,7 @@ _HINT = 'write e.g. classes: [{name: chat, input: "lognormal:mean=1000,std=300,m
 
 
 def load_classes(path: str | Path) -> Workload:
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError:
-        raise KneecapError(f"--classes file {path} not found", _HINT) from None
-    try:
-        if p.suffix == ".json":
-            doc = json.loads(text)
-        else:
-            import yaml
-
-            doc = yaml.safe_load(text)
-    except Exception as exc:  # yaml.YAMLError / ValueError: say which file and why, one line
-        raise KneecapError(f"--classes file {path} does not parse ({' '.join(str(exc).split())})", _HINT) from None
-    items = doc.get("classes") if isinstance(doc, dict) else doc
-    if not isinstance(items, list) or not items:
-        raise KneecapError(f"--classes file {path} has no list of classes", _HINT)
+    items = read_list_file(path, "--classes", "classes", "classes", _HINT)
     out = []
     for i, item in enumerate(items):
         if not isinstance(item, dict) or "input" not in item or "output" not in item:
