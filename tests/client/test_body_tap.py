@@ -49,6 +49,18 @@ def test_bad_framing_raises(bad):
         ChunkDecoder().feed(bad)
 
 
+def test_a_line_without_its_crlf_waits_up_to_its_limit():
+    d = ChunkDecoder()
+    assert d.feed(b"5;ext=" + b"x" * 200) == [] and not d.ended  # a size line with extensions, still arriving
+    assert d.feed(b"\r\nhello\r\n0\r\n") == [b"hello"]
+    assert d.feed(b"Trailer: " + b"t" * 8000) == [] and not d.ended
+    assert d.feed(b"\r\n\r\n") == [] and d.ended
+    with pytest.raises(ChunkError, match="chunk size line too long"):
+        ChunkDecoder().feed(b"5;ext=" + b"x" * 300)
+    with pytest.raises(ChunkError, match="trailer line too long"):
+        ChunkDecoder().feed(b"0\r\nTrailer: " + b"t" * 9000)
+
+
 def test_mid_chunk_start_is_detected_on_the_first_read():
     # what the tap sees if aiohttp stopped inside a chunk: SSE bytes, not a size line
     with pytest.raises(ChunkError):

@@ -63,6 +63,15 @@ class ChunkDecoder:
         """True when the next byte starts a chunk-size line (no partial state held)."""
         return self._state == self._SIZE and not self._pending
 
+    def _line_end(self, data: bytes, i: int, limit: int, what: str) -> int:
+        """Where the CRLF ending the line at i is, or -1 with the line kept for the next read (at most limit bytes)."""
+        j = data.find(b"\r\n", i)
+        if j < 0:
+            if len(data) - i > limit:
+                raise ChunkError(f"{what} too long")
+            self._pending = data[i:]
+        return j
+
     def feed(self, data: bytes) -> list[bytes]:
         if self._pending:
             data = self._pending + data
@@ -102,11 +111,8 @@ class ChunkDecoder:
                 i += 2
                 self._state = self._SIZE
             elif state == self._SIZE:
-                j = data.find(b"\r\n", i)
+                j = self._line_end(data, i, 256, "chunk size line")
                 if j < 0:
-                    if n - i > 256:
-                        raise ChunkError("chunk size line too long")
-                    self._pending = data[i:]
                     break
                 line = data[i:j]
                 semi = line.find(b";")  # chunk extensions are ignored
@@ -123,11 +129,8 @@ class ChunkDecoder:
                 else:
                     self._state = self._TRAILER
             elif state == self._TRAILER:  # at the start of a trailer line; an empty line ends the message
-                j = data.find(b"\r\n", i)
+                j = self._line_end(data, i, 8192, "trailer line")
                 if j < 0:
-                    if n - i > 8192:
-                        raise ChunkError("trailer line too long")
-                    self._pending = data[i:]
                     break
                 empty = j == i
                 i = j + 2
