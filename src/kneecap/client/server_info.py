@@ -202,16 +202,14 @@ def combine(base_url: str, models: Any = None, version: Any = None, metrics_text
             fields["version"] = version["version"]
     elif sg.get("is_sglang"):
         engine = SGLANG
-        for key in ("kv_capacity_tokens", "kv_capacity_source", "num_slots", "block_size", "version"):
-            if sg.get(key) is not None:
-                fields[key] = sg[key]
+        fields.update({k: sg[k] for k in ("kv_capacity_tokens", "kv_capacity_source", "num_slots", "block_size", "version")
+                       if sg.get(k) is not None})
         if "max_model_len" not in fields and sg.get("max_model_len"):
             fields["max_model_len"] = sg["max_model_len"]
     elif lc.get("is_llamacpp"):
         engine = LLAMACPP
-        for key in ("kv_capacity_tokens", "kv_capacity_source", "num_slots", "slot_context_tokens", "version"):
-            if lc.get(key) is not None:
-                fields[key] = lc[key]
+        fields.update({k: lc[k] for k in ("kv_capacity_tokens", "kv_capacity_source", "num_slots", "slot_context_tokens",
+                                          "version") if lc.get(k) is not None})
         notes.append("llama.cpp: a request longer than one slot's n_ctx is refused; with --kv-unified slots "
                      "share one pool and the capacity is n_ctx, not n_ctx x total_slots")
         if fields.get("slot_context_tokens") and "max_model_len" not in fields:
