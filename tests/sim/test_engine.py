@@ -194,7 +194,8 @@ def test_same_seed_same_records_different_seed_different():
 
 def test_closed_loop_keeps_concurrency():
     d, cfg = deployment(), EngineConfig(max_num_seqs=64, max_num_batched_tokens=4096)
-    res = simulate_level(sim_of(d, cfg, 20000), Workload.fixed(100, 50), LevelSpec(concurrency=8, num_requests=40), trace=True)
+    res = simulate_level(sim_of(d, cfg, 20000), Workload.fixed(100, 50), LevelSpec(concurrency=8, num_requests=40), trace=True,
+                         delivery_spread_s=0.0)  # a slot sends again one turnaround after its own end
     assert len(res.records) == 40
     assert max(row["num_running"] + row["num_waiting"] for row in res.trace) == 8
     assert res.server_metrics["running_max"] == 8

@@ -68,8 +68,8 @@ def test_a_wave_back_to_an_idle_engine_arrives_in_turn():
 
     d, cfg = deployment(), EngineConfig(max_num_seqs=64, max_num_batched_tokens=4096)
     level = LevelSpec(concurrency=4, num_requests=8)
-    spread = simulate_level(sim_of(d, cfg, 20000), Workload.fixed(400, 20), level, delivery_spread_s=DELIVERY_SPREAD_S)
-    lockstep = simulate_level(sim_of(d, cfg, 20000), Workload.fixed(400, 20), level)
+    spread = simulate_level(sim_of(d, cfg, 20000), Workload.fixed(400, 20), level)  # the default spread
+    lockstep = simulate_level(sim_of(d, cfg, 20000), Workload.fixed(400, 20), level, delivery_spread_s=0.0)
     wave1_end = max(r.end_at for r in spread.records[:4])
     second = sorted(r.sent_at for r in spread.records if r.sent_at > 0)
     assert second == pytest.approx([wave1_end + k * DELIVERY_SPREAD_S + CLIENT_TURNAROUND_S for k in range(4)])

@@ -43,7 +43,7 @@ CLIENT_TURNAROUND_S = 1e-4
 # step is back k x this later. The same runs measured their last chunks
 # 0.22-0.32 ms apart per response. What it changes: a wave that comes back to an idle engine no longer arrives
 # in one instant, so the engine starts on its first request alone and the rest join the step after, as served.
-# simulate's default (SimulateOptions); simulate_level's own default stays 0 for the callers that model no client.
+# The default of every simulated level (simulate_level, so kneecap simulate, validation and recommend alike).
 DELIVERY_SPREAD_S = 2.5e-4
 
 
@@ -139,7 +139,7 @@ def _requests(workload: Workload, seed: int, total: int | None, id_prefix: str) 
 
 def simulate_level(sim: SimDeployment, workload: Workload, level: LevelSpec, *, index: int = 0, seed: int = 0,
                    burstiness: float = 1.0, trace: bool = False, fast_path: bool = True,
-                   turnaround_s: float = CLIENT_TURNAROUND_S, delivery_spread_s: float = 0.0,
+                   turnaround_s: float = CLIENT_TURNAROUND_S, delivery_spread_s: float = DELIVERY_SPREAD_S,
                    token_times: bool = False) -> LevelResult:
     """Run one level on a fresh engine of the simulated deployment (sim.new_engine); records in completion order.
     turnaround_s / delivery_spread_s: a closed loop's next request is sent rank x delivery_spread_s +
