@@ -393,6 +393,16 @@ def test_falcon_h1_without_mamba_d_ssm_names_the_field():
     assert "attn_layer_indices" in info.value.message
 
 
+def test_granite4_hybrid_reads_transformers_5_layer_type_names():
+    # transformers 5.x writes Granite 4.0-H's "mamba" / "attention" as "linear_attention" / "full_attention"
+    doc = json.loads((CONFIGS / "granite-4.0-h-tiny.json").read_text())
+    renamed = {**doc, "layer_types": [{"mamba": "linear_attention", "attention": "full_attention"}[k]
+                                      for k in doc["layer_types"]]}
+    from kneecap.model.hf_config import from_hf_config
+
+    assert from_hf_config(renamed, name="x", source="cfg.json") == from_hf_config(doc, name="x", source="cfg.json")
+
+
 def test_granite4_hybrid_needs_its_layer_types():
     doc = json.loads((CONFIGS / "granite-4.0-h-tiny.json").read_text())
     from kneecap.model.hf_config import from_hf_config

@@ -242,8 +242,15 @@ def _head_dim(cfg: Mapping, inter: int, heads: int, source: str) -> int:
     return head_dim
 
 
+# Granite 4.0-H's layer_types spellings: IBM's files say "mamba" / "attention"; transformers 5.x saves them as
+# "linear_attention" / "full_attention" (configuration_utils._LEGACY_LAYER_TYPE_REMAP), which vLLM 0.32.0's
+# granitemoehybrid.py keys its decoder layers by.
+_GRANITE_KINDS = {"mamba": "linear_attention", "linear_attention": "linear_attention",
+                  "attention": "full_attention", "full_attention": "full_attention"}
+
+
 def granite_hybrid_layout(cfg: Mapping, source: str) -> list[str]:
-    """Layer kinds of a Granite 4.0-H model from layer_types ("mamba" / "attention")."""
+    """Layer kinds of a Granite 4.0-H model from layer_types ("mamba" / "attention", or transformers 5's names)."""
     n = cfg["num_hidden_layers"]
     kinds = cfg.get("layer_types")
     if not isinstance(kinds, list) or not kinds:
@@ -252,10 +259,10 @@ def granite_hybrid_layout(cfg: Mapping, source: str) -> list[str]:
     if len(kinds) != n:
         raise KneecapError(f"{source}: layer_types has {len(kinds)} entries for {n} layers",
                            f"make layer_types as long as num_hidden_layers in {source}")
-    bad = sorted({str(k) for k in kinds} - {"mamba", "attention"})
+    bad = sorted({str(k) for k in kinds} - set(_GRANITE_KINDS))
     if bad:
         raise KneecapError(f"{source}: unknown layer_types entries {bad}", "use 'mamba' or 'attention'")
-    return ["full_attention" if k == "attention" else "linear_attention" for k in kinds]
+    return [_GRANITE_KINDS[k] for k in kinds]
 
 
 def granite_hybrid_dims(cfg: Mapping, source: str) -> dict:
