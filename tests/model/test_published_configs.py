@@ -403,6 +403,22 @@ def test_granite4_hybrid_reads_transformers_5_layer_type_names():
     assert from_hf_config(renamed, name="x", source="cfg.json") == from_hf_config(doc, name="x", source="cfg.json")
 
 
+def test_nemotron_h_reads_transformers_5_layers_block_type():
+    # transformers 5.x saves hybrid_override_pattern as layers_block_type (M -> linear_attention, * ->
+    # full_attention, - -> mlp, E -> moe) and drops the pattern
+    doc = json.loads((CONFIGS / "nvidia--Nemotron-H-56B-Base-8K.json").read_text())
+    names = {"M": "linear_attention", "*": "full_attention", "-": "mlp"}
+    listed = {k: v for k, v in doc.items() if k != "hybrid_override_pattern"}
+    listed["layers_block_type"] = [names[c] for c in doc["hybrid_override_pattern"]]
+    from kneecap.model.hf_config import from_hf_config
+
+    assert from_hf_config(listed, name="x", source="cfg.json") == from_hf_config(doc, name="x", source="cfg.json")
+    with pytest.raises(KneecapError) as info:  # MoE blocks stay unmodelled, by either spelling
+        from_hf_config({**listed, "layers_block_type": ["moe"] + listed["layers_block_type"][1:]}, name="x",
+                       source="cfg.json")
+    assert "MoE blocks ('E')" in info.value.message
+
+
 def test_granite4_hybrid_needs_its_layer_types():
     doc = json.loads((CONFIGS / "granite-4.0-h-tiny.json").read_text())
     from kneecap.model.hf_config import from_hf_config

@@ -62,9 +62,21 @@ from kneecap.model.params import PARTS, ParamCount, gqa_attention_params, swiglu
 _BLOCKS = {"M": "linear_attention", "*": "full_attention", "-": None}
 
 
+# transformers 5.x saves a Nemotron-H's blocks as layers_block_type (NemotronHConfig._list_to_pattern's mapping),
+# with no hybrid_override_pattern; "mamba" / "attention" are the legacy names it remaps.
+_BLOCK_NAMES = {"linear_attention": "M", "mamba": "M", "full_attention": "*", "attention": "*", "mlp": "-", "moe": "E"}
+
+
 def nemotron_h_blocks(cfg: Mapping, source: str) -> str:
     """The validated block pattern (one character per block)."""
     pattern = cfg.get("hybrid_override_pattern")
+    listed = cfg.get("layers_block_type")
+    if pattern is None and isinstance(listed, list) and listed:
+        bad = sorted({str(b) for b in listed} - set(_BLOCK_NAMES))
+        if bad:
+            raise KneecapError(f"{source}: unknown layers_block_type entries {bad}",
+                               f"use {', '.join(_BLOCK_NAMES)}")
+        pattern = "".join(_BLOCK_NAMES[b] for b in listed)
     n = cfg["num_hidden_layers"]
     if not isinstance(pattern, str) or not pattern:
         raise KneecapError(f"{source}: config.json has no 'hybrid_override_pattern', which the memory formula needs",
