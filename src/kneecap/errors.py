@@ -23,9 +23,3 @@ class KneecapError(Exception):
             text += f" — {self.hint}"
         return " ".join(text.split())  # guarantee a single line
 
-
-def require_positive(name: str, value: float | int, flag: str | None = None) -> None:
-    """Raise a KneecapError unless `value` > 0."""
-    if value is None or value <= 0:
-        where = flag or name
-        raise KneecapError(f"{where} must be positive, got {value!r}", f"pass a number > 0 to {where}")

@@ -83,7 +83,6 @@ class Gpu:
 
 
 INTERCONNECTS = ("nvlink", "xgmi", "pcie")
-HBM_CHOICES = ("datasheet", "device", "framework")
 
 
 def _normalize(name: str) -> str:
