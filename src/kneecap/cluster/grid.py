@@ -139,11 +139,6 @@ def run_grid_bytes(configs: Sequence[dict], ray_address: str | None, nodes: list
         conn.close()
 
 
-def run_grid(configs: Sequence[dict], ray_address: str | None) -> list[dict]:
-    """Every configuration's summary (as `kneecap simulate` writes it to summary.json), in order."""
-    return [json.loads(b) for b in run_grid_bytes(configs, ray_address)]
-
-
 def write_grid(out_dir: str | Path, configs: Sequence[dict], summaries: Sequence[bytes],
                nodes: Sequence[str] | None = None) -> list[dict]:
     """OUT/NNN[-name]/summary.json per configuration (its bytes as simulate wrote them) and OUT/grid.json,
