@@ -65,8 +65,8 @@ class EngineProfile:
 # scheduler cost at 12.7 us per running request at the cap, growing ~2x per doubling of requests
 # (openfabric-systems/simllm#204); it covers Scheduler.schedule only, so it is a lower bound of the whole
 # per-step CPU work. SGLang and TensorRT-LLM overlap their CPU work with the GPU (SGLang v0.4 "zero-overhead
-# batch scheduler", lmsys.org/blog/2024-12-04-sglang-v0-4; TensorRT-LLM docs "Overlap Scheduler": enabled by
-# default), so the same per-sequence figure is used and hidden under GPU time when the GPU is the longer.
+# batch scheduler", lmsys.org/blog/2024-12-04-sglang-v0-4), so the same per-sequence figure is used for SGLang and
+# hidden under GPU time when the GPU is the longer; TensorRT-LLM's own figure is below.
 VLLM_PROFILE = EngineProfile()
 SGLANG_PROFILE = EngineProfile(name="sglang", version="SGLang 0.4+ (overlap scheduler on by default)",
                                overlap_cpu=True, cudagraph_sizes=sglang_cudagraph_sizes())
@@ -81,8 +81,17 @@ VLLM_V0_PROFILE = EngineProfile(name="vllm", version="vLLM V0 (before 0.8)", cpu
 # (January 2026) is taken as the first release with it; whether 0.13 already had it is not checked. Pipeline
 # parallelism kept it off until vllm-project/vllm#32359; the batch queue overlaps PP rounds anyway.
 VLLM_ASYNC_PROFILE = EngineProfile(name="vllm", version="vLLM V1 0.14+ (async scheduling on by default)", overlap_cpu=True)
+# TensorRT-LLM's PyTorch executor (PyExecutor._executor_loop_overlap: scheduling, input preparation, the TorchSampler's
+# per-request token updates and responses on one Python thread, one step ahead of the GPU) costs far more host time per
+# running request than vLLM's scheduler alone: NVIDIA measured an average host_step_time of 45.11 ms per iteration for
+# GPT-OSS-120B and 44.53 ms for Llama-3.2-1B on GB200 with attention DP 2 and max_batch_size 1536 (1536 requests per
+# rank, ISL/OSL 1k/1k), runs they call host-bound (NVIDIA/TensorRT-LLM#10273, Dec 2025). Two models 100x apart in size
+# taking the same time says it is per request, not per layer: (45 ms - the 2 ms fixed part) / 1536 = 28 us per request
+# per step. The overlap scheduler hides it only while the GPU step is the longer: step = max(gpu, cpu), so a small model
+# at thousands of sequences runs at the host's pace. Measured on Grace (GB200); x86 hosts may be faster (not modelled).
+TRTLLM_CPU_PER_SEQ_S = 28e-6
 TRTLLM_PROFILE = EngineProfile(name="trtllm", version="TensorRT-LLM 1.x PyTorch backend (overlap scheduler on by default)",
-                               overlap_cpu=True, cudagraph_sizes=())
+                               cpu_per_seq_s=TRTLLM_CPU_PER_SEQ_S, overlap_cpu=True, cudagraph_sizes=())
 
 
 @dataclass(frozen=True)
