@@ -103,7 +103,7 @@ def _rng(kind: str, seed: int, salt: str, key: object) -> random.Random:
 class RandomTokenPrompts:
     """Token-id prompts of exactly spec.input_tokens ids drawn uniformly from [low, high).
 
-    Build the range with `for_vocab` from a vocabulary size the server (or a tokenizer) states. A
+    Build the range with `token_id_range` from a vocabulary size the server (or a tokenizer) states. A
     shared-prefix group's first prefix_tokens ids are the same for every request of the group; the
     rest are drawn from (seed, salt, request index).
     """
@@ -120,12 +120,6 @@ class RandomTokenPrompts:
         if not (0 <= self.low < self.high):
             raise KneecapError(f"token id range must satisfy 0 <= low < high, got [{self.low}, {self.high})",
                                "pass a range inside the model's vocabulary")
-
-    @classmethod
-    def for_vocab(cls, vocab_size: int, seed: int = 0, salt: str = "") -> "RandomTokenPrompts":
-        """Prompts inside a vocabulary of vocab_size ids (token_id_range)."""
-        low, high = token_id_range(vocab_size)
-        return cls(seed=seed, low=low, high=high, salt=salt)
 
     def prompt_for(self, spec: RequestSpec) -> Prompt:
         if spec.block_hashes:  # a replayed trace: block k is the same ids wherever its hash id appears
