@@ -228,19 +228,16 @@ def trtllm_bench_limits(point: Point, plan) -> tuple[int, int]:
     requests = available * 0.95 / (per_token * (point.isl + point.osl))
     raw_bs = min(requests, 4096) / point.pp
     raw_token = min(raw_bs * (1 + point.isl / point.osl), 32768)
-    if raw_bs < 256:
-        bs = max(64, 32 * math.ceil(raw_bs / 32))
-    elif raw_bs < 1024:
-        bs = 128 * math.ceil(raw_bs / 128)
-    else:
-        bs = 256 * math.ceil(raw_bs / 256)
-    if raw_token < 4096:
-        tokens = max(2048, 256 * math.ceil(raw_token / 256))
-    elif raw_token < 8192:
-        tokens = 512 * math.ceil(raw_token / 512)
-    else:
-        tokens = 1024 * math.ceil(raw_token / 1024)
+    bs = _round_up_banded(raw_bs, ((256, 32), (1024, 128), (math.inf, 256)), at_least=64)
+    tokens = _round_up_banded(raw_token, ((4096, 256), (8192, 512), (math.inf, 1024)), at_least=2048)
     return bs * point.pp, tokens
+
+
+def _round_up_banded(value: float, bands: tuple[tuple[float, int], ...], at_least: int) -> int:
+    """value rounded up to the step of the first (below, step) band it lies below, and at least at_least
+    (trtllm-bench's finetune_setting rounding; at_least only binds in the first band)."""
+    step = next(step for below, step in bands if value < below)
+    return max(at_least, step * math.ceil(value / step))
 
 
 def _lengths(high: int, low: int | None):
