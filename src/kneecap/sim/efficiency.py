@@ -28,9 +28,41 @@ class Efficiency:
     allreduce_busbw_bytes_s: float | None  # None: take allreduce_link_fraction x the link's per-direction bytes/s
     allreduce_link_fraction: float
     family: str
+    # GEMM fraction of the dtype's peak by the GEMM's rows M, where a kernel table measured it:
+    # {dtype class: ((M, fraction), ...)} ascending in M (data/efficiency.json "gemm_<dtype>_by_m")
+    gemm_by_m: tuple[tuple[str, tuple[tuple[int, float], ...]], ...] = ()
+    # routed experts held in 4-bit (MXFP4/NVFP4) and run weight-only on a GPU without FP4 hardware: their
+    # weight bytes/s over the datasheet bandwidth, where measured ("moe_w4a16_hbm"); None: gemm_hbm
+    moe_w4a16_hbm: float | None = None
 
     def gemm(self, dtype_class: str) -> float:
         return {"bf16": self.gemm_bf16, "fp8": self.gemm_fp8, "fp4": self.gemm_fp4}[dtype_class]
+
+    def gemm_curve(self, dtype_class: str) -> tuple[tuple[int, float], ...] | None:
+        """The measured (M, fraction of peak) points for this dtype class, or None (the flat gemm() figure)."""
+        for name, points in self.gemm_by_m:
+            if name == dtype_class:
+                return points
+        return None
+
+    def gemm_at(self, dtype_class: str, m: float) -> float:
+        """Fraction of the dtype's dense peak a GEMM of m rows reaches (kernel table, linear in M between its
+        points, the last point beyond it); the flat best-shape gemm() figure where no table exists."""
+        points = self.gemm_curve(dtype_class)
+        return self.gemm(dtype_class) if points is None else curve_at(points, m)
+
+
+def curve_at(points: tuple[tuple[int, float], ...], m: float) -> float:
+    """Piecewise-linear in M through (M, fraction) points; at a GEMM's smallest rows the fraction grows with M
+    (the weights are streamed once whatever M), so below the first point it scales with M, above the last it holds."""
+    m0, f0 = points[0]
+    if m <= m0:
+        return f0 * max(m, 0.0) / m0
+    for m1, f1 in points[1:]:
+        if m <= m1:
+            return f0 + (f1 - f0) * (m - m0) / (m1 - m0)
+        m0, f0 = m1, f1
+    return f0
 
 
 @lru_cache(maxsize=1)
@@ -51,5 +83,10 @@ def efficiency_for(gpu_name: str, interconnect: str = "nvlink") -> Efficiency:
     vals = {k: float(entry.get(k, base[k])) for k in KEYS}
     vals["gemm_hbm"] = float(entry.get("gemm_hbm", base.get("gemm_hbm", vals["hbm"])))  # else the hbm fraction
     busbw = entry.get("allreduce_busbw_bytes_s")
+    curves = tuple((cls, tuple((int(m), float(f)) for m, f in zip(entry[f"gemm_{cls}_by_m"]["m"],
+                                                                  entry[f"gemm_{cls}_by_m"]["fraction"])))
+                   for cls in ("bf16", "fp8", "fp4") if f"gemm_{cls}_by_m" in entry)
+    w4 = entry.get("moe_w4a16_hbm")
     return Efficiency(**vals, allreduce_busbw_bytes_s=None if busbw is None else float(busbw),
-                      allreduce_link_fraction=float(base["allreduce_link_fraction"]), family=family)
+                      allreduce_link_fraction=float(base["allreduce_link_fraction"]), family=family,
+                      gemm_by_m=curves, moe_w4a16_hbm=None if w4 is None else float(w4))

@@ -14,7 +14,10 @@ One step over a batch of T tokens (S sequences; decodes and prefill chunks), per
       FLOPs 2 x params x T, bytes params x bytes/param + activations in and out (T x width x 2 B).
   MoE routed experts (grouped GEMM): FLOPs 2 x expert params x T x top_k; bytes of the distinct experts
       the batch touches, E x (1 - (1 - k/E)^T) (uniform routing); with expert parallelism the busiest
-      rank sets the time: mean load + sqrt(2 ln ep) standard deviations of a binomial load.
+      rank sets the time: mean load + sqrt(2 ln ep) standard deviations of a binomial load. Two grouped GEMMs
+      (gate_up: 2/3 of the weights and FLOPs, down: 1/3), each max(compute, weights + its activations), plus
+      the gated activation and the top-k combine as memory-bound kernels of their own (3I + h bytes x 2 per
+      assignment, h x 2 per token), as vLLM's fused_moe and TensorRT-LLM's CUTLASS MoE run them.
   Attention, per sequence group (decodes, then prefill chunks), per layer kind:
       GQA/MHA  FLOPs 4 x heads/tp x head_dim x pairs; bytes KV bytes/token/GPU x cached tokens read
       sliding  the same, each query's pairs capped at the window
@@ -44,17 +47,37 @@ One step over a batch of T tokens (S sequences; decodes and prefill chunks), per
       per hop over NVLink, 1.0 us over PCIe). With DP attention the attention output is not all-reduced.
   EP all-to-all (DP attention + expert parallelism): dispatch and combine per MoE layer, each
       T_rank x top_k x hidden x 2 B x (ep-1)/ep over the link.
-  PP: the step is one round of as many micro-batches as stages (vLLM V1 keeps pipeline_parallel_size
-      batches in flight: EngineCore.step_with_batch_queue; TensorRT-LLM likewise); m micro-batches
-      (at most pp; a decode is one unit, a prefill chunk one unit per token budget) of T/m tokens each
-      pass through every stage, so the round lasts one full-model pass
-      of a micro-batch plus (pp-1) activation sends of T/m x hidden x 2 B. Fewer tokens than stages
-      leave stages idle (the bubble).
-      The scheduler's token budget per round is pp x max_num_batched_tokens (one per micro-batch). Each micro-batch is scheduled on the CPU while others run.
+  PP: the step is one round of as many micro-batches as stages, as both engines run it. TensorRT-LLM's PyTorch
+      backend (NVIDIA/TensorRT-LLM tensorrt_llm/_torch/pyexecutor/py_executor.py, e.g. at commit
+      9521caf4696c1fb79b0f946f0d980f8f0ebd3e64 and in the 1.x releases: PyExecutor sets num_micro_batches =
+      pp_size, and pp > 1 always runs _executor_loop_pp, never the overlap scheduler's loop) schedules one micro-batch per iteration from the requests not in flight, each limited by
+      max_batch_size and max_num_tokens (model_engine.py get_max_num_sequences: pp x max_batch_size requests in
+      all; trtllm-bench sizes max_batch_size per micro-batch, bench/build/tuning.py finetune_setting: requests / pp);
+      hidden states go stage to stage by NCCL send/recv on the GPU streams (_torch/distributed/communicator.py
+      PPCommNCCL), the last stage samples and its tokens go back rank to rank by MPI (py_executor.py "send/recv
+      chain: (pp_size - 1) -> 0 -> 1 -> ..."), and a micro-batch's requests are updated and scheduled again only
+      then. vLLM V1 (vllm/v1/engine/core.py step_with_batch_queue, batch_queue_size = pp) likewise schedules while
+      its queue has room, blocks on the oldest batch, updates from its output, then schedules again; its
+      max_num_seqs bounds all running requests (a request in flight has nothing to schedule), max_num_batched_tokens
+      each batch. Decoder layers split evenly over stages (TensorRT-LLM tensorrt_llm/mapping.py Mapping.pp_layers:
+      torch.tensor_split, the first L mod pp stages one layer more; vLLM vllm/distributed/utils.py get_pp_indices:
+      the L mod pp extra layers on the stages before the last), the
+      embedding sits on the first stage and the final norm, LM head and sampling on the last. So a round of m
+      micro-batches (at most pp; a decode is one unit, a prefill chunk one unit per token budget) of T/m tokens lasts
+          max(m x slowest stage, one micro-batch's pass + its host work, the host work of all m micro-batches)
+      a stage being its decoder layers' share (ceil(L/pp)/L; the last floor(L/pp)/L plus the head) of a micro-batch's
+      pass, plus one send of T/m x hidden x 2 B; the pass is every stage plus (pp-1) sends. Fewer micro-batches
+      than stages leave stages idle (the bubble): the round is then one micro-batch's pass and host work.
+      The scheduler's token budget per round is pp x max_num_batched_tokens (one per micro-batch).
 
 Dtype of the GEMMs: bf16/fp16 -> bf16 peak; fp8/fp8-block/int8 (W8A8) -> fp8 peak; nvfp4/mxfp4 ->
-fp4 peak where the GPU has it (else fp8, else bf16: weight-only dequantisation); int4/awq/gptq
-(W4A16) -> bf16 peak. Attention runs at the bf16 attention rate.
+fp4 peak where the GPU has it, else bf16 (weight-only: the kernels upcast the 4-bit weights and multiply
+bf16 activations; vLLM's mxfp4.py runs MXFP4 MoE with Marlin or triton_kernels' matmul_ogs there, both
+W4A16); int4/awq/gptq (W4A16) -> bf16 peak. Attention runs at the bf16 attention rate.
+GEMM rate by shape: where data/efficiency.json has a kernel table for the GPU and dtype (gemm_<dtype>_by_m:
+MI300X FP8 from aiter's tuned GEMMs), a GEMM of M rows runs at that table's fraction of the peak at M (M =
+the step's tokens; a routed expert's rows = its share of the assignments), else at the flat best-shape
+fraction; 4-bit experts run weight-only on a GPU without FP4 stream their weights at moe_w4a16_hbm.
 """
 
 from __future__ import annotations
@@ -66,7 +89,7 @@ from dataclasses import dataclass, fields, replace
 from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.model.kv import kv_bytes_per_token_per_gpu, kv_dtype_bytes, kv_heads_per_gpu, state_bytes_per_sequence
-from kneecap.sim.efficiency import Efficiency, efficiency_for
+from kneecap.sim.efficiency import Efficiency, curve_at, efficiency_for
 
 # NCCL ring all-reduce, LL protocol, latency per hop in seconds (NCCL src/graph/tuning.cc hwLat, Ring/LL).
 HOP_LATENCY_S = {"nvlink": 0.47e-6, "xgmi": 0.47e-6, "pcie": 1.0e-6}
@@ -137,12 +160,9 @@ def gemm_class(deployment: Deployment) -> str:
     dtype = deployment.weight_dtype.lower()
     if dtype in ("fp8", "fp8-block", "int8") and gpu.fp8_flops:
         return "fp8"
-    if dtype in ("nvfp4", "mxfp4"):
-        if gpu.fp4_flops:
-            return "fp4"
-        if gpu.fp8_flops:
-            return "fp8"
-    return "bf16"
+    if dtype in ("nvfp4", "mxfp4") and gpu.fp4_flops:
+        return "fp4"
+    return "bf16"  # 4-bit without FP4 hardware: weight-only (W4A16), bf16 MMA (module docstring)
 
 
 def gemm_flops(deployment: Deployment) -> float:
@@ -190,11 +210,15 @@ class StepTimeModel:
         self.ep, self.dp_attention = ep, dp_attention
         self.efficiency = eff = efficiency or efficiency_for(gpu.name, gpu.interconnect)
         cls = gemm_class(deployment)
-        self.flop_rate = gemm_flops(deployment) * eff.gemm(cls) * params.mfu  # GEMM FLOP/s
+        self.flop_rate = gemm_flops(deployment) * eff.gemm(cls) * params.mfu  # GEMM FLOP/s (flat, best shape)
+        # by the GEMM's rows where a kernel table measured it (efficiency.json gemm_<dtype>_by_m); None: flat
+        self.gemm_peak = gemm_flops(deployment) * params.mfu
+        self.gemm_curve = eff.gemm_curve(cls)
         self.attn_rate = gpu.bf16_flops * eff.attention * params.mfu
         self.byte_rate = gpu.hbm_bandwidth_bytes_s * eff.hbm * params.bw_efficiency
         # weight streaming through the GEMM library at decode shapes (skinny GEMMs), where measured apart
         self.gemm_byte_rate = gpu.hbm_bandwidth_bytes_s * eff.gemm_hbm * params.bw_efficiency
+        self.expert_byte_rate = self.gemm_byte_rate  # routed experts' weights (4-bit weight-only: below)
         act = float(params.activation_bytes)
         h = model.hidden_size
         n_layers = model.num_hidden_layers
@@ -249,9 +273,19 @@ class StepTimeModel:
             self.expert_bytes = per_expert_all / moe_tp
             self.expert_params = model.expert_params * pscale / moe_tp
             self.expert_act_bytes = act * (2 * h + 3 * model.expert_params / (3 * h) / moe_tp)
+            self.expert_inter = model.expert_params / (3 * h) / moe_tp  # an expert's intermediate width on this GPU
+            # 4-bit experts run weight-only (W4A16) without FP4 hardware: their own weight-streaming rate where measured
+            from kneecap.model.params import part_dtypes
+
+            shipped = part_dtypes(model)
+            expert_dtype = (shipped.get("routed_experts", deployment.weight_dtype)
+                            if deployment.weight_dtype in set(shipped.values()) else deployment.weight_dtype).lower()
+            if expert_dtype in ("mxfp4", "nvfp4") and not gpu.fp4_flops and eff.moe_w4a16_hbm:
+                self.expert_byte_rate = gpu.hbm_bandwidth_bytes_s * eff.moe_w4a16_hbm * params.bw_efficiency
         else:
             self.num_moe_layers = 0
-            self.expert_bytes = self.expert_params = self.expert_act_bytes = 0.0
+            self.expert_bytes = self.expert_params = self.expert_act_bytes = self.expert_inter = 0.0
+        self.hidden = h
 
         # --- kernels per step (module docstring: counted from the engines' decoder-layer forwards) ------
         quant = cls != "bf16" or deployment.weight_dtype.lower() in ("fp8", "fp8-block", "int8")
@@ -320,6 +354,10 @@ class StepTimeModel:
         else:
             self.pp_latency_s = 0.0
             self.pp_s_per_byte = 0.0
+        # decoder layers per stage as fractions of all of them (module docstring, PP): the largest stage holds
+        # ceil(L / pp) layers, the last one floor(L / pp) plus the final norm, LM head and sampling
+        self.pp_stage_max_frac = math.ceil(n_layers / pp) / n_layers if n_layers else 1.0
+        self.pp_stage_last_frac = (n_layers // pp) / n_layers if n_layers else 1.0
         self.overhead_s = params.overhead_s
         # engine profile (bound by for_engine): CPU per sequence, overlap, CUDA-graph capture sizes
         self.cpu_per_seq_s = 0.0
@@ -377,24 +415,45 @@ class StepTimeModel:
             load = assign
             hit = self.distinct_experts(t)
         flops = 2.0 * self.expert_params * load
-        c = flops / self.flop_rate
-        m = self.expert_bytes * hit / self.gemm_byte_rate + self.expert_act_bytes * load / self.byte_rate
-        return (c if c > m else m) * self.num_moe_layers
+        c = flops / self.gemm_rate(load / hit if hit > 0 else load)  # rows per touched expert
+        # operator by operator, as the engines run a MoE block (vLLM fused_moe: grouped GEMM w13, silu_and_mul,
+        # grouped GEMM w2, moe_sum; TensorRT-LLM's CUTLASS MoE: expand rows, GEMM1, activation, GEMM2, finalize):
+        # each grouped GEMM is max(compute, its weights + activations in and out); the gated activation (reads 2I,
+        # writes I per assignment) and the top-k combine (reads h per assignment, writes h per token) are
+        # memory-bound kernels of their own, not hidden under the GEMMs' compute
+        act, h, inter = self.params.activation_bytes, self.hidden, self.expert_inter
+        w = self.expert_bytes * hit / self.expert_byte_rate
+        c1, m1 = c * 2.0 / 3.0, w * 2.0 / 3.0 + act * (h + 2 * inter) * load / self.byte_rate  # gate_up: 2 of 3 matrices
+        c2, m2 = c / 3.0, w / 3.0 + act * (inter + h) * load / self.byte_rate  # down
+        rows = t / self.ep if (self.ep > 1 and self.dp_attention) else t  # tokens this rank combines
+        elem = act * (3 * inter * load + h * load + h * rows) / self.byte_rate
+        return ((c1 if c1 > m1 else m1) + (c2 if c2 > m2 else m2) + elem) * self.num_moe_layers
+
+    def _head_seconds(self, t: float, s: float) -> float:
+        """LM head over the s sampled rows, sampling, and the embedding gather of t tokens."""
+        hc = 2.0 * self.head_params * s / self.gemm_rate(s)
+        hm = self.head_bytes / self.gemm_byte_rate + (self.sample_bytes_per_seq * s + self.embed_bytes_per_token * t) / self.byte_rate
+        return hc if hc > hm else hm
+
+    def gemm_rate(self, rows: float) -> float:
+        """Achievable GEMM FLOP/s for a GEMM of `rows` rows (M): the kernel table's where one exists, else flat."""
+        if self.gemm_curve is None:
+            return self.flop_rate
+        f = curve_at(self.gemm_curve, rows)
+        return self.gemm_peak * f if f > 0 else self.flop_rate
 
     def _fixed_seconds(self, t: float, s: float, gemm_t: float) -> float:
         """Everything but the context-dependent attention: GEMMs, experts, head, sampling, state, comm."""
         if t <= 0:
             return 0.0
-        c = 2.0 * self.gemm_params * gemm_t / self.flop_rate
+        c = 2.0 * self.gemm_params * gemm_t / self.gemm_rate(gemm_t)
         m = self.gemm_weight_bytes / self.gemm_byte_rate + self.gemm_act_bytes_per_token * gemm_t / self.byte_rate
         g = c if c > m else m
         ta = gemm_t * self.attn_share
-        c = 2.0 * self.attn_gemm_params * ta / self.flop_rate
+        c = 2.0 * self.attn_gemm_params * ta / self.gemm_rate(ta)
         m = self.attn_gemm_bytes / self.gemm_byte_rate
         g += c if c > m else m
-        hc = 2.0 * self.head_params * s / self.flop_rate
-        hm = self.head_bytes / self.gemm_byte_rate + (self.sample_bytes_per_seq * s + self.embed_bytes_per_token * t) / self.byte_rate
-        g += hc if hc > hm else hm
+        g += self._head_seconds(t, s)
         g += self._moe_seconds(gemm_t)
         g += self.state_bytes_per_seq * s * self.attn_share / self.byte_rate
         return g + self.kernel_s + self.comm_seconds(t)
@@ -428,9 +487,29 @@ class StepTimeModel:
         return m * self.overhead_s + self.cpu_per_seq_s * s * self.attn_share
 
     def _combine(self, gpu, cpu, m: int):
-        if m > 1 or self.overlap_cpu:  # PP: the batch queue schedules micro-batches while others run
+        if m > 1 or self.overlap_cpu:  # (pp > 1 goes through _pp_round)
             return gpu if gpu > cpu else cpu
         return gpu + cpu
+
+    def _pp_round(self, full, cpu: float, m: int, t_mb: float, s_mb: float):
+        """One round of m micro-batches of t_mb tokens (s_mb sequences) each through pp stages (module docstring,
+        PP). full: one micro-batch's pass through every stage with its pp - 1 sends (a float, or a numpy array for a
+        run of decode steps); cpu: the host work of all m micro-batches. The round is the longest of: m passes
+        of the slowest stage (the GPUs' throughput); one micro-batch's ring (its pass, then its host work before
+        it can go again); the m micro-batches' host work (one scheduler thread)."""
+        sends = self.pp_latency_s + self.pp_s_per_byte * t_mb * self.act_bytes_per_token
+        head = self._head_seconds(t_mb, s_mb) + 6 * self.params.kernel_gap_s  # final norm, LM head, sampling
+        hop = sends / (self.pp - 1)  # a stage after the first waits on its own stream for its input
+        cpu_one = cpu / m
+        if isinstance(full, float):
+            layers = full - sends - head
+            stage = max(layers * self.pp_stage_max_frac, layers * self.pp_stage_last_frac + head) + hop
+            return max(m * stage, full + cpu_one, cpu)
+        import numpy as np
+
+        layers = full - sends - head
+        stage = np.maximum(layers * self.pp_stage_max_frac, layers * self.pp_stage_last_frac + head) + hop
+        return np.maximum(np.maximum(m * stage, full + cpu_one), cpu)
 
     def seconds(self, num_tokens: int, pairs_full: float, pairs_window: float, kv_tokens_full: float,
                 kv_tokens_window: float, num_seqs: int, *, num_decodes: int | None = None,
@@ -456,7 +535,10 @@ class StepTimeModel:
         sf, sw = self._slopes()
         gpu = (self._fixed_seconds(num_tokens / m, num_seqs / m, gemm_t / m) + (sf * dkf + sw * dkw) / m
                + self._prefill_attention_seconds(pf / m, pw / m, kf / m, kw / m))
-        return self._combine(gpu, self._cpu(num_seqs, m), m)
+        cpu = self._cpu(num_seqs, m)
+        if self.pp > 1:
+            return self._pp_round(float(gpu), cpu, m, num_tokens / m, num_seqs / m)
+        return self._combine(gpu, cpu, m)
 
     def draft_seconds(self, num_seqs: int, spec_tokens: int) -> float:
         """Drafting `spec_tokens` tokens for `num_seqs` decoding sequences: each draft step is one decoder layer's
@@ -465,7 +547,7 @@ class StepTimeModel:
         if num_seqs <= 0 or spec_tokens <= 0:
             return 0.0
         n = float(num_seqs)
-        hc = 2.0 * self.head_params * n / self.flop_rate
+        hc = 2.0 * self.head_params * n / self.gemm_rate(n)
         hm = self.head_bytes / self.gemm_byte_rate + self.sample_bytes_per_seq * n / self.byte_rate
         head = hc if hc > hm else hm
         body = self._fixed_seconds(n, n, n) - self.comm_seconds(n) - head - self.embed_bytes_per_token * n / self.byte_rate
@@ -494,6 +576,8 @@ class StepTimeModel:
         gemm_t = self.padded(num_seqs, num_seqs) if m == 1 else num_seqs
         gpu = self._fixed_seconds(num_seqs / m, num_seqs / m, gemm_t / m) + (sf * full + sw * window) / m
         cpu = self._cpu(num_seqs, m)
+        if self.pp > 1:
+            return self._pp_round(gpu, cpu, m, num_seqs / m, num_seqs / m)
         if m > 1 or self.overlap_cpu:
             return np.maximum(gpu, cpu)
         return gpu + cpu
