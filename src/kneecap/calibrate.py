@@ -8,8 +8,9 @@ What is fitted (kneecap.sim.steptime.StepTimeParams): `mfu` (fraction of dense p
 (fraction of datasheet HBM bandwidth) and `overhead_s` (fixed seconds per step) by default; any other float
 field may be named. What is compared, per measured level (STATISTICS): mean TTFT, mean TPOT, median ITL and
 output tokens/s, each as log(predicted / measured) so that a 10% miss weighs the same on any metric and scale.
-Predictions come from replaying each level in the simulated engine as it ran (kneecap.sim.level_driver: same
-index, seed, warmup, duration mode and load) with the level's mean input and output lengths.
+Predictions come from replaying each level in the simulated engine as it ran (same index, seed, warmup,
+duration mode and load) with the level's mean input and output lengths, through the one level runner
+(kneecap.sweep.runner) on the virtual-clock driver: the level summaries `kneecap simulate` would write.
 
 Why these statistics: bw_efficiency and overhead_s are both a cost per step, but for the KV reads, so what
 separates them is the decode step at different batch sizes. The median ITL is that step (a median over every
@@ -149,23 +150,51 @@ def levels_from_summary(summary: dict, *, isl: int | None = None, osl: int | Non
     return out
 
 
-def predict_level(target, params, level: MeasuredLevel) -> dict:
-    """The simulated engine's compared statistics (STATISTICS: mean TTFT and TPOT, median ITL, all ms; output
-    tok/s) for one measured level, replayed
-    as it ran (same index, seed, duration mode, warmup and rate) by the one virtual-clock level driver."""
-    from kneecap.levels import SweepLevel
+def replay_levels(target, params, levels: list[MeasuredLevel]) -> list[dict]:
+    """Each measured level replayed as it ran (same index, seed, duration mode, warmup and load) by the one level
+    runner (kneecap.sweep.runner.Sweep) on the virtual-clock driver, in memory: its level summaries, as
+    `kneecap simulate` writes them. Levels that share their sweep's options run in one Sweep."""
+    from itertools import groupby
+
+    from kneecap.levels import LEVEL_INDEX_STRIDE, SweepLevel
+    from kneecap.metrics.stop import StopLimits
     from kneecap.metrics.summarize import summarize_level
     from kneecap.sim.level_driver import SimulateOptions, VirtualTimeDriver
+    from kneecap.sweep.memory_records import MemoryRecords
+    from kneecap.sweep.progress import SilentProgress
+    from kneecap.sweep.runner import STATUS_INTERRUPTED, Sweep, SweepState
 
-    kind = "concurrency" if level.concurrency is not None else "rate"
-    value = level.concurrency if level.concurrency is not None else level.rate
-    opts = SimulateOptions(kind=kind, levels=(value,), isl=level.isl, osl=level.osl, warmup=level.warmup,
-                           seed=level.seed, burstiness=level.burstiness, duration_s=level.duration_s)
-    n = None if level.duration_s is not None else min(level.num_requests, MAX_SIM_REQUESTS)
-    plan = SweepLevel(index=level.index, value=value, num_requests=n, num_warmup=level.warmup, first_index=0)
-    run = VirtualTimeDriver(target.with_step_params(params), opts).run_level(plan, keep=lambda record: None)
-    s = summarize_level(run.records, concurrency=level.concurrency, rate=level.rate)
-    return {m: statistic(s, m) for m in METRICS}
+    def sweep_options(lv: MeasuredLevel) -> SimulateOptions:  # what the levels of a measured sweep share
+        return SimulateOptions(kind="concurrency" if lv.concurrency is not None else "rate", levels=(), isl=lv.isl,
+                               osl=lv.osl, warmup=lv.warmup, seed=lv.seed, burstiness=lv.burstiness,
+                               duration_s=lv.duration_s)
+
+    sim = target.with_step_params(params)
+    out = []
+    for opts, group in groupby(levels, key=sweep_options):
+        group = list(group)
+        values = tuple(lv.concurrency if lv.concurrency is not None else lv.rate for lv in group)
+        opts = replace(opts, levels=values)
+        records = MemoryRecords()
+        sweep = Sweep(opts, state=SweepState(), driver=VirtualTimeDriver(sim, opts), write_record=records.write,
+                      sweep_levels=[SweepLevel(index=lv.index, value=value, num_warmup=lv.warmup,
+                                               num_requests=None if lv.duration_s is not None else
+                                               min(lv.num_requests, MAX_SIM_REQUESTS),
+                                               first_index=lv.index * LEVEL_INDEX_STRIDE)
+                                    for lv, value in zip(group, values)],
+                      persist=lambda summary: None, progress=SilentProgress(), slo=None, records_file=records,
+                      stop_limits=StopLimits(max_error_rate=1.0), summarize_fn=summarize_level, sync=lambda: None,
+                      summary_fields=lambda: dict(kind="simulate", model_executed=False, benchmark_executed=False))
+        if sweep.run()["status"] == STATUS_INTERRUPTED:
+            raise KeyboardInterrupt
+        out += sweep.state.levels
+    return out
+
+
+def predict_levels(target, params, levels: list[MeasuredLevel]) -> list[dict]:
+    """The simulated engine's compared statistics (STATISTICS: mean TTFT and TPOT, median ITL, all ms; output
+    tok/s) of each measured level, replayed as it ran (replay_levels)."""
+    return [{m: statistic(s, m) for m in METRICS} for s in replay_levels(target, params, levels)]
 
 
 def statistic(level_summary: dict, metric: str):
@@ -177,8 +206,7 @@ def statistic(level_summary: dict, metric: str):
 
 def _residuals(target, params, levels: list[MeasuredLevel], weights: dict) -> list[float]:
     res = []
-    for level in levels:
-        pred = predict_level(target, params, level)
+    for level, pred in zip(levels, predict_levels(target, params, levels)):
         for m in METRICS:
             p, v = pred.get(m), getattr(level, m)
             if v is None:
@@ -221,8 +249,7 @@ def level_table(target, params, levels: list[MeasuredLevel], weights=None) -> li
     given, the weight (0-1) each metric had in the fit (`weights`: one per level and metric, in order)."""
     rows = []
     k = 0  # index of the level's first residual (a metric the level does not carry has none)
-    for level in levels:
-        pred = predict_level(target, params, level)
+    for level, pred in zip(levels, predict_levels(target, params, levels)):
         meas = level.as_dict()
         row = {"concurrency": level.concurrency, "rate": level.rate, "isl": level.isl, "osl": level.osl,
                "measured": meas, "predicted": {m: None if pred[m] is None else round(pred[m], 4) for m in METRICS},

@@ -4,10 +4,12 @@ simulate and serve; bad inputs are one-line errors."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
-from kneecap.calibrate import CONDITION_LIMIT, MeasuredLevel, calibrate, levels_from_summary, predict_level, rms_log_error
+from kneecap.calibrate import (CONDITION_LIMIT, MeasuredLevel, calibrate, levels_from_summary, predict_levels, replay_levels,
+                               rms_log_error)
 from kneecap.plan.build import DeploymentRequest
 from kneecap.errors import KneecapError
 from kneecap.sim.setup import simulated_deployment
@@ -29,13 +31,9 @@ def target():
 
 
 def synthetic_levels(target, params, loads=(1, 8, 64), isl=1000, osl=120):
-    levels = []
-    for c in loads:
-        probe = MeasuredLevel(concurrency=c, rate=None, isl=isl, osl=osl, num_requests=max(16, 2 * c),
-                              ttft_ms=1, tpot_ms=1, output_tok_s=1)
-        levels.append(MeasuredLevel(concurrency=c, rate=None, isl=isl, osl=osl, num_requests=max(16, 2 * c),
-                                    **predict_level(target, params, probe)))
-    return levels
+    probes = [MeasuredLevel(concurrency=c, rate=None, isl=isl, osl=osl, num_requests=max(16, 2 * c), ttft_ms=1,
+                            tpot_ms=1, output_tok_s=1) for c in loads]
+    return [replace(probe, **pred) for probe, pred in zip(probes, predict_levels(target, params, probes))]
 
 
 def test_recovers_known_factors_from_defaults(target):
@@ -181,6 +179,46 @@ def test_calibrate_recovers_its_own_constants_on_every_sweep_shape(cli, tmp_path
     if "--rate" not in args:  # closed loop: every residual smooth, a plain least-squares fit
         weights = [w for row in result.levels for w in row["weight"].values()]
         assert min(weights) > 0.99, result.levels
+
+
+@pytest.mark.parametrize("args", [["--concurrency", "1,8,32", "--requests", "48", "--warmup", "8", "--seed", "7"],
+                                  ["--rate", "4,32", "--duration", "10", "--seed", "3"]])
+def test_replayed_levels_are_the_levels_simulate_writes(cli, tmp_path, target, args):
+    """calibrate replays a measured sweep through the one level runner, as `kneecap simulate` runs one: at the
+    constants the sweep was simulated at, every replayed level summary is the one summary.json holds, key for
+    key (latencies, throughput, counts, warmup, server_metrics)."""
+    levels = simulated_levels(cli, tmp_path, args, A)
+    summary = json.loads((tmp_path / "sweep" / "summary.json").read_text())
+    replayed = replay_levels(target, StepTimeParams(**A), levels)
+    assert len(replayed) == len(summary["levels"]) and all(lv["completed"] for lv in replayed)
+    assert json.loads(json.dumps(replayed)) == summary["levels"]
+
+
+def test_ctrl_c_during_a_replay_ends_the_fit(target, monkeypatch):
+    """Ctrl-C inside a replayed level: the runner keeps the cut level (as partial, from the records it holds in
+    memory) and stops; calibrate does not go on fitting, the interrupt reaches the command."""
+    from kneecap.sim.level_driver import VirtualTimeDriver
+    from kneecap.sweep.runner import STATUS_INTERRUPTED, Sweep
+
+    run_level, run, states = VirtualTimeDriver.run_level, Sweep.run, []
+
+    def interrupted(self, level, keep, **kwargs):
+        run_level(self, level, keep, **kwargs)  # every record of the level kept, then the interrupt
+        raise KeyboardInterrupt
+
+    def watched(self, done=frozenset()):
+        states.append(self.state)
+        return run(self, done)
+
+    monkeypatch.setattr(VirtualTimeDriver, "run_level", interrupted)
+    monkeypatch.setattr(Sweep, "run", watched)
+    levels = [MeasuredLevel(concurrency=c, rate=None, isl=600, osl=16, num_requests=16, ttft_ms=1, tpot_ms=1,
+                            output_tok_s=1, index=i) for i, c in enumerate((1, 8))]
+    with pytest.raises(KeyboardInterrupt):
+        calibrate(target, levels)
+    (state,) = states  # the first replay, cut in its first level
+    assert state.status == STATUS_INTERRUPTED
+    assert [(lv["level"], lv["partial"], lv["completed"]) for lv in state.levels] == [(0, True, 16)]
 
 
 @pytest.mark.parametrize("args, separable", [

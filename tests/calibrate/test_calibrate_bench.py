@@ -21,7 +21,7 @@ import json
 import pytest
 
 from clitools import run_cli
-from kneecap.calibrate import MeasuredLevel, calibrate, levels_from_summary, predict_level, rms_log_error
+from kneecap.calibrate import MeasuredLevel, calibrate, levels_from_summary, predict_levels, rms_log_error
 from kneecap.plan.build import DeploymentRequest
 from kneecap.sim.setup import simulated_deployment
 from kneecap.sim.steptime import StepTimeParams
@@ -80,5 +80,5 @@ def test_bench_fit_lands_near_the_served_constants(served_sweeps, shape):
     assert result.rms_log_error <= 1.3 * rms_log_error(sim, served, levels) + 2e-3, report
     assert fitted.mfu == pytest.approx(SERVED["mfu"], rel=0.20), report
     c1 = MeasuredLevel(concurrency=1, rate=None, isl=ISL, osl=OSL, num_requests=8, ttft_ms=1, tpot_ms=1, output_tok_s=1)
-    step_fitted, step_served = predict_level(sim, fitted, c1)["tpot_ms"], predict_level(sim, served, c1)["tpot_ms"]
+    step_fitted, step_served = (predict_levels(sim, p, [c1])[0]["tpot_ms"] for p in (fitted, served))
     assert step_fitted == pytest.approx(step_served, rel=0.10), (step_fitted, step_served, report)
