@@ -1,0 +1,62 @@
+"""MoE block priced operator by operator, and TensorRT-LLM's per-request host time at thousands of sequences."""
+
+from __future__ import annotations
+
+import pytest
+
+from kneecap.deployment import Deployment
+from kneecap.hardware import get_gpu
+from kneecap.model import load_model
+from kneecap.sim.config import TRTLLM_CPU_PER_SEQ_S, trtllm_defaults
+from kneecap.sim.steptime import StepTimeModel
+
+
+def model_for(preset, gpu="b200", **kw):
+    return StepTimeModel(Deployment(model=load_model(preset), gpu=get_gpu(gpu), **kw))
+
+
+def test_moe_block_is_two_grouped_gemms_plus_the_activation_and_combine_passes():
+    """A prefill of 8192 tokens on Qwen3-30B-A3B (128 experts of 768, top-8): every expert is touched, the grouped
+    GEMMs are compute-bound, and the gated activation and top-k combine add their own bytes, not hidden."""
+    st = model_for("qwen3-30b-a3b", weight_dtype="nvfp4")
+    t = 8192
+    load = t * st.top_k
+    h, inter, act = st.hidden, st.expert_inter, st.params.activation_bytes
+    assert inter == 768 and h == 2048
+    # the GEMM rate at this many rows per expert, and the experts' weight-streaming rate (where the efficiency
+    # data has them by shape and by dtype; else the flat GEMM figures)
+    rows = load / st.distinct_experts(t)
+    rate = st.gemm_rate(rows) if hasattr(st, "gemm_rate") else st.flop_rate
+    c = 2.0 * st.expert_params * load / rate
+    w = st.expert_bytes * st.distinct_experts(t) / getattr(st, "expert_byte_rate", st.gemm_byte_rate)
+    m1 = 2 / 3 * w + act * (h + 2 * inter) * load / st.byte_rate
+    m2 = 1 / 3 * w + act * (inter + h) * load / st.byte_rate
+    gemms = max(2 / 3 * c, m1) + max(c / 3, m2)
+    elem = act * (3 * inter * load + h * load + h * t) / st.byte_rate  # silu_and_mul, moe_sum
+    assert st._moe_seconds(t) == pytest.approx((gemms + elem) * st.num_moe_layers)
+    # the passes are real time: more than the old single max(compute, all bytes) over the block
+    old = max(c, w + st.expert_act_bytes * load / st.byte_rate) * st.num_moe_layers
+    assert st._moe_seconds(t) > old * 1.2
+
+
+def test_moe_decode_of_one_token_still_reads_only_its_experts():
+    st = model_for("qwen3-30b-a3b", weight_dtype="nvfp4")
+    one = st._moe_seconds(1)
+    wrate = getattr(st, "expert_byte_rate", st.gemm_byte_rate)
+    floor = st.expert_bytes * st.top_k / wrate * st.num_moe_layers  # 8 experts' weights per layer
+    assert floor < one < 1.05 * floor
+
+
+def test_trtllm_host_time_sets_the_step_of_a_small_model_at_thousands_of_sequences():
+    """TensorRT-LLM's overlap scheduler hides host time only under a longer GPU step: 1536 decodes of a small MoE
+    on a B200 take the host's 2 ms + 1536 x 28 us, 1 decode takes the GPU's time."""
+    base = model_for("qwen3-30b-a3b", weight_dtype="nvfp4", kv_dtype="fp8")  # no engine profile: gpu + 2 ms
+    st = base.for_engine(trtllm_defaults().profile)
+    assert TRTLLM_CPU_PER_SEQ_S == pytest.approx(28e-6)
+    n, ctx = 1536, 1500
+    step = st.seconds(n, n * ctx, 0, n * ctx, 0, n)
+    cpu = st.overhead_s + n * TRTLLM_CPU_PER_SEQ_S
+    gpu = base.seconds(n, n * ctx, 0, n * ctx, 0, n) - base.params.overhead_s
+    assert gpu < cpu and step == pytest.approx(cpu)  # host-bound: the GPU waits
+    one_gpu = base.seconds(1, ctx, 0, ctx, 0, 1) - base.params.overhead_s
+    assert st.seconds(1, ctx, 0, ctx, 0, 1) == pytest.approx(max(one_gpu, st.overhead_s + TRTLLM_CPU_PER_SEQ_S))
