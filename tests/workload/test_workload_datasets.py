@@ -61,7 +61,6 @@ def test_lengths_come_from_the_data():
     assert hamlet.spec.input_tokens == words(entries[0].prompt)
     assert hamlet.spec.output_tokens == words(entries[0].reply)
     assert hamlet.prompt_sha256 == client_sha256(hamlet.prompt)
-    assert hamlet.record_prompt() is None and hamlet.record_prompt(keep_prompts=True) == hamlet.prompt
     assert [r.spec.request_id for r in sample.requests] == ["r0", "r1", "r2", "r3"]
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from kneecap.errors import KneecapError
 from kneecap.records import RequestRecord
-from kneecap.workload.ramps import Ramp, concurrency_at, concurrency_schedule, parse_ramp, ramp_arrival_times
+from kneecap.workload.ramps import Ramp, concurrency_schedule, parse_ramp, ramp_arrival_times
 from kneecap.workload.slices import p99_stable, slice_metrics, time_slices
 
 
@@ -65,7 +65,6 @@ def test_concurrency_schedules():
     steps = concurrency_schedule(Ramp("exp", 1, 8, 30))
     assert [c for _, c in steps] == list(range(1, 9))
     assert [t for t, c in steps if c in (2, 4, 8)] == pytest.approx([10, 20, 30])  # doubling every 10 s
-    assert concurrency_at(Ramp("linear", 1, 4, 30), 15) == 2 and concurrency_at(Ramp("linear", 0, 2, 10), 1) == 1
 
 
 def rec(i, sent, ttft, itl, n=5, ok=True, warmup=False):

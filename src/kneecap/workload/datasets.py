@@ -196,13 +196,9 @@ class DatasetRequest:
     """One sampled request: lengths from the data, the prompt text to send, and its hash for records."""
 
     spec: RequestSpec
-    prompt: str  # what the client sends; records keep `record_prompt` of it
+    prompt: str  # what the client sends; records keep only prompt_sha256 unless asked to keep prompts
     prompt_sha256: str
     source_line: int
-
-    def record_prompt(self, keep_prompts: bool = False) -> str | None:
-        """The prompt as a record keeps it: None (only prompt_sha256 is kept) unless keep_prompts."""
-        return self.prompt if keep_prompts else None
 
 
 @dataclass(frozen=True)

@@ -139,12 +139,3 @@ def concurrency_schedule(ramp: Ramp) -> list[tuple[float, int]]:
     for c in range(first - 1, max(1, math.ceil(b - eps)) - 1, -1):
         points.append((ramp.time_of_value(c), c))
     return points
-
-
-def concurrency_at(ramp: Ramp, t_s: float) -> int:
-    """The target concurrency at t_s (the step function concurrency_schedule describes)."""
-    users = 1
-    for t, c in concurrency_schedule(ramp):
-        if t <= t_s + 1e-12:
-            users = c
-    return users
