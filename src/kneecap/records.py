@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterator
 
 # status values
 OK = "ok"
@@ -165,10 +165,6 @@ class RecordWriter:
         while written < len(data):  # a short write on a regular file is rare; finish it
             written += os.write(self._fd, data[written:])
         self.count += 1
-
-    def write_many(self, records: Iterable[RequestRecord]) -> None:
-        for r in records:
-            self.write(r)
 
     def sync(self) -> None:
         os.fsync(self._fd)

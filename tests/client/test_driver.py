@@ -413,7 +413,8 @@ def test_api_key_never_in_repr_records_or_messages(server, tmp_path):
     run, _ = closed(cfg, make_requests(Workload.fixed(4, 2), 2, seed=9), 2)
     assert run.records[0].error_kind == "http_500" and "***" in run.records[0].error_message
     with RecordWriter(tmp_path / "requests.jsonl") as writer:
-        writer.write_many(run.records)
+        for r in run.records:
+            writer.write(r)
     assert key.encode() not in (tmp_path / "requests.jsonl").read_bytes()
     assert key not in json.dumps(run.client_stats()) and key not in repr(run)
     # ... but the server did get it, as a bearer token

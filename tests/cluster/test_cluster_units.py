@@ -27,7 +27,6 @@ def test_offset_within_half_the_round_trip_of_the_truth():
     assert est.samples == 50
     assert est.rtt_s == min(b - a for a, _, b in samples)
     assert abs(est.offset_s - true_offset) <= est.rtt_s / 2 + 1e-12
-    assert est.to_local(est.to_remote(5.0)) == pytest.approx(5.0)
 
 
 def test_offset_symmetric_trip_is_exact_and_bad_input_refused():

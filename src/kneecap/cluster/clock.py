@@ -18,12 +18,6 @@ class ClockOffset:
     rtt_s: float  # that round trip; |true offset - offset_s| <= rtt_s / 2
     samples: int
 
-    def to_local(self, remote_t: float) -> float:
-        return remote_t - self.offset_s
-
-    def to_remote(self, local_t: float) -> float:
-        return local_t + self.offset_s
-
 
 def estimate_offset(samples: Iterable[tuple[float, float, float]]) -> ClockOffset:
     """NTP-style minimum-delay estimate over (local send, remote read, local receive) triples.
