@@ -139,10 +139,11 @@ def test_plan_levels_gives_sweep_unique_request_indices():
     opts = BenchOptions(**BASE, concurrency=(1, 4), requests=5, warmup=2)
     plans = sweep_levels(opts)
     assert [(p.first_index, p.num_requests, p.num_warmup) for p in plans] == [(0, 5, 2), (10**9, 5, 2)]
-    from kneecap.sweep.http_levels import level_specs
+    from kneecap.sweep.bench_workload import BenchWorkload
 
-    indices = [s.index for p in plans for s in level_specs(opts, p, warmup=True)]
-    indices += [s.index for p in plans for r in range(3) for s in level_specs(opts, p, warmup=False, round_index=r)]
+    work = BenchWorkload(opts)
+    indices = [s.index for p in plans for s in work.level(p, warmup=True).specs]
+    indices += [s.index for p in plans for r in range(3) for s in work.level(p, warmup=False, round_index=r).specs]
     assert len(indices) == len(set(indices)) == 2 * (2 + 3 * 5)  # warmup and every round: prompts never repeat
 
 
@@ -224,10 +225,10 @@ def test_records_file_reads_one_level_from_an_offset(tmp_path):
 
 
 def test_shared_prefix_reaches_the_request_specs():
-    from kneecap.sweep.http_levels import level_specs
+    from kneecap.sweep.bench_workload import BenchWorkload
 
     opts = BenchOptions(**BASE, concurrency=(2,), requests=8, shared_prefix_tokens=6, num_prefix_groups=2)
-    specs = level_specs(opts, sweep_levels(opts)[0], warmup=False)
+    specs = BenchWorkload(opts).level(sweep_levels(opts)[0], warmup=False).specs
     assert {s.prefix_tokens for s in specs} == {6}
     assert {s.prefix_group for s in specs} <= {0, 1} and len(specs) == 8
 

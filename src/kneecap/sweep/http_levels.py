@@ -21,14 +21,6 @@ from kneecap.records import RequestRecord
 DEAD_PROBE_FAILED_FRACTION = 0.5
 
 
-def level_specs(opts: BenchOptions, level: SweepLevel, *, warmup: bool, round_index: int = 0):
-    """The requests of one level's warmup or of one of its rounds, drawn from the shared Workload code
-    (a workload without files; a dataset or a trace needs kneecap.sweep.bench_workload.load_workload)."""
-    from kneecap.sweep.bench_workload import BenchWorkload
-
-    return BenchWorkload(opts).level(level, warmup=warmup, round_index=round_index).specs
-
-
 def mostly_connection_failures(summary: dict) -> bool:
     """Did this level fail in a way that suggests the server is gone (not just busy or erroring)?"""
     from kneecap.client import driver
@@ -47,7 +39,7 @@ class HttpLevelDriver:
     processes, or over Ray actors); `probe() -> bool` says whether the server still answers;
     `poll_metrics()` gives a context manager scraping server metrics during the level (its `result()`
     the level's server_metrics, its `samples()` the scrapes); `timeline_path` receives those scrapes.
-    `specs_for(level, warmup, round_index)` gives a level's requests (default: level_specs from opts, e.g. a
+    `specs_for(level, warmup, round_index)` gives a level's requests (default: the run's BenchWorkload; e.g. a
     load plan's class instead); `bursts` ({"on_s", "off_s"}) sends an open loop in on/off bursts."""
 
     def __init__(self, opts: BenchOptions, *, run_share: Callable, probe: Callable[[], bool], poll_metrics: Callable,
