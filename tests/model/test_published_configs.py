@@ -146,6 +146,9 @@ ROWS = [
     # Jamba-v0.1 (jamba): attention where i % attn_layer_period 8 == attn_layer_offset 4 -> layers 4, 12, 20, 28;
     # 2 x 4 x 8 KV heads x (4096 / 32 = 128) x 2 B = 16,384; the other 28 are Mamba layers
     ("ai21labs--Jamba-v0.1.json", 2, 1, 16_384, {"full_attention": 4, "linear_attention": 28}),
+    # Phi-3-mini-4k (phi3), MHA: 2 x 32 x 32 KV heads x (3072 / 32 = 96) x 2 B = 393,216; sliding_window 2047 with no
+    # layer_types: every layer slides (vLLM 0.32.0 takes it as CacheConfig.sliding_window for every layer)
+    ("microsoft--Phi-3-mini-4k-instruct.json", 1, 1, 393_216, {"sliding_attention": 32}),
     # Earlier partial copies and reproductions (SOURCES.md says where each comes from)
     # Phi-2 (model_type "phi"), MHA: 2 x 32 x 32 KV heads x (2560 / 32 = 80) x 2 B
     # = 327,680
@@ -357,7 +360,10 @@ def test_qwq_ministral_gemma7b_count_their_published_sizes():
     # 8192 = 192,946,176, x 36 = 6,946,062,336; + 4096 -> 8,019,808,256 (8.02B, the Open LLM leaderboard's figure)
     # Gemma-7B (tied): 256000 x 3072 = 786,432,000; per layer 4 x 3072 x 4096 + 3 x 3072 x 24576 + 6144 =
     # 276,830,208, x 28 = 7,751,245,824; + 3072 -> 8,537,680,896
-    for fname, total in (("Qwen--QwQ-32B.json", 32_763_876_352),
+    # Phi-3-mini-4k: 2 x 32064 x 3072 = 197,001,216; per layer 4 x 3072^2 + 3 x 3072 x 8192 + 6144 = 113,252,352,
+    # x 32 = 3,624,075,264; + 3072 -> 3,821,079,552 (its card: 3.8B)
+    for fname, total in (("microsoft--Phi-3-mini-4k-instruct.json", 3_821_079_552),
+                         ("Qwen--QwQ-32B.json", 32_763_876_352),
                          ("mistralai--Ministral-8B-Instruct-2410.json", 8_019_808_256),
                          ("google--gemma-7b.json", 8_537_680_896)):
         model = load_model(str(CONFIGS / fname))
