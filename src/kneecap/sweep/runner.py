@@ -44,11 +44,9 @@ class Sweep:
     arguments); `persist(summary)` writes summary.json; `records_file` reads a level's records back
     (kneecap.sweep.resume.RecordsFile, or any object with tell() and level_records(level, offset)).
 
-    A command above the runner may add two things of its own: `on_level(level, run, summary, records)`, called
-    once a level is summarised and before the stop checks, adds its fields to the level's summary (it sees the
-    driver's LevelRun, e.g. the simulated engine's trace, and the level's records); `stop_rule(summary)`, consulted
-    after the runner's own checks (server gone, key refused, the declared limits), returns a stop record
-    ({at, reason, detail}) to stop the sweep after that level, or None.
+    A command above the runner may add: `on_level(level, run, summary, records)`, once a level is summarised and
+    before the stop checks, adds its fields to the summary (seeing the driver's LevelRun, e.g. a trace, and the
+    records); `stop_rule(summary)`, after the runner's own checks, returns a stop record ({at, reason, detail}) or None.
     """
 
     def __init__(self, opts: LevelOptions, *, state: SweepState, sweep_levels: list[SweepLevel], driver: LevelDriver,
