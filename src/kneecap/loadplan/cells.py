@@ -1,8 +1,8 @@
 """Cells and ramps: the plan expanded into the order it runs in. Pure.
 
 A ramp is one (candidate, class, state, repetition) raised one load step at a time, lowest
-first; the executor stops a ramp at the first cell that crosses a declared limit, so higher
-steps of that ramp are recorded as "not_run" (they count against capacity).
+first (one sweep of the level runner, its cells the levels); it stops at the first cell that crosses a
+declared limit, so higher steps of that ramp are recorded as "not_run" (they count against capacity).
 """
 
 from __future__ import annotations
@@ -23,14 +23,6 @@ class Cell:
     @property
     def key(self) -> str:
         return f"{self.candidate}/{self.class_name}/{self.state}/rep{self.repetition}/{self.dimension}={_fmt(self.load)}"
-
-    @property
-    def concurrency(self) -> int | None:
-        return int(self.load) if self.dimension == "concurrency" else None
-
-    @property
-    def rate(self) -> float | None:
-        return float(self.load) if self.dimension == "rate" else None
 
 
 def _fmt(x: float) -> str:

@@ -1,25 +1,35 @@
 """Run a load plan: candidates x ramps of cells, verdicts, capacity, candidate gates, handoff.
 
-Order of gates per candidate (seed 004): behaviour first (a candidate that changes contract
-behaviour is rejected before anything else), then the SLO gate (a capacity region for every class
-with a budget, in every state), and only then cost at the capacity found.
-Writes DIR/records/cell-<index>.jsonl as each cell ends and rewrites DIR/summary.json after every cell.
+Order of gates per candidate: behaviour first (a candidate that changes contract behaviour is rejected
+before anything else), then the SLO gate (a capacity region for every class with a budget, in every
+state), and only then cost at the capacity found.
+Each ramp runs as one sweep of the one level runner (kneecap.sweep.runner.Sweep), its cells the levels, with
+the candidate's driver; the cell verdict is the sweep's stop rule. Records go to DIR/records/cell-<index>.jsonl
+as requests finish; DIR/summary.json is rewritten after every cell.
 """
 
 from __future__ import annotations
 
+from itertools import takewhile
 from pathlib import Path
 
 from kneecap.errors import KneecapError
+from kneecap.levels import SweepLevel
 from kneecap.loadplan.behaviour import check, drift
 from kneecap.loadplan.capacity import accepted_reason, capacity_region, littles_law, offered_vs_completed, region_end_text
 from kneecap.loadplan.cells import auto_steps, build_ramps
 from kneecap.loadplan.handoff import write_handoff
 from kneecap.loadplan.observe import observe_cell
 from kneecap.loadplan.schema import LoadPlanSpec
-from kneecap.loadplan.targets import make_candidate
-from kneecap.loadplan.verdicts import judge
-from kneecap.results import CELL_RECORDS_DIR, cell_records_name
+from kneecap.loadplan.targets import Ramp, RampDriver, make_candidate
+from kneecap.loadplan.verdicts import judge, stops_ramp
+from kneecap.metrics.accumulate import summarize_stream
+from kneecap.metrics.stop import AUTH_REFUSED, SERVER_DEAD, StopLimits
+from kneecap.records import RecordWriter
+from kneecap.results import CELL_RECORDS_DIR, build_summary, cell_records_name
+from kneecap.sweep.progress import SilentProgress
+from kneecap.sweep.resume import RecordsFile
+from kneecap.sweep.runner import STATUS_INTERRUPTED, Sweep, SweepState
 from kneecap.workload import Workload
 
 DEFAULT_REQUESTS_PER_CELL = 100
@@ -62,18 +72,6 @@ def _cost(candidate_spec, cap_metrics: dict | None) -> dict | None:
     return None
 
 
-def finished_cells(previous: dict | None) -> dict[int, dict]:
-    """Cells of an earlier (killed) run that ended, by index: `--resume` keeps them and re-runs the rest."""
-    if not previous:
-        return {}
-    return {c["index"]: c for c in previous.get("cells", [])
-            if c.get("verdict") in ("pass", "slo_breach", "limit", "not_run") and not c.get("halted")}
-
-
-def _stops_ramp(row: dict, spec: LoadPlanSpec) -> bool:
-    return row["verdict"] == "limit" or (row["verdict"] == "slo_breach" and spec.stop.stop_on_slo_breach)
-
-
 def _steps(spec: LoadPlanSpec, cand, classes: dict) -> list:
     if spec.load.steps != "auto":
         return list(spec.load.steps)
@@ -88,6 +86,161 @@ def _cell_count(spec: LoadPlanSpec, cand_spec, classes: dict) -> int:
     return len(_steps(spec, cand, classes)) * len(classes) * len(spec.states) * spec.repetitions
 
 
+def _row(cell, index: int) -> dict:
+    return {"index": index, "candidate": cell.candidate, "class": cell.class_name, "state": cell.state,
+            "load": {cell.dimension: int(cell.load) if cell.dimension == "concurrency" else cell.load},
+            "repetition": cell.repetition}
+
+
+class CellRecords:
+    """A ramp's records as the level runner writes and reads them: one file per cell (records/cell-NNNN.jsonl, a
+    record's level is its cell's index), each record appended as it finishes, after the plan's privacy rules (a
+    run killed mid-cell keeps every finished request); closed, fsynced, when the cell ends (`sync`)."""
+
+    def __init__(self, folder: Path, privacy):
+        self._folder, self._privacy, self._open = folder, privacy, {}
+
+    def write(self, record) -> None:
+        if not self._privacy.keep_prompts:
+            record.prompt = None
+        if self._privacy.redact_server_strings:
+            record.error_message = None  # the server's own words: kept out when asked
+        if record.level not in self._open:
+            self._open[record.level] = RecordWriter(self._folder / cell_records_name(record.level))
+        self._open[record.level].write(record)
+
+    def sync(self) -> None:
+        while self._open:
+            self._open.popitem()[1].close()
+
+    def tell(self) -> int:
+        return 0  # where a cell's records start in its own file
+
+    def level_records(self, level: int, offset: int = 0):
+        return RecordsFile(self._folder / cell_records_name(level)).level_records(level, offset)
+
+
+class _Notes(SilentProgress):
+    """The runner's and the driver's warnings (e.g. reused connections) as the run's progress lines."""
+
+    def __init__(self, say):
+        self.note = say
+
+
+class _PlanRun:
+    """A run's cells so far in run order, the candidate whose ramps run, what halted the run (a live server died or
+    refused the key: it stops at once, the measured cells kept), its handoff; summary.json after every cell."""
+
+    def __init__(self, spec: LoadPlanSpec, plan_path: Path, results, say, resume: dict | None):
+        self.spec, self.plan_path, self.results, self.say, self.resumed = spec, plan_path, results, say, resume is not None
+        # --resume: the earlier run's cells that ran to their end, by index (a halted one runs again)
+        self.done = {c["index"]: c for c in (resume or {}).get("cells", [])
+                     if c.get("verdict") in ("pass", "slo_breach", "limit") and not c.get("halted")}
+        self.cells: list[dict] = []
+        self.halted: dict | None = None
+        self.any_executed = False
+        self.identities: dict[str, dict] = {}
+        self.handoff_path = (results.path / "handoff") if self.done and (results.path / "handoff" / "handoff.json").exists() else None
+        self.cand = self.cand_spec = None
+        self.baseline: dict[str, bool] = {}  # the behaviour cases' first answers, for drift
+
+    def save(self) -> None:
+        self.results.write_summary(build_summary("run", [], None, self.halted, model_executed=self.any_executed,
+                                                 benchmark_executed=self.any_executed, status="running", cells=self.cells,
+                                                 plan_name=self.spec.name, plan_sha256=plan_digest(self.plan_path)))
+
+    def ramp(self, ramp: list, offset: int, workload: Workload) -> None:
+        """One ramp's cells (lowest load first) as the levels of one Sweep with the candidate's driver, each judged as
+        it ends, the verdict the sweep's stop rule; the cells above a stop are "not_run"."""
+        spec, say, dimension, arrival = self.spec, self.say, self.spec.load.dimension, self.spec.load.arrival
+        kept = list(takewhile(lambda c: c.index + offset in self.done, ramp))  # finished before: a ramp's first cells
+        for cell in kept:
+            self.cells.append(self.done[cell.index + offset])
+            say(f"{cell.key}: {self.cells[-1]['verdict']} (kept from the earlier run)")
+        stop_at = next((c.load for c in kept if stops_ramp(self.done[c.index + offset]["verdict"], spec.stop)), None)
+        rest, by_index = ramp[len(kept):], {c.index + offset: c for c in ramp}
+        if stop_at is None and rest:
+            for i in (c.index + offset for c in rest):  # a cell the kill cut short: its records set aside, run again
+                if self.resumed and (self.results.path / cell_records_name(i)).exists():
+                    (self.results.path / cell_records_name(i)).replace(self.results.path / cell_records_name(i, "discarded"))
+            warmup = spec.state.warmup_requests if rest[0].state == "warm" else 0
+            levels = [SweepLevel(index=c.index + offset, value=int(c.load) if dimension == "concurrency" else c.load,
+                                 num_requests=_requests_for(spec, dimension, c.load), num_warmup=warmup, first_index=0)
+                      for c in rest]
+            plan = Ramp(dimension=dimension, loads=tuple(lv.value for lv in levels), workload=workload, state=rest[0].state,
+                        warmup=warmup, seed=spec.seed, burstiness=1.0 if arrival.kind == "poisson" else arrival.burstiness,
+                        pause_s=spec.state.cold_pause_s, reset_prefix_cache=spec.state.reset_prefix_cache,
+                        **({"on_s": arrival.on_s, "off_s": arrival.off_s} if arrival.kind == "onoff" else {}))
+            notes, files = _Notes(say), CellRecords(self.results.path, spec.privacy)
+            driver = RampDriver(self.cand, plan, notes)
+
+            def on_level(level, run, metrics: dict, records: list) -> None:
+                self.cells.append(self._judged(by_index[level.index], level.index, run, metrics, records,
+                                               driver.notes[level.index]))
+
+            def stop_rule(metrics: dict) -> dict | None:
+                row = self.cells[-1]
+                return ({"at": metrics[dimension], "reason": row["verdict"], "detail": row["limit"] or "; ".join(row["breaches"])}
+                        if stops_ramp(row["verdict"], spec.stop) else None)
+
+            def persist(ramp_summary: dict) -> None:
+                stop = ramp_summary["stopped"] or {}
+                if self.halted is None and stop.get("reason") in (SERVER_DEAD, AUTH_REFUSED):  # the runner's stop, as bench's
+                    row = self.cells[-1]  # marked before summary.json is written: --resume runs this cell again
+                    self.halted, row["halted"] = {"candidate": self.cand_spec.name, "cell": row["index"], **stop}, stop["reason"]
+                    say(f"{by_index[row['index']].key}: run stopped: {stop['detail']}")
+                self.save()
+
+            sweep = Sweep(self.cand.ramp_options(plan), state=SweepState(), sweep_levels=levels, driver=driver,
+                          write_record=files.write, persist=persist, progress=notes, slo=None, stop_limits=StopLimits(),
+                          summarize_fn=summarize_stream, sync=files.sync, records_file=files,
+                          summary_fields=lambda: {"kind": "run", "model_executed": self.cand.model_executed,
+                                                  "benchmark_executed": self.cand.benchmark_executed},
+                          on_level=on_level, stop_rule=stop_rule)
+            if sweep.run()["status"] == STATUS_INTERRUPTED:
+                raise KeyboardInterrupt  # the records are kept; --resume runs the cut cell again
+            if self.halted is not None:
+                return  # no later cell, not even a not_run one
+            stop_at, rest = (sweep.state.stopped or {}).get("at"), rest[len(sweep.state.levels):]
+        self.cells += [{**_row(c, c.index + offset), "verdict": "not_run", "breaches": [], "limit": None, "metrics": None,
+                        "reason": f"ramp stopped at {dimension} {stop_at:g}"} for c in rest]
+
+    def _judged(self, cell, index: int, run, level: dict, records: list, state_note: str) -> dict:
+        """A cell's row: its level summary (the runner's, with invalid_outputs), verdict, what it observed and the
+        rate it offered; the run's first failing cell writes the handoff, a simulated cell its engine trace."""
+        spec, results, cand = self.spec, self.results, self.cand
+        if run.trace:  # the simulator's per-step trace: batch composition, KV blocks, queue depth
+            import orjson
+
+            (results.path / cell_records_name(index, "trace")).write_bytes(b"".join(orjson.dumps(t) + b"\n" for t in run.trace))
+        drifted: list[str] = []
+        if self.baseline and cand.model_executed:
+            drifted = drift(self.baseline, {case.name: check(case.expect, cand.answer(case.prompt, case.max_tokens) or "")[0]
+                                            for case in spec.behaviour})
+        # invalid output: a completed request whose server-reported output length is not what was asked
+        # (the client asks for exactly that many tokens), or that produced no tokens at all
+        level["invalid_outputs"] = invalid = (level.get("token_mismatch") or {}).get("output", 0) + sum(
+            1 for r in records if r.ok and not r.warmup and r.num_output_tokens == 0)
+        verdict = judge(level, spec.slo.get(cell.class_name), spec.stop, behaviour_drift=drifted, invalid_outputs=invalid)
+        row = {**_row(cell, index), "verdict": verdict["verdict"], "breaches": verdict["breaches"], "limit": verdict["limit"],
+               "metrics": level, "state_reached": state_note, "little": littles_law(records),
+               "observed": observe_cell(records, run.trace, run.server_metrics),
+               "offered": offered_vs_completed(records, level.get("duration_s"),
+                                               nominal_rate=cell.load if cell.dimension == "rate" else None),
+               "records": cell_records_name(index)}
+        self.say(f"{cell.key}: {verdict['verdict']}" + (f" ({verdict['limit'] or '; '.join(verdict['breaches'])})"
+                                                        if verdict["verdict"] != "pass" else ""))
+        if verdict["verdict"] != "pass" and self.handoff_path is None:
+            self.handoff_path = write_handoff(
+                results.path / "handoff", plan_path=self.plan_path, cell=row, records=records,
+                identity=self.identities[self.cand_spec.name],
+                workload={"class": cell.class_name, "spec": spec.classes[cell.class_name].model_dump(),
+                          "seed": spec.seed + index, "generator": "kneecap.workload.make_requests"},
+                manifest=results.read_manifest() if results.manifest_path.exists() else {},
+                target=self.cand_spec.target.model_dump())
+        return row
+
+
 def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, *, progress=None,
                   resume: dict | None = None, only=None) -> dict:
     """Execute the plan; `results` is a kneecap.results.ResultsDir. Returns the summary dict.
@@ -98,39 +251,27 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
     only: a kneecap.loadplan.reproduce.CellSelection — run that one cell (at its place in the run order,
     so with its seed) and judge it; no candidate verdict is given from one cell.
     """
-    from kneecap.metrics.summarize import summarize_level
-    from kneecap.results import build_summary
-
     say = progress or (lambda line: None)
     classes = {name: c.to_request_class(name, base_dir) for name, c in spec.classes.items()}
-    workloads = {name: Workload(classes=(rc,)) for name, rc in classes.items()}
     (results.path / CELL_RECORDS_DIR).mkdir(parents=True, exist_ok=True)
-    arrival = spec.load.arrival
-    burstiness = 1.0 if arrival.kind == "poisson" else arrival.burstiness
-    bursts = {"on_s": arrival.on_s, "off_s": arrival.off_s} if arrival.kind == "onoff" else {}
-
-    done = finished_cells(resume)
-    cells: list[dict] = []
-    candidates_out: list[dict] = []
-    handoff_path = (results.path / "handoff") if done and (results.path / "handoff" / "handoff.json").exists() else None
-    any_executed = False
-    identities = {}
+    run = _PlanRun(spec, plan_path, results, say, resume)
+    cells, candidates_out, identities = run.cells, [], run.identities
     skipped_cells = 0  # --cell: the cells earlier candidates hold in the run order, so the chosen one keeps its index
-    halted: dict | None = None  # a live server died or refused the key: the run stops at once, measured cells kept
     for cand_spec in spec.candidates:
-        if halted is not None:
+        if run.halted is not None:
             break
         if only is not None and cand_spec.name != only.candidate:
             if not cells:  # a candidate before the chosen one (assumed past its behaviour gate, as simulators always are)
                 skipped_cells += _cell_count(spec, cand_spec, classes)
             continue
         cand = make_candidate(cand_spec.target)
-        any_executed = any_executed or cand.benchmark_executed
+        run.cand, run.cand_spec, run.baseline = cand, cand_spec, {}
+        baseline = run.baseline
+        run.any_executed = run.any_executed or cand.benchmark_executed
         identities[cand_spec.name] = _redacted(cand.identity()) if spec.privacy.redact_server_strings else cand.identity()
         entry = {"name": cand_spec.name, "target": cand_spec.target.kind, "routing": cand_spec.routing,
                  "model_executed": cand.model_executed, "benchmark_executed": cand.benchmark_executed}
         # -- gate 1: behaviour replay ----------------------------------------------------------------
-        baseline: dict[str, bool] = {}
         behaviour_rows = []
         for case in spec.behaviour:
             answer = cand.answer(case.prompt, case.max_tokens)
@@ -150,106 +291,18 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
             candidates_out.append(entry)
             say(f"{cand_spec.name}: rejected at the behaviour gate ({', '.join(failed_cases)})")
             continue
-        # -- the ramps ---------------------------------------------------------------------------------
-        dimension = spec.load.dimension
-        steps = _steps(spec, cand, classes)
-        ramps = build_ramps([cand_spec.name], list(classes), list(spec.states), dimension, steps, spec.repetitions)
+        # -- the ramps, each a sweep of the one level runner ---------------------------------------------
         offset = len(cells) + skipped_cells
-        for ramp in ramps:
-            if halted is not None:
-                break
-            stopped_at = None
-            for cell in ramp:
-                if only is not None and not only.matches(cell):
-                    continue
-                index = cell.index + offset
-                row = {"index": index, "candidate": cell.candidate, "class": cell.class_name, "state": cell.state,
-                       "load": {dimension: int(cell.load) if dimension == "concurrency" else cell.load},
-                       "repetition": cell.repetition}
-                if stopped_at is not None:
-                    row.update(verdict="not_run", breaches=[], limit=None, metrics=None,
-                               reason=f"ramp stopped at {dimension} {stopped_at:g}")
-                    cells.append(row)
-                    continue
-                if index in done and done[index]["verdict"] != "not_run":  # --resume: this cell already ended
-                    row = done[index]
-                    cells.append(row)
-                    say(f"{cell.key}: {row['verdict']} (kept from the earlier run)")
-                    if _stops_ramp(row, spec):
-                        stopped_at = cell.load
-                    continue
-                partial = results.path / cell_records_name(index)
-                if resume is not None and partial.exists():  # cut short by the kill: keep it aside, run it again
-                    partial.replace(results.path / cell_records_name(index, "discarded"))
-                state_note = cand.settle(cell.state, spec.state.cold_pause_s, spec.state.reset_prefix_cache)
-                n = _requests_for(spec, dimension, cell.load)
-                warmup = spec.state.warmup_requests if cell.state == "warm" else 0
-                # records are appended as requests finish (one os.write each, fsync at the cell's end), so a
-                # run killed mid-cell keeps every finished request (tests/reliability/test_reliability_bounds.py)
-                def keep(r):
-                    if not spec.privacy.keep_prompts and r.prompt is not None:
-                        r.prompt = None
-                    if spec.privacy.redact_server_strings and r.error_message:
-                        r.error_message = None  # the server's own words: kept out when asked
-
-                run = cand.run_cell(index=index, dimension=dimension, load=cell.load,
-                                    workload=workloads[cell.class_name], num_requests=n, warmup=warmup,
-                                    seed=spec.seed + index, burstiness=burstiness, on_record=keep,
-                                    records_path=results.path / cell_records_name(index), progress=say, **bursts)
-                if run.trace:  # the simulator's per-step trace: batch composition, KV blocks, queue depth
-                    import orjson
-
-                    (results.path / cell_records_name(index, "trace")).write_bytes(b"".join(orjson.dumps(t) + b"\n" for t in run.trace))
-                if run.level is not None:  # a live cell: the level summary of the one level runner, as bench's
-                    level = dict(run.level)
-                else:
-                    level = summarize_level(run.records, **{dimension: row["load"][dimension]}, duration_s=run.duration_s)
-                    level["suspect"] = bool(run.suspect)
-                    if run.server_metrics:
-                        level["server_metrics"] = run.server_metrics
-                drifted: list[str] = []
-                if baseline and cand.model_executed:
-                    now = {case.name: check(case.expect, cand.answer(case.prompt, case.max_tokens) or "")[0]
-                           for case in spec.behaviour}
-                    drifted = drift(baseline, now)
-                # invalid output: a completed request whose server-reported output length is not what was asked
-                # (the client asks for exactly that many tokens), or that produced no tokens at all
-                invalid = (level.get("token_mismatch") or {}).get("output", 0) + sum(
-                    1 for r in run.records if r.ok and not r.warmup and r.num_output_tokens == 0)
-                level["invalid_outputs"] = invalid
-                verdict = judge(level, spec.slo.get(cell.class_name), spec.stop, behaviour_drift=drifted,
-                                invalid_outputs=invalid)
-                row.update(verdict=verdict["verdict"], breaches=verdict["breaches"], limit=verdict["limit"],
-                           metrics=level, state_reached=state_note,
-                           little=littles_law(run.records),
-                           observed=observe_cell(run.records, run.trace, run.server_metrics),
-                           offered=offered_vs_completed(run.records, level.get("duration_s"),
-                                                        nominal_rate=cell.load if dimension == "rate" else None),
-                           records=cell_records_name(index))
-                cells.append(row)
-                say(f"{cell.key}: {verdict['verdict']}" + (f" ({verdict['limit'] or '; '.join(verdict['breaches'])})"
-                                                          if verdict["verdict"] != "pass" else ""))
-                if verdict["verdict"] != "pass" and handoff_path is None:
-                    handoff_path = write_handoff(results.path / "handoff", plan_path=plan_path, cell=row,
-                                                 records=run.records, identity=identities[cand_spec.name],
-                                                 workload={"class": cell.class_name, "spec": spec.classes[cell.class_name].model_dump(),
-                                                           "seed": spec.seed + index, "generator": "kneecap.workload.make_requests"},
-                                                 manifest=results.read_manifest() if results.manifest_path.exists() else {},
-                                                 target=cand_spec.target.model_dump())
-                if verdict["stops_ramp"]:
-                    stopped_at = cell.load
-                if run.stopped is not None:  # the same stop as bench's: the server is gone, or refuses the key
-                    halted = {"candidate": cand_spec.name, "cell": index, **run.stopped}
-                    row["halted"] = run.stopped["reason"]  # --resume runs this cell again
-                    say(f"{cell.key}: run stopped: {run.stopped['detail']}")
-                results.write_summary(build_summary("run", [], None, halted, model_executed=any_executed,
-                                                    benchmark_executed=any_executed, status="running", cells=cells,
-                                                    plan_name=spec.name, plan_sha256=plan_digest(plan_path)))
-                if halted is not None:
-                    break
-        if halted is not None:
-            entry.update(verdict="not judged", gate=None, reason=f"the run stopped at cell {halted['cell']}: {halted['detail']}")
+        for ramp in build_ramps([cand_spec.name], list(classes), list(spec.states), spec.load.dimension,
+                                _steps(spec, cand, classes), spec.repetitions):
+            ramp = [cell for cell in ramp if only is None or only.matches(cell)]
+            if run.halted is None and ramp:
+                run.ramp(ramp, offset, Workload(classes=(classes[ramp[0].class_name],)))
+        if run.halted is not None:
+            entry.update(verdict="not judged", gate=None,
+                         reason=f"the run stopped at cell {run.halted['cell']}: {run.halted['detail']}")
         candidates_out.append(entry)
+    halted, handoff_path, any_executed = run.halted, run.handoff_path, run.any_executed
     if halted is not None:  # candidates the run did not reach
         reached = {e["name"] for e in candidates_out}
         candidates_out += [{"name": c.name, "target": c.target.kind, "routing": c.routing, "verdict": "not judged",

@@ -1,31 +1,60 @@
-"""Serving candidates as things a cell can run on: the simulator (virtual time) or a live server.
+"""Serving candidates as things a ramp of cells can run on: the simulator (virtual time) or a live server.
 
-Each target answers the same questions: who am I (identity), how many sequences fit (preflight),
-run this cell's requests (records + server metrics), reach a warm or cold state, and answer the
-behaviour cases. The simulator cannot answer behaviour cases (no model is executed); it says so.
+Each target answers the same questions: who am I (identity), how many sequences fit (preflight), send one
+cell's requests as a level of the one level runner (kneecap.sweep.runner.Sweep, through RampDriver), reach a
+warm or cold state, and answer the behaviour cases. The simulator cannot answer behaviour cases (no model is
+executed); it says so.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kneecap.errors import KneecapError
+from kneecap.levels import LevelRun, SweepLevel
 from kneecap.loadplan.schema import ServerTarget, SimulatorTarget
-from kneecap.records import RequestRecord
+from kneecap.sim.level_driver import SimulateOptions, VirtualTimeDriver
+from kneecap.sweep.http_levels import HttpLevelDriver, in_process_runner
+from kneecap.sweep.level import DriverSetup
+from kneecap.sweep.options import BenchOptions
+from kneecap.sweep.server_watch import ThreadedMetricsPoller
+from kneecap.sweep.session import OPEN_LOOP_WARM_CONNECTIONS, server_answers
 from kneecap.workload import Workload, make_requests
 
 
-@dataclass
-class CellRun:
-    records: list[RequestRecord]
-    server_metrics: dict | None = None
-    trace: list[dict] = field(default_factory=list)
-    suspect: bool = False
-    client: dict | None = None
-    duration_s: float | None = None
-    level: dict | None = None  # a live cell: the level summary the one level runner made (bench's level shape)
-    stopped: dict | None = None  # a live cell: why the runner stopped (server_dead, auth_refused), else None
+@dataclass(frozen=True)
+class Ramp:
+    """What a ramp's cells send: one class at rising loads (the levels' values), in one state (cold: after a pause,
+    the prefix cache reset if asked). A cell's requests and arrivals are seeded with `seed` + its index; on_s /
+    off_s send an open loop in bursts."""
+
+    dimension: str
+    loads: tuple
+    workload: Workload
+    state: str
+    warmup: int
+    seed: int
+    burstiness: float
+    pause_s: float
+    reset_prefix_cache: bool
+    on_s: float | None = None
+    off_s: float = 0.0
+
+
+class RampDriver:
+    """A ramp's cells as the levels of the one level runner: before each cell the candidate reaches the ramp's
+    state (`notes[cell index]` says how), then it sends the cell's requests (the candidate's run_level)."""
+
+    def __init__(self, candidate, ramp: Ramp, progress):
+        self.candidate, self.ramp, self.progress, self.notes = candidate, ramp, progress, {}
+
+    def run_level(self, level: SweepLevel, keep) -> LevelRun:
+        self.notes[level.index] = self.candidate.settle(self.ramp.state, self.ramp.pause_s, self.ramp.reset_prefix_cache)
+        return self.candidate.run_level(self.ramp, level, keep, self.progress)
+
+    def server_gone(self, summary: dict) -> str | None:
+        return self.candidate.server_gone(summary)
 
 
 class SimulatorCandidate:
@@ -48,8 +77,6 @@ class SimulatorCandidate:
                                           prefix_caching=target.prefix_caching,
                                           scheduler_delay_factor=target.scheduler_delay_factor)
         self.plan = self.setup.plan
-        self.config = self.setup.config
-        self.steptime = self.setup.steptime
 
     def identity(self) -> dict:
         facts = self.setup.describe()
@@ -64,31 +91,17 @@ class SimulatorCandidate:
     def block_size(self) -> int:
         return self.plan.deployment.block_size
 
-    @property
-    def num_gpus(self) -> int:
-        return self.plan.deployment.num_gpus
+    def ramp_options(self, ramp: Ramp):
+        return SimulateOptions(kind=ramp.dimension, levels=ramp.loads, warmup=ramp.warmup, burstiness=ramp.burstiness)
 
-    def run_cell(self, *, index: int, dimension: str, load: float, workload: Workload, num_requests: int,
-                 warmup: int, seed: int, burstiness: float, on_s: float | None = None, off_s: float = 0.0,
-                 on_record=None, records_path=None, progress=None) -> CellRun:
-        from kneecap.levels import SweepLevel
-        from kneecap.records import RecordWriter
-        from kneecap.sim.level_driver import SimulateOptions, VirtualTimeDriver
+    def run_level(self, ramp: Ramp, level: SweepLevel, keep, progress) -> LevelRun:
+        """The virtual-clock level driver `kneecap simulate` runs (a fresh engine; the whole cell computed at once,
+        then its records handed over) with the cell's class, seed and bursts, and the engine's per-step trace."""
+        return VirtualTimeDriver(self.setup, self.ramp_options(ramp), trace=True).run_level(
+            level, keep, workload=ramp.workload, seed=ramp.seed + level.index, on_s=ramp.on_s, off_s=ramp.off_s)
 
-        # the same virtual-clock level driver `kneecap simulate` runs, with this cell's class, seed and bursts;
-        # virtual time: the whole cell is computed at once, then its records are handed over
-        opts = SimulateOptions(kind=dimension, levels=(load,), warmup=warmup, burstiness=burstiness)
-        level = SweepLevel(index=index, value=int(load) if dimension == "concurrency" else float(load),
-                          num_requests=num_requests, num_warmup=warmup, first_index=0)
-        with RecordWriter(records_path) as writer:
-            def write(record: RequestRecord, writer=writer) -> None:
-                if on_record is not None:
-                    on_record(record)  # the plan's privacy rules
-                writer.write(record)
-
-            run = VirtualTimeDriver(self.setup, opts, trace=True).run_level(
-                level, write, workload=workload, seed=seed, on_s=on_s, off_s=off_s)
-        return CellRun(records=list(run.records), server_metrics=run.server_metrics, trace=run.trace)
+    def server_gone(self, summary: dict) -> str | None:
+        return None  # the simulated engine never goes away
 
     def settle(self, state: str, pause_s: float, reset_prefix_cache: bool) -> str:
         # every simulated cell starts on a fresh engine: cold by construction; warm = warm-up requests first
@@ -142,73 +155,33 @@ class ServerCandidate:
     def block_size(self) -> int:
         return self.info.block_size or 16
 
-    @property
-    def num_gpus(self) -> int | None:
-        return None
+    def ramp_options(self, ramp: Ramp):
+        cls = ramp.workload.classes[0]  # the lengths come from the cells' requests; these only describe them
+        return BenchOptions(base_url=self.target.base_url, endpoint=self.target.endpoint, model=self.model,
+                            isl=cls.input.upper_bound or max(1, int(cls.input.expected)),
+                            osl=cls.output.upper_bound or max(1, int(cls.output.expected)),
+                            **{ramp.dimension: ramp.loads}, burstiness=ramp.burstiness, warmup=ramp.warmup,
+                            seed=ramp.seed, timeout_s=self.target.timeout_s, keepalive=self.live.cfg.keepalive)
 
-    def run_cell(self, *, index: int, dimension: str, load: float, workload: Workload, num_requests: int,
-                 warmup: int, seed: int, burstiness: float, on_s: float | None = None, off_s: float = 0.0,
-                 on_record=None, records_path=None, progress=None) -> CellRun:
-        """One level of the one level runner (kneecap.sweep.runner.Sweep) with the HTTP driver, as bench runs a
-        level: records to `records_path` as they finish, /metrics scraped over the cell, the dead-server and
-        refused-key checks after it. The cell's class, seed and bursts give the level's requests."""
-        from kneecap.metrics.accumulate import summarize_stream
-        from kneecap.metrics.stop import StopLimits
-        from kneecap.records import RecordWriter, read_records
-        from kneecap.sweep.http_levels import HttpLevelDriver, in_process_runner
-        from kneecap.sweep.level import DriverSetup
-        from kneecap.sweep.options import BenchOptions
-        from kneecap.sweep.progress import SilentProgress
-        from kneecap.sweep.resume import RecordsFile
-        from kneecap.sweep.runner import STATUS_INTERRUPTED, Sweep, SweepState
-        from kneecap.sweep.server_watch import ThreadedMetricsPoller
-        from kneecap.sweep.session import OPEN_LOOP_WARM_CONNECTIONS, server_answers
-        from kneecap.levels import SweepLevel
-
-        specs = make_requests(workload, warmup + num_requests, seed, id_prefix=f"cell{index}-r")
-        value = int(load) if dimension == "concurrency" else float(load)
-        # the driver seeds level i's arrivals with opts.seed + i: the cell's seed is spec.seed + index
-        opts = BenchOptions(base_url=self.target.base_url, endpoint=self.target.endpoint, model=self.model,
-                            isl=max(s.input_tokens for s in specs), osl=max(s.output_tokens for s in specs),
-                            **{dimension: (value,)}, burstiness=burstiness, requests=num_requests, warmup=warmup,
-                            seed=seed - index, timeout_s=self.target.timeout_s, keepalive=self.live.cfg.keepalive)
-        level = SweepLevel(index=index, value=value, num_requests=num_requests, num_warmup=warmup, first_index=0)
-        setup = DriverSetup(cfg=self.live.cfg, prompts=self.prompts.make(seed),
-                            warm_connections=OPEN_LOOP_WARM_CONNECTIONS)
-
-        class Notes(SilentProgress):  # the runner's warnings (e.g. reused connections) reach the run's progress
-            def note(self, line: str) -> None:
-                if progress is not None:
-                    progress(line)
-
-        notes = Notes()
-        driver = HttpLevelDriver(opts, run_share=in_process_runner(setup), probe=lambda: server_answers(opts, self.api_key),
-                                 poll_metrics=lambda: ThreadedMetricsPoller(opts.base_url_clean, self.api_key),
-                                 epoch=time.perf_counter(), progress=notes,
-                                 specs_for=lambda level, warmup, round_index=0: tuple(specs[:level.num_warmup] if warmup
+    def run_level(self, ramp: Ramp, level: SweepLevel, keep, progress) -> LevelRun:
+        """One cell as bench sends a level (the HTTP driver, kneecap.sweep.http_levels): the cell's class, seed and
+        bursts give its requests and prompts, the server's /metrics are scraped over it; the driver seeds the
+        level's arrivals with the ramp's seed + the cell's index."""
+        seed = ramp.seed + level.index
+        specs = make_requests(ramp.workload, level.num_warmup + level.num_requests, seed, id_prefix=f"cell{level.index}-r")
+        opts = self.ramp_options(ramp)
+        setup = DriverSetup(cfg=self.live.cfg, prompts=self.prompts.make(seed), warm_connections=OPEN_LOOP_WARM_CONNECTIONS)
+        self._http = HttpLevelDriver(opts, run_share=in_process_runner(setup), probe=lambda: server_answers(opts, self.api_key),
+                                     poll_metrics=lambda: ThreadedMetricsPoller(opts.base_url_clean, self.api_key),
+                                     epoch=time.perf_counter(), progress=progress,
+                                     specs_for=lambda level, warmup, round_index=0: (specs[:level.num_warmup] if warmup
                                                                                      else specs[level.num_warmup:]),
-                                 bursts={"on_s": on_s, "off_s": off_s} if on_s is not None else None)
-        with RecordWriter(records_path) as writer:
-            def write(record: RequestRecord, writer=writer) -> None:  # each record leaves as it finishes
-                if on_record is not None:
-                    on_record(record)  # the plan's privacy rules
-                writer.write(record)
+                                     bursts={"on_s": ramp.on_s, "off_s": ramp.off_s} if ramp.on_s is not None else None)
+        return self._http.run_level(level, keep)
 
-            sweep = Sweep(opts, state=SweepState(connections=self.connections), sweep_levels=[level], driver=driver,
-                          write_record=write, persist=lambda summary: None, progress=notes, slo=None,
-                          stop_limits=StopLimits(), summarize_fn=summarize_stream, sync=writer.sync,
-                          records_file=RecordsFile(records_path),
-                          summary_fields=lambda: {"kind": "bench", "model_executed": not self.info.simulated,
-                                                  "benchmark_executed": True})
-            done = sweep.run()
-        if done["status"] == STATUS_INTERRUPTED:
-            raise KeyboardInterrupt  # the run's own handling: records kept, --resume runs this cell again
-        summary = sweep.state.levels[0]
-        stopped = sweep.state.stopped if (sweep.state.stopped or {}).get("reason") in ("server_dead", "auth_refused") else None
-        client = summary.get("client") or {}
-        return CellRun(records=list(read_records(records_path)), server_metrics=summary.get("server_metrics"),
-                       suspect=bool(summary.get("suspect")), client=client, duration_s=client.get("duration_s"),
-                       level=summary, stopped=stopped)
+    def server_gone(self, summary: dict) -> str | None:
+        """After a cell: the HTTP driver's dead-server probe (as bench's)."""
+        return self._http.server_gone(summary)
 
     def settle(self, state: str, pause_s: float, reset_prefix_cache: bool) -> str:
         """Cold: pause, then ask the server to drop its prefix cache where it has an endpoint for it."""

@@ -71,5 +71,9 @@ def judge(level: dict, budget: Budget | None, stop: StopSpec, **kw) -> dict:
         verdict = "slo_breach"
     else:
         verdict = "pass"
-    stops = verdict == "limit" or (verdict == "slo_breach" and stop.stop_on_slo_breach)
-    return {"verdict": verdict, "breaches": breaches, "limit": limit, "stops_ramp": stops}
+    return {"verdict": verdict, "breaches": breaches, "limit": limit, "stops_ramp": stops_ramp(verdict, stop)}
+
+
+def stops_ramp(verdict: str, stop: StopSpec) -> bool:
+    """Does a cell of this verdict stop its ramp? A limit always does; a missed budget with stop_on_slo_breach."""
+    return verdict == "limit" or (verdict == "slo_breach" and stop.stop_on_slo_breach)
