@@ -100,3 +100,17 @@ def test_a_run_of_decode_steps_prices_rounds_as_single_steps_do():
     run = st.decode_run_seconds(256, ctx, 3)
     single = [st.seconds(256, 256 * (1200 + j), 0, 256 * (1200 + j), 0, 256) for j in range(3)]
     assert run == pytest.approx(single, rel=1e-9)
+
+
+def test_tensorrt_llm_defaults_cap_each_micro_batch():
+    # max_batch_size bounds a micro-batch: pp stages hold pp x 2048 requests in all (get_max_num_sequences)
+    from kneecap.plan.build import DeploymentRequest
+    from kneecap.sim.config import trtllm_defaults
+    from kneecap.sim.setup import simulated_deployment
+
+    assert trtllm_defaults(pp=4).max_num_seqs == 4 * trtllm_defaults().max_num_seqs
+    req = DeploymentRequest(model="llama-3.1-70b", gpu="rtx-pro-6000", tp=1, pp=4, weight_dtype="nvfp4", kv_dtype="fp8",
+                            context=2000)
+    assert simulated_deployment(req, defaults="trtllm").config.max_num_seqs == 4 * trtllm_defaults().max_num_seqs
+    assert simulated_deployment(req, defaults="vllm").config.max_num_seqs == \
+        simulated_deployment(replace(req, pp=1, tp=4), defaults="vllm").config.max_num_seqs  # vLLM: over all

@@ -214,23 +214,27 @@ def sglang_defaults(device_bytes: int, pool_tokens: int, context_len: int) -> En
                         profile=SGLANG_PROFILE)
 
 
-def trtllm_defaults() -> EngineConfig:
+def trtllm_defaults(pp: int = 1) -> EngineConfig:
     """TensorRT-LLM's defaults (PyTorch backend, LLM API / trtllm-serve): max_batch_size 2048 and max_num_tokens
     8192 (llmapi BuildConfig defaults); the capacity scheduler's default policy GUARANTEED_NO_EVICT admits a
     request only if the pool can hold it to the end (docs, "Useful Runtime Options"), modelled as an admission
     reserve of 1.0 x the remaining output of every running and new sequence; prefix (block) reuse is on by
-    default in the PyTorch backend's KvCacheConfig (enable_block_reuse=True)."""
-    return EngineConfig(name="trtllm", max_num_seqs=2048, max_num_batched_tokens=8192, enable_prefix_caching=True,
+    default in the PyTorch backend's KvCacheConfig (enable_block_reuse=True). max_batch_size bounds each
+    pipeline micro-batch, so pp stages run pp x 2048 requests in all (_torch/pyexecutor/model_engine.py
+    get_max_num_sequences: pp_size x batch_size); max_num_tokens bounds each micro-batch too, as the simulated
+    scheduler's per-round budget of pp x max_num_batched_tokens does (steptime.py, PP)."""
+    return EngineConfig(name="trtllm", max_num_seqs=2048 * max(1, pp), max_num_batched_tokens=8192, enable_prefix_caching=True,
                         init_new_token_ratio=1.0, min_new_token_ratio=1.0, new_token_ratio_decay=0.0,
                         profile=TRTLLM_PROFILE)
 
 
-def engine_defaults(kind: str, *, device_bytes: int, gpu_name: str, pool_tokens: int, context_len: int) -> EngineConfig:
-    """Named defaults: "vllm", "sglang" or "trtllm"."""
+def engine_defaults(kind: str, *, device_bytes: int, gpu_name: str, pool_tokens: int, context_len: int,
+                    pp: int = 1) -> EngineConfig:
+    """Named defaults: "vllm", "sglang" or "trtllm" (pp: pipeline stages, for TensorRT-LLM's per-micro-batch cap)."""
     if kind == "vllm":
         return vllm_defaults(device_bytes, gpu_name)
     if kind == "sglang":
         return sglang_defaults(device_bytes, pool_tokens, context_len)
     if kind == "trtllm":
-        return trtllm_defaults()
+        return trtllm_defaults(pp)
     raise KneecapError(f"unknown --engine-defaults {kind!r}", f"use one of {', '.join(ENGINE_DEFAULTS)}")

@@ -95,7 +95,7 @@ def from_plan(plan: Plan, *, defaults: str = "vllm", max_num_seqs: int | None = 
         raise KneecapError(f"{d.model.name} on {d.num_gpus}x {d.gpu.name} leaves no KV pool",
                            "raise --tp, use a bigger GPU, or lower --weight-dtype / --overhead-gib")
     base = engine_defaults(defaults, device_bytes=d.gpu.memory_bytes("device"), gpu_name=d.gpu.name,
-                           pool_tokens=plan.kv_capacity_tokens, context_len=plan.context)
+                           pool_tokens=plan.kv_capacity_tokens, context_len=plan.context, pp=d.pp)
     config = base.with_overrides(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                  enable_prefix_caching=prefix_caching, scheduler_delay_factor=scheduler_delay_factor)
     if charge_state is None:
