@@ -200,6 +200,12 @@ class Engine:
             return None
         return self.blocks.hit_tokens / self.blocks.query_tokens
 
+    def start_measuring(self) -> None:
+        """Count server_metrics from now on, the engine's state (pool, prefix cache, queues) kept: a level's
+        measured requests after its warmup, as bench scrapes a server's /metrics over the measured phase only."""
+        self.stats = EngineStats()
+        self.blocks.query_tokens = self.blocks.hit_tokens = 0
+
     def server_metrics(self) -> dict:
         """The per-level engine counters under the names the bench driver uses for a real server's metrics."""
         rate = self.prefix_cache_hit_rate
