@@ -176,10 +176,10 @@ def workload_flags(opts: SimulateOptions) -> WorkloadFlags:
 def level_spec(opts: SimulateOptions, level: SweepLevel, *, workload: Workload | None = None, seed: int | None = None,
                on_s: float | None = None, off_s: float = 0.0) -> LevelSpec:
     """One level as the virtual-clock driver runs it: its warmup's and its own work from the one translation
-    bench uses (kneecap.workload.level_work), sent on one engine, the warmup first. What is the simulator's own:
-    a level without a request count (--duration) draws its requests as it goes; a ramp's warmup requests go at
-    its start; a trace's warmup rows keep their place on the trace's clock. workload / seed: a load-plan cell's
-    own class and seed (lengths and arrivals)."""
+    bench uses (kneecap.workload.level_work), sent on one engine, the warmup first and to its end, as bench sends
+    them (kneecap.sim.sweep.level_phases). What is the simulator's own: a level without a request count
+    (--duration) draws its requests as it goes. workload / seed: a load-plan cell's own class and seed (lengths
+    and arrivals)."""
     import dataclasses
 
     flags = workload_flags(opts) if seed is None else dataclasses.replace(workload_flags(opts), seed=seed)
@@ -189,7 +189,7 @@ def level_spec(opts: SimulateOptions, level: SweepLevel, *, workload: Workload |
     n_warm = len(warm.specs)
     if opts.schedule:
         work = level_work(flags, level, warmup=False)
-        rows = [*zip(warm.offsets or (), warm.specs), *((work.start_s + at, s) for at, s in zip(work.offsets, work.specs))]
+        rows = [*((0.0, s) for s in warm.specs), *zip(work.offsets, work.specs)]
         return LevelSpec(rate=value, warmup=n_warm, schedule=tuple(rows))
     if opts.ramp is not None:
         work = level_work(flags, level, warmup=False)
@@ -279,9 +279,10 @@ class VirtualTimeDriver:
 
 
 def stable_stop(records, rel_tol: float, window_s: float, duration_s: float) -> tuple[float | None, dict]:
-    """--until-stable on the virtual clock: the first window end (t0 + k x window_s, before duration_s) at which
-    kneecap.workload.slices.p99_stable finds the level's p99 TTFT and ITL settled, over the records that ended
-    by then, and that verdict in summary.json's stable_p99 shape (bench's). None: never within duration_s.
+    """--until-stable on the virtual clock: the first window end k x window_s after t0, the measured requests'
+    first send (before duration_s from then), at which kneecap.workload.slices.p99_stable finds the level's p99
+    TTFT and ITL settled, over the records that ended by then, as seconds from t0 (the --duration that stops
+    the level there), and that verdict in summary.json's stable_p99 shape (bench's). None: never within duration_s.
     Any run of the level that sends until at least time t has the same records ended by t (what is sent later
     cannot change what happened before), so the verdict holds for the run that stops sending at the time
     found, and for the full --duration run; bench checks between rounds instead."""
@@ -291,13 +292,13 @@ def stable_stop(records, rel_tol: float, window_s: float, duration_s: float) -> 
     t0 = min(sent, default=0.0)
     verdict = None
     k = 1
-    while t0 + k * window_s < duration_s:
+    while k * window_s < duration_s:
         verdict = p99_stable(records, window_s, windows=STABLE_WINDOWS, rel_tol=rel_tol, now_s=t0 + k * window_s)
         if verdict.stable:
             break
         k += 1
     if verdict is None:
-        verdict = p99_stable(records, window_s, windows=STABLE_WINDOWS, rel_tol=rel_tol, now_s=duration_s)
+        verdict = p99_stable(records, window_s, windows=STABLE_WINDOWS, rel_tol=rel_tol, now_s=t0 + duration_s)
     doc = dict(stable=verdict.stable, why=verdict.why, rel_tol=rel_tol, window_s=window_s,
                ttft_p99_ms=list(verdict.ttft_p99_ms), itl_p99_ms=list(verdict.itl_p99_ms))
-    return (t0 + k * window_s if verdict.stable else None), doc
+    return (k * window_s if verdict.stable else None), doc

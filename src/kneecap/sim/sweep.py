@@ -10,6 +10,9 @@ after, as with a real client against a real-time server (`kneecap serve` + `knee
 turnaround_s = 0 the next request would join the very next step (every slot of a wave refilled at once).
 Open loop: request i goes at arrival_offsets(rate, n, burstiness, seed)[i]. "max": every request at t = 0.
 `--duration S` stops *sending* at S seconds of virtual time (what was sent still finishes).
+A warmup is its own phase before the level's, as bench runs it: a closed loop at min(C, warmup) slots (an open
+loop at the level's rate), on the same engine, until its last response is back; the level then starts as it
+would on a fresh engine (C requests at once, or its arrivals), from that moment, with the warm prefix cache.
 drive() is the one loop under all of them (and under the disaggregated decode replica of kneecap.recommend):
 arrivals known in advance and arrivals that follow an event (a response's end, KV blocks freed) alike.
 """
@@ -55,12 +58,14 @@ class LevelSpec:
     rate: float | None = None
     all_at_once: bool = False
     num_requests: int | None = None  # measured requests (warmup ones come on top)
-    duration_s: float | None = None  # stop sending after this much virtual time
-    warmup: int = 0
+    duration_s: float | None = None  # stop sending this much virtual time after the measured requests' start
+    warmup: int = 0  # requests sent first, to their end, on the same engine (kneecap.sim.sweep.level_phases)
     on_s: float | None = None  # open loop in on/off bursts: `rate` inside on_s-second windows...
     off_s: float = 0.0  # ...separated by off_s seconds of silence (kneecap.workload.arrival_offsets)
-    # a replayed trace: (send offset in seconds, request) in send order; with it, `rate` is the trace's mean rate
-    # (for the summary) and the requests and their times are the trace's, not drawn
+    # a replayed trace: (send offset in seconds from the measured requests' start, request) in send order; with
+    # it, `rate` is the trace's mean rate (for the summary) and the requests and their times are the trace's, not
+    # drawn. The first `warmup` rows are the warmup's requests, sent as an open loop at `rate` (their offsets
+    # unused), as bench sends a trace's warmup
     schedule: tuple[tuple[float, RequestSpec], ...] = ()
     # requests drawn elsewhere (a dataset's lengths), sent in this order instead of the workload's draws
     specs: tuple[RequestSpec, ...] = ()
@@ -137,113 +142,193 @@ def _requests(workload: Workload, seed: int, total: int | None, id_prefix: str) 
         start += REQUEST_CHUNK
 
 
+@dataclass
+class Phase:
+    """What one phase of a level sends: its warmup or its measured requests. total: requests it sends (a
+    conversation's turns each count; None: until its horizon); concurrency: a closed loop's slots (None: open
+    loop at `offsets`, send times in seconds from the phase's start); horizon_s: it stops sending this long after
+    its start."""
+
+    warmup: bool
+    source: Iterator[RequestSpec]  # in send order (a multi-turn phase: its conversations' first turns)
+    total: int | None
+    concurrency: int | None = None
+    offsets: list[float] = field(default_factory=list)
+    horizon_s: float = math.inf
+
+
+def level_phases(level: LevelSpec, workload: Workload, *, seed: int, index: int, burstiness: float) -> list[Phase]:
+    """A level's phases in order: its warmup, if any, then its measured requests, as bench sends them
+    (kneecap.sweep.http_levels): the warmup closed loop at min(C, warmup) slots, an open loop's (a rate's, a
+    trace's, a ramp's) at the level's rate with the level's arrival seed, all at once for 'max'; the measured
+    requests then as without a warmup, from the time the warmup's last response is back."""
+    warm = level.warmup
+    if level.schedule:
+        specs = [spec for _, spec in level.schedule]
+        sources = [iter(specs[:warm]), iter(specs[warm:])]
+        totals = [min(warm, len(specs)), max(len(specs) - warm, 0)]
+    elif level.conversations:
+        # the warmup's conversations are the first ones whose turns add up to the warmup's requests
+        split, turns = 0, 0
+        while split < len(level.conversations) and turns < warm:
+            turns += len(level.conversations[split])
+            split += 1
+        parts = (level.conversations[:split], level.conversations[split:])
+        sources = [iter([c[0] for c in part]) for part in parts]
+        totals = [sum(len(c) for c in part) for part in parts]
+    else:
+        total = None if level.num_requests is None else level.num_requests + warm
+        if level.specs:
+            total = len(level.specs) if total is None else min(total, len(level.specs))
+            source = iter(level.specs)
+        else:
+            source = _requests(workload, seed, total, id_prefix=f"L{index}-r")
+        sources = [source, source]  # the warmup sends the first `warm` of them, the measured requests the rest
+        totals = [warm if total is None else min(warm, total), None if total is None else max(total - warm, 0)]
+    bursts = dict(on_s=level.on_s, off_s=level.off_s)
+    phases = []
+    if warm:
+        n = totals[0]
+        if level.rate is not None:
+            phases.append(Phase(warmup=True, source=sources[0], total=n,
+                                offsets=arrival_offsets(level.rate, n, burstiness, seed, **bursts)))
+        else:
+            phases.append(Phase(warmup=True, source=sources[0], total=n, concurrency=min(level.concurrency or n, n)))
+    n = totals[1]
+    measured = Phase(warmup=False, source=sources[1], total=n,
+                     horizon_s=level.duration_s if level.duration_s is not None else math.inf)
+    if level.schedule:
+        rows = level.schedule[warm:]
+        measured.offsets = [at for at, _ in rows]
+    elif level.rate is not None:
+        if n is not None:
+            measured.offsets = arrival_offsets(level.rate, n, burstiness, seed, **bursts)
+        else:
+            n_est = min(int(math.ceil(level.rate * level.duration_s * 1.5)) + 16, MAX_REQUESTS_PER_LEVEL)
+            measured.offsets = [a for a in arrival_offsets(level.rate, n_est, burstiness, seed, **bursts)
+                                if a < level.duration_s]
+    else:
+        measured.concurrency = level.concurrency if level.concurrency is not None else n
+    phases.append(measured)
+    return phases
+
+
 def simulate_level(sim: SimDeployment, workload: Workload, level: LevelSpec, *, index: int = 0, seed: int = 0,
                    burstiness: float = 1.0, trace: bool = False, fast_path: bool = True,
                    turnaround_s: float = CLIENT_TURNAROUND_S, delivery_spread_s: float = DELIVERY_SPREAD_S,
                    token_times: bool = False) -> LevelResult:
     """Run one level on a fresh engine of the simulated deployment (sim.new_engine); records in completion order.
+    A warmup (level.warmup requests) runs first on the same engine, to its end (level_phases): the measured
+    requests then find the prefix cache it left, as on a server after bench's warmup.
     turnaround_s / delivery_spread_s: a closed loop's next request is sent rank x delivery_spread_s +
-    turnaround_s after a response's end, rank its place among the requests its step finished.
+    turnaround_s after a response's end, rank its place among the requests its step finished; the measured
+    requests go turnaround_s after the warmup's last response is back.
     token_times: records list every token's time in chunk_times (else they reference the level's step
     timeline: the same times, summarised exactly, without one float per token)."""
-    engine = sim.new_engine(level=index, trace=trace, fast_path=fast_path, token_times=token_times)
-    total = None if level.num_requests is None else level.num_requests + level.warmup
-    if level.schedule:
-        total = len(level.schedule)
-        source = iter([spec for _, spec in level.schedule])
-    elif level.specs:
-        total = len(level.specs) if total is None else min(total, len(level.specs))
-        source = iter(level.specs)
-    elif level.conversations:
-        total = sum(len(c) for c in level.conversations)
-        source = iter([c[0] for c in level.conversations])  # first turns; later ones follow their answers
-    else:
-        source = _requests(workload, seed, total, id_prefix=f"L{index}-r")
-    concurrency = level.concurrency if level.concurrency is not None else (total if level.all_at_once else None)
-    meta_base = {"level": index, "concurrency": concurrency, "rate": level.rate}
-    records: list[RequestRecord] = []
-    sent = 0
-    horizon = level.duration_s if level.duration_s is not None else math.inf
-
-    follow = {conv[k].request_id: conv[k + 1] for conv in level.conversations for k in range(len(conv) - 1)}
-
-    def send(at: float, spec: RequestSpec | None = None) -> bool | None:
-        """Send `spec` (default: the next from the source) at `at`: True if queued, False if rejected at once,
-        None if none is left."""
-        nonlocal sent
-        if total is not None and sent >= total:
-            return None
-        if sent >= MAX_REQUESTS_PER_LEVEL:  # --duration at a high rate: stop sending, never grow without bound
-            return None
-        if spec is None:
-            spec = next(source, None)
-            if spec is None:
-                return None
-        meta = dict(meta_base, warmup=sent < level.warmup)
-        sent += 1
-        rejected = engine.add_request(spec, at, meta=meta, scheduled_at=at)
-        if rejected is not None:
-            records.append(rejected)
-            return False
-        return True
-
-    def fill_slot(at: float, spec: RequestSpec | None = None) -> bool:
-        """Closed loop: send until one request is queued (a rejected one frees its slot at once; a rejected
-        turn ends its conversation)."""
-        for attempt in range(MAX_REJECTS_IN_A_ROW):
-            got = send(at, spec if attempt == 0 else None)
-            if got is None:
-                return False
-            if got:
-                return True
-        return False
-
     for name, value in (("client turnaround", turnaround_s), ("delivery spread", delivery_spread_s)):
         if not (value >= 0 and math.isfinite(value)):
             raise KneecapError(f"{name} must be >= 0 s, got {value!r}", "pass e.g. 1e-4")
-    arrivals: list[float] = []
-    next_arrival = 0
-    # closed loop: (when, order, what) a finished slot sends next, earliest first (None: the source's next); a
-    # heap, since a conversation's next turn (after a think time) may fall after a new conversation's first
-    pending: list[tuple[float, int, RequestSpec | None]] = []
-    if level.schedule:
-        arrivals = [at for at, _ in level.schedule]
-    elif level.rate is not None:
-        if total is not None:
-            arrivals = arrival_offsets(level.rate, total, burstiness, seed, on_s=level.on_s, off_s=level.off_s)
-        else:
-            n_est = min(int(math.ceil(level.rate * level.duration_s * 1.5)) + 16, MAX_REQUESTS_PER_LEVEL)
-            arrivals = [a for a in arrival_offsets(level.rate, n_est, burstiness, seed, on_s=level.on_s, off_s=level.off_s)
-                        if a < level.duration_s]
-    else:
-        for _ in range(concurrency or 0):
-            if not fill_slot(0.0):
-                break
-
-    def due(now: float) -> float:
-        nonlocal next_arrival
-        while next_arrival < len(arrivals) and arrivals[next_arrival] <= now:
-            send(arrivals[next_arrival])
-            next_arrival += 1
-        while pending and pending[0][0] <= now:
-            at, _, spec = heapq.heappop(pending)
-            fill_slot(at, spec)
-        until = arrivals[next_arrival] if next_arrival < len(arrivals) else math.inf
-        return pending[0][0] if pending and pending[0][0] < until else until
-
-    def ended(now: float, finished: list[RequestRecord]) -> None:
-        for rank, rec in enumerate(finished):
-            records.append(rec)
-            if level.rate is None and now < horizon:
-                nxt = follow.get(rec.request_id) if rec.ok else None
-                back = now + rank * delivery_spread_s + turnaround_s
-                if nxt is not None:  # the conversation's next turn, after the user's think time
-                    heapq.heappush(pending, (back + level.think_time_s, len(records), nxt))
-                else:  # closed loop: the slot sends its next request after the turnaround
-                    heapq.heappush(pending, (back, len(records), None))
-
-    if not drive(engine, due, ended):
-        raise KneecapError("the simulated engine stopped making progress with requests still queued",
-                           "this is a simulator bug; please report the command line")
+    engine = sim.new_engine(level=index, trace=trace, fast_path=fast_path, token_times=token_times)
+    phases = level_phases(level, workload, seed=seed, index=index, burstiness=burstiness)
+    concurrency = phases[-1].concurrency if level.rate is None else None  # 'max': the measured requests
+    meta_base = {"level": index, "concurrency": concurrency, "rate": level.rate}
+    records: list[RequestRecord] = []
+    follow = {conv[k].request_id: conv[k + 1] for conv in level.conversations for k in range(len(conv) - 1)}
+    run = _LevelRun(engine, records, meta_base, follow, turnaround_s, delivery_spread_s, level.think_time_s)
+    t = 0.0
+    for phase in phases:
+        if not phase.warmup and len(phases) > 1:
+            engine.start_measuring()  # the level's server metrics are its measured requests', as bench's
+        t = run.phase(phase, t)
     end_s = max((r.end_at for r in records if r.end_at is not None), default=0.0)
     return LevelResult(records=records, server_metrics=engine.server_metrics(), trace=engine.trace(), end_s=end_s)
+
+
+class _LevelRun:
+    """One level's engine and records, through its phases one after the other."""
+
+    def __init__(self, engine: Engine, records: list[RequestRecord], meta_base: dict, follow: dict,
+                 turnaround_s: float, delivery_spread_s: float, think_time_s: float):
+        self.engine, self.records, self.meta_base, self.follow = engine, records, meta_base, follow
+        self.turnaround_s, self.delivery_spread_s, self.think_time_s = turnaround_s, delivery_spread_s, think_time_s
+        self.sent_in_level = 0
+
+    def phase(self, phase: Phase, t0: float) -> float:
+        """Send the phase from t0 and run the engine until it is done; when the client has its last answer
+        back (its next phase starts then, one client turnaround later)."""
+        engine, records, follow = self.engine, self.records, self.follow
+        spread, turnaround = self.delivery_spread_s, self.turnaround_s
+        meta = dict(self.meta_base, warmup=phase.warmup)
+        horizon = t0 + phase.horizon_s
+        sent = 0
+        back = t0  # the latest a response of this phase reached its client
+
+        def send(at: float, spec: RequestSpec | None = None) -> bool | None:
+            """Send `spec` (default: the next from the source) at `at`: True if queued, False if rejected at
+            once, None if none is left."""
+            nonlocal sent, back
+            if phase.total is not None and sent >= phase.total:
+                return None
+            if self.sent_in_level >= MAX_REQUESTS_PER_LEVEL:  # --duration at a high rate: never grow without bound
+                return None
+            if spec is None:
+                spec = next(phase.source, None)
+                if spec is None:
+                    return None
+            sent += 1
+            self.sent_in_level += 1
+            rejected = engine.add_request(spec, at, meta=dict(meta), scheduled_at=at)
+            if rejected is not None:
+                records.append(rejected)
+                back = max(back, at)
+                return False
+            return True
+
+        def fill_slot(at: float, spec: RequestSpec | None = None) -> bool:
+            """Closed loop: send until one request is queued (a rejected one frees its slot at once; a rejected
+            turn ends its conversation)."""
+            for attempt in range(MAX_REJECTS_IN_A_ROW):
+                got = send(at, spec if attempt == 0 else None)
+                if got is None:
+                    return False
+                if got:
+                    return True
+            return False
+
+        arrivals = [t0 + a for a in phase.offsets]
+        next_arrival = 0
+        # closed loop: (when, order, what) a finished slot sends next, earliest first (None: the source's next); a
+        # heap, since a conversation's next turn (after a think time) may fall after a new conversation's first
+        pending: list[tuple[float, int, RequestSpec | None]] = []
+        for _ in range(phase.concurrency or 0):
+            if not fill_slot(t0):
+                break
+
+        def due(now: float) -> float:
+            nonlocal next_arrival
+            while next_arrival < len(arrivals) and arrivals[next_arrival] <= now:
+                send(arrivals[next_arrival])
+                next_arrival += 1
+            while pending and pending[0][0] <= now:
+                at, _, spec = heapq.heappop(pending)
+                fill_slot(at, spec)
+            until = arrivals[next_arrival] if next_arrival < len(arrivals) else math.inf
+            return pending[0][0] if pending and pending[0][0] < until else until
+
+        def ended(now: float, finished: list[RequestRecord]) -> None:
+            nonlocal back
+            for rank, rec in enumerate(finished):
+                records.append(rec)
+                back = max(back, now + rank * spread)
+                if phase.concurrency is not None and now < horizon:
+                    nxt = follow.get(rec.request_id) if rec.ok else None
+                    at = now + rank * spread + turnaround
+                    if nxt is not None:  # the conversation's next turn, after the user's think time
+                        heapq.heappush(pending, (at + self.think_time_s, len(records), nxt))
+                    else:  # closed loop: the slot sends its next request after the turnaround
+                        heapq.heappush(pending, (at, len(records), None))
+
+        if not drive(engine, due, ended, t0):
+            raise KneecapError("the simulated engine stopped making progress with requests still queued",
+                               "this is a simulator bug; please report the command line")
+        return back + turnaround
