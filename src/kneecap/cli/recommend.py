@@ -69,27 +69,6 @@ def _behaviour_cases(path: str) -> list[dict]:
     return behaviour_cases(items, f"--behaviour-gate file {path}", _GATE_HINT)
 
 
-def _write_run_plans(d: Path, req, doc: dict, behaviour: list[dict] | None = None) -> None:
-    """For every sized candidate: DIR/confirm-N.yaml (against the real server) and DIR/confirm-N-simulated.yaml (the
-    simulated twin), or for disaggregated pools DIR/confirm-N.yaml (the proxy) with DIR/confirm-N-prefill.yaml and
-    DIR/confirm-N-prefill-simulated.yaml (the prefill pool alone); each candidate names its files under run_plan."""
-    import yaml
-
-    from kneecap.recommend.runplan import run_plans
-
-    if req.trace is not None:  # the plans' empirical lengths read these files
-        from kneecap.recommend.trace import write_length_files
-
-        write_length_files(d, req.trace)
-    for i, cand in enumerate(doc["candidates"]):
-        names = {}
-        for kind, plan in run_plans(req, doc, cand, f"confirm-{i + 1}", behaviour).items():
-            fname = f"confirm-{i + 1}.yaml" if kind == "server" else f"confirm-{i + 1}-{kind}.yaml"
-            (d / fname).write_text(f"# kneecap run {fname}\n" + yaml.safe_dump(plan, sort_keys=False, width=120))
-            names[kind] = fname
-        cand["run_plan"] = names
-
-
 @app.command("recommend")
 def recommend_cmd(
     model: str = typer.Option(..., "--model", help="preset name, config.json / GGUF path, or org/name"),
@@ -179,11 +158,12 @@ def recommend_cmd(
 
         mark(doc, cases, behaviour_gate)
     if out:
+        from kneecap.recommend.runplan import write_run_plans
         from kneecap.report.recommend_page import write_report
 
         d = Path(out)
         d.mkdir(parents=True, exist_ok=True)
-        _write_run_plans(d, req, doc, cases)
+        write_run_plans(d, req, doc, cases)
         (d / "recommend.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
         write_report(d, doc)
     if json_out:

@@ -12,10 +12,13 @@ pools); it gets the plan against the proxy in front of both pools at the whole r
 check: one prefill instance at its share of the rate with one output token per request (its TTFT is the prompt's
 prefill), each TTFT budget less the KV transfer, against the real instance and on the simulated engine. The decode
 pool cannot run alone (its prompts' KV comes from a prefill instance): its check is the bench line through the
-proxy (search.py's confirm_pools). Owns the plan's content; the schema is kneecap.loadplan.schema's.
+proxy (search.py's confirm_pools). Owns the plans' content and their files (write_run_plans); the schema is
+kneecap.loadplan.schema's.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from kneecap.recommend.space import ENGINE_DEFAULTS, RecommendRequest
 
@@ -140,3 +143,22 @@ def run_plans(req: RecommendRequest, doc: dict, cand: dict, name: str, behaviour
         out["simulated"] = dict(base, name=name + "-simulated",
                                 candidates=[{"name": "simulated", "target": _target(req, cand), "cost": cost}])
     return out
+
+
+def write_run_plans(d: Path, req: RecommendRequest, doc: dict, behaviour: list[dict] | None = None) -> None:
+    """For every sized candidate: DIR/confirm-N.yaml (against the real server) and DIR/confirm-N-simulated.yaml (the
+    simulated twin), or for disaggregated pools DIR/confirm-N.yaml (the proxy) with DIR/confirm-N-prefill.yaml and
+    DIR/confirm-N-prefill-simulated.yaml (the prefill pool alone); each candidate names its files under run_plan."""
+    import yaml
+
+    if req.trace is not None:  # the plans' empirical lengths read these files
+        from kneecap.recommend.trace import write_length_files
+
+        write_length_files(d, req.trace)
+    for i, cand in enumerate(doc["candidates"]):
+        names = {}
+        for kind, plan in run_plans(req, doc, cand, f"confirm-{i + 1}", behaviour).items():
+            fname = f"confirm-{i + 1}.yaml" if kind == "server" else f"confirm-{i + 1}-{kind}.yaml"
+            (d / fname).write_text(f"# kneecap run {fname}\n" + yaml.safe_dump(plan, sort_keys=False, width=120))
+            names[kind] = fname
+        cand["run_plan"] = names
