@@ -3,9 +3,9 @@
 Order of gates per candidate: behaviour first (a candidate that changes contract behaviour is rejected
 before anything else), then the SLO gate (a capacity region for every class with a budget, in every
 state), and only then cost at the capacity found.
-Each ramp runs as one sweep of the one level runner (kneecap.sweep.runner.Sweep), its cells the levels, with
-the candidate's driver; the cell verdict is the sweep's stop rule. Records go to DIR/records/cell-<index>.jsonl
-as requests finish; DIR/summary.json is rewritten after every cell.
+Each ramp is one sweep of the one level runner (kneecap.sweep.runner.Sweep), its cells the levels, the cell
+verdict its stop rule. Records go to DIR/records/cell-<index>.jsonl as requests finish; DIR/summary.json is
+rewritten after every cell.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from kneecap.loadplan.cells import auto_steps, build_ramps
 from kneecap.loadplan.handoff import write_handoff
 from kneecap.loadplan.observe import observe_cell
 from kneecap.loadplan.schema import LoadPlanSpec
-from kneecap.loadplan.targets import Ramp, RampDriver, make_candidate
+from kneecap.loadplan.targets import Ramp, make_candidate
 from kneecap.loadplan.verdicts import judge, stops_ramp
 from kneecap.metrics.accumulate import summarize_stream
 from kneecap.metrics.stop import AUTH_REFUSED, SERVER_DEAD, StopLimits
@@ -33,15 +33,6 @@ from kneecap.sweep.runner import STATUS_INTERRUPTED, Sweep, SweepState
 from kneecap.workload import Workload
 
 DEFAULT_REQUESTS_PER_CELL = 100
-
-
-def _max_safe(candidate, isl: int, osl: int) -> int | None:
-    from kneecap.plan.preflight import preflight
-
-    cap = candidate.kv_capacity_tokens
-    if not cap:
-        return None
-    return preflight(cap, isl=isl, osl=osl, concurrencies=[1], block_size=candidate.block_size).max_safe_concurrency
 
 
 def _requests_for(spec: LoadPlanSpec, dimension: str, load: float) -> int:
@@ -75,9 +66,13 @@ def _cost(candidate_spec, cap_metrics: dict | None) -> dict | None:
 def _steps(spec: LoadPlanSpec, cand, classes: dict) -> list:
     if spec.load.steps != "auto":
         return list(spec.load.steps)
+    from kneecap.plan.preflight import preflight
+
     isl = max(c.input.upper_bound or int(c.input.expected) for c in classes.values())
     osl = max(c.output.upper_bound or int(c.output.expected) for c in classes.values())
-    return auto_steps(_max_safe(cand, isl, osl))
+    cap = cand.kv_capacity_tokens  # steps up to twice the concurrency the candidate's KV pool holds safely
+    return auto_steps(preflight(cap, isl=isl, osl=osl, concurrencies=[1], block_size=cand.block_size).max_safe_concurrency
+                      if cap else None)
 
 
 def _cell_count(spec: LoadPlanSpec, cand_spec, classes: dict) -> int:
@@ -167,12 +162,12 @@ class _PlanRun:
             levels = [SweepLevel(index=c.index + offset, value=int(c.load) if dimension == "concurrency" else c.load,
                                  num_requests=_requests_for(spec, dimension, c.load), num_warmup=warmup, first_index=0)
                       for c in rest]
-            plan = Ramp(dimension=dimension, loads=tuple(lv.value for lv in levels), workload=workload, state=rest[0].state,
-                        warmup=warmup, seed=spec.seed, burstiness=1.0 if arrival.kind == "poisson" else arrival.burstiness,
-                        pause_s=spec.state.cold_pause_s, reset_prefix_cache=spec.state.reset_prefix_cache,
-                        **({"on_s": arrival.on_s, "off_s": arrival.off_s} if arrival.kind == "onoff" else {}))
             notes, files = _Notes(say), CellRecords(self.results.path, spec.privacy)
-            driver = RampDriver(self.cand, plan, notes)
+            driver = Ramp(self.cand, notes, dimension=dimension, loads=tuple(lv.value for lv in levels), workload=workload,
+                          state=rest[0].state, warmup=warmup, seed=spec.seed,
+                          burstiness=1.0 if arrival.kind == "poisson" else arrival.burstiness,
+                          pause_s=spec.state.cold_pause_s, reset_prefix_cache=spec.state.reset_prefix_cache,
+                          **({"on_s": arrival.on_s, "off_s": arrival.off_s} if arrival.kind == "onoff" else {}))
 
             def on_level(level, run, metrics: dict, records: list) -> None:
                 self.cells.append(self._judged(by_index[level.index], level.index, run, metrics, records,
@@ -191,7 +186,7 @@ class _PlanRun:
                     say(f"{by_index[row['index']].key}: run stopped: {stop['detail']}")
                 self.save()
 
-            sweep = Sweep(self.cand.ramp_options(plan), state=SweepState(), sweep_levels=levels, driver=driver,
+            sweep = Sweep(self.cand.ramp_options(driver), state=SweepState(), sweep_levels=levels, driver=driver,
                           write_record=files.write, persist=persist, progress=notes, slo=None, stop_limits=StopLimits(),
                           summarize_fn=summarize_stream, sync=files.sync, records_file=files,
                           summary_fields=lambda: {"kind": "run", "model_executed": self.cand.model_executed,

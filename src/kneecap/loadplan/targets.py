@@ -1,15 +1,14 @@
 """Serving candidates as things a ramp of cells can run on: the simulator (virtual time) or a live server.
 
-Each target answers the same questions: who am I (identity), how many sequences fit (preflight), send one
-cell's requests as a level of the one level runner (kneecap.sweep.runner.Sweep, through RampDriver), reach a
-warm or cold state, and answer the behaviour cases. The simulator cannot answer behaviour cases (no model is
-executed); it says so.
+Each target answers the same questions: who am I (identity), how many sequences fit (preflight), send a cell's
+requests as a level of the one level runner (through its Ramp), reach a warm or cold state, and answer the
+behaviour cases. The simulator cannot answer behaviour cases (no model is executed); it says so.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kneecap.errors import KneecapError
 from kneecap.levels import LevelRun, SweepLevel
@@ -23,12 +22,15 @@ from kneecap.sweep.session import OPEN_LOOP_WARM_CONNECTIONS, server_answers
 from kneecap.workload import Workload, make_requests
 
 
-@dataclass(frozen=True)
+@dataclass
 class Ramp:
-    """What a ramp's cells send: one class at rising loads (the levels' values), in one state (cold: after a pause,
-    the prefix cache reset if asked). A cell's requests and arrivals are seeded with `seed` + its index; on_s /
-    off_s send an open loop in bursts."""
+    """A ramp's cells as the levels of the one level runner, and what they send: one class at rising loads (the
+    levels' values), in one state, which the candidate reaches before each cell (`notes[cell index]` says how; cold:
+    after a pause, the prefix cache reset if asked); then it sends the cell's requests, seeded with `seed` + the
+    cell's index (on_s / off_s: an open loop in bursts)."""
 
+    candidate: object
+    progress: object
     dimension: str
     loads: tuple
     workload: Workload
@@ -40,18 +42,11 @@ class Ramp:
     reset_prefix_cache: bool
     on_s: float | None = None
     off_s: float = 0.0
-
-
-class RampDriver:
-    """A ramp's cells as the levels of the one level runner: before each cell the candidate reaches the ramp's
-    state (`notes[cell index]` says how), then it sends the cell's requests (the candidate's run_level)."""
-
-    def __init__(self, candidate, ramp: Ramp, progress):
-        self.candidate, self.ramp, self.progress, self.notes = candidate, ramp, progress, {}
+    notes: dict[int, str] = field(default_factory=dict)
 
     def run_level(self, level: SweepLevel, keep) -> LevelRun:
-        self.notes[level.index] = self.candidate.settle(self.ramp.state, self.ramp.pause_s, self.ramp.reset_prefix_cache)
-        return self.candidate.run_level(self.ramp, level, keep, self.progress)
+        self.notes[level.index] = self.candidate.settle(self.state, self.pause_s, self.reset_prefix_cache)
+        return self.candidate.run_level(self, level, keep, self.progress)
 
     def server_gone(self, summary: dict) -> str | None:
         return self.candidate.server_gone(summary)
