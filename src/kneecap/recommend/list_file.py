@@ -16,7 +16,7 @@ def read_list_file(path: str | Path, flag: str, key: str, what: str, hint: str) 
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise KneecapError(f"cannot read {flag} file {path}: {getattr(exc, 'strerror', None) or exc}",
-                           f"pass an existing YAML or JSON file of {what}") from None
+                           f"pass an existing YAML or JSON file of {what}, saved as UTF-8") from None
     try:
         if p.suffix.lower() == ".json":
             data = json.loads(text)
