@@ -92,3 +92,70 @@ def test_a_level_without_refusals_is_not_cut():
     finally:
         srv.stop()
     assert run.cut is None and len(records) == 6 and all(r.ok for r in records)
+
+
+def _shared_status(monkeypatch, value: int = 0):
+    """This process as a --workers process: its levels share a refusal status with the other workers'."""
+    import multiprocessing
+
+    from kneecap.client.driver import AuthCut
+
+    shared = multiprocessing.get_context("spawn").Value("i", value)
+    monkeypatch.setattr(AuthCut, "shared", shared)
+    return shared
+
+
+def test_a_refusal_written_to_the_shared_status_by_another_worker_cuts_this_level_in_flight(monkeypatch):
+    # another worker's refusal (its status written to the shared value) cuts this process's level too: its
+    # accepted streams are cancelled in flight and nothing more is sent
+    import threading
+
+    url, srv = _served(100)  # this server never refuses: only the shared status can cut the level
+    records = []
+    try:
+        cfg = ClientConfig(base_url=url, model="m")
+        # first a request on its own, so that the level below sends its first requests at once (imports paid)
+        run_sync(run_closed_loop(cfg, make_requests(Workload.fixed(8, 1), 1), 1, level=0, epoch=time.perf_counter(),
+                                 on_record=lambda r: None))
+        shared = _shared_status(monkeypatch)
+        timer = threading.Timer(0.5, lambda: setattr(shared, "value", 403))  # the 2 s streams are in flight then
+        timer.start()
+        run = run_sync(asyncio.wait_for(run_closed_loop(cfg, make_requests(Workload.fixed(8, OSL), 12), 3, level=1,
+                                                        epoch=time.perf_counter(), on_record=records.append), BOUND_S))
+        timer.cancel()
+        log = srv.log()
+    finally:
+        srv.stop()
+    assert run.cut == "http_403"
+    assert _kinds(records) == ["cancelled"] * 3, _kinds(records)  # the 3 first streams, none finished
+    assert run.duration_s < OSL * ITL_S
+    assert len([e for e in log if e["path"].endswith("completions")]) == 1  # the lone request; the 3 never ended
+
+
+def test_a_level_starting_after_another_workers_refusal_sends_nothing(monkeypatch):
+    _shared_status(monkeypatch, 401)
+    url, srv = _served(100)
+    records = []
+    try:
+        cfg = ClientConfig(base_url=url, model="m")
+        run = run_sync(asyncio.wait_for(run_closed_loop(cfg, make_requests(Workload.fixed(8, OSL), 6), 2, level=0,
+                                                        epoch=time.perf_counter(), on_record=records.append), BOUND_S))
+        log = srv.log()
+    finally:
+        srv.stop()
+    assert run.cut == "http_401" and records == []
+    assert not [e for e in log if e["path"].endswith("completions")]
+
+
+def test_this_workers_refusal_is_written_to_the_shared_status(monkeypatch):
+    shared = _shared_status(monkeypatch)
+    url, srv = _served(1)  # C=2: one accepted, one refused
+    records = []
+    try:
+        cfg = ClientConfig(base_url=url, model="m")
+        run = run_sync(asyncio.wait_for(run_closed_loop(cfg, make_requests(Workload.fixed(8, OSL), 6), 2, level=0,
+                                                        epoch=time.perf_counter(), on_record=records.append), BOUND_S))
+    finally:
+        srv.stop()
+    assert run.cut == "http_401" and shared.value == 401
+    assert _kinds(records) == ["cancelled", "http_401"], _kinds(records)

@@ -84,6 +84,45 @@ def test_bench_cuts_the_level_at_the_first_refused_key(tmp_path):
     assert refused == 1 and sum(1 for e in sent if e.get("completed")) == 1 + 8
 
 
+def test_bench_with_workers_cuts_the_level_in_every_worker_at_the_first_refused_key(tmp_path):
+    # --workers 2: C=2 is one stream per worker (8 requests served), C=4 two per worker. C=4's first 4 requests
+    # go out together over both processes: 3 accepted (streaming ~0.5 s), the 4th refused, in whichever worker
+    # sent it. That refusal cuts the level in both workers: the other worker's streams are cancelled in flight
+    # too (each worker on its own would have sent its next request into a second refusal), so the level has
+    # one refusal and 3 cancelled requests, nothing more is sent, and C=8 never runs
+    url, srv = _revoking_server(1 + 8 + 3)
+    out = tmp_path / "out"
+    try:
+        proc = subprocess.run([sys.executable, "-m", "kneecap", "bench", "--base-url", url, "--isl", "16", "--osl", "4",
+                               "--concurrency", "2,4,8", "--requests", "8", "--workers", "2", "--keepalive", "--json",
+                               "--no-report", "--out", str(out)], capture_output=True, text=True, timeout=BOUND_S)
+        sent = _completions(srv)
+        refused = _refusals(srv)
+    finally:
+        srv.stop()
+    assert proc.returncode == EXIT_AUTH_REFUSED, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "refused the API key (HTTP 401 to 1 of 4 requests) during C=4" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["stopped"]["reason"] == "auth_refused" and summary["stopped"]["at"] == 4
+    first, second = summary["levels"]  # C=8 was not run
+    assert (first["concurrency"], first["completed"], first["failed"]) == (2, 8, 0) and "cut" not in first
+    assert first["client"]["workers"] == 2 and len(first["client"]["per_worker"]) == 2
+    assert (second["concurrency"], second["completed"], second["failed"]) == (4, 0, 4)
+    assert second["errors"] == {"http_401": 1, "cancelled": 3}, second["errors"]
+    assert second["cut"]["reason"] == "auth_refused" and second["cut"]["error_kind"] == "http_401"
+    assert len(second["client"]["per_worker"]) == 2  # both workers ran their share of C=4
+    kept = read_jsonl(out / "requests.jsonl")
+    # a record's concurrency is its worker's share (1, then 2): the level index says which level it is
+    assert len(kept) == 8 + 4 and sorted(r["concurrency"] for r in kept if r["level"] == 0) == [1] * 8
+    assert all(r["status"] == "ok" for r in kept if r["level"] == 0)
+    assert sorted(r["status"] for r in kept if r["level"] == 1) == ["cancelled"] * 3 + ["error"]
+    # one refusal in all (at most one per worker, and the second worker's was never sent); the 3 cancelled
+    # streams never completed (the server logs a stream when it ends)
+    assert refused == 1 and sum(1 for e in sent if e.get("completed")) == 1 + 8
+
+
 def test_bench_refusal_during_a_warmup_cuts_the_level_before_its_measured_requests(tmp_path):
     # C=2 with 2 warmup requests: the check request and C=2's warmup and 4 requests are served; C=4's warmup
     # sends 2 together, one accepted, one refused: the warmup is cut, the level's measured requests never go

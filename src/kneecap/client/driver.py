@@ -161,29 +161,53 @@ class AuthCut:
     its requests in flight: each of those is recorded "cancelled" by Client.send), and the level's
     loops send nothing after it (they check `cut` before each request). The records that finished
     stay as they are. `kind` is the refusal that cut the level ("http_401" / "http_403"), else None.
+
+    `shared`: set in a `--workers` process (kneecap.sweep.workers), a multiprocessing.Value("i") that all
+    the level's workers share: a refusal writes its status there, and each worker's level watches it
+    (every SHARED_CUT_POLL_S), so the first refusal in any worker cuts the level in all of them.
     """
+
+    shared = None  # per process: None (one process), or the workers' shared status (0 = not cut)
+    SHARED_CUT_POLL_S = 0.02
 
     def __init__(self) -> None:
         self.kind: str | None = None
         self.tasks: set = set()
+        self._watcher = None
 
     @property
     def cut(self) -> bool:
+        if self.kind is None and self.shared is not None and self.shared.value:
+            self.kind = f"http_{self.shared.value}"  # another worker's refusal cut the level
         return self.kind is not None
 
     def see(self, rec: RequestRecord) -> None:
         if self.kind is not None or rec.error_kind not in AUTH_REFUSED_KINDS:
             return
-        self.kind = rec.error_kind
+        self._cut(rec.error_kind)
+        if self.shared is not None:
+            self.shared.value = int(rec.error_kind[5:])
+
+    def _cut(self, kind: str) -> None:
+        self.kind = kind
         me = asyncio.current_task()
         for task in list(self.tasks):
             if task is not me:
                 task.cancel()
 
+    async def _watch_shared(self) -> None:
+        """A worker's level: cut it when another worker's refusal is written to `shared`; ends with the level."""
+        while self.kind is None:
+            await asyncio.sleep(self.SHARED_CUT_POLL_S)
+            if self.kind is None and self.shared.value:
+                self._cut(f"http_{self.shared.value}")
+            elif self.tasks and all(task.done() for task in self.tasks):
+                return
+
     def emitter(self, on_record: Callable[[RequestRecord], None],
                 records: list[RequestRecord] | None) -> Callable[[RequestRecord], None]:
         """A level's one sink for each finished record: kept in `records` (None: not kept), handed to
-        `on_record`, then seen here (a refusal cuts the level)."""
+        `on_record`, then seen here (a refusal cuts the level). In a worker, also starts watching `shared`."""
 
         def emit(rec: RequestRecord) -> None:
             if records is not None:
@@ -191,6 +215,8 @@ class AuthCut:
             on_record(rec)
             self.see(rec)
 
+        if self.shared is not None:
+            self._watcher = asyncio.ensure_future(self._watch_shared())  # held: a task nobody holds may be collected
         return emit
 
     def ended(self, exc: asyncio.CancelledError) -> None:

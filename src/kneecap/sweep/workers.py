@@ -3,7 +3,9 @@
 Each worker runs its own event loop and driver on its share (concurrency split as evenly as
 whole streams allow, rate split evenly, requests dealt round-robin) and sends every finished
 record back as one serialised line; the parent writes them to requests.jsonl as they arrive, so
-statistics are computed from the merged raw records and are exact. Workers ignore SIGINT: the
+statistics are computed from the merged raw records and are exact. A refused API key (HTTP 401/403)
+in any worker cuts the level in all of them: the workers share one status the first refusal writes
+(kneecap.client.driver.AuthCut.shared), reset before each level. Workers ignore SIGINT: the
 parent decides when to stop them. Owns the processes; knows nothing of statistics.
 """
 
@@ -85,8 +87,9 @@ def _die_with_parent() -> None:
         pass
 
 
-def _worker_main(worker_id: int, setup: DriverSetup, commands, results, parent_pid: int) -> None:
-    """Worker process body: run tasks until told to stop (None), streaming records to the parent."""
+def _worker_main(worker_id: int, setup: DriverSetup, commands, results, parent_pid: int, refused=None) -> None:
+    """Worker process body: run tasks until told to stop (None), streaming records to the parent.
+    `refused`: the workers' shared refusal status (a multiprocessing.Value("i"); 0 = none this level)."""
     import os
     import signal
 
@@ -94,7 +97,10 @@ def _worker_main(worker_id: int, setup: DriverSetup, commands, results, parent_p
     _die_with_parent()
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         return
+    from kneecap.client.driver import AuthCut
     from kneecap.records import dumps_record
+
+    AuthCut.shared = refused  # this process's levels cut, and are cut, with the other workers'
 
     while True:
         try:
@@ -124,7 +130,9 @@ class WorkerPool:
         ctx = multiprocessing.get_context("spawn")
         self._results = ctx.Queue()
         self._commands = [ctx.Queue() for _ in range(num_workers)]
-        self._procs = [ctx.Process(target=_worker_main, args=(i, setup, self._commands[i], self._results, os.getpid()),
+        self._refused = ctx.Value("i", 0)  # the first refused key's HTTP status in any worker, this level
+        self._procs = [ctx.Process(target=_worker_main,
+                                   args=(i, setup, self._commands[i], self._results, os.getpid(), self._refused),
                                    name=f"kneecap-bench-worker-{i}", daemon=True)
                        for i in range(num_workers)]
         for proc in self._procs:
@@ -143,6 +151,7 @@ class WorkerPool:
         import orjson
 
         tasks = split_task(task, self.size)
+        self._refused.value = 0  # the workers are idle between levels: a new level starts uncut
         for worker_id, sub in enumerate(tasks):
             self._commands[worker_id].put(sub)
         outcomes: dict[int, LevelOutcome] = {}
