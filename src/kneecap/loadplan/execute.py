@@ -13,6 +13,8 @@ from __future__ import annotations
 from itertools import takewhile
 from pathlib import Path
 
+import orjson
+
 from kneecap.errors import KneecapError
 from kneecap.levels import SweepLevel
 from kneecap.loadplan.behaviour import check, drift
@@ -139,10 +141,13 @@ class _PlanRun:
         self.cand = self.cand_spec = None
         self.baseline: dict[str, bool] = {}  # the behaviour cases' first answers, for drift
 
-    def save(self) -> None:
-        self.results.write_summary(build_summary("run", [], None, self.halted, model_executed=self.any_executed,
-                                                 benchmark_executed=self.any_executed, status="running", cells=self.cells,
-                                                 plan_name=self.spec.name, plan_sha256=plan_digest(self.plan_path)))
+    def save(self, status: str = "running", **extra) -> dict:
+        summary = build_summary("run", [], None, self.halted, model_executed=self.any_executed,
+                                benchmark_executed=self.any_executed, status=status, plan_name=self.spec.name,
+                                plan_sha256=plan_digest(self.plan_path), description=self.spec.description,
+                                cells=self.cells, **extra)
+        self.results.write_summary(summary)
+        return summary
 
     def ramp(self, ramp: list, offset: int, workload: Workload) -> None:
         """One ramp's cells (lowest load first) as the levels of one Sweep with the candidate's driver, each judged as
@@ -205,8 +210,6 @@ class _PlanRun:
         rate it offered; the run's first failing cell writes the handoff, a simulated cell its engine trace."""
         spec, results, cand = self.spec, self.results, self.cand
         if run.trace:  # the simulator's per-step trace: batch composition, KV blocks, queue depth
-            import orjson
-
             (results.path / cell_records_name(index, "trace")).write_bytes(b"".join(orjson.dumps(t) + b"\n" for t in run.trace))
         drifted: list[str] = []
         if self.baseline and cand.model_executed:
@@ -297,7 +300,7 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
             entry.update(verdict="not judged", gate=None,
                          reason=f"the run stopped at cell {run.halted['cell']}: {run.halted['detail']}")
         candidates_out.append(entry)
-    halted, handoff_path, any_executed = run.halted, run.handoff_path, run.any_executed
+    halted, handoff_path = run.halted, run.handoff_path
     if halted is not None:  # candidates the run did not reach
         reached = {e["name"] for e in candidates_out}
         candidates_out += [{"name": c.name, "target": c.target.kind, "routing": c.routing, "verdict": "not judged",
@@ -342,10 +345,8 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
         entry["peak_output_tok_s"] = max((c["metrics"]["output_tok_s"] or 0 for c in cells
                                           if c["candidate"] == entry["name"] and c.get("metrics")), default=None)
     accepted = [e for e in candidates_out if e["verdict"] == "accepted"]
-    summary = build_summary(
-        "run", [], None, halted, model_executed=any_executed, benchmark_executed=any_executed,
-        status="stopped" if halted else "complete",
-        plan_name=spec.name, plan_sha256=plan_digest(plan_path), description=spec.description, cells=cells, capacity=capacity, candidates=candidates_out,
+    return run.save(
+        status="stopped" if halted else "complete", capacity=capacity, candidates=candidates_out,
         handoff=str(handoff_path.relative_to(results.path)) if handoff_path else None,
         selected_cell=only.key if only is not None else None,
         identities=identities,
@@ -358,8 +359,6 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
         },
         preferred=min(accepted, key=lambda e: (_first_cost(e) is None, _first_cost(e) or 0))["name"] if accepted else None,
     )
-    results.write_summary(summary)
-    return summary
 
 
 def _redacted(identity: dict) -> dict:
@@ -385,23 +384,14 @@ def fail_on_reason(summary: dict, fail_on: tuple[str, ...]) -> str | None:
     """Why `--fail-on` turns this run into exit 1, or None. errors: a request failed; limit: a cell crossed
     a declared limit; slo: a cell missed a budget; rejected: a candidate was rejected."""
     cells = summary.get("cells", [])
-    if "errors" in fail_on:
-        failed = sum((c.get("metrics") or {}).get("failed") or 0 for c in cells)
-        if failed:
-            return f"run: {failed} request(s) failed (--fail-on errors)"
-    if "limit" in fail_on:
-        hit = [c for c in cells if c.get("verdict") == "limit"]
-        if hit:
-            return f"run: {len(hit)} cell(s) crossed a declared limit, first: {hit[0].get('limit')} (--fail-on limit)"
-    if "slo" in fail_on:
-        hit = [c for c in cells if c.get("verdict") == "slo_breach"]
-        if hit:
-            return f"run: {len(hit)} cell(s) missed an SLO budget (--fail-on slo)"
-    if "rejected" in fail_on:
-        rej = [c["name"] for c in summary.get("candidates", []) if c.get("verdict") == "rejected"]
-        if rej:
-            return f"run: candidate(s) rejected: {', '.join(rej)} (--fail-on rejected)"
-    return None
+    failed = sum((c.get("metrics") or {}).get("failed") or 0 for c in cells)
+    limit, slo = ([c for c in cells if c.get("verdict") == v] for v in ("limit", "slo_breach"))
+    rejected = [c["name"] for c in summary.get("candidates", []) if c.get("verdict") == "rejected"]
+    reasons = {"errors": failed and f"run: {failed} request(s) failed (--fail-on errors)",
+               "limit": limit and f"run: {len(limit)} cell(s) crossed a declared limit, first: {limit[0].get('limit')} (--fail-on limit)",
+               "slo": slo and f"run: {len(slo)} cell(s) missed an SLO budget (--fail-on slo)",
+               "rejected": rejected and f"run: candidate(s) rejected: {', '.join(rejected)} (--fail-on rejected)"}
+    return next((reasons[k] for k in FAIL_ON if k in fail_on and reasons[k]), None)
 
 
 def _first_cost(entry: dict) -> float | None:
