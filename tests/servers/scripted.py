@@ -63,6 +63,7 @@ DEFAULTS = {
     "vocab_size": None,  # set: a token id >= it is HTTP 400 "Token id N is out of vocabulary" (vLLM 0.32.0's answer)
     "check_model": False,  # True: a request for another model is HTTP 404 "The model `x` does not exist." (vLLM)
     "auth_fail_after": None,  # N: after N completion requests, every endpoint but /health answers 401 (a revoked key)
+    "auth_fail_status": 401,  # the status auth_fail_after answers with (403: a key the server forbids)
 }
 FAULTS = ("http_500", "http_503", "http_429", "malformed_json", "missing_done", "truncated", "huge_line",
           "wrong_content_type", "stall", "never_answer", "slow_loris", "reset", "error_event",
@@ -301,8 +302,9 @@ def _serve(config: dict, log_path: str) -> None:
         revoked_after = config.get("auth_fail_after")
         if revoked_after is not None and request.path != "/health":
             if state["completion_posts"] >= revoked_after:
-                log({"path": request.path, "status": 401, "body": {}, "revoked": True})
-                return web.json_response({"error": "Unauthorized"}, status=401)
+                status = int(config.get("auth_fail_status") or 401)
+                log({"path": request.path, "status": status, "body": {}, "revoked": True})
+                return web.json_response({"error": "Unauthorized" if status == 401 else "Forbidden"}, status=status)
             if request.method == "POST" and request.path.endswith("completions"):
                 state["completion_posts"] += 1
         if request.method == "POST" and request.path.startswith("/v1/"):
