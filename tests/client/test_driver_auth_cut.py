@@ -159,3 +159,18 @@ def test_this_workers_refusal_is_written_to_the_shared_status(monkeypatch):
         srv.stop()
     assert run.cut == "http_401" and shared.value == 401
     assert _kinds(records) == ["cancelled", "http_401"], _kinds(records)
+
+
+def test_a_403_cuts_the_level_as_a_401_does():
+    url, srv = start_scripted_server(auth_fail_after=3, auth_fail_status=403, itl_s=ITL_S)
+    records = []
+    try:
+        cfg = ClientConfig(base_url=url, model="m")
+        run = run_sync(asyncio.wait_for(run_closed_loop(cfg, make_requests(Workload.fixed(8, OSL), 12), 4, level=0,
+                                                        epoch=time.perf_counter(), on_record=records.append), BOUND_S))
+        log = srv.log()
+    finally:
+        srv.stop()
+    assert run.cut == "http_403"
+    assert _kinds(records) == ["cancelled"] * 3 + ["http_403"], _kinds(records)
+    assert len([e for e in log if e.get("status") == 403]) == 1

@@ -123,6 +123,26 @@ def test_bench_with_workers_cuts_the_level_in_every_worker_at_the_first_refused_
     assert refused == 1 and sum(1 for e in sent if e.get("completed")) == 1 + 8
 
 
+def test_bench_stops_on_a_403_with_one_line_and_exit_4(tmp_path):
+    # a key the server forbids (HTTP 403) mid-run is a refused key as a 401 is: C=2's 4 requests served,
+    # C=4 cut at its first refusal, one line naming HTTP 403, exit 4, the measured level kept
+    url, srv = _revoking_server(1 + 4 + 3, auth_fail_status=403)
+    out = tmp_path / "out"
+    try:
+        proc = subprocess.run([sys.executable, "-m", "kneecap", "bench", "--base-url", url, "--isl", "16", "--osl", "4",
+                               "--concurrency", "2,4", "--requests", "4", "--keepalive", "--json", "--no-report",
+                               "--out", str(out)], capture_output=True, text=True, timeout=BOUND_S)
+        forbidden = sum(1 for e in srv.log() if e.get("status") == 403 and e["path"].endswith("completions"))
+    finally:
+        srv.stop()
+    assert proc.returncode == EXIT_AUTH_REFUSED, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "refused the API key (HTTP 403 to 1 of 4 requests) during C=4" in lines[0], proc.stderr
+    first, second = json.loads(proc.stdout)["levels"]
+    assert first["completed"] == 4 and second["errors"] == {"http_403": 1, "cancelled": 3}, second["errors"]
+    assert second["cut"]["error_kind"] == "http_403" and forbidden == 1
+
+
 def test_bench_refusal_during_a_warmup_cuts_the_level_before_its_measured_requests(tmp_path):
     # C=2 with 2 warmup requests: the check request and C=2's warmup and 4 requests are served; C=4's warmup
     # sends 2 together, one accepted, one refused: the warmup is cut, the level's measured requests never go
