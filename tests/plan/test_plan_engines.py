@@ -113,7 +113,11 @@ def test_vllm_linear_attention_grows_the_block():
     lay = vllm_layout(Deployment(m, get_gpu("rtx-pro-6000"), tp=8))
     assert lay.block_size == 528 and lay.page_bytes == 540_672 and lay.group_size == 15
     assert dict(lay.groups) == {"linear_attention": 3, "full_attention": 1}
-    assert lay.blocks_per_request(2000) == 4 + 3  # ceil(2000 / 528) full blocks + one state block per linear group
+    # ceil(2000 / 528) = 4 full blocks + the state blocks of the 3 linear groups: vLLM 0.32 prefix caching (its
+    # default) keeps 2 per group for a non-Mamba-2 mixer (mamba_cache_mode 'align'), 1 with prefix caching off
+    assert lay.blocks_per_request(2000) == 4 + 3 * 2 and lay.state_blocks_per_request == 6
+    off = vllm_layout(Deployment(m, get_gpu("rtx-pro-6000"), tp=8), prefix_caching=False)
+    assert off.blocks_per_request(2000) == 4 + 3 and (off.block_size, off.page_bytes) == (lay.block_size, lay.page_bytes)
 
 
 def test_effective_capacity_for_length_dependent_models():

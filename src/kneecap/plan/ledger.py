@@ -31,7 +31,7 @@ from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.model import kv as kvmath
 from kneecap.model.weights import weight_bits, weight_bytes
-from kneecap.plan.engines import VllmLayout, model_layout
+from kneecap.plan.engines import VllmLayout, model_layout, prefix_caching_notes
 from kneecap.units import GiB
 
 BINDINGS = ("hbm", "compute")
@@ -257,13 +257,15 @@ def kv_derivation(plan: Plan) -> list[str]:
     return lines
 
 
-def kv_groups(deployment: Deployment) -> VllmLayout | None:
-    """vLLM's KV cache groups for a model mixing layer kinds on one GPU (its attention ranks), else None."""
+def kv_groups(deployment: Deployment, prefix_caching: bool | None = None) -> VllmLayout | None:
+    """vLLM's KV cache groups for a model mixing layer kinds on one GPU (its attention ranks), else None.
+    prefix_caching None: vLLM's default (on): linear-attention groups then hold 2 or 3 state blocks per request
+    (engines.vllm_state_blocks), 1 with it off."""
     m = deployment.model
     if len(set(kvmath.stage_layer_types(m, deployment.pp))) < 2:
         return None
     return model_layout(m, tp=deployment.attention_tp, pp=deployment.pp, kv_dtype=deployment.kv_dtype,
-                        block_size=deployment.block_size)
+                        block_size=deployment.block_size, prefix_caching=prefix_caching)
 
 
 def paged_sequence_bytes(deployment: Deployment, groups: VllmLayout | None, tokens: int, dtype_bytes) -> int:
@@ -395,12 +397,15 @@ def _missing_hbm_figure(deployment: Deployment) -> str | None:
 
 def build_plan(deployment: Deployment, *, context: int, mean_context: int | None = None,
                compute_batch_cap: int | None = None, weights_total: int | None = None,
-               weights_source: str | None = None, kv_pool_bytes: int | None = None) -> Plan:
+               weights_source: str | None = None, kv_pool_bytes: int | None = None,
+               prefix_caching: bool | None = None) -> Plan:
     """The HBM ledger of `deployment` and what it holds at `context` (max) / `mean_context` (typical) tokens.
 
     weights_total: whole-model weight bytes to use instead of params x dtype (e.g. a checkpoint's size).
     kv_pool_bytes: a KV pool known from elsewhere (an engine's log, an engine model); the ledger then
     books what the engine kept for itself as overhead and no fragmentation headroom.
+    prefix_caching: vLLM's --enable-prefix-caching (None: its default, on), which sets how many state blocks a
+    linear-attention hybrid's requests hold.
     Raises KneecapError when the weights and overhead leave no room for a KV pool.
     """
     mean_context = context if mean_context is None else mean_context
@@ -446,7 +451,7 @@ def build_plan(deployment: Deployment, *, context: int, mean_context: int | None
     # deployment holds dp pools' worth (blocks and sequences below are the deployment's, over its dp ranks)
     atp, dp = deployment.attention_tp, deployment.attention_dp
     per_token_gpu = kvmath.kv_bytes_per_token_per_gpu(m, dtype_bytes, atp, deployment.pp)
-    groups = kv_groups(deployment)
+    groups = kv_groups(deployment, prefix_caching)
     if groups is not None and groups.state_groups and kv_pool_bytes is not None:
         groups = None  # a pool an engine logged for its KV alone (SGLang keeps linear-attention state apart)
     seq_contig = kvmath.sequence_kv_bytes_per_gpu(m, context, dtype_bytes, atp, deployment.pp, deployment.block_size,
@@ -468,6 +473,8 @@ def build_plan(deployment: Deployment, *, context: int, mean_context: int | None
     heads, replicated = kv_layout(deployment)
 
     notes = list(m.notes)
+    if groups is not None:
+        notes += prefix_caching_notes(m, groups, num_blocks, context)
     if missing := _missing_hbm_figure(deployment):
         notes.append(missing)
     if dp > 1:
