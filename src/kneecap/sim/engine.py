@@ -78,11 +78,12 @@ class EngineStats:
     kv_block_s: float = 0.0  # KV blocks in use x seconds, summed over steps (for the time-weighted mean usage)
 
 
-def state_blocks_per_sequence(deployment: Deployment) -> int:
+def state_blocks_per_sequence(deployment: Deployment, prefix_caching: bool | None = None) -> int:
     """Blocks the fixed linear-attention state of one sequence takes (0 for models without linear-attention layers):
-    one in each of vLLM's linear-attention KV cache groups (engines.VllmLayout)."""
-    groups = kv_groups(deployment)
-    return groups.state_groups if groups is not None else 0
+    in each of vLLM's linear-attention KV cache groups, 1 with prefix caching off, 2 or 3 with it on
+    (engines.vllm_state_blocks, the plan's rule)."""
+    groups = kv_groups(deployment, prefix_caching)
+    return groups.state_blocks_per_request if groups is not None else 0
 
 
 def kv_pool(deployment: Deployment, num_blocks: int, enable_prefix_caching: bool,
@@ -117,7 +118,7 @@ class Engine:
         window = model.sliding_window if "sliding_attention" in model.layer_types else 0
         # linear-attention state is charged to the block pool (as the planner does) unless the pool is one an
         # engine logged for KV alone (SGLang keeps its Mamba/DeltaNet state in a separate pool)
-        self.state_blocks = state_blocks_per_sequence(deployment) if charge_state else 0
+        self.state_blocks = state_blocks_per_sequence(deployment, config.enable_prefix_caching) if charge_state else 0
         self.microbatches = deployment.pp  # pipeline stages: micro-batches in flight per round (steptime.py)
         self.scheduler = Scheduler(config, self.blocks, window=window or 0, state_blocks=self.state_blocks,
                                    microbatches=self.microbatches)
