@@ -47,7 +47,8 @@ class SimDeployment:
 
     @property
     def state_blocks_per_sequence(self) -> int:
-        return state_blocks_per_sequence(self.plan.deployment) if self.charge_state else 0
+        return (state_blocks_per_sequence(self.plan.deployment, self.config.enable_prefix_caching)
+                if self.charge_state else 0)
 
     def with_step_params(self, params: StepTimeParams) -> "SimDeployment":
         """The same deployment with other step-time constants (what calibrate varies)."""
