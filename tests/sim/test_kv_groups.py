@@ -6,6 +6,7 @@ layer for a model with one kind of layer, block_size tokens of one KV cache grou
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -116,11 +117,12 @@ def test_invariants_hold_with_sliding_groups(num_blocks, max_seqs, budget, lengt
     assert bm.num_free == bm.num_blocks and not bm.tables
 
 
-def fill(request: DeploymentRequest, length: int, out: int = 64):
+def fill(request: DeploymentRequest, length: int, out: int = 64, prefix_caching: bool = False):
     """Sequences of `length` tokens (prompt length - out, then `out` decodes) admitted until the first finishes or is
-    preempted: the most that ran at once, the engine's pool figure at `length`, and plan's paged max concurrency."""
-    plan, _ = plan_deployment(request)
-    setup = from_plan(plan, max_num_seqs=100_000, max_num_batched_tokens=10**7, prefix_caching=False)
+    preempted: the most that ran at once, the engine's pool figure at `length`, and plan's paged max concurrency
+    (plan and engine both with `prefix_caching`: linear-attention groups hold 1 state block each without it)."""
+    plan, _ = plan_deployment(dataclasses.replace(request, prefix_caching=prefix_caching))
+    setup = from_plan(plan, max_num_seqs=100_000, max_num_batched_tokens=10**7, prefix_caching=prefix_caching)
     engine = setup.new_engine()
     expected = plan.paged_max_seqs_at(length)
     for i in range(int(expected * 1.2) + 10):
@@ -147,7 +149,8 @@ CASES = [  # (deployment, context the pool is filled at), one per attention kind
     (DeploymentRequest(model=str(CONFIGS / "google--gemma-3-27b-it.json"), gpu="h100-sxm", context=16384), 1024 + 64),
     # sliding only (one group)
     (DeploymentRequest(model=str(CONFIGS / "mistral-7b-v0.1.json"), gpu="l4", context=16384), 4096 + 1024),
-    # linear attention + full: the state is one block per linear group, the block grown to hold a state page
+    # linear attention + full: the state is one block per linear group (prefix caching off, as fill runs them), the
+    # block grown to hold a state page
     (DeploymentRequest(preset="qwen3-next-80b-a3b", gpu="h100-sxm", tp=4, context=16384), 8192),
     (DeploymentRequest(model=str(CONFIGS / "nemotron-h-8b-base-8k.json"), gpu="l4", context=8192), 4096),
     # full attention, MLA
@@ -162,6 +165,20 @@ def test_the_pool_holds_what_plan_says(request_, length):
     most, pool, planned = fill(request_, length)
     assert pool == planned
     assert most >= pool  # the engine really runs that many (at most its figure 64 tokens shorter: fill checks)
+
+
+LINEAR_CASES = [c for c in CASES if c[0].preset == "qwen3-next-80b-a3b" or "nemotron-h" in str(c[0].model)]
+
+
+@pytest.mark.parametrize("request_, length", LINEAR_CASES, ids=lambda c: getattr(c, "preset", None) or
+                         (Path(c.model).stem if isinstance(c, DeploymentRequest) else str(c)))
+def test_with_prefix_caching_the_linear_hybrids_hold_vllms_align_state_blocks(request_, length):
+    # vLLM's default prefix caching: 2 state blocks per request in each Gated DeltaNet group (Qwen3-Next), 3 in each
+    # Mamba-2 group (Nemotron-H); plan and the engine agree, and fewer sequences fit than with 1 block per group
+    most, pool, planned = fill(request_, length, prefix_caching=True)
+    _, pool_off, _ = fill(request_, length)
+    assert pool == planned and most >= pool
+    assert pool < pool_off
 
 
 def test_gemma3_pool_is_vllms_padded_groups():
