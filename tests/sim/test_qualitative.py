@@ -5,6 +5,8 @@ Small request counts keep these fast; each level is a fresh engine.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from simkit import sim_of
 
@@ -120,8 +122,10 @@ SEEDS = [
 def test_seed_cases_run_and_show_where_they_break(preset, extra):
     model, gpu = load_model(preset), get_gpu("rtx-pro-6000")
     d = Deployment(model=model, gpu=gpu, tp=8, weight_dtype="nvfp4", **extra)
-    plan = build_plan(d, context=2000)
-    config = vllm_defaults(gpu.memory_bytes("device"), gpu.name)
+    # Qwen3.5 without prefix caching (1 state block per DeltaNet group, as the seed's figures assume; see below)
+    prefix_caching = preset != "qwen3.5-397b-a17b"
+    plan = build_plan(d, context=2000, prefix_caching=prefix_caching)
+    config = dataclasses.replace(vllm_defaults(gpu.memory_bytes("device"), gpu.name), enable_prefix_caching=prefix_caching)
     assert gpu.interconnect == "pcie"  # 8x RTX PRO 6000: no NVLink
     levels = sweep(d, config, plan.num_kv_blocks, 1000, 1000, [1, 16, 64, 256, 1024], requests=lambda c: max(c, 16))
     by_c = {lv["concurrency"]: lv for lv in levels}
@@ -137,8 +141,10 @@ def test_seed_cases_run_and_show_where_they_break(preset, extra):
         assert gain_per_doubling(256, by_c[256]["output_tok_s"], 1024, by_c[1024]["output_tok_s"]) < 0.10
     else:
         # seed 000/002: the ledger's pool holds C=1024 x 2000 tokens (plus the DeltaNet state); the break is
-        # latency: TPOT rises several-fold between C=64 and C=1024 while throughput gains flatten
-        assert plan.kv_capacity_tokens > 1024 * 2000
+        # latency: TPOT rises several-fold between C=64 and C=1024 while throughput gains flatten. With vLLM 0.32's
+        # default prefix caching each of the 3 DeltaNet groups keeps 2 state blocks per request: 4 + 3 x 2 = 10
+        # blocks of 528 tokens per 2000-token request instead of 4 + 3 = 7, so then 1,024 x 2,000 no longer fit
+        assert plan.kv_capacity_tokens > 1024 * 2000 > build_plan(d, context=2000).kv_capacity_tokens
         assert by_c[1024]["server_metrics"]["preemptions"] == 0
         assert by_c[1024]["tpot_ms"]["p50"] > 3 * by_c[64]["tpot_ms"]["p50"]
         assert gain_per_doubling(256, by_c[256]["output_tok_s"], 1024, by_c[1024]["output_tok_s"]) < \
