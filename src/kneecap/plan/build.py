@@ -56,6 +56,9 @@ class DeploymentRequest:
     cudagraph_gib: float = 0.0
     mamba_cache_size: int | None = None  # SGLang --max-mamba-cache-size (linear-attention hybrids)
     cpu_kvcache_space_gib: int | None = None  # vLLM CPU build's VLLM_CPU_KVCACHE_SPACE (whole GiB): plan_vllm_cpu
+    # vLLM's --enable-prefix-caching (None: its default, on): how many state blocks a linear-attention hybrid's
+    # requests hold (engines.vllm_state_blocks)
+    prefix_caching: bool | None = None
 
 
 DEFAULTS = DeploymentRequest()
@@ -144,7 +147,7 @@ def _finite_floats(f: DeploymentRequest) -> None:
 
 
 # what the vLLM CPU pool is computed from; every other flag describes a GPU deployment and must stay at its default
-CPU_POOL_FLAGS = ("preset", "model", "kv_dtype", "context", "block_size", "cpu_kvcache_space_gib")
+CPU_POOL_FLAGS = ("preset", "model", "kv_dtype", "context", "block_size", "cpu_kvcache_space_gib", "prefix_caching")
 
 
 def plan_vllm_cpu(f: DeploymentRequest) -> "engines.EnginePool":
@@ -168,7 +171,8 @@ def plan_vllm_cpu(f: DeploymentRequest) -> "engines.EnginePool":
         raise KneecapError(f"model {model.name} does not state its max context", "pass --context N (vLLM's --max-model-len)")
     return engines.vllm_cpu_pool(model, kv_cache_space_gib=f.cpu_kvcache_space_gib, max_model_len=context,
                                  kv_dtype=f.kv_dtype,
-                                 block_size=f.block_size or engines.vllm_cpu_block_size(model))
+                                 block_size=f.block_size or engines.vllm_cpu_block_size(model),
+                                 prefix_caching=f.prefix_caching)
 
 
 def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
@@ -265,7 +269,8 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
             engine_pool = engines.vllm_pool(
                 deployment, total_bytes=total, weights_bytes=w_gpu, mem_util=deployment.mem_util, max_model_len=context,
                 activation_bytes=act, non_torch_bytes=int(f.non_torch_gib * GiB),
-                cudagraph_bytes=int(f.cudagraph_gib * GiB), version=f.engine_version or engines.DEFAULT_VLLM_VERSION)
+                cudagraph_bytes=int(f.cudagraph_gib * GiB), version=f.engine_version or engines.DEFAULT_VLLM_VERSION,
+                prefix_caching=f.prefix_caching)
         else:
             engine_pool = engines.sglang_pool(
                 deployment, total_bytes=total, weights_bytes=w_gpu, mem_fraction=deployment.mem_util,
@@ -276,5 +281,6 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
                 + engine_pool.state_pool_bytes)
         deployment = dataclasses.replace(deployment, overhead_bytes=kept, frag_fraction=0.0)
     plan = build_plan(deployment, context=context, mean_context=mean, compute_batch_cap=f.compute_batch_cap,
-                      weights_total=weights_total, weights_source=source, kv_pool_bytes=pool_bytes)
+                      weights_total=weights_total, weights_source=source, kv_pool_bytes=pool_bytes,
+                      prefix_caching=f.prefix_caching)
     return PlannedDeployment(plan, engine_pool)
