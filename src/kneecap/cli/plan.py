@@ -43,6 +43,7 @@ ActOpt = Annotated[Optional[float], typer.Option("--activation-gib", help="vLLM:
 NonTorchOpt = Annotated[float, typer.Option("--non-torch-gib", help="Engine mode: non-torch memory (CUDA context, NCCL), GiB")]
 GraphOpt = Annotated[float, typer.Option("--cudagraph-gib", help="vLLM >= 0.21: CUDA-graph memory estimate, GiB")]
 CpuKvOpt = Annotated[Optional[int], typer.Option("--cpu-kvcache-space-gib", help="vLLM CPU build: its VLLM_CPU_KVCACHE_SPACE (whole GiB); prints the KV pool in tokens it logs (no --gpu)")]
+PrefixCachingOpt = Annotated[Optional[bool], typer.Option("--prefix-caching/--no-prefix-caching", help="vLLM prefix caching (default on): with it, Mamba / linear-attention hybrids hold 2-3 state blocks per request instead of 1")]
 MambaOpt = Annotated[Optional[int], typer.Option("--mamba-cache-size", help="SGLang --max-mamba-cache-size (hybrid linear-attention models)")]
 
 # Every plan flag: its typer option; the default is DEFAULTS' (kneecap.plan.build), never written here again.
@@ -52,7 +53,7 @@ FLAG_OPTIONS = {
     "compute_batch_cap": CapOpt, "overhead_gib": OverheadOpt, "frag": FragOpt, "mem_util": MemUtilOpt, "hbm": HbmOpt,
     "kv_pool_gib": PoolOpt, "engine": EngineOpt, "mem_fraction": MemFracOpt, "engine_version": EngineVerOpt,
     "activation_gib": ActOpt, "non_torch_gib": NonTorchOpt, "cudagraph_gib": GraphOpt, "mamba_cache_size": MambaOpt,
-    "cpu_kvcache_space_gib": CpuKvOpt,
+    "cpu_kvcache_space_gib": CpuKvOpt, "prefix_caching": PrefixCachingOpt,
 }
 ALL_FLAGS = tuple(n for n in FLAG_OPTIONS if n != "cpu_kvcache_space_gib")  # the CPU pool: `plan` only
 PLAN_FLAGS = ALL_FLAGS + ("cpu_kvcache_space_gib",)
@@ -136,6 +137,8 @@ def _cpu_pool(request, as_json: bool) -> int:
     print(f"KV pool: {pool.kv_capacity_tokens:,} tokens; the server would log:")
     for line in pool.log_lines:
         print(f"  {line}")
+    for note in pool.notes:
+        print(f"note: {note}")
     return 0
 
 
