@@ -243,6 +243,7 @@ def engine_section(engine: EnginePool):
                      f" (activations and graphs live in the other {1 - engine.fraction:.2f})")
     lines.append("  the engine would log:")
     lines += [f"    {line}" for line in engine.log_lines]
+    lines += [f"  note: {note}" for note in engine.notes]
     return Text("\n".join(lines))
 
 
