@@ -200,7 +200,7 @@ def plan_capacity(plan, engine_pool, tokens: int) -> PlanCapacity:
     elif engine_pool:  # vLLM hybrid: blocks per request of `tokens` across its layer groups
         from kneecap.plan.engines import vllm_layout
 
-        layout = vllm_layout(d)
+        layout = vllm_layout(d, engine_pool.prefix_caching)
         bs = layout.block_size
         capacity = engine_pool.num_blocks * blocks_for(tokens, bs) * bs // layout.blocks_per_request(tokens)
     else:
