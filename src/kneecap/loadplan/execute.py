@@ -83,6 +83,11 @@ def _cell_count(spec: LoadPlanSpec, cand_spec, classes: dict) -> int:
     return len(_steps(spec, cand, classes)) * len(classes) * len(spec.states) * spec.repetitions
 
 
+def _why(row: dict) -> str:
+    """What a cell's verdict rests on: the limit it crossed, else the budgets it missed."""
+    return row.get("limit") or "; ".join(row.get("breaches") or [])
+
+
 def _row(cell, index: int) -> dict:
     return {"index": index, "candidate": cell.candidate, "class": cell.class_name, "state": cell.state,
             "load": {cell.dimension: int(cell.load) if cell.dimension == "concurrency" else cell.load},
@@ -180,7 +185,7 @@ class _PlanRun:
 
             def stop_rule(metrics: dict) -> dict | None:
                 row = self.cells[-1]
-                return ({"at": metrics[dimension], "reason": row["verdict"], "detail": row["limit"] or "; ".join(row["breaches"])}
+                return ({"at": metrics[dimension], "reason": row["verdict"], "detail": _why(row)}
                         if stops_ramp(row["verdict"], spec.stop) else None)
 
             def persist(ramp_summary: dict) -> None:
@@ -226,8 +231,7 @@ class _PlanRun:
                "offered": offered_vs_completed(records, level.get("duration_s"),
                                                nominal_rate=cell.load if cell.dimension == "rate" else None),
                "records": cell_records_name(index)}
-        self.say(f"{cell.key}: {verdict['verdict']}" + (f" ({verdict['limit'] or '; '.join(verdict['breaches'])})"
-                                                        if verdict["verdict"] != "pass" else ""))
+        self.say(f"{cell.key}: {verdict['verdict']}" + (f" ({_why(row)})" if verdict["verdict"] != "pass" else ""))
         if verdict["verdict"] != "pass" and self.handoff_path is None:
             self.handoff_path = write_handoff(
                 results.path / "handoff", plan_path=self.plan_path, cell=row, records=records,
@@ -319,8 +323,7 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
             entry.update(verdict="not judged", gate=None, capacity=capacity.get(entry["name"], {}), cost=None,
                          peak_output_tok_s=(cell.get("metrics") or {}).get("output_tok_s"),
                          reason=f"one cell re-run ({only.key}): {cell['verdict']}"
-                                + (f" ({cell.get('limit') or '; '.join(cell.get('breaches') or [])})"
-                                   if cell["verdict"] != "pass" else ""))
+                                + (f" ({_why(cell)})" if cell["verdict"] != "pass" else ""))
             continue
         region = capacity.get(entry["name"], {})
         required = spec.load.required
