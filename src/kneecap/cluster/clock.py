@@ -18,6 +18,10 @@ class ClockOffset:
     rtt_s: float  # that round trip; |true offset - offset_s| <= rtt_s / 2
     samples: int
 
+    def to_remote(self, local_t: float) -> float:
+        """A time on our clock as the remote clock reads it (cluster/streams.py: an actor's level epoch)."""
+        return local_t + self.offset_s
+
 
 def estimate_offset(samples: Iterable[tuple[float, float, float]]) -> ClockOffset:
     """NTP-style minimum-delay estimate over (local send, remote read, local receive) triples.
