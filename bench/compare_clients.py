@@ -5,7 +5,7 @@ to the other (taskset), on the same configurations in one run, restarting the se
 (client, configuration) so each run has its own server timestamp log. Prints a markdown table
 and writes it to bench/results/compare_clients.md (raw numbers: compare_clients.json).
 
-Two kinds of configuration (issue 3, item 12):
+Two kinds of configuration:
 - latency: scripted TTFT 200 ms, ITL 20 ms, one token per chunk, at C=1, 64, 256. A client's
   own TTFT/ITL minus the server's (send of the first token-bearing event minus arrival of the
   request; gaps between sends) is the error the client adds. Reported as differences of means
@@ -227,7 +227,7 @@ def render(rows: list[dict], command: str, clients: list[str]) -> str:
         lines.append(f"| {r['client']} | {sc['concurrency']} | {r['completed']}/{r['requests']} | {fmt(r['output_tok_s'], 0)} "
                      f"| {fmt(r['cpu_util'])} | {fmt(r['server_cpu_util'])} | {fmt(r['output_tok_per_cpu_s'], 0)} | {spread(r, 0)} "
                      f"| {r['cpu_source']} |")
-    lines += ["", "## Ratios and targets (issue 3, item 12)", ""]
+    lines += ["", "## Ratios and targets", ""]
     lines += ratio_lines(rows, clients)
     lines += ["", "Definitions. Requests are paired with the server's log entries by prompt sha256. TTFT err = "
               "client TTFT − server TTFT (server: first token-bearing event handed to the socket − arrival of the "

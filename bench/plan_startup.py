@@ -60,7 +60,7 @@ def main() -> int:
     args = ap.parse_args()
     times = wall_times(args.runs)
     med = statistics.median(times)
-    print(f"kneecap plan --json (seed 003), {args.runs} fresh processes: "
+    print(f"kneecap plan --json (the worked example), {args.runs} fresh processes: "
           f"min {min(times):.3f} s, median {med:.3f} s, max {max(times):.3f} s (budget {args.budget_s} s)")
     rows, seen = import_profile()
     print("slowest top-level imports (cumulative ms):")

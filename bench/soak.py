@@ -13,7 +13,7 @@ Exit 0 when growth <= --max-rss-growth-mib, the peak <= --max-rss-mib, no record
 there are no errors.
 
   .venv/bin/python bench/soak.py --short                   # 30 s against fast_server.js (CI)
-  .venv/bin/python bench/soak.py --minutes 30 --target serve   # the full soak (issue 7, item 6)
+  .venv/bin/python bench/soak.py --minutes 30 --target serve   # the full soak
   .venv/bin/python bench/soak.py --url http://127.0.0.1:8000 --minutes 30
 """
 
@@ -45,7 +45,7 @@ def start_node(ttft_ms: float, itl_ms: float, log_dir: Path) -> tuple[subprocess
 
 
 def start_kneecap_serve(serve_args: str, log_dir: Path) -> tuple[subprocess.Popen, str]:
-    """`kneecap serve ARGS --port 0`: the simulated engine in real time (the target issue 7 names).
+    """`kneecap serve ARGS --port 0`: the simulated engine in real time (the soak's target).
     Its ready line on stdout names the URL ("kneecap serve: listening on http://HOST:PORT — ...")."""
     import re
     import shlex
