@@ -103,3 +103,11 @@ def test_property_every_turn_extends_the_previous_prompt_and_answer(turns, conve
             t = nxt
         assert [s.spec.turn for s in seen] == list(range(1, turns + 1))
         assert {s.spec.conversation_id for s in seen} == {conv.conversation_id}
+
+
+def test_a_warmup_that_is_not_whole_conversations_names_warmup(cli, tmp_path):
+    """--warmup counts turns as --requests does: the error names the flag that is wrong."""
+    r = cli("simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--turns", "3", "--warmup", "8",
+            "--requests", "9", "--concurrency", "2", "--out", str(tmp_path / "o"), "--no-report")
+    assert r.code == 2 and "--warmup 8 is not a whole number of 3-turn conversations" in r.stderr, r.stderr
+    assert "--requests" not in r.stderr.splitlines()[0].split("—")[0]

@@ -92,7 +92,8 @@ def level_work(flags: WorkloadFlags, level: SweepLevel, *, warmup: bool, round_i
     if flags.ramp is not None and not warmup:
         return _ramp(flags, level, start, prefix)
     if flags.turns:
-        return _conversations(flags, n, start, prefix, seed=flags.seed + level.index)
+        return _conversations(flags, n, start, prefix, seed=flags.seed + level.index,
+                              count_flag="--warmup" if warmup else "--requests")
     return LevelWork(specs=requests(flags, n, start, prefix, workload))
 
 
@@ -120,14 +121,16 @@ def _ramp(flags: WorkloadFlags, level: SweepLevel, start: int, prefix: str) -> L
     return LevelWork(specs=requests(flags, len(times), start, prefix), offsets=tuple(times), duration_s=ramp.duration_s)
 
 
-def _conversations(flags: WorkloadFlags, n: int, start: int, prefix: str, seed: int) -> LevelWork:
+def _conversations(flags: WorkloadFlags, n: int, start: int, prefix: str, seed: int,
+                   count_flag: str = "--requests") -> LevelWork:
     """C users' K-turn conversations (workload.multiturn): n turns, n / K conversations, their new-input and
     output lengths drawn from the lengths given; the prompts grow with the answers."""
     from kneecap.workload.multiturn import expected_turns, plan_conversations
 
     if n == 0:
         return LevelWork(specs=())
-    plan = plan_conversations(n, flags.turns, flags.input, flags.output, seed=seed, think_time_s=flags.think_time_s)
+    plan = plan_conversations(n, flags.turns, flags.input, flags.output, seed=seed, think_time_s=flags.think_time_s,
+                              count_flag=count_flag)
     convs = tuple(dataclasses.replace(c, conversation_id=f"{prefix}c{c.index}") for c in plan.conversations)
     # every turn as planned, in conversation order: a driver sends turn (conversation, k) as this spec's index and
     # request id, with the prompt the conversation has grown to by then

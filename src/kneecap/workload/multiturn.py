@@ -55,15 +55,16 @@ class MultiTurnPlan:
 
 def plan_conversations(requests: int, turns: int, new_input: LengthDist, output: LengthDist, *, seed: int = 0,
                        think_time_s: float = 0.0, max_context_tokens: int | None = None,
-                       low: int = 1000, high: int = 30000) -> MultiTurnPlan:
-    """requests // turns conversations of `turns` turns; lengths drawn from the distributions, seeded."""
+                       low: int = 1000, high: int = 30000, count_flag: str = "--requests") -> MultiTurnPlan:
+    """requests // turns conversations of `turns` turns; lengths drawn from the distributions, seeded.
+    count_flag: the flag that gave `requests` (--requests, or --warmup for a level's warmup), named in the error."""
     import numpy as np
 
     if turns < 1:
         raise KneecapError(f"--turns must be >= 1, got {turns}", "pass e.g. --turns 3")
     if requests < turns or requests % turns:
-        raise KneecapError(f"--requests {requests} is not a whole number of {turns}-turn conversations",
-                           f"--requests counts turns: pass a multiple of {turns}, e.g. {max(1, requests // turns) * turns}")
+        raise KneecapError(f"{count_flag} {requests} is not a whole number of {turns}-turn conversations",
+                           f"{count_flag} counts turns: pass a multiple of {turns}, e.g. {max(1, requests // turns) * turns}")
     if think_time_s < 0:
         raise KneecapError(f"--think-time-s must be >= 0, got {think_time_s}", "pass e.g. --think-time-s 2")
     if not (0 <= low < high):
