@@ -10,6 +10,8 @@ import asyncio
 import dataclasses
 import time
 
+import pytest
+
 from kneecap.client.driver import ClientConfig, run_closed_loop, run_conversations, run_open_loop, run_sync
 from kneecap.workload import LengthDist, Workload, make_requests
 from kneecap.workload.multiturn import expected_turns, plan_conversations
@@ -20,16 +22,17 @@ ITL_S = 0.1
 OSL = 20  # an accepted stream lasts OSL x ITL_S = 2 s
 
 
-def _served(accepted: int):
-    return start_scripted_server(auth_fail_after=accepted, itl_s=ITL_S)
+def _served(accepted: int, status: int = 401):
+    return start_scripted_server(auth_fail_after=accepted, auth_fail_status=status, itl_s=ITL_S)
 
 
 def _kinds(records) -> list:
     return sorted(r.error_kind or r.status for r in records)
 
 
-def test_closed_loop_cut_at_the_first_refusal_cancels_the_streams_in_flight():
-    url, srv = _served(3)  # C=4: the first 4 go out together, 3 accepted, the 4th refused
+@pytest.mark.parametrize("status", [401, 403])
+def test_closed_loop_cut_at_the_first_refusal_cancels_the_streams_in_flight(status):
+    url, srv = _served(3, status)  # C=4: the first 4 go out together, 3 accepted, the 4th refused (403: a forbidden key)
     records = []
     try:
         cfg = ClientConfig(base_url=url, model="m")
@@ -38,10 +41,10 @@ def test_closed_loop_cut_at_the_first_refusal_cancels_the_streams_in_flight():
         log = srv.log()
     finally:
         srv.stop()
-    assert run.cut == "http_401"
-    assert _kinds(records) == ["cancelled"] * 3 + ["http_401"], _kinds(records)
+    assert run.cut == f"http_{status}"
+    assert _kinds(records) == ["cancelled"] * 3 + [f"http_{status}"], _kinds(records)
     assert run.duration_s < OSL * ITL_S  # the accepted streams were not waited for
-    refused = [e for e in log if e.get("status") == 401]
+    refused = [e for e in log if e.get("status") == status]
     assert len(refused) == 1  # any request sent after the cut would have been refused and logged
 
 
@@ -159,18 +162,3 @@ def test_this_workers_refusal_is_written_to_the_shared_status(monkeypatch):
         srv.stop()
     assert run.cut == "http_401" and shared.value == 401
     assert _kinds(records) == ["cancelled", "http_401"], _kinds(records)
-
-
-def test_a_403_cuts_the_level_as_a_401_does():
-    url, srv = start_scripted_server(auth_fail_after=3, auth_fail_status=403, itl_s=ITL_S)
-    records = []
-    try:
-        cfg = ClientConfig(base_url=url, model="m")
-        run = run_sync(asyncio.wait_for(run_closed_loop(cfg, make_requests(Workload.fixed(8, OSL), 12), 4, level=0,
-                                                        epoch=time.perf_counter(), on_record=records.append), BOUND_S))
-        log = srv.log()
-    finally:
-        srv.stop()
-    assert run.cut == "http_403"
-    assert _kinds(records) == ["cancelled"] * 3 + ["http_403"], _kinds(records)
-    assert len([e for e in log if e.get("status") == 403]) == 1
