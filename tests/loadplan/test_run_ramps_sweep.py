@@ -9,6 +9,7 @@ import pytest
 
 import kneecap.loadplan.execute as execute
 from kneecap.loadplan.schema import load_plan_file
+from kneecap.metrics.stop import REASONS
 from kneecap.results import ResultsDir, cell_records_name
 from two_candidates import variant
 
@@ -69,3 +70,15 @@ def test_a_resumed_run_gives_the_runner_only_the_unfinished_cells(tmp_path, swee
     assert (cut_dir / cell_records_name(1, "discarded")).read_text().splitlines() == lines  # the cut attempt set aside
     assert [(c["index"], c["verdict"], c.get("metrics")) for c in resumed["cells"]] == \
            [(c["index"], c["verdict"], c.get("metrics")) for c in whole["cells"]]
+
+
+def test_a_cell_past_a_declared_limit_stops_its_ramp_with_the_limit_reason(tmp_path, sweeps):
+    plan = tmp_path / "plan.yaml"  # any TTFT spread is an unstable tail: the first cell of each ramp crosses the limit
+    plan.write_text(variant(load={"steps": [1, 8, 64], "requests_per_cell": 24}, repetitions=1,
+                            stop={"unstable_tail_ratio": 1.0001}))
+    spec, base = load_plan_file(str(plan))
+    cells = execute.run_load_plan(spec, base, plan, ResultsDir(tmp_path / "out"))["cells"]
+    assert [c["verdict"] for c in cells] == ["limit", "not_run", "not_run"] * 2
+    # the ramp's stop is a stop record of the one set of stop reasons (kneecap.metrics.stop), as bench's are
+    assert [s["stopped"] for s in sweeps] == [{"at": 1, "reason": "limit", "detail": cells[i]["limit"]} for i in (0, 3)]
+    assert all(s["stopped"]["reason"] in REASONS for s in sweeps)

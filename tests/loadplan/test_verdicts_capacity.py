@@ -8,7 +8,7 @@ from kneecap.loadplan.behaviour import check, drift
 from kneecap.loadplan.capacity import capacity_region, littles_law, offered_rate, offered_vs_completed, region_end_text
 from kneecap.loadplan.cells import auto_steps, build_ramps
 from kneecap.loadplan.schema import Budget, Expectation, StopSpec
-from kneecap.loadplan.verdicts import judge
+from kneecap.loadplan.verdicts import judge, stops_ramp
 from kneecap.records import RequestRecord
 
 
@@ -39,12 +39,12 @@ BUDGET = Budget(ttft_p99_ms=500, itl_p99_ms=50, error_rate=0.01)
 def test_judge(lvl, verdict, stops):
     j = judge(lvl, BUDGET, StopSpec())
     assert j["verdict"] == verdict
-    assert j["stops_ramp"] is stops
+    assert stops_ramp(j["verdict"], StopSpec()) is stops
 
 
-def test_slo_breach_does_not_stop_when_told():
-    j = judge(level(ttft_p99=600), BUDGET, StopSpec(stop_on_slo_breach=False))
-    assert j["verdict"] == "slo_breach" and not j["stops_ramp"]
+@pytest.mark.parametrize("verdict,stops", [("pass", False), ("slo_breach", False), ("limit", True), ("not_run", False)])
+def test_slo_breach_does_not_stop_when_told(verdict, stops):
+    assert stops_ramp(verdict, StopSpec(stop_on_slo_breach=False)) is stops
 
 
 def cell(load, rep, verdict, cand="a", cls="short"):

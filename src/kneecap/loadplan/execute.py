@@ -26,7 +26,7 @@ from kneecap.loadplan.schema import LoadPlanSpec
 from kneecap.loadplan.targets import Ramp, make_candidate
 from kneecap.loadplan.verdicts import judge, stops_ramp
 from kneecap.metrics.accumulate import summarize_stream
-from kneecap.metrics.stop import AUTH_REFUSED, SERVER_DEAD, StopLimits
+from kneecap.metrics.stop import AUTH_REFUSED, SERVER_DEAD, StopLimits, stop_record
 from kneecap.records import RecordWriter
 from kneecap.results import CELL_RECORDS_DIR, build_summary, cell_records_name
 from kneecap.sweep.progress import SilentProgress
@@ -185,8 +185,7 @@ class _PlanRun:
 
             def stop_rule(metrics: dict) -> dict | None:
                 row = self.cells[-1]
-                return ({"at": metrics[dimension], "reason": row["verdict"], "detail": _why(row)}
-                        if stops_ramp(row["verdict"], spec.stop) else None)
+                return stop_record(metrics[dimension], row["verdict"], _why(row)) if stops_ramp(row["verdict"], spec.stop) else None
 
             def persist(ramp_summary: dict) -> None:
                 stop = ramp_summary["stopped"] or {}

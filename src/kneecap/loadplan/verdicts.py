@@ -10,6 +10,7 @@ verdict "pass"        every budget met, no limit crossed
 from __future__ import annotations
 
 from kneecap.loadplan.schema import Budget, StopSpec
+from kneecap.metrics.stop import LIMIT, SLO_BREACH  # a verdict that stops its ramp is the ramp's stop reason
 
 
 def _pct(level: dict, metric: str, pct: str) -> float | None:
@@ -62,18 +63,13 @@ def limit_crossed(level: dict, stop: StopSpec, *, invalid_outputs: int = 0, beha
 
 
 def judge(level: dict, budget: Budget | None, stop: StopSpec, **kw) -> dict:
-    """{'verdict', 'breaches', 'limit', 'stops_ramp'} for one cell's level summary."""
+    """{'verdict', 'breaches', 'limit'} for one cell's level summary."""
     breaches = budget_breaches(level, budget)
     limit = limit_crossed(level, stop, **kw)
-    if limit:
-        verdict = "limit"
-    elif breaches:
-        verdict = "slo_breach"
-    else:
-        verdict = "pass"
-    return {"verdict": verdict, "breaches": breaches, "limit": limit, "stops_ramp": stops_ramp(verdict, stop)}
+    verdict = LIMIT if limit else SLO_BREACH if breaches else "pass"
+    return {"verdict": verdict, "breaches": breaches, "limit": limit}
 
 
 def stops_ramp(verdict: str, stop: StopSpec) -> bool:
     """Does a cell of this verdict stop its ramp? A limit always does; a missed budget with stop_on_slo_breach."""
-    return verdict == "limit" or (verdict == "slo_breach" and stop.stop_on_slo_breach)
+    return verdict == LIMIT or (verdict == SLO_BREACH and stop.stop_on_slo_breach)

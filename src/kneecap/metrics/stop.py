@@ -23,7 +23,8 @@ PREFLIGHT_EXCEEDS = "preflight_exceeds"  # decided by the caller (the next level
 SERVER_DEAD = "server_dead"  # decided by the caller (health check / every request refused)
 INTERRUPTED = "interrupted"  # decided by the caller (Ctrl-C, time budget)
 AUTH_REFUSED = "auth_refused"  # decided by the caller (the server answered HTTP 401/403 to a level's requests)
-REASONS = (ERROR_RATE, SLO_BREACH, KNEE, PREFLIGHT_EXCEEDS, SERVER_DEAD, INTERRUPTED, AUTH_REFUSED)
+LIMIT = "limit"  # decided by the caller (a load plan's cell crossed a declared limit: error/timeout rate, drift, ...)
+REASONS = (ERROR_RATE, SLO_BREACH, KNEE, PREFLIGHT_EXCEEDS, SERVER_DEAD, INTERRUPTED, AUTH_REFUSED, LIMIT)
 
 
 @dataclass(frozen=True)
