@@ -149,10 +149,9 @@ ROWS = [
     # Phi-3-mini-4k (phi3), MHA: 2 x 32 x 32 KV heads x (3072 / 32 = 96) x 2 B = 393,216; sliding_window 2047 with no
     # layer_types: every layer slides (vLLM 0.32.0 takes it as CacheConfig.sliding_window for every layer)
     ("microsoft--Phi-3-mini-4k-instruct.json", 1, 1, 393_216, {"sliding_attention": 32}),
+    # Phi-2 (phi), MHA: 2 x 32 layers x 32 KV heads x (2560 / 32 = 80) x 2 B = 327,680
+    ("microsoft--phi-2.json", 1, 1, 327_680, {"full_attention": 32}),
     # Earlier partial copies and reproductions (SOURCES.md says where each comes from)
-    # Phi-2 (model_type "phi"), MHA: 2 x 32 x 32 KV heads x (2560 / 32 = 80) x 2 B
-    # = 327,680
-    ("phi-2.json", 1, 1, 327_680, {"full_attention": 32}),
     # Qwen3-0.6B: 2 x 28 x 8 KV heads x head_dim 128 x 2 B = 114,688
     ("qwen3-0.6b.json", 1, 1, 114_688, {"full_attention": 28}),
     # Mistral-7B-v0.1: 2 x 32 x 8 x (4096 / 32 = 128) x 2 B = 131,072, every layer sliding (4096)
@@ -212,7 +211,7 @@ def test_generic_decoders_say_so():
         assert any("generic decoder" in note for note in model.notes), fname
     for fname in ("zai-org--GLM-4.5.json", "CohereForAI--c4ai-command-r-v01.json", "google--gemma-3-27b-it.json",
                   "google--gemma-2-9b-it.json", "Qwen--Qwen2-72B.json", "ibm-granite--granite-3.0-2b-instruct.json",
-                  "phi-2.json", "microsoft--phi-1.json", "bigcode--starcoder2-15b.json"):
+                  "microsoft--phi-2.json", "microsoft--phi-1.json", "bigcode--starcoder2-15b.json"):
         assert not any("generic" in n for n in load_model(str(CONFIGS / fname)).notes), fname
 
 
@@ -230,7 +229,7 @@ def test_phi_counts_its_gelu_mlp_and_biases():
     # 51200): attention 4 x (2560^2 + 2560) = 26,224,640; MLP 2 x 2560 x 10240 + 10240 + 2560 = 52,441,600; norm
     # 5,120 -> 78,671,360 per layer, x 32 = 2,517,483,520; embed 131,072,000; lm_head 131,072,000 + 51,200; final
     # norm 5,120 -> 2,779,683,840 (its card: 2.7 billion parameters)
-    assert load_model(str(CONFIGS / "phi-2.json")).total_params == 2_779_683_840
+    assert load_model(str(CONFIGS / "microsoft--phi-2.json")).total_params == 2_779_683_840
     # Phi-1 as published (vocab 50295): layers 24 x (4 x (2048^2 + 2048) + 2 x 2048 x 8192 + 8192 + 2048 + 4096)
     # = 1,208,500,224; embed 103,004,160; lm_head 103,004,160 + 50,295; final norm 4,096 -> 1,414,562,935
     assert load_model(str(CONFIGS / "microsoft--phi-1.json")).total_params == 1_414_562_935
