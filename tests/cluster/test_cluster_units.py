@@ -88,9 +88,12 @@ def test_grid_configuration_to_simulate_options_and_bad_files(tmp_path):
         config_args({"out": "x"}, 1)
     (tmp_path / "bad.yaml").write_text("preset: llama-3.1-8b\n")
     (tmp_path / "bad.json").write_text("[{")
-    for name in ("bad.yaml", "bad.json", "missing.yaml"):
-        with pytest.raises(KneecapError):
+    (tmp_path / "strings.yaml").write_text("- llama-3.1-8b\n")
+    for name, says in (("bad.yaml", "holds no list of simulate configurations"), ("bad.json", "does not parse"),
+                       ("strings.yaml", "holds no list of simulate configurations"), ("missing.yaml", "cannot read")):
+        with pytest.raises(KneecapError, match=says) as e:
             load_grid(tmp_path / name)
+        assert "--grid file" in e.value.one_line() and str(tmp_path / name) in e.value.one_line()
 
 
 def test_grid_here_matches_simulate_one_by_one_and_bad_config_is_one_line(cli, tmp_path):

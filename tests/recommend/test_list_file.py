@@ -4,7 +4,7 @@ import pytest
 
 from kneecap.errors import KneecapError
 from kneecap.recommend.classes import load_classes
-from kneecap.recommend.list_file import read_list_file
+from kneecap.list_file import read_list_file
 
 
 def _read(path):

@@ -63,7 +63,7 @@ _GATE_HINT = 'write a list of cases, e.g. [{name: capital, prompt: "The capital 
 def _behaviour_cases(path: str) -> list[dict]:
     """--behaviour-gate FILE: a YAML/JSON list of behaviour cases (or a load plan's `behaviour:` mapping)."""
     from kneecap.loadplan.schema import behaviour_cases
-    from kneecap.recommend.list_file import read_list_file
+    from kneecap.list_file import read_list_file
 
     items = read_list_file(path, "--behaviour-gate", "behaviour", "behaviour cases", _GATE_HINT)
     return behaviour_cases(items, f"--behaviour-gate file {path}", _GATE_HINT)

@@ -16,33 +16,17 @@ from pathlib import Path
 from typing import Sequence
 
 from kneecap.errors import KneecapError
+from kneecap.list_file import read_list_file
 
 RUNNER_FLAGS = {"out", "json", "quiet", "no_report", "grid", "ray"}  # set by the grid, not by a configuration
 TASK_TIMEOUT_S = 3600.0  # one configuration's simulation
 NAME_RE = re.compile(r"[^A-Za-z0-9._-]+")
+_GRID_HINT = 'write e.g. [{"preset": "llama-3.1-8b", "gpu": "h100-sxm", "concurrency": "1,8"}]'
 
 
 def load_grid(path: str | Path) -> list[dict]:
     """A JSON or YAML file holding a list of configurations (mappings), or a one-line error."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise KneecapError(f"grid file {p} cannot be read ({exc.strerror or exc})", "pass a JSON or YAML file") from None
-    try:
-        if p.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
-    except Exception as exc:
-        raise KneecapError(f"grid file {p} is not valid {'JSON' if p.suffix.lower() == '.json' else 'YAML'} "
-                           f"({' '.join(str(exc).split())[:160]})", "write a list of simulate configurations") from None
-    if not isinstance(data, list) or not data or not all(isinstance(c, dict) for c in data):
-        raise KneecapError(f"grid file {p} does not hold a list of configurations",
-                           'write e.g. [{"preset": "llama-3.1-8b", "gpu": "h100-sxm", "concurrency": "1,8"}]')
-    return data
+    return read_list_file(path, "--grid", None, "simulate configurations", _GRID_HINT, mappings=True)
 
 
 def config_args(config: dict, index: int) -> list[str]:

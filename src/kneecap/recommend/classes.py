@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kneecap.errors import KneecapError
-from kneecap.recommend.list_file import read_list_file
+from kneecap.list_file import read_list_file
 from kneecap.workload import RequestClass, Workload
 from kneecap.workload.lengthspec import parse_length_spec
 
