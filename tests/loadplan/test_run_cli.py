@@ -78,6 +78,18 @@ def test_bad_plan_is_one_line(cli, tmp_path):
     assert "Traceback" not in r.stderr
 
 
+def test_repeated_behaviour_case_names_are_one_line(cli, tmp_path):
+    """A plan's own behaviour cases need distinct names, as --behaviour-gate's do (one would hide the other's drift)."""
+    cases = """behaviour:
+  - {name: capital, prompt: "Capital of France?", expect: {regex: Paris}}
+  - {name: capital, prompt: "Capital of Spain?", expect: {regex: Madrid}}
+candidates:"""
+    r, out = run_plan(cli, tmp_path, text=PLAN.replace("candidates:", cases, 1))
+    lines = r.stderr.strip().splitlines()
+    assert r.code == 2 and len(lines) == 1 and "plan.yaml:" in lines[0], r.stderr
+    assert "behaviour: case names repeat (capital)" in lines[0] and not out.exists()
+
+
 def test_on_off_bursts_on_the_simulator(cli, tmp_path):
     text = PLAN.replace("""load:
   dimension: concurrency

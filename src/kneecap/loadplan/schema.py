@@ -266,6 +266,13 @@ class LoadPlanSpec(_Strict):
     stop: StopSpec = StopSpec()
     candidates: list[CandidateSpec]
 
+    @field_validator("behaviour")
+    @classmethod
+    def _distinct_cases(cls, cases: list[BehaviourCase]) -> list[BehaviourCase]:
+        if repeat := _repeated_names([c.name for c in cases]):
+            raise ValueError(repeat)
+        return cases
+
     @model_validator(mode="after")
     def _refs(self) -> "LoadPlanSpec":
         if not self.classes:
@@ -333,11 +340,15 @@ def behaviour_cases(items: list, source: str, hint: str) -> list[dict]:
             field = ".".join(str(p) for p in _user_path(err["loc"])) or "(the case)"
             raise KneecapError(f"{source}: case {i + 1}: {field}: {_error_text(err)}", hint) from None
         cases.append(case.model_dump(exclude_none=True))
-    names = [c["name"] for c in cases]
-    if len(set(names)) != len(names):
-        raise KneecapError(f"{source}: case names repeat ({', '.join(sorted({n for n in names if names.count(n) > 1}))})",
-                           "give every case its own name")
+    if repeat := _repeated_names([c["name"] for c in cases]):
+        raise KneecapError(f"{source}: {repeat}", "give every case its own name")
     return cases
+
+
+def _repeated_names(names: list[str]) -> str | None:
+    """'case names repeat (a, b)' when behaviour cases share a name, else None."""
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    return f"case names repeat ({', '.join(repeated)})" if repeated else None
 
 
 def load_plan_file(path: str | Path) -> tuple[LoadPlanSpec, Path]:
