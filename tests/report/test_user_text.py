@@ -118,3 +118,87 @@ def test_the_worked_example_plan_names_no_internal_document():
         r = run_cli(*args, *extra)
         assert r.code == 0, r.stderr
         assert "seed" not in r.stdout.lower(), [ln for ln in r.stdout.splitlines() if "seed" in ln.lower()]
+
+
+# The README's `kneecap plan` / `kneecap preflight` examples: each command is read from the README and run,
+# and every figure the README states for it must be in what the command prints (tests/plan checks the same
+# numbers against hand-worked values; this keeps the README's own text equal to the output).
+NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+
+
+def _readme_flat() -> str:
+    return " ".join((ROOT / "README.md").read_text().split())
+
+
+def _between(text: str, start: str, end: str) -> str:
+    i = text.index(start)
+    return text[i:text.index(end, i)]
+
+
+def _figures(prose: str) -> set[str]:
+    """The numbers a sentence states, code spans (commands, flags, file names) left out."""
+    return {n.rstrip(",") for n in NUMBER.findall(re.sub(r"`[^`]*`", " ", prose))}
+
+
+def _printed(figure: str, output: str) -> bool:
+    """The figure as a whole number in the output: 67 does not match inside 1,067 or 6.7."""
+    return re.search(rf"(?<![\d.,]){re.escape(figure)}(?![\d]|[.,]\d)", output) is not None
+
+
+def _run(command: str, *extra: str):
+    args = command.split()
+    assert args[0] == "kneecap", command
+    r = run_cli(*args[1:], *extra)
+    assert r.code == 0, (command, r.stderr)
+    return r
+
+
+def test_readme_plan_worked_example_prints_every_figure_it_states():
+    text = _readme_flat()
+    section = _between(text, "### plan — a worked example", "Leave out `--mean-context`")
+    command = re.search(r"```bash (kneecap plan [^`]+?) ```", section).group(1)
+    prose = _between(section, "plans `gqa-70b`", "The test suite")
+    figures = _figures(prose)
+    assert {"327,680", "42.21", "1,912", "158.33", "205,822,885,888"} <= figures  # the paragraph was found whole
+    out = " ".join(_run(command).stdout.split())
+    assert [f for f in sorted(figures) if not _printed(f, out)] == []
+
+
+def test_readme_worst_case_plan_prints_its_figures():
+    text = _readme_flat()
+    paragraph = _between(text, "Leave out `--mean-context`", "Each lever's flags")
+    command, claims = re.search(r"`(kneecap plan [^`]+)`: ([^)]*)\)", paragraph).groups()
+    figures = _figures(claims)
+    assert {"11", "131,072", "772"} <= figures
+    out = " ".join(_run(command).stdout.split())
+    assert [f for f in sorted(figures) if not _printed(f, out)] == []
+
+
+def test_readme_kv_bytes_of_qwen35_and_deepseek_v3_are_what_plan_prints():
+    text = _readme_flat()
+    qwen_bytes, qwen_layers = re.search(r"Qwen3.5-397B caches ([\d,]+) B/token in its (\d+) full-attention", text).groups()
+    ds_bytes, ds_layers = re.search(r"DeepSeek-V3 caches ([\d,]+) B/token \((\d+) ×", text).groups()
+    qwen_cmd, ds_cmd = re.search(r"Section 1 of `(kneecap plan [^`]+)` and of `(kneecap plan [^`]+)`", text).groups()
+    assert "qwen3.5" in qwen_cmd and "deepseek-v3" in ds_cmd
+    qwen = " ".join(_run(qwen_cmd).stdout.split())
+    assert f"× {qwen_layers} layers" in qwen and f"= {qwen_bytes} B" in qwen
+    ds = " ".join(_run(ds_cmd).stdout.split())
+    assert f"× {ds_layers} layers" in ds and f"= {ds_bytes} B" in ds
+
+
+def test_readme_preflight_example_gives_the_verdicts_it_states():
+    import json
+
+    text = _readme_flat()
+    section = _between(text, "### preflight — will a sweep fit the KV pool?", "### simulate and serve")
+    command = re.search(r"```bash (kneecap preflight [^`]+?) ```", section).group(1)
+    kv_tokens = re.search(r"--kv-tokens (\d+)", command).group(1)
+    assert f"{int(kv_tokens):,} tokens is the KV pool" in section
+    claim = re.search(r"C=(\d+) fits \(peak ([\d,]+) tokens\), C=(\d+) is tight .*?C=(\d+) exceeds; "
+                      r"max safe concurrency (\d+)", section)
+    fits, peak, tight, exceeds, safe = claim.groups()
+    doc = json.loads(_run(command, "--json").stdout)
+    levels = {lv["concurrency"]: lv for lv in doc["levels"]}
+    assert levels[int(fits)]["verdict"] == "fits" and levels[int(fits)]["peak_tokens"] == int(peak.replace(",", ""))
+    assert levels[int(tight)]["verdict"] == "tight" and levels[int(exceeds)]["verdict"] == "exceeds"
+    assert doc["max_safe_concurrency"] == int(safe)
