@@ -202,3 +202,49 @@ def test_readme_preflight_example_gives_the_verdicts_it_states():
     assert levels[int(fits)]["verdict"] == "fits" and levels[int(fits)]["peak_tokens"] == int(peak.replace(",", ""))
     assert levels[int(tight)]["verdict"] == "tight" and levels[int(exceeds)]["verdict"] == "exceeds"
     assert doc["max_safe_concurrency"] == int(safe)
+
+
+# Figures the README quotes from committed bench runs (bench/results/*.json): they must be what the file holds,
+# so a re-run that rewrites the file and not the README fails here.
+def _results(name: str) -> dict:
+    import json
+
+    return json.loads((ROOT / "bench" / "results" / name).read_text())
+
+
+def test_readme_quotes_the_committed_simulator_speed_run():
+    doc = _results("sim_speed.json")
+    plain = [r for r in doc["runs"] if not r["extra_flags"]]
+    (token_times,) = [r for r in doc["runs"] if r["extra_flags"] == ["--token-times"]]
+    text = _readme_flat()
+    m = re.search(r"load average ([\d.]+) to ([\d.]+) at the time\), `python bench/sim_speed.py [^`]*` ran "
+                  r"`(kneecap simulate [^`]+)` (\w+) times: ([\d.]+) to ([\d.]+) s wall, ([\d.]+) to ([\d.]+) s of CPU "
+                  r"and (\d+) MB peak RSS each \(bench/results/sim_speed.md\); with `--token-times`, ([\d.]+) s wall "
+                  r"and ([\d.]+) GB", text)
+    assert m, "the README's simulator speed sentence"
+    load_before, load_after, command, times, wall_lo, wall_hi, cpu_lo, cpu_hi, rss, tt_wall, tt_gb = m.groups()
+    assert command.split() == doc["command"]
+    assert times == {3: "three"}.get(len(plain))
+    assert (load_before, load_after) == (f"{doc['load_avg_before']:.2f}", f"{doc['load_avg_after']:.2f}")
+    walls = [r["wall_s"] for r in plain]
+    cpus = [r["user_s"] + r["sys_s"] for r in plain]
+    assert (wall_lo, wall_hi) == (f"{min(walls):.2f}", f"{max(walls):.2f}")
+    assert (cpu_lo, cpu_hi) == (f"{min(cpus):.2f}", f"{max(cpus):.2f}")
+    assert {f"{r['peak_rss_mb']:.0f}" for r in plain} == {rss}
+    assert (tt_wall, tt_gb) == (f"{token_times['wall_s']:.2f}", f"{token_times['peak_rss_mb'] / 1000:.1f}")
+
+
+def test_readme_quotes_the_committed_ray_run():
+    doc = _results("ray_clients.json")
+    one = [r for r in doc["rows"] if r["client"] == "one-process" and r["scenario"]["concurrency"] >= 1024]
+    loads = [x for r in doc["rows"] for x in (r["load_avg_before"], r["load_avg_after"])]
+    text = _readme_flat()
+    m = re.search(r"In its committed run \(load average at most ([\d.]+)\), one process used ([\d.]+) to ([\d.]+) of "
+                  r"its core at every level from C=1024 on, with an event-loop lag p99 of (\d+) ms at C=1024 \(latency "
+                  r"case\)", text)
+    assert m, "the README's Ray sentence"
+    load, lo, hi, lag = m.groups()
+    utils = [u for r in one for u in r["actor_cpu_util"]]
+    assert load == f"{max(loads):.2f}" and (lo, hi) == (f"{min(utils):.2f}", f"{max(utils):.2f}")
+    (latency,) = [r for r in one if r["scenario"]["name"] == "latency" and r["scenario"]["concurrency"] == 1024]
+    assert lag == f"{latency['actor_loop_lag_p99_ms'][0]:.0f}"
