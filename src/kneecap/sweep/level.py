@@ -75,9 +75,18 @@ class DriverSetup:
     answer_tokenizer: object | None = None  # --turns with token-id prompts: the answer text's ids (.token_ids(text))
 
 
-def run_task(setup: DriverSetup, task: LevelTask, on_record: Callable[[RequestRecord], None]) -> LevelOutcome:
-    """Run one task to completion on a fresh event loop (uvloop) in this process."""
+def run_task(setup: DriverSetup, task: LevelTask, on_record: Callable[[RequestRecord], None], *,
+             refused=None) -> LevelOutcome:
+    """Run one task to completion on a fresh event loop (uvloop) in this process.
+
+    `refused`: the level's refused-key status shared with its other shares' processes (an object whose
+    `.value` is the first refusal's HTTP status, 0 = none; kneecap.client.driver.AuthCut.shared), which this
+    process's levels then write and watch; a Ray actor passes its own (kneecap.cluster.streams). None: the
+    process's setting stays (a --workers process sets it once)."""
     from kneecap.client import driver
+
+    if refused is not None:
+        driver.AuthCut.shared = refused
 
     count = 0
 
