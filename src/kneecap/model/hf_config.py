@@ -299,13 +299,19 @@ def _layer_types(cfg: dict, model_type: str, family: str, n: int, source: str,
             kinds = ["sliding_attention" if i >= start else "full_attention" for i in range(n)]
         else:
             kinds, window = ["full_attention"] * n, None
-    elif window and model_type in ("mistral", "mixtral", "phi3", "starcoder2"):
+    elif window and model_type in ("mistral", "mixtral", "phi3", "starcoder2", "phimoe"):
         # Mistral-7B-v0.1 style: every layer keeps `sliding_window` tokens. StarCoder2 too: vLLM 0.32.0 serves it
         # through its Transformers backend, and with no layer_types in the config (transformers 5.19's
         # Starcoder2Config has none) arg_utils.py sets CacheConfig.sliding_window = config.sliding_window, which
         # every Attention layer takes (attention.py: no per_layer_sliding_window -> cache_config.sliding_window);
-        # modeling_starcoder2 masks every layer with a sliding window too
+        # modeling_starcoder2 masks every layer with a sliding window too. PhiMoE (Phi-3.5-MoE, Phi-mini-MoE) the
+        # same way: transformers 5.19's PhimoeConfig has no layer_types and vLLM 0.32.0 phimoe.py builds every
+        # Attention with cache_config only (no per_layer_sliding_window)
         kinds = ["sliding_attention"] * n
+        if model_type == "phimoe":
+            notes.append(f"sliding_window {window} with no layer_types: vLLM 0.32.0 gives every layer that window "
+                         "(CacheConfig.sliding_window; its phimoe model passes no per-layer window), so all "
+                         f"{n} layers are counted as sliding")
     else:
         kinds = ["full_attention"] * n
     if "sliding_attention" in kinds:
