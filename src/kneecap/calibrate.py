@@ -204,9 +204,10 @@ def statistic(level_summary: dict, metric: str):
     return value if stat is None else (value or {}).get(stat)
 
 
-def _residuals(target, params, levels: list[MeasuredLevel], weights: dict) -> list[float]:
+def _residuals(levels: list[MeasuredLevel], predicted: list[dict], weights: dict) -> list[float]:
+    """Weighted log(predicted / measured) per level and compared metric, in order (5 where nothing was predicted)."""
     res = []
-    for level, pred in zip(levels, predict_levels(target, params, levels)):
+    for level, pred in zip(levels, predicted):
         for m in METRICS:
             p, v = pred.get(m), getattr(level, m)
             if v is None:
@@ -217,7 +218,7 @@ def _residuals(target, params, levels: list[MeasuredLevel], weights: dict) -> li
 
 def rms_log_error(target, params, levels: list[MeasuredLevel]) -> float:
     """Root mean square of log(predicted / measured) over every level and compared metric, unweighted."""
-    r = _residuals(target, params, levels, {m: 1.0 for m in METRICS})
+    r = _residuals(levels, predict_levels(target, params, levels), {m: 1.0 for m in METRICS})
     return math.sqrt(sum(v * v for v in r) / len(r))
 
 
@@ -244,12 +245,12 @@ class CalibrationResult:
                 "levels": self.levels}
 
 
-def level_table(target, params, levels: list[MeasuredLevel], weights=None) -> list[dict]:
-    """Predicted vs measured per level, with the signed error in percent of the measured value and, when
-    given, the weight (0-1) each metric had in the fit (`weights`: one per level and metric, in order)."""
+def level_table(levels: list[MeasuredLevel], predicted: list[dict], weights=None) -> list[dict]:
+    """Predicted (predict_levels) vs measured per level, with the signed error in percent of the measured value
+    and, when given, the weight (0-1) each metric had in the fit (`weights`: one per level and metric, in order)."""
     rows = []
     k = 0  # index of the level's first residual (a metric the level does not carry has none)
-    for level, pred in zip(levels, predict_levels(target, params, levels)):
+    for level, pred in zip(levels, predicted):
         meas = level.as_dict()
         row = {"concurrency": level.concurrency, "rate": level.rate, "isl": level.isl, "osl": level.osl,
                "measured": meas, "predicted": {m: None if pred[m] is None else round(pred[m], 4) for m in METRICS},
@@ -305,16 +306,19 @@ def calibrate(target, levels: list[MeasuredLevel], *, fit: tuple[str, ...] = DEF
     lo = np.log([BOUNDS[n][0] for n in fit])
     hi = np.log([BOUNDS[n][1] for n in fit])
     x = np.clip(np.log([max(getattr(start, n), BOUNDS[n][0]) for n in fit]), lo, hi)
-    cache: dict[tuple, np.ndarray] = {}
+    cache: dict[tuple, list[dict]] = {}
 
     def params_at(x) -> StepTimeParams:
         return replace(start, **{n: float(math.exp(v)) for n, v in zip(fit, x)})
 
-    def residuals(x) -> np.ndarray:  # every replay is deterministic: remember each point's
+    def predicted(x) -> list[dict]:  # every replay is deterministic: remember each point's
         key = tuple(float(v) for v in x)
         if key not in cache:
-            cache[key] = np.asarray(_residuals(target, params_at(x), levels, w), dtype=float)
+            cache[key] = predict_levels(target, params_at(x), levels)
         return cache[key]
+
+    def residuals(x) -> np.ndarray:
+        return np.asarray(_residuals(levels, predicted(x), w), dtype=float)
 
     def jacobian(f, x, step: float) -> np.ndarray:
         """Forward differences of f at x, `step` in log space (backward where the bound is nearer)."""
@@ -361,4 +365,4 @@ def calibrate(target, levels: list[MeasuredLevel], *, fit: tuple[str, ...] = DEF
                              params=params, fitted=tuple(fit), initial={n: getattr(start, n) for n in fit},
                              rms_log_error=math.sqrt(float(np.mean(residuals(x) ** 2))),
                              initial_rms_log_error=initial_rms, iterations=iterations, evaluations=len(cache),
-                             levels=level_table(target, params, levels, wt))
+                             levels=level_table(levels, predicted(x), wt))

@@ -57,6 +57,20 @@ def test_fitting_a_subset_leaves_the_rest_alone(target):
     assert (result.params.mfu, result.params.overhead_s) == (0.5, 0.003)
 
 
+def test_the_table_reuses_the_fits_replays(target, monkeypatch):
+    """Every replay of the measured sweep is one of the fit's evaluations: the per-level table shows the last
+    point's level summaries, not one more replay."""
+    import kneecap.calibrate as calibrate_module
+
+    levels = synthetic_levels(target, StepTimeParams(**TRUE), loads=(1, 8))
+    replays = []
+    monkeypatch.setattr(calibrate_module, "replay_levels",
+                        lambda *a, real=calibrate_module.replay_levels: replays.append(1) or real(*a))
+    result = calibrate(target, levels, fit=("overhead_s",))
+    assert len(replays) == result.evaluations > 1
+    assert result.levels[0]["predicted"]["tpot_ms"] == round(predict_levels(target, result.params, levels[:1])[0]["tpot_ms"], 4)
+
+
 def test_measured_levels_come_from_a_summary():
     summary = {"levels": [
         {"concurrency": 4, "completed": 10, "input_tokens": 10_000, "output_tokens": 1_000, "warmup_excluded": 2,
