@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kneecap.sweep.level import LevelOutcome
+from kneecap.sweep.memory_records import MemoryRecords
 from kneecap.sweep.options import BenchOptions
 from kneecap.sweep.progress import SilentProgress
 from kneecap.sweep.http_levels import HttpLevelDriver
@@ -49,21 +50,11 @@ class FakeDriver:
         return [LevelOutcome(num_records=len(task.specs), suspect=False, client={"cpu_fraction": 0.1})]
 
 
-class MemoryRecords(list):
-    """Stands in for requests.jsonl: written records, read back by level from an offset (a count here)."""
-
-    def tell(self):
-        return len(self)
-
-    def level_records(self, level, offset=0):
-        return (r for r in self[offset:] if r.level == level)
-
-
 def make_sweep(opts, driver, written, verdicts=None, alive=True):
     http = HttpLevelDriver(opts, run_share=driver, probe=lambda: alive, poll_metrics=NoMetrics, epoch=0.0,
                            progress=SilentProgress())
     return Sweep(opts, state=SweepState(), sweep_levels=sweep_levels(opts, verdicts), driver=http,
-                 write_record=written.append, persist=lambda summary: None, progress=SilentProgress(), slo=None,
+                 write_record=written.write, persist=lambda summary: None, progress=SilentProgress(), slo=None,
                  stop_limits=StopLimits(), summarize_fn=summarize_level, sync=lambda: None, records_file=written,
                  summary_fields=lambda: {"kind": "bench", "model_executed": True, "benchmark_executed": True})
 
@@ -77,7 +68,7 @@ def test_every_level_runs_in_order_with_warmup_first():
     assert [(t.level, t.warmup) for t in driver.tasks] == [(0, True), (0, False), (1, True), (1, False), (2, True), (2, False)]
     assert [lv["level"] for lv in summary["levels"]] == [0, 1, 2]
     assert all(lv["requests"] == 5 and lv["warmup_excluded"] == 2 for lv in summary["levels"])
-    assert len(written) == 3 * 7 and summary["status"] == "complete"
+    assert len(written.records) == 3 * 7 and summary["status"] == "complete"
 
 
 def test_resume_skips_done_levels_even_after_a_preflight_gap():
@@ -128,7 +119,7 @@ def test_interrupt_keeps_a_partial_level():
     assert summary["status"] == "interrupted" and summary["stopped"]["reason"] == "interrupted"
     assert [(lv["level"], lv.get("partial", False)) for lv in summary["levels"]] == [(0, False), (1, True)]
     assert summary["levels"][1]["completed"] == 2
-    assert len(written) == 5 + 2
+    assert len(written.records) == 5 + 2
 
 
 def test_a_client_failure_is_saved_as_failed_and_raised():
@@ -165,7 +156,7 @@ def test_preflight_skip_note_writes_token_counts_with_separators():
     http = HttpLevelDriver(opts, run_share=FakeDriver(), probe=lambda: True, poll_metrics=NoMetrics, epoch=0.0,
                            progress=notes)
     sweep = Sweep(opts, state=SweepState(preflight={"kv_capacity_tokens": 2_076_672}), sweep_levels=sweep_levels(opts, verdicts),
-                  driver=http, write_record=written.append, persist=lambda summary: None, progress=notes, slo=None,
+                  driver=http, write_record=written.write, persist=lambda summary: None, progress=notes, slo=None,
                   stop_limits=StopLimits(), summarize_fn=summarize_level, sync=lambda: None, records_file=written,
                   summary_fields=lambda: {"kind": "bench", "model_executed": True, "benchmark_executed": True})
     summary = sweep.run()

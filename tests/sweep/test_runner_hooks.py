@@ -8,6 +8,7 @@ from kneecap.metrics.stop import StopLimits
 from kneecap.metrics.summarize import summarize_level
 from kneecap.records import OK, RequestRecord
 from kneecap.sim.level_driver import SimulateOptions
+from kneecap.sweep.memory_records import MemoryRecords
 from kneecap.sweep.progress import SilentProgress
 from kneecap.sweep.runner import STATUS_STOPPED, Sweep, SweepState
 
@@ -36,18 +37,10 @@ class Driver:
         return "gone" if summary["level"] == self.gone_after else None
 
 
-class Records(list):
-    def tell(self):
-        return len(self)
-
-    def level_records(self, level, offset=0):
-        return (r for r in self[offset:] if r.level == level)
-
-
 def sweep(driver, *, on_level=None, stop_rule=None, saved=None):
-    written = Records()
+    written = MemoryRecords()
     levels = [SweepLevel(index=i, value=v, num_requests=4, num_warmup=0, first_index=0) for i, v in enumerate(OPTS.levels)]
-    return Sweep(OPTS, state=SweepState(), sweep_levels=levels, driver=driver, write_record=written.append,
+    return Sweep(OPTS, state=SweepState(), sweep_levels=levels, driver=driver, write_record=written.write,
                  persist=(saved.append if saved is not None else lambda s: None), progress=SilentProgress(), slo=None,
                  stop_limits=StopLimits(), summarize_fn=summarize_level, sync=lambda: None, records_file=written,
                  summary_fields=lambda: {"kind": "simulate", "model_executed": False, "benchmark_executed": False},
