@@ -149,6 +149,9 @@ ROWS = [
     # Phi-3-mini-4k (phi3), MHA: 2 x 32 x 32 KV heads x (3072 / 32 = 96) x 2 B = 393,216; sliding_window 2047 with no
     # layer_types: every layer slides (vLLM 0.32.0 takes it as CacheConfig.sliding_window for every layer)
     ("microsoft--Phi-3-mini-4k-instruct.json", 1, 1, 393_216, {"sliding_attention": 32}),
+    # Qwen3-Coder-Next pruned to 336 experts (qwen3_next, a third party's file): full_attention_interval 4 ->
+    # 48 / 4 = 12 full layers; 2 x 12 x 2 KV heads x head_dim 256 x 2 B = 24,576; the other 36 are Gated DeltaNet
+    ("QuantTrio--Qwen3-Coder-Next-E336.json", 2, 1, 24_576, {"full_attention": 12, "linear_attention": 36}),
     # Phi-2 (phi), MHA: 2 x 32 layers x 32 KV heads x (2560 / 32 = 80) x 2 B = 327,680
     ("microsoft--phi-2.json", 1, 1, 327_680, {"full_attention": 32}),
     # Earlier partial copies and reproductions (SOURCES.md says where each comes from)
@@ -415,6 +418,32 @@ def test_qwq_ministral_gemma7b_count_their_published_sizes():
                          ("google--gemma-7b.json", 8_537_680_896)):
         model = load_model(str(CONFIGS / fname))
         assert model.total_params == model.active_params == total, fname
+
+
+def test_qwen3_next_counts_its_gated_deltanet_state_and_experts_by_hand():
+    # QuantTrio/Qwen3-Coder-Next-E336 (qwen3_next; Qwen3-Coder-Next's 512 routed experts pruned to 336, the rest as
+    # published). Gated DeltaNet state per layer in bf16 (vLLM 0.32 qwen3_next.py): conv over key_dim 2 x 16 x 128
+    # + value_dim 32 x 128 = 8192 channels x (4 - 1) x 2 B = 49,152 + recurrent 32 value heads x 128 x 128 x 2 B =
+    # 1,048,576 -> 1,097,728 B.
+    # Parameters: embed + lm_head (untied) 2 x 151936 x 2048 = 622,329,856; 12 full-attention layers: q_proj with
+    # its output gate 2048 x (16 x 256 x 2), k + v 2 x 2048 x 512, o 4096 x 2048, q/k norms 512 -> 27,263,488 each,
+    # 327,161,856; 36 Gated DeltaNet layers: in_proj_qkvz 2048 x 12288, in_proj_ba 2048 x 64, conv1d 8192 x 4,
+    # dt_bias + A_log 64, gated norm 128, out_proj 4096 x 2048 -> 33,718,464 each, 1,213,864,704; 48 MoE layers: 336
+    # experts x 3 x 2048 x 512 + router 2048 x 336 + shared expert 3 x 2048 x 512 + its gate 2048 = 1,060,800,512
+    # each, 50,918,424,576; norms 48 x 2 x 2048 + 2048 = 198,656 -> 53,081,979,648. Active: minus 48 x (336 - 10)
+    # x 3,145,728 = 49,224,351,744 -> 3,857,627,904 (the unpruned model's card: 80B total, 3B active)
+    model = load_model(str(CONFIGS / "QuantTrio--Qwen3-Coder-Next-E336.json"))
+    assert model.linear_state_bytes_per_layer == 1_097_728
+    assert (model.total_params, model.active_params) == (53_081_979_648, 3_857_627_904)
+    assert (model.num_experts, model.num_experts_per_tok, model.num_shared_experts) == (336, 10, 1)
+    assert [i for i, k in enumerate(model.layer_types) if k == "full_attention"] == list(range(3, 48, 4))
+    # the same file with Qwen3-Next's 512 experts: + 48 x 176 x (3,145,728 + router row 2048) = 26,592,411,648
+    # -> 79,674,391,296 total; active + 48 x 176 x 2048 = 17,301,504 -> 3,874,929,408 (the card's 80B / 3B)
+    from kneecap.model.hf_config import from_hf_config
+
+    doc = json.loads((CONFIGS / "QuantTrio--Qwen3-Coder-Next-E336.json").read_text())
+    full = from_hf_config({**doc, "num_experts": 512}, name="x", source="cfg.json")
+    assert (full.total_params, full.active_params) == (79_674_391_296, 3_874_929_408)
 
 
 def test_falcon_h1_has_attention_and_mamba_in_every_block():
