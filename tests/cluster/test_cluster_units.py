@@ -131,3 +131,42 @@ def test_unreachable_ray_head_is_one_line_before_anything_is_written(cli, tmp_pa
     r = cli("simulate", "--grid", str(grid), "--ray", "nohostport", "--out", str(tmp_path / "g"))
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.code == 2 and len(lines) == 1 and "HOST:PORT" in lines[0], r.stderr
+
+
+def test_an_actors_share_is_cut_by_another_actors_refusal_of_its_own_run_only():
+    # StreamActor without Ray: its share sees the actor's refused-key status (as AuthCut.shared), a cut names
+    # the run it is for (a late one for an earlier run is ignored), and each new share starts uncut
+    import threading
+    import time
+
+    from kneecap.cluster.streams import StreamActor
+    from kneecap.sweep.level import LevelOutcome
+
+    seen = {}
+    release = threading.Event()
+
+    def run_fn(setup, task, on_record, *, refused):
+        release.wait(10)
+        seen[task] = refused.value
+        return LevelOutcome(num_records=0)
+
+    def finished(actor, run_id):
+        for _ in range(500):
+            _, _, result, refused = actor.poll(run_id)
+            if result is not None:
+                return result, refused
+            time.sleep(0.01)
+        raise AssertionError("the share did not end")
+
+    actor = StreamActor(setup=None, run_fn=run_fn)
+    actor.start(1, "first", time.perf_counter())
+    actor.cut(0, 401)  # for an earlier run: ignored
+    assert actor.poll(1)[3] == 0
+    actor.cut(1, 403)
+    actor.cut(1, 401)  # the first refusal stands
+    release.set()
+    (kind, outcome, _late_s), refused = finished(actor, 1)
+    assert (kind, outcome, refused) == ("done", {"num_records": 0, "suspect": False, "client": {}}, 403)
+    assert seen["first"] == 403 and actor.poll(0)[3] == 0  # a poll of another run says nothing
+    actor.start(2, "second", time.perf_counter())
+    assert finished(actor, 2)[1] == 0 and seen["second"] == 0  # a new share starts uncut

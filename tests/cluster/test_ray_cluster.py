@@ -237,6 +237,59 @@ def test_sigterm_mid_sweep_then_resume_on_ray(cluster, tmp_path):
     assert len(lines) == 32 and len({r["request_id"] for r in lines}) == 32
 
 
+CUT_ITL_S = 0.5  # per streamed token of an accepted request: 4 tokens take 1.5 s, far longer than a cut takes
+CUT_BOUND_S = 1.0  # the other actor's streams in flight are cancelled within this long of the refusal
+
+
+def test_a_refused_key_in_one_actor_cuts_the_level_in_every_actor(cluster, tmp_path):
+    # The server accepts the check request, C=2's 8 requests and 3 of C=4's, then refuses the key (HTTP 401).
+    # C=4 is two streams on each of the two actors, started together: 3 accepted (streaming 1.5 s), the 4th
+    # refused in one actor. That refusal cuts the level in both: the refusing actor cancels its other stream,
+    # the other actor (told by the driver) cancels its two in flight. Each actor on its own would have let its
+    # streams finish and sent its next request into a second refusal. Nothing more is sent, C=8 never runs
+    sys.path.insert(0, str(ROOT / "tests"))
+    from servers.scripted import start_scripted_server
+
+    url, server = start_scripted_server(auth_fail_after=1 + 8 + 3, itl_s=CUT_ITL_S)
+    out = tmp_path / "cut"
+    try:
+        proc = subprocess.run([sys.executable, "-m", "kneecap", "bench", "--base-url", url, "--isl", "16", "--osl", "4",
+                               "--concurrency", "2,4,8", "--requests", "8", "--keepalive", "--warmup", "0", "--json",
+                               "--no-report", "--out", str(out), "--ray", cluster.address],
+                              capture_output=True, text=True, timeout=240, env={**os.environ, **ENV})
+        log = server.log()
+    finally:
+        server.stop()
+    # the same stop as one process: one line naming the refusal, the fix and --resume; exit 4
+    assert proc.returncode == 4, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "refused the API key (HTTP 401 to 1 of 4 requests) during C=4" in lines[0], proc.stderr
+    assert "KNEECAP_API_KEY" in lines[0] and "--resume" in lines[0] and SECRET not in proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["stopped"]["reason"] == "auth_refused" and summary["stopped"]["at"] == 4
+    first, second = summary["levels"]  # C=8 was not run
+    assert (first["completed"], first["failed"]) == (8, 0) and "cut" not in first
+    assert second["errors"] == {"http_401": 1, "cancelled": 3}, second["errors"]
+    assert second["cut"]["reason"] == "auth_refused" and second["cut"]["error_kind"] == "http_401"
+    ray = second["client"]["ray"]
+    assert (ray["actors"], ray["nodes"]) == (2, 2) and len(second["client"]["per_worker"]) == 2
+    # exactly one refusal: every request sent after it would have been refused (and logged) too; the 3
+    # cancelled streams never completed (the server logs a stream when it ends)
+    completions = [e for e in log if e["path"].endswith("/completions")]
+    assert sum(1 for e in completions if e.get("status") == 401) == 1
+    assert sum(1 for e in completions if e.get("completed")) == 1 + 8
+    # the cut crossed actors: the actor that did not meet the refusal (shares are dealt round-robin: request
+    # k of the level is actor k % 2's) had its two streams cancelled, within CUT_BOUND_S of the refusal
+    cut = [r for r in map(json.loads, (out / "requests.jsonl").read_text().splitlines()) if r["level"] == 1]
+    (refused,) = [r for r in cut if r["error_kind"] == "http_401"]
+    actor_of = lambda r: int(re.search(r"(\d+)$", r["request_id"]).group(1)) % 2  # noqa: E731
+    others = [r for r in cut if actor_of(r) != actor_of(refused)]
+    assert len(others) == 2 and all(r["status"] == "cancelled" for r in others), cut
+    took_s = max(r["end_at"] for r in others) - refused["end_at"]
+    print(f"the other actor's streams were cancelled {took_s * 1000:.0f} ms after the refusal")
+    assert 0 < took_s < CUT_BOUND_S, took_s
+
+
 def test_killed_node_fails_its_requests_and_the_level_ends(cluster, tmp_path):
     """Must run last in this module: it kills the second node."""
     server = start_node(tmp_path, ttft_ms=100, itl_ms=100)  # 32 tokens: ~3.2 s a request

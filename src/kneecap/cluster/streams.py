@@ -8,7 +8,11 @@ barrier), its clock offset to the driver is measured by round trips (kneecap.clu
 every actor starts at one common time; each share's epoch is moved into its actor's clock, so record
 stamps arrive in the driver's clock. An actor that dies or stops answering is dropped: requests whose
 records never arrived count as failed ("client_lost"), the level keeps everything else, and every
-wait is bounded. The API key reaches actors through Ray's runtime environment (env_vars) as one of two
+wait is bounded. A refused API key (HTTP 401/403) in any actor cuts the level in all of them: each
+actor's share writes and watches the actor's own refused-key status (kneecap.client.driver.AuthCut.shared,
+via run_fn's `refused`); the driver reads it with every poll and, at the first refusal, writes it into
+every other actor's (StreamActor.cut), whose level then cancels its requests in flight and sends nothing
+more. The API key reaches actors through Ray's runtime environment (env_vars) as one of two
 random shares (kneecap.cluster.streams.split_secret): Ray 2.60's runtime-env agent writes a runtime_env,
 env_vars included, to its log (runtime_env_agent.log), so the key itself is never in it.
 Owns the actors; knows nothing of statistics or the order of levels.
@@ -52,6 +56,14 @@ def join_secret(share_a: str, share_b: str) -> str:
     return bytes(a ^ b for a, b in zip(bytes.fromhex(share_a), bytes.fromhex(share_b))).decode()
 
 
+class RefusedStatus:
+    """An actor's refused-key status for its current share, in the shape AuthCut.shared reads and writes:
+    `value` is the first refusal's HTTP status (401/403), 0 while none (an int: read and written whole)."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+
 class StreamActor:
     """Actor body (wrapped by ray.remote in ActorPool). Runs one share at a time on a thread of its own."""
 
@@ -66,6 +78,7 @@ class StreamActor:
         self._lines: list[bytes] = []
         self._result: tuple | None = None
         self._run_id = -1  # which share the lines and result belong to
+        self._refused = RefusedStatus()  # this share's, or another actor's, refused key: the level is cut
         self._thread: threading.Thread | None = None
 
     def hello(self) -> dict:
@@ -85,6 +98,7 @@ class StreamActor:
             if self._thread is not None and self._thread.is_alive():
                 raise RuntimeError("a share is already running on this actor")
             self._lines, self._result, self._run_id = [], None, run_id
+            self._refused.value = 0  # a new level starts uncut
         self._thread = threading.Thread(target=self._run, args=(task, start_at), name="kneecap-share", daemon=True)
         self._thread.start()
         return time.perf_counter()
@@ -101,7 +115,7 @@ class StreamActor:
         if late_s < 0:
             time.sleep(-late_s)
         try:
-            outcome = self._run_fn(self._setup, task, self._push)
+            outcome = self._run_fn(self._setup, task, self._push, refused=self._refused)
             result = ("done", dataclasses.asdict(outcome), max(0.0, late_s))
         except KneecapError as exc:
             result = ("error", exc.one_line(), None)
@@ -110,14 +124,24 @@ class StreamActor:
         with self._lock:
             self._result = result
 
-    def poll(self, run_id: int) -> tuple[bytes, int, tuple | None]:
-        """(finished records of run `run_id` as JSON lines, how many, its result once it is over)."""
+    def poll(self, run_id: int) -> tuple[bytes, int, tuple | None, int]:
+        """(finished records of run `run_id` as JSON lines, how many, its result once it is over, its
+        refused-key status: the HTTP status of the refusal that cut it, 0 while none)."""
         with self._lock:
             if run_id != self._run_id:
-                return b"", 0, None
+                return b"", 0, None, 0
             lines, self._lines = self._lines, []
             result = self._result
-        return b"".join(lines), len(lines), result
+            refused = self._refused.value
+        return b"".join(lines), len(lines), result, refused
+
+    def cut(self, run_id: int, status: int) -> None:
+        """Another actor's share of run `run_id` met a refused key (HTTP `status`): cut this one too. Its
+        level watches the status (every AuthCut.SHARED_CUT_POLL_S) and checks it before each request;
+        a share not yet begun sends nothing. A cut of an earlier run is ignored."""
+        with self._lock:
+            if run_id == self._run_id and not self._refused.value:
+                self._refused.value = int(status)
 
 
 @dataclasses.dataclass
@@ -251,6 +275,7 @@ class ActorPool:
         last_heard = {a.index: time.monotonic() for a in actors}
         by_index = {a.index: a for a in actors}
         pending = {a.index for a in actors}
+        cuts: list | None = None  # the cut sent to the other actors at the first refused key (held to the level's end)
         for ref in failed_start:  # it never started its share: every request of it is lost
             results[started[ref].index] = ("lost", "the actor did not start its share")
             pending.discard(started[ref].index)
@@ -265,12 +290,14 @@ class ActorPool:
                 i = refs[ref]
                 del outstanding[i]
                 try:
-                    blob, _, result = ray.get(ref)
+                    blob, _, result, refused = ray.get(ref)
                 except Exception as exc:  # the actor (or its node) died
                     results[i] = ("lost", f"{type(exc).__name__}")
                     pending.discard(i)
                     continue
                 last_heard[i] = now
+                if refused and cuts is None:  # the first refused key in any actor cuts the level in all of them
+                    cuts = [a.handle.cut.remote(run_id, refused) for a in actors if a.index != i and a.alive]
                 for line in blob.splitlines():
                     record = RequestRecord.from_dict(orjson.loads(line))
                     received[i].add(record.request_id)
