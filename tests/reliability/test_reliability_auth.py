@@ -16,6 +16,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from servers.scripted import start_scripted_server
 from test_reliability_run import read_jsonl, write_plan
 
@@ -34,9 +36,9 @@ def _completions(server) -> list[dict]:
     return [e for e in server.log() if e["path"].endswith("completions")]
 
 
-def _refusals(server) -> int:
+def _refusals(server, status: int = 401) -> int:
     """Completion requests the server refused (the client's /metrics scrapes are refused too, not counted)."""
-    return sum(1 for e in server.log() if e.get("status") == 401 and e["path"].endswith("completions"))
+    return sum(1 for e in server.log() if e.get("status") == status and e["path"].endswith("completions"))
 
 
 def _plan(folder, url):
@@ -49,23 +51,25 @@ def _plan(folder, url):
     return plan
 
 
-def test_bench_cuts_the_level_at_the_first_refused_key(tmp_path):
+@pytest.mark.parametrize("status", [401, 403])
+def test_bench_cuts_the_level_at_the_first_refused_key(tmp_path, status):
     # --keepalive: no probe requests, so the server sees the check request, then level C=2's 8 requests, then
-    # C=4's first 4 together: 3 accepted (streaming), the 4th refused. The refusal cuts C=4 at once: its 3
-    # streams are cancelled, its other 4 requests and level C=8 are never sent
-    url, srv = _revoking_server(1 + 8 + 3)
+    # C=4's first 4 together: 3 accepted (streaming), the 4th refused (403: a key the server forbids, a refused
+    # key as a 401 is). The refusal cuts C=4 at once: its 3 streams are cancelled, its other 4 requests and
+    # level C=8 are never sent
+    url, srv = _revoking_server(1 + 8 + 3, auth_fail_status=status)
     out = tmp_path / "out"
     try:
         proc = subprocess.run([sys.executable, "-m", "kneecap", "bench", "--base-url", url, "--isl", "16", "--osl", "4",
                                "--concurrency", "2,4,8", "--requests", "8", "--keepalive", "--json", "--no-report",
                                "--out", str(out)], capture_output=True, text=True, timeout=BOUND_S)
         sent = _completions(srv)
-        refused = _refusals(srv)
+        refused = _refusals(srv, status)
     finally:
         srv.stop()
     assert proc.returncode == EXIT_AUTH_REFUSED, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "refused the API key (HTTP 401 to 1 of 4 requests) during C=4" in lines[0], proc.stderr
+    assert len(lines) == 1 and f"refused the API key (HTTP {status} to 1 of 4 requests) during C=4" in lines[0], proc.stderr
     assert "KNEECAP_API_KEY" in lines[0] and "--resume" in lines[0]  # the fix, in the same line
     assert "Traceback" not in proc.stderr
     summary = json.loads(proc.stdout)
@@ -74,8 +78,8 @@ def test_bench_cuts_the_level_at_the_first_refused_key(tmp_path):
     first, second = summary["levels"]  # C=8 was not run
     assert (first["concurrency"], first["completed"], first["failed"]) == (2, 8, 0) and "cut" not in first
     assert (second["concurrency"], second["completed"], second["failed"]) == (4, 0, 4)
-    assert second["errors"] == {"http_401": 1, "cancelled": 3}, second["errors"]
-    assert second["cut"]["reason"] == "auth_refused" and second["cut"]["error_kind"] == "http_401"
+    assert second["errors"] == {f"http_{status}": 1, "cancelled": 3}, second["errors"]
+    assert second["cut"]["reason"] == "auth_refused" and second["cut"]["error_kind"] == f"http_{status}"
     kept = read_jsonl(out / "requests.jsonl")
     assert len(kept) == 8 + 4  # every request sent has its record: C=2's 8, C=4's refused one and 3 cancelled
     assert sorted(r["status"] for r in kept if r["concurrency"] == 4) == ["cancelled"] * 3 + ["error"]
@@ -121,26 +125,6 @@ def test_bench_with_workers_cuts_the_level_in_every_worker_at_the_first_refused_
     # one refusal in all (at most one per worker, and the second worker's was never sent); the 3 cancelled
     # streams never completed (the server logs a stream when it ends)
     assert refused == 1 and sum(1 for e in sent if e.get("completed")) == 1 + 8
-
-
-def test_bench_stops_on_a_403_with_one_line_and_exit_4(tmp_path):
-    # a key the server forbids (HTTP 403) mid-run is a refused key as a 401 is: C=2's 4 requests served,
-    # C=4 cut at its first refusal, one line naming HTTP 403, exit 4, the measured level kept
-    url, srv = _revoking_server(1 + 4 + 3, auth_fail_status=403)
-    out = tmp_path / "out"
-    try:
-        proc = subprocess.run([sys.executable, "-m", "kneecap", "bench", "--base-url", url, "--isl", "16", "--osl", "4",
-                               "--concurrency", "2,4", "--requests", "4", "--keepalive", "--json", "--no-report",
-                               "--out", str(out)], capture_output=True, text=True, timeout=BOUND_S)
-        forbidden = sum(1 for e in srv.log() if e.get("status") == 403 and e["path"].endswith("completions"))
-    finally:
-        srv.stop()
-    assert proc.returncode == EXIT_AUTH_REFUSED, proc.stderr
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "refused the API key (HTTP 403 to 1 of 4 requests) during C=4" in lines[0], proc.stderr
-    first, second = json.loads(proc.stdout)["levels"]
-    assert first["completed"] == 4 and second["errors"] == {"http_403": 1, "cancelled": 3}, second["errors"]
-    assert second["cut"]["error_kind"] == "http_403" and forbidden == 1
 
 
 def test_bench_refusal_during_a_warmup_cuts_the_level_before_its_measured_requests(tmp_path):
