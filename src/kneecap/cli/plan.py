@@ -35,15 +35,15 @@ OverheadOpt = Annotated[float, typer.Option("--overhead-gib", help="Activations 
 FragOpt = Annotated[float, typer.Option("--frag", help="Fragmentation headroom: fraction of what is left after weights and overhead")]
 MemUtilOpt = Annotated[Optional[float], typer.Option("--mem-util", help="Fraction of HBM the engine may use (1.0; vLLM engine mode 0.9)")]
 HbmOpt = Annotated[str, typer.Option("--hbm", help=HELP_HBM)]
-PoolOpt = Annotated[Optional[float], typer.Option("--kv-pool-gib", help="A KV pool an engine logged (GiB per GPU): plan tokens and sequences from it")]
+PoolOpt = Annotated[Optional[float], typer.Option("--kv-pool-gib", help="A KV pool an engine logged (GiB per GPU): plan tokens and sequences from it; with --engine vllm counted with the state blocks of a Mamba / linear-attention hybrid (vLLM keeps them in the pool), else as SGLang logs it (attention KV only)")]
 EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="Model how an engine sizes its pool: vllm or sglang")]
 MemFracOpt = Annotated[Optional[float], typer.Option("--mem-fraction", help="SGLang --mem-fraction-static (default 0.88)")]
-EngineVerOpt = Annotated[Optional[str], typer.Option("--engine-version", help="Engine version the pool model follows (vLLM 0.21, SGLang 0.5)")]
+EngineVerOpt = Annotated[Optional[str], typer.Option("--engine-version", help="Engine version the pool model follows (default vLLM 0.32, SGLang 0.5); for vLLM also the hybrid state-block rule of that release")]
 ActOpt = Annotated[Optional[float], typer.Option("--activation-gib", help="vLLM: activation peak of its profile run, GiB (default: --overhead-gib)")]
 NonTorchOpt = Annotated[float, typer.Option("--non-torch-gib", help="Engine mode: non-torch memory (CUDA context, NCCL), GiB")]
 GraphOpt = Annotated[float, typer.Option("--cudagraph-gib", help="vLLM >= 0.21: CUDA-graph memory estimate, GiB")]
 CpuKvOpt = Annotated[Optional[int], typer.Option("--cpu-kvcache-space-gib", help="vLLM CPU build: its VLLM_CPU_KVCACHE_SPACE (whole GiB); prints the KV pool in tokens it logs (no --gpu)")]
-PrefixCachingOpt = Annotated[Optional[bool], typer.Option("--prefix-caching/--no-prefix-caching", help="vLLM prefix caching (default on): with it, Mamba / linear-attention hybrids hold 2-3 state blocks per request instead of 1")]
+PrefixCachingOpt = Annotated[Optional[bool], typer.Option("--prefix-caching/--no-prefix-caching", help="vLLM prefix caching (default: the release's; on for hybrids from 0.26): with it, Mamba / linear-attention hybrids hold 2-3 state blocks per request instead of 1. With --engine sglang: its radix cache (--no-prefix-caching = --disable-radix-cache), which sets how many requests a hybrid's Mamba pool lets run")]
 MambaOpt = Annotated[Optional[int], typer.Option("--mamba-cache-size", help="SGLang --max-mamba-cache-size (hybrid linear-attention models)")]
 
 # Every plan flag: its typer option; the default is DEFAULTS' (kneecap.plan.build), never written here again.

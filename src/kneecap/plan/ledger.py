@@ -31,7 +31,7 @@ from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.model import kv as kvmath
 from kneecap.model.weights import weight_bits, weight_bytes
-from kneecap.plan.engines import VllmLayout, model_layout, prefix_caching_notes
+from kneecap.plan.engines import DEFAULT_VLLM_VERSION, VllmLayout, model_layout, prefix_caching_notes
 from kneecap.units import GiB
 
 BINDINGS = ("hbm", "compute")
@@ -97,6 +97,7 @@ class Plan:
     hbm_framework_bytes: int | None
     notes: tuple[str, ...] = field(default_factory=tuple)
     kv_groups: VllmLayout | None = None  # vLLM's KV cache groups for a model mixing layer kinds (None: one kind)
+    state_apart: bool = False  # a linear-attention hybrid's state lives outside the pool (SGLang's Mamba pool)
 
     # -- derived figures the worksheet prints -------------------------------------------------
     @property
@@ -132,6 +133,8 @@ class Plan:
         """Paged sequences the pool holds at another mean context (whole blocks, sliding layers capped)."""
         d = self.deployment
         seq = paged_sequence_bytes(d, self.kv_groups, min(mean_context, self.context), self.kv_dtype_bytes)
+        if self.state_apart:
+            seq -= self.state_bytes_per_sequence
         return d.attention_dp * (self.ledger.kv_pool_bytes // seq) if seq else 0
 
     def typical_means(self) -> list[tuple[int, int]]:
@@ -257,15 +260,16 @@ def kv_derivation(plan: Plan) -> list[str]:
     return lines
 
 
-def kv_groups(deployment: Deployment, prefix_caching: bool | None = None) -> VllmLayout | None:
+def kv_groups(deployment: Deployment, prefix_caching: bool | None = None,
+              version: str = DEFAULT_VLLM_VERSION) -> VllmLayout | None:
     """vLLM's KV cache groups for a model mixing layer kinds on one GPU (its attention ranks), else None.
-    prefix_caching None: vLLM's default (on): linear-attention groups then hold 2 or 3 state blocks per request
-    (engines.vllm_state_blocks), 1 with it off."""
+    prefix_caching None: vLLM `version`'s default (on for hybrids from 0.26): linear-attention groups then hold 2 or 3
+    state blocks per request (engines.vllm_state_blocks), 1 with it off."""
     m = deployment.model
     if len(set(kvmath.stage_layer_types(m, deployment.pp))) < 2:
         return None
     return model_layout(m, tp=deployment.attention_tp, pp=deployment.pp, kv_dtype=deployment.kv_dtype,
-                        block_size=deployment.block_size, prefix_caching=prefix_caching)
+                        block_size=deployment.block_size, prefix_caching=prefix_caching, version=version)
 
 
 def paged_sequence_bytes(deployment: Deployment, groups: VllmLayout | None, tokens: int, dtype_bytes) -> int:
@@ -398,14 +402,18 @@ def _missing_hbm_figure(deployment: Deployment) -> str | None:
 def build_plan(deployment: Deployment, *, context: int, mean_context: int | None = None,
                compute_batch_cap: int | None = None, weights_total: int | None = None,
                weights_source: str | None = None, kv_pool_bytes: int | None = None,
-               prefix_caching: bool | None = None) -> Plan:
+               prefix_caching: bool | None = None, vllm_version: str = DEFAULT_VLLM_VERSION,
+               state_apart: bool | None = None) -> Plan:
     """The HBM ledger of `deployment` and what it holds at `context` (max) / `mean_context` (typical) tokens.
 
     weights_total: whole-model weight bytes to use instead of params x dtype (e.g. a checkpoint's size).
     kv_pool_bytes: a KV pool known from elsewhere (an engine's log, an engine model); the ledger then
     books what the engine kept for itself as overhead and no fragmentation headroom.
-    prefix_caching: vLLM's --enable-prefix-caching (None: its default, on), which sets how many state blocks a
+    prefix_caching: vLLM's --enable-prefix-caching (None: vllm_version's default), which sets how many state blocks a
     linear-attention hybrid's requests hold.
+    state_apart: a linear-attention hybrid's state lives outside this pool (SGLang's Mamba pool), so only the
+    attention KV is counted in it; False: in vLLM's KV cache groups beside the KV. None: apart exactly when
+    kv_pool_bytes is given (a logged pool read as SGLang logs it).
     Raises KneecapError when the weights and overhead leave no room for a KV pool.
     """
     mean_context = context if mean_context is None else mean_context
@@ -451,12 +459,15 @@ def build_plan(deployment: Deployment, *, context: int, mean_context: int | None
     # deployment holds dp pools' worth (blocks and sequences below are the deployment's, over its dp ranks)
     atp, dp = deployment.attention_tp, deployment.attention_dp
     per_token_gpu = kvmath.kv_bytes_per_token_per_gpu(m, dtype_bytes, atp, deployment.pp)
-    groups = kv_groups(deployment, prefix_caching)
-    if groups is not None and groups.state_groups and kv_pool_bytes is not None:
-        groups = None  # a pool an engine logged for its KV alone (SGLang keeps linear-attention state apart)
+    if state_apart is None:
+        state_apart = kv_pool_bytes is not None
+    apart = state_apart and "linear_attention" in m.layer_types
+    groups = None if apart else kv_groups(deployment, prefix_caching, vllm_version)
+    # a pool holding the attention KV alone (SGLang keeps linear-attention state apart): sequences cost their KV only
+    state = kvmath.state_bytes_per_sequence(m, atp, deployment.pp) if apart else 0
     seq_contig = kvmath.sequence_kv_bytes_per_gpu(m, context, dtype_bytes, atp, deployment.pp, deployment.block_size,
-                                                  paged=False)
-    seq_paged = paged_sequence_bytes(deployment, groups, mean_context, dtype_bytes)
+                                                  paged=False) - state
+    seq_paged = paged_sequence_bytes(deployment, groups, mean_context, dtype_bytes) - state
     if groups is None:
         bs = deployment.block_size
         num_blocks = dp * (pool // (per_token_gpu * bs)) if per_token_gpu else 0
@@ -501,7 +512,7 @@ def build_plan(deployment: Deployment, *, context: int, mean_context: int | None
         max_concurrency=max_conc, binding=binding,
         hbm_datasheet_bytes=gpu.datasheet_bytes, hbm_device_bytes=gpu.device_bytes,
         hbm_framework_bytes=gpu.framework_bytes,
-        notes=tuple(notes), kv_groups=groups,
+        notes=tuple(notes), kv_groups=groups, state_apart=apart,
     )
 
 
@@ -518,5 +529,7 @@ def rebuild(plan: Plan, deployment: Deployment, *, context: int | None = None, m
         deployment, context=context, mean_context=min(mean, context), compute_batch_cap=plan.compute_batch_cap,
         weights_total=plan.weights_total_bytes if keep_weights else None,
         weights_source=plan.weights_source if keep_weights else None,
-        kv_pool_bytes=kv_pool_bytes,
+        kv_pool_bytes=kv_pool_bytes, state_apart=plan.state_apart,
+        prefix_caching=plan.kv_groups.prefix_caching if plan.kv_groups and plan.kv_groups.state_groups else None,
+        vllm_version=plan.kv_groups.version if plan.kv_groups else DEFAULT_VLLM_VERSION,
     )

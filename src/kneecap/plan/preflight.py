@@ -166,13 +166,15 @@ def pool_capacity_tokens(plan, *, tp: int, kv_pool_bytes: int, kv_bytes_per_toke
     """Tokens a pool of kv_pool_bytes per GPU holds at `tp` when every sequence is `tokens` long: whole blocks of
     the pool, as the ledger counts them, for uniform layers; else (sliding windows, linear state) the pool over
     one sequence's bytes at that length."""
-    from kneecap.model.kv import sequence_kv_bytes_per_gpu
+    from kneecap.model.kv import sequence_kv_bytes_per_gpu, state_bytes_per_sequence
 
     d = plan.deployment
     if uniform_layers(d.model):
         per_token = kv_bytes_per_token_per_gpu
         return (kv_pool_bytes // (per_token * block_size)) * block_size if per_token else 0
     seq = sequence_kv_bytes_per_gpu(d.model, tokens, plan.kv_dtype_bytes, tp, d.pp, block_size, paged=True)
+    if plan.state_apart:  # the pool holds the attention KV alone (SGLang's Mamba state pool is apart)
+        seq -= state_bytes_per_sequence(d.model, tp, d.pp)
     return effective_capacity_tokens(kv_pool_bytes, seq, tokens, block_size)
 
 
@@ -200,7 +202,7 @@ def plan_capacity(plan, engine_pool, tokens: int) -> PlanCapacity:
     elif engine_pool:  # vLLM hybrid: blocks per request of `tokens` across its layer groups
         from kneecap.plan.engines import vllm_layout
 
-        layout = vllm_layout(d, engine_pool.prefix_caching)
+        layout = vllm_layout(d, engine_pool.prefix_caching, engine_pool.version)
         bs = layout.block_size
         capacity = engine_pool.num_blocks * blocks_for(tokens, bs) * bs // layout.blocks_per_request(tokens)
     else:

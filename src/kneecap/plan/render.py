@@ -235,7 +235,11 @@ def engine_section(engine: EnginePool):
     lines = ["", f"Engine model: {engine.engine} {engine.version} (docs/engine-model.md)",
              f"  total {_gib(engine.total_bytes)} GiB × {engine.fraction} = {_gib(engine.budget_bytes)} GiB budget;"
              f" weights {_gib(engine.weights_bytes)} GiB"]
-    if engine.engine == "vllm":
+    if engine.pool_given:
+        lines[-1] = (f"  KV pool as the engine logged it (--kv-pool-gib): {_gib(engine.kv_pool_bytes)} GiB, counted as "
+                     + ("vLLM lays it out (its hybrid allocator keeps Mamba / linear-attention state blocks in it)"
+                        if engine.engine == "vllm" else "SGLang lays it out (attention KV only; a Mamba state pool apart)"))
+    elif engine.engine == "vllm":
         lines.append(f"  − activation peak {_gib(engine.activation_bytes)} − non-torch {_gib(engine.non_torch_bytes)}"
                      f" − CUDA graphs {_gib(engine.cudagraph_bytes)} GiB = KV {_gib(engine.kv_pool_bytes)} GiB")
     else:
