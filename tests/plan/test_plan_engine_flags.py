@@ -161,3 +161,13 @@ def test_gated_deltanet_gets_align_mode_where_mamba2_got_all(cli):
 def test_engine_version_needs_an_engine(cli, granite):
     r = cli("plan", "--model", granite, "--gpu", "h100", "--engine-version", "0.21")
     assert r.code != 0 and "--engine-version" in r.stderr and "--engine vllm" in r.stderr
+
+
+def test_preflight_names_the_levels_sglang_would_queue_for_its_mamba_slots(cli):
+    plan = _sglang(cli, "nemotron-h-8b-base-8k.json")
+    running = plan["engine"]["max_running_requests"]
+    r = cli("preflight", "--model", str(CONFIGS / "nemotron-h-8b-base-8k.json"), "--gpu", "h100", "--context", "8192",
+            "--engine", "sglang", "--isl", "500", "--osl", "500", "--concurrency", f"{running},{running + 1}", "--json")
+    assert r.code == 0, r.stderr
+    notes = [n for n in json.loads(r.stdout)["notes"] if "SGLang runs at most" in n]
+    assert len(notes) == 1 and f"at most {running:,} requests" in notes[0] and f"C={running + 1} " in notes[0]

@@ -70,3 +70,15 @@ def test_plan_gives_the_kv_pool_vllm_logged_for_a_mamba2_hybrid_with_prefix_cach
     # and prefix caching off would hold more: the note names both figures
     off = json.loads(cli(*args, "--json", "--no-prefix-caching").stdout)["kv_capacity_tokens"]
     assert off > logged_tokens and any(f"{off:,}" in n for n in doc["engine"]["notes"])
+
+
+def test_the_pool_vllm_logged_given_back_with_engine_vllm_gives_its_tokens(cli, granite_logged):
+    """vLLM's hybrid allocator keeps the Mamba state blocks in the pool it logs: the same bytes given back as a logged
+    GPU pool (--kv-pool-gib, --engine vllm, the CPU build's 128-token blocks) are counted with them."""
+    model, logged_line = granite_logged
+    logged_tokens = int(KV_LOG_LINE.search(logged_line).group(1).replace(",", ""))
+    r = cli("plan", "--model", str(model / "config.json"), "--gpu", "h100", "--engine", "vllm", "--kv-pool-gib",
+            str(KV_CACHE_SPACE_GIB), "--block-size", "128", "--context", str(MAX_MODEL_LEN), "--json")
+    assert r.code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["kv_capacity_tokens"] == doc["engine"]["kv_capacity_tokens"] == logged_tokens, logged_line

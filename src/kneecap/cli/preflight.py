@@ -98,6 +98,11 @@ def preflight_command(
         source = f"plan: {d.model.name} on {d.num_gpus}x {d.gpu.name}"
         cap = plan_capacity(plan, engine_pool, isl + osl)
         capacity, bs, uniform, tp_caps = cap.kv_capacity_tokens, cap.block_size, cap.uniform, cap.tp_capacities
+        running = engine_pool.max_running_requests if engine_pool else None
+        if over := [c for c in levels if running and c > running]:  # SGLang: its Mamba state pool's running cap
+            notes.append(f"SGLang runs at most {running:,} requests at once here (its Mamba state slots; see `kneecap "
+                         f"plan`): at C={', '.join(map(str, over))} the rest queue, so TTFT includes waiting for a slot "
+                         "even where the KV pool fits")
         if not uniform:
             notes.append(f"{d.model.name} mixes layer kinds: capacity is the pool's tokens when every sequence holds "
                          f"{isl + osl:,} tokens (sliding layers capped at their window, linear layers a fixed state)")
