@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from kneecap.errors import KneecapError
-from kneecap.metrics.export_vllm import DETAILED_KEYS, to_vllm_result
+from kneecap.metrics.export_vllm import to_vllm_result
 from kneecap.metrics.summarize import summarize_level
 from kneecap.records import RequestRecord
+
+DETAILED_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "start_times", "generated_texts", "errors")  # --save-detailed's
 
 REAL = Path(__file__).parents[1] / "workload" / "data" / "vllm_0.18.0_save_result.json"
 

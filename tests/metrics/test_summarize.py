@@ -9,8 +9,12 @@ from hypothesis import strategies as st
 from kneecap.errors import KneecapError
 from kneecap.metrics import request as req
 from kneecap.metrics.stats import distribution, weighted_distribution
-from kneecap.metrics.summarize import LEVEL_KEYS, summarize_level
+from kneecap.metrics.summarize import summarize_level
 from kneecap.records import ERROR, TIMEOUT, RequestRecord
+
+# keys every level summary carries, besides `concurrency` or `rate`
+LEVEL_KEYS = ("requests", "completed", "failed", "duration_s", "output_tok_s", "input_tok_s", "total_tok_s",
+              "request_s", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "errors")
 
 STAT = ("mean", "p50", "p90", "p95", "p99", "max", "n")
 

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kneecap.errors import KneecapError
-from kneecap.workload.traces import (MOONCAKE_BLOCK_TOKENS, parse_burstgpt, parse_mooncake, parse_trace, plan_replay,
+from kneecap.workload import TRACE_BLOCK_TOKENS
+from kneecap.workload.traces import (parse_burstgpt, parse_mooncake, parse_trace, plan_replay,
                                      read_trace)
 
 DATA = Path(__file__).parent / "data"
@@ -22,7 +23,7 @@ def test_mooncake_head_parses_as_published():
     first = trace.rows[0]
     assert (first.timestamp_s, first.input_tokens, first.output_tokens) == (0.0, 6758, 500)
     # the published trace has one hash id per 512-token block: ceil(input_length / 512)
-    assert all(len(r.hash_ids) == math.ceil(r.input_tokens / MOONCAKE_BLOCK_TOKENS) for r in trace.rows)
+    assert all(len(r.hash_ids) == math.ceil(r.input_tokens / TRACE_BLOCK_TOKENS) for r in trace.rows)
     assert trace.rows[-1].timestamp_s == 3.0  # 3000 ms
 
 

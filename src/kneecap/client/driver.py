@@ -8,7 +8,7 @@ Linux), each read de-chunked, split into SSE events and decoded into (time, toke
 closed-loop (C workers) and open-loop (scheduled arrivals, no coordinated omission) levels, and the
 client's self-measurement (event-loop lag, schedule lag, CPU) that marks a level `suspect`.
 Failures never hang (total and stall timeouts) and are never retried: each becomes a record with
-an error_kind (ERROR_KINDS). The first request of a level the server refuses for its API key
+an error_kind (kneecap.client.failures). The first request of a level the server refuses for its API key
 (HTTP 401/403) ends the level at once (AuthCut). The API key is sent in the Authorization header and nowhere else.
 Does not write files (the caller's on_record does), summarise (kneecap.metrics) or draw progress.
 """
@@ -25,7 +25,7 @@ import aiohttp
 from kneecap.client import openai as oa
 from kneecap.client.body_tap import BodyTap, KernelStampedReader, StallError, StallWatch, terminal_chunk
 from kneecap.client.failures import (AUTH_REFUSED_KINDS, CANCELLED_KIND, CLIENT_ERROR, CONNECTION_REFUSED, CONNECTION_RESET,  # noqa: F401
-                                     ERROR_KINDS, INCOMPLETE_STREAM, MALFORMED_SSE, PROTOCOL_ERROR, SERVER_ERROR_EVENT,
+                                     INCOMPLETE_STREAM, MALFORMED_SSE, PROTOCOL_ERROR, SERVER_ERROR_EVENT,
                                      STALL, TIMEOUT_KIND, classify_exception)
 from kneecap.client.fdlimit import ensure_fd_limit
 from kneecap.client.selfcheck import LevelRun, ReadStamps, SelfMonitor, judge_suspect  # noqa: F401

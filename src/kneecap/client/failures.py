@@ -29,8 +29,6 @@ CANCELLED_KIND = "cancelled"  # the level or run was stopped while the request w
 CLIENT_ERROR = "client_error"  # anything else (a bug in the client, reported, never raised)
 # the server refused the API key: the first of these in a level cuts it (kneecap.client.driver.AuthCut)
 AUTH_REFUSED_KINDS = ("http_401", "http_403")
-ERROR_KINDS = (CONNECTION_REFUSED, CONNECTION_RESET, TIMEOUT_KIND, STALL, MALFORMED_SSE, SERVER_ERROR_EVENT,
-               INCOMPLETE_STREAM, PROTOCOL_ERROR, CANCELLED_KIND, CLIENT_ERROR)
 
 
 def _chain(exc: BaseException) -> Iterable[BaseException]:

@@ -103,7 +103,6 @@ class StreamResult:
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens: prompt tokens the server's prefix cache had
     finish_reason: str | None = None
     done: bool = False  # saw data: [DONE]
-    num_events: int = 0
     error_kind: str | None = None
     error_message: str | None = None
 
@@ -174,7 +173,6 @@ class StreamDecoder:
         tokens = 0
         answer = False
         for event, data, _ in events:
-            result.num_events += 1
             if data == _DONE:
                 result.done = True
                 continue

@@ -14,7 +14,6 @@ import asyncio
 TAP_KERNEL = "body_tap+kernel_stamps"  # the tap reads, each read stamped with the kernel's receive time
 TAP = "body_tap"  # the tap reads, each read stamped when the event loop handles it
 AIOHTTP = "aiohttp"  # aiohttp's own StreamReader reads (stamped when the event loop handles it)
-READ_PATHS = (TAP_KERNEL, TAP, AIOHTTP)
 
 # what body_tap.py and driver._read_stream use of aiohttp: (module, class, attribute)
 _TAP_HOOKS = (

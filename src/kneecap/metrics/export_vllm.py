@@ -4,7 +4,7 @@ Pure: a level summary (metrics.summarize.summarize_level) and its records in, a 
 caller writes the file. Keys, their order and their formulas follow vllm/benchmarks/serve.py
 (calculate_metrics and the result / result_json dicts, read on vLLM's main branch in 2026); the
 keys written without --save-detailed, their order and their types are checked against a result
-file published from vLLM 0.18.0 (VLLM_VERSION), which has no per-request latencies/queue_times:
+file published from vLLM 0.18.0, which has no per-request latencies/queue_times:
 `date`, `endpoint_type`, `backend`, `label`, `model_id`, `tokenizer_id`, `num_prompts`,
 `request_rate`, `burstiness`, `max_concurrency`, `duration`, `completed`, `failed`,
 `total_input_tokens`, `total_output_tokens`, `request_throughput`, `request_goodput`,
@@ -30,11 +30,9 @@ from kneecap.errors import KneecapError
 from kneecap.metrics import request as req
 from kneecap.records import RequestRecord
 
-VLLM_VERSION = "0.18.0"
 DEFAULT_PERCENTILE_METRICS = ("ttft", "tpot", "itl")  # vLLM's default for generation backends
 DEFAULT_METRIC_PERCENTILES = (99.0,)
 PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
-DETAILED_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "start_times", "generated_texts", "errors")
 
 
 def _stats(values: Sequence[float], percentiles: Sequence[float]) -> tuple[float, float, float, list[tuple[float, float]]]:

@@ -18,10 +18,6 @@ from kneecap.units import MS_PER_S
 
 MAX_MISMATCH_EXAMPLES = 5
 
-# Keys every level summary carries (the DESIGN contract), besides `concurrency` or `rate`.
-LEVEL_KEYS = ("requests", "completed", "failed", "duration_s", "output_tok_s", "input_tok_s", "total_tok_s",
-              "request_s", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "errors")
-
 
 def _ms(values_s: Iterable[float | None]) -> dict:
     return distribution([v * MS_PER_S for v in values_s if v is not None])

@@ -120,7 +120,6 @@ class BenchRun:
 
     summary: dict
     out_dir: Path
-    levels_already_done: list[int] = dataclasses.field(default_factory=list)  # --resume: levels kept from before
     nothing_to_do: bool = False
 
 
@@ -235,7 +234,7 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
             pool.close()
         writer.close()
         progress.close()
-    return BenchRun(summary=summary, out_dir=results.path, levels_already_done=sorted(done))
+    return BenchRun(summary=summary, out_dir=results.path)
 
 
 def _resume_state(results, levels_to_run: list[SweepLevel], fresh: SweepState) -> tuple[frozenset[int] | None, SweepState]:

@@ -29,7 +29,6 @@ from typing import Sequence
 from kneecap.errors import KneecapError
 from kneecap.workload import TRACE_BLOCK_TOKENS, RequestSpec
 
-MOONCAKE_BLOCK_TOKENS = TRACE_BLOCK_TOKENS  # Mooncake: "hash_ids" are 512-token block hashes
 BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
 
