@@ -171,3 +171,16 @@ def test_preflight_names_the_levels_sglang_would_queue_for_its_mamba_slots(cli):
     assert r.code == 0, r.stderr
     notes = [n for n in json.loads(r.stdout)["notes"] if "SGLang runs at most" in n]
     assert len(notes) == 1 and f"at most {running:,} requests" in notes[0] and f"C={running + 1} " in notes[0]
+
+
+@pytest.mark.parametrize("name", ["nemotron-h-8b-base-8k.json", "openai--gpt-oss-20b.json"])
+def test_preflight_on_the_ledger_counts_the_plans_kv_cache_groups(cli, name):
+    # a hybrid (Mamba-2 state blocks) and a sliding-window model: the sequences preflight lets fit at ISL + OSL are the
+    # paged sequences `kneecap plan` gives at that mean context (both in vLLM's KV cache groups)
+    model = str(CONFIGS / name)
+    plan = json.loads(cli("plan", "--model", model, "--gpu", "h100", "--context", "8192", "--mean-context", "2000",
+                          "--json").stdout)
+    r = cli("preflight", "--model", model, "--gpu", "h100", "--context", "8192", "--isl", "1000", "--osl", "1000",
+            "--concurrency", "64", "--json")
+    assert r.code == 0, r.stderr
+    assert json.loads(r.stdout)["max_safe_concurrency"] == plan["max_seqs"]["paged"] > 64

@@ -164,18 +164,33 @@ def uniform_layers(model) -> bool:
 def pool_capacity_tokens(plan, *, tp: int, kv_pool_bytes: int, kv_bytes_per_token_per_gpu: int, tokens: int,
                          block_size: int) -> int:
     """Tokens a pool of kv_pool_bytes per GPU holds at `tp` when every sequence is `tokens` long: whole blocks of
-    the pool, as the ledger counts them, for uniform layers; else (sliding windows, linear state) the pool over
-    one sequence's bytes at that length."""
+    the pool, as the ledger counts them, for uniform layers; a plan counted in vLLM's KV cache groups, whole requests
+    of `tokens` in the groups' blocks at that TP; else (a pool holding the attention KV alone) the pool over one
+    sequence's bytes at that length."""
     from kneecap.model.kv import sequence_kv_bytes_per_gpu, state_bytes_per_sequence
 
     d = plan.deployment
     if uniform_layers(d.model):
         per_token = kv_bytes_per_token_per_gpu
         return (kv_pool_bytes // (per_token * block_size)) * block_size if per_token else 0
+    if plan.kv_groups is not None:
+        from kneecap.plan.engines import model_layout
+
+        g = plan.kv_groups
+        dp = tp if d.dp_attention else 1  # DP attention: a pool per rank, whole heads each
+        layout = model_layout(d.model, tp=1 if d.dp_attention else tp, pp=d.pp, kv_dtype=d.kv_dtype,
+                              block_size=d.block_size, prefix_caching=g.prefix_caching, version=g.version)
+        return groups_capacity_tokens(layout, dp * (kv_pool_bytes // layout.block_bytes), tokens)
     seq = sequence_kv_bytes_per_gpu(d.model, tokens, plan.kv_dtype_bytes, tp, d.pp, block_size, paged=True)
     if plan.state_apart:  # the pool holds the attention KV alone (SGLang's Mamba state pool is apart)
         seq -= state_bytes_per_sequence(d.model, tp, d.pp)
     return effective_capacity_tokens(kv_pool_bytes, seq, tokens, block_size)
+
+
+def groups_capacity_tokens(layout, num_blocks: int, tokens: int) -> int:
+    """Token slots of the whole requests of `tokens` tokens that num_blocks blocks of vLLM's KV cache groups hold."""
+    per_request = layout.blocks_per_request(tokens)
+    return num_blocks * blocks_for(tokens, layout.block_size) * layout.block_size // per_request if per_request else 0
 
 
 @dataclass(frozen=True)
@@ -191,7 +206,8 @@ class PlanCapacity:
 def plan_capacity(plan, engine_pool, tokens: int) -> PlanCapacity:
     """The KV capacity of a Plan (kneecap.plan.build.plan_deployment's plan and engine pool) when every sequence
     holds `tokens` tokens: an engine's own pool when the engine mode counts it (SGLang keeps linear state in a pool
-    of its own; vLLM's hybrid layer groups hold whole requests of `tokens` in their blocks), else the ledger's."""
+    of its own; vLLM's hybrid layer groups hold whole requests of `tokens` in their blocks), else the ledger's, in
+    the same KV cache groups as the plan when it has them."""
     from kneecap.plan.sweeps import tp_sweep
 
     d = plan.deployment
@@ -204,7 +220,10 @@ def plan_capacity(plan, engine_pool, tokens: int) -> PlanCapacity:
 
         layout = vllm_layout(d, engine_pool.prefix_caching, engine_pool.version)
         bs = layout.block_size
-        capacity = engine_pool.num_blocks * blocks_for(tokens, bs) * bs // layout.blocks_per_request(tokens)
+        capacity = groups_capacity_tokens(layout, engine_pool.num_blocks, tokens)
+    elif plan.kv_groups is not None:  # the ledger's pool in vLLM's KV cache groups, as `kneecap plan` counts it
+        bs = plan.kv_groups.block_size
+        capacity = groups_capacity_tokens(plan.kv_groups, plan.num_kv_blocks, tokens)
     else:
         capacity = pool_capacity_tokens(plan, tp=d.tp, kv_pool_bytes=plan.ledger.kv_pool_bytes,
                                         kv_bytes_per_token_per_gpu=plan.kv_bytes_per_token_per_gpu, tokens=tokens,

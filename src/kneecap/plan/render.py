@@ -224,8 +224,9 @@ def plan_worksheet(plan: Plan, levers: list[Lever], tps: list[TpPoint], contexts
         out.append(Text(f"  --context {plan.context:,} exceeds the model's advertised maximum of {top:,} tokens"))
     if why := paged_below_contiguous(plan, contexts):
         out.append(Text(f"  {why}"))
-    if plan.notes:
-        out.append(Text("\nNotes:\n" + "\n".join(f"  - {n}" for n in plan.notes)))
+    notes = [n for n in plan.notes if engine is None or n not in engine.notes]  # the engine section printed those
+    if notes:
+        out.append(Text("\nNotes:\n" + "\n".join(f"  - {n}" for n in notes)))
     return out
 
 
