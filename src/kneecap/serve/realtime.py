@@ -7,10 +7,15 @@ scheduling or step times (kneecap.sim) nor HTTP (app.py).
 
 Semantics. A request arriving while a step runs joins the queue and is scheduled in the next step, as in
 a real engine. The task computes a step when it starts (at the previous step's end, or at the arrival
-that wakes an idle engine), sleeps until the step's end, then hands out its tokens. If the process falls
-behind the wall clock (a busy event loop), the engine keeps its own virtual clock and catches up: the
-engine's exact decode fast path advances every step that should already have started in one call, and
-their tokens go out at once (later than simulated: the lag is exposed as `kneecap:lag_seconds`).
+that wakes an idle engine), sleeps until the step's end, then hands out its tokens. A request is stamped
+with its arrival time on the virtual clock and joins only steps that start at or after it, and an idle
+engine's step starts at the arrival that woke it, not when the event loop got round to the engine task: a
+burst of requests that reach the server in one event-loop turn is taken up as an engine takes them up, the
+first alone and the others in the next step, whatever the host's lag (kneecap simulate's engine does the
+same). If the process falls behind the wall clock (a busy event loop), the engine keeps its own virtual
+clock and catches up: the engine's exact decode fast path advances every step that should already have
+started in one call, and their tokens go out at once (later than simulated: the lag is exposed as
+`kneecap:lag_seconds`).
 """
 
 from __future__ import annotations
@@ -76,6 +81,7 @@ class RealtimeEngine:
         self.counters = ServerCounters()
         self.prefix_index = PrefixIndex(self.engine.block_size) if self.engine.config.enable_prefix_caching else None
         self._arrived = asyncio.Event()
+        self._first_arrival_v: float | None = None  # the first arrival since the engine began waiting for one
         self._next_index = 0
         self._force_exact = False  # after an abort, let the scheduler look again before any fast-path run
         self._task: asyncio.Task | None = None
@@ -102,12 +108,15 @@ class RealtimeEngine:
             group, shared = self.prefix_index.assign(prompt_ids)
         spec = RequestSpec(index=index, request_id=rid, class_name="serve", input_tokens=prompt_tokens,
                            output_tokens=max_tokens, prefix_group=group, prefix_tokens=min(shared, prompt_tokens))
-        rejected = self.engine.add_request(spec, at=self.virtual_now())
+        at = self.virtual_now()
+        rejected = self.engine.add_request(spec, at=at)
         if rejected is not None:
             self.counters.requests_rejected_total += 1
             raise KneecapError(rejected.error_message or "request exceeds the KV pool", "send a shorter prompt or max_tokens")
         slot = RequestSlot(rid, prompt_tokens, max_tokens)
         self.slots[rid] = slot
+        if self._first_arrival_v is None:
+            self._first_arrival_v = at
         self._arrived.set()
         return slot
 
@@ -160,14 +169,31 @@ class RealtimeEngine:
                 slot.wake.set()
             self.slots.clear()
 
+    async def _wait_for_arrival(self) -> None:
+        """Sleep until a request arrives; the next step starts at its arrival on the virtual clock (the time the
+        event loop took to wake this task is the host's, not the engine's)."""
+        self._arrived.clear()
+        self._first_arrival_v = None
+        await self._arrived.wait()
+        first = self._first_arrival_v
+        self.virtual_t = max(self.virtual_t, first if first is not None else self.virtual_now())
+
+    def _hold_later_arrivals(self, start: float) -> list:
+        """Take out of the queue the requests that arrived after `start` (at its tail: requests queue in arrival
+        order, preempted ones go back to its head), so that a step starting at `start` does not take them."""
+        waiting = self.engine.scheduler.waiting
+        held = []
+        while waiting and waiting[-1].arrival_at > start + ARRIVAL_EPSILON_S:
+            held.append(waiting.pop())
+        held.reverse()
+        return held
+
     async def _loop(self) -> None:
         engine = self.engine
         while True:
             if not engine.has_work:
                 self.counters.lag_s = 0.0  # idle: nothing is late
-                self._arrived.clear()
-                await self._arrived.wait()
-                self.virtual_t = max(self.virtual_t, self.virtual_now())
+                await self._wait_for_arrival()
                 continue
             now_v = self.virtual_now()
             lag = now_v - self.virtual_t
@@ -175,11 +201,19 @@ class RealtimeEngine:
             self.counters.max_lag_s = max(self.counters.max_lag_s, self.counters.lag_s)
             max_steps = 1 if self._force_exact else MAX_STEPS_PER_CALL
             self._force_exact = False
-            out = engine.step(self.virtual_t, until=max(self.virtual_t, now_v) + ARRIVAL_EPSILON_S, max_steps=max_steps)
+            until = max(self.virtual_t, now_v) + ARRIVAL_EPSILON_S
+            held = self._hold_later_arrivals(self.virtual_t)
+            if held:  # a catch-up run stops before the step that the first of them joins
+                until = min(until, held[0].arrival_at)
+            try:
+                out = engine.step(self.virtual_t, until=until, max_steps=max_steps)
+            finally:
+                engine.scheduler.waiting.extend(held)
+            if out is None and held:  # nothing runnable before the next arrival, which is already in
+                self.virtual_t = held[0].arrival_at
+                continue
             if out is None:  # nothing runnable until something arrives or ends
-                self._arrived.clear()
-                await self._arrived.wait()
-                self.virtual_t = max(self.virtual_t, self.virtual_now())
+                await self._wait_for_arrival()
                 continue
             self.virtual_t = out.ended_at
             slept = False
