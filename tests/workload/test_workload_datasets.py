@@ -9,8 +9,12 @@ import pytest
 
 from kneecap.client.prompts import prompt_sha256 as client_sha256
 from kneecap.errors import KneecapError
-from kneecap.workload.datasets import (NO_FILTER, VLLM_DEFAULT_FILTER, LengthFilter, estimate_tokens, parse_dataset,
+from kneecap.workload.datasets import (NO_FILTER, LengthFilter, estimate_tokens, parse_dataset,
                                        read_dataset, sample_dataset)
+
+# vLLM is_valid_sequence defaults (vllm/benchmarks/datasets/utils.py): min_len=4 (prompt and output),
+# max_prompt_len=1024, max_total_len=2048
+VLLM_DEFAULT_FILTER = LengthFilter(min_input_tokens=4, max_input_tokens=1024, min_output_tokens=4, max_total_tokens=2048)
 
 DATA = Path(__file__).parent / "data"
 

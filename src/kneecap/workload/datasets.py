@@ -150,8 +150,7 @@ def read_dataset(path: str | Path, turns: str = "first_human") -> list[DatasetEn
 class LengthFilter:
     """Keep a sample only if its token lengths are inside these bounds (None = no bound).
 
-    The shape of vLLM's is_valid_sequence (vllm/benchmarks/datasets/utils.py); VLLM_DEFAULT_FILTER
-    holds its defaults. As in vLLM, the minimum output check is skipped when a fixed output length is
+    The shape of vLLM's is_valid_sequence (vllm/benchmarks/datasets/utils.py). As in vLLM, the minimum output check is skipped when a fixed output length is
     forced (the reply's length is then not used).
     """
 
@@ -186,8 +185,6 @@ class LengthFilter:
         return None
 
 
-# vLLM is_valid_sequence defaults: min_len=4 (prompt and output), max_prompt_len=1024, max_total_len=2048
-VLLM_DEFAULT_FILTER = LengthFilter(min_input_tokens=4, max_input_tokens=1024, min_output_tokens=4, max_total_tokens=2048)
 NO_FILTER = LengthFilter()
 
 
