@@ -143,3 +143,27 @@ def test_a_burst_reaching_an_idle_served_engine_is_taken_up_as_simulated():
     for rec in got:
         assert (rec.first_token_at, rec.end_at) == pytest.approx(
             (want[rec.request_id].first_token_at, want[rec.request_id].end_at), abs=1e-9)
+
+
+def test_client_turnaround_flag_sets_when_a_closed_loop_sends_again(cli, tmp_path):
+    """--client-turnaround-ms: a slot's next request goes that long after its previous response's end (C=1, so one
+    response per step and no delivery spread); the default is the simulator's own figure; a bad value is one
+    line naming the flag, nothing run."""
+    from kneecap.sim.sweep import CLIENT_TURNAROUND_S
+
+    load = [*ARGS, "--isl", "1024", "--osl", "16", "--concurrency", "1", "--requests", "5", "--no-report", "--quiet"]
+    gaps = {}
+    for name, flag in (("default", []), ("remote", ["--client-turnaround-ms", "20"])):
+        res = cli("simulate", *load, *flag, "--out", str(tmp_path / name))
+        assert res.code == 0, res.stderr
+        rows = sorted((json.loads(line) for line in (tmp_path / name / "requests.jsonl").read_text().splitlines()),
+                      key=lambda r: r["sent_at"])
+        gaps[name] = [b["sent_at"] - a["end_at"] for a, b in zip(rows, rows[1:])]
+        ttft = [b["first_token_at"] - b["sent_at"] for b in rows]
+        assert ttft == pytest.approx([ttft[0]] * 5, abs=1e-12)  # the engine is idle at every send: the same prefill
+    assert gaps["default"] == pytest.approx([CLIENT_TURNAROUND_S] * 4, abs=1e-12)
+    assert gaps["remote"] == pytest.approx([0.020] * 4, abs=1e-12)
+    for bad in ("-1", "nan", "inf"):
+        res = cli("simulate", *load, "--client-turnaround-ms", bad, "--out", str(tmp_path / "bad"))
+        assert res.code != 0 and "--client-turnaround-ms" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "bad" / "summary.json").exists()

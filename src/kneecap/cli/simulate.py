@@ -8,6 +8,7 @@ the same seed), DIR/manifest.json (the only file with a date) and, with --trace,
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import List, Optional
 
@@ -124,6 +125,7 @@ def simulate(
     ramp: Optional[str] = typer.Option(None, "--ramp", help="KIND:START:END:SECONDS (KIND linear or exp): one open-loop level whose rate goes from START to END requests/s over SECONDS, with metrics per tenth of it"),
     turns: Optional[int] = typer.Option(None, "--turns", help="Multi-turn: each of C users holds conversations of K turns; each turn sends the whole history (prompt + answer) plus --isl new tokens; --requests counts turns"),
     think_time_s: float = typer.Option(0.0, "--think-time-s", help="With --turns: seconds a user waits after an answer before its next turn"),
+    client_turnaround_ms: Optional[float] = typer.Option(None, "--client-turnaround-ms", help="Closed loops: milliseconds from a response's last token to its client's next request, network round trip included (default 0.1: a client on the server's host; a remote client's is at least its round trip)"),
     replay: Optional[str] = typer.Option(None, "--replay", help="Replay a trace: Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids) or a BurstGPT-style CSV; requests at the trace's times, equal hash ids sharing prefix-cache blocks"),
     replay_speed: str = typer.Option("1", "--replay-speed", help="With --replay: how much faster than recorded, one level each, e.g. 1,2,4"),
     skip_too_long: bool = typer.Option(False, "--skip-too-long", help="With --replay: skip trace rows longer than the context (listed on stderr) instead of stopping"),
@@ -206,6 +208,12 @@ def simulate(
     if calibration and step_params:
         raise KneecapError("--calibration and --step-params both given", "pass one of them")
     params_obj = parse_step_params(calibration or step_params)
+    turnaround = {}
+    if client_turnaround_ms is not None:
+        if not (client_turnaround_ms >= 0 and math.isfinite(client_turnaround_ms)):
+            raise KneecapError(f"--client-turnaround-ms must be a number of milliseconds >= 0, got {client_turnaround_ms}",
+                               "pass e.g. --client-turnaround-ms 0.1 (a client on the server's host) or 20 (a remote one)")
+        turnaround = {"client_turnaround_s": client_turnaround_ms / 1e3}
 
     plan, _ = plan_deployment(request)
     schedule = ()
@@ -217,7 +225,8 @@ def simulate(
     opts = SimulateOptions(kind=kind, levels=tuple(values), isl=isl, osl=osl, requests=requests, duration_s=duration,
                            warmup=warmup, seed=seed, burstiness=burstiness, shared_prefix_tokens=prefix_tokens,
                            num_prefix_groups=prefix_groups, schedule=schedule, ramp=ramp_obj, turns=turns or 0,
-                           think_time_s=think_time_s, until_stable=until_stable, stable_window_s=stable_window_s)
+                           think_time_s=think_time_s, until_stable=until_stable, stable_window_s=stable_window_s,
+                           **turnaround)
     if dataset is not None:
         import dataclasses
 
