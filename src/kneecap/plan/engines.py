@@ -503,13 +503,15 @@ def _sglang_cells(deployment: Deployment, rest: int, page_size: int, max_model_l
     if mamba_slots:
         ratio = SGLANG_MAMBA_RADIX_RATIO if radix else 1
         running = min(sglang_default_running_requests(tokens, max_model_len), mamba_slots // ratio)
-        notes.append(
-            f"SGLang's radix cache ({'on, its default' if radix else 'off: --disable-radix-cache'}) "
-            + (f"keeps the Mamba states of cached prefixes in the same {mamba_slots:,}-slot state pool, so at most "
-               f"{mamba_slots:,} // {ratio} = {mamba_slots // ratio:,} requests run at once; with --disable-radix-cache "
-               f"(kneecap --no-prefix-caching) {mamba_slots:,}" if radix else
-               f"leaves every one of the {mamba_slots:,} Mamba state slots to a running request")
-            + f" (max_running_requests {running:,} without --max-running-requests)")
+        default = sglang_default_running_requests(tokens, max_model_len)
+        if radix:
+            notes.append(f"SGLang's radix cache (on, its default) keeps the Mamba states of cached prefixes in the same "
+                         f"{mamba_slots:,}-slot state pool, so at most {running:,} requests run at once ({mamba_slots:,}"
+                         f" // {ratio}; --max-running-requests cannot raise it); with --disable-radix-cache (kneecap "
+                         f"--no-prefix-caching) up to {min(default, mamba_slots):,}")
+        else:
+            notes.append(f"SGLang without its radix cache (--disable-radix-cache) lets each of the {mamba_slots:,} "
+                         f"Mamba state slots run a request: at most {running:,} requests at once")
     elif radix_cache is not None and not kvmath.state_bytes_per_sequence(m, deployment.tp, deployment.pp):
         notes.append("SGLang's radix cache on or off (--disable-radix-cache) leaves the KV pool of a model without "
                      "Mamba / linear-attention layers unchanged")
