@@ -206,8 +206,8 @@ def prefix_caching_notes(model, layout: "VllmLayout", num_blocks: int, max_model
 # Nemotron-H; Bamba in 0.16) and "align" for the rest (Gated DeltaNet); from 0.28 "align" for every hybrid. 0.13-0.14
 # have no modes: a supporter keeps a state per block, prefix caching is switched off for the others.
 # num_prefill_checkpoint_blocks is 1 for the Mamba-2 mixer from 0.32.0 (model_executor/layers/mamba/mamba_mixer2.py
-# MambaMixer2.get_kv_cache_spec; 0.29-0.31 have the field, but their MambaMixer2 does not set it) and 0 for the Mamba-1 mixer (Jamba),
-# Gated DeltaNet (Qwen3-Next, Qwen3.5), ShortConv and lightning linear attention (layers/mamba/abstract.py
+# MambaMixer2.get_kv_cache_spec; 0.29-0.31 have the field, but their MambaMixer2 does not set it) and 0 for the
+# Mamba-1 mixer (Jamba), Gated DeltaNet (Qwen3-Next, Qwen3.5), ShortConv and lightning linear attention (layers/mamba/abstract.py
 # MambaBase.get_kv_cache_spec); 0.33.0 also gives Gated DeltaNet a checkpoint block on kernels that export one
 # (gdn/qwen_gdn_linear_attn.py), which a version above VLLM_STATE_RULE_VERSION is noted for, not modelled.
 # num_speculative_blocks is the speculative tokens (0 without speculative decoding, which kneecap's layout does not
