@@ -24,7 +24,7 @@ from kneecap.loadplan.handoff import write_handoff
 from kneecap.loadplan.observe import observe_cell
 from kneecap.loadplan.schema import LoadPlanSpec
 from kneecap.loadplan.targets import Ramp, make_candidate
-from kneecap.loadplan.verdicts import judge, stops_ramp
+from kneecap.loadplan.verdicts import judge, stops_ramp, why
 from kneecap.metrics.accumulate import summarize_stream
 from kneecap.metrics.stop import AUTH_REFUSED, SERVER_DEAD, StopLimits, stop_record
 from kneecap.records import RecordWriter
@@ -81,11 +81,6 @@ def _cell_count(spec: LoadPlanSpec, cand_spec, classes: dict) -> int:
     """How many cells one candidate's ramps hold (its share of the run order)."""
     cand = make_candidate(cand_spec.target) if spec.load.steps == "auto" else None
     return len(_steps(spec, cand, classes)) * len(classes) * len(spec.states) * spec.repetitions
-
-
-def _why(row: dict) -> str:
-    """What a cell's verdict rests on: the limit it crossed, else the budgets it missed."""
-    return row.get("limit") or "; ".join(row.get("breaches") or [])
 
 
 def _row(cell, index: int) -> dict:
@@ -185,7 +180,7 @@ class _PlanRun:
 
             def stop_rule(metrics: dict) -> dict | None:
                 row = self.cells[-1]
-                return stop_record(metrics[dimension], row["verdict"], _why(row)) if stops_ramp(row["verdict"], spec.stop) else None
+                return stop_record(metrics[dimension], row["verdict"], why(row)) if stops_ramp(row["verdict"], spec.stop) else None
 
             def persist(ramp_summary: dict) -> None:
                 stop = ramp_summary["stopped"] or {}
@@ -230,7 +225,7 @@ class _PlanRun:
                "offered": offered_vs_completed(records, level.get("duration_s"),
                                                nominal_rate=cell.load if cell.dimension == "rate" else None),
                "records": cell_records_name(index)}
-        self.say(f"{cell.key}: {verdict['verdict']}" + (f" ({_why(row)})" if verdict["verdict"] != "pass" else ""))
+        self.say(f"{cell.key}: {verdict['verdict']}" + (f" ({why(row)})" if verdict["verdict"] != "pass" else ""))
         if verdict["verdict"] != "pass" and self.handoff_path is None:
             self.handoff_path = write_handoff(
                 results.path / "handoff", plan_path=self.plan_path, cell=row, records=records,
@@ -322,7 +317,7 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
             entry.update(verdict="not judged", gate=None, capacity=capacity.get(entry["name"], {}), cost=None,
                          peak_output_tok_s=(cell.get("metrics") or {}).get("output_tok_s"),
                          reason=f"one cell re-run ({only.key}): {cell['verdict']}"
-                                + (f" ({_why(cell)})" if cell["verdict"] != "pass" else ""))
+                                + (f" ({why(cell)})" if cell["verdict"] != "pass" else ""))
             continue
         region = capacity.get(entry["name"], {})
         required = spec.load.required

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 from kneecap.loadplan.reproduce import reproduce_command
+from kneecap.loadplan.verdicts import why
 from kneecap.records import RecordWriter, RequestRecord
 
 
@@ -48,7 +49,7 @@ def write_handoff(folder: Path, *, plan_path: Path, cell: dict, records: list[Re
     (dim, load), = cell["load"].items()
     package = {
         "failing_cell": {k: cell[k] for k in ("candidate", "class", "state", "load", "repetition", "verdict")},
-        "threshold_crossed": cell.get("limit") or "; ".join(cell.get("breaches") or []),
+        "threshold_crossed": why(cell),
         "next_experiment": next_experiment(cell, target),
         "identity": identity,
         "target": target,

@@ -70,6 +70,11 @@ def judge(level: dict, budget: Budget | None, stop: StopSpec, **kw) -> dict:
     return {"verdict": verdict, "breaches": breaches, "limit": limit}
 
 
+def why(cell: dict) -> str:
+    """What a cell's verdict rests on: the limit it crossed, else the budgets it missed."""
+    return cell.get("limit") or "; ".join(cell.get("breaches") or [])
+
+
 def stops_ramp(verdict: str, stop: StopSpec) -> bool:
     """Does a cell of this verdict stop its ramp? A limit always does; a missed budget with stop_on_slo_breach."""
     return verdict == LIMIT or (verdict == SLO_BREACH and stop.stop_on_slo_breach)
