@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Sequence
 
 from kneecap.errors import KneecapError
+from kneecap.workload.slices import check_until_stable
 
 ENDPOINTS = ("completions", "chat")
 FAIL_ON = ("errors", "slo", "stopped")
@@ -181,17 +182,8 @@ class BenchOptions:
                     raise KneecapError(f"--requests {n} (or --warmup {self.warmup}) at C={value} is not a whole "
                                        f"number of {self.turns}-turn conversations",
                                        f"--requests counts turns: pass a multiple of {self.turns}")
-        if self.until_stable is not None:
-            if not 0 < self.until_stable < 1:
-                raise KneecapError(f"--until-stable must be a fraction between 0 and 1, got {self.until_stable}",
-                                   "pass e.g. --until-stable 0.05 (p99s within 5% over the last 3 windows)")
-            if not self.in_rounds or special:
-                raise KneecapError("--until-stable ends a closed-loop --duration level early",
-                                   "pass --concurrency C --duration S (the longest a level runs), without "
-                                   "--requests, --replay, --ramp or --turns")
-            if not (self.stable_window_s > 0 and math.isfinite(self.stable_window_s)):
-                raise KneecapError(f"--stable-window-s must be a finite number > 0, got {self.stable_window_s}",
-                                   "pass e.g. --stable-window-s 10")
+        check_until_stable(self.until_stable, self.stable_window_s, closed_duration=self.in_rounds and not special,
+                           without="--requests, --replay, --ramp or --turns")
         if self.think_time_s < 0 or not math.isfinite(self.think_time_s):
             raise KneecapError(f"--think-time-s must be a finite number >= 0, got {self.think_time_s}",
                                "pass e.g. --think-time-s 2")

@@ -85,6 +85,21 @@ class StableP99:
     itl_p99_ms: tuple[float | None, ...]
 
 
+def check_until_stable(fraction: float | None, window_s: float, *, closed_duration: bool, without: str) -> None:
+    """--until-stable's checks, for bench and simulate alike: a fraction in (0, 1), on a closed-loop --duration
+    level (`closed_duration`), with a finite --stable-window-s > 0; `without` names the flags it does not go with."""
+    if fraction is None:
+        return
+    if not 0 < fraction < 1:
+        raise KneecapError(f"--until-stable must be a fraction between 0 and 1, got {fraction}",
+                           "pass e.g. --until-stable 0.05 (p99s within 5% over the last 3 windows)")
+    if not closed_duration:
+        raise KneecapError("--until-stable ends a closed-loop --duration level early",
+                           f"pass --concurrency C --duration S (the longest a level runs), without {without}")
+    if not (window_s > 0 and math.isfinite(window_s)):
+        raise KneecapError(f"--stable-window-s must be a finite number > 0, got {window_s}", "pass e.g. --stable-window-s 10")
+
+
 def p99_stable(records: Sequence[RequestRecord], window_s: float, *, windows: int = 3, rel_tol: float = 0.05,
                min_samples: int = 50, now_s: float | None = None) -> StableP99:
     """Has the level's p99 TTFT and ITL settled?
