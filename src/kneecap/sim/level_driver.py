@@ -21,6 +21,7 @@ from kneecap.sim.sweep import (CLIENT_TURNAROUND_S, DELIVERY_SPREAD_S, MAX_REQUE
                                simulate_level)
 from kneecap.workload import LengthDist, RequestClass, RequestSpec, Workload
 from kneecap.workload.level_work import LevelWork, WorkloadFlags, level_work
+from kneecap.workload.slices import check_until_stable
 
 KIND_CONCURRENCY = "concurrency"
 KIND_RATE = "rate"
@@ -96,18 +97,10 @@ class SimulateOptions:
                 raise KneecapError(f"{name} must be a finite number of seconds >= 0, got {value!r}", "pass e.g. 1e-4")
         if self.think_time_s < 0:
             raise KneecapError(f"--think-time-s must be >= 0, got {self.think_time_s}", "pass e.g. --think-time-s 2")
-        if self.until_stable is not None:
-            if not 0 < self.until_stable < 1:
-                raise KneecapError(f"--until-stable must be a fraction between 0 and 1, got {self.until_stable}",
-                                   "pass e.g. --until-stable 0.05 (p99s within 5% over the last 3 windows)")
-            if (self.kind != KIND_CONCURRENCY or self.duration_s is None or ALL_AT_ONCE in self.levels
-                    or self.schedule or self.ramp is not None or self.turns):
-                raise KneecapError("--until-stable ends a closed-loop --duration level early",
-                                   "pass --concurrency C --duration S (the longest a level runs), without "
-                                   "--requests, max, --replay, --ramp or --turns")
-            if not (self.stable_window_s > 0 and math.isfinite(self.stable_window_s)):
-                raise KneecapError(f"--stable-window-s must be a finite number > 0, got {self.stable_window_s}",
-                                   "pass e.g. --stable-window-s 10")
+        check_until_stable(self.until_stable, self.stable_window_s, without="--requests, max, --replay, --ramp or --turns",
+                           closed_duration=not (self.kind != KIND_CONCURRENCY or self.duration_s is None
+                                                or ALL_AT_ONCE in self.levels or self.schedule or self.ramp is not None
+                                                or self.turns))
 
     @property
     def trace_rate(self) -> float:
