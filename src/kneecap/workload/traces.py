@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Sequence
 
 from kneecap.errors import KneecapError
-from kneecap.workload import TRACE_BLOCK_TOKENS, RequestSpec
+from kneecap.workload import RequestSpec
 
 BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
