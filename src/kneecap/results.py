@@ -271,9 +271,6 @@ class ResultsDir:
             return []
         return read_records(self.records_path)
 
-    def _write_atomic(self, target: Path, data: bytes) -> None:
-        write_atomic(target, data)
-
     def _read_json(self, target: Path) -> dict | None:
         import orjson
 
@@ -287,7 +284,7 @@ class ResultsDir:
 
     def write_summary(self, summary: Mapping) -> None:
         """Replace summary.json atomically (call after every level)."""
-        self._write_atomic(self.summary_path, _dumps(summary))
+        write_atomic(self.summary_path, _dumps(summary))
 
     def read_summary(self) -> dict | None:
         """summary.json as a dict, None when it does not exist yet."""
@@ -302,7 +299,7 @@ class ResultsDir:
         }
         if extra:
             manifest.update(redact_value(dict(extra)))
-        self._write_atomic(self.manifest_path, _dumps(manifest))
+        write_atomic(self.manifest_path, _dumps(manifest))
         return manifest
 
     def read_manifest(self) -> dict | None:

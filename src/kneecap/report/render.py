@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from kneecap.errors import KneecapError
+from kneecap.results import write_atomic
 
 FORMATS = ("md", "html")
 DEFAULT_STEM = "report"
@@ -51,12 +52,6 @@ def _target(out: str | os.PathLike | None, default_dir: Path, stem: str) -> tupl
     return path, stem
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def write_document(doc, directory: Path, stem: str, formats: tuple[str, ...]) -> list[Path]:
     """Write `stem.md` (+ `stem-plots/*.png`) and/or `stem.html` into directory; returns the paths."""
     from kneecap.report.html import to_html
@@ -73,18 +68,18 @@ def write_document(doc, directory: Path, stem: str, formats: tuple[str, ...]) ->
             if doc.figures:
                 (directory / image_dir).mkdir(exist_ok=True)
                 for fig in doc.figures:
-                    _write_atomic(directory / image_dir / f"{fig.name}.png", fig.png)
+                    write_atomic(directory / image_dir / f"{fig.name}.png", fig.png)
             if (directory / image_dir).is_dir():  # a plot an earlier render drew but this one did not
                 current = {f"{fig.name}.png" for fig in doc.figures}
                 for stale in (directory / image_dir).glob("*.png"):
                     if stale.name not in current:
                         stale.unlink()
             md_path = directory / f"{stem}.md"
-            _write_atomic(md_path, to_markdown(doc, image_dir).encode("utf-8"))
+            write_atomic(md_path, to_markdown(doc, image_dir).encode("utf-8"))
             written.append(md_path)
         if "html" in formats:
             html_path = directory / f"{stem}.html"
-            _write_atomic(html_path, to_html(doc).encode("utf-8"))
+            write_atomic(html_path, to_html(doc).encode("utf-8"))
             written.append(html_path)
     except OSError as exc:
         raise KneecapError(f"cannot write the report into {directory}: {exc.strerror}", "pass a writable --out")
