@@ -15,6 +15,7 @@ import aiohttp
 from kneecap.client import openai as oa
 from kneecap.client.body_tap import ChunkError, StallError, TruncatedError
 from kneecap.client.sse import SseLineTooLong
+from kneecap.metrics import stop
 
 # error_kind values (besides "http_<status>")
 CONNECTION_REFUSED = "connection_refused"  # could not connect at all
@@ -28,7 +29,7 @@ PROTOCOL_ERROR = "protocol_error"  # not HTTP the client could read
 CANCELLED_KIND = "cancelled"  # the level or run was stopped while the request was in flight
 CLIENT_ERROR = "client_error"  # anything else (a bug in the client, reported, never raised)
 # the server refused the API key: the first of these in a level cuts it (kneecap.client.driver.AuthCut)
-AUTH_REFUSED_KINDS = ("http_401", "http_403")
+AUTH_REFUSED_KINDS = stop.AUTH_REFUSED_KINDS
 
 
 def _chain(exc: BaseException) -> Iterable[BaseException]:

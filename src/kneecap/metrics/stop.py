@@ -24,6 +24,8 @@ SERVER_DEAD = "server_dead"  # decided by the caller (health check / every reque
 INTERRUPTED = "interrupted"  # decided by the caller (Ctrl-C, time budget)
 AUTH_REFUSED = "auth_refused"  # decided by the caller (the server answered HTTP 401/403 to a level's requests)
 LIMIT = "limit"  # decided by the caller (a load plan's cell crossed a declared limit: error/timeout rate, drift, ...)
+# the error kinds of a refused API key: the first of these in a level cuts it (reason AUTH_REFUSED)
+AUTH_REFUSED_KINDS = ("http_401", "http_403")
 REASONS = (ERROR_RATE, SLO_BREACH, KNEE, PREFLIGHT_EXCEEDS, SERVER_DEAD, INTERRUPTED, AUTH_REFUSED, LIMIT)
 
 

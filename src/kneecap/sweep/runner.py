@@ -235,13 +235,12 @@ class Sweep:
         return False
 
 
-AUTH_ERROR_KINDS = ("http_401", "http_403")
-
-
 def refused_key(summary: dict) -> str | None:
     """'HTTP 401 to 3 of 8 requests' when a level's requests were refused for the key, else None."""
+    from kneecap.metrics.stop import AUTH_REFUSED_KINDS
+
     errors = summary.get("errors") or {}
-    hits = {kind: errors[kind] for kind in AUTH_ERROR_KINDS if errors.get(kind)}
+    hits = {kind: errors[kind] for kind in AUTH_REFUSED_KINDS if errors.get(kind)}
     if not hits:  # a level cut during its warmup has no measured refusal: its cut says
         cut = summary.get("cut") or {}
         return cut.get("refused") if cut.get("reason") == "auth_refused" else None
