@@ -166,7 +166,36 @@ def test_fp4_weights_use_fp4_peak_where_the_gpu_has_one():
     fp4 = model_for("llama-3.1-70b", "b200", tp=8, weight_dtype="nvfp4")
     # B200: fp4 peak 9,000 x 0.434 (vLLM's CUTLASS NVFP4 GEMM, 3904 TFLOP/s: efficiency.json vllm20646) vs bf16 2,250 x 0.776
     assert fp4.flop_rate == pytest.approx(9000e12 * 0.434) and bf16.flop_rate == pytest.approx(2250e12 * 0.776)
-    assert fp4.dense_weight_bytes < 0.3 * bf16.dense_weight_bytes
+    # the decoder's Linear layers at 4.5 bits, the embedding and LM head kept at bf16 (as the plan's ledger prices them)
+    assert fp4.gemm_weight_bytes == pytest.approx(bf16.gemm_weight_bytes * 4.5 / 16, rel=1e-6)
+    assert fp4.head_bytes == bf16.head_bytes
+
+
+# NVIDIA's ModelOpt checkpoints list lm_head in exclude_modules (hf_quant_config.json of nvidia/DeepSeek-V3.1-NVFP4 and
+# nvidia/Llama-3.1-70B-Instruct-FP8): the simulator reads and multiplies each part in the dtype the ledger prices it in
+@pytest.mark.parametrize("spec,gpu,weight_dtype", [
+    ("tests/model/configs/nvidia--DeepSeek-V3.1-NVFP4", "b200", None),
+    ("tests/model/configs/nvidia--Llama-3.1-70B-Instruct-FP8", "h100-sxm", None),
+    ("llama-3.1-70b", "b200", "nvfp4"),  # --weight-dtype over a bf16 checkpoint: decoder Linear layers only
+    ("llama-3.1-70b", "h100-sxm", "fp8"),
+])
+def test_part_bytes_follow_the_ledger_and_the_lm_head_stays_bf16(spec, gpu, weight_dtype):
+    from kneecap.plan.build import DeploymentRequest, plan_deployment
+    from kneecap.sim.steptime import _part_bytes, run_part_dtypes
+
+    plan = plan_deployment(DeploymentRequest(model=spec, gpu=gpu, tp=8, weight_dtype=weight_dtype)).plan
+    d, model = plan.deployment, plan.deployment.model
+    assert sum(_part_bytes(d).values()) == pytest.approx(plan.weights_total_bytes, rel=1e-9)
+    dtypes = run_part_dtypes(d)
+    assert dtypes["lm_head"] == dtypes["embed"] == "bf16" and dtypes["dense_mlp"] == d.weight_dtype != "bf16"
+    st = StepTimeModel(d)
+    assert st.cls_head == "bf16" and st.cls_mlp != "bf16"
+    assert st.head_bytes == pytest.approx(model.vocab_size * model.hidden_size * 2 / 8)
+    # the head GEMM at the bf16 rate: 2 x head params x rows / (bf16 peak x its achievable fraction)
+    rows = 4096
+    bf16_rate = d.gpu.bf16_flops * st.efficiency.gemm("bf16")
+    assert st._head_seconds(rows, rows) >= 2.0 * st.head_params * rows / bf16_rate
+    assert st.gemm_rate(rows, "bf16") == pytest.approx(bf16_rate) and st.gemm_rate(rows) == pytest.approx(st.flop_rate)
 
 
 def test_decode_run_matches_single_steps():

@@ -73,7 +73,11 @@ One step over a batch of T tokens (S sequences; decodes and prefill chunks), per
 Dtype of the GEMMs: bf16/fp16 -> bf16 peak; fp8/fp8-block/int8 (W8A8) -> fp8 peak; nvfp4/mxfp4 ->
 fp4 peak where the GPU has it, else bf16 (weight-only: the kernels upcast the 4-bit weights and multiply
 bf16 activations; vLLM's mxfp4.py runs MXFP4 MoE with Marlin or triton_kernels' matmul_ogs there, both
-W4A16); int4/awq/gptq (W4A16) -> bf16 peak. Attention runs at the bf16 attention rate.
+W4A16); int4/awq/gptq (W4A16) -> bf16 peak. Attention runs at the bf16 attention rate. Each GEMM group (attention
+projections, dense MLP / shared experts, routed experts, LM head) takes the path of its own weights' dtype, as the
+plan's ledger prices them (run_part_dtypes): the LM head and embedding stay bf16 in FP8/FP4 checkpoints (NVIDIA's
+ModelOpt hf_quant_config.json lists lm_head in exclude_modules, e.g. nvidia/DeepSeek-V3.1-NVFP4 and
+nvidia/Llama-3.1-70B-Instruct-FP8; the HF fp8, mxfp4, AWQ and GPTQ schemes keep it too), gpt-oss's attention is bf16.
 GEMM rate by shape: where data/efficiency.json has a kernel table for the GPU and dtype (gemm_<dtype>_by_m:
 MI300X FP8 from aiter's tuned GEMMs), a GEMM of M rows runs at that table's fraction of the peak at M (M =
 the step's tokens; a routed expert's rows = its share of the assignments), else at the flat best-shape
@@ -154,10 +158,9 @@ class StepTimeParams:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def gemm_class(deployment: Deployment) -> str:
-    """"bf16" | "fp8" | "fp4": the tensor-core path the weight dtype's GEMMs take on this GPU (module docstring)."""
-    gpu = deployment.gpu
-    dtype = deployment.weight_dtype.lower()
+def dtype_class(dtype: str, gpu) -> str:
+    """"bf16" | "fp8" | "fp4": the tensor-core path GEMMs over weights of `dtype` take on this GPU (module docstring)."""
+    dtype = dtype.lower()
     if dtype in ("fp8", "fp8-block", "int8") and gpu.fp8_flops:
         return "fp8"
     if dtype in ("nvfp4", "mxfp4") and gpu.fp4_flops:
@@ -165,22 +168,53 @@ def gemm_class(deployment: Deployment) -> str:
     return "bf16"  # 4-bit without FP4 hardware: weight-only (W4A16), bf16 MMA (module docstring)
 
 
+def gemm_class(deployment: Deployment) -> str:
+    """The tensor-core path of the deployment's weight dtype (the decoder's Linear layers) on its GPU."""
+    return dtype_class(deployment.weight_dtype, deployment.gpu)
+
+
+def _peak(gpu, cls: str) -> float:
+    return {"bf16": gpu.bf16_flops, "fp8": gpu.fp8_flops, "fp4": gpu.fp4_flops}[cls]
+
+
 def gemm_flops(deployment: Deployment) -> float:
     """Dense peak FLOP/s per GPU for the GEMM dtype implied by the weight dtype (see module docstring)."""
-    gpu = deployment.gpu
-    return {"bf16": gpu.bf16_flops, "fp8": gpu.fp8_flops, "fp4": gpu.fp4_flops}[gemm_class(deployment)]
+    return _peak(deployment.gpu, gemm_class(deployment))
+
+
+def run_part_dtypes(deployment: Deployment) -> dict[str, str]:
+    """The dtype each part's weights are read and multiplied in, as the plan's ledger prices them
+    (kneecap.plan.build): as shipped when the deployment's dtype is the checkpoint's own (that of its largest part,
+    as the plan sets it when no --weight-dtype is given; mixed-precision checkpoints keep their parts' dtypes:
+    NVIDIA's ModelOpt FP8/NVFP4 files list lm_head in exclude_modules, gpt-oss keeps attention in bf16); otherwise
+    the decoder's Linear parts at the deployment's dtype and the embedding, norms, router and LM head as shipped
+    (kneecap.plan.ledger.weights_total_bytes: every quantization scheme replaces the decoder Linear layers only,
+    kneecap.model.quant)."""
+    from kneecap.model.params import param_breakdown, part_dtypes
+    from kneecap.plan.ledger import UNQUANTIZED_PARTS
+
+    shipped = part_dtypes(deployment.model)
+    counts = param_breakdown(deployment.model)
+    main = shipped.get(max(counts, key=counts.get)) if counts else None
+    if main is None or deployment.weight_dtype.lower() == main.lower():
+        return shipped
+    return {part: dt if part in UNQUANTIZED_PARTS else deployment.weight_dtype for part, dt in shipped.items()}
 
 
 def _part_bytes(deployment: Deployment) -> dict[str, float]:
-    """Whole-model weight bytes per part (kneecap.model.params), rescaled by --params; as shipped when the
-    deployment's dtype is one the checkpoint ships in (mixed-precision checkpoints keep their parts' dtypes)."""
-    from kneecap.model.params import part_dtypes, weight_bytes_by_part
+    """Whole-model weight bytes per part (kneecap.model.params) in run_part_dtypes' dtypes, rescaled by --params."""
+    from kneecap.model.params import param_breakdown, part_dtypes, weight_bytes_by_part
+    from kneecap.model.weights import weight_bytes
 
     model = deployment.model
-    shipped = set(part_dtypes(model).values())
-    parts = weight_bytes_by_part(model, None if deployment.weight_dtype in shipped else deployment.weight_dtype)
+    dtypes = run_part_dtypes(deployment)
+    if dtypes == part_dtypes(model):
+        parts = {k: float(v) for k, v in weight_bytes_by_part(model, None).items()}  # exact GGUF bytes where known
+    else:
+        parts = {k: float(weight_bytes(n, dtypes.get(k, deployment.weight_dtype)))
+                 for k, n in param_breakdown(model).items()}
     scale = deployment.params_override / model.total_params if deployment.params_override else 1.0
-    return {k: float(v) * scale for k, v in parts.items()}
+    return {k: v * scale for k, v in parts.items()}
 
 
 class StepTimeModel:
@@ -214,6 +248,23 @@ class StepTimeModel:
         # by the GEMM's rows where a kernel table measured it (efficiency.json gemm_<dtype>_by_m); None: flat
         self.gemm_peak = gemm_flops(deployment) * params.mfu
         self.gemm_curve = eff.gemm_curve(cls)
+        # each GEMM group runs on the tensor-core path of its own weights' dtype (run_part_dtypes): a ModelOpt
+        # NVFP4 checkpoint's LM head, gpt-oss's attention, every checkpoint's router are bf16 GEMMs
+        dtypes = {k: v.lower() for k, v in run_part_dtypes(deployment).items()}
+        self.cls = cls
+        self._rates = {c: (_peak(gpu, c) * eff.gemm(c) * params.mfu, _peak(gpu, c) * params.mfu, eff.gemm_curve(c))
+                       for c in ("bf16", "fp8", "fp4") if _peak(gpu, c)}
+        from kneecap.model.params import param_breakdown
+
+        pcount_all = param_breakdown(model)
+        mlp_parts = [k for k in ("dense_mlp", "shared_experts", "linear_attention", "other") if pcount_all.get(k)]
+        mlp_dtype = dtypes.get(max(mlp_parts, key=pcount_all.get), deployment.weight_dtype) if mlp_parts \
+            else deployment.weight_dtype
+        head_dtype = dtypes.get("lm_head") or dtypes.get("embed") or deployment.weight_dtype
+        self.cls_attn = dtype_class(dtypes.get("attention", deployment.weight_dtype), gpu)
+        self.cls_mlp = dtype_class(mlp_dtype, gpu)
+        self.cls_head = dtype_class(head_dtype, gpu)
+        self.cls_moe = dtype_class(dtypes.get("routed_experts", deployment.weight_dtype), gpu)
         self.attn_rate = gpu.bf16_flops * eff.attention * params.mfu
         self.byte_rate = gpu.hbm_bandwidth_bytes_s * eff.hbm * params.bw_efficiency
         # weight streaming through the GEMM library at decode shapes (skinny GEMMs), where measured apart
@@ -237,9 +288,7 @@ class StepTimeModel:
         self.dense_weight_bytes = attn_w + mlp_w + other_w + (parts.get("embed", 0.0) + parts.get("lm_head", 0.0)) / tp \
             + parts.get("norms", 0.0)
         # params per GPU of those GEMMs (FLOPs = 2 x params x tokens), from the model's own counts
-        from kneecap.model.params import param_breakdown
-
-        pcount = param_breakdown(model)
+        pcount = pcount_all
         pscale = deployment.params_override / model.total_params if deployment.params_override else 1.0
         # two GEMM groups: the attention projections (under DP attention: whole weights, 1/tp of the tokens)
         # and the rest (MLP, shared experts, router, linear-attention projections)
@@ -275,11 +324,7 @@ class StepTimeModel:
             self.expert_act_bytes = act * (2 * h + 3 * model.expert_params / (3 * h) / moe_tp)
             self.expert_inter = model.expert_params / (3 * h) / moe_tp  # an expert's intermediate width on this GPU
             # 4-bit experts run weight-only (W4A16) without FP4 hardware: their own weight-streaming rate where measured
-            from kneecap.model.params import part_dtypes
-
-            shipped = part_dtypes(model)
-            expert_dtype = (shipped.get("routed_experts", deployment.weight_dtype)
-                            if deployment.weight_dtype in set(shipped.values()) else deployment.weight_dtype).lower()
+            expert_dtype = dtypes.get("routed_experts", deployment.weight_dtype.lower())
             if expert_dtype in ("mxfp4", "nvfp4") and not gpu.fp4_flops and eff.moe_w4a16_hbm:
                 self.expert_byte_rate = gpu.hbm_bandwidth_bytes_s * eff.moe_w4a16_hbm * params.bw_efficiency
         else:
@@ -288,17 +333,24 @@ class StepTimeModel:
         self.hidden = h
 
         # --- kernels per step (module docstring: counted from the engines' decoder-layer forwards) ------
-        quant = cls != "bf16" or deployment.weight_dtype.lower() in ("fp8", "fp8-block", "int8")
-        per_attn = {"mla": 11 + (4 if quant else 0)}
+        # one activation-quantisation kernel per GEMM group whose weights are fp8/fp4 (W8A8, W4A4), per group
+        def quantised(dt: str, c: str) -> bool:
+            return c != "bf16" or dt in ("fp8", "fp8-block", "int8")
+
+        q_attn = quantised(dtypes.get("attention", deployment.weight_dtype.lower()), self.cls_attn)
+        q_mlp = quantised(mlp_dtype.lower(), self.cls_mlp)
+        q_moe = quantised(dtypes.get("routed_experts", deployment.weight_dtype.lower()), self.cls_moe)
+        q_shared = quantised(dtypes.get("shared_experts", mlp_dtype.lower()), self.cls_mlp)
+        per_attn = {"mla": 11 + (4 if q_attn else 0)}
         kernels = 6
         moe_layers = self.num_moe_layers
         for i, kind in enumerate(model.layer_types):
-            k = 2 + per_attn.get(kind, 5 + (2 if quant else 0))
+            k = 2 + per_attn.get(kind, 5 + (2 if q_attn else 0))
             is_moe_layer = i >= n_layers - moe_layers  # MoE layers are the last num_moe_layers (DeepSeek: first 3 dense)
             if is_moe_layer:
-                k += 7 + (2 if quant else 0) + ((3 + (2 if quant else 0)) if model.num_shared_experts else 0)
+                k += 7 + (2 if q_moe else 0) + ((3 + (2 if q_shared else 0)) if model.num_shared_experts else 0)
             else:
-                k += 3 + (2 if quant else 0)
+                k += 3 + (2 if q_mlp else 0)
             kernels += k
         self.kernels_per_pass = kernels
         self.kernel_s = kernels * params.kernel_gap_s
@@ -415,7 +467,7 @@ class StepTimeModel:
             load = assign
             hit = self.distinct_experts(t)
         flops = 2.0 * self.expert_params * load
-        c = flops / self.gemm_rate(load / hit if hit > 0 else load)  # rows per touched expert
+        c = flops / self.gemm_rate(load / hit if hit > 0 else load, self.cls_moe)  # rows per touched expert
         # operator by operator, as the engines run a MoE block (vLLM fused_moe: grouped GEMM w13, silu_and_mul,
         # grouped GEMM w2, moe_sum; TensorRT-LLM's CUTLASS MoE: expand rows, GEMM1, activation, GEMM2, finalize):
         # each grouped GEMM is max(compute, its weights + activations in and out); the gated activation (reads 2I,
@@ -431,26 +483,31 @@ class StepTimeModel:
 
     def _head_seconds(self, t: float, s: float) -> float:
         """LM head over the s sampled rows, sampling, and the embedding gather of t tokens."""
-        hc = 2.0 * self.head_params * s / self.gemm_rate(s)
+        hc = 2.0 * self.head_params * s / self.gemm_rate(s, self.cls_head)
         hm = self.head_bytes / self.gemm_byte_rate + (self.sample_bytes_per_seq * s + self.embed_bytes_per_token * t) / self.byte_rate
         return hc if hc > hm else hm
 
-    def gemm_rate(self, rows: float) -> float:
-        """Achievable GEMM FLOP/s for a GEMM of `rows` rows (M): the kernel table's where one exists, else flat."""
-        if self.gemm_curve is None:
-            return self.flop_rate
-        f = curve_at(self.gemm_curve, rows)
-        return self.gemm_peak * f if f > 0 else self.flop_rate
+    def gemm_rate(self, rows: float, cls: str | None = None) -> float:
+        """Achievable GEMM FLOP/s for a GEMM of `rows` rows (M) on the `cls` tensor-core path (None: the deployment's
+        weight dtype's): the kernel table's where one exists, else flat."""
+        if cls is None or cls == self.cls:
+            flat, peak, curve = self.flop_rate, self.gemm_peak, self.gemm_curve
+        else:
+            flat, peak, curve = self._rates[cls]
+        if curve is None:
+            return flat
+        f = curve_at(curve, rows)
+        return peak * f if f > 0 else flat
 
     def _fixed_seconds(self, t: float, s: float, gemm_t: float) -> float:
         """Everything but the context-dependent attention: GEMMs, experts, head, sampling, state, comm."""
         if t <= 0:
             return 0.0
-        c = 2.0 * self.gemm_params * gemm_t / self.gemm_rate(gemm_t)
+        c = 2.0 * self.gemm_params * gemm_t / self.gemm_rate(gemm_t, self.cls_mlp)
         m = self.gemm_weight_bytes / self.gemm_byte_rate + self.gemm_act_bytes_per_token * gemm_t / self.byte_rate
         g = c if c > m else m
         ta = gemm_t * self.attn_share
-        c = 2.0 * self.attn_gemm_params * ta / self.gemm_rate(ta)
+        c = 2.0 * self.attn_gemm_params * ta / self.gemm_rate(ta, self.cls_attn)
         m = self.attn_gemm_bytes / self.gemm_byte_rate
         g += c if c > m else m
         g += self._head_seconds(t, s)
@@ -547,7 +604,7 @@ class StepTimeModel:
         if num_seqs <= 0 or spec_tokens <= 0:
             return 0.0
         n = float(num_seqs)
-        hc = 2.0 * self.head_params * n / self.gemm_rate(n)
+        hc = 2.0 * self.head_params * n / self.gemm_rate(n, self.cls_head)
         hm = self.head_bytes / self.gemm_byte_rate + self.sample_bytes_per_seq * n / self.byte_rate
         head = hc if hc > hm else hm
         body = self._fixed_seconds(n, n, n) - self.comm_seconds(n) - head - self.embed_bytes_per_token * n / self.byte_rate
