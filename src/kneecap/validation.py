@@ -57,8 +57,14 @@ ENGINES: dict[str, str] = {
                     "`trtllm-bench throughput` run takes the limits trtllm-bench computes from the model, the GPUs' memory "
                     "and ISL/OSL (tensorrt_llm/bench/build/tuning.py); KV pool = the planner's ledger (4 GiB overhead, 5% fragmentation "
                     "headroom: about the 0.9-0.95 kv_cache_free_gpu_memory_fraction of the runs); TensorRT-LLM's engine "
-                    "profile (its overlap scheduler hides the per-step CPU time under the GPU's)",
-    "nim": "NVIDIA NIM's TensorRT-LLM profiles: run as tensorrt-llm above",
+                    "profile (its overlap scheduler hides the per-step CPU time under the GPU's): the PyTorch executor's "
+                    "host time per running request (28 us) for releases from 0.17 on and unversioned runs, none for the "
+                    "C++-runtime releases before 0.17; prefills run whole in one step (enable_chunked_prefill defaults to "
+                    "False in the LLM API and trtllm-serve) except in `trtllm-bench` runs, which chunk them: its --enable_chunked_context "
+                    "defaults to True (tensorrt_llm/bench/benchmark/throughput.py; it was off for the PyTorch backend in "
+                    "some 2025 releases, NVIDIA/TensorRT-LLM#6956), and the overview's 5,000-token prompts exceed the "
+                    "max_num_tokens trtllm-bench computes for them, which TensorRT-LLM accepts only with chunking",
+    "nim": "NVIDIA NIM's TensorRT-LLM profiles: run as tensorrt-llm above, with the C++ runtime's profile",
     "llama.cpp": "one sequence at a time (llama-bench runs one), n_batch 2048 tokens per step; KV pool = the ledger",
 }
 GROUPS = ("engine", "GPU vendor", "PP > 1", "MoE", "MLA", "FP8", "FP4")
@@ -184,8 +190,8 @@ def _plan(point: Point):
 
 
 def _engine_config(point: Point, plan):
-    from kneecap.sim.config import (TRTLLM_PROFILE, VLLM_ASYNC_PROFILE, VLLM_V0_PROFILE, EngineConfig, engine_defaults,
-                                    vllm_async_by_default, vllm_is_v0)
+    from kneecap.sim.config import (TRTLLM_CPP_PROFILE, TRTLLM_PROFILE, VLLM_ASYNC_PROFILE, VLLM_V0_PROFILE, EngineConfig,
+                                    engine_defaults, trtllm_is_cpp_runtime, vllm_async_by_default, vllm_is_v0)
 
     d = plan.deployment
     o = point.engine_overrides
@@ -202,13 +208,16 @@ def _engine_config(point: Point, plan):
     if point.engine == "llama.cpp":
         return EngineConfig(name="custom", max_num_seqs=int(o.get("max_num_seqs", 1)),
                             max_num_batched_tokens=int(o.get("max_num_batched_tokens", 2048)), enable_prefix_caching=False)
-    # TensorRT-LLM (and NIM's TensorRT-LLM profiles): its own engine profile (C++ runtime / overlap scheduler),
-    # not vLLM's Python per-step CPU time; a trtllm-bench run takes the limits trtllm-bench computes for it
+    # TensorRT-LLM (and NIM's TensorRT-LLM profiles): its own engine profile by runtime (the PyTorch executor's host
+    # time per request, or the C++ runtime's), not vLLM's; a trtllm-bench run takes the limits trtllm-bench computes
+    # for it. Prefills are chunked in trtllm-bench runs only (ENGINES["tensorrt-llm"])
     seqs, tokens = trtllm_bench_limits(point, plan) if o.get("trtllm_bench") else (2048, 8192)
+    cpp = point.engine == "nim" or trtllm_is_cpp_runtime(point.engine_version)
     return EngineConfig(name="custom", max_num_seqs=int(o.get("max_num_seqs", seqs)),
                         max_num_batched_tokens=int(o.get("max_num_batched_tokens", tokens)), enable_prefix_caching=False,
                         init_new_token_ratio=1.0, min_new_token_ratio=1.0, new_token_ratio_decay=0.0,
-                        profile=TRTLLM_PROFILE)
+                        profile=TRTLLM_CPP_PROFILE if cpp else TRTLLM_PROFILE,
+                        chunked_prefill=bool(o.get("chunked_prefill", bool(o.get("trtllm_bench")))))
 
 
 def trtllm_bench_limits(point: Point, plan) -> tuple[int, int]:

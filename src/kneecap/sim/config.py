@@ -92,6 +92,27 @@ VLLM_ASYNC_PROFILE = EngineProfile(name="vllm", version="vLLM V1 0.14+ (async sc
 TRTLLM_CPU_PER_SEQ_S = 28e-6
 TRTLLM_PROFILE = EngineProfile(name="trtllm", version="TensorRT-LLM 1.x PyTorch backend (overlap scheduler on by default)",
                                cpu_per_seq_s=TRTLLM_CPU_PER_SEQ_S, overlap_cpu=True, cudagraph_sizes=())
+# TensorRT-LLM's C++ runtime (TensorRT engines: gptSessionBenchmark's static batches in 0.5-0.6, the C++ batch manager /
+# executor after, NIM's TensorRT-LLM profiles): scheduling, input preparation and the per-request updates are C++
+# (cpp/tensorrt_llm/batch_manager), not the PyTorch executor's Python, so the 28 us per request above (a PyTorch executor
+# measurement) is not applied. No public per-request figure for the C++ runtime was found: its per-request host time is
+# not modelled (0), the fixed part stays StepTimeParams.overhead_s, and its CPU/GPU overlap is kept as the PyTorch
+# profile's (not checked for this runtime).
+TRTLLM_CPP_PROFILE = EngineProfile(name="trtllm", version="TensorRT-LLM C++ runtime (TensorRT engines; releases before 0.17, NIM)",
+                                   cpu_per_seq_s=0.0, overlap_cpu=True, cudagraph_sizes=())
+
+
+def trtllm_is_cpp_runtime(version: str | None) -> bool:
+    """True for a TensorRT-LLM release before 0.17 ("0.5", "0.6.1"), which has only the C++ runtime (TensorRT
+    engines); the PyTorch backend arrived in 0.17 (a preview) and is the LLM API's default from 1.0. None: False
+    (the profile follows 1.x)."""
+    if not version:
+        return False
+    try:
+        major, minor = (int(x) for x in re.findall(r"\d+", version)[:2])
+    except ValueError:
+        return False
+    return (major, minor) < (0, 17)
 
 
 @dataclass(frozen=True)
@@ -118,6 +139,12 @@ class EngineConfig:
     # 1 + a + a^2 + ... + a^k tokens per sequence on average (Leviathan et al. 2023, eq. 1). 0 = off.
     spec_tokens: int = 0
     acceptance_rate: float = 0.0
+    # chunked prefill: a prompt longer than the step's remaining token budget runs in chunks over several steps
+    # (vLLM V1 always; SGLang's chunked_prefill_size). False: a prompt runs whole in one step or waits for a step
+    # with room for all of it (TensorRT-LLM without chunked context: MicroBatchScheduler, "skip chunking": a
+    # context request is scheduled only if all its tokens fit max_num_tokens, else the batch is closed). A prompt
+    # longer than max_num_batched_tokens itself (which TensorRT-LLM rejects) is still chunked.
+    chunked_prefill: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_num_seqs, int) or self.max_num_seqs < 1:
@@ -222,10 +249,15 @@ def trtllm_defaults(pp: int = 1) -> EngineConfig:
     default in the PyTorch backend's KvCacheConfig (enable_block_reuse=True). max_batch_size bounds each
     pipeline micro-batch, so pp stages run pp x 2048 requests in all (_torch/pyexecutor/model_engine.py
     get_max_num_sequences: pp_size x batch_size); max_num_tokens bounds each micro-batch too, as the simulated
-    scheduler's per-round budget of pp x max_num_batched_tokens does (steptime.py, PP)."""
+    scheduler's per-round budget of pp x max_num_batched_tokens does (steptime.py, PP). Prefills are not chunked:
+    the LLM API's enable_chunked_prefill defaults to False (tensorrt_llm/llmapi/llm_args.py BaseLlmArgs, e.g. at
+    commit 0004396720054fd8e205cbf616f21f0b57c6b412 and in the 1.x releases), so a prompt runs whole in one step
+    (`trtllm-bench throughput` chunks: its --enable_chunked_context defaults to True in
+    tensorrt_llm/bench/benchmark/throughput.py, e.g. at commit 56851033051a6f9bd50e22219db64d68722a6f01; some 2025
+    releases left it off for the PyTorch backend, NVIDIA/TensorRT-LLM#6956)."""
     return EngineConfig(name="trtllm", max_num_seqs=2048 * max(1, pp), max_num_batched_tokens=8192, enable_prefix_caching=True,
                         init_new_token_ratio=1.0, min_new_token_ratio=1.0, new_token_ratio_decay=0.0,
-                        profile=TRTLLM_PROFILE)
+                        profile=TRTLLM_PROFILE, chunked_prefill=False)
 
 
 def engine_defaults(kind: str, *, device_bytes: int, gpu_name: str, pool_tokens: int, context_len: int,

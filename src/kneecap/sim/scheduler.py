@@ -12,6 +12,8 @@ Policy (vLLM V1 `Scheduler.schedule`, with decodes placed first as Sarathi-Serve
   3. new admissions from the queue, first come first served, while the sequence cap, the token budget
      and the free blocks allow (a cache hit on a shared prefix skips those tokens). The queue head
      blocks everything behind it (strict FCFS, as vLLM).
+Without chunked prefill (EngineConfig.chunked_prefill False, TensorRT-LLM's default) a prompt is never split: it
+runs whole in a step whose remaining token budget holds all of it, else waits (and, FCFS, so does the queue behind it).
 SGLang-like configs also require free KV for new_token_ratio x the remaining output of every running
 sequence and the candidate before admitting it (SGLang PrefillAdder).
 With scheduler_delay_factor > 0 (vLLM V0 `Scheduler._passed_delay`), admissions wait while sequences run
@@ -306,6 +308,8 @@ class Scheduler:
             if seq.num_output > 0 and seq.num_tokens - seq.num_computed == 1:  # decoding
                 continue
             remaining = seq.num_tokens - seq.num_computed
+            if remaining > budget and not cfg.chunked_prefill and remaining <= cfg.max_num_batched_tokens:
+                continue  # not chunked: it runs whole in a later step
             n = remaining if remaining < budget else budget
             if blocks.grouped:
                 blocks.trim(seq.rid, seq.num_computed)
@@ -341,6 +345,9 @@ class Scheduler:
             hit_tokens = hit_blocks * bs
             n = seq.num_tokens - hit_tokens
             if n > budget:
+                if not cfg.chunked_prefill and n <= cfg.max_num_batched_tokens:
+                    batch.blocked = BLOCKED_BUDGET  # not chunked: the whole prompt waits for a step with room
+                    break
                 n = budget
             sb = self.state_blocks
             need = blocks.new_blocks_needed(seq.rid, hit_tokens + n, hashes) + sb
