@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 
 from kneecap.cli.app import app
-from kneecap.cli.plan import ENGINE_DEFAULTS, SIM_FLAGS, EngineDefaultsOpt, MaxBatchedOpt, MaxSeqsOpt, deployment_flags
+from kneecap.cli.plan import ENGINE_DEFAULTS, SIM_FLAGS, SIM_OPTIONS, EngineDefaultsOpt, MaxBatchedOpt, MaxSeqsOpt, deployment_flags
 from kneecap.errors import KneecapError
 
 
@@ -42,7 +42,7 @@ def _table(doc: dict, title: str):
 
 
 @app.command("calibrate")
-@deployment_flags(SIM_FLAGS)
+@deployment_flags(SIM_FLAGS, SIM_OPTIONS)
 def calibrate_command(
     request=None,
     summary: str = typer.Option(..., "--summary", help="summary.json of a measured sweep (kneecap bench --out DIR)"),

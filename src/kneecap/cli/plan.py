@@ -60,6 +60,8 @@ PLAN_FLAGS = ALL_FLAGS + ("cpu_kvcache_space_gib",)
 # what simulate, serve and calibrate take: a deployment without an engine's own pool model or a serving target
 SIM_FLAGS = ("preset", "model", "gpu", "tp", "pp", "ep", "dp_attention", "weight_dtype", "kv_dtype", "params", "context", "block_size",
              "overhead_gib", "frag", "mem_util", "hbm", "kv_pool_gib")
+# the simulated engine has no --engine: a pool it is given is read one way, as SGLang logs it
+SIM_OPTIONS = {**FLAG_OPTIONS, "kv_pool_gib": Annotated[Optional[float], typer.Option("--kv-pool-gib", help="A KV pool an engine logged (GiB per GPU) for the simulated engine: counted as attention KV only, as SGLang logs it (a Mamba / linear-attention hybrid's state is kept apart)")]}
 
 # the simulated engine's scheduler knobs, for the commands that run it (simulate, serve, calibrate)
 ENGINE_DEFAULTS = "vllm"
@@ -68,16 +70,16 @@ MaxSeqsOpt = Annotated[Optional[int], typer.Option("--max-num-seqs", help="Seque
 MaxBatchedOpt = Annotated[Optional[int], typer.Option("--max-num-batched-tokens", help="Tokens per step (default: the engine's)")]
 
 
-def deployment_flags(names: tuple[str, ...] = ALL_FLAGS):
-    """Give a command the plan flags `names`, defined once, and hand it `request=DeploymentRequest(...)`
-    built from them (typer reads the signature this decorator writes)."""
+def deployment_flags(names: tuple[str, ...] = ALL_FLAGS, options: dict = FLAG_OPTIONS):
+    """Give a command the plan flags `names`, defined once (their typer options from `options`), and hand it
+    `request=DeploymentRequest(...)` built from them (typer reads the signature this decorator writes)."""
     import functools
     import inspect
 
     def decorate(fn):
         sig = inspect.signature(fn, eval_str=True)  # typer needs the annotations themselves, not their text
         kw = inspect.Parameter.KEYWORD_ONLY
-        flags = [inspect.Parameter(n, kw, default=getattr(DEFAULTS, n), annotation=FLAG_OPTIONS[n]) for n in names]
+        flags = [inspect.Parameter(n, kw, default=getattr(DEFAULTS, n), annotation=options[n]) for n in names]
         own = [p.replace(kind=kw) for p in sig.parameters.values() if p.name != "request"]
 
         @functools.wraps(fn)

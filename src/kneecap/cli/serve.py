@@ -14,14 +14,14 @@ from typing import Optional
 import typer
 
 from kneecap.cli.app import app
-from kneecap.cli.plan import ENGINE_DEFAULTS, SIM_FLAGS, EngineDefaultsOpt, MaxBatchedOpt, MaxSeqsOpt, deployment_flags
+from kneecap.cli.plan import ENGINE_DEFAULTS, SIM_FLAGS, SIM_OPTIONS, EngineDefaultsOpt, MaxBatchedOpt, MaxSeqsOpt, deployment_flags
 from kneecap.errors import KneecapError
 
 READY_PREFIX = "kneecap serve: listening on "
 
 
 @app.command("serve")
-@deployment_flags(SIM_FLAGS)
+@deployment_flags(SIM_FLAGS, SIM_OPTIONS)
 def serve(
     request=None,
     engine_defaults: EngineDefaultsOpt = ENGINE_DEFAULTS,

@@ -15,7 +15,7 @@ from typing import List, Optional
 import typer
 
 from kneecap.cli.app import app
-from kneecap.cli.plan import ENGINE_DEFAULTS, SIM_FLAGS, EngineDefaultsOpt, MaxBatchedOpt, MaxSeqsOpt, deployment_flags
+from kneecap.cli.plan import ENGINE_DEFAULTS, SIM_FLAGS, SIM_OPTIONS, EngineDefaultsOpt, MaxBatchedOpt, MaxSeqsOpt, deployment_flags
 from kneecap.errors import KneecapError
 
 TRACE_FILE = "trace.jsonl"
@@ -101,7 +101,7 @@ def _table(summary: dict):
 
 
 @app.command("simulate")
-@deployment_flags(SIM_FLAGS)
+@deployment_flags(SIM_FLAGS, SIM_OPTIONS)
 def simulate(
     request=None,
     isl: int = typer.Option(1000, "--isl", "--random-input-len", help="Input tokens per request"),
