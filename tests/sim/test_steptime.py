@@ -113,6 +113,12 @@ def test_mla_decode_reads_the_latent_and_dp_attention_splits_it():
     assert dp.seconds(*many) < 0.7 * tp.seconds(*many)
 
 
+def test_mla_prefill_is_multi_head_attention_with_192_dim_keys_and_128_dim_values():
+    # DeepSeek-V3: q.k over d_h + d_h^R = 128 + 64 per head, p.v over d_h = 128 (DeepSeek-V2 sec. 2.1), 128 heads / 8
+    tp = model_for("deepseek-v3", "h200", tp=8)
+    assert tp.f_mla_pre == 2.0 * (128 // 8) * (192 + 128) * 61
+
+
 def test_expert_parallel_load_imbalance_slows_compute_bound_experts():
     ep = StepTimeModel(model_for("qwen3-30b-a3b", tp=4).deployment, ep=4)
     big = 16384  # every expert hit: a compute-bound grouped GEMM

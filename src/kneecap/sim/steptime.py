@@ -22,7 +22,9 @@ One step over a batch of T tokens (S sequences; decodes and prefill chunks), per
       GQA/MHA  FLOPs 4 x heads/tp x head_dim x pairs; bytes KV bytes/token/GPU x cached tokens read
       sliding  the same, each query's pairs capped at the window
       MLA      decode absorbed: 2 x heads x (2 kv_lora_rank + qk_rope_head_dim) x pairs over the latent
-               (DeepSeek-V2, sec. 2.1); prefill as multi-head attention over head_dim
+               (DeepSeek-V2, sec. 2.1); prefill as multi-head attention: 2 x heads x (head_dim + v) x pairs,
+               queries and keys of head_dim = d_h + d_h^R (192), values of v = d_h = head_dim - qk_rope_head_dim
+               (128; DeepSeek-V2 sec. 2.1: the decoupled RoPE key is on q and k only)
       linear   the recurrent state, read and written once per sequence
       pairs    decode of context c: c; prefill chunk of n after p cached: n p + n(n+1)/2 (causal)
   Kernel boundaries: every kernel of the step costs StepTimeParams.kernel_gap_s on top of its roofline time.
@@ -367,7 +369,8 @@ class StepTimeModel:
         if n_mla:
             latent = (model.kv_lora_rank or 0) + (model.qk_rope_head_dim or 0)
             self.f_mla_dec = 2.0 * heads * (2 * (model.kv_lora_rank or 0) + (model.qk_rope_head_dim or 0)) * n_mla
-            self.f_mla_pre = 4.0 * heads * model.head_dim * n_mla
+            v_dim = model.head_dim - (model.qk_rope_head_dim or 0)  # d_h: values carry no RoPE part
+            self.f_mla_pre = 2.0 * heads * (model.head_dim + v_dim) * n_mla
             self.b_mla = float(latent * kv_b * n_mla)
         else:
             self.f_mla_dec = self.f_mla_pre = self.b_mla = 0.0
