@@ -190,7 +190,7 @@ def vidur_on_trace(trace, workdir: Path) -> dict:
 def markdown(doc: dict) -> str:
     m = doc["machine"]
     lines = ["# Simulator speed: 10,000 requests of 1000 in / 1000 out at C=256, Llama-3.1-70B on 8x H100 (TP8)", "",
-             "Written by `python bench/sim_speed.py --write` (the numbers below are that run's; bench/results/sim_speed.json",
+             f"Written by `{doc.get('script_command') or 'python bench/sim_speed.py --write'}` (the numbers below are that run's; bench/results/sim_speed.json",
              "has them all). The command, with the CLI's defaults:", "", "```",
              "kneecap simulate " + " ".join(CASE) + " --out DIR", "```", "",
              f"Machine: {m['cpu']}, {m['cores']} cores (shared with other work while this ran), Python {m['python']},",
@@ -223,6 +223,7 @@ def main() -> int:
     ap.add_argument("--write", action="store_true", help="write bench/results/sim_speed.json and .md")
     args = ap.parse_args()
     out = {"machine": machine(), "command": ["kneecap", "simulate", *CASE],
+           "script_command": " ".join(["python", "bench/sim_speed.py", *sys.argv[1:]]),
            "bytecode_cache": "on (PYTHONDONTWRITEBYTECODE removed from the children's environment)",
            # one small run first, untimed, so that the timed ones find kneecap's modules compiled
            "warmup": run_cli([], [*CASE[:CASE.index("--requests")], "--requests", "10", "--no-report", "--quiet"]),
