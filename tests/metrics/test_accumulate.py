@@ -73,6 +73,25 @@ def test_accumulator_matches_exact_summary_within_bound(rate):
     assert streamed["slo"]["met"] == exact["slo"]["met"]
 
 
+def test_accumulator_over_several_batches_matches_exact_summary():
+    """Records go into the distributions a batch at a time (one vectorised pass per batch): a level of
+    several batches, summarised midway and again at its end, agrees with the exact summary each time."""
+    from kneecap.metrics.accumulate import _BATCH_RECORDS
+
+    records = make_records(1, 2 * _BATCH_RECORDS + 300)
+    slo = "ttft_p99_ms=200,tpot_p99_ms=30"
+    acc = LevelAccumulator(slo=slo)
+    half = len(records) // 2
+    acc.add_many(records[:half])
+    midway = acc.summary()
+    assert midway["requests"] == half - 3 and midway["itl_ms"]["n"] == summarize_level(records[:half])["itl_ms"]["n"]
+    acc.add_many(records[half:])
+    streamed, again, exact = acc.summary(), acc.summary(), summarize_level(records, slo=slo)
+    assert streamed == again
+    streamed.pop("percentile_relative_error"), exact.pop("percentile_relative_error")
+    assert_agree(streamed, exact, 0.01)
+
+
 @given(st.integers(min_value=0, max_value=10_000), st.integers(min_value=1, max_value=60),
        st.integers(min_value=0, max_value=60))
 @settings(max_examples=30, deadline=None)

@@ -40,6 +40,7 @@ _DISTRIBUTIONS = tuple(k for k, _ in _REQUEST_METRICS) + ("itl_ms", "chunk_gap_m
                                                           "schedule_lag_ms")
 _REQUEST_COUNTS = ("requests", "completed", "failed", "timeouts", "failed_on_reused_connection", "warmup_excluded")
 _COUNTERS = _REQUEST_COUNTS + ("output_tokens", "input_tokens", "good_requests", "good_output_tokens")
+_BATCH_RECORDS = 1024  # completed records held before their samples go into the distributions (bounded memory)
 
 
 class LevelAccumulator:
@@ -62,6 +63,7 @@ class LevelAccumulator:
         self.concurrency_seen: set = set()
         self.rate_seen: set = set()
         self.dists = {k: StreamingDistribution(relative_accuracy) for k in _DISTRIBUTIONS}
+        self._pending: list[RequestRecord] = []  # completed records whose samples are not yet in dists
 
     def add(self, r: RequestRecord) -> None:
         c = self.counts
@@ -92,20 +94,31 @@ class LevelAccumulator:
         n = r.num_output_tokens
         c["output_tokens"] += n
         c["input_tokens"] += req.input_tokens(r)
+        self._pending.append(r)
+        if len(self._pending) >= _BATCH_RECORDS:
+            self._flush()
+        add_token_mismatch(self.token_mismatch, r)
+        if self.slo and request_is_good(r, self._budgets, from_scheduled=self.rate is not None or r.rate is not None):
+            c["good_requests"] += 1
+            c["good_output_tokens"] += n
+
+    def _flush(self) -> None:
+        """The pending records' samples into the distributions, a batch at a time: one vectorised token_gaps
+        and one add_many per distribution (a call per record cost about 1 ms, minutes for a 30-minute level).
+        The distributions' bucket counts, min and max do not depend on how the records are batched."""
+        batch, self._pending = self._pending, []
+        if not batch:
+            return
         for key, fn in _REQUEST_METRICS:
-            value = fn(r)
-            if value is not None:
-                self.dists[key].add(value * MS_PER_S)
-        g = token_gaps([r])  # the same samples as summarize_level's, one request at a time
+            values = [v * MS_PER_S for v in map(fn, batch) if v is not None]
+            if values:
+                self.dists[key].add_many(values)
+        g = token_gaps(batch)  # the same samples as summarize_level's
         if g.gap_ms.size:
             self.dists["chunk_gap_ms"].add_many(g.gap_ms, counts=g.gap_weights)
             self.dists["itl_ms"].add_many(g.itl_ms, counts=g.itl_weights)
         if g.chunk_tokens.size:
             self.dists["tokens_per_chunk"].add_many(g.chunk_tokens, counts=g.chunk_weights)
-        add_token_mismatch(self.token_mismatch, r)
-        if self.slo and request_is_good(r, self._budgets, from_scheduled=self.rate is not None or r.rate is not None):
-            c["good_requests"] += 1
-            c["good_output_tokens"] += n
 
     def add_many(self, records: Iterable[RequestRecord]) -> None:
         for r in records:
@@ -116,6 +129,8 @@ class LevelAccumulator:
         if other.slo != self.slo:
             raise KneecapError("cannot merge level summaries built with different SLOs",
                                "give every worker the same --slo")
+        self._flush()
+        other._flush()
         for k in _COUNTERS:
             self.counts[k] += other.counts[k]
         if other.first_sent_at is not None:
@@ -139,6 +154,7 @@ class LevelAccumulator:
 
     def summary(self, duration_s: float | None = None) -> dict:
         """The level summary (summarize_level's keys); duration_s as in summarize_level."""
+        self._flush()
         c = self.counts
         wall_s = wall_time_s(duration_s, self.first_sent_at, self.last_end_at)
 
@@ -183,6 +199,7 @@ class LevelAccumulator:
 
     def to_dict(self) -> dict:
         """JSON-safe state, to ship between processes (from_dict reverses it)."""
+        self._flush()
         return {
             "concurrency": self.concurrency, "rate": self.rate, "slo": self.slo,
             "relative_accuracy": self.relative_accuracy, "counts": dict(self.counts),
