@@ -21,15 +21,13 @@ STAT_KEYS = ("mean", "p50", "p90", "p95", "p99", "max", "n")
 
 def empty_distribution() -> dict:
     """The shape of a distribution with no samples: every statistic None, n = 0."""
-    out: dict = {key: None for key in STAT_KEYS}
-    out["n"] = 0
-    return out
+    return {**dict.fromkeys(STAT_KEYS), "n": 0}
 
 
 def _as_finite_array(values, name: str = "values"):
     import numpy as np
 
-    arr = np.asarray(values, dtype=np.float64).reshape(-1)
+    arr = np.asarray(values if hasattr(values, "__len__") else list(values), dtype=np.float64).reshape(-1)
     if arr.size and not np.all(np.isfinite(arr)):
         raise KneecapError(f"statistics got a non-finite sample in {name}",
                            "records carry a NaN or infinite time; check the driver that wrote them")
@@ -43,22 +41,21 @@ def distribution(values: Iterable[float] | Sequence[float]) -> dict:
     """
     import numpy as np
 
-    arr = _as_finite_array(list(values) if not hasattr(values, "__len__") else values)
+    arr = _as_finite_array(values)
     if arr.size == 0:
         return empty_distribution()
     pcts = np.percentile(arr, PERCENTILES, method="linear")
-    out = {"mean": float(arr.mean())}
-    for p, v in zip(PERCENTILES, pcts):
-        out[f"p{p}"] = float(v)
-    out["max"] = float(arr.max())
-    out["n"] = int(arr.size)
-    return out
+    return {"mean": float(arr.mean()), **{f"p{p}": float(v) for p, v in zip(PERCENTILES, pcts)},
+            "max": float(arr.max()), "n": int(arr.size)}
 
 
-def _lerp(a: float, b: float, t: float) -> float:
-    """numpy's interpolation between neighbouring order statistics (numpy/lib/_function_base_impl.py _lerp)."""
-    diff = b - a
-    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
+def _linear(n: int, order_stat, q: float) -> float:
+    """The q-quantile of n samples by the 'linear' rule, from order_stat(rank) (0-based), with numpy's
+    interpolation between the neighbouring order statistics (numpy/lib/_function_base_impl.py _lerp)."""
+    h = (n - 1) * q
+    lo = math.floor(h)
+    a, b, t = order_stat(lo), order_stat(min(lo + 1, n - 1)), h - lo
+    return b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t
 
 
 def weighted_distribution(values: Sequence[float], weights: Sequence[int]) -> dict:
@@ -90,15 +87,8 @@ def weighted_distribution(values: Sequence[float], weights: Sequence[int]) -> di
     def order_stat(rank: int) -> float:
         return float(vals[int(np.searchsorted(cum, rank, side="right"))])
 
-    out = {"mean": float(np.dot(vals, w) / n)}
-    for p in PERCENTILES:
-        h = (n - 1) * (p / 100.0)
-        lo = math.floor(h)
-        hi = min(lo + 1, n - 1)
-        out[f"p{p}"] = _lerp(order_stat(lo), order_stat(hi), h - lo)
-    out["max"] = float(vals[-1])
-    out["n"] = n
-    return out
+    return {"mean": float(np.dot(vals, w) / n), **{f"p{p}": _linear(n, order_stat, p / 100.0) for p in PERCENTILES},
+            "max": float(vals[-1]), "n": n}
 
 
 class StreamingDistribution:
@@ -165,7 +155,7 @@ class StreamingDistribution:
         """Add every value (vectorised with numpy); values[i] is added counts[i] times when given."""
         import numpy as np
 
-        arr = _as_finite_array(list(values) if not hasattr(values, "__len__") else values)
+        arr = _as_finite_array(values)
         if counts is None:
             w = np.ones(arr.size, dtype=np.int64)
         else:
@@ -212,32 +202,16 @@ class StreamingDistribution:
                 mine[k] = mine.get(k, 0) + c
         return self
 
-    @property
-    def num_buckets(self) -> int:
-        return len(self.positive) + len(self.negative) + (1 if self.zero_count else 0)
-
     def _order_stat(self, rank: int) -> float:
         """Estimate of the rank-th smallest value (0-based), clamped to [min, max]."""
+        buckets = [(-self._value(i), self.negative[i]) for i in sorted(self.negative, reverse=True)]  # most negative first
+        buckets += [(0.0, self.zero_count)] + [(self._value(i), self.positive[i]) for i in sorted(self.positive)]
         seen = 0
-        estimate = None
-        for i in sorted(self.negative, reverse=True):  # most negative first
-            seen += self.negative[i]
+        for estimate, n in buckets:
+            seen += n
             if rank < seen:
-                estimate = -self._value(i)
-                break
-        if estimate is None:
-            seen += self.zero_count
-            if rank < seen:
-                estimate = 0.0
-        if estimate is None:
-            for i in sorted(self.positive):
-                seen += self.positive[i]
-                if rank < seen:
-                    estimate = self._value(i)
-                    break
-        if estimate is None:  # pragma: no cover - rank < count always finds a bucket
-            estimate = self.max
-        return min(max(estimate, self.min), self.max)
+                return min(max(estimate, self.min), self.max)
+        return self.max  # pragma: no cover - rank < count always finds a bucket
 
     def quantile(self, q: float) -> float | None:
         """Estimated q-quantile (0 <= q <= 1) by the 'linear' rule; None when empty."""
@@ -245,21 +219,14 @@ class StreamingDistribution:
             raise KneecapError(f"quantile must be in [0, 1], got {q!r}", "use e.g. 0.99 for p99")
         if self.count == 0:
             return None
-        h = (self.count - 1) * q
-        lo = math.floor(h)
-        hi = min(lo + 1, self.count - 1)
-        return _lerp(self._order_stat(lo), self._order_stat(hi), h - lo)
+        return _linear(self.count, self._order_stat, q)
 
     def to_distribution(self) -> dict:
         """Same keys as distribution(); percentiles within relative_accuracy, the rest exact."""
         if self.count == 0:
             return empty_distribution()
-        out = {"mean": self.sum / self.count}
-        for p in PERCENTILES:
-            out[f"p{p}"] = self.quantile(p / 100.0)
-        out["max"] = self.max
-        out["n"] = self.count
-        return out
+        return {"mean": self.sum / self.count, **{f"p{p}": self.quantile(p / 100.0) for p in PERCENTILES},
+                "max": self.max, "n": self.count}
 
     def to_dict(self) -> dict:
         """JSON-safe form, to ship a summary between processes or machines (from_dict reverses it)."""
