@@ -24,6 +24,9 @@ one per chunk), and input lengths are the server's usage counts when reported.
 
 from __future__ import annotations
 
+import math
+from collections import Counter
+from itertools import accumulate
 from typing import Iterable, Mapping, Sequence
 
 from kneecap.errors import KneecapError
@@ -44,37 +47,19 @@ def _stats(values: Sequence[float], percentiles: Sequence[float]) -> tuple[float
             [(p, float(np.percentile(arr, p) * 1000)) for p in percentiles])
 
 
-def _chunk_gaps_s(r: RequestRecord) -> list[float]:
-    """vLLM's per-request itl list: gaps between consecutive token-bearing chunks, in seconds."""
-    return req.chunk_gaps(r)[0]
-
-
 def _peak_concurrency(ok: Sequence[RequestRecord]) -> int:
-    events = []
-    for r in ok:
-        events.append((r.sent_at, 1))
-        events.append((r.end_at, -1))
-    events.sort(key=lambda e: (e[0], e[1]))  # a departure precedes an arrival at the same instant
-    cur = peak = 0
-    for _, d in events:
-        cur += d
-        peak = max(peak, cur)
-    return peak
+    events = sorted([(r.sent_at, 1) for r in ok] + [(r.end_at, -1) for r in ok])  # a departure first at one instant
+    return max(accumulate(d for _, d in events), default=0)
 
 
 def _max_output_tokens_per_s(ok: Sequence[RequestRecord]) -> float:
-    import math
-
-    if not ok:
-        return 0.0
-    t0 = min(r.sent_at for r in ok)
-    buckets: dict[int, int] = {}
+    t0 = min((r.sent_at for r in ok), default=0.0)
+    buckets: Counter = Counter()
     for r in ok:
         for t, k in zip(r.chunk_times, r.chunk_tokens):
             if k > 0:
-                b = int(math.floor(t - t0))
-                buckets[b] = buckets.get(b, 0) + int(k)
-    return float(max(buckets.values())) if buckets else 0.0
+                buckets[int(math.floor(t - t0))] += int(k)
+    return float(max(buckets.values(), default=0))
 
 
 def _p_word(p: float) -> str:
@@ -110,13 +95,9 @@ def to_vllm_result(summary: Mapping, records: Iterable[RequestRecord], *, model_
     total_output = sum(output_lens)
     ttfts = [req.ttft_s(r) or 0.0 for r in ok]
     e2els = [r.end_at - r.sent_at for r in ok]
-    tpots = []
-    for r in ok:
-        n = r.num_output_tokens
-        ttft = req.ttft_s(r)
-        if n > 1 and ttft is not None:
-            tpots.append((r.end_at - r.sent_at - ttft) / (n - 1))
-    itls = [g for r in ok for g in _chunk_gaps_s(r)]
+    tpots = [(r.end_at - r.sent_at - req.ttft_s(r)) / (r.num_output_tokens - 1) for r in ok
+             if r.num_output_tokens > 1 and req.ttft_s(r) is not None]
+    itls = [g for r in ok for g in req.chunk_gaps(r)[0]]  # vLLM's itl: gaps between token-bearing chunks, in s
 
     rate = summary.get("rate")
     concurrency = summary.get("concurrency")
@@ -146,7 +127,7 @@ def to_vllm_result(summary: Mapping, records: Iterable[RequestRecord], *, model_
         out["input_lens"] = input_lens
         out["output_lens"] = output_lens
         out["ttfts"] = [(req.ttft_s(r) or 0.0) if id(r) in ok_ids else 0.0 for r in measured]
-        out["itls"] = [_chunk_gaps_s(r) if id(r) in ok_ids else [] for r in measured]
+        out["itls"] = [req.chunk_gaps(r)[0] if id(r) in ok_ids else [] for r in measured]
         out["start_times"] = [r.sent_at for r in measured]  # on kneecap's run clock (vLLM: time.perf_counter())
         out["generated_texts"] = ["" for _ in measured]  # kneecap keeps no generated text
         out["errors"] = ["" if id(r) in ok_ids else (r.error_message or r.error_kind or r.status) for r in measured]

@@ -39,11 +39,8 @@ def _p50(level: Mapping, key: str) -> float | None:
 
 
 def _latency_grows(a: Mapping, b: Mapping) -> bool:
-    for key in ("tpot_ms", "ttft_ms"):
-        la, lb = _p50(a, key), _p50(b, key)
-        if la is not None and lb is not None and lb > la:
-            return True
-    return False
+    pairs = ((_p50(a, key), _p50(b, key)) for key in ("tpot_ms", "ttft_ms"))
+    return any(la is not None and lb is not None and lb > la for la, lb in pairs)
 
 
 def _usable(levels: Sequence[Mapping], key: str) -> list[tuple[float, float, Mapping]]:

@@ -66,10 +66,7 @@ def parse_slo(spec: str | Mapping | None) -> dict:
         items = [(str(k).strip(), v) for k, v in spec.items()]
     else:
         items = []
-        for part in str(spec).replace(";", ",").split(","):
-            part = part.strip()
-            if not part:
-                continue
+        for part in filter(None, (p.strip() for p in str(spec).replace(";", ",").split(","))):
             if "=" not in part:
                 raise KneecapError(f"SLO term {part!r} has no '=value'", _FORM)
             key, _, raw = part.partition("=")
@@ -108,10 +105,9 @@ def level_meets_slo(level: Mapping, slo: Mapping) -> tuple[bool, list[dict]]:
     breaches: list[dict] = []
     for key, limit in slo.items():
         value = slo_value(level, key)
-        if value is None:
-            breaches.append({"key": key, "limit": limit, "value": None, "message": f"{key}: no data (limit {limit:g})"})
-        elif value > limit:
-            breaches.append({"key": key, "limit": limit, "value": value, "message": f"{key} {value:.4g} > {limit:g}"})
+        if value is None or value > limit:
+            message = f"{key}: no data (limit {limit:g})" if value is None else f"{key} {value:.4g} > {limit:g}"
+            breaches.append({"key": key, "limit": limit, "value": value, "message": message})
     return (not breaches), breaches
 
 
@@ -125,9 +121,7 @@ def per_request_budgets_ms(slo: Mapping) -> dict:
     """
     budgets: dict = {}
     for key, limit in slo.items():
-        if key == ERROR_RATE:
-            continue
-        metric, _ = split_key(key)
+        metric = None if key == ERROR_RATE else split_key(key)[0]
         if metric in req.PER_REQUEST_S:
             budgets[metric] = max(limit, budgets.get(metric, limit))
     return budgets

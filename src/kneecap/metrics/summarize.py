@@ -7,12 +7,14 @@ excluded (and counted); failed and timed-out requests are counted, never dropped
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Iterable, Mapping
 
 from kneecap.errors import KneecapError
 from kneecap.metrics import request as req
 from kneecap.metrics.slo import level_meets_slo, parse_slo, per_request_budgets_ms, request_is_good
 from kneecap.metrics.stats import distribution, weighted_distribution
+from kneecap.metrics.token_gaps import token_gaps
 from kneecap.records import TIMEOUT, RequestRecord
 from kneecap.units import MS_PER_S
 
@@ -29,18 +31,11 @@ def _per_s(count: float, duration_s: float | None) -> float | None:
 
 def _level_value(records: list[RequestRecord], concurrency, rate) -> dict:
     if concurrency is not None or rate is not None:
-        out = {}
-        if concurrency is not None:
-            out["concurrency"] = concurrency
-        if rate is not None:
-            out["rate"] = rate
-        return out
-    rates = {r.rate for r in records if r.rate is not None}
-    if len(rates) == 1:
-        return {"rate": rates.pop()}
-    conc = {r.concurrency for r in records if r.concurrency is not None}
-    if len(conc) == 1:
-        return {"concurrency": conc.pop()}
+        return {k: v for k, v in (("concurrency", concurrency), ("rate", rate)) if v is not None}
+    for key in ("rate", "concurrency"):
+        values = {getattr(r, key) for r in records if getattr(r, key) is not None}
+        if len(values) == 1:
+            return {key: values.pop()}
     return {"concurrency": None}
 
 
@@ -105,16 +100,6 @@ def attach_goodput_and_slo(summary: dict, slo: dict | None, good_requests: int, 
     summary["slo"] = {"met": met, "breaches": breaches}
 
 
-def _itl(completed: list[RequestRecord]) -> tuple[dict, dict, dict]:
-    """(per-token ITL ms, per-chunk gap ms, tokens per chunk) pooled over completed requests
-    (kneecap.metrics.token_gaps: the same result as request.chunk_gaps request by request)."""
-    from kneecap.metrics.token_gaps import token_gaps
-
-    g = token_gaps(completed)
-    return (weighted_distribution(g.itl_ms, g.itl_weights), weighted_distribution(g.gap_ms, g.gap_weights),
-            weighted_distribution(g.chunk_tokens, g.chunk_weights))
-
-
 def summarize_level(records: Iterable[RequestRecord], *, concurrency=None, rate=None,
                     duration_s: float | None = None, slo: Mapping | str | None = None) -> dict:
     """Summary of one sweep level (all its records, warmup included — they are excluded here).
@@ -140,11 +125,8 @@ def summarize_level(records: Iterable[RequestRecord], *, concurrency=None, rate=
 
     out_tokens = sum(r.num_output_tokens for r in completed)
     in_tokens = sum(req.input_tokens(r) for r in completed)
-    errors: dict = {}
-    for r in failed:
-        kind = r.error_kind or r.status
-        errors[kind] = errors.get(kind, 0) + 1
-    itl_ms, chunk_gap_ms, tokens_per_chunk = _itl(completed)
+    errors = Counter(r.error_kind or r.status for r in failed)
+    g = token_gaps(completed)  # per-token ITL, chunk gaps and tokens per chunk, pooled
 
     summary = dict(level)
     summary.update({
@@ -164,11 +146,11 @@ def summarize_level(records: Iterable[RequestRecord], *, concurrency=None, rate=
         "request_s": _per_s(len(completed), wall_s),
         "ttft_ms": _ms(req.ttft_s(r) for r in completed),
         "ttft_answer_ms": _ms(req.ttft_answer_s(r) for r in completed),
-        "itl_ms": itl_ms,
+        "itl_ms": weighted_distribution(g.itl_ms, g.itl_weights),
         "tpot_ms": _ms(req.tpot_s(r) for r in completed),
         "e2e_ms": _ms(req.e2e_s(r) for r in completed),
-        "chunk_gap_ms": chunk_gap_ms,
-        "tokens_per_chunk": tokens_per_chunk,
+        "chunk_gap_ms": weighted_distribution(g.gap_ms, g.gap_weights),
+        "tokens_per_chunk": weighted_distribution(g.chunk_tokens, g.chunk_weights),
     })
     if open_loop:
         summary["ttft_from_scheduled_ms"] = _ms(req.ttft_from_scheduled_s(r) for r in completed)
@@ -181,10 +163,8 @@ def summarize_level(records: Iterable[RequestRecord], *, concurrency=None, rate=
     summary["token_mismatch"] = mismatch
 
     slo_dict = as_slo(slo)
-    good = []
-    if slo_dict:
-        budgets = per_request_budgets_ms(slo_dict)
-        good = [r for r in completed if request_is_good(r, budgets, from_scheduled=open_loop)]
+    budgets = per_request_budgets_ms(slo_dict) if slo_dict else {}
+    good = [r for r in completed if request_is_good(r, budgets, from_scheduled=open_loop)] if slo_dict else []
     attach_goodput_and_slo(summary, slo_dict, len(good), sum(r.num_output_tokens for r in good), wall_s)
     summary["percentile_relative_error"] = 0.0  # exact (streaming summaries report their bound)
     return summary

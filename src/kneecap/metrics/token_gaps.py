@@ -123,10 +123,7 @@ def token_gaps(records: Sequence[RequestRecord]) -> TokenGaps:
     for r in records:
         sr = r.step_runs
         if sr is not None and not r.chunk_times:
-            entry = by_timeline.get(id(sr.timeline))
-            if entry is None:
-                entry = by_timeline[id(sr.timeline)] = (sr.timeline, [])
-            entry[1].append(sr.runs)
+            by_timeline.setdefault(id(sr.timeline), (sr.timeline, []))[1].append(sr.runs)
         else:
             other.append(r)
     parts = [_from_chunks(other)] if other or not by_timeline else []
