@@ -40,22 +40,23 @@ class RecordDigest:
 
 def digest_records(records) -> RecordDigest:
     """One pass over RequestRecords (any iterable) -> RecordDigest."""
+    from collections import Counter
+
     count = 0
-    chunks: dict[int, int] = {}
+    chunks: Counter = Counter()  # its update() counts a list in C: a long level has millions of chunks
     errors: dict[tuple[int, str], list[str]] = {}
     for rec in records:
         count += 1
         if rec.status == "ok":
             if not rec.warmup:
-                for k in rec.chunk_tokens:
-                    chunks[k] = chunks.get(k, 0) + 1
+                chunks.update(rec.chunk_tokens)
                 if not rec.chunk_tokens and rec.token_runs:  # a simulated request: one token per engine step
-                    chunks[1] = chunks.get(1, 0) + sum(n for _, n, _ in rec.token_runs)
+                    chunks[1] += sum(n for _, n, _ in rec.token_runs)
         elif rec.error_message:
             bucket = errors.setdefault((rec.level, rec.error_kind or rec.status), [])
             if rec.error_message not in bucket and len(bucket) < MAX_ERROR_SAMPLES:
                 bucket.append(rec.error_message)
-    return RecordDigest(count, chunks, {key: tuple(v) for key, v in errors.items()})
+    return RecordDigest(count, dict(chunks), {key: tuple(v) for key, v in errors.items()})
 
 
 @dataclass(frozen=True)
