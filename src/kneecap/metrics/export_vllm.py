@@ -2,17 +2,10 @@
 
 Pure: a level summary (metrics.summarize.summarize_level) and its records in, a dict out; the
 caller writes the file. Keys, their order and their formulas follow vllm/benchmarks/serve.py
-(calculate_metrics and the result / result_json dicts, read on vLLM's main branch in 2026); the
-keys written without --save-detailed, their order and their types are checked against a result
-file published from vLLM 0.18.0, which has no per-request latencies/queue_times:
-`date`, `endpoint_type`, `backend`, `label`, `model_id`, `tokenizer_id`, `num_prompts`,
-`request_rate`, `burstiness`, `max_concurrency`, `duration`, `completed`, `failed`,
-`total_input_tokens`, `total_output_tokens`, `request_throughput`, `request_goodput`,
-`output_throughput`, `total_token_throughput`, then (--save-detailed only) `input_lens`,
-`output_lens`, `ttfts`, `itls`, `start_times`, `generated_texts`, `errors`, then
-`max_output_tokens_per_s`, `max_concurrent_requests`, `rtfx`, then mean/median/std/pNN for each
-of --percentile-metrics (vLLM's default ttft,tpot,itl; e2el on request) at --metric-percentiles
-(default 99).
+(calculate_metrics and the result / result_json dicts, read on vLLM's main branch in 2026) as vLLM
+writes them without --save-detailed, with its default --percentile-metrics (ttft, tpot, itl) and
+--metric-percentiles (99); keys, order and types are checked against a result file published from
+vLLM 0.18.0 (tests/workload/data/vllm_0.18.0_save_result.json).
 
 Formulas as vLLM's: std is numpy's population std; percentiles numpy's linear; TPOT per request
 (latency - ttft) / (output_len - 1) for output_len > 1; ITL is every gap between consecutive
@@ -33,18 +26,7 @@ from kneecap.errors import KneecapError
 from kneecap.metrics import request as req
 from kneecap.records import RequestRecord
 
-DEFAULT_PERCENTILE_METRICS = ("ttft", "tpot", "itl")  # vLLM's default for generation backends
-DEFAULT_METRIC_PERCENTILES = (99.0,)
-PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
-
-
-def _stats(values: Sequence[float], percentiles: Sequence[float]) -> tuple[float, float, float, list[tuple[float, float]]]:
-    """vLLM's mean/median/std/percentiles in ms of values in seconds (np.x(values or 0), as serve.py does)."""
-    import numpy as np
-
-    arr = list(values) or 0
-    return (float(np.mean(arr) * 1000), float(np.median(arr) * 1000), float(np.std(arr) * 1000),
-            [(p, float(np.percentile(arr, p) * 1000)) for p in percentiles])
+PERCENTILE_METRICS = ("ttft", "tpot", "itl")  # vLLM's default --percentile-metrics for generation backends
 
 
 def _peak_concurrency(ok: Sequence[RequestRecord]) -> int:
@@ -62,16 +44,8 @@ def _max_output_tokens_per_s(ok: Sequence[RequestRecord]) -> float:
     return float(max(buckets.values(), default=0))
 
 
-def _p_word(p: float) -> str:
-    return str(int(p)) if int(p) == p else str(p)
-
-
 def to_vllm_result(summary: Mapping, records: Iterable[RequestRecord], *, model_id: str, date: str,
-                   backend: str = "openai", label: str | None = None, tokenizer_id: str | None = None,
-                   num_prompts: int | None = None, burstiness: float = 1.0,
-                   percentile_metrics: Sequence[str] = DEFAULT_PERCENTILE_METRICS,
-                   metric_percentiles: Sequence[float] = DEFAULT_METRIC_PERCENTILES,
-                   detailed: bool = False) -> dict:
+                   burstiness: float = 1.0) -> dict:
     """The level as vLLM's result JSON. `date` is vLLM's "%Y%m%d-%H%M%S" string (the caller's clock).
 
     request_rate is the level's rate, or "inf" in closed loop (vLLM's value without --request-rate);
@@ -79,37 +53,32 @@ def to_vllm_result(summary: Mapping, records: Iterable[RequestRecord], *, model_
     duration_s. request_goodput is the summary's goodput request_s when an SLO was given, else None
     (vLLM writes None without --goodput). Warmup records are left out, as in the summary.
     """
-    bad = [m for m in percentile_metrics if m not in PERCENTILE_METRICS]
-    if bad:
-        raise KneecapError(f"unknown vLLM percentile metric {', '.join(bad)}", f"use some of {', '.join(PERCENTILE_METRICS)}")
+    import numpy as np
+
     duration = summary.get("duration_s")
     if not duration or duration <= 0:
         raise KneecapError("this level has no duration to export", "export a level that completed requests")
     measured = [r for r in records if not r.warmup]
     ok = [r for r in measured if r.ok and r.sent_at is not None and r.end_at is not None]
-    ok_ids = {id(r) for r in ok}
-
-    input_lens = [req.input_tokens(r) for r in measured]
-    output_lens = [r.num_output_tokens if id(r) in ok_ids else 0 for r in measured]
     total_input = sum(req.input_tokens(r) for r in ok)
-    total_output = sum(output_lens)
-    ttfts = [req.ttft_s(r) or 0.0 for r in ok]
-    e2els = [r.end_at - r.sent_at for r in ok]
-    tpots = [(r.end_at - r.sent_at - req.ttft_s(r)) / (r.num_output_tokens - 1) for r in ok
-             if r.num_output_tokens > 1 and req.ttft_s(r) is not None]
-    itls = [g for r in ok for g in req.chunk_gaps(r)[0]]  # vLLM's itl: gaps between token-bearing chunks, in s
-
+    total_output = sum(r.num_output_tokens for r in ok)
+    values = {  # seconds, per successful request
+        "ttft": [req.ttft_s(r) or 0.0 for r in ok],
+        "tpot": [(r.end_at - r.sent_at - req.ttft_s(r)) / (r.num_output_tokens - 1) for r in ok
+                 if r.num_output_tokens > 1 and req.ttft_s(r) is not None],
+        "itl": [g for r in ok for g in req.chunk_gaps(r)[0]],
+    }
     rate = summary.get("rate")
     concurrency = summary.get("concurrency")
     goodput = summary.get("goodput")
     out: dict = {
         "date": date,
-        "endpoint_type": backend,
-        "backend": backend,
-        "label": label,
+        "endpoint_type": "openai",
+        "backend": "openai",
+        "label": None,
         "model_id": model_id,
-        "tokenizer_id": tokenizer_id if tokenizer_id is not None else model_id,
-        "num_prompts": num_prompts if num_prompts is not None else len(measured),
+        "tokenizer_id": model_id,
+        "num_prompts": len(measured),
         "request_rate": float(rate) if rate is not None else "inf",
         "burstiness": float(burstiness),
         "max_concurrency": int(concurrency) if rate is None and concurrency is not None else None,
@@ -122,26 +91,14 @@ def to_vllm_result(summary: Mapping, records: Iterable[RequestRecord], *, model_
         "request_goodput": goodput.get("request_s") if isinstance(goodput, Mapping) else None,
         "output_throughput": total_output / duration,
         "total_token_throughput": (total_input + total_output) / duration,
+        "max_output_tokens_per_s": _max_output_tokens_per_s(ok),
+        "max_concurrent_requests": _peak_concurrency(ok),
+        "rtfx": 0.0,
     }
-    if detailed:
-        out["input_lens"] = input_lens
-        out["output_lens"] = output_lens
-        out["ttfts"] = [(req.ttft_s(r) or 0.0) if id(r) in ok_ids else 0.0 for r in measured]
-        out["itls"] = [req.chunk_gaps(r)[0] if id(r) in ok_ids else [] for r in measured]
-        out["start_times"] = [r.sent_at for r in measured]  # on kneecap's run clock (vLLM: time.perf_counter())
-        out["generated_texts"] = ["" for _ in measured]  # kneecap keeps no generated text
-        out["errors"] = ["" if id(r) in ok_ids else (r.error_message or r.error_kind or r.status) for r in measured]
-    out["max_output_tokens_per_s"] = _max_output_tokens_per_s(ok)
-    out["max_concurrent_requests"] = _peak_concurrency(ok)
-    out["rtfx"] = 0.0
-    values = {"ttft": ttfts, "tpot": tpots, "itl": itls, "e2el": e2els}
-    for metric in PERCENTILE_METRICS:  # vLLM's order: ttft, tpot, itl, e2el
-        if metric not in percentile_metrics:
-            continue
-        mean, median, std, pcts = _stats(values[metric], metric_percentiles)
-        out[f"mean_{metric}_ms"] = mean
-        out[f"median_{metric}_ms"] = median
-        out[f"std_{metric}_ms"] = std
-        for p, v in pcts:
-            out[f"p{_p_word(p)}_{metric}_ms"] = v
+    for metric in PERCENTILE_METRICS:  # vLLM's order; np.x(values or 0), as serve.py does
+        arr = values[metric] or 0
+        out[f"mean_{metric}_ms"] = float(np.mean(arr) * 1000)
+        out[f"median_{metric}_ms"] = float(np.median(arr) * 1000)
+        out[f"std_{metric}_ms"] = float(np.std(arr) * 1000)
+        out[f"p99_{metric}_ms"] = float(np.percentile(arr, 99.0) * 1000)
     return out
