@@ -5,8 +5,8 @@ as `kneecap simulate`, default step-time factors, nothing fitted to these points
 median and per-group medians, the committed baseline (data/validation/baseline.json) and the markdown block
 of docs/validation.md. Does not fetch anything: every number comes from points.json, which names its source.
 
-A point whose setup needs a knob the simulator does not have (expert parallelism, attention data
-parallelism, speculative decoding...) is kept in the table as "not simulated: <why>", never dropped.
+A point whose setup needs a knob the simulator does not have (its `not_simulated` reason in points.json, e.g.
+inter-node links) is kept in the table as "not simulated: <why>", never dropped.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,8 +104,7 @@ class Point:
     metric: str
     published: float
     engine_overrides: dict
-    not_simulated: str | None  # a reason stated in the data (e.g. speculative decoding)
-    note: str
+    not_simulated: str | None  # a reason stated in the data (e.g. inter-node links)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Point":
@@ -121,7 +121,7 @@ class Point:
                         requests=None if d.get("requests") is None else int(d["requests"]),
                         sim_requests=int(d.get("sim_requests") or d["requests"]), metric=d["metric"],
                         published=float(d["published"]), engine_overrides=dict(d.get("engine_overrides") or {}),
-                        not_simulated=d.get("not_simulated"), note=d.get("note", ""))
+                        not_simulated=d.get("not_simulated"))
         except (KeyError, TypeError, ValueError) as exc:
             raise KneecapError(f"validation point {d.get('id', '?')}: bad or missing field ({exc})",
                                "fix src/kneecap/data/validation/points.json") from None
@@ -159,20 +159,6 @@ def load_points(path: Path = POINTS_FILE) -> list[Point]:
             raise KneecapError(f"validation point id {p.id!r} appears twice", "give every point its own id")
         seen.add(p.id)
     return points
-
-
-def unsupported_knob(point: Point) -> str | None:
-    """Why the simulator cannot run this point as published, or None. Follows what Deployment can express."""
-    from kneecap.deployment import Deployment
-
-    fields = {f.name for f in dataclasses.fields(Deployment)}
-    if point.not_simulated:
-        return point.not_simulated
-    if point.ep > 1 and "ep" not in fields:
-        return f"expert parallelism (EP {point.ep}) is not modelled"
-    if point.dp_attention and "dp_attention" not in fields:
-        return "attention data parallelism is not modelled"
-    return None
 
 
 def _plan(point: Point):
@@ -265,19 +251,16 @@ def predict(point: Point) -> float:
     from kneecap.sim.sweep import LevelSpec, simulate_level
     from kneecap.workload import RequestClass, Workload
 
-    reason = unsupported_knob(point)
-    if reason:
-        raise NotSimulated(reason)
+    if point.not_simulated:
+        raise NotSimulated(point.not_simulated)
     plan = _plan(point)
     config = _engine_config(point, plan)
     workload = Workload(classes=(RequestClass(input=_lengths(point.isl, point.isl_low),
                                               output=_lengths(point.osl, point.osl_low)),))
-    if point.concurrency == "max":
-        spec = LevelSpec(all_at_once=True, num_requests=point.sim_requests)
-    else:
-        spec = LevelSpec(concurrency=int(point.concurrency), num_requests=point.sim_requests)
+    closed = None if point.concurrency == "max" else int(point.concurrency)
+    spec = LevelSpec(concurrency=closed, all_at_once=closed is None, num_requests=point.sim_requests)
     result = simulate_level(SimDeployment(plan, config, StepTimeModel(plan.deployment)), workload, spec, index=0, seed=0)
-    s = summarize_level(result.records, concurrency=None if point.concurrency == "max" else int(point.concurrency))
+    s = summarize_level(result.records, concurrency=closed)
     _, key, stat, factor = METRICS[point.metric]
     value = float(s[key]) if stat is None else float(s[key][stat])
     if point.metric == "output_tok_s_per_gpu":
@@ -328,29 +311,19 @@ def error_table(points: list[Point] | None = None) -> list[dict]:
     return rows
 
 
-def _median(values: list[float]) -> float | None:
-    v = sorted(values)
-    n = len(v)
-    if not n:
-        return None
-    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
-
-
 def median_abs_error_pct(rows: list[dict]) -> float:
-    return _median([abs(r["error_pct"]) for r in rows if r["error_pct"] is not None])
+    return statistics.median([abs(r["error_pct"]) for r in rows if r["error_pct"] is not None])
 
 
 def group_medians(rows: list[dict]) -> dict[str, dict[str, dict]]:
     """{group: {value: {"points": n, "median_abs_error_pct": m}}} over the simulated rows."""
-    out: dict[str, dict[str, dict]] = {}
+    out: dict[str, dict[str, dict]] = {g: {} for g in GROUPS}
     for g in GROUPS:
-        values = sorted({r["groups"][g] for r in rows})
-        out[g] = {}
-        for v in values:
-            errs = [abs(r["error_pct"]) for r in rows if r["groups"][g] == v and r["error_pct"] is not None]
-            out[g][v] = {"points": len(errs), "not_simulated": sum(1 for r in rows if r["groups"][g] == v
-                                                                   and r["error_pct"] is None),
-                         "median_abs_error_pct": None if not errs else round(_median(errs), 1)}
+        for v in sorted({r["groups"][g] for r in rows}):
+            members = [r for r in rows if r["groups"][g] == v]
+            errs = [abs(r["error_pct"]) for r in members if r["error_pct"] is not None]
+            out[g][v] = {"points": len(errs), "not_simulated": len(members) - len(errs),
+                         "median_abs_error_pct": None if not errs else round(statistics.median(errs), 1)}
     return out
 
 
@@ -439,7 +412,7 @@ def render_markdown(rows: list[dict]) -> str:
     lines += ["", "Sources:", ""]
     for url, (n, title) in sources.items():
         errs_src = [abs(r["error_pct"]) for r in sim if r["source"] == url]
-        med = f"median {_median(errs_src):.1f}% over {len(errs_src)} simulated" if errs_src else "none simulated"
+        med = f"median {statistics.median(errs_src):.1f}% over {len(errs_src)} simulated" if errs_src else "none simulated"
         lines.append(f"[{n}] {title} — <{url}> ({med})  ")
     lines += ["", TABLE_END]
     return "\n".join(lines)

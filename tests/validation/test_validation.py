@@ -11,7 +11,7 @@ import pytest
 from kneecap.errors import KneecapError
 from kneecap.validation import (BASELINE_FILE, DOC_FILE, REGRESSION_POINTS, TABLE_BEGIN, TABLE_END, Point, baseline_document,
                                 error_table, features, load_points, median_abs_error_pct, predict, regressions,
-                                render_markdown, row_cells, unsupported_knob)
+                                render_markdown, row_cells)
 
 
 def doc_table() -> str:
@@ -47,20 +47,20 @@ def test_a_bad_point_is_a_one_line_error_naming_the_field():
 
 
 def test_points_needing_a_missing_knob_stay_in_the_table_with_the_reason():
-    ep_points = [p for p in load_points() if p.ep > 1][:1]
-    assert ep_points, "the data has expert-parallel points"
-    reason = unsupported_knob(ep_points[0])
-    rows = error_table(ep_points)
-    assert len(rows) == 1
-    if reason:  # the simulator may learn expert parallelism; until then the row says why it is not simulated
-        assert rows[0]["predicted"] is None and rows[0]["error_pct"] is None and rows[0]["not_simulated"] == reason
+    skipped = [p for p in load_points() if p.not_simulated]
+    assert skipped, "the data has points the simulator cannot run"
+    rows = error_table(skipped)
+    assert len(rows) == len(skipped)
+    for p, row in zip(skipped, rows):
+        assert row["predicted"] is None and row["error_pct"] is None and row["not_simulated"] == p.not_simulated
+        assert f"not simulated: {p.not_simulated}" in row_cells(row)
 
 
 def test_fast_points_match_the_documented_rows():
     """Cheap closed-loop points, re-simulated, give exactly the documented predictions (the full check is the slow test)."""
     table = doc_table()
     points = [p for p in load_points() if p.concurrency != "max" and p.sim_requests * (p.isl + p.osl) <= 300_000
-              and unsupported_knob(p) is None][:12]
+              and not p.not_simulated][:12]
     assert len(points) >= 8
     for p in points:
         row = error_table([p])[0]
@@ -68,7 +68,7 @@ def test_fast_points_match_the_documented_rows():
 
 
 def test_prediction_is_deterministic():
-    p = next(p for p in load_points() if p.concurrency != "max" and unsupported_knob(p) is None)
+    p = next(p for p in load_points() if p.concurrency != "max" and not p.not_simulated)
     assert predict(p) == predict(p)
 
 
