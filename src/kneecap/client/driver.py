@@ -98,18 +98,18 @@ def prepare_requests(cfg: ClientConfig, specs: Iterable[RequestSpec], prompts: P
     if cfg.model is None:
         raise KneecapError("no model name to send", "pass --model, or let the client read it from /v1/models first")
     source = prompts if prompts is not None else default_prompt_source(cfg)
-    out = []
-    for spec in specs:
-        prompt: Prompt = source.prompt_for(spec)
-        body = oa.request_body(cfg.endpoint, cfg.model, prompt.content, spec.output_tokens, stream=cfg.stream,
-                               ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens,
-                               continuous_usage_stats=cfg.continuous_usage_stats, extra_body=cfg.extra_body)
-        text = None
-        if cfg.keep_prompts:
-            text = prompt.content if isinstance(prompt.content, str) else " ".join(map(str, prompt.content))
-        expected = prompt.num_tokens if prompt.num_tokens is not None else None
-        out.append(PreparedRequest(spec, oa.encode_body(body), prompt.sha256, text, expected))
-    return out
+    return [_prepared(cfg, spec, source.prompt_for(spec)) for spec in specs]
+
+
+def _prepared(cfg: ClientConfig, spec: RequestSpec, prompt: Prompt) -> PreparedRequest:
+    """One request's encoded body (its prompt text kept only with keep_prompts)."""
+    body = oa.request_body(cfg.endpoint, cfg.model, prompt.content, spec.output_tokens, stream=cfg.stream,
+                           ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens,
+                           continuous_usage_stats=cfg.continuous_usage_stats, extra_body=cfg.extra_body)
+    text = None
+    if cfg.keep_prompts:
+        text = prompt.content if isinstance(prompt.content, str) else " ".join(map(str, prompt.content))
+    return PreparedRequest(spec, oa.encode_body(body), prompt.sha256, text, prompt.num_tokens)
 
 
 def request_headers(cfg: ClientConfig) -> dict:
@@ -378,6 +378,13 @@ class Client:
             except KneecapError:
                 pass
 
+    def _start_level(self) -> tuple[SelfMonitor, float]:
+        """A level begins: fresh read-stamp counts, the self-monitor running, and the level's start time."""
+        self.read_stamps = ReadStamps(read_path=self.read_path, read_path_note=self.read_path_note)
+        monitor = SelfMonitor()
+        monitor.start()
+        return monitor, time.perf_counter()
+
     def prepare(self, specs: Iterable[RequestSpec]) -> list[PreparedRequest]:
         return prepare_requests(self.cfg, specs, self.prompts)
 
@@ -586,10 +593,7 @@ class Client:
         emit = cut.emitter(on_record, records if keep_records else None)
 
         it = iter(preps)
-        self.read_stamps = ReadStamps(read_path=self.read_path, read_path_note=self.read_path_note)
-        monitor = SelfMonitor()
-        monitor.start()
-        t0 = time.perf_counter()
+        monitor, t0 = self._start_level()
         deadline = t0 + duration_s if duration_s is not None else None
 
         async def worker(u: int) -> None:
@@ -640,10 +644,7 @@ class Client:
                 sched.append(rec.sent_at - rec.scheduled_at)
             keep(rec)
 
-        self.read_stamps = ReadStamps(read_path=self.read_path, read_path_note=self.read_path_note)
-        monitor = SelfMonitor()
-        monitor.start()
-        t0 = time.perf_counter()
+        monitor, t0 = self._start_level()
         in_flight: set[asyncio.Task] = set()
         perf = time.perf_counter
 
@@ -719,10 +720,7 @@ class Client:
 
         loop = asyncio.get_running_loop()
         it = iter(conversations)
-        self.read_stamps = ReadStamps(read_path=self.read_path, read_path_note=self.read_path_note)
-        monitor = SelfMonitor()
-        monitor.start()
-        t0 = time.perf_counter()
+        monitor, t0 = self._start_level()
 
         async def user() -> None:
             try:
@@ -745,15 +743,9 @@ class Client:
                     prompt = content
                     if turn > 1 and think_time_s > 0:
                         await asyncio.sleep(think_time_s)
-                    body = oa.request_body(cfg.endpoint, cfg.model, content, spec.output_tokens, stream=cfg.stream,
-                                           ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens,
-                                           continuous_usage_stats=cfg.continuous_usage_stats, extra_body=cfg.extra_body)
                     size = len(content) if not isinstance(content, str) else (known or spec.input_tokens)
                     turn_spec = replace(spec, input_tokens=size, prefix_group=None, prefix_tokens=0)
-                    text = None
-                    if cfg.keep_prompts:
-                        text = content if isinstance(content, str) else " ".join(map(str, content))
-                    prep = PreparedRequest(turn_spec, oa.encode_body(body), Prompt.of(content, known).sha256, text, known)
+                    prep = _prepared(cfg, turn_spec, Prompt.of(content, known))
                     pieces: list[str] = []
                     if cut.cut:
                         return
@@ -800,18 +792,18 @@ class Client:
         return run
 
 
-async def run_closed_loop(cfg: ClientConfig, specs: Sequence[RequestSpec], concurrency: int, *, level: int, epoch: float,
-                          on_record: Callable[[RequestRecord], Any], client: Client | None = None,
-                          prompts: PromptSource | None = None, warmup: bool = False,
-                          duration_s: float | None = None, keep_records: bool = True,
-                          users: Sequence[tuple[float, int]] | None = None) -> LevelRun:
-    """Closed loop at `concurrency` on `client` (or on a Client opened for this call)."""
-    kwargs = dict(level=level, epoch=epoch, on_record=on_record, warmup=warmup, duration_s=duration_s,
-                  keep_records=keep_records, users=users)
+async def _on_client(cfg: ClientConfig, prompts: PromptSource | None, client: Client | None, run) -> LevelRun:
+    """`await run(client)` on `client`, or on a Client opened for this call."""
     if client is not None:
-        return await client.run_closed_loop(specs, concurrency, **kwargs)
+        return await run(client)
     async with Client(cfg, prompts) as own:
-        return await own.run_closed_loop(specs, concurrency, **kwargs)
+        return await run(own)
+
+
+async def run_closed_loop(cfg: ClientConfig, specs: Sequence[RequestSpec], concurrency: int, *,
+                          client: Client | None = None, prompts: PromptSource | None = None, **kwargs) -> LevelRun:
+    """Closed loop at `concurrency` (keywords as Client.run_closed_loop) on `client` (or a Client opened for it)."""
+    return await _on_client(cfg, prompts, client, lambda c: c.run_closed_loop(specs, concurrency, **kwargs))
 
 
 def user_windows(users: Sequence[tuple[float, int]]) -> list[tuple[float, float | None]]:
@@ -826,32 +818,19 @@ def user_windows(users: Sequence[tuple[float, int]]) -> list[tuple[float, float 
     return out
 
 
-async def run_conversations(cfg: ClientConfig, conversations: Sequence, concurrency: int, *, specs: Sequence[RequestSpec],
-                            level: int, epoch: float, on_record: Callable[[RequestRecord], Any],
-                            client: Client | None = None, prompts: PromptSource | None = None, warmup: bool = False,
-                            think_time_s: float = 0.0, answer_tokenizer=None, keep_records: bool = True) -> LevelRun:
-    """Multi-turn conversations of C users on `client` (or on a Client opened for this call)."""
-    kwargs = dict(level=level, epoch=epoch, on_record=on_record, warmup=warmup, think_time_s=think_time_s,
-                  answer_tokenizer=answer_tokenizer, keep_records=keep_records)
-    if client is not None:
-        return await client.run_conversations(conversations, concurrency, specs, **kwargs)
-    async with Client(cfg, prompts) as own:
-        return await own.run_conversations(conversations, concurrency, specs, **kwargs)
+async def run_conversations(cfg: ClientConfig, conversations: Sequence, concurrency: int, *,
+                            specs: Sequence[RequestSpec], client: Client | None = None,
+                            prompts: PromptSource | None = None, **kwargs) -> LevelRun:
+    """Multi-turn conversations of C users (keywords as Client.run_conversations) on `client` (or a Client opened
+    for them)."""
+    return await _on_client(cfg, prompts, client, lambda c: c.run_conversations(conversations, concurrency, specs,
+                                                                                 **kwargs))
 
 
-async def run_open_loop(cfg: ClientConfig, specs: Sequence[RequestSpec], rate: float, *, burstiness: float = 1.0,
-                        seed: int = 0, level: int, epoch: float, on_record: Callable[[RequestRecord], Any],
-                        client: Client | None = None, prompts: PromptSource | None = None, warmup: bool = False,
-                        duration_s: float | None = None, warm_connections: int = 0, keep_records: bool = True,
-                        on_s: float | None = None, off_s: float = 0.0, offsets: Sequence[float] | None = None) -> LevelRun:
-    """Open loop at `rate` requests/s on `client` (or on a Client opened for this call)."""
-    kwargs = dict(burstiness=burstiness, seed=seed, level=level, epoch=epoch, on_record=on_record, warmup=warmup,
-                  duration_s=duration_s, warm_connections=warm_connections, keep_records=keep_records,
-                  on_s=on_s, off_s=off_s, offsets=offsets)
-    if client is not None:
-        return await client.run_open_loop(specs, rate, **kwargs)
-    async with Client(cfg, prompts) as own:
-        return await own.run_open_loop(specs, rate, **kwargs)
+async def run_open_loop(cfg: ClientConfig, specs: Sequence[RequestSpec], rate: float, *, client: Client | None = None,
+                        prompts: PromptSource | None = None, **kwargs) -> LevelRun:
+    """Open loop at `rate` requests/s (keywords as Client.run_open_loop) on `client` (or a Client opened for it)."""
+    return await _on_client(cfg, prompts, client, lambda c: c.run_open_loop(specs, rate, **kwargs))
 
 
 def run_sync(coro) -> Any:
