@@ -9,7 +9,7 @@ and keeps every evaluated point for the report's plot. It runs nothing itself.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from kneecap.errors import KneecapError
@@ -52,9 +52,7 @@ class MaxLoad:
 
     def to_json(self) -> dict:
         """summary.json's max_load: {dimension, value, repeats, failed_at, failed_because} (+ the probes)."""
-        return {"dimension": self.dimension, "value": self.value, "repeats": self.repeats,
-                "failed_at": self.failed_at, "failed_because": self.failed_because,
-                "probes": [{"load": p.load, "repetition": p.repetition, "met": p.met, "why": p.why} for p in self.probes]}
+        return {**asdict(self), "probes": [asdict(p) for p in self.probes]}
 
 
 Evaluate = Callable[[float, int], Verdict]

@@ -35,10 +35,7 @@ def _as_finite_array(values, name: str = "values"):
 
 
 def distribution(values: Iterable[float] | Sequence[float]) -> dict:
-    """Exact {mean, p50, p90, p95, p99, max, n} of `values` (same unit in, same unit out).
-
-    Percentiles: numpy.percentile with method='linear' (numpy's default). Empty -> all None, n 0.
-    """
+    """Exact {mean, p50, p90, p95, p99, max, n} of `values` (same unit in, same unit out), by numpy.percentile."""
     import numpy as np
 
     arr = _as_finite_array(values)

@@ -65,10 +65,6 @@ def level_value(level: Mapping):
     return level["concurrency"] if level.get("concurrency") is not None else level.get("rate")
 
 
-def level_key(level: Mapping) -> str:
-    return "concurrency" if level.get("concurrency") is not None else "rate"
-
-
 def stop_record(at, reason: str, detail: str) -> dict:
     """The `stopped` entry of summary.json: {at: level value, reason: code, detail: sentence}."""
     if reason not in REASONS:
@@ -82,7 +78,7 @@ def check_stop(levels: Sequence[Mapping], limits: StopLimits) -> dict | None:
         return None
     last = levels[-1]
     at = level_value(last)
-    key = level_key(last)
+    key = "concurrency" if last.get("concurrency") is not None else "rate"
     requests = last.get("requests") or 0
     if requests:
         error_rate = (last.get("failed") or 0) / requests
