@@ -150,8 +150,6 @@ class ChunkWriter:
 
     def __init__(self, req: ParsedRequest, request_id: str, created: int):
         self.req = req
-        self.request_id = request_id
-        self.created = created
         self.head = {"id": request_id, "object": "text_completion" if req.endpoint == COMPLETIONS else "chat.completion.chunk",
                      "created": created, "model": req.model}
         head = orjson.dumps(self.head)[:-1]  # without the closing brace
@@ -211,11 +209,11 @@ class ChunkWriter:
 def full_response(req: ParsedRequest, request_id: str, created: int, cached_tokens: int | None = None) -> bytes:
     """The non-streamed response body."""
     text = filler_text(req.max_tokens)
-    use = usage(req.prompt_tokens, req.max_tokens, cached_tokens)
     if req.endpoint == COMPLETIONS:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length", "stop_reason": None}
-        return orjson.dumps({"id": request_id, "object": "text_completion", "created": created, "model": req.model,
-                             "choices": [choice], "usage": use})
-    choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": "length"}
-    return orjson.dumps({"id": request_id, "object": "chat.completion", "created": created, "model": req.model,
-                         "choices": [choice], "usage": use})
+        obj, choice = "text_completion", {"index": 0, "text": text, "logprobs": None, "finish_reason": "length",
+                                          "stop_reason": None}
+    else:
+        obj, choice = "chat.completion", {"index": 0, "message": {"role": "assistant", "content": text},
+                                          "logprobs": None, "finish_reason": "length"}
+    return orjson.dumps({"id": request_id, "object": obj, "created": created, "model": req.model, "choices": [choice],
+                         "usage": usage(req.prompt_tokens, req.max_tokens, cached_tokens)})

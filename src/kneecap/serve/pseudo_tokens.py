@@ -44,5 +44,5 @@ def filler_piece(index: int) -> str:
     return FILLER_PIECES[index % len(FILLER_PIECES)]
 
 
-def filler_text(num_tokens: int, start: int = 0) -> str:
-    return "".join(filler_piece(i) for i in range(start, start + num_tokens))
+def filler_text(num_tokens: int) -> str:
+    return "".join(filler_piece(i) for i in range(num_tokens))

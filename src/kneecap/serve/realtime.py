@@ -59,7 +59,6 @@ class ServerCounters:
     generation_tokens_total: int = 0
     requests_finished_total: int = 0
     requests_aborted_total: int = 0
-    requests_rejected_total: int = 0
     max_lag_s: float = 0.0
     lag_s: float = 0.0
 
@@ -111,7 +110,6 @@ class RealtimeEngine:
         at = self.virtual_now()
         rejected = self.engine.add_request(spec, at=at)
         if rejected is not None:
-            self.counters.requests_rejected_total += 1
             raise KneecapError(rejected.error_message or "request exceeds the KV pool", "send a shorter prompt or max_tokens")
         slot = RequestSlot(rid, prompt_tokens, max_tokens)
         self.slots[rid] = slot
@@ -126,19 +124,7 @@ class RealtimeEngine:
             return
         slot.done = True
         slot.error = "aborted"
-        if hasattr(self.engine, "abort"):  # a future engine hook
-            self.engine.abort(slot.request_id)
-        else:
-            sched = self.engine.scheduler
-            for seq in sched.waiting:
-                if seq.rid == slot.request_id:
-                    sched.waiting.remove(seq)
-                    break
-            else:
-                for seq in sched.running:
-                    if seq.rid == slot.request_id:
-                        sched.finish(seq)
-                        break
+        self.engine.abort(slot.request_id)
         self.counters.requests_aborted_total += 1
         self._force_exact = True
 
