@@ -67,7 +67,7 @@ def test_prefix_hit_shares_blocks_and_counts_refs():
     for i, h in enumerate(hashes):
         bm.register("a", i, h)
     assert bm.allocate("b", 9, hashes) == 8  # two full blocks found
-    assert bm.table("a")[:2] == bm.table("b")[:2]
+    assert bm.tables["a"][:2] == bm.tables["b"][:2]
     assert bm.num_used == 3 + 1  # a: 3 blocks; b: shares 2, adds 1
     bm.free_seq("a")
     bm.check()

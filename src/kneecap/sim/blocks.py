@@ -80,9 +80,6 @@ class BlockManager:
         table = self.tables.get(seq_id)
         return len(table) if table is not None else 0
 
-    def table(self, seq_id: Hashable) -> list[int]:
-        return self.tables.get(seq_id, [])
-
     def max_blocks_for(self, tokens: int) -> int:
         """Blocks a sequence of `tokens` tokens holds at most (what must fit the pool)."""
         return blocks_for(tokens, self.block_size)
@@ -123,8 +120,7 @@ class BlockManager:
         if n == 1:
             return [self._take_free()]
         if self._num_stale:
-            taken = [self._take_free() for _ in range(n)]  # (sets ref counts and forgets hashes itself)
-            return taken
+            return [self._take_free() for _ in range(n)]  # (sets ref counts and forgets hashes itself)
         head = self._head
         taken = self._free[head:head + n]
         if len(taken) < n:
@@ -186,17 +182,26 @@ class BlockManager:
         if have == 0 and hashes and self.enable_prefix_caching:
             hit = min(self.lookup_prefix(hashes), need)
             for h in hashes[:hit]:
-                block = self.cached[h]
-                if self.ref_count[block] == 0:
-                    self._stale[block] += 1  # leaves the free queue: its entry there is skipped
-                    self._num_stale += 1
-                self.ref_count[block] += 1
-                if self.ref_count[block] == 2:
-                    self._num_shared += 1
-                table.append(block)
+                table.append(self._hold(self.cached[h]))
         if need > hit:
             table.extend(self._take_free_many(need - hit))
         return hit * self.block_size
+
+    def _hold(self, block: int) -> int:
+        """One reference more on a cached block (a prefix-cache hit); a free one leaves the free queue."""
+        if self.ref_count[block] == 0:
+            self._stale[block] += 1  # its entry in the free queue is skipped
+            self._num_stale += 1
+        self.ref_count[block] += 1
+        if self.ref_count[block] == 2:
+            self._num_shared += 1
+        return block
+
+    def _set_hash(self, block: int, block_hash: Hashable) -> None:
+        """Cache `block` under `block_hash` unless either is cached already."""
+        if self.block_hash[block] is None and block_hash not in self.cached:
+            self.block_hash[block] = block_hash
+            self.cached[block_hash] = block
 
     def count_query(self, query_tokens: int, hit_tokens: int) -> None:
         """Record a prefix-cache lookup (tokens asked for, tokens found)."""
@@ -207,10 +212,7 @@ class BlockManager:
         """Mark block `index` of `seq_id` (now full, content known) as cached under `block_hash`."""
         if not self.enable_prefix_caching:
             return
-        block = self.tables[seq_id][index]
-        if self.block_hash[block] is None and block_hash not in self.cached:
-            self.block_hash[block] = block_hash
-            self.cached[block_hash] = block
+        self._set_hash(self.tables[seq_id][index], block_hash)
 
     def free_seq(self, seq_id: Hashable, own_hashes: Sequence[Hashable] = ()) -> None:
         """Release every block of `seq_id`. `own_hashes[i]`, if given, caches block i under that hash
@@ -219,11 +221,8 @@ class BlockManager:
         if not table:
             return
         if own_hashes and self.enable_prefix_caching:
-            for i, h in enumerate(own_hashes[:len(table)]):
-                block = table[i]
-                if self.block_hash[block] is None and h not in self.cached:
-                    self.block_hash[block] = h
-                    self.cached[h] = block
+            for block, h in zip(table, own_hashes):
+                self._set_hash(block, h)
         ref, free = self.ref_count, self._free
         if not self._num_shared:  # every block is this sequence's alone: all of them become free
             for block in table:
@@ -353,21 +352,10 @@ class GroupedBlockManager(BlockManager):
     def decode_blocks(self, seq_id: Hashable, computed: int) -> None:
         """A decoding sequence's block work for its next token when the free blocks suffice (the decode fast path):
         trim its sliding groups, then take the blocks `allocate(seq_id, computed + 1)` would take, group by group."""
-        bs, tables, offset, windows = self.block_size, self.tables, self.offset, self.windows
-        keys = self._keys(seq_id)
-        for j, key in enumerate(keys):  # trim(), inlined
-            w = windows[j]
-            if not w or computed < w:
-                continue
-            skip = (computed - w + 1) // bs - offset.get(key, 0)
-            table = tables.get(key)
-            if skip > 0 and table:
-                drop = table[:skip]
-                del table[:skip]
-                offset[key] = offset.get(key, 0) + len(drop)
-                self._release(drop)
+        bs, tables, offset = self.block_size, self.tables, self.offset
+        self.trim(seq_id, computed)
         need = -(-(computed + 1) // bs)
-        for key in keys:
+        for key in self._keys(seq_id):
             table = tables.get(key)
             if table is None:
                 table = tables[key] = []
@@ -430,14 +418,7 @@ class GroupedBlockManager(BlockManager):
                 skip = self._skipped(j, hit * self.block_size) if hit else 0
                 if skip:
                     self.offset[key] = skip
-            for block in taken:
-                if self.ref_count[block] == 0:
-                    self._stale[block] += 1
-                    self._num_stale += 1
-                self.ref_count[block] += 1
-                if self.ref_count[block] == 2:
-                    self._num_shared += 1
-                table.append(block)
+            table.extend(self._hold(block) for block in taken)
         for key, _, fresh in plans:
             if fresh:
                 self.tables[key].extend(self._take_free_many(fresh))
@@ -448,11 +429,7 @@ class GroupedBlockManager(BlockManager):
         table = self.tables.get(key)
         if table is None or not 0 <= i < len(table):
             return  # a null block (out of the window): nothing to cache
-        h = block_hash if j == 0 else (j, block_hash)
-        block = table[i]
-        if self.block_hash[block] is None and h not in self.cached:
-            self.block_hash[block] = h
-            self.cached[h] = block
+        self._set_hash(table[i], block_hash if j == 0 else (j, block_hash))
 
     def register(self, seq_id: Hashable, index: int, block_hash: Hashable) -> None:
         if not self.enable_prefix_caching:
@@ -468,14 +445,4 @@ class GroupedBlockManager(BlockManager):
                 for i, h in enumerate(own_hashes):
                     self._cache(j, key, i, h)
             self.offset.pop(key, None)
-            table = self.tables.pop(key, None)
-            for block in reversed(table or ()):
-                rc = self.ref_count[block] - 1
-                self.ref_count[block] = rc
-                if rc == 0:
-                    self._free.append(block)
-                elif rc == 1:
-                    self._num_shared -= 1
-
-    def take_many(self, seq_ids: Sequence[Hashable], counts: Sequence[int]) -> None:  # pragma: no cover - guarded
-        raise KneecapError("the decode fast path does not run on grouped KV pools", "this is a simulator bug; please report it")
+            self._release(reversed(self.tables.pop(key, None) or ()))
