@@ -179,16 +179,19 @@ class EngineConfig:
                        enable_prefix_caching: bool | None = None,
                        scheduler_delay_factor: float | None = None) -> "EngineConfig":
         """A copy with the user's flags applied (None keeps the default)."""
-        changes = {}
-        if max_num_seqs is not None:
-            changes["max_num_seqs"] = max_num_seqs
-        if max_num_batched_tokens is not None:
-            changes["max_num_batched_tokens"] = max_num_batched_tokens
-        if enable_prefix_caching is not None:
-            changes["enable_prefix_caching"] = enable_prefix_caching
-        if scheduler_delay_factor is not None:
-            changes["scheduler_delay_factor"] = scheduler_delay_factor
+        changes = {k: v for k, v in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens),
+                                     ("enable_prefix_caching", enable_prefix_caching),
+                                     ("scheduler_delay_factor", scheduler_delay_factor)) if v is not None}
         return replace(self, **changes) if changes else self
+
+
+def _vllm_release(version: str) -> tuple[int, int] | None:
+    """(major, minor) of a vLLM release name ("0.6.3", "v0.23.0"); None if it is not one."""
+    try:
+        major, minor = (int(x) for x in version.strip().lstrip("v").split(".")[:2])
+    except ValueError:
+        return None
+    return major, minor
 
 
 def vllm_is_v0(version: str | None) -> bool:
@@ -197,42 +200,27 @@ def vllm_is_v0(version: str | None) -> bool:
         return False
     if re.match(r"v0(?![.\d])", version.strip(), re.IGNORECASE):  # "V0 (...)": the engine named, not the release
         return True  # (and not "v0.23.0", a release tag)
-    try:
-        major, minor = (int(x) for x in version.strip().lstrip("v").split(".")[:2])
-    except ValueError:
-        return False
-    return (major, minor) < (0, 8)
+    release = _vllm_release(version)
+    return release is not None and release < (0, 8)
 
 
 def vllm_async_by_default(version: str | None) -> bool:
     """True for a vLLM release that schedules asynchronously by default (0.14 and later): "0.17.0"; False for None."""
-    if not version or vllm_is_v0(version):
-        return False
-    try:
-        major, minor = (int(x) for x in version.strip().lstrip("v").split(".")[:2])
-    except ValueError:
-        return False
-    return (major, minor) >= (0, 14)
+    release = None if not version or vllm_is_v0(version) else _vllm_release(version)
+    return release is not None and release >= (0, 14)
 
 
 def vllm_defaults(device_bytes: int, gpu_name: str = "") -> EngineConfig:
     """vLLM's OpenAI-server defaults for a GPU reporting `device_bytes` of memory (EngineArgs.get_batch_defaults)."""
-    if device_bytes >= 70 * GiB and "a100" not in gpu_name.lower():
-        return EngineConfig(name="vllm", max_num_seqs=1024, max_num_batched_tokens=8192, enable_prefix_caching=True,
-                            profile=replace(VLLM_PROFILE, cudagraph_sizes=vllm_cudagraph_sizes(1024)))
-    return EngineConfig(name="vllm", max_num_seqs=256, max_num_batched_tokens=2048, enable_prefix_caching=True,
-                        profile=replace(VLLM_PROFILE, cudagraph_sizes=vllm_cudagraph_sizes(256)))
+    seqs, tokens = (1024, 8192) if device_bytes >= 70 * GiB and "a100" not in gpu_name.lower() else (256, 2048)
+    return EngineConfig(name="vllm", max_num_seqs=seqs, max_num_batched_tokens=tokens, enable_prefix_caching=True,
+                        profile=replace(VLLM_PROFILE, cudagraph_sizes=vllm_cudagraph_sizes(seqs)))
 
 
 def sglang_defaults(device_bytes: int, pool_tokens: int, context_len: int) -> EngineConfig:
     """SGLang's defaults: chunked_prefill_size by GPU memory, max_running_requests from the pool size."""
     gpu_mib = device_bytes / MiB
-    if gpu_mib < 35 * 1024:
-        chunk = 2048
-    elif gpu_mib < 160 * 1024:
-        chunk = 8192
-    else:
-        chunk = 16384
+    chunk = 2048 if gpu_mib < 35 * 1024 else 8192 if gpu_mib < 160 * 1024 else 16384
     context_len = max(1, context_len)
     running = min(max(int(pool_tokens / context_len * 512), 2048), 4096)
     running = max(1, min(running, pool_tokens // 2))

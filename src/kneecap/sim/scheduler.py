@@ -74,10 +74,6 @@ class Sequence:
         self.step_tokens: list[int] | None = None
         self.meta = meta or {}
 
-    @property
-    def is_decode(self) -> bool:
-        return self.num_output > 0 and self.num_tokens - self.num_computed == 1
-
     def block_hashes(self, block_size: int) -> list:
         """Hashes of the full blocks a (re)admission may find cached: the shared prefix, then (after a
         preemption) this sequence's own computed blocks. Never the block holding the last token (it must
@@ -104,7 +100,6 @@ class Batch:
     prefills: list[tuple[Sequence, int]] = field(default_factory=list)  # (sequence, new tokens this step)
     preempted: list[Sequence] = field(default_factory=list)
     admitted: list[Sequence] = field(default_factory=list)
-    num_tokens: int = 0
     pairs_full: float = 0.0
     pairs_window: float = 0.0
     kv_tokens_full: float = 0.0
@@ -159,20 +154,13 @@ class Scheduler:
         # the schedule() call that admitted prompts and the next call, i.e. that step's duration
         self.now = 0.0
         self.last_prompt_latency = 0.0
-        self.delay_gate_at: float | None = None  # when held prompts may be admitted (None: not holding)
 
     def _passed_delay(self) -> bool:
         """vLLM V0 `_passed_delay`: admit prompts only once the oldest waiting request has waited
         delay_factor x the last prompt step's latency, or when nothing is running."""
-        now = self.now
-        self.delay_gate_at = None
         factor = self.config.scheduler_delay_factor
         if factor > 0 and self.waiting and self.running:
-            earliest = min(s.arrival_at for s in self.waiting)
-            gate = earliest + factor * self.last_prompt_latency
-            if not now - earliest > factor * self.last_prompt_latency:
-                self.delay_gate_at = gate
-                return False
+            return self.now - min(s.arrival_at for s in self.waiting) > factor * self.last_prompt_latency
         return True
 
     def add(self, seq: Sequence) -> None:
@@ -219,7 +207,7 @@ class Scheduler:
         while i < len(running) and budget > 0:
             seq = running[i]
             computed = seq.num_computed
-            if seq.num_output == 0 or seq.num_tokens - computed != 1:  # not decoding (Sequence.is_decode)
+            if seq.num_output == 0 or seq.num_tokens - computed != 1:  # not decoding
                 i += 1
                 continue
             gain = 1
