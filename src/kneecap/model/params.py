@@ -197,6 +197,22 @@ def part_dtypes(model) -> dict[str, str]:
     return {part: model.weight_dtype or "bf16" for part in param_breakdown(model)}
 
 
+# Parts every quantization scheme leaves in the checkpoint's own dtype (AWQ/GPTQ, fp8, modelopt, compressed-tensors
+# and mxfp4 all replace the decoder Linear layers only; see kneecap.model.quant).
+UNQUANTIZED_PARTS = ("embed", "norms", "router", "lm_head")
+
+
+def main_dtype(model) -> str | None:
+    """The checkpoint's main dtype: that of its largest part (None without a breakdown)."""
+    counts = param_breakdown(model)
+    return part_dtypes(model).get(max(counts, key=counts.get)) if counts else None
+
+
+def part_dtypes_at(model, weight_dtype: str) -> dict[str, str]:
+    """The dtype of each part with the decoder's Linear parts at weight_dtype: UNQUANTIZED_PARTS as shipped."""
+    return {part: dt if part in UNQUANTIZED_PARTS else weight_dtype for part, dt in part_dtypes(model).items()}
+
+
 def weight_bytes_by_part(model, weight_dtype: str | None = None) -> dict[str, int]:
     """Bytes of each part, whole model before sharding.
 

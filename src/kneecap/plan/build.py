@@ -111,7 +111,7 @@ def load_model_spec(spec: str):
 
 def checkpoint_weights(model) -> tuple[int, str, str] | None:
     """(whole-model weight bytes as the checkpoint ships, main dtype, source label) when the model knows its parts."""
-    from kneecap.model.params import param_breakdown, part_dtypes, total_weight_bytes
+    from kneecap.model.params import main_dtype, param_breakdown, part_dtypes, total_weight_bytes
 
     try:
         total = total_weight_bytes(model, None)
@@ -120,13 +120,11 @@ def checkpoint_weights(model) -> tuple[int, str, str] | None:
         return None
     if model.checkpoint_bytes:
         total = model.checkpoint_bytes
-    kinds = sorted(set(dtypes.values()))
+    kinds = set(dtypes.values())
     if len(kinds) == 1:
-        return total, kinds[0], "checkpoint"
-    parts = param_breakdown(model)
-    biggest = max(parts, key=parts.get)
-    return total, dtypes.get(biggest, kinds[0]), "checkpoint (mixed dtypes: " + ", ".join(
-        f"{p} {dtypes.get(p, '?')}" for p in parts) + ")"
+        return total, kinds.pop(), "checkpoint"
+    return total, main_dtype(model), "checkpoint (mixed dtypes: " + ", ".join(
+        f"{p} {dtypes.get(p, '?')}" for p in param_breakdown(model)) + ")"
 
 
 MAX_GIB_FLAG = 1024.0**2  # 1 PiB per GPU: far beyond any device, small enough for exact integer bytes

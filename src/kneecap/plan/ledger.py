@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.model import kv as kvmath
+from kneecap.model.params import part_dtypes_at
 from kneecap.model.weights import weight_bits, weight_bytes
 from kneecap.plan.engines import DEFAULT_VLLM_VERSION, VllmLayout, model_layout, prefix_caching_notes
 from kneecap.units import GiB
@@ -283,30 +284,19 @@ def paged_sequence_bytes(deployment: Deployment, groups: VllmLayout | None, toke
 
 # -- the pieces -------------------------------------------------------------------------------
 
-# Parts quantization schemes leave in the checkpoint's own dtype (AWQ/GPTQ, fp8, modelopt, compressed-tensors
-# and mxfp4 all replace the decoder Linear layers only; see kneecap.model.quant): priced as shipped.
-UNQUANTIZED_PARTS = ("embed", "norms", "router", "lm_head")
-
-
 def weights_total_bytes(deployment: Deployment) -> int:
     """Whole-model weight bytes at --weight-dtype.
 
     --params given, or a model without a parameter breakdown: params x bits / 8 (seed 003: 70e9 x 2 B).
     With a breakdown: the decoder's Linear parts at --weight-dtype; embeddings, norms, router and
-    lm_head as the checkpoint ships them.
+    lm_head as the checkpoint ships them (kneecap.model.params.part_dtypes_at).
     """
     m = deployment.model
     parts = dict(m.param_parts)
     if deployment.params_override or not parts or set(parts) == {"other"}:
         return weight_bytes(deployment.params_override or m.total_params, deployment.weight_dtype)
-    shipped = dict(m.part_dtypes)
-    total = 0
-    for part, n in parts.items():
-        dtype = deployment.weight_dtype
-        if part in UNQUANTIZED_PARTS:
-            dtype = shipped.get(part, m.weight_dtype or "bf16")
-        total += weight_bytes(n, dtype)
-    return total
+    dtypes = part_dtypes_at(m, deployment.weight_dtype)
+    return sum(weight_bytes(n, dtypes.get(part, deployment.weight_dtype)) for part, n in parts.items())
 
 
 def attention_weight_fraction(deployment: Deployment) -> float:
