@@ -190,17 +190,14 @@ def run_part_dtypes(deployment: Deployment) -> dict[str, str]:
     as the plan sets it when no --weight-dtype is given; mixed-precision checkpoints keep their parts' dtypes:
     NVIDIA's ModelOpt FP8/NVFP4 files list lm_head in exclude_modules, gpt-oss keeps attention in bf16); otherwise
     the decoder's Linear parts at the deployment's dtype and the embedding, norms, router and LM head as shipped
-    (kneecap.plan.ledger.weights_total_bytes: every quantization scheme replaces the decoder Linear layers only,
-    kneecap.model.quant)."""
-    from kneecap.model.params import param_breakdown, part_dtypes
-    from kneecap.plan.ledger import UNQUANTIZED_PARTS
+    (kneecap.model.params.part_dtypes_at, which the ledger prices too: every quantization scheme replaces the
+    decoder Linear layers only, kneecap.model.quant)."""
+    from kneecap.model.params import main_dtype, part_dtypes, part_dtypes_at
 
-    shipped = part_dtypes(deployment.model)
-    counts = param_breakdown(deployment.model)
-    main = shipped.get(max(counts, key=counts.get)) if counts else None
+    main = main_dtype(deployment.model)
     if main is None or deployment.weight_dtype.lower() == main.lower():
-        return shipped
-    return {part: dt if part in UNQUANTIZED_PARTS else deployment.weight_dtype for part, dt in shipped.items()}
+        return part_dtypes(deployment.model)
+    return part_dtypes_at(deployment.model, deployment.weight_dtype)
 
 
 def _part_bytes(deployment: Deployment) -> dict[str, float]:
@@ -258,9 +255,9 @@ class StepTimeModel:
                        for c in ("bf16", "fp8", "fp4") if _peak(gpu, c)}
         from kneecap.model.params import param_breakdown
 
-        pcount_all = param_breakdown(model)
-        mlp_parts = [k for k in ("dense_mlp", "shared_experts", "linear_attention", "other") if pcount_all.get(k)]
-        mlp_dtype = dtypes.get(max(mlp_parts, key=pcount_all.get), deployment.weight_dtype) if mlp_parts \
+        pcount = param_breakdown(model)  # params per part, whole model (GEMM FLOPs = 2 x params x tokens)
+        mlp_parts = [k for k in ("dense_mlp", "shared_experts", "linear_attention", "other") if pcount.get(k)]
+        mlp_dtype = dtypes.get(max(mlp_parts, key=pcount.get), deployment.weight_dtype) if mlp_parts \
             else deployment.weight_dtype
         head_dtype = dtypes.get("lm_head") or dtypes.get("embed") or deployment.weight_dtype
         self.cls_attn = dtype_class(dtypes.get("attention", deployment.weight_dtype), gpu)
@@ -289,8 +286,6 @@ class StepTimeModel:
         other_w = parts.get("other", 0.0) / tp
         self.dense_weight_bytes = attn_w + mlp_w + other_w + (parts.get("embed", 0.0) + parts.get("lm_head", 0.0)) / tp \
             + parts.get("norms", 0.0)
-        # params per GPU of those GEMMs (FLOPs = 2 x params x tokens), from the model's own counts
-        pcount = pcount_all
         pscale = deployment.params_override / model.total_params if deployment.params_override else 1.0
         # two GEMM groups: the attention projections (under DP attention: whole weights, 1/tp of the tokens)
         # and the rest (MLP, shared experts, router, linear-attention projections)
