@@ -14,9 +14,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 
 from kneecap.errors import KneecapError
 
@@ -26,6 +26,7 @@ BASELINE_FILE = DATA_DIR / "baseline.json"
 DOC_FILE = Path(__file__).resolve().parents[2] / "docs" / "validation.md"
 TABLE_BEGIN = "<!-- BEGIN GENERATED TABLE (python -m kneecap.validation --write) -->"
 TABLE_END = "<!-- END GENERATED TABLE -->"
+_FIX = "fix src/kneecap/data/validation/points.json"
 
 # metric -> (label, how the published value converts to the simulator's summary: (summary key, stat, factor))
 METRICS: dict[str, tuple[str, str, str | None, float]] = {
@@ -123,19 +124,17 @@ class Point:
                         published=float(d["published"]), engine_overrides=dict(d.get("engine_overrides") or {}),
                         not_simulated=d.get("not_simulated"))
         except (KeyError, TypeError, ValueError) as exc:
-            raise KneecapError(f"validation point {d.get('id', '?')}: bad or missing field ({exc})",
-                               "fix src/kneecap/data/validation/points.json") from None
+            raise KneecapError(f"validation point {d.get('id', '?')}: bad or missing field ({exc})", _FIX) from None
         if point.metric not in METRICS:
             raise KneecapError(f"validation point {point.id}: unknown metric {point.metric!r}", f"use one of {sorted(METRICS)}")
         if point.engine not in ENGINES:
             raise KneecapError(f"validation point {point.id}: unknown engine {point.engine!r}", f"use one of {sorted(ENGINES)}")
         if point.concurrency != "max" and not (isinstance(point.concurrency, int) and point.concurrency >= 1):
-            raise KneecapError(f"validation point {point.id}: concurrency must be an int >= 1 or \"max\"",
-                               "fix src/kneecap/data/validation/points.json")
+            raise KneecapError(f"validation point {point.id}: concurrency must be an int >= 1 or \"max\"", _FIX)
         if point.sim_requests < 1 or (point.requests is not None and point.sim_requests > point.requests) \
                 or point.published <= 0:
             raise KneecapError(f"validation point {point.id}: need 1 <= sim_requests <= requests and published > 0",
-                               "fix src/kneecap/data/validation/points.json")
+                               _FIX)
         return point
 
     @property
@@ -312,7 +311,7 @@ def error_table(points: list[Point] | None = None) -> list[dict]:
 
 
 def median_abs_error_pct(rows: list[dict]) -> float:
-    return statistics.median([abs(r["error_pct"]) for r in rows if r["error_pct"] is not None])
+    return median([abs(r["error_pct"]) for r in rows if r["error_pct"] is not None])
 
 
 def group_medians(rows: list[dict]) -> dict[str, dict[str, dict]]:
@@ -323,7 +322,7 @@ def group_medians(rows: list[dict]) -> dict[str, dict[str, dict]]:
             members = [r for r in rows if r["groups"][g] == v]
             errs = [abs(r["error_pct"]) for r in members if r["error_pct"] is not None]
             out[g][v] = {"points": len(errs), "not_simulated": len(members) - len(errs),
-                         "median_abs_error_pct": None if not errs else round(statistics.median(errs), 1)}
+                         "median_abs_error_pct": None if not errs else round(median(errs), 1)}
     return out
 
 
@@ -361,21 +360,19 @@ def _published(x: float) -> str:
 
 def row_cells(r: dict) -> str:
     """One table row without its number and source: engine ... error."""
-    load = "max" if r["concurrency"] == "max" else str(r["concurrency"])
-    if r["error_pct"] is None:
-        pass
-    elif r["requests"] is None:
-        load += f" ({r['sim_requests']:,} req. simulated; count not published)"
-    elif r["sim_requests"] != r["requests"]:
-        load += f" ({r['sim_requests']:,} of {r['requests']:,} req. simulated)"
-    elif r["concurrency"] == "max":
-        load += f" ({r['requests']:,} req.)"
-    isl = f"{r['isl_low']}-{r['isl']}" if r["isl_low"] else str(r["isl"])
-    osl = f"{r['osl_low']}-{r['osl']}" if r["osl_low"] else str(r["osl"])
+    load = str(r["concurrency"])  # an int or "max"
     if r["error_pct"] is None:
         pred, err = f"not simulated: {r['not_simulated']}", "—"
     else:
         pred, err = _num(r["predicted"]), f"{r['error_pct']:+.1f}%"
+        if r["requests"] is None:
+            load += f" ({r['sim_requests']:,} req. simulated; count not published)"
+        elif r["sim_requests"] != r["requests"]:
+            load += f" ({r['sim_requests']:,} of {r['requests']:,} req. simulated)"
+        elif r["concurrency"] == "max":
+            load += f" ({r['requests']:,} req.)"
+    isl = f"{r['isl_low']}-{r['isl']}" if r["isl_low"] else str(r["isl"])
+    osl = f"{r['osl_low']}-{r['osl']}" if r["osl_low"] else str(r["osl"])
     return (f"| {r['engine']} | {r['model']} | {r['gpu']} {r['layout']} | {r['dtypes']} | {isl}/{osl} | {load} | "
             f"{METRICS[r['metric']][0]} | {_published(r['published'])} | {pred} | {err} |")
 
@@ -412,7 +409,7 @@ def render_markdown(rows: list[dict]) -> str:
     lines += ["", "Sources:", ""]
     for url, (n, title) in sources.items():
         errs_src = [abs(r["error_pct"]) for r in sim if r["source"] == url]
-        med = f"median {statistics.median(errs_src):.1f}% over {len(errs_src)} simulated" if errs_src else "none simulated"
+        med = f"median {median(errs_src):.1f}% over {len(errs_src)} simulated" if errs_src else "none simulated"
         lines.append(f"[{n}] {title} — <{url}> ({med})  ")
     lines += ["", TABLE_END]
     return "\n".join(lines)

@@ -91,6 +91,5 @@ def find_knee(levels: Sequence[Mapping], key: str = "concurrency",
             why = "p50 latency rose" if latency else "output throughput fell"
             rule = (f"saturation: best later gain {100 * max(gains):.1f}% per doubling of load "
                     f"(< {100 * gain_threshold:g}%) while {why} ({step})")
-        value = a.get(key)
-        return {key: value, "output_tok_s": y_a, "rule": rule, "kind": "collapse" if collapse else "saturation"}
+        return {key: a.get(key), "output_tok_s": y_a, "rule": rule, "kind": "collapse" if collapse else "saturation"}
     return None

@@ -201,7 +201,8 @@ class StreamingDistribution:
 
     def _order_stat(self, rank: int) -> float:
         """Estimate of the rank-th smallest value (0-based), clamped to [min, max]."""
-        buckets = [(-self._value(i), self.negative[i]) for i in sorted(self.negative, reverse=True)]  # most negative first
+        # (estimate, count) from the most negative bucket up
+        buckets = [(-self._value(i), self.negative[i]) for i in sorted(self.negative, reverse=True)]
         buckets += [(0.0, self.zero_count)] + [(self._value(i), self.positive[i]) for i in sorted(self.positive)]
         seen = 0
         for estimate, n in buckets:
