@@ -45,12 +45,6 @@ class Efficiency:
                 return points
         return None
 
-    def gemm_at(self, dtype_class: str, m: float) -> float:
-        """Fraction of the dtype's dense peak a GEMM of m rows reaches (kernel table, linear in M between its
-        points, the last point beyond it); the flat best-shape gemm() figure where no table exists."""
-        points = self.gemm_curve(dtype_class)
-        return self.gemm(dtype_class) if points is None else curve_at(points, m)
-
 
 def curve_at(points: tuple[tuple[int, float], ...], m: float) -> float:
     """Piecewise-linear in M through (M, fraction) points; at a GEMM's smallest rows the fraction grows with M

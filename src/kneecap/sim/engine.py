@@ -29,7 +29,7 @@ from kneecap.records import CANCELLED, ERROR, OK, RequestRecord, StepRuns, StepT
 from kneecap.sim.blocks import BlockManager, GroupedBlockManager
 from kneecap.sim.config import EngineConfig
 from kneecap.sim.scheduler import BLOCKED_BLOCKS, BLOCKED_BUDGET, BLOCKED_SEQS, Scheduler, Sequence
-from kneecap.sim.steptime import StepTimeModel, StepTimeParams
+from kneecap.sim.steptime import StepTimeModel
 from kneecap.workload import RequestSpec
 
 TRACE_KEYS = ("level", "step", "t", "duration_s", "num_prefill_seqs", "num_decode_seqs", "prefill_tokens",
@@ -107,9 +107,8 @@ class Engine:
     """One simulated engine instance (a fresh KV pool, an empty cache)."""
 
     def __init__(self, deployment: Deployment, config: EngineConfig, num_blocks: int, *,
-                 step_params: StepTimeParams | None = None, steptime: StepTimeModel | None = None,
-                 level: int = 0, trace: bool = False, fast_path: bool = True, charge_state: bool = True,
-                 token_times: bool = True):
+                 steptime: StepTimeModel | None = None, level: int = 0, trace: bool = False, fast_path: bool = True,
+                 charge_state: bool = True, token_times: bool = True):
         self.deployment = deployment
         self.config = config
         model = deployment.model
@@ -122,7 +121,7 @@ class Engine:
         self.microbatches = deployment.pp  # pipeline stages: micro-batches in flight per round (steptime.py)
         self.scheduler = Scheduler(config, self.blocks, window=window or 0, state_blocks=self.state_blocks,
                                    microbatches=self.microbatches)
-        self.steptime = (steptime or StepTimeModel(deployment, step_params)).for_engine(config.profile)
+        self.steptime = (steptime or StepTimeModel(deployment)).for_engine(config.profile)
         self.level = level
         self.fast_path = fast_path
         # end time of every step since step number _step_base (requests' runs hold step numbers);
@@ -137,7 +136,6 @@ class Engine:
         self.stats = EngineStats()
         self.trace_rows: list[tuple] | None = [] if trace else None
         self._last_blocked = ""
-        self._num_preempted_total = 0
 
     # --- inputs -------------------------------------------------------------------------------
     def add_request(self, spec: RequestSpec, at: float, *, meta: dict | None = None,

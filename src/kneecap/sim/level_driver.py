@@ -109,9 +109,6 @@ class SimulateOptions:
 
         return replay_rate(self.schedule)
 
-    def replay_speed(self, rate: float) -> float:
-        return rate / self.trace_rate
-
     def requests_for(self, value) -> int | None:
         """Measured requests of a level (None: as many as --duration sends)."""
         if self.ramp is not None:
@@ -133,7 +130,7 @@ class SimulateOptions:
             r = self.ramp
             return f"ramp {r.kind} {r.start:g} to {r.end:g}/s over {r.duration_s:g} s"
         if self.schedule:
-            return f"replay x{self.replay_speed(value):g}"
+            return f"replay x{value / self.trace_rate:g}"
         if value == ALL_AT_ONCE:
             return "C=max"
         return f"C={int(value)}" if self.kind == KIND_CONCURRENCY else f"rate={value:g}/s"
@@ -180,11 +177,7 @@ def level_spec(opts: SimulateOptions, level: SweepLevel, *, workload: Workload |
     value = level.value
     warm = level_work(flags, level, warmup=True, workload=workload) if level.num_warmup else LevelWork(specs=())
     n_warm = len(warm.specs)
-    if opts.schedule:
-        work = level_work(flags, level, warmup=False)
-        rows = [*((0.0, s) for s in warm.specs), *zip(work.offsets, work.specs)]
-        return LevelSpec(rate=value, warmup=n_warm, schedule=tuple(rows))
-    if opts.ramp is not None:
+    if opts.schedule or opts.ramp is not None:  # a replayed trace or a ramp: the level's send times
         work = level_work(flags, level, warmup=False)
         rows = [*((0.0, s) for s in warm.specs), *zip(work.offsets, work.specs)]
         return LevelSpec(rate=value, warmup=n_warm, schedule=tuple(rows))

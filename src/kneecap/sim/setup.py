@@ -42,10 +42,6 @@ class SimDeployment:
         return self.steptime.params
 
     @property
-    def num_kv_blocks(self) -> int:
-        return self.plan.num_kv_blocks
-
-    @property
     def state_blocks_per_sequence(self) -> int:
         return (state_blocks_per_sequence(self.plan.deployment, self.config.enable_prefix_caching)
                 if self.charge_state else 0)

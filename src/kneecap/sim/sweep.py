@@ -96,12 +96,6 @@ class LevelSpec:
         if self.warmup < 0:
             raise KneecapError(f"--warmup must be >= 0, got {self.warmup}", "pass e.g. --warmup 8")
 
-    @property
-    def label(self) -> str:
-        if self.all_at_once:
-            return "max"
-        return f"C={self.concurrency}" if self.concurrency is not None else f"rate={self.rate:g}/s"
-
 
 @dataclass
 class LevelResult:
