@@ -89,3 +89,8 @@ def load_text(level: dict) -> str:
         value = level["rate"]
         return f"{num(value, 2) if is_number(value) else value} req/s"
     return MISSING
+
+
+def limit_and_breaches(cell: dict) -> list[str]:
+    """A load-plan cell's reasons: the declared limit it crossed, then each SLO breach (as the run wrote them)."""
+    return ([str(cell["limit"])] if cell.get("limit") else []) + [str(b) for b in cell.get("breaches") or []]

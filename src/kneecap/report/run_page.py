@@ -49,11 +49,6 @@ def _metric(cell: dict, key: str, pct: str | None = None) -> float | None:
     return float(value) if fmt.is_number(value) else None
 
 
-def _reason(cell: dict) -> str:
-    parts = ([str(cell["limit"])] if cell.get("limit") else []) + [str(b) for b in cell.get("breaches") or []]
-    return "; ".join(parts)
-
-
 def _verdict_cell(verdict: object) -> Cell:
     text = str(verdict) if verdict is not None else fmt.MISSING
     tone = {"pass": "better", "accepted": "better", "slo_breach": "worse", "limit": "worse", "rejected": "worse",
@@ -146,7 +141,8 @@ def cells_tables(cells: list[dict]) -> list[Table]:
         verdicts.append((str(c.get("candidate", fmt.MISSING)), str(c.get("class", fmt.MISSING)),
                          str(c.get("state", fmt.MISSING)), _load_text(c), fmt.count(c.get("repetition")),
                          _verdict_cell(c.get("verdict")), fmt.count(m.get("requests")), fmt.count(m.get("completed")),
-                         fmt.count(m.get("failed")), _little_text(c), _reason(c) or fmt.MISSING))
+                         fmt.count(m.get("failed")), _little_text(c),
+                         "; ".join(fmt.limit_and_breaches(c)) or fmt.MISSING))
         measured.append((where, fmt.rate(offered.get("offered_request_s")),
                          fmt.rate(offered.get("completed_request_s")), fmt.count(offered.get("dropped")),
                          fmt.rate(m.get("output_tok_s")),
