@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from kneecap.records import RequestRecord
+from kneecap.report.numbers import limit_and_breaches
 
 STABLE_RATE_TOLERANCE = 0.15  # completion rate of the two halves of the interval may differ by this fraction
 STABLE_TREND_TOLERANCE = 0.15  # in-flight count may drift by this fraction of its mean over the interval
@@ -151,7 +152,7 @@ def accepted_reason(region: dict, classes, states) -> str:
 def _reasons(cell: dict) -> list[str]:
     if cell["verdict"] == "not_run":
         return ["not run (ramp stopped below)"]
-    return ([cell["limit"]] if cell.get("limit") else []) + list(cell.get("breaches") or [])
+    return limit_and_breaches(cell)
 
 
 def _worst_of(cells: list[dict]) -> dict:
