@@ -78,8 +78,7 @@ def wall_time_s(duration_s: float | None, first_sent_at: float | None, last_end_
 
 def as_slo(slo: Mapping | str | None) -> dict | None:
     """An SLO given as a string or a dict -> a validated dict, or None when there is none."""
-    parsed = parse_slo(slo) if slo is not None else {}
-    return parsed or None
+    return parse_slo(slo) or None  # parse_slo(None) is {}
 
 
 def attach_goodput_and_slo(summary: dict, slo: dict | None, good_requests: int, good_output_tokens: int,
