@@ -157,14 +157,12 @@ class RecordWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self.count = 0
 
     def write(self, record: RequestRecord) -> None:
         data = dumps_record(record)
         written = os.write(self._fd, data)
         while written < len(data):  # a short write on a regular file is rare; finish it
             written += os.write(self._fd, data[written:])
-        self.count += 1
 
     def sync(self) -> None:
         os.fsync(self._fd)

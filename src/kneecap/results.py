@@ -8,6 +8,7 @@ manifest.json says what ran where, with secrets redacted from the command line.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
@@ -127,13 +128,10 @@ def redact_value(value: Any) -> Any:
 # --- environment -----------------------------------------------------------------------------------
 
 def _cpu_model() -> str | None:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if line.lower().startswith(("model name", "hardware", "cpu model")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if line.lower().startswith(("model name", "hardware", "cpu model")):
+                return line.split(":", 1)[1].strip()
     return platform.processor() or None
 
 
@@ -263,14 +261,6 @@ class ResultsDir:
 
         return RecordWriter(self.records_path)
 
-    def read_records(self) -> list:
-        """Every complete record in requests.jsonl ([] when there is none yet)."""
-        from kneecap.records import read_records
-
-        if not self.records_path.exists():
-            return []
-        return read_records(self.records_path)
-
     def _read_json(self, target: Path) -> dict | None:
         import orjson
 
@@ -340,18 +330,13 @@ def write_atomic(target: Path, data: bytes) -> None:
             os.fsync(fh.fileno())
         os.replace(tmp, target)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
     try:  # make the rename itself durable
         dir_fd = os.open(folder, os.O_RDONLY)
     except OSError:
         return
-    try:
+    with contextlib.suppress(OSError):
         os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
+    os.close(dir_fd)

@@ -9,7 +9,7 @@ import pytest
 
 from kneecap.errors import KneecapError
 from kneecap.metrics.summarize import summarize_level
-from kneecap.records import RequestRecord
+from kneecap.records import RequestRecord, read_records
 from kneecap.results import ResultsDir, build_summary, is_secret_name, redact_argv
 
 FAKE_KEY = "sk-fAkEkEy0123456789abcdef"
@@ -63,12 +63,12 @@ def test_results_path_that_is_a_file(tmp_path):
 
 def test_records_writer_and_reader(tmp_path):
     results = ResultsDir(tmp_path)
-    assert results.read_records() == []
+    assert not results.records_path.exists()
     with results.open_writer() as writer:
         writer.write(RequestRecord(request_id="a", level=0))
     with results.open_writer() as writer:  # resume appends
         writer.write(RequestRecord(request_id="b", level=1))
-    assert [r.request_id for r in results.read_records()] == ["a", "b"]
+    assert [r.request_id for r in read_records(results.records_path)] == ["a", "b"]
     assert results.records_path.name == "requests.jsonl"
 
 
