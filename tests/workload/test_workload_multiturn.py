@@ -8,8 +8,7 @@ from hypothesis import strategies as st
 
 from kneecap.errors import KneecapError
 from kneecap.workload import LengthDist
-from kneecap.workload.multiturn import (expected_turns, first_turn, new_input_ids, next_turn, plan_conversations,
-                                        synthetic_answer)
+from kneecap.workload.multiturn import expected_turns, plan_conversations
 
 
 def plan(**kw):
@@ -30,37 +29,24 @@ def test_requests_count_turns():
         plan(think_time_s=-1)
 
 
-def test_turn_k_prompt_is_previous_prompt_plus_answer_plus_new_input():
+def test_turn_k_input_is_previous_input_plus_answer_plus_new_input():
     p = plan()
     conv = p.conversations[2]
-    t1 = first_turn(p, conv)
+    t1, t2, t3 = expected_turns(p, conv)
     assert t1.spec.turn == 1 and t1.spec.conversation_id == "c2" and t1.think_time_s == 0.0
-    assert t1.spec.input_tokens == 100 == len(t1.prompt_tokens)
-    answer = [5, 6, 7]  # the server answered 3 tokens, not the 20 asked for: the real answer is what is appended
-    t2 = next_turn(p, conv, t1, answer)
-    assert t2.prompt_tokens[:100] == t1.prompt_tokens
-    assert list(t2.prompt_tokens[100:103]) == answer
-    assert list(t2.prompt_tokens[103:]) == new_input_ids(p, conv, 2)
-    assert t2.spec.input_tokens == 203 and t2.spec.turn == 2 and t2.think_time_s == 1.5
-    assert t2.spec.prefix_group == conv.index and t2.spec.prefix_tokens == 202
-    t3 = next_turn(p, conv, t2, [9] * 20)
-    assert t3.prompt_tokens[:203] == t2.prompt_tokens and t3.spec.input_tokens == 323
-    assert next_turn(p, conv, t3, [1]) is None  # 3 turns only
+    assert t1.spec.input_tokens == 100 and t1.spec.output_tokens == 20
+    assert t2.spec.input_tokens == 220 and t2.spec.turn == 2 and t2.think_time_s == 1.5
+    assert t2.spec.prefix_group == conv.index and t2.spec.prefix_tokens == 219
+    assert t3.spec.input_tokens == 340 and t3.spec.prefix_tokens == 339
     # global request indexes: conversation i's turns are 3i, 3i+1, 3i+2
     assert [t.spec.index for t in (t1, t2, t3)] == [6, 7, 8] and t2.spec.request_id == "r7"
 
 
 def test_planner_is_pure_and_seeded():
-    p = plan()
-    conv = p.conversations[0]
-    t1 = first_turn(p, conv)
-    assert first_turn(p, conv) == t1
-    assert next_turn(p, conv, t1, [1, 2]) == next_turn(p, conv, t1, [1, 2])
-    assert first_turn(p, p.conversations[1]).prompt_tokens != t1.prompt_tokens  # conversations differ
-    other_seed = plan(seed=8)
-    assert first_turn(other_seed, other_seed.conversations[0]).prompt_tokens != t1.prompt_tokens
-    with pytest.raises(KneecapError):
-        next_turn(p, p.conversations[1], t1, [1])
+    lengths = dict(new_input=LengthDist(kind="uniform", low=10, high=90), output=LengthDist(kind="uniform", low=1, high=30))
+    p = plan(**lengths)
+    assert plan(**lengths) == p and expected_turns(p, p.conversations[0]) == expected_turns(p, p.conversations[0])
+    assert plan(seed=8, **lengths).conversations != p.conversations
 
 
 def test_lengths_come_from_distributions():
@@ -73,34 +59,17 @@ def test_lengths_come_from_distributions():
     assert again == p
 
 
-def test_context_limit_ends_a_conversation_early():
-    p = plan(max_context_tokens=250)
-    turns = expected_turns(p, p.conversations[0])
-    # turn 1: 100 + 20 fits; turn 2: 100 + 20 + 100 = 220 prompt + 20 out = 240 fits; turn 3: 340 + 20 does not
-    assert [t.spec.input_tokens for t in turns] == [100, 220]
-    full = expected_turns(plan(), plan().conversations[0])
-    assert [t.spec.input_tokens for t in full] == [100, 220, 340]
-    assert len(synthetic_answer(p, p.conversations[0], 1)) == 20
-
-
 @settings(max_examples=50, deadline=None)
-@given(turns=st.integers(1, 6), conversations=st.integers(1, 4), seed=st.integers(0, 100),
-       answers=st.lists(st.integers(0, 40), min_size=6, max_size=6))
-def test_property_every_turn_extends_the_previous_prompt_and_answer(turns, conversations, seed, answers):
+@given(turns=st.integers(1, 6), conversations=st.integers(1, 4), seed=st.integers(0, 100))
+def test_property_every_turn_extends_the_previous_prompt_and_answer(turns, conversations, seed):
     p = plan_conversations(turns * conversations, turns, LengthDist(kind="uniform", low=1, high=30),
                            LengthDist(kind="uniform", low=1, high=30), seed=seed, think_time_s=0.5)
     for conv in p.conversations:
-        t = first_turn(p, conv)
-        seen = [t]
-        while True:
-            answer = list(range(answers[t.spec.turn - 1]))
-            nxt = next_turn(p, conv, t, answer)
-            if nxt is None:
-                break
-            assert nxt.prompt_tokens[:len(t.prompt_tokens) + len(answer)] == t.prompt_tokens + tuple(answer)
-            assert nxt.spec.input_tokens == len(t.prompt_tokens) + len(answer) + conv.new_input_tokens[nxt.spec.turn - 1]
-            seen.append(nxt)
-            t = nxt
+        seen = expected_turns(p, conv)
+        for t, nxt in zip(seen, seen[1:]):
+            k = nxt.spec.turn
+            assert nxt.spec.input_tokens == t.spec.input_tokens + conv.output_tokens[k - 2] + conv.new_input_tokens[k - 1]
+            assert nxt.spec.prefix_tokens == nxt.spec.input_tokens - 1 and nxt.think_time_s == 0.5
         assert [s.spec.turn for s in seen] == list(range(1, turns + 1))
         assert {s.spec.conversation_id for s in seen} == {conv.conversation_id}
 
