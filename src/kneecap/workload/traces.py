@@ -42,8 +42,6 @@ class TraceRow:
     input_tokens: int
     output_tokens: int
     hash_ids: tuple[int, ...] | None = None  # Mooncake only
-    model: str | None = None  # BurstGPT only
-    log_type: str | None = None  # BurstGPT only
 
 
 @dataclass(frozen=True)
@@ -135,10 +133,8 @@ def parse_burstgpt(text: str, source: str = "trace") -> Trace:
         if osl == 0:
             failed.append(lineno)
             continue
-        model = fields[col["Model"]].strip() if "Model" in col else None
-        log_type = fields[col["Log Type"]].strip() if "Log Type" in col else None
         rows.append(TraceRow(line=lineno, timestamp_s=ts, input_tokens=_whole(isl, "Request tokens", where, 1),
-                             output_tokens=_whole(osl, "Response tokens", where, 1), model=model, log_type=log_type))
+                             output_tokens=_whole(osl, "Response tokens", where, 1)))
     if not rows:
         raise KneecapError(f"trace {source} holds no replayable requests", "pass a BurstGPT CSV with data rows")
     return Trace(source=source, format="burstgpt", rows=tuple(rows), failed_rows=tuple(failed))
@@ -174,11 +170,6 @@ class Replay:
 
     requests: tuple[TimedRequest, ...]
     too_long_lines: tuple[int, ...] = ()
-    failed_lines: tuple[int, ...] = ()
-
-    @property
-    def duration_s(self) -> float:
-        return self.requests[-1].send_at_s if self.requests else 0.0
 
 
 def _lines_text(lines: Sequence[int], limit: int = 5) -> str:
@@ -187,26 +178,16 @@ def _lines_text(lines: Sequence[int], limit: int = 5) -> str:
 
 
 def plan_replay(trace: Trace, *, replay_speed: float = 1.0, max_context_tokens: int | None = None,
-                skip_too_long: bool = False, models: Sequence[str] | None = None,
-                limit: int | None = None, id_prefix: str = "t") -> Replay:
+                skip_too_long: bool = False) -> Replay:
     """Timed requests from a trace: send offset = (timestamp - first timestamp) / replay_speed.
 
     Rows are sent in timestamp order (stable for equal timestamps). A row whose input + output
     tokens exceed max_context_tokens raises (naming the lines and how many) before anything is
-    sent, unless skip_too_long, which drops them and lists them in too_long_lines. `models` keeps
-    only BurstGPT rows of those models (vLLM's BurstGPT loader keeps "GPT-4"); `limit` keeps the first rows.
+    sent, unless skip_too_long, which drops them and lists them in too_long_lines.
     """
     if not replay_speed > 0:
         raise KneecapError(f"replay speed must be positive, got {replay_speed!r}", "pass e.g. --replay-speed 2 (twice as fast)")
     rows = sorted(trace.rows, key=lambda r: r.timestamp_s)
-    if models is not None:
-        wanted = set(models)
-        rows = [r for r in rows if r.model in wanted]
-        if not rows:
-            raise KneecapError(f"trace {trace.source} has no rows of model {', '.join(sorted(wanted))}",
-                               "check the Model column's values")
-    if limit is not None:
-        rows = rows[:limit]
     too_long: list[int] = []
     if max_context_tokens is not None:
         too_long = sorted(r.line for r in rows if r.input_tokens + r.output_tokens > max_context_tokens)
@@ -222,11 +203,11 @@ def plan_replay(trace: Trace, *, replay_speed: float = 1.0, max_context_tokens: 
     t0 = rows[0].timestamp_s
     out = []
     for i, r in enumerate(rows):
-        spec = RequestSpec(index=i, request_id=f"{id_prefix}{i}", class_name=trace.format,
+        spec = RequestSpec(index=i, request_id=f"t{i}", class_name=trace.format,
                            input_tokens=r.input_tokens, output_tokens=r.output_tokens,
                            block_hashes=tuple(r.hash_ids or ()))
         out.append(TimedRequest(spec=spec, send_at_s=(r.timestamp_s - t0) / replay_speed, row=r))
-    return Replay(requests=tuple(out), too_long_lines=tuple(too_long), failed_lines=trace.failed_rows)
+    return Replay(requests=tuple(out), too_long_lines=tuple(too_long))
 
 
 @dataclass(frozen=True)
