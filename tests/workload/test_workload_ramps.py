@@ -45,11 +45,6 @@ def test_poisson_ramp_arrivals_follow_the_rate():
     assert ramp_arrival_times(ramp, seed=4) != ramp_arrival_times(ramp, seed=3)
 
 
-def test_even_ramp_arrivals():
-    even = ramp_arrival_times(Ramp("linear", 2, 2, 10), seed=None)
-    assert even == pytest.approx([k / 2 for k in range(21)])
-
-
 @settings(max_examples=60, deadline=None)
 @given(kind=st.sampled_from(["linear", "exp"]), a=st.floats(0.5, 50), b=st.floats(0.5, 50), d=st.floats(1, 500),
        x=st.floats(0, 1))

@@ -90,24 +90,14 @@ def parse_ramp(spec: str) -> Ramp:
         raise KneecapError(f"--ramp {spec!r}: {exc.message}", exc.hint) from None
 
 
-def ramp_arrival_times(ramp: Ramp, seed: int | None = 0) -> list[float]:
-    """Send times (s from the ramp's start) of requests whose rate follows the ramp.
-
-    seed given: a non-homogeneous Poisson process by time rescaling (unit-rate exponential gaps in
-    expected-arrival space, mapped back through the inverse); the first request goes at t = 0, as
-    kneecap.workload.arrival_offsets does. seed None: evenly spaced in expected-arrival space
-    (arrival k at the time k arrivals are expected), the deterministic version.
-    """
+def ramp_arrival_times(ramp: Ramp, seed: int = 0) -> list[float]:
+    """Send times (s from the ramp's start) of requests whose rate follows the ramp: a non-homogeneous Poisson
+    process by time rescaling (unit-rate exponential gaps in expected-arrival space, mapped back through the
+    inverse); the first request goes at t = 0, as kneecap.workload.arrival_offsets does."""
     import numpy as np
 
     total = ramp.expected_arrivals(ramp.duration_s)
     out = [0.0]
-    if seed is None:
-        k = 1
-        while k <= total:
-            out.append(ramp.time_of_arrivals(k))
-            k += 1
-        return out
     rng = np.random.default_rng([seed, 7907])
     s = 0.0
     while True:
