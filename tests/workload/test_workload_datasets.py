@@ -34,14 +34,6 @@ def test_sharegpt_v3_layout_first_human_turn_and_its_reply():
     assert entries[2].reply.startswith("Great. Lead with pipelines")
 
 
-def test_sharegpt_vllm_policy_takes_turn_0_and_turn_1():
-    entries = read_dataset(DATA / "sharegpt_v3_shape.json", turns="vllm")
-    # vLLM's ShareGPTDataset: conversations[0] is the prompt, [1] the completion, whatever their roles
-    assert entries[2].prompt.startswith("I can help with your resume")
-    assert entries[2].reply == "A data engineering role at a logistics company."
-    assert len(entries) == 4
-
-
 def test_custom_jsonl_output_len_and_bad_lines(tmp_path):
     path = tmp_path / "c.jsonl"
     path.write_text('{"prompt": "one two three four five", "output_len": 7}\n\n{"prompt": "six seven"}\n')
@@ -74,8 +66,6 @@ def test_sampling_is_seeded_and_oversamples_like_vllm():
     assert a == sample_dataset(entries, 10, words, seed=3)
     assert [r.source_line for r in a.requests] != [r.source_line for r in sample_dataset(entries, 10, words, seed=4).requests]
     assert a.oversampled == 6 and len(a.requests) == 10
-    with pytest.raises(KneecapError, match="only 4 dataset entries"):
-        sample_dataset(entries, 10, words, seed=3, oversample=False)
 
 
 def test_vllm_default_filter_drops_short_and_long_samples():
@@ -85,7 +75,7 @@ def test_vllm_default_filter_drops_short_and_long_samples():
     assert 2 not in {r.source_line for r in sample.requests}
     assert sample.rejected == {"input_too_short": 1} and sample.oversampled == 1
     tight = LengthFilter(max_input_tokens=8, max_output_tokens=20)
-    s2 = sample_dataset(entries, 4, words, length_filter=tight, oversample=True)
+    s2 = sample_dataset(entries, 4, words, length_filter=tight)
     assert all(r.spec.input_tokens <= 8 and r.spec.output_tokens <= 20 for r in s2.requests)
     assert sum(s2.rejected.values()) >= 1
 
@@ -117,13 +107,11 @@ def test_conversation_ending_on_the_human_turn_is_skipped_not_fatal():
     assert sample.requests[0].spec.output_tokens == 3
 
 
-def test_bad_filters_and_policies_are_one_line_errors():
+def test_bad_filters_are_one_line_errors():
     with pytest.raises(KneecapError):
         LengthFilter(min_input_tokens=10, max_input_tokens=5)
     with pytest.raises(KneecapError):
         LengthFilter(max_total_tokens=-1)
-    with pytest.raises(KneecapError):
-        parse_dataset(b"[]", "x", turns="last")
     with pytest.raises(KneecapError, match="holds no prompts"):
         parse_dataset(b"[]", "x")
     with pytest.raises(KneecapError, match="no dataset entry passes"):

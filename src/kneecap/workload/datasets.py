@@ -12,9 +12,9 @@ Layouts read (a JSON array file, or JSONL with one record a line):
   {"id": ..., "conversations": [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}, ...]}.
   vLLM's ShareGPTDataset (vllm/benchmarks/datasets/sharegpt.py, vLLM main 2026, commit 237145e)
   keeps entries with >= 2 turns, takes conversations[0] as the prompt and conversations[1] as the
-  completion whose token count is the output length. turns="vllm" does exactly that; the default
-  turns="first_human" takes the first human/user turn and the turn after it, which is the same
-  pair whenever the conversation opens with the human (and never sends a model reply as a prompt).
+  completion whose token count is the output length. kneecap takes the first human/user turn and the
+  turn after it, which is the same pair whenever the conversation opens with the human (and never
+  sends a model reply as a prompt).
 - custom: {"prompt": "...", "output_len": 128} (output_len optional), vLLM's `custom` dataset.
 - OpenAI chat: {"messages": [{"role": "user", "content": ...}, {"role": "assistant", ...}]}.
 """
@@ -32,7 +32,6 @@ from kneecap.workload import RequestSpec
 
 _USER_ROLES = ("human", "user")
 _REPLY_ROLES = ("gpt", "assistant", "chatgpt", "bard", "bing")
-TURN_POLICIES = ("first_human", "vllm")
 CHARS_PER_TOKEN_ESTIMATE = 4.0  # OpenAI: "one token generally corresponds to ~4 characters of text
 # for common English text" (https://help.openai.com/en/articles/4936856-what-are-tokens-and-how-to-count-them)
 
@@ -66,11 +65,7 @@ def _turn_text(turn: object, key: str) -> str | None:
     return None
 
 
-def _pair(turns: list, role_key: str, text_key: str, policy: str) -> tuple[str | None, str | None]:
-    if policy == "vllm":
-        if len(turns) < 2:
-            return None, None
-        return _turn_text(turns[0], text_key), _turn_text(turns[1], text_key)
+def _pair(turns: list, role_key: str, text_key: str) -> tuple[str | None, str | None]:
     for i, turn in enumerate(turns):
         if isinstance(turn, dict) and turn.get(role_key) in _USER_ROLES and _turn_text(turn, text_key) is not None:
             reply = None
@@ -80,7 +75,7 @@ def _pair(turns: list, role_key: str, text_key: str, policy: str) -> tuple[str |
     return None, None
 
 
-def entry_of_record(obj: object, line: int = 0, turns: str = "first_human") -> DatasetEntry | None:
+def entry_of_record(obj: object, line: int = 0) -> DatasetEntry | None:
     """The DatasetEntry of one parsed record, or None when the record holds no prompt."""
     if not isinstance(obj, dict):
         return None
@@ -94,17 +89,15 @@ def entry_of_record(obj: object, line: int = 0, turns: str = "first_human") -> D
     for key, role_key, text_key in (("conversations", "from", "value"), ("messages", "role", "content")):
         seq = obj.get(key)
         if isinstance(seq, list):
-            text, reply = _pair(seq, role_key, text_key, turns)
+            text, reply = _pair(seq, role_key, text_key)
             return DatasetEntry(prompt=text, reply=reply, line=line, conversation=True) if text else None
     return None
 
 
-def parse_dataset(raw: bytes, source: str = "dataset", turns: str = "first_human") -> list[DatasetEntry]:
+def parse_dataset(raw: bytes, source: str = "dataset") -> list[DatasetEntry]:
     """Every usable entry of a dataset file's bytes, in file order. Bad JSON names the file and line."""
     import orjson
 
-    if turns not in TURN_POLICIES:
-        raise KneecapError(f"unknown ShareGPT turn policy {turns!r}", f"use one of {', '.join(TURN_POLICIES)}")
     numbered: list[tuple[int, object]]
     if raw.lstrip()[:1] == b"[":
         try:
@@ -125,7 +118,7 @@ def parse_dataset(raw: bytes, source: str = "dataset", turns: str = "first_human
     entries: list[DatasetEntry] = []
     for lineno, obj in numbered:
         try:
-            entry = entry_of_record(obj, lineno, turns)
+            entry = entry_of_record(obj, lineno)
         except KneecapError as exc:
             raise KneecapError(f"dataset {source}: {exc.message}", exc.hint) from None
         if entry is not None:
@@ -136,14 +129,14 @@ def parse_dataset(raw: bytes, source: str = "dataset", turns: str = "first_human
     return entries
 
 
-def read_dataset(path: str | Path, turns: str = "first_human") -> list[DatasetEntry]:
+def read_dataset(path: str | Path) -> list[DatasetEntry]:
     """parse_dataset over a file; a missing or unreadable file is a one-line error."""
     p = Path(path)
     try:
         raw = p.read_bytes()
     except OSError as exc:
         raise KneecapError(f"cannot read dataset {p}: {exc.strerror}", "pass an existing JSONL or JSON file") from None
-    return parse_dataset(raw, str(p), turns)
+    return parse_dataset(raw, str(p))
 
 
 @dataclass(frozen=True)
@@ -209,16 +202,14 @@ class DatasetSample:
 
 def sample_dataset(entries: Sequence[DatasetEntry], n: int, count_tokens: TokenCountFn, *, seed: int = 0,
                    length_filter: LengthFilter = NO_FILTER, output_len: int | None = None,
-                   default_output_len: int | None = None, oversample: bool = True,
-                   id_prefix: str = "r", class_name: str = "dataset") -> DatasetSample:
+                   default_output_len: int | None = None) -> DatasetSample:
     """n requests from a dataset, deterministic in (entries, n, seed, count_tokens).
 
     Entries are shuffled with the seed and taken in that order while they pass the filter (as vLLM
     does). Output length: `output_len` when forced; else the entry's output_len; else the reply's
     token count; else `default_output_len`; else a conversation is skipped (counted as no_reply)
     and a {"prompt"} line without output_len is an error. When fewer
-    than n entries pass, the passing ones are drawn again with replacement (vLLM's oversampling)
-    unless oversample=False, which is then a one-line error.
+    than n entries pass, the passing ones are drawn again with replacement (vLLM's oversampling).
     """
     if n < 0:
         raise KneecapError(f"request count must be >= 0, got {n}", "pass a positive --requests")
@@ -261,14 +252,11 @@ def sample_dataset(entries: Sequence[DatasetEntry], n: int, count_tokens: TokenC
         if not picked:
             raise KneecapError(f"no dataset entry passes the length filter ({dict(sorted(rejected.items()))})",
                                "loosen the length filter or use a dataset with shorter turns")
-        if not oversample:
-            raise KneecapError(f"only {len(picked)} dataset entries pass the length filter, {n} requests asked for",
-                               "ask for fewer requests, loosen the filter, or allow oversampling")
         extra = n - len(picked)
         picked.extend(rng.choices(picked, k=extra))
     out = []
     for k, (e, isl, osl) in enumerate(picked):
-        spec = RequestSpec(index=k, request_id=f"{id_prefix}{k}", class_name=class_name, input_tokens=isl, output_tokens=osl)
+        spec = RequestSpec(index=k, request_id=f"r{k}", class_name="dataset", input_tokens=isl, output_tokens=osl)
         out.append(DatasetRequest(spec=spec, prompt=e.prompt, prompt_sha256=prompt_sha256(e.prompt), source_line=e.line))
     return DatasetSample(requests=tuple(out), rejected=dict(sorted(rejected.items())), oversampled=extra)
 
