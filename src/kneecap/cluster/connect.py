@@ -87,7 +87,6 @@ class RayConnection:
     """This process's connection to a cluster; `close()` disconnects (and stops an in-process `local` one)."""
 
     address: str  # as the user named it (auto, local, HOST:PORT)
-    cluster_address: str | None  # the head's address Ray resolved
     ray: object
 
     def alive_nodes(self) -> list[dict]:
@@ -101,7 +100,7 @@ class RayConnection:
             self.ray.shutdown()
 
 
-def connect(address: str, *, runtime_env: dict | None = None, num_cpus: int | None = None) -> RayConnection:
+def connect(address: str) -> RayConnection:
     """ray.init for `--ray ADDRESS`. Ray replaces the process's SIGTERM handler in ray.init: the caller's
     handler is put back, so SIGTERM still stops a bench run the way it does without Ray."""
     import logging
@@ -113,18 +112,15 @@ def connect(address: str, *, runtime_env: dict | None = None, num_cpus: int | No
         hint = "set RAY_ADDRESS=HOST:PORT of the cluster's head (or pass --ray HOST:PORT, or --ray local)"
     else:
         hint = "check the head's address and port (ray status --address HOST:PORT), or pass --ray local"
-    kwargs: dict = dict(address=given, logging_level=logging.WARNING, log_to_driver=False,
-                        include_dashboard=False if given == "local" else None, runtime_env=runtime_env)
+    kwargs: dict = dict(address=given, logging_level=logging.WARNING, log_to_driver=False)
     if given == "local":
-        kwargs["num_cpus"] = num_cpus
-    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        kwargs["include_dashboard"] = False
     previous_term = signal.getsignal(signal.SIGTERM)
     try:
-        context = ray.init(**kwargs)
+        ray.init(**kwargs)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise KneecapError(f"cannot connect to the Ray cluster at {given!r} ({' '.join(str(exc).split())[:200]})", hint) from None
     finally:
         if previous_term is not None:
             signal.signal(signal.SIGTERM, previous_term)
-    cluster_address = getattr(context, "address_info", {}).get("gcs_address") if context is not None else None
-    return RayConnection(address=given, cluster_address=cluster_address, ray=ray)
+    return RayConnection(address=given, ray=ray)

@@ -223,18 +223,22 @@ class ActorPool:
                 samples[a.index].append((sent, remote, time.perf_counter()))
         return {i: estimate_offset(rows) for i, rows in samples.items()}
 
-    def _barrier(self, actors: list[_Actor]) -> dict[int, ClockOffset]:
-        """Every actor answers (else it is lost and dropped), then the clock offsets of those that did."""
-        ray = self._ray
-        refs = {a.handle.hello.remote(): a for a in actors}
-        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=BARRIER_TIMEOUT_S)
-        for ref in set(refs) - set(ready):
-            self._drop(refs[ref])
+    def _failed(self, refs) -> set:
+        """Those of `refs` that gave no answer within BARRIER_TIMEOUT_S, or raised."""
+        ready, _ = self._ray.wait(list(refs), num_returns=len(refs), timeout=BARRIER_TIMEOUT_S)
+        failed = set(refs) - set(ready)
         for ref in ready:
             try:
-                ray.get(ref)
+                self._ray.get(ref)
             except Exception:
-                self._drop(refs[ref])
+                failed.add(ref)
+        return failed
+
+    def _barrier(self, actors: list[_Actor]) -> dict[int, ClockOffset]:
+        """Every actor answers (else it is lost and dropped), then the clock offsets of those that did."""
+        refs = {a.handle.hello.remote(): a for a in actors}
+        for ref in self._failed(refs):
+            self._drop(refs[ref])
         live = [a for a in actors if a.alive]
         if not live:
             raise KneecapError(f"every client actor on the Ray cluster at {self._conn.address} is gone",
@@ -262,13 +266,7 @@ class ActorPool:
         run_id = self._runs
         started = {a.handle.start.remote(run_id, dataclasses.replace(share, epoch=offsets[a.index].to_remote(share.epoch)),
                                          offsets[a.index].to_remote(start_at)): a for a, share in zip(actors, shares)}
-        ready, _ = ray.wait(list(started), num_returns=len(started), timeout=BARRIER_TIMEOUT_S)
-        failed_start = set(started) - set(ready)
-        for ref in ready:
-            try:
-                ray.get(ref)
-            except Exception:
-                failed_start.add(ref)
+        failed_start = self._failed(started)
 
         results: dict[int, tuple] = {}
         outstanding: dict[int, object] = {}  # actor index -> its poll in flight
@@ -343,16 +341,13 @@ class ActorPool:
     # -- the end ---------------------------------------------------------------------------
     def _drop(self, actor: _Actor) -> None:
         actor.alive = False
-        try:
-            self._ray.kill(actor.handle, no_restart=True)
-        except Exception:  # already gone
-            pass
+        self._kill([actor.handle])
 
     def _kill(self, handles) -> None:
         for h in handles:
             try:
                 self._ray.kill(h, no_restart=True)
-            except Exception:
+            except Exception:  # already gone
                 pass
 
     def close(self) -> None:
