@@ -49,7 +49,7 @@ class TruncatedError(Exception):
 class ChunkDecoder:
     """Incremental decoder of chunked transfer coding; feed() returns the payload pieces."""
 
-    __slots__ = ("_state", "_remaining", "_pending", "ended", "leftover")
+    __slots__ = ("_state", "_remaining", "_pending", "ended")
     _SIZE, _DATA, _DATA_CRLF, _TRAILER, _DONE = range(5)
 
     def __init__(self) -> None:
@@ -57,7 +57,6 @@ class ChunkDecoder:
         self._remaining = 0
         self._pending = b""
         self.ended = False
-        self.leftover = b""
 
     def at_chunk_start(self) -> bool:
         """True when the next byte starts a chunk-size line (no partial state held)."""
@@ -137,10 +136,8 @@ class ChunkDecoder:
                 if empty:
                     self._state = self._DONE
                     self.ended = True
-                    self.leftover = data[i:]
                     break
             else:  # done: anything more is not part of this message
-                self.leftover = data[i:]
                 break
         return out
 

@@ -58,10 +58,6 @@ class Prompt:
             content = tuple(int(t) for t in content)
         return cls(content, num_tokens, prompt_sha256(content))
 
-    @property
-    def text(self) -> str | None:
-        return self.content if isinstance(self.content, str) else None
-
 
 class PromptSource(Protocol):
     """Anything that gives the prompt for a request."""
@@ -268,15 +264,8 @@ class LocalTokenizer:
         self.path, self.add_special_tokens = state["path"], state["add_special_tokens"]
         self._tok = self._load()
 
-    @property
-    def vocab_size(self) -> int:
-        return self._tok.get_vocab_size(with_added_tokens=True)
-
     def count(self, text: str) -> int:
         return len(self._tok.encode(text, add_special_tokens=self.add_special_tokens).ids)
-
-    def encode(self, text: str) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=self.add_special_tokens).ids
 
 
 class ServerTokenizer:

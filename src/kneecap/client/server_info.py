@@ -244,7 +244,7 @@ def _json(answer: tuple[int, bytes] | None) -> Any:
         return None
 
 
-async def fetch_server_info_async(base_url: str, api_key: str | None = None, timeout_s: float = 5.0, session=None) -> ServerInfo:
+async def fetch_server_info_async(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> ServerInfo:
     """Ask the server (all endpoints at once). Raises KneecapError only if nothing answered at all."""
     import aiohttp
 
@@ -252,15 +252,9 @@ async def fetch_server_info_async(base_url: str, api_key: str | None = None, tim
     if not root.startswith(("http://", "https://")):
         raise KneecapError(f"server URL {base_url!r} is not an http(s) URL", "pass e.g. --server http://127.0.0.1:8000")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    own = session is None
-    if own:
-        session = aiohttp.ClientSession()
-    try:
-        paths = ("/v1/models", "/version", "/metrics", "/get_server_info", "/props", "/slots")
+    paths = ("/v1/models", "/version", "/metrics", "/get_server_info", "/props", "/slots")
+    async with aiohttp.ClientSession() as session:
         answers = await asyncio.gather(*(_get(session, root + p, headers, timeout_s) for p in paths))
-    finally:
-        if own:
-            await session.close()
     if all(a is None for a in answers):
         raise KneecapError(f"cannot reach a server at {root}", "check the URL and that the server is up, or pass --kv-tokens N")
     got = dict(zip(paths, answers))

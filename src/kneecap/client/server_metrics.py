@@ -231,7 +231,7 @@ def summarize_samples(samples: list[MetricsSample], num_failed: int = 0) -> Leve
 class MetricsPoller:
     """Samples GET {base_url}/metrics every interval_s while a level runs.
 
-        poller = MetricsPoller(base_url, 1.0, session=client.session)
+        poller = MetricsPoller(base_url, 1.0)
         poller.start()            # takes a first sample right away
         ... run the level ...
         level_metrics = await poller.stop()   # takes a last sample, returns the summary
@@ -240,33 +240,24 @@ class MetricsPoller:
     scraping never raises into the level.
     """
 
-    def __init__(self, base_url: str, interval_s: float = 1.0, *, api_key: str | None = None, session=None,
-                 timeout_s: float = 2.0):
-        if not interval_s > 0:
-            from kneecap.errors import KneecapError
-
-            raise KneecapError(f"metrics interval must be positive, got {interval_s}", "pass e.g. 1.0 seconds")
+    def __init__(self, base_url: str, interval_s: float = 1.0, *, api_key: str | None = None, timeout_s: float = 2.0):
         self.url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._session = session
-        self._own_session = None
+        self._session = None  # its own, opened at the first scrape
         self._task: asyncio.Task | None = None
         self.samples: list[MetricsSample] = []
         self.failed = 0
 
-    def __repr__(self) -> str:
-        return f"MetricsPoller({self.url!r}, interval_s={self.interval_s})"
-
     async def scrape(self) -> MetricsSample | None:
         import aiohttp
 
-        session = self._session or self._own_session
-        if session is None:
-            self._own_session = session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=2))
+        if self._session is None:
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=2))
         try:
-            async with session.get(self.url, headers=self._headers, timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as resp:
+            timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+            async with self._session.get(self.url, headers=self._headers, timeout=timeout) as resp:
                 if resp.status != 200:
                     self.failed += 1
                     return None
@@ -290,7 +281,7 @@ class MetricsPoller:
         await cancel_and_wait(self._task)
         self._task = None
         await self.scrape()
-        if self._own_session is not None:
-            await self._own_session.close()
-            self._own_session = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
         return summarize_samples(self.samples, self.failed)
