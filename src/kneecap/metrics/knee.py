@@ -60,8 +60,7 @@ def _usable(levels: Sequence[Mapping], key: str) -> list[tuple[float, float, Map
     return points
 
 
-def find_knee(levels: Sequence[Mapping], key: str = "concurrency",
-              gain_threshold: float = GAIN_PER_DOUBLING) -> dict | None:
+def find_knee(levels: Sequence[Mapping], key: str = "concurrency") -> dict | None:
     """The knee {key: x, output_tok_s, rule, kind: 'saturation'|'collapse'} or None.
 
     Levels without a numeric positive load value or without output_tok_s, and levels marked
@@ -75,21 +74,21 @@ def find_knee(levels: Sequence[Mapping], key: str = "concurrency",
             continue
         later = points[i + 1:]
         gains = [gain_per_doubling(x_a, y_a, x_b, y_b) for x_b, y_b, _ in later]
-        if max(gains) >= gain_threshold:
+        if max(gains) >= GAIN_PER_DOUBLING:
             continue
         x_n, y_n, nxt = later[0]
         falls = y_n < y_a
         latency = _latency_grows(a, nxt)
         if not (falls or latency):
             continue
-        collapse = y_n < y_a * (1.0 - gain_threshold)
+        collapse = y_n < y_a * (1.0 - GAIN_PER_DOUBLING)
         step = f"{key} {x_a:g} -> {x_n:g}"
         if collapse:
             rule = (f"collapse: output throughput fell {100 * (1 - y_n / y_a):.1f}% ({step}); "
-                    f"no later level gains >= {100 * gain_threshold:g}% per doubling of load")
+                    f"no later level gains >= {100 * GAIN_PER_DOUBLING:g}% per doubling of load")
         else:
             why = "p50 latency rose" if latency else "output throughput fell"
             rule = (f"saturation: best later gain {100 * max(gains):.1f}% per doubling of load "
-                    f"(< {100 * gain_threshold:g}%) while {why} ({step})")
+                    f"(< {100 * GAIN_PER_DOUBLING:g}%) while {why} ({step})")
         return {key: a.get(key), "output_tok_s": y_a, "rule": rule, "kind": "collapse" if collapse else "saturation"}
     return None
