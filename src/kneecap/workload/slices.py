@@ -10,7 +10,7 @@ Pure over the records so far; the level runner decides when to call it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from kneecap.errors import KneecapError
@@ -54,7 +54,7 @@ def time_slices(records: Sequence[RequestRecord], slice_s: float, t0: float | No
 
 
 def slice_metrics(records: Sequence[RequestRecord], slice_s: float, *, ramp: Ramp | None = None,
-                  t0: float | None = None, slo=None, num_slices: int | None = None) -> list[dict]:
+                  t0: float | None = None, num_slices: int | None = None) -> list[dict]:
     """One summarize_level summary per time slice (duration = the slice), with the ramp's load at its middle.
 
     Each entry: {index, start_s, end_s, load, summary}. load is ramp.value_at(middle - t0) when a
@@ -68,7 +68,7 @@ def slice_metrics(records: Sequence[RequestRecord], slice_s: float, *, ramp: Ram
     out = []
     for s in slices:
         mid = (s.start_s + s.end_s) / 2 - origin
-        summary = summarize_level(s.records, duration_s=slice_s, slo=slo) if s.records else None
+        summary = summarize_level(s.records, duration_s=slice_s) if s.records else None
         out.append({"index": s.index, "start_s": s.start_s, "end_s": s.end_s,
                     "load": ramp.value_at(mid) if ramp is not None else None, "summary": summary})
     return out
@@ -140,35 +140,31 @@ def p99_stable(records: Sequence[RequestRecord], window_s: float, *, windows: in
                    else None)
     verdict = StableP99(False, "", ends, tuple(ttft), tuple(itl))
     if count < windows + 1:
-        return _with(verdict, False, f"{count} whole windows of {window_s:g} s so far, {windows + 1} needed")
+        return replace(verdict, why=f"{count} whole windows of {window_s:g} s so far, {windows + 1} needed")
     for name, series in (("TTFT", ttft), ("ITL", itl)):
         tail = series[-(windows + 1):]
         if any(v is None for v in tail):
-            return _with(verdict, False, f"fewer than {min_samples} {name} samples in a compared window")
+            return replace(verdict, why=f"fewer than {min_samples} {name} samples in a compared window")
         for prev, cur in zip(tail, tail[1:]):
             moved = abs(cur - prev) / prev if prev > 0 else (0.0 if cur == prev else math.inf)
             if moved >= rel_tol:
-                return _with(verdict, False, f"p99 {name} moved {moved:.1%} in a window (tolerance {rel_tol:.0%})")
-    return _with(verdict, True, f"p99 TTFT and ITL moved < {rel_tol:.0%} over the last {windows} windows")
-
-
-def _with(v: StableP99, stable: bool, why: str) -> StableP99:
-    return StableP99(stable, why, v.window_ends_s, v.ttft_p99_ms, v.itl_p99_ms)
+                return replace(verdict, why=f"p99 {name} moved {moved:.1%} in a window (tolerance {rel_tol:.0%})")
+    return replace(verdict, stable=True, why=f"p99 TTFT and ITL moved < {rel_tol:.0%} over the last {windows} windows")
 
 
 RAMP_SLICES = 10  # a ramp's metrics in this many equal time slices
 
 
 def ramp_slices(records: Sequence[RequestRecord], ramp: Ramp, *, dimension: str = "rate",
-                slices: int = RAMP_SLICES, t0: float | None = None) -> list[dict]:
-    """A ramp's level cut into `slices` slices by send time: the target load at each slice's middle
+                t0: float | None = None) -> list[dict]:
+    """A ramp's level cut into RAMP_SLICES slices by send time: the target load at each slice's middle
     (target_rate in requests/s, or target_concurrency in streams) and what the slice's requests saw.
     The rows summary.json's level carries under `slices`, for simulate and bench alike."""
     key = "target_rate" if dimension == "rate" else "target_concurrency"
     rows = []
-    for row in slice_metrics([r for r in records if not r.warmup], ramp.duration_s / slices, ramp=ramp, t0=t0,
-                             num_slices=slices):
-        # exactly `slices` rows: an empty last slice is a row with 0 requests; a request whose send stamp fell a
+    for row in slice_metrics([r for r in records if not r.warmup], ramp.duration_s / RAMP_SLICES, ramp=ramp, t0=t0,
+                             num_slices=RAMP_SLICES):
+        # exactly RAMP_SLICES rows: an empty last slice is a row with 0 requests; a request whose send stamp fell a
         # hair after the ramp's end is not the ramp's
         s = row["summary"] or {}
         rows.append({"index": row["index"], "start_s": row["start_s"], "end_s": row["end_s"],
