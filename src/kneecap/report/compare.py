@@ -14,7 +14,7 @@ from kneecap.report import numbers as fmt
 from kneecap.report import plots
 from kneecap.report.document import Block, Cell, Document, Figure, Heading, KeyValues, Paragraph, Table
 from kneecap.report.glossary import COMPARE_TERMS, glossary
-from kneecap.report.levels import levels_of, load_axis, load_value
+from kneecap.report.levels import frontier_points, levels_of, load_axis, load_value
 from kneecap.report.load import SWEEP_KINDS, Results
 from kneecap.report.provenance import command_text, source_banner
 
@@ -143,10 +143,7 @@ def _series(results: Results) -> tuple[list[tuple[float, float]], list[tuple[flo
     levels = levels_of(results.summary)
     thr = [(load_value(lv, i), float(lv["output_tok_s"])) for i, lv in enumerate(levels)
            if fmt.is_number(lv.get("output_tok_s"))]
-    front = [(float(lv["tpot_ms"]["p99"]), float(lv["output_tok_s"]), fmt.load_text(lv)) for lv in levels
-             if isinstance(lv.get("tpot_ms"), dict) and fmt.is_number(lv["tpot_ms"].get("p99"))
-             and fmt.is_number(lv.get("output_tok_s"))]
-    return thr, front
+    return thr, frontier_points(levels)
 
 
 def compare_document(a: Results, b: Results) -> Document:
@@ -174,9 +171,10 @@ def compare_document(a: Results, b: Results) -> Document:
         blocks.append(Paragraph("No load level appears in both runs: nothing to compare level by level.", "warning"))
     load_name, load_unit = load_axis(levels_of(a.summary) or levels_of(b.summary))
     (thr_a, front_a), (thr_b, front_b) = _series(a), _series(b)
-    figs = [Figure("throughput", f"Output throughput vs {load_name}: A and B",
-                   png) for png in [plots.throughput_series([(f"A: {a.name}", thr_a), (f"B: {b.name}", thr_b)],
-                                                            load_name, load_unit)] if png]
+    figs = [Figure("throughput", f"Output throughput vs {load_name}: A and B", png)
+            for png in [plots.series_vs_load([(f"A: {a.name}", thr_a), (f"B: {b.name}", thr_b)], load_name, load_unit,
+                                             "output throughput (tok/s)",
+                                             f"Output throughput vs {load_name}, run by run")] if png]
     figs += [Figure("frontier", "Throughput–latency frontier: A and B", png)
              for png in [plots.frontier([(f"A: {a.name}", front_a), (f"B: {b.name}", front_b)])] if png]
     if figs:

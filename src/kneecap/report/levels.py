@@ -6,7 +6,7 @@ Tolerant by design: keys another driver version may not write are optional, neve
 
 from __future__ import annotations
 
-from kneecap.report.numbers import is_number, load_label
+from kneecap.report.numbers import is_number, load_label, load_text
 from kneecap.report.plots import LoadPoint
 
 LATENCY_KEYS = ("ttft_ms", "ttft_answer_ms", "itl_ms", "tpot_ms", "e2e_ms", "ttft_from_scheduled_ms",
@@ -197,6 +197,13 @@ def points_of(levels: list[dict]) -> list[LoadPoint]:
     return points
 
 
+def frontier_points(levels: list[dict]) -> list[tuple[float, float, str]]:
+    """(p99 TPOT ms, output tok/s, load) of every level that has both: the throughput-latency frontier."""
+    return [(float(lv["tpot_ms"]["p99"]), float(lv["output_tok_s"]), load_text(lv)) for lv in levels
+            if isinstance(lv.get("tpot_ms"), dict) and is_number(lv["tpot_ms"].get("p99"))
+            and is_number(lv.get("output_tok_s"))]
+
+
 def _fraction(value: object) -> float | None:
     """KV usage as a fraction; a value above 1 is read as a percentage."""
     if not is_number(value):
@@ -262,8 +269,6 @@ def level_panels(rows: tuple | list, summary: dict, levels: list[dict], max_pane
         if series is None:
             continue
         if level is not None:
-            from kneecap.report.numbers import load_text
-
             label = load_text(level)
         else:
             label = f"level {key}" if key is not None else "whole run"

@@ -61,6 +61,11 @@ def _figure(nrows: int = 1, ncols: int = 1, height_in: float = HEIGHT_IN, width_
     return fig, axes
 
 
+def _one_panel():
+    fig, axes = _figure()
+    return fig, axes[0][0]
+
+
 _FIGURE_SINKS: list[list] = []  # the lists keep_figures() handed out, while their blocks run
 
 
@@ -121,8 +126,7 @@ def throughput_vs_load(points: Sequence[LoadPoint], load_name: str, load_unit: s
     pts = [p for p in points if p.output_tok_s is not None]
     if not pts:
         return None
-    fig, axes = _figure()
-    ax = axes[0][0]
+    fig, ax = _one_panel()
     xs = [p.load for p in pts]
     ax.plot(xs, [p.output_tok_s for p in pts], marker="o", color=PALETTE[0], label="output throughput")
     bad = [p for p in pts if p.suspect]
@@ -187,8 +191,7 @@ def frontier(series: Sequence[tuple[str, Sequence[tuple[float, float, str]]]]) -
     usable = [(name, pts) for name, pts in series if pts]
     if not usable:
         return None
-    fig, axes = _figure()
-    ax = axes[0][0]
+    fig, ax = _one_panel()
     labels = []
     for i, (name, pts) in enumerate(usable):
         color = PALETTE[i % len(PALETTE)]
@@ -339,8 +342,7 @@ def peaks_vs_load(points: Sequence[LoadPoint], load_name: str, load_unit: str) -
     pts = [p for p in points if p.kv_usage_max is not None or p.waiting_max is not None]
     if not any(v for p in pts for v in (p.kv_usage_max, p.waiting_max, p.running_max)):
         return None  # nothing but zeros: the server's metrics saw no load, a chart would only mislead
-    fig, axes = _figure()
-    ax = axes[0][0]
+    fig, ax = _one_panel()
     handles = []
     kv = [(p.load, p.kv_usage_max * 100) for p in pts if p.kv_usage_max is not None]
     if kv:
@@ -369,8 +371,7 @@ def tokens_per_chunk_histogram(chunk_token_counts: Mapping[int, int]) -> bytes |
     counts = sorted((int(k), int(n)) for k, n in chunk_token_counts.items() if k > 0 and n > 0)
     if not counts:
         return None
-    fig, axes = _figure()
-    ax = axes[0][0]
+    fig, ax = _one_panel()
     total = sum(n for _, n in counts)
     top = counts[-1][0]
     if top <= 64:
@@ -401,8 +402,7 @@ def series_vs_load(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], 
     usable = [(name, pts) for name, pts in series if pts]
     if not usable:
         return None
-    fig, axes = _figure()
-    ax = axes[0][0]
+    fig, ax = _one_panel()
     loads: list[float] = []
     for i, (name, pts) in enumerate(usable):
         ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", color=PALETTE[i % len(PALETTE)], label=name)
@@ -421,13 +421,6 @@ def series_vs_load(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], 
     return _png(fig)
 
 
-def throughput_series(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], load_name: str,
-                      load_unit: str) -> bytes | None:
-    """Output tok/s vs load for several runs on one axis: series = (name, [(load, tok/s), ...])."""
-    return series_vs_load(series, load_name, load_unit, "output throughput (tok/s)",
-                          f"Output throughput vs {load_name}, run by run")
-
-
 @_plain_text
 def recommend_pareto(points: Sequence[tuple[float, float, str]], frontier_points: Sequence[tuple[float, float, str]],
                      xlabel: str, ylabel: str, title: str, *, log_x: bool = False) -> bytes | None:
@@ -439,8 +432,7 @@ def recommend_pareto(points: Sequence[tuple[float, float, str]], frontier_points
     pts = [p for p in points if p[0] is not None and p[1] is not None]
     if not pts:
         return None
-    fig, axes = _figure()
-    ax = axes[0][0]
+    fig, ax = _one_panel()
     ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=12, color="#8c959f", label=f"evaluated candidates ({len(pts)})")
     fr = sorted(p for p in frontier_points if p[0] is not None and p[1] is not None)
     if fr:
@@ -476,8 +468,7 @@ def find_max_search(probes: Sequence[SearchProbe], stat_key: str, limit: float, 
     drawn = [p for p in probes if isinstance(p.value, (int, float))]
     if not drawn:
         return None
-    fig, axes = _figure(1, 1)
-    ax = axes[0][0]
+    fig, ax = _one_panel()
     for met, color, label in ((True, PALETTE[2], "met the SLO"), (False, PALETTE[1], "failed the SLO")):
         pts = [p for p in drawn if p.met is met]
         if pts:

@@ -9,9 +9,9 @@ from kneecap.report import numbers as fmt
 from kneecap.report import plots
 from kneecap.report.document import Block, Cell, Document, Figure, Heading, KeyValues, Paragraph, Table
 from kneecap.report.glossary import SWEEP_TERMS, glossary
-from kneecap.report.levels import (LATENCY_KEYS, LATENCY_LABELS, client_stats, is_suspect, knee_load, level_panels,
-                                   levels_of, load_axis, parse_slo, points_of, preflight_limit, preflight_verdict,
-                                   slo_spec, suspect_reason)
+from kneecap.report.levels import (LATENCY_KEYS, LATENCY_LABELS, client_stats, frontier_points, is_suspect, knee_load,
+                                   level_panels, levels_of, load_axis, parse_slo, points_of, preflight_limit,
+                                   preflight_verdict, slo_spec, suspect_reason)
 from kneecap.report.load import RecordDigest, Results
 from kneecap.report.provenance import flatten, manifest_blocks, missing_block, source_banner
 
@@ -227,10 +227,8 @@ def figures(results: Results, levels: list[dict], limit: float | None) -> list[F
         plots.latency_vs_load(points, load_name, load_unit, PLOT_LATENCIES, parse_slo(slo_spec(summary))),
         "Black dash-dot lines are the SLO limits declared for the run." if parse_slo(slo_spec(summary)) else
         "No latency SLO was declared for this run.")
-    frontier_pts = [(lv["tpot_ms"]["p99"], lv["output_tok_s"], fmt.load_text(lv)) for lv in levels
-                    if isinstance(lv.get("tpot_ms"), dict) and fmt.is_number(lv["tpot_ms"].get("p99"))
-                    and fmt.is_number(lv.get("output_tok_s"))]
-    add("frontier", "Throughput–latency frontier", plots.frontier([(subject or results.name, frontier_pts)]))
+    add("frontier", "Throughput–latency frontier",
+        plots.frontier([(subject or results.name, frontier_points(levels))]))
     panels = level_panels(results.trace, summary, levels) if results.trace else []
     source = "simulator trace"
     if not panels and results.timeline:
