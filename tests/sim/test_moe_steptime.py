@@ -35,7 +35,7 @@ def test_moe_block_is_two_grouped_gemms_plus_the_activation_and_combine_passes()
     elem = act * (3 * inter * load + h * load + h * t) / st.byte_rate  # silu_and_mul, moe_sum
     assert st._moe_seconds(t) == pytest.approx((gemms + elem) * st.num_moe_layers)
     # the passes are real time: more than the old single max(compute, all bytes) over the block
-    old = max(c, w + st.expert_act_bytes * load / st.byte_rate) * st.num_moe_layers
+    old = max(c, w + act * (2 * h + 3 * inter) * load / st.byte_rate) * st.num_moe_layers
     assert st._moe_seconds(t) > old * 1.2
 
 

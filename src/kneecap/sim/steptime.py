@@ -90,11 +90,12 @@ from __future__ import annotations
 
 import copy
 import math
+from bisect import bisect_left
 from dataclasses import dataclass, fields, replace
 
 from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
-from kneecap.model.kv import kv_bytes_per_token_per_gpu, kv_dtype_bytes, kv_heads_per_gpu, state_bytes_per_sequence
+from kneecap.model.kv import kv_dtype_bytes, kv_heads_per_gpu, state_bytes_per_sequence
 from kneecap.sim.efficiency import Efficiency, curve_at, efficiency_for
 
 # NCCL ring all-reduce, LL protocol, latency per hop in seconds (NCCL src/graph/tuning.cc hwLat, Ring/LL).
@@ -179,11 +180,6 @@ def _peak(gpu, cls: str) -> float:
     return {"bf16": gpu.bf16_flops, "fp8": gpu.fp8_flops, "fp4": gpu.fp4_flops}[cls]
 
 
-def gemm_flops(deployment: Deployment) -> float:
-    """Dense peak FLOP/s per GPU for the GEMM dtype implied by the weight dtype (see module docstring)."""
-    return _peak(deployment.gpu, gemm_class(deployment))
-
-
 def run_part_dtypes(deployment: Deployment) -> dict[str, str]:
     """The dtype each part's weights are read and multiplied in, as the plan's ledger prices them
     (kneecap.plan.build): as shipped when the deployment's dtype is the checkpoint's own (that of its largest part,
@@ -242,17 +238,15 @@ class StepTimeModel:
             ep = max(ep, tp)
         self.ep, self.dp_attention = ep, dp_attention
         self.efficiency = eff = efficiency or efficiency_for(gpu.name, gpu.interconnect)
-        cls = gemm_class(deployment)
-        self.flop_rate = gemm_flops(deployment) * eff.gemm(cls) * params.mfu  # GEMM FLOP/s (flat, best shape)
-        # by the GEMM's rows where a kernel table measured it (efficiency.json gemm_<dtype>_by_m); None: flat
-        self.gemm_peak = gemm_flops(deployment) * params.mfu
-        self.gemm_curve = eff.gemm_curve(cls)
         # each GEMM group runs on the tensor-core path of its own weights' dtype (run_part_dtypes): a ModelOpt
         # NVFP4 checkpoint's LM head, gpt-oss's attention, every checkpoint's router are bf16 GEMMs
         dtypes = {k: v.lower() for k, v in run_part_dtypes(deployment).items()}
-        self.cls = cls
+        # per path: GEMM FLOP/s flat (best shape), the peak, and the fraction of it by the GEMM's rows where a kernel
+        # table measured it (efficiency.json gemm_<dtype>_by_m; None: flat); the weight dtype's path as attributes
         self._rates = {c: (_peak(gpu, c) * eff.gemm(c) * params.mfu, _peak(gpu, c) * params.mfu, eff.gemm_curve(c))
                        for c in ("bf16", "fp8", "fp4") if _peak(gpu, c)}
+        self.cls = gemm_class(deployment)
+        self.flop_rate, self.gemm_peak, self.gemm_curve = self._rates[self.cls]
         from kneecap.model.params import param_breakdown
 
         pcount = param_breakdown(model)  # params per part, whole model (GEMM FLOPs = 2 x params x tokens)
@@ -318,7 +312,6 @@ class StepTimeModel:
             moe_tp = max(1, tp // ep) if ep > 1 else tp
             self.expert_bytes = per_expert_all / moe_tp
             self.expert_params = model.expert_params * pscale / moe_tp
-            self.expert_act_bytes = act * (2 * h + 3 * model.expert_params / (3 * h) / moe_tp)
             self.expert_inter = model.expert_params / (3 * h) / moe_tp  # an expert's intermediate width on this GPU
             # 4-bit experts run weight-only (W4A16) without FP4 hardware: their own weight-streaming rate where measured
             expert_dtype = dtypes.get("routed_experts", deployment.weight_dtype.lower())
@@ -326,7 +319,7 @@ class StepTimeModel:
                 self.expert_byte_rate = gpu.hbm_bandwidth_bytes_s * eff.moe_w4a16_hbm * params.bw_efficiency
         else:
             self.num_moe_layers = 0
-            self.expert_bytes = self.expert_params = self.expert_act_bytes = self.expert_inter = 0.0
+            self.expert_bytes = self.expert_params = self.expert_inter = 0.0
         self.hidden = h
 
         # --- kernels per step (module docstring: counted from the engines' decoder-layer forwards) ------
@@ -373,9 +366,6 @@ class StepTimeModel:
         self.window = model.sliding_window or 0
         # each GPU attends 1/tp of the sequences under DP attention (heads are whole there)
         self.attn_share = 1.0 / tp if dp_attention else 1.0
-        # legacy aggregate (kept for callers that read it): KV bytes per cached token per GPU, all layers
-        self.kv_full_bytes_per_token = kv_bytes_per_token_per_gpu(model, kv_b, tp, 1) - self.b_win
-        self.kv_window_bytes_per_token = self.b_win
 
         # --- communication --------------------------------------------------------------------------
         self.act_bytes_per_token = float(h * act)
@@ -397,13 +387,8 @@ class StepTimeModel:
         else:
             self.a2a_latency_s = self.a2a_s_per_token = 0.0
         self.pp = pp
-        if pp > 1:
-            pp_link = max(link, 1.0)
-            self.pp_latency_s = (pp - 1) * (params.allreduce_base_latency_s + hop)
-            self.pp_s_per_byte = (pp - 1) / pp_link
-        else:
-            self.pp_latency_s = 0.0
-            self.pp_s_per_byte = 0.0
+        self.pp_latency_s = (pp - 1) * (params.allreduce_base_latency_s + hop) if pp > 1 else 0.0
+        self.pp_s_per_byte = (pp - 1) / max(link, 1.0) if pp > 1 else 0.0
         # decoder layers per stage as fractions of all of them (module docstring, PP): the largest stage holds
         # ceil(L / pp) layers, the last one floor(L / pp) plus the final norm, LM head and sampling
         self.pp_stage_max_frac = math.ceil(n_layers / pp) / n_layers if n_layers else 1.0
@@ -419,7 +404,7 @@ class StepTimeModel:
         if profile is None:
             return self
         sizes = tuple(sorted(profile.cudagraph_sizes))
-        fixed = self.params.overhead_s if getattr(profile, "cpu_fixed_s", None) is None else profile.cpu_fixed_s
+        fixed = self.params.overhead_s if profile.cpu_fixed_s is None else profile.cpu_fixed_s
         if (self.cpu_per_seq_s, self.overlap_cpu, self.graph_sizes, self.overhead_s) == \
                 (profile.cpu_per_seq_s, profile.overlap_cpu, sizes, fixed):
             return self
@@ -432,17 +417,6 @@ class StepTimeModel:
     def distinct_experts(self, num_tokens: float) -> float:
         e, k = self.num_experts, self.top_k
         return e * (1.0 - (1.0 - k / e) ** num_tokens) if num_tokens > 0 else 0.0
-
-    def weight_bytes_touched(self, num_tokens: float) -> float:
-        """Weight bytes read per GPU by a step of `num_tokens` tokens (MoE: expected distinct experts)."""
-        if num_tokens <= 0:
-            return 0.0
-        if not self.num_moe_layers:
-            return self.dense_weight_bytes
-        hit = self.distinct_experts(num_tokens)
-        if self.ep > 1:
-            hit /= self.ep
-        return self.dense_weight_bytes + self.expert_bytes * hit * self.num_moe_layers
 
     def comm_seconds(self, num_tokens: float) -> float:
         """TP all-reduces, EP all-to-alls and PP sends of one pass over `num_tokens` tokens."""
@@ -532,10 +506,7 @@ class StepTimeModel:
         """GEMM rows of a pure-decode step under CUDA graphs: padded up to the next capture size."""
         if num_tokens != num_seqs or not self.graph_sizes or num_tokens > self.graph_sizes[-1]:
             return num_tokens
-        for size in self.graph_sizes:
-            if size >= num_tokens:
-                return size
-        return num_tokens
+        return self.graph_sizes[bisect_left(self.graph_sizes, num_tokens)]
 
     def _cpu(self, s: float, m: int) -> float:
         # under DP attention every rank runs its own scheduler over its own 1/tp of the sequences, in parallel
@@ -602,9 +573,7 @@ class StepTimeModel:
         if num_seqs <= 0 or spec_tokens <= 0:
             return 0.0
         n = float(num_seqs)
-        hc = 2.0 * self.head_params * n / self.gemm_rate(n, self.cls_head)
-        hm = self.head_bytes / self.gemm_byte_rate + self.sample_bytes_per_seq * n / self.byte_rate
-        head = hc if hc > hm else hm
+        head = self._head_seconds(0.0, n)  # the LM head and sampling over the n rows, no embedding gather
         body = self._fixed_seconds(n, n, n) - self.comm_seconds(n) - head - self.embed_bytes_per_token * n / self.byte_rate
         layer = body / max(1, self.deployment.model.num_hidden_layers)
         return spec_tokens * (layer + head)
