@@ -6,7 +6,7 @@ from __future__ import annotations
 from kneecap.deployment import Deployment
 from kneecap.hardware import get_gpu
 from kneecap.model.spec import Model
-from kneecap.sim.blocks import blocks_for
+from kneecap.sim.blocks import BlockManager, blocks_for
 from kneecap.sim.engine import Engine
 
 
@@ -29,10 +29,49 @@ def deployment(model=None, gpu="h100-sxm", **kw) -> Deployment:
     return Deployment(model=model or tiny_model(), gpu=get_gpu(gpu), **kw)
 
 
+def free_blocks(bm: BlockManager) -> list[int]:
+    """The pool's free queue, oldest first (its valid entries), as _take_free would meet them."""
+    skip = bm._stale[:]
+    out = []
+    for block in bm._free[bm._head:]:
+        if skip[block]:
+            skip[block] -= 1
+            continue
+        out.append(block)
+    return out
+
+
+def check_blocks(bm: BlockManager) -> None:
+    """The block manager's invariants (tests call this after every operation): AssertionError naming each broken one."""
+    ref_count = bm.ref_count
+    used = sum(1 for r in ref_count if r > 0)
+    problems = []
+    if any(r < 0 for r in ref_count):
+        problems.append("negative ref count")
+    if sum(1 for r in ref_count if r > 1) != bm._num_shared:
+        problems.append(f"{bm._num_shared} blocks counted as shared, {sum(1 for r in ref_count if r > 1)} are")
+    free = free_blocks(bm)
+    if used + len(free) != bm.num_blocks or len(free) != bm.num_free:
+        problems.append(f"free {len(free)} (counted {bm.num_free}) + used {used} != total {bm.num_blocks}")
+    if any(ref_count[b] != 0 for b in free):
+        problems.append("a free block has references")
+    refs = [0] * bm.num_blocks
+    for table in bm.tables.values():
+        for b in table:
+            refs[b] += 1
+    if refs != ref_count:
+        problems.append("ref counts differ from block-table occurrences")
+    for h, b in bm.cached.items():
+        if bm.block_hash[b] != h:
+            problems.append(f"cache entry {h!r} points at block {b} holding {bm.block_hash[b]!r}")
+            break
+    assert not problems, "block manager invariant broken: " + "; ".join(problems)
+
+
 def check_engine(engine: Engine) -> None:
     """Invariants that must hold between any two steps."""
     bm, sched, bs = engine.blocks, engine.scheduler, engine.block_size
-    bm.check()  # free + used == total; ref counts >= 0 and equal to table occurrences
+    check_blocks(bm)  # free + used == total; ref counts >= 0 and equal to table occurrences
     assert len(sched.running) <= engine.config.max_num_seqs
     for seq in sched.running:
         # a running sequence holds exactly the blocks its computed tokens need, never more

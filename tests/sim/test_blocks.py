@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simkit import check_blocks
 from kneecap.errors import KneecapError
 from kneecap.sim.blocks import BlockManager, blocks_for
 
@@ -48,7 +49,7 @@ def test_invariants_after_every_operation(num_blocks, block_size, caching, ops):
             own = [("s", sid, i) for i in range(tokens[sid] // block_size)] if op == "free_cached" else ()
             bm.free_seq(sid, own)
             del tokens[sid]
-        bm.check()  # free + used == total, refs >= 0 and equal to table occurrences, cache consistent
+        check_blocks(bm)  # free + used == total, refs >= 0 and equal to table occurrences, cache consistent
         for live, held_tokens in tokens.items():
             # no sequence holds more blocks than its tokens need
             assert bm.num_held(live) == blocks_for(held_tokens, block_size)
@@ -56,7 +57,7 @@ def test_invariants_after_every_operation(num_blocks, block_size, caching, ops):
             assert not bm.cached
     for sid in list(tokens):
         bm.free_seq(sid)
-    bm.check()
+    check_blocks(bm)
     assert bm.num_free == num_blocks  # everything comes back
 
 
@@ -70,10 +71,10 @@ def test_prefix_hit_shares_blocks_and_counts_refs():
     assert bm.tables["a"][:2] == bm.tables["b"][:2]
     assert bm.num_used == 3 + 1  # a: 3 blocks; b: shares 2, adds 1
     bm.free_seq("a")
-    bm.check()
+    check_blocks(bm)
     assert bm.num_used == 3  # shared blocks stay referenced by b
     bm.free_seq("b")
-    bm.check()
+    check_blocks(bm)
     # freed but still cached: a third sequence finds them without recomputing
     assert bm.lookup_prefix(hashes) == 2
     assert bm.allocate("c", 8, hashes) == 8
@@ -87,7 +88,7 @@ def test_lru_eviction_drops_cached_content():
     assert bm.lookup_prefix(["h0"]) == 1
     bm.allocate("b", 8)  # needs both blocks: the cached one is evicted
     assert bm.lookup_prefix(["h0"]) == 0
-    bm.check()
+    check_blocks(bm)
 
 
 def test_allocation_failure_changes_nothing():
@@ -95,7 +96,7 @@ def test_allocation_failure_changes_nothing():
     assert bm.allocate("a", 40) == 0
     assert bm.allocate("b", 17) is None
     assert bm.num_held("b") == 0 and bm.num_free == 0
-    bm.check()
+    check_blocks(bm)
 
 
 def test_empty_pool_is_a_one_line_error():

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simkit import check_engine, deployment, hybrid_model, run_checked, sim_of, tiny_model
+from simkit import check_blocks, check_engine, deployment, hybrid_model, run_checked, sim_of, tiny_model
 from kneecap.sim.config import EngineConfig
 from kneecap.sim.engine import Engine
 from kneecap.sim.sweep import CLIENT_TURNAROUND_S, LevelSpec, simulate_level
@@ -44,7 +44,7 @@ def test_invariants_hold_after_every_step(num_blocks, max_seqs, budget, lengths,
             assert all(a < b for a, b in zip(r.token_times(), r.token_times()[1:]))
         else:
             assert r.error_kind == "kv_capacity"  # only requests larger than the whole pool fail
-    engine.blocks.check()
+    check_blocks(engine.blocks)
     assert engine.blocks.num_free == num_blocks  # every block returns
 
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simkit import deployment, run_checked, tiny_model
+from simkit import check_blocks, deployment, run_checked, tiny_model
 from kneecap.model.presets import load_preset
 from kneecap.plan.build import DeploymentRequest, plan_deployment
 from kneecap.plan.engines import model_layout
@@ -63,11 +63,11 @@ def test_a_sliding_group_frees_what_leaves_the_window():
         bm.allocate("a", computed + 1)
         assert len(bm.tables[("g", 1, "a")]) <= blocks_for(64, 16) + 1
         assert len(bm.tables["a"]) == blocks_for(computed + 1, 16)
-    bm.check()
+    check_blocks(bm)
     assert bm.max_blocks_for(1000) == blocks_for(1000, 16) + 5
     bm.free_seq("a")
     assert bm.num_free == 100 and not bm.offset
-    bm.check()
+    check_blocks(bm)
 
 
 def test_a_sliding_prefix_hit_needs_the_window_blocks():
@@ -81,7 +81,7 @@ def test_a_sliding_prefix_hit_needs_the_window_blocks():
     assert bm.lookup_prefix(hashes) == 6  # the last ceil(39 / 16) = 3 sliding blocks are cached
     assert bm.allocate("b", 6 * 16 + 1, hashes) == 6 * 16
     assert len(bm.tables[("g", 1, "b")]) == 4 and bm.offset[("g", 1, "b")] == 3  # 3 null blocks, 3 hits, 1 new
-    bm.check()
+    check_blocks(bm)
     bm.free_seq("b")
     # evict the sliding group's copy of block 4: a hit must end where the window's blocks are all cached
     del bm.cached[(1, hashes[4])]
@@ -113,7 +113,7 @@ def test_invariants_hold_with_sliding_groups(num_blocks, max_seqs, budget, lengt
             assert r.output_tokens == r.expected_output_tokens
         else:
             assert r.error_kind == "kv_capacity"
-    bm.check()
+    check_blocks(bm)
     assert bm.num_free == bm.num_blocks and not bm.tables
 
 

@@ -65,17 +65,6 @@ class BlockManager:
     def num_used(self) -> int:
         return self.num_blocks - len(self._free) + self._head + self._num_stale
 
-    def free_blocks(self) -> list[int]:
-        """The free queue, oldest first (its valid entries)."""
-        skip = self._stale[:]
-        out = []
-        for block in self._free[self._head:]:  # as _take_free would meet them
-            if skip[block]:
-                skip[block] -= 1
-                continue
-            out.append(block)
-        return out
-
     def num_held(self, seq_id: Hashable) -> int:
         table = self.tables.get(seq_id)
         return len(table) if table is not None else 0
@@ -249,34 +238,6 @@ class BlockManager:
         for sid, n in zip(seq_ids, counts):
             if n:
                 tables[sid].extend(take(n))
-
-    # --- invariants (tests call this after every operation) -----------------------------------
-    def check(self) -> None:
-        """Raise AssertionError-free KneecapError if any invariant is broken."""
-        ref_count = self.ref_count
-        used = sum(1 for r in ref_count if r > 0)
-        problems = []
-        if any(r < 0 for r in ref_count):
-            problems.append("negative ref count")
-        if sum(1 for r in ref_count if r > 1) != self._num_shared:
-            problems.append(f"{self._num_shared} blocks counted as shared, {sum(1 for r in ref_count if r > 1)} are")
-        free = self.free_blocks()
-        if used + len(free) != self.num_blocks or len(free) != self.num_free:
-            problems.append(f"free {len(free)} (counted {self.num_free}) + used {used} != total {self.num_blocks}")
-        if any(ref_count[b] != 0 for b in free):
-            problems.append("a free block has references")
-        refs = [0] * self.num_blocks
-        for table in self.tables.values():
-            for b in table:
-                refs[b] += 1
-        if refs != ref_count:
-            problems.append("ref counts differ from block-table occurrences")
-        for h, b in self.cached.items():
-            if self.block_hash[b] != h:
-                problems.append(f"cache entry {h!r} points at block {b} holding {self.block_hash[b]!r}")
-                break
-        if problems:
-            raise KneecapError("block manager invariant broken: " + "; ".join(problems), "this is a simulator bug; please report it")
 
 
 class GroupedBlockManager(BlockManager):
