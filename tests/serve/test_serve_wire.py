@@ -12,7 +12,7 @@ from kneecap.client.sse import SseParser
 from kneecap.client.server_info import parse_vllm_cache_config
 from kneecap.serve import openai_wire as wire
 from kneecap.serve.prom import exposition
-from kneecap.serve.pseudo_tokens import count_text, filler_text
+from kneecap.serve.pseudo_tokens import encode_text, filler_text
 from kneecap.serve.realtime import ServerCounters
 
 
@@ -33,7 +33,7 @@ def test_the_client_reads_back_exact_lengths(num_words, max_tokens):
     assert result.done and result.error_kind is None
     assert sum(result.chunk_tokens) == max_tokens and result.output_tokens == max_tokens
     assert result.prompt_tokens == num_words and result.finish_reason == "length"
-    assert count_text(filler_text(max_tokens)) == max_tokens
+    assert len(encode_text(filler_text(max_tokens))) == max_tokens
 
 
 def test_token_id_prompts_count_ids_and_batch_of_one_is_accepted():

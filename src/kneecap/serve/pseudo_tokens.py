@@ -22,11 +22,6 @@ DETOKENIZE_WORDS = FILLER_WORDS + ("and", "of", "to", "is", "for", "on", "with",
                                    "this", "that", "it", "be", "or")
 
 
-def count_text(text: str) -> int:
-    """Tokens of a text prompt: whitespace-separated words (an empty prompt still costs one BOS-like token)."""
-    return max(1, len(text.split()))
-
-
 def encode_text(text: str) -> list[int]:
     """Token ids of a text: one id per word, crc32(word) mapped into the vocabulary."""
     words = text.split() or [""]

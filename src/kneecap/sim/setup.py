@@ -1,10 +1,7 @@
-"""SimDeployment: the one simulated deployment — a Plan (hence Deployment and its KV pool), the engine's
-scheduler config and the step-time model — used by `simulate`, `serve`, load-plan simulator candidates,
-`calibrate` and validation.
-
-Owns the wiring every front end would otherwise repeat: the pool is exactly plan.num_kv_blocks, the
-scheduler defaults are the named engine's, the step-time model is built once. Not flag parsing (cli/),
-the ledger (kneecap.plan.build) nor the clock (sweep.py, serve/).
+"""SimDeployment: the one simulated deployment (a Plan, the engine's scheduler config, the step-time model) used
+by `simulate`, `serve`, load-plan simulator candidates, `calibrate` and validation: the pool is exactly
+plan.num_kv_blocks, the scheduler defaults the named engine's. Not flag parsing (cli/), the ledger
+(kneecap.plan.build) nor the clock (sweep.py, serve/).
 """
 
 from __future__ import annotations
@@ -101,8 +98,6 @@ def from_plan(plan: Plan, *, defaults: str = "vllm", max_num_seqs: int | None = 
 
 
 def simulated_deployment(request: DeploymentRequest, **engine_knobs) -> SimDeployment:
-    """A request -> its Plan (kneecap.plan.build, exactly as `kneecap plan`) -> the simulated deployment.
-    engine_knobs: from_plan's keywords (defaults, max_num_seqs, max_num_batched_tokens, prefix_caching,
-    step_params, charge_state, scheduler_delay_factor)."""
+    """A request -> its Plan (kneecap.plan.build, exactly as `kneecap plan`) -> from_plan(plan, **engine_knobs)."""
     plan, _ = plan_deployment(request)
     return from_plan(plan, **engine_knobs)

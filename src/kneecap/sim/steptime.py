@@ -129,10 +129,8 @@ class StepTimeParams:
     overhead_s: float = 0.002
     # Bytes per activation element sent in all-reduces and pipeline sends (bf16).
     activation_bytes: int = 2
-    # Seconds each kernel of a step adds beyond its roofline time (a small kernel's own run, launch and drain
-    # inside a CUDA graph): 3.3 us, the mean of 12 small decode kernels in an H200 DeepSeek-V3.1 trace with
-    # their inter-kernel spacing (vllm-project/vllm#28084); 1.1-1.3 us is a bare graph-replayed op
-    # (pytorch/pytorch#161104).
+    # Seconds each kernel of a step adds beyond its roofline time: 3.3 us (module docstring, Kernel boundaries:
+    # vllm-project/vllm#28084; a bare graph-replayed op is 1.1-1.3 us, pytorch/pytorch#161104).
     kernel_gap_s: float = 3.3e-6
 
     def __post_init__(self) -> None:
@@ -278,8 +276,6 @@ class StepTimeModel:
         attn_w = parts.get("attention", 0.0) / attn_tp + parts.get("linear_attention", 0.0) / tp
         mlp_w = parts.get("dense_mlp", 0.0) / tp + parts.get("shared_experts", 0.0) / tp + parts.get("router", 0.0)
         other_w = parts.get("other", 0.0) / tp
-        self.dense_weight_bytes = attn_w + mlp_w + other_w + (parts.get("embed", 0.0) + parts.get("lm_head", 0.0)) / tp \
-            + parts.get("norms", 0.0)
         pscale = deployment.params_override / model.total_params if deployment.params_override else 1.0
         # two GEMM groups: the attention projections (under DP attention: whole weights, 1/tp of the tokens)
         # and the rest (MLP, shared experts, router, linear-attention projections)
@@ -527,13 +523,12 @@ class StepTimeModel:
         head = self._head_seconds(t_mb, s_mb) + 6 * self.params.kernel_gap_s  # final norm, LM head, sampling
         hop = sends / (self.pp - 1)  # a stage after the first waits on its own stream for its input
         cpu_one = cpu / m
+        layers = full - sends - head
         if isinstance(full, float):
-            layers = full - sends - head
             stage = max(layers * self.pp_stage_max_frac, layers * self.pp_stage_last_frac + head) + hop
             return max(m * stage, full + cpu_one, cpu)
         import numpy as np
 
-        layers = full - sends - head
         stage = np.maximum(layers * self.pp_stage_max_frac, layers * self.pp_stage_last_frac + head) + hop
         return np.maximum(np.maximum(m * stage, full + cpu_one), cpu)
 

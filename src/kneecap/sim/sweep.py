@@ -10,9 +10,7 @@ after, as with a real client against a real-time server (`kneecap serve` + `knee
 turnaround_s = 0 the next request would join the very next step (every slot of a wave refilled at once).
 Open loop: request i goes at arrival_offsets(rate, n, burstiness, seed)[i]. "max": every request at t = 0.
 `--duration S` stops *sending* at S seconds of virtual time (what was sent still finishes).
-A warmup is its own phase before the level's, as bench runs it: a closed loop at min(C, warmup) slots (an open
-loop at the level's rate), on the same engine, until its last response is back; the level then starts as it
-would on a fresh engine (C requests at once, or its arrivals), from that moment, with the warm prefix cache.
+A warmup is its own phase before the level's on the same engine, as bench runs it (level_phases).
 drive() is the one loop under all of them (and under the disaggregated decode replica of kneecap.recommend):
 arrivals known in advance and arrivals that follow an event (a response's end, KV blocks freed) alike.
 """
@@ -212,8 +210,7 @@ def simulate_level(sim: SimDeployment, workload: Workload, level: LevelSpec, *, 
                    turnaround_s: float = CLIENT_TURNAROUND_S, delivery_spread_s: float = DELIVERY_SPREAD_S,
                    token_times: bool = False) -> LevelResult:
     """Run one level on a fresh engine of the simulated deployment (sim.new_engine); records in completion order.
-    A warmup (level.warmup requests) runs first on the same engine, to its end (level_phases): the measured
-    requests then find the prefix cache it left, as on a server after bench's warmup.
+    A warmup runs first on the same engine, to its end (level_phases), leaving its prefix cache.
     turnaround_s / delivery_spread_s: a closed loop's next request is sent rank x delivery_spread_s +
     turnaround_s after a response's end, rank its place among the requests its step finished; the measured
     requests go turnaround_s after the warmup's last response is back.
