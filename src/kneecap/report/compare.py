@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from kneecap.errors import KneecapError
 from kneecap.report import numbers as fmt
 from kneecap.report import plots
-from kneecap.report.document import Block, Cell, Document, Figure, Heading, KeyValues, Paragraph, Table
+from kneecap.report.document import Block, Cell, Document, Heading, KeyValues, Paragraph, Table, drawn
 from kneecap.report.glossary import COMPARE_TERMS, glossary
 from kneecap.report.levels import frontier_points, levels_of, load_axis, load_value
 from kneecap.report.load import SWEEP_KINDS, Results
@@ -171,12 +171,11 @@ def compare_document(a: Results, b: Results) -> Document:
         blocks.append(Paragraph("No load level appears in both runs: nothing to compare level by level.", "warning"))
     load_name, load_unit = load_axis(levels_of(a.summary) or levels_of(b.summary))
     (thr_a, front_a), (thr_b, front_b) = _series(a), _series(b)
-    figs = [Figure("throughput", f"Output throughput vs {load_name}: A and B", png)
-            for png in [plots.series_vs_load([(f"A: {a.name}", thr_a), (f"B: {b.name}", thr_b)], load_name, load_unit,
-                                             "output throughput (tok/s)",
-                                             f"Output throughput vs {load_name}, run by run")] if png]
-    figs += [Figure("frontier", "Throughput–latency frontier: A and B", png)
-             for png in [plots.frontier([(f"A: {a.name}", front_a), (f"B: {b.name}", front_b)])] if png]
+    figs = drawn("throughput", f"Output throughput vs {load_name}: A and B",
+                 plots.series_vs_load([(f"A: {a.name}", thr_a), (f"B: {b.name}", thr_b)], load_name, load_unit,
+                                      "output throughput (tok/s)", f"Output throughput vs {load_name}, run by run"))
+    figs += drawn("frontier", "Throughput–latency frontier: A and B",
+                  plots.frontier([(f"A: {a.name}", front_a), (f"B: {b.name}", front_b)]))
     if figs:
         blocks += [Heading("Plots")] + figs
     if matched:

@@ -20,6 +20,13 @@ def _check_tone(tone: str) -> None:
         raise KneecapError(f"unknown report tone {tone!r}", f"use one of {', '.join(TONES)}")
 
 
+class _Toned:
+    """A paragraph, banner or cell: its tone is checked when it is made."""
+
+    def __post_init__(self) -> None:
+        _check_tone(self.tone)
+
+
 @dataclass(frozen=True)
 class Heading:
     text: str
@@ -32,33 +39,24 @@ class Heading:
 
 
 @dataclass(frozen=True)
-class Paragraph:
+class Paragraph(_Toned):
     text: str
     tone: str = "plain"
 
-    def __post_init__(self) -> None:
-        _check_tone(self.tone)
-
 
 @dataclass(frozen=True)
-class Banner:
+class Banner(_Toned):
     """A loud one-line statement at the top of a page (measured vs simulated vs planned)."""
 
     title: str
     text: str
     tone: str
 
-    def __post_init__(self) -> None:
-        _check_tone(self.tone)
-
 
 @dataclass(frozen=True)
-class Cell:
+class Cell(_Toned):
     text: str
     tone: str = "plain"
-
-    def __post_init__(self) -> None:
-        _check_tone(self.tone)
 
 
 CellLike = Union[str, Cell]
@@ -115,6 +113,11 @@ class Figure:
                                "use a file-name-safe figure name")
         if not self.png.startswith(b"\x89PNG\r\n\x1a\n"):
             raise KneecapError(f"figure {self.name!r} is not a PNG", "plots must be rendered as PNG bytes")
+
+
+def drawn(name: str, title: str, png: bytes | None, caption: str | None = None) -> list[Figure]:
+    """[the Figure] of a plot that drew, [] of one with nothing to draw (its function returned None)."""
+    return [Figure(name, title, png, caption)] if png else []
 
 
 @dataclass(frozen=True)

@@ -130,12 +130,7 @@ def _derived_preflight_limit(summary: dict) -> float | None:
 
 def knee_load(summary: dict) -> float | None:
     knee = summary.get("knee")
-    if not isinstance(knee, dict):
-        return None
-    for key in ("concurrency", "rate"):
-        if is_number(knee.get(key)):
-            return float(knee[key])
-    return None
+    return _first_number(knee, ("concurrency", "rate")) if isinstance(knee, dict) else None
 
 
 def parse_slo(slo: object) -> dict[str, dict[str, float]]:

@@ -174,8 +174,6 @@ def load_results(location: str | Path) -> Results:
         data = _read_json(path)
         kind = _kind_of(data, path)
         folder = path.parent
-        if kind == "plan":
-            return Results(kind="plan", path=folder, summary=data)
     elif (path / "summary.json").is_file():
         folder = path
         data = _read_json(path / "summary.json")
@@ -193,12 +191,8 @@ def load_results(location: str | Path) -> Results:
     missing: list[str] = []
     records, absent = _read_records(folder)
     missing.extend(absent)
-    trace: tuple = ()
-    if (folder / "trace.jsonl").is_file():
-        trace = tuple(_read_jsonl_dicts(folder / "trace.jsonl", MAX_TRACE_ROWS))
-    timeline: tuple = ()
-    if (folder / "server_metrics.jsonl").is_file():  # bench: the server's gauges per scrape
-        timeline = tuple(_read_jsonl_dicts(folder / "server_metrics.jsonl", MAX_TRACE_ROWS))
+    trace, timeline = (tuple(_read_jsonl_dicts(folder / name, MAX_TRACE_ROWS)) if (folder / name).is_file() else ()
+                       for name in ("trace.jsonl", "server_metrics.jsonl"))  # simulate's steps; bench's scrapes
     plan = None
     if (folder / "plan.json").is_file():
         plan_data = _read_json(folder / "plan.json")

@@ -13,7 +13,8 @@ from collections import defaultdict
 
 from kneecap.report import numbers as fmt
 from kneecap.report import plots
-from kneecap.report.document import Block, Cell, Code, Document, Figure, Heading, KeyValues, Paragraph, Table
+from kneecap.report.document import (Block, Cell, Code, Document, Figure, Heading, KeyValues, Paragraph, Table,
+                                     drawn)
 from kneecap.report.glossary import PLAN_TERMS, RUN_TERMS, SWEEP_TERMS, glossary
 from kneecap.report.levels import level_panels
 from kneecap.report.load import Results
@@ -185,16 +186,14 @@ def run_figures(results: Results, cells: list[dict]) -> list[Figure]:
     limits = [(f"{cls} budget: p99 TTFT ≤ {b['ttft_p99_ms']:g} ms", float(b["ttft_p99_ms"]))
               for cls, b in budgets.items() if isinstance(b, dict) and fmt.is_number(b.get("ttft_p99_ms"))]
     values = [y for _, pts in ttft for _, y in pts if y and y > 0] + [v for _, v in limits]
-    png = plots.series_vs_load(ttft, dim, UNITS.get(dim, ""), "TTFT p99 (ms)",
-                               f"p99 TTFT vs {dim} per candidate / class / state (worst repetition)",
-                               limits=limits, log_y=bool(values) and max(values) / min(values) >= 10)
-    if png:
-        out.append(Figure("ttft_p99", "p99 TTFT per candidate", png))
+    out += drawn("ttft_p99", "p99 TTFT per candidate",
+        plots.series_vs_load(ttft, dim, UNITS.get(dim, ""), "TTFT p99 (ms)",
+                             f"p99 TTFT vs {dim} per candidate / class / state (worst repetition)",
+                             limits=limits, log_y=bool(values) and max(values) / min(values) >= 10))
     thr, _ = _group_series(cells, lambda c: _metric(c, "output_tok_s"))
-    png = plots.series_vs_load(thr, dim, UNITS.get(dim, ""), "output throughput (tok/s)",
-                               f"Output throughput vs {dim} per candidate / class / state")
-    if png:
-        out.append(Figure("throughput", "Output throughput per candidate", png))
+    out += drawn("throughput", "Output throughput per candidate",
+        plots.series_vs_load(thr, dim, UNITS.get(dim, ""), "output throughput (tok/s)",
+                             f"Output throughput vs {dim} per candidate / class / state"))
     # one point per load: the worst repetition (highest p99 TPOT, lowest throughput), in load order
     worst: dict = defaultdict(dict)
     for c in cells:
@@ -206,18 +205,15 @@ def run_figures(results: Results, cells: list[dict]) -> list[Figure]:
         old = worst[series].get(load)
         worst[series][load] = (max(tpot, old[0]), min(tok_s, old[1]), _load_text(c)) if old else (tpot, tok_s,
                                                                                                      _load_text(c))
-    png = plots.frontier([(name, [by_load[x] for x in sorted(by_load)]) for name, by_load in worst.items()])
-    if png:
-        out.append(Figure("frontier", "Throughput–latency frontier per candidate", png,
-                          "Each point is one load step, at its worst repetition."))
+    out += drawn("frontier", "Throughput–latency frontier per candidate",
+        plots.frontier([(name, [by_load[x] for x in sorted(by_load)]) for name, by_load in worst.items()]),
+        "Each point is one load step, at its worst repetition.")
     panels = level_panels(results.trace, results.summary, []) if results.trace else []
     if panels:
-        png = plots.occupancy_over_time(panels, "simulator trace")
-        if png:
-            out.append(Figure("occupancy", "KV occupancy and queue depth over time", png))
-    png = plots.tokens_per_chunk_histogram(results.records.chunk_token_counts if results.records else {})
-    if png:
-        out.append(Figure("chunks", "Tokens per streamed chunk", png))
+        out += drawn("occupancy", "KV occupancy and queue depth over time",
+                     plots.occupancy_over_time(panels, "simulator trace"))
+    out += drawn("chunks", "Tokens per streamed chunk",
+        plots.tokens_per_chunk_histogram(results.records.chunk_token_counts if results.records else {}))
     return out
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from kneecap.report import numbers as fmt
 from kneecap.report import plots
-from kneecap.report.document import Block, Figure, KeyValues, Table
+from kneecap.report.document import Block, KeyValues, Table, drawn
 from kneecap.report.load import PLAN_KEYS
 from kneecap.report.plan_page import BAR_PARTS, ledger_blocks
 from kneecap.report.provenance import flatten
@@ -56,10 +56,8 @@ def ledger_section(plans: dict[str, dict]) -> list[Block]:
         bars.append((name, {k: ledger.get(k) for k in BAR_PARTS},
                      f"max seqs {fmt.count(paged)}" if fmt.is_number(paged) else ""))
     same_hbm = len({p["ledger"].get("hbm_bytes") for p in plans.values()}) == 1
-    png = plots.ledger_bars([("Per candidate (per GPU)", bars)], hbm if same_hbm else None)
-    if png:
-        blocks.append(Figure("ledger", "HBM ledger per GPU, per candidate", png))
-    return blocks
+    return blocks + drawn("ledger", "HBM ledger per GPU, per candidate",
+                          plots.ledger_bars([("Per candidate (per GPU)", bars)], hbm if same_hbm else None))
 
 
 def length_text(dist: object) -> str:

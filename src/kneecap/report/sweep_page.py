@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from kneecap.report import numbers as fmt
 from kneecap.report import plots
-from kneecap.report.document import Block, Cell, Document, Figure, Heading, KeyValues, Paragraph, Table
+from kneecap.report.document import Block, Cell, Document, Figure, Heading, KeyValues, Paragraph, Table, drawn
 from kneecap.report.glossary import SWEEP_TERMS, glossary
 from kneecap.report.levels import (LATENCY_KEYS, LATENCY_LABELS, client_stats, frontier_points, is_suspect, knee_load,
                                    level_panels, levels_of, load_axis, parse_slo, points_of, preflight_limit,
@@ -16,6 +16,7 @@ from kneecap.report.load import RecordDigest, Results
 from kneecap.report.provenance import flatten, manifest_blocks, missing_block, source_banner
 
 PLOT_LATENCIES = (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E"))
+TABLE_LATENCIES = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")  # the latency table's p50 and p99 columns
 
 
 def _pct(stats: object, name: str) -> str:
@@ -118,10 +119,8 @@ def latency_table(levels: list[dict]) -> Table:
     """The latency headline per level, with the level's SLO verdict."""
     rows, tones = [], []
     for lv in levels:
-        rows.append((fmt.load_text(lv), _slo_cell(lv), _pct(lv.get("ttft_ms"), "p50"), _pct(lv.get("ttft_ms"), "p99"),
-                     _pct(lv.get("itl_ms"), "p50"), _pct(lv.get("itl_ms"), "p99"), _pct(lv.get("tpot_ms"), "p50"),
-                     _pct(lv.get("tpot_ms"), "p99"), _pct(lv.get("e2e_ms"), "p50"), _pct(lv.get("e2e_ms"), "p99"),
-                     _flags(lv)))
+        rows.append((fmt.load_text(lv), _slo_cell(lv), *(_pct(lv.get(key), p) for key in TABLE_LATENCIES
+                                                          for p in ("p50", "p99")), _flags(lv)))
         tones.append("warning" if is_suspect(lv) else "plain")
     return Table(("load", "SLO verdict", "TTFT p50 (ms)", "TTFT p99 (ms)", "ITL p50 (ms)", "ITL p99 (ms)", "TPOT p50 (ms)",
                   "TPOT p99 (ms)", "E2E p50 (ms)", "E2E p99 (ms)", "flags"), tuple(rows),
@@ -212,34 +211,31 @@ def figures(results: Results, levels: list[dict], limit: float | None) -> list[F
     points = points_of(levels)
     subject = subject_of(summary)
     out: list[Figure] = []
-
-    def add(name: str, title: str, png: bytes | None, caption: str | None = None) -> None:
-        if png is not None:
-            out.append(Figure(name, title, png, caption))
-
-    add("throughput", f"Output throughput vs {load_name}",
+    out += drawn("throughput", f"Output throughput vs {load_name}",
         plots.throughput_vs_load(points, load_name, load_unit, knee_load(summary), limit, subject),
         " ".join(filter(None, (
             "The star marks the knee." if knee_load(summary) is not None else "No knee was found in these levels.",
             "The dashed green line is the memory preflight limit (worst-case KV fits)." if limit is not None else "",
             "Circled points are suspect levels (client lag)." if any(p.suspect for p in points) else ""))))
-    add("latency", f"Latency percentiles vs {load_name}",
+    out += drawn("latency", f"Latency percentiles vs {load_name}",
         plots.latency_vs_load(points, load_name, load_unit, PLOT_LATENCIES, parse_slo(slo_spec(summary))),
         "Black dash-dot lines are the SLO limits declared for the run." if parse_slo(slo_spec(summary)) else
         "No latency SLO was declared for this run.")
-    add("frontier", "Throughput–latency frontier",
+    out += drawn("frontier", "Throughput–latency frontier",
         plots.frontier([(subject or results.name, frontier_points(levels))]))
     panels = level_panels(results.trace, summary, levels) if results.trace else []
     source = "simulator trace"
     if not panels and results.timeline:
         panels, source = level_panels(results.timeline, summary, levels), "server metrics"
     if panels:
-        add("occupancy", "KV occupancy and queue depth over time", plots.occupancy_over_time(panels, source))
-    add("peaks", f"Peak KV occupancy and queue depth vs {load_name}", plots.peaks_vs_load(points, load_name, load_unit))
+        out += drawn("occupancy", "KV occupancy and queue depth over time", plots.occupancy_over_time(panels, source))
+    out += drawn("peaks", f"Peak KV occupancy and queue depth vs {load_name}",
+        plots.peaks_vs_load(points, load_name, load_unit))
     search = find_max_figure(summary, levels, load_name, load_unit)
     if search is not None:
         out.append(search)
-    add("chunks", "Tokens per streamed chunk", plots.tokens_per_chunk_histogram(results.records.chunk_token_counts if results.records else {}),
+    out += drawn("chunks", "Tokens per streamed chunk",
+        plots.tokens_per_chunk_histogram(results.records.chunk_token_counts if results.records else {}),
         "A chunk carrying k tokens counts as k tokens in ITL; many multi-token chunks mean per-token timing is coarse.")
     return out
 
