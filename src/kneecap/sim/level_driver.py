@@ -181,22 +181,17 @@ def level_spec(opts: SimulateOptions, level: SweepLevel, *, workload: Workload |
         work = level_work(flags, level, warmup=False)
         rows = [*((0.0, s) for s in warm.specs), *zip(work.offsets, work.specs)]
         return LevelSpec(rate=value, warmup=n_warm, schedule=tuple(rows))
+    if opts.kind == KIND_RATE:
+        load = dict(rate=value, on_s=on_s, off_s=off_s)
+    else:
+        load = dict(all_at_once=True) if value == ALL_AT_ONCE else dict(concurrency=int(value))
     if level.num_requests is None:  # --duration: requests drawn as the level goes (a dataset's, in its order)
-        specs = opts.dataset
-        if opts.kind == KIND_RATE:
-            return LevelSpec(rate=value, duration_s=opts.duration_s, warmup=level.num_warmup, on_s=on_s, off_s=off_s,
-                             specs=specs)
-        return LevelSpec(concurrency=int(value), duration_s=opts.duration_s, warmup=level.num_warmup, specs=specs)
+        return LevelSpec(**load, duration_s=opts.duration_s, warmup=level.num_warmup, specs=opts.dataset)
     work = level_work(flags, level, warmup=False, workload=workload)
     if opts.turns:  # C users' conversations: turn k's prompt = turn k-1's prompt + its answer + new input
         return LevelSpec(concurrency=int(value), num_requests=level.num_requests, warmup=n_warm,
                          conversations=_conversations(warm) + _conversations(work), think_time_s=opts.think_time_s)
-    specs = warm.specs + work.specs
-    if value == ALL_AT_ONCE:
-        return LevelSpec(all_at_once=True, num_requests=level.num_requests, warmup=n_warm, specs=specs)
-    if opts.kind == KIND_RATE:
-        return LevelSpec(rate=value, num_requests=level.num_requests, warmup=n_warm, on_s=on_s, off_s=off_s, specs=specs)
-    return LevelSpec(concurrency=int(value), num_requests=level.num_requests, warmup=n_warm, specs=specs)
+    return LevelSpec(**load, num_requests=level.num_requests, warmup=n_warm, specs=warm.specs + work.specs)
 
 
 def _conversations(work: LevelWork) -> tuple[tuple[RequestSpec, ...], ...]:
