@@ -86,7 +86,7 @@ def test_random_bodies_any_split(pieces, cuts):
 import asyncio  # noqa: E402
 
 from kneecap.client.body_tap import BodyTap, TruncatedError  # noqa: E402
-from kneecap.client.sse import SseParser, parse_all  # noqa: E402
+from kneecap.client.sse import SseParser  # noqa: E402
 
 
 class FakeProtocol(asyncio.Protocol):
@@ -113,7 +113,7 @@ def run_tap(reads, max_line_bytes=1 << 20):
 EVENTS = [b'data: {"n": 1}\n\n', b": ping\n\n", b'data: {"n": 2}\r\n\r\n', b"event: error\ndata: x\n\n",
           b'data: {"n": 3}\n\n', b"data: [DONE]\n\n"]
 STREAM = chunked(EVENTS)
-EXPECTED = parse_all(b"".join(EVENTS))
+EXPECTED = SseParser().feed(b"".join(EVENTS))
 
 
 def test_one_call_per_read_even_when_the_fast_path_stops_midway():

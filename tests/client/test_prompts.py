@@ -102,7 +102,7 @@ def test_datasets_jsonl_sharegpt_openai_and_array(tmp_path):
     assert load_prompts(jl) == ["plain one", "sharegpt q", "openai q"]
     arr = tmp_path / "sharegpt.json"
     arr.write_text(json.dumps(lines[1:2] * 3))
-    assert load_prompts(arr, limit=2) == ["sharegpt q", "sharegpt q"]
+    assert load_prompts(arr) == ["sharegpt q"] * 3
     src = DatasetPrompts(tuple(load_prompts(jl)), seed=1, counter=WordCounter())
     got = [src.prompt_for(spec(i, 10)) for i in range(6)]
     assert sorted(p.content for p in got[:3]) == ["openai q", "plain one", "sharegpt q"] and got[3:] == got[:3]

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kneecap.client.sse import SseEvent, SseLineTooLong, SseParser, parse_all
+from kneecap.client.sse import SseEvent, SseLineTooLong, SseParser
 
 SAMPLE = (
     b"\xef\xbb\xbf: keep-alive comment\r\n"
@@ -58,16 +58,16 @@ def test_crlf_split_across_reads_is_one_line_end():
 
 
 def test_lone_cr_lines():
-    assert [e.data for e in parse_all(b"data: a\r\rdata: b\r\r")] == [b"a", b"b"]
+    assert [e.data for e in SseParser().feed(b"data: a\r\rdata: b\r\r")] == [b"a", b"b"]
 
 
 def test_fields_and_ignored_lines():
-    events = parse_all(b"foo: bar\nid: a\x00b\ndata: x\n\nretry: 12x\ndata: y\n\n")
+    events = SseParser().feed(b"foo: bar\nid: a\x00b\ndata: x\n\nretry: 12x\ndata: y\n\n")
     assert [(e.data, e.id) for e in events] == [(b"x", None), (b"y", None)]
 
 
 def test_event_type_resets_after_dispatch():
-    events = parse_all(b"event: error\ndata: e\n\ndata: m\n\nevent: ghost\n\ndata: n\n\n")
+    events = SseParser().feed(b"event: error\ndata: e\n\ndata: m\n\nevent: ghost\n\ndata: n\n\n")
     assert [(e.event, e.data) for e in events] == [("error", b"e"), ("message", b"m"), ("message", b"n")]
 
 
@@ -137,7 +137,7 @@ def streams(draw):
 @given(streams(), st.lists(st.integers(0, 10_000), max_size=8))
 def test_random_streams_any_split_same_events(stream_and_expected, cuts):
     stream, expected = stream_and_expected
-    whole = parse_all(stream)
+    whole = SseParser().feed(stream)
     assert whole == expected
     points = sorted({c % (len(stream) + 1) for c in cuts})
     pieces, prev = [], 0
@@ -152,7 +152,7 @@ def test_random_streams_any_split_same_events(stream_and_expected, cuts):
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=300), st.lists(st.integers(0, 400), max_size=6))
 def test_arbitrary_bytes_never_crash_and_split_invariant(stream, cuts):
-    whole = parse_all(stream)
+    whole = SseParser().feed(stream)
     points = sorted({c % (len(stream) + 1) for c in cuts})
     pieces, prev = [], 0
     for p in points:

@@ -19,10 +19,9 @@ from kneecap.workload import RequestSpec
 from kneecap.workload.datasets import read_dataset
 
 
-def load_prompts(path: str | Path, limit: int | None = None) -> list[str]:
+def load_prompts(path: str | Path) -> list[str]:
     """Prompts of a JSONL file (one record a line) or a JSON array file, in file order; empty ones skipped."""
-    texts = [e.prompt for e in read_dataset(path)]
-    return texts if limit is None else texts[:limit]
+    return [e.prompt for e in read_dataset(path)]
 
 
 @dataclass(frozen=True)

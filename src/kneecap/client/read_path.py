@@ -69,12 +69,11 @@ class LoopbackSse:
     """A keep-alive HTTP/1.1 server on 127.0.0.1 answering every request with PROBE_TOKENS chunked
     SSE completion events and [DONE], the head and each chunk written separately (as a server streams).
 
-        async with LoopbackSse() as srv:   # srv.url, srv.connections, srv.requests
+        async with LoopbackSse() as srv:   # srv.url, srv.connections
     """
 
     def __init__(self) -> None:
         self.connections = 0
-        self.requests = 0
         self._server: asyncio.AbstractServer | None = None
         self._writers: list[asyncio.StreamWriter] = []
         self.url = ""
@@ -104,7 +103,6 @@ class LoopbackSse:
                     if name.strip().lower() == b"content-length":
                         length = int(value)
                 await reader.readexactly(length)
-                self.requests += 1
                 writer.write(_HEAD)
                 for chunk in chunks:  # chunk by chunk, as a server streams: several reads, not one
                     await writer.drain()

@@ -72,14 +72,8 @@ class ReadStamps:
 
 @dataclass
 class LevelRun:
-    """One level's records plus the client's measurement of itself.
-
-    suspect rule: the level is marked suspect when the client, not the server, may have set the
-    numbers — event-loop lag p99 > 5 ms (the next requests went out late, and reads stamped on the
-    loop's clock rather than the kernel's were stamped late: see ReadStamps), or the process used > 90 % of a
-    core over the level (its one event loop was saturated), or, in open loop, sends left > 10 ms
-    after their scheduled time at p99. suspect_reasons says which.
-    """
+    """One level's records plus the client's measurement of itself; `suspect` and `suspect_reasons` are
+    judge_suspect's verdict (the thresholds above)."""
 
     level: int
     concurrency: int | None

@@ -70,6 +70,11 @@ def _int(value: Any) -> int | None:
         return None
 
 
+def _ints(obj: Mapping, names: Mapping[str, str]) -> dict:
+    """{our name: int} for each of obj's fields in `names` ({its name: ours}) that holds a nonzero number."""
+    return {ours: _int(obj.get(theirs)) for theirs, ours in names.items() if _int(obj.get(theirs))}
+
+
 def parse_models(obj: Any) -> dict:
     """GET /v1/models: first model's id, max_model_len (vLLM, SGLang), owned_by, llama.cpp meta."""
     out: dict[str, Any] = {}
@@ -80,14 +85,10 @@ def parse_models(obj: Any) -> dict:
     out["model_ids"] = tuple(str(m["id"]) for m in data if isinstance(m, Mapping) and m.get("id") is not None)
     out["model_id"] = first.get("id")
     out["owned_by"] = first.get("owned_by")
-    if _int(first.get("max_model_len")):
-        out["max_model_len"] = _int(first["max_model_len"])
+    out.update(_ints(first, {"max_model_len": "max_model_len"}))
     meta = first.get("meta")
     if isinstance(meta, Mapping):  # llama.cpp
-        if _int(meta.get("n_vocab")):
-            out["vocab_size"] = _int(meta["n_vocab"])
-        if _int(meta.get("n_ctx_train")):
-            out["n_ctx_train"] = _int(meta["n_ctx_train"])
+        out.update(_ints(meta, {"n_vocab": "vocab_size", "n_ctx_train": "n_ctx_train"}))
     return out
 
 
@@ -137,12 +138,8 @@ def parse_sglang_server_info(obj: Any) -> dict:
     if kv:
         out["kv_capacity_tokens"] = kv
         out["kv_capacity_source"] = f"sglang /get_server_info {source}"
-    if _int(obj.get("max_running_requests")):
-        out["num_slots"] = _int(obj["max_running_requests"])
-    if _int(obj.get("page_size")):
-        out["block_size"] = _int(obj["page_size"])
-    if _int(obj.get("context_length")):
-        out["max_model_len"] = _int(obj["context_length"])
+    out.update(_ints(obj, {"max_running_requests": "num_slots", "page_size": "block_size",
+                           "context_length": "max_model_len"}))
     if isinstance(obj.get("version"), str):
         out["version"] = obj["version"]
     out["is_sglang"] = kv is not None or "internal_states" in obj or "max_total_num_tokens" in obj

@@ -157,8 +157,3 @@ class SseParser:
                     self.retry_ms = int(value)
             # any other field name is ignored, as the spec says
         return out
-
-
-def parse_all(stream: bytes, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> list[SseEvent]:
-    """Every complete event of a whole stream (an unterminated last event is discarded)."""
-    return SseParser(max_line_bytes).feed(stream)

@@ -8,11 +8,8 @@ barrier), its clock offset to the driver is measured by round trips (kneecap.clu
 every actor starts at one common time; each share's epoch is moved into its actor's clock, so record
 stamps arrive in the driver's clock. An actor that dies or stops answering is dropped: requests whose
 records never arrived count as failed ("client_lost"), the level keeps everything else, and every
-wait is bounded. A refused API key (HTTP 401/403) in any actor cuts the level in all of them: each
-actor's share writes and watches the actor's own refused-key status (kneecap.client.driver.AuthCut.shared,
-via run_fn's `refused`); the driver reads it with every poll and, at the first refusal, writes it into
-every other actor's (StreamActor.cut), whose level then cancels its requests in flight and sends nothing
-more. The API key reaches actors through Ray's runtime environment (env_vars) as one of two
+wait is bounded. A refused API key (HTTP 401/403) in any actor cuts the level in all of them (StreamActor.cut).
+The API key reaches actors through Ray's runtime environment (env_vars) as one of two
 random shares (kneecap.cluster.streams.split_secret): Ray 2.60's runtime-env agent writes a runtime_env,
 env_vars included, to its log (runtime_env_agent.log), so the key itself is never in it.
 Owns the actors; knows nothing of statistics or the order of levels.
