@@ -58,7 +58,6 @@ _TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3_text", "cohere", "cohere2")
 # text_config has no vocab_size or max_position_embeddings; transformers' Gemma3TextConfig defaults them
 # (configuration_gemma3.py: vocab_size 262_208, max_position_embeddings 131_072; the same in 4.50 and 5.x).
 _CLASS_DEFAULTS = {"gemma3_text": {"vocab_size": 262_208, "max_position_embeddings": 131_072}}
-_STATE_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 _SSM_FAMILIES = ("mamba1", "mamba2", "granite_hybrid", "falcon_h1")
 _MIXER_NAMES = {"gdn": "Gated DeltaNet", "mamba2": "Mamba-2", "mamba1": "Mamba", "granite_hybrid": "Mamba-2",
                 "falcon_h1": "Mamba-2"}
@@ -138,15 +137,13 @@ def _from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkp
             _pos_int(cfg, key, source)
 
     count = params.count_params(cfg, model_type, layer_types, moe_layers, tied)
-    dtypes, qnotes = quant.part_dtypes_from_config(cfg, count.parts)
-    kv_dtype, kv_notes = quant.kv_dtype_from_config(cfg)
-    notes += qnotes + kv_notes
+    weights, qnotes = _weight_fields(cfg, count)
+    notes += qnotes
     state_bytes = linear_state_bytes_per_layer(cfg) if "linear_attention" in layer_types else 0
-    parts = tuple((p, n) for p, n in count.parts.items())
     model = Model(
         name=name, source=source, architecture=architecture, num_hidden_layers=num_layers, hidden_size=hidden,
         num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim, vocab_size=cfg["vocab_size"],
-        layer_types=tuple(layer_types), total_params=count.total, active_params=count.active,
+        layer_types=tuple(layer_types), **weights,
         max_position_embeddings=cfg.get("max_position_embeddings"),
         intermediate_size=cfg.get("intermediate_size"), sliding_window=window,
         kv_lora_rank=cfg.get("kv_lora_rank") if family == "mla" else None,
@@ -155,10 +152,7 @@ def _from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkp
         num_experts=count.num_experts, num_experts_per_tok=count.num_experts_per_tok,
         num_shared_experts=_num_shared(cfg, model_type) if count.num_moe_layers else 0,
         expert_params=count.expert_params if count.num_moe_layers else 0, num_moe_layers=count.num_moe_layers,
-        checkpoint_bytes=checkpoint_bytes, weight_dtype=_headline_dtype(dtypes, count.parts),
-        kv_dtype=kv_dtype,
-        param_parts=parts, part_dtypes=tuple((p, dtypes[p]) for p, _ in parts),
-        part_bytes=tuple((p, weight_bytes(n, dtypes[p])) for p, n in parts),
+        checkpoint_bytes=checkpoint_bytes,
     )
     notes += _kv_notes(model, cfg, family, num_layers)
     if generic_note and cfg.get("sliding_window") \
@@ -378,7 +372,7 @@ def linear_state_bytes_per_layer(cfg: Mapping) -> int:
     """
     model_bytes = {"bf16": 2, "fp16": 2, "fp32": 4}[quant.model_dtype(cfg)]
     ssm = cfg.get("mamba_ssm_dtype")
-    state_bytes = _STATE_DTYPE_BYTES.get(str(ssm), model_bytes) if ssm else model_bytes
+    state_bytes = mamba.STATE_BYTES.get(str(ssm), model_bytes) if ssm else model_bytes
     nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
     dk, dv = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]
     recurrent = nv * dv * dk * state_bytes
@@ -386,10 +380,16 @@ def linear_state_bytes_per_layer(cfg: Mapping) -> int:
     return recurrent + conv
 
 
-def _headline_dtype(dtypes: Mapping[str, str], parts: Mapping[str, int]) -> str:
-    """The dtype of the largest part (what most of the weight bytes are stored as)."""
-    biggest = max(parts, key=lambda p: parts[p])
-    return dtypes[biggest]
+def _weight_fields(cfg: Mapping, count: params.ParamCount) -> tuple[dict, list[str]]:
+    """The Model fields of the parameters and their dtypes (quantization config; headline weight_dtype: that of the
+    largest part, what most of the weight bytes are stored as) and the KV dtype, with the notes they bring."""
+    dtypes, qnotes = quant.part_dtypes_from_config(cfg, count.parts)
+    kv_dtype, kv_notes = quant.kv_dtype_from_config(cfg)
+    parts = tuple(count.parts.items())
+    return dict(total_params=count.total, active_params=count.active, kv_dtype=kv_dtype,
+                weight_dtype=dtypes[max(count.parts, key=lambda p: count.parts[p])], param_parts=parts,
+                part_dtypes=tuple((p, dtypes[p]) for p, _ in parts),
+                part_bytes=tuple((p, weight_bytes(n, dtypes[p])) for p, n in parts)), qnotes + kv_notes
 
 
 def _kv_notes(model: Model, cfg: Mapping, family: str, n: int) -> list[str]:
@@ -461,7 +461,6 @@ def _from_ssm_hybrid(cfg: dict, family: str, *, name: str, source: str, architec
                                "add shared_intermediate_size from the model's published config.json")
         shared = 1 if experts and cfg.get("shared_intermediate_size") else 0
         count = mamba.count_granite_hybrid_params(cfg, kinds, dims, tied)
-        state = mamba.mamba2_dims_state_bytes(dims, model_bytes, cfg.get("mamba_ssm_dtype"))
         config_layers = len(kinds)
         mlp = (f"{experts} routed experts (top {cfg['num_experts_per_tok']})"
                + (" + a shared expert" if shared else "")) if experts else "a dense MLP"
@@ -472,7 +471,6 @@ def _from_ssm_hybrid(cfg: dict, family: str, *, name: str, source: str, architec
         kinds = mamba.falcon_h1_layout(cfg, source)
         dims = mamba.falcon_h1_dims(cfg, source)
         count = mamba.count_falcon_h1_params(cfg, dims, tied)
-        state = mamba.mamba2_dims_state_bytes(dims, model_bytes, cfg.get("mamba_ssm_dtype"))
         config_layers = cfg["num_hidden_layers"]
     elif family == "mamba2":
         blocks = mamba.nemotron_h_blocks(cfg, source)
@@ -480,8 +478,8 @@ def _from_ssm_hybrid(cfg: dict, family: str, *, name: str, source: str, architec
             _pos_int(cfg, key, source)
         if "-" in blocks:
             _pos_int(cfg, "intermediate_size", source)
-        kinds, count = mamba.layer_types(blocks), mamba.count_nemotron_h_params(cfg, blocks, tied)
-        state = mamba.mamba2_state_bytes_per_layer(cfg, model_bytes)
+        dims = mamba.nemotron_h_dims(cfg)
+        kinds, count = mamba.layer_types(blocks), mamba.count_nemotron_h_params(cfg, blocks, dims, tied)
         config_layers = len(blocks)
         notes = notes + [
             f"{len(blocks)} blocks = {blocks.count('M')} Mamba-2 + {blocks.count('*')} attention + "
@@ -496,23 +494,18 @@ def _from_ssm_hybrid(cfg: dict, family: str, *, name: str, source: str, architec
         if any(moe):
             _pos_int(cfg, "num_experts_per_tok", source)
         count = mamba.count_jamba_params(cfg, kinds, moe, tied)
-        state = mamba.mamba1_state_bytes_per_layer(cfg, model_bytes)
         config_layers = len(kinds)
-    dtypes, qnotes = quant.part_dtypes_from_config(cfg, count.parts)
-    kv_dtype, kv_notes = quant.kv_dtype_from_config(cfg)
-    qnotes = qnotes + kv_notes
-    parts = tuple(count.parts.items())
+    state = (mamba.mamba1_state_bytes_per_layer(cfg, model_bytes) if family == "mamba1"
+             else mamba.mamba2_dims_state_bytes(dims, model_bytes, cfg.get("mamba_ssm_dtype")))
+    weights, qnotes = _weight_fields(cfg, count)
     model = Model(
         name=name, source=source, architecture=architecture, num_hidden_layers=len(kinds),
         hidden_size=cfg["hidden_size"], num_attention_heads=cfg["num_attention_heads"],
         num_key_value_heads=cfg["num_key_value_heads"], head_dim=head_dim, vocab_size=cfg["vocab_size"],
-        layer_types=tuple(kinds), total_params=count.total, active_params=count.active,
+        layer_types=tuple(kinds), **weights,
         max_position_embeddings=cfg.get("max_position_embeddings"), intermediate_size=cfg.get("intermediate_size"),
         linear_state_bytes_per_layer=state, num_experts=count.num_experts, num_shared_experts=shared,
         num_experts_per_tok=count.num_experts_per_tok, expert_params=count.expert_params,
         num_moe_layers=count.num_moe_layers, checkpoint_bytes=checkpoint_bytes,
-        weight_dtype=_headline_dtype(dtypes, count.parts), kv_dtype=kv_dtype,
-        param_parts=parts, part_dtypes=tuple((p, dtypes[p]) for p, _ in parts),
-        part_bytes=tuple((p, weight_bytes(n, dtypes[p])) for p, n in parts),
     )
     return _with_notes(model, notes + qnotes + _kv_notes(model, cfg, family, config_layers))

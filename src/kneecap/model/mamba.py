@@ -60,6 +60,7 @@ from kneecap.errors import KneecapError
 from kneecap.model.params import PARTS, ParamCount, gqa_attention_params, swiglu_params
 
 _BLOCKS = {"M": "linear_attention", "*": "full_attention", "-": None}
+STATE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}  # mamba_ssm_dtype -> bytes of the temporal state
 
 
 # transformers 5.x saves a Nemotron-H's blocks as layers_block_type (NemotronHConfig._list_to_pattern's mapping),
@@ -97,37 +98,27 @@ def layer_types(pattern: str) -> list[str]:
     return [_BLOCKS[c] for c in pattern if _BLOCKS[c]]
 
 
-def mamba2_intermediate(cfg: Mapping) -> int:
-    return cfg["mamba_num_heads"] * cfg["mamba_head_dim"]
+def nemotron_h_dims(cfg: Mapping) -> dict:
+    """A Nemotron-H Mamba-2 mixer's dimensions (NemotronHMamba2Mixer: no in/out_proj biases, always a gated norm)."""
+    heads, head_dim = cfg["mamba_num_heads"], cfg["mamba_head_dim"]
+    return {"intermediate": heads * head_dim, "heads": heads, "head_dim": head_dim, "state": cfg["ssm_state_size"],
+            "n_groups": cfg["n_groups"], "conv_kernel": cfg["conv_kernel"],
+            "conv_bias": cfg.get("use_conv_bias", True), "proj_bias": False, "gated_norm": True}
 
 
-def mamba2_state_bytes_per_layer(cfg: Mapping, model_bytes: int) -> int:
-    """Conv + temporal state of one Mamba-2 layer, bytes per sequence (whole layer, before TP)."""
-    state_bytes = {"float32": 4, "float16": 2, "bfloat16": 2}.get(str(cfg.get("mamba_ssm_dtype")), model_bytes)
-    conv_dim = mamba2_intermediate(cfg) + 2 * cfg["n_groups"] * cfg["ssm_state_size"]
-    conv = conv_dim * (cfg["conv_kernel"] - 1) * model_bytes
-    temporal = cfg["mamba_num_heads"] * cfg["mamba_head_dim"] * cfg["ssm_state_size"] * state_bytes
-    return conv + temporal
-
-
-def mamba2_mixer_params(cfg: Mapping) -> int:
-    h, heads = cfg["hidden_size"], cfg["mamba_num_heads"]
-    inter = mamba2_intermediate(cfg)
-    conv_dim = inter + 2 * cfg["n_groups"] * cfg["ssm_state_size"]
-    in_proj = h * (inter + conv_dim + heads)
-    conv = conv_dim * cfg["conv_kernel"] + (conv_dim if cfg.get("use_conv_bias", True) else 0)
-    return in_proj + conv + 3 * heads + inter + inter * h
-
-
-def count_nemotron_h_params(cfg: Mapping, pattern: str, tie_word_embeddings: bool) -> ParamCount:
+def _base_parts(cfg: Mapping, tie_word_embeddings: bool, norms: int) -> dict[str, int]:
+    """Every part at 0 but the embedding, the LM head (none when tied) and the `norms` norm weights."""
     h, vocab = cfg["hidden_size"], cfg["vocab_size"]
-    parts = dict.fromkeys(PARTS, 0)
-    parts["embed"] = vocab * h
-    parts["lm_head"] = 0 if tie_word_embeddings else vocab * h
-    parts["norms"] = len(pattern) * h + h
+    return dict.fromkeys(PARTS, 0) | {"embed": vocab * h, "lm_head": 0 if tie_word_embeddings else vocab * h,
+                                      "norms": norms}
+
+
+def count_nemotron_h_params(cfg: Mapping, pattern: str, dims: Mapping, tie_word_embeddings: bool) -> ParamCount:
+    h = cfg["hidden_size"]
+    parts = _base_parts(cfg, tie_word_embeddings, len(pattern) * h + h)
     for block in pattern:
         if block == "M":
-            parts["linear_attention"] += mamba2_mixer_params(cfg)
+            parts["linear_attention"] += mamba2_dims_mixer_params(h, dims)
         elif block == "*":
             parts["attention"] += gqa_attention_params(cfg, "nemotron_h")
         else:
@@ -160,7 +151,7 @@ def _mamba1_dims(cfg: Mapping) -> tuple[int, int, int]:
 def mamba1_state_bytes_per_layer(cfg: Mapping, model_bytes: int) -> int:
     """Conv + temporal state of one Mamba-1 layer, bytes per sequence (whole layer, before TP)."""
     inter, _, state = _mamba1_dims(cfg)
-    state_bytes = {"float32": 4, "float16": 2, "bfloat16": 2}.get(str(cfg.get("mamba_ssm_dtype")), model_bytes)
+    state_bytes = STATE_BYTES.get(str(cfg.get("mamba_ssm_dtype")), model_bytes)
     return inter * (cfg.get("mamba_d_conv", 4) - 1) * model_bytes + inter * state * state_bytes
 
 
@@ -177,11 +168,8 @@ def mamba1_mixer_params(cfg: Mapping) -> int:
 
 
 def count_jamba_params(cfg: Mapping, kinds: list[str], moe: list[bool], tie_word_embeddings: bool) -> ParamCount:
-    h, vocab = cfg["hidden_size"], cfg["vocab_size"]
-    parts = dict.fromkeys(PARTS, 0)
-    parts["embed"] = vocab * h
-    parts["lm_head"] = 0 if tie_word_embeddings else vocab * h
-    parts["norms"] = len(kinds) * 2 * h + h
+    h = cfg["hidden_size"]
+    parts = _base_parts(cfg, tie_word_embeddings, len(kinds) * 2 * h + h)
     mlp = swiglu_params(h, cfg["intermediate_size"])
     experts = cfg.get("num_experts", 0) or 0
     for kind, is_moe in zip(kinds, moe):
@@ -200,16 +188,13 @@ def count_jamba_params(cfg: Mapping, kinds: list[str], moe: list[bool], tie_word
                       num_experts_per_tok=cfg.get("num_experts_per_tok", 0) if n_moe else 0)
 
 
-# --- Mamba-2 mixers described by their dimensions (Granite 4.0-H, Falcon-H1) -------------------------------
-
-_STATE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
-
+# --- Mamba-2 mixers described by their dimensions (Nemotron-H, Granite 4.0-H, Falcon-H1) --------------------
 
 def mamba2_dims_state_bytes(dims: Mapping, model_bytes: int, ssm_dtype: object = None) -> int:
     """Conv + temporal state of one Mamba-2 mixer, bytes per sequence (whole layer, before TP); vLLM
     MambaStateShapeCalculator.mamba2_state_shape: conv (intermediate + 2 x n_groups x state) x (conv_kernel - 1)
     in the model dtype, temporal heads x head_dim x state in mamba_ssm_cache_dtype ("auto": the model dtype)."""
-    state_bytes = _STATE_BYTES.get(str(ssm_dtype), model_bytes)
+    state_bytes = STATE_BYTES.get(str(ssm_dtype), model_bytes)
     conv_dim = dims["intermediate"] + 2 * dims["n_groups"] * dims["state"]
     return conv_dim * (dims["conv_kernel"] - 1) * model_bytes \
         + dims["heads"] * dims["head_dim"] * dims["state"] * state_bytes
@@ -290,11 +275,8 @@ def granite_hybrid_dims(cfg: Mapping, source: str) -> dict:
 
 def count_granite_hybrid_params(cfg: Mapping, kinds: list[str], dims: Mapping, tie_word_embeddings: bool
                                 ) -> ParamCount:
-    h, vocab = cfg["hidden_size"], cfg["vocab_size"]
-    parts = dict.fromkeys(PARTS, 0)
-    parts["embed"] = vocab * h
-    parts["lm_head"] = 0 if tie_word_embeddings else vocab * h
-    parts["norms"] = len(kinds) * 2 * h + h
+    h = cfg["hidden_size"]
+    parts = _base_parts(cfg, tie_word_embeddings, len(kinds) * 2 * h + h)
     experts = cfg.get("num_local_experts") or 0
     shared = cfg.get("shared_intermediate_size") or 0
     expert = swiglu_params(h, cfg["intermediate_size"]) if experts else 0
@@ -336,11 +318,8 @@ def falcon_h1_layout(cfg: Mapping, source: str) -> list[str]:
 
 
 def count_falcon_h1_params(cfg: Mapping, dims: Mapping, tie_word_embeddings: bool) -> ParamCount:
-    h, vocab, n = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
-    parts = dict.fromkeys(PARTS, 0)
-    parts["embed"] = vocab * h
-    parts["lm_head"] = 0 if tie_word_embeddings else vocab * h
-    parts["norms"] = n * 2 * h + h  # input_layernorm, pre_ff_layernorm; final norm
+    h, n = cfg["hidden_size"], cfg["num_hidden_layers"]
+    parts = _base_parts(cfg, tie_word_embeddings, n * 2 * h + h)  # input_layernorm, pre_ff_layernorm; final norm
     unbiased = {**cfg, "attention_bias": False}  # vLLM falcon_h1.py: qkv_proj and o_proj with bias=False
     parts["attention"] = n * gqa_attention_params(unbiased, "falcon_h1")
     parts["linear_attention"] = n * mamba2_dims_mixer_params(h, dims)
