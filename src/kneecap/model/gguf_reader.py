@@ -202,12 +202,10 @@ def _layer_kinds(meta: dict, arch: str, n: int, source: str, notes: list[str]) -
 
 
 def _part_of(name: str, kinds: list[str]) -> tuple[str, int | None]:
-    if name.startswith("token_embd_norm"):
+    if name.startswith(("token_embd_norm", "output_norm")):
         return "norms", None
     if name.startswith("token_embd"):
         return "embed", None
-    if name.startswith("output_norm"):
-        return "norms", None
     if name.startswith("output."):
         return "lm_head", None
     match = _LAYER_TENSOR.match(name)
@@ -218,7 +216,7 @@ def _part_of(name: str, kinds: list[str]) -> tuple[str, int | None]:
         return "other", layer  # e.g. an MTP / nextn layer beyond block_count
     if kind in _LAYER_NORMS:
         return "norms", layer
-    if kind.endswith("_exps") or kind.endswith("_exps_b"):
+    if kind.endswith(("_exps", "_exps_b")):
         return "routed_experts", layer
     if "shexp" in kind:
         return "shared_experts", layer
@@ -243,9 +241,7 @@ def _tally(tensors, kinds: list[str]):
         part_bytes[part] += int(t.n_bytes)
         types[part][t.tensor_type.name.lower()] += int(t.n_bytes)
         if layer is not None:
-            experts_by_layer.setdefault(layer, 0)
-            if part == "routed_experts":
-                experts_by_layer[layer] += n
+            experts_by_layer[layer] = experts_by_layer.get(layer, 0) + (n if part == "routed_experts" else 0)
     return parts, part_bytes, types, experts_by_layer
 
 
@@ -268,8 +264,7 @@ def _linear_state_bytes(meta: dict, arch: str, notes: list[str]) -> int:
         return (conv_dim * (conv - 1) + inner * state) * 4
     dk = meta.get(f"{arch}.ssm.state_size")  # head_k_dim
     nk = meta.get(f"{arch}.ssm.group_count")  # num_k_heads
-    nv = meta.get(f"{arch}.ssm.time_step_rank")  # num_v_heads
-    inner = meta.get(f"{arch}.ssm.inner_size")  # num_v_heads x head_v_dim
+    nv = meta.get(f"{arch}.ssm.time_step_rank")  # num_v_heads; inner_size is num_v_heads x head_v_dim
     if not all(isinstance(v, int) and v > 0 for v in (conv, dk, nk, nv, inner)):
         return 0
     dv = inner // nv

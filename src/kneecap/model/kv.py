@@ -91,22 +91,15 @@ def is_kv_replicated(num_key_value_heads: int, tp: int) -> bool:
 
 def check_tp(model: Model, tp: int) -> None:
     """Raise unless tp splits the attention heads evenly (what vLLM and SGLang require)."""
-    if model.num_attention_heads % tp != 0:
-        raise KneecapError(
-            f"--tp {tp} does not divide the {model.num_attention_heads} attention heads of {model.name}",
-            f"use a divisor such as {', '.join(str(d) for d in _divisors(model.num_attention_heads) if d <= 64)}",
-        )
-    kvh = model.num_key_value_heads
+    heads, kvh = model.num_attention_heads, model.num_key_value_heads
+    if heads % tp != 0:
+        divisors = ", ".join(str(d) for d in range(1, min(heads, 64) + 1) if heads % d == 0)
+        raise KneecapError(f"--tp {tp} does not divide the {heads} attention heads of {model.name}",
+                           f"use a divisor such as {divisors}")
     uses_kv_heads = any(t in ("full_attention", "sliding_attention") for t in model.layer_types)
     if uses_kv_heads and kvh % tp != 0 and tp % kvh != 0:
-        raise KneecapError(
-            f"--tp {tp} neither divides nor is a multiple of the {kvh} KV heads of {model.name}",
-            "use a TP degree that divides the KV heads or is a multiple of them",
-        )
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+        raise KneecapError(f"--tp {tp} neither divides nor is a multiple of the {kvh} KV heads of {model.name}",
+                           "use a TP degree that divides the KV heads or is a multiple of them")
 
 
 def layer_bytes_per_token(model: Model, kind: str, dtype_bytes: int | float, tp: int = 1) -> int:
@@ -148,8 +141,7 @@ def kv_bytes_per_token_per_gpu(model: Model, dtype_bytes: int | float, tp: int =
 
 def state_bytes_per_sequence(model: Model, tp: int = 1, pp: int = 1) -> int:
     """Fixed per-sequence state of linear-attention layers on one GPU (heads sharded over TP)."""
-    kinds = stage_layer_types(model, pp)
-    n_linear = sum(1 for k in kinds if k == "linear_attention")
+    n_linear = stage_layer_types(model, pp).count("linear_attention")
     return n_linear * math.ceil(model.linear_state_bytes_per_layer / tp)
 
 

@@ -69,27 +69,26 @@ def part_dtypes_from_config(cfg: Mapping, parts: Mapping[str, int]) -> tuple[dic
     method = str(qc.get("quant_method", "")).lower()
     if method == "fp8":
         quantized = "fp8-block" if qc.get("weight_block_size") else "fp8"
-        excluded = _matcher(qc.get("modules_to_not_convert") or qc.get("ignored_layers") or [], style="substring")
+        excluded = _Exclusions(qc.get("modules_to_not_convert") or qc.get("ignored_layers") or [], style="substring")
         lm_head_default = False
     elif method == "mxfp4":
         quantized = "mxfp4"
-        excluded = _matcher(qc.get("modules_to_not_convert") or [], style="glob")
+        excluded = _Exclusions(qc.get("modules_to_not_convert") or [], style="glob")
         # gpt-oss: only the MoE experts are MXFP4 (the scheme quantizes expert tensors only)
-        for part in ("attention", "linear_attention", "dense_mlp", "shared_experts", "lm_head"):
-            excluded.add_part(part)
+        excluded.forced.update(("attention", "linear_attention", "dense_mlp", "shared_experts", "lm_head"))
         lm_head_default = False
     elif method == "compressed-tensors":
         quantized = _compressed_tensors_dtype(qc)
-        excluded = _matcher(qc.get("ignore") or [], style="regex")
+        excluded = _Exclusions(qc.get("ignore") or [], style="regex")
         lm_head_default = True
     elif method == "modelopt":
         algo = str(qc.get("quant_algo", "")).upper()
         quantized = "nvfp4" if "FP4" in algo else "fp8"
-        excluded = _matcher(qc.get("exclude_modules") or [], style="glob")
+        excluded = _Exclusions(qc.get("exclude_modules") or [], style="glob")
         lm_head_default = True
     elif method in ("awq", "gptq"):
         quantized = method if int(qc.get("bits", 4)) == 4 else "int8"
-        excluded = _matcher(qc.get("modules_to_not_convert") or [], style="substring")
+        excluded = _Exclusions(qc.get("modules_to_not_convert") or [], style="substring")
         lm_head_default = False
     else:
         return dtypes, [f"quantization_config quant_method {method!r} is not modelled (known: "
@@ -135,13 +134,9 @@ class _Exclusions:
         self.style = style
         self.forced: set[str] = set()
 
-    def add_part(self, part: str) -> None:
-        self.forced.add(part)
-
     def excludes(self, part: str) -> bool:
-        if part in self.forced:
-            return True
-        return any(self._match(pat, name) for name in _PROBE_NAMES[part] for pat in self.patterns)
+        return part in self.forced or any(self._match(pat, name)
+                                          for name in _PROBE_NAMES[part] for pat in self.patterns)
 
     def _match(self, pattern: str, name: str) -> bool:
         pattern = str(pattern)
@@ -154,10 +149,6 @@ class _Exclusions:
         if self.style == "glob":
             return fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(name, f"*{pattern}*")
         return pattern in name  # substring: HF fp8 / awq match module names that contain the entry
-
-
-def _matcher(patterns: list[str], style: str) -> _Exclusions:
-    return _Exclusions(patterns, style)
 
 
 def kv_dtype_from_config(cfg: Mapping) -> tuple[str | None, list[str]]:

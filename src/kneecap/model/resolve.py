@@ -52,17 +52,19 @@ def load_model(spec: str, *, cache_dir: str | None = None, offline: bool | None 
 
 def load_path(path: Path) -> Model:
     """A config.json file, a folder holding one, a .gguf file, or a folder holding exactly one .gguf."""
+    from kneecap.model.gguf_reader import read_gguf
+
     if path.is_dir():
         config = path / "config.json"
         if config.is_file():
             return load_config_file(config, index=path / INDEX_FILE)
         ggufs = sorted(path.glob("*.gguf"))
         if len(ggufs) == 1:
-            return _load_gguf(ggufs[0])
+            return read_gguf(ggufs[0])
         what = f"{len(ggufs)} .gguf files" if ggufs else "no config.json"
         raise KneecapError(f"{path}: folder holds {what}", "point at the config.json or at one .gguf file")
     if path.suffix.lower() == ".gguf":
-        return _load_gguf(path)
+        return read_gguf(path)
     return load_config_file(path, index=path.parent / INDEX_FILE)
 
 
@@ -125,12 +127,6 @@ def checkpoint_bytes_from_index(index: Path) -> int:
     return int(size)
 
 
-def _load_gguf(path: Path) -> Model:
-    from kneecap.model.gguf_reader import read_gguf
-
-    return read_gguf(path)
-
-
 def load_hub(repo_id: str, *, cache_dir: str | None = None, offline: bool | None = None) -> Model:
     """config.json of a Hugging Face repo: from the local cache, else downloaded when online."""
     try:
@@ -168,18 +164,15 @@ def _download(repo_id: str, cache_dir: str | None) -> Model:
             raise KneecapError(f"cannot fetch config.json for {repo_id}: {_hub_reason(exc)}",
                                "check the id and your access, or pass a local config.json / model folder, "
                                "or a preset name") from None
-        try:
-            index = hf_hub_download(repo_id, INDEX_FILE, cache_dir=cache_dir, etag_timeout=10)
-        except Exception:  # optional: single-file checkpoints have no index
-            index = None
-        try:
-            modelopt = hf_hub_download(repo_id, MODELOPT_FILE, cache_dir=cache_dir, etag_timeout=10)
-        except Exception:  # optional: only ModelOpt exports ship it
-            modelopt = None
+        optional: dict[str, Path | None] = {}
+        for name in (INDEX_FILE, MODELOPT_FILE):  # single-file checkpoints have no index; only ModelOpt ships its file
+            try:
+                optional[name] = Path(hf_hub_download(repo_id, name, cache_dir=cache_dir, etag_timeout=10))
+            except Exception:
+                optional[name] = None
     finally:
         hub_logger.setLevel(level)
-    return load_config_file(Path(config), index=Path(index) if index else None, name=repo_id,
-                            modelopt=Path(modelopt) if modelopt else None)
+    return load_config_file(Path(config), index=optional[INDEX_FILE], name=repo_id, modelopt=optional[MODELOPT_FILE])
 
 
 def _check_reachable(endpoint: str, repo_id: str, timeout_s: float = 3.0) -> None:

@@ -76,41 +76,28 @@ class Model:
                     f"model {self.name!r}: {name} must be a positive integer, got {value!r}",
                     f"fix {name} in {self.source}",
                 )
-        if self.num_key_value_heads <= 0:
-            raise KneecapError(
-                f"model {self.name!r}: num_key_value_heads must be positive, got {self.num_key_value_heads!r}",
-                f"fix num_key_value_heads in {self.source}",
-            )
-        if len(self.layer_types) != self.num_hidden_layers:
-            raise KneecapError(
-                f"model {self.name!r}: {len(self.layer_types)} layer types for {self.num_hidden_layers} layers",
-                f"make layer_types as long as num_hidden_layers in {self.source}",
-            )
         unknown = sorted(set(self.layer_types) - set(LAYER_KINDS))
-        if unknown:
-            raise KneecapError(
-                f"model {self.name!r}: unknown layer type(s) {unknown}",
-                f"use one of {', '.join(LAYER_KINDS)}",
-            )
-        if "sliding_attention" in self.layer_types and not self.sliding_window:
-            raise KneecapError(
-                f"model {self.name!r}: sliding_attention layers but no sliding_window",
-                f"set sliding_window in {self.source}",
-            )
-        if "mla" in self.layer_types and not (self.kv_lora_rank and self.qk_rope_head_dim is not None):
-            raise KneecapError(
-                f"model {self.name!r}: MLA layers need kv_lora_rank and qk_rope_head_dim",
-                f"set both in {self.source}",
-            )
-        if self.active_params > self.total_params:
-            raise KneecapError(
-                f"model {self.name!r}: active_params {self.active_params} exceeds total_params {self.total_params}",
-                f"fix the parameter counts in {self.source}",
-            )
+        for bad, what, fix in (  # the first that holds is the error
+                (self.num_key_value_heads <= 0,
+                 f"num_key_value_heads must be positive, got {self.num_key_value_heads!r}",
+                 f"fix num_key_value_heads in {self.source}"),
+                (len(self.layer_types) != self.num_hidden_layers,
+                 f"{len(self.layer_types)} layer types for {self.num_hidden_layers} layers",
+                 f"make layer_types as long as num_hidden_layers in {self.source}"),
+                (unknown, f"unknown layer type(s) {unknown}", f"use one of {', '.join(LAYER_KINDS)}"),
+                ("sliding_attention" in self.layer_types and not self.sliding_window,
+                 "sliding_attention layers but no sliding_window", f"set sliding_window in {self.source}"),
+                ("mla" in self.layer_types and not (self.kv_lora_rank and self.qk_rope_head_dim is not None),
+                 "MLA layers need kv_lora_rank and qk_rope_head_dim", f"set both in {self.source}"),
+                (self.active_params > self.total_params,
+                 f"active_params {self.active_params} exceeds total_params {self.total_params}",
+                 f"fix the parameter counts in {self.source}")):
+            if bad:
+                raise KneecapError(f"model {self.name!r}: {what}", fix)
 
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
     def count_layers(self, kind: str) -> int:
-        return sum(1 for t in self.layer_types if t == kind)
+        return self.layer_types.count(kind)
