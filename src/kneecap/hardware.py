@@ -9,6 +9,7 @@ where a log was found.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -42,9 +43,7 @@ class Gpu:
         if which == "device":
             return self.device_bytes if self.device_bytes is not None else self.datasheet_bytes
         if which == "framework":
-            if self.framework_bytes is not None:
-                return self.framework_bytes
-            return self.memory_bytes("device")
+            return self.framework_bytes if self.framework_bytes is not None else self.memory_bytes("device")
         raise KneecapError(f"unknown HBM accounting {which!r}", "use --hbm datasheet, device, framework or a byte count")
 
     def __post_init__(self) -> None:
@@ -71,15 +70,7 @@ class Gpu:
         return cls(**values)
 
     def to_json(self) -> dict:
-        return {
-            "name": self.name, "label": self.label,
-            "datasheet_bytes": self.datasheet_bytes, "device_bytes": self.device_bytes,
-            "framework_bytes": self.framework_bytes,
-            "hbm_bandwidth_bytes_s": self.hbm_bandwidth_bytes_s,
-            "bf16_flops": self.bf16_flops, "fp8_flops": self.fp8_flops, "fp4_flops": self.fp4_flops,
-            "interconnect": self.interconnect, "interconnect_bytes_s": self.interconnect_bytes_s,
-            "aliases": list(self.aliases), "sources": list(self.sources), "notes": list(self.notes),
-        }
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
 
 INTERCONNECTS = ("nvlink", "xgmi", "pcie")

@@ -268,28 +268,24 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
     version = f.engine_version or (engines.DEFAULT_SGLANG_VERSION if f.engine == "sglang" else engines.DEFAULT_VLLM_VERSION)
     engines.parse_version(version)  # a bad --engine-version fails here, whatever the model
     if f.engine:  # the engine's own formula (or the pool it logged); then the ledger re-expressed in its terms
-        total = deployment.hbm_bytes
         wt = weights_total if weights_total is not None else weights_total_bytes(deployment)
-        w_gpu = weights_bytes_per_gpu(wt, deployment)
+        common = dict(total_bytes=deployment.hbm_bytes, weights_bytes=weights_bytes_per_gpu(wt, deployment),
+                      max_model_len=context, version=version)
+        vllm = dict(common, mem_util=deployment.mem_util, prefix_caching=f.prefix_caching)
+        sglang = dict(common, mem_fraction=deployment.mem_util, page_size=deployment.block_size,
+                      radix_cache=f.prefix_caching)
         if f.engine == "vllm" and pool_bytes is not None:
-            engine_pool = engines.vllm_logged_pool(
-                deployment, pool_bytes, total_bytes=total, weights_bytes=w_gpu, mem_util=deployment.mem_util,
-                max_model_len=context, version=version, prefix_caching=f.prefix_caching)
+            engine_pool = engines.vllm_logged_pool(deployment, pool_bytes, **vllm)
         elif f.engine == "vllm":
             act = int((f.activation_gib if f.activation_gib is not None else f.overhead_gib) * GiB)
-            engine_pool = engines.vllm_pool(
-                deployment, total_bytes=total, weights_bytes=w_gpu, mem_util=deployment.mem_util, max_model_len=context,
-                activation_bytes=act, non_torch_bytes=int(f.non_torch_gib * GiB),
-                cudagraph_bytes=int(f.cudagraph_gib * GiB), version=version, prefix_caching=f.prefix_caching)
+            engine_pool = engines.vllm_pool(deployment, activation_bytes=act,
+                                            non_torch_bytes=int(f.non_torch_gib * GiB),
+                                            cudagraph_bytes=int(f.cudagraph_gib * GiB), **vllm)
         elif pool_bytes is not None:
-            engine_pool = engines.sglang_logged_pool(
-                deployment, pool_bytes, total_bytes=total, weights_bytes=w_gpu, mem_fraction=deployment.mem_util,
-                max_model_len=context, page_size=deployment.block_size, version=version, radix_cache=f.prefix_caching)
+            engine_pool = engines.sglang_logged_pool(deployment, pool_bytes, **sglang)
         else:
-            engine_pool = engines.sglang_pool(
-                deployment, total_bytes=total, weights_bytes=w_gpu, mem_fraction=deployment.mem_util,
-                max_model_len=context, non_torch_bytes=int(f.non_torch_gib * GiB), page_size=deployment.block_size,
-                mamba_cache_size=f.mamba_cache_size, version=version, radix_cache=f.prefix_caching)
+            engine_pool = engines.sglang_pool(deployment, non_torch_bytes=int(f.non_torch_gib * GiB),
+                                              mamba_cache_size=f.mamba_cache_size, **sglang)
         if pool_bytes is None:
             kept = (engine_pool.activation_bytes + engine_pool.non_torch_bytes + engine_pool.cudagraph_bytes
                     + engine_pool.state_pool_bytes)

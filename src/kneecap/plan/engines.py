@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 from kneecap.deployment import Deployment
@@ -136,7 +137,7 @@ def _vllm_blocks(deployment: Deployment, available: int, *, max_model_len: int, 
                  pool_given: bool = False) -> EnginePool:
     """`available` bytes in vLLM's blocks and the lines vLLM logs about them."""
     layout = vllm_layout(deployment, prefix_caching, version)
-    num_blocks = available // (layout.page_bytes * layout.group_size) if layout.page_bytes else 0
+    num_blocks = available // layout.block_bytes if layout.page_bytes else 0
     tokens, concurrency = pool_tokens(layout, num_blocks, max_model_len)
     lines = (
         f"Available KV cache memory: {available / GiB:.2f} GiB",
@@ -357,10 +358,7 @@ def model_layout(m, *, tp: int, pp: int, kv_dtype: str, block_size: int,
         prefix_caching = vllm_prefix_caching_default(m, version)
     state_blocks = vllm_state_blocks(m, prefix_caching, version)
     dtype_bytes = kvmath.kv_dtype_bytes(kv_dtype)
-    kinds = kvmath.stage_layer_types(m, pp)
-    counts: dict[str, int] = {}
-    for kind in kinds:
-        counts[kind] = counts.get(kind, 0) + 1
+    counts = Counter(kvmath.stage_layer_types(m, pp))
     bs = block_size
     per_token = {k: kvmath.layer_bytes_per_token(m, k, dtype_bytes, tp) for k in counts if k != "linear_attention"}
     state = math.ceil(m.linear_state_bytes_per_layer / tp) if "linear_attention" in counts else 0
@@ -402,7 +400,7 @@ def vllm_cpu_pool(model, *, kv_cache_space_gib: int, max_model_len: int, kv_dtyp
     layout = model_layout(model, tp=1, pp=1, kv_dtype=kv_dtype, block_size=block_size, prefix_caching=prefix_caching,
                           version=version)
     space = kv_cache_space_gib * GiB
-    bytes_per_block = layout.page_bytes * layout.group_size  # as vllm_pool: each layer slot holds one page per block
+    bytes_per_block = layout.block_bytes  # as vllm_pool: each layer slot holds one page per block
     num_blocks = space // bytes_per_block if bytes_per_block else 0
     tokens, concurrency = pool_tokens(layout, num_blocks, max_model_len)
     lines = (f"CPU KV cache size: {tokens:,} tokens, Maximum concurrency for {max_model_len:,} tokens per request: "
@@ -502,8 +500,8 @@ def _sglang_cells(deployment: Deployment, rest: int, page_size: int, max_model_l
     running = None
     if mamba_slots:
         ratio = SGLANG_MAMBA_RADIX_RATIO if radix else 1
-        running = min(sglang_default_running_requests(tokens, max_model_len), mamba_slots // ratio)
         default = sglang_default_running_requests(tokens, max_model_len)
+        running = min(default, mamba_slots // ratio)
         if radix:
             notes.append(f"SGLang's radix cache (on, its default) keeps the Mamba states of cached prefixes in the same "
                          f"{mamba_slots:,}-slot state pool, so at most {running:,} requests run at once ({mamba_slots:,}"

@@ -25,6 +25,7 @@ Seed 003 (gqa-70b, fp16, MI300X 192e9 B): pool 45,319,781,069 B = 42.21 GiB -> 1
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from kneecap.deployment import Deployment
@@ -35,7 +36,6 @@ from kneecap.model.weights import weight_bits, weight_bytes
 from kneecap.plan.engines import DEFAULT_VLLM_VERSION, VllmLayout, model_layout, prefix_caching_notes
 from kneecap.units import GiB
 
-BINDINGS = ("hbm", "compute")
 # Mean contexts the plan shows paged capacity at when no --mean-context is given (the headline then
 # assumes every sequence at the full advertised context: the worst case, not the answer).
 TYPICAL_MEAN_CONTEXTS = (1000, 2000, 4000, 8000, 16000, 32000)
@@ -56,14 +56,7 @@ class Ledger:
     reserved_bytes: int = 0  # hbm x (1 - mem_util): memory the engine is told not to touch
 
     def to_json(self) -> dict:
-        return {
-            "hbm_bytes": self.hbm_bytes,
-            "weights_bytes": self.weights_bytes,
-            "overhead_bytes": self.overhead_bytes,
-            "fragmentation_bytes": self.fragmentation_bytes,
-            "kv_pool_bytes": self.kv_pool_bytes,
-            "reserved_bytes": self.reserved_bytes,
-        }
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)

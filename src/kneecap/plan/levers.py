@@ -15,9 +15,6 @@ from kneecap.model import kv as kvmath
 from kneecap.model.weights import weight_bits
 from kneecap.plan.ledger import Plan, rebuild
 
-LEVER_NAMES = ("fp8-weights", "fp8-kv", "fp8-weights+fp8-kv", "more-gpus", "prefix-sharing")
-
-
 @dataclass(frozen=True)
 class Lever:
     """What one change buys: the KV pool per GPU and the paged sequences that fit."""
@@ -32,9 +29,7 @@ class Lever:
     note: str = ""
 
     def to_json(self) -> dict:
-        return {"name": self.name, "change": self.change, "kv_pool_bytes": self.kv_pool_bytes,
-                "max_seqs": self.max_seqs, "max_concurrency": self.max_concurrency,
-                "num_gpus": self.num_gpus, "gain": round(self.gain, 4), "note": self.note}
+        return dataclasses.asdict(self) | {"gain": round(self.gain, 4)}
 
 
 def _lever(name: str, change: str, plan: Plan, base: Plan, note: str = "") -> Lever:

@@ -13,13 +13,11 @@ That example: C=512 fits (peak 1,024,000), C=1024 tight, C=2048 exceeds, max saf
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from kneecap.errors import KneecapError
 from kneecap.model.kv import blocks_for
-
-VERDICTS = ("fits", "tight", "exceeds")
-
 
 @dataclass(frozen=True)
 class Remedy:
@@ -34,9 +32,7 @@ class Remedy:
     text: str
 
     def to_json(self) -> dict:
-        return {"fp8_kv_fits": self.fp8_kv_fits, "max_seq_tokens": self.max_seq_tokens,
-                "pool_multiple": round(self.pool_multiple, 4), "replicas": self.replicas, "tp": self.tp,
-                "num_gpus": self.num_gpus, "text": self.text}
+        return dataclasses.asdict(self) | {"pool_multiple": round(self.pool_multiple, 4)}
 
 
 @dataclass(frozen=True)

@@ -31,10 +31,7 @@ class TpPoint:
     gain: float | None  # max_seqs over the previous fitting point
 
     def to_json(self) -> dict:
-        return {"tp": self.tp, "num_gpus": self.num_gpus, "kv_heads_per_gpu": self.kv_heads_per_gpu,
-                "replicated": self.replicated, "fits": self.fits, "kv_pool_bytes": self.kv_pool_bytes,
-                "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token_per_gpu, "max_seqs": self.max_seqs,
-                "gain": None if self.gain is None else round(self.gain, 4)}
+        return dataclasses.asdict(self) | {"gain": None if self.gain is None else round(self.gain, 4)}
 
 
 @dataclass(frozen=True)
@@ -46,8 +43,7 @@ class ContextPoint:
     model_max: bool = False  # the model's advertised maximum (max_position_embeddings)
 
     def to_json(self) -> dict:
-        return {"context": self.context, "seq_bytes_contiguous": self.seq_bytes_contiguous,
-                "contiguous": self.contiguous, "paged": self.paged, "model_max": self.model_max}
+        return dataclasses.asdict(self)
 
 
 def sweep_tps(plan: Plan) -> list[int]:
