@@ -83,8 +83,4 @@ RUN_TERMS = ("Capacity region", "Offered vs completed", "Little's law", "Cost pe
 
 def glossary(terms: tuple[str, ...]) -> Definitions:
     """The glossary block for these terms, in the order given (each term once)."""
-    seen: list[str] = []
-    for term in terms:
-        if term in TERMS and term not in seen:
-            seen.append(term)
-    return Definitions(items=tuple((t, TERMS[t][0], TERMS[t][1]) for t in seen))
+    return Definitions(items=tuple((t, *TERMS[t]) for t in dict.fromkeys(t for t in terms if t in TERMS)))

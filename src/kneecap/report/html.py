@@ -153,9 +153,7 @@ def to_html(doc: Document) -> str:
                          f'src="data:image/png;base64,{data}"><figcaption>{caption}</figcaption></figure>')
         elif isinstance(block, Definitions):
             parts.append(_table(("term", "unit", "definition"), block.items, None, css_class="glossary"))
-    nav = ""
-    if toc:
-        nav = "<nav>" + "".join(f'<a href="#{escape(a)}">{escape(t)}</a>' for a, t in toc) + "</nav>"
+    nav = "<nav>" + "".join(f'<a href="#{escape(a)}">{escape(t)}</a>' for a, t in toc) + "</nav>" if toc else ""
     # the title heading comes first, then the table of contents
     if parts and parts[0].startswith("<h1"):
         body = parts[0] + nav + "".join(parts[1:])

@@ -37,6 +37,10 @@ def _table(columns, rows) -> list[str]:
     return lines
 
 
+def _caption(text: str | None) -> list[str]:
+    return [f"*{escape_md(text)}*", ""] if text else []
+
+
 def _fence(text: str) -> str:
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     return "`" * max(3, longest + 1)
@@ -57,8 +61,7 @@ def to_markdown(doc: Document, image_dir: str = "plots") -> str:
             fence = _fence(block.text)
             lines += [fence + "sh", block.text, fence, ""]
         elif isinstance(block, Table):
-            if block.caption:
-                lines += [f"*{escape_md(block.caption)}*", ""]
+            lines += _caption(block.caption)
             rows = list(block.rows)
             if block.row_tones:  # mark suspect rows in the first cell so they survive plain-text viewing
                 rows = [row if tone != "warning" else (Cell("⚠ " + (row[0].text if isinstance(row[0], Cell) else row[0]),
@@ -66,8 +69,7 @@ def to_markdown(doc: Document, image_dir: str = "plots") -> str:
                         for row, tone in zip(rows, block.row_tones)]
             lines += _table(block.columns, rows) + [""]
         elif isinstance(block, KeyValues):
-            if block.caption:
-                lines += [f"*{escape_md(block.caption)}*", ""]
+            lines += _caption(block.caption)
             if block.compact:  # many short facts: two pairs per row
                 pairs = list(block.items) + ([("", "")] if len(block.items) % 2 else [])
                 rows = [(*pairs[i], *pairs[i + 1]) for i in range(0, len(pairs), 2)]
@@ -75,9 +77,7 @@ def to_markdown(doc: Document, image_dir: str = "plots") -> str:
             else:
                 lines += _table(("item", "value"), block.items) + [""]
         elif isinstance(block, Figure):
-            lines += [f"![{escape_md(block.title)}]({image_dir}/{block.name}.png)", ""]
-            if block.caption:
-                lines += [f"*{escape_md(block.caption)}*", ""]
+            lines += [f"![{escape_md(block.title)}]({image_dir}/{block.name}.png)", ""] + _caption(block.caption)
         elif isinstance(block, Definitions):
             lines += _table(("term", "unit", "definition"), block.items) + [""]
     return "\n".join(lines).rstrip() + "\n"

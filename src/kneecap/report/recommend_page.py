@@ -67,10 +67,8 @@ PLOTS = (("recommend-cost-ttft.png", "cost per million output tokens vs p99 TTFT
 
 def _plots(out_dir: Path, doc: dict) -> list[tuple[str, str]]:
     """The two Pareto plots over every evaluated candidate meeting the SLO (report/plots.py draws them)."""
-    try:
-        from kneecap.report.plots import recommend_pareto
-    except ImportError:
-        return []
+    from kneecap.report.plots import recommend_pareto
+
     made = []
     points = [c for c in doc.get("points", doc["candidates"]) if c.get("meets_slo", True)]
     for name, title, fx, fy, xl, yl, key, log_x in PLOTS:
@@ -91,13 +89,12 @@ FRONTIER_COLUMNS = ("deployment", "tp x pp", "seqs/tokens", "$/h", "$/M output t
 
 
 def _frontier_rows(doc: dict) -> list[list[str]]:
-    seen, rows = set(), []
-    for c in doc["frontier"] + [c for c in doc.get("throughput_frontier", []) if c not in doc["frontier"]]:
-        rows.append([_label(c), f"{c['tp']} x {c['pp']}", f"{c['max_num_seqs']}/{c['max_num_batched_tokens']}",
-                     f"{c['cost_per_hour']:.2f}", _f(c["cost_per_mtok_output"], ".3f"), _f(c["predicted"]["ttft_p99_ms"], ".0f"),
-                     _f(c["predicted"]["tpot_p99_ms"], ".1f"), _f(c["output_tok_s_per_gpu"], ".0f"),
-                     _f(c["output_tok_s_per_user"], ".0f"), "yes (longer levels)" if c.get("sized") else "short level"])
-    return rows
+    return [[_label(c), f"{c['tp']} x {c['pp']}", f"{c['max_num_seqs']}/{c['max_num_batched_tokens']}",
+             f"{c['cost_per_hour']:.2f}", _f(c["cost_per_mtok_output"], ".3f"),
+             _f(c["predicted"]["ttft_p99_ms"], ".0f"), _f(c["predicted"]["tpot_p99_ms"], ".1f"),
+             _f(c["output_tok_s_per_gpu"], ".0f"),
+             _f(c["output_tok_s_per_user"], ".0f"), "yes (longer levels)" if c.get("sized") else "short level"]
+            for c in doc["frontier"] + [c for c in doc.get("throughput_frontier", []) if c not in doc["frontier"]]]
 
 
 def _gate(doc: dict) -> str:
