@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kneecap.report import numbers as fmt
 from kneecap.report import plots
-from kneecap.report.document import Block, Code, Document, Figure, Heading, KeyValues, Paragraph, Table
+from kneecap.report.document import Block, Code, Document, Figure, Heading, KeyValues, Paragraph, Table, drawn
 from kneecap.report.glossary import PLAN_TERMS, glossary
 from kneecap.report.load import Results
 from kneecap.report.provenance import flatten, manifest_blocks, source_banner
@@ -46,7 +46,7 @@ def _bar_parts(entry: dict, hbm_bytes: object) -> dict:
     return parts
 
 
-def ledger_figure(plan: dict) -> Figure | None:
+def ledger_figure(plan: dict) -> list[Figure]:
     ledger = plan.get("ledger") if isinstance(plan.get("ledger"), dict) else {}
     hbm = ledger.get("hbm_bytes")
     base = ("as planned", {k: ledger.get(k) for k in BAR_PARTS},
@@ -56,11 +56,9 @@ def ledger_figure(plan: dict) -> Figure | None:
     tps = [(f"TP={row.get('tp')}", _bar_parts(row, hbm), f"max seqs {fmt.count(_paged(row.get('max_seqs')))}")
            for row in plan.get("tp_sweep") or [] if isinstance(row, dict)]
     groups = [("Per lever (per GPU)", [base] + levers if ledger else levers), ("Per TP degree (per GPU)", tps)]
-    png = plots.ledger_bars(groups, hbm if fmt.is_number(hbm) else None)
-    if png is None:
-        return None
-    return Figure("ledger", "HBM ledger per GPU, per lever and per TP degree", png,
-                  "Grey bars where only the KV pool is known lump weights, overhead and fragmentation together.")
+    return drawn("ledger", "HBM ledger per GPU, per lever and per TP degree",
+                 plots.ledger_bars(groups, hbm if fmt.is_number(hbm) else None),
+                 "Grey bars where only the KV pool is known lump weights, overhead and fragmentation together.")
 
 
 def ledger_blocks(plan: dict) -> list[Block]:
@@ -162,10 +160,7 @@ def plan_document(results: Results) -> Document:
                    Paragraph("Only K and V are cached, per layer and per KV head; the same arithmetic as the "
                              "terminal worksheet's section 1."),
                    Code("\n".join(derivation))]
-    blocks += [Heading("HBM ledger")] + ledger_blocks(plan)
-    fig = ledger_figure(plan)
-    if fig:
-        blocks.append(fig)
+    blocks += [Heading("HBM ledger")] + ledger_blocks(plan) + ledger_figure(plan)
     tables = plan_tables(plan)
     if tables:
         blocks += [Heading("Levers, TP and context")] + tables

@@ -231,9 +231,7 @@ def figures(results: Results, levels: list[dict], limit: float | None) -> list[F
         out += drawn("occupancy", "KV occupancy and queue depth over time", plots.occupancy_over_time(panels, source))
     out += drawn("peaks", f"Peak KV occupancy and queue depth vs {load_name}",
         plots.peaks_vs_load(points, load_name, load_unit))
-    search = find_max_figure(summary, levels, load_name, load_unit)
-    if search is not None:
-        out.append(search)
+    out += find_max_figure(summary, levels, load_name, load_unit)
     out += drawn("chunks", "Tokens per streamed chunk",
         plots.tokens_per_chunk_histogram(results.records.chunk_token_counts if results.records else {}),
         "A chunk carrying k tokens counts as k tokens in ITL; many multi-token chunks mean per-token timing is coarse.")
@@ -252,19 +250,20 @@ def _search_key(summary: dict) -> tuple[str, float] | None:
     return key, slo[key]
 
 
-def find_max_figure(summary: dict, levels: list[dict], load_name: str, load_unit: str) -> Figure | None:
+def find_max_figure(summary: dict, levels: list[dict], load_name: str, load_unit: str) -> list[Figure]:
     """--find-max: every probe of the search against the SLO budget (probes and levels are in the same order)."""
     from kneecap.metrics.slo import slo_value
 
     m = summary.get("max_load")
     term = _search_key(summary)
     if not isinstance(m, dict) or not m.get("probes") or term is None or len(m["probes"]) != len(levels):
-        return None
+        return []
     key, limit = term
     probes = [plots.SearchProbe(load=float(p["load"]), met=bool(p.get("met")), value=slo_value(lv, key))
               for p, lv in zip(m["probes"], levels)]
-    png = plots.find_max_search(probes, key, limit, load_name, load_unit, m.get("value"), m.get("failed_at"))
-    return Figure("find_max", f"Highest {load_name} under the SLO", png, find_max_text(m, load_name)) if png else None
+    return drawn("find_max", f"Highest {load_name} under the SLO",
+                 plots.find_max_search(probes, key, limit, load_name, load_unit, m.get("value"), m.get("failed_at")),
+                 find_max_text(m, load_name))
 
 
 def find_max_text(m: dict, load_name: str) -> str:
