@@ -147,12 +147,8 @@ def _gpus() -> list[dict] | None:
         return None
     if proc.returncode != 0:
         return None
-    gpus = []
-    for line in proc.stdout.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 3:
-            gpus.append({"name": parts[0], "memory_total": parts[1], "driver_version": parts[2]})
-    return gpus
+    rows = [[p.strip() for p in line.split(",")] for line in proc.stdout.splitlines()]
+    return [dict(zip(("name", "memory_total", "driver_version"), row)) for row in rows if len(row) == 3]
 
 
 def _package_versions(names: Sequence[str]) -> dict:
@@ -242,18 +238,9 @@ class ResultsDir:
         except OSError as exc:
             raise KneecapError(f"cannot create results folder {self.path}: {exc.strerror}",
                                "pass --out a writable folder") from None
-
-    @property
-    def records_path(self) -> Path:
-        return self.path / RECORDS_FILE
-
-    @property
-    def summary_path(self) -> Path:
-        return self.path / SUMMARY_FILE
-
-    @property
-    def manifest_path(self) -> Path:
-        return self.path / MANIFEST_FILE
+        self.records_path = self.path / RECORDS_FILE
+        self.summary_path = self.path / SUMMARY_FILE
+        self.manifest_path = self.path / MANIFEST_FILE
 
     def open_writer(self):
         """An append-only RecordWriter on requests.jsonl (existing records are kept: resume appends)."""
