@@ -21,7 +21,8 @@ def server():
 def test_keep_records_false_streams_every_record_and_keeps_none(server):
     specs = make_requests(Workload.fixed(8, 4), 30, seed=1)
     got = []
-    run = run_sync(run_closed_loop(ClientConfig(base_url=server), specs, 4, level=0, epoch=time.perf_counter(),
+    cfg = ClientConfig(base_url=server, model="m")
+    run = run_sync(run_closed_loop(cfg, specs, 4, level=0, epoch=time.perf_counter(),
                                    on_record=got.append, keep_records=False))
     assert run.records == []
     assert len(got) == 30 and all(r.ok and r.num_output_tokens == 4 for r in got)
@@ -31,7 +32,8 @@ def test_open_loop_on_off_bursts_send_only_inside_on_windows(server):
     specs = make_requests(Workload.fixed(8, 2), 24, seed=2)
     got = []
     on_s, off_s = 0.3, 0.6
-    run = run_sync(run_open_loop(ClientConfig(base_url=server), specs, 40.0, seed=3, level=0, epoch=time.perf_counter(),
+    cfg = ClientConfig(base_url=server, model="m")
+    run = run_sync(run_open_loop(cfg, specs, 40.0, seed=3, level=0, epoch=time.perf_counter(),
                                  on_record=got.append, on_s=on_s, off_s=off_s, keep_records=False))
     assert len(got) == 24 and all(r.ok for r in got)
     t0 = run.started_at

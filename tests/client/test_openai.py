@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from kneecap.client.openai import decode_response, decode_stream, encode_body, request_body
-from kneecap.client.sse import SseEvent, parse_all
+from kneecap.client.openai import decode_stream, encode_body, request_body
+from kneecap.client.sse import SseEvent, SseParser
 from kneecap.errors import KneecapError
 
 
@@ -111,14 +111,6 @@ def test_decode_from_real_wire_bytes():
             b'data: {"choices":[{"index":0,"text":"!","finish_reason":"length"}]}\r\n\r\n'
             b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}\r\n\r\n'
             b"data: [DONE]\r\n\r\n")
-    r = decode_stream([(0.5, parse_all(wire))])
+    r = decode_stream([(0.5, SseParser().feed(wire))])
     assert (r.chunk_tokens, r.output_tokens, r.done) == ([2], 2, True)
 
-
-def test_non_streaming_response():
-    body = orjson.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "length"}],
-                         "usage": {"prompt_tokens": 3, "completion_tokens": 7}})
-    r = decode_response(body, 4.0)
-    assert (r.chunk_times, r.chunk_tokens, r.first_token_at, r.output_tokens, r.done) == ([4.0], [7], 4.0, 7, True)
-    assert decode_response(b"<html>", 1.0).error_kind == "malformed_sse"
-    assert decode_response(b'{"error": {"message": "bad"}}', 1.0).error_kind == "server_error_event"

@@ -129,7 +129,7 @@ def check_sse(case) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# 2. OpenAI chunk decoder (kneecap.client.openai): decode_stream / decode_response never raise
+# 2. OpenAI chunk decoder (kneecap.client.openai): decode_stream never raises
 # ------------------------------------------------------------------------------------------------
 
 _USAGE = st.one_of(st.fixed_dictionaries({}, optional={"prompt_tokens": _INTS, "completion_tokens": _INTS,
@@ -166,35 +166,29 @@ def chunk_case(draw):
                                          min_size=1, max_size=3), max_size=5)):
         t += 0.01
         reads.append((t, [SseEvent(name, data, None) for name, data in events]))
-    body = draw(CHUNK_DATA)
-    return reads, body
+    return reads
 
 
 def check_chunks(case) -> None:
     from kneecap.client import openai as oa
 
-    reads, body = case
+    reads = case
     try:
-        result = oa.decode_stream(reads)
-        response = oa.decode_response(body, 1.0)
+        res = oa.decode_stream(reads)
     except Exception as exc:  # noqa: BLE001
         raise escaped("chunk decoder", case, exc) from exc
-    for res in (result, response):
-        if len(res.chunk_times) != len(res.chunk_tokens):
-            raise Escaped(f"chunk decoder: {len(res.chunk_times)} chunk times vs {len(res.chunk_tokens)} counts — repro: {case!r}")
-        if res.chunk_times and res.first_token_at != res.chunk_times[0]:
-            raise Escaped(f"chunk decoder: first_token_at {res.first_token_at} is not the first chunk time — repro: {case!r}")
-        if any(type(k) is not int or k < 0 for k in res.chunk_tokens):
-            raise Escaped(f"chunk decoder: token counts {res.chunk_tokens!r} are not whole numbers >= 0 — repro: {case!r}")
+    if len(res.chunk_times) != len(res.chunk_tokens):
+        raise Escaped(f"chunk decoder: {len(res.chunk_times)} chunk times vs {len(res.chunk_tokens)} counts — repro: {case!r}")
+    if res.chunk_times and res.first_token_at != res.chunk_times[0]:
+        raise Escaped(f"chunk decoder: first_token_at {res.first_token_at} is not the first chunk time — repro: {case!r}")
+    if any(type(k) is not int or k < 0 for k in res.chunk_tokens):
+        raise Escaped(f"chunk decoder: token counts {res.chunk_tokens!r} are not whole numbers >= 0 — repro: {case!r}")
     # the exact outcome, from the format's rules applied to each event in order: the first event that is not
     # an ordinary chunk sets error_kind, and decoding stops there
     expected = next((kind for _, events in reads for name, data, _ in events
                      for kind in [event_outcome(name, data)] if kind is not OK), OK)
-    if result.error_kind != expected:
-        raise Escaped(f"chunk decoder: error_kind {result.error_kind!r}, the format says {expected!r} — repro: {case!r}")
-    if response.error_kind != event_outcome("message", body, stream=False):
-        raise Escaped(f"response decoder: error_kind {response.error_kind!r}, the format says "
-                      f"{event_outcome('message', body, stream=False)!r} — repro: {case!r}")
+    if res.error_kind != expected:
+        raise Escaped(f"chunk decoder: error_kind {res.error_kind!r}, the format says {expected!r} — repro: {case!r}")
 
 
 def _strict_json(data: bytes):
@@ -205,15 +199,14 @@ def _strict_json(data: bytes):
     return json.loads(data.decode("utf-8"), parse_constant=_refuse)
 
 
-def event_outcome(name: str, data: bytes, stream: bool = True) -> str | None:
-    """What the OpenAI streaming format makes of one event (or, stream=False, of a whole non-streamed body):
-    OK, MALFORMED or SERVER_ERROR. `data: [DONE]` ends the stream; an `event: error` is the server's error; the
-    data must be a JSON object; a non-null "error" member is the server's error; "usage" (when set) must be an
-    object, "choices" (when set) a list whose first member (the client asks for one choice) is an object, and
-    a streamed choice's "delta" (when present) an object."""
-    if stream and data == b"[DONE]":
+def event_outcome(name: str, data: bytes) -> str | None:
+    """What the OpenAI streaming format makes of one event: OK, MALFORMED or SERVER_ERROR. `data: [DONE]` ends
+    the stream; an `event: error` is the server's error; the data must be a JSON object; a non-null "error"
+    member is the server's error; "usage" (when set) must be an object, "choices" (when set) a list whose first
+    member (the client asks for one choice) is an object, and a choice's "delta" (when present) an object."""
+    if data == b"[DONE]":
         return OK
-    if stream and name == "error":
+    if name == "error":
         return SERVER_ERROR
     try:
         obj = _strict_json(data)
@@ -229,12 +222,12 @@ def event_outcome(name: str, data: bytes, stream: bool = True) -> str | None:
     if choices:
         if type(choices) is not list or type(choices[0]) is not dict:
             return MALFORMED
-        if stream and choices[0].get("delta") is not None and type(choices[0]["delta"]) is not dict:
+        if choices[0].get("delta") is not None and type(choices[0]["delta"]) is not dict:
             return MALFORMED
     return OK
 
 
-# Labelled cases: each event (and each non-streamed body) is drawn from one of three families whose
+# Labelled cases: each event is drawn from one of three families whose
 # outcome the OpenAI streaming format fixes — a well-formed chunk (its tokens and whether it is answer
 # text known by construction), a malformed one (not JSON, not an object, choices / delta / usage of the
 # wrong type) or an error (`event: error`, or an object with a non-null "error") — so the expected
@@ -377,60 +370,6 @@ def check_labelled_stream(reads: list[list[Labelled]]) -> None:
     want = expected_stream(reads)
     if got != want:
         raise Escaped(f"chunk decoder: got {got!r}, the labels say {want!r} — repro: {reads!r}")
-
-
-@st.composite
-def labelled_body_case(draw) -> tuple[bytes, str | None, list[int], bool]:
-    """A non-streamed response body: (body, expected error kind, expected chunk_tokens, answer text in it)."""
-    family = draw(st.sampled_from(["good", "good", "malformed", "error"]))
-    if family == "error":
-        err = draw(st.sampled_from([{"message": "bad request", "type": "invalid_request_error"}, "boom", 0, False]))
-        return json.dumps({"error": err, "choices": draw(_NOT_LIST)}).encode(), SERVER_ERROR, [], False
-    if family == "malformed":
-        form = draw(st.sampled_from(["not_json", "not_object", "choices_not_list", "choice_not_object",
-                                     "usage_not_object"]))
-        body = {
-            "not_json": b'{"choices": [{"text": "a"}]',
-            "not_object": json.dumps(draw(st.sampled_from([[1], 3, "s", None]))).encode(),
-            "choices_not_list": json.dumps({"choices": draw(_NOT_LIST)}).encode(),
-            "choice_not_object": json.dumps({"choices": [draw(_NOT_OBJECT)]}).encode(),
-            "usage_not_object": json.dumps({"choices": [{"text": "a"}], "usage": draw(_NOT_OBJECT_TRUTHY)}).encode(),
-        }[form]
-        return body, MALFORMED, [], False
-    form = draw(st.sampled_from(["text", "message", "reasoning", "empty", "no_choices"]))
-    choice: dict | None
-    answer = form in ("text", "message")
-    if form == "text":
-        choice = {"index": 0, "text": draw(_TOKEN_TEXT), "finish_reason": "length"}
-    elif form == "message":
-        choice = {"index": 0, "message": {"role": "assistant", "content": draw(_TOKEN_TEXT)}, "finish_reason": "stop"}
-    elif form == "reasoning":
-        choice = {"index": 0, "message": {"role": "assistant", "content": None, "reasoning_content": draw(_TOKEN_TEXT)}}
-    elif form == "empty":
-        choice = {"index": 0, "text": ""}
-    else:
-        choice = None
-    obj: dict = {"choices": [choice] if choice is not None else []}
-    ct = draw(st.none() | st.integers(0, 4096))
-    if ct is not None:
-        obj["usage"] = {"prompt_tokens": 7, "completion_tokens": ct}
-    # a body with answer or reasoning text holds usage.completion_tokens tokens (1 when usage is missing)
-    tokens = [ct if ct is not None else 1] if form in ("text", "message", "reasoning") else []
-    return json.dumps(obj).encode(), OK, tokens, answer
-
-
-def check_labelled_body(case) -> None:
-    from kneecap.client import openai as oa
-
-    body, kind, tokens, answer = case
-    try:
-        result = oa.decode_response(body, 1.0)
-    except Exception as exc:  # noqa: BLE001
-        raise escaped("response decoder", case, exc) from exc
-    got = (result.error_kind, result.chunk_tokens, result.first_answer_at, result.done)
-    want = (kind, tokens, 1.0 if answer else None, kind is OK)
-    if got != want:
-        raise Escaped(f"response decoder: got {got!r}, the labels say {want!r} — repro: {case!r}")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -36,24 +36,22 @@ from kneecap.errors import KneecapError
 from kneecap.records import CANCELLED, ERROR, OK, TIMEOUT, RequestRecord
 from kneecap.workload import RequestSpec, arrival_offsets
 
+CONNECT_TIMEOUT_S = 10.0  # opening a connection (aiohttp sock_connect)
+
 
 @dataclass(frozen=True)
 class ClientConfig:
     """How to talk to the server. The api_key is kept out of repr (and therefore out of logs)."""
 
     base_url: str
-    model: str | None = None  # None: the first id of GET /v1/models
+    model: str
     endpoint: str = oa.COMPLETIONS  # "completions" | "chat"
     api_key: str | None = field(default=None, repr=False)
     timeout_s: float = 600.0  # per request, total (connect + wait + stream)
     stall_timeout_s: float = 120.0  # longest silence between two reads (and before the response starts)
-    connect_timeout_s: float = 10.0
     keepalive: bool = True  # False (--no-keepalive): a new connection per request (aiohttp force_close)
-    stream: bool = True
     ignore_eos: bool = True
-    min_tokens: bool = False  # also send min_tokens = max_tokens (vLLM)
     continuous_usage_stats: bool = False  # ask for usage in every chunk (vLLM's stream_options extension)
-    require_done: bool = True  # a stream without data: [DONE] is an incomplete_stream failure
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     keep_prompts: bool = False  # put prompt text in records (else only its sha256)
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
@@ -66,7 +64,7 @@ class ClientConfig:
             url = url[:-3]
         object.__setattr__(self, "base_url", url)
         oa.endpoint_path(self.endpoint)
-        for name in ("timeout_s", "stall_timeout_s", "connect_timeout_s"):
+        for name in ("timeout_s", "stall_timeout_s"):
             if not getattr(self, name) > 0:
                 raise KneecapError(f"{name} must be positive, got {getattr(self, name)!r}", f"pass a positive {name}")
         if self.max_line_bytes < 1024:
@@ -94,17 +92,14 @@ def default_prompt_source(cfg: ClientConfig) -> PromptSource:
 
 
 def prepare_requests(cfg: ClientConfig, specs: Iterable[RequestSpec], prompts: PromptSource | None = None) -> list[PreparedRequest]:
-    """Build and encode every request body (before a level's clock starts). cfg.model must be set."""
-    if cfg.model is None:
-        raise KneecapError("no model name to send", "pass --model, or let the client read it from /v1/models first")
+    """Build and encode every request body (before a level's clock starts)."""
     source = prompts if prompts is not None else default_prompt_source(cfg)
     return [_prepared(cfg, spec, source.prompt_for(spec)) for spec in specs]
 
 
 def _prepared(cfg: ClientConfig, spec: RequestSpec, prompt: Prompt) -> PreparedRequest:
     """One request's encoded body (its prompt text kept only with keep_prompts)."""
-    body = oa.request_body(cfg.endpoint, cfg.model, prompt.content, spec.output_tokens, stream=cfg.stream,
-                           ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens,
+    body = oa.request_body(cfg.endpoint, cfg.model, prompt.content, spec.output_tokens, ignore_eos=cfg.ignore_eos,
                            continuous_usage_stats=cfg.continuous_usage_stats, extra_body=cfg.extra_body)
     text = None
     if cfg.keep_prompts:
@@ -112,9 +107,9 @@ def _prepared(cfg: ClientConfig, spec: RequestSpec, prompt: Prompt) -> PreparedR
     return PreparedRequest(spec, oa.encode_body(body), prompt.sha256, text, prompt.num_tokens)
 
 
-def request_headers(cfg: ClientConfig) -> dict:
+def request_headers(cfg: ClientConfig, stream: bool = True) -> dict:
     """The headers every request to the server carries (the API key only here, never in a record)."""
-    headers = {"Content-Type": "application/json", "Accept": "text/event-stream" if cfg.stream else "application/json"}
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream" if stream else "application/json"}
     if cfg.api_key:
         headers["Authorization"] = f"Bearer {cfg.api_key}"
     return headers
@@ -265,7 +260,7 @@ class Client:
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=not cfg.keepalive,
                                          keepalive_timeout=300.0 if cfg.keepalive else None, ttl_dns_cache=3600)
         # total and stall timeouts are the driver's own (send / _read_stream); aiohttp keeps the connect one
-        timeout = aiohttp.ClientTimeout(total=None, sock_read=None, sock_connect=cfg.connect_timeout_s)
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=None, sock_connect=CONNECT_TIMEOUT_S)
         # sent_at: aiohttp 3.12+ serialises the headers in StreamWriter.write_headers but buffers them and
         # hands them to the socket together with the first body write, which on Python < 3.12 runs in a
         # task of its own, one event-loop turn later (ClientRequest.send / write_bytes). That turn can be
@@ -280,8 +275,6 @@ class Client:
                                               trace_configs=[trace])
         if self.read_path is None:
             self.read_path, self.read_path_note = await self.choose_read_path()
-        if cfg.model is None:
-            self.cfg = replace(cfg, model=await self.detect_model())
 
     async def choose_read_path(self) -> tuple[str, str | None]:
         """(path, why it is not the one asked for) for this client's streamed bodies: the body tap when
@@ -332,22 +325,6 @@ class Client:
         if text and key and key in text:
             return text.replace(key, "***")
         return text
-
-    async def detect_model(self) -> str:
-        """The first model id the server lists at GET /v1/models."""
-        url = self.cfg.base_url + "/v1/models"
-        try:
-            async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=min(30.0, self.cfg.timeout_s))) as resp:
-                if resp.status != 200:
-                    raise KneecapError(f"GET {url} answered HTTP {resp.status}, so the model name is unknown", "pass --model NAME")
-                data = await resp.json(content_type=None)
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
-            raise KneecapError(f"cannot read the model name from {url}: {type(exc).__name__}",
-                               "check --base-url and that the server is up, or pass --model NAME") from None
-        models = data.get("data") if isinstance(data, dict) else None
-        if not models or not isinstance(models[0], dict) or not models[0].get("id"):
-            raise KneecapError(f"{url} lists no model", "pass --model NAME")
-        return str(models[0]["id"])
 
     async def warm(self, num_connections: int) -> int:
         """Open up to num_connections pooled connections (concurrent GET /v1/models); returns how many answered."""
@@ -410,12 +387,11 @@ class Client:
         started = False
         kind: str | None = None
         message: str | None = None
-        body: bytes | None = None
         cancelled: asyncio.CancelledError | None = None
         stamp = [None, False]  # [time right before the request is written, sent on a reused connection]
         # one total deadline; until the response starts, no answer for stall_timeout_s is a timeout
         total_cm = _timeout(cfg.timeout_s)
-        head_cm = _timeout(cfg.stall_timeout_s if cfg.stream else cfg.timeout_s)
+        head_cm = _timeout(cfg.stall_timeout_s)
         called_at = perf()
         try:
             async with total_cm:
@@ -429,14 +405,12 @@ class Client:
                         async with _timeout(cfg.stall_timeout_s):
                             raw = await resp.content.read(2048)
                         message = f"HTTP {status}: {raw[:300].decode('utf-8', 'replace')}"
-                    elif cfg.stream:
+                    else:
                         ctype = resp.headers.get("Content-Type", "")
                         if not ctype.startswith("text/event-stream"):
                             kind, message = MALFORMED_SSE, f"expected text/event-stream, got content type {ctype[:80]!r}"
                         else:
                             await self._read_stream(resp, parser, decoder.feed, epoch)
-                    else:
-                        body = await resp.read()
                 finally:
                     resp.release()
         except asyncio.CancelledError as exc:
@@ -451,15 +425,9 @@ class Client:
                 kind, message = classify_exception(exc, started)
         except Exception as exc:  # every failure becomes a record; nothing escapes a level
             kind, message = classify_exception(exc, started)
-        end = perf() - epoch
-        rec.end_at = end
+        rec.end_at = perf() - epoch
         rec.sent_at = (stamp[0] if stamp[0] is not None else called_at) - epoch
-        if cfg.stream:
-            result = decoder.result
-        elif body is not None:
-            result = oa.decode_response(body, end)
-        else:
-            result = oa.StreamResult()
+        result = decoder.result
         rec.chunk_times = result.chunk_times
         rec.chunk_tokens = result.chunk_tokens
         rec.first_token_at = result.first_token_at
@@ -474,7 +442,7 @@ class Client:
             rec.extra["finish_reason"] = result.finish_reason
         if kind is None and result.error_kind:
             kind, message = result.error_kind, result.error_message
-        if kind is None and cfg.stream and cfg.require_done and not result.done:
+        if kind is None and not result.done:  # no data: [DONE]: an incomplete_stream failure
             kind, message = INCOMPLETE_STREAM, "the stream ended without data: [DONE]"
         if kind is not None:
             if kind == CONNECTION_RESET and stamp[1]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import aiohttp
 
@@ -65,7 +65,7 @@ async def probe_keepalive(cfg, *, pause_s: float = PAUSE_S, timeout_s: float = P
     trace = aiohttp.TraceConfig()
     trace.on_connection_create_end.append(on_create)
     trace.on_connection_reuseconn.append(on_reuse)
-    headers = request_headers(replace(cfg, stream=True))
+    headers = request_headers(cfg)
     connector = aiohttp.TCPConnector(limit=1, keepalive_timeout=60.0)
     nonce = os.urandom(6).hex()
     sent = 0

@@ -1,5 +1,5 @@
 """OpenAI-compatible wire format: request bodies for /v1/completions and /v1/chat/completions,
-and decoding of what comes back (streamed SSE events or one JSON body) into token timings.
+and decoding of the streamed SSE events that come back into token timings.
 
 Owns: which JSON fields are sent (stream_options.include_usage, max_tokens = OSL, ignore_eos /
 min_tokens, continuous_usage_stats) and how chunks are read (tokens per chunk, reasoning vs answer
@@ -247,51 +247,3 @@ def decode_stream(reads: Iterable[tuple[float, Sequence[SseEvent]]], usage_delta
     for t, events in reads:
         decoder.feed(t, events)
     return decoder.result
-
-
-def decode_response(body: bytes, end_at: float) -> StreamResult:
-    """Decode a non-streamed response body (one JSON object); its only timing is end_at."""
-    result = StreamResult()
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        result.error_kind, result.error_message = MALFORMED_SSE, f"response is not JSON: {body[:120]!r}"
-        return result
-    if type(obj) is not dict:
-        result.error_kind, result.error_message = MALFORMED_SSE, f"response is not a JSON object: {body[:120]!r}"
-        return result
-    if obj.get("error") is not None:
-        result.error_kind, result.error_message = SERVER_ERROR_EVENT, _error_text(obj["error"])[:500]
-        return result
-    usage = obj.get("usage")
-    if usage and type(usage) is not dict:
-        _not_a_chunk(result, "response usage is not a JSON object", body)
-        return result
-    choices = obj.get("choices")
-    choice = None
-    if choices:
-        choice = choices[0] if type(choices) is list else None
-        if type(choice) is not dict:
-            _not_a_chunk(result, "response choices is not a list of JSON objects", body)
-            return result
-    if usage:
-        _apply_usage(result, usage)
-    answer = reasoning = False
-    if choice is not None:
-        message = choice.get("message")
-        if isinstance(message, Mapping):
-            answer = bool(message.get("content"))
-            reasoning = bool(message.get("reasoning_content") or message.get("reasoning"))
-        else:
-            answer = bool(choice.get("text"))
-        fr = choice.get("finish_reason")
-        result.finish_reason = fr if type(fr) is str else None
-    result.done = True
-    if answer or reasoning:
-        n = result.output_tokens if result.output_tokens is not None else 1
-        result.chunk_times.append(end_at)
-        result.chunk_tokens.append(n)
-        result.first_token_at = end_at
-        if answer:
-            result.first_answer_at = end_at
-    return result

@@ -97,15 +97,8 @@ def _parse_labels(text: str, start: int) -> tuple[dict[str, str], int]:
 
 
 def _parse_value(token: str) -> float:
-    low = token.lower()
-    if low in ("+inf", "inf"):
-        return math.inf
-    if low == "-inf":
-        return -math.inf
-    if low == "nan":
-        return math.nan
     try:
-        return float(token)
+        return float(token)  # also "+Inf", "-Inf" and "NaN", as the exposition format writes them
     except ValueError:
         raise PrometheusParseError(f"bad sample value {token[:40]!r}") from None
 

@@ -201,7 +201,7 @@ def send_check(cfg: ClientConfig, content, timeout_s: float = CHECK_TIMEOUT_S) -
     body = oa.request_body(cfg.endpoint, cfg.model, content, 1, stream=False, ignore_eos=cfg.ignore_eos,
                            extra_body={"user": CHECK_USER, **cfg.extra_body})
     req = urllib.request.Request(cfg.url, data=oa.encode_body(body), method="POST",
-                                 headers=request_headers(replace(cfg, stream=False)))
+                                 headers=request_headers(cfg, stream=False))
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             status, raw = resp.status, resp.read(1 << 20)
