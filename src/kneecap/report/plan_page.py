@@ -11,7 +11,7 @@ from kneecap.report import plots
 from kneecap.report.document import Block, Code, Document, Figure, Heading, KeyValues, Paragraph, Table, drawn
 from kneecap.report.glossary import PLAN_TERMS, glossary
 from kneecap.report.load import Results
-from kneecap.report.provenance import flatten, manifest_blocks, source_banner
+from kneecap.report.provenance import facts_block, manifest_blocks, source_banner
 
 LEDGER_LINES = (("weights_bytes", "weights"), ("overhead_bytes", "overhead (activations, workspace, graphs)"),
                 ("fragmentation_bytes", "fragmentation headroom"), ("reserved_bytes", "reserved (outside the engine)"),
@@ -103,12 +103,8 @@ def _facts(plan: dict) -> KeyValues | None:
     shown = {"kv_bytes_per_token", "kv_bytes_per_token_per_gpu", "kv_capacity_tokens", "max_concurrency",
              "binding", "kind", "model_executed", "benchmark_executed", "ledger", "max_seqs", "levers", "tp_sweep",
              "context_sweep", "notes", "manifest", "worst_case", "paged_at_mean_context", "kv_derivation"}
-    items: list[tuple[str, str]] = []
-    for key, value in plan.items():
-        if key not in shown and value is not None:
-            flatten(key, value, items)
-    return KeyValues(tuple(items), caption="Deployment and planner inputs (units in the names)",
-                     compact=True) if items else None
+    return facts_block(((key, value) for key, value in plan.items() if key not in shown and value is not None),
+                       "Deployment and planner inputs (units in the names)")
 
 
 def plan_tables(plan: dict) -> list[Block]:

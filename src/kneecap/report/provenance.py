@@ -93,6 +93,14 @@ def flatten(prefix: str, value: object, out: list[tuple[str, str]]) -> None:
         out.append((prefix, "—" if value is None else str(value)))
 
 
+def facts_block(entries, caption: str) -> KeyValues | None:
+    """(key, value) pairs as compact key/value lines, nested values flattened; None when there are none."""
+    items: list[tuple[str, str]] = []
+    for key, value in entries:
+        flatten(key, value, items)
+    return KeyValues(tuple(items), caption=caption, compact=True) if items else None
+
+
 def manifest_blocks(summary: dict) -> list[Block]:
     """Command line first, then versions and environment as key/value lines."""
     manifest = summary.get("manifest")

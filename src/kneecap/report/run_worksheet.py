@@ -10,7 +10,7 @@ from kneecap.report import plots
 from kneecap.report.document import Block, KeyValues, Table, drawn
 from kneecap.report.load import PLAN_KEYS
 from kneecap.report.plan_page import BAR_PARTS, ledger_blocks
-from kneecap.report.provenance import flatten
+from kneecap.report.provenance import facts_block
 
 
 def candidate_plans(summary: dict, fallback: dict | None = None) -> dict[str, dict]:
@@ -101,11 +101,9 @@ def classes_table(worksheet: dict) -> Table | None:
 
 
 def settings_block(worksheet: dict) -> KeyValues | None:
-    items: list[tuple[str, str]] = []
-    for key, value in worksheet.items():
-        if key not in ("classes", "budgets", "ledger", "plan") and value is not None:
-            flatten(key, value, items)
-    return KeyValues(tuple(items), caption="Load plan settings (units in the names)", compact=True) if items else None
+    return facts_block(((key, value) for key, value in worksheet.items()
+                        if key not in ("classes", "budgets", "ledger", "plan") and value is not None),
+                       "Load plan settings (units in the names)")
 
 
 def cost_table(candidates: list[dict]) -> Table | None:

@@ -13,7 +13,7 @@ from kneecap.report.levels import (LATENCY_KEYS, LATENCY_LABELS, client_stats, f
                                    level_panels, levels_of, load_axis, parse_slo, points_of, preflight_limit,
                                    preflight_verdict, slo_spec, suspect_reason)
 from kneecap.report.load import RecordDigest, Results
-from kneecap.report.provenance import flatten, manifest_blocks, missing_block, source_banner
+from kneecap.report.provenance import facts_block, manifest_blocks, missing_block, source_banner
 
 PLOT_LATENCIES = (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E"))
 TABLE_LATENCIES = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")  # the latency table's p50 and p99 columns
@@ -285,12 +285,8 @@ CONFIG_KEYS = ("deployment", "engine", "workload", "plan", "step_time", "load", 
 
 def configuration(summary: dict) -> KeyValues | None:
     """What was run: deployment, engine limits, workload, KV plan figures, step-time constants, seed."""
-    items: list[tuple[str, str]] = []
-    for key in CONFIG_KEYS:
-        if key in summary and summary[key] is not None:
-            flatten(key, summary[key], items)
-    return KeyValues(tuple(items), caption="Deployment, engine, workload and seed as recorded (units in the names)",
-                     compact=True) if items else None
+    return facts_block(((key, summary[key]) for key in CONFIG_KEYS if summary.get(key) is not None),
+                       "Deployment, engine, workload and seed as recorded (units in the names)")
 
 
 def sweep_document(results: Results) -> Document:
