@@ -17,6 +17,7 @@ from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.hardware import get_gpu
 from kneecap.model.kv import check_kv_dtype, check_tp, kv_dtype_bytes
+from kneecap.model.resolve import load_model
 from kneecap.model.weights import weight_bits
 from kneecap.plan import engines
 from kneecap.plan.ledger import Plan, build_plan, weights_bytes_per_gpu, weights_total_bytes
@@ -102,13 +103,6 @@ def check_positive(flag: str, value, kind=int) -> None:
         raise KneecapError(f"{flag} must be {what}, got {value!r}", f"pass e.g. {flag} {EXAMPLES.get(flag, 1)}")
 
 
-def load_model_spec(spec: str):
-    """A Model from a preset / path / org/name via the model loader."""
-    from kneecap.model.resolve import load_model
-
-    return load_model(spec)
-
-
 def checkpoint_weights(model) -> tuple[int, str, str] | None:
     """(whole-model weight bytes as the checkpoint ships, main dtype, source label) when the model knows its parts."""
     from kneecap.model.params import main_dtype, param_breakdown, part_dtypes, total_weight_bytes
@@ -164,7 +158,7 @@ def plan_vllm_cpu(f: DeploymentRequest) -> "engines.EnginePool":
         check_positive(flag, value, int)
     if f.kv_dtype:
         kv_dtype_bytes(f.kv_dtype)
-    model = load_model_spec(f.preset or f.model)
+    model = load_model(f.preset or f.model)
     context = f.context or model.max_position_embeddings
     if not context:
         raise KneecapError(f"model {model.name} does not state its max context", "pass --context N (vLLM's --max-model-len)")
@@ -224,7 +218,7 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         kv_dtype_bytes(f.kv_dtype)  # validates the name
     if f.weight_dtype:
         weight_bits(f.weight_dtype)
-    model = load_model_spec(spec)
+    model = load_model(spec)
     check_tp(model, f.tp)  # before any engine arithmetic, so the message is about the heads
     weights_total = source = None
     weight_dtype = f.weight_dtype

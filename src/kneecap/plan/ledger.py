@@ -317,21 +317,13 @@ def usable_bytes(deployment: Deployment) -> int:
     return int(deployment.hbm_bytes * deployment.mem_util)
 
 
-def kv_dtype_bytes(deployment: Deployment) -> int:
-    return kvmath.kv_dtype_bytes(deployment.kv_dtype)
-
-
-def _is_mla(deployment: Deployment) -> bool:
-    return "mla" in deployment.model.layer_types
-
-
 def kv_layout(deployment: Deployment) -> tuple[int, bool]:
     """(KV heads per GPU, replicated?) at this TP degree."""
     m = deployment.model
     if deployment.dp_attention:
         return m.num_key_value_heads, False  # every rank keeps whole heads, of its own sequences only
     heads = kvmath.kv_heads_per_gpu(m.num_key_value_heads, deployment.tp)
-    if _is_mla(deployment) and not any(t in ("full_attention", "sliding_attention") for t in m.layer_types):
+    if "mla" in m.layer_types and not any(t in ("full_attention", "sliding_attention") for t in m.layer_types):
         return heads, deployment.tp > 1  # MLA keeps the whole latent on every rank
     return heads, kvmath.is_kv_replicated(m.num_key_value_heads, deployment.tp)
 
@@ -402,7 +394,7 @@ def build_plan(deployment: Deployment, *, context: int, mean_context: int | None
     mean_context = context if mean_context is None else mean_context
     _check_inputs(deployment, context, mean_context, compute_batch_cap)
     m, gpu = deployment.model, deployment.gpu
-    dtype_bytes = kv_dtype_bytes(deployment)
+    dtype_bytes = kvmath.kv_dtype_bytes(deployment.kv_dtype)
 
     if weights_total is None:
         weights_total = weights_total_bytes(deployment)
@@ -477,7 +469,7 @@ def build_plan(deployment: Deployment, *, context: int, mean_context: int | None
     if deployment.expert_parallel > 1:
         notes.append(f"expert parallelism {deployment.expert_parallel}: the routed experts are split whole over "
                      f"{deployment.expert_parallel} GPUs (same bytes per GPU as TP sharding)")
-    if replicated and not _is_mla(deployment) and dp == 1:
+    if replicated and "mla" not in m.layer_types and dp == 1:
         notes.append(f"--tp {deployment.tp} exceeds the {m.num_key_value_heads} KV heads: each rank keeps a whole head, "
                      "so the KV cache is replicated and stops shrinking with TP")
     return Plan(

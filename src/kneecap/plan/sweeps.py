@@ -50,8 +50,7 @@ def sweep_tps(plan: Plan) -> list[int]:
     """Powers of two up to 2x the KV heads (at least 8, at most 64), plus the plan's own TP."""
     m = plan.deployment.model
     top = min(max(2 * m.num_key_value_heads, 8), MAX_SWEEP_TP)
-    tps = {1 << i for i in range(0, 13) if (1 << i) <= top} | {plan.deployment.tp}
-    return sorted(tps)
+    return sorted({1 << i for i in range(0, 13) if (1 << i) <= top} | {plan.deployment.tp})
 
 
 def tp_sweep(plan: Plan) -> list[TpPoint]:
@@ -83,10 +82,7 @@ def tp_sweep(plan: Plan) -> list[TpPoint]:
 def context_points(plan: Plan) -> list[int]:
     """4k, 8k, 32k, 128k up to the model's advertised maximum, that maximum, and the plan's --context."""
     top = plan.deployment.model.max_position_embeddings
-    pts = {c for c in CONTEXT_POINTS if not top or c <= top} | {plan.context}
-    if top:
-        pts.add(top)
-    return sorted(pts)
+    return sorted({c for c in CONTEXT_POINTS if not top or c <= top} | {plan.context} | ({top} if top else set()))
 
 
 def context_sweep(plan: Plan) -> list[ContextPoint]:
