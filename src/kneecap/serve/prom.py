@@ -1,12 +1,8 @@
 """/metrics of the simulated server in vLLM's Prometheus names (text exposition format 0.0.4).
 
-Owns the metric names, types and help strings; the numbers come from RealtimeEngine. Names as vLLM V1
-exports them (vllm/v1/metrics/loggers.py PrometheusStatLogger): vllm:num_requests_running,
-vllm:num_requests_waiting, vllm:kv_cache_usage_perc (a 0-1 fraction despite the name) and its older alias
-vllm:gpu_cache_usage_perc, vllm:num_preemptions_total, vllm:prompt_tokens_total,
-vllm:generation_tokens_total, vllm:prefix_cache_queries_total / _hits_total (tokens),
-vllm:request_success_total, and vllm:cache_config_info (an info gauge whose
-labels are CacheConfig.metrics_info(): block_size, num_gpu_blocks, ...). kneecap:* are this server's own.
+Owns the metric names, types and help strings; the numbers come from RealtimeEngine. vllm:* names as vLLM V1
+exports them (vllm/v1/metrics/loggers.py PrometheusStatLogger; vllm:kv_cache_usage_perc is a 0-1 fraction despite
+the name; vllm:cache_config_info's labels are CacheConfig.metrics_info()); kneecap:* are this server's own.
 """
 
 from __future__ import annotations

@@ -144,7 +144,7 @@ class RealtimeEngine:
     async def _run(self) -> None:
         try:
             await self._loop()
-        except Exception as exc:  # (asyncio.CancelledError is not an Exception: a cancel still propagates)  # keep the server answering: fail every open request with one message
+        except Exception as exc:  # keep the server answering: fail every open request with one message
             self.failure = f"{type(exc).__name__}: {exc}"
             print(f"error: simulated engine stopped: {self.failure}", file=sys.stderr)
             for slot in list(self.slots.values()):

@@ -40,10 +40,7 @@ class Efficiency:
 
     def gemm_curve(self, dtype_class: str) -> tuple[tuple[int, float], ...] | None:
         """The measured (M, fraction of peak) points for this dtype class, or None (the flat gemm() figure)."""
-        for name, points in self.gemm_by_m:
-            if name == dtype_class:
-                return points
-        return None
+        return dict(self.gemm_by_m).get(dtype_class)
 
 
 def curve_at(points: tuple[tuple[int, float], ...], m: float) -> float:

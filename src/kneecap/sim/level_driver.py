@@ -166,10 +166,9 @@ def workload_flags(opts: SimulateOptions) -> WorkloadFlags:
 def level_spec(opts: SimulateOptions, level: SweepLevel, *, workload: Workload | None = None, seed: int | None = None,
                on_s: float | None = None, off_s: float = 0.0) -> LevelSpec:
     """One level as the virtual-clock driver runs it: its warmup's and its own work from the one translation
-    bench uses (kneecap.workload.level_work), sent on one engine, the warmup first and to its end, as bench sends
-    them (kneecap.sim.sweep.level_phases). What is the simulator's own: a level without a request count
-    (--duration) draws its requests as it goes. workload / seed: a load-plan cell's own class and seed (lengths
-    and arrivals)."""
+    bench uses (kneecap.workload.level_work), sent as kneecap.sim.sweep.level_phases sends them; a level without a
+    request count (--duration) draws its requests as it goes. workload / seed: a load-plan cell's own class and
+    seed (lengths and arrivals)."""
     import dataclasses
 
     flags = workload_flags(opts) if seed is None else dataclasses.replace(workload_flags(opts), seed=seed)
