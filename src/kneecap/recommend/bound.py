@@ -12,9 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kneecap.metrics.slo import ERROR_RATE, split_key
 from kneecap.plan.ledger import Plan
-from kneecap.recommend.space import Knobs, RecommendRequest
+from kneecap.recommend.space import Knobs, RecommendRequest, slo_limits
 from kneecap.units import MS_PER_S
 
 # stats whose limit also bounds the mean (a level's mean is at most its p95 / p99 / max in practice)
@@ -28,14 +27,7 @@ class Bound:
 
 
 def _limits_ms(slo: dict, metrics: tuple[str, ...], stats: tuple[str, ...] | None) -> float | None:
-    vals = []
-    for key, limit in slo.items():
-        if key == ERROR_RATE:
-            continue
-        metric, stat = split_key(key)
-        if metric in metrics and (stats is None or stat in stats):
-            vals.append(limit)
-    return max(vals) if vals else None
+    return max(slo_limits(slo, metrics, stats).values(), default=None)
 
 
 def replica_bound(plan: Plan, knobs: Knobs, req: RecommendRequest, *, pool: str | None = None) -> Bound:

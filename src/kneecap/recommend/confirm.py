@@ -13,7 +13,8 @@ import shlex
 from pathlib import Path
 
 from kneecap.metrics.slo import format_slo
-from kneecap.recommend.space import Knobs, RecommendRequest
+from kneecap.recommend.runplan import level_values, prefill_budget
+from kneecap.recommend.space import Knobs, RecommendRequest, slo_limits
 
 BASELINE = Path(__file__).resolve().parents[1] / "data" / "validation" / "baseline.json"
 
@@ -37,7 +38,7 @@ def serve_cmd(req: RecommendRequest, k: Knobs, *, checkpoint_dtype: str, disaggr
     (docs.vllm.ai, "FP8 W8A8": online dynamic quantization); a checkpoint that ships quantized (`checkpoint_dtype`
     fp8, fp8-block, ...) carries its quantization_config, which vLLM reads itself, and a different --quantization
     is refused (a ModelOpt checkpoint is "modelopt", not "fp8")."""
-    dp = k.attention_dp
+    dp = k.tp if k.dp_attention else 1  # DP ranks (Deployment.attention_dp), each with its own engine limits
     tp_flag = ["--tensor-parallel-size", "1", "--data-parallel-size", str(k.tp)] if k.dp_attention else [
         "--tensor-parallel-size", str(k.tp)]
     parts = ["vllm", "serve", *tp_flag, "--pipeline-parallel-size", str(k.pp),
@@ -56,15 +57,8 @@ def serve_cmd(req: RecommendRequest, k: Knobs, *, checkpoint_dtype: str, disaggr
     return " ".join([*parts[:2], model, *(shlex.quote(p) for p in parts[2:])])
 
 
-def _level_values(req: RecommendRequest, share: float, max_load: float | None) -> list:
-    if req.kind == "rate":
-        vals = sorted({round(share / 2, 3), round(share, 3)} | ({round(max_load, 3)} if max_load and max_load > share else set()))
-        return [v for v in vals if v > 0]
-    return sorted({max(1, int(share) // 2), int(share)} | ({int(max_load)} if max_load and max_load > share else set()))
-
-
 def _levels(req: RecommendRequest, share: float, max_load: float | None) -> str:
-    return ",".join(f"{v:g}" if req.kind == "rate" else str(v) for v in _level_values(req, share, max_load))
+    return ",".join(f"{v:g}" if req.kind == "rate" else str(v) for v in level_values(req.kind, share, max_load))
 
 
 def bench_cmd(req: RecommendRequest, share: float, max_load: float | None, *, disaggregated: bool = False) -> str:
@@ -72,7 +66,7 @@ def bench_cmd(req: RecommendRequest, share: float, max_load: float | None, *, di
     disaggregated pools, against the proxy in front of them at the whole rate; bench asks the server for its
     model name. With a trace: `--replay TRACE` at the speeds whose mean rates are those levels."""
     if req.trace is not None:  # the trace itself, at the speeds that offer each level's rate on average
-        speeds = ",".join(f"{req.trace.speed_for(v):.4g}" for v in _level_values(req, share, max_load))
+        speeds = ",".join(f"{req.trace.speed_for(v):.4g}" for v in level_values(req.kind, share, max_load))
         parts = ["kneecap", "bench", "--base-url", "http://127.0.0.1:8000", "--replay", req.trace.path,
                  "--replay-speed", speeds, "--slo", format_slo(req.slo), "--seed", str(req.seed)]
         return " ".join(shlex.quote(p) for p in parts)
@@ -85,7 +79,7 @@ def bench_cmd(req: RecommendRequest, share: float, max_load: float | None, *, di
 
 def replay_note(req: RecommendRequest, share: float, max_load: float | None) -> str:
     """What the trace-replaying bench line does, and how long it takes: every level sends all the trace's rows."""
-    levels = _level_values(req, share, max_load)
+    levels = level_values(req.kind, share, max_load)
     seconds = sum(req.trace.rows / v for v in levels)
     return (f"bench replays the trace itself (its own arrival times and lengths; the prediction assumed Poisson "
             f"arrivals) at the speeds whose mean rates are this replica's levels ({', '.join(f'{v:g}' for v in levels)} "
@@ -115,9 +109,6 @@ def pool_bench_cmds(req: RecommendRequest, prefill_replicas: int, decode_replica
     prefill: one prefill instance (no KV transfer config needed to measure it), its share of the rate, one output
     token per request, each TTFT limit less the KV transfer; decode: the proxy in front of the whole prefill pool and
     ONE decode instance, at one decode replica's share of the rate, judged on the decode terms (TPOT / ITL)."""
-    from kneecap.metrics.slo import split_key
-    from kneecap.recommend.runplan import prefill_budget
-
     seed = ["--seed", str(req.seed)]
     pre_share = req.load / prefill_replicas
     pre = ["kneecap", "bench", "--base-url", "http://127.0.0.1:8100", "--isl", str(req.isl), "--osl", "1", "--rate",
@@ -125,7 +116,7 @@ def pool_bench_cmds(req: RecommendRequest, prefill_replicas: int, decode_replica
     budget = prefill_budget(req.slo, transfer_ms)
     if budget:
         pre += ["--slo", format_slo(budget)]
-    decode_slo = {k: v for k, v in req.slo.items() if k != "error_rate" and split_key(k)[0] in ("tpot", "itl")}
+    decode_slo = slo_limits(req.slo, ("tpot", "itl"))
     dec = ["kneecap", "bench", "--base-url", "http://127.0.0.1:8000", "--isl", str(req.isl), "--osl", str(req.osl),
            "--rate", _levels(req, req.load / decode_replicas, None), "--requests", "300"]
     if decode_slo:

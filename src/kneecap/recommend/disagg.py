@@ -34,12 +34,12 @@ import math
 from dataclasses import dataclass
 
 from kneecap.metrics.search import MaxLoad, Verdict, find_max
-from kneecap.metrics.slo import level_meets_slo, slo_value, split_key
+from kneecap.metrics.slo import level_meets_slo, split_key
 from kneecap.metrics.summarize import summarize_level
-from kneecap.recommend.evaluate import RATE_RESOLUTION, LevelOutcome, simulated
-from kneecap.recommend.space import GPUS_PER_NODE, Knobs, RecommendRequest
+from kneecap.recommend.evaluate import RATE_RESOLUTION, LevelOutcome, judged, simulated
+from kneecap.recommend.space import GPUS_PER_NODE, Knobs, RecommendRequest, slo_limits
 from kneecap.sim.sweep import LevelSpec, drive, simulate_level
-from kneecap.workload import LengthDist, RequestClass, Workload, arrival_offsets, make_requests
+from kneecap.workload import Workload, arrival_offsets, make_requests
 
 # NVIDIA DGX H100/H200 user guide, "Network ports": eight single-port ConnectX-7 cards at 400 Gb/s InfiniBand
 # / Ethernet, one per GPU, for the compute fabric (https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html)
@@ -71,9 +71,7 @@ def transfer_s(kv_bytes_per_token_per_gpu: float, prompt_tokens: int, link: Link
 
 
 def _workload(req: RecommendRequest) -> Workload:
-    if req.mix is not None:
-        return req.mix
-    return Workload(classes=(RequestClass(input=LengthDist.fixed(req.isl), output=LengthDist.fixed(req.osl)),))
+    return req.mix if req.mix is not None else Workload.fixed(req.isl, req.osl)
 
 
 def _draw(req: RecommendRequest, rate: float, n: int):
@@ -168,28 +166,17 @@ def run_pools(req: RecommendRequest, k: Knobs, x: int, y: int, n: int = LEVEL_RE
     if failed:
         summary["failed"] = summary.get("failed", 0) + len(failed)
         summary["requests"] = summary.get("requests", 0) + len(failed)
-    ok, breaches = level_meets_slo(summary, req.slo)
-    values = {key: slo_value(summary, key) for key in req.slo}
     sorted_pre = sorted(p for p in pre if p is not None)
     p99 = sorted_pre[min(len(sorted_pre) - 1, math.ceil(0.99 * len(sorted_pre)) - 1)] * 1000.0 if sorted_pre else None
-    g = lambda m, s: (summary.get(m) or {}).get(s)
-    out = summary.get("output_tok_s")
-    level = LevelOutcome(load=req.load, met=ok, why="; ".join(b["message"] for b in breaches),
-                         ttft_p99_ms=g("ttft_ms", "p99"), tpot_p99_ms=g("tpot_ms", "p99"), tpot_p50_ms=g("tpot_ms", "p50"),
-                         output_tok_s=None if out is None else out * y,  # the decode pool's replicas in all
-                         kv_usage_max=sm.get("kv_usage_max"), preemptions=sm.get("preemptions"), values=values)
+    level = judged(req.load, summary, req.slo, sm, replicas=y)  # output tok/s: the decode pool's replicas in all
     return PoolsOutcome(x, y, link.name, transfer_s(simulated(req, k).plan.kv_bytes_per_token_per_gpu, req.isl, link) * 1000.0,
                         level, p99)
-
-
-def _limits(req: RecommendRequest, metrics: tuple[str, ...]) -> dict:
-    return {key: v for key, v in req.slo.items() if key != "error_rate" and split_key(key)[0] in metrics}
 
 
 def prefill_max(req: RecommendRequest, k: Knobs, high: float) -> MaxLoad:
     """One prefill replica's highest rate whose prompt time keeps within DECODE_STEP_BUFFER of each TTFT
     limit, less the transfer (judged on the prompt times alone)."""
-    ttft = _limits(req, ("ttft",))
+    ttft = slo_limits(req.slo, ("ttft",))
     link = link_for(req, k, 1, 1)
     xfer_ms = transfer_s(simulated(req, k).plan.kv_bytes_per_token_per_gpu, req.isl, link) * 1000.0
 
@@ -211,7 +198,7 @@ def prefill_max(req: RecommendRequest, k: Knobs, high: float) -> MaxLoad:
 def decode_max(req: RecommendRequest, k: Knobs, high: float) -> MaxLoad:
     """One decode replica's highest rate meeting the TPOT/ITL/E2E limits, prompts arriving prefilled (no
     prefill queueing: that is the prefill pool's share of the TTFT, checked when the pools are composed)."""
-    decode_slo = _limits(req, ("tpot", "itl"))
+    decode_slo = slo_limits(req.slo, ("tpot", "itl"))
     link = link_for(req, k, 1, 1)
     n = LEVEL_REQUESTS
 

@@ -87,24 +87,28 @@ def run_level(sim: SimDeployment, req: RecommendRequest, load: float, requests: 
     run = VirtualTimeDriver(sim, opts).run_level(
         SweepLevel(index=0, value=value, num_requests=opts.requests, num_warmup=0, first_index=0), records.append)
     summary = summarize_level(records, **({"rate": value} if req.kind == "rate" else {"concurrency": value}))
-    ok, breaches = level_meets_slo(summary, req.slo)
-    values = {key: slo_value(summary, key) for key in req.slo}
-    sm = run.server_metrics
-    return LevelOutcome(load=value, met=ok, why="; ".join(b["message"] for b in breaches),
-                        ttft_p99_ms=(summary.get("ttft_ms") or {}).get("p99"),
-                        tpot_p99_ms=(summary.get("tpot_ms") or {}).get("p99"),
-                        tpot_p50_ms=(summary.get("tpot_ms") or {}).get("p50"),
-                        output_tok_s=summary.get("output_tok_s"), kv_usage_max=sm.get("kv_usage_max"),
-                        preemptions=sm.get("preemptions"), values=values)
+    return judged(value, summary, req.slo, run.server_metrics)
 
 
-def replica_max(req: RecommendRequest, k: Knobs, bound: float, requests: int | None = None) -> MaxLoad:
-    """find_max over simulated levels of one replica, from bound/8 up to min(bound, the whole load)
-    (once more from bound/512 when bound/8 already fails). requests None: coarse_requests at each load."""
+def judged(load: float, summary: dict, slo: dict, server_metrics: dict, replicas: int = 1) -> LevelOutcome:
+    """A level summary judged against the SLO; output_tok_s is that of `replicas` such replicas."""
+    ok, breaches = level_meets_slo(summary, slo)
+    dist = lambda m, stat: (summary.get(m) or {}).get(stat)
+    out = summary.get("output_tok_s")
+    return LevelOutcome(load=load, met=ok, why="; ".join(b["message"] for b in breaches),
+                        ttft_p99_ms=dist("ttft_ms", "p99"), tpot_p99_ms=dist("tpot_ms", "p99"),
+                        tpot_p50_ms=dist("tpot_ms", "p50"), output_tok_s=None if out is None else out * replicas,
+                        kv_usage_max=server_metrics.get("kv_usage_max"), preemptions=server_metrics.get("preemptions"),
+                        values={key: slo_value(summary, key) for key in slo})
+
+
+def replica_max(req: RecommendRequest, k: Knobs, bound: float) -> MaxLoad:
+    """find_max over simulated levels of one replica (coarse_requests at each load), from bound/8 up to
+    min(bound, the whole load) (once more from bound/512 when bound/8 already fails)."""
     sim = simulated(req, k)
 
     def evaluate(load: float, _rep: int) -> Verdict:
-        o = run_level(sim, req, load, requests if requests is not None else coarse_requests(req, load))
+        o = run_level(sim, req, load, coarse_requests(req, load))
         return Verdict(met=o.met, why=o.why)
 
     high = min(bound, req.load)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kneecap.recommend.space import ENGINE_DEFAULTS, RecommendRequest
+from kneecap.workload import LENGTH_PARAMS
 
 # the budgets kneecap.loadplan.schema.Budget holds (a sibling layer: not imported; a test checks they agree)
 BUDGET_METRICS = ("ttft", "itl", "tpot", "e2e")
@@ -36,9 +37,7 @@ def _length(d: dict) -> dict:
     if kind == "empirical" and d.get("file"):  # a trace's lengths: the file written beside the plan
         return {"kind": kind, "file": d["file"]}
     out = {"kind": kind}
-    keys = {"fixed": ("value",), "uniform": ("low", "high"), "normal": ("mean", "std"), "lognormal": ("mean", "std"),
-            "empirical": ("values",)}[kind]
-    for key in keys:
+    for key in LENGTH_PARAMS[kind]:
         out[key] = list(d[key]) if key == "values" else d[key]
     if d.get("min_value", 1) != 1:
         out["min"] = d["min_value"]
@@ -47,18 +46,18 @@ def _length(d: dict) -> dict:
     return out
 
 
+def level_values(kind: str, share: float, max_load: float | None) -> list:
+    """The confirming loads: half the share, the share, and the simulated maximum when above it."""
+    if kind == "rate":
+        vals = sorted({round(share / 2, 3), round(share, 3)} | ({round(max_load, 3)} if max_load and max_load > share else set()))
+        return [v for v in vals if v > 0]
+    return sorted({max(1, int(share) // 2), int(share)} | ({int(max_load)} if max_load and max_load > share else set()))
+
+
 def _budget(slo: dict) -> tuple[dict, list[str]]:
     """The SLO keys a load-plan budget can hold (ttft/itl/tpot/e2e at p50/p95/p99, error_rate); the rest named."""
     allowed = {f"{m}_{p}_ms" for m in BUDGET_METRICS for p in BUDGET_PCTS} | {"error_rate"}
     return {k: v for k, v in slo.items() if k in allowed}, [k for k in slo if k not in allowed]
-
-
-def _steps(kind: str, share: float, max_load: float | None) -> list[float]:
-    if kind == "rate":
-        vals = {round(share / 2, 3), round(share, 3)} | ({round(max_load, 3)} if max_load and max_load > share else set())
-        return sorted(v for v in vals if v > 0)
-    vals = {max(1, int(share) // 2), int(share)} | ({int(max_load)} if max_load and max_load > share else set())
-    return sorted(vals)
 
 
 def _target(req: RecommendRequest, cand: dict) -> dict:
@@ -83,7 +82,7 @@ def _prefill_plans(req: RecommendRequest, base: dict, cand: dict, name: str, cos
     share = req.load / dis["prefill_replicas"]
     classes = {c: dict(spec, output={"kind": "fixed", "value": 1}) for c, spec in base["classes"].items()}
     budget = prefill_budget(req.slo, dis["kv_transfer_ms"])
-    steps = _steps("rate", share, dis.get("prefill_max_rate"))
+    steps = level_values("rate", share, dis.get("prefill_max_rate"))
     desc = (f"Confirms the prefill pool of kneecap recommend's {dis['prefill_replicas']}P{dis['decode_replicas']}D "
             f"{cand['gpu']} deployment for {req.model}: one prefill instance at its share of the rate ({share:g} requests/s), "
             f"one output token per request, each TTFT budget less the {dis['kv_transfer_ms']:g} ms KV transfer.")
@@ -127,7 +126,7 @@ def run_plans(req: RecommendRequest, doc: dict, cand: dict, name: str, behaviour
     base = {
         "name": name, "description": desc, "seed": req.seed, "classes": classes,
         "slo": {c: dict(budget) for c in classes},
-        "load": {"dimension": req.kind, "steps": _steps(req.kind, share, None if dis else cand.get("max_load")),
+        "load": {"dimension": req.kind, "steps": level_values(req.kind, share, None if dis else cand.get("max_load")),
                  "requests_per_cell": REQUESTS_PER_CELL, "required": share},
         "repetitions": 1,
     }
@@ -146,9 +145,8 @@ def run_plans(req: RecommendRequest, doc: dict, cand: dict, name: str, behaviour
 
 
 def write_run_plans(d: Path, req: RecommendRequest, doc: dict, behaviour: list[dict] | None = None) -> None:
-    """For every sized candidate: DIR/confirm-N.yaml (against the real server) and DIR/confirm-N-simulated.yaml (the
-    simulated twin), or for disaggregated pools DIR/confirm-N.yaml (the proxy) with DIR/confirm-N-prefill.yaml and
-    DIR/confirm-N-prefill-simulated.yaml (the prefill pool alone); each candidate names its files under run_plan."""
+    """run_plans of every sized candidate as DIR/confirm-N.yaml (the server plan) and DIR/confirm-N-KIND.yaml; each
+    candidate names its files under run_plan."""
     import yaml
 
     if req.trace is not None:  # the plans' empirical lengths read these files

@@ -85,11 +85,8 @@ class _Runner:
     the answer does not depend on where they ran."""
 
     def __init__(self, workers: int, ray: str | None = None):
-        self.workers = workers
-        self.ray_address = ray
-        self.pool = None
-        self.conn = None
-        self.task = None
+        self.workers, self.ray_address = workers, ray
+        self.pool = self.conn = self.task = None
         self.used_nodes: set[str] = set()
 
     def map(self, fn, items):
@@ -133,34 +130,19 @@ class _Runner:
             self.conn.close()
 
 
-def _cost_per_mtok(cost_per_hour: float, output_tok_s: float | None) -> float | None:
-    if not output_tok_s:
-        return None
-    return cost_per_hour / (output_tok_s * 3600.0 / 1e6)
-
-
 def pareto(items: list[dict], keys: tuple) -> list[dict]:
     """Items not dominated under `keys` ((getter, 'min'|'max') pairs); order kept. Of items with equal values
     under every key only the first stays (settings that change nothing the keys see are one point)."""
-    def val(it, g, sense):
-        v = g(it)
-        return None if v is None else (v if sense == "min" else -v)
+    def score(it):
+        v = [g(it) for g, _ in keys]
+        return None if None in v else [x if sense == "min" else -x for x, (_, sense) in zip(v, keys)]
 
-    out = []
-    for a in items:
-        va = [val(a, g, s) for g, s in keys]
-        if None in va:
-            continue
-        dominated = False
-        for b in items:
-            vb = [val(b, g, s) for g, s in keys]
-            if b is a or None in vb:
-                continue
-            if all(x <= y for x, y in zip(vb, va)) and any(x < y for x, y in zip(vb, va)):
-                dominated = True
-                break
-        if not dominated and all([val(b, g, s) for g, s in keys] != va for b in out):
+    scored = [(a, va) for a, va in ((a, score(a)) for a in items) if va is not None]
+    out, kept = [], []
+    for a, va in scored:
+        if va not in kept and not any(vb != va and all(x <= y for x, y in zip(vb, va)) for _, vb in scored):
             out.append(a)
+            kept.append(va)
     return out
 
 
@@ -191,7 +173,7 @@ def _point(req: RecommendRequest, k: Knobs, price: float, replicas: int, at, max
         "weight_dtype": k.weight_dtype, "kv_dtype": k.kv_dtype, "max_num_seqs": k.max_num_seqs,
         "max_num_batched_tokens": k.max_num_batched_tokens, "disaggregated": disaggregated,
         "total_gpus": gpus, "usd_per_gpu_hour": price, "cost_per_hour": round(cost, 4),
-        "cost_per_mtok_output": None if not r_out else round(_cost_per_mtok(cost, r_out), 4),
+        "cost_per_mtok_output": None if not r_out else round(cost / (r_out * 3600.0 / 1e6), 4),
         "predicted": {"ttft_p99_ms": at.ttft_p99_ms, "tpot_p99_ms": at.tpot_p99_ms, "tpot_p50_ms": at.tpot_p50_ms,
                       "output_tok_s": r_out, "slo_values": at.values, "kv_usage_max": at.kv_usage_max,
                       "preemptions": at.preemptions},
@@ -217,6 +199,10 @@ def _trust(plan) -> str:
     return confirm.trust(vendor, moe, "fp8" in (d.weight_dtype, d.kv_dtype))
 
 
+def _met(o) -> dict:
+    return {"met": o.met, "why": o.why}
+
+
 def _candidate(req: RecommendRequest, k: Knobs, price: float, plan, max_load: float, sized, bound: Bound,
                max_load_open: bool) -> dict:
     at = sized.at_load
@@ -227,8 +213,7 @@ def _candidate(req: RecommendRequest, k: Knobs, price: float, plan, max_load: fl
     out["predicted"]["per_replica_load"] = share
     out.update({
         "sized": True, "binding": binding, "margin": margin,
-        "one_fewer_replica": None if sized.one_fewer is None else {
-            "replicas": r - 1, "met": sized.one_fewer.met, "why": sized.one_fewer.why},
+        "one_fewer_replica": sized.one_fewer and {"replicas": r - 1, **_met(sized.one_fewer)},
         "max_load_at_least": max_load_open,  # True: met at the top of the search (the whole
         # load, or the roofline bound); the replica's true maximum may be higher
         "bound": {"load": bound.load, "why": bound.why},
@@ -252,10 +237,8 @@ def _disagg_candidate(req: RecommendRequest, k: Knobs, price: float, plan, ds) -
             "decode_gpus": p.decode * g, "kv_link": p.link, "kv_transfer_ms": round(p.transfer_ms, 3),
             "kv_link_note": NETWORK_SOURCE if p.link == "network" else f"{plan.deployment.gpu.interconnect} of the GPU catalog",
             "prefill_time_p99_ms": p.prefill_ttft_p99_ms, "prefill_max_rate": ds.prefill_max, "decode_max_rate": ds.decode_max,
-            "one_fewer_prefill": None if ds.one_fewer_prefill is None else {
-                "met": ds.one_fewer_prefill.met, "why": ds.one_fewer_prefill.why},
-            "one_fewer_decode": None if ds.one_fewer_decode is None else {
-                "met": ds.one_fewer_decode.met, "why": ds.one_fewer_decode.why}}
+            "one_fewer_prefill": ds.one_fewer_prefill and _met(ds.one_fewer_prefill),
+            "one_fewer_decode": ds.one_fewer_decode and _met(ds.one_fewer_decode)}
     out = _point(req, k, price, p.prefill + p.decode, at, None, info)
     out["predicted"]["per_replica_load"] = {"prefill": req.load / p.prefill, "decode": req.load / p.decode}
     out.update({

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from kneecap.errors import KneecapError
-from kneecap.metrics.slo import ERROR_RATE
+from kneecap.metrics.slo import ERROR_RATE, split_key
 from kneecap.model.kv import kv_dtype_bytes
 from kneecap.model.weights import weight_bits
 from kneecap.plan.build import DeploymentRequest
@@ -26,6 +26,12 @@ MAX_NUM_BATCHED_TOKENS_CHOICES = (2048, 8192)
 DEFAULT_WEIGHT_DTYPES = ("bf16", "fp8")
 DEFAULT_KV_DTYPES = ("bf16", "fp8")
 ENGINE_DEFAULTS = "vllm"  # the simulated engine's scheduler and CPU profile
+
+
+def slo_limits(slo: dict, metrics: tuple[str, ...], stats: tuple[str, ...] | None = None) -> dict:
+    """The SLO's latency limits (ms) on these metrics (ttft, tpot, itl, e2e), of these stats when given."""
+    return {k: v for k, v in slo.items()
+            if k != ERROR_RATE and split_key(k)[0] in metrics and (stats is None or split_key(k)[1] in stats)}
 
 
 class Knobs(NamedTuple):
@@ -48,11 +54,6 @@ class Knobs(NamedTuple):
     @property
     def gpus_per_replica(self) -> int:
         return self.tp * self.pp
-
-    @property
-    def attention_dp(self) -> int:
-        """DP ranks, each with its own sequences and KV pool: tp under DP attention, else 1."""
-        return self.tp if self.dp_attention else 1
 
     @property
     def plan_key(self) -> tuple:
@@ -137,7 +138,8 @@ class RecommendRequest:
         return "mla" in load_model(self.model).layer_types
 
     def _parallel(self, tp: int) -> list[tuple[int, bool]]:
-        """(ep, dp_attention) pairs tried at this tp."""
+        """(ep, dp_attention) pairs tried at this tp: MoE models with expert_parallel also ep = tp (vLLM
+        --enable-expert-parallel: EP size = TP x DP); MLA MoE models with dp_attention also DP attention."""
         out = [(1, False)]
         if tp > 1 and self.expert_parallel and self.is_moe:
             out.append((tp, False))
@@ -146,10 +148,8 @@ class RecommendRequest:
         return out
 
     def grid(self) -> list[Knobs]:
-        """Every candidate, in a fixed order (GPU list order, then tp, ep / DP attention, pp, dtypes, limits). MoE
-        models with expert_parallel: every tp > 1 also with ep = tp (vLLM --enable-expert-parallel: EP size = TP x
-        DP); MLA MoE models with dp_attention: every tp > 1 also with DP attention (each engine limit then per DP
-        rank, so the replica's limits are tp times the choice)."""
+        """Every candidate, in a fixed order (GPU list order, then tp, ep / DP attention (_parallel), pp, dtypes,
+        limits). Under DP attention each engine limit is per DP rank, so the replica's are tp times the choice."""
         out = []
         for gpu in self.gpus:
             for tp in self.tp_choices:
