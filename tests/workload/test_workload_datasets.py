@@ -1,4 +1,4 @@
-"""kneecap.workload.datasets: ShareGPT / custom JSONL readers, vLLM-style length filters, seeded sampling."""
+"""kneecap.workload.datasets: ShareGPT / custom JSONL readers, the context-length filter, seeded sampling."""
 
 from __future__ import annotations
 
@@ -11,10 +11,6 @@ from kneecap.client.prompts import prompt_sha256 as client_sha256
 from kneecap.errors import KneecapError
 from kneecap.workload.datasets import (NO_FILTER, LengthFilter, estimate_tokens, parse_dataset,
                                        read_dataset, sample_dataset)
-
-# vLLM is_valid_sequence defaults (vllm/benchmarks/datasets/utils.py): min_len=4 (prompt and output),
-# max_prompt_len=1024, max_total_len=2048
-VLLM_DEFAULT_FILTER = LengthFilter(min_input_tokens=4, max_input_tokens=1024, min_output_tokens=4, max_total_tokens=2048)
 
 DATA = Path(__file__).parent / "data"
 
@@ -68,24 +64,17 @@ def test_sampling_is_seeded_and_oversamples_like_vllm():
     assert a.oversampled == 6 and len(a.requests) == 10
 
 
-def test_vllm_default_filter_drops_short_and_long_samples():
-    # "hi" -> "Hello! How can I help you today?": a 1-word prompt is under vLLM's min_len of 4
+def test_length_filter_drops_samples_longer_than_the_context():
+    # prompt + reply words: 54, 8, 23 and 57 (line 5), so a 54-token context drops line 5 alone
     entries = read_dataset(DATA / "sharegpt_v3_shape.json")
-    sample = sample_dataset(entries, 4, words, length_filter=VLLM_DEFAULT_FILTER)
-    assert 2 not in {r.source_line for r in sample.requests}
-    assert sample.rejected == {"input_too_short": 1} and sample.oversampled == 1
-    tight = LengthFilter(max_input_tokens=8, max_output_tokens=20)
-    s2 = sample_dataset(entries, 4, words, length_filter=tight)
-    assert all(r.spec.input_tokens <= 8 and r.spec.output_tokens <= 20 for r in s2.requests)
-    assert sum(s2.rejected.values()) >= 1
+    sample = sample_dataset(entries, 4, words, length_filter=LengthFilter(max_total_tokens=54))
+    assert 5 not in {r.source_line for r in sample.requests}
+    assert sample.rejected == {"total_too_long": 1} and sample.oversampled == 1
+    assert LengthFilter(max_total_tokens=2048).why_rejected(1000, 1049) == "total_too_long"
+    assert LengthFilter(max_total_tokens=2048).why_rejected(1000, 1048) is None
 
 
-def test_forced_output_len_skips_the_min_output_check_as_vllm_does():
-    f = LengthFilter(min_output_tokens=4)
-    assert f.why_rejected(10, 2, output_forced=True) is None
-    assert f.why_rejected(10, 2) == "output_too_short"
-    assert VLLM_DEFAULT_FILTER.why_rejected(1000, 1049) == "total_too_long"
-    assert VLLM_DEFAULT_FILTER.why_rejected(1025, 4) == "input_too_long"
+def test_forced_output_len():
     entries = read_dataset(DATA / "sharegpt_v3_shape.json")
     sample = sample_dataset(entries, 4, words, output_len=2)
     assert {r.spec.output_tokens for r in sample.requests} == {2}
@@ -109,13 +98,11 @@ def test_conversation_ending_on_the_human_turn_is_skipped_not_fatal():
 
 def test_bad_filters_are_one_line_errors():
     with pytest.raises(KneecapError):
-        LengthFilter(min_input_tokens=10, max_input_tokens=5)
-    with pytest.raises(KneecapError):
         LengthFilter(max_total_tokens=-1)
     with pytest.raises(KneecapError, match="holds no prompts"):
         parse_dataset(b"[]", "x")
     with pytest.raises(KneecapError, match="no dataset entry passes"):
-        sample_dataset(parse_dataset(b'{"prompt": "a"}', "x"), 1, words, length_filter=LengthFilter(min_input_tokens=5),
+        sample_dataset(parse_dataset(b'{"prompt": "a"}', "x"), 1, words, length_filter=LengthFilter(max_total_tokens=5),
                        default_output_len=5)
 
 

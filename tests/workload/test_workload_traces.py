@@ -75,7 +75,7 @@ def test_burstgpt_csv_columns_and_failures():
     assert [(r.line, r.timestamp_s, r.input_tokens, r.output_tokens) for r in trace.rows][:3] == [
         (2, 5.0, 472, 18), (3, 45.0, 1087, 230), (4, 118.0, 417, 276)]
     assert trace.failed_rows == (5,)  # 0 response tokens: BurstGPT's failed request
-    assert [t.row.line for t in plan_replay(trace).requests] == [2, 3, 4, 6]
+    assert [t.spec.input_tokens for t in plan_replay(trace).requests] == [472, 1087, 417, 20000]
     assert [t.send_at_s for t in plan_replay(trace, replay_speed=10).requests] == [0.0, 4.0, 11.3, 11.6]
 
 

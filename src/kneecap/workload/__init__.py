@@ -10,11 +10,12 @@ ramps.py, slices.py (time slices, stable-p99 rule) and lengthspec.py (CLI length
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
-
 from kneecap.errors import KneecapError
 
-LENGTH_KINDS = ("fixed", "uniform", "normal", "lognormal", "empirical")
+# each length distribution's parameters (positional in a length spec, kneecap.workload.lengthspec)
+LENGTH_PARAMS = {"fixed": ("value",), "uniform": ("low", "high"), "normal": ("mean", "std"), "lognormal": ("mean", "std"),
+                 "empirical": ("values",)}
+LENGTH_KINDS = tuple(LENGTH_PARAMS)
 
 
 @dataclass(frozen=True)
@@ -37,11 +38,9 @@ class LengthDist:
     max_value: int | None = None
 
     def __post_init__(self) -> None:
-        need = {"fixed": ("value",), "uniform": ("low", "high"), "normal": ("mean", "std"),
-                "lognormal": ("mean", "std"), "empirical": ("values",)}
-        if self.kind not in need:
+        if self.kind not in LENGTH_PARAMS:
             raise KneecapError(f"unknown length distribution {self.kind!r}", f"use one of {', '.join(LENGTH_KINDS)}")
-        for name in need[self.kind]:
+        for name in LENGTH_PARAMS[self.kind]:
             if getattr(self, name) in (None, ()):
                 raise KneecapError(f"{self.kind} length distribution needs {name!r}", f"set {name}")
         if self.kind == "fixed" and self.value < 1:
@@ -205,26 +204,21 @@ def arrival_offsets(rate: float, n: int, burstiness: float = 1.0, seed: int = 0,
     return times.tolist()
 
 
-def concurrency_levels(spec: str | Sequence[int]) -> list[int]:
-    """Parse '1,2,4' (or a list) into positive ints."""
-    if isinstance(spec, str):
-        parts = [p.strip() for p in spec.split(",") if p.strip()]
-        try:
-            values = [int(p) for p in parts]
-        except ValueError:
-            raise KneecapError(f"concurrency list {spec!r} is not a list of whole numbers", "pass e.g. --concurrency 1,8,64") from None
-    else:
-        values = [int(v) for v in spec]
+def concurrency_levels(spec: str) -> list[int]:
+    """Parse '1,2,4' into positive ints."""
+    try:
+        values = [int(p) for p in spec.split(",") if p.strip()]
+    except ValueError:
+        raise KneecapError(f"concurrency list {spec!r} is not a list of whole numbers", "pass e.g. --concurrency 1,8,64") from None
     if not values or any(v < 1 for v in values):
         raise KneecapError(f"concurrency levels must be whole numbers >= 1, got {spec!r}", "pass e.g. --concurrency 1,8,64")
     return values
 
 
-def parse_rates(spec: str | Sequence[float]) -> list[float]:
+def parse_rates(spec: str) -> list[float]:
     """Parse '0.5,1,2' (requests/s) into positive floats; 'inf' sends every request at once."""
-    parts = [p.strip() for p in spec.split(",") if p.strip()] if isinstance(spec, str) else list(spec)
     try:
-        values = [float(p) for p in parts]
+        values = [float(p) for p in spec.split(",") if p.strip()]
     except ValueError:
         raise KneecapError(f"rate list {spec!r} is not a list of numbers", "pass e.g. --rate 1,2,4 (requests/s)") from None
     if not values or any(not (v > 0) for v in values):

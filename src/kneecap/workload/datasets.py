@@ -1,7 +1,7 @@
 """Datasets users bring: ShareGPT conversations or {prompt, output_len?} lines -> sampled requests.
 
 Owns the one reader per dataset format (parse_dataset; read_dataset is the thin file wrapper),
-vLLM-style length filters, and seeded sampling into DatasetRequests whose input/output lengths come
+vLLM's context-length filter, and seeded sampling into DatasetRequests whose input/output lengths come
 from the data. Token counts come from a `count_tokens(text) -> int` the caller passes: the HTTP
 client passes the server's /tokenize or a local tokenizer; the simulator passes estimate_tokens
 (about 4 characters per token). Sends nothing; the client's PromptSource lives in client/datasets.py.
@@ -141,38 +141,19 @@ def read_dataset(path: str | Path) -> list[DatasetEntry]:
 
 @dataclass(frozen=True)
 class LengthFilter:
-    """Keep a sample only if its token lengths are inside these bounds (None = no bound).
+    """Keep a sample only if its input + output tokens fit max_total_tokens (None = no bound): the context bound of
+    vLLM's is_valid_sequence (vllm/benchmarks/datasets/utils.py)."""
 
-    The shape of vLLM's is_valid_sequence (vllm/benchmarks/datasets/utils.py). As in vLLM, the minimum output check is skipped when a fixed output length is
-    forced (the reply's length is then not used).
-    """
-
-    min_input_tokens: int | None = None
-    max_input_tokens: int | None = None
-    min_output_tokens: int | None = None
-    max_output_tokens: int | None = None
     max_total_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("min_input_tokens", "max_input_tokens", "min_output_tokens", "max_output_tokens", "max_total_tokens"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-                raise KneecapError(f"length filter {name} must be a whole number >= 0, got {v!r}", "fix the filter bound")
-        for lo, hi in (("min_input_tokens", "max_input_tokens"), ("min_output_tokens", "max_output_tokens")):
-            a, b = getattr(self, lo), getattr(self, hi)
-            if a is not None and b is not None and a > b:
-                raise KneecapError(f"length filter {lo} ({a}) is above {hi} ({b})", "swap or fix the bounds")
+        v = self.max_total_tokens
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise KneecapError(f"length filter max_total_tokens must be a whole number >= 0, got {v!r}",
+                               "fix the filter bound")
 
-    def why_rejected(self, input_tokens: int, output_tokens: int, output_forced: bool = False) -> str | None:
-        """None when the sample passes, else the first bound it breaks."""
-        if self.min_input_tokens is not None and input_tokens < self.min_input_tokens:
-            return "input_too_short"
-        if self.max_input_tokens is not None and input_tokens > self.max_input_tokens:
-            return "input_too_long"
-        if not output_forced and self.min_output_tokens is not None and output_tokens < self.min_output_tokens:
-            return "output_too_short"
-        if self.max_output_tokens is not None and output_tokens > self.max_output_tokens:
-            return "output_too_long"
+    def why_rejected(self, input_tokens: int, output_tokens: int) -> str | None:
+        """None when the sample passes, else why not."""
         if self.max_total_tokens is not None and input_tokens + output_tokens > self.max_total_tokens:
             return "total_too_long"
         return None
@@ -225,8 +206,7 @@ def sample_dataset(entries: Sequence[DatasetEntry], n: int, count_tokens: TokenC
             break
         e = entries[i]
         isl = int(count_tokens(e.prompt))
-        forced = output_len is not None
-        if forced:
+        if output_len is not None:
             osl = output_len
         elif e.output_len is not None:
             osl = e.output_len
@@ -240,7 +220,7 @@ def sample_dataset(entries: Sequence[DatasetEntry], n: int, count_tokens: TokenC
         else:
             raise KneecapError(f"dataset line {e.line} has no reply and no output_len to size the output",
                                "add output_len to the line, or pass a fixed output length")
-        why = length_filter.why_rejected(isl, osl, output_forced=forced)
+        why = length_filter.why_rejected(isl, osl)
         if why is None and (isl < 1 or osl < 1):
             why = "empty"
         if why is not None:

@@ -10,9 +10,9 @@ KIND one of fixed (value), uniform (low, high), normal / lognormal (mean, std), 
 from __future__ import annotations
 
 from kneecap.errors import KneecapError
-from kneecap.workload import LENGTH_KINDS, LengthDist
+from kneecap.workload import LENGTH_KINDS, LENGTH_PARAMS, LengthDist
 
-_POSITIONAL = {"fixed": ("value",), "uniform": ("low", "high"), "normal": ("mean", "std"), "lognormal": ("mean", "std")}
+_POSITIONAL = {k: v for k, v in LENGTH_PARAMS.items() if k != "empirical"}
 _INTEGER = {"value", "low", "high", "min", "max"}
 _HINT = 'write e.g. "1000", "uniform:100:2000", "normal:mean=1000,std=200" or "lognormal:mean=1000,std=300,max=4096"'
 
@@ -64,10 +64,9 @@ def parse_length_spec(spec: str) -> LengthDist:
             raise KneecapError(f"length {text!r}: unknown parameter {part!r} for {kind}",
                                f"{kind} takes {', '.join(sorted(allowed))}")
         params[key] = _number(text, key, value.strip())
-    if "min" in params:
-        params["min_value"] = params.pop("min")
-    if "max" in params:
-        params["max_value"] = params.pop("max")
+    for bound in ("min", "max"):
+        if bound in params:
+            params[f"{bound}_value"] = params.pop(bound)
     if kind in ("normal", "lognormal"):
         if not params.get("std", 0) >= 0 or (kind == "lognormal" and not params.get("mean", 0) > 0):
             raise KneecapError(f"length {text!r}: needs mean > 0 and std >= 0", _HINT)

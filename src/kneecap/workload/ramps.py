@@ -120,12 +120,8 @@ def concurrency_schedule(ramp: Ramp) -> list[tuple[float, int]]:
     eps = 1e-9
     if b >= a:
         first = max(1, math.floor(a + eps))
-        points = [(0.0, first)]
-        for c in range(first + 1, math.floor(b + eps) + 1):
-            points.append((ramp.time_of_value(c), c))
-        return points
-    first = max(1, math.ceil(a - eps))
-    points = [(0.0, first)]
-    for c in range(first - 1, max(1, math.ceil(b - eps)) - 1, -1):
-        points.append((ramp.time_of_value(c), c))
-    return points
+        steps = range(first + 1, math.floor(b + eps) + 1)
+    else:
+        first = max(1, math.ceil(a - eps))
+        steps = range(first - 1, max(1, math.ceil(b - eps)) - 1, -1)
+    return [(0.0, first)] + [(ramp.time_of_value(c), c) for c in steps]

@@ -75,8 +75,8 @@ def parse_mooncake(text: str, source: str = "trace") -> Trace:
         except orjson.JSONDecodeError:
             raise KneecapError(f"{where} is not valid JSON",
                                'each line must be {"timestamp": ms, "input_length": n, "output_length": n, "hash_ids": [...]}') from None
-        if not isinstance(obj, dict) or any(k not in obj for k in MOONCAKE_KEYS):
-            missing = [k for k in MOONCAKE_KEYS if not isinstance(obj, dict) or k not in obj]
+        missing = [k for k in MOONCAKE_KEYS if not isinstance(obj, dict) or k not in obj]
+        if missing:
             raise KneecapError(f"{where} lacks {', '.join(missing)}",
                                "a Mooncake trace line needs timestamp (ms), input_length and output_length")
         ts = obj["timestamp"]
@@ -161,7 +161,6 @@ class TimedRequest:
 
     spec: RequestSpec
     send_at_s: float
-    row: TraceRow
 
 
 @dataclass(frozen=True)
@@ -206,7 +205,7 @@ def plan_replay(trace: Trace, *, replay_speed: float = 1.0, max_context_tokens: 
         spec = RequestSpec(index=i, request_id=f"t{i}", class_name=trace.format,
                            input_tokens=r.input_tokens, output_tokens=r.output_tokens,
                            block_hashes=tuple(r.hash_ids or ()))
-        out.append(TimedRequest(spec=spec, send_at_s=(r.timestamp_s - t0) / replay_speed, row=r))
+        out.append(TimedRequest(spec=spec, send_at_s=(r.timestamp_s - t0) / replay_speed))
     return Replay(requests=tuple(out), too_long_lines=tuple(too_long))
 
 
