@@ -146,11 +146,13 @@ def test_rate_capacity_rests_on_what_was_offered():
 
 
 def test_ramps_order_and_auto_steps():
-    ramps = build_ramps(["a", "b"], ["x"], ["warm", "cold"], "concurrency", [4, 1, 2], repetitions=2)
-    assert len(ramps) == 2 * 2 * 1 * 2
+    ramps = build_ramps("a", ["x", "y"], ["warm", "cold"], "concurrency", [4, 1, 2], repetitions=2)
+    assert len(ramps) == 2 * 2 * 2
     assert [c.load for c in ramps[0]] == [1, 2, 4]  # lowest first, one dimension at a time
     assert [c.index for r in ramps for c in r] == list(range(24))
-    assert ramps[-1][0].repetition == 1
+    assert [(r[0].repetition, r[0].class_name, r[0].state) for r in ramps[:5]] == [
+        (0, "x", "warm"), (0, "x", "cold"), (0, "y", "warm"), (0, "y", "cold"), (1, "x", "warm")]
+    assert ramps[-1][0].repetition == 1 and {c.candidate for r in ramps for c in r} == {"a"}
     assert auto_steps(100) == [1, 2, 4, 8, 16, 32, 64, 128]
     assert auto_steps(5000, ceiling=1024)[-1] == 1024
 

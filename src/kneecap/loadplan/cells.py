@@ -40,20 +40,11 @@ def auto_steps(max_safe_concurrency: int | None, ceiling: int = 1024) -> list[in
     return steps
 
 
-def build_ramps(candidates: list[str], classes: list[str], states: list[str], dimension: str,
+def build_ramps(candidate: str, classes: list[str], states: list[str], dimension: str,
                 steps: list[float], repetitions: int) -> list[list[Cell]]:
-    """All ramps in run order: repetition-major (a full pass over everything, then the next pass),
-    so a repetition also tests that the system recovered between passes."""
-    ramps: list[list[Cell]] = []
-    index = 0
+    """A candidate's ramps in run order: repetition-major (a full pass over its classes and states, then the next
+    pass), so a repetition also tests that the system recovered between passes."""
     ordered = sorted(float(s) for s in steps)
-    for rep in range(repetitions):
-        for cand in candidates:
-            for cls in classes:
-                for state in states:
-                    ramp = []
-                    for load in ordered:
-                        ramp.append(Cell(cand, cls, state, dimension, load, rep, index))
-                        index += 1
-                    ramps.append(ramp)
-    return ramps
+    passes = [(rep, cls, state) for rep in range(repetitions) for cls in classes for state in states]
+    return [[Cell(candidate, cls, state, dimension, load, rep, i * len(ordered) + k) for k, load in enumerate(ordered)]
+            for i, (rep, cls, state) in enumerate(passes)]

@@ -289,7 +289,7 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
             continue
         # -- the ramps, each a sweep of the one level runner ---------------------------------------------
         offset = len(cells) + skipped_cells
-        for ramp in build_ramps([cand_spec.name], list(classes), list(spec.states), spec.load.dimension,
+        for ramp in build_ramps(cand_spec.name, list(classes), list(spec.states), spec.load.dimension,
                                 _steps(spec, cand, classes), spec.repetitions):
             ramp = [cell for cell in ramp if only is None or only.matches(cell)]
             if run.halted is None and ramp:

@@ -29,12 +29,8 @@ def observe_cell(records: list[RequestRecord], trace: list[dict], server_metrics
         out["kv_blocks_high_water"] = max(row["kv_blocks_used"] for row in trace)
         out["queue_depth_max"] = max(row["num_waiting"] for row in trace)
     else:
-        out["batch_size"] = None
-        out["kv_blocks_high_water"] = None
-        out["queue_depth_max"] = None
+        out.update(batch_size=None, kv_blocks_high_water=None, queue_depth_max=None)
     sm = server_metrics or {}
-    out["kv_usage_max"] = sm.get("kv_usage_max")
-    out["running_max"] = sm.get("running_max")
-    out["waiting_max"] = sm.get("waiting_max")
+    out.update({key: sm.get(key) for key in ("kv_usage_max", "running_max", "waiting_max")})
     out["preemptions"] = sm.get("preemptions", sm.get("preemptions_delta"))
     return out

@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from kneecap.errors import KneecapError
-from kneecap.workload import LengthDist, RequestClass
+from kneecap.workload import LENGTH_PARAMS, LengthDist, RequestClass
 
 
 class _Strict(BaseModel):
@@ -34,8 +34,7 @@ class LengthSpec(_Strict):
 
     @model_validator(mode="after")
     def _needs(self) -> "LengthSpec":
-        need = {"fixed": ("value",), "uniform": ("low", "high"), "normal": ("mean", "std"),
-                "lognormal": ("mean", "std"), "empirical": ()}[self.kind]
+        need = () if self.kind == "empirical" else LENGTH_PARAMS[self.kind]  # empirical: values or file, below
         missing = [n for n in need if getattr(self, n) is None]
         if missing:
             raise ValueError(f"a {self.kind} length needs {', '.join(missing)}")
@@ -97,26 +96,17 @@ BUDGET_METRICS = ("ttft", "itl", "tpot", "e2e")
 BUDGET_PCTS = ("p50", "p95", "p99")
 
 
-class Budget(_Strict):
-    """SLO budget of one class: latency percentiles in ms, and the tolerated error rate (0..1)."""
-
-    ttft_p50_ms: Optional[float] = Field(None, gt=0)
-    ttft_p95_ms: Optional[float] = Field(None, gt=0)
-    ttft_p99_ms: Optional[float] = Field(None, gt=0)
-    itl_p50_ms: Optional[float] = Field(None, gt=0)
-    itl_p95_ms: Optional[float] = Field(None, gt=0)
-    itl_p99_ms: Optional[float] = Field(None, gt=0)
-    tpot_p50_ms: Optional[float] = Field(None, gt=0)
-    tpot_p95_ms: Optional[float] = Field(None, gt=0)
-    tpot_p99_ms: Optional[float] = Field(None, gt=0)
-    e2e_p50_ms: Optional[float] = Field(None, gt=0)
-    e2e_p95_ms: Optional[float] = Field(None, gt=0)
-    e2e_p99_ms: Optional[float] = Field(None, gt=0)
-    error_rate: float = Field(0.01, ge=0, le=1)
-
+class _Budget(_Strict):
     def limits(self) -> dict[str, float]:
         """{'ttft_p99_ms': 500.0, ...} for the budgets that are set (error_rate excluded)."""
         return {k: v for k, v in self.model_dump().items() if v is not None and k != "error_rate"}
+
+
+Budget = create_model(
+    "Budget", __base__=_Budget,
+    __doc__="SLO budget of one class: latency percentiles in ms (ttft_p99_ms, ...), and the tolerated error rate (0..1).",
+    **{f"{m}_{p}_ms": (Optional[float], Field(None, gt=0)) for m in BUDGET_METRICS for p in BUDGET_PCTS},
+    error_rate=(float, Field(0.01, ge=0, le=1)))
 
 
 class Expectation(_Strict):

@@ -187,18 +187,22 @@ class ServerCandidate:
         if reset_prefix_cache:
             import urllib.request
 
-            root = self.target.base_url.rstrip("/").removesuffix("/v1")
-            # vLLM: POST /reset_prefix_cache; SGLang: POST /flush_cache
-            for path in ("/reset_prefix_cache", "/flush_cache"):
-                req = urllib.request.Request(root + path, data=b"", method="POST",
-                                             headers={"Authorization": f"Bearer {self.api_key}"} if self.api_key else {})
+            for path in ("/reset_prefix_cache", "/flush_cache"):  # vLLM: POST /reset_prefix_cache; SGLang: /flush_cache
                 try:
-                    with urllib.request.urlopen(req, timeout=5) as resp:
+                    with urllib.request.urlopen(self._post(path, b""), timeout=5) as resp:
                         if resp.status < 300:
                             done.append(path)
                 except Exception:  # an engine without that endpoint: nothing to reset there
                     pass
         return f"paused {pause_s:g} s" + (f", reset via {', '.join(done)}" if done else ", no prefix-cache reset endpoint")
+
+    def _post(self, path: str, data: bytes, headers: dict | None = None):
+        """A POST to the server's root (base_url without /v1), with the API key when there is one."""
+        import urllib.request
+
+        auth = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return urllib.request.Request(self.target.base_url.rstrip("/").removesuffix("/v1") + path, data=data,
+                                      method="POST", headers={**(headers or {}), **auth})
 
     def answer(self, prompt: str, max_tokens: int) -> str | None:
         """One non-streaming, greedy chat completion: the behaviour case's answer text."""
@@ -206,13 +210,9 @@ class ServerCandidate:
         import urllib.error
         import urllib.request
 
-        root = self.target.base_url.rstrip("/").removesuffix("/v1")
         body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
                 "temperature": 0, "stream": False}
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(root + "/v1/chat/completions", data=json.dumps(body).encode(), headers=headers)
+        req = self._post("/v1/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=self.target.timeout_s) as resp:
                 doc = json.loads(resp.read())
