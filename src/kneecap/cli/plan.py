@@ -15,45 +15,36 @@ import typer
 from kneecap.cli.app import app
 from kneecap.plan.build import DEFAULTS, DeploymentRequest, check_positive, plan_deployment
 
-HELP_HBM = "HBM per GPU: datasheet (vendor GB x 10^9, default), device (nvidia-smi/rocm-smi), framework (PyTorch), or bytes (e.g. 192000000000, 180GiB)"
-
-PresetOpt = Annotated[Optional[str], typer.Option("--preset", help="Model preset name, e.g. gqa-70b")]
-ModelOpt = Annotated[Optional[str], typer.Option("--model", help="Preset, config.json, folder, .gguf or org/name")]
-GpuOpt = Annotated[Optional[str], typer.Option("--gpu", help="GPU name, e.g. h100-sxm, mi300x (see --list-gpus)")]
-TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree")]
-PpOpt = Annotated[int, typer.Option("--pp", help="Pipeline stages (layers split over stages)")]
-EpOpt = Annotated[int, typer.Option("--ep", help="Expert-parallel degree over the --tp GPUs (MoE models; 1 = experts sharded by TP)")]
-DpAttnOpt = Annotated[bool, typer.Option("--dp-attention", help="Attention data-parallel over the --tp GPUs: whole attention weights and a KV pool per GPU (MoE models)")]
-WDtypeOpt = Annotated[Optional[str], typer.Option("--weight-dtype", help="bf16, fp16, fp8, int8, int4/awq/gptq, nvfp4, mxfp4 (default: as the checkpoint ships)")]
-KvDtypeOpt = Annotated[Optional[str], typer.Option("--kv-dtype", help="bf16, fp16 or fp8 (default: the model's 16-bit dtype, as vLLM's 'auto')")]
-ParamsOpt = Annotated[Optional[float], typer.Option("--params", help="Total parameters to price (overrides the model's count)")]
-ContextOpt = Annotated[Optional[int], typer.Option("--context", help="Advertised max tokens per sequence (default: the model's max)")]
-MeanOpt = Annotated[Optional[int], typer.Option("--mean-context", help="Typical tokens per sequence (default: --context)")]
-BlockOpt = Annotated[Optional[int], typer.Option("--block-size", help="Tokens per KV block (paged allocation; 16, SGLang page size 1)")]
-CapOpt = Annotated[Optional[int], typer.Option("--compute-batch-cap", help="Latency/SLO cap on concurrent sequences")]
-OverheadOpt = Annotated[float, typer.Option("--overhead-gib", help="Activations + workspace + CUDA graphs per GPU, GiB")]
-FragOpt = Annotated[float, typer.Option("--frag", help="Fragmentation headroom: fraction of what is left after weights and overhead")]
-MemUtilOpt = Annotated[Optional[float], typer.Option("--mem-util", help="Fraction of HBM the engine may use (1.0; vLLM engine mode 0.9)")]
-HbmOpt = Annotated[str, typer.Option("--hbm", help=HELP_HBM)]
-PoolOpt = Annotated[Optional[float], typer.Option("--kv-pool-gib", help="A KV pool an engine logged (GiB per GPU): plan tokens and sequences from it; with --engine vllm counted with the state blocks of a Mamba / linear-attention hybrid (vLLM keeps them in the pool), else as SGLang logs it (attention KV only)")]
-EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="Model how an engine sizes its pool: vllm or sglang")]
-MemFracOpt = Annotated[Optional[float], typer.Option("--mem-fraction", help="SGLang --mem-fraction-static (default 0.88)")]
-EngineVerOpt = Annotated[Optional[str], typer.Option("--engine-version", help="Engine version the pool model follows (default vLLM 0.32, SGLang 0.5); for vLLM also the hybrid state-block rule of that release")]
-ActOpt = Annotated[Optional[float], typer.Option("--activation-gib", help="vLLM: activation peak of its profile run, GiB (default: --overhead-gib)")]
-NonTorchOpt = Annotated[float, typer.Option("--non-torch-gib", help="Engine mode: non-torch memory (CUDA context, NCCL), GiB")]
-GraphOpt = Annotated[float, typer.Option("--cudagraph-gib", help="vLLM >= 0.21: CUDA-graph memory estimate, GiB")]
-CpuKvOpt = Annotated[Optional[int], typer.Option("--cpu-kvcache-space-gib", help="vLLM CPU build: its VLLM_CPU_KVCACHE_SPACE (whole GiB); prints the KV pool in tokens it logs (no --gpu)")]
-PrefixCachingOpt = Annotated[Optional[bool], typer.Option("--prefix-caching/--no-prefix-caching", help="vLLM prefix caching (default: the release's; on for hybrids from 0.26): with it, Mamba / linear-attention hybrids hold 2-3 state blocks per request instead of 1. With --engine sglang: its radix cache (--no-prefix-caching = --disable-radix-cache), which sets how many requests a hybrid's Mamba pool lets run")]
-MambaOpt = Annotated[Optional[int], typer.Option("--mamba-cache-size", help="SGLang --max-mamba-cache-size (hybrid linear-attention models)")]
-
 # Every plan flag: its typer option; the default is DEFAULTS' (kneecap.plan.build), never written here again.
 FLAG_OPTIONS = {
-    "preset": PresetOpt, "model": ModelOpt, "gpu": GpuOpt, "tp": TpOpt, "pp": PpOpt, "ep": EpOpt, "dp_attention": DpAttnOpt, "weight_dtype": WDtypeOpt,
-    "kv_dtype": KvDtypeOpt, "params": ParamsOpt, "context": ContextOpt, "mean_context": MeanOpt, "block_size": BlockOpt,
-    "compute_batch_cap": CapOpt, "overhead_gib": OverheadOpt, "frag": FragOpt, "mem_util": MemUtilOpt, "hbm": HbmOpt,
-    "kv_pool_gib": PoolOpt, "engine": EngineOpt, "mem_fraction": MemFracOpt, "engine_version": EngineVerOpt,
-    "activation_gib": ActOpt, "non_torch_gib": NonTorchOpt, "cudagraph_gib": GraphOpt, "mamba_cache_size": MambaOpt,
-    "cpu_kvcache_space_gib": CpuKvOpt, "prefix_caching": PrefixCachingOpt,
+    "preset": Annotated[Optional[str], typer.Option("--preset", help="Model preset name, e.g. gqa-70b")],
+    "model": Annotated[Optional[str], typer.Option("--model", help="Preset, config.json, folder, .gguf or org/name")],
+    "gpu": Annotated[Optional[str], typer.Option("--gpu", help="GPU name, e.g. h100-sxm, mi300x (see --list-gpus)")],
+    "tp": Annotated[int, typer.Option("--tp", help="Tensor-parallel degree")],
+    "pp": Annotated[int, typer.Option("--pp", help="Pipeline stages (layers split over stages)")],
+    "ep": Annotated[int, typer.Option("--ep", help="Expert-parallel degree over the --tp GPUs (MoE models; 1 = experts sharded by TP)")],
+    "dp_attention": Annotated[bool, typer.Option("--dp-attention", help="Attention data-parallel over the --tp GPUs: whole attention weights and a KV pool per GPU (MoE models)")],
+    "weight_dtype": Annotated[Optional[str], typer.Option("--weight-dtype", help="bf16, fp16, fp8, int8, int4/awq/gptq, nvfp4, mxfp4 (default: as the checkpoint ships)")],
+    "kv_dtype": Annotated[Optional[str], typer.Option("--kv-dtype", help="bf16, fp16 or fp8 (default: the model's 16-bit dtype, as vLLM's 'auto')")],
+    "params": Annotated[Optional[float], typer.Option("--params", help="Total parameters to price (overrides the model's count)")],
+    "context": Annotated[Optional[int], typer.Option("--context", help="Advertised max tokens per sequence (default: the model's max)")],
+    "mean_context": Annotated[Optional[int], typer.Option("--mean-context", help="Typical tokens per sequence (default: --context)")],
+    "block_size": Annotated[Optional[int], typer.Option("--block-size", help="Tokens per KV block (paged allocation; 16, SGLang page size 1)")],
+    "compute_batch_cap": Annotated[Optional[int], typer.Option("--compute-batch-cap", help="Latency/SLO cap on concurrent sequences")],
+    "overhead_gib": Annotated[float, typer.Option("--overhead-gib", help="Activations + workspace + CUDA graphs per GPU, GiB")],
+    "frag": Annotated[float, typer.Option("--frag", help="Fragmentation headroom: fraction of what is left after weights and overhead")],
+    "mem_util": Annotated[Optional[float], typer.Option("--mem-util", help="Fraction of HBM the engine may use (1.0; vLLM engine mode 0.9)")],
+    "hbm": Annotated[str, typer.Option("--hbm", help="HBM per GPU: datasheet (vendor GB x 10^9, default), device (nvidia-smi/rocm-smi), framework (PyTorch), or bytes (e.g. 192000000000, 180GiB)")],
+    "kv_pool_gib": Annotated[Optional[float], typer.Option("--kv-pool-gib", help="A KV pool an engine logged (GiB per GPU): plan tokens and sequences from it; with --engine vllm counted with the state blocks of a Mamba / linear-attention hybrid (vLLM keeps them in the pool), else as SGLang logs it (attention KV only)")],
+    "engine": Annotated[Optional[str], typer.Option("--engine", help="Model how an engine sizes its pool: vllm or sglang")],
+    "mem_fraction": Annotated[Optional[float], typer.Option("--mem-fraction", help="SGLang --mem-fraction-static (default 0.88)")],
+    "engine_version": Annotated[Optional[str], typer.Option("--engine-version", help="Engine version the pool model follows (default vLLM 0.32, SGLang 0.5); for vLLM also the hybrid state-block rule of that release")],
+    "activation_gib": Annotated[Optional[float], typer.Option("--activation-gib", help="vLLM: activation peak of its profile run, GiB (default: --overhead-gib)")],
+    "non_torch_gib": Annotated[float, typer.Option("--non-torch-gib", help="Engine mode: non-torch memory (CUDA context, NCCL), GiB")],
+    "cudagraph_gib": Annotated[float, typer.Option("--cudagraph-gib", help="vLLM >= 0.21: CUDA-graph memory estimate, GiB")],
+    "mamba_cache_size": Annotated[Optional[int], typer.Option("--mamba-cache-size", help="SGLang --max-mamba-cache-size (hybrid linear-attention models)")],
+    "cpu_kvcache_space_gib": Annotated[Optional[int], typer.Option("--cpu-kvcache-space-gib", help="vLLM CPU build: its VLLM_CPU_KVCACHE_SPACE (whole GiB); prints the KV pool in tokens it logs (no --gpu)")],
+    "prefix_caching": Annotated[Optional[bool], typer.Option("--prefix-caching/--no-prefix-caching", help="vLLM prefix caching (default: the release's; on for hybrids from 0.26): with it, Mamba / linear-attention hybrids hold 2-3 state blocks per request instead of 1. With --engine sglang: its radix cache (--no-prefix-caching = --disable-radix-cache), which sets how many requests a hybrid's Mamba pool lets run")],
 }
 ALL_FLAGS = tuple(n for n in FLAG_OPTIONS if n != "cpu_kvcache_space_gib")  # the CPU pool: `plan` only
 PLAN_FLAGS = ALL_FLAGS + ("cpu_kvcache_space_gib",)
