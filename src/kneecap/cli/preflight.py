@@ -20,21 +20,14 @@ from kneecap.plan.build import plan_deployment
 
 def capacity_from_server(url: str, api_key: str | None, timeout_s: float) -> tuple[int, int | None, str, dict]:
     """(kv_capacity_tokens, block_size or None, description, what the server said) as a live engine reports it."""
-    try:
-        from kneecap.client.server_info import fetch_server_info
-    except ImportError:
-        raise KneecapError("reading a live server's capacity is not available in this build",
-                           "pass --kv-tokens N from the engine's log (vLLM 'GPU KV cache size', SGLang max_total_num_tokens)") from None
+    from kneecap.client.server_info import fetch_server_info
+
     info = fetch_server_info(url, api_key=api_key, timeout_s=timeout_s)
-    tokens = getattr(info, "kv_capacity_tokens", None)
-    if not tokens:
-        engine = getattr(info, "engine", None) or "the server"
-        raise KneecapError(f"{engine} at {url} does not report its KV capacity",
+    if not info.kv_capacity_tokens:
+        raise KneecapError(f"{info.engine or 'the server'} at {url} does not report its KV capacity",
                            "pass --kv-tokens N from its startup log (vLLM 'GPU KV cache size: N tokens')")
-    block = getattr(info, "block_size", None)
-    desc = f"{getattr(info, 'engine', None) or 'server'} at {url}"
-    said = info.to_dict() if hasattr(info, "to_dict") else {}
-    return int(tokens), int(block) if block else None, desc, said
+    block = info.block_size
+    return int(info.kv_capacity_tokens), int(block) if block else None, f"{info.engine or 'server'} at {url}", info.to_dict()
 
 
 @app.command("preflight")

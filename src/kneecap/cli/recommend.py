@@ -19,10 +19,7 @@ from kneecap.errors import KneecapError
 
 
 def _csv(value: str | None) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    items = tuple(v.strip().lower() for v in value.split(",") if v.strip())
-    return items or None
+    return tuple(v.strip().lower() for v in (value or "").split(",") if v.strip()) or None
 
 
 def _fmt(v, spec: str = ".3g") -> str:

@@ -70,8 +70,7 @@ def serve(
             await runner.cleanup()
             raise KneecapError(f"cannot bind {host}:{port}: {exc.strerror or exc}",
                                "pick another --port (or --port 0 for any free one)") from None
-        bound = runner.addresses[0]
-        bound_host, bound_port = bound[0], bound[1]
+        bound_host, bound_port = runner.addresses[0][:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         plan = target.plan
         print(f"{READY_PREFIX}http://{shown}:{bound_port} (PID {os.getpid()}) — {target.model_name} on {target.deployment.num_gpus}x "
