@@ -112,9 +112,6 @@ class MeasuredLevel:
     def load(self) -> str:
         return f"C={self.concurrency}" if self.concurrency is not None else f"rate={self.rate:g}"
 
-    def as_dict(self) -> dict:
-        return {m: getattr(self, m) for m in METRICS}
-
 
 def levels_from_summary(summary: dict, *, isl: int | None = None, osl: int | None = None) -> list[MeasuredLevel]:
     """The usable levels of a bench (or simulate) summary.json: completed requests, mean TTFT and TPOT, median ITL,
@@ -128,8 +125,7 @@ def levels_from_summary(summary: dict, *, isl: int | None = None, osl: int | Non
     out = []
     for position, lv in enumerate(summary["levels"]):
         done = lv.get("completed") or 0
-        ttft, tpot, itl, tput = (statistic(lv, m) if m in STATISTICS else None
-                                 for m in ("ttft_ms", "tpot_ms", "itl_ms", "output_tok_s"))
+        ttft, tpot, itl, tput = (statistic(lv, m) for m in ("ttft_ms", "tpot_ms", "itl_ms", "output_tok_s"))
         load_c, load_r = lv.get("concurrency"), lv.get("rate")
         if done < 1 or not ttft or not tpot or not tput or lv.get("partial") or isinstance(load_c, str):
             continue
@@ -251,7 +247,7 @@ def level_table(levels: list[MeasuredLevel], predicted: list[dict], weights=None
     rows = []
     k = 0  # index of the level's first residual (a metric the level does not carry has none)
     for level, pred in zip(levels, predicted):
-        meas = level.as_dict()
+        meas = {m: getattr(level, m) for m in METRICS}
         row = {"concurrency": level.concurrency, "rate": level.rate, "isl": level.isl, "osl": level.osl,
                "measured": meas, "predicted": {m: None if pred[m] is None else round(pred[m], 4) for m in METRICS},
                "error_pct": {m: None if not pred[m] or meas[m] is None else round(100.0 * (pred[m] - meas[m]) / meas[m], 2)

@@ -68,8 +68,6 @@ class LevelDriver(Protocol):
         """After a level: a sentence saying the server stopped answering, or None."""
 
 
-SERVER_METRICS_KEYS = ("preemptions", "kv_usage_max", "kv_usage_mean", "running_max", "waiting_max",
-                       "prefix_cache_hit_rate")
 SOURCES = ("simulator", "prometheus", "usage", "none")  # usage: only what the responses' usage said (cached tokens)
 
 

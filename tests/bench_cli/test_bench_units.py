@@ -12,7 +12,7 @@ from kneecap.sweep.level import LevelTask
 from kneecap.sweep.options import BenchOptions, parse_fail_on, parse_shared_prefix
 from kneecap.workload import parse_rates
 from kneecap.sweep.render import summary_table
-from kneecap.sweep.resume import DISCARDED_FILE, first_incomplete, set_aside_records
+from kneecap.sweep.resume import DISCARDED_FILE, set_aside_records
 from kneecap.levels import sweep_levels
 from kneecap.sweep.workers import deal, split_concurrency, split_rate, split_task
 from kneecap.cli.bench import exit_code
@@ -158,12 +158,6 @@ def test_set_aside_keeps_finished_levels_only(tmp_path):
     aside = (tmp_path / DISCARDED_FILE).read_bytes().splitlines()
     assert aside[0] == lines[4].rstrip() and aside[1].startswith(b'{"request_id": "torn"')
     assert set_aside_records(path, {0, 1}) == (4, 0)  # idempotent
-
-
-def test_first_incomplete():
-    assert first_incomplete(4, {0, 1}) == 2
-    assert first_incomplete(3, {0, 2}) == 1
-    assert first_incomplete(2, {0, 1}) is None
 
 
 # -- exit codes and the table -------------------------------------------------------------------

@@ -1,6 +1,9 @@
-"""The shared Typer application every command module registers on."""
+"""The shared Typer application every command module registers on, and what its commands share to render."""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import typer
 
@@ -36,3 +39,17 @@ def version() -> None:
     from kneecap import __version__
 
     print(__version__)
+
+
+def results_folder(out: str | None, kind: str) -> Path:
+    """--out, else ./kneecap-results/KIND-<UTC time>."""
+    from datetime import datetime, timezone
+
+    return Path(out) if out else Path("kneecap-results") / f"{kind}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+
+
+def stdout_console(width_not_a_tty: int = 200, **options):
+    """A rich Console on stdout, `width_not_a_tty` characters wide into a file or pipe (rich would assume 80)."""
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else width_not_a_tty, **options)

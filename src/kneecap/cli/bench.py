@@ -10,13 +10,13 @@ from typing import List, Optional
 
 import typer
 
-from kneecap.cli.app import app
+from kneecap.cli.app import app, stdout_console
+from kneecap.errors import KneecapError
 
 EXIT_FAILED_ON = 1  # --fail-on matched
 EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM (128 + SIGINT), results kept
 EXIT_SERVER_DEAD = 3  # the sweep ended because the server stopped answering, results kept
 EXIT_AUTH_REFUSED = 4  # the server started refusing the API key mid-sweep: the sweep stopped, results kept
-TABLE_WIDTH_NOT_A_TTY = 200  # characters, when stdout is a file or pipe (rich would assume 80)
 
 
 @app.command("bench")
@@ -87,7 +87,6 @@ def bench(
     from kneecap.sweep.options import BenchOptions, parse_fail_on, parse_shared_prefix
     from kneecap.sweep.progress import make_progress
     from kneecap.sweep.session import run_bench
-    from kneecap.errors import KneecapError
     from kneecap.results import current_argv
     from kneecap.workload import concurrency_levels, parse_rates
 
@@ -178,11 +177,9 @@ def bench(
 
         sys.stdout.write(orjson.dumps(summary, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode() + "\n")
     elif not quiet:
-        from rich.console import Console
-
         from kneecap.sweep.render import summary_table
 
-        console = Console(highlight=False, width=None if sys.stdout.isatty() else TABLE_WIDTH_NOT_A_TTY)
+        console = stdout_console(highlight=False)
         if run.nothing_to_do:
             console.print(f"nothing to resume in {run.out_dir}: the sweep already ended", markup=False)
         console.print(summary_table(summary))
@@ -196,7 +193,6 @@ def bench(
 def _replay_levels(path: str, speeds: str | None, concurrency, rate, skip_too_long: bool) -> dict:
     """--replay PATH --replay-speed S1,S2: one level per speed, each the trace's mean rate x the speed (the
     rows are read again with the server's context before the sweep; a bad file is one line here)."""
-    from kneecap.errors import KneecapError
     from kneecap.sweep.bench_workload import replay_schedule
     from kneecap.workload import parse_rates
 
@@ -214,7 +210,6 @@ def _ray_target(address: str | None, streams_per_actor: int, workers: int | None
     if address is None:
         return None
     from kneecap.cluster.connect import RayTarget, check_reachable, require_ray
-    from kneecap.errors import KneecapError
 
     if workers is not None and workers > 1:
         raise KneecapError("--ray and --workers both given", "pass one: --ray spreads streams over the cluster's actors")
@@ -230,7 +225,6 @@ def _term_as_interrupt(signum, frame):
 
 def _resumed_options(folder, out_dir, given: dict):
     from kneecap.sweep.options import BenchOptions
-    from kneecap.errors import KneecapError
     from kneecap.results import ResultsDir
 
     if not folder.is_dir():
@@ -282,7 +276,6 @@ def exit_code(summary: dict, fail_on) -> tuple[int, str | None]:
         breached = [lv for lv in levels if (lv.get("slo") or {}).get("met") is False]
         if breached:
             return EXIT_FAILED_ON, f"bench: the SLO was breached at {len(breached)} level(s) (--fail-on slo)"
-    if "stopped" in fail_on and summary.get("stopped"):
-        stopped = summary["stopped"]
+    if "stopped" in fail_on and stopped:
         return EXIT_FAILED_ON, f"bench: stopped at {stopped.get('at')}: {stopped.get('reason')} (--fail-on stopped)"
     return 0, None

@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from kneecap.cli.app import app
+from kneecap.cli.app import app, stdout_console
 from kneecap.cli.plan import ENGINE_DEFAULTS, SIM_FLAGS, SIM_OPTIONS, EngineDefaultsOpt, MaxBatchedOpt, MaxSeqsOpt, deployment_flags
 from kneecap.errors import KneecapError
 
@@ -88,9 +88,7 @@ def calibrate_command(
     if json_out:
         sys.stdout.write(json.dumps(calib, sort_keys=True) + "\n")
         return 0
-    from rich.console import Console
-
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    console = stdout_console(highlight=False)
     fitted = ", ".join(f"{n} {result.initial[n]:.4g} -> {getattr(result.params, n):.4g}" for n in result.fitted)
     console.print(_table(calib, f"kneecap calibrate — {target.model_name} on {target.deployment.num_gpus}x "
                                 f"{target.deployment.gpu.name}: predicted (fitted) vs measured"))

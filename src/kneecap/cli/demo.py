@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from kneecap.cli.app import app
+from kneecap.cli.app import app, results_folder, stdout_console
 from kneecap.errors import KneecapError
 
 SERVER_START_TIMEOUT_S = 60.0
@@ -86,12 +86,10 @@ def demo(
     """Start a simulated engine on a free local port, sweep it with `kneecap bench`, print the table and the knee."""
     import subprocess
     import sys
-    from datetime import datetime, timezone
-    from pathlib import Path
 
     if duration <= 0:
         raise KneecapError(f"--duration must be > 0 s, got {duration}", "pass e.g. --duration 5")
-    out_dir = Path(out) if out else Path("kneecap-results") / f"demo-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+    out_dir = results_folder(out, "demo")
     proc, url = start_server(["--preset", preset, "--gpu", gpu, "--tp", str(tp)])
     try:
         if not json_out:
@@ -109,12 +107,11 @@ def demo(
         sys.stdout.write(bench.stdout)
         return 0
     import orjson
-    from rich.console import Console
 
     from kneecap.sweep.render import summary_table
 
     summary = orjson.loads(bench.stdout)
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    console = stdout_console(highlight=False)
     console.print(summary_table(summary))
     knee = summary.get("knee")
     if knee:

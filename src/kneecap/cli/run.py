@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from kneecap.cli.app import app
+from kneecap.cli.app import app, results_folder, stdout_console
+from kneecap.errors import KneecapError
 
 
 @app.command("run")
@@ -30,7 +31,6 @@ def run(
     key mid-run (3 and 4 stop the run after that cell; the cells measured are kept; --resume runs it again);
     130 interrupted.
     """
-    from datetime import datetime, timezone
     from pathlib import Path
 
     import orjson
@@ -42,13 +42,9 @@ def run(
 
     spec, base_dir = load_plan_file(plan_file)
     if spec.load.dimension == "rate" and spec.load.steps == "auto":
-        from kneecap.errors import KneecapError
-
         raise KneecapError(f"{plan_file}: load.steps: auto works for concurrency only",
                            "list the rates, e.g. steps: [1, 2, 4, 8]")
-    from kneecap.errors import KneecapError
     from kneecap.loadplan.execute import FAIL_ON, plan_digest
-
     from kneecap.loadplan.reproduce import select_cell
 
     only = select_cell(spec, cell, load, repetition)
@@ -71,7 +67,7 @@ def run(
             raise KneecapError(f"{folder} was not written by this plan file (or was changed since)",
                                "resume with the same plan file, or start a new --out folder")
     else:
-        folder = Path(out) if out else Path("kneecap-results") / f"run-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+        folder = results_folder(out, "run")
         results = ResultsDir(folder)
     results.write_manifest(current_argv(), extra={"kind": "run", "plan": str(Path(plan_file).resolve().name), "seed": spec.seed})
     say = None if (quiet or json_out) else (lambda line: print(line, file=sys.stderr, flush=True))
@@ -83,9 +79,7 @@ def run(
     if json_out:
         sys.stdout.write(orjson.dumps(summary, option=orjson.OPT_SORT_KEYS).decode() + "\n")
     elif not quiet:
-        from rich.console import Console
-
-        console = Console(width=None if sys.stdout.isatty() else 160)
+        console = stdout_console(160)
         for table in render_verdict_table(summary):
             console.print(table)
         console.print(f"results: {results.path}")

@@ -14,7 +14,7 @@ from typing import List, Optional
 
 import typer
 
-from kneecap.cli.app import app
+from kneecap.cli.app import app, results_folder, stdout_console
 from kneecap.cli.plan import ENGINE_DEFAULTS, SIM_FLAGS, SIM_OPTIONS, EngineDefaultsOpt, MaxBatchedOpt, MaxSeqsOpt, deployment_flags
 from kneecap.errors import KneecapError
 
@@ -23,9 +23,6 @@ TRACE_FILE = "trace.jsonl"
 
 def _run_grid(grid: str | None, ray_address: str | None, out: str | None, json_out: bool, quiet: bool) -> int:
     """--grid [--ray]: every configuration as `kneecap simulate` alone would run it, on a cluster or here."""
-    from datetime import datetime, timezone
-    from pathlib import Path
-
     from kneecap.cluster.grid import load_grid, run_grid_bytes, write_grid
 
     if grid is None:
@@ -36,7 +33,7 @@ def _run_grid(grid: str | None, ray_address: str | None, out: str | None, json_o
         require_ray()
         check_reachable(ray_address)
     configs = load_grid(grid)
-    root = Path(out) if out else Path("kneecap-results") / f"grid-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+    root = results_folder(out, "grid")
     nodes: list = []
     index = write_grid(root, configs, run_grid_bytes(configs, ray_address, nodes), nodes)
     if json_out:
@@ -149,9 +146,10 @@ def simulate(
     """The same sweep as `kneecap bench`, on the simulated engine in virtual time (deterministic for a seed)."""
     if grid is not None or ray_address is not None:  # a grid of configurations (kneecap.cluster.grid)
         return _run_grid(grid, ray_address, out, json_out, quiet)
-    from datetime import datetime, timezone
-    from pathlib import Path
+    import dataclasses
 
+    from kneecap.sweep.export import check_format
+    from kneecap.sweep.options import parse_shared_prefix
     from kneecap.sweep.progress import SilentProgress
     from kneecap.sweep.resume import RecordsFile
     from kneecap.levels import sweep_levels
@@ -164,6 +162,8 @@ def simulate(
     from kneecap.sim.level_driver import SimulateOptions, VirtualTimeDriver
     from kneecap.sim.setup import from_plan
     from kneecap.sim.step_params import parse_step_params
+    from kneecap.workload import parse_levels
+    from kneecap.workload.datasets import dataset_flag
 
     if ramp is not None and (concurrency or replay is not None or find_max is not None):
         raise KneecapError("--ramp is one open-loop level on the rate dimension here",
@@ -177,11 +177,7 @@ def simulate(
 
         ramp_obj = parse_ramp(ramp)
         rate = f"{ramp_obj.expected_arrivals(ramp_obj.duration_s) / ramp_obj.duration_s:.12g}"  # the ramp's mean rate
-    from kneecap.workload import parse_levels
-
     kind, values = parse_levels(concurrency, rate or (replay_speed if replay is not None else None))
-    from kneecap.sweep.export import check_format
-
     check_format(export)
     if find_max is not None:
         if find_max != kind:
@@ -191,18 +187,12 @@ def simulate(
             raise KneecapError("--find-max cannot search 'max'", "give numeric bounds, e.g. --concurrency 1,512")
         if repeats < 1:
             raise KneecapError(f"--repeats must be >= 1, got {repeats}", "pass e.g. --repeats 3")
-    prefix_tokens, prefix_groups = 0, 1
-    if shared_prefix:
-        from kneecap.sweep.options import parse_shared_prefix
-
-        prefix_tokens, prefix_groups = parse_shared_prefix(shared_prefix)
+    prefix_tokens, prefix_groups = parse_shared_prefix(shared_prefix)
     if goodput:
         from kneecap.metrics.goodput import parse_goodput
 
         slo = ",".join(p for p in (slo, parse_goodput(goodput)) if p)
     slo_dict = parse_slo(slo) if slo else {}
-    from kneecap.workload.datasets import dataset_flag
-
     dataset = dataset_flag(dataset, dataset_path)
     dataset = None if dataset == "random" else dataset
     if calibration and step_params:
@@ -228,8 +218,6 @@ def simulate(
                            think_time_s=think_time_s, until_stable=until_stable, stable_window_s=stable_window_s,
                            **turnaround)
     if dataset is not None:
-        import dataclasses
-
         opts = dataclasses.replace(opts, dataset=_dataset_specs(dataset, opts, plan.context))
         isl, osl = 1, 1  # lengths come from the data (kept within the context)
     if isl + osl > plan.context:
@@ -245,14 +233,11 @@ def simulate(
             print(f"warning: C={level.value} with only {level.num_requests} requests never reaches its concurrency; "
                   f"pass --requests >= {level.value}", file=sys.stderr)
 
-    results = ResultsDir(Path(out) if out else Path("kneecap-results") /
-                         f"simulate-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}")
+    results = ResultsDir(results_folder(out, "simulate"))
     results.write_manifest(current_argv(), extra={"kind": "simulate", "seed": seed})
     trace_path = results.path / TRACE_FILE
-    if trace_path.exists():
-        trace_path.unlink()
-    if results.records_path.exists():
-        results.records_path.unlink()  # a simulation is re-run, never resumed: start the records afresh
+    trace_path.unlink(missing_ok=True)
+    results.records_path.unlink(missing_ok=True)  # a simulation is re-run, never resumed: start the records afresh
     facts = sim.describe()
 
     def summary_fields() -> dict:
@@ -269,10 +254,9 @@ def simulate(
                       slo=slo_dict or None, stop_limits=StopLimits(slo=slo_dict), summarize_fn=summarize_level,
                       sync=writer.sync, records_file=RecordsFile(results.records_path), summary_fields=summary_fields)
         if find_max is not None:
-            from kneecap.sweep.find_max import search_bounds, search_max_load
+            from kneecap.sweep.find_max import search_max_load
 
-            low, high = search_bounds(kind, values)
-            final = _sorted(search_max_load(sweep, opts, slo=slo_dict, low=low, high=high, repeats=repeats))
+            final = _sorted(search_max_load(sweep, opts, slo=slo_dict, repeats=repeats))
         else:
             final = _sorted(sweep.run())
     if export == "vllm":
@@ -289,9 +273,7 @@ def simulate(
 
         sys.stdout.write(orjson.dumps(final).decode() + "\n")
     elif not quiet:
-        from rich.console import Console
-
-        console = Console(width=None if sys.stdout.isatty() else 200)
+        console = stdout_console()
         console.print(_table(final))
         console.print(f"results: {results.path}")
     return 0
@@ -317,13 +299,11 @@ def _dataset_specs(path: str, opts, context: int) -> tuple:
 def _replay_schedule(path: str, context: int, skip_too_long: bool) -> tuple:
     """The trace's requests at speed 1 as (send offset s, RequestSpec); a broken line or a row past the
     context stops here, before anything runs (one line naming the file and lines)."""
+    from kneecap.sweep.bench_workload import note_skipped_rows
     from kneecap.workload.traces import replay_schedule
 
     replay = replay_schedule(path, context, skip_too_long)
-    if replay.too_long_lines:
-        print(f"note: skipped {len(replay.too_long_lines)} trace rows longer than the {context:,}-token context "
-              f"(lines {', '.join(map(str, replay.too_long_lines[:10]))}{' ...' if len(replay.too_long_lines) > 10 else ''})",
-              file=sys.stderr)
+    note_skipped_rows(replay.too_long_lines, f"the {context:,}-token context")
     return replay.schedule
 
 

@@ -9,6 +9,7 @@ same lengths, token blocks and send times. Sends nothing (kneecap.sweep.http_lev
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass
 
 from kneecap.levels import SweepLevel
@@ -69,6 +70,14 @@ class BenchWorkload:
 
     def output_lengths(self):
         return lengths(self.opts.osl_dist, self.opts.osl)
+
+
+def note_skipped_rows(lines: tuple[int, ...], context: str) -> None:
+    """The trace rows --skip-too-long left out, on stderr even with --quiet (bench and simulate say it alike): the
+    run measures fewer rows than the trace has. `context` names the context the rows exceeded."""
+    if lines:
+        print(f"note: skipped {len(lines)} trace rows longer than {context} "
+              f"(lines {', '.join(map(str, lines[:10]))}{' ...' if len(lines) > 10 else ''})", file=sys.stderr)
 
 
 def load_workload(opts: BenchOptions, *, context_tokens: int | None, count_tokens=None) -> BenchWorkload:

@@ -25,9 +25,10 @@ def search_bounds(kind: str, values) -> tuple[float, float]:
     return (1 if kind == "concurrency" else values[0] / 64), values[0]
 
 
-def search_max_load(sweep: Sweep, opts, *, slo: dict, low: float, high: float, repeats: int = 1,
-                    resolution: float | None = None) -> dict:
-    """Run the search; returns the final summary (also written), whose max_load is the answer."""
+def search_max_load(sweep: Sweep, opts, *, slo: dict, repeats: int = 1) -> dict:
+    """Run the search between the levels given (search_bounds); returns the final summary (also written), whose
+    max_load is the answer."""
+    low, high = search_bounds(opts.kind, opts.levels)
     if not slo:
         raise KneecapError("--find-max needs the SLO to search against", "pass e.g. --slo ttft_p99_ms=500,itl_p99_ms=50")
     dimension = opts.kind
@@ -50,7 +51,7 @@ def search_max_load(sweep: Sweep, opts, *, slo: dict, low: float, high: float, r
         return Verdict(met=met, why=why)
 
     try:
-        result: MaxLoad = find_max(evaluate, dimension, low, high, resolution=resolution, repeats=repeats)
+        result: MaxLoad = find_max(evaluate, dimension, low, high, repeats=repeats)
     except KeyboardInterrupt:
         sweep.state.stopped = stop_record(None, INTERRUPTED, "stopped by the user (Ctrl-C / SIGTERM) during --find-max; "
                                                              "finished levels are kept")

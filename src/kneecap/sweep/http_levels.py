@@ -13,6 +13,7 @@ from typing import Callable
 
 from kneecap.sweep.level import LevelOutcome, LevelTask, run_task
 from kneecap.sweep.options import KIND_CONCURRENCY, BenchOptions
+from kneecap.sweep.workers import merge_outcomes
 from kneecap.levels import SweepLevel, LevelRun, server_metrics
 from kneecap.records import RequestRecord
 
@@ -53,15 +54,9 @@ class HttpLevelDriver:
         self._work_for = bench.level if specs_for is None else (
             lambda level, warmup, round_index=0: LevelWork(specs=tuple(specs_for(level, warmup=warmup,
                                                                                 round_index=round_index))))
-        self._specs_for = lambda level, warmup, round_index=0: self._work_for(
-            level, warmup=warmup, round_index=round_index).specs
         self._bursts = bursts or {}
-        self._run_share = run_share
-        self._probe = probe
-        self._poll_metrics = poll_metrics
-        self._epoch = epoch
-        self._progress = progress
-        self._timeline_path = timeline_path
+        self._run_share, self._probe, self._poll_metrics = run_share, probe, poll_metrics
+        self._epoch, self._progress, self._timeline_path = epoch, progress, timeline_path
 
     def run_level(self, level: SweepLevel, keep: Callable[[RequestRecord], None]) -> LevelRun:
         opts = self.opts
@@ -76,8 +71,6 @@ class HttpLevelDriver:
             warm = self._run_share(_task(self._work_for(level, warmup=True), warmup=True,
                                          **{**base, "value": warm_value}), keep)
             if refusal.kind is not None:  # nothing more is sent: the level's measured requests would be refused too
-                from kneecap.sweep.workers import merge_outcomes
-
                 client = merge_outcomes(warm, opts.workers)
                 return LevelRun(server_metrics=server_metrics("none"),
                                 fields={"cut": refusal.cut("warmup"), "client": client, "suspect": client["suspect"]})
@@ -100,8 +93,6 @@ class HttpLevelDriver:
                 _task(work, duration_s=work.duration_s or opts.duration_s, **base), keep)
         samples = getattr(poller, "samples", lambda: [])()
         self._append_timeline(level.index, samples)
-        from kneecap.sweep.workers import merge_outcomes
-
         client = merge_outcomes(outcomes, opts.workers)
         fields = {"wall_s": time.monotonic() - started, "client": client, "suspect": client["suspect"]}
         if refusal.kind is not None:
@@ -170,7 +161,7 @@ class HttpLevelDriver:
             remaining_s = self.opts.duration_s - (time.monotonic() - started)
             if remaining_s <= 0:
                 break
-            specs = self._specs_for(level, warmup=False, round_index=round_index)
+            specs = self._work_for(level, warmup=False, round_index=round_index).specs
             round_outcomes = self._run_share(LevelTask(specs=specs, duration_s=remaining_s, **base), keep)
             outcomes.extend(round_outcomes)
             if refusal.kind is not None or sum(o.num_records for o in round_outcomes) < len(specs):

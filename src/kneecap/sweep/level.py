@@ -9,7 +9,6 @@ the run's epoch, a time.perf_counter() value (CLOCK_MONOTONIC on Linux, shared b
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -45,24 +44,6 @@ class LevelOutcome:
     num_records: int = 0
     suspect: bool = False
     client: dict = field(default_factory=dict)  # the driver's LevelRun fields: lag, timing, CPU
-
-
-def _plain(value):
-    """A LevelRun field as plain JSON-able data (dataclasses -> dicts)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def outcome_from_run(run, num_records: int) -> LevelOutcome:
-    """The driver's self-measurement of one level (lags in ms, CPU, suspect and why), records excluded."""
-    data = _plain(run.client_stats())
-    data.update(started_at=run.started_at, ended_at=run.ended_at, duration_s=run.duration_s)
-    return LevelOutcome(num_records=num_records, suspect=bool(run.suspect), client=data)
 
 
 @dataclass(frozen=True)
@@ -110,5 +91,7 @@ def run_task(setup: DriverSetup, task: LevelTask, on_record: Callable[[RequestRe
                                     warm_connections=min(setup.warm_connections, len(specs)),
                                     on_s=task.on_s, off_s=task.off_s, offsets=task.offsets, **common)
     run = driver.run_sync(coro)
-    return outcome_from_run(run, count)
+    # the driver's self-measurement of the level (JSON-ready: lags in ms, CPU, suspect and why), records excluded
+    data = run.client_stats() | dict(started_at=run.started_at, ended_at=run.ended_at, duration_s=run.duration_s)
+    return LevelOutcome(num_records=count, suspect=bool(run.suspect), client=data)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import Sequence
 
 from kneecap.errors import KneecapError
 from kneecap.workload.slices import check_until_stable
@@ -35,11 +34,9 @@ MAX_REQUESTS_PER_ROUND = 20_000
 STABLE_ROUND_REQUESTS_PER_STREAM = 4  # --until-stable: shorter rounds, the p99s checked after each
 
 
-def parse_fail_on(spec: str | Sequence[str] | None) -> tuple[str, ...]:
+def parse_fail_on(spec: str) -> tuple[str, ...]:
     """Parse '--fail-on errors,slo' into a tuple of conditions."""
-    if not spec:
-        return ()
-    parts = [p.strip() for p in spec.split(",") if p.strip()] if isinstance(spec, str) else list(spec)
+    parts = [p.strip() for p in spec.split(",") if p.strip()]
     bad = [p for p in parts if p not in FAIL_ON]
     if bad:
         raise KneecapError(f"--fail-on got unknown condition(s) {', '.join(bad)}", f"use any of {', '.join(FAIL_ON)}")
@@ -218,14 +215,12 @@ class BenchOptions:
         if self.replay is not None:
             return max(1, (self.replay_requests or 0) - self.warmup)
         if self.ramp is not None:
-            from kneecap.workload.ramps import parse_ramp
+            from kneecap.workload.ramps import parse_ramp, ramp_arrival_times
 
             ramp = parse_ramp(self.ramp)
             if self.kind == KIND_CONCURRENCY:  # users keep sending until the ramp's time is over: a generous cap
                 return min(MAX_REQUESTS_PER_ROUND, max(MIN_REQUESTS_PER_LEVEL, int(ramp.duration_s *
                                                                                 max(ramp.start, ramp.end) * 4)))
-            from kneecap.workload.ramps import ramp_arrival_times
-
             return len(ramp_arrival_times(ramp, seed=self.seed))
         if self.requests is not None:
             return self.requests
@@ -260,12 +255,8 @@ class BenchOptions:
 
     # -- persistence (manifest.json; never holds the key) ------------------------------------
     def to_dict(self) -> dict:
-        data = asdict(self)
-        data["concurrency"] = list(self.concurrency)
-        data["rate"] = [r if math.isfinite(r) else "inf" for r in self.rate]
-        data["fail_on"] = list(self.fail_on)
-        data["replay_speeds"] = list(self.replay_speeds)
-        return data
+        """For manifest.json (tuples become JSON lists there); an infinite rate as "inf"."""
+        return asdict(self) | {"rate": [r if math.isfinite(r) else "inf" for r in self.rate]}
 
     @classmethod
     def from_dict(cls, data: dict, **overrides) -> "BenchOptions":

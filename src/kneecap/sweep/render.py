@@ -47,8 +47,6 @@ def fmt(value, style: str) -> str:
         return f"{int(value):,}"
     if style == "num2":
         return f"{value:,.2f}"
-    if style == "ms":
-        return f"{value:,.1f}" if abs(value) < 100 else f"{value:,.0f}"
     if style == "s_from_ms":
         return f"{value / 1000:,.2f}"
     return f"{value:,.1f}" if abs(value) < 100 else f"{value:,.0f}"

@@ -92,11 +92,3 @@ class RecordsFile:
                     continue
                 if isinstance(data, dict) and data.get("level") == level:
                     yield RequestRecord.from_dict(data)
-
-
-def first_incomplete(num_levels: int, done: set[int]) -> int | None:
-    """Index of the first level not complete; None = all done."""
-    for index in range(num_levels):
-        if index not in done:
-            return index
-    return None

@@ -105,10 +105,7 @@ class Sweep:
                 current = level
                 if self._skip_by_preflight(level):
                     continue
-                summary = self._run_level(level)
-                self.state.levels.append(summary)
-                self._sync()
-                stopped = self._after_level(summary)
+                stopped = self._after_level(self._run_level(level))
                 self.save()
                 if stopped:
                     break
@@ -128,8 +125,6 @@ class Sweep:
         """One level outside the fixed order (a search chooses it): run, summarised, kept, summary.json
         rewritten. Its records go to requests.jsonl like any level's."""
         summary = self._run_level(level)
-        self.state.levels.append(summary)
-        self._sync()
         self.save()
         return summary
 
@@ -186,6 +181,7 @@ class Sweep:
                                          "pass --force to run them")
 
     def _run_level(self, level: SweepLevel) -> dict:
+        """Run one level; its summary is kept in the state (records synced) and returned."""
         label = self.opts.level_label(level.value)
         self._level_offset = self._records_file.tell()
 
@@ -208,6 +204,8 @@ class Sweep:
         ok, failed = summary.get("completed", 0), summary.get("failed", 0)
         self._progress.end_level(f"{label}: {ok} ok, {failed} failed, {_fmt(summary.get('output_tok_s'))} output tok/s"
                                  + run.note)
+        self.state.levels.append(summary)
+        self._sync()
         return summary
 
     def _level_records(self, level: SweepLevel):

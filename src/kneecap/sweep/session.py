@@ -15,10 +15,11 @@ from pathlib import Path
 from kneecap.sweep.credentials import Scrubber
 from kneecap.sweep.level import DriverSetup
 from kneecap.sweep.options import KIND_CONCURRENCY, BenchOptions
-from kneecap.sweep.resume import RecordsFile, first_incomplete, set_aside_records
+from kneecap.sweep.resume import RecordsFile, set_aside_records
 from kneecap.sweep.http_levels import HttpLevelDriver, in_process_runner
 from kneecap.levels import SweepLevel, sweep_levels
 from kneecap.sweep.runner import STATUS_INTERRUPTED, Sweep, SweepState
+from kneecap.sweep.server_watch import ThreadedMetricsPoller
 from kneecap.errors import KneecapError
 
 DEFAULT_RESULTS_ROOT = "kneecap-results"
@@ -165,10 +166,8 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
         if done is None:
             return BenchRun(summary=results.read_summary() or {}, out_dir=results.path, nothing_to_do=True)
     previous = (results.read_manifest() or {}) if resume else {}
-    earlier_runs = previous.get("previous_runs", []) + ([{"created_at": previous.get("created_at"),
-                                                          "command": previous.get("command"),
-                                                          "clock_epoch_s": previous.get("clock_epoch_s")}]
-                                                        if previous else [])
+    earlier_runs = previous.get("previous_runs", []) + (
+        [{k: previous.get(k) for k in ("created_at", "command", "clock_epoch_s")}] if previous else [])
     # every time in this run's records is seconds since this perf_counter() reading (CLOCK_MONOTONIC on
     # Linux, shared by all processes on the machine): stated so that other tools' stamps can be lined up
     epoch = time.perf_counter()
@@ -220,10 +219,9 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
                                                         "duration_s": opts.duration_s, "warmup": opts.warmup,
                                                         "burstiness": opts.burstiness}})
         if find_max_repeats is not None:  # --find-max: the levels given bound the search
-            from kneecap.sweep.find_max import search_bounds, search_max_load
+            from kneecap.sweep.find_max import search_max_load
 
-            low, high = search_bounds(opts.kind, opts.levels)
-            summary = search_max_load(sweep, opts, slo=slo, low=low, high=high, repeats=find_max_repeats)
+            summary = search_max_load(sweep, opts, slo=slo, repeats=find_max_repeats)
         else:
             summary = sweep.run(done)
         if summary.get("status") == STATUS_INTERRUPTED and pool is not None:
@@ -257,7 +255,7 @@ def _resume_state(results, levels_to_run: list[SweepLevel], fresh: SweepState) -
         done.discard(cut.get("level", len(previous["levels"]) - 1))
     done = frozenset(done)
     set_aside_records(results.records_path, set(done))
-    if first_incomplete(len(levels_to_run), set(done)) is None:
+    if done >= {level.index for level in levels_to_run}:
         return None, fresh
     kept = [lv for lv in previous.get("levels") or [] if lv.get("level") in done and not lv.get("partial")]
     return done, dataclasses.replace(fresh, levels=kept)
@@ -267,7 +265,7 @@ def read_workload(opts: BenchOptions, info):
     """(options, the run's BenchWorkload): the dataset sampled or the trace read once, rows longer than the
     server's context refused (or skipped with --skip-too-long, listed once); a replay's speeds become its
     levels' rates from the rows kept."""
-    from kneecap.sweep.bench_workload import load_workload, replay_rate
+    from kneecap.sweep.bench_workload import load_workload, note_skipped_rows, replay_rate
 
     counter = None
     if opts.tokenizer and opts.dataset != "random":
@@ -275,13 +273,7 @@ def read_workload(opts: BenchOptions, info):
 
         counter = LocalTokenizer(opts.tokenizer).count
     workload = load_workload(opts, context_tokens=info.max_model_len, count_tokens=counter)
-    if workload.too_long_lines:
-        lines = workload.too_long_lines
-        import sys
-
-        # on stderr even with --quiet (as simulate says it): the run measures fewer rows than the trace has
-        print(f"note: skipped {len(lines)} trace rows longer than the server's {info.max_model_len:,}-token "
-              f"context (lines {', '.join(map(str, lines[:10]))}{' ...' if len(lines) > 10 else ''})", file=sys.stderr)
+    note_skipped_rows(workload.too_long_lines, f"the server's {info.max_model_len:,}-token context")
     if opts.replay is not None:
         rate = replay_rate(workload.schedule)
         opts = dataclasses.replace(opts, trace_rate=rate, replay_requests=len(workload.schedule),
@@ -347,26 +339,17 @@ def expected_prefix_hit_rate(opts: BenchOptions) -> float | None:
     return min(1.0, opts.shared_prefix_tokens / opts.isl)
 
 
-class _PrefixCacheWatch:
-    """Wraps a level's metrics poller: warns when the server found far more of the prompts in its
+class _PrefixCacheWatch(ThreadedMetricsPoller):
+    """A level's metrics poller that warns when the server found far more of the prompts in its
     prefix cache than the workload shares (prompts repeated from an earlier run, e.g. the same
     --prompt-salt, or a server that caches something kneecap did not ask for)."""
 
-    def __init__(self, inner, expected: float, progress):
-        self._inner, self._expected, self._progress = inner, expected, progress
-
-    def __enter__(self):
-        self._inner.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self._inner.__exit__(*exc)
-
-    def samples(self) -> list:
-        return self._inner.samples()
+    def __init__(self, base_url: str, api_key: str | None, expected: float | None, progress):
+        super().__init__(base_url, api_key)
+        self._expected, self._progress = expected, progress
 
     def result(self) -> dict | None:
-        out = self._inner.result()
+        out = super().result()
         rate = (out or {}).get("prefix_cache_hit_rate")
         if rate is not None and self._expected is not None and rate > self._expected + PREFIX_HIT_SLACK:
             out["prefix_cache_warning"] = (f"the server found {rate:.0%} of this level's prompt tokens in its prefix "
@@ -376,11 +359,7 @@ class _PrefixCacheWatch:
         return out
 
 
-def _metrics_poller(opts: BenchOptions, api_key: str | None, progress=None):
+def _metrics_poller(opts: BenchOptions, api_key: str | None, progress):
     """A factory of per-level /metrics pollers (each on its own thread and event loop)."""
-    from kneecap.sweep.server_watch import ThreadedMetricsPoller
-
     expected = expected_prefix_hit_rate(opts)
-    if progress is None:
-        return lambda: ThreadedMetricsPoller(opts.base_url_clean, api_key)
-    return lambda: _PrefixCacheWatch(ThreadedMetricsPoller(opts.base_url_clean, api_key), expected, progress)
+    return lambda: _PrefixCacheWatch(opts.base_url_clean, api_key, expected, progress)

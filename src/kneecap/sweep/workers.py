@@ -68,12 +68,8 @@ def split_task(task: LevelTask, num_workers: int) -> list[LevelTask]:
         values = split_concurrency(int(task.value), num_workers)
     else:
         values = split_rate(task.value, min(num_workers, max(1, len(task.specs))))
-    shares = deal(task.specs, len(values))
-    tasks = []
-    for k, (value, specs) in enumerate(zip(values, shares)):
-        if specs:
-            tasks.append(dataclasses.replace(task, value=value, specs=specs, seed=task.seed * 1000 + k))
-    return tasks
+    return [dataclasses.replace(task, value=value, specs=specs, seed=task.seed * 1000 + k)
+            for k, (value, specs) in enumerate(zip(values, deal(task.specs, len(values)))) if specs]
 
 
 def _die_with_parent() -> None:
@@ -142,10 +138,6 @@ class WorkerPool:
     def size(self) -> int:
         return len(self._procs)
 
-    @property
-    def pids(self) -> list[int]:
-        return [p.pid for p in self._procs]
-
     def run(self, task: LevelTask, on_record: Callable[[RequestRecord], None]) -> list[LevelOutcome]:
         """Run one level split over the workers; returns each worker's outcome once all are done."""
         import orjson
@@ -187,9 +179,7 @@ class WorkerPool:
             if proc.is_alive():
                 proc.terminate()
                 proc.join(timeout=STOP_TIMEOUT_S)
-        for q in (self._results, *self._commands):
-            q.close()
-            q.cancel_join_thread()
+        self._close_queues()
 
     def terminate(self) -> None:
         """Stop now (Ctrl-C or a fatal error): kill the workers' in-flight requests."""
@@ -198,6 +188,9 @@ class WorkerPool:
                 proc.terminate()
         for proc in self._procs:
             proc.join(timeout=STOP_TIMEOUT_S)
+        self._close_queues()
+
+    def _close_queues(self) -> None:
         for q in (self._results, *self._commands):
             q.close()
             q.cancel_join_thread()
