@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kneecap.client.prompts import Prompt, TokenCounter
+from kneecap.client.prompts import Prompt
 from kneecap.errors import KneecapError
 from kneecap.workload import RequestSpec
 from kneecap.workload.datasets import read_dataset
@@ -28,13 +28,11 @@ def load_prompts(path: str | Path) -> list[str]:
 class DatasetPrompts:
     """Prompts taken from a dataset in a seeded order; request i gets the i-th (cycling).
 
-    The prompt's length is the dataset's, not spec.input_tokens: num_tokens is the counter's count
-    when a counter is given, else None (the server's usage then says).
+    The prompt's length is the dataset's, not spec.input_tokens: num_tokens is None (the server's usage says).
     """
 
     texts: tuple[str, ...]
     seed: int = 0
-    counter: TokenCounter | None = None
     in_order: bool = False  # request i gets texts[i mod len] (the texts are a seeded sample already, lengths beside)
     _order: tuple[int, ...] = field(default=(), repr=False, compare=False)
 
@@ -48,4 +46,4 @@ class DatasetPrompts:
 
     def prompt_for(self, spec: RequestSpec) -> Prompt:
         text = self.texts[self._order[spec.index % len(self.texts)]]
-        return Prompt.of(text, self.counter.count(text) if self.counter is not None else None)
+        return Prompt.of(text, None)

@@ -79,12 +79,9 @@ def classify_exception(exc: BaseException, response_started: bool) -> tuple[str,
         if "ConnectionResetError" in str(exc):  # older aiohttp keeps only the text
             return CONNECTION_RESET, f"connection reset mid-stream: {text}"
         return INCOMPLETE_STREAM, f"the response body ended early: {text}"
-    if isinstance(exc, (aiohttp.ClientOSError, ConnectionError)):
+    if isinstance(exc, (aiohttp.ClientOSError, ConnectionError)) or (
+            isinstance(exc, OSError) and not isinstance(exc, aiohttp.ClientError)):
         return CONNECTION_RESET, f"{name}: {text}"
-    if isinstance(exc, OSError) and not isinstance(exc, aiohttp.ClientError):
-        return CONNECTION_RESET, f"{name}: {text}"
-    if isinstance(exc, aiohttp.ClientResponseError):
-        return PROTOCOL_ERROR, f"{name}: {text}"
-    if isinstance(exc, aiohttp.ClientError):
+    if isinstance(exc, aiohttp.ClientError):  # ClientResponseError among them
         return PROTOCOL_ERROR, f"{name}: {text}"
     return CLIENT_ERROR, f"{name}: {text}"

@@ -268,6 +268,9 @@ class LocalTokenizer:
         return len(self._tok.encode(text, add_special_tokens=self.add_special_tokens).ids)
 
 
+_TOKENIZE_FIX = "pass --tokenizer PATH/tokenizer.json (the model's own) to count tokens locally"
+
+
 class ServerTokenizer:
     """A TokenCounter backed by the server's POST /tokenize (blocking; use while preparing a level).
 
@@ -306,42 +309,39 @@ class ServerTokenizer:
         return body
 
     def count(self, text: str) -> int:
-        data = self._ask(text)
+        data = self._ask(self.body(text))
         if isinstance(data, dict):
             if isinstance(data.get("count"), int):
                 return data["count"]
             if isinstance(data.get("tokens"), list):
                 return len(data["tokens"])
-        raise KneecapError(f"the server's tokenize endpoint {self.url} answered an unknown shape",
-                           "pass --tokenizer PATH/tokenizer.json (the model's own) to count tokens locally")
+        raise KneecapError(f"the server's tokenize endpoint {self.url} answered an unknown shape", _TOKENIZE_FIX)
 
     def token_ids(self, text: str) -> list[int]:
         """The ids the server's tokenizer gives `text`, without special tokens (completions shape)."""
         body = self.body(text)
         body["add_special_tokens"] = body["add_special"] = False
-        data = self._ask(text, body)
+        data = self._ask(body)
         tokens = data.get("tokens") if isinstance(data, dict) else None
         if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
-            raise KneecapError(f"the server's tokenize endpoint {self.url} answered no token ids",
-                               "pass --tokenizer PATH/tokenizer.json (the model's own) to count tokens locally")
+            raise KneecapError(f"the server's tokenize endpoint {self.url} answered no token ids", _TOKENIZE_FIX)
         return tokens
 
-    def _ask(self, text: str, body: dict | None = None):
+    def _ask(self, body: dict):
         import urllib.error
         import urllib.request
 
         headers = {"Content-Type": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
-        body = self.body(text) if body is None else body
         req = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
                 data = json.loads(resp.read())
         except urllib.error.HTTPError as exc:
             raise KneecapError(f"the server's tokenize endpoint {self.url} answered HTTP {exc.code}",
-                               "pass --tokenizer PATH/tokenizer.json (the model's own) to count tokens locally") from None
+                               _TOKENIZE_FIX) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             raise KneecapError(f"cannot use the server's tokenize endpoint {self.url}: {type(exc).__name__}",
-                               "pass --tokenizer PATH/tokenizer.json (the model's own) to count tokens locally") from None
+                               _TOKENIZE_FIX) from None
         return data
