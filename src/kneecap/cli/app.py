@@ -45,7 +45,8 @@ def results_folder(out: str | None, kind: str) -> Path:
     """--out, else ./kneecap-results/KIND-<UTC time>."""
     from datetime import datetime, timezone
 
-    return Path(out) if out else Path("kneecap-results") / f"{kind}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path(out) if out else Path("kneecap-results") / f"{kind}-{stamp}"
 
 
 def stdout_console(width_not_a_tty: int = 200, **options):

@@ -27,7 +27,8 @@ def capacity_from_server(url: str, api_key: str | None, timeout_s: float) -> tup
         raise KneecapError(f"{info.engine or 'the server'} at {url} does not report its KV capacity",
                            "pass --kv-tokens N from its startup log (vLLM 'GPU KV cache size: N tokens')")
     block = info.block_size
-    return int(info.kv_capacity_tokens), int(block) if block else None, f"{info.engine or 'server'} at {url}", info.to_dict()
+    return (int(info.kv_capacity_tokens), int(block) if block else None, f"{info.engine or 'server'} at {url}",
+            info.to_dict())
 
 
 @app.command("preflight")
