@@ -107,11 +107,7 @@ def remedy(capacity: int, concurrency: int, isl: int, osl: int, block_size: int,
     multiple = peak / capacity
     replicas = -(-peak // capacity)
     fp8 = None if kv_dtype_bytes is not None and kv_dtype_bytes <= 1 else (peak <= 2 * capacity)
-    tp = gpus = None
-    for t, n, cap in tp_capacities or []:
-        if cap >= peak:
-            tp, gpus = t, n
-            break
+    tp, gpus = next(((t, n) for t, n, cap in tp_capacities or [] if cap >= peak), (None, None))
     parts = []
     if fp8 is not None:
         parts.append(f"fp8 KV doubles the pool to {2 * capacity:,} tokens ({'fits' if fp8 else 'still short'})")
@@ -134,21 +130,14 @@ def preflight(kv_capacity_tokens: int, *, isl: int, osl: int, concurrencies: lis
     levels = []
     for c in concurrencies:
         peak, steady = c * per_seq_peak, c * per_seq_steady
-        if peak <= kv_capacity_tokens:
-            verdict = "fits"
-        elif steady <= kv_capacity_tokens:
-            verdict = "tight"
-        else:
-            verdict = "exceeds"
+        verdict = "fits" if peak <= kv_capacity_tokens else "tight" if steady <= kv_capacity_tokens else "exceeds"
         fix = None if verdict == "fits" else remedy(kv_capacity_tokens, c, isl, osl, block_size,
                                                     kv_dtype_bytes=kv_dtype_bytes, gpus_per_replica=gpus_per_replica,
                                                     tp_capacities=tp_capacities)
         levels.append(Level(c, peak, steady, verdict, kv_capacity_tokens - peak, fix))
     max_safe = kv_capacity_tokens // per_seq_peak
-    notes = []
-    if max_safe == 0:
-        notes.append(f"not even one {isl}+{osl}-token sequence fits {kv_capacity_tokens:,} tokens")
-    return Preflight(kv_capacity_tokens, isl, osl, block_size, tuple(levels), max_safe, source, tuple(notes))
+    notes = (f"not even one {isl}+{osl}-token sequence fits {kv_capacity_tokens:,} tokens",) if max_safe == 0 else ()
+    return Preflight(kv_capacity_tokens, isl, osl, block_size, tuple(levels), max_safe, source, notes)
 
 
 def uniform_layers(model) -> bool:

@@ -185,8 +185,7 @@ def plan_worksheet(plan: Plan, levers: list[Lever], tps: list[TpPoint], contexts
     for lv in levers:
         lt.add_row(lv.name, lv.change, _gib(lv.kv_pool_bytes), f"{lv.max_seqs:,}", f"{lv.gain:.1f}", str(lv.num_gpus), lv.note)
     out.append(lt)
-    for why in skipped_levers(plan):
-        out.append(Text(f"  not offered — {why}"))
+    out += [Text(f"  not offered — {why}") for why in skipped_levers(plan)]
     if prefix_tokens is None:
         out.append(Text("  prefix sharing: pass --prefix-tokens N (a shared system prompt) to price it"))
 
@@ -266,12 +265,10 @@ def preflight_table(result: Preflight) -> list:
     fixes = [f"  C={lv.concurrency:,} {lv.verdict}: {lv.remedy.text}" for lv in result.levels if lv.remedy]
     if fixes:
         out.append(Text("What would make it fit:\n" + "\n".join(fixes)))
-    tight = [lv.concurrency for lv in result.levels if lv.verdict == "tight"]
-    if tight:
+    if any(lv.verdict == "tight" for lv in result.levels):
         out.append(Text("tight: only the steady state fits (ISL + OSL/2 per sequence); expect preemption when "
                         "requests start together."))
-    for n in result.notes:
-        out.append(Text(f"note: {n}"))
+    out += [Text(f"note: {n}") for n in result.notes]
     return out
 
 
