@@ -225,7 +225,8 @@ def to_html(doc: dict, plots: list[tuple[str, str]]) -> str:
         plans = " ".join(f"kneecap run {n}" for n in (c.get("run_plan") or {}).values())
         pools = c.get("confirm_pools") or {}
         parts.append(f"<h2>{e(_replicas(c))} x {c['gpus_per_replica']} {e(c['gpu'])} ({e(_par(c))})</h2>"
-                     f"<p>trust: {e(c['trust'])}</p>" + (f"<p>{e(_quant(c)[2:])}</p>" if _quant(c) else "") + "<pre>{e(c['serve_cmd'])}\n{e(c['confirm_cmd'])}"
+                     f"<p>trust: {e(c['trust'])}</p>" + (f"<p>{e(_quant(c)[2:])}</p>" if _quant(c) else "")
+                     + f"<pre>{e(c['serve_cmd'])}\n{e(c['confirm_cmd'])}"
                      + "".join(f"\n{e(pools[k])}" for k in ("prefill", "decode") if k in pools)
                      + (f"\n{e(plans)}" if plans else "") + "</pre>")
     parts.append("</body></html>")
