@@ -13,7 +13,6 @@ Does no request sending (driver.py) and reads no dataset files (datasets.py).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Protocol, Sequence
 
 from kneecap.errors import KneecapError
 from kneecap.workload import TRACE_BLOCK_TOKENS, RequestSpec
+from kneecap.workload.datasets import prompt_sha256
 
 # Common English words: in the BPE vocabularies of current LLMs (Llama 3, Qwen 2/3, Mistral,
 # GPT-NeoX) " word" for each of these is a single token, so a space-joined run of n of them is
@@ -35,13 +35,6 @@ place small number three large end again early another water power group often m
 set area different house form right general line family order play late human history""".split()))
 
 
-def prompt_sha256(content: str | Sequence[int]) -> str:
-    """sha256 hex of a prompt: UTF-8 of text, or of the JSON list of token ids."""
-    if isinstance(content, str):
-        data = content.encode("utf-8")
-    else:
-        data = json.dumps(list(content), separators=(",", ":")).encode()
-    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True)

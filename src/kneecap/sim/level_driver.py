@@ -20,11 +20,9 @@ from kneecap.sim.setup import SimDeployment
 from kneecap.sim.sweep import (CLIENT_TURNAROUND_S, DELIVERY_SPREAD_S, MAX_REQUESTS_PER_LEVEL, LevelSpec,
                                simulate_level)
 from kneecap.workload import LengthDist, RequestClass, RequestSpec, Workload
-from kneecap.workload.level_work import LevelWork, WorkloadFlags, level_work
+from kneecap.workload.level_work import KIND_CONCURRENCY, KIND_RATE, LevelWork, WorkloadFlags, level_work
 from kneecap.workload.slices import check_until_stable
 
-KIND_CONCURRENCY = "concurrency"
-KIND_RATE = "rate"
 ALL_AT_ONCE = "max"
 DEFAULT_MAX_REQUESTS = 1000  # requests of a "max" (all at once) level when --requests is not given
 DEFAULT_RATE_REQUESTS = 200

@@ -22,6 +22,7 @@ Layouts read (a JSON array file, or JSONL with one record a line):
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,9 +44,13 @@ def estimate_tokens(text: str) -> int:
     return max(1, -(-len(text) // int(CHARS_PER_TOKEN_ESTIMATE)))
 
 
-def prompt_sha256(text: str) -> str:
-    """sha256 hex of a text prompt's UTF-8 bytes (the same hash client.prompts.prompt_sha256 gives text)."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+def prompt_sha256(content: str | Sequence[int]) -> str:
+    """sha256 hex of a prompt: UTF-8 of text, or of the JSON list of token ids (what records keep)."""
+    if isinstance(content, str):
+        data = content.encode("utf-8")
+    else:
+        data = json.dumps(list(content), separators=(",", ":")).encode()
+    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True)

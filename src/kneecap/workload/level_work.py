@@ -20,7 +20,8 @@ from kneecap.levels import SweepLevel
 from kneecap.workload import LengthDist, RequestClass, RequestSpec, Workload, make_requests
 
 LEVEL_HASH_STRIDE = 4096  # a trace's hash id h at level i becomes h x this + i (levels never share blocks)
-KIND_CONCURRENCY = "concurrency"
+KIND_CONCURRENCY = "concurrency"  # the two kinds of sweep level: closed-loop streams, or arrivals per second
+KIND_RATE = "rate"
 
 
 @dataclass(frozen=True)
