@@ -88,6 +88,11 @@ def weighted_distribution(values: Sequence[float], weights: Sequence[int]) -> di
             "max": float(vals[-1]), "n": n}
 
 
+def nearest_rank(sorted_values: Sequence[float], q: float) -> float:
+    """The q-quantile of ascending values by the nearest-rank rule: the ceil(q * n)-th smallest."""
+    return sorted_values[min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))]
+
+
 class StreamingDistribution:
     """Bounded, mergeable summary of a stream of numbers: exact count/sum/min/max plus a
     log-bucketed histogram (the DDSketch construction: Masson, Rim & Lee, VLDB 2019,

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from kneecap.metrics.search import MaxLoad, Verdict, find_max
 from kneecap.metrics.slo import level_meets_slo, split_key
+from kneecap.metrics.stats import nearest_rank
 from kneecap.metrics.summarize import summarize_level
 from kneecap.recommend.evaluate import RATE_RESOLUTION, LevelOutcome, judged, simulated
 from kneecap.recommend.space import GPUS_PER_NODE, Knobs, RecommendRequest, slo_limits
@@ -167,7 +168,7 @@ def run_pools(req: RecommendRequest, k: Knobs, x: int, y: int, n: int = LEVEL_RE
         summary["failed"] = summary.get("failed", 0) + len(failed)
         summary["requests"] = summary.get("requests", 0) + len(failed)
     sorted_pre = sorted(p for p in pre if p is not None)
-    p99 = sorted_pre[min(len(sorted_pre) - 1, math.ceil(0.99 * len(sorted_pre)) - 1)] * 1000.0 if sorted_pre else None
+    p99 = nearest_rank(sorted_pre, 0.99) * 1000.0 if sorted_pre else None
     level = judged(req.load, summary, req.slo, sm, replicas=y)  # output tok/s: the decode pool's replicas in all
     return PoolsOutcome(x, y, link.name, transfer_s(simulated(req, k).plan.kv_bytes_per_token_per_gpu, req.isl, link) * 1000.0,
                         level, p99)
@@ -187,7 +188,7 @@ def prefill_max(req: RecommendRequest, k: Knobs, high: float) -> MaxLoad:
         for key, limit in ttft.items():
             stat = split_key(key)[1]
             q = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "max": 1.0, "mean": None}.get(stat, 0.99)
-            v = (sum(pre) / len(pre)) if q is None else pre[min(len(pre) - 1, max(0, math.ceil(q * len(pre)) - 1))]
+            v = (sum(pre) / len(pre)) if q is None else nearest_rank(pre, q)
             if v * 1000.0 + xfer_ms > DECODE_STEP_BUFFER * limit:
                 return Verdict(met=False, why=f"prefill {key[:-3]} {v * 1000:.0f} ms + transfer {xfer_ms:.1f} ms")
         return Verdict(met=True, why="")

@@ -9,22 +9,16 @@ length files a `kneecap run` plan reads; parsing is kneecap.workload.traces's.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from kneecap.metrics.stats import nearest_rank
 from kneecap.workload import LengthDist, RequestClass, Workload
 from kneecap.workload.traces import plan_replay, read_trace, replay_rate
 
 CLASS_NAME = "trace"
 # the trace's lengths, one token count a line, beside the run plans (a load plan's empirical length `file`)
 LENGTH_FILES = {"input": "trace-input-tokens.txt", "output": "trace-output-tokens.txt"}
-
-
-def _p99(values: list[int]) -> int:
-    """Nearest-rank 99th percentile."""
-    s = sorted(values)
-    return s[max(0, math.ceil(0.99 * len(s)) - 1)]
 
 
 @dataclass(frozen=True)
@@ -51,8 +45,10 @@ class TraceLoad:
         n = self.rows
         return {"file": self.path, "speed": self.speed, "rows": n, "failed_rows_left_out": self.failed_rows,
                 "mean_rate_recorded": round(self.trace_rate, 6), "rate": round(self.rate, 6),
-                "input_tokens_mean": round(sum(self.input_tokens) / n, 1), "input_tokens_p99": _p99(list(self.input_tokens)),
-                "output_tokens_mean": round(sum(self.output_tokens) / n, 1), "output_tokens_p99": _p99(list(self.output_tokens)),
+                "input_tokens_mean": round(sum(self.input_tokens) / n, 1),
+                "input_tokens_p99": nearest_rank(sorted(self.input_tokens), 0.99),
+                "output_tokens_mean": round(sum(self.output_tokens) / n, 1),
+                "output_tokens_p99": nearest_rank(sorted(self.output_tokens), 0.99),
                 "model": "one request class: input and output lengths each sampled from the trace's own (with replacement); "
                          "Poisson arrivals at the trace's mean rate x the speed"}
 
