@@ -11,12 +11,11 @@ import math
 from dataclasses import asdict, dataclass, fields
 
 from kneecap.errors import KneecapError
+from kneecap.workload.level_work import KIND_CONCURRENCY, KIND_RATE
 from kneecap.workload.slices import check_until_stable
 
 ENDPOINTS = ("completions", "chat")
 FAIL_ON = ("errors", "slo", "stopped")
-KIND_CONCURRENCY = "concurrency"
-KIND_RATE = "rate"
 
 # Default requests per level when neither --requests nor --duration is given:
 # closed loop: DEFAULT_REQUESTS_PER_STREAM per concurrent stream (so every stream sends several
