@@ -270,13 +270,10 @@ def _layer_types(cfg: dict, model_type: str, family: str, n: int, source: str,
     elif model_type == "gemma2":
         # HF Gemma2Config: layer_types = sliding if (i + 1) % 2 else full (even layers slide)
         kinds = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]
-    elif model_type == "gemma3_text":
-        # HF Gemma3TextConfig: sliding_window_pattern 6 -> every 6th layer global, the rest slide
-        pattern = cfg.get("sliding_window_pattern", 6)
-        kinds = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
-    elif model_type == "cohere2":
-        # HF Cohere2Config: sliding_window_pattern 4 -> every 4th layer global, the rest slide (Command R7B)
-        pattern = cfg.get("sliding_window_pattern", 4)
+    elif model_type in ("gemma3_text", "cohere2"):
+        # HF Gemma3TextConfig: sliding_window_pattern 6 -> every 6th layer global, the rest slide; HF Cohere2Config
+        # (Command R7B): sliding_window_pattern 4
+        pattern = cfg.get("sliding_window_pattern", 6 if model_type == "gemma3_text" else 4)
         kinds = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
     elif model_type == "llama4_text" and cfg.get("attention_chunk_size"):
         # HF Llama4TextConfig / Llama4TextDecoderLayer: use_chunked_attention = int((i + 1) % interval != 0)

@@ -262,15 +262,19 @@ def granite_hybrid_layout(cfg: Mapping, source: str) -> list[str]:
     return [_GRANITE_KINDS[k] for k in kinds]
 
 
-def granite_hybrid_dims(cfg: Mapping, source: str) -> dict:
-    h = cfg["hidden_size"]
-    inter = _int_field(cfg, "mamba_expand", source, 2) * h  # vLLM: intermediate_size = mamba_expand x hidden_size
+def _mamba2_dims(cfg: Mapping, source: str, inter: int, gated_norm: bool) -> dict:
+    """A Mamba-2 mixer of width `inter` from the mamba_* keys (Granite 4.0-H and Falcon-H1 spell them alike)."""
     heads = _int_field(cfg, "mamba_n_heads", source)
     return {"intermediate": inter, "heads": heads, "head_dim": _head_dim(cfg, inter, heads, source),
             "state": _int_field(cfg, "mamba_d_state", source), "n_groups": _int_field(cfg, "mamba_n_groups", source, 1),
             "conv_kernel": _int_field(cfg, "mamba_d_conv", source, 4),
             "conv_bias": bool(cfg.get("mamba_conv_bias", True)), "proj_bias": bool(cfg.get("mamba_proj_bias", False)),
-            "gated_norm": True}  # GraniteMoeHybridRMSNormGated: always present
+            "gated_norm": gated_norm}
+
+
+def granite_hybrid_dims(cfg: Mapping, source: str) -> dict:
+    inter = _int_field(cfg, "mamba_expand", source, 2) * cfg["hidden_size"]  # vLLM: mamba_expand x hidden_size
+    return _mamba2_dims(cfg, source, inter, True)  # GraniteMoeHybridRMSNormGated: always present
 
 
 def count_granite_hybrid_params(cfg: Mapping, kinds: list[str], dims: Mapping, tie_word_embeddings: bool
@@ -300,12 +304,7 @@ def falcon_h1_dims(cfg: Mapping, source: str) -> dict:
         inter = _int_field(cfg, "mamba_expand", source, 2) * h
     else:  # absent: the HF class would default it (1024), which no published Falcon-H1 uses: ask for it
         inter = _int_field(cfg, "mamba_d_ssm", source)
-    heads = _int_field(cfg, "mamba_n_heads", source)
-    return {"intermediate": inter, "heads": heads, "head_dim": _head_dim(cfg, inter, heads, source),
-            "state": _int_field(cfg, "mamba_d_state", source), "n_groups": _int_field(cfg, "mamba_n_groups", source, 1),
-            "conv_kernel": _int_field(cfg, "mamba_d_conv", source, 4),
-            "conv_bias": bool(cfg.get("mamba_conv_bias", True)), "proj_bias": bool(cfg.get("mamba_proj_bias", False)),
-            "gated_norm": bool(cfg.get("mamba_rms_norm", False))}
+    return _mamba2_dims(cfg, source, inter, bool(cfg.get("mamba_rms_norm", False)))
 
 
 def falcon_h1_layout(cfg: Mapping, source: str) -> list[str]:
