@@ -273,7 +273,8 @@ def read_workload(opts: BenchOptions, info):
 
         counter = LocalTokenizer(opts.tokenizer).count
     workload = load_workload(opts, context_tokens=info.max_model_len, count_tokens=counter)
-    note_skipped_rows(workload.too_long_lines, f"the server's {info.max_model_len:,}-token context")
+    if workload.too_long_lines:  # only a server that states its context can have rows past it
+        note_skipped_rows(workload.too_long_lines, f"the server's {info.max_model_len:,}-token context")
     if opts.replay is not None:
         rate = replay_rate(workload.schedule)
         opts = dataclasses.replace(opts, trace_rate=rate, replay_requests=len(workload.schedule),
