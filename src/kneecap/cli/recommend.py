@@ -14,8 +14,11 @@ from typing import Optional
 
 import typer
 
-from kneecap.cli.app import app
+from kneecap.cli.app import app, stdout_console
 from kneecap.errors import KneecapError
+
+
+PIPE_WIDTH = 1000  # into a pipe or file every column keeps its natural width (rich would squeeze to 80 and cut cells)
 
 
 def _csv(value: str | None) -> tuple[str, ...] | None:
@@ -166,9 +169,7 @@ def recommend_cmd(
     if json_out:
         print(json.dumps(doc, indent=1, sort_keys=True))
         return
-    from rich.console import Console
-
-    console = Console()
+    console = stdout_console(PIPE_WIDTH)
     if trace is not None:
         console.print("workload " + trace.describe() + "; " + doc["trace"]["model"], soft_wrap=True)
     console.print(_table(doc))
