@@ -5,6 +5,7 @@ Thin: flags -> kneecap.report.render -> print the paths written (or one JSON doc
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -22,6 +23,8 @@ def report(
                                                            "for A B, folder B), or FILE.md / FILE.html to name it."),
     fmt: str = typer.Option("both", "--format", help="md, html or both."),
     as_json: bool = typer.Option(False, "--json", help="Print {kind, files} as one JSON document."),
+    force: bool = typer.Option(False, "--force", help="Compare A B even when one is a concurrency sweep and the "
+                                                      "other a rate sweep (plots only: no level matches)."),
 ) -> int:
     """Render results as report.md + report.html (plots embedded), or compare two runs (compare.md/.html)."""
     import json
@@ -34,14 +37,23 @@ def report(
     if len(folders) > 2:
         raise KneecapError(f"kneecap report takes one folder, or two to compare; got {len(folders)}",
                            "pass DIR, or A B")
+    differ: list = []
     if len(folders) == 2:
-        paths, kind = render_comparison(folders[0], folders[1], out, fmt), "compare"
+        from kneecap.report.compare import differences
+
+        differ = differences(load_results(folders[0]).summary, load_results(folders[1]).summary)
+        paths, kind = render_comparison(folders[0], folders[1], out, fmt, force), "compare"
     else:
         results = load_results(folders[0])
         kind, paths = results.kind, render_results(results, out, fmt)
     if as_json:
-        print(json.dumps({"kind": kind, "files": [str(p) for p in paths]}))
+        doc = {"kind": kind, "files": [str(p) for p in paths]}
+        if len(folders) == 2:
+            doc["differences"] = [{"what": k, "a": a, "b": b} for k, a, b in differ]
+        print(json.dumps(doc))
     else:
+        if differ:
+            print("note: A and B differ in " + "; ".join(f"{k} ({a} vs {b})" for k, a, b in differ), file=sys.stderr)
         for p in paths:
             print(p)
     return 0

@@ -2,7 +2,10 @@
 
 Levels are matched by their load (same concurrency, or same rate). Higher is better for
 throughput, lower for latency and failures; differences under TIE_FRACTION of A are a tie.
-`compare_levels` is pure data; `compare_document` builds the page.
+What the two runs were (model, GPU, engine, lengths, dataset, load dimension, seed) is read from
+each summary (`run_facts`) and every difference is stated on the page (`differences`): a level-by-level
+delta between different workloads is not a comparison of servers. `compare_levels` is pure data;
+`compare_document` builds the page.
 """
 
 from __future__ import annotations
@@ -55,6 +58,55 @@ class LevelComparison:
     deltas: tuple[MetricDelta, ...]
 
 
+def _flag(command: list | None, flag: str) -> str | None:
+    """The value given to `flag` on a recorded command line (`--flag V` or `--flag=V`), else None."""
+    args = [str(a) for a in command or ()]
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _lengths(work: dict, command: list | None) -> str | None:
+    isl = work.get("isl_dist") or work.get("isl") or _flag(command, "--isl")
+    osl = work.get("osl_dist") or work.get("osl") or _flag(command, "--osl")
+    text = f"ISL {isl if isl is not None else 'from the data'} / OSL {osl if osl is not None else 'from the data'}"
+    if work.get("shared_prefix_tokens"):
+        text += f", shared prefix {work['shared_prefix_tokens']} x {work.get('num_prefix_groups') or 1}"
+    if work.get("turns"):
+        text += f", {work['turns']} turns"
+    return text
+
+
+def run_facts(summary: dict) -> dict[str, str | None]:
+    """What a sweep was, fact by fact, as comparable text (None: not recorded): model, GPU, engine, lengths,
+    dataset, load dimension, seed."""
+    dep, server = summary.get("deployment") or {}, summary.get("server") or {}
+    manifest = summary.get("manifest") if isinstance(summary.get("manifest"), dict) else {}
+    command = manifest.get("command")
+    engine = summary.get("engine") or {}
+    simulated = summary.get("kind") == "simulate"
+    gpu = (f"{dep.get('num_gpus')}x {dep['gpu']} (TP {dep.get('tp')}, PP {dep.get('pp')})" if dep.get("gpu")
+           else _flag(command, "--gpu"))
+    engine_text = (f"kneecap's simulated engine ({engine.get('defaults') or 'vllm'} defaults)" if simulated
+                   else " ".join(str(x) for x in (server.get("engine"), server.get("version")) if x) or None)
+    dataset = _flag(command, "--replay") or _flag(command, "--dataset") or "random (synthetic prompts)"
+    levels = levels_of(summary)
+    seed = (summary.get("sweep") or {}).get("seed", summary.get("seed"))
+    return {"model": dep.get("model") or server.get("model_id") or manifest.get("model") or _flag(command, "--model"),
+            "GPU": gpu, "engine": engine_text, "lengths": _lengths(summary.get("workload") or {}, command),
+            "dataset": dataset, "load dimension": load_axis(levels)[0] if levels else None,
+            "seed": None if seed is None else str(seed)}
+
+
+def differences(a_summary: dict, b_summary: dict) -> list[tuple[str, str, str]]:
+    """(fact, A's, B's) for every fact both runs recorded and on which they differ."""
+    fa, fb = run_facts(a_summary), run_facts(b_summary)
+    return [(k, fa[k], fb[k]) for k in fa if fa[k] is not None and fb[k] is not None and fa[k] != fb[k]]
+
+
 def _get(level: dict, path: tuple[str, ...]) -> float | None:
     value: object = level
     for key in path:
@@ -76,13 +128,18 @@ def metric_delta(metric: str, label: str, unit: str, higher_is_better: bool,
     return MetricDelta(metric, label, unit, a, b, delta, relative, better)
 
 
-def compare_levels(a_summary: dict, b_summary: dict) -> tuple[list[LevelComparison], list[str], list[str]]:
-    """(matched levels in load order, loads only in A, loads only in B)."""
+def compare_levels(a_summary: dict, b_summary: dict,
+                   force: bool = False) -> tuple[list[LevelComparison], list[str], list[str]]:
+    """(matched levels in load order, loads only in A, loads only in B). Sweeps of different load dimensions
+    (concurrency vs rate) are refused; with `force` their levels are all unmatched."""
     a_levels, b_levels = levels_of(a_summary), levels_of(b_summary)
     a_axis, b_axis = load_axis(a_levels)[0], load_axis(b_levels)[0]
     if a_levels and b_levels and a_axis != b_axis:
-        raise KneecapError(f"cannot compare a {a_axis} sweep with a {b_axis} sweep level by level",
-                           "compare two concurrency sweeps or two rate sweeps")
+        if not force:
+            raise KneecapError(f"cannot compare a {a_axis} sweep with a {b_axis} sweep level by level",
+                               "compare two concurrency sweeps or two rate sweeps, or pass --force to see both "
+                               "runs' plots side by side")
+        return [], [fmt.load_text(lv) for lv in a_levels], [fmt.load_text(lv) for lv in b_levels]
     a_by = {load_value(lv, i): lv for i, lv in enumerate(a_levels)}
     b_by = {load_value(lv, i): lv for i, lv in enumerate(b_levels)}
     matched = []
@@ -146,12 +203,18 @@ def _series(results: Results) -> tuple[list[tuple[float, float]], list[tuple[flo
     return thr, frontier_points(levels)
 
 
-def compare_document(a: Results, b: Results) -> Document:
+def differences_table(diff: list[tuple[str, str, str]]) -> Table:
+    return Table(("what", "A", "B"), tuple(diff), caption="What differs between the two runs: a level's delta "
+                 "then measures these differences as well as the servers")
+
+
+def compare_document(a: Results, b: Results, force: bool = False) -> Document:
     for side, res in (("A", a), ("B", b)):
         if res.kind not in SWEEP_KINDS:
             raise KneecapError(f"{side} ({res.path}) is a {res.kind} result; comparison is level by level",
                                "compare two bench or simulate folders (render a plan or run on its own)")
-    matched, only_a, only_b = compare_levels(a.summary, b.summary)
+    matched, only_a, only_b = compare_levels(a.summary, b.summary, force)
+    diff = differences(a.summary, b.summary)
     title = f"Comparison — A: {a.name} vs B: {b.name}"
     blocks: list[Block] = [Heading(title, 1)]
     for side, res in (("A", a), ("B", b)):
@@ -164,6 +227,12 @@ def compare_document(a: Results, b: Results) -> Document:
     if a.kind != b.kind:
         blocks.append(Paragraph(f"A is {a.kind} and B is {b.kind}: one side was not measured on a real server.",
                                 "warning"))
+    if diff:
+        blocks.append(Paragraph("The runs differ in " + ", ".join(k for k, _, _ in diff) + ".", "warning"))
+        blocks.append(differences_table(diff))
+    else:
+        blocks.append(Paragraph("Same " + ", ".join(k for k, v in run_facts(a.summary).items() if v is not None)
+                                + " in both runs (as each summary records them).", "muted"))
     if only_a or only_b:
         blocks.append(Paragraph(f"Levels only in A: {', '.join(only_a) or 'none'}; only in B: "
                                 f"{', '.join(only_b) or 'none'} (not compared).", "muted"))

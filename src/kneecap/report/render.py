@@ -107,7 +107,7 @@ def render_results(results, out: str | os.PathLike | None = None,
 
 def render_comparison(folder_a: str | os.PathLike, folder_b: str | os.PathLike,
                       out: str | os.PathLike | None = None,
-                      formats: str | tuple[str, ...] = FORMATS) -> list[Path]:
+                      formats: str | tuple[str, ...] = FORMATS, force: bool = False) -> list[Path]:
     """Compare two bench/simulate sweeps level by level; writes compare.md / compare.html.
 
     Written into folder_b (the newer run, by convention) unless `out` says otherwise.
@@ -117,4 +117,4 @@ def render_comparison(folder_a: str | os.PathLike, folder_b: str | os.PathLike,
 
     a, b = load_results(folder_a), load_results(folder_b)
     directory, stem = _target(out, b.path, COMPARE_STEM)
-    return write_document(compare_document(a, b), directory, stem, _formats(formats))
+    return write_document(compare_document(a, b, force), directory, stem, _formats(formats))
