@@ -326,8 +326,16 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
             for state in spec.states:
                 info = region.get(cls_name, {}).get(state)
                 cap = info.get("capacity_shown", info["capacity"]) if info else None  # a rate as offered
-                if cap is None or (required is not None and cap < required):
-                    need = f" (required {required:g})" if required is not None and cap is not None else ""
+                # `required` is a load the candidate must be shown to carry: on the rate dimension, the rate its
+                # capacity step was really offered at (its slowest repetition), not the step's name
+                offered = info.get("offered_at_capacity") if info else None
+                carried = cap if cap is None or offered is None else min(cap, offered)
+                if carried is None or (required is not None and carried < required):
+                    need = ""
+                    if required is not None and carried is not None:
+                        need = f" (required {required:g}" + (f"; its capacity step went out at {offered:.3g} req/s)"
+                                                             if offered is not None and offered < required <= cap
+                                                             else ")")
                     missing.append(f"{cls_name}/{state}: {region_end_text(info) if info else 'no load step'}{need}")
         if missing:
             entry.update(verdict="rejected", gate="slo",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from kneecap.loadplan.schema import Budget, StopSpec
 from kneecap.metrics.stop import LIMIT, SLO_BREACH  # a verdict that stops its ramp is the ramp's stop reason
+from kneecap.units import fmt_over
 
 
 def _pct(level: dict, metric: str, pct: str) -> float | None:
@@ -29,12 +30,12 @@ def budget_breaches(level: dict, budget: Budget | None) -> list[str]:
         if value is None:
             out.append(f"{key}: no samples")
         elif value > limit:
-            out.append(f"{key} {value:.1f} > {limit:g}")
+            out.append(f"{key} {fmt_over(value, limit)}")
     requests = level.get("requests") or 0
     if requests:
         rate = (level.get("failed") or 0) / requests
         if rate > budget.error_rate:
-            out.append(f"error_rate {rate:.3f} > {budget.error_rate:g}")
+            out.append(f"error_rate {fmt_over(rate, budget.error_rate, decimals=3)}")
     return out
 
 
@@ -47,16 +48,16 @@ def limit_crossed(level: dict, stop: StopSpec, *, invalid_outputs: int = 0, beha
         timeouts = sum(v for k, v in errors.items() if "timeout" in k or k == "stall")
         if failed / requests > stop.max_error_rate:
             kinds = ", ".join(f"{k}={v}" for k, v in sorted(errors.items()))
-            return f"error rate {failed / requests:.3f} > {stop.max_error_rate:g} ({kinds})"
+            return f"error rate {fmt_over(failed / requests, stop.max_error_rate, decimals=3)} ({kinds})"
         if timeouts / requests > stop.max_timeout_rate:
-            return f"timeout rate {timeouts / requests:.3f} > {stop.max_timeout_rate:g}"
+            return f"timeout rate {fmt_over(timeouts / requests, stop.max_timeout_rate, decimals=3)}"
         if invalid_outputs / requests > stop.max_invalid_output_rate:
-            return f"invalid output rate {invalid_outputs / requests:.3f} > {stop.max_invalid_output_rate:g}"
+            return f"invalid output rate {fmt_over(invalid_outputs / requests, stop.max_invalid_output_rate, decimals=3)}"
     if behaviour_drift:
         return f"behaviour drift: {', '.join(behaviour_drift)}"
     p50, p99 = _pct(level, "ttft", "p50"), _pct(level, "ttft", "p99")
     if p50 and p99 and p99 / p50 > stop.unstable_tail_ratio:
-        return f"unstable tail: ttft p99/p50 = {p99 / p50:.1f} > {stop.unstable_tail_ratio:g}"
+        return f"unstable tail: ttft p99/p50 = {fmt_over(p99 / p50, stop.unstable_tail_ratio, decimals=1)}"
     if stop.stop_on_suspect and level.get("suspect"):
         return "measurement corruption: the client's own lag may have set the numbers (suspect)"
     return None

@@ -14,6 +14,7 @@ from kneecap.errors import KneecapError
 from kneecap.metrics import request as req
 from kneecap.records import RequestRecord
 from kneecap.units import MS_PER_S
+from kneecap.units import fmt_over
 
 SLO_METRICS = ("ttft", "ttft_answer", "itl", "tpot", "e2e", "chunk_gap", "ttft_from_scheduled", "e2e_from_scheduled")
 SLO_STATS = ("mean", "p50", "p90", "p95", "p99", "max")
@@ -106,7 +107,7 @@ def level_meets_slo(level: Mapping, slo: Mapping) -> tuple[bool, list[dict]]:
     for key, limit in slo.items():
         value = slo_value(level, key)
         if value is None or value > limit:
-            message = f"{key}: no data (limit {limit:g})" if value is None else f"{key} {value:.4g} > {limit:g}"
+            message = f"{key}: no data (limit {limit:g})" if value is None else f"{key} {fmt_over(value, limit)}"
             breaches.append({"key": key, "limit": limit, "value": value, "message": message})
     return (not breaches), breaches
 

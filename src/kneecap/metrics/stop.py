@@ -14,6 +14,7 @@ from typing import Mapping, Sequence
 from kneecap.errors import KneecapError
 from kneecap.metrics.knee import find_knee
 from kneecap.metrics.slo import level_meets_slo, parse_slo
+from kneecap.units import fmt_over
 
 # reason codes (the JSON value of stopped.reason)
 ERROR_RATE = "error_rate"
@@ -83,7 +84,7 @@ def check_stop(levels: Sequence[Mapping], limits: StopLimits) -> dict | None:
     if requests:
         error_rate = (last.get("failed") or 0) / requests
         if error_rate > limits.max_error_rate:
-            return stop_record(at, ERROR_RATE, f"error rate {error_rate:.3f} > {limits.max_error_rate:g} "
+            return stop_record(at, ERROR_RATE, f"error rate {fmt_over(error_rate, limits.max_error_rate, decimals=3)} "
                                                f"at {key} {at} ({last.get('failed')} of {requests} failed)")
     if limits.slo and len(levels) >= limits.consecutive_breaches:
         recent = levels[-limits.consecutive_breaches:]

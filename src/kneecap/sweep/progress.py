@@ -47,9 +47,16 @@ class RichProgress(SilentProgress):
         self._failed = 0
         self._done = 0
         self._closed = False
-        self._progress.start()
+        self._started = False  # the live display starts with the first level or note: an error before any
+        # (an unreachable server, say) then stays one line, with no blank line a stopped empty display leaves
+
+    def _start(self) -> None:
+        if not self._started:
+            self._started = True
+            self._progress.start()
 
     def start_level(self, label: str, total: int, phase: str = "measure") -> None:
+        self._start()
         self.end_level()
         self._failed = 0
         self._done = 0
@@ -69,9 +76,11 @@ class RichProgress(SilentProgress):
             self._progress.stop_task(self._task)
             self._task = None
         if line:
+            self._start()
             self._progress.console.print(line, markup=False, highlight=False)
 
     def note(self, line: str) -> None:
+        self._start()
         self._progress.console.print(line, markup=False, highlight=False)
 
     def close(self) -> None:
@@ -79,7 +88,8 @@ class RichProgress(SilentProgress):
             return
         self._closed = True
         self.end_level()
-        self._progress.stop()
+        if self._started:
+            self._progress.stop()
 
 
 class PlainNotes(SilentProgress):

@@ -7,6 +7,7 @@ worker processes, runs the sweep and closes everything whatever happens. Returns
 
 from __future__ import annotations
 
+import re
 import dataclasses
 import time
 from datetime import datetime, timezone
@@ -50,7 +51,9 @@ def read_server_info(opts: BenchOptions, api_key: str | None, scrub: Scrubber, t
         return fetch_server_info(url, api_key=api_key, timeout_s=timeout_s)
     except Exception as exc:  # refused, DNS, TLS, timeout, nothing answered: all say the same to the user
         reason = scrub(getattr(exc, "message", None) or str(exc)) or type(exc).__name__
-        raise KneecapError(f"cannot reach the server at {url} ({reason})",
+        # fetch_server_info's own "cannot reach a server at URL" would say the same thing twice
+        said = "" if re.fullmatch(r"cannot reach a server at \S+", reason) else f" ({reason})"
+        raise KneecapError(f"cannot reach the server at {url}{said}",
                            f"check that it is running and listening there (curl {url}/v1/models), "
                            "the host and port in --base-url, and any proxy or firewall") from None
 

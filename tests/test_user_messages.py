@@ -1,0 +1,51 @@
+"""Messages a careful reader trips on: a breach that reads '300.0 > 300', an error that starts with a blank line
+or names the same thing twice."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from kneecap.loadplan.schema import Budget
+from kneecap.loadplan.verdicts import budget_breaches
+from kneecap.metrics.slo import level_meets_slo
+from kneecap.units import fmt_over
+from tests.clitools import run_cli
+
+
+@pytest.mark.parametrize("value,limit,text", [
+    (300.04, 300, "300.04 > 300"),
+    (300.0000001, 300, "300.0000001 > 300"),
+    (812.4, 500, "812.4 > 500"),
+    (0.0100001, 0.01, "0.0100001 > 0.01"),
+])
+def test_over_text_never_reads_equal(value, limit, text):
+    assert fmt_over(value, limit) == text
+
+
+@pytest.mark.parametrize("value,limit,text", [(0.21, 0.2, "0.210 > 0.2"), (0.2000004, 0.2, "0.2000004 > 0.2")])
+def test_rates_keep_their_decimals(value, limit, text):
+    assert fmt_over(value, limit, decimals=3) == text
+
+
+def test_breaches_show_the_digits_that_differ():
+    level = {"ttft_ms": {"p99": 300.04}, "requests": 10, "failed": 0}
+    assert budget_breaches(level, Budget(ttft_p99_ms=300)) == ["ttft_p99_ms 300.04 > 300"]
+    ok, breaches = level_meets_slo(level, {"ttft_p99_ms": 300})
+    assert not ok and breaches[0]["message"] == "ttft_p99_ms 300.04 > 300"
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_server_is_one_line_naming_it_once():
+    url = f"http://127.0.0.1:{_closed_port()}"
+    r = run_cli("bench", "--base-url", url, "--concurrency", "1", "--isl", "10", "--osl", "10", "--requests", "2")
+    assert r.code == 2
+    assert r.stderr.startswith("error: cannot reach the server at"), repr(r.stderr)
+    assert len(r.stderr.strip("\n").splitlines()) == 1, repr(r.stderr)
+    assert r.stderr.count(url) == 2  # the error names it once; the hint's curl line once
