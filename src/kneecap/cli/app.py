@@ -49,6 +49,10 @@ def results_folder(out: str | None, kind: str) -> Path:
     return Path(out) if out else Path("kneecap-results") / f"{kind}-{stamp}"
 
 
+EXPORT_HELP = ("vllm: also write each level as `vllm bench serve --save-result` JSON (DIR/vllm/level-N.json); "
+               "br: as an llm-d Benchmark Report v0.2.1 (DIR/br/level-N.yaml)")  # bench and simulate --export
+
+
 def stdout_console(width_not_a_tty: int = 200, **options):
     """A rich Console on stdout, `width_not_a_tty` characters wide into a file or pipe (rich would assume 80)."""
     from rich.console import Console

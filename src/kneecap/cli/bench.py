@@ -10,7 +10,7 @@ from typing import List, Optional
 
 import typer
 
-from kneecap.cli.app import app, stdout_console
+from kneecap.cli.app import EXPORT_HELP, app, stdout_console
 from kneecap.errors import KneecapError
 
 EXIT_FAILED_ON = 1  # --fail-on matched
@@ -35,7 +35,7 @@ def bench(
     slo: Optional[str] = typer.Option(None, "--slo", help="e.g. ttft_p99_ms=500,itl_p99_ms=50,error_rate=0.01"),
     find_max: Optional[str] = typer.Option(None, "--find-max", help="concurrency or rate: search for the highest load meeting every --slo (doubling, then bisection); the answer is summary.json's max_load"),
     repeats: int = typer.Option(1, "--repeats", help="with --find-max: a load passes only if it meets the SLO this many times"),
-    export: Optional[str] = typer.Option(None, "--export", help="vllm: also write each level as `vllm bench serve --save-result` JSON (DIR/vllm/level-N.json)"),
+    export: Optional[str] = typer.Option(None, "--export", help=EXPORT_HELP),
     out: Optional[str] = typer.Option(None, "--out", help="results folder (default ./kneecap-results/bench-<UTC time>)"),
     json_out: bool = typer.Option(False, "--json", help="print summary.json on stdout, nothing else"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress display and no table"),
@@ -163,11 +163,11 @@ def bench(
         progress.close()
 
     summary = run.summary
-    if export == "vllm":
-        from kneecap.sweep.export import export_vllm
+    if export is not None:
+        from kneecap.sweep.export import export as export_levels
 
-        export_vllm(run.out_dir, summary, model_id=opts.model or (summary.get("server") or {}).get("model_id") or "",
-                    burstiness=opts.burstiness)
+        export_levels(export, run.out_dir, summary, burstiness=opts.burstiness,
+                      model_id=opts.model or (summary.get("server") or {}).get("model_id") or "")
     if not no_report:
         from kneecap.report import render_report_or_warn
 

@@ -14,7 +14,7 @@ from typing import List, Optional
 
 import typer
 
-from kneecap.cli.app import app, results_folder, stdout_console
+from kneecap.cli.app import EXPORT_HELP, app, results_folder, stdout_console
 from kneecap.cli.plan import ENGINE_DEFAULTS, SIM_FLAGS, SIM_OPTIONS, EngineDefaultsOpt, MaxBatchedOpt, MaxSeqsOpt, deployment_flags
 from kneecap.errors import KneecapError
 
@@ -126,7 +126,7 @@ def simulate(
     replay: Optional[str] = typer.Option(None, "--replay", help="Replay a trace: Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids) or a BurstGPT-style CSV; requests at the trace's times, equal hash ids sharing prefix-cache blocks"),
     replay_speed: str = typer.Option("1", "--replay-speed", help="With --replay: how much faster than recorded, one level each, e.g. 1,2,4"),
     skip_too_long: bool = typer.Option(False, "--skip-too-long", help="With --replay: skip trace rows longer than the context (listed on stderr) instead of stopping"),
-    export: Optional[str] = typer.Option(None, "--export", help="vllm: also write each level as `vllm bench serve --save-result` JSON (DIR/vllm/level-N.json)"),
+    export: Optional[str] = typer.Option(None, "--export", help=EXPORT_HELP),
     max_num_seqs: MaxSeqsOpt = None,
     max_num_batched_tokens: MaxBatchedOpt = None,
     scheduler_delay_factor: Optional[float] = typer.Option(None, "--scheduler-delay-factor", help="vLLM V0's prompt batching delay: hold new prompts until the oldest waited X x the last prompt step (0 = off)"),
@@ -259,11 +259,11 @@ def simulate(
             final = _sorted(search_max_load(sweep, opts, slo=slo_dict, repeats=repeats))
         else:
             final = _sorted(sweep.run())
-    if export == "vllm":
-        from kneecap.sweep.export import export_vllm
+    if export is not None:
+        from kneecap.sweep.export import export as export_levels
 
-        export_vllm(results.path, final, model_id=final["deployment"]["model"],
-                    burstiness=(final.get("workload") or {}).get("burstiness") or 1.0)
+        export_levels(export, results.path, final, model_id=final["deployment"]["model"],
+                      burstiness=(final.get("workload") or {}).get("burstiness") or 1.0)
     if not no_report:
         from kneecap.report import render_report_or_warn
 

@@ -1,6 +1,7 @@
-"""--export vllm: every level of a finished sweep written as `vllm bench serve --save-result` JSON
-(kneecap.metrics.export_vllm builds each document) into DIR/vllm/level-N.json, so dashboards built for
-vLLM's results read kneecap's. Owns the files only."""
+"""--export: every level of a finished sweep written in another tool's format, so dashboards built for it read
+kneecap's: `vllm` as `vllm bench serve --save-result` JSON (kneecap.metrics.export_vllm) into DIR/vllm/level-N.json;
+`br` as llm-d Benchmark Report v0.2.1 YAML (kneecap.metrics.export_br) into DIR/br/level-N.yaml. Owns the files
+only; `export` is the one entry the commands call."""
 
 from __future__ import annotations
 
@@ -10,14 +11,69 @@ from pathlib import Path
 
 from kneecap.sweep.resume import RecordsFile
 from kneecap.errors import KneecapError
+from kneecap.metrics.export_br import to_benchmark_report
 from kneecap.metrics.export_vllm import to_vllm_result
 
-FORMATS = ("vllm",)
+FORMATS = ("vllm", "br")
 
 
 def check_format(name: str | None) -> None:
     if name is not None and name not in FORMATS:
-        raise KneecapError(f"--export {name!r} is not a known format", "pass --export vllm")
+        raise KneecapError(f"--export {name!r} is not a known format", "pass --export vllm or --export br")
+
+
+def export(name: str | None, folder: Path, summary: dict, *, model_id: str, burstiness: float = 1.0) -> list[Path]:
+    """Write the sweep in format `name` (None: nothing); returns the paths written."""
+    if name == "vllm":
+        return export_vllm(folder, summary, model_id=model_id, burstiness=burstiness)
+    if name == "br":
+        return export_br(folder, summary, model_id=model_id)
+    return []
+
+
+def command_flags(command: list | None) -> dict:
+    """A recorded command line's flags as {"--flag": value} (None for a flag given alone), the program and the
+    subcommand left out: the report's `native.args`."""
+    args = [str(a) for a in (command or [])[2:]]
+    flags: dict = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("--"):
+            name, eq, value = arg.partition("=")
+            if eq:
+                flags[name] = value
+            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+                flags[name] = args[i + 1]
+                i += 1
+            else:
+                flags[name] = None
+        i += 1
+    return flags
+
+
+def export_br(folder: Path, summary: dict, *, model_id: str) -> list[Path]:
+    """One llm-d Benchmark Report per level that ran for a while; returns the paths written."""
+    import yaml
+
+    out = Path(folder) / "br"
+    out.mkdir(exist_ok=True)
+    manifest_path = Path(folder) / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    sweep = {key: summary.get(key) for key in ("kind", "deployment", "server", "engine", "workload")}
+    sweep.update(model=model_id or None, run_id=[str(Path(folder).resolve()), manifest.get("created_at")],
+                 started_at=manifest.get("created_at"), kneecap_version=manifest.get("kneecap_version"),
+                 flags=command_flags(manifest.get("command")))
+    records = RecordsFile(Path(folder) / "requests.jsonl")
+    written = []
+    for level in summary["levels"]:
+        if not level.get("duration_s") or level.get("partial"):
+            continue
+        doc = to_benchmark_report(level, records.level_records(level["level"]), sweep)
+        path = out / f"level-{level['level']}.yaml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        written.append(path)
+    return written
 
 
 def export_vllm(folder: Path, summary: dict, *, model_id: str, burstiness: float = 1.0) -> list[Path]:
