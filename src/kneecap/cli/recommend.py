@@ -18,6 +18,7 @@ from kneecap.cli.app import app, stdout_console
 from kneecap.errors import KneecapError
 
 
+DEFAULT_IMAGES = {"nvidia": "vllm/vllm-openai:v0.11.0", "amd": "rocm/vllm:latest"}  # --manifests' defaults: pin yours
 PIPE_WIDTH = 1000  # into a pipe or file every column keeps its natural width (rich would squeeze to 80 and cut cells)
 
 
@@ -57,6 +58,32 @@ def _table(doc: dict):
     return t
 
 
+def _write_manifests(folder: Path, doc: dict, model: str, image: str | None, model_path: str | None, model_pvc: str,
+                     cache_pvc: str | None, gpus_per_node: int) -> tuple[list[Path], str]:
+    """--manifests DIR: one multi-document YAML file per top candidate (the best, then the frontier by cost)."""
+    import yaml
+
+    from kneecap.hardware import get_gpu
+    from kneecap.recommend.manifests import ManifestOptions, candidate_manifests
+
+    top = [doc["best"]] + [c for c in doc["candidates"] if c != doc["best"] and "serve_cmd" in c
+                           and any(c == f for f in doc["frontier"])]
+    folder.mkdir(parents=True, exist_ok=True)
+    hub_id = "/" in model and not Path(model).exists()
+    written, used = [], set()
+    for rank, cand in enumerate(top, start=1):
+        label = get_gpu(cand["gpu"]).label
+        img = image or DEFAULT_IMAGES["amd" if "amd" in label.lower() else "nvidia"]
+        used.add(img)
+        opts = ManifestOptions(image=img, model=model_path or (model if hub_id else f"/models/{Path(model).name}"),
+                               model_pvc=model_pvc, cache_pvc=cache_pvc, gpus_per_node=gpus_per_node)
+        objects = candidate_manifests(doc["model"], cand, rank, opts, label)
+        path = folder / f"{objects[0]['metadata']['name']}.yaml"
+        path.write_text(yaml.safe_dump_all(objects, sort_keys=False))
+        written.append(path)
+    return written, ", ".join(sorted(used))
+
+
 _GATE_HINT = 'write a list of cases, e.g. [{name: capital, prompt: "The capital of France is", expect: {regex: "Paris"}}]'
 
 
@@ -91,6 +118,12 @@ def recommend_cmd(
     seed: int = typer.Option(0, "--seed", help="seed of the simulated arrivals"),
     json_out: bool = typer.Option(False, "--json", help="print recommend.json on stdout, nothing else"),
     out: Optional[str] = typer.Option(None, "--out", help="write recommend.json, report.md and report.html into DIR"),
+    manifests: Optional[str] = typer.Option(None, "--manifests", help="write Kubernetes manifests for the best candidate and the frontier into DIR: a Deployment (a LeaderWorkerSet where a replica spans nodes; a Deployment per pool, labelled for llm-d, for prefill/decode pools) and a Service, running each candidate's vllm serve command"),
+    manifest_image: Optional[str] = typer.Option(None, "--manifest-image", help=f"with --manifests: the serving image (default {DEFAULT_IMAGES['nvidia']} on NVIDIA GPUs, {DEFAULT_IMAGES['amd']} on AMD)"),
+    manifest_model: Optional[str] = typer.Option(None, "--manifest-model", help="with --manifests: the path or hub id vllm serve loads (default: an org/name --model as given, else /models/NAME on the model volume)"),
+    manifest_model_pvc: str = typer.Option("models", "--manifest-model-pvc", help="with --manifests: the PersistentVolumeClaim holding the weights, mounted at /models"),
+    manifest_cache_pvc: Optional[str] = typer.Option(None, "--manifest-cache-pvc", help="with --manifests: a PersistentVolumeClaim for the Hugging Face and compile caches at /root/.cache (default: an emptyDir)"),
+    gpus_per_node: int = typer.Option(8, "--manifest-gpus-per-node", help="with --manifests: GPUs on one node; a replica needing more runs as a LeaderWorkerSet over several nodes"),
 ) -> None:
     """The cheapest deployment that meets the SLO at the load, with the experiment that would confirm it."""
     from kneecap.hardware import get_gpu
@@ -99,6 +132,8 @@ def recommend_cmd(
     from kneecap.recommend.search import recommend
     from kneecap.recommend.space import DEFAULT_KV_DTYPES, DEFAULT_WEIGHT_DTYPES, RecommendRequest
 
+    if gpus_per_node < 1:
+        raise KneecapError(f"--manifest-gpus-per-node must be >= 1, got {gpus_per_node}", "pass e.g. 8")
     mix = trace = None
     cases = _behaviour_cases(behaviour_gate) if behaviour_gate is not None else None
     if replay is not None:
@@ -166,6 +201,10 @@ def recommend_cmd(
         write_run_plans(d, req, doc, cases)
         (d / "recommend.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
         write_report(d, doc)
+    written, written_image = [], None
+    if manifests:
+        written, written_image = _write_manifests(Path(manifests), doc, model, manifest_image, manifest_model,
+                                                  manifest_model_pvc, manifest_cache_pvc, gpus_per_node)
     if json_out:
         print(json.dumps(doc, indent=1, sort_keys=True))
         return
@@ -194,3 +233,5 @@ def recommend_cmd(
         console.print(f"  or: kneecap run {Path(out) / best['run_plan']['server']}", soft_wrap=True)
     if out:
         console.print(f"wrote {Path(out) / 'recommend.json'}, report.md, report.html")
+    if manifests:
+        console.print(f"wrote {len(written)} Kubernetes manifest files into {manifests} (image {written_image})", soft_wrap=True)
