@@ -44,7 +44,13 @@ def bench(cli, server, out: Path, endpoint: str) -> dict:
     assert r.code == 0, r.stderr
     # the drafter's tokens were accepted during these levels: some decode steps emitted several tokens at once
     assert server.metric(SPEC_ACCEPTED) > accepted
-    return json.loads(r.stdout)
+    doc = json.loads(r.stdout)
+    for lv in doc["levels"]:  # the acceptance the server counted over each level (its /metrics counters)
+        spec = lv["server_metrics"]["spec"]
+        assert spec["draft_tokens"] > 0 and 0 <= spec["accepted_tokens"] <= spec["draft_tokens"], spec
+        assert spec["acceptance_rate"] == pytest.approx(spec["accepted_tokens"] / spec["draft_tokens"], abs=1e-6)
+        assert 1 <= spec["mean_accepted_length"] <= NUM_SPECULATIVE_TOKENS + 1, spec
+    return doc
 
 
 def check_chunks(doc: dict, recs: list[dict]) -> None:

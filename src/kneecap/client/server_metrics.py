@@ -17,6 +17,13 @@ Metric names, from the engines' sources:
          request metrics table; both count a request's tokens when it finishes)
   llama.cpp tools/server (README "GET /metrics", needs --metrics): llamacpp:kv_cache_usage_ratio
          (0-1; dropped by newer builds), llamacpp:requests_processing, llamacpp:requests_deferred
+Speculative decoding, where the server runs it:
+  vLLM   vllm/v1/spec_decode/metrics.py (SpecDecodingProm, 0.32.0): counters vllm:spec_decode_num_drafts_total,
+         vllm:spec_decode_num_draft_tokens_total, vllm:spec_decode_num_accepted_tokens_total; over a level,
+         acceptance rate = Δaccepted / Δdraft tokens and mean accepted length = 1 + Δaccepted / Δdrafts (the
+         bonus token included), the formulas that module's docstring gives
+  SGLang python/sglang/srt/metrics/collector.py: gauges sglang:spec_accept_length and sglang:spec_accept_rate,
+         averaged over the level's scrapes (SGLang publishes no draft counters)
 """
 
 from __future__ import annotations
@@ -38,6 +45,9 @@ ENGINE_METRICS = {
         "preemptions": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
         "prefix_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
         "prefix_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+        "spec_drafts": ("vllm:spec_decode_num_drafts_total",),
+        "spec_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total",),
+        "spec_accepted": ("vllm:spec_decode_num_accepted_tokens_total",),
     },
     "sglang": {
         "kv_usage": ("sglang:token_usage",),
@@ -46,6 +56,8 @@ ENGINE_METRICS = {
         "preemptions": (),
         "prefix_hits": ("sglang:cached_tokens_total",),
         "prefix_queries": ("sglang:prompt_tokens_total",),
+        "spec_accept_length": ("sglang:spec_accept_length",),
+        "spec_accept_rate": ("sglang:spec_accept_rate",),
     },
     "llama.cpp": {
         "kv_usage": ("llamacpp:kv_cache_usage_ratio",),
@@ -151,6 +163,15 @@ class MetricsSample:
     preemptions_total: float | None
     prefix_hits_total: float | None = None  # prompt tokens found in the prefix cache (counter)
     prefix_queries_total: float | None = None  # prompt tokens looked up in it (counter)
+    spec_drafts_total: float | None = None  # speculative decoding (vLLM counters): drafts proposed
+    spec_draft_tokens_total: float | None = None  # ... draft tokens proposed
+    spec_accepted_total: float | None = None  # ... draft tokens accepted
+    spec_accept_length: float | None = None  # SGLang gauges: mean accepted length, acceptance rate
+    spec_accept_rate: float | None = None
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
 
 
 def _pick(samples: dict, names: tuple[str, ...], reduce) -> float | None:
@@ -169,7 +190,12 @@ def sample_from_text(text: str, at_s: float = 0.0) -> MetricsSample:
             return MetricsSample(at_s, engine, _pick(samples, roles["kv_usage"], max), _pick(samples, roles["running"], sum),
                                  _pick(samples, roles["waiting"], sum), _pick(samples, roles["preemptions"], sum),
                                  _pick(samples, roles.get("prefix_hits", ()), sum),
-                                 _pick(samples, roles.get("prefix_queries", ()), sum))
+                                 _pick(samples, roles.get("prefix_queries", ()), sum),
+                                 _pick(samples, roles.get("spec_drafts", ()), sum),
+                                 _pick(samples, roles.get("spec_draft_tokens", ()), sum),
+                                 _pick(samples, roles.get("spec_accepted", ()), sum),
+                                 _pick(samples, roles.get("spec_accept_length", ()), _mean),
+                                 _pick(samples, roles.get("spec_accept_rate", ()), _mean))
     return MetricsSample(at_s, None, None, None, None, None)
 
 
@@ -187,6 +213,30 @@ class LevelServerMetrics:
     samples: list[MetricsSample] = field(default_factory=list, repr=False)
     prefix_cache_hits_delta: float | None = None
     prefix_cache_queries_delta: float | None = None
+    spec_drafts_delta: float | None = None
+    spec_draft_tokens_delta: float | None = None
+    spec_accepted_delta: float | None = None
+    spec_accept_length_mean: float | None = None
+    spec_accept_rate_mean: float | None = None
+
+    @property
+    def spec(self) -> dict | None:
+        """The level's speculative decoding as the server counted it: {draft_tokens, accepted_tokens,
+        acceptance_rate, mean_accepted_length, source}; None where the server reports none (not running it)."""
+        if self.spec_draft_tokens_delta:
+            accepted = self.spec_accepted_delta or 0.0
+            return {"draft_tokens": int(self.spec_draft_tokens_delta), "accepted_tokens": int(accepted),
+                    "acceptance_rate": round(accepted / self.spec_draft_tokens_delta, 6),
+                    "mean_accepted_length": (round(1.0 + accepted / self.spec_drafts_delta, 6)
+                                             if self.spec_drafts_delta else None),
+                    "source": f"{self.engine or 'server'} /metrics counters"}
+        if self.spec_accept_length_mean is not None:
+            return {"draft_tokens": None, "accepted_tokens": None,
+                    "acceptance_rate": (None if self.spec_accept_rate_mean is None
+                                        else round(self.spec_accept_rate_mean, 6)),
+                    "mean_accepted_length": round(self.spec_accept_length_mean, 6),
+                    "source": f"{self.engine or 'server'} /metrics gauges (mean over the level's scrapes)"}
+        return None
 
     @property
     def prefix_cache_hit_rate(self) -> float | None:
@@ -200,7 +250,7 @@ class LevelServerMetrics:
                 "waiting_max": self.waiting_max, "preemptions_delta": self.preemptions_delta,
                 "prefix_cache_hits_delta": self.prefix_cache_hits_delta,
                 "prefix_cache_queries_delta": self.prefix_cache_queries_delta,
-                "prefix_cache_hit_rate": self.prefix_cache_hit_rate,
+                "prefix_cache_hit_rate": self.prefix_cache_hit_rate, "spec": self.spec,
                 "num_samples": self.num_samples, "num_failed_scrapes": self.num_failed_scrapes}
 
 
@@ -213,12 +263,21 @@ def summarize_samples(samples: list[MetricsSample], num_failed: int = 0) -> Leve
         values = [getattr(s, attr) for s in samples if getattr(s, attr) is not None]
         return (values[-1] - values[0]) if len(values) >= 2 else None
 
+    def mean(attr: str) -> float | None:
+        values = [getattr(s, attr) for s in samples if getattr(s, attr) is not None]
+        return _mean(values) if values else None
+
     engine = next((s.engine for s in samples if s.engine), None)
     return LevelServerMetrics(engine=engine, kv_usage_max=mx("kv_usage"), running_max=mx("running"),
                               waiting_max=mx("waiting"), preemptions_delta=delta("preemptions_total"),
                               num_samples=len(samples), num_failed_scrapes=num_failed, samples=list(samples),
                               prefix_cache_hits_delta=delta("prefix_hits_total"),
-                              prefix_cache_queries_delta=delta("prefix_queries_total"))
+                              prefix_cache_queries_delta=delta("prefix_queries_total"),
+                              spec_drafts_delta=delta("spec_drafts_total"),
+                              spec_draft_tokens_delta=delta("spec_draft_tokens_total"),
+                              spec_accepted_delta=delta("spec_accepted_total"),
+                              spec_accept_length_mean=mean("spec_accept_length"),
+                              spec_accept_rate_mean=mean("spec_accept_rate"))
 
 
 class MetricsPoller:
