@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from kneecap.errors import KneecapError
+from kneecap.sim.speculative import SpecDecoding
 from kneecap.units import GiB, MiB
 
 ENGINE_DEFAULTS = ("vllm", "sglang", "trtllm")
@@ -134,11 +135,14 @@ class EngineConfig:
     scheduler_delay_factor: float = 0.0
     # per-step CPU cost, CPU/GPU overlap and CUDA-graph padding of the engine these defaults mimic
     profile: EngineProfile = VLLM_PROFILE
-    # speculative decoding (MTP / EAGLE / draft model): each decode step verifies spec_tokens drafted tokens per
-    # sequence; draft i is kept only if drafts 1..i-1 were, each with probability acceptance_rate, so a step emits
-    # 1 + a + a^2 + ... + a^k tokens per sequence on average (Leviathan et al. 2023, eq. 1). 0 = off.
+    # speculative decoding (kneecap.sim.speculative): each decode step verifies K drafted tokens per sequence and
+    # keeps 1 + the run of accepted drafts, drawn per sequence (seeded by spec_seed and the request id), on average
+    # 1 + a + a^2 + ... + a^K for one rate a (Leviathan et al. 2023, eq. 1). `speculative` names the method and the
+    # acceptance; spec_tokens / acceptance_rate alone mean an EAGLE head at that rate. 0 / None = off.
     spec_tokens: int = 0
     acceptance_rate: float = 0.0
+    speculative: SpecDecoding | None = None
+    spec_seed: int = 0
     # chunked prefill: a prompt longer than the step's remaining token budget runs in chunks over several steps
     # (vLLM V1 always; SGLang's chunked_prefill_size). False: a prompt runs whole in one step or waits for a step
     # with room for all of it (TensorRT-LLM without chunked context: MicroBatchScheduler, "skip chunking": a
@@ -166,14 +170,18 @@ class EngineConfig:
         if not (0.0 <= self.acceptance_rate <= 1.0):
             raise KneecapError(f"draft acceptance rate must be in [0, 1], got {self.acceptance_rate!r}",
                                "pass e.g. acceptance_rate=0.7")
+        if self.speculative is not None:
+            object.__setattr__(self, "spec_tokens", self.speculative.tokens)
+        elif self.spec_tokens:
+            object.__setattr__(self, "speculative", SpecDecoding("eagle", self.spec_tokens, (self.acceptance_rate,)))
         if self.new_token_ratio_decay < 0:
             raise KneecapError(f"new_token_ratio_decay must be >= 0, got {self.new_token_ratio_decay}", "use e.g. 0.001")
 
     @property
     def tokens_per_decode_step(self) -> float:
-        """Expected tokens a decoding sequence gains per step: 1 + sum of acceptance_rate^i, i = 1..spec_tokens."""
-        a = self.acceptance_rate
-        return 1.0 + sum(a ** i for i in range(1, self.spec_tokens + 1))
+        """Expected tokens a decoding sequence gains per step: 1 without speculation, else 1 + the expected run of
+        accepted drafts (SpecDecoding.expected_tokens_per_step)."""
+        return 1.0 if self.speculative is None else self.speculative.expected_tokens_per_step
 
     def with_overrides(self, *, max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                        enable_prefix_caching: bool | None = None,

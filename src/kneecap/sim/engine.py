@@ -76,6 +76,8 @@ class EngineStats:
     waiting_max: int = 0
     busy_s: float = 0.0
     kv_block_s: float = 0.0  # KV blocks in use x seconds, summed over steps (for the time-weighted mean usage)
+    spec_drafts: int = 0  # speculative decoding: drafts verified (one per decoding sequence per step) ...
+    spec_accepted: int = 0  # ... and draft tokens kept (vLLM's spec_decode counters)
 
 
 def state_blocks_per_sequence(deployment: Deployment, prefix_caching: bool | None = None) -> int:
@@ -112,6 +114,9 @@ class Engine:
         self.deployment = deployment
         self.config = config
         model = deployment.model
+        spec = config.speculative
+        if spec is not None and spec.gpu_drafter:  # the draft head's one layer of KV shares each block's page
+            num_blocks = num_blocks * model.num_hidden_layers // (model.num_hidden_layers + 1)
         self.blocks = kv_pool(deployment, num_blocks, config.enable_prefix_caching, charge_state)
         self.block_size = self.blocks.block_size  # vLLM's: grown for linear-attention hybrids
         window = model.sliding_window if "sliding_attention" in model.layer_types else 0
@@ -222,7 +227,19 @@ class Engine:
             "running_max": self.stats.running_max,
             "waiting_max": self.stats.waiting_max,
             "num_steps": self.stats.num_steps,
+            "spec": self.spec_summary(),
         }
+
+    def spec_summary(self) -> dict | None:
+        """The level's speculative decoding as vLLM's counters would say it (None when off)."""
+        spec, st = self.config.speculative, self.stats
+        if spec is None:
+            return None
+        drafted = st.spec_drafts * spec.tokens
+        return {"draft_tokens": drafted, "accepted_tokens": st.spec_accepted,
+                "acceptance_rate": round(st.spec_accepted / drafted, 6) if drafted else None,
+                "mean_accepted_length": round(1 + st.spec_accepted / st.spec_drafts, 6) if st.spec_drafts else None,
+                "method": spec.method, "source": "simulator"}
 
     # --- the step -----------------------------------------------------------------------------
     def step(self, now: float, *, until: float = math.inf, max_steps: int = 1) -> StepOutcome | None:
@@ -255,7 +272,7 @@ class Engine:
                                     batch.kv_tokens_window, batch.num_seqs, num_decodes=n_dec,
                                     decode_kv_full=batch.decode_kv_full, decode_kv_window=batch.decode_kv_window,
                                     microbatches=units)
-        if spec and n_dec:
+        if spec and n_dec and self.config.speculative.gpu_drafter:  # ngram drafts on the CPU
             dur += self.steptime.draft_seconds(n_dec, spec)
         end = now + dur
         if batch.admitted:
@@ -268,8 +285,11 @@ class Engine:
         # every decode emits, then the prefills that finish their prompt (the scheduler's list is ours now)
         emitters: list[Sequence] = [] if spec else batch.decodes
         if spec:
+            st_ = self.stats
+            st_.spec_drafts += n_dec
             for seq in batch.decodes:
                 gain = seq.next_tokens
+                st_.spec_accepted += gain - 1
                 seq.num_computed += gain
                 self._emit(seq, idx, end, emitters, gains, done, gain, spec)
         else:  # _emit of one token, inlined (this loop runs once per sequence per step)

@@ -43,7 +43,7 @@ class Sequence:
 
     __slots__ = ("spec", "rid", "prompt_len", "output_len", "arrival_at", "scheduled_at", "num_tokens", "num_computed",
                  "num_output", "prefix_hashes", "admitted_at", "first_token_at", "preemptions", "runs", "meta",
-                 "spec_credit", "next_tokens", "step_tokens")
+                 "spec_rng", "next_tokens", "step_tokens")
 
     def __init__(self, spec: RequestSpec, arrival_at: float, block_size: int, meta: dict | None = None,
                  scheduled_at: float | None = None):
@@ -69,7 +69,7 @@ class Sequence:
         self.runs: list[list[int]] = []  # [first step index, number of consecutive steps] that emitted a token
         # speculative decoding: fractional tokens carried between steps, tokens the scheduled step emits, and the
         # tokens of every emitting step (None when each step emits one)
-        self.spec_credit = 0.0
+        self.spec_rng = None  # speculative decoding: the sequence's own acceptance draws (created at its first)
         self.next_tokens = 1
         self.step_tokens: list[int] | None = None
         self.meta = meta or {}
@@ -191,7 +191,7 @@ class Scheduler:
         budget = self.budget
         running = self.running
         k = cfg.spec_tokens
-        expected = cfg.tokens_per_decode_step
+        spec = cfg.speculative
         # 1. decodes, oldest first; preempt from the tail when a block is missing
         if not k and self.decodes_at_once and self._decodes_at_once(batch, running, budget):
             budget -= len(batch.decodes)
@@ -211,9 +211,11 @@ class Scheduler:
                 i += 1
                 continue
             gain = 1
-            if k:  # tokens this verify step keeps: the integer part of the carried expectation
-                credit = seq.spec_credit + expected
-                gain = max(1, min(int(credit), seq.output_len - seq.num_output))
+            if k:  # tokens this verify step keeps: 1 + the run of accepted drafts, drawn for this sequence
+                rng = seq.spec_rng
+                if rng is None:
+                    rng = seq.spec_rng = spec.generator(cfg.spec_seed, seq.rid)
+                gain = max(1, min(spec.draw(rng), seq.output_len - seq.num_output))
             if grouped:  # a block table per layer group; sliding groups first free what left the window
                 blocks.trim(seq.rid, computed)
                 if blocks.num_held(seq.rid) * bs < computed + gain:
@@ -240,7 +242,6 @@ class Scheduler:
                 if seq.num_computed == 0:
                     continue  # preempted itself: running shrank; index i now points past the end or at the next sequence
             if k:
-                seq.spec_credit = seq.spec_credit + expected - gain
                 seq.next_tokens = gain
             decodes.append(seq)
             ctx = computed + 1

@@ -1,0 +1,117 @@
+"""Speculative decoding in the simulated engine: which method drafts, how many tokens a verify step keeps, and what
+the draft costs besides the verify pass.
+
+Owns the method table, the per-sequence acceptance draw and the `--spec-acceptance` forms. Pure and seeded: a
+sequence's draws come from its own generator, seeded by the level's seed and its request id, so a run repeats.
+
+How the engines do it (and so the simulator):
+- Every decode step verifies the K drafted tokens of each running sequence in one pass over K + 1 positions
+  (vLLM v1 `vllm/v1/spec_decode/`, `rejection_sampler.py`; SGLang `eagle_worker.py`; TensorRT-LLM MTP). Draft i is
+  kept only while drafts 1..i-1 were, so a step keeps 1 + (the run of accepted drafts) tokens: the bonus token of
+  the target model plus the accepted drafts (Leviathan et al. 2023).
+- `acceptance`: P(draft i accepted | drafts 1..i-1 accepted), per position, vLLM's per-position acceptance
+  (`vllm:spec_decode_num_accepted_tokens_per_pos` / drafts). One rate repeats for every position.
+- `accepted_lengths`: instead, a measured distribution of tokens kept per step (1..K+1), drawn from uniformly, e.g.
+  an engine's per-request histogram (AIPerf) or SGLang's accept lengths.
+- Draft cost: `eagle`, `eagle3` and `mtp` run a one-layer draft head (an EAGLE head is one decoder layer; EAGLE-3
+  fuses three target hidden states into it; a DeepSeek/Qwen MTP module is one transformer block sharing the
+  embedding and output head: DeepSeek-V3 report sec. 2.2) once per draft token, and keep that layer's KV cache in
+  the pool (vLLM allocates the draft layer's KV beside the target's: the pool holds L + 1 layers per token).
+  `ngram` (prompt lookup, vLLM `ngram_proposer.py`) drafts on the CPU from the sequence itself: no GPU pass, no KV.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from dataclasses import dataclass
+
+from kneecap.errors import KneecapError
+
+METHODS = ("eagle", "eagle3", "mtp", "ngram")
+GPU_DRAFTERS = ("eagle", "eagle3", "mtp")  # a one-layer head on the GPU: its passes and its KV layer are priced
+SPEC_HINT = "e.g. --spec-method eagle --spec-tokens 3 --spec-acceptance 0.7 (or 0.8,0.6,0.4 by position, or FILE)"
+
+
+@dataclass(frozen=True)
+class SpecDecoding:
+    """One deployment's speculative decoding: method, K draft tokens per step, and its acceptance."""
+
+    method: str
+    tokens: int
+    acceptance: tuple[float, ...] = ()  # per position (1..K); one value repeats
+    accepted_lengths: tuple[int, ...] = ()  # or: tokens kept per step, drawn from uniformly
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise KneecapError(f"unknown --spec-method {self.method!r}", f"pass one of {', '.join(METHODS)}")
+        if not isinstance(self.tokens, int) or self.tokens < 1:
+            raise KneecapError(f"--spec-tokens must be a whole number >= 1, got {self.tokens!r}", SPEC_HINT)
+        if bool(self.acceptance) == bool(self.accepted_lengths):
+            raise KneecapError("speculative decoding needs its acceptance", SPEC_HINT)
+        if any(not (0.0 <= a <= 1.0) for a in self.acceptance):
+            raise KneecapError(f"--spec-acceptance rates must be in [0, 1], got {list(self.acceptance)}", SPEC_HINT)
+        if len(self.acceptance) not in (0, 1, self.tokens):
+            raise KneecapError(f"--spec-acceptance gives {len(self.acceptance)} rates for {self.tokens} draft tokens",
+                               "give one rate, or one per draft position")
+        bad = [n for n in self.accepted_lengths if not (1 <= n <= self.tokens + 1)]
+        if bad:
+            raise KneecapError(f"accepted lengths must be 1..{self.tokens + 1} tokens per step (K + 1), got {bad[:5]}",
+                               "each line of the file: the tokens one verify step kept, bonus token included")
+
+    @property
+    def rates(self) -> tuple[float, ...]:
+        """P(draft i accepted | drafts before it accepted), i = 1..K."""
+        return self.acceptance * self.tokens if len(self.acceptance) == 1 else self.acceptance
+
+    @property
+    def expected_tokens_per_step(self) -> float:
+        """1 + sum over i of the product of the first i rates (or the mean accepted length)."""
+        if self.accepted_lengths:
+            return sum(self.accepted_lengths) / len(self.accepted_lengths)
+        total, keep = 1.0, 1.0
+        for a in self.rates:
+            keep *= a
+            total += keep
+        return total
+
+    @property
+    def gpu_drafter(self) -> bool:
+        return self.method in GPU_DRAFTERS
+
+    def generator(self, seed: int, request_id: str) -> random.Random:
+        """A sequence's own draws, repeatable: seeded by the level's seed and the request id (crc32, not hash():
+        Python salts str hashes per process)."""
+        return random.Random((seed << 32) ^ zlib.crc32(request_id.encode()))
+
+    def draw(self, rng: random.Random) -> int:
+        """Tokens one verify step keeps for one sequence: 1 + the run of accepted drafts."""
+        if self.accepted_lengths:
+            return self.accepted_lengths[rng.randrange(len(self.accepted_lengths))]
+        kept = 1
+        for a in self.rates:
+            if rng.random() >= a:
+                break
+            kept += 1
+        return kept
+
+
+def parse_acceptance(text: str, tokens: int, read_file=None) -> tuple[tuple[float, ...], tuple[int, ...]]:
+    """--spec-acceptance: 'P', 'P1,P2,...' (per position) or a FILE of accepted lengths (one integer a line, or
+    whitespace separated) -> (rates, accepted_lengths). `read_file(path) -> str` reads the file (the CLI's)."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    try:
+        return tuple(float(p) for p in parts), ()
+    except ValueError:
+        pass
+    if read_file is None or len(parts) != 1:
+        raise KneecapError(f"--spec-acceptance {text!r} is neither rates nor a file", SPEC_HINT)
+    body = read_file(parts[0])
+    try:
+        lengths = tuple(int(x) for x in body.split())
+    except ValueError:
+        raise KneecapError(f"--spec-acceptance file {parts[0]} must hold whole numbers (tokens kept per step)",
+                           "one accepted length a line, e.g. 3") from None
+    if not lengths:
+        raise KneecapError(f"--spec-acceptance file {parts[0]} is empty", "one accepted length a line, e.g. 3")
+    return (), lengths
