@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from kneecap.cli.app import app
+from kneecap.cli.spec_flags import SpecAcceptanceOpt, SpecMethodOpt, SpecTokensOpt, speculative
 from kneecap.cli.plan import ENGINE_DEFAULTS, SIM_FLAGS, SIM_OPTIONS, EngineDefaultsOpt, MaxBatchedOpt, MaxSeqsOpt, deployment_flags
 from kneecap.errors import KneecapError
 
@@ -32,7 +33,10 @@ def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind"),
     port: int = typer.Option(8000, "--port", help="Port to bind (0: any free port; the ready line names it)"),
     time_scale: float = typer.Option(1.0, "--time-scale", help="Wall seconds per simulated second: 1 real time, 2 twice as slow, 0.5 twice as fast"),
-    seed: int = typer.Option(0, "--seed", help="Accepted for symmetry with simulate; the served engine draws no random numbers"),
+    seed: int = typer.Option(0, "--seed", help="Seed of the engine's speculative-decoding acceptance draws (the engine draws no other random numbers)"),
+    spec_method: SpecMethodOpt = None,
+    spec_tokens: SpecTokensOpt = None,
+    spec_acceptance: SpecAcceptanceOpt = None,
 ) -> int:
     """An OpenAI-compatible simulated engine on a local port, in real time (no GPU, no model download)."""
     import asyncio
@@ -48,7 +52,8 @@ def serve(
         raise KneecapError(f"--time-scale must be > 0, got {time_scale}", "pass e.g. --time-scale 1")
     target = simulated_deployment(request, defaults=engine_defaults, max_num_seqs=max_num_seqs,
                                   max_num_batched_tokens=max_num_batched_tokens,
-                                  step_params=parse_step_params(calibration))
+                                  step_params=parse_step_params(calibration),
+                                  speculative=speculative(spec_method, spec_tokens, spec_acceptance), spec_seed=seed)
 
     from aiohttp import web
 

@@ -39,6 +39,12 @@ def exposition(model_name: str, gauges: dict, counters, engine_name: str = "0") 
          counters.max_lag_s),
         ("kneecap:virtual_time_seconds", "gauge", "The simulated engine's clock.", gauges["virtual_s"]),
     ]
+    if gauges.get("spec_tokens"):  # vllm/v1/spec_decode/metrics.py SpecDecodingProm, only when speculating
+        rows += [("vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.", gauges["spec_drafts"]),
+                 ("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.",
+                  gauges["spec_drafts"] * gauges["spec_tokens"]),
+                 ("vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.",
+                  gauges["spec_accepted"])]
     out = []
     for name, kind, help_text, value in rows:
         base = name[:-6] if kind == "counter" and name.endswith("_total") else name

@@ -203,7 +203,7 @@ class RealtimeEngine:
             slept = False
             if out.num_steps == 1:
                 slept = await self._sleep_until(out.ended_at)
-                self._deliver(out.emitted, 1)
+                self._deliver(out.emitted, None)  # one step: all its tokens (a speculative step keeps several)
             else:
                 ends = engine.step_end_at[-out.num_steps:]
                 j = 0
@@ -233,15 +233,16 @@ class RealtimeEngine:
             return True
         return False
 
-    def _deliver(self, emitted: list[tuple[str, int]], steps: int) -> None:
-        """Each (request, k) in `emitted` gains min(k, steps) tokens now (one token per step it ran in)."""
+    def _deliver(self, emitted: list[tuple[str, int]], steps: int | None) -> None:
+        """Each (request, k) in `emitted` gains its k tokens now (steps None: one step's), or, over a run of
+        one-token decode steps of which `steps` have ended, min(k, steps)."""
         slots = self.slots
         counters = self.counters
         for rid, k in emitted:
             slot = slots.get(rid)
             if slot is None:
                 continue
-            n = min(k, steps, slot.max_tokens - slot.ready)
+            n = min(k if steps is None else min(k, steps), slot.max_tokens - slot.ready)
             if n <= 0:
                 continue
             if slot.ready == 0:
@@ -257,4 +258,6 @@ class RealtimeEngine:
                 "num_preemptions": engine.stats.preemptions, "num_kv_blocks": engine.blocks.num_blocks,
                 "block_size": engine.block_size, "virtual_s": self.virtual_t,
                 "prefix_caching": engine.config.enable_prefix_caching,
-                "prefix_cache_queries_tokens": engine.blocks.query_tokens, "prefix_cache_hits_tokens": engine.blocks.hit_tokens}
+                "prefix_cache_queries_tokens": engine.blocks.query_tokens, "prefix_cache_hits_tokens": engine.blocks.hit_tokens,
+                "spec_tokens": engine.config.spec_tokens, "spec_drafts": engine.stats.spec_drafts,
+                "spec_accepted": engine.stats.spec_accepted}

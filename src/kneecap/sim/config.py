@@ -185,11 +185,13 @@ class EngineConfig:
 
     def with_overrides(self, *, max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                        enable_prefix_caching: bool | None = None,
-                       scheduler_delay_factor: float | None = None) -> "EngineConfig":
+                       scheduler_delay_factor: float | None = None,
+                       speculative: SpecDecoding | None = None, spec_seed: int | None = None) -> "EngineConfig":
         """A copy with the user's flags applied (None keeps the default)."""
         changes = {k: v for k, v in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens),
                                      ("enable_prefix_caching", enable_prefix_caching),
-                                     ("scheduler_delay_factor", scheduler_delay_factor)) if v is not None}
+                                     ("scheduler_delay_factor", scheduler_delay_factor),
+                                     ("speculative", speculative), ("spec_seed", spec_seed)) if v is not None}
         return replace(self, **changes) if changes else self
 
 

@@ -81,7 +81,7 @@ class SimDeployment:
 def from_plan(plan: Plan, *, defaults: str = "vllm", max_num_seqs: int | None = None,
               max_num_batched_tokens: int | None = None, prefix_caching: bool | None = None,
               step_params: StepTimeParams | None = None, charge_state: bool | None = None,
-              scheduler_delay_factor: float | None = None) -> SimDeployment:
+              scheduler_delay_factor: float | None = None, speculative=None, spec_seed: int | None = None) -> SimDeployment:
     """The named engine's defaults for this plan, with the user's overrides. charge_state defaults to
     True unless the plan's pool came from an engine log (pool_source "override")."""
     d = plan.deployment
@@ -91,7 +91,8 @@ def from_plan(plan: Plan, *, defaults: str = "vllm", max_num_seqs: int | None = 
     base = engine_defaults(defaults, device_bytes=d.gpu.memory_bytes("device"), gpu_name=d.gpu.name,
                            pool_tokens=plan.kv_capacity_tokens, context_len=plan.context, pp=d.pp)
     config = base.with_overrides(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                                 enable_prefix_caching=prefix_caching, scheduler_delay_factor=scheduler_delay_factor)
+                                 enable_prefix_caching=prefix_caching, scheduler_delay_factor=scheduler_delay_factor,
+                                 speculative=speculative, spec_seed=spec_seed)
     if charge_state is None:
         charge_state = plan.pool_source != "override"
     return SimDeployment(plan=plan, config=config, steptime=StepTimeModel(d, step_params), charge_state=charge_state)
