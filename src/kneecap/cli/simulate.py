@@ -59,6 +59,7 @@ def _sorted(obj):
 def _table(summary: dict):
     from rich.table import Table
 
+    from kneecap.metrics.stability import stability_caption, verdict_text
     from kneecap.sweep.render import has_slo, slo_caption, slo_cell
 
     def ms(level, key, q):
@@ -71,8 +72,8 @@ def _table(summary: dict):
                         f"{summary['deployment']['gpu']} (virtual time; no model executed)", title_justify="left")
     for header in ("C" if kind == "concurrency" else "rate (req/s)", "ok", "failed", "out tok/s", "TTFT p50 (ms)",
                    "TTFT p99 (ms)", "TPOT p50 (ms)", "ITL p99 (ms)", "preempt", "KV max %", "running max", "queue max",
-                   *(("SLO",) if has_slo(summary) else ()), "notes"):
-        table.add_column(header, justify="left" if header in ("notes", "SLO") else "right")
+                   *(("SLO",) if has_slo(summary) else ()), "steady", "notes"):
+        table.add_column(header, justify="left" if header in ("notes", "SLO", "steady") else "right")
     for level in summary["levels"]:
         sm = level.get("server_metrics") or {}
         notes = []
@@ -88,10 +89,11 @@ def _table(summary: dict):
                       ms(level, "tpot_ms", "p50"), ms(level, "itl_ms", "p99"), str(sm.get("preemptions", "—")),
                       f"{100 * sm['kv_usage_max']:.0f}" if sm.get("kv_usage_max") is not None else "—",
                       str(sm.get("running_max", "—")), str(sm.get("waiting_max", "—")),
-                      *((slo_cell(level),) if has_slo(summary) else ()), "; ".join(notes))
+                      *((slo_cell(level),) if has_slo(summary) else ()), verdict_text(level), "; ".join(notes))
     stopped = summary.get("stopped")
     captions = [f"stopped at {stopped.get('at')}: {stopped.get('reason')}"] if stopped else []
     captions += [line] if (line := slo_caption(summary, kind)) else []
+    captions += [line] if (line := stability_caption(summary["levels"])) else []
     if captions:
         table.caption = "\n".join(captions)
     return table
