@@ -33,7 +33,7 @@ def test_a_server_that_keeps_up_is_stable():
     st = level_stability(open_loop(400, rate=10, service_s=0.5), kind="rate")
     assert st["verdict"] == STABLE, st["rule"]
     assert st["offered_rps"] == pytest.approx(10) and st["sent_rps"] == pytest.approx(10)
-    assert st["served_rps"] == pytest.approx(400 / (39.9 + 0.5))  # completions over first sent -> last served
+    assert st["served_rps"] == pytest.approx(10, rel=0.02)  # completions over the second half (20 s)
     assert st["in_flight_mean"] == pytest.approx(5.0)  # Little: 10 req/s x 0.5 s
     assert st["queue_trend"] == pytest.approx(0, abs=0.1) and st["ttft_trend"] == pytest.approx(1)
     assert st["client_behind"] is None and st["offered_output_tok_s"] == pytest.approx(100)
@@ -90,7 +90,6 @@ def test_simulate_marks_a_rate_the_engine_cannot_serve_over_capacity_and_a_light
     assert [lv["stability"]["verdict"] for lv in levels] == [STABLE, OVER_CAPACITY]
     heavy = levels[1]["stability"]
     assert heavy["served_rps"] < 0.2 * heavy["sent_rps"] and heavy["queue_trend"] > 10
-    assert heavy["output_tok_s"] == pytest.approx(levels[1]["output_tok_s"], rel=1e-3)
     saved = json.loads((tmp_path / "summary.json").read_text())["levels"]
     assert [lv["stability"] for lv in saved] == [lv["stability"] for lv in levels]
     md = (tmp_path / "report.md").read_text()

@@ -9,14 +9,16 @@ request, not its records), a `stability` dict out:
 The rule (docs/metrics.md, "Steady state") in short:
 - the window is the level's sending window (first to last request sent); a closed-loop level's steady part
   starts after its first round (its c streams' first requests, sent together) and ends at its last request sent;
-- served: completed requests (output tokens) per second of the level's wall time, first request sent to last
-  served (a closed loop: completions within its steady part, per second of it);
-- over_capacity: served req/s fall more than SERVED_SHORTFALL short of those sent, and the requests waiting for their first token grow over that half (least-squares slope x the half's
-  length) by more than max(QUEUE_MIN_RISE, QUEUE_RISE_FRACTION x the requests sent in it). Open loop only: a
-  closed loop cannot offer more than it is served;
+- served: requests completed (output tokens) per second over the window's second half, while the load is still
+  offered; sent: requests sent per second over the same half;
+- over_capacity: served falls more than SERVED_SHORTFALL short of sent, and the requests waiting for their first
+  token grow over the second half (least-squares slope x its length) by more than max(QUEUE_MIN_RISE,
+  QUEUE_RISE_FRACTION x the requests sent in it). Open loop only: a closed loop cannot offer more than it is
+  served;
 - transient: fewer measured requests in the window than TRANSIENT_FACTOR x the requests in flight by Little's law
-  (sent req/s x mean end-to-end latency): the level ended before it could show its steady state;
-- stable: otherwise.
+  (sent req/s x mean end-to-end latency): the level ended before it could show its steady state; or long enough,
+  but its waiting queue still grows while served keeps up (not settled yet: run it longer);
+- stable: long enough, and the waiting queue is flat.
 A level whose client sent more than CLIENT_BEHIND slower than it scheduled is flagged `client_behind` (the reason):
 the verdict then describes the load really sent, not the one asked for, and is no capacity judgement.
 """
@@ -43,7 +45,8 @@ QUEUE_SAMPLES = 32  # points of the waiting-queue curve fitted over the second h
 
 RULE_OVER = "over_capacity: served < 95% of sent and the waiting queue grew over the second half"
 RULE_TRANSIENT = "transient: fewer requests than 3x those in flight (Little's law)"
-RULE_STABLE = "stable: not over capacity, and at least 3x the requests in flight"
+RULE_UNSETTLED = "transient: long enough, but the waiting queue still grows while served keeps up (not settled yet)"
+RULE_STABLE = "stable: at least 3x the requests in flight and the waiting queue is flat"
 
 
 class LevelTimes:
@@ -126,14 +129,12 @@ def judge(times: LevelTimes, *, kind: str, value=None) -> dict:
 
     h0 = t0 + span / 2
     half = t1 - h0
-    if closed:  # completions within the steady part, which the streams' load keeps busy throughout
-        served_mask = done & (end >= t0) & (end <= t1)
-        served_span = span
-    else:  # every completion, over the level's wall time (first sent to last served): past the sending window
-        served_mask = done  # an overloaded server keeps serving its queue at its own pace
-        served_span = float(end[done].max()) - float(sent[0]) if done.any() else 0.0
-    served_rps = _rate(int(served_mask.sum()), served_span)
-    output_tok_s = _rate(float(tokens[served_mask].sum()), served_span)
+    # served: completions over the window's second half, while the load is still offered, against the requests
+    # sent over it (past the first half, a server that keeps up returns them as fast as they come)
+    served_mask = done & (end >= h0) & (end <= t1) if half > 0 else np.zeros(n, dtype=bool)
+    served_rps = _rate(int(served_mask.sum()), half)
+    output_tok_s = _rate(float(tokens[served_mask].sum()), half)
+    half_sent_rps = _rate(int(((sent >= h0) & (sent <= t1)).sum()), half)
     sent_in_half = int(((sent >= h0) & (sent <= t1)).sum())
 
     queue_trend = None
@@ -159,18 +160,20 @@ def judge(times: LevelTimes, *, kind: str, value=None) -> dict:
 
     rise = queue_trend * half if queue_trend is not None else 0.0
     rise_needed = max(QUEUE_MIN_RISE, QUEUE_RISE_FRACTION * sent_in_half)
-    if (not closed and sent_rps and served_rps is not None and served_rps < (1 - SERVED_SHORTFALL) * sent_rps
-            and rise > rise_needed):
-        verdict = OVER_CAPACITY
-        rule = (f"{RULE_OVER}: served {served_rps:.3g} of {sent_rps:.3g} req/s sent, "
-                f"waiting queue +{rise:.0f} requests over the second half ({half:.3g} s)")
+    grows = rise > rise_needed
+    short = served_rps is None or half_sent_rps is None or served_rps < (1 - SERVED_SHORTFALL) * half_sent_rps
+    served = (f"served {served_rps:.3g} req/s of {half_sent_rps:.3g} sent over the second half"
+              if served_rps is not None and half_sent_rps is not None else "served: not measurable")
+    queue = f"waiting queue {rise:+.0f} requests over it ({half:.3g} s; growth past {rise_needed:.0f})"
+    if not closed and short and grows:
+        verdict, rule = OVER_CAPACITY, f"{RULE_OVER}: {served}, {queue}"
     elif in_flight is None or span <= 0 or in_window < TRANSIENT_FACTOR * in_flight:
-        verdict = TRANSIENT
         what = f"{in_flight:.1f}" if in_flight is not None else "unknown"
-        rule = f"{RULE_TRANSIENT}: {in_window} requests, {what} in flight"
+        verdict, rule = TRANSIENT, f"{RULE_TRANSIENT}: {in_window} requests, {what} in flight"
+    elif grows:
+        verdict, rule = TRANSIENT, f"{RULE_UNSETTLED}: {served}, {queue}"
     else:
-        verdict = STABLE
-        rule = f"{RULE_STABLE}: {in_window} requests, {in_flight:.1f} in flight"
+        verdict, rule = STABLE, f"{RULE_STABLE}: {in_window} requests, {in_flight:.1f} in flight; {queue}"
     return {
         "verdict": verdict,
         "offered_rps": _round(offered_rps),
