@@ -60,7 +60,7 @@ def _table(summary: dict):
     from rich.table import Table
 
     from kneecap.metrics.stability import stability_caption, verdict_text
-    from kneecap.sweep.render import has_slo, slo_caption, slo_cell
+    from kneecap.sweep.render import find_max_caption, has_slo, slo_caption, slo_cell
 
     def ms(level, key, q):
         v = (level.get(key) or {}).get(q)
@@ -94,6 +94,7 @@ def _table(summary: dict):
     captions = [f"stopped at {stopped.get('at')}: {stopped.get('reason')}"] if stopped else []
     captions += [line] if (line := slo_caption(summary, kind)) else []
     captions += [line] if (line := stability_caption(summary["levels"])) else []
+    captions += [line] if (line := find_max_caption(summary)) else []
     if captions:
         table.caption = "\n".join(captions)
     return table
@@ -258,7 +259,9 @@ def simulate(
         if find_max is not None:
             from kneecap.sweep.find_max import search_max_load
 
-            final = _sorted(search_max_load(sweep, opts, slo=slo_dict, repeats=repeats))
+            # a transient level is run again, longer (synthetic requests only: a trace or dataset is what it is)
+            extend = not (opts.schedule or opts.dataset or opts.turns)
+            final = _sorted(search_max_load(sweep, opts, slo=slo_dict, repeats=repeats, extend=extend))
         else:
             final = _sorted(sweep.run())
     if export == "vllm":

@@ -279,6 +279,7 @@ def find_max_figure(summary: dict, levels: list[dict], load_name: str, load_unit
 
     m = summary.get("max_load")
     term = _search_key(summary)
+    levels = [lv for lv in levels if not (lv.get("find_max") or {}).get("extended")]  # a probe's final level
     if not isinstance(m, dict) or not m.get("probes") or term is None or len(m["probes"]) != len(levels):
         return []
     key, limit = term
@@ -291,6 +292,8 @@ def find_max_figure(summary: dict, levels: list[dict], load_name: str, load_unit
 
 def find_max_text(m: dict, load_name: str) -> str:
     """One sentence: the answer, the next step up that failed and why, how many probes and repetitions."""
+    if m.get("answer"):  # the answer is in the headline; the plot shows how the search got there
+        return f"{len(m.get('probes') or [])} probes, numbered in the order they ran."
     reps = m.get("repeats") or 1
     every = f" in each of {reps} repetitions" if reps > 1 else ""
     if m.get("value") is None:
@@ -325,6 +328,8 @@ def sweep_document(results: Results) -> Document:
     if not levels:
         blocks.append(Paragraph("This summary holds no levels: nothing ran to completion.", "warning"))
     blocks += [Heading("Headline"), headline(summary, levels, limit)]
+    if isinstance(summary.get("max_load"), dict) and summary["max_load"].get("answer"):
+        blocks.append(Paragraph(f"Find-max: {summary['max_load']['answer']}."))
     config = configuration(summary)
     if config:
         blocks += [Heading("Configuration"), config]

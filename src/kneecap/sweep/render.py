@@ -117,6 +117,12 @@ def slo_caption(summary: dict, kind: str) -> str | None:
     return f"SLO BREACHED at {label}={', '.join(broke)} ({len(broke)} of {len(judged)} levels)"
 
 
+def find_max_caption(summary: dict) -> str | None:
+    """--find-max's answer, its bracket and the binding SLO term, in one line (None without a search)."""
+    m = summary.get("max_load")
+    return f"find-max: {m['answer']}" if isinstance(m, dict) and m.get("answer") else None
+
+
 def summary_table(summary: dict):
     """A rich Table of every measured level (skipped levels listed as such)."""
     from rich.table import Table
@@ -150,6 +156,8 @@ def summary_table(summary: dict):
     if line := slo_caption(summary, kind):
         captions.append(line)
     if line := stability_caption(summary.get("levels", [])):
+        captions.append(line)
+    if line := find_max_caption(summary):
         captions.append(line)
     if captions:
         table.caption = "\n".join(captions)
