@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from kneecap.levels import SweepLevel
 from kneecap.metrics.search import MaxLoad, Verdict, find_max
-from kneecap.metrics.slo import level_meets_slo, slo_value
+from kneecap.metrics.slo import STEADY_STATE, level_meets_slo, slo_value
 from kneecap.metrics.stability import TRANSIENT, is_steady, level_stability
 from kneecap.metrics.summarize import summarize_level
 from kneecap.plan.build import DeploymentRequest, plan_deployment
@@ -135,7 +135,7 @@ def judged(load: float, summary: dict, slo: dict, server_metrics: dict, replicas
     ok, breaches = level_meets_slo(summary, slo)
     why = [b["message"] for b in breaches]
     st = summary.get("stability") or {}
-    if not is_steady(summary):
+    if not is_steady(summary) and not any(b["key"] == STEADY_STATE for b in breaches):
         why.insert(0, st.get("client_behind") or f"{st.get('verdict')} ({st.get('rule')})")
     dist = lambda m, stat: (summary.get(m) or {}).get(stat)
     out = summary.get("output_tok_s")

@@ -14,7 +14,7 @@ from kneecap.sweep.runner import STATUS_COMPLETE, STATUS_INTERRUPTED, Sweep
 from kneecap.errors import KneecapError
 from kneecap.levels import LEVEL_INDEX_STRIDE, SweepLevel
 from kneecap.metrics.search import MaxLoad, Verdict, find_max
-from kneecap.metrics.slo import level_meets_slo
+from kneecap.metrics.slo import STEADY_STATE, level_meets_slo
 from kneecap.metrics.stability import TRANSIENT, is_steady
 from kneecap.metrics.stop import INTERRUPTED, stop_record
 
@@ -71,7 +71,7 @@ def search_max_load(sweep: Sweep, opts, *, slo: dict, repeats: int = 1, extend: 
             summary = run(load, requests)
         met, breaches = level_meets_slo(summary, slo)
         why = [b["message"] for b in breaches]
-        if not is_steady(summary):
+        if not is_steady(summary) and not any(b["key"] == STEADY_STATE for b in breaches):
             st = summary.get("stability") or {}
             why.insert(0, "client behind" if st.get("client_behind") else str(st.get("verdict")))
         summary["find_max"] = {"load": load, "repetition": repetition, "met": met and is_steady(summary),

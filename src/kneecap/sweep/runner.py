@@ -15,6 +15,7 @@ from typing import Callable
 
 from kneecap.errors import KneecapError
 from kneecap.levels import LevelDriver, LevelOptions, LevelRun, SweepLevel
+from kneecap.metrics.slo import level_meets_slo
 from kneecap.metrics.stability import LevelTimes, judge
 from kneecap.records import RequestRecord
 
@@ -201,6 +202,9 @@ class Sweep:
         summary["preflight"] = level.verdict
         summary["server_metrics"] = run.server_metrics
         summary["stability"] = judge(times, kind=self.opts.kind, value=level.value)
+        if self._slo and isinstance(summary.get("slo"), dict):  # the verdict again, now that stability is known
+            met, breaches = level_meets_slo(summary, self._slo)
+            summary["slo"] = {"met": met, "breaches": breaches}
         summary.update(run.fields)
         if self._on_level is not None:
             self._on_level(level, run, summary, records)
