@@ -21,6 +21,20 @@ from kneecap.errors import KneecapError
 TRACE_FILE = "trace.jsonl"
 
 
+def simulate_in_process(args: list[str]) -> tuple[int, str]:
+    """`kneecap simulate ARGS` as a library call in this process (a grid's configurations, in their Ray tasks):
+    the exit code and what it wrote on stderr (its one-line error); its stdout is discarded."""
+    import contextlib
+    import io
+
+    from kneecap.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["simulate", *args])
+    return code, err.getvalue()
+
+
 def _run_grid(grid: str | None, ray_address: str | None, out: str | None, json_out: bool, quiet: bool) -> int:
     """--grid [--ray]: every configuration as `kneecap simulate` alone would run it, on a cluster or here."""
     from kneecap.cluster.grid import load_grid, run_grid_bytes, write_grid
@@ -35,7 +49,7 @@ def _run_grid(grid: str | None, ray_address: str | None, out: str | None, json_o
     configs = load_grid(grid)
     root = results_folder(out, "grid")
     nodes: list = []
-    index = write_grid(root, configs, run_grid_bytes(configs, ray_address, nodes), nodes)
+    index = write_grid(root, configs, run_grid_bytes(configs, ray_address, nodes, simulate=simulate_in_process), nodes)
     if json_out:
         import json
 
