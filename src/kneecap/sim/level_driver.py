@@ -41,6 +41,8 @@ class SimulateOptions:
     levels: tuple  # concurrencies (ints, or "max") or rates
     isl: int = 1000
     osl: int = 1000
+    isl_dist: str | None = None  # --isl as a length spec (kneecap.workload.lengthspec); isl is then its mean
+    osl_dist: str | None = None  # --osl as a length spec; osl is then its mean
     requests: int | None = None
     duration_s: float | None = None
     warmup: int = 0
@@ -134,8 +136,16 @@ class SimulateOptions:
         return f"C={int(value)}" if self.kind == KIND_CONCURRENCY else f"rate={value:g}/s"
 
     @property
+    def input_lengths(self) -> LengthDist:
+        return _lengths(self.isl_dist, self.isl)
+
+    @property
+    def output_lengths(self) -> LengthDist:
+        return _lengths(self.osl_dist, self.osl)
+
+    @property
     def workload(self) -> Workload:
-        return Workload(classes=(RequestClass(input=LengthDist.fixed(self.isl), output=LengthDist.fixed(self.osl),
+        return Workload(classes=(RequestClass(input=self.input_lengths, output=self.output_lengths,
                                               shared_prefix_tokens=self.shared_prefix_tokens,
                                               num_prefix_groups=self.num_prefix_groups),))
 
@@ -144,7 +154,9 @@ class SimulateOptions:
         (lengths from a dataset or a trace, or prompts that grow turn by turn, leave isl/osl as None)."""
         r = self.ramp
         from_data = bool(self.dataset or self.schedule or self.turns)  # no one fixed prompt length
-        return {"isl": None if from_data else self.isl, "osl": None if from_data else self.osl,
+        dists = {k: v for k, v in (("isl_dist", self.isl_dist), ("osl_dist", self.osl_dist)) if v and not from_data}
+        return {"isl": None if from_data or self.isl_dist else self.isl,
+                "osl": None if from_data or self.osl_dist else self.osl, **dists,
                 "shared_prefix_tokens": self.shared_prefix_tokens, "num_prefix_groups": self.num_prefix_groups,
                 "burstiness": self.burstiness if self.kind == KIND_RATE else None,
                 "dataset_requests": len(self.dataset) or None, "replay_requests": len(self.schedule) or None,
@@ -152,9 +164,18 @@ class SimulateOptions:
                 "ramp": None if r is None else {"kind": r.kind, "start": r.start, "end": r.end, "duration_s": r.duration_s}}
 
 
+def _lengths(spec: str | None, tokens: int) -> LengthDist:
+    """A --isl / --osl: its length distribution, or `tokens` each."""
+    if spec is None:
+        return LengthDist.fixed(tokens)
+    from kneecap.workload.lengthspec import parse_length_spec
+
+    return parse_length_spec(spec)
+
+
 def workload_flags(opts: SimulateOptions) -> WorkloadFlags:
     """SimulateOptions' workload flags in the shape bench's are translated from (kneecap.workload.level_work)."""
-    return WorkloadFlags(input=LengthDist.fixed(opts.isl), output=LengthDist.fixed(opts.osl),
+    return WorkloadFlags(input=opts.input_lengths, output=opts.output_lengths,
                          shared_prefix_tokens=opts.shared_prefix_tokens, num_prefix_groups=opts.num_prefix_groups,
                          seed=opts.seed, dimension=opts.kind, dataset=opts.dataset, schedule=opts.schedule,
                          trace_rate=opts.trace_rate if opts.schedule else None, ramp=opts.ramp, turns=opts.turns,
