@@ -24,6 +24,8 @@ def test_until_stable_ends_a_duration_level_once_its_p99s_settled(tmp_path):
     (level,) = json.loads(r.stdout)["levels"]
     verdict = level["stable_p99"]
     assert verdict["stable"] is True and verdict["rel_tol"] == 0.05 and verdict["window_s"] == 10.0
+    # it ends on the steady-state rule every level is judged by, too (kneecap.metrics.stability)
+    assert verdict["steady_state"] == "stable" and level["stability"]["verdict"] == "stable"
     assert len(verdict["ttft_p99_ms"]) == 4  # the last 3 windows and the one before them
     # it ended early: fewer requests than the whole 300 s, none sent after the verdict's last window end
     assert 0 < level["requests"] < full["levels"][0]["requests"]

@@ -51,7 +51,7 @@ def bench(
     ramp: Optional[str] = typer.Option(None, "--ramp", help="KIND:START:END:SECONDS (KIND linear or exp): one level whose load moves from START to END over SECONDS, on the dimension given with --concurrency or --rate (any value there); metrics per tenth of it in summary.json's slices"),
     turns: Optional[int] = typer.Option(None, "--turns", help="multi-turn: each of C users holds conversations of K turns; turn k sends turn k-1's prompt + the server's answer + --isl new tokens; --requests counts turns"),
     think_time_s: Optional[float] = typer.Option(None, "--think-time-s", help="with --turns: seconds a user waits after an answer before its next turn", show_default="0"),
-    until_stable: Optional[float] = typer.Option(None, "--until-stable", help="with --concurrency and --duration S: end a level as soon as its p99 TTFT and ITL each moved less than this fraction (e.g. 0.05) over the last 3 windows of --stable-window-s; S is then the longest a level runs; the verdict is the level's stable_p99 in summary.json"),
+    until_stable: Optional[float] = flags.UNTIL_STABLE,
     stable_window_s: Optional[float] = typer.Option(None, "--stable-window-s", help="with --until-stable: seconds per window", show_default="10"),
     goodput: Optional[List[str]] = flags.GOODPUT,
     shared_prefix: Optional[str] = flags.SHARED_PREFIX,

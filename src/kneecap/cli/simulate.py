@@ -148,7 +148,7 @@ def simulate(
     seed: int = typer.Option(0, "--seed", help="Seed of lengths and arrivals, as bench: lengths drawn at sweep-unique request indices, level i's arrivals with seed + i"),
     slo: Optional[str] = flags.SLO,
     goodput: Optional[List[str]] = flags.GOODPUT,
-    until_stable: Optional[float] = typer.Option(None, "--until-stable", help="With --concurrency and --duration S: end a level as soon as its p99 TTFT and ITL each moved less than this fraction (e.g. 0.05) over the last 3 windows of --stable-window-s; S is then the longest a level runs; the verdict is the level's stable_p99 in summary.json"),
+    until_stable: Optional[float] = flags.UNTIL_STABLE,
     stable_window_s: float = typer.Option(10.0, "--stable-window-s", help="With --until-stable: virtual seconds per window"),
     find_max: Optional[str] = flags.FIND_MAX,
     repeats: int = typer.Option(1, "--repeats", help="With --find-max: a load passes only if it meets the SLO this many times (each with its own seed)"),

@@ -35,6 +35,12 @@ FIND_MAX = typer.Option(None, "--find-max",
                         help="concurrency or rate: search for the highest load meeting every --slo at steady state "
                              "(doubling, then bisection); the answer, its bracket and the binding SLO term are "
                              "summary.json's max_load")
+UNTIL_STABLE = typer.Option(None, "--until-stable",
+                            help="with --concurrency and --duration S: end a level as soon as its p99 TTFT and ITL each "
+                                 "moved less than this fraction (e.g. 0.05) over the last 3 windows of "
+                                 "--stable-window-s and the level is stable by the steady-state rule every level is "
+                                 "judged by (docs/metrics.md); S is then the longest a level runs; the verdict is the "
+                                 "level's stable_p99 in summary.json")
 SHARED_PREFIX = typer.Option(None, "--shared-prefix", help="TOKENS or TOKENSxGROUPS of prompt shared by requests")
 
 

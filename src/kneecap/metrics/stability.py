@@ -60,15 +60,18 @@ class LevelTimes:
         self.expected_tokens = 0  # sum of the workload's output lengths (the offered output tokens)
         self.expected_n = 0
 
-    def add(self, r: RequestRecord) -> None:
-        if r.warmup or r.sent_at is None:
+    def add(self, r: RequestRecord, now_s: float | None = None) -> None:
+        """Add one record; now_s: as it stood then (sent later: left out; a token or end later: not yet)."""
+        if r.warmup or r.sent_at is None or (now_s is not None and r.sent_at > now_s):
             return
         nan = math.nan
+        by = (lambda t: t if t is not None and (now_s is None or t <= now_s) else None)
         self.sent.append(r.sent_at)
         self.scheduled.append(r.scheduled_at if r.scheduled_at is not None else r.sent_at)
-        first = r.first_token_at if r.first_token_at is not None else r.end_at
+        first = by(r.first_token_at) if r.first_token_at is not None else by(r.end_at)
         self.first.append(first if first is not None else nan)
-        self.end.append(r.end_at if r.ok and r.end_at is not None else nan)
+        end = by(r.end_at)
+        self.end.append(end if r.ok and end is not None else nan)
         self.tokens.append(r.num_output_tokens if r.ok else 0)
         expected = r.expected_output_tokens if r.expected_output_tokens is not None else \
             (r.num_output_tokens if r.ok else None)
@@ -190,9 +193,12 @@ def judge(times: LevelTimes, *, kind: str, value=None) -> dict:
     }
 
 
-def level_stability(records: Iterable[RequestRecord], *, kind: str, value=None) -> dict:
-    """judge() of a list of records."""
-    return judge(LevelTimes.of(records), kind=kind, value=value)
+def level_stability(records: Iterable[RequestRecord], *, kind: str, value=None, now_s: float | None = None) -> dict:
+    """judge() of a list of records (now_s: as they stood at that time, for --until-stable)."""
+    times = LevelTimes()
+    for r in records:
+        times.add(r, now_s)
+    return judge(times, kind=kind, value=value)
 
 
 def is_steady(level: dict) -> bool:
