@@ -419,9 +419,11 @@ def test_recommendation_holds_at_steady_state_and_one_fewer_is_over_capacity_or_
 def test_burstiness_is_an_assumption_recommend_states(tmp_path):
     r = run_cli("recommend", "--model", "llama-3.1-8b", "--rate", "24", "--isl", "1000", "--osl", "200",
                 "--slo", "ttft_p99_ms=1500,tpot_p99_ms=40", "--gpus", "h100-sxm", "--weight-dtypes", "bf16",
-                "--kv-dtypes", "bf16", "--burstiness", "0.5", "--workers", "1")
+                "--kv-dtypes", "bf16", "--burstiness", "0.5", "--workers", "1", "--out", str(tmp_path / "rec"))
     assert r.code == 0, r.stderr
     assert "assumed arrivals: gamma-distributed arrival gaps of shape 0.5 (burstier than Poisson)" in r.stdout
+    assert "Assumed arrivals: gamma-distributed arrival gaps of shape 0.5" in (tmp_path / "rec" / "report.md").read_text()
+    assert json.loads((tmp_path / "rec" / "recommend.json").read_text())["burstiness"] == 0.5
     assert "--burstiness 0.5" in r.stdout  # the confirming bench offers the same arrivals
     r = run_cli("recommend", "--model", "llama-3.1-8b", "--rate", "24", "--isl", "1000", "--osl", "200",
                 "--slo", "ttft_p99_ms=1500", "--gpus", "h100-sxm", "--burstiness", "0")
