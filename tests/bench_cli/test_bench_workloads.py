@@ -216,6 +216,7 @@ def test_until_stable_ends_a_level_once_its_p99s_settle_and_says_so(cli, server,
     lv = summary(out)["levels"][0]
     verdict = lv["stable_p99"]
     assert verdict["stable"] is True and lv["wall_s"] < 40  # ended well before the cap
+    assert verdict["steady_state"] == "stable"  # on the steady-state rule every level is judged by, too
     for series in (verdict["ttft_p99_ms"], verdict["itl_p99_ms"]):  # the last 3 windows each moved < 20%
         assert len(series) == 4 and all(abs(b - a) / a < 0.2 for a, b in zip(series, series[1:]))
     # a tolerance no level meets: the level runs its whole --duration and says why it did not settle

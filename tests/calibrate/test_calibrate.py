@@ -86,6 +86,13 @@ def test_measured_levels_come_from_a_summary():
         levels_from_summary({"levels": [summary["levels"][1]]})
     with pytest.raises(KneecapError):
         calibrate(None, [level], fit=("no_such_factor",))
+    # a level over capacity, or whose client fell behind, measures its own length: left out of the fit
+    over = {**summary["levels"][0], "rate": 9.0, "concurrency": None, "stability": {"verdict": "over_capacity"}}
+    behind = {**summary["levels"][0], "stability": {"verdict": "stable", "client_behind": "sent 5 of 9 req/s"}}
+    steady = {**summary["levels"][0], "stability": {"verdict": "stable", "client_behind": None}}
+    assert [lv.concurrency for lv in levels_from_summary({"levels": [over, behind, steady]})] == [4]
+    with pytest.raises(KneecapError, match="over capacity"):
+        levels_from_summary({"levels": [over]})
 
 
 def test_cli_round_trip_simulate_calibrate_simulate(cli, tmp_path):

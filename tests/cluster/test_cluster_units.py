@@ -3,6 +3,8 @@ facts, and the one-line error `--ray` gives when Ray is not installed."""
 
 from __future__ import annotations
 
+import json
+
 import os
 import random
 
@@ -110,6 +112,26 @@ def test_grid_here_matches_simulate_one_by_one_and_bad_config_is_one_line(cli, t
     r = cli("simulate", "--grid", str(grid), "--out", str(tmp_path / "bad"))
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.code == 2 and len(lines) == 1 and "grid configuration 0" in lines[0] and "Traceback" not in r.stderr
+
+
+def test_grid_configurations_run_as_library_calls_not_subprocesses(tmp_path, monkeypatch):
+    """The grid calls the simulate command in-process (as its Ray tasks do in theirs): no process is started."""
+    import subprocess
+
+    from kneecap.cli.simulate import simulate_in_process
+    from kneecap.cluster.grid import run_grid_bytes
+
+    def no_process(*a, **k):
+        raise AssertionError("the grid started a process")
+
+    monkeypatch.setattr(subprocess, "run", no_process)
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    config = {"preset": "llama-3.1-8b", "gpu": "h100-sxm", "isl": 128, "osl": 8, "concurrency": "1,4", "requests": 12}
+    (blob,) = run_grid_bytes([config], None, simulate=simulate_in_process)
+    doc = json.loads(blob)
+    assert [lv["concurrency"] for lv in doc["levels"]] == [1, 4] and doc["kind"] == "simulate"
+    code, stderr = simulate_in_process(["--preset", "llama-3.1-8b", "--gpu", "no-such-gpu", "--out", str(tmp_path / "x")])
+    assert code == 2 and stderr.startswith("error:") and stderr.count("\n") == 1
 
 
 def test_unreachable_ray_head_is_one_line_before_anything_is_written(cli, tmp_path):

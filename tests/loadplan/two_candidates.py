@@ -17,7 +17,7 @@ classes:
     input: {kind: uniform, low: 200, high: 600}
     output: {kind: fixed, value: 64}
 slo:
-  chat: {ttft_p99_ms: 400, itl_p99_ms: 200, error_rate: 0.01}
+  chat: {ttft_p99_ms: 600, itl_p99_ms: 200, error_rate: 0.01}
 load:
   dimension: concurrency
   steps: [1, 8, 64]

@@ -386,3 +386,45 @@ def test_decode_pool_full_of_waiting_kv_fails_the_rest():
     recs, failed, _ = decode_records(req, k, 60.0, [0.0], Link(450e9, "nvlink"), 160)
     assert failed and len(recs) + len(failed) == 160
     assert not {r.request_id for r in recs} & set(failed)
+
+
+def test_recommendation_holds_at_steady_state_and_one_fewer_is_over_capacity_or_fails(tmp_path):
+    """The deployment recommended for 70B at 8 req/s, simulated alone at its share for 1,600 requests (five times
+    the length of the levels that used to decide), meets both SLOs at a stable level; one replica fewer does not."""
+    r = run_cli("recommend", "--model", "llama-3.1-70b", "--rate", "8", "--isl", "1000", "--osl", "1000",
+                "--slo", "ttft_p99_ms=2000,tpot_p99_ms=50", "--gpus", "h100-sxm,h200,b200,mi300x", "--json", timeout=300)
+    assert r.code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["evaluated"] >= 800 and d["arrivals"].startswith("Poisson")
+    best = d["best"]
+    assert not best["disaggregated"], "this load's cheapest is aggregated; the check below simulates one replica"
+    share = best["predicted"]["per_replica_load"]
+    assert share == pytest.approx(8 / best["replicas"])
+    out = tmp_path / "alone"
+    flags = ["--model", "llama-3.1-70b", "--gpu", best["gpu"], "--tp", str(best["tp"]), "--pp", str(best["pp"]),
+             "--weight-dtype", best["weight_dtype"], "--kv-dtype", best["kv_dtype"],
+             "--max-num-seqs", str(best["max_num_seqs"]), "--max-num-batched-tokens", str(best["max_num_batched_tokens"]),
+             "--isl", "1000", "--osl", "1000", "--requests", "1600", "--slo", "ttft_p99_ms=2000,tpot_p99_ms=50"]
+    r = run_cli("simulate", *flags, "--rate", f"{share},{8 / (best['replicas'] - 1)}", "--out", str(out), "--json",
+                timeout=300)
+    assert r.code == 0, r.stderr
+    alone, fewer = json.loads(r.stdout)["levels"]
+    assert alone["slo"]["met"] and alone["stability"]["verdict"] == "stable", (alone["slo"], alone["stability"])
+    assert not fewer["slo"]["met"] or fewer["stability"]["verdict"] == "over_capacity"
+    assert best["one_fewer_replica"]["met"] is False
+    # the per-replica maximum the table shows does not contradict the one-fewer check
+    assert best["max_load"] < 8 / (best["replicas"] - 1)
+
+
+def test_burstiness_is_an_assumption_recommend_states(tmp_path):
+    r = run_cli("recommend", "--model", "llama-3.1-8b", "--rate", "24", "--isl", "1000", "--osl", "200",
+                "--slo", "ttft_p99_ms=1500,tpot_p99_ms=40", "--gpus", "h100-sxm", "--weight-dtypes", "bf16",
+                "--kv-dtypes", "bf16", "--burstiness", "0.5", "--workers", "1", "--out", str(tmp_path / "rec"))
+    assert r.code == 0, r.stderr
+    assert "assumed arrivals: gamma-distributed arrival gaps of shape 0.5 (burstier than Poisson)" in r.stdout
+    assert "Assumed arrivals: gamma-distributed arrival gaps of shape 0.5" in (tmp_path / "rec" / "report.md").read_text()
+    assert json.loads((tmp_path / "rec" / "recommend.json").read_text())["burstiness"] == 0.5
+    assert "--burstiness 0.5" in r.stdout  # the confirming bench offers the same arrivals
+    r = run_cli("recommend", "--model", "llama-3.1-8b", "--rate", "24", "--isl", "1000", "--osl", "200",
+                "--slo", "ttft_p99_ms=1500", "--gpus", "h100-sxm", "--burstiness", "0")
+    assert r.code != 0 and r.stderr.count("\n") <= 2 and "--burstiness must be > 0" in r.stderr

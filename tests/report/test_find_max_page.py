@@ -3,6 +3,7 @@ step up that failed, from a real `kneecap simulate --find-max` run."""
 
 from __future__ import annotations
 
+import html
 import json
 
 from clitools import run_cli
@@ -34,9 +35,9 @@ def test_the_report_plots_the_search_for_the_highest_load_under_the_slo(tmp_path
     assert lines[f"answer: {m['value']:g}"].get_xdata()[0] == m["value"]
     assert lines[f"next step up failed: {m['failed_at']:g}"].get_xdata()[0] == m["failed_at"]
     assert ax.get_ylabel() == "ttft_p99_ms (ms)"
-    text = " ".join(to_markdown(doc).split())
-    assert (f"The highest concurrency that met every SLO term: {m['value']:g}; the next step up, "
-            f"{m['failed_at']:g}, failed") in text
+    text = html.unescape(" ".join(to_markdown(doc).split()))
+    assert (f"Find-max: {m['value']:g} streams: the highest load meeting every SLO at steady state "
+            f"(bracket: met at {m['value']:g}, failed at {m['failed_at']:g}; binding: ") in text
 
 
 def test_a_sweep_without_a_search_has_no_search_plot(real_sim):

@@ -4,7 +4,9 @@ Also `--export vllm` and the flag names users bring from `vllm bench serve`."""
 
 from __future__ import annotations
 
+import html
 import json
+import math
 
 import pytest
 
@@ -63,3 +65,33 @@ def test_find_max_needs_an_slo_and_matching_bounds(tmp_path):
         r = run_cli(*BASE, *args, "--out", str(tmp_path / "bad"))
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         assert r.code == 2 and len(lines) == 1 and needle in lines[0], r.stderr
+
+
+def test_rate_search_judges_at_steady_state_and_states_its_bracket(tmp_path):
+    """A rate level too short to show its steady state is run again, longer, before it counts; the answer names
+    its bracket (last met, first failed) and binding term with the digits the bracket supports."""
+    r = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "1000", "--osl", "1000",
+                "--rate", "1,64", "--find-max", "rate", "--slo", "ttft_p99_ms=2000,tpot_p99_ms=50",
+                "--out", str(tmp_path / "run"), "--json")
+    assert r.code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    m = doc["max_load"]
+    assert m["last_met"] == m["value"] and m["first_failed"] == m["failed_at"] and m["value"] < m["failed_at"]
+    assert m["binding"] == m["failed_because"].split(";")[0]
+    gap = m["failed_at"] - m["value"]
+    places = max(0, -math.floor(math.log10(gap)))
+    assert m["answer"].startswith(f"{m['value']:.{places}f} req/s: the highest load meeting every SLO at steady state")
+    for lv in doc["levels"]:  # no load counted as met unless its level was stable
+        assert not lv["find_max"]["met"] or lv["stability"]["verdict"] == "stable"
+    extended = [lv for lv in doc["levels"] if lv["find_max"].get("extended")]
+    assert extended and all(lv["stability"]["verdict"] == "transient" for lv in extended)
+    met = [lv for lv in doc["levels"] if lv["rate"] == m["value"]]
+    assert met[-1]["find_max"]["met"] and met[-1]["requests"] > met[0]["requests"]
+    md = html.unescape((tmp_path / "run" / "report.md").read_text())
+    assert f"Find-max: {m['answer']}" in md
+    # every load searched met: the answer is a lower bound
+    r = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "1000", "--osl", "1000",
+                "--rate", "1,2", "--find-max", "rate", "--slo", "ttft_p99_ms=2000,tpot_p99_ms=50", "--no-report",
+                "--out", str(tmp_path / "low"))
+    assert r.code == 0, r.stderr
+    assert "find-max: at least 2 req/s" in r.stdout

@@ -24,6 +24,8 @@ def test_until_stable_ends_a_duration_level_once_its_p99s_settled(tmp_path):
     (level,) = json.loads(r.stdout)["levels"]
     verdict = level["stable_p99"]
     assert verdict["stable"] is True and verdict["rel_tol"] == 0.05 and verdict["window_s"] == 10.0
+    # it ends on the steady-state rule every level is judged by, too (kneecap.metrics.stability)
+    assert verdict["steady_state"] == "stable" and level["stability"]["verdict"] == "stable"
     assert len(verdict["ttft_p99_ms"]) == 4  # the last 3 windows and the one before them
     # it ended early: fewer requests than the whole 300 s, none sent after the verdict's last window end
     assert 0 < level["requests"] < full["levels"][0]["requests"]
@@ -91,3 +93,30 @@ def test_dataset_name_and_path_as_vllm_takes_them(tmp_path):
     assert r.code == 2 and "--dataset sharegpt needs the file" in r.stderr
     r = run_cli(*BASE, "--dataset-name", "random", "--concurrency", "2", "--requests", "4", "--out", str(tmp_path / "r"))
     assert r.code == 0, r.stderr
+
+
+def test_isl_and_osl_take_the_same_length_forms_as_bench(tmp_path):
+    """One --isl/--osl declaration (kneecap.cli.sweep_flags): a length distribution works in simulate as in bench,
+    the same bad value gives both commands the same one-line error, and both --help texts say the same."""
+    r = run_cli("simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--no-report", "--json",
+                "--isl", "uniform:500:1500", "--osl", "normal:mean=100,std=20,max=200", "--rate", "2",
+                "--requests", "300", "--out", str(tmp_path / "u"))
+    assert r.code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["workload"]["isl_dist"] == "uniform:500:1500" and doc["workload"]["isl"] is None
+    records = list(iter_records(tmp_path / "u" / "requests.jsonl"))
+    ins = [rec.expected_input_tokens for rec in records]
+    outs = [rec.expected_output_tokens for rec in records]
+    assert min(ins) >= 500 and max(ins) <= 1500 and len(set(ins)) > 100 and 900 < sum(ins) / len(ins) < 1100
+    assert max(outs) <= 200 and len(set(outs)) > 10
+    errors = [run_cli(cmd, *args, "--isl", "uniform:x", "--rate", "2", "--out", str(tmp_path / cmd)).stderr
+              for cmd, args in (("simulate", ("--preset", "llama-3.1-8b", "--gpu", "h100-sxm")),
+                                ("bench", ("--base-url", "http://127.0.0.1:9", "--osl", "10")))]
+    assert errors[0] == errors[1] and errors[0].startswith("error: --isl length 'uniform:x'") and errors[0].count("\n") == 1
+    helps = [" ".join(run_cli(cmd, "--help").stdout.split()) for cmd in ("simulate", "bench")]
+    for text in ("input tokens per request: N, or a length distribution such as uniform:100:2000",
+                 "--find-max", "--goodput", "--shared-prefix"):
+        assert text in helps[0] and text in helps[1]
+    r = run_cli("simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "lognormal:mean=1000,std=300",
+                "--rate", "2", "--out", str(tmp_path / "unbounded"))
+    assert r.code == 2 and "add max=N" in r.stderr and r.stderr.count("\n") == 1

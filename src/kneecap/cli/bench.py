@@ -10,6 +10,7 @@ from typing import List, Optional
 
 import typer
 
+from kneecap.cli import sweep_flags as flags
 from kneecap.cli.app import EXPORT_HELP, app, stdout_console
 from kneecap.errors import KneecapError
 
@@ -24,16 +25,16 @@ def bench(
     base_url: Optional[str] = typer.Option(None, "--base-url", help="[required, unless --resume] OpenAI-compatible server, e.g. http://127.0.0.1:8000"),
     model: Optional[str] = typer.Option(None, "--model", help="model name to request", show_default="the server's first model"),
     endpoint: Optional[str] = typer.Option(None, "--endpoint", help="completions | chat", show_default="completions"),
-    isl: Optional[str] = typer.Option(None, "--isl", "--random-input-len", help="[required with the random dataset] input tokens per request: N, or a length distribution such as uniform:100:2000, normal:mean=1000,std=200, lognormal:mean=1000,std=300,max=4096, empirical:120,340,800"),
-    osl: Optional[str] = typer.Option(None, "--osl", "--random-output-len", "--sharegpt-output-len", help="[required, except with a dataset or --replay, whose data size the outputs] output tokens per request: N or a length distribution (as --isl); with a dataset it replaces the data's output lengths"),
-    concurrency: Optional[str] = typer.Option(None, "--concurrency", "--max-concurrency", help="[this or --rate is required] closed-loop levels, e.g. 1,8,64; with --find-max the lowest and highest load to search"),
-    rate: Optional[str] = typer.Option(None, "--rate", "--request-rate", help="[this or --concurrency is required] open-loop levels in requests/s, e.g. 1,2,4; with --find-max the lowest and highest rate to search"),
+    isl: Optional[str] = flags.ISL,
+    osl: Optional[str] = flags.OSL,
+    concurrency: Optional[str] = flags.CONCURRENCY,
+    rate: Optional[str] = flags.RATE,
     burstiness: Optional[float] = typer.Option(None, "--burstiness", help="gamma shape of arrivals: 1 Poisson, <1 burstier", show_default="1.0"),
     requests: Optional[int] = typer.Option(None, "--requests", "--num-prompts", help="measured requests per level"),
     duration: Optional[float] = typer.Option(None, "--duration", help="seconds per level (instead of --requests)"),
     warmup: Optional[int] = typer.Option(None, "--warmup", help="warmup requests per level (recorded, excluded from stats)", show_default="0"),
-    slo: Optional[str] = typer.Option(None, "--slo", help="e.g. ttft_p99_ms=500,itl_p99_ms=50,error_rate=0.01"),
-    find_max: Optional[str] = typer.Option(None, "--find-max", help="concurrency or rate: search for the highest load meeting every --slo (doubling, then bisection); the answer is summary.json's max_load"),
+    slo: Optional[str] = flags.SLO,
+    find_max: Optional[str] = flags.FIND_MAX,
     repeats: int = typer.Option(1, "--repeats", help="with --find-max: a load passes only if it meets the SLO this many times"),
     export: Optional[str] = typer.Option(None, "--export", help=EXPORT_HELP),
     out: Optional[str] = typer.Option(None, "--out", help="results folder (default ./kneecap-results/bench-<UTC time>)"),
@@ -50,10 +51,10 @@ def bench(
     ramp: Optional[str] = typer.Option(None, "--ramp", help="KIND:START:END:SECONDS (KIND linear or exp): one level whose load moves from START to END over SECONDS, on the dimension given with --concurrency or --rate (any value there); metrics per tenth of it in summary.json's slices"),
     turns: Optional[int] = typer.Option(None, "--turns", help="multi-turn: each of C users holds conversations of K turns; turn k sends turn k-1's prompt + the server's answer + --isl new tokens; --requests counts turns"),
     think_time_s: Optional[float] = typer.Option(None, "--think-time-s", help="with --turns: seconds a user waits after an answer before its next turn", show_default="0"),
-    until_stable: Optional[float] = typer.Option(None, "--until-stable", help="with --concurrency and --duration S: end a level as soon as its p99 TTFT and ITL each moved less than this fraction (e.g. 0.05) over the last 3 windows of --stable-window-s; S is then the longest a level runs; the verdict is the level's stable_p99 in summary.json"),
+    until_stable: Optional[float] = flags.UNTIL_STABLE,
     stable_window_s: Optional[float] = typer.Option(None, "--stable-window-s", help="with --until-stable: seconds per window", show_default="10"),
-    goodput: Optional[List[str]] = typer.Option(None, "--goodput", help="vLLM's per-request goodput objectives, KEY:VALUE in ms with KEY ttft, tpot or e2el (e.g. --goodput 'ttft:200 tpot:50'): a request is good when each of its own latencies is within its value; added to --slo as ttft_max_ms=200,tpot_max_ms=50"),
-    shared_prefix: Optional[str] = typer.Option(None, "--shared-prefix", help="TOKENS or TOKENSxGROUPS shared by requests"),
+    goodput: Optional[List[str]] = flags.GOODPUT,
+    shared_prefix: Optional[str] = flags.SHARED_PREFIX,
     seed: Optional[int] = typer.Option(None, "--seed", help="seed of lengths, prompts and arrivals", show_default="0"),
     prompt_salt: Optional[str] = typer.Option(None, "--prompt-salt", help="mixed into every prompt (default: a fresh one per run, in manifest.json; pass it again to repeat a run's prompts exactly)"),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="the served model's tokenizer.json: text prompts of exact length, counted locally"),
@@ -92,10 +93,9 @@ def bench(
 
     from kneecap.metrics.goodput import parse_goodput
     from kneecap.workload.datasets import dataset_flag
-    from kneecap.workload.lengthspec import parse_length_flag
 
-    isl_n, isl_dist = parse_length_flag("--isl", isl)
-    osl_n, osl_dist = parse_length_flag("--osl", osl)
+    isl_n, isl_dist = flags.length_flag("--isl", isl)
+    osl_n, osl_dist = flags.length_flag("--osl", osl)
     dataset = dataset_flag(dataset, dataset_path)
     if goodput:
         slo = ",".join(p for p in (slo, parse_goodput(goodput)) if p)

@@ -116,6 +116,7 @@ def recommend_cmd(
     ray: Optional[str] = typer.Option(None, "--ray", help="run the candidate evaluations as Ray tasks on a cluster: auto (RAY_ADDRESS), local, or the head's HOST:PORT; the same answer as without it; needs pip install 'kneecap[ray]'"),
     workers: Optional[int] = typer.Option(None, "--workers", help="processes to simulate on (default: the CPU count; results do not depend on it)"),
     seed: int = typer.Option(0, "--seed", help="seed of the simulated arrivals"),
+    burstiness: float = typer.Option(1.0, "--burstiness", help="with --rate: gamma shape of the arrival gaps the simulated levels assume: 1 Poisson, <1 burstier, >1 more regular"),
     json_out: bool = typer.Option(False, "--json", help="print recommend.json on stdout, nothing else"),
     out: Optional[str] = typer.Option(None, "--out", help="write recommend.json, report.md and report.html into DIR"),
     manifests: Optional[str] = typer.Option(None, "--manifests", help="write Kubernetes manifests for the best candidate and the frontier into DIR: a Deployment (a LeaderWorkerSet where a replica spans nodes; a Deployment per pool, labelled for llm-d, for prefill/decode pools) and a Service, running each candidate's vllm serve command"),
@@ -184,7 +185,8 @@ def recommend_cmd(
                            load=float(rate) if rate is not None else int(concurrency), isl=isl, osl=osl,
                            slo=parse_slo(slo), gpus=names, max_gpus=max_gpus,
                            weight_dtypes=_csv(weight_dtypes) or DEFAULT_WEIGHT_DTYPES,
-                           kv_dtypes=_csv(kv_dtypes) or DEFAULT_KV_DTYPES, seed=seed, mix=mix, trace=trace)
+                           kv_dtypes=_csv(kv_dtypes) or DEFAULT_KV_DTYPES, seed=seed, mix=mix, trace=trace,
+                           burstiness=burstiness)
     n = workers or max(1, os.cpu_count() or 1)
     doc = recommend(req, table, workers=n, ray=ray)
     doc["unpriced_gpus"] = [{"gpu": g, "note": table[g].note or "no price"} for g in unpriced_default]
@@ -212,6 +214,7 @@ def recommend_cmd(
     if trace is not None:
         console.print("workload " + trace.describe() + "; " + doc["trace"]["model"], soft_wrap=True)
     console.print(_table(doc))
+    console.print(f"assumed arrivals: {doc['arrivals']}; {doc['search']['steady_state']}", soft_wrap=True)
     if doc["unpriced_gpus"]:
         console.print("skipped for lack of a price (pass --prices FILE to include them): "
                       + ", ".join(u["gpu"] for u in doc["unpriced_gpus"]), soft_wrap=True)

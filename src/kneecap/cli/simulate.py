@@ -14,11 +14,43 @@ from typing import List, Optional
 
 import typer
 
+from kneecap.cli import sweep_flags as flags
 from kneecap.cli.app import EXPORT_HELP, app, results_folder, stdout_console
 from kneecap.cli.plan import ENGINE_DEFAULTS, SIM_FLAGS, SIM_OPTIONS, EngineDefaultsOpt, MaxBatchedOpt, MaxSeqsOpt, deployment_flags
 from kneecap.errors import KneecapError
 
 TRACE_FILE = "trace.jsonl"
+
+
+DEFAULT_LENGTH = 1000  # --isl / --osl tokens when not given
+
+
+def _longest(flag: str, tokens: int, spec: str | None) -> int:
+    """The longest a --isl / --osl can draw: N, or its distribution's upper bound (one is needed: the engine must
+    hold every request within its context)."""
+    if spec is None:
+        return tokens
+    from kneecap.workload.lengthspec import parse_length_spec
+
+    bound = parse_length_spec(spec).upper_bound
+    if bound is None:
+        raise KneecapError(f"{flag} {spec}: the simulator needs a longest length to check the context against",
+                           f"add max=N, e.g. {flag} {spec},max=4096")
+    return bound
+
+
+def simulate_in_process(args: list[str]) -> tuple[int, str]:
+    """`kneecap simulate ARGS` as a library call in this process (a grid's configurations, in their Ray tasks):
+    the exit code and what it wrote on stderr (its one-line error); its stdout is discarded."""
+    import contextlib
+    import io
+
+    from kneecap.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["simulate", *args])
+    return code, err.getvalue()
 
 
 def _run_grid(grid: str | None, ray_address: str | None, out: str | None, json_out: bool, quiet: bool) -> int:
@@ -35,7 +67,7 @@ def _run_grid(grid: str | None, ray_address: str | None, out: str | None, json_o
     configs = load_grid(grid)
     root = results_folder(out, "grid")
     nodes: list = []
-    index = write_grid(root, configs, run_grid_bytes(configs, ray_address, nodes), nodes)
+    index = write_grid(root, configs, run_grid_bytes(configs, ray_address, nodes, simulate=simulate_in_process), nodes)
     if json_out:
         import json
 
@@ -59,7 +91,8 @@ def _sorted(obj):
 def _table(summary: dict):
     from rich.table import Table
 
-    from kneecap.sweep.render import has_slo, slo_caption, slo_cell
+    from kneecap.metrics.stability import stability_caption, verdict_text
+    from kneecap.sweep.render import find_max_caption, has_slo, slo_caption, slo_cell
 
     def ms(level, key, q):
         v = (level.get(key) or {}).get(q)
@@ -71,8 +104,8 @@ def _table(summary: dict):
                         f"{summary['deployment']['gpu']} (virtual time; no model executed)", title_justify="left")
     for header in ("C" if kind == "concurrency" else "rate (req/s)", "ok", "failed", "out tok/s", "TTFT p50 (ms)",
                    "TTFT p99 (ms)", "TPOT p50 (ms)", "ITL p99 (ms)", "preempt", "KV max %", "running max", "queue max",
-                   *(("SLO",) if has_slo(summary) else ()), "notes"):
-        table.add_column(header, justify="left" if header in ("notes", "SLO") else "right")
+                   *(("SLO",) if has_slo(summary) else ()), "steady", "notes"):
+        table.add_column(header, justify="left" if header in ("notes", "SLO", "steady") else "right")
     for level in summary["levels"]:
         sm = level.get("server_metrics") or {}
         notes = []
@@ -88,10 +121,12 @@ def _table(summary: dict):
                       ms(level, "tpot_ms", "p50"), ms(level, "itl_ms", "p99"), str(sm.get("preemptions", "—")),
                       f"{100 * sm['kv_usage_max']:.0f}" if sm.get("kv_usage_max") is not None else "—",
                       str(sm.get("running_max", "—")), str(sm.get("waiting_max", "—")),
-                      *((slo_cell(level),) if has_slo(summary) else ()), "; ".join(notes))
+                      *((slo_cell(level),) if has_slo(summary) else ()), verdict_text(level), "; ".join(notes))
     stopped = summary.get("stopped")
     captions = [f"stopped at {stopped.get('at')}: {stopped.get('reason')}"] if stopped else []
     captions += [line] if (line := slo_caption(summary, kind)) else []
+    captions += [line] if (line := stability_caption(summary["levels"])) else []
+    captions += [line] if (line := find_max_caption(summary)) else []
     if captions:
         table.caption = "\n".join(captions)
     return table
@@ -101,21 +136,21 @@ def _table(summary: dict):
 @deployment_flags(SIM_FLAGS, SIM_OPTIONS)
 def simulate(
     request=None,
-    isl: int = typer.Option(1000, "--isl", "--random-input-len", help="Input tokens per request"),
-    osl: int = typer.Option(1000, "--osl", "--random-output-len", help="Output tokens per request"),
-    shared_prefix: Optional[str] = typer.Option(None, "--shared-prefix", help="TOKENS or TOKENSxGROUPS of prompt shared by requests"),
-    concurrency: Optional[str] = typer.Option(None, "--concurrency", "--max-concurrency", help="Closed-loop levels, e.g. 1,8,64,max (max: all at once); with --find-max the lowest and highest load to search"),
-    rate: Optional[str] = typer.Option(None, "--rate", "--request-rate", help="Open-loop levels in requests/s, e.g. 1,2,4; with --find-max the lowest and highest rate to search"),
+    isl: Optional[str] = flags.ISL,
+    osl: Optional[str] = flags.OSL,
+    shared_prefix: Optional[str] = flags.SHARED_PREFIX,
+    concurrency: Optional[str] = flags.CONCURRENCY,
+    rate: Optional[str] = flags.RATE,
     burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of inter-arrival gaps: 1 Poisson, <1 burstier"),
     requests: Optional[int] = typer.Option(None, "--requests", "--num-prompts", help="Measured requests per level (default max(100, 4 x C); 200 per rate level)"),
     duration: Optional[float] = typer.Option(None, "--duration", help="Virtual seconds per level during which requests are sent"),
     warmup: int = typer.Option(0, "--warmup", help="Warmup requests per level (recorded, excluded from stats)"),
     seed: int = typer.Option(0, "--seed", help="Seed of lengths and arrivals, as bench: lengths drawn at sweep-unique request indices, level i's arrivals with seed + i"),
-    slo: Optional[str] = typer.Option(None, "--slo", help="e.g. ttft_p99_ms=500,itl_p99_ms=50"),
-    goodput: Optional[List[str]] = typer.Option(None, "--goodput", help="vLLM's per-request goodput objectives, KEY:VALUE in ms with KEY ttft, tpot or e2el (e.g. --goodput 'ttft:200 tpot:50'): a request is good when each of its own latencies is within its value; added to --slo as ttft_max_ms=200,tpot_max_ms=50"),
-    until_stable: Optional[float] = typer.Option(None, "--until-stable", help="With --concurrency and --duration S: end a level as soon as its p99 TTFT and ITL each moved less than this fraction (e.g. 0.05) over the last 3 windows of --stable-window-s; S is then the longest a level runs; the verdict is the level's stable_p99 in summary.json"),
+    slo: Optional[str] = flags.SLO,
+    goodput: Optional[List[str]] = flags.GOODPUT,
+    until_stable: Optional[float] = flags.UNTIL_STABLE,
     stable_window_s: float = typer.Option(10.0, "--stable-window-s", help="With --until-stable: virtual seconds per window"),
-    find_max: Optional[str] = typer.Option(None, "--find-max", help="concurrency or rate: search for the highest load meeting every --slo (doubling, then bisection); the answer is summary.json's max_load"),
+    find_max: Optional[str] = flags.FIND_MAX,
     repeats: int = typer.Option(1, "--repeats", help="With --find-max: a load passes only if it meets the SLO this many times (each with its own seed)"),
     dataset: Optional[str] = typer.Option(None, "--dataset", "--dataset-name", help="random, or sharegpt / jsonl with --dataset-path, or the PATH itself: ShareGPT JSON/JSONL or JSONL {prompt, output_len?}; request lengths from the data (prompt tokens estimated at 4 characters each), sampled with --seed, rows longer than the context left out", show_default="random"),
     dataset_path: Optional[str] = typer.Option(None, "--dataset-path", help="The dataset file (with --dataset sharegpt or jsonl, or alone)"),
@@ -193,6 +228,9 @@ def simulate(
 
         slo = ",".join(p for p in (slo, parse_goodput(goodput)) if p)
     slo_dict = parse_slo(slo) if slo else {}
+    isl, isl_dist = flags.length_flag("--isl", isl, DEFAULT_LENGTH)
+    osl, osl_dist = flags.length_flag("--osl", osl, DEFAULT_LENGTH)
+    longest = {flag: _longest(flag, n, spec) for flag, n, spec in (("--isl", isl, isl_dist), ("--osl", osl, osl_dist))}
     dataset = dataset_flag(dataset, dataset_path)
     dataset = None if dataset == "random" else dataset
     if calibration and step_params:
@@ -211,18 +249,21 @@ def simulate(
         schedule = _replay_schedule(replay, plan.context, skip_too_long)
         base = SimulateOptions(kind="rate", levels=(1.0,), schedule=schedule)
         values = [speed * base.trace_rate for speed in values]
-        isl, osl = 1, 1  # lengths come from the trace (checked against the context row by row)
-    opts = SimulateOptions(kind=kind, levels=tuple(values), isl=isl, osl=osl, requests=requests, duration_s=duration,
+        isl, osl, isl_dist, osl_dist = 1, 1, None, None  # lengths come from the trace (checked row by row)
+        longest = {"--isl": 1, "--osl": 1}
+    opts = SimulateOptions(kind=kind, levels=tuple(values), isl=isl, osl=osl, isl_dist=isl_dist, osl_dist=osl_dist,
+                           requests=requests, duration_s=duration,
                            warmup=warmup, seed=seed, burstiness=burstiness, shared_prefix_tokens=prefix_tokens,
                            num_prefix_groups=prefix_groups, schedule=schedule, ramp=ramp_obj, turns=turns or 0,
                            think_time_s=think_time_s, until_stable=until_stable, stable_window_s=stable_window_s,
                            **turnaround)
     if dataset is not None:
         opts = dataclasses.replace(opts, dataset=_dataset_specs(dataset, opts, plan.context))
-        isl, osl = 1, 1  # lengths come from the data (kept within the context)
-    if isl + osl > plan.context:
-        raise KneecapError(f"--isl + --osl = {isl + osl} tokens exceed the context of {plan.context}",
-                           f"pass --context {isl + osl} or shorter lengths")
+        longest = {"--isl": 1, "--osl": 1}  # lengths come from the data (kept within the context)
+    if sum(longest.values()) > plan.context:
+        total = sum(longest.values())
+        raise KneecapError(f"--isl + --osl = {total} tokens{' at most' if isl_dist or osl_dist else ''} exceed the "
+                           f"context of {plan.context}", f"pass --context {total} or shorter lengths")
     sim = from_plan(plan, defaults=engine_defaults, max_num_seqs=max_num_seqs,
                     max_num_batched_tokens=max_num_batched_tokens, prefix_caching=prefix_caching,
                     step_params=params_obj, scheduler_delay_factor=scheduler_delay_factor)
@@ -256,7 +297,9 @@ def simulate(
         if find_max is not None:
             from kneecap.sweep.find_max import search_max_load
 
-            final = _sorted(search_max_load(sweep, opts, slo=slo_dict, repeats=repeats))
+            # a transient level is run again, longer (synthetic requests only: a trace or dataset is what it is)
+            extend = not (opts.schedule or opts.dataset or opts.turns)
+            final = _sorted(search_max_load(sweep, opts, slo=slo_dict, repeats=repeats, extend=extend))
         else:
             final = _sorted(sweep.run())
     if export is not None:

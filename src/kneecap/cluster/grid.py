@@ -3,9 +3,10 @@ one by one here), each giving exactly the summary.json that configuration gives 
 
 A configuration is a mapping of simulate's own option names to values ({"preset": "llama-3.1-8b",
 "gpu": "h100-sxm", "concurrency": "1,8,64", "requests": 200}; lists are joined with commas, true/false
-are switches). Each one runs the simulate command itself in a fresh process on a cluster node (the
-command's summary is byte-identical for the same configuration and seed), so a grid cannot drift from
-what `kneecap simulate` computes. Owns the fan-out only: not the simulation, not its flags.
+are switches). Each one runs the simulate command itself, called as a library function in a Ray task on a
+cluster node (or here, one by one; never as a subprocess): its summary is byte-identical for the same
+configuration and seed, so a grid cannot drift from what `kneecap simulate` computes. Owns the fan-out only:
+not the simulation, not its flags.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from kneecap.errors import KneecapError
 from kneecap.list_file import read_list_file
@@ -62,26 +63,24 @@ def config_name(config: dict, index: int) -> str:
     return f"{index:03d}-{name}" if name else f"{index:03d}"
 
 
-def simulate_one(args: Sequence[str]) -> tuple[int, bytes, str]:
-    """`kneecap simulate ARGS` in a fresh process (the command itself): (exit code, summary.json bytes, stderr)."""
-    import subprocess
-    import sys
+def simulate_one(args: Sequence[str], simulate: Callable[[list[str]], tuple[int, str]]) -> tuple[int, bytes, str]:
+    """One configuration through `simulate(ARGS)`, the simulate command called as a library function in this
+    process (kneecap.cli.simulate.simulate_in_process, handed in by the command: this layer does not import
+    the CLI), into a temporary folder: (exit code, summary.json bytes, stderr)."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="kneecap-grid-") as tmp:
         out = Path(tmp) / "run"
-        proc = subprocess.run([sys.executable, "-m", "kneecap", "simulate", *args, "--out", str(out), "--quiet",
-                               "--no-report"], capture_output=True, text=True, timeout=TASK_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL)
-        summary = (out / "summary.json").read_bytes() if proc.returncode == 0 and (out / "summary.json").exists() else b""
-    return proc.returncode, summary, proc.stderr
+        code, stderr = simulate([*args, "--out", str(out), "--quiet", "--no-report"])
+        summary = (out / "summary.json").read_bytes() if code == 0 and (out / "summary.json").exists() else b""
+    return code, summary, stderr
 
 
-def _grid_task(args: Sequence[str]) -> tuple[tuple[int, bytes, str], str]:
-    """The Ray task: one configuration, and the node it ran on."""
+def _grid_task(args: Sequence[str], simulate) -> tuple[tuple[int, bytes, str], str]:
+    """The Ray task: one configuration (a library call in the task's worker process), and the node it ran on."""
     import ray
 
-    return simulate_one(args), ray.get_runtime_context().get_node_id()
+    return simulate_one(args, simulate), ray.get_runtime_context().get_node_id()
 
 
 def _checked(index: int, result: tuple[int, bytes, str]) -> bytes:
@@ -93,19 +92,20 @@ def _checked(index: int, result: tuple[int, bytes, str]) -> bytes:
     return summary
 
 
-def run_grid_bytes(configs: Sequence[dict], ray_address: str | None, nodes: list | None = None) -> list[bytes]:
-    """Every configuration's summary.json bytes, in order: as Ray tasks on `ray_address`, or here one by one.
-    `nodes` (a list) receives the Ray node id each configuration ran on."""
+def run_grid_bytes(configs: Sequence[dict], ray_address: str | None, nodes: list | None = None, *,
+                   simulate: Callable[[list[str]], tuple[int, str]]) -> list[bytes]:
+    """Every configuration's summary.json bytes, in order: as Ray tasks on `ray_address`, or here one by one,
+    each through `simulate` (see simulate_one). `nodes` (a list) receives the Ray node id each ran on."""
     arg_lists = [config_args(c, i) for i, c in enumerate(configs)]
     if ray_address is None:
-        return [_checked(i, simulate_one(args)) for i, args in enumerate(arg_lists)]
+        return [_checked(i, simulate_one(args, simulate)) for i, args in enumerate(arg_lists)]
     from kneecap.cluster.connect import connect
 
     conn = connect(ray_address)
     ray = conn.ray
     try:
         task = ray.remote(num_cpus=1, max_retries=0)(_grid_task)
-        refs = [task.remote(args) for args in arg_lists]
+        refs = [task.remote(args, simulate) for args in arg_lists]
         results = []
         for i, ref in enumerate(refs):
             try:

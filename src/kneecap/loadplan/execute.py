@@ -10,6 +10,8 @@ rewritten after every cell.
 
 from __future__ import annotations
 
+import math
+
 from itertools import takewhile
 from pathlib import Path
 
@@ -37,8 +39,16 @@ from kneecap.workload import Workload
 DEFAULT_REQUESTS_PER_CELL = 100
 
 
-def _requests_for(spec: LoadPlanSpec, dimension: str, load: float) -> int:
+STEADY_STREAM_ROUNDS = 4.5  # a simulated closed-loop cell runs >= 4.5 C requests: its first round, then 3.5x C in flight
+
+
+def _requests_for(spec: LoadPlanSpec, dimension: str, load: float, *, simulated: bool = False) -> int:
+    """A cell's requests: the plan's. A simulated closed-loop cell (no wall time to save) runs at least enough to
+    reach steady state by Little's law (its C in flight); a simulated rate cell too short to show it is judged
+    transient, which does not pass (verdicts.steady_breaches)."""
     if spec.load.requests_per_cell:
+        if simulated and dimension == "concurrency":
+            return max(spec.load.requests_per_cell, math.ceil(STEADY_STREAM_ROUNDS * load))
         return spec.load.requests_per_cell
     # duration: rate x duration requests (open loop), or enough for C workers to cycle (closed loop)
     if dimension == "rate":
@@ -165,7 +175,9 @@ class _PlanRun:
                     (self.results.path / cell_records_name(i)).replace(self.results.path / cell_records_name(i, "discarded"))
             warmup = spec.state.warmup_requests if rest[0].state == "warm" else 0
             levels = [SweepLevel(index=c.index + offset, value=int(c.load) if dimension == "concurrency" else c.load,
-                                 num_requests=_requests_for(spec, dimension, c.load), num_warmup=warmup, first_index=0)
+                                 num_requests=_requests_for(spec, dimension, c.load,
+                                                           simulated=not self.cand.benchmark_executed),
+                                 num_warmup=warmup, first_index=0)
                       for c in rest]
             notes, files = _Notes(say), CellRecords(self.results.path, spec.privacy)
             driver = Ramp(self.cand, notes, dimension=dimension, loads=tuple(lv.value for lv in levels), workload=workload,
@@ -218,7 +230,8 @@ class _PlanRun:
         # (the client asks for exactly that many tokens), or that produced no tokens at all
         level["invalid_outputs"] = invalid = (level.get("token_mismatch") or {}).get("output", 0) + sum(
             1 for r in records if r.ok and not r.warmup and r.num_output_tokens == 0)
-        verdict = judge(level, spec.slo.get(cell.class_name), spec.stop, behaviour_drift=drifted, invalid_outputs=invalid)
+        verdict = judge(level, spec.slo.get(cell.class_name), spec.stop, behaviour_drift=drifted, invalid_outputs=invalid,
+                        simulated=not cand.benchmark_executed)
         row = {**_row(cell, index), "verdict": verdict["verdict"], "breaches": verdict["breaches"], "limit": verdict["limit"],
                "metrics": level, "state_reached": state_note, "little": littles_law(records),
                "observed": observe_cell(records, run.trace, run.server_metrics),

@@ -1,7 +1,7 @@
 """Judging one cell: SLO budgets (per class) and declared stop limits. Pure.
 
 verdict "pass"        every budget met, no limit crossed
-        "slo_breach"  a budget missed (the ramp goes on unless stop_on_slo_breach)
+        "slo_breach"  a budget missed, or the cell not at steady state (the ramp goes on unless stop_on_slo_breach)
         "limit"       a declared limit crossed (error/timeout/invalid-output rate, unstable tail,
                       suspect measurement, behaviour drift): the ramp stops here
         "not_run"     a higher step of a ramp that had already stopped
@@ -63,9 +63,19 @@ def limit_crossed(level: dict, stop: StopSpec, *, invalid_outputs: int = 0, beha
     return None
 
 
-def judge(level: dict, budget: Budget | None, stop: StopSpec, **kw) -> dict:
+def steady_breaches(level: dict, *, simulated: bool) -> list[str]:
+    """A cell that did not reach steady state cannot pass (kneecap.metrics.stability): over capacity (its queue
+    grew) always; transient (too short to tell) on the simulator, whose cells decide for a real deployment."""
+    st = level.get("stability") if isinstance(level.get("stability"), dict) else {}
+    verdict = st.get("verdict")
+    if verdict == "over_capacity" or (simulated and verdict == "transient"):
+        return [f"steady state: {verdict.replace('_', ' ')} ({st.get('rule')})"]
+    return []
+
+
+def judge(level: dict, budget: Budget | None, stop: StopSpec, *, simulated: bool = False, **kw) -> dict:
     """{'verdict', 'breaches', 'limit'} for one cell's level summary."""
-    breaches = budget_breaches(level, budget)
+    breaches = budget_breaches(level, budget) + (steady_breaches(level, simulated=simulated) if budget else [])
     limit = limit_crossed(level, stop, **kw)
     verdict = LIMIT if limit else SLO_BREACH if breaches else "pass"
     return {"verdict": verdict, "breaches": breaches, "limit": limit}

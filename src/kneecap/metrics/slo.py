@@ -96,12 +96,17 @@ def slo_value(level: Mapping, key: str) -> float | None:
     return (level.get(f"{metric}_ms") or {}).get(stat)
 
 
+STEADY_STATE = "steady_state"  # the breach of a level over capacity: no SLO holds while the queue grows
+
+
 def level_meets_slo(level: Mapping, slo: Mapping) -> tuple[bool, list[dict]]:
     """Does a level summary meet every SLO term? Returns (ok, breaches).
 
     Each breach is {key, limit, value, message}; value is None when the level has no data for
     that statistic (e.g. no request completed), which counts as a breach: an SLO cannot be
-    shown to hold on nothing. error_rate = failed / requests.
+    shown to hold on nothing. error_rate = failed / requests. A level judged over capacity (its
+    `stability`, kneecap.metrics.stability) breaches `steady_state` as well: no percentile holds
+    while its queue grows.
     """
     breaches: list[dict] = []
     for key, limit in slo.items():
@@ -109,6 +114,10 @@ def level_meets_slo(level: Mapping, slo: Mapping) -> tuple[bool, list[dict]]:
         if value is None or value > limit:
             message = f"{key}: no data (limit {limit:g})" if value is None else f"{key} {fmt_over(value, limit)}"
             breaches.append({"key": key, "limit": limit, "value": value, "message": message})
+    st = level.get("stability")
+    if slo and isinstance(st, Mapping) and st.get("verdict") == "over_capacity":  # kneecap.metrics.stability
+        breaches.append({"key": STEADY_STATE, "limit": None, "value": None,
+                         "message": "over capacity (queue growing)"})
     return (not breaches), breaches
 
 

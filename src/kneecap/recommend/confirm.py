@@ -13,6 +13,7 @@ import shlex
 from pathlib import Path
 
 from kneecap.metrics.slo import format_slo
+from kneecap.recommend.evaluate import steady_requests
 from kneecap.recommend.runplan import level_values, prefill_budget
 from kneecap.recommend.space import Knobs, RecommendRequest, slo_limits
 
@@ -22,6 +23,7 @@ BASELINE = Path(__file__).resolve().parents[1] / "data" / "validation" / "baseli
 # vLLM's NixlConnector usage guide (docs.vllm.ai/en/stable/features/nixl_connector_usage.html): every prefill and
 # decode instance runs with this KV transfer config; a proxy (the guide's toy_proxy_server.py) sends each request
 # to a prefiller with max_tokens=1, then to a decoder
+CONFIRM_REQUESTS = 300  # requests per confirming bench level, at least
 NIXL_KV_CONFIG = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 
 
@@ -61,6 +63,12 @@ def _levels(req: RecommendRequest, share: float, max_load: float | None) -> str:
     return ",".join(f"{v:g}" if req.kind == "rate" else str(v) for v in level_values(req.kind, share, max_load))
 
 
+def confirm_requests(req: RecommendRequest, load: float) -> int:
+    """Requests per confirming bench level: enough for its highest level to reach steady state (STEADY_FACTOR x
+    the requests in flight by Little's law over the SLO's latency), at least 300."""
+    return steady_requests(req, load, CONFIRM_REQUESTS)
+
+
 def bench_cmd(req: RecommendRequest, share: float, max_load: float | None, *, disaggregated: bool = False) -> str:
     """One bench run against one replica at its share of the load (replicas serve independent shares), or, for
     disaggregated pools, against the proxy in front of them at the whole rate; bench asks the server for its
@@ -72,8 +80,10 @@ def bench_cmd(req: RecommendRequest, share: float, max_load: float | None, *, di
         return " ".join(shlex.quote(p) for p in parts)
     flag = "--rate" if req.kind == "rate" else "--concurrency"
     parts = ["kneecap", "bench", "--base-url", "http://127.0.0.1:8000", "--isl", str(req.isl),
-             "--osl", str(req.osl), flag, _levels(req, share, max_load), "--requests", "300", "--slo", format_slo(req.slo),
-             "--seed", str(req.seed)]
+             "--osl", str(req.osl), flag, _levels(req, share, max_load),
+             "--requests", str(confirm_requests(req, max(level_values(req.kind, share, max_load)))),
+             *(("--burstiness", f"{req.burstiness:g}") if req.kind == "rate" and req.burstiness != 1.0 else ()),
+             "--slo", format_slo(req.slo), "--seed", str(req.seed)]
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -112,13 +122,14 @@ def pool_bench_cmds(req: RecommendRequest, prefill_replicas: int, decode_replica
     seed = ["--seed", str(req.seed)]
     pre_share = req.load / prefill_replicas
     pre = ["kneecap", "bench", "--base-url", "http://127.0.0.1:8100", "--isl", str(req.isl), "--osl", "1", "--rate",
-           _levels(req, pre_share, None), "--requests", "300"]
+           _levels(req, pre_share, None), "--requests", str(CONFIRM_REQUESTS)]
     budget = prefill_budget(req.slo, transfer_ms)
     if budget:
         pre += ["--slo", format_slo(budget)]
     decode_slo = slo_limits(req.slo, ("tpot", "itl"))
     dec = ["kneecap", "bench", "--base-url", "http://127.0.0.1:8000", "--isl", str(req.isl), "--osl", str(req.osl),
-           "--rate", _levels(req, req.load / decode_replicas, None), "--requests", "300"]
+           "--rate", _levels(req, req.load / decode_replicas, None),
+           "--requests", str(confirm_requests(req, req.load / decode_replicas))]
     if decode_slo:
         dec += ["--slo", format_slo(decode_slo)]
     return {"prefill": " ".join(shlex.quote(p) for p in pre + seed),

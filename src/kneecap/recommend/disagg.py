@@ -37,7 +37,8 @@ from kneecap.metrics.search import MaxLoad, Verdict, find_max
 from kneecap.metrics.slo import level_meets_slo, split_key
 from kneecap.metrics.stats import nearest_rank
 from kneecap.metrics.summarize import summarize_level
-from kneecap.recommend.evaluate import RATE_RESOLUTION, LevelOutcome, judged, simulated
+from kneecap.metrics.stability import is_steady
+from kneecap.recommend.evaluate import RATE_RESOLUTION, LevelOutcome, judged, simulated, steady_requests, until_steady
 from kneecap.recommend.space import GPUS_PER_NODE, Knobs, RecommendRequest, slo_limits
 from kneecap.sim.sweep import LevelSpec, drive, simulate_level
 from kneecap.workload import Workload, arrival_offsets, make_requests
@@ -77,7 +78,7 @@ def _workload(req: RecommendRequest) -> Workload:
 
 def _draw(req: RecommendRequest, rate: float, n: int):
     specs = make_requests(_workload(req), n, req.seed, id_prefix="r")
-    return specs, arrival_offsets(rate, n, 1.0, req.seed)
+    return specs, arrival_offsets(rate, n, req.burstiness, req.seed)
 
 
 def prefill_times(req: RecommendRequest, k: Knobs, rate: float, n: int) -> list[float | None]:
@@ -159,19 +160,26 @@ class PoolsOutcome:
 
 
 def run_pools(req: RecommendRequest, k: Knobs, x: int, y: int, n: int = LEVEL_REQUESTS) -> PoolsOutcome:
-    """The whole xPyD deployment at the stated rate: one replica of each pool at its share, composed."""
+    """The whole xPyD deployment at the stated rate: one replica of each pool at its share, composed; sized to
+    reach steady state at the decode replica's share (evaluate.until_steady) and judged on it."""
     link = link_for(req, k, x, y)
-    pre = prefill_times(req, k, req.load / x, n)
-    recs, failed, sm = decode_records(req, k, req.load / y, pre, link, n)
-    summary = summarize_level(recs, rate=req.load / y)
-    if failed:
-        summary["failed"] = summary.get("failed", 0) + len(failed)
-        summary["requests"] = summary.get("requests", 0) + len(failed)
-    sorted_pre = sorted(p for p in pre if p is not None)
-    p99 = nearest_rank(sorted_pre, 0.99) * 1000.0 if sorted_pre else None
+    pre_p99: list = [None]
+
+    def run(m: int):
+        pre = prefill_times(req, k, req.load / x, m)
+        recs, failed, sm = decode_records(req, k, req.load / y, pre, link, m)
+        summary = summarize_level(recs, rate=req.load / y)
+        if failed:
+            summary["failed"] = summary.get("failed", 0) + len(failed)
+            summary["requests"] = summary.get("requests", 0) + len(failed)
+        sorted_pre = sorted(p for p in pre if p is not None)
+        pre_p99[0] = nearest_rank(sorted_pre, 0.99) * 1000.0 if sorted_pre else None
+        return recs, summary, sm
+
+    summary, sm = until_steady(run, "rate", req.load / y, steady_requests(req, req.load / y, n))
     level = judged(req.load, summary, req.slo, sm, replicas=y)  # output tok/s: the decode pool's replicas in all
     return PoolsOutcome(x, y, link.name, transfer_s(simulated(req, k).plan.kv_bytes_per_token_per_gpu, req.isl, link) * 1000.0,
-                        level, p99)
+                        level, pre_p99[0])
 
 
 def prefill_max(req: RecommendRequest, k: Knobs, high: float) -> MaxLoad:
@@ -204,10 +212,17 @@ def decode_max(req: RecommendRequest, k: Knobs, high: float) -> MaxLoad:
     n = LEVEL_REQUESTS
 
     def evaluate(rate: float, _rep: int) -> Verdict:
-        recs, failed, _ = decode_records(req, k, rate, [0.0], link, n)
-        summary = summarize_level(recs, rate=rate)
-        ok, breaches = level_meets_slo(summary, decode_slo) if decode_slo else (not failed, [])
-        return Verdict(met=ok and not failed, why="; ".join(b["message"] for b in breaches))
+        failures: list = []
+
+        def run(m: int):
+            recs, failed, sm = decode_records(req, k, rate, [0.0], link, m)
+            failures[:] = failed
+            return recs, summarize_level(recs, rate=rate), sm
+
+        summary, _ = until_steady(run, "rate", rate, steady_requests(req, rate, n))
+        ok, breaches = level_meets_slo(summary, decode_slo) if decode_slo else (not failures, [])
+        why = [b["message"] for b in breaches] + ([] if is_steady(summary) else [summary["stability"]["verdict"]])
+        return Verdict(met=ok and not failures and is_steady(summary), why="; ".join(why))
 
     return find_max(evaluate, "rate", low=high / 64, high=high, resolution=RATE_RESOLUTION)
 

@@ -14,7 +14,8 @@ from functools import lru_cache
 
 from kneecap.levels import SweepLevel
 from kneecap.metrics.search import MaxLoad, Verdict, find_max
-from kneecap.metrics.slo import level_meets_slo, slo_value
+from kneecap.metrics.slo import STEADY_STATE, level_meets_slo, slo_value
+from kneecap.metrics.stability import TRANSIENT, is_steady, level_stability
 from kneecap.metrics.summarize import summarize_level
 from kneecap.plan.build import DeploymentRequest, plan_deployment
 from kneecap.recommend.space import ENGINE_DEFAULTS, Knobs, RecommendRequest
@@ -33,9 +34,11 @@ class MixOptions(SimulateOptions):
     def workload(self) -> Workload:
         return self.mix if self.mix is not None else super().workload
 
-COARSE_REQUESTS = 60  # measured requests of a search level at least (short levels first)
-COARSE_MAX_REQUESTS = 160  # ... and at most: enough for the decode population to build up at the load
-FINE_REQUESTS = 200  # measured requests of the check at the stated load
+COARSE_REQUESTS = 200  # measured requests of any level at least: the search and the sizing check run the same levels
+FINE_REQUESTS = COARSE_REQUESTS  # the check at the stated load: the same level as the search ran there
+STEADY_FACTOR = 3.5  # a level holds >= 3.5x the requests in flight by Little's law (the stability rule asks 3x)
+MAX_STEADY_REQUESTS = 3200  # a level is extended until stable or over capacity, up to this many requests
+MAX_EXTENSIONS = 2  # ... at most this many times
 RATE_RESOLUTION = 0.1  # find_max stops when the bracket is within 10%
 MAX_REPLICA_STEPS = 6  # replica adjustments tried around ceil(load / per-replica max)
 
@@ -53,7 +56,7 @@ def simulated(req: RecommendRequest, k: Knobs) -> SimDeployment:
 @dataclass(frozen=True)
 class LevelOutcome:
     load: float
-    met: bool
+    met: bool  # every SLO term met, at a stable level
     why: str
     ttft_p99_ms: float | None
     tpot_p99_ms: float | None
@@ -62,44 +65,86 @@ class LevelOutcome:
     kv_usage_max: float | None
     preemptions: int | None
     values: dict  # every SLO key -> the level's value (None: no data)
+    stability: str | None = None  # the level's verdict (metrics.stability): stable | transient | over_capacity
+    requests: int = 0  # the requests the level ran (after extending it to steady state)
+
+
+def predicted_e2e_s(req: RecommendRequest) -> float:
+    """A request's end-to-end time at a load that meets the SLO, at most: its TTFT limit + osl x its TPOT (or ITL)
+    limit (10 s without latency terms)."""
+    ttft = max((v for k, v in req.slo.items() if k.startswith("ttft_")), default=None)
+    tpot = max((v for k, v in req.slo.items() if k.startswith(("tpot_", "itl_"))), default=None)
+    return ((ttft or 0.0) + req.osl * (tpot or 0.0)) / 1000.0 if (ttft or tpot) else 10.0
+
+
+def steady_requests(req: RecommendRequest, load: float, base: int) -> int:
+    """A level's first size: STEADY_FACTOR x the requests in flight by Little's law (rate x predicted_e2e_s; a
+    closed loop: its streams, after its first round), at least `base`, at most MAX_STEADY_REQUESTS."""
+    if req.kind != "rate":
+        return max(base, math.ceil((STEADY_FACTOR + 1) * load))
+    return int(min(MAX_STEADY_REQUESTS, max(base, math.ceil(STEADY_FACTOR * load * predicted_e2e_s(req)))))
+
+
+def until_steady(run, kind: str, value, requests: int):
+    """run(n) -> (records, summary, server_metrics) for a level of n requests, extended (run again, longer: the
+    simulator is deterministic for a seed) while its verdict is transient: to STEADY_FACTOR x the requests in
+    flight it showed, at least twice as long, up to MAX_STEADY_REQUESTS and MAX_EXTENSIONS times. Returns the
+    last run's summary (its `stability` set) and server metrics."""
+    n = requests
+    for attempt in range(MAX_EXTENSIONS + 1):
+        records, summary, sm = run(n)
+        summary["stability"] = st = level_stability(records, kind=kind, value=value)
+        summary["steady_requests"] = n
+        if st["verdict"] != TRANSIENT or n >= MAX_STEADY_REQUESTS or attempt == MAX_EXTENSIONS:
+            return summary, sm
+        n = int(min(MAX_STEADY_REQUESTS, max(2 * n, math.ceil(STEADY_FACTOR * (st["in_flight_mean"] or 0)))))
+    raise AssertionError("unreachable")
 
 
 def level_requests(req: RecommendRequest, load: float, base: int) -> int:
-    return base if req.kind == "rate" else max(base, 3 * int(load))
+    return steady_requests(req, load, base)
 
 
 def coarse_requests(req: RecommendRequest, load: float) -> int:
-    """A search level's requests: twice the requests in flight at the load by Little's law over the SLO's
-    TTFT + osl x TPOT (so the level reaches its steady state), within [COARSE_REQUESTS, COARSE_MAX_REQUESTS]."""
-    if req.kind != "rate":
-        return COARSE_REQUESTS
-    ttft = max((v for k, v in req.slo.items() if k.startswith("ttft_")), default=None)
-    tpot = max((v for k, v in req.slo.items() if k.startswith(("tpot_", "itl_"))), default=None)
-    e2e_s = ((ttft or 0.0) + req.osl * (tpot or 0.0)) / 1000.0 if (ttft or tpot) else 10.0
-    return int(min(COARSE_MAX_REQUESTS, max(COARSE_REQUESTS, math.ceil(2 * load * e2e_s))))
+    """A search level's requests: steady_requests from COARSE_REQUESTS up (the level is then extended until its
+    verdict is stable or over capacity)."""
+    return steady_requests(req, load, COARSE_REQUESTS)
 
 
 def run_level(sim: SimDeployment, req: RecommendRequest, load: float, requests: int) -> LevelOutcome:
+    """One simulated level at `load`, sized to reach steady state (until_steady) and judged against the SLO."""
     value = float(load) if req.kind == "rate" else int(load)
-    opts = MixOptions(kind=req.kind, levels=(value,), isl=req.isl, osl=req.osl,
-                      requests=level_requests(req, value, requests), seed=req.seed, mix=req.mix)
-    records: list = []
-    run = VirtualTimeDriver(sim, opts).run_level(
-        SweepLevel(index=0, value=value, num_requests=opts.requests, num_warmup=0, first_index=0), records.append)
-    summary = summarize_level(records, **({"rate": value} if req.kind == "rate" else {"concurrency": value}))
-    return judged(value, summary, req.slo, run.server_metrics)
+    key = {"rate": value} if req.kind == "rate" else {"concurrency": value}
+
+    def run(n: int):
+        opts = MixOptions(kind=req.kind, levels=(value,), isl=req.isl, osl=req.osl, requests=n, seed=req.seed,
+                          mix=req.mix, burstiness=req.burstiness)
+        records: list = []
+        result = VirtualTimeDriver(sim, opts).run_level(
+            SweepLevel(index=0, value=value, num_requests=n, num_warmup=0, first_index=0), records.append)
+        return records, summarize_level(records, **key), result.server_metrics
+
+    summary, sm = until_steady(run, req.kind, value, level_requests(req, value, requests))
+    return judged(value, summary, req.slo, sm)
 
 
 def judged(load: float, summary: dict, slo: dict, server_metrics: dict, replicas: int = 1) -> LevelOutcome:
-    """A level summary judged against the SLO; output_tok_s is that of `replicas` such replicas."""
+    """A level summary judged against the SLO; output_tok_s is that of `replicas` such replicas. A level whose
+    stability verdict is not `stable` (over capacity, or too short to tell) does not meet the SLO, whatever its
+    percentiles say."""
     ok, breaches = level_meets_slo(summary, slo)
+    why = [b["message"] for b in breaches]
+    st = summary.get("stability") or {}
+    if not is_steady(summary) and not any(b["key"] == STEADY_STATE for b in breaches):
+        why.insert(0, st.get("client_behind") or f"{st.get('verdict')} ({st.get('rule')})")
     dist = lambda m, stat: (summary.get(m) or {}).get(stat)
     out = summary.get("output_tok_s")
-    return LevelOutcome(load=load, met=ok, why="; ".join(b["message"] for b in breaches),
+    return LevelOutcome(load=load, met=ok and is_steady(summary), why="; ".join(why),
                         ttft_p99_ms=dist("ttft_ms", "p99"), tpot_p99_ms=dist("tpot_ms", "p99"),
                         tpot_p50_ms=dist("tpot_ms", "p50"), output_tok_s=None if out is None else out * replicas,
                         kv_usage_max=server_metrics.get("kv_usage_max"), preemptions=server_metrics.get("preemptions"),
-                        values={key: slo_value(summary, key) for key in slo})
+                        values={key: slo_value(summary, key) for key in slo}, stability=st.get("verdict"),
+                        requests=summary.get("steady_requests") or summary.get("requests") or 0)
 
 
 def replica_max(req: RecommendRequest, k: Knobs, bound: float) -> MaxLoad:

@@ -19,7 +19,7 @@ from kneecap.errors import KneecapError
 from kneecap.recommend import confirm
 from kneecap.recommend.bound import Bound, replica_bound
 from kneecap.recommend.disagg import NETWORK_SOURCE, size_pools
-from kneecap.recommend.evaluate import (COARSE_MAX_REQUESTS, COARSE_REQUESTS, FINE_REQUESTS, coarse_requests, per_replica_load,
+from kneecap.recommend.evaluate import (COARSE_REQUESTS, FINE_REQUESTS, MAX_STEADY_REQUESTS, STEADY_FACTOR, coarse_requests, per_replica_load,
                                         planned, replica_max, run_level, simulated, size_replicas)
 from kneecap.recommend.gate import mark, quantized_for
 from kneecap.recommend.prices import Price
@@ -452,6 +452,8 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
     throughput = pareto(meeting, ((lambda x: x["output_tok_s_per_gpu"], "max"), (lambda x: x["output_tok_s_per_user"], "max")))
     doc = {
         "model": req.model, "load": {"kind": req.kind, "value": req.load}, "isl": req.isl, "osl": req.osl,
+        "arrivals": req.arrivals,
+        "burstiness": req.burstiness if req.kind == "rate" else None,
         "classes": None if req.mix is None else [
             {"name": c.name, "input": _length_doc(c.input, req, "input"), "output": _length_doc(c.output, req, "output"), "weight": c.weight}
             for c in req.mix.classes],
@@ -463,7 +465,9 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
         "disaggregated_bounded_out": c.disagg_bounded_out,
         "prune_reasons": c.prune_reasons,
         "seconds": round(time.perf_counter() - t0, 3),
-        "search": {"coarse_requests": [COARSE_REQUESTS, COARSE_MAX_REQUESTS], "fine_requests": FINE_REQUESTS, "batch": BATCH, "slack": SLACK,
+        "search": {"coarse_requests": [COARSE_REQUESTS, MAX_STEADY_REQUESTS], "fine_requests": FINE_REQUESTS,
+                   "steady_state": f"each level sized to {STEADY_FACTOR:g}x the requests in flight (Little's law), "
+                                   "extended while transient; met only when stable", "batch": BATCH, "slack": SLACK,
                    "representatives": MAX_REPRESENTATIVES, "limit_variants_for": LIMIT_VARIANTS_FOR, "refined": REFINE, "engine": "vllm defaults (simulated)",
                    "disaggregated_setups": DISAGG_SETUPS if req.kind == "rate" else 0,
                    "disaggregated_rule": "setups whose pools' roofline cost bound is below the cheapest aggregated candidate"

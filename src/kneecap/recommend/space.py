@@ -79,10 +79,21 @@ class RecommendRequest:
     max_num_seqs_choices: tuple[int, ...] = MAX_NUM_SEQS_CHOICES
     max_num_batched_tokens_choices: tuple[int, ...] = MAX_NUM_BATCHED_TOKENS_CHOICES
     seed: int = 0
+    burstiness: float = 1.0  # rate loads: gamma shape of the arrival gaps (1: Poisson, < 1 burstier)
     mix: Workload | None = None  # a class file's mix (isl / osl are then its weighted means)
     trace: TraceLoad | None = None  # --replay: the mix is the trace's (trace.workload) and the rate its mean x speed
     expert_parallel: bool = True  # MoE models: also try ep = tp (experts split over the TP GPUs) beside ep = 1
     dp_attention: bool = True  # MLA MoE models: also try DP attention (ep = tp) for every tp > 1
+
+    @property
+    def arrivals(self) -> str:
+        """The arrival pattern the simulated levels assume, in words."""
+        if self.kind != "rate":
+            return f"closed loop: {int(self.load)} streams, each sending its next request when the last one ends"
+        if self.burstiness == 1.0:
+            return "Poisson arrivals (exponential gaps, burstiness 1), split at random over the replicas"
+        return (f"gamma-distributed arrival gaps of shape {self.burstiness:g} ("
+                + ("burstier" if self.burstiness < 1 else "more regular") + " than Poisson), split at random over the replicas")
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -93,6 +104,9 @@ class RecommendRequest:
         for flag, v in (("--isl", self.isl), ("--osl", self.osl)):
             if not isinstance(v, int) or v < 1:
                 raise KneecapError(f"{flag} must be a whole number >= 1, got {v!r}", f"pass e.g. {flag} 1000")
+        if not self.burstiness > 0:
+            raise KneecapError(f"--burstiness must be > 0, got {self.burstiness!r}",
+                               "pass e.g. --burstiness 1 (Poisson arrivals) or 0.5 (burstier)")
         if self.trace is not None and self.kind != "rate":
             raise KneecapError("a replayed trace sets the rate, not a concurrency", "drop --concurrency")
         latency = [k for k in self.slo if k != ERROR_RATE]

@@ -127,6 +127,29 @@ def latency_table(levels: list[dict]) -> Table:
                  caption="Latency per level (full percentiles below)", row_tones=tuple(tones))
 
 
+def stability_table(levels: list[dict]) -> Table | None:
+    """Steady state per level: offered, sent and served load, the waiting queue's and TTFT's trends, the verdict."""
+    from kneecap.metrics.stability import stability_caption, verdict_text
+
+    judged = [lv for lv in levels if isinstance(lv.get("stability"), dict)]
+    if not judged:
+        return None
+    rows = []
+    for lv in judged:
+        st = lv["stability"]
+        verdict = verdict_text(lv)
+        rows.append((fmt.load_text(lv), Cell(verdict, "better" if verdict == "stable" else "worse"),
+                     fmt.num(st.get("offered_rps"), 2), fmt.num(st.get("sent_rps"), 2), fmt.num(st.get("served_rps"), 2),
+                     fmt.rate(st.get("offered_output_tok_s")), fmt.rate(st.get("output_tok_s")),
+                     fmt.num(st.get("queue_trend"), 2), fmt.num(st.get("ttft_trend"), 2),
+                     fmt.num(st.get("in_flight_mean"), 1), st.get("client_behind") or st.get("rule") or fmt.MISSING))
+    caption = ("Steady state per level (the rule: docs/metrics.md, Steady state). "
+               + (stability_caption(judged) or "Every level reached steady state."))
+    return Table(("load", "steady", "offered (req/s)", "sent (req/s)", "served (req/s)", "offered output (tok/s)",
+                  "served output (tok/s)", "waiting queue trend (req/s)", "TTFT trend (last/first third)",
+                  "in flight (requests)", "why"), tuple(rows), caption=caption)
+
+
 def percentile_table(levels: list[dict], key: str) -> Table | None:
     if not any(isinstance(lv.get(key), dict) for lv in levels):
         return None
@@ -256,6 +279,7 @@ def find_max_figure(summary: dict, levels: list[dict], load_name: str, load_unit
 
     m = summary.get("max_load")
     term = _search_key(summary)
+    levels = [lv for lv in levels if not (lv.get("find_max") or {}).get("extended")]  # a probe's final level
     if not isinstance(m, dict) or not m.get("probes") or term is None or len(m["probes"]) != len(levels):
         return []
     key, limit = term
@@ -268,6 +292,8 @@ def find_max_figure(summary: dict, levels: list[dict], load_name: str, load_unit
 
 def find_max_text(m: dict, load_name: str) -> str:
     """One sentence: the answer, the next step up that failed and why, how many probes and repetitions."""
+    if m.get("answer"):  # the answer is in the headline; the plot shows how the search got there
+        return f"{len(m.get('probes') or [])} probes, numbered in the order they ran."
     reps = m.get("repeats") or 1
     every = f" in each of {reps} repetitions" if reps > 1 else ""
     if m.get("value") is None:
@@ -302,6 +328,8 @@ def sweep_document(results: Results) -> Document:
     if not levels:
         blocks.append(Paragraph("This summary holds no levels: nothing ran to completion.", "warning"))
     blocks += [Heading("Headline"), headline(summary, levels, limit)]
+    if isinstance(summary.get("max_load"), dict) and summary["max_load"].get("answer"):
+        blocks.append(Paragraph(f"Find-max: {summary['max_load']['answer']}."))
     config = configuration(summary)
     if config:
         blocks += [Heading("Configuration"), config]
@@ -311,6 +339,7 @@ def sweep_document(results: Results) -> Document:
         blocks += figs
     if levels:
         blocks += [Heading("Levels"), level_table(levels), latency_table(levels)]
+        blocks += [t for t in (stability_table(levels),) if t is not None]
         blocks.append(Heading("Latency percentiles"))
         blocks += [t for t in (percentile_table(levels, k) for k in LATENCY_KEYS) if t is not None]
         extra = [t for t in (error_table(levels, results.records), server_table(levels), client_table(levels)) if t]

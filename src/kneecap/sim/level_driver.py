@@ -15,6 +15,7 @@ from typing import Callable
 
 from kneecap.errors import KneecapError
 from kneecap.levels import SweepLevel, LevelRun, server_metrics
+from kneecap.metrics.stability import STABLE, level_stability
 from kneecap.records import RequestRecord
 from kneecap.sim.setup import SimDeployment
 from kneecap.sim.sweep import (CLIENT_TURNAROUND_S, DELIVERY_SPREAD_S, MAX_REQUESTS_PER_LEVEL, LevelSpec,
@@ -41,6 +42,8 @@ class SimulateOptions:
     levels: tuple  # concurrencies (ints, or "max") or rates
     isl: int = 1000
     osl: int = 1000
+    isl_dist: str | None = None  # --isl as a length spec (kneecap.workload.lengthspec); isl is then its mean
+    osl_dist: str | None = None  # --osl as a length spec; osl is then its mean
     requests: int | None = None
     duration_s: float | None = None
     warmup: int = 0
@@ -134,8 +137,16 @@ class SimulateOptions:
         return f"C={int(value)}" if self.kind == KIND_CONCURRENCY else f"rate={value:g}/s"
 
     @property
+    def input_lengths(self) -> LengthDist:
+        return _lengths(self.isl_dist, self.isl)
+
+    @property
+    def output_lengths(self) -> LengthDist:
+        return _lengths(self.osl_dist, self.osl)
+
+    @property
     def workload(self) -> Workload:
-        return Workload(classes=(RequestClass(input=LengthDist.fixed(self.isl), output=LengthDist.fixed(self.osl),
+        return Workload(classes=(RequestClass(input=self.input_lengths, output=self.output_lengths,
                                               shared_prefix_tokens=self.shared_prefix_tokens,
                                               num_prefix_groups=self.num_prefix_groups),))
 
@@ -144,7 +155,9 @@ class SimulateOptions:
         (lengths from a dataset or a trace, or prompts that grow turn by turn, leave isl/osl as None)."""
         r = self.ramp
         from_data = bool(self.dataset or self.schedule or self.turns)  # no one fixed prompt length
-        return {"isl": None if from_data else self.isl, "osl": None if from_data else self.osl,
+        dists = {k: v for k, v in (("isl_dist", self.isl_dist), ("osl_dist", self.osl_dist)) if v and not from_data}
+        return {"isl": None if from_data or self.isl_dist else self.isl,
+                "osl": None if from_data or self.osl_dist else self.osl, **dists,
                 "shared_prefix_tokens": self.shared_prefix_tokens, "num_prefix_groups": self.num_prefix_groups,
                 "burstiness": self.burstiness if self.kind == KIND_RATE else None,
                 "dataset_requests": len(self.dataset) or None, "replay_requests": len(self.schedule) or None,
@@ -152,9 +165,18 @@ class SimulateOptions:
                 "ramp": None if r is None else {"kind": r.kind, "start": r.start, "end": r.end, "duration_s": r.duration_s}}
 
 
+def _lengths(spec: str | None, tokens: int) -> LengthDist:
+    """A --isl / --osl: its length distribution, or `tokens` each."""
+    if spec is None:
+        return LengthDist.fixed(tokens)
+    from kneecap.workload.lengthspec import parse_length_spec
+
+    return parse_length_spec(spec)
+
+
 def workload_flags(opts: SimulateOptions) -> WorkloadFlags:
     """SimulateOptions' workload flags in the shape bench's are translated from (kneecap.workload.level_work)."""
-    return WorkloadFlags(input=LengthDist.fixed(opts.isl), output=LengthDist.fixed(opts.osl),
+    return WorkloadFlags(input=opts.input_lengths, output=opts.output_lengths,
                          shared_prefix_tokens=opts.shared_prefix_tokens, num_prefix_groups=opts.num_prefix_groups,
                          seed=opts.seed, dimension=opts.kind, dataset=opts.dataset, schedule=opts.schedule,
                          trace_rate=opts.trace_rate if opts.schedule else None, ramp=opts.ramp, turns=opts.turns,
@@ -235,7 +257,7 @@ class VirtualTimeDriver:
             while True:
                 result = run(dataclasses.replace(spec, duration_s=horizon))
                 stop_s, fields["stable_p99"] = stable_stop(result.records, opts.until_stable, opts.stable_window_s,
-                                                           horizon)
+                                                           horizon, value=level.value)
                 if stop_s is not None or horizon >= opts.duration_s:
                     break
                 horizon = min(opts.duration_s, 2 * horizon)
@@ -256,10 +278,12 @@ class VirtualTimeDriver:
         return None  # the simulated engine never goes away
 
 
-def stable_stop(records, rel_tol: float, window_s: float, duration_s: float) -> tuple[float | None, dict]:
+def stable_stop(records, rel_tol: float, window_s: float, duration_s: float, *, value=None) -> tuple[float | None, dict]:
     """--until-stable on the virtual clock: the first window end k x window_s after t0, the measured requests'
     first send (before duration_s from then), at which kneecap.workload.slices.p99_stable finds the level's p99
-    TTFT and ITL settled, over the records that ended by then, as seconds from t0 (the --duration that stops
+    TTFT and ITL settled, over the records that ended by then, and the level is `stable` by the steady-state rule
+    every level is judged by (kneecap.metrics.stability, its records as they stood then), as seconds from t0 (the
+    --duration that stops
     the level there), and that verdict in summary.json's stable_p99 shape (bench's). None: never within duration_s.
     Any run of the level that sends until at least time t has the same records ended by t (what is sent later
     cannot change what happened before), so the verdict holds for the run that stops sending at the time
@@ -270,13 +294,18 @@ def stable_stop(records, rel_tol: float, window_s: float, duration_s: float) -> 
     t0 = min(sent, default=0.0)
     verdict = None
     k = 1
+    steady = None
     while k * window_s < duration_s:
         verdict = p99_stable(records, window_s, windows=STABLE_WINDOWS, rel_tol=rel_tol, now_s=t0 + k * window_s)
-        if verdict.stable:
+        # and the level's steady-state verdict by then (kneecap.metrics.stability, the rule every level is judged by)
+        steady = level_stability(records, kind=KIND_CONCURRENCY, value=value, now_s=t0 + k * window_s)
+        if verdict.stable and steady["verdict"] == STABLE:
             break
         k += 1
     if verdict is None:
         verdict = p99_stable(records, window_s, windows=STABLE_WINDOWS, rel_tol=rel_tol, now_s=t0 + duration_s)
-    doc = dict(stable=verdict.stable, why=verdict.why, rel_tol=rel_tol, window_s=window_s,
-               ttft_p99_ms=list(verdict.ttft_p99_ms), itl_p99_ms=list(verdict.itl_p99_ms))
-    return (k * window_s if verdict.stable else None), doc
+    ok = verdict.stable and steady is not None and steady["verdict"] == STABLE
+    doc = dict(stable=ok, why=verdict.why if ok or not verdict.stable else f"p99s settled, but {steady['rule']}",
+               rel_tol=rel_tol, window_s=window_s, ttft_p99_ms=list(verdict.ttft_p99_ms),
+               itl_p99_ms=list(verdict.itl_p99_ms), steady_state=None if steady is None else steady["verdict"])
+    return (k * window_s if ok else None), doc

@@ -8,11 +8,14 @@ against the SLO (kneecap.metrics.slo.level_meets_slo) and writes the answer into
 
 from __future__ import annotations
 
+import math
+
 from kneecap.sweep.runner import STATUS_COMPLETE, STATUS_INTERRUPTED, Sweep
 from kneecap.errors import KneecapError
 from kneecap.levels import LEVEL_INDEX_STRIDE, SweepLevel
 from kneecap.metrics.search import MaxLoad, Verdict, find_max
-from kneecap.metrics.slo import level_meets_slo
+from kneecap.metrics.slo import STEADY_STATE, level_meets_slo
+from kneecap.metrics.stability import TRANSIENT, is_steady
 from kneecap.metrics.stop import INTERRUPTED, stop_record
 
 DIMENSIONS = ("concurrency", "rate")
@@ -25,9 +28,17 @@ def search_bounds(kind: str, values) -> tuple[float, float]:
     return (1 if kind == "concurrency" else values[0] / 64), values[0]
 
 
-def search_max_load(sweep: Sweep, opts, *, slo: dict, repeats: int = 1) -> dict:
+EXTEND_FACTOR = 3.5  # an extended level holds 3.5x the requests in flight it showed (the stability rule asks 3x)
+MAX_EXTENDED_REQUESTS = 3200
+MAX_EXTENSIONS = 2
+
+
+def search_max_load(sweep: Sweep, opts, *, slo: dict, repeats: int = 1, extend: bool = False) -> dict:
     """Run the search between the levels given (search_bounds); returns the final summary (also written), whose
-    max_load is the answer."""
+    max_load is the answer. A load is met only when its level met every SLO term at steady state (its stability
+    verdict `stable`, its client on schedule). extend (the simulator, whose levels cost no wall time): a
+    transient level is run again, longer (EXTEND_FACTOR x the requests in flight it showed, at least twice as
+    many, up to MAX_EXTENDED_REQUESTS, MAX_EXTENSIONS times), until it is stable or over capacity."""
     low, high = search_bounds(opts.kind, opts.levels)
     if not slo:
         raise KneecapError("--find-max needs the SLO to search against", "pass e.g. --slo ttft_p99_ms=500,itl_p99_ms=50")
@@ -39,16 +50,33 @@ def search_max_load(sweep: Sweep, opts, *, slo: dict, repeats: int = 1) -> dict:
                            "give --concurrency LOW,HIGH (or --rate LOW,HIGH) as the search's bounds")
     count = 0
 
-    def evaluate(load: float, repetition: int) -> Verdict:
+    def run(load: float, requests: int | None) -> dict:
         nonlocal count
-        level = SweepLevel(index=count, value=load, num_requests=opts.requests_for(load), num_warmup=opts.warmup,
+        level = SweepLevel(index=count, value=load, num_requests=requests, num_warmup=opts.warmup,
                           first_index=count * LEVEL_INDEX_STRIDE)
         count += 1
-        summary = sweep.run_one(level)
+        return sweep.run_one(level)
+
+    def evaluate(load: float, repetition: int) -> Verdict:
+        requests = opts.requests_for(load)
+        summary = run(load, requests)
+        for _ in range(MAX_EXTENSIONS if extend and requests is not None else 0):
+            st = summary.get("stability") or {}
+            if st.get("verdict") != TRANSIENT or requests >= MAX_EXTENDED_REQUESTS:
+                break
+            summary["find_max"] = {"load": load, "repetition": repetition, "met": False,
+                                   "why": "transient: extended", "extended": True}
+            requests = int(min(MAX_EXTENDED_REQUESTS,
+                               max(2 * requests, math.ceil(EXTEND_FACTOR * (st.get("in_flight_mean") or 0)))))
+            summary = run(load, requests)
         met, breaches = level_meets_slo(summary, slo)
-        why = "; ".join(b["message"] for b in breaches)
-        summary["find_max"] = {"load": load, "repetition": repetition, "met": met, "why": why or None}
-        return Verdict(met=met, why=why)
+        why = [b["message"] for b in breaches]
+        if not is_steady(summary) and not any(b["key"] == STEADY_STATE for b in breaches):
+            st = summary.get("stability") or {}
+            why.insert(0, "client behind" if st.get("client_behind") else str(st.get("verdict")))
+        summary["find_max"] = {"load": load, "repetition": repetition, "met": met and is_steady(summary),
+                               "why": "; ".join(why) or None}
+        return Verdict(met=met and is_steady(summary), why="; ".join(why))
 
     try:
         result: MaxLoad = find_max(evaluate, dimension, low, high, repeats=repeats)
@@ -56,5 +84,34 @@ def search_max_load(sweep: Sweep, opts, *, slo: dict, repeats: int = 1) -> dict:
         sweep.state.stopped = stop_record(None, INTERRUPTED, "stopped by the user (Ctrl-C / SIGTERM) during --find-max; "
                                                              "finished levels are kept")
         return sweep.finish(STATUS_INTERRUPTED)
-    sweep.extra["max_load"] = result.to_json()
+    sweep.extra["max_load"] = {**result.to_json(), **answer(result, high)}
     return sweep.finish(STATUS_COMPLETE)
+
+
+def answer(m: MaxLoad, high: float) -> dict:
+    """The answer in words and its bracket: {answer, last_met, first_failed, binding}, the loads rounded to the
+    digits the bracket supports (the decimal place of first_failed - last_met)."""
+    unit = " req/s" if m.dimension == "rate" else " streams"
+    binding = (m.failed_because or "").split(";")[0].strip() or None
+    if m.value is None:
+        text = f"no load met every SLO at steady state: the lowest searched, {_fmt(m.failed_at, None, m)}{unit}, failed"
+    elif m.failed_at is None:
+        text = f"at least {_fmt(m.value, None, m)}{unit}: every load searched met every SLO at steady state"
+    else:
+        text = (f"{_fmt(m.value, m.failed_at, m)}{unit}: the highest load meeting every SLO at steady state "
+                f"(bracket: met at {_fmt(m.value, m.failed_at, m)}, failed at {_fmt(m.failed_at, m.value, m)}"
+                f"{'; binding: ' + binding if binding else ''})")
+    return {"answer": text, "last_met": m.value, "first_failed": m.failed_at, "binding": binding,
+            "searched_up_to": high}
+
+
+def _fmt(x: float | None, other: float | None, m: MaxLoad) -> str:
+    """x with no more digits than the bracket [x, other] supports (whole streams; 3 significant digits alone)."""
+    if x is None:
+        return "—"
+    if m.dimension == "concurrency":
+        return f"{int(x)}"
+    if other is None or other == x:
+        return f"{x:.3g}"
+    places = max(0, -math.floor(math.log10(abs(other - x))))
+    return f"{x:.{places}f}"

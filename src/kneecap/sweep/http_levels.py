@@ -142,6 +142,7 @@ class HttpLevelDriver:
         round_index = 0
         tol = self.opts.until_stable
         if tol is not None:
+            from kneecap.metrics.stability import STABLE, level_stability
             from kneecap.workload.slices import p99_stable
 
             level_records, outer = [], keep
@@ -151,12 +152,16 @@ class HttpLevelDriver:
                 _outer(record)
         while True:
             if tol is not None and round_index:
-                verdict = p99_stable(level_records, self.opts.stable_window_s, rel_tol=tol,
-                                     now_s=time.perf_counter() - self._epoch)
-                stable.update(stable=verdict.stable, why=verdict.why, rel_tol=tol,
+                now_s = time.perf_counter() - self._epoch
+                verdict = p99_stable(level_records, self.opts.stable_window_s, rel_tol=tol, now_s=now_s)
+                # and the level's steady-state verdict so far (kneecap.metrics.stability: every level's rule)
+                steady = level_stability(level_records, kind="concurrency", value=level.value, now_s=now_s)
+                ok = verdict.stable and steady["verdict"] == STABLE
+                stable.update(stable=ok, why=verdict.why if ok or not verdict.stable else
+                              f"p99s settled, but {steady['rule']}", rel_tol=tol,
                               window_s=self.opts.stable_window_s, ttft_p99_ms=list(verdict.ttft_p99_ms),
-                              itl_p99_ms=list(verdict.itl_p99_ms))
-                if verdict.stable:
+                              itl_p99_ms=list(verdict.itl_p99_ms), steady_state=steady["verdict"])
+                if ok:
                     break
             remaining_s = self.opts.duration_s - (time.monotonic() - started)
             if remaining_s <= 0:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+from kneecap.metrics.stability import stability_caption, verdict_text
+
 MISSING = "—"
 
 # (header, path into a level dict, format); stats are {mean, p50, p90, p95, p99, max, n}.
@@ -115,6 +117,12 @@ def slo_caption(summary: dict, kind: str) -> str | None:
     return f"SLO BREACHED at {label}={', '.join(broke)} ({len(broke)} of {len(judged)} levels)"
 
 
+def find_max_caption(summary: dict) -> str | None:
+    """--find-max's answer, its bracket and the binding SLO term, in one line (None without a search)."""
+    m = summary.get("max_load")
+    return f"find-max: {m['answer']}" if isinstance(m, dict) and m.get("answer") else None
+
+
 def summary_table(summary: dict):
     """A rich Table of every measured level (skipped levels listed as such)."""
     from rich.table import Table
@@ -129,22 +137,27 @@ def summary_table(summary: dict):
     slo = has_slo(summary)
     if slo:
         table.add_column("SLO", justify="left")
+    table.add_column("steady", justify="left")
     table.add_column("notes", justify="left")
     for level in summary.get("levels", []):
         cells = [level_value_label(kind, level.get(kind))]
         cells += [fmt(_get(level, path), style) for _, path, style in COLUMNS]
         if slo:
             cells.append(slo_cell(level))
-        cells.append(level_notes(level, knee_value))
-        table.add_row(*cells, style="red" if slo and cells[-2].startswith("BREACH") else None)
+        cells += [verdict_text(level), level_notes(level, knee_value)]
+        table.add_row(*cells, style="red" if slo and cells[-3].startswith("BREACH") else None)
     for skipped in summary.get("skipped", []):
-        table.add_row(level_value_label(kind, skipped.get(kind)), *([MISSING] * (len(COLUMNS) + slo)),
+        table.add_row(level_value_label(kind, skipped.get(kind)), *([MISSING] * (len(COLUMNS) + slo + 1)),
                       f"skipped: {skipped.get('reason', '')}")
     captions = []
     stopped = summary.get("stopped")
     if stopped:
         captions.append(f"stopped at {kind} {level_value_label(kind, stopped.get('at'))}: {stopped.get('reason')}")
     if line := slo_caption(summary, kind):
+        captions.append(line)
+    if line := stability_caption(summary.get("levels", [])):
+        captions.append(line)
+    if line := find_max_caption(summary):
         captions.append(line)
     if captions:
         table.caption = "\n".join(captions)

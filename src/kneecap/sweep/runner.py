@@ -15,6 +15,8 @@ from typing import Callable
 
 from kneecap.errors import KneecapError
 from kneecap.levels import LevelDriver, LevelOptions, LevelRun, SweepLevel
+from kneecap.metrics.slo import level_meets_slo
+from kneecap.metrics.stability import LevelTimes, judge
 from kneecap.records import RequestRecord
 
 STATUS_RUNNING = "running"
@@ -190,7 +192,8 @@ class Sweep:
             self._progress.on_record(record.ok)
 
         run = self._driver.run_level(level, keep)
-        records = run.records if run.records is not None else self._level_records(level)
+        times = LevelTimes()
+        records = times.tap(run.records if run.records is not None else self._level_records(level))
         if self._on_level is not None:
             records = list(records)  # on_level sees them too
         # warmup included: the summarizer excludes and counts them
@@ -198,6 +201,10 @@ class Sweep:
         summary["level"] = level.index
         summary["preflight"] = level.verdict
         summary["server_metrics"] = run.server_metrics
+        summary["stability"] = judge(times, kind=self.opts.kind, value=level.value)
+        if self._slo and isinstance(summary.get("slo"), dict):  # the verdict again, now that stability is known
+            met, breaches = level_meets_slo(summary, self._slo)
+            summary["slo"] = {"met": met, "breaches": breaches}
         summary.update(run.fields)
         if self._on_level is not None:
             self._on_level(level, run, summary, records)
