@@ -30,7 +30,7 @@ def test_bench_sees_multi_token_chunks_and_the_acceptance(spec_server, tmp_path)
     for lv in doc["levels"]:
         assert lv["token_mismatch"]["output_vs_chunks"] == 0 and lv["completed"] == 16
         assert lv["tokens_per_chunk"]["mean"] > 1.5  # a read holds a step's kept tokens (or several steps')
-        spec = lv["server_metrics"]["spec"]
+        spec = lv["spec"]
         # P(kept) per draft = (0.7 + 0.49 + 0.343) / 3 = 0.511; the mean step keeps 2.533 tokens
         assert spec["acceptance_rate"] == pytest.approx(0.511, abs=0.06)
         assert spec["mean_accepted_length"] == pytest.approx(2.533, abs=0.2)

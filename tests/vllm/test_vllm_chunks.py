@@ -46,7 +46,7 @@ def bench(cli, server, out: Path, endpoint: str) -> dict:
     assert server.metric(SPEC_ACCEPTED) > accepted
     doc = json.loads(r.stdout)
     for lv in doc["levels"]:  # the acceptance the server counted over each level (its /metrics counters)
-        spec = lv["server_metrics"]["spec"]
+        spec = lv["spec"]
         assert spec["draft_tokens"] > 0 and 0 <= spec["accepted_tokens"] <= spec["draft_tokens"], spec
         assert spec["acceptance_rate"] == pytest.approx(spec["accepted_tokens"] / spec["draft_tokens"], abs=1e-6)
         assert 1 <= spec["mean_accepted_length"] <= NUM_SPECULATIVE_TOKENS + 1, spec

@@ -15,6 +15,7 @@ from typing import List, Optional
 import typer
 
 from kneecap.cli import sweep_flags as flags
+from kneecap.cli.spec_flags import SpecAcceptanceOpt, SpecMethodOpt, SpecTokensOpt, speculative
 from kneecap.cli.app import EXPORT_HELP, app, results_folder, stdout_console
 from kneecap.cli.plan import ENGINE_DEFAULTS, SIM_FLAGS, SIM_OPTIONS, EngineDefaultsOpt, MaxBatchedOpt, MaxSeqsOpt, deployment_flags
 from kneecap.errors import KneecapError
@@ -92,7 +93,7 @@ def _table(summary: dict):
     from rich.table import Table
 
     from kneecap.metrics.stability import stability_caption, verdict_text
-    from kneecap.sweep.render import find_max_caption, has_slo, slo_caption, slo_cell
+    from kneecap.sweep.render import find_max_caption, has_slo, slo_caption, slo_cell, spec_text
 
     def ms(level, key, q):
         v = (level.get(key) or {}).get(q)
@@ -115,8 +116,12 @@ def _table(summary: dict):
             notes.append("KV pool exhausted")
         if level.get("errors"):
             notes.append(", ".join(f"{k}x{v}" for k, v in sorted(level["errors"].items())))
+        if spec_text(level):
+            notes.append(spec_text(level))
         out = level.get("output_tok_s")
-        table.add_row(str(level.get(kind)), str(level.get("completed")), str(level.get("failed")),
+        load = level.get(kind)
+        table.add_row(f"{load:.4g}" if isinstance(load, float) else str(load), str(level.get("completed")),
+                      str(level.get("failed")),
                       "—" if out is None else f"{out:,.0f}", ms(level, "ttft_ms", "p50"), ms(level, "ttft_ms", "p99"),
                       ms(level, "tpot_ms", "p50"), ms(level, "itl_ms", "p99"), str(sm.get("preemptions", "—")),
                       f"{100 * sm['kv_usage_max']:.0f}" if sm.get("kv_usage_max") is not None else "—",
@@ -162,6 +167,11 @@ def simulate(
     replay_speed: str = typer.Option("1", "--replay-speed", help="With --replay: how much faster than recorded, one level each, e.g. 1,2,4"),
     skip_too_long: bool = typer.Option(False, "--skip-too-long", help="With --replay: skip trace rows longer than the context (listed on stderr) instead of stopping"),
     export: Optional[str] = typer.Option(None, "--export", help=EXPORT_HELP),
+    spec_method: SpecMethodOpt = None,
+    spec_tokens: SpecTokensOpt = None,
+    spec_acceptance: SpecAcceptanceOpt = None,
+    replicas: int = typer.Option(1, "--replicas", help="Replicas of the deployment behind one router, each with its own engine and KV pool (the load is the fleet's)"),
+    router: str = typer.Option("round-robin", "--router", help="With --replicas: round-robin, least-loaded, or prefix (llm-d's prefix-cache-aware endpoint picker: prefix 3, queue 2, KV utilization 2)"),
     max_num_seqs: MaxSeqsOpt = None,
     max_num_batched_tokens: MaxBatchedOpt = None,
     scheduler_delay_factor: Optional[float] = typer.Option(None, "--scheduler-delay-factor", help="vLLM V0's prompt batching delay: hold new prompts until the oldest waited X x the last prompt step (0 = off)"),
@@ -266,7 +276,12 @@ def simulate(
                            f"context of {plan.context}", f"pass --context {total} or shorter lengths")
     sim = from_plan(plan, defaults=engine_defaults, max_num_seqs=max_num_seqs,
                     max_num_batched_tokens=max_num_batched_tokens, prefix_caching=prefix_caching,
-                    step_params=params_obj, scheduler_delay_factor=scheduler_delay_factor)
+                    step_params=params_obj, scheduler_delay_factor=scheduler_delay_factor,
+                    speculative=speculative(spec_method, spec_tokens, spec_acceptance), spec_seed=seed)
+    if replicas != 1 or router != "round-robin":
+        from kneecap.sim.fleet import FleetDeployment
+
+        sim = FleetDeployment(sim, replicas, router, seed)
     levels_to_run = sweep_levels(opts)
     for level in levels_to_run if find_max is None else ():  # a search chooses its own levels
         if (kind == "concurrency" and level.value != "max" and level.num_requests is not None

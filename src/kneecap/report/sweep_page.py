@@ -200,6 +200,23 @@ def server_table(levels: list[dict]) -> Table | None:
                  tuple(rows), caption=f"Server metrics per level ({said})")
 
 
+def spec_table(levels: list[dict]) -> Table | None:
+    """Speculative decoding per level, as the server counted it (vLLM's spec_decode counters, SGLang's gauges, or
+    the simulated engine's draws); None when no level speculated."""
+    if not any(isinstance(lv.get("spec"), dict) for lv in levels):
+        return None
+    rows = []
+    for lv in levels:
+        sp = lv.get("spec") if isinstance(lv.get("spec"), dict) else {}
+        mean = sp.get("mean_accepted_length")
+        rows.append((fmt.load_text(lv), fmt.count(sp.get("draft_tokens")), fmt.count(sp.get("accepted_tokens")),
+                     fmt.pct(sp.get("acceptance_rate")), fmt.MISSING if mean is None else f"{mean:.2f}",
+                     str(sp.get("source") or fmt.MISSING)))
+    return Table(("load", "draft tokens (tokens)", "accepted (tokens)", "acceptance rate (% of draft tokens)",
+                  "mean accepted length (tokens per step, bonus token included)", "source"), tuple(rows),
+                 caption="Speculative decoding per level")
+
+
 CLIENT_KEY_PARTS = ("lag", "cpu")  # the client-health numbers worth a column (not timestamps)
 
 
@@ -342,7 +359,8 @@ def sweep_document(results: Results) -> Document:
         blocks += [t for t in (stability_table(levels),) if t is not None]
         blocks.append(Heading("Latency percentiles"))
         blocks += [t for t in (percentile_table(levels, k) for k in LATENCY_KEYS) if t is not None]
-        extra = [t for t in (error_table(levels, results.records), server_table(levels), client_table(levels)) if t]
+        extra = [t for t in (error_table(levels, results.records), server_table(levels), spec_table(levels),
+                             client_table(levels)) if t]
         if extra:
             blocks.append(Heading("Errors, server and client"))
             blocks += extra

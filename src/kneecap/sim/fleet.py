@@ -205,5 +205,9 @@ class FleetDeployment:
     def __getattr__(self, name):  # plan, config, deployment, describe(), ... are the replica's
         return getattr(self.sim, name)
 
+    def describe(self) -> dict:
+        """The replica's facts, and the fleet's: {"fleet": {replicas, router}}."""
+        return {**self.sim.describe(), "fleet": {"replicas": self.replicas, "router": self.router}}
+
     def new_engine(self, **kw) -> Fleet:
         return Fleet(lambda i: self.sim.new_engine(**kw), self.replicas, self.router, self.seed)

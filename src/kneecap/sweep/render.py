@@ -60,6 +60,15 @@ def level_value_label(kind: str, value) -> str:
     return f"{value}"
 
 
+def spec_text(level: dict) -> str:
+    """'spec 51% accepted, 2.53 tok/step' for a speculating level ('' when the server reported none)."""
+    spec = level.get("spec") or {}
+    rate, length = spec.get("acceptance_rate"), spec.get("mean_accepted_length")
+    parts = ([f"{rate:.0%} accepted"] if _is_number(rate) else []) + ([f"{length:.2f} tok/step"] if _is_number(length)
+                                                                      else [])
+    return ("spec " + ", ".join(parts)) if parts else ""
+
+
 def level_notes(level: dict, knee_value) -> str:
     """Flags worth a glance: the knee, a suspect client, a tight preflight, server-side facts."""
     notes = []
@@ -81,6 +90,8 @@ def level_notes(level: dict, knee_value) -> str:
         notes.append(f"{int(preemptions)} preemptions")
     if level.get("server_dead"):
         notes.append("server died")
+    if spec_text(level):
+        notes.append(spec_text(level))
     errors = level.get("errors") or {}
     if errors:
         notes.append(", ".join(f"{kind}×{n}" for kind, n in sorted(errors.items())))

@@ -201,6 +201,8 @@ class Sweep:
         summary["level"] = level.index
         summary["preflight"] = level.verdict
         summary["server_metrics"] = run.server_metrics
+        # speculative decoding as the server (or the simulated engine) counted it over the level; None when off
+        summary["spec"] = (run.server_metrics or {}).get("spec")
         summary["stability"] = judge(times, kind=self.opts.kind, value=level.value)
         if self._slo and isinstance(summary.get("slo"), dict):  # the verdict again, now that stability is known
             met, breaches = level_meets_slo(summary, self._slo)
