@@ -127,9 +127,12 @@ def _cpu_pool(request, as_json: bool) -> int:
         return 0
     print(f"vLLM CPU build {pool.version}: VLLM_CPU_KVCACHE_SPACE={request.cpu_kvcache_space_gib} = "
           f"{pool.budget_bytes:,} B -> {pool.num_blocks:,} blocks ({pool.layout})")
-    print(f"KV pool: {pool.kv_capacity_tokens:,} tokens; the server would log:")
+    print("the server would log:")
     for line in pool.log_lines:
         print(f"  {line}")
+    print(f"kneecap's capacity (its own count, not a line the server prints): {pool.kv_capacity_tokens:,} tokens")
+    if pool.capacity_explained:
+        print(f"  why they differ: {pool.capacity_explained}")
     for note in pool.notes:
         print(f"note: {note}")
     return 0

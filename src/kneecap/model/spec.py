@@ -43,6 +43,7 @@ class Model:
     max_position_embeddings: int | None = None
     intermediate_size: int | None = None
     sliding_window: int | None = None  # tokens kept by a sliding_attention layer
+    attention_chunked: bool = False  # the sliding_attention layers are chunked-local (Llama 4): chunks, not a window
     # MLA (DeepSeek-V2/V3, Kimi-K2): cached latent = kv_lora_rank + qk_rope_head_dim elements per token per layer
     kv_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None

@@ -237,7 +237,8 @@ def engine_section(engine: EnginePool):
              f" weights {_gib(engine.weights_bytes)} GiB"]
     if engine.pool_given:
         lines[-1] = (f"  KV pool as the engine logged it (--kv-pool-gib): {_gib(engine.kv_pool_bytes)} GiB, counted as "
-                     + ("vLLM lays it out (its hybrid allocator keeps Mamba / linear-attention state blocks in it)"
+                     + (("vLLM lays it out" + (" (its hybrid allocator keeps Mamba / linear-attention state blocks "
+                                                "in it)" if "linear_attention" in engine.layout else ""))
                         if engine.engine == "vllm" else "SGLang lays it out (attention KV only; a Mamba state pool apart)"))
     elif engine.engine == "vllm":
         lines.append(f"  − activation peak {_gib(engine.activation_bytes)} − non-torch {_gib(engine.non_torch_bytes)}"
@@ -247,6 +248,9 @@ def engine_section(engine: EnginePool):
                      f" (activations and graphs live in the other {1 - engine.fraction:.2f})")
     lines.append("  the engine would log:")
     lines += [f"    {line}" for line in engine.log_lines]
+    lines.append(f"  kneecap's capacity (its own count, not a line the engine prints): {engine.kv_capacity_tokens:,} tokens")
+    if engine.capacity_explained:
+        lines.append(f"    why they differ: {engine.capacity_explained}")
     lines += [f"  note: {note}" for note in engine.notes]
     return Text("\n".join(lines))
 
