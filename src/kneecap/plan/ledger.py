@@ -491,6 +491,22 @@ def build_plan(deployment: Deployment, *, context: int, mean_context: int | None
     )
 
 
+def sequences_at(plan: Plan, tokens: int, kv_dtype: str | None = None) -> int:
+    """Decoding sequences of `tokens` tokens the plan's pool holds, in whole blocks: the one count behind plan's
+    paged sequences (section 3, levers, the context sweep) and preflight's fixes. kv_dtype: the same pool with the
+    KV cache in that dtype (vLLM's groups re-laid out for it; a linear-attention state keeps its own dtype)."""
+    d = plan.deployment
+    groups = plan.kv_groups
+    if kv_dtype is not None:
+        d = dataclasses.replace(d, kv_dtype=kv_dtype)
+        if groups is not None:
+            groups = kv_groups(d, groups.prefix_caching if groups.state_groups else None, groups.version)
+    atp = d.attention_tp
+    state = kvmath.state_bytes_per_sequence(d.model, atp, d.pp) if plan.state_apart else 0
+    seq = paged_sequence_bytes(d, groups, tokens, kvmath.kv_dtype_bytes(d.kv_dtype)) - state
+    return d.attention_dp * (plan.ledger.kv_pool_bytes // seq) if seq > 0 else 0
+
+
 def rebuild(plan: Plan, deployment: Deployment, *, context: int | None = None, mean_context: int | None = None,
             keep_weights: bool = True, kv_pool_bytes: int | None = None) -> Plan:
     """The same plan on a changed deployment (a lever or a sweep point).

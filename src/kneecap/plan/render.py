@@ -128,7 +128,7 @@ def plan_worksheet(plan: Plan, levers: list[Lever], tps: list[TpPoint], contexts
                   _gib(L.fragmentation_bytes), _pct(L.fragmentation_bytes, L.hbm_bytes))
     t.add_row("KV cache pool", _e9(L.kv_pool_bytes), _gib(L.kv_pool_bytes), _pct(L.kv_pool_bytes, L.hbm_bytes), style="bold")
     out.append(t)
-    out.append(Text(f"  pool = {plan.num_kv_blocks:,} blocks of {plan.block_size} tokens = {plan.kv_capacity_tokens:,} tokens"))
+    out.append(Text(pool_line(plan)))
 
     if engine is not None:
         out.append(engine_section(engine))
@@ -227,6 +227,18 @@ def plan_worksheet(plan: Plan, levers: list[Lever], tps: list[TpPoint], contexts
     if notes:
         out.append(Text("\nNotes:\n" + "\n".join(f"  - {n}" for n in notes)))
     return out
+
+
+def pool_line(plan: Plan) -> str:
+    """The pool in blocks and tokens, as arithmetic that holds: blocks x block for one kind of layer; for vLLM's
+    layer groups the token slots and the tokens of whole requests of the plan's context (kv_capacity_tokens)."""
+    blocks, bs, g = plan.num_kv_blocks, plan.block_size, plan.kv_groups
+    if g is None:
+        return f"  pool = {blocks:,} blocks of {bs} tokens = {blocks * bs:,} tokens"
+    groups = sum(n for _, n in g.groups)
+    return (f"  pool = {blocks:,} blocks of {bs} tokens ({blocks:,} × {bs} = {blocks * bs:,} token slots, shared by "
+            f"{groups} layer groups); a {plan.context:,}-token request takes {g.blocks_per_request(plan.context):,} "
+            f"of them, so the pool holds {plan.kv_capacity_tokens:,} tokens of such requests")
 
 
 def engine_section(engine: EnginePool):

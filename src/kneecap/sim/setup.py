@@ -6,6 +6,8 @@ plan.num_kv_blocks, the scheduler defaults the named engine's. Not flag parsing 
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 
 from kneecap.errors import KneecapError
@@ -65,6 +67,9 @@ class SimDeployment:
                      "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token_per_gpu,
                      "kv_pool_bytes": plan.ledger.kv_pool_bytes, "context": plan.context,
                      "pool_source": plan.pool_source, "state_blocks_per_sequence": self.state_blocks_per_sequence,
+                     # vLLM's layer groups (kneecap.plan.engines.VllmLayout) when the model mixes layer kinds: what a
+                     # request of L tokens takes of num_kv_blocks (report's preflight limit counts with it)
+                     "kv_layout": dataclasses.asdict(plan.kv_groups) if plan.kv_groups else None,
                      # the unit of num_kv_blocks (and of server_metrics' num_kv_blocks): tokens x layers of one block
                      "kv_block_tokens": plan.block_size,
                      "kv_block_layers": plan.kv_groups.group_size if plan.kv_groups else
