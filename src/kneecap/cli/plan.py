@@ -45,6 +45,7 @@ FLAG_OPTIONS = {
     "mamba_cache_size": Annotated[Optional[int], typer.Option("--mamba-cache-size", help="SGLang --max-mamba-cache-size (hybrid linear-attention models)")],
     "cpu_kvcache_space_gib": Annotated[Optional[int], typer.Option("--cpu-kvcache-space-gib", help="vLLM CPU build: its VLLM_CPU_KVCACHE_SPACE (whole GiB); prints the KV pool in tokens it logs (no --gpu)")],
     "max_num_batched_tokens": Annotated[Optional[int], typer.Option("--max-num-batched-tokens", help="vLLM's --max-num-batched-tokens, which its sliding-window groups reserve per request in the logged maximum concurrency (default: the release's, by GPU memory)")],
+    "language_only": Annotated[bool, typer.Option("--language-only", help="Serve a multimodal checkpoint's language model only (vLLM --language-model-only): its vision encoder is not loaded")],
     "prefix_caching": Annotated[Optional[bool], typer.Option("--prefix-caching/--no-prefix-caching", help="vLLM prefix caching (default: the release's; on for hybrids from 0.26): with it, Mamba / linear-attention hybrids hold 2-3 state blocks per request instead of 1. With --engine sglang: its radix cache (--no-prefix-caching = --disable-radix-cache), which sets how many requests a hybrid's Mamba pool lets run")],
 }
 ALL_FLAGS = tuple(n for n in FLAG_OPTIONS if n != "cpu_kvcache_space_gib")  # the CPU pool: `plan` only

@@ -138,6 +138,19 @@ def _from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkp
             _pos_int(cfg, key, source)
 
     count = params.count_params(cfg, model_type, layer_types, moe_layers, tied)
+    encoder = 0
+    if isinstance(config.get("vision_config"), Mapping):
+        try:
+            encoder = params.vision_encoder_params(config["vision_config"], hidden, str(model_type)) or 0
+        except (KeyError, TypeError):
+            encoder = 0
+        if encoder:
+            notes.append(f"vision tower and projector: {encoder / 1e9:.3g}e9 parameters at 16 bits, loaded by vLLM "
+                         "beside the language model unless it serves text only (vLLM --language-model-only; kneecap "
+                         "--language-only leaves them out); their activation peak is in --overhead-gib")
+        else:
+            notes.append("the checkpoint has a vision encoder kneecap does not count (only SigLIP towers are "
+                         "counted): add its weights with --params, or plan text-only serving (--language-only)")
     weights, qnotes = _weight_fields(cfg, count)
     notes += qnotes
     state_bytes = linear_state_bytes_per_layer(cfg) if "linear_attention" in layer_types else 0
@@ -147,7 +160,7 @@ def _from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkp
         layer_types=tuple(layer_types), **weights,
         max_position_embeddings=cfg.get("max_position_embeddings"),
         intermediate_size=cfg.get("intermediate_size"), sliding_window=window,
-        attention_chunked=any(n.startswith("chunked-local attention") for n in notes),
+        attention_chunked=any(n.startswith("chunked-local attention") for n in notes), encoder_params=encoder,
         kv_lora_rank=cfg.get("kv_lora_rank") if family == "mla" else None,
         qk_rope_head_dim=cfg.get("qk_rope_head_dim") if family == "mla" else None,
         linear_state_bytes_per_layer=state_bytes,

@@ -18,7 +18,7 @@ from kneecap.errors import KneecapError
 from kneecap.hardware import get_gpu
 from kneecap.model.kv import check_kv_dtype, check_tp, kv_dtype_bytes
 from kneecap.model.resolve import load_model
-from kneecap.model.weights import weight_bits
+from kneecap.model.weights import weight_bits, weight_bytes
 from kneecap.plan import engines
 from kneecap.plan.ledger import Plan, build_plan, weights_bytes_per_gpu, weights_total_bytes
 from kneecap.units import GB, GiB
@@ -64,6 +64,7 @@ class DeploymentRequest:
     # vLLM's --max-num-batched-tokens (None: the release's default for the GPU): what its sliding-window and
     # chunked-local groups reserve per request in the maximum concurrency it logs (engines.vllm_in_flight_tokens)
     max_num_batched_tokens: int | None = None
+    language_only: bool = False  # serve a multimodal checkpoint's language model only (vLLM --language-model-only)
 
 
 DEFAULTS = DeploymentRequest()
@@ -256,8 +257,13 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         model=model, gpu=gpu, tp=f.tp, pp=f.pp, ep=f.ep, dp_attention=f.dp_attention, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
         block_size=f.block_size or (1 if f.engine == "sglang" else 16), hbm=hbm, overhead_bytes=int(f.overhead_gib * GiB), frag_fraction=f.frag,
         mem_util=1.0 if mem_util is None else mem_util,
-        params_override=int(f.params) if f.params else None,
+        params_override=int(f.params) if f.params else None, language_only=f.language_only,
     )
+    if weights_total is not None:  # the checkpoint's bytes: the encoder is in them (or priced here when not)
+        from kneecap.plan.ledger import encoder_bytes
+
+        encoder = weight_bytes(model.encoder_params, "bf16") if model.encoder_params else 0
+        weights_total += encoder_bytes(deployment) - (encoder if model.checkpoint_bytes else 0)
     context = f.context or model.max_position_embeddings
     if not context:
         raise KneecapError(f"model {model.name} does not state its max context", "pass --context N")

@@ -289,7 +289,15 @@ def weights_total_bytes(deployment: Deployment) -> int:
     if deployment.params_override or not parts or set(parts) == {"other"}:
         return weight_bytes(deployment.params_override or m.total_params, deployment.weight_dtype)
     dtypes = part_dtypes_at(m, deployment.weight_dtype)
-    return sum(weight_bytes(n, dtypes.get(part, deployment.weight_dtype)) for part, n in parts.items())
+    decoder = sum(weight_bytes(n, dtypes.get(part, deployment.weight_dtype)) for part, n in parts.items())
+    return decoder + encoder_bytes(deployment)
+
+
+def encoder_bytes(deployment: Deployment) -> int:
+    """A multimodal checkpoint's encoder (vision tower + projector) as the engine loads it: at 16 bits (vLLM leaves
+    it unquantized), none when serving text only (--language-only, vLLM --language-model-only)."""
+    m = deployment.model
+    return 0 if deployment.language_only or not m.encoder_params else weight_bytes(m.encoder_params, "bf16")
 
 
 def attention_weight_fraction(deployment: Deployment) -> float:

@@ -117,6 +117,9 @@ def plan_worksheet(plan: Plan, levers: list[Lever], tps: list[TpPoint], contexts
         wlabel = f"Weights, {params / 1e9:.4g}e9 at {d.weight_dtype} (embed/norms/lm_head as shipped)"
     else:
         wlabel = f"Weights, {params / 1e9:.4g}e9 × {weight_bits(d.weight_dtype) / 8:g} B ({d.weight_dtype})"
+    if m.encoder_params and not d.params_override:
+        wlabel += (" + vision tower: not loaded (--language-only)" if d.language_only
+                   else f" + {m.encoder_params / 1e9:.3g}e9 vision tower at bf16")
     if d.num_gpus > 1:
         wlabel += f" / {d.num_gpus}"
     t.add_row(wlabel, _e9(L.weights_bytes), _gib(L.weights_bytes), _pct(L.weights_bytes, L.hbm_bytes))
