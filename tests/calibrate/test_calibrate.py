@@ -274,3 +274,18 @@ def test_calibrate_recovers_factors_on_either_side_of_one(cli, tmp_path, target,
     for name, value in truth.items():
         assert getattr(result.params, name) == pytest.approx(value, rel=0.02), (name, result.to_dict())
     assert result.rms_log_error < 0.005, result.to_dict()
+
+
+def test_the_cli_recovers_a_gpu_slower_than_the_catalog_from_a_rate_sweep(cli, tmp_path):
+    """simulate a rate sweep at mfu 0.7 / bw_efficiency 0.85, then `kneecap calibrate --fit mfu,bw_efficiency`: the
+    start (1.0, the catalog) is inside the bounds now, so the fit leaves it and lands within 2%."""
+    r = cli("simulate", *FLAGS, "--isl", "1000", "--osl", "120", "--rate", "2,8,32", "--step-params",
+            "mfu=0.7,bw_efficiency=0.85", "--out", str(tmp_path / "sweep"), "--no-report")
+    assert r.code == 0, r.stderr
+    r = cli("calibrate", *FLAGS, "--summary", str(tmp_path / "sweep" / "summary.json"), "--fit", "mfu,bw_efficiency",
+            "--out", str(tmp_path / "c.json"))
+    assert r.code == 0, r.stderr
+    fitted = json.loads((tmp_path / "c.json").read_text())
+    assert fitted["step_time"]["mfu"] == pytest.approx(0.7, rel=0.02)
+    assert fitted["step_time"]["bw_efficiency"] == pytest.approx(0.85, rel=0.02)
+    assert fitted["rms_log_error"] < 0.005
