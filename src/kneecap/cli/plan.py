@@ -41,7 +41,7 @@ FLAG_OPTIONS = {
     "engine_version": Annotated[Optional[str], typer.Option("--engine-version", help="Engine version the pool model follows (default vLLM 0.32, SGLang 0.5); for vLLM also the hybrid state-block rule of that release")],
     "activation_gib": Annotated[Optional[float], typer.Option("--activation-gib", help="vLLM: activation peak of its profile run, GiB (default: --overhead-gib)")],
     "non_torch_gib": Annotated[float, typer.Option("--non-torch-gib", help="Engine mode: non-torch memory (CUDA context, NCCL), GiB")],
-    "cudagraph_gib": Annotated[float, typer.Option("--cudagraph-gib", help="vLLM >= 0.21: CUDA-graph memory estimate, GiB")],
+    "cudagraph_gib": Annotated[float, typer.Option("--cudagraph-gib", help="vLLM >= 0.20: CUDA-graph memory estimate, GiB")],
     "mamba_cache_size": Annotated[Optional[int], typer.Option("--mamba-cache-size", help="SGLang --max-mamba-cache-size (hybrid linear-attention models)")],
     "cpu_kvcache_space_gib": Annotated[Optional[int], typer.Option("--cpu-kvcache-space-gib", help="vLLM CPU build: its VLLM_CPU_KVCACHE_SPACE (whole GiB); prints the KV pool in tokens it logs (no --gpu)")],
     "max_num_batched_tokens": Annotated[Optional[int], typer.Option("--max-num-batched-tokens", help="vLLM's --max-num-batched-tokens, which its sliding-window groups reserve per request in the logged maximum concurrency (default: the release's, by GPU memory)")],

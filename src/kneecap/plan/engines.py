@@ -9,7 +9,7 @@ Versions and source lines followed: docs/engine-model.md.
 vLLM (v1 engine, vllm/v1/worker/gpu_worker.py `determine_available_memory`):
     requested    = gpu_memory_utilization x total          (total: torch.cuda.mem_get_info at init)
     non_kv       = weights + torch activation peak + non-torch increase   (vllm/utils/mem_utils.py)
-    available    = requested - non_kv - cudagraph_estimate  (the CUDA-graph term from v0.21 on)
+    available    = requested - non_kv - cudagraph_estimate  (the CUDA-graph term from v0.20 on)
     num_blocks   = available // (page_size_bytes x num_layers)   (vllm/v1/core/kv_cache_utils.py)
                  = available // (block_size x kv_bytes_per_token_per_gpu) for one uniform layer group;
                  hybrids: available // (page_size x group_size), layer groups as in VllmLayout below
@@ -50,8 +50,10 @@ from kneecap.model import kv as kvmath
 from kneecap.units import GiB
 
 ENGINES = ("vllm", "sglang")
-VLLM_CUDAGRAPH_FROM = (0, 21)  # first vLLM minor that subtracts its CUDA-graph estimate by default
-# the newest vLLM release the pool model was read from (determine_available_memory is the same as in 0.21; the
+# first vLLM minor that subtracts its CUDA-graph estimate by default: vllm/envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
+# defaults to "0" in 0.18.0-0.19.0 (the estimate exists from 0.18, opt-in) and to "1" from 0.20.0 (PyPI wheels)
+VLLM_CUDAGRAPH_FROM = (0, 20)
+# the newest vLLM release the pool model was read from (determine_available_memory is the same as in 0.20; the
 # hybrid state-block rule below is versioned) and the one the CPU build tests run
 DEFAULT_VLLM_VERSION = "0.32"
 DEFAULT_SGLANG_VERSION = "0.5"
@@ -74,7 +76,7 @@ class EnginePool:
     weights_bytes: int
     activation_bytes: int  # vLLM: torch activation peak of the profile run (SGLang: inside 1 - fraction)
     non_torch_bytes: int  # CUDA context, NCCL buffers, cuBLAS workspaces
-    cudagraph_bytes: int  # vLLM >= 0.21 only
+    cudagraph_bytes: int  # vLLM >= 0.20 only
     kv_pool_bytes: int
     block_size: int
     num_blocks: int
@@ -120,7 +122,7 @@ def vllm_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int, m
               max_model_len: int, activation_bytes: int, non_torch_bytes: int, cudagraph_bytes: int,
               version: str = DEFAULT_VLLM_VERSION, prefix_caching: bool | None = None,
               max_num_batched_tokens: int | None = None) -> EnginePool:
-    """vLLM's pool: util x total - weights - activation peak - non-torch (- CUDA graphs from v0.21), blocks of block_size."""
+    """vLLM's pool: util x total - weights - activation peak - non-torch (- CUDA graphs from v0.20), blocks of block_size."""
     _check_fraction("--mem-util", mem_util)
     _check_nonneg(activation_bytes=activation_bytes, non_torch_bytes=non_torch_bytes, cudagraph_bytes=cudagraph_bytes)
     graphs = cudagraph_bytes if parse_version(version) >= VLLM_CUDAGRAPH_FROM else 0
