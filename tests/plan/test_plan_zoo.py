@@ -1,7 +1,7 @@
 """Every view of one deployment counts the same capacity, over the whole config zoo.
 
 For every real config in tests/model/configs and every preset, at TP 1/2/4/8, bf16 and fp8 KV, with and without a
-mean context, on an H200: plan's paged sequences (section 3), the context sweep (section 7), preflight's capacity
+mean context, and in vLLM's engine mode, on an H200: plan's paged sequences (section 3), the context sweep (section 7), preflight's capacity
 at that length (kneecap.plan.preflight.plan_capacity), the simulator's pool and report's preflight limit all give
 the count of kneecap.plan.ledger.sequences_at; section 2's "blocks x block = tokens" holds for one kind of layer;
 and each lever's row is what its flags give when added to the request (fp8 KV, more GPUs).
@@ -29,11 +29,15 @@ ZOO = [("model", c) for c in CONFIGS] + [("preset", p) for p in preset_names()]
 CONTEXT = 32_768
 
 
-def _plan(request: DeploymentRequest):
+def _planned(request: DeploymentRequest):
     try:
-        return plan_deployment(request)[0]
+        return plan_deployment(request)
     except KneecapError:
-        return None  # this TP does not split the heads, or the model does not fit the GPU: nothing to compare
+        return None, None  # this TP does not split the heads, or the model does not fit the GPU: nothing to compare
+
+
+def _plan(request: DeploymentRequest):
+    return _planned(request)[0]
 
 
 @pytest.mark.parametrize("kind, spec", ZOO, ids=[Path(s).stem for _, s in ZOO])
@@ -41,17 +45,23 @@ def test_every_view_counts_the_same_capacity(kind, spec):
     compared = 0
     for tp in (1, 2, 4, 8):
         for kv in ("bf16", "fp8"):
-            for mean in (None, 2000):
-                base = DeploymentRequest(**{kind: spec}, gpu="h200", tp=tp, kv_dtype=kv, mean_context=mean)
+            for mean, engine in ((None, None), (2000, None), (2000, "vllm")):
+                base = DeploymentRequest(**{kind: spec}, gpu="h200", tp=tp, kv_dtype=kv, mean_context=mean,
+                                         engine=engine)
                 probe = _plan(base)
                 if probe is None:
                     continue
                 request = dataclasses.replace(base, context=min(CONTEXT, probe.context))
-                plan = _plan(request)
+                plan, engine_pool = _planned(request)
                 if plan is None or plan.max_seqs_paged == 0:
                     continue
                 compared += 1
-                where = (Path(spec).stem, tp, kv, mean)
+                where = (Path(spec).stem, tp, kv, mean, engine)
+                if engine_pool is not None:  # kneecap's own capacity of the engine's pool is the plan's
+                    assert engine_pool.kv_capacity_tokens == plan.kv_capacity_tokens, where
+                    engine_cap = plan_capacity(plan, engine_pool, plan.mean_context)
+                    assert engine_cap.kv_capacity_tokens // tokens_in_blocks(plan.mean_context, engine_cap.block_size) \
+                        == sequences_at(plan, plan.mean_context), where
                 n = sequences_at(plan, plan.mean_context)
                 assert plan.max_seqs_paged == n, where  # section 3
                 row = next(p for p in context_sweep(plan) if p.context == plan.context)
