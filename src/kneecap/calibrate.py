@@ -32,6 +32,11 @@ changes), so the fit runs in rounds:
   2. a weighted least-squares fit from there: a coarse 3% step in the first round (it sees the trend
      through any jumps left), 1% after;
   repeated at the new point until a round moves no factor by more than 0.1% (at most WEIGHT_ROUNDS).
+Of every point the rounds evaluated, the one with the lowest reported (unweighted) rms is the result.
+The rate factors (mfu, bw_efficiency, link_efficiency) are bounded by 0.01-0.02 and 4.0: the GPU measured may be
+faster than the catalog's achievable figure as well as slower, and a start on a bound (the catalog's 1.0 was one) is
+moved START_MARGIN inside, where the solver can step both ways. tests/calibrate/test_calibrate.py recovers five
+constant sets (each factor 0.5-1.4) within 2% at rms < 0.005 on a concurrency and a rate sweep.
 Both the statistics and the weighting are needed (tests/calibrate/fit_study.py prints each case): with these
 statistics and every weight 1, six open-loop sweeps (seeds 0-5, rates 2-128/s, three true-constant triples)
 miss bw_efficiency by 1.4-33% and overhead_s by 2.9-74%; with the weighting every one is recovered within 0.3%,
@@ -61,9 +66,11 @@ DEFAULT_FIT = ("mfu", "bw_efficiency", "overhead_s")
 STATISTICS = {"ttft_ms": ("ttft_ms", "mean"), "tpot_ms": ("tpot_ms", "mean"), "itl_ms": ("itl_ms", "p50"),
               "output_tok_s": ("output_tok_s", None)}
 METRICS = tuple(STATISTICS)
-# bounds of each fitted factor (the solver's bounds, in log space)
-BOUNDS = {"mfu": (0.01, 1.0), "bw_efficiency": (0.02, 1.0), "link_efficiency": (0.02, 1.0),
+# bounds of each fitted factor (the solver's bounds, in log space): the rate scales reach above 1.0, since the GPU
+# measured may be faster than the catalog's achievable figure as well as slower (sim/steptime.py FACTOR_MAX)
+BOUNDS = {"mfu": (0.01, 4.0), "bw_efficiency": (0.02, 4.0), "link_efficiency": (0.02, 4.0),
           "overhead_s": (1e-5, 0.5), "allreduce_base_latency_s": (1e-7, 1e-3)}
+START_MARGIN = 0.05  # the fit starts at least this far (in log space, ~5%) inside its bounds, never on one
 MAX_SIM_REQUESTS = 4096  # requests simulated per level per evaluation (bounded cost)
 COARSE_STEP = 0.03  # forward-difference step in log-parameter space of the first round (3%)
 FINE_STEP = 0.01  # forward-difference step of the later rounds (1%)
@@ -312,7 +319,8 @@ def calibrate(target, levels: list[MeasuredLevel], *, fit: tuple[str, ...] = DEF
     w = {m: 1.0 for m in METRICS} | (weights or {})
     lo = np.log([BOUNDS[n][0] for n in fit])
     hi = np.log([BOUNDS[n][1] for n in fit])
-    x = np.clip(np.log([max(getattr(start, n), BOUNDS[n][0]) for n in fit]), lo, hi)
+    # a start on (or beyond) a bound is moved inside it: at a bound the solver's first step has one side only
+    x = np.clip(np.log([max(getattr(start, n), BOUNDS[n][0]) for n in fit]), lo + START_MARGIN, hi - START_MARGIN)
     cache: dict[tuple, list[dict]] = {}
 
     def params_at(x) -> StepTimeParams:
@@ -366,6 +374,15 @@ def calibrate(target, levels: list[MeasuredLevel], *, fit: tuple[str, ...] = DEF
         iterations += n
         if float(np.max(np.abs(x - x_before))) < SETTLED:
             break
+    # the rounds minimise the weighted residuals; of every point they evaluated, keep the one whose unweighted rms
+    # (the reported figure, every statistic counted) is lowest: a jump the weights hid can sit between the last
+    # point and the constants that replay the sweep best
+    def rms(key) -> float:
+        return math.sqrt(float(np.mean(np.asarray(_residuals(levels, cache[key], w), dtype=float) ** 2)))
+
+    best = min(cache, key=rms)
+    if rms(best) < rms(tuple(float(v) for v in x)):
+        x = np.asarray(best, dtype=float)
     params = params_at(x)
     condition, weakest = identifiability(jacobian(lambda x: wt * residuals(x), x, FINE_STEP), fit)
     return CalibrationResult(condition=condition, warnings=unidentified_warning(condition, weakest),

@@ -37,6 +37,8 @@ class Deployment:
     # each of the tp GPUs holds the whole attention weights and attends only its own sequences, whose KV it keeps
     # (a KV pool per DP rank); the MoE layers run expert-parallel over the same GPUs
     dp_attention: bool = False
+    # text-only serving of a multimodal checkpoint (vLLM --language-model-only): its encoder is not loaded
+    language_only: bool = False
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "block_size", "ep"):

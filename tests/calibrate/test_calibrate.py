@@ -257,3 +257,42 @@ def test_a_sweep_that_cannot_separate_the_factors_says_so(cli, tmp_path, target,
     assert result.to_dict()["warnings"] == [warning]
     r = cli("calibrate", "--summary", str(tmp_path / "sweep" / "summary.json"), *FLAGS, "--out", str(tmp_path / "c.json"))
     assert r.code == 0 and [ln for ln in r.stderr.splitlines() if ln.strip()] == [f"warning: {warning}"], r.stderr
+
+
+# Five known constant sets, each rate factor between 0.5 and 1.4 (above 1.0: a GPU faster than the catalog's
+# achievable figure) and the step overhead 0.5-1.4x its default; fitted from the defaults (1.0, 1.0, 2 ms).
+TRUTHS = [{"mfu": 0.5, "bw_efficiency": 1.4, "overhead_s": 0.001}, {"mfu": 1.4, "bw_efficiency": 0.5, "overhead_s": 0.0028},
+          {"mfu": 1.2, "bw_efficiency": 1.3, "overhead_s": 0.0015}, {"mfu": 0.7, "bw_efficiency": 0.85, "overhead_s": 0.002},
+          {"mfu": 0.9, "bw_efficiency": 0.6, "overhead_s": 0.0025}]
+SWEEPS = {"concurrency": ["--concurrency", "1,8,32", "--requests", "48"],
+          "rate": ["--rate", "2,16,64", "--requests", "400", "--seed", "0"]}  # 96 leave mfu 1.4 / bw 0.5 at +3% / +20%
+
+
+@pytest.mark.parametrize("sweep", list(SWEEPS))
+@pytest.mark.parametrize("truth", TRUTHS, ids=[f"mfu{t['mfu']}-bw{t['bw_efficiency']}" for t in TRUTHS])
+def test_calibrate_recovers_factors_on_either_side_of_one(cli, tmp_path, target, truth, sweep):
+    """Factors below and above 1.0 are recovered within 2% from a start that is on no bound, rms log error < 0.005."""
+    from kneecap.calibrate import BOUNDS
+
+    levels = simulated_levels(cli, tmp_path, SWEEPS[sweep], truth)
+    result = calibrate(target, levels)
+    for name, value in result.initial.items():
+        assert BOUNDS[name][0] < value < BOUNDS[name][1], (name, value)  # the start is inside the bounds
+    for name, value in truth.items():
+        assert getattr(result.params, name) == pytest.approx(value, rel=0.02), (name, result.to_dict())
+    assert result.rms_log_error < 0.005, result.to_dict()
+
+
+def test_the_cli_recovers_a_gpu_slower_than_the_catalog_from_a_rate_sweep(cli, tmp_path):
+    """simulate a rate sweep at mfu 0.7 / bw_efficiency 0.85, then `kneecap calibrate --fit mfu,bw_efficiency`: the
+    start (1.0, the catalog) is inside the bounds now, so the fit leaves it and lands within 2%."""
+    r = cli("simulate", *FLAGS, "--isl", "1000", "--osl", "120", "--rate", "2,8,32", "--step-params",
+            "mfu=0.7,bw_efficiency=0.85", "--out", str(tmp_path / "sweep"), "--no-report")
+    assert r.code == 0, r.stderr
+    r = cli("calibrate", *FLAGS, "--summary", str(tmp_path / "sweep" / "summary.json"), "--fit", "mfu,bw_efficiency",
+            "--out", str(tmp_path / "c.json"))
+    assert r.code == 0, r.stderr
+    fitted = json.loads((tmp_path / "c.json").read_text())
+    assert fitted["step_time"]["mfu"] == pytest.approx(0.7, rel=0.02)
+    assert fitted["step_time"]["bw_efficiency"] == pytest.approx(0.85, rel=0.02)
+    assert fitted["rms_log_error"] < 0.005

@@ -18,7 +18,7 @@ M8 = Model(name="llama-8b-like", source="test", architecture="LlamaForCausalLM",
 DEP = Deployment(M8, get_gpu("h100-sxm"))
 
 
-def vllm(version="0.21", **kw):
+def vllm(version="0.20", **kw):
     args = dict(total_bytes=80 * GiB, weights_bytes=16_000_000_000, mem_util=0.9, max_model_len=32768,
                 activation_bytes=2 * GiB, non_torch_bytes=GiB // 2, cudagraph_bytes=GiB, version=version)
     args.update(kw)
@@ -27,7 +27,7 @@ def vllm(version="0.21", **kw):
 
 def test_vllm_pool_by_hand():
     # requested = int(80 GiB x 0.9) = 77,309,411,328
-    # available = 77,309,411,328 - 16e9 - 2 GiB - 0.5 GiB - 1 GiB (graphs, v0.21) = 57,551,314,944
+    # available = 77,309,411,328 - 16e9 - 2 GiB - 0.5 GiB - 1 GiB (graphs, v0.20) = 57,551,314,944
     # blocks = 57,551,314,944 // (16 x 131,072) = 27,442 -> 439,072 tokens; 439,072 / 32,768 = 13.40x
     p = vllm()
     assert p.budget_bytes == 77_309_411_328
@@ -38,9 +38,9 @@ def test_vllm_pool_by_hand():
     assert p.log_lines[2] == "Maximum concurrency for 32,768 tokens per request: 13.40x"
 
 
-def test_vllm_before_0_21_does_not_subtract_cuda_graphs():
+def test_vllm_before_0_20_does_not_subtract_cuda_graphs():
     # 58,625,056,768 available (no graph term) -> 27,954 blocks -> 447,264 tokens
-    p = vllm(version="0.20.2")
+    p = vllm(version="0.19.1")  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 0 through 0.19
     assert p.cudagraph_bytes == 0
     assert p.kv_capacity_tokens == 447_264
 

@@ -92,7 +92,7 @@ def test_step_params_change_the_prediction(run):
     (["--concurrency", "1", "--rate", "2"], "both given"),
     (["--rate", "abc"], "--rate"),
     (["--concurrency", "1", "--engine-defaults", "tgi"], "--engine-defaults"),
-    (["--concurrency", "1", "--step-params", "mfu=2"], "mfu"),
+    (["--concurrency", "1", "--step-params", "mfu=5"], "mfu"),
     (["--concurrency", "1", "--step-params", "speed=1"], "unknown step-time parameter"),
     (["--concurrency", "1", "--step-params", "mfu=0.4", "--calibration", "mfu=0.5"], "--calibration and --step-params both given"),
     (["--concurrency", "max", "--duration", "5"], "--duration"),

@@ -41,9 +41,11 @@ FLAG_OPTIONS = {
     "engine_version": Annotated[Optional[str], typer.Option("--engine-version", help="Engine version the pool model follows (default vLLM 0.32, SGLang 0.5); for vLLM also the hybrid state-block rule of that release")],
     "activation_gib": Annotated[Optional[float], typer.Option("--activation-gib", help="vLLM: activation peak of its profile run, GiB (default: --overhead-gib)")],
     "non_torch_gib": Annotated[float, typer.Option("--non-torch-gib", help="Engine mode: non-torch memory (CUDA context, NCCL), GiB")],
-    "cudagraph_gib": Annotated[float, typer.Option("--cudagraph-gib", help="vLLM >= 0.21: CUDA-graph memory estimate, GiB")],
+    "cudagraph_gib": Annotated[float, typer.Option("--cudagraph-gib", help="vLLM >= 0.20: CUDA-graph memory estimate, GiB")],
     "mamba_cache_size": Annotated[Optional[int], typer.Option("--mamba-cache-size", help="SGLang --max-mamba-cache-size (hybrid linear-attention models)")],
     "cpu_kvcache_space_gib": Annotated[Optional[int], typer.Option("--cpu-kvcache-space-gib", help="vLLM CPU build: its VLLM_CPU_KVCACHE_SPACE (whole GiB); prints the KV pool in tokens it logs (no --gpu)")],
+    "max_num_batched_tokens": Annotated[Optional[int], typer.Option("--max-num-batched-tokens", help="vLLM's --max-num-batched-tokens, which its sliding-window groups reserve per request in the logged maximum concurrency (default: the release's, by GPU memory)")],
+    "language_only": Annotated[bool, typer.Option("--language-only", help="Serve a multimodal checkpoint's language model only (vLLM --language-model-only): its vision encoder is not loaded")],
     "prefix_caching": Annotated[Optional[bool], typer.Option("--prefix-caching/--no-prefix-caching", help="vLLM prefix caching (default: the release's; on for hybrids from 0.26): with it, Mamba / linear-attention hybrids hold 2-3 state blocks per request instead of 1. With --engine sglang: its radix cache (--no-prefix-caching = --disable-radix-cache), which sets how many requests a hybrid's Mamba pool lets run")],
 }
 ALL_FLAGS = tuple(n for n in FLAG_OPTIONS if n != "cpu_kvcache_space_gib")  # the CPU pool: `plan` only
@@ -127,9 +129,12 @@ def _cpu_pool(request, as_json: bool) -> int:
         return 0
     print(f"vLLM CPU build {pool.version}: VLLM_CPU_KVCACHE_SPACE={request.cpu_kvcache_space_gib} = "
           f"{pool.budget_bytes:,} B -> {pool.num_blocks:,} blocks ({pool.layout})")
-    print(f"KV pool: {pool.kv_capacity_tokens:,} tokens; the server would log:")
+    print("the server would log:")
     for line in pool.log_lines:
         print(f"  {line}")
+    print(f"kneecap's capacity (its own count, not a line the server prints): {pool.kv_capacity_tokens:,} tokens")
+    if pool.capacity_explained:
+        print(f"  why they differ: {pool.capacity_explained}")
     for note in pool.notes:
         print(f"note: {note}")
     return 0

@@ -6,6 +6,7 @@ Thin: resolves where the capacity comes from and calls kneecap.plan.preflight.pr
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import sys
 from typing import Annotated, Optional
@@ -65,7 +66,7 @@ def preflight_command(
     plan_doc = server_doc = None
     notes: list[str] = []
     kv_bytes = 2
-    gpus_per_replica = tp_caps = None
+    gpus_per_replica = tp_caps = seqs_at = fp8_seqs_at = None
     if kv_tokens is not None:
         if kv_tokens <= 0:
             raise KneecapError(f"--kv-tokens must be a positive whole number, got {kv_tokens}", "pass e.g. --kv-tokens 1573854")
@@ -101,6 +102,12 @@ def preflight_command(
             notes.append(f"{d.model.name} mixes layer kinds: capacity is the pool's tokens when every sequence holds "
                          f"{isl + osl:,} tokens (sliding layers capped at their window, linear layers a fixed state)")
         kv_bytes = plan.kv_dtype_bytes
+        if not uniform and not (engine_pool and engine_pool.engine == "sglang"):
+            from kneecap.plan.ledger import sequences_at
+
+            # the fixes recompute through the plan's own count (a state or a window does not scale with the pool)
+            seqs_at = functools.partial(sequences_at, plan)
+            fp8_seqs_at = None if kv_bytes <= 1 else functools.partial(sequences_at, plan, kv_dtype="fp8")
         gpus_per_replica = plan.deployment.num_gpus
         plan_doc = {"kv_pool_bytes": plan.ledger.kv_pool_bytes, "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token_per_gpu,
                     "weights_bytes": plan.ledger.weights_bytes, "hbm_bytes": plan.ledger.hbm_bytes,
@@ -108,7 +115,8 @@ def preflight_command(
         if capacity <= 0:
             raise KneecapError(f"the plan leaves no KV capacity ({source})", "see `kneecap plan` with the same flags")
     result = preflight(capacity, isl=isl, osl=osl, concurrencies=levels, block_size=bs, kv_dtype_bytes=kv_bytes,
-                       gpus_per_replica=gpus_per_replica, tp_capacities=tp_caps, source=source)
+                       gpus_per_replica=gpus_per_replica, tp_capacities=tp_caps, source=source,
+                       sequences_at=seqs_at, fp8_sequences_at=fp8_seqs_at)
     if notes:
         result = dataclasses.replace(result, notes=result.notes + tuple(notes))
     if as_json:

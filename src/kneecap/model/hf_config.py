@@ -57,7 +57,8 @@ _TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3_text", "cohere", "cohere2")
 # Fields a published config leaves to its HF config class (only the keys it changes are saved): google/gemma-3-27b-it's
 # text_config has no vocab_size or max_position_embeddings; transformers' Gemma3TextConfig defaults them
 # (configuration_gemma3.py: vocab_size 262_208, max_position_embeddings 131_072; the same in 4.50 and 5.x).
-_CLASS_DEFAULTS = {"gemma3_text": {"vocab_size": 262_208, "max_position_embeddings": 131_072}}
+# head_dim 256 is Gemma3TextConfig's default too (gemma-3-12b-it's text_config omits it; 3840 / 16 heads would be 240).
+_CLASS_DEFAULTS = {"gemma3_text": {"vocab_size": 262_208, "max_position_embeddings": 131_072, "head_dim": 256}}
 _SSM_FAMILIES = ("mamba1", "mamba2", "granite_hybrid", "falcon_h1")
 _MIXER_NAMES = {"gdn": "Gated DeltaNet", "mamba2": "Mamba-2", "mamba1": "Mamba", "granite_hybrid": "Mamba-2",
                 "falcon_h1": "Mamba-2"}
@@ -137,6 +138,19 @@ def _from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkp
             _pos_int(cfg, key, source)
 
     count = params.count_params(cfg, model_type, layer_types, moe_layers, tied)
+    encoder = 0
+    if isinstance(config.get("vision_config"), Mapping):
+        try:
+            encoder = params.vision_encoder_params(config["vision_config"], hidden, str(model_type)) or 0
+        except (KeyError, TypeError):
+            encoder = 0
+        if encoder:
+            notes.append(f"vision tower and projector: {encoder / 1e9:.3g}e9 parameters at 16 bits, loaded by vLLM "
+                         "beside the language model unless it serves text only (vLLM --language-model-only; kneecap "
+                         "--language-only leaves them out); their activation peak is in --overhead-gib")
+        else:
+            notes.append("the checkpoint has a vision encoder kneecap does not count (only SigLIP towers are "
+                         "counted): add its weights with --params, or plan text-only serving (--language-only)")
     weights, qnotes = _weight_fields(cfg, count)
     notes += qnotes
     state_bytes = linear_state_bytes_per_layer(cfg) if "linear_attention" in layer_types else 0
@@ -146,6 +160,7 @@ def _from_hf_config(config: Mapping[str, Any], *, name: str, source: str, checkp
         layer_types=tuple(layer_types), **weights,
         max_position_embeddings=cfg.get("max_position_embeddings"),
         intermediate_size=cfg.get("intermediate_size"), sliding_window=window,
+        attention_chunked=any(n.startswith("chunked-local attention") for n in notes), encoder_params=encoder,
         kv_lora_rank=cfg.get("kv_lora_rank") if family == "mla" else None,
         qk_rope_head_dim=cfg.get("qk_rope_head_dim") if family == "mla" else None,
         linear_state_bytes_per_layer=state_bytes,

@@ -231,3 +231,18 @@ def weight_bytes_by_part(model, weight_dtype: str | None = None) -> dict[str, in
 def total_weight_bytes(model, weight_dtype: str | None = None) -> int:
     """Sum of weight_bytes_by_part: what the weights occupy, whole model before sharding."""
     return sum(weight_bytes_by_part(model, weight_dtype).values())
+
+
+def vision_encoder_params(vision: Mapping, text_hidden: int, model_type: str) -> int | None:
+    """Parameters of a SigLIP vision tower and its projector (transformers' SiglipVisionModel: patch embedding,
+    one position embedding per patch, per layer q/k/v/o with biases, a GELU MLP with biases and two LayerNorms, a
+    final LayerNorm; Gemma 3's projector: mm_input_projection vision x text hidden and an RMS norm), None for an
+    encoder of another kind (not counted)."""
+    if vision.get("model_type") != "siglip_vision_model":
+        return None
+    h, i, n = vision["hidden_size"], vision["intermediate_size"], vision["num_hidden_layers"]
+    patch, image, channels = vision["patch_size"], vision["image_size"], vision.get("num_channels", 3)
+    layer = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 2 * 2 * h
+    tower = channels * patch * patch * h + h + (image // patch) ** 2 * h + n * layer + 2 * h
+    projector = h * text_hidden + h if model_type == "gemma3_text" else 0
+    return tower + projector

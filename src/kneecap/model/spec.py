@@ -43,6 +43,10 @@ class Model:
     max_position_embeddings: int | None = None
     intermediate_size: int | None = None
     sliding_window: int | None = None  # tokens kept by a sliding_attention layer
+    attention_chunked: bool = False  # the sliding_attention layers are chunked-local (Llama 4): chunks, not a window
+    # a multimodal checkpoint's encoder (vision tower + projector), stored at 16 bits, which vLLM loads unless it
+    # serves the language model only (--language-model-only); not in total_params / param_parts (the decoder's)
+    encoder_params: int = 0
     # MLA (DeepSeek-V2/V3, Kimi-K2): cached latent = kv_lora_rank + qk_rope_head_dim elements per token per layer
     kv_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None

@@ -18,7 +18,7 @@ from kneecap.errors import KneecapError
 from kneecap.hardware import get_gpu
 from kneecap.model.kv import check_kv_dtype, check_tp, kv_dtype_bytes
 from kneecap.model.resolve import load_model
-from kneecap.model.weights import weight_bits
+from kneecap.model.weights import weight_bits, weight_bytes
 from kneecap.plan import engines
 from kneecap.plan.ledger import Plan, build_plan, weights_bytes_per_gpu, weights_total_bytes
 from kneecap.units import GB, GiB
@@ -61,6 +61,10 @@ class DeploymentRequest:
     # hybrid's requests hold (engines.vllm_state_blocks); with --engine sglang its radix cache (--disable-radix-cache:
     # False), which sets how many requests a hybrid's Mamba state pool lets run at once
     prefix_caching: bool | None = None
+    # vLLM's --max-num-batched-tokens (None: the release's default for the GPU): what its sliding-window and
+    # chunked-local groups reserve per request in the maximum concurrency it logs (engines.vllm_in_flight_tokens)
+    max_num_batched_tokens: int | None = None
+    language_only: bool = False  # serve a multimodal checkpoint's language model only (vLLM --language-model-only)
 
 
 DEFAULTS = DeploymentRequest()
@@ -140,7 +144,8 @@ def _finite_floats(f: DeploymentRequest) -> None:
 
 
 # what the vLLM CPU pool is computed from; every other flag describes a GPU deployment and must stay at its default
-CPU_POOL_FLAGS = ("preset", "model", "kv_dtype", "context", "block_size", "cpu_kvcache_space_gib", "prefix_caching")
+CPU_POOL_FLAGS = ("preset", "model", "kv_dtype", "context", "block_size", "cpu_kvcache_space_gib", "prefix_caching",
+                  "max_num_batched_tokens")
 
 
 def plan_vllm_cpu(f: DeploymentRequest) -> "engines.EnginePool":
@@ -154,7 +159,8 @@ def plan_vllm_cpu(f: DeploymentRequest) -> "engines.EnginePool":
         raise KneecapError("--preset and --model both given", "pass one of them")
     if not (f.preset or f.model):
         raise KneecapError("no model given", "pass --model PATH/config.json (or --preset NAME)")
-    for flag, value in (("--block-size", f.block_size), ("--context", f.context)):
+    for flag, value in (("--block-size", f.block_size), ("--context", f.context),
+                        ("--max-num-batched-tokens", f.max_num_batched_tokens)):
         check_positive(flag, value, int)
     if f.kv_dtype:
         kv_dtype_bytes(f.kv_dtype)
@@ -165,7 +171,7 @@ def plan_vllm_cpu(f: DeploymentRequest) -> "engines.EnginePool":
     return engines.vllm_cpu_pool(model, kv_cache_space_gib=f.cpu_kvcache_space_gib, max_model_len=context,
                                  kv_dtype=f.kv_dtype,
                                  block_size=f.block_size or engines.vllm_cpu_block_size(model),
-                                 prefix_caching=f.prefix_caching)
+                                 prefix_caching=f.prefix_caching, max_num_batched_tokens=f.max_num_batched_tokens)
 
 
 def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
@@ -181,7 +187,8 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
     if not f.gpu:
         raise KneecapError("no GPU given", "pass --gpu NAME, e.g. --gpu h100-sxm (see `kneecap plan --list-gpus`)")
     for flag, value in (("--tp", f.tp), ("--pp", f.pp), ("--ep", f.ep), ("--block-size", f.block_size), ("--context", f.context),
-                        ("--mean-context", f.mean_context), ("--compute-batch-cap", f.compute_batch_cap)):
+                        ("--mean-context", f.mean_context), ("--compute-batch-cap", f.compute_batch_cap),
+                        ("--max-num-batched-tokens", f.max_num_batched_tokens)):
         check_positive(flag, value, int)
     _finite_floats(f)
     for flag, value in (("--params", f.params), ("--kv-pool-gib", f.kv_pool_gib)):
@@ -210,6 +217,9 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
     if f.dp_attention and f.engine:
         raise KneecapError("--dp-attention with --engine: the engines' pool models are per TP group, not per DP rank",
                            "drop --engine (the ledger keeps a pool per DP rank), or drop --dp-attention")
+    if f.max_num_batched_tokens is not None and f.engine != "vllm":
+        raise KneecapError("--max-num-batched-tokens here is an input of vLLM's logged maximum concurrency",
+                           "add --engine vllm (or --cpu-kvcache-space-gib N for the CPU build)")
     if f.activation_gib is not None and f.engine != "vllm":
         raise KneecapError("--activation-gib is an input of the vLLM engine model", "add --engine vllm, or use --overhead-gib")
 
@@ -247,8 +257,13 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         model=model, gpu=gpu, tp=f.tp, pp=f.pp, ep=f.ep, dp_attention=f.dp_attention, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
         block_size=f.block_size or (1 if f.engine == "sglang" else 16), hbm=hbm, overhead_bytes=int(f.overhead_gib * GiB), frag_fraction=f.frag,
         mem_util=1.0 if mem_util is None else mem_util,
-        params_override=int(f.params) if f.params else None,
+        params_override=int(f.params) if f.params else None, language_only=f.language_only,
     )
+    if weights_total is not None:  # the checkpoint's bytes: the encoder is in them (or priced here when not)
+        from kneecap.plan.ledger import encoder_bytes
+
+        encoder = weight_bytes(model.encoder_params, "bf16") if model.encoder_params else 0
+        weights_total += encoder_bytes(deployment) - (encoder if model.checkpoint_bytes else 0)
     context = f.context or model.max_position_embeddings
     if not context:
         raise KneecapError(f"model {model.name} does not state its max context", "pass --context N")
@@ -265,7 +280,8 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         wt = weights_total if weights_total is not None else weights_total_bytes(deployment)
         common = dict(total_bytes=deployment.hbm_bytes, weights_bytes=weights_bytes_per_gpu(wt, deployment),
                       max_model_len=context, version=version)
-        vllm = dict(common, mem_util=deployment.mem_util, prefix_caching=f.prefix_caching)
+        vllm = dict(common, mem_util=deployment.mem_util, prefix_caching=f.prefix_caching,
+                    max_num_batched_tokens=f.max_num_batched_tokens)
         sglang = dict(common, mem_fraction=deployment.mem_util, page_size=deployment.block_size,
                       radix_cache=f.prefix_caching)
         if f.engine == "vllm" and pool_bytes is not None:

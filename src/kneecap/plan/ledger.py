@@ -289,7 +289,15 @@ def weights_total_bytes(deployment: Deployment) -> int:
     if deployment.params_override or not parts or set(parts) == {"other"}:
         return weight_bytes(deployment.params_override or m.total_params, deployment.weight_dtype)
     dtypes = part_dtypes_at(m, deployment.weight_dtype)
-    return sum(weight_bytes(n, dtypes.get(part, deployment.weight_dtype)) for part, n in parts.items())
+    decoder = sum(weight_bytes(n, dtypes.get(part, deployment.weight_dtype)) for part, n in parts.items())
+    return decoder + encoder_bytes(deployment)
+
+
+def encoder_bytes(deployment: Deployment) -> int:
+    """A multimodal checkpoint's encoder (vision tower + projector) as the engine loads it: at 16 bits (vLLM leaves
+    it unquantized), none when serving text only (--language-only, vLLM --language-model-only)."""
+    m = deployment.model
+    return 0 if deployment.language_only or not m.encoder_params else weight_bytes(m.encoder_params, "bf16")
 
 
 def attention_weight_fraction(deployment: Deployment) -> float:
@@ -489,6 +497,22 @@ def build_plan(deployment: Deployment, *, context: int, mean_context: int | None
         hbm_framework_bytes=gpu.framework_bytes,
         notes=tuple(notes), kv_groups=groups, state_apart=apart,
     )
+
+
+def sequences_at(plan: Plan, tokens: int, kv_dtype: str | None = None) -> int:
+    """Decoding sequences of `tokens` tokens the plan's pool holds, in whole blocks: the one count behind plan's
+    paged sequences (section 3, levers, the context sweep) and preflight's fixes. kv_dtype: the same pool with the
+    KV cache in that dtype (vLLM's groups re-laid out for it; a linear-attention state keeps its own dtype)."""
+    d = plan.deployment
+    groups = plan.kv_groups
+    if kv_dtype is not None:
+        d = dataclasses.replace(d, kv_dtype=kv_dtype)
+        if groups is not None:
+            groups = kv_groups(d, groups.prefix_caching if groups.state_groups else None, groups.version)
+    atp = d.attention_tp
+    state = kvmath.state_bytes_per_sequence(d.model, atp, d.pp) if plan.state_apart else 0
+    seq = paged_sequence_bytes(d, groups, tokens, kvmath.kv_dtype_bytes(d.kv_dtype)) - state
+    return d.attention_dp * (plan.ledger.kv_pool_bytes // seq) if seq > 0 else 0
 
 
 def rebuild(plan: Plan, deployment: Deployment, *, context: int | None = None, mean_context: int | None = None,

@@ -38,11 +38,17 @@ def _lever(name: str, change: str, plan: Plan, base: Plan, note: str = "") -> Le
                  plan.deployment.num_gpus, gain, note)
 
 
+NODE_GPUS = 8  # GPUs in one HGX / DGX / MI300X-platform node: tensor parallelism beyond it crosses nodes
+
+
 def more_gpus_tp(plan: Plan) -> int | None:
-    """The TP degree the 'more GPUs' lever uses: up to one KV head per rank, else double; None if no valid TP."""
-    m, tp = plan.deployment.model, plan.deployment.tp
-    target = m.num_key_value_heads if tp < m.num_key_value_heads and "mla" not in m.layer_types else tp * 2
-    while target <= 4096:
+    """The TP degree the 'more GPUs' lever uses: up to one KV head per rank (where the KV stops shrinking), else
+    double, within one node (TP x PP <= NODE_GPUS) and splitting the model's heads; None if there is none."""
+    m, d = plan.deployment.model, plan.deployment
+    node_tp = NODE_GPUS // d.pp
+    heads = m.num_key_value_heads if d.tp < m.num_key_value_heads and "mla" not in m.layer_types else 0
+    target = min(heads, node_tp) if heads else d.tp * 2
+    while d.tp < target <= node_tp:
         try:
             kvmath.check_tp(m, target)
             return target
@@ -116,7 +122,11 @@ def compute_levers(plan: Plan, *, prefix_tokens: int | None = None) -> list[Leve
         if tp is not None:
             try:
                 bigger = rebuild(plan, dataclasses.replace(d, tp=tp))
-                levers.append(_lever("more-gpus", f"--tp {tp}", bigger, plan, f"{tp * d.pp} GPUs instead of {d.num_gpus}"))
+                binds = {"hbm": "HBM", "compute": "the compute cap"}
+                what = (f"{binds[bigger.binding]} binds instead of {binds[plan.binding]}"
+                        if bigger.binding != plan.binding else f"{binds[bigger.binding]} still binds")
+                levers.append(_lever("more-gpus", f"--tp {tp}", bigger, plan,
+                                     f"{tp * d.pp} GPUs instead of {d.num_gpus}; {what}"))
             except KneecapError:
                 pass
     if prefix_tokens:

@@ -96,20 +96,47 @@ def tokens_in_blocks(tokens: int, block_size: int) -> int:
     return blocks_for(tokens, block_size) * block_size
 
 
+def longest_fitting(sequences_at, concurrency: int, block_size: int, limit: int) -> int:
+    """The longest sequence (whole blocks, at most `limit` tokens) of which `concurrency` fit, inverting
+    sequences_at (tokens -> sequences the pool holds, non-increasing in tokens); 0 if not even one block fits."""
+    lo, hi = 0, max(1, limit // block_size)  # in blocks: sequences_at(lo blocks) >= C holds for lo (0: vacuously)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if sequences_at(mid * block_size) >= concurrency:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * block_size
+
+
 def remedy(capacity: int, concurrency: int, isl: int, osl: int, block_size: int, *, kv_dtype_bytes: int | None = 2,
-           gpus_per_replica: int | None = None, tp_capacities: list[tuple[int, int, int]] | None = None) -> Remedy:
+           gpus_per_replica: int | None = None, tp_capacities: list[tuple[int, int, int]] | None = None,
+           sequences_at=None, fp8_sequences_at=None) -> Remedy:
     """What would make C concurrent ISL+OSL sequences fit a pool of `capacity` tokens.
 
-    tp_capacities: (tp, num_gpus, kv_capacity_tokens) per swept TP degree, from a plan.
+    tp_capacities: (tp, num_gpus, kv_capacity_tokens) per swept TP degree, from a plan. sequences_at /
+    fp8_sequences_at (tokens -> sequences; from a plan, kneecap.plan.ledger.sequences_at): the deployment's own count,
+    which the longest ISL+OSL inverts and fp8 KV recomputes (a linear-attention state or a sliding window does not
+    scale with the pool's tokens); without them the pool is tokens, every sequence its whole blocks.
     """
     peak = concurrency * tokens_in_blocks(isl + osl, block_size)
-    per_seq = (capacity // concurrency) // block_size * block_size
+    if sequences_at is not None:
+        per_seq = longest_fitting(sequences_at, concurrency, block_size, isl + osl)
+    else:
+        per_seq = (capacity // concurrency) // block_size * block_size
     multiple = peak / capacity
     replicas = -(-peak // capacity)
     fp8 = None if kv_dtype_bytes is not None and kv_dtype_bytes <= 1 else (peak <= 2 * capacity)
+    if fp8 is not None and fp8_sequences_at is not None:
+        fp8_seqs = fp8_sequences_at(isl + osl)
+        fp8 = fp8_seqs >= concurrency
     tp, gpus = next(((t, n) for t, n, cap in tp_capacities or [] if cap >= peak), (None, None))
     parts = []
-    if fp8 is not None:
+    if fp8 is not None and fp8_sequences_at is not None:
+        now = sequences_at(isl + osl) if sequences_at is not None else capacity // tokens_in_blocks(isl + osl, block_size)
+        parts.append(f"fp8 KV holds {fp8_seqs:,} sequences of {isl + osl:,} tokens instead of {now:,} "
+                     f"({'fits' if fp8 else 'still short'})")
+    elif fp8 is not None:
         parts.append(f"fp8 KV doubles the pool to {2 * capacity:,} tokens ({'fits' if fp8 else 'still short'})")
     parts.append(f"at C={concurrency} the longest ISL+OSL that fits is {per_seq:,} tokens")
     if tp is not None:
@@ -122,7 +149,8 @@ def remedy(capacity: int, concurrency: int, isl: int, osl: int, block_size: int,
 
 def preflight(kv_capacity_tokens: int, *, isl: int, osl: int, concurrencies: list[int], block_size: int = 16,
               kv_dtype_bytes: int | None = 2, gpus_per_replica: int | None = None,
-              tp_capacities: list[tuple[int, int, int]] | None = None, source: str = "--kv-tokens") -> Preflight:
+              tp_capacities: list[tuple[int, int, int]] | None = None, source: str = "--kv-tokens",
+              sequences_at=None, fp8_sequences_at=None) -> Preflight:
     """The verdict for each concurrency level against a pool of `kv_capacity_tokens` tokens."""
     _check(kv_capacity_tokens, isl, osl, concurrencies, block_size)
     per_seq_peak = tokens_in_blocks(isl + osl, block_size)
@@ -133,7 +161,8 @@ def preflight(kv_capacity_tokens: int, *, isl: int, osl: int, concurrencies: lis
         verdict = "fits" if peak <= kv_capacity_tokens else "tight" if steady <= kv_capacity_tokens else "exceeds"
         fix = None if verdict == "fits" else remedy(kv_capacity_tokens, c, isl, osl, block_size,
                                                     kv_dtype_bytes=kv_dtype_bytes, gpus_per_replica=gpus_per_replica,
-                                                    tp_capacities=tp_capacities)
+                                                    tp_capacities=tp_capacities, sequences_at=sequences_at,
+                                                    fp8_sequences_at=fp8_sequences_at)
         levels.append(Level(c, peak, steady, verdict, kv_capacity_tokens - peak, fix))
     max_safe = kv_capacity_tokens // per_seq_peak
     notes = (f"not even one {isl}+{osl}-token sequence fits {kv_capacity_tokens:,} tokens",) if max_safe == 0 else ()

@@ -117,6 +117,9 @@ def plan_worksheet(plan: Plan, levers: list[Lever], tps: list[TpPoint], contexts
         wlabel = f"Weights, {params / 1e9:.4g}e9 at {d.weight_dtype} (embed/norms/lm_head as shipped)"
     else:
         wlabel = f"Weights, {params / 1e9:.4g}e9 × {weight_bits(d.weight_dtype) / 8:g} B ({d.weight_dtype})"
+    if m.encoder_params and not d.params_override:
+        wlabel += (" + vision tower: not loaded (--language-only)" if d.language_only
+                   else f" + {m.encoder_params / 1e9:.3g}e9 vision tower at bf16")
     if d.num_gpus > 1:
         wlabel += f" / {d.num_gpus}"
     t.add_row(wlabel, _e9(L.weights_bytes), _gib(L.weights_bytes), _pct(L.weights_bytes, L.hbm_bytes))
@@ -128,7 +131,7 @@ def plan_worksheet(plan: Plan, levers: list[Lever], tps: list[TpPoint], contexts
                   _gib(L.fragmentation_bytes), _pct(L.fragmentation_bytes, L.hbm_bytes))
     t.add_row("KV cache pool", _e9(L.kv_pool_bytes), _gib(L.kv_pool_bytes), _pct(L.kv_pool_bytes, L.hbm_bytes), style="bold")
     out.append(t)
-    out.append(Text(f"  pool = {plan.num_kv_blocks:,} blocks of {plan.block_size} tokens = {plan.kv_capacity_tokens:,} tokens"))
+    out.append(Text(pool_line(plan)))
 
     if engine is not None:
         out.append(engine_section(engine))
@@ -229,6 +232,18 @@ def plan_worksheet(plan: Plan, levers: list[Lever], tps: list[TpPoint], contexts
     return out
 
 
+def pool_line(plan: Plan) -> str:
+    """The pool in blocks and tokens, as arithmetic that holds: blocks x block for one kind of layer; for vLLM's
+    layer groups the token slots and the tokens of whole requests of the plan's context (kv_capacity_tokens)."""
+    blocks, bs, g = plan.num_kv_blocks, plan.block_size, plan.kv_groups
+    if g is None:
+        return f"  pool = {blocks:,} blocks of {bs} tokens = {blocks * bs:,} tokens"
+    groups = sum(n for _, n in g.groups)
+    return (f"  pool = {blocks:,} blocks of {bs} tokens ({blocks:,} × {bs} = {blocks * bs:,} token slots, shared by "
+            f"{groups} layer groups); a {plan.context:,}-token request takes {g.blocks_per_request(plan.context):,} "
+            f"of them, so the pool holds {plan.kv_capacity_tokens:,} tokens of such requests")
+
+
 def engine_section(engine: EnginePool):
     from rich.text import Text
 
@@ -237,7 +252,8 @@ def engine_section(engine: EnginePool):
              f" weights {_gib(engine.weights_bytes)} GiB"]
     if engine.pool_given:
         lines[-1] = (f"  KV pool as the engine logged it (--kv-pool-gib): {_gib(engine.kv_pool_bytes)} GiB, counted as "
-                     + ("vLLM lays it out (its hybrid allocator keeps Mamba / linear-attention state blocks in it)"
+                     + (("vLLM lays it out" + (" (its hybrid allocator keeps Mamba / linear-attention state blocks "
+                                                "in it)" if "linear_attention" in engine.layout else ""))
                         if engine.engine == "vllm" else "SGLang lays it out (attention KV only; a Mamba state pool apart)"))
     elif engine.engine == "vllm":
         lines.append(f"  − activation peak {_gib(engine.activation_bytes)} − non-torch {_gib(engine.non_torch_bytes)}"
@@ -247,6 +263,9 @@ def engine_section(engine: EnginePool):
                      f" (activations and graphs live in the other {1 - engine.fraction:.2f})")
     lines.append("  the engine would log:")
     lines += [f"    {line}" for line in engine.log_lines]
+    lines.append(f"  kneecap's capacity (its own count, not a line the engine prints): {engine.kv_capacity_tokens:,} tokens")
+    if engine.capacity_explained:
+        lines.append(f"    why they differ: {engine.capacity_explained}")
     lines += [f"  note: {note}" for note in engine.notes]
     return Text("\n".join(lines))
 

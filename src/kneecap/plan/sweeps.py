@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from kneecap.errors import KneecapError
 from kneecap.model import kv as kvmath
-from kneecap.plan.ledger import Plan, kv_layout, rebuild
+from kneecap.plan.ledger import Plan, kv_layout, rebuild, sequences_at
 
 CONTEXT_POINTS = (4096, 8192, 32768, 131072)
 MAX_SWEEP_TP = 64
@@ -92,9 +92,8 @@ def context_sweep(plan: Plan) -> list[ContextPoint]:
     out = []
     for ctx in context_points(plan):
         contig = kvmath.sequence_kv_bytes_per_gpu(d.model, ctx, dtype_bytes, d.tp, d.pp, d.block_size, paged=False)
-        paged = kvmath.sequence_kv_bytes_per_gpu(d.model, min(plan.mean_context, ctx), dtype_bytes, d.tp, d.pp,
-                                                 d.block_size, paged=True)
-        out.append(ContextPoint(ctx, contig, pool // contig if contig else 0, pool // paged if paged else 0,
+        paged = sequences_at(plan, min(plan.mean_context, ctx))  # the count section 3 and preflight use
+        out.append(ContextPoint(ctx, contig, pool // contig if contig else 0, paged,
                                 ctx == d.model.max_position_embeddings))
     return out
 

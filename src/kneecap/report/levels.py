@@ -121,6 +121,19 @@ def _derived_preflight_limit(summary: dict) -> float | None:
     from kneecap.errors import KneecapError
     from kneecap.plan.preflight import preflight
 
+    layout = plan.get("kv_layout")
+    if isinstance(layout, dict) and isinstance(plan.get("num_kv_blocks"), int):
+        # vLLM's layer groups: a request of ISL+OSL tokens takes the blocks of every group (a linear-attention
+        # state's blocks too), the count plan and preflight give (kneecap.plan.ledger.sequences_at)
+        from kneecap.plan.engines import VllmLayout
+
+        try:
+            groups = VllmLayout(**{**layout, "groups": tuple(tuple(g) for g in layout["groups"])})
+            per_request = groups.blocks_per_request(isl + osl, in_flight=1)
+        except (TypeError, ValueError, KeyError):
+            return None
+        return float(plan["num_kv_blocks"] // per_request) if per_request > 0 else None
+
     try:
         return float(preflight(capacity, isl=isl, osl=osl, concurrencies=[1], block_size=block_size)
                      .max_safe_concurrency)

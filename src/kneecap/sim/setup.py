@@ -6,6 +6,8 @@ plan.num_kv_blocks, the scheduler defaults the named engine's. Not flag parsing 
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 
 from kneecap.errors import KneecapError
@@ -54,6 +56,19 @@ class SimDeployment:
         return Engine(self.plan.deployment, self.config, self.plan.num_kv_blocks, steptime=self.steptime, level=level,
                       trace=trace, fast_path=fast_path, charge_state=self.charge_state, token_times=token_times)
 
+    def kv_layout(self) -> dict | None:
+        """vLLM's layer groups as a dict (kneecap.plan.engines.VllmLayout) where a request's blocks are not its
+        tokens' (layer kinds mixed, or sliding windows): what report counts its preflight limit with."""
+        plan, d = self.plan, self.plan.deployment
+        if plan.kv_groups is not None:
+            return dataclasses.asdict(plan.kv_groups)
+        if "sliding_attention" not in d.model.layer_types or plan.state_apart:
+            return None
+        from kneecap.plan.engines import model_layout
+
+        return dataclasses.asdict(model_layout(d.model, tp=d.attention_tp, pp=d.pp, kv_dtype=d.kv_dtype,
+                                               block_size=d.block_size))
+
     def describe(self) -> dict:
         """JSON-ready facts (what summaries, /version and calibrations report)."""
         d, plan, cfg = self.plan.deployment, self.plan, self.config
@@ -65,6 +80,9 @@ class SimDeployment:
                      "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token_per_gpu,
                      "kv_pool_bytes": plan.ledger.kv_pool_bytes, "context": plan.context,
                      "pool_source": plan.pool_source, "state_blocks_per_sequence": self.state_blocks_per_sequence,
+                     # vLLM's layer groups (kneecap.plan.engines.VllmLayout) when the model mixes layer kinds: what a
+                     # request of L tokens takes of num_kv_blocks (report's preflight limit counts with it)
+                     "kv_layout": self.kv_layout(),
                      # the unit of num_kv_blocks (and of server_metrics' num_kv_blocks): tokens x layers of one block
                      "kv_block_tokens": plan.block_size,
                      "kv_block_layers": plan.kv_groups.group_size if plan.kv_groups else

@@ -1,0 +1,43 @@
+"""A multimodal checkpoint's vision tower is priced as vLLM loads it, and left out when serving text only; the
+more-gpus lever stays within one 8-GPU node.
+
+Gemma 3 27B's SigLIP tower (27 layers of 1152, MLP 4304, 896-pixel images in 14-pixel patches, transformers'
+SiglipVisionModel): per layer 4 x (1152^2 + 1152) + (1152 x 4304 + 4304) + (4304 x 1152 + 1152) + 4 x 1152 =
+15,239,504; x 27 = 411,466,608; patch embedding 3 x 14 x 14 x 1152 + 1152 = 678,528; 64^2 positions x 1152 =
+4,718,592; final LayerNorm 2,304; Gemma 3's projector 1152 x 5376 + 1152 = 6,194,304: 423,060,336 parameters,
+846,120,672 B at bf16 (27.01e9 + 0.42e9 = 27.43e9, the "27B" of the model's name with its vision tower).
+"""
+
+from __future__ import annotations
+
+import json
+
+ENCODER = 423_060_336
+
+
+def test_the_vision_tower_is_loaded_unless_serving_text_only(cli):
+    def doc(*extra):
+        r = cli("plan", "--model", "gemma-3-27b", "--gpu", "h100", "--json", *extra)
+        assert r.code == 0, r.stderr
+        return json.loads(r.stdout)
+
+    full, text = doc(), doc("--language-only")
+    assert full["weights_total_bytes"] - text["weights_total_bytes"] == 2 * ENCODER
+    assert full["ledger"]["kv_pool_bytes"] < text["ledger"]["kv_pool_bytes"]
+    def words(*extra):  # the table may wrap a cell: compare the words
+        return " ".join(cli("plan", "--model", "gemma-3-27b", "--gpu", "h100", *extra).stdout.replace("│", " ").split())
+
+    assert "+ 0.423e9 vision tower at" in words()
+    assert "vision tower: not loaded" in words("--language-only")
+
+
+def test_more_gpus_is_the_next_tp_within_one_node(cli):
+    def levers(tp):
+        r = cli("plan", "--model", "gemma-3-27b", "--gpu", "h100", "--tp", str(tp), "--json")
+        assert r.code == 0, r.stderr
+        return {lv["name"]: lv for lv in json.loads(r.stdout)["levers"]}
+
+    # 16 KV heads: up to one head per rank would be TP 16, two nodes; the lever stops at the node's 8 GPUs
+    assert levers(1)["more-gpus"]["change"] == "--tp 8"
+    assert "binds" in levers(1)["more-gpus"]["note"]
+    assert "more-gpus" not in levers(8)
