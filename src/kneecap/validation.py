@@ -11,9 +11,7 @@ inter-node links) is kept in the table as "not simulated: <why>", never dropped.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
@@ -183,19 +181,21 @@ def _plan(point: Point):
 
 
 def _engine_config(point: Point, plan):
-    from kneecap.sim.config import (TRTLLM_CPP_PROFILE, TRTLLM_PROFILE, VLLM_ASYNC_PROFILE, VLLM_V0_PROFILE, EngineConfig,
-                                    engine_defaults, trtllm_is_cpp_runtime, vllm_async_by_default, vllm_is_v0)
+    from kneecap.sim.config import (
+        TRTLLM_CPP_PROFILE,
+        TRTLLM_PROFILE,
+        EngineConfig,
+        at_release,
+        engine_defaults,
+        trtllm_is_cpp_runtime,
+    )
 
     d = plan.deployment
     o = point.engine_overrides
     if point.engine in ("vllm", "sglang"):
         base = engine_defaults(point.engine, device_bytes=d.gpu.memory_bytes("device"), gpu_name=d.gpu.name,
                                pool_tokens=plan.kv_capacity_tokens, context_len=plan.context)
-        if point.engine == "vllm" and vllm_is_v0(point.engine_version):  # V0: 256 sequences and its CPU time
-            base = dataclasses.replace(base, max_num_seqs=256, profile=VLLM_V0_PROFILE)
-        elif point.engine == "vllm" and vllm_async_by_default(point.engine_version):  # 0.14+: CPU overlaps the GPU
-            base = dataclasses.replace(base, profile=dataclasses.replace(
-                base.profile, overlap_cpu=VLLM_ASYNC_PROFILE.overlap_cpu, version=VLLM_ASYNC_PROFILE.version))
+        base = at_release(base, point.engine_version)  # vLLM V0 (before 0.8), async scheduling (0.14+)
         return base.with_overrides(max_num_seqs=o.get("max_num_seqs"), max_num_batched_tokens=o.get("max_num_batched_tokens"),
                                    enable_prefix_caching=o.get("enable_prefix_caching"))
     if point.engine == "llama.cpp":
@@ -214,32 +214,10 @@ def _engine_config(point: Point, plan):
 
 
 def trtllm_bench_limits(point: Point, plan) -> tuple[int, int]:
-    """(max sequences, max tokens per micro-batch) as `trtllm-bench throughput` sets them for a run
-    (tensorrt_llm/bench/build/tuning.py calc_engine_setting + finetune_setting): the requests of isl + osl tokens
-    that 0.95 of the GPUs' memory left after the weights holds as KV cache (bytes per element by quantization:
-    NVFP4 0.5, FP8 1, else 2; KV heads at least tp), at most 4096 / pp per micro-batch, rounded up (to 32 below
-    256, 128 below 1024, else 256; at least 64); tokens = that batch x (1 + isl / osl), at most 32768, rounded up
-    (to 256 below 4096 and at least 2048, 512 below 8192, else 1024). Each of the pp micro-batches gets that batch."""
-    d = plan.deployment
-    model = d.model
-    elem = {"nvfp4": 0.5, "fp8": 1.0, "fp8-block": 1.0}.get(d.weight_dtype.lower(), 2.0)
-    kv_elem = 1.0 if (d.kv_dtype or "").lower().startswith("fp8") else 2.0
-    gib = float(1 << 30)
-    per_token = 2 * model.num_hidden_layers * max(point.tp, model.num_key_value_heads) * model.head_dim * kv_elem / gib
-    available = d.gpu.memory_bytes("device") / gib * point.num_gpus - model.total_params * elem / gib
-    requests = available * 0.95 / (per_token * (point.isl + point.osl))
-    raw_bs = min(requests, 4096) / point.pp
-    raw_token = min(raw_bs * (1 + point.isl / point.osl), 32768)
-    bs = _round_up_banded(raw_bs, ((256, 32), (1024, 128), (math.inf, 256)), at_least=64)
-    tokens = _round_up_banded(raw_token, ((4096, 256), (8192, 512), (math.inf, 1024)), at_least=2048)
-    return bs * point.pp, tokens
+    """The limits `trtllm-bench throughput` computes for the point's run (kneecap.sim.config.trtllm_bench_limits)."""
+    from kneecap.sim.config import trtllm_bench_limits as limits
 
-
-def _round_up_banded(value: float, bands: tuple[tuple[float, int], ...], at_least: int) -> int:
-    """value rounded up to the step of the first (below, step) band it lies below, and at least at_least
-    (trtllm-bench's finetune_setting rounding; at_least only binds in the first band)."""
-    step = next(step for below, step in bands if value < below)
-    return max(at_least, step * math.ceil(value / step))
+    return limits(plan.deployment, point.isl, point.osl)
 
 
 def _lengths(high: int, low: int | None):
@@ -450,9 +428,9 @@ def render_markdown(rows: list[dict]) -> str:
              f"{len(rows) - len(sim)} not simulated (a knob the simulator does not have, named in the row). " +
              (f"Median absolute error **{median_abs_error_pct(rows):.1f}%**; {sum(e <= 25 for e in errs)} of {len(sim)} "
               f"within 25%; worst {max(errs):.1f}%." if sim else "None simulated."), "",
-             "Signed median: the median of each point's signed error with latencies negated, so that + means the "
-             "simulator is too fast (a rate over-predicted or a latency under-predicted) and - too slow, whatever "
-             f"the metric; a group of {BIAS_MIN_POINTS} or more points beyond ±{BIAS_LIMIT_PCT:g}% is marked **biased**.",
+             ("Signed median: the median of each point's signed error with latencies negated, so that + means the "
+              "simulator is too fast (a rate over-predicted or a latency under-predicted) and - too slow, whatever "
+              f"the metric; a group of {BIAS_MIN_POINTS} or more points beyond ±{BIAS_LIMIT_PCT:g}% is marked **biased**."),
              "",
              "| group | value | points | median abs. error | signed median | not simulated |",
              "|---|---|---:|---:|---:|---:|"]

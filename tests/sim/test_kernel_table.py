@@ -4,7 +4,6 @@ whole prefill/decode steps against the sum of the measured kernels they are made
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 
@@ -12,7 +11,13 @@ from kneecap.deployment import Deployment
 from kneecap.hardware import get_gpu
 from kneecap.model import load_model
 from kneecap.sim.efficiency import efficiency_for
-from kneecap.sim.kernels import KERNELS_DIR, MIN_TRUSTED_DECODE_BATCH, MIN_TRUSTED_M, load_table, table_for
+from kneecap.sim.kernels import (
+    KERNELS_DIR,
+    MIN_TRUSTED_DECODE_BATCH,
+    MIN_TRUSTED_M,
+    load_table,
+    table_for,
+)
 from kneecap.sim.steptime import StepTimeModel, StepTimeParams
 
 MEASURED = sorted(p.stem for p in KERNELS_DIR.glob("*.json"))
@@ -165,7 +170,7 @@ def _kernel_step_s(model, tp: int, m: int, attention_s_per_layer: float, sampled
     elem_bytes = m * 2 * (2 * 4 * h + 3 * inter + 2 * (qh + kvh) * hd + 2 * 2 * kvh * hd)
     copy = d["hbm_copy_bytes_s"]
     head_w = model.vocab_size * h / tp
-    head = max(head_w * 2 / copy, _table_gemm_s(d, "bf16", 28672, 4096, sampled if sampled >= 128 else 128)
+    head = max(head_w * 2 / copy, _table_gemm_s(d, "bf16", 28672, 4096, max(sampled, 128))
                * head_w / (28672 * 4096) * (sampled / max(sampled, 128)))
     # each element-wise kernel (5 a layer; embedding, final norm and sampling 3 more) pays the graph-replay gap between
     # kernels (StepTimeParams.kernel_gap_s); a table figure already holds its kernel's launch

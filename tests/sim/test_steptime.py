@@ -294,3 +294,21 @@ def test_expert_parallel_below_tp_shards_each_expert_over_the_rest():
     full = model_for("qwen3-30b-a3b", tp=4)
     ep2 = StepTimeModel(full.deployment, ep=2)
     assert ep2.expert_bytes == pytest.approx(2 * full.expert_bytes)  # tp/ep = 2 shards of each expert, not 4
+
+
+def test_steps_outside_a_cuda_graph_last_at_least_the_hosts_kernel_launches():
+    """SGLang and TensorRT-LLM's PyTorch executor replay graphs for pure decodes only, vLLM V1 for every step up to its
+    largest capture size; a step outside one is launched kernel by kernel from Python (sim/config.py EAGER_LAUNCH_S:
+    sgl-project/sglang#1401), and TensorRT-LLM's C++ runtime is never host-bound."""
+    from kneecap.sim.config import EAGER_LAUNCH_S, SGLANG_PROFILE, TRTLLM_CPP_PROFILE, VLLM_PROFILE
+
+    base = model_for("llama-3.1-8b", "h200")
+    floor = base.kernels_per_pass * EAGER_LAUNCH_S
+    assert base.kernels_per_pass == 326 and floor == pytest.approx(8.23e-3)
+    prefill = (64, 64 * 65 / 2, 0, 64, 0, 1)  # a 64-token prompt: a few ms of kernels, fewer than its launches
+    sg, vl, cpp = (base.for_engine(p) for p in (SGLANG_PROFILE, VLLM_PROFILE, TRTLLM_CPP_PROFILE))
+    assert base.seconds(*prefill) < floor
+    assert sg.seconds(*prefill) == pytest.approx(max(floor, sg._cpu(1, 1)))  # overlapped host work: the longer
+    assert vl.eager_floor(64, 1) == 0.0 and vl.eager_floor(600, 1) == pytest.approx(floor)  # piecewise graphs to 512
+    assert cpp.eager_floor(64, 1) == 0.0
+    assert sg.eager_floor(8, 8) == 0.0 and sg.eager_floor(200, 200) == pytest.approx(floor)  # decode: above 160 only

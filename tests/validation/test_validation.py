@@ -9,9 +9,24 @@ from pathlib import Path
 import pytest
 
 from kneecap.errors import KneecapError
-from kneecap.validation import (BASELINE_FILE, DOC_FILE, REGRESSION_POINTS, TABLE_BEGIN, TABLE_END, Point, baseline_document,
-                                error_table, features, load_points, median_abs_error_pct, predict, regressions,
-                                render_markdown, row_cells, speed_error_pct)
+from kneecap.validation import (
+    BASELINE_FILE,
+    DOC_FILE,
+    REGRESSION_POINTS,
+    TABLE_BEGIN,
+    TABLE_END,
+    Point,
+    baseline_document,
+    error_table,
+    features,
+    load_points,
+    median_abs_error_pct,
+    predict,
+    regressions,
+    render_markdown,
+    row_cells,
+    speed_error_pct,
+)
 
 
 def doc_table() -> str:

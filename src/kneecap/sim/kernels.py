@@ -28,7 +28,7 @@ import json
 import math
 from bisect import bisect_right
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 KERNELS_DIR = Path(__file__).resolve().parents[1] / "data" / "kernels"
@@ -111,7 +111,7 @@ class KernelTable:
         return max(self.prefill_fraction)
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_table(name: str) -> KernelTable:
     """data/kernels/<name>.json as a KernelTable (fractions of the peaks the file states)."""
     doc = json.loads((KERNELS_DIR / f"{name}.json").read_text())
@@ -152,7 +152,7 @@ def table_for(gpu, efficiency) -> KernelTable:
                   gpu.hbm_bandwidth_bytes_s * efficiency.hbm, flats)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _moved(name: str, gpu_name: str, peaks: tuple[float, float, float], hbm_bytes_s: float,
            flats: tuple[float, float, float, float] | None) -> KernelTable:
     """Table `name` moved to another GPU. Sizes map by what sets each kernel's rate: a GEMM's rows by the GPU's

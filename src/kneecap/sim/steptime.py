@@ -432,6 +432,8 @@ class StepTimeModel:
         self.cpu_per_seq_s = 0.0
         self.overlap_cpu = False
         self.graph_sizes: tuple[int, ...] = ()
+        self.eager_launch_s = 0.0  # host seconds per kernel of a step outside a CUDA graph (engine profile)
+        self.graph_mixed_tokens = 0
 
     def for_engine(self, profile) -> "StepTimeModel":
         """This model bound to an engine profile (kneecap.sim.config.EngineProfile); self if nothing changes."""
@@ -439,12 +441,14 @@ class StepTimeModel:
             return self
         sizes = tuple(sorted(profile.cudagraph_sizes))
         fixed = self.params.overhead_s if profile.cpu_fixed_s is None else profile.cpu_fixed_s
-        if (self.cpu_per_seq_s, self.overlap_cpu, self.graph_sizes, self.overhead_s) == \
-                (profile.cpu_per_seq_s, profile.overlap_cpu, sizes, fixed):
+        eager, mixed = profile.eager_launch_s, profile.graph_mixed_tokens
+        if (self.cpu_per_seq_s, self.overlap_cpu, self.graph_sizes, self.overhead_s, self.eager_launch_s,
+                self.graph_mixed_tokens) == (profile.cpu_per_seq_s, profile.overlap_cpu, sizes, fixed, eager, mixed):
             return self
         other = copy.copy(self)
         other.cpu_per_seq_s, other.overlap_cpu, other.graph_sizes = profile.cpu_per_seq_s, profile.overlap_cpu, sizes
         other.overhead_s = fixed
+        other.eager_launch_s, other.graph_mixed_tokens = eager, mixed
         return other
 
     # --- pieces --------------------------------------------------------------------------------
@@ -581,6 +585,18 @@ class StepTimeModel:
             return num_tokens
         return self.graph_sizes[bisect_left(self.graph_sizes, num_tokens)]
 
+    def eager_floor(self, num_tokens: int, num_seqs: int) -> float:
+        """The host's launch time of a step that runs outside a CUDA graph (0 when it replays one, or the engine
+        launches from C++): a prefill or mixed step above the engine's graph_mixed_tokens, or a pure decode above its
+        largest capture size (engine profile; sim/config.py EAGER_LAUNCH_S)."""
+        if not self.eager_launch_s:
+            return 0.0
+        if num_tokens == num_seqs:  # pure decode: eager only above the largest capture size (none known: captured)
+            eager = bool(self.graph_sizes) and num_tokens > self.graph_sizes[-1]
+        else:
+            eager = num_tokens > self.graph_mixed_tokens
+        return self.kernels_per_pass * self.eager_launch_s if eager else 0.0
+
     def _cpu(self, s: float, m: int) -> float:
         # under DP attention every rank runs its own scheduler over its own 1/tp of the sequences, in parallel
         return m * self.overhead_s + self.cpu_per_seq_s * s * self.attn_share
@@ -636,7 +652,8 @@ class StepTimeModel:
         cpu = self._cpu(num_seqs, m)
         if self.pp > 1:
             return self._pp_round(float(gpu), cpu, m, num_tokens / m, num_seqs / m)
-        return self._combine(gpu, cpu, m)
+        floor = self.eager_floor(num_tokens, num_seqs)
+        return self._combine(gpu if gpu > floor else floor, cpu, m)
 
     def draft_seconds(self, num_seqs: int, spec_tokens: int) -> float:
         """Drafting `spec_tokens` tokens for `num_seqs` decoding sequences: each draft step is one decoder layer's
@@ -675,6 +692,9 @@ class StepTimeModel:
         cpu = self._cpu(num_seqs, m)
         if self.pp > 1:
             return self._pp_round(gpu, cpu, m, num_seqs / m, num_seqs / m)
+        floor = self.eager_floor(num_seqs, num_seqs)
+        if floor:
+            gpu = np.maximum(gpu, floor)
         if m > 1 or self.overlap_cpu:
             return np.maximum(gpu, cpu)
         return gpu + cpu
