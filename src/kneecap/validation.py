@@ -11,9 +11,7 @@ inter-node links) is kept in the table as "not simulated: <why>", never dropped.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
@@ -69,8 +67,16 @@ ENGINES: dict[str, str] = {
     "nim": "NVIDIA NIM's TensorRT-LLM profiles: run as tensorrt-llm above, with the C++ runtime's profile",
     "llama.cpp": "one sequence at a time (llama-bench runs one), n_batch 2048 tokens per step; KV pool = the ledger",
 }
-GROUPS = ("engine", "GPU vendor", "PP > 1", "MoE", "MLA", "FP8", "FP4")
+GROUPS = ("engine", "GPU vendor", "GPU generation", "architecture", "parallelism", "PP > 1", "MoE", "MLA", "FP8", "FP4",
+          "dtype", "ISL band", "OSL band", "concurrency band", "metric")
 REGRESSION_POINTS = 2.0  # the regression test fails if a median worsens by more than this many points
+BIAS_LIMIT_PCT = 8.0  # a group of BIAS_MIN_POINTS or more whose signed median is beyond this is biased
+BIAS_MIN_POINTS = 5
+# GPU -> its architecture generation (the bias audit's "GPU generation" group)
+GENERATIONS = {"a100-40": "Ampere", "a100-80": "Ampere", "l4": "Ada", "l40s": "Ada", "rtx-4090": "Ada",
+               "h100-sxm": "Hopper", "h100-pcie": "Hopper", "h100-nvl": "Hopper", "h200": "Hopper", "h20": "Hopper",
+               "b200": "Blackwell", "gb200": "Blackwell", "b300": "Blackwell", "rtx-5090": "Blackwell",
+               "rtx-pro-6000": "Blackwell", "mi300x": "CDNA3", "mi325x": "CDNA3", "mi355x": "CDNA4"}
 
 
 class NotSimulated(Exception):
@@ -175,19 +181,21 @@ def _plan(point: Point):
 
 
 def _engine_config(point: Point, plan):
-    from kneecap.sim.config import (TRTLLM_CPP_PROFILE, TRTLLM_PROFILE, VLLM_ASYNC_PROFILE, VLLM_V0_PROFILE, EngineConfig,
-                                    engine_defaults, trtllm_is_cpp_runtime, vllm_async_by_default, vllm_is_v0)
+    from kneecap.sim.config import (
+        TRTLLM_CPP_PROFILE,
+        TRTLLM_PROFILE,
+        EngineConfig,
+        at_release,
+        engine_defaults,
+        trtllm_is_cpp_runtime,
+    )
 
     d = plan.deployment
     o = point.engine_overrides
     if point.engine in ("vllm", "sglang"):
         base = engine_defaults(point.engine, device_bytes=d.gpu.memory_bytes("device"), gpu_name=d.gpu.name,
                                pool_tokens=plan.kv_capacity_tokens, context_len=plan.context)
-        if point.engine == "vllm" and vllm_is_v0(point.engine_version):  # V0: 256 sequences and its CPU time
-            base = dataclasses.replace(base, max_num_seqs=256, profile=VLLM_V0_PROFILE)
-        elif point.engine == "vllm" and vllm_async_by_default(point.engine_version):  # 0.14+: CPU overlaps the GPU
-            base = dataclasses.replace(base, profile=dataclasses.replace(
-                base.profile, overlap_cpu=VLLM_ASYNC_PROFILE.overlap_cpu, version=VLLM_ASYNC_PROFILE.version))
+        base = at_release(base, point.engine_version)  # vLLM V0 (before 0.8), async scheduling (0.14+)
         return base.with_overrides(max_num_seqs=o.get("max_num_seqs"), max_num_batched_tokens=o.get("max_num_batched_tokens"),
                                    enable_prefix_caching=o.get("enable_prefix_caching"))
     if point.engine == "llama.cpp":
@@ -206,32 +214,10 @@ def _engine_config(point: Point, plan):
 
 
 def trtllm_bench_limits(point: Point, plan) -> tuple[int, int]:
-    """(max sequences, max tokens per micro-batch) as `trtllm-bench throughput` sets them for a run
-    (tensorrt_llm/bench/build/tuning.py calc_engine_setting + finetune_setting): the requests of isl + osl tokens
-    that 0.95 of the GPUs' memory left after the weights holds as KV cache (bytes per element by quantization:
-    NVFP4 0.5, FP8 1, else 2; KV heads at least tp), at most 4096 / pp per micro-batch, rounded up (to 32 below
-    256, 128 below 1024, else 256; at least 64); tokens = that batch x (1 + isl / osl), at most 32768, rounded up
-    (to 256 below 4096 and at least 2048, 512 below 8192, else 1024). Each of the pp micro-batches gets that batch."""
-    d = plan.deployment
-    model = d.model
-    elem = {"nvfp4": 0.5, "fp8": 1.0, "fp8-block": 1.0}.get(d.weight_dtype.lower(), 2.0)
-    kv_elem = 1.0 if (d.kv_dtype or "").lower().startswith("fp8") else 2.0
-    gib = float(1 << 30)
-    per_token = 2 * model.num_hidden_layers * max(point.tp, model.num_key_value_heads) * model.head_dim * kv_elem / gib
-    available = d.gpu.memory_bytes("device") / gib * point.num_gpus - model.total_params * elem / gib
-    requests = available * 0.95 / (per_token * (point.isl + point.osl))
-    raw_bs = min(requests, 4096) / point.pp
-    raw_token = min(raw_bs * (1 + point.isl / point.osl), 32768)
-    bs = _round_up_banded(raw_bs, ((256, 32), (1024, 128), (math.inf, 256)), at_least=64)
-    tokens = _round_up_banded(raw_token, ((4096, 256), (8192, 512), (math.inf, 1024)), at_least=2048)
-    return bs * point.pp, tokens
+    """The limits `trtllm-bench throughput` computes for the point's run (kneecap.sim.config.trtllm_bench_limits)."""
+    from kneecap.sim.config import trtllm_bench_limits as limits
 
-
-def _round_up_banded(value: float, bands: tuple[tuple[float, int], ...], at_least: int) -> int:
-    """value rounded up to the step of the first (below, step) band it lies below, and at least at_least
-    (trtllm-bench's finetune_setting rounding; at_least only binds in the first band)."""
-    step = next(step for below, step in bands if value < below)
-    return max(at_least, step * math.ceil(value / step))
+    return limits(plan.deployment, point.isl, point.osl)
 
 
 def _lengths(high: int, low: int | None):
@@ -276,15 +262,50 @@ def features(point: Point) -> dict[str, str]:
     model = load_model(point.model_spec())
     dtypes = {(point.weight_dtype or model.weight_dtype or "bf16").lower(), (point.kv_dtype or "").lower()}
     dtypes |= {dt.lower() for _, dt in model.part_dtypes} if not point.weight_dtype else set()
+    conc = point.concurrency
+    main = (point.weight_dtype or model.weight_dtype or "bf16").lower()
     return {
         "engine": point.engine,
         "GPU vendor": "AMD" if point.gpu.lower().startswith("mi") else "NVIDIA",
+        "GPU generation": GENERATIONS.get(point.gpu, "other"),
+        "architecture": "MLA" if "mla" in model.layer_types else ("MoE" if model.is_moe else "dense"),
+        "parallelism": "PP > 1" if point.pp > 1 else ("EP > 1" if point.ep > 1 or point.dp_attention
+                                                      else ("TP > 1" if point.tp > 1 else "one GPU")),
+        "dtype": "fp4" if main in ("nvfp4", "mxfp4") else ("fp8" if main.startswith("fp8") else
+                                                            (main if main in ("bf16", "fp16") else "int8/int4/other")),
+        "ISL band": _band(point.isl, (256, 1024, 4096)),
+        "OSL band": _band(point.osl, (256, 1024, 4096)),
+        "concurrency band": "max (offline)" if conc == "max" else _band(int(conc), (1, 16, 128)),
+        "metric": "latency" if is_time_metric(point.metric) else "throughput",
         "PP > 1": "yes" if point.pp > 1 else "no",
         "MoE": "yes" if model.is_moe else "no",
         "MLA": "yes" if "mla" in model.layer_types else "no",
         "FP8": "yes" if any(dt.startswith("fp8") for dt in dtypes) else "no",
         "FP4": "yes" if dtypes & {"nvfp4", "mxfp4"} else "no",
     }
+
+
+def _band(value: int, edges: tuple[int, ...]) -> str:
+    """'<= e0', 'e0+1-e1', ..., '> e_last' (the bias audit's length and concurrency bands)."""
+    lo = 0
+    for e in edges:
+        if value <= e:
+            return f"<= {e}" if lo == 0 else f"{lo + 1}-{e}"
+        lo = e
+    return f"> {edges[-1]}"
+
+
+def is_time_metric(metric: str) -> bool:
+    """A latency (smaller is faster): TTFT, TPOT, ITL, request latency; not a rate such as tok/s."""
+    _, key, _, factor = METRICS[metric]
+    return key.endswith("_ms") and factor > 0 and not metric.endswith("tok_s")
+
+
+def speed_error_pct(row: dict) -> float | None:
+    """The signed error with one meaning for every metric: + = the simulator is too fast (a rate over-predicted or a
+    latency under-predicted), - = too slow."""
+    e = row["error_pct"]
+    return None if e is None else (-e if is_time_metric(row["metric"]) else e)
 
 
 def error_table(points: list[Point] | None = None) -> list[dict]:
@@ -315,15 +336,24 @@ def median_abs_error_pct(rows: list[dict]) -> float:
 
 
 def group_medians(rows: list[dict]) -> dict[str, dict[str, dict]]:
-    """{group: {value: {"points": n, "median_abs_error_pct": m}}} over the simulated rows."""
+    """{group: {value: {"points": n, "median_abs_error_pct": m, "signed_median_pct": s}}} over the simulated rows;
+    s is the median of speed_error_pct (+ = too fast)."""
     out: dict[str, dict[str, dict]] = {g: {} for g in GROUPS}
     for g in GROUPS:
-        for v in sorted({r["groups"][g] for r in rows}):
-            members = [r for r in rows if r["groups"][g] == v]
-            errs = [abs(r["error_pct"]) for r in members if r["error_pct"] is not None]
-            out[g][v] = {"points": len(errs), "not_simulated": len(members) - len(errs),
-                         "median_abs_error_pct": None if not errs else round(median(errs), 1)}
+        for v in sorted({r["groups"][g] for r in rows if g in r["groups"]}):
+            members = [r for r in rows if r["groups"].get(g) == v]
+            sim = [r for r in members if r["error_pct"] is not None]
+            out[g][v] = {"points": len(sim), "not_simulated": len(members) - len(sim),
+                         "median_abs_error_pct": None if not sim else round(median(abs(r["error_pct"]) for r in sim), 1),
+                         "signed_median_pct": None if not sim else round(median(speed_error_pct(r) for r in sim), 1)}
     return out
+
+
+def biased_groups(rows: list[dict]) -> dict[str, float]:
+    """{"group = value": signed median} for every group of BIAS_MIN_POINTS or more simulated points whose signed
+    median (speed_error_pct) is beyond +-BIAS_LIMIT_PCT."""
+    return {f"{g} = {v}": m["signed_median_pct"] for g, vals in group_medians(rows).items() for v, m in vals.items()
+            if m["points"] >= BIAS_MIN_POINTS and abs(m["signed_median_pct"]) > BIAS_LIMIT_PCT}
 
 
 def baseline_document(rows: list[dict]) -> dict:
@@ -332,7 +362,9 @@ def baseline_document(rows: list[dict]) -> dict:
                      f"more than {REGRESSION_POINTS:g} points against these.",
             "points": len(rows), "simulated": sum(1 for r in rows if r["error_pct"] is not None),
             "median_abs_error_pct": round(median_abs_error_pct(rows), 1),
-            "groups": {g: {v: m["median_abs_error_pct"] for v, m in vals.items()} for g, vals in group_medians(rows).items()}}
+            "groups": {g: {v: m["median_abs_error_pct"] for v, m in vals.items()} for g, vals in group_medians(rows).items()},
+            "signed_groups": {g: {v: m["signed_median_pct"] for v, m in vals.items() if m["points"] >= BIAS_MIN_POINTS}
+                              for g, vals in group_medians(rows).items()}}
 
 
 def regressions(rows: list[dict], baseline: dict) -> list[str]:
@@ -346,6 +378,13 @@ def regressions(rows: list[dict], baseline: dict) -> list[str]:
             cur = now["groups"].get(g, {}).get(v)
             if was is not None and cur is not None and cur > was + REGRESSION_POINTS:
                 out.append(f"{g} = {v}: {was}% -> {cur}%")
+    # a bias: a group beyond +-BIAS_LIMIT_PCT that was within it, or is further out than the baseline by the margin
+    was_signed = baseline.get("signed_groups", {})
+    for key, cur in biased_groups(rows).items():
+        g, v = key.split(" = ", 1)
+        was = was_signed.get(g, {}).get(v)
+        if was is None or abs(was) <= BIAS_LIMIT_PCT or abs(cur) > abs(was) + REGRESSION_POINTS:
+            out.append(f"bias {key}: signed median {was if was is not None else 'n/a'}% -> {cur:+.1f}%")
     return out
 
 
@@ -389,17 +428,30 @@ def render_markdown(rows: list[dict]) -> str:
              f"{len(rows) - len(sim)} not simulated (a knob the simulator does not have, named in the row). " +
              (f"Median absolute error **{median_abs_error_pct(rows):.1f}%**; {sum(e <= 25 for e in errs)} of {len(sim)} "
               f"within 25%; worst {max(errs):.1f}%." if sim else "None simulated."), "",
-             "| group | value | points | median abs. error | not simulated |", "|---|---|---:|---:|---:|"]
+             ("Signed median: the median of each point's signed error with latencies negated, so that + means the "
+              "simulator is too fast (a rate over-predicted or a latency under-predicted) and - too slow, whatever "
+              f"the metric; a group of {BIAS_MIN_POINTS} or more points beyond ±{BIAS_LIMIT_PCT:g}% is marked **biased**."),
+             "",
+             "| group | value | points | median abs. error | signed median | not simulated |",
+             "|---|---|---:|---:|---:|---:|"]
     ranked = []
     for g, vals in group_medians(rows).items():
         for v, m in vals.items():
             med = "—" if m["median_abs_error_pct"] is None else f"{m['median_abs_error_pct']:.1f}%"
-            lines.append(f"| {g} | {v} | {m['points']} | {med} | {m['not_simulated']} |")
+            sgn = "—" if m["signed_median_pct"] is None else f"{m['signed_median_pct']:+.1f}%"
+            if m["points"] >= BIAS_MIN_POINTS and m["signed_median_pct"] is not None \
+                    and abs(m["signed_median_pct"]) > BIAS_LIMIT_PCT:
+                sgn += " **biased**"
+            lines.append(f"| {g} | {v} | {m['points']} | {med} | {sgn} | {m['not_simulated']} |")
             if m["median_abs_error_pct"] is not None and m["points"] >= 3:
                 ranked.append((m["median_abs_error_pct"], f"{g} = {v} ({m['median_abs_error_pct']:.1f}%, {m['points']} points)"))
     if ranked:
         lines += ["", "Weakest groups (3 or more simulated points): "
                   + "; ".join(t for _, t in sorted(ranked, reverse=True)[:4]) + "."]
+    biased = biased_groups(rows)
+    lines += ["", (f"Biased groups ({BIAS_MIN_POINTS} or more points, signed median beyond ±{BIAS_LIMIT_PCT:g}%): "
+                   + "; ".join(f"{k} ({v:+.1f}%)" for k, v in biased.items()) + ".") if biased
+              else f"No group of {BIAS_MIN_POINTS} or more points has a signed median beyond ±{BIAS_LIMIT_PCT:g}%."]
     lines += ["", "How each published engine is simulated:", ""]
     lines += [f"- **{name}**: {how}." for name, how in ENGINES.items() if any(r["engine"].split()[0] == name for r in rows)]
     lines += ["", "| # | engine | model | GPU, layout | dtypes | ISL/OSL | C | metric | published | predicted | error | src |",

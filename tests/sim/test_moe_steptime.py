@@ -23,15 +23,17 @@ def test_moe_block_is_two_grouped_gemms_plus_the_activation_and_combine_passes()
     load = t * st.top_k
     h, inter, act = st.hidden, st.expert_inter, st.params.activation_bytes
     assert inter == 768 and h == 2048
-    # the GEMM rate at this many rows per expert, and the experts' weight-streaming rate (where the efficiency
-    # data has them by shape and by dtype; else the flat GEMM figures)
-    rows = load / st.distinct_experts(t)
-    rate = st.gemm_rate(rows) if hasattr(st, "gemm_rate") else st.flop_rate
-    c = 2.0 * st.expert_params * load / rate
+    # the kernel table's rate for a grouped GEMM of the whole load (every expert's rows in one kernel) at one expert's
+    # gate_up (2I x h) and down (h x I) weight shapes, and the experts' weight-streaming rate
+    frac = st.table.gemm_curves("fp4").fraction
+    peak = st.deployment.gpu.fp4_flops
+    c_gu = 2 / 3 * 2.0 * st.expert_params * load / (peak * frac(load, 2 * inter, h))
+    c_dn = 1 / 3 * 2.0 * st.expert_params * load / (peak * frac(load, h, inter))
+    c = c_gu + c_dn
     w = st.expert_bytes * st.distinct_experts(t) / getattr(st, "expert_byte_rate", st.gemm_byte_rate)
     m1 = 2 / 3 * w + act * (h + 2 * inter) * load / st.byte_rate
     m2 = 1 / 3 * w + act * (inter + h) * load / st.byte_rate
-    gemms = max(2 / 3 * c, m1) + max(c / 3, m2)
+    gemms = max(c_gu, m1) + max(c_dn, m2)
     elem = act * (3 * inter * load + h * load + h * t) / st.byte_rate  # silu_and_mul, moe_sum
     assert st._moe_seconds(t) == pytest.approx((gemms + elem) * st.num_moe_layers)
     # the passes are real time: more than the old single max(compute, all bytes) over the block

@@ -68,7 +68,7 @@ def test_preemption_appears_when_kv_runs_out_and_throughput_falls(llama8b):
     for c in (384, 512, 1024):
         assert by_c[c]["server_metrics"]["preemptions"] > 0
         assert by_c[c]["server_metrics"]["kv_usage_max"] == 1.0
-        assert by_c[c]["output_tok_s"] < 0.93 * by_c[300]["output_tok_s"]  # falls, not just flattens
+        assert by_c[c]["output_tok_s"] < 0.95 * by_c[300]["output_tok_s"]  # falls, not just flattens (5%+)
 
 
 def test_memory_bound_preemption_flattens_instead(llama8b):

@@ -105,7 +105,10 @@ def test_mla_decode_reads_the_latent_and_dp_attention_splits_it():
     latent = (model.kv_lora_rank + model.qk_rope_head_dim) * 2 * model.count_layers("mla")
     assert tp.b_mla == latent  # the whole latent on every rank (vLLM and SGLang replicate it under TP)
     slope = tp.seconds(1, 100_001, 0, 100_001, 0, 1) - tp.seconds(1, 1, 0, 1, 0, 1)
-    assert slope == pytest.approx(100_000 * max(tp.f_mla_dec / tp.attn_rate, tp.b_mla / tp.byte_rate), rel=1e-6)
+    # each pass's latent bytes at the kernel table's decode rate for that many cached bytes (sim/kernels.py)
+    per_token = [max(tp.f_mla_dec / tp.attn_rate, tp.b_mla / tp.decode_attention_bytes_s(kv)) for kv in (100_001, 1)]
+    assert slope == pytest.approx(100_001 * per_token[0] - per_token[1], rel=1e-6)
+    assert tp.decode_attention_bytes_s(3_000_000) > 1.3 * tp.decode_attention_bytes_s(1)  # bigger passes stream faster
     dp = StepTimeModel(tp.deployment, dp_attention=True)
     assert dp.ep == 8 and dp.tp_latency_s == 0 and dp.a2a_latency_s > 0
     many = (256, 256 * 8000, 0, 256 * 8000, 0, 256)  # long contexts: KV reads dominate; DP attention reads 1/8 each
@@ -124,7 +127,10 @@ def test_expert_parallel_load_imbalance_slows_compute_bound_experts():
     mean = big * ep.top_k / 4
     # the mean load's grouped GEMMs plus the activation and combine passes, which also scale with the load
     passes = ep.params.activation_bytes * ((3 * ep.expert_inter + ep.hidden) * mean + ep.hidden * big) / ep.byte_rate
-    balanced = (2.0 * ep.expert_params * mean / ep.flop_rate + passes) * ep.num_moe_layers
+    # the kernel table's grouped-GEMM rates at the mean load, gate_up (2/3 of the FLOPs) and down (1/3)
+    flops = 2.0 * ep.expert_params * mean
+    gemms = 2 / 3 * flops / ep.gemm_rate(mean, ep.cls_moe, "gate_up") + flops / 3 / ep.gemm_rate(mean, ep.cls_moe, "down")
+    balanced = (gemms + passes) * ep.num_moe_layers
     assert 1.0 < ep._moe_seconds(big) / balanced < 1.1  # the busiest of 4 ranks: a few % above the mean load
 
 
@@ -288,3 +294,21 @@ def test_expert_parallel_below_tp_shards_each_expert_over_the_rest():
     full = model_for("qwen3-30b-a3b", tp=4)
     ep2 = StepTimeModel(full.deployment, ep=2)
     assert ep2.expert_bytes == pytest.approx(2 * full.expert_bytes)  # tp/ep = 2 shards of each expert, not 4
+
+
+def test_steps_outside_a_cuda_graph_last_at_least_the_hosts_kernel_launches():
+    """SGLang and TensorRT-LLM's PyTorch executor replay graphs for pure decodes only, vLLM V1 for every step up to its
+    largest capture size; a step outside one is launched kernel by kernel from Python (sim/config.py EAGER_LAUNCH_S:
+    sgl-project/sglang#1401), and TensorRT-LLM's C++ runtime is never host-bound."""
+    from kneecap.sim.config import EAGER_LAUNCH_S, SGLANG_PROFILE, TRTLLM_CPP_PROFILE, VLLM_PROFILE
+
+    base = model_for("llama-3.1-8b", "h200")
+    floor = base.kernels_per_pass * EAGER_LAUNCH_S
+    assert base.kernels_per_pass == 326 and floor == pytest.approx(8.23e-3)
+    prefill = (64, 64 * 65 / 2, 0, 64, 0, 1)  # a 64-token prompt: a few ms of kernels, fewer than its launches
+    sg, vl, cpp = (base.for_engine(p) for p in (SGLANG_PROFILE, VLLM_PROFILE, TRTLLM_CPP_PROFILE))
+    assert base.seconds(*prefill) < floor
+    assert sg.seconds(*prefill) == pytest.approx(max(floor, sg._cpu(1, 1)))  # overlapped host work: the longer
+    assert vl.eager_floor(64, 1) == 0.0 and vl.eager_floor(600, 1) == pytest.approx(floor)  # piecewise graphs to 512
+    assert cpp.eager_floor(64, 1) == 0.0
+    assert sg.eager_floor(8, 8) == 0.0 and sg.eager_floor(200, 200) == pytest.approx(floor)  # decode: above 160 only

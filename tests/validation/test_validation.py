@@ -9,9 +9,24 @@ from pathlib import Path
 import pytest
 
 from kneecap.errors import KneecapError
-from kneecap.validation import (BASELINE_FILE, DOC_FILE, REGRESSION_POINTS, TABLE_BEGIN, TABLE_END, Point, baseline_document,
-                                error_table, features, load_points, median_abs_error_pct, predict, regressions,
-                                render_markdown, row_cells)
+from kneecap.validation import (
+    BASELINE_FILE,
+    DOC_FILE,
+    REGRESSION_POINTS,
+    TABLE_BEGIN,
+    TABLE_END,
+    Point,
+    baseline_document,
+    error_table,
+    features,
+    load_points,
+    median_abs_error_pct,
+    predict,
+    regressions,
+    render_markdown,
+    row_cells,
+    speed_error_pct,
+)
 
 
 def doc_table() -> str:
@@ -73,7 +88,8 @@ def test_prediction_is_deterministic():
 
 
 def test_regression_check_fails_when_a_median_worsens_by_more_than_the_margin():
-    rows = [{"error_pct": e, "groups": {g: "x" for g in ("engine", "GPU vendor", "PP > 1", "MoE", "MLA", "FP8", "FP4")}}
+    rows = [{"error_pct": e, "metric": "output_tok_s",
+             "groups": {g: "x" for g in ("engine", "GPU vendor", "PP > 1", "MoE", "MLA", "FP8", "FP4")}}
             for e in (10.0, 20.0, 30.0)]
     base = baseline_document(rows)
     assert regressions(rows, base) == []
@@ -100,6 +116,26 @@ def test_no_median_worsens_by_more_than_two_points_against_the_baseline(full_tab
     worse = regressions(full_table, baseline)
     assert not worse, ("validation got worse: " + "; ".join(worse) + f" (now {median_abs_error_pct(full_table):.1f}%). "
                        "Fix it, or accept it explicitly with `python -m kneecap.validation --write-baseline`")
+
+
+def test_bias_check_fails_on_a_new_or_worsened_signed_median():
+    """A group of BIAS_MIN_POINTS or more whose signed median (latencies negated: + = too fast) goes beyond
+    +-BIAS_LIMIT_PCT fails the check, as a worsened median does; one the baseline already records fails only if it
+    worsens by more than the margin."""
+    def rows(errors, metric="output_tok_s"):
+        return [{"error_pct": e, "metric": metric, "groups": {"engine": "x"}} for e in errors]
+
+    fine = rows([1.0, -2.0, 3.0, 0.0, -1.0])
+    base = baseline_document(fine)
+    assert regressions(fine, base) == []
+    fast = rows([-10.0, -9.0, -12.0, -11.0, -10.0], "tpot_ms_mean")  # latencies 10% short: the simulator too fast
+    assert speed_error_pct(fast[0]) == 10.0
+    found = regressions(fast, base)
+    assert any(f.startswith("bias engine = x") and f.endswith("+10.0%") for f in found), found
+    assert not any(f.startswith("bias") for f in regressions(fast, baseline_document(fast)))  # accepted: no regression
+    worse = rows([-13.0, -12.5, -14.0, -13.0, -13.0], "tpot_ms_mean")
+    assert any(f.startswith("bias engine = x") for f in regressions(worse, baseline_document(fast)))
+    assert not any(f.startswith("bias") for f in regressions(rows([9.0] * 4), base))  # under BIAS_MIN_POINTS points
 
 
 def test_trtllm_bench_runs_take_the_limits_trtllm_bench_computes():

@@ -20,6 +20,7 @@ Defaults, as the engines compute them when the user passes nothing:
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 
@@ -60,6 +61,12 @@ class EngineProfile:
     cudagraph_sizes: tuple[int, ...] = field(default_factory=lambda: vllm_cudagraph_sizes(256))
     # fixed CPU seconds per step of this engine version; None: StepTimeParams.overhead_s (what calibrate fits)
     cpu_fixed_s: float | None = None
+    # host seconds to launch one kernel of a step that runs outside a CUDA graph (Python model code: EAGER_LAUNCH_S;
+    # 0: not host-bound, e.g. TensorRT-LLM's C++ runtime); such a step lasts at least kernels x this
+    eager_launch_s: float = 0.0
+    # steps with prefill tokens up to this many tokens replay a CUDA graph too (vLLM V1's piecewise graphs, which
+    # capture every step of up to the largest capture size); 0: only pure decodes do (SGLang, TensorRT-LLM, vLLM V0)
+    graph_mixed_tokens: int = 0
 
 
 # Per-sequence CPU time per step. vLLM: a cProfile study of the V1 engine loop measured the all-decode
@@ -68,13 +75,22 @@ class EngineProfile:
 # per-step CPU work. SGLang and TensorRT-LLM overlap their CPU work with the GPU (SGLang v0.4 "zero-overhead
 # batch scheduler", lmsys.org/blog/2024-12-04-sglang-v0-4), so the same per-sequence figure is used for SGLang and
 # hidden under GPU time when the GPU is the longer; TensorRT-LLM's own figure is below.
-VLLM_PROFILE = EngineProfile()
+# A step outside a CUDA graph is launched kernel by kernel from the engine's Python model code, which the GPU cannot
+# outrun: SGLang measured Llama-3-8B decode steps at batch 1 of 7.35 ms with CUDA graphs and 8.23 ms without
+# (flashinfer backend; 7.06 and 9.28 ms with triton; DeepSeek-Coder-V2-Lite 4x slower without) in
+# sgl-project/sglang#1401: the eager step is host-bound, 8.23 ms over the 326 kernels kneecap counts for that model's
+# pass (steptime.py) = 25 us of host time per kernel. Which steps run outside a graph: SGLang and TensorRT-LLM's PyTorch
+# executor capture pure-decode batches only (prefill and mixed steps run eagerly), vLLM V1 captures piecewise graphs
+# for every step of up to its largest capture size, vLLM V0 decodes only; all of them run a decode batch above
+# their largest capture size eagerly. TensorRT-LLM's C++ runtime launches from C++ (not host-bound).
+EAGER_LAUNCH_S = 8.23e-3 / 326
+VLLM_PROFILE = EngineProfile(eager_launch_s=EAGER_LAUNCH_S, graph_mixed_tokens=512)
 SGLANG_PROFILE = EngineProfile(name="sglang", version="SGLang 0.4+ (overlap scheduler on by default)",
-                               overlap_cpu=True, cudagraph_sizes=sglang_cudagraph_sizes())
+                               overlap_cpu=True, cudagraph_sizes=sglang_cudagraph_sizes(), eager_launch_s=EAGER_LAUNCH_S)
 # vLLM V0 (releases before 0.8, the only engine until V1's alpha in January 2025): the scheduler, input preparation
 # and output processing ran between GPU steps; the multi-step scheduling RFC measured about 4 ms of GPU idle time per
 # decode step (vllm-project/vllm#6854), so V0's fixed CPU part is 4 ms, not overlapped.
-VLLM_V0_PROFILE = EngineProfile(name="vllm", version="vLLM V0 (before 0.8)", cpu_fixed_s=4e-3)
+VLLM_V0_PROFILE = EngineProfile(name="vllm", version="vLLM V0 (before 0.8)", cpu_fixed_s=4e-3, eager_launch_s=EAGER_LAUNCH_S)
 # vLLM with async scheduling on by default: the scheduler runs one step ahead, so the CPU work of step n+1 overlaps
 # step n on the GPU (vllm-project/vllm#19970 "making the scheduler operate one step ahead of the current execution").
 # It became the default with vllm-project/vllm#27614 (the last item of the plan vllm-project/vllm#27679, opened
@@ -92,7 +108,8 @@ VLLM_ASYNC_PROFILE = EngineProfile(name="vllm", version="vLLM V1 0.14+ (async sc
 # at thousands of sequences runs at the host's pace. Measured on Grace (GB200); x86 hosts may be faster (not modelled).
 TRTLLM_CPU_PER_SEQ_S = 28e-6
 TRTLLM_PROFILE = EngineProfile(name="trtllm", version="TensorRT-LLM 1.x PyTorch backend (overlap scheduler on by default)",
-                               cpu_per_seq_s=TRTLLM_CPU_PER_SEQ_S, overlap_cpu=True, cudagraph_sizes=())
+                               cpu_per_seq_s=TRTLLM_CPU_PER_SEQ_S, overlap_cpu=True, cudagraph_sizes=(),
+                               eager_launch_s=EAGER_LAUNCH_S)
 # TensorRT-LLM's C++ runtime (TensorRT engines: gptSessionBenchmark's static batches in 0.5-0.6, the C++ batch manager /
 # executor after, NIM's TensorRT-LLM profiles): scheduling, input preparation and the per-request updates are C++
 # (cpp/tensorrt_llm/batch_manager), not the PyTorch executor's Python, so the 28 us per request above (a PyTorch executor
@@ -268,3 +285,49 @@ def engine_defaults(kind: str, *, device_bytes: int, gpu_name: str, pool_tokens:
     if kind == "trtllm":
         return trtllm_defaults(pp)
     raise KneecapError(f"unknown --engine-defaults {kind!r}", f"use one of {', '.join(ENGINE_DEFAULTS)}")
+
+
+def at_release(config: EngineConfig, version: str | None) -> EngineConfig:
+    """An engine's defaults (config) as the named release runs them: vLLM before 0.8 is V0 (256 sequences, V0's CPU
+    time between steps); vLLM 0.14 and later schedule asynchronously (the CPU work overlaps the GPU's); TensorRT-LLM
+    before 0.17 has only the C++ runtime (its profile). None, or any other release: config unchanged."""
+    if not version:
+        return config
+    if config.profile.name == "vllm":
+        if vllm_is_v0(version):
+            return replace(config, max_num_seqs=256, profile=VLLM_V0_PROFILE)
+        if vllm_async_by_default(version):
+            return replace(config, profile=replace(config.profile, overlap_cpu=VLLM_ASYNC_PROFILE.overlap_cpu,
+                                                   version=VLLM_ASYNC_PROFILE.version))
+    if config.profile.name == "trtllm" and trtllm_is_cpp_runtime(version):
+        return replace(config, profile=TRTLLM_CPP_PROFILE)
+    return config
+
+
+def trtllm_bench_limits(deployment, isl: int, osl: int) -> tuple[int, int]:
+    """(max sequences, max tokens per micro-batch) as `trtllm-bench throughput` sets them for a run of isl/osl tokens
+    (tensorrt_llm/bench/build/tuning.py calc_engine_setting + finetune_setting): the requests of isl + osl tokens
+    that 0.95 of the GPUs' memory left after the weights holds as KV cache (bytes per element by quantization:
+    NVFP4 0.5, FP8 1, else 2; KV heads at least tp), at most 4096 / pp per micro-batch, rounded up (to 32 below
+    256, 128 below 1024, else 256; at least 64); tokens = that batch x (1 + isl / osl), at most 32768, rounded up
+    (to 256 below 4096 and at least 2048, 512 below 8192, else 1024). Each of the pp micro-batches gets that batch."""
+    d = deployment
+    model = d.model
+    elem = {"nvfp4": 0.5, "fp8": 1.0, "fp8-block": 1.0}.get(d.weight_dtype.lower(), 2.0)
+    kv_elem = 1.0 if (d.kv_dtype or "").lower().startswith("fp8") else 2.0
+    gib = float(1 << 30)
+    per_token = 2 * model.num_hidden_layers * max(d.tp, model.num_key_value_heads) * model.head_dim * kv_elem / gib
+    available = d.gpu.memory_bytes("device") / gib * d.tp * d.pp - model.total_params * elem / gib
+    requests = available * 0.95 / (per_token * (isl + osl))
+    raw_bs = min(requests, 4096) / d.pp
+    raw_token = min(raw_bs * (1 + isl / osl), 32768)
+    bs = _round_up_banded(raw_bs, ((256, 32), (1024, 128), (math.inf, 256)), at_least=64)
+    tokens = _round_up_banded(raw_token, ((4096, 256), (8192, 512), (math.inf, 1024)), at_least=2048)
+    return bs * d.pp, tokens
+
+
+def _round_up_banded(value: float, bands: tuple[tuple[float, int], ...], at_least: int) -> int:
+    """value rounded up to the step of the first (below, step) band it lies below, and at least at_least
+    (trtllm-bench's finetune_setting rounding; at_least only binds in the first band)."""
+    step = next(step for below, step in bands if value < below)
+    return max(at_least, step * math.ceil(value / step))

@@ -34,6 +34,8 @@ class Efficiency:
     # routed experts held in 4-bit (MXFP4/NVFP4) and run weight-only on a GPU without FP4 hardware: their
     # weight bytes/s over the datasheet bandwidth, where measured ("moe_w4a16_hbm"); None: gemm_hbm
     moe_w4a16_hbm: float | None = None
+    # the kernel table (data/kernels/<name>.json) this GPU takes by analogy ("kernel_table"); None: its own, if any
+    kernel_table: str | None = None
 
     def gemm(self, dtype_class: str) -> float:
         return {"bf16": self.gemm_bf16, "fp8": self.gemm_fp8, "fp4": self.gemm_fp4}[dtype_class]
@@ -80,4 +82,5 @@ def efficiency_for(gpu_name: str, interconnect: str = "nvlink") -> Efficiency:
     w4 = entry.get("moe_w4a16_hbm")
     return Efficiency(**vals, allreduce_busbw_bytes_s=None if busbw is None else float(busbw),
                       allreduce_link_fraction=float(base["allreduce_link_fraction"]), family=family,
-                      gemm_by_m=curves, moe_w4a16_hbm=None if w4 is None else float(w4))
+                      gemm_by_m=curves, moe_w4a16_hbm=None if w4 is None else float(w4),
+                      kernel_table=entry.get("kernel_table"))

@@ -80,10 +80,19 @@ projections, dense MLP / shared experts, routed experts, LM head) takes the path
 plan's ledger prices them (run_part_dtypes): the LM head and embedding stay bf16 in FP8/FP4 checkpoints (NVIDIA's
 ModelOpt hf_quant_config.json lists lm_head in exclude_modules, e.g. nvidia/DeepSeek-V3.1-NVFP4 and
 nvidia/Llama-3.1-70B-Instruct-FP8; the HF fp8, mxfp4, AWQ and GPTQ schemes keep it too), gpt-oss's attention is bf16.
-GEMM rate by shape: where data/efficiency.json has a kernel table for the GPU and dtype (gemm_<dtype>_by_m:
-MI300X FP8 from aiter's tuned GEMMs), a GEMM of M rows runs at that table's fraction of the peak at M (M =
-the step's tokens; a routed expert's rows = its share of the assignments), else at the flat best-shape
-fraction; 4-bit experts run weight-only on a GPU without FP4 stream their weights at moe_w4a16_hbm.
+GEMM rate by shape: where data/efficiency.json has a by-M curve for the GPU and dtype (gemm_<dtype>_by_m:
+MI300X FP8 from aiter's tuned GEMMs), a GEMM of M rows runs at that curve's fraction of the peak at M (M =
+the step's tokens; a routed expert's rows = its share of the assignments); else at the kernel table's rate for
+each GEMM's own (M, N, K) on this GPU (sim/kernels.py: data/kernels/h200.json, measured on an H200, taken by
+analogy or moved to other GPUs as that module states): attention projections (qkv, o), MLP (gate_up, down),
+each routed-expert grouped GEMM (its whole load of rows at one expert's shape), LM head, each group's time the
+sum of its GEMMs'. 4-bit experts run weight-only on a GPU without FP4 stream their weights at moe_w4a16_hbm.
+Prefill attention runs at the kernel table's fraction of the bf16 peak for one layer's attention FLOPs in the
+step; decode attention streams K/V at the table's bytes/s for one layer's cached bytes in the step.
+Element-wise kernels, by their bytes at the HBM rate: two fused add+RMSNorm per layer (read x and the residual,
+write both: 4h), SiLU-and-mul (read 2I, write I), rotary (read and write q and k), the KV-cache write (read k and
+v, write them at the cache dtype); vLLM's fused_add_rms_norm, silu_and_mul, rotary_embedding and
+reshape_and_cache_flash kernels each do exactly that.
 """
 
 from __future__ import annotations
@@ -97,6 +106,7 @@ from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.model.kv import kv_dtype_bytes, kv_heads_per_gpu, state_bytes_per_sequence
 from kneecap.sim.efficiency import Efficiency, curve_at, efficiency_for
+from kneecap.sim.kernels import table_for
 
 # NCCL ring all-reduce, LL protocol, latency per hop in seconds (NCCL src/graph/tuning.cc hwLat, Ring/LL).
 HOP_LATENCY_S = {"nvlink": 0.47e-6, "xgmi": 0.47e-6, "pcie": 1.0e-6}
@@ -349,6 +359,8 @@ class StepTimeModel:
 
         # --- attention ------------------------------------------------------------------------------
         kv_b = kv_dtype_bytes(deployment.kv_dtype)
+        d = model.head_dim
+        latent = 0
         heads = max(1, model.num_attention_heads // attn_tp)
         kvh = kv_heads_per_gpu(model.num_key_value_heads, attn_tp)
         # (FLOPs, bytes) per attention pair / cached token read, summed over layers of each kind
@@ -365,6 +377,32 @@ class StepTimeModel:
         else:
             self.f_mla_dec = self.f_mla_pre = self.b_mla = 0.0
         self.state_bytes_per_seq = 2.0 * state_bytes_per_sequence(model, attn_tp, 1) if n_lin else 0.0
+        # --- element-wise kernels, priced by their bytes at the memory rate (module docstring) -------------
+        # two fused add + RMSNorm per layer (read x and the residual, write both: 4h), SiLU-and-mul in the dense
+        # layers (read 2I, write I; the MoE layers' own is in _moe_seconds), rotary (read and write q and k) and
+        # the KV-cache write (read k and v, write them at the cache dtype) per attention layer
+        rope_mla = model.qk_rope_head_dim or 0
+        attn_elem = (n_full + n_slide) * (2 * (heads + kvh) * d * act + 2 * kvh * d * (act + kv_b)) \
+            + n_mla * (2 * (heads + 1) * rope_mla * act + (latent if n_mla else 0) * (act + kv_b))
+        self.elem_bytes_per_token = act * (8 * h * n_layers + 3 * inter / tp * n_dense)
+        self.elem_attn_bytes_per_token = float(attn_elem)
+        # --- kernel table: GEMM, prefill and decode attention rates by shape (sim/kernels.py) ---------------
+        self.table = table_for(gpu, eff)
+        self.n_attn_layers = max(1, n_full + n_slide + n_mla)
+        self.bf16_peak = gpu.bf16_flops * params.mfu
+        kv_layer = self.b_full + self.b_win + self.b_mla  # cached bytes per token, all attention layers, this GPU
+        self.kv_bytes_per_token_layer = kv_layer / self.n_attn_layers
+        # each GEMM group's weight shapes on this GPU, (N, K) per GEMM (TP-sharded: N/TP or K/TP), for its rate
+        if n_mla or not n_full + n_slide:  # MLA's several projections: one GEMM of K = hidden, priced by its size
+            attn_shapes = (((self.attn_gemm_params / max(1, n_layers)) / h, h),)
+        else:
+            attn_shapes = (((heads + 2 * kvh) * d, h), (h, heads * d))
+        i_eff = self.gemm_params / (3.0 * h * max(1, n_layers))  # a gated MLP of this width per layer on this GPU
+        mlp_shapes = ((2 * i_eff, h), (h, i_eff))
+        ie = self.expert_inter or 1.0
+        self._shapes = {"attn": attn_shapes, "mlp": mlp_shapes, "gate_up": ((2 * ie, h),), "down": ((h, ie),),
+                        "head": ((max(1.0, self.head_params / h), h),)}
+        self._rate_cache: dict = {}
         self.window = model.sliding_window or 0
         # each GPU attends 1/tp of the sequences under DP attention (heads are whole there)
         self.attn_share = 1.0 / tp if dp_attention else 1.0
@@ -400,6 +438,8 @@ class StepTimeModel:
         self.cpu_per_seq_s = 0.0
         self.overlap_cpu = False
         self.graph_sizes: tuple[int, ...] = ()
+        self.eager_launch_s = 0.0  # host seconds per kernel of a step outside a CUDA graph (engine profile)
+        self.graph_mixed_tokens = 0
 
     def for_engine(self, profile) -> "StepTimeModel":
         """This model bound to an engine profile (kneecap.sim.config.EngineProfile); self if nothing changes."""
@@ -407,12 +447,14 @@ class StepTimeModel:
             return self
         sizes = tuple(sorted(profile.cudagraph_sizes))
         fixed = self.params.overhead_s if profile.cpu_fixed_s is None else profile.cpu_fixed_s
-        if (self.cpu_per_seq_s, self.overlap_cpu, self.graph_sizes, self.overhead_s) == \
-                (profile.cpu_per_seq_s, profile.overlap_cpu, sizes, fixed):
+        eager, mixed = profile.eager_launch_s, profile.graph_mixed_tokens
+        if (self.cpu_per_seq_s, self.overlap_cpu, self.graph_sizes, self.overhead_s, self.eager_launch_s,
+                self.graph_mixed_tokens) == (profile.cpu_per_seq_s, profile.overlap_cpu, sizes, fixed, eager, mixed):
             return self
         other = copy.copy(self)
         other.cpu_per_seq_s, other.overlap_cpu, other.graph_sizes = profile.cpu_per_seq_s, profile.overlap_cpu, sizes
         other.overhead_s = fixed
+        other.eager_launch_s, other.graph_mixed_tokens = eager, mixed
         return other
 
     # --- pieces --------------------------------------------------------------------------------
@@ -441,7 +483,11 @@ class StepTimeModel:
             load = assign
             hit = self.distinct_experts(t)
         flops = 2.0 * self.expert_params * load
-        c = flops / self.gemm_rate(load / hit if hit > 0 else load, self.cls_moe)  # rows per touched expert
+        # a by-M curve (efficiency.json) is per GEMM: the rows per touched expert; the kernel table prices the grouped
+        # GEMM by its whole work (one kernel over every expert's rows) at one expert's weight shape
+        m_rows = (load / hit if hit > 0 else load) if self._rates[self.cls_moe][2] is not None else load
+        c_gu = 2.0 * flops / 3.0 / self.gemm_rate(m_rows, self.cls_moe, "gate_up")
+        c_dn = flops / 3.0 / self.gemm_rate(m_rows, self.cls_moe, "down")
         # operator by operator, as the engines run a MoE block (vLLM fused_moe: grouped GEMM w13, silu_and_mul,
         # grouped GEMM w2, moe_sum; TensorRT-LLM's CUTLASS MoE: expand rows, GEMM1, activation, GEMM2, finalize):
         # each grouped GEMM is max(compute, its weights + activations in and out); the gated activation (reads 2I,
@@ -449,59 +495,94 @@ class StepTimeModel:
         # memory-bound kernels of their own, not hidden under the GEMMs' compute
         act, h, inter = self.params.activation_bytes, self.hidden, self.expert_inter
         w = self.expert_bytes * hit / self.expert_byte_rate
-        c1, m1 = c * 2.0 / 3.0, w * 2.0 / 3.0 + act * (h + 2 * inter) * load / self.byte_rate  # gate_up: 2 of 3 matrices
-        c2, m2 = c / 3.0, w / 3.0 + act * (inter + h) * load / self.byte_rate  # down
+        c1, m1 = c_gu, w * 2.0 / 3.0 + act * (h + 2 * inter) * load / self.byte_rate  # gate_up: 2 of 3 matrices
+        c2, m2 = c_dn, w / 3.0 + act * (inter + h) * load / self.byte_rate  # down
         rows = t / self.ep if (self.ep > 1 and self.dp_attention) else t  # tokens this rank combines
         elem = act * (3 * inter * load + h * load + h * rows) / self.byte_rate
         return ((c1 if c1 > m1 else m1) + (c2 if c2 > m2 else m2) + elem) * self.num_moe_layers
 
     def _head_seconds(self, t: float, s: float) -> float:
         """LM head over the s sampled rows, sampling, and the embedding gather of t tokens."""
-        hc = 2.0 * self.head_params * s / self.gemm_rate(s, self.cls_head)
+        hc = 2.0 * self.head_params * s / self.gemm_rate(s, self.cls_head, "head")
         hm = self.head_bytes / self.gemm_byte_rate + (self.sample_bytes_per_seq * s + self.embed_bytes_per_token * t) / self.byte_rate
         return hc if hc > hm else hm
 
-    def gemm_rate(self, rows: float, cls: str | None = None) -> float:
+    def gemm_rate(self, rows: float, cls: str | None = None, group: str | None = None) -> float:
         """Achievable GEMM FLOP/s for a GEMM of `rows` rows (M) on the `cls` tensor-core path (None: the deployment's
-        weight dtype's): the kernel table's where one exists, else flat."""
+        weight dtype's): a by-M curve of efficiency.json where one exists (shape-free); else, for a GEMM group
+        ("attn", "mlp", "gate_up", "down", "head"), the kernel table's rate at each of its weight shapes (the group's
+        FLOP-weighted harmonic mean: its time is the sum of its GEMMs'); else flat."""
         if cls is None or cls == self.cls:
+            cls = self.cls
             flat, peak, curve = self.flop_rate, self.gemm_peak, self.gemm_curve
         else:
             flat, peak, curve = self._rates[cls]
-        if curve is None:
+        if curve is not None:
+            f = curve_at(curve, rows)
+            return peak * f if f > 0 else flat
+        if group is None:
             return flat
-        f = curve_at(curve, rows)
-        return peak * f if f > 0 else flat
+        key = (rows, cls, group)
+        rate = self._rate_cache.get(key)
+        if rate is None:
+            curves = self.table.gemm_curves(cls)
+            if curves is None:
+                rate = flat
+            else:
+                shapes = self._shapes[group]
+                work = sum(n * k for n, k in shapes)
+                rate = peak * work / sum(n * k / curves.fraction(rows, n, k) for n, k in shapes)
+            if len(self._rate_cache) > 65536:
+                self._rate_cache.clear()
+            self._rate_cache[key] = rate
+        return rate
 
     def _fixed_seconds(self, t: float, s: float, gemm_t: float) -> float:
         """Everything but the context-dependent attention: GEMMs, experts, head, sampling, state, comm."""
         if t <= 0:
             return 0.0
-        c = 2.0 * self.gemm_params * gemm_t / self.gemm_rate(gemm_t, self.cls_mlp)
+        c = 2.0 * self.gemm_params * gemm_t / self.gemm_rate(gemm_t, self.cls_mlp, "mlp")
         m = self.gemm_weight_bytes / self.gemm_byte_rate + self.gemm_act_bytes_per_token * gemm_t / self.byte_rate
         g = c if c > m else m
         ta = gemm_t * self.attn_share
-        c = 2.0 * self.attn_gemm_params * ta / self.gemm_rate(ta, self.cls_attn)
+        c = 2.0 * self.attn_gemm_params * ta / self.gemm_rate(ta, self.cls_attn, "attn")
         m = self.attn_gemm_bytes / self.gemm_byte_rate
         g += c if c > m else m
         g += self._head_seconds(t, s)
         g += self._moe_seconds(gemm_t)
         g += self.state_bytes_per_seq * s * self.attn_share / self.byte_rate
+        g += (self.elem_bytes_per_token * t + self.elem_attn_bytes_per_token * t * self.attn_share) / self.byte_rate
         return g + self.kernel_s + self.comm_seconds(t)
 
-    def _slopes(self) -> tuple[float, float]:
-        """Seconds per decode-context token: (full + MLA layers, sliding layers); max of compute and memory."""
+    def decode_attention_bytes_s(self, kv_tokens: float) -> float:
+        """K/V bytes/s of a decode attention pass over `kv_tokens` cached tokens on this GPU: the kernel table's rate
+        at one layer's bytes (sim/kernels.py), times the bandwidth scale."""
+        nbytes = self.kv_bytes_per_token_layer * kv_tokens * self.attn_share
+        return self.table.decode_attention_bytes_s(nbytes) * self.params.bw_efficiency
+
+    def _slopes(self, kv_tokens: float = 0.0) -> tuple[float, float]:
+        """Seconds per decode-context token: (full + MLA layers, sliding layers); max of compute and memory, the
+        memory side at the kernel table's decode rate for a pass over `kv_tokens` cached tokens."""
         sh = self.attn_share
-        full = max(self.f_full / self.attn_rate, self.b_full / self.byte_rate) \
-            + max(self.f_mla_dec / self.attn_rate, self.b_mla / self.byte_rate)
-        win = max(self.f_win / self.attn_rate, self.b_win / self.byte_rate)
+        rate = self.decode_attention_bytes_s(kv_tokens)
+        full = max(self.f_full / self.attn_rate, self.b_full / rate) + max(self.f_mla_dec / self.attn_rate, self.b_mla / rate)
+        win = max(self.f_win / self.attn_rate, self.b_win / rate)
         return full * sh, win * sh
+
+    def prefill_attention_rate(self, flops_per_layer: float) -> float:
+        """FLOP/s of a prefill attention pass of `flops_per_layer` FLOPs in one layer: the kernel table's fraction of
+        the bf16 peak at that size (sim/kernels.py)."""
+        return self.bf16_peak * self.table.prefill_attention_fraction(flops_per_layer)
 
     def _prefill_attention_seconds(self, pairs_full: float, pairs_win: float, kv_full: float, kv_win: float) -> float:
         sh = self.attn_share
-        t = max(self.f_full * pairs_full / self.attn_rate, self.b_full * kv_full / self.byte_rate)
-        t += max(self.f_mla_pre * pairs_full / self.attn_rate, self.b_mla * kv_full / self.byte_rate)
-        t += max(self.f_win * pairs_win / self.attn_rate, self.b_win * kv_win / self.byte_rate)
+        flops = (self.f_full + self.f_mla_pre) * pairs_full + self.f_win * pairs_win
+        if flops <= 0:
+            return 0.0
+        rate = self.prefill_attention_rate(flops * sh / self.n_attn_layers)
+        t = max(self.f_full * pairs_full / rate, self.b_full * kv_full / self.byte_rate)
+        t += max(self.f_mla_pre * pairs_full / rate, self.b_mla * kv_full / self.byte_rate)
+        t += max(self.f_win * pairs_win / rate, self.b_win * kv_win / self.byte_rate)
         return t * sh
 
     def padded(self, num_tokens: int, num_seqs: int) -> int:
@@ -509,6 +590,18 @@ class StepTimeModel:
         if num_tokens != num_seqs or not self.graph_sizes or num_tokens > self.graph_sizes[-1]:
             return num_tokens
         return self.graph_sizes[bisect_left(self.graph_sizes, num_tokens)]
+
+    def eager_floor(self, num_tokens: int, num_seqs: int) -> float:
+        """The host's launch time of a step that runs outside a CUDA graph (0 when it replays one, or the engine
+        launches from C++): a prefill or mixed step above the engine's graph_mixed_tokens, or a pure decode above its
+        largest capture size (engine profile; sim/config.py EAGER_LAUNCH_S)."""
+        if not self.eager_launch_s:
+            return 0.0
+        if num_tokens == num_seqs:  # pure decode: eager only above the largest capture size (none known: captured)
+            eager = bool(self.graph_sizes) and num_tokens > self.graph_sizes[-1]
+        else:
+            eager = num_tokens > self.graph_mixed_tokens
+        return self.kernels_per_pass * self.eager_launch_s if eager else 0.0
 
     def _cpu(self, s: float, m: int) -> float:
         # under DP attention every rank runs its own scheduler over its own 1/tp of the sequences, in parallel
@@ -559,13 +652,14 @@ class StepTimeModel:
         m = microbatches if microbatches is not None else min(self.pp, num_seqs)  # micro-batches in the round
         m = max(1, min(m, self.pp, num_tokens))
         gemm_t = self.padded(num_tokens, num_seqs) if m == 1 else num_tokens
-        sf, sw = self._slopes()
+        sf, sw = self._slopes((dkf + dkw) / m)
         gpu = (self._fixed_seconds(num_tokens / m, num_seqs / m, gemm_t / m) + (sf * dkf + sw * dkw) / m
                + self._prefill_attention_seconds(pf / m, pw / m, kf / m, kw / m))
         cpu = self._cpu(num_seqs, m)
         if self.pp > 1:
             return self._pp_round(float(gpu), cpu, m, num_tokens / m, num_seqs / m)
-        return self._combine(gpu, cpu, m)
+        floor = self.eager_floor(num_tokens, num_seqs)
+        return self._combine(gpu if gpu > floor else floor, cpu, m)
 
     def draft_seconds(self, num_seqs: int, spec_tokens: int) -> float:
         """Drafting `spec_tokens` tokens for `num_seqs` decoding sequences: each draft step is one decoder layer's
@@ -587,7 +681,8 @@ class StepTimeModel:
         j = np.arange(num_steps, dtype=np.float64)
         ctx0 = contexts.astype(np.float64)
         full = float(ctx0.sum()) + num_seqs * j  # pairs == kv tokens read for a decode
-        sf, sw = self._slopes()
+        m = self.pp if num_seqs >= self.pp else num_seqs
+        sf, sw = self._slopes(float(full[num_steps // 2]) / m)  # the decode rate at the run's middle step
         if self.window and sw:
             # sum over sequences of min(ctx + j, W): exact, via sorted contexts
             w = float(self.window)
@@ -603,6 +698,9 @@ class StepTimeModel:
         cpu = self._cpu(num_seqs, m)
         if self.pp > 1:
             return self._pp_round(gpu, cpu, m, num_seqs / m, num_seqs / m)
+        floor = self.eager_floor(num_seqs, num_seqs)
+        if floor:
+            gpu = np.maximum(gpu, floor)
         if m > 1 or self.overlap_cpu:
             return np.maximum(gpu, cpu)
         return gpu + cpu
