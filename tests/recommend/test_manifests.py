@@ -72,7 +72,7 @@ def test_one_node_replicas_as_a_deployment_and_service(tmp_path):
     doc, objects = _recommend(tmp_path, "--model", "llama-3.1-8b", "--rate", "40", "--isl", "1000", "--osl", "200",
                               "--slo", "ttft_p99_ms=1500,tpot_p99_ms=30", "--gpus", "h100-sxm", "--max-gpus", "8")
     best = doc["best"]
-    dep = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-1"))
+    dep = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-1"))  # the best
     svc = next(o for o in objects if o["kind"] == "Service" and o["metadata"]["name"] == dep["metadata"]["name"])
     assert dep["spec"]["replicas"] == best["replicas"]
     (c,) = _containers(dep)
@@ -149,6 +149,6 @@ def test_the_docs_worked_example_runs(tmp_path):
     args[args.index("--manifests") + 1] = str(tmp_path / "deploy")
     r = run_cli(*args)
     assert r.code == 0, r.stderr
-    applied = tmp_path / "deploy" / Path(shlex.split(kubectl_line)[-1]).name
+    (applied,) = (tmp_path / "deploy").glob(Path(shlex.split(kubectl_line)[-1]).name)  # the shell's glob
     for o in yaml.safe_load_all(applied.read_text()):
         validate(o)

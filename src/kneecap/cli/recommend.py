@@ -78,7 +78,7 @@ def _write_manifests(folder: Path, doc: dict, model: str, image: str | None, mod
         opts = ManifestOptions(image=img, model=model_path or (model if hub_id else f"/models/{Path(model).name}"),
                                model_pvc=model_pvc, cache_pvc=cache_pvc, gpus_per_node=gpus_per_node)
         objects = candidate_manifests(doc["model"], cand, rank, opts, label)
-        path = folder / f"{objects[0]['metadata']['name']}.yaml"
+        path = folder / f"{rank:02d}-{objects[0]['metadata']['name']}.yaml"  # 01-...: the best
         path.write_text(yaml.safe_dump_all(objects, sort_keys=False))
         written.append(path)
     return written, ", ".join(sorted(used))
