@@ -1,4 +1,4 @@
-"""`kneecap demo` end to end (small and bounded): a real server subprocess, the real bench, table, knee, PID gone."""
+"""`kneecap demo` end to end (small and bounded): a real server in a process of its own, the real bench, table, knee, PID gone."""
 
 from __future__ import annotations
 
@@ -52,3 +52,29 @@ def test_serve_bad_flags_and_busy_port_are_one_line(cli):
         r = cli("serve", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--port", str(port))
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.code == 2 and len(lines) == 1 and "cannot bind" in lines[0] and "Traceback" not in r.stderr
+
+
+def test_demo_levels_follow_the_cores_and_advise_on_unclean_levels():
+    from kneecap.cli.demo import STREAMS_PER_CORE, auto_levels, level_advice
+
+    assert auto_levels(2) == (1, 4, 16, 64) and max(auto_levels(2)) <= 2 * STREAMS_PER_CORE
+    assert auto_levels(1) == (1, 4, 16) and auto_levels(8) == (1, 4, 16, 64, 256)
+    suspect = {"concurrency": 64, "suspect": True, "client": {"suspect_reasons": ["event-loop lag p99 9.0 ms > 5 ms"]},
+               "stability": {"verdict": "stable"}}
+    transient = {"concurrency": 16, "duration_s": 30.0, "stability": {"verdict": "transient"}}
+    lines = level_advice([suspect, transient, {"concurrency": 1, "stability": {"verdict": "stable"}}], 2)
+    assert len(lines) == 2
+    assert lines[0].startswith("C=64 is client-suspect: event-loop lag p99 9.0 ms > 5 ms") and "close other" in lines[0]
+    assert lines[1].startswith("C=16 did not reach steady state") and "--duration 60" in lines[1]
+
+
+def test_no_package_code_runs_the_kneecap_command_as_a_subprocess():
+    """Servers and sweeps are library calls (a spawned process for `kneecap serve`), never `python -m kneecap` or
+    the `kneecap` executable run from inside the package."""
+    from pathlib import Path
+
+    import kneecap
+
+    offenders = [str(p) for p in Path(kneecap.__file__).parent.rglob("*.py")
+                 if re.search(r'"-m",\s*"kneecap"|shutil\.which\("kneecap"\)', p.read_text())]
+    assert offenders == []
