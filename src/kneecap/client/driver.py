@@ -607,9 +607,16 @@ class Client:
         cut = AuthCut()
         keep = cut.emitter(on_record, records if keep_records else None)
 
+        # a replayed trace's sessions: a child goes no earlier than its time and never before its parent's answer is
+        # back (its parent among these requests; one sent by another worker or an earlier phase counts as back)
+        answered = {p.spec.request_id: asyncio.Event() for p in preps
+                    if any(q.spec.parent_id == p.spec.request_id for q in preps)}
+
         def emit(rec: RequestRecord) -> None:
             if rec.sent_at is not None and rec.scheduled_at is not None:
                 sched.append(rec.sent_at - rec.scheduled_at)
+            if rec.request_id in answered:
+                answered[rec.request_id].set()
             keep(rec)
 
         monitor, t0 = self._start_level()
@@ -620,19 +627,35 @@ class Client:
             in_flight.discard(task)
             cut.tasks.discard(task)
 
+        def launch(coro) -> None:
+            task = asyncio.ensure_future(coro)
+            in_flight.add(task)
+            cut.tasks.add(task)
+            task.add_done_callback(done)
+
+        async def after_parent(prep: PreparedRequest, target: float) -> None:
+            await answered[prep.spec.parent_id].wait()
+            due = max(target, perf())  # scheduled: its own time, or its parent's answer if that came later
+            delay = due - perf()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await self.send(prep, level=level, epoch=epoch, on_record=emit, rate=rate, scheduled_at=due - epoch,
+                            warmup=warmup)
+
         async def schedule() -> None:
             for prep, offset in zip(preps, offsets):
                 if cut.cut or (duration_s is not None and offset > duration_s):
                     break
                 target = t0 + offset
+                parent = prep.spec.parent_id
+                if parent is not None and parent in answered and not answered[parent].is_set():
+                    launch(after_parent(prep, target))  # waits for its parent; the schedule goes on
+                    continue
                 delay = target - perf()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                task = asyncio.ensure_future(self.send(prep, level=level, epoch=epoch, on_record=emit, rate=rate,
-                                                       scheduled_at=target - epoch, warmup=warmup))
-                in_flight.add(task)
-                cut.tasks.add(task)
-                task.add_done_callback(done)
+                launch(self.send(prep, level=level, epoch=epoch, on_record=emit, rate=rate,
+                                 scheduled_at=target - epoch, warmup=warmup))
 
         try:
             scheduler = asyncio.ensure_future(schedule())

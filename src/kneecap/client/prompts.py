@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 from kneecap.errors import KneecapError
-from kneecap.workload import TRACE_BLOCK_TOKENS, RequestSpec
+from kneecap.workload import RequestSpec
 from kneecap.workload.datasets import prompt_sha256
 
 # Common English words: in the BPE vocabularies of current LLMs (Llama 3, Qwen 2/3, Mistral,
@@ -116,7 +116,7 @@ class RandomTokenPrompts:
             for h in spec.block_hashes:
                 if len(ids) >= spec.input_tokens:
                     break
-                ids.extend(self._draw(_rng("block", self.seed, self.salt, h), TRACE_BLOCK_TOKENS))
+                ids.extend(self._draw(_rng("block", self.seed, self.salt, h), spec.block_tokens))
             ids = ids[:spec.input_tokens]
             ids.extend(self._draw(_rng("prompt", self.seed, self.salt, spec.index), spec.input_tokens - len(ids)))
             return Prompt.of(ids, len(ids))
@@ -162,7 +162,7 @@ class RandomTextPrompts:
             for h in spec.block_hashes:
                 if len(words) >= target:
                     break
-                words.extend(_rng("block", self.seed, self.salt, h).choices(WORDS, k=TRACE_BLOCK_TOKENS))
+                words.extend(_rng("block", self.seed, self.salt, h).choices(WORDS, k=spec.block_tokens))
             words = words[:target] + rng.choices(WORDS, k=max(0, target - len(words)))
             text = " ".join(words)
             return Prompt.of(text, self.counter.count(text) + self.overhead_tokens if self.counter is not None else None)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from kneecap.sim.blocks import BlockManager, blocks_for
 from kneecap.sim.config import EngineConfig
-from kneecap.workload import TRACE_BLOCK_TOKENS, RequestSpec
+from kneecap.workload import RequestSpec
 
 # why the last admission attempt stopped (the engine's fast path reads it)
 BLOCKED_NONE = ""
@@ -57,8 +57,9 @@ class Sequence:
         self.num_computed = 0  # tokens whose KV is in the cache
         self.num_output = 0
         if spec.block_hashes:  # a replayed trace: a full block is shared where its trace block's hash id is
-            per = TRACE_BLOCK_TOKENS // block_size if TRACE_BLOCK_TOKENS % block_size == 0 else 0
-            n_full = min(spec.input_tokens, len(spec.block_hashes) * TRACE_BLOCK_TOKENS) // block_size if per else 0
+            bt = spec.block_tokens
+            per = bt // block_size if bt % block_size == 0 else 0
+            n_full = min(spec.input_tokens, len(spec.block_hashes) * bt) // block_size if per else 0
             self.prefix_hashes = tuple(("t", spec.block_hashes[i // per], i % per) for i in range(n_full))
         else:
             n_prefix = (spec.prefix_tokens // block_size) if spec.prefix_group is not None else 0

@@ -240,6 +240,7 @@ class _LevelRun:
         self.engine, self.records, self.meta_base, self.follow = engine, records, meta_base, follow
         self.turnaround_s, self.delivery_spread_s, self.think_time_s = turnaround_s, delivery_spread_s, think_time_s
         self.sent_in_level = 0
+        self.answered: set[str] = set()  # request ids whose answers are back (a trace's children wait for these)
 
     def phase(self, phase: Phase, t0: float) -> float:
         """Send the phase from t0 and run the engine until it is done; when the client has its last answer
@@ -292,15 +293,33 @@ class _LevelRun:
             if not fill_slot(t0):
                 break
 
+        # a replayed trace's children: held until their parent's answer is back ({parent id: [(due, spec)]}), then
+        # released to go at the later of their own time and that answer plus the client's turnaround
+        held: dict[str, list[tuple[float, RequestSpec]]] = {}
+        released: list[tuple[float, int, RequestSpec]] = []
+        answered = self.answered
+
         def due(now: float) -> float:
             nonlocal next_arrival
             while next_arrival < len(arrivals) and arrivals[next_arrival] <= now:
-                send(arrivals[next_arrival])
+                at = arrivals[next_arrival]
                 next_arrival += 1
+                spec = next(phase.source, None)
+                if spec is None:
+                    break
+                if spec.parent_id is not None and spec.parent_id not in answered:
+                    held.setdefault(spec.parent_id, []).append((at, spec))
+                else:
+                    send(at, spec)
+            while released and released[0][0] <= now:
+                at, _, spec = heapq.heappop(released)
+                send(at, spec)
             while pending and pending[0][0] <= now:
                 at, _, spec = heapq.heappop(pending)
                 fill_slot(at, spec)
             until = arrivals[next_arrival] if next_arrival < len(arrivals) else math.inf
+            if released and released[0][0] < until:
+                until = released[0][0]
             return pending[0][0] if pending and pending[0][0] < until else until
 
         def ended(now: float, finished: list[RequestRecord]) -> None:
@@ -308,6 +327,9 @@ class _LevelRun:
             for rank, rec in enumerate(finished):
                 records.append(rec)
                 back = max(back, now + rank * spread)
+                answered.add(rec.request_id)
+                for at, child in held.pop(rec.request_id, ()):
+                    heapq.heappush(released, (max(at, now + rank * spread + turnaround), child.index, child))
                 if phase.concurrency is not None and now < horizon:
                     nxt = follow.get(rec.request_id) if rec.ok else None
                     at = now + rank * spread + turnaround

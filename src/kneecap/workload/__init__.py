@@ -140,7 +140,9 @@ class RequestSpec:
     prefix_tokens: int = 0
     conversation_id: str | None = None  # multi-turn only (workload.multiturn); records carry it
     turn: int | None = None  # 1-based turn within the conversation; None outside multi-turn
-    block_hashes: tuple[int, ...] = ()  # trace replay: one hash id per TRACE_BLOCK_TOKENS of prompt (equal ids, equal tokens)
+    block_hashes: tuple[int, ...] = ()  # trace replay: one hash id per block_tokens of prompt (equal ids, equal tokens)
+    block_tokens: int = TRACE_BLOCK_TOKENS  # tokens a trace's hash id stands for (Mooncake: 512, Qwen-Bailian: 16)
+    parent_id: str | None = None  # trace replay: sent only after this request's answer is back (a session's next turn)
 
 
 def make_requests(workload: Workload, n: int, seed: int = 0, start_index: int = 0, id_prefix: str = "r") -> list[RequestSpec]:

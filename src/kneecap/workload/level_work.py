@@ -98,14 +98,25 @@ def level_work(flags: WorkloadFlags, level: SweepLevel, *, warmup: bool, round_i
     return LevelWork(specs=requests(flags, n, start, prefix, workload))
 
 
+def _replay_ids(flags: WorkloadFlags, level: SweepLevel) -> dict[str, str]:
+    """{a trace row's request id: its id in this level} over the whole trace (its warmup rows, then the rest)."""
+    _, w_start, w_prefix = level_ids(level, warmup=True)
+    _, m_start, m_prefix = level_ids(level, warmup=False)
+    nw = level.num_warmup
+    return {s.request_id: (f"{w_prefix}{w_start + k}" if k < nw else f"{m_prefix}{m_start + k - nw}")
+            for k, (_, s) in enumerate(flags.schedule)}
+
+
 def _replay(flags: WorkloadFlags, level: SweepLevel, warmup: bool, start: int, prefix: str) -> LevelWork:
     speed = float(level.value) / flags.trace_rate
     rows = flags.schedule[:level.num_warmup] if warmup else flags.schedule[level.num_warmup:]
     t0 = rows[0][0] if rows else 0.0
     # equal hash ids are equal token blocks within a level; each level's blocks are its own, so a faster replay
     # does not find the previous level's whole trace in a server's prefix cache
+    ids = _replay_ids(flags, level)  # a session's child names its parent by the parent's id in this level
     specs = tuple(dataclasses.replace(s, index=start + k, request_id=f"{prefix}{start + k}",
-                                      block_hashes=tuple(h * LEVEL_HASH_STRIDE + level.index for h in s.block_hashes))
+                                      block_hashes=tuple(h * LEVEL_HASH_STRIDE + level.index for h in s.block_hashes),
+                                      parent_id=ids.get(s.parent_id) if s.parent_id is not None else None)
                   for k, (_, s) in enumerate(rows))
     return LevelWork(specs=specs, offsets=tuple((at - t0) / speed for at, _ in rows),
                      start_s=(t0 - flags.schedule[0][0]) / speed if rows else 0.0)

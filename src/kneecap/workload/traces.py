@@ -12,6 +12,12 @@ Formats:
   prompt]}; requests sharing leading hash ids share that prefix. (NVIDIA Dynamo's
   benchmarks/data_generator/README.md documents the same format: timestamp "in milliseconds ...
   since the first request", block size 512.)
+- Qwen-Bailian (https://github.com/alibaba-edu/qwen-bailian-usagetraces-anon, README "Data Specification"; the
+  traces of "KVCache Cache in the Wild", USENIX ATC '25): one JSON object a line, {"chat_id": n,
+  "parent_chat_id": n or -1 for a root, "timestamp": seconds since the trace's start, "input_length": tokens,
+  "output_length": tokens, "type": text/search/image/file, "turn": n, "hash_ids": [one id per 16-token block]}.
+  A child is its session's next request: replayed no earlier than its timestamp and never before its parent's
+  answer is back; several children of one parent (a fan-out) go out together once it is.
 - BurstGPT (https://github.com/HPMLL/BurstGPT, release v1.1 CSVs): header
   `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`, Timestamp in seconds from
   the trace's start; a failed request has 0 response tokens (the README's "failure"). No prefix
@@ -27,10 +33,12 @@ from pathlib import Path
 from typing import Sequence
 
 from kneecap.errors import KneecapError
-from kneecap.workload import RequestSpec
+from kneecap.workload import TRACE_BLOCK_TOKENS, RequestSpec
 
 BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
+BAILIAN_KEYS = ("chat_id", "parent_chat_id", "timestamp", "input_length", "output_length")
+BAILIAN_BLOCK_TOKENS = 16  # the Qwen-Bailian traces hash 16-token blocks (their README)
 
 
 @dataclass(frozen=True)
@@ -41,7 +49,9 @@ class TraceRow:
     timestamp_s: float
     input_tokens: int
     output_tokens: int
-    hash_ids: tuple[int, ...] | None = None  # Mooncake only
+    hash_ids: tuple[int, ...] | None = None  # Mooncake, Qwen-Bailian
+    chat_id: int | None = None  # Qwen-Bailian: this request's id, and its parent's (None: a root)
+    parent_chat_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -49,9 +59,14 @@ class Trace:
     """A parsed trace: its rows in file order, and rows the format marks as failed (BurstGPT)."""
 
     source: str
-    format: str  # "mooncake" | "burstgpt"
+    format: str  # "mooncake" | "bailian" | "burstgpt"
     rows: tuple[TraceRow, ...]
     failed_rows: tuple[int, ...] = ()  # lines of BurstGPT rows with 0 response tokens (not replayable)
+
+    @property
+    def block_tokens(self) -> int:
+        """Tokens one hash id stands for."""
+        return BAILIAN_BLOCK_TOKENS if self.format == "bailian" else TRACE_BLOCK_TOKENS
 
 
 def _whole(value: object, what: str, where: str, minimum: int) -> int:
@@ -94,6 +109,50 @@ def parse_mooncake(text: str, source: str = "trace") -> Trace:
     if not rows:
         raise KneecapError(f"trace {source} holds no requests", "pass a Mooncake JSONL trace with one request a line")
     return Trace(source=source, format="mooncake", rows=tuple(rows))
+
+
+def parse_bailian(text: str, source: str = "trace") -> Trace:
+    """Rows of a Qwen-Bailian JSONL trace (timestamps in seconds, parent_chat_id -1 for a root). Any broken line
+    raises, naming the file and line; so does a chat_id given twice."""
+    import orjson
+
+    rows: list[TraceRow] = []
+    seen: set[int] = set()
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"trace {source} line {lineno}"
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            raise KneecapError(f"{where} is not valid JSON", 'each line must be {"chat_id": n, "parent_chat_id": n '
+                               'or -1, "timestamp": s, "input_length": n, "output_length": n, "hash_ids": [...]}') from None
+        missing = [k for k in BAILIAN_KEYS if not isinstance(obj, dict) or k not in obj]
+        if missing:
+            raise KneecapError(f"{where} lacks {', '.join(missing)}",
+                               "a Qwen-Bailian trace line needs chat_id, parent_chat_id, timestamp (s), input_length "
+                               "and output_length")
+        ts = obj["timestamp"]
+        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts < 0:
+            raise KneecapError(f"{where}: timestamp must be a number of seconds >= 0, got {ts!r}", "fix that line")
+        chat = _whole(obj["chat_id"], "chat_id", where, 0)
+        if chat in seen:
+            raise KneecapError(f"{where}: chat_id {chat} appears twice", "give each request its own chat_id")
+        seen.add(chat)
+        parent = obj["parent_chat_id"]
+        parent = None if parent == -1 else _whole(parent, "parent_chat_id", where, 0)
+        hash_ids = obj.get("hash_ids")
+        if hash_ids is not None:
+            if not isinstance(hash_ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hash_ids):
+                raise KneecapError(f"{where}: hash_ids must be a list of integers", "fix that line")
+            hash_ids = tuple(hash_ids)
+        rows.append(TraceRow(line=lineno, timestamp_s=float(ts),
+                             input_tokens=_whole(obj["input_length"], "input_length", where, 1),
+                             output_tokens=_whole(obj["output_length"], "output_length", where, 1),
+                             hash_ids=hash_ids, chat_id=chat, parent_chat_id=parent))
+    if not rows:
+        raise KneecapError(f"trace {source} holds no requests", "pass a Qwen-Bailian JSONL trace with one request a line")
+    return Trace(source=source, format="bailian", rows=tuple(rows))
 
 
 def parse_burstgpt(text: str, source: str = "trace") -> Trace:
@@ -141,8 +200,12 @@ def parse_burstgpt(text: str, source: str = "trace") -> Trace:
 
 
 def parse_trace(text: str, source: str = "trace") -> Trace:
-    """Mooncake JSONL when the first non-blank character is '{', else a BurstGPT-style CSV."""
-    return parse_mooncake(text, source) if text.lstrip()[:1] == "{" else parse_burstgpt(text, source)
+    """JSONL when the first non-blank character is '{' (Qwen-Bailian when its first object has a chat_id, else
+    Mooncake), else a BurstGPT-style CSV."""
+    if text.lstrip()[:1] != "{":
+        return parse_burstgpt(text, source)
+    first = text.lstrip().split("\n", 1)[0]
+    return parse_bailian(text, source) if '"chat_id"' in first else parse_mooncake(text, source)
 
 
 def read_trace(path: str | Path) -> Trace:
@@ -201,10 +264,12 @@ def plan_replay(trace: Trace, *, replay_speed: float = 1.0, max_context_tokens: 
         raise KneecapError(f"no request of trace {trace.source} is left to replay", "check the filters and the context length")
     t0 = rows[0].timestamp_s
     out = []
+    ids = {r.chat_id: f"t{i}" for i, r in enumerate(rows) if r.chat_id is not None}
     for i, r in enumerate(rows):
         spec = RequestSpec(index=i, request_id=f"t{i}", class_name=trace.format,
                            input_tokens=r.input_tokens, output_tokens=r.output_tokens,
-                           block_hashes=tuple(r.hash_ids or ()))
+                           block_hashes=tuple(r.hash_ids or ()), block_tokens=trace.block_tokens,
+                           parent_id=ids.get(r.parent_chat_id))  # a parent outside the replay: a root
         out.append(TimedRequest(spec=spec, send_at_s=(r.timestamp_s - t0) / replay_speed))
     return Replay(requests=tuple(out), too_long_lines=tuple(too_long))
 
