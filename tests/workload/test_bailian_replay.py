@@ -78,3 +78,18 @@ def test_bench_replay_on_kneecap_serve_keeps_each_child_after_its_parent(tmp_pat
     assert r.code == 0, r.stderr
     summary = _check_sessions(tmp_path / "bench", 2)
     assert all(lv["schedule_lag_ms"]["p99"] >= 0 for lv in summary["levels"])
+
+
+def test_the_docs_worked_example_runs(tmp_path):
+    import re
+    import shlex
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "docs" / "traces.md").read_text()
+    command = re.search(r"```bash\n(kneecap simulate .*?)\n```", text, re.S).group(1).replace("\\\n", " ")
+    args = shlex.split(command)[1:]
+    args[args.index("--out") + 1] = str(tmp_path / "bailian")
+    args[args.index("--replay") + 1] = str(root / args[args.index("--replay") + 1])
+    r = run_cli(*args, "--no-report", "--quiet")
+    assert r.code == 0, r.stderr
+    _check_sessions(tmp_path / "bailian", 2)
