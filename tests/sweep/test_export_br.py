@@ -101,3 +101,20 @@ def test_the_docs_worked_example_runs(tmp_path):
     assert r.code == 0, r.stderr
     reports = _check_against_summary(tmp_path / "br-example", "simulate")
     assert [doc["scenario"]["load"]["standardized"]["rate_qps"] for doc in reports.values()] == [2.0, 8.0]
+
+
+def test_run_export_br_writes_a_report_per_cell(tmp_path):
+    plan = Path(__file__).resolve().parents[2] / "tests" / "report" / "data" / "two_candidates.yaml"
+    r = run_cli("run", str(plan), "--out", str(tmp_path / "run"), "--export", "br", "--json", "--no-report")
+    assert r.code == 0, r.stderr
+    summary = json.loads(r.stdout)
+    ran = [c for c in summary["cells"] if (c.get("metrics") or {}).get("duration_s")]
+    files = sorted((tmp_path / "run" / "br").glob("cell-*.yaml"))
+    assert len(files) == len(ran) > 0
+    for path, cell in zip(files, sorted(ran, key=lambda c: c["index"])):
+        doc = yaml.safe_load(path.read_text())
+        _validate(doc)
+        agg = doc["results"]["request_performance"]["aggregate"]
+        assert agg["requests"]["total"] == cell["metrics"]["requests"]
+        assert cell["candidate"] in doc["run"]["keywords"]
+        assert doc["scenario"]["load"]["standardized"]["rate_qps"] == cell["load"]["rate"]

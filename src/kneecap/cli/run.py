@@ -18,6 +18,7 @@ def run(
     json_out: bool = typer.Option(False, "--json", help="Print summary.json on stdout, nothing else"),
     quiet: bool = typer.Option(False, "--quiet", help="No progress lines"),
     no_report: bool = typer.Option(False, "--no-report", help="Do not render report.md/report.html at the end"),
+    export: Optional[str] = typer.Option(None, "--export", help="br: also write each cell as an llm-d Benchmark Report v0.2.1 (DIR/br/cell-NNNN.yaml)"),
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue a killed run of this plan in its results folder"),
     fail_on: Optional[str] = typer.Option(None, "--fail-on", help="Exit 1 on: errors, limit, slo, rejected (comma list)"),
     cell: Optional[str] = typer.Option(None, "--cell", help="Run one cell again: CANDIDATE/CLASS/STATE (with --load and --repetition; the handoff's Reproduce line)"),
@@ -40,6 +41,8 @@ def run(
     from kneecap.loadplan.schema import load_plan_file
     from kneecap.results import ResultsDir, current_argv
 
+    if export not in (None, "br"):
+        raise KneecapError(f"--export {export!r} is not a format run writes", "pass --export br")
     spec, base_dir = load_plan_file(plan_file)
     if spec.load.dimension == "rate" and spec.load.steps == "auto":
         raise KneecapError(f"{plan_file}: load.steps: auto works for concurrency only",
@@ -72,6 +75,10 @@ def run(
     results.write_manifest(current_argv(), extra={"kind": "run", "plan": str(Path(plan_file).resolve().name), "seed": spec.seed})
     say = None if (quiet or json_out) else (lambda line: print(line, file=sys.stderr, flush=True))
     summary = run_load_plan(spec, base_dir, Path(plan_file), results, progress=say, resume=previous, only=only)
+    if export == "br":
+        from kneecap.sweep.export import export_run_br
+
+        export_run_br(results.path, summary, {c.name: c.target.model_dump() for c in spec.candidates})
     if not no_report:
         from kneecap.report import render_report_or_warn
 
