@@ -55,6 +55,7 @@ def bench(
     stable_window_s: Optional[float] = typer.Option(None, "--stable-window-s", help="with --until-stable: seconds per window", show_default="10"),
     goodput: Optional[List[str]] = flags.GOODPUT,
     shared_prefix: Optional[str] = flags.SHARED_PREFIX,
+    prefix_hit_rate: Optional[float] = flags.PREFIX_HIT_RATE,
     seed: Optional[int] = typer.Option(None, "--seed", help="seed of lengths, prompts and arrivals", show_default="0"),
     prompt_salt: Optional[str] = typer.Option(None, "--prompt-salt", help="mixed into every prompt (default: a fresh one per run, in manifest.json; pass it again to repeat a run's prompts exactly)"),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="the served model's tokenizer.json: text prompts of exact length, counted locally"),
@@ -85,7 +86,7 @@ def bench(
     from pathlib import Path
 
     from kneecap.sweep.credentials import resolve_api_key
-    from kneecap.sweep.options import BenchOptions, parse_fail_on, parse_shared_prefix
+    from kneecap.sweep.options import BenchOptions, parse_fail_on
     from kneecap.sweep.progress import make_progress
     from kneecap.sweep.session import run_bench
     from kneecap.results import current_argv
@@ -113,8 +114,9 @@ def bench(
         "api_key_env": api_key_env, "api_key_file": api_key_file,
         "force": force or None, "keep_prompts": keep_prompts or None, "redact": redact or None,
     }
-    if shared_prefix is not None:
-        given["shared_prefix_tokens"], given["num_prefix_groups"] = parse_shared_prefix(shared_prefix)
+    if shared_prefix is not None or prefix_hit_rate is not None:
+        given["shared_prefix_tokens"], given["num_prefix_groups"], given["warmup"] = flags.prefix_flags(
+            shared_prefix, prefix_hit_rate, isl_n, isl_dist, warmup)
     if replay is not None:
         given.update(_replay_levels(replay, replay_speed, concurrency, rate, skip_too_long))
     elif replay_speed is not None:

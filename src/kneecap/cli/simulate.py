@@ -144,6 +144,7 @@ def simulate(
     isl: Optional[str] = flags.ISL,
     osl: Optional[str] = flags.OSL,
     shared_prefix: Optional[str] = flags.SHARED_PREFIX,
+    prefix_hit_rate: Optional[float] = flags.PREFIX_HIT_RATE,
     concurrency: Optional[str] = flags.CONCURRENCY,
     rate: Optional[str] = flags.RATE,
     burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of inter-arrival gaps: 1 Poisson, <1 burstier"),
@@ -194,7 +195,6 @@ def simulate(
     import dataclasses
 
     from kneecap.sweep.export import check_format
-    from kneecap.sweep.options import parse_shared_prefix
     from kneecap.sweep.progress import SilentProgress
     from kneecap.sweep.resume import RecordsFile
     from kneecap.levels import sweep_levels
@@ -232,13 +232,13 @@ def simulate(
             raise KneecapError("--find-max cannot search 'max'", "give numeric bounds, e.g. --concurrency 1,512")
         if repeats < 1:
             raise KneecapError(f"--repeats must be >= 1, got {repeats}", "pass e.g. --repeats 3")
-    prefix_tokens, prefix_groups = parse_shared_prefix(shared_prefix)
     if goodput:
         from kneecap.metrics.goodput import parse_goodput
 
         slo = ",".join(p for p in (slo, parse_goodput(goodput)) if p)
     slo_dict = parse_slo(slo) if slo else {}
     isl, isl_dist = flags.length_flag("--isl", isl, DEFAULT_LENGTH)
+    prefix_tokens, prefix_groups, warmup = flags.prefix_flags(shared_prefix, prefix_hit_rate, isl, isl_dist, warmup)
     osl, osl_dist = flags.length_flag("--osl", osl, DEFAULT_LENGTH)
     longest = {flag: _longest(flag, n, spec) for flag, n, spec in (("--isl", isl, isl_dist), ("--osl", osl, osl_dist))}
     dataset = dataset_flag(dataset, dataset_path)

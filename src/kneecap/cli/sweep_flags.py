@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import typer
 
+from kneecap.errors import KneecapError
+
 LENGTH_FORMS = ("N, or a length distribution such as uniform:100:2000, normal:mean=1000,std=200, "
                 "lognormal:mean=1000,std=300,max=4096, empirical:120,340,800")
 
@@ -42,6 +44,33 @@ UNTIL_STABLE = typer.Option(None, "--until-stable",
                                  "judged by (docs/metrics.md); S is then the longest a level runs; the verdict is the "
                                  "level's stable_p99 in summary.json")
 SHARED_PREFIX = typer.Option(None, "--shared-prefix", help="TOKENS or TOKENSxGROUPS of prompt shared by requests")
+PREFIX_HIT_RATE = typer.Option(None, "--prefix-hit-rate",
+                               help="synthetic prompts whose first F of their --isl tokens every request shares (one "
+                                    "prefix), primed by one warmup request before each level, so a prefix cache "
+                                    "finds about F of each prompt cached (0 < F < 1)")
+
+
+def prefix_flags(shared_prefix: str | None, hit_rate: float | None, isl: int | None, isl_dist: str | None,
+                 warmup: int | None) -> tuple[int, int, int | None]:
+    """(shared prefix tokens, prefix groups, warmup requests) from --shared-prefix or --prefix-hit-rate F: F x --isl
+    tokens in one group, and at least one warmup request, which puts the prefix in the cache before the level."""
+    from kneecap.sweep.options import parse_shared_prefix
+
+    if hit_rate is None:
+        tokens, groups = parse_shared_prefix(shared_prefix)
+        return tokens, groups, warmup
+    if shared_prefix is not None:
+        raise KneecapError("--prefix-hit-rate and --shared-prefix both given",
+                           "pass one: --prefix-hit-rate F shares the first F of every prompt")
+    if not (0 < hit_rate < 1):
+        raise KneecapError(f"--prefix-hit-rate must be between 0 and 1, got {hit_rate}", "pass e.g. --prefix-hit-rate 0.5")
+    if isl is None or isl_dist is not None:
+        raise KneecapError("--prefix-hit-rate needs a fixed --isl (the share is of each prompt's tokens)",
+                           "pass e.g. --isl 2000 --prefix-hit-rate 0.5, or --shared-prefix TOKENS")
+    tokens = int(round(hit_rate * isl))
+    if tokens < 1:
+        raise KneecapError(f"--prefix-hit-rate {hit_rate} of {isl} tokens shares no token", "pass a larger rate or --isl")
+    return tokens, 1, max(1, warmup or 0)
 
 
 def length_flag(flag: str, spec: str | None, default: int | None = None) -> tuple[int | None, str | None]:
