@@ -56,6 +56,7 @@ def bench(
     goodput: Optional[List[str]] = flags.GOODPUT,
     shared_prefix: Optional[str] = flags.SHARED_PREFIX,
     prefix_hit_rate: Optional[float] = flags.PREFIX_HIT_RATE,
+    reset_prefix_cache: bool = typer.Option(False, "--reset-prefix-cache", help="before each level, ask the server to drop its prefix cache (vLLM POST /reset_prefix_cache, SGLang /flush_cache), so each level starts cold; the level records which endpoint accepted"),
     seed: Optional[int] = typer.Option(None, "--seed", help="seed of lengths, prompts and arrivals", show_default="0"),
     prompt_salt: Optional[str] = typer.Option(None, "--prompt-salt", help="mixed into every prompt (default: a fresh one per run, in manifest.json; pass it again to repeat a run's prompts exactly)"),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="the served model's tokenizer.json: text prompts of exact length, counted locally"),
@@ -113,6 +114,7 @@ def bench(
         "fail_on": parse_fail_on(fail_on) if fail_on is not None else None,
         "api_key_env": api_key_env, "api_key_file": api_key_file,
         "force": force or None, "keep_prompts": keep_prompts or None, "redact": redact or None,
+        "reset_prefix_cache": reset_prefix_cache or None,
     }
     if shared_prefix is not None or prefix_hit_rate is not None:
         given["shared_prefix_tokens"], given["num_prefix_groups"], given["warmup"] = flags.prefix_flags(

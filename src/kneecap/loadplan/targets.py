@@ -185,15 +185,9 @@ class ServerCandidate:
         time.sleep(pause_s)
         done = []
         if reset_prefix_cache:
-            import urllib.request
+            from kneecap.client.cache_reset import reset_prefix_cache as reset
 
-            for path in ("/reset_prefix_cache", "/flush_cache"):  # vLLM: POST /reset_prefix_cache; SGLang: /flush_cache
-                try:
-                    with urllib.request.urlopen(self._post(path, b""), timeout=5) as resp:
-                        if resp.status < 300:
-                            done.append(path)
-                except Exception:  # an engine without that endpoint: nothing to reset there
-                    pass
+            done = reset(self.target.base_url, self.api_key)
         return f"paused {pause_s:g} s" + (f", reset via {', '.join(done)}" if done else ", no prefix-cache reset endpoint")
 
     def _post(self, path: str, data: bytes, headers: dict | None = None):

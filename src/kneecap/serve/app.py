@@ -151,6 +151,15 @@ async def health(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
+async def reset_prefix_cache(request: web.Request) -> web.Response:
+    """vLLM's POST /reset_prefix_cache: drop the prefix cache (refused with 409 while requests hold blocks; vLLM
+    logs its refusal and answers 200, kneecap says so in the status)."""
+    rt = request.app[ENGINE_KEY]
+    if rt.engine.blocks.reset_prefix_cache():
+        return web.Response(status=200)
+    return _error("prefix cache not reset: requests still hold KV blocks", 409)
+
+
 async def version(request: web.Request) -> web.Response:
     info = request.app[INFO_KEY]
     return _json({"version": info["version"], "simulated": True, "target": info["target"]})
@@ -189,4 +198,5 @@ def build_app(target, *, time_scale: float = 1.0, served_model_name: str | None 
     app.router.add_get("/health", health)
     app.router.add_get("/version", version)
     app.router.add_get("/metrics", metrics)
+    app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
     return app

@@ -130,6 +130,15 @@ class BlockManager:
             ref[block] = 1
         return taken
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block, as vLLM's POST /reset_prefix_cache does (v1 BlockPool.reset_prefix_cache):
+        refused (False, nothing changed) while any block is in use."""
+        if self.num_used:
+            return False
+        self.cached.clear()
+        self.block_hash = [None] * self.num_blocks
+        return True
+
     def lookup_prefix(self, hashes: Sequence[Hashable]) -> int:
         """How many leading blocks of `hashes` are cached (no state change)."""
         if not self.enable_prefix_caching:

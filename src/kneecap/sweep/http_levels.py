@@ -45,7 +45,7 @@ class HttpLevelDriver:
 
     def __init__(self, opts: BenchOptions, *, run_share: Callable, probe: Callable[[], bool], poll_metrics: Callable,
                  epoch: float, progress, timeline_path=None, specs_for: Callable | None = None,
-                 bursts: dict | None = None, workload=None):
+                 bursts: dict | None = None, workload=None, reset: Callable | None = None):
         from kneecap.sweep.bench_workload import BenchWorkload, LevelWork
 
         self.opts = opts
@@ -55,6 +55,7 @@ class HttpLevelDriver:
             lambda level, warmup, round_index=0: LevelWork(specs=tuple(specs_for(level, warmup=warmup,
                                                                                 round_index=round_index))))
         self._bursts = bursts or {}
+        self._reset = reset  # reset() -> the endpoints that dropped the server's prefix cache (--reset-prefix-cache)
         self._run_share, self._probe, self._poll_metrics = run_share, probe, poll_metrics
         self._epoch, self._progress, self._timeline_path = epoch, progress, timeline_path
 
@@ -63,6 +64,7 @@ class HttpLevelDriver:
         label = opts.level_label(level.value)
         base = dict(level=level.index, kind=opts.kind, value=level.value, epoch=self._epoch,
                     burstiness=opts.burstiness, seed=opts.seed + level.index, **self._bursts)
+        reset = self._reset() if self._reset is not None else None  # before the warmup: the level starts cold
         refusal = RecordWatch(keep)  # the driver ends a share at its first refused key (kneecap.client.driver.AuthCut)
         keep = refusal.keep
         if level.num_warmup:
@@ -95,6 +97,8 @@ class HttpLevelDriver:
         self._append_timeline(level.index, samples)
         client = merge_outcomes(outcomes, opts.workers)
         fields = {"wall_s": time.monotonic() - started, "client": client, "suspect": client["suspect"]}
+        if reset is not None:
+            fields["prefix_cache_reset"] = reset  # the endpoints that accepted ([]: the server has none)
         if refusal.kind is not None:
             fields["cut"] = refusal.cut("measured")
         if stable:

@@ -87,6 +87,7 @@ class BenchOptions:
     force: bool = False  # run levels the preflight says exceed the KV pool
     workers: int = 1
     keep_prompts: bool = False
+    reset_prefix_cache: bool = False  # --reset-prefix-cache: ask the server to drop its prefix cache before each level
     redact: bool = False
     fail_on: tuple[str, ...] = ()
     api_key_env: str | None = None  # name of the env variable holding the key (never the key)

@@ -210,7 +210,8 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
 
         driver = HttpLevelDriver(opts, run_share=run_share, probe=lambda: server_answers(opts, api_key),
                                  poll_metrics=_metrics_poller(opts, api_key, progress), epoch=epoch, progress=progress,
-                                 timeline_path=results.path / "server_metrics.jsonl", workload=workload)
+                                 timeline_path=results.path / "server_metrics.jsonl", workload=workload,
+                                 reset=_cache_reset(opts, api_key))
         sweep = Sweep(opts, state=state, sweep_levels=levels_to_run, driver=driver, write_record=write_record,
                       persist=results.write_summary, progress=progress, slo=slo, stop_limits=limits,
                       summarize_fn=summarize_stream, sync=writer.sync, records_file=RecordsFile(results.records_path),
@@ -284,6 +285,15 @@ def read_workload(opts: BenchOptions, info):
                                    rate=tuple(speed * rate for speed in opts.replay_speeds))
         workload = dataclasses.replace(workload, opts=opts)
     return opts, workload
+
+
+def _cache_reset(opts: BenchOptions, api_key: str | None):
+    """--reset-prefix-cache: the call that drops the server's prefix cache before each level (None: not asked)."""
+    if not opts.reset_prefix_cache:
+        return None
+    from kneecap.client.cache_reset import reset_prefix_cache
+
+    return lambda: reset_prefix_cache(opts.base_url_clean, api_key)
 
 
 def describe_workload(workload) -> dict:
