@@ -594,3 +594,19 @@ def test_kv_cache_spellings(scheme, expected):
     kv, notes = kv_dtype_from_config({"quantization_config": scheme})
     assert kv == expected
     assert bool(notes) == (scheme.get("kv_cache_scheme") is not None or scheme.get("kv_cache_quant_algo") is not None)
+
+
+def test_modelopt_exclude_modules_are_read_per_projection():
+    # nvidia/DeepSeek-V3.1-NVFP4's exclude_modules name every layer's q_a / q_b / kv_a / kv_b projections but not
+    # o_proj: per layer o_proj = 128 heads x 128 x 7168 = 117,440,512 parameters at NVFP4, the other
+    # 69,666,816 (with the two LayerNorms) at bf16; 61 layers
+    from kneecap.model.weights import weight_bytes
+
+    model = load_model(str(CONFIGS / "nvidia--DeepSeek-V3.1-NVFP4"))
+    o_proj, rest = 117_440_512, 187_107_328 - 117_440_512
+    expected = 61 * (weight_bytes(o_proj, "nvfp4") + weight_bytes(rest, "bf16"))
+    assert dict(model.part_bytes)["attention"] == expected
+    assert dict(model.param_parts)["attention"] == 61 * 187_107_328
+    bf16_all = weight_bytes(61 * 187_107_328, "bf16")
+    assert 10e9 < bf16_all - expected < 11e9  # what pricing the whole part at bf16 overstated
+    assert any("attention o_proj at nvfp4" in n for n in model.notes)

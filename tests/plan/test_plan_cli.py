@@ -110,7 +110,7 @@ def test_engine_sglang_json(cli):
             "--context", "32768", "--json")
     doc = json.loads(r.stdout)
     assert doc["engine"]["engine"] == "sglang" and doc["engine"]["kv_capacity_tokens"] > 0
-    assert any(line.startswith("max_total_num_tokens=") for line in doc["engine"]["log_lines"])
+    assert [line.split(" #tokens: ")[0] for line in doc["engine"]["log_lines"]] == ["KV Cache is allocated."]
 
 
 def test_preflight_seed_000_json(cli):

@@ -94,7 +94,7 @@ def _sglang(cli, name, *extra):
 
 def test_sglang_radix_cache_caps_the_running_requests_of_a_hybrid(cli):
     on, off = _sglang(cli, "nemotron-h-8b-base-8k.json"), _sglang(cli, "nemotron-h-8b-base-8k.json", "--no-prefix-caching")
-    slots = int(re.search(r"max_mamba_cache_size: (\d+)", " ".join(on["engine"]["log_lines"])).group(1))
+    slots = int(re.search(r"max_mamba_cache_size: (\d+)", " ".join(on["engine"]["notes"])).group(1))
     assert slots > 0
     # the radix cache changes how many requests run, not the pools
     assert on["engine"]["kv_capacity_tokens"] == off["engine"]["kv_capacity_tokens"] == on["kv_capacity_tokens"]

@@ -185,7 +185,8 @@ def test_gemma3_pool_is_vllms_padded_groups():
     # 52 sliding layers are padded to 6 groups of 10 (60 layers' blocks): at 8192 tokens a sequence takes 512 blocks
     # in the full group and 65 in each sliding group, 512 + 6 x 65 = 902 blocks of 10 layers, where the 62 layers
     # alone would take (10 x 512 + 52 x 65) / 10 = 850; plan and the engine both say 17 (not 18)
-    request = DeploymentRequest(model=str(CONFIGS / "google--gemma-3-27b-it.json"), gpu="h100-sxm", context=16384)
+    request = DeploymentRequest(model=str(CONFIGS / "google--gemma-3-27b-it.json"), gpu="h100-sxm", context=16384,
+                                language_only=True)  # the text tower alone: its vision tower would take 0.85 GB of the pool
     most, pool, planned = fill(request, 8192)
     plan, _ = plan_deployment(request)
     assert planned == pool == plan.num_kv_blocks // 902 == 17

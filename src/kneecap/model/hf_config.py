@@ -398,10 +398,17 @@ def _weight_fields(cfg: Mapping, count: params.ParamCount) -> tuple[dict, list[s
     dtypes, qnotes = quant.part_dtypes_from_config(cfg, count.parts)
     kv_dtype, kv_notes = quant.kv_dtype_from_config(cfg)
     parts = tuple(count.parts.items())
+    part_bytes = {p: weight_bytes(n, dtypes[p]) for p, n in parts}
+    if cfg.get("kv_lora_rank") and count.parts.get("attention"):  # MLA: ModelOpt may quantize some projections
+        per_layer = params.mla_projection_params(cfg)
+        mixed = quant.modelopt_attention_bytes(cfg, per_layer, count.parts["attention"] // sum(per_layer.values()))
+        if mixed:
+            part_bytes["attention"], note = mixed
+            qnotes = qnotes + [note]
     return dict(total_params=count.total, active_params=count.active, kv_dtype=kv_dtype,
                 weight_dtype=dtypes[max(count.parts, key=lambda p: count.parts[p])], param_parts=parts,
                 part_dtypes=tuple((p, dtypes[p]) for p, _ in parts),
-                part_bytes=tuple((p, weight_bytes(n, dtypes[p])) for p, n in parts)), qnotes + kv_notes
+                part_bytes=tuple(part_bytes.items())), qnotes + kv_notes
 
 
 def _kv_notes(model: Model, cfg: Mapping, family: str, n: int) -> list[str]:

@@ -108,6 +108,17 @@ def mla_attention_params(cfg: Mapping) -> int:
     return q + kv + n * v * h
 
 
+def mla_projection_params(cfg: Mapping) -> dict[str, int]:
+    """mla_attention_params per module of one layer, by its name under self_attn (the two LayerNorms included)."""
+    h, n = cfg["hidden_size"], cfg["num_attention_heads"]
+    nope, rope, v = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+    kv_lora, q_lora = cfg["kv_lora_rank"], cfg.get("q_lora_rank")
+    q = ({"q_a_proj": h * q_lora, "q_a_layernorm": q_lora, "q_b_proj": q_lora * n * (nope + rope)} if q_lora
+         else {"q_proj": h * n * (nope + rope)})
+    return q | {"kv_a_proj_with_mqa": h * (kv_lora + rope), "kv_a_layernorm": kv_lora,
+                "kv_b_proj": kv_lora * n * (nope + v), "o_proj": n * v * h}
+
+
 def gated_deltanet_params(cfg: Mapping) -> int:
     """One Gated DeltaNet (linear attention) block (Qwen3-Next, Qwen3.5)."""
     h = cfg["hidden_size"]

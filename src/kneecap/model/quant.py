@@ -172,3 +172,30 @@ def kv_dtype_from_config(cfg: Mapping) -> tuple[str | None, list[str]]:
                        "--kv-cache-dtype auto then caches fp8 (1 B per element)"]
     return None, [f"quantization_config {said} is not modelled; KV cache left at the engine default — "
                   "pass --kv-dtype"]
+
+
+def modelopt_attention_bytes(cfg: Mapping, modules: Mapping[str, int], num_layers: int) -> tuple[int, str] | None:
+    """A ModelOpt checkpoint's attention bytes read per projection: `modules` (name under self_attn -> parameters
+    of one layer) over num_layers layers, each Linear at the quantized dtype unless exclude_modules names it in that
+    layer (model.layers.{i}.self_attn.{name}), norms at the model dtype; with a note. None when the checkpoint is
+    not ModelOpt or its exclusions take every projection or none (the part then has one dtype)."""
+    from kneecap.model.weights import weight_bytes
+
+    qc = cfg.get("quantization_config")
+    if not isinstance(qc, Mapping) or str(qc.get("quant_method", "")).lower() != "modelopt":
+        return None
+    quantized = "nvfp4" if "FP4" in str(qc.get("quant_algo", "")).upper() else "fp8"
+    base = model_dtype(cfg)
+    excluded = _Exclusions(qc.get("exclude_modules") or [], style="glob")
+    total, kept, quant = 0, set(), set()
+    for name, n in modules.items():
+        for i in range(num_layers):
+            plain = "norm" in name or any(excluded._match(pat, f"model.layers.{i}.self_attn.{name}")
+                                          for pat in excluded.patterns)
+            total += weight_bytes(n, base if plain else quantized)
+            if "norm" not in name:
+                (kept if plain else quant).add(name)
+    if not quant or not kept - quant:
+        return None
+    return total, (f"exclude_modules read per projection: attention {', '.join(sorted(quant))} at {quantized}, "
+                   f"{', '.join(sorted(kept - quant))} kept in {base}")

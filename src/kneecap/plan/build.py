@@ -121,8 +121,16 @@ def checkpoint_weights(model) -> tuple[int, str, str] | None:
     kinds = set(dtypes.values())
     if len(kinds) == 1:
         return total, kinds.pop(), "checkpoint"
+    # a part whose checkpoint bytes are not its parameters at one dtype mixes them (ModelOpt exclude_modules read
+    # per projection: DeepSeek-V3.1-NVFP4's attention o_proj at nvfp4, its other projections bf16)
+    counts, stored = dict(model.param_parts), dict(model.part_bytes or ())
+
+    def dtype_of(p: str) -> str:
+        mixed = p in stored and p in counts and stored[p] != weight_bytes(counts[p], dtypes.get(p, "bf16"))
+        return "mixed (see notes)" if mixed else dtypes.get(p, "?")
+
     return total, main_dtype(model), "checkpoint (mixed dtypes: " + ", ".join(
-        f"{p} {dtypes.get(p, '?')}" for p in param_breakdown(model)) + ")"
+        f"{p} {dtype_of(p)}" for p in param_breakdown(model)) + ")"
 
 
 MAX_GIB_FLAG = 1024.0**2  # 1 PiB per GPU: far beyond any device, small enough for exact integer bytes

@@ -574,14 +574,18 @@ def sglang_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int,
             slots = int(rest * mamba_full_memory_ratio / (1 + mamba_full_memory_ratio)) // per_req_state
         mamba_bytes = slots * per_req_state
         rest -= mamba_bytes
-        lines.append(f"Mamba Cache is allocated. max_mamba_cache_size: {slots}, state size: {mamba_bytes / GiB:.2f} GB")
+        # SGLang 0.5.9 logs "Mamba Cache is allocated. max_mamba_cache_size: S, conv_state size: X GB, ssm_state
+        # size: Y GB" (mem_cache/memory_pool.py, S + 1 slots): kneecap has the state's total, not its conv / ssm
+        # split, so it names the figures in a note rather than print a line the engine would not
+        lines.append(f"SGLang logs \"Mamba Cache is allocated. max_mamba_cache_size: {slots}, ...\": conv and ssm "
+                     f"state of {slots + 1:,} slots, {(slots + 1) * per_req_state / GiB:.2f} GB together")
         if rest <= 0:
             raise KneecapError(f"SGLang's Mamba state pool ({slots} slots) leaves no KV cache",
                                "pass a smaller --mamba-cache-size or raise --mem-fraction")
     pool = _sglang_cells(deployment, rest, page_size, max_model_len, version, total_bytes=total_bytes,
                          fraction=mem_fraction, weights_bytes=weights_bytes, non_torch_bytes=non_torch_bytes,
                          radix_cache=radix_cache, mamba_slots=slots, mamba_bytes=mamba_bytes)
-    return dataclasses.replace(pool, log_lines=tuple(lines) + pool.log_lines)
+    return dataclasses.replace(pool, notes=tuple(lines) + pool.notes)
 
 
 def sglang_logged_pool(deployment: Deployment, kv_pool_bytes: int, *, total_bytes: int, weights_bytes: int,
@@ -605,14 +609,18 @@ def _sglang_cells(deployment: Deployment, rest: int, page_size: int, max_model_l
     cell = kvmath.kv_bytes_per_token_per_gpu(m, dtype_bytes, deployment.tp, deployment.pp)
     tokens = (rest // cell) // page_size * page_size if cell else 0
     pool = tokens * cell
-    if "mla" in m.layer_types:  # SGLang prints sizes with GB = 2**30 (its own constant)
-        sizes = f"KV size: {pool / GiB:.2f} GB"
+    # SGLang 0.5.9 mem_cache/memory_pool.py: each layer's K and V buffers hold size + page_size tokens (a padding
+    # page), and _finalize_allocation_log prints their bytes with GB = 2**30 (its own constant)
+    buffers = (tokens + page_size) * cell if tokens else 0
+    if "mla" in m.layer_types:
+        sizes = f"KV size: {buffers / GiB:.2f} GB"
     else:
-        sizes = f"K size: {pool / 2 / GiB:.2f} GB, V size: {pool / 2 / GiB:.2f} GB"
-    lines = (f"KV Cache is allocated. #tokens: {tokens}, {sizes}",
-             f"max_total_num_tokens={tokens}, context_len={max_model_len}")
+        sizes = f"K size: {buffers / 2 / GiB:.2f} GB, V size: {buffers / 2 / GiB:.2f} GB"
+    lines = (f"KV Cache is allocated. #tokens: {tokens}, {sizes}",)
     radix = radix_cache is not False
-    notes: list[str] = []
+    # the scheduler's line (managers/scheduler.py) goes on with chunked_prefill_size, max_prefill_tokens,
+    # max_running_requests, context_len and available_gpu_mem, which kneecap does not all model: named, not printed
+    notes: list[str] = [f"SGLang's scheduler logs \"max_total_num_tokens={tokens}, ...\" with context_len={max_model_len}"]
     running = None
     if mamba_slots:
         ratio = SGLANG_MAMBA_RADIX_RATIO if radix else 1

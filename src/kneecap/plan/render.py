@@ -134,7 +134,7 @@ def plan_worksheet(plan: Plan, levers: list[Lever], tps: list[TpPoint], contexts
     out.append(Text(pool_line(plan)))
 
     if engine is not None:
-        out.append(engine_section(engine))
+        out.append(engine_section(engine, plan))
 
     # 3. Contiguous vs paged
     bs = plan.block_size
@@ -244,7 +244,7 @@ def pool_line(plan: Plan) -> str:
             f"of them, so the pool holds {plan.kv_capacity_tokens:,} tokens of such requests")
 
 
-def engine_section(engine: EnginePool):
+def engine_section(engine: EnginePool, plan: Plan | None = None):
     from rich.text import Text
 
     lines = ["", f"Engine model: {engine.engine} {engine.version} (docs/engine-model.md)",
@@ -266,6 +266,10 @@ def engine_section(engine: EnginePool):
     lines.append(f"  kneecap's capacity (its own count, not a line the engine prints): {engine.kv_capacity_tokens:,} tokens")
     if engine.capacity_explained:
         lines.append(f"    why they differ: {engine.capacity_explained}")
+    if plan is not None and plan.kv_groups is not None and plan.mean_context < plan.context:
+        per = plan.kv_groups.blocks_per_request(plan.mean_context, in_flight=1)
+        lines.append(f"    at a {plan.mean_context:,}-token mean context a sequence holds {per:,} blocks over the "
+                     f"groups: {plan.max_seqs_paged:,} sequences at once (section 3)")
     lines += [f"  note: {note}" for note in engine.notes]
     return Text("\n".join(lines))
 
