@@ -49,3 +49,17 @@ def test_unreachable_server_is_one_line_naming_it_once():
     assert r.stderr.startswith("error: cannot reach the server at"), repr(r.stderr)
     assert len(r.stderr.strip("\n").splitlines()) == 1, repr(r.stderr)
     assert r.stderr.count(url) == 2  # the error names it once; the hint's curl line once
+
+
+def test_replay_rates_print_with_four_significant_digits(tmp_path):
+    """A replayed trace's levels are its mean rate x each speed: 1.6666666666666667 req/s reads 1.667."""
+    from pathlib import Path
+
+    trace = Path(__file__).parent / "workload" / "data" / "mooncake_conversation_head.jsonl"
+    r = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--replay", str(trace),
+                "--replay-speed", "1,2.5", "--out", str(tmp_path / "r"), "--no-report")
+    assert r.code == 0, r.stderr
+    import re
+
+    assert re.search(r"│\s+1\.667 │", r.stdout) and re.search(r"│\s+4\.167 │", r.stdout), r.stdout
+    assert "1.6666666" not in r.stdout and "4.1666666" not in r.stdout
