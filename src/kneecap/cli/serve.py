@@ -34,6 +34,8 @@ def serve(
     port: int = typer.Option(8000, "--port", help="Port to bind (0: any free port; the ready line names it)"),
     time_scale: float = typer.Option(1.0, "--time-scale", help="Wall seconds per simulated second: 1 real time, 2 twice as slow, 0.5 twice as fast"),
     seed: int = typer.Option(0, "--seed", help="Seed of the engine's speculative-decoding acceptance draws (the engine draws no other random numbers)"),
+    replicas: int = typer.Option(1, "--replicas", help="Replicas of the deployment behind one endpoint, each with its own engine and KV pool; /replicas/I/metrics gives each one's metrics"),
+    router: str = typer.Option("round-robin", "--router", help="With --replicas: round-robin, least-loaded, or prefix (llm-d's prefix-cache-aware endpoint picker)"),
     spec_method: SpecMethodOpt = None,
     spec_tokens: SpecTokensOpt = None,
     spec_acceptance: SpecAcceptanceOpt = None,
@@ -48,6 +50,12 @@ def serve(
 
     if not (0 <= port <= 65535):
         raise KneecapError(f"--port must be 0..65535, got {port}", "pass e.g. --port 8000 (or 0 for any free port)")
+    from kneecap.sim.fleet import ROUTERS
+
+    if replicas < 1:
+        raise KneecapError(f"--replicas must be >= 1, got {replicas}", "pass e.g. --replicas 4")
+    if router not in ROUTERS:
+        raise KneecapError(f"unknown --router {router!r}", f"pass one of {', '.join(ROUTERS)}")
     if not (time_scale > 0):
         raise KneecapError(f"--time-scale must be > 0, got {time_scale}", "pass e.g. --time-scale 1")
     target = simulated_deployment(request, defaults=engine_defaults, max_num_seqs=max_num_seqs,
@@ -65,7 +73,8 @@ def serve(
         uvloop = None
 
     async def main() -> None:
-        application = build_app(target, time_scale=time_scale, served_model_name=served_model_name)
+        application = build_app(target, time_scale=time_scale, served_model_name=served_model_name,
+                                replicas=replicas, router=router)
         runner = web.AppRunner(application, access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, host, port, backlog=2048, reuse_address=True)
@@ -80,7 +89,9 @@ def serve(
         plan = target.plan
         print(f"{READY_PREFIX}http://{shown}:{bound_port} (PID {os.getpid()}) — {target.model_name} on {target.deployment.num_gpus}x "
               f"{target.deployment.gpu.name}, {plan.num_kv_blocks} KV blocks of {plan.block_size} tokens, "
-              f"max_num_seqs {target.config.max_num_seqs}, time scale {time_scale:g} (simulated; no model executed)",
+              f"max_num_seqs {target.config.max_num_seqs}, time scale {time_scale:g}"
+              + (f", {replicas} replicas behind a {router} router" if replicas > 1 else "")
+              + " (simulated; no model executed)",
               flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -155,7 +155,7 @@ async def reset_prefix_cache(request: web.Request) -> web.Response:
     """vLLM's POST /reset_prefix_cache: drop the prefix cache (refused with 409 while requests hold blocks; vLLM
     logs its refusal and answers 200, kneecap says so in the status)."""
     rt = request.app[ENGINE_KEY]
-    if rt.engine.blocks.reset_prefix_cache():
+    if rt.reset_prefix_cache():
         return web.Response(status=200)
     return _error("prefix cache not reset: requests still hold KV blocks", 409)
 
@@ -172,8 +172,23 @@ async def metrics(request: web.Request) -> web.Response:
                         headers={"X-Content-Type-Options": "nosniff"})
 
 
-def build_app(target, *, time_scale: float = 1.0, served_model_name: str | None = None) -> web.Application:
-    """The aiohttp Application; the engine task starts with the app and stops with it."""
+async def replica_metrics(request: web.Request) -> web.Response:
+    """/replicas/I/metrics: replica I's own /metrics (kneecap serve --replicas)."""
+    rt = request.app[ENGINE_KEY]
+    replicas = getattr(rt, "replicas", [rt])
+    try:
+        one = replicas[int(request.match_info["index"])]
+    except (ValueError, IndexError):
+        return _error(f"no replica {request.match_info['index']!r}: replicas are 0..{len(replicas) - 1}", 404)
+    text = exposition(request.app[INFO_KEY]["model"], one.gauges(), one.counters)
+    return web.Response(text=text, content_type="text/plain", charset="utf-8",
+                        headers={"X-Content-Type-Options": "nosniff"})
+
+
+def build_app(target, *, time_scale: float = 1.0, served_model_name: str | None = None, replicas: int = 1,
+              router: str = "round-robin") -> web.Application:
+    """The aiohttp Application; the engine task starts with the app and stops with it. replicas > 1: that many
+    engines behind `router` (kneecap.serve.fleet)."""
     from kneecap import __version__
 
     app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -182,7 +197,12 @@ def build_app(target, *, time_scale: float = 1.0, served_model_name: str | None 
                      "target": target.describe()}
 
     async def on_startup(app: web.Application) -> None:
-        app[ENGINE_KEY] = RealtimeEngine(target, time_scale=time_scale)
+        if replicas > 1 or router != "round-robin":
+            from kneecap.serve.fleet import FleetRuntime
+
+            app[ENGINE_KEY] = FleetRuntime(target, replicas, router, time_scale=time_scale)
+        else:
+            app[ENGINE_KEY] = RealtimeEngine(target, time_scale=time_scale)
         app[ENGINE_KEY].start()
 
     async def on_cleanup(app: web.Application) -> None:
@@ -199,4 +219,5 @@ def build_app(target, *, time_scale: float = 1.0, served_model_name: str | None 
     app.router.add_get("/version", version)
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
+    app.router.add_get("/replicas/{index}/metrics", replica_metrics)
     return app

@@ -118,6 +118,10 @@ class RealtimeEngine:
         self._arrived.set()
         return slot
 
+    def reset_prefix_cache(self) -> bool:
+        """vLLM's /reset_prefix_cache on this engine's pool (refused while requests hold blocks)."""
+        return self.engine.blocks.reset_prefix_cache()
+
     def abort(self, slot: RequestSlot) -> None:
         """The client went away: drop the request from the engine and free its KV blocks."""
         if slot.done or self.slots.pop(slot.request_id, None) is None:

@@ -56,21 +56,24 @@ class Router:
         ties = [i for i, s in enumerate(scores) if s >= best - 1e-12]
         return ties[0] if len(ties) == 1 else ties[self.rng.randrange(len(ties))]
 
-    def pick(self, spec: RequestSpec) -> int:
+    def pick(self, spec: RequestSpec, hashes: tuple | None = None) -> int:
+        """The replica for `spec`; `hashes`: its prompt's block hashes where the caller has them (kneecap serve
+        hashes the prompt's token ids, as the endpoint picker hashes what it is sent), else the engine's own."""
         engines = self.engines
         if self.policy == "round-robin":
             i = self.count % len(engines)
         elif self.policy == "least-loaded":
             i = self._pick_max([-(e.num_running + e.num_waiting) for e in engines])
         else:
-            i = self._pick_prefix(spec)
+            i = self._pick_prefix(spec, hashes)
         self.count += 1
         self.routed[i] += 1
         return i
 
-    def _pick_prefix(self, spec: RequestSpec) -> int:
+    def _pick_prefix(self, spec: RequestSpec, hashes: tuple | None = None) -> int:
         engines = self.engines
-        hashes = Sequence(spec, 0.0, engines[0].block_size).prefix_hashes
+        if hashes is None:
+            hashes = Sequence(spec, 0.0, engines[0].block_size).prefix_hashes
         total = max(1, spec.input_tokens // engines[0].block_size)
         waiting = [e.num_waiting for e in engines]
         lo, hi = min(waiting), max(waiting)
