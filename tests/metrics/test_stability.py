@@ -5,7 +5,9 @@ construction, then on the real simulator (`kneecap simulate`) and on `kneecap be
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import jsonschema
 import pytest
 
 from kneecap.metrics.stability import OVER_CAPACITY, STABLE, TRANSIENT, is_steady, level_stability, verdict_text
@@ -110,8 +112,9 @@ def test_bench_against_kneecap_serve_past_its_capacity_says_over_capacity(cli, t
         assert stop_server(proc) == 0
     assert r.code == 0, r.stderr
     assert "OVER CAPACITY" in r.stdout
-    levels = json.loads((tmp_path / "summary.json").read_text())["levels"]
-    light, heavy = (lv["stability"] for lv in levels)
+    doc = json.loads((tmp_path / "summary.json").read_text())
+    jsonschema.validate(doc, json.loads((Path(__file__).resolve().parents[2] / "docs" / "summary.schema.json").read_text()))
+    light, heavy = (lv["stability"] for lv in doc["levels"])
     assert light["verdict"] == STABLE, light["rule"]
     assert heavy["verdict"] == OVER_CAPACITY, heavy["rule"]
     assert heavy["served_rps"] < 0.5 * heavy["sent_rps"] and heavy["client_behind"] is None
@@ -127,3 +130,21 @@ def test_a_level_over_capacity_never_meets_its_slo(cli, tmp_path):
     assert heavy["stability"]["verdict"] == OVER_CAPACITY and heavy["ttft_ms"]["p99"] < 2000
     assert not heavy["slo"]["met"]
     assert [b["key"] for b in heavy["slo"]["breaches"]] == ["steady_state"]
+
+
+def test_summaries_validate_against_the_published_schema(cli, tmp_path):
+    """docs/summary.schema.json describes what simulate (find-max included) writes; a level without its
+    stability, or with an unknown verdict, does not validate."""
+    import copy
+
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "summary.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    r = cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "500", "--osl", "100",
+            "--rate", "1,8", "--find-max", "rate", "--slo", "ttft_p99_ms=1000", "--no-report", "--out", str(tmp_path))
+    assert r.code == 0, r.stderr
+    doc = json.loads((tmp_path / "summary.json").read_text())
+    jsonschema.validate(doc, schema)
+    bad = copy.deepcopy(doc)
+    bad["levels"][0]["stability"]["verdict"] = "fine"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
