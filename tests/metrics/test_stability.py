@@ -102,11 +102,11 @@ def test_simulate_marks_a_rate_the_engine_cannot_serve_over_capacity_and_a_light
 def test_bench_against_kneecap_serve_past_its_capacity_says_over_capacity(cli, tmp_path):
     from kneecap.cli.demo import start_server, stop_server
 
-    # two sequences at a time of 100 + 20 tokens: about a dozen requests per second; 80 req/s is far past it
+    # two sequences at a time of 100 + 20 tokens: about a dozen requests per second; 150 req/s is far past it
     proc, url = start_server(["--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--context", "4096",
                               "--max-num-seqs", "2"])
     try:
-        r = cli("bench", "--base-url", url, "--rate", "3,80", "--requests", "24", "--isl", "100", "--osl", "20",
+        r = cli("bench", "--base-url", url, "--rate", "6,150", "--requests", "60", "--isl", "100", "--osl", "20",
                 "--out", str(tmp_path), "--no-report")
     finally:
         assert stop_server(proc) == 0
