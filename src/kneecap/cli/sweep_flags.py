@@ -37,7 +37,8 @@ FIND_MAX = typer.Option(None, "--find-max",
                              "(doubling, then bisection); the answer, its bracket and the binding SLO term are "
                              "summary.json's max_load")
 UNTIL_STABLE = typer.Option(None, "--until-stable",
-                            help="with --concurrency and --duration S: end a level as soon as its p99 TTFT and ITL each "
+                            help="with --concurrency and --duration S: end a level as soon as its p99 TTFT and ITL "
+                                 "each "
                                  "moved less than this fraction (e.g. 0.05) over the last 3 windows of "
                                  "--stable-window-s and the level is stable by the steady-state rule every level is "
                                  "judged by (docs/metrics.md); S is then the longest a level runs; the verdict is the "

@@ -72,8 +72,8 @@ def steady_breaches(level: dict, *, simulated: bool) -> list[str]:
         return [f"steady state: over capacity (served {num('served_rps')} of {num('sent_rps')} req/s sent, "
                 f"waiting queue growing {num('queue_trend')} req/s)"]
     if simulated and verdict == "transient":
-        return [f"steady state: transient ({st.get('window_requests', '?')} requests, {num('in_flight_mean')} in flight: "
-                "too short to show it)"]
+        return [f"steady state: transient ({st.get('window_requests', '?')} requests, "
+                f"{num('in_flight_mean')} in flight: too short to show it)"]
     return []
 
 
