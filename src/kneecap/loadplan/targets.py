@@ -52,11 +52,6 @@ class Ramp:
         return self.candidate.server_gone(summary)
 
 
-STEADY_FACTOR = 3.5  # an extended simulated cell holds 3.5x the requests in flight it showed (the rule asks 3x)
-MAX_STEADY_REQUESTS = 3200
-MAX_EXTENSIONS = 2
-
-
 class SimulatorCandidate:
     """A Deployment on the simulated engine. Each cell runs on a fresh engine (virtual time)."""
 
@@ -98,26 +93,22 @@ class SimulatorCandidate:
         """The virtual-clock level driver `kneecap simulate` runs (a fresh engine; the whole cell computed at once,
         then its records handed over) with the cell's class, seed and bursts, and the engine's per-step trace.
         A cell too short to show its steady state (kneecap.metrics.stability: transient) is computed again, longer
-        (STEADY_FACTOR x the requests in flight it showed, at least twice as many, up to MAX_STEADY_REQUESTS,
-        MAX_EXTENSIONS times): only the last computation's records are handed over."""
+        (kneecap.metrics.stability.extended_requests): only the last computation's records are handed over."""
         import dataclasses
-        import math
 
-        from kneecap.metrics.stability import TRANSIENT, level_stability
+        from kneecap.metrics.stability import extended_requests, level_stability
 
         driver = VirtualTimeDriver(self.setup, self.ramp_options(ramp), trace=True)
-        for attempt in range(MAX_EXTENSIONS + 1):
+        attempt = 0
+        while True:
             records: list = []
             run = driver.run_level(level, records.append, workload=ramp.workload, seed=ramp.seed + level.index,
                                    on_s=ramp.on_s, off_s=ramp.off_s)
-            n = level.num_requests
-            if n is None or n >= MAX_STEADY_REQUESTS or attempt == MAX_EXTENSIONS:
+            more = extended_requests(level.num_requests, level_stability(records, kind=ramp.dimension,
+                                                                         value=level.value), attempt)
+            if more is None:
                 break
-            st = level_stability(records, kind=ramp.dimension, value=level.value)
-            if st["verdict"] != TRANSIENT:
-                break
-            more = max(2 * n, math.ceil(STEADY_FACTOR * (st["in_flight_mean"] or 0)))
-            level = dataclasses.replace(level, num_requests=int(min(MAX_STEADY_REQUESTS, more)))
+            level, attempt = dataclasses.replace(level, num_requests=more), attempt + 1
         for record in records:
             keep(record)
         return run

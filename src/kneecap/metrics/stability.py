@@ -236,3 +236,19 @@ def stability_caption(levels: list[dict]) -> str | None:
     if behind:
         parts.append(f"{len(behind)} level(s) with the client behind its schedule: not a capacity judgement")
     return "; ".join(parts) or None
+
+
+EXTEND_FACTOR = 3.5  # an extended level holds 3.5x the requests in flight it showed (the rule asks 3x)
+MAX_EXTENDED_REQUESTS = 3200  # a simulated level is extended up to this many requests ...
+MAX_EXTENSIONS = 2  # ... at most this many times
+
+
+def extended_requests(requests: int | None, stability: dict, attempt: int) -> int | None:
+    """A simulated level's next size when its verdict is transient (too short to tell): EXTEND_FACTOR x the requests
+    in flight it showed, at least twice as many, at most MAX_EXTENDED_REQUESTS; None when it is not to be run again
+    (stable or over capacity, a level of no fixed size, the cap reached, or MAX_EXTENSIONS runs done)."""
+    if (requests is None or stability.get("verdict") != TRANSIENT or requests >= MAX_EXTENDED_REQUESTS
+            or attempt >= MAX_EXTENSIONS):
+        return None
+    more = max(2 * requests, math.ceil(EXTEND_FACTOR * (stability.get("in_flight_mean") or 0)))
+    return int(min(MAX_EXTENDED_REQUESTS, more))
