@@ -121,16 +121,17 @@ class MeasuredLevel:
 
 
 def _steady_enough(level: dict) -> bool:
-    """A measured level the fit may use: not over capacity (its latencies grow with the level's length, which no
-    step time explains) and its client on schedule (kneecap.metrics.stability). A transient level is kept: it is
-    replayed as it ran, just as short, so the simulated level is the same transient."""
+    """A measured level the fit may use: its client kept to its schedule (kneecap.metrics.stability). A level whose
+    client fell behind offered the server less than its rate says, which its replay at that rate would not; a
+    transient or over-capacity level is kept: it is replayed as it ran, just as long, so the simulated level is
+    the same transient, or the same growing queue."""
     st = level.get("stability")
-    return not isinstance(st, dict) or (st.get("verdict") != "over_capacity" and not st.get("client_behind"))
+    return not isinstance(st, dict) or not st.get("client_behind")
 
 
 def levels_from_summary(summary: dict, *, isl: int | None = None, osl: int | None = None) -> list[MeasuredLevel]:
     """The usable levels of a bench (or simulate) summary.json: completed requests, mean TTFT and TPOT, median ITL,
-    throughput; levels over capacity or with the client behind its schedule are left out (_steady_enough).
+    throughput; levels whose client fell behind its schedule are left out (_steady_enough).
     Lengths: --isl/--osl if given, else the level's mean input/output tokens per completed request.
     Each level is replayed as it ran: its index, the sweep's seed, --duration, warmup and burstiness
     (summary.json `sweep`, which simulate writes and bench writes from its options)."""
@@ -144,7 +145,7 @@ def levels_from_summary(summary: dict, *, isl: int | None = None, osl: int | Non
         load_c, load_r = lv.get("concurrency"), lv.get("rate")
         if done < 1 or not ttft or not tpot or not tput or lv.get("partial") or isinstance(load_c, str):
             continue
-        if not _steady_enough(lv):  # over capacity, or the client behind: its numbers measure the level's length
+        if not _steady_enough(lv):  # the client behind: the server was offered less than the level's rate
             continue
         level_isl = isl or round((lv.get("input_tokens") or 0) / done) or (summary.get("workload") or {}).get("isl")
         level_osl = osl or round((lv.get("output_tokens") or 0) / done) or (summary.get("workload") or {}).get("osl")
@@ -158,9 +159,8 @@ def levels_from_summary(summary: dict, *, isl: int | None = None, osl: int | Non
                                  index=int(lv.get("level", position)), seed=int(sweep.get("seed") or summary.get("seed") or 0),
                                  duration_s=sweep.get("duration_s"), burstiness=float(sweep.get("burstiness") or 1.0)))
     if not out:
-        raise KneecapError("the summary has no completed level with TTFT, TPOT and throughput at a load the server "
-                           "kept up with (levels over capacity are left out)",
-                           "calibrate on a sweep whose levels completed requests below the server's capacity")
+        raise KneecapError("the summary has no completed level with TTFT, TPOT and throughput whose client kept to "
+                           "its schedule", "calibrate on a sweep whose levels completed requests, sent on time")
     return out
 
 

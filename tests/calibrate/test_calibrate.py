@@ -86,13 +86,14 @@ def test_measured_levels_come_from_a_summary():
         levels_from_summary({"levels": [summary["levels"][1]]})
     with pytest.raises(KneecapError):
         calibrate(None, [level], fit=("no_such_factor",))
-    # a level over capacity, or whose client fell behind, measures its own length: left out of the fit
+    # a level whose client fell behind offered less than its rate: left out of the fit (one over capacity is
+    # replayed as it ran, its queue growing just as long)
     over = {**summary["levels"][0], "rate": 9.0, "concurrency": None, "stability": {"verdict": "over_capacity"}}
     behind = {**summary["levels"][0], "stability": {"verdict": "stable", "client_behind": "sent 5 of 9 req/s"}}
     steady = {**summary["levels"][0], "stability": {"verdict": "stable", "client_behind": None}}
-    assert [lv.concurrency for lv in levels_from_summary({"levels": [over, behind, steady]})] == [4]
-    with pytest.raises(KneecapError, match="over capacity"):
-        levels_from_summary({"levels": [over]})
+    assert [lv.load for lv in levels_from_summary({"levels": [over, behind, steady]})] == ["rate=9", "C=4"]
+    with pytest.raises(KneecapError, match="kept to its schedule"):
+        levels_from_summary({"levels": [behind]})
 
 
 def test_cli_round_trip_simulate_calibrate_simulate(cli, tmp_path):

@@ -120,11 +120,19 @@ def _simulate(v: dict) -> None:
     prefix_tokens, prefix_groups = parse_shared_prefix(v["shared_prefix"])
     parse_slo(v["slo"] or None)
     params = parse_step_params(v["step_params"])
+    # --isl/--osl: the declaration bench and simulate share (a whole number or a length distribution)
+    from kneecap.cli.simulate import DEFAULT_LENGTH, _longest
+    from kneecap.cli.sweep_flags import length_flag
+
+    isl, isl_dist = length_flag("--isl", v["isl"], DEFAULT_LENGTH)
+    osl, osl_dist = length_flag("--osl", v["osl"], DEFAULT_LENGTH)
+    longest = _longest("--isl", isl, isl_dist) + _longest("--osl", osl, osl_dist)
     plan, _ = plan_deployment(_request(v))
-    opts = SimulateOptions(kind=kind, levels=tuple(values), isl=v["isl"], osl=v["osl"], requests=v["requests"],
-                           duration_s=v["duration"], warmup=v["warmup"], seed=v["seed"], burstiness=v["burstiness"],
-                           shared_prefix_tokens=prefix_tokens, num_prefix_groups=prefix_groups)
-    if v["isl"] + v["osl"] > plan.context:
+    opts = SimulateOptions(kind=kind, levels=tuple(values), isl=isl, osl=osl, isl_dist=isl_dist, osl_dist=osl_dist,
+                           requests=v["requests"], duration_s=v["duration"], warmup=v["warmup"], seed=v["seed"],
+                           burstiness=v["burstiness"], shared_prefix_tokens=prefix_tokens,
+                           num_prefix_groups=prefix_groups)
+    if longest > plan.context:
         raise KneecapError("--isl + --osl exceed the context", "")
     from_plan(plan, defaults=v["engine_defaults"], max_num_seqs=v["max_num_seqs"],
               max_num_batched_tokens=v["max_num_batched_tokens"], prefix_caching=v["prefix_caching"], step_params=params)

@@ -82,3 +82,21 @@ def test_a_cell_past_a_declared_limit_stops_its_ramp_with_the_limit_reason(tmp_p
     # the ramp's stop is a stop record of the one set of stop reasons (kneecap.metrics.stop), as bench's are
     assert [s["stopped"] for s in sweeps] == [{"at": 1, "reason": "limit", "detail": cells[i]["limit"]} for i in (0, 3)]
     assert all(s["stopped"]["reason"] in REASONS for s in sweeps)
+
+
+def test_a_simulated_rate_cell_too_short_for_steady_state_is_run_longer(tmp_path):
+    """24 requests of 1,000 output tokens at 8 req/s end before the cell shows its steady state: the simulated candidate computes it
+    again, longer, and judges that; no passing cell is transient."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(variant(load={"dimension": "rate", "steps": [2, 8], "requests_per_cell": 24}, repetitions=1,
+                            classes={"chat": {"input": {"kind": "uniform", "low": 200, "high": 600},
+                                              "output": {"kind": "fixed", "value": 1000}}}))
+    spec, base = load_plan_file(str(plan))
+    summary = execute.run_load_plan(spec, base, plan, ResultsDir(tmp_path / "out"))
+    ran = [c for c in summary["cells"] if c.get("metrics")]
+    assert ran
+    for c in ran:
+        st = c["metrics"]["stability"]
+        assert st["verdict"] != "transient" or c["metrics"]["requests"] >= 3200, (c["name"] if "name" in c else c, st)
+        assert c["verdict"] != "pass" or st["verdict"] == "stable"
+    assert any(c["metrics"]["requests"] > 24 for c in ran)  # at least one cell was extended

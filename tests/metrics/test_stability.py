@@ -5,7 +5,9 @@ construction, then on the real simulator (`kneecap simulate`) and on `kneecap be
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import jsonschema
 import pytest
 
 from kneecap.metrics.stability import OVER_CAPACITY, STABLE, TRANSIENT, is_steady, level_stability, verdict_text
@@ -100,18 +102,19 @@ def test_simulate_marks_a_rate_the_engine_cannot_serve_over_capacity_and_a_light
 def test_bench_against_kneecap_serve_past_its_capacity_says_over_capacity(cli, tmp_path):
     from kneecap.cli.demo import start_server, stop_server
 
-    # two sequences at a time of 100 + 20 tokens: about a dozen requests per second; 80 req/s is far past it
+    # two sequences at a time of 100 + 20 tokens: about a dozen requests per second; 150 req/s is far past it
     proc, url = start_server(["--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--context", "4096",
                               "--max-num-seqs", "2"])
     try:
-        r = cli("bench", "--base-url", url, "--rate", "3,80", "--requests", "24", "--isl", "100", "--osl", "20",
+        r = cli("bench", "--base-url", url, "--rate", "6,150", "--requests", "60", "--isl", "100", "--osl", "20",
                 "--out", str(tmp_path), "--no-report")
     finally:
         assert stop_server(proc) == 0
     assert r.code == 0, r.stderr
     assert "OVER CAPACITY" in r.stdout
-    levels = json.loads((tmp_path / "summary.json").read_text())["levels"]
-    light, heavy = (lv["stability"] for lv in levels)
+    doc = json.loads((tmp_path / "summary.json").read_text())
+    jsonschema.validate(doc, json.loads((Path(__file__).resolve().parents[2] / "docs" / "summary.schema.json").read_text()))
+    light, heavy = (lv["stability"] for lv in doc["levels"])
     assert light["verdict"] == STABLE, light["rule"]
     assert heavy["verdict"] == OVER_CAPACITY, heavy["rule"]
     assert heavy["served_rps"] < 0.5 * heavy["sent_rps"] and heavy["client_behind"] is None
@@ -127,3 +130,21 @@ def test_a_level_over_capacity_never_meets_its_slo(cli, tmp_path):
     assert heavy["stability"]["verdict"] == OVER_CAPACITY and heavy["ttft_ms"]["p99"] < 2000
     assert not heavy["slo"]["met"]
     assert [b["key"] for b in heavy["slo"]["breaches"]] == ["steady_state"]
+
+
+def test_summaries_validate_against_the_published_schema(cli, tmp_path):
+    """docs/summary.schema.json describes what simulate (find-max included) writes; a level without its
+    stability, or with an unknown verdict, does not validate."""
+    import copy
+
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "summary.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    r = cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "500", "--osl", "100",
+            "--rate", "1,8", "--find-max", "rate", "--slo", "ttft_p99_ms=1000", "--no-report", "--out", str(tmp_path))
+    assert r.code == 0, r.stderr
+    doc = json.loads((tmp_path / "summary.json").read_text())
+    jsonschema.validate(doc, schema)
+    bad = copy.deepcopy(doc)
+    bad["levels"][0]["stability"]["verdict"] = "fine"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)

@@ -16,11 +16,12 @@ LENGTH_FORMS = ("N, or a length distribution such as uniform:100:2000, normal:me
                 "lognormal:mean=1000,std=300,max=4096, empirical:120,340,800")
 
 ISL = typer.Option(None, "--isl", "--random-input-len",
-                   help=f"input tokens per request: {LENGTH_FORMS} (bench: required with the random dataset)",
+                   help=f"[bench: required with the random dataset] input tokens per request: {LENGTH_FORMS}",
                    show_default="simulate: 1000")
 OSL = typer.Option(None, "--osl", "--random-output-len", "--sharegpt-output-len",
-                   help="output tokens per request: N or a length distribution (as --isl); with a dataset it replaces "
-                        "the data's output lengths (bench: required, except with a dataset or --replay)",
+                   help="[bench: required, except with a dataset or --replay, whose data size the outputs] output "
+                        "tokens per request: N or a length distribution (as --isl); with a dataset it replaces the "
+                        "data's output lengths",
                    show_default="simulate: 1000")
 CONCURRENCY = typer.Option(None, "--concurrency", "--max-concurrency",
                            help="closed-loop levels, e.g. 1,8,64 (simulate also: max, every request at once); "
@@ -38,7 +39,8 @@ FIND_MAX = typer.Option(None, "--find-max",
                              "(doubling, then bisection); the answer, its bracket and the binding SLO term are "
                              "summary.json's max_load")
 UNTIL_STABLE = typer.Option(None, "--until-stable",
-                            help="with --concurrency and --duration S: end a level as soon as its p99 TTFT and ITL each "
+                            help="with --concurrency and --duration S: end a level as soon as its p99 TTFT and ITL "
+                                 "each "
                                  "moved less than this fraction (e.g. 0.05) over the last 3 windows of "
                                  "--stable-window-s and the level is stable by the steady-state rule every level is "
                                  "judged by (docs/metrics.md); S is then the longest a level runs; the verdict is the "

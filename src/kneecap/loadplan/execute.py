@@ -39,7 +39,8 @@ from kneecap.workload import Workload
 DEFAULT_REQUESTS_PER_CELL = 100
 
 
-STEADY_STREAM_ROUNDS = 4.5  # a simulated closed-loop cell runs >= 4.5 C requests: its first round, then 3.5x C in flight
+# a simulated closed-loop cell runs >= 4.5 C requests: its first round, then 3.5x C in flight
+STEADY_STREAM_ROUNDS = 4.5
 
 
 def _requests_for(spec: LoadPlanSpec, dimension: str, load: float, *, simulated: bool = False) -> int:
@@ -230,8 +231,8 @@ class _PlanRun:
         # (the client asks for exactly that many tokens), or that produced no tokens at all
         level["invalid_outputs"] = invalid = (level.get("token_mismatch") or {}).get("output", 0) + sum(
             1 for r in records if r.ok and not r.warmup and r.num_output_tokens == 0)
-        verdict = judge(level, spec.slo.get(cell.class_name), spec.stop, behaviour_drift=drifted, invalid_outputs=invalid,
-                        simulated=not cand.benchmark_executed)
+        verdict = judge(level, spec.slo.get(cell.class_name), spec.stop, behaviour_drift=drifted,
+                        invalid_outputs=invalid, simulated=not cand.benchmark_executed)
         row = {**_row(cell, index), "verdict": verdict["verdict"], "breaches": verdict["breaches"], "limit": verdict["limit"],
                "metrics": level, "state_reached": state_note, "little": littles_law(records),
                "observed": observe_cell(records, run.trace, run.server_metrics),

@@ -91,9 +91,27 @@ class SimulatorCandidate:
 
     def run_level(self, ramp: Ramp, level: SweepLevel, keep, progress) -> LevelRun:
         """The virtual-clock level driver `kneecap simulate` runs (a fresh engine; the whole cell computed at once,
-        then its records handed over) with the cell's class, seed and bursts, and the engine's per-step trace."""
-        return VirtualTimeDriver(self.setup, self.ramp_options(ramp), trace=True).run_level(
-            level, keep, workload=ramp.workload, seed=ramp.seed + level.index, on_s=ramp.on_s, off_s=ramp.off_s)
+        then its records handed over) with the cell's class, seed and bursts, and the engine's per-step trace.
+        A cell too short to show its steady state (kneecap.metrics.stability: transient) is computed again, longer
+        (kneecap.metrics.stability.extended_requests): only the last computation's records are handed over."""
+        import dataclasses
+
+        from kneecap.metrics.stability import extended_requests, level_stability
+
+        driver = VirtualTimeDriver(self.setup, self.ramp_options(ramp), trace=True)
+        attempt = 0
+        while True:
+            records: list = []
+            run = driver.run_level(level, records.append, workload=ramp.workload, seed=ramp.seed + level.index,
+                                   on_s=ramp.on_s, off_s=ramp.off_s)
+            more = extended_requests(level.num_requests, level_stability(records, kind=ramp.dimension,
+                                                                         value=level.value), attempt)
+            if more is None:
+                break
+            level, attempt = dataclasses.replace(level, num_requests=more), attempt + 1
+        for record in records:
+            keep(record)
+        return run
 
     def server_gone(self, summary: dict) -> str | None:
         return None  # the simulated engine never goes away

@@ -68,8 +68,13 @@ def steady_breaches(level: dict, *, simulated: bool) -> list[str]:
     grew) always; transient (too short to tell) on the simulator, whose cells decide for a real deployment."""
     st = level.get("stability") if isinstance(level.get("stability"), dict) else {}
     verdict = st.get("verdict")
-    if verdict == "over_capacity" or (simulated and verdict == "transient"):
-        return [f"steady state: {verdict.replace('_', ' ')} ({st.get('rule')})"]
+    num = (lambda key: f"{st[key]:.3g}" if isinstance(st.get(key), (int, float)) else "?")
+    if verdict == "over_capacity":
+        return [f"steady state: over capacity (served {num('served_rps')} of {num('sent_rps')} req/s sent, "
+                f"waiting queue growing {num('queue_trend')} req/s)"]
+    if simulated and verdict == "transient":
+        return [f"steady state: transient ({st.get('window_requests', '?')} requests, "
+                f"{num('in_flight_mean')} in flight: too short to show it)"]
     return []
 
 

@@ -13,8 +13,8 @@ The rule (docs/metrics.md, "Steady state") in short:
   offered; sent: requests sent per second over the same half;
 - over_capacity: served falls more than SERVED_SHORTFALL short of sent, and the requests waiting for their first
   token grow over the second half (least-squares slope x its length) by more than max(QUEUE_MIN_RISE,
-  QUEUE_RISE_FRACTION x the requests sent in it). Open loop only: a closed loop cannot offer more than it is
-  served;
+  QUEUE_RISE_FRACTION x the requests sent in it, QUEUE_NOISE x sqrt(1 + the queue's mean length over it)).
+  Open loop only: a closed loop cannot offer more than it is served;
 - transient: fewer measured requests in the window than TRANSIENT_FACTOR x the requests in flight by Little's law
   (sent req/s x mean end-to-end latency): the level ended before it could show its steady state; or long enough,
   but its waiting queue still grows while served keeps up (not settled yet: run it longer);
@@ -38,8 +38,9 @@ VERDICTS = (STABLE, TRANSIENT, OVER_CAPACITY)
 
 TRANSIENT_FACTOR = 3.0  # a level shows its steady state once it holds >= 3x the requests in flight
 SERVED_SHORTFALL = 0.05  # served < 95% of sent (over the window's second half)
-QUEUE_MIN_RISE = 2.0  # the waiting queue must rise by at least this many requests over the second half ...
-QUEUE_RISE_FRACTION = 0.05  # ... and by more than 5% of the requests sent in that half
+QUEUE_MIN_RISE = 3.0  # the waiting queue must rise by at least this many requests over the second half ...
+QUEUE_RISE_FRACTION = 0.05  # ... and by more than 5% of the requests sent in that half ...
+QUEUE_NOISE = 3.0  # ... and by more than 3 x sqrt(1 + its mean length over that half)
 CLIENT_BEHIND = 0.05  # sent more than 5% slower than scheduled
 QUEUE_SAMPLES = 32  # points of the waiting-queue curve fitted over the second half
 
@@ -129,6 +130,8 @@ def judge(times: LevelTimes, *, kind: str, value=None) -> dict:
     e2e = (end - sent)[done]
     mean_e2e = float(e2e.mean()) if e2e.size else None
     in_flight = sent_rps * mean_e2e if sent_rps is not None and mean_e2e is not None else None
+    if closed and in_flight is not None and isinstance(value, (int, float)) and value > 0:
+        in_flight = min(in_flight, float(value))  # C streams hold at most C (the estimate's rate runs high)
 
     h0 = t0 + span / 2
     half = t1 - h0
@@ -140,12 +143,13 @@ def judge(times: LevelTimes, *, kind: str, value=None) -> dict:
     half_sent_rps = _rate(int(((sent >= h0) & (sent <= t1)).sum()), half)
     sent_in_half = int(((sent >= h0) & (sent <= t1)).sum())
 
-    queue_trend = None
+    queue_trend, waiting_mean = None, 0.0
     if half > 0:
         grid = np.linspace(h0, t1, QUEUE_SAMPLES)
         first_sorted = np.sort(np.where(np.isnan(first), np.inf, first))
         waiting = np.searchsorted(sent, grid, side="right") - np.searchsorted(first_sorted, grid, side="right")
         queue_trend = float(np.polyfit(grid - h0, waiting.astype(np.float64), 1)[0])
+        waiting_mean = float(waiting.mean())
 
     ttft_trend = None
     with_first = ~np.isnan(first[start:])
@@ -162,7 +166,8 @@ def judge(times: LevelTimes, *, kind: str, value=None) -> dict:
                          f"this level is not a capacity judgement (more client workers, or a lower rate)")
 
     rise = queue_trend * half if queue_trend is not None else 0.0
-    rise_needed = max(QUEUE_MIN_RISE, QUEUE_RISE_FRACTION * sent_in_half)
+    # growth past the queue's own noise: a count that size moves by about its square root (bursty arrivals more)
+    rise_needed = max(QUEUE_MIN_RISE, QUEUE_RISE_FRACTION * sent_in_half, QUEUE_NOISE * math.sqrt(1 + waiting_mean))
     grows = rise > rise_needed
     short = served_rps is None or half_sent_rps is None or served_rps < (1 - SERVED_SHORTFALL) * half_sent_rps
     served = (f"served {served_rps:.3g} req/s of {half_sent_rps:.3g} sent over the second half"
@@ -231,3 +236,19 @@ def stability_caption(levels: list[dict]) -> str | None:
     if behind:
         parts.append(f"{len(behind)} level(s) with the client behind its schedule: not a capacity judgement")
     return "; ".join(parts) or None
+
+
+EXTEND_FACTOR = 3.5  # an extended level holds 3.5x the requests in flight it showed (the rule asks 3x)
+MAX_EXTENDED_REQUESTS = 3200  # a simulated level is extended up to this many requests ...
+MAX_EXTENSIONS = 2  # ... at most this many times
+
+
+def extended_requests(requests: int | None, stability: dict, attempt: int) -> int | None:
+    """A simulated level's next size when its verdict is transient (too short to tell): EXTEND_FACTOR x the requests
+    in flight it showed, at least twice as many, at most MAX_EXTENDED_REQUESTS; None when it is not to be run again
+    (stable or over capacity, a level of no fixed size, the cap reached, or MAX_EXTENSIONS runs done)."""
+    if (requests is None or stability.get("verdict") != TRANSIENT or requests >= MAX_EXTENDED_REQUESTS
+            or attempt >= MAX_EXTENSIONS):
+        return None
+    more = max(2 * requests, math.ceil(EXTEND_FACTOR * (stability.get("in_flight_mean") or 0)))
+    return int(min(MAX_EXTENDED_REQUESTS, more))

@@ -15,7 +15,7 @@ from functools import lru_cache
 from kneecap.levels import SweepLevel
 from kneecap.metrics.search import MaxLoad, Verdict, find_max
 from kneecap.metrics.slo import STEADY_STATE, level_meets_slo, slo_value
-from kneecap.metrics.stability import TRANSIENT, is_steady, level_stability
+from kneecap.metrics.stability import MAX_EXTENDED_REQUESTS, extended_requests, is_steady, level_stability
 from kneecap.metrics.summarize import summarize_level
 from kneecap.plan.build import DeploymentRequest, plan_deployment
 from kneecap.recommend.space import ENGINE_DEFAULTS, Knobs, RecommendRequest
@@ -37,8 +37,7 @@ class MixOptions(SimulateOptions):
 COARSE_REQUESTS = 200  # measured requests of any level at least: the search and the sizing check run the same levels
 FINE_REQUESTS = COARSE_REQUESTS  # the check at the stated load: the same level as the search ran there
 STEADY_FACTOR = 3.5  # a level holds >= 3.5x the requests in flight by Little's law (the stability rule asks 3x)
-MAX_STEADY_REQUESTS = 3200  # a level is extended until stable or over capacity, up to this many requests
-MAX_EXTENSIONS = 2  # ... at most this many times
+MAX_STEADY_REQUESTS = MAX_EXTENDED_REQUESTS  # a level is extended until stable or over capacity, up to this many
 RATE_RESOLUTION = 0.1  # find_max stops when the bracket is within 10%
 MAX_REPLICA_STEPS = 6  # replica adjustments tried around ceil(load / per-replica max)
 
@@ -86,19 +85,18 @@ def steady_requests(req: RecommendRequest, load: float, base: int) -> int:
 
 
 def until_steady(run, kind: str, value, requests: int):
-    """run(n) -> (records, summary, server_metrics) for a level of n requests, extended (run again, longer: the
-    simulator is deterministic for a seed) while its verdict is transient: to STEADY_FACTOR x the requests in
-    flight it showed, at least twice as long, up to MAX_STEADY_REQUESTS and MAX_EXTENSIONS times. Returns the
-    last run's summary (its `stability` set) and server metrics."""
-    n = requests
-    for attempt in range(MAX_EXTENSIONS + 1):
+    """run(n) -> (records, summary, server_metrics) for a level of n requests, run again longer (the simulator is
+    deterministic for a seed) while its verdict is transient (kneecap.metrics.stability.extended_requests).
+    Returns the last run's summary (its `stability` set) and server metrics."""
+    n, attempt = requests, 0
+    while True:
         records, summary, sm = run(n)
         summary["stability"] = st = level_stability(records, kind=kind, value=value)
         summary["steady_requests"] = n
-        if st["verdict"] != TRANSIENT or n >= MAX_STEADY_REQUESTS or attempt == MAX_EXTENSIONS:
+        more = extended_requests(n, st, attempt)
+        if more is None:
             return summary, sm
-        n = int(min(MAX_STEADY_REQUESTS, max(2 * n, math.ceil(STEADY_FACTOR * (st["in_flight_mean"] or 0)))))
-    raise AssertionError("unreachable")
+        n, attempt = more, attempt + 1
 
 
 def level_requests(req: RecommendRequest, load: float, base: int) -> int:

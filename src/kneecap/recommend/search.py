@@ -19,8 +19,9 @@ from kneecap.errors import KneecapError
 from kneecap.recommend import confirm
 from kneecap.recommend.bound import Bound, replica_bound
 from kneecap.recommend.disagg import NETWORK_SOURCE, size_pools
-from kneecap.recommend.evaluate import (COARSE_REQUESTS, FINE_REQUESTS, MAX_STEADY_REQUESTS, STEADY_FACTOR, coarse_requests, per_replica_load,
-                                        planned, replica_max, run_level, simulated, size_replicas)
+from kneecap.recommend.evaluate import (COARSE_REQUESTS, FINE_REQUESTS, MAX_STEADY_REQUESTS, STEADY_FACTOR,
+                                        coarse_requests, per_replica_load, planned, replica_max, run_level, simulated,
+                                        size_replicas)
 from kneecap.recommend.gate import mark, quantized_for
 from kneecap.recommend.prices import Price
 from kneecap.recommend.space import Knobs, RecommendRequest

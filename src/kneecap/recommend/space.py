@@ -93,7 +93,8 @@ class RecommendRequest:
         if self.burstiness == 1.0:
             return "Poisson arrivals (exponential gaps, burstiness 1), split at random over the replicas"
         return (f"gamma-distributed arrival gaps of shape {self.burstiness:g} ("
-                + ("burstier" if self.burstiness < 1 else "more regular") + " than Poisson), split at random over the replicas")
+                + ("burstier" if self.burstiness < 1 else "more regular")
+                + " than Poisson), split at random over the replicas")
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

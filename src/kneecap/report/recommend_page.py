@@ -143,7 +143,8 @@ def _intro(doc: dict) -> list[str]:
             "Predictions come from kneecap's simulated engine (vLLM scheduling defaults, virtual time; no model was run). "
             "Replicas share the load evenly (rate / replicas requests/s each). "
             + (f"Assumed arrivals: {doc['arrivals']}. " if doc.get("arrivals") else "")
-            + (f"Steady state: {doc['search']['steady_state']}. " if (doc.get("search") or {}).get("steady_state") else "")
+            + (f"Steady state: {doc['search']['steady_state']}. "
+               if (doc.get("search") or {}).get("steady_state") else "")
             + (f"{doc.get('disaggregated_tried', 0)} setup{' was' if doc.get('disaggregated_tried') == 1 else 's were'} also tried as disaggregated prefill and decode pools "
                "(prompts prefilled on one pool, their KV sent to the other, which generates every output token): those whose "
                "roofline bound on the pools' cost was below the cheapest aggregated deployment"
@@ -157,7 +158,8 @@ def _intro(doc: dict) -> list[str]:
             *([f"Left out for lack of a price (pass --prices FILE to include them): "
                + "; ".join(f"{u['gpu']} ({u['note']})" for u in doc["unpriced_gpus"]) + "."] if doc.get("unpriced_gpus") else []),
             f"The frontier is taken over all {len(doc.get('points', doc['candidates']))} simulated candidates that meet the SLO: "
-            f"the {len(doc['candidates'])} sized ones as checked at the load, the others at one level at their share of it; "
+            f"the {len(doc['candidates'])} sized ones as checked at the load, the others at one level at their share "
+            "of it; "
             "candidates the roofline bound or the staged search left out have no prediction and are not on it."]
 
 

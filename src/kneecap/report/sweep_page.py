@@ -139,7 +139,8 @@ def stability_table(levels: list[dict]) -> Table | None:
         st = lv["stability"]
         verdict = verdict_text(lv)
         rows.append((fmt.load_text(lv), Cell(verdict, "better" if verdict == "stable" else "worse"),
-                     fmt.num(st.get("offered_rps"), 2), fmt.num(st.get("sent_rps"), 2), fmt.num(st.get("served_rps"), 2),
+                     fmt.num(st.get("offered_rps"), 2), fmt.num(st.get("sent_rps"), 2),
+                     fmt.num(st.get("served_rps"), 2),
                      fmt.rate(st.get("offered_output_tok_s")), fmt.rate(st.get("output_tok_s")),
                      fmt.num(st.get("queue_trend"), 2), fmt.num(st.get("ttft_trend"), 2),
                      fmt.num(st.get("in_flight_mean"), 1), st.get("client_behind") or st.get("rule") or fmt.MISSING))

@@ -278,7 +278,8 @@ class VirtualTimeDriver:
         return None  # the simulated engine never goes away
 
 
-def stable_stop(records, rel_tol: float, window_s: float, duration_s: float, *, value=None) -> tuple[float | None, dict]:
+def stable_stop(records, rel_tol: float, window_s: float, duration_s: float, *,
+                value=None) -> tuple[float | None, dict]:
     """--until-stable on the virtual clock: the first window end k x window_s after t0, the measured requests'
     first send (before duration_s from then), at which kneecap.workload.slices.p99_stable finds the level's p99
     TTFT and ITL settled, over the records that ended by then, and the level is `stable` by the steady-state rule

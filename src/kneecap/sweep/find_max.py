@@ -15,7 +15,7 @@ from kneecap.errors import KneecapError
 from kneecap.levels import LEVEL_INDEX_STRIDE, SweepLevel
 from kneecap.metrics.search import MaxLoad, Verdict, find_max
 from kneecap.metrics.slo import STEADY_STATE, level_meets_slo
-from kneecap.metrics.stability import TRANSIENT, is_steady
+from kneecap.metrics.stability import extended_requests, is_steady
 from kneecap.metrics.stop import INTERRUPTED, stop_record
 
 DIMENSIONS = ("concurrency", "rate")
@@ -28,17 +28,12 @@ def search_bounds(kind: str, values) -> tuple[float, float]:
     return (1 if kind == "concurrency" else values[0] / 64), values[0]
 
 
-EXTEND_FACTOR = 3.5  # an extended level holds 3.5x the requests in flight it showed (the stability rule asks 3x)
-MAX_EXTENDED_REQUESTS = 3200
-MAX_EXTENSIONS = 2
-
-
 def search_max_load(sweep: Sweep, opts, *, slo: dict, repeats: int = 1, extend: bool = False) -> dict:
     """Run the search between the levels given (search_bounds); returns the final summary (also written), whose
     max_load is the answer. A load is met only when its level met every SLO term at steady state (its stability
     verdict `stable`, its client on schedule). extend (the simulator, whose levels cost no wall time): a
-    transient level is run again, longer (EXTEND_FACTOR x the requests in flight it showed, at least twice as
-    many, up to MAX_EXTENDED_REQUESTS, MAX_EXTENSIONS times), until it is stable or over capacity."""
+    transient level is run again, longer (kneecap.metrics.stability.extended_requests), until it is stable or
+    over capacity."""
     low, high = search_bounds(opts.kind, opts.levels)
     if not slo:
         raise KneecapError("--find-max needs the SLO to search against", "pass e.g. --slo ttft_p99_ms=500,itl_p99_ms=50")
@@ -60,14 +55,11 @@ def search_max_load(sweep: Sweep, opts, *, slo: dict, repeats: int = 1, extend: 
     def evaluate(load: float, repetition: int) -> Verdict:
         requests = opts.requests_for(load)
         summary = run(load, requests)
-        for _ in range(MAX_EXTENSIONS if extend and requests is not None else 0):
-            st = summary.get("stability") or {}
-            if st.get("verdict") != TRANSIENT or requests >= MAX_EXTENDED_REQUESTS:
-                break
+        attempt = 0
+        while extend and (more := extended_requests(requests, summary.get("stability") or {}, attempt)) is not None:
             summary["find_max"] = {"load": load, "repetition": repetition, "met": False,
                                    "why": "transient: extended", "extended": True}
-            requests = int(min(MAX_EXTENDED_REQUESTS,
-                               max(2 * requests, math.ceil(EXTEND_FACTOR * (st.get("in_flight_mean") or 0)))))
+            requests, attempt = more, attempt + 1
             summary = run(load, requests)
         met, breaches = level_meets_slo(summary, slo)
         why = [b["message"] for b in breaches]
