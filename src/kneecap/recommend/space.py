@@ -22,7 +22,7 @@ GPUS_PER_NODE = 8  # one replica stays inside one node's NVLink domain (the cata
 TP_CHOICES = (1, 2, 4, 8)
 PP_CHOICES = (1, 2)
 MAX_NUM_SEQS_CHOICES = (64, 128, 256, 512)
-MAX_NUM_BATCHED_TOKENS_CHOICES = (2048, 8192)
+MAX_NUM_BATCHED_TOKENS_CHOICES = (2048, 4096, 8192, 16384)  # vLLM V1 defaults: 2048, 8192 (>= 70 GiB), 16384 (>= 160 GiB, 0.28 on)
 DEFAULT_WEIGHT_DTYPES = ("bf16", "fp8")
 DEFAULT_KV_DTYPES = ("bf16", "fp8")
 ENGINE_DEFAULTS = "vllm"  # the simulated engine's scheduler and CPU profile
