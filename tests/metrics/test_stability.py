@@ -123,11 +123,11 @@ def test_bench_against_kneecap_serve_past_its_capacity_says_over_capacity(cli, t
 def test_a_level_over_capacity_never_meets_its_slo(cli, tmp_path):
     # 200 requests at 64 req/s: short enough that the percentiles alone pass; the growing queue does not
     r = cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "1000", "--osl", "1000",
-            "--rate", "1,64", "--slo", "ttft_p99_ms=2000,tpot_p99_ms=50", "--out", str(tmp_path), "--json")
+            "--rate", "1,64", "--slo", "ttft_p99_ms=3000,tpot_p99_ms=50", "--out", str(tmp_path), "--json")
     assert r.code == 0, r.stderr
     light, heavy = json.loads(r.stdout)["levels"]
     assert light["slo"]["met"] and light["stability"]["verdict"] == STABLE
-    assert heavy["stability"]["verdict"] == OVER_CAPACITY and heavy["ttft_ms"]["p99"] < 2000
+    assert heavy["stability"]["verdict"] == OVER_CAPACITY and heavy["ttft_ms"]["p99"] < 3000
     assert not heavy["slo"]["met"]
     assert [b["key"] for b in heavy["slo"]["breaches"]] == ["steady_state"]
 
