@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.clitools import run_cli
 
 BASE = ("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--no-report")
@@ -51,3 +53,19 @@ def test_bad_router_and_partial_spec_are_one_line(tmp_path):
     r = run_cli(*BASE, "--isl", "100", "--osl", "10", "--concurrency", "1", "--spec-tokens", "3",
                 "--out", str(tmp_path / "y"))
     assert r.code == 2 and "needs --spec-method and --spec-acceptance too" in r.stderr
+
+
+def test_spec_and_fleet_summaries_validate_against_the_published_schema(tmp_path):
+    from pathlib import Path
+
+    import jsonschema
+
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "summary.schema.json").read_text())
+    doc = _level(tmp_path, "both", "--isl", "500", "--osl", "50", "--rate", "4", "--requests", "40", *EAGLE,
+                 "--replicas", "2", "--router", "least-loaded")
+    jsonschema.validate(doc, schema)
+    assert doc["levels"][0]["spec"]["method"] == "eagle" and doc["fleet"]["replicas"] == 2
+    bad = json.loads(json.dumps(doc))
+    bad["levels"][0]["spec"]["acceptance_rate"] = 1.5
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
