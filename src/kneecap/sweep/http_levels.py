@@ -24,10 +24,9 @@ DEAD_PROBE_FAILED_FRACTION = 0.5
 
 def mostly_connection_failures(summary: dict) -> bool:
     """Did this level fail in a way that suggests the server is gone (not just busy or erroring)?"""
-    from kneecap.client import driver
+    from kneecap.client import failures as f
 
-    gone = {driver.CONNECTION_REFUSED, driver.CONNECTION_RESET, driver.TIMEOUT_KIND, driver.STALL,
-            driver.INCOMPLETE_STREAM, driver.PROTOCOL_ERROR}
+    gone = {f.CONNECTION_REFUSED, f.CONNECTION_RESET, f.TIMEOUT_KIND, f.STALL, f.INCOMPLETE_STREAM, f.PROTOCOL_ERROR}
     requests = summary.get("requests") or 0
     if not requests:
         return True
