@@ -245,7 +245,11 @@ def predict(point: Point) -> float:
     closed = None if point.concurrency == "max" else int(point.concurrency)
     spec = LevelSpec(concurrency=closed, all_at_once=closed is None, num_requests=point.sim_requests)
     result = simulate_level(SimDeployment(plan, config, StepTimeModel(plan.deployment)), workload, spec, index=0, seed=0)
-    s = summarize_level(result.records, concurrency=closed)
+    return metric_value(point, summarize_level(result.records, concurrency=closed))
+
+
+def metric_value(point: Point, s: dict) -> float:
+    """The point's published metric from a level's summary (a summary.json level, or summarize_level's)."""
     _, key, stat, factor = METRICS[point.metric]
     value = float(s[key]) if stat is None else float(s[key][stat])
     if point.metric == "output_tok_s_per_gpu":
@@ -253,6 +257,32 @@ def predict(point: Point) -> float:
     if factor < 0:  # a rate from a time in ms: per output token (decode) or for the whole prompt (prefill)
         return (point.isl if point.metric == "prefill_tok_s" else 1) * 1000.0 / value
     return value * factor
+
+
+def command_line(point: Point) -> str | None:
+    """The `kneecap simulate` command that reproduces the point's prediction (its first level's summary read with
+    metric_value), or None where simulate has no flag for what the point needs: the vLLM and SGLang pool models
+    (simulate has no --engine), NIM's and llama.cpp's profiles, random lengths, per-point engine overrides other
+    than the batch limits, TensorRT-LLM's default batch cap with PP (simulate's is per micro-batch)."""
+    o = point.engine_overrides
+    if (point.not_simulated or point.engine != "tensorrt-llm" or point.isl_low or point.osl_low
+            or set(o) - {"trtllm_bench", "max_num_seqs", "max_num_batched_tokens"}
+            or (point.pp > 1 and not o.get("trtllm_bench") and "max_num_seqs" not in o)):
+        return None
+    model = f"--model {POINTS_FILE.parent.relative_to(DOC_FILE.parents[1]) / point.model}" \
+        if point.model.endswith(".json") else f"--preset {point.model}"
+    parts = ["kneecap simulate", model, f"--gpu {point.gpu}", f"--tp {point.tp}"]
+    parts += [f"--pp {point.pp}"] if point.pp > 1 else []
+    parts += [f"--ep {point.ep}"] if point.ep > 1 else []
+    parts += ["--dp-attention"] if point.dp_attention else []
+    parts += [f"--weight-dtype {point.weight_dtype}"] if point.weight_dtype else []
+    parts += [f"--kv-dtype {point.kv_dtype}"] if point.kv_dtype else []
+    parts += [f"--context {point.isl + point.osl}", f"--isl {point.isl}", f"--osl {point.osl}",
+              f"--concurrency {point.concurrency}", f"--requests {point.sim_requests}", "--engine-defaults trtllm"]
+    parts += [f"--engine-version {point.engine_version}"] if point.engine_version else []
+    parts += ["--trtllm-bench"] if o.get("trtllm_bench") else []
+    parts += [f"--{k.replace('_', '-')} {o[k]}" for k in ("max_num_seqs", "max_num_batched_tokens") if k in o]
+    return " ".join(parts + ["--no-prefix-caching", "--no-report", "--quiet"])
 
 
 def features(point: Point) -> dict[str, str]:
@@ -327,6 +357,7 @@ def error_table(points: list[Point] | None = None) -> list[dict]:
                      "predicted": None if pred is None else (float(f"{pred:.4g}") if pred < 10 else round(pred, 2)),
                      "error_pct": None if pred is None else round(100.0 * (pred - p.published) / p.published, 1),
                      "not_simulated": reason, "groups": features(p), "source": p.source_url,
+                     "command": None if pred is None else command_line(p),
                      "source_title": p.source_title})
     return rows
 
@@ -458,6 +489,13 @@ def render_markdown(rows: list[dict]) -> str:
               "|---|---|---|---|---|---|---|---|---:|---:|---:|---|"]
     for i, r in enumerate(rows, 1):
         lines.append(f"| {i} {row_cells(r)} [{sources[r['source']][0]}] |")
+    cmds = [(i, r["command"]) for i, r in enumerate(rows, 1) if r.get("command")]
+    if cmds:
+        lines += ["", f"The `kneecap simulate` command that reproduces each prediction ({len(cmds)} of {len(rows)} points; "
+                  "the others need a flag simulate does not have yet: the vLLM and SGLang pool models, NIM's and "
+                  "llama.cpp's profiles, random lengths), its first level read as the metric says; "
+                  "tests/validation runs a sample of them:", ""]
+        lines += [f"- {i}: `{c}`" for i, c in cmds]
     lines += ["", "Sources:", ""]
     for url, (n, title) in sources.items():
         errs_src = [abs(r["error_pct"]) for r in sim if r["source"] == url]

@@ -152,3 +152,24 @@ def test_trtllm_bench_runs_take_the_limits_trtllm_bench_computes():
     pp8 = points["trtllm-llama-3.3-70b-rtx-pro-6000-tp1pp8-nvfp4-1000-1000"]
     seqs, tokens = trtllm_bench_limits(pp8, _plan(pp8))
     assert seqs % 8 == 0 and seqs // 8 == 384 and tokens == 2048
+
+
+def test_a_sample_of_the_printed_command_lines_reproduce_their_predictions(tmp_path):
+    """The `kneecap simulate` line printed for a point, run as a user types it, gives the prediction in the table
+    (its first level read the same way): the four cheapest lines, and the cheapest of the trtllm-bench lines."""
+    import shlex
+    import subprocess
+    import sys
+
+    from kneecap.validation import command_line, metric_value
+
+    lines = [p for p in load_points() if command_line(p)]
+    assert len(lines) >= 60
+    cost = sorted(lines, key=lambda p: p.sim_requests * (p.isl + p.osl))
+    sample = cost[:4] + [next(p for p in cost if "--trtllm-bench" in command_line(p))]
+    for i, p in enumerate(sample):
+        args = shlex.split(command_line(p))
+        assert args[:2] == ["kneecap", "simulate"]
+        out = subprocess.run([sys.executable, "-m", "kneecap", *args[1:], "--json", "--out", str(tmp_path / str(i))],
+                             capture_output=True, text=True, check=True)
+        assert metric_value(p, json.loads(out.stdout)["levels"][0]) == pytest.approx(predict(p), rel=1e-9), p.id

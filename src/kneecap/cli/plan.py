@@ -58,7 +58,7 @@ SIM_OPTIONS = {**FLAG_OPTIONS, "kv_pool_gib": Annotated[Optional[float], typer.O
 
 # the simulated engine's scheduler knobs, for the commands that run it (simulate, serve, calibrate)
 ENGINE_DEFAULTS = "vllm"
-EngineDefaultsOpt = Annotated[str, typer.Option("--engine-defaults", help="vllm or sglang: whose scheduler defaults to mimic")]
+EngineDefaultsOpt = Annotated[str, typer.Option("--engine-defaults", help="vllm, sglang or trtllm (TensorRT-LLM): whose scheduler defaults to mimic")]
 MaxSeqsOpt = Annotated[Optional[int], typer.Option("--max-num-seqs", help="Sequences running at once (default: the engine's)")]
 MaxBatchedOpt = Annotated[Optional[int], typer.Option("--max-num-batched-tokens", help="Tokens per step (default: the engine's)")]
 

@@ -177,6 +177,9 @@ def simulate(
     max_num_batched_tokens: MaxBatchedOpt = None,
     scheduler_delay_factor: Optional[float] = typer.Option(None, "--scheduler-delay-factor", help="vLLM V0's prompt batching delay: hold new prompts until the oldest waited X x the last prompt step (0 = off)"),
     engine_defaults: EngineDefaultsOpt = ENGINE_DEFAULTS,
+    # --- engine release and benchmark mode (kneecap.sim.config.at_release / trtllm_bench_limits) ---
+    engine_version: Optional[str] = typer.Option(None, "--engine-version", help="The engine release to mimic, e.g. 0.7.3 (vLLM before 0.8: V0), 0.17.0 (vLLM 0.14+: asynchronous scheduling), 0.16 (TensorRT-LLM before 0.17: the C++ runtime); default: the current defaults"),
+    trtllm_bench: bool = typer.Option(False, "--trtllm-bench", help="With --engine-defaults trtllm: run as `trtllm-bench throughput` does for --isl/--osl (the max batch size and tokens it computes from the model, the GPUs' memory and the lengths; chunked prefills)"),
     prefix_caching: Optional[bool] = typer.Option(None, "--prefix-caching/--no-prefix-caching", help="Prefix caching (default on, as both engines)"),
     step_params: Optional[str] = typer.Option(None, "--step-params", help="Step-time constants: k=v list (mfu=0.4,...) or a JSON file (e.g. from kneecap calibrate)"),
     calibration: Optional[str] = typer.Option(None, "--calibration", hidden=True, help="Deprecated spelling of --step-params"),
@@ -277,6 +280,7 @@ def simulate(
     sim = from_plan(plan, defaults=engine_defaults, max_num_seqs=max_num_seqs,
                     max_num_batched_tokens=max_num_batched_tokens, prefix_caching=prefix_caching,
                     step_params=params_obj, scheduler_delay_factor=scheduler_delay_factor,
+                    engine_version=engine_version, trtllm_bench=(isl, osl) if trtllm_bench else None,
                     speculative=speculative(spec_method, spec_tokens, spec_acceptance), spec_seed=seed)
     if replicas != 1 or router != "round-robin":
         from kneecap.sim.fleet import FleetDeployment

@@ -7,14 +7,13 @@ plan.num_kv_blocks, the scheduler defaults the named engine's. Not flag parsing 
 from __future__ import annotations
 
 import dataclasses
-
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kneecap.errors import KneecapError
 from kneecap.model.kv import stage_layer_types
 from kneecap.plan.build import DeploymentRequest, plan_deployment
 from kneecap.plan.ledger import Plan
-from kneecap.sim.config import EngineConfig, engine_defaults
+from kneecap.sim.config import EngineConfig, at_release, engine_defaults, trtllm_bench_limits
 from kneecap.sim.engine import Engine, state_blocks_per_sequence
 from kneecap.sim.steptime import StepTimeModel, StepTimeParams
 
@@ -91,7 +90,8 @@ class SimDeployment:
                        "max_num_batched_tokens": cfg.max_num_batched_tokens,
                        "enable_prefix_caching": cfg.enable_prefix_caching,
                        "init_new_token_ratio": cfg.init_new_token_ratio,
-                       "scheduler_delay_factor": cfg.scheduler_delay_factor},
+                       "scheduler_delay_factor": cfg.scheduler_delay_factor,
+                       "chunked_prefill": cfg.chunked_prefill, "profile": cfg.profile.version},
             "step_time": self.steptime.params.to_dict(),
         }
 
@@ -99,15 +99,27 @@ class SimDeployment:
 def from_plan(plan: Plan, *, defaults: str = "vllm", max_num_seqs: int | None = None,
               max_num_batched_tokens: int | None = None, prefix_caching: bool | None = None,
               step_params: StepTimeParams | None = None, charge_state: bool | None = None,
-              scheduler_delay_factor: float | None = None, speculative=None, spec_seed: int | None = None) -> SimDeployment:
-    """The named engine's defaults for this plan, with the user's overrides. charge_state defaults to
-    True unless the plan's pool came from an engine log (pool_source "override")."""
+              scheduler_delay_factor: float | None = None, engine_version: str | None = None,
+              trtllm_bench: tuple[int, int] | None = None, speculative=None,
+              spec_seed: int | None = None) -> SimDeployment:
+    """The named engine's defaults for this plan, at engine_version's release (sim/config.py at_release), with the
+    user's overrides. trtllm_bench=(isl, osl): TensorRT-LLM as `trtllm-bench throughput` runs it for those lengths
+    (the limits it computes, chunked prefills). speculative: a kneecap.sim.speculative.SpecDecoding (its draws seeded
+    by spec_seed). charge_state defaults to True unless the plan's pool came from an engine log (pool_source
+    "override")."""
     d = plan.deployment
     if plan.num_kv_blocks < 1:
         raise KneecapError(f"{d.model.name} on {d.num_gpus}x {d.gpu.name} leaves no KV pool",
                            "raise --tp, use a bigger GPU, or lower --weight-dtype / --overhead-gib")
     base = engine_defaults(defaults, device_bytes=d.gpu.memory_bytes("device"), gpu_name=d.gpu.name,
                            pool_tokens=plan.kv_capacity_tokens, context_len=plan.context, pp=d.pp)
+    base = at_release(base, engine_version)
+    if trtllm_bench is not None:
+        if defaults != "trtllm":
+            raise KneecapError(f"--trtllm-bench runs TensorRT-LLM's benchmark, not --engine-defaults {defaults}",
+                               "pass --engine-defaults trtllm")
+        seqs, tokens = trtllm_bench_limits(d, *trtllm_bench)
+        base = replace(base, max_num_seqs=seqs, max_num_batched_tokens=tokens, chunked_prefill=True)
     config = base.with_overrides(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                  enable_prefix_caching=prefix_caching, scheduler_delay_factor=scheduler_delay_factor,
                                  speculative=speculative, spec_seed=spec_seed)
