@@ -48,8 +48,11 @@ def planned(request: DeploymentRequest):
 
 
 def simulated(req: RecommendRequest, k: Knobs) -> SimDeployment:
+    """The candidate on the simulated engine: vLLM's defaults, its two batch limits, and the request's speculative
+    decoding when the candidate speculates (each sequence's accepted lengths drawn from the request's seed)."""
     return from_plan(planned(req.deployment_request(k)), defaults=ENGINE_DEFAULTS, max_num_seqs=k.max_num_seqs,
-                     max_num_batched_tokens=k.max_num_batched_tokens)
+                     max_num_batched_tokens=k.max_num_batched_tokens,
+                     speculative=req.spec if k.spec else None, spec_seed=req.seed if k.spec else None)
 
 
 @dataclass(frozen=True)

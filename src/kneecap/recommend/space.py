@@ -15,6 +15,7 @@ from kneecap.model.kv import kv_dtype_bytes
 from kneecap.model.weights import weight_bits
 from kneecap.plan.build import DeploymentRequest
 from kneecap.recommend.trace import TraceLoad
+from kneecap.sim.speculative import SpecDecoding
 from kneecap.workload import Workload
 
 KINDS = ("rate", "concurrency")
@@ -50,6 +51,7 @@ class Knobs(NamedTuple):
     # max_num_seqs / max_num_batched_tokens are then the whole replica's (every DP rank's together), as the
     # simulated engine schedules them; each rank's engine flag is that / tp (confirm.serve_cmd)
     dp_attention: bool = False
+    spec: bool = False  # speculative decoding on (the request's method, K and assumed acceptance: RecommendRequest.spec)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -57,7 +59,7 @@ class Knobs(NamedTuple):
 
     @property
     def plan_key(self) -> tuple:
-        return (self.gpu, self.tp, self.pp, self.weight_dtype, self.kv_dtype, self.ep, self.dp_attention)
+        return (self.gpu, self.tp, self.pp, self.weight_dtype, self.kv_dtype, self.ep, self.dp_attention, self.spec)
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,9 @@ class RecommendRequest:
     trace: TraceLoad | None = None  # --replay: the mix is the trace's (trace.workload) and the rate its mean x speed
     expert_parallel: bool = True  # MoE models: also try ep = tp (experts split over the TP GPUs) beside ep = 1
     dp_attention: bool = True  # MLA MoE models: also try DP attention (ep = tp) for every tp > 1
+    # speculative decoding (--spec-method/--spec-tokens/--spec-acceptance): every candidate is also tried with it,
+    # its acceptance an assumption the answer states; None: never tried
+    spec: SpecDecoding | None = None
 
     @property
     def arrivals(self) -> str:
@@ -164,8 +169,10 @@ class RecommendRequest:
 
     def grid(self) -> list[Knobs]:
         """Every candidate, in a fixed order (GPU list order, then tp, ep / DP attention (_parallel), pp, dtypes,
-        limits). Under DP attention each engine limit is per DP rank, so the replica's are tp times the choice."""
+        limits, then speculation off / on when the request gives one). Under DP attention each engine limit is per DP
+        rank, so the replica's are tp times the choice."""
         out = []
+        specs = (False, True) if self.spec is not None else (False,)
         for gpu in self.gpus:
             for tp in self.tp_choices:
                 for ep, dpa in self._parallel(tp):
@@ -177,5 +184,7 @@ class RecommendRequest:
                             for kd in self.kv_dtypes:
                                 for mns in self.max_num_seqs_choices:
                                     for mbt in self.max_num_batched_tokens_choices:
-                                        out.append(Knobs(gpu, tp, pp, wd, kd, mns * ranks, mbt * ranks, ep, dpa))
+                                        for spec in specs:
+                                            out.append(Knobs(gpu, tp, pp, wd, kd, mns * ranks, mbt * ranks, ep, dpa,
+                                                             spec))
         return out
