@@ -15,6 +15,7 @@ from kneecap.recommend.bound import replica_bound
 from kneecap.recommend.evaluate import run_level, simulated
 from kneecap.recommend.prices import load_prices
 from kneecap.recommend.search import recommend
+from kneecap.report.recommend_page import to_markdown
 from kneecap.recommend.space import Knobs, RecommendRequest
 from kneecap.sim.speculative import SpecDecoding
 from clitools import run_cli
@@ -53,6 +54,8 @@ def test_tight_tpot_at_low_load_is_met_only_by_speculating():
     argv = shlex.split(best["serve_cmd"].replace("<llama-3.1-8b checkpoint>", "M"))
     cfg = json.loads(argv[argv.index("--speculative-config") + 1])
     assert cfg["method"] == "eagle" and cfg["num_speculative_tokens"] == 3 and "draft" in cfg["model"]
+    md = to_markdown(doc, [])
+    assert "+ eagle K=3" in md and "the acceptance is an assumption" in md
 
 
 @pytest.mark.parametrize("acceptance", [0.7, 0.4])
