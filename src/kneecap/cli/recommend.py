@@ -123,6 +123,8 @@ def recommend_cmd(
     workers: Optional[int] = typer.Option(None, "--workers", help="processes to simulate on (default: the CPU count; results do not depend on it)"),
     seed: int = typer.Option(0, "--seed", help="seed of the simulated arrivals"),
     burstiness: float = typer.Option(1.0, "--burstiness", help="with --rate: gamma shape of the arrival gaps the simulated levels assume: 1 Poisson, <1 burstier, >1 more regular"),
+    router: str = typer.Option("round-robin", "--router", help="the router in front of the replicas: round-robin, least-loaded, or prefix (llm-d's prefix-cache-aware endpoint picker); other than round-robin, or with --shared-prefix, the sizing check simulates the replicas through it at the whole load"),
+    shared_prefix: Optional[str] = typer.Option(None, "--shared-prefix", help="TOKENS or TOKENSxGROUPS: each prompt starts with one of GROUPS shared prefixes of TOKENS tokens (system prompts, agents)"),
     spec_method: SpecMethodOpt = None,
     spec_tokens: SpecTokensOpt = None,
     spec_acceptance: SpecAcceptanceOpt = None,
@@ -180,6 +182,9 @@ def recommend_cmd(
     if workers is not None and workers < 1:
         raise KneecapError(f"--workers must be >= 1, got {workers}", "pass e.g. --workers 2")
     table = load_prices(prices)
+    from kneecap.sweep.options import parse_shared_prefix
+
+    prefix_tokens, prefix_groups = parse_shared_prefix(shared_prefix)
     if gpus:
         names = tuple(dict.fromkeys(get_gpu(g).name for g in _csv(gpus)))
         unpriced = [g for g in names if g not in table or table[g].usd_per_gpu_hour is None]
@@ -195,7 +200,8 @@ def recommend_cmd(
                            slo=parse_slo(slo), gpus=names, max_gpus=max_gpus,
                            weight_dtypes=_csv(weight_dtypes) or DEFAULT_WEIGHT_DTYPES,
                            kv_dtypes=_csv(kv_dtypes) or DEFAULT_KV_DTYPES, seed=seed, mix=mix, trace=trace,
-                           burstiness=burstiness, spec=speculative(spec_method, spec_tokens, spec_acceptance))
+                           burstiness=burstiness, router=router, shared_prefix_tokens=prefix_tokens,
+                           num_prefix_groups=prefix_groups, spec=speculative(spec_method, spec_tokens, spec_acceptance))
     n = workers or max(1, os.cpu_count() or 1)
     doc = recommend(req, table, workers=n, ray=ray)
     doc["unpriced_gpus"] = [{"gpu": g, "note": table[g].note or "no price"} for g in unpriced_default]

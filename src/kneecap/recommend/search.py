@@ -177,7 +177,7 @@ def _point(req: RecommendRequest, k: Knobs, price: float, replicas: int, at, max
         "cost_per_mtok_output": None if not r_out else round(cost / (r_out * 3600.0 / 1e6), 4),
         "predicted": {"ttft_p99_ms": at.ttft_p99_ms, "tpot_p99_ms": at.tpot_p99_ms, "tpot_p50_ms": at.tpot_p50_ms,
                       "output_tok_s": r_out, "slo_values": at.values, "kv_usage_max": at.kv_usage_max,
-                      "preemptions": at.preemptions},
+                      "preemptions": at.preemptions, "prefix_cache_hit_rate": at.prefix_hit_rate},
         "meets_slo": at.met,
         "output_tok_s_per_gpu": None if r_out is None else r_out / gpus,
         "output_tok_s_per_user": None if not at.tpot_p50_ms else 1000.0 / at.tpot_p50_ms,
@@ -469,6 +469,10 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
             for c in req.mix.classes],
         "trace": None if req.trace is None else req.trace.summary(),
         "slo": dict(req.slo), "gpus": list(req.gpus),
+        "router": {"policy": req.router, "shared_prefix_tokens": req.shared_prefix_tokens,
+                   "num_prefix_groups": req.num_prefix_groups,
+                   "sizing_check": "the whole load through the router over the candidate's replicas" if req.fleet_check
+                   else "one replica at its even share of the load (round-robin, no shared prefix)"},
         "speculative": None if req.spec is None else dict(_spec_doc(req), note=(
             "every candidate tried with and without it; the acceptance is an assumption (given, not measured): "
             "confirm it on the served model and traffic (vLLM /metrics: vllm:spec_decode_num_accepted_tokens)")),

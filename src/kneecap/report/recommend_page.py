@@ -148,7 +148,7 @@ def _intro(doc: dict) -> list[str]:
             f"(one replica's highest load under the SLO), {doc['sized']} sized and checked at the stated load; "
             f"{doc['seconds']:.0f} s.",
             "Predictions come from kneecap's simulated engine (vLLM scheduling defaults, virtual time; no model was run). "
-            "Replicas share the load evenly (rate / replicas requests/s each). "
+            + _routing(doc)
             + (f"Assumed arrivals: {doc['arrivals']}. " if doc.get("arrivals") else "")
             + (f"Steady state: {doc['search']['steady_state']}. "
                if (doc.get("search") or {}).get("steady_state") else "")
@@ -169,6 +169,17 @@ def _intro(doc: dict) -> list[str]:
             f"the {len(doc['candidates'])} sized ones as checked at the load, the others at one level at their share "
             "of it; "
             "candidates the roofline bound or the staged search left out have no prediction and are not on it."]
+
+
+def _routing(doc: dict) -> str:
+    """How the sizing check spread the load over the replicas."""
+    r = doc.get("router") or {}
+    if not r or "through the router" not in r.get("sizing_check", ""):
+        return "Replicas share the load evenly (rate / replicas requests/s each). "
+    prefix = (f", prompts opening with one of {r['num_prefix_groups']} shared {r['shared_prefix_tokens']}-token "
+              "prefixes" if r.get("shared_prefix_tokens") else "")
+    return (f"The sizing check at the stated load runs the replicas behind a {r['policy']} router at the whole load"
+            f"{prefix}; each deployment's prefix-cache hit rate is the fleet's. ")
 
 
 def _spec_intro(s: dict) -> str:
