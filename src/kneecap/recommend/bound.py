@@ -5,7 +5,8 @@ at TPOT t serves at most B / (osl x t) requests/s. Used only to skip candidates 
 
 With a class mix it uses the mix's weighted mean lengths, which makes it an estimate rather than a strict
 bound. A speculating candidate keeps the expected 1 + a + ... + a^K tokens per decode step (its assumed acceptance),
-so its decode steps per request are osl / that; its draft passes are left out (they only make it slower). Owns the arithmetic; not the simulator (a test checks the simulated maximum never exceeds this bound).
+so its decode steps per request are osl / that; its draft passes are left out (they only make it slower).
+Owns the arithmetic; not the simulator (a test checks the simulated maximum never exceeds this bound).
 """
 
 from __future__ import annotations

@@ -200,7 +200,8 @@ def fleet_level(sim: SimDeployment, req: RecommendRequest, replicas: int, reques
 
 def size_replicas(req: RecommendRequest, k: Knobs, max_load: float, requests: int = FINE_REQUESTS) -> Sized:
     """Replicas = ceil(load / per-replica max), then checked at the stated load (each replica at its share, or
-    with req.fleet_check the whole load through the router: fleet_level): add replicas until the check meets the SLO, remove them while one fewer still meets it."""
+    with req.fleet_check the whole load through the router: fleet_level): add replicas
+    until the check meets the SLO, remove them while one fewer still meets it."""
     sim = simulated(req, k)
     r = max(1, math.ceil(req.load / max_load - 1e-9))
     cache: dict[int, LevelOutcome] = {}

@@ -52,7 +52,7 @@ class Knobs(NamedTuple):
     # max_num_seqs / max_num_batched_tokens are then the whole replica's (every DP rank's together), as the
     # simulated engine schedules them; each rank's engine flag is that / tp (confirm.serve_cmd)
     dp_attention: bool = False
-    spec: bool = False  # speculative decoding on (the request's method, K and assumed acceptance: RecommendRequest.spec)
+    spec: bool = False  # speculative decoding on (the request's method, K and acceptance: RecommendRequest.spec)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -129,8 +129,8 @@ class RecommendRequest:
             raise KneecapError("--shared-prefix and --classes/--replay both given",
                                "state shared prefixes in the class file (shared_prefix_tokens, num_prefix_groups)")
         if self.shared_prefix_tokens and self.shared_prefix_tokens >= self.isl:
-            raise KneecapError(f"--shared-prefix {self.shared_prefix_tokens} tokens is not shorter than --isl {self.isl}",
-                               "use a prefix shorter than the prompt")
+            raise KneecapError(f"--shared-prefix {self.shared_prefix_tokens} tokens is not shorter than "
+                               f"--isl {self.isl}", "use a prefix shorter than the prompt")
         if not self.burstiness > 0:
             raise KneecapError(f"--burstiness must be > 0, got {self.burstiness!r}",
                                "pass e.g. --burstiness 1 (Poisson arrivals) or 0.5 (burstier)")
