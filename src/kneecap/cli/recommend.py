@@ -15,6 +15,7 @@ from typing import Optional
 import typer
 
 from kneecap.cli.app import app, stdout_console
+from kneecap.cli.spec_flags import SpecAcceptanceOpt, SpecMethodOpt, SpecTokensOpt, speculative
 from kneecap.errors import KneecapError
 
 
@@ -35,6 +36,11 @@ def _replicas(c: dict) -> str:
     return f"{dis['prefill_replicas']}P+{dis['decode_replicas']}D" if dis else str(c["replicas"])
 
 
+def _spec(c: dict) -> str:
+    s = c.get("speculative")
+    return f"{s['method']} K={s['tokens']}" if s else "-"
+
+
 def _table(doc: dict):
     from rich.table import Table
 
@@ -43,7 +49,7 @@ def _table(doc: dict):
     t = Table(title=f"kneecap recommend — {doc['model']} at {load['kind']} {load['value']:.4g}, {lengths}ISL {doc['isl']} / OSL {doc['osl']} "
                     f"(simulated engine, vLLM defaults; {doc['evaluated']} candidates, {doc['pruned']} do not fit, "
                     f"{doc['simulated']} simulated, {doc['seconds']:.0f} s)", title_justify="left")
-    for col in ("", "GPU", "tp x pp", "replicas", "weights/KV", "seqs/tokens", "$/h", "$/M out tok", "TTFT p99 ms",
+    for col in ("", "GPU", "tp x pp", "replicas", "weights/KV", "seqs/tokens", "spec", "$/h", "$/M out tok", "TTFT p99 ms",
                 "TPOT p99 ms", "max/replica", "binding (margin)"):
         t.add_column(col)
     front = {id(c) for c in doc["frontier"]}
@@ -51,7 +57,7 @@ def _table(doc: dict):
         mark = ("best" if i == 0 else "") + (" *" if id(c) in front or any(c == f for f in doc["frontier"]) else "")
         margin = "" if c["margin"] is None else f" ({c['margin']:.0%})"
         t.add_row(mark.strip(), c["gpu"], f"{c['tp']}x{c['pp']}" + (" dp-attn" if c.get("dp_attention") else f" ep{c['ep']}" if c.get("ep", 1) > 1 else ""), _replicas(c), f"{c['weight_dtype']}/{c['kv_dtype']}",
-                  f"{c['max_num_seqs']}/{c['max_num_batched_tokens']}", f"{c['cost_per_hour']:.2f}",
+                  f"{c['max_num_seqs']}/{c['max_num_batched_tokens']}", _spec(c), f"{c['cost_per_hour']:.2f}",
                   _fmt(c["cost_per_mtok_output"], ".3f"), _fmt(c["predicted"]["ttft_p99_ms"], ".0f"),
                   _fmt(c["predicted"]["tpot_p99_ms"], ".1f"), ("≥" if c.get("max_load_at_least") else "") + _fmt(c["max_load"], ".3g"),
                   c["binding"] + margin)
@@ -117,6 +123,11 @@ def recommend_cmd(
     workers: Optional[int] = typer.Option(None, "--workers", help="processes to simulate on (default: the CPU count; results do not depend on it)"),
     seed: int = typer.Option(0, "--seed", help="seed of the simulated arrivals"),
     burstiness: float = typer.Option(1.0, "--burstiness", help="with --rate: gamma shape of the arrival gaps the simulated levels assume: 1 Poisson, <1 burstier, >1 more regular"),
+    router: str = typer.Option("round-robin", "--router", help="the router in front of the replicas: round-robin, least-loaded, or prefix (llm-d's prefix-cache-aware endpoint picker); other than round-robin, or with --shared-prefix, the sizing check simulates the replicas through it at the whole load"),
+    shared_prefix: Optional[str] = typer.Option(None, "--shared-prefix", help="TOKENS or TOKENSxGROUPS: each prompt starts with one of GROUPS shared prefixes of TOKENS tokens (system prompts, agents)"),
+    spec_method: SpecMethodOpt = None,
+    spec_tokens: SpecTokensOpt = None,
+    spec_acceptance: SpecAcceptanceOpt = None,
     json_out: bool = typer.Option(False, "--json", help="print recommend.json on stdout, nothing else"),
     out: Optional[str] = typer.Option(None, "--out", help="write recommend.json, report.md and report.html into DIR"),
     manifests: Optional[str] = typer.Option(None, "--manifests", help="write Kubernetes manifests for the best candidate and the frontier into DIR: a Deployment (a LeaderWorkerSet where a replica spans nodes; a Deployment per pool, labelled for llm-d, for prefill/decode pools) and a Service, running each candidate's vllm serve command"),
@@ -171,6 +182,9 @@ def recommend_cmd(
     if workers is not None and workers < 1:
         raise KneecapError(f"--workers must be >= 1, got {workers}", "pass e.g. --workers 2")
     table = load_prices(prices)
+    from kneecap.sweep.options import parse_shared_prefix
+
+    prefix_tokens, prefix_groups = parse_shared_prefix(shared_prefix)
     if gpus:
         names = tuple(dict.fromkeys(get_gpu(g).name for g in _csv(gpus)))
         unpriced = [g for g in names if g not in table or table[g].usd_per_gpu_hour is None]
@@ -186,7 +200,8 @@ def recommend_cmd(
                            slo=parse_slo(slo), gpus=names, max_gpus=max_gpus,
                            weight_dtypes=_csv(weight_dtypes) or DEFAULT_WEIGHT_DTYPES,
                            kv_dtypes=_csv(kv_dtypes) or DEFAULT_KV_DTYPES, seed=seed, mix=mix, trace=trace,
-                           burstiness=burstiness)
+                           burstiness=burstiness, router=router, shared_prefix_tokens=prefix_tokens,
+                           num_prefix_groups=prefix_groups, spec=speculative(spec_method, spec_tokens, spec_acceptance))
     n = workers or max(1, os.cpu_count() or 1)
     doc = recommend(req, table, workers=n, ray=ray)
     doc["unpriced_gpus"] = [{"gpu": g, "note": table[g].note or "no price"} for g in unpriced_default]
@@ -215,6 +230,13 @@ def recommend_cmd(
         console.print("workload " + trace.describe() + "; " + doc["trace"]["model"], soft_wrap=True)
     console.print(_table(doc))
     console.print(f"assumed arrivals: {doc['arrivals']}; {doc['search']['steady_state']}", soft_wrap=True)
+    if doc.get("speculative"):
+        s = doc["speculative"]
+        given = (f"acceptance {','.join(f'{a:g}' for a in s['acceptance_assumed'])} per draft position"
+                 if s["acceptance_assumed"] else f"{s['accepted_lengths_assumed']} accepted lengths given")
+        console.print(f"assumed speculative decoding: {s['method']}, K={s['tokens']}, {given} "
+                      f"({s['expected_tokens_per_step']:.2f} tokens per step), tried on and off for every candidate; "
+                      "measure the acceptance on your traffic", soft_wrap=True)
     if doc["unpriced_gpus"]:
         console.print("skipped for lack of a price (pass --prices FILE to include them): "
                       + ", ".join(u["gpu"] for u in doc["unpriced_gpus"]), soft_wrap=True)

@@ -4,7 +4,9 @@ bandwidth, nor than its FLOPs at the GPU's highest peak; by Little's law a repli
 at TPOT t serves at most B / (osl x t) requests/s. Used only to skip candidates that cannot win.
 
 With a class mix it uses the mix's weighted mean lengths, which makes it an estimate rather than a strict
-bound. Owns the arithmetic; not the simulator (a test checks the simulated maximum never exceeds this bound).
+bound. A speculating candidate keeps the expected 1 + a + ... + a^K tokens per decode step (its assumed acceptance),
+so its decode steps per request are osl / that; its draft passes are left out (they only make it slower).
+Owns the arithmetic; not the simulator (a test checks the simulated maximum never exceeds this bound).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ def replica_bound(plan: Plan, knobs: Knobs, req: RecommendRequest, *, pool: str 
     dp = d.attention_dp
     kv_tok = plan.kv_bytes_per_token_per_gpu / dp
     n = knobs.tp * knobs.pp
+    per_step = req.spec.expected_tokens_per_step if knobs.spec and req.spec is not None else 1.0
     flops_tok = 2.0 * active / n  # per GPU, per token
 
     def t_round(b: float) -> float:
@@ -57,7 +60,7 @@ def replica_bound(plan: Plan, knobs: Knobs, req: RecommendRequest, *, pool: str 
     if pool == "prefill":
         return Bound(peak / (flops_tok * req.isl), "peak FLOPs of the prompts")
     any_tpot = _limits_ms(req.slo, ("tpot", "itl"), None)
-    if any_tpot is not None and t_round(1) * MS_PER_S > any_tpot:
+    if any_tpot is not None and t_round(1) / per_step * MS_PER_S > any_tpot:
         return Bound(0.0, f"one decode step reads {w_min / 1e9:.1f} GB per GPU: at least {t_round(1) * MS_PER_S:.1f} ms "
                           f"> TPOT limit {any_tpot:g} ms")
 
@@ -65,13 +68,13 @@ def replica_bound(plan: Plan, knobs: Knobs, req: RecommendRequest, *, pool: str 
     why = "KV pool / max_num_seqs"
     tpot = _limits_ms(req.slo, ("tpot", "itl"), _MEAN_BOUNDING)
     if tpot is not None:
-        limit_s = tpot / MS_PER_S
+        limit_s = tpot / MS_PER_S * per_step  # a step may take per_step x the TPOT limit
         b_tpot = min((limit_s * bw - w_min) / (req.isl * kv_tok) if kv_tok else math.inf, limit_s * peak / flops_tok)
         if b_tpot < b_cap:
             b_cap, why = b_tpot, "TPOT limit vs HBM bandwidth"
     if b_cap < 1:
         return Bound(0.0, "not one sequence fits the KV pool within the TPOT limit")
-    rate_decode = b_cap / (req.osl * t_round(b_cap))
+    rate_decode = b_cap * per_step / (req.osl * t_round(b_cap))
     rate_compute = peak / (flops_tok * (req.osl if pool == "decode" else req.isl + req.osl))
     rate = min(rate_decode, rate_compute)
     if rate_compute < rate_decode:

@@ -8,6 +8,7 @@ Owns neither the grid nor the ranking (search.py).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -48,8 +49,11 @@ def planned(request: DeploymentRequest):
 
 
 def simulated(req: RecommendRequest, k: Knobs) -> SimDeployment:
+    """The candidate on the simulated engine: vLLM's defaults, its two batch limits, and the request's speculative
+    decoding when the candidate speculates (each sequence's accepted lengths drawn from the request's seed)."""
     return from_plan(planned(req.deployment_request(k)), defaults=ENGINE_DEFAULTS, max_num_seqs=k.max_num_seqs,
-                     max_num_batched_tokens=k.max_num_batched_tokens)
+                     max_num_batched_tokens=k.max_num_batched_tokens,
+                     speculative=req.spec if k.spec else None, spec_seed=req.seed if k.spec else None)
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,7 @@ class LevelOutcome:
     values: dict  # every SLO key -> the level's value (None: no data)
     stability: str | None = None  # the level's verdict (metrics.stability): stable | transient | over_capacity
     requests: int = 0  # the requests the level ran (after extending it to steady state)
+    prefix_hit_rate: float | None = None  # the prefix cache's hit rate over the level (the fleet's, through a router)
 
 
 def predicted_e2e_s(req: RecommendRequest) -> float:
@@ -109,14 +114,16 @@ def coarse_requests(req: RecommendRequest, load: float) -> int:
     return steady_requests(req, load, COARSE_REQUESTS)
 
 
-def run_level(sim: SimDeployment, req: RecommendRequest, load: float, requests: int) -> LevelOutcome:
-    """One simulated level at `load`, sized to reach steady state (until_steady) and judged against the SLO."""
+def run_level(sim, req: RecommendRequest, load: float, requests: int) -> LevelOutcome:
+    """One simulated level at `load`, sized to reach steady state (until_steady) and judged against the SLO.
+    `sim`: one replica (SimDeployment) or replicas behind a router (kneecap.sim.fleet.FleetDeployment)."""
     value = float(load) if req.kind == "rate" else int(load)
     key = {"rate": value} if req.kind == "rate" else {"concurrency": value}
 
     def run(n: int):
         opts = MixOptions(kind=req.kind, levels=(value,), isl=req.isl, osl=req.osl, requests=n, seed=req.seed,
-                          mix=req.mix, burstiness=req.burstiness)
+                          mix=req.mix, burstiness=req.burstiness, shared_prefix_tokens=req.shared_prefix_tokens,
+                          num_prefix_groups=req.num_prefix_groups)
         records: list = []
         result = VirtualTimeDriver(sim, opts).run_level(
             SweepLevel(index=0, value=value, num_requests=n, num_warmup=0, first_index=0), records.append)
@@ -142,7 +149,8 @@ def judged(load: float, summary: dict, slo: dict, server_metrics: dict, replicas
                         tpot_p50_ms=dist("tpot_ms", "p50"), output_tok_s=None if out is None else out * replicas,
                         kv_usage_max=server_metrics.get("kv_usage_max"), preemptions=server_metrics.get("preemptions"),
                         values={key: slo_value(summary, key) for key in slo}, stability=st.get("verdict"),
-                        requests=summary.get("steady_requests") or summary.get("requests") or 0)
+                        requests=summary.get("steady_requests") or summary.get("requests") or 0,
+                        prefix_hit_rate=server_metrics.get("prefix_cache_hit_rate"))
 
 
 def replica_max(req: RecommendRequest, k: Knobs, bound: float) -> MaxLoad:
@@ -181,16 +189,27 @@ class Sized:
     one_fewer: LevelOutcome | None  # the same check with one replica fewer (fails, or replicas == 1)
 
 
+def fleet_level(sim: SimDeployment, req: RecommendRequest, replicas: int, requests: int) -> LevelOutcome:
+    """The whole load on `replicas` replicas behind the request's router (each its own engine and KV pool, one
+    virtual clock); output_tok_s is one replica's average, as run_level's, so that x replicas is the fleet's."""
+    from kneecap.sim.fleet import FleetDeployment
+
+    o = run_level(FleetDeployment(sim, replicas, req.router, req.seed), req, req.load, requests)
+    return dataclasses.replace(o, output_tok_s=None if o.output_tok_s is None else o.output_tok_s / replicas)
+
+
 def size_replicas(req: RecommendRequest, k: Knobs, max_load: float, requests: int = FINE_REQUESTS) -> Sized:
-    """Replicas = ceil(load / per-replica max), then checked at the stated load with longer levels: add
-    replicas until the check meets the SLO, remove them while one fewer still meets it."""
+    """Replicas = ceil(load / per-replica max), then checked at the stated load (each replica at its share, or
+    with req.fleet_check the whole load through the router: fleet_level): add replicas
+    until the check meets the SLO, remove them while one fewer still meets it."""
     sim = simulated(req, k)
     r = max(1, math.ceil(req.load / max_load - 1e-9))
     cache: dict[int, LevelOutcome] = {}
 
     def check(n: int) -> LevelOutcome:
         if n not in cache:
-            cache[n] = run_level(sim, req, per_replica_load(req, n), requests)
+            cache[n] = fleet_level(sim, req, n, requests) if req.fleet_check else run_level(
+                sim, req, per_replica_load(req, n), requests)
         return cache[n]
 
     for _ in range(MAX_REPLICA_STEPS):

@@ -170,20 +170,28 @@ def _point(req: RecommendRequest, k: Knobs, price: float, replicas: int, at, max
     r_out = at.output_tok_s if disaggregated else (at.output_tok_s * replicas if at.output_tok_s is not None else None)
     return {
         "gpu": k.gpu, "gpus_per_replica": k.gpus_per_replica, "replicas": replicas, "tp": k.tp, "pp": k.pp, "ep": k.ep,
-        "dp_attention": k.dp_attention,
+        "dp_attention": k.dp_attention, "speculative": _spec_doc(req) if k.spec else None,
         "weight_dtype": k.weight_dtype, "kv_dtype": k.kv_dtype, "max_num_seqs": k.max_num_seqs,
         "max_num_batched_tokens": k.max_num_batched_tokens, "disaggregated": disaggregated,
         "total_gpus": gpus, "usd_per_gpu_hour": price, "cost_per_hour": round(cost, 4),
         "cost_per_mtok_output": None if not r_out else round(cost / (r_out * 3600.0 / 1e6), 4),
         "predicted": {"ttft_p99_ms": at.ttft_p99_ms, "tpot_p99_ms": at.tpot_p99_ms, "tpot_p50_ms": at.tpot_p50_ms,
                       "output_tok_s": r_out, "slo_values": at.values, "kv_usage_max": at.kv_usage_max,
-                      "preemptions": at.preemptions},
+                      "preemptions": at.preemptions, "prefix_cache_hit_rate": at.prefix_hit_rate},
         "meets_slo": at.met,
         "output_tok_s_per_gpu": None if r_out is None else r_out / gpus,
         "output_tok_s_per_user": None if not at.tpot_p50_ms else 1000.0 / at.tpot_p50_ms,
         "max_load": max_load, "sized": False,
         "quantized_below_checkpoint": list(quantized_for(req.model, k.weight_dtype, k.kv_dtype)),
     }
+
+
+def _spec_doc(req: RecommendRequest) -> dict:
+    """A speculating candidate's method, K and the acceptance it assumes (the request's, not a measurement)."""
+    s = req.spec
+    return {"method": s.method, "tokens": s.tokens, "acceptance_assumed": list(s.rates) or None,
+            "accepted_lengths_assumed": len(s.accepted_lengths) or None,
+            "expected_tokens_per_step": round(s.expected_tokens_per_step, 4)}
 
 
 def _plan_doc(plan) -> dict:
@@ -385,10 +393,11 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
         items.sort(key=lambda x: (x[0], (x[2].max_num_seqs, x[2].max_num_batched_tokens) != PREFERRED_LIMITS, x[1]))
         reps.append(items[0])
     reps.sort(key=lambda x: (x[0], x[1]))
-    simulate(reps[:MAX_REPRESENTATIVES])
+    n_reps = MAX_REPRESENTATIVES * (2 if req.spec is not None else 1)  # speculation on / off: twice the setups
+    simulate(reps[:n_reps])
     # stage 2: the other engine limits of the best setup — first its other max_num_seqs (at the representative's
     # token budget), then its other token budgets at the best max_num_seqs so far
-    done = {it[1] for it in reps[:MAX_REPRESENTATIVES]}
+    done = {it[1] for it in reps[:n_reps]}
     order = sorted(coarse, key=lambda x: (x[0], x[1]))
     best_setups = []
     for it in order:
@@ -460,6 +469,13 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
             for c in req.mix.classes],
         "trace": None if req.trace is None else req.trace.summary(),
         "slo": dict(req.slo), "gpus": list(req.gpus),
+        "router": {"policy": req.router, "shared_prefix_tokens": req.shared_prefix_tokens,
+                   "num_prefix_groups": req.num_prefix_groups,
+                   "sizing_check": "the whole load through the router over the candidate's replicas" if req.fleet_check
+                   else "one replica at its even share of the load (round-robin, no shared prefix)"},
+        "speculative": None if req.spec is None else dict(_spec_doc(req), note=(
+            "every candidate tried with and without it; the acceptance is an assumption (given, not measured): "
+            "confirm it on the served model and traffic (vLLM /metrics: vllm:spec_decode_num_accepted_tokens)")),
         "evaluated": c.evaluated, "pruned": c.pruned, "infeasible": c.infeasible, "over_gpu_limit": c.over_gpu_limit,
         "skipped_by_bound": c.skipped_by_bound, "simulated": c.simulated, "not_simulated": c.not_simulated,
         "sized": len(top), "disaggregated_tried": len(dis_top), "disaggregated_not_met": dis_notes,
@@ -469,7 +485,7 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
         "search": {"coarse_requests": [COARSE_REQUESTS, MAX_STEADY_REQUESTS], "fine_requests": FINE_REQUESTS,
                    "steady_state": f"each level sized to {STEADY_FACTOR:g}x the requests in flight (Little's law), "
                                    "extended while transient; met only when stable", "batch": BATCH, "slack": SLACK,
-                   "representatives": MAX_REPRESENTATIVES, "limit_variants_for": LIMIT_VARIANTS_FOR, "refined": REFINE, "engine": "vllm defaults (simulated)",
+                   "representatives": n_reps, "limit_variants_for": LIMIT_VARIANTS_FOR, "refined": REFINE, "engine": "vllm defaults (simulated)",
                    "disaggregated_setups": DISAGG_SETUPS if req.kind == "rate" else 0,
                    "disaggregated_rule": "setups whose pools' roofline cost bound is below the cheapest aggregated candidate"
                                          if req.kind == "rate" else "rate loads only",

@@ -15,6 +15,8 @@ from kneecap.model.kv import kv_dtype_bytes
 from kneecap.model.weights import weight_bits
 from kneecap.plan.build import DeploymentRequest
 from kneecap.recommend.trace import TraceLoad
+from kneecap.sim.fleet import ROUTERS
+from kneecap.sim.speculative import SpecDecoding
 from kneecap.workload import Workload
 
 KINDS = ("rate", "concurrency")
@@ -50,6 +52,7 @@ class Knobs(NamedTuple):
     # max_num_seqs / max_num_batched_tokens are then the whole replica's (every DP rank's together), as the
     # simulated engine schedules them; each rank's engine flag is that / tp (confirm.serve_cmd)
     dp_attention: bool = False
+    spec: bool = False  # speculative decoding on (the request's method, K and acceptance: RecommendRequest.spec)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -57,7 +60,7 @@ class Knobs(NamedTuple):
 
     @property
     def plan_key(self) -> tuple:
-        return (self.gpu, self.tp, self.pp, self.weight_dtype, self.kv_dtype, self.ep, self.dp_attention)
+        return (self.gpu, self.tp, self.pp, self.weight_dtype, self.kv_dtype, self.ep, self.dp_attention, self.spec)
 
 
 @dataclass(frozen=True)
@@ -84,17 +87,32 @@ class RecommendRequest:
     trace: TraceLoad | None = None  # --replay: the mix is the trace's (trace.workload) and the rate its mean x speed
     expert_parallel: bool = True  # MoE models: also try ep = tp (experts split over the TP GPUs) beside ep = 1
     dp_attention: bool = True  # MLA MoE models: also try DP attention (ep = tp) for every tp > 1
+    # speculative decoding (--spec-method/--spec-tokens/--spec-acceptance): every candidate is also tried with it,
+    # its acceptance an assumption the answer states; None: never tried
+    spec: SpecDecoding | None = None
+    # the router in front of the replicas (kneecap.sim.fleet): with another router than round-robin, or a shared
+    # prefix, the sizing check at the stated load runs the replicas through it at the whole load
+    router: str = "round-robin"
+    shared_prefix_tokens: int = 0  # --shared-prefix TOKENSxGROUPS: each prompt starts with one of GROUPS prefixes
+    num_prefix_groups: int = 1
+
+    @property
+    def fleet_check(self) -> bool:
+        """The sizing check simulates the fleet behind the router (else one replica at its even share)."""
+        return self.router != "round-robin" or self.shared_prefix_tokens > 0
 
     @property
     def arrivals(self) -> str:
         """The arrival pattern the simulated levels assume, in words."""
         if self.kind != "rate":
             return f"closed loop: {int(self.load)} streams, each sending its next request when the last one ends"
+        split = (f"sent to the replicas by a {self.router} router" if self.fleet_check
+                 else "split at random over the replicas")
         if self.burstiness == 1.0:
-            return "Poisson arrivals (exponential gaps, burstiness 1), split at random over the replicas"
+            return f"Poisson arrivals (exponential gaps, burstiness 1), {split}"
         return (f"gamma-distributed arrival gaps of shape {self.burstiness:g} ("
                 + ("burstier" if self.burstiness < 1 else "more regular")
-                + " than Poisson), split at random over the replicas")
+                + f" than Poisson), {split}")
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -105,6 +123,14 @@ class RecommendRequest:
         for flag, v in (("--isl", self.isl), ("--osl", self.osl)):
             if not isinstance(v, int) or v < 1:
                 raise KneecapError(f"{flag} must be a whole number >= 1, got {v!r}", f"pass e.g. {flag} 1000")
+        if self.router not in ROUTERS:
+            raise KneecapError(f"unknown --router {self.router!r}", f"pass one of {', '.join(ROUTERS)}")
+        if self.shared_prefix_tokens and self.mix is not None:
+            raise KneecapError("--shared-prefix and --classes/--replay both given",
+                               "state shared prefixes in the class file (shared_prefix_tokens, num_prefix_groups)")
+        if self.shared_prefix_tokens and self.shared_prefix_tokens >= self.isl:
+            raise KneecapError(f"--shared-prefix {self.shared_prefix_tokens} tokens is not shorter than "
+                               f"--isl {self.isl}", "use a prefix shorter than the prompt")
         if not self.burstiness > 0:
             raise KneecapError(f"--burstiness must be > 0, got {self.burstiness!r}",
                                "pass e.g. --burstiness 1 (Poisson arrivals) or 0.5 (burstier)")
@@ -164,8 +190,10 @@ class RecommendRequest:
 
     def grid(self) -> list[Knobs]:
         """Every candidate, in a fixed order (GPU list order, then tp, ep / DP attention (_parallel), pp, dtypes,
-        limits). Under DP attention each engine limit is per DP rank, so the replica's are tp times the choice."""
+        limits, then speculation off / on when the request gives one). Under DP attention each engine limit is per DP
+        rank, so the replica's are tp times the choice."""
         out = []
+        specs = (False, True) if self.spec is not None else (False,)
         for gpu in self.gpus:
             for tp in self.tp_choices:
                 for ep, dpa in self._parallel(tp):
@@ -177,5 +205,7 @@ class RecommendRequest:
                             for kd in self.kv_dtypes:
                                 for mns in self.max_num_seqs_choices:
                                     for mbt in self.max_num_batched_tokens_choices:
-                                        out.append(Knobs(gpu, tp, pp, wd, kd, mns * ranks, mbt * ranks, ep, dpa))
+                                        for spec in specs:
+                                            out.append(Knobs(gpu, tp, pp, wd, kd, mns * ranks, mbt * ranks, ep, dpa,
+                                                             spec))
         return out

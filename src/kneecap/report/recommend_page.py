@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-COLUMNS = ("", "GPU", "tp x pp", "replicas", "weights/KV", "seqs/tokens", "$/h", "$/M output tokens", "TTFT p99 (ms)",
+COLUMNS = ("", "GPU", "tp x pp", "replicas", "weights/KV", "seqs/tokens", "speculative", "$/h", "$/M output tokens", "TTFT p99 (ms)",
            "TPOT p99 (ms)", "max load per replica", "binding (margin)")
 
 
@@ -44,17 +44,24 @@ def _rows(doc: dict) -> list[list[str]]:
         mark = ("best " if i == 0 else "") + ("frontier" if c in doc["frontier"] else "")
         margin = "" if c["margin"] is None else f" ({c['margin']:.0%})"
         rows.append([mark.strip(), c["gpu"], _par(c), _replicas(c), f"{c['weight_dtype']}/{c['kv_dtype']}",
-                     f"{c['max_num_seqs']}/{c['max_num_batched_tokens']}", f"{c['cost_per_hour']:.2f}",
+                     f"{c['max_num_seqs']}/{c['max_num_batched_tokens']}", _spec(c) or "-", f"{c['cost_per_hour']:.2f}",
                      _f(c["cost_per_mtok_output"], ".3f"), _f(c["predicted"]["ttft_p99_ms"], ".0f"),
                      _f(c["predicted"]["tpot_p99_ms"], ".1f"),
                      ("≥ " if c.get("max_load_at_least") else "") + _f(c["max_load"], ".3g"), c["binding"] + margin])
     return rows
 
 
+def _spec(c: dict) -> str:
+    """A speculating candidate's method and draft tokens per step; empty when it does not speculate."""
+    s = c.get("speculative")
+    return f"{s['method']} K={s['tokens']}" if s else ""
+
+
 def _label(c: dict) -> str:
     dis = c.get("disaggregated")
     n = f"{dis['prefill_replicas']}P+{dis['decode_replicas']}D" if dis else str(c["replicas"])
-    return f"{n} x {c['gpus_per_replica']} {c['gpu']} {c['weight_dtype']}/{c['kv_dtype']}"
+    spec = f" + {_spec(c)}" if _spec(c) else ""
+    return f"{n} x {c['gpus_per_replica']} {c['gpu']} {c['weight_dtype']}/{c['kv_dtype']}{spec}"
 
 
 PLOTS = (("recommend-cost-ttft.png", "cost per million output tokens vs p99 TTFT (down and left is better)",
@@ -141,7 +148,7 @@ def _intro(doc: dict) -> list[str]:
             f"(one replica's highest load under the SLO), {doc['sized']} sized and checked at the stated load; "
             f"{doc['seconds']:.0f} s.",
             "Predictions come from kneecap's simulated engine (vLLM scheduling defaults, virtual time; no model was run). "
-            "Replicas share the load evenly (rate / replicas requests/s each). "
+            + _routing(doc)
             + (f"Assumed arrivals: {doc['arrivals']}. " if doc.get("arrivals") else "")
             + (f"Steady state: {doc['search']['steady_state']}. "
                if (doc.get("search") or {}).get("steady_state") else "")
@@ -153,7 +160,8 @@ def _intro(doc: dict) -> list[str]:
                "Disaggregated prefill/decode is searched for rate loads only. " if doc["load"]["kind"] != "rate" else
                "No setup's bound on disaggregated pools' cost was below the cheapest aggregated deployment. ")
             + f"Expert parallelism: {doc.get('search', {}).get('expert_parallel', 'not searched')}. "
-            + f"DP attention: {doc.get('search', {}).get('dp_attention', 'not searched')}.",
+            + f"DP attention: {doc.get('search', {}).get('dp_attention', 'not searched')}."
+            + (_spec_intro(doc["speculative"]) if doc.get("speculative") else ""),
             *([_gate(doc)] if _gate(doc) else []),
             *([f"Left out for lack of a price (pass --prices FILE to include them): "
                + "; ".join(f"{u['gpu']} ({u['note']})" for u in doc["unpriced_gpus"]) + "."] if doc.get("unpriced_gpus") else []),
@@ -161,6 +169,25 @@ def _intro(doc: dict) -> list[str]:
             f"the {len(doc['candidates'])} sized ones as checked at the load, the others at one level at their share "
             "of it; "
             "candidates the roofline bound or the staged search left out have no prediction and are not on it."]
+
+
+def _routing(doc: dict) -> str:
+    """How the sizing check spread the load over the replicas."""
+    r = doc.get("router") or {}
+    if not r or "through the router" not in r.get("sizing_check", ""):
+        return "Replicas share the load evenly (rate / replicas requests/s each). "
+    prefix = (f", prompts opening with one of {r['num_prefix_groups']} shared {r['shared_prefix_tokens']}-token "
+              "prefixes" if r.get("shared_prefix_tokens") else "")
+    return (f"The sizing check at the stated load runs the replicas behind a {r['policy']} router at the whole load"
+            f"{prefix}; each deployment's prefix-cache hit rate is the fleet's. ")
+
+
+def _spec_intro(s: dict) -> str:
+    given = (f"acceptance {', '.join(f'{a:g}' for a in s['acceptance_assumed'])} by draft position"
+             if s["acceptance_assumed"] else f"{s['accepted_lengths_assumed']} accepted lengths as given")
+    return (f" Speculative decoding ({s['method']}, {s['tokens']} draft tokens per step, {given}: "
+            f"{s['expected_tokens_per_step']:.2f} tokens per step expected) was tried on and off for every candidate; "
+            "the acceptance is an assumption, not a measurement: confirm it on the served model and traffic.")
 
 
 def to_markdown(doc: dict, plots: list[tuple[str, str]]) -> str:
