@@ -394,6 +394,7 @@ class Scheduler:
                 blocks.allocate(("state", seq.rid), sb * bs)
             blocks.count_query(seq.num_tokens, got)
             seq.num_computed = got
+            seq.prefix_memo = None  # (a later preemption gives it new hashes: nothing to remember)
             waiting.popleft()
             running.append(seq)
             batch.admitted.append(seq)
