@@ -55,6 +55,13 @@ class BlockManager:
         # prefix-cache counters, in tokens (as vLLM's prefix_cache_queries / prefix_cache_hits)
         self.query_tokens = 0
         self.hit_tokens = 0
+        # what a remembered prefix lookup (prefix_hit) depends on: the hashes whose block left the cache or whose
+        # block became free or used, in order, since the log's epoch began (cleared, with a new epoch, once longer
+        # than _log_limit). Adding a hash to the cache is not logged: it can only lengthen a lookup, and prefix_hit
+        # resumes from where it stopped
+        self._log: list[Hashable] = []
+        self._epoch = 0
+        self._log_limit = max(4096, 2 * num_blocks)
 
     # --- queries -----------------------------------------------------------------------------
     @property
@@ -98,6 +105,7 @@ class BlockManager:
         self._compact()
         h = self.block_hash[block]
         if h is not None:  # evicting a cached block: its content is gone
+            self._log.append(h)
             if self.cached.get(h) == block:
                 del self.cached[h]
             self.block_hash[block] = None
@@ -121,9 +129,11 @@ class BlockManager:
             for block in taken:
                 h = block_hash[block]
                 if h is not None:
+                    self._log.append(h)
                     if cached.get(h) == block:
                         del cached[h]
                     block_hash[block] = None
+            self._trim_log()
         # else nothing is cached, so no free block carries a hash (register() and free_seq() keep both in step)
         ref = self.ref_count
         for block in taken:
@@ -137,7 +147,14 @@ class BlockManager:
             return False
         self.cached.clear()
         self.block_hash = [None] * self.num_blocks
+        self._log.clear()
+        self._epoch += 1
         return True
+
+    def _trim_log(self) -> None:
+        if len(self._log) > self._log_limit:  # remembered lookups older than this rescan once
+            self._log.clear()
+            self._epoch += 1
 
     def lookup_prefix(self, hashes: Sequence[Hashable]) -> int:
         """How many leading blocks of `hashes` are cached (no state change)."""
@@ -149,6 +166,53 @@ class BlockManager:
                 break
             n += 1
         return n
+
+    def prefix_hit(self, hashes: Sequence[Hashable], memo: list | None) -> tuple[int, int, list]:
+        """(lookup_prefix(hashes), how many of those leading cached blocks are in use, memo): the lookup
+        remembered in `memo` (the list this returned for the same `hashes` object, or None), brought up to date
+        from the log of hashes that left the cache or whose block became free or used since: a hit block that left
+        the cache shortens the hit to it, one whose block became free or used is counted again, and hashes cached
+        since can only lengthen the hit, so the scan resumes where it stopped. A waiting sequence's lookup costs
+        O(changes) a step instead of O(prompt blocks)."""
+        if not hashes or not self.enable_prefix_caching:
+            return 0, 0, memo
+        self._trim_log()
+        log, cached, ref = self._log, self.cached, self.ref_count
+        if memo is not None and memo[0] is hashes and memo[2] == self._epoch:
+            _, index, _, pos, hit, used = memo
+            if pos < len(log):
+                unique = len(index) == len(hashes)
+                for h in log[pos:]:
+                    i = index.get(h)
+                    if i is None or i >= hit:
+                        continue
+                    if not unique:  # a hash twice in the prompt: count again from the start
+                        hit = 0
+                        used.clear()
+                        break
+                    block = cached.get(h)
+                    if block is None:  # left the cache: the hit ends before it
+                        hit = i
+                    elif ref[block] > 0:
+                        used.add(i)
+                    else:
+                        used.discard(i)
+                if hit < memo[4]:
+                    used.difference_update([i for i in used if i >= hit])
+        else:
+            index = dict(zip(reversed(hashes), range(len(hashes) - 1, -1, -1)))  # a hash's first index
+            hit, used = 0, set()
+            memo = [hashes, index, self._epoch, 0, 0, used]
+        n = len(hashes)
+        while hit < n:
+            block = cached.get(hashes[hit])
+            if block is None:
+                break
+            if ref[block] > 0:
+                used.add(hit)
+            hit += 1
+        memo[3], memo[4] = len(log), hit
+        return hit, len(used), memo
 
     def new_blocks_needed(self, seq_id: Hashable, num_tokens: int, hashes: Sequence[Hashable] = ()) -> int:
         """Free blocks that `allocate(seq_id, num_tokens, hashes)` would take (cache hits on free blocks count)."""
@@ -188,6 +252,7 @@ class BlockManager:
     def _hold(self, block: int) -> int:
         """One reference more on a cached block (a prefix-cache hit); a free one leaves the free queue."""
         if self.ref_count[block] == 0:
+            self._log.append(self.block_hash[block])
             self._stale[block] += 1  # its entry in the free queue is skipped
             self._num_stale += 1
         self.ref_count[block] += 1
@@ -226,17 +291,24 @@ class BlockManager:
             for block in table:
                 ref[block] = 0
             free.extend(reversed(table))  # tail first: the prefix is evicted last
+            if self.cached:  # its cached blocks became free
+                block_hash, log = self.block_hash, self._log
+                log.extend(h for block in table if (h := block_hash[block]) is not None)
+                self._trim_log()
             return
         self._release(reversed(table))
+        self._trim_log()
 
     def _release(self, blocks) -> None:
         """One reference less on each block, in order: a block no one holds joins the free queue's back."""
-        ref, free = self.ref_count, self._free
+        ref, free, block_hash = self.ref_count, self._free, self.block_hash
         for block in blocks:
             rc = ref[block] - 1
             ref[block] = rc
             if rc == 0:
                 free.append(block)
+                if block_hash[block] is not None:
+                    self._log.append(block_hash[block])
             elif rc == 1:
                 self._num_shared -= 1
 
@@ -416,3 +488,4 @@ class GroupedBlockManager(BlockManager):
                     self._cache(j, key, i, h)
             self.offset.pop(key, None)
             self._release(reversed(self.tables.pop(key, None) or ()))
+        self._trim_log()

@@ -43,7 +43,7 @@ class Sequence:
 
     __slots__ = ("spec", "rid", "prompt_len", "output_len", "arrival_at", "scheduled_at", "num_tokens", "num_computed",
                  "num_output", "prefix_hashes", "admitted_at", "first_token_at", "preemptions", "runs", "meta",
-                 "spec_rng", "next_tokens", "step_tokens")
+                 "spec_rng", "next_tokens", "step_tokens", "_hashes_key", "_hashes", "prefix_memo")
 
     def __init__(self, spec: RequestSpec, arrival_at: float, block_size: int, meta: dict | None = None,
                  scheduled_at: float | None = None):
@@ -74,16 +74,25 @@ class Sequence:
         self.next_tokens = 1
         self.step_tokens: list[int] | None = None
         self.meta = meta or {}
+        # block_hashes' last answer and the key it was built for (a waiting sequence asks every step)
+        self._hashes_key: tuple | None = None
+        self._hashes: tuple = ()
+        self.prefix_memo: list | None = None  # BlockManager.prefix_hit's remembered lookup for this sequence
 
-    def block_hashes(self, block_size: int) -> list:
+    def block_hashes(self, block_size: int) -> tuple:
         """Hashes of the full blocks a (re)admission may find cached: the shared prefix, then (after a
         preemption) this sequence's own computed blocks. Never the block holding the last token (it must
-        be recomputed to produce logits, as in vLLM)."""
+        be recomputed to produce logits, as in vLLM). The same tuple object while its length and the
+        preemption count stay the same (so per-sequence lookups can be remembered by identity)."""
         n = (self.num_tokens - 1) // block_size
-        hashes = list(self.prefix_hashes[:n])
-        if self.preemptions:
-            hashes.extend(("s", self.rid, i) for i in range(len(hashes), n))
-        return hashes
+        key = (n, self.preemptions, block_size)
+        if self._hashes_key != key:
+            hashes = list(self.prefix_hashes[:n])
+            if self.preemptions:
+                hashes.extend(("s", self.rid, i) for i in range(len(hashes), n))
+            self._hashes = tuple(hashes)
+            self._hashes_key = key
+        return self._hashes
 
     def own_hashes(self, block_size: int) -> list:
         """Hashes of this sequence's full computed blocks (cached when it is preempted)."""
@@ -118,6 +127,15 @@ class Batch:
         return sum(n for _, n in self.prefills)
 
 
+def _new_blocks(num_tokens: int, bs: int, have: int, hit: int, hit_used: int) -> int:
+    """BlockManager.new_blocks_needed for a sequence holding `have` blocks whose prefix lookup found `hit` leading
+    blocks cached, `hit_used` of them in use (a hit on a used block takes no free block)."""
+    need = blocks_for(num_tokens, bs) - have
+    if need <= 0:
+        return 0
+    return need - hit_used if have == 0 and hit else need
+
+
 def _window_pairs(p: int, n: int, w: int) -> int:
     """sum over positions i = p+1 .. p+n of min(i, w): attention pairs of a chunk under a sliding window."""
     if w <= 0:
@@ -134,6 +152,9 @@ class Scheduler:
     """Holds the running list (admission order) and the FCFS queue; `schedule()` builds one Batch."""
 
     decodes_at_once = True  # step 1 in one go when nothing can be preempted (False: always the loop; tests)
+    # admissions look the queue head's prefix up through BlockManager.prefix_hit, remembered per sequence
+    # (False: lookup_prefix and new_blocks_needed rescan every prompt block each step; tests compare the two)
+    remember_prefix = True
 
     def __init__(self, config: EngineConfig, blocks: BlockManager, window: int = 0, state_blocks: int = 0,
                  microbatches: int = 1):
@@ -278,8 +299,9 @@ class Scheduler:
         crossing = [t for s, c in zip(decodes, computed) if not c % bs and len(t := tables[s.rid]) * bs <= c]
         if len(crossing) > blocks.num_free:
             return False
-        for table in crossing:
-            table.extend(blocks._take_free_many(1))
+        if crossing:  # the blocks n one-block takes would take, in that order, taken at once
+            for table, block in zip(crossing, blocks._take_free_many(len(crossing))):
+                table.append(block)
         batch.decodes = decodes
         ctx_sum = float(sum(computed) + len(computed))
         batch.pairs_full = batch.kv_tokens_full = batch.decode_kv_full = ctx_sum
@@ -321,6 +343,7 @@ class Scheduler:
         if waiting and not passed_delay:
             batch.blocked = BLOCKED_DELAY
             return batch
+        remember = self.remember_prefix and not blocks.grouped
         while waiting:
             if len(running) >= cfg.max_num_seqs:
                 batch.blocked = BLOCKED_SEQS
@@ -329,9 +352,13 @@ class Scheduler:
                 batch.blocked = BLOCKED_BUDGET
                 break
             seq = waiting[0]
-            hashes = seq.block_hashes(bs) if blocks.enable_prefix_caching else []
-            hit_blocks = blocks.lookup_prefix(hashes)
-            hashes = hashes[:hit_blocks]
+            hashes = seq.block_hashes(bs) if blocks.enable_prefix_caching else ()
+            if remember:  # (hit_used: hits on blocks in use, which take no free block)
+                hit_blocks, hit_used, seq.prefix_memo = blocks.prefix_hit(hashes, seq.prefix_memo)
+                have = blocks.num_held(seq.rid)
+            else:
+                hit_blocks = blocks.lookup_prefix(hashes)
+            hashes = hashes[:hit_blocks] if hit_blocks < len(hashes) else hashes
             hit_tokens = hit_blocks * bs
             n = seq.num_tokens - hit_tokens
             if n > budget:
@@ -340,14 +367,19 @@ class Scheduler:
                     break
                 n = budget
             sb = self.state_blocks
-            need = blocks.new_blocks_needed(seq.rid, hit_tokens + n, hashes) + sb
+            if remember:  # new_blocks_needed(seq.rid, hit_tokens + n, hashes) from the remembered lookup
+                need = _new_blocks(hit_tokens + n, bs, have, hit_blocks, hit_used) + sb
+            else:
+                need = blocks.new_blocks_needed(seq.rid, hit_tokens + n, hashes) + sb
             if need > blocks.num_free and not running:
                 # nothing else will free memory: shrink the chunk to what fits (else it would wait forever)
                 if blocks.grouped:
                     n = self._grouped_fit(seq, hit_tokens, n, hashes, sb)
                 else:
                     n = min(n, (blocks.num_free - sb + hit_blocks) * bs - hit_tokens)
-                need = blocks.new_blocks_needed(seq.rid, hit_tokens + n, hashes) + sb if n > 0 else need
+                if n > 0:
+                    need = (_new_blocks(hit_tokens + n, bs, have, hit_blocks, hit_used) + sb if remember
+                            else blocks.new_blocks_needed(seq.rid, hit_tokens + n, hashes) + sb)
             if need > blocks.num_free or n <= 0:
                 batch.blocked = BLOCKED_BLOCKS
                 break
@@ -362,6 +394,7 @@ class Scheduler:
                 blocks.allocate(("state", seq.rid), sb * bs)
             blocks.count_query(seq.num_tokens, got)
             seq.num_computed = got
+            seq.prefix_memo = None  # (a later preemption gives it new hashes: nothing to remember)
             waiting.popleft()
             running.append(seq)
             batch.admitted.append(seq)
