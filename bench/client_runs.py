@@ -38,15 +38,21 @@ def _tree_cpu_s(ps) -> float:
     return total
 
 
-def run_pinned(cmd: list[str], cpu: int, timeout_s: float, env: dict | None = None,
-               cpu_samples: list | None = None) -> tuple[int, float, str]:
+def run_pinned(
+    cmd: list[str], cpu: int, timeout_s: float, env: dict | None = None, cpu_samples: list | None = None
+) -> tuple[int, float, str]:
     """Run `cmd` on `cpu`; return (exit code, its CPU seconds from wait4, stderr tail).
     With `cpu_samples`, also append (wall time s, process-tree CPU s) every 0.1 s."""
     import psutil
 
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(["taskset", "-c", str(cpu), *cmd], stdout=subprocess.DEVNULL, stderr=err,
-                                env={**os.environ, **(env or {})}, cwd=ROOT)
+        proc = subprocess.Popen(
+            ["taskset", "-c", str(cpu), *cmd],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env={**os.environ, **(env or {})},
+            cwd=ROOT,
+        )
         ps = psutil.Process(proc.pid)
         deadline = time.monotonic() + timeout_s
         while True:
@@ -96,12 +102,35 @@ def level_cpu_s(client: dict) -> float | None:
 
 # `sc` below is compare_clients.Scenario: concurrency, requests, isl, osl.
 
+
 def run_kneecap(url: str, sc, cpu: int, work: Path) -> dict:
     out_dir = work / "kneecap-out"
-    cmd = [sys.executable, "-m", "kneecap", "bench", "--base-url", url, "--model", "fast-scripted",
-           "--isl", str(sc.isl), "--osl", str(sc.osl), "--concurrency", str(sc.concurrency), "--requests", str(sc.requests), "--warmup", "0",
-           # reuse connections like the peers, without the keep-alive probe's two requests in the server's log
-           "--keepalive", "--out", str(out_dir), "--quiet", "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kneecap",
+        "bench",
+        "--base-url",
+        url,
+        "--model",
+        "fast-scripted",
+        "--isl",
+        str(sc.isl),
+        "--osl",
+        str(sc.osl),
+        "--concurrency",
+        str(sc.concurrency),
+        "--requests",
+        str(sc.requests),
+        "--warmup",
+        "0",
+        # reuse connections like the peers, without the keep-alive probe's two requests in the server's log
+        "--keepalive",
+        "--out",
+        str(out_dir),
+        "--quiet",
+        "--json",
+    ]
     code, cpu_total_s, err = run_pinned(cmd, cpu, timeout_s=600)
     if code != 0:
         return {"error": f"kneecap bench exited {code}: {err.strip().splitlines()[-1:] if err.strip() else ''}"}
@@ -113,28 +142,56 @@ def run_kneecap(url: str, sc, cpu: int, work: Path) -> dict:
     records = [r for r in read_records(out_dir / "requests.jsonl") if not r.warmup]
     ok = [r for r in records if r.ok]
     cpu_s = level_cpu_s(level.get("client") or {})
-    ttft = [(r.first_token_at - r.sent_at) * 1000.0 for r in ok if r.first_token_at is not None and r.sent_at is not None]
+    ttft = [
+        (r.first_token_at - r.sent_at) * 1000.0 for r in ok if r.first_token_at is not None and r.sent_at is not None
+    ]
     itl = [g for r in ok for g in per_token_gaps_ms(r.chunk_times, r.chunk_tokens)]
     shift = epoch if isinstance(epoch, (int, float)) else 0.0  # records are seconds since the run's epoch
-    per_request = [{"sha256": r.prompt_hash, "ok": r.ok and bool(r.chunk_times), "sent_s": r.sent_at + shift,
-                    "chunk_times_s": [t + shift for t in r.chunk_times], "chunk_tokens": r.chunk_tokens}
-                   for r in records]
-    return {"completed": len(ok), "duration_s": level["duration_s"],
-            "output_tokens": sum((r.output_tokens or sum(r.chunk_tokens)) for r in ok),
-            "cpu_s": cpu_s if cpu_s is not None else cpu_total_s,
-            "cpu_source": "level" if cpu_s is not None else "whole process (includes start-up)",
-            "ttft_ms": ttft, "itl_ms": itl, "warmup_requests": 0,
-            # manifest.json states the perf_counter() epoch (CLOCK_MONOTONIC, the server log's clock)
-            "clock": "monotonic" if isinstance(epoch, (int, float)) else "relative",
-            "per_request": per_request}
+    per_request = [
+        {
+            "sha256": r.prompt_hash,
+            "ok": r.ok and bool(r.chunk_times),
+            "sent_s": r.sent_at + shift,
+            "chunk_times_s": [t + shift for t in r.chunk_times],
+            "chunk_tokens": r.chunk_tokens,
+        }
+        for r in records
+    ]
+    return {
+        "completed": len(ok),
+        "duration_s": level["duration_s"],
+        "output_tokens": sum((r.output_tokens or sum(r.chunk_tokens)) for r in ok),
+        "cpu_s": cpu_s if cpu_s is not None else cpu_total_s,
+        "cpu_source": "level" if cpu_s is not None else "whole process (includes start-up)",
+        "ttft_ms": ttft,
+        "itl_ms": itl,
+        "warmup_requests": 0,
+        # manifest.json states the perf_counter() epoch (CLOCK_MONOTONIC, the server log's clock)
+        "clock": "monotonic" if isinstance(epoch, (int, float)) else "relative",
+        "per_request": per_request,
+    }
 
 
 def run_vllm(url: str, sc, cpu: int, work: Path) -> dict:
     if not PEER_PY.exists():
         return {"error": "bench/.peers/venv missing: run bench/install_peers.sh"}
     out = work / "vllm.json"
-    cmd = [str(PEER_PY), str(HERE / "peer_vllm.py"), "--base-url", url, "--concurrency", str(sc.concurrency),
-           "--requests", str(sc.requests), "--isl", str(sc.isl), "--osl", str(sc.osl), "--out", str(out)]
+    cmd = [
+        str(PEER_PY),
+        str(HERE / "peer_vllm.py"),
+        "--base-url",
+        url,
+        "--concurrency",
+        str(sc.concurrency),
+        "--requests",
+        str(sc.requests),
+        "--isl",
+        str(sc.isl),
+        "--osl",
+        str(sc.osl),
+        "--out",
+        str(out),
+    ]
     code, _, err = run_pinned(cmd, cpu, timeout_s=600)
     if code != 0 or not out.exists():
         return {"error": f"peer_vllm.py exited {code}: {err.strip()[-300:]}"}
@@ -154,12 +211,38 @@ def run_aiperf(url: str, sc, cpu: int, work: Path) -> dict:
     if not exe.exists() or not (PEER_TOKENIZER / "tokenizer.json").exists():
         return {"error": "aiperf or its local tokenizer missing: run bench/install_peers.sh"}
     art = work / "aiperf"
-    cmd = [str(exe), "profile", "--model", "fast-scripted", "--url", url, "--endpoint-type", "completions",
-           "--streaming", "--concurrency", str(sc.concurrency), "--request-count", str(sc.requests),
-           "--synthetic-input-tokens-mean", str(sc.isl), "--synthetic-input-tokens-stddev", "0",
-           "--output-tokens-mean", str(sc.osl), "--output-tokens-stddev", "0", "--extra-inputs", "ignore_eos:true",
-           "--tokenizer", str(PEER_TOKENIZER), "--use-server-token-count", "--artifact-dir", str(art),
-           "--ui-type", "none"]
+    cmd = [
+        str(exe),
+        "profile",
+        "--model",
+        "fast-scripted",
+        "--url",
+        url,
+        "--endpoint-type",
+        "completions",
+        "--streaming",
+        "--concurrency",
+        str(sc.concurrency),
+        "--request-count",
+        str(sc.requests),
+        "--synthetic-input-tokens-mean",
+        str(sc.isl),
+        "--synthetic-input-tokens-stddev",
+        "0",
+        "--output-tokens-mean",
+        str(sc.osl),
+        "--output-tokens-stddev",
+        "0",
+        "--extra-inputs",
+        "ignore_eos:true",
+        "--tokenizer",
+        str(PEER_TOKENIZER),
+        "--use-server-token-count",
+        "--artifact-dir",
+        str(art),
+        "--ui-type",
+        "none",
+    ]
     samples: list[tuple[float, float]] = []
     code, cpu_total_s, err = run_pinned(cmd, cpu, timeout_s=900, cpu_samples=samples)
     records_path = art / "profile_export.jsonl"
@@ -190,20 +273,29 @@ def run_aiperf(url: str, sc, cpu: int, work: Path) -> dict:
         times = [sent_s + first / 1000.0]
         for gap in (metrics.get("inter_chunk_latency") or {}).get("value") or []:
             times.append(times[-1] + gap / 1000.0)
-        per_request.append({"sha256": sha, "ok": True, "sent_s": sent_s, "chunk_times_s": times,
-                            "chunk_tokens": [1] * len(times)})
+        per_request.append(
+            {"sha256": sha, "ok": True, "sent_s": sent_s, "chunk_times_s": times, "chunk_tokens": [1] * len(times)}
+        )
         ttft.append(first)
         itl.extend(per_token_gaps_ms(times, [1] * len(times)))
-        output_tokens += int((metrics.get("usage_completion_tokens") or metrics.get("output_token_count") or {})
-                             .get("value") or 0)
+        output_tokens += int(
+            (metrics.get("usage_completion_tokens") or metrics.get("output_token_count") or {}).get("value") or 0
+        )
     if not starts:
         return {"error": "aiperf recorded no successful request"}
     window_cpu = cpu_between(samples, min(starts), max(ends))
-    return {"completed": len(ttft), "duration_s": max(ends) - min(starts), "output_tokens": output_tokens,
-            "cpu_s": window_cpu if window_cpu else cpu_total_s,
-            "cpu_source": "process tree, sampled over its requests" if window_cpu else "whole run (includes start-up)",
-            "ttft_ms": ttft, "itl_ms": itl, "warmup_requests": 0, "clock": "relative",  # wall-clock ns, not MONOTONIC
-            "per_request": per_request}
+    return {
+        "completed": len(ttft),
+        "duration_s": max(ends) - min(starts),
+        "output_tokens": output_tokens,
+        "cpu_s": window_cpu if window_cpu else cpu_total_s,
+        "cpu_source": "process tree, sampled over its requests" if window_cpu else "whole run (includes start-up)",
+        "ttft_ms": ttft,
+        "itl_ms": itl,
+        "warmup_requests": 0,
+        "clock": "relative",  # wall-clock ns, not MONOTONIC
+        "per_request": per_request,
+    }
 
 
 CLIENTS = {"kneecap": run_kneecap, "vllm": run_vllm, "aiperf": run_aiperf}

@@ -68,19 +68,36 @@ def scenarios(quick: bool, ingest_events_per_write: int = 8) -> list[Scenario]:
 
 # ---- processes -------------------------------------------------------------------------------
 
+
 class NodeServer:
     """bench/fast_server.js on `cpu`, logging its own send timestamps to `log_path`."""
 
     def __init__(self, scenario: Scenario, cpu: int, log_path: Path):
         self.log_path = log_path
         self.out_path = log_path.with_suffix(".stdout")
-        cmd = ["taskset", "-c", str(cpu), "node", str(HERE / "fast_server.js"), "--port", "0",
-               "--ttft-ms", str(scenario.ttft_ms), "--itl-ms", str(scenario.itl_ms),
-               "--tokens-per-chunk", str(scenario.tokens_per_chunk),
-               "--events-per-write", str(scenario.events_per_write), "--log", str(log_path),
-               # the server streams as many requests to itself as the level has in flight before it
-               # listens: every client meets a server whose hot paths V8 has already compiled
-               "--warmup-requests", str(scenario.concurrency)]
+        cmd = [
+            "taskset",
+            "-c",
+            str(cpu),
+            "node",
+            str(HERE / "fast_server.js"),
+            "--port",
+            "0",
+            "--ttft-ms",
+            str(scenario.ttft_ms),
+            "--itl-ms",
+            str(scenario.itl_ms),
+            "--tokens-per-chunk",
+            str(scenario.tokens_per_chunk),
+            "--events-per-write",
+            str(scenario.events_per_write),
+            "--log",
+            str(log_path),
+            # the server streams as many requests to itself as the level has in flight before it
+            # listens: every client meets a server whose hot paths V8 has already compiled
+            "--warmup-requests",
+            str(scenario.concurrency),
+        ]
         with open(self.out_path, "wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
@@ -114,6 +131,7 @@ class NodeServer:
 
 # ---- one (configuration, client) run ------------------------------------------------------------
 
+
 def measure(client: str, sc: Scenario, server_cpu: int, client_cpu: int, work_root: Path) -> dict:
     work = work_root / f"{sc.name}-c{sc.concurrency}-{client}"
     work.mkdir(parents=True, exist_ok=True)
@@ -128,14 +146,23 @@ def measure(client: str, sc: Scenario, server_cpu: int, client_cpu: int, work_ro
         return {"client": client, "scenario": sc.__dict__, **result}
     srv = server_side(server.log_path, result.get("warmup_requests", 0))
     row = {
-        "client": client, "scenario": sc.__dict__, "completed": result["completed"], "requests": sc.requests,
-        "duration_s": result["duration_s"], "output_tokens": result["output_tokens"],
+        "client": client,
+        "scenario": sc.__dict__,
+        "completed": result["completed"],
+        "requests": sc.requests,
+        "duration_s": result["duration_s"],
+        "output_tokens": result["output_tokens"],
         "output_tok_s": result["output_tokens"] / result["duration_s"] if result["duration_s"] else float("nan"),
-        "cpu_s": result["cpu_s"], "cpu_source": result.get("cpu_source"),
-        "client_ttft_mean_ms": mean(result["ttft_ms"]), "server_ttft_mean_ms": mean(srv["ttft_ms"]),
-        "client_ttft_p99_ms": pct(result["ttft_ms"], 99), "server_ttft_p99_ms": pct(srv["ttft_ms"], 99),
-        "client_itl_mean_ms": mean(result["itl_ms"]), "server_itl_mean_ms": mean(srv["itl_ms"]),
-        "client_itl_p99_ms": pct(result["itl_ms"], 99), "server_itl_p99_ms": pct(srv["itl_ms"], 99),
+        "cpu_s": result["cpu_s"],
+        "cpu_source": result.get("cpu_source"),
+        "client_ttft_mean_ms": mean(result["ttft_ms"]),
+        "server_ttft_mean_ms": mean(srv["ttft_ms"]),
+        "client_ttft_p99_ms": pct(result["ttft_ms"], 99),
+        "server_ttft_p99_ms": pct(srv["ttft_ms"], 99),
+        "client_itl_mean_ms": mean(result["itl_ms"]),
+        "server_itl_mean_ms": mean(srv["itl_ms"]),
+        "client_itl_p99_ms": pct(result["itl_ms"], 99),
+        "server_itl_p99_ms": pct(srv["itl_ms"], 99),
     }
     row["cpu_util"] = row["cpu_s"] / row["duration_s"] if row["duration_s"] else float("nan")
     row["server_cpu_util"] = server_cpu_s / wall_s  # over the client's whole run (start-up included): a lower bound
@@ -148,8 +175,11 @@ def measure(client: str, sc: Scenario, server_cpu: int, client_cpu: int, work_ro
     exact = pairs["paired"] and pairs["paired"] >= 0.9 * result["completed"]
     row["ttft_err_mean_ms"] = pairs["ttft_err_mean_ms"] if exact else row["dist_ttft_err_mean_ms"]
     row["itl_err_mean_ms"] = pairs["itl_err_mean_ms"] if exact else row["dist_itl_err_mean_ms"]
-    row["error_method"] = (f"paired ({pairs['paired']}/{result['completed']})" if exact
-                           else f"distributions (only {pairs['paired']}/{result['completed']} paired)")
+    row["error_method"] = (
+        f"paired ({pairs['paired']}/{result['completed']})"
+        if exact
+        else f"distributions (only {pairs['paired']}/{result['completed']} paired)"
+    )
     return row
 
 
@@ -173,6 +203,7 @@ def spread(row: dict, digits: int) -> str:
 
 # ---- rendering ---------------------------------------------------------------------------------
 
+
 def fmt(value, digits: int = 2) -> str:
     if value is None or (isinstance(value, float) and value != value):
         return "—"
@@ -183,13 +214,17 @@ def fmt(value, digits: int = 2) -> str:
 
 def render(rows: list[dict], command: str, clients: list[str]) -> str:
     lines = [
-        "# kneecap client vs peer clients", "",
-        f"Command: `{command}`", "",
+        "# kneecap client vs peer clients",
+        "",
+        f"Command: `{command}`",
+        "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores ({_cpu_model()}), Python {platform.python_version()}, "
         f"Node {subprocess.run(['node', '--version'], capture_output=True, text=True).stdout.strip()}; "
         "server (bench/fast_server.js) pinned to one core, client to the other. "
-        f"Load average (1 min) at the end: {os.getloadavg()[0]:.2f} (other work on this machine shares both cores).", "",
-        "## Latency added by the client (scripted TTFT 200 ms, ITL 20 ms, 1 token/chunk, OSL 64)", "",
+        f"Load average (1 min) at the end: {os.getloadavg()[0]:.2f} (other work on this machine shares both cores).",
+        "",
+        "## Latency added by the client (scripted TTFT 200 ms, ITL 20 ms, 1 token/chunk, OSL 64)",
+        "",
         "| client | C | completed | TTFT mean client / server ms | TTFT err mean / p50 / p99 ms "
         "| send lag mean / p99 ms | receive lag mean / p99 ms | ITL mean client / server ms | ITL err mean ms "
         "| ITL err p1 / p99 ms | method | TTFT err range over runs |",
@@ -203,20 +238,26 @@ def render(rows: list[dict], command: str, clients: list[str]) -> str:
             lines.append(f"| {r['client']} | {sc['concurrency']} | error: {r['error'][:120]} | | | | | | | | | |")
             continue
         p = r["pairing"] if r["pairing"].get("paired") else {}
-        lines.append(f"| {r['client']} | {sc['concurrency']} | {r['completed']}/{r['requests']} "
-                     f"| {fmt(r['client_ttft_mean_ms'])} / {fmt(r['server_ttft_mean_ms'])} "
-                     f"| {fmt(r['ttft_err_mean_ms'])} / {fmt(p.get('ttft_err_p50_ms'))} / {fmt(p.get('ttft_err_p99_ms'))} "
-                     f"| {fmt(p.get('send_lag_mean_ms'))} / {fmt(p.get('send_lag_p99_ms'))} "
-                     f"| {fmt(p.get('recv_lag_mean_ms'))} / {fmt(p.get('recv_lag_p99_ms'))} "
-                     f"| {fmt(r['client_itl_mean_ms'], 3)} / {fmt(r['server_itl_mean_ms'], 3)} "
-                     f"| {fmt(r['itl_err_mean_ms'], 3)} | {fmt(p.get('itl_err_p1_ms'))} / {fmt(p.get('itl_err_p99_ms'))} "
-                     f"| {r['error_method']} | {spread(r, 2)} |")
+        lines.append(
+            f"| {r['client']} | {sc['concurrency']} | {r['completed']}/{r['requests']} "
+            f"| {fmt(r['client_ttft_mean_ms'])} / {fmt(r['server_ttft_mean_ms'])} "
+            f"| {fmt(r['ttft_err_mean_ms'])} / {fmt(p.get('ttft_err_p50_ms'))} / {fmt(p.get('ttft_err_p99_ms'))} "
+            f"| {fmt(p.get('send_lag_mean_ms'))} / {fmt(p.get('send_lag_p99_ms'))} "
+            f"| {fmt(p.get('recv_lag_mean_ms'))} / {fmt(p.get('recv_lag_p99_ms'))} "
+            f"| {fmt(r['client_itl_mean_ms'], 3)} / {fmt(r['server_itl_mean_ms'], 3)} "
+            f"| {fmt(r['itl_err_mean_ms'], 3)} | {fmt(p.get('itl_err_p1_ms'))} / {fmt(p.get('itl_err_p99_ms'))} "
+            f"| {r['error_method']} | {spread(r, 2)} |"
+        )
     epw = next((r["scenario"]["events_per_write"] for r in rows if r["scenario"]["name"] == "ingest"), 1)
-    lines += ["", f"## Ingest (ITL 0: the server writes as fast as sockets drain, {epw} SSE event(s) of 1 token per "
-              "write; OSL 256)", "",
-              "| client | C | completed | output tok/s | client CPU util | server CPU util (≥) | output tok per client CPU-s "
-              "| range over runs | client CPU measured over |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines += [
+        "",
+        f"## Ingest (ITL 0: the server writes as fast as sockets drain, {epw} SSE event(s) of 1 token per "
+        "write; OSL 256)",
+        "",
+        "| client | C | completed | output tok/s | client CPU util | server CPU util (≥) | output tok per client CPU-s "
+        "| range over runs | client CPU measured over |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for r in rows:
         sc = r["scenario"]
         if sc["name"] != "ingest":
@@ -224,43 +265,59 @@ def render(rows: list[dict], command: str, clients: list[str]) -> str:
         if "error" in r:
             lines.append(f"| {r['client']} | {sc['concurrency']} | error: {r['error'][:120]} | | | | | | |")
             continue
-        lines.append(f"| {r['client']} | {sc['concurrency']} | {r['completed']}/{r['requests']} | {fmt(r['output_tok_s'], 0)} "
-                     f"| {fmt(r['cpu_util'])} | {fmt(r['server_cpu_util'])} | {fmt(r['output_tok_per_cpu_s'], 0)} | {spread(r, 0)} "
-                     f"| {r['cpu_source']} |")
+        lines.append(
+            f"| {r['client']} | {sc['concurrency']} | {r['completed']}/{r['requests']} | {fmt(r['output_tok_s'], 0)} "
+            f"| {fmt(r['cpu_util'])} | {fmt(r['server_cpu_util'])} | {fmt(r['output_tok_per_cpu_s'], 0)} | {spread(r, 0)} "
+            f"| {r['cpu_source']} |"
+        )
     lines += ["", "## Ratios and targets", ""]
     lines += ratio_lines(rows, clients)
-    lines += ["", "Definitions. Requests are paired with the server's log entries by prompt sha256. TTFT err = "
-              "client TTFT − server TTFT (server: first token-bearing event handed to the socket − arrival of the "
-              "request's first byte, stamped on the socket's data event before any parsing) = send lag (server "
-              "arrival − client send stamp: the client's write path, the kernel and the server's event loop) + receive lag (client first-token stamp − server send: the client's read "
-              "path). vLLM stamps CLOCK_MONOTONIC like the server, and kneecap's records are seconds since the "
-              "CLOCK_MONOTONIC epoch its manifest.json states, so both splits are exact; AIPerf stamps wall-clock "
-              "time, so its split takes the fastest request's send lag as 0 (the sum is exact either way). The "
-              "server (`--warmup-requests C`) streams C requests to itself before it listens, so no client pays "
-              "for V8 compiling its hot paths. It speaks HTTP/1.1 on Node's net module rather than its http module, "
-              "whose per-request and per-write work delayed arrival stamps by milliseconds at C=256, and it "
-              "stamps a request's arrival before handling it (the handling waits for setImmediate), so a burst "
-              "of arrivals is stamped as it arrives. ITL err mean = (client streaming span − server streaming span) / (tokens − 1) "
-              "over paired requests (span = first to last token-bearing chunk); ITL err p1/p99 compare per-token "
-              "gaps (docs/metrics.md `itl_ms`: a chunk of k tokens after a gap g gives k samples of g/k) token by "
-              "token, where the client chunked the stream as the server sent it. Ingest per client core = output "
-              "tokens / client CPU-seconds (user+system)."]
+    lines += [
+        "",
+        "Definitions. Requests are paired with the server's log entries by prompt sha256. TTFT err = "
+        "client TTFT − server TTFT (server: first token-bearing event handed to the socket − arrival of the "
+        "request's first byte, stamped on the socket's data event before any parsing) = send lag (server "
+        "arrival − client send stamp: the client's write path, the kernel and the server's event loop) + receive lag (client first-token stamp − server send: the client's read "
+        "path). vLLM stamps CLOCK_MONOTONIC like the server, and kneecap's records are seconds since the "
+        "CLOCK_MONOTONIC epoch its manifest.json states, so both splits are exact; AIPerf stamps wall-clock "
+        "time, so its split takes the fastest request's send lag as 0 (the sum is exact either way). The "
+        "server (`--warmup-requests C`) streams C requests to itself before it listens, so no client pays "
+        "for V8 compiling its hot paths. It speaks HTTP/1.1 on Node's net module rather than its http module, "
+        "whose per-request and per-write work delayed arrival stamps by milliseconds at C=256, and it "
+        "stamps a request's arrival before handling it (the handling waits for setImmediate), so a burst "
+        "of arrivals is stamped as it arrives. ITL err mean = (client streaming span − server streaming span) / (tokens − 1) "
+        "over paired requests (span = first to last token-bearing chunk); ITL err p1/p99 compare per-token "
+        "gaps (docs/metrics.md `itl_ms`: a chunk of k tokens after a gap g gives k samples of g/k) token by "
+        "token, where the client chunked the stream as the server sent it. Ingest per client core = output "
+        "tokens / client CPU-seconds (user+system).",
+    ]
     return "\n".join(lines) + "\n"
 
 
 def ratio_lines(rows: list[dict], clients: list[str]) -> list[str]:
     def find(client: str, name: str, c: int) -> dict | None:
-        return next((r for r in rows if r["client"] == client and r["scenario"]["name"] == name
-                     and r["scenario"]["concurrency"] == c and "error" not in r), None)
+        return next(
+            (
+                r
+                for r in rows
+                if r["client"] == client
+                and r["scenario"]["name"] == name
+                and r["scenario"]["concurrency"] == c
+                and "error" not in r
+            ),
+            None,
+        )
 
     out = []
     for c in (256, 1024):
         k, v = find("kneecap", "ingest", c), find("vllm", "ingest", c)
         if k and v:
             ratio = k["output_tok_per_cpu_s"] / v["output_tok_per_cpu_s"]
-            out.append(f"- C={c}: kneecap ingests {ratio:.2f}x vLLM's output tokens per client CPU-second "
-                       f"({fmt(k['output_tok_per_cpu_s'], 0)} vs {fmt(v['output_tok_per_cpu_s'], 0)}); target >= 1.8x: "
-                       f"{'met' if ratio >= 1.8 else 'NOT met'}")
+            out.append(
+                f"- C={c}: kneecap ingests {ratio:.2f}x vLLM's output tokens per client CPU-second "
+                f"({fmt(k['output_tok_per_cpu_s'], 0)} vs {fmt(v['output_tok_per_cpu_s'], 0)}); target >= 1.8x: "
+                f"{'met' if ratio >= 1.8 else 'NOT met'}"
+            )
     for c in (1, 64, 256):
         for client in clients:
             r = find(client, "latency", c)
@@ -268,10 +325,15 @@ def ratio_lines(rows: list[dict], clients: list[str]) -> list[str]:
                 target = ""
                 if client == "kneecap" and c == 256:
                     target = f" (target <= 5 ms: {'met' if abs(r['ttft_err_mean_ms']) <= 5 else 'NOT met'})"
-                out.append(f"- C={c} {client}: TTFT err mean {fmt(r['ttft_err_mean_ms'])} ms{target}, "
-                           f"ITL err mean {fmt(r['itl_err_mean_ms'], 3)} ms"
-                           + (f" (target <= 0.05 ms: {'met' if abs(r['itl_err_mean_ms']) <= 0.05 else 'NOT met'})"
-                              if client == "kneecap" else ""))
+                out.append(
+                    f"- C={c} {client}: TTFT err mean {fmt(r['ttft_err_mean_ms'])} ms{target}, "
+                    f"ITL err mean {fmt(r['itl_err_mean_ms'], 3)} ms"
+                    + (
+                        f" (target <= 0.05 ms: {'met' if abs(r['itl_err_mean_ms']) <= 0.05 else 'NOT met'})"
+                        if client == "kneecap"
+                        else ""
+                    )
+                )
     return out or ["- (no pair of results to compare)"]
 
 
@@ -289,11 +351,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", default="kneecap,vllm,aiperf", help="comma list of: " + ",".join(CLIENTS))
     parser.add_argument("--quick", action="store_true", help="a quarter of the requests (a smoke run)")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="runs per (configuration, client); the table shows the median run and the range")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="runs per (configuration, client); the table shows the median run and the range",
+    )
     parser.add_argument("--only", default=None, help="run only scenarios named latency or ingest")
-    parser.add_argument("--ingest-events-per-write", type=int, default=8,
-                        help="SSE events per server write in the ingest runs (1 = one write per token)")
+    parser.add_argument(
+        "--ingest-events-per-write",
+        type=int,
+        default=8,
+        help="SSE events per server write in the ingest runs (1 = one write per token)",
+    )
     parser.add_argument("--server-cpu", type=int, default=0)
     parser.add_argument("--client-cpu", type=int, default=1)
     parser.add_argument("--out", default=str(RESULTS / "compare_clients.md"))
@@ -318,15 +388,22 @@ def main() -> int:
                 continue
             for client in clients:
                 started = time.monotonic()
-                runs = [measure(client, sc, args.server_cpu, args.client_cpu, Path(tmp) / f"run{i}")
-                        for i in range(args.repeat)]
+                runs = [
+                    measure(client, sc, args.server_cpu, args.client_cpu, Path(tmp) / f"run{i}")
+                    for i in range(args.repeat)
+                ]
                 row = pick_median(runs)
                 rows.append(row)
-                status = row.get("error") or (f"{row['output_tok_s']:,.0f} tok/s, TTFT err {row['ttft_err_mean_ms']:.2f} ms "
-                                              f"({row['error_method']}), "
-                                              f"ITL err {row['itl_err_mean_ms']:.3f} ms, cpu {row['cpu_util']:.2f}, server cpu {row['server_cpu_util']:.2f}")
-                print(f"[{sc.name} C={sc.concurrency} {client}] {status} ({time.monotonic() - started:.1f}s)",
-                      file=sys.stderr, flush=True)
+                status = row.get("error") or (
+                    f"{row['output_tok_s']:,.0f} tok/s, TTFT err {row['ttft_err_mean_ms']:.2f} ms "
+                    f"({row['error_method']}), "
+                    f"ITL err {row['itl_err_mean_ms']:.3f} ms, cpu {row['cpu_util']:.2f}, server cpu {row['server_cpu_util']:.2f}"
+                )
+                print(
+                    f"[{sc.name} C={sc.concurrency} {client}] {status} ({time.monotonic() - started:.1f}s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
     text = render(rows, command, clients)
     print(text)
     out = Path(args.out)

@@ -36,8 +36,14 @@ def run_target(target: ft.Target, cases: int, seed: int, folder: Path) -> dict:
     failures: dict[str, tuple[int, str]] = {}
     count = 0
 
-    @settings(max_examples=cases, database=None, deadline=None, derandomize=False,
-              suppress_health_check=list(HealthCheck), phases=(Phase.generate,))
+    @settings(
+        max_examples=cases,
+        database=None,
+        deadline=None,
+        derandomize=False,
+        suppress_health_check=list(HealthCheck),
+        phases=(Phase.generate,),
+    )
     @given(target.strategy)
     def body(example):
         nonlocal count
@@ -62,7 +68,7 @@ def run_target(target: ft.Target, cases: int, seed: int, folder: Path) -> dict:
     hseed(seed)(body)()
     elapsed = time.perf_counter() - t0
     found = {k: v[1] for k, v in failures.items() if not k.startswith("_count_")}
-    counts = {k[len("_count_"):]: v[0] for k, v in failures.items() if k.startswith("_count_")}
+    counts = {k[len("_count_") :]: v[0] for k, v in failures.items() if k.startswith("_count_")}
     return {"name": target.name, "cases": count, "failures": found, "counts": counts, "seconds": elapsed}
 
 

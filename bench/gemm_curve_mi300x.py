@@ -37,8 +37,11 @@ def curve(path: str) -> dict:
                 continue
             by_m[m].append(2.0 * m * n * k / (us * 1e-6) / FP8_PEAK_FLOPS)
     ms = sorted(by_m)
-    return {"m": ms, "fraction": [round(statistics.median(by_m[m]), 4) for m in ms],
-            "shapes": {str(m): len(by_m[m]) for m in ms}}
+    return {
+        "m": ms,
+        "fraction": [round(statistics.median(by_m[m]), 4) for m in ms],
+        "shapes": {str(m): len(by_m[m]) for m in ms},
+    }
 
 
 if __name__ == "__main__":

@@ -46,8 +46,11 @@ def paired_errors(client_requests: list[dict], server_rows: list[dict], clock: s
     by_sha: dict[str, dict] = {}
     for row in sorted(server_rows, key=lambda r: r["recv_ms"]):
         by_sha[row.get("prompt_sha256", "")] = row  # a repeated prompt (a ready check) keeps the latest
-    pairs = [(c, by_sha[c["sha256"]]) for c in client_requests
-             if c.get("ok") and c.get("sha256") in by_sha and by_sha[c["sha256"]]["send_ms"]]
+    pairs = [
+        (c, by_sha[c["sha256"]])
+        for c in client_requests
+        if c.get("ok") and c.get("sha256") in by_sha and by_sha[c["sha256"]]["send_ms"]
+    ]
     if not pairs:
         return {"paired": 0}
     if clock == "monotonic":  # the client stamped the server's clock
@@ -75,13 +78,20 @@ def paired_errors(client_requests: list[dict], server_rows: list[dict], clock: s
         if len(c_gaps) == len(s_gaps):  # the same chunking on both sides: compare token by token
             itl_diffs.extend(a - b for a, b in zip(c_gaps, s_gaps))
     return {
-        "paired": len(pairs), "clock": clock,
-        "ttft_err_mean_ms": mean(ttft_err), "ttft_err_p50_ms": pct(ttft_err, 50), "ttft_err_p99_ms": pct(ttft_err, 99),
+        "paired": len(pairs),
+        "clock": clock,
+        "ttft_err_mean_ms": mean(ttft_err),
+        "ttft_err_p50_ms": pct(ttft_err, 50),
+        "ttft_err_p99_ms": pct(ttft_err, 99),
         "ttft_err_max_ms": max(ttft_err),
-        "send_lag_mean_ms": mean(send_lag), "send_lag_p99_ms": pct(send_lag, 99),
-        "recv_lag_mean_ms": mean(recv_lag), "recv_lag_p99_ms": pct(recv_lag, 99),
+        "send_lag_mean_ms": mean(send_lag),
+        "send_lag_p99_ms": pct(send_lag, 99),
+        "recv_lag_mean_ms": mean(recv_lag),
+        "recv_lag_p99_ms": pct(recv_lag, 99),
         "itl_err_mean_ms": (itl_client_sum - itl_server_sum) / itl_n if itl_n else float("nan"),
-        "itl_err_p99_ms": pct(itl_diffs, 99), "itl_err_p1_ms": pct(itl_diffs, 1), "itl_tokens": itl_n,
+        "itl_err_p99_ms": pct(itl_diffs, 99),
+        "itl_err_p1_ms": pct(itl_diffs, 1),
+        "itl_tokens": itl_n,
         "itl_tokens_paired_one_to_one": len(itl_diffs),
     }
 

@@ -57,8 +57,12 @@ def _install_stubs() -> None:
         return mod
 
     module("vllm", __path__=[str(VLLM_SRC / "vllm")])  # a namespace for the unpacked sources, no __init__
-    module("vllm.benchmarks.datasets", SampleRequest=SampleRequest,
-           add_dataset_parser=lambda parser: None, get_samples=lambda *a, **k: [])
+    module(
+        "vllm.benchmarks.datasets",
+        SampleRequest=SampleRequest,
+        add_dataset_parser=lambda parser: None,
+        get_samples=lambda *a, **k: [],
+    )
     module("vllm.tokenizers", TokenizerLike=object, get_tokenizer=lambda *a, **k: None)
     module("vllm.utils", __path__=[])
     module("vllm.utils.argparse_utils", FlexibleArgumentParser=argparse.ArgumentParser)
@@ -77,8 +81,10 @@ def _sha256(prompt: str) -> str:
 
 def make_requests(num: int, isl: int, osl: int) -> list[SampleRequest]:
     """Unique prompts of `isl` whitespace words (the Node server counts words as tokens)."""
-    return [SampleRequest(prompt=" ".join([f"r{i}"] + ["w"] * (isl - 1)), prompt_len=isl, expected_output_len=osl)
-            for i in range(num)]
+    return [
+        SampleRequest(prompt=" ".join([f"r{i}"] + ["w"] * (isl - 1)), prompt_len=isl, expected_output_len=osl)
+        for i in range(num)
+    ]
 
 
 def main() -> int:
@@ -96,30 +102,62 @@ def main() -> int:
 
     requests = make_requests(args.requests, args.isl, args.osl)
     usage0 = resource.getrusage(resource.RUSAGE_SELF)
-    result = asyncio.run(serve.benchmark(
-        task_type=serve.TaskType.GENERATION, endpoint_type="openai", api_url=args.base_url + "/v1/completions",
-        base_url=args.base_url, model_id="fast-scripted", model_name="fast-scripted", tokenizer=None,
-        input_requests=requests, logprobs=None, request_rate=float("inf"), burstiness=1.0, disable_tqdm=True,
-        num_warmups=0, profile=False, selected_percentile_metrics=["ttft", "itl"], selected_percentiles=[50.0, 99.0],
-        ignore_eos=True, goodput_config_dict={}, max_concurrency=args.concurrency, lora_modules=None,
-        extra_headers=None, extra_body=None, ready_check_timeout_sec=60))
+    result = asyncio.run(
+        serve.benchmark(
+            task_type=serve.TaskType.GENERATION,
+            endpoint_type="openai",
+            api_url=args.base_url + "/v1/completions",
+            base_url=args.base_url,
+            model_id="fast-scripted",
+            model_name="fast-scripted",
+            tokenizer=None,
+            input_requests=requests,
+            logprobs=None,
+            request_rate=float("inf"),
+            burstiness=1.0,
+            disable_tqdm=True,
+            num_warmups=0,
+            profile=False,
+            selected_percentile_metrics=["ttft", "itl"],
+            selected_percentiles=[50.0, 99.0],
+            ignore_eos=True,
+            goodput_config_dict={},
+            max_concurrency=args.concurrency,
+            lora_modules=None,
+            extra_headers=None,
+            extra_body=None,
+            ready_check_timeout_sec=60,
+        )
+    )
     usage1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu_s = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
     per_request = []
-    for req, start, ttft, itl, error in zip(requests, result["start_times"], result["ttfts"], result["itls"],
-                                            result["errors"]):
+    for req, start, ttft, itl, error in zip(
+        requests, result["start_times"], result["ttfts"], result["itls"], result["errors"]
+    ):
         if not ttft or error:
             per_request.append({"sha256": _sha256(req.prompt), "ok": False})
             continue
         times = [start + ttft]
         for gap in itl:  # vLLM's ITL: one gap per SSE event carrying text (here one token each)
             times.append(times[-1] + gap)
-        per_request.append({"sha256": _sha256(req.prompt), "ok": True, "sent_s": start,
-                            "chunk_times_s": times, "chunk_tokens": [1] * len(times)})
+        per_request.append(
+            {
+                "sha256": _sha256(req.prompt),
+                "ok": True,
+                "sent_s": start,
+                "chunk_times_s": times,
+                "chunk_tokens": [1] * len(times),
+            }
+        )
     out = {
-        "client": "vllm", "concurrency": args.concurrency, "requests": args.requests,
-        "completed": result["completed"], "duration_s": result["duration"],
-        "output_tokens": result["total_output_tokens"], "cpu_s": cpu_s,
+        "client": "vllm",
+        "concurrency": args.concurrency,
+        "requests": args.requests,
+        "completed": result["completed"],
+        "duration_s": result["duration"],
+        "output_tokens": result["total_output_tokens"],
+        "cpu_s": cpu_s,
         "warmup_requests": 1,  # the ready check sends one request before the clock starts
         "clock": "monotonic",  # start_times are time.perf_counter() = CLOCK_MONOTONIC on Linux
         "ttft_ms": [t * 1000.0 for t in result["ttfts"] if t],

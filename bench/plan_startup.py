@@ -17,8 +17,20 @@ import subprocess
 import sys
 import time
 
-SEED_LINE = ["plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--context", "8192", "--mean-context", "2050",
-             "--compute-batch-cap", "128", "--json"]
+SEED_LINE = [
+    "plan",
+    "--preset",
+    "gqa-70b",
+    "--gpu",
+    "mi300x",
+    "--context",
+    "8192",
+    "--mean-context",
+    "2050",
+    "--compute-batch-cap",
+    "128",
+    "--json",
+]
 WATCH = ("numpy", "pydantic", "aiohttp", "matplotlib", "rich")
 
 
@@ -33,8 +45,9 @@ def wall_times(runs: int) -> list[float]:
 
 def import_profile() -> tuple[list[tuple[int, str]], set[str]]:
     """(cumulative microseconds, module) of top-level imports, and the watched packages that were imported."""
-    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "kneecap", *SEED_LINE], check=True,
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "kneecap", *SEED_LINE], check=True, capture_output=True, text=True
+    )
     rows, seen = [], set()
     for line in p.stderr.splitlines():
         if not line.startswith("import time:") or "|" not in line:
@@ -60,14 +73,18 @@ def main() -> int:
     args = ap.parse_args()
     times = wall_times(args.runs)
     med = statistics.median(times)
-    print(f"kneecap plan --json (the worked example), {args.runs} fresh processes: "
-          f"min {min(times):.3f} s, median {med:.3f} s, max {max(times):.3f} s (budget {args.budget_s} s)")
+    print(
+        f"kneecap plan --json (the worked example), {args.runs} fresh processes: "
+        f"min {min(times):.3f} s, median {med:.3f} s, max {max(times):.3f} s (budget {args.budget_s} s)"
+    )
     rows, seen = import_profile()
     print("slowest top-level imports (cumulative ms):")
     for us, name in rows[:8]:
         print(f"  {us / 1000:8.1f}  {name}")
-    print(f"watched packages imported: {', '.join(sorted(seen)) or 'none'}"
-          + ("  (pydantic: loaded by typer's own parameter coercion)" if "pydantic" in seen else ""))
+    print(
+        f"watched packages imported: {', '.join(sorted(seen)) or 'none'}"
+        + ("  (pydantic: loaded by typer's own parameter coercion)" if "pydantic" in seen else "")
+    )
     return 0 if med <= args.budget_s else 1
 
 

@@ -31,8 +31,18 @@ CASES = (
     ("qwen3-30b-a3b", "rate", 10.0, 1000, 500, "ttft_p99_ms=1500,tpot_p99_ms=40"),
     ("deepseek-v3", "rate", 2.0, 2000, 300, "ttft_p99_ms=3000,tpot_p99_ms=60"),
 )
-COUNTS = ("evaluated", "pruned", "infeasible", "over_gpu_limit", "skipped_by_bound", "simulated", "not_simulated", "sized",
-          "disaggregated_tried", "disaggregated_bounded_out")
+COUNTS = (
+    "evaluated",
+    "pruned",
+    "infeasible",
+    "over_gpu_limit",
+    "skipped_by_bound",
+    "simulated",
+    "not_simulated",
+    "sized",
+    "disaggregated_tried",
+    "disaggregated_bounded_out",
+)
 
 
 def cpu_s() -> float:
@@ -66,29 +76,63 @@ def main() -> int:
         same = stripped(doc) == stripped(one)
         b = doc["best"]
         dis = b["disaggregated"]
-        rows.append((model, f"{kind} {load:g}", isl, osl, slo, *[doc[k] for k in COUNTS], f"{wall:.1f}", f"{cpu:.1f}",
-                     f"{wall_one:.1f}", f"{cpu_one:.1f}", f"{load_before:.1f}",
-                     "yes" if same else "NO",
-                     (f"{dis['prefill_replicas']}P+{dis['decode_replicas']}D" if dis else f"{b['replicas']}")
-                     + f" x {b['gpus_per_replica']} {b['gpu']} tp{b['tp']} pp{b['pp']} ep{b['ep']}{' DP-attention' if b['dp_attention'] else ''} "
-                     f"{b['weight_dtype']}/{b['kv_dtype']} "
-                     f"seqs {b['max_num_seqs']} tokens {b['max_num_batched_tokens']}, ${b['cost_per_hour']:.2f}/h"))
+        rows.append(
+            (
+                model,
+                f"{kind} {load:g}",
+                isl,
+                osl,
+                slo,
+                *[doc[k] for k in COUNTS],
+                f"{wall:.1f}",
+                f"{cpu:.1f}",
+                f"{wall_one:.1f}",
+                f"{cpu_one:.1f}",
+                f"{load_before:.1f}",
+                "yes" if same else "NO",
+                (f"{dis['prefill_replicas']}P+{dis['decode_replicas']}D" if dis else f"{b['replicas']}")
+                + f" x {b['gpus_per_replica']} {b['gpu']} tp{b['tp']} pp{b['pp']} ep{b['ep']}{' DP-attention' if b['dp_attention'] else ''} "
+                f"{b['weight_dtype']}/{b['kv_dtype']} "
+                f"seqs {b['max_num_seqs']} tokens {b['max_num_batched_tokens']}, ${b['cost_per_hour']:.2f}/h",
+            )
+        )
         ok &= same and wall <= args.budget_s and doc["evaluated"] >= 1000
         print(rows[-1], flush=True)
-    head = ("model", "load", "ISL", "OSL", "SLO", *COUNTS, f"wall s ({args.workers} workers)", "CPU s", "wall s (1 worker)", "CPU s (1 worker)",
-            "load average before",
-            "same answer", "best")
-    lines = ["# kneecap recommend: search speed", "",
-             f"`python bench/recommend_speed.py --workers {args.workers}` on {os.cpu_count()} cores "
-             f"({platform.processor() or platform.machine()}, Python {platform.python_version()}), shared with other work. "
-             "Every priced GPU of kneecap/data/prices.json, the default grid; `evaluated` counts every candidate planned and "
-             "bounded, `simulated` those whose one-replica maximum was searched in the simulated engine, `sized` those "
-             "then checked at the stated load with longer levels. CPU s: user + system seconds of the search and its worker "
-             "processes; the load average (1 minute, before each case) shows how much of the 2 cores other work took at the time.", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    head = (
+        "model",
+        "load",
+        "ISL",
+        "OSL",
+        "SLO",
+        *COUNTS,
+        f"wall s ({args.workers} workers)",
+        "CPU s",
+        "wall s (1 worker)",
+        "CPU s (1 worker)",
+        "load average before",
+        "same answer",
+        "best",
+    )
+    lines = [
+        "# kneecap recommend: search speed",
+        "",
+        f"`python bench/recommend_speed.py --workers {args.workers}` on {os.cpu_count()} cores "
+        f"({platform.processor() or platform.machine()}, Python {platform.python_version()}), shared with other work. "
+        "Every priced GPU of kneecap/data/prices.json, the default grid; `evaluated` counts every candidate planned and "
+        "bounded, `simulated` those whose one-replica maximum was searched in the simulated engine, `sized` those "
+        "then checked at the stated load with longer levels. CPU s: user + system seconds of the search and its worker "
+        "processes; the load average (1 minute, before each case) shows how much of the 2 cores other work took at the time.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
     lines += ["| " + " | ".join(str(x) for x in r) + " |" for r in rows]
-    lines += ["", f"Target (>= 1,000 candidates in <= {args.budget_s:g} s with {args.workers} workers, the same answer with 1): "
-              + ("met" if ok else "NOT met"), ""]
+    lines += [
+        "",
+        f"Target (>= 1,000 candidates in <= {args.budget_s:g} s with {args.workers} workers, the same answer with 1): "
+        + ("met" if ok else "NOT met"),
+        "",
+    ]
     with open(args.out, "w") as fh:
         fh.write("\n".join(lines))
     print("\n".join(lines))

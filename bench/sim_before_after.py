@@ -26,11 +26,41 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CASES = {
     # the long-context case: 120,000-token prompts on Llama-3.1-405B, 8x H200, fp8 weights and KV, TensorRT-LLM defaults
-    "long": ["--model", "llama-3.1-405b", "--gpu", "h200", "--tp", "8", "--weight-dtype", "fp8", "--kv-dtype", "fp8",
-             "--isl", "120000", "--osl", "2048", "--concurrency", "max", "--engine-defaults", "trtllm"],
+    "long": [
+        "--model",
+        "llama-3.1-405b",
+        "--gpu",
+        "h200",
+        "--tp",
+        "8",
+        "--weight-dtype",
+        "fp8",
+        "--kv-dtype",
+        "fp8",
+        "--isl",
+        "120000",
+        "--osl",
+        "2048",
+        "--concurrency",
+        "max",
+        "--engine-defaults",
+        "trtllm",
+    ],
     # the decode-heavy case: 1000 in / 1000 out at C=256 on Llama-3.1-70B, 8x H100
-    "decode": ["--preset", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "8", "--isl", "1000", "--osl", "1000",
-               "--concurrency", "256"],
+    "decode": [
+        "--preset",
+        "llama-3.1-70b",
+        "--gpu",
+        "h100-sxm",
+        "--tp",
+        "8",
+        "--isl",
+        "1000",
+        "--osl",
+        "1000",
+        "--concurrency",
+        "256",
+    ],
 }
 DEFAULT_REQUESTS = {"long": 1000, "decode": 10000}
 
@@ -48,15 +78,22 @@ def _run(src: Path, args: list[str], out: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(src))
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "kneecap", "simulate", *args, "--no-report", "--quiet",
-                             "--out", str(out)], env=env, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kneecap", "simulate", *args, "--no-report", "--quiet", "--out", str(out)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
     _, status, rusage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     if status != 0:
         raise SystemExit(f"kneecap simulate failed under {src} (status {status})")
-    return {"wall_s": round(wall, 2), "cpu_s": round(rusage.ru_utime + rusage.ru_stime, 2),
-            "peak_rss_mb": round(rusage.ru_maxrss / 1024), "load_1min_before": round(load, 2),
-            "load_1min_after": round(os.getloadavg()[0], 2)}
+    return {
+        "wall_s": round(wall, 2),
+        "cpu_s": round(rusage.ru_utime + rusage.ru_stime, 2),
+        "peak_rss_mb": round(rusage.ru_maxrss / 1024),
+        "load_1min_before": round(load, 2),
+        "load_1min_after": round(os.getloadavg()[0], 2),
+    }
 
 
 def main() -> None:
@@ -80,13 +117,23 @@ def main() -> None:
                 row = {"run": i + 1, "code": label, **_run(src, args, outs[label])}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-            same = {f: filecmp.cmp(outs["before"] / f, outs["after"] / f, shallow=False)
-                    for f in ("requests.jsonl", "summary.json")}
+            same = {
+                f: filecmp.cmp(outs["before"] / f, outs["after"] / f, shallow=False)
+                for f in ("requests.jsonl", "summary.json")
+            }
             print(json.dumps({"run": i + 1, "byte_identical": same}), flush=True)
             if not all(same.values()):
                 raise SystemExit("the outputs differ")
-    print(json.dumps({"command": "kneecap simulate " + " ".join(args) + " --no-report --quiet --out DIR",
-                      "before": a.before, "runs": rows}, indent=1))
+    print(
+        json.dumps(
+            {
+                "command": "kneecap simulate " + " ".join(args) + " --no-report --quiet --out DIR",
+                "before": a.before,
+                "runs": rows,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -35,17 +35,48 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VIDUR_PY = ROOT / ".peers" / "vidur-venv" / "bin" / "python"
 RESULTS = ROOT / "results"
-CASE = ["--preset", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "8", "--isl", "1000", "--osl", "1000",
-        "--concurrency", "256", "--requests", "10000", "--no-report", "--quiet"]
+CASE = [
+    "--preset",
+    "llama-3.1-70b",
+    "--gpu",
+    "h100-sxm",
+    "--tp",
+    "8",
+    "--isl",
+    "1000",
+    "--osl",
+    "1000",
+    "--concurrency",
+    "256",
+    "--requests",
+    "10000",
+    "--no-report",
+    "--quiet",
+]
 
 
 def machine() -> dict:
     import numpy
 
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
-    return {"cpu": model, "cores": os.cpu_count(), "python": sys.version.split()[0], "numpy": numpy.__version__,
-            "platform": platform.platform()}
+    model = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            platform.processor(),
+        )
+        if Path("/proc/cpuinfo").exists()
+        else ""
+    )
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "numpy": numpy.__version__,
+        "platform": platform.platform(),
+    }
 
 
 def child_env() -> dict:
@@ -69,17 +100,29 @@ def run_cli(extra: list[str], case: list[str] = CASE) -> dict:
         err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
         proc.stderr.close()
         code = os.waitstatus_to_exitcode(status)
-        row = {"extra_flags": extra, "exit": code, "wall_s": round(wall, 3), "user_s": round(usage.ru_utime, 3),
-               "sys_s": round(usage.ru_stime, 3), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
-               "load_avg_1min_before": round(load, 2)}
+        row = {
+            "extra_flags": extra,
+            "exit": code,
+            "wall_s": round(wall, 3),
+            "user_s": round(usage.ru_utime, 3),
+            "sys_s": round(usage.ru_stime, 3),
+            "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+            "load_avg_1min_before": round(load, 2),
+        }
         if code != 0:
             row["error"] = err.strip().splitlines()[-1] if err.strip() else f"exit {code}"
             return row
         summary = json.loads((out / "summary.json").read_text())
         level = summary["levels"][0]
-        row.update({"requests_jsonl_mb": round((out / "requests.jsonl").stat().st_size / 1e6, 2),
-                    "engine_steps": level["server_metrics"]["num_steps"], "completed": level["completed"],
-                    "output_tok_s": round(level["output_tok_s"], 1), "itl_samples": level["itl_ms"]["n"]})
+        row.update(
+            {
+                "requests_jsonl_mb": round((out / "requests.jsonl").stat().st_size / 1e6, 2),
+                "engine_steps": level["server_metrics"]["num_steps"],
+                "completed": level["completed"],
+                "output_tok_s": round(level["output_tok_s"], 1),
+                "itl_samples": level["itl_ms"]["n"],
+            }
+        )
         return row
 
 
@@ -96,8 +139,9 @@ def phases(fast_path: bool = True) -> dict:
     plan, _ = plan_deployment(DeploymentRequest(preset="llama-3.1-70b", gpu="h100-sxm", tp=8))
     sim = from_plan(plan)
     t1 = time.process_time()
-    res = simulate_level(sim, Workload.fixed(1000, 1000), LevelSpec(concurrency=256, num_requests=10_000),
-                         fast_path=fast_path)
+    res = simulate_level(
+        sim, Workload.fixed(1000, 1000), LevelSpec(concurrency=256, num_requests=10_000), fast_path=fast_path
+    )
     t2 = time.process_time()
     level = summarize_level(res.records, concurrency=256)
     t3 = time.process_time()
@@ -107,11 +151,18 @@ def phases(fast_path: bool = True) -> dict:
                 writer.write(r)
         (Path(tmp) / "summary.json").write_text(json.dumps(level, sort_keys=True))
     t4 = time.process_time()
-    return {"fast_path": fast_path, "plan_s": round(t1 - t0, 3), "simulate_s": round(t2 - t1, 3),
-            "summarize_s": round(t3 - t2, 3), "write_s": round(t4 - t3, 3),
-            "engine_steps": res.server_metrics["num_steps"], "virtual_s": round(res.end_s, 3),
-            "output_tok_s": round(level["output_tok_s"], 1), "ttft_p50_ms": round(level["ttft_ms"]["p50"], 2),
-            "tpot_p50_ms": round(level["tpot_ms"]["p50"], 3)}
+    return {
+        "fast_path": fast_path,
+        "plan_s": round(t1 - t0, 3),
+        "simulate_s": round(t2 - t1, 3),
+        "summarize_s": round(t3 - t2, 3),
+        "write_s": round(t4 - t3, 3),
+        "engine_steps": res.server_metrics["num_steps"],
+        "virtual_s": round(res.end_s, 3),
+        "output_tok_s": round(level["output_tok_s"], 1),
+        "ttft_p50_ms": round(level["ttft_ms"]["p50"], 2),
+        "tpot_p50_ms": round(level["tpot_ms"]["p50"], 3),
+    }
 
 
 def deployment_70b_h100x8():
@@ -146,8 +197,9 @@ def kneecap_on_trace(trace) -> dict:
     while k < len(trace) or engine.has_work:
         while k < len(trace) and trace[k][0] <= t:
             at, isl, osl = trace[k]
-            engine.add_request(RequestSpec(index=k, request_id=f"t{k}", class_name="trace", input_tokens=isl,
-                                           output_tokens=osl), at)
+            engine.add_request(
+                RequestSpec(index=k, request_id=f"t{k}", class_name="trace", input_tokens=isl, output_tokens=osl), at
+            )
             k += 1
         if not engine.has_work:
             t = trace[k][0]
@@ -157,8 +209,13 @@ def kneecap_on_trace(trace) -> dict:
         records.extend(out.finished)
     wall = time.perf_counter() - t0
     level = summarize_level(records, rate=None, concurrency=None)
-    return {"wall_s": round(wall, 3), "output_tok_s": level["output_tok_s"], "ttft_p50_ms": level["ttft_ms"]["p50"],
-            "tpot_p50_ms": level["tpot_ms"]["p50"], "e2e_p50_ms": level["e2e_ms"]["p50"]}
+    return {
+        "wall_s": round(wall, 3),
+        "output_tok_s": level["output_tok_s"],
+        "ttft_p50_ms": level["ttft_ms"]["p50"],
+        "tpot_p50_ms": level["tpot_ms"]["p50"],
+        "e2e_p50_ms": level["e2e_ms"]["p50"],
+    }
 
 
 def vidur_on_trace(trace, workdir: Path) -> dict:
@@ -168,49 +225,89 @@ def vidur_on_trace(trace, workdir: Path) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
     csv = workdir / "trace.csv"
     # Vidur's trace_replay format (vidur/request_generator/trace_replay_request_generator.py)
-    csv.write_text("Date,Time,PromptTokenCount,CompletionTokenCount\n" +
-                   "".join(f"2023-08-21,{a},{p},{o}\n" for a, p, o in trace))
-    cmd = [str(VIDUR_PY), "-m", "vidur.main", "--replica_config_model_name", "meta-llama/Llama-3-70B",
-           "--replica_config_device", "h100", "--replica_config_tensor_parallel_size", "8",
-           "--request_generator_config_type", "trace_replay", "--trace_request_generator_config_trace_file", str(csv),
-           "--trace_request_generator_config_prefill_scale_factor", "1", "--trace_request_generator_config_decode_scale_factor", "1",
-           "--trace_request_generator_config_time_scale_factor", "1", "--trace_request_generator_config_max_tokens", "4096",
-           "--replica_scheduler_config_type", "vllm", "--vllm_scheduler_config_batch_size_cap", "256",
-           "--vllm_scheduler_config_max_tokens_in_batch", "8192"]
+    csv.write_text(
+        "Date,Time,PromptTokenCount,CompletionTokenCount\n" + "".join(f"2023-08-21,{a},{p},{o}\n" for a, p, o in trace)
+    )
+    cmd = [
+        str(VIDUR_PY),
+        "-m",
+        "vidur.main",
+        "--replica_config_model_name",
+        "meta-llama/Llama-3-70B",
+        "--replica_config_device",
+        "h100",
+        "--replica_config_tensor_parallel_size",
+        "8",
+        "--request_generator_config_type",
+        "trace_replay",
+        "--trace_request_generator_config_trace_file",
+        str(csv),
+        "--trace_request_generator_config_prefill_scale_factor",
+        "1",
+        "--trace_request_generator_config_decode_scale_factor",
+        "1",
+        "--trace_request_generator_config_time_scale_factor",
+        "1",
+        "--trace_request_generator_config_max_tokens",
+        "4096",
+        "--replica_scheduler_config_type",
+        "vllm",
+        "--vllm_scheduler_config_batch_size_cap",
+        "256",
+        "--vllm_scheduler_config_max_tokens_in_batch",
+        "8192",
+    ]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip() and not ln.startswith(" ")]
         return {"error": lines[-1] if lines else f"exit {proc.returncode}", "wall_s": round(wall, 3), "command": cmd}
-    return {"wall_s": round(wall, 3), "output_dir": str(workdir),
-            "note": "read Vidur's request_metrics.csv under its simulator_output folder for the latency ratios"}
+    return {
+        "wall_s": round(wall, 3),
+        "output_dir": str(workdir),
+        "note": "read Vidur's request_metrics.csv under its simulator_output folder for the latency ratios",
+    }
 
 
 def markdown(doc: dict) -> str:
     m = doc["machine"]
-    lines = ["# Simulator speed: 10,000 requests of 1000 in / 1000 out at C=256, Llama-3.1-70B on 8x H100 (TP8)", "",
-             f"Written by `{doc.get('script_command') or 'python bench/sim_speed.py --write'}` (the numbers below are that run's; bench/results/sim_speed.json",
-             "has them all). The command, with the CLI's defaults:", "", "```",
-             "kneecap simulate " + " ".join(CASE) + " --out DIR", "```", "",
-             f"Machine: {m['cpu']}, {m['cores']} cores (shared with other work while this ran), Python {m['python']},",
-             f"numpy {m['numpy']}. Load average (1 min) {doc['load_avg_before']} before, {doc['load_avg_after']} after.",
-             "Python's bytecode cache is on, and one small untimed run goes first so that the timed runs find",
-             "kneecap's modules compiled, as a user's second run does.", "",
-             "| run | flags | wall s | CPU s (user + sys) | peak RSS MB | requests.jsonl MB | engine steps |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "# Simulator speed: 10,000 requests of 1000 in / 1000 out at C=256, Llama-3.1-70B on 8x H100 (TP8)",
+        "",
+        f"Written by `{doc.get('script_command') or 'python bench/sim_speed.py --write'}` (the numbers below are that run's; bench/results/sim_speed.json",
+        "has them all). The command, with the CLI's defaults:",
+        "",
+        "```",
+        "kneecap simulate " + " ".join(CASE) + " --out DIR",
+        "```",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores (shared with other work while this ran), Python {m['python']},",
+        f"numpy {m['numpy']}. Load average (1 min) {doc['load_avg_before']} before, {doc['load_avg_after']} after.",
+        "Python's bytecode cache is on, and one small untimed run goes first so that the timed runs find",
+        "kneecap's modules compiled, as a user's second run does.",
+        "",
+        "| run | flags | wall s | CPU s (user + sys) | peak RSS MB | requests.jsonl MB | engine steps |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
     for i, r in enumerate(doc["runs"], 1):
         if r.get("exit"):
             lines.append(f"| {i} | {' '.join(r['extra_flags']) or '(defaults)'} | failed: {r.get('error')} | | | | |")
             continue
-        lines.append(f"| {i} | {' '.join(r['extra_flags']) or '(defaults)'} | {r['wall_s']:.2f} | "
-                     f"{r['user_s'] + r['sys_s']:.2f} | {r['peak_rss_mb']:.0f} | {r['requests_jsonl_mb']:.1f} | "
-                     f"{r['engine_steps']:,} |")
+        lines.append(
+            f"| {i} | {' '.join(r['extra_flags']) or '(defaults)'} | {r['wall_s']:.2f} | "
+            f"{r['user_s'] + r['sys_s']:.2f} | {r['peak_rss_mb']:.0f} | {r['requests_jsonl_mb']:.1f} | "
+            f"{r['engine_steps']:,} |"
+        )
     p = doc["phases"]
-    lines += ["", "Where the time goes (the same level in one process, CPU seconds): "
-              f"planning {p['plan_s']}, simulating {p['simulate_s']}, summarising {p['summarize_s']}, "
-              f"writing requests.jsonl and summary.json {p['write_s']}; the rest of a run is starting Python and "
-              "importing kneecap.", ""]
+    lines += [
+        "",
+        "Where the time goes (the same level in one process, CPU seconds): "
+        f"planning {p['plan_s']}, simulating {p['simulate_s']}, summarising {p['summarize_s']}, "
+        f"writing requests.jsonl and summary.json {p['write_s']}; the rest of a run is starting Python and "
+        "importing kneecap.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -222,12 +319,15 @@ def main() -> int:
     ap.add_argument("--vidur", action="store_true", help="compare with Vidur on a shared 1,000-request trace")
     ap.add_argument("--write", action="store_true", help="write bench/results/sim_speed.json and .md")
     args = ap.parse_args()
-    out = {"machine": machine(), "command": ["kneecap", "simulate", *CASE],
-           "script_command": " ".join(["python", "bench/sim_speed.py", *sys.argv[1:]]),
-           "bytecode_cache": "on (PYTHONDONTWRITEBYTECODE removed from the children's environment)",
-           # one small run first, untimed, so that the timed ones find kneecap's modules compiled
-           "warmup": run_cli([], [*CASE[:CASE.index("--requests")], "--requests", "10", "--no-report", "--quiet"]),
-           "load_avg_before": round(os.getloadavg()[0], 2)}
+    out = {
+        "machine": machine(),
+        "command": ["kneecap", "simulate", *CASE],
+        "script_command": " ".join(["python", "bench/sim_speed.py", *sys.argv[1:]]),
+        "bytecode_cache": "on (PYTHONDONTWRITEBYTECODE removed from the children's environment)",
+        # one small run first, untimed, so that the timed ones find kneecap's modules compiled
+        "warmup": run_cli([], [*CASE[: CASE.index("--requests")], "--requests", "10", "--no-report", "--quiet"]),
+        "load_avg_before": round(os.getloadavg()[0], 2),
+    }
     out["runs"] = [run_cli([]) for _ in range(max(1, args.repeats))]
     if args.token_times:
         out["runs"].append(run_cli(["--token-times"]))
@@ -238,7 +338,14 @@ def main() -> int:
         trace = shared_trace(1000, 4.0, 1000, 1000)
         mine = kneecap_on_trace(trace)
         theirs = vidur_on_trace(trace, ROOT / ".peers" / "vidur-run")
-        out["shared_trace"] = {"requests": 1000, "rate": 4.0, "isl": 1000, "osl": 1000, "kneecap": mine, "vidur": theirs}
+        out["shared_trace"] = {
+            "requests": 1000,
+            "rate": 4.0,
+            "isl": 1000,
+            "osl": 1000,
+            "kneecap": mine,
+            "vidur": theirs,
+        }
         if "error" not in theirs:
             out["shared_trace"]["speed_ratio_vidur_over_kneecap"] = round(theirs["wall_s"] / mine["wall_s"], 2)
     out["load_avg_after"] = round(os.getloadavg()[0], 2)

@@ -39,8 +39,11 @@ MIB = 1024 * 1024
 def start_node(ttft_ms: float, itl_ms: float, log_dir: Path) -> tuple[subprocess.Popen, str]:
     out = log_dir / "fast_server.stdout"
     with open(out, "wb") as fh:
-        proc = subprocess.Popen(["node", str(HERE / "fast_server.js"), "--port", "0", "--ttft-ms", str(ttft_ms),
-                                 "--itl-ms", str(itl_ms)], stdout=fh, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            ["node", str(HERE / "fast_server.js"), "--port", "0", "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms)],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
     return proc, _wait_listening(proc, out)
 
 
@@ -52,8 +55,12 @@ def start_kneecap_serve(serve_args: str, log_dir: Path) -> tuple[subprocess.Pope
 
     out = log_dir / "serve.stdout"
     with open(out, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "kneecap", "serve", *shlex.split(serve_args), "--host", "127.0.0.1",
-                                 "--port", "0"], stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kneecap", "serve", *shlex.split(serve_args), "--host", "127.0.0.1", "--port", "0"],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         found = re.search(r"listening on (http://\S+)", out.read_text(errors="replace"))
@@ -122,9 +129,14 @@ def rss_growth(samples: list[tuple[float, int]], warm_s: float = 10.0) -> dict:
     start = max(warm_s, 0.1 * t_end)
     early = [rss for t, rss in samples if start <= t <= start + max(5.0, 0.1 * t_end)]
     if not early:
-        return {"samples": len(samples), "growth_bytes": None, "slope_bytes_per_min": None,
-                "max_bytes": max(r for _, r in samples), "note": f"run shorter than the {warm_s} s warm-up"}
-    late = [rss for _, rss in samples[-max(3, len(samples) // 10):]]
+        return {
+            "samples": len(samples),
+            "growth_bytes": None,
+            "slope_bytes_per_min": None,
+            "max_bytes": max(r for _, r in samples),
+            "note": f"run shorter than the {warm_s} s warm-up",
+        }
+    late = [rss for _, rss in samples[-max(3, len(samples) // 10) :]]
     steady = [(t, rss) for t, rss in samples if t >= start]
     slope = None
     if len(steady) >= 3:
@@ -132,9 +144,14 @@ def rss_growth(samples: list[tuple[float, int]], warm_s: float = 10.0) -> dict:
         mean_r = statistics.fmean(r for _, r in steady)
         var = sum((t - mean_t) ** 2 for t, _ in steady)
         slope = (sum((t - mean_t) * (r - mean_r) for t, r in steady) / var * 60.0) if var else 0.0
-    return {"samples": len(samples), "early_peak_bytes": max(early), "final_median_bytes": int(statistics.median(late)),
-            "max_bytes": max(r for _, r in samples), "growth_bytes": int(statistics.median(late)) - max(early),
-            "slope_bytes_per_min": slope}
+    return {
+        "samples": len(samples),
+        "early_peak_bytes": max(early),
+        "final_median_bytes": int(statistics.median(late)),
+        "max_bytes": max(r for _, r in samples),
+        "growth_bytes": int(statistics.median(late)) - max(early),
+        "slope_bytes_per_min": slope,
+    }
 
 
 def run_soak(args: argparse.Namespace, url: str, out_dir: Path) -> dict:
@@ -142,10 +159,29 @@ def run_soak(args: argparse.Namespace, url: str, out_dir: Path) -> dict:
 
     duration_s = args.minutes * 60.0
     before = server_stats(url)
-    cmd = [sys.executable, "-m", "kneecap", "bench", "--base-url", url, "--concurrency", str(args.concurrency),
-           *(["--model", args.model] if args.model else []),
-           "--duration", str(duration_s), "--isl", str(args.isl), "--osl", str(args.osl), "--warmup", "0",
-           "--out", str(out_dir / "run"), "--quiet", "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kneecap",
+        "bench",
+        "--base-url",
+        url,
+        "--concurrency",
+        str(args.concurrency),
+        *(["--model", args.model] if args.model else []),
+        "--duration",
+        str(duration_s),
+        "--isl",
+        str(args.isl),
+        "--osl",
+        str(args.osl),
+        "--warmup",
+        "0",
+        "--out",
+        str(out_dir / "run"),
+        "--quiet",
+        "--json",
+    ]
     if not args.keepalive:
         cmd.append("--no-keepalive")
     stderr_path = out_dir / "bench.stderr"
@@ -184,17 +220,27 @@ def run_soak(args: argparse.Namespace, url: str, out_dir: Path) -> dict:
     if server_seen is not None:  # the keep-alive probe's and the prompt check's requests reach the server first
         server_seen -= (probe.get("requests_sent") or 0) + (prompts.get("check_requests") or 0)
     report = {
-        "url": url, "concurrency": args.concurrency, "duration_s": duration_s, "wall_s": wall_s,
-        "exit_code": proc.returncode, "stderr_tail": stderr_path.read_text(errors="replace")[-500:],
-        "records": len(records), "records_ok": sum(1 for r in records if r.ok),
-        "summary_requests": counted, "server_requests": server_seen,
+        "url": url,
+        "concurrency": args.concurrency,
+        "duration_s": duration_s,
+        "wall_s": wall_s,
+        "exit_code": proc.returncode,
+        "stderr_tail": stderr_path.read_text(errors="replace")[-500:],
+        "records": len(records),
+        "records_ok": sum(1 for r in records if r.ok),
+        "summary_requests": counted,
+        "server_requests": server_seen,
         "lost_vs_summary": counted - len(records) if summary else None,
         "lost_vs_server": server_seen - len(records) if server_seen is not None else None,
-        "errors": errors, "error_count": sum(errors.values()),
-        "output_tok_s": level.get("output_tok_s"), "suspect": level.get("suspect"),
+        "errors": errors,
+        "error_count": sum(errors.values()),
+        "output_tok_s": level.get("output_tok_s"),
+        "suspect": level.get("suspect"),
         "rss": rss_growth(samples, args.warm_s),
     }
-    (out_dir / "rss.jsonl").write_text("".join(json.dumps({"t_s": round(t, 3), "rss_bytes": r}) + "\n" for t, r in samples))
+    (out_dir / "rss.jsonl").write_text(
+        "".join(json.dumps({"t_s": round(t, 3), "rss_bytes": r}) + "\n" for t, r in samples)
+    )
     return report
 
 
@@ -227,9 +273,12 @@ def render(report: dict, problems: list[str], command: str) -> str:
         return "—" if value is None else f"{value / MIB:.1f}"
 
     lines = [
-        f"# kneecap soak: C={report['concurrency']} for {report['duration_s'] / 60:.1f} min", "",
-        f"Command: `{command}`", "",
-        "| measure | value |", "|---|---|",
+        f"# kneecap soak: C={report['concurrency']} for {report['duration_s'] / 60:.1f} min",
+        "",
+        f"Command: `{command}`",
+        "",
+        "| measure | value |",
+        "|---|---|",
         f"| target | {report['url']} |",
         f"| records written (ok) | {report['records']} ({report['records_ok']}) |",
         f"| requests counted by the summary / seen by the server | {report['summary_requests']} / "
@@ -242,7 +291,8 @@ def render(report: dict, problems: list[str], command: str) -> str:
         f"{mib(rss.get('final_median_bytes'))} |",
         f"| RSS growth (MiB) / max (MiB) | {mib(rss.get('growth_bytes'))} / {mib(rss.get('max_bytes'))} |",
         f"| RSS slope after the early window (MiB/min) | {mib(rss.get('slope_bytes_per_min'))} |",
-        "", "Verdict: " + ("PASS" if not problems else "FAIL — " + "; ".join(problems)),
+        "",
+        "Verdict: " + ("PASS" if not problems else "FAIL — " + "; ".join(problems)),
     ]
     return "\n".join(lines) + "\n"
 
@@ -251,12 +301,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--url", help="an OpenAI-compatible server already running")
-    where.add_argument("--target", choices=("node", "serve"), default="node",
-                       help="start bench/fast_server.js (default) or `kneecap serve`")
-    parser.add_argument("--model", default=None, help="model name to request (default: fast-scripted for the Node "
-                        "server, else the server's first model)")
-    parser.add_argument("--serve-args", default="--preset llama-3.1-8b --gpu h100-sxm",
-                        help="flags for `kneecap serve` with --target serve")
+    where.add_argument(
+        "--target",
+        choices=("node", "serve"),
+        default="node",
+        help="start bench/fast_server.js (default) or `kneecap serve`",
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="model name to request (default: fast-scripted for the Node server, else the server's first model)",
+    )
+    parser.add_argument(
+        "--serve-args",
+        default="--preset llama-3.1-8b --gpu h100-sxm",
+        help="flags for `kneecap serve` with --target serve",
+    )
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--short", action="store_true", help="30 seconds (the CI version)")
     parser.add_argument("--concurrency", type=int, default=256)
@@ -266,8 +326,12 @@ def main() -> int:
     parser.add_argument("--itl-ms", type=float, default=10.0, help="fast_server.js's scripted ITL")
     parser.add_argument("--no-keepalive", dest="keepalive", action="store_false")
     parser.add_argument("--max-rss-growth-mib", type=float, default=64.0)
-    parser.add_argument("--max-rss-mib", type=float, default=1024.0,
-                        help="peak RSS allowed at any moment (e.g. while the level's summary is computed)")
+    parser.add_argument(
+        "--max-rss-mib",
+        type=float,
+        default=1024.0,
+        help="peak RSS allowed at any moment (e.g. while the level's summary is computed)",
+    )
     parser.add_argument("--sample-s", type=float, default=1.0)
     parser.add_argument("--warm-s", type=float, default=10.0, help="RSS growth is measured from after this warm-up")
     parser.add_argument("--grace-s", type=float, default=120.0, help="time allowed past the duration before SIGKILL")

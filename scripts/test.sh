@@ -16,6 +16,10 @@ fi
 # the layers of docs/architecture.md (import-linter, .importlinter): no import from a lower layer to a higher
 # one, no import cycles, lazy imports included
 .venv/bin/lint-imports --no-cache --no-logo
+# lint and format (ruff; settings in pyproject.toml [tool.ruff], 120 columns): a file the formatter would change, or
+# a lint error, fails the run; `ruff format . && ruff check --fix .` mends most of it
+.venv/bin/ruff format --check --quiet .
+.venv/bin/ruff check --quiet .
 # a real vLLM (CPU build) for tests/vllm, in a cached venv (scripts/vllm.sh); under CI=true a failed
 # install fails the run, elsewhere those tests skip. An executable KNEECAP_VLLM_PYTHON already set is kept.
 if [ -z "${KNEECAP_VLLM_PYTHON:-}" ] || [ ! -x "${KNEECAP_VLLM_PYTHON}" ]; then

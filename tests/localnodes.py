@@ -89,12 +89,32 @@ class LocalNodes:
     def _node_args(self, taken: set[int]) -> list[str]:
         om, nm, agent, agent_grpc, rt_env, metrics = free_ports(6, taken)
         low, high = free_range(WORKER_PORTS, taken)
-        return ["--node-ip-address", "127.0.0.1", "--num-cpus", str(self.cpus_per_node), "--block",
-                "--object-manager-port", str(om), "--node-manager-port", str(nm),
-                "--min-worker-port", str(low), "--max-worker-port", str(high),
-                "--dashboard-agent-listen-port", str(agent), "--dashboard-agent-grpc-port", str(agent_grpc),
-                "--runtime-env-agent-port", str(rt_env), "--metrics-export-port", str(metrics),
-                "--object-store-memory", str(OBJECT_STORE_BYTES), "--disable-usage-stats"]
+        return [
+            "--node-ip-address",
+            "127.0.0.1",
+            "--num-cpus",
+            str(self.cpus_per_node),
+            "--block",
+            "--object-manager-port",
+            str(om),
+            "--node-manager-port",
+            str(nm),
+            "--min-worker-port",
+            str(low),
+            "--max-worker-port",
+            str(high),
+            "--dashboard-agent-listen-port",
+            str(agent),
+            "--dashboard-agent-grpc-port",
+            str(agent_grpc),
+            "--runtime-env-agent-port",
+            str(rt_env),
+            "--metrics-export-port",
+            str(metrics),
+            "--object-store-memory",
+            str(OBJECT_STORE_BYTES),
+            "--disable-usage-stats",
+        ]
 
     def _spawn(self, args: list[str], name: str, head: bool) -> Node:
         log = self.temp_dir / f"{name}.log"
@@ -104,8 +124,14 @@ class LocalNodes:
         env.pop("RAY_ADDRESS", None)
         with open(log, "wb") as fh:
             pin = ["taskset", "-c", self.cpu_list] if self.cpu_list else []
-            proc = subprocess.Popen([*pin, self.ray_bin(), "start", *args], stdout=fh, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+            proc = subprocess.Popen(
+                [*pin, self.ray_bin(), "start", *args],
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
         node = Node(proc, log, head)
         self.nodes.append(node)
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -123,8 +149,19 @@ class LocalNodes:
             self._own_temp = True
         taken: set[int] = set()
         (port,) = free_ports(1, taken)
-        self._spawn(["--head", "--port", str(port), "--include-dashboard=false", "--temp-dir", str(self.temp_dir),
-                     *self._node_args(taken)], "head", True)
+        self._spawn(
+            [
+                "--head",
+                "--port",
+                str(port),
+                "--include-dashboard=false",
+                "--temp-dir",
+                str(self.temp_dir),
+                *self._node_args(taken),
+            ],
+            "head",
+            True,
+        )
         self.address = f"127.0.0.1:{port}"
         for i in range(1, self.num_nodes):
             self._spawn(["--address", self.address, *self._node_args(taken)], f"node{i}", False)

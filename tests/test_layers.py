@@ -35,8 +35,11 @@ def test_the_documented_layers_are_the_enforced_ones():
 
 def test_every_package_module_is_on_a_floor():
     placed = set().union(*contract_layers())
-    top = {p.stem if p.is_file() else p.name for p in (ROOT / "src" / "kneecap").iterdir()
-           if (p.suffix == ".py" and p.stem != "__init__") or (p.is_dir() and (p / "__init__.py").exists())}
+    top = {
+        p.stem if p.is_file() else p.name
+        for p in (ROOT / "src" / "kneecap").iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p.is_dir() and (p / "__init__.py").exists())
+    }
     assert top <= placed, f"not on any floor of .importlinter: {sorted(top - placed)}"
 
 

@@ -14,12 +14,15 @@ from kneecap.units import fmt_over
 from tests.clitools import run_cli
 
 
-@pytest.mark.parametrize("value,limit,text", [
-    (300.04, 300, "300.04 > 300"),
-    (300.0000001, 300, "300.0000001 > 300"),
-    (812.4, 500, "812.4 > 500"),
-    (0.0100001, 0.01, "0.0100001 > 0.01"),
-])
+@pytest.mark.parametrize(
+    "value,limit,text",
+    [
+        (300.04, 300, "300.04 > 300"),
+        (300.0000001, 300, "300.0000001 > 300"),
+        (812.4, 500, "812.4 > 500"),
+        (0.0100001, 0.01, "0.0100001 > 0.01"),
+    ],
+)
 def test_over_text_never_reads_equal(value, limit, text):
     assert fmt_over(value, limit) == text
 
@@ -56,8 +59,20 @@ def test_replay_rates_print_with_four_significant_digits(tmp_path):
     from pathlib import Path
 
     trace = Path(__file__).parent / "workload" / "data" / "mooncake_conversation_head.jsonl"
-    r = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--replay", str(trace),
-                "--replay-speed", "1,2.5", "--out", str(tmp_path / "r"), "--no-report")
+    r = run_cli(
+        "simulate",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--replay",
+        str(trace),
+        "--replay-speed",
+        "1,2.5",
+        "--out",
+        str(tmp_path / "r"),
+        "--no-report",
+    )
     assert r.code == 0, r.stderr
     import re
 

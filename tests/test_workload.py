@@ -8,8 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kneecap.errors import KneecapError
-from kneecap.workload import (LengthDist, RequestClass, Workload, arrival_offsets, concurrency_levels,
-                              make_requests)
+from kneecap.workload import LengthDist, RequestClass, Workload, arrival_offsets, concurrency_levels, make_requests
 
 
 def test_make_requests_is_deterministic_and_exact_for_fixed_lengths():
@@ -29,7 +28,9 @@ def test_class_mix_follows_weights():
 
 
 def test_shared_prefix_groups():
-    cls = RequestClass(input=LengthDist.fixed(100), output=LengthDist.fixed(5), shared_prefix_tokens=64, num_prefix_groups=2)
+    cls = RequestClass(
+        input=LengthDist.fixed(100), output=LengthDist.fixed(5), shared_prefix_tokens=64, num_prefix_groups=2
+    )
     specs = make_requests(Workload(classes=(cls,)), 200, seed=0)
     assert {s.prefix_group for s in specs} == {0, 1}
     assert {s.prefix_tokens for s in specs} == {64}

@@ -63,13 +63,22 @@ from kneecap.errors import KneecapError
 DEFAULT_FIT = ("mfu", "bw_efficiency", "overhead_s")
 # The compared statistic of each metric (summary.json's `levels[]`): means of TTFT and TPOT, the median ITL,
 # throughput. (level field, summary key, statistic or None for a scalar)
-STATISTICS = {"ttft_ms": ("ttft_ms", "mean"), "tpot_ms": ("tpot_ms", "mean"), "itl_ms": ("itl_ms", "p50"),
-              "output_tok_s": ("output_tok_s", None)}
+STATISTICS = {
+    "ttft_ms": ("ttft_ms", "mean"),
+    "tpot_ms": ("tpot_ms", "mean"),
+    "itl_ms": ("itl_ms", "p50"),
+    "output_tok_s": ("output_tok_s", None),
+}
 METRICS = tuple(STATISTICS)
 # bounds of each fitted factor (the solver's bounds, in log space): the rate scales reach above 1.0, since the GPU
 # measured may be faster than the catalog's achievable figure as well as slower (sim/steptime.py FACTOR_MAX)
-BOUNDS = {"mfu": (0.01, 4.0), "bw_efficiency": (0.02, 4.0), "link_efficiency": (0.02, 4.0),
-          "overhead_s": (1e-5, 0.5), "allreduce_base_latency_s": (1e-7, 1e-3)}
+BOUNDS = {
+    "mfu": (0.01, 4.0),
+    "bw_efficiency": (0.02, 4.0),
+    "link_efficiency": (0.02, 4.0),
+    "overhead_s": (1e-5, 0.5),
+    "allreduce_base_latency_s": (1e-7, 1e-3),
+}
 START_MARGIN = 0.05  # the fit starts at least this far (in log space, ~5%) inside its bounds, never on one
 MAX_SIM_REQUESTS = 4096  # requests simulated per level per evaluation (bounded cost)
 COARSE_STEP = 0.03  # forward-difference step in log-parameter space of the first round (3%)
@@ -109,11 +118,15 @@ class MeasuredLevel:
             if value is None and name == "itl_ms":
                 continue
             if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
-                raise KneecapError(f"measured level {self.load}: {name} must be a positive number, got {value!r}",
-                                   "calibrate on levels whose requests completed with more than one output token")
+                raise KneecapError(
+                    f"measured level {self.load}: {name} must be a positive number, got {value!r}",
+                    "calibrate on levels whose requests completed with more than one output token",
+                )
         if self.isl < 1 or self.osl < 2:
-            raise KneecapError(f"measured level {self.load}: needs isl >= 1 and osl >= 2 (TPOT), got {self.isl}/{self.osl}",
-                               "calibrate on a sweep with --osl 2 or more")
+            raise KneecapError(
+                f"measured level {self.load}: needs isl >= 1 and osl >= 2 (TPOT), got {self.isl}/{self.osl}",
+                "calibrate on a sweep with --osl 2 or more",
+            )
 
     @property
     def load(self) -> str:
@@ -150,17 +163,34 @@ def levels_from_summary(summary: dict, *, isl: int | None = None, osl: int | Non
         level_isl = isl or round((lv.get("input_tokens") or 0) / done) or (summary.get("workload") or {}).get("isl")
         level_osl = osl or round((lv.get("output_tokens") or 0) / done) or (summary.get("workload") or {}).get("osl")
         if not level_isl or not level_osl:
-            raise KneecapError(f"level {load_c or load_r}: input/output token counts are missing",
-                               "pass --isl and --osl as the sweep used them")
+            raise KneecapError(
+                f"level {load_c or load_r}: input/output token counts are missing",
+                "pass --isl and --osl as the sweep used them",
+            )
         sent = lv.get("requests") or done
-        out.append(MeasuredLevel(concurrency=load_c, rate=None if load_c is not None else load_r, isl=int(level_isl),
-                                 osl=int(level_osl), num_requests=int(sent), ttft_ms=float(ttft), tpot_ms=float(tpot),
-                                 output_tok_s=float(tput), itl_ms=None if not itl else float(itl), warmup=int(lv.get("warmup_excluded") or 0),
-                                 index=int(lv.get("level", position)), seed=int(sweep.get("seed") or summary.get("seed") or 0),
-                                 duration_s=sweep.get("duration_s"), burstiness=float(sweep.get("burstiness") or 1.0)))
+        out.append(
+            MeasuredLevel(
+                concurrency=load_c,
+                rate=None if load_c is not None else load_r,
+                isl=int(level_isl),
+                osl=int(level_osl),
+                num_requests=int(sent),
+                ttft_ms=float(ttft),
+                tpot_ms=float(tpot),
+                output_tok_s=float(tput),
+                itl_ms=None if not itl else float(itl),
+                warmup=int(lv.get("warmup_excluded") or 0),
+                index=int(lv.get("level", position)),
+                seed=int(sweep.get("seed") or summary.get("seed") or 0),
+                duration_s=sweep.get("duration_s"),
+                burstiness=float(sweep.get("burstiness") or 1.0),
+            )
+        )
     if not out:
-        raise KneecapError("the summary has no completed level with TTFT, TPOT and throughput whose client kept to "
-                           "its schedule", "calibrate on a sweep whose levels completed requests, sent on time")
+        raise KneecapError(
+            "the summary has no completed level with TTFT, TPOT and throughput whose client kept to its schedule",
+            "calibrate on a sweep whose levels completed requests, sent on time",
+        )
     return out
 
 
@@ -179,9 +209,16 @@ def replay_levels(target, params, levels: list[MeasuredLevel]) -> list[dict]:
     from kneecap.sweep.runner import STATUS_INTERRUPTED, Sweep, SweepState
 
     def sweep_options(lv: MeasuredLevel) -> SimulateOptions:  # what the levels of a measured sweep share
-        return SimulateOptions(kind="concurrency" if lv.concurrency is not None else "rate", levels=(), isl=lv.isl,
-                               osl=lv.osl, warmup=lv.warmup, seed=lv.seed, burstiness=lv.burstiness,
-                               duration_s=lv.duration_s)
+        return SimulateOptions(
+            kind="concurrency" if lv.concurrency is not None else "rate",
+            levels=(),
+            isl=lv.isl,
+            osl=lv.osl,
+            warmup=lv.warmup,
+            seed=lv.seed,
+            burstiness=lv.burstiness,
+            duration_s=lv.duration_s,
+        )
 
     sim = target.with_step_params(params)
     out = []
@@ -190,15 +227,30 @@ def replay_levels(target, params, levels: list[MeasuredLevel]) -> list[dict]:
         values = tuple(lv.concurrency if lv.concurrency is not None else lv.rate for lv in group)
         opts = replace(opts, levels=values)
         records = MemoryRecords()
-        sweep = Sweep(opts, state=SweepState(), driver=VirtualTimeDriver(sim, opts), write_record=records.write,
-                      sweep_levels=[SweepLevel(index=lv.index, value=value, num_warmup=lv.warmup,
-                                               num_requests=None if lv.duration_s is not None else
-                                               min(lv.num_requests, MAX_SIM_REQUESTS),
-                                               first_index=lv.index * LEVEL_INDEX_STRIDE)
-                                    for lv, value in zip(group, values)],
-                      persist=lambda summary: None, progress=SilentProgress(), slo=None, records_file=records,
-                      stop_limits=StopLimits(max_error_rate=1.0), summarize_fn=summarize_level, sync=lambda: None,
-                      summary_fields=lambda: dict(kind="simulate", model_executed=False, benchmark_executed=False))
+        sweep = Sweep(
+            opts,
+            state=SweepState(),
+            driver=VirtualTimeDriver(sim, opts),
+            write_record=records.write,
+            sweep_levels=[
+                SweepLevel(
+                    index=lv.index,
+                    value=value,
+                    num_warmup=lv.warmup,
+                    num_requests=None if lv.duration_s is not None else min(lv.num_requests, MAX_SIM_REQUESTS),
+                    first_index=lv.index * LEVEL_INDEX_STRIDE,
+                )
+                for lv, value in zip(group, values)
+            ],
+            persist=lambda summary: None,
+            progress=SilentProgress(),
+            slo=None,
+            records_file=records,
+            stop_limits=StopLimits(max_error_rate=1.0),
+            summarize_fn=summarize_level,
+            sync=lambda: None,
+            summary_fields=lambda: dict(kind="simulate", model_executed=False, benchmark_executed=False),
+        )
         if sweep.run()["status"] == STATUS_INTERRUPTED:
             raise KeyboardInterrupt
         out += sweep.state.levels
@@ -252,11 +304,19 @@ class CalibrationResult:
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"kind": "calibration", "step_time": self.params.to_dict(), "fitted": list(self.fitted),
-                "initial": self.initial, "rms_log_error": round(self.rms_log_error, 6),
-                "initial_rms_log_error": round(self.initial_rms_log_error, 6), "iterations": self.iterations,
-                "evaluations": self.evaluations, "condition": round(self.condition, 1), "warnings": self.warnings,
-                "levels": self.levels}
+        return {
+            "kind": "calibration",
+            "step_time": self.params.to_dict(),
+            "fitted": list(self.fitted),
+            "initial": self.initial,
+            "rms_log_error": round(self.rms_log_error, 6),
+            "initial_rms_log_error": round(self.initial_rms_log_error, 6),
+            "iterations": self.iterations,
+            "evaluations": self.evaluations,
+            "condition": round(self.condition, 1),
+            "warnings": self.warnings,
+            "levels": self.levels,
+        }
 
 
 def level_table(levels: list[MeasuredLevel], predicted: list[dict], weights=None) -> list[dict]:
@@ -266,10 +326,18 @@ def level_table(levels: list[MeasuredLevel], predicted: list[dict], weights=None
     k = 0  # index of the level's first residual (a metric the level does not carry has none)
     for level, pred in zip(levels, predicted):
         meas = {m: getattr(level, m) for m in METRICS}
-        row = {"concurrency": level.concurrency, "rate": level.rate, "isl": level.isl, "osl": level.osl,
-               "measured": meas, "predicted": {m: None if pred[m] is None else round(pred[m], 4) for m in METRICS},
-               "error_pct": {m: None if not pred[m] or meas[m] is None else round(100.0 * (pred[m] - meas[m]) / meas[m], 2)
-                             for m in METRICS}}
+        row = {
+            "concurrency": level.concurrency,
+            "rate": level.rate,
+            "isl": level.isl,
+            "osl": level.osl,
+            "measured": meas,
+            "predicted": {m: None if pred[m] is None else round(pred[m], 4) for m in METRICS},
+            "error_pct": {
+                m: None if not pred[m] or meas[m] is None else round(100.0 * (pred[m] - meas[m]) / meas[m], 2)
+                for m in METRICS
+            },
+        }
         compared = [m for m in METRICS if meas[m] is not None]
         if weights is not None:
             row["weight"] = {m: round(float(weights[k + j]), 4) for j, m in enumerate(compared)}
@@ -295,13 +363,22 @@ def unidentified_warning(condition: float, weakest: dict) -> list[str]:
         return []
     names = [n for n, v in sorted(weakest.items(), key=lambda kv: -abs(kv[1])) if abs(v) >= WEAK_COMPONENT]
     what = " and ".join(names) if len(names) > 1 else f"{names[0]} from the others" if names else "the factors"
-    return [f"this sweep cannot separate {what} (condition number {condition:.3g} of the fit): their fitted values "
-            "trade off against each other and may be far from the engine's; add levels at other loads (a "
-            "concurrency 1 level and one that fills the batch) and calibrate again"]
+    return [
+        f"this sweep cannot separate {what} (condition number {condition:.3g} of the fit): their fitted values "
+        "trade off against each other and may be far from the engine's; add levels at other loads (a "
+        "concurrency 1 level and one that fills the batch) and calibrate again"
+    ]
 
 
-def calibrate(target, levels: list[MeasuredLevel], *, fit: tuple[str, ...] = DEFAULT_FIT, start=None,
-              max_iterations: int = 25, weights: dict | None = None) -> CalibrationResult:
+def calibrate(
+    target,
+    levels: list[MeasuredLevel],
+    *,
+    fit: tuple[str, ...] = DEFAULT_FIT,
+    start=None,
+    max_iterations: int = 25,
+    weights: dict | None = None,
+) -> CalibrationResult:
     """Fit `fit` (StepTimeParams field names) from `start` (default: target.step_params) to the measured levels.
     `weights`: a weight per compared metric (default 1 each); `max_iterations`: least-squares
     evaluations per round."""
@@ -361,8 +438,15 @@ def calibrate(target, levels: list[MeasuredLevel], *, fit: tuple[str, ...] = DEF
         return wt / wt.max()
 
     def solve(f, x, step: float):
-        sol = least_squares(f, x, jac=lambda x: jacobian(f, x, step), bounds=(lo, hi), method="trf",
-                            x_scale=1.0, max_nfev=max(1, max_iterations))
+        sol = least_squares(
+            f,
+            x,
+            jac=lambda x: jacobian(f, x, step),
+            bounds=(lo, hi),
+            method="trf",
+            x_scale=1.0,
+            max_nfev=max(1, max_iterations),
+        )
         return sol.x, int(sol.njev or 0)
 
     initial_rms = math.sqrt(float(np.mean(residuals(x) ** 2)))
@@ -374,6 +458,7 @@ def calibrate(target, levels: list[MeasuredLevel], *, fit: tuple[str, ...] = DEF
         iterations += n
         if float(np.max(np.abs(x - x_before))) < SETTLED:
             break
+
     # the rounds minimise the weighted residuals; of every point they evaluated, keep the one whose unweighted rms
     # (the reported figure, every statistic counted) is lowest: a jump the weights hid can sit between the last
     # point and the constants that replay the sweep best
@@ -385,8 +470,15 @@ def calibrate(target, levels: list[MeasuredLevel], *, fit: tuple[str, ...] = DEF
         x = np.asarray(best, dtype=float)
     params = params_at(x)
     condition, weakest = identifiability(jacobian(lambda x: wt * residuals(x), x, FINE_STEP), fit)
-    return CalibrationResult(condition=condition, warnings=unidentified_warning(condition, weakest),
-                             params=params, fitted=tuple(fit), initial={n: getattr(start, n) for n in fit},
-                             rms_log_error=math.sqrt(float(np.mean(residuals(x) ** 2))),
-                             initial_rms_log_error=initial_rms, iterations=iterations, evaluations=len(cache),
-                             levels=level_table(levels, predicted(x), wt))
+    return CalibrationResult(
+        condition=condition,
+        warnings=unidentified_warning(condition, weakest),
+        params=params,
+        fitted=tuple(fit),
+        initial={n: getattr(start, n) for n in fit},
+        rms_log_error=math.sqrt(float(np.mean(residuals(x) ** 2))),
+        initial_rms_log_error=initial_rms,
+        iterations=iterations,
+        evaluations=len(cache),
+        levels=level_table(levels, predicted(x), wt),
+    )

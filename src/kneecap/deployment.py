@@ -44,22 +44,31 @@ class Deployment:
         for name in ("tp", "pp", "block_size", "ep"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
-                raise KneecapError(f"--{name.replace('_', '-')} must be a whole number >= 1, got {value!r}",
-                                   f"pass e.g. --{name.replace('_', '-')} 1")
-        for flag, asked, drop in ((f"--ep {self.ep}", self.ep > 1, "--ep"),
-                                  ("--dp-attention", self.dp_attention, "--dp-attention")):
+                raise KneecapError(
+                    f"--{name.replace('_', '-')} must be a whole number >= 1, got {value!r}",
+                    f"pass e.g. --{name.replace('_', '-')} 1",
+                )
+        for flag, asked, drop in (
+            (f"--ep {self.ep}", self.ep > 1, "--ep"),
+            ("--dp-attention", self.dp_attention, "--dp-attention"),
+        ):
             if asked and not self.model.is_moe:
-                raise KneecapError(f"{flag} needs a mixture-of-experts model; {self.model.name} is dense",
-                                   f"drop {drop}")
+                raise KneecapError(
+                    f"{flag} needs a mixture-of-experts model; {self.model.name} is dense", f"drop {drop}"
+                )
         if not (0 < self.mem_util <= 1):
             raise KneecapError(f"--mem-util must be in (0, 1], got {self.mem_util!r}", "pass e.g. --mem-util 0.9")
         if not (0 <= self.frag_fraction < 1):
             raise KneecapError(f"--frag must be in [0, 1), got {self.frag_fraction!r}", "pass e.g. --frag 0.05")
         if self.overhead_bytes < 0:
-            raise KneecapError(f"--overhead-gib must be >= 0, got {self.overhead_bytes / GiB!r}", "pass e.g. --overhead-gib 4")
+            raise KneecapError(
+                f"--overhead-gib must be >= 0, got {self.overhead_bytes / GiB!r}", "pass e.g. --overhead-gib 4"
+            )
         if self.pp > self.model.num_hidden_layers:
-            raise KneecapError(f"--pp {self.pp} exceeds the model's {self.model.num_hidden_layers} layers",
-                               f"use --pp <= {self.model.num_hidden_layers}")
+            raise KneecapError(
+                f"--pp {self.pp} exceeds the model's {self.model.num_hidden_layers} layers",
+                f"use --pp <= {self.model.num_hidden_layers}",
+            )
 
     @property
     def num_gpus(self) -> int:

@@ -22,4 +22,3 @@ class KneecapError(Exception):
         if self.hint:
             text += f" — {self.hint}"
         return " ".join(text.split())  # guarantee a single line
-

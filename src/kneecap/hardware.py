@@ -44,23 +44,33 @@ class Gpu:
             return self.device_bytes if self.device_bytes is not None else self.datasheet_bytes
         if which == "framework":
             return self.framework_bytes if self.framework_bytes is not None else self.memory_bytes("device")
-        raise KneecapError(f"unknown HBM accounting {which!r}", "use --hbm datasheet, device, framework or a byte count")
+        raise KneecapError(
+            f"unknown HBM accounting {which!r}", "use --hbm datasheet, device, framework or a byte count"
+        )
 
     def __post_init__(self) -> None:
         if not isinstance(self.datasheet_bytes, int) or self.datasheet_bytes <= 0:
-            raise KneecapError(f"GPU {self.name!r}: datasheet_bytes must be a positive integer, got {self.datasheet_bytes!r}",
-                               "fix the entry in kneecap/data/gpus.json")
+            raise KneecapError(
+                f"GPU {self.name!r}: datasheet_bytes must be a positive integer, got {self.datasheet_bytes!r}",
+                "fix the entry in kneecap/data/gpus.json",
+            )
         for name in ("device_bytes", "framework_bytes"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
-                raise KneecapError(f"GPU {self.name!r}: {name} must be a positive integer or null, got {value!r}",
-                                   "fix the entry in kneecap/data/gpus.json")
+                raise KneecapError(
+                    f"GPU {self.name!r}: {name} must be a positive integer or null, got {value!r}",
+                    "fix the entry in kneecap/data/gpus.json",
+                )
         for name in ("hbm_bandwidth_bytes_s", "bf16_flops", "interconnect_bytes_s"):
             if not getattr(self, name) or getattr(self, name) <= 0:
-                raise KneecapError(f"GPU {self.name!r}: {name} must be positive", "fix the entry in kneecap/data/gpus.json")
+                raise KneecapError(
+                    f"GPU {self.name!r}: {name} must be positive", "fix the entry in kneecap/data/gpus.json"
+                )
         if self.interconnect not in INTERCONNECTS:
-            raise KneecapError(f"GPU {self.name!r}: unknown interconnect {self.interconnect!r}",
-                               f"use one of {', '.join(INTERCONNECTS)}")
+            raise KneecapError(
+                f"GPU {self.name!r}: unknown interconnect {self.interconnect!r}",
+                f"use one of {', '.join(INTERCONNECTS)}",
+            )
 
     @classmethod
     def from_dict(cls, entry: dict) -> "Gpu":
@@ -81,7 +91,7 @@ def _normalize(name: str) -> str:
     key = "-".join(name.strip().lower().replace("_", " ").replace("-", " ").split())
     for prefix in ("nvidia-", "amd-", "instinct-", "geforce-"):
         if key.startswith(prefix):
-            key = key[len(prefix):]
+            key = key[len(prefix) :]
     return key
 
 

@@ -43,9 +43,17 @@ class LevelOptions(Protocol):
 
 def sweep_levels(opts: LevelOptions, verdicts: dict | None = None) -> list[SweepLevel]:
     """Every level in the order given, with request budgets and sweep-unique request indices."""
-    return [SweepLevel(index=i, value=value, num_requests=opts.requests_for(value), num_warmup=opts.warmup,
-                      first_index=i * LEVEL_INDEX_STRIDE, verdict=(verdicts or {}).get(value))
-            for i, value in enumerate(opts.levels)]
+    return [
+        SweepLevel(
+            index=i,
+            value=value,
+            num_requests=opts.requests_for(value),
+            num_warmup=opts.warmup,
+            first_index=i * LEVEL_INDEX_STRIDE,
+            verdict=(verdicts or {}).get(value),
+        )
+        for i, value in enumerate(opts.levels)
+    ]
 
 
 @dataclass
@@ -71,8 +79,17 @@ class LevelDriver(Protocol):
 SOURCES = ("simulator", "prometheus", "usage", "none")  # usage: only what the responses' usage said (cached tokens)
 
 
-def server_metrics(source: str, *, preemptions=None, kv_usage_max=None, kv_usage_mean=None, running_max=None,
-                   waiting_max=None, prefix_cache_hit_rate=None, **detail) -> dict:
+def server_metrics(
+    source: str,
+    *,
+    preemptions=None,
+    kv_usage_max=None,
+    kv_usage_mean=None,
+    running_max=None,
+    waiting_max=None,
+    prefix_cache_hit_rate=None,
+    **detail,
+) -> dict:
     """The one per-level server_metrics shape, whatever measured it: counts as ints, usage and hit rate as
     fractions 0..1, None where the source cannot tell; `source` "simulator" | "prometheus" | "usage" | "none".
     `detail`: further keys a source knows (kept beside the contract's, never instead of them)."""
@@ -85,7 +102,13 @@ def server_metrics(source: str, *, preemptions=None, kv_usage_max=None, kv_usage
     def fraction(v):
         return None if v is None else round(min(1.0, max(0.0, float(v))), 6)
 
-    return {**detail, "preemptions": count(preemptions), "kv_usage_max": fraction(kv_usage_max),
-            "kv_usage_mean": fraction(kv_usage_mean), "running_max": count(running_max),
-            "waiting_max": count(waiting_max), "prefix_cache_hit_rate": fraction(prefix_cache_hit_rate),
-            "source": source}
+    return {
+        **detail,
+        "preemptions": count(preemptions),
+        "kv_usage_max": fraction(kv_usage_max),
+        "kv_usage_mean": fraction(kv_usage_mean),
+        "running_max": count(running_max),
+        "waiting_max": count(waiting_max),
+        "prefix_cache_hit_rate": fraction(prefix_cache_hit_rate),
+        "source": source,
+    }

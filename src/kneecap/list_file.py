@@ -10,15 +10,19 @@ from pathlib import Path
 from kneecap.errors import KneecapError
 
 
-def read_list_file(path: str | Path, flag: str, key: str | None, what: str, hint: str, *, mappings: bool = False) -> list:
+def read_list_file(
+    path: str | Path, flag: str, key: str | None, what: str, hint: str, *, mappings: bool = False
+) -> list:
     """The non-empty list in `path` (given as `flag`), bare or under `key`; `what` names its items in errors.
     With `mappings`, every item must be a mapping."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise KneecapError(f"cannot read {flag} file {path}: {getattr(exc, 'strerror', None) or exc}",
-                           f"pass an existing YAML or JSON file of {what}, saved as UTF-8") from None
+        raise KneecapError(
+            f"cannot read {flag} file {path}: {getattr(exc, 'strerror', None) or exc}",
+            f"pass an existing YAML or JSON file of {what}, saved as UTF-8",
+        ) from None
     try:
         if p.suffix.lower() == ".json":
             data = json.loads(text)

@@ -130,7 +130,7 @@ class StepRuns:
         ends = self.timeline.ends
         out: list[float] = []
         for first, n in self.runs:
-            out.extend(ends[first:first + n])
+            out.extend(ends[first : first + n])
         return out
 
 

@@ -29,8 +29,22 @@ KINDS = ("bench", "simulate", "run")
 CELL_RECORDS_DIR = "records"  # `kneecap run`: one records file per cell, beside its trace and a discarded attempt
 _CELL_RECORDS = re.compile(r"cell-\d{4,}\.jsonl")
 REDACTED = "<redacted>"
-LEVEL_REQUIRED_KEYS = ("requests", "completed", "failed", "duration_s", "output_tok_s", "input_tok_s",
-                       "total_tok_s", "request_s", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "errors")
+LEVEL_REQUIRED_KEYS = (
+    "requests",
+    "completed",
+    "failed",
+    "duration_s",
+    "output_tok_s",
+    "input_tok_s",
+    "total_tok_s",
+    "request_s",
+    "ttft_ms",
+    "itl_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "errors",
+)
+
 
 def cell_records_name(index: int, part: str | None = None) -> str:
     """'records/cell-0003.jsonl' (a run's cell records, relative to its folder); part 'trace' or 'discarded'
@@ -56,12 +70,16 @@ _SECRET_PARTS = ("key", "token", "secret", "passw", "auth", "credential", "beare
 _NOT_SECRET_PARTS = ("tokens", "tokenizer")
 _REFERENCE_WORDS = ("env", "file", "path", "var")
 _VALUE_PATTERNS = (
-    (re.compile(r"(?i)\b(authorization|proxy-authorization|x-api-key|api-key|cookie)(\s*[:=]\s*)(.+)"),
-     lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}"),
+    (
+        re.compile(r"(?i)\b(authorization|proxy-authorization|x-api-key|api-key|cookie)(\s*[:=]\s*)(.+)"),
+        lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}",
+    ),
     (re.compile(r"(?i)\bbearer\s+\S+"), lambda m: f"Bearer {REDACTED}"),
     (re.compile(r"(?i)(://[^/\s:@]+:)[^/\s@]+@"), lambda m: f"{m.group(1)}{REDACTED}@"),  # user:pass@host
-    (re.compile(r"(?i)([?&][^=&\s]*(?:key|token|secret|passw|auth|sig)[^=&\s]*=)[^&\s]+"),
-     lambda m: f"{m.group(1)}{REDACTED}"),  # ?api_key=...
+    (
+        re.compile(r"(?i)([?&][^=&\s]*(?:key|token|secret|passw|auth|sig)[^=&\s]*=)[^&\s]+"),
+        lambda m: f"{m.group(1)}{REDACTED}",
+    ),  # ?api_key=...
     (re.compile(r"\b(?:sk|hf|ghp|gho|xox[abp])[-_][A-Za-z0-9_-]{8,}"), lambda m: REDACTED),  # well-known key prefixes
 )
 
@@ -116,8 +134,10 @@ def redact_value(value: Any) -> Any:
     """Redact a JSON-like value: string values of secret-named dict keys are replaced (numbers,
     booleans and None are kept: they are settings, not credentials); all strings are scrubbed."""
     if isinstance(value, Mapping):
-        return {k: (REDACTED if is_secret_name(str(k)) and isinstance(v, str) and v else redact_value(v))
-                for k, v in value.items()}
+        return {
+            k: (REDACTED if is_secret_name(str(k)) and isinstance(v, str) and v else redact_value(v))
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
         return [redact_value(v) for v in value]
     if isinstance(value, str):
@@ -126,6 +146,7 @@ def redact_value(value: Any) -> Any:
 
 
 # --- environment -----------------------------------------------------------------------------------
+
 
 def _cpu_model() -> str | None:
     with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
@@ -141,8 +162,12 @@ def _gpus() -> list[dict] | None:
     if not exe:
         return None
     try:
-        proc = subprocess.run([exe, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=10)
+        proc = subprocess.run(
+            [exe, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if proc.returncode != 0:
@@ -183,9 +208,18 @@ def environment() -> dict:
 
 # --- summary ---------------------------------------------------------------------------------------
 
-def build_summary(kind: str, levels: Sequence[Mapping], knee: Mapping | None, stopped: Mapping | None, *,
-                  model_executed: bool, benchmark_executed: bool, manifest: Mapping | str | None = MANIFEST_FILE,
-                  **extra) -> dict:
+
+def build_summary(
+    kind: str,
+    levels: Sequence[Mapping],
+    knee: Mapping | None,
+    stopped: Mapping | None,
+    *,
+    model_executed: bool,
+    benchmark_executed: bool,
+    manifest: Mapping | str | None = MANIFEST_FILE,
+    **extra,
+) -> dict:
     """The summary.json document: {kind, levels, knee, stopped, manifest, model_executed,
     benchmark_executed, ...extra}.
 
@@ -218,11 +252,13 @@ def _dumps(doc: Any) -> bytes:
     import orjson
 
     try:
-        return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
-                            | orjson.OPT_NON_STR_KEYS) + b"\n"
+        return (
+            orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS) + b"\n"
+        )
     except TypeError as exc:
-        raise KneecapError(f"summary is not JSON-serialisable ({exc})",
-                           "pass plain numbers, strings, lists and dicts") from None
+        raise KneecapError(
+            f"summary is not JSON-serialisable ({exc})", "pass plain numbers, strings, lists and dicts"
+        ) from None
 
 
 class ResultsDir:
@@ -231,13 +267,16 @@ class ResultsDir:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         if self.path.exists() and not self.path.is_dir():
-            raise KneecapError(f"results path {self.path} exists and is not a folder",
-                               "pass --out a folder path (it is created if missing)")
+            raise KneecapError(
+                f"results path {self.path} exists and is not a folder",
+                "pass --out a folder path (it is created if missing)",
+            )
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise KneecapError(f"cannot create results folder {self.path}: {exc.strerror}",
-                               "pass --out a writable folder") from None
+            raise KneecapError(
+                f"cannot create results folder {self.path}: {exc.strerror}", "pass --out a writable folder"
+            ) from None
         self.records_path = self.path / RECORDS_FILE
         self.summary_path = self.path / SUMMARY_FILE
         self.manifest_path = self.path / MANIFEST_FILE
@@ -256,8 +295,9 @@ class ResultsDir:
         try:
             return orjson.loads(target.read_bytes())
         except orjson.JSONDecodeError as exc:
-            raise KneecapError(f"{target} is not valid JSON ({exc})",
-                               f"delete it to start over, or recompute it from {RECORDS_FILE}") from None
+            raise KneecapError(
+                f"{target} is not valid JSON ({exc})", f"delete it to start over, or recompute it from {RECORDS_FILE}"
+            ) from None
 
     def write_summary(self, summary: Mapping) -> None:
         """Replace summary.json atomically (call after every level)."""

@@ -45,38 +45,69 @@ METRICS: dict[str, tuple[str, str, str | None, float]] = {
 # Published engine -> the simulated scheduler and KV pool it is run with. Stated in docs/validation.md.
 ENGINES: dict[str, str] = {
     "vllm": "kneecap's vLLM defaults for the GPU (max_num_seqs / max_num_batched_tokens by GPU memory, chunked "
-            "prefill, prefix caching) and vLLM's own KV-pool model (`--engine vllm`, gpu_memory_utilization 0.9 "
-            "unless the point states one); a point whose engine is vLLM V0 (releases before 0.8) runs with V0's profile "
-            "(max_num_seqs 256, 4 ms of CPU per step between steps), and one from 0.14 on with its default asynchronous scheduling "
-            "(the next step's CPU work overlaps the GPU's)",
+    "prefill, prefix caching) and vLLM's own KV-pool model (`--engine vllm`, gpu_memory_utilization 0.9 "
+    "unless the point states one); a point whose engine is vLLM V0 (releases before 0.8) runs with V0's profile "
+    "(max_num_seqs 256, 4 ms of CPU per step between steps), and one from 0.14 on with its default asynchronous scheduling "
+    "(the next step's CPU work overlaps the GPU's)",
     "sglang": "kneecap's SGLang defaults (chunked_prefill_size by GPU memory, max_running_requests from the pool, "
-              "new-token-ratio admission reserve) and SGLang's KV-pool model (`--engine sglang`, mem_fraction_static "
-              "0.88 unless the point states one)",
+    "new-token-ratio admission reserve) and SGLang's KV-pool model (`--engine sglang`, mem_fraction_static "
+    "0.88 unless the point states one)",
     "tensorrt-llm": "TensorRT-LLM's default GUARANTEED_NO_EVICT capacity scheduler (admit a request only if the pool "
-                    "holds it to its last token), max_batch_size 2048 and max_num_tokens 8192 unless the point states them; a "
-                    "`trtllm-bench throughput` run takes the limits trtllm-bench computes from the model, the GPUs' memory "
-                    "and ISL/OSL (tensorrt_llm/bench/build/tuning.py); KV pool = the planner's ledger (4 GiB overhead, 5% fragmentation "
-                    "headroom: about the 0.9-0.95 kv_cache_free_gpu_memory_fraction of the runs); TensorRT-LLM's engine "
-                    "profile (its overlap scheduler hides the per-step CPU time under the GPU's): the PyTorch executor's "
-                    "host time per running request (28 us) for releases from 0.17 on and unversioned runs, none for the "
-                    "C++-runtime releases before 0.17; prefills run whole in one step (enable_chunked_prefill defaults to "
-                    "False in the LLM API and trtllm-serve) except in `trtllm-bench` runs, which chunk them: its --enable_chunked_context "
-                    "defaults to True (tensorrt_llm/bench/benchmark/throughput.py; it was off for the PyTorch backend in "
-                    "some 2025 releases, NVIDIA/TensorRT-LLM#6956), and the overview's 5,000-token prompts exceed the "
-                    "max_num_tokens trtllm-bench computes for them, which TensorRT-LLM accepts only with chunking",
+    "holds it to its last token), max_batch_size 2048 and max_num_tokens 8192 unless the point states them; a "
+    "`trtllm-bench throughput` run takes the limits trtllm-bench computes from the model, the GPUs' memory "
+    "and ISL/OSL (tensorrt_llm/bench/build/tuning.py); KV pool = the planner's ledger (4 GiB overhead, 5% fragmentation "
+    "headroom: about the 0.9-0.95 kv_cache_free_gpu_memory_fraction of the runs); TensorRT-LLM's engine "
+    "profile (its overlap scheduler hides the per-step CPU time under the GPU's): the PyTorch executor's "
+    "host time per running request (28 us) for releases from 0.17 on and unversioned runs, none for the "
+    "C++-runtime releases before 0.17; prefills run whole in one step (enable_chunked_prefill defaults to "
+    "False in the LLM API and trtllm-serve) except in `trtllm-bench` runs, which chunk them: its --enable_chunked_context "
+    "defaults to True (tensorrt_llm/bench/benchmark/throughput.py; it was off for the PyTorch backend in "
+    "some 2025 releases, NVIDIA/TensorRT-LLM#6956), and the overview's 5,000-token prompts exceed the "
+    "max_num_tokens trtllm-bench computes for them, which TensorRT-LLM accepts only with chunking",
     "nim": "NVIDIA NIM's TensorRT-LLM profiles: run as tensorrt-llm above, with the C++ runtime's profile",
     "llama.cpp": "one sequence at a time (llama-bench runs one), n_batch 2048 tokens per step; KV pool = the ledger",
 }
-GROUPS = ("engine", "GPU vendor", "GPU generation", "architecture", "parallelism", "PP > 1", "MoE", "MLA", "FP8", "FP4",
-          "dtype", "ISL band", "OSL band", "concurrency band", "metric")
+GROUPS = (
+    "engine",
+    "GPU vendor",
+    "GPU generation",
+    "architecture",
+    "parallelism",
+    "PP > 1",
+    "MoE",
+    "MLA",
+    "FP8",
+    "FP4",
+    "dtype",
+    "ISL band",
+    "OSL band",
+    "concurrency band",
+    "metric",
+)
 REGRESSION_POINTS = 2.0  # the regression test fails if a median worsens by more than this many points
 BIAS_LIMIT_PCT = 8.0  # a group of BIAS_MIN_POINTS or more whose signed median is beyond this is biased
 BIAS_MIN_POINTS = 5
 # GPU -> its architecture generation (the bias audit's "GPU generation" group)
-GENERATIONS = {"a100-40": "Ampere", "a100-80": "Ampere", "l4": "Ada", "l40s": "Ada", "rtx-4090": "Ada",
-               "h100-sxm": "Hopper", "h100-pcie": "Hopper", "h100-nvl": "Hopper", "h200": "Hopper", "h20": "Hopper",
-               "b200": "Blackwell", "gb200": "Blackwell", "b300": "Blackwell", "rtx-5090": "Blackwell",
-               "rtx-pro-6000": "Blackwell", "mi300x": "CDNA3", "mi325x": "CDNA3", "mi355x": "CDNA4"}
+GENERATIONS = {
+    "a100-40": "Ampere",
+    "a100-80": "Ampere",
+    "l4": "Ada",
+    "l40s": "Ada",
+    "rtx-4090": "Ada",
+    "h100-sxm": "Hopper",
+    "h100-pcie": "Hopper",
+    "h100-nvl": "Hopper",
+    "h200": "Hopper",
+    "h20": "Hopper",
+    "b200": "Blackwell",
+    "gb200": "Blackwell",
+    "b300": "Blackwell",
+    "rtx-5090": "Blackwell",
+    "rtx-pro-6000": "Blackwell",
+    "mi300x": "CDNA3",
+    "mi325x": "CDNA3",
+    "mi355x": "CDNA4",
+}
 
 
 class NotSimulated(Exception):
@@ -116,31 +147,53 @@ class Point:
     @classmethod
     def from_dict(cls, d: dict) -> "Point":
         try:
-            point = cls(id=d["id"], source_url=d["source"]["url"], source_title=d["source"]["title"], engine=d["engine"],
-                        engine_version=d.get("engine_version"), model=d["model"], gpu=d["gpu"], tp=int(d.get("tp", 1)),
-                        pp=int(d.get("pp", 1)), ep=int(d.get("ep", 1)), dp_attention=bool(d.get("dp_attention", False)),
-                        weight_dtype=d.get("weight_dtype"), kv_dtype=d.get("kv_dtype"),
-                        mem_util=None if d.get("mem_util") is None else float(d["mem_util"]),
-                        isl=int(d["isl"]), osl=int(d["osl"]),
-                        isl_low=None if d.get("isl_low") is None else int(d["isl_low"]),
-                        osl_low=None if d.get("osl_low") is None else int(d["osl_low"]),
-                        concurrency=d["concurrency"],
-                        requests=None if d.get("requests") is None else int(d["requests"]),
-                        sim_requests=int(d.get("sim_requests") or d["requests"]), metric=d["metric"],
-                        published=float(d["published"]), engine_overrides=dict(d.get("engine_overrides") or {}),
-                        not_simulated=d.get("not_simulated"))
+            point = cls(
+                id=d["id"],
+                source_url=d["source"]["url"],
+                source_title=d["source"]["title"],
+                engine=d["engine"],
+                engine_version=d.get("engine_version"),
+                model=d["model"],
+                gpu=d["gpu"],
+                tp=int(d.get("tp", 1)),
+                pp=int(d.get("pp", 1)),
+                ep=int(d.get("ep", 1)),
+                dp_attention=bool(d.get("dp_attention", False)),
+                weight_dtype=d.get("weight_dtype"),
+                kv_dtype=d.get("kv_dtype"),
+                mem_util=None if d.get("mem_util") is None else float(d["mem_util"]),
+                isl=int(d["isl"]),
+                osl=int(d["osl"]),
+                isl_low=None if d.get("isl_low") is None else int(d["isl_low"]),
+                osl_low=None if d.get("osl_low") is None else int(d["osl_low"]),
+                concurrency=d["concurrency"],
+                requests=None if d.get("requests") is None else int(d["requests"]),
+                sim_requests=int(d.get("sim_requests") or d["requests"]),
+                metric=d["metric"],
+                published=float(d["published"]),
+                engine_overrides=dict(d.get("engine_overrides") or {}),
+                not_simulated=d.get("not_simulated"),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise KneecapError(f"validation point {d.get('id', '?')}: bad or missing field ({exc})", _FIX) from None
         if point.metric not in METRICS:
-            raise KneecapError(f"validation point {point.id}: unknown metric {point.metric!r}", f"use one of {sorted(METRICS)}")
+            raise KneecapError(
+                f"validation point {point.id}: unknown metric {point.metric!r}", f"use one of {sorted(METRICS)}"
+            )
         if point.engine not in ENGINES:
-            raise KneecapError(f"validation point {point.id}: unknown engine {point.engine!r}", f"use one of {sorted(ENGINES)}")
+            raise KneecapError(
+                f"validation point {point.id}: unknown engine {point.engine!r}", f"use one of {sorted(ENGINES)}"
+            )
         if point.concurrency != "max" and not (isinstance(point.concurrency, int) and point.concurrency >= 1):
-            raise KneecapError(f"validation point {point.id}: concurrency must be an int >= 1 or \"max\"", _FIX)
-        if point.sim_requests < 1 or (point.requests is not None and point.sim_requests > point.requests) \
-                or point.published <= 0:
-            raise KneecapError(f"validation point {point.id}: need 1 <= sim_requests <= requests and published > 0",
-                               _FIX)
+            raise KneecapError(f'validation point {point.id}: concurrency must be an int >= 1 or "max"', _FIX)
+        if (
+            point.sim_requests < 1
+            or (point.requests is not None and point.sim_requests > point.requests)
+            or point.published <= 0
+        ):
+            raise KneecapError(
+                f"validation point {point.id}: need 1 <= sim_requests <= requests and published > 0", _FIX
+            )
         return point
 
     @property
@@ -171,12 +224,20 @@ def _plan(point: Point):
     from kneecap.plan.build import DeploymentRequest, plan_deployment
 
     engine_mode = point.engine if point.engine in ("vllm", "sglang") else None
-    request = DeploymentRequest(model=point.model_spec(), gpu=point.gpu, tp=point.tp, pp=point.pp, ep=point.ep,
-                                dp_attention=point.dp_attention,
-                                weight_dtype=point.weight_dtype, kv_dtype=point.kv_dtype, context=point.isl + point.osl,
-                                engine=engine_mode,
-                                mem_util=point.mem_util if point.engine == "vllm" else None,
-                                mem_fraction=point.mem_util if point.engine == "sglang" else None)
+    request = DeploymentRequest(
+        model=point.model_spec(),
+        gpu=point.gpu,
+        tp=point.tp,
+        pp=point.pp,
+        ep=point.ep,
+        dp_attention=point.dp_attention,
+        weight_dtype=point.weight_dtype,
+        kv_dtype=point.kv_dtype,
+        context=point.isl + point.osl,
+        engine=engine_mode,
+        mem_util=point.mem_util if point.engine == "vllm" else None,
+        mem_fraction=point.mem_util if point.engine == "sglang" else None,
+    )
     return plan_deployment(request).plan
 
 
@@ -193,24 +254,42 @@ def _engine_config(point: Point, plan):
     d = plan.deployment
     o = point.engine_overrides
     if point.engine in ("vllm", "sglang"):
-        base = engine_defaults(point.engine, device_bytes=d.gpu.memory_bytes("device"), gpu_name=d.gpu.name,
-                               pool_tokens=plan.kv_capacity_tokens, context_len=plan.context)
+        base = engine_defaults(
+            point.engine,
+            device_bytes=d.gpu.memory_bytes("device"),
+            gpu_name=d.gpu.name,
+            pool_tokens=plan.kv_capacity_tokens,
+            context_len=plan.context,
+        )
         base = at_release(base, point.engine_version)  # vLLM V0 (before 0.8), async scheduling (0.14+)
-        return base.with_overrides(max_num_seqs=o.get("max_num_seqs"), max_num_batched_tokens=o.get("max_num_batched_tokens"),
-                                   enable_prefix_caching=o.get("enable_prefix_caching"))
+        return base.with_overrides(
+            max_num_seqs=o.get("max_num_seqs"),
+            max_num_batched_tokens=o.get("max_num_batched_tokens"),
+            enable_prefix_caching=o.get("enable_prefix_caching"),
+        )
     if point.engine == "llama.cpp":
-        return EngineConfig(name="custom", max_num_seqs=int(o.get("max_num_seqs", 1)),
-                            max_num_batched_tokens=int(o.get("max_num_batched_tokens", 2048)), enable_prefix_caching=False)
+        return EngineConfig(
+            name="custom",
+            max_num_seqs=int(o.get("max_num_seqs", 1)),
+            max_num_batched_tokens=int(o.get("max_num_batched_tokens", 2048)),
+            enable_prefix_caching=False,
+        )
     # TensorRT-LLM (and NIM's TensorRT-LLM profiles): its own engine profile by runtime (the PyTorch executor's host
     # time per request, or the C++ runtime's), not vLLM's; a trtllm-bench run takes the limits trtllm-bench computes
     # for it. Prefills are chunked in trtllm-bench runs only (ENGINES["tensorrt-llm"])
     seqs, tokens = trtllm_bench_limits(point, plan) if o.get("trtllm_bench") else (2048, 8192)
     cpp = point.engine == "nim" or trtllm_is_cpp_runtime(point.engine_version)
-    return EngineConfig(name="custom", max_num_seqs=int(o.get("max_num_seqs", seqs)),
-                        max_num_batched_tokens=int(o.get("max_num_batched_tokens", tokens)), enable_prefix_caching=False,
-                        init_new_token_ratio=1.0, min_new_token_ratio=1.0, new_token_ratio_decay=0.0,
-                        profile=TRTLLM_CPP_PROFILE if cpp else TRTLLM_PROFILE,
-                        chunked_prefill=bool(o.get("chunked_prefill", bool(o.get("trtllm_bench")))))
+    return EngineConfig(
+        name="custom",
+        max_num_seqs=int(o.get("max_num_seqs", seqs)),
+        max_num_batched_tokens=int(o.get("max_num_batched_tokens", tokens)),
+        enable_prefix_caching=False,
+        init_new_token_ratio=1.0,
+        min_new_token_ratio=1.0,
+        new_token_ratio_decay=0.0,
+        profile=TRTLLM_CPP_PROFILE if cpp else TRTLLM_PROFILE,
+        chunked_prefill=bool(o.get("chunked_prefill", bool(o.get("trtllm_bench")))),
+    )
 
 
 def trtllm_bench_limits(point: Point, plan) -> tuple[int, int]:
@@ -240,11 +319,14 @@ def predict(point: Point) -> float:
         raise NotSimulated(point.not_simulated)
     plan = _plan(point)
     config = _engine_config(point, plan)
-    workload = Workload(classes=(RequestClass(input=_lengths(point.isl, point.isl_low),
-                                              output=_lengths(point.osl, point.osl_low)),))
+    workload = Workload(
+        classes=(RequestClass(input=_lengths(point.isl, point.isl_low), output=_lengths(point.osl, point.osl_low)),)
+    )
     closed = None if point.concurrency == "max" else int(point.concurrency)
     spec = LevelSpec(concurrency=closed, all_at_once=closed is None, num_requests=point.sim_requests)
-    result = simulate_level(SimDeployment(plan, config, StepTimeModel(plan.deployment)), workload, spec, index=0, seed=0)
+    result = simulate_level(
+        SimDeployment(plan, config, StepTimeModel(plan.deployment)), workload, spec, index=0, seed=0
+    )
     return metric_value(point, summarize_level(result.records, concurrency=closed))
 
 
@@ -265,20 +347,34 @@ def command_line(point: Point) -> str | None:
     (simulate has no --engine), NIM's and llama.cpp's profiles, random lengths, per-point engine overrides other
     than the batch limits, TensorRT-LLM's default batch cap with PP (simulate's is per micro-batch)."""
     o = point.engine_overrides
-    if (point.not_simulated or point.engine != "tensorrt-llm" or point.isl_low or point.osl_low
-            or set(o) - {"trtllm_bench", "max_num_seqs", "max_num_batched_tokens"}
-            or (point.pp > 1 and not o.get("trtllm_bench") and "max_num_seqs" not in o)):
+    if (
+        point.not_simulated
+        or point.engine != "tensorrt-llm"
+        or point.isl_low
+        or point.osl_low
+        or set(o) - {"trtllm_bench", "max_num_seqs", "max_num_batched_tokens"}
+        or (point.pp > 1 and not o.get("trtllm_bench") and "max_num_seqs" not in o)
+    ):
         return None
-    model = f"--model {POINTS_FILE.parent.relative_to(DOC_FILE.parents[1]) / point.model}" \
-        if point.model.endswith(".json") else f"--preset {point.model}"
+    model = (
+        f"--model {POINTS_FILE.parent.relative_to(DOC_FILE.parents[1]) / point.model}"
+        if point.model.endswith(".json")
+        else f"--preset {point.model}"
+    )
     parts = ["kneecap simulate", model, f"--gpu {point.gpu}", f"--tp {point.tp}"]
     parts += [f"--pp {point.pp}"] if point.pp > 1 else []
     parts += [f"--ep {point.ep}"] if point.ep > 1 else []
     parts += ["--dp-attention"] if point.dp_attention else []
     parts += [f"--weight-dtype {point.weight_dtype}"] if point.weight_dtype else []
     parts += [f"--kv-dtype {point.kv_dtype}"] if point.kv_dtype else []
-    parts += [f"--context {point.isl + point.osl}", f"--isl {point.isl}", f"--osl {point.osl}",
-              f"--concurrency {point.concurrency}", f"--requests {point.sim_requests}", "--engine-defaults trtllm"]
+    parts += [
+        f"--context {point.isl + point.osl}",
+        f"--isl {point.isl}",
+        f"--osl {point.osl}",
+        f"--concurrency {point.concurrency}",
+        f"--requests {point.sim_requests}",
+        "--engine-defaults trtllm",
+    ]
     parts += [f"--engine-version {point.engine_version}"] if point.engine_version else []
     parts += ["--trtllm-bench"] if o.get("trtllm_bench") else []
     parts += [f"--{k.replace('_', '-')} {o[k]}" for k in ("max_num_seqs", "max_num_batched_tokens") if k in o]
@@ -299,10 +395,12 @@ def features(point: Point) -> dict[str, str]:
         "GPU vendor": "AMD" if point.gpu.lower().startswith("mi") else "NVIDIA",
         "GPU generation": GENERATIONS.get(point.gpu, "other"),
         "architecture": "MLA" if "mla" in model.layer_types else ("MoE" if model.is_moe else "dense"),
-        "parallelism": "PP > 1" if point.pp > 1 else ("EP > 1" if point.ep > 1 or point.dp_attention
-                                                      else ("TP > 1" if point.tp > 1 else "one GPU")),
-        "dtype": "fp4" if main in ("nvfp4", "mxfp4") else ("fp8" if main.startswith("fp8") else
-                                                            (main if main in ("bf16", "fp16") else "int8/int4/other")),
+        "parallelism": "PP > 1"
+        if point.pp > 1
+        else ("EP > 1" if point.ep > 1 or point.dp_attention else ("TP > 1" if point.tp > 1 else "one GPU")),
+        "dtype": "fp4"
+        if main in ("nvfp4", "mxfp4")
+        else ("fp8" if main.startswith("fp8") else (main if main in ("bf16", "fp16") else "int8/int4/other")),
         "ISL band": _band(point.isl, (256, 1024, 4096)),
         "OSL band": _band(point.osl, (256, 1024, 4096)),
         "concurrency band": "max (offline)" if conc == "max" else _band(int(conc), (1, 16, 128)),
@@ -346,19 +444,38 @@ def error_table(points: list[Point] | None = None) -> list[dict]:
             pred, reason = predict(p), None
         except NotSimulated as exc:
             pred, reason = None, str(exc)
-        layout = f"TP{p.tp}" + (f" PP{p.pp}" if p.pp > 1 else "") + (f" EP{p.ep}" if p.ep > 1 else "") + \
-                 (" DP-attn" if p.dp_attention else "")
-        rows.append({"id": p.id, "engine": p.engine + (f" {p.engine_version}" if p.engine_version else ""),
-                     "model": p.model_name, "gpu": p.gpu, "layout": layout,
-                     "dtypes": (p.weight_dtype or "as shipped") + (f", KV {p.kv_dtype}" if p.kv_dtype else ""),
-                     "isl": p.isl, "osl": p.osl, "isl_low": p.isl_low, "osl_low": p.osl_low,
-                     "concurrency": p.concurrency, "requests": p.requests, "sim_requests": p.sim_requests,
-                     "metric": p.metric, "published": p.published,
-                     "predicted": None if pred is None else (float(f"{pred:.4g}") if pred < 10 else round(pred, 2)),
-                     "error_pct": None if pred is None else round(100.0 * (pred - p.published) / p.published, 1),
-                     "not_simulated": reason, "groups": features(p), "source": p.source_url,
-                     "command": None if pred is None else command_line(p),
-                     "source_title": p.source_title})
+        layout = (
+            f"TP{p.tp}"
+            + (f" PP{p.pp}" if p.pp > 1 else "")
+            + (f" EP{p.ep}" if p.ep > 1 else "")
+            + (" DP-attn" if p.dp_attention else "")
+        )
+        rows.append(
+            {
+                "id": p.id,
+                "engine": p.engine + (f" {p.engine_version}" if p.engine_version else ""),
+                "model": p.model_name,
+                "gpu": p.gpu,
+                "layout": layout,
+                "dtypes": (p.weight_dtype or "as shipped") + (f", KV {p.kv_dtype}" if p.kv_dtype else ""),
+                "isl": p.isl,
+                "osl": p.osl,
+                "isl_low": p.isl_low,
+                "osl_low": p.osl_low,
+                "concurrency": p.concurrency,
+                "requests": p.requests,
+                "sim_requests": p.sim_requests,
+                "metric": p.metric,
+                "published": p.published,
+                "predicted": None if pred is None else (float(f"{pred:.4g}") if pred < 10 else round(pred, 2)),
+                "error_pct": None if pred is None else round(100.0 * (pred - p.published) / p.published, 1),
+                "not_simulated": reason,
+                "groups": features(p),
+                "source": p.source_url,
+                "command": None if pred is None else command_line(p),
+                "source_title": p.source_title,
+            }
+        )
     return rows
 
 
@@ -374,28 +491,42 @@ def group_medians(rows: list[dict]) -> dict[str, dict[str, dict]]:
         for v in sorted({r["groups"][g] for r in rows if g in r["groups"]}):
             members = [r for r in rows if r["groups"].get(g) == v]
             sim = [r for r in members if r["error_pct"] is not None]
-            out[g][v] = {"points": len(sim), "not_simulated": len(members) - len(sim),
-                         "median_abs_error_pct": None if not sim else round(median(abs(r["error_pct"]) for r in sim), 1),
-                         "signed_median_pct": None if not sim else round(median(speed_error_pct(r) for r in sim), 1)}
+            out[g][v] = {
+                "points": len(sim),
+                "not_simulated": len(members) - len(sim),
+                "median_abs_error_pct": None if not sim else round(median(abs(r["error_pct"]) for r in sim), 1),
+                "signed_median_pct": None if not sim else round(median(speed_error_pct(r) for r in sim), 1),
+            }
     return out
 
 
 def biased_groups(rows: list[dict]) -> dict[str, float]:
     """{"group = value": signed median} for every group of BIAS_MIN_POINTS or more simulated points whose signed
     median (speed_error_pct) is beyond +-BIAS_LIMIT_PCT."""
-    return {f"{g} = {v}": m["signed_median_pct"] for g, vals in group_medians(rows).items() for v, m in vals.items()
-            if m["points"] >= BIAS_MIN_POINTS and abs(m["signed_median_pct"]) > BIAS_LIMIT_PCT}
+    return {
+        f"{g} = {v}": m["signed_median_pct"]
+        for g, vals in group_medians(rows).items()
+        for v, m in vals.items()
+        if m["points"] >= BIAS_MIN_POINTS and abs(m["signed_median_pct"]) > BIAS_LIMIT_PCT
+    }
 
 
 def baseline_document(rows: list[dict]) -> dict:
-    return {"about": "Median absolute error of the simulator on docs/validation.md's points, as last accepted with "
-                     "`python -m kneecap.validation --write-baseline`. tests/validation fails if a median worsens by "
-                     f"more than {REGRESSION_POINTS:g} points against these.",
-            "points": len(rows), "simulated": sum(1 for r in rows if r["error_pct"] is not None),
-            "median_abs_error_pct": round(median_abs_error_pct(rows), 1),
-            "groups": {g: {v: m["median_abs_error_pct"] for v, m in vals.items()} for g, vals in group_medians(rows).items()},
-            "signed_groups": {g: {v: m["signed_median_pct"] for v, m in vals.items() if m["points"] >= BIAS_MIN_POINTS}
-                              for g, vals in group_medians(rows).items()}}
+    return {
+        "about": "Median absolute error of the simulator on docs/validation.md's points, as last accepted with "
+        "`python -m kneecap.validation --write-baseline`. tests/validation fails if a median worsens by "
+        f"more than {REGRESSION_POINTS:g} points against these.",
+        "points": len(rows),
+        "simulated": sum(1 for r in rows if r["error_pct"] is not None),
+        "median_abs_error_pct": round(median_abs_error_pct(rows), 1),
+        "groups": {
+            g: {v: m["median_abs_error_pct"] for v, m in vals.items()} for g, vals in group_medians(rows).items()
+        },
+        "signed_groups": {
+            g: {v: m["signed_median_pct"] for v, m in vals.items() if m["points"] >= BIAS_MIN_POINTS}
+            for g, vals in group_medians(rows).items()
+        },
+    }
 
 
 def regressions(rows: list[dict], baseline: dict) -> list[str]:
@@ -443,8 +574,10 @@ def row_cells(r: dict) -> str:
             load += f" ({r['requests']:,} req.)"
     isl = f"{r['isl_low']}-{r['isl']}" if r["isl_low"] else str(r["isl"])
     osl = f"{r['osl_low']}-{r['osl']}" if r["osl_low"] else str(r["osl"])
-    return (f"| {r['engine']} | {r['model']} | {r['gpu']} {r['layout']} | {r['dtypes']} | {isl}/{osl} | {load} | "
-            f"{METRICS[r['metric']][0]} | {_published(r['published'])} | {pred} | {err} |")
+    return (
+        f"| {r['engine']} | {r['model']} | {r['gpu']} {r['layout']} | {r['dtypes']} | {isl}/{osl} | {load} | "
+        f"{METRICS[r['metric']][0]} | {_published(r['published'])} | {pred} | {err} |"
+    )
 
 
 def render_markdown(rows: list[dict]) -> str:
@@ -454,47 +587,82 @@ def render_markdown(rows: list[dict]) -> str:
         sources.setdefault(r["source"], (len(sources) + 1, r.get("source_title", "")))
     sim = [r for r in rows if r["error_pct"] is not None]
     errs = [abs(r["error_pct"]) for r in sim]
-    lines = [TABLE_BEGIN, "",
-             f"{len(rows)} published points from {len(sources)} source{'s' if len(sources) != 1 else ''}; {len(sim)} simulated, "
-             f"{len(rows) - len(sim)} not simulated (a knob the simulator does not have, named in the row). " +
-             (f"Median absolute error **{median_abs_error_pct(rows):.1f}%**; {sum(e <= 25 for e in errs)} of {len(sim)} "
-              f"within 25%; worst {max(errs):.1f}%." if sim else "None simulated."), "",
-             ("Signed median: the median of each point's signed error with latencies negated, so that + means the "
-              "simulator is too fast (a rate over-predicted or a latency under-predicted) and - too slow, whatever "
-              f"the metric; a group of {BIAS_MIN_POINTS} or more points beyond ±{BIAS_LIMIT_PCT:g}% is marked **biased**."),
-             "",
-             "| group | value | points | median abs. error | signed median | not simulated |",
-             "|---|---|---:|---:|---:|---:|"]
+    lines = [
+        TABLE_BEGIN,
+        "",
+        f"{len(rows)} published points from {len(sources)} source{'s' if len(sources) != 1 else ''}; {len(sim)} simulated, "
+        f"{len(rows) - len(sim)} not simulated (a knob the simulator does not have, named in the row). "
+        + (
+            f"Median absolute error **{median_abs_error_pct(rows):.1f}%**; {sum(e <= 25 for e in errs)} of {len(sim)} "
+            f"within 25%; worst {max(errs):.1f}%."
+            if sim
+            else "None simulated."
+        ),
+        "",
+        (
+            "Signed median: the median of each point's signed error with latencies negated, so that + means the "
+            "simulator is too fast (a rate over-predicted or a latency under-predicted) and - too slow, whatever "
+            f"the metric; a group of {BIAS_MIN_POINTS} or more points beyond ±{BIAS_LIMIT_PCT:g}% is marked **biased**."
+        ),
+        "",
+        "| group | value | points | median abs. error | signed median | not simulated |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
     ranked = []
     for g, vals in group_medians(rows).items():
         for v, m in vals.items():
             med = "—" if m["median_abs_error_pct"] is None else f"{m['median_abs_error_pct']:.1f}%"
             sgn = "—" if m["signed_median_pct"] is None else f"{m['signed_median_pct']:+.1f}%"
-            if m["points"] >= BIAS_MIN_POINTS and m["signed_median_pct"] is not None \
-                    and abs(m["signed_median_pct"]) > BIAS_LIMIT_PCT:
+            if (
+                m["points"] >= BIAS_MIN_POINTS
+                and m["signed_median_pct"] is not None
+                and abs(m["signed_median_pct"]) > BIAS_LIMIT_PCT
+            ):
                 sgn += " **biased**"
             lines.append(f"| {g} | {v} | {m['points']} | {med} | {sgn} | {m['not_simulated']} |")
             if m["median_abs_error_pct"] is not None and m["points"] >= 3:
-                ranked.append((m["median_abs_error_pct"], f"{g} = {v} ({m['median_abs_error_pct']:.1f}%, {m['points']} points)"))
+                ranked.append(
+                    (m["median_abs_error_pct"], f"{g} = {v} ({m['median_abs_error_pct']:.1f}%, {m['points']} points)")
+                )
     if ranked:
-        lines += ["", "Weakest groups (3 or more simulated points): "
-                  + "; ".join(t for _, t in sorted(ranked, reverse=True)[:4]) + "."]
+        lines += [
+            "",
+            "Weakest groups (3 or more simulated points): "
+            + "; ".join(t for _, t in sorted(ranked, reverse=True)[:4])
+            + ".",
+        ]
     biased = biased_groups(rows)
-    lines += ["", (f"Biased groups ({BIAS_MIN_POINTS} or more points, signed median beyond ±{BIAS_LIMIT_PCT:g}%): "
-                   + "; ".join(f"{k} ({v:+.1f}%)" for k, v in biased.items()) + ".") if biased
-              else f"No group of {BIAS_MIN_POINTS} or more points has a signed median beyond ±{BIAS_LIMIT_PCT:g}%."]
+    lines += [
+        "",
+        (
+            f"Biased groups ({BIAS_MIN_POINTS} or more points, signed median beyond ±{BIAS_LIMIT_PCT:g}%): "
+            + "; ".join(f"{k} ({v:+.1f}%)" for k, v in biased.items())
+            + "."
+        )
+        if biased
+        else f"No group of {BIAS_MIN_POINTS} or more points has a signed median beyond ±{BIAS_LIMIT_PCT:g}%.",
+    ]
     lines += ["", "How each published engine is simulated:", ""]
-    lines += [f"- **{name}**: {how}." for name, how in ENGINES.items() if any(r["engine"].split()[0] == name for r in rows)]
-    lines += ["", "| # | engine | model | GPU, layout | dtypes | ISL/OSL | C | metric | published | predicted | error | src |",
-              "|---|---|---|---|---|---|---|---|---:|---:|---:|---|"]
+    lines += [
+        f"- **{name}**: {how}." for name, how in ENGINES.items() if any(r["engine"].split()[0] == name for r in rows)
+    ]
+    lines += [
+        "",
+        "| # | engine | model | GPU, layout | dtypes | ISL/OSL | C | metric | published | predicted | error | src |",
+        "|---|---|---|---|---|---|---|---|---:|---:|---:|---|",
+    ]
     for i, r in enumerate(rows, 1):
         lines.append(f"| {i} {row_cells(r)} [{sources[r['source']][0]}] |")
     cmds = [(i, r["command"]) for i, r in enumerate(rows, 1) if r.get("command")]
     if cmds:
-        lines += ["", f"The `kneecap simulate` command that reproduces each prediction ({len(cmds)} of {len(rows)} points; "
-                  "the others need a flag simulate does not have yet: the vLLM and SGLang pool models, NIM's and "
-                  "llama.cpp's profiles, random lengths), its first level read as the metric says; "
-                  "tests/validation runs a sample of them:", ""]
+        lines += [
+            "",
+            f"The `kneecap simulate` command that reproduces each prediction ({len(cmds)} of {len(rows)} points; "
+            "the others need a flag simulate does not have yet: the vLLM and SGLang pool models, NIM's and "
+            "llama.cpp's profiles, random lengths), its first level read as the metric says; "
+            "tests/validation runs a sample of them:",
+            "",
+        ]
         lines += [f"- {i}: `{c}`" for i, c in cmds]
     lines += ["", "Sources:", ""]
     for url, (n, title) in sources.items():
@@ -521,13 +689,18 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - a maintena
     if "--only" in args:
         i = args.index("--only")
         if i + 1 >= len(args) or "--write" in args or "--write-baseline" in args:
-            print("error: --only needs a text and cannot be combined with --write / --write-baseline "
-                  "(hint: python -m kneecap.validation --only deepseek)", file=sys.stderr)
+            print(
+                "error: --only needs a text and cannot be combined with --write / --write-baseline "
+                "(hint: python -m kneecap.validation --only deepseek)",
+                file=sys.stderr,
+            )
             return 2
         points = [p for p in points if args[i + 1] in p.id]
         if not points:
-            print(f"error: no point id contains {args[i + 1]!r} (hint: ids are in src/kneecap/data/validation/points.json)",
-                  file=sys.stderr)
+            print(
+                f"error: no point id contains {args[i + 1]!r} (hint: ids are in src/kneecap/data/validation/points.json)",
+                file=sys.stderr,
+            )
             return 2
     rows = error_table(points)
     block = render_markdown(rows)

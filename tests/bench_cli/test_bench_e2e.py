@@ -22,12 +22,45 @@ from kneecap.client.keepalive import PROBE_PROMPT_PREFIX
 from kneecap.client.setup import CHECK_USER
 from servers.scripted import start_scripted_server
 
-SUMMARY_KEYS = {"kind", "levels", "knee", "stopped", "manifest", "model_executed", "benchmark_executed", "load",
-                "status", "skipped", "preflight", "server", "slo", "workers"}
-LEVEL_KEYS = {"requests", "completed", "failed", "duration_s", "output_tok_s", "input_tok_s", "total_tok_s",
-              "request_s", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "errors",
-              # kneecap's additions, beside the client's numbers
-              "level", "preflight", "server_metrics", "client", "suspect", "warmup_excluded", "wall_s"}
+SUMMARY_KEYS = {
+    "kind",
+    "levels",
+    "knee",
+    "stopped",
+    "manifest",
+    "model_executed",
+    "benchmark_executed",
+    "load",
+    "status",
+    "skipped",
+    "preflight",
+    "server",
+    "slo",
+    "workers",
+}
+LEVEL_KEYS = {
+    "requests",
+    "completed",
+    "failed",
+    "duration_s",
+    "output_tok_s",
+    "input_tok_s",
+    "total_tok_s",
+    "request_s",
+    "ttft_ms",
+    "itl_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "errors",
+    # kneecap's additions, beside the client's numbers
+    "level",
+    "preflight",
+    "server_metrics",
+    "client",
+    "suspect",
+    "warmup_excluded",
+    "wall_s",
+}
 STAT_KEYS = {"mean", "p50", "p90", "p95", "p99", "max", "n"}
 
 
@@ -57,8 +90,9 @@ def probe_entries(srv) -> list[dict]:
 
 def sweep_log(srv) -> list[dict]:
     """The server's log entries for the sweep's own requests (not the probe's, not the prompt check's)."""
-    return [e for e in srv.log() if PROBE_PROMPT_PREFIX not in json.dumps(e["body"])
-            and e["body"].get("user") != CHECK_USER]
+    return [
+        e for e in srv.log() if PROBE_PROMPT_PREFIX not in json.dumps(e["body"]) and e["body"].get("user") != CHECK_USER
+    ]
 
 
 def summary(out: Path) -> dict:
@@ -72,9 +106,14 @@ def _default_sigint() -> None:
 
 
 def popen_bench(*args: str, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "kneecap", "bench", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
-                            preexec_fn=_default_sigint)
+    return subprocess.Popen(
+        [sys.executable, "-m", "kneecap", "bench", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+        preexec_fn=_default_sigint,
+    )
 
 
 def wait_for_lines(path: Path, n: int, timeout_s: float = 60.0) -> None:
@@ -96,8 +135,24 @@ def assert_one_line_error(stderr: str) -> None:
 def test_concurrency_sweep_json_golden_keys_and_warmup_excluded(cli, server, tmp_path):
     url, srv = server(ttft_s=0.02, itl_s=0.005)
     out = tmp_path / "run"
-    r = cli("bench", "--base-url", url, "--isl", "16", "--osl", "8", "--concurrency", "1,2", "--requests", "6",
-            "--warmup", "2", "--out", str(out), "--json")
+    r = cli(
+        "bench",
+        "--base-url",
+        url,
+        "--isl",
+        "16",
+        "--osl",
+        "8",
+        "--concurrency",
+        "1,2",
+        "--requests",
+        "6",
+        "--warmup",
+        "2",
+        "--out",
+        str(out),
+        "--json",
+    )
     assert r.code == 0, r.stderr
     doc = json.loads(r.stdout)  # exactly one JSON document on stdout
     assert doc == summary(out)
@@ -135,8 +190,22 @@ def test_concurrency_sweep_json_golden_keys_and_warmup_excluded(cli, server, tmp
 def test_rate_sweep(cli, server, tmp_path):
     url, _ = server(ttft_s=0.01, itl_s=0.002)
     out = tmp_path / "run"
-    r = cli("bench", "--base-url", url, "--isl", "8", "--osl", "4", "--rate", "20,40", "--requests", "8",
-            "--out", str(out), "--quiet")
+    r = cli(
+        "bench",
+        "--base-url",
+        url,
+        "--isl",
+        "8",
+        "--osl",
+        "4",
+        "--rate",
+        "20,40",
+        "--requests",
+        "8",
+        "--out",
+        str(out),
+        "--quiet",
+    )
     assert r.code == 0, r.stderr
     assert r.stdout == ""  # --quiet
     doc = summary(out)
@@ -151,8 +220,21 @@ def test_rate_sweep(cli, server, tmp_path):
 
 def test_table_output_has_units(cli, server, tmp_path):
     url, _ = server()
-    r = cli("bench", "--base-url", url, "--isl", "4", "--osl", "4", "--concurrency", "1", "--requests", "3",
-            "--out", str(tmp_path / "run"))
+    r = cli(
+        "bench",
+        "--base-url",
+        url,
+        "--isl",
+        "4",
+        "--osl",
+        "4",
+        "--concurrency",
+        "1",
+        "--requests",
+        "3",
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert r.code == 0, r.stderr
     for header in ("TTFT p99 (ms)", "ITL p50 (ms)", "out tok/s", "E2E p99 (s)"):
         assert header in r.stdout
@@ -182,8 +264,25 @@ def test_preflight_skips_exceeding_levels_and_warns_on_tight(cli, server, tmp_pa
 
 def test_footer_says_no_level_ran_when_preflight_skipped_every_level(cli, server, tmp_path):
     url, srv = server()
-    r = cli("bench", "--base-url", url, "--isl", "16", "--osl", "32", "--concurrency", "8,16", "--requests", "3",
-            "--kv-tokens", "100", "--slo", "ttft_p99_ms=5000", "--out", str(tmp_path / "run"))
+    r = cli(
+        "bench",
+        "--base-url",
+        url,
+        "--isl",
+        "16",
+        "--osl",
+        "32",
+        "--concurrency",
+        "8,16",
+        "--requests",
+        "3",
+        "--kv-tokens",
+        "100",
+        "--slo",
+        "ttft_p99_ms=5000",
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert r.code == 0, r.stderr
     footer = " ".join(r.stdout.split())  # the table's caption, however rich wraps it
     assert "SLO not judged: no level ran (all 2 skipped: they exceed the KV pool)" in footer, r.stdout
@@ -209,8 +308,22 @@ def test_a_server_that_closes_connections_after_streams_is_detected_and_not_reus
     to a race with the server's FIN, and summary.json says what was decided and why."""
     url, srv = server(ttft_s=0.0, itl_s=0.002, fault="close_after_response")
     out = tmp_path / "run"
-    r = cli("bench", "--base-url", url, "--isl", "4", "--osl", "4", "--concurrency", "1,2", "--requests", "6",
-            "--out", str(out), "--json")
+    r = cli(
+        "bench",
+        "--base-url",
+        url,
+        "--isl",
+        "4",
+        "--osl",
+        "4",
+        "--concurrency",
+        "1,2",
+        "--requests",
+        "6",
+        "--out",
+        str(out),
+        "--json",
+    )
     assert r.code == 0, r.stderr
     doc = json.loads(r.stdout)
     conn = doc["connections"]
@@ -226,8 +339,23 @@ def test_forced_keepalive_drops_are_counted_and_named(cli, server, tmp_path):
     connection_reset, never retried, tallied in failed_on_reused_connection, with a warning naming
     --no-keepalive. The probe does not run when the flag is given."""
     url, srv = server(ttft_s=0.0, itl_s=0.002, fault="drop_reused")
-    r = cli("bench", "--base-url", url, "--isl", "4", "--osl", "4", "--concurrency", "1", "--requests", "6",
-            "--keepalive", "--out", str(tmp_path / "run"), "--json")
+    r = cli(
+        "bench",
+        "--base-url",
+        url,
+        "--isl",
+        "4",
+        "--osl",
+        "4",
+        "--concurrency",
+        "1",
+        "--requests",
+        "6",
+        "--keepalive",
+        "--out",
+        str(tmp_path / "run"),
+        "--json",
+    )
     assert r.code == 0, r.stderr
     doc = json.loads(r.stdout)
     level = doc["levels"][0]
@@ -261,8 +389,19 @@ def test_unreachable_server_is_one_line_and_writes_nothing(cli, tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = tmp_path / "run"
-    r = cli("bench", "--base-url", f"http://127.0.0.1:{port}", "--isl", "4", "--osl", "4", "--concurrency", "1",
-            "--out", str(out))
+    r = cli(
+        "bench",
+        "--base-url",
+        f"http://127.0.0.1:{port}",
+        "--isl",
+        "4",
+        "--osl",
+        "4",
+        "--concurrency",
+        "1",
+        "--out",
+        str(out),
+    )
     assert r.code == 2
     assert_one_line_error(r.stderr)
     assert f"127.0.0.1:{port}" in r.stderr
@@ -272,8 +411,23 @@ def test_unreachable_server_is_one_line_and_writes_nothing(cli, tmp_path):
 def test_server_killed_mid_level_stops_and_keeps_records(server, tmp_path):
     url, srv = server(ttft_s=0.01, itl_s=0.05)  # 40 tokens: about 2 s per request
     out = tmp_path / "run"
-    proc = popen_bench("--base-url", url, "--isl", "4", "--osl", "40", "--concurrency", "2,4", "--requests", "8",
-                       "--timeout", "30", "--out", str(out), "--quiet")
+    proc = popen_bench(
+        "--base-url",
+        url,
+        "--isl",
+        "4",
+        "--osl",
+        "40",
+        "--concurrency",
+        "2,4",
+        "--requests",
+        "8",
+        "--timeout",
+        "30",
+        "--out",
+        str(out),
+        "--quiet",
+    )
     try:
         wait_for_lines(out / "requests.jsonl", 2)
         srv.kill()
@@ -296,8 +450,12 @@ def test_server_killed_mid_level_stops_and_keeps_records(server, tmp_path):
     assert sum(r["status"] == "ok" for r in recs) == level["completed"]
     # "restart the server, then --resume the folder": the cut level is run again, then the rest
     url2, _ = server(ttft_s=0.01, itl_s=0.001, port=int(url.rsplit(":", 1)[1]))
-    resumed = subprocess.run([sys.executable, "-m", "kneecap", "bench", "--resume", str(out), "--quiet"],
-                             capture_output=True, text=True, timeout=120)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "kneecap", "bench", "--resume", str(out), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert url2 == url and resumed.returncode == 0, resumed.stderr
     doc = summary(out)
     assert doc["status"] == "complete" and not doc.get("stopped")
@@ -368,13 +526,57 @@ def test_api_key_is_sent_but_never_printed_or_written(cli, server, tmp_path):
     out = tmp_path / "run"
     env = {"OPENAI_API_KEY": key}
     # half the requests fail with a body that echoes the Authorization header back
-    r = cli("bench", "--base-url", url, "--isl", "4", "--osl", "4", "--concurrency", "1,2", "--requests", "4",
-            "--out", str(out), "--json", env=env)
-    r2 = cli("bench", "--base-url", url, "--isl", "4", "--osl", "4", "--concurrency", "1", "--requests", "2",
-             "--out", str(tmp_path / "run2"), "--keep-prompts", env=env)
+    r = cli(
+        "bench",
+        "--base-url",
+        url,
+        "--isl",
+        "4",
+        "--osl",
+        "4",
+        "--concurrency",
+        "1,2",
+        "--requests",
+        "4",
+        "--out",
+        str(out),
+        "--json",
+        env=env,
+    )
+    r2 = cli(
+        "bench",
+        "--base-url",
+        url,
+        "--isl",
+        "4",
+        "--osl",
+        "4",
+        "--concurrency",
+        "1",
+        "--requests",
+        "2",
+        "--out",
+        str(tmp_path / "run2"),
+        "--keep-prompts",
+        env=env,
+    )
     srv_fail_url, _ = server(fault="http_500", error_echo_auth=True)
-    r3 = cli("bench", "--base-url", srv_fail_url, "--isl", "4", "--osl", "4", "--concurrency", "1", "--requests", "2",
-             "--out", str(tmp_path / "run3"), env=env)
+    r3 = cli(
+        "bench",
+        "--base-url",
+        srv_fail_url,
+        "--isl",
+        "4",
+        "--osl",
+        "4",
+        "--concurrency",
+        "1",
+        "--requests",
+        "2",
+        "--out",
+        str(tmp_path / "run3"),
+        env=env,
+    )
     for res in (r, r2, r3):
         assert res.code == 0, res.stderr
         assert key not in res.stdout and key not in res.stderr
@@ -388,8 +590,19 @@ def test_api_key_is_sent_but_never_printed_or_written(cli, server, tmp_path):
 
 
 def test_api_key_flags_name_the_source_not_the_key(cli, tmp_path):
-    r = cli("bench", "--base-url", "http://127.0.0.1:1", "--isl", "4", "--osl", "4", "--concurrency", "1",
-            "--api-key-env", "KNEECAP_TEST_UNSET_VAR")
+    r = cli(
+        "bench",
+        "--base-url",
+        "http://127.0.0.1:1",
+        "--isl",
+        "4",
+        "--osl",
+        "4",
+        "--concurrency",
+        "1",
+        "--api-key-env",
+        "KNEECAP_TEST_UNSET_VAR",
+    )
     assert r.code == 2
     assert_one_line_error(r.stderr)
     assert "KNEECAP_TEST_UNSET_VAR" in r.stderr
@@ -446,8 +659,26 @@ def test_sigkill_with_workers_leaves_no_orphans_and_resumes(server, cli, tmp_pat
 
 def test_slo_breached_at_two_consecutive_levels_stops(cli, server, tmp_path):
     url, _ = server(ttft_s=0.03)
-    r = cli("bench", "--base-url", url, "--isl", "4", "--osl", "4", "--concurrency", "1,2,3", "--requests", "3",
-            "--slo", "ttft_p99_ms=5", "--out", str(tmp_path / "run"), "--json", "--fail-on", "slo")
+    r = cli(
+        "bench",
+        "--base-url",
+        url,
+        "--isl",
+        "4",
+        "--osl",
+        "4",
+        "--concurrency",
+        "1,2,3",
+        "--requests",
+        "3",
+        "--slo",
+        "ttft_p99_ms=5",
+        "--out",
+        str(tmp_path / "run"),
+        "--json",
+        "--fail-on",
+        "slo",
+    )
     assert r.code == 1, r.stderr
     doc = json.loads(r.stdout)
     assert [lv["concurrency"] for lv in doc["levels"]] == [1, 2]
@@ -459,8 +690,23 @@ def test_slo_breached_at_two_consecutive_levels_stops(cli, server, tmp_path):
 def test_redact_keeps_no_server_strings(cli, server, tmp_path):
     url, _ = server(model="acme-internal-model-7", fault="http_500")
     out = tmp_path / "run"
-    r = cli("bench", "--base-url", url, "--isl", "4", "--osl", "4", "--concurrency", "1", "--requests", "2",
-            "--out", str(out), "--redact", "--json")
+    r = cli(
+        "bench",
+        "--base-url",
+        url,
+        "--isl",
+        "4",
+        "--osl",
+        "4",
+        "--concurrency",
+        "1",
+        "--requests",
+        "2",
+        "--out",
+        str(out),
+        "--redact",
+        "--json",
+    )
     assert r.code == 0, r.stderr
     assert json.loads(r.stdout)["levels"][0]["errors"] == {"http_500": 2}  # error kinds are kept
     assert (out / "report.html").exists()  # the report is rendered, and redacted like everything else
@@ -469,12 +715,15 @@ def test_redact_keeps_no_server_strings(cli, server, tmp_path):
         assert b"acme-internal-model-7" not in data and b"scripted 500" not in data, path
 
 
-@pytest.mark.parametrize("args, needle", [
-    (("--dataset", "/nonexistent/prompts.jsonl"), "prompts.jsonl"),
-    (("--concurrency", "1,x"), "--concurrency"),
-    (("--rate", "0"), "--rate"),
-    (("--fail-on", "sometimes"), "--fail-on"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("--dataset", "/nonexistent/prompts.jsonl"), "prompts.jsonl"),
+        (("--concurrency", "1,x"), "--concurrency"),
+        (("--rate", "0"), "--rate"),
+        (("--fail-on", "sometimes"), "--fail-on"),
+    ],
+)
 def test_bad_input_is_one_line_and_creates_nothing(cli, server, tmp_path, args, needle):
     url, srv = server()
     base = ["--base-url", url, "--isl", "4", "--osl", "4"]
@@ -491,8 +740,22 @@ def test_bad_input_is_one_line_and_creates_nothing(cli, server, tmp_path, args, 
 def test_duration_runs_closed_loop_rounds_until_time_is_up(cli, server, tmp_path):
     url, srv = server(ttft_s=0.001, itl_s=0.001)  # a few ms per request: one round of 2 x 32 is far too short
     out = tmp_path / "run"
-    r = cli("bench", "--base-url", url, "--isl", "4", "--osl", "4", "--concurrency", "2", "--duration", "2",
-            "--out", str(out), "--json")
+    r = cli(
+        "bench",
+        "--base-url",
+        url,
+        "--isl",
+        "4",
+        "--osl",
+        "4",
+        "--concurrency",
+        "2",
+        "--duration",
+        "2",
+        "--out",
+        str(out),
+        "--json",
+    )
     assert r.code == 0, r.stderr
     level = json.loads(r.stdout)["levels"][0]
     assert level["requests"] > 2 * 32 and level["failed"] == 0

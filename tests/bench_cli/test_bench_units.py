@@ -23,19 +23,22 @@ BASE = dict(base_url="http://127.0.0.1:1", isl=8, osl=4)
 
 
 # -- options -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("kwargs, needle", [
-    (dict(concurrency=(1,), rate=(1.0,)), "exactly one of --concurrency and --rate"),
-    (dict(), "exactly one of --concurrency and --rate"),
-    (dict(concurrency=(1,), base_url="127.0.0.1:8000"), "--base-url"),
-    (dict(concurrency=(1,), endpoint="embeddings"), "--endpoint"),
-    (dict(concurrency=(1,), requests=10, duration_s=5.0), "at most one of --requests and --duration"),
-    (dict(concurrency=(1,), requests=0), "--requests"),
-    (dict(concurrency=(1,), timeout_s=0.0), "--timeout"),
-    (dict(concurrency=(1,), workers=0), "--workers"),
-    (dict(concurrency=(1,), warmup=-1), "--warmup"),
-    (dict(concurrency=(1,), api_key_env="A", api_key_file="/x"), "--api-key-env"),
-    (dict(concurrency=(1,), isl=None), "--isl"),
-])
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        (dict(concurrency=(1,), rate=(1.0,)), "exactly one of --concurrency and --rate"),
+        (dict(), "exactly one of --concurrency and --rate"),
+        (dict(concurrency=(1,), base_url="127.0.0.1:8000"), "--base-url"),
+        (dict(concurrency=(1,), endpoint="embeddings"), "--endpoint"),
+        (dict(concurrency=(1,), requests=10, duration_s=5.0), "at most one of --requests and --duration"),
+        (dict(concurrency=(1,), requests=0), "--requests"),
+        (dict(concurrency=(1,), timeout_s=0.0), "--timeout"),
+        (dict(concurrency=(1,), workers=0), "--workers"),
+        (dict(concurrency=(1,), warmup=-1), "--warmup"),
+        (dict(concurrency=(1,), api_key_env="A", api_key_file="/x"), "--api-key-env"),
+        (dict(concurrency=(1,), isl=None), "--isl"),
+    ],
+)
 def test_bad_options_name_the_flag(kwargs, needle):
     with pytest.raises(KneecapError) as err:
         BenchOptions(**{**BASE, **kwargs})
@@ -161,23 +164,41 @@ def test_set_aside_keeps_finished_levels_only(tmp_path):
 
 
 # -- exit codes and the table -------------------------------------------------------------------
-LEVEL = {"concurrency": 4, "requests": 10, "completed": 8, "failed": 2, "output_tok_s": 123.4, "total_tok_s": 200.0,
-         "request_s": 1.5, "ttft_ms": {"p50": 12.3, "p99": 150.0}, "itl_ms": {"p50": 5.0, "p99": 9.0},
-         "tpot_ms": {"p50": 5.1}, "e2e_ms": {"p99": 2500.0}, "errors": {"http_500": 2},
-         "slo": {"met": False, "breaches": []}}
+LEVEL = {
+    "concurrency": 4,
+    "requests": 10,
+    "completed": 8,
+    "failed": 2,
+    "output_tok_s": 123.4,
+    "total_tok_s": 200.0,
+    "request_s": 1.5,
+    "ttft_ms": {"p50": 12.3, "p99": 150.0},
+    "itl_ms": {"p50": 5.0, "p99": 9.0},
+    "tpot_ms": {"p50": 5.1},
+    "e2e_ms": {"p99": 2500.0},
+    "errors": {"http_500": 2},
+    "slo": {"met": False, "breaches": []},
+}
 
 
-@pytest.mark.parametrize("fail_on, summary, code", [
-    ((), {"levels": [LEVEL], "stopped": {"at": 4, "reason": "error_rate"}}, 0),
-    (("errors",), {"levels": [LEVEL]}, 1),
-    (("slo",), {"levels": [LEVEL]}, 1),
-    (("stopped",), {"levels": [LEVEL], "stopped": None}, 0),
-    (("stopped",), {"levels": [LEVEL], "stopped": {"at": 4, "reason": "error_rate"}}, 1),
-    (("stopped",), {"levels": [LEVEL], "stopped": {"at": 4, "reason": "server_dead"}}, 3),  # a dead server: 3, always
-    ((), {"levels": [LEVEL], "stopped": {"at": 4, "reason": "server_dead"}}, 3),
-    (("errors",), {"levels": [dict(LEVEL, failed=0)]}, 0),
-    (("errors",), {"levels": [LEVEL], "status": "interrupted"}, 130),
-])
+@pytest.mark.parametrize(
+    "fail_on, summary, code",
+    [
+        ((), {"levels": [LEVEL], "stopped": {"at": 4, "reason": "error_rate"}}, 0),
+        (("errors",), {"levels": [LEVEL]}, 1),
+        (("slo",), {"levels": [LEVEL]}, 1),
+        (("stopped",), {"levels": [LEVEL], "stopped": None}, 0),
+        (("stopped",), {"levels": [LEVEL], "stopped": {"at": 4, "reason": "error_rate"}}, 1),
+        (
+            ("stopped",),
+            {"levels": [LEVEL], "stopped": {"at": 4, "reason": "server_dead"}},
+            3,
+        ),  # a dead server: 3, always
+        ((), {"levels": [LEVEL], "stopped": {"at": 4, "reason": "server_dead"}}, 3),
+        (("errors",), {"levels": [dict(LEVEL, failed=0)]}, 0),
+        (("errors",), {"levels": [LEVEL], "status": "interrupted"}, 130),
+    ],
+)
 def test_exit_code(fail_on, summary, code):
     assert exit_code(summary, fail_on)[0] == code
 
@@ -185,14 +206,28 @@ def test_exit_code(fail_on, summary, code):
 def test_table_has_units_and_dashes_for_missing():
     from rich.console import Console
 
-    summary = {"load": "concurrency", "levels": [LEVEL, {"concurrency": 8, "requests": 0}],
-               "knee": {"concurrency": 4}, "skipped": [{"concurrency": 16, "index": 2, "reason": "preflight_exceeds"}],
-               "stopped": {"at": 16, "reason": "preflight_exceeds"}}
+    summary = {
+        "load": "concurrency",
+        "levels": [LEVEL, {"concurrency": 8, "requests": 0}],
+        "knee": {"concurrency": 4},
+        "skipped": [{"concurrency": 16, "index": 2, "reason": "preflight_exceeds"}],
+        "stopped": {"at": 16, "reason": "preflight_exceeds"},
+    }
     console = Console(width=250, record=True)
     console.print(summary_table(summary))
     text = console.export_text()
-    for needle in ("TTFT p99 (ms)", "out tok/s", "E2E p99 (s)", "123", "150", "2.50", "knee", "http_500×2",
-                   "skipped: preflight_exceeds", "stopped at concurrency 16"):
+    for needle in (
+        "TTFT p99 (ms)",
+        "out tok/s",
+        "E2E p99 (s)",
+        "123",
+        "150",
+        "2.50",
+        "knee",
+        "http_500×2",
+        "skipped: preflight_exceeds",
+        "stopped at concurrency 16",
+    ):
         assert needle in text, needle
     row_8 = next(line for line in text.splitlines() if line.startswith("│  8 "))
     assert "—" in row_8 and " 0 " not in row_8  # no data is a dash, never a fake zero
@@ -232,11 +267,16 @@ def test_prefix_cache_hit_rate_from_usage_only_where_the_server_has_no_prefix_co
 
     # /metrics with prefix counters (vLLM, SGLang, kneecap serve): its own rate, whatever the usage said
     with_counters = scraped_server_metrics({"prefix_cache_hit_rate": 0.25}, [], cached_fraction=0.5)
-    assert with_counters["prefix_cache_hit_rate"] == 0.25 and with_counters["prefix_cache_hit_rate_source"] == "prometheus"
+    assert (
+        with_counters["prefix_cache_hit_rate"] == 0.25 and with_counters["prefix_cache_hit_rate_source"] == "prometheus"
+    )
     # /metrics without them (llama.cpp): the responses' cached tokens over their prompt tokens, said so
     without = scraped_server_metrics({"prefix_cache_hit_rate": None, "kv_usage_max": 0.1}, [], cached_fraction=0.5)
-    assert (without["source"], without["prefix_cache_hit_rate"], without["prefix_cache_hit_rate_source"]) == \
-        ("prometheus", 0.5, "usage")
+    assert (without["source"], without["prefix_cache_hit_rate"], without["prefix_cache_hit_rate_source"]) == (
+        "prometheus",
+        0.5,
+        "usage",
+    )
     # no /metrics at all: the level's source is the usage
     bare = scraped_server_metrics(None, [], cached_fraction=0.5)
     assert (bare["source"], bare["prefix_cache_hit_rate"], bare["kv_usage_max"]) == ("usage", 0.5, None)

@@ -28,14 +28,24 @@ def replay_opts(path, speeds=(1.0, 2.0)) -> BenchOptions:
     from kneecap.sweep.bench_workload import replay_schedule
 
     trace = replay_schedule(str(path), None, False)
-    return BenchOptions(base_url=URL, replay=str(path), replay_speeds=speeds, trace_rate=trace.rate,
-                        replay_requests=len(trace.schedule), rate=tuple(s * trace.rate for s in speeds))
+    return BenchOptions(
+        base_url=URL,
+        replay=str(path),
+        replay_speeds=speeds,
+        trace_rate=trace.rate,
+        replay_requests=len(trace.schedule),
+        rate=tuple(s * trace.rate for s in speeds),
+    )
 
 
 def test_replay_levels_send_the_trace_at_each_speed_with_blocks_of_their_own(tmp_path):
     path = tmp_path / "t.jsonl"
-    path.write_text("".join(json.dumps({"timestamp": 1000 * i, "input_length": 600, "output_length": 4,
-                                        "hash_ids": [7, 8 + i]}) + "\n" for i in range(4)))
+    path.write_text(
+        "".join(
+            json.dumps({"timestamp": 1000 * i, "input_length": 600, "output_length": 4, "hash_ids": [7, 8 + i]}) + "\n"
+            for i in range(4)
+        )
+    )
     opts = replay_opts(path)
     assert opts.trace_rate == 1.0 and opts.rate == (1.0, 2.0) and opts.level_label(2.0) == "replay x2"
     work = load_workload(opts, context_tokens=8192)
@@ -56,12 +66,16 @@ def test_trace_blocks_are_equal_prompts_where_hash_ids_are_equal():
         assert len(pa) == 700 and len(pb) == 600
         assert pa[:TRACE_BLOCK_TOKENS] == pb[:TRACE_BLOCK_TOKENS]  # the shared block
         assert pa[TRACE_BLOCK_TOKENS:600] != pb[TRACE_BLOCK_TOKENS:600]  # and nothing after it
-    assert RandomTokenPrompts(salt="other").prompt_for(a).content[:8] != RandomTokenPrompts(salt="s").prompt_for(a).content[:8]
+    assert (
+        RandomTokenPrompts(salt="other").prompt_for(a).content[:8]
+        != RandomTokenPrompts(salt="s").prompt_for(a).content[:8]
+    )
 
 
 def test_split_task_keeps_each_request_with_its_time_and_each_turn_with_its_conversation():
-    specs = tuple(RequestSpec(index=i, request_id=f"r{i}", class_name="x", input_tokens=1, output_tokens=1)
-                  for i in range(7))
+    specs = tuple(
+        RequestSpec(index=i, request_id=f"r{i}", class_name="x", input_tokens=1, output_tokens=1) for i in range(7)
+    )
     task = LevelTask(level=0, kind="rate", value=4.0, specs=specs, epoch=0.0, offsets=tuple(0.1 * i for i in range(7)))
     shares = split_task(task, 3)
     pairs = sorted((s.index, t) for share in shares for s, t in zip(share.specs, share.offsets))
@@ -70,8 +84,9 @@ def test_split_task_keeps_each_request_with_its_time_and_each_turn_with_its_conv
 
     opts = BenchOptions(base_url=URL, concurrency=(2,), isl=10, osl=4, turns=3, requests=12)
     work = BenchWorkload(opts).level(sweep_levels(opts)[0], warmup=False)
-    task = LevelTask(level=0, kind="concurrency", value=2, specs=work.specs, epoch=0.0,
-                     conversations=work.conversations)
+    task = LevelTask(
+        level=0, kind="concurrency", value=2, specs=work.specs, epoch=0.0, conversations=work.conversations
+    )
     shares = split_task(task, 2)
     assert [share.value for share in shares] == [1, 1]
     for share in shares:
@@ -123,10 +138,14 @@ def test_length_flags_take_a_number_or_a_distribution():
 def test_a_streams_cached_tokens_are_read_from_usage_prompt_tokens_details():
     from kneecap.client.openai import decode_stream
 
-    last = (b'{"choices":[{"index":0,"text":"","finish_reason":"length"}],'
-            b'"usage":{"prompt_tokens":89,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":40}}}')
-    reads = [(0.1, [(None, b'{"choices":[{"index":0,"text":"a"}]}', None)]),
-             (0.2, [(None, b'{"choices":[{"index":0,"text":"b"}]}', None), (None, last, None), (None, b"[DONE]", None)])]
+    last = (
+        b'{"choices":[{"index":0,"text":"","finish_reason":"length"}],'
+        b'"usage":{"prompt_tokens":89,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":40}}}'
+    )
+    reads = [
+        (0.1, [(None, b'{"choices":[{"index":0,"text":"a"}]}', None)]),
+        (0.2, [(None, b'{"choices":[{"index":0,"text":"b"}]}', None), (None, last, None), (None, b"[DONE]", None)]),
+    ]
     result = decode_stream(reads)
     assert result.cached_tokens == 40 and result.prompt_tokens == 89 and result.done
     assert decode_stream(reads[:1]).cached_tokens is None  # not reported: unknown, never 0

@@ -39,8 +39,15 @@ def summary(out: Path) -> dict:
 
 def write_trace(path: Path, rows: int, gap_ms: int, shared: bool) -> Path:
     """rows requests gap_ms apart, 1,200 tokens each: two shared 512-token blocks (or all distinct ids) + the rest."""
-    lines = [{"timestamp": i * gap_ms, "input_length": 1200, "output_length": 8,
-              "hash_ids": [0, 1, 100 + i] if shared else [3 * i, 3 * i + 1, 3 * i + 2]} for i in range(rows)]
+    lines = [
+        {
+            "timestamp": i * gap_ms,
+            "input_length": 1200,
+            "output_length": 8,
+            "hash_ids": [0, 1, 100 + i] if shared else [3 * i, 3 * i + 1, 3 * i + 2],
+        }
+        for i in range(rows)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in lines))
     return path
 
@@ -48,8 +55,19 @@ def write_trace(path: Path, rows: int, gap_ms: int, shared: bool) -> Path:
 def test_replay_sends_each_row_at_its_time_and_equal_hash_ids_hit_the_prefix_cache(cli, server, tmp_path):
     trace = write_trace(tmp_path / "trace.jsonl", rows=12, gap_ms=250, shared=True)
     out = tmp_path / "replay"
-    r = cli("bench", "--base-url", server, "--replay", str(trace), "--replay-speed", "1,2", "--out", str(out),
-            "--quiet", "--no-report")
+    r = cli(
+        "bench",
+        "--base-url",
+        server,
+        "--replay",
+        str(trace),
+        "--replay-speed",
+        "1,2",
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-report",
+    )
     assert r.code == 0, r.stderr
     s = summary(out)
     assert [lv["rate"] for lv in s["levels"]] == [4.0, 8.0]  # 11 gaps over 2.75 s = 4 req/s, then twice as fast
@@ -74,25 +92,50 @@ def test_replay_sends_each_row_at_its_time_and_equal_hash_ids_hit_the_prefix_cac
         assert [x["extra"]["cached_tokens"] for x in mine] == [0] + [2 * BLOCK] * 11
     # the same trace with no hash id in common: nothing to reuse
     control = tmp_path / "control"
-    r = cli("bench", "--base-url", server, "--replay", str(write_trace(tmp_path / "distinct.jsonl", 12, 250, False)),
-            "--replay-speed", "2", "--out", str(control), "--quiet", "--no-report")
+    r = cli(
+        "bench",
+        "--base-url",
+        server,
+        "--replay",
+        str(write_trace(tmp_path / "distinct.jsonl", 12, 250, False)),
+        "--replay-speed",
+        "2",
+        "--out",
+        str(control),
+        "--quiet",
+        "--no-report",
+    )
     assert r.code == 0, r.stderr
     assert summary(control)["levels"][0]["server_metrics"]["prefix_cache_hit_rate"] < 0.01
 
 
 def test_replay_rows_past_the_context_stop_before_anything_or_are_skipped(cli, server, tmp_path):
     trace = tmp_path / "long.jsonl"
-    trace.write_text(json.dumps({"timestamp": 0, "input_length": 100, "output_length": 8, "hash_ids": [1]}) + "\n"
-                     + json.dumps({"timestamp": 100, "input_length": 9000, "output_length": 8,
-                                   "hash_ids": list(range(18))}) + "\n"
-                     + json.dumps({"timestamp": 200, "input_length": 100, "output_length": 8, "hash_ids": [2]}) + "\n")
+    trace.write_text(
+        json.dumps({"timestamp": 0, "input_length": 100, "output_length": 8, "hash_ids": [1]})
+        + "\n"
+        + json.dumps({"timestamp": 100, "input_length": 9000, "output_length": 8, "hash_ids": list(range(18))})
+        + "\n"
+        + json.dumps({"timestamp": 200, "input_length": 100, "output_length": 8, "hash_ids": [2]})
+        + "\n"
+    )
     out = tmp_path / "stop"
     r = cli("bench", "--base-url", server, "--replay", str(trace), "--out", str(out), "--quiet", "--no-report")
     assert r.code == 2 and "exceed the 8192-token context" in r.stderr and "line" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not out.exists()
     out = tmp_path / "skip"
-    r = cli("bench", "--base-url", server, "--replay", str(trace), "--skip-too-long", "--out", str(out), "--quiet",
-            "--no-report")
+    r = cli(
+        "bench",
+        "--base-url",
+        server,
+        "--replay",
+        str(trace),
+        "--skip-too-long",
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-report",
+    )
     assert r.code == 0, r.stderr
     assert "skipped 1 trace rows" in r.stderr and "lines 2" in r.stderr
     assert len(records(out)) == 2 and summary(out)["workload"]["skipped_too_long"] == 1
@@ -100,8 +143,27 @@ def test_replay_rows_past_the_context_stop_before_anything_or_are_skipped(cli, s
 
 def test_turns_grow_the_prompt_by_the_answer_and_the_prefix_cache_sees_it(cli, server, tmp_path):
     out = tmp_path / "turns"
-    r = cli("bench", "--base-url", server, "--concurrency", "2", "--turns", "3", "--requests", "6", "--isl", "1500",
-            "--osl", "16", "--think-time-s", "0.05", "--out", str(out), "--quiet", "--no-report")
+    r = cli(
+        "bench",
+        "--base-url",
+        server,
+        "--concurrency",
+        "2",
+        "--turns",
+        "3",
+        "--requests",
+        "6",
+        "--isl",
+        "1500",
+        "--osl",
+        "16",
+        "--think-time-s",
+        "0.05",
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-report",
+    )
     assert r.code == 0, r.stderr
     recs = records(out)
     convs: dict = {}
@@ -114,15 +176,30 @@ def test_turns_grow_the_prompt_by_the_answer_and_the_prefix_cache_sees_it(cli, s
             assert turns[k]["sent_at"] - turns[k - 1]["end_at"] >= 0.05  # the think time
     # the cache holds each earlier prompt + answer: the hit rate is near its ceiling (whole blocks, no last token)
     most = sum(t[k]["prompt_tokens"] - 1500 for t in convs.values() for k in (2, 3)) / sum(
-        t[k]["prompt_tokens"] for t in convs.values() for k in (1, 2, 3))
+        t[k]["prompt_tokens"] for t in convs.values() for k in (1, 2, 3)
+    )
     rate = summary(out)["levels"][0]["server_metrics"]["prefix_cache_hit_rate"]
     assert most - 0.02 < rate <= most + 1e-9
     assert summary(out)["workload"]["turns"] == 3
     # a fresh prompt as long as turn 3's takes longer to its first token than turn 3 with its history cached
     fresh = tmp_path / "fresh"
-    r = cli("bench", "--base-url", server, "--concurrency", "1", "--requests", "3",
-            "--isl", str(next(iter(convs.values()))[3]["prompt_tokens"]), "--osl", "16", "--out", str(fresh), "--quiet",
-            "--no-report")
+    r = cli(
+        "bench",
+        "--base-url",
+        server,
+        "--concurrency",
+        "1",
+        "--requests",
+        "3",
+        "--isl",
+        str(next(iter(convs.values()))[3]["prompt_tokens"]),
+        "--osl",
+        "16",
+        "--out",
+        str(fresh),
+        "--quiet",
+        "--no-report",
+    )
     assert r.code == 0, r.stderr
     ttft = lambda x: x["first_token_at"] - x["sent_at"]  # noqa: E731
     assert statistics.median(ttft(t[3]) for t in convs.values()) < statistics.median(ttft(x) for x in records(fresh))
@@ -133,8 +210,25 @@ def test_dataset_lengths_come_from_the_data_and_records_keep_hashes(cli, server,
 
     path = DATA / "sharegpt_v3_shape.json"
     out = tmp_path / "data"
-    r = cli("bench", "--base-url", server, "--concurrency", "2", "--requests", "4", "--dataset-name", "sharegpt",
-            "--dataset-path", str(path), "--seed", "3", "--out", str(out), "--quiet", "--no-report")
+    r = cli(
+        "bench",
+        "--base-url",
+        server,
+        "--concurrency",
+        "2",
+        "--requests",
+        "4",
+        "--dataset-name",
+        "sharegpt",
+        "--dataset-path",
+        str(path),
+        "--seed",
+        "3",
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-report",
+    )
     assert r.code == 0, r.stderr
     sample = sample_dataset(read_dataset(path), 4, estimate_tokens, seed=3)  # simulate samples the same way
     recs = {int(x["request_id"].split("r")[-1]): x for x in records(out)}
@@ -144,8 +238,26 @@ def test_dataset_lengths_come_from_the_data_and_records_keep_hashes(cli, server,
         assert got["prompt"] is None and got["prompt_hash"] == hashlib.sha256(want.prompt.encode()).hexdigest()
     assert summary(out)["workload"]["dataset_requests"] == 4 and summary(out)["workload"]["osl"] is None
     kept = tmp_path / "kept"
-    r = cli("bench", "--base-url", server, "--concurrency", "1", "--requests", "2", "--dataset", str(path),
-            "--osl", "5", "--keep-prompts", "--seed", "3", "--out", str(kept), "--quiet", "--no-report")
+    r = cli(
+        "bench",
+        "--base-url",
+        server,
+        "--concurrency",
+        "1",
+        "--requests",
+        "2",
+        "--dataset",
+        str(path),
+        "--osl",
+        "5",
+        "--keep-prompts",
+        "--seed",
+        "3",
+        "--out",
+        str(kept),
+        "--quiet",
+        "--no-report",
+    )
     assert r.code == 0, r.stderr
     for x in records(kept):  # --osl replaces the data's output lengths; --keep-prompts keeps the text
         assert x["output_tokens"] == 5 and hashlib.sha256(x["prompt"].encode()).hexdigest() == x["prompt_hash"]
@@ -153,8 +265,23 @@ def test_dataset_lengths_come_from_the_data_and_records_keep_hashes(cli, server,
 
 def test_rate_ramp_writes_slices_whose_load_follows_the_ramp(cli, server, tmp_path):
     out = tmp_path / "ramp"
-    r = cli("bench", "--base-url", server, "--rate", "1", "--ramp", "linear:2:10:4", "--isl", "100", "--osl", "4",
-            "--out", str(out), "--quiet", "--no-report")
+    r = cli(
+        "bench",
+        "--base-url",
+        server,
+        "--rate",
+        "1",
+        "--ramp",
+        "linear:2:10:4",
+        "--isl",
+        "100",
+        "--osl",
+        "4",
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-report",
+    )
     assert r.code == 0, r.stderr
     lv = summary(out)["levels"][0]
     assert lv["rate"] == 6.0  # the ramp's mean rate
@@ -168,8 +295,23 @@ def test_rate_ramp_writes_slices_whose_load_follows_the_ramp(cli, server, tmp_pa
 
 def test_concurrency_ramp_adds_streams_over_time(cli, server, tmp_path):
     out = tmp_path / "cramp"
-    r = cli("bench", "--base-url", server, "--concurrency", "1", "--ramp", "linear:1:4:3", "--isl", "100",
-            "--osl", "30", "--out", str(out), "--quiet", "--no-report")
+    r = cli(
+        "bench",
+        "--base-url",
+        server,
+        "--concurrency",
+        "1",
+        "--ramp",
+        "linear:1:4:3",
+        "--isl",
+        "100",
+        "--osl",
+        "30",
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-report",
+    )
     assert r.code == 0, r.stderr
     lv = summary(out)["levels"][0]
     rows = lv["slices"]
@@ -189,12 +331,37 @@ def test_length_distributions_and_goodput(cli, server, tmp_path):
     from kneecap.sweep.options import BenchOptions
 
     out = tmp_path / "dist"
-    r = cli("bench", "--base-url", server, "--concurrency", "2", "--requests", "12", "--isl", "uniform:100:300",
-            "--osl", "normal:mean=8,std=2,min=2", "--goodput", "ttft:60000 tpot:60000", "--seed", "5",
-            "--out", str(out), "--quiet", "--no-report")
+    r = cli(
+        "bench",
+        "--base-url",
+        server,
+        "--concurrency",
+        "2",
+        "--requests",
+        "12",
+        "--isl",
+        "uniform:100:300",
+        "--osl",
+        "normal:mean=8,std=2,min=2",
+        "--goodput",
+        "ttft:60000 tpot:60000",
+        "--seed",
+        "5",
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-report",
+    )
     assert r.code == 0, r.stderr
-    opts = BenchOptions(base_url="http://x", concurrency=(2,), isl=200, osl=8, isl_dist="uniform:100:300",
-                        osl_dist="normal:mean=8,std=2,min=2", seed=5)
+    opts = BenchOptions(
+        base_url="http://x",
+        concurrency=(2,),
+        isl=200,
+        osl=8,
+        isl_dist="uniform:100:300",
+        osl_dist="normal:mean=8,std=2,min=2",
+        seed=5,
+    )
     want = make_requests(BenchWorkload(opts).workload(), 12, seed=5, start_index=0, id_prefix="L0r")
     got = {x["request_id"]: x for x in records(out)}
     assert len({w.input_tokens for w in want}) > 3
@@ -210,8 +377,27 @@ def test_length_distributions_and_goodput(cli, server, tmp_path):
 
 def test_until_stable_ends_a_level_once_its_p99s_settle_and_says_so(cli, server, tmp_path):
     out = tmp_path / "stable"
-    r = cli("bench", "--base-url", server, "--concurrency", "4", "--duration", "40", "--until-stable", "0.2",
-            "--stable-window-s", "1", "--isl", "100", "--osl", "20", "--out", str(out), "--quiet", "--no-report")
+    r = cli(
+        "bench",
+        "--base-url",
+        server,
+        "--concurrency",
+        "4",
+        "--duration",
+        "40",
+        "--until-stable",
+        "0.2",
+        "--stable-window-s",
+        "1",
+        "--isl",
+        "100",
+        "--osl",
+        "20",
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-report",
+    )
     assert r.code == 0, r.stderr
     lv = summary(out)["levels"][0]
     verdict = lv["stable_p99"]
@@ -221,26 +407,51 @@ def test_until_stable_ends_a_level_once_its_p99s_settle_and_says_so(cli, server,
         assert len(series) == 4 and all(abs(b - a) / a < 0.2 for a, b in zip(series, series[1:]))
     # a tolerance no level meets: the level runs its whole --duration and says why it did not settle
     out = tmp_path / "never"
-    r = cli("bench", "--base-url", server, "--concurrency", "2", "--duration", "4", "--until-stable", "0.000001",
-            "--stable-window-s", "0.5", "--isl", "100", "--osl", "20", "--out", str(out), "--quiet", "--no-report")
+    r = cli(
+        "bench",
+        "--base-url",
+        server,
+        "--concurrency",
+        "2",
+        "--duration",
+        "4",
+        "--until-stable",
+        "0.000001",
+        "--stable-window-s",
+        "0.5",
+        "--isl",
+        "100",
+        "--osl",
+        "20",
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-report",
+    )
     assert r.code == 0, r.stderr
     lv = summary(out)["levels"][0]
     assert lv["stable_p99"]["stable"] is False and lv["stable_p99"]["why"] and lv["wall_s"] >= 4
 
 
-@pytest.mark.parametrize("args, needle", [
-    (("--until-stable", "0.05", "--concurrency", "2", "--requests", "8", "--isl", "10", "--osl", "4"), "--duration"),
-    (("--replay", "/nonexistent/trace.jsonl"), "trace.jsonl"),
-    (("--replay", str(DATA / "mooncake_conversation_head.jsonl"), "--rate", "2"), "--replay-speed"),
-    (("--turns", "3", "--concurrency", "2", "--requests", "7", "--isl", "10", "--osl", "4"), "multiple of 3"),
-    (("--turns", "2", "--rate", "2", "--requests", "4", "--isl", "10", "--osl", "4"), "closed loop"),
-    (("--think-time-s", "1", "--concurrency", "2", "--isl", "10", "--osl", "4"), "--turns"),
-    (("--ramp", "linear:1:4", "--rate", "1", "--isl", "10", "--osl", "4"), "KIND:START:END:SECONDS"),
-    (("--ramp", "linear:1:4:10", "--isl", "10", "--osl", "4"), "--concurrency 1 or --rate 1"),
-    (("--isl", "uniform:300:100", "--concurrency", "1", "--osl", "4"), "--isl"),
-    (("--goodput", "ttft=200", "--concurrency", "1", "--isl", "10", "--osl", "4"), "KEY:VALUE"),
-    (("--dataset", "sharegpt", "--concurrency", "1"), "--dataset-path"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (
+            ("--until-stable", "0.05", "--concurrency", "2", "--requests", "8", "--isl", "10", "--osl", "4"),
+            "--duration",
+        ),
+        (("--replay", "/nonexistent/trace.jsonl"), "trace.jsonl"),
+        (("--replay", str(DATA / "mooncake_conversation_head.jsonl"), "--rate", "2"), "--replay-speed"),
+        (("--turns", "3", "--concurrency", "2", "--requests", "7", "--isl", "10", "--osl", "4"), "multiple of 3"),
+        (("--turns", "2", "--rate", "2", "--requests", "4", "--isl", "10", "--osl", "4"), "closed loop"),
+        (("--think-time-s", "1", "--concurrency", "2", "--isl", "10", "--osl", "4"), "--turns"),
+        (("--ramp", "linear:1:4", "--rate", "1", "--isl", "10", "--osl", "4"), "KIND:START:END:SECONDS"),
+        (("--ramp", "linear:1:4:10", "--isl", "10", "--osl", "4"), "--concurrency 1 or --rate 1"),
+        (("--isl", "uniform:300:100", "--concurrency", "1", "--osl", "4"), "--isl"),
+        (("--goodput", "ttft=200", "--concurrency", "1", "--isl", "10", "--osl", "4"), "KEY:VALUE"),
+        (("--dataset", "sharegpt", "--concurrency", "1"), "--dataset-path"),
+    ],
+)
 def test_bad_workload_flags_are_one_line(cli, server, tmp_path, args, needle):
     out = tmp_path / "bad"
     r = cli("bench", "--base-url", server, *args, "--out", str(out), "--quiet", "--no-report")
@@ -249,10 +460,16 @@ def test_bad_workload_flags_are_one_line(cli, server, tmp_path, args, needle):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("flag, text", [
-    ("--replay", '{"timestamp": 0, "input_length": 10, "output_length": 4, "hash_ids": [0]}\n{"timestamp": 5, "input_len\n'),
-    ("--dataset", '{"prompt": "one", "output_len": 4}\n{"prompt": "two", "output_len": "four"}\n'),
-])
+@pytest.mark.parametrize(
+    "flag, text",
+    [
+        (
+            "--replay",
+            '{"timestamp": 0, "input_length": 10, "output_length": 4, "hash_ids": [0]}\n{"timestamp": 5, "input_len\n',
+        ),
+        ("--dataset", '{"prompt": "one", "output_len": 4}\n{"prompt": "two", "output_len": "four"}\n'),
+    ],
+)
 def test_a_broken_line_in_a_trace_or_dataset_is_named_before_anything_is_sent(cli, server, tmp_path, flag, text):
     path = tmp_path / "broken.jsonl"
     path.write_text(text)
@@ -268,11 +485,24 @@ def test_a_broken_line_in_a_trace_or_dataset_is_named_before_anything_is_sent(cl
 def test_replay_of_a_burstgpt_csv_sends_its_rows_at_their_times(cli, server, tmp_path):
     trace = tmp_path / "burst.csv"  # BurstGPT's columns; timestamps in seconds
     rows = [(0, 300, 6), (1, 420, 4), (3, 250, 8), (4, 500, 5)]
-    trace.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-                     + "".join(f"{t},ChatGPT,{i},{o},{i + o},Conversation log\n" for t, i, o in rows))
+    trace.write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        + "".join(f"{t},ChatGPT,{i},{o},{i + o},Conversation log\n" for t, i, o in rows)
+    )
     out = tmp_path / "burst"
-    r = cli("bench", "--base-url", server, "--replay", str(trace), "--replay-speed", "4", "--out", str(out),
-            "--quiet", "--no-report")
+    r = cli(
+        "bench",
+        "--base-url",
+        server,
+        "--replay",
+        str(trace),
+        "--replay-speed",
+        "4",
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-report",
+    )
     assert r.code == 0, r.stderr
     lv = summary(out)["levels"][0]
     worker = lv["client"]["per_worker"][0]

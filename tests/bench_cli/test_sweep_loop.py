@@ -37,26 +37,57 @@ class FakeDriver:
         t = 0.0
         for spec in task.specs:
             if task.level in self.fail_levels:
-                rec = RequestRecord(request_id=spec.request_id, level=task.level, concurrency=int(task.value),
-                                    warmup=task.warmup, sent_at=t, end_at=t + 0.01, status=ERROR, error_kind="http_500")
+                rec = RequestRecord(
+                    request_id=spec.request_id,
+                    level=task.level,
+                    concurrency=int(task.value),
+                    warmup=task.warmup,
+                    sent_at=t,
+                    end_at=t + 0.01,
+                    status=ERROR,
+                    error_kind="http_500",
+                )
             else:
                 chunks = [t + 0.01 + 0.01 * k for k in range(spec.output_tokens)]
-                rec = RequestRecord(request_id=spec.request_id, level=task.level, concurrency=int(task.value),
-                                    warmup=task.warmup, sent_at=t, first_token_at=chunks[0], first_answer_at=chunks[0],
-                                    end_at=chunks[-1], chunk_times=chunks, chunk_tokens=[1] * len(chunks),
-                                    prompt_tokens=spec.input_tokens, output_tokens=spec.output_tokens, status=OK)
+                rec = RequestRecord(
+                    request_id=spec.request_id,
+                    level=task.level,
+                    concurrency=int(task.value),
+                    warmup=task.warmup,
+                    sent_at=t,
+                    first_token_at=chunks[0],
+                    first_answer_at=chunks[0],
+                    end_at=chunks[-1],
+                    chunk_times=chunks,
+                    chunk_tokens=[1] * len(chunks),
+                    prompt_tokens=spec.input_tokens,
+                    output_tokens=spec.output_tokens,
+                    status=OK,
+                )
             on_record(rec)
             t += 0.1 / max(1, task.value)
         return [LevelOutcome(num_records=len(task.specs), suspect=False, client={"cpu_fraction": 0.1})]
 
 
 def make_sweep(opts, driver, written, verdicts=None, alive=True):
-    http = HttpLevelDriver(opts, run_share=driver, probe=lambda: alive, poll_metrics=NoMetrics, epoch=0.0,
-                           progress=SilentProgress())
-    return Sweep(opts, state=SweepState(), sweep_levels=sweep_levels(opts, verdicts), driver=http,
-                 write_record=written.write, persist=lambda summary: None, progress=SilentProgress(), slo=None,
-                 stop_limits=StopLimits(), summarize_fn=summarize_level, sync=lambda: None, records_file=written,
-                 summary_fields=lambda: {"kind": "bench", "model_executed": True, "benchmark_executed": True})
+    http = HttpLevelDriver(
+        opts, run_share=driver, probe=lambda: alive, poll_metrics=NoMetrics, epoch=0.0, progress=SilentProgress()
+    )
+    return Sweep(
+        opts,
+        state=SweepState(),
+        sweep_levels=sweep_levels(opts, verdicts),
+        driver=http,
+        write_record=written.write,
+        persist=lambda summary: None,
+        progress=SilentProgress(),
+        slo=None,
+        stop_limits=StopLimits(),
+        summarize_fn=summarize_level,
+        sync=lambda: None,
+        records_file=written,
+        summary_fields=lambda: {"kind": "bench", "model_executed": True, "benchmark_executed": True},
+    )
 
 
 OPTS = dict(base_url="http://127.0.0.1:1", isl=8, osl=4, requests=5)
@@ -65,7 +96,14 @@ OPTS = dict(base_url="http://127.0.0.1:1", isl=8, osl=4, requests=5)
 def test_every_level_runs_in_order_with_warmup_first():
     driver, written = FakeDriver(), MemoryRecords()
     summary = make_sweep(BenchOptions(**OPTS, concurrency=(1, 2, 4), warmup=2), driver, written).run()
-    assert [(t.level, t.warmup) for t in driver.tasks] == [(0, True), (0, False), (1, True), (1, False), (2, True), (2, False)]
+    assert [(t.level, t.warmup) for t in driver.tasks] == [
+        (0, True),
+        (0, False),
+        (1, True),
+        (1, False),
+        (2, True),
+        (2, False),
+    ]
     assert [lv["level"] for lv in summary["levels"]] == [0, 1, 2]
     assert all(lv["requests"] == 5 and lv["warmup_excluded"] == 2 for lv in summary["levels"])
     assert len(written.records) == 3 * 7 and summary["status"] == "complete"
@@ -95,8 +133,17 @@ def test_connection_failures_and_a_dead_probe_mean_server_dead():
     class Refused(FakeDriver):
         def __call__(self, task, on_record):
             for spec in task.specs:
-                on_record(RequestRecord(request_id=spec.request_id, level=task.level, concurrency=int(task.value),
-                                        sent_at=0.0, end_at=0.001, status=ERROR, error_kind="connection_refused"))
+                on_record(
+                    RequestRecord(
+                        request_id=spec.request_id,
+                        level=task.level,
+                        concurrency=int(task.value),
+                        sent_at=0.0,
+                        end_at=0.001,
+                        status=ERROR,
+                        error_kind="connection_refused",
+                    )
+                )
             return [LevelOutcome()]
 
     summary = make_sweep(BenchOptions(**OPTS, concurrency=(1, 2)), Refused(), MemoryRecords(), alive=False).run()
@@ -108,9 +155,20 @@ def test_interrupt_keeps_a_partial_level():
         def __call__(self, task, on_record):
             if task.level == 1:
                 for spec in task.specs[:2]:
-                    on_record(RequestRecord(request_id=spec.request_id, level=1, concurrency=2, sent_at=0.0,
-                                            first_token_at=0.01, end_at=0.05, chunk_times=[0.01, 0.05],
-                                            chunk_tokens=[1, 1], output_tokens=2, status=OK))
+                    on_record(
+                        RequestRecord(
+                            request_id=spec.request_id,
+                            level=1,
+                            concurrency=2,
+                            sent_at=0.0,
+                            first_token_at=0.01,
+                            end_at=0.05,
+                            chunk_times=[0.01, 0.05],
+                            chunk_tokens=[1, 1],
+                            output_tokens=2,
+                            status=OK,
+                        )
+                    )
                 raise KeyboardInterrupt
             return super().__call__(task, on_record)
 
@@ -153,12 +211,24 @@ def test_preflight_skip_note_writes_token_counts_with_separators():
     opts = BenchOptions(**OPTS, concurrency=(1, 2048))
     verdicts = {2048: {"verdict": "exceeds", "peak_tokens": 4_096_000}}
     notes, written = Notes(), MemoryRecords()
-    http = HttpLevelDriver(opts, run_share=FakeDriver(), probe=lambda: True, poll_metrics=NoMetrics, epoch=0.0,
-                           progress=notes)
-    sweep = Sweep(opts, state=SweepState(preflight={"kv_capacity_tokens": 2_076_672}), sweep_levels=sweep_levels(opts, verdicts),
-                  driver=http, write_record=written.write, persist=lambda summary: None, progress=notes, slo=None,
-                  stop_limits=StopLimits(), summarize_fn=summarize_level, sync=lambda: None, records_file=written,
-                  summary_fields=lambda: {"kind": "bench", "model_executed": True, "benchmark_executed": True})
+    http = HttpLevelDriver(
+        opts, run_share=FakeDriver(), probe=lambda: True, poll_metrics=NoMetrics, epoch=0.0, progress=notes
+    )
+    sweep = Sweep(
+        opts,
+        state=SweepState(preflight={"kv_capacity_tokens": 2_076_672}),
+        sweep_levels=sweep_levels(opts, verdicts),
+        driver=http,
+        write_record=written.write,
+        persist=lambda summary: None,
+        progress=notes,
+        slo=None,
+        stop_limits=StopLimits(),
+        summarize_fn=summarize_level,
+        sync=lambda: None,
+        records_file=written,
+        summary_fields=lambda: {"kind": "bench", "model_executed": True, "benchmark_executed": True},
+    )
     summary = sweep.run()
     assert any("4,096,000 tokens needed > 2,076,672" in line for line in notes.lines), notes.lines
     assert summary["stopped"]["reason"] == "preflight_exceeds" and "2,076,672 tokens" in summary["stopped"]["detail"]

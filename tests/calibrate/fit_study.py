@@ -19,13 +19,14 @@ from tempfile import TemporaryDirectory
 import kneecap.calibrate as cal
 from kneecap.plan.build import DeploymentRequest
 from kneecap.sim.setup import simulated_deployment
-from kneecap.sim.steptime import StepTimeParams
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_calibrate import FLAGS, SHAPES  # noqa: E402
 
-EXTRA = {"c1": (["--concurrency", "1", "--requests", "16"], SHAPES["requests"][1]),
-         "saturated": (["--rate", "200,400", "--requests", "96", "--seed", "1"], SHAPES["requests"][1])}
+EXTRA = {
+    "c1": (["--concurrency", "1", "--requests", "16"], SHAPES["requests"][1]),
+    "saturated": (["--rate", "200,400", "--requests", "96", "--seed", "1"], SHAPES["requests"][1]),
+}
 
 
 def main(mode: str = "weighted", names: str | None = None) -> None:
@@ -45,17 +46,40 @@ def main(mode: str = "weighted", names: str | None = None) -> None:
         for name in names.split(",") if names else shapes:
             args, truth = shapes[name]
             pairs = ",".join(f"{k}={v}" for k, v in truth.items())
-            r = subprocess.run([sys.executable, "-m", "kneecap", "simulate", *FLAGS, "--isl", "600", "--osl", "64",
-                                *args, "--step-params", pairs, "--out", f"{tmp}/{name}", "--json", "--no-report"],
-                               capture_output=True, text=True, check=True)
+            r = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "kneecap",
+                    "simulate",
+                    *FLAGS,
+                    "--isl",
+                    "600",
+                    "--osl",
+                    "64",
+                    *args,
+                    "--step-params",
+                    pairs,
+                    "--out",
+                    f"{tmp}/{name}",
+                    "--json",
+                    "--no-report",
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             levels = cal.levels_from_summary(json.loads(r.stdout))
             if mode == "p50":
                 levels = [cal.replace(lv, itl_ms=None) for lv in levels]
             t0 = time.time()
             result = cal.calibrate(target, levels)
             errors = {n: round(100 * (getattr(result.params, n) / v - 1), 2) for n, v in truth.items()}
-            print(f"{name}: error % {errors}, condition {result.condition:.3g}, {result.evaluations} replays, "
-                  f"{time.time() - t0:.1f} s{'; warning' if result.warnings else ''}", flush=True)
+            print(
+                f"{name}: error % {errors}, condition {result.condition:.3g}, {result.evaluations} replays, "
+                f"{time.time() - t0:.1f} s{'; warning' if result.warnings else ''}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

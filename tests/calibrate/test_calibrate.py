@@ -8,8 +8,15 @@ from dataclasses import replace
 
 import pytest
 
-from kneecap.calibrate import (CONDITION_LIMIT, MeasuredLevel, calibrate, levels_from_summary, predict_levels, replay_levels,
-                               rms_log_error)
+from kneecap.calibrate import (
+    CONDITION_LIMIT,
+    MeasuredLevel,
+    calibrate,
+    levels_from_summary,
+    predict_levels,
+    replay_levels,
+    rms_log_error,
+)
 from kneecap.plan.build import DeploymentRequest
 from kneecap.errors import KneecapError
 from kneecap.sim.setup import simulated_deployment
@@ -31,8 +38,19 @@ def target():
 
 
 def synthetic_levels(target, params, loads=(1, 8, 64), isl=1000, osl=120):
-    probes = [MeasuredLevel(concurrency=c, rate=None, isl=isl, osl=osl, num_requests=max(16, 2 * c), ttft_ms=1,
-                            tpot_ms=1, output_tok_s=1) for c in loads]
+    probes = [
+        MeasuredLevel(
+            concurrency=c,
+            rate=None,
+            isl=isl,
+            osl=osl,
+            num_requests=max(16, 2 * c),
+            ttft_ms=1,
+            tpot_ms=1,
+            output_tok_s=1,
+        )
+        for c in loads
+    ]
     return [replace(probe, **pred) for probe, pred in zip(probes, predict_levels(target, params, probes))]
 
 
@@ -64,24 +82,48 @@ def test_the_table_reuses_the_fits_replays(target, monkeypatch):
 
     levels = synthetic_levels(target, StepTimeParams(**TRUE), loads=(1, 8))
     replays = []
-    monkeypatch.setattr(calibrate_module, "replay_levels",
-                        lambda *a, real=calibrate_module.replay_levels: replays.append(1) or real(*a))
+    monkeypatch.setattr(
+        calibrate_module, "replay_levels", lambda *a, real=calibrate_module.replay_levels: replays.append(1) or real(*a)
+    )
     result = calibrate(target, levels, fit=("overhead_s",))
     assert len(replays) == result.evaluations > 1
-    assert result.levels[0]["predicted"]["tpot_ms"] == round(predict_levels(target, result.params, levels[:1])[0]["tpot_ms"], 4)
+    assert result.levels[0]["predicted"]["tpot_ms"] == round(
+        predict_levels(target, result.params, levels[:1])[0]["tpot_ms"], 4
+    )
 
 
 def test_measured_levels_come_from_a_summary():
-    summary = {"levels": [
-        {"concurrency": 4, "completed": 10, "input_tokens": 10_000, "output_tokens": 1_000, "warmup_excluded": 2,
-         "ttft_ms": {"p50": 45.0, "mean": 50.0}, "tpot_ms": {"p50": 9.0, "mean": 10.0},
-         "itl_ms": {"p50": 9.5, "mean": 10.0}, "output_tok_s": 300.0},
-        {"concurrency": 8, "completed": 0, "ttft_ms": {}, "tpot_ms": {}, "output_tok_s": None},  # nothing usable
-        {"concurrency": "max", "completed": 5, "ttft_ms": {"mean": 1.0}, "tpot_ms": {"mean": 1.0}, "output_tok_s": 1.0},
-    ]}
+    summary = {
+        "levels": [
+            {
+                "concurrency": 4,
+                "completed": 10,
+                "input_tokens": 10_000,
+                "output_tokens": 1_000,
+                "warmup_excluded": 2,
+                "ttft_ms": {"p50": 45.0, "mean": 50.0},
+                "tpot_ms": {"p50": 9.0, "mean": 10.0},
+                "itl_ms": {"p50": 9.5, "mean": 10.0},
+                "output_tok_s": 300.0,
+            },
+            {"concurrency": 8, "completed": 0, "ttft_ms": {}, "tpot_ms": {}, "output_tok_s": None},  # nothing usable
+            {
+                "concurrency": "max",
+                "completed": 5,
+                "ttft_ms": {"mean": 1.0},
+                "tpot_ms": {"mean": 1.0},
+                "output_tok_s": 1.0,
+            },
+        ]
+    }
     (level,) = levels_from_summary(summary)
     assert (level.concurrency, level.isl, level.osl, level.num_requests, level.warmup) == (4, 1000, 100, 10, 2)
-    assert (level.ttft_ms, level.tpot_ms, level.itl_ms, level.output_tok_s) == (50.0, 10.0, 9.5, 300.0)  # means, median ITL
+    assert (level.ttft_ms, level.tpot_ms, level.itl_ms, level.output_tok_s) == (
+        50.0,
+        10.0,
+        9.5,
+        300.0,
+    )  # means, median ITL
     with pytest.raises(KneecapError):
         levels_from_summary({"levels": [summary["levels"][1]]})
     with pytest.raises(KneecapError):
@@ -99,8 +141,23 @@ def test_measured_levels_come_from_a_summary():
 def test_cli_round_trip_simulate_calibrate_simulate(cli, tmp_path):
     measured = tmp_path / "measured"
     pairs = ",".join(f"{k}={v}" for k, v in TRUE.items())
-    r = cli("simulate", *FLAGS, "--isl", "800", "--osl", "100", "--concurrency", "1,8,64", "--requests", "64",
-            "--step-params", pairs, "--out", str(measured), "--quiet")
+    r = cli(
+        "simulate",
+        *FLAGS,
+        "--isl",
+        "800",
+        "--osl",
+        "100",
+        "--concurrency",
+        "1,8,64",
+        "--requests",
+        "64",
+        "--step-params",
+        pairs,
+        "--out",
+        str(measured),
+        "--quiet",
+    )
     assert r.code == 0, r.stderr
     calib_path = tmp_path / "calib.json"
     r = cli("calibrate", "--summary", str(measured / "summary.json"), *FLAGS, "--out", str(calib_path), "--json")
@@ -112,8 +169,23 @@ def test_cli_round_trip_simulate_calibrate_simulate(cli, tmp_path):
         assert doc["step_time"][name] == pytest.approx(value, rel=0.05), name
     assert [row["concurrency"] for row in doc["levels"]] == [1, 8, 64]
     # the calibration drives simulate: the fitted engine reproduces the measured sweep
-    r = cli("simulate", *FLAGS, "--isl", "800", "--osl", "100", "--concurrency", "1,8,64", "--requests", "64",
-            "--calibration", str(calib_path), "--out", str(tmp_path / "again"), "--json")
+    r = cli(
+        "simulate",
+        *FLAGS,
+        "--isl",
+        "800",
+        "--osl",
+        "100",
+        "--concurrency",
+        "1,8,64",
+        "--requests",
+        "64",
+        "--calibration",
+        str(calib_path),
+        "--out",
+        str(tmp_path / "again"),
+        "--json",
+    )
     assert r.code == 0, r.stderr
     again = json.loads(r.stdout)["levels"]
     before = json.loads((measured / "summary.json").read_text())["levels"]
@@ -121,9 +193,23 @@ def test_cli_round_trip_simulate_calibrate_simulate(cli, tmp_path):
         assert a["output_tok_s"] == pytest.approx(b["output_tok_s"], rel=0.02)
         assert a["tpot_ms"]["p50"] == pytest.approx(b["tpot_ms"]["p50"], rel=0.02)
     # the printed table shows predicted vs measured with errors
-    r = cli("calibrate", "--summary", str(measured / "summary.json"), *FLAGS, "--fit", "overhead_s",
-            "--out", str(tmp_path / "c2.json"))
-    assert r.code == 0 and "TTFT mean meas" in r.stdout and "ITL p50 meas" in r.stdout and "err %" in r.stdout and "overhead_s" in r.stdout
+    r = cli(
+        "calibrate",
+        "--summary",
+        str(measured / "summary.json"),
+        *FLAGS,
+        "--fit",
+        "overhead_s",
+        "--out",
+        str(tmp_path / "c2.json"),
+    )
+    assert (
+        r.code == 0
+        and "TTFT mean meas" in r.stdout
+        and "ITL p50 meas" in r.stdout
+        and "err %" in r.stdout
+        and "overhead_s" in r.stdout
+    )
 
 
 def test_serve_uses_the_calibration(tmp_path):
@@ -132,7 +218,9 @@ def test_serve_uses_the_calibration(tmp_path):
     from kneecap.cli.demo import start_server, stop_server
 
     calib = tmp_path / "calib.json"
-    calib.write_text(json.dumps({"kind": "calibration", "step_time": {"mfu": 0.3, "bw_efficiency": 0.5, "overhead_s": 0.003}}))
+    calib.write_text(
+        json.dumps({"kind": "calibration", "step_time": {"mfu": 0.3, "bw_efficiency": 0.5, "overhead_s": 0.003}})
+    )
     proc, url = start_server([*FLAGS, "--calibration", str(calib)])
     try:
         with urllib.request.urlopen(url + "/version", timeout=10) as resp:
@@ -142,13 +230,19 @@ def test_serve_uses_the_calibration(tmp_path):
     assert (step["mfu"], step["bw_efficiency"], step["overhead_s"]) == (0.3, 0.5, 0.003)
 
 
-@pytest.mark.parametrize("content, args", [
-    (None, []),
-    ("not json", []),
-    ('{"levels": []}', []),
-    ('{"levels": [{"concurrency": 1, "completed": 3, "input_tokens": 30, "output_tokens": 30, '
-     '"ttft_ms": {"mean": 5}, "tpot_ms": {"mean": 2}, "output_tok_s": 50}]}', ["--fit", "bogus"]),
-])
+@pytest.mark.parametrize(
+    "content, args",
+    [
+        (None, []),
+        ("not json", []),
+        ('{"levels": []}', []),
+        (
+            '{"levels": [{"concurrency": 1, "completed": 3, "input_tokens": 30, "output_tokens": 30, '
+            '"ttft_ms": {"mean": 5}, "tpot_ms": {"mean": 2}, "output_tok_s": 50}]}',
+            ["--fit", "bogus"],
+        ),
+    ],
+)
 def test_bad_inputs_are_one_line(cli, tmp_path, content, args):
     path = tmp_path / "summary.json"
     if content is not None:
@@ -177,8 +271,21 @@ SHAPES = {  # every sweep shape `kneecap simulate` writes (request counts, anoth
 
 def simulated_levels(cli, tmp_path, args, truth):
     pairs = ",".join(f"{k}={v}" for k, v in truth.items())
-    r = cli("simulate", *FLAGS, "--isl", "600", "--osl", "64", *args, "--step-params", pairs,
-            "--out", str(tmp_path / "sweep"), "--json", "--no-report")
+    r = cli(
+        "simulate",
+        *FLAGS,
+        "--isl",
+        "600",
+        "--osl",
+        "64",
+        *args,
+        "--step-params",
+        pairs,
+        "--out",
+        str(tmp_path / "sweep"),
+        "--json",
+        "--no-report",
+    )
     assert r.code == 0, r.stderr
     return levels_from_summary(json.loads(r.stdout))
 
@@ -202,8 +309,13 @@ def test_calibrate_recovers_its_own_constants_on_every_sweep_shape(cli, tmp_path
     # the batch shape, so some statistics jitter and the fit weighs them down, as it does an open loop's)
 
 
-@pytest.mark.parametrize("args", [["--concurrency", "1,8,32", "--requests", "48", "--warmup", "8", "--seed", "7"],
-                                  ["--rate", "4,32", "--duration", "10", "--seed", "3"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--concurrency", "1,8,32", "--requests", "48", "--warmup", "8", "--seed", "7"],
+        ["--rate", "4,32", "--duration", "10", "--seed", "3"],
+    ],
+)
 def test_replayed_levels_are_the_levels_simulate_writes(cli, tmp_path, target, args):
     """calibrate replays a measured sweep through the one level runner, as `kneecap simulate` runs one: at the
     constants the sweep was simulated at, every replayed level summary is the one summary.json holds, key for
@@ -233,8 +345,12 @@ def test_ctrl_c_during_a_replay_ends_the_fit(target, monkeypatch):
 
     monkeypatch.setattr(VirtualTimeDriver, "run_level", interrupted)
     monkeypatch.setattr(Sweep, "run", watched)
-    levels = [MeasuredLevel(concurrency=c, rate=None, isl=600, osl=16, num_requests=16, ttft_ms=1, tpot_ms=1,
-                            output_tok_s=1, index=i) for i, c in enumerate((1, 8))]
+    levels = [
+        MeasuredLevel(
+            concurrency=c, rate=None, isl=600, osl=16, num_requests=16, ttft_ms=1, tpot_ms=1, output_tok_s=1, index=i
+        )
+        for i, c in enumerate((1, 8))
+    ]
     with pytest.raises(KeyboardInterrupt):
         calibrate(target, levels)
     (state,) = states  # the first replay, cut in its first level
@@ -242,11 +358,14 @@ def test_ctrl_c_during_a_replay_ends_the_fit(target, monkeypatch):
     assert [(lv["level"], lv["partial"], lv["completed"]) for lv in state.levels] == [(0, True, 16)]
 
 
-@pytest.mark.parametrize("args, separable", [
-    (["--concurrency", "1", "--requests", "16"], "overhead_s and bw_efficiency"),  # one level: one batch size
-    # (two saturated rate levels no longer hide overhead_s: with the kernel tables' shape-aware step times and the
-    # host-launch floor the fit recovers mfu, bw_efficiency and overhead_s from them, condition ~940)
-])
+@pytest.mark.parametrize(
+    "args, separable",
+    [
+        (["--concurrency", "1", "--requests", "16"], "overhead_s and bw_efficiency"),  # one level: one batch size
+        # (two saturated rate levels no longer hide overhead_s: with the kernel tables' shape-aware step times and the
+        # host-launch floor the fit recovers mfu, bw_efficiency and overhead_s from them, condition ~940)
+    ],
+)
 def test_a_sweep_that_cannot_separate_the_factors_says_so(cli, tmp_path, target, args, separable):
     """A sweep with one batch size (a single concurrency-1 level) leaves a direction of the factors that its
     statistics barely see: the result carries one warning line naming the factors."""
@@ -256,23 +375,34 @@ def test_a_sweep_that_cannot_separate_the_factors_says_so(cli, tmp_path, target,
     (warning,) = result.warnings
     assert f"cannot separate {separable}" in warning and "\n" not in warning, warning
     assert result.to_dict()["warnings"] == [warning]
-    r = cli("calibrate", "--summary", str(tmp_path / "sweep" / "summary.json"), *FLAGS, "--out", str(tmp_path / "c.json"))
+    r = cli(
+        "calibrate", "--summary", str(tmp_path / "sweep" / "summary.json"), *FLAGS, "--out", str(tmp_path / "c.json")
+    )
     assert r.code == 0 and [ln for ln in r.stderr.splitlines() if ln.strip()] == [f"warning: {warning}"], r.stderr
 
 
 # Five known constant sets, each rate factor between 0.5 and 1.4 (above 1.0: a GPU faster than the catalog's
 # achievable figure) and the step overhead 0.5-1.4x its default; fitted from the defaults (1.0, 1.0, 2 ms).
-TRUTHS = [{"mfu": 0.5, "bw_efficiency": 1.4, "overhead_s": 0.001}, {"mfu": 1.4, "bw_efficiency": 0.5, "overhead_s": 0.0028},
-          {"mfu": 1.2, "bw_efficiency": 1.3, "overhead_s": 0.0015}, {"mfu": 0.7, "bw_efficiency": 0.85, "overhead_s": 0.002},
-          {"mfu": 0.9, "bw_efficiency": 0.6, "overhead_s": 0.0025}]
-SWEEPS = {"concurrency": ["--concurrency", "1,8,32", "--requests", "48"],
-          "rate": ["--rate", "2,16,64", "--requests", "400", "--seed", "0"]}  # 96 leave mfu 1.4 / bw 0.5 at +3% / +20%
+TRUTHS = [
+    {"mfu": 0.5, "bw_efficiency": 1.4, "overhead_s": 0.001},
+    {"mfu": 1.4, "bw_efficiency": 0.5, "overhead_s": 0.0028},
+    {"mfu": 1.2, "bw_efficiency": 1.3, "overhead_s": 0.0015},
+    {"mfu": 0.7, "bw_efficiency": 0.85, "overhead_s": 0.002},
+    {"mfu": 0.9, "bw_efficiency": 0.6, "overhead_s": 0.0025},
+]
+SWEEPS = {
+    "concurrency": ["--concurrency", "1,8,32", "--requests", "48"],
+    "rate": ["--rate", "2,16,64", "--requests", "400", "--seed", "0"],
+}  # 96 leave mfu 1.4 / bw 0.5 at +3% / +20%
 
 
 # With the kernel tables' shape-aware rates a 400-request rate sweep leaves mfu 1.4 / bw 0.5 at mfu -4.5% (1.337):
 # kept as a known miss, strict, so a fix shows up as a failure to remove this mark.
-KNOWN_MISS = pytest.mark.xfail(strict=True, reason="mfu 1.4 / bw_efficiency 0.5 from a 400-request rate sweep: "
-                                                   "mfu 1.337 (-4.5%) with the kernel tables' step times")
+KNOWN_MISS = pytest.mark.xfail(
+    strict=True,
+    reason="mfu 1.4 / bw_efficiency 0.5 from a 400-request rate sweep: "
+    "mfu 1.337 (-4.5%) with the kernel tables' step times",
+)
 
 
 @pytest.mark.parametrize("sweep", list(SWEEPS))
@@ -296,11 +426,32 @@ def test_calibrate_recovers_factors_on_either_side_of_one(cli, tmp_path, target,
 def test_the_cli_recovers_a_gpu_slower_than_the_catalog_from_a_rate_sweep(cli, tmp_path):
     """simulate a rate sweep at mfu 0.7 / bw_efficiency 0.85, then `kneecap calibrate --fit mfu,bw_efficiency`: the
     start (1.0, the catalog) is inside the bounds now, so the fit leaves it and lands within 2%."""
-    r = cli("simulate", *FLAGS, "--isl", "1000", "--osl", "120", "--rate", "2,8,32", "--step-params",
-            "mfu=0.7,bw_efficiency=0.85", "--out", str(tmp_path / "sweep"), "--no-report")
+    r = cli(
+        "simulate",
+        *FLAGS,
+        "--isl",
+        "1000",
+        "--osl",
+        "120",
+        "--rate",
+        "2,8,32",
+        "--step-params",
+        "mfu=0.7,bw_efficiency=0.85",
+        "--out",
+        str(tmp_path / "sweep"),
+        "--no-report",
+    )
     assert r.code == 0, r.stderr
-    r = cli("calibrate", *FLAGS, "--summary", str(tmp_path / "sweep" / "summary.json"), "--fit", "mfu,bw_efficiency",
-            "--out", str(tmp_path / "c.json"))
+    r = cli(
+        "calibrate",
+        *FLAGS,
+        "--summary",
+        str(tmp_path / "sweep" / "summary.json"),
+        "--fit",
+        "mfu,bw_efficiency",
+        "--out",
+        str(tmp_path / "c.json"),
+    )
     assert r.code == 0, r.stderr
     fitted = json.loads((tmp_path / "c.json").read_text())
     assert fitted["step_time"]["mfu"] == pytest.approx(0.7, rel=0.02)

@@ -30,7 +30,13 @@ FLAGS = ["--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--context", "8192"]
 SERVED = {"mfu": 0.45, "bw_efficiency": 0.7, "overhead_s": 0.003}
 ISL, OSL = 600, 32
 SHAPES = {
-    "closed": (["--concurrency", "1,4,16", "--requests", "24", "--warmup", "2", "--seed", "5"], "concurrency", [1, 4, 16], 2, 5),
+    "closed": (
+        ["--concurrency", "1,4,16", "--requests", "24", "--warmup", "2", "--seed", "5"],
+        "concurrency",
+        [1, 4, 16],
+        2,
+        5,
+    ),
     "open": (["--rate", "4,16,64", "--requests", "32", "--seed", "9"], "rate", [4.0, 16.0, 64.0], 0, 9),
 }
 
@@ -46,8 +52,9 @@ def served_sweeps(tmp_path_factory):
     try:
         for shape, (args, *_rest) in SHAPES.items():
             folder = tmp_path_factory.mktemp("bench") / shape
-            r = run_cli("bench", "--base-url", url, "--isl", str(ISL), "--osl", str(OSL), *args, "--out", str(folder),
-                        "--quiet")
+            r = run_cli(
+                "bench", "--base-url", url, "--isl", str(ISL), "--osl", str(OSL), *args, "--out", str(folder), "--quiet"
+            )
             assert r.code == 0, r.stderr
             out[shape] = json.loads((folder / "summary.json").read_text())
     finally:
@@ -62,8 +69,9 @@ def test_bench_levels_parse_as_they_ran(served_sweeps, shape):
     assert [getattr(lv, kind) for lv in levels] == loads
     assert all(getattr(lv, "rate" if kind == "concurrency" else "concurrency") is None for lv in levels)
     assert [lv.index for lv in levels] == [0, 1, 2]
-    assert {(lv.isl, lv.osl, lv.warmup, lv.seed, lv.duration_s, lv.num_requests) for lv in levels} == \
-        {(ISL, OSL, warmup, seed, None, int(args[args.index("--requests") + 1]))}
+    assert {(lv.isl, lv.osl, lv.warmup, lv.seed, lv.duration_s, lv.num_requests) for lv in levels} == {
+        (ISL, OSL, warmup, seed, None, int(args[args.index("--requests") + 1]))
+    }
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
@@ -94,13 +102,37 @@ def test_calibrate_returns_the_served_rate_factors_through_http(tmp_path):
     truth = {"mfu": 0.7, "bw_efficiency": 0.85}
     proc, url = start_server([*FLAGS, "--calibration", ",".join(f"{k}={v}" for k, v in truth.items())])
     try:
-        r = run_cli("bench", "--base-url", url, "--isl", "1000", "--osl", "120", "--rate", "2,8", "--requests", "64",
-                    "--seed", "0", "--out", str(tmp_path / "bench"), "--quiet")
+        r = run_cli(
+            "bench",
+            "--base-url",
+            url,
+            "--isl",
+            "1000",
+            "--osl",
+            "120",
+            "--rate",
+            "2,8",
+            "--requests",
+            "64",
+            "--seed",
+            "0",
+            "--out",
+            str(tmp_path / "bench"),
+            "--quiet",
+        )
         assert r.code == 0, r.stderr
     finally:
         stop_server(proc)
-    r = run_cli("calibrate", *FLAGS, "--summary", str(tmp_path / "bench" / "summary.json"), "--fit", "mfu,bw_efficiency",
-                "--out", str(tmp_path / "c.json"))
+    r = run_cli(
+        "calibrate",
+        *FLAGS,
+        "--summary",
+        str(tmp_path / "bench" / "summary.json"),
+        "--fit",
+        "mfu,bw_efficiency",
+        "--out",
+        str(tmp_path / "c.json"),
+    )
     assert r.code == 0, r.stderr
     fitted = json.loads((tmp_path / "c.json").read_text())["step_time"]
     for name, value in truth.items():

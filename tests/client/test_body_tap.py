@@ -21,7 +21,7 @@ def decode_in(parts):
     return b"".join(out), d
 
 
-PIECES = [b"data: {\"a\": 1}\n\n", b"x" * 300, b"\r\n\r\n", b"data: [DONE]\n\n"]
+PIECES = [b'data: {"a": 1}\n\n', b"x" * 300, b"\r\n\r\n", b"data: [DONE]\n\n"]
 BODY = chunked(PIECES)
 
 
@@ -33,7 +33,7 @@ def test_every_split_point(cut):
 
 def test_byte_by_byte_with_extensions_and_trailers():
     body = b"5;name=value\r\nhello\r\n" + b"A\r\n0123456789\r\n" + b"0\r\nX-Trailer: 1\r\n\r\n"
-    payload, d = decode_in([body[i:i + 1] for i in range(len(body))])
+    payload, d = decode_in([body[i : i + 1] for i in range(len(body))])
     assert payload == b"hello0123456789" and d.ended
 
 
@@ -42,8 +42,9 @@ def test_bytes_after_the_end_are_not_payload():
     assert d.ended and payload == b"".join(PIECES)
 
 
-@pytest.mark.parametrize("bad", [b"zz\r\nhello\r\n", b"5\r\nhelloXX", b"0x5\r\nhello\r\n", b"-5\r\nhello\r\n",
-                                 b"1" * 300])
+@pytest.mark.parametrize(
+    "bad", [b"zz\r\nhello\r\n", b"5\r\nhelloXX", b"0x5\r\nhello\r\n", b"-5\r\nhello\r\n", b"1" * 300]
+)
 def test_bad_framing_raises(bad):
     with pytest.raises(ChunkError):
         ChunkDecoder().feed(bad)
@@ -110,8 +111,14 @@ def run_tap(reads, max_line_bytes=1 << 20):
         loop.close()
 
 
-EVENTS = [b'data: {"n": 1}\n\n', b": ping\n\n", b'data: {"n": 2}\r\n\r\n', b"event: error\ndata: x\n\n",
-          b'data: {"n": 3}\n\n', b"data: [DONE]\n\n"]
+EVENTS = [
+    b'data: {"n": 1}\n\n',
+    b": ping\n\n",
+    b'data: {"n": 2}\r\n\r\n',
+    b"event: error\ndata: x\n\n",
+    b'data: {"n": 3}\n\n',
+    b"data: [DONE]\n\n",
+]
 STREAM = chunked(EVENTS)
 EXPECTED = SseParser().feed(b"".join(EVENTS))
 
@@ -170,6 +177,8 @@ def test_reads_after_the_hand_back_are_kept_for_aiohttp_in_order():
         tap.data_received(b"\r\n0\r\n\r\n")
         assert done.result() is False and tap.unclaimed == b"x" * 300 + b"y" * 300 + b"\r\n0\r\n\r\n"
         tap.connection_lost(None)
-        assert orig.seen == [("data", b"x" * 300 + b"y" * 300 + b"\r\n0\r\n\r\n"), ("lost", None)] and tap.unclaimed == b""
+        assert (
+            orig.seen == [("data", b"x" * 300 + b"y" * 300 + b"\r\n0\r\n\r\n"), ("lost", None)] and tap.unclaimed == b""
+        )
     finally:
         loop.close()

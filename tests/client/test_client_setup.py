@@ -12,8 +12,15 @@ import threading
 import pytest
 
 from kneecap.client.server_info import ServerInfo
-from kneecap.client.setup import (CHECK_USER, DEFAULT_TOKEN_IDS, UNCALIBRATED_TEXT, CheckAnswer, client_config,
-                                  prompt_candidates, settle_prompts)
+from kneecap.client.setup import (
+    CHECK_USER,
+    DEFAULT_TOKEN_IDS,
+    UNCALIBRATED_TEXT,
+    CheckAnswer,
+    client_config,
+    prompt_candidates,
+    settle_prompts,
+)
 from kneecap.errors import KneecapError
 from servers.scripted import start_scripted_server
 
@@ -48,8 +55,25 @@ def html_server(tmp_path):
 
 def bench(cli, url, tmp_path, *extra, env=None):
     out = tmp_path / "out"
-    r = cli("bench", "--base-url", url, "--isl", "16", "--osl", "4", "--concurrency", "1,2", "--requests", "4",
-            "--out", str(out), "--no-report", "--quiet", *extra, env=env)
+    r = cli(
+        "bench",
+        "--base-url",
+        url,
+        "--isl",
+        "16",
+        "--osl",
+        "4",
+        "--concurrency",
+        "1,2",
+        "--requests",
+        "4",
+        "--out",
+        str(out),
+        "--no-report",
+        "--quiet",
+        *extra,
+        env=env,
+    )
     return r, out
 
 
@@ -100,8 +124,9 @@ def test_a_small_vocabulary_server_gets_prompts_it_accepts_and_exact_lengths(cli
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["prompts"]["way"] == "text_server_tokenize"
     summary = json.loads((out / "summary.json").read_text())
-    assert all(lv["completed"] == 4 and lv["failed"] == 0 and lv["token_mismatch"]["prompt"] == 0
-               for lv in summary["levels"])
+    assert all(
+        lv["completed"] == 4 and lv["failed"] == 0 and lv["token_mismatch"]["prompt"] == 0 for lv in summary["levels"]
+    )
     checks = [e for e in srv.log() if (e.get("body") or {}).get("user") == CHECK_USER]
     assert [e.get("status", 200) for e in checks] == [400, 200]  # one refused way, one accepted, then the sweep
 
@@ -109,7 +134,8 @@ def test_a_small_vocabulary_server_gets_prompts_it_accepts_and_exact_lengths(cli
 def test_run_against_a_small_vocabulary_server_completes(cli, scripted, tmp_path):
     url, srv = scripted(vocab_size=260)
     plan = tmp_path / "plan.yaml"
-    plan.write_text(textwrap.dedent(f"""\
+    plan.write_text(
+        textwrap.dedent(f"""\
         name: small-vocab
         classes:
           c: {{input: 12, output: 3}}
@@ -119,7 +145,8 @@ def test_run_against_a_small_vocabulary_server_completes(cli, scripted, tmp_path
         candidates:
           - name: srv
             target: {{kind: server, base_url: "{url}", timeout_s: 10}}
-        """))
+        """)
+    )
     # the prompts are what is tested: a loaded machine's event-loop lag (a suspect cell) must not stop the ramp
     r = cli("run", str(plan), "--out", str(tmp_path / "o"), "--json", "--no-report")
     assert r.code == 0, r.stderr
@@ -130,8 +157,11 @@ def test_run_against_a_small_vocabulary_server_completes(cli, scripted, tmp_path
 def test_every_prompt_way_refused_is_one_error_naming_tokenizer():
     info = ServerInfo(base_url="http://127.0.0.1:9", engine=None)
     cfg = client_config("http://127.0.0.1:9", model="m", endpoint="completions", api_key=None, timeout_s=5)
-    ways = [c for c in prompt_candidates(info, endpoint="completions", model="m", api_key=None, salt="s")
-            if c.way in (DEFAULT_TOKEN_IDS, UNCALIBRATED_TEXT)]
+    ways = [
+        c
+        for c in prompt_candidates(info, endpoint="completions", model="m", api_key=None, salt="s")
+        if c.way in (DEFAULT_TOKEN_IDS, UNCALIBRATED_TEXT)
+    ]
 
     def refuse(cfg, content, timeout_s):
         return CheckAnswer(400, message="no", json_answer=True)
@@ -159,8 +189,9 @@ def test_a_chat_template_overhead_is_measured_by_the_check_and_kept():
     assert chosen.overhead_tokens == 9 and chosen.exact
     from kneecap.workload import RequestSpec
 
-    p = chosen.make(seed=1).prompt_for(RequestSpec(index=0, request_id="r", class_name="c", input_tokens=30,
-                                                   output_tokens=2))
+    p = chosen.make(seed=1).prompt_for(
+        RequestSpec(index=0, request_id="r", class_name="c", input_tokens=30, output_tokens=2)
+    )
     assert len(p.content.split()) == 21 and p.num_tokens == 30
 
 
@@ -169,8 +200,24 @@ def test_prompts_are_new_every_run_unless_the_salt_is_given_again(cli, scripted,
 
     def run(name, *extra):
         out = tmp_path / name
-        r = cli("bench", "--base-url", url, "--isl", "16", "--osl", "2", "--concurrency", "2", "--requests", "6",
-                "--out", str(out), "--no-report", "--quiet", *extra)
+        r = cli(
+            "bench",
+            "--base-url",
+            url,
+            "--isl",
+            "16",
+            "--osl",
+            "2",
+            "--concurrency",
+            "2",
+            "--requests",
+            "6",
+            "--out",
+            str(out),
+            "--no-report",
+            "--quiet",
+            *extra,
+        )
         assert r.code == 0, r.stderr
         salt = json.loads((out / "manifest.json").read_text())["bench_options"]["prompt_salt"]
         records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]

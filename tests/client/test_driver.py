@@ -31,8 +31,9 @@ def server():
     srv.stop()
 
 
-def closed(cfg, specs, concurrency, client_prompts=None, tap_bodies=True, counters=None, kernel_stamps=True,
-           on_open=None, **kw):
+def closed(
+    cfg, specs, concurrency, client_prompts=None, tap_bodies=True, counters=None, kernel_stamps=True, on_open=None, **kw
+):
     """Run a closed-loop level on a fresh Client; on_open() is called once it is open (its read path
     chosen), right before the level."""
     records = []
@@ -42,8 +43,10 @@ def closed(cfg, specs, concurrency, client_prompts=None, tap_bodies=True, counte
         async with Client(cfg, client_prompts, tap_bodies=tap_bodies, kernel_stamps=kernel_stamps) as client:
             if on_open is not None:
                 on_open()
-            run = await asyncio.wait_for(client.run_closed_loop(specs, concurrency, level=0, epoch=epoch,
-                                                                on_record=records.append, **kw), BOUND_S)
+            run = await asyncio.wait_for(
+                client.run_closed_loop(specs, concurrency, level=0, epoch=epoch, on_record=records.append, **kw),
+                BOUND_S,
+            )
             if counters is not None:
                 counters.update(tapped=client.bodies_tapped, via_aiohttp=client.bodies_via_aiohttp)
             return run
@@ -106,8 +109,14 @@ def test_c1_timing_matches_server_send_stamps(server):
             arrival_delay.append(epoch + client_t - sends[cum - 1])
         # mean ITL over the stream: (last - first) / (tokens - 1), client vs server
         itl_err.append((rec.chunk_times[-1] - rec.first_token_at - (sends[-1] - sends[0])) / 19)
-    numbers = (min(arrival_delay), statistics.median(arrival_delay), statistics.median(ttft_err),
-               statistics.mean(itl_err), min(request_path), statistics.median(request_path))
+    numbers = (
+        min(arrival_delay),
+        statistics.median(arrival_delay),
+        statistics.median(ttft_err),
+        statistics.mean(itl_err),
+        min(request_path),
+        statistics.median(request_path),
+    )
     # the server stamps a chunk once its write call returned; the kernel's receive stamp (body_tap.py)
     # may be a few microseconds earlier than that, never more
     assert min(arrival_delay) > -0.0005, numbers
@@ -183,8 +192,13 @@ def test_reads_are_stamped_when_they_arrive_even_while_the_loop_is_busy(server, 
 
     url, srv = server
     cfg = ClientConfig(base_url=url, model="m", extra_body={"scripted": {"ttft_s": 0.01, "itl_s": 0.1}})
-    run, epoch = closed(cfg, make_requests(Workload.fixed(8, 3), 1, seed=9), 1, kernel_stamps=kernel_stamps,
-                        on_open=lambda: monkeypatch.setattr(oa.StreamDecoder, "feed", feed_and_hold_once))
+    run, epoch = closed(
+        cfg,
+        make_requests(Workload.fixed(8, 3), 1, seed=9),
+        1,
+        kernel_stamps=kernel_stamps,
+        on_open=lambda: monkeypatch.setattr(oa.StreamDecoder, "feed", feed_and_hold_once),
+    )
     (rec,) = run.records
     assert rec.ok and rec.chunk_tokens == [1, 1, 1], (rec.error_message, rec.chunk_tokens)
     sends = by_hash(srv, run.records)[rec.prompt_hash]["chunk_send_times"]
@@ -215,16 +229,23 @@ def test_without_a_spare_descriptor_streams_fall_back_to_loop_stamps_and_say_so(
     assert (stats["kernel_stamped_streams"], stats["loop_stamped_streams"]) == (0, 4)
 
 
-@pytest.mark.parametrize("per_chunk,osl,continuous,expected", [
-    (1, 7, False, [1] * 7),
-    (3, 10, True, [3, 3, 3, 1]),
-    (4, 8, True, [4, 4]),
-    (3, 10, False, [1, 1, 1, 1]),  # no usage per chunk: each text-bearing event counts 1 (usage still says 10)
-])
+@pytest.mark.parametrize(
+    "per_chunk,osl,continuous,expected",
+    [
+        (1, 7, False, [1] * 7),
+        (3, 10, True, [3, 3, 3, 1]),
+        (4, 8, True, [4, 4]),
+        (3, 10, False, [1, 1, 1, 1]),  # no usage per chunk: each text-bearing event counts 1 (usage still says 10)
+    ],
+)
 def test_tokens_per_chunk_and_exact_output_length(server, per_chunk, osl, continuous, expected):
     url, srv = server
-    cfg = ClientConfig(base_url=url, model="m", continuous_usage_stats=continuous,
-                       extra_body={"scripted": {"tokens_per_chunk": per_chunk, "ttft_s": 0.01, "itl_s": 0.01}})
+    cfg = ClientConfig(
+        base_url=url,
+        model="m",
+        continuous_usage_stats=continuous,
+        extra_body={"scripted": {"tokens_per_chunk": per_chunk, "ttft_s": 0.01, "itl_s": 0.01}},
+    )
     run, _ = closed(cfg, make_requests(Workload.fixed(16, osl), 2, seed=2), 2)
     log = by_hash(srv, run.records)
     for rec in run.records:
@@ -234,15 +255,20 @@ def test_tokens_per_chunk_and_exact_output_length(server, per_chunk, osl, contin
         assert rec.output_tokens == osl and rec.prompt_tokens == 16 == rec.expected_input_tokens
         body = log[rec.prompt_hash]["body"]
         assert body["max_tokens"] == osl and body["ignore_eos"] is True
-        assert body["stream_options"] == ({"include_usage": True, "continuous_usage_stats": True} if continuous
-                                          else {"include_usage": True})
+        assert body["stream_options"] == (
+            {"include_usage": True, "continuous_usage_stats": True} if continuous else {"include_usage": True}
+        )
         assert len(body["prompt"]) == 16
 
 
 def test_continuous_usage_counts_tokens_from_usage_deltas(server):
     url, _ = server
-    cfg = ClientConfig(base_url=url, model="m", continuous_usage_stats=True,
-                       extra_body={"scripted": {"tokens_per_chunk": 5, "ttft_s": 0.01, "itl_s": 0.01}})
+    cfg = ClientConfig(
+        base_url=url,
+        model="m",
+        continuous_usage_stats=True,
+        extra_body={"scripted": {"tokens_per_chunk": 5, "ttft_s": 0.01, "itl_s": 0.01}},
+    )
     run, _ = closed(cfg, make_requests(Workload.fixed(8, 12), 1), 1)
     assert sum(run.records[0].chunk_tokens) == 12
     assert set(itertools.accumulate(run.records[0].chunk_tokens)) <= {5, 10, 12}
@@ -250,8 +276,12 @@ def test_continuous_usage_counts_tokens_from_usage_deltas(server):
 
 def test_chat_reasoning_first_then_answer(server):
     url, srv = server
-    cfg = ClientConfig(base_url=url, model="m", endpoint="chat",
-                       extra_body={"scripted": {"reasoning_tokens": 3, "ttft_s": 0.01, "itl_s": 0.01}})
+    cfg = ClientConfig(
+        base_url=url,
+        model="m",
+        endpoint="chat",
+        extra_body={"scripted": {"reasoning_tokens": 3, "ttft_s": 0.01, "itl_s": 0.01}},
+    )
     run, _ = closed(cfg, make_requests(Workload.fixed(8, 6), 1), 1)
     rec = run.records[0]
     assert rec.ok and sum(rec.chunk_tokens) == 6  # the role-only first chunk carries no token
@@ -267,8 +297,20 @@ def test_open_loop_records_schedule(server):
     cfg = ClientConfig(base_url=url, model="m", extra_body={"scripted": {"ttft_s": 0.01, "itl_s": 0.001}})
     records = []
     epoch = time.perf_counter()
-    run = run_sync(asyncio.wait_for(run_open_loop(cfg, make_requests(Workload.fixed(8, 4), 20), 100.0, seed=3, level=1,
-                                                  epoch=epoch, on_record=records.append), BOUND_S))
+    run = run_sync(
+        asyncio.wait_for(
+            run_open_loop(
+                cfg,
+                make_requests(Workload.fixed(8, 4), 20),
+                100.0,
+                seed=3,
+                level=1,
+                epoch=epoch,
+                on_record=records.append,
+            ),
+            BOUND_S,
+        )
+    )
     assert len(run.records) == 20 and all(r.ok for r in run.records)
     sched = sorted(r.scheduled_at for r in run.records)
     assert sched[-1] - sched[0] > 0.05  # spread out, not all at once
@@ -297,22 +339,42 @@ FAULT_KINDS = {
 @pytest.mark.parametrize("fault", sorted(FAULT_KINDS))
 def test_each_fault_is_counted_by_kind_without_hanging(server, fault, tap_bodies):
     url, _ = server
-    cfg = ClientConfig(base_url=url, model="m", stall_timeout_s=1.0, timeout_s=2.5, max_line_bytes=64 * 1024,
-                       extra_body={"scripted": {"fault": fault, "ttft_s": 0, "itl_s": 0.005, "huge_line_bytes": 300_000,
-                                                "slow_loris_interval_s": 0.1}})
+    cfg = ClientConfig(
+        base_url=url,
+        model="m",
+        stall_timeout_s=1.0,
+        timeout_s=2.5,
+        max_line_bytes=64 * 1024,
+        extra_body={
+            "scripted": {
+                "fault": fault,
+                "ttft_s": 0,
+                "itl_s": 0.005,
+                "huge_line_bytes": 300_000,
+                "slow_loris_interval_s": 0.1,
+            }
+        },
+    )
     t0 = time.monotonic()
     run, _ = closed(cfg, make_requests(Workload.fixed(8, 6), 3, seed=4), 3, tap_bodies=tap_bodies)
     assert time.monotonic() - t0 < 10
     kind, status = FAULT_KINDS[fault]
-    assert [(r.error_kind, r.status) for r in run.records] == [(kind, status)] * 3, [r.error_message for r in run.records]
+    assert [(r.error_kind, r.status) for r in run.records] == [(kind, status)] * 3, [
+        r.error_message for r in run.records
+    ]
     assert all(r.end_at >= r.sent_at for r in run.records)
 
 
 @pytest.mark.parametrize("tap_bodies", [True, False])
 def test_tokens_before_a_mid_stream_fault_are_kept(server, tap_bodies):
     url, _ = server
-    cfg = ClientConfig(base_url=url, model="m", stall_timeout_s=1.0, timeout_s=3,
-                       extra_body={"scripted": {"fault": "reset", "fault_after_chunks": 3, "ttft_s": 0, "itl_s": 0.002}})
+    cfg = ClientConfig(
+        base_url=url,
+        model="m",
+        stall_timeout_s=1.0,
+        timeout_s=3,
+        extra_body={"scripted": {"fault": "reset", "fault_after_chunks": 3, "ttft_s": 0, "itl_s": 0.002}},
+    )
     run, _ = closed(cfg, make_requests(Workload.fixed(8, 10), 1), 1, tap_bodies=tap_bodies)
     assert run.records[0].error_kind == "connection_reset" and sum(run.records[0].chunk_tokens) == 3
 
@@ -341,7 +403,11 @@ def test_connection_refused():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again before use: nothing listens there
-    run, _ = closed(ClientConfig(base_url=f"http://127.0.0.1:{port}", model="m", timeout_s=5), make_requests(Workload.fixed(4, 2), 2), 2)
+    run, _ = closed(
+        ClientConfig(base_url=f"http://127.0.0.1:{port}", model="m", timeout_s=5),
+        make_requests(Workload.fixed(4, 2), 2),
+        2,
+    )
     assert [r.error_kind for r in run.records] == ["connection_refused"] * 2
 
 
@@ -353,8 +419,11 @@ def test_server_killed_mid_level_ends_the_level():
         epoch = time.perf_counter()
 
         async def go():
-            task = asyncio.ensure_future(run_closed_loop(cfg, make_requests(Workload.fixed(4, 100), 8), 4, level=0,
-                                                         epoch=epoch, on_record=records.append))
+            task = asyncio.ensure_future(
+                run_closed_loop(
+                    cfg, make_requests(Workload.fixed(4, 100), 8), 4, level=0, epoch=epoch, on_record=records.append
+                )
+            )
             await asyncio.sleep(0.6)
             srv.kill()
             return await asyncio.wait_for(task, BOUND_S)
@@ -375,8 +444,16 @@ def test_cancelled_level_records_in_flight_requests(server):
     records = []
 
     async def go():
-        task = asyncio.ensure_future(run_closed_loop(cfg, make_requests(Workload.fixed(4, 2), 4), 2, level=0,
-                                                     epoch=time.perf_counter(), on_record=records.append))
+        task = asyncio.ensure_future(
+            run_closed_loop(
+                cfg,
+                make_requests(Workload.fixed(4, 2), 4),
+                2,
+                level=0,
+                epoch=time.perf_counter(),
+                on_record=records.append,
+            )
+        )
         await asyncio.sleep(0.5)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -389,8 +466,9 @@ def test_cancelled_level_records_in_flight_requests(server):
 def test_api_key_never_in_repr_records_or_messages(server, tmp_path):
     url, srv = server
     key = "sk-kneecap-TOPSECRET-4242"
-    cfg = ClientConfig(base_url=url, model="m", api_key=key,
-                       extra_body={"scripted": {"fault": "http_500", "error_echo_auth": True}})
+    cfg = ClientConfig(
+        base_url=url, model="m", api_key=key, extra_body={"scripted": {"fault": "http_500", "error_echo_auth": True}}
+    )
     assert key not in repr(cfg) and key not in str(cfg)
     run, _ = closed(cfg, make_requests(Workload.fixed(4, 2), 2, seed=9), 2)
     assert run.records[0].error_kind == "http_500" and "***" in run.records[0].error_message
@@ -407,8 +485,11 @@ def test_api_key_never_in_repr_records_or_messages(server, tmp_path):
 
 def test_self_measurement_is_reported(server):
     url, _ = server
-    run, _ = closed(ClientConfig(base_url=url, model="m", extra_body={"scripted": {"ttft_s": 0.2}}),
-                    make_requests(Workload.fixed(4, 2), 2), 2)
+    run, _ = closed(
+        ClientConfig(base_url=url, model="m", extra_body={"scripted": {"ttft_s": 0.2}}),
+        make_requests(Workload.fixed(4, 2), 2),
+        2,
+    )
     stats = run.client_stats()
     assert stats["loop_lag_n"] > 5 and 0 <= stats["cpu_fraction"] and stats["suspect"] == bool(stats["suspect_reasons"])
 
@@ -424,11 +505,14 @@ def test_fd_limit_error_names_ulimit():
         assert "ulimit -n" in err.value.one_line()
 
 
-@pytest.mark.parametrize("kwargs,fragment", [
-    ({"base_url": "localhost:8000"}, "http"),
-    ({"base_url": "http://x", "endpoint": "embeddings"}, "endpoint"),
-    ({"base_url": "http://x", "timeout_s": 0}, "timeout_s"),
-])
+@pytest.mark.parametrize(
+    "kwargs,fragment",
+    [
+        ({"base_url": "localhost:8000"}, "http"),
+        ({"base_url": "http://x", "endpoint": "embeddings"}, "endpoint"),
+        ({"base_url": "http://x", "timeout_s": 0}, "timeout_s"),
+    ],
+)
 def test_config_validation(kwargs, fragment):
     with pytest.raises(KneecapError) as err:
         ClientConfig(model="m", **kwargs)
@@ -443,7 +527,10 @@ def test_prompts_are_hashed_by_default_and_kept_only_on_request(server):
     kept, _ = closed(ClientConfig(base_url=url, model="m", endpoint="chat", keep_prompts=True), specs, 1)
     log = by_hash(srv, kept.records)
     for r in kept.records:
-        assert r.prompt == log[r.prompt_hash]["body"]["messages"][0]["content"] and prompt_sha256(r.prompt) == r.prompt_hash
+        assert (
+            r.prompt == log[r.prompt_hash]["body"]["messages"][0]["content"]
+            and prompt_sha256(r.prompt) == r.prompt_hash
+        )
 
 
 def test_a_cpu_share_over_a_millisecond_level_is_not_a_suspicion():

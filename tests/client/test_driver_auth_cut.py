@@ -32,12 +32,25 @@ def _kinds(records) -> list:
 
 @pytest.mark.parametrize("status", [401, 403])
 def test_closed_loop_cut_at_the_first_refusal_cancels_the_streams_in_flight(status):
-    url, srv = _served(3, status)  # C=4: the first 4 go out together, 3 accepted, the 4th refused (403: a forbidden key)
+    url, srv = _served(
+        3, status
+    )  # C=4: the first 4 go out together, 3 accepted, the 4th refused (403: a forbidden key)
     records = []
     try:
         cfg = ClientConfig(base_url=url, model="m")
-        run = run_sync(asyncio.wait_for(run_closed_loop(cfg, make_requests(Workload.fixed(8, OSL), 12), 4, level=0,
-                                                        epoch=time.perf_counter(), on_record=records.append), BOUND_S))
+        run = run_sync(
+            asyncio.wait_for(
+                run_closed_loop(
+                    cfg,
+                    make_requests(Workload.fixed(8, OSL), 12),
+                    4,
+                    level=0,
+                    epoch=time.perf_counter(),
+                    on_record=records.append,
+                ),
+                BOUND_S,
+            )
+        )
         log = srv.log()
     finally:
         srv.stop()
@@ -54,9 +67,20 @@ def test_open_loop_cut_sends_nothing_after_the_refusal():
     try:
         cfg = ClientConfig(base_url=url, model="m")
         specs = make_requests(Workload.fixed(8, OSL), 6)
-        run = run_sync(asyncio.wait_for(run_open_loop(cfg, specs, 1.0, level=0, epoch=time.perf_counter(),
-                                                      on_record=records.append,
-                                                      offsets=[0.0, 0.05, 0.1, 0.5, 0.9, 1.3]), BOUND_S))
+        run = run_sync(
+            asyncio.wait_for(
+                run_open_loop(
+                    cfg,
+                    specs,
+                    1.0,
+                    level=0,
+                    epoch=time.perf_counter(),
+                    on_record=records.append,
+                    offsets=[0.0, 0.05, 0.1, 0.5, 0.9, 1.3],
+                ),
+                BOUND_S,
+            )
+        )
         log = srv.log()
     finally:
         srv.stop()
@@ -70,13 +94,26 @@ def test_conversations_cut_at_the_first_refusal():
     url, srv = _served(1)  # 2 users: one first turn accepted, the other refused
     records = []
     plan = plan_conversations(6, 2, LengthDist.fixed(8), LengthDist.fixed(OSL))
-    specs = [dataclasses.replace(t.spec, index=k, request_id=f"r{k}")
-             for k, t in enumerate(t for conv in plan.conversations for t in expected_turns(plan, conv))]
+    specs = [
+        dataclasses.replace(t.spec, index=k, request_id=f"r{k}")
+        for k, t in enumerate(t for conv in plan.conversations for t in expected_turns(plan, conv))
+    ]
     try:
         cfg = ClientConfig(base_url=url, model="m", endpoint="chat")
-        run = run_sync(asyncio.wait_for(run_conversations(cfg, plan.conversations, 2, specs=specs, level=0,
-                                                          epoch=time.perf_counter(), on_record=records.append),
-                                        BOUND_S))
+        run = run_sync(
+            asyncio.wait_for(
+                run_conversations(
+                    cfg,
+                    plan.conversations,
+                    2,
+                    specs=specs,
+                    level=0,
+                    epoch=time.perf_counter(),
+                    on_record=records.append,
+                ),
+                BOUND_S,
+            )
+        )
         log = srv.log()
     finally:
         srv.stop()
@@ -90,8 +127,19 @@ def test_a_level_without_refusals_is_not_cut():
     records = []
     try:
         cfg = ClientConfig(base_url=url, model="m", extra_body={"scripted": {"itl_s": 0.001}})
-        run = run_sync(asyncio.wait_for(run_closed_loop(cfg, make_requests(Workload.fixed(8, 4), 6), 2, level=0,
-                                                        epoch=time.perf_counter(), on_record=records.append), BOUND_S))
+        run = run_sync(
+            asyncio.wait_for(
+                run_closed_loop(
+                    cfg,
+                    make_requests(Workload.fixed(8, 4), 6),
+                    2,
+                    level=0,
+                    epoch=time.perf_counter(),
+                    on_record=records.append,
+                ),
+                BOUND_S,
+            )
+        )
     finally:
         srv.stop()
     assert run.cut is None and len(records) == 6 and all(r.ok for r in records)
@@ -118,13 +166,32 @@ def test_a_refusal_written_to_the_shared_status_by_another_worker_cuts_this_leve
     try:
         cfg = ClientConfig(base_url=url, model="m")
         # first a request on its own, so that the level below sends its first requests at once (imports paid)
-        run_sync(run_closed_loop(cfg, make_requests(Workload.fixed(8, 1), 1), 1, level=0, epoch=time.perf_counter(),
-                                 on_record=lambda r: None))
+        run_sync(
+            run_closed_loop(
+                cfg,
+                make_requests(Workload.fixed(8, 1), 1),
+                1,
+                level=0,
+                epoch=time.perf_counter(),
+                on_record=lambda r: None,
+            )
+        )
         shared = _shared_status(monkeypatch)
         timer = threading.Timer(0.5, lambda: setattr(shared, "value", 403))  # the 2 s streams are in flight then
         timer.start()
-        run = run_sync(asyncio.wait_for(run_closed_loop(cfg, make_requests(Workload.fixed(8, OSL), 12), 3, level=1,
-                                                        epoch=time.perf_counter(), on_record=records.append), BOUND_S))
+        run = run_sync(
+            asyncio.wait_for(
+                run_closed_loop(
+                    cfg,
+                    make_requests(Workload.fixed(8, OSL), 12),
+                    3,
+                    level=1,
+                    epoch=time.perf_counter(),
+                    on_record=records.append,
+                ),
+                BOUND_S,
+            )
+        )
         timer.cancel()
         log = srv.log()
     finally:
@@ -141,8 +208,19 @@ def test_a_level_starting_after_another_workers_refusal_sends_nothing(monkeypatc
     records = []
     try:
         cfg = ClientConfig(base_url=url, model="m")
-        run = run_sync(asyncio.wait_for(run_closed_loop(cfg, make_requests(Workload.fixed(8, OSL), 6), 2, level=0,
-                                                        epoch=time.perf_counter(), on_record=records.append), BOUND_S))
+        run = run_sync(
+            asyncio.wait_for(
+                run_closed_loop(
+                    cfg,
+                    make_requests(Workload.fixed(8, OSL), 6),
+                    2,
+                    level=0,
+                    epoch=time.perf_counter(),
+                    on_record=records.append,
+                ),
+                BOUND_S,
+            )
+        )
         log = srv.log()
     finally:
         srv.stop()
@@ -156,8 +234,19 @@ def test_this_workers_refusal_is_written_to_the_shared_status(monkeypatch):
     records = []
     try:
         cfg = ClientConfig(base_url=url, model="m")
-        run = run_sync(asyncio.wait_for(run_closed_loop(cfg, make_requests(Workload.fixed(8, OSL), 6), 2, level=0,
-                                                        epoch=time.perf_counter(), on_record=records.append), BOUND_S))
+        run = run_sync(
+            asyncio.wait_for(
+                run_closed_loop(
+                    cfg,
+                    make_requests(Workload.fixed(8, OSL), 6),
+                    2,
+                    level=0,
+                    epoch=time.perf_counter(),
+                    on_record=records.append,
+                ),
+                BOUND_S,
+            )
+        )
     finally:
         srv.stop()
     assert run.cut == "http_401" and shared.value == 401

@@ -29,6 +29,7 @@ def server():
 
 def opened(**kwargs) -> Client:
     """A Client opened (and closed) on a port nobody listens on: only the read-path choice runs."""
+
     async def go():
         async with Client(ClientConfig(base_url="http://127.0.0.1:9", model="m"), **kwargs) as client:
             return client
@@ -115,8 +116,23 @@ def test_summary_json_names_the_read_path_per_level(server, tmp_path, monkeypatc
     from kneecap.cli import main
 
     url, _ = server
-    args = ["bench", "--base-url", url, "--isl", "16", "--osl", "4", "--concurrency", "1,2", "--requests", "4",
-            "--workers", "1", "--json", "--no-report"]
+    args = [
+        "bench",
+        "--base-url",
+        url,
+        "--isl",
+        "16",
+        "--osl",
+        "4",
+        "--concurrency",
+        "1,2",
+        "--requests",
+        "4",
+        "--workers",
+        "1",
+        "--json",
+        "--no-report",
+    ]
     monkeypatch.setattr(driver, "missing_tap_hooks", lambda: ["Connection.protocol"])
     assert main([*args, "--out", str(tmp_path / "fallback")]) == 0
     levels = json.loads((tmp_path / "fallback" / "summary.json").read_text())["levels"]

@@ -22,8 +22,9 @@ def test_keep_records_false_streams_every_record_and_keeps_none(server):
     specs = make_requests(Workload.fixed(8, 4), 30, seed=1)
     got = []
     cfg = ClientConfig(base_url=server, model="m")
-    run = run_sync(run_closed_loop(cfg, specs, 4, level=0, epoch=time.perf_counter(),
-                                   on_record=got.append, keep_records=False))
+    run = run_sync(
+        run_closed_loop(cfg, specs, 4, level=0, epoch=time.perf_counter(), on_record=got.append, keep_records=False)
+    )
     assert run.records == []
     assert len(got) == 30 and all(r.ok and r.num_output_tokens == 4 for r in got)
 
@@ -33,8 +34,20 @@ def test_open_loop_on_off_bursts_send_only_inside_on_windows(server):
     got = []
     on_s, off_s = 0.3, 0.6
     cfg = ClientConfig(base_url=server, model="m")
-    run = run_sync(run_open_loop(cfg, specs, 40.0, seed=3, level=0, epoch=time.perf_counter(),
-                                 on_record=got.append, on_s=on_s, off_s=off_s, keep_records=False))
+    run = run_sync(
+        run_open_loop(
+            cfg,
+            specs,
+            40.0,
+            seed=3,
+            level=0,
+            epoch=time.perf_counter(),
+            on_record=got.append,
+            on_s=on_s,
+            off_s=off_s,
+            keep_records=False,
+        )
+    )
     assert len(got) == 24 and all(r.ok for r in got)
     t0 = run.started_at
     phases = [(r.scheduled_at - t0) % (on_s + off_s) for r in got]

@@ -21,8 +21,11 @@ def server():
 
 def probe(url: str, fault: str | None = None, endpoint: str = "completions"):
     extra = {"scripted": {"fault": fault}} if fault else {}
-    return run_sync(probe_keepalive(ClientConfig(base_url=url, model="m", endpoint=endpoint, extra_body=extra),
-                                    pause_s=0.1, timeout_s=10))
+    return run_sync(
+        probe_keepalive(
+            ClientConfig(base_url=url, model="m", endpoint=endpoint, extra_body=extra), pause_s=0.1, timeout_s=10
+        )
+    )
 
 
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])

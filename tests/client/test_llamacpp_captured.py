@@ -20,8 +20,13 @@ def load(name):
 
 
 def test_capacity_from_real_props_slots_and_models():
-    info = combine("http://x", models=load("llamacpp_models.json"), props=load("llamacpp_props.json"),
-                   slots=load("llamacpp_slots.json"), metrics_text=(DATA / "llamacpp_metrics.txt").read_text())
+    info = combine(
+        "http://x",
+        models=load("llamacpp_models.json"),
+        props=load("llamacpp_props.json"),
+        slots=load("llamacpp_slots.json"),
+        metrics_text=(DATA / "llamacpp_metrics.txt").read_text(),
+    )
     assert info.engine == LLAMACPP
     assert (info.num_slots, info.slot_context_tokens, info.kv_capacity_tokens) == (4, 1024, 4096)  # -c 4096 -np 4
     assert (info.vocab_size, info.version) == (355, "b0-unknown")
@@ -35,7 +40,7 @@ def test_real_metrics_have_requests_but_no_kv_gauge_in_this_build():
 def feed_bytewise_and_whole(raw):
     whole = SseParser().feed(raw)
     p = SseParser()
-    pieces = [e for i in range(len(raw)) for e in p.feed(raw[i:i + 1])]
+    pieces = [e for i in range(len(raw)) for e in p.feed(raw[i : i + 1])]
     assert pieces == whole
     return whole
 
@@ -44,7 +49,13 @@ def test_real_completions_stream():
     events = feed_bytewise_and_whole((DATA / "llamacpp_stream_completions.sse").read_bytes())
     r = decode_stream([(float(i), [e]) for i, e in enumerate(events)])
     # 5 text chunks, then llama.cpp's last chunk (empty text, finish_reason, usage total) and [DONE]
-    assert (r.chunk_tokens, r.output_tokens, r.prompt_tokens, r.finish_reason, r.done) == ([1] * 5, 5, 4, "length", True)
+    assert (r.chunk_tokens, r.output_tokens, r.prompt_tokens, r.finish_reason, r.done) == (
+        [1] * 5,
+        5,
+        4,
+        "length",
+        True,
+    )
 
 
 def test_real_chat_stream():

@@ -23,13 +23,32 @@ def server():
 def test_bench_counts_three_tokens_per_chunk_from_the_usage_of_each_chunk(cli, server, tmp_path, endpoint):
     url, srv = server
     out = tmp_path / "o"
-    r = cli("bench", "--base-url", url, "--endpoint", endpoint, "--isl", "16", "--osl", "10", "--concurrency", "1",
-            "--requests", "3", "--out", str(out), "--json", "--no-report", "--quiet")
+    r = cli(
+        "bench",
+        "--base-url",
+        url,
+        "--endpoint",
+        endpoint,
+        "--isl",
+        "16",
+        "--osl",
+        "10",
+        "--concurrency",
+        "1",
+        "--requests",
+        "3",
+        "--out",
+        str(out),
+        "--json",
+        "--no-report",
+        "--quiet",
+    )
     assert r.code == 0, r.stderr
     sent = [e for e in srv.log() if e.get("path", "").startswith("/v1/") and e["path"] != "/v1/models"]
     levels = [e["body"] for e in sent if e.get("body", {}).get("max_tokens") == 10]  # not the setup's checks
-    assert len(levels) == 3 and all(b["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
-                                    for b in levels), levels[:1]
+    assert len(levels) == 3 and all(
+        b["stream_options"] == {"include_usage": True, "continuous_usage_stats": True} for b in levels
+    ), levels[:1]
     recs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines() if x.strip()]
     recs = [x for x in recs if not x.get("warmup")]
     assert len(recs) == 3 and all(x["output_tokens"] == 10 for x in recs), recs

@@ -7,16 +7,29 @@ import json
 import pytest
 
 from kneecap.client.datasets import DatasetPrompts, load_prompts
-from kneecap.client.prompts import (LocalTokenizer, RandomTextPrompts, RandomTokenPrompts, ServerTokenizer, prompt_sha256,
-                                    token_id_range)
+from kneecap.client.prompts import (
+    LocalTokenizer,
+    RandomTextPrompts,
+    RandomTokenPrompts,
+    ServerTokenizer,
+    prompt_sha256,
+    token_id_range,
+)
 from kneecap.errors import KneecapError
 from kneecap.workload import LengthDist, RequestClass, RequestSpec, Workload, make_requests
 from servers.scripted import start_scripted_server
 
 
 def spec(i, n, group=None, prefix=0):
-    return RequestSpec(index=i, request_id=f"r{i}", class_name="c", input_tokens=n, output_tokens=4,
-                       prefix_group=group, prefix_tokens=prefix)
+    return RequestSpec(
+        index=i,
+        request_id=f"r{i}",
+        class_name="c",
+        input_tokens=n,
+        output_tokens=4,
+        prefix_group=group,
+        prefix_tokens=prefix,
+    )
 
 
 def test_token_prompts_exact_unique_and_reproducible():
@@ -29,8 +42,17 @@ def test_token_prompts_exact_unique_and_reproducible():
 
 
 def test_shared_prefix_groups():
-    wl = Workload(classes=(RequestClass(name="chat", input=LengthDist.fixed(64), output=LengthDist.fixed(4),
-                                        shared_prefix_tokens=48, num_prefix_groups=2),))
+    wl = Workload(
+        classes=(
+            RequestClass(
+                name="chat",
+                input=LengthDist.fixed(64),
+                output=LengthDist.fixed(4),
+                shared_prefix_tokens=48,
+                num_prefix_groups=2,
+            ),
+        )
+    )
     specs = make_requests(wl, 12, seed=1)
     src = RandomTokenPrompts()
     prompts = [src.prompt_for(s) for s in specs]
@@ -56,8 +78,17 @@ class LumpyCounter:
         return sum(2 if len(w) > 6 else 1 for w in text.split())
 
 
-@pytest.mark.parametrize("counter,n", [(WordCounter(), 2), (WordCounter(), 100), (WordCounter(), 1000),
-                                       (LumpyCounter(), 1), (LumpyCounter(), 5), (LumpyCounter(), 1000)])
+@pytest.mark.parametrize(
+    "counter,n",
+    [
+        (WordCounter(), 2),
+        (WordCounter(), 100),
+        (WordCounter(), 1000),
+        (LumpyCounter(), 1),
+        (LumpyCounter(), 5),
+        (LumpyCounter(), 1000),
+    ],
+)
 def test_text_prompts_are_calibrated_exactly(counter, n):
     p = RandomTextPrompts(counter=counter, seed=3).prompt_for(spec(2, n))
     assert p.num_tokens == n == counter.count(p.content)
@@ -93,10 +124,18 @@ def test_text_prompt_calibrated_by_the_servers_tokenize_endpoint():
 
 
 def test_datasets_jsonl_sharegpt_openai_and_array(tmp_path):
-    lines = [{"prompt": "plain one"},
-             {"conversations": [{"from": "system", "value": "sys"}, {"from": "human", "value": "sharegpt q"}, {"from": "gpt", "value": "a"}]},
-             {"messages": [{"role": "user", "content": "openai q"}]},
-             {"other": 1}]
+    lines = [
+        {"prompt": "plain one"},
+        {
+            "conversations": [
+                {"from": "system", "value": "sys"},
+                {"from": "human", "value": "sharegpt q"},
+                {"from": "gpt", "value": "a"},
+            ]
+        },
+        {"messages": [{"role": "user", "content": "openai q"}]},
+        {"other": 1},
+    ]
     jl = tmp_path / "d.jsonl"
     jl.write_text("\n".join(json.dumps(x) for x in lines) + "\n\n")
     assert load_prompts(jl) == ["plain one", "sharegpt q", "openai q"]
@@ -109,7 +148,9 @@ def test_datasets_jsonl_sharegpt_openai_and_array(tmp_path):
     assert got[0].num_tokens is None
 
 
-@pytest.mark.parametrize("content,fragment", [("{bad\n", "line 1"), ('{"x": 1}\n', "no prompts"), ("[1,", "not valid JSON")])
+@pytest.mark.parametrize(
+    "content,fragment", [("{bad\n", "line 1"), ('{"x": 1}\n', "no prompts"), ("[1,", "not valid JSON")]
+)
 def test_bad_datasets_are_one_line_errors(tmp_path, content, fragment):
     path = tmp_path / "d.jsonl"
     path.write_text(content)
@@ -120,7 +161,9 @@ def test_bad_datasets_are_one_line_errors(tmp_path, content, fragment):
         load_prompts(tmp_path / "missing.jsonl")
 
 
-@pytest.mark.parametrize("vocab,low,high", [(260, 26, 260), (355, 35, 355), (32000, 1000, 30000), (151936, 1000, 30000)])
+@pytest.mark.parametrize(
+    "vocab,low,high", [(260, 26, 260), (355, 35, 355), (32000, 1000, 30000), (151936, 1000, 30000)]
+)
 def test_token_range_for_a_vocabulary(vocab, low, high):
     assert token_id_range(vocab) == (low, high)
     src = RandomTokenPrompts(low=low, high=high)

@@ -36,10 +36,13 @@ def test_no_speculation_no_spec():
 def test_sglang_gauges_are_averaged_over_the_level():
     """SGLang (python/sglang/srt/metrics/collector.py) publishes the mean accepted length and the acceptance rate
     as gauges, not counters: the level's figure is their mean over its scrapes."""
+
     def text(length: float, rate: float) -> str:
         labels = '{dp_rank="0",engine_type="unified",model_name="m",tp_rank="0"}'
-        return (f"sglang:num_running_reqs{labels} 3\nsglang:spec_accept_length{labels} {length}\n"
-                f"sglang:spec_accept_rate{labels} {rate}\n")
+        return (
+            f"sglang:num_running_reqs{labels} 3\nsglang:spec_accept_length{labels} {length}\n"
+            f"sglang:spec_accept_rate{labels} {rate}\n"
+        )
 
     samples = [sample_from_text(text(2.5, 0.5), 0.0), sample_from_text(text(3.5, 0.7), 1.0)]
     spec = summarize_samples(samples).spec

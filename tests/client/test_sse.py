@@ -10,7 +10,7 @@ from kneecap.client.sse import SseEvent, SseLineTooLong, SseParser
 
 SAMPLE = (
     b"\xef\xbb\xbf: keep-alive comment\r\n"
-    b"data: {\"a\": 1}\r\n\r\n"
+    b'data: {"a": 1}\r\n\r\n'
     b"event: update\rdata: line one\rdata:line two\r\r"
     b"id: 42\ndata\n\n"
     b"retry: 1500\ndata:  two spaces\n\n"
@@ -48,7 +48,7 @@ def test_every_single_split_point(cut):
 
 
 def test_byte_by_byte():
-    events, _ = feed_pieces([SAMPLE[i:i + 1] for i in range(len(SAMPLE))])
+    events, _ = feed_pieces([SAMPLE[i : i + 1] for i in range(len(SAMPLE))])
     assert events == SAMPLE_EVENTS
 
 

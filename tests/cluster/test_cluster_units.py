@@ -56,9 +56,11 @@ def test_merge_sums_up_where_actors_ran():
     from kneecap.sweep.level import LevelOutcome
     from kneecap.sweep.workers import merge_outcomes
 
-    outs = [LevelOutcome(3, False, {"ray": {"address": "a:1", "actor": 0, "node_id": "n1"}}),
-            LevelOutcome(3, False, {"ray": {"address": "a:1", "actor": 1, "node_id": "n2"}}),
-            LevelOutcome(2, True, {"lost": True, "ray": {"address": "a:1", "actor": 2, "node_id": "n2"}})]
+    outs = [
+        LevelOutcome(3, False, {"ray": {"address": "a:1", "actor": 0, "node_id": "n1"}}),
+        LevelOutcome(3, False, {"ray": {"address": "a:1", "actor": 1, "node_id": "n2"}}),
+        LevelOutcome(2, True, {"lost": True, "ray": {"address": "a:1", "actor": 2, "node_id": "n2"}}),
+    ]
     merged = merge_outcomes(outs, 3)
     assert merged["ray"] == {"address": "a:1", "nodes": 2, "actors": 3, "lost_actors": 1}
     assert merged["suspect"] is True and len(merged["per_worker"]) == 3
@@ -70,8 +72,22 @@ def test_ray_flag_without_ray_installed_is_one_line_naming_the_extra(cli, tmp_pa
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('No module named ray (hidden by the test)')\n")
     env = {"PYTHONPATH": os.pathsep.join([str(fake.parent), os.environ.get("PYTHONPATH", "")])}
-    r = cli("bench", "--base-url", "http://127.0.0.1:9", "--isl", "4", "--osl", "4", "--concurrency", "1", "--ray", "auto",
-            "--out", str(tmp_path / "out"), env=env)
+    r = cli(
+        "bench",
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--isl",
+        "4",
+        "--osl",
+        "4",
+        "--concurrency",
+        "1",
+        "--ray",
+        "auto",
+        "--out",
+        str(tmp_path / "out"),
+        env=env,
+    )
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.code == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert "kneecap[ray]" in lines[0] and "--ray" in lines[0]
@@ -81,18 +97,37 @@ def test_ray_flag_without_ray_installed_is_one_line_naming_the_extra(cli, tmp_pa
 def test_grid_configuration_to_simulate_options_and_bad_files(tmp_path):
     from kneecap.cluster.grid import config_args, config_name, load_grid
 
-    cfg = {"name": "8b / h100", "preset": "llama-3.1-8b", "concurrency": [1, 8], "prefix-caching": False,
-           "trace": True, "requests": 40, "seed": None}
-    assert config_args(cfg, 0) == ["--preset", "llama-3.1-8b", "--concurrency", "1,8", "--no-prefix-caching",
-                                   "--trace", "--requests", "40"]
+    cfg = {
+        "name": "8b / h100",
+        "preset": "llama-3.1-8b",
+        "concurrency": [1, 8],
+        "prefix-caching": False,
+        "trace": True,
+        "requests": 40,
+        "seed": None,
+    }
+    assert config_args(cfg, 0) == [
+        "--preset",
+        "llama-3.1-8b",
+        "--concurrency",
+        "1,8",
+        "--no-prefix-caching",
+        "--trace",
+        "--requests",
+        "40",
+    ]
     assert config_name(cfg, 3) == "003-8b-h100" and config_name({}, 12) == "012"
     with pytest.raises(KneecapError, match="sets 'out'"):
         config_args({"out": "x"}, 1)
     (tmp_path / "bad.yaml").write_text("preset: llama-3.1-8b\n")
     (tmp_path / "bad.json").write_text("[{")
     (tmp_path / "strings.yaml").write_text("- llama-3.1-8b\n")
-    for name, says in (("bad.yaml", "holds no list of simulate configurations"), ("bad.json", "does not parse"),
-                       ("strings.yaml", "holds no list of simulate configurations"), ("missing.yaml", "cannot read")):
+    for name, says in (
+        ("bad.yaml", "holds no list of simulate configurations"),
+        ("bad.json", "does not parse"),
+        ("strings.yaml", "holds no list of simulate configurations"),
+        ("missing.yaml", "cannot read"),
+    ):
         with pytest.raises(KneecapError, match=says) as e:
             load_grid(tmp_path / name)
         assert "--grid file" in e.value.one_line() and str(tmp_path / name) in e.value.one_line()
@@ -100,14 +135,35 @@ def test_grid_configuration_to_simulate_options_and_bad_files(tmp_path):
 
 def test_grid_here_matches_simulate_one_by_one_and_bad_config_is_one_line(cli, tmp_path):
     grid = tmp_path / "grid.json"
-    grid.write_text('[{"name": "small", "preset": "llama-3.1-8b", "gpu": "h100-sxm", "isl": 128, "osl": 8, '
-                    '"concurrency": "1,4", "requests": 12}]')
+    grid.write_text(
+        '[{"name": "small", "preset": "llama-3.1-8b", "gpu": "h100-sxm", "isl": 128, "osl": 8, '
+        '"concurrency": "1,4", "requests": 12}]'
+    )
     r = cli("simulate", "--grid", str(grid), "--out", str(tmp_path / "g"), "--quiet")
     assert r.code == 0, r.stderr
-    r = cli("simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "128", "--osl", "8",
-            "--concurrency", "1,4", "--requests", "12", "--out", str(tmp_path / "one"), "--quiet", "--no-report")
+    r = cli(
+        "simulate",
+        "--preset",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--isl",
+        "128",
+        "--osl",
+        "8",
+        "--concurrency",
+        "1,4",
+        "--requests",
+        "12",
+        "--out",
+        str(tmp_path / "one"),
+        "--quiet",
+        "--no-report",
+    )
     assert r.code == 0, r.stderr
-    assert (tmp_path / "g" / "000-small" / "summary.json").read_bytes() == (tmp_path / "one" / "summary.json").read_bytes()
+    assert (tmp_path / "g" / "000-small" / "summary.json").read_bytes() == (
+        tmp_path / "one" / "summary.json"
+    ).read_bytes()
     grid.write_text('[{"preset": "llama-3.1-8b", "gpu": "no-such-gpu"}]')
     r = cli("simulate", "--grid", str(grid), "--out", str(tmp_path / "bad"))
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
@@ -130,7 +186,9 @@ def test_grid_configurations_run_as_library_calls_not_subprocesses(tmp_path, mon
     (blob,) = run_grid_bytes([config], None, simulate=simulate_in_process)
     doc = json.loads(blob)
     assert [lv["concurrency"] for lv in doc["levels"]] == [1, 4] and doc["kind"] == "simulate"
-    code, stderr = simulate_in_process(["--preset", "llama-3.1-8b", "--gpu", "no-such-gpu", "--out", str(tmp_path / "x")])
+    code, stderr = simulate_in_process(
+        ["--preset", "llama-3.1-8b", "--gpu", "no-such-gpu", "--out", str(tmp_path / "x")]
+    )
     assert code == 2 and stderr.startswith("error:") and stderr.count("\n") == 1
 
 
@@ -143,8 +201,22 @@ def test_unreachable_ray_head_is_one_line_before_anything_is_written(cli, tmp_pa
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     started = time.monotonic()
-    r = cli("bench", "--base-url", "http://127.0.0.1:9", "--isl", "4", "--osl", "4", "--concurrency", "1",
-            "--ray", f"127.0.0.1:{port}", "--out", str(tmp_path / "out"), timeout=60)
+    r = cli(
+        "bench",
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--isl",
+        "4",
+        "--osl",
+        "4",
+        "--concurrency",
+        "1",
+        "--ray",
+        f"127.0.0.1:{port}",
+        "--out",
+        str(tmp_path / "out"),
+        timeout=60,
+    )
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.code == 2 and len(lines) == 1 and "does not answer" in lines[0], r.stderr
     assert time.monotonic() - started < 30 and not (tmp_path / "out").exists()

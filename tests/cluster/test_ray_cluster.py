@@ -62,16 +62,32 @@ class Server:
 
 
 def start_serve(tmp: Path) -> Server:
-    return Server([sys.executable, "-m", "kneecap", "serve", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm",
-                   "--port", "0"], r"listening on (http://\S+)", tmp / "serve.log")
+    return Server(
+        [sys.executable, "-m", "kneecap", "serve", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--port", "0"],
+        r"listening on (http://\S+)",
+        tmp / "serve.log",
+    )
 
 
 def start_node(tmp: Path, *, ttft_ms: float = 200, itl_ms: float = 20) -> Server:
     if not shutil.which("node"):
         pytest.skip("node is not installed")
-    return Server(["node", str(ROOT / "bench" / "fast_server.js"), "--port", "0", "--ttft-ms", str(ttft_ms),
-                   "--itl-ms", str(itl_ms), "--log", str(tmp / "node-sends.jsonl")], r"LISTENING (http://\S+)",
-                  tmp / "node.log")
+    return Server(
+        [
+            "node",
+            str(ROOT / "bench" / "fast_server.js"),
+            "--port",
+            "0",
+            "--ttft-ms",
+            str(ttft_ms),
+            "--itl-ms",
+            str(itl_ms),
+            "--log",
+            str(tmp / "node-sends.jsonl"),
+        ],
+        r"LISTENING (http://\S+)",
+        tmp / "node.log",
+    )
 
 
 def server_lag_ms(log: Path, ttft_ms: float, itl_ms: float) -> float:
@@ -83,15 +99,32 @@ def server_lag_ms(log: Path, ttft_ms: float, itl_ms: float) -> float:
         sends = row.get("send_ms") or []
         if not sends:
             continue
-        worst = max(worst, sends[0] - row["recv_ms"] - ttft_ms,
-                    sends[-1] - row["recv_ms"] - ttft_ms - itl_ms * (len(sends) - 1),
-                    *(abs(b - a - itl_ms) for a, b in zip(sends, sends[1:])))
+        worst = max(
+            worst,
+            sends[0] - row["recv_ms"] - ttft_ms,
+            sends[-1] - row["recv_ms"] - ttft_ms - itl_ms * (len(sends) - 1),
+            *(abs(b - a - itl_ms) for a, b in zip(sends, sends[1:])),
+        )
     return worst
 
 
 def bench(url: str, out: Path, *extra: str, timeout: float = 180) -> dict:
-    cmd = [sys.executable, "-m", "kneecap", "bench", "--base-url", url, "--out", str(out), "--quiet", "--no-report",
-           "--keepalive", "--warmup", "0", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kneecap",
+        "bench",
+        "--base-url",
+        url,
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-report",
+        "--keepalive",
+        "--warmup",
+        "0",
+        *extra,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **ENV})
     assert proc.returncode == 0, proc.stderr
     assert SECRET not in proc.stdout + proc.stderr
@@ -100,8 +133,10 @@ def bench(url: str, out: Path, *extra: str, timeout: float = 180) -> dict:
 
 def client_lag_ms(level: dict) -> float:
     """The most the client's own lag could have moved one stamp in this level (its self-measurement)."""
-    return max((w.get("loop_lag_max_ms") or 0.0) + (w.get("read_loop_wait_max_ms") or 0.0)
-               for w in level["client"]["per_worker"])
+    return max(
+        (w.get("loop_lag_max_ms") or 0.0) + (w.get("read_loop_wait_max_ms") or 0.0)
+        for w in level["client"]["per_worker"]
+    )
 
 
 def assert_no_secret_under(folder: Path) -> int:
@@ -152,8 +187,22 @@ def test_api_key_reaches_every_actor_and_no_file(cluster, tmp_path):
 
     url, server = start_scripted_server(ttft_s=0.01, itl_s=0.001)
     try:
-        summary = bench(url, tmp_path / "auth", "--isl", "8", "--osl", "4", "--concurrency", "4", "--requests", "8",
-                        "--ray", cluster.address, "--ray-streams-per-actor", "2")
+        summary = bench(
+            url,
+            tmp_path / "auth",
+            "--isl",
+            "8",
+            "--osl",
+            "4",
+            "--concurrency",
+            "4",
+            "--requests",
+            "8",
+            "--ray",
+            cluster.address,
+            "--ray-streams-per-actor",
+            "2",
+        )
         entries = server.log()
     finally:
         server.stop()
@@ -185,24 +234,59 @@ def test_api_key_reaches_every_actor_and_no_file(cluster, tmp_path):
 
 def test_simulate_grid_on_ray_is_byte_identical_to_one_by_one(cluster, tmp_path):
     configs = [
-        {"name": "8b", "preset": "llama-3.1-8b", "gpu": "h100-sxm", "isl": 256, "osl": 16, "concurrency": [1, 8],
-         "requests": 40},
-        {"preset": "llama-3.1-70b", "gpu": "h100-sxm", "tp": 4, "isl": 512, "osl": 8, "rate": "2,4", "requests": 30,
-         "prefix_caching": False},
+        {
+            "name": "8b",
+            "preset": "llama-3.1-8b",
+            "gpu": "h100-sxm",
+            "isl": 256,
+            "osl": 16,
+            "concurrency": [1, 8],
+            "requests": 40,
+        },
+        {
+            "preset": "llama-3.1-70b",
+            "gpu": "h100-sxm",
+            "tp": 4,
+            "isl": 512,
+            "osl": 8,
+            "rate": "2,4",
+            "requests": 30,
+            "prefix_caching": False,
+        },
     ]
     grid = tmp_path / "grid.json"
     grid.write_text(json.dumps(configs))
     out = tmp_path / "grid"
-    proc = subprocess.run([sys.executable, "-m", "kneecap", "simulate", "--grid", str(grid), "--ray", cluster.address,
-                           "--out", str(out), "--json"], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **ENV})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kneecap",
+            "simulate",
+            "--grid",
+            str(grid),
+            "--ray",
+            cluster.address,
+            "--out",
+            str(out),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **ENV},
+    )
     assert proc.returncode == 0, proc.stderr
     index = json.loads(proc.stdout)
     assert len({row["ray_node_id"] for row in index}) == 2  # one configuration per node (1 CPU each)
     for row in index:
         alone = tmp_path / f"alone-{row['index']}"
-        one = subprocess.run([sys.executable, "-m", "kneecap", "simulate", *row["args"], "--out", str(alone), "--quiet",
-                              "--no-report"], capture_output=True, text=True, timeout=300)
+        one = subprocess.run(
+            [sys.executable, "-m", "kneecap", "simulate", *row["args"], "--out", str(alone), "--quiet", "--no-report"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert one.returncode == 0, one.stderr
         assert (out / row["summary"]).read_bytes() == (alone / "summary.json").read_bytes()
 
@@ -213,11 +297,35 @@ def test_sigterm_mid_sweep_then_resume_on_ray(cluster, tmp_path):
 
     server = start_node(tmp_path, ttft_ms=50, itl_ms=50)  # 16 tokens: ~0.8 s a request
     out = tmp_path / "resumed"
-    args = ["--base-url", server.url, "--out", str(out), "--quiet", "--no-report", "--keepalive", "--warmup", "0",
-            "--isl", "16", "--osl", "16", "--concurrency", "2,4", "--requests", "16", "--ray", cluster.address]
+    args = [
+        "--base-url",
+        server.url,
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-report",
+        "--keepalive",
+        "--warmup",
+        "0",
+        "--isl",
+        "16",
+        "--osl",
+        "16",
+        "--concurrency",
+        "2,4",
+        "--requests",
+        "16",
+        "--ray",
+        cluster.address,
+    ]
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "kneecap", "bench", *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV})
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kneecap", "bench", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **ENV},
+        )
         records = out / "requests.jsonl"
         deadline = time.monotonic() + 90
         while not (records.exists() and b'"level":1' in records.read_bytes()):  # the second level is under way
@@ -253,10 +361,37 @@ def test_a_refused_key_in_one_actor_cuts_the_level_in_every_actor(cluster, tmp_p
     url, server = start_scripted_server(auth_fail_after=1 + 8 + 3, itl_s=CUT_ITL_S)
     out = tmp_path / "cut"
     try:
-        proc = subprocess.run([sys.executable, "-m", "kneecap", "bench", "--base-url", url, "--isl", "16", "--osl", "4",
-                               "--concurrency", "2,4,8", "--requests", "8", "--keepalive", "--warmup", "0", "--json",
-                               "--no-report", "--out", str(out), "--ray", cluster.address],
-                              capture_output=True, text=True, timeout=240, env={**os.environ, **ENV})
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kneecap",
+                "bench",
+                "--base-url",
+                url,
+                "--isl",
+                "16",
+                "--osl",
+                "4",
+                "--concurrency",
+                "2,4,8",
+                "--requests",
+                "8",
+                "--keepalive",
+                "--warmup",
+                "0",
+                "--json",
+                "--no-report",
+                "--out",
+                str(out),
+                "--ray",
+                cluster.address,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env={**os.environ, **ENV},
+        )
         log = server.log()
     finally:
         server.stop()
@@ -294,9 +429,33 @@ def test_killed_node_fails_its_requests_and_the_level_ends(cluster, tmp_path):
     """Must run last in this module: it kills the second node."""
     server = start_node(tmp_path, ttft_ms=100, itl_ms=100)  # 32 tokens: ~3.2 s a request
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "kneecap", "bench", "--base-url", server.url, "--out", str(out), "--quiet",
-           "--no-report", "--keepalive", "--warmup", "0", "--isl", "16", "--osl", "32", "--concurrency", "8",
-           "--requests", "32", "--ray", cluster.address, "--ray-streams-per-actor", "4"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kneecap",
+        "bench",
+        "--base-url",
+        server.url,
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-report",
+        "--keepalive",
+        "--warmup",
+        "0",
+        "--isl",
+        "16",
+        "--osl",
+        "32",
+        "--concurrency",
+        "8",
+        "--requests",
+        "32",
+        "--ray",
+        cluster.address,
+        "--ray-streams-per-actor",
+        "4",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV})
     try:
         records = out / "requests.jsonl"

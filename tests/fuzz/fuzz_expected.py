@@ -87,7 +87,9 @@ def _preflight(v: dict) -> None:
     request = _request(v)
     levels = concurrency_levels(v["concurrency"])
     isl, osl, bs = v["isl"], v["osl"], request.block_size or 16
-    sources = [s for s in (v["kv_tokens"], v["server"], request.preset or request.model or request.gpu) if s is not None]
+    sources = [
+        s for s in (v["kv_tokens"], v["server"], request.preset or request.model or request.gpu) if s is not None
+    ]
     if len(sources) != 1 or isl <= 0 or osl <= 0 or bs <= 0:
         raise KneecapError("bad preflight input", "")
     if v["kv_tokens"] is not None:
@@ -128,14 +130,31 @@ def _simulate(v: dict) -> None:
     osl, osl_dist = length_flag("--osl", v["osl"], DEFAULT_LENGTH)
     longest = _longest("--isl", isl, isl_dist) + _longest("--osl", osl, osl_dist)
     plan, _ = plan_deployment(_request(v))
-    opts = SimulateOptions(kind=kind, levels=tuple(values), isl=isl, osl=osl, isl_dist=isl_dist, osl_dist=osl_dist,
-                           requests=v["requests"], duration_s=v["duration"], warmup=v["warmup"], seed=v["seed"],
-                           burstiness=v["burstiness"], shared_prefix_tokens=prefix_tokens,
-                           num_prefix_groups=prefix_groups)
+    opts = SimulateOptions(
+        kind=kind,
+        levels=tuple(values),
+        isl=isl,
+        osl=osl,
+        isl_dist=isl_dist,
+        osl_dist=osl_dist,
+        requests=v["requests"],
+        duration_s=v["duration"],
+        warmup=v["warmup"],
+        seed=v["seed"],
+        burstiness=v["burstiness"],
+        shared_prefix_tokens=prefix_tokens,
+        num_prefix_groups=prefix_groups,
+    )
     if longest > plan.context:
         raise KneecapError("--isl + --osl exceed the context", "")
-    from_plan(plan, defaults=v["engine_defaults"], max_num_seqs=v["max_num_seqs"],
-              max_num_batched_tokens=v["max_num_batched_tokens"], prefix_caching=v["prefix_caching"], step_params=params)
+    from_plan(
+        plan,
+        defaults=v["engine_defaults"],
+        max_num_seqs=v["max_num_seqs"],
+        max_num_batched_tokens=v["max_num_batched_tokens"],
+        prefix_caching=v["prefix_caching"],
+        step_params=params,
+    )
     sweep_levels(opts)
     if v["out"] is not None:
         ResultsDir(Path(v["out"]))

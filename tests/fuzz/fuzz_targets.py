@@ -58,20 +58,53 @@ def signature(exc: BaseException) -> str:
 
 _INTS = st.one_of(st.integers(-3, 300), st.sampled_from([0, -1, 1, 2**31, 2**63, 10**30, -(10**30)]))
 _FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.0, -0.0, 0.5, 1e-300, 1e300]))
-_SCALARS = st.one_of(st.none(), st.booleans(), _INTS, _FLOATS, st.text(max_size=12),
-                     st.sampled_from(["", "bf16", "float16", "fp8", "full_attention", "sliding_attention", "llama"]))
-JSONISH = st.recursive(_SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                         st.dictionaries(st.text(max_size=8), inner, max_size=4)),
-                       max_leaves=12)
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    _INTS,
+    _FLOATS,
+    st.text(max_size=12),
+    st.sampled_from(["", "bf16", "float16", "fp8", "full_attention", "sliding_attention", "llama"]),
+)
+JSONISH = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+    max_leaves=12,
+)
 
 
 # ------------------------------------------------------------------------------------------------
 # 1. SSE parser (kneecap.client.sse): only SseLineTooLong (a KneecapError) may escape; split invariance
 # ------------------------------------------------------------------------------------------------
 
-_SSE_PIECES = [b"data:", b"data: ", b"data", b"\n", b"\r", b"\r\n", b"\n\n", b":", b": ping", b"event:", b"event: error",
-               b"id:", b"id: 7", b"id: a\x00b", b"retry:", b"retry: 100", b"retry: x", b"\xef\xbb\xbf", b"\xef\xbb", b"{",
-               b'{"choices": [{"text": "a"}]}', b"[DONE]", b"\x00", b"\xff\xfe", b" ", b"x" * 40]
+_SSE_PIECES = [
+    b"data:",
+    b"data: ",
+    b"data",
+    b"\n",
+    b"\r",
+    b"\r\n",
+    b"\n\n",
+    b":",
+    b": ping",
+    b"event:",
+    b"event: error",
+    b"id:",
+    b"id: 7",
+    b"id: a\x00b",
+    b"retry:",
+    b"retry: 100",
+    b"retry: x",
+    b"\xef\xbb\xbf",
+    b"\xef\xbb",
+    b"{",
+    b'{"choices": [{"text": "a"}]}',
+    b"[DONE]",
+    b"\x00",
+    b"\xff\xfe",
+    b" ",
+    b"x" * 40,
+]
 SSE_STREAM = st.lists(st.one_of(st.sampled_from(_SSE_PIECES), st.binary(max_size=16)), max_size=40).map(b"".join)
 
 
@@ -132,16 +165,36 @@ def check_sse(case) -> None:
 # 2. OpenAI chunk decoder (kneecap.client.openai): decode_stream never raises
 # ------------------------------------------------------------------------------------------------
 
-_USAGE = st.one_of(st.fixed_dictionaries({}, optional={"prompt_tokens": _INTS, "completion_tokens": _INTS,
-                                                        "completion_tokens_details": JSONISH}), JSONISH)
-_DELTA = st.one_of(st.fixed_dictionaries({}, optional={"content": _SCALARS, "reasoning_content": _SCALARS,
-                                                        "reasoning": _SCALARS, "role": _SCALARS}), JSONISH)
-_CHOICE = st.one_of(st.fixed_dictionaries({}, optional={"delta": _DELTA, "text": _SCALARS, "finish_reason": _SCALARS,
-                                                         "message": JSONISH, "index": _INTS}), JSONISH)
+_USAGE = st.one_of(
+    st.fixed_dictionaries(
+        {}, optional={"prompt_tokens": _INTS, "completion_tokens": _INTS, "completion_tokens_details": JSONISH}
+    ),
+    JSONISH,
+)
+_DELTA = st.one_of(
+    st.fixed_dictionaries(
+        {}, optional={"content": _SCALARS, "reasoning_content": _SCALARS, "reasoning": _SCALARS, "role": _SCALARS}
+    ),
+    JSONISH,
+)
+_CHOICE = st.one_of(
+    st.fixed_dictionaries(
+        {}, optional={"delta": _DELTA, "text": _SCALARS, "finish_reason": _SCALARS, "message": JSONISH, "index": _INTS}
+    ),
+    JSONISH,
+)
 CHUNK_OBJ = st.one_of(
-    st.fixed_dictionaries({}, optional={"choices": st.one_of(st.lists(_CHOICE, max_size=2), JSONISH), "usage": _USAGE,
-                                        "error": JSONISH, "model": _SCALARS}),
-    JSONISH)
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "choices": st.one_of(st.lists(_CHOICE, max_size=2), JSONISH),
+            "usage": _USAGE,
+            "error": JSONISH,
+            "model": _SCALARS,
+        },
+    ),
+    JSONISH,
+)
 
 
 def _json_bytes(value) -> bytes:
@@ -162,8 +215,12 @@ def chunk_case(draw):
 
     reads = []
     t = 0.0
-    for events in draw(st.lists(st.lists(st.tuples(st.sampled_from(["message", "error", "ping"]), CHUNK_DATA),
-                                         min_size=1, max_size=3), max_size=5)):
+    for events in draw(
+        st.lists(
+            st.lists(st.tuples(st.sampled_from(["message", "error", "ping"]), CHUNK_DATA), min_size=1, max_size=3),
+            max_size=5,
+        )
+    ):
         t += 0.01
         reads.append((t, [SseEvent(name, data, None) for name, data in events]))
     return reads
@@ -178,21 +235,34 @@ def check_chunks(case) -> None:
     except Exception as exc:  # noqa: BLE001
         raise escaped("chunk decoder", case, exc) from exc
     if len(res.chunk_times) != len(res.chunk_tokens):
-        raise Escaped(f"chunk decoder: {len(res.chunk_times)} chunk times vs {len(res.chunk_tokens)} counts — repro: {case!r}")
+        raise Escaped(
+            f"chunk decoder: {len(res.chunk_times)} chunk times vs {len(res.chunk_tokens)} counts — repro: {case!r}"
+        )
     if res.chunk_times and res.first_token_at != res.chunk_times[0]:
-        raise Escaped(f"chunk decoder: first_token_at {res.first_token_at} is not the first chunk time — repro: {case!r}")
+        raise Escaped(
+            f"chunk decoder: first_token_at {res.first_token_at} is not the first chunk time — repro: {case!r}"
+        )
     if any(type(k) is not int or k < 0 for k in res.chunk_tokens):
         raise Escaped(f"chunk decoder: token counts {res.chunk_tokens!r} are not whole numbers >= 0 — repro: {case!r}")
     # the exact outcome, from the format's rules applied to each event in order: the first event that is not
     # an ordinary chunk sets error_kind, and decoding stops there
-    expected = next((kind for _, events in reads for name, data, _ in events
-                     for kind in [event_outcome(name, data)] if kind is not OK), OK)
+    expected = next(
+        (
+            kind
+            for _, events in reads
+            for name, data, _ in events
+            for kind in [event_outcome(name, data)]
+            if kind is not OK
+        ),
+        OK,
+    )
     if res.error_kind != expected:
         raise Escaped(f"chunk decoder: error_kind {res.error_kind!r}, the format says {expected!r} — repro: {case!r}")
 
 
 def _strict_json(data: bytes):
     """RFC 8259 JSON (no NaN / Infinity), or raises ValueError."""
+
     def _refuse(constant):
         raise ValueError(f"{constant} is not JSON")
 
@@ -253,8 +323,9 @@ class Labelled:
 
 @st.composite
 def _good_chunk(draw) -> Labelled:
-    form = draw(st.sampled_from(["text", "content", "reasoning", "empty_text", "role", "usage_only", "no_choices",
-                                 "done"]))
+    form = draw(
+        st.sampled_from(["text", "content", "reasoning", "empty_text", "role", "usage_only", "no_choices", "done"])
+    )
     name = draw(_NAMES)
     if form == "done":
         return Labelled(name, b"[DONE]", OK, done=True)
@@ -265,7 +336,10 @@ def _good_chunk(draw) -> Labelled:
         choice, tokens, answer = {"index": 0, "delta": {"content": draw(_TOKEN_TEXT)}}, 1, True
     elif form == "reasoning":
         key = draw(st.sampled_from(["reasoning_content", "reasoning"]))
-        choice, tokens = {"index": 0, "delta": {key: draw(_TOKEN_TEXT), "content": draw(st.sampled_from([None, ""]))}}, 1
+        choice, tokens = (
+            {"index": 0, "delta": {key: draw(_TOKEN_TEXT), "content": draw(st.sampled_from([None, ""]))}},
+            1,
+        )
     elif form == "empty_text":
         choice = {"index": 0, "text": ""}
     elif form == "role":
@@ -291,8 +365,11 @@ _NOT_OBJECT_TRUTHY = st.sampled_from([243, "x", [1], True])
 
 @st.composite
 def _malformed_chunk(draw) -> Labelled:
-    form = draw(st.sampled_from(["not_json", "not_object", "choices_not_list", "choice_not_object",
-                                 "delta_not_object", "usage_not_object"]))
+    form = draw(
+        st.sampled_from(
+            ["not_json", "not_object", "choices_not_list", "choice_not_object", "delta_not_object", "usage_not_object"]
+        )
+    )
     if form == "not_json":  # nothing, a bare word, a lone brace, bad UTF-8, or an object cut before its last brace
         cut = json.dumps({"choices": [{"text": draw(_TOKEN_TEXT)}]}).encode()[:-1]
         data = draw(st.sampled_from([b"", b"hello", b"{", b"\xff\xfe", cut]))
@@ -303,7 +380,9 @@ def _malformed_chunk(draw) -> Labelled:
     elif form == "choice_not_object":
         data = json.dumps({"choices": [draw(_NOT_OBJECT)]}).encode()
     elif form == "delta_not_object":
-        data = json.dumps({"choices": [{"index": 0, "delta": draw(st.sampled_from(["x", 1, [], False, 0, ""]))}]}).encode()
+        data = json.dumps(
+            {"choices": [{"index": 0, "delta": draw(st.sampled_from(["x", 1, [], False, 0, ""]))}]}
+        ).encode()
     else:  # usage of the wrong type, beside a chunk that would otherwise count a token
         data = json.dumps({"choices": [{"index": 0, "text": "a"}], "usage": draw(_NOT_OBJECT_TRUTHY)}).encode()
     return Labelled(draw(_NAMES), data, MALFORMED)
@@ -312,8 +391,12 @@ def _malformed_chunk(draw) -> Labelled:
 @st.composite
 def _error_chunk(draw) -> Labelled:
     if draw(st.booleans()):  # `event: error`, whatever its data ([DONE] aside)
-        data = draw(st.one_of(_good_chunk().map(lambda ev: ev.data).filter(lambda d: d != b"[DONE]"),
-                              st.sampled_from([b"", b"overloaded", b'{"message": "x"}'])))
+        data = draw(
+            st.one_of(
+                _good_chunk().map(lambda ev: ev.data).filter(lambda d: d != b"[DONE]"),
+                st.sampled_from([b"", b"overloaded", b'{"message": "x"}']),
+            )
+        )
         return Labelled("error", data, SERVER_ERROR)
     err = draw(st.sampled_from([{"message": "too many requests", "code": 429}, "boom", 0, False, [], {}]))
     obj = {"error": err}
@@ -351,9 +434,14 @@ def expected_stream(reads: list[list[Labelled]]) -> dict:
             chunk_tokens.append(tokens)
         if error_kind is not None:
             break
-    return {"error_kind": error_kind, "chunk_times": chunk_times, "chunk_tokens": chunk_tokens,
-            "first_token_at": chunk_times[0] if chunk_times else None, "first_answer_at": first_answer_at,
-            "done": done}
+    return {
+        "error_kind": error_kind,
+        "chunk_times": chunk_times,
+        "chunk_tokens": chunk_tokens,
+        "first_token_at": chunk_times[0] if chunk_times else None,
+        "first_answer_at": first_answer_at,
+        "done": done,
+    }
 
 
 def check_labelled_stream(reads: list[list[Labelled]]) -> None:
@@ -365,8 +453,10 @@ def check_labelled_stream(reads: list[list[Labelled]]) -> None:
         result = oa.decode_stream(stream)
     except Exception as exc:  # noqa: BLE001
         raise escaped("chunk decoder", reads, exc) from exc
-    got = {key: getattr(result, key) for key in ("error_kind", "chunk_times", "chunk_tokens", "first_token_at",
-                                                 "first_answer_at", "done")}
+    got = {
+        key: getattr(result, key)
+        for key in ("error_kind", "chunk_times", "chunk_tokens", "first_token_at", "first_answer_at", "done")
+    }
     want = expected_stream(reads)
     if got != want:
         raise Escaped(f"chunk decoder: got {got!r}, the labels say {want!r} — repro: {reads!r}")
@@ -375,6 +465,7 @@ def check_labelled_stream(reads: list[list[Labelled]]) -> None:
 # ------------------------------------------------------------------------------------------------
 # 3. config.json reader (kneecap.model): from_hf_config on dicts, load_model + plan on mutated real files
 # ------------------------------------------------------------------------------------------------
+
 
 def real_configs() -> dict[str, dict]:
     return {p.name: json.loads(p.read_text()) for p in sorted(CONFIG_DIR.glob("*.json"))}
@@ -460,13 +551,20 @@ def _one_line(exc: KneecapError, target: str, example) -> None:
 # 4. GGUF reader (kneecap.model.gguf_reader.read_gguf): mutated / truncated tiny files
 # ------------------------------------------------------------------------------------------------
 
+
 def write_tiny_gguf(path: Path, meta_overrides: dict | None = None) -> bytes:
     """A 2-layer llama GGUF (a few KB), written with gguf.GGUFWriter; returns its bytes."""
     import gguf
     import numpy as np
 
-    meta = {"llama.block_count": 2, "llama.embedding_length": 16, "llama.attention.head_count": 4,
-            "llama.attention.head_count_kv": 2, "llama.context_length": 256, "llama.feed_forward_length": 32}
+    meta = {
+        "llama.block_count": 2,
+        "llama.embedding_length": 16,
+        "llama.attention.head_count": 4,
+        "llama.attention.head_count_kv": 2,
+        "llama.context_length": 256,
+        "llama.feed_forward_length": 32,
+    }
     meta.update(meta_overrides or {})
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name("fuzz")
@@ -489,11 +587,17 @@ def write_tiny_gguf(path: Path, meta_overrides: dict | None = None) -> bytes:
     hidden, kv_dim, ffn, vocab = 16, 8, 32, 20
     shapes = {"token_embd.weight": (vocab, hidden), "output_norm.weight": (hidden,), "output.weight": (vocab, hidden)}
     for i in range(2):
-        shapes |= {f"blk.{i}.attn_norm.weight": (hidden,), f"blk.{i}.attn_q.weight": (hidden, hidden),
-                   f"blk.{i}.attn_k.weight": (kv_dim, hidden), f"blk.{i}.attn_v.weight": (kv_dim, hidden),
-                   f"blk.{i}.attn_output.weight": (hidden, hidden), f"blk.{i}.ffn_gate.weight": (ffn, hidden),
-                   f"blk.{i}.ffn_up.weight": (ffn, hidden), f"blk.{i}.ffn_down.weight": (hidden, ffn),
-                   f"blk.{i}.ffn_norm.weight": (hidden,)}
+        shapes |= {
+            f"blk.{i}.attn_norm.weight": (hidden,),
+            f"blk.{i}.attn_q.weight": (hidden, hidden),
+            f"blk.{i}.attn_k.weight": (kv_dim, hidden),
+            f"blk.{i}.attn_v.weight": (kv_dim, hidden),
+            f"blk.{i}.attn_output.weight": (hidden, hidden),
+            f"blk.{i}.ffn_gate.weight": (ffn, hidden),
+            f"blk.{i}.ffn_up.weight": (ffn, hidden),
+            f"blk.{i}.ffn_down.weight": (hidden, ffn),
+            f"blk.{i}.ffn_norm.weight": (hidden,),
+        }
     for name, shape in shapes.items():
         writer.add_tensor(name, np.ones(shape, dtype=np.float16))
     writer.write_header_to_file()
@@ -514,21 +618,42 @@ def gguf_base() -> bytes:
     return _GGUF_BASE
 
 
-_GGUF_META_KEYS = ["llama.block_count", "llama.embedding_length", "llama.attention.head_count",
-                   "llama.attention.head_count_kv", "llama.context_length", "llama.feed_forward_length",
-                   "llama.attention.key_length", "llama.attention.value_length", "llama.attention.sliding_window",
-                   "llama.expert_count", "llama.expert_used_count", "general.architecture", "general.name",
-                   "llama.rope.dimension_count", "llama.vocab_size"]
+_GGUF_META_KEYS = [
+    "llama.block_count",
+    "llama.embedding_length",
+    "llama.attention.head_count",
+    "llama.attention.head_count_kv",
+    "llama.context_length",
+    "llama.feed_forward_length",
+    "llama.attention.key_length",
+    "llama.attention.value_length",
+    "llama.attention.sliding_window",
+    "llama.expert_count",
+    "llama.expert_used_count",
+    "general.architecture",
+    "general.name",
+    "llama.rope.dimension_count",
+    "llama.vocab_size",
+]
 
 
 @st.composite
 def gguf_case(draw):
     """('bytes', mutated file bytes) or ('meta', metadata overrides written with GGUFWriter)."""
     if draw(st.integers(0, 3)) == 0:
-        overrides = draw(st.dictionaries(st.sampled_from(_GGUF_META_KEYS),
-                                         st.one_of(_INTS, st.floats(allow_nan=True, width=32), st.text(max_size=8),
-                                                   st.booleans(), st.lists(st.integers(0, 40), max_size=4)),
-                                         max_size=4))
+        overrides = draw(
+            st.dictionaries(
+                st.sampled_from(_GGUF_META_KEYS),
+                st.one_of(
+                    _INTS,
+                    st.floats(allow_nan=True, width=32),
+                    st.text(max_size=8),
+                    st.booleans(),
+                    st.lists(st.integers(0, 40), max_size=4),
+                ),
+                max_size=4,
+            )
+        )
         return ("meta", overrides)
     base = bytearray(gguf_base())
     header_end = min(len(base), 1200)  # the header and metadata live in the first ~1 KB of this file
@@ -538,14 +663,23 @@ def gguf_case(draw):
         if op == "flip" and base:
             base[pos] ^= draw(st.integers(1, 255))
         elif op == "set" and len(base) >= pos + 8:
-            base[pos:pos + 8] = draw(st.sampled_from([b"\xff" * 8, b"\x00" * 8, b"\x7f" + b"\xff" * 7,
-                                                      (2**31).to_bytes(8, "little"), (3).to_bytes(8, "little")]))
+            base[pos : pos + 8] = draw(
+                st.sampled_from(
+                    [
+                        b"\xff" * 8,
+                        b"\x00" * 8,
+                        b"\x7f" + b"\xff" * 7,
+                        (2**31).to_bytes(8, "little"),
+                        (3).to_bytes(8, "little"),
+                    ]
+                )
+            )
         elif op == "truncate":
-            del base[draw(st.integers(0, len(base))):]
+            del base[draw(st.integers(0, len(base))) :]
         elif op == "insert":
             base[pos:pos] = draw(st.binary(min_size=1, max_size=8))
         elif op == "delete":
-            del base[pos:pos + draw(st.integers(1, 8))]
+            del base[pos : pos + draw(st.integers(1, 8))]
     return ("bytes", bytes(base))
 
 
@@ -581,20 +715,51 @@ def _diff_repr(data: bytes) -> str:
     if not diffs:
         return f"base file cut to {len(data)} of {len(base)} bytes"
     first = diffs[0]
-    return f"{len(data)} bytes (base {len(base)}), first difference at byte {first}: {data[first:first + 16]!r}"
+    return f"{len(data)} bytes (base {len(base)}), first difference at byte {first}: {data[first : first + 16]!r}"
 
 
 # ------------------------------------------------------------------------------------------------
 # 5. load-plan YAML (kneecap.loadplan.schema.load_plan_file): mutated example plans
 # ------------------------------------------------------------------------------------------------
 
+
 def example_plans() -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted(EXAMPLES_DIR.glob("*.yaml"))}
 
 
 _PLANS = example_plans()
-_YAML_NOISE = [":", " ", "  ", "-", "- ", "{", "}", "[", "]", "\t", "'", '"', "#", "&a", "*a", "!!python/object:os.system",
-               "? ", "|", ">", "\n", "0", "-1", "1e999", ".nan", "null", "~", "yes", "kind: fixed", "steps: auto", "\x00"]
+_YAML_NOISE = [
+    ":",
+    " ",
+    "  ",
+    "-",
+    "- ",
+    "{",
+    "}",
+    "[",
+    "]",
+    "\t",
+    "'",
+    '"',
+    "#",
+    "&a",
+    "*a",
+    "!!python/object:os.system",
+    "? ",
+    "|",
+    ">",
+    "\n",
+    "0",
+    "-1",
+    "1e999",
+    ".nan",
+    "null",
+    "~",
+    "yes",
+    "kind: fixed",
+    "steps: auto",
+    "\x00",
+]
 
 
 @st.composite
@@ -644,7 +809,7 @@ def plan_text(draw):
             pos = draw(st.integers(0, len(joined)))
             noise = draw(st.one_of(st.sampled_from(_YAML_NOISE), st.text(max_size=4)))
             cut = draw(st.integers(0, 3))
-            joined = joined[:pos] + noise + joined[pos + cut:]
+            joined = joined[:pos] + noise + joined[pos + cut :]
             lines = joined.splitlines(keepends=True)
     return "".join(lines)
 
@@ -684,10 +849,15 @@ def check_plan(text, folder: Path | None = None) -> None:
             _one_line(exc, "plan", text)
             if str(path) not in exc.message:
                 raise Escaped(f"plan: the error does not name the file: {exc.one_line()!r} — repro: {text!r}") from None
-            structural = ("YAML syntax error" in exc.message or "unknown field" in exc.message
-                          or "field required" in exc.message.lower())
+            structural = (
+                "YAML syntax error" in exc.message
+                or "unknown field" in exc.message
+                or "field required" in exc.message.lower()
+            )
             if structural and not _FILE_LINE.search(exc.message):
-                raise Escaped(f"plan: the error does not name file:line: {exc.one_line()!r} — repro: {text!r}") from None
+                raise Escaped(
+                    f"plan: the error does not name file:line: {exc.one_line()!r} — repro: {text!r}"
+                ) from None
         except Exception as exc:  # noqa: BLE001
             raise escaped("plan", text, exc) from exc
 
@@ -696,16 +866,39 @@ def check_plan(text, folder: Path | None = None) -> None:
 # 6. records reader (kneecap.records.iter_records): torn / garbage files
 # ------------------------------------------------------------------------------------------------
 
+
 def _valid_line(i: int) -> bytes:
     from kneecap.records import RequestRecord, dumps_record
 
-    return dumps_record(RequestRecord(request_id=f"r{i}", level=0, sent_at=0.1 * i, end_at=0.1 * i + 0.05,
-                                      chunk_times=[0.1 * i + 0.01], chunk_tokens=[1]))
+    return dumps_record(
+        RequestRecord(
+            request_id=f"r{i}",
+            level=0,
+            sent_at=0.1 * i,
+            end_at=0.1 * i + 0.05,
+            chunk_times=[0.1 * i + 0.01],
+            chunk_tokens=[1],
+        )
+    )
 
 
-_GARBAGE_LINES = [b"\n", b"{\n", b"[]\n", b"[1, 2]\n", b"1\n", b"null\n", b'"text"\n', b"true\n", b"{}\n",
-                  b'{"level": 0}\n', b'{"request_id": "x", "level": 0, "bogus": 1}\n', b"\xff\xfe\n", b"NaN\n",
-                  b'{"request_id": "x", "level": 0, "status": "ok", "chunk_times": "abc"}\n', b"\x00\n"]
+_GARBAGE_LINES = [
+    b"\n",
+    b"{\n",
+    b"[]\n",
+    b"[1, 2]\n",
+    b"1\n",
+    b"null\n",
+    b'"text"\n',
+    b"true\n",
+    b"{}\n",
+    b'{"level": 0}\n',
+    b'{"request_id": "x", "level": 0, "bogus": 1}\n',
+    b"\xff\xfe\n",
+    b"NaN\n",
+    b'{"request_id": "x", "level": 0, "status": "ok", "chunk_times": "abc"}\n',
+    b"\x00\n",
+]
 
 
 @st.composite
@@ -724,7 +917,7 @@ def records_file(draw):
     tail = draw(st.sampled_from(["none", "torn", "binary"]))
     if tail == "torn":
         line = _valid_line(99)
-        data += line[:draw(st.integers(1, len(line) - 1))]
+        data += line[: draw(st.integers(1, len(line) - 1))]
     elif tail == "binary":
         data += draw(st.binary(max_size=30)).replace(b"\n", b"")
     return data, valid
@@ -751,6 +944,7 @@ def check_records(case, folder: Path | None = None) -> None:
 # ------------------------------------------------------------------------------------------------
 # the registry bench/fuzz.py iterates
 # ------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Target:

@@ -45,14 +45,61 @@ def alarm(seconds: int):
 
 _NUM = ["0", "-1", "1", "2", "3", "8", "16", "abc", "", "1.5", "nan", "inf", "-inf", "1e308", "0x10", " 4"]
 _BIG = ["1000", "8192", "131072", "99999999999", "1e30"]
-_TEXT = ["", "abc", "bf16", "fp16", "fp8", "int4", "nvfp4", "awq", "vllm", "sglang", "datasheet", "device", "framework",
-         "80", "80GB", "192GiB", "0", "-1", "1,2", "1,,2", "max", ",", "0.21", "vllm:0.21", "\x00", "é", "a" * 300]
+_TEXT = [
+    "",
+    "abc",
+    "bf16",
+    "fp16",
+    "fp8",
+    "int4",
+    "nvfp4",
+    "awq",
+    "vllm",
+    "sglang",
+    "datasheet",
+    "device",
+    "framework",
+    "80",
+    "80GB",
+    "192GiB",
+    "0",
+    "-1",
+    "1,2",
+    "1,,2",
+    "max",
+    ",",
+    "0.21",
+    "vllm:0.21",
+    "\x00",
+    "é",
+    "a" * 300,
+]
 _GPUS = ["h100-sxm", "mi300x", "a100-80gb", "H100", "nope", "", "h100"]
-_MODELS = ["llama-3.1-8b", "gqa-70b", "deepseek-v3", "qwen3-next-80b-a3b", "gemma-3-27b", "nope", "", "org/name",
-           "/nonexistent/config.json", "x.gguf", "."]
+_MODELS = [
+    "llama-3.1-8b",
+    "gqa-70b",
+    "deepseek-v3",
+    "qwen3-next-80b-a3b",
+    "gemma-3-27b",
+    "nope",
+    "",
+    "org/name",
+    "/nonexistent/config.json",
+    "x.gguf",
+    ".",
+]
 _LISTS = ["1,2,4", "1", "0", "-1", "max", "1,max", "", ",", "a,b", "1.5", "2,2", "1e3", "64,128"]
-_SLO = ["ttft_p99_ms=500", "ttft_p99_ms=", "=", "itl_p99_ms=abc", "bogus=1", "ttft_p99_ms=500,itl_p99_ms=50", "",
-        "error_rate=2", "e2e_p50_ms=-1"]
+_SLO = [
+    "ttft_p99_ms=500",
+    "ttft_p99_ms=",
+    "=",
+    "itl_p99_ms=abc",
+    "bogus=1",
+    "ttft_p99_ms=500,itl_p99_ms=50",
+    "",
+    "error_rate=2",
+    "e2e_p50_ms=-1",
+]
 
 # Float flags that once turned nan / inf / 1e300 into an internal error (now one-line errors; regression):
 # the random pools leave those values out for them, so the fuzz tests stay green on everything else.
@@ -60,26 +107,68 @@ _FINITE = [v for v in _NUM if v not in ("nan", "inf", "-inf", "1e308")]
 GIB_FLAGS = ("--kv-pool-gib", "--overhead-gib", "--activation-gib", "--non-torch-gib", "--cudagraph-gib", "--params")
 
 PLAN_FLAGS = {
-    "--preset": _MODELS, "--model": _MODELS, "--gpu": _GPUS, "--tp": _NUM + _BIG, "--pp": _NUM, "--weight-dtype": _TEXT,
-    "--kv-dtype": _TEXT, "--params": _NUM + _BIG, "--context": _NUM + _BIG, "--mean-context": _NUM + _BIG,
-    "--block-size": _NUM, "--compute-batch-cap": _NUM + _BIG, "--overhead-gib": _NUM + _BIG, "--frag": _NUM,
-    "--mem-util": _NUM, "--hbm": _TEXT, "--kv-pool-gib": _NUM + _BIG, "--engine": _TEXT, "--mem-fraction": _NUM,
-    "--engine-version": _TEXT, "--activation-gib": _NUM, "--non-torch-gib": _NUM, "--cudagraph-gib": _NUM,
+    "--preset": _MODELS,
+    "--model": _MODELS,
+    "--gpu": _GPUS,
+    "--tp": _NUM + _BIG,
+    "--pp": _NUM,
+    "--weight-dtype": _TEXT,
+    "--kv-dtype": _TEXT,
+    "--params": _NUM + _BIG,
+    "--context": _NUM + _BIG,
+    "--mean-context": _NUM + _BIG,
+    "--block-size": _NUM,
+    "--compute-batch-cap": _NUM + _BIG,
+    "--overhead-gib": _NUM + _BIG,
+    "--frag": _NUM,
+    "--mem-util": _NUM,
+    "--hbm": _TEXT,
+    "--kv-pool-gib": _NUM + _BIG,
+    "--engine": _TEXT,
+    "--mem-fraction": _NUM,
+    "--engine-version": _TEXT,
+    "--activation-gib": _NUM,
+    "--non-torch-gib": _NUM,
+    "--cudagraph-gib": _NUM,
 }
 PLAN_FLAGS.update({flag: _FINITE + ["1000"] for flag in GIB_FLAGS})
 PLAN_ONLY = {"--prefix-tokens": _NUM + _BIG, "--mamba-cache-size": _NUM}
-SWITCHES = {"plan": ["--json", "--list-gpus"], "preflight": ["--json"], "simulate": ["--json", "--quiet", "--trace",
-            "--no-prefix-caching", "--prefix-caching"], "report": ["--json"], "run": ["--json", "--quiet", "--no-report"]}
-PREFLIGHT_FLAGS = {**PLAN_FLAGS, "--isl": _NUM + _BIG, "--osl": _NUM + _BIG, "--concurrency": _LISTS,
-                   "--kv-tokens": _NUM + _BIG, "--server": ["http://127.0.0.1:1", "ftp://x", "", "not a url"],
-                   "--timeout-s": ["0.5", "0", "-1", "abc"]}
+SWITCHES = {
+    "plan": ["--json", "--list-gpus"],
+    "preflight": ["--json"],
+    "simulate": ["--json", "--quiet", "--trace", "--no-prefix-caching", "--prefix-caching"],
+    "report": ["--json"],
+    "run": ["--json", "--quiet", "--no-report"],
+}
+PREFLIGHT_FLAGS = {
+    **PLAN_FLAGS,
+    "--isl": _NUM + _BIG,
+    "--osl": _NUM + _BIG,
+    "--concurrency": _LISTS,
+    "--kv-tokens": _NUM + _BIG,
+    "--server": ["http://127.0.0.1:1", "ftp://x", "", "not a url"],
+    "--timeout-s": ["0.5", "0", "-1", "abc"],
+}
 SIM_FLAGS = {k: [v for v in vals if v not in _BIG] for k, vals in PLAN_FLAGS.items()}
-SIM_FLAGS.update({
-    "--isl": _NUM, "--osl": _NUM, "--concurrency": _LISTS, "--rate": _LISTS + ["inf"], "--burstiness": _NUM,
-    "--requests": _NUM, "--duration": _NUM, "--warmup": _NUM, "--seed": _NUM, "--slo": _SLO,
-    "--max-num-seqs": _NUM, "--max-num-batched-tokens": _NUM, "--engine-defaults": _TEXT, "--shared-prefix": _TEXT + ["4x2", "0x0", "4x"],
-    "--step-params": ["mfu=0.4", "mfu=abc", "x=1", "=", "", "mfu=-1", "mfu=nan"],
-})
+SIM_FLAGS.update(
+    {
+        "--isl": _NUM,
+        "--osl": _NUM,
+        "--concurrency": _LISTS,
+        "--rate": _LISTS + ["inf"],
+        "--burstiness": _NUM,
+        "--requests": _NUM,
+        "--duration": _NUM,
+        "--warmup": _NUM,
+        "--seed": _NUM,
+        "--slo": _SLO,
+        "--max-num-seqs": _NUM,
+        "--max-num-batched-tokens": _NUM,
+        "--engine-defaults": _TEXT,
+        "--shared-prefix": _TEXT + ["4x2", "0x0", "4x"],
+        "--step-params": ["mfu=0.4", "mfu=abc", "x=1", "=", "", "mfu=-1", "mfu=nan"],
+    }
+)
 
 
 # Appended last (so no later occurrence overrides it), each of these is refused while the command line is
@@ -89,8 +178,11 @@ REFUSED_AT_PARSE = [("--bogus", "1"), ("-x",), ("--json=1",), ("--tp", "abc"), (
 
 
 def refused_at_parse(argv: list[str]) -> bool:
-    return (any(tuple(argv[-len(tail):]) == tail for tail in REFUSED_AT_PARSE) or refused_by_type(argv)
-            or refused_by_value(argv))
+    return (
+        any(tuple(argv[-len(tail) :]) == tail for tail in REFUSED_AT_PARSE)
+        or refused_by_type(argv)
+        or refused_by_value(argv)
+    )
 
 
 # Values the deployment builder refuses whatever else the command line says (one-line error, exit 2): an
@@ -151,7 +243,9 @@ def argv_for(draw, command: str, flags: dict, positional: list[str] | None = Non
         argv += [flag, draw(st.sampled_from(flags[flag]))]
     argv += draw(st.lists(st.sampled_from(SWITCHES[command]), max_size=2, unique=True))
     if draw(st.integers(0, 15)) == 0:
-        argv.insert(draw(st.integers(1, len(argv))), draw(st.sampled_from(["--bogus", "-x", "--", "extra", "--json=1"])))
+        argv.insert(
+            draw(st.integers(1, len(argv))), draw(st.sampled_from(["--bogus", "-x", "--", "extra", "--json=1"]))
+        )
     if draw(st.integers(0, 3)) == 0:
         argv += list(draw(st.sampled_from(REFUSED_AT_PARSE)))
     return argv
@@ -197,7 +291,8 @@ def workdir():
         (root / "list.yaml").write_text("- 1\n- 2\n")
         (root / "tiny.yaml").write_text(
             "name: tiny\nclasses:\n  c: {input: 64, output: 8}\nload: {steps: [1, 2], requests_per_cell: 4}\n"
-            "state: {warmup_requests: 0}\ncandidates:\n  - name: sim\n    target: {kind: simulator, model: llama-3.1-8b}\n")
+            "state: {warmup_requests: 0}\ncandidates:\n  - name: sim\n    target: {kind: simulator, model: llama-3.1-8b}\n"
+        )
         (root / "out-is-a-file").write_text("x")
         old = os.getcwd()
         os.chdir(root)
@@ -210,9 +305,12 @@ def workdir():
             os.chdir(old)
 
 
-_SETTINGS = settings(max_examples=80, deadline=None, database=None,
-                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                            HealthCheck.filter_too_much])
+_SETTINGS = settings(
+    max_examples=80,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much],
+)
 
 
 _VALID = {"--preset": ["llama-3.1-8b", "gqa-70b", "deepseek-v3", "qwen3-next-80b-a3b"], "--gpu": ["h100-sxm", "mi300x"]}
@@ -230,26 +328,55 @@ def test_preflight_argv(workdir, capsys, argv):
     _check(argv, *_invoke(argv, capsys))
 
 
-@settings(max_examples=50, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(argv=argv_for("simulate", SIM_FLAGS, required={"--preset": ["llama-3.1-8b", "gqa-70b"], "--gpu": ["h100-sxm", "mi300x"],
-                                                      "--isl": ["64", "16"], "--osl": ["8", "4"], "--requests": ["4", "2"],
-                                                      "--out": ["sim-out", "out-is-a-file", "empty"]}))
+@settings(
+    max_examples=50,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    argv=argv_for(
+        "simulate",
+        SIM_FLAGS,
+        required={
+            "--preset": ["llama-3.1-8b", "gqa-70b"],
+            "--gpu": ["h100-sxm", "mi300x"],
+            "--isl": ["64", "16"],
+            "--osl": ["8", "4"],
+            "--requests": ["4", "2"],
+            "--out": ["sim-out", "out-is-a-file", "empty"],
+        },
+    )
+)
 def test_simulate_argv(workdir, capsys, argv):
     _check(argv, *_invoke(argv, capsys))
 
 
 @_SETTINGS
-@given(argv=argv_for("report", {"--out": ["report-out", "out-is-a-file", "", "empty"], "--format": ["md", "html", "both", "pdf", ""]},
-                     positional=["empty", "garbage", "wrongshape", "missing", "binary.yaml", "out-is-a-file", ""]))
+@given(
+    argv=argv_for(
+        "report",
+        {"--out": ["report-out", "out-is-a-file", "", "empty"], "--format": ["md", "html", "both", "pdf", ""]},
+        positional=["empty", "garbage", "wrongshape", "missing", "binary.yaml", "out-is-a-file", ""],
+    )
+)
 def test_report_argv(workdir, capsys, argv):
     _check(argv, *_invoke(argv, capsys))
 
 
-@settings(max_examples=40, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(argv=argv_for("run", {"--out": ["run-out", "out-is-a-file", "empty"]},
-                     positional=["missing.yaml", "binary.yaml", "list.yaml", "empty", "tiny.yaml", ""]))
+@settings(
+    max_examples=40,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    argv=argv_for(
+        "run",
+        {"--out": ["run-out", "out-is-a-file", "empty"]},
+        positional=["missing.yaml", "binary.yaml", "list.yaml", "empty", "tiny.yaml", ""],
+    )
+)
 def test_run_argv(workdir, capsys, argv):
     _check(argv, *_invoke(argv, capsys))
 
@@ -263,9 +390,14 @@ def test_plan_argv_any_model(workdir, capsys, argv):
 # values every one of which the plan accepts for an 8B model on an 80 GB+ GPU (16 GB of BF16 weights fit
 # at any --tp; 8 KV heads split over 1-8 GPUs): a plan made only of them must exit 0 with its JSON
 VALID_8B_GPUS = ["h100-sxm", "mi300x", "a100-80gb"]
-VALID_8B_PLAN = {"--tp": ["1", "2", "4", "8"],
-                 "--kv-dtype": ["bf16", "fp8"], "--weight-dtype": ["bf16", "fp8"], "--context": ["1024", "8192"],
-                 "--block-size": ["16", "32"], "--mem-util": ["0.9", "0.8"]}
+VALID_8B_PLAN = {
+    "--tp": ["1", "2", "4", "8"],
+    "--kv-dtype": ["bf16", "fp8"],
+    "--weight-dtype": ["bf16", "fp8"],
+    "--context": ["1024", "8192"],
+    "--block-size": ["16", "32"],
+    "--mem-util": ["0.9", "0.8"],
+}
 
 
 @st.composite
@@ -276,8 +408,12 @@ def valid_8b_plan_argv(draw):
     return argv
 
 
-@settings(max_examples=30, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=30,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(argv=valid_8b_plan_argv())
 def test_plan_argv_of_valid_values_exits_0(workdir, capsys, argv):
     code, out, err = _invoke(argv, capsys)
@@ -287,8 +423,12 @@ def test_plan_argv_of_valid_values_exits_0(workdir, capsys, argv):
 
 # found by hand after the fuzzer's pools were widened; plan/ and cli/plan.py are still being written
 FLOAT_BUGS = [
-    ("plan", "--kv-pool-gib", "1e300"), ("plan", "--kv-pool-gib", "inf"), ("plan", "--kv-pool-gib", "nan"),
-    ("plan", "--params", "nan"), ("plan", "--overhead-gib", "1e300"), ("preflight", "--kv-pool-gib", "1e300"),
+    ("plan", "--kv-pool-gib", "1e300"),
+    ("plan", "--kv-pool-gib", "inf"),
+    ("plan", "--kv-pool-gib", "nan"),
+    ("plan", "--params", "nan"),
+    ("plan", "--overhead-gib", "1e300"),
+    ("preflight", "--kv-pool-gib", "1e300"),
 ]
 
 

@@ -15,10 +15,13 @@ from hypothesis import HealthCheck, given, settings
 import fuzz_targets as ft
 from kneecap.errors import KneecapError
 
-FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FAST = settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 
 
 # -- SSE parser ------------------------------------------------------------------------------------
+
 
 @FAST
 @given(ft.sse_case())
@@ -76,6 +79,7 @@ def test_chunk_decoder_keeps_its_invariants_on_arbitrary_chunks(case):
 
 # -- config.json reader (kneecap.model) --------------------------------------------------------------
 
+
 @FAST
 @given(ft.config_dict())
 def test_config_reader_only_raises_kneecap_error(cfg):
@@ -93,11 +97,31 @@ CONFIG_REGRESSIONS = [
     pytest.param({"architectures": 5, "model_type": "llama"}, id="architectures-int-TypeError"),
     pytest.param({"architectures": {"": None}, "model_type": "llama"}, id="architectures-dict-KeyError"),
     pytest.param({"model_type": []}, id="model_type-list-unhashable"),
-    pytest.param({"model_type": "llama4", "text_config": {"model_type": {"a": 1}}}, id="text-model_type-dict-unhashable"),
-    pytest.param({"model_type": "qwen2", "num_hidden_layers": 2**63, "hidden_size": 64, "num_attention_heads": 4,
-                  "vocab_size": 10, "intermediate_size": 128}, id="layers-2^63-OverflowError"),
-    pytest.param({"model_type": "qwen2", "num_hidden_layers": 2**31, "hidden_size": 64, "num_attention_heads": 4,
-                  "vocab_size": 10, "intermediate_size": 128}, id="layers-2^31-16GiB-list"),
+    pytest.param(
+        {"model_type": "llama4", "text_config": {"model_type": {"a": 1}}}, id="text-model_type-dict-unhashable"
+    ),
+    pytest.param(
+        {
+            "model_type": "qwen2",
+            "num_hidden_layers": 2**63,
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "vocab_size": 10,
+            "intermediate_size": 128,
+        },
+        id="layers-2^63-OverflowError",
+    ),
+    pytest.param(
+        {
+            "model_type": "qwen2",
+            "num_hidden_layers": 2**31,
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "vocab_size": 10,
+            "intermediate_size": 128,
+        },
+        id="layers-2^31-16GiB-list",
+    ),
 ]
 
 
@@ -123,17 +147,21 @@ def test_jamba_with_zero_attention_layers_is_a_one_line_error():
 
 # -- GGUF reader ------------------------------------------------------------------------------------
 
+
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(ft.gguf_case())
 def test_gguf_reader_only_raises_kneecap_error(tmp_path_factory, case):
     ft.check_gguf(case, tmp_path_factory.getbasetemp())
 
 
-@pytest.mark.parametrize("overrides", [
-    pytest.param({"llama.vocab_size": "abc"}, id="vocab-string-ValueError"),
-    pytest.param({"llama.attention.sliding_window": "false"}, id="window-string-ValueError"),
-    pytest.param({"llama.block_count": 2**64 - 5}, id="block_count-huge-OverflowError"),
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        pytest.param({"llama.vocab_size": "abc"}, id="vocab-string-ValueError"),
+        pytest.param({"llama.attention.sliding_window": "false"}, id="window-string-ValueError"),
+        pytest.param({"llama.block_count": 2**64 - 5}, id="block_count-huge-OverflowError"),
+    ],
+)
 def test_gguf_reader_regressions(tmp_path, overrides):
     from kneecap.model.gguf_reader import read_gguf
 
@@ -152,6 +180,7 @@ def test_gguf_truncated_at_every_header_byte(tmp_path):
 
 
 # -- load-plan YAML ---------------------------------------------------------------------------------
+
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(ft.plan_text())
@@ -172,6 +201,7 @@ def test_plan_loader_non_utf8_and_bad_characters_name_file_and_line(tmp_path, da
 
 
 # -- records reader ---------------------------------------------------------------------------------
+
 
 @FAST
 @given(ft.records_file())
@@ -201,4 +231,3 @@ def test_plan_loader_non_finite_steps_name_file_and_line(tmp_path, steps):
     with pytest.raises(KneecapError) as info:
         load_plan_file(path)
     assert f"{path}:" in info.value.message and "load.steps" in info.value.message
-

@@ -41,12 +41,19 @@ def tiny_gguf_path(tmp_path_factory):
 
 def _serve(model_path, tmp_path_factory, weight_type="f32", cache_type="f16", verbose=False):
     pytest.importorskip("xllamacpp")
-    config = LlamaCppServerConfig(model_path=str(model_path), parallel=PARALLEL, ctx_size=CTX_SIZE, threads=1,
-                                  cache_type=cache_type, verbose=verbose)
+    config = LlamaCppServerConfig(
+        model_path=str(model_path),
+        parallel=PARALLEL,
+        ctx_size=CTX_SIZE,
+        threads=1,
+        cache_type=cache_type,
+        verbose=verbose,
+    )
     server = start_llamacpp_server(config, log_dir=tmp_path_factory.mktemp("llamacpp-log"), startup_timeout_s=60)
     try:
-        yield LlamaCpp(server.base_url, server.pid, PARALLEL, CTX_SIZE, str(model_path), server, weight_type,
-                       cache_type)
+        yield LlamaCpp(
+            server.base_url, server.pid, PARALLEL, CTX_SIZE, str(model_path), server, weight_type, cache_type
+        )
     finally:
         server.stop()
 
@@ -56,8 +63,12 @@ TYPED_CONFIG = TinyLlamaConfig(hidden_size=128, intermediate_size=256, num_atten
 
 def _typed(weight_type: str, cache_type: str, tmp_path_factory):
     pytest.importorskip("gguf")
-    path = write_tiny_gguf(tmp_path_factory.mktemp(f"gguf-{weight_type}") / f"tiny-llama-{weight_type}.gguf",
-                           TYPED_CONFIG, seed=0, weight_type=weight_type)
+    path = write_tiny_gguf(
+        tmp_path_factory.mktemp(f"gguf-{weight_type}") / f"tiny-llama-{weight_type}.gguf",
+        TYPED_CONFIG,
+        seed=0,
+        weight_type=weight_type,
+    )
     yield from _serve(path, tmp_path_factory, weight_type, cache_type, verbose=True)
 
 
@@ -89,6 +100,7 @@ def llamacpp(tiny_gguf_path, tmp_path_factory):
 def llamacpp_32k(tmp_path_factory):
     """The same model with its vocabulary padded to 32,000 never-generated tokens."""
     pytest.importorskip("gguf")
-    path = write_tiny_gguf(tmp_path_factory.mktemp("gguf32k") / "tiny-llama-32k.gguf",
-                           TinyLlamaConfig(pad_vocab_to=PADDED_VOCAB), seed=0)
+    path = write_tiny_gguf(
+        tmp_path_factory.mktemp("gguf32k") / "tiny-llama-32k.gguf", TinyLlamaConfig(pad_vocab_to=PADDED_VOCAB), seed=0
+    )
     yield from _serve(path, tmp_path_factory)

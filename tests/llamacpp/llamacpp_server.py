@@ -46,7 +46,9 @@ class LlamaCppServerConfig:
     cache_prompt: bool = True  # llama.cpp's default; clients may still send cache_prompt per request
     metrics: bool = True  # expose Prometheus /metrics
     cache_type: str = "f16"  # K and V cache type, as llama-server --cache-type-k/-v (f16 is llama.cpp's default)
-    verbose: bool = False  # log at verbosity 4, which includes llama.cpp's own lines (e.g. "llama_kv_cache: size = ...")
+    verbose: bool = (
+        False  # log at verbosity 4, which includes llama.cpp's own lines (e.g. "llama_kv_cache: size = ...")
+    )
 
     def __post_init__(self) -> None:
         if not self.model_path:
@@ -55,17 +57,35 @@ class LlamaCppServerConfig:
             raise KneecapError(f"port {self.port} is out of range", "pass --port 0..65535 (0 = any free port)")
         for name in ("parallel", "ctx_size", "threads"):
             if getattr(self, name) < 1:
-                raise KneecapError(f"{name} must be >= 1, got {getattr(self, name)}", f"pass --{name.replace('_', '-')} N >= 1")
+                raise KneecapError(
+                    f"{name} must be >= 1, got {getattr(self, name)}", f"pass --{name.replace('_', '-')} N >= 1"
+                )
         if self.cache_type not in CACHE_TYPES:
-            raise KneecapError(f"cache type {self.cache_type!r} is not one llama.cpp accepts",
-                               f"pass --cache-type one of {', '.join(CACHE_TYPES)}")
+            raise KneecapError(
+                f"cache type {self.cache_type!r} is not one llama.cpp accepts",
+                f"pass --cache-type one of {', '.join(CACHE_TYPES)}",
+            )
         if self.ctx_size < self.parallel:
-            raise KneecapError(f"ctx-size {self.ctx_size} is smaller than parallel {self.parallel}",
-                               "each slot gets ctx-size / parallel tokens: raise --ctx-size")
+            raise KneecapError(
+                f"ctx-size {self.ctx_size} is smaller than parallel {self.parallel}",
+                "each slot gets ctx-size / parallel tokens: raise --ctx-size",
+            )
 
     def to_argv(self) -> list[str]:
-        argv = ["--model", self.model_path, "--host", self.host, "--port", str(self.port),
-                "--parallel", str(self.parallel), "--ctx-size", str(self.ctx_size), "--threads", str(self.threads)]
+        argv = [
+            "--model",
+            self.model_path,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--parallel",
+            str(self.parallel),
+            "--ctx-size",
+            str(self.ctx_size),
+            "--threads",
+            str(self.threads),
+        ]
         if not self.cache_prompt:
             argv.append("--no-cache-prompt")
         if not self.metrics:
@@ -138,8 +158,9 @@ def _child_setup(cpu: int | None):
     return setup
 
 
-def start_llamacpp_server(config: LlamaCppServerConfig, *, log_dir: str | Path, startup_timeout_s: float = 60.0,
-                          cpu: int | None = None) -> LlamaCppServer:
+def start_llamacpp_server(
+    config: LlamaCppServerConfig, *, log_dir: str | Path, startup_timeout_s: float = 60.0, cpu: int | None = None
+) -> LlamaCppServer:
     """Launch the server subprocess, wait until /health is 200, return its handle.
 
     Stdout and stderr go to files in `log_dir` (never a pipe, which a chatty server could fill).
@@ -152,7 +173,11 @@ def start_llamacpp_server(config: LlamaCppServerConfig, *, log_dir: str | Path, 
     with open(out_path, "wb") as out, open(log_path, "wb") as err:
         process = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), *config.to_argv()],
-            stdout=out, stderr=err, stdin=subprocess.DEVNULL, preexec_fn=_child_setup(cpu))
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_child_setup(cpu),
+        )
     server = LlamaCppServer(base_url="", process=process, log_path=log_path)
     deadline = time.monotonic() + startup_timeout_s
     try:
@@ -168,10 +193,13 @@ def _wait_for_ready_line(server: LlamaCppServer, out_path: Path, deadline: float
     while time.monotonic() < deadline:
         for line in out_path.read_text(errors="replace").splitlines():
             if line.startswith(READY_PREFIX):
-                return line[len(READY_PREFIX):].strip()
+                return line[len(READY_PREFIX) :].strip()
         if not server.alive():
-            raise KneecapError(f"llama.cpp server exited with code {server.process.returncode} before listening: "
-                               f"{server.log_tail(400)!r}", "check the model path and flags")
+            raise KneecapError(
+                f"llama.cpp server exited with code {server.process.returncode} before listening: "
+                f"{server.log_tail(400)!r}",
+                "check the model path and flags",
+            )
         time.sleep(0.05)
     raise KneecapError("llama.cpp server did not start listening in time", f"see {server.log_path}")
 
@@ -180,8 +208,9 @@ def _wait_for_health(server: LlamaCppServer, deadline: float) -> None:
     last = "no answer"
     while time.monotonic() < deadline:
         if not server.alive():
-            raise KneecapError(f"llama.cpp server exited with code {server.process.returncode} while loading",
-                               f"see {server.log_path}")
+            raise KneecapError(
+                f"llama.cpp server exited with code {server.process.returncode} while loading", f"see {server.log_path}"
+            )
         try:
             with urllib.request.urlopen(server.base_url + "/health", timeout=2) as resp:
                 if resp.status == 200:
@@ -192,8 +221,9 @@ def _wait_for_health(server: LlamaCppServer, deadline: float) -> None:
         except (urllib.error.URLError, OSError) as exc:
             last = str(exc)
         time.sleep(0.05)
-    raise KneecapError(f"llama.cpp server at {server.base_url} not healthy in time (last: {last})",
-                       f"see {server.log_path}")
+    raise KneecapError(
+        f"llama.cpp server at {server.base_url} not healthy in time (last: {last})", f"see {server.log_path}"
+    )
 
 
 def _serve(config: LlamaCppServerConfig) -> int:  # pragma: no cover - runs in the child process
@@ -237,8 +267,9 @@ def _serve(config: LlamaCppServerConfig) -> int:  # pragma: no cover - runs in t
 
 
 def parse_args(argv: list[str] | None = None) -> LlamaCppServerConfig:
-    parser = argparse.ArgumentParser(prog="python tests/llamacpp/llamacpp_server.py",
-                                     description="llama.cpp's HTTP server (xllamacpp) as a command")
+    parser = argparse.ArgumentParser(
+        prog="python tests/llamacpp/llamacpp_server.py", description="llama.cpp's HTTP server (xllamacpp) as a command"
+    )
     parser.add_argument("--model", required=True, help="path to a .gguf file")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 = any free port (printed on stdout)")
@@ -250,9 +281,18 @@ def parse_args(argv: list[str] | None = None) -> LlamaCppServerConfig:
     parser.add_argument("--cache-type", default="f16", choices=CACHE_TYPES, help="K and V cache type")
     parser.add_argument("--verbose", action="store_true", help="log llama.cpp's info lines (verbosity 4)")
     ns = parser.parse_args(argv)
-    return LlamaCppServerConfig(model_path=ns.model, host=ns.host, port=ns.port, parallel=ns.parallel,
-                                ctx_size=ns.ctx_size, threads=ns.threads, cache_prompt=not ns.no_cache_prompt,
-                                metrics=not ns.no_metrics, cache_type=ns.cache_type, verbose=ns.verbose)
+    return LlamaCppServerConfig(
+        model_path=ns.model,
+        host=ns.host,
+        port=ns.port,
+        parallel=ns.parallel,
+        ctx_size=ns.ctx_size,
+        threads=ns.threads,
+        cache_prompt=not ns.no_cache_prompt,
+        metrics=not ns.no_metrics,
+        cache_type=ns.cache_type,
+        verbose=ns.verbose,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - exercised through the subprocess

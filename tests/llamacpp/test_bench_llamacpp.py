@@ -36,8 +36,9 @@ def test_server_info_reads_slots_and_kv_pool_from_props(llamacpp):
 
 
 def test_preflight_from_the_live_server(llamacpp, cli):
-    result = cli("preflight", "--server", llamacpp.base_url, "--isl", "100", "--osl", "100",
-                 "--concurrency", "1,4,64", "--json")
+    result = cli(
+        "preflight", "--server", llamacpp.base_url, "--isl", "100", "--osl", "100", "--concurrency", "1,4,64", "--json"
+    )
     assert result.code == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["kv_capacity_tokens"] == llamacpp.ctx_size
@@ -49,23 +50,40 @@ def test_preflight_from_the_live_server(llamacpp, cli):
 
 
 def _bench(cli, llamacpp, out_dir, *extra: str):
-    result = cli("bench", "--base-url", llamacpp.base_url, "--model", llamacpp.model_path, "--isl", str(ISL),
-                 "--osl", str(OSL), "--out", str(out_dir), "--json", "--quiet", *extra, timeout=180)
+    result = cli(
+        "bench",
+        "--base-url",
+        llamacpp.base_url,
+        "--model",
+        llamacpp.model_path,
+        "--isl",
+        str(ISL),
+        "--osl",
+        str(OSL),
+        "--out",
+        str(out_dir),
+        "--json",
+        "--quiet",
+        *extra,
+        timeout=180,
+    )
     assert result.code == 0, result.stderr
     return json.loads(result.stdout), list(read_records(out_dir / "requests.jsonl"))
 
 
 def test_bench_token_id_prompts_fit_the_servers_vocabulary(llamacpp, cli, tmp_path):
-    summary, records = _bench(cli, llamacpp, tmp_path / "vocab", "--concurrency", "1", "--requests", "4",
-                              "--no-keepalive")
+    summary, records = _bench(
+        cli, llamacpp, tmp_path / "vocab", "--concurrency", "1", "--requests", "4", "--no-keepalive"
+    )
     assert summary["levels"][0]["completed"] == 4, summary["levels"][0]["errors"]
 
 
 def test_bench_exact_lengths_on_a_real_server(llamacpp_32k, cli, tmp_path):
     """Exactly --osl output tokens and --isl prompt tokens, as the server itself counted them
     (on the 32k-vocabulary model: token ids from a real model's range)."""
-    summary, records = _bench(cli, llamacpp_32k, tmp_path / "exact", "--concurrency", "2", "--requests", "6",
-                              "--no-keepalive")
+    summary, records = _bench(
+        cli, llamacpp_32k, tmp_path / "exact", "--concurrency", "2", "--requests", "6", "--no-keepalive"
+    )
     level = summary["levels"][0]
     assert level["completed"] == 6 and level["failed"] == 0, level["errors"]
     measured = [r for r in records if not r.warmup]
@@ -108,8 +126,9 @@ def test_keepalive_drops_are_counted_as_connection_errors_never_hidden(llamacpp,
     """With keep-alive llama.cpp closes some reused connections after a stream (see
     test_llamacpp_server.py). kneecap must account for every request: finished, or failed with a
     connection-kind error; nothing retried silently or dropped."""
-    summary, records = _bench(cli, llamacpp, tmp_path / "keepalive", "--concurrency", "4", "--requests", "60",
-                              "--keepalive")
+    summary, records = _bench(
+        cli, llamacpp, tmp_path / "keepalive", "--concurrency", "4", "--requests", "60", "--keepalive"
+    )
     level = summary["levels"][0]
     measured = [r for r in records if not r.warmup]
     assert len(measured) == level["requests"] == 60

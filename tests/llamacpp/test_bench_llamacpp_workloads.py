@@ -20,16 +20,30 @@ TIMER_RESOLUTION_S = 0.0015  # uvloop's timers fire on whole milliseconds
 
 
 def _bench(cli, llamacpp, out_dir, *extra: str):
-    result = cli("bench", "--base-url", llamacpp.base_url, "--model", llamacpp.model_path, "--out", str(out_dir),
-                 "--json", "--quiet", "--no-report", *extra, timeout=240)
+    result = cli(
+        "bench",
+        "--base-url",
+        llamacpp.base_url,
+        "--model",
+        llamacpp.model_path,
+        "--out",
+        str(out_dir),
+        "--json",
+        "--quiet",
+        "--no-report",
+        *extra,
+        timeout=240,
+    )
     assert result.code == 0, result.stderr
     return json.loads(result.stdout), list(read_records(out_dir / "requests.jsonl"))
 
 
 def test_replay_on_llamacpp_sends_rows_at_their_times_with_their_lengths(llamacpp, cli, tmp_path):
     trace = tmp_path / "trace.jsonl"
-    rows = [{"timestamp": 300 * i, "input_length": 100 + 10 * i, "output_length": 4 + i % 3,
-             "hash_ids": [0, 1 + i]} for i in range(8)]
+    rows = [
+        {"timestamp": 300 * i, "input_length": 100 + 10 * i, "output_length": 4 + i % 3, "hash_ids": [0, 1 + i]}
+        for i in range(8)
+    ]
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
     summary, records = _bench(cli, llamacpp, tmp_path / "replay", "--replay", str(trace), "--replay-speed", "2")
     level = summary["levels"][0]
@@ -45,8 +59,22 @@ def test_replay_on_llamacpp_sends_rows_at_their_times_with_their_lengths(llamacp
 
 def test_turns_on_llamacpp_append_the_streamed_answer(llamacpp, cli, tmp_path):
     isl = 40
-    summary, records = _bench(cli, llamacpp, tmp_path / "turns", "--concurrency", "2", "--turns", "3",
-                              "--requests", "6", "--isl", str(isl), "--osl", "8", "--no-keepalive")
+    summary, records = _bench(
+        cli,
+        llamacpp,
+        tmp_path / "turns",
+        "--concurrency",
+        "2",
+        "--turns",
+        "3",
+        "--requests",
+        "6",
+        "--isl",
+        str(isl),
+        "--osl",
+        "8",
+        "--no-keepalive",
+    )
     assert summary["levels"][0]["completed"] == 6, summary["levels"][0]["errors"]
     convs: dict = {}
     for r in records:
@@ -71,11 +99,26 @@ def test_dataset_on_llamacpp_takes_each_output_length_from_the_data(llamacpp, cl
     import hashlib
 
     data = tmp_path / "prompts.jsonl"
-    rows = [{"prompt": f"Question {i}: name {i + 2} colours of the rainbow, one per line.", "output_len": 3 + i % 4}
-            for i in range(6)]
+    rows = [
+        {"prompt": f"Question {i}: name {i + 2} colours of the rainbow, one per line.", "output_len": 3 + i % 4}
+        for i in range(6)
+    ]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    summary, records = _bench(cli, llamacpp, tmp_path / "data", "--concurrency", "2", "--requests", "6",
-                              "--dataset", "jsonl", "--dataset-path", str(data), "--seed", "1")
+    summary, records = _bench(
+        cli,
+        llamacpp,
+        tmp_path / "data",
+        "--concurrency",
+        "2",
+        "--requests",
+        "6",
+        "--dataset",
+        "jsonl",
+        "--dataset-path",
+        str(data),
+        "--seed",
+        "1",
+    )
     level = summary["levels"][0]
     assert level["completed"] == 6 and level["failed"] == 0, level["errors"]
     by_hash = {hashlib.sha256(r["prompt"].encode()).hexdigest(): r for r in rows}
@@ -87,8 +130,21 @@ def test_dataset_on_llamacpp_takes_each_output_length_from_the_data(llamacpp, cl
 
 
 def test_rate_ramp_and_length_distributions_on_llamacpp(llamacpp, cli, tmp_path):
-    summary, records = _bench(cli, llamacpp, tmp_path / "ramp", "--rate", "1", "--ramp", "linear:2:8:3",
-                              "--isl", "uniform:20:60", "--osl", "uniform:2:6", "--seed", "4")
+    summary, records = _bench(
+        cli,
+        llamacpp,
+        tmp_path / "ramp",
+        "--rate",
+        "1",
+        "--ramp",
+        "linear:2:8:3",
+        "--isl",
+        "uniform:20:60",
+        "--osl",
+        "uniform:2:6",
+        "--seed",
+        "4",
+    )
     level = summary["levels"][0]
     assert level["failed"] == 0, level["errors"]
     rows = level["slices"]
@@ -101,11 +157,27 @@ def test_rate_ramp_and_length_distributions_on_llamacpp(llamacpp, cli, tmp_path)
 
 def test_find_max_on_llamacpp_answers_a_load_that_met_the_slo(llamacpp, cli, tmp_path):
     # the budget: four times this server's own TTFT at one request (its four slots queue requests past C=4)
-    one, _ = _bench(cli, llamacpp, tmp_path / "one", "--concurrency", "1", "--requests", "6", "--isl", "64",
-                    "--osl", "16")
+    one, _ = _bench(
+        cli, llamacpp, tmp_path / "one", "--concurrency", "1", "--requests", "6", "--isl", "64", "--osl", "16"
+    )
     budget_ms = 4 * one["levels"][0]["ttft_ms"]["p50"]
-    summary, _ = _bench(cli, llamacpp, tmp_path / "fm", "--concurrency", "1,64", "--requests", "16", "--isl", "64",
-                        "--osl", "16", "--slo", f"ttft_p50_ms={budget_ms:.3f}", "--find-max", "concurrency")
+    summary, _ = _bench(
+        cli,
+        llamacpp,
+        tmp_path / "fm",
+        "--concurrency",
+        "1,64",
+        "--requests",
+        "16",
+        "--isl",
+        "64",
+        "--osl",
+        "16",
+        "--slo",
+        f"ttft_p50_ms={budget_ms:.3f}",
+        "--find-max",
+        "concurrency",
+    )
     m = summary["max_load"]
     by_load = {lv["concurrency"]: lv for lv in summary["levels"]}
     assert len(summary["levels"]) == len(m["probes"]) >= 2

@@ -38,8 +38,11 @@ class Node:
         self.log = tmp_path / "server.jsonl"
         out = tmp_path / "server.stdout"
         with open(out, "wb") as fh:
-            self.proc = subprocess.Popen([NODE, str(BENCH / "fast_server.js"), "--port", "0", "--log", str(self.log),
-                                          *flags], stdout=fh, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [NODE, str(BENCH / "fast_server.js"), "--port", "0", "--log", str(self.log), *flags],
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + 10
         while not out.read_text().startswith("LISTENING "):
             assert self.proc.poll() is None, out.read_text()
@@ -83,14 +86,21 @@ def _stream(url: str, body: dict) -> tuple[list[dict], list[bytes]]:
 @needs_node
 def test_fast_server_streams_max_tokens_with_usage_and_logs_its_sends(node_server):
     server = node_server("--ttft-ms", "30", "--itl-ms", "10", "--tokens-per-chunk", "3")
-    events, _ = _stream(server.url + "/v1/completions", {"prompt": "one two three four", "max_tokens": 10,
-                                                          "stream": True, "stream_options": {"include_usage": True}})
+    events, _ = _stream(
+        server.url + "/v1/completions",
+        {"prompt": "one two three four", "max_tokens": 10, "stream": True, "stream_options": {"include_usage": True}},
+    )
     texts = [e["choices"][0]["text"] for e in events if e["choices"]]
     assert [t.count("x") for t in texts] == [3, 3, 3, 1]
-    assert events[-1]["choices"] == [] and events[-1]["usage"] == {"prompt_tokens": 4, "completion_tokens": 10,
-                                                                    "total_tokens": 14}
-    chat, _ = _stream(server.url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
-                                                            "max_completion_tokens": 2, "stream": True})
+    assert events[-1]["choices"] == [] and events[-1]["usage"] == {
+        "prompt_tokens": 4,
+        "completion_tokens": 10,
+        "total_tokens": 14,
+    }
+    chat, _ = _stream(
+        server.url + "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 2, "stream": True},
+    )
     assert chat[0]["choices"][0]["delta"] == {"role": "assistant", "content": "x x"}
     (log_stream, log_chat) = server.stop()
     assert log_stream["tokens"] == [3, 3, 3, 1] and log_stream["complete"] and log_stream["max_tokens"] == 10
@@ -134,8 +144,9 @@ def test_fast_server_non_streaming_and_bad_requests(node_server):
 
 @needs_node
 def test_fast_server_rejects_bad_flags():
-    proc = subprocess.run([NODE, str(BENCH / "fast_server.js"), "--tokens-per-chunk", "0"], capture_output=True,
-                          text=True, timeout=10)
+    proc = subprocess.run(
+        [NODE, str(BENCH / "fast_server.js"), "--tokens-per-chunk", "0"], capture_output=True, text=True, timeout=10
+    )
     assert proc.returncode == 2 and "tokens-per-chunk" in proc.stderr
 
 
@@ -155,8 +166,10 @@ def _raw_exchange(url: str, data: bytes, until: bytes, timeout: float = 10.0) ->
 
 def _post(path: str, body: dict, extra: str = "") -> bytes:
     raw = json.dumps(body).encode()
-    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}"
-            f"Content-Length: {len(raw)}\r\n\r\n").encode() + raw
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}"
+        f"Content-Length: {len(raw)}\r\n\r\n"
+    ).encode() + raw
 
 
 @needs_node
@@ -216,25 +229,38 @@ def test_per_token_gaps_follow_docs_metrics_itl():
 def test_server_side_reads_the_node_log(tmp_path):
     compare = _load("pairing")
     log = tmp_path / "server.jsonl"
-    log.write_text("\n".join(json.dumps(r) for r in [
-        {"id": 1, "recv_ms": 100.0, "send_ms": [300.0, 320.0, 340.0], "tokens": [1, 1, 1], "complete": True},
-        {"id": 0, "recv_ms": 0.0, "send_ms": [50.0], "tokens": [1], "complete": True},  # warmup, skipped
-        {"id": 2, "recv_ms": 0.0, "send_ms": [10.0], "tokens": [1], "complete": False},  # aborted, ignored
-    ]) + "\n")
+    log.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"id": 1, "recv_ms": 100.0, "send_ms": [300.0, 320.0, 340.0], "tokens": [1, 1, 1], "complete": True},
+                {"id": 0, "recv_ms": 0.0, "send_ms": [50.0], "tokens": [1], "complete": True},  # warmup, skipped
+                {"id": 2, "recv_ms": 0.0, "send_ms": [10.0], "tokens": [1], "complete": False},  # aborted, ignored
+            ]
+        )
+        + "\n"
+    )
     side = compare.server_side(log, skip_first=1)
     assert side["requests"] == 1 and side["ttft_ms"] == [200.0] and side["itl_ms"] == pytest.approx([20.0, 20.0])
 
 
 def _pair(sha, sent_s, chunk_times_s):
-    return {"sha256": sha, "ok": True, "sent_s": sent_s, "chunk_times_s": chunk_times_s,
-            "chunk_tokens": [1] * len(chunk_times_s)}
+    return {
+        "sha256": sha,
+        "ok": True,
+        "sent_s": sent_s,
+        "chunk_times_s": chunk_times_s,
+        "chunk_tokens": [1] * len(chunk_times_s),
+    }
 
 
 def test_paired_errors_split_ttft_into_send_and_receive_lag():
     pairing = _load("pairing")
     # server clock in ms; client A sent at 1.000 s, server got it at 1002 ms, first send at 1202, A saw it at 1.205 s
-    server = [{"prompt_sha256": "a", "recv_ms": 1002.0, "send_ms": [1202.0, 1222.0, 1242.0], "tokens": [1, 1, 1]},
-              {"prompt_sha256": "b", "recv_ms": 1001.0, "send_ms": [1201.0, 1221.0], "tokens": [1, 1]}]
+    server = [
+        {"prompt_sha256": "a", "recv_ms": 1002.0, "send_ms": [1202.0, 1222.0, 1242.0], "tokens": [1, 1, 1]},
+        {"prompt_sha256": "b", "recv_ms": 1001.0, "send_ms": [1201.0, 1221.0], "tokens": [1, 1]},
+    ]
     client = [_pair("a", 1.000, [1.205, 1.2255, 1.2455]), _pair("b", 1.000, [1.2015, 1.2215])]
     same_clock = pairing.paired_errors(client, server, clock="monotonic")
     assert same_clock["paired"] == 2
@@ -246,7 +272,9 @@ def test_paired_errors_split_ttft_into_send_and_receive_lag():
     shifted = [_pair(c["sha256"], c["sent_s"] - 50.0, [t - 50.0 for t in c["chunk_times_s"]]) for c in client]
     other_clock = pairing.paired_errors(shifted, server, clock="relative")
     assert other_clock["ttft_err_mean_ms"] == pytest.approx(same_clock["ttft_err_mean_ms"])
-    assert other_clock["send_lag_mean_ms"] == pytest.approx(0.5) and other_clock["recv_lag_mean_ms"] == pytest.approx(2.75)
+    assert other_clock["send_lag_mean_ms"] == pytest.approx(0.5) and other_clock["recv_lag_mean_ms"] == pytest.approx(
+        2.75
+    )
     assert pairing.paired_errors([_pair("zzz", 1.0, [1.1])], server, clock="monotonic") == {"paired": 0}
     # the client read a's first two events in one read: spans still compare, token pairs do not
     merged = {"sha256": "a", "ok": True, "sent_s": 1.000, "chunk_times_s": [1.2225, 1.2425], "chunk_tokens": [2, 1]}
@@ -266,8 +294,16 @@ def test_rss_growth_and_soak_verdict():
     grown = soak.rss_growth(leaking)
     assert grown["growth_bytes"] > 30 * mib and grown["slope_bytes_per_min"] == pytest.approx(60 * mib)
     assert soak.rss_growth(leaking[:8])["growth_bytes"] is None  # shorter than the warm-up: no verdict
-    report = {"exit_code": 0, "stderr_tail": "", "records": 10, "lost_vs_summary": 0, "lost_vs_server": 2,
-              "error_count": 0, "errors": {}, "rss": grown}
+    report = {
+        "exit_code": 0,
+        "stderr_tail": "",
+        "records": 10,
+        "lost_vs_summary": 0,
+        "lost_vs_server": 2,
+        "error_count": 0,
+        "errors": {},
+        "rss": grown,
+    }
     problems = soak.verdict(report, max_growth_mib=16)
     assert any("lost_vs_server" in p for p in problems) and any("RSS grew" in p for p in problems)
     spiky = {**report, "lost_vs_server": 0, "rss": soak.rss_growth(flat[:-1] + [(60.0, 3000 * mib)])}
@@ -282,8 +318,22 @@ def test_soak_short_run_loses_nothing(tmp_path, target):
     `kneecap serve` (issue 7's target): exit 0 = no lost record, no error, bounded RSS."""
     if target == "node" and NODE is None:
         pytest.skip("node is not installed")
-    proc = subprocess.run([sys.executable, str(BENCH / "soak.py"), "--target", target, "--minutes", "0.34",
-                           "--out", str(tmp_path), "--json"], capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "soak.py"),
+            "--target",
+            target,
+            "--minutes",
+            "0.34",
+            "--out",
+            str(tmp_path),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     report = json.loads(proc.stdout)
     assert proc.returncode == 0, report["problems"]
     assert report["records"] > 256 and report["lost_vs_summary"] == 0 and report["error_count"] == 0

@@ -19,17 +19,26 @@ from clitools import run_cli
 
 pytestmark = pytest.mark.slow
 
-KV_LINE = re.compile(r"llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers, +(\d+)/(\d+) seqs\), "
-                     r"K \((\w+)\): +([\d.]+) MiB, V \((\w+)\): +([\d.]+) MiB")
-MIB = 1024 ** 2
+KV_LINE = re.compile(
+    r"llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers, +(\d+)/(\d+) seqs\), "
+    r"K \((\w+)\): +([\d.]+) MiB, V \((\w+)\): +([\d.]+) MiB"
+)
+MIB = 1024**2
 
 
 def _logged_kv(server) -> dict:
     lines = KV_LINE.findall(server.log_path.read_text(errors="replace"))
     assert len(lines) == 1, f"expected one llama_kv_cache size line, got {lines}"
     size, cells, layers, _seqs, streams, k_type, k_mib, v_type, v_mib = lines[0]
-    return {"size": size, "tokens": int(cells) * int(streams), "layers": int(layers), "k_type": k_type,
-            "k_mib": k_mib, "v_type": v_type, "v_mib": v_mib}
+    return {
+        "size": size,
+        "tokens": int(cells) * int(streams),
+        "layers": int(layers),
+        "k_type": k_type,
+        "k_mib": k_mib,
+        "v_type": v_type,
+        "v_mib": v_mib,
+    }
 
 
 def _file_tensor_bytes(path: str) -> tuple[int, set[str]]:
@@ -49,8 +58,9 @@ def _file_tensor_bytes(path: str) -> tuple[int, set[str]]:
 
 
 def _plan(server, *extra: str) -> dict:
-    result = run_cli("plan", "--model", server.model_path, "--gpu", "h100-sxm", "--context", str(server.ctx_size),
-                     "--json", *extra)
+    result = run_cli(
+        "plan", "--model", server.model_path, "--gpu", "h100-sxm", "--context", str(server.ctx_size), "--json", *extra
+    )
     assert result.code == 0, result.stderr
     return json.loads(result.stdout)
 

@@ -35,8 +35,9 @@ def _get(url: str, timeout: float = 10) -> bytes:
 
 def _stream(url: str, body: dict, timeout: float = 30) -> list[dict]:
     """POST a streaming request; return the decoded `data:` events before [DONE]."""
-    req = urllib.request.Request(url, data=json.dumps({**body, "stream": True}).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, data=json.dumps({**body, "stream": True}).encode(), headers={"Content-Type": "application/json"}
+    )
     events, done = [], False
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         assert resp.headers.get_content_type() == "text/event-stream"
@@ -47,15 +48,22 @@ def _stream(url: str, body: dict, timeout: float = 30) -> list[dict]:
             if line == "data: [DONE]":
                 done = True
                 break
-            events.append(json.loads(line[len("data: "):]))
+            events.append(json.loads(line[len("data: ") :]))
     assert done, "stream ended without data: [DONE]"
     return events
 
 
 def test_streaming_completion_has_exactly_max_tokens_one_per_chunk(any_llamacpp):
-    events = _stream(any_llamacpp.base_url + "/v1/completions",
-                     {"prompt": "stream check 1", "max_tokens": 24, "ignore_eos": True, "cache_prompt": False,
-                      "stream_options": {"include_usage": True}})
+    events = _stream(
+        any_llamacpp.base_url + "/v1/completions",
+        {
+            "prompt": "stream check 1",
+            "max_tokens": 24,
+            "ignore_eos": True,
+            "cache_prompt": False,
+            "stream_options": {"include_usage": True},
+        },
+    )
     texts = [e["choices"][0]["text"] for e in events if e.get("choices") and e["choices"][0].get("text")]
     assert len(texts) == 24 and all(len(t) == 1 for t in texts)  # one printable character per token, per chunk
     usage = [e["usage"] for e in events if e.get("usage")]
@@ -64,9 +72,15 @@ def test_streaming_completion_has_exactly_max_tokens_one_per_chunk(any_llamacpp)
 
 
 def test_chat_streaming_works(any_llamacpp):
-    events = _stream(any_llamacpp.base_url + "/v1/chat/completions",
-                     {"messages": [{"role": "user", "content": "hi there 2"}], "max_tokens": 8, "ignore_eos": True,
-                      "stream_options": {"include_usage": True}})
+    events = _stream(
+        any_llamacpp.base_url + "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "hi there 2"}],
+            "max_tokens": 8,
+            "ignore_eos": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     content = "".join((e["choices"][0].get("delta") or {}).get("content") or "" for e in events if e.get("choices"))
     assert len(content) == 8
     assert [e["usage"]["completion_tokens"] for e in events if e.get("usage")][-1] == 8
@@ -101,8 +115,12 @@ def test_prompt_tokens_are_characters_plus_bos_and_space_prefix(any_llamacpp):
 
 def test_metrics_expose_llamacpp_names(llamacpp):
     text = _get(llamacpp.base_url + "/metrics").decode()
-    for name in ("llamacpp:requests_processing", "llamacpp:requests_deferred", "llamacpp:tokens_predicted_total",
-                 "llamacpp:prompt_tokens_total"):
+    for name in (
+        "llamacpp:requests_processing",
+        "llamacpp:requests_deferred",
+        "llamacpp:tokens_predicted_total",
+        "llamacpp:prompt_tokens_total",
+    ):
         assert f"\n{name} " in text or text.startswith(f"{name} "), name
 
 
@@ -122,14 +140,21 @@ def test_keepalive_drops_only_before_the_first_byte(llamacpp):
         connector = aiohttp.TCPConnector(limit=concurrency, force_close=force_close)
         sem = asyncio.Semaphore(concurrency)
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session:
+
             async def one(i: int) -> None:
                 nonlocal failed_before_first_byte, failed_mid_stream
                 received = 0
                 async with sem:
                     try:
-                        async with session.post(llamacpp.base_url + "/v1/completions",
-                                                json={"prompt": f"keepalive {force_close} {i}", "max_tokens": 4,
-                                                      "ignore_eos": True, "stream": True}) as resp:
+                        async with session.post(
+                            llamacpp.base_url + "/v1/completions",
+                            json={
+                                "prompt": f"keepalive {force_close} {i}",
+                                "max_tokens": 4,
+                                "ignore_eos": True,
+                                "stream": True,
+                            },
+                        ) as resp:
                             async for chunk in resp.content.iter_any():
                                 received += len(chunk)
                     except (aiohttp.ClientError, ConnectionError):
@@ -137,6 +162,7 @@ def test_keepalive_drops_only_before_the_first_byte(llamacpp):
                             failed_mid_stream += 1
                         else:
                             failed_before_first_byte += 1
+
             await asyncio.gather(*(one(i) for i in range(num_requests)))
         return failed_before_first_byte, failed_mid_stream, num_requests
 
@@ -148,8 +174,9 @@ def test_keepalive_drops_only_before_the_first_byte(llamacpp):
 
 
 def test_launcher_stops_by_pid_and_reports_bad_models(tiny_gguf_path, tmp_path):
-    server = start_llamacpp_server(LlamaCppServerConfig(model_path=str(tiny_gguf_path), parallel=1, ctx_size=512),
-                                   log_dir=tmp_path / "one")
+    server = start_llamacpp_server(
+        LlamaCppServerConfig(model_path=str(tiny_gguf_path), parallel=1, ctx_size=512), log_dir=tmp_path / "one"
+    )
     pid = server.pid
     assert json.loads(_get(server.base_url + "/health"))["status"] == "ok"
     assert server.stop() == 0
@@ -159,8 +186,9 @@ def test_launcher_stops_by_pid_and_reports_bad_models(tiny_gguf_path, tmp_path):
     not_a_model = tmp_path / "garbage.gguf"
     not_a_model.write_bytes(b"GGUF but not really")
     with pytest.raises(KneecapError, match="exited"):
-        start_llamacpp_server(LlamaCppServerConfig(model_path=str(not_a_model)), log_dir=tmp_path / "two",
-                              startup_timeout_s=30)
+        start_llamacpp_server(
+            LlamaCppServerConfig(model_path=str(not_a_model)), log_dir=tmp_path / "two", startup_timeout_s=30
+        )
 
 
 def test_launcher_config_is_validated():

@@ -9,8 +9,17 @@ import numpy as np
 import pytest
 
 from kneecap.errors import KneecapError
-from tiny_gguf import (BOS_ID, CHARACTERS, EOS_ID, FIRST_CHAR_ID, SPACE_PIECE, UNK_ID,
-                                       TinyLlamaConfig, vocabulary, write_tiny_gguf)
+from tiny_gguf import (
+    BOS_ID,
+    CHARACTERS,
+    EOS_ID,
+    FIRST_CHAR_ID,
+    SPACE_PIECE,
+    UNK_ID,
+    TinyLlamaConfig,
+    vocabulary,
+    write_tiny_gguf,
+)
 
 gguf = pytest.importorskip("gguf")
 
@@ -28,8 +37,14 @@ def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
 
 
 def test_metadata_and_tensor_shapes_match_the_config(tmp_path):
-    config = TinyLlamaConfig(num_hidden_layers=3, hidden_size=96, intermediate_size=160,
-                             num_attention_heads=6, num_key_value_heads=2, context_length=2048)
+    config = TinyLlamaConfig(
+        num_hidden_layers=3,
+        hidden_size=96,
+        intermediate_size=160,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        context_length=2048,
+    )
     reader = gguf.GGUFReader(write_tiny_gguf(tmp_path / "m.gguf", config))
     fields = {name: reader.fields[name].contents() for name in reader.fields}
     assert fields["general.architecture"] == "llama"
@@ -82,7 +97,7 @@ def test_suppressed_tokens_lose_to_every_character_for_any_residual(tmp_path):
     hidden[:, 0] = 1.0
     hidden /= np.sqrt(np.mean(hidden**2, axis=1, keepdims=True))  # RMSNorm (unit weights)
     logits = hidden @ output.T
-    never = np.concatenate([logits[:, :FIRST_CHAR_ID], logits[:, chars.stop:]], axis=1)  # control, byte, padding
+    never = np.concatenate([logits[:, :FIRST_CHAR_ID], logits[:, chars.stop :]], axis=1)  # control, byte, padding
     assert np.all(never.max(axis=1) < logits[:, chars].min(axis=1) - 100)
 
 
@@ -92,17 +107,20 @@ def test_vocabulary_is_character_level():
     assert all(len(p) == 1 for p in pieces[FIRST_CHAR_ID:])
     assert len(set(pieces)) == len(pieces)
     padded = [piece for piece, _ in vocabulary(pad_to=500)]
-    assert len(padded) == 500 and padded[:len(pieces)] == pieces and padded[-1] == f"<unused{500 - len(pieces) - 1}>"
+    assert len(padded) == 500 and padded[: len(pieces)] == pieces and padded[-1] == f"<unused{500 - len(pieces) - 1}>"
 
 
-@pytest.mark.parametrize("kwargs, fragment", [
-    ({"hidden_size": 65}, "divisible"),
-    ({"num_key_value_heads": 3}, "multiple"),
-    ({"num_hidden_layers": 0}, "num_hidden_layers"),
-    ({"hidden_size": 24, "num_attention_heads": 8, "num_key_value_heads": 8}, "odd"),
-    ({"rms_norm_eps": 0.0}, "rms_norm_eps"),
-    ({"pad_vocab_to": -1}, "pad_vocab_to"),
-])
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"hidden_size": 65}, "divisible"),
+        ({"num_key_value_heads": 3}, "multiple"),
+        ({"num_hidden_layers": 0}, "num_hidden_layers"),
+        ({"hidden_size": 24, "num_attention_heads": 8, "num_key_value_heads": 8}, "odd"),
+        ({"rms_norm_eps": 0.0}, "rms_norm_eps"),
+        ({"pad_vocab_to": -1}, "pad_vocab_to"),
+    ],
+)
 def test_bad_config_is_a_kneecap_error(kwargs, fragment):
     with pytest.raises(KneecapError, match=fragment):
         TinyLlamaConfig(**kwargs)
@@ -127,7 +145,10 @@ def test_weight_types_store_matrices_in_the_type_and_norms_in_f32(tmp_path, weig
 
 def test_q8_0_needs_rows_in_whole_blocks(tmp_path):
     with pytest.raises(KneecapError, match="Q8_0"):
-        write_tiny_gguf(tmp_path / "m.gguf", TinyLlamaConfig(hidden_size=48, num_attention_heads=4,
-                                                             num_key_value_heads=2), weight_type="q8_0")
+        write_tiny_gguf(
+            tmp_path / "m.gguf",
+            TinyLlamaConfig(hidden_size=48, num_attention_heads=4, num_key_value_heads=2),
+            weight_type="q8_0",
+        )
     with pytest.raises(KneecapError, match="weight_type"):
         write_tiny_gguf(tmp_path / "m.gguf", weight_type="q4_k")

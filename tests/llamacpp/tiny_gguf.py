@@ -68,27 +68,39 @@ class TinyLlamaConfig:
     rope_theta: float = 10000.0
     pad_vocab_to: int = 0  # pad the vocabulary with never-generated "<unusedN>" tokens up to this size
 
-
     def __post_init__(self) -> None:
-        for name in ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
-                     "num_key_value_heads", "context_length"):
+        for name in (
+            "num_hidden_layers",
+            "hidden_size",
+            "intermediate_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "context_length",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
-                raise KneecapError(f"tiny GGUF {name} must be a positive integer, got {value!r}",
-                                   f"pass {name}=N with N >= 1")
+                raise KneecapError(
+                    f"tiny GGUF {name} must be a positive integer, got {value!r}", f"pass {name}=N with N >= 1"
+                )
         if self.hidden_size % self.num_attention_heads:
             raise KneecapError(
                 f"tiny GGUF hidden_size {self.hidden_size} is not divisible by num_attention_heads "
-                f"{self.num_attention_heads}", "pick hidden_size as a multiple of num_attention_heads")
+                f"{self.num_attention_heads}",
+                "pick hidden_size as a multiple of num_attention_heads",
+            )
         if self.num_attention_heads % self.num_key_value_heads:
             raise KneecapError(
                 f"tiny GGUF num_attention_heads {self.num_attention_heads} is not a multiple of "
-                f"num_key_value_heads {self.num_key_value_heads}", "GQA needs heads = k * kv_heads")
+                f"num_key_value_heads {self.num_key_value_heads}",
+                "GQA needs heads = k * kv_heads",
+            )
         if self.head_dim % 2:
             raise KneecapError(f"tiny GGUF head_dim {self.head_dim} is odd", "RoPE needs an even head_dim")
         if not isinstance(self.pad_vocab_to, int) or self.pad_vocab_to < 0:
-            raise KneecapError(f"tiny GGUF pad_vocab_to must be an integer >= 0, got {self.pad_vocab_to!r}",
-                               "pass 0 (no padding) or a vocabulary size such as 32000")
+            raise KneecapError(
+                f"tiny GGUF pad_vocab_to must be an integer >= 0, got {self.pad_vocab_to!r}",
+                "pass 0 (no padding) or a vocabulary size such as 32000",
+            )
         if not self.rms_norm_eps > 0:
             raise KneecapError(f"tiny GGUF rms_norm_eps must be > 0, got {self.rms_norm_eps!r}", "use 1e-5")
 
@@ -110,8 +122,11 @@ def vocabulary(pad_to: int = 0) -> list[tuple[str, int]]:
     """(piece, gguf TokenType value) for every token id, in id order; "<unusedN>" (UNUSED) pad it to `pad_to`."""
     from gguf import TokenType
 
-    tokens: list[tuple[str, int]] = [("<unk>", TokenType.UNKNOWN), ("<s>", TokenType.CONTROL),
-                                     ("</s>", TokenType.CONTROL)]
+    tokens: list[tuple[str, int]] = [
+        ("<unk>", TokenType.UNKNOWN),
+        ("<s>", TokenType.CONTROL),
+        ("</s>", TokenType.CONTROL),
+    ]
     tokens += [(f"<0x{b:02X}>", TokenType.BYTE) for b in range(NUM_BYTE_TOKENS)]
     tokens += [(c, TokenType.NORMAL) for c in CHARACTERS]
     tokens += [(f"<unused{i}>", TokenType.UNUSED) for i in range(max(0, pad_to - len(tokens)))]
@@ -121,8 +136,9 @@ def vocabulary(pad_to: int = 0) -> list[tuple[str, int]]:
 WEIGHT_TYPES = ("f32", "f16", "q8_0")
 
 
-def write_tiny_gguf(path: str | Path, config: TinyLlamaConfig = TinyLlamaConfig(), seed: int = 0,
-                    weight_type: str = "f32") -> Path:
+def write_tiny_gguf(
+    path: str | Path, config: TinyLlamaConfig = TinyLlamaConfig(), seed: int = 0, weight_type: str = "f32"
+) -> Path:
     """Write the model to `path` (a new .gguf file) and return it. Same seed, config and type, same bytes."""
     import numpy as np
     from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType
@@ -130,14 +146,18 @@ def write_tiny_gguf(path: str | Path, config: TinyLlamaConfig = TinyLlamaConfig(
     from gguf.quants import quantize
 
     if weight_type not in WEIGHT_TYPES:
-        raise KneecapError(f"tiny GGUF weight_type {weight_type!r} is not one the writer knows",
-                           f"use one of {', '.join(WEIGHT_TYPES)}")
+        raise KneecapError(
+            f"tiny GGUF weight_type {weight_type!r} is not one the writer knows",
+            f"use one of {', '.join(WEIGHT_TYPES)}",
+        )
     if weight_type == "q8_0":
         block = GGML_QUANT_SIZES[GGMLQuantizationType.Q8_0][0]
         for name in ("hidden_size", "intermediate_size"):
             if getattr(config, name) % block:
-                raise KneecapError(f"tiny GGUF {name} {getattr(config, name)} is not a multiple of Q8_0's block of "
-                                   f"{block}", f"pick {name} as a multiple of {block} for weight_type q8_0")
+                raise KneecapError(
+                    f"tiny GGUF {name} {getattr(config, name)} is not a multiple of Q8_0's block of {block}",
+                    f"pick {name} as a multiple of {block} for weight_type q8_0",
+                )
 
     rng = np.random.default_rng(seed)
     out = Path(path)
@@ -163,8 +183,9 @@ def write_tiny_gguf(path: str | Path, config: TinyLlamaConfig = TinyLlamaConfig(
     writer.add_rope_dimension_count(config.head_dim)
     writer.add_rope_freq_base(config.rope_theta)
     writer.add_vocab_size(n_vocab)
-    writer.add_file_type({"f32": LlamaFileType.ALL_F32, "f16": LlamaFileType.MOSTLY_F16,
-                          "q8_0": LlamaFileType.MOSTLY_Q8_0}[weight_type])
+    writer.add_file_type(
+        {"f32": LlamaFileType.ALL_F32, "f16": LlamaFileType.MOSTLY_F16, "q8_0": LlamaFileType.MOSTLY_Q8_0}[weight_type]
+    )
 
     writer.add_tokenizer_model("llama")
     writer.add_token_list([piece for piece, _ in vocab])
@@ -207,7 +228,7 @@ def write_tiny_gguf(path: str | Path, config: TinyLlamaConfig = TinyLlamaConfig(
         add_matrix(f"{blk}.ffn_up.weight", normal(n_ff, n_embd, std=0.1))
         add_matrix(f"{blk}.ffn_down.weight", ffn_down)
     writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
-    output = normal(n_vocab, n_embd, std=n_embd ** -0.5)  # logits ~ N(0, 1): varied text
+    output = normal(n_vocab, n_embd, std=n_embd**-0.5)  # logits ~ N(0, 1): varied text
     output[:, 0] = 0.0
     for suppressed in (slice(0, FIRST_CHAR_ID), slice(n_chars_end, n_vocab)):
         output[suppressed, :] = 0.0

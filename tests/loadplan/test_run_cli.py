@@ -22,7 +22,16 @@ def test_run_on_simulator(cli, tmp_path):
     assert r.code == 0, r.stderr
     summary = json.loads(r.stdout)
     assert summary == json.loads((out / "summary.json").read_text())
-    assert {"kind", "cells", "capacity", "candidates", "handoff", "model_executed", "benchmark_executed", "worksheet"} <= set(summary)
+    assert {
+        "kind",
+        "cells",
+        "capacity",
+        "candidates",
+        "handoff",
+        "model_executed",
+        "benchmark_executed",
+        "worksheet",
+    } <= set(summary)
     assert summary["kind"] == "run"
     assert summary["model_executed"] is False and summary["benchmark_executed"] is False
     cells = summary["cells"]
@@ -32,7 +41,11 @@ def test_run_on_simulator(cli, tmp_path):
         if c["verdict"] != "not_run":
             obs = c["observed"]
             # the plan's 40 requests, or enough for a simulated C-stream cell to reach steady state (4.5 C)
-            assert obs["scheduled"] == max(40, math.ceil(4.5 * c["load"]["concurrency"])) and obs["batch_size"]["max"] >= 1 and obs["kv_blocks_high_water"] > 0
+            assert (
+                obs["scheduled"] == max(40, math.ceil(4.5 * c["load"]["concurrency"]))
+                and obs["batch_size"]["max"] >= 1
+                and obs["kv_blocks_high_water"] > 0
+            )
             assert obs["queue_ms"]["n"] == obs["completed"]
         if c["verdict"] != "not_run":
             assert (out / c["records"]).exists()
@@ -93,12 +106,15 @@ candidates:"""
 
 
 def test_on_off_bursts_on_the_simulator(cli, tmp_path):
-    text = PLAN.replace("""load:
+    text = PLAN.replace(
+        """load:
   dimension: concurrency
-  steps: [1, 8, 64]""", """load:
+  steps: [1, 8, 64]""",
+        """load:
   dimension: rate
   steps: [4]
-  arrival: {kind: onoff, on_s: 1.0, off_s: 4.0}""").replace("repetitions: 2", "repetitions: 1")
+  arrival: {kind: onoff, on_s: 1.0, off_s: 4.0}""",
+    ).replace("repetitions: 2", "repetitions: 1")
     r, out = run_plan(cli, tmp_path, text=text)
     assert r.code == 0, r.stderr
     from kneecap.records import read_records
@@ -123,7 +139,9 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(cli, tmp_path):
     whole = cli("run", str(plan), "--out", str(tmp_path / "whole"), "--json", "--no-report", timeout=600)
     assert whole.code == 0, whole.stderr
     out = tmp_path / "cut"
-    proc = subprocess.Popen([sys.executable, "-m", "kneecap", "run", str(plan), "--out", str(out), "--no-report", "--quiet"])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kneecap", "run", str(plan), "--out", str(out), "--no-report", "--quiet"]
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -167,7 +185,8 @@ def test_fail_on(cli, tmp_path):
 
 def _server_plan(tmp_path, url, extra=""):
     plan = tmp_path / "srv.yaml"
-    plan.write_text(textwrap.dedent(f"""\
+    plan.write_text(
+        textwrap.dedent(f"""\
         name: server-candidate
         classes:
           c: {{input: 8, output: 6}}
@@ -177,7 +196,8 @@ def _server_plan(tmp_path, url, extra=""):
         candidates:
           - name: srv
             target: {{kind: server, base_url: "{url}", timeout_s: 10}}
-        """))
+        """)
+    )
     return plan
 
 
@@ -201,8 +221,13 @@ def test_redact_server_strings_keeps_them_out_of_every_file(cli, tmp_path):
 
     url, srv = start_scripted_server(model="acme-secret-model-9", fault="http_500")
     try:
-        r = cli("run", str(_server_plan(tmp_path, url, "privacy: {redact_server_strings: true}")),
-                "--out", str(tmp_path / "o"), "--quiet")
+        r = cli(
+            "run",
+            str(_server_plan(tmp_path, url, "privacy: {redact_server_strings: true}")),
+            "--out",
+            str(tmp_path / "o"),
+            "--quiet",
+        )
     finally:
         srv.stop()
     assert r.code == 0, r.stderr
@@ -219,7 +244,9 @@ def test_behaviour_gate_replays_cases_against_a_live_server(cli, tmp_path):
     url, srv = start_scripted_server()
     try:
         ok_cases = "behaviour: [{name: filler, prompt: 'say tok', max_tokens: 4, expect: {regex: '^(tok )+$'}}]"
-        r = cli("run", str(_server_plan(tmp_path, url, ok_cases)), "--out", str(tmp_path / "ok"), "--json", "--no-report")
+        r = cli(
+            "run", str(_server_plan(tmp_path, url, ok_cases)), "--out", str(tmp_path / "ok"), "--json", "--no-report"
+        )
         assert r.code == 0, r.stderr
         s = json.loads(r.stdout)
         cand = s["candidates"][0]
@@ -227,8 +254,16 @@ def test_behaviour_gate_replays_cases_against_a_live_server(cli, tmp_path):
         assert s["cells"] and s["model_executed"] is True and s["benchmark_executed"] is True
 
         bad_cases = "behaviour: [{name: capital, prompt: 'Capital of France?', max_tokens: 4, expect: {exact: Paris}}]"
-        r = cli("run", str(_server_plan(tmp_path, url, bad_cases)), "--out", str(tmp_path / "bad"), "--json",
-                "--no-report", "--fail-on", "rejected")
+        r = cli(
+            "run",
+            str(_server_plan(tmp_path, url, bad_cases)),
+            "--out",
+            str(tmp_path / "bad"),
+            "--json",
+            "--no-report",
+            "--fail-on",
+            "rejected",
+        )
         assert r.code == 1 and "rejected" in r.stderr
         s = json.loads(r.stdout)
         cand = s["candidates"][0]

@@ -18,7 +18,8 @@ RUN_ONLY_KEYS = {"invalid_outputs"}
 
 def _plan(tmp_path, url: str, *, keepalive: str = "auto") -> str:
     plan = tmp_path / "live.yaml"
-    plan.write_text(textwrap.dedent(f"""\
+    plan.write_text(
+        textwrap.dedent(f"""\
         name: live-cells
         seed: 2
         classes:
@@ -28,7 +29,8 @@ def _plan(tmp_path, url: str, *, keepalive: str = "auto") -> str:
         candidates:
           - name: srv
             target: {{kind: server, base_url: "{url}", timeout_s: 30, keepalive: {keepalive}}}
-        """))
+        """)
+    )
     return str(plan)
 
 
@@ -45,8 +47,24 @@ def serve_url():
 
 
 def test_a_live_cell_has_the_shape_of_a_bench_level(cli, tmp_path, serve_url):
-    bench = cli("bench", "--base-url", serve_url, "--isl", "16", "--osl", "8", "--concurrency", "1,2", "--requests", "4",
-                "--out", str(tmp_path / "bench"), "--json", "--no-report", timeout=300)
+    bench = cli(
+        "bench",
+        "--base-url",
+        serve_url,
+        "--isl",
+        "16",
+        "--osl",
+        "8",
+        "--concurrency",
+        "1,2",
+        "--requests",
+        "4",
+        "--out",
+        str(tmp_path / "bench"),
+        "--json",
+        "--no-report",
+        timeout=300,
+    )
     assert bench.code == 0, bench.stderr
     run = cli("run", _plan(tmp_path, serve_url), "--out", str(tmp_path / "run"), "--json", "--no-report", timeout=300)
     assert run.code == 0, run.stderr
@@ -77,8 +95,15 @@ def test_a_small_vocabulary_server_refuses_no_prompt_of_a_live_cell(cli, tmp_pat
     prompts come from the shared client setup, which finds a way the server accepts before the first cell."""
     url, srv = start_scripted_server(vocab_size=260)
     try:
-        r = cli("run", _plan(tmp_path, url, keepalive="true"), "--out", str(tmp_path / "o"), "--json", "--no-report",
-                timeout=300)
+        r = cli(
+            "run",
+            _plan(tmp_path, url, keepalive="true"),
+            "--out",
+            str(tmp_path / "o"),
+            "--json",
+            "--no-report",
+            timeout=300,
+        )
         log = srv.log()
     finally:
         srv.stop()

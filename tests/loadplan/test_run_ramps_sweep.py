@@ -24,8 +24,14 @@ def sweeps(monkeypatch):
     class Spy(execute.Sweep):
         def run(self, done=frozenset()):
             out = super().run(done)
-            seen.append({"levels": [lv.index for lv in self.sweep_levels], "ran": [lv["level"] for lv in self.state.levels],
-                         "stopped": self.state.stopped, "status": out["status"]})
+            seen.append(
+                {
+                    "levels": [lv.index for lv in self.sweep_levels],
+                    "ran": [lv["level"] for lv in self.state.levels],
+                    "stopped": self.state.stopped,
+                    "status": out["status"],
+                }
+            )
             return out
 
     monkeypatch.setattr(execute, "Sweep", Spy)
@@ -43,7 +49,10 @@ def run(tmp_path, name: str, resume=None):
 def test_each_ramp_is_one_sweep_stopped_by_the_cell_verdict(tmp_path, sweeps):
     summary, _ = run(tmp_path, "out")
     cells = summary["cells"]
-    assert [s["levels"] for s in sweeps] == [[0, 1, 2], [3, 4, 5]]  # one sweep per ramp (roomy, starved), cells as levels
+    assert [s["levels"] for s in sweeps] == [
+        [0, 1, 2],
+        [3, 4, 5],
+    ]  # one sweep per ramp (roomy, starved), cells as levels
     roomy, starved = sweeps
     assert roomy["ran"] == [0, 1, 2] and roomy["stopped"] is None and roomy["status"] == "complete"
     # max_num_seqs 1: TTFT at C=8 misses its budget by far; the runner stopped the ramp after that cell, never
@@ -68,14 +77,18 @@ def test_a_resumed_run_gives_the_runner_only_the_unfinished_cells(tmp_path, swee
     assert [s["levels"] for s in sweeps] == [[1, 2], [3, 4, 5]]  # cell 0 kept, not run again
     assert resumed["cells"][0] == whole["cells"][0]
     assert (cut_dir / cell_records_name(1, "discarded")).read_text().splitlines() == lines  # the cut attempt set aside
-    assert [(c["index"], c["verdict"], c.get("metrics")) for c in resumed["cells"]] == \
-           [(c["index"], c["verdict"], c.get("metrics")) for c in whole["cells"]]
+    assert [(c["index"], c["verdict"], c.get("metrics")) for c in resumed["cells"]] == [
+        (c["index"], c["verdict"], c.get("metrics")) for c in whole["cells"]
+    ]
 
 
 def test_a_cell_past_a_declared_limit_stops_its_ramp_with_the_limit_reason(tmp_path, sweeps):
     plan = tmp_path / "plan.yaml"  # any TTFT spread is an unstable tail: the first cell of each ramp crosses the limit
-    plan.write_text(variant(load={"steps": [1, 8, 64], "requests_per_cell": 24}, repetitions=1,
-                            stop={"unstable_tail_ratio": 1.0001}))
+    plan.write_text(
+        variant(
+            load={"steps": [1, 8, 64], "requests_per_cell": 24}, repetitions=1, stop={"unstable_tail_ratio": 1.0001}
+        )
+    )
     spec, base = load_plan_file(str(plan))
     cells = execute.run_load_plan(spec, base, plan, ResultsDir(tmp_path / "out"))["cells"]
     assert [c["verdict"] for c in cells] == ["limit", "not_run", "not_run"] * 2
@@ -88,9 +101,18 @@ def test_a_simulated_rate_cell_too_short_for_steady_state_is_run_longer(tmp_path
     """24 requests of 1,000 output tokens at 8 req/s end before the cell shows its steady state: the simulated candidate computes it
     again, longer, and judges that; no passing cell is transient."""
     plan = tmp_path / "plan.yaml"
-    plan.write_text(variant(load={"dimension": "rate", "steps": [2, 8], "requests_per_cell": 24}, repetitions=1,
-                            classes={"chat": {"input": {"kind": "uniform", "low": 200, "high": 600},
-                                              "output": {"kind": "fixed", "value": 1000}}}))
+    plan.write_text(
+        variant(
+            load={"dimension": "rate", "steps": [2, 8], "requests_per_cell": 24},
+            repetitions=1,
+            classes={
+                "chat": {
+                    "input": {"kind": "uniform", "low": 200, "high": 600},
+                    "output": {"kind": "fixed", "value": 1000},
+                }
+            },
+        )
+    )
     spec, base = load_plan_file(str(plan))
     summary = execute.run_load_plan(spec, base, plan, ResultsDir(tmp_path / "out"))
     ran = [c for c in summary["cells"] if c.get("metrics")]

@@ -34,8 +34,11 @@ def test_an_accepted_verdict_says_where_each_region_ends_and_names_the_failing_r
         for cls, by_state in summary["capacity"][cand["name"]].items():
             for state, info in by_state.items():
                 assert f"{cls}/{state}: capacity {info['dimension']} {info['capacity']:g}" in reason
-                outside = [c for c in summary["cells"] if (c["candidate"], c["class"], c["state"]) ==
-                           (cand["name"], cls, state) and c["verdict"] != "pass"]
+                outside = [
+                    c
+                    for c in summary["cells"]
+                    if (c["candidate"], c["class"], c["state"]) == (cand["name"], cls, state) and c["verdict"] != "pass"
+                ]
                 first = min(c["load"][info["dimension"]] for c in outside)
                 for cell in (c for c in outside if c["load"][info["dimension"]] == first):
                     assert f"rep{cell['repetition']} ({'; '.join(cell['breaches'])})" in reason
@@ -81,21 +84,39 @@ def test_the_handoff_reproduce_line_runs_the_failing_cell_again_with_the_same_nu
     readme = (tmp_path / "full" / "handoff" / "README.md").read_text()
     assert f"`{handoff['reproduce']}`" in readme
     # a cell of the second candidate too: its index (and seed) counts the first candidate's cells
-    starved = next(c for c in full["cells"] if c["candidate"] == "starved" and c["repetition"] == 1
-                   and c["verdict"] != "not_run" and c["load"]["concurrency"] == 8)
+    starved = next(
+        c
+        for c in full["cells"]
+        if c["candidate"] == "starved"
+        and c["repetition"] == 1
+        and c["verdict"] != "not_run"
+        and c["load"]["concurrency"] == 8
+    )
     second = ["kneecap", "run", "plan.yaml", "--cell", "starved/chat/warm", "--load", "8", "--repetition", "1"]
     for command, original in ((argv, failing), (second, starved)):
         out = tmp_path / f"again-{original['candidate']}"
-        again = run_cli(*command[1:], "--out", str(out), "--json", "--no-report", cwd=str(tmp_path / "full" / "handoff"),
-                        timeout=300)
+        again = run_cli(
+            *command[1:],
+            "--out",
+            str(out),
+            "--json",
+            "--no-report",
+            cwd=str(tmp_path / "full" / "handoff"),
+            timeout=300,
+        )
         assert again.code == 0, again.stderr
         doc = json.loads(again.stdout)
         (cell,) = doc["cells"]
         before = next(c for c in full["cells"] if c["index"] == cell["index"])
-        assert {k: before[k] for k in ("candidate", "class", "state", "load", "repetition")} == \
-            {k: original[k] for k in ("candidate", "class", "state", "load", "repetition")}
-        assert (cell["verdict"], cell["breaches"], cell["metrics"]["ttft_ms"], cell["metrics"]["output_tok_s"]) == \
-            (before["verdict"], before["breaches"], before["metrics"]["ttft_ms"], before["metrics"]["output_tok_s"])
+        assert {k: before[k] for k in ("candidate", "class", "state", "load", "repetition")} == {
+            k: original[k] for k in ("candidate", "class", "state", "load", "repetition")
+        }
+        assert (cell["verdict"], cell["breaches"], cell["metrics"]["ttft_ms"], cell["metrics"]["output_tok_s"]) == (
+            before["verdict"],
+            before["breaches"],
+            before["metrics"]["ttft_ms"],
+            before["metrics"]["output_tok_s"],
+        )
         assert doc["selected_cell"] and doc["candidates"][0]["verdict"] == "not judged"
 
 
@@ -104,10 +125,12 @@ def test_a_bad_cell_selection_is_one_line(tmp_path):
 
     plan = tmp_path / "plan.yaml"
     plan.write_text(TWO_CANDIDATES)
-    for args, needle in ((["--cell", "nobody/chat/warm", "--load", "8", "--repetition", "0"], "candidate 'nobody'"),
-                         (["--cell", "roomy/chat/warm", "--load", "7", "--repetition", "0"], "--load 7 is not one"),
-                         (["--cell", "roomy/chat/warm", "--load", "8", "--repetition", "2"], "--repetition 2 is outside"),
-                         (["--cell", "roomy/chat/warm"], "--cell needs --load and --repetition"),
-                         (["--load", "8"], "together with --cell")):
+    for args, needle in (
+        (["--cell", "nobody/chat/warm", "--load", "8", "--repetition", "0"], "candidate 'nobody'"),
+        (["--cell", "roomy/chat/warm", "--load", "7", "--repetition", "0"], "--load 7 is not one"),
+        (["--cell", "roomy/chat/warm", "--load", "8", "--repetition", "2"], "--repetition 2 is outside"),
+        (["--cell", "roomy/chat/warm"], "--cell needs --load and --repetition"),
+        (["--load", "8"], "together with --cell"),
+    ):
         r = run_cli("run", str(plan), "--out", str(tmp_path / "x"), *args)
         assert r.code == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)

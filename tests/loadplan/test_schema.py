@@ -60,13 +60,30 @@ def test_good_plan_loads(tmp_path):
     [
         ("    weight: 3\n", "    wieght: 3\n", 7, "classes.short-message.wieght"),  # typo -> unknown field
         ("  steps: [1, 2, 4]\n", "  steps: [1, -2, 4]\n", 15, "load.steps"),
-        ("  short-message: {ttft_p99_ms: 500, itl_p99_ms: 60}\n", "  short-mesage: {ttft_p99_ms: 500}\n", None, "(top level)"),
-        ("    input: {kind: uniform, low: 4000, high: 8000}\n", "    input: {kind: uniform, low: 4000}\n", 9, "classes.long-thread.input"),
-        ("    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm, max_num_seqs: 16}\n",
-         "    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm, max_num_seqs: 0}\n", 19, "candidates.0.target.max_num_seqs"),
-        ("    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm, max_num_seqs: 16}\n",
-         "    target: {kind: server, base_url: 'http://127.0.0.1:8000', keepalive: sometimes}\n", 19,
-         "candidates.0.target.keepalive"),
+        (
+            "  short-message: {ttft_p99_ms: 500, itl_p99_ms: 60}\n",
+            "  short-mesage: {ttft_p99_ms: 500}\n",
+            None,
+            "(top level)",
+        ),
+        (
+            "    input: {kind: uniform, low: 4000, high: 8000}\n",
+            "    input: {kind: uniform, low: 4000}\n",
+            9,
+            "classes.long-thread.input",
+        ),
+        (
+            "    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm, max_num_seqs: 16}\n",
+            "    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm, max_num_seqs: 0}\n",
+            19,
+            "candidates.0.target.max_num_seqs",
+        ),
+        (
+            "    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm, max_num_seqs: 16}\n",
+            "    target: {kind: server, base_url: 'http://127.0.0.1:8000', keepalive: sometimes}\n",
+            19,
+            "candidates.0.target.keepalive",
+        ),
     ],
 )
 def test_errors_name_file_line_field(tmp_path, old, new, line, field):
@@ -103,8 +120,12 @@ def test_empirical_lengths_from_file(tmp_path):
 
 
 def test_a_class_named_server_keeps_its_name_in_errors(tmp_path):
-    p = write(tmp_path, GOOD.replace("  long-thread:\n", "  server:\n").replace("    input: {kind: uniform, low: 4000, high: 8000}\n",
-                                                                              "    input: {kind: uniform, low: 4000}\n"))
+    p = write(
+        tmp_path,
+        GOOD.replace("  long-thread:\n", "  server:\n").replace(
+            "    input: {kind: uniform, low: 4000, high: 8000}\n", "    input: {kind: uniform, low: 4000}\n"
+        ),
+    )
     with pytest.raises(KneecapError) as exc:
         load_plan_file(p)
     assert "classes.server.input" in exc.value.message
@@ -115,9 +136,11 @@ def test_simulator_target_takes_expert_parallelism_and_dp_attention(tmp_path):
     --dp-attention); the defaults are off; a bad value names its line and field; a dense model with --ep is refused."""
     from kneecap.loadplan.targets import make_candidate
 
-    plan = GOOD.replace("target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm, max_num_seqs: 16}",
-                        "target: {kind: simulator, model: deepseek-v3, gpu: h200, tp: 8, ep: 8, dp_attention: true, "
-                        "weight_dtype: fp8, max_num_seqs: 64}")
+    plan = GOOD.replace(
+        "target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm, max_num_seqs: 16}",
+        "target: {kind: simulator, model: deepseek-v3, gpu: h200, tp: 8, ep: 8, dp_attention: true, "
+        "weight_dtype: fp8, max_num_seqs: 64}",
+    )
     spec, _ = load_plan_file(write(tmp_path, plan))
     t = spec.candidates[0].target
     assert (t.ep, t.dp_attention) == (8, True)

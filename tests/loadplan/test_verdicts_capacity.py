@@ -14,10 +14,14 @@ from kneecap.records import RequestRecord
 
 def level(ttft_p50=100.0, ttft_p99=200.0, itl_p99=20.0, requests=100, failed=0, errors=None, suspect=False):
     return {
-        "requests": requests, "completed": requests - failed, "failed": failed, "errors": errors or {},
+        "requests": requests,
+        "completed": requests - failed,
+        "failed": failed,
+        "errors": errors or {},
         "ttft_ms": {"p50": ttft_p50, "p95": ttft_p99, "p99": ttft_p99, "n": requests - failed},
         "itl_ms": {"p50": 10.0, "p95": itl_p99, "p99": itl_p99, "n": 1000},
-        "output_tok_s": 1000.0, "suspect": suspect,
+        "output_tok_s": 1000.0,
+        "suspect": suspect,
     }
 
 
@@ -48,14 +52,30 @@ def test_slo_breach_does_not_stop_when_told(verdict, stops):
 
 
 def cell(load, rep, verdict, cand="a", cls="short"):
-    return {"candidate": cand, "class": cls, "state": "warm", "load": {"concurrency": load}, "repetition": rep,
-            "verdict": verdict, "breaches": [] if verdict == "pass" else ["ttft_p99_ms 600 > 500"], "limit": None,
-            "metrics": level(ttft_p99=100 + load)}
+    return {
+        "candidate": cand,
+        "class": cls,
+        "state": "warm",
+        "load": {"concurrency": load},
+        "repetition": rep,
+        "verdict": verdict,
+        "breaches": [] if verdict == "pass" else ["ttft_p99_ms 600 > 500"],
+        "limit": None,
+        "metrics": level(ttft_p99=100 + load),
+    }
 
 
 def test_capacity_requires_every_repetition():
-    cells = [cell(1, 0, "pass"), cell(2, 0, "pass"), cell(4, 0, "pass"), cell(8, 0, "slo_breach"),
-             cell(1, 1, "pass"), cell(2, 1, "pass"), cell(4, 1, "slo_breach"), cell(8, 1, "not_run")]
+    cells = [
+        cell(1, 0, "pass"),
+        cell(2, 0, "pass"),
+        cell(4, 0, "pass"),
+        cell(8, 0, "slo_breach"),
+        cell(1, 1, "pass"),
+        cell(2, 1, "pass"),
+        cell(4, 1, "slo_breach"),
+        cell(8, 1, "not_run"),
+    ]
     reg = capacity_region(cells)["a"]["short"]["warm"]
     assert reg["region"] == [1, 2]
     assert reg["capacity"] == 2
@@ -81,8 +101,16 @@ def closed_loop_records(c=4, n=200, service=1.0):
     recs = []
     for i in range(n):
         k = i // c  # worker i % c, its k-th request
-        recs.append(RequestRecord(request_id=str(i), level=0, concurrency=c, sent_at=k * service,
-                                  first_token_at=k * service + 0.1, end_at=(k + 1) * service))
+        recs.append(
+            RequestRecord(
+                request_id=str(i),
+                level=0,
+                concurrency=c,
+                sent_at=k * service,
+                first_token_at=k * service + 0.1,
+                end_at=(k + 1) * service,
+            )
+        )
     return recs
 
 
@@ -96,7 +124,9 @@ def test_littles_law_holds_on_stable_closed_loop():
 
 def test_littles_law_not_applied_to_growing_queue():
     # an overloaded open loop: arrivals at 2/s, service grows linearly -> in-flight count grows
-    recs = [RequestRecord(request_id=str(i), level=0, sent_at=i * 0.5, end_at=i * 0.5 + 0.5 + i * 0.2) for i in range(100)]
+    recs = [
+        RequestRecord(request_id=str(i), level=0, sent_at=i * 0.5, end_at=i * 0.5 + 0.5 + i * 0.2) for i in range(100)
+    ]
     res = littles_law(recs)
     assert not res["stable"] and not res["applied"]
 
@@ -112,8 +142,17 @@ def test_offered_vs_completed_counts_drops():
 
 def test_offered_rate_is_the_send_rate_not_the_level_duration():
     """Nine gaps of 0.25 s between scheduled sends: 4 req/s offered, however long the last answer took."""
-    recs = [RequestRecord(request_id=str(i), level=0, rate=16.0, scheduled_at=i * 0.25, sent_at=i * 0.25 + 0.001,
-                          end_at=i * 0.25 + 5.0) for i in range(10)]
+    recs = [
+        RequestRecord(
+            request_id=str(i),
+            level=0,
+            rate=16.0,
+            scheduled_at=i * 0.25,
+            sent_at=i * 0.25 + 0.001,
+            end_at=i * 0.25 + 5.0,
+        )
+        for i in range(10)
+    ]
     out = offered_vs_completed(recs, duration_s=None, nominal_rate=16.0)
     assert out["offered_request_s"] == pytest.approx(4.0) and out["nominal_request_s"] == 16.0
     assert out["completed_request_s"] == pytest.approx(10 / (9 * 0.25 + 5.0))
@@ -135,7 +174,9 @@ def test_rate_capacity_rests_on_what_was_offered():
     assert reg["capacity"] == 16.0 and reg["offered_at_capacity"] == 4.6 and reg["capacity_shown"] == 4.6
     assert "capacity rate 4.6 as offered (the step 16 went out at 4.6 req/s)" in region_end_text(reg)
     # within OFFERED_RATE_SHARE (80%) of the step in every repetition: the step is what was shown
-    close = capacity_region([rate_cell(8, 0, 8.3), rate_cell(16, 0, 15.1), rate_cell(16, 1, 13.0)])["a"]["short"]["warm"]
+    close = capacity_region([rate_cell(8, 0, 8.3), rate_cell(16, 0, 15.1), rate_cell(16, 1, 13.0)])["a"]["short"][
+        "warm"
+    ]
     assert close["capacity_shown"] == 16.0 and close["offered_at_capacity"] == 13.0
     assert "(offered 13 req/s)" in region_end_text(close)
     below = capacity_region([rate_cell(16, 0, 15.1), rate_cell(16, 1, 12.7)])["a"]["short"]["warm"]
@@ -151,7 +192,12 @@ def test_ramps_order_and_auto_steps():
     assert [c.load for c in ramps[0]] == [1, 2, 4]  # lowest first, one dimension at a time
     assert [c.index for r in ramps for c in r] == list(range(24))
     assert [(r[0].repetition, r[0].class_name, r[0].state) for r in ramps[:5]] == [
-        (0, "x", "warm"), (0, "x", "cold"), (0, "y", "warm"), (0, "y", "cold"), (1, "x", "warm")]
+        (0, "x", "warm"),
+        (0, "x", "cold"),
+        (0, "y", "warm"),
+        (0, "y", "cold"),
+        (1, "x", "warm"),
+    ]
     assert ramps[-1][0].repetition == 1 and {c.candidate for r in ramps for c in r} == {"a"}
     assert auto_steps(100) == [1, 2, 4, 8, 16, 32, 64, 128]
     assert auto_steps(5000, ceiling=1024)[-1] == 1024

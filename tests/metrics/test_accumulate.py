@@ -14,11 +14,38 @@ from kneecap.metrics.accumulate import LevelAccumulator
 from kneecap.metrics.summarize import summarize_level
 from kneecap.records import RequestRecord
 
-DISTS = ("ttft_ms", "ttft_answer_ms", "itl_ms", "tpot_ms", "e2e_ms", "chunk_gap_ms", "tokens_per_chunk",
-         "schedule_lag_ms", "ttft_from_scheduled_ms", "e2e_from_scheduled_ms")
-EXACT = ("requests", "completed", "failed", "timeouts", "warmup_excluded", "duration_s", "output_tokens",
-         "input_tokens", "output_tok_s", "input_tok_s", "total_tok_s", "request_s", "errors", "token_mismatch",
-         "goodput", "concurrency", "rate", "level")
+DISTS = (
+    "ttft_ms",
+    "ttft_answer_ms",
+    "itl_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "chunk_gap_ms",
+    "tokens_per_chunk",
+    "schedule_lag_ms",
+    "ttft_from_scheduled_ms",
+    "e2e_from_scheduled_ms",
+)
+EXACT = (
+    "requests",
+    "completed",
+    "failed",
+    "timeouts",
+    "warmup_excluded",
+    "duration_s",
+    "output_tokens",
+    "input_tokens",
+    "output_tok_s",
+    "input_tok_s",
+    "total_tok_s",
+    "request_s",
+    "errors",
+    "token_mismatch",
+    "goodput",
+    "concurrency",
+    "rate",
+    "level",
+)
 
 
 def make_records(seed: int, n: int, rate: float | None = None) -> list[RequestRecord]:
@@ -31,12 +58,28 @@ def make_records(seed: int, n: int, rate: float | None = None) -> list[RequestRe
         k = rng.integers(1, 4, size=int(rng.integers(1, 40))).tolist()
         times = (sent + ttft + np.cumsum(np.r_[0.0, rng.exponential(0.02, len(k) - 1)])).tolist()
         status = "ok" if rng.random() > 0.1 else "error"
-        out.append(RequestRecord(
-            request_id=str(i), level=3, concurrency=None if rate else 16, rate=rate, warmup=i < 3,
-            scheduled_at=sched, sent_at=sent, first_token_at=times[0], first_answer_at=times[0] + 0.001,
-            end_at=times[-1] + 0.001, chunk_times=times, chunk_tokens=k, expected_output_tokens=sum(k),
-            output_tokens=sum(k) if i % 7 else sum(k) - 1, prompt_tokens=100, expected_input_tokens=100,
-            status=status, error_kind=None if status == "ok" else "http_500"))
+        out.append(
+            RequestRecord(
+                request_id=str(i),
+                level=3,
+                concurrency=None if rate else 16,
+                rate=rate,
+                warmup=i < 3,
+                scheduled_at=sched,
+                sent_at=sent,
+                first_token_at=times[0],
+                first_answer_at=times[0] + 0.001,
+                end_at=times[-1] + 0.001,
+                chunk_times=times,
+                chunk_tokens=k,
+                expected_output_tokens=sum(k),
+                output_tokens=sum(k) if i % 7 else sum(k) - 1,
+                prompt_tokens=100,
+                expected_input_tokens=100,
+                status=status,
+                error_kind=None if status == "ok" else "http_500",
+            )
+        )
     return out
 
 
@@ -92,14 +135,20 @@ def test_accumulator_over_several_batches_matches_exact_summary():
     assert_agree(streamed, exact, 0.01)
 
 
-@given(st.integers(min_value=0, max_value=10_000), st.integers(min_value=1, max_value=60),
-       st.integers(min_value=0, max_value=60))
+@given(
+    st.integers(min_value=0, max_value=10_000),
+    st.integers(min_value=1, max_value=60),
+    st.integers(min_value=0, max_value=60),
+)
 @settings(max_examples=30, deadline=None)
 def test_merging_workers_equals_one_accumulator(seed, n, cut):
     records = make_records(seed, n)
     cut = min(cut, n)
-    whole, left, right = LevelAccumulator(slo="e2e_p99_ms=300"), LevelAccumulator(slo="e2e_p99_ms=300"), \
-        LevelAccumulator(slo="e2e_p99_ms=300")
+    whole, left, right = (
+        LevelAccumulator(slo="e2e_p99_ms=300"),
+        LevelAccumulator(slo="e2e_p99_ms=300"),
+        LevelAccumulator(slo="e2e_p99_ms=300"),
+    )
     whole.add_many(records)
     left.add_many(records[:cut])
     right.add_many(records[cut:])
@@ -139,13 +188,27 @@ def test_summarize_stream_is_exact_below_the_limit_and_bounded_above(tmp_path):
     from kneecap.metrics.summarize import summarize_level
     from kneecap.records import RequestRecord
 
-    recs = [RequestRecord(request_id=str(i), level=0, concurrency=8, sent_at=i * 0.01, first_token_at=i * 0.01 + 0.05 + (i % 7) * 0.01,
-                          end_at=i * 0.01 + 0.5, chunk_times=[i * 0.01 + 0.05 + k * 0.02 for k in range(10)], chunk_tokens=[1] * 10,
-                          output_tokens=10, prompt_tokens=20) for i in range(300)]
+    recs = [
+        RequestRecord(
+            request_id=str(i),
+            level=0,
+            concurrency=8,
+            sent_at=i * 0.01,
+            first_token_at=i * 0.01 + 0.05 + (i % 7) * 0.01,
+            end_at=i * 0.01 + 0.5,
+            chunk_times=[i * 0.01 + 0.05 + k * 0.02 for k in range(10)],
+            chunk_tokens=[1] * 10,
+            output_tokens=10,
+            prompt_tokens=20,
+        )
+        for i in range(300)
+    ]
     exact = summarize_level(recs, concurrency=8)
     assert summarize_stream(iter(recs), concurrency=8, exact_limit=1000) == exact
     streamed = summarize_stream(iter(recs), concurrency=8, exact_limit=50)
-    assert streamed["completed"] == exact["completed"] and streamed["output_tok_s"] == pytest.approx(exact["output_tok_s"])
+    assert streamed["completed"] == exact["completed"] and streamed["output_tok_s"] == pytest.approx(
+        exact["output_tok_s"]
+    )
     for key in ("ttft_ms", "e2e_ms", "itl_ms"):
         for q in ("p50", "p99"):
             assert streamed[key][q] == pytest.approx(exact[key][q], rel=0.02), (key, q)

@@ -17,16 +17,39 @@ REAL = Path(__file__).parents[1] / "workload" / "data" / "vllm_0.18.0_save_resul
 
 
 def ok(i, sent, chunks, prompt, rate=None, concurrency=None):
-    return RequestRecord(request_id=f"r{i}", level=0, rate=rate, concurrency=concurrency, sent_at=sent,
-                         first_token_at=chunks[0], end_at=chunks[-1], chunk_times=list(chunks),
-                         chunk_tokens=[1] * len(chunks), prompt_tokens=prompt, output_tokens=len(chunks))
+    return RequestRecord(
+        request_id=f"r{i}",
+        level=0,
+        rate=rate,
+        concurrency=concurrency,
+        sent_at=sent,
+        first_token_at=chunks[0],
+        end_at=chunks[-1],
+        chunk_times=list(chunks),
+        chunk_tokens=[1] * len(chunks),
+        prompt_tokens=prompt,
+        output_tokens=len(chunks),
+    )
 
 
 def level(rate=None, concurrency=None):
-    records = [ok(0, 0.0, [0.1, 0.2, 0.3], 10, rate, concurrency), ok(1, 0.5, [0.7, 0.9], 20, rate, concurrency),
-               RequestRecord(request_id="r2", level=0, rate=rate, concurrency=concurrency, sent_at=1.0, end_at=1.2,
-                             expected_input_tokens=30, status="error", error_kind="http_500", error_message="HTTP 500"),
-               ok(3, -5.0, [-4.9, -4.8], 99, rate, concurrency)]
+    records = [
+        ok(0, 0.0, [0.1, 0.2, 0.3], 10, rate, concurrency),
+        ok(1, 0.5, [0.7, 0.9], 20, rate, concurrency),
+        RequestRecord(
+            request_id="r2",
+            level=0,
+            rate=rate,
+            concurrency=concurrency,
+            sent_at=1.0,
+            end_at=1.2,
+            expected_input_tokens=30,
+            status="error",
+            error_kind="http_500",
+            error_message="HTTP 500",
+        ),
+        ok(3, -5.0, [-4.9, -4.8], 99, rate, concurrency),
+    ]
     records[3].warmup = True
     summary = summarize_level(records, rate=rate, concurrency=concurrency, duration_s=2.0)
     return summary, records

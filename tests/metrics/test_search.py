@@ -14,8 +14,10 @@ from kneecap.metrics.search import Verdict, find_max
 
 def threshold(limit: float):
     """A monotone synthetic server: every SLO holds up to `limit`."""
+
     def evaluate(load, repetition):
         return Verdict(load <= limit, "" if load <= limit else f"p99 TTFT breached at {load}")
+
     return evaluate
 
 
@@ -28,7 +30,12 @@ def test_concurrency_search_finds_the_exact_limit_and_keeps_every_probe():
     assert len(loads) == len(set(loads))  # no load evaluated twice
     j = got.to_json()
     assert {k: j[k] for k in ("dimension", "value", "repeats", "failed_at", "failed_because")} == {
-        "dimension": "concurrency", "value": 37, "repeats": 1, "failed_at": 38, "failed_because": "p99 TTFT breached at 38"}
+        "dimension": "concurrency",
+        "value": 37,
+        "repeats": 1,
+        "failed_at": 38,
+        "failed_because": "p99 TTFT breached at 38",
+    }
     assert len(j["probes"]) == len(got.probes)
 
 
@@ -54,6 +61,7 @@ def test_repeats_every_repetition_must_meet():
     # repetition 2 of loads above 20 fails: a load passes only when all 3 repetitions meet
     def flaky(load, rep):
         return Verdict(not (load > 20 and rep == 2) and load <= 40, f"rep {rep} failed at {load}")
+
     got = find_max(flaky, "concurrency", low=1, high=256, repeats=3)
     assert (got.value, got.failed_at, got.failed_because) == (20, 21, "rep 2 failed at 21")
     ok_probes = [p for p in got.probes if p.load == 20]
@@ -61,9 +69,14 @@ def test_repeats_every_repetition_must_meet():
 
 
 def test_bad_arguments_are_one_line_errors():
-    for kwargs in ({"dimension": "qps", "low": 1, "high": 2}, {"dimension": "concurrency", "low": 0, "high": 2},
-                   {"dimension": "concurrency", "low": 1.5, "high": 8}, {"dimension": "rate", "low": 1, "high": 8, "resolution": 2},
-                   {"dimension": "rate", "low": 1, "high": float("inf")}, {"dimension": "rate", "low": 1, "high": 2, "repeats": 0}):
+    for kwargs in (
+        {"dimension": "qps", "low": 1, "high": 2},
+        {"dimension": "concurrency", "low": 0, "high": 2},
+        {"dimension": "concurrency", "low": 1.5, "high": 8},
+        {"dimension": "rate", "low": 1, "high": 8, "resolution": 2},
+        {"dimension": "rate", "low": 1, "high": float("inf")},
+        {"dimension": "rate", "low": 1, "high": 2, "repeats": 0},
+    ):
         with pytest.raises(KneecapError):
             find_max(threshold(3), **kwargs)
 

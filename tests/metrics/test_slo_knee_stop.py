@@ -31,17 +31,20 @@ def test_parse_slo_valid():
     assert parse_slo({"tpot_mean_ms": 30}) == {"tpot_mean_ms": 30.0}
 
 
-@pytest.mark.parametrize("spec, match", [
-    ("ttft_p99=500", "did you mean 'ttft_p99_ms'"),
-    ("ttfb_p99_ms=500", "unknown SLO key 'ttfb_p99_ms'"),
-    ("ttft_p42_ms=500", "stat in mean, p50, p90, p95, p99, max"),
-    ("ttft_p99_ms", "has no '=value'"),
-    ("ttft_p99_ms=fast", "needs a number"),
-    ("ttft_p99_ms=-5", "positive number of milliseconds"),
-    ("ttft_p99_ms=0", "positive"),
-    ("error_rate=5", "fraction in \\[0, 1\\]"),
-    ("ttft_p99_ms=1,ttft_p99_ms=2", "given twice"),
-])
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        ("ttft_p99=500", "did you mean 'ttft_p99_ms'"),
+        ("ttfb_p99_ms=500", "unknown SLO key 'ttfb_p99_ms'"),
+        ("ttft_p42_ms=500", "stat in mean, p50, p90, p95, p99, max"),
+        ("ttft_p99_ms", "has no '=value'"),
+        ("ttft_p99_ms=fast", "needs a number"),
+        ("ttft_p99_ms=-5", "positive number of milliseconds"),
+        ("ttft_p99_ms=0", "positive"),
+        ("error_rate=5", "fraction in \\[0, 1\\]"),
+        ("ttft_p99_ms=1,ttft_p99_ms=2", "given twice"),
+    ],
+)
 def test_parse_slo_errors_name_the_fix(spec, match):
     with pytest.raises(KneecapError) as info:
         parse_slo(spec)
@@ -77,14 +80,17 @@ def test_per_request_budgets_take_the_ceiling_and_skip_level_only_terms():
     assert per_request_budgets_ms(slo) == {"ttft": 500.0, "tpot": 40.0}
 
 
-@pytest.mark.parametrize("kw, good", [
-    ({}, True),  # TTFT 100 ms <= 500; TPOT (1.1 - 0.1) / 9 = 111 ms <= 120
-    ({"first_token_at": 0.6}, False),  # TTFT 600 > 500
-    ({"status": "error", "error_kind": "http_500"}, False),  # failed is never good
-    ({"first_token_at": None}, False),  # no first token: TTFT missing
-    ({"output_tokens": 1}, True),  # TPOT undefined for 1 token: no breach
-    ({"end_at": 3.0}, False),  # TPOT (3.0 - 0.1) / 9 = 322 ms > 120
-])
+@pytest.mark.parametrize(
+    "kw, good",
+    [
+        ({}, True),  # TTFT 100 ms <= 500; TPOT (1.1 - 0.1) / 9 = 111 ms <= 120
+        ({"first_token_at": 0.6}, False),  # TTFT 600 > 500
+        ({"status": "error", "error_kind": "http_500"}, False),  # failed is never good
+        ({"first_token_at": None}, False),  # no first token: TTFT missing
+        ({"output_tokens": 1}, True),  # TPOT undefined for 1 token: no breach
+        ({"end_at": 3.0}, False),  # TPOT (3.0 - 0.1) / 9 = 322 ms > 120
+    ],
+)
 def test_request_is_good(kw, good):
     fields = dict(request_id="r", level=0, sent_at=0.0, first_token_at=0.1, end_at=1.1, output_tokens=10)
     fields.update(kw)
@@ -96,10 +102,12 @@ def test_request_is_good(kw, good):
 
 # --- knee --------------------------------------------------------------------------------------------
 
+
 def curve(xs, ys, tpot=None, key="concurrency"):
     tpot = tpot or [10.0 * (1 + i) for i in range(len(xs))]
-    return [{key: x, "output_tok_s": y, "tpot_ms": {"p50": t}, "ttft_ms": {"p50": 100.0}}
-            for x, y, t in zip(xs, ys, tpot)]
+    return [
+        {key: x, "output_tok_s": y, "tpot_ms": {"p50": t}, "ttft_ms": {"p50": 100.0}} for x, y, t in zip(xs, ys, tpot)
+    ]
 
 
 def test_gain_per_doubling_scales_steps():
@@ -152,10 +160,13 @@ def test_knee_ignores_unusable_levels_and_validates_key():
         find_knee(levels, key="qps")
 
 
-@given(st.lists(st.floats(min_value=1.0, max_value=1e5), min_size=2, max_size=8),
-       st.floats(min_value=0.01, max_value=100.0), st.randoms(use_true_random=False))
+@given(
+    st.lists(st.floats(min_value=1.0, max_value=1e5), min_size=2, max_size=8),
+    st.floats(min_value=0.01, max_value=100.0),
+    st.randoms(use_true_random=False),
+)
 def test_knee_is_invariant_to_order_and_throughput_units(ys, scale, rnd):
-    levels = curve([2 ** i for i in range(len(ys))], ys)
+    levels = curve([2**i for i in range(len(ys))], ys)
     knee = find_knee(levels)
     shuffled = list(levels)
     rnd.shuffle(shuffled)
@@ -172,14 +183,21 @@ def test_curve_gaining_at_least_10_percent_per_doubling_has_no_knee(gains):
     ys = [100.0]
     for g in gains:
         ys.append(ys[-1] * (1 + g) * 1.0000001)
-    assert find_knee(curve([2 ** i for i in range(len(ys))], ys)) is None
+    assert find_knee(curve([2**i for i in range(len(ys))], ys)) is None
 
 
 # --- stop --------------------------------------------------------------------------------------------
 
+
 def lvl(c, failed=0, p99=100.0, y=100.0, requests=100):
-    return {"concurrency": c, "requests": requests, "failed": failed, "output_tok_s": y,
-            "ttft_ms": {"p50": p99 / 2, "p99": p99}, "tpot_ms": {"p50": 10.0 * c}}
+    return {
+        "concurrency": c,
+        "requests": requests,
+        "failed": failed,
+        "output_tok_s": y,
+        "ttft_ms": {"p50": p99 / 2, "p99": p99},
+        "tpot_ms": {"p50": 10.0 * c},
+    }
 
 
 def test_stop_on_error_rate():
@@ -214,7 +232,10 @@ def test_stop_limits_validation_and_caller_records():
     with pytest.raises(KneecapError, match="unknown SLO key"):
         StopLimits(slo="ttft=3")
     assert stop_record(512, "preflight_exceeds", "needs 2.1M tokens, pool holds 1.57M") == {
-        "at": 512, "reason": "preflight_exceeds", "detail": "needs 2.1M tokens, pool holds 1.57M"}
+        "at": 512,
+        "reason": "preflight_exceeds",
+        "detail": "needs 2.1M tokens, pool holds 1.57M",
+    }
     with pytest.raises(KneecapError, match="stop reason"):
         stop_record(1, "bored", "")
     assert check_stop([], StopLimits()) is None

@@ -14,8 +14,9 @@ from kneecap.metrics.stability import OVER_CAPACITY, STABLE, TRANSIENT, is_stead
 from kneecap.records import RequestRecord
 
 
-def open_loop(n: int, rate: float, service_s: float, *, servers: int | None = None, lag: float = 1.0,
-              ttft_s: float = 0.01) -> list[RequestRecord]:
+def open_loop(
+    n: int, rate: float, service_s: float, *, servers: int | None = None, lag: float = 1.0, ttft_s: float = 0.01
+) -> list[RequestRecord]:
     """n requests sent every 1/rate s (scheduled every 1/(rate*lag) s: lag > 1 = the client fell behind),
     each served for service_s once one of `servers` slots is free (None: never waits)."""
     free = [0.0] * (servers or n)
@@ -25,9 +26,19 @@ def open_loop(n: int, rate: float, service_s: float, *, servers: int | None = No
         free.sort()
         start = max(sent, free[0])
         free[0] = start + service_s
-        out.append(RequestRecord(request_id=f"r{i}", level=0, rate=rate, scheduled_at=i / (rate * lag), sent_at=sent,
-                                 first_token_at=start + ttft_s, end_at=start + service_s, output_tokens=10,
-                                 expected_output_tokens=10))
+        out.append(
+            RequestRecord(
+                request_id=f"r{i}",
+                level=0,
+                rate=rate,
+                scheduled_at=i / (rate * lag),
+                sent_at=sent,
+                first_token_at=start + ttft_s,
+                end_at=start + service_s,
+                output_tokens=10,
+                expected_output_tokens=10,
+            )
+        )
     return out
 
 
@@ -75,9 +86,18 @@ def test_closed_loop_is_judged_after_its_first_round_and_never_over_capacity():
     # 4 streams, each request 1 s: the first round (4 requests sent at 0) is left out
     recs = []
     for i in range(40):
-        stream, k = i % 4, i // 4
-        recs.append(RequestRecord(request_id=f"c{i}", level=0, concurrency=4, sent_at=float(k),
-                                  first_token_at=k + 0.1, end_at=k + 1.0, output_tokens=5))
+        k = i // 4  # stream i % 4's k-th request
+        recs.append(
+            RequestRecord(
+                request_id=f"c{i}",
+                level=0,
+                concurrency=4,
+                sent_at=float(k),
+                first_token_at=k + 0.1,
+                end_at=k + 1.0,
+                output_tokens=5,
+            )
+        )
     st = level_stability(recs, kind="concurrency", value=4)
     assert st["window_requests"] == 36 and st["verdict"] == STABLE, st["rule"]
     assert st["offered_rps"] == st["sent_rps"] == pytest.approx(35 / 8)  # sent at 1 s .. 9 s
@@ -85,8 +105,24 @@ def test_closed_loop_is_judged_after_its_first_round_and_never_over_capacity():
 
 
 def test_simulate_marks_a_rate_the_engine_cannot_serve_over_capacity_and_a_light_one_stable(cli, tmp_path):
-    r = cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "1000", "--osl", "1000",
-            "--rate", "1,50", "--requests", "800", "--out", str(tmp_path), "--json")
+    r = cli(
+        "simulate",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--isl",
+        "1000",
+        "--osl",
+        "1000",
+        "--rate",
+        "1,50",
+        "--requests",
+        "800",
+        "--out",
+        str(tmp_path),
+        "--json",
+    )
     assert r.code == 0, r.stderr
     levels = json.loads(r.stdout)["levels"]
     assert [lv["stability"]["verdict"] for lv in levels] == [STABLE, OVER_CAPACITY]
@@ -103,17 +139,34 @@ def test_bench_against_kneecap_serve_past_its_capacity_says_over_capacity(cli, t
     from kneecap.cli.demo import start_server, stop_server
 
     # two sequences at a time of 100 + 20 tokens: about a dozen requests per second; 150 req/s is far past it
-    proc, url = start_server(["--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--context", "4096",
-                              "--max-num-seqs", "2"])
+    proc, url = start_server(
+        ["--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--context", "4096", "--max-num-seqs", "2"]
+    )
     try:
-        r = cli("bench", "--base-url", url, "--rate", "6,150", "--requests", "60", "--isl", "100", "--osl", "20",
-                "--out", str(tmp_path), "--no-report")
+        r = cli(
+            "bench",
+            "--base-url",
+            url,
+            "--rate",
+            "6,150",
+            "--requests",
+            "60",
+            "--isl",
+            "100",
+            "--osl",
+            "20",
+            "--out",
+            str(tmp_path),
+            "--no-report",
+        )
     finally:
         assert stop_server(proc) == 0
     assert r.code == 0, r.stderr
     assert "OVER CAPACITY" in r.stdout
     doc = json.loads((tmp_path / "summary.json").read_text())
-    jsonschema.validate(doc, json.loads((Path(__file__).resolve().parents[2] / "docs" / "summary.schema.json").read_text()))
+    jsonschema.validate(
+        doc, json.loads((Path(__file__).resolve().parents[2] / "docs" / "summary.schema.json").read_text())
+    )
     light, heavy = (lv["stability"] for lv in doc["levels"])
     assert light["verdict"] == STABLE, light["rule"]
     assert heavy["verdict"] == OVER_CAPACITY, heavy["rule"]
@@ -122,8 +175,24 @@ def test_bench_against_kneecap_serve_past_its_capacity_says_over_capacity(cli, t
 
 def test_a_level_over_capacity_never_meets_its_slo(cli, tmp_path):
     # 200 requests at 64 req/s: short enough that the percentiles alone pass; the growing queue does not
-    r = cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "1000", "--osl", "1000",
-            "--rate", "1,64", "--slo", "ttft_p99_ms=3000,tpot_p99_ms=50", "--out", str(tmp_path), "--json")
+    r = cli(
+        "simulate",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--isl",
+        "1000",
+        "--osl",
+        "1000",
+        "--rate",
+        "1,64",
+        "--slo",
+        "ttft_p99_ms=3000,tpot_p99_ms=50",
+        "--out",
+        str(tmp_path),
+        "--json",
+    )
     assert r.code == 0, r.stderr
     light, heavy = json.loads(r.stdout)["levels"]
     assert light["slo"]["met"] and light["stability"]["verdict"] == STABLE
@@ -139,8 +208,26 @@ def test_summaries_validate_against_the_published_schema(cli, tmp_path):
 
     schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "summary.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
-    r = cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "500", "--osl", "100",
-            "--rate", "1,8", "--find-max", "rate", "--slo", "ttft_p99_ms=1000", "--no-report", "--out", str(tmp_path))
+    r = cli(
+        "simulate",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--isl",
+        "500",
+        "--osl",
+        "100",
+        "--rate",
+        "1,8",
+        "--find-max",
+        "rate",
+        "--slo",
+        "ttft_p99_ms=1000",
+        "--no-report",
+        "--out",
+        str(tmp_path),
+    )
     assert r.code == 0, r.stderr
     doc = json.loads((tmp_path / "summary.json").read_text())
     jsonschema.validate(doc, schema)

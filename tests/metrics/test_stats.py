@@ -52,8 +52,9 @@ def test_distribution_matches_numpy_hypothesis(values):
 def test_distribution_known_values():
     # 1..10: linear percentile p90 = x[8.1] = 9 + 0.1 * (10 - 9) = 9.1
     got = distribution(range(1, 11))
-    assert got == pytest.approx({"mean": 5.5, "p50": 5.5, "p90": 9.1, "p95": 9.55, "p99": 9.91, "max": 10.0, "n": 10},
-                                rel=1e-12)
+    assert got == pytest.approx(
+        {"mean": 5.5, "p50": 5.5, "p90": 9.1, "p95": 9.55, "p99": 9.91, "max": 10.0, "n": 10}, rel=1e-12
+    )
 
 
 def test_empty_distribution_is_none_not_zero():
@@ -95,6 +96,7 @@ def test_weighted_rejects_bad_weights():
 
 
 # --- streaming --------------------------------------------------------------------------------------
+
 
 def assert_within_bound(sketch: StreamingDistribution, sample) -> None:
     ref = numpy_reference(sample)

@@ -71,8 +71,15 @@ def test_unknown_model_type_missing_a_decoder_field_names_it(tmp_path, field):
     assert field in err.hint and "llama" in err.hint and "deepseek_v3" in err.hint and "preset" in err.hint
 
 
-@pytest.mark.parametrize("extra", [{"mamba_d_state": 16}, {"hybrid_override_pattern": "M*"},
-                                   {"layer_types": ["mamba"] * 28}, {"cross_attention_layers": [3, 8]}])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"mamba_d_state": 16},
+        {"hybrid_override_pattern": "M*"},
+        {"layer_types": ["mamba"] * 28},
+        {"cross_attention_layers": [3, 8]},
+    ],
+)
 def test_unknown_model_type_that_is_not_a_plain_decoder_is_refused(tmp_path, extra):
     err = _error(str(_write(tmp_path, dict(GOOD, model_type="hybridthing", **extra))))
     assert "hybridthing" in err.message and "not a plain decoder" in err.message and next(iter(extra)) in err.message
@@ -104,9 +111,17 @@ def test_unreadable_file(tmp_path):
     assert "cannot read" in err.message and str(path) in err.message
 
 
-@pytest.mark.parametrize("field,value", [("num_attention_heads", 0), ("hidden_size", -4096),
-                                         ("num_hidden_layers", "28"), ("num_key_value_heads", 0),
-                                         ("head_dim", -1), ("vocab_size", 1.5)])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("num_attention_heads", 0),
+        ("hidden_size", -4096),
+        ("num_hidden_layers", "28"),
+        ("num_key_value_heads", 0),
+        ("head_dim", -1),
+        ("vocab_size", 1.5),
+    ],
+)
 def test_zero_negative_or_non_integer(tmp_path, field, value):
     err = _error(str(_write(tmp_path, dict(GOOD, **{field: value}))))
     assert field in err.message and repr(value) in err.message
@@ -172,8 +187,10 @@ def test_nemotron_h_pattern_errors(tmp_path):
     assert "ssm_state_size" in err.message
 
 
-@pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() == 0,
-                    reason="root reads files whatever their mode")
+@pytest.mark.skipif(
+    not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() == 0,
+    reason="root reads files whatever their mode",
+)
 def test_permission_denied(tmp_path):
     path = _write(tmp_path, GOOD)
     path.chmod(0)

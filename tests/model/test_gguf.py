@@ -34,20 +34,35 @@ def _write(path: Path, arch: str, meta: dict, tensors: dict) -> Path:
 
 
 def _dense_tensors(layers: int, hidden: int, kv_dim: int, ffn: int, vocab: int) -> dict:
-    t = {"token_embd.weight": ((vocab, hidden), np.float16), "output_norm.weight": ((hidden,), np.float32),
-         "output.weight": ((vocab, hidden), Q8_0)}
+    t = {
+        "token_embd.weight": ((vocab, hidden), np.float16),
+        "output_norm.weight": ((hidden,), np.float32),
+        "output.weight": ((vocab, hidden), Q8_0),
+    }
     for i in range(layers):
-        t |= {f"blk.{i}.attn_norm.weight": ((hidden,), np.float32), f"blk.{i}.ffn_norm.weight": ((hidden,), np.float32),
-              f"blk.{i}.attn_q.weight": ((hidden, hidden), Q8_0), f"blk.{i}.attn_k.weight": ((kv_dim, hidden), Q8_0),
-              f"blk.{i}.attn_v.weight": ((kv_dim, hidden), Q8_0), f"blk.{i}.attn_output.weight": ((hidden, hidden), Q8_0),
-              f"blk.{i}.ffn_gate.weight": ((ffn, hidden), np.float16), f"blk.{i}.ffn_up.weight": ((ffn, hidden), np.float16),
-              f"blk.{i}.ffn_down.weight": ((hidden, ffn), np.float16)}
+        t |= {
+            f"blk.{i}.attn_norm.weight": ((hidden,), np.float32),
+            f"blk.{i}.ffn_norm.weight": ((hidden,), np.float32),
+            f"blk.{i}.attn_q.weight": ((hidden, hidden), Q8_0),
+            f"blk.{i}.attn_k.weight": ((kv_dim, hidden), Q8_0),
+            f"blk.{i}.attn_v.weight": ((kv_dim, hidden), Q8_0),
+            f"blk.{i}.attn_output.weight": ((hidden, hidden), Q8_0),
+            f"blk.{i}.ffn_gate.weight": ((ffn, hidden), np.float16),
+            f"blk.{i}.ffn_up.weight": ((ffn, hidden), np.float16),
+            f"blk.{i}.ffn_down.weight": ((hidden, ffn), np.float16),
+        }
     return t
 
 
 def test_dense_llama_gguf_exact_params_and_bytes(tmp_path):
-    meta = {"block_count": 2, "embedding_length": 64, "head_count": 4, "head_count_kv": 2, "context_length": 2048,
-            "feed_forward_length": 128}
+    meta = {
+        "block_count": 2,
+        "embedding_length": 64,
+        "head_count": 4,
+        "head_count_kv": 2,
+        "context_length": 2048,
+        "feed_forward_length": 128,
+    }
     path = _write(tmp_path / "tiny.gguf", "llama", meta, _dense_tensors(2, 64, 32, 128, 100))
     model = load_model(str(path))
     assert (model.architecture, model.name, model.vocab_size) == ("llama", "tiny-test", 100)
@@ -55,8 +70,13 @@ def test_dense_llama_gguf_exact_params_and_bytes(tmp_path):
     # embed 100*64 = 6,400; per layer attn 64*64*2 + 32*64*2 = 12,288, MLP 3*128*64 = 24,576, norms 128
     # -> 36,992 x2 = 73,984; output_norm 64; output 6,400 -> 86,848
     assert model.total_params == 86_848
-    assert param_breakdown(model) == {"embed": 6_400, "attention": 24_576, "dense_mlp": 49_152,
-                                      "lm_head": 6_400, "norms": 320}
+    assert param_breakdown(model) == {
+        "embed": 6_400,
+        "attention": 24_576,
+        "dense_mlp": 49_152,
+        "lm_head": 6_400,
+        "norms": 320,
+    }
     # bytes: embed f16 12,800; norms f32 320*4 = 1,280; Q8_0 = 34 B per 32 weights: attention 24,576/32*34 =
     # 26,112; MLP f16 49,152*2 = 98,304; output 6,400/32*34 = 6,800 -> 145,296
     assert model.checkpoint_bytes == 145_296 == total_weight_bytes(model)
@@ -68,16 +88,24 @@ def test_moe_gguf_active_params(tmp_path):
     hidden, ffn, experts = 64, 32, 4
     tensors = {"token_embd.weight": ((50, hidden), np.float32), "output_norm.weight": ((hidden,), np.float32)}
     for i in range(2):
-        tensors |= {f"blk.{i}.attn_q.weight": ((hidden, hidden), np.float32),
-                    f"blk.{i}.attn_k.weight": ((hidden, hidden), np.float32),
-                    f"blk.{i}.attn_v.weight": ((hidden, hidden), np.float32),
-                    f"blk.{i}.attn_output.weight": ((hidden, hidden), np.float32),
-                    f"blk.{i}.ffn_gate_inp.weight": ((experts, hidden), np.float32),
-                    f"blk.{i}.ffn_gate_exps.weight": ((experts, ffn, hidden), np.float32),
-                    f"blk.{i}.ffn_up_exps.weight": ((experts, ffn, hidden), np.float32),
-                    f"blk.{i}.ffn_down_exps.weight": ((experts, hidden, ffn), np.float32)}
-    meta = {"block_count": 2, "embedding_length": hidden, "head_count": 4, "head_count_kv": 4, "expert_count": experts,
-            "expert_used_count": 1}
+        tensors |= {
+            f"blk.{i}.attn_q.weight": ((hidden, hidden), np.float32),
+            f"blk.{i}.attn_k.weight": ((hidden, hidden), np.float32),
+            f"blk.{i}.attn_v.weight": ((hidden, hidden), np.float32),
+            f"blk.{i}.attn_output.weight": ((hidden, hidden), np.float32),
+            f"blk.{i}.ffn_gate_inp.weight": ((experts, hidden), np.float32),
+            f"blk.{i}.ffn_gate_exps.weight": ((experts, ffn, hidden), np.float32),
+            f"blk.{i}.ffn_up_exps.weight": ((experts, ffn, hidden), np.float32),
+            f"blk.{i}.ffn_down_exps.weight": ((experts, hidden, ffn), np.float32),
+        }
+    meta = {
+        "block_count": 2,
+        "embedding_length": hidden,
+        "head_count": 4,
+        "head_count_kv": 4,
+        "expert_count": experts,
+        "expert_used_count": 1,
+    }
     model = load_model(str(_write(tmp_path / "moe.gguf", "qwen3moe", meta, tensors)))
     # expert = 3*32*64 = 6,144; experts 6,144*4*2 = 49,152; attn 4*64*64*2 = 32,768; router 4*64*2 = 512;
     # embed 50*64 = 3,200 (tied: no output tensor); norms 64 -> 85,696; active = total - 2*3*6,144 = 48,832
@@ -93,8 +121,15 @@ def test_sliding_and_mla_gguf(tmp_path):
     # llama.cpp gemma3: every 6th layer global -> 10 sliding (window 512) + 2 full
     assert (model.count_layers("sliding_attention"), model.count_layers("full_attention")) == (10, 2)
     assert model.sliding_window == 512
-    meta = {"block_count": 3, "embedding_length": 32, "head_count": 2, "head_count_kv": 2, "kv_lora_rank": 16,
-            "rope_dimension_count": 8, "key_length": 24}
+    meta = {
+        "block_count": 3,
+        "embedding_length": 32,
+        "head_count": 2,
+        "head_count_kv": 2,
+        "kv_lora_rank": 16,
+        "rope_dimension_count": 8,
+        "key_length": 24,
+    }
     mla = load_model(str(_write(tmp_path / "ds.gguf", "deepseek2", meta, tensors)))
     assert set(mla.layer_types) == {"mla"}
     assert kv_bytes_per_token(mla, 2) == 3 * (16 + 8) * 2  # 144
@@ -103,8 +138,12 @@ def test_sliding_and_mla_gguf(tmp_path):
 def test_gguf_missing_key_is_one_line(tmp_path):
     from kneecap.errors import KneecapError
 
-    path = _write(tmp_path / "bad.gguf", "llama", {"embedding_length": 32, "head_count": 2},
-                  {"token_embd.weight": ((10, 32), np.float32)})
+    path = _write(
+        tmp_path / "bad.gguf",
+        "llama",
+        {"embedding_length": 32, "head_count": 2},
+        {"token_embd.weight": ((10, 32), np.float32)},
+    )
     with pytest.raises(KneecapError) as info:
         load_model(str(path))
     assert "llama.block_count" in info.value.message and str(path) in info.value.message
@@ -118,12 +157,25 @@ def test_folder_with_one_gguf(tmp_path):
 
 def test_nemotron_h_style_hybrid_gguf(tmp_path):
     # blocks M * - M: head_count_kv 0 = no attention; feed_forward_length > 0 without attention = MLP-only block
-    tensors = {"token_embd.weight": ((10, 32), np.float32),
-               "blk.0.ssm_in.weight": ((200, 32), np.float32), "blk.1.attn_q.weight": ((32, 32), np.float32),
-               "blk.2.ffn_up.weight": ((128, 32), np.float32), "blk.3.ssm_out.weight": ((32, 64), np.float32)}
-    meta = {"block_count": 4, "embedding_length": 32, "head_count": 4, "head_count_kv": [0, 2, 0, 0],
-            "feed_forward_length": [0, 0, 128, 0], "ssm_conv_kernel": 4, "ssm_inner_size": 64, "ssm_state_size": 16,
-            "ssm_group_count": 2, "ssm_time_step_rank": 4}
+    tensors = {
+        "token_embd.weight": ((10, 32), np.float32),
+        "blk.0.ssm_in.weight": ((200, 32), np.float32),
+        "blk.1.attn_q.weight": ((32, 32), np.float32),
+        "blk.2.ffn_up.weight": ((128, 32), np.float32),
+        "blk.3.ssm_out.weight": ((32, 64), np.float32),
+    }
+    meta = {
+        "block_count": 4,
+        "embedding_length": 32,
+        "head_count": 4,
+        "head_count_kv": [0, 2, 0, 0],
+        "feed_forward_length": [0, 0, 128, 0],
+        "ssm_conv_kernel": 4,
+        "ssm_inner_size": 64,
+        "ssm_state_size": 16,
+        "ssm_group_count": 2,
+        "ssm_time_step_rank": 4,
+    }
     model = load_model(str(_write(tmp_path / "nh.gguf", "nemotron_h", meta, tensors)))
     assert model.layer_types == ("linear_attention", "full_attention", "linear_attention")  # MLP block folded
     assert kv_bytes_per_token(model, 2) == 64  # 1 layer x 2 x 2 heads x (32 / 4 = 8) x 2 B

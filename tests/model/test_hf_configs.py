@@ -72,8 +72,9 @@ def test_llama4_chunked_layers_and_moe_under_text_config():
 
 def test_folder_with_safetensors_index(tmp_path):
     shutil.copy(CONFIGS / "qwen3-0.6b.json", tmp_path / "config.json")
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 1_503_238_144},
-                                                                       "weight_map": {}}))
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 1_503_238_144}, "weight_map": {}})
+    )
     model = load_model(str(tmp_path))
     assert model.checkpoint_bytes == 1_503_238_144
     assert model.name == tmp_path.name
@@ -185,9 +186,18 @@ def test_nemotron_h_mamba2_hybrid():
 
 def test_gemma2_alternation_rule(tmp_path):
     # Synthetic (shape only): HF Gemma2Config layer_types = "sliding" if (i + 1) % 2 else "full" -> layer 0 slides
-    cfg = {"model_type": "gemma2", "architectures": ["Gemma2ForCausalLM"], "num_hidden_layers": 4, "hidden_size": 64,
-           "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-           "vocab_size": 100, "sliding_window": 4096}
+    cfg = {
+        "model_type": "gemma2",
+        "architectures": ["Gemma2ForCausalLM"],
+        "num_hidden_layers": 4,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "vocab_size": 100,
+        "sliding_window": 4096,
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     model = load_model(str(tmp_path))
     assert model.layer_types == ("sliding_attention", "full_attention") * 2
@@ -200,13 +210,23 @@ def test_cohere2_interleaved_sliding_layers(tmp_path):
     # Synthetic (shape only; no Command R7B config.json is shipped): HF Cohere2Config layer_types = "sliding" if
     # (i + 1) % sliding_window_pattern (4) else "full"; vLLM commandr.py (0.32.0) gives those layers a window of
     # sliding_window + 1
-    cfg = {"model_type": "cohere2", "architectures": ["Cohere2ForCausalLM"], "num_hidden_layers": 8, "hidden_size": 64,
-           "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100,
-           "sliding_window": 4096, "sliding_window_pattern": 4}
+    cfg = {
+        "model_type": "cohere2",
+        "architectures": ["Cohere2ForCausalLM"],
+        "num_hidden_layers": 8,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 100,
+        "sliding_window": 4096,
+        "sliding_window_pattern": 4,
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     model = load_model(str(tmp_path))
     assert model.layer_types == ("sliding_attention",) * 3 + ("full_attention",) + ("sliding_attention",) * 3 + (
-        "full_attention",)
+        "full_attention",
+    )
     assert model.sliding_window == 4097 and not any("generic" in n for n in model.notes)
     assert kv_bytes_per_token(model, 2) == 8 * 2 * 2 * 16 * 2  # 8 layers x K,V x 2 KV heads x (64 / 4) x 2 B
     # tied by default (CohereConfig, Cohere2Config): embed 100*64 = 6,400 and no lm_head; attn q,o 64*64 each +
@@ -251,7 +271,10 @@ def test_jamba_mamba1_hybrid_moe():
 def test_absent_or_null_kv_heads_means_mha(tmp_path):
     cfg = json.loads((CONFIGS / "qwen3-0.6b.json").read_text())
     for value in (None, "absent"):
-        doc = dict(cfg, num_key_value_heads=value) if value is None else {k: v for k, v in cfg.items()
-                                                                            if k != "num_key_value_heads"}
+        doc = (
+            dict(cfg, num_key_value_heads=value)
+            if value is None
+            else {k: v for k, v in cfg.items() if k != "num_key_value_heads"}
+        )
         (tmp_path / "config.json").write_text(json.dumps(doc))
         assert load_model(str(tmp_path)).num_key_value_heads == 16  # = num_attention_heads

@@ -47,8 +47,14 @@ def test_offline_and_not_cached(tmp_path):
 
 
 def test_cli_offline_env(cli, tmp_path):
-    result = cli("plan", "--model", "someorg/not-cached", "--gpu", "h100-sxm",
-                 env={"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path), "HF_HOME": str(tmp_path)})
+    result = cli(
+        "plan",
+        "--model",
+        "someorg/not-cached",
+        "--gpu",
+        "h100-sxm",
+        env={"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path), "HF_HOME": str(tmp_path)},
+    )
     assert result.code == 2
     assert result.stderr.count("\n") == 1 and "HF_HUB_OFFLINE" in result.stderr
 
@@ -57,8 +63,19 @@ def test_cli_unreachable_hub_is_one_fast_line(cli, tmp_path):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    result = cli("plan", "--model", "someorg/not-cached", "--gpu", "h100-sxm", timeout=60,
-                 env={"HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_HUB_CACHE": str(tmp_path),
-                      "HF_HOME": str(tmp_path), "HF_HUB_OFFLINE": "0"})
+    result = cli(
+        "plan",
+        "--model",
+        "someorg/not-cached",
+        "--gpu",
+        "h100-sxm",
+        timeout=60,
+        env={
+            "HF_ENDPOINT": f"http://127.0.0.1:{port}",
+            "HF_HUB_CACHE": str(tmp_path),
+            "HF_HOME": str(tmp_path),
+            "HF_HUB_OFFLINE": "0",
+        },
+    )
     assert result.code == 2
     assert result.stderr.count("\n") == 1 and "cannot be reached" in result.stderr

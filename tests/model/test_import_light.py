@@ -5,8 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
-CODE = ("import sys; from kneecap.model import load_model; m = load_model('{spec}'); "
-        "print(sorted(x for x in ('numpy', 'gguf', 'huggingface_hub', 'pydantic') if x in sys.modules))")
+CODE = (
+    "import sys; from kneecap.model import load_model; m = load_model('{spec}'); "
+    "print(sorted(x for x in ('numpy', 'gguf', 'huggingface_hub', 'pydantic') if x in sys.modules))"
+)
 
 
 def _heavy_modules(spec: str) -> str:

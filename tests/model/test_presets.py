@@ -110,11 +110,20 @@ def test_preset_matches_hand_computed_values(name, total, active, kv_per_token, 
 
 # Published totals (model cards; see each preset's "published.source") and how close the architecture count is.
 PUBLISHED = [
-    ("llama-3.1-8b", 0.001), ("llama-3.1-70b", 0.001), ("llama-3.1-405b", 0.005), ("mixtral-8x7b", 0.001),
-    ("qwen3-30b-a3b", 0.002), ("qwen3-235b-a22b", 0.001), ("gpt-oss-120b", 0.0001), ("gpt-oss-20b", 0.0005),
-    ("deepseek-v3", 0.001), ("qwen3.5-397b-a17b", 0.003),  # 397B on the card includes the vision tower
-    ("qwen3-next-80b-a3b", 0.005), ("gemma-3-27b", 0.001),
-    ("kimi-k2", 0.03), ("kimi-k2.5", 0.03),  # "1T" is rounded; the architecture gives 1.026T
+    ("llama-3.1-8b", 0.001),
+    ("llama-3.1-70b", 0.001),
+    ("llama-3.1-405b", 0.005),
+    ("mixtral-8x7b", 0.001),
+    ("qwen3-30b-a3b", 0.002),
+    ("qwen3-235b-a22b", 0.001),
+    ("gpt-oss-120b", 0.0001),
+    ("gpt-oss-20b", 0.0005),
+    ("deepseek-v3", 0.001),
+    ("qwen3.5-397b-a17b", 0.003),  # 397B on the card includes the vision tower
+    ("qwen3-next-80b-a3b", 0.005),
+    ("gemma-3-27b", 0.001),
+    ("kimi-k2", 0.03),
+    ("kimi-k2.5", 0.03),  # "1T" is rounded; the architecture gives 1.026T
 ]
 
 
@@ -126,8 +135,12 @@ def test_total_params_close_to_published(name, rel_tol):
 
 # Active counts published with three significant figures (the others are only a model name such as "A3B").
 # gpt-oss: OpenAI's 5.13B / 3.61B leave the input embedding (201088 x 2880 = 579,133,440) out; we count it.
-ACTIVE = [("mixtral-8x7b", 0, 0.002), ("qwen3-30b-a3b", 0, 0.02),
-          ("gpt-oss-120b", 579_133_440, 0.002), ("gpt-oss-20b", 579_133_440, 0.005)]
+ACTIVE = [
+    ("mixtral-8x7b", 0, 0.002),
+    ("qwen3-30b-a3b", 0, 0.02),
+    ("gpt-oss-120b", 579_133_440, 0.002),
+    ("gpt-oss-20b", 579_133_440, 0.005),
+]
 
 
 @pytest.mark.parametrize("name,embedding,rel_tol", ACTIVE, ids=[a[0] for a in ACTIVE])
@@ -168,4 +181,3 @@ def test_preset_files_are_config_json_like():
     for path in PRESET_DIR.glob("*.json"):
         doc = json.loads(path.read_text())
         assert "model_type" in doc["config"], path.name
-

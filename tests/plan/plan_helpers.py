@@ -12,10 +12,20 @@ from kneecap.model.spec import Model
 def make_gqa_70b(**changes) -> Model:
     """Seed 003's gqa-70b built directly: 80 layers, 64 heads, 8 KV heads, head_dim 128, 70e9 params, fp16."""
     fields = dict(
-        name="gqa-70b", source="seed 003 (tests)", architecture="LlamaForCausalLM",
-        num_hidden_layers=80, hidden_size=8192, num_attention_heads=64, num_key_value_heads=8, head_dim=128,
-        vocab_size=128256, layer_types=("full_attention",) * 80, total_params=70_000_000_000,
-        active_params=70_000_000_000, max_position_embeddings=131072, weight_dtype="fp16",
+        name="gqa-70b",
+        source="seed 003 (tests)",
+        architecture="LlamaForCausalLM",
+        num_hidden_layers=80,
+        hidden_size=8192,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=128256,
+        layer_types=("full_attention",) * 80,
+        total_params=70_000_000_000,
+        active_params=70_000_000_000,
+        max_position_embeddings=131072,
+        weight_dtype="fp16",
     )
     fields.update(changes)
     return Model(**fields)

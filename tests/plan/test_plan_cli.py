@@ -10,23 +10,87 @@ import sys
 import pytest
 from plan_helpers import run_kneecap
 
-SEED_LINE = ["plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--context", "8192", "--mean-context", "2050",
-             "--compute-batch-cap", "128"]
+SEED_LINE = [
+    "plan",
+    "--preset",
+    "gqa-70b",
+    "--gpu",
+    "mi300x",
+    "--context",
+    "8192",
+    "--mean-context",
+    "2050",
+    "--compute-batch-cap",
+    "128",
+]
 
-PLAN_KEYS = {"kv_bytes_per_token", "kv_bytes_per_token_per_gpu", "ledger", "kv_capacity_tokens", "max_seqs",
-             "max_concurrency", "binding", "levers", "tp_sweep", "context_sweep",
-             # additions
-             "model", "gpu", "tp", "pp", "ep", "dp_attention", "num_gpus", "weight_dtype", "kv_dtype", "context", "mean_context", "block_size",
-             "compute_batch_cap", "hbm", "weights_total_bytes", "weights_source", "kv_heads_per_gpu", "kv_replicated",
-             "state_bytes_per_sequence", "kv_pool_source", "num_kv_blocks", "seq_bytes", "waste", "notes", "engine",
-             "worst_case", "paged_at_mean_context", "kv_derivation"}
+PLAN_KEYS = {
+    "kv_bytes_per_token",
+    "kv_bytes_per_token_per_gpu",
+    "ledger",
+    "kv_capacity_tokens",
+    "max_seqs",
+    "max_concurrency",
+    "binding",
+    "levers",
+    "tp_sweep",
+    "context_sweep",
+    # additions
+    "model",
+    "gpu",
+    "tp",
+    "pp",
+    "ep",
+    "dp_attention",
+    "num_gpus",
+    "weight_dtype",
+    "kv_dtype",
+    "context",
+    "mean_context",
+    "block_size",
+    "compute_batch_cap",
+    "hbm",
+    "weights_total_bytes",
+    "weights_source",
+    "kv_heads_per_gpu",
+    "kv_replicated",
+    "state_bytes_per_sequence",
+    "kv_pool_source",
+    "num_kv_blocks",
+    "seq_bytes",
+    "waste",
+    "notes",
+    "engine",
+    "worst_case",
+    "paged_at_mean_context",
+    "kv_derivation",
+}
 LEDGER_KEYS = {"hbm_bytes", "weights_bytes", "overhead_bytes", "fragmentation_bytes", "kv_pool_bytes", "reserved_bytes"}
 LEVER_KEYS = {"name", "kv_pool_bytes", "max_seqs", "change", "max_concurrency", "num_gpus", "gain", "note"}
-TP_KEYS = {"tp", "kv_heads_per_gpu", "replicated", "kv_pool_bytes", "max_seqs", "num_gpus", "fits",
-           "kv_bytes_per_token_per_gpu", "gain"}
+TP_KEYS = {
+    "tp",
+    "kv_heads_per_gpu",
+    "replicated",
+    "kv_pool_bytes",
+    "max_seqs",
+    "num_gpus",
+    "fits",
+    "kv_bytes_per_token_per_gpu",
+    "gain",
+}
 CONTEXT_KEYS = {"context", "contiguous", "paged", "seq_bytes_contiguous", "model_max"}
-PREFLIGHT_KEYS = {"kv_capacity_tokens", "levels", "max_safe_concurrency", "isl", "osl", "block_size", "source", "notes", "plan",
-                  "server"}
+PREFLIGHT_KEYS = {
+    "kv_capacity_tokens",
+    "levels",
+    "max_safe_concurrency",
+    "isl",
+    "osl",
+    "block_size",
+    "source",
+    "notes",
+    "plan",
+    "server",
+}
 LEVEL_KEYS = {"concurrency", "peak_tokens", "steady_tokens", "verdict", "headroom_tokens", "fix"}
 
 
@@ -47,17 +111,20 @@ def test_plan_json_golden_keys(seed_json):
     assert {"fp8-weights", "fp8-kv", "fp8-weights+fp8-kv"} <= {lv["name"] for lv in seed_json["levers"]}
 
 
-@pytest.mark.parametrize("path,expected", [
-    ("kv_bytes_per_token", 327_680),
-    ("ledger.hbm_bytes", 192_000_000_000),
-    ("ledger.weights_bytes", 140_000_000_000),
-    ("ledger.overhead_bytes", 4_294_967_296),
-    ("max_seqs.contiguous", 16),
-    ("max_seqs.paged", 67),
-    ("max_concurrency", 67),
-    ("binding", "hbm"),
-    ("hbm.device_bytes", 205_822_885_888),
-])
+@pytest.mark.parametrize(
+    "path,expected",
+    [
+        ("kv_bytes_per_token", 327_680),
+        ("ledger.hbm_bytes", 192_000_000_000),
+        ("ledger.weights_bytes", 140_000_000_000),
+        ("ledger.overhead_bytes", 4_294_967_296),
+        ("max_seqs.contiguous", 16),
+        ("max_seqs.paged", 67),
+        ("max_concurrency", 67),
+        ("binding", "hbm"),
+        ("hbm.device_bytes", 205_822_885_888),
+    ],
+)
 def test_plan_json_seed_numbers(seed_json, path, expected):
     value = seed_json
     for key in path.split("."):
@@ -77,9 +144,26 @@ def test_plan_json_sweeps(seed_json):
 def test_plan_worksheet_reads_like_the_seed(cli):
     r = cli(*SEED_LINE)
     assert r.code == 0, r.stderr
-    for text in ("2 (K and V) × 80 layers × 8 kv_heads × 128 head_dim × 2 B", "327,680", "178.81", "130.39", "4.00",
-                 "2.22", "42.21", "→ 16 sequences", "→ 67 sequences", "4.69 MiB", "75.0%", "HBM binds", "104.14",
-                 "1,912", "2,010", "1 (replicated)", "131,072", "205,822,885,888"):
+    for text in (
+        "2 (K and V) × 80 layers × 8 kv_heads × 128 head_dim × 2 B",
+        "327,680",
+        "178.81",
+        "130.39",
+        "4.00",
+        "2.22",
+        "42.21",
+        "→ 16 sequences",
+        "→ 67 sequences",
+        "4.69 MiB",
+        "75.0%",
+        "HBM binds",
+        "104.14",
+        "1,912",
+        "2,010",
+        "1 (replicated)",
+        "131,072",
+        "205,822,885,888",
+    ):
         assert text in r.stdout, text
 
 
@@ -106,16 +190,38 @@ def test_engine_vllm_prints_its_log_lines(cli):
 
 
 def test_engine_sglang_json(cli):
-    r = cli("plan", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine", "sglang", "--mem-fraction", "0.88",
-            "--context", "32768", "--json")
+    r = cli(
+        "plan",
+        "--preset",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--engine",
+        "sglang",
+        "--mem-fraction",
+        "0.88",
+        "--context",
+        "32768",
+        "--json",
+    )
     doc = json.loads(r.stdout)
     assert doc["engine"]["engine"] == "sglang" and doc["engine"]["kv_capacity_tokens"] > 0
     assert [line.split(" #tokens: ")[0] for line in doc["engine"]["log_lines"]] == ["KV Cache is allocated."]
 
 
 def test_preflight_seed_000_json(cli):
-    r = cli("preflight", "--kv-tokens", "1573854", "--isl", "1000", "--osl", "1000", "--concurrency",
-            "64,128,256,512,1024,2048", "--json")
+    r = cli(
+        "preflight",
+        "--kv-tokens",
+        "1573854",
+        "--isl",
+        "1000",
+        "--osl",
+        "1000",
+        "--concurrency",
+        "64,128,256,512,1024,2048",
+        "--json",
+    )
     assert r.code == 0, r.stderr
     doc = json.loads(r.stdout)
     assert set(doc) == PREFLIGHT_KEYS
@@ -127,8 +233,24 @@ def test_preflight_seed_000_json(cli):
 
 
 def test_preflight_seed_001_kimi_on_rtx_pro_6000(cli):
-    r = cli("preflight", "--model", "kimi-k2.5", "--gpu", "rtx-pro-6000", "--tp", "8", "--weight-dtype", "nvfp4",
-            "--isl", "1000", "--osl", "1000", "--concurrency", "64,128,256,512,1024", "--json")
+    r = cli(
+        "preflight",
+        "--model",
+        "kimi-k2.5",
+        "--gpu",
+        "rtx-pro-6000",
+        "--tp",
+        "8",
+        "--weight-dtype",
+        "nvfp4",
+        "--isl",
+        "1000",
+        "--osl",
+        "1000",
+        "--concurrency",
+        "64,128,256,512,1024",
+        "--json",
+    )
     assert r.code == 0, r.stderr
     doc = json.loads(r.stdout)
     c1024 = [lv for lv in doc["levels"] if lv["concurrency"] == 1024][0]
@@ -154,7 +276,10 @@ BAD = [
     (["plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--tp", "3"], "does not divide the 64 attention heads"),
     (["plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--weight-dtype", "fp3"], "unknown weight dtype"),
     (["plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--kv-dtype", "int3"], "unknown KV dtype"),
-    (["plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--context", "2000", "--mean-context", "4000"], "exceeds --context"),
+    (
+        ["plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--context", "2000", "--mean-context", "4000"],
+        "exceeds --context",
+    ),
     (["plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--engine", "tgi"], "unknown engine"),
     (["plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--engine", "vllm", "--tp", "3"], "does not divide"),
     (["plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--mamba-cache-size", "64"], "--mamba-cache-size"),
@@ -186,29 +311,49 @@ HEAVY = ("numpy", "pydantic", "aiohttp", "matplotlib")
 
 
 def test_plan_json_path_stays_off_heavy_imports():
-    code = ("import sys, io, contextlib\n"
-            "from kneecap.cli import main\n"
-            "buf = io.StringIO()\n"
-            "with contextlib.redirect_stdout(buf):\n"
-            f"    rc = main({SEED_LINE + ['--json']!r})\n"
-            f"heavy = [m for m in {HEAVY!r} + ('rich',) if m in sys.modules]\n"
-            "print(rc, heavy)\n")
+    code = (
+        "import sys, io, contextlib\n"
+        "from kneecap.cli import main\n"
+        "buf = io.StringIO()\n"
+        "with contextlib.redirect_stdout(buf):\n"
+        f"    rc = main({SEED_LINE + ['--json']!r})\n"
+        f"heavy = [m for m in {HEAVY!r} + ('rich',) if m in sys.modules]\n"
+        "print(rc, heavy)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "0 []", out.stdout + out.stderr
 
 
 def test_plan_modules_alone_stay_off_heavy_imports():
-    code = ("import sys\n"
-            "import kneecap.cli.plan, kneecap.cli.preflight, kneecap.plan.ledger, kneecap.plan.levers\n"
-            "import kneecap.plan.sweeps, kneecap.plan.engines, kneecap.plan.preflight, kneecap.plan.render\n"
-            f"print([m for m in {HEAVY!r} + ('rich',) if m in sys.modules])\n")
+    code = (
+        "import sys\n"
+        "import kneecap.cli.plan, kneecap.cli.preflight, kneecap.plan.ledger, kneecap.plan.levers\n"
+        "import kneecap.plan.sweeps, kneecap.plan.engines, kneecap.plan.preflight, kneecap.plan.render\n"
+        f"print([m for m in {HEAVY!r} + ('rich',) if m in sys.modules])\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 def test_engine_mode_is_the_ledger_in_the_engines_terms(cli):
-    r = cli("plan", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine", "vllm", "--context", "32768",
-            "--activation-gib", "1.2", "--non-torch-gib", "0.4", "--cudagraph-gib", "0.5", "--json")
+    r = cli(
+        "plan",
+        "--preset",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--engine",
+        "vllm",
+        "--context",
+        "32768",
+        "--activation-gib",
+        "1.2",
+        "--non-torch-gib",
+        "0.4",
+        "--cudagraph-gib",
+        "0.5",
+        "--json",
+    )
     doc = json.loads(r.stdout)
     assert doc["ledger"]["kv_pool_bytes"] == doc["engine"]["kv_pool_bytes"]
     assert doc["kv_capacity_tokens"] == doc["engine"]["kv_capacity_tokens"]
@@ -225,10 +370,26 @@ def test_list_gpus_json(cli):
 
 
 def test_preflight_vllm_hybrid_uses_its_grown_block(cli):
-    r = cli("preflight", "--preset", "qwen3.5-397b-a17b", "--gpu", "rtx-pro-6000", "--tp", "8", "--weight-dtype", "nvfp4",
-            "--engine", "vllm", "--concurrency", "512", "--json")
+    r = cli(
+        "preflight",
+        "--preset",
+        "qwen3.5-397b-a17b",
+        "--gpu",
+        "rtx-pro-6000",
+        "--tp",
+        "8",
+        "--weight-dtype",
+        "nvfp4",
+        "--engine",
+        "vllm",
+        "--concurrency",
+        "512",
+        "--json",
+    )
     assert r.code == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["block_size"] == 528  # attention block grown to hold one Gated DeltaNet state page (see test_plan_engines)
+    assert (
+        doc["block_size"] == 528
+    )  # attention block grown to hold one Gated DeltaNet state page (see test_plan_engines)
     assert doc["levels"][0]["peak_tokens"] == 512 * 2112  # 2000 tokens -> 4 blocks of 528
     assert any("mixes layer kinds" in n for n in doc["notes"])

@@ -28,8 +28,20 @@ def granite(tmp_path):
 
 
 def _logged(cli, model, *extra):
-    args = ("plan", "--model", model, "--gpu", "h100", "--kv-pool-gib", "1", "--block-size", "128",
-            "--context", "2048", *extra)
+    args = (
+        "plan",
+        "--model",
+        model,
+        "--gpu",
+        "h100",
+        "--kv-pool-gib",
+        "1",
+        "--block-size",
+        "128",
+        "--context",
+        "2048",
+        *extra,
+    )
     r = cli(*args, "--json")
     assert r.code == 0, r.stderr
     return json.loads(r.stdout), cli(*args)
@@ -60,17 +72,37 @@ def test_a_logged_pool_without_engine_or_with_sglang_counts_the_attention_kv_alo
 
 
 def test_preflight_on_a_logged_vllm_pool_agrees_with_the_plan(cli, granite):
-    r = cli("preflight", "--model", granite, "--gpu", "h100", "--engine", "vllm", "--kv-pool-gib", "1",
-            "--block-size", "128", "--context", "2048", "--isl", "1024", "--osl", "1024", "--concurrency", "1000,1400",
-            "--json")
+    r = cli(
+        "preflight",
+        "--model",
+        granite,
+        "--gpu",
+        "h100",
+        "--engine",
+        "vllm",
+        "--kv-pool-gib",
+        "1",
+        "--block-size",
+        "128",
+        "--context",
+        "2048",
+        "--isl",
+        "1024",
+        "--osl",
+        "1024",
+        "--concurrency",
+        "1000,1400",
+        "--json",
+    )
     assert r.code == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["kv_capacity_tokens"] == S3 and doc["block_size"] == 128
     assert doc["max_safe_concurrency"] == S3 // 2048 == 1310  # vLLM's 1310.72x
 
 
-@pytest.mark.parametrize("flag, value", [("--activation-gib", "1"), ("--non-torch-gib", "0.5"),
-                                         ("--cudagraph-gib", "0.5")])
+@pytest.mark.parametrize(
+    "flag, value", [("--activation-gib", "1"), ("--non-torch-gib", "0.5"), ("--cudagraph-gib", "0.5")]
+)
 def test_a_logged_pool_refuses_the_inputs_of_the_pool_formula(cli, granite, flag, value):
     r = cli("plan", "--model", granite, "--gpu", "h100", "--engine", "vllm", "--kv-pool-gib", "1", flag, value)
     assert r.code != 0 and r.stdout == ""
@@ -78,22 +110,48 @@ def test_a_logged_pool_refuses_the_inputs_of_the_pool_formula(cli, granite, flag
 
 
 def test_mamba_cache_size_with_a_logged_sglang_pool_is_refused(cli, granite):
-    r = cli("plan", "--model", granite, "--gpu", "h100", "--engine", "sglang", "--kv-pool-gib", "1",
-            "--mamba-cache-size", "64")
+    r = cli(
+        "plan",
+        "--model",
+        granite,
+        "--gpu",
+        "h100",
+        "--engine",
+        "sglang",
+        "--kv-pool-gib",
+        "1",
+        "--mamba-cache-size",
+        "64",
+    )
     assert r.code != 0 and "--mamba-cache-size" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 # -- SGLang's radix cache ----------------------------------------------------------------------------------------
 
+
 def _sglang(cli, name, *extra):
-    r = cli("plan", "--model", str(CONFIGS / name), "--gpu", "h100", "--context", "8192", "--engine", "sglang",
-            "--json", *extra)
+    r = cli(
+        "plan",
+        "--model",
+        str(CONFIGS / name),
+        "--gpu",
+        "h100",
+        "--context",
+        "8192",
+        "--engine",
+        "sglang",
+        "--json",
+        *extra,
+    )
     assert r.code == 0, r.stderr
     return json.loads(r.stdout)
 
 
 def test_sglang_radix_cache_caps_the_running_requests_of_a_hybrid(cli):
-    on, off = _sglang(cli, "nemotron-h-8b-base-8k.json"), _sglang(cli, "nemotron-h-8b-base-8k.json", "--no-prefix-caching")
+    on, off = (
+        _sglang(cli, "nemotron-h-8b-base-8k.json"),
+        _sglang(cli, "nemotron-h-8b-base-8k.json", "--no-prefix-caching"),
+    )
     slots = int(re.search(r"max_mamba_cache_size: (\d+)", " ".join(on["engine"]["notes"])).group(1))
     assert slots > 0
     # the radix cache changes how many requests run, not the pools
@@ -120,15 +178,19 @@ def test_sglang_radix_cache_leaves_a_uniform_model_unchanged_and_says_so(cli):
 
 # -- vLLM's state blocks by release ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("version, extra, tokens, note", [
-    ("0.21", (), S1, "leaves prefix caching off by default"),  # hybrids: off by default through 0.25
-    ("0.25", ("--no-prefix-caching",), S1, "leaves prefix caching off by default"),
-    ("0.27", ("--no-prefix-caching",), S1, None),
-    ("0.28", (), S2, "vLLM 0.28's prefix caching (on by default)"),  # 'align' for every hybrid, no checkpoint yet
-    ("0.31", (), S2, "vLLM 0.31's prefix caching"),
-    ("0.32", (), S3, "vLLM 0.32's prefix caching"),  # MambaMixer2's prefill checkpoint block
-    ("0.33", (), S3, "newer than the releases"),  # read up to 0.32: its rule, and a note saying so
-])
+
+@pytest.mark.parametrize(
+    "version, extra, tokens, note",
+    [
+        ("0.21", (), S1, "leaves prefix caching off by default"),  # hybrids: off by default through 0.25
+        ("0.25", ("--no-prefix-caching",), S1, "leaves prefix caching off by default"),
+        ("0.27", ("--no-prefix-caching",), S1, None),
+        ("0.28", (), S2, "vLLM 0.28's prefix caching (on by default)"),  # 'align' for every hybrid, no checkpoint yet
+        ("0.31", (), S2, "vLLM 0.31's prefix caching"),
+        ("0.32", (), S3, "vLLM 0.32's prefix caching"),  # MambaMixer2's prefill checkpoint block
+        ("0.33", (), S3, "newer than the releases"),  # read up to 0.32: its rule, and a note saying so
+    ],
+)
 def test_vllm_state_blocks_follow_the_engine_version(cli, granite, version, extra, tokens, note):
     doc, text = _logged(cli, granite, "--engine", "vllm", "--engine-version", version, *extra)
     assert doc["kv_capacity_tokens"] == doc["engine"]["kv_capacity_tokens"] == tokens
@@ -139,7 +201,9 @@ def test_vllm_state_blocks_follow_the_engine_version(cli, granite, version, extr
         assert any(note in n for n in doc["engine"]["notes"]) and note in text.stdout.replace("\n", " ")
 
 
-@pytest.mark.parametrize("version, extra", [("0.21", ("--prefix-caching",)), ("0.27", ()), ("0.14", ("--prefix-caching",))])
+@pytest.mark.parametrize(
+    "version, extra", [("0.21", ("--prefix-caching",)), ("0.27", ()), ("0.14", ("--prefix-caching",))]
+)
 def test_vllm_releases_whose_hybrid_prefix_caching_is_not_modelled_are_refused(cli, granite, version, extra):
     r = cli("plan", "--model", granite, "--gpu", "h100", "--engine", "vllm", "--engine-version", version, *extra)
     assert r.code != 0 and r.stdout == ""
@@ -149,10 +213,26 @@ def test_vllm_releases_whose_hybrid_prefix_caching_is_not_modelled_are_refused(c
 
 def test_gated_deltanet_gets_align_mode_where_mamba2_got_all(cli):
     # vLLM 0.16-0.27: 'align' (2 blocks) for models without SupportsMambaPrefixCaching, such as Qwen3.5's DeltaNet
-    base = ("plan", "--model", str(CONFIGS / "Qwen--Qwen3.5-27B.json"), "--gpu", "h100", "--tp", "2",
-            "--context", "8192", "--engine", "vllm", "--json")
-    for version, extra, blocks in (("0.27", (), 2), ("0.21", ("--prefix-caching",), 2), ("0.21", (), 1),
-                                   ("0.32", (), 2)):
+    base = (
+        "plan",
+        "--model",
+        str(CONFIGS / "Qwen--Qwen3.5-27B.json"),
+        "--gpu",
+        "h100",
+        "--tp",
+        "2",
+        "--context",
+        "8192",
+        "--engine",
+        "vllm",
+        "--json",
+    )
+    for version, extra, blocks in (
+        ("0.27", (), 2),
+        ("0.21", ("--prefix-caching",), 2),
+        ("0.21", (), 1),
+        ("0.32", (), 2),
+    ):
         r = cli(*base, "--engine-version", version, *extra)
         assert r.code == 0, r.stderr
         assert f"{blocks} state blocks per request" in json.loads(r.stdout)["engine"]["layout"]
@@ -166,8 +246,24 @@ def test_engine_version_needs_an_engine(cli, granite):
 def test_preflight_names_the_levels_sglang_would_queue_for_its_mamba_slots(cli):
     plan = _sglang(cli, "nemotron-h-8b-base-8k.json")
     running = plan["engine"]["max_running_requests"]
-    r = cli("preflight", "--model", str(CONFIGS / "nemotron-h-8b-base-8k.json"), "--gpu", "h100", "--context", "8192",
-            "--engine", "sglang", "--isl", "500", "--osl", "500", "--concurrency", f"{running},{running + 1}", "--json")
+    r = cli(
+        "preflight",
+        "--model",
+        str(CONFIGS / "nemotron-h-8b-base-8k.json"),
+        "--gpu",
+        "h100",
+        "--context",
+        "8192",
+        "--engine",
+        "sglang",
+        "--isl",
+        "500",
+        "--osl",
+        "500",
+        "--concurrency",
+        f"{running},{running + 1}",
+        "--json",
+    )
     assert r.code == 0, r.stderr
     notes = [n for n in json.loads(r.stdout)["notes"] if "SGLang runs at most" in n]
     assert len(notes) == 1 and f"at most {running:,} requests" in notes[0] and f"C={running + 1} " in notes[0]
@@ -178,9 +274,24 @@ def test_preflight_on_the_ledger_counts_the_plans_kv_cache_groups(cli, name):
     # a hybrid (Mamba-2 state blocks) and a sliding-window model: the sequences preflight lets fit at ISL + OSL are the
     # paged sequences `kneecap plan` gives at that mean context (both in vLLM's KV cache groups)
     model = str(CONFIGS / name)
-    plan = json.loads(cli("plan", "--model", model, "--gpu", "h100", "--context", "8192", "--mean-context", "2000",
-                          "--json").stdout)
-    r = cli("preflight", "--model", model, "--gpu", "h100", "--context", "8192", "--isl", "1000", "--osl", "1000",
-            "--concurrency", "64", "--json")
+    plan = json.loads(
+        cli("plan", "--model", model, "--gpu", "h100", "--context", "8192", "--mean-context", "2000", "--json").stdout
+    )
+    r = cli(
+        "preflight",
+        "--model",
+        model,
+        "--gpu",
+        "h100",
+        "--context",
+        "8192",
+        "--isl",
+        "1000",
+        "--osl",
+        "1000",
+        "--concurrency",
+        "64",
+        "--json",
+    )
     assert r.code == 0, r.stderr
     assert json.loads(r.stdout)["max_safe_concurrency"] == plan["max_seqs"]["paged"] > 64

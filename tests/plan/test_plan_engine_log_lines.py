@@ -15,15 +15,37 @@ from pathlib import Path
 import pytest
 
 GEMMA3_12B = str(Path(__file__).parent / "configs" / "google--gemma-3-12b-it.json")
-TINY_GEMMA3 = dict(architectures=["Gemma3ForCausalLM"], model_type="gemma3_text", hidden_size=128,
-                   intermediate_size=256, num_hidden_layers=6, num_attention_heads=2, num_key_value_heads=2,
-                   head_dim=64, sliding_window=64, sliding_window_pattern=6, vocab_size=260,
-                   max_position_embeddings=2048, torch_dtype="bfloat16")
+TINY_GEMMA3 = dict(
+    architectures=["Gemma3ForCausalLM"],
+    model_type="gemma3_text",
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=6,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    head_dim=64,
+    sliding_window=64,
+    sliding_window_pattern=6,
+    vocab_size=260,
+    max_position_embeddings=2048,
+    torch_dtype="bfloat16",
+)
 
 
 def test_vllm_0_19_divides_the_blocks_over_its_layer_groups(cli):
-    args = ("plan", "--model", GEMMA3_12B, "--gpu", "h100", "--kv-pool-gib", "47.72", "--engine", "vllm",
-            "--engine-version", "0.19")
+    args = (
+        "plan",
+        "--model",
+        GEMMA3_12B,
+        "--gpu",
+        "h100",
+        "--kv-pool-gib",
+        "47.72",
+        "--engine",
+        "vllm",
+        "--engine-version",
+        "0.19",
+    )
     r, j = cli(*args), cli(*args, "--json")
     assert r.code == j.code == 0, (r.stderr, j.stderr)
     doc = json.loads(j.stdout)
@@ -36,14 +58,29 @@ def test_vllm_0_19_divides_the_blocks_over_its_layer_groups(cli):
     # kneecap's own capacity is its own field and its own line, never the engine's
     assert doc["kv_capacity_tokens"] == eng["kv_capacity_tokens"] != 130_304
     own = [line for line in r.stdout.splitlines() if line.strip().startswith("kneecap's capacity")]
-    assert own == [f"  kneecap's capacity (its own count, not a line the engine prints): "
-                   f"{doc['kv_capacity_tokens']:,} tokens"]
+    assert own == [
+        f"  kneecap's capacity (its own count, not a line the engine prints): {doc['kv_capacity_tokens']:,} tokens"
+    ]
     assert "divides the 48,865 blocks evenly over its 6 layer groups" in r.stdout
 
 
 def test_vllm_0_22_on_logs_concurrency_times_max_model_len(cli):
-    doc = json.loads(cli("plan", "--model", GEMMA3_12B, "--gpu", "h100", "--kv-pool-gib", "47.72", "--engine",
-                         "vllm", "--engine-version", "0.22", "--json").stdout)
+    doc = json.loads(
+        cli(
+            "plan",
+            "--model",
+            GEMMA3_12B,
+            "--gpu",
+            "h100",
+            "--kv-pool-gib",
+            "47.72",
+            "--engine",
+            "vllm",
+            "--engine-version",
+            "0.22",
+            "--json",
+        ).stdout
+    )
     eng = doc["engine"]
     # H100 (>= 70 GiB, not an A100): 8,192 tokens per step; 0.22 reserves one batch in flight per sliding group:
     # cdiv(1023 + 8192, 16) + 1 = 577 blocks x 5 groups + 131,072 / 16 = 8,192 for the full group = 11,077
@@ -52,8 +89,22 @@ def test_vllm_0_22_on_logs_concurrency_times_max_model_len(cli):
     assert eng["log_kv_cache_tokens"] == int(concurrency * 131_072)
     assert f"Maximum concurrency for 131,072 tokens per request: {concurrency:.2f}x" in eng["log_lines"]
     # 0.26 on: async scheduling keeps two batches in flight
-    later = json.loads(cli("plan", "--model", GEMMA3_12B, "--gpu", "h100", "--kv-pool-gib", "47.72", "--engine",
-                           "vllm", "--engine-version", "0.26", "--json").stdout)["engine"]
+    later = json.loads(
+        cli(
+            "plan",
+            "--model",
+            GEMMA3_12B,
+            "--gpu",
+            "h100",
+            "--kv-pool-gib",
+            "47.72",
+            "--engine",
+            "vllm",
+            "--engine-version",
+            "0.26",
+            "--json",
+        ).stdout
+    )["engine"]
     assert later["in_flight_tokens"] == 2 * 8192
 
 
@@ -63,10 +114,12 @@ def test_the_tiny_gemma3_plans_to_the_line_the_cpu_build_logged(cli, tmp_path, c
     cfg.write_text(json.dumps(TINY_GEMMA3))
     r = cli("plan", "--model", str(cfg), "--cpu-kvcache-space-gib", "1", "--context", str(context))
     assert r.code == 0, r.stderr
-    assert (f"CPU KV cache size: {tokens:,} tokens, Maximum concurrency for {context:,} tokens per request: "
-            f"{concurrency}x") in r.stdout
-    doc = json.loads(cli("plan", "--model", str(cfg), "--cpu-kvcache-space-gib", "1", "--context", str(context),
-                         "--json").stdout)
+    assert (
+        f"CPU KV cache size: {tokens:,} tokens, Maximum concurrency for {context:,} tokens per request: {concurrency}x"
+    ) in r.stdout
+    doc = json.loads(
+        cli("plan", "--model", str(cfg), "--cpu-kvcache-space-gib", "1", "--context", str(context), "--json").stdout
+    )
     # 16,384 blocks of 64 KiB; kneecap's capacity counts sliding layers at their window (2 blocks, not the 9 vLLM
     # admits a request with): 16,384 / (8 + 5 x 2) x 1,024
     assert doc["engine"]["log_kv_cache_tokens"] == tokens

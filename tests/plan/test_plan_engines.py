@@ -12,15 +12,34 @@ from kneecap.plan.engines import parse_version, sglang_pool, vllm_pool
 
 GiB = 2**30
 # An 8B-class dense model: 32 layers x 8 KV heads x 128 dim x 2 B x 2 (K, V) = 131,072 B per token.
-M8 = Model(name="llama-8b-like", source="test", architecture="LlamaForCausalLM", num_hidden_layers=32, hidden_size=4096,
-           num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=128256,
-           layer_types=("full_attention",) * 32, total_params=8_000_000_000, active_params=8_000_000_000)
+M8 = Model(
+    name="llama-8b-like",
+    source="test",
+    architecture="LlamaForCausalLM",
+    num_hidden_layers=32,
+    hidden_size=4096,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    vocab_size=128256,
+    layer_types=("full_attention",) * 32,
+    total_params=8_000_000_000,
+    active_params=8_000_000_000,
+)
 DEP = Deployment(M8, get_gpu("h100-sxm"))
 
 
 def vllm(version="0.20", **kw):
-    args = dict(total_bytes=80 * GiB, weights_bytes=16_000_000_000, mem_util=0.9, max_model_len=32768,
-                activation_bytes=2 * GiB, non_torch_bytes=GiB // 2, cudagraph_bytes=GiB, version=version)
+    args = dict(
+        total_bytes=80 * GiB,
+        weights_bytes=16_000_000_000,
+        mem_util=0.9,
+        max_model_len=32768,
+        activation_bytes=2 * GiB,
+        non_torch_bytes=GiB // 2,
+        cudagraph_bytes=GiB,
+        version=version,
+    )
     args.update(kw)
     return vllm_pool(DEP, **args)
 
@@ -48,8 +67,14 @@ def test_vllm_before_0_20_does_not_subtract_cuda_graphs():
 def test_sglang_pool_by_hand():
     # budget = int(80 GiB x 0.88) = 75,591,424,409; rest = budget - 16e9 - 0.5 GiB = 59,054,553,497
     # max_total_num_tokens = 59,054,553,497 // 131,072 = 450,550
-    p = sglang_pool(DEP, total_bytes=80 * GiB, weights_bytes=16_000_000_000, mem_fraction=0.88,
-                    max_model_len=32768, non_torch_bytes=GiB // 2)
+    p = sglang_pool(
+        DEP,
+        total_bytes=80 * GiB,
+        weights_bytes=16_000_000_000,
+        mem_fraction=0.88,
+        max_model_len=32768,
+        non_torch_bytes=GiB // 2,
+    )
     assert p.kv_capacity_tokens == 450_550
     # the buffers hold one padding page more: (450,550 + 1) x 131,072 / 2 B = 27.50 GiB each for K and V
     assert p.log_lines == ("KV Cache is allocated. #tokens: 450550, K size: 27.50 GB, V size: 27.50 GB",)
@@ -75,11 +100,23 @@ def test_fraction_bounds():
 
 # --- vLLM hybrid layer groups (vllm/v1/core/kv_cache_utils.py), hand-checked ---------------------------------
 
+
 def _hybrid(**kw) -> Model:
-    base = dict(name="hybrid", source="test", architecture="X", num_hidden_layers=62, hidden_size=5376,
-                num_attention_heads=32, num_key_value_heads=16, head_dim=128, vocab_size=262208,
-                layer_types=("sliding_attention",) * 52 + ("full_attention",) * 10, total_params=27_000_000_000,
-                active_params=27_000_000_000, sliding_window=1024)
+    base = dict(
+        name="hybrid",
+        source="test",
+        architecture="X",
+        num_hidden_layers=62,
+        hidden_size=5376,
+        num_attention_heads=32,
+        num_key_value_heads=16,
+        head_dim=128,
+        vocab_size=262208,
+        layer_types=("sliding_attention",) * 52 + ("full_attention",) * 10,
+        total_params=27_000_000_000,
+        active_params=27_000_000_000,
+        sliding_window=1024,
+    )
     base.update(kw)
     return Model(**base)
 
@@ -109,9 +146,15 @@ def test_vllm_linear_attention_grows_the_block():
 
     # 15 full (2 KV heads x 256) + 45 linear layers, state 4,268,032 B per layer; TP 8 -> 533,504 B per GPU.
     # attention per token per layer at TP 8: 2 x 1 head x 256 x 2 B = 1,024 B -> block = 16 x ceil(533,504 / 16,384) = 528
-    m = _hybrid(num_hidden_layers=60, num_attention_heads=32, num_key_value_heads=2, head_dim=256,
-                layer_types=("linear_attention",) * 3 * 15 + ("full_attention",) * 15, sliding_window=None,
-                linear_state_bytes_per_layer=4_268_032)
+    m = _hybrid(
+        num_hidden_layers=60,
+        num_attention_heads=32,
+        num_key_value_heads=2,
+        head_dim=256,
+        layer_types=("linear_attention",) * 3 * 15 + ("full_attention",) * 15,
+        sliding_window=None,
+        linear_state_bytes_per_layer=4_268_032,
+    )
     lay = vllm_layout(Deployment(m, get_gpu("rtx-pro-6000"), tp=8))
     assert lay.block_size == 528 and lay.page_bytes == 540_672 and lay.group_size == 15
     assert dict(lay.groups) == {"linear_attention": 3, "full_attention": 1}
@@ -119,7 +162,10 @@ def test_vllm_linear_attention_grows_the_block():
     # default) keeps 2 per group for a non-Mamba-2 mixer (mamba_cache_mode 'align'), 1 with prefix caching off
     assert lay.blocks_per_request(2000) == 4 + 3 * 2 and lay.state_blocks_per_request == 6
     off = vllm_layout(Deployment(m, get_gpu("rtx-pro-6000"), tp=8), prefix_caching=False)
-    assert off.blocks_per_request(2000) == 4 + 3 and (off.block_size, off.page_bytes) == (lay.block_size, lay.page_bytes)
+    assert off.blocks_per_request(2000) == 4 + 3 and (off.block_size, off.page_bytes) == (
+        lay.block_size,
+        lay.page_bytes,
+    )
 
 
 def test_effective_capacity_for_length_dependent_models():
@@ -130,9 +176,15 @@ def test_effective_capacity_for_length_dependent_models():
 
 
 def _linear_hybrid() -> Model:
-    return _hybrid(num_hidden_layers=60, num_attention_heads=32, num_key_value_heads=2, head_dim=256,
-                   layer_types=("linear_attention",) * 45 + ("full_attention",) * 15, sliding_window=None,
-                   linear_state_bytes_per_layer=4_268_032)
+    return _hybrid(
+        num_hidden_layers=60,
+        num_attention_heads=32,
+        num_key_value_heads=2,
+        head_dim=256,
+        layer_types=("linear_attention",) * 45 + ("full_attention",) * 15,
+        sliding_window=None,
+        linear_state_bytes_per_layer=4_268_032,
+    )
 
 
 def test_sglang_sets_aside_a_mamba_pool_by_ratio():
@@ -140,8 +192,14 @@ def test_sglang_sets_aside_a_mamba_pool_by_ratio():
     # budget int(80 GiB x 0.9) = 77,309,411,328; rest = 77,309,411,328 - 50e9 = 27,309,411,328
     # slots = int(rest x 0.9 / 1.9) // 24,007,680 = 538 -> 12,916,131,840 B; rest 14,393,279,488
     # cell = 15 full layers x 2 x 1 KV head x 256 x 2 B = 15,360 -> 937,062 tokens
-    p = sglang_pool(Deployment(_linear_hybrid(), get_gpu("rtx-pro-6000"), tp=8), total_bytes=80 * GiB,
-                    weights_bytes=50_000_000_000, mem_fraction=0.9, max_model_len=262144, non_torch_bytes=0)
+    p = sglang_pool(
+        Deployment(_linear_hybrid(), get_gpu("rtx-pro-6000"), tp=8),
+        total_bytes=80 * GiB,
+        weights_bytes=50_000_000_000,
+        mem_fraction=0.9,
+        max_model_len=262144,
+        non_torch_bytes=0,
+    )
     assert p.state_pool_bytes == 12_916_131_840
     assert p.kv_capacity_tokens == 937_062
     assert any("Mamba Cache is allocated. max_mamba_cache_size: 538, ..." in n for n in p.notes)
@@ -149,20 +207,31 @@ def test_sglang_sets_aside_a_mamba_pool_by_ratio():
 
 def test_sglang_mamba_cache_size_flag():
     # 512 slots x 24,007,680 B = 12,291,932,160 B -> (27,309,411,328 - 12,291,932,160) // 15,360 = 977,700 tokens
-    p = sglang_pool(Deployment(_linear_hybrid(), get_gpu("rtx-pro-6000"), tp=8), total_bytes=80 * GiB,
-                    weights_bytes=50_000_000_000, mem_fraction=0.9, max_model_len=262144, non_torch_bytes=0,
-                    mamba_cache_size=512)
+    p = sglang_pool(
+        Deployment(_linear_hybrid(), get_gpu("rtx-pro-6000"), tp=8),
+        total_bytes=80 * GiB,
+        weights_bytes=50_000_000_000,
+        mem_fraction=0.9,
+        max_model_len=262144,
+        non_torch_bytes=0,
+        mamba_cache_size=512,
+    )
     assert p.kv_capacity_tokens == 977_700
 
 
-@pytest.mark.parametrize("preset, tp", [("gemma-3-27b", 1), ("gpt-oss-20b", 1), ("qwen3-next-80b-a3b", 4),
-                                        ("llama-3.1-8b", 1), ("deepseek-v3", 16)])
+@pytest.mark.parametrize(
+    "preset, tp",
+    [("gemma-3-27b", 1), ("gpt-oss-20b", 1), ("qwen3-next-80b-a3b", 4), ("llama-3.1-8b", 1), ("deepseek-v3", 16)],
+)
 def test_the_ledger_counts_vllms_blocks(preset, tp):
     # with --engine vllm the ledger's pool is vLLM's available memory: its blocks, block size and "GPU KV cache size"
     # are the ones vLLM's pool model derives (hybrids: a block is a page in each layer slot of one KV cache group)
     from kneecap.plan.build import DeploymentRequest, plan_deployment
 
     plan, pool = plan_deployment(DeploymentRequest(preset=preset, gpu="h100-sxm", tp=tp, context=16384, engine="vllm"))
-    assert (plan.num_kv_blocks, plan.block_size, plan.kv_capacity_tokens) == \
-        (pool.num_blocks, pool.block_size, pool.kv_capacity_tokens)
+    assert (plan.num_kv_blocks, plan.block_size, plan.kv_capacity_tokens) == (
+        pool.num_blocks,
+        pool.block_size,
+        pool.kv_capacity_tokens,
+    )
     assert plan.max_seqs_paged == plan.paged_max_seqs_at(16384) > 0

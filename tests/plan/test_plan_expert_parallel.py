@@ -13,7 +13,9 @@ from kneecap.sim.steptime import StepTimeModel
 
 
 def plan(**kw):
-    return plan_deployment(DeploymentRequest(**{"preset": "deepseek-v3", "gpu": "h200", "tp": 8, "context": 4096, **kw})).plan
+    return plan_deployment(
+        DeploymentRequest(**{"preset": "deepseek-v3", "gpu": "h200", "tp": 8, "context": 4096, **kw})
+    ).plan
 
 
 def test_expert_parallel_keeps_the_per_gpu_weights_and_pool():
@@ -40,19 +42,25 @@ def test_dp_attention_replicates_attention_weights_and_keeps_a_pool_per_rank():
 
 def test_gqa_dp_attention_holds_whole_heads_per_rank():
     tp = plan_deployment(DeploymentRequest(preset="qwen3-235b-a22b", gpu="h200", tp=8, context=4096)).plan
-    dp = plan_deployment(DeploymentRequest(preset="qwen3-235b-a22b", gpu="h200", tp=8, context=4096, dp_attention=True)).plan
+    dp = plan_deployment(
+        DeploymentRequest(preset="qwen3-235b-a22b", gpu="h200", tp=8, context=4096, dp_attention=True)
+    ).plan
     m = dp.deployment.model
     assert dp.kv_heads_per_gpu == m.num_key_value_heads and not dp.kv_replicated
+    assert tp.kv_heads_per_gpu < dp.kv_heads_per_gpu  # TP 8 over 4 KV heads: one (replicated) head a GPU
     assert dp.kv_bytes_per_token_per_gpu == kvmath.kv_bytes_per_token(m, dp.kv_dtype_bytes)
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(ep=3), "--ep 3 must divide --tp 8"),
-    (dict(tp=1, dp_attention=True), "--tp is 1"),
-    (dict(dp_attention=True, engine="sglang"), "--dp-attention with --engine"),
-    (dict(preset="llama-3.1-8b", ep=2, tp=2), "needs a mixture-of-experts model"),
-    (dict(preset="llama-3.1-8b", tp=2, dp_attention=True), "needs a mixture-of-experts model"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(ep=3), "--ep 3 must divide --tp 8"),
+        (dict(tp=1, dp_attention=True), "--tp is 1"),
+        (dict(dp_attention=True, engine="sglang"), "--dp-attention with --engine"),
+        (dict(preset="llama-3.1-8b", ep=2, tp=2), "needs a mixture-of-experts model"),
+        (dict(preset="llama-3.1-8b", tp=2, dp_attention=True), "needs a mixture-of-experts model"),
+    ],
+)
 def test_bad_ep_or_dp_is_one_clear_error(kw, match):
     with pytest.raises(KneecapError, match=match):
         plan(**kw)

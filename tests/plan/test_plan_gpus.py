@@ -11,8 +11,24 @@ from kneecap.errors import KneecapError
 from kneecap.hardware import Gpu, get_gpu, list_gpus
 from kneecap.units import GiB
 
-REQUIRED = ("a100-40", "a100-80", "h100-sxm", "h100-pcie", "h100-nvl", "h200", "b200", "gb200", "l40s", "l4",
-            "rtx-4090", "rtx-5090", "rtx-pro-6000", "mi300x", "mi325x", "mi355x")
+REQUIRED = (
+    "a100-40",
+    "a100-80",
+    "h100-sxm",
+    "h100-pcie",
+    "h100-nvl",
+    "h200",
+    "b200",
+    "gb200",
+    "l40s",
+    "l4",
+    "rtx-4090",
+    "rtx-5090",
+    "rtx-pro-6000",
+    "mi300x",
+    "mi325x",
+    "mi355x",
+)
 
 
 def test_every_required_gpu_is_in_the_catalog():
@@ -32,18 +48,21 @@ def test_each_gpu_names_sources_and_sane_figures(name):
         assert abs(g.device_bytes - g.datasheet_bytes) / g.datasheet_bytes < 0.10
 
 
-@pytest.mark.parametrize("name,field,expected", [
-    ("mi300x", "datasheet_bytes", 192_000_000_000),
-    ("mi300x", "device_bytes", 205_822_885_888),      # rocm-smi on the cloud VF
-    ("h100-sxm", "device_bytes", 85_520_809_984),     # nvidia-smi 81559 MiB
-    ("a100-80", "device_bytes", 85_899_345_920),      # 81920 MiB
-    ("h200", "device_bytes", 150_754_820_096),        # 143771 MiB
-    ("rtx-pro-6000", "device_bytes", 102_641_958_912),  # 97887 MiB
-    ("h100-sxm", "bf16_flops", 989e12),
-    ("b200", "fp4_flops", 9000e12),
-    ("h100-sxm", "interconnect_bytes_s", 450e9),
-    ("rtx-pro-6000", "interconnect", "pcie"),
-])
+@pytest.mark.parametrize(
+    "name,field,expected",
+    [
+        ("mi300x", "datasheet_bytes", 192_000_000_000),
+        ("mi300x", "device_bytes", 205_822_885_888),  # rocm-smi on the cloud VF
+        ("h100-sxm", "device_bytes", 85_520_809_984),  # nvidia-smi 81559 MiB
+        ("a100-80", "device_bytes", 85_899_345_920),  # 81920 MiB
+        ("h200", "device_bytes", 150_754_820_096),  # 143771 MiB
+        ("rtx-pro-6000", "device_bytes", 102_641_958_912),  # 97887 MiB
+        ("h100-sxm", "bf16_flops", 989e12),
+        ("b200", "fp4_flops", 9000e12),
+        ("h100-sxm", "interconnect_bytes_s", 450e9),
+        ("rtx-pro-6000", "interconnect", "pcie"),
+    ],
+)
 def test_catalog_figures(name, field, expected):
     assert getattr(get_gpu(name), field) == expected
 
@@ -65,10 +84,19 @@ def test_unconfirmed_figures_say_so():
         assert "UNCONFIRMED" in notes[name]
 
 
-@pytest.mark.parametrize("alias,name", [
-    ("H100", "h100-sxm"), ("NVIDIA H100 SXM", "h100-sxm"), ("h100_pcie", "h100-pcie"), ("MI300X", "mi300x"),
-    ("rtx pro 6000", "rtx-pro-6000"), ("RTX4090", "rtx-4090"), ("a100", "a100-80"), ("AMD Instinct MI355X", "mi355x"),
-])
+@pytest.mark.parametrize(
+    "alias,name",
+    [
+        ("H100", "h100-sxm"),
+        ("NVIDIA H100 SXM", "h100-sxm"),
+        ("h100_pcie", "h100-pcie"),
+        ("MI300X", "mi300x"),
+        ("rtx pro 6000", "rtx-pro-6000"),
+        ("RTX4090", "rtx-4090"),
+        ("a100", "a100-80"),
+        ("AMD Instinct MI355X", "mi355x"),
+    ],
+)
 def test_aliases(alias, name):
     assert get_gpu(alias).name == name
 
@@ -83,20 +111,48 @@ def test_unknown_gpu_suggests_nearest(typo, suggested):
 
 def test_gpu_validation_rejects_bad_entries():
     with pytest.raises(KneecapError):
-        Gpu(name="x", label="x", datasheet_bytes=0, device_bytes=None, framework_bytes=None,
-            hbm_bandwidth_bytes_s=1e12, bf16_flops=1e12, fp8_flops=None, fp4_flops=None,
-            interconnect="pcie", interconnect_bytes_s=1e9)
+        Gpu(
+            name="x",
+            label="x",
+            datasheet_bytes=0,
+            device_bytes=None,
+            framework_bytes=None,
+            hbm_bandwidth_bytes_s=1e12,
+            bf16_flops=1e12,
+            fp8_flops=None,
+            fp4_flops=None,
+            interconnect="pcie",
+            interconnect_bytes_s=1e9,
+        )
     with pytest.raises(KneecapError):
-        Gpu(name="x", label="x", datasheet_bytes=1, device_bytes=None, framework_bytes=None,
-            hbm_bandwidth_bytes_s=1e12, bf16_flops=1e12, fp8_flops=None, fp4_flops=None,
-            interconnect="carrier-pigeon", interconnect_bytes_s=1e9)
+        Gpu(
+            name="x",
+            label="x",
+            datasheet_bytes=1,
+            device_bytes=None,
+            framework_bytes=None,
+            hbm_bandwidth_bytes_s=1e12,
+            bf16_flops=1e12,
+            fp8_flops=None,
+            fp4_flops=None,
+            interconnect="carrier-pigeon",
+            interconnect_bytes_s=1e9,
+        )
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("datasheet", "datasheet"), ("device", "device"), ("Framework", "framework"),
-    ("192000000000", 192_000_000_000), ("192e9", 192_000_000_000), ("192GB", 192_000_000_000),
-    ("180GiB", 180 * 2**30), ("205,822,885,888", 205_822_885_888),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("datasheet", "datasheet"),
+        ("device", "device"),
+        ("Framework", "framework"),
+        ("192000000000", 192_000_000_000),
+        ("192e9", 192_000_000_000),
+        ("192GB", 192_000_000_000),
+        ("180GiB", 180 * 2**30),
+        ("205,822,885,888", 205_822_885_888),
+    ],
+)
 def test_hbm_flag(text, expected):
     from kneecap.plan.build import parse_hbm
 

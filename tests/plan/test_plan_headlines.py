@@ -55,20 +55,26 @@ def _with_change(base: list[str], change: str) -> list[str]:
     return args
 
 
-@pytest.mark.parametrize("base", [
-    ["plan", "--preset", "qwen3.5-397b-a17b", "--gpu", "b200", "--tp", "4", "--weight-dtype", "nvfp4"],
-    ["plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--context", "8192", "--mean-context", "2050"],
-    ["plan", "--preset", "gpt-oss-120b", "--gpu", "h100-sxm", "--mean-context", "4000"],
-    ["plan", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--kv-dtype", "fp8", "--context", "32768"],
-    ["plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--context", "8192", "--kv-pool-gib", "42.21"],
-], ids=["qwen3.5-nvfp4", "seed", "gpt-oss", "kv-fp8", "logged-pool"])
+@pytest.mark.parametrize(
+    "base",
+    [
+        ["plan", "--preset", "qwen3.5-397b-a17b", "--gpu", "b200", "--tp", "4", "--weight-dtype", "nvfp4"],
+        ["plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--context", "8192", "--mean-context", "2050"],
+        ["plan", "--preset", "gpt-oss-120b", "--gpu", "h100-sxm", "--mean-context", "4000"],
+        ["plan", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--kv-dtype", "fp8", "--context", "32768"],
+        ["plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--context", "8192", "--kv-pool-gib", "42.21"],
+    ],
+    ids=["qwen3.5-nvfp4", "seed", "gpt-oss", "kv-fp8", "logged-pool"],
+)
 def test_every_lever_command_reproduces_its_row(base):
     doc = _json(*base)
     assert doc["levers"], "expected at least one lever"
     for lever in doc["levers"]:
         ran = _json(*_with_change(base, lever["change"]))
-        assert (ran["ledger"]["kv_pool_bytes"], ran["max_seqs"]["paged"]) == (lever["kv_pool_bytes"], lever["max_seqs"]), \
-            (lever["name"], lever["change"])
+        assert (ran["ledger"]["kv_pool_bytes"], ran["max_seqs"]["paged"]) == (
+            lever["kv_pool_bytes"],
+            lever["max_seqs"],
+        ), (lever["name"], lever["change"])
 
 
 def test_levers_that_do_not_apply_are_not_offered():

@@ -24,6 +24,7 @@ def test_the_vision_tower_is_loaded_unless_serving_text_only(cli):
     full, text = doc(), doc("--language-only")
     assert full["weights_total_bytes"] - text["weights_total_bytes"] == 2 * ENCODER
     assert full["ledger"]["kv_pool_bytes"] < text["ledger"]["kv_pool_bytes"]
+
     def words(*extra):  # the table may wrap a cell: compare the words
         return " ".join(cli("plan", "--model", "gemma-3-27b", "--gpu", "h100", *extra).stdout.replace("│", " ").split())
 

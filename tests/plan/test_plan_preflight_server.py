@@ -8,12 +8,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-SGLANG_INFO = {"max_total_num_tokens": 1_573_854, "max_running_requests": 2048, "page_size": 1,
-               "context_length": 262144, "version": "0.5.2"}
-VLLM_METRICS = ('# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n'
-                '# TYPE vllm:cache_config_info gauge\n'
-                'vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0",gpu_memory_utilization="0.9",'
-                'num_gpu_blocks="8644"} 1.0\n')
+SGLANG_INFO = {
+    "max_total_num_tokens": 1_573_854,
+    "max_running_requests": 2048,
+    "page_size": 1,
+    "context_length": 262144,
+    "version": "0.5.2",
+}
+VLLM_METRICS = (
+    "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+    "# TYPE vllm:cache_config_info gauge\n"
+    'vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0",gpu_memory_utilization="0.9",'
+    'num_gpu_blocks="8644"} 1.0\n'
+)
 
 
 def serve(routes: dict[str, tuple[str, bytes]]):
@@ -52,8 +59,12 @@ def sglang_server():
 @pytest.fixture
 def vllm_server():
     models = {"object": "list", "data": [{"id": "m", "owned_by": "vllm", "max_model_len": 8192}]}
-    server, seen = serve({"/metrics": ("text/plain", VLLM_METRICS.encode()),
-                          "/v1/models": ("application/json", json.dumps(models).encode())})
+    server, seen = serve(
+        {
+            "/metrics": ("text/plain", VLLM_METRICS.encode()),
+            "/v1/models": ("application/json", json.dumps(models).encode()),
+        }
+    )
     yield f"http://127.0.0.1:{server.server_address[1]}", seen
     server.shutdown()
     server.server_close()

@@ -36,7 +36,9 @@ def plan_or_none(dep, **kw):
 @given(hbm, st.integers(min_value=0, max_value=50_000_000_000), ctx, tps, dtypes, kv)
 def test_capacity_monotone_in_memory(hbm_bytes, extra, context, tp, wd, kd):
     small = plan_or_none(Deployment(MODEL, GPU, tp=tp, weight_dtype=wd, kv_dtype=kd, hbm=hbm_bytes), context=context)
-    big = plan_or_none(Deployment(MODEL, GPU, tp=tp, weight_dtype=wd, kv_dtype=kd, hbm=hbm_bytes + extra), context=context)
+    big = plan_or_none(
+        Deployment(MODEL, GPU, tp=tp, weight_dtype=wd, kv_dtype=kd, hbm=hbm_bytes + extra), context=context
+    )
     if small is None:
         return
     assert big is not None
@@ -71,7 +73,9 @@ def test_paged_never_below_contiguous_and_ledger_sums(hbm_bytes, context, frac, 
     if -(-mean // block) * block <= context:  # paging rounds up to a block; below one block it can lose
         assert p.max_seqs_paged >= p.max_seqs_contiguous
     L = p.ledger
-    assert L.weights_bytes + L.overhead_bytes + L.fragmentation_bytes + L.kv_pool_bytes + L.reserved_bytes == L.hbm_bytes
+    assert (
+        L.weights_bytes + L.overhead_bytes + L.fragmentation_bytes + L.kv_pool_bytes + L.reserved_bytes == L.hbm_bytes
+    )
     assert p.kv_capacity_tokens % block == 0
     assert p.num_kv_blocks * block * p.kv_bytes_per_token_per_gpu <= L.kv_pool_bytes
 

@@ -32,8 +32,9 @@ def test_plan_json_scales_with_space_context_and_kv_dtype(cli):
     doc = tokens("--cpu-kvcache-space-gib", "4", "--context", "2048")
     # 4 GiB / 16 MiB = 256 blocks = 32,768 tokens; 2,048-token requests take 16 blocks -> 16.00x
     assert doc["kv_capacity_tokens"] == 32_768 == doc["engine"]["num_blocks"] * 128
-    assert doc["engine"]["log_lines"] == ["CPU KV cache size: 32,768 tokens, Maximum concurrency for 2,048 tokens "
-                                          "per request: 16.00x"]
+    assert doc["engine"]["log_lines"] == [
+        "CPU KV cache size: 32,768 tokens, Maximum concurrency for 2,048 tokens per request: 16.00x"
+    ]
     # fp8 halves the page: 1 GiB holds 128 blocks = 16,384 tokens
     assert tokens("--cpu-kvcache-space-gib", "1", "--kv-dtype", "fp8")["kv_capacity_tokens"] == 16_384
     # a smaller block changes the block count, not the tokens: 1 GiB / (16 x 131,072 B) = 512 blocks of 16
@@ -49,16 +50,21 @@ def test_mla_models_get_the_cpu_mla_block_of_16(cli):
     assert r.code == 0, r.stderr
     engine = json.loads(r.stdout)["engine"]
     assert (engine["block_size"], engine["num_blocks"], engine["kv_capacity_tokens"]) == (16, 2_157, 34_512)
-    r = cli("plan", "--model", mla, "--cpu-kvcache-space-gib", "1", "--context", "4096", "--block-size", "128", "--json")
+    r = cli(
+        "plan", "--model", mla, "--cpu-kvcache-space-gib", "1", "--context", "4096", "--block-size", "128", "--json"
+    )
     assert json.loads(r.stdout)["kv_capacity_tokens"] == 34_432
 
 
-@pytest.mark.parametrize("extra, named", [
-    (("--gpu", "h100-sxm"), "--gpu"),
-    (("--tp", "2"), "--tp"),
-    (("--engine", "vllm"), "--engine"),
-    (("--kv-pool-gib", "10"), "--kv-pool-gib"),
-])
+@pytest.mark.parametrize(
+    "extra, named",
+    [
+        (("--gpu", "h100-sxm"), "--gpu"),
+        (("--tp", "2"), "--tp"),
+        (("--engine", "vllm"), "--engine"),
+        (("--kv-pool-gib", "10"), "--kv-pool-gib"),
+    ],
+)
 def test_gpu_flags_are_refused_with_the_cpu_pool(cli, extra, named):
     r = cli("plan", "--model", CONFIG, "--cpu-kvcache-space-gib", "1", *extra)
     assert r.code == 2 and named in r.stderr and "CPU build" in r.stderr, r.stderr

@@ -12,10 +12,21 @@ from kneecap.plan.ledger import build_plan, weights_bytes_per_gpu, weights_total
 
 GPU = get_gpu("h100-sxm")
 # 13e9 params: embed 1e9 + lm_head 1e9 + norms 1e6 (kept as shipped, bf16) + attention 1e9 + routed experts 10e9 - 1e6
-PARTS = (("embed", 1_000_000_000), ("lm_head", 1_000_000_000), ("norms", 1_000_000), ("attention", 1_000_000_000),
-         ("routed_experts", 9_999_000_000))
-MOE = make_gqa_70b(name="toy-moe", total_params=13_000_000_000, active_params=4_000_000_000, param_parts=PARTS,
-                   part_dtypes=tuple((p, "bf16") for p, _ in PARTS), weight_dtype="bf16")
+PARTS = (
+    ("embed", 1_000_000_000),
+    ("lm_head", 1_000_000_000),
+    ("norms", 1_000_000),
+    ("attention", 1_000_000_000),
+    ("routed_experts", 9_999_000_000),
+)
+MOE = make_gqa_70b(
+    name="toy-moe",
+    total_params=13_000_000_000,
+    active_params=4_000_000_000,
+    param_parts=PARTS,
+    part_dtypes=tuple((p, "bf16") for p, _ in PARTS),
+    weight_dtype="bf16",
+)
 
 
 def test_without_a_breakdown_it_is_params_times_dtype():

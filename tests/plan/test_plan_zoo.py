@@ -46,8 +46,9 @@ def test_every_view_counts_the_same_capacity(kind, spec):
     for tp in (1, 2, 4, 8):
         for kv in ("bf16", "fp8"):
             for mean, engine in ((None, None), (2000, None), (2000, "vllm")):
-                base = DeploymentRequest(**{kind: spec}, gpu="h200", tp=tp, kv_dtype=kv, mean_context=mean,
-                                         engine=engine)
+                base = DeploymentRequest(
+                    **{kind: spec}, gpu="h200", tp=tp, kv_dtype=kv, mean_context=mean, engine=engine
+                )
                 probe = _plan(base)
                 if probe is None:
                     continue
@@ -60,8 +61,9 @@ def test_every_view_counts_the_same_capacity(kind, spec):
                 if engine_pool is not None:  # kneecap's own capacity of the engine's pool is the plan's
                     assert engine_pool.kv_capacity_tokens == plan.kv_capacity_tokens, where
                     engine_cap = plan_capacity(plan, engine_pool, plan.mean_context)
-                    assert engine_cap.kv_capacity_tokens // tokens_in_blocks(plan.mean_context, engine_cap.block_size) \
-                        == sequences_at(plan, plan.mean_context), where
+                    assert engine_cap.kv_capacity_tokens // tokens_in_blocks(
+                        plan.mean_context, engine_cap.block_size
+                    ) == sequences_at(plan, plan.mean_context), where
                 n = sequences_at(plan, plan.mean_context)
                 assert plan.max_seqs_paged == n, where  # section 3
                 row = next(p for p in context_sweep(plan) if p.context == plan.context)
@@ -72,12 +74,18 @@ def test_every_view_counts_the_same_capacity(kind, spec):
                 cap = plan_capacity(plan, None, length)  # preflight at that length
                 assert cap.kv_capacity_tokens // tokens_in_blocks(length, cap.block_size) == n, where
                 sim = from_plan(plan).describe()["plan"]  # the simulator's pool
-                assert (sim["kv_capacity_tokens"], sim["num_kv_blocks"]) == (plan.kv_capacity_tokens,
-                                                                           plan.num_kv_blocks), where
+                assert (sim["kv_capacity_tokens"], sim["num_kv_blocks"]) == (
+                    plan.kv_capacity_tokens,
+                    plan.num_kv_blocks,
+                ), where
                 if length > 2:  # report's preflight limit for a simulate sweep of that length
                     isl, osl = length - length // 2, length // 2
-                    summary = {"plan": sim, "workload": {"isl": isl, "osl": osl}, "load": "concurrency",
-                               "deployment": {"block_size": plan.block_size}}
+                    summary = {
+                        "plan": sim,
+                        "workload": {"isl": isl, "osl": osl},
+                        "load": "concurrency",
+                        "deployment": {"block_size": plan.block_size},
+                    }
                     assert _derived_preflight_limit(summary) == sequences_at(plan, isl + osl), where
                 for lever in compute_levers(plan):
                     if lever.name == "fp8-kv":
@@ -91,8 +99,20 @@ def test_every_view_counts_the_same_capacity(kind, spec):
         pytest.skip(f"kneecap plans no H200 deployment of {Path(spec).stem} at TP 1-8 (a model it refuses, or too big)")
 
 
-QWEN35 = ("--model", "qwen3.5-397b-a17b", "--gpu", "rtx-pro-6000", "--tp", "8", "--weight-dtype", "fp8", "--context",
-          "32768", "--engine", "vllm")
+QWEN35 = (
+    "--model",
+    "qwen3.5-397b-a17b",
+    "--gpu",
+    "rtx-pro-6000",
+    "--tp",
+    "8",
+    "--weight-dtype",
+    "fp8",
+    "--context",
+    "32768",
+    "--engine",
+    "vllm",
+)
 
 
 def test_the_qwen35_hybrid_has_one_capacity_in_plan_and_preflight(cli):
@@ -103,8 +123,9 @@ def test_the_qwen35_hybrid_has_one_capacity_in_plan_and_preflight(cli):
     import json
 
     plan = json.loads(cli("plan", *QWEN35, "--mean-context", "4096", "--json").stdout)
-    pre = json.loads(cli("preflight", *QWEN35, "--isl", "3000", "--osl", "1096", "--concurrency", "400",
-                         "--json").stdout)
+    pre = json.loads(
+        cli("preflight", *QWEN35, "--isl", "3000", "--osl", "1096", "--concurrency", "400", "--json").stdout
+    )
     assert plan["num_kv_blocks"] == 4644 and plan["max_seqs"]["paged"] == 331 == pre["max_safe_concurrency"]
     assert next(p["paged"] for p in plan["context_sweep"] if p["context"] == 4096) == 331
     fix = pre["levels"][0]["fix"]

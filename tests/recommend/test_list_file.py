@@ -20,13 +20,16 @@ def test_a_list_is_read_bare_under_its_key_and_as_json(tmp_path):
     assert _read(tmp_path / "c.json") == [{"k": "/"}]
 
 
-@pytest.mark.parametrize("content,needle", [
-    (None, "cannot read --flag file"),
-    (b"\xff\xfe- 1\n", "cannot read --flag file"),
-    (b"- [1\n", "does not parse"),
-    (b"things: []\n", "holds no list of things"),
-    (b"other: [1]\n", "holds no list of things"),
-])
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        (None, "cannot read --flag file"),
+        (b"\xff\xfe- 1\n", "cannot read --flag file"),
+        (b"- [1\n", "does not parse"),
+        (b"things: []\n", "holds no list of things"),
+        (b"other: [1]\n", "holds no list of things"),
+    ],
+)
 def test_a_bad_list_file_is_one_error_naming_the_flag_and_file(tmp_path, content, needle):
     p = tmp_path / "f.yaml"
     if content is not None:
@@ -38,6 +41,6 @@ def test_a_bad_list_file_is_one_error_naming_the_flag_and_file(tmp_path, content
 
 def test_a_classes_file_that_is_not_utf8_is_an_error_not_a_traceback(tmp_path):
     p = tmp_path / "classes.yaml"
-    p.write_bytes(b"classes:\n  - {input: \"\xff\", output: 2}\n")
+    p.write_bytes(b'classes:\n  - {input: "\xff", output: 2}\n')
     with pytest.raises(KneecapError, match="cannot read --classes file"):
         load_classes(p)

@@ -24,9 +24,17 @@ K8S_RELEASE = "1.33.0"
 # LeaderWorkerSet v1's own fields (github.com/kubernetes-sigs/lws, api/leaderworkerset/v1/leaderworkerset_types.go
 # and its CRD config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml): the pod templates inside are core
 # PodTemplateSpecs, validated against the Kubernetes schema below
-LWS_FIELDS = {"spec": {"replicas", "leaderWorkerTemplate", "rolloutStrategy", "startupPolicy", "networkConfig"},
-              "leaderWorkerTemplate": {"leaderTemplate", "workerTemplate", "size", "restartPolicy", "subGroupPolicy",
-                                       "volumeClaimTemplates"}}
+LWS_FIELDS = {
+    "spec": {"replicas", "leaderWorkerTemplate", "rolloutStrategy", "startupPolicy", "networkConfig"},
+    "leaderWorkerTemplate": {
+        "leaderTemplate",
+        "workerTemplate",
+        "size",
+        "restartPolicy",
+        "subGroupPolicy",
+        "volumeClaimTemplates",
+    },
+}
 LWS_RESTART_POLICIES = {"RecreateGroupOnPodRestart", "None", "Default"}
 
 
@@ -40,8 +48,11 @@ def validate(obj: dict) -> None:
     assert isinstance(spec["replicas"], int) and isinstance(tmpl["size"], int) and tmpl["size"] >= 2
     assert tmpl["restartPolicy"] in LWS_RESTART_POLICIES
     for role in ("leaderTemplate", "workerTemplate"):
-        kubernetes_validate.validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"},
-                                      "template": tmpl[role]}, K8S_RELEASE, strict=True)
+        kubernetes_validate.validate(
+            {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": tmpl[role]},
+            K8S_RELEASE,
+            strict=True,
+        )
 
 
 def _containers(obj: dict) -> list[dict]:
@@ -69,8 +80,23 @@ def _recommend(tmp_path: Path, *args: str) -> tuple[dict, list[dict]]:
 
 
 def test_one_node_replicas_as_a_deployment_and_service(tmp_path):
-    doc, objects = _recommend(tmp_path, "--model", "llama-3.1-8b", "--rate", "40", "--isl", "1000", "--osl", "200",
-                              "--slo", "ttft_p99_ms=1500,tpot_p99_ms=30", "--gpus", "h100-sxm", "--max-gpus", "8")
+    doc, objects = _recommend(
+        tmp_path,
+        "--model",
+        "llama-3.1-8b",
+        "--rate",
+        "40",
+        "--isl",
+        "1000",
+        "--osl",
+        "200",
+        "--slo",
+        "ttft_p99_ms=1500,tpot_p99_ms=30",
+        "--gpus",
+        "h100-sxm",
+        "--max-gpus",
+        "8",
+    )
     best = doc["best"]
     dep = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-1"))  # the best
     svc = next(o for o in objects if o["kind"] == "Service" and o["metadata"]["name"] == dep["metadata"]["name"])
@@ -85,18 +111,50 @@ def test_one_node_replicas_as_a_deployment_and_service(tmp_path):
 
 
 def test_amd_gpus_ask_for_amd_devices_and_a_hub_id_is_loaded_as_given(tmp_path):
-    doc, objects = _recommend(tmp_path, "--model", "llama-3.1-8b", "--rate", "2", "--isl", "500", "--osl", "100",
-                              "--slo", "ttft_p99_ms=2000,tpot_p99_ms=50", "--gpus", "mi300x",
-                              "--manifest-model", "meta-llama/Llama-3.1-8B-Instruct", "--manifest-image", "my/img:1")
+    doc, objects = _recommend(
+        tmp_path,
+        "--model",
+        "llama-3.1-8b",
+        "--rate",
+        "2",
+        "--isl",
+        "500",
+        "--osl",
+        "100",
+        "--slo",
+        "ttft_p99_ms=2000,tpot_p99_ms=50",
+        "--gpus",
+        "mi300x",
+        "--manifest-model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--manifest-image",
+        "my/img:1",
+    )
     (c,) = _containers(next(o for o in objects if o["kind"] == "Deployment"))
     assert set(c["resources"]["limits"]) == {"amd.com/gpu"} and c["image"] == "my/img:1"
     assert c["args"][0] == "meta-llama/Llama-3.1-8B-Instruct"
 
 
 def test_a_replica_wider_than_a_node_is_a_leader_worker_set(tmp_path):
-    doc, objects = _recommend(tmp_path, "--model", "llama-3.1-70b", "--rate", "2", "--isl", "500", "--osl", "100",
-                              "--slo", "ttft_p99_ms=2000,tpot_p99_ms=50", "--gpus", "h100-sxm", "--weight-dtypes",
-                              "bf16", "--manifest-gpus-per-node", "1")
+    doc, objects = _recommend(
+        tmp_path,
+        "--model",
+        "llama-3.1-70b",
+        "--rate",
+        "2",
+        "--isl",
+        "500",
+        "--osl",
+        "100",
+        "--slo",
+        "ttft_p99_ms=2000,tpot_p99_ms=50",
+        "--gpus",
+        "h100-sxm",
+        "--weight-dtypes",
+        "bf16",
+        "--manifest-gpus-per-node",
+        "1",
+    )
     best = doc["best"]
     assert best["gpus_per_replica"] >= 2
     lws = next(o for o in objects if o["kind"] == "LeaderWorkerSet")
@@ -111,14 +169,26 @@ def test_a_replica_wider_than_a_node_is_a_leader_worker_set(tmp_path):
 
 
 def test_prefill_and_decode_pools_are_deployments_labelled_by_role():
-    req = RecommendRequest(model="llama-3.1-8b", kind="rate", load=24.0, isl=1000, osl=200,
-                           slo=parse_slo("ttft_p99_ms=1500,tpot_p99_ms=12"), gpus=("h100-sxm",),
-                           weight_dtypes=("bf16",), kv_dtypes=("bf16",), tp_choices=(1,), pp_choices=(1,),
-                           max_num_seqs_choices=(256,), max_num_batched_tokens_choices=(8192,))
+    req = RecommendRequest(
+        model="llama-3.1-8b",
+        kind="rate",
+        load=24.0,
+        isl=1000,
+        osl=200,
+        slo=parse_slo("ttft_p99_ms=1500,tpot_p99_ms=12"),
+        gpus=("h100-sxm",),
+        weight_dtypes=("bf16",),
+        kv_dtypes=("bf16",),
+        tp_choices=(1,),
+        pp_choices=(1,),
+        max_num_seqs_choices=(256,),
+        max_num_batched_tokens_choices=(8192,),
+    )
     doc = recommend(req, load_prices(), workers=1)
     cand = next(c for c in doc["candidates"] if c["disaggregated"] is not None)
-    objects = candidate_manifests(doc["model"], cand, 1, ManifestOptions(image="vllm/vllm-openai:v0.11.0",
-                                                                         model="/models/x"), "NVIDIA H100")
+    objects = candidate_manifests(
+        doc["model"], cand, 1, ManifestOptions(image="vllm/vllm-openai:v0.11.0", model="/models/x"), "NVIDIA H100"
+    )
     for o in objects:
         validate(o)
     pools = {o["metadata"]["labels"]["llm-d.ai/role"]: o for o in objects if o["kind"] == "Deployment"}
@@ -131,9 +201,25 @@ def test_prefill_and_decode_pools_are_deployments_labelled_by_role():
 
 @pytest.mark.parametrize("bad", ["0", "-2"])
 def test_bad_gpus_per_node_is_one_line(tmp_path, bad):
-    r = run_cli("recommend", "--model", "llama-3.1-8b", "--rate", "2", "--isl", "500", "--osl", "100", "--slo",
-                "ttft_p99_ms=2000", "--gpus", "h100-sxm", "--manifests", str(tmp_path / "m"),
-                "--manifest-gpus-per-node", bad)
+    r = run_cli(
+        "recommend",
+        "--model",
+        "llama-3.1-8b",
+        "--rate",
+        "2",
+        "--isl",
+        "500",
+        "--osl",
+        "100",
+        "--slo",
+        "ttft_p99_ms=2000",
+        "--gpus",
+        "h100-sxm",
+        "--manifests",
+        str(tmp_path / "m"),
+        "--manifest-gpus-per-node",
+        bad,
+    )
     assert r.code == 2 and "--manifest-gpus-per-node must be >= 1" in r.stderr
 
 

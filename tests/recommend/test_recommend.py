@@ -12,8 +12,7 @@ import pytest
 from kneecap.metrics.slo import parse_slo
 from kneecap.plan.build import plan_deployment
 from kneecap.recommend.bound import replica_bound
-from kneecap.recommend.evaluate import (FINE_REQUESTS, per_replica_load, replica_max, run_level, simulated,
-                                        size_replicas)
+from kneecap.recommend.evaluate import FINE_REQUESTS, per_replica_load, replica_max, run_level, simulated, size_replicas
 from kneecap.recommend.prices import DEFAULT_PRICES, load_prices
 from kneecap.recommend.search import recommend
 from kneecap.recommend.space import Knobs, RecommendRequest
@@ -24,9 +23,21 @@ SLO = parse_slo("ttft_p99_ms=1500,tpot_p99_ms=40")
 
 
 def small(**kw) -> RecommendRequest:
-    base = dict(model="llama-3.1-8b", kind="rate", load=24.0, isl=1000, osl=200, slo=SLO, gpus=("a100-80", "h100-sxm"),
-                weight_dtypes=("bf16",), kv_dtypes=("bf16",), tp_choices=(1, 2), pp_choices=(1,),
-                max_num_seqs_choices=(64, 256), max_num_batched_tokens_choices=(8192,))
+    base = dict(
+        model="llama-3.1-8b",
+        kind="rate",
+        load=24.0,
+        isl=1000,
+        osl=200,
+        slo=SLO,
+        gpus=("a100-80", "h100-sxm"),
+        weight_dtypes=("bf16",),
+        kv_dtypes=("bf16",),
+        tp_choices=(1, 2),
+        pp_choices=(1,),
+        max_num_seqs_choices=(64, 256),
+        max_num_batched_tokens_choices=(8192,),
+    )
     base.update(kw)
     return RecommendRequest(**base)
 
@@ -67,8 +78,12 @@ def test_recommendations_meet_the_slo_and_one_fewer_fails(doc):
         if c["replicas"] > 1:
             fewer = run_level(sim, req, per_replica_load(req, c["replicas"] - 1), FINE_REQUESTS)
             assert not fewer.met, (c["gpu"], c["replicas"] - 1)
-        assert c["cost_per_hour"] == pytest.approx(PRICES[c["gpu"]].usd_per_gpu_hour * c["gpus_per_replica"] * c["replicas"])
-        assert c["predicted"]["ttft_p99_ms"] <= SLO["ttft_p99_ms"] and c["predicted"]["tpot_p99_ms"] <= SLO["tpot_p99_ms"]
+        assert c["cost_per_hour"] == pytest.approx(
+            PRICES[c["gpu"]].usd_per_gpu_hour * c["gpus_per_replica"] * c["replicas"]
+        )
+        assert (
+            c["predicted"]["ttft_p99_ms"] <= SLO["ttft_p99_ms"] and c["predicted"]["tpot_p99_ms"] <= SLO["tpot_p99_ms"]
+        )
 
 
 def test_every_cheaper_deployment_fails_or_does_not_fit(doc):
@@ -94,9 +109,24 @@ def test_every_cheaper_deployment_fails_or_does_not_fit(doc):
 def test_contract_keys(doc):
     for key in ("evaluated", "pruned", "seconds", "frontier", "best"):
         assert key in doc
-    for key in ("gpu", "gpus_per_replica", "replicas", "tp", "pp", "ep", "weight_dtype", "kv_dtype", "max_num_seqs",
-                "max_num_batched_tokens", "disaggregated", "cost_per_hour", "cost_per_mtok_output", "predicted",
-                "max_load", "confirm_cmd"):
+    for key in (
+        "gpu",
+        "gpus_per_replica",
+        "replicas",
+        "tp",
+        "pp",
+        "ep",
+        "weight_dtype",
+        "kv_dtype",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "disaggregated",
+        "cost_per_hour",
+        "cost_per_mtok_output",
+        "predicted",
+        "max_load",
+        "confirm_cmd",
+    ):
         assert key in doc["best"]
     assert set(doc["best"]["predicted"]) >= {"ttft_p99_ms", "tpot_p99_ms", "output_tok_s"}
     assert doc["best"]["confirm_cmd"].startswith("kneecap bench ")
@@ -104,10 +134,16 @@ def test_contract_keys(doc):
     assert all(c in doc["points"] for c in doc["candidates"])
 
 
-@pytest.mark.parametrize("model,gpu,tp,pp,dtype", [
-    ("llama-3.1-8b", "a100-80", 1, 1, "bf16"), ("llama-3.1-8b", "h100-sxm", 1, 1, "bf16"),
-    ("llama-3.1-8b", "h100-sxm", 2, 1, "bf16"), ("llama-3.1-8b", "a100-80", 1, 2, "bf16"),
-    ("qwen3-30b-a3b", "h100-sxm", 1, 1, "fp8")])
+@pytest.mark.parametrize(
+    "model,gpu,tp,pp,dtype",
+    [
+        ("llama-3.1-8b", "a100-80", 1, 1, "bf16"),
+        ("llama-3.1-8b", "h100-sxm", 1, 1, "bf16"),
+        ("llama-3.1-8b", "h100-sxm", 2, 1, "bf16"),
+        ("llama-3.1-8b", "a100-80", 1, 2, "bf16"),
+        ("qwen3-30b-a3b", "h100-sxm", 1, 1, "fp8"),
+    ],
+)
 def test_bound_is_above_the_simulated_engine(model, gpu, tp, pp, dtype):
     """Just past the roofline bound, a steady-state simulated level breaks the SLO (the bound only skips losers),
     for dense and MoE models, TP and PP, bf16 and fp8."""
@@ -145,20 +181,35 @@ def test_pruned_when_nothing_fits():
     assert "no deployment" in msg and "more GPUs" in msg and "\n" not in msg
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--gpus", "h100-sxmm"], "h100-sxmm"),
-    (["--gpus", "l4"], "no price for l4"),
-    (["--classes", "missing.yaml"], "--classes and --isl/--osl both given"),
-    (["--concurrency", "8"], "exactly one of --rate and --concurrency"),
-    (["--slo", "ttft_p99=5"], "unknown SLO key"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--gpus", "h100-sxmm"], "h100-sxmm"),
+        (["--gpus", "l4"], "no price for l4"),
+        (["--classes", "missing.yaml"], "--classes and --isl/--osl both given"),
+        (["--concurrency", "8"], "exactly one of --rate and --concurrency"),
+        (["--slo", "ttft_p99=5"], "unknown SLO key"),
+    ],
+)
 def test_bad_input_is_one_line(args, needle):
-    base = ["recommend", "--model", "llama-3.1-8b", "--rate", "4", "--isl", "100", "--osl", "20", "--slo", "ttft_p99_ms=500"]
+    base = [
+        "recommend",
+        "--model",
+        "llama-3.1-8b",
+        "--rate",
+        "4",
+        "--isl",
+        "100",
+        "--osl",
+        "20",
+        "--slo",
+        "ttft_p99_ms=500",
+    ]
     for i in range(0, len(args), 2):
         if args[i] in base:
             base[base.index(args[i]) + 1] = args[i + 1]
         else:
-            base += args[i:i + 2]
+            base += args[i : i + 2]
     r = run_cli(*base)
     assert r.code != 0
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
@@ -167,9 +218,31 @@ def test_bad_input_is_one_line(args, needle):
 
 
 def test_cli_json_and_out(tmp_path):
-    r = run_cli("recommend", "--model", "llama-3.1-8b", "--rate", "2", "--isl", "500", "--osl", "50", "--slo",
-                "ttft_p99_ms=1000,tpot_p99_ms=60", "--gpus", "a100-80", "--weight-dtypes", "bf16", "--kv-dtypes", "bf16",
-                "--workers", "1", "--json", "--out", str(tmp_path), timeout=300)
+    r = run_cli(
+        "recommend",
+        "--model",
+        "llama-3.1-8b",
+        "--rate",
+        "2",
+        "--isl",
+        "500",
+        "--osl",
+        "50",
+        "--slo",
+        "ttft_p99_ms=1000,tpot_p99_ms=60",
+        "--gpus",
+        "a100-80",
+        "--weight-dtypes",
+        "bf16",
+        "--kv-dtypes",
+        "bf16",
+        "--workers",
+        "1",
+        "--json",
+        "--out",
+        str(tmp_path),
+        timeout=300,
+    )
     assert r.code == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["best"]["gpu"] == "a100-80" and doc["best"]["replicas"] >= 1
@@ -178,6 +251,7 @@ def test_cli_json_and_out(tmp_path):
     assert "a100-80" in md and "kneecap bench" in md
     page = (tmp_path / "report.html").read_text()
     import html  # each candidate's serve and confirm commands, escaped, not the template's own text
+
     assert html.escape(doc["best"]["serve_cmd"]) in page and "{e(" not in page
 
 
@@ -208,8 +282,21 @@ def test_prices_file_replaces_the_table(tmp_path):
     table = load_prices(f)
     assert set(table) == {"l40s", "h100-sxm"} and table["l40s"].usd_per_gpu_hour == 0.86
     f.write_text('{"l40s": -1}')
-    r = run_cli("recommend", "--model", "llama-3.1-8b", "--rate", "1", "--isl", "100", "--osl", "10", "--slo",
-                "ttft_p99_ms=500", "--prices", str(f))
+    r = run_cli(
+        "recommend",
+        "--model",
+        "llama-3.1-8b",
+        "--rate",
+        "1",
+        "--isl",
+        "100",
+        "--osl",
+        "10",
+        "--slo",
+        "ttft_p99_ms=500",
+        "--prices",
+        str(f),
+    )
     assert r.code != 0 and "usd_per_gpu_hour of 'l40s' must be a positive number" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
@@ -221,8 +308,10 @@ def test_class_file_mix(tmp_path):
     from kneecap.recommend.evaluate import MixOptions
 
     f = tmp_path / "classes.yaml"
-    f.write_text('classes:\n  - {name: chat, input: "lognormal:mean=800,std=300,max=3000", output: "150", weight: 0.8}\n'
-                 '  - {name: rag, input: "4000", output: "uniform:100:300", weight: 0.2}\n')
+    f.write_text(
+        'classes:\n  - {name: chat, input: "lognormal:mean=800,std=300,max=3000", output: "150", weight: 0.8}\n'
+        '  - {name: rag, input: "4000", output: "uniform:100:300", weight: 0.2}\n'
+    )
     mix = load_classes(f)
     isl, osl = mean_lengths(mix)
     assert (isl, osl) == (round(0.8 * 800 + 0.2 * 4000), round(0.8 * 150 + 0.2 * 200))
@@ -240,8 +329,16 @@ def test_class_file_mix(tmp_path):
 
 
 def _knobs(c: dict) -> Knobs:
-    return Knobs(c["gpu"], c["tp"], c["pp"], c["weight_dtype"], c["kv_dtype"], c["max_num_seqs"], c["max_num_batched_tokens"],
-                 c["ep"])
+    return Knobs(
+        c["gpu"],
+        c["tp"],
+        c["pp"],
+        c["weight_dtype"],
+        c["kv_dtype"],
+        c["max_num_seqs"],
+        c["max_num_batched_tokens"],
+        c["ep"],
+    )
 
 
 def test_frontier_covers_every_simulated_candidate(doc):
@@ -264,8 +361,12 @@ def test_disaggregated_pools_meet_the_slo():
     either pool fails it; TTFT includes the prefill time and the KV transfer."""
     from kneecap.recommend.disagg import run_pools
 
-    req = small(slo=parse_slo("ttft_p99_ms=1500,tpot_p99_ms=12"), gpus=("h100-sxm",), tp_choices=(1,),
-                max_num_seqs_choices=(256,))
+    req = small(
+        slo=parse_slo("ttft_p99_ms=1500,tpot_p99_ms=12"),
+        gpus=("h100-sxm",),
+        tp_choices=(1,),
+        max_num_seqs_choices=(256,),
+    )
     d = recommend(req, PRICES, workers=1)
     dis = [c for c in d["candidates"] if c["disaggregated"] is not None]
     assert d["disaggregated_tried"] >= 1 and dis, d["disaggregated_not_met"]
@@ -293,7 +394,8 @@ def test_kv_transfer_uses_the_ledger_and_the_link():
     near, far = link_for(req, k, 1, 1), link_for(req, k, 3, 2)
     assert near.name == "nvlink" and far.name == "network" and far.bytes_s == NETWORK_BYTES_S_PER_GPU
     assert transfer_s(plan.kv_bytes_per_token_per_gpu, 1000, near) == pytest.approx(
-        plan.kv_bytes_per_token_per_gpu * 1000 / 450e9)
+        plan.kv_bytes_per_token_per_gpu * 1000 / 450e9
+    )
 
 
 def test_run_plans_load_and_run_on_the_simulator(tmp_path):
@@ -303,9 +405,30 @@ def test_run_plans_load_and_run_on_the_simulator(tmp_path):
     from kneecap.recommend import runplan
 
     assert (runplan.BUDGET_METRICS, runplan.BUDGET_PCTS) == (BUDGET_METRICS, BUDGET_PCTS)
-    r = run_cli("recommend", "--model", "llama-3.1-8b", "--rate", "4", "--isl", "500", "--osl", "50", "--slo",
-                "ttft_p99_ms=1000,tpot_p99_ms=60", "--gpus", "a100-80", "--weight-dtypes", "bf16", "--kv-dtypes", "bf16",
-                "--workers", "1", "--out", str(tmp_path), timeout=300)
+    r = run_cli(
+        "recommend",
+        "--model",
+        "llama-3.1-8b",
+        "--rate",
+        "4",
+        "--isl",
+        "500",
+        "--osl",
+        "50",
+        "--slo",
+        "ttft_p99_ms=1000,tpot_p99_ms=60",
+        "--gpus",
+        "a100-80",
+        "--weight-dtypes",
+        "bf16",
+        "--kv-dtypes",
+        "bf16",
+        "--workers",
+        "1",
+        "--out",
+        str(tmp_path),
+        timeout=300,
+    )
     assert r.code == 0, r.stderr
     doc = json.loads((tmp_path / "recommend.json").read_text())
     best = doc["best"]
@@ -315,10 +438,22 @@ def test_run_plans_load_and_run_on_the_simulator(tmp_path):
     assert server.load == sim.load and server.load.required == best["predicted"]["per_replica_load"]
     t = sim.candidates[0].target
     assert (t.gpu, t.tp, t.pp, t.max_num_seqs, t.max_num_batched_tokens) == (
-        best["gpu"], best["tp"], best["pp"], best["max_num_seqs"], best["max_num_batched_tokens"])
+        best["gpu"],
+        best["tp"],
+        best["pp"],
+        best["max_num_seqs"],
+        best["max_num_batched_tokens"],
+    )
     assert server.slo["requests"].limits() == {"ttft_p99_ms": 1000, "tpot_p99_ms": 60}
-    out = run_cli("run", str(tmp_path / best["run_plan"]["simulated"]), "--out", str(tmp_path / "run"), "--json", "--quiet",
-                  timeout=300)
+    out = run_cli(
+        "run",
+        str(tmp_path / best["run_plan"]["simulated"]),
+        "--out",
+        str(tmp_path / "run"),
+        "--json",
+        "--quiet",
+        timeout=300,
+    )
     assert out.code == 0, out.stderr
     verdict = json.loads(out.stdout)["candidates"][0]
     assert verdict["verdict"] == "accepted", verdict["reason"]
@@ -330,8 +465,9 @@ def test_run_plans_load_and_run_on_the_simulator(tmp_path):
 def test_plot_function_draws_points_and_frontier():
     from kneecap.report.plots import recommend_pareto
 
-    png = recommend_pareto([(1.0, 2.0, "a"), (2.0, 1.0, "b"), (3.0, 3.0, "c")], [(1.0, 2.0, "a"), (2.0, 1.0, "b")],
-                           "x", "y", "t")
+    png = recommend_pareto(
+        [(1.0, 2.0, "a"), (2.0, 1.0, "b"), (3.0, 3.0, "c")], [(1.0, 2.0, "a"), (2.0, 1.0, "b")], "x", "y", "t"
+    )
     assert png[:4] == b"\x89PNG"
     assert recommend_pareto([], [], "x", "y", "t") is None
 
@@ -353,8 +489,11 @@ def test_expert_parallel_is_searched_for_moe_models():
     k8 = Knobs("h100-sxm", 2, 1, "fp8", "bf16", 256, 8192, 2)
     assert "--quantization fp8" in serve_cmd(moe, k8, checkpoint_dtype="bf16")
     assert "--quantization" not in serve_cmd(moe, k8, checkpoint_dtype="fp8")
-    d = recommend(small(model="qwen3-30b-a3b", gpus=("h100-sxm",), tp_choices=(2,), max_num_seqs_choices=(256,),
-                        load=8.0), PRICES, workers=1)
+    d = recommend(
+        small(model="qwen3-30b-a3b", gpus=("h100-sxm",), tp_choices=(2,), max_num_seqs_choices=(256,), load=8.0),
+        PRICES,
+        workers=1,
+    )
     assert {p["ep"] for p in d["points"]} == {1, 2}, [(p["tp"], p["ep"]) for p in d["points"]]
 
 
@@ -391,8 +530,23 @@ def test_decode_pool_full_of_waiting_kv_fails_the_rest():
 def test_recommendation_holds_at_steady_state_and_one_fewer_is_over_capacity_or_fails(tmp_path):
     """The deployment recommended for 70B at 8 req/s, simulated alone at its share for 1,600 requests (five times
     the length of the levels that used to decide), meets both SLOs at a stable level; one replica fewer does not."""
-    r = run_cli("recommend", "--model", "llama-3.1-70b", "--rate", "8", "--isl", "1000", "--osl", "1000",
-                "--slo", "ttft_p99_ms=2000,tpot_p99_ms=50", "--gpus", "h100-sxm,h200,b200,mi300x", "--json", timeout=300)
+    r = run_cli(
+        "recommend",
+        "--model",
+        "llama-3.1-70b",
+        "--rate",
+        "8",
+        "--isl",
+        "1000",
+        "--osl",
+        "1000",
+        "--slo",
+        "ttft_p99_ms=2000,tpot_p99_ms=50",
+        "--gpus",
+        "h100-sxm,h200,b200,mi300x",
+        "--json",
+        timeout=300,
+    )
     assert r.code == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["evaluated"] >= 800 and d["arrivals"].startswith("Poisson")
@@ -401,12 +555,35 @@ def test_recommendation_holds_at_steady_state_and_one_fewer_is_over_capacity_or_
     share = best["predicted"]["per_replica_load"]
     assert share == pytest.approx(8 / best["replicas"])
     out = tmp_path / "alone"
-    flags = ["--model", "llama-3.1-70b", "--gpu", best["gpu"], "--tp", str(best["tp"]), "--pp", str(best["pp"]),
-             "--weight-dtype", best["weight_dtype"], "--kv-dtype", best["kv_dtype"],
-             "--max-num-seqs", str(best["max_num_seqs"]), "--max-num-batched-tokens", str(best["max_num_batched_tokens"]),
-             "--isl", "1000", "--osl", "1000", "--requests", "1600", "--slo", "ttft_p99_ms=2000,tpot_p99_ms=50"]
-    r = run_cli("simulate", *flags, "--rate", f"{share},{8 / (best['replicas'] - 1)}", "--out", str(out), "--json",
-                timeout=300)
+    flags = [
+        "--model",
+        "llama-3.1-70b",
+        "--gpu",
+        best["gpu"],
+        "--tp",
+        str(best["tp"]),
+        "--pp",
+        str(best["pp"]),
+        "--weight-dtype",
+        best["weight_dtype"],
+        "--kv-dtype",
+        best["kv_dtype"],
+        "--max-num-seqs",
+        str(best["max_num_seqs"]),
+        "--max-num-batched-tokens",
+        str(best["max_num_batched_tokens"]),
+        "--isl",
+        "1000",
+        "--osl",
+        "1000",
+        "--requests",
+        "1600",
+        "--slo",
+        "ttft_p99_ms=2000,tpot_p99_ms=50",
+    ]
+    r = run_cli(
+        "simulate", *flags, "--rate", f"{share},{8 / (best['replicas'] - 1)}", "--out", str(out), "--json", timeout=300
+    )
     assert r.code == 0, r.stderr
     alone, fewer = json.loads(r.stdout)["levels"]
     assert alone["slo"]["met"] and alone["stability"]["verdict"] == "stable", (alone["slo"], alone["stability"])
@@ -417,14 +594,53 @@ def test_recommendation_holds_at_steady_state_and_one_fewer_is_over_capacity_or_
 
 
 def test_burstiness_is_an_assumption_recommend_states(tmp_path):
-    r = run_cli("recommend", "--model", "llama-3.1-8b", "--rate", "24", "--isl", "1000", "--osl", "200",
-                "--slo", "ttft_p99_ms=1500,tpot_p99_ms=40", "--gpus", "h100-sxm", "--weight-dtypes", "bf16",
-                "--kv-dtypes", "bf16", "--burstiness", "0.5", "--workers", "1", "--out", str(tmp_path / "rec"))
+    r = run_cli(
+        "recommend",
+        "--model",
+        "llama-3.1-8b",
+        "--rate",
+        "24",
+        "--isl",
+        "1000",
+        "--osl",
+        "200",
+        "--slo",
+        "ttft_p99_ms=1500,tpot_p99_ms=40",
+        "--gpus",
+        "h100-sxm",
+        "--weight-dtypes",
+        "bf16",
+        "--kv-dtypes",
+        "bf16",
+        "--burstiness",
+        "0.5",
+        "--workers",
+        "1",
+        "--out",
+        str(tmp_path / "rec"),
+    )
     assert r.code == 0, r.stderr
     assert "assumed arrivals: gamma-distributed arrival gaps of shape 0.5 (burstier than Poisson)" in r.stdout
-    assert "Assumed arrivals: gamma-distributed arrival gaps of shape 0.5" in (tmp_path / "rec" / "report.md").read_text()
+    assert (
+        "Assumed arrivals: gamma-distributed arrival gaps of shape 0.5" in (tmp_path / "rec" / "report.md").read_text()
+    )
     assert json.loads((tmp_path / "rec" / "recommend.json").read_text())["burstiness"] == 0.5
     assert "--burstiness 0.5" in r.stdout  # the confirming bench offers the same arrivals
-    r = run_cli("recommend", "--model", "llama-3.1-8b", "--rate", "24", "--isl", "1000", "--osl", "200",
-                "--slo", "ttft_p99_ms=1500", "--gpus", "h100-sxm", "--burstiness", "0")
+    r = run_cli(
+        "recommend",
+        "--model",
+        "llama-3.1-8b",
+        "--rate",
+        "24",
+        "--isl",
+        "1000",
+        "--osl",
+        "200",
+        "--slo",
+        "ttft_p99_ms=1500",
+        "--gpus",
+        "h100-sxm",
+        "--burstiness",
+        "0",
+    )
     assert r.code != 0 and r.stderr.count("\n") <= 2 and "--burstiness must be > 0" in r.stderr

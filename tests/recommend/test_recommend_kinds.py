@@ -20,16 +20,28 @@ from kneecap.recommend.evaluate import run_level, simulated
 from kneecap.recommend.prices import load_prices
 from kneecap.recommend.runplan import run_plans
 from kneecap.recommend.search import DISAGG_SETUPS, _disagg_setups, Counts, recommend
-from kneecap.recommend.space import Knobs, RecommendRequest
+from kneecap.recommend.space import RecommendRequest
 from clitools import run_cli
 
 PRICES = load_prices()
 
 
 def dsv3(**kw) -> RecommendRequest:
-    base = dict(model="deepseek-v3", kind="rate", load=4.0, isl=2000, osl=300, slo=parse_slo("ttft_p99_ms=3000,tpot_p99_ms=60"),
-                gpus=("h200",), weight_dtypes=("fp8",), kv_dtypes=("bf16",), tp_choices=(8,), pp_choices=(1,),
-                max_num_seqs_choices=(64,), max_num_batched_tokens_choices=(8192,))
+    base = dict(
+        model="deepseek-v3",
+        kind="rate",
+        load=4.0,
+        isl=2000,
+        osl=300,
+        slo=parse_slo("ttft_p99_ms=3000,tpot_p99_ms=60"),
+        gpus=("h200",),
+        weight_dtypes=("fp8",),
+        kv_dtypes=("bf16",),
+        tp_choices=(8,),
+        pp_choices=(1,),
+        max_num_seqs_choices=(64,),
+        max_num_batched_tokens_choices=(8192,),
+    )
     base.update(kw)
     return RecommendRequest(**base)
 
@@ -97,10 +109,21 @@ def test_ep_and_dp_attention_candidates_get_a_simulated_run_plan(tmp_path, dsv3_
     candidate's share of the load."""
     from kneecap.loadplan.schema import load_plan_file
 
-    req = RecommendRequest(model="qwen3-30b-a3b", kind="rate", load=6.0, isl=500, osl=100,
-                           slo=parse_slo("ttft_p99_ms=1500,tpot_p99_ms=40"), gpus=("h100-sxm",), weight_dtypes=("bf16",),
-                           kv_dtypes=("bf16",), tp_choices=(2,), pp_choices=(1,), max_num_seqs_choices=(256,),
-                           max_num_batched_tokens_choices=(8192,))
+    req = RecommendRequest(
+        model="qwen3-30b-a3b",
+        kind="rate",
+        load=6.0,
+        isl=500,
+        osl=100,
+        slo=parse_slo("ttft_p99_ms=1500,tpot_p99_ms=40"),
+        gpus=("h100-sxm",),
+        weight_dtypes=("bf16",),
+        kv_dtypes=("bf16",),
+        tp_choices=(2,),
+        pp_choices=(1,),
+        max_num_seqs_choices=(256,),
+        max_num_batched_tokens_choices=(8192,),
+    )
     doc = recommend(req, PRICES, workers=1)
     ep = next(c for c in doc["candidates"] if c["ep"] == 2 and c["disaggregated"] is None)
     files = _write(tmp_path, run_plans(req, doc, ep, "confirm-ep"))
@@ -120,10 +143,21 @@ def test_ep_and_dp_attention_candidates_get_a_simulated_run_plan(tmp_path, dsv3_
 
 @pytest.fixture(scope="module")
 def dis_case():
-    req = RecommendRequest(model="llama-3.1-8b", kind="rate", load=24.0, isl=1000, osl=200,
-                           slo=parse_slo("ttft_p99_ms=1500,tpot_p99_ms=12"), gpus=("h100-sxm",), weight_dtypes=("bf16",),
-                           kv_dtypes=("bf16",), tp_choices=(1,), pp_choices=(1,), max_num_seqs_choices=(256,),
-                           max_num_batched_tokens_choices=(8192,))
+    req = RecommendRequest(
+        model="llama-3.1-8b",
+        kind="rate",
+        load=24.0,
+        isl=1000,
+        osl=200,
+        slo=parse_slo("ttft_p99_ms=1500,tpot_p99_ms=12"),
+        gpus=("h100-sxm",),
+        weight_dtypes=("bf16",),
+        kv_dtypes=("bf16",),
+        tp_choices=(1,),
+        pp_choices=(1,),
+        max_num_seqs_choices=(256,),
+        max_num_batched_tokens_choices=(8192,),
+    )
     return req, recommend(req, PRICES, workers=1)
 
 
@@ -147,7 +181,9 @@ def test_disaggregated_candidates_get_pool_plans_and_bench_lines(tmp_path, dis_c
     assert pre.classes["requests"].output.value == 1
     assert pre.slo["requests"].limits()["ttft_p99_ms"] == pytest.approx(1500 - info["kv_transfer_ms"], abs=0.1)
     assert pre.candidates[0].target.kind == "simulator" and specs["prefill"].candidates[0].target.kind == "server"
-    out = run_cli("run", str(files["prefill-simulated"]), "--out", str(tmp_path / "run"), "--json", "--quiet", timeout=300)
+    out = run_cli(
+        "run", str(files["prefill-simulated"]), "--out", str(tmp_path / "run"), "--json", "--quiet", timeout=300
+    )
     assert out.code == 0, out.stderr
     verdict = json.loads(out.stdout)["candidates"][0]
     assert verdict["verdict"] == "accepted", verdict["reason"]
@@ -190,9 +226,27 @@ def test_unpriced_gpus_are_named_as_skipped(tmp_path):
     """Without --gpus, a GPU whose price is null is left out and the output says so (table line and recommend.json)."""
     f = tmp_path / "prices.json"
     f.write_text(json.dumps({"prices": {"a100-80": 1.59, "l4": {"usd_per_gpu_hour": None, "note": "no public price"}}}))
-    args = ("recommend", "--model", "llama-3.1-8b", "--rate", "2", "--isl", "300", "--osl", "30", "--slo",
-            "ttft_p99_ms=1000,tpot_p99_ms=60", "--prices", str(f), "--weight-dtypes", "bf16", "--kv-dtypes", "bf16",
-            "--workers", "1")
+    args = (
+        "recommend",
+        "--model",
+        "llama-3.1-8b",
+        "--rate",
+        "2",
+        "--isl",
+        "300",
+        "--osl",
+        "30",
+        "--slo",
+        "ttft_p99_ms=1000,tpot_p99_ms=60",
+        "--prices",
+        str(f),
+        "--weight-dtypes",
+        "bf16",
+        "--kv-dtypes",
+        "bf16",
+        "--workers",
+        "1",
+    )
     r = run_cli(*args, timeout=300)
     assert r.code == 0, r.stderr
     assert "skipped for lack of a price" in r.stdout and "l4" in r.stdout.split("skipped for lack of a price")[1]

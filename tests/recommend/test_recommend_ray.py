@@ -40,8 +40,26 @@ def test_ray_gives_the_same_answer(cluster):
 
 
 def test_cli_ray_json_matches_without(cluster, tmp_path):
-    args = ["recommend", "--model", "llama-3.1-8b", "--rate", "2", "--isl", "500", "--osl", "50", "--slo",
-            "ttft_p99_ms=1000,tpot_p99_ms=60", "--gpus", "a100-80", "--weight-dtypes", "bf16", "--kv-dtypes", "bf16", "--json"]
+    args = [
+        "recommend",
+        "--model",
+        "llama-3.1-8b",
+        "--rate",
+        "2",
+        "--isl",
+        "500",
+        "--osl",
+        "50",
+        "--slo",
+        "ttft_p99_ms=1000,tpot_p99_ms=60",
+        "--gpus",
+        "a100-80",
+        "--weight-dtypes",
+        "bf16",
+        "--kv-dtypes",
+        "bf16",
+        "--json",
+    ]
     a = run_cli(*args, "--workers", "2", timeout=600)
     b = run_cli(*args, "--ray", cluster.address, timeout=600)
     assert a.code == 0 and b.code == 0, (a.stderr, b.stderr)

@@ -16,10 +16,23 @@ K = Knobs("h100-sxm", 1, 1, "bf16", "bf16", 256, 8192)
 
 
 def req(**kw) -> RecommendRequest:
-    base = dict(model="llama-3.1-8b", kind="rate", load=8.0, isl=3000, osl=200,
-                slo=parse_slo("ttft_p99_ms=300,tpot_p99_ms=40"), gpus=("h100-sxm",), weight_dtypes=("bf16",),
-                kv_dtypes=("bf16",), tp_choices=(1,), pp_choices=(1,), max_num_seqs_choices=(256,),
-                max_num_batched_tokens_choices=(8192,), shared_prefix_tokens=2000, num_prefix_groups=16)
+    base = dict(
+        model="llama-3.1-8b",
+        kind="rate",
+        load=8.0,
+        isl=3000,
+        osl=200,
+        slo=parse_slo("ttft_p99_ms=300,tpot_p99_ms=40"),
+        gpus=("h100-sxm",),
+        weight_dtypes=("bf16",),
+        kv_dtypes=("bf16",),
+        tp_choices=(1,),
+        pp_choices=(1,),
+        max_num_seqs_choices=(256,),
+        max_num_batched_tokens_choices=(8192,),
+        shared_prefix_tokens=2000,
+        num_prefix_groups=16,
+    )
     base.update(kw)
     return RecommendRequest(**base)
 
@@ -27,8 +40,10 @@ def req(**kw) -> RecommendRequest:
 def test_prefix_router_hits_the_cache_more_than_round_robin():
     """16 groups of 2000-token prefixes over 4 replicas at 8 requests/s: round-robin sends each group to every
     replica (each misses it once), the prefix picker keeps a group where its blocks are."""
-    hit = {rt: fleet_level(simulated(req(router=rt), K), req(router=rt), 4, 200).prefix_hit_rate
-           for rt in ("round-robin", "prefix")}
+    hit = {
+        rt: fleet_level(simulated(req(router=rt), K), req(router=rt), 4, 200).prefix_hit_rate
+        for rt in ("round-robin", "prefix")
+    }
     assert hit["prefix"] > hit["round-robin"] + 0.05
 
 
@@ -42,8 +57,10 @@ def test_sizing_check_runs_the_fleet_and_reports_its_hit_rate():
     assert doc["best"]["predicted"]["prefix_cache_hit_rate"] > 0.5
 
 
-@pytest.mark.parametrize("kw,needle", [({"router": "random"}, "unknown --router"),
-                                       ({"shared_prefix_tokens": 3000}, "not shorter than --isl")])
+@pytest.mark.parametrize(
+    "kw,needle",
+    [({"router": "random"}, "unknown --router"), ({"shared_prefix_tokens": 3000}, "not shorter than --isl")],
+)
 def test_bad_router_input_is_named(kw, needle):
     with pytest.raises(KneecapError, match=needle):
         req(**kw)
@@ -52,14 +69,50 @@ def test_bad_router_input_is_named(kw, needle):
 def test_cli_router_flags(tmp_path):
     from clitools import run_cli
 
-    r = run_cli("recommend", "--model", "llama-3.1-8b", "--rate", "8", "--isl", "3000", "--osl", "200", "--gpus",
-                "h100-sxm", "--weight-dtypes", "bf16", "--kv-dtypes", "bf16", "--workers", "1", "--slo",
-                "ttft_p99_ms=300,tpot_p99_ms=40", "--router", "prefix", "--shared-prefix", "2000x16", "--out",
-                str(tmp_path))
+    r = run_cli(
+        "recommend",
+        "--model",
+        "llama-3.1-8b",
+        "--rate",
+        "8",
+        "--isl",
+        "3000",
+        "--osl",
+        "200",
+        "--gpus",
+        "h100-sxm",
+        "--weight-dtypes",
+        "bf16",
+        "--kv-dtypes",
+        "bf16",
+        "--workers",
+        "1",
+        "--slo",
+        "ttft_p99_ms=300,tpot_p99_ms=40",
+        "--router",
+        "prefix",
+        "--shared-prefix",
+        "2000x16",
+        "--out",
+        str(tmp_path),
+    )
     assert r.code == 0, r.stderr
     assert "behind a prefix router" in (tmp_path / "report.md").read_text()
-    bad = run_cli("recommend", "--model", "llama-3.1-8b", "--rate", "8", "--isl", "3000", "--osl", "200",
-                  "--slo", "tpot_p99_ms=40", "--router", "random")
+    bad = run_cli(
+        "recommend",
+        "--model",
+        "llama-3.1-8b",
+        "--rate",
+        "8",
+        "--isl",
+        "3000",
+        "--osl",
+        "200",
+        "--slo",
+        "tpot_p99_ms=40",
+        "--router",
+        "random",
+    )
     assert bad.code != 0 and "unknown --router" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
 

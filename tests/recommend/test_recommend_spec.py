@@ -25,10 +25,22 @@ EAGLE = SpecDecoding("eagle", 3, (0.7,))
 
 
 def req(**kw) -> RecommendRequest:
-    base = dict(model="llama-3.1-8b", kind="rate", load=1.0, isl=1000, osl=500,
-                slo=parse_slo("ttft_p99_ms=2000,tpot_p99_ms=5"), gpus=("h100-sxm",), weight_dtypes=("fp8",),
-                kv_dtypes=("fp8",), tp_choices=(1,), pp_choices=(1,), max_num_seqs_choices=(256,),
-                max_num_batched_tokens_choices=(8192,), spec=EAGLE)
+    base = dict(
+        model="llama-3.1-8b",
+        kind="rate",
+        load=1.0,
+        isl=1000,
+        osl=500,
+        slo=parse_slo("ttft_p99_ms=2000,tpot_p99_ms=5"),
+        gpus=("h100-sxm",),
+        weight_dtypes=("fp8",),
+        kv_dtypes=("fp8",),
+        tp_choices=(1,),
+        pp_choices=(1,),
+        max_num_seqs_choices=(256,),
+        max_num_batched_tokens_choices=(8192,),
+        spec=EAGLE,
+    )
     base.update(kw)
     return RecommendRequest(**base)
 
@@ -66,8 +78,12 @@ def test_speculation_pays_at_one_stream_and_less_or_not_at_256(acceptance):
     on, off = (Knobs("h100-sxm", 1, 1, "fp8", "fp8", 256, 8192, spec=s) for s in (True, False))
     gain, tput = {}, {}
     for c in (1, 256):
-        r = req(kind="concurrency", load=float(c), slo=parse_slo("ttft_p99_ms=50000,tpot_p99_ms=1000"),
-                spec=SpecDecoding("eagle", 3, (acceptance,)))
+        r = req(
+            kind="concurrency",
+            load=float(c),
+            slo=parse_slo("ttft_p99_ms=50000,tpot_p99_ms=1000"),
+            spec=SpecDecoding("eagle", 3, (acceptance,)),
+        )
         a, b = run_level(simulated(r, off), r, c, 200), run_level(simulated(r, on), r, c, 200)
         gain[c], tput[c] = a.tpot_p50_ms / b.tpot_p50_ms, b.output_tok_s / a.output_tok_s
     assert gain[1] > 1.2 and gain[256] < gain[1]
@@ -87,6 +103,19 @@ def test_bound_is_above_the_simulated_engine_when_speculating(method):
 
 
 def test_partial_spec_flags_are_one_line_errors():
-    res = run_cli("recommend", "--model", "llama-3.1-8b", "--rate", "1", "--isl", "100", "--osl", "100",
-                  "--slo", "tpot_p99_ms=50", "--spec-method", "eagle")
+    res = run_cli(
+        "recommend",
+        "--model",
+        "llama-3.1-8b",
+        "--rate",
+        "1",
+        "--isl",
+        "100",
+        "--osl",
+        "100",
+        "--slo",
+        "tpot_p99_ms=50",
+        "--spec-method",
+        "eagle",
+    )
     assert res.code != 0 and "--spec-tokens" in res.stderr and len(res.stderr.strip().splitlines()) == 1

@@ -18,24 +18,46 @@ from clitools import run_cli
 
 MOONCAKE_HEAD = Path(__file__).resolve().parents[1] / "workload" / "data" / "mooncake_conversation_head.jsonl"
 SLO = "ttft_p99_ms=1000,tpot_p99_ms=60"
-GATE = ('- name: capital\n  prompt: "The capital of France is"\n  expect: {regex: "Paris"}\n  max_tokens: 8\n'
-        '- name: json\n  prompt: "Answer in JSON"\n  expect: {json_schema: {type: object}}\n'
-        # any answer the server gave (the run writes "<no answer: ...>" when none came)
-        '- name: answered\n  prompt: "Say something"\n  expect: {regex: "^(?!<no answer)"}\n')
+GATE = (
+    '- name: capital\n  prompt: "The capital of France is"\n  expect: {regex: "Paris"}\n  max_tokens: 8\n'
+    '- name: json\n  prompt: "Answer in JSON"\n  expect: {json_schema: {type: object}}\n'
+    # any answer the server gave (the run writes "<no answer: ...>" when none came)
+    '- name: answered\n  prompt: "Say something"\n  expect: {regex: "^(?!<no answer)"}\n'
+)
 
 
 def _trace(path: Path) -> tuple[list[int], list[int]]:
     """40 requests 0.5 s apart (mean rate 2 requests/s), lengths that differ row to row."""
     ins = [300 + (i * 37) % 400 for i in range(40)]
     outs = [30 + (i * 11) % 50 for i in range(40)]
-    path.write_text("".join(json.dumps({"timestamp": i * 500, "input_length": a, "output_length": b, "hash_ids": [i]}) + "\n"
-                            for i, (a, b) in enumerate(zip(ins, outs))))
+    path.write_text(
+        "".join(
+            json.dumps({"timestamp": i * 500, "input_length": a, "output_length": b, "hash_ids": [i]}) + "\n"
+            for i, (a, b) in enumerate(zip(ins, outs))
+        )
+    )
     return ins, outs
 
 
 def _recommend(tmp_path, *extra, out="out"):
-    return run_cli("recommend", "--model", "llama-3.1-8b", "--slo", SLO, "--gpus", "a100-80", "--kv-dtypes", "bf16",
-                   "--workers", "1", "--json", "--out", str(tmp_path / out), *extra, timeout=300)
+    return run_cli(
+        "recommend",
+        "--model",
+        "llama-3.1-8b",
+        "--slo",
+        SLO,
+        "--gpus",
+        "a100-80",
+        "--kv-dtypes",
+        "bf16",
+        "--workers",
+        "1",
+        "--json",
+        "--out",
+        str(tmp_path / out),
+        *extra,
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +66,17 @@ def traced(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("traced")
     ins, outs = _trace(tmp / "trace.jsonl")
     (tmp / "gate.yaml").write_text(GATE)
-    r = _recommend(tmp, "--replay", str(tmp / "trace.jsonl"), "--replay-speed", "2", "--weight-dtypes", "bf16,fp8",
-                   "--behaviour-gate", str(tmp / "gate.yaml"))
+    r = _recommend(
+        tmp,
+        "--replay",
+        str(tmp / "trace.jsonl"),
+        "--replay-speed",
+        "2",
+        "--weight-dtypes",
+        "bf16,fp8",
+        "--behaviour-gate",
+        str(tmp / "gate.yaml"),
+    )
     assert r.code == 0, r.stderr
     return tmp, json.loads(r.stdout), ins, outs
 
@@ -54,7 +85,10 @@ def test_the_trace_sets_the_lengths_and_the_rate(traced):
     tmp, doc, ins, outs = traced
     t = doc["trace"]
     assert t["rows"] == 40 and t["speed"] == 2.0
-    assert t["mean_rate_recorded"] == pytest.approx(39 / 19.5) and doc["load"] == {"kind": "rate", "value": pytest.approx(4.0)}
+    assert t["mean_rate_recorded"] == pytest.approx(39 / 19.5) and doc["load"] == {
+        "kind": "rate",
+        "value": pytest.approx(4.0),
+    }
     assert t["input_tokens_mean"] == pytest.approx(sum(ins) / 40, abs=0.05)
     assert t["output_tokens_mean"] == pytest.approx(sum(outs) / 40, abs=0.05)
     assert t["input_tokens_p99"] == sorted(ins)[math.ceil(0.99 * 40) - 1] == max(ins)
@@ -148,12 +182,15 @@ def test_below_the_checkpoint_is_relative_to_its_own_dtype():
     assert quantized(fp8, "fp8", "fp8") == [] and quantized(fp8, "int4", "fp8") == ["weights"]
 
 
-@pytest.mark.parametrize("extra,needle", [
-    (["--isl", "100"], "--replay and --isl both given"),
-    (["--rate", "3"], "--replay and --rate both given"),
-    (["--concurrency", "3"], "--replay and --concurrency both given"),
-    (["--replay-speed", "0"], "replay speed must be positive"),
-])
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        (["--isl", "100"], "--replay and --isl both given"),
+        (["--rate", "3"], "--replay and --rate both given"),
+        (["--concurrency", "3"], "--replay and --concurrency both given"),
+        (["--replay-speed", "0"], "replay speed must be positive"),
+    ],
+)
 def test_replay_refuses_other_workload_flags(tmp_path, extra, needle):
     _trace(tmp_path / "t.jsonl")
     r = _recommend(tmp_path, "--replay", str(tmp_path / "t.jsonl"), *extra)
@@ -161,11 +198,14 @@ def test_replay_refuses_other_workload_flags(tmp_path, extra, needle):
     assert r.code == 2 and len(lines) == 1 and needle in lines[0], r.stderr
 
 
-@pytest.mark.parametrize("content,needle", [
-    ('{"timestamp": 0, "input_length": 10}\n', "line 1 lacks output_length"),
-    ('{"timestamp": 0, "input_length": 10, "output_length": 5}\nnot json\n', "line 2 is not valid JSON"),
-    ("Timestamp,Model\n1,x\n", "has no Request tokens, Response tokens column"),
-])
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        ('{"timestamp": 0, "input_length": 10}\n', "line 1 lacks output_length"),
+        ('{"timestamp": 0, "input_length": 10, "output_length": 5}\nnot json\n', "line 2 is not valid JSON"),
+        ("Timestamp,Model\n1,x\n", "has no Request tokens, Response tokens column"),
+    ],
+)
 def test_bad_trace_is_the_readers_one_line(tmp_path, content, needle):
     (tmp_path / "bad.jsonl").write_text(content)
     r = _recommend(tmp_path, "--replay", str(tmp_path / "bad.jsonl"))
@@ -180,15 +220,23 @@ def test_published_trace_head_is_read(tmp_path):
     assert t.rows == 6 and t.input_tokens[0] == 6758 and t.output_tokens[0] == 500
 
 
-@pytest.mark.parametrize("content,needle", [
-    ("- {name: a, prompt: p, expect: {regex: x, exact: y}}\n", "case 1: expect: an expectation needs exactly one"),
-    ("- {name: a, prompt: p, expect: {regex: x}, max_token: 3}\n", "case 1: max_token: unknown field"),
-    ("- {name: a, prompt: p, expect: {regex: x}}\n- {name: a, prompt: q, expect: {exact: y}}\n", "case names repeat (a)"),
-    ("name: a\n", "holds no list of behaviour cases"),
-])
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        ("- {name: a, prompt: p, expect: {regex: x, exact: y}}\n", "case 1: expect: an expectation needs exactly one"),
+        ("- {name: a, prompt: p, expect: {regex: x}, max_token: 3}\n", "case 1: max_token: unknown field"),
+        (
+            "- {name: a, prompt: p, expect: {regex: x}}\n- {name: a, prompt: q, expect: {exact: y}}\n",
+            "case names repeat (a)",
+        ),
+        ("name: a\n", "holds no list of behaviour cases"),
+    ],
+)
 def test_bad_behaviour_gate_is_one_line(tmp_path, content, needle):
     (tmp_path / "gate.yaml").write_text(content)
-    r = _recommend(tmp_path, "--rate", "4", "--isl", "500", "--osl", "50", "--behaviour-gate", str(tmp_path / "gate.yaml"))
+    r = _recommend(
+        tmp_path, "--rate", "4", "--isl", "500", "--osl", "50", "--behaviour-gate", str(tmp_path / "gate.yaml")
+    )
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.code == 2 and len(lines) == 1 and needle in lines[0], r.stderr
 
@@ -209,8 +257,16 @@ def test_the_run_plan_rejects_a_quantized_deployment_whose_answers_fail(traced, 
         for kind in ("input", "output"):  # the trace's lengths files are beside the plan
             plan["classes"]["trace"][kind]["file"] = str(tmp / "out" / plan["classes"]["trace"][kind]["file"])
         (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
-        r = run_cli("run", str(tmp_path / "plan.yaml"), "--out", str(tmp_path / "run"), "--json", "--quiet", "--no-report",
-                    timeout=300)
+        r = run_cli(
+            "run",
+            str(tmp_path / "plan.yaml"),
+            "--out",
+            str(tmp_path / "run"),
+            "--json",
+            "--quiet",
+            "--no-report",
+            timeout=300,
+        )
     finally:
         stop_server(proc)
     assert r.stdout, r.stderr

@@ -60,16 +60,41 @@ def test_bench_cuts_the_level_at_the_first_refused_key(tmp_path, status):
     url, srv = _revoking_server(1 + 8 + 3, auth_fail_status=status)
     out = tmp_path / "out"
     try:
-        proc = subprocess.run([sys.executable, "-m", "kneecap", "bench", "--base-url", url, "--isl", "16", "--osl", "4",
-                               "--concurrency", "2,4,8", "--requests", "8", "--keepalive", "--json", "--no-report",
-                               "--out", str(out)], capture_output=True, text=True, timeout=BOUND_S)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kneecap",
+                "bench",
+                "--base-url",
+                url,
+                "--isl",
+                "16",
+                "--osl",
+                "4",
+                "--concurrency",
+                "2,4,8",
+                "--requests",
+                "8",
+                "--keepalive",
+                "--json",
+                "--no-report",
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=BOUND_S,
+        )
         sent = _completions(srv)
         refused = _refusals(srv, status)
     finally:
         srv.stop()
     assert proc.returncode == EXIT_AUTH_REFUSED, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and f"refused the API key (HTTP {status} to 1 of 4 requests) during C=4" in lines[0], proc.stderr
+    assert len(lines) == 1 and f"refused the API key (HTTP {status} to 1 of 4 requests) during C=4" in lines[0], (
+        proc.stderr
+    )
     assert "KNEECAP_API_KEY" in lines[0] and "--resume" in lines[0]  # the fix, in the same line
     assert "Traceback" not in proc.stderr
     summary = json.loads(proc.stdout)
@@ -97,9 +122,34 @@ def test_bench_with_workers_cuts_the_level_in_every_worker_at_the_first_refused_
     url, srv = _revoking_server(1 + 8 + 3)
     out = tmp_path / "out"
     try:
-        proc = subprocess.run([sys.executable, "-m", "kneecap", "bench", "--base-url", url, "--isl", "16", "--osl", "4",
-                               "--concurrency", "2,4,8", "--requests", "8", "--workers", "2", "--keepalive", "--json",
-                               "--no-report", "--out", str(out)], capture_output=True, text=True, timeout=BOUND_S)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kneecap",
+                "bench",
+                "--base-url",
+                url,
+                "--isl",
+                "16",
+                "--osl",
+                "4",
+                "--concurrency",
+                "2,4,8",
+                "--requests",
+                "8",
+                "--workers",
+                "2",
+                "--keepalive",
+                "--json",
+                "--no-report",
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=BOUND_S,
+        )
         sent = _completions(srv)
         refused = _refusals(srv)
     finally:
@@ -133,9 +183,34 @@ def test_bench_refusal_during_a_warmup_cuts_the_level_before_its_measured_reques
     url, srv = _revoking_server(1 + 2 + 4 + 1)
     out = tmp_path / "out"
     try:
-        proc = subprocess.run([sys.executable, "-m", "kneecap", "bench", "--base-url", url, "--isl", "16", "--osl", "4",
-                               "--concurrency", "2,4", "--requests", "4", "--warmup", "2", "--keepalive", "--json",
-                               "--no-report", "--out", str(out)], capture_output=True, text=True, timeout=BOUND_S)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kneecap",
+                "bench",
+                "--base-url",
+                url,
+                "--isl",
+                "16",
+                "--osl",
+                "4",
+                "--concurrency",
+                "2,4",
+                "--requests",
+                "4",
+                "--warmup",
+                "2",
+                "--keepalive",
+                "--json",
+                "--no-report",
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=BOUND_S,
+        )
         refused = _refusals(srv)
     finally:
         srv.stop()
@@ -164,21 +239,31 @@ def test_run_cuts_the_cell_at_the_first_refused_key(tmp_path):
     doc["candidates"].append({"name": "other", "target": dict(doc["candidates"][0]["target"])})
     plan.write_text(json.dumps(doc))
     try:
-        proc = subprocess.run([sys.executable, "-m", "kneecap", "run", str(plan), "--out", str(out), "--json",
-                               "--no-report"], capture_output=True, text=True, timeout=BOUND_S, env=dict(os.environ))
+        proc = subprocess.run(
+            [sys.executable, "-m", "kneecap", "run", str(plan), "--out", str(out), "--json", "--no-report"],
+            capture_output=True,
+            text=True,
+            timeout=BOUND_S,
+            env=dict(os.environ),
+        )
         sent = _completions(srv)
         refused = _refusals(srv)
     finally:
         srv.stop()
     assert proc.returncode == EXIT_AUTH_REFUSED, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("run: candidate srv: the server refused the API key "
-                                                   "(HTTP 401 to 1 of 4 requests) during C="), proc.stderr
+    assert len(lines) == 1 and lines[0].startswith(
+        "run: candidate srv: the server refused the API key (HTTP 401 to 1 of 4 requests) during C="
+    ), proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["status"] == "stopped" and summary["stopped"]["reason"] == "auth_refused"
     first, last = summary["cells"]
-    assert (first["class"], first["load"], first["metrics"]["completed"], first["metrics"]["failed"]) == \
-        ("chat", {"concurrency": 2}, 6, 0)
+    assert (first["class"], first["load"], first["metrics"]["completed"], first["metrics"]["failed"]) == (
+        "chat",
+        {"concurrency": 2},
+        6,
+        0,
+    )
     assert (last["class"], last["load"], last["halted"]) == ("chat", {"concurrency": 4}, "auth_refused")
     assert last["metrics"]["errors"] == {"http_401": 1, "cancelled": 3} and "during C=4;" in lines[0]
     assert len(read_jsonl(out / first["records"])) == 6 and len(read_jsonl(out / last["records"])) == 4
@@ -224,9 +309,27 @@ def test_bench_resume_after_the_key_is_fixed_runs_the_refused_level_again(tmp_pa
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "kneecap", "bench", "--json", "--no-report", "--quiet"]
     try:
-        first = subprocess.run([*cmd, "--base-url", url, "--isl", "16", "--osl", "4", "--concurrency", "2,4,8",
-                                "--requests", "4", "--keepalive", "--out", str(out)],
-                               capture_output=True, text=True, timeout=BOUND_S)
+        first = subprocess.run(
+            [
+                *cmd,
+                "--base-url",
+                url,
+                "--isl",
+                "16",
+                "--osl",
+                "4",
+                "--concurrency",
+                "2,4,8",
+                "--requests",
+                "4",
+                "--keepalive",
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=BOUND_S,
+        )
     finally:
         srv.stop()
     assert first.returncode == EXIT_AUTH_REFUSED and "then --resume the folder" in first.stderr, first.stderr

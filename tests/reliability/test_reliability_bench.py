@@ -21,9 +21,33 @@ REQUESTS = 4
 
 def bench(url: str, out, *extra: str) -> tuple[subprocess.CompletedProcess, float]:
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "kneecap", "bench", "--base-url", url, "--isl", "16", "--osl", "8",
-                           "--concurrency", "2,4", "--requests", str(REQUESTS), "--timeout", "2", "--json", "--out", str(out),
-                           *extra], capture_output=True, text=True, timeout=BOUND_S)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kneecap",
+            "bench",
+            "--base-url",
+            url,
+            "--isl",
+            "16",
+            "--osl",
+            "8",
+            "--concurrency",
+            "2,4",
+            "--requests",
+            str(REQUESTS),
+            "--timeout",
+            "2",
+            "--json",
+            "--out",
+            str(out),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
+    )
     return proc, time.monotonic() - t0
 
 
@@ -46,7 +70,9 @@ def test_bench_names_a_server_that_is_not_openai_compatible(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("fault", sorted(set(FAULTS) - NOT_OPENAI))
 def test_bench_survives_each_fault(tmp_path, fault):
-    url, srv = start_scripted_server(fault=fault, ttft_s=0.0, itl_s=0.002, fault_after_chunks=1, slow_loris_interval_s=0.1)
+    url, srv = start_scripted_server(
+        fault=fault, ttft_s=0.0, itl_s=0.002, fault_after_chunks=1, slow_loris_interval_s=0.1
+    )
     try:
         # exit 0 unless asked: checked once (http_500), the other faults run with --fail-on errors (exit 1)
         plain = bench(url, tmp_path / "plain")[0] if fault == "http_500" else None
@@ -64,7 +90,9 @@ def test_bench_survives_each_fault(tmp_path, fault):
     assert first["failed"] == first["requests"] == REQUESTS and set(first["errors"]) <= kinds, first["errors"]
     assert summary["stopped"] and summary["stopped"]["reason"]
     records = [json.loads(line) for line in (tmp_path / "asked" / "requests.jsonl").read_text().splitlines()]
-    assert len(records) == sum(lv["requests"] for lv in summary["levels"]) and all(r["error_kind"] in kinds for r in records)
+    assert len(records) == sum(lv["requests"] for lv in summary["levels"]) and all(
+        r["error_kind"] in kinds for r in records
+    )
 
 
 def test_bench_all_failed_prints_only_its_own_lines(tmp_path):
@@ -77,6 +105,7 @@ def test_bench_all_failed_prints_only_its_own_lines(tmp_path):
     # the keep-alive probe's note (its requests got HTTP 500 too), then the --fail-on line; nothing else
     # (no plotting warning about empty data, no traceback)
     assert len(lines) == 2, proc.stderr
-    assert lines[0].startswith("note: could not tell whether the server keeps connections open "
-                               "(probe request 1 answered HTTP 500)"), proc.stderr
+    assert lines[0].startswith(
+        "note: could not tell whether the server keeps connections open (probe request 1 answered HTTP 500)"
+    ), proc.stderr
     assert lines[1] == "bench: 4 request(s) failed (--fail-on errors)", proc.stderr

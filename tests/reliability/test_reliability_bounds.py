@@ -29,8 +29,14 @@ def _limit_memory() -> None:
 
 def kneecap_bounded(*args: str, cwd: Path) -> tuple[int | None, str]:
     """(exit code or None on timeout, stderr) of `kneecap ARGS` under the time and memory bounds."""
-    proc = subprocess.Popen([sys.executable, "-m", "kneecap", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, cwd=cwd, preexec_fn=_limit_memory)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kneecap", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        preexec_fn=_limit_memory,
+    )
     try:
         _, err = proc.communicate(timeout=CHILD_TIMEOUT_S)
         return proc.returncode, err
@@ -40,7 +46,20 @@ def kneecap_bounded(*args: str, cwd: Path) -> tuple[int | None, str]:
         return None, ""
 
 
-SIM = ("simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "16", "--osl", "4", "--quiet", "--out", "sim")
+SIM = (
+    "simulate",
+    "--preset",
+    "llama-3.1-8b",
+    "--gpu",
+    "h100-sxm",
+    "--isl",
+    "16",
+    "--osl",
+    "4",
+    "--quiet",
+    "--out",
+    "sim",
+)
 
 
 @pytest.mark.parametrize("duration", ["inf", "1e308"])
@@ -63,20 +82,40 @@ def test_simulate_small_run_stays_inside_the_bounds(tmp_path):
 
 def finished_cell_requests(srv) -> int:
     """Requests the server finished for the plan's cells (not the keep-alive probe's two)."""
-    return sum(e["completed"] for e in srv.log() if PROBE_PROMPT_PREFIX not in json.dumps(e["body"])
-               and e["body"].get("user") != CHECK_USER)
+    return sum(
+        e["completed"]
+        for e in srv.log()
+        if PROBE_PROMPT_PREFIX not in json.dumps(e["body"]) and e["body"].get("user") != CHECK_USER
+    )
 
 
 def test_run_keeps_finished_records_after_sigkill_mid_cell(tmp_path):
     """Regression: execute.py wrote a cell's records only when the cell ended, so SIGKILL mid-cell lost them."""
     url, srv = start_scripted_server(ttft_s=0.0, itl_s=0.05)
     out = tmp_path / "out"
-    plan = {"name": "kill", "classes": {"c": {"input": 8, "output": 8}}, "state": {"warmup_requests": 0},
-            "load": {"steps": [1], "requests_per_cell": 8},
-            "candidates": [{"name": "srv", "target": {"kind": "server", "base_url": url, "timeout_s": 10}}]}
+    plan = {
+        "name": "kill",
+        "classes": {"c": {"input": 8, "output": 8}},
+        "state": {"warmup_requests": 0},
+        "load": {"steps": [1], "requests_per_cell": 8},
+        "candidates": [{"name": "srv", "target": {"kind": "server", "base_url": url, "timeout_s": 10}}],
+    }
     (tmp_path / "plan.yaml").write_text(json.dumps(plan))
-    proc = subprocess.Popen([sys.executable, "-m", "kneecap", "run", str(tmp_path / "plan.yaml"), "--out", str(out),
-                             "--quiet", "--no-report"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kneecap",
+            "run",
+            str(tmp_path / "plan.yaml"),
+            "--out",
+            str(out),
+            "--quiet",
+            "--no-report",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and finished_cell_requests(srv) < 3:
@@ -94,5 +133,7 @@ def test_run_keeps_finished_records_after_sigkill_mid_cell(tmp_path):
 
 
 def test_run_has_resume(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "kneecap", "run", "--help"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kneecap", "run", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert "--resume" in proc.stdout

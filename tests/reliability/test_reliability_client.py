@@ -17,8 +17,9 @@ def test_request_after_a_runaway_line_is_not_a_timeout():
 
         async def go():
             async with Client(cfg, tap_bodies=True) as client:
-                return await client.run_closed_loop(make_requests(Workload.fixed(16, 8), 6, seed=1), 1, level=0,
-                                                    epoch=t0, on_record=records.append)
+                return await client.run_closed_loop(
+                    make_requests(Workload.fixed(16, 8), 6, seed=1), 1, level=0, epoch=t0, on_record=records.append
+                )
 
         t0 = time.perf_counter()
         run_sync(go())
@@ -36,8 +37,9 @@ def test_runaway_line_without_the_body_tap_is_malformed_sse_every_time():
 
         async def go():
             async with Client(cfg, tap_bodies=False) as client:
-                return await client.run_closed_loop(make_requests(Workload.fixed(16, 8), 3, seed=1), 1, level=0,
-                                                    epoch=t0, on_record=records.append)
+                return await client.run_closed_loop(
+                    make_requests(Workload.fixed(16, 8), 3, seed=1), 1, level=0, epoch=t0, on_record=records.append
+                )
 
         t0 = time.perf_counter()
         run_sync(go())

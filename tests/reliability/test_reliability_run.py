@@ -45,15 +45,24 @@ FAULTS = {
 }
 
 
-def write_plan(folder: Path, base_url: str, *, api_key_env: str | None = None, output: int = 8,
-               requests: int = REQUESTS, timeout_s: float = TIMEOUT_S, keepalive=None) -> Path:
+def write_plan(
+    folder: Path,
+    base_url: str,
+    *,
+    api_key_env: str | None = None,
+    output: int = 8,
+    requests: int = REQUESTS,
+    timeout_s: float = TIMEOUT_S,
+    keepalive=None,
+) -> Path:
     target = {"kind": "server", "base_url": base_url, "timeout_s": timeout_s}
     if keepalive is not None:
         target["keepalive"] = keepalive
     if api_key_env:
         target["api_key_env"] = api_key_env
     plan = {
-        "name": "faults", "seed": 3,
+        "name": "faults",
+        "seed": 3,
         "classes": {"chat": {"input": 16, "output": output}},
         "slo": {"chat": {"ttft_p99_ms": 5000, "error_rate": 0.5}},
         "state": {"warmup_requests": 0},
@@ -72,7 +81,9 @@ def run_cmd(plan: Path, out: Path, env: dict | None = None, *extra: str) -> list
 def run_plan(plan: Path, out: Path, env: dict | None = None, *extra: str) -> tuple[subprocess.CompletedProcess, float]:
     full_env = dict(os.environ, **(env or {}))
     t0 = time.monotonic()
-    proc = subprocess.run(run_cmd(plan, out, env, *extra), capture_output=True, text=True, timeout=RUN_BOUND_S, env=full_env)
+    proc = subprocess.run(
+        run_cmd(plan, out, env, *extra), capture_output=True, text=True, timeout=RUN_BOUND_S, env=full_env
+    )
     return proc, time.monotonic() - t0
 
 
@@ -118,8 +129,9 @@ def test_run_names_a_candidate_that_is_not_openai_compatible(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("fault", sorted(set(FAULTS) - {"wrong_content_type"}))
 def test_run_survives_each_fault(tmp_path, fault):
-    url, srv = start_scripted_server(fault=fault, ttft_s=0.0, itl_s=0.002, fault_after_chunks=1,
-                                     slow_loris_interval_s=0.1)
+    url, srv = start_scripted_server(
+        fault=fault, ttft_s=0.0, itl_s=0.002, fault_after_chunks=1, slow_loris_interval_s=0.1
+    )
     try:
         proc, elapsed = run_plan(write_plan(tmp_path, url), tmp_path / "out")
     finally:
@@ -156,14 +168,19 @@ def test_run_server_killed_mid_cell(tmp_path):
         srv.stop()
     assert proc.returncode == 3, stderr
     lines = [ln for ln in stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith(f"run: candidate srv: the server at {url} stopped answering during C=2"), stderr
+    assert len(lines) == 1 and lines[0].startswith(
+        f"run: candidate srv: the server at {url} stopped answering during C=2"
+    ), stderr
     assert elapsed < 30
     summary = json.loads(stdout)
     assert summary["status"] == "stopped" and summary["stopped"]["reason"] == "server_dead"
     (cell,) = summary["cells"]  # the run stopped at once: no later cell, not even a not_run one
     assert cell["verdict"] == "limit" and cell["halted"] == "server_dead" and cell["metrics"]["server_dead"] is True
     kinds = cell["metrics"]["errors"]
-    assert set(kinds) <= {"connection_reset", "connection_refused", "incomplete_stream"} and sum(kinds.values()) == REQUESTS
+    assert (
+        set(kinds) <= {"connection_reset", "connection_refused", "incomplete_stream"}
+        and sum(kinds.values()) == REQUESTS
+    )
     assert kinds.get("connection_refused", 0) >= 1  # after the kill nothing listens
     assert len(read_jsonl(out / cell["records"])) == REQUESTS  # every request kept
     assert json.loads((out / "handoff" / "handoff.json").read_text())["threshold_crossed"] == cell["limit"]

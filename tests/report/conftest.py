@@ -10,7 +10,6 @@ Tests that change a folder get a copy of it (bench_dir, sim_dir, run_dir).
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -23,8 +22,18 @@ DATA = Path(__file__).resolve().parent / "data"
 TWO_CANDIDATES = DATA / "two_candidates.yaml"
 # kneecap serve with a 0.2 GiB KV pool: 1,632 tokens (131,072 B per token for llama-3.1-8b), so 16 requests of
 # 132 tokens overflow it (preemptions) while 4 fit; a 512-token context refuses 600-token prompts (HTTP 400)
-HOSTILE_SERVE_ARGS = ["--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--served-model-name", HOSTILE_MODEL,
-                      "--context", "512", "--kv-pool-gib", "0.2"]
+HOSTILE_SERVE_ARGS = [
+    "--preset",
+    "llama-3.1-8b",
+    "--gpu",
+    "h100-sxm",
+    "--served-model-name",
+    HOSTILE_MODEL,
+    "--context",
+    "512",
+    "--kv-pool-gib",
+    "0.2",
+]
 
 
 def _copy(source: Path, dest: Path) -> Path:
@@ -46,8 +55,22 @@ def hostile_model() -> str:
 def real_worked_plan(tmp_path_factory) -> Path:
     """The README's worked example, `kneecap plan ... --json` written to a file."""
     path = tmp_path_factory.mktemp("real") / "worked-plan.json"
-    path.write_text(_cli("plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--context", "8192", "--mean-context", "2050",
-                         "--compute-batch-cap", "128", "--json").stdout)
+    path.write_text(
+        _cli(
+            "plan",
+            "--preset",
+            "gqa-70b",
+            "--gpu",
+            "mi300x",
+            "--context",
+            "8192",
+            "--mean-context",
+            "2050",
+            "--compute-batch-cap",
+            "128",
+            "--json",
+        ).stdout
+    )
     return path
 
 
@@ -76,8 +99,24 @@ def bench_run(tmp_path_factory, hostile_server) -> Path:
     """`kneecap bench` against the hostile server: C=1,4,16 of 100-token prompts (16 past the KV pool: --force),
     the served model name with markup."""
     out = tmp_path_factory.mktemp("real") / "bench-run"
-    _cli("bench", "--base-url", hostile_server, "--isl", "100", "--osl", "32", "--concurrency", "1,4,16",
-         "--requests", "16", "--force", "--out", str(out), "--no-report", "--quiet")
+    _cli(
+        "bench",
+        "--base-url",
+        hostile_server,
+        "--isl",
+        "100",
+        "--osl",
+        "32",
+        "--concurrency",
+        "1,4,16",
+        "--requests",
+        "16",
+        "--force",
+        "--out",
+        str(out),
+        "--no-report",
+        "--quiet",
+    )
     return out
 
 
@@ -86,8 +125,23 @@ def refused_bench(tmp_path_factory, hostile_server) -> Path:
     """`kneecap bench` of 600-token prompts against the hostile server's 512-token context: the server answers
     every request HTTP 400 with its own message (bench exits 0: failed requests are measured, not fatal)."""
     out = tmp_path_factory.mktemp("real") / "refused-bench"
-    _cli("bench", "--base-url", hostile_server, "--isl", "600", "--osl", "32", "--concurrency", "1",
-         "--requests", "4", "--out", str(out), "--no-report", "--quiet")
+    _cli(
+        "bench",
+        "--base-url",
+        hostile_server,
+        "--isl",
+        "600",
+        "--osl",
+        "32",
+        "--concurrency",
+        "1",
+        "--requests",
+        "4",
+        "--out",
+        str(out),
+        "--no-report",
+        "--quiet",
+    )
     return out
 
 
@@ -100,8 +154,23 @@ def scripted_bench(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("real") / "scripted-bench"
     url, server = start_scripted_server(ttft_s=0.02, itl_s=0.005, tokens_per_chunk=2)
     try:
-        _cli("bench", "--base-url", url, "--isl", "64", "--osl", "16", "--concurrency", "4,16", "--requests", "16",
-             "--out", str(out), "--no-report", "--quiet")
+        _cli(
+            "bench",
+            "--base-url",
+            url,
+            "--isl",
+            "64",
+            "--osl",
+            "16",
+            "--concurrency",
+            "4,16",
+            "--requests",
+            "16",
+            "--out",
+            str(out),
+            "--no-report",
+            "--quiet",
+        )
     finally:
         server.stop()
     return out
@@ -112,9 +181,28 @@ def pressured_sim(tmp_path_factory) -> Path:
     """`kneecap simulate` with a 0.2 GiB KV pool (1,632 tokens): C=4 of 232-token requests fits, C=16 preempts
     (virtual time: the same preemptions every run); with a trace."""
     out = tmp_path_factory.mktemp("real") / "pressured-sim"
-    _cli("simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--kv-pool-gib", "0.2", "--isl", "200",
-         "--osl", "32", "--concurrency", "4,16", "--requests", "16", "--trace", "--out", str(out), "--no-report",
-         "--quiet")
+    _cli(
+        "simulate",
+        "--preset",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--kv-pool-gib",
+        "0.2",
+        "--isl",
+        "200",
+        "--osl",
+        "32",
+        "--concurrency",
+        "4,16",
+        "--requests",
+        "16",
+        "--trace",
+        "--out",
+        str(out),
+        "--no-report",
+        "--quiet",
+    )
     return out
 
 
@@ -122,8 +210,25 @@ def pressured_sim(tmp_path_factory) -> Path:
 def rate_sim(tmp_path_factory) -> Path:
     """`kneecap simulate` over request rates (open loop)."""
     out = tmp_path_factory.mktemp("real") / "rate-sim"
-    _cli("simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "128", "--osl", "16",
-         "--rate", "0.5,1,2,4", "--requests", "16", "--out", str(out), "--no-report", "--quiet")
+    _cli(
+        "simulate",
+        "--preset",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--isl",
+        "128",
+        "--osl",
+        "16",
+        "--rate",
+        "0.5,1,2,4",
+        "--requests",
+        "16",
+        "--out",
+        str(out),
+        "--no-report",
+        "--quiet",
+    )
     return out
 
 
@@ -155,8 +260,24 @@ def run_dir(tmp_path, run_two) -> Path:
 
 # -- real runs: the report tests' inputs made by the commands users run (session-scoped, small sweeps) --------
 
-REAL_SIM_ARGS = ("simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "512", "--osl", "64",
-                 "--concurrency", "1,16,64", "--requests", "64", "--slo", "ttft_p99_ms=200,itl_p99_ms=15", "--trace")
+REAL_SIM_ARGS = (
+    "simulate",
+    "--preset",
+    "llama-3.1-8b",
+    "--gpu",
+    "h100-sxm",
+    "--isl",
+    "512",
+    "--osl",
+    "64",
+    "--concurrency",
+    "1,16,64",
+    "--requests",
+    "64",
+    "--slo",
+    "ttft_p99_ms=200,itl_p99_ms=15",
+    "--trace",
+)
 REAL_PLAN_ARGS = ("plan", "--preset", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "8", "--weight-dtype", "fp8")
 # an ITL budget no server meets (a microsecond): every bench level breaches it, whatever the machine's load
 REAL_BENCH_SLO = "ttft_p99_ms=600000,itl_p99_ms=0.001"
@@ -202,8 +323,23 @@ def simulated_server():
 def real_bench(tmp_path_factory, simulated_server):
     """`kneecap bench` against `kneecap serve`: (results folder, terminal output)."""
     out = tmp_path_factory.mktemp("real") / "bench"
-    r = _cli("bench", "--base-url", simulated_server, "--isl", "256", "--osl", "16", "--concurrency", "1,4",
-             "--requests", "8", "--slo", REAL_BENCH_SLO, "--out", str(out))
+    r = _cli(
+        "bench",
+        "--base-url",
+        simulated_server,
+        "--isl",
+        "256",
+        "--osl",
+        "16",
+        "--concurrency",
+        "1,4",
+        "--requests",
+        "8",
+        "--slo",
+        REAL_BENCH_SLO,
+        "--out",
+        str(out),
+    )
     return out, r.stdout
 
 

@@ -31,8 +31,9 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 TIMEOUT_S = 90.0  # generous: a loaded 2-core machine
 
 if CHROMIUM is None and not IN_CI:
-    pytestmark = pytest.mark.skip(reason="chromium is not on PATH (apt-get install -y chromium); "
-                                         "set CI=true to make its absence a failure")
+    pytestmark = pytest.mark.skip(
+        reason="chromium is not on PATH (apt-get install -y chromium); set CI=true to make its absence a failure"
+    )
 
 
 class DevTools:
@@ -57,12 +58,29 @@ class DevTools:
             except OSError:
                 placeholders.append(os.open(os.devnull, os.O_RDONLY))
         self.proc = subprocess.Popen(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--disable-extensions", "--remote-debugging-pipe", f"--user-data-dir={user_data_dir}",
-             f"--window-size={width},2000", "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=_wire, pass_fds=(3, 4), close_fds=True)
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-extensions",
+                "--remote-debugging-pipe",
+                f"--user-data-dir={user_data_dir}",
+                f"--window-size={width},2000",
+                "about:blank",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=_wire,
+            pass_fds=(3, 4),
+            close_fds=True,
+        )
         for fd in (to_chrome_r, from_chrome_w, *placeholders):
             os.close(fd)
         self._buffer = b""
@@ -179,29 +197,53 @@ def _load_page(tmp_path: Path, html_path: Path, shot_path: Path, width: int = 12
         for domain in ("Page", "Runtime", "Log"):
             chrome.send(f"{domain}.enable", session=session)
         chrome.send("Page.navigate", {"url": html_path.as_uri()}, session=session)
-        chrome.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 2000, "deviceScaleFactor": 1,
-                                                             "mobile": False}, session=session)
+        chrome.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": 2000, "deviceScaleFactor": 1, "mobile": False},
+            session=session,
+        )
         chrome.wait_event("Page.loadEventFired")
         # every image's decoded size, read by the test through the protocol (the page runs no script)
-        images = chrome.send("Runtime.evaluate", {
-            "expression": "JSON.stringify(Array.from(document.images).map(i => "
-                          "[i.complete, i.naturalWidth, i.naturalHeight, i.getBoundingClientRect().width]))",
-            "returnByValue": True}, session=session)["result"]["value"]
+        images = chrome.send(
+            "Runtime.evaluate",
+            {
+                "expression": "JSON.stringify(Array.from(document.images).map(i => "
+                "[i.complete, i.naturalWidth, i.naturalHeight, i.getBoundingClientRect().width]))",
+                "returnByValue": True,
+            },
+            session=session,
+        )["result"]["value"]
         metrics = chrome.send("Page.getLayoutMetrics", session=session)
         height = int(min(metrics["cssContentSize"]["height"], 6000))
-        shot = chrome.send("Page.captureScreenshot", {
-            "format": "png", "captureBeyondViewport": True,
-            "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}}, session=session)
+        shot = chrome.send(
+            "Page.captureScreenshot",
+            {
+                "format": "png",
+                "captureBeyondViewport": True,
+                "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1},
+            },
+            session=session,
+        )
         shot_path.write_bytes(base64.b64decode(shot["data"]))
-        dom = chrome.send("Runtime.evaluate", {"expression": "document.documentElement.outerHTML",
-                                               "returnByValue": True}, session=session)["result"]["value"]
-        errors = [e for e in chrome.events if e.get("method") == "Runtime.exceptionThrown"
-                  or (e.get("method") == "Runtime.consoleAPICalled" and e["params"].get("type") in ("error", "assert"))
-                  or (e.get("method") == "Log.entryAdded" and e["params"]["entry"].get("level") == "error")]
+        dom = chrome.send(
+            "Runtime.evaluate",
+            {"expression": "document.documentElement.outerHTML", "returnByValue": True},
+            session=session,
+        )["result"]["value"]
+        errors = [
+            e
+            for e in chrome.events
+            if e.get("method") == "Runtime.exceptionThrown"
+            or (e.get("method") == "Runtime.consoleAPICalled" and e["params"].get("type") in ("error", "assert"))
+            or (e.get("method") == "Log.entryAdded" and e["params"]["entry"].get("level") == "error")
+        ]
         probed = None
         if probe:
-            probed = json.loads(chrome.send("Runtime.evaluate", {"expression": probe, "returnByValue": True},
-                                            session=session)["result"]["value"])
+            probed = json.loads(
+                chrome.send("Runtime.evaluate", {"expression": probe, "returnByValue": True}, session=session)[
+                    "result"
+                ]["value"]
+            )
         return {"images": json.loads(images), "dom": dom, "errors": errors, "probe": probed}
     finally:
         chrome.close()

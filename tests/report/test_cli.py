@@ -50,7 +50,9 @@ def test_report_module_keeps_matplotlib_off_the_startup_path():
     import subprocess
     import sys
 
-    code = ("import sys, kneecap.cli, kneecap.report; "
-            "print(sorted(m for m in ('matplotlib', 'numpy', 'pydantic', 'aiohttp') if m in sys.modules))")
+    code = (
+        "import sys, kneecap.cli, kneecap.report; "
+        "print(sorted(m for m in ('matplotlib', 'numpy', 'pydantic', 'aiohttp') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "matplotlib" not in out

@@ -12,20 +12,31 @@ from kneecap.report.markdown import to_markdown
 
 
 def _level(c, tok_s, ttft_p99, failed=0):
-    return {"concurrency": c, "output_tok_s": tok_s, "total_tok_s": tok_s * 2, "request_s": tok_s / 100,
-            "ttft_ms": {"p50": ttft_p99 / 2, "p99": ttft_p99}, "itl_ms": {"p99": 20.0}, "tpot_ms": {"p99": 25.0},
-            "e2e_ms": {"p99": 1000.0}, "failed": failed}
+    return {
+        "concurrency": c,
+        "output_tok_s": tok_s,
+        "total_tok_s": tok_s * 2,
+        "request_s": tok_s / 100,
+        "ttft_ms": {"p50": ttft_p99 / 2, "p99": ttft_p99},
+        "itl_ms": {"p99": 20.0},
+        "tpot_ms": {"p99": 25.0},
+        "e2e_ms": {"p99": 1000.0},
+        "failed": failed,
+    }
 
 
-@pytest.mark.parametrize("higher,a,b,better", [
-    (True, 100.0, 120.0, "B"),   # more throughput: B
-    (True, 100.0, 80.0, "A"),
-    (False, 100.0, 80.0, "B"),   # less latency: B
-    (False, 100.0, 150.0, "A"),
-    (False, 100.0, 100.5, "tie"),  # within TIE_FRACTION
-    (True, 0.0, 0.0, "tie"),
-    (False, 0.0, 2.0, "A"),      # failures appearing in B
-])
+@pytest.mark.parametrize(
+    "higher,a,b,better",
+    [
+        (True, 100.0, 120.0, "B"),  # more throughput: B
+        (True, 100.0, 80.0, "A"),
+        (False, 100.0, 80.0, "B"),  # less latency: B
+        (False, 100.0, 150.0, "A"),
+        (False, 100.0, 100.5, "tie"),  # within TIE_FRACTION
+        (True, 0.0, 0.0, "tie"),
+        (False, 0.0, 2.0, "A"),  # failures appearing in B
+    ],
+)
 def test_metric_delta_direction(higher, a, b, better):
     d = metric_delta("m", "m", "u", higher, a, b)
     assert d.better == better

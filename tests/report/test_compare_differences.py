@@ -24,10 +24,12 @@ def _simulate(out: Path, *args: str) -> Path:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     d = tmp_path_factory.mktemp("compare")
-    return {"a": _simulate(d / "a", "--isl", "200", "--concurrency", "1,4"),
-            "same": _simulate(d / "same", "--isl", "200", "--concurrency", "1,4"),
-            "longer": _simulate(d / "longer", "--isl", "800", "--concurrency", "1,4", "--seed", "3"),
-            "rate": _simulate(d / "rate", "--isl", "200", "--rate", "1,4")}
+    return {
+        "a": _simulate(d / "a", "--isl", "200", "--concurrency", "1,4"),
+        "same": _simulate(d / "same", "--isl", "200", "--concurrency", "1,4"),
+        "longer": _simulate(d / "longer", "--isl", "800", "--concurrency", "1,4", "--seed", "3"),
+        "rate": _simulate(d / "rate", "--isl", "200", "--rate", "1,4"),
+    }
 
 
 def _summary(folder: Path) -> dict:

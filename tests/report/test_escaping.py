@@ -3,7 +3,6 @@ and the HTML is self-contained (no network resource, no script)."""
 
 from __future__ import annotations
 
-import json
 import re
 from html.parser import HTMLParser
 
@@ -13,9 +12,39 @@ from kneecap.report.load import load_results
 from kneecap.report.markdown import escape_md, to_markdown
 from kneecap.report.render import build_document
 
-ALLOWED_TAGS = {"html", "head", "meta", "title", "style", "body", "main", "nav", "a", "h1", "h2", "h3", "p", "div",
-                "strong", "pre", "code", "table", "caption", "thead", "tbody", "tr", "th", "td", "figure", "img",
-                "figcaption", "footer", "dl", "dt", "dd"}
+ALLOWED_TAGS = {
+    "html",
+    "head",
+    "meta",
+    "title",
+    "style",
+    "body",
+    "main",
+    "nav",
+    "a",
+    "h1",
+    "h2",
+    "h3",
+    "p",
+    "div",
+    "strong",
+    "pre",
+    "code",
+    "table",
+    "caption",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
+    "figure",
+    "img",
+    "figcaption",
+    "footer",
+    "dl",
+    "dt",
+    "dd",
+}
 
 
 class _Tags(HTMLParser):
@@ -68,9 +97,18 @@ def test_error_message_from_the_server_is_escaped_in_both_formats(refused_bench,
 def test_every_block_kind_escapes_its_text():
     evil = "\"'><img src=x onerror=alert(1)>&"
     png = b"\x89PNG\r\n\x1a\n" + b"\0" * 16
-    doc = Document(evil, (Heading(evil, 1), Heading(evil), Paragraph(evil, "warning"), Code(evil),
-                          Table((evil,), ((Cell(evil, "worse"),),), caption=evil), KeyValues(((evil, evil),), evil),
-                          Figure("f", evil, png, evil)))
+    doc = Document(
+        evil,
+        (
+            Heading(evil, 1),
+            Heading(evil),
+            Paragraph(evil, "warning"),
+            Code(evil),
+            Table((evil,), ((Cell(evil, "worse"),),), caption=evil),
+            KeyValues(((evil, evil),), evil),
+            Figure("f", evil, png, evil),
+        ),
+    )
     page = to_html(doc)
     tags = _parse(page)
     assert tags.tags.count("img") == 1  # only the figure itself
@@ -106,11 +144,11 @@ def test_html_is_self_contained(bench_dir, sim_dir, plan_file, run_dir):
             if key in ("src", "href", "srcset", "action", "poster", "data"):
                 assert value.startswith(("data:image/png;base64,", "#")), (tag, key, value[:60])
         assert not {"script", "link", "iframe", "object", "embed", "base", "form"} & set(tags.tags)
-        style = page[page.index("<style>"):page.index("</style>")]
+        style = page[page.index("<style>") : page.index("</style>")]
         assert "url(" not in style and "@import" not in style
         # no http(s) reference anywhere except as visible text (the command line names the server URL)
         for match in re.finditer(r"https?://", page):
-            before = page[:match.start()]
+            before = page[: match.start()]
             assert before.rfind("<") < before.rfind(">"), "an http(s) URL inside a tag"
         assert "default-src 'none'" in page  # CSP: the browser itself refuses scripts and fetches
 

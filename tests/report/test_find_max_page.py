@@ -15,9 +15,29 @@ from kneecap.report.render import build_document
 
 def test_the_report_plots_the_search_for_the_highest_load_under_the_slo(tmp_path):
     out = tmp_path / "fm"
-    r = run_cli("simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "512", "--osl", "64",
-                "--concurrency", "1,256", "--requests", "64", "--find-max", "concurrency", "--slo", "ttft_p99_ms=200",
-                "--out", str(out), "--no-report", "--quiet")
+    r = run_cli(
+        "simulate",
+        "--preset",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--isl",
+        "512",
+        "--osl",
+        "64",
+        "--concurrency",
+        "1,256",
+        "--requests",
+        "64",
+        "--find-max",
+        "concurrency",
+        "--slo",
+        "ttft_p99_ms=200",
+        "--out",
+        str(out),
+        "--no-report",
+        "--quiet",
+    )
     assert r.code == 0, r.stderr
     m = json.loads((out / "summary.json").read_text())["max_load"]
     assert m["value"] is not None and m["failed_at"] is not None  # the search has both ends at this size
@@ -36,8 +56,10 @@ def test_the_report_plots_the_search_for_the_highest_load_under_the_slo(tmp_path
     assert lines[f"next step up failed: {m['failed_at']:g}"].get_xdata()[0] == m["failed_at"]
     assert ax.get_ylabel() == "ttft_p99_ms (ms)"
     text = html.unescape(" ".join(to_markdown(doc).split()))
-    assert (f"Find-max: {m['value']:g} streams: the highest load meeting every SLO at steady state "
-            f"(bracket: met at {m['value']:g}, failed at {m['failed_at']:g}; binding: ") in text
+    assert (
+        f"Find-max: {m['value']:g} streams: the highest load meeting every SLO at steady state "
+        f"(bracket: met at {m['value']:g}, failed at {m['failed_at']:g}; binding: "
+    ) in text
 
 
 def test_a_sweep_without_a_search_has_no_search_plot(real_sim):

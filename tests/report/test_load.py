@@ -59,7 +59,8 @@ def test_run_report_reads_only_the_cells_records(run_dir):
         fh.write(record)
     (run_dir / "records" / "cell-0000.discarded.jsonl").write_text(record * 3)
     assert [p.name for p in cell_records_files(run_dir)] == sorted(
-        p.name for p in (run_dir / "records").iterdir() if p.name.count(".") == 1)
+        p.name for p in (run_dir / "records").iterdir() if p.name.count(".") == 1
+    )
     assert load_results(run_dir).records.num_records == before
 
 
@@ -67,8 +68,12 @@ def test_error_samples_are_distinct_and_bounded():
     from kneecap.records import RequestRecord
     from kneecap.report.load import MAX_ERROR_SAMPLES, digest_records
 
-    recs = [RequestRecord(request_id=str(i), level=0, status="error", error_kind="http_429",
-                          error_message=f"slow down {i % 5}") for i in range(50)]
+    recs = [
+        RequestRecord(
+            request_id=str(i), level=0, status="error", error_kind="http_429", error_message=f"slow down {i % 5}"
+        )
+        for i in range(50)
+    ]
     recs.append(RequestRecord(request_id="w", level=0, warmup=True, chunk_tokens=[4, 4]))  # warmup: not counted
     digest = digest_records(recs)
     assert digest.error_samples[(0, "http_429")] == tuple(f"slow down {i}" for i in range(MAX_ERROR_SAMPLES))
@@ -83,12 +88,15 @@ def test_torn_last_record_line_is_skipped(bench_dir):
     assert load_results(bench_dir).records.num_records == before == 48
 
 
-@pytest.mark.parametrize("content,match", [
-    ('{"kind": "banana", "levels": []}', "kind 'banana'"),
-    ('{"levels": []}', "no 'kind' key"),
-    ("[1, 2]", "JSON list"),
-    ('{"kind": "bench", ', "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "content,match",
+    [
+        ('{"kind": "banana", "levels": []}', "kind 'banana'"),
+        ('{"levels": []}', "no 'kind' key"),
+        ("[1, 2]", "JSON list"),
+        ('{"kind": "bench", ', "not valid JSON"),
+    ],
+)
 def test_bad_summaries_are_one_clear_error(tmp_path, content, match):
     (tmp_path / "summary.json").write_text(content)
     with pytest.raises(KneecapError, match=match) as info:
@@ -115,10 +123,14 @@ def test_manifest_named_by_the_summary_is_read_from_the_folder(bench_dir):
 
 
 def test_parse_slo_forms():
-    assert parse_slo("ttft_p99_ms=500,itl_p99_ms=50,error_rate=0.01") == {"ttft_ms": {"p99": 500.0},
-                                                                         "itl_ms": {"p99": 50.0}}
+    assert parse_slo("ttft_p99_ms=500,itl_p99_ms=50,error_rate=0.01") == {
+        "ttft_ms": {"p99": 500.0},
+        "itl_ms": {"p99": 50.0},
+    }
     assert parse_slo({"ttft_p50_ms": 100, "ttft_p99_ms": 400, "ttft_from_scheduled_p99_ms": 900}) == {
-        "ttft_ms": {"p50": 100.0, "p99": 400.0}, "ttft_from_scheduled_ms": {"p99": 900.0}}
+        "ttft_ms": {"p50": 100.0, "p99": 400.0},
+        "ttft_from_scheduled_ms": {"p99": 900.0},
+    }
     assert parse_slo(None) == {} and parse_slo({"ttft_p99_ms": "x"}) == {}
 
 
@@ -131,21 +143,27 @@ def test_preflight_limit_from_summary_or_verdicts():
 
 def test_time_series_of_the_shapes_the_commands_write():
     # simulate's trace.jsonl: blocks used of the level's pool; bench's server_metrics.jsonl: the server's gauges
-    trace = [{"level": 0, "step": 0, "t": 0.0, "kv_blocks_used": 10, "num_running": 5, "num_waiting": 3},
-             {"level": 0, "step": 1, "t": 0.5, "kv_blocks_used": 20, "num_running": 6, "num_waiting": 0}]
+    trace = [
+        {"level": 0, "step": 0, "t": 0.0, "kv_blocks_used": 10, "num_running": 5, "num_waiting": 3},
+        {"level": 0, "step": 1, "t": 0.5, "kv_blocks_used": 20, "num_running": 6, "num_waiting": 0},
+    ]
     series = time_series(trace, kv_blocks_total=100)
     assert series == {"t": [0.0, 0.5], "kv_usage": [0.1, 0.2], "queue": [3.0, 0.0], "running": [5.0, 6.0]}
-    timeline = [{"level": 0, "t": 1.0, "kv_usage": 0.55, "running": 7, "waiting": 2, "preemptions_total": 0},
-                {"t": None}]
+    timeline = [
+        {"level": 0, "t": 1.0, "kv_usage": 0.55, "running": 7, "waiting": 2, "preemptions_total": 0},
+        {"t": None},
+    ]
     assert time_series(timeline) == {"t": [1.0], "kv_usage": [0.55], "queue": [2.0], "running": [7.0]}
     assert time_series([{"t": 1.0}]) is None
 
 
 def test_level_panels_split_a_trace_whose_clock_restarts_per_level():
     levels = [{"concurrency": 1, "server_metrics": {"num_kv_blocks": 100}}, {"concurrency": 8}]
-    rows = [{"level": 0, "t": 0.0, "kv_blocks_used": 10, "num_waiting": 0, "num_running": 1},
-            {"level": 0, "t": 5.0, "kv_blocks_used": 20, "num_waiting": 0, "num_running": 1},
-            {"level": 1, "t": 0.0, "kv_blocks_used": 50, "num_waiting": 4, "num_running": 8}]
+    rows = [
+        {"level": 0, "t": 0.0, "kv_blocks_used": 10, "num_waiting": 0, "num_running": 1},
+        {"level": 0, "t": 5.0, "kv_blocks_used": 20, "num_waiting": 0, "num_running": 1},
+        {"level": 1, "t": 0.0, "kv_blocks_used": 50, "num_waiting": 4, "num_running": 8},
+    ]
     summary = {"plan": {"num_kv_blocks": 200}}
     panels = level_panels(rows, summary, levels)
     assert [p["label"] for p in panels] == ["C=1", "C=8"]
@@ -158,15 +176,21 @@ def test_level_panels_split_a_trace_whose_clock_restarts_per_level():
 
 def test_preflight_limit_derived_from_a_simulate_summary():
     # 138,304 tokens of KV; 1000 + 200 tokens per request = 75 blocks of 16 = 1,200 tokens -> 115 requests
-    summary = {"load": "concurrency", "plan": {"kv_capacity_tokens": 138304}, "workload": {"isl": 1000, "osl": 200},
-               "deployment": {"block_size": 16}}
+    summary = {
+        "load": "concurrency",
+        "plan": {"kv_capacity_tokens": 138304},
+        "workload": {"isl": 1000, "osl": 200},
+        "deployment": {"block_size": 16},
+    }
     assert preflight_limit(summary, []) == 115
     summary["workload"]["isl"] = None  # a length distribution, not a fixed length: no limit claimed
     assert preflight_limit(summary, []) is None
 
 
 def test_slo_from_the_recorded_command_line():
-    assert slo_spec({"manifest": {"command": ["kneecap", "simulate", "--slo", "ttft_p99_ms=2000"]}}) == "ttft_p99_ms=2000"
+    assert (
+        slo_spec({"manifest": {"command": ["kneecap", "simulate", "--slo", "ttft_p99_ms=2000"]}}) == "ttft_p99_ms=2000"
+    )
     assert slo_spec({"manifest": {"command": ["kneecap", "bench", "--slo=itl_p99_ms=50"]}}) == "itl_p99_ms=50"
     assert slo_spec({"slo": {"ttft_p99_ms": 1}, "manifest": {"command": ["--slo", "x"]}}) == {"ttft_p99_ms": 1}
     assert slo_spec({}) is None

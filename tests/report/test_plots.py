@@ -16,40 +16,73 @@ def _size(png: bytes) -> tuple[int, int]:
     return struct.unpack(">II", png[16:24])
 
 
-POINTS = [LoadPoint(load=c, output_tok_s=100.0 * c ** 0.5, suspect=c == 8,
-                    latency_ms={"ttft_ms": {"p50": 10.0 * c, "p90": 15.0 * c, "p99": 20.0 * c}},
-                    kv_usage_max=min(1.0, c / 16), waiting_max=max(0, c - 8), running_max=min(c, 8))
-          for c in (1, 2, 4, 8, 16, 32)]
+POINTS = [
+    LoadPoint(
+        load=c,
+        output_tok_s=100.0 * c**0.5,
+        suspect=c == 8,
+        latency_ms={"ttft_ms": {"p50": 10.0 * c, "p90": 15.0 * c, "p99": 20.0 * c}},
+        kv_usage_max=min(1.0, c / 16),
+        waiting_max=max(0, c - 8),
+        running_max=min(c, 8),
+    )
+    for c in (1, 2, 4, 8, 16, 32)
+]
 
 
-@pytest.mark.parametrize("make", [
-    lambda: plots.throughput_vs_load(POINTS, "concurrency", "requests", knee_load=8, preflight_limit=16),
-    lambda: plots.latency_vs_load(POINTS, "concurrency", "requests", [("ttft_ms", "TTFT")], {"ttft_ms": {"p99": 300}}),
-    lambda: plots.frontier([("a", [(10.0, 100.0, "C=1"), (20.0, 150.0, "C=2")]), ("b", [(12.0, 90.0, "C=1")])]),
-    lambda: plots.ledger_bars([("levers", [("base", {"weights_bytes": 5e9, "kv_pool_bytes": 3e9}, "max seqs 3")]),
-                               ("tp", [("TP=2", {"kv_pool_bytes": 5e9, "other_bytes": 3e9}, "")])], 8e9),
-    lambda: plots.occupancy_over_time([{"label": "C=1", "t": [0.0, 1.0, 2.0], "kv_usage": [0.1, 0.5, None],
-                                        "queue": [0, 3, 1], "running": [1, 2, 3]}] * 5, "simulator trace"),
-    lambda: plots.peaks_vs_load(POINTS, "concurrency", "requests"),
-    lambda: plots.tokens_per_chunk_histogram({1: 3, 2: 1, 3: 1}),
-    lambda: plots.tokens_per_chunk_histogram({k: 1 for k in range(1, 200)}),
-    lambda: plots.series_vs_load([("x", [(1.0, 2.0), (2.0, 3.0)])], "rate", "req/s", "TTFT p99 (ms)", "t",
-                                 [("budget", 2.5)]),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: plots.throughput_vs_load(POINTS, "concurrency", "requests", knee_load=8, preflight_limit=16),
+        lambda: plots.latency_vs_load(
+            POINTS, "concurrency", "requests", [("ttft_ms", "TTFT")], {"ttft_ms": {"p99": 300}}
+        ),
+        lambda: plots.frontier([("a", [(10.0, 100.0, "C=1"), (20.0, 150.0, "C=2")]), ("b", [(12.0, 90.0, "C=1")])]),
+        lambda: plots.ledger_bars(
+            [
+                ("levers", [("base", {"weights_bytes": 5e9, "kv_pool_bytes": 3e9}, "max seqs 3")]),
+                ("tp", [("TP=2", {"kv_pool_bytes": 5e9, "other_bytes": 3e9}, "")]),
+            ],
+            8e9,
+        ),
+        lambda: plots.occupancy_over_time(
+            [
+                {
+                    "label": "C=1",
+                    "t": [0.0, 1.0, 2.0],
+                    "kv_usage": [0.1, 0.5, None],
+                    "queue": [0, 3, 1],
+                    "running": [1, 2, 3],
+                }
+            ]
+            * 5,
+            "simulator trace",
+        ),
+        lambda: plots.peaks_vs_load(POINTS, "concurrency", "requests"),
+        lambda: plots.tokens_per_chunk_histogram({1: 3, 2: 1, 3: 1}),
+        lambda: plots.tokens_per_chunk_histogram({k: 1 for k in range(1, 200)}),
+        lambda: plots.series_vs_load(
+            [("x", [(1.0, 2.0), (2.0, 3.0)])], "rate", "req/s", "TTFT p99 (ms)", "t", [("budget", 2.5)]
+        ),
+    ],
+)
 def test_plots_render_pngs(make):
     width, height = _size(make())
     assert width >= 700 and height >= 350
 
 
-@pytest.mark.parametrize("make", [
-    lambda: plots.throughput_vs_load([LoadPoint(load=1)], "concurrency", "requests"),
-    lambda: plots.latency_vs_load([LoadPoint(load=1)], "concurrency", "requests", [("ttft_ms", "TTFT")]),
-    lambda: plots.frontier([("a", [])]),
-    lambda: plots.ledger_bars([("levers", [])], None),
-    lambda: plots.occupancy_over_time([{"label": "C=1", "t": []}], "trace"),
-    lambda: plots.peaks_vs_load([LoadPoint(load=1)], "concurrency", "requests"),
-    lambda: plots.tokens_per_chunk_histogram({}),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: plots.throughput_vs_load([LoadPoint(load=1)], "concurrency", "requests"),
+        lambda: plots.latency_vs_load([LoadPoint(load=1)], "concurrency", "requests", [("ttft_ms", "TTFT")]),
+        lambda: plots.frontier([("a", [])]),
+        lambda: plots.ledger_bars([("levers", [])], None),
+        lambda: plots.occupancy_over_time([{"label": "C=1", "t": []}], "trace"),
+        lambda: plots.peaks_vs_load([LoadPoint(load=1)], "concurrency", "requests"),
+        lambda: plots.tokens_per_chunk_histogram({}),
+    ],
+)
 def test_nothing_to_draw_is_none(make):
     assert make() is None
 
@@ -68,6 +101,7 @@ def test_plots_are_deterministic():
 
 # -- what the plots show: the figure each one draws, caught on its way to PNG -----------------------------
 
+
 @pytest.fixture
 def drawn():
     """The matplotlib figures the plot functions render (in order), inspected instead of their pixels."""
@@ -77,8 +111,11 @@ def drawn():
 
 def _lines(ax) -> dict:
     """label -> (xs, ys) of every labelled line on the axes."""
-    return {line.get_label(): (list(map(float, line.get_xdata())), list(map(float, line.get_ydata())))
-            for line in ax.get_lines() if not line.get_label().startswith("_")}
+    return {
+        line.get_label(): (list(map(float, line.get_xdata())), list(map(float, line.get_ydata())))
+        for line in ax.get_lines()
+        if not line.get_label().startswith("_")
+    }
 
 
 def test_throughput_plot_shows_the_series_the_knee_and_the_preflight_limit(drawn):
@@ -86,14 +123,14 @@ def test_throughput_plot_shows_the_series_the_knee_and_the_preflight_limit(drawn
     (fig,) = drawn
     (ax,) = fig.axes
     lines = _lines(ax)
-    assert lines["output throughput"] == ([1, 2, 4, 8, 16, 32], [100.0 * c ** 0.5 for c in (1, 2, 4, 8, 16, 32)])
+    assert lines["output throughput"] == ([1, 2, 4, 8, 16, 32], [100.0 * c**0.5 for c in (1, 2, 4, 8, 16, 32)])
     assert lines["preflight KV limit (concurrency 16)"][0] == [16, 16]  # a vertical line at the limit
     assert ax.get_xlabel() == "concurrency (requests)" and ax.get_ylabel() == "output throughput (tok/s)"
     assert ax.get_xscale() == "log"  # loads span 32x
     labels = ax.get_legend_handles_labels()[1]
     assert "knee (concurrency 8)" in labels and "suspect level (client lag)" in labels
     knee = next(c for c in ax.collections if c.get_label() == "knee (concurrency 8)")
-    assert [list(map(float, xy)) for xy in knee.get_offsets()] == [[8.0, 100.0 * 8 ** 0.5]]
+    assert [list(map(float, xy)) for xy in knee.get_offsets()] == [[8.0, 100.0 * 8**0.5]]
 
 
 def test_latency_plot_shows_each_percentile_and_the_slo_line(drawn):
@@ -109,8 +146,14 @@ def test_latency_plot_shows_each_percentile_and_the_slo_line(drawn):
 
 
 def test_series_plot_shows_each_series_and_the_budget(drawn):
-    plots.series_vs_load([("run A", [(1.0, 2.0), (2.0, 3.0)]), ("run B", [(1.0, 1.5)])], "rate", "req/s",
-                         "TTFT p99 (ms)", "TTFT p99 by run", [("budget 2.5 ms", 2.5)])
+    plots.series_vs_load(
+        [("run A", [(1.0, 2.0), (2.0, 3.0)]), ("run B", [(1.0, 1.5)])],
+        "rate",
+        "req/s",
+        "TTFT p99 (ms)",
+        "TTFT p99 by run",
+        [("budget 2.5 ms", 2.5)],
+    )
     (fig,) = drawn
     (ax,) = fig.axes
     lines = _lines(ax)
@@ -122,8 +165,9 @@ def test_series_plot_shows_each_series_and_the_budget(drawn):
 def test_ledger_plot_stacks_each_part_and_draws_the_hbm_line(drawn):
     from kneecap.units import GiB
 
-    plots.ledger_bars([("levers", [("base", {"weights_bytes": 5 * GiB, "kv_pool_bytes": 3 * GiB}, "max seqs 3")])],
-                      8 * GiB)
+    plots.ledger_bars(
+        [("levers", [("base", {"weights_bytes": 5 * GiB, "kv_pool_bytes": 3 * GiB}, "max seqs 3")])], 8 * GiB
+    )
     (fig,) = drawn
     (ax,) = fig.axes
     heights = sorted(round(bar.get_height(), 6) for bar in ax.patches)
@@ -136,6 +180,10 @@ def test_histogram_shows_the_counts(drawn):
     plots.tokens_per_chunk_histogram({1: 3, 2: 1, 3: 1})
     (fig,) = drawn
     (ax,) = fig.axes
-    assert sorted((round(b.get_x() + b.get_width() / 2), b.get_height()) for b in ax.patches) == [(1, 3), (2, 1), (3, 1)]
+    assert sorted((round(b.get_x() + b.get_width() / 2), b.get_height()) for b in ax.patches) == [
+        (1, 3),
+        (2, 1),
+        (3, 1),
+    ]
     assert "5 chunks, 60 % carried one token" in ax.get_title()
     assert ax.get_xlabel() == "tokens carried by one streamed chunk (tokens)"

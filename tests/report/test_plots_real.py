@@ -25,8 +25,11 @@ def figures():
 
 def _lines(ax) -> dict:
     """label -> (xs, ys) of every labelled line on the axes."""
-    return {line.get_label(): (list(map(float, line.get_xdata())), list(map(float, line.get_ydata())))
-            for line in ax.get_lines() if not line.get_label().startswith("_")}
+    return {
+        line.get_label(): (list(map(float, line.get_xdata())), list(map(float, line.get_ydata())))
+        for line in ax.get_lines()
+        if not line.get_label().startswith("_")
+    }
 
 
 def _one(figs: dict, starts: str):
@@ -65,8 +68,11 @@ def test_run_ttft_plot_has_the_budget_line_and_a_log_axis(real_run, figures):
     summary = json.loads((real_run / "summary.json").read_text())
     budgets = {cls: b["ttft_p99_ms"] for cls, b in summary["worksheet"]["budgets"].items()}
     ax = _one(figures(real_run), "p99 TTFT vs").axes[0]
-    horizontal = {line.get_label(): line.get_ydata()[0] for line in ax.lines
-                  if len(set(line.get_ydata())) == 1 and "budget" in line.get_label()}
+    horizontal = {
+        line.get_label(): line.get_ydata()[0]
+        for line in ax.lines
+        if len(set(line.get_ydata())) == 1 and "budget" in line.get_label()
+    }
     assert sorted(horizontal.values()) == sorted(float(v) for v in budgets.values())
     for cls, value in budgets.items():
         assert f"{cls} budget: p99 TTFT ≤ {value:g} ms" in horizontal
@@ -89,7 +95,7 @@ def test_frontier_labels_stay_inside_the_axes_and_do_not_overlap(real_run, real_
         for box in boxes:
             assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
         for i, a in enumerate(boxes):
-            for b in boxes[i + 1:]:
+            for b in boxes[i + 1 :]:
                 assert not a.overlaps(b)
 
 
@@ -119,8 +125,9 @@ def test_simulate_latency_plot_draws_the_slo_budget(real_sim, figures):
     for ylabel, ax in by_unit.items():
         lines = _lines(ax)
         for name in ("p50", "p90", "p99"):
-            metric = {"TTFT (ms)": "ttft_ms", "ITL (ms)": "itl_ms", "TPOT (ms)": "tpot_ms",
-                      "E2E (ms)": "e2e_ms"}.get(ylabel)
+            metric = {"TTFT (ms)": "ttft_ms", "ITL (ms)": "itl_ms", "TPOT (ms)": "tpot_ms", "E2E (ms)": "e2e_ms"}.get(
+                ylabel
+            )
             if metric and name in lines:
                 assert lines[name] == ([1.0, 16.0, 64.0], [lv[metric][name] for lv in levels]), (ylabel, name)
         budgets[ylabel] = [ys[0] for label, (xs, ys) in lines.items() if label.startswith("SLO")]
@@ -138,7 +145,9 @@ def test_bench_peaks_plot_shows_what_the_server_reported(bench_run, figures):
     fig = _one(figures(bench_run), "Peak KV occupancy")
     left, right = fig.axes
     assert _lines(left) == {"peak KV usage (%)": (loads, pytest.approx([100 * m["kv_usage_max"] for m in metrics]))}
-    assert _lines(right) == {"peak queue depth (requests)": (loads, [float(m["waiting_max"]) for m in metrics]),
-                             "peak running (requests)": (loads, [float(m["running_max"]) for m in metrics])}
+    assert _lines(right) == {
+        "peak queue depth (requests)": (loads, [float(m["waiting_max"]) for m in metrics]),
+        "peak running (requests)": (loads, [float(m["running_max"]) for m in metrics]),
+    }
     assert left.get_ylabel() == "peak KV cache usage (% of blocks)" and right.get_ylabel() == "requests"
     assert left.get_ylim() == (0.0, 105.0)

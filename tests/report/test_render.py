@@ -81,8 +81,10 @@ def test_simulate_past_the_kv_pool_shows_its_preemptions(sim_dir):
     assert "preemptions (count)" in md and "preemptions (count)" in page
     for lv in levels:
         sm = lv["server_metrics"]
-        row = (f"| C={lv['concurrency']} | {fmt.pct(sm['kv_usage_max'])} | {fmt.pct(sm['kv_usage_mean'])} | "
-               f"{sm['running_max']:,} | {sm['waiting_max']:,} | {sm['preemptions']:,} |")
+        row = (
+            f"| C={lv['concurrency']} | {fmt.pct(sm['kv_usage_max'])} | {fmt.pct(sm['kv_usage_mean'])} | "
+            f"{sm['running_max']:,} | {sm['waiting_max']:,} | {sm['preemptions']:,} |"
+        )
         assert row in md, row
     assert "the simulated engine's own counters" in md
 
@@ -137,15 +139,19 @@ def test_run_worksheet_shows_candidates_capacity_cells_and_ledger(run_dir):
     assert verdicts == {"interactive-small-batch": ("accepted", None), "throughput-large-batch": ("rejected", "slo")}
     assert summary["preferred"] == "interactive-small-batch"
     small, large = summary["candidates"]
-    assert (f"| interactive-small-batch (preferred) | simulator | **accepted** | — | "
-            f"{fmt.rate(small['peak_output_tok_s'])} |") in md
+    assert (
+        f"| interactive-small-batch (preferred) | simulator | **accepted** | — | "
+        f"{fmt.rate(small['peak_output_tok_s'])} |"
+    ) in md
     assert f"| throughput-large-batch | simulator | **rejected** | slo | {fmt.rate(large['peak_output_tok_s'])} |" in md
     # cost: 2.5 $/GPU-hour over the output rate at capacity, per million output tokens
     cost = small["cost"]["short-message"]
     per_million = 2.5 / (cost["output_tok_s_at_capacity"] * 3600) * 1e6
     assert cost["usd_per_million_output_tokens"] == pytest.approx(per_million)
-    assert (f"| interactive-small-batch | short-message | self-hosted | 2.5 $/GPU-hour × 1 GPUs | "
-            f"{fmt.rate(cost['output_tok_s_at_capacity'])} | {per_million:.3f} |") in md
+    assert (
+        f"| interactive-small-batch | short-message | self-hosted | 2.5 $/GPU-hour × 1 GPUs | "
+        f"{fmt.rate(cost['output_tok_s_at_capacity'])} | {per_million:.3f} |"
+    ) in md
     assert "Capacity region" in page and "handoff/ (inside this results folder)" in page
     failed = summary["capacity"]["throughput-large-batch"]["short-message"]["warm"]["failed"]
     # each failing load missed its TTFT budget; a cell whose queue grew also names that (steady state)
@@ -157,7 +163,9 @@ def test_run_worksheet_shows_candidates_capacity_cells_and_ledger(run_dir):
     # one ledger table, a column per candidate
     assert "| per GPU | interactive-small-batch | throughput-large-batch |" in md
     ledger = summary["worksheet"]["ledger"]["interactive-small-batch"]
-    pool = f"{fmt.gib(ledger['kv_pool_bytes'])} GiB ({ledger['kv_pool_bytes'] / ledger['hbm_bytes'] * 100:.1f} % of HBM)"
+    pool = (
+        f"{fmt.gib(ledger['kv_pool_bytes'])} GiB ({ledger['kv_pool_bytes'] / ledger['hbm_bytes'] * 100:.1f} % of HBM)"
+    )
     assert f"| KV-cache pool | {pool} | {pool} |" in md
     # offered load apart from completed throughput, Little's law, workload classes with budgets
     assert "offered (req/s)" in md and "dropped (requests)" in md
@@ -230,9 +238,27 @@ def test_rerender_removes_plots_the_new_page_no_longer_has(bench_dir, plan_file,
 def test_end_to_end_on_a_real_simulate_folder(cli, tmp_path):
     """kneecap simulate (the real simulator) writes a folder; kneecap report renders it."""
     out = tmp_path / "sim"
-    r = cli("simulate", "--preset", "gqa-70b", "--gpu", "mi300x", "--isl", "500", "--osl", "50",
-            "--concurrency", "1,8,64", "--requests", "16", "--trace", "--slo", "ttft_p99_ms=3000",
-            "--out", str(out), "--quiet")
+    r = cli(
+        "simulate",
+        "--preset",
+        "gqa-70b",
+        "--gpu",
+        "mi300x",
+        "--isl",
+        "500",
+        "--osl",
+        "50",
+        "--concurrency",
+        "1,8,64",
+        "--requests",
+        "16",
+        "--trace",
+        "--slo",
+        "ttft_p99_ms=3000",
+        "--out",
+        str(out),
+        "--quiet",
+    )
     assert r.code == 0, r.stderr
     doc = build_document(load_results(out))
     names = {f.name for f in doc.figures}

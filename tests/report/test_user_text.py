@@ -13,8 +13,9 @@ import pytest
 from clitools import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
-INTERNAL = re.compile(r"\bseed \d{3}\b|\bseed-\d{3}\b|\bissue \d+\b|\.\./shared|\bthe lead\b|project brief|this session",
-                      re.IGNORECASE)
+INTERNAL = re.compile(
+    r"\bseed \d{3}\b|\bseed-\d{3}\b|\bissue \d+\b|\.\./shared|\bthe lead\b|project brief|this session", re.IGNORECASE
+)
 COMMANDS = ("plan", "preflight", "bench", "simulate", "serve", "demo", "calibrate", "run", "report")
 
 
@@ -38,7 +39,7 @@ def test_glossary_names_no_internal_references():
 
 def test_readme_first_step_puts_kneecap_on_the_path():
     text = (ROOT / "README.md").read_text()
-    first = text[text.index("## On a fresh machine"):text.index("## The commands")]
+    first = text[text.index("## On a fresh machine") : text.index("## The commands")]
     assert "source .venv/bin/activate" in first and "kneecap demo" in first
 
 
@@ -52,6 +53,8 @@ def test_readme_json_claim_holds_for_every_command_it_names():
         r = run_cli(command, "--help")
         assert r.code == 0 and "--json" in r.stdout, command
     assert "--json" not in run_cli("serve", "--help").stdout
+
+
 def test_version_flag_prints_the_version():
     from kneecap import __version__
 
@@ -70,9 +73,18 @@ def test_bench_help_marks_required_flags_and_shows_defaults():
     text = " ".join(run_cli("bench", "--help").stdout.split())
     assert "--base-url <str> [required, unless --resume]" in text
     # --osl is declared once for bench and simulate (kneecap.cli.sweep_flags): bench's requirement is named
-    assert "[bench: required, except with a dataset or --replay, whose data size the outputs] output tokens per request" in text
-    for shown in ("[default: (600)]", "[default: (completions)]", "[default: (random)]", "[default: (0)]",
-                  "[default: 256]", "[default: (1)]"):
+    assert (
+        "[bench: required, except with a dataset or --replay, whose data size the outputs] output tokens per request"
+        in text
+    )
+    for shown in (
+        "[default: (600)]",
+        "[default: (completions)]",
+        "[default: (random)]",
+        "[default: (0)]",
+        "[default: 256]",
+        "[default: (1)]",
+    ):
         assert shown in text, shown
 
 
@@ -86,9 +98,25 @@ def test_serve_ready_line_names_its_pid():
     import signal
     import subprocess
 
-    proc = subprocess.Popen([sys.executable, "-m", "kneecap", "serve", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm",
-                             "--host", "127.0.0.1", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kneecap",
+            "serve",
+            "--preset",
+            "llama-3.1-8b",
+            "--gpu",
+            "h100-sxm",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         assert f"(PID {proc.pid})" in line, line
@@ -100,9 +128,27 @@ def test_serve_ready_line_names_its_pid():
 
 
 def test_simulate_table_shows_the_slo_verdict_per_level(tmp_path):
-    r = run_cli("simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "512", "--osl", "64",
-                "--concurrency", "1,64", "--requests", "64", "--slo", "ttft_p99_ms=200,itl_p99_ms=15",
-                "--out", str(tmp_path / "sim"), "--no-report", timeout=300)
+    r = run_cli(
+        "simulate",
+        "--preset",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--isl",
+        "512",
+        "--osl",
+        "64",
+        "--concurrency",
+        "1,64",
+        "--requests",
+        "64",
+        "--slo",
+        "ttft_p99_ms=200,itl_p99_ms=15",
+        "--out",
+        str(tmp_path / "sim"),
+        "--no-report",
+        timeout=300,
+    )
     assert r.code == 0, r.stderr
     text = " ".join(r.stdout.split())
     assert "│ met │" in text and "BREACH ttft_p99_ms" in text
@@ -113,8 +159,19 @@ def test_the_worked_example_plan_names_no_internal_document():
     """The gqa-70b preset's notes reach the worksheet and --json: they speak of the worked example."""
     from clitools import run_cli
 
-    args = ("plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--context", "8192", "--mean-context", "2050",
-            "--compute-batch-cap", "128")
+    args = (
+        "plan",
+        "--preset",
+        "gqa-70b",
+        "--gpu",
+        "mi300x",
+        "--context",
+        "8192",
+        "--mean-context",
+        "2050",
+        "--compute-batch-cap",
+        "128",
+    )
     for extra in ((), ("--json",)):
         r = run_cli(*args, *extra)
         assert r.code == 0, r.stderr
@@ -133,7 +190,7 @@ def _readme_flat() -> str:
 
 def _between(text: str, start: str, end: str) -> str:
     i = text.index(start)
-    return text[i:text.index(end, i)]
+    return text[i : text.index(end, i)]
 
 
 def _figures(prose: str) -> set[str]:
@@ -177,7 +234,9 @@ def test_readme_worst_case_plan_prints_its_figures():
 
 def test_readme_kv_bytes_of_qwen35_and_deepseek_v3_are_what_plan_prints():
     text = _readme_flat()
-    qwen_bytes, qwen_layers = re.search(r"Qwen3.5-397B caches ([\d,]+) B/token in its (\d+) full-attention", text).groups()
+    qwen_bytes, qwen_layers = re.search(
+        r"Qwen3.5-397B caches ([\d,]+) B/token in its (\d+) full-attention", text
+    ).groups()
     ds_bytes, ds_layers = re.search(r"DeepSeek-V3 caches ([\d,]+) B/token \((\d+) ×", text).groups()
     qwen_cmd, ds_cmd = re.search(r"Section 1 of `(kneecap plan [^`]+)` and of `(kneecap plan [^`]+)`", text).groups()
     assert "qwen3.5" in qwen_cmd and "deepseek-v3" in ds_cmd
@@ -195,8 +254,11 @@ def test_readme_preflight_example_gives_the_verdicts_it_states():
     command = re.search(r"```bash (kneecap preflight [^`]+?) ```", section).group(1)
     kv_tokens = re.search(r"--kv-tokens (\d+)", command).group(1)
     assert f"{int(kv_tokens):,} tokens is the KV pool" in section
-    claim = re.search(r"C=(\d+) fits \(peak ([\d,]+) tokens\), C=(\d+) is tight .*?C=(\d+) exceeds; "
-                      r"max safe concurrency (\d+)", section)
+    claim = re.search(
+        r"C=(\d+) fits \(peak ([\d,]+) tokens\), C=(\d+) is tight .*?C=(\d+) exceeds; "
+        r"max safe concurrency (\d+)",
+        section,
+    )
     fits, peak, tight, exceeds, safe = claim.groups()
     doc = json.loads(_run(command, "--json").stdout)
     levels = {lv["concurrency"]: lv for lv in doc["levels"]}
@@ -218,10 +280,13 @@ def test_readme_quotes_the_committed_simulator_speed_run():
     plain = [r for r in doc["runs"] if not r["extra_flags"]]
     (token_times,) = [r for r in doc["runs"] if r["extra_flags"] == ["--token-times"]]
     text = _readme_flat()
-    m = re.search(r"load average ([\d.]+) to ([\d.]+) at the time\), `python bench/sim_speed.py [^`]*` ran "
-                  r"`(kneecap simulate [^`]+)` (\w+) times: ([\d.]+) to ([\d.]+) s wall, ([\d.]+) to ([\d.]+) s of CPU "
-                  r"and (\d+) MB peak RSS each \(bench/results/sim_speed.md\); with `--token-times`, ([\d.]+) s wall "
-                  r"and ([\d.]+) GB", text)
+    m = re.search(
+        r"load average ([\d.]+) to ([\d.]+) at the time\), `python bench/sim_speed.py [^`]*` ran "
+        r"`(kneecap simulate [^`]+)` (\w+) times: ([\d.]+) to ([\d.]+) s wall, ([\d.]+) to ([\d.]+) s of CPU "
+        r"and (\d+) MB peak RSS each \(bench/results/sim_speed.md\); with `--token-times`, ([\d.]+) s wall "
+        r"and ([\d.]+) GB",
+        text,
+    )
     assert m, "the README's simulator speed sentence"
     load_before, load_after, command, times, wall_lo, wall_hi, cpu_lo, cpu_hi, rss, tt_wall, tt_gb = m.groups()
     assert command.split() == doc["command"]
@@ -240,9 +305,12 @@ def test_readme_quotes_the_committed_ray_run():
     one = [r for r in doc["rows"] if r["client"] == "one-process" and r["scenario"]["concurrency"] >= 1024]
     loads = [x for r in doc["rows"] for x in (r["load_avg_before"], r["load_avg_after"])]
     text = _readme_flat()
-    m = re.search(r"In its committed run \(load average at most ([\d.]+)\), one process used ([\d.]+) to ([\d.]+) of "
-                  r"its core at every level from C=1024 on, with an event-loop lag p99 of (\d+) ms at C=1024 \(latency "
-                  r"case\)", text)
+    m = re.search(
+        r"In its committed run \(load average at most ([\d.]+)\), one process used ([\d.]+) to ([\d.]+) of "
+        r"its core at every level from C=1024 on, with an event-loop lag p99 of (\d+) ms at C=1024 \(latency "
+        r"case\)",
+        text,
+    )
     assert m, "the README's Ray sentence"
     load, lo, hi, lag = m.groups()
     utils = [u for r in one for u in r["actor_cpu_util"]]

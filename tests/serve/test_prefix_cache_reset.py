@@ -22,9 +22,27 @@ def server():
 
 
 def _hit_rates(url: str, tmp_path, name: str, *extra: str) -> list:
-    r = run_cli("bench", "--base-url", url, "--isl", "1500", "--osl", "10", "--shared-prefix", "1000",
-                "--concurrency", "1,1", "--requests", "4", *extra, "--out", str(tmp_path / name), "--quiet", "--json",
-                "--no-report")
+    r = run_cli(
+        "bench",
+        "--base-url",
+        url,
+        "--isl",
+        "1500",
+        "--osl",
+        "10",
+        "--shared-prefix",
+        "1000",
+        "--concurrency",
+        "1,1",
+        "--requests",
+        "4",
+        *extra,
+        "--out",
+        str(tmp_path / name),
+        "--quiet",
+        "--json",
+        "--no-report",
+    )
     assert r.code == 0, r.stderr
     return json.loads(r.stdout)["levels"]
 

@@ -20,12 +20,30 @@ def _metric(text: str, name: str) -> float:
 def _bench(router: str, tmp_path):
     from kneecap.cli.serve_process import start_server, stop_server
 
-    proc, url = start_server(["--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--time-scale", "0.2",
-                              "--replicas", "4", "--router", router])
+    proc, url = start_server(
+        ["--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--time-scale", "0.2", "--replicas", "4", "--router", router]
+    )
     try:
-        r = run_cli("bench", "--base-url", url, "--isl", "3000", "--osl", "20", "--shared-prefix", "2000x16",
-                    "--rate", "8", "--requests", "120", "--out", str(tmp_path / router), "--quiet", "--json",
-                    "--no-report")
+        r = run_cli(
+            "bench",
+            "--base-url",
+            url,
+            "--isl",
+            "3000",
+            "--osl",
+            "20",
+            "--shared-prefix",
+            "2000x16",
+            "--rate",
+            "8",
+            "--requests",
+            "120",
+            "--out",
+            str(tmp_path / router),
+            "--quiet",
+            "--json",
+            "--no-report",
+        )
         fleet = urllib.request.urlopen(url + "/metrics").read().decode()
         each = [urllib.request.urlopen(f"{url}/replicas/{i}/metrics").read().decode() for i in range(4)]
         with pytest.raises(urllib.error.HTTPError):

@@ -16,8 +16,15 @@ from kneecap.client.server_metrics import parse_prometheus, sample_from_text
 from kneecap.serve.pseudo_tokens import filler_text
 
 MODEL = "llama-3.1-8b"
-SERVER_METRICS_CONTRACT = ("preemptions", "kv_usage_max", "kv_usage_mean", "running_max", "waiting_max",
-                           "prefix_cache_hit_rate", "source")
+SERVER_METRICS_CONTRACT = (
+    "preemptions",
+    "kv_usage_max",
+    "kv_usage_mean",
+    "running_max",
+    "waiting_max",
+    "prefix_cache_hit_rate",
+    "source",
+)
 SERVER_ARGS = ["--preset", MODEL, "--gpu", "h100-sxm", "--context", "8192"]
 
 
@@ -56,7 +63,7 @@ def sse_events(raw: bytes) -> list[bytes]:
     for block in raw.split(b"\n\n")[:-1]:
         assert block.startswith(b"data: "), block[:60]
         assert b"\n" not in block, block[:60]
-        events.append(block[len(b"data: "):])
+        events.append(block[len(b"data: ") :])
     return events
 
 
@@ -80,7 +87,9 @@ def test_info_endpoints(server):
     code, body = get(server + "/version")
     doc = json.loads(body)
     assert code == 200 and doc["simulated"] is True and doc["target"]["deployment"]["gpu"] == "h100-sxm"
-    code, body = post(server + "/tokenize", {"model": MODEL, "prompt": "one two  three\nfour", "add_special_tokens": True})
+    code, body = post(
+        server + "/tokenize", {"model": MODEL, "prompt": "one two  three\nfour", "add_special_tokens": True}
+    )
     doc = json.loads(body)
     assert code == 200 and doc["count"] == 4 and len(doc["tokens"]) == 4 and doc["max_model_len"] == 8192
     code, body = post(server + "/detokenize", {"model": MODEL, "tokens": doc["tokens"]})
@@ -90,8 +99,17 @@ def test_info_endpoints(server):
 
 def test_streamed_completion_wire_format_and_exact_length(server):
     ids = list(range(1000, 1137))
-    code, raw = post(server + "/v1/completions", {"model": MODEL, "prompt": ids, "max_tokens": 23, "stream": True,
-                                                  "ignore_eos": True, "stream_options": {"include_usage": True}})
+    code, raw = post(
+        server + "/v1/completions",
+        {
+            "model": MODEL,
+            "prompt": ids,
+            "max_tokens": 23,
+            "stream": True,
+            "ignore_eos": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     assert code == 200
     events = sse_events(raw)
     assert events[-1] == b"[DONE]"
@@ -103,51 +121,86 @@ def test_streamed_completion_wire_format_and_exact_length(server):
     assert [c["choices"][0]["finish_reason"] for c in token_chunks] == [None] * 22 + ["length"]
     assert "".join(c["choices"][0]["text"] for c in token_chunks) == filler_text(23)
     assert usage_chunk["choices"] == []
-    assert usage_chunk["usage"] == {"prompt_tokens": 137, "completion_tokens": 23, "total_tokens": 160,
-                                    "prompt_tokens_details": {"cached_tokens": 0}}
+    assert usage_chunk["usage"] == {
+        "prompt_tokens": 137,
+        "completion_tokens": 23,
+        "total_tokens": 160,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     # the same prompt again: its 8 whole 16-token blocks are in the prefix cache, and the usage says so (as vLLM's)
-    code, raw = post(server + "/v1/completions", {"model": MODEL, "prompt": ids, "max_tokens": 2, "stream": True,
-                                                  "ignore_eos": True, "stream_options": {"include_usage": True}})
+    code, raw = post(
+        server + "/v1/completions",
+        {
+            "model": MODEL,
+            "prompt": ids,
+            "max_tokens": 2,
+            "stream": True,
+            "ignore_eos": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     again = json.loads(sse_events(raw)[-2])["usage"]
     assert code == 200 and again["prompt_tokens_details"] == {"cached_tokens": 128}, again
 
 
 def test_streamed_chat_and_continuous_usage(server):
     prompt = "alpha beta gamma delta"
-    code, raw = post(server + "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": prompt}],
-                                                       "max_tokens": 5, "min_tokens": 5, "stream": True,
-                                                       "stream_options": {"include_usage": True,
-                                                                          "continuous_usage_stats": True}})
+    code, raw = post(
+        server + "/v1/chat/completions",
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": 5,
+            "min_tokens": 5,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        },
+    )
     assert code == 200
     chunks = [json.loads(e) for e in sse_events(raw)[:-1]]
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     content = [c for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]
     assert len(content) == 5 and all(c["object"] == "chat.completion.chunk" for c in chunks)
     assert [c["usage"]["completion_tokens"] for c in content] == [1, 2, 3, 4, 5]
-    assert chunks[-1]["usage"] == {"prompt_tokens": 4, "completion_tokens": 5, "total_tokens": 9,
-                                   "prompt_tokens_details": {"cached_tokens": 0}}
+    assert chunks[-1]["usage"] == {
+        "prompt_tokens": 4,
+        "completion_tokens": 5,
+        "total_tokens": 9,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
 
 
 def test_non_streamed_responses(server):
     code, body = post(server + "/v1/completions", {"model": MODEL, "prompt": "a b c", "max_tokens": 7})
     doc = json.loads(body)
-    assert code == 200 and doc["choices"][0]["text"] == filler_text(7) and doc["choices"][0]["finish_reason"] == "length"
-    assert doc["usage"] == {"prompt_tokens": 3, "completion_tokens": 7, "total_tokens": 10,
-                            "prompt_tokens_details": {"cached_tokens": 0}}
-    code, body = post(server + "/v1/chat/completions", {"messages": [{"role": "user", "content": "x y"}], "max_tokens": 3})
+    assert (
+        code == 200 and doc["choices"][0]["text"] == filler_text(7) and doc["choices"][0]["finish_reason"] == "length"
+    )
+    assert doc["usage"] == {
+        "prompt_tokens": 3,
+        "completion_tokens": 7,
+        "total_tokens": 10,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
+    code, body = post(
+        server + "/v1/chat/completions", {"messages": [{"role": "user", "content": "x y"}], "max_tokens": 3}
+    )
     doc = json.loads(body)
     assert code == 200 and doc["object"] == "chat.completion" and doc["usage"]["completion_tokens"] == 3
     assert len(doc["choices"][0]["message"]["content"].split()) == 3
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"model": MODEL, "prompt": "x " * 8000, "max_tokens": 500}, "max_tokens"),
-    ({"model": "other-model", "prompt": "x", "max_tokens": 5}, "model"),
-    ({"model": MODEL, "prompt": "x", "max_tokens": 0}, "max_tokens"),
-    ({"model": MODEL, "prompt": "x", "max_tokens": 5, "min_tokens": 9}, "min_tokens"),
-    ({"model": MODEL, "prompt": ["a", "b"], "max_tokens": 5}, "prompt"),
-    ({"model": MODEL, "max_tokens": 5}, "prompt"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"model": MODEL, "prompt": "x " * 8000, "max_tokens": 500}, "max_tokens"),
+        ({"model": "other-model", "prompt": "x", "max_tokens": 5}, "model"),
+        ({"model": MODEL, "prompt": "x", "max_tokens": 0}, "max_tokens"),
+        ({"model": MODEL, "prompt": "x", "max_tokens": 5, "min_tokens": 9}, "min_tokens"),
+        ({"model": MODEL, "prompt": ["a", "b"], "max_tokens": 5}, "prompt"),
+        ({"model": MODEL, "max_tokens": 5}, "prompt"),
+    ],
+)
 def test_bad_requests_answer_400_with_vllm_error_body(server, body, param):
     code, raw = post(server + "/v1/completions", body)
     doc = json.loads(raw)
@@ -161,9 +214,16 @@ def test_bad_json_is_400(server):
 
 def test_metrics_names_and_kv_usage_rises_under_load(server):
     idle = metrics(server)
-    for name in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:num_requests_running",
-                 "vllm:num_requests_waiting", "vllm:num_preemptions_total", "vllm:prompt_tokens_total",
-                 "vllm:generation_tokens_total", "vllm:cache_config_info"):
+    for name in (
+        "vllm:kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc",
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:num_preemptions_total",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:cache_config_info",
+    ):
         assert f"\n{name}{{" in "\n" + idle, name
     info = parse_prometheus(idle, ("vllm:cache_config_info",))["vllm:cache_config_info"][0][0]
     assert info["block_size"] == "16" and int(info["num_gpu_blocks"]) > 1000
@@ -173,6 +233,7 @@ def test_metrics_names_and_kv_usage_rises_under_load(server):
 
     async def load() -> tuple[list[int], float, float]:
         async with aiohttp.ClientSession() as session:
+
             async def one(i: int) -> int:
                 first = 100_000 + 2000 * i  # unique prompts: no prefix-cache sharing
                 body = {"model": MODEL, "prompt": list(range(first, first + 2000)), "max_tokens": 150, "stream": True}
@@ -226,8 +287,22 @@ def test_client_disconnect_aborts_and_frees_blocks(server):
 
 def test_real_bench_cli_sweep_against_serve(cli, server, tmp_path):
     out = tmp_path / "bench"
-    r = cli("bench", "--base-url", server, "--isl", "256", "--osl", "16", "--concurrency", "1,4", "--requests", "8",
-            "--out", str(out), "--json")
+    r = cli(
+        "bench",
+        "--base-url",
+        server,
+        "--isl",
+        "256",
+        "--osl",
+        "16",
+        "--concurrency",
+        "1,4",
+        "--requests",
+        "8",
+        "--out",
+        str(out),
+        "--json",
+    )
     assert r.code == 0, r.stderr
     doc = json.loads(r.stdout)
     assert [lv["concurrency"] for lv in doc["levels"]] == [1, 4]
@@ -238,8 +313,21 @@ def test_real_bench_cli_sweep_against_serve(cli, server, tmp_path):
     assert doc["preflight"]["kv_capacity_tokens"] > 100_000
     # served timing follows the simulated engine: compare with `kneecap simulate` on the same flags (generous:
     # the wall clock of a shared 2-core machine adds jitter, never less time)
-    sim = cli("simulate", *SERVER_ARGS, "--isl", "256", "--osl", "16", "--concurrency", "1,4", "--requests", "8",
-              "--out", str(tmp_path / "sim"), "--json")
+    sim = cli(
+        "simulate",
+        *SERVER_ARGS,
+        "--isl",
+        "256",
+        "--osl",
+        "16",
+        "--concurrency",
+        "1,4",
+        "--requests",
+        "8",
+        "--out",
+        str(tmp_path / "sim"),
+        "--json",
+    )
     assert sim.code == 0, sim.stderr
     sim_doc = json.loads(sim.stdout)
     for served, simulated in zip(doc["levels"], sim_doc["levels"]):
@@ -263,6 +351,7 @@ def test_health_stays_fast_at_concurrency_1024(server):
     async def run() -> tuple[list[int], float]:
         conn = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=conn) as session:
+
             async def one(i: int) -> int:
                 body = {"model": MODEL, "prompt": list(range(3000, 3032)), "max_tokens": 32, "stream": True}
                 n = 0
@@ -295,14 +384,31 @@ def test_time_scale_maps_virtual_to_wall_time(cli, tmp_path):
     import time
 
     args = ["--preset", MODEL, "--gpu", "l4", "--context", "2048"]
-    sim = cli("simulate", *args, "--isl", "64", "--osl", "40", "--concurrency", "1", "--requests", "1",
-              "--out", str(tmp_path / "sim"), "--json", "--no-report")
+    sim = cli(
+        "simulate",
+        *args,
+        "--isl",
+        "64",
+        "--osl",
+        "40",
+        "--concurrency",
+        "1",
+        "--requests",
+        "1",
+        "--out",
+        str(tmp_path / "sim"),
+        "--json",
+        "--no-report",
+    )
     assert sim.code == 0, sim.stderr
     virtual_e2e_s = json.loads(sim.stdout)["levels"][0]["e2e_ms"]["p50"] / 1000
     proc, url = start_server([*args, "--time-scale", "0.25"])
     try:
-        req = urllib.request.Request(url + "/v1/completions", headers={"Content-Type": "application/json"},
-                                     data=json.dumps({"prompt": list(range(64)), "max_tokens": 40, "stream": True}).encode())
+        req = urllib.request.Request(
+            url + "/v1/completions",
+            headers={"Content-Type": "application/json"},
+            data=json.dumps({"prompt": list(range(64)), "max_tokens": 40, "stream": True}).encode(),
+        )
         stamps = []
         sent = time.monotonic()
         with urllib.request.urlopen(req, timeout=60) as resp:
@@ -320,9 +426,27 @@ def test_bench_find_max_and_vllm_export_against_serve(cli, server, tmp_path):
     """bench --find-max through the one level runner against a live server: every probe is a level, the answer met
     the SLO in its run and the next step up did not; --export vllm writes each level; vLLM's flag names work."""
     out = tmp_path / "fm"
-    r = cli("bench", "--base-url", server, "--random-input-len", "128", "--random-output-len", "16",
-            "--max-concurrency", "1,64", "--slo", "ttft_p50_ms=60", "--find-max", "concurrency",
-            "--export", "vllm", "--out", str(out), "--json", "--no-report")
+    r = cli(
+        "bench",
+        "--base-url",
+        server,
+        "--random-input-len",
+        "128",
+        "--random-output-len",
+        "16",
+        "--max-concurrency",
+        "1,64",
+        "--slo",
+        "ttft_p50_ms=60",
+        "--find-max",
+        "concurrency",
+        "--export",
+        "vllm",
+        "--out",
+        str(out),
+        "--json",
+        "--no-report",
+    )
     assert r.code == 0, r.stderr
     doc = json.loads(r.stdout)
     m = doc["max_load"]
@@ -337,6 +461,21 @@ def test_bench_find_max_and_vllm_export_against_serve(cli, server, tmp_path):
     exported = json.loads(files[0].read_text())
     assert exported["completed"] == doc["levels"][0]["completed"] and exported["max_concurrency"] == 1
     # vLLM's own flag name for the request count is accepted too
-    r = cli("bench", "--base-url", server, "--random-input-len", "16", "--random-output-len", "4", "--concurrency", "2",
-            "--num-prompts", "6", "--out", str(tmp_path / "np"), "--json", "--no-report")
+    r = cli(
+        "bench",
+        "--base-url",
+        server,
+        "--random-input-len",
+        "16",
+        "--random-output-len",
+        "4",
+        "--concurrency",
+        "2",
+        "--num-prompts",
+        "6",
+        "--out",
+        str(tmp_path / "np"),
+        "--json",
+        "--no-report",
+    )
     assert r.code == 0 and json.loads(r.stdout)["levels"][0]["requests"] == 6, r.stderr

@@ -11,7 +11,8 @@ BS = 4
 # prompts built from a small alphabet of blocks, so that shared prefixes and divergences are frequent
 blocks = st.sampled_from([(1, 2, 3, 4), (5, 6, 7, 8), (1, 2, 3, 5), (9, 9, 9, 9)])
 prompts = st.lists(blocks, min_size=0, max_size=6).flatmap(
-    lambda bl: st.lists(st.integers(0, 3), max_size=3).map(lambda tail: [t for b in bl for t in b] + tail))
+    lambda bl: st.lists(st.integers(0, 3), max_size=3).map(lambda tail: [t for b in bl for t in b] + tail)
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -52,7 +53,9 @@ def test_shared_prompts_hit_the_served_cache(tmp_path):
 
     def hits() -> tuple[float, float]:
         with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
-            s = parse_prometheus(resp.read().decode(), ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"))
+            s = parse_prometheus(
+                resp.read().decode(), ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")
+            )
         return s["vllm:prefix_cache_hits_total"][0][1], s["vllm:prefix_cache_queries_total"][0][1]
 
     def complete(prompt) -> None:

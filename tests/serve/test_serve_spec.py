@@ -23,8 +23,23 @@ def spec_server():
 
 def test_bench_sees_multi_token_chunks_and_the_acceptance(spec_server, tmp_path):
     out = tmp_path / "b"
-    r = run_cli("bench", "--base-url", spec_server, "--isl", "200", "--osl", "100", "--concurrency", "1,8",
-                "--requests", "16", "--out", str(out), "--quiet", "--json")
+    r = run_cli(
+        "bench",
+        "--base-url",
+        spec_server,
+        "--isl",
+        "200",
+        "--osl",
+        "100",
+        "--concurrency",
+        "1,8",
+        "--requests",
+        "16",
+        "--out",
+        str(out),
+        "--quiet",
+        "--json",
+    )
     assert r.code == 0, r.stderr
     doc = json.loads(r.stdout)
     for lv in doc["levels"]:

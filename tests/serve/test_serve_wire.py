@@ -23,7 +23,9 @@ def parse(body, endpoint=wire.COMPLETIONS, max_model_len=4096):
 @given(st.integers(1, 300), st.integers(1, 64))
 def test_the_client_reads_back_exact_lengths(num_words, max_tokens):
     """kneecap's own client body -> server chunks -> kneecap's own decoder: exact ISL and OSL."""
-    body = request_body("completions", "m", " ".join(["word"] * num_words), max_tokens, ignore_eos=True, min_tokens=True)
+    body = request_body(
+        "completions", "m", " ".join(["word"] * num_words), max_tokens, ignore_eos=True, min_tokens=True
+    )
     req = parse(body)
     assert (req.prompt_tokens, req.max_tokens, req.stream, req.include_usage) == (num_words, max_tokens, True, True)
     writer = wire.ChunkWriter(req, "cmpl-1", 0)
@@ -48,13 +50,16 @@ def test_defaults_follow_vllm():
     assert chat.max_tokens == 97 and chat.prompt_tokens == 3
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"prompt": "a", "max_tokens": 4096}, "max_tokens"),
-    ({"prompt": "a", "max_tokens": True}, "max_tokens"),
-    ({"prompt": "a", "max_tokens": 3, "stream_options": {"include_usage": True}}, "stream_options"),
-    ({"prompt": "a", "n": 2}, "n"),
-    ({"prompt": {"x": 1}}, "prompt"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"prompt": "a", "max_tokens": 4096}, "max_tokens"),
+        ({"prompt": "a", "max_tokens": True}, "max_tokens"),
+        ({"prompt": "a", "max_tokens": 3, "stream_options": {"include_usage": True}}, "stream_options"),
+        ({"prompt": "a", "n": 2}, "n"),
+        ({"prompt": {"x": 1}}, "prompt"),
+    ],
+)
 def test_refusals_name_the_field(body, param):
     with pytest.raises(wire.BadRequest) as info:
         parse(body)
@@ -62,8 +67,16 @@ def test_refusals_name_the_field(body, param):
 
 
 def test_exposition_is_read_by_the_bench_parsers():
-    gauges = {"num_running": 3, "num_waiting": 2, "kv_usage": 0.25, "num_preemptions": 7, "num_kv_blocks": 1234,
-              "block_size": 16, "virtual_s": 1.5, "prefix_caching": True}
+    gauges = {
+        "num_running": 3,
+        "num_waiting": 2,
+        "kv_usage": 0.25,
+        "num_preemptions": 7,
+        "num_kv_blocks": 1234,
+        "block_size": 16,
+        "virtual_s": 1.5,
+        "prefix_caching": True,
+    }
     text = exposition('m"odel', gauges, ServerCounters(prompt_tokens_total=10, generation_tokens_total=20))
     cache = parse_vllm_cache_config(text)
     assert cache["kv_capacity_tokens"] == 1234 * 16 and cache["block_size"] == 16
@@ -74,5 +87,10 @@ def test_exposition_is_read_by_the_bench_parsers():
 
 
 def test_error_body_is_vllm_shaped():
-    assert json.loads(wire.error_body("nope", 400, param="x")) == {"object": "error", "message": "nope",
-                                                                    "type": "BadRequestError", "param": "x", "code": 400}
+    assert json.loads(wire.error_body("nope", 400, param="x")) == {
+        "object": "error",
+        "message": "nope",
+        "type": "BadRequestError",
+        "param": "x",
+        "code": 400,
+    }

@@ -65,14 +65,29 @@ DEFAULTS = {
     "auth_fail_after": None,  # N: after N completion requests, every endpoint but /health answers 401 (a revoked key)
     "auth_fail_status": 401,  # the status auth_fail_after answers with (403: a key the server forbids)
 }
-FAULTS = ("http_500", "http_503", "http_429", "malformed_json", "missing_done", "truncated", "huge_line",
-          "wrong_content_type", "stall", "never_answer", "slow_loris", "reset", "error_event",
-          "close_after_response", "drop_reused")
+FAULTS = (
+    "http_500",
+    "http_503",
+    "http_429",
+    "malformed_json",
+    "missing_done",
+    "truncated",
+    "huge_line",
+    "wrong_content_type",
+    "stall",
+    "never_answer",
+    "slow_loris",
+    "reset",
+    "error_event",
+    "close_after_response",
+    "drop_reused",
+)
 
 
 # ----------------------------------------------------------------------------------------------
 # the server (runs in the child process)
 # ----------------------------------------------------------------------------------------------
+
 
 def _serve(config: dict, log_path: str) -> None:
     from aiohttp import web
@@ -98,8 +113,12 @@ def _serve(config: dict, log_path: str) -> None:
         return len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
 
     async def models(request):
-        return web.json_response({"object": "list", "data": [{"id": config["model"], "object": "model",
-                                                              "max_model_len": config["max_model_len"]}]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [{"id": config["model"], "object": "model", "max_model_len": config["max_model_len"]}],
+            }
+        )
 
     async def tokenize(request):
         body = await request.json()
@@ -127,11 +146,21 @@ def _serve(config: dict, log_path: str) -> None:
     def chunk_json(chat: bool, model: str, text: str, reasoning: bool, finish: str | None, usage: dict | None) -> bytes:
         if chat:
             delta = {"reasoning_content": text} if reasoning else {"content": text}
-            obj = {"id": "cmpl-s", "object": "chat.completion.chunk", "created": 0, "model": model,
-                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            obj = {
+                "id": "cmpl-s",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
         else:
-            obj = {"id": "cmpl-s", "object": "text_completion", "created": 0, "model": model,
-                   "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
+            obj = {
+                "id": "cmpl-s",
+                "object": "text_completion",
+                "created": 0,
+                "model": model,
+                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+            }
         if usage is not None:
             obj["usage"] = usage
         return b"data: " + json.dumps(obj).encode() + b"\n\n"
@@ -160,9 +189,17 @@ def _serve(config: dict, log_path: str) -> None:
         fault = k["fault"]
         chat = request.path.endswith("/chat/completions")
         auth = request.headers.get("Authorization")
-        entry = {"path": request.path, "body": body, "received_at": received_at, "body_read_at": body_read_at,
-                 "auth_sha256": hashlib.sha256(auth.encode()).hexdigest() if auth else None,
-                 "fault": fault, "chunk_send_times": [], "chunk_tokens": [], "completed": False}
+        entry = {
+            "path": request.path,
+            "body": body,
+            "received_at": received_at,
+            "body_read_at": body_read_at,
+            "auth_sha256": hashlib.sha256(auth.encode()).hexdigest() if auth else None,
+            "fault": fault,
+            "chunk_send_times": [],
+            "chunk_tokens": [],
+            "completed": False,
+        }
         transport = request.transport
         n_on_conn = conn_requests.get(transport, 0) + 1 if transport is not None else 1
         if transport is not None:
@@ -179,8 +216,9 @@ def _serve(config: dict, log_path: str) -> None:
             log(entry)
             headers = {"Retry-After": "1"} if status == 429 else None
             message = f"scripted {status}" + (f" (you sent {auth})" if k["error_echo_auth"] else "")
-            return web.json_response({"error": {"message": message, "type": "scripted", "code": status}},
-                                     status=status, headers=headers)
+            return web.json_response(
+                {"error": {"message": message, "type": "scripted", "code": status}}, status=status, headers=headers
+            )
         if fault == "never_answer":
             log(dict(entry, received=True))
             await asyncio.sleep(3600)
@@ -203,7 +241,11 @@ def _serve(config: dict, log_path: str) -> None:
                 text = "tok " * n_out
                 usage = {"prompt_tokens": p_len, "completion_tokens": n_out, "total_tokens": p_len + n_out}
                 if chat:
-                    obj = {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}]}
+                    obj = {
+                        "choices": [
+                            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+                        ]
+                    }
                 else:
                     obj = {"choices": [{"index": 0, "text": text, "finish_reason": "length"}]}
                 obj["usage"] = usage
@@ -211,7 +253,9 @@ def _serve(config: dict, log_path: str) -> None:
                 entry["end_at"] = time.perf_counter()
                 log(entry)
                 return web.json_response(obj)
-            resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+            resp = web.StreamResponse(
+                status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+            )
             await resp.prepare(request)
             entry["headers_sent_at"] = time.perf_counter()
             if fault == "slow_loris":
@@ -222,13 +266,30 @@ def _serve(config: dict, log_path: str) -> None:
                         await asyncio.sleep(k["slow_loris_interval_s"])
                         await resp.write(bytes([b]))
             if chat:  # vLLM's first chat chunk: the role, empty content (must not count as a token)
-                await resp.write(b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                                                       "finish_reason": None}], "model": model}).encode() + b"\n\n")
+                await resp.write(
+                    b"data: "
+                    + json.dumps(
+                        {
+                            "choices": [
+                                {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+                            ],
+                            "model": model,
+                        }
+                    ).encode()
+                    + b"\n\n"
+                )
             start = time.perf_counter()
             sent = 0
             i = 0
             while sent < n_out:
-                if i == k["fault_after_chunks"] and fault in ("malformed_json", "stall", "reset", "truncated", "huge_line", "error_event"):
+                if i == k["fault_after_chunks"] and fault in (
+                    "malformed_json",
+                    "stall",
+                    "reset",
+                    "truncated",
+                    "huge_line",
+                    "error_event",
+                ):
                     entry["fault_at_chunk"] = i
                     log(entry)
                     if fault == "malformed_json":
@@ -237,7 +298,9 @@ def _serve(config: dict, log_path: str) -> None:
                         await resp.write_eof()
                         return resp
                     if fault == "error_event":
-                        await resp.write(b'data: {"error": {"message": "scripted failure", "type": "InternalServerError", "code": 500}}\n\n')
+                        await resp.write(
+                            b'data: {"error": {"message": "scripted failure", "type": "InternalServerError", "code": 500}}\n\n'
+                        )
                         await resp.write_eof()
                         return resp
                     if fault == "stall":
@@ -274,8 +337,21 @@ def _serve(config: dict, log_path: str) -> None:
                 sent += n
                 i += 1
             if include_usage:
-                await resp.write(b"data: " + json.dumps({"choices": [], "model": model, "usage": {
-                    "prompt_tokens": p_len, "completion_tokens": n_out, "total_tokens": p_len + n_out}}).encode() + b"\n\n")
+                await resp.write(
+                    b"data: "
+                    + json.dumps(
+                        {
+                            "choices": [],
+                            "model": model,
+                            "usage": {
+                                "prompt_tokens": p_len,
+                                "completion_tokens": n_out,
+                                "total_tokens": p_len + n_out,
+                            },
+                        }
+                    ).encode()
+                    + b"\n\n"
+                )
             if fault != "missing_done":
                 await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
@@ -317,12 +393,30 @@ def _serve(config: dict, log_path: str) -> None:
             if vocab and isinstance(prompt, list) and any(int(t) >= vocab for t in prompt):
                 bad = next(int(t) for t in prompt if int(t) >= vocab)
                 log({"path": request.path, "status": 400, "body": body})
-                return web.json_response({"error": {"message": f"Token id {bad} is out of vocabulary",
-                                                    "type": "BadRequestError", "param": None, "code": 400}}, status=400)
+                return web.json_response(
+                    {
+                        "error": {
+                            "message": f"Token id {bad} is out of vocabulary",
+                            "type": "BadRequestError",
+                            "param": None,
+                            "code": 400,
+                        }
+                    },
+                    status=400,
+                )
             if config.get("check_model") and isinstance(body, dict) and body.get("model") != config["model"]:
                 log({"path": request.path, "status": 404, "body": body})
-                return web.json_response({"error": {"message": f"The model `{body.get('model')}` does not exist.",
-                                                    "type": "NotFoundError", "param": "model", "code": 404}}, status=404)
+                return web.json_response(
+                    {
+                        "error": {
+                            "message": f"The model `{body.get('model')}` does not exist.",
+                            "type": "NotFoundError",
+                            "param": "model",
+                            "code": 404,
+                        }
+                    },
+                    status=404,
+                )
         return await handler(request)
 
     async def main() -> None:
@@ -352,6 +446,7 @@ def _serve(config: dict, log_path: str) -> None:
 # ----------------------------------------------------------------------------------------------
 # the test-side handle
 # ----------------------------------------------------------------------------------------------
+
 
 class ScriptedServer:
     """Handle on a running scripted server process: url, log(), stop()."""
@@ -402,7 +497,9 @@ class ScriptedServer:
             self._tmpdir.cleanup()
 
 
-def start_scripted_server(log_path: str | os.PathLike | None = None, start_timeout_s: float = 20.0, **knobs) -> tuple[str, ScriptedServer]:
+def start_scripted_server(
+    log_path: str | os.PathLike | None = None, start_timeout_s: float = 20.0, **knobs
+) -> tuple[str, ScriptedServer]:
     """Start the server in a subprocess on a free 127.0.0.1 port; returns (base_url, handle).
 
     The handle's stop() ends it by PID (SIGTERM, then SIGKILL). Unknown knobs raise ValueError.
@@ -418,8 +515,12 @@ def start_scripted_server(log_path: str | os.PathLike | None = None, start_timeo
         tmpdir = tempfile.TemporaryDirectory(prefix="kneecap-scripted-")
         log_path = Path(tmpdir.name) / "server.jsonl"
     log_path = Path(log_path)
-    proc = subprocess.Popen([sys.executable, __file__, json.dumps(config), str(log_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, json.dumps(config), str(log_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     deadline = time.monotonic() + start_timeout_s
     import selectors
 

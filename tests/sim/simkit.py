@@ -11,9 +11,20 @@ from kneecap.sim.engine import Engine
 
 
 def tiny_model(**kw) -> Model:
-    base = dict(name="tiny", source="test", architecture="LlamaForCausalLM", num_hidden_layers=4, hidden_size=1024,
-                num_attention_heads=8, num_key_value_heads=8, head_dim=128, vocab_size=32000,
-                layer_types=("full_attention",) * 4, total_params=1_000_000_000, active_params=1_000_000_000)
+    base = dict(
+        name="tiny",
+        source="test",
+        architecture="LlamaForCausalLM",
+        num_hidden_layers=4,
+        hidden_size=1024,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=32000,
+        layer_types=("full_attention",) * 4,
+        total_params=1_000_000_000,
+        active_params=1_000_000_000,
+    )
     base.update(kw)
     return Model(**base)
 
@@ -21,8 +32,9 @@ def tiny_model(**kw) -> Model:
 def hybrid_model(**kw) -> Model:
     """A Qwen3-Next-like toy: 3 linear-attention layers per full-attention layer, fixed state per sequence."""
     layers = ("linear_attention", "linear_attention", "linear_attention", "full_attention") * 2
-    return tiny_model(num_hidden_layers=8, layer_types=layers, num_key_value_heads=2,
-                      linear_state_bytes_per_layer=100_000, **kw)
+    return tiny_model(
+        num_hidden_layers=8, layer_types=layers, num_key_value_heads=2, linear_state_bytes_per_layer=100_000, **kw
+    )
 
 
 def deployment(model=None, gpu="h100-sxm", **kw) -> Deployment:
@@ -33,7 +45,7 @@ def free_blocks(bm: BlockManager) -> list[int]:
     """The pool's free queue, oldest first (its valid entries), as _take_free would meet them."""
     skip = bm._stale[:]
     out = []
-    for block in bm._free[bm._head:]:
+    for block in bm._free[bm._head :]:
         if skip[block]:
             skip[block] -= 1
             continue
@@ -126,7 +138,6 @@ def run_checked(engine: Engine, arrivals, *, max_steps: int = 1, closed_loop=Non
     return records, outcomes
 
 
-
 def sim_of(d: Deployment, config, num_blocks: int, *, charge_state: bool = True):
     """The simulated deployment simulate_level takes, for a hand-built deployment and pool of `num_blocks` blocks
     (a stand-in for the Plan: SimDeployment.new_engine reads only its deployment and num_kv_blocks)."""
@@ -135,5 +146,9 @@ def sim_of(d: Deployment, config, num_blocks: int, *, charge_state: bool = True)
     from kneecap.sim.setup import SimDeployment
     from kneecap.sim.steptime import StepTimeModel
 
-    return SimDeployment(plan=SimpleNamespace(deployment=d, num_kv_blocks=num_blocks), config=config,
-                         steptime=StepTimeModel(d), charge_state=charge_state)
+    return SimDeployment(
+        plan=SimpleNamespace(deployment=d, num_kv_blocks=num_blocks),
+        config=config,
+        steptime=StepTimeModel(d),
+        charge_state=charge_state,
+    )

@@ -11,9 +11,15 @@ from kneecap.errors import KneecapError
 from kneecap.sim.blocks import BlockManager, blocks_for
 
 OPS = st.lists(
-    st.tuples(st.sampled_from(["alloc", "grow", "register", "free", "free_cached"]),
-              st.integers(0, 7), st.integers(1, 200), st.integers(0, 3)),
-    min_size=1, max_size=60)
+    st.tuples(
+        st.sampled_from(["alloc", "grow", "register", "free", "free_cached"]),
+        st.integers(0, 7),
+        st.integers(1, 200),
+        st.integers(0, 3),
+    ),
+    min_size=1,
+    max_size=60,
+)
 
 
 def _expected_tokens(tokens: dict, sid) -> int:

@@ -7,8 +7,23 @@ import json
 import pytest
 
 BASE = ["simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "200", "--osl", "50", "--requests", "40"]
-LEVEL_KEYS = {"concurrency", "requests", "completed", "failed", "duration_s", "output_tok_s", "input_tok_s", "total_tok_s",
-              "request_s", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "errors", "server_metrics"}
+LEVEL_KEYS = {
+    "concurrency",
+    "requests",
+    "completed",
+    "failed",
+    "duration_s",
+    "output_tok_s",
+    "input_tok_s",
+    "total_tok_s",
+    "request_s",
+    "ttft_ms",
+    "itl_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "errors",
+    "server_metrics",
+}
 SERVER_METRICS_KEYS = {"preemptions", "prefix_cache_hit_rate", "kv_usage_max", "running_max", "waiting_max"}
 STAT_KEYS = {"mean", "p50", "p90", "p95", "p99", "max", "n"}
 
@@ -44,8 +59,16 @@ def test_json_summary_schema(run):
     lines = (out / "requests.jsonl").read_text().splitlines()
     assert len(lines) == 120
     trace = [json.loads(line) for line in (out / "trace.jsonl").read_text().splitlines()]
-    assert trace and {"t", "num_prefill_seqs", "num_decode_seqs", "prefill_tokens", "decode_tokens", "kv_blocks_used",
-                      "num_waiting", "preemptions"} <= set(trace[0])
+    assert trace and {
+        "t",
+        "num_prefill_seqs",
+        "num_decode_seqs",
+        "prefill_tokens",
+        "decode_tokens",
+        "kv_blocks_used",
+        "num_waiting",
+        "preemptions",
+    } <= set(trace[0])
     assert max(row["kv_blocks_used"] for row in trace) <= doc["plan"]["num_kv_blocks"]
 
 
@@ -71,7 +94,9 @@ def test_same_seed_byte_identical_summary(run, tmp_path):
 
 
 def test_engine_defaults_and_overrides(run):
-    res, _ = run("--concurrency", "2", "--engine-defaults", "sglang", "--max-num-batched-tokens", "1024", "--no-prefix-caching")
+    res, _ = run(
+        "--concurrency", "2", "--engine-defaults", "sglang", "--max-num-batched-tokens", "1024", "--no-prefix-caching"
+    )
     doc = json.loads(res.stdout)
     assert doc["engine"]["defaults"] == "sglang" and doc["engine"]["max_num_batched_tokens"] == 1024
     assert doc["engine"]["enable_prefix_caching"] is False
@@ -87,19 +112,25 @@ def test_step_params_change_the_prediction(run):
     assert tpot(slow) > 1.5 * tpot(fast)  # C=1 decode is memory-bound: half the bandwidth, ~twice the TPOT
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--concurrency", "0"], "concurrency"),
-    (["--concurrency", "1", "--rate", "2"], "both given"),
-    (["--rate", "abc"], "--rate"),
-    (["--concurrency", "1", "--engine-defaults", "tgi"], "--engine-defaults"),
-    (["--concurrency", "1", "--step-params", "mfu=5"], "mfu"),
-    (["--concurrency", "1", "--step-params", "speed=1"], "unknown step-time parameter"),
-    (["--concurrency", "1", "--step-params", "mfu=0.4", "--calibration", "mfu=0.5"], "--calibration and --step-params both given"),
-    (["--concurrency", "max", "--duration", "5"], "--duration"),
-    (["--concurrency", "1", "--requests", "0"], "--requests"),
-    (["--concurrency", "1", "--gpu", "h900"], "h900"),
-    (["--concurrency", "1", "--isl", "0"], "--isl"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--concurrency", "0"], "concurrency"),
+        (["--concurrency", "1", "--rate", "2"], "both given"),
+        (["--rate", "abc"], "--rate"),
+        (["--concurrency", "1", "--engine-defaults", "tgi"], "--engine-defaults"),
+        (["--concurrency", "1", "--step-params", "mfu=5"], "mfu"),
+        (["--concurrency", "1", "--step-params", "speed=1"], "unknown step-time parameter"),
+        (
+            ["--concurrency", "1", "--step-params", "mfu=0.4", "--calibration", "mfu=0.5"],
+            "--calibration and --step-params both given",
+        ),
+        (["--concurrency", "max", "--duration", "5"], "--duration"),
+        (["--concurrency", "1", "--requests", "0"], "--requests"),
+        (["--concurrency", "1", "--gpu", "h900"], "h900"),
+        (["--concurrency", "1", "--isl", "0"], "--isl"),
+    ],
+)
 def test_bad_input_is_one_line_no_traceback(run, args, needle):
     res, _ = run(*args)
     assert res.code != 0
@@ -122,8 +153,26 @@ def test_past_the_kv_pool_preemptions_show_in_summary_and_report(tmp_path):
     from clitools import run_cli
 
     out = tmp_path / "tight"
-    res = run_cli("simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--kv-pool-gib", "0.25", "--isl", "1000",
-                  "--osl", "400", "--concurrency", "64", "--requests", "64", "--out", str(out), "--json")
+    res = run_cli(
+        "simulate",
+        "--preset",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--kv-pool-gib",
+        "0.25",
+        "--isl",
+        "1000",
+        "--osl",
+        "400",
+        "--concurrency",
+        "64",
+        "--requests",
+        "64",
+        "--out",
+        str(out),
+        "--json",
+    )
     assert res.code == 0, res.stderr
     sm = json.loads(res.stdout)["levels"][0]["server_metrics"]
     assert sm["source"] == "simulator" and isinstance(sm["preemptions"], int) and sm["preemptions"] > 0
@@ -134,4 +183,4 @@ def test_past_the_kv_pool_preemptions_show_in_summary_and_report(tmp_path):
     columns = [c.strip() for c in lines[header].strip("|").split("|")]
     row = [c.strip() for c in lines[header + 2].strip("|").split("|")]
     assert row[columns.index("preemptions (count)")] == f"{sm['preemptions']:,}", (columns, row)
-    assert "simulated engine" in "\n".join(lines[header - 3:header])
+    assert "simulated engine" in "\n".join(lines[header - 3 : header])

@@ -13,16 +13,25 @@ from kneecap.sim.scheduler import Scheduler
 from kneecap.sim.sweep import LevelSpec, simulate_level
 from kneecap.workload import LengthDist, RequestClass, Workload
 
-WL = Workload(classes=(RequestClass(input=LengthDist(kind="uniform", low=20, high=700),
-                                    output=LengthDist(kind="uniform", low=2, high=250),
-                                    shared_prefix_tokens=40, num_prefix_groups=2),))
+WL = Workload(
+    classes=(
+        RequestClass(
+            input=LengthDist(kind="uniform", low=20, high=700),
+            output=LengthDist(kind="uniform", low=2, high=250),
+            shared_prefix_tokens=40,
+            num_prefix_groups=2,
+        ),
+    )
+)
 SGLANG = {"init_new_token_ratio": 0.7, "min_new_token_ratio": 0.1, "new_token_ratio_decay": 0.01}
 
 
 def _run(monkeypatch, at_once: bool, model, num_blocks, cfg, level, fast_path):
     monkeypatch.setattr(Scheduler, "decodes_at_once", at_once)
     d = deployment(model=model, block_size=16)
-    return simulate_level(sim_of(d, cfg, num_blocks), WL, level, seed=11, trace=True, fast_path=fast_path, token_times=True)
+    return simulate_level(
+        sim_of(d, cfg, num_blocks), WL, level, seed=11, trace=True, fast_path=fast_path, token_times=True
+    )
 
 
 @pytest.mark.parametrize("model", [tiny_model(), load_model("gemma-3-27b")], ids=["dense", "sliding-window"])

@@ -16,15 +16,28 @@ from kneecap.workload import LengthDist, RequestClass, RequestSpec, Workload, ma
 
 
 def spec(i, isl, osl, group=None, prefix=0):
-    return RequestSpec(index=i, request_id=f"r{i}", class_name="c", input_tokens=isl, output_tokens=osl,
-                       prefix_group=group, prefix_tokens=prefix)
+    return RequestSpec(
+        index=i,
+        request_id=f"r{i}",
+        class_name="c",
+        input_tokens=isl,
+        output_tokens=osl,
+        prefix_group=group,
+        prefix_tokens=prefix,
+    )
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(num_blocks=st.integers(8, 60), max_seqs=st.integers(1, 6), budget=st.integers(4, 48),
-       lengths=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 30), st.integers(0, 3)), min_size=1, max_size=14),
-       gaps=st.lists(st.floats(0, 0.05), min_size=14, max_size=14), fast=st.booleans(), caching=st.booleans(),
-       hybrid=st.booleans())
+@given(
+    num_blocks=st.integers(8, 60),
+    max_seqs=st.integers(1, 6),
+    budget=st.integers(4, 48),
+    lengths=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 30), st.integers(0, 3)), min_size=1, max_size=14),
+    gaps=st.lists(st.floats(0, 0.05), min_size=14, max_size=14),
+    fast=st.booleans(),
+    caching=st.booleans(),
+    hybrid=st.booleans(),
+)
 def test_invariants_hold_after_every_step(num_blocks, max_seqs, budget, lengths, gaps, fast, caching, hybrid):
     cfg = EngineConfig(max_num_seqs=max_seqs, max_num_batched_tokens=budget, enable_prefix_caching=caching)
     engine = Engine(deployment(hybrid_model() if hybrid else None, block_size=4), cfg, num_blocks)
@@ -113,8 +126,16 @@ def test_prefix_cache_hits_shared_prefix_blocks():
 
 
 def test_prefix_hit_shortens_prefill():
-    wl = Workload(classes=(RequestClass(input=LengthDist.fixed(2000), output=LengthDist.fixed(10),
-                                        shared_prefix_tokens=1900, num_prefix_groups=1),))
+    wl = Workload(
+        classes=(
+            RequestClass(
+                input=LengthDist.fixed(2000),
+                output=LengthDist.fixed(10),
+                shared_prefix_tokens=1900,
+                num_prefix_groups=1,
+            ),
+        )
+    )
     plain = Workload.fixed(2000, 10)
     d = deployment(model=tiny_model(total_params=8_000_000_000, active_params=8_000_000_000))
     cfg = EngineConfig(max_num_seqs=4, max_num_batched_tokens=8192)
@@ -134,9 +155,12 @@ def test_request_larger_than_pool_fails_at_once():
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(num_blocks=st.integers(6, 40), lengths=st.lists(st.tuples(st.integers(1, 30), st.integers(1, 40)), min_size=1,
-                                                        max_size=12),
-       gaps=st.lists(st.floats(0, 0.05), min_size=12, max_size=12), fast=st.booleans())
+@given(
+    num_blocks=st.integers(6, 40),
+    lengths=st.lists(st.tuples(st.integers(1, 30), st.integers(1, 40)), min_size=1, max_size=12),
+    gaps=st.lists(st.floats(0, 0.05), min_size=12, max_size=12),
+    fast=st.booleans(),
+)
 def test_forgetting_finished_steps_changes_no_record(num_blocks, lengths, gaps, fast):
     """`kneecap serve` drops the end times of steps no held request needs (bounded memory); the
     records, including those of preempted and requeued requests, must be exactly the same."""
@@ -152,17 +176,25 @@ def test_forgetting_finished_steps_changes_no_record(num_blocks, lengths, gaps, 
     assert len(lean.step_end_at) == min(1, len(full.step_end_at))  # idle at the end: only the last step's end is kept
 
 
-SLIDING = tiny_model(layer_types=("sliding_attention", "full_attention", "sliding_attention", "sliding_attention"),
-                     sliding_window=100)  # 3 sliding + 1 full layers: a full group and 3 sliding groups of one layer
+SLIDING = tiny_model(
+    layer_types=("sliding_attention", "full_attention", "sliding_attention", "sliding_attention"), sliding_window=100
+)  # 3 sliding + 1 full layers: a full group and 3 sliding groups of one layer
 
 
 @pytest.mark.parametrize("model, tight", [(tiny_model(), 600), (SLIDING, 1500)], ids=["dense", "sliding-window"])
 def test_fast_path_equals_exact_path(model, tight):
     # sliding-window groups free blocks within a run of decode steps: the run frees and takes them as the
     # step-by-step loop does (same blocks in use at every step, same preemptions)
-    wl = Workload(classes=(RequestClass(input=LengthDist(kind="uniform", low=50, high=900),
-                                        output=LengthDist(kind="uniform", low=5, high=400),
-                                        shared_prefix_tokens=48, num_prefix_groups=2),))
+    wl = Workload(
+        classes=(
+            RequestClass(
+                input=LengthDist(kind="uniform", low=50, high=900),
+                output=LengthDist(kind="uniform", low=5, high=400),
+                shared_prefix_tokens=48,
+                num_prefix_groups=2,
+            ),
+        )
+    )
     d = deployment(model=model, block_size=16)
     cfg = EngineConfig(max_num_seqs=32, max_num_batched_tokens=1024)
     for num_blocks in (20000, tight):  # plenty, and tight enough to preempt
@@ -181,8 +213,13 @@ def test_fast_path_equals_exact_path(model, tight):
 
 
 def test_same_seed_same_records_different_seed_different():
-    wl = Workload(classes=(RequestClass(input=LengthDist(kind="uniform", low=10, high=300),
-                                        output=LengthDist(kind="uniform", low=5, high=100)),))
+    wl = Workload(
+        classes=(
+            RequestClass(
+                input=LengthDist(kind="uniform", low=10, high=300), output=LengthDist(kind="uniform", low=5, high=100)
+            ),
+        )
+    )
     d, cfg = deployment(), EngineConfig(max_num_seqs=16, max_num_batched_tokens=512)
     lv = LevelSpec(rate=20.0, num_requests=80)
     a = simulate_level(sim_of(d, cfg, 3000), wl, lv, seed=1)
@@ -194,20 +231,27 @@ def test_same_seed_same_records_different_seed_different():
 
 def test_closed_loop_keeps_concurrency():
     d, cfg = deployment(), EngineConfig(max_num_seqs=64, max_num_batched_tokens=4096)
-    res = simulate_level(sim_of(d, cfg, 20000), Workload.fixed(100, 50), LevelSpec(concurrency=8, num_requests=40), trace=True,
-                         delivery_spread_s=0.0)  # a slot sends again one turnaround after its own end
+    res = simulate_level(
+        sim_of(d, cfg, 20000),
+        Workload.fixed(100, 50),
+        LevelSpec(concurrency=8, num_requests=40),
+        trace=True,
+        delivery_spread_s=0.0,
+    )  # a slot sends again one turnaround after its own end
     assert len(res.records) == 40
     assert max(row["num_running"] + row["num_waiting"] for row in res.trace) == 8
     assert res.server_metrics["running_max"] == 8
     # each completion sends the next request one client turnaround later (it joins the step after the one in flight)
     ends = sorted(r.end_at for r in res.records)
     sends = sorted(r.sent_at for r in res.records)[8:]
-    assert sends == pytest.approx([e + CLIENT_TURNAROUND_S for e in ends[:len(sends)]], abs=1e-12)
+    assert sends == pytest.approx([e + CLIENT_TURNAROUND_S for e in ends[: len(sends)]], abs=1e-12)
 
     # with mixed output lengths slots free while other sequences decode: the new request misses the step in flight
     from kneecap.workload import LengthDist, RequestClass
 
-    mixed = Workload(classes=(RequestClass(input=LengthDist.fixed(100), output=LengthDist(kind="uniform", low=20, high=80)),))
+    mixed = Workload(
+        classes=(RequestClass(input=LengthDist.fixed(100), output=LengthDist(kind="uniform", low=20, high=80)),)
+    )
     res = simulate_level(sim_of(d, cfg, 20000), mixed, LevelSpec(concurrency=8, num_requests=40), trace=True)
     first_tokens = {r.request_id: r.first_token_at for r in res.records}
     steps = [(row["t"], row["t"] + row["duration_s"]) for row in res.trace]
@@ -222,7 +266,9 @@ def test_closed_loop_keeps_concurrency():
 
 def test_warmup_flagged_and_extra_fields():
     d, cfg = deployment(), EngineConfig()
-    res = simulate_level(sim_of(d, cfg, 5000), Workload.fixed(64, 8), LevelSpec(concurrency=2, num_requests=6, warmup=2))
+    res = simulate_level(
+        sim_of(d, cfg, 5000), Workload.fixed(64, 8), LevelSpec(concurrency=2, num_requests=6, warmup=2)
+    )
     assert len(res.records) == 8
     assert sum(r.warmup for r in res.records) == 2
     for r in res.records:
@@ -294,13 +340,20 @@ def test_fast_path_never_skips_an_admission_the_budget_now_allows():
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(num_blocks=st.integers(10, 80), max_seqs=st.integers(1, 6), budget=st.integers(2, 64),
-       lengths=st.lists(st.tuples(st.integers(1, 60), st.integers(1, 60), st.integers(0, 2)), min_size=1, max_size=10),
-       gaps=st.lists(st.floats(0, 0.2), min_size=10, max_size=10), sglang=st.booleans())
+@given(
+    num_blocks=st.integers(10, 80),
+    max_seqs=st.integers(1, 6),
+    budget=st.integers(2, 64),
+    lengths=st.lists(st.tuples(st.integers(1, 60), st.integers(1, 60), st.integers(0, 2)), min_size=1, max_size=10),
+    gaps=st.lists(st.floats(0, 0.2), min_size=10, max_size=10),
+    sglang=st.booleans(),
+)
 def test_fast_path_equals_step_by_step_on_random_workloads(num_blocks, max_seqs, budget, lengths, gaps, sglang):
-    cfg = EngineConfig(max_num_seqs=max_seqs, max_num_batched_tokens=budget,
-                       **({"init_new_token_ratio": 0.7, "min_new_token_ratio": 0.1, "new_token_ratio_decay": 0.01}
-                          if sglang else {}))
+    cfg = EngineConfig(
+        max_num_seqs=max_seqs,
+        max_num_batched_tokens=budget,
+        **({"init_new_token_ratio": 0.7, "min_new_token_ratio": 0.1, "new_token_ratio_decay": 0.01} if sglang else {}),
+    )
     t, arrivals = 0.0, []
     for i, (isl, osl, group) in enumerate(lengths):
         t += gaps[i]

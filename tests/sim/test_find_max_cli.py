@@ -12,8 +12,19 @@ import pytest
 
 from clitools import run_cli
 
-BASE = ["simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "1000", "--osl", "200", "--no-report",
-        "--json"]
+BASE = [
+    "simulate",
+    "--preset",
+    "llama-3.1-8b",
+    "--gpu",
+    "h100-sxm",
+    "--isl",
+    "1000",
+    "--osl",
+    "200",
+    "--no-report",
+    "--json",
+]
 SLO = "ttft_p99_ms=300,itl_p99_ms=40"
 
 
@@ -24,8 +35,19 @@ def meets(level: dict) -> bool:
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory):
     out = tmp_path_factory.mktemp("findmax")
-    r = run_cli(*BASE, "--max-concurrency", "1,256", "--slo", SLO, "--find-max", "concurrency", "--export", "vllm",
-                "--out", str(out / "run"))
+    r = run_cli(
+        *BASE,
+        "--max-concurrency",
+        "1,256",
+        "--slo",
+        SLO,
+        "--find-max",
+        "concurrency",
+        "--export",
+        "vllm",
+        "--out",
+        str(out / "run"),
+    )
     assert r.code == 0, r.stderr
     return json.loads(r.stdout), out / "run"
 
@@ -49,9 +71,25 @@ def test_every_level_is_exported_in_vllm_result_shape(searched):
     files = sorted((folder / "vllm").glob("level-*.json"))
     assert len(files) == len(doc["levels"])
     first = json.loads(files[0].read_text())
-    for key in ("date", "backend", "model_id", "num_prompts", "request_rate", "max_concurrency", "duration", "completed",
-                "total_input_tokens", "total_output_tokens", "request_throughput", "output_throughput",
-                "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "mean_itl_ms"):  # vLLM: ttft,tpot,itl by default
+    for key in (
+        "date",
+        "backend",
+        "model_id",
+        "num_prompts",
+        "request_rate",
+        "max_concurrency",
+        "duration",
+        "completed",
+        "total_input_tokens",
+        "total_output_tokens",
+        "request_throughput",
+        "output_throughput",
+        "mean_ttft_ms",
+        "median_ttft_ms",
+        "p99_ttft_ms",
+        "mean_tpot_ms",
+        "mean_itl_ms",
+    ):  # vLLM: ttft,tpot,itl by default
         assert key in first, key
     level0 = doc["levels"][0]
     assert first["max_concurrency"] == level0["concurrency"] and first["completed"] == level0["completed"]
@@ -59,9 +97,11 @@ def test_every_level_is_exported_in_vllm_result_shape(searched):
 
 
 def test_find_max_needs_an_slo_and_matching_bounds(tmp_path):
-    for args, needle in ((["--concurrency", "1,64", "--find-max", "concurrency"], "--slo"),
-                         (["--concurrency", "1,64", "--find-max", "rate", "--slo", SLO], "--find-max"),
-                         (["--concurrency", "1,64", "--export", "csv"], "--export")):
+    for args, needle in (
+        (["--concurrency", "1,64", "--find-max", "concurrency"], "--slo"),
+        (["--concurrency", "1,64", "--find-max", "rate", "--slo", SLO], "--find-max"),
+        (["--concurrency", "1,64", "--export", "csv"], "--export"),
+    ):
         r = run_cli(*BASE, *args, "--out", str(tmp_path / "bad"))
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         assert r.code == 2 and len(lines) == 1 and needle in lines[0], r.stderr
@@ -70,9 +110,26 @@ def test_find_max_needs_an_slo_and_matching_bounds(tmp_path):
 def test_rate_search_judges_at_steady_state_and_states_its_bracket(tmp_path):
     """A rate level too short to show its steady state is run again, longer, before it counts; the answer names
     its bracket (last met, first failed) and binding term with the digits the bracket supports."""
-    r = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "1000", "--osl", "1000",
-                "--rate", "1,64", "--find-max", "rate", "--slo", "ttft_p99_ms=2000,tpot_p99_ms=50",
-                "--out", str(tmp_path / "run"), "--json")
+    r = run_cli(
+        "simulate",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--isl",
+        "1000",
+        "--osl",
+        "1000",
+        "--rate",
+        "1,64",
+        "--find-max",
+        "rate",
+        "--slo",
+        "ttft_p99_ms=2000,tpot_p99_ms=50",
+        "--out",
+        str(tmp_path / "run"),
+        "--json",
+    )
     assert r.code == 0, r.stderr
     doc = json.loads(r.stdout)
     m = doc["max_load"]
@@ -90,8 +147,25 @@ def test_rate_search_judges_at_steady_state_and_states_its_bracket(tmp_path):
     md = html.unescape((tmp_path / "run" / "report.md").read_text())
     assert f"Find-max: {m['answer']}" in md
     # every load searched met: the answer is a lower bound
-    r = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "1000", "--osl", "1000",
-                "--rate", "1,2", "--find-max", "rate", "--slo", "ttft_p99_ms=2000,tpot_p99_ms=50", "--no-report",
-                "--out", str(tmp_path / "low"))
+    r = run_cli(
+        "simulate",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--isl",
+        "1000",
+        "--osl",
+        "1000",
+        "--rate",
+        "1,2",
+        "--find-max",
+        "rate",
+        "--slo",
+        "ttft_p99_ms=2000,tpot_p99_ms=50",
+        "--no-report",
+        "--out",
+        str(tmp_path / "low"),
+    )
     assert r.code == 0, r.stderr
     assert "find-max: at least 2 req/s" in r.stdout

@@ -18,8 +18,16 @@ CFG = EngineConfig(max_num_seqs=256, max_num_batched_tokens=8192)
 
 
 def shared(groups: int) -> Workload:
-    return Workload(classes=(RequestClass(input=LengthDist.fixed(3000), output=LengthDist.fixed(200),
-                                          shared_prefix_tokens=2000, num_prefix_groups=groups),))
+    return Workload(
+        classes=(
+            RequestClass(
+                input=LengthDist.fixed(3000),
+                output=LengthDist.fixed(200),
+                shared_prefix_tokens=2000,
+                num_prefix_groups=groups,
+            ),
+        )
+    )
 
 
 def llama_8b():
@@ -44,8 +52,9 @@ def test_every_request_is_served_once_and_round_robin_spreads_evenly():
 
 def test_one_replica_fleet_is_the_engine():
     one, _ = level("round-robin", Workload.fixed(500, 50), 100, replicas=1)
-    plain = simulate_level(simkit.sim_of(llama_8b(), CFG, 27018), Workload.fixed(500, 50),
-                           LevelSpec(rate=30.0, num_requests=100))
+    plain = simulate_level(
+        simkit.sim_of(llama_8b(), CFG, 27018), Workload.fixed(500, 50), LevelSpec(rate=30.0, num_requests=100)
+    )
     key = lambda r: (r.request_id, r.first_token_at, r.end_at)
     assert sorted(map(key, one.records)) == sorted(map(key, plain.records))
 

@@ -109,7 +109,7 @@ def test_gpus_without_a_table_take_the_h200_shape_at_their_own_best_fraction():
     eff = efficiency_for("b200")
     t = table_for(b200, eff)
     assert "shape scaled" in t.name
-    best = max(t.gemm_curves("bf16").fraction(m, 28672, 4096) for m in (2 ** i for i in range(7, 17)))
+    best = max(t.gemm_curves("bf16").fraction(m, 28672, 4096) for m in (2**i for i in range(7, 17)))
     assert best == pytest.approx(eff.gemm_bf16, rel=0.02)
     assert max(t.prefill_attention_fraction(f) for f in (1e9, 1e11, 1e13, 1e15)) == pytest.approx(eff.attention)
     h100 = table_for(get_gpu("h100-sxm"), efficiency_for("h100-sxm"))
@@ -145,8 +145,11 @@ def _table_gemm_s(d: dict, cls: str, n: float, k: float, m: int) -> float:
 
 def _prefill_attention_s(d: dict, model, tp: int, seq_len: int) -> float:
     a = d["attention_prefill"]
-    if (model.num_attention_heads // tp, model.num_key_value_heads // tp, model.head_dim) == \
-            (a["heads"], a["kv_heads"], a["head_dim"]):
+    if (model.num_attention_heads // tp, model.num_key_value_heads // tp, model.head_dim) == (
+        a["heads"],
+        a["kv_heads"],
+        a["head_dim"],
+    ):
         return a["ms"][a["seq_len"].index(seq_len)] * 1e-3
     flops = 4.0 * model.num_attention_heads / tp * model.head_dim * seq_len * seq_len / 2
     return flops / (d["peaks"]["bf16"] * load_table("h200").prefill_attention_fraction(flops))
@@ -170,8 +173,13 @@ def _kernel_step_s(model, tp: int, m: int, attention_s_per_layer: float, sampled
     elem_bytes = m * 2 * (2 * 4 * h + 3 * inter + 2 * (qh + kvh) * hd + 2 * 2 * kvh * hd)
     copy = d["hbm_copy_bytes_s"]
     head_w = model.vocab_size * h / tp
-    head = max(head_w * 2 / copy, _table_gemm_s(d, "bf16", 28672, 4096, max(sampled, 128))
-               * head_w / (28672 * 4096) * (sampled / max(sampled, 128)))
+    head = max(
+        head_w * 2 / copy,
+        _table_gemm_s(d, "bf16", 28672, 4096, max(sampled, 128))
+        * head_w
+        / (28672 * 4096)
+        * (sampled / max(sampled, 128)),
+    )
     # each element-wise kernel (5 a layer; embedding, final norm and sampling 3 more) pays the graph-replay gap between
     # kernels (StepTimeParams.kernel_gap_s); a table figure already holds its kernel's launch
     gaps = (5 * model.num_hidden_layers + 3) * StepTimeParams().kernel_gap_s

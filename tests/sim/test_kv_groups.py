@@ -27,8 +27,15 @@ CONFIGS = Path(__file__).resolve().parent.parent / "model" / "configs"
 
 
 def spec(i, isl, osl, group=None, prefix=0):
-    return RequestSpec(index=i, request_id=f"r{i}", class_name="c", input_tokens=isl, output_tokens=osl,
-                       prefix_group=group, prefix_tokens=prefix)
+    return RequestSpec(
+        index=i,
+        request_id=f"r{i}",
+        class_name="c",
+        input_tokens=isl,
+        output_tokens=osl,
+        prefix_group=group,
+        prefix_tokens=prefix,
+    )
 
 
 def sliding_model(window=64):
@@ -92,9 +99,14 @@ def test_a_sliding_prefix_hit_needs_the_window_blocks():
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(num_blocks=st.integers(10, 60), max_seqs=st.integers(1, 6), budget=st.integers(4, 48),
-       lengths=st.lists(st.tuples(st.integers(1, 60), st.integers(1, 40), st.integers(0, 3)), min_size=1, max_size=14),
-       caching=st.booleans(), window=st.sampled_from([4, 9, 16]))
+@given(
+    num_blocks=st.integers(10, 60),
+    max_seqs=st.integers(1, 6),
+    budget=st.integers(4, 48),
+    lengths=st.lists(st.tuples(st.integers(1, 60), st.integers(1, 40), st.integers(0, 3)), min_size=1, max_size=14),
+    caching=st.booleans(),
+    window=st.sampled_from([4, 9, 16]),
+)
 def test_invariants_hold_with_sliding_groups(num_blocks, max_seqs, budget, lengths, caching, window):
     # small pools preempt, shared prefixes hit the cache; after every step the pool adds up and each running
     # sequence holds at most its window's blocks (plus one straddling block) in the sliding groups
@@ -159,8 +171,11 @@ CASES = [  # (deployment, context the pool is filled at), one per attention kind
 ]
 
 
-@pytest.mark.parametrize("request_, length", CASES, ids=lambda c: getattr(c, "preset", None) or
-                         (Path(c.model).stem if isinstance(c, DeploymentRequest) else str(c)))
+@pytest.mark.parametrize(
+    "request_, length",
+    CASES,
+    ids=lambda c: getattr(c, "preset", None) or (Path(c.model).stem if isinstance(c, DeploymentRequest) else str(c)),
+)
 def test_the_pool_holds_what_plan_says(request_, length):
     most, pool, planned = fill(request_, length)
     assert pool == planned
@@ -170,8 +185,11 @@ def test_the_pool_holds_what_plan_says(request_, length):
 LINEAR_CASES = [c for c in CASES if c[0].preset == "qwen3-next-80b-a3b" or "nemotron-h" in str(c[0].model)]
 
 
-@pytest.mark.parametrize("request_, length", LINEAR_CASES, ids=lambda c: getattr(c, "preset", None) or
-                         (Path(c.model).stem if isinstance(c, DeploymentRequest) else str(c)))
+@pytest.mark.parametrize(
+    "request_, length",
+    LINEAR_CASES,
+    ids=lambda c: getattr(c, "preset", None) or (Path(c.model).stem if isinstance(c, DeploymentRequest) else str(c)),
+)
 def test_with_prefix_caching_the_linear_hybrids_hold_vllms_align_state_blocks(request_, length):
     # vLLM's default prefix caching: 2 state blocks per request in each Gated DeltaNet group (Qwen3-Next), 3 in each
     # Mamba-2 group (Nemotron-H); plan and the engine agree, and fewer sequences fit than with 1 block per group
@@ -185,8 +203,9 @@ def test_gemma3_pool_is_vllms_padded_groups():
     # 52 sliding layers are padded to 6 groups of 10 (60 layers' blocks): at 8192 tokens a sequence takes 512 blocks
     # in the full group and 65 in each sliding group, 512 + 6 x 65 = 902 blocks of 10 layers, where the 62 layers
     # alone would take (10 x 512 + 52 x 65) / 10 = 850; plan and the engine both say 17 (not 18)
-    request = DeploymentRequest(model=str(CONFIGS / "google--gemma-3-27b-it.json"), gpu="h100-sxm", context=16384,
-                                language_only=True)  # the text tower alone: its vision tower would take 0.85 GB of the pool
+    request = DeploymentRequest(
+        model=str(CONFIGS / "google--gemma-3-27b-it.json"), gpu="h100-sxm", context=16384, language_only=True
+    )  # the text tower alone: its vision tower would take 0.85 GB of the pool
     most, pool, planned = fill(request, 8192)
     plan, _ = plan_deployment(request)
     assert planned == pool == plan.num_kv_blocks // 902 == 17
@@ -197,7 +216,9 @@ def test_gemma3_pool_is_vllms_padded_groups():
 def test_an_aborted_waiting_request_leaves_nothing_in_the_pool():
     # a request that waited (its admission looked at the pool) and was cancelled: the grouped pool keeps no note of
     # it (kneecap serve runs for as long as clients come and go)
-    engine = Engine(deployment(sliding_model(), block_size=4), EngineConfig(max_num_seqs=1, max_num_batched_tokens=64), 40)
+    engine = Engine(
+        deployment(sliding_model(), block_size=4), EngineConfig(max_num_seqs=1, max_num_batched_tokens=64), 40
+    )
     engine.add_request(spec(0, 30, 20), 0.0)
     engine.add_request(spec(1, 30, 20), 0.0)
     engine.step(0.0)  # r0 admitted; r1 waits on max_num_seqs

@@ -111,8 +111,11 @@ def test_tensorrt_llm_defaults_cap_each_micro_batch():
     from kneecap.sim.setup import simulated_deployment
 
     assert trtllm_defaults(pp=4).max_num_seqs == 4 * trtllm_defaults().max_num_seqs
-    req = DeploymentRequest(model="llama-3.1-70b", gpu="rtx-pro-6000", tp=1, pp=4, weight_dtype="nvfp4", kv_dtype="fp8",
-                            context=2000)
+    req = DeploymentRequest(
+        model="llama-3.1-70b", gpu="rtx-pro-6000", tp=1, pp=4, weight_dtype="nvfp4", kv_dtype="fp8", context=2000
+    )
     assert simulated_deployment(req, defaults="trtllm").config.max_num_seqs == 4 * trtllm_defaults().max_num_seqs
-    assert simulated_deployment(req, defaults="vllm").config.max_num_seqs == \
-        simulated_deployment(replace(req, pp=1, tp=4), defaults="vllm").config.max_num_seqs  # vLLM: over all
+    assert (
+        simulated_deployment(req, defaults="vllm").config.max_num_seqs
+        == simulated_deployment(replace(req, pp=1, tp=4), defaults="vllm").config.max_num_seqs
+    )  # vLLM: over all

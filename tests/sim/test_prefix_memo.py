@@ -40,7 +40,7 @@ def test_prefix_hit_equals_a_rescan_after_every_operation(seed):
         hashes = prompts[p]
         op = rng.random()
         if p in held and op < 0.5:  # finish or preempt (its blocks cached under its hashes)
-            bm.free_seq(p, hashes[:bm.num_held(p)] if op < 0.3 else ())
+            bm.free_seq(p, hashes[: bm.num_held(p)] if op < 0.3 else ())
             held.discard(p)
         elif p in held:  # its blocks fill: register one, or grow
             i = rng.randrange(bm.num_held(p))
@@ -64,9 +64,16 @@ def test_prefix_hit_equals_a_rescan_after_every_operation(seed):
     assert checked_moves > 20  # the lookups really moved between asks (grew and shrank)
 
 
-LONG = Workload(classes=(RequestClass(input=LengthDist(kind="uniform", low=300, high=3000),
-                                      output=LengthDist(kind="uniform", low=2, high=200),
-                                      shared_prefix_tokens=400, num_prefix_groups=2),))
+LONG = Workload(
+    classes=(
+        RequestClass(
+            input=LengthDist(kind="uniform", low=300, high=3000),
+            output=LengthDist(kind="uniform", low=2, high=200),
+            shared_prefix_tokens=400,
+            num_prefix_groups=2,
+        ),
+    )
+)
 
 
 def _run(monkeypatch, remember: bool, cfg, num_blocks, level):

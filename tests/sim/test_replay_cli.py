@@ -36,8 +36,12 @@ def test_rows_are_sent_at_the_traces_times_scaled_by_the_speed(tmp_path):
 def test_equal_hash_ids_are_prefix_cache_hits(tmp_path):
     shared = run_cli(*BASE, "--replay", str(TRACE), "--out", str(tmp_path / "shared"))
     unique_trace = tmp_path / "unique.jsonl"
-    unique_trace.write_text("".join(json.dumps(dict(row, hash_ids=[1000 * (i + 1) + k for k in range(len(row["hash_ids"]))]))
-                                    + "\n" for i, row in enumerate(ROWS)))
+    unique_trace.write_text(
+        "".join(
+            json.dumps(dict(row, hash_ids=[1000 * (i + 1) + k for k in range(len(row["hash_ids"]))])) + "\n"
+            for i, row in enumerate(ROWS)
+        )
+    )
     unique = run_cli(*BASE, "--replay", str(unique_trace), "--out", str(tmp_path / "unique"))
     assert shared.code == 0 and unique.code == 0, shared.stderr + unique.stderr
     hit = json.loads(shared.stdout)["levels"][0]["server_metrics"]
@@ -52,7 +56,9 @@ def test_rows_past_the_context_stop_the_replay_unless_skipped(tmp_path):
     too_long = run_cli(*BASE, "--context", "4096", "--replay", str(TRACE), "--out", str(tmp_path / "a"))
     lines = [ln for ln in too_long.stderr.splitlines() if ln.strip()]
     assert too_long.code == 2 and len(lines) == 1 and "exceed the 4096-token context" in lines[0], too_long.stderr
-    skipped = run_cli(*BASE, "--context", "4096", "--replay", str(TRACE), "--skip-too-long", "--out", str(tmp_path / "b"))
+    skipped = run_cli(
+        *BASE, "--context", "4096", "--replay", str(TRACE), "--skip-too-long", "--out", str(tmp_path / "b")
+    )
     assert skipped.code == 0, skipped.stderr
     fits = [row for row in ROWS if row["input_length"] + row["output_length"] <= 4096]
     assert json.loads(skipped.stdout)["levels"][0]["completed"] == len(fits)
@@ -61,7 +67,7 @@ def test_rows_past_the_context_stop_the_replay_unless_skipped(tmp_path):
 
 def test_a_broken_trace_line_names_the_file_and_line(tmp_path):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(TRACE.read_text().splitlines()[0] + "\n{\"timestamp\": 5, \"input_length\": \n")
+    bad.write_text(TRACE.read_text().splitlines()[0] + '\n{"timestamp": 5, "input_length": \n')
     r = run_cli(*BASE, "--replay", str(bad), "--out", str(tmp_path / "c"))
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.code == 2 and len(lines) == 1 and "bad.jsonl" in lines[0] and "line 2" in lines[0], r.stderr

@@ -7,8 +7,29 @@ import json
 
 def _sim(cli, tmp_path, name, *extra):
     out = tmp_path / name
-    r = cli("simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "512", "--osl", "128",
-            "--rate", "8", "--burstiness", "0.5", "--requests", "120", "--seed", "3", "--out", str(out), "--json", *extra)
+    r = cli(
+        "simulate",
+        "--preset",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--isl",
+        "512",
+        "--osl",
+        "128",
+        "--rate",
+        "8",
+        "--burstiness",
+        "0.5",
+        "--requests",
+        "120",
+        "--seed",
+        "3",
+        "--out",
+        str(out),
+        "--json",
+        *extra,
+    )
     assert r.code == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -33,6 +54,19 @@ def test_delay_factor_raises_ttft_not_throughput(cli, tmp_path):
 
 
 def test_negative_delay_factor_is_one_line(cli, tmp_path):
-    r = cli("simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--concurrency", "1", "--requests", "2",
-            "--scheduler-delay-factor", "-1", "--out", str(tmp_path / "x"))
+    r = cli(
+        "simulate",
+        "--preset",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--concurrency",
+        "1",
+        "--requests",
+        "2",
+        "--scheduler-delay-factor",
+        "-1",
+        "--out",
+        str(tmp_path / "x"),
+    )
     assert r.code == 2 and len(r.stderr.strip().splitlines()) == 1 and "scheduler-delay-factor" in r.stderr

@@ -33,8 +33,18 @@ CASES = [(4, 0), (32, 0), (64, 0), (32, 32), (64, 64)]
 @pytest.mark.parametrize("concurrency,warmup", CASES, ids=[f"C{c}-warmup{w}" for c, w in CASES])
 def test_simulate_agrees_with_serve_and_bench(cli, tmp_path, concurrency, warmup):
     n = REQUESTS[concurrency]
-    load = ["--isl", "1024", "--osl", "64", "--concurrency", str(concurrency), "--requests", str(n),
-            "--warmup", str(warmup)]
+    load = [
+        "--isl",
+        "1024",
+        "--osl",
+        "64",
+        "--concurrency",
+        str(concurrency),
+        "--requests",
+        str(n),
+        "--warmup",
+        str(warmup),
+    ]
     proc, url = start_server([*ARGS, "--time-scale", str(TIME_SCALE)])
     try:
         served = cli("bench", "--base-url", url, *load, "--out", str(tmp_path / "bench"), "--json", "--no-report")
@@ -46,10 +56,18 @@ def test_simulate_agrees_with_serve_and_bench(cli, tmp_path, concurrency, warmup
     real, sim = json.loads(served.stdout)["levels"][0], json.loads(simulated.stdout)["levels"][0]
     assert real["completed"] == sim["completed"] == n and real["warmup_excluded"] == sim["warmup_excluded"] == warmup
     # bench measured wall seconds: in simulated seconds, times are 1/TIME_SCALE and rates TIME_SCALE times theirs
-    got = {"output tok/s": real["output_tok_s"] * TIME_SCALE, "TTFT p50": real["ttft_ms"]["p50"] / TIME_SCALE,
-           "TTFT p99": real["ttft_ms"]["p99"] / TIME_SCALE, "TPOT p50": real["tpot_ms"]["p50"] / TIME_SCALE}
-    want = {"output tok/s": sim["output_tok_s"], "TTFT p50": sim["ttft_ms"]["p50"], "TTFT p99": sim["ttft_ms"]["p99"],
-            "TPOT p50": sim["tpot_ms"]["p50"]}
+    got = {
+        "output tok/s": real["output_tok_s"] * TIME_SCALE,
+        "TTFT p50": real["ttft_ms"]["p50"] / TIME_SCALE,
+        "TTFT p99": real["ttft_ms"]["p99"] / TIME_SCALE,
+        "TPOT p50": real["tpot_ms"]["p50"] / TIME_SCALE,
+    }
+    want = {
+        "output tok/s": sim["output_tok_s"],
+        "TTFT p50": sim["ttft_ms"]["p50"],
+        "TTFT p99": sim["ttft_ms"]["p99"],
+        "TPOT p50": sim["tpot_ms"]["p50"],
+    }
     off = {k: got[k] / want[k] - 1 for k in got}
     # At C=4 the median is set by how a wave splits: the requests that end a step early are refilled during the
     # others' last step and prefilled together (a wave of 1 + 3 gives 6 of 24 requests at ~30 ms and p50 ~80 ms;
@@ -57,8 +75,9 @@ def test_simulate_agrees_with_serve_and_bench(cli, tmp_path, concurrency, warmup
     # engines now take a burst up the same way (test_a_burst_reaching_an_idle_served_engine_is_taken_up_as_
     # simulated), so the split, and p50, agree.
     assert all(abs(v) <= 0.05 for v in off.values()), (
-        f"C={concurrency}, warmup {warmup}: served vs simulated " + ", ".join(f"{k} {got[k]:.1f} vs {want[k]:.1f} ({off[k]:+.1%})"
-                                                              for k in got))
+        f"C={concurrency}, warmup {warmup}: served vs simulated "
+        + ", ".join(f"{k} {got[k]:.1f} vs {want[k]:.1f} ({off[k]:+.1%})" for k in got)
+    )
 
 
 def test_a_wave_back_to_an_idle_engine_arrives_in_turn():
@@ -129,8 +148,13 @@ def test_a_burst_reaching_an_idle_served_engine_is_taken_up_as_simulated():
     assert got[0].first_token_at < got[1].first_token_at  # the second was not in the first one's prefill
     # the same two arrivals on the simulator's virtual clock
     engine = sim.new_engine()
-    arrivals = [(r.sent_at, RequestSpec(index=i, request_id=r.request_id, class_name="serve", input_tokens=4000,
-                                        output_tokens=4)) for i, r in enumerate(got)]
+    arrivals = [
+        (
+            r.sent_at,
+            RequestSpec(index=i, request_id=r.request_id, class_name="serve", input_tokens=4000, output_tokens=4),
+        )
+        for i, r in enumerate(got)
+    ]
     want: dict[str, object] = {}
 
     def due(t):
@@ -142,7 +166,8 @@ def test_a_burst_reaching_an_idle_served_engine_is_taken_up_as_simulated():
     assert drive(engine, due, lambda t, finished: want.update({r.request_id: r for r in finished}))
     for rec in got:
         assert (rec.first_token_at, rec.end_at) == pytest.approx(
-            (want[rec.request_id].first_token_at, want[rec.request_id].end_at), abs=1e-9)
+            (want[rec.request_id].first_token_at, want[rec.request_id].end_at), abs=1e-9
+        )
 
 
 def test_client_turnaround_flag_sets_when_a_closed_loop_sends_again(cli, tmp_path):
@@ -156,8 +181,10 @@ def test_client_turnaround_flag_sets_when_a_closed_loop_sends_again(cli, tmp_pat
     for name, flag in (("default", []), ("remote", ["--client-turnaround-ms", "20"])):
         res = cli("simulate", *load, *flag, "--out", str(tmp_path / name))
         assert res.code == 0, res.stderr
-        rows = sorted((json.loads(line) for line in (tmp_path / name / "requests.jsonl").read_text().splitlines()),
-                      key=lambda r: r["sent_at"])
+        rows = sorted(
+            (json.loads(line) for line in (tmp_path / name / "requests.jsonl").read_text().splitlines()),
+            key=lambda r: r["sent_at"],
+        )
         gaps[name] = [b["sent_at"] - a["end_at"] for a, b in zip(rows, rows[1:])]
         ttft = [b["first_token_at"] - b["sent_at"] for b in rows]
         assert ttft == pytest.approx([ttft[0]] * 5, abs=1e-12)  # the engine is idle at every send: the same prefill

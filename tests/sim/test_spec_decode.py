@@ -21,7 +21,9 @@ def run(cfg, c=8, n=32, osl=300, blocks=40_000, preset=None):
     from kneecap.deployment import Deployment
 
     d = Deployment(model=load_model(preset or "llama-3.1-8b"), gpu=get_gpu("h100-sxm"))
-    res = simulate_level(simkit.sim_of(d, cfg, blocks), Workload.fixed(200, osl), LevelSpec(concurrency=c, num_requests=n))
+    res = simulate_level(
+        simkit.sim_of(d, cfg, blocks), Workload.fixed(200, osl), LevelSpec(concurrency=c, num_requests=n)
+    )
     return res, summarize_level(res.records, concurrency=c)
 
 
@@ -41,7 +43,7 @@ def test_tokens_per_step_follow_the_acceptance_rate():
         assert sum(rec.chunk_tokens) == rec.output_tokens == 300 and len(rec.chunk_tokens) == len(rec.chunk_times)
         gains += rec.chunk_tokens[1:-1]  # the first comes from the prefill, the last may be cut at the length
     n = len(gains)
-    probs = [a ** (j - 1) * (1 - a) for j in range(1, k + 1)] + [a ** k]
+    probs = [a ** (j - 1) * (1 - a) for j in range(1, k + 1)] + [a**k]
     mean = sum(j * p for j, p in zip(range(1, k + 2), probs))
     sd = math.sqrt(sum((j - mean) ** 2 * p for j, p in zip(range(1, k + 2), probs)))
     assert abs(sum(gains) / n - cfg.tokens_per_decode_step) < 4 * sd / math.sqrt(n)
@@ -50,14 +52,16 @@ def test_tokens_per_step_follow_the_acceptance_rate():
         assert abs(counts[j] / n - p) < 4 * math.sqrt(p * (1 - p) / n), (j, counts[j] / n, p)
     spec = res.server_metrics["spec"]
     assert spec["draft_tokens"] > 0 and spec["acceptance_rate"] == pytest.approx(
-        spec["accepted_tokens"] / spec["draft_tokens"])
+        spec["accepted_tokens"] / spec["draft_tokens"]
+    )
     assert spec["mean_accepted_length"] == pytest.approx(cfg.tokens_per_decode_step, rel=0.05)
 
 
 def test_draws_repeat_for_a_seed_and_differ_between_seeds():
     def gains(seed):
-        cfg = EngineConfig(max_num_seqs=64, max_num_batched_tokens=8192, spec_tokens=3, acceptance_rate=0.6,
-                           spec_seed=seed)
+        cfg = EngineConfig(
+            max_num_seqs=64, max_num_batched_tokens=8192, spec_tokens=3, acceptance_rate=0.6, spec_seed=seed
+        )
         res, _ = run(cfg, n=16, osl=120)
         return [r.chunk_tokens for r in sorted(res.records, key=lambda r: r.request_id)]
 

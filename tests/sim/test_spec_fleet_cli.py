@@ -37,8 +37,24 @@ def test_prefix_router_keeps_prefixes_together(tmp_path):
     sends every group to every replica."""
     rates = {}
     for router in ("round-robin", "prefix"):
-        doc = _level(tmp_path, router, "--isl", "3000", "--osl", "200", "--rate", "30", "--requests", "800",
-                     "--shared-prefix", "2000x8", "--replicas", "4", "--router", router)
+        doc = _level(
+            tmp_path,
+            router,
+            "--isl",
+            "3000",
+            "--osl",
+            "200",
+            "--rate",
+            "30",
+            "--requests",
+            "800",
+            "--shared-prefix",
+            "2000x8",
+            "--replicas",
+            "4",
+            "--router",
+            router,
+        )
         (lv,) = doc["levels"]
         assert doc["fleet"] == {"replicas": 4, "router": router} and sum(lv["server_metrics"]["routed"]) == 800
         assert len(lv["server_metrics"]["replicas"]) == 4
@@ -47,11 +63,25 @@ def test_prefix_router_keeps_prefixes_together(tmp_path):
 
 
 def test_bad_router_and_partial_spec_are_one_line(tmp_path):
-    r = run_cli(*BASE, "--isl", "100", "--osl", "10", "--concurrency", "1", "--replicas", "2", "--router", "random",
-                "--out", str(tmp_path / "x"))
+    r = run_cli(
+        *BASE,
+        "--isl",
+        "100",
+        "--osl",
+        "10",
+        "--concurrency",
+        "1",
+        "--replicas",
+        "2",
+        "--router",
+        "random",
+        "--out",
+        str(tmp_path / "x"),
+    )
     assert r.code == 2 and "unknown --router 'random'" in r.stderr
-    r = run_cli(*BASE, "--isl", "100", "--osl", "10", "--concurrency", "1", "--spec-tokens", "3",
-                "--out", str(tmp_path / "y"))
+    r = run_cli(
+        *BASE, "--isl", "100", "--osl", "10", "--concurrency", "1", "--spec-tokens", "3", "--out", str(tmp_path / "y")
+    )
     assert r.code == 2 and "needs --spec-method and --spec-acceptance too" in r.stderr
 
 
@@ -61,8 +91,23 @@ def test_spec_and_fleet_summaries_validate_against_the_published_schema(tmp_path
     import jsonschema
 
     schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "summary.schema.json").read_text())
-    doc = _level(tmp_path, "both", "--isl", "500", "--osl", "50", "--rate", "4", "--requests", "40", *EAGLE,
-                 "--replicas", "2", "--router", "least-loaded")
+    doc = _level(
+        tmp_path,
+        "both",
+        "--isl",
+        "500",
+        "--osl",
+        "50",
+        "--rate",
+        "4",
+        "--requests",
+        "40",
+        *EAGLE,
+        "--replicas",
+        "2",
+        "--router",
+        "least-loaded",
+    )
     jsonschema.validate(doc, schema)
     assert doc["levels"][0]["spec"]["method"] == "eagle" and doc["fleet"]["replicas"] == 2
     bad = json.loads(json.dumps(doc))

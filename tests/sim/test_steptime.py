@@ -29,10 +29,13 @@ def model_for(preset, gpu="h100-sxm", **kw):
 #     attention projections 12,079,595,520 / 8 x 2 B -> 1.0072 ms; LM head 1,050,673,152 / 8 x 2 B + logits -> 0.0880 ms
 #     all-reduce 160 x (3.6 us + 14 x 0.47 us) = 1.6288 ms + 160 x 2 x 7/8 x 16,384 B / 370e9 = 0.0124 ms;
 #     kernels 6 + 80 x 10 = 806 x 3.3 us = 2.6598 ms; + 2 ms = 12.099 ms
-@pytest.mark.parametrize("preset,tp,expected_ms", [
-    ("llama-3.1-8b", 1, 8.084),
-    ("llama-3.1-70b", 8, 12.099),
-])
+@pytest.mark.parametrize(
+    "preset,tp,expected_ms",
+    [
+        ("llama-3.1-8b", 1, 8.084),
+        ("llama-3.1-70b", 8, 12.099),
+    ],
+)
 def test_single_decode_step_worked_examples(preset, tp, expected_ms):
     st = model_for(preset, tp=tp)
     assert st.seconds(1, 1, 0, 1, 0, 1) * 1000 == pytest.approx(expected_ms, rel=2e-3)
@@ -129,7 +132,9 @@ def test_expert_parallel_load_imbalance_slows_compute_bound_experts():
     passes = ep.params.activation_bytes * ((3 * ep.expert_inter + ep.hidden) * mean + ep.hidden * big) / ep.byte_rate
     # the kernel table's grouped-GEMM rates at the mean load, gate_up (2/3 of the FLOPs) and down (1/3)
     flops = 2.0 * ep.expert_params * mean
-    gemms = 2 / 3 * flops / ep.gemm_rate(mean, ep.cls_moe, "gate_up") + flops / 3 / ep.gemm_rate(mean, ep.cls_moe, "down")
+    gemms = 2 / 3 * flops / ep.gemm_rate(mean, ep.cls_moe, "gate_up") + flops / 3 / ep.gemm_rate(
+        mean, ep.cls_moe, "down"
+    )
     balanced = (gemms + passes) * ep.num_moe_layers
     assert 1.0 < ep._moe_seconds(big) / balanced < 1.1  # the busiest of 4 ranks: a few % above the mean load
 
@@ -184,12 +189,15 @@ def test_fp4_weights_use_fp4_peak_where_the_gpu_has_one():
 
 # NVIDIA's ModelOpt checkpoints list lm_head in exclude_modules (hf_quant_config.json of nvidia/DeepSeek-V3.1-NVFP4 and
 # nvidia/Llama-3.1-70B-Instruct-FP8): the simulator reads and multiplies each part in the dtype the ledger prices it in
-@pytest.mark.parametrize("spec,gpu,weight_dtype", [
-    ("tests/model/configs/nvidia--DeepSeek-V3.1-NVFP4", "b200", None),
-    ("tests/model/configs/nvidia--Llama-3.1-70B-Instruct-FP8", "h100-sxm", None),
-    ("llama-3.1-70b", "b200", "nvfp4"),  # --weight-dtype over a bf16 checkpoint: decoder Linear layers only
-    ("llama-3.1-70b", "h100-sxm", "fp8"),
-])
+@pytest.mark.parametrize(
+    "spec,gpu,weight_dtype",
+    [
+        ("tests/model/configs/nvidia--DeepSeek-V3.1-NVFP4", "b200", None),
+        ("tests/model/configs/nvidia--Llama-3.1-70B-Instruct-FP8", "h100-sxm", None),
+        ("llama-3.1-70b", "b200", "nvfp4"),  # --weight-dtype over a bf16 checkpoint: decoder Linear layers only
+        ("llama-3.1-70b", "h100-sxm", "fp8"),
+    ],
+)
 def test_part_bytes_follow_the_ledger_and_the_lm_head_stays_bf16(spec, gpu, weight_dtype):
     from kneecap.plan.build import DeploymentRequest, plan_deployment
     from kneecap.sim.steptime import _part_bytes, run_part_dtypes
@@ -263,8 +271,15 @@ def test_vllm_v0_profile_pays_its_fixed_cpu_time():
     v0, v1 = st.for_engine(VLLM_V0_PROFILE), st.for_engine(VLLM_PROFILE)
     assert v0.overhead_s == 4e-3 and v1.overhead_s == st.params.overhead_s
     assert v0.seconds(1, 1, 0, 1, 0, 1) - v1.seconds(1, 1, 0, 1, 0, 1) == pytest.approx(2e-3)
-    assert [vllm_is_v0(v) for v in ("0.6.3", "0.7", "V0 (Oct 2024)", "0.8.0", "0.17.0", None, "main")] == \
-        [True, True, True, False, False, False, False]
+    assert [vllm_is_v0(v) for v in ("0.6.3", "0.7", "V0 (Oct 2024)", "0.8.0", "0.17.0", None, "main")] == [
+        True,
+        True,
+        True,
+        False,
+        False,
+        False,
+        False,
+    ]
     # a release tag spelled with its "v": the V0 engine only before 0.8
     assert [vllm_is_v0(v) for v in ("v0.23.0", "v0.7.3", "V0")] == [False, True, True]
 
@@ -286,8 +301,10 @@ def test_vllm_async_scheduling_releases_overlap_cpu_with_the_gpu():
     step = (256, 256 * 1000, 0, 256 * 1000, 0, 256)  # 256 decodes at 1000 tokens of context
     cpu = sync.overhead_s + sync.cpu_per_seq_s * 256
     assert sync.seconds(*step) == pytest.approx(overlap.seconds(*step) + cpu)  # GPU-bound: the CPU time is hidden
-    assert [vllm_async_by_default(v) for v in ("0.13.1", "0.14.0", "0.17.0", "0.23.0", "0.6.3", "V0 (Oct 2024)", None,
-                                               "main")] == [False, True, True, True, False, False, False, False]
+    assert [
+        vllm_async_by_default(v)
+        for v in ("0.13.1", "0.14.0", "0.17.0", "0.23.0", "0.6.3", "V0 (Oct 2024)", None, "main")
+    ] == [False, True, True, True, False, False, False, False]
 
 
 def test_expert_parallel_below_tp_shards_each_expert_over_the_rest():

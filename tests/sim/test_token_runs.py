@@ -17,8 +17,13 @@ from kneecap.sim.sweep import LevelSpec, simulate_level
 from kneecap.workload import LengthDist, RequestClass, Workload
 from kneecap.workload.slices import p99_stable
 
-WL = Workload(classes=(RequestClass(input=LengthDist(kind="uniform", low=50, high=600),
-                                    output=LengthDist(kind="uniform", low=5, high=300)),))
+WL = Workload(
+    classes=(
+        RequestClass(
+            input=LengthDist(kind="uniform", low=50, high=600), output=LengthDist(kind="uniform", low=5, high=300)
+        ),
+    )
+)
 
 
 def _pair(num_blocks: int, level: LevelSpec):
@@ -73,8 +78,23 @@ def test_record_lines_are_small_and_read_back(tmp_path):
 def test_cli_token_times_flag(tmp_path):
     from clitools import run_cli
 
-    base = ["simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "300", "--osl", "60",
-            "--concurrency", "4,16", "--requests", "40", "--no-report", "--quiet"]
+    base = [
+        "simulate",
+        "--preset",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--isl",
+        "300",
+        "--osl",
+        "60",
+        "--concurrency",
+        "4,16",
+        "--requests",
+        "40",
+        "--no-report",
+        "--quiet",
+    ]
     a = run_cli(*base, "--out", str(tmp_path / "a"))
     b = run_cli(*base, "--token-times", "--out", str(tmp_path / "b"))
     assert a.code == b.code == 0, a.stderr + b.stderr

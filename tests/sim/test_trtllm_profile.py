@@ -5,19 +5,24 @@ from __future__ import annotations
 import pytest
 
 from kneecap.sim.blocks import BlockManager
-from kneecap.sim.config import (TRTLLM_CPP_PROFILE, TRTLLM_PROFILE, EngineConfig, trtllm_defaults,
-                                trtllm_is_cpp_runtime)
+from kneecap.sim.config import TRTLLM_CPP_PROFILE, TRTLLM_PROFILE, EngineConfig, trtllm_defaults, trtllm_is_cpp_runtime
 from kneecap.sim.scheduler import BLOCKED_BUDGET, Scheduler, Sequence
 from kneecap.workload import RequestSpec
 
 
 def _scheduler(chunked: bool, prompts=(3000, 3000), budget: int = 4096) -> Scheduler:
-    cfg = EngineConfig(name="custom", max_num_seqs=64, max_num_batched_tokens=budget, enable_prefix_caching=False,
-                       chunked_prefill=chunked)
+    cfg = EngineConfig(
+        name="custom",
+        max_num_seqs=64,
+        max_num_batched_tokens=budget,
+        enable_prefix_caching=False,
+        chunked_prefill=chunked,
+    )
     sched = Scheduler(cfg, BlockManager(10_000, 16, enable_prefix_caching=False))
     for i, n in enumerate(prompts):
-        sched.add(Sequence(RequestSpec(index=i, request_id=f"r{i}", class_name="c", input_tokens=n, output_tokens=4),
-                           0.0, 16))
+        sched.add(
+            Sequence(RequestSpec(index=i, request_id=f"r{i}", class_name="c", input_tokens=n, output_tokens=4), 0.0, 16)
+        )
     return sched
 
 
@@ -52,8 +57,19 @@ def test_trtllm_defaults_do_not_chunk_and_name_the_pytorch_backend():
     assert EngineConfig().chunked_prefill is True  # vLLM V1 always chunks
 
 
-@pytest.mark.parametrize("version,cpp", [("0.5", True), ("0.6.1", True), ("0.16.0", True), ("0.17.0", False),
-                                         ("0.21.0rc2", False), ("1.0.0", False), (None, False), ("v0.9.0", True)])
+@pytest.mark.parametrize(
+    "version,cpp",
+    [
+        ("0.5", True),
+        ("0.6.1", True),
+        ("0.16.0", True),
+        ("0.17.0", False),
+        ("0.21.0rc2", False),
+        ("1.0.0", False),
+        (None, False),
+        ("v0.9.0", True),
+    ],
+)
 def test_cpp_runtime_by_release(version, cpp):
     assert trtllm_is_cpp_runtime(version) is cpp
 
@@ -62,11 +78,13 @@ def test_validation_runs_cpp_releases_and_nim_without_the_pytorch_executors_host
     from kneecap.validation import _engine_config, _plan, load_points
 
     points = {p.id: p for p in load_points()}
-    cases = {"trtllm061-llama-2-7b-h100-sxm-tp1-bs768-128-128-output_tok_s_per_gpu": (TRTLLM_CPP_PROFILE, False),
-             "trtllm05-llama-2-7b-h100-sxm-tp1-bs1-128-1-ttft_ms_mean": (TRTLLM_CPP_PROFILE, False),
-             "nim-llama-3.3-70b-h100-tp2-fp8-5000-500-c1-output_tok_s": (TRTLLM_CPP_PROFILE, False),
-             "trtllm-issue5929-deepseek-r1-h200-tp8-fp8-bs1-1600-600-ttft_s_p50": (TRTLLM_PROFILE, False),  # trtllm-serve
-             "trtllm-llama-3.1-8b-h100-sxm-tp1-fp8-5000-500": (TRTLLM_PROFILE, True)}  # trtllm-bench chunks
+    cases = {
+        "trtllm061-llama-2-7b-h100-sxm-tp1-bs768-128-128-output_tok_s_per_gpu": (TRTLLM_CPP_PROFILE, False),
+        "trtllm05-llama-2-7b-h100-sxm-tp1-bs1-128-1-ttft_ms_mean": (TRTLLM_CPP_PROFILE, False),
+        "nim-llama-3.3-70b-h100-tp2-fp8-5000-500-c1-output_tok_s": (TRTLLM_CPP_PROFILE, False),
+        "trtllm-issue5929-deepseek-r1-h200-tp8-fp8-bs1-1600-600-ttft_s_p50": (TRTLLM_PROFILE, False),  # trtllm-serve
+        "trtllm-llama-3.1-8b-h100-sxm-tp1-fp8-5000-500": (TRTLLM_PROFILE, True),
+    }  # trtllm-bench chunks
     for pid, (profile, chunked) in cases.items():
         cfg = _engine_config(points[pid], _plan(points[pid]))
         assert cfg.profile is profile and cfg.chunked_prefill is chunked, pid

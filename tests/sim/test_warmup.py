@@ -57,8 +57,9 @@ def test_the_measured_level_is_the_fresh_one_shifted_when_the_warmup_leaves_noth
     exactly what a level without a warmup sees, later by the warmup's length."""
     level = LevelSpec(concurrency=4, num_requests=12)
     fresh = simulate_level(_sim(prefix_caching=False), Workload.fixed(300, 20), level)
-    warmed = simulate_level(_sim(prefix_caching=False), Workload.fixed(300, 20),
-                            LevelSpec(concurrency=4, num_requests=12, warmup=3))
+    warmed = simulate_level(
+        _sim(prefix_caching=False), Workload.fixed(300, 20), LevelSpec(concurrency=4, num_requests=12, warmup=3)
+    )
     _, measured = _split(warmed.records)
     t0 = min(r.sent_at for r in measured)
 
@@ -72,8 +73,9 @@ def test_the_measured_level_is_the_fresh_one_shifted_when_the_warmup_leaves_noth
 
 
 def test_the_measured_requests_find_the_prefix_cache_the_warmup_left():
-    shared = Workload(classes=(RequestClass(input=LengthDist.fixed(600), output=LengthDist.fixed(10),
-                                            shared_prefix_tokens=512),))
+    shared = Workload(
+        classes=(RequestClass(input=LengthDist.fixed(600), output=LengthDist.fixed(10), shared_prefix_tokens=512),)
+    )
     cold = simulate_level(_sim(), shared, LevelSpec(concurrency=4, num_requests=4))
     warm = simulate_level(_sim(), shared, LevelSpec(concurrency=4, num_requests=4, warmup=1))
     assert all(r.extra["cached_tokens"] == 0 for r in cold.records)  # one wave at once: nothing cached yet
@@ -94,7 +96,8 @@ def test_an_open_loop_warmup_goes_at_the_level_rate_then_the_level_s_arrivals_fr
     assert sorted(r.scheduled_at for r in warm) == pytest.approx(arrival_offsets(rate, 6, 1.0, seed), abs=1e-12)
     start = max(r.end_at for r in warm) + CLIENT_TURNAROUND_S
     assert sorted(r.scheduled_at for r in measured) == pytest.approx(
-        [start + a for a in arrival_offsets(rate, 10, 1.0, seed)], abs=1e-9)
+        [start + a for a in arrival_offsets(rate, 10, 1.0, seed)], abs=1e-9
+    )
 
 
 def test_all_at_once_with_a_warmup():
@@ -120,8 +123,9 @@ def test_a_multi_turn_warmup_holds_whole_conversations_before_the_level():
 
     plan = plan_conversations(12, 3, LengthDist.fixed(40), LengthDist.fixed(5), seed=1)
     convs = tuple(tuple(t.spec for t in expected_turns(plan, c)) for c in plan.conversations)
-    res = simulate_level(_sim(), Workload.fixed(40, 5),
-                         LevelSpec(concurrency=2, num_requests=6, warmup=6, conversations=convs))
+    res = simulate_level(
+        _sim(), Workload.fixed(40, 5), LevelSpec(concurrency=2, num_requests=6, warmup=6, conversations=convs)
+    )
     warm, measured = _split(res.records)
     assert len(warm) == len(measured) == 6
     assert {r.conversation_id for r in warm}.isdisjoint({r.conversation_id for r in measured})

@@ -31,7 +31,7 @@ def test_a_ramp_raises_the_rate_over_the_level_and_reports_slices(tmp_path):
     assert r.code == 0, r.stderr
     level = json.loads(r.stdout)["levels"][0]
     expected = 1 * 30 + (20 - 1) * 30 / 2  # the integral of the rate over the ramp: 315 requests
-    assert abs(level["requests"] - expected) < 4 * expected ** 0.5  # Poisson: within 4 standard deviations
+    assert abs(level["requests"] - expected) < 4 * expected**0.5  # Poisson: within 4 standard deviations
     assert level["rate"] == expected / 30
     slices = level["slices"]
     assert len(slices) == 10
@@ -51,8 +51,23 @@ def test_a_concurrency_ramp_is_refused_in_one_line(tmp_path):
 
 def test_multi_turn_conversations_grow_and_hit_the_prefix_cache(tmp_path):
     out = tmp_path / "turns"
-    r = run_cli(*BASE, "--isl", "300", "--osl", "100", "--turns", "3", "--concurrency", "4", "--requests", "24",
-                "--think-time-s", "1", "--out", str(out))
+    r = run_cli(
+        *BASE,
+        "--isl",
+        "300",
+        "--osl",
+        "100",
+        "--turns",
+        "3",
+        "--concurrency",
+        "4",
+        "--requests",
+        "24",
+        "--think-time-s",
+        "1",
+        "--out",
+        str(out),
+    )
     assert r.code == 0, r.stderr
     level = json.loads(r.stdout)["levels"][0]
     assert level["completed"] == 24 and level["server_metrics"]["prefix_cache_hit_rate"] > 0.3
@@ -83,11 +98,29 @@ def test_turns_must_divide_the_requests(tmp_path):
 def test_summary_says_which_workload_ran(tmp_path):
     """Two runs of different workloads must be told apart from their summaries (and a report must not run a
     fixed-length preflight on lengths that were never fixed)."""
-    turns = json.loads(run_cli(*BASE, "--isl", "300", "--osl", "100", "--turns", "3", "--concurrency", "2",
-                               "--requests", "6", "--think-time-s", "0.5", "--out", str(tmp_path / "t")).stdout)
+    turns = json.loads(
+        run_cli(
+            *BASE,
+            "--isl",
+            "300",
+            "--osl",
+            "100",
+            "--turns",
+            "3",
+            "--concurrency",
+            "2",
+            "--requests",
+            "6",
+            "--think-time-s",
+            "0.5",
+            "--out",
+            str(tmp_path / "t"),
+        ).stdout
+    )
     assert turns["workload"]["turns"] == 3 and turns["workload"]["think_time_s"] == 0.5
     assert turns["workload"]["isl"] is None and turns["workload"]["ramp"] is None
-    ramp = json.loads(run_cli(*BASE, "--isl", "200", "--osl", "20", "--ramp", "exp:1:8:10",
-                              "--out", str(tmp_path / "r")).stdout)
+    ramp = json.loads(
+        run_cli(*BASE, "--isl", "200", "--osl", "20", "--ramp", "exp:1:8:10", "--out", str(tmp_path / "r")).stdout
+    )
     assert ramp["workload"]["ramp"] == {"kind": "exp", "start": 1.0, "end": 8.0, "duration_s": 10.0}
     assert (ramp["workload"]["isl"], ramp["workload"]["turns"]) == (200, None)

@@ -47,15 +47,39 @@ def _check_against_summary(folder: Path, kind: str) -> dict[int, dict]:
 
 def test_simulate_export_br(tmp_path):
     out = tmp_path / "sim"
-    r = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "2", "--isl", "300", "--osl",
-                "40", "--rate", "2,8", "--requests", "30", "--shared-prefix", "100x2", "--out", str(out),
-                "--export", "br", "--no-report")
+    r = run_cli(
+        "simulate",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--tp",
+        "2",
+        "--isl",
+        "300",
+        "--osl",
+        "40",
+        "--rate",
+        "2,8",
+        "--requests",
+        "30",
+        "--shared-prefix",
+        "100x2",
+        "--out",
+        str(out),
+        "--export",
+        "br",
+        "--no-report",
+    )
     assert r.code == 0, r.stderr
     reports = _check_against_summary(out, "simulate")
     doc = reports[1]
     engine = doc["scenario"]["stack"][0]["standardized"]
-    assert engine["accelerator"] == {"model": "h100-sxm", "count": 2, "parallelism": {"tp": 2, "pp": 1, "ep": 1,
-                                                                                      "dp": 1}}
+    assert engine["accelerator"] == {
+        "model": "h100-sxm",
+        "count": 2,
+        "parallelism": {"tp": 2, "pp": 1, "ep": 1, "dp": 1},
+    }
     assert engine["tool"].startswith("kneecap-simulator") and "simulated" in doc["run"]["keywords"]
     load = doc["scenario"]["load"]["standardized"]
     assert load["rate_qps"] == 8.0 and load["input_seq_len"] == {"distribution": "fixed", "value": 300}
@@ -75,16 +99,50 @@ def kneecap_server():
 def test_bench_export_br_against_serve(tmp_path, kneecap_server):
     url = kneecap_server
     out = tmp_path / "bench"
-    r = run_cli("bench", "--base-url", url, "--isl", "64", "--osl", "8", "--concurrency", "1,4", "--requests", "8",
-                "--out", str(out), "--export", "br", "--no-report", "--quiet")
+    r = run_cli(
+        "bench",
+        "--base-url",
+        url,
+        "--isl",
+        "64",
+        "--osl",
+        "8",
+        "--concurrency",
+        "1,4",
+        "--requests",
+        "8",
+        "--out",
+        str(out),
+        "--export",
+        "br",
+        "--no-report",
+        "--quiet",
+    )
     assert r.code == 0, r.stderr
     reports = _check_against_summary(out, "bench")
     assert reports[1]["scenario"]["load"]["standardized"]["concurrency"] == 4
 
 
 def test_unknown_export_format_is_one_line(tmp_path):
-    r = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "10", "--osl", "5",
-                "--concurrency", "1", "--requests", "2", "--export", "csv", "--out", str(tmp_path / "x"))
+    r = run_cli(
+        "simulate",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--isl",
+        "10",
+        "--osl",
+        "5",
+        "--concurrency",
+        "1",
+        "--requests",
+        "2",
+        "--export",
+        "csv",
+        "--out",
+        str(tmp_path / "x"),
+    )
     assert r.code == 2 and "pass --export vllm or --export br" in r.stderr
 
 

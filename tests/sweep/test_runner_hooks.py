@@ -25,10 +25,23 @@ class Driver:
     def run_level(self, level: SweepLevel, keep) -> LevelRun:
         self.ran.append(level.index)
         ttft = (level.index + 1) * 0.01
-        records = [RequestRecord(request_id=f"{level.index}-{k}", level=level.index, concurrency=int(level.value),
-                                 sent_at=0.0, first_token_at=ttft, first_answer_at=ttft, end_at=ttft + 0.01,
-                                 chunk_times=[ttft, ttft + 0.01], chunk_tokens=[1, 1], prompt_tokens=8,
-                                 output_tokens=2, status=OK) for k in range(4)]
+        records = [
+            RequestRecord(
+                request_id=f"{level.index}-{k}",
+                level=level.index,
+                concurrency=int(level.value),
+                sent_at=0.0,
+                first_token_at=ttft,
+                first_answer_at=ttft,
+                end_at=ttft + 0.01,
+                chunk_times=[ttft, ttft + 0.01],
+                chunk_tokens=[1, 1],
+                prompt_tokens=8,
+                output_tokens=2,
+                status=OK,
+            )
+            for k in range(4)
+        ]
         for record in records:
             keep(record)
         return LevelRun(server_metrics=server_metrics("none"), records=records, trace=[{"step": level.index}])
@@ -39,18 +52,37 @@ class Driver:
 
 def sweep(driver, *, on_level=None, stop_rule=None, saved=None):
     written = MemoryRecords()
-    levels = [SweepLevel(index=i, value=v, num_requests=4, num_warmup=0, first_index=0) for i, v in enumerate(OPTS.levels)]
-    return Sweep(OPTS, state=SweepState(), sweep_levels=levels, driver=driver, write_record=written.write,
-                 persist=(saved.append if saved is not None else lambda s: None), progress=SilentProgress(), slo=None,
-                 stop_limits=StopLimits(), summarize_fn=summarize_level, sync=lambda: None, records_file=written,
-                 summary_fields=lambda: {"kind": "simulate", "model_executed": False, "benchmark_executed": False},
-                 on_level=on_level, stop_rule=stop_rule)
+    levels = [
+        SweepLevel(index=i, value=v, num_requests=4, num_warmup=0, first_index=0) for i, v in enumerate(OPTS.levels)
+    ]
+    return Sweep(
+        OPTS,
+        state=SweepState(),
+        sweep_levels=levels,
+        driver=driver,
+        write_record=written.write,
+        persist=(saved.append if saved is not None else lambda s: None),
+        progress=SilentProgress(),
+        slo=None,
+        stop_limits=StopLimits(),
+        summarize_fn=summarize_level,
+        sync=lambda: None,
+        records_file=written,
+        summary_fields=lambda: {"kind": "simulate", "model_executed": False, "benchmark_executed": False},
+        on_level=on_level,
+        stop_rule=stop_rule,
+    )
 
 
 def ttft_rule(limit_ms: float):
     def rule(summary: dict) -> dict | None:
         p99 = summary["ttft_ms"]["p99"]
-        return {"at": summary["concurrency"], "reason": "slo_breach", "detail": f"ttft p99 {p99:.0f} ms"} if p99 > limit_ms else None
+        return (
+            {"at": summary["concurrency"], "reason": "slo_breach", "detail": f"ttft p99 {p99:.0f} ms"}
+            if p99 > limit_ms
+            else None
+        )
+
     return rule
 
 
@@ -82,8 +114,11 @@ def test_on_level_adds_fields_and_sees_the_run_and_the_records_before_the_stop_c
         seen.append((level.index, run.trace, len(records)))
         summary["ttft_budget_met"] = summary["ttft_ms"]["p99"] <= 25
 
-    stop = lambda summary: {"at": summary["concurrency"], "reason": "slo_breach", "detail": "budget"} \
-        if not summary["ttft_budget_met"] else None
+    stop = lambda summary: (
+        {"at": summary["concurrency"], "reason": "slo_breach", "detail": "budget"}
+        if not summary["ttft_budget_met"]
+        else None
+    )
     summary = sweep(Driver(), on_level=on_level, stop_rule=stop).run()
     assert seen == [(0, [{"step": 0}], 4), (1, [{"step": 1}], 4), (2, [{"step": 2}], 4)]
     assert [lv["ttft_budget_met"] for lv in summary["levels"]] == [True, True, False]

@@ -31,7 +31,7 @@ from kneecap.validation import (
 
 def doc_table() -> str:
     text = DOC_FILE.read_text()
-    return text[text.index(TABLE_BEGIN): text.index(TABLE_END) + len(TABLE_END)]
+    return text[text.index(TABLE_BEGIN) : text.index(TABLE_END) + len(TABLE_END)]
 
 
 def test_points_cover_engines_gpus_layouts_and_dtypes():
@@ -54,7 +54,9 @@ def test_every_point_names_its_source_and_a_published_value():
 
 
 def test_a_bad_point_is_a_one_line_error_naming_the_field():
-    good = json.loads(Path(__file__).resolve().parents[2].joinpath("src/kneecap/data/validation/points.json").read_text())["points"][0]
+    good = json.loads(
+        Path(__file__).resolve().parents[2].joinpath("src/kneecap/data/validation/points.json").read_text()
+    )["points"][0]
     with pytest.raises(KneecapError, match="unknown engine 'tgi-9'"):
         Point.from_dict({**good, "engine": "tgi-9"})
     with pytest.raises(KneecapError, match="bad or missing field"):
@@ -74,8 +76,11 @@ def test_points_needing_a_missing_knob_stay_in_the_table_with_the_reason():
 def test_fast_points_match_the_documented_rows():
     """Cheap closed-loop points, re-simulated, give exactly the documented predictions (the full check is the slow test)."""
     table = doc_table()
-    points = [p for p in load_points() if p.concurrency != "max" and p.sim_requests * (p.isl + p.osl) <= 300_000
-              and not p.not_simulated][:12]
+    points = [
+        p
+        for p in load_points()
+        if p.concurrency != "max" and p.sim_requests * (p.isl + p.osl) <= 300_000 and not p.not_simulated
+    ][:12]
     assert len(points) >= 8
     for p in points:
         row = error_table([p])[0]
@@ -88,9 +93,14 @@ def test_prediction_is_deterministic():
 
 
 def test_regression_check_fails_when_a_median_worsens_by_more_than_the_margin():
-    rows = [{"error_pct": e, "metric": "output_tok_s",
-             "groups": {g: "x" for g in ("engine", "GPU vendor", "PP > 1", "MoE", "MLA", "FP8", "FP4")}}
-            for e in (10.0, 20.0, 30.0)]
+    rows = [
+        {
+            "error_pct": e,
+            "metric": "output_tok_s",
+            "groups": {g: "x" for g in ("engine", "GPU vendor", "PP > 1", "MoE", "MLA", "FP8", "FP4")},
+        }
+        for e in (10.0, 20.0, 30.0)
+    ]
     base = baseline_document(rows)
     assert regressions(rows, base) == []
     worse = [{**r, "error_pct": r["error_pct"] + REGRESSION_POINTS + 0.5} for r in rows]
@@ -107,21 +117,26 @@ def full_table():
 
 @pytest.mark.slow
 def test_documented_table_is_regenerated_by_the_code(full_table):
-    assert render_markdown(full_table) == doc_table(), "docs/validation.md is stale: run `python -m kneecap.validation --write`"
+    assert render_markdown(full_table) == doc_table(), (
+        "docs/validation.md is stale: run `python -m kneecap.validation --write`"
+    )
 
 
 @pytest.mark.slow
 def test_no_median_worsens_by_more_than_two_points_against_the_baseline(full_table):
     baseline = json.loads(BASELINE_FILE.read_text())
     worse = regressions(full_table, baseline)
-    assert not worse, ("validation got worse: " + "; ".join(worse) + f" (now {median_abs_error_pct(full_table):.1f}%). "
-                       "Fix it, or accept it explicitly with `python -m kneecap.validation --write-baseline`")
+    assert not worse, (
+        "validation got worse: " + "; ".join(worse) + f" (now {median_abs_error_pct(full_table):.1f}%). "
+        "Fix it, or accept it explicitly with `python -m kneecap.validation --write-baseline`"
+    )
 
 
 def test_bias_check_fails_on_a_new_or_worsened_signed_median():
     """A group of BIAS_MIN_POINTS or more whose signed median (latencies negated: + = too fast) goes beyond
     +-BIAS_LIMIT_PCT fails the check, as a worsened median does; one the baseline already records fails only if it
     worsens by more than the margin."""
+
     def rows(errors, metric="output_tok_s"):
         return [{"error_pct": e, "metric": metric, "groups": {"engine": "x"}} for e in errors]
 
@@ -170,6 +185,10 @@ def test_a_sample_of_the_printed_command_lines_reproduce_their_predictions(tmp_p
     for i, p in enumerate(sample):
         args = shlex.split(command_line(p))
         assert args[:2] == ["kneecap", "simulate"]
-        out = subprocess.run([sys.executable, "-m", "kneecap", *args[1:], "--json", "--out", str(tmp_path / str(i))],
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-m", "kneecap", *args[1:], "--json", "--out", str(tmp_path / str(i))],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         assert metric_value(p, json.loads(out.stdout)["levels"][0]) == pytest.approx(predict(p), rel=1e-9), p.id

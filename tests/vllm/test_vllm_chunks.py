@@ -28,10 +28,20 @@ def records(out: Path) -> list[dict]:
 
 def raw_chat_stream(server, max_tokens: int) -> list[dict]:
     """The chunks of one streamed chat request, as vLLM sent them (no kneecap code in between)."""
-    body = {"model": server.model, "messages": [{"role": "user", "content": "abc abc abc"}], "max_tokens": max_tokens,
-            "temperature": 0, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
-    req = urllib.request.Request(server.base_url + "/v1/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    body = {
+        "model": server.model,
+        "messages": [{"role": "user", "content": "abc abc abc"}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    req = urllib.request.Request(
+        server.base_url + "/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=120) as resp:
         lines = resp.read().decode().splitlines()
     return [json.loads(x[6:]) for x in lines if x.startswith("data: ") and x != "data: [DONE]"]
@@ -39,8 +49,26 @@ def raw_chat_stream(server, max_tokens: int) -> list[dict]:
 
 def bench(cli, server, out: Path, endpoint: str) -> dict:
     accepted = server.metric(SPEC_ACCEPTED)
-    r = cli("bench", "--base-url", server.base_url, "--endpoint", endpoint, "--isl", str(ISL), "--osl", str(OSL),
-            "--concurrency", "1,4", "--requests", "8", "--out", str(out), "--json", "--no-report", timeout=600)
+    r = cli(
+        "bench",
+        "--base-url",
+        server.base_url,
+        "--endpoint",
+        endpoint,
+        "--isl",
+        str(ISL),
+        "--osl",
+        str(OSL),
+        "--concurrency",
+        "1,4",
+        "--requests",
+        "8",
+        "--out",
+        str(out),
+        "--json",
+        "--no-report",
+        timeout=600,
+    )
     assert r.code == 0, r.stderr
     # the drafter's tokens were accepted during these levels: some decode steps emitted several tokens at once
     assert server.metric(SPEC_ACCEPTED) > accepted
@@ -125,8 +153,24 @@ def test_bench_counts_reasoning_tokens_toward_ttft_and_itl_on_chat(cli, vllm_chu
 def test_tokens_per_chunk_is_one_on_the_default_server(cli, vllm, tmp_path):
     """Control: the session's default vLLM (--stream-interval 1) sends one token per chunk, counted so."""
     out = tmp_path / "o"
-    r = cli("bench", "--base-url", vllm.base_url, "--isl", str(ISL), "--osl", "6",
-            "--concurrency", "1", "--requests", "4", "--out", str(out), "--json", "--no-report", timeout=300)
+    r = cli(
+        "bench",
+        "--base-url",
+        vllm.base_url,
+        "--isl",
+        str(ISL),
+        "--osl",
+        "6",
+        "--concurrency",
+        "1",
+        "--requests",
+        "4",
+        "--out",
+        str(out),
+        "--json",
+        "--no-report",
+        timeout=300,
+    )
     assert r.code == 0, r.stderr
     recs = records(out)
     assert recs and all(sum(x["chunk_tokens"]) == x["output_tokens"] == 6 for x in recs), recs

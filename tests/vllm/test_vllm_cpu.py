@@ -24,8 +24,26 @@ def records(out: Path) -> list[dict]:
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])
 def test_bench_completes_every_request_with_the_lengths_vllm_counted(cli, vllm, tmp_path, endpoint):
     out = tmp_path / endpoint
-    r = cli("bench", "--base-url", vllm.base_url, "--endpoint", endpoint, "--isl", str(ISL), "--osl", str(OSL),
-            "--concurrency", "1,4,16", "--requests", "16", "--out", str(out), "--json", "--no-report", timeout=600)
+    r = cli(
+        "bench",
+        "--base-url",
+        vllm.base_url,
+        "--endpoint",
+        endpoint,
+        "--isl",
+        str(ISL),
+        "--osl",
+        str(OSL),
+        "--concurrency",
+        "1,4,16",
+        "--requests",
+        "16",
+        "--out",
+        str(out),
+        "--json",
+        "--no-report",
+        timeout=600,
+    )
     assert r.code == 0, r.stderr
     doc = json.loads(r.stdout)
     assert [lv["concurrency"] for lv in doc["levels"]] == [1, 4, 16]
@@ -44,18 +62,37 @@ def test_bench_completes_every_request_with_the_lengths_vllm_counted(cli, vllm, 
     assert all(x["output_tokens"] == OSL for x in recs)
     manifest = json.loads((out / "manifest.json").read_text())
     way = manifest["prompts"]["way"]
-    assert way == ("token_ids_server_tokenize" if endpoint == "completions" else "text_server_tokenize"), manifest["prompts"]
+    assert way == ("token_ids_server_tokenize" if endpoint == "completions" else "text_server_tokenize"), manifest[
+        "prompts"
+    ]
     assert len(manifest["bench_options"]["prompt_salt"]) == 8
 
 
 def test_a_second_run_with_the_same_salt_hits_the_prefix_cache_and_is_warned(cli, vllm, tmp_path):
-    args = ("bench", "--base-url", vllm.base_url, "--isl", "300", "--osl", "2", "--concurrency", "4",
-            "--requests", "8", "--prompt-salt", "repeat-me", "--json", "--no-report")
+    args = (
+        "bench",
+        "--base-url",
+        vllm.base_url,
+        "--isl",
+        "300",
+        "--osl",
+        "2",
+        "--concurrency",
+        "4",
+        "--requests",
+        "8",
+        "--prompt-salt",
+        "repeat-me",
+        "--json",
+        "--no-report",
+    )
     first = cli(*args, "--out", str(tmp_path / "a"), timeout=300)
     second = cli(*args, "--out", str(tmp_path / "b"), timeout=300)
     fresh = cli(*args[:-4], "--json", "--no-report", "--out", str(tmp_path / "c"), timeout=300)  # no salt: a new one
     assert first.code == second.code == fresh.code == 0, (first.stderr, second.stderr, fresh.stderr)
-    rate = [json.loads(x.stdout)["levels"][0]["server_metrics"]["prefix_cache_hit_rate"] for x in (first, second, fresh)]
+    rate = [
+        json.loads(x.stdout)["levels"][0]["server_metrics"]["prefix_cache_hit_rate"] for x in (first, second, fresh)
+    ]
     assert rate[0] < 0.1 and rate[2] < 0.1, rate
     assert rate[1] == pytest.approx(256 / 300), rate  # vLLM hits whole 128-token blocks: 2 of each 300-token prompt
     assert "prefix_cache_warning" in json.loads(second.stdout)["levels"][0]["server_metrics"]
@@ -72,8 +109,21 @@ def test_preflight_reads_the_kv_pool_vllm_logged(cli, vllm):
 
 def test_bench_names_the_models_vllm_serves_when_asked_for_another(cli, vllm, tmp_path):
     out = tmp_path / "o"
-    r = cli("bench", "--base-url", vllm.base_url, "--model", "no-such-model", "--isl", "8", "--osl", "2",
-            "--concurrency", "1", "--out", str(out))
+    r = cli(
+        "bench",
+        "--base-url",
+        vllm.base_url,
+        "--model",
+        "no-such-model",
+        "--isl",
+        "8",
+        "--osl",
+        "2",
+        "--concurrency",
+        "1",
+        "--out",
+        str(out),
+    )
     assert r.code == 2 and "does not serve model 'no-such-model'" in r.stderr and vllm.model in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not out.exists()
 
@@ -82,16 +132,26 @@ def test_the_cpu_engine_model_predicts_the_kv_pool_vllm_logged_in_exact_tokens(v
     from kneecap.model.resolve import load_model as load_model_spec
     from kneecap.plan.engines import vllm_cpu_pool
 
-    pool = vllm_cpu_pool(load_model_spec(str(tiny_model)), kv_cache_space_gib=vllm.kv_cache_space_gib,
-                         max_model_len=MAX_MODEL_LEN)
+    pool = vllm_cpu_pool(
+        load_model_spec(str(tiny_model)), kv_cache_space_gib=vllm.kv_cache_space_gib, max_model_len=MAX_MODEL_LEN
+    )
     logged = [line for line in vllm.log().splitlines() if "KV cache size:" in line][-1]
     assert pool.kv_capacity_tokens == vllm.logged_kv_tokens()
-    assert pool.log_lines[0] in logged  # the whole line: tokens and "Maximum concurrency for 2,048 tokens ...: 1024.00x"
+    assert (
+        pool.log_lines[0] in logged
+    )  # the whole line: tokens and "Maximum concurrency for 2,048 tokens ...: 1024.00x"
 
 
 def test_plan_prints_the_cpu_kv_pool_vllm_logged_for_the_same_config_and_space(cli, vllm, tiny_model):
-    args = ("plan", "--model", str(tiny_model / "config.json"), "--cpu-kvcache-space-gib", str(vllm.kv_cache_space_gib),
-            "--context", str(MAX_MODEL_LEN))  # --context: the server's --max-model-len
+    args = (
+        "plan",
+        "--model",
+        str(tiny_model / "config.json"),
+        "--cpu-kvcache-space-gib",
+        str(vllm.kv_cache_space_gib),
+        "--context",
+        str(MAX_MODEL_LEN),
+    )  # --context: the server's --max-model-len
     as_json, text = cli(*args, "--json"), cli(*args)
     assert as_json.code == text.code == 0, (as_json.stderr, text.stderr)
     logged_line = [line for line in vllm.log().splitlines() if "KV cache size:" in line][-1]
@@ -102,7 +162,8 @@ def test_plan_prints_the_cpu_kv_pool_vllm_logged_for_the_same_config_and_space(c
 
 def test_run_plan_with_a_live_vllm_candidate_completes(cli, vllm, tmp_path):
     plan = tmp_path / "plan.yaml"
-    plan.write_text(textwrap.dedent(f"""\
+    plan.write_text(
+        textwrap.dedent(f"""\
         name: vllm-cpu
         classes:
           c: {{input: 40, output: 4}}
@@ -111,7 +172,8 @@ def test_run_plan_with_a_live_vllm_candidate_completes(cli, vllm, tmp_path):
         candidates:
           - name: tiny
             target: {{kind: server, base_url: "{vllm.base_url}", timeout_s: 60}}
-        """))
+        """)
+    )
     r = cli("run", str(plan), "--out", str(tmp_path / "o"), "--json", "--no-report", timeout=600)
     assert r.code == 0, r.stderr
     cells = json.loads(r.stdout)["cells"]
@@ -127,14 +189,32 @@ def test_run_plan_with_a_live_vllm_candidate_completes(cli, vllm, tmp_path):
         assert cell["metrics"]["errors"] == {}
 
 
-
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])
 def test_a_local_tokenizer_gives_exact_text_prompts(cli, vllm, tiny_model, tmp_path, endpoint):
     """--tokenizer: text counted locally (chat: plus the template tokens the check request measured)."""
     out = tmp_path / endpoint
-    r = cli("bench", "--base-url", vllm.base_url, "--endpoint", endpoint, "--isl", "100", "--osl", "3",
-            "--concurrency", "4", "--requests", "8", "--tokenizer", str(tiny_model / "tokenizer.json"),
-            "--out", str(out), "--json", "--no-report", timeout=300)
+    r = cli(
+        "bench",
+        "--base-url",
+        vllm.base_url,
+        "--endpoint",
+        endpoint,
+        "--isl",
+        "100",
+        "--osl",
+        "3",
+        "--concurrency",
+        "4",
+        "--requests",
+        "8",
+        "--tokenizer",
+        str(tiny_model / "tokenizer.json"),
+        "--out",
+        str(out),
+        "--json",
+        "--no-report",
+        timeout=300,
+    )
     assert r.code == 0, r.stderr
     prompts = json.loads((out / "manifest.json").read_text())["prompts"]
     assert prompts["way"] == "text_local_tokenizer" and prompts["exact_input_tokens"], prompts

@@ -28,8 +28,15 @@ def granite_logged(vllm_python, tmp_path_factory):
 def test_plan_gives_the_kv_pool_vllm_logged_for_a_mamba2_hybrid_with_prefix_caching(cli, granite_logged):
     model, logged_line = granite_logged
     logged_tokens = int(KV_LOG_LINE.search(logged_line).group(1).replace(",", ""))
-    args = ("plan", "--model", str(model / "config.json"), "--cpu-kvcache-space-gib", str(KV_CACHE_SPACE_GIB),
-            "--context", str(MAX_MODEL_LEN))
+    args = (
+        "plan",
+        "--model",
+        str(model / "config.json"),
+        "--cpu-kvcache-space-gib",
+        str(KV_CACHE_SPACE_GIB),
+        "--context",
+        str(MAX_MODEL_LEN),
+    )
     as_json, text = cli(*args, "--json"), cli(*args)
     assert as_json.code == text.code == 0, (as_json.stderr, text.stderr)
     doc = json.loads(as_json.stdout)
@@ -46,8 +53,22 @@ def test_the_pool_vllm_logged_given_back_with_engine_vllm_gives_its_tokens(cli, 
     GPU pool (--kv-pool-gib, --engine vllm, the CPU build's 128-token blocks) are counted with them."""
     model, logged_line = granite_logged
     logged_tokens = int(KV_LOG_LINE.search(logged_line).group(1).replace(",", ""))
-    r = cli("plan", "--model", str(model / "config.json"), "--gpu", "h100", "--engine", "vllm", "--kv-pool-gib",
-            str(KV_CACHE_SPACE_GIB), "--block-size", "128", "--context", str(MAX_MODEL_LEN), "--json")
+    r = cli(
+        "plan",
+        "--model",
+        str(model / "config.json"),
+        "--gpu",
+        "h100",
+        "--engine",
+        "vllm",
+        "--kv-pool-gib",
+        str(KV_CACHE_SPACE_GIB),
+        "--block-size",
+        "128",
+        "--context",
+        str(MAX_MODEL_LEN),
+        "--json",
+    )
     assert r.code == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["engine"]["log_kv_cache_tokens"] == logged_tokens, logged_line

@@ -16,26 +16,44 @@ import pytest
 from tiny_sliding import write_sliding
 from vllm_server import KV_CACHE_SPACE_GIB, KV_FULL_LINE, KV_LOG_LINE, logged_kv_line
 
-CASES = [("gemma2", 1024, ()), ("gemma3", 1024, ()), ("gemma3", 2048, ("--max-num-batched-tokens", "256")),
-         ("gpt-oss", 1024, ())]
+CASES = [
+    ("gemma2", 1024, ()),
+    ("gemma3", 1024, ()),
+    ("gemma3", 2048, ("--max-num-batched-tokens", "256")),
+    ("gpt-oss", 1024, ()),
+]
 
 
 @pytest.fixture(scope="module")
 def models(vllm_python, tmp_path_factory):
-    return {kind: write_sliding(kind, tmp_path_factory.mktemp(f"tiny-{kind}"), vllm_python)
-            for kind in sorted({c[0] for c in CASES})}
+    return {
+        kind: write_sliding(kind, tmp_path_factory.mktemp(f"tiny-{kind}"), vllm_python)
+        for kind in sorted({c[0] for c in CASES})
+    }
 
 
-@pytest.mark.parametrize("kind, max_model_len, extra", CASES, ids=[f"{k}-{n}{'-batch' if e else ''}" for k, n, e in CASES])
-def test_plan_prints_the_kv_line_vllm_logged_for_a_sliding_window_model(cli, vllm_python, models, tmp_path, kind,
-                                                                      max_model_len, extra):
+@pytest.mark.parametrize(
+    "kind, max_model_len, extra", CASES, ids=[f"{k}-{n}{'-batch' if e else ''}" for k, n, e in CASES]
+)
+def test_plan_prints_the_kv_line_vllm_logged_for_a_sliding_window_model(
+    cli, vllm_python, models, tmp_path, kind, max_model_len, extra
+):
     model = models[kind]
-    line, seconds = logged_kv_line(vllm_python, model, tmp_path / "vllm.log", max_model_len=max_model_len,
-                                   extra_args=extra)
+    line, seconds = logged_kv_line(
+        vllm_python, model, tmp_path / "vllm.log", max_model_len=max_model_len, extra_args=extra
+    )
     print(f"\nvLLM logged its KV pool {seconds:.0f} s after start: {line.strip()}")
     logged = KV_FULL_LINE.search(line).group(0)
-    args = ("plan", "--model", str(model / "config.json"), "--cpu-kvcache-space-gib", str(KV_CACHE_SPACE_GIB),
-            "--context", str(max_model_len), *extra)
+    args = (
+        "plan",
+        "--model",
+        str(model / "config.json"),
+        "--cpu-kvcache-space-gib",
+        str(KV_CACHE_SPACE_GIB),
+        "--context",
+        str(max_model_len),
+        *extra,
+    )
     text, as_json = cli(*args), cli(*args, "--json")
     assert text.code == as_json.code == 0, (text.stderr, as_json.stderr)
     printed = [ln.strip() for ln in text.stdout.splitlines() if ln.strip().startswith("CPU KV cache size:")]

@@ -13,12 +13,30 @@ from pathlib import Path
 
 from tiny_llama import BOS_ID, EOS_ID, MAX_POSITIONS, VOCAB_SIZE, write_tokenizer
 
-CONFIG = dict(vocab_size=VOCAB_SIZE, hidden_size=128, num_attention_heads=2, num_key_value_heads=1,
-              max_position_embeddings=MAX_POSITIONS, bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=259,
-              tie_word_embeddings=False, num_hidden_layers=4, layer_types=["mamba", "attention", "mamba", "mamba"],
-              intermediate_size=64, shared_intermediate_size=128, num_local_experts=4, num_experts_per_tok=2,
-              mamba_n_heads=4, mamba_d_head=64, mamba_d_state=16, mamba_n_groups=1, mamba_d_conv=4, mamba_expand=2,
-              position_embedding_type="rope")
+CONFIG = dict(
+    vocab_size=VOCAB_SIZE,
+    hidden_size=128,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    max_position_embeddings=MAX_POSITIONS,
+    bos_token_id=BOS_ID,
+    eos_token_id=EOS_ID,
+    pad_token_id=259,
+    tie_word_embeddings=False,
+    num_hidden_layers=4,
+    layer_types=["mamba", "attention", "mamba", "mamba"],
+    intermediate_size=64,
+    shared_intermediate_size=128,
+    num_local_experts=4,
+    num_experts_per_tok=2,
+    mamba_n_heads=4,
+    mamba_d_head=64,
+    mamba_d_state=16,
+    mamba_n_groups=1,
+    mamba_d_conv=4,
+    mamba_expand=2,
+    position_embedding_type="rope",
+)
 
 _WRITE = """
 import json, sys, torch
@@ -32,8 +50,9 @@ model.to(torch.bfloat16).save_pretrained(sys.argv[1])
 def write_granite(folder: Path, python: str, timeout_s: float = 300.0) -> Path:
     """The model folder (config.json, model.safetensors, tokenizer) written with `python` (the vLLM venv's)."""
     folder.mkdir(parents=True, exist_ok=True)
-    r = subprocess.run([python, "-c", _WRITE, str(folder), json.dumps(CONFIG)], capture_output=True, text=True,
-                       timeout=timeout_s)
+    r = subprocess.run(
+        [python, "-c", _WRITE, str(folder), json.dumps(CONFIG)], capture_output=True, text=True, timeout=timeout_s
+    )
     if r.returncode != 0:
         raise RuntimeError(f"writing the tiny Granite-4.0-H failed ({r.returncode}): {r.stderr[-2000:]}")
     write_tokenizer(folder)

@@ -19,21 +19,41 @@ VOCAB_SIZE = 260  # 256 byte tokens + <s>, </s>, <unk>, <pad>
 SPECIALS = ("<s>", "</s>", "<unk>", "<pad>")
 THINK = ("<think>", "</think>")  # vllm/reasoning/deepseek_r1_reasoning_parser.py (0.32.0): start and end token
 BOS_ID, EOS_ID = 256, 257
-HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE = 128, 2, 2, 1, 256  # head_dim 64: vLLM's CPU attention takes 32, 64, 80, ...
+HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE = (
+    128,
+    2,
+    2,
+    1,
+    256,
+)  # head_dim 64: vLLM's CPU attention takes 32, 64, 80, ...
 HEAD_DIM = HIDDEN // HEADS
 MAX_POSITIONS = 2048
-CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-                 "{% if add_generation_prompt %}assistant:{% endif %}")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
 
 
 def config(vocab_size: int = VOCAB_SIZE) -> dict:
     return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": vocab_size,
-        "hidden_size": HIDDEN, "intermediate_size": INTERMEDIATE, "num_hidden_layers": LAYERS,
-        "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
-        "max_position_embeddings": MAX_POSITIONS, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-        "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-        "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": 256 + SPECIALS.index("<pad>"),
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": vocab_size,
+        "hidden_size": HIDDEN,
+        "intermediate_size": INTERMEDIATE,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "max_position_embeddings": MAX_POSITIONS,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": BOS_ID,
+        "eos_token_id": EOS_ID,
+        "pad_token_id": 256 + SPECIALS.index("<pad>"),
     }
 
 
@@ -44,21 +64,26 @@ def tensors(seed: int = 0, vocab_size: int = VOCAB_SIZE) -> dict[str, np.ndarray
         return (rng.standard_normal(shape) * 0.02).astype("<f4")
 
     ones = lambda n: np.ones(n, "<f4")  # noqa: E731
-    out = {"model.embed_tokens.weight": w(vocab_size, HIDDEN), "model.norm.weight": ones(HIDDEN),
-           "lm_head.weight": w(vocab_size, HIDDEN)}
+    out = {
+        "model.embed_tokens.weight": w(vocab_size, HIDDEN),
+        "model.norm.weight": ones(HIDDEN),
+        "lm_head.weight": w(vocab_size, HIDDEN),
+    }
     for i in range(LAYERS):
         p = f"model.layers.{i}."
-        out.update({
-            p + "input_layernorm.weight": ones(HIDDEN),
-            p + "post_attention_layernorm.weight": ones(HIDDEN),
-            p + "self_attn.q_proj.weight": w(HEADS * HEAD_DIM, HIDDEN),
-            p + "self_attn.k_proj.weight": w(KV_HEADS * HEAD_DIM, HIDDEN),
-            p + "self_attn.v_proj.weight": w(KV_HEADS * HEAD_DIM, HIDDEN),
-            p + "self_attn.o_proj.weight": w(HIDDEN, HEADS * HEAD_DIM),
-            p + "mlp.gate_proj.weight": w(INTERMEDIATE, HIDDEN),
-            p + "mlp.up_proj.weight": w(INTERMEDIATE, HIDDEN),
-            p + "mlp.down_proj.weight": w(HIDDEN, INTERMEDIATE),
-        })
+        out.update(
+            {
+                p + "input_layernorm.weight": ones(HIDDEN),
+                p + "post_attention_layernorm.weight": ones(HIDDEN),
+                p + "self_attn.q_proj.weight": w(HEADS * HEAD_DIM, HIDDEN),
+                p + "self_attn.k_proj.weight": w(KV_HEADS * HEAD_DIM, HIDDEN),
+                p + "self_attn.v_proj.weight": w(KV_HEADS * HEAD_DIM, HIDDEN),
+                p + "self_attn.o_proj.weight": w(HIDDEN, HEADS * HEAD_DIM),
+                p + "mlp.gate_proj.weight": w(INTERMEDIATE, HIDDEN),
+                p + "mlp.up_proj.weight": w(INTERMEDIATE, HIDDEN),
+                p + "mlp.down_proj.weight": w(HIDDEN, INTERMEDIATE),
+            }
+        )
     return out
 
 
@@ -95,15 +120,28 @@ def write_tokenizer(folder: Path, think: bool = False) -> None:
     tok.add_special_tokens(list(SPECIALS))
     if think:  # added but not special, as in DeepSeek-R1's tokenizer: the text keeps them, the parser splits on them
         tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in THINK])
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
-                                                       special_tokens=[("<s>", BOS_ID)])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", BOS_ID)]
+    )
     tok.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-        "unk_token": "<unk>", "pad_token": "<pad>", "add_bos_token": True, "model_max_length": MAX_POSITIONS,
-        "chat_template": CHAT_TEMPLATE}, indent=1))
-    (folder / "special_tokens_map.json").write_text(json.dumps(
-        {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "pad_token": "<pad>",
+                "add_bos_token": True,
+                "model_max_length": MAX_POSITIONS,
+                "chat_template": CHAT_TEMPLATE,
+            },
+            indent=1,
+        )
+    )
+    (folder / "special_tokens_map.json").write_text(
+        json.dumps({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"})
+    )
 
 
 def write_model(folder: Path, seed: int = 0, think: bool = False) -> Path:

@@ -16,15 +16,27 @@ from pathlib import Path
 from tiny_llama import BOS_ID, EOS_ID, MAX_POSITIONS, VOCAB_SIZE, write_tokenizer
 
 WINDOW = 64
-_COMMON = dict(vocab_size=VOCAB_SIZE, hidden_size=128, num_attention_heads=2, num_key_value_heads=2, head_dim=64,
-               max_position_embeddings=MAX_POSITIONS, bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=259,
-               sliding_window=WINDOW)
+_COMMON = dict(
+    vocab_size=VOCAB_SIZE,
+    hidden_size=128,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    head_dim=64,
+    max_position_embeddings=MAX_POSITIONS,
+    bos_token_id=BOS_ID,
+    eos_token_id=EOS_ID,
+    pad_token_id=259,
+    sliding_window=WINDOW,
+)
 # kind -> (transformers config class, model class, config)
 MODELS = {
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(_COMMON, intermediate_size=256, num_hidden_layers=4)),
     "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(_COMMON, intermediate_size=256, num_hidden_layers=6)),
-    "gpt-oss": ("GptOssConfig", "GptOssForCausalLM", dict(_COMMON, intermediate_size=64, num_hidden_layers=2,
-                                                           num_local_experts=4, num_experts_per_tok=2)),
+    "gpt-oss": (
+        "GptOssConfig",
+        "GptOssForCausalLM",
+        dict(_COMMON, intermediate_size=64, num_hidden_layers=2, num_local_experts=4, num_experts_per_tok=2),
+    ),
 }
 
 _WRITE = """
@@ -40,8 +52,12 @@ def write_sliding(kind: str, folder: Path, python: str, timeout_s: float = 300.0
     """The model folder of MODELS[kind] (config.json, model.safetensors, tokenizer) written with `python`."""
     config_cls, model_cls, config = MODELS[kind]
     folder.mkdir(parents=True, exist_ok=True)
-    r = subprocess.run([python, "-c", _WRITE, str(folder), config_cls, model_cls, json.dumps(config)],
-                       capture_output=True, text=True, timeout=timeout_s)
+    r = subprocess.run(
+        [python, "-c", _WRITE, str(folder), config_cls, model_cls, json.dumps(config)],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
     if r.returncode != 0:
         raise RuntimeError(f"writing the tiny {kind} failed ({r.returncode}): {r.stderr[-2000:]}")
     write_tokenizer(folder)

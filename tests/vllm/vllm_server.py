@@ -41,15 +41,24 @@ STOP_GRACE_S = 20.0
 STREAM_INTERVAL = 3
 NUM_SPECULATIVE_TOKENS = 3
 SPECULATIVE_CONFIG = {"method": "ngram", "num_speculative_tokens": NUM_SPECULATIVE_TOKENS, "prompt_lookup_max": 3}
-CHUNKED_ARGS = ("--stream-interval", str(STREAM_INTERVAL), "--reasoning-parser", "deepseek_r1",
-                "--speculative-config", json.dumps(SPECULATIVE_CONFIG),
-                "--override-generation-config", json.dumps({"temperature": 0}))
+CHUNKED_ARGS = (
+    "--stream-interval",
+    str(STREAM_INTERVAL),
+    "--reasoning-parser",
+    "deepseek_r1",
+    "--speculative-config",
+    json.dumps(SPECULATIVE_CONFIG),
+    "--override-generation-config",
+    json.dumps({"temperature": 0}),
+)
 SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"  # draft tokens accepted (counter, /metrics)
 # vllm/v1/core/kv_cache_utils.py (0.32.0) logs "{CPU|GPU} KV cache size: 2,097,152 tokens, Maximum concurrency ..."
 KV_LOG_LINE = re.compile(r"(?:CPU|GPU) KV cache size: ([\d,]+) tokens")
 # the whole line, as kneecap plan prints it: "CPU KV cache size: N tokens, Maximum concurrency for L tokens ...: X.XXx"
-KV_FULL_LINE = re.compile(r"CPU KV cache size: [\d,]+ tokens, Maximum concurrency for [\d,]+ tokens per request: "
-                          r"[\d.]+x")
+KV_FULL_LINE = re.compile(
+    r"CPU KV cache size: [\d,]+ tokens, Maximum concurrency for [\d,]+ tokens per request: "
+    r"[\d.]+x"
+)
 
 
 def free_port() -> int:
@@ -78,8 +87,11 @@ class VllmServer:
         """One counter or gauge of the server's /metrics, summed over its label sets."""
         with urllib.request.urlopen(self.base_url + "/metrics", timeout=30) as resp:
             text = resp.read().decode()
-        values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                  if line.startswith(name + "{") or line.startswith(name + " ")]
+        values = [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(name + "{") or line.startswith(name + " ")
+        ]
         if not values:
             raise AssertionError(f"{name} is not in {self.base_url}/metrics")
         return sum(values)
@@ -107,14 +119,41 @@ class VllmServer:
             self.proc.wait(10)
 
 
-def start_vllm(python: str, model_dir: Path, log_path: Path, *, timeout_s: float = STARTUP_TIMEOUT_S,
-               extra_args: tuple[str, ...] = ()) -> VllmServer:
+def start_vllm(
+    python: str,
+    model_dir: Path,
+    log_path: Path,
+    *,
+    timeout_s: float = STARTUP_TIMEOUT_S,
+    extra_args: tuple[str, ...] = (),
+) -> VllmServer:
     port = free_port()
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=str(KV_CACHE_SPACE_GIB), VLLM_CPU_OMP_THREADS_BIND="auto",
-               VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), "--served-model-name",
-           SERVED_NAME, "--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(MAX_MODEL_LEN),
-           "--enforce-eager", *extra_args]
+    env = dict(
+        os.environ,
+        VLLM_CPU_KVCACHE_SPACE=str(KV_CACHE_SPACE_GIB),
+        VLLM_CPU_OMP_THREADS_BIND="auto",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+    )
+    cmd = [
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        SERVED_NAME,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+        "--enforce-eager",
+        *extra_args,
+    ]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     server = VllmServer(f"http://127.0.0.1:{port}", proc, log_path, model_dir)
@@ -138,17 +177,45 @@ def start_vllm(python: str, model_dir: Path, log_path: Path, *, timeout_s: float
         raise
 
 
-def logged_kv_line(python: str, model_dir: Path, log_path: Path, *, max_model_len: int = MAX_MODEL_LEN,
-                   extra_args: tuple[str, ...] = (), timeout_s: float = STARTUP_TIMEOUT_S) -> tuple[str, float]:
+def logged_kv_line(
+    python: str,
+    model_dir: Path,
+    log_path: Path,
+    *,
+    max_model_len: int = MAX_MODEL_LEN,
+    extra_args: tuple[str, ...] = (),
+    timeout_s: float = STARTUP_TIMEOUT_S,
+) -> tuple[str, float]:
     """Start vLLM as start_vllm does (same environment and flags) only until it logs its KV cache size (after
     loading the weights and sizing the pool, before its warm-up and /health); return (that line, seconds it took)
     and stop it by PID: a test that needs the figure does not wait for a served model."""
     port = free_port()
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=str(KV_CACHE_SPACE_GIB), VLLM_CPU_OMP_THREADS_BIND="auto",
-               VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), "--served-model-name",
-           SERVED_NAME, "--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(max_model_len),
-           "--enforce-eager", *extra_args]
+    env = dict(
+        os.environ,
+        VLLM_CPU_KVCACHE_SPACE=str(KV_CACHE_SPACE_GIB),
+        VLLM_CPU_OMP_THREADS_BIND="auto",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+    )
+    cmd = [
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        SERVED_NAME,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(max_model_len),
+        "--enforce-eager",
+        *extra_args,
+    ]
     t0 = time.monotonic()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)

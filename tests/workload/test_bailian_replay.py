@@ -36,10 +36,13 @@ def test_sessions_parse_with_their_parents_and_16_token_blocks():
     assert len(fan_out) == 3  # the agent's three sub-agent calls
 
 
-@pytest.mark.parametrize("line,needle", [
-    ('{"chat_id": 1, "timestamp": 0, "input_length": 5, "output_length": 5}', "lacks parent_chat_id"),
-    ('{"chat_id": 1, "parent_chat_id": -1, "timestamp": -1, "input_length": 5, "output_length": 5}', "timestamp"),
-])
+@pytest.mark.parametrize(
+    "line,needle",
+    [
+        ('{"chat_id": 1, "timestamp": 0, "input_length": 5, "output_length": 5}', "lacks parent_chat_id"),
+        ('{"chat_id": 1, "parent_chat_id": -1, "timestamp": -1, "input_length": 5, "output_length": 5}', "timestamp"),
+    ],
+)
 def test_broken_lines_are_one_line_errors(line, needle):
     with pytest.raises(KneecapError, match=needle):
         parse_trace(line, "t.jsonl")
@@ -60,8 +63,21 @@ def _check_sessions(folder: Path, levels: int) -> dict:
 
 
 def test_simulated_replay_keeps_each_child_after_its_parent(tmp_path):
-    r = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--replay", str(SAMPLE),
-                "--replay-speed", "1,20", "--out", str(tmp_path / "sim"), "--no-report", "--quiet")
+    r = run_cli(
+        "simulate",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--replay",
+        str(SAMPLE),
+        "--replay-speed",
+        "1,20",
+        "--out",
+        str(tmp_path / "sim"),
+        "--no-report",
+        "--quiet",
+    )
     assert r.code == 0, r.stderr
     _check_sessions(tmp_path / "sim", 2)
 
@@ -71,8 +87,19 @@ def test_bench_replay_on_kneecap_serve_keeps_each_child_after_its_parent(tmp_pat
 
     proc, url = start_server(["--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--time-scale", "0.5"])
     try:
-        r = run_cli("bench", "--base-url", url, "--replay", str(SAMPLE), "--replay-speed", "1,20",
-                    "--out", str(tmp_path / "bench"), "--no-report", "--quiet")
+        r = run_cli(
+            "bench",
+            "--base-url",
+            url,
+            "--replay",
+            str(SAMPLE),
+            "--replay-speed",
+            "1,20",
+            "--out",
+            str(tmp_path / "bench"),
+            "--no-report",
+            "--quiet",
+        )
     finally:
         stop_server(proc)
     assert r.code == 0, r.stderr

@@ -27,9 +27,20 @@ def sim():
     from kneecap.model.spec import Model
     from kneecap.plan.ledger import build_plan
 
-    model = Model(name="tiny", source="test", architecture="LlamaForCausalLM", num_hidden_layers=4, hidden_size=1024,
-                  num_attention_heads=8, num_key_value_heads=8, head_dim=128, vocab_size=32000,
-                  layer_types=("full_attention",) * 4, total_params=1_000_000_000, active_params=1_000_000_000)
+    model = Model(
+        name="tiny",
+        source="test",
+        architecture="LlamaForCausalLM",
+        num_hidden_layers=4,
+        hidden_size=1024,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=32000,
+        layer_types=("full_attention",) * 4,
+        total_params=1_000_000_000,
+        active_params=1_000_000_000,
+    )
     return from_plan(build_plan(Deployment(model=model, gpu=get_gpu("h100-sxm")), context=8192))
 
 
@@ -46,10 +57,28 @@ def bench_level(opts: BenchOptions, workload: BenchWorkload, plan):
 @pytest.mark.parametrize("kind", ["concurrency", "rate"])
 def test_lengths_prefix_groups_and_arrivals_are_the_same(sim, kind):
     levels = (2, 5) if kind == "concurrency" else (3.0, 7.0)
-    bench = BenchOptions(base_url=URL, isl=600, osl=40, requests=12, warmup=3, seed=11, shared_prefix_tokens=100,
-                         num_prefix_groups=4, **{kind: levels})
-    simo = SimulateOptions(kind=kind, levels=levels, isl=600, osl=40, requests=12, warmup=3, seed=11,
-                           shared_prefix_tokens=100, num_prefix_groups=4)
+    bench = BenchOptions(
+        base_url=URL,
+        isl=600,
+        osl=40,
+        requests=12,
+        warmup=3,
+        seed=11,
+        shared_prefix_tokens=100,
+        num_prefix_groups=4,
+        **{kind: levels},
+    )
+    simo = SimulateOptions(
+        kind=kind,
+        levels=levels,
+        isl=600,
+        osl=40,
+        requests=12,
+        warmup=3,
+        seed=11,
+        shared_prefix_tokens=100,
+        num_prefix_groups=4,
+    )
     driver = VirtualTimeDriver(sim, simo)
     for bp, sp in zip(sweep_levels(bench), sweep_levels(simo)):
         warm, work = bench_level(bench, BenchWorkload(bench), bp)
@@ -60,28 +89,51 @@ def test_lengths_prefix_groups_and_arrivals_are_the_same(sim, kind):
         assert len({s.prefix_group for s in work.specs}) > 1  # the seed draws the groups: they must match
         records = driver.run_level(sp, keep=lambda r: None).records
         by_id = {r.request_id: r for r in records}
-        assert {s.request_id: (s.input_tokens, s.output_tokens) for s in warm.specs + work.specs} == \
-            {i: (r.expected_input_tokens, r.expected_output_tokens) for i, r in by_id.items()}
+        assert {s.request_id: (s.input_tokens, s.output_tokens) for s in warm.specs + work.specs} == {
+            i: (r.expected_input_tokens, r.expected_output_tokens) for i, r in by_id.items()
+        }
     # rate levels: bench's client draws the measured requests' times as the simulator does, seed + level index
     if kind == "rate":
         plain = BenchOptions(base_url=URL, isl=600, osl=40, requests=12, seed=11, rate=levels)
         simp = SimulateOptions(kind=kind, levels=levels, isl=600, osl=40, requests=12, seed=11)
         for bp, sp in zip(sweep_levels(plain), sweep_levels(simp)):
             want = arrival_offsets(bp.value, 12, plain.burstiness, plain.seed + bp.index)
-            got = sorted(r.scheduled_at for r in VirtualTimeDriver(sim, simp).run_level(sp, keep=lambda r: None).records)
+            got = sorted(
+                r.scheduled_at for r in VirtualTimeDriver(sim, simp).run_level(sp, keep=lambda r: None).records
+            )
             assert got == pytest.approx(want, abs=1e-12)
 
 
 def test_a_replayed_trace_is_sent_with_the_same_blocks_and_times(sim, tmp_path):
     path = tmp_path / "t.jsonl"
-    path.write_text("".join(json.dumps({"timestamp": 700 * i + (i % 3) * 90, "input_length": 600 + 10 * i,
-                                        "output_length": 4 + i, "hash_ids": [7, 8 + i % 2]}) + "\n" for i in range(9)))
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "timestamp": 700 * i + (i % 3) * 90,
+                    "input_length": 600 + 10 * i,
+                    "output_length": 4 + i,
+                    "hash_ids": [7, 8 + i % 2],
+                }
+            )
+            + "\n"
+            for i in range(9)
+        )
+    )
     trace = replay_schedule(str(path), None, False)
     speeds = (1.0, 2.5)
-    bench = BenchOptions(base_url=URL, replay=str(path), replay_speeds=speeds, trace_rate=trace.rate,
-                         replay_requests=len(trace.schedule), rate=tuple(s * trace.rate for s in speeds), warmup=2)
-    simo = SimulateOptions(kind="rate", levels=tuple(s * trace.rate for s in speeds), schedule=trace.schedule, warmup=2,
-                           isl=1, osl=1)
+    bench = BenchOptions(
+        base_url=URL,
+        replay=str(path),
+        replay_speeds=speeds,
+        trace_rate=trace.rate,
+        replay_requests=len(trace.schedule),
+        rate=tuple(s * trace.rate for s in speeds),
+        warmup=2,
+    )
+    simo = SimulateOptions(
+        kind="rate", levels=tuple(s * trace.rate for s in speeds), schedule=trace.schedule, warmup=2, isl=1, osl=1
+    )
     workload = load_workload(bench, context_tokens=8192)
     for bp, sp in zip(sweep_levels(bench), sweep_levels(simo)):
         warm, work = bench_level(bench, workload, bp)
@@ -103,7 +155,9 @@ def test_a_rate_ramp_and_conversations_are_the_same(sim):
     (bp,), (sp,) = sweep_levels(bench), sweep_levels(simo)
     work = BenchWorkload(bench).level(bp, warmup=False)
     spec = level_spec(simo, sp)
-    assert [at for at, _ in spec.schedule] == list(work.offsets) and asked(s for _, s in spec.schedule) == asked(work.specs)
+    assert [at for at, _ in spec.schedule] == list(work.offsets) and asked(s for _, s in spec.schedule) == asked(
+        work.specs
+    )
     records = VirtualTimeDriver(sim, simo).run_level(sp, keep=lambda r: None)
     assert sorted(x.scheduled_at for x in records.records) == pytest.approx(list(work.offsets), abs=1e-12)
     assert len(records.fields["slices"]) == 10
@@ -113,8 +167,11 @@ def test_a_rate_ramp_and_conversations_are_the_same(sim):
     (bp,), (sp,) = sweep_levels(bench), sweep_levels(simo)
     warm, work = bench_level(bench, BenchWorkload(bench), bp)
     spec = level_spec(simo, sp)
-    assert [asked(c) for c in spec.conversations] == [asked(t for t in warm.specs + work.specs if t.conversation_id == c)
-                                                      for c in dict.fromkeys(t.conversation_id for t in warm.specs + work.specs)]
+    assert [asked(c) for c in spec.conversations] == [
+        asked(t for t in warm.specs + work.specs if t.conversation_id == c)
+        for c in dict.fromkeys(t.conversation_id for t in warm.specs + work.specs)
+    ]
     done = VirtualTimeDriver(sim, simo).run_level(sp, keep=lambda r: None).records
-    assert sorted((r.conversation_id, r.turn) for r in done) == sorted((t.conversation_id, t.turn)
-                                                                       for t in warm.specs + work.specs)
+    assert sorted((r.conversation_id, r.turn) for r in done) == sorted(
+        (t.conversation_id, t.turn) for t in warm.specs + work.specs
+    )

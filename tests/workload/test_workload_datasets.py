@@ -9,8 +9,14 @@ import pytest
 
 from kneecap.client.prompts import prompt_sha256 as client_sha256
 from kneecap.errors import KneecapError
-from kneecap.workload.datasets import (NO_FILTER, LengthFilter, estimate_tokens, parse_dataset,
-                                       read_dataset, sample_dataset)
+from kneecap.workload.datasets import (
+    NO_FILTER,
+    LengthFilter,
+    estimate_tokens,
+    parse_dataset,
+    read_dataset,
+    sample_dataset,
+)
 
 DATA = Path(__file__).parent / "data"
 
@@ -34,7 +40,10 @@ def test_custom_jsonl_output_len_and_bad_lines(tmp_path):
     path = tmp_path / "c.jsonl"
     path.write_text('{"prompt": "one two three four five", "output_len": 7}\n\n{"prompt": "six seven"}\n')
     entries = read_dataset(path)
-    assert [(e.prompt, e.output_len, e.line) for e in entries] == [("one two three four five", 7, 1), ("six seven", None, 3)]
+    assert [(e.prompt, e.output_len, e.line) for e in entries] == [
+        ("one two three four five", 7, 1),
+        ("six seven", None, 3),
+    ]
     path.write_text('{"prompt": "a"}\n{"prompt": "b", "output_len": 0}\n')
     with pytest.raises(KneecapError) as err:
         read_dataset(path)
@@ -60,7 +69,9 @@ def test_sampling_is_seeded_and_oversamples_like_vllm():
     entries = read_dataset(DATA / "sharegpt_v3_shape.json")
     a = sample_dataset(entries, 10, words, seed=3)
     assert a == sample_dataset(entries, 10, words, seed=3)
-    assert [r.source_line for r in a.requests] != [r.source_line for r in sample_dataset(entries, 10, words, seed=4).requests]
+    assert [r.source_line for r in a.requests] != [
+        r.source_line for r in sample_dataset(entries, 10, words, seed=4).requests
+    ]
     assert a.oversampled == 6 and len(a.requests) == 10
 
 
@@ -88,8 +99,10 @@ def test_entry_without_reply_needs_an_output_length(tmp_path):
 
 
 def test_conversation_ending_on_the_human_turn_is_skipped_not_fatal():
-    lines = [{"conversations": [{"from": "human", "value": "a question left unanswered"}]},
-             {"conversations": [{"from": "human", "value": "a b c d"}, {"from": "gpt", "value": "e f g"}]}]
+    lines = [
+        {"conversations": [{"from": "human", "value": "a question left unanswered"}]},
+        {"conversations": [{"from": "human", "value": "a b c d"}, {"from": "gpt", "value": "e f g"}]},
+    ]
     entries = parse_dataset("\n".join(json.dumps(x) for x in lines).encode(), "inline")
     sample = sample_dataset(entries, 2, words)
     assert sample.rejected == {"no_reply": 1} and {r.source_line for r in sample.requests} == {2}
@@ -102,8 +115,13 @@ def test_bad_filters_are_one_line_errors():
     with pytest.raises(KneecapError, match="holds no prompts"):
         parse_dataset(b"[]", "x")
     with pytest.raises(KneecapError, match="no dataset entry passes"):
-        sample_dataset(parse_dataset(b'{"prompt": "a"}', "x"), 1, words, length_filter=LengthFilter(max_total_tokens=5),
-                       default_output_len=5)
+        sample_dataset(
+            parse_dataset(b'{"prompt": "a"}', "x"),
+            1,
+            words,
+            length_filter=LengthFilter(max_total_tokens=5),
+            default_output_len=5,
+        )
 
 
 def test_estimate_is_four_characters_a_token():

@@ -12,7 +12,9 @@ from kneecap.workload.multiturn import expected_turns, plan_conversations
 
 
 def plan(**kw):
-    args = dict(requests=48, turns=3, new_input=LengthDist.fixed(100), output=LengthDist.fixed(20), seed=7, think_time_s=1.5)
+    args = dict(
+        requests=48, turns=3, new_input=LengthDist.fixed(100), output=LengthDist.fixed(20), seed=7, think_time_s=1.5
+    )
     args.update(kw)
     return plan_conversations(**args)
 
@@ -43,32 +45,50 @@ def test_turn_k_input_is_previous_input_plus_answer_plus_new_input():
 
 
 def test_planner_is_pure_and_seeded():
-    lengths = dict(new_input=LengthDist(kind="uniform", low=10, high=90), output=LengthDist(kind="uniform", low=1, high=30))
+    lengths = dict(
+        new_input=LengthDist(kind="uniform", low=10, high=90), output=LengthDist(kind="uniform", low=1, high=30)
+    )
     p = plan(**lengths)
     assert plan(**lengths) == p and expected_turns(p, p.conversations[0]) == expected_turns(p, p.conversations[0])
     assert plan(seed=8, **lengths).conversations != p.conversations
 
 
 def test_lengths_come_from_distributions():
-    p = plan(requests=300, turns=3, new_input=LengthDist(kind="uniform", low=10, high=50),
-             output=LengthDist(kind="uniform", low=1, high=9))
+    p = plan(
+        requests=300,
+        turns=3,
+        new_input=LengthDist(kind="uniform", low=10, high=50),
+        output=LengthDist(kind="uniform", low=1, high=9),
+    )
     ins = [x for c in p.conversations for x in c.new_input_tokens]
     assert min(ins) >= 10 and max(ins) <= 50 and len(set(ins)) > 10
-    again = plan(requests=300, turns=3, new_input=LengthDist(kind="uniform", low=10, high=50),
-                 output=LengthDist(kind="uniform", low=1, high=9))
+    again = plan(
+        requests=300,
+        turns=3,
+        new_input=LengthDist(kind="uniform", low=10, high=50),
+        output=LengthDist(kind="uniform", low=1, high=9),
+    )
     assert again == p
 
 
 @settings(max_examples=50, deadline=None)
 @given(turns=st.integers(1, 6), conversations=st.integers(1, 4), seed=st.integers(0, 100))
 def test_property_every_turn_extends_the_previous_prompt_and_answer(turns, conversations, seed):
-    p = plan_conversations(turns * conversations, turns, LengthDist(kind="uniform", low=1, high=30),
-                           LengthDist(kind="uniform", low=1, high=30), seed=seed, think_time_s=0.5)
+    p = plan_conversations(
+        turns * conversations,
+        turns,
+        LengthDist(kind="uniform", low=1, high=30),
+        LengthDist(kind="uniform", low=1, high=30),
+        seed=seed,
+        think_time_s=0.5,
+    )
     for conv in p.conversations:
         seen = expected_turns(p, conv)
         for t, nxt in zip(seen, seen[1:]):
             k = nxt.spec.turn
-            assert nxt.spec.input_tokens == t.spec.input_tokens + conv.output_tokens[k - 2] + conv.new_input_tokens[k - 1]
+            assert (
+                nxt.spec.input_tokens == t.spec.input_tokens + conv.output_tokens[k - 2] + conv.new_input_tokens[k - 1]
+            )
             assert nxt.spec.prefix_tokens == nxt.spec.input_tokens - 1 and nxt.think_time_s == 0.5
         assert [s.spec.turn for s in seen] == list(range(1, turns + 1))
         assert {s.spec.conversation_id for s in seen} == {conv.conversation_id}
@@ -76,7 +96,23 @@ def test_property_every_turn_extends_the_previous_prompt_and_answer(turns, conve
 
 def test_a_warmup_that_is_not_whole_conversations_names_warmup(cli, tmp_path):
     """--warmup counts turns as --requests does: the error names the flag that is wrong."""
-    r = cli("simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--turns", "3", "--warmup", "8",
-            "--requests", "9", "--concurrency", "2", "--out", str(tmp_path / "o"), "--no-report")
+    r = cli(
+        "simulate",
+        "--preset",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--turns",
+        "3",
+        "--warmup",
+        "8",
+        "--requests",
+        "9",
+        "--concurrency",
+        "2",
+        "--out",
+        str(tmp_path / "o"),
+        "--no-report",
+    )
     assert r.code == 2 and "--warmup 8 is not a whole number of 3-turn conversations" in r.stderr, r.stderr
     assert "--requests" not in r.stderr.splitlines()[0].split("—")[0]

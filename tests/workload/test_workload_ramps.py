@@ -18,8 +18,14 @@ from kneecap.workload.slices import p99_stable, slice_metrics, time_slices
 def test_parse_ramp_and_errors():
     assert parse_ramp("linear:1:64:120") == Ramp("linear", 1.0, 64.0, 120.0)
     assert parse_ramp(" exp:0.5:32:300 ") == Ramp("exp", 0.5, 32.0, 300.0)
-    for bad, fragment in [("linear:1:64", "needs 4"), ("step:1:2:3", "linear or exp"), ("exp:0:4:10", "> 0"),
-                          ("linear:1:x:10", "must be numbers"), ("linear:1:4:0", "SECONDS"), ("linear:-1:4:5", ">= 0")]:
+    for bad, fragment in [
+        ("linear:1:64", "needs 4"),
+        ("step:1:2:3", "linear or exp"),
+        ("exp:0:4:10", "> 0"),
+        ("linear:1:x:10", "must be numbers"),
+        ("linear:1:4:0", "SECONDS"),
+        ("linear:-1:4:5", ">= 0"),
+    ]:
         with pytest.raises(KneecapError) as err:
             parse_ramp(bad)
         assert fragment in err.value.one_line() and bad in err.value.one_line()
@@ -46,8 +52,13 @@ def test_poisson_ramp_arrivals_follow_the_rate():
 
 
 @settings(max_examples=60, deadline=None)
-@given(kind=st.sampled_from(["linear", "exp"]), a=st.floats(0.5, 50), b=st.floats(0.5, 50), d=st.floats(1, 500),
-       x=st.floats(0, 1))
+@given(
+    kind=st.sampled_from(["linear", "exp"]),
+    a=st.floats(0.5, 50),
+    b=st.floats(0.5, 50),
+    d=st.floats(1, 500),
+    x=st.floats(0, 1),
+)
 def test_property_arrival_inverse(kind, a, b, d, x):
     ramp = Ramp(kind, a, b, d)
     t = x * d
@@ -64,9 +75,19 @@ def test_concurrency_schedules():
 
 def rec(i, sent, ttft, itl, n=5, ok=True, warmup=False):
     chunks = [sent + ttft + k * itl for k in range(n)]
-    return RequestRecord(request_id=f"r{i}", level=0, sent_at=sent, first_token_at=chunks[0], end_at=chunks[-1],
-                         chunk_times=chunks, chunk_tokens=[1] * n, output_tokens=n, expected_input_tokens=10,
-                         status="ok" if ok else "error", warmup=warmup)
+    return RequestRecord(
+        request_id=f"r{i}",
+        level=0,
+        sent_at=sent,
+        first_token_at=chunks[0],
+        end_at=chunks[-1],
+        chunk_times=chunks,
+        chunk_tokens=[1] * n,
+        output_tokens=n,
+        expected_input_tokens=10,
+        status="ok" if ok else "error",
+        warmup=warmup,
+    )
 
 
 def test_time_slices_and_per_slice_metrics():
@@ -76,8 +97,9 @@ def test_time_slices_and_per_slice_metrics():
     assert slices[1].start_s == 5.0 and slices[1].end_s == 10.0
     ramp = Ramp("linear", 1, 4, 20)
     per = slice_metrics(records, 5.0, ramp=ramp)
-    assert [p["load"] for p in per] == pytest.approx([ramp.value_at(2.5), ramp.value_at(7.5), ramp.value_at(12.5),
-                                                      ramp.value_at(17.5)])
+    assert [p["load"] for p in per] == pytest.approx(
+        [ramp.value_at(2.5), ramp.value_at(7.5), ramp.value_at(12.5), ramp.value_at(17.5)]
+    )
     assert per[0]["summary"]["completed"] == 10 and per[0]["summary"]["request_s"] == pytest.approx(2.0)
     assert per[3]["summary"]["ttft_ms"]["mean"] > per[0]["summary"]["ttft_ms"]["mean"]  # TTFT grows in the data
     with pytest.raises(KneecapError):
@@ -136,8 +158,18 @@ def test_stable_p99_estimates_equal_the_level_summary_over_the_same_records():
             t += float(rng.uniform(0.01, 0.05))
             times.append(t)
             toks.append(int(rng.choice([0, 1, 1, 2, 3])))
-        records.append(RequestRecord(request_id=f"r{i}", level=0, sent_at=sent, first_token_at=times[0], end_at=times[-1],
-                                     chunk_times=times, chunk_tokens=toks, output_tokens=sum(toks)))
+        records.append(
+            RequestRecord(
+                request_id=f"r{i}",
+                level=0,
+                sent_at=sent,
+                first_token_at=times[0],
+                end_at=times[-1],
+                chunk_times=times,
+                chunk_tokens=toks,
+                output_tokens=sum(toks),
+            )
+        )
     last_end = max(r.end_at for r in records)
     v = p99_stable(records, 5.0, windows=2, now_s=last_end, min_samples=10)
     full = [r for r in records if r.end_at <= v.window_ends_s[-1]]

@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 
 from kneecap.errors import KneecapError
 from kneecap.workload import TRACE_BLOCK_TOKENS
-from kneecap.workload.traces import (parse_burstgpt, parse_mooncake, parse_trace, plan_replay,
-                                     read_trace)
+from kneecap.workload.traces import parse_burstgpt, parse_mooncake, parse_trace, plan_replay, read_trace
 
 DATA = Path(__file__).parent / "data"
 
@@ -59,11 +58,13 @@ def test_equal_hash_ids_give_equal_blocks_so_the_prefix_cache_hits():
 
 def test_broken_mooncake_lines_name_file_and_line():
     good = '{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [0]}\n'
-    for bad, fragment in [('{"timestamp": 5, "input_length": 10}', "lacks output_length"),
-                          ('{"timestamp": 5, "input_length": 10, "output_length": 2', "not valid JSON"),
-                          ('{"timestamp": -1, "input_length": 10, "output_length": 2}', "timestamp"),
-                          ('{"timestamp": 1, "input_length": 0, "output_length": 2}', "input_length"),
-                          ('{"timestamp": 1, "input_length": 3, "output_length": 2, "hash_ids": ["a"]}', "hash_ids")]:
+    for bad, fragment in [
+        ('{"timestamp": 5, "input_length": 10}', "lacks output_length"),
+        ('{"timestamp": 5, "input_length": 10, "output_length": 2', "not valid JSON"),
+        ('{"timestamp": -1, "input_length": 10, "output_length": 2}', "timestamp"),
+        ('{"timestamp": 1, "input_length": 0, "output_length": 2}', "input_length"),
+        ('{"timestamp": 1, "input_length": 3, "output_length": 2, "hash_ids": ["a"]}', "hash_ids"),
+    ]:
         with pytest.raises(KneecapError) as err:
             parse_mooncake(good + bad + "\n", "t.jsonl")
         assert "t.jsonl line 2" in err.value.one_line() and fragment in err.value.one_line()
@@ -73,7 +74,10 @@ def test_burstgpt_csv_columns_and_failures():
     trace = read_trace(DATA / "burstgpt_shape.csv")
     assert trace.format == "burstgpt"
     assert [(r.line, r.timestamp_s, r.input_tokens, r.output_tokens) for r in trace.rows][:3] == [
-        (2, 5.0, 472, 18), (3, 45.0, 1087, 230), (4, 118.0, 417, 276)]
+        (2, 5.0, 472, 18),
+        (3, 45.0, 1087, 230),
+        (4, 118.0, 417, 276),
+    ]
     assert trace.failed_rows == (5,)  # 0 response tokens: BurstGPT's failed request
     assert [t.spec.input_tokens for t in plan_replay(trace).requests] == [472, 1087, 417, 20000]
     assert [t.send_at_s for t in plan_replay(trace, replay_speed=10).requests] == [0.0, 4.0, 11.3, 11.6]
@@ -114,8 +118,14 @@ def _prompt_ids(spec, seed=0):
 def _spec(index, input_tokens, hash_ids=()):
     from kneecap.workload import RequestSpec
 
-    return RequestSpec(index=index, request_id=f"r{index}", class_name="trace", input_tokens=input_tokens,
-                       output_tokens=1, block_hashes=tuple(hash_ids))
+    return RequestSpec(
+        index=index,
+        request_id=f"r{index}",
+        class_name="trace",
+        input_tokens=input_tokens,
+        output_tokens=1,
+        block_hashes=tuple(hash_ids),
+    )
 
 
 def test_burstgpt_prompts_share_nothing():
@@ -125,8 +135,14 @@ def test_burstgpt_prompts_share_nothing():
 
 
 @settings(max_examples=60, deadline=None)
-@given(shared=st.integers(0, 4), a_extra=st.integers(0, 3), b_extra=st.integers(0, 3), a_tail=st.integers(1, 512),
-       b_tail=st.integers(1, 512), seed=st.integers(0, 50))
+@given(
+    shared=st.integers(0, 4),
+    a_extra=st.integers(0, 3),
+    b_extra=st.integers(0, 3),
+    a_tail=st.integers(1, 512),
+    b_tail=st.integers(1, 512),
+    seed=st.integers(0, 50),
+)
 def test_property_shared_leading_hash_ids_mean_shared_leading_tokens(shared, a_extra, b_extra, a_tail, b_tail, seed):
     ids_a = list(range(shared)) + [100 + i for i in range(a_extra + 1)]
     ids_b = list(range(shared)) + [200 + i for i in range(b_extra + 1)]
@@ -136,4 +152,4 @@ def test_property_shared_leading_hash_ids_mean_shared_leading_tokens(shared, a_e
     assert len(ta) == a.input_tokens and len(tb) == b.input_tokens
     n = shared * 512
     assert ta[:n] == tb[:n]
-    assert ta[n:n + 16] != tb[n:n + 16]  # the first differing block differs from its first tokens
+    assert ta[n : n + 16] != tb[n : n + 16]  # the first differing block differs from its first tokens

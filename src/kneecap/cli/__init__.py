@@ -54,7 +54,11 @@ def main(argv: list[str] | None = None) -> int:
         print(exc.ctx.get_help() if getattr(exc, "ctx", None) else "", file=sys.stderr)
         code = 0
     except click.UsageError as exc:
-        hint = f" — see `kneecap {exc.ctx.info_name} --help`" if exc.ctx and exc.ctx.info_name != "kneecap" else " — see `kneecap --help`"
+        hint = (
+            f" — see `kneecap {exc.ctx.info_name} --help`"
+            if exc.ctx and exc.ctx.info_name != "kneecap"
+            else " — see `kneecap --help`"
+        )
         print(" ".join(f"error: {exc.format_message()}{hint}".split()), file=sys.stderr)
         code = 2
     except typer.Exit as exc:
@@ -68,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         code = 0
     except Exception as exc:  # last resort: still one line, still no traceback
-        print(" ".join(f"error: internal error {type(exc).__name__}: {exc} — please report it".split()), file=sys.stderr)
+        print(
+            " ".join(f"error: internal error {type(exc).__name__}: {exc} — please report it".split()), file=sys.stderr
+        )
         code = 1
     sys.stdout.flush()
     return code

@@ -27,8 +27,9 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", help="Print kneecap's version and exit", is_eager=True,
-                                 callback=_print_version),
+    version: bool = typer.Option(
+        False, "--version", help="Print kneecap's version and exit", is_eager=True, callback=_print_version
+    ),
 ) -> None:
     """LLM serving capacity: plan the memory, preflight the sweep, bench or simulate it, report it."""
 
@@ -49,8 +50,10 @@ def results_folder(out: str | None, kind: str) -> Path:
     return Path(out) if out else Path("kneecap-results") / f"{kind}-{stamp}"
 
 
-EXPORT_HELP = ("vllm: also write each level as `vllm bench serve --save-result` JSON (DIR/vllm/level-N.json); "
-               "br: as an llm-d Benchmark Report v0.2.1 (DIR/br/level-N.yaml)")  # bench and simulate --export
+EXPORT_HELP = (
+    "vllm: also write each level as `vllm bench serve --save-result` JSON (DIR/vllm/level-N.json); "
+    "br: as an llm-d Benchmark Report v0.2.1 (DIR/br/level-N.yaml)"
+)  # bench and simulate --export
 
 
 def stdout_console(width_not_a_tty: int = 200, **options):

@@ -22,52 +22,135 @@ EXIT_AUTH_REFUSED = 4  # the server started refusing the API key mid-sweep: the 
 
 @app.command("bench")
 def bench(
-    base_url: Optional[str] = typer.Option(None, "--base-url", help="[required, unless --resume] OpenAI-compatible server, e.g. http://127.0.0.1:8000"),
-    model: Optional[str] = typer.Option(None, "--model", help="model name to request", show_default="the server's first model"),
+    base_url: Optional[str] = typer.Option(
+        None, "--base-url", help="[required, unless --resume] OpenAI-compatible server, e.g. http://127.0.0.1:8000"
+    ),
+    model: Optional[str] = typer.Option(
+        None, "--model", help="model name to request", show_default="the server's first model"
+    ),
     endpoint: Optional[str] = typer.Option(None, "--endpoint", help="completions | chat", show_default="completions"),
     isl: Optional[str] = flags.ISL,
     osl: Optional[str] = flags.OSL,
     concurrency: Optional[str] = flags.CONCURRENCY,
     rate: Optional[str] = flags.RATE,
-    burstiness: Optional[float] = typer.Option(None, "--burstiness", help="gamma shape of arrivals: 1 Poisson, <1 burstier", show_default="1.0"),
+    burstiness: Optional[float] = typer.Option(
+        None, "--burstiness", help="gamma shape of arrivals: 1 Poisson, <1 burstier", show_default="1.0"
+    ),
     requests: Optional[int] = typer.Option(None, "--requests", "--num-prompts", help="measured requests per level"),
     duration: Optional[float] = typer.Option(None, "--duration", help="seconds per level (instead of --requests)"),
-    warmup: Optional[int] = typer.Option(None, "--warmup", help="warmup requests per level (recorded, excluded from stats)", show_default="0"),
+    warmup: Optional[int] = typer.Option(
+        None, "--warmup", help="warmup requests per level (recorded, excluded from stats)", show_default="0"
+    ),
     slo: Optional[str] = flags.SLO,
     find_max: Optional[str] = flags.FIND_MAX,
-    repeats: int = typer.Option(1, "--repeats", help="with --find-max: a load passes only if it meets the SLO this many times"),
+    repeats: int = typer.Option(
+        1, "--repeats", help="with --find-max: a load passes only if it meets the SLO this many times"
+    ),
     export: Optional[str] = typer.Option(None, "--export", help=EXPORT_HELP),
-    out: Optional[str] = typer.Option(None, "--out", help="results folder (default ./kneecap-results/bench-<UTC time>)"),
+    out: Optional[str] = typer.Option(
+        None, "--out", help="results folder (default ./kneecap-results/bench-<UTC time>)"
+    ),
     json_out: bool = typer.Option(False, "--json", help="print summary.json on stdout, nothing else"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress display and no table"),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="per-request timeout in seconds", show_default="600"),
-    keepalive: Optional[bool] = typer.Option(None, "--keepalive/--no-keepalive", help="reuse connections; default: probe the server first and reuse them only if it keeps a connection open after a streamed response (llama.cpp does not)", show_default="probe the server"),
-    ignore_eos: Optional[bool] = typer.Option(None, "--ignore-eos/--no-ignore-eos", help="ask for exactly --osl tokens", show_default="on"),
-    dataset: Optional[str] = typer.Option(None, "--dataset", "--dataset-name", help="random, or sharegpt / jsonl with --dataset-path, or the PATH itself: ShareGPT JSON/JSONL or JSONL {prompt, output_len?}; prompts and their lengths from the data (input tokens counted by --tokenizer, else estimated at 4 characters each), rows longer than the server's context left out; records keep prompt hashes unless --keep-prompts", show_default="random"),
-    dataset_path: Optional[str] = typer.Option(None, "--dataset-path", help="the dataset file (with --dataset sharegpt or jsonl, or alone)"),
-    replay: Optional[str] = typer.Option(None, "--replay", help="replay a trace: Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids) or a BurstGPT CSV; requests sent at the trace's times, equal hash ids sent as equal token blocks so the server's prefix cache sees the reuse"),
-    replay_speed: Optional[str] = typer.Option(None, "--replay-speed", help="with --replay: how much faster than recorded, one level each, e.g. 1,2,4", show_default="1"),
-    skip_too_long: bool = typer.Option(False, "--skip-too-long", help="with --replay: leave out rows longer than the server's context (listed) instead of stopping"),
-    ramp: Optional[str] = typer.Option(None, "--ramp", help="KIND:START:END:SECONDS (KIND linear or exp): one level whose load moves from START to END over SECONDS, on the dimension given with --concurrency or --rate (any value there); metrics per tenth of it in summary.json's slices"),
-    turns: Optional[int] = typer.Option(None, "--turns", help="multi-turn: each of C users holds conversations of K turns; turn k sends turn k-1's prompt + the server's answer + --isl new tokens; --requests counts turns"),
-    think_time_s: Optional[float] = typer.Option(None, "--think-time-s", help="with --turns: seconds a user waits after an answer before its next turn", show_default="0"),
+    timeout: Optional[float] = typer.Option(
+        None, "--timeout", help="per-request timeout in seconds", show_default="600"
+    ),
+    keepalive: Optional[bool] = typer.Option(
+        None,
+        "--keepalive/--no-keepalive",
+        help="reuse connections; default: probe the server first and reuse them only if it keeps a connection open after a streamed response (llama.cpp does not)",
+        show_default="probe the server",
+    ),
+    ignore_eos: Optional[bool] = typer.Option(
+        None, "--ignore-eos/--no-ignore-eos", help="ask for exactly --osl tokens", show_default="on"
+    ),
+    dataset: Optional[str] = typer.Option(
+        None,
+        "--dataset",
+        "--dataset-name",
+        help="random, or sharegpt / jsonl with --dataset-path, or the PATH itself: ShareGPT JSON/JSONL or JSONL {prompt, output_len?}; prompts and their lengths from the data (input tokens counted by --tokenizer, else estimated at 4 characters each), rows longer than the server's context left out; records keep prompt hashes unless --keep-prompts",
+        show_default="random",
+    ),
+    dataset_path: Optional[str] = typer.Option(
+        None, "--dataset-path", help="the dataset file (with --dataset sharegpt or jsonl, or alone)"
+    ),
+    replay: Optional[str] = typer.Option(
+        None,
+        "--replay",
+        help="replay a trace: Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids) or a BurstGPT CSV; requests sent at the trace's times, equal hash ids sent as equal token blocks so the server's prefix cache sees the reuse",
+    ),
+    replay_speed: Optional[str] = typer.Option(
+        None,
+        "--replay-speed",
+        help="with --replay: how much faster than recorded, one level each, e.g. 1,2,4",
+        show_default="1",
+    ),
+    skip_too_long: bool = typer.Option(
+        False,
+        "--skip-too-long",
+        help="with --replay: leave out rows longer than the server's context (listed) instead of stopping",
+    ),
+    ramp: Optional[str] = typer.Option(
+        None,
+        "--ramp",
+        help="KIND:START:END:SECONDS (KIND linear or exp): one level whose load moves from START to END over SECONDS, on the dimension given with --concurrency or --rate (any value there); metrics per tenth of it in summary.json's slices",
+    ),
+    turns: Optional[int] = typer.Option(
+        None,
+        "--turns",
+        help="multi-turn: each of C users holds conversations of K turns; turn k sends turn k-1's prompt + the server's answer + --isl new tokens; --requests counts turns",
+    ),
+    think_time_s: Optional[float] = typer.Option(
+        None,
+        "--think-time-s",
+        help="with --turns: seconds a user waits after an answer before its next turn",
+        show_default="0",
+    ),
     until_stable: Optional[float] = flags.UNTIL_STABLE,
-    stable_window_s: Optional[float] = typer.Option(None, "--stable-window-s", help="with --until-stable: seconds per window", show_default="10"),
+    stable_window_s: Optional[float] = typer.Option(
+        None, "--stable-window-s", help="with --until-stable: seconds per window", show_default="10"
+    ),
     goodput: Optional[List[str]] = flags.GOODPUT,
     shared_prefix: Optional[str] = flags.SHARED_PREFIX,
     prefix_hit_rate: Optional[float] = flags.PREFIX_HIT_RATE,
-    reset_prefix_cache: bool = typer.Option(False, "--reset-prefix-cache", help="before each level, ask the server to drop its prefix cache (vLLM POST /reset_prefix_cache, SGLang /flush_cache), so each level starts cold; the level records which endpoint accepted"),
+    reset_prefix_cache: bool = typer.Option(
+        False,
+        "--reset-prefix-cache",
+        help="before each level, ask the server to drop its prefix cache (vLLM POST /reset_prefix_cache, SGLang /flush_cache), so each level starts cold; the level records which endpoint accepted",
+    ),
     seed: Optional[int] = typer.Option(None, "--seed", help="seed of lengths, prompts and arrivals", show_default="0"),
-    prompt_salt: Optional[str] = typer.Option(None, "--prompt-salt", help="mixed into every prompt (default: a fresh one per run, in manifest.json; pass it again to repeat a run's prompts exactly)"),
-    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="the served model's tokenizer.json: text prompts of exact length, counted locally"),
-    kv_tokens: Optional[int] = typer.Option(None, "--kv-tokens", help="KV pool in tokens for the preflight", show_default="read from the server"),
-    block_size: Optional[int] = typer.Option(None, "--block-size", help="KV block size in tokens for the preflight", show_default="the server's, else 16"),
+    prompt_salt: Optional[str] = typer.Option(
+        None,
+        "--prompt-salt",
+        help="mixed into every prompt (default: a fresh one per run, in manifest.json; pass it again to repeat a run's prompts exactly)",
+    ),
+    tokenizer: Optional[str] = typer.Option(
+        None, "--tokenizer", help="the served model's tokenizer.json: text prompts of exact length, counted locally"
+    ),
+    kv_tokens: Optional[int] = typer.Option(
+        None, "--kv-tokens", help="KV pool in tokens for the preflight", show_default="read from the server"
+    ),
+    block_size: Optional[int] = typer.Option(
+        None, "--block-size", help="KV block size in tokens for the preflight", show_default="the server's, else 16"
+    ),
     force: bool = typer.Option(False, "--force", help="run levels the preflight says exceed the KV pool"),
-    workers: Optional[int] = typer.Option(None, "--workers", help="client processes to spread streams over", show_default="1"),
-    ray_address: Optional[str] = typer.Option(None, "--ray", help="spread streams over Ray actors across a cluster's nodes: auto (RAY_ADDRESS), local (a cluster in this process) or the head's HOST:PORT; needs pip install 'kneecap[ray]'"),
-    ray_streams_per_actor: int = typer.Option(256, "--ray-streams-per-actor", help="with --ray: at most this many concurrent streams per actor (default: one actor per CPU of the cluster, more if a level needs them)"),
+    workers: Optional[int] = typer.Option(
+        None, "--workers", help="client processes to spread streams over", show_default="1"
+    ),
+    ray_address: Optional[str] = typer.Option(
+        None,
+        "--ray",
+        help="spread streams over Ray actors across a cluster's nodes: auto (RAY_ADDRESS), local (a cluster in this process) or the head's HOST:PORT; needs pip install 'kneecap[ray]'",
+    ),
+    ray_streams_per_actor: int = typer.Option(
+        256,
+        "--ray-streams-per-actor",
+        help="with --ray: at most this many concurrent streams per actor (default: one actor per CPU of the cluster, more if a level needs them)",
+    ),
     resume: Optional[str] = typer.Option(None, "--resume", help="continue the sweep in this results folder"),
-    keep_prompts: bool = typer.Option(False, "--keep-prompts", help="store prompts in requests.jsonl (default: hashes only)"),
+    keep_prompts: bool = typer.Option(
+        False, "--keep-prompts", help="store prompts in requests.jsonl (default: hashes only)"
+    ),
     redact: bool = typer.Option(False, "--redact", help="keep no server-chosen strings (URL, model, error bodies)"),
     fail_on: Optional[str] = typer.Option(None, "--fail-on", help="exit 1 on: errors, slo, stopped (comma list)"),
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="environment variable holding the API key"),
@@ -102,23 +185,48 @@ def bench(
     if goodput:
         slo = ",".join(p for p in (slo, parse_goodput(goodput)) if p)
     given = {
-        "base_url": base_url, "model": model, "endpoint": endpoint, "isl": isl_n, "osl": osl_n,
-        "isl_dist": isl_dist, "osl_dist": osl_dist, "ramp": ramp, "turns": turns, "think_time_s": think_time_s,
-        "skip_too_long": skip_too_long or None, "until_stable": until_stable, "stable_window_s": stable_window_s,
+        "base_url": base_url,
+        "model": model,
+        "endpoint": endpoint,
+        "isl": isl_n,
+        "osl": osl_n,
+        "isl_dist": isl_dist,
+        "osl_dist": osl_dist,
+        "ramp": ramp,
+        "turns": turns,
+        "think_time_s": think_time_s,
+        "skip_too_long": skip_too_long or None,
+        "until_stable": until_stable,
+        "stable_window_s": stable_window_s,
         "concurrency": tuple(concurrency_levels(concurrency)) if concurrency is not None else None,
         "rate": tuple(parse_rates(rate)) if rate is not None else None,
-        "burstiness": burstiness, "requests": requests, "duration_s": duration, "warmup": warmup, "slo": slo,
-        "timeout_s": timeout, "keepalive": keepalive, "ignore_eos": ignore_eos, "dataset": dataset, "seed": seed,
-        "prompt_salt": prompt_salt, "tokenizer": tokenizer,
-        "kv_tokens": kv_tokens, "block_size": block_size, "workers": workers,
+        "burstiness": burstiness,
+        "requests": requests,
+        "duration_s": duration,
+        "warmup": warmup,
+        "slo": slo,
+        "timeout_s": timeout,
+        "keepalive": keepalive,
+        "ignore_eos": ignore_eos,
+        "dataset": dataset,
+        "seed": seed,
+        "prompt_salt": prompt_salt,
+        "tokenizer": tokenizer,
+        "kv_tokens": kv_tokens,
+        "block_size": block_size,
+        "workers": workers,
         "fail_on": parse_fail_on(fail_on) if fail_on is not None else None,
-        "api_key_env": api_key_env, "api_key_file": api_key_file,
-        "force": force or None, "keep_prompts": keep_prompts or None, "redact": redact or None,
+        "api_key_env": api_key_env,
+        "api_key_file": api_key_file,
+        "force": force or None,
+        "keep_prompts": keep_prompts or None,
+        "redact": redact or None,
         "reset_prefix_cache": reset_prefix_cache or None,
     }
     if shared_prefix is not None or prefix_hit_rate is not None:
         given["shared_prefix_tokens"], given["num_prefix_groups"], given["warmup"] = flags.prefix_flags(
-            shared_prefix, prefix_hit_rate, isl_n, isl_dist, warmup)
+            shared_prefix, prefix_hit_rate, isl_n, isl_dist, warmup
+        )
     if replay is not None:
         given.update(_replay_levels(replay, replay_speed, concurrency, rate, skip_too_long))
     elif replay_speed is not None:
@@ -133,8 +241,10 @@ def bench(
         elif rate is not None:
             given["rate"] = (float(f"{mean:.12g}"),)
         else:
-            raise KneecapError("--ramp needs the dimension it moves on", "pass --concurrency 1 or --rate 1 with it "
-                               "(the value is replaced by the ramp's mean)")
+            raise KneecapError(
+                "--ramp needs the dimension it moves on",
+                "pass --concurrency 1 or --rate 1 with it (the value is replaced by the ramp's mean)",
+            )
 
     out_dir = Path(out) if out else None
     if resume is not None:
@@ -149,8 +259,10 @@ def bench(
 
     check_format(export)
     if find_max is not None and find_max != opts.kind:
-        raise KneecapError(f"--find-max {find_max} searches the dimension of the levels given, which is {opts.kind}",
-                           f"pass --find-max {opts.kind}, or give --{find_max} LOW,HIGH")
+        raise KneecapError(
+            f"--find-max {find_max} searches the dimension of the levels given, which is {opts.kind}",
+            f"pass --find-max {opts.kind}, or give --{find_max} LOW,HIGH",
+        )
     if find_max is not None and resume is not None:
         raise KneecapError("--find-max cannot be resumed", "start the search again with --out NEW_DIR")
     api_key = resolve_api_key(opts.api_key_env, opts.api_key_file)
@@ -159,9 +271,16 @@ def bench(
     progress = make_progress(quiet=quiet, json_out=json_out)
     previous_term = signal.signal(signal.SIGTERM, _term_as_interrupt)
     try:
-        run = run_bench(opts, api_key=api_key, out_dir=out_dir, resume=resume is not None, progress=progress,
-                        argv=current_argv(), ray=ray_target,
-                        find_max_repeats=repeats if find_max is not None else None)
+        run = run_bench(
+            opts,
+            api_key=api_key,
+            out_dir=out_dir,
+            resume=resume is not None,
+            progress=progress,
+            argv=current_argv(),
+            ray=ray_target,
+            find_max_repeats=repeats if find_max is not None else None,
+        )
     finally:
         signal.signal(signal.SIGTERM, previous_term)
         progress.close()
@@ -170,8 +289,13 @@ def bench(
     if export is not None:
         from kneecap.sweep.export import export as export_levels
 
-        export_levels(export, run.out_dir, summary, burstiness=opts.burstiness,
-                      model_id=opts.model or (summary.get("server") or {}).get("model_id") or "")
+        export_levels(
+            export,
+            run.out_dir,
+            summary,
+            burstiness=opts.burstiness,
+            model_id=opts.model or (summary.get("server") or {}).get("model_id") or "",
+        )
     if not no_report:
         from kneecap.report import render_report_or_warn
 
@@ -179,7 +303,9 @@ def bench(
     if json_out:
         import orjson
 
-        sys.stdout.write(orjson.dumps(summary, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode() + "\n")
+        sys.stdout.write(
+            orjson.dumps(summary, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode() + "\n"
+        )
     elif not quiet:
         from kneecap.sweep.render import summary_table
 
@@ -201,12 +327,19 @@ def _replay_levels(path: str, speeds: str | None, concurrency, rate, skip_too_lo
     from kneecap.workload import parse_rates
 
     if concurrency is not None or rate is not None:
-        raise KneecapError("--replay sends the trace's own requests at its own times",
-                           "drop --concurrency/--rate (use --replay-speed to scale the trace's times)")
+        raise KneecapError(
+            "--replay sends the trace's own requests at its own times",
+            "drop --concurrency/--rate (use --replay-speed to scale the trace's times)",
+        )
     values = tuple(parse_rates(speeds or "1"))
     trace = replay_schedule(path, None, skip_too_long)
-    return {"replay": path, "replay_speeds": values, "trace_rate": trace.rate, "replay_requests": len(trace.schedule),
-            "rate": tuple(v * trace.rate for v in values)}
+    return {
+        "replay": path,
+        "replay_speeds": values,
+        "trace_rate": trace.rate,
+        "replay_requests": len(trace.schedule),
+        "rate": tuple(v * trace.rate for v in values),
+    }
 
 
 def _ray_target(address: str | None, streams_per_actor: int, workers: int | None):
@@ -216,7 +349,9 @@ def _ray_target(address: str | None, streams_per_actor: int, workers: int | None
     from kneecap.cluster.connect import RayTarget, check_reachable, require_ray
 
     if workers is not None and workers > 1:
-        raise KneecapError("--ray and --workers both given", "pass one: --ray spreads streams over the cluster's actors")
+        raise KneecapError(
+            "--ray and --workers both given", "pass one: --ray spreads streams over the cluster's actors"
+        )
     require_ray()
     target = RayTarget(address, streams_per_actor=streams_per_actor)
     check_reachable(target.address)
@@ -232,25 +367,47 @@ def _resumed_options(folder, out_dir, given: dict):
     from kneecap.results import ResultsDir
 
     if not folder.is_dir():
-        raise KneecapError(f"--resume folder {folder} does not exist", "pass the results folder of an earlier bench run")
+        raise KneecapError(
+            f"--resume folder {folder} does not exist", "pass the results folder of an earlier bench run"
+        )
     if out_dir is not None and out_dir.resolve() != folder.resolve():
-        raise KneecapError("--resume and --out name different folders", "drop --out: a resumed run writes into its own folder")
+        raise KneecapError(
+            "--resume and --out name different folders", "drop --out: a resumed run writes into its own folder"
+        )
     manifest = ResultsDir(folder).read_manifest() or {}
     stored = dict(manifest.get("bench_options") or {})
     if not stored:
-        raise KneecapError(f"{folder} holds no bench manifest.json to resume from",
-                           "pass --resume the results folder of an earlier `kneecap bench` run")
+        raise KneecapError(
+            f"{folder} holds no bench manifest.json to resume from",
+            "pass --resume the results folder of an earlier `kneecap bench` run",
+        )
     # key locations are never trusted from disk (the manifest redacts them): name them again if needed
     stored.pop("api_key_env", None)
     stored.pop("api_key_file", None)
     if stored.get("base_url") in (None, "<redacted>") and given.get("base_url") is None:
-        raise KneecapError(f"{folder}/manifest.json does not hold the server URL (redacted)", "pass --base-url again with --resume")
-    changed = [k for k in ("isl", "osl", "concurrency", "rate", "requests", "warmup", "seed", "shared_prefix_tokens",
-                           "prompt_salt")
-               if given.get(k) is not None and stored.get(k) is not None and _norm(given[k]) != _norm(stored[k])]
+        raise KneecapError(
+            f"{folder}/manifest.json does not hold the server URL (redacted)", "pass --base-url again with --resume"
+        )
+    changed = [
+        k
+        for k in (
+            "isl",
+            "osl",
+            "concurrency",
+            "rate",
+            "requests",
+            "warmup",
+            "seed",
+            "shared_prefix_tokens",
+            "prompt_salt",
+        )
+        if given.get(k) is not None and stored.get(k) is not None and _norm(given[k]) != _norm(stored[k])
+    ]
     if changed:
-        raise KneecapError(f"--resume cannot change the sweep ({', '.join('--' + k.replace('_', '-') for k in changed)})",
-                           "drop those flags to continue the same sweep, or start a new run with --out")
+        raise KneecapError(
+            f"--resume cannot change the sweep ({', '.join('--' + k.replace('_', '-') for k in changed)})",
+            "drop those flags to continue the same sweep, or start a new run with --out",
+        )
     return BenchOptions.from_dict(stored, **given), folder
 
 
@@ -265,12 +422,16 @@ def exit_code(summary: dict, fail_on) -> tuple[int, str | None]:
         return EXIT_INTERRUPTED, "interrupted: results written so far are kept; continue with --resume"
     stopped = summary.get("stopped") or {}
     if stopped.get("reason") == "server_dead":
-        return EXIT_SERVER_DEAD, (f"bench: {stopped.get('detail') or 'the server stopped answering'}; the levels "
-                                  "measured so far are kept (restart the server, then --resume the folder)")
+        return EXIT_SERVER_DEAD, (
+            f"bench: {stopped.get('detail') or 'the server stopped answering'}; the levels "
+            "measured so far are kept (restart the server, then --resume the folder)"
+        )
     if stopped.get("reason") == "auth_refused":
-        return EXIT_AUTH_REFUSED, (f"bench: {stopped.get('detail')}; stopped there, the levels measured so far are "
-                                   "kept (set the key the server expects in KNEECAP_API_KEY or OPENAI_API_KEY, or "
-                                   "name it with --api-key-env / --api-key-file), then --resume the folder")
+        return EXIT_AUTH_REFUSED, (
+            f"bench: {stopped.get('detail')}; stopped there, the levels measured so far are "
+            "kept (set the key the server expects in KNEECAP_API_KEY or OPENAI_API_KEY, or "
+            "name it with --api-key-env / --api-key-file), then --resume the folder"
+        )
     levels = summary.get("levels") or []
     if "errors" in fail_on:
         failed = sum(lv.get("failed") or 0 for lv in levels)

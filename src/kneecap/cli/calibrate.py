@@ -14,7 +14,15 @@ from typing import Optional
 import typer
 
 from kneecap.cli.app import app, stdout_console
-from kneecap.cli.plan import ENGINE_DEFAULTS, SIM_FLAGS, SIM_OPTIONS, EngineDefaultsOpt, MaxBatchedOpt, MaxSeqsOpt, deployment_flags
+from kneecap.cli.plan import (
+    ENGINE_DEFAULTS,
+    SIM_FLAGS,
+    SIM_OPTIONS,
+    EngineDefaultsOpt,
+    MaxBatchedOpt,
+    MaxSeqsOpt,
+    deployment_flags,
+)
 from kneecap.errors import KneecapError
 
 
@@ -26,8 +34,22 @@ def _table(doc: dict, title: str):
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
-    for header in ("load", "ISL/OSL", "TTFT mean meas (ms)", "pred", "err %", "TPOT mean meas (ms)", "pred", "err %",
-                   "ITL p50 meas (ms)", "pred", "err %", "out tok/s meas", "pred", "err %"):
+    for header in (
+        "load",
+        "ISL/OSL",
+        "TTFT mean meas (ms)",
+        "pred",
+        "err %",
+        "TPOT mean meas (ms)",
+        "pred",
+        "err %",
+        "ITL p50 meas (ms)",
+        "pred",
+        "err %",
+        "out tok/s meas",
+        "pred",
+        "err %",
+    ):
         table.add_column(header, justify="right")
 
     def fmt(v, digits=1):
@@ -68,12 +90,21 @@ def calibrate_command(
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
-        raise KneecapError(f"summary {summary} not found", "pass the summary.json that kneecap bench --out DIR wrote") from None
+        raise KneecapError(
+            f"summary {summary} not found", "pass the summary.json that kneecap bench --out DIR wrote"
+        ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise KneecapError(f"summary {summary} is not JSON ({exc})", "pass a summary.json written by kneecap bench") from None
+        raise KneecapError(
+            f"summary {summary} is not JSON ({exc})", "pass a summary.json written by kneecap bench"
+        ) from None
     levels = levels_from_summary(doc, isl=isl, osl=osl)
-    target = simulated_deployment(request, defaults=engine_defaults, max_num_seqs=max_num_seqs,
-                                  max_num_batched_tokens=max_num_batched_tokens, step_params=parse_step_params(start))
+    target = simulated_deployment(
+        request,
+        defaults=engine_defaults,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        step_params=parse_step_params(start),
+    )
     names = tuple(n.strip() for n in fit.split(",") if n.strip())
     result = calibrate(target, levels, fit=names)
     calib = result.to_dict() | {"summary": str(path), "deployment": target.describe()}
@@ -90,16 +121,35 @@ def calibrate_command(
         return 0
     console = stdout_console(highlight=False)
     fitted = ", ".join(f"{n} {result.initial[n]:.4g} -> {getattr(result.params, n):.4g}" for n in result.fitted)
-    console.print(_table(calib, f"kneecap calibrate — {target.model_name} on {target.deployment.num_gpus}x "
-                                f"{target.deployment.gpu.name}: predicted (fitted) vs measured"))
+    console.print(
+        _table(
+            calib,
+            f"kneecap calibrate — {target.model_name} on {target.deployment.num_gpus}x "
+            f"{target.deployment.gpu.name}: predicted (fitted) vs measured",
+        )
+    )
     console.print(f"fitted: {fitted}", markup=False)
-    console.print(f"rms log error: {result.initial_rms_log_error:.3f} before, {result.rms_log_error:.3f} after "
-                  f"({result.iterations} iterations, {result.evaluations} simulated replays of the sweep)", markup=False)
+    console.print(
+        f"rms log error: {result.initial_rms_log_error:.3f} before, {result.rms_log_error:.3f} after "
+        f"({result.iterations} iterations, {result.evaluations} simulated replays of the sweep)",
+        markup=False,
+    )
     names = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "output_tok_s": "out tok/s"}
-    light = [f"{_load(row)} {names[m]} ({w:.2f})" for row in calib["levels"] for m, w in row.get("weight", {}).items() if w < 0.5]
+    light = [
+        f"{_load(row)} {names[m]} ({w:.2f})"
+        for row in calib["levels"]
+        for m, w in row.get("weight", {}).items()
+        if w < 0.5
+    ]
     if light:
-        console.print("weighed down in the fit (the simulated value jumps with tiny changes of the factors, so it "
-                      f"cannot steer them): {', '.join(light)}", markup=False)
-    console.print(f"calibration: {out_path} (use: kneecap simulate --step-params {out_path}; "
-                  f"kneecap serve --calibration {out_path})", markup=False)
+        console.print(
+            "weighed down in the fit (the simulated value jumps with tiny changes of the factors, so it "
+            f"cannot steer them): {', '.join(light)}",
+            markup=False,
+        )
+    console.print(
+        f"calibration: {out_path} (use: kneecap simulate --step-params {out_path}; "
+        f"kneecap serve --calibration {out_path})",
+        markup=False,
+    )
     return 0

@@ -34,8 +34,14 @@ def demo(
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree"),
     isl: int = typer.Option(2048, "--isl", help="Input tokens per request"),
     osl: int = typer.Option(32, "--osl", help="Output tokens per request"),
-    concurrency: Optional[str] = typer.Option(None, "--concurrency", help=f"Closed-loop levels (default: 1, 4, 16, ... up to {STREAMS_PER_CORE} streams per CPU core of this machine)"),
-    duration: float = typer.Option(30.0, "--duration", help="The longest a level runs, in seconds; it ends sooner once its steady state shows"),
+    concurrency: Optional[str] = typer.Option(
+        None,
+        "--concurrency",
+        help=f"Closed-loop levels (default: 1, 4, 16, ... up to {STREAMS_PER_CORE} streams per CPU core of this machine)",
+    ),
+    duration: float = typer.Option(
+        30.0, "--duration", help="The longest a level runs, in seconds; it ends sooner once its steady state shows"
+    ),
     out: Optional[str] = typer.Option(None, "--out", help="Results folder (default ./kneecap-results/demo-<UTC time>)"),
     json_out: bool = typer.Option(False, "--json", help="Print the bench summary.json on stdout, nothing else"),
 ) -> int:
@@ -54,15 +60,25 @@ def demo(
     cores = os.cpu_count() or 1
     levels = tuple(concurrency_levels(concurrency)) if concurrency else auto_levels(cores)
     out_dir = results_folder(out, "demo")
-    opts = BenchOptions(base_url="http://127.0.0.1:1", isl=isl, osl=osl, concurrency=levels, duration_s=duration,
-                        until_stable=STABLE_TOLERANCE, stable_window_s=STABLE_WINDOW_S)
+    opts = BenchOptions(
+        base_url="http://127.0.0.1:1",
+        isl=isl,
+        osl=osl,
+        concurrency=levels,
+        duration_s=duration,
+        until_stable=STABLE_TOLERANCE,
+        stable_window_s=STABLE_WINDOW_S,
+    )
     proc, url = start_server(["--preset", preset, "--gpu", gpu, "--tp", str(tp)])
     progress = make_progress(quiet=json_out, json_out=False)
     try:
         if not json_out:
-            print(f"simulated server: {url} (PID {proc.pid}) — {preset} on {tp}x {gpu}; sweeping C="
-                  f"{','.join(map(str, levels))} ({cores} CPU cores here), {isl} in / {osl} out, each level until "
-                  f"steady (at most {duration:g} s)", flush=True)
+            print(
+                f"simulated server: {url} (PID {proc.pid}) — {preset} on {tp}x {gpu}; sweeping C="
+                f"{','.join(map(str, levels))} ({cores} CPU cores here), {isl} in / {osl} out, each level until "
+                f"steady (at most {duration:g} s)",
+                flush=True,
+            )
         opts = dataclasses.replace(opts, base_url=url)
         run = run_bench(opts, api_key=None, out_dir=out_dir, resume=False, progress=progress, argv=current_argv())
     finally:
@@ -80,8 +96,11 @@ def demo(
     console.print(summary_table(summary))
     knee = summary.get("knee")
     if knee:
-        console.print(f"knee: C={knee.get('concurrency')} at {knee.get('output_tok_s', 0):,.0f} output tok/s "
-                      f"({knee.get('rule', knee.get('kind', ''))})", markup=False)
+        console.print(
+            f"knee: C={knee.get('concurrency')} at {knee.get('output_tok_s', 0):,.0f} output tok/s "
+            f"({knee.get('rule', knee.get('kind', ''))})",
+            markup=False,
+        )
     else:
         console.print("knee: none inside this sweep (throughput still rising at the last level)", markup=False)
     for line in level_advice(summary.get("levels") or [], cores):
@@ -110,13 +129,17 @@ def level_advice(levels: list[dict], cores: int) -> list[str]:
         if lv.get("suspect"):
             load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
             busy = f"; the machine's load average is {load:.1f} on {cores} cores" if load is not None else ""
-            out.append(f"C={c} is client-suspect: {suspect_reason(lv)}{busy}. The simulated server and this client "
-                       f"share the machine, so its numbers may be the machine's, not the server's: close other "
-                       f"programs and run again, or leave this level out (--concurrency)")
+            out.append(
+                f"C={c} is client-suspect: {suspect_reason(lv)}{busy}. The simulated server and this client "
+                f"share the machine, so its numbers may be the machine's, not the server's: close other "
+                f"programs and run again, or leave this level out (--concurrency)"
+            )
         verdict = (lv.get("stability") or {}).get("verdict")
         if verdict == "transient":
-            out.append(f"C={c} did not reach steady state within --duration: run it longer (e.g. --duration "
-                       f"{int(2 * (lv.get('duration_s') or 30))}) before reading its latencies as the load's")
+            out.append(
+                f"C={c} did not reach steady state within --duration: run it longer (e.g. --duration "
+                f"{int(2 * (lv.get('duration_s') or 30))}) before reading its latencies as the load's"
+            )
         elif verdict == "over_capacity":
             out.append(f"C={c} is over capacity: the queue grew through the level")
     return out

@@ -22,45 +22,173 @@ FLAG_OPTIONS = {
     "gpu": Annotated[Optional[str], typer.Option("--gpu", help="GPU name, e.g. h100-sxm, mi300x (see --list-gpus)")],
     "tp": Annotated[int, typer.Option("--tp", help="Tensor-parallel degree")],
     "pp": Annotated[int, typer.Option("--pp", help="Pipeline stages (layers split over stages)")],
-    "ep": Annotated[int, typer.Option("--ep", help="Expert-parallel degree over the --tp GPUs (MoE models; 1 = experts sharded by TP)")],
-    "dp_attention": Annotated[bool, typer.Option("--dp-attention", help="Attention data-parallel over the --tp GPUs: whole attention weights and a KV pool per GPU (MoE models)")],
-    "weight_dtype": Annotated[Optional[str], typer.Option("--weight-dtype", help="bf16, fp16, fp8, int8, int4/awq/gptq, nvfp4, mxfp4 (default: as the checkpoint ships)")],
-    "kv_dtype": Annotated[Optional[str], typer.Option("--kv-dtype", help="bf16, fp16 or fp8 (default: the model's 16-bit dtype, as vLLM's 'auto')")],
-    "params": Annotated[Optional[float], typer.Option("--params", help="Total parameters to price (overrides the model's count)")],
-    "context": Annotated[Optional[int], typer.Option("--context", help="Advertised max tokens per sequence (default: the model's max)")],
-    "mean_context": Annotated[Optional[int], typer.Option("--mean-context", help="Typical tokens per sequence (default: --context)")],
-    "block_size": Annotated[Optional[int], typer.Option("--block-size", help="Tokens per KV block (paged allocation; 16, SGLang page size 1)")],
-    "compute_batch_cap": Annotated[Optional[int], typer.Option("--compute-batch-cap", help="Latency/SLO cap on concurrent sequences")],
-    "overhead_gib": Annotated[float, typer.Option("--overhead-gib", help="Activations + workspace + CUDA graphs per GPU, GiB")],
-    "frag": Annotated[float, typer.Option("--frag", help="Fragmentation headroom: fraction of what is left after weights and overhead")],
-    "mem_util": Annotated[Optional[float], typer.Option("--mem-util", help="Fraction of HBM the engine may use (1.0; vLLM engine mode 0.9)")],
-    "hbm": Annotated[str, typer.Option("--hbm", help="HBM per GPU: datasheet (vendor GB x 10^9, default), device (nvidia-smi/rocm-smi), framework (PyTorch), or bytes (e.g. 192000000000, 180GiB)")],
-    "kv_pool_gib": Annotated[Optional[float], typer.Option("--kv-pool-gib", help="A KV pool an engine logged (GiB per GPU): plan tokens and sequences from it; with --engine vllm counted with the state blocks of a Mamba / linear-attention hybrid (vLLM keeps them in the pool), else as SGLang logs it (attention KV only)")],
-    "engine": Annotated[Optional[str], typer.Option("--engine", help="Model how an engine sizes its pool: vllm or sglang")],
-    "mem_fraction": Annotated[Optional[float], typer.Option("--mem-fraction", help="SGLang --mem-fraction-static (default 0.88)")],
-    "engine_version": Annotated[Optional[str], typer.Option("--engine-version", help="Engine version the pool model follows (default vLLM 0.32, SGLang 0.5); for vLLM also the hybrid state-block rule of that release")],
-    "activation_gib": Annotated[Optional[float], typer.Option("--activation-gib", help="vLLM: activation peak of its profile run, GiB (default: --overhead-gib)")],
-    "non_torch_gib": Annotated[float, typer.Option("--non-torch-gib", help="Engine mode: non-torch memory (CUDA context, NCCL), GiB")],
-    "cudagraph_gib": Annotated[float, typer.Option("--cudagraph-gib", help="vLLM >= 0.20: CUDA-graph memory estimate, GiB")],
-    "mamba_cache_size": Annotated[Optional[int], typer.Option("--mamba-cache-size", help="SGLang --max-mamba-cache-size (hybrid linear-attention models)")],
-    "cpu_kvcache_space_gib": Annotated[Optional[int], typer.Option("--cpu-kvcache-space-gib", help="vLLM CPU build: its VLLM_CPU_KVCACHE_SPACE (whole GiB); prints the KV pool in tokens it logs (no --gpu)")],
-    "max_num_batched_tokens": Annotated[Optional[int], typer.Option("--max-num-batched-tokens", help="vLLM's --max-num-batched-tokens, which its sliding-window groups reserve per request in the logged maximum concurrency (default: the release's, by GPU memory)")],
-    "language_only": Annotated[bool, typer.Option("--language-only", help="Serve a multimodal checkpoint's language model only (vLLM --language-model-only): its vision encoder is not loaded")],
-    "prefix_caching": Annotated[Optional[bool], typer.Option("--prefix-caching/--no-prefix-caching", help="vLLM prefix caching (default: the release's; on for hybrids from 0.26): with it, Mamba / linear-attention hybrids hold 2-3 state blocks per request instead of 1. With --engine sglang: its radix cache (--no-prefix-caching = --disable-radix-cache), which sets how many requests a hybrid's Mamba pool lets run")],
+    "ep": Annotated[
+        int,
+        typer.Option("--ep", help="Expert-parallel degree over the --tp GPUs (MoE models; 1 = experts sharded by TP)"),
+    ],
+    "dp_attention": Annotated[
+        bool,
+        typer.Option(
+            "--dp-attention",
+            help="Attention data-parallel over the --tp GPUs: whole attention weights and a KV pool per GPU (MoE models)",
+        ),
+    ],
+    "weight_dtype": Annotated[
+        Optional[str],
+        typer.Option(
+            "--weight-dtype",
+            help="bf16, fp16, fp8, int8, int4/awq/gptq, nvfp4, mxfp4 (default: as the checkpoint ships)",
+        ),
+    ],
+    "kv_dtype": Annotated[
+        Optional[str],
+        typer.Option("--kv-dtype", help="bf16, fp16 or fp8 (default: the model's 16-bit dtype, as vLLM's 'auto')"),
+    ],
+    "params": Annotated[
+        Optional[float], typer.Option("--params", help="Total parameters to price (overrides the model's count)")
+    ],
+    "context": Annotated[
+        Optional[int], typer.Option("--context", help="Advertised max tokens per sequence (default: the model's max)")
+    ],
+    "mean_context": Annotated[
+        Optional[int], typer.Option("--mean-context", help="Typical tokens per sequence (default: --context)")
+    ],
+    "block_size": Annotated[
+        Optional[int],
+        typer.Option("--block-size", help="Tokens per KV block (paged allocation; 16, SGLang page size 1)"),
+    ],
+    "compute_batch_cap": Annotated[
+        Optional[int], typer.Option("--compute-batch-cap", help="Latency/SLO cap on concurrent sequences")
+    ],
+    "overhead_gib": Annotated[
+        float, typer.Option("--overhead-gib", help="Activations + workspace + CUDA graphs per GPU, GiB")
+    ],
+    "frag": Annotated[
+        float,
+        typer.Option("--frag", help="Fragmentation headroom: fraction of what is left after weights and overhead"),
+    ],
+    "mem_util": Annotated[
+        Optional[float],
+        typer.Option("--mem-util", help="Fraction of HBM the engine may use (1.0; vLLM engine mode 0.9)"),
+    ],
+    "hbm": Annotated[
+        str,
+        typer.Option(
+            "--hbm",
+            help="HBM per GPU: datasheet (vendor GB x 10^9, default), device (nvidia-smi/rocm-smi), framework (PyTorch), or bytes (e.g. 192000000000, 180GiB)",
+        ),
+    ],
+    "kv_pool_gib": Annotated[
+        Optional[float],
+        typer.Option(
+            "--kv-pool-gib",
+            help="A KV pool an engine logged (GiB per GPU): plan tokens and sequences from it; with --engine vllm counted with the state blocks of a Mamba / linear-attention hybrid (vLLM keeps them in the pool), else as SGLang logs it (attention KV only)",
+        ),
+    ],
+    "engine": Annotated[
+        Optional[str], typer.Option("--engine", help="Model how an engine sizes its pool: vllm or sglang")
+    ],
+    "mem_fraction": Annotated[
+        Optional[float], typer.Option("--mem-fraction", help="SGLang --mem-fraction-static (default 0.88)")
+    ],
+    "engine_version": Annotated[
+        Optional[str],
+        typer.Option(
+            "--engine-version",
+            help="Engine version the pool model follows (default vLLM 0.32, SGLang 0.5); for vLLM also the hybrid state-block rule of that release",
+        ),
+    ],
+    "activation_gib": Annotated[
+        Optional[float],
+        typer.Option(
+            "--activation-gib", help="vLLM: activation peak of its profile run, GiB (default: --overhead-gib)"
+        ),
+    ],
+    "non_torch_gib": Annotated[
+        float, typer.Option("--non-torch-gib", help="Engine mode: non-torch memory (CUDA context, NCCL), GiB")
+    ],
+    "cudagraph_gib": Annotated[
+        float, typer.Option("--cudagraph-gib", help="vLLM >= 0.20: CUDA-graph memory estimate, GiB")
+    ],
+    "mamba_cache_size": Annotated[
+        Optional[int],
+        typer.Option("--mamba-cache-size", help="SGLang --max-mamba-cache-size (hybrid linear-attention models)"),
+    ],
+    "cpu_kvcache_space_gib": Annotated[
+        Optional[int],
+        typer.Option(
+            "--cpu-kvcache-space-gib",
+            help="vLLM CPU build: its VLLM_CPU_KVCACHE_SPACE (whole GiB); prints the KV pool in tokens it logs (no --gpu)",
+        ),
+    ],
+    "max_num_batched_tokens": Annotated[
+        Optional[int],
+        typer.Option(
+            "--max-num-batched-tokens",
+            help="vLLM's --max-num-batched-tokens, which its sliding-window groups reserve per request in the logged maximum concurrency (default: the release's, by GPU memory)",
+        ),
+    ],
+    "language_only": Annotated[
+        bool,
+        typer.Option(
+            "--language-only",
+            help="Serve a multimodal checkpoint's language model only (vLLM --language-model-only): its vision encoder is not loaded",
+        ),
+    ],
+    "prefix_caching": Annotated[
+        Optional[bool],
+        typer.Option(
+            "--prefix-caching/--no-prefix-caching",
+            help="vLLM prefix caching (default: the release's; on for hybrids from 0.26): with it, Mamba / linear-attention hybrids hold 2-3 state blocks per request instead of 1. With --engine sglang: its radix cache (--no-prefix-caching = --disable-radix-cache), which sets how many requests a hybrid's Mamba pool lets run",
+        ),
+    ],
 }
 ALL_FLAGS = tuple(n for n in FLAG_OPTIONS if n != "cpu_kvcache_space_gib")  # the CPU pool: `plan` only
 PLAN_FLAGS = ALL_FLAGS + ("cpu_kvcache_space_gib",)
 # what simulate, serve and calibrate take: a deployment without an engine's own pool model or a serving target
-SIM_FLAGS = ("preset", "model", "gpu", "tp", "pp", "ep", "dp_attention", "weight_dtype", "kv_dtype", "params", "context", "block_size",
-             "overhead_gib", "frag", "mem_util", "hbm", "kv_pool_gib")
+SIM_FLAGS = (
+    "preset",
+    "model",
+    "gpu",
+    "tp",
+    "pp",
+    "ep",
+    "dp_attention",
+    "weight_dtype",
+    "kv_dtype",
+    "params",
+    "context",
+    "block_size",
+    "overhead_gib",
+    "frag",
+    "mem_util",
+    "hbm",
+    "kv_pool_gib",
+)
 # the simulated engine has no --engine: a pool it is given is read one way, as SGLang logs it
-SIM_OPTIONS = {**FLAG_OPTIONS, "kv_pool_gib": Annotated[Optional[float], typer.Option("--kv-pool-gib", help="A KV pool an engine logged (GiB per GPU) for the simulated engine: counted as attention KV only, as SGLang logs it (a Mamba / linear-attention hybrid's state is kept apart)")]}
+SIM_OPTIONS = {
+    **FLAG_OPTIONS,
+    "kv_pool_gib": Annotated[
+        Optional[float],
+        typer.Option(
+            "--kv-pool-gib",
+            help="A KV pool an engine logged (GiB per GPU) for the simulated engine: counted as attention KV only, as SGLang logs it (a Mamba / linear-attention hybrid's state is kept apart)",
+        ),
+    ],
+}
 
 # the simulated engine's scheduler knobs, for the commands that run it (simulate, serve, calibrate)
 ENGINE_DEFAULTS = "vllm"
-EngineDefaultsOpt = Annotated[str, typer.Option("--engine-defaults", help="vllm, sglang or trtllm (TensorRT-LLM): whose scheduler defaults to mimic")]
-MaxSeqsOpt = Annotated[Optional[int], typer.Option("--max-num-seqs", help="Sequences running at once (default: the engine's)")]
-MaxBatchedOpt = Annotated[Optional[int], typer.Option("--max-num-batched-tokens", help="Tokens per step (default: the engine's)")]
+EngineDefaultsOpt = Annotated[
+    str,
+    typer.Option("--engine-defaults", help="vllm, sglang or trtllm (TensorRT-LLM): whose scheduler defaults to mimic"),
+]
+MaxSeqsOpt = Annotated[
+    Optional[int], typer.Option("--max-num-seqs", help="Sequences running at once (default: the engine's)")
+]
+MaxBatchedOpt = Annotated[
+    Optional[int], typer.Option("--max-num-batched-tokens", help="Tokens per step (default: the engine's)")
+]
 
 
 def deployment_flags(names: tuple[str, ...] = ALL_FLAGS, options: dict = FLAG_OPTIONS):
@@ -114,8 +242,10 @@ def _list_gpus(as_json: bool) -> int:
     print(f"{'--gpu':14} {'datasheet':>9}  {'driver reports':>14}  {'HBM bandwidth':>13}  {'link':6}  part")
     for g in gpus:
         dev = f"{g.device_bytes / GiB:.2f} GiB" if g.device_bytes else "n/a"
-        print(f"{g.name:14} {g.datasheet_bytes / 1e9:>6.0f} GB  {dev:>14}  {g.hbm_bandwidth_bytes_s / 1e12:>8.2f} TB/s  "
-              f"{g.interconnect:6}  {g.label}")
+        print(
+            f"{g.name:14} {g.datasheet_bytes / 1e9:>6.0f} GB  {dev:>14}  {g.hbm_bandwidth_bytes_s / 1e12:>8.2f} TB/s  "
+            f"{g.interconnect:6}  {g.label}"
+        )
     return 0
 
 
@@ -127,8 +257,10 @@ def _cpu_pool(request, as_json: bool) -> int:
     if as_json:
         sys.stdout.write(json.dumps({"engine": pool.to_json(), "kv_capacity_tokens": pool.kv_capacity_tokens}) + "\n")
         return 0
-    print(f"vLLM CPU build {pool.version}: VLLM_CPU_KVCACHE_SPACE={request.cpu_kvcache_space_gib} = "
-          f"{pool.budget_bytes:,} B -> {pool.num_blocks:,} blocks ({pool.layout})")
+    print(
+        f"vLLM CPU build {pool.version}: VLLM_CPU_KVCACHE_SPACE={request.cpu_kvcache_space_gib} = "
+        f"{pool.budget_bytes:,} B -> {pool.num_blocks:,} blocks ({pool.layout})"
+    )
     print("the server would log:")
     for line in pool.log_lines:
         print(f"  {line}")
@@ -144,7 +276,9 @@ def _cpu_pool(request, as_json: bool) -> int:
 @deployment_flags(PLAN_FLAGS)
 def plan_command(
     request=None,
-    prefix_tokens: Annotated[Optional[int], typer.Option("--prefix-tokens", help="Shared prompt prefix per request (prices prefix sharing)")] = None,
+    prefix_tokens: Annotated[
+        Optional[int], typer.Option("--prefix-tokens", help="Shared prompt prefix per request (prices prefix sharing)")
+    ] = None,
     list_gpus: Annotated[bool, typer.Option("--list-gpus", help="List the GPU catalog and exit")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document")] = False,
 ) -> int:

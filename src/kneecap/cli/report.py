@@ -17,14 +17,26 @@ from kneecap.errors import KneecapError
 
 @app.command("report")
 def report(
-    folders: List[Path] = typer.Argument(..., metavar="DIR...", help="A results folder (bench, simulate, run), a plan.json, or two "
-                                                   "sweep folders A B to compare level by level."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Folder to write into (default: the results folder; "
-                                                           "for A B, folder B), or FILE.md / FILE.html to name it."),
+    folders: List[Path] = typer.Argument(
+        ...,
+        metavar="DIR...",
+        help="A results folder (bench, simulate, run), a plan.json, or two "
+        "sweep folders A B to compare level by level.",
+    ),
+    out: Optional[Path] = typer.Option(
+        None,
+        "--out",
+        help="Folder to write into (default: the results folder; "
+        "for A B, folder B), or FILE.md / FILE.html to name it.",
+    ),
     fmt: str = typer.Option("both", "--format", help="md, html or both."),
     as_json: bool = typer.Option(False, "--json", help="Print {kind, files} as one JSON document."),
-    force: bool = typer.Option(False, "--force", help="Compare A B even when one is a concurrency sweep and the "
-                                                      "other a rate sweep (plots only: no level matches)."),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Compare A B even when one is a concurrency sweep and the "
+        "other a rate sweep (plots only: no level matches).",
+    ),
 ) -> int:
     """Render results as report.md + report.html (plots embedded), or compare two runs (compare.md/.html)."""
     import json
@@ -35,8 +47,9 @@ def report(
     if fmt not in ("md", "html", "both"):
         raise KneecapError(f"unknown --format {fmt!r}", "use --format md, html or both")
     if len(folders) > 2:
-        raise KneecapError(f"kneecap report takes one folder, or two to compare; got {len(folders)}",
-                           "pass DIR, or A B")
+        raise KneecapError(
+            f"kneecap report takes one folder, or two to compare; got {len(folders)}", "pass DIR, or A B"
+        )
     differ: list = []
     if len(folders) == 2:
         from kneecap.report.compare import differences

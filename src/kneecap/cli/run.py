@@ -18,10 +18,20 @@ def run(
     json_out: bool = typer.Option(False, "--json", help="Print summary.json on stdout, nothing else"),
     quiet: bool = typer.Option(False, "--quiet", help="No progress lines"),
     no_report: bool = typer.Option(False, "--no-report", help="Do not render report.md/report.html at the end"),
-    export: Optional[str] = typer.Option(None, "--export", help="br: also write each cell as an llm-d Benchmark Report v0.2.1 (DIR/br/cell-NNNN.yaml)"),
-    resume: Optional[str] = typer.Option(None, "--resume", help="Continue a killed run of this plan in its results folder"),
-    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="Exit 1 on: errors, limit, slo, rejected (comma list)"),
-    cell: Optional[str] = typer.Option(None, "--cell", help="Run one cell again: CANDIDATE/CLASS/STATE (with --load and --repetition; the handoff's Reproduce line)"),
+    export: Optional[str] = typer.Option(
+        None, "--export", help="br: also write each cell as an llm-d Benchmark Report v0.2.1 (DIR/br/cell-NNNN.yaml)"
+    ),
+    resume: Optional[str] = typer.Option(
+        None, "--resume", help="Continue a killed run of this plan in its results folder"
+    ),
+    fail_on: Optional[str] = typer.Option(
+        None, "--fail-on", help="Exit 1 on: errors, limit, slo, rejected (comma list)"
+    ),
+    cell: Optional[str] = typer.Option(
+        None,
+        "--cell",
+        help="Run one cell again: CANDIDATE/CLASS/STATE (with --load and --repetition; the handoff's Reproduce line)",
+    ),
     load: Optional[float] = typer.Option(None, "--load", help="With --cell: the load step (concurrency or rate)"),
     repetition: Optional[int] = typer.Option(None, "--repetition", help="With --cell: the repetition, counted from 0"),
 ) -> int:
@@ -45,8 +55,9 @@ def run(
         raise KneecapError(f"--export {export!r} is not a format run writes", "pass --export br")
     spec, base_dir = load_plan_file(plan_file)
     if spec.load.dimension == "rate" and spec.load.steps == "auto":
-        raise KneecapError(f"{plan_file}: load.steps: auto works for concurrency only",
-                           "list the rates, e.g. steps: [1, 2, 4, 8]")
+        raise KneecapError(
+            f"{plan_file}: load.steps: auto works for concurrency only", "list the rates, e.g. steps: [1, 2, 4, 8]"
+        )
     from kneecap.loadplan.execute import FAIL_ON, plan_digest
     from kneecap.loadplan.reproduce import select_cell
 
@@ -56,7 +67,9 @@ def run(
     wanted = tuple(x.strip() for x in (fail_on or "").split(",") if x.strip())
     unknown = [x for x in wanted if x not in FAIL_ON]
     if unknown:
-        raise KneecapError(f"--fail-on {','.join(unknown)} is not one of {', '.join(FAIL_ON)}", "pass e.g. --fail-on errors,rejected")
+        raise KneecapError(
+            f"--fail-on {','.join(unknown)} is not one of {', '.join(FAIL_ON)}", "pass e.g. --fail-on errors,rejected"
+        )
     previous = None
     if resume:
         if out and Path(out) != Path(resume):
@@ -64,15 +77,21 @@ def run(
         folder = Path(resume)
         results = ResultsDir(folder)
         if not results.summary_path.exists():
-            raise KneecapError(f"nothing to resume in {folder}: no summary.json", "pass the folder of an earlier kneecap run")
+            raise KneecapError(
+                f"nothing to resume in {folder}: no summary.json", "pass the folder of an earlier kneecap run"
+            )
         previous = results.read_summary()
         if previous.get("kind") != "run" or previous.get("plan_sha256") != plan_digest(Path(plan_file)):
-            raise KneecapError(f"{folder} was not written by this plan file (or was changed since)",
-                               "resume with the same plan file, or start a new --out folder")
+            raise KneecapError(
+                f"{folder} was not written by this plan file (or was changed since)",
+                "resume with the same plan file, or start a new --out folder",
+            )
     else:
         folder = results_folder(out, "run")
         results = ResultsDir(folder)
-    results.write_manifest(current_argv(), extra={"kind": "run", "plan": str(Path(plan_file).resolve().name), "seed": spec.seed})
+    results.write_manifest(
+        current_argv(), extra={"kind": "run", "plan": str(Path(plan_file).resolve().name), "seed": spec.seed}
+    )
     say = None if (quiet or json_out) else (lambda line: print(line, file=sys.stderr, flush=True))
     summary = run_load_plan(spec, base_dir, Path(plan_file), results, progress=say, resume=previous, only=only)
     if export == "br":
@@ -107,10 +126,15 @@ def run_exit_code(summary: dict, wanted: tuple[str, ...]) -> tuple[int, str | No
 
     stopped = summary.get("stopped") or {}
     if stopped.get("reason") in ("server_dead", "auth_refused"):
-        fix = ("restart it, then --resume the folder" if stopped["reason"] == "server_dead"
-               else "set the key the server expects (the target's api_key_env), then --resume the folder")
-        return ((EXIT_SERVER_DEAD if stopped["reason"] == "server_dead" else EXIT_AUTH_REFUSED),
-                f"run: candidate {stopped.get('candidate')}: {stopped.get('detail')}; the cells measured so far "
-                f"are kept ({fix})")
+        fix = (
+            "restart it, then --resume the folder"
+            if stopped["reason"] == "server_dead"
+            else "set the key the server expects (the target's api_key_env), then --resume the folder"
+        )
+        return (
+            (EXIT_SERVER_DEAD if stopped["reason"] == "server_dead" else EXIT_AUTH_REFUSED),
+            f"run: candidate {stopped.get('candidate')}: {stopped.get('detail')}; the cells measured so far "
+            f"are kept ({fix})",
+        )
     why = fail_on_reason(summary, wanted)
     return (1, why) if why else (0, None)

@@ -46,7 +46,7 @@ def _child(args: list[str], conn) -> None:
 
     def on_out(line: str) -> None:
         if line.startswith(READY_PREFIX):
-            conn.send(("ready", line[len(READY_PREFIX):].split()[0]))
+            conn.send(("ready", line[len(READY_PREFIX) :].split()[0]))
 
     def on_err(line: str) -> None:
         if line.strip():
@@ -79,8 +79,10 @@ def start_server(args: list[str], timeout_s: float = SERVER_START_TIMEOUT_S):
             msg = parent.recv()
             if msg[0] == "ready":
                 return proc, msg[1]
-            raise KneecapError(f"kneecap serve exited before listening: {msg[2] or 'no message'}",
-                               "run the same flags with `kneecap serve` to see the problem")
+            raise KneecapError(
+                f"kneecap serve exited before listening: {msg[2] or 'no message'}",
+                "run the same flags with `kneecap serve` to see the problem",
+            )
     except EOFError:
         pass
     finally:

@@ -17,7 +17,15 @@ import typer
 from kneecap.cli import sweep_flags as flags
 from kneecap.cli.spec_flags import SpecAcceptanceOpt, SpecMethodOpt, SpecTokensOpt, speculative
 from kneecap.cli.app import EXPORT_HELP, app, results_folder, stdout_console
-from kneecap.cli.plan import ENGINE_DEFAULTS, SIM_FLAGS, SIM_OPTIONS, EngineDefaultsOpt, MaxBatchedOpt, MaxSeqsOpt, deployment_flags
+from kneecap.cli.plan import (
+    ENGINE_DEFAULTS,
+    SIM_FLAGS,
+    SIM_OPTIONS,
+    EngineDefaultsOpt,
+    MaxBatchedOpt,
+    MaxSeqsOpt,
+    deployment_flags,
+)
 from kneecap.errors import KneecapError
 
 TRACE_FILE = "trace.jsonl"
@@ -35,8 +43,10 @@ def _longest(flag: str, tokens: int, spec: str | None) -> int:
 
     bound = parse_length_spec(spec).upper_bound
     if bound is None:
-        raise KneecapError(f"{flag} {spec}: the simulator needs a longest length to check the context against",
-                           f"add max=N, e.g. {flag} {spec},max=4096")
+        raise KneecapError(
+            f"{flag} {spec}: the simulator needs a longest length to check the context against",
+            f"add max=N, e.g. {flag} {spec},max=4096",
+        )
     return bound
 
 
@@ -101,11 +111,28 @@ def _table(summary: dict):
 
     kind = summary.get("load", "concurrency")
     knee = (summary.get("knee") or {}).get(kind)
-    table = Table(title=f"kneecap simulate — {summary['deployment']['model']} on {summary['deployment']['num_gpus']}x "
-                        f"{summary['deployment']['gpu']} (virtual time; no model executed)", title_justify="left")
-    for header in ("C" if kind == "concurrency" else "rate (req/s)", "ok", "failed", "out tok/s", "TTFT p50 (ms)",
-                   "TTFT p99 (ms)", "TPOT p50 (ms)", "ITL p99 (ms)", "preempt", "KV max %", "running max", "queue max",
-                   *(("SLO",) if has_slo(summary) else ()), "steady", "notes"):
+    table = Table(
+        title=f"kneecap simulate — {summary['deployment']['model']} on {summary['deployment']['num_gpus']}x "
+        f"{summary['deployment']['gpu']} (virtual time; no model executed)",
+        title_justify="left",
+    )
+    for header in (
+        "C" if kind == "concurrency" else "rate (req/s)",
+        "ok",
+        "failed",
+        "out tok/s",
+        "TTFT p50 (ms)",
+        "TTFT p99 (ms)",
+        "TPOT p50 (ms)",
+        "ITL p99 (ms)",
+        "preempt",
+        "KV max %",
+        "running max",
+        "queue max",
+        *(("SLO",) if has_slo(summary) else ()),
+        "steady",
+        "notes",
+    ):
         table.add_column(header, justify="left" if header in ("notes", "SLO", "steady") else "right")
     for level in summary["levels"]:
         sm = level.get("server_metrics") or {}
@@ -120,13 +147,23 @@ def _table(summary: dict):
             notes.append(spec_text(level))
         out = level.get("output_tok_s")
         load = level.get(kind)
-        table.add_row(f"{load:.4g}" if isinstance(load, float) else str(load), str(level.get("completed")),
-                      str(level.get("failed")),
-                      "—" if out is None else f"{out:,.0f}", ms(level, "ttft_ms", "p50"), ms(level, "ttft_ms", "p99"),
-                      ms(level, "tpot_ms", "p50"), ms(level, "itl_ms", "p99"), str(sm.get("preemptions", "—")),
-                      f"{100 * sm['kv_usage_max']:.0f}" if sm.get("kv_usage_max") is not None else "—",
-                      str(sm.get("running_max", "—")), str(sm.get("waiting_max", "—")),
-                      *((slo_cell(level),) if has_slo(summary) else ()), verdict_text(level), "; ".join(notes))
+        table.add_row(
+            f"{load:.4g}" if isinstance(load, float) else str(load),
+            str(level.get("completed")),
+            str(level.get("failed")),
+            "—" if out is None else f"{out:,.0f}",
+            ms(level, "ttft_ms", "p50"),
+            ms(level, "ttft_ms", "p99"),
+            ms(level, "tpot_ms", "p50"),
+            ms(level, "itl_ms", "p99"),
+            str(sm.get("preemptions", "—")),
+            f"{100 * sm['kv_usage_max']:.0f}" if sm.get("kv_usage_max") is not None else "—",
+            str(sm.get("running_max", "—")),
+            str(sm.get("waiting_max", "—")),
+            *((slo_cell(level),) if has_slo(summary) else ()),
+            verdict_text(level),
+            "; ".join(notes),
+        )
     stopped = summary.get("stopped")
     captions = [f"stopped at {stopped.get('at')}: {stopped.get('reason')}"] if stopped else []
     captions += [line] if (line := slo_caption(summary, kind)) else []
@@ -147,50 +184,143 @@ def simulate(
     prefix_hit_rate: Optional[float] = flags.PREFIX_HIT_RATE,
     concurrency: Optional[str] = flags.CONCURRENCY,
     rate: Optional[str] = flags.RATE,
-    burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of inter-arrival gaps: 1 Poisson, <1 burstier"),
-    requests: Optional[int] = typer.Option(None, "--requests", "--num-prompts", help="Measured requests per level (default max(100, 4 x C); 200 per rate level)"),
-    duration: Optional[float] = typer.Option(None, "--duration", help="Virtual seconds per level during which requests are sent"),
+    burstiness: float = typer.Option(
+        1.0, "--burstiness", help="Gamma shape of inter-arrival gaps: 1 Poisson, <1 burstier"
+    ),
+    requests: Optional[int] = typer.Option(
+        None,
+        "--requests",
+        "--num-prompts",
+        help="Measured requests per level (default max(100, 4 x C); 200 per rate level)",
+    ),
+    duration: Optional[float] = typer.Option(
+        None, "--duration", help="Virtual seconds per level during which requests are sent"
+    ),
     warmup: int = typer.Option(0, "--warmup", help="Warmup requests per level (recorded, excluded from stats)"),
-    seed: int = typer.Option(0, "--seed", help="Seed of lengths and arrivals, as bench: lengths drawn at sweep-unique request indices, level i's arrivals with seed + i"),
+    seed: int = typer.Option(
+        0,
+        "--seed",
+        help="Seed of lengths and arrivals, as bench: lengths drawn at sweep-unique request indices, level i's arrivals with seed + i",
+    ),
     slo: Optional[str] = flags.SLO,
     goodput: Optional[List[str]] = flags.GOODPUT,
     until_stable: Optional[float] = flags.UNTIL_STABLE,
-    stable_window_s: float = typer.Option(10.0, "--stable-window-s", help="With --until-stable: virtual seconds per window"),
+    stable_window_s: float = typer.Option(
+        10.0, "--stable-window-s", help="With --until-stable: virtual seconds per window"
+    ),
     find_max: Optional[str] = flags.FIND_MAX,
-    repeats: int = typer.Option(1, "--repeats", help="With --find-max: a load passes only if it meets the SLO this many times (each with its own seed)"),
-    dataset: Optional[str] = typer.Option(None, "--dataset", "--dataset-name", help="random, or sharegpt / jsonl with --dataset-path, or the PATH itself: ShareGPT JSON/JSONL or JSONL {prompt, output_len?}; request lengths from the data (prompt tokens estimated at 4 characters each), sampled with --seed, rows longer than the context left out", show_default="random"),
-    dataset_path: Optional[str] = typer.Option(None, "--dataset-path", help="The dataset file (with --dataset sharegpt or jsonl, or alone)"),
-    ramp: Optional[str] = typer.Option(None, "--ramp", help="KIND:START:END:SECONDS (KIND linear or exp): one open-loop level whose rate goes from START to END requests/s over SECONDS, with metrics per tenth of it"),
-    turns: Optional[int] = typer.Option(None, "--turns", help="Multi-turn: each of C users holds conversations of K turns; each turn sends the whole history (prompt + answer) plus --isl new tokens; --requests counts turns"),
-    think_time_s: float = typer.Option(0.0, "--think-time-s", help="With --turns: seconds a user waits after an answer before its next turn"),
-    client_turnaround_ms: Optional[float] = typer.Option(None, "--client-turnaround-ms", help="Closed loops: milliseconds from a response's last token to its client's next request, network round trip included (default 0.1: a client on the server's host; a remote client's is at least its round trip)"),
-    replay: Optional[str] = typer.Option(None, "--replay", help="Replay a trace: Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids) or a BurstGPT-style CSV; requests at the trace's times, equal hash ids sharing prefix-cache blocks"),
-    replay_speed: str = typer.Option("1", "--replay-speed", help="With --replay: how much faster than recorded, one level each, e.g. 1,2,4"),
-    skip_too_long: bool = typer.Option(False, "--skip-too-long", help="With --replay: skip trace rows longer than the context (listed on stderr) instead of stopping"),
+    repeats: int = typer.Option(
+        1,
+        "--repeats",
+        help="With --find-max: a load passes only if it meets the SLO this many times (each with its own seed)",
+    ),
+    dataset: Optional[str] = typer.Option(
+        None,
+        "--dataset",
+        "--dataset-name",
+        help="random, or sharegpt / jsonl with --dataset-path, or the PATH itself: ShareGPT JSON/JSONL or JSONL {prompt, output_len?}; request lengths from the data (prompt tokens estimated at 4 characters each), sampled with --seed, rows longer than the context left out",
+        show_default="random",
+    ),
+    dataset_path: Optional[str] = typer.Option(
+        None, "--dataset-path", help="The dataset file (with --dataset sharegpt or jsonl, or alone)"
+    ),
+    ramp: Optional[str] = typer.Option(
+        None,
+        "--ramp",
+        help="KIND:START:END:SECONDS (KIND linear or exp): one open-loop level whose rate goes from START to END requests/s over SECONDS, with metrics per tenth of it",
+    ),
+    turns: Optional[int] = typer.Option(
+        None,
+        "--turns",
+        help="Multi-turn: each of C users holds conversations of K turns; each turn sends the whole history (prompt + answer) plus --isl new tokens; --requests counts turns",
+    ),
+    think_time_s: float = typer.Option(
+        0.0, "--think-time-s", help="With --turns: seconds a user waits after an answer before its next turn"
+    ),
+    client_turnaround_ms: Optional[float] = typer.Option(
+        None,
+        "--client-turnaround-ms",
+        help="Closed loops: milliseconds from a response's last token to its client's next request, network round trip included (default 0.1: a client on the server's host; a remote client's is at least its round trip)",
+    ),
+    replay: Optional[str] = typer.Option(
+        None,
+        "--replay",
+        help="Replay a trace: Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids) or a BurstGPT-style CSV; requests at the trace's times, equal hash ids sharing prefix-cache blocks",
+    ),
+    replay_speed: str = typer.Option(
+        "1", "--replay-speed", help="With --replay: how much faster than recorded, one level each, e.g. 1,2,4"
+    ),
+    skip_too_long: bool = typer.Option(
+        False,
+        "--skip-too-long",
+        help="With --replay: skip trace rows longer than the context (listed on stderr) instead of stopping",
+    ),
     export: Optional[str] = typer.Option(None, "--export", help=EXPORT_HELP),
     spec_method: SpecMethodOpt = None,
     spec_tokens: SpecTokensOpt = None,
     spec_acceptance: SpecAcceptanceOpt = None,
-    replicas: int = typer.Option(1, "--replicas", help="Replicas of the deployment behind one router, each with its own engine and KV pool (the load is the fleet's)"),
-    router: str = typer.Option("round-robin", "--router", help="With --replicas: round-robin, least-loaded, or prefix (llm-d's prefix-cache-aware endpoint picker: prefix 3, queue 2, KV utilization 2)"),
+    replicas: int = typer.Option(
+        1,
+        "--replicas",
+        help="Replicas of the deployment behind one router, each with its own engine and KV pool (the load is the fleet's)",
+    ),
+    router: str = typer.Option(
+        "round-robin",
+        "--router",
+        help="With --replicas: round-robin, least-loaded, or prefix (llm-d's prefix-cache-aware endpoint picker: prefix 3, queue 2, KV utilization 2)",
+    ),
     max_num_seqs: MaxSeqsOpt = None,
     max_num_batched_tokens: MaxBatchedOpt = None,
-    scheduler_delay_factor: Optional[float] = typer.Option(None, "--scheduler-delay-factor", help="vLLM V0's prompt batching delay: hold new prompts until the oldest waited X x the last prompt step (0 = off)"),
+    scheduler_delay_factor: Optional[float] = typer.Option(
+        None,
+        "--scheduler-delay-factor",
+        help="vLLM V0's prompt batching delay: hold new prompts until the oldest waited X x the last prompt step (0 = off)",
+    ),
     engine_defaults: EngineDefaultsOpt = ENGINE_DEFAULTS,
     # --- engine release and benchmark mode (kneecap.sim.config.at_release / trtllm_bench_limits) ---
-    engine_version: Optional[str] = typer.Option(None, "--engine-version", help="The engine release to mimic, e.g. 0.7.3 (vLLM before 0.8: V0), 0.17.0 (vLLM 0.14+: asynchronous scheduling), 0.16 (TensorRT-LLM before 0.17: the C++ runtime); default: the current defaults"),
-    trtllm_bench: bool = typer.Option(False, "--trtllm-bench", help="With --engine-defaults trtllm: run as `trtllm-bench throughput` does for --isl/--osl (the max batch size and tokens it computes from the model, the GPUs' memory and the lengths; chunked prefills)"),
-    prefix_caching: Optional[bool] = typer.Option(None, "--prefix-caching/--no-prefix-caching", help="Prefix caching (default on, as both engines)"),
-    step_params: Optional[str] = typer.Option(None, "--step-params", help="Step-time constants: k=v list (mfu=0.4,...) or a JSON file (e.g. from kneecap calibrate)"),
-    calibration: Optional[str] = typer.Option(None, "--calibration", hidden=True, help="Deprecated spelling of --step-params"),
-    out: Optional[str] = typer.Option(None, "--out", help="Results folder (default ./kneecap-results/simulate-<UTC time>)"),
+    engine_version: Optional[str] = typer.Option(
+        None,
+        "--engine-version",
+        help="The engine release to mimic, e.g. 0.7.3 (vLLM before 0.8: V0), 0.17.0 (vLLM 0.14+: asynchronous scheduling), 0.16 (TensorRT-LLM before 0.17: the C++ runtime); default: the current defaults",
+    ),
+    trtllm_bench: bool = typer.Option(
+        False,
+        "--trtllm-bench",
+        help="With --engine-defaults trtllm: run as `trtllm-bench throughput` does for --isl/--osl (the max batch size and tokens it computes from the model, the GPUs' memory and the lengths; chunked prefills)",
+    ),
+    prefix_caching: Optional[bool] = typer.Option(
+        None, "--prefix-caching/--no-prefix-caching", help="Prefix caching (default on, as both engines)"
+    ),
+    step_params: Optional[str] = typer.Option(
+        None,
+        "--step-params",
+        help="Step-time constants: k=v list (mfu=0.4,...) or a JSON file (e.g. from kneecap calibrate)",
+    ),
+    calibration: Optional[str] = typer.Option(
+        None, "--calibration", hidden=True, help="Deprecated spelling of --step-params"
+    ),
+    out: Optional[str] = typer.Option(
+        None, "--out", help="Results folder (default ./kneecap-results/simulate-<UTC time>)"
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print summary.json on stdout, nothing else"),
     trace: bool = typer.Option(False, "--trace", help="Also write DIR/trace.jsonl: one line per engine step"),
-    token_times: bool = typer.Option(False, "--token-times", help="Write every token's time into requests.jsonl (chunk_times, as bench does); by default a request's tokens are written as runs of engine steps, token_runs [first token s, tokens, last token s] (the summary is the same either way)"),
+    token_times: bool = typer.Option(
+        False,
+        "--token-times",
+        help="Write every token's time into requests.jsonl (chunk_times, as bench does); by default a request's tokens are written as runs of engine steps, token_runs [first token s, tokens, last token s] (the summary is the same either way)",
+    ),
     quiet: bool = typer.Option(False, "--quiet", help="No table"),
     no_report: bool = typer.Option(False, "--no-report", help="Do not render report.md / report.html into the folder"),
-    grid: Optional[str] = typer.Option(None, "--grid", help="A JSON/YAML list of simulate configurations (option names to values): each one's summary.json into OUT/NNN-name/, index in OUT/grid.json"),
-    ray_address: Optional[str] = typer.Option(None, "--ray", help="With --grid: run the configurations as Ray tasks across a cluster: auto (RAY_ADDRESS), local, or the head's HOST:PORT; needs pip install 'kneecap[ray]'"),
+    grid: Optional[str] = typer.Option(
+        None,
+        "--grid",
+        help="A JSON/YAML list of simulate configurations (option names to values): each one's summary.json into OUT/NNN-name/, index in OUT/grid.json",
+    ),
+    ray_address: Optional[str] = typer.Option(
+        None,
+        "--ray",
+        help="With --grid: run the configurations as Ray tasks across a cluster: auto (RAY_ADDRESS), local, or the head's HOST:PORT; needs pip install 'kneecap[ray]'",
+    ),
 ) -> int:
     """The same sweep as `kneecap bench`, on the simulated engine in virtual time (deterministic for a seed)."""
     if grid is not None or ray_address is not None:  # a grid of configurations (kneecap.cluster.grid)
@@ -214,11 +344,15 @@ def simulate(
     from kneecap.workload.datasets import dataset_flag
 
     if ramp is not None and (concurrency or replay is not None or find_max is not None):
-        raise KneecapError("--ramp is one open-loop level on the rate dimension here",
-                           "drop --concurrency/--replay/--find-max (a concurrency ramp is not simulated yet)")
+        raise KneecapError(
+            "--ramp is one open-loop level on the rate dimension here",
+            "drop --concurrency/--replay/--find-max (a concurrency ramp is not simulated yet)",
+        )
     if replay is not None and (concurrency or rate):
-        raise KneecapError("--replay sends the trace's own requests at its own times",
-                           "drop --concurrency/--rate (use --replay-speed to scale the trace's times)")
+        raise KneecapError(
+            "--replay sends the trace's own requests at its own times",
+            "drop --concurrency/--rate (use --replay-speed to scale the trace's times)",
+        )
     ramp_obj = None
     if ramp is not None:
         from kneecap.workload.ramps import parse_ramp
@@ -229,8 +363,10 @@ def simulate(
     check_format(export)
     if find_max is not None:
         if find_max != kind:
-            raise KneecapError(f"--find-max {find_max} searches the dimension of the levels given, which is {kind}",
-                               f"pass --find-max {kind}, or give --{find_max} LOW,HIGH")
+            raise KneecapError(
+                f"--find-max {find_max} searches the dimension of the levels given, which is {kind}",
+                f"pass --find-max {kind}, or give --{find_max} LOW,HIGH",
+            )
         if "max" in values:
             raise KneecapError("--find-max cannot search 'max'", "give numeric bounds, e.g. --concurrency 1,512")
         if repeats < 1:
@@ -252,8 +388,10 @@ def simulate(
     turnaround = {}
     if client_turnaround_ms is not None:
         if not (client_turnaround_ms >= 0 and math.isfinite(client_turnaround_ms)):
-            raise KneecapError(f"--client-turnaround-ms must be a number of milliseconds >= 0, got {client_turnaround_ms}",
-                               "pass e.g. --client-turnaround-ms 0.1 (a client on the server's host) or 20 (a remote one)")
+            raise KneecapError(
+                f"--client-turnaround-ms must be a number of milliseconds >= 0, got {client_turnaround_ms}",
+                "pass e.g. --client-turnaround-ms 0.1 (a client on the server's host) or 20 (a remote one)",
+            )
         turnaround = {"client_turnaround_s": client_turnaround_ms / 1e3}
 
     plan, _ = plan_deployment(request)
@@ -264,34 +402,68 @@ def simulate(
         values = [speed * base.trace_rate for speed in values]
         isl, osl, isl_dist, osl_dist = 1, 1, None, None  # lengths come from the trace (checked row by row)
         longest = {"--isl": 1, "--osl": 1}
-    opts = SimulateOptions(kind=kind, levels=tuple(values), isl=isl, osl=osl, isl_dist=isl_dist, osl_dist=osl_dist,
-                           requests=requests, duration_s=duration,
-                           warmup=warmup, seed=seed, burstiness=burstiness, shared_prefix_tokens=prefix_tokens,
-                           num_prefix_groups=prefix_groups, schedule=schedule, ramp=ramp_obj, turns=turns or 0,
-                           think_time_s=think_time_s, until_stable=until_stable, stable_window_s=stable_window_s,
-                           **turnaround)
+    opts = SimulateOptions(
+        kind=kind,
+        levels=tuple(values),
+        isl=isl,
+        osl=osl,
+        isl_dist=isl_dist,
+        osl_dist=osl_dist,
+        requests=requests,
+        duration_s=duration,
+        warmup=warmup,
+        seed=seed,
+        burstiness=burstiness,
+        shared_prefix_tokens=prefix_tokens,
+        num_prefix_groups=prefix_groups,
+        schedule=schedule,
+        ramp=ramp_obj,
+        turns=turns or 0,
+        think_time_s=think_time_s,
+        until_stable=until_stable,
+        stable_window_s=stable_window_s,
+        **turnaround,
+    )
     if dataset is not None:
         opts = dataclasses.replace(opts, dataset=_dataset_specs(dataset, opts, plan.context))
         longest = {"--isl": 1, "--osl": 1}  # lengths come from the data (kept within the context)
     if sum(longest.values()) > plan.context:
         total = sum(longest.values())
-        raise KneecapError(f"--isl + --osl = {total} tokens{' at most' if isl_dist or osl_dist else ''} exceed the "
-                           f"context of {plan.context}", f"pass --context {total} or shorter lengths")
-    sim = from_plan(plan, defaults=engine_defaults, max_num_seqs=max_num_seqs,
-                    max_num_batched_tokens=max_num_batched_tokens, prefix_caching=prefix_caching,
-                    step_params=params_obj, scheduler_delay_factor=scheduler_delay_factor,
-                    engine_version=engine_version, trtllm_bench=(isl, osl) if trtllm_bench else None,
-                    speculative=speculative(spec_method, spec_tokens, spec_acceptance), spec_seed=seed)
+        raise KneecapError(
+            f"--isl + --osl = {total} tokens{' at most' if isl_dist or osl_dist else ''} exceed the "
+            f"context of {plan.context}",
+            f"pass --context {total} or shorter lengths",
+        )
+    sim = from_plan(
+        plan,
+        defaults=engine_defaults,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        prefix_caching=prefix_caching,
+        step_params=params_obj,
+        scheduler_delay_factor=scheduler_delay_factor,
+        engine_version=engine_version,
+        trtllm_bench=(isl, osl) if trtllm_bench else None,
+        speculative=speculative(spec_method, spec_tokens, spec_acceptance),
+        spec_seed=seed,
+    )
     if replicas != 1 or router != "round-robin":
         from kneecap.sim.fleet import FleetDeployment
 
         sim = FleetDeployment(sim, replicas, router, seed)
     levels_to_run = sweep_levels(opts)
     for level in levels_to_run if find_max is None else ():  # a search chooses its own levels
-        if (kind == "concurrency" and level.value != "max" and level.num_requests is not None
-                and level.num_requests < level.value):
-            print(f"warning: C={level.value} with only {level.num_requests} requests never reaches its concurrency; "
-                  f"pass --requests >= {level.value}", file=sys.stderr)
+        if (
+            kind == "concurrency"
+            and level.value != "max"
+            and level.num_requests is not None
+            and level.num_requests < level.value
+        ):
+            print(
+                f"warning: C={level.value} with only {level.num_requests} requests never reaches its concurrency; "
+                f"pass --requests >= {level.value}",
+                file=sys.stderr,
+            )
 
     results = ResultsDir(results_folder(out, "simulate"))
     results.write_manifest(current_argv(), extra={"kind": "simulate", "seed": seed})
@@ -301,18 +473,46 @@ def simulate(
     facts = sim.describe()
 
     def summary_fields() -> dict:
-        return dict(kind="simulate", model_executed=False, benchmark_executed=False, seed=seed,
-                    workload=opts.describe(), sweep={"seed": seed, "requests": requests, "duration_s": duration,
-                                                     "warmup": warmup, "burstiness": burstiness}, **facts)
+        return dict(
+            kind="simulate",
+            model_executed=False,
+            benchmark_executed=False,
+            seed=seed,
+            workload=opts.describe(),
+            sweep={
+                "seed": seed,
+                "requests": requests,
+                "duration_s": duration,
+                "warmup": warmup,
+                "burstiness": burstiness,
+            },
+            **facts,
+        )
 
     with results.open_writer() as writer:
         # --export vllm re-reads requests.jsonl for per-token ITLs: it needs every token's time
-        driver = VirtualTimeDriver(sim, opts, trace_path=trace_path if trace else None, row_writer=_append_rows,
-                                   token_times=token_times or export == "vllm")
-        sweep = Sweep(opts, state=SweepState(), sweep_levels=levels_to_run, driver=driver, write_record=writer.write,
-                      persist=lambda doc: results.write_summary(_sorted(doc)), progress=SilentProgress(),
-                      slo=slo_dict or None, stop_limits=StopLimits(slo=slo_dict), summarize_fn=summarize_level,
-                      sync=writer.sync, records_file=RecordsFile(results.records_path), summary_fields=summary_fields)
+        driver = VirtualTimeDriver(
+            sim,
+            opts,
+            trace_path=trace_path if trace else None,
+            row_writer=_append_rows,
+            token_times=token_times or export == "vllm",
+        )
+        sweep = Sweep(
+            opts,
+            state=SweepState(),
+            sweep_levels=levels_to_run,
+            driver=driver,
+            write_record=writer.write,
+            persist=lambda doc: results.write_summary(_sorted(doc)),
+            progress=SilentProgress(),
+            slo=slo_dict or None,
+            stop_limits=StopLimits(slo=slo_dict),
+            summarize_fn=summarize_level,
+            sync=writer.sync,
+            records_file=RecordsFile(results.records_path),
+            summary_fields=summary_fields,
+        )
         if find_max is not None:
             from kneecap.sweep.find_max import search_max_load
 
@@ -324,8 +524,13 @@ def simulate(
     if export is not None:
         from kneecap.sweep.export import export as export_levels
 
-        export_levels(export, results.path, final, model_id=final["deployment"]["model"],
-                      burstiness=(final.get("workload") or {}).get("burstiness") or 1.0)
+        export_levels(
+            export,
+            results.path,
+            final,
+            model_id=final["deployment"]["model"],
+            burstiness=(final.get("workload") or {}).get("burstiness") or 1.0,
+        )
     if not no_report:
         from kneecap.report import render_report_or_warn
 
@@ -353,8 +558,9 @@ def _dataset_specs(path: str, opts, context: int) -> tuple:
         n = max(opts.requests_for(v) or 0 for v in opts.levels) + opts.warmup
     if not n:
         raise KneecapError("--dataset needs a request count", "pass --requests N (or --ramp)")
-    sample = sample_dataset(read_dataset(path), n, estimate_tokens, seed=opts.seed,
-                            length_filter=LengthFilter(max_total_tokens=context))
+    sample = sample_dataset(
+        read_dataset(path), n, estimate_tokens, seed=opts.seed, length_filter=LengthFilter(max_total_tokens=context)
+    )
     return tuple(r.spec for r in sample.requests)
 
 

@@ -10,21 +10,33 @@ import typer
 
 from kneecap.errors import KneecapError
 
-SpecMethodOpt = Annotated[Optional[str], typer.Option(
-    "--spec-method", help="speculative decoding: eagle, eagle3, mtp (a one-layer draft head on the GPU) or ngram "
-                          "(prompt lookup on the CPU); needs --spec-tokens and --spec-acceptance")]
+SpecMethodOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--spec-method",
+        help="speculative decoding: eagle, eagle3, mtp (a one-layer draft head on the GPU) or ngram "
+        "(prompt lookup on the CPU); needs --spec-tokens and --spec-acceptance",
+    ),
+]
 SpecTokensOpt = Annotated[Optional[int], typer.Option("--spec-tokens", help="draft tokens per step (K)")]
-SpecAcceptanceOpt = Annotated[Optional[str], typer.Option(
-    "--spec-acceptance", help="P(draft accepted | the ones before it were): one rate, one per position "
-                              "(0.8,0.6,0.4), or a FILE of accepted lengths per step (1..K+1, bonus token included)")]
+SpecAcceptanceOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--spec-acceptance",
+        help="P(draft accepted | the ones before it were): one rate, one per position "
+        "(0.8,0.6,0.4), or a FILE of accepted lengths per step (1..K+1, bonus token included)",
+    ),
+]
 
 
 def _read(path: str) -> str:
     try:
         return Path(path).read_text()
     except OSError as exc:
-        raise KneecapError(f"cannot read --spec-acceptance file {path}: {exc.strerror or exc}",
-                           "pass rates such as 0.7, or an existing file of accepted lengths") from None
+        raise KneecapError(
+            f"cannot read --spec-acceptance file {path}: {exc.strerror or exc}",
+            "pass rates such as 0.7, or an existing file of accepted lengths",
+        ) from None
 
 
 def speculative(method: str | None, tokens: int | None, acceptance: str | None):
@@ -33,8 +45,11 @@ def speculative(method: str | None, tokens: int | None, acceptance: str | None):
         return None
     from kneecap.sim.speculative import SPEC_HINT, SpecDecoding, parse_acceptance
 
-    missing = [f for f, v in (("--spec-method", method), ("--spec-tokens", tokens), ("--spec-acceptance", acceptance))
-               if v is None]
+    missing = [
+        f
+        for f, v in (("--spec-method", method), ("--spec-tokens", tokens), ("--spec-acceptance", acceptance))
+        if v is None
+    ]
     if missing:
         raise KneecapError(f"speculative decoding needs {' and '.join(missing)} too", SPEC_HINT)
     rates, lengths = parse_acceptance(acceptance, tokens, read_file=_read)

@@ -88,15 +88,15 @@ class ChunkDecoder:
                     break
                 size = int(digits, 16)
                 end = j + 2 + size
-                if not size or end + 2 > n or data[end:end + 2] != b"\r\n":
+                if not size or end + 2 > n or data[end : end + 2] != b"\r\n":
                     break
-                out.append(data[j + 2:end])
+                out.append(data[j + 2 : end])
                 i = end + 2
         while i < n:
             state = self._state
             if state == self._DATA:
                 take = self._remaining if self._remaining < n - i else n - i
-                out.append(data[i:i + take] if (i or take != n) else data)
+                out.append(data[i : i + take] if (i or take != n) else data)
                 i += take
                 self._remaining -= take
                 if not self._remaining:
@@ -105,7 +105,7 @@ class ChunkDecoder:
                 if n - i < 2:
                     self._pending = data[i:]
                     break
-                if data[i:i + 2] != b"\r\n":
+                if data[i : i + 2] != b"\r\n":
                     raise ChunkError("chunk data not followed by CRLF")
                 i += 2
                 self._state = self._SIZE
@@ -178,8 +178,14 @@ class BodyTap(asyncio.Protocol):
     the SSE parser's SseLineTooLong.
     """
 
-    def __init__(self, orig: asyncio.Protocol, parser: SseParser, epoch: float, done: asyncio.Future,
-                 on_events: Callable[[float, list], None]):
+    def __init__(
+        self,
+        orig: asyncio.Protocol,
+        parser: SseParser,
+        epoch: float,
+        done: asyncio.Future,
+        on_events: Callable[[float, list], None],
+    ):
         self.orig = orig
         self.parser = parser
         self.epoch = epoch
@@ -226,11 +232,18 @@ class BodyTap(asyncio.Protocol):
                 if not digits or len(digits) > 16 or digits.strip(_HEX):
                     break
                 end = j + 2 + int(digits, 16)
-                if (end == j + 2 or end + 2 > n or end - j > limit or data[end:end + 2] != b"\r\n"
-                        or data[j + 2:j + 8] != b"data: " or data[end - 2:end] != b"\n\n"
-                        or find(b"\n", j + 8, end - 2) >= 0 or find(b"\r", j + 2, end) >= 0):
+                if (
+                    end == j + 2
+                    or end + 2 > n
+                    or end - j > limit
+                    or data[end : end + 2] != b"\r\n"
+                    or data[j + 2 : j + 8] != b"data: "
+                    or data[end - 2 : end] != b"\n\n"
+                    or find(b"\n", j + 8, end - 2) >= 0
+                    or find(b"\r", j + 2, end) >= 0
+                ):
                     break
-                evs.append(_new_event(SseEvent, ("message", data[j + 8:end - 2], last_id)))
+                evs.append(_new_event(SseEvent, ("message", data[j + 8 : end - 2], last_id)))
                 i = end + 2
             if i == n:
                 if evs:
@@ -269,7 +282,9 @@ class BodyTap(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.done.done():
-            self.done.set_exception(exc if exc is not None else TruncatedError("the connection closed before the end of the body"))
+            self.done.set_exception(
+                exc if exc is not None else TruncatedError("the connection closed before the end of the body")
+            )
         elif self.unclaimed:  # handed back but not yet fed: aiohttp's parser must see these bytes before the close
             data, self.unclaimed = self.unclaimed, b""
             self.orig.data_received(data)
@@ -315,7 +330,9 @@ class KernelStampedReader:
         self.loop_wait_max_ns = 0
 
     @classmethod
-    def start(cls, loop: asyncio.AbstractEventLoop, transport: asyncio.Transport, tap: BodyTap) -> "KernelStampedReader | None":
+    def start(
+        cls, loop: asyncio.AbstractEventLoop, transport: asyncio.Transport, tap: BodyTap
+    ) -> "KernelStampedReader | None":
         if _SO_TIMESTAMPNS is None or not _ANC_BYTES:
             return None
         raw = transport.get_extra_info("socket")

@@ -24,9 +24,16 @@ import aiohttp
 
 from kneecap.client import openai as oa
 from kneecap.client.body_tap import BodyTap, KernelStampedReader, StallError, StallWatch, terminal_chunk
-from kneecap.client.failures import (AUTH_REFUSED_KINDS, CANCELLED_KIND, CLIENT_ERROR, CONNECTION_REFUSED, CONNECTION_RESET,  # noqa: F401
-                                     INCOMPLETE_STREAM, MALFORMED_SSE, PROTOCOL_ERROR, SERVER_ERROR_EVENT,
-                                     STALL, TIMEOUT_KIND, classify_exception)
+from kneecap.client.failures import (
+    AUTH_REFUSED_KINDS,
+    CANCELLED_KIND,
+    CONNECTION_RESET,  # noqa: F401
+    INCOMPLETE_STREAM,
+    MALFORMED_SSE,
+    STALL,
+    TIMEOUT_KIND,
+    classify_exception,
+)
 from kneecap.client.fdlimit import ensure_fd_limit
 from kneecap.client.selfcheck import LevelRun, ReadStamps, SelfMonitor, judge_suspect  # noqa: F401
 from kneecap.client.prompts import Prompt, PromptSource, RandomTextPrompts, RandomTokenPrompts
@@ -59,7 +66,9 @@ class ClientConfig:
     def __post_init__(self) -> None:
         url = (self.base_url or "").strip().rstrip("/")
         if not url.startswith(("http://", "https://")):
-            raise KneecapError(f"base URL {self.base_url!r} is not an http(s) URL", "pass e.g. --base-url http://127.0.0.1:8000")
+            raise KneecapError(
+                f"base URL {self.base_url!r} is not an http(s) URL", "pass e.g. --base-url http://127.0.0.1:8000"
+            )
         if url.endswith("/v1"):
             url = url[:-3]
         object.__setattr__(self, "base_url", url)
@@ -91,7 +100,9 @@ def default_prompt_source(cfg: ClientConfig) -> PromptSource:
     return RandomTokenPrompts() if cfg.endpoint == oa.COMPLETIONS else RandomTextPrompts()
 
 
-def prepare_requests(cfg: ClientConfig, specs: Iterable[RequestSpec], prompts: PromptSource | None = None) -> list[PreparedRequest]:
+def prepare_requests(
+    cfg: ClientConfig, specs: Iterable[RequestSpec], prompts: PromptSource | None = None
+) -> list[PreparedRequest]:
     """Build and encode every request body (before a level's clock starts)."""
     source = prompts if prompts is not None else default_prompt_source(cfg)
     return [_prepared(cfg, spec, source.prompt_for(spec)) for spec in specs]
@@ -99,8 +110,15 @@ def prepare_requests(cfg: ClientConfig, specs: Iterable[RequestSpec], prompts: P
 
 def _prepared(cfg: ClientConfig, spec: RequestSpec, prompt: Prompt) -> PreparedRequest:
     """One request's encoded body (its prompt text kept only with keep_prompts)."""
-    body = oa.request_body(cfg.endpoint, cfg.model, prompt.content, spec.output_tokens, ignore_eos=cfg.ignore_eos,
-                           continuous_usage_stats=cfg.continuous_usage_stats, extra_body=cfg.extra_body)
+    body = oa.request_body(
+        cfg.endpoint,
+        cfg.model,
+        prompt.content,
+        spec.output_tokens,
+        ignore_eos=cfg.ignore_eos,
+        continuous_usage_stats=cfg.continuous_usage_stats,
+        extra_body=cfg.extra_body,
+    )
     text = None
     if cfg.keep_prompts:
         text = prompt.content if isinstance(prompt.content, str) else " ".join(map(str, prompt.content))
@@ -199,8 +217,9 @@ class AuthCut:
             elif self.tasks and all(task.done() for task in self.tasks):
                 return
 
-    def emitter(self, on_record: Callable[[RequestRecord], None],
-                records: list[RequestRecord] | None) -> Callable[[RequestRecord], None]:
+    def emitter(
+        self, on_record: Callable[[RequestRecord], None], records: list[RequestRecord] | None
+    ) -> Callable[[RequestRecord], None]:
         """A level's one sink for each finished record: kept in `records` (None: not kept), handed to
         `on_record`, then seen here (a refusal cuts the level). In a worker, also starts watching `shared`."""
 
@@ -223,12 +242,19 @@ class AuthCut:
 class Client:
     """One pooled aiohttp session for the life of a process; sends levels of requests.
 
-        async with Client(cfg) as client:
-            run = await client.run_closed_loop(specs, 64, level=0, epoch=epoch, on_record=writer.write)
+    async with Client(cfg) as client:
+        run = await client.run_closed_loop(specs, 64, level=0, epoch=epoch, on_record=writer.write)
     """
 
-    def __init__(self, cfg: ClientConfig, prompts: PromptSource | None = None, *, tap_bodies: bool = True,
-                 kernel_stamps: bool = True, read_path: str | None = None):
+    def __init__(
+        self,
+        cfg: ClientConfig,
+        prompts: PromptSource | None = None,
+        *,
+        tap_bodies: bool = True,
+        kernel_stamps: bool = True,
+        read_path: str | None = None,
+    ):
         self.cfg = cfg
         self.prompts = prompts
         self.tap_bodies = tap_bodies  # False: always read through aiohttp's StreamReader
@@ -257,8 +283,13 @@ class Client:
         if self._session is not None:
             return
         cfg = self.cfg
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=not cfg.keepalive,
-                                         keepalive_timeout=300.0 if cfg.keepalive else None, ttl_dns_cache=3600)
+        connector = aiohttp.TCPConnector(
+            limit=0,
+            limit_per_host=0,
+            force_close=not cfg.keepalive,
+            keepalive_timeout=300.0 if cfg.keepalive else None,
+            ttl_dns_cache=3600,
+        )
         # total and stall timeouts are the driver's own (send / _read_stream); aiohttp keeps the connect one
         timeout = aiohttp.ClientTimeout(total=None, sock_read=None, sock_connect=CONNECT_TIMEOUT_S)
         # sent_at: aiohttp 3.12+ serialises the headers in StreamWriter.write_headers but buffers them and
@@ -271,8 +302,9 @@ class Client:
         trace = aiohttp.TraceConfig()
         trace.on_request_chunk_sent.append(_stamp_body_sent)
         trace.on_connection_reuseconn.append(_mark_reused)  # to tell a dropped kept-alive connection apart
-        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=self._headers,
-                                              trace_configs=[trace])
+        self._session = aiohttp.ClientSession(
+            connector=connector, timeout=timeout, headers=self._headers, trace_configs=[trace]
+        )
         if self.read_path is None:
             self.read_path, self.read_path_note = await self.choose_read_path()
 
@@ -293,17 +325,33 @@ class Client:
                 async with Client(cfg, read_path=want) as probe:
                     records = []
                     for i in range(2):
-                        spec = RequestSpec(index=i, request_id=f"read-path-check-{i}", class_name="check",
-                                           input_tokens=1, output_tokens=PROBE_TOKENS)
-                        await probe.send(PreparedRequest(spec, b"{}", "", None, None), level=0, epoch=0.0,
-                                         on_record=records.append)
+                        spec = RequestSpec(
+                            index=i,
+                            request_id=f"read-path-check-{i}",
+                            class_name="check",
+                            input_tokens=1,
+                            output_tokens=PROBE_TOKENS,
+                        )
+                        await probe.send(
+                            PreparedRequest(spec, b"{}", "", None, None), level=0, epoch=0.0, on_record=records.append
+                        )
         except (OSError, RuntimeError) as exc:
             return AIOHTTP, f"the body tap's self-test could not run: {type(exc).__name__}: {exc}"
-        bad = [r.error_message or f"{r.chunk_tokens} tokens" for r in records
-               if not r.ok or r.chunk_tokens != [1] * PROBE_TOKENS]
+        bad = [
+            r.error_message or f"{r.chunk_tokens} tokens"
+            for r in records
+            if not r.ok or r.chunk_tokens != [1] * PROBE_TOKENS
+        ]
         if bad or probe.bodies_tapped < 1 or srv.connections != 1:
-            why = bad[0] if bad else (f"{srv.connections} connections for 2 requests" if srv.connections != 1
-                                      else "no stream reached the tap")
+            why = (
+                bad[0]
+                if bad
+                else (
+                    f"{srv.connections} connections for 2 requests"
+                    if srv.connections != 1
+                    else "no stream reached the tap"
+                )
+            )
             return AIOHTTP, f"the body tap's self-test on aiohttp {aiohttp.__version__} failed ({why})"
         if want == TAP_KERNEL and probe.read_stamps.kernel_streams < probe.bodies_tapped:
             return TAP, "kernel receive stamps (SO_TIMESTAMPNS) are not available here"
@@ -365,9 +413,19 @@ class Client:
     def prepare(self, specs: Iterable[RequestSpec]) -> list[PreparedRequest]:
         return prepare_requests(self.cfg, specs, self.prompts)
 
-    async def send(self, prep: PreparedRequest, *, level: int, epoch: float, on_record: Callable[[RequestRecord], Any],
-                   concurrency: int | None = None, rate: float | None = None, scheduled_at: float | None = None,
-                   warmup: bool = False, answer: list | None = None) -> RequestRecord:
+    async def send(
+        self,
+        prep: PreparedRequest,
+        *,
+        level: int,
+        epoch: float,
+        on_record: Callable[[RequestRecord], Any],
+        concurrency: int | None = None,
+        rate: float | None = None,
+        scheduled_at: float | None = None,
+        warmup: bool = False,
+        answer: list | None = None,
+    ) -> RequestRecord:
         """Send one prepared request, stream its answer, build its record and hand it to on_record.
 
         answer: a list the streamed answer's text pieces are appended to (multi-turn builds the next turn on it).
@@ -376,13 +434,25 @@ class Client:
         """
         cfg = self.cfg
         spec = prep.spec
-        rec = RequestRecord(request_id=spec.request_id, level=level, concurrency=concurrency, rate=rate,
-                            class_name=spec.class_name, warmup=warmup, scheduled_at=scheduled_at,
-                            expected_input_tokens=prep.expected_input_tokens, expected_output_tokens=spec.output_tokens,
-                            prompt_hash=prep.prompt_hash, prompt=prep.prompt_text,
-                            conversation_id=spec.conversation_id, turn=spec.turn)
+        rec = RequestRecord(
+            request_id=spec.request_id,
+            level=level,
+            concurrency=concurrency,
+            rate=rate,
+            class_name=spec.class_name,
+            warmup=warmup,
+            scheduled_at=scheduled_at,
+            expected_input_tokens=prep.expected_input_tokens,
+            expected_output_tokens=spec.output_tokens,
+            prompt_hash=prep.prompt_hash,
+            prompt=prep.prompt_text,
+            conversation_id=spec.conversation_id,
+            turn=spec.turn,
+        )
         perf = time.perf_counter
-        decoder = oa.StreamDecoder(cfg.continuous_usage_stats, answer)  # fed read by read: memory stays two numbers a read
+        decoder = oa.StreamDecoder(
+            cfg.continuous_usage_stats, answer
+        )  # fed read by read: memory stays two numbers a read
         parser = SseParser(cfg.max_line_bytes)
         started = False
         kind: str | None = None
@@ -408,7 +478,10 @@ class Client:
                     else:
                         ctype = resp.headers.get("Content-Type", "")
                         if not ctype.startswith("text/event-stream"):
-                            kind, message = MALFORMED_SSE, f"expected text/event-stream, got content type {ctype[:80]!r}"
+                            kind, message = (
+                                MALFORMED_SSE,
+                                f"expected text/event-stream, got content type {ctype[:80]!r}",
+                            )
                         else:
                             await self._read_stream(resp, parser, decoder.feed, epoch)
                 finally:
@@ -420,7 +493,10 @@ class Client:
             if _expired(total_cm):
                 kind, message = TIMEOUT_KIND, f"the request exceeded its total timeout ({cfg.timeout_s:g} s)"
             elif _expired(head_cm):
-                kind, message = TIMEOUT_KIND, f"the server did not answer within the stall timeout ({cfg.stall_timeout_s:g} s)"
+                kind, message = (
+                    TIMEOUT_KIND,
+                    f"the server did not answer within the stall timeout ({cfg.stall_timeout_s:g} s)",
+                )
             else:
                 kind, message = classify_exception(exc, started)
         except Exception as exc:  # every failure becomes a record; nothing escapes a level
@@ -457,8 +533,9 @@ class Client:
             raise cancelled
         return rec
 
-    async def _read_stream(self, resp: aiohttp.ClientResponse, parser: SseParser,
-                           on_events: Callable[[float, list], None], epoch: float) -> None:
+    async def _read_stream(
+        self, resp: aiohttp.ClientResponse, parser: SseParser, on_events: Callable[[float, list], None], epoch: float
+    ) -> None:
         """Read an SSE body, calling on_events(t, events) for each socket read (t: its arrival - epoch).
 
         A chunked, uncompressed, plain-TCP body is read by a BodyTap standing in for aiohttp's
@@ -473,9 +550,14 @@ class Client:
         conn = resp.connection
         proto = conn.protocol if conn is not None else None
         transport = proto.transport if proto is not None else None
-        if (self.read_path != AIOHTTP and transport is not None and not content.is_eof()
-                and resp.headers.get("Transfer-Encoding", "").lower() == "chunked"
-                and "Content-Encoding" not in resp.headers and transport.get_extra_info("sslcontext") is None):
+        if (
+            self.read_path != AIOHTTP
+            and transport is not None
+            and not content.is_eof()
+            and resp.headers.get("Transfer-Encoding", "").lower() == "chunked"
+            and "Content-Encoding" not in resp.headers
+            and transport.get_extra_info("sslcontext") is None
+        ):
             early = content.read_nowait()  # body bytes that came with the headers
             if early:
                 events = parser.feed(early)
@@ -535,10 +617,19 @@ class Client:
         finally:
             watch.cancel()
 
-    async def run_closed_loop(self, specs: Sequence[RequestSpec], concurrency: int, *, level: int, epoch: float,
-                              on_record: Callable[[RequestRecord], Any], warmup: bool = False,
-                              duration_s: float | None = None, keep_records: bool = True,
-                              users: Sequence[tuple[float, int]] | None = None) -> LevelRun:
+    async def run_closed_loop(
+        self,
+        specs: Sequence[RequestSpec],
+        concurrency: int,
+        *,
+        level: int,
+        epoch: float,
+        on_record: Callable[[RequestRecord], Any],
+        warmup: bool = False,
+        duration_s: float | None = None,
+        keep_records: bool = True,
+        users: Sequence[tuple[float, int]] | None = None,
+    ) -> LevelRun:
         """C workers; each sends the next spec as soon as its previous request finished.
 
         With duration_s, no request starts after that many seconds (those in flight finish).
@@ -573,8 +664,9 @@ class Client:
                     now = time.perf_counter()
                     if cut.cut or (deadline is not None and now >= deadline) or (end is not None and now >= t0 + end):
                         return
-                    await self.send(prep, level=level, epoch=epoch, on_record=emit, concurrency=concurrency,
-                                    warmup=warmup)
+                    await self.send(
+                        prep, level=level, epoch=epoch, on_record=emit, concurrency=concurrency, warmup=warmup
+                    )
             except asyncio.CancelledError as exc:
                 cut.ended(exc)
 
@@ -582,11 +674,24 @@ class Client:
         cut.tasks.update(tasks)
         return await self._closed_loop_run(tasks, monitor, level, concurrency, records, t0 - epoch, epoch, cut)
 
-    async def run_open_loop(self, specs: Sequence[RequestSpec], rate: float, *, burstiness: float = 1.0, seed: int = 0,
-                            level: int, epoch: float, on_record: Callable[[RequestRecord], Any], warmup: bool = False,
-                            duration_s: float | None = None, warm_connections: int = 0, keep_records: bool = True,
-                            on_s: float | None = None, off_s: float = 0.0,
-                            offsets: Sequence[float] | None = None) -> LevelRun:
+    async def run_open_loop(
+        self,
+        specs: Sequence[RequestSpec],
+        rate: float,
+        *,
+        burstiness: float = 1.0,
+        seed: int = 0,
+        level: int,
+        epoch: float,
+        on_record: Callable[[RequestRecord], Any],
+        warmup: bool = False,
+        duration_s: float | None = None,
+        warm_connections: int = 0,
+        keep_records: bool = True,
+        on_s: float | None = None,
+        off_s: float = 0.0,
+        offsets: Sequence[float] | None = None,
+    ) -> LevelRun:
         """Send at kneecap.workload.arrival_offsets times whatever is still in flight (no coordinated
         omission); scheduled_at is recorded, so latency can also be measured from the intended time.
         warm_connections pre-opens that many connections (e.g. rate x expected E2E). on_s/off_s: on/off
@@ -609,8 +714,11 @@ class Client:
 
         # a replayed trace's sessions: a child goes no earlier than its time and never before its parent's answer is
         # back (its parent among these requests; one sent by another worker or an earlier phase counts as back)
-        answered = {p.spec.request_id: asyncio.Event() for p in preps
-                    if any(q.spec.parent_id == p.spec.request_id for q in preps)}
+        answered = {
+            p.spec.request_id: asyncio.Event()
+            for p in preps
+            if any(q.spec.parent_id == p.spec.request_id for q in preps)
+        }
 
         def emit(rec: RequestRecord) -> None:
             if rec.sent_at is not None and rec.scheduled_at is not None:
@@ -639,8 +747,9 @@ class Client:
             delay = due - perf()
             if delay > 0:
                 await asyncio.sleep(delay)
-            await self.send(prep, level=level, epoch=epoch, on_record=emit, rate=rate, scheduled_at=due - epoch,
-                            warmup=warmup)
+            await self.send(
+                prep, level=level, epoch=epoch, on_record=emit, rate=rate, scheduled_at=due - epoch, warmup=warmup
+            )
 
         async def schedule() -> None:
             for prep, offset in zip(preps, offsets):
@@ -654,8 +763,17 @@ class Client:
                 delay = target - perf()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                launch(self.send(prep, level=level, epoch=epoch, on_record=emit, rate=rate,
-                                 scheduled_at=target - epoch, warmup=warmup))
+                launch(
+                    self.send(
+                        prep,
+                        level=level,
+                        epoch=epoch,
+                        on_record=emit,
+                        rate=rate,
+                        scheduled_at=target - epoch,
+                        warmup=warmup,
+                    )
+                )
 
         try:
             scheduler = asyncio.ensure_future(schedule())
@@ -681,10 +799,20 @@ class Client:
         t1 = time.perf_counter()
         return self._level_run(level, None, rate, records, t0 - epoch, t1 - epoch, monitor, sched, cut)
 
-    async def run_conversations(self, conversations: Sequence, concurrency: int, specs: Sequence[RequestSpec], *,
-                                level: int, epoch: float, on_record: Callable[[RequestRecord], Any],
-                                think_time_s: float = 0.0, answer_tokenizer=None, warmup: bool = False,
-                                keep_records: bool = True) -> LevelRun:
+    async def run_conversations(
+        self,
+        conversations: Sequence,
+        concurrency: int,
+        specs: Sequence[RequestSpec],
+        *,
+        level: int,
+        epoch: float,
+        on_record: Callable[[RequestRecord], Any],
+        think_time_s: float = 0.0,
+        answer_tokenizer=None,
+        warmup: bool = False,
+        keep_records: bool = True,
+    ) -> LevelRun:
         """C users, each taking the next conversation and sending its turns in order (closed loop).
 
         Turn k's prompt is turn k-1's prompt + turn k-1's answer as the server streamed it + turn k's new
@@ -724,13 +852,19 @@ class Client:
                 prompt, answer_content = None, ()
                 for turn in range(1, conv.turns + 1):
                     spec = planned[(conv.conversation_id, turn)]
-                    fresh = source.prompt_for(RequestSpec(index=spec.index, request_id=spec.request_id,
-                                                          class_name=spec.class_name,
-                                                          input_tokens=conv.new_input_tokens[turn - 1],
-                                                          output_tokens=spec.output_tokens))
+                    fresh = source.prompt_for(
+                        RequestSpec(
+                            index=spec.index,
+                            request_id=spec.request_id,
+                            class_name=spec.class_name,
+                            input_tokens=conv.new_input_tokens[turn - 1],
+                            output_tokens=spec.output_tokens,
+                        )
+                    )
                     content = fresh.content if prompt is None else grow_prompt(prompt, answer_content, fresh.content)
-                    known = fresh.num_tokens if prompt is None else (
-                        len(content) if not isinstance(content, str) else None)
+                    known = (
+                        fresh.num_tokens if prompt is None else (len(content) if not isinstance(content, str) else None)
+                    )
                     prompt = content
                     if turn > 1 and think_time_s > 0:
                         await asyncio.sleep(think_time_s)
@@ -740,8 +874,15 @@ class Client:
                     pieces: list[str] = []
                     if cut.cut:
                         return
-                    rec = await self.send(prep, level=level, epoch=epoch, on_record=emit, concurrency=concurrency,
-                                          warmup=warmup, answer=pieces)
+                    rec = await self.send(
+                        prep,
+                        level=level,
+                        epoch=epoch,
+                        on_record=emit,
+                        concurrency=concurrency,
+                        warmup=warmup,
+                        answer=pieces,
+                    )
                     if not rec.ok or turn == conv.turns:
                         break
                     answer_text = "".join(pieces)
@@ -749,17 +890,27 @@ class Client:
                         answer_content = answer_text
                     else:
                         if answer_tokenizer is None:
-                            raise KneecapError("multi-turn token-id prompts need the answer's token ids",
-                                               "pass --tokenizer PATH/tokenizer.json (the served model's own)")
+                            raise KneecapError(
+                                "multi-turn token-id prompts need the answer's token ids",
+                                "pass --tokenizer PATH/tokenizer.json (the served model's own)",
+                            )
                         answer_content = await loop.run_in_executor(None, answer_tokenizer.token_ids, answer_text)
 
         tasks = [asyncio.ensure_future(user()) for _ in range(users)]
         cut.tasks.update(tasks)
         return await self._closed_loop_run(tasks, monitor, level, concurrency, records, t0 - epoch, epoch, cut)
 
-    async def _closed_loop_run(self, tasks: list, monitor: SelfMonitor, level: int, concurrency: int | None,
-                               records: list[RequestRecord], started_at: float, epoch: float,
-                               cut: AuthCut) -> LevelRun:
+    async def _closed_loop_run(
+        self,
+        tasks: list,
+        monitor: SelfMonitor,
+        level: int,
+        concurrency: int | None,
+        records: list[RequestRecord],
+        started_at: float,
+        epoch: float,
+        cut: AuthCut,
+    ) -> LevelRun:
         """Wait for a closed loop's streams (cancelling the rest if one fails), stop the self-monitor, and
         give the level's run (started_at and the end in seconds since the epoch)."""
         try:
@@ -768,17 +919,38 @@ class Client:
             for task in tasks:
                 task.cancel()
             await monitor.stop()
-        return self._level_run(level, concurrency, None, records, started_at, time.perf_counter() - epoch, monitor, [],
-                               cut)
+        return self._level_run(
+            level, concurrency, None, records, started_at, time.perf_counter() - epoch, monitor, [], cut
+        )
 
-    def _level_run(self, level: int, concurrency: int | None, rate: float | None, records: list[RequestRecord],
-                   started_at: float, ended_at: float, monitor: SelfMonitor, sched: list[float],
-                   cut: AuthCut) -> LevelRun:
-        run = LevelRun(level=level, concurrency=concurrency, rate=rate, records=records, started_at=started_at,
-                       ended_at=ended_at, cpu_s=monitor.cpu_s, loop_lag_s=monitor.samples, schedule_lag_s=sched,
-                       read_stamps=self.read_stamps, cut=cut.kind)
-        run.suspect_reasons = judge_suspect(run.loop_lag_s, run.cpu_fraction, run.schedule_lag_s,
-                                            duration_s=run.duration_s)
+    def _level_run(
+        self,
+        level: int,
+        concurrency: int | None,
+        rate: float | None,
+        records: list[RequestRecord],
+        started_at: float,
+        ended_at: float,
+        monitor: SelfMonitor,
+        sched: list[float],
+        cut: AuthCut,
+    ) -> LevelRun:
+        run = LevelRun(
+            level=level,
+            concurrency=concurrency,
+            rate=rate,
+            records=records,
+            started_at=started_at,
+            ended_at=ended_at,
+            cpu_s=monitor.cpu_s,
+            loop_lag_s=monitor.samples,
+            schedule_lag_s=sched,
+            read_stamps=self.read_stamps,
+            cut=cut.kind,
+        )
+        run.suspect_reasons = judge_suspect(
+            run.loop_lag_s, run.cpu_fraction, run.schedule_lag_s, duration_s=run.duration_s
+        )
         run.suspect = bool(run.suspect_reasons)
         return run
 
@@ -791,8 +963,15 @@ async def _on_client(cfg: ClientConfig, prompts: PromptSource | None, client: Cl
         return await run(own)
 
 
-async def run_closed_loop(cfg: ClientConfig, specs: Sequence[RequestSpec], concurrency: int, *,
-                          client: Client | None = None, prompts: PromptSource | None = None, **kwargs) -> LevelRun:
+async def run_closed_loop(
+    cfg: ClientConfig,
+    specs: Sequence[RequestSpec],
+    concurrency: int,
+    *,
+    client: Client | None = None,
+    prompts: PromptSource | None = None,
+    **kwargs,
+) -> LevelRun:
     """Closed loop at `concurrency` (keywords as Client.run_closed_loop) on `client` (or a Client opened for it)."""
     return await _on_client(cfg, prompts, client, lambda c: c.run_closed_loop(specs, concurrency, **kwargs))
 
@@ -809,17 +988,32 @@ def user_windows(users: Sequence[tuple[float, int]]) -> list[tuple[float, float 
     return out
 
 
-async def run_conversations(cfg: ClientConfig, conversations: Sequence, concurrency: int, *,
-                            specs: Sequence[RequestSpec], client: Client | None = None,
-                            prompts: PromptSource | None = None, **kwargs) -> LevelRun:
+async def run_conversations(
+    cfg: ClientConfig,
+    conversations: Sequence,
+    concurrency: int,
+    *,
+    specs: Sequence[RequestSpec],
+    client: Client | None = None,
+    prompts: PromptSource | None = None,
+    **kwargs,
+) -> LevelRun:
     """Multi-turn conversations of C users (keywords as Client.run_conversations) on `client` (or a Client opened
     for them)."""
-    return await _on_client(cfg, prompts, client, lambda c: c.run_conversations(conversations, concurrency, specs,
-                                                                                 **kwargs))
+    return await _on_client(
+        cfg, prompts, client, lambda c: c.run_conversations(conversations, concurrency, specs, **kwargs)
+    )
 
 
-async def run_open_loop(cfg: ClientConfig, specs: Sequence[RequestSpec], rate: float, *, client: Client | None = None,
-                        prompts: PromptSource | None = None, **kwargs) -> LevelRun:
+async def run_open_loop(
+    cfg: ClientConfig,
+    specs: Sequence[RequestSpec],
+    rate: float,
+    *,
+    client: Client | None = None,
+    prompts: PromptSource | None = None,
+    **kwargs,
+) -> LevelRun:
     """Open loop at `rate` requests/s (keywords as Client.run_open_loop) on `client` (or a Client opened for it)."""
     return await _on_client(cfg, prompts, client, lambda c: c.run_open_loop(specs, rate, **kwargs))
 

@@ -70,8 +70,10 @@ def classify_exception(exc: BaseException, response_started: bool) -> tuple[str,
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         if response_started:
             return CONNECTION_RESET, "the server closed the connection mid-response"
-        return CONNECTION_RESET, ("the server closed the connection before answering (a kept-alive connection "
-                                  "dropped, as llama.cpp does); --no-keepalive avoids reuse")
+        return CONNECTION_RESET, (
+            "the server closed the connection before answering (a kept-alive connection "
+            "dropped, as llama.cpp does); --no-keepalive avoids reuse"
+        )
     if isinstance(exc, aiohttp.ClientPayloadError):
         for e in _chain(exc):
             if isinstance(e, (ConnectionResetError, BrokenPipeError)):
@@ -80,7 +82,8 @@ def classify_exception(exc: BaseException, response_started: bool) -> tuple[str,
             return CONNECTION_RESET, f"connection reset mid-stream: {text}"
         return INCOMPLETE_STREAM, f"the response body ended early: {text}"
     if isinstance(exc, (aiohttp.ClientOSError, ConnectionError)) or (
-            isinstance(exc, OSError) and not isinstance(exc, aiohttp.ClientError)):
+        isinstance(exc, OSError) and not isinstance(exc, aiohttp.ClientError)
+    ):
         return CONNECTION_RESET, f"{name}: {text}"
     if isinstance(exc, aiohttp.ClientError):  # ClientResponseError among them
         return PROTOCOL_ERROR, f"{name}: {text}"

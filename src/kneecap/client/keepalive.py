@@ -75,18 +75,28 @@ async def probe_keepalive(cfg, *, pause_s: float = PAUSE_S, timeout_s: float = P
 
     async with aiohttp.ClientSession(connector=connector, headers=headers, trace_configs=[trace]) as session:
         for i in range(2):
-            body = oa.request_body(cfg.endpoint, cfg.model, f"{PROBE_PROMPT_PREFIX} {nonce} {i}", PROBE_MAX_TOKENS,
-                                   stream=True, ignore_eos=cfg.ignore_eos, extra_body=cfg.extra_body)
+            body = oa.request_body(
+                cfg.endpoint,
+                cfg.model,
+                f"{PROBE_PROMPT_PREFIX} {nonce} {i}",
+                PROBE_MAX_TOKENS,
+                stream=True,
+                ignore_eos=cfg.ignore_eos,
+                extra_body=cfg.extra_body,
+            )
             sent = i + 1
             try:
-                async with session.post(cfg.url, data=oa.encode_body(body),
-                                        timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                async with session.post(
+                    cfg.url, data=oa.encode_body(body), timeout=aiohttp.ClientTimeout(total=timeout_s)
+                ) as resp:
                     await resp.read()
                     if resp.status != 200:
                         return found(None, f"probe request {sent} answered HTTP {resp.status}")
             except (aiohttp.ServerDisconnectedError, ConnectionResetError) as exc:
                 if created == [True, False]:  # the second request's reused connection was closed under it
-                    return found(False, f"the server closed a reused connection without answering ({type(exc).__name__})")
+                    return found(
+                        False, f"the server closed a reused connection without answering ({type(exc).__name__})"
+                    )
                 return found(None, f"probe request {sent} failed: {type(exc).__name__}")
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
                 return found(None, f"probe request {sent} failed: {type(exc).__name__}")
@@ -95,6 +105,11 @@ async def probe_keepalive(cfg, *, pause_s: float = PAUSE_S, timeout_s: float = P
     if len(created) != 2:
         return found(None, "the connection pool did not report both probe requests")
     if created[1]:
-        return found(False, "the server closed the connection after a streamed response "
-                            f"(a second request {pause_s * 1000:.0f} ms later needed a new one)")
-    return found(True, f"the connection stayed open after a streamed response and was reused {pause_s * 1000:.0f} ms later")
+        return found(
+            False,
+            "the server closed the connection after a streamed response "
+            f"(a second request {pause_s * 1000:.0f} ms later needed a new one)",
+        )
+    return found(
+        True, f"the connection stayed open after a streamed response and was reused {pause_s * 1000:.0f} ms later"
+    )

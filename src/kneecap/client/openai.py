@@ -39,9 +39,18 @@ def endpoint_path(endpoint: str) -> str:
         raise KneecapError(f"unknown endpoint {endpoint!r}", "use --endpoint completions or --endpoint chat") from None
 
 
-def request_body(endpoint: str, model: str, prompt: str | Sequence[int], max_tokens: int, *, stream: bool = True,
-                 ignore_eos: bool = False, min_tokens: bool = False, continuous_usage_stats: bool = False,
-                 extra_body: Mapping[str, Any] | None = None) -> dict:
+def request_body(
+    endpoint: str,
+    model: str,
+    prompt: str | Sequence[int],
+    max_tokens: int,
+    *,
+    stream: bool = True,
+    ignore_eos: bool = False,
+    min_tokens: bool = False,
+    continuous_usage_stats: bool = False,
+    extra_body: Mapping[str, Any] | None = None,
+) -> dict:
     """The JSON body of one request. `prompt` is text, or token ids (completions endpoint only).
 
     max_tokens is the requested output length (OSL). ignore_eos asks the server to keep generating
@@ -56,8 +65,10 @@ def request_body(endpoint: str, model: str, prompt: str | Sequence[int], max_tok
         body["prompt"] = prompt if isinstance(prompt, str) else list(prompt)
     elif endpoint == CHAT:
         if not isinstance(prompt, str):
-            raise KneecapError("the chat endpoint needs text prompts, not token ids",
-                               "use --endpoint completions, or give a tokenizer so prompts are text")
+            raise KneecapError(
+                "the chat endpoint needs text prompts, not token ids",
+                "use --endpoint completions, or give a tokenizer so prompts are text",
+            )
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
         endpoint_path(endpoint)  # raises the one-line error
@@ -100,7 +111,9 @@ class StreamResult:
     prompt_tokens: int | None = None  # usage, as the server reported it
     output_tokens: int | None = None
     reasoning_tokens: int | None = None
-    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens: prompt tokens the server's prefix cache had
+    cached_tokens: int | None = (
+        None  # usage.prompt_tokens_details.cached_tokens: prompt tokens the server's prefix cache had
+    )
     finish_reason: str | None = None
     done: bool = False  # saw data: [DONE]
     error_kind: str | None = None
@@ -177,7 +190,10 @@ class StreamDecoder:
                 result.done = True
                 continue
             if event == "error":
-                result.error_kind, result.error_message = SERVER_ERROR_EVENT, f"error event: {data[:300].decode('utf-8', 'replace')}"
+                result.error_kind, result.error_message = (
+                    SERVER_ERROR_EVENT,
+                    f"error event: {data[:300].decode('utf-8', 'replace')}",
+                )
                 break
             try:
                 obj = loads(data)
@@ -185,7 +201,10 @@ class StreamDecoder:
                 result.error_kind, result.error_message = MALFORMED_SSE, f"event data is not JSON: {data[:120]!r}"
                 break
             if type(obj) is not dict:
-                result.error_kind, result.error_message = MALFORMED_SSE, f"event data is not a JSON object: {data[:120]!r}"
+                result.error_kind, result.error_message = (
+                    MALFORMED_SSE,
+                    f"event data is not a JSON object: {data[:120]!r}",
+                )
                 break
             err = obj.get("error")
             if err is not None:

@@ -25,16 +25,18 @@ from kneecap.workload.datasets import prompt_sha256
 # Common English words: in the BPE vocabularies of current LLMs (Llama 3, Qwen 2/3, Mistral,
 # GPT-NeoX) " word" for each of these is a single token, so a space-joined run of n of them is
 # close to n tokens; the counter then makes it exact.
-WORDS = tuple(dict.fromkeys("""the of and to in is was for on are with as by at be this from or have an they which
+WORDS = tuple(
+    dict.fromkeys(
+        """the of and to in is was for on are with as by at be this from or have an they which
 one you were all we can her has there been if more when will would who so no she other its may these
 about than them some time could only new also two any like then first our what into over after most
 years out such made many where people did must well before through back year much good just way those
 even should because each long very own part still state used since great both life under later while
 however world last city same last high work between public day country around being local another few
 place small number three large end again early another water power group often make during within every
-set area different house form right general line family order play late human history""".split()))
-
-
+set area different house form right general line family order play late human history""".split()
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,10 @@ def token_id_range(vocab_size: int) -> tuple[int, int]:
     least 3: special tokens sit there) and stays below TOKEN_ID_CEILING.
     """
     if vocab_size < MIN_TOKEN_VOCAB:
-        raise KneecapError(f"a vocabulary of {vocab_size} tokens is too small for random token prompts",
-                           "use text prompts (--tokenizer PATH/tokenizer.json, or a server with /tokenize)")
+        raise KneecapError(
+            f"a vocabulary of {vocab_size} tokens is too small for random token prompts",
+            "use text prompts (--tokenizer PATH/tokenizer.json, or a server with /tokenize)",
+        )
     return max(3, min(TOKEN_ID_FLOOR, vocab_size // 10)), min(vocab_size, TOKEN_ID_CEILING)
 
 
@@ -107,8 +111,10 @@ class RandomTokenPrompts:
         if self.pool:
             return
         if not (0 <= self.low < self.high):
-            raise KneecapError(f"token id range must satisfy 0 <= low < high, got [{self.low}, {self.high})",
-                               "pass a range inside the model's vocabulary")
+            raise KneecapError(
+                f"token id range must satisfy 0 <= low < high, got [{self.low}, {self.high})",
+                "pass a range inside the model's vocabulary",
+            )
 
     def prompt_for(self, spec: RequestSpec) -> Prompt:
         if spec.block_hashes:  # a replayed trace: block k is the same ids wherever its hash id appears
@@ -117,7 +123,7 @@ class RandomTokenPrompts:
                 if len(ids) >= spec.input_tokens:
                     break
                 ids.extend(self._draw(_rng("block", self.seed, self.salt, h), spec.block_tokens))
-            ids = ids[:spec.input_tokens]
+            ids = ids[: spec.input_tokens]
             ids.extend(self._draw(_rng("prompt", self.seed, self.salt, spec.index), spec.input_tokens - len(ids)))
             return Prompt.of(ids, len(ids))
         prefix = _prefix_len(spec)
@@ -165,10 +171,14 @@ class RandomTextPrompts:
                 words.extend(_rng("block", self.seed, self.salt, h).choices(WORDS, k=spec.block_tokens))
             words = words[:target] + rng.choices(WORDS, k=max(0, target - len(words)))
             text = " ".join(words)
-            return Prompt.of(text, self.counter.count(text) + self.overhead_tokens if self.counter is not None else None)
+            return Prompt.of(
+                text, self.counter.count(text) + self.overhead_tokens if self.counter is not None else None
+            )
         prefix = _prefix_len(spec)
         if self.counter is None:
-            words = [] if not prefix else _rng("prefix", self.seed, self.salt, spec.prefix_group).choices(WORDS, k=prefix)
+            words = (
+                [] if not prefix else _rng("prefix", self.seed, self.salt, spec.prefix_group).choices(WORDS, k=prefix)
+            )
             return Prompt.of(" ".join(words + rng.choices(WORDS, k=max(1, target - prefix))), None)
         head = ""
         if prefix:
@@ -247,8 +257,9 @@ class LocalTokenizer:
             return Tokenizer.from_file(self.path)
         except Exception as exc:  # tokenizers raises its own Exception type for bad files
             reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-            raise KneecapError(f"cannot read tokenizer {self.path}: {reason}",
-                               "point --tokenizer at a tokenizer.json file") from None
+            raise KneecapError(
+                f"cannot read tokenizer {self.path}: {reason}", "point --tokenizer at a tokenizer.json file"
+            ) from None
 
     def __getstate__(self) -> dict:
         return {"path": self.path, "add_special_tokens": self.add_special_tokens}
@@ -276,8 +287,15 @@ class ServerTokenizer:
     both completion shapes in one body.
     """
 
-    def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None, timeout_s: float = 30.0,
-                 engine: str | None = None, chat: bool = False):
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 30.0,
+        engine: str | None = None,
+        chat: bool = False,
+    ):
         self.url = base_url.rstrip("/").removesuffix("/v1") + "/tokenize"
         self.model = model
         self._api_key = api_key
@@ -332,9 +350,11 @@ class ServerTokenizer:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
                 data = json.loads(resp.read())
         except urllib.error.HTTPError as exc:
-            raise KneecapError(f"the server's tokenize endpoint {self.url} answered HTTP {exc.code}",
-                               _TOKENIZE_FIX) from None
+            raise KneecapError(
+                f"the server's tokenize endpoint {self.url} answered HTTP {exc.code}", _TOKENIZE_FIX
+            ) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise KneecapError(f"cannot use the server's tokenize endpoint {self.url}: {type(exc).__name__}",
-                               _TOKENIZE_FIX) from None
+            raise KneecapError(
+                f"cannot use the server's tokenize endpoint {self.url}: {type(exc).__name__}", _TOKENIZE_FIX
+            ) from None
         return data

@@ -61,8 +61,10 @@ def probe_chunks() -> list[bytes]:
     return [b"%x\r\n%s\r\n" % (len(e), e) for e in events] + [b"0\r\n\r\n"]
 
 
-_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
-         b"Connection: keep-alive\r\n\r\n")
+_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+    b"Connection: keep-alive\r\n\r\n"
+)
 
 
 class LoopbackSse:

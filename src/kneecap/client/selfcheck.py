@@ -16,7 +16,9 @@ from kneecap.client.tasks import cancel_and_wait
 from kneecap.records import RequestRecord
 
 # Self-certification thresholds (the `suspect` rule; see LevelRun):
-LOOP_LAG_P99_LIMIT_S = 0.005  # work waits this long for the loop: sends go out late, loop-stamped reads are stamped late
+LOOP_LAG_P99_LIMIT_S = (
+    0.005  # work waits this long for the loop: sends go out late, loop-stamped reads are stamped late
+)
 CPU_FRACTION_LIMIT = 0.90  # the process used >= 90 % of one core: its single event loop is saturated
 # A CPU share is judged only over a window at least this long: over a millisecond-long level the client's
 # fixed per-level work (preparing bodies, opening connections) is most of the window, saturated or not.
@@ -59,9 +61,11 @@ class ReadStamps:
         return {
             "read_path": self.read_path,
             **extra,
-            "streams_by_read_path": {"body_tap+kernel_stamps": self.kernel_streams,
-                                     "body_tap": self.loop_streams - self.aiohttp_streams,
-                                     "aiohttp": self.aiohttp_streams},
+            "streams_by_read_path": {
+                "body_tap+kernel_stamps": self.kernel_streams,
+                "body_tap": self.loop_streams - self.aiohttp_streams,
+                "aiohttp": self.aiohttp_streams,
+            },
             "kernel_stamped_streams": self.kernel_streams,
             "loop_stamped_streams": self.loop_streams,
             "kernel_stamped_reads": self.kernel_reads,
@@ -125,8 +129,13 @@ def _pct(samples: Sequence[float], q: float) -> float:
     return s[k]
 
 
-def judge_suspect(loop_lag_s: Sequence[float], cpu_fraction: float, schedule_lag_s: Sequence[float], *,
-                  duration_s: float | None = None) -> list[str]:
+def judge_suspect(
+    loop_lag_s: Sequence[float],
+    cpu_fraction: float,
+    schedule_lag_s: Sequence[float],
+    *,
+    duration_s: float | None = None,
+) -> list[str]:
     """The reasons (possibly none) why a level's numbers may be the client's doing. duration_s: the level's
     window; a CPU share over less than MIN_CPU_WINDOW_S says nothing and is not judged."""
     reasons = []

@@ -107,11 +107,19 @@ def parse_vllm_cache_config(metrics_text: str) -> dict:
             per_engine[labels.get("engine", "0")] = (tokens, blocks or 0, size or 0)
     if not per_engine:
         return {"present": bool(samples)}
-    source = ("vllm /metrics vllm:cache_config_info kv_cache_size_tokens" if exact
-              else "vllm /metrics vllm:cache_config_info num_gpu_blocks x block_size")
-    return {"present": True, "kv_capacity_tokens": sum(t for t, _, _ in per_engine.values()),
-            "block_size": min(s for _, _, s in per_engine.values()) or None, "num_engines": len(per_engine),
-            "num_gpu_blocks": sum(b for _, b, _ in per_engine.values()), "source": source}
+    source = (
+        "vllm /metrics vllm:cache_config_info kv_cache_size_tokens"
+        if exact
+        else "vllm /metrics vllm:cache_config_info num_gpu_blocks x block_size"
+    )
+    return {
+        "present": True,
+        "kv_capacity_tokens": sum(t for t, _, _ in per_engine.values()),
+        "block_size": min(s for _, _, s in per_engine.values()) or None,
+        "num_engines": len(per_engine),
+        "num_gpu_blocks": sum(b for _, b, _ in per_engine.values()),
+        "source": source,
+    }
 
 
 def parse_sglang_server_info(obj: Any) -> dict:
@@ -138,8 +146,9 @@ def parse_sglang_server_info(obj: Any) -> dict:
     if kv:
         out["kv_capacity_tokens"] = kv
         out["kv_capacity_source"] = f"sglang /get_server_info {source}"
-    out.update(_ints(obj, {"max_running_requests": "num_slots", "page_size": "block_size",
-                           "context_length": "max_model_len"}))
+    out.update(
+        _ints(obj, {"max_running_requests": "num_slots", "page_size": "block_size", "context_length": "max_model_len"})
+    )
     if isinstance(obj.get("version"), str):
         out["version"] = obj["version"]
     out["is_sglang"] = kv is not None or "internal_states" in obj or "max_total_num_tokens" in obj
@@ -171,12 +180,22 @@ def parse_llamacpp_props(props: Any, slots: Any = None) -> dict:
     return out
 
 
-def combine(base_url: str, models: Any = None, version: Any = None, metrics_text: str | None = None,
-            sglang_info: Any = None, props: Any = None, slots: Any = None, models_status: int | None = None) -> ServerInfo:
+def combine(
+    base_url: str,
+    models: Any = None,
+    version: Any = None,
+    metrics_text: str | None = None,
+    sglang_info: Any = None,
+    props: Any = None,
+    slots: Any = None,
+    models_status: int | None = None,
+) -> ServerInfo:
     """Assemble a ServerInfo from whichever payloads the server answered (None = not answered)."""
-    fields: dict[str, Any] = {"models_status": models_status,
-                              "models_json": isinstance(models, Mapping) and isinstance(models.get("data"), list),
-                              "simulated": isinstance(version, Mapping) and version.get("simulated") is True}
+    fields: dict[str, Any] = {
+        "models_status": models_status,
+        "models_json": isinstance(models, Mapping) and isinstance(models.get("data"), list),
+        "simulated": isinstance(version, Mapping) and version.get("simulated") is True,
+    }
     notes: list[str] = []
     m = parse_models(models) if models is not None else {}
     for key in ("model_id", "max_model_len", "vocab_size", "model_ids"):
@@ -189,8 +208,11 @@ def combine(base_url: str, models: Any = None, version: Any = None, metrics_text
     if vllm.get("present") or (metrics_text and "vllm:" in metrics_text) or m.get("owned_by") == "vllm":
         engine = VLLM
         if vllm.get("kv_capacity_tokens"):
-            fields.update(kv_capacity_tokens=vllm["kv_capacity_tokens"], block_size=vllm["block_size"],
-                          kv_capacity_source=vllm["source"])
+            fields.update(
+                kv_capacity_tokens=vllm["kv_capacity_tokens"],
+                block_size=vllm["block_size"],
+                kv_capacity_source=vllm["source"],
+            )
             if vllm["num_engines"] > 1:
                 notes.append(f"{vllm['num_engines']} engines (data parallel): capacity summed over them")
         else:
@@ -199,16 +221,28 @@ def combine(base_url: str, models: Any = None, version: Any = None, metrics_text
             fields["version"] = version["version"]
     elif sg.get("is_sglang"):
         engine = SGLANG
-        fields.update({k: sg[k] for k in ("kv_capacity_tokens", "kv_capacity_source", "num_slots", "block_size", "version")
-                       if sg.get(k) is not None})
+        fields.update(
+            {
+                k: sg[k]
+                for k in ("kv_capacity_tokens", "kv_capacity_source", "num_slots", "block_size", "version")
+                if sg.get(k) is not None
+            }
+        )
         if "max_model_len" not in fields and sg.get("max_model_len"):
             fields["max_model_len"] = sg["max_model_len"]
     elif lc.get("is_llamacpp"):
         engine = LLAMACPP
-        fields.update({k: lc[k] for k in ("kv_capacity_tokens", "kv_capacity_source", "num_slots", "slot_context_tokens",
-                                          "version") if lc.get(k) is not None})
-        notes.append("llama.cpp: a request longer than one slot's n_ctx is refused; with --kv-unified slots "
-                     "share one pool and the capacity is n_ctx, not n_ctx x total_slots")
+        fields.update(
+            {
+                k: lc[k]
+                for k in ("kv_capacity_tokens", "kv_capacity_source", "num_slots", "slot_context_tokens", "version")
+                if lc.get(k) is not None
+            }
+        )
+        notes.append(
+            "llama.cpp: a request longer than one slot's n_ctx is refused; with --kv-unified slots "
+            "share one pool and the capacity is n_ctx, not n_ctx x total_slots"
+        )
         if fields.get("slot_context_tokens") and "max_model_len" not in fields:
             fields["max_model_len"] = fields["slot_context_tokens"]
     elif m.get("owned_by") in ("sglang", "llamacpp"):
@@ -253,14 +287,23 @@ async def fetch_server_info_async(base_url: str, api_key: str | None = None, tim
     async with aiohttp.ClientSession() as session:
         answers = await asyncio.gather(*(_get(session, root + p, headers, timeout_s) for p in paths))
     if all(a is None for a in answers):
-        raise KneecapError(f"cannot reach a server at {root}", "check the URL and that the server is up, or pass --kv-tokens N")
+        raise KneecapError(
+            f"cannot reach a server at {root}", "check the URL and that the server is up, or pass --kv-tokens N"
+        )
     got = dict(zip(paths, answers))
     metrics = got["/metrics"]
     metrics_text = metrics[1].decode("utf-8", "replace") if metrics is not None and metrics[0] == 200 else None
     models = got["/v1/models"]
-    return combine(root, models=_json(models), version=_json(got["/version"]), metrics_text=metrics_text,
-                   sglang_info=_json(got["/get_server_info"]), props=_json(got["/props"]), slots=_json(got["/slots"]),
-                   models_status=models[0] if models is not None else None)
+    return combine(
+        root,
+        models=_json(models),
+        version=_json(got["/version"]),
+        metrics_text=metrics_text,
+        sglang_info=_json(got["/get_server_info"]),
+        props=_json(got["/props"]),
+        slots=_json(got["/slots"]),
+        models_status=models[0] if models is not None else None,
+    )
 
 
 def fetch_server_info(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> ServerInfo:

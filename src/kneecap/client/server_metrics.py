@@ -187,15 +187,21 @@ def sample_from_text(text: str, at_s: float = 0.0) -> MetricsSample:
     samples = parse_prometheus(text, ALL_NAMES)
     for engine, roles in ENGINE_METRICS.items():
         if any(n in samples for names in roles.values() for n in names):
-            return MetricsSample(at_s, engine, _pick(samples, roles["kv_usage"], max), _pick(samples, roles["running"], sum),
-                                 _pick(samples, roles["waiting"], sum), _pick(samples, roles["preemptions"], sum),
-                                 _pick(samples, roles.get("prefix_hits", ()), sum),
-                                 _pick(samples, roles.get("prefix_queries", ()), sum),
-                                 _pick(samples, roles.get("spec_drafts", ()), sum),
-                                 _pick(samples, roles.get("spec_draft_tokens", ()), sum),
-                                 _pick(samples, roles.get("spec_accepted", ()), sum),
-                                 _pick(samples, roles.get("spec_accept_length", ()), _mean),
-                                 _pick(samples, roles.get("spec_accept_rate", ()), _mean))
+            return MetricsSample(
+                at_s,
+                engine,
+                _pick(samples, roles["kv_usage"], max),
+                _pick(samples, roles["running"], sum),
+                _pick(samples, roles["waiting"], sum),
+                _pick(samples, roles["preemptions"], sum),
+                _pick(samples, roles.get("prefix_hits", ()), sum),
+                _pick(samples, roles.get("prefix_queries", ()), sum),
+                _pick(samples, roles.get("spec_drafts", ()), sum),
+                _pick(samples, roles.get("spec_draft_tokens", ()), sum),
+                _pick(samples, roles.get("spec_accepted", ()), sum),
+                _pick(samples, roles.get("spec_accept_length", ()), _mean),
+                _pick(samples, roles.get("spec_accept_rate", ()), _mean),
+            )
     return MetricsSample(at_s, None, None, None, None, None)
 
 
@@ -225,17 +231,25 @@ class LevelServerMetrics:
         acceptance_rate, mean_accepted_length, source}; None where the server reports none (not running it)."""
         if self.spec_draft_tokens_delta:
             accepted = self.spec_accepted_delta or 0.0
-            return {"draft_tokens": int(self.spec_draft_tokens_delta), "accepted_tokens": int(accepted),
-                    "acceptance_rate": round(accepted / self.spec_draft_tokens_delta, 6),
-                    "mean_accepted_length": (round(1.0 + accepted / self.spec_drafts_delta, 6)
-                                             if self.spec_drafts_delta else None),
-                    "source": f"{self.engine or 'server'} /metrics counters"}
+            return {
+                "draft_tokens": int(self.spec_draft_tokens_delta),
+                "accepted_tokens": int(accepted),
+                "acceptance_rate": round(accepted / self.spec_draft_tokens_delta, 6),
+                "mean_accepted_length": (
+                    round(1.0 + accepted / self.spec_drafts_delta, 6) if self.spec_drafts_delta else None
+                ),
+                "source": f"{self.engine or 'server'} /metrics counters",
+            }
         if self.spec_accept_length_mean is not None:
-            return {"draft_tokens": None, "accepted_tokens": None,
-                    "acceptance_rate": (None if self.spec_accept_rate_mean is None
-                                        else round(self.spec_accept_rate_mean, 6)),
-                    "mean_accepted_length": round(self.spec_accept_length_mean, 6),
-                    "source": f"{self.engine or 'server'} /metrics gauges (mean over the level's scrapes)"}
+            return {
+                "draft_tokens": None,
+                "accepted_tokens": None,
+                "acceptance_rate": (
+                    None if self.spec_accept_rate_mean is None else round(self.spec_accept_rate_mean, 6)
+                ),
+                "mean_accepted_length": round(self.spec_accept_length_mean, 6),
+                "source": f"{self.engine or 'server'} /metrics gauges (mean over the level's scrapes)",
+            }
         return None
 
     @property
@@ -246,12 +260,19 @@ class LevelServerMetrics:
         return self.prefix_cache_hits_delta / self.prefix_cache_queries_delta
 
     def to_dict(self) -> dict:
-        return {"engine": self.engine, "kv_usage_max": self.kv_usage_max, "running_max": self.running_max,
-                "waiting_max": self.waiting_max, "preemptions_delta": self.preemptions_delta,
-                "prefix_cache_hits_delta": self.prefix_cache_hits_delta,
-                "prefix_cache_queries_delta": self.prefix_cache_queries_delta,
-                "prefix_cache_hit_rate": self.prefix_cache_hit_rate, "spec": self.spec,
-                "num_samples": self.num_samples, "num_failed_scrapes": self.num_failed_scrapes}
+        return {
+            "engine": self.engine,
+            "kv_usage_max": self.kv_usage_max,
+            "running_max": self.running_max,
+            "waiting_max": self.waiting_max,
+            "preemptions_delta": self.preemptions_delta,
+            "prefix_cache_hits_delta": self.prefix_cache_hits_delta,
+            "prefix_cache_queries_delta": self.prefix_cache_queries_delta,
+            "prefix_cache_hit_rate": self.prefix_cache_hit_rate,
+            "spec": self.spec,
+            "num_samples": self.num_samples,
+            "num_failed_scrapes": self.num_failed_scrapes,
+        }
 
 
 def summarize_samples(samples: list[MetricsSample], num_failed: int = 0) -> LevelServerMetrics:
@@ -268,16 +289,23 @@ def summarize_samples(samples: list[MetricsSample], num_failed: int = 0) -> Leve
         return _mean(values) if values else None
 
     engine = next((s.engine for s in samples if s.engine), None)
-    return LevelServerMetrics(engine=engine, kv_usage_max=mx("kv_usage"), running_max=mx("running"),
-                              waiting_max=mx("waiting"), preemptions_delta=delta("preemptions_total"),
-                              num_samples=len(samples), num_failed_scrapes=num_failed, samples=list(samples),
-                              prefix_cache_hits_delta=delta("prefix_hits_total"),
-                              prefix_cache_queries_delta=delta("prefix_queries_total"),
-                              spec_drafts_delta=delta("spec_drafts_total"),
-                              spec_draft_tokens_delta=delta("spec_draft_tokens_total"),
-                              spec_accepted_delta=delta("spec_accepted_total"),
-                              spec_accept_length_mean=mean("spec_accept_length"),
-                              spec_accept_rate_mean=mean("spec_accept_rate"))
+    return LevelServerMetrics(
+        engine=engine,
+        kv_usage_max=mx("kv_usage"),
+        running_max=mx("running"),
+        waiting_max=mx("waiting"),
+        preemptions_delta=delta("preemptions_total"),
+        num_samples=len(samples),
+        num_failed_scrapes=num_failed,
+        samples=list(samples),
+        prefix_cache_hits_delta=delta("prefix_hits_total"),
+        prefix_cache_queries_delta=delta("prefix_queries_total"),
+        spec_drafts_delta=delta("spec_drafts_total"),
+        spec_draft_tokens_delta=delta("spec_draft_tokens_total"),
+        spec_accepted_delta=delta("spec_accepted_total"),
+        spec_accept_length_mean=mean("spec_accept_length"),
+        spec_accept_rate_mean=mean("spec_accept_rate"),
+    )
 
 
 class MetricsPoller:

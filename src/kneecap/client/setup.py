@@ -18,8 +18,13 @@ from dataclasses import dataclass, field, replace
 
 from kneecap.client import openai as oa
 from kneecap.client.driver import ClientConfig, request_headers, run_sync
-from kneecap.client.prompts import (LocalTokenizer, RandomTextPrompts, RandomTokenPrompts, ServerTokenizer,
-                                    token_id_range)
+from kneecap.client.prompts import (
+    LocalTokenizer,
+    RandomTextPrompts,
+    RandomTokenPrompts,
+    ServerTokenizer,
+    token_id_range,
+)
 from kneecap.client.server_info import LLAMACPP, SGLANG, VLLM, ServerInfo
 from kneecap.errors import KneecapError
 from kneecap.workload import RequestSpec
@@ -53,13 +58,31 @@ def new_salt() -> str:
 PER_CHUNK_USAGE_ENGINES = (VLLM, SGLANG)
 
 
-def client_config(base_url: str, *, model: str, endpoint: str, api_key: str | None, timeout_s: float,
-                  keepalive: bool = True, ignore_eos: bool = True, keep_prompts: bool = False,
-                  continuous_usage_stats: bool = False) -> ClientConfig:
+def client_config(
+    base_url: str,
+    *,
+    model: str,
+    endpoint: str,
+    api_key: str | None,
+    timeout_s: float,
+    keepalive: bool = True,
+    ignore_eos: bool = True,
+    keep_prompts: bool = False,
+    continuous_usage_stats: bool = False,
+) -> ClientConfig:
     """The driver's config, the same for bench and run (stall timeout capped by the request timeout)."""
-    return ClientConfig(base_url=base_url, model=model, endpoint=endpoint, api_key=api_key, timeout_s=timeout_s,
-                        stall_timeout_s=min(STALL_TIMEOUT_S, timeout_s), keepalive=keepalive, ignore_eos=ignore_eos,
-                        keep_prompts=keep_prompts, continuous_usage_stats=continuous_usage_stats)
+    return ClientConfig(
+        base_url=base_url,
+        model=model,
+        endpoint=endpoint,
+        api_key=api_key,
+        timeout_s=timeout_s,
+        stall_timeout_s=min(STALL_TIMEOUT_S, timeout_s),
+        keepalive=keepalive,
+        ignore_eos=ignore_eos,
+        keep_prompts=keep_prompts,
+        continuous_usage_stats=continuous_usage_stats,
+    )
 
 
 # -- the server and the model --------------------------------------------------------------------
@@ -77,21 +100,27 @@ def check_server(info: ServerInfo, model: str | None, *, url: str) -> str:
         raise KneecapError(f"the server at {url} lists no model in GET /v1/models", "pass --model NAME")
     if info.model_ids and model not in info.model_ids:
         served = ", ".join(info.model_ids[:10]) + (" ..." if len(info.model_ids) > 10 else "")
-        raise KneecapError(f"the server at {url} does not serve model {model!r}; it serves: {served}",
-                           f"pass --model {info.model_ids[0]} (or another name it lists)")
+        raise KneecapError(
+            f"the server at {url} does not serve model {model!r}; it serves: {served}",
+            f"pass --model {info.model_ids[0]} (or another name it lists)",
+        )
     return model
 
 
 def auth_error(url: str, status: int) -> KneecapError:
-    return KneecapError(f"the server at {url} refused the API key (HTTP {status})",
-                        "set the key the server expects in KNEECAP_API_KEY or OPENAI_API_KEY, "
-                        "or name it with --api-key-env / --api-key-file")
+    return KneecapError(
+        f"the server at {url} refused the API key (HTTP {status})",
+        "set the key the server expects in KNEECAP_API_KEY or OPENAI_API_KEY, "
+        "or name it with --api-key-env / --api-key-file",
+    )
 
 
 def not_openai_error(url: str, what: str) -> KneecapError:
-    return KneecapError(f"the server at {url} is not an OpenAI-compatible server ({what})",
-                        "point --base-url at the server's root, e.g. http://127.0.0.1:8000 for vLLM, SGLang or "
-                        "llama.cpp (kneecap calls /v1/models and /v1/completions or /v1/chat/completions there)")
+    return KneecapError(
+        f"the server at {url} is not an OpenAI-compatible server ({what})",
+        "point --base-url at the server's root, e.g. http://127.0.0.1:8000 for vLLM, SGLang or "
+        "llama.cpp (kneecap calls /v1/models and /v1/completions or /v1/chat/completions there)",
+    )
 
 
 def _said(status: int | None) -> str:
@@ -129,8 +158,13 @@ class PromptChoice:
         return RandomTextPrompts(counter=self.counter, seed=seed, salt=self.salt, overhead_tokens=self.overhead_tokens)
 
     def to_dict(self) -> dict:
-        out = {"way": self.way, "detail": self.detail, "exact_input_tokens": self.exact, "salt": self.salt,
-               "check_requests": self.check_requests}
+        out = {
+            "way": self.way,
+            "detail": self.detail,
+            "exact_input_tokens": self.exact,
+            "salt": self.salt,
+            "check_requests": self.check_requests,
+        }
         if self.way in (TOKEN_IDS, DEFAULT_TOKEN_IDS):
             out["token_id_range"] = [self.low, self.high]
         if self.pool:
@@ -140,39 +174,89 @@ class PromptChoice:
         return out
 
 
-def prompt_candidates(info: ServerInfo, *, endpoint: str, model: str, api_key: str | None, salt: str,
-                      tokenizer: str | None = None, dataset_texts: tuple[str, ...] | None = None,
-                      dataset_in_order: bool = False) -> list[PromptChoice]:
+def prompt_candidates(
+    info: ServerInfo,
+    *,
+    endpoint: str,
+    model: str,
+    api_key: str | None,
+    salt: str,
+    tokenizer: str | None = None,
+    dataset_texts: tuple[str, ...] | None = None,
+    dataset_in_order: bool = False,
+) -> list[PromptChoice]:
     """The ways to build prompts for this server, best first (the check request picks the first accepted)."""
     if dataset_texts is not None:
-        return [PromptChoice(DATASET, "prompts of the dataset file", exact=False, salt=salt,
-                             dataset_texts=dataset_texts, dataset_in_order=dataset_in_order)]
+        return [
+            PromptChoice(
+                DATASET,
+                "prompts of the dataset file",
+                exact=False,
+                salt=salt,
+                dataset_texts=dataset_texts,
+                dataset_in_order=dataset_in_order,
+            )
+        ]
     out: list[PromptChoice] = []
     completions = endpoint == oa.COMPLETIONS
     if tokenizer is not None:
         local = LocalTokenizer(tokenizer)
-        out.append(PromptChoice(LOCAL_TOKENIZER, f"text calibrated with {tokenizer}", exact=completions,
-                                counter=local, salt=salt))
+        out.append(
+            PromptChoice(
+                LOCAL_TOKENIZER, f"text calibrated with {tokenizer}", exact=completions, counter=local, salt=salt
+            )
+        )
     if completions and info.vocab_size:
         low, high = token_id_range(info.vocab_size)
-        out.append(PromptChoice(TOKEN_IDS, f"token ids in [{low}, {high}) of the {info.vocab_size}-token vocabulary "
-                                "the server states", exact=True, low=low, high=high, salt=salt))
+        out.append(
+            PromptChoice(
+                TOKEN_IDS,
+                f"token ids in [{low}, {high}) of the {info.vocab_size}-token vocabulary the server states",
+                exact=True,
+                low=low,
+                high=high,
+                salt=salt,
+            )
+        )
     if completions and info.engine in (VLLM, SGLANG, LLAMACPP, None):
-        out.append(PromptChoice(SERVER_TOKEN_IDS, "token ids the server's /tokenize gives common words", exact=True,
-                                counter=ServerTokenizer(info.base_url, model=model, api_key=api_key, engine=info.engine),
-                                salt=salt))
+        out.append(
+            PromptChoice(
+                SERVER_TOKEN_IDS,
+                "token ids the server's /tokenize gives common words",
+                exact=True,
+                counter=ServerTokenizer(info.base_url, model=model, api_key=api_key, engine=info.engine),
+                salt=salt,
+            )
+        )
     if info.engine in (VLLM, SGLANG, LLAMACPP, None):
         chat_counted = not completions and info.engine == VLLM  # vLLM's /tokenize applies the chat template
         counter = ServerTokenizer(info.base_url, model=model, api_key=api_key, engine=info.engine, chat=chat_counted)
-        out.append(PromptChoice(SERVER_TOKENIZE, "text calibrated with the server's /tokenize"
-                                + (" (chat template applied)" if chat_counted else ""),
-                                exact=completions or chat_counted, counter=counter, salt=salt))
+        out.append(
+            PromptChoice(
+                SERVER_TOKENIZE,
+                "text calibrated with the server's /tokenize" + (" (chat template applied)" if chat_counted else ""),
+                exact=completions or chat_counted,
+                counter=counter,
+                salt=salt,
+            )
+        )
     if completions:
         low, high = RandomTokenPrompts().low, RandomTokenPrompts().high
-        out.append(PromptChoice(DEFAULT_TOKEN_IDS, f"token ids in [{low}, {high}) (the server states no vocabulary)",
-                                exact=True, low=low, high=high, salt=salt))
-    out.append(PromptChoice(UNCALIBRATED_TEXT, "random words; input lengths as the server counts them (usage)",
-                            exact=False, salt=salt))
+        out.append(
+            PromptChoice(
+                DEFAULT_TOKEN_IDS,
+                f"token ids in [{low}, {high}) (the server states no vocabulary)",
+                exact=True,
+                low=low,
+                high=high,
+                salt=salt,
+            )
+        )
+    out.append(
+        PromptChoice(
+            UNCALIBRATED_TEXT, "random words; input lengths as the server counts them (usage)", exact=False, salt=salt
+        )
+    )
     return out
 
 
@@ -182,8 +266,10 @@ def server_token_pool(counter: ServerTokenizer) -> tuple[int, ...]:
 
     ids = tuple(sorted(set(counter.token_ids(" " + " ".join(WORDS)))))
     if len(ids) < 8:
-        raise KneecapError(f"the server's /tokenize gave only {len(ids)} distinct ids for common words",
-                           "pass --tokenizer PATH/tokenizer.json")
+        raise KneecapError(
+            f"the server's /tokenize gave only {len(ids)} distinct ids for common words",
+            "pass --tokenizer PATH/tokenizer.json",
+        )
     return ids
 
 
@@ -198,10 +284,18 @@ class CheckAnswer:
 
 def send_check(cfg: ClientConfig, content, timeout_s: float = CHECK_TIMEOUT_S) -> CheckAnswer:
     """One non-streamed request of max_tokens 1 with this prompt content; what the server answered."""
-    body = oa.request_body(cfg.endpoint, cfg.model, content, 1, stream=False, ignore_eos=cfg.ignore_eos,
-                           extra_body={"user": CHECK_USER, **cfg.extra_body})
-    req = urllib.request.Request(cfg.url, data=oa.encode_body(body), method="POST",
-                                 headers=request_headers(cfg, stream=False))
+    body = oa.request_body(
+        cfg.endpoint,
+        cfg.model,
+        content,
+        1,
+        stream=False,
+        ignore_eos=cfg.ignore_eos,
+        extra_body={"user": CHECK_USER, **cfg.extra_body},
+    )
+    req = urllib.request.Request(
+        cfg.url, data=oa.encode_body(body), method="POST", headers=request_headers(cfg, stream=False)
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             status, raw = resp.status, resp.read(1 << 20)
@@ -209,8 +303,9 @@ def send_check(cfg: ClientConfig, content, timeout_s: float = CHECK_TIMEOUT_S) -
         status, raw = exc.code, exc.read(4096) if exc.fp is not None else b""
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", None) or exc
-        return CheckAnswer(None, message=f"{type(reason).__name__}: {reason}"[:200],
-                           timed_out=isinstance(reason, TimeoutError))
+        return CheckAnswer(
+            None, message=f"{type(reason).__name__}: {reason}"[:200], timed_out=isinstance(reason, TimeoutError)
+        )
     try:
         doc = json.loads(raw)
     except ValueError:
@@ -227,8 +322,14 @@ def send_check(cfg: ClientConfig, content, timeout_s: float = CHECK_TIMEOUT_S) -
     return CheckAnswer(status, tokens if isinstance(tokens, int) else None, str(message)[:300], isinstance(doc, dict))
 
 
-def settle_prompts(cfg: ClientConfig, candidates: list[PromptChoice], *, input_tokens: int | None,
-                   timeout_s: float = CHECK_TIMEOUT_S, send=send_check) -> PromptChoice:
+def settle_prompts(
+    cfg: ClientConfig,
+    candidates: list[PromptChoice],
+    *,
+    input_tokens: int | None,
+    timeout_s: float = CHECK_TIMEOUT_S,
+    send=send_check,
+) -> PromptChoice:
     """The first way whose check request the server accepts (HTTP 200); one-line errors otherwise.
 
     Stops at once on HTTP 401/403 (the key), 404 or a non-JSON answer (not this API, or not this
@@ -253,20 +354,30 @@ def settle_prompts(cfg: ClientConfig, candidates: list[PromptChoice], *, input_t
             if choice.counter is not None and not choice.exact and answer.prompt_tokens and prompt.num_tokens:
                 overhead = answer.prompt_tokens - prompt.num_tokens
                 if overhead > 0:  # measured: the chat template's tokens around the text
-                    return replace(choice, overhead_tokens=overhead, exact=True,
-                                   detail=choice.detail + f" + {overhead} chat-template tokens measured")
+                    return replace(
+                        choice,
+                        overhead_tokens=overhead,
+                        exact=True,
+                        detail=choice.detail + f" + {overhead} chat-template tokens measured",
+                    )
             return choice
         if answer.status is None and answer.timed_out:  # it listens but did not answer: the sweep measures that
-            return replace(choice, detail=f"{choice.detail} (the check request got no answer in {timeout_s:g} s: "
-                                          "prompts not proved)")
+            return replace(
+                choice,
+                detail=f"{choice.detail} (the check request got no answer in {timeout_s:g} s: prompts not proved)",
+            )
         if answer.status is None:
-            raise KneecapError(f"cannot reach the server at {cfg.base_url} ({answer.message})",
-                               f"check that it is running and listening there (curl {cfg.base_url}/v1/models)")
+            raise KneecapError(
+                f"cannot reach the server at {cfg.base_url} ({answer.message})",
+                f"check that it is running and listening there (curl {cfg.base_url}/v1/models)",
+            )
         if answer.status in (401, 403):
             raise auth_error(cfg.base_url, answer.status)
         if answer.status == 404 and answer.json_answer and "model" in answer.message.lower():
-            raise KneecapError(f"the server at {cfg.base_url} does not serve model {cfg.model!r} ({answer.message})",
-                               "pass --model with a name GET /v1/models lists")
+            raise KneecapError(
+                f"the server at {cfg.base_url} does not serve model {cfg.model!r} ({answer.message})",
+                "pass --model with a name GET /v1/models lists",
+            )
         if answer.status in (404, 405, 501) or (answer.status == 200 and not answer.json_answer):
             what = f"POST {oa.endpoint_path(cfg.endpoint)} answered HTTP {answer.status}"
             raise not_openai_error(cfg.base_url, what + (f": {answer.message[:60]!r}" if answer.message else ""))
@@ -274,9 +385,10 @@ def settle_prompts(cfg: ClientConfig, candidates: list[PromptChoice], *, input_t
             note = f"the check request answered HTTP {answer.status}: prompts not proved"
             return replace(choice, detail=f"{choice.detail} ({note})")
         refused.append(f"{choice.way}: HTTP {answer.status} {answer.message}".strip())
-    raise KneecapError(f"the server at {cfg.base_url} refused every kind of prompt kneecap can build "
-                       f"({'; '.join(refused)[:400]})",
-                       "pass --tokenizer PATH/tokenizer.json (the served model's own) so prompts are text of exact length")
+    raise KneecapError(
+        f"the server at {cfg.base_url} refused every kind of prompt kneecap can build ({'; '.join(refused)[:400]})",
+        "pass --tokenizer PATH/tokenizer.json (the served model's own) so prompts are text of exact length",
+    )
 
 
 # -- keep-alive ----------------------------------------------------------------------------------
@@ -304,19 +416,48 @@ class LiveClient:
     probe: object | None = None
 
 
-def prepare_client(info: ServerInfo, *, base_url: str, model: str, endpoint: str, api_key: str | None,
-                   timeout_s: float, keepalive: bool | None, flag_name: str, salt: str, ignore_eos: bool = True,
-                   keep_prompts: bool = False, tokenizer: str | None = None,
-                   dataset_texts: tuple[str, ...] | None = None, input_tokens: int | None = None,
-                   dataset_in_order: bool = False) -> LiveClient:
+def prepare_client(
+    info: ServerInfo,
+    *,
+    base_url: str,
+    model: str,
+    endpoint: str,
+    api_key: str | None,
+    timeout_s: float,
+    keepalive: bool | None,
+    flag_name: str,
+    salt: str,
+    ignore_eos: bool = True,
+    keep_prompts: bool = False,
+    tokenizer: str | None = None,
+    dataset_texts: tuple[str, ...] | None = None,
+    input_tokens: int | None = None,
+    dataset_in_order: bool = False,
+) -> LiveClient:
     """The one client setup of `kneecap bench` and `kneecap run`: the prompt way proved by one check request
     (inside the vocabulary the server states, else calibrated text...), then keep-alive (`keepalive` None:
     probe the server; else the flag named `flag_name` decided). One-line KneecapError on a refusal."""
-    cfg = client_config(base_url, model=model, endpoint=endpoint, api_key=api_key, timeout_s=timeout_s,
-                        keepalive=keepalive is not False, ignore_eos=ignore_eos, keep_prompts=keep_prompts,
-                        continuous_usage_stats=info.engine in PER_CHUNK_USAGE_ENGINES and not info.simulated)
-    ways = prompt_candidates(info, endpoint=endpoint, model=model, api_key=api_key, salt=salt, tokenizer=tokenizer,
-                             dataset_texts=dataset_texts, dataset_in_order=dataset_in_order)
+    cfg = client_config(
+        base_url,
+        model=model,
+        endpoint=endpoint,
+        api_key=api_key,
+        timeout_s=timeout_s,
+        keepalive=keepalive is not False,
+        ignore_eos=ignore_eos,
+        keep_prompts=keep_prompts,
+        continuous_usage_stats=info.engine in PER_CHUNK_USAGE_ENGINES and not info.simulated,
+    )
+    ways = prompt_candidates(
+        info,
+        endpoint=endpoint,
+        model=model,
+        api_key=api_key,
+        salt=salt,
+        tokenizer=tokenizer,
+        dataset_texts=dataset_texts,
+        dataset_in_order=dataset_in_order,
+    )
     choice = settle_prompts(cfg, ways, input_tokens=input_tokens, timeout_s=min(timeout_s, CHECK_TIMEOUT_S))
     kept, connections, probe = decide_keepalive(cfg, keepalive, timeout_s=timeout_s, flag_name=flag_name)
     return LiveClient(cfg=replace(cfg, keepalive=kept), prompts=choice, connections=connections, probe=probe)

@@ -45,8 +45,17 @@ class SseParser:
     SseLineTooLong instead of growing without limit. `retry_ms` holds the last valid `retry:`.
     """
 
-    __slots__ = ("max_line_bytes", "retry_ms", "last_event_id", "_buf", "_skip_lf", "_at_start",
-                 "_data", "_data_bytes", "_event")
+    __slots__ = (
+        "max_line_bytes",
+        "retry_ms",
+        "last_event_id",
+        "_buf",
+        "_skip_lf",
+        "_at_start",
+        "_data",
+        "_data_bytes",
+        "_event",
+    )
 
     def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES):
         if max_line_bytes < 1:
@@ -79,8 +88,16 @@ class SseParser:
             return []
         # Fast path (the shape of nearly every read from an LLM server): no state carried over, whole
         # events only, each one `data: ...` line, LF endings. Anything else takes the general path.
-        if (not self._buf and not self._data and self._event is None and not self._skip_lf and not self._at_start
-                and chunk[-2:] == b"\n\n" and len(chunk) <= self.max_line_bytes and b"\r" not in chunk):
+        if (
+            not self._buf
+            and not self._data
+            and self._event is None
+            and not self._skip_lf
+            and not self._at_start
+            and chunk[-2:] == b"\n\n"
+            and len(chunk) <= self.max_line_bytes
+            and b"\r" not in chunk
+        ):
             blocks = chunk.split(b"\n\n")
             blocks.pop()
             out = []
@@ -115,12 +132,18 @@ class SseParser:
         tail = lines.pop()
         limit = self.max_line_bytes
         if len(tail) > limit:
-            raise SseLineTooLong(f"SSE line longer than {limit} bytes", "the server sent a runaway line; raise the limit only if this is expected")
+            raise SseLineTooLong(
+                f"SSE line longer than {limit} bytes",
+                "the server sent a runaway line; raise the limit only if this is expected",
+            )
         self._buf = tail
         if len(chunk) > limit:
             for line in lines:
                 if len(line) > limit:
-                    raise SseLineTooLong(f"SSE line longer than {limit} bytes", "the server sent a runaway line; raise the limit only if this is expected")
+                    raise SseLineTooLong(
+                        f"SSE line longer than {limit} bytes",
+                        "the server sent a runaway line; raise the limit only if this is expected",
+                    )
         out: list[SseEvent] = []
         data = self._data
         for line in lines:
@@ -137,7 +160,10 @@ class SseParser:
                 data.append(value)
                 self._data_bytes += len(value) + 1
                 if self._data_bytes > limit:
-                    raise SseLineTooLong(f"SSE event data longer than {limit} bytes", "the server sent a runaway event; raise the limit only if this is expected")
+                    raise SseLineTooLong(
+                        f"SSE event data longer than {limit} bytes",
+                        "the server sent a runaway event; raise the limit only if this is expected",
+                    )
                 continue
             if line[0] == 0x3A:  # ":" comment (keep-alive pings)
                 continue

@@ -29,13 +29,18 @@ class RayTarget:
 
     def __post_init__(self) -> None:
         if not (self.address or "").strip():
-            raise KneecapError("--ray needs an address", "pass --ray auto (RAY_ADDRESS), --ray local, or --ray HOST:PORT")
+            raise KneecapError(
+                "--ray needs an address", "pass --ray auto (RAY_ADDRESS), --ray local, or --ray HOST:PORT"
+            )
         if self.streams_per_actor < 1:
-            raise KneecapError(f"--ray-streams-per-actor must be >= 1, got {self.streams_per_actor}",
-                               f"pass e.g. --ray-streams-per-actor {DEFAULT_STREAMS_PER_ACTOR}")
+            raise KneecapError(
+                f"--ray-streams-per-actor must be >= 1, got {self.streams_per_actor}",
+                f"pass e.g. --ray-streams-per-actor {DEFAULT_STREAMS_PER_ACTOR}",
+            )
         if self.actors is not None and not (1 <= self.actors <= MAX_ACTORS):
-            raise KneecapError(f"the number of Ray actors must be between 1 and {MAX_ACTORS}, got {self.actors}",
-                               "pass fewer actors")
+            raise KneecapError(
+                f"the number of Ray actors must be between 1 and {MAX_ACTORS}, got {self.actors}", "pass fewer actors"
+            )
 
 
 def require_ray():
@@ -72,14 +77,18 @@ def check_reachable(address: str) -> None:
     hostport = target.split("://", 1)[-1].rstrip("/")
     host, sep, port = hostport.rpartition(":")
     if not sep or not port.isdigit():
-        raise KneecapError(f"Ray address {target!r} is not HOST:PORT", "pass --ray HOST:PORT of the cluster's head, auto or local")
+        raise KneecapError(
+            f"Ray address {target!r} is not HOST:PORT", "pass --ray HOST:PORT of the cluster's head, auto or local"
+        )
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT_S):
             pass
     except OSError as exc:
-        raise KneecapError(f"the Ray head at {hostport} does not answer ({exc.strerror or type(exc).__name__})",
-                           "check the address and port (ray status on the head prints them), "
-                           "or pass --ray local for a cluster in this process") from None
+        raise KneecapError(
+            f"the Ray head at {hostport} does not answer ({exc.strerror or type(exc).__name__})",
+            "check the address and port (ray status on the head prints them), "
+            "or pass --ray local for a cluster in this process",
+        ) from None
 
 
 @dataclass
@@ -119,7 +128,9 @@ def connect(address: str) -> RayConnection:
     try:
         ray.init(**kwargs)
     except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise KneecapError(f"cannot connect to the Ray cluster at {given!r} ({' '.join(str(exc).split())[:200]})", hint) from None
+        raise KneecapError(
+            f"cannot connect to the Ray cluster at {given!r} ({' '.join(str(exc).split())[:200]})", hint
+        ) from None
     finally:
         if previous_term is not None:
             signal.signal(signal.SIGTERM, previous_term)

@@ -38,8 +38,9 @@ def config_args(config: dict, index: int) -> list[str]:
         if name == "name":
             continue
         if name in RUNNER_FLAGS:
-            raise KneecapError(f"grid configuration {index} sets {key!r}, which the grid sets itself",
-                               f"drop {key!r} from it")
+            raise KneecapError(
+                f"grid configuration {index} sets {key!r}, which the grid sets itself", f"drop {key!r} from it"
+            )
         flag = "--" + name.replace("_", "-")
         if value is True:
             args.append(flag)
@@ -52,8 +53,10 @@ def config_args(config: dict, index: int) -> list[str]:
         elif isinstance(value, (str, int, float)):
             args += [flag, str(value)]
         else:
-            raise KneecapError(f"grid configuration {index}: {key!r} is a {type(value).__name__}",
-                               "give each option a string, number, list or true/false")
+            raise KneecapError(
+                f"grid configuration {index}: {key!r} is a {type(value).__name__}",
+                "give each option a string, number, list or true/false",
+            )
     return args
 
 
@@ -92,8 +95,13 @@ def _checked(index: int, result: tuple[int, bytes, str]) -> bytes:
     return summary
 
 
-def run_grid_bytes(configs: Sequence[dict], ray_address: str | None, nodes: list | None = None, *,
-                   simulate: Callable[[list[str]], tuple[int, str]]) -> list[bytes]:
+def run_grid_bytes(
+    configs: Sequence[dict],
+    ray_address: str | None,
+    nodes: list | None = None,
+    *,
+    simulate: Callable[[list[str]], tuple[int, str]],
+) -> list[bytes]:
     """Every configuration's summary.json bytes, in order: as Ray tasks on `ray_address`, or here one by one,
     each through `simulate` (see simulate_one). `nodes` (a list) receives the Ray node id each ran on."""
     arg_lists = [config_args(c, i) for i, c in enumerate(configs)]
@@ -116,15 +124,18 @@ def run_grid_bytes(configs: Sequence[dict], ray_address: str | None, nodes: list
             except KneecapError:
                 raise
             except Exception as exc:  # a node died, a timeout: named, never a traceback
-                raise KneecapError(f"grid configuration {i} did not finish on the Ray cluster at {ray_address} "
-                                   f"({type(exc).__name__})", "check the cluster (ray status) and run the grid again") from None
+                raise KneecapError(
+                    f"grid configuration {i} did not finish on the Ray cluster at {ray_address} ({type(exc).__name__})",
+                    "check the cluster (ray status) and run the grid again",
+                ) from None
         return results
     finally:
         conn.close()
 
 
-def write_grid(out_dir: str | Path, configs: Sequence[dict], summaries: Sequence[bytes],
-               nodes: Sequence[str] | None = None) -> list[dict]:
+def write_grid(
+    out_dir: str | Path, configs: Sequence[dict], summaries: Sequence[bytes], nodes: Sequence[str] | None = None
+) -> list[dict]:
     """OUT/NNN[-name]/summary.json per configuration (its bytes as simulate wrote them) and OUT/grid.json,
     the index: each configuration, its options, where its summary is (and the Ray node it ran on)."""
     from kneecap.results import write_atomic
@@ -135,8 +146,14 @@ def write_grid(out_dir: str | Path, configs: Sequence[dict], summaries: Sequence
         folder = root / config_name(config, i)
         folder.mkdir(parents=True, exist_ok=True)
         write_atomic(folder / "summary.json", blob)
-        index.append({"index": i, "config": config, "args": config_args(config, i),
-                      "summary": str(folder.relative_to(root) / "summary.json")})
+        index.append(
+            {
+                "index": i,
+                "config": config,
+                "args": config_args(config, i),
+                "summary": str(folder.relative_to(root) / "summary.json"),
+            }
+        )
         if nodes:
             index[-1]["ray_node_id"] = nodes[i]
     write_atomic(root / "grid.json", (json.dumps(index, indent=1) + "\n").encode())

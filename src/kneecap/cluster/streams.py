@@ -157,8 +157,17 @@ class ActorPool:
     (kneecap.sweep.level.run_task, kneecap.sweep.workers.split_task); outcome_fn(dict) rebuilds an
     outcome from its fields (num_records, suspect, client)."""
 
-    def __init__(self, conn: RayConnection, setup, *, num_actors: int, run_fn: Callable, split_fn: Callable,
-                 outcome_fn: Callable[[dict], object], api_key: str | None):
+    def __init__(
+        self,
+        conn: RayConnection,
+        setup,
+        *,
+        num_actors: int,
+        run_fn: Callable,
+        split_fn: Callable,
+        outcome_fn: Callable[[dict], object],
+        api_key: str | None,
+    ):
         ray = conn.ray
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -170,8 +179,10 @@ class ActorPool:
         self._remove_pg = remove_placement_group
         cpus = conn.cpus()
         if cpus <= 0:
-            raise KneecapError(f"the Ray cluster at {conn.address} has no CPUs to place client actors on",
-                               "start its nodes with --num-cpus >= 1")
+            raise KneecapError(
+                f"the Ray cluster at {conn.address} has no CPUs to place client actors on",
+                "start its nodes with --num-cpus >= 1",
+            )
         # one bundle per actor; more actors than CPUs share them (fractional CPUs), so placement never waits
         cpu_each = min(1.0, cpus / num_actors)
         self._pg = placement_group([{"CPU": cpu_each}] * num_actors, strategy="SPREAD")
@@ -179,17 +190,22 @@ class ActorPool:
             ray.get(self._pg.ready(), timeout=PLACEMENT_TIMEOUT_S)
         except Exception:
             self._remove_pg(self._pg)
-            raise KneecapError(f"the Ray cluster at {conn.address} could not place {num_actors} client actors "
-                               f"({cpu_each:g} CPU each) within {PLACEMENT_TIMEOUT_S:g} s",
-                               "add nodes, or pass fewer actors with a larger --ray-streams-per-actor") from None
+            raise KneecapError(
+                f"the Ray cluster at {conn.address} could not place {num_actors} client actors "
+                f"({cpu_each:g} CPU each) within {PLACEMENT_TIMEOUT_S:g} s",
+                "add nodes, or pass fewer actors with a larger --ray-streams-per-actor",
+            ) from None
         env_share, arg_share = split_secret(api_key) if api_key else (None, None)
         env = {"env_vars": {API_KEY_ENV: env_share}} if api_key else None
         bare = dataclasses.replace(setup, cfg=dataclasses.replace(setup.cfg, api_key=None))  # no key in arguments
         remote_cls = ray.remote(max_concurrency=ACTOR_CONCURRENCY)(StreamActor)
         handles = []
         for i in range(num_actors):
-            options = dict(num_cpus=cpu_each, max_restarts=0,
-                           scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=i))
+            options = dict(
+                num_cpus=cpu_each,
+                max_restarts=0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=i),
+            )
             if env:
                 options["runtime_env"] = env
             handles.append(remote_cls.options(**options).remote(bare, run_fn, arg_share))
@@ -197,9 +213,10 @@ class ActorPool:
             hellos = ray.get([h.hello.remote() for h in handles], timeout=READY_TIMEOUT_S)
         except Exception as exc:
             self._kill(handles)
-            raise KneecapError(f"the client actors on the Ray cluster at {conn.address} did not start "
-                               f"({type(exc).__name__})", "check that kneecap is installed on every node "
-                               "(pip install 'kneecap[ray]'), and the nodes' logs") from None
+            raise KneecapError(
+                f"the client actors on the Ray cluster at {conn.address} did not start ({type(exc).__name__})",
+                "check that kneecap is installed on every node (pip install 'kneecap[ray]'), and the nodes' logs",
+            ) from None
         self._actors = [_Actor(i, h, info["node_id"], info["pid"]) for i, (h, info) in enumerate(zip(handles, hellos))]
         self._runs = 0
 
@@ -238,14 +255,18 @@ class ActorPool:
             self._drop(refs[ref])
         live = [a for a in actors if a.alive]
         if not live:
-            raise KneecapError(f"every client actor on the Ray cluster at {self._conn.address} is gone",
-                               "check the cluster (ray status), then continue with --resume DIR --ray ADDRESS")
+            raise KneecapError(
+                f"every client actor on the Ray cluster at {self._conn.address} is gone",
+                "check the cluster (ray status), then continue with --resume DIR --ray ADDRESS",
+            )
         try:
             return self._offsets(live)
         except Exception as exc:
-            raise KneecapError(f"could not read the client actors' clocks on the Ray cluster at {self._conn.address} "
-                               f"({type(exc).__name__})", "check the cluster (ray status), then continue with "
-                               "--resume DIR --ray ADDRESS") from None
+            raise KneecapError(
+                f"could not read the client actors' clocks on the Ray cluster at {self._conn.address} "
+                f"({type(exc).__name__})",
+                "check the cluster (ray status), then continue with --resume DIR --ray ADDRESS",
+            ) from None
 
     def run(self, task, on_record: Callable[[RequestRecord], None]) -> list:
         """Run one level split over the live actors; outcomes in actor order once every share is over."""
@@ -256,13 +277,19 @@ class ActorPool:
         offsets = self._barrier(actors)
         actors = [a for a in actors if a.alive]
         shares = self._split(task, len(actors))
-        actors = actors[:len(shares)]
+        actors = actors[: len(shares)]
         start_at = time.perf_counter() + START_LEAD_S + max(o.rtt_s for o in offsets.values())
         received: dict[int, set] = {a.index: set() for a in actors}
         self._runs += 1
         run_id = self._runs
-        started = {a.handle.start.remote(run_id, dataclasses.replace(share, epoch=offsets[a.index].to_remote(share.epoch)),
-                                         offsets[a.index].to_remote(start_at)): a for a, share in zip(actors, shares)}
+        started = {
+            a.handle.start.remote(
+                run_id,
+                dataclasses.replace(share, epoch=offsets[a.index].to_remote(share.epoch)),
+                offsets[a.index].to_remote(start_at),
+            ): a
+            for a, share in zip(actors, shares)
+        }
         failed_start = self._failed(started)
 
         results: dict[int, tuple] = {}
@@ -311,8 +338,14 @@ class ActorPool:
         error = None
         for a, share in zip(actors, shares):
             kind, payload, *rest = results[a.index]
-            facts = {"address": self._conn.address, "actor": a.index, "node_id": a.node_id, "pid": a.pid,
-                     "clock_offset_s": offsets[a.index].offset_s, "clock_rtt_s": offsets[a.index].rtt_s}
+            facts = {
+                "address": self._conn.address,
+                "actor": a.index,
+                "node_id": a.node_id,
+                "pid": a.pid,
+                "clock_offset_s": offsets[a.index].offset_s,
+                "clock_rtt_s": offsets[a.index].rtt_s,
+            }
             if kind == "done":
                 data = dict(payload)
                 data["client"] = dict(data.get("client") or {}, ray=dict(facts, start_late_s=rest[0]))
@@ -326,11 +359,19 @@ class ActorPool:
             end_at = time.perf_counter() - task.epoch
             for spec in lost:
                 on_record(_lost_record(spec, share, end_at, payload))
-            reason = (f"the Ray actor (node {a.node_id[:12]}) was lost mid-level ({payload}): "
-                      f"{len(lost)} request(s) counted as failed ({CLIENT_LOST})")
-            outcomes.append(self._outcome({"num_records": len(received[a.index]) + len(lost), "suspect": True,
-                                           "client": {"lost": True, "lost_requests": len(lost),
-                                                      "suspect_reasons": [reason], "ray": facts}}))
+            reason = (
+                f"the Ray actor (node {a.node_id[:12]}) was lost mid-level ({payload}): "
+                f"{len(lost)} request(s) counted as failed ({CLIENT_LOST})"
+            )
+            outcomes.append(
+                self._outcome(
+                    {
+                        "num_records": len(received[a.index]) + len(lost),
+                        "suspect": True,
+                        "client": {"lost": True, "lost_requests": len(lost), "suspect_reasons": [reason], "ray": facts},
+                    }
+                )
+            )
         if error is not None:
             raise KneecapError(str(error).removeprefix("error: "), None)
         return outcomes
@@ -365,23 +406,47 @@ def _lost_record(spec, share, end_at: float, why: str) -> RequestRecord:
     """A request whose actor was lost before its record reached the driver: failed, kind client_lost."""
     concurrency = int(share.value) if share.kind == "concurrency" else None
     rate = float(share.value) if share.kind != "concurrency" else None
-    return RequestRecord(request_id=spec.request_id, level=share.level, concurrency=concurrency, rate=rate,
-                         class_name=spec.class_name, warmup=share.warmup, end_at=end_at,
-                         expected_input_tokens=spec.input_tokens, expected_output_tokens=spec.output_tokens,
-                         status=ERROR, error_kind=CLIENT_LOST,
-                         error_message=f"the client actor running this request was lost ({why})")
+    return RequestRecord(
+        request_id=spec.request_id,
+        level=share.level,
+        concurrency=concurrency,
+        rate=rate,
+        class_name=spec.class_name,
+        warmup=share.warmup,
+        end_at=end_at,
+        expected_input_tokens=spec.input_tokens,
+        expected_output_tokens=spec.output_tokens,
+        status=ERROR,
+        error_kind=CLIENT_LOST,
+        error_message=f"the client actor running this request was lost ({why})",
+    )
 
 
-def open_pool(target: RayTarget, setup, *, max_streams: int | None, api_key: str | None, run_fn: Callable,
-              split_fn: Callable, outcome_fn: Callable[[dict], object]) -> ActorPool:
+def open_pool(
+    target: RayTarget,
+    setup,
+    *,
+    max_streams: int | None,
+    api_key: str | None,
+    run_fn: Callable,
+    split_fn: Callable,
+    outcome_fn: Callable[[dict], object],
+) -> ActorPool:
     """Connect to `target.address` and start the actors: one per CPU of the cluster, more when the largest
     level (max_streams concurrent streams) would put more than target.streams_per_actor on one."""
     from kneecap.cluster.connect import actors_for, connect
 
     conn = connect(target.address)
     try:
-        return ActorPool(conn, setup, num_actors=actors_for(conn.cpus(), max_streams, target), run_fn=run_fn,
-                         split_fn=split_fn, outcome_fn=outcome_fn, api_key=api_key)
+        return ActorPool(
+            conn,
+            setup,
+            num_actors=actors_for(conn.cpus(), max_streams, target),
+            run_fn=run_fn,
+            split_fn=split_fn,
+            outcome_fn=outcome_fn,
+            api_key=api_key,
+        )
     except BaseException:
         conn.close()
         raise

@@ -57,8 +57,10 @@ def detect_language(text: str) -> str | None:
     try:
         from langdetect import DetectorFactory, LangDetectException, detect
     except ImportError:
-        raise KneecapError("a behaviour case checks the answer's language, which needs the langdetect package",
-                           "pip install 'kneecap[behaviour]'") from None
+        raise KneecapError(
+            "a behaviour case checks the answer's language, which needs the langdetect package",
+            "pip install 'kneecap[behaviour]'",
+        ) from None
 
     DetectorFactory.seed = 0  # langdetect is randomised; fix it so replays are reproducible
     try:

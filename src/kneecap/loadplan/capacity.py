@@ -32,7 +32,7 @@ def capacity_region(cells: list[dict]) -> dict:
     grouped: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
     dims: dict = {}
     for c in cells:
-        (dim, load), = c["load"].items()
+        ((dim, load),) = c["load"].items()
         dims[(c["candidate"], c["class"], c["state"])] = dim
         grouped[c["candidate"]][c["class"]][c["state"]][load].append(c)
     out: dict = {}
@@ -43,12 +43,20 @@ def capacity_region(cells: list[dict]) -> dict:
             for state, by_load in by_state.items():
                 loads = sorted(by_load)
                 region = [x for x in loads if all(c["verdict"] == "pass" for c in by_load[x])]
-                failed = {str(x): sorted({r for c in by_load[x] if c["verdict"] != "pass" for r in _reasons(c)})
-                          for x in loads if x not in region}
-                failures = {str(x): [{"repetition": c.get("repetition"), "verdict": c["verdict"], "reasons": _reasons(c)}
-                                     for c in sorted(by_load[x], key=lambda c: c.get("repetition") or 0)
-                                     if c["verdict"] != "pass"]
-                            for x in loads if x not in region}
+                failed = {
+                    str(x): sorted({r for c in by_load[x] if c["verdict"] != "pass" for r in _reasons(c)})
+                    for x in loads
+                    if x not in region
+                }
+                failures = {
+                    str(x): [
+                        {"repetition": c.get("repetition"), "verdict": c["verdict"], "reasons": _reasons(c)}
+                        for c in sorted(by_load[x], key=lambda c: c.get("repetition") or 0)
+                        if c["verdict"] != "pass"
+                    ]
+                    for x in loads
+                    if x not in region
+                }
                 capacity = None
                 for x in loads:
                     if x in region:
@@ -144,8 +152,12 @@ def capacity_text(info: dict) -> str:
 
 def accepted_reason(region: dict, classes, states) -> str:
     """The verdict line of an accepted candidate: what it met, and where each class's region ends."""
-    ends = [f"{cls}/{state}: {region_end_text(region[cls][state])}" for cls in classes for state in states
-            if state in region.get(cls, {})]
+    ends = [
+        f"{cls}/{state}: {region_end_text(region[cls][state])}"
+        for cls in classes
+        for state in states
+        if state in region.get(cls, {})
+    ]
     return "meets behaviour and every SLO budget in every repetition up to its capacity — " + "; ".join(ends)
 
 
@@ -195,7 +207,11 @@ def littles_law(records: list[RequestRecord]) -> dict:
     """
     done = [r for r in records if not r.warmup and r.ok and r.sent_at is not None and r.end_at is not None]
     if len(done) < 20:
-        return {"stable": False, "reason": f"too few completed requests ({len(done)}) to test stability", "applied": False}
+        return {
+            "stable": False,
+            "reason": f"too few completed requests ({len(done)}) to test stability",
+            "applied": False,
+        }
     t0 = min(r.sent_at for r in done)
     t1 = max(r.end_at for r in done)
     mid = (t0 + t1) / 2
@@ -213,29 +229,45 @@ def littles_law(records: list[RequestRecord]) -> dict:
     w = sum(r.end_at - r.sent_at for r in done) / len(done)
     l_obs = _in_flight_average(records, t0, t1)
     rel = abs(l_obs - lam * w) / max(l_obs, 1e-12)
-    result.update(applied=True, arrival_rate_s=lam, mean_time_in_system_s=w, L_observed=l_obs,
-                  L_predicted=lam * w, relative_error=rel, consistent=rel <= LITTLE_TOLERANCE)
+    result.update(
+        applied=True,
+        arrival_rate_s=lam,
+        mean_time_in_system_s=w,
+        L_observed=l_obs,
+        L_predicted=lam * w,
+        relative_error=rel,
+        consistent=rel <= LITTLE_TOLERANCE,
+    )
     return result
 
 
 def offered_rate(records: list[RequestRecord]) -> float | None:
     """The rate requests were offered at: (n - 1) / (last send - first send), by their scheduled send times
     (the send times where none were scheduled); None for fewer than two, or all sent at one instant."""
-    sends = sorted(t for t in ((r.scheduled_at if r.scheduled_at is not None else r.sent_at) for r in records)
-                   if t is not None)
+    sends = sorted(
+        t for t in ((r.scheduled_at if r.scheduled_at is not None else r.sent_at) for r in records) if t is not None
+    )
     if len(sends) < 2 or sends[-1] <= sends[0]:
         return None
     return (len(sends) - 1) / (sends[-1] - sends[0])
 
 
-def offered_vs_completed(records: list[RequestRecord], duration_s: float | None, nominal_rate: float | None = None) -> dict:
+def offered_vs_completed(
+    records: list[RequestRecord], duration_s: float | None, nominal_rate: float | None = None
+) -> dict:
     """Offered load beside completed throughput: the rate the requests were sent at (offered_rate) beside
     the cell's nominal step (nominal_request_s, rate cells), successful requests per s of the level, drops."""
     recs = [r for r in records if not r.warmup]
     ok = sum(1 for r in recs if r.ok)
     if recs and not duration_s:
-        starts = [t for t in (r.scheduled_at if r.scheduled_at is not None else r.sent_at for r in recs) if t is not None]
+        starts = [
+            t for t in (r.scheduled_at if r.scheduled_at is not None else r.sent_at for r in recs) if t is not None
+        ]
         ends = [r.end_at for r in recs if r.end_at is not None]
         duration_s = (max(ends) - min(starts)) if ends and starts else None
-    return {"offered_request_s": offered_rate(recs), "nominal_request_s": nominal_rate,
-            "completed_request_s": ok / duration_s if recs and duration_s else None, "dropped": len(recs) - ok}
+    return {
+        "offered_request_s": offered_rate(recs),
+        "nominal_request_s": nominal_rate,
+        "completed_request_s": ok / duration_s if recs and duration_s else None,
+        "dropped": len(recs) - ok,
+    }

@@ -22,7 +22,9 @@ class Cell:
 
     @property
     def key(self) -> str:
-        return f"{self.candidate}/{self.class_name}/{self.state}/rep{self.repetition}/{self.dimension}={_fmt(self.load)}"
+        return (
+            f"{self.candidate}/{self.class_name}/{self.state}/rep{self.repetition}/{self.dimension}={_fmt(self.load)}"
+        )
 
 
 def _fmt(x: float) -> str:
@@ -40,11 +42,14 @@ def auto_steps(max_safe_concurrency: int | None, ceiling: int = 1024) -> list[in
     return steps
 
 
-def build_ramps(candidate: str, classes: list[str], states: list[str], dimension: str,
-                steps: list[float], repetitions: int) -> list[list[Cell]]:
+def build_ramps(
+    candidate: str, classes: list[str], states: list[str], dimension: str, steps: list[float], repetitions: int
+) -> list[list[Cell]]:
     """A candidate's ramps in run order: repetition-major (a full pass over its classes and states, then the next
     pass), so a repetition also tests that the system recovered between passes."""
     ordered = sorted(float(s) for s in steps)
     passes = [(rep, cls, state) for rep in range(repetitions) for cls in classes for state in states]
-    return [[Cell(candidate, cls, state, dimension, load, rep, i * len(ordered) + k) for k, load in enumerate(ordered)]
-            for i, (rep, cls, state) in enumerate(passes)]
+    return [
+        [Cell(candidate, cls, state, dimension, load, rep, i * len(ordered) + k) for k, load in enumerate(ordered)]
+        for i, (rep, cls, state) in enumerate(passes)
+    ]

@@ -20,7 +20,13 @@ import orjson
 from kneecap.errors import KneecapError
 from kneecap.levels import SweepLevel
 from kneecap.loadplan.behaviour import check, drift
-from kneecap.loadplan.capacity import accepted_reason, capacity_region, littles_law, offered_vs_completed, region_end_text
+from kneecap.loadplan.capacity import (
+    accepted_reason,
+    capacity_region,
+    littles_law,
+    offered_vs_completed,
+    region_end_text,
+)
 from kneecap.loadplan.cells import auto_steps, build_ramps
 from kneecap.loadplan.handoff import write_handoff
 from kneecap.loadplan.observe import observe_cell
@@ -68,11 +74,19 @@ def _cost(candidate_spec, cap_metrics: dict | None) -> dict | None:
         if not tok_s:
             return None
         usd_per_mtok = cost.gpu_hour_usd * gpus / (tok_s * 3600) * 1e6
-        return {"basis": "self-hosted", "usd_per_gpu_hour": cost.gpu_hour_usd, "num_gpus": gpus,
-                "output_tok_s_at_capacity": tok_s, "usd_per_million_output_tokens": usd_per_mtok}
+        return {
+            "basis": "self-hosted",
+            "usd_per_gpu_hour": cost.gpu_hour_usd,
+            "num_gpus": gpus,
+            "output_tok_s_at_capacity": tok_s,
+            "usd_per_million_output_tokens": usd_per_mtok,
+        }
     if cost.input_usd_per_mtok is not None or cost.output_usd_per_mtok is not None:
-        return {"basis": "managed", "usd_per_million_input_tokens": cost.input_usd_per_mtok,
-                "usd_per_million_output_tokens": cost.output_usd_per_mtok}
+        return {
+            "basis": "managed",
+            "usd_per_million_input_tokens": cost.input_usd_per_mtok,
+            "usd_per_million_output_tokens": cost.output_usd_per_mtok,
+        }
     return None
 
 
@@ -84,8 +98,11 @@ def _steps(spec: LoadPlanSpec, cand, classes: dict) -> list:
     isl = max(c.input.upper_bound or int(c.input.expected) for c in classes.values())
     osl = max(c.output.upper_bound or int(c.output.expected) for c in classes.values())
     cap = cand.kv_capacity_tokens  # steps up to twice the concurrency the candidate's KV pool holds safely
-    return auto_steps(preflight(cap, isl=isl, osl=osl, concurrencies=[1], block_size=cand.block_size).max_safe_concurrency
-                      if cap else None)
+    return auto_steps(
+        preflight(cap, isl=isl, osl=osl, concurrencies=[1], block_size=cand.block_size).max_safe_concurrency
+        if cap
+        else None
+    )
 
 
 def _cell_count(spec: LoadPlanSpec, cand_spec, classes: dict) -> int:
@@ -95,9 +112,14 @@ def _cell_count(spec: LoadPlanSpec, cand_spec, classes: dict) -> int:
 
 
 def _row(cell, index: int) -> dict:
-    return {"index": index, "candidate": cell.candidate, "class": cell.class_name, "state": cell.state,
-            "load": {cell.dimension: int(cell.load) if cell.dimension == "concurrency" else cell.load},
-            "repetition": cell.repetition}
+    return {
+        "index": index,
+        "candidate": cell.candidate,
+        "class": cell.class_name,
+        "state": cell.state,
+        "load": {cell.dimension: int(cell.load) if cell.dimension == "concurrency" else cell.load},
+        "repetition": cell.repetition,
+    }
 
 
 class CellRecords:
@@ -140,23 +162,44 @@ class _PlanRun:
     refused the key: it stops at once, the measured cells kept), its handoff; summary.json after every cell."""
 
     def __init__(self, spec: LoadPlanSpec, plan_path: Path, results, say, resume: dict | None):
-        self.spec, self.plan_path, self.results, self.say, self.resumed = spec, plan_path, results, say, resume is not None
+        self.spec, self.plan_path, self.results, self.say, self.resumed = (
+            spec,
+            plan_path,
+            results,
+            say,
+            resume is not None,
+        )
         # --resume: the earlier run's cells that ran to their end, by index (a halted one runs again)
-        self.done = {c["index"]: c for c in (resume or {}).get("cells", [])
-                     if c.get("verdict") in ("pass", "slo_breach", "limit") and not c.get("halted")}
+        self.done = {
+            c["index"]: c
+            for c in (resume or {}).get("cells", [])
+            if c.get("verdict") in ("pass", "slo_breach", "limit") and not c.get("halted")
+        }
         self.cells: list[dict] = []
         self.halted: dict | None = None
         self.any_executed = False
         self.identities: dict[str, dict] = {}
-        self.handoff_path = (results.path / "handoff") if self.done and (results.path / "handoff" / "handoff.json").exists() else None
+        self.handoff_path = (
+            (results.path / "handoff") if self.done and (results.path / "handoff" / "handoff.json").exists() else None
+        )
         self.cand = self.cand_spec = None
         self.baseline: dict[str, bool] = {}  # the behaviour cases' first answers, for drift
 
     def save(self, status: str = "running", **extra) -> dict:
-        summary = build_summary("run", [], None, self.halted, model_executed=self.any_executed,
-                                benchmark_executed=self.any_executed, status=status, plan_name=self.spec.name,
-                                plan_sha256=plan_digest(self.plan_path), description=self.spec.description,
-                                cells=self.cells, **extra)
+        summary = build_summary(
+            "run",
+            [],
+            None,
+            self.halted,
+            model_executed=self.any_executed,
+            benchmark_executed=self.any_executed,
+            status=status,
+            plan_name=self.spec.name,
+            plan_sha256=plan_digest(self.plan_path),
+            description=self.spec.description,
+            cells=self.cells,
+            **extra,
+        )
         self.results.write_summary(summary)
         return summary
 
@@ -169,90 +212,179 @@ class _PlanRun:
             self.cells.append(self.done[cell.index + offset])
             say(f"{cell.key}: {self.cells[-1]['verdict']} (kept from the earlier run)")
         stop_at = next((c.load for c in kept if stops_ramp(self.done[c.index + offset]["verdict"], spec.stop)), None)
-        rest, by_index = ramp[len(kept):], {c.index + offset: c for c in ramp}
+        rest, by_index = ramp[len(kept) :], {c.index + offset: c for c in ramp}
         if stop_at is None and rest:
             for i in (c.index + offset for c in rest):  # a cell the kill cut short: its records set aside, run again
                 if self.resumed and (self.results.path / cell_records_name(i)).exists():
-                    (self.results.path / cell_records_name(i)).replace(self.results.path / cell_records_name(i, "discarded"))
+                    (self.results.path / cell_records_name(i)).replace(
+                        self.results.path / cell_records_name(i, "discarded")
+                    )
             warmup = spec.state.warmup_requests if rest[0].state == "warm" else 0
-            levels = [SweepLevel(index=c.index + offset, value=int(c.load) if dimension == "concurrency" else c.load,
-                                 num_requests=_requests_for(spec, dimension, c.load,
-                                                           simulated=not self.cand.benchmark_executed),
-                                 num_warmup=warmup, first_index=0)
-                      for c in rest]
+            levels = [
+                SweepLevel(
+                    index=c.index + offset,
+                    value=int(c.load) if dimension == "concurrency" else c.load,
+                    num_requests=_requests_for(spec, dimension, c.load, simulated=not self.cand.benchmark_executed),
+                    num_warmup=warmup,
+                    first_index=0,
+                )
+                for c in rest
+            ]
             notes, files = _Notes(say), CellRecords(self.results.path, spec.privacy)
-            driver = Ramp(self.cand, notes, dimension=dimension, loads=tuple(lv.value for lv in levels), workload=workload,
-                          state=rest[0].state, warmup=warmup, seed=spec.seed,
-                          burstiness=1.0 if arrival.kind == "poisson" else arrival.burstiness,
-                          pause_s=spec.state.cold_pause_s, reset_prefix_cache=spec.state.reset_prefix_cache,
-                          **({"on_s": arrival.on_s, "off_s": arrival.off_s} if arrival.kind == "onoff" else {}))
+            driver = Ramp(
+                self.cand,
+                notes,
+                dimension=dimension,
+                loads=tuple(lv.value for lv in levels),
+                workload=workload,
+                state=rest[0].state,
+                warmup=warmup,
+                seed=spec.seed,
+                burstiness=1.0 if arrival.kind == "poisson" else arrival.burstiness,
+                pause_s=spec.state.cold_pause_s,
+                reset_prefix_cache=spec.state.reset_prefix_cache,
+                **({"on_s": arrival.on_s, "off_s": arrival.off_s} if arrival.kind == "onoff" else {}),
+            )
 
             def on_level(level, run, metrics: dict, records: list) -> None:
-                self.cells.append(self._judged(by_index[level.index], level.index, run, metrics, records,
-                                               driver.notes[level.index]))
+                self.cells.append(
+                    self._judged(by_index[level.index], level.index, run, metrics, records, driver.notes[level.index])
+                )
 
             def stop_rule(metrics: dict) -> dict | None:
                 row = self.cells[-1]
-                return stop_record(metrics[dimension], row["verdict"], why(row)) if stops_ramp(row["verdict"], spec.stop) else None
+                return (
+                    stop_record(metrics[dimension], row["verdict"], why(row))
+                    if stops_ramp(row["verdict"], spec.stop)
+                    else None
+                )
 
             def persist(ramp_summary: dict) -> None:
                 stop = ramp_summary["stopped"] or {}
-                if self.halted is None and stop.get("reason") in (SERVER_DEAD, AUTH_REFUSED):  # the runner's stop, as bench's
+                if self.halted is None and stop.get("reason") in (
+                    SERVER_DEAD,
+                    AUTH_REFUSED,
+                ):  # the runner's stop, as bench's
                     row = self.cells[-1]  # marked before summary.json is written: --resume runs this cell again
-                    self.halted, row["halted"] = {"candidate": self.cand_spec.name, "cell": row["index"], **stop}, stop["reason"]
+                    self.halted, row["halted"] = (
+                        {"candidate": self.cand_spec.name, "cell": row["index"], **stop},
+                        stop["reason"],
+                    )
                     say(f"{by_index[row['index']].key}: run stopped: {stop['detail']}")
                 self.save()
 
-            sweep = Sweep(self.cand.ramp_options(driver), state=SweepState(), sweep_levels=levels, driver=driver,
-                          write_record=files.write, persist=persist, progress=notes, slo=None, stop_limits=StopLimits(),
-                          summarize_fn=summarize_stream, sync=files.sync, records_file=files,
-                          summary_fields=lambda: {"kind": "run", "model_executed": self.cand.model_executed,
-                                                  "benchmark_executed": self.cand.benchmark_executed},
-                          on_level=on_level, stop_rule=stop_rule)
+            sweep = Sweep(
+                self.cand.ramp_options(driver),
+                state=SweepState(),
+                sweep_levels=levels,
+                driver=driver,
+                write_record=files.write,
+                persist=persist,
+                progress=notes,
+                slo=None,
+                stop_limits=StopLimits(),
+                summarize_fn=summarize_stream,
+                sync=files.sync,
+                records_file=files,
+                summary_fields=lambda: {
+                    "kind": "run",
+                    "model_executed": self.cand.model_executed,
+                    "benchmark_executed": self.cand.benchmark_executed,
+                },
+                on_level=on_level,
+                stop_rule=stop_rule,
+            )
             if sweep.run()["status"] == STATUS_INTERRUPTED:
                 raise KeyboardInterrupt  # the records are kept; --resume runs the cut cell again
             if self.halted is not None:
                 return  # no later cell, not even a not_run one
-            stop_at, rest = (sweep.state.stopped or {}).get("at"), rest[len(sweep.state.levels):]
-        self.cells += [{**_row(c, c.index + offset), "verdict": "not_run", "breaches": [], "limit": None, "metrics": None,
-                        "reason": f"ramp stopped at {dimension} {stop_at:g}"} for c in rest]
+            stop_at, rest = (sweep.state.stopped or {}).get("at"), rest[len(sweep.state.levels) :]
+        self.cells += [
+            {
+                **_row(c, c.index + offset),
+                "verdict": "not_run",
+                "breaches": [],
+                "limit": None,
+                "metrics": None,
+                "reason": f"ramp stopped at {dimension} {stop_at:g}",
+            }
+            for c in rest
+        ]
 
     def _judged(self, cell, index: int, run, level: dict, records: list, state_note: str) -> dict:
         """A cell's row: its level summary (the runner's, with invalid_outputs), verdict, what it observed and the
         rate it offered; the run's first failing cell writes the handoff, a simulated cell its engine trace."""
         spec, results, cand = self.spec, self.results, self.cand
         if run.trace:  # the simulator's per-step trace: batch composition, KV blocks, queue depth
-            (results.path / cell_records_name(index, "trace")).write_bytes(b"".join(orjson.dumps(t) + b"\n" for t in run.trace))
+            (results.path / cell_records_name(index, "trace")).write_bytes(
+                b"".join(orjson.dumps(t) + b"\n" for t in run.trace)
+            )
         drifted: list[str] = []
         if self.baseline and cand.model_executed:
-            drifted = drift(self.baseline, {case.name: check(case.expect, cand.answer(case.prompt, case.max_tokens) or "")[0]
-                                            for case in spec.behaviour})
+            drifted = drift(
+                self.baseline,
+                {
+                    case.name: check(case.expect, cand.answer(case.prompt, case.max_tokens) or "")[0]
+                    for case in spec.behaviour
+                },
+            )
         # invalid output: a completed request whose server-reported output length is not what was asked
         # (the client asks for exactly that many tokens), or that produced no tokens at all
         level["invalid_outputs"] = invalid = (level.get("token_mismatch") or {}).get("output", 0) + sum(
-            1 for r in records if r.ok and not r.warmup and r.num_output_tokens == 0)
-        verdict = judge(level, spec.slo.get(cell.class_name), spec.stop, behaviour_drift=drifted,
-                        invalid_outputs=invalid, simulated=not cand.benchmark_executed)
-        row = {**_row(cell, index), "verdict": verdict["verdict"], "breaches": verdict["breaches"], "limit": verdict["limit"],
-               "metrics": level, "state_reached": state_note, "little": littles_law(records),
-               "observed": observe_cell(records, run.trace, run.server_metrics),
-               "offered": offered_vs_completed(records, level.get("duration_s"),
-                                               nominal_rate=cell.load if cell.dimension == "rate" else None),
-               "records": cell_records_name(index)}
+            1 for r in records if r.ok and not r.warmup and r.num_output_tokens == 0
+        )
+        verdict = judge(
+            level,
+            spec.slo.get(cell.class_name),
+            spec.stop,
+            behaviour_drift=drifted,
+            invalid_outputs=invalid,
+            simulated=not cand.benchmark_executed,
+        )
+        row = {
+            **_row(cell, index),
+            "verdict": verdict["verdict"],
+            "breaches": verdict["breaches"],
+            "limit": verdict["limit"],
+            "metrics": level,
+            "state_reached": state_note,
+            "little": littles_law(records),
+            "observed": observe_cell(records, run.trace, run.server_metrics),
+            "offered": offered_vs_completed(
+                records, level.get("duration_s"), nominal_rate=cell.load if cell.dimension == "rate" else None
+            ),
+            "records": cell_records_name(index),
+        }
         self.say(f"{cell.key}: {verdict['verdict']}" + (f" ({why(row)})" if verdict["verdict"] != "pass" else ""))
         if verdict["verdict"] != "pass" and self.handoff_path is None:
             self.handoff_path = write_handoff(
-                results.path / "handoff", plan_path=self.plan_path, cell=row, records=records,
+                results.path / "handoff",
+                plan_path=self.plan_path,
+                cell=row,
+                records=records,
                 identity=self.identities[self.cand_spec.name],
-                workload={"class": cell.class_name, "spec": spec.classes[cell.class_name].model_dump(),
-                          "seed": spec.seed + index, "generator": "kneecap.workload.make_requests"},
+                workload={
+                    "class": cell.class_name,
+                    "spec": spec.classes[cell.class_name].model_dump(),
+                    "seed": spec.seed + index,
+                    "generator": "kneecap.workload.make_requests",
+                },
                 manifest=results.read_manifest() if results.manifest_path.exists() else {},
-                target=self.cand_spec.target.model_dump())
+                target=self.cand_spec.target.model_dump(),
+            )
         return row
 
 
-def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, *, progress=None,
-                  resume: dict | None = None, only=None) -> dict:
+def run_load_plan(
+    spec: LoadPlanSpec,
+    base_dir: Path,
+    plan_path: Path,
+    results,
+    *,
+    progress=None,
+    resume: dict | None = None,
+    only=None,
+) -> dict:
     """Execute the plan; `results` is a kneecap.results.ResultsDir. Returns the summary dict.
 
     resume: the summary.json of an earlier run of the same plan into the same folder; its finished cells
@@ -271,56 +403,101 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
         if run.halted is not None:
             break
         if only is not None and cand_spec.name != only.candidate:
-            if not cells:  # a candidate before the chosen one (assumed past its behaviour gate, as simulators always are)
+            if (
+                not cells
+            ):  # a candidate before the chosen one (assumed past its behaviour gate, as simulators always are)
                 skipped_cells += _cell_count(spec, cand_spec, classes)
             continue
         cand = make_candidate(cand_spec.target)
         run.cand, run.cand_spec, run.baseline = cand, cand_spec, {}
         baseline = run.baseline
         run.any_executed = run.any_executed or cand.benchmark_executed
-        identities[cand_spec.name] = _redacted(cand.identity()) if spec.privacy.redact_server_strings else cand.identity()
-        entry = {"name": cand_spec.name, "target": cand_spec.target.kind, "routing": cand_spec.routing,
-                 "model_executed": cand.model_executed, "benchmark_executed": cand.benchmark_executed}
+        identities[cand_spec.name] = (
+            _redacted(cand.identity()) if spec.privacy.redact_server_strings else cand.identity()
+        )
+        entry = {
+            "name": cand_spec.name,
+            "target": cand_spec.target.kind,
+            "routing": cand_spec.routing,
+            "model_executed": cand.model_executed,
+            "benchmark_executed": cand.benchmark_executed,
+        }
         # -- gate 1: behaviour replay ----------------------------------------------------------------
         behaviour_rows = []
         for case in spec.behaviour:
             answer = cand.answer(case.prompt, case.max_tokens)
             if answer is None:
-                behaviour_rows.append({"case": case.name, "executed": False, "passed": None,
-                                       "detail": "not executed: the simulator runs no model"})
+                behaviour_rows.append(
+                    {
+                        "case": case.name,
+                        "executed": False,
+                        "passed": None,
+                        "detail": "not executed: the simulator runs no model",
+                    }
+                )
                 continue
             ok, detail = check(case.expect, answer)
             baseline[case.name] = ok
-            behaviour_rows.append({"case": case.name, "executed": True, "passed": ok, "detail": detail,
-                                   "answer": answer if spec.privacy.keep_prompts else None})
+            behaviour_rows.append(
+                {
+                    "case": case.name,
+                    "executed": True,
+                    "passed": ok,
+                    "detail": detail,
+                    "answer": answer if spec.privacy.keep_prompts else None,
+                }
+            )
         entry["behaviour"] = behaviour_rows
         failed_cases = [r["case"] for r in behaviour_rows if r["passed"] is False]
         if failed_cases:
-            entry.update(verdict="rejected", gate="behaviour",
-                         reason=f"behaviour changed: case(s) {', '.join(failed_cases)} no longer meet their expectation")
+            entry.update(
+                verdict="rejected",
+                gate="behaviour",
+                reason=f"behaviour changed: case(s) {', '.join(failed_cases)} no longer meet their expectation",
+            )
             candidates_out.append(entry)
             say(f"{cand_spec.name}: rejected at the behaviour gate ({', '.join(failed_cases)})")
             continue
         # -- the ramps, each a sweep of the one level runner ---------------------------------------------
         offset = len(cells) + skipped_cells
-        for ramp in build_ramps(cand_spec.name, list(classes), list(spec.states), spec.load.dimension,
-                                _steps(spec, cand, classes), spec.repetitions):
+        for ramp in build_ramps(
+            cand_spec.name,
+            list(classes),
+            list(spec.states),
+            spec.load.dimension,
+            _steps(spec, cand, classes),
+            spec.repetitions,
+        ):
             ramp = [cell for cell in ramp if only is None or only.matches(cell)]
             if run.halted is None and ramp:
                 run.ramp(ramp, offset, Workload(classes=(classes[ramp[0].class_name],)))
         if run.halted is not None:
-            entry.update(verdict="not judged", gate=None,
-                         reason=f"the run stopped at cell {run.halted['cell']}: {run.halted['detail']}")
+            entry.update(
+                verdict="not judged",
+                gate=None,
+                reason=f"the run stopped at cell {run.halted['cell']}: {run.halted['detail']}",
+            )
         candidates_out.append(entry)
     halted, handoff_path = run.halted, run.handoff_path
     if halted is not None:  # candidates the run did not reach
         reached = {e["name"] for e in candidates_out}
-        candidates_out += [{"name": c.name, "target": c.target.kind, "routing": c.routing, "verdict": "not judged",
-                            "gate": None, "reason": f"not run: the run stopped before it ({halted['detail']})"}
-                           for c in spec.candidates if c.name not in reached]
+        candidates_out += [
+            {
+                "name": c.name,
+                "target": c.target.kind,
+                "routing": c.routing,
+                "verdict": "not judged",
+                "gate": None,
+                "reason": f"not run: the run stopped before it ({halted['detail']})",
+            }
+            for c in spec.candidates
+            if c.name not in reached
+        ]
     if only is not None and not cells:
-        raise KneecapError(f"no cell of the plan matches {only.key}",
-                           "check --load against the steps the plan ran (steps: auto picks them at run time)")
+        raise KneecapError(
+            f"no cell of the plan matches {only.key}",
+            "check --load against the steps the plan ran (steps: auto picks them at run time)",
+        )
     capacity = capacity_region(cells)
     # -- gate 2: SLO; then cost ----------------------------------------------------------------------
     for entry in candidates_out:
@@ -328,10 +505,15 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
             continue
         if only is not None:
             cell = cells[0]
-            entry.update(verdict="not judged", gate=None, capacity=capacity.get(entry["name"], {}), cost=None,
-                         peak_output_tok_s=(cell.get("metrics") or {}).get("output_tok_s"),
-                         reason=f"one cell re-run ({only.key}): {cell['verdict']}"
-                                + (f" ({why(cell)})" if cell["verdict"] != "pass" else ""))
+            entry.update(
+                verdict="not judged",
+                gate=None,
+                capacity=capacity.get(entry["name"], {}),
+                cost=None,
+                peak_output_tok_s=(cell.get("metrics") or {}).get("output_tok_s"),
+                reason=f"one cell re-run ({only.key}): {cell['verdict']}"
+                + (f" ({why(cell)})" if cell["verdict"] != "pass" else ""),
+            )
             continue
         region = capacity.get(entry["name"], {})
         required = spec.load.required
@@ -347,36 +529,61 @@ def run_load_plan(spec: LoadPlanSpec, base_dir: Path, plan_path: Path, results, 
                 if carried is None or (required is not None and carried < required):
                     need = ""
                     if required is not None and carried is not None:
-                        need = f" (required {required:g}" + (f"; its capacity step went out at {offered:.3g} req/s)"
-                                                             if offered is not None and offered < required <= cap
-                                                             else ")")
+                        need = f" (required {required:g}" + (
+                            f"; its capacity step went out at {offered:.3g} req/s)"
+                            if offered is not None and offered < required <= cap
+                            else ")"
+                        )
                     missing.append(f"{cls_name}/{state}: {region_end_text(info) if info else 'no load step'}{need}")
         if missing:
-            entry.update(verdict="rejected", gate="slo",
-                         reason=("fails the SLO gate — " + "; ".join(missing)
-                                 + (f" — rejected for {entry['routing']} routing" if entry.get("routing") else "")))
+            entry.update(
+                verdict="rejected",
+                gate="slo",
+                reason=(
+                    "fails the SLO gate — "
+                    + "; ".join(missing)
+                    + (f" — rejected for {entry['routing']} routing" if entry.get("routing") else "")
+                ),
+            )
         else:
-            entry.update(verdict="accepted", gate=None, reason=accepted_reason(region, list(spec.slo), list(spec.states)))
+            entry.update(
+                verdict="accepted", gate=None, reason=accepted_reason(region, list(spec.slo), list(spec.states))
+            )
         entry["capacity"] = region
         cand_spec = next(c for c in spec.candidates if c.name == entry["name"])
-        entry["cost"] = {cls: _cost(cand_spec, (region.get(cls, {}).get(spec.states[0]) or {}).get("at_capacity"))
-                         for cls in spec.classes} if cand_spec.cost else None
-        entry["peak_output_tok_s"] = max((c["metrics"]["output_tok_s"] or 0 for c in cells
-                                          if c["candidate"] == entry["name"] and c.get("metrics")), default=None)
+        entry["cost"] = (
+            {
+                cls: _cost(cand_spec, (region.get(cls, {}).get(spec.states[0]) or {}).get("at_capacity"))
+                for cls in spec.classes
+            }
+            if cand_spec.cost
+            else None
+        )
+        entry["peak_output_tok_s"] = max(
+            (c["metrics"]["output_tok_s"] or 0 for c in cells if c["candidate"] == entry["name"] and c.get("metrics")),
+            default=None,
+        )
     accepted = [e for e in candidates_out if e["verdict"] == "accepted"]
     return run.save(
-        status="stopped" if halted else "complete", capacity=capacity, candidates=candidates_out,
+        status="stopped" if halted else "complete",
+        capacity=capacity,
+        candidates=candidates_out,
         handoff=str(handoff_path.relative_to(results.path)) if handoff_path else None,
         selected_cell=only.key if only is not None else None,
         identities=identities,
         worksheet={
             "classes": {n: c.model_dump() for n, c in spec.classes.items()},
             "budgets": {n: b.model_dump(exclude_none=True) for n, b in spec.slo.items()},
-            "states": list(spec.states), "load": spec.load.model_dump(), "repetitions": spec.repetitions,
-            "stop": spec.stop.model_dump(), "seed": spec.seed,
+            "states": list(spec.states),
+            "load": spec.load.model_dump(),
+            "repetitions": spec.repetitions,
+            "stop": spec.stop.model_dump(),
+            "seed": spec.seed,
             "ledger": {name: ident.get("plan", {}).get("ledger") for name, ident in identities.items()},
         },
-        preferred=min(accepted, key=lambda e: (_first_cost(e) is None, _first_cost(e) or 0))["name"] if accepted else None,
+        preferred=min(accepted, key=lambda e: (_first_cost(e) is None, _first_cost(e) or 0))["name"]
+        if accepted
+        else None,
     )
 
 
@@ -384,9 +591,13 @@ def _redacted(identity: dict) -> dict:
     """A server candidate's identity without strings the server chose (model ids, versions, URLs)."""
     if identity.get("kind") != "server":
         return identity
-    return {"kind": "server", "redacted": True, "endpoint": identity.get("endpoint"),
-            "kv_capacity_tokens": (identity.get("server") or {}).get("kv_capacity_tokens"),
-            "connections": identity.get("connections")}  # kneecap's own words: keep-alive and why
+    return {
+        "kind": "server",
+        "redacted": True,
+        "endpoint": identity.get("endpoint"),
+        "kv_capacity_tokens": (identity.get("server") or {}).get("kv_capacity_tokens"),
+        "connections": identity.get("connections"),
+    }  # kneecap's own words: keep-alive and why
 
 
 def plan_digest(plan_path: Path) -> str:
@@ -406,10 +617,13 @@ def fail_on_reason(summary: dict, fail_on: tuple[str, ...]) -> str | None:
     failed = sum((c.get("metrics") or {}).get("failed") or 0 for c in cells)
     limit, slo = ([c for c in cells if c.get("verdict") == v] for v in ("limit", "slo_breach"))
     rejected = [c["name"] for c in summary.get("candidates", []) if c.get("verdict") == "rejected"]
-    reasons = {"errors": failed and f"run: {failed} request(s) failed (--fail-on errors)",
-               "limit": limit and f"run: {len(limit)} cell(s) crossed a declared limit, first: {limit[0].get('limit')} (--fail-on limit)",
-               "slo": slo and f"run: {len(slo)} cell(s) missed an SLO budget (--fail-on slo)",
-               "rejected": rejected and f"run: candidate(s) rejected: {', '.join(rejected)} (--fail-on rejected)"}
+    reasons = {
+        "errors": failed and f"run: {failed} request(s) failed (--fail-on errors)",
+        "limit": limit
+        and f"run: {len(limit)} cell(s) crossed a declared limit, first: {limit[0].get('limit')} (--fail-on limit)",
+        "slo": slo and f"run: {len(slo)} cell(s) missed an SLO budget (--fail-on slo)",
+        "rejected": rejected and f"run: candidate(s) rejected: {', '.join(rejected)} (--fail-on rejected)",
+    }
     return next((reasons[k] for k in FAIL_ON if k in fail_on and reasons[k]), None)
 
 

@@ -19,7 +19,7 @@ from kneecap.records import RecordWriter, RequestRecord
 def next_experiment(cell: dict, target: dict) -> str:
     """One variable to change next, chosen from what failed."""
     reason = (cell.get("limit") or "") + " " + " ".join(cell.get("breaches") or [])
-    (dim, load), = cell["load"].items()
+    ((dim, load),) = cell["load"].items()
     lower = load / 2 if dim == "rate" else max(1, int(load) // 2)
     if "ttft" in reason and target.get("kind") == "simulator":
         seqs = target.get("max_num_seqs")
@@ -36,8 +36,17 @@ def next_experiment(cell: dict, target: dict) -> str:
     return f"repeat this cell at {dim} {lower:g} (only the load changed) to bracket the threshold"
 
 
-def write_handoff(folder: Path, *, plan_path: Path, cell: dict, records: list[RequestRecord], identity: dict,
-                  workload: dict, manifest: dict, target: dict) -> Path:
+def write_handoff(
+    folder: Path,
+    *,
+    plan_path: Path,
+    cell: dict,
+    records: list[RequestRecord],
+    identity: dict,
+    workload: dict,
+    manifest: dict,
+    target: dict,
+) -> Path:
     """Write the handoff package for one failing cell; returns its folder."""
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(plan_path, folder / "plan.yaml")
@@ -46,7 +55,7 @@ def write_handoff(folder: Path, *, plan_path: Path, cell: dict, records: list[Re
             if r.prompt is not None:
                 r = RequestRecord.from_dict({**r.to_dict(), "prompt": None})  # traces keep hashes, not prompts
             w.write(r)
-    (dim, load), = cell["load"].items()
+    ((dim, load),) = cell["load"].items()
     package = {
         "failing_cell": {k: cell[k] for k in ("candidate", "class", "state", "load", "repetition", "verdict")},
         "threshold_crossed": why(cell),

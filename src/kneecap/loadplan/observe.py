@@ -24,8 +24,11 @@ def observe_cell(records: list[RequestRecord], trace: list[dict], server_metrics
     if trace:
         total = sum(row["duration_s"] for row in trace) or 1.0
         sizes = [(row["num_prefill_seqs"] + row["num_decode_seqs"], row["duration_s"]) for row in trace]
-        out["batch_size"] = {"mean_time_weighted": sum(n * d for n, d in sizes) / total,
-                             "max": max(n for n, _ in sizes), "steps": len(trace)}
+        out["batch_size"] = {
+            "mean_time_weighted": sum(n * d for n, d in sizes) / total,
+            "max": max(n for n, _ in sizes),
+            "steps": len(trace),
+        }
         out["kv_blocks_high_water"] = max(row["kv_blocks_used"] for row in trace)
         out["queue_depth_max"] = max(row["num_waiting"] for row in trace)
     else:

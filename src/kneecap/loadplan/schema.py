@@ -54,12 +54,23 @@ class LengthSpec(_Strict):
                 try:
                     values = tuple(int(x) for x in path.read_text().split())
                 except (OSError, ValueError) as exc:
-                    raise KneecapError(f"cannot read token lengths from {path}: {exc}",
-                                       "give a text file with one whole number per line") from None
+                    raise KneecapError(
+                        f"cannot read token lengths from {path}: {exc}",
+                        "give a text file with one whole number per line",
+                    ) from None
                 if not values:
                     raise KneecapError(f"{path} holds no token lengths", "put one whole number per line")
-        return LengthDist(kind=self.kind, value=self.value, low=self.low, high=self.high, mean=self.mean, std=self.std,
-                          values=values, min_value=self.min, max_value=self.max)
+        return LengthDist(
+            kind=self.kind,
+            value=self.value,
+            low=self.low,
+            high=self.high,
+            mean=self.mean,
+            std=self.std,
+            values=values,
+            min_value=self.min,
+            max_value=self.max,
+        )
 
 
 def _length(v: Any) -> Any:
@@ -87,9 +98,14 @@ class ClassSpec(_Strict):
     _coerce_in = field_validator("input", "output", mode="before")(lambda cls, v: _length(v))
 
     def to_request_class(self, name: str, base_dir: Path) -> RequestClass:
-        return RequestClass(name=name, input=self.input.to_dist(base_dir), output=self.output.to_dist(base_dir),
-                            weight=self.weight, shared_prefix_tokens=self.shared_prefix_tokens,
-                            num_prefix_groups=self.prefix_groups)
+        return RequestClass(
+            name=name,
+            input=self.input.to_dist(base_dir),
+            output=self.output.to_dist(base_dir),
+            weight=self.weight,
+            shared_prefix_tokens=self.shared_prefix_tokens,
+            num_prefix_groups=self.prefix_groups,
+        )
 
 
 BUDGET_METRICS = ("ttft", "itl", "tpot", "e2e")
@@ -103,10 +119,12 @@ class _Budget(_Strict):
 
 
 Budget = create_model(
-    "Budget", __base__=_Budget,
+    "Budget",
+    __base__=_Budget,
     __doc__="SLO budget of one class: latency percentiles in ms (ttft_p99_ms, ...), and the tolerated error rate (0..1).",
     **{f"{m}_{p}_ms": (Optional[float], Field(None, gt=0)) for m in BUDGET_METRICS for p in BUDGET_PCTS},
-    error_rate=(float, Field(0.01, ge=0, le=1)))
+    error_rate=(float, Field(0.01, ge=0, le=1)),
+)
 
 
 class Expectation(_Strict):
@@ -122,7 +140,9 @@ class Expectation(_Strict):
     def _one(self) -> "Expectation":
         set_ = [k for k, v in self.model_dump().items() if v is not None]
         if len(set_) != 1:
-            raise ValueError(f"an expectation needs exactly one of exact, regex, json_schema, must_abstain, language (got {set_ or 'none'})")
+            raise ValueError(
+                f"an expectation needs exactly one of exact, regex, json_schema, must_abstain, language (got {set_ or 'none'})"
+            )
         if self.regex is not None:
             import re
 
@@ -351,20 +371,24 @@ def load_plan_file(path: str | Path) -> tuple[LoadPlanSpec, Path]:
     except OSError as exc:
         raise KneecapError(f"cannot read load plan {path}: {exc.strerror or exc}", "check the path") from None
     except UnicodeDecodeError as exc:  # found by tests/fuzz: a binary or non-UTF-8 file
-        text_line = exc.object[:exc.start].count(b"\n") + 1
-        raise KneecapError(f"{path}:{text_line}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})",
-                           "save the plan as UTF-8 YAML") from None
+        text_line = exc.object[: exc.start].count(b"\n") + 1
+        raise KneecapError(
+            f"{path}:{text_line}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})",
+            "save the plan as UTF-8 YAML",
+        ) from None
     try:
         data = yaml.safe_load(text)
         root = yaml.compose(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         if mark is None and isinstance(getattr(exc, "position", None), int):  # yaml.reader.ReaderError: a bad character
-            where = f"{path}:{text[:exc.position].count(chr(10)) + 1}"
+            where = f"{path}:{text[: exc.position].count(chr(10)) + 1}"
         else:
             where = f"{path}:{mark.line + 1}" if mark else str(path)
         problem = getattr(exc, "problem", None) or str(exc)
-        raise KneecapError(f"{where}: YAML syntax error: {problem}", "fix the YAML (indentation, colons, quotes)") from None
+        raise KneecapError(
+            f"{where}: YAML syntax error: {problem}", "fix the YAML (indentation, colons, quotes)"
+        ) from None
     if not isinstance(data, dict):
         raise KneecapError(f"{path}: a load plan must be a YAML mapping", "see examples/ for the layout")
     try:
@@ -376,5 +400,7 @@ def load_plan_file(path: str | Path) -> tuple[LoadPlanSpec, Path]:
         line = _node_line(root, loc)
         msg = _error_text(err)
         more = f" (+{len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise KneecapError(f"{path}:{line}: {field}: {msg}{more}", "fix that field; see examples/ for valid plans") from None
+        raise KneecapError(
+            f"{path}:{line}: {field}: {msg}{more}", "fix that field; see examples/ for valid plans"
+        ) from None
     return spec, path.parent

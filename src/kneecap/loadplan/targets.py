@@ -63,14 +63,25 @@ class SimulatorCandidate:
         from kneecap.sim.setup import simulated_deployment
 
         self.target = target
-        request = DeploymentRequest(model=target.model, gpu=target.gpu, tp=target.tp, pp=target.pp, ep=target.ep,
-                                    dp_attention=target.dp_attention,
-                                    weight_dtype=target.weight_dtype, kv_dtype=target.kv_dtype,
-                                    block_size=target.block_size)
-        self.setup = simulated_deployment(request, defaults=target.engine_defaults, max_num_seqs=target.max_num_seqs,
-                                          max_num_batched_tokens=target.max_num_batched_tokens,
-                                          prefix_caching=target.prefix_caching,
-                                          scheduler_delay_factor=target.scheduler_delay_factor)
+        request = DeploymentRequest(
+            model=target.model,
+            gpu=target.gpu,
+            tp=target.tp,
+            pp=target.pp,
+            ep=target.ep,
+            dp_attention=target.dp_attention,
+            weight_dtype=target.weight_dtype,
+            kv_dtype=target.kv_dtype,
+            block_size=target.block_size,
+        )
+        self.setup = simulated_deployment(
+            request,
+            defaults=target.engine_defaults,
+            max_num_seqs=target.max_num_seqs,
+            max_num_batched_tokens=target.max_num_batched_tokens,
+            prefix_caching=target.prefix_caching,
+            scheduler_delay_factor=target.scheduler_delay_factor,
+        )
         self.plan = self.setup.plan
 
     def identity(self) -> dict:
@@ -102,10 +113,17 @@ class SimulatorCandidate:
         attempt = 0
         while True:
             records: list = []
-            run = driver.run_level(level, records.append, workload=ramp.workload, seed=ramp.seed + level.index,
-                                   on_s=ramp.on_s, off_s=ramp.off_s)
-            more = extended_requests(level.num_requests, level_stability(records, kind=ramp.dimension,
-                                                                         value=level.value), attempt)
+            run = driver.run_level(
+                level,
+                records.append,
+                workload=ramp.workload,
+                seed=ramp.seed + level.index,
+                on_s=ramp.on_s,
+                off_s=ramp.off_s,
+            )
+            more = extended_requests(
+                level.num_requests, level_stability(records, kind=ramp.dimension, value=level.value), attempt
+            )
             if more is None:
                 break
             level, attempt = dataclasses.replace(level, num_requests=more), attempt + 1
@@ -139,16 +157,25 @@ class ServerCandidate:
         self.target = target
         self.api_key = os.environ.get(target.api_key_env) if target.api_key_env else None
         if target.api_key_env and not self.api_key:
-            raise KneecapError(f"environment variable {target.api_key_env} (api_key_env) is empty or unset",
-                               f"export {target.api_key_env}=... before kneecap run")
+            raise KneecapError(
+                f"environment variable {target.api_key_env} (api_key_env) is empty or unset",
+                f"export {target.api_key_env}=... before kneecap run",
+            )
         try:
             self.info = fetch_server_info(target.base_url, api_key=self.api_key, timeout_s=10)
             # the same checks, prompt decision and keep-alive decision as `kneecap bench` (kneecap.client.setup)
             self.model = check_server(self.info, target.model, url=target.base_url)
-            self.live = prepare_client(self.info, base_url=target.base_url.rstrip("/"), model=self.model,
-                                       endpoint=target.endpoint, api_key=self.api_key, timeout_s=target.timeout_s,
-                                       keepalive=None if target.keepalive == "auto" else bool(target.keepalive),
-                                       flag_name="target.keepalive", salt=new_salt())
+            self.live = prepare_client(
+                self.info,
+                base_url=target.base_url.rstrip("/"),
+                model=self.model,
+                endpoint=target.endpoint,
+                api_key=self.api_key,
+                timeout_s=target.timeout_s,
+                keepalive=None if target.keepalive == "auto" else bool(target.keepalive),
+                flag_name="target.keepalive",
+                salt=new_salt(),
+            )
         except KneecapError as exc:
             raise KneecapError(f"candidate server {target.base_url}: {exc.message}", exc.hint) from None
         self.prompts = self.live.prompts
@@ -157,8 +184,15 @@ class ServerCandidate:
 
     def identity(self) -> dict:
         info = self.info.to_dict()
-        return {"kind": "server", "base_url": self.target.base_url, "endpoint": self.target.endpoint, "model": self.model,
-                "server": info, "connections": self.connections, "prompts": self.prompts.to_dict()}
+        return {
+            "kind": "server",
+            "base_url": self.target.base_url,
+            "endpoint": self.target.endpoint,
+            "model": self.model,
+            "server": info,
+            "connections": self.connections,
+            "prompts": self.prompts.to_dict(),
+        }
 
     @property
     def kv_capacity_tokens(self) -> int | None:
@@ -170,26 +204,44 @@ class ServerCandidate:
 
     def ramp_options(self, ramp: Ramp):
         cls = ramp.workload.classes[0]  # the lengths come from the cells' requests; these only describe them
-        return BenchOptions(base_url=self.target.base_url, endpoint=self.target.endpoint, model=self.model,
-                            isl=cls.input.upper_bound or max(1, int(cls.input.expected)),
-                            osl=cls.output.upper_bound or max(1, int(cls.output.expected)),
-                            **{ramp.dimension: ramp.loads}, burstiness=ramp.burstiness, warmup=ramp.warmup,
-                            seed=ramp.seed, timeout_s=self.target.timeout_s, keepalive=self.live.cfg.keepalive)
+        return BenchOptions(
+            base_url=self.target.base_url,
+            endpoint=self.target.endpoint,
+            model=self.model,
+            isl=cls.input.upper_bound or max(1, int(cls.input.expected)),
+            osl=cls.output.upper_bound or max(1, int(cls.output.expected)),
+            **{ramp.dimension: ramp.loads},
+            burstiness=ramp.burstiness,
+            warmup=ramp.warmup,
+            seed=ramp.seed,
+            timeout_s=self.target.timeout_s,
+            keepalive=self.live.cfg.keepalive,
+        )
 
     def run_level(self, ramp: Ramp, level: SweepLevel, keep, progress) -> LevelRun:
         """One cell as bench sends a level (the HTTP driver, kneecap.sweep.http_levels): the cell's class, seed and
         bursts give its requests and prompts, the server's /metrics are scraped over it; the driver seeds the
         level's arrivals with the ramp's seed + the cell's index."""
         seed = ramp.seed + level.index
-        specs = make_requests(ramp.workload, level.num_warmup + level.num_requests, seed, id_prefix=f"cell{level.index}-r")
+        specs = make_requests(
+            ramp.workload, level.num_warmup + level.num_requests, seed, id_prefix=f"cell{level.index}-r"
+        )
         opts = self.ramp_options(ramp)
-        setup = DriverSetup(cfg=self.live.cfg, prompts=self.prompts.make(seed), warm_connections=OPEN_LOOP_WARM_CONNECTIONS)
-        self._http = HttpLevelDriver(opts, run_share=in_process_runner(setup), probe=lambda: server_answers(opts, self.api_key),
-                                     poll_metrics=lambda: ThreadedMetricsPoller(opts.base_url_clean, self.api_key),
-                                     epoch=time.perf_counter(), progress=progress,
-                                     specs_for=lambda level, warmup, round_index=0: (specs[:level.num_warmup] if warmup
-                                                                                     else specs[level.num_warmup:]),
-                                     bursts={"on_s": ramp.on_s, "off_s": ramp.off_s} if ramp.on_s is not None else None)
+        setup = DriverSetup(
+            cfg=self.live.cfg, prompts=self.prompts.make(seed), warm_connections=OPEN_LOOP_WARM_CONNECTIONS
+        )
+        self._http = HttpLevelDriver(
+            opts,
+            run_share=in_process_runner(setup),
+            probe=lambda: server_answers(opts, self.api_key),
+            poll_metrics=lambda: ThreadedMetricsPoller(opts.base_url_clean, self.api_key),
+            epoch=time.perf_counter(),
+            progress=progress,
+            specs_for=lambda level, warmup, round_index=0: (
+                specs[: level.num_warmup] if warmup else specs[level.num_warmup :]
+            ),
+            bursts={"on_s": ramp.on_s, "off_s": ramp.off_s} if ramp.on_s is not None else None,
+        )
         return self._http.run_level(level, keep)
 
     def server_gone(self, summary: dict) -> str | None:
@@ -206,15 +258,21 @@ class ServerCandidate:
             from kneecap.client.cache_reset import reset_prefix_cache as reset
 
             done = reset(self.target.base_url, self.api_key)
-        return f"paused {pause_s:g} s" + (f", reset via {', '.join(done)}" if done else ", no prefix-cache reset endpoint")
+        return f"paused {pause_s:g} s" + (
+            f", reset via {', '.join(done)}" if done else ", no prefix-cache reset endpoint"
+        )
 
     def _post(self, path: str, data: bytes, headers: dict | None = None):
         """A POST to the server's root (base_url without /v1), with the API key when there is one."""
         import urllib.request
 
         auth = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        return urllib.request.Request(self.target.base_url.rstrip("/").removesuffix("/v1") + path, data=data,
-                                      method="POST", headers={**(headers or {}), **auth})
+        return urllib.request.Request(
+            self.target.base_url.rstrip("/").removesuffix("/v1") + path,
+            data=data,
+            method="POST",
+            headers={**(headers or {}), **auth},
+        )
 
     def answer(self, prompt: str, max_tokens: int) -> str | None:
         """One non-streaming, greedy chat completion: the behaviour case's answer text."""
@@ -222,8 +280,13 @@ class ServerCandidate:
         import urllib.error
         import urllib.request
 
-        body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-                "temperature": 0, "stream": False}
+        body = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "stream": False,
+        }
         req = self._post("/v1/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=self.target.timeout_s) as resp:

@@ -39,7 +39,9 @@ def budget_breaches(level: dict, budget: Budget | None) -> list[str]:
     return out
 
 
-def limit_crossed(level: dict, stop: StopSpec, *, invalid_outputs: int = 0, behaviour_drift: list[str] | None = None) -> str | None:
+def limit_crossed(
+    level: dict, stop: StopSpec, *, invalid_outputs: int = 0, behaviour_drift: list[str] | None = None
+) -> str | None:
     """The first declared limit this level crosses, or None."""
     requests = level.get("requests") or 0
     if requests:
@@ -52,7 +54,9 @@ def limit_crossed(level: dict, stop: StopSpec, *, invalid_outputs: int = 0, beha
         if timeouts / requests > stop.max_timeout_rate:
             return f"timeout rate {fmt_over(timeouts / requests, stop.max_timeout_rate, decimals=3)}"
         if invalid_outputs / requests > stop.max_invalid_output_rate:
-            return f"invalid output rate {fmt_over(invalid_outputs / requests, stop.max_invalid_output_rate, decimals=3)}"
+            return (
+                f"invalid output rate {fmt_over(invalid_outputs / requests, stop.max_invalid_output_rate, decimals=3)}"
+            )
     if behaviour_drift:
         return f"behaviour drift: {', '.join(behaviour_drift)}"
     p50, p99 = _pct(level, "ttft", "p50"), _pct(level, "ttft", "p99")
@@ -68,13 +72,17 @@ def steady_breaches(level: dict, *, simulated: bool) -> list[str]:
     grew) always; transient (too short to tell) on the simulator, whose cells decide for a real deployment."""
     st = level.get("stability") if isinstance(level.get("stability"), dict) else {}
     verdict = st.get("verdict")
-    num = (lambda key: f"{st[key]:.3g}" if isinstance(st.get(key), (int, float)) else "?")
+    num = lambda key: f"{st[key]:.3g}" if isinstance(st.get(key), (int, float)) else "?"
     if verdict == "over_capacity":
-        return [f"steady state: over capacity (served {num('served_rps')} of {num('sent_rps')} req/s sent, "
-                f"waiting queue growing {num('queue_trend')} req/s)"]
+        return [
+            f"steady state: over capacity (served {num('served_rps')} of {num('sent_rps')} req/s sent, "
+            f"waiting queue growing {num('queue_trend')} req/s)"
+        ]
     if simulated and verdict == "transient":
-        return [f"steady state: transient ({st.get('window_requests', '?')} requests, "
-                f"{num('in_flight_mean')} in flight: too short to show it)"]
+        return [
+            f"steady state: transient ({st.get('window_requests', '?')} requests, "
+            f"{num('in_flight_mean')} in flight: too short to show it)"
+        ]
     return []
 
 

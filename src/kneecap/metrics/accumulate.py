@@ -36,8 +36,12 @@ _REQUEST_METRICS = (
     ("ttft_from_scheduled_ms", req.ttft_from_scheduled_s),
     ("e2e_from_scheduled_ms", req.e2e_from_scheduled_s),
 )
-_DISTRIBUTIONS = tuple(k for k, _ in _REQUEST_METRICS) + ("itl_ms", "chunk_gap_ms", "tokens_per_chunk",
-                                                          "schedule_lag_ms")
+_DISTRIBUTIONS = tuple(k for k, _ in _REQUEST_METRICS) + (
+    "itl_ms",
+    "chunk_gap_ms",
+    "tokens_per_chunk",
+    "schedule_lag_ms",
+)
 _REQUEST_COUNTS = ("requests", "completed", "failed", "timeouts", "failed_on_reused_connection", "warmup_excluded")
 _COUNTERS = _REQUEST_COUNTS + ("output_tokens", "input_tokens", "good_requests", "good_output_tokens")
 _BATCH_RECORDS = 1024  # completed records held before their samples go into the distributions (bounded memory)
@@ -47,8 +51,9 @@ class LevelAccumulator:
     """Running summary of one level. `add` records (warmup included: they are counted and
     skipped), `merge` another accumulator of the same level, `summary()` for the level dict."""
 
-    def __init__(self, *, concurrency=None, rate=None, slo: Mapping | str | None = None,
-                 relative_accuracy: float = 0.01):
+    def __init__(
+        self, *, concurrency=None, rate=None, slo: Mapping | str | None = None, relative_accuracy: float = 0.01
+    ):
         self.concurrency = concurrency
         self.rate = rate
         self.slo = as_slo(slo)
@@ -127,18 +132,21 @@ class LevelAccumulator:
     def merge(self, other: "LevelAccumulator") -> "LevelAccumulator":
         """Fold another accumulator of the same level (e.g. another worker's) into this one."""
         if other.slo != self.slo:
-            raise KneecapError("cannot merge level summaries built with different SLOs",
-                               "give every worker the same --slo")
+            raise KneecapError(
+                "cannot merge level summaries built with different SLOs", "give every worker the same --slo"
+            )
         self._flush()
         other._flush()
         for k in _COUNTERS:
             self.counts[k] += other.counts[k]
         if other.first_sent_at is not None:
-            self.first_sent_at = other.first_sent_at if self.first_sent_at is None \
-                else min(self.first_sent_at, other.first_sent_at)
+            self.first_sent_at = (
+                other.first_sent_at if self.first_sent_at is None else min(self.first_sent_at, other.first_sent_at)
+            )
         if other.last_end_at is not None:
-            self.last_end_at = other.last_end_at if self.last_end_at is None \
-                else max(self.last_end_at, other.last_end_at)
+            self.last_end_at = (
+                other.last_end_at if self.last_end_at is None else max(self.last_end_at, other.last_end_at)
+            )
         for kind, n in other.errors.items():
             self.errors[kind] = self.errors.get(kind, 0) + n
         tm = self.token_mismatch
@@ -176,15 +184,17 @@ class LevelAccumulator:
         if len(self.levels_seen) == 1:
             out["level"] = next(iter(self.levels_seen))
         out.update({k: c[k] for k in _REQUEST_COUNTS})
-        out.update({
-            "duration_s": wall_s,
-            "output_tokens": c["output_tokens"],
-            "input_tokens": c["input_tokens"],
-            "output_tok_s": per_s(c["output_tokens"]),
-            "input_tok_s": per_s(c["input_tokens"]),
-            "total_tok_s": per_s(c["output_tokens"] + c["input_tokens"]),
-            "request_s": per_s(c["completed"]),
-        })
+        out.update(
+            {
+                "duration_s": wall_s,
+                "output_tokens": c["output_tokens"],
+                "input_tokens": c["input_tokens"],
+                "output_tok_s": per_s(c["output_tokens"]),
+                "input_tok_s": per_s(c["input_tokens"]),
+                "total_tok_s": per_s(c["output_tokens"] + c["input_tokens"]),
+                "request_s": per_s(c["completed"]),
+            }
+        )
         for key in ("ttft_ms", "ttft_answer_ms", "itl_ms", "tpot_ms", "e2e_ms", "chunk_gap_ms", "tokens_per_chunk"):
             out[key] = self.dists[key].to_distribution()
         if "rate" in out:
@@ -201,11 +211,17 @@ class LevelAccumulator:
         """JSON-safe state, to ship between processes (from_dict reverses it)."""
         self._flush()
         return {
-            "concurrency": self.concurrency, "rate": self.rate, "slo": self.slo,
-            "relative_accuracy": self.relative_accuracy, "counts": dict(self.counts),
-            "first_sent_at": self.first_sent_at, "last_end_at": self.last_end_at,
-            "errors": dict(self.errors), "token_mismatch": self.token_mismatch,
-            "levels_seen": sorted(self.levels_seen), "concurrency_seen": sorted(self.concurrency_seen),
+            "concurrency": self.concurrency,
+            "rate": self.rate,
+            "slo": self.slo,
+            "relative_accuracy": self.relative_accuracy,
+            "counts": dict(self.counts),
+            "first_sent_at": self.first_sent_at,
+            "last_end_at": self.last_end_at,
+            "errors": dict(self.errors),
+            "token_mismatch": self.token_mismatch,
+            "levels_seen": sorted(self.levels_seen),
+            "concurrency_seen": sorted(self.concurrency_seen),
             "rate_seen": sorted(self.rate_seen),
             "dists": {k: d.to_dict() for k, d in self.dists.items()},
         }
@@ -213,8 +229,12 @@ class LevelAccumulator:
     @classmethod
     def from_dict(cls, data: Mapping) -> "LevelAccumulator":
         try:
-            out = cls(concurrency=data["concurrency"], rate=data["rate"], slo=data["slo"],
-                      relative_accuracy=data["relative_accuracy"])
+            out = cls(
+                concurrency=data["concurrency"],
+                rate=data["rate"],
+                slo=data["slo"],
+                relative_accuracy=data["relative_accuracy"],
+            )
             out.counts = {k: int(data["counts"][k]) for k in _COUNTERS}
             out.first_sent_at = data["first_sent_at"]
             out.last_end_at = data["last_end_at"]
@@ -225,16 +245,24 @@ class LevelAccumulator:
             out.rate_seen = set(data["rate_seen"])
             out.dists = {k: StreamingDistribution.from_dict(data["dists"][k]) for k in _DISTRIBUTIONS}
         except (KeyError, TypeError, ValueError) as exc:
-            raise KneecapError(f"malformed level accumulator ({exc!r})",
-                               "pass a dict produced by LevelAccumulator.to_dict()") from None
+            raise KneecapError(
+                f"malformed level accumulator ({exc!r})", "pass a dict produced by LevelAccumulator.to_dict()"
+            ) from None
         return out
 
 
 EXACT_RECORDS_LIMIT = 20_000  # levels up to this many records are summarised exactly (all in memory)
 
 
-def summarize_stream(records: Iterable[RequestRecord], *, concurrency=None, rate=None, duration_s: float | None = None,
-                     slo: Mapping | str | None = None, exact_limit: int = EXACT_RECORDS_LIMIT) -> dict:
+def summarize_stream(
+    records: Iterable[RequestRecord],
+    *,
+    concurrency=None,
+    rate=None,
+    duration_s: float | None = None,
+    slo: Mapping | str | None = None,
+    exact_limit: int = EXACT_RECORDS_LIMIT,
+) -> dict:
     """A level summary from an iterator of records with bounded memory.
 
     Up to `exact_limit` records: exactly summarize_level. Beyond it the records stream through a

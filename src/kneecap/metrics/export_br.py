@@ -53,8 +53,17 @@ def _sample_stats(values: list[float], units: str) -> dict | None:
         return None
     a = np.asarray(values, dtype=float)
     out = {"units": units, "mean": float(a.mean()), "stddev": float(a.std()), "min": float(a.min())}
-    for name, q in (("p1", 1), ("p5", 5), ("p10", 10), ("p25", 25), ("p50", 50), ("p75", 75), ("p90", 90),
-                    ("p95", 95), ("p99", 99)):
+    for name, q in (
+        ("p1", 1),
+        ("p5", 5),
+        ("p10", 10),
+        ("p25", 25),
+        ("p50", 50),
+        ("p75", 75),
+        ("p90", 90),
+        ("p95", 95),
+        ("p99", 99),
+    ):
         out[name] = float(np.percentile(a, q))
     out["max"] = float(a.max())
     return out
@@ -66,8 +75,12 @@ def _seq_len(fixed: int | None, sample: list[float]) -> dict:
         return {"distribution": "fixed", "value": int(fixed)}
     if not sample:
         return {"distribution": "other", "value": 0}
-    return {"distribution": "other", "value": float(sum(sample) / len(sample)), "min": int(min(sample)),
-            "max": max(1, int(max(sample)))}
+    return {
+        "distribution": "other",
+        "value": float(sum(sample) / len(sample)),
+        "min": int(min(sample)),
+        "max": max(1, int(max(sample))),
+    }
 
 
 def _iso_duration(seconds: float | None) -> str | None:
@@ -79,43 +92,74 @@ def _engine(sweep: Mapping) -> dict:
     dep, server = sweep.get("deployment") or {}, sweep.get("server") or {}
     simulated = sweep.get("kind") == "simulate"
     if simulated:
-        tool, version = f"kneecap-simulator ({(sweep.get('engine') or {}).get('defaults') or 'vllm'} defaults)", \
-            str(sweep.get("kneecap_version") or "unknown")
+        tool, version = (
+            f"kneecap-simulator ({(sweep.get('engine') or {}).get('defaults') or 'vllm'} defaults)",
+            str(sweep.get("kneecap_version") or "unknown"),
+        )
     else:
         tool, version = str(server.get("engine") or "unknown"), str(server.get("version") or "unknown")
     model = dep.get("model") or server.get("model_id") or sweep.get("model") or "unknown"
     tp, pp, ep = int(dep.get("tp") or 1), int(dep.get("pp") or 1), int(dep.get("ep") or 1)
-    standardized = {"kind": "inference_engine", "tool": tool, "tool_version": version, "role": "replica",
-                    "replicas": 1, "model": {"name": str(model)},
-                    "accelerator": {"model": str(dep.get("gpu") or "unknown"), "count": int(dep.get("num_gpus") or 0),
-                                    "parallelism": {"tp": tp, "pp": pp, "ep": ep, "dp": 1}}}
-    description = ("kneecap's simulated engine in virtual time: no model executed, no GPU timed" if simulated
-                   else f"the server at the benchmarked endpoint, as it described itself ({tool} {version})")
-    return {"metadata": {"label": ENGINE_LABEL, "cfg_id": _digest(standardized), "description": description},
-            "standardized": standardized, "native": {"args": sweep.get("flags") or {}}}
+    standardized = {
+        "kind": "inference_engine",
+        "tool": tool,
+        "tool_version": version,
+        "role": "replica",
+        "replicas": 1,
+        "model": {"name": str(model)},
+        "accelerator": {
+            "model": str(dep.get("gpu") or "unknown"),
+            "count": int(dep.get("num_gpus") or 0),
+            "parallelism": {"tp": tp, "pp": pp, "ep": ep, "dp": 1},
+        },
+    }
+    description = (
+        "kneecap's simulated engine in virtual time: no model executed, no GPU timed"
+        if simulated
+        else f"the server at the benchmarked endpoint, as it described itself ({tool} {version})"
+    )
+    return {
+        "metadata": {"label": ENGINE_LABEL, "cfg_id": _digest(standardized), "description": description},
+        "standardized": standardized,
+        "native": {"args": sweep.get("flags") or {}},
+    }
 
 
 def _load(level: Mapping, sweep: Mapping, inputs: list[float], outputs: list[float]) -> dict:
     work = sweep.get("workload") or {}
     from_data = bool(work.get("dataset_requests") or work.get("replay_requests"))
-    standardized: dict = {"tool": "kneecap", "tool_version": str(sweep.get("kneecap_version") or "unknown"),
-                          "source": "sampled" if from_data else "random",
-                          "input_seq_len": _seq_len(work.get("isl") if not work.get("isl_dist") else None, inputs),
-                          "output_seq_len": _seq_len(work.get("osl") if not work.get("osl_dist") else None, outputs)}
+    standardized: dict = {
+        "tool": "kneecap",
+        "tool_version": str(sweep.get("kneecap_version") or "unknown"),
+        "source": "sampled" if from_data else "random",
+        "input_seq_len": _seq_len(work.get("isl") if not work.get("isl_dist") else None, inputs),
+        "output_seq_len": _seq_len(work.get("osl") if not work.get("osl_dist") else None, outputs),
+    }
     if work.get("shared_prefix_tokens"):
         groups = int(work.get("num_prefix_groups") or 1)
-        standardized["prefix"] = {"prefix_len": {"distribution": "fixed", "value": int(work["shared_prefix_tokens"])},
-                                  "num_groups": groups, "num_users_per_group": 1, "num_prefixes": 1}
+        standardized["prefix"] = {
+            "prefix_len": {"distribution": "fixed", "value": int(work["shared_prefix_tokens"])},
+            "num_groups": groups,
+            "num_users_per_group": 1,
+            "num_prefixes": 1,
+        }
     if work.get("turns"):
-        standardized["multi_turn"] = {"enabled": True,
-                                      "max_turns": {"distribution": "fixed", "value": int(work["turns"])}}
+        standardized["multi_turn"] = {
+            "enabled": True,
+            "max_turns": {"distribution": "fixed", "value": int(work["turns"])},
+        }
     if isinstance(level.get("rate"), (int, float)) and level["rate"] > 0 and level["rate"] != float("inf"):
         standardized["rate_qps"] = float(level["rate"])
     if isinstance(level.get("concurrency"), int) and level["concurrency"] >= 1:
         standardized["concurrency"] = int(level["concurrency"])
-    return {"metadata": {"cfg_id": _digest(standardized),
-                         "description": f"kneecap {sweep.get('kind', 'sweep')} level {level.get('level')}"},
-            "standardized": standardized, "native": {"args": dict(sweep.get("flags") or {})}}
+    return {
+        "metadata": {
+            "cfg_id": _digest(standardized),
+            "description": f"kneecap {sweep.get('kind', 'sweep')} level {level.get('level')}",
+        },
+        "standardized": standardized,
+        "native": {"args": dict(sweep.get("flags") or {})},
+    }
 
 
 def _observability(level: Mapping) -> dict | None:
@@ -151,30 +195,53 @@ def to_benchmark_report(level: Mapping, records: Iterable[RequestRecord], sweep:
     inputs = [float(req.input_tokens(r)) for r in ok]
     outputs = [float(r.num_output_tokens) for r in ok]
     duration = level.get("duration_s")
-    rate = lambda key: ({"units": "tokens/s" if key != "request_s" else "queries/s", "mean": float(level[key])}
-                        if isinstance(level.get(key), (int, float)) else None)
-    latency = {"time_to_first_token": _stats(level.get("ttft_ms"), "ms"),
-               "time_per_output_token": _stats(level.get("tpot_ms"), "ms/token"),
-               "inter_token_latency": _stats(level.get("itl_ms"), "ms/token"),
-               "request_latency": _stats(level.get("e2e_ms"), "ms")}
-    throughput = {"input_token_rate": rate("input_tok_s"), "output_token_rate": rate("output_tok_s"),
-                  "total_token_rate": rate("total_tok_s"), "request_rate": rate("request_s")}
-    requests = {"total": len(measured), "failures": len(measured) - len(ok),
-                "input_length": _sample_stats(inputs, "count"), "output_length": _sample_stats(outputs, "count")}
+    rate = lambda key: (
+        {"units": "tokens/s" if key != "request_s" else "queries/s", "mean": float(level[key])}
+        if isinstance(level.get(key), (int, float))
+        else None
+    )
+    latency = {
+        "time_to_first_token": _stats(level.get("ttft_ms"), "ms"),
+        "time_per_output_token": _stats(level.get("tpot_ms"), "ms/token"),
+        "inter_token_latency": _stats(level.get("itl_ms"), "ms/token"),
+        "request_latency": _stats(level.get("e2e_ms"), "ms"),
+    }
+    throughput = {
+        "input_token_rate": rate("input_tok_s"),
+        "output_token_rate": rate("output_tok_s"),
+        "total_token_rate": rate("total_tok_s"),
+        "request_rate": rate("request_s"),
+    }
+    requests = {
+        "total": len(measured),
+        "failures": len(measured) - len(ok),
+        "input_length": _sample_stats(inputs, "count"),
+        "output_length": _sample_stats(outputs, "count"),
+    }
     run_time = {"start": sweep.get("started_at"), "duration": _iso_duration(duration)}
     simulated = sweep.get("kind") == "simulate"
     doc = {
         "version": BR_VERSION,
-        "run": {"uid": _digest([sweep.get("run_id"), level.get("level")]), "eid": _digest(sweep.get("run_id")),
-                "time": {k: v for k, v in run_time.items() if v is not None},
-                "description": (f"kneecap {sweep.get('kind', 'sweep')}, level {level.get('level')}"
-                                + (" (simulated: no model executed)" if simulated else "")),
-                "keywords": ["kneecap", str(sweep.get("kind", "sweep"))] + (["simulated"] if simulated else [])},
+        "run": {
+            "uid": _digest([sweep.get("run_id"), level.get("level")]),
+            "eid": _digest(sweep.get("run_id")),
+            "time": {k: v for k, v in run_time.items() if v is not None},
+            "description": (
+                f"kneecap {sweep.get('kind', 'sweep')}, level {level.get('level')}"
+                + (" (simulated: no model executed)" if simulated else "")
+            ),
+            "keywords": ["kneecap", str(sweep.get("kind", "sweep"))] + (["simulated"] if simulated else []),
+        },
         "scenario": {"stack": [_engine(sweep)], "load": _load(level, sweep, inputs, outputs)},
-        "results": {"request_performance": {"aggregate": {
-            "requests": {k: v for k, v in requests.items() if v is not None},
-            "latency": {k: v for k, v in latency.items() if v is not None},
-            "throughput": {k: v for k, v in throughput.items() if v is not None}}}},
+        "results": {
+            "request_performance": {
+                "aggregate": {
+                    "requests": {k: v for k, v in requests.items() if v is not None},
+                    "latency": {k: v for k, v in latency.items() if v is not None},
+                    "throughput": {k: v for k, v in throughput.items() if v is not None},
+                }
+            }
+        },
     }
     observability = _observability(level)
     if observability:

@@ -44,8 +44,9 @@ def _max_output_tokens_per_s(ok: Sequence[RequestRecord]) -> float:
     return float(max(buckets.values(), default=0))
 
 
-def to_vllm_result(summary: Mapping, records: Iterable[RequestRecord], *, model_id: str, date: str,
-                   burstiness: float = 1.0) -> dict:
+def to_vllm_result(
+    summary: Mapping, records: Iterable[RequestRecord], *, model_id: str, date: str, burstiness: float = 1.0
+) -> dict:
     """The level as vLLM's result JSON. `date` is vLLM's "%Y%m%d-%H%M%S" string (the caller's clock).
 
     request_rate is the level's rate, or "inf" in closed loop (vLLM's value without --request-rate);
@@ -64,8 +65,11 @@ def to_vllm_result(summary: Mapping, records: Iterable[RequestRecord], *, model_
     total_output = sum(r.num_output_tokens for r in ok)
     values = {  # seconds, per successful request
         "ttft": [req.ttft_s(r) or 0.0 for r in ok],
-        "tpot": [(r.end_at - r.sent_at - req.ttft_s(r)) / (r.num_output_tokens - 1) for r in ok
-                 if r.num_output_tokens > 1 and req.ttft_s(r) is not None],
+        "tpot": [
+            (r.end_at - r.sent_at - req.ttft_s(r)) / (r.num_output_tokens - 1)
+            for r in ok
+            if r.num_output_tokens > 1 and req.ttft_s(r) is not None
+        ],
         "itl": [g for r in ok for g in req.chunk_gaps(r)[0]],
     }
     rate = summary.get("rate")

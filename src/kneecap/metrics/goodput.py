@@ -22,7 +22,9 @@ def parse_goodput(pairs: Sequence[str]) -> str:
     for part in (p for item in pairs for p in str(item).replace(",", " ").split()):
         key, sep, value = part.partition(":")
         if not sep or key.strip().lower() not in GOODPUT_KEYS:
-            raise KneecapError(f"--goodput term {part!r} is not KEY:VALUE with KEY ttft, tpot or e2el",
-                               "pass e.g. --goodput 'ttft:200 tpot:50' (milliseconds)")
+            raise KneecapError(
+                f"--goodput term {part!r} is not KEY:VALUE with KEY ttft, tpot or e2el",
+                "pass e.g. --goodput 'ttft:200 tpot:50' (milliseconds)",
+            )
         terms.append(f"{GOODPUT_KEYS[key.strip().lower()]}_max_ms={value.strip()}")
     return ",".join(terms)

@@ -72,7 +72,7 @@ def find_knee(levels: Sequence[Mapping], key: str = "concurrency") -> dict | Non
     for i, (x_a, y_a, a) in enumerate(points[:-1]):
         if y_a <= 0:
             continue
-        later = points[i + 1:]
+        later = points[i + 1 :]
         gains = [gain_per_doubling(x_a, y_a, x_b, y_b) for x_b, y_b, _ in later]
         if max(gains) >= GAIN_PER_DOUBLING:
             continue
@@ -84,11 +84,15 @@ def find_knee(levels: Sequence[Mapping], key: str = "concurrency") -> dict | Non
         collapse = y_n < y_a * (1.0 - GAIN_PER_DOUBLING)
         step = f"{key} {x_a:g} -> {x_n:g}"
         if collapse:
-            rule = (f"collapse: output throughput fell {100 * (1 - y_n / y_a):.1f}% ({step}); "
-                    f"no later level gains >= {100 * GAIN_PER_DOUBLING:g}% per doubling of load")
+            rule = (
+                f"collapse: output throughput fell {100 * (1 - y_n / y_a):.1f}% ({step}); "
+                f"no later level gains >= {100 * GAIN_PER_DOUBLING:g}% per doubling of load"
+            )
         else:
             why = "p50 latency rose" if latency else "output throughput fell"
-            rule = (f"saturation: best later gain {100 * max(gains):.1f}% per doubling of load "
-                    f"(< {100 * GAIN_PER_DOUBLING:g}%) while {why} ({step})")
+            rule = (
+                f"saturation: best later gain {100 * max(gains):.1f}% per doubling of load "
+                f"(< {100 * GAIN_PER_DOUBLING:g}%) while {why} ({step})"
+            )
         return {key: a.get(key), "output_tok_s": y_a, "rule": rule, "kind": "collapse" if collapse else "saturation"}
     return None

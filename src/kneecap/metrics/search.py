@@ -60,22 +60,29 @@ Evaluate = Callable[[float, int], Verdict]
 
 def _validate(dimension: str, low: float, high: float, resolution: float, repeats: int) -> None:
     if dimension not in DIMENSIONS:
-        raise KneecapError(f"--find-max takes rate or concurrency, got {dimension!r}", "pass --find-max concurrency or --find-max rate")
+        raise KneecapError(
+            f"--find-max takes rate or concurrency, got {dimension!r}", "pass --find-max concurrency or --find-max rate"
+        )
     if repeats < 1:
         raise KneecapError(f"--repeats must be >= 1, got {repeats}", "pass e.g. --repeats 3")
     if not (0 < low <= high) or not math.isfinite(high):
         raise KneecapError(f"find-max needs 0 < low <= high, got low={low}, high={high}", "give a finite search range")
     if dimension == "concurrency":
         if low != int(low) or high != int(high) or resolution != int(resolution) or resolution < 1:
-            raise KneecapError("find-max over concurrency needs whole-number low, high and resolution >= 1",
-                               "e.g. low=1, high=1024, resolution=1")
+            raise KneecapError(
+                "find-max over concurrency needs whole-number low, high and resolution >= 1",
+                "e.g. low=1, high=1024, resolution=1",
+            )
     elif not (0 < resolution < 1):
-        raise KneecapError(f"find-max over rate needs a relative resolution in (0, 1), got {resolution}",
-                           "e.g. 0.05 stops when the bracket is within 5%")
+        raise KneecapError(
+            f"find-max over rate needs a relative resolution in (0, 1), got {resolution}",
+            "e.g. 0.05 stops when the bracket is within 5%",
+        )
 
 
-def find_max(evaluate: Evaluate, dimension: str, low: float, high: float, resolution: float | None = None,
-             repeats: int = 1) -> MaxLoad:
+def find_max(
+    evaluate: Evaluate, dimension: str, low: float, high: float, resolution: float | None = None, repeats: int = 1
+) -> MaxLoad:
     """Search [low, high] for the highest load meeting every SLO.
 
     A load passes only if all `repeats` evaluations meet (the first failing repetition ends that
@@ -110,8 +117,14 @@ def find_max(evaluate: Evaluate, dimension: str, low: float, high: float, resolu
         return outcome
 
     def result(ok: float | None, bad: float | None) -> MaxLoad:
-        return MaxLoad(dimension=dimension, value=ok, repeats=repeats, failed_at=bad,
-                       failed_because=cache[bad][1] if bad is not None else None, probes=tuple(probes))
+        return MaxLoad(
+            dimension=dimension,
+            value=ok,
+            repeats=repeats,
+            failed_at=bad,
+            failed_because=cache[bad][1] if bad is not None else None,
+            probes=tuple(probes),
+        )
 
     lo = norm(low)
     if not run(lo)[0]:

@@ -20,8 +20,13 @@ SLO_METRICS = ("ttft", "ttft_answer", "itl", "tpot", "e2e", "chunk_gap", "ttft_f
 SLO_STATS = ("mean", "p50", "p90", "p95", "p99", "max")
 ERROR_RATE = "error_rate"
 VALID_KEYS = tuple(f"{m}_{s}_ms" for m in SLO_METRICS for s in SLO_STATS) + (ERROR_RATE,)
-_FORM = ("keys are <metric>_<stat>_ms or error_rate, with metric in " + ", ".join(SLO_METRICS)
-         + " and stat in " + ", ".join(SLO_STATS) + "; e.g. ttft_p99_ms=500,itl_p99_ms=50,error_rate=0.01")
+_FORM = (
+    "keys are <metric>_<stat>_ms or error_rate, with metric in "
+    + ", ".join(SLO_METRICS)
+    + " and stat in "
+    + ", ".join(SLO_STATS)
+    + "; e.g. ttft_p99_ms=500,itl_p99_ms=50,error_rate=0.01"
+)
 
 
 def split_key(key: str) -> tuple[str, str]:
@@ -43,15 +48,20 @@ def _check_value(key: str, raw) -> float:
     try:
         value = float(raw)
     except (TypeError, ValueError):
-        raise KneecapError(f"SLO {key} needs a number, got {raw!r}",
-                           "write e.g. ttft_p99_ms=500 (milliseconds) or error_rate=0.01 (a fraction)") from None
+        raise KneecapError(
+            f"SLO {key} needs a number, got {raw!r}",
+            "write e.g. ttft_p99_ms=500 (milliseconds) or error_rate=0.01 (a fraction)",
+        ) from None
     if key == ERROR_RATE:
         if not 0.0 <= value <= 1.0:
-            raise KneecapError(f"SLO error_rate must be a fraction in [0, 1], got {raw!r}",
-                               "write e.g. error_rate=0.01 for at most 1% failed requests")
+            raise KneecapError(
+                f"SLO error_rate must be a fraction in [0, 1], got {raw!r}",
+                "write e.g. error_rate=0.01 for at most 1% failed requests",
+            )
     elif not value > 0 or value == float("inf"):
-        raise KneecapError(f"SLO {key} must be a positive number of milliseconds, got {raw!r}",
-                           "write e.g. ttft_p99_ms=500")
+        raise KneecapError(
+            f"SLO {key} must be a positive number of milliseconds, got {raw!r}", "write e.g. ttft_p99_ms=500"
+        )
     return value
 
 
@@ -116,8 +126,7 @@ def level_meets_slo(level: Mapping, slo: Mapping) -> tuple[bool, list[dict]]:
             breaches.append({"key": key, "limit": limit, "value": value, "message": message})
     st = level.get("stability")
     if slo and isinstance(st, Mapping) and st.get("verdict") == "over_capacity":  # kneecap.metrics.stability
-        breaches.append({"key": STEADY_STATE, "limit": None, "value": None,
-                         "message": "over capacity (queue growing)"})
+        breaches.append({"key": STEADY_STATE, "limit": None, "value": None, "message": "over capacity (queue growing)"})
     return (not breaches), breaches
 
 
@@ -158,4 +167,3 @@ def request_is_good(record: RequestRecord, budgets_ms: Mapping, *, from_schedule
         if value_s * MS_PER_S > limit_ms:
             return False
     return True
-

@@ -66,7 +66,7 @@ class LevelTimes:
         if r.warmup or r.sent_at is None or (now_s is not None and r.sent_at > now_s):
             return
         nan = math.nan
-        by = (lambda t: t if t is not None and (now_s is None or t <= now_s) else None)
+        by = lambda t: t if t is not None and (now_s is None or t <= now_s) else None
         self.sent.append(r.sent_at)
         self.scheduled.append(r.scheduled_at if r.scheduled_at is not None else r.sent_at)
         first = by(r.first_token_at) if r.first_token_at is not None else by(r.end_at)
@@ -74,8 +74,11 @@ class LevelTimes:
         end = by(r.end_at)
         self.end.append(end if r.ok and end is not None else nan)
         self.tokens.append(r.num_output_tokens if r.ok else 0)
-        expected = r.expected_output_tokens if r.expected_output_tokens is not None else \
-            (r.num_output_tokens if r.ok else None)
+        expected = (
+            r.expected_output_tokens
+            if r.expected_output_tokens is not None
+            else (r.num_output_tokens if r.ok else None)
+        )
         if expected is not None:
             self.expected_tokens += expected
             self.expected_n += 1
@@ -161,17 +164,22 @@ def judge(times: LevelTimes, *, kind: str, value=None) -> dict:
 
     client_behind = None
     if not closed and sent_rps is not None and offered_rps and sent_rps < (1 - CLIENT_BEHIND) * offered_rps:
-        client_behind = (f"the client sent {sent_rps:.3g} req/s of the {offered_rps:.3g} scheduled "
-                         f"({1 - sent_rps / offered_rps:.0%} behind): the server was offered less than asked; "
-                         f"this level is not a capacity judgement (more client workers, or a lower rate)")
+        client_behind = (
+            f"the client sent {sent_rps:.3g} req/s of the {offered_rps:.3g} scheduled "
+            f"({1 - sent_rps / offered_rps:.0%} behind): the server was offered less than asked; "
+            f"this level is not a capacity judgement (more client workers, or a lower rate)"
+        )
 
     rise = queue_trend * half if queue_trend is not None else 0.0
     # growth past the queue's own noise: a count that size moves by about its square root (bursty arrivals more)
     rise_needed = max(QUEUE_MIN_RISE, QUEUE_RISE_FRACTION * sent_in_half, QUEUE_NOISE * math.sqrt(1 + waiting_mean))
     grows = rise > rise_needed
     short = served_rps is None or half_sent_rps is None or served_rps < (1 - SERVED_SHORTFALL) * half_sent_rps
-    served = (f"served {served_rps:.3g} req/s of {half_sent_rps:.3g} sent over the second half"
-              if served_rps is not None and half_sent_rps is not None else "served: not measurable")
+    served = (
+        f"served {served_rps:.3g} req/s of {half_sent_rps:.3g} sent over the second half"
+        if served_rps is not None and half_sent_rps is not None
+        else "served: not measurable"
+    )
     queue = f"waiting queue {rise:+.0f} requests over it ({half:.3g} s; growth past {rise_needed:.0f})"
     if not closed and short and grows:
         verdict, rule = OVER_CAPACITY, f"{RULE_OVER}: {served}, {queue}"
@@ -229,8 +237,9 @@ def stability_caption(levels: list[dict]) -> str | None:
     behind = [lv for lv in levels if (lv.get("stability") or {}).get("client_behind")]
     parts = []
     if over:
-        parts.append(f"{len(over)} level(s) over capacity: the queue grew, so their latencies depend on how long "
-                     "they ran")
+        parts.append(
+            f"{len(over)} level(s) over capacity: the queue grew, so their latencies depend on how long they ran"
+        )
     if short:
         parts.append(f"{len(short)} level(s) transient: too short to reach steady state (run more requests)")
     if behind:
@@ -247,8 +256,12 @@ def extended_requests(requests: int | None, stability: dict, attempt: int) -> in
     """A simulated level's next size when its verdict is transient (too short to tell): EXTEND_FACTOR x the requests
     in flight it showed, at least twice as many, at most MAX_EXTENDED_REQUESTS; None when it is not to be run again
     (stable or over capacity, a level of no fixed size, the cap reached, or MAX_EXTENSIONS runs done)."""
-    if (requests is None or stability.get("verdict") != TRANSIENT or requests >= MAX_EXTENDED_REQUESTS
-            or attempt >= MAX_EXTENSIONS):
+    if (
+        requests is None
+        or stability.get("verdict") != TRANSIENT
+        or requests >= MAX_EXTENDED_REQUESTS
+        or attempt >= MAX_EXTENSIONS
+    ):
         return None
     more = max(2 * requests, math.ceil(EXTEND_FACTOR * (stability.get("in_flight_mean") or 0)))
     return int(min(MAX_EXTENDED_REQUESTS, more))

@@ -29,8 +29,10 @@ def _as_finite_array(values, name: str = "values"):
 
     arr = np.asarray(values if hasattr(values, "__len__") else list(values), dtype=np.float64).reshape(-1)
     if arr.size and not np.all(np.isfinite(arr)):
-        raise KneecapError(f"statistics got a non-finite sample in {name}",
-                           "records carry a NaN or infinite time; check the driver that wrote them")
+        raise KneecapError(
+            f"statistics got a non-finite sample in {name}",
+            "records carry a NaN or infinite time; check the driver that wrote them",
+        )
     return arr
 
 
@@ -42,8 +44,12 @@ def distribution(values: Iterable[float] | Sequence[float]) -> dict:
     if arr.size == 0:
         return empty_distribution()
     pcts = np.percentile(arr, PERCENTILES, method="linear")
-    return {"mean": float(arr.mean()), **{f"p{p}": float(v) for p, v in zip(PERCENTILES, pcts)},
-            "max": float(arr.max()), "n": int(arr.size)}
+    return {
+        "mean": float(arr.mean()),
+        **{f"p{p}": float(v) for p, v in zip(PERCENTILES, pcts)},
+        "max": float(arr.max()),
+        "n": int(arr.size),
+    }
 
 
 def _linear(n: int, order_stat, q: float) -> float:
@@ -66,8 +72,9 @@ def weighted_distribution(values: Sequence[float], weights: Sequence[int]) -> di
     vals = _as_finite_array(values)
     w = np.asarray(weights, dtype=np.int64).reshape(-1)
     if vals.shape != w.shape:
-        raise KneecapError(f"weighted statistics got {vals.size} values but {w.size} weights",
-                           "pass one integer weight per value")
+        raise KneecapError(
+            f"weighted statistics got {vals.size} values but {w.size} weights", "pass one integer weight per value"
+        )
     if w.size and w.min() < 0:
         raise KneecapError("weighted statistics got a negative weight", "weights are sample counts (>= 0)")
     keep = w > 0
@@ -84,8 +91,12 @@ def weighted_distribution(values: Sequence[float], weights: Sequence[int]) -> di
     def order_stat(rank: int) -> float:
         return float(vals[int(np.searchsorted(cum, rank, side="right"))])
 
-    return {"mean": float(np.dot(vals, w) / n), **{f"p{p}": _linear(n, order_stat, p / 100.0) for p in PERCENTILES},
-            "max": float(vals[-1]), "n": n}
+    return {
+        "mean": float(np.dot(vals, w) / n),
+        **{f"p{p}": _linear(n, order_stat, p / 100.0) for p in PERCENTILES},
+        "max": float(vals[-1]),
+        "n": n,
+    }
 
 
 def nearest_rank(sorted_values: Sequence[float], q: float) -> float:
@@ -112,8 +123,9 @@ class StreamingDistribution:
 
     def __init__(self, relative_accuracy: float = 0.01, zero_threshold: float = 1e-9):
         if not (0.0 < relative_accuracy < 1.0):
-            raise KneecapError(f"relative_accuracy must be in (0, 1), got {relative_accuracy!r}",
-                               "use e.g. 0.01 for 1% relative error")
+            raise KneecapError(
+                f"relative_accuracy must be in (0, 1), got {relative_accuracy!r}", "use e.g. 0.01 for 1% relative error"
+            )
         if not zero_threshold > 0:
             raise KneecapError(f"zero_threshold must be positive, got {zero_threshold!r}", "use e.g. 1e-9")
         self.relative_accuracy = float(relative_accuracy)
@@ -138,8 +150,10 @@ class StreamingDistribution:
         """Add `value` `count` times."""
         x = float(value)
         if not math.isfinite(x):
-            raise KneecapError("streaming statistics got a non-finite sample",
-                               "records carry a NaN or infinite time; check the driver that wrote them")
+            raise KneecapError(
+                "streaming statistics got a non-finite sample",
+                "records carry a NaN or infinite time; check the driver that wrote them",
+            )
         if count <= 0:
             return
         self.count += count
@@ -163,8 +177,9 @@ class StreamingDistribution:
         else:
             w = np.asarray(counts, dtype=np.int64).reshape(-1)
             if w.shape != arr.shape or (w.size and w.min() < 0):
-                raise KneecapError(f"streaming statistics got {arr.size} values and {w.size} counts",
-                                   "pass one count (>= 0) per value")
+                raise KneecapError(
+                    f"streaming statistics got {arr.size} values and {w.size} counts", "pass one count (>= 0) per value"
+                )
             arr, w = arr[w > 0], w[w > 0]
         if arr.size == 0:
             return
@@ -191,7 +206,8 @@ class StreamingDistribution:
             raise KneecapError(
                 f"cannot merge streaming statistics with relative accuracy {other.relative_accuracy} "
                 f"into one with {self.relative_accuracy}",
-                "build every worker's summary with the same relative_accuracy and zero_threshold")
+                "build every worker's summary with the same relative_accuracy and zero_threshold",
+            )
         if other.count == 0:
             return self
         self.count += other.count
@@ -228,8 +244,12 @@ class StreamingDistribution:
         """Same keys as distribution(); percentiles within relative_accuracy, the rest exact."""
         if self.count == 0:
             return empty_distribution()
-        return {"mean": self.sum / self.count, **{f"p{p}": self.quantile(p / 100.0) for p in PERCENTILES},
-                "max": self.max, "n": self.count}
+        return {
+            "mean": self.sum / self.count,
+            **{f"p{p}": self.quantile(p / 100.0) for p in PERCENTILES},
+            "max": self.max,
+            "n": self.count,
+        }
 
     def to_dict(self) -> dict:
         """JSON-safe form, to ship a summary between processes or machines (from_dict reverses it)."""
@@ -257,9 +277,12 @@ class StreamingDistribution:
             out.positive = {int(k): int(v) for k, v in data.get("positive", {}).items()}
             out.negative = {int(k): int(v) for k, v in data.get("negative", {}).items()}
         except (KeyError, TypeError, ValueError) as exc:
-            raise KneecapError(f"malformed streaming statistics ({exc})",
-                               "pass a dict produced by StreamingDistribution.to_dict()") from None
+            raise KneecapError(
+                f"malformed streaming statistics ({exc})", "pass a dict produced by StreamingDistribution.to_dict()"
+            ) from None
         if out.count != out.zero_count + sum(out.positive.values()) + sum(out.negative.values()):
-            raise KneecapError("malformed streaming statistics: bucket counts do not add up to count",
-                               "pass a dict produced by StreamingDistribution.to_dict()")
+            raise KneecapError(
+                "malformed streaming statistics: bucket counts do not add up to count",
+                "pass a dict produced by StreamingDistribution.to_dict()",
+            )
         return out

@@ -50,14 +50,20 @@ class StopLimits:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.max_error_rate <= 1.0:
-            raise KneecapError(f"max error rate must be a fraction in [0, 1], got {self.max_error_rate!r}",
-                               "use e.g. 0.5 to stop once half the requests fail")
+            raise KneecapError(
+                f"max error rate must be a fraction in [0, 1], got {self.max_error_rate!r}",
+                "use e.g. 0.5 to stop once half the requests fail",
+            )
         if self.consecutive_breaches < 1:
-            raise KneecapError(f"consecutive SLO breaches must be >= 1, got {self.consecutive_breaches!r}",
-                               "use 1 to stop at the first breaching level, 2 to confirm it once")
+            raise KneecapError(
+                f"consecutive SLO breaches must be >= 1, got {self.consecutive_breaches!r}",
+                "use 1 to stop at the first breaching level, 2 to confirm it once",
+            )
         if self.levels_past_knee is not None and self.levels_past_knee < 1:
-            raise KneecapError(f"levels past the knee must be >= 1, got {self.levels_past_knee!r}",
-                               "use None to never stop at the knee")
+            raise KneecapError(
+                f"levels past the knee must be >= 1, got {self.levels_past_knee!r}",
+                "use None to never stop at the knee",
+            )
         object.__setattr__(self, "slo", parse_slo(self.slo) if self.slo else {})
 
 
@@ -84,22 +90,26 @@ def check_stop(levels: Sequence[Mapping], limits: StopLimits) -> dict | None:
     if requests:
         error_rate = (last.get("failed") or 0) / requests
         if error_rate > limits.max_error_rate:
-            return stop_record(at, ERROR_RATE, f"error rate {fmt_over(error_rate, limits.max_error_rate, decimals=3)} "
-                                               f"at {key} {at} ({last.get('failed')} of {requests} failed)")
+            return stop_record(
+                at,
+                ERROR_RATE,
+                f"error rate {fmt_over(error_rate, limits.max_error_rate, decimals=3)} "
+                f"at {key} {at} ({last.get('failed')} of {requests} failed)",
+            )
     if limits.slo and len(levels) >= limits.consecutive_breaches:
-        recent = levels[-limits.consecutive_breaches:]
+        recent = levels[-limits.consecutive_breaches :]
         verdicts = [level_meets_slo(level, limits.slo) for level in recent]
         if not any(ok for ok, _ in verdicts):
             what = "; ".join(b["message"] for b in verdicts[-1][1])
-            return stop_record(at, SLO_BREACH, f"SLO breached at {len(recent)} consecutive level(s) "
-                                               f"ending at {key} {at}: {what}")
+            return stop_record(
+                at, SLO_BREACH, f"SLO breached at {len(recent)} consecutive level(s) ending at {key} {at}: {what}"
+            )
     if limits.levels_past_knee is not None:
         knee = find_knee(levels, key=key)
         if knee is not None:
             past = sum(1 for level in levels if _after(level_value(level), knee[key]))
             if past >= limits.levels_past_knee:
-                return stop_record(at, KNEE, f"knee at {key} {knee[key]} ({knee['rule']}); "
-                                             f"{past} level(s) past it ran")
+                return stop_record(at, KNEE, f"knee at {key} {knee[key]} ({knee['rule']}); {past} level(s) past it ran")
     return None
 
 

@@ -70,7 +70,14 @@ def _from_chunks(records: Sequence[RequestRecord]):
     gaps_ms = (np.diff(times) * MS_PER_S)[same_request]
     gap_tokens = tokens[1:][same_request]
     ones = np.ones(gaps_ms.size, dtype=np.int64)
-    return (gaps_ms / np.maximum(gap_tokens, 1), gap_tokens, gaps_ms, ones, tokens, np.ones(tokens.size, dtype=np.int64))
+    return (
+        gaps_ms / np.maximum(gap_tokens, 1),
+        gap_tokens,
+        gaps_ms,
+        ones,
+        tokens,
+        np.ones(tokens.size, dtype=np.int64),
+    )
 
 
 def _from_timeline(timeline, step_runs: list) -> tuple:
@@ -99,8 +106,10 @@ def _from_timeline(timeline, step_runs: list) -> tuple:
         a, last = first[multi], first[multi] + n[multi] - 1  # gaps j = a .. last-1 (gap j: step j to step j+1)
         lo, hi = int(a.min()), int(last.max())
         span = hi - lo
-        w = np.cumsum(np.bincount(a - lo, minlength=span + 1)[:span] - np.bincount(last - lo, minlength=span + 1)[:span])
-        gaps = np.diff(ends[lo:hi + 1]) * MS_PER_S
+        w = np.cumsum(
+            np.bincount(a - lo, minlength=span + 1)[:span] - np.bincount(last - lo, minlength=span + 1)[:span]
+        )
+        gaps = np.diff(ends[lo : hi + 1]) * MS_PER_S
         keep = w > 0
         vals.append(gaps[keep])
         weights.append(w[keep])

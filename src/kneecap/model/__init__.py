@@ -18,15 +18,29 @@ def load_model(spec: str, **kwargs) -> Model:
 def __getattr__(name: str):  # lazy re-exports keep `import kneecap.model` light
     if name in ("from_hf_config",):
         from kneecap.model import hf_config
+
         return getattr(hf_config, name)
     if name in ("param_breakdown", "part_dtypes", "weight_bytes_by_part", "total_weight_bytes", "PARTS"):
         from kneecap.model import params
+
         return getattr(params, name)
     if name in ("preset_names", "load_preset"):
         from kneecap.model import presets
+
         return getattr(presets, name)
     raise AttributeError(f"module 'kneecap.model' has no attribute {name!r}")
 
 
-__all__ = ["LAYER_KINDS", "Model", "load_model", "from_hf_config", "param_breakdown", "part_dtypes",
-           "weight_bytes_by_part", "total_weight_bytes", "preset_names", "load_preset", "PARTS"]
+__all__ = [
+    "LAYER_KINDS",
+    "Model",
+    "load_model",
+    "from_hf_config",
+    "param_breakdown",
+    "part_dtypes",
+    "weight_bytes_by_part",
+    "total_weight_bytes",
+    "preset_names",
+    "load_preset",
+    "PARTS",
+]

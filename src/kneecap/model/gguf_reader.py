@@ -22,8 +22,16 @@ from kneecap.model.params import PARTS
 from kneecap.model.spec import MAX_LAYERS, Model
 
 _LAYER_TENSOR = re.compile(r"^blk\.(\d+)\.([^.]+)")
-_LAYER_NORMS = ("attn_norm", "ffn_norm", "post_attention_norm", "post_ffw_norm", "attn_post_norm",
-                "ffn_post_norm", "layer_output_norm", "attn_norm_2")
+_LAYER_NORMS = (
+    "attn_norm",
+    "ffn_norm",
+    "post_attention_norm",
+    "post_ffw_norm",
+    "attn_post_norm",
+    "ffn_post_norm",
+    "layer_output_norm",
+    "attn_norm_2",
+)
 
 
 def read_gguf(path: str | Path) -> Model:
@@ -37,8 +45,10 @@ def read_gguf(path: str | Path) -> Model:
         reader = GGUFReader(str(path), "r")
     except (ValueError, OSError, IndexError, KeyError) as exc:
         reason = " ".join(str(exc).split())[:120] or type(exc).__name__
-        raise KneecapError(f"{path}: not a readable GGUF file ({reason})",
-                           "check the file (a partial download?) or pass its config.json instead") from None
+        raise KneecapError(
+            f"{path}: not a readable GGUF file ({reason})",
+            "check the file (a partial download?) or pass its config.json instead",
+        ) from None
     return model_from_gguf(_fields(reader), reader.tensors, source=str(path), default_name=path.stem)
 
 
@@ -66,9 +76,11 @@ def model_from_gguf(meta: dict, tensors, *, source: str, default_name: str) -> M
     try:
         return _model_from_gguf(meta, tensors, source=source, default_name=default_name)
     except _SHAPE_ERRORS as exc:
-        raise KneecapError(f"{source}: GGUF metadata has a type or value kneecap cannot use "
-                           f"({type(exc).__name__}: {' '.join(str(exc).split())[:120]})",
-                           "re-convert the model with a current llama.cpp, or pass its config.json") from None
+        raise KneecapError(
+            f"{source}: GGUF metadata has a type or value kneecap cannot use "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())[:120]})",
+            "re-convert the model with a current llama.cpp, or pass its config.json",
+        ) from None
 
 
 def _model_from_gguf(meta: dict, tensors, *, source: str, default_name: str) -> Model:
@@ -81,22 +93,30 @@ def _model_from_gguf(meta: dict, tensors, *, source: str, default_name: str) -> 
         if isinstance(value, list):
             value = max((v for v in value if v), default=0)
         if value is None and required:
-            raise KneecapError(f"{source}: GGUF has no {arch}.{name}, which the memory formula needs",
-                               "re-convert with a current llama.cpp, or pass the model's config.json")
+            raise KneecapError(
+                f"{source}: GGUF has no {arch}.{name}, which the memory formula needs",
+                "re-convert with a current llama.cpp, or pass the model's config.json",
+            )
         if value is not None and (not isinstance(value, int) or value <= 0) and required:
-            raise KneecapError(f"{source}: {arch}.{name} must be a positive integer, got {value!r}",
-                               "re-convert the model, or pass its config.json")
+            raise KneecapError(
+                f"{source}: {arch}.{name} must be a positive integer, got {value!r}",
+                "re-convert the model, or pass its config.json",
+            )
         return value
 
     num_layers = key("block_count")
     if num_layers > MAX_LAYERS:  # per-layer lists are built below: bound them
-        raise KneecapError(f"{source}: {arch}.block_count {num_layers} is not a plausible layer count (> {MAX_LAYERS:,})",
-                           "the file is corrupt: re-download or re-convert it")
+        raise KneecapError(
+            f"{source}: {arch}.block_count {num_layers} is not a plausible layer count (> {MAX_LAYERS:,})",
+            "the file is corrupt: re-download or re-convert it",
+        )
     hidden = key("embedding_length")
     heads = key("attention.head_count")
     kv_heads = key("attention.head_count_kv", required=False) or heads
     head_dim = key("attention.key_length", required=False) or hidden // heads
-    vocab = key("vocab_size", required=False) or meta.get("tokenizer.ggml.tokens") or _vocab_from_tensors(tensors, hidden)
+    vocab = (
+        key("vocab_size", required=False) or meta.get("tokenizer.ggml.tokens") or _vocab_from_tensors(tensors, hidden)
+    )
     if not vocab:
         raise KneecapError(f"{source}: cannot tell the vocabulary size", "the GGUF has no token_embd tensor or tokens")
     notes: list[str] = []
@@ -106,8 +126,10 @@ def _model_from_gguf(meta: dict, tensors, *, source: str, default_name: str) -> 
     rope_dim = key("rope.dimension_count", required=False)
     if "mla" in kinds:
         if not kv_lora or not rope_dim:
-            raise KneecapError(f"{source}: MLA model without {arch}.attention.kv_lora_rank / rope.dimension_count",
-                               "re-convert with a current llama.cpp")
+            raise KneecapError(
+                f"{source}: MLA model without {arch}.attention.kv_lora_rank / rope.dimension_count",
+                "re-convert with a current llama.cpp",
+            )
         head_dim = key("attention.key_length", required=False) or head_dim
 
     parts, part_bytes, types_by_part, experts_by_layer = _tally(tensors, blocks)
@@ -123,28 +145,48 @@ def _model_from_gguf(meta: dict, tensors, *, source: str, default_name: str) -> 
         all_types.update(counter)
     state = _linear_state_bytes(meta, arch, notes) if "linear_attention" in kinds else 0
     if len(kinds) < len(blocks):
-        notes.append(f"{len(blocks)} blocks, {len(blocks) - len(kinds)} of them MLP-only (no cache): "
-                     f"folded away, {len(kinds)} layers here")
+        notes.append(
+            f"{len(blocks)} blocks, {len(blocks) - len(kinds)} of them MLP-only (no cache): "
+            f"folded away, {len(kinds)} layers here"
+        )
     if "linear_attention" in kinds and not state:
-        raise KneecapError(f"{source}: linear-attention layers but no {arch}.ssm.* keys",
-                           "re-convert with a current llama.cpp, or pass the model's config.json")
-    notes.append(f"GGUF: {total:,} parameters and {sum(part_bytes.values()):,} weight bytes counted from the "
-                 f"tensor table (exact for this file)")
+        raise KneecapError(
+            f"{source}: linear-attention layers but no {arch}.ssm.* keys",
+            "re-convert with a current llama.cpp, or pass the model's config.json",
+        )
+    notes.append(
+        f"GGUF: {total:,} parameters and {sum(part_bytes.values()):,} weight bytes counted from the "
+        f"tensor table (exact for this file)"
+    )
     return Model(
-        name=str(meta.get("general.name") or default_name), source=source, architecture=str(arch),
-        num_hidden_layers=len(kinds), hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv_heads,
-        head_dim=head_dim, vocab_size=int(vocab), layer_types=tuple(kinds), total_params=total,
-        active_params=active, max_position_embeddings=key("context_length", required=False),
-        intermediate_size=key("feed_forward_length", required=False), sliding_window=window,
-        kv_lora_rank=kv_lora if "mla" in kinds else None, qk_rope_head_dim=rope_dim if "mla" in kinds else None,
-        linear_state_bytes_per_layer=state, num_experts=num_experts if moe_layers else 0,
+        name=str(meta.get("general.name") or default_name),
+        source=source,
+        architecture=str(arch),
+        num_hidden_layers=len(kinds),
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        vocab_size=int(vocab),
+        layer_types=tuple(kinds),
+        total_params=total,
+        active_params=active,
+        max_position_embeddings=key("context_length", required=False),
+        intermediate_size=key("feed_forward_length", required=False),
+        sliding_window=window,
+        kv_lora_rank=kv_lora if "mla" in kinds else None,
+        qk_rope_head_dim=rope_dim if "mla" in kinds else None,
+        linear_state_bytes_per_layer=state,
+        num_experts=num_experts if moe_layers else 0,
         num_experts_per_tok=top_k if moe_layers else 0,
         num_shared_experts=(key("expert_shared_count", required=False) or 0) if moe_layers else 0,
-        expert_params=expert_params, num_moe_layers=len(moe_layers),
+        expert_params=expert_params,
+        num_moe_layers=len(moe_layers),
         checkpoint_bytes=sum(part_bytes.values()),
         weight_dtype=_file_type(meta) or (all_types.most_common(1)[0][0] if all_types else None),
         notes=tuple(notes),
-        param_parts=tuple((p, parts[p]) for p in PARTS), part_dtypes=tuple((p, dtypes[p]) for p in PARTS),
+        param_parts=tuple((p, parts[p]) for p in PARTS),
+        part_dtypes=tuple((p, dtypes[p]) for p in PARTS),
         part_bytes=tuple((p, part_bytes[p]) for p in PARTS),
     )
 
@@ -178,8 +220,9 @@ def _layer_kinds(meta: dict, arch: str, n: int, source: str, notes: list[str]) -
         # it is recurrent unless it has a feed-forward (Nemotron-H MLP-only block)
         ff = meta.get(f"{arch}.feed_forward_length")
         ff = ff if isinstance(ff, list) and len(ff) == n and arch == "nemotron_h" else [0] * n
-        return ["full_attention" if kv_per_layer[i] else ("mlp" if ff[i] else "linear_attention")
-                for i in range(n)], None
+        return [
+            "full_attention" if kv_per_layer[i] else ("mlp" if ff[i] else "linear_attention") for i in range(n)
+        ], None
     if interval:
         return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n)], None
     window = meta.get(f"{arch}.attention.sliding_window")

@@ -44,8 +44,9 @@ def kv_dtype_block(kv_dtype: str) -> tuple[int, int]:
         from kneecap.model.weights import ggml_tensor_types
 
         return ggml_tensor_types()[name]
-    raise KneecapError(f"unknown KV dtype {kv_dtype!r}",
-                       f"use one of {', '.join((*KV_DTYPE_BYTES, *LLAMACPP_BLOCK_KV_DTYPES))}")
+    raise KneecapError(
+        f"unknown KV dtype {kv_dtype!r}", f"use one of {', '.join((*KV_DTYPE_BYTES, *LLAMACPP_BLOCK_KV_DTYPES))}"
+    )
 
 
 def kv_dtype_bytes(kv_dtype: str) -> int | float:
@@ -69,9 +70,11 @@ def check_kv_dtype(model: Model, kv_dtype: str) -> None:
         dims = {"kv_lora_rank + qk_rope_head_dim": model.kv_lora_rank + model.qk_rope_head_dim}
     for what, dim in dims.items():
         if dim % block:
-            raise KneecapError(f"KV dtype {kv_dtype} stores blocks of {block} elements, which do not divide the "
-                               f"{what} {dim} of {model.name} (llama.cpp refuses to start)",
-                               "use --kv-dtype f16, bf16 or f32 for this model")
+            raise KneecapError(
+                f"KV dtype {kv_dtype} stores blocks of {block} elements, which do not divide the "
+                f"{what} {dim} of {model.name} (llama.cpp refuses to start)",
+                "use --kv-dtype f16, bf16 or f32 for this model",
+            )
 
 
 def _whole_bytes(value: int | float) -> int:
@@ -94,12 +97,16 @@ def check_tp(model: Model, tp: int) -> None:
     heads, kvh = model.num_attention_heads, model.num_key_value_heads
     if heads % tp != 0:
         divisors = ", ".join(str(d) for d in range(1, min(heads, 64) + 1) if heads % d == 0)
-        raise KneecapError(f"--tp {tp} does not divide the {heads} attention heads of {model.name}",
-                           f"use a divisor such as {divisors}")
+        raise KneecapError(
+            f"--tp {tp} does not divide the {heads} attention heads of {model.name}",
+            f"use a divisor such as {divisors}",
+        )
     uses_kv_heads = any(t in ("full_attention", "sliding_attention") for t in model.layer_types)
     if uses_kv_heads and kvh % tp != 0 and tp % kvh != 0:
-        raise KneecapError(f"--tp {tp} neither divides nor is a multiple of the {kvh} KV heads of {model.name}",
-                           "use a TP degree that divides the KV heads or is a multiple of them")
+        raise KneecapError(
+            f"--tp {tp} neither divides nor is a multiple of the {kvh} KV heads of {model.name}",
+            "use a TP degree that divides the KV heads or is a multiple of them",
+        )
 
 
 def layer_bytes_per_token(model: Model, kind: str, dtype_bytes: int | float, tp: int = 1) -> int:
@@ -121,7 +128,7 @@ def stage_layer_types(model: Model, pp: int = 1) -> list[str]:
     if pp == 1:
         return list(model.layer_types)
     per_stage = math.ceil(model.num_hidden_layers / pp)
-    stages = [model.layer_types[i:i + per_stage] for i in range(0, model.num_hidden_layers, per_stage)]
+    stages = [model.layer_types[i : i + per_stage] for i in range(0, model.num_hidden_layers, per_stage)]
     return list(max(stages, key=lambda s: sum(layer_bytes_per_token(model, k, 1) for k in s) + len(s)))
 
 
@@ -150,8 +157,15 @@ def blocks_for(tokens: int, block_size: int) -> int:
     return -(-tokens // block_size)
 
 
-def sequence_kv_bytes_per_gpu(model: Model, tokens: int, dtype_bytes: int | float, tp: int = 1, pp: int = 1,
-                              block_size: int = 16, paged: bool = True) -> int:
+def sequence_kv_bytes_per_gpu(
+    model: Model,
+    tokens: int,
+    dtype_bytes: int | float,
+    tp: int = 1,
+    pp: int = 1,
+    block_size: int = 16,
+    paged: bool = True,
+) -> int:
     """Bytes one sequence of `tokens` tokens occupies on one GPU.
 
     paged=True: whole blocks of `block_size` tokens per layer group (the last block partly empty —

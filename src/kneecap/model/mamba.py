@@ -75,21 +75,26 @@ def nemotron_h_blocks(cfg: Mapping, source: str) -> str:
     if pattern is None and isinstance(listed, list) and listed:
         bad = sorted({str(b) for b in listed} - set(_BLOCK_NAMES))
         if bad:
-            raise KneecapError(f"{source}: unknown layers_block_type entries {bad}",
-                               f"use {', '.join(_BLOCK_NAMES)}")
+            raise KneecapError(f"{source}: unknown layers_block_type entries {bad}", f"use {', '.join(_BLOCK_NAMES)}")
         pattern = "".join(_BLOCK_NAMES[b] for b in listed)
     n = cfg["num_hidden_layers"]
     if not isinstance(pattern, str) or not pattern:
-        raise KneecapError(f"{source}: config.json has no 'hybrid_override_pattern', which the memory formula needs",
-                           "add hybrid_override_pattern from the model's published config.json")
+        raise KneecapError(
+            f"{source}: config.json has no 'hybrid_override_pattern', which the memory formula needs",
+            "add hybrid_override_pattern from the model's published config.json",
+        )
     if len(pattern) != n:
-        raise KneecapError(f"{source}: hybrid_override_pattern has {len(pattern)} blocks for {n} layers",
-                           f"make it as long as num_hidden_layers in {source}")
+        raise KneecapError(
+            f"{source}: hybrid_override_pattern has {len(pattern)} blocks for {n} layers",
+            f"make it as long as num_hidden_layers in {source}",
+        )
     bad = sorted(set(pattern) - set(_BLOCKS))
     if bad:
         what = "MoE blocks ('E') are not modelled yet" if bad == ["E"] else f"unknown block kinds {bad}"
-        raise KneecapError(f"{source}: hybrid_override_pattern: {what}",
-                           "supported: M (Mamba-2), * (attention), - (MLP); use --params and a dense stand-in")
+        raise KneecapError(
+            f"{source}: hybrid_override_pattern: {what}",
+            "supported: M (Mamba-2), * (attention), - (MLP); use --params and a dense stand-in",
+        )
     return pattern
 
 
@@ -101,16 +106,27 @@ def layer_types(pattern: str) -> list[str]:
 def nemotron_h_dims(cfg: Mapping) -> dict:
     """A Nemotron-H Mamba-2 mixer's dimensions (NemotronHMamba2Mixer: no in/out_proj biases, always a gated norm)."""
     heads, head_dim = cfg["mamba_num_heads"], cfg["mamba_head_dim"]
-    return {"intermediate": heads * head_dim, "heads": heads, "head_dim": head_dim, "state": cfg["ssm_state_size"],
-            "n_groups": cfg["n_groups"], "conv_kernel": cfg["conv_kernel"],
-            "conv_bias": cfg.get("use_conv_bias", True), "proj_bias": False, "gated_norm": True}
+    return {
+        "intermediate": heads * head_dim,
+        "heads": heads,
+        "head_dim": head_dim,
+        "state": cfg["ssm_state_size"],
+        "n_groups": cfg["n_groups"],
+        "conv_kernel": cfg["conv_kernel"],
+        "conv_bias": cfg.get("use_conv_bias", True),
+        "proj_bias": False,
+        "gated_norm": True,
+    }
 
 
 def _base_parts(cfg: Mapping, tie_word_embeddings: bool, norms: int) -> dict[str, int]:
     """Every part at 0 but the embedding, the LM head (none when tied) and the `norms` norm weights."""
     h, vocab = cfg["hidden_size"], cfg["vocab_size"]
-    return dict.fromkeys(PARTS, 0) | {"embed": vocab * h, "lm_head": 0 if tie_word_embeddings else vocab * h,
-                                      "norms": norms}
+    return dict.fromkeys(PARTS, 0) | {
+        "embed": vocab * h,
+        "lm_head": 0 if tie_word_embeddings else vocab * h,
+        "norms": norms,
+    }
 
 
 def count_nemotron_h_params(cfg: Mapping, pattern: str, dims: Mapping, tie_word_embeddings: bool) -> ParamCount:
@@ -183,12 +199,17 @@ def count_jamba_params(cfg: Mapping, kinds: list[str], moe: list[bool], tie_word
         else:
             parts["dense_mlp"] += mlp
     n_moe = sum(moe)
-    return ParamCount(parts=parts, expert_params=mlp if n_moe else 0, num_moe_layers=n_moe,
-                      num_experts=experts if n_moe else 0,
-                      num_experts_per_tok=cfg.get("num_experts_per_tok", 0) if n_moe else 0)
+    return ParamCount(
+        parts=parts,
+        expert_params=mlp if n_moe else 0,
+        num_moe_layers=n_moe,
+        num_experts=experts if n_moe else 0,
+        num_experts_per_tok=cfg.get("num_experts_per_tok", 0) if n_moe else 0,
+    )
 
 
 # --- Mamba-2 mixers described by their dimensions (Nemotron-H, Granite 4.0-H, Falcon-H1) --------------------
+
 
 def mamba2_dims_state_bytes(dims: Mapping, model_bytes: int, ssm_dtype: object = None) -> int:
     """Conv + temporal state of one Mamba-2 mixer, bytes per sequence (whole layer, before TP); vLLM
@@ -196,8 +217,10 @@ def mamba2_dims_state_bytes(dims: Mapping, model_bytes: int, ssm_dtype: object =
     in the model dtype, temporal heads x head_dim x state in mamba_ssm_cache_dtype ("auto": the model dtype)."""
     state_bytes = STATE_BYTES.get(str(ssm_dtype), model_bytes)
     conv_dim = dims["intermediate"] + 2 * dims["n_groups"] * dims["state"]
-    return conv_dim * (dims["conv_kernel"] - 1) * model_bytes \
+    return (
+        conv_dim * (dims["conv_kernel"] - 1) * model_bytes
         + dims["heads"] * dims["head_dim"] * dims["state"] * state_bytes
+    )
 
 
 def mamba2_dims_mixer_params(h: int, dims: Mapping) -> int:
@@ -216,8 +239,10 @@ def mamba2_dims_mixer_params(h: int, dims: Mapping) -> int:
 def _int_field(cfg: Mapping, key: str, source: str, default: int | None = None) -> int:
     value = cfg.get(key, default)
     if value is None:
-        raise KneecapError(f"{source}: config.json has no {key!r}, which the Mamba state size needs",
-                           f"add {key} from the model's published config.json")
+        raise KneecapError(
+            f"{source}: config.json has no {key!r}, which the Mamba state size needs",
+            f"add {key} from the model's published config.json",
+        )
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise KneecapError(f"{source}: {key} must be a positive integer, got {value!r}", f"fix {key} in {source}")
     return value
@@ -228,22 +253,30 @@ def _head_dim(cfg: Mapping, inter: int, heads: int, source: str) -> int:
     mamba_d_head x mamba_n_heads is not the mixer's width, and so does kneecap."""
     if cfg.get("mamba_d_head", "auto") == "auto":
         if inter % heads:
-            raise KneecapError(f"{source}: mamba_d_head 'auto' but the Mamba width {inter} is not a multiple of "
-                               f"mamba_n_heads {heads}", f"set mamba_d_head in {source}")
+            raise KneecapError(
+                f"{source}: mamba_d_head 'auto' but the Mamba width {inter} is not a multiple of mamba_n_heads {heads}",
+                f"set mamba_d_head in {source}",
+            )
         return inter // heads
     head_dim = _int_field(cfg, "mamba_d_head", source)
     if head_dim * heads != inter:
-        raise KneecapError(f"{source}: mamba_d_head {head_dim} x mamba_n_heads {heads} is not the Mamba width {inter}"
-                           " (transformers refuses this config too)",
-                           "compare mamba_d_head, mamba_n_heads, mamba_d_ssm / mamba_expand with the published file")
+        raise KneecapError(
+            f"{source}: mamba_d_head {head_dim} x mamba_n_heads {heads} is not the Mamba width {inter}"
+            " (transformers refuses this config too)",
+            "compare mamba_d_head, mamba_n_heads, mamba_d_ssm / mamba_expand with the published file",
+        )
     return head_dim
 
 
 # Granite 4.0-H's layer_types spellings: IBM's files say "mamba" / "attention"; transformers 5.x saves them as
 # "linear_attention" / "full_attention" (configuration_utils._LEGACY_LAYER_TYPE_REMAP), which vLLM 0.32.0's
 # granitemoehybrid.py keys its decoder layers by.
-_GRANITE_KINDS = {"mamba": "linear_attention", "linear_attention": "linear_attention",
-                  "attention": "full_attention", "full_attention": "full_attention"}
+_GRANITE_KINDS = {
+    "mamba": "linear_attention",
+    "linear_attention": "linear_attention",
+    "attention": "full_attention",
+    "full_attention": "full_attention",
+}
 
 
 def granite_hybrid_layout(cfg: Mapping, source: str) -> list[str]:
@@ -251,11 +284,15 @@ def granite_hybrid_layout(cfg: Mapping, source: str) -> list[str]:
     n = cfg["num_hidden_layers"]
     kinds = cfg.get("layer_types")
     if not isinstance(kinds, list) or not kinds:
-        raise KneecapError(f"{source}: config.json has no 'layer_types', which says which layers are Mamba-2 and "
-                           "which attention", "add layer_types from the model's published config.json")
+        raise KneecapError(
+            f"{source}: config.json has no 'layer_types', which says which layers are Mamba-2 and which attention",
+            "add layer_types from the model's published config.json",
+        )
     if len(kinds) != n:
-        raise KneecapError(f"{source}: layer_types has {len(kinds)} entries for {n} layers",
-                           f"make layer_types as long as num_hidden_layers in {source}")
+        raise KneecapError(
+            f"{source}: layer_types has {len(kinds)} entries for {n} layers",
+            f"make layer_types as long as num_hidden_layers in {source}",
+        )
     bad = sorted({str(k) for k in kinds} - set(_GRANITE_KINDS))
     if bad:
         raise KneecapError(f"{source}: unknown layer_types entries {bad}", "use 'mamba' or 'attention'")
@@ -265,11 +302,17 @@ def granite_hybrid_layout(cfg: Mapping, source: str) -> list[str]:
 def _mamba2_dims(cfg: Mapping, source: str, inter: int, gated_norm: bool) -> dict:
     """A Mamba-2 mixer of width `inter` from the mamba_* keys (Granite 4.0-H and Falcon-H1 spell them alike)."""
     heads = _int_field(cfg, "mamba_n_heads", source)
-    return {"intermediate": inter, "heads": heads, "head_dim": _head_dim(cfg, inter, heads, source),
-            "state": _int_field(cfg, "mamba_d_state", source), "n_groups": _int_field(cfg, "mamba_n_groups", source, 1),
-            "conv_kernel": _int_field(cfg, "mamba_d_conv", source, 4),
-            "conv_bias": bool(cfg.get("mamba_conv_bias", True)), "proj_bias": bool(cfg.get("mamba_proj_bias", False)),
-            "gated_norm": gated_norm}
+    return {
+        "intermediate": inter,
+        "heads": heads,
+        "head_dim": _head_dim(cfg, inter, heads, source),
+        "state": _int_field(cfg, "mamba_d_state", source),
+        "n_groups": _int_field(cfg, "mamba_n_groups", source, 1),
+        "conv_kernel": _int_field(cfg, "mamba_d_conv", source, 4),
+        "conv_bias": bool(cfg.get("mamba_conv_bias", True)),
+        "proj_bias": bool(cfg.get("mamba_proj_bias", False)),
+        "gated_norm": gated_norm,
+    }
 
 
 def granite_hybrid_dims(cfg: Mapping, source: str) -> dict:
@@ -277,8 +320,7 @@ def granite_hybrid_dims(cfg: Mapping, source: str) -> dict:
     return _mamba2_dims(cfg, source, inter, True)  # GraniteMoeHybridRMSNormGated: always present
 
 
-def count_granite_hybrid_params(cfg: Mapping, kinds: list[str], dims: Mapping, tie_word_embeddings: bool
-                                ) -> ParamCount:
+def count_granite_hybrid_params(cfg: Mapping, kinds: list[str], dims: Mapping, tie_word_embeddings: bool) -> ParamCount:
     h = cfg["hidden_size"]
     parts = _base_parts(cfg, tie_word_embeddings, len(kinds) * 2 * h + h)
     experts = cfg.get("num_local_experts") or 0
@@ -294,8 +336,13 @@ def count_granite_hybrid_params(cfg: Mapping, kinds: list[str], dims: Mapping, t
             parts["router"] += h * experts
         parts["shared_experts" if experts else "dense_mlp"] += swiglu_params(h, shared) if shared else 0
     n_moe = len(kinds) if experts else 0
-    return ParamCount(parts=parts, expert_params=expert, num_moe_layers=n_moe, num_experts=experts,
-                      num_experts_per_tok=cfg.get("num_experts_per_tok", 0) if n_moe else 0)
+    return ParamCount(
+        parts=parts,
+        expert_params=expert,
+        num_moe_layers=n_moe,
+        num_experts=experts,
+        num_experts_per_tok=cfg.get("num_experts_per_tok", 0) if n_moe else 0,
+    )
 
 
 def falcon_h1_dims(cfg: Mapping, source: str) -> dict:
@@ -310,9 +357,11 @@ def falcon_h1_dims(cfg: Mapping, source: str) -> dict:
 def falcon_h1_layout(cfg: Mapping, source: str) -> list[str]:
     """Two layer slots per block (attention, then the Mamba-2 mixer beside it)."""
     if cfg.get("attn_layer_indices") is not None:
-        raise KneecapError(f"{source}: attn_layer_indices {cfg['attn_layer_indices']!r}: a Falcon-H1 with attention "
-                           "in only some blocks is not modelled (every published Falcon-H1 has it in all, null here)",
-                           "set attn_layer_indices to null if every block has attention, or pass a preset")
+        raise KneecapError(
+            f"{source}: attn_layer_indices {cfg['attn_layer_indices']!r}: a Falcon-H1 with attention "
+            "in only some blocks is not modelled (every published Falcon-H1 has it in all, null here)",
+            "set attn_layer_indices to null if every block has attention, or pass a preset",
+        )
     return ["full_attention", "linear_attention"] * cfg["num_hidden_layers"]
 
 

@@ -33,8 +33,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 # Parts of a checkpoint, each priced at its own dtype by the planner.
-PARTS = ("embed", "attention", "linear_attention", "dense_mlp", "routed_experts", "shared_experts",
-         "router", "lm_head", "norms", "other")
+PARTS = (
+    "embed",
+    "attention",
+    "linear_attention",
+    "dense_mlp",
+    "routed_experts",
+    "shared_experts",
+    "router",
+    "lm_head",
+    "norms",
+    "other",
+)
 
 
 @dataclass(frozen=True)
@@ -66,8 +76,16 @@ def gqa_attention_params(cfg: Mapping, model_type: str) -> int:
         count += q_out + 2 * k * d + h
     elif model_type in ("qwen2", "qwen2_moe", "qwen2_vl_text", "qwen2_5_vl_text"):
         count += n * d + 2 * k * d  # Qwen2 always has q/k/v bias, no o bias
-    if model_type in ("qwen3", "qwen3_moe", "gemma3_text", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text",
-                      "qwen3_vl_text", "qwen3_vl_moe_text") or (model_type == "glm4_moe" and cfg.get("use_qk_norm")):
+    if model_type in (
+        "qwen3",
+        "qwen3_moe",
+        "gemma3_text",
+        "qwen3_next",
+        "qwen3_5_text",
+        "qwen3_5_moe_text",
+        "qwen3_vl_text",
+        "qwen3_vl_moe_text",
+    ) or (model_type == "glm4_moe" and cfg.get("use_qk_norm")):
         count += 2 * d  # q_norm, k_norm (RMSNorm over head_dim)
     if model_type == "gpt_oss":
         count += n  # learned attention-sink logit per head
@@ -95,7 +113,8 @@ def _gated_attention(cfg: Mapping, model_type: str) -> bool:
     if model_type == "qwen3_next":
         return True  # q_proj outputs query and gate (modeling_qwen3_next), no config flag
     return bool(cfg.get("attn_output_gate", False)) or (
-        model_type in ("qwen3_5_text", "qwen3_5_moe_text") and cfg.get("attn_output_gate") is None)
+        model_type in ("qwen3_5_text", "qwen3_5_moe_text") and cfg.get("attn_output_gate") is None
+    )
 
 
 def mla_attention_params(cfg: Mapping) -> int:
@@ -113,10 +132,17 @@ def mla_projection_params(cfg: Mapping) -> dict[str, int]:
     h, n = cfg["hidden_size"], cfg["num_attention_heads"]
     nope, rope, v = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
     kv_lora, q_lora = cfg["kv_lora_rank"], cfg.get("q_lora_rank")
-    q = ({"q_a_proj": h * q_lora, "q_a_layernorm": q_lora, "q_b_proj": q_lora * n * (nope + rope)} if q_lora
-         else {"q_proj": h * n * (nope + rope)})
-    return q | {"kv_a_proj_with_mqa": h * (kv_lora + rope), "kv_a_layernorm": kv_lora,
-                "kv_b_proj": kv_lora * n * (nope + v), "o_proj": n * v * h}
+    q = (
+        {"q_a_proj": h * q_lora, "q_a_layernorm": q_lora, "q_b_proj": q_lora * n * (nope + rope)}
+        if q_lora
+        else {"q_proj": h * n * (nope + rope)}
+    )
+    return q | {
+        "kv_a_proj_with_mqa": h * (kv_lora + rope),
+        "kv_a_layernorm": kv_lora,
+        "kv_b_proj": kv_lora * n * (nope + v),
+        "o_proj": n * v * h,
+    }
 
 
 def gated_deltanet_params(cfg: Mapping) -> int:
@@ -135,8 +161,9 @@ def swiglu_params(hidden: int, intermediate: int) -> int:
     return 3 * hidden * intermediate
 
 
-def count_params(cfg: Mapping, model_type: str, layer_types: Sequence[str], moe_layers: Sequence[bool],
-                 tie_word_embeddings: bool) -> ParamCount:
+def count_params(
+    cfg: Mapping, model_type: str, layer_types: Sequence[str], moe_layers: Sequence[bool], tie_word_embeddings: bool
+) -> ParamCount:
     """Parameters per part from a normalised config (HF names; head_dim, expert fields already resolved).
 
     `layer_types` is Model.layer_types; `moe_layers[i]` says whether layer i has routed experts.
@@ -176,8 +203,13 @@ def count_params(cfg: Mapping, model_type: str, layer_types: Sequence[str], moe_
         if model_type in ("gpt_oss", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa", "glm4_moe"):
             parts["router"] += num_experts  # router bias / e_score_correction_bias
         parts["shared_experts"] += _shared_expert_params(cfg, model_type)
-    return ParamCount(parts={p: parts[p] for p in PARTS}, expert_params=expert, num_moe_layers=n_moe,
-                      num_experts=num_experts if n_moe else 0, num_experts_per_tok=top_k if n_moe else 0)
+    return ParamCount(
+        parts={p: parts[p] for p in PARTS},
+        expert_params=expert,
+        num_moe_layers=n_moe,
+        num_experts=num_experts if n_moe else 0,
+        num_experts_per_tok=top_k if n_moe else 0,
+    )
 
 
 def _shared_expert_params(cfg: Mapping, model_type: str) -> int:

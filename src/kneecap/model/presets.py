@@ -45,13 +45,22 @@ def load_preset(name: str) -> Model:
     """Build the Model of a preset through the config.json adapter."""
     doc = preset_data(name)
     source = f"preset {name.lower()} ({doc.get('_source', 'no source recorded')})"
-    model = from_hf_config(doc["config"], name=name.lower(), source=source,
-                           checkpoint_bytes=doc.get("checkpoint_bytes"),
-                           extra_notes=tuple(doc.get("notes", ())))
+    model = from_hf_config(
+        doc["config"],
+        name=name.lower(),
+        source=source,
+        checkpoint_bytes=doc.get("checkpoint_bytes"),
+        extra_notes=tuple(doc.get("notes", ())),
+    )
     override = doc.get("total_params_override")
     if override:
         dtype = model.weight_dtype or "bf16"
-        model = replace(model, total_params=override, active_params=override,
-                        param_parts=(("other", override),), part_dtypes=(("other", dtype),),
-                        part_bytes=(("other", weight_bytes(override, dtype)),))
+        model = replace(
+            model,
+            total_params=override,
+            active_params=override,
+            param_parts=(("other", override),),
+            part_dtypes=(("other", dtype),),
+            part_bytes=(("other", weight_bytes(override, dtype)),),
+        )
     return model

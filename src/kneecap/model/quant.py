@@ -34,12 +34,19 @@ from collections.abc import Mapping
 
 # A representative module name per part, matched against a scheme's exclusion patterns.
 _PROBE_NAMES = {
-    "attention": ("model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.q_a_proj",
-                  "model.layers.0.self_attn.kv_b_proj", "model.layers.0.self_attn.o_proj"),
+    "attention": (
+        "model.layers.0.self_attn.q_proj",
+        "model.layers.0.self_attn.q_a_proj",
+        "model.layers.0.self_attn.kv_b_proj",
+        "model.layers.0.self_attn.o_proj",
+    ),
     "linear_attention": ("model.layers.0.linear_attn.in_proj_qkvz", "model.layers.0.linear_attn.out_proj"),
     "dense_mlp": ("model.layers.0.mlp.gate_proj", "model.layers.0.mlp.down_proj"),
-    "routed_experts": ("model.layers.3.mlp.experts.0.gate_proj", "model.layers.3.mlp.experts.0.down_proj",
-                       "model.layers.3.mlp.experts"),
+    "routed_experts": (
+        "model.layers.3.mlp.experts.0.gate_proj",
+        "model.layers.3.mlp.experts.0.down_proj",
+        "model.layers.3.mlp.experts",
+    ),
     "shared_experts": ("model.layers.3.mlp.shared_experts.gate_proj", "model.layers.3.mlp.shared_expert.gate_proj"),
     "lm_head": ("lm_head",),
 }
@@ -91,8 +98,10 @@ def part_dtypes_from_config(cfg: Mapping, parts: Mapping[str, int]) -> tuple[dic
         excluded = _Exclusions(qc.get("modules_to_not_convert") or [], style="substring")
         lm_head_default = False
     else:
-        return dtypes, [f"quantization_config quant_method {method!r} is not modelled (known: "
-                        f"{', '.join(KNOWN_QUANT_METHODS)}); weights priced as {base} — pass --weight-dtype"]
+        return dtypes, [
+            f"quantization_config quant_method {method!r} is not modelled (known: "
+            f"{', '.join(KNOWN_QUANT_METHODS)}); weights priced as {base} — pass --weight-dtype"
+        ]
     for part in _QUANTIZABLE:
         if part not in dtypes:
             continue
@@ -106,7 +115,8 @@ def part_dtypes_from_config(cfg: Mapping, parts: Mapping[str, int]) -> tuple[dic
     present = [p for p in _QUANTIZABLE if parts.get(p)]
     kept = [p for p in present if dtypes[p] == base]
     note = f"quantization_config: {method} -> {quantized} for " + ", ".join(
-        p for p in present if dtypes[p] == quantized)
+        p for p in present if dtypes[p] == quantized
+    )
     if kept:
         note += f"; kept in {base}: " + ", ".join(kept) + ", embeddings, norms, router"
     return dtypes, [note]
@@ -135,8 +145,9 @@ class _Exclusions:
         self.forced: set[str] = set()
 
     def excludes(self, part: str) -> bool:
-        return part in self.forced or any(self._match(pat, name)
-                                          for name in _PROBE_NAMES[part] for pat in self.patterns)
+        return part in self.forced or any(
+            self._match(pat, name) for name in _PROBE_NAMES[part] for pat in self.patterns
+        )
 
     def _match(self, pattern: str, name: str) -> bool:
         pattern = str(pattern)
@@ -168,10 +179,11 @@ def kv_dtype_from_config(cfg: Mapping) -> tuple[str | None, list[str]]:
     else:
         return None, []
     if fp8:
-        return "fp8", [f"quantization_config {said}: the checkpoint ships FP8 KV-cache scales, and vLLM's "
-                       "--kv-cache-dtype auto then caches fp8 (1 B per element)"]
-    return None, [f"quantization_config {said} is not modelled; KV cache left at the engine default — "
-                  "pass --kv-dtype"]
+        return "fp8", [
+            f"quantization_config {said}: the checkpoint ships FP8 KV-cache scales, and vLLM's "
+            "--kv-cache-dtype auto then caches fp8 (1 B per element)"
+        ]
+    return None, [f"quantization_config {said} is not modelled; KV cache left at the engine default — pass --kv-dtype"]
 
 
 def modelopt_attention_bytes(cfg: Mapping, modules: Mapping[str, int], num_layers: int) -> tuple[int, str] | None:
@@ -190,12 +202,15 @@ def modelopt_attention_bytes(cfg: Mapping, modules: Mapping[str, int], num_layer
     total, kept, quant = 0, set(), set()
     for name, n in modules.items():
         for i in range(num_layers):
-            plain = "norm" in name or any(excluded._match(pat, f"model.layers.{i}.self_attn.{name}")
-                                          for pat in excluded.patterns)
+            plain = "norm" in name or any(
+                excluded._match(pat, f"model.layers.{i}.self_attn.{name}") for pat in excluded.patterns
+            )
             total += weight_bytes(n, base if plain else quantized)
             if "norm" not in name:
                 (kept if plain else quant).add(name)
     if not quant or not kept - quant:
         return None
-    return total, (f"exclude_modules read per projection: attention {', '.join(sorted(quant))} at {quantized}, "
-                   f"{', '.join(sorted(kept - quant))} kept in {base}")
+    return total, (
+        f"exclude_modules read per projection: attention {', '.join(sorted(quant))} at {quantized}, "
+        f"{', '.join(sorted(kept - quant))} kept in {base}"
+    )

@@ -68,13 +68,16 @@ def load_path(path: Path) -> Model:
     return load_config_file(path, index=path.parent / INDEX_FILE)
 
 
-def load_config_file(path: Path, index: Path | None = None, name: str | None = None,
-                     modelopt: Path | None = None) -> Model:
+def load_config_file(
+    path: Path, index: Path | None = None, name: str | None = None, modelopt: Path | None = None
+) -> Model:
     """Read config.json (+ the safetensors index and hf_quant_config.json beside it, when present), build the Model."""
     from kneecap.model.hf_config import from_hf_config
 
     config = read_json(path)
-    modelopt = modelopt if modelopt is not None else (path.parent / MODELOPT_FILE if path.name == "config.json" else None)
+    modelopt = (
+        modelopt if modelopt is not None else (path.parent / MODELOPT_FILE if path.name == "config.json" else None)
+    )
     if modelopt is not None and modelopt.is_file():
         config = with_modelopt_quantization(config, read_json(modelopt), modelopt)
     checkpoint_bytes = checkpoint_bytes_from_index(index) if index is not None and index.is_file() else None
@@ -94,11 +97,14 @@ def read_json(path: Path) -> dict:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise KneecapError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
-                           "fix the JSON (or re-download the file)") from None
+        raise KneecapError(
+            f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
+            "fix the JSON (or re-download the file)",
+        ) from None
     if not isinstance(data, dict):
-        raise KneecapError(f"{path}: expected a JSON object, got {type(data).__name__}",
-                           "point at the model's config.json")
+        raise KneecapError(
+            f"{path}: expected a JSON object, got {type(data).__name__}", "point at the model's config.json"
+        )
     return data
 
 
@@ -112,8 +118,7 @@ def with_modelopt_quantization(config: dict, quant_file: dict, source: Path) -> 
         return config
     quantization = quant_file.get("quantization")
     if not isinstance(quantization, dict):
-        raise KneecapError(f"{source}: no \"quantization\" object, as ModelOpt writes it",
-                           f"fix or remove {source.name}")
+        raise KneecapError(f'{source}: no "quantization" object, as ModelOpt writes it', f"fix or remove {source.name}")
     return {**config, "quantization_config": {"quant_method": "modelopt", **quantization}}
 
 
@@ -122,8 +127,9 @@ def checkpoint_bytes_from_index(index: Path) -> int:
     data = read_json(index)
     size = (data.get("metadata") or {}).get("total_size")
     if isinstance(size, bool) or not isinstance(size, (int, float)) or size <= 0:
-        raise KneecapError(f"{index}: metadata.total_size is {size!r}, expected a positive byte count",
-                           f"fix or remove {index.name}")
+        raise KneecapError(
+            f"{index}: metadata.total_size is {size!r}, expected a positive byte count", f"fix or remove {index.name}"
+        )
     return int(size)
 
 
@@ -132,19 +138,27 @@ def load_hub(repo_id: str, *, cache_dir: str | None = None, offline: bool | None
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:  # pragma: no cover - optional dependency
-        raise KneecapError(f"{repo_id!r} looks like a Hugging Face id but huggingface_hub is not installed",
-                           "pip install huggingface_hub, or pass a local config.json or a preset") from None
+        raise KneecapError(
+            f"{repo_id!r} looks like a Hugging Face id but huggingface_hub is not installed",
+            "pip install huggingface_hub, or pass a local config.json or a preset",
+        ) from None
     cached = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache_dir)
     if isinstance(cached, str):
         index = try_to_load_from_cache(repo_id, INDEX_FILE, cache_dir=cache_dir)
         modelopt = try_to_load_from_cache(repo_id, MODELOPT_FILE, cache_dir=cache_dir)
-        return load_config_file(Path(cached), index=Path(index) if isinstance(index, str) else None, name=repo_id,
-                                modelopt=Path(modelopt) if isinstance(modelopt, str) else None)
+        return load_config_file(
+            Path(cached),
+            index=Path(index) if isinstance(index, str) else None,
+            name=repo_id,
+            modelopt=Path(modelopt) if isinstance(modelopt, str) else None,
+        )
     if offline is None:
         offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
     if offline:
-        raise KneecapError(f"{repo_id}: config.json is not in the local Hugging Face cache and HF_HUB_OFFLINE is set",
-                           "pass a local config.json / model folder, or a preset name")
+        raise KneecapError(
+            f"{repo_id}: config.json is not in the local Hugging Face cache and HF_HUB_OFFLINE is set",
+            "pass a local config.json / model folder, or a preset name",
+        )
     return _download(repo_id, cache_dir)
 
 
@@ -161,9 +175,10 @@ def _download(repo_id: str, cache_dir: str | None) -> Model:
         try:
             config = hf_hub_download(repo_id, "config.json", cache_dir=cache_dir, etag_timeout=10)
         except Exception as exc:  # network, auth, 404: huggingface_hub raises many types
-            raise KneecapError(f"cannot fetch config.json for {repo_id}: {_hub_reason(exc)}",
-                               "check the id and your access, or pass a local config.json / model folder, "
-                               "or a preset name") from None
+            raise KneecapError(
+                f"cannot fetch config.json for {repo_id}: {_hub_reason(exc)}",
+                "check the id and your access, or pass a local config.json / model folder, or a preset name",
+            ) from None
         optional: dict[str, Path | None] = {}
         for name in (INDEX_FILE, MODELOPT_FILE):  # single-file checkpoints have no index; only ModelOpt ships its file
             try:
@@ -185,9 +200,11 @@ def _check_reachable(endpoint: str, repo_id: str, timeout_s: float = 3.0) -> Non
     try:
         socket.create_connection((host, port), timeout=timeout_s).close()
     except OSError as exc:
-        raise KneecapError(f"{repo_id}: config.json is not in the local Hugging Face cache and {host} cannot be "
-                           f"reached ({exc.strerror or type(exc).__name__})",
-                           "offline: pass a local config.json / model folder, or a preset name") from None
+        raise KneecapError(
+            f"{repo_id}: config.json is not in the local Hugging Face cache and {host} cannot be "
+            f"reached ({exc.strerror or type(exc).__name__})",
+            "offline: pass a local config.json / model folder, or a preset name",
+        ) from None
 
 
 def _hub_reason(exc: Exception) -> str:

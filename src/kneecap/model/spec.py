@@ -73,7 +73,15 @@ class Model:
     part_bytes: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("num_hidden_layers", "hidden_size", "num_attention_heads", "head_dim", "vocab_size", "total_params", "active_params"):
+        for name in (
+            "num_hidden_layers",
+            "hidden_size",
+            "num_attention_heads",
+            "head_dim",
+            "vocab_size",
+            "total_params",
+            "active_params",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise KneecapError(
@@ -82,20 +90,33 @@ class Model:
                 )
         unknown = sorted(set(self.layer_types) - set(LAYER_KINDS))
         for bad, what, fix in (  # the first that holds is the error
-                (self.num_key_value_heads <= 0,
-                 f"num_key_value_heads must be positive, got {self.num_key_value_heads!r}",
-                 f"fix num_key_value_heads in {self.source}"),
-                (len(self.layer_types) != self.num_hidden_layers,
-                 f"{len(self.layer_types)} layer types for {self.num_hidden_layers} layers",
-                 f"make layer_types as long as num_hidden_layers in {self.source}"),
-                (unknown, f"unknown layer type(s) {unknown}", f"use one of {', '.join(LAYER_KINDS)}"),
-                ("sliding_attention" in self.layer_types and not self.sliding_window,
-                 "sliding_attention layers but no sliding_window", f"set sliding_window in {self.source}"),
-                ("mla" in self.layer_types and not (self.kv_lora_rank and self.qk_rope_head_dim is not None),
-                 "MLA layers need kv_lora_rank and qk_rope_head_dim", f"set both in {self.source}"),
-                (self.active_params > self.total_params,
-                 f"active_params {self.active_params} exceeds total_params {self.total_params}",
-                 f"fix the parameter counts in {self.source}")):
+            (
+                self.num_key_value_heads <= 0,
+                f"num_key_value_heads must be positive, got {self.num_key_value_heads!r}",
+                f"fix num_key_value_heads in {self.source}",
+            ),
+            (
+                len(self.layer_types) != self.num_hidden_layers,
+                f"{len(self.layer_types)} layer types for {self.num_hidden_layers} layers",
+                f"make layer_types as long as num_hidden_layers in {self.source}",
+            ),
+            (unknown, f"unknown layer type(s) {unknown}", f"use one of {', '.join(LAYER_KINDS)}"),
+            (
+                "sliding_attention" in self.layer_types and not self.sliding_window,
+                "sliding_attention layers but no sliding_window",
+                f"set sliding_window in {self.source}",
+            ),
+            (
+                "mla" in self.layer_types and not (self.kv_lora_rank and self.qk_rope_head_dim is not None),
+                "MLA layers need kv_lora_rank and qk_rope_head_dim",
+                f"set both in {self.source}",
+            ),
+            (
+                self.active_params > self.total_params,
+                f"active_params {self.active_params} exceeds total_params {self.total_params}",
+                f"fix the parameter counts in {self.source}",
+            ),
+        ):
             if bad:
                 raise KneecapError(f"model {self.name!r}: {what}", fix)
 

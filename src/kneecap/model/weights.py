@@ -51,8 +51,14 @@ WEIGHT_BITS_PER_PARAM: dict[str, float] = {
 # llama.cpp file type -> the tensor type it quantizes to by default, where the two names differ
 # (src/llama-quant.cpp llama_model_quantize_impl: `case LLAMA_FTYPE_MOSTLY_X: default_type = GGML_TYPE_Y`).
 # Every other file type quantizes to the tensor type of its own name once the _s / _m / _l mix suffix is dropped.
-_FILE_TYPE_DEFAULT = {"all_f32": "f32", "mxfp4_moe": "mxfp4", "iq3_xs": "iq3_s", "iq3_m": "iq3_s",
-                      "iq2_s": "iq2_xs", "iq2_m": "iq2_s"}
+_FILE_TYPE_DEFAULT = {
+    "all_f32": "f32",
+    "mxfp4_moe": "mxfp4",
+    "iq3_xs": "iq3_s",
+    "iq3_m": "iq3_s",
+    "iq2_s": "iq2_xs",
+    "iq2_m": "iq2_s",
+}
 _MIX_SUFFIXES = ("_s", "_m", "_l")
 
 
@@ -113,9 +119,10 @@ def weight_bits(dtype: str) -> float:
     if bits is None:
         bits = _gguf_bits(name)
     if bits is None:
-        raise KneecapError(f"unknown weight dtype {dtype!r}",
-                           f"use one of {', '.join(WEIGHT_BITS_PER_PARAM)}, or a llama.cpp type such as f16, q8_0, "
-                           "q4_k_m, iq4_xs")
+        raise KneecapError(
+            f"unknown weight dtype {dtype!r}",
+            f"use one of {', '.join(WEIGHT_BITS_PER_PARAM)}, or a llama.cpp type such as f16, q8_0, q4_k_m, iq4_xs",
+        )
     return bits
 
 

@@ -88,15 +88,26 @@ def parse_hbm(value: str) -> str | int:
     try:
         n = int(float(v) * factor)
     except ValueError:
-        raise KneecapError(f"--hbm {value!r} is not datasheet, device, framework or a byte count",
-                           "pass e.g. --hbm device or --hbm 192000000000") from None
+        raise KneecapError(
+            f"--hbm {value!r} is not datasheet, device, framework or a byte count",
+            "pass e.g. --hbm device or --hbm 192000000000",
+        ) from None
     if n <= 0:
         raise KneecapError(f"--hbm must be positive, got {value!r}", "pass e.g. --hbm 192000000000")
     return n
 
 
-EXAMPLES = {"--tp": 8, "--pp": 2, "--block-size": 16, "--context": 8192, "--mean-context": 2048,
-            "--compute-batch-cap": 128, "--params": "70e9", "--kv-pool-gib": 42.2, "--prefix-tokens": 1000}
+EXAMPLES = {
+    "--tp": 8,
+    "--pp": 2,
+    "--block-size": 16,
+    "--context": 8192,
+    "--mean-context": 2048,
+    "--compute-batch-cap": 128,
+    "--params": "70e9",
+    "--kv-pool-gib": 42.2,
+    "--prefix-tokens": 1000,
+}
 
 
 def check_positive(flag: str, value, kind=int) -> None:
@@ -129,8 +140,11 @@ def checkpoint_weights(model) -> tuple[int, str, str] | None:
         mixed = p in stored and p in counts and stored[p] != weight_bytes(counts[p], dtypes.get(p, "bf16"))
         return "mixed (see notes)" if mixed else dtypes.get(p, "?")
 
-    return total, main_dtype(model), "checkpoint (mixed dtypes: " + ", ".join(
-        f"{p} {dtype_of(p)}" for p in param_breakdown(model)) + ")"
+    return (
+        total,
+        main_dtype(model),
+        "checkpoint (mixed dtypes: " + ", ".join(f"{p} {dtype_of(p)}" for p in param_breakdown(model)) + ")",
+    )
 
 
 MAX_GIB_FLAG = 1024.0**2  # 1 PiB per GPU: far beyond any device, small enough for exact integer bytes
@@ -148,12 +162,22 @@ def _finite_floats(f: DeploymentRequest) -> None:
         limit = MAX_PARAMS if field.name == "params" else MAX_GIB_FLAG if field.name.endswith("_gib") else None
         if not math.isfinite(value) or (limit is not None and abs(value) > limit):
             bound = f" up to {limit:g}" if limit is not None else ""
-            raise KneecapError(f"{flag} must be a finite number{bound}, got {value!r}", f"pass a plain number to {flag}")
+            raise KneecapError(
+                f"{flag} must be a finite number{bound}, got {value!r}", f"pass a plain number to {flag}"
+            )
 
 
 # what the vLLM CPU pool is computed from; every other flag describes a GPU deployment and must stay at its default
-CPU_POOL_FLAGS = ("preset", "model", "kv_dtype", "context", "block_size", "cpu_kvcache_space_gib", "prefix_caching",
-                  "max_num_batched_tokens")
+CPU_POOL_FLAGS = (
+    "preset",
+    "model",
+    "kv_dtype",
+    "context",
+    "block_size",
+    "cpu_kvcache_space_gib",
+    "prefix_caching",
+    "max_num_batched_tokens",
+)
 
 
 def plan_vllm_cpu(f: DeploymentRequest) -> "engines.EnginePool":
@@ -161,32 +185,46 @@ def plan_vllm_cpu(f: DeploymentRequest) -> "engines.EnginePool":
     for field in dataclasses.fields(f):
         if field.name not in CPU_POOL_FLAGS and getattr(f, field.name) != getattr(DEFAULTS, field.name):
             flag = "--" + field.name.replace("_", "-")
-            raise KneecapError(f"{flag} describes a GPU deployment; --cpu-kvcache-space-gib plans vLLM's CPU build "
-                               "(one worker)", f"drop {flag}, or drop --cpu-kvcache-space-gib to plan a GPU")
+            raise KneecapError(
+                f"{flag} describes a GPU deployment; --cpu-kvcache-space-gib plans vLLM's CPU build (one worker)",
+                f"drop {flag}, or drop --cpu-kvcache-space-gib to plan a GPU",
+            )
     if f.preset and f.model:
         raise KneecapError("--preset and --model both given", "pass one of them")
     if not (f.preset or f.model):
         raise KneecapError("no model given", "pass --model PATH/config.json (or --preset NAME)")
-    for flag, value in (("--block-size", f.block_size), ("--context", f.context),
-                        ("--max-num-batched-tokens", f.max_num_batched_tokens)):
+    for flag, value in (
+        ("--block-size", f.block_size),
+        ("--context", f.context),
+        ("--max-num-batched-tokens", f.max_num_batched_tokens),
+    ):
         check_positive(flag, value, int)
     if f.kv_dtype:
         kv_dtype_bytes(f.kv_dtype)
     model = load_model(f.preset or f.model)
     context = f.context or model.max_position_embeddings
     if not context:
-        raise KneecapError(f"model {model.name} does not state its max context", "pass --context N (vLLM's --max-model-len)")
-    return engines.vllm_cpu_pool(model, kv_cache_space_gib=f.cpu_kvcache_space_gib, max_model_len=context,
-                                 kv_dtype=f.kv_dtype,
-                                 block_size=f.block_size or engines.vllm_cpu_block_size(model),
-                                 prefix_caching=f.prefix_caching, max_num_batched_tokens=f.max_num_batched_tokens)
+        raise KneecapError(
+            f"model {model.name} does not state its max context", "pass --context N (vLLM's --max-model-len)"
+        )
+    return engines.vllm_cpu_pool(
+        model,
+        kv_cache_space_gib=f.cpu_kvcache_space_gib,
+        max_model_len=context,
+        kv_dtype=f.kv_dtype,
+        block_size=f.block_size or engines.vllm_cpu_block_size(model),
+        prefix_caching=f.prefix_caching,
+        max_num_batched_tokens=f.max_num_batched_tokens,
+    )
 
 
 def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
     """Request -> (Plan, EnginePool | None). Every bad value becomes a one-line KneecapError naming its flag."""
     if f.cpu_kvcache_space_gib is not None:
-        raise KneecapError("--cpu-kvcache-space-gib plans vLLM's CPU build, not a GPU deployment",
-                           "run `kneecap plan --model ... --cpu-kvcache-space-gib N` without GPU flags")
+        raise KneecapError(
+            "--cpu-kvcache-space-gib plans vLLM's CPU build, not a GPU deployment",
+            "run `kneecap plan --model ... --cpu-kvcache-space-gib N` without GPU flags",
+        )
     if f.preset and f.model:
         raise KneecapError("--preset and --model both given", "pass one of them")
     spec = f.preset or f.model
@@ -194,9 +232,16 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         raise KneecapError("no model given", "pass --preset NAME (e.g. gqa-70b) or --model PATH|org/name")
     if not f.gpu:
         raise KneecapError("no GPU given", "pass --gpu NAME, e.g. --gpu h100-sxm (see `kneecap plan --list-gpus`)")
-    for flag, value in (("--tp", f.tp), ("--pp", f.pp), ("--ep", f.ep), ("--block-size", f.block_size), ("--context", f.context),
-                        ("--mean-context", f.mean_context), ("--compute-batch-cap", f.compute_batch_cap),
-                        ("--max-num-batched-tokens", f.max_num_batched_tokens)):
+    for flag, value in (
+        ("--tp", f.tp),
+        ("--pp", f.pp),
+        ("--ep", f.ep),
+        ("--block-size", f.block_size),
+        ("--context", f.context),
+        ("--mean-context", f.mean_context),
+        ("--compute-batch-cap", f.compute_batch_cap),
+        ("--max-num-batched-tokens", f.max_num_batched_tokens),
+    ):
         check_positive(flag, value, int)
     _finite_floats(f)
     for flag, value in (("--params", f.params), ("--kv-pool-gib", f.kv_pool_gib)):
@@ -206,30 +251,46 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
     if f.engine is not None and f.engine not in engines.ENGINES:
         raise KneecapError(f"unknown engine {f.engine!r}", f"use --engine {' or --engine '.join(engines.ENGINES)}")
     if f.engine_version is not None and not f.engine:
-        raise KneecapError("--engine-version is the version of the --engine pool model", "add --engine vllm or --engine sglang")
+        raise KneecapError(
+            "--engine-version is the version of the --engine pool model", "add --engine vllm or --engine sglang"
+        )
     if f.engine and f.kv_pool_gib:  # the pool the engine logged: none of its formula's inputs applies
-        for flag, value, default in (("--activation-gib", f.activation_gib, None), ("--non-torch-gib", f.non_torch_gib, 0.0),
-                                     ("--cudagraph-gib", f.cudagraph_gib, 0.0), ("--mamba-cache-size", f.mamba_cache_size, None)):
+        for flag, value, default in (
+            ("--activation-gib", f.activation_gib, None),
+            ("--non-torch-gib", f.non_torch_gib, 0.0),
+            ("--cudagraph-gib", f.cudagraph_gib, 0.0),
+            ("--mamba-cache-size", f.mamba_cache_size, None),
+        ):
             if value != default:
-                raise KneecapError(f"{flag} is an input of the engine's pool formula; --kv-pool-gib gives the pool it "
-                                   "logged", f"drop {flag}, or drop --kv-pool-gib to compute the pool")
+                raise KneecapError(
+                    f"{flag} is an input of the engine's pool formula; --kv-pool-gib gives the pool it logged",
+                    f"drop {flag}, or drop --kv-pool-gib to compute the pool",
+                )
     if f.mem_fraction is not None and f.engine != "sglang":
         raise KneecapError("--mem-fraction is SGLang's mem_fraction_static", "add --engine sglang, or use --mem-util")
     if f.mamba_cache_size is not None and f.engine != "sglang":
         raise KneecapError("--mamba-cache-size is SGLang's --max-mamba-cache-size", "add --engine sglang")
     if f.ep > 1 and f.tp % f.ep:
-        raise KneecapError(f"--ep {f.ep} must divide --tp {f.tp} (the experts are split over the TP GPUs)",
-                           f"pass --ep {f.tp} or another divisor of --tp")
+        raise KneecapError(
+            f"--ep {f.ep} must divide --tp {f.tp} (the experts are split over the TP GPUs)",
+            f"pass --ep {f.tp} or another divisor of --tp",
+        )
     if f.dp_attention and f.tp < 2:
         raise KneecapError("--dp-attention splits the sequences over the --tp GPUs; --tp is 1", "pass --tp 2 or more")
     if f.dp_attention and f.engine:
-        raise KneecapError("--dp-attention with --engine: the engines' pool models are per TP group, not per DP rank",
-                           "drop --engine (the ledger keeps a pool per DP rank), or drop --dp-attention")
+        raise KneecapError(
+            "--dp-attention with --engine: the engines' pool models are per TP group, not per DP rank",
+            "drop --engine (the ledger keeps a pool per DP rank), or drop --dp-attention",
+        )
     if f.max_num_batched_tokens is not None and f.engine != "vllm":
-        raise KneecapError("--max-num-batched-tokens here is an input of vLLM's logged maximum concurrency",
-                           "add --engine vllm (or --cpu-kvcache-space-gib N for the CPU build)")
+        raise KneecapError(
+            "--max-num-batched-tokens here is an input of vLLM's logged maximum concurrency",
+            "add --engine vllm (or --cpu-kvcache-space-gib N for the CPU build)",
+        )
     if f.activation_gib is not None and f.engine != "vllm":
-        raise KneecapError("--activation-gib is an input of the vLLM engine model", "add --engine vllm, or use --overhead-gib")
+        raise KneecapError(
+            "--activation-gib is an input of the vLLM engine model", "add --engine vllm, or use --overhead-gib"
+        )
 
     gpu = get_gpu(f.gpu)
     if f.kv_dtype:
@@ -248,8 +309,9 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
     # KV dtype: the flag; else what the checkpoint's quantization config says it quantizes the cache to (ModelOpt,
     # compressed-tensors); else the model's 16-bit dtype, as vLLM's kv_cache_dtype "auto" does.
     checkpoint_kv = getattr(model, "kv_dtype", None)
-    kv_dtype = (f.kv_dtype or checkpoint_kv
-                or (model.weight_dtype if model.weight_dtype in ("bf16", "fp16") else "bf16")).lower()
+    kv_dtype = (
+        f.kv_dtype or checkpoint_kv or (model.weight_dtype if model.weight_dtype in ("bf16", "fp16") else "bf16")
+    ).lower()
     check_kv_dtype(model, kv_dtype)  # a block-quantized cache type must tile head_dim (llama.cpp refuses otherwise)
     hbm = parse_hbm(f.hbm)
     if f.engine and f.hbm == "datasheet":
@@ -262,10 +324,21 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
             raise KneecapError("--mem-util is vLLM's knob", "use --mem-fraction for --engine sglang")
         mem_util = f.mem_fraction if f.mem_fraction is not None else engines.SGLANG_EXAMPLE_MEM_FRACTION
     deployment = Deployment(
-        model=model, gpu=gpu, tp=f.tp, pp=f.pp, ep=f.ep, dp_attention=f.dp_attention, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-        block_size=f.block_size or (1 if f.engine == "sglang" else 16), hbm=hbm, overhead_bytes=int(f.overhead_gib * GiB), frag_fraction=f.frag,
+        model=model,
+        gpu=gpu,
+        tp=f.tp,
+        pp=f.pp,
+        ep=f.ep,
+        dp_attention=f.dp_attention,
+        weight_dtype=weight_dtype,
+        kv_dtype=kv_dtype,
+        block_size=f.block_size or (1 if f.engine == "sglang" else 16),
+        hbm=hbm,
+        overhead_bytes=int(f.overhead_gib * GiB),
+        frag_fraction=f.frag,
         mem_util=1.0 if mem_util is None else mem_util,
-        params_override=int(f.params) if f.params else None, language_only=f.language_only,
+        params_override=int(f.params) if f.params else None,
+        language_only=f.language_only,
     )
     if weights_total is not None:  # the checkpoint's bytes: the encoder is in them (or priced here when not)
         from kneecap.plan.ledger import encoder_bytes
@@ -277,50 +350,83 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         raise KneecapError(f"model {model.name} does not state its max context", "pass --context N")
     mean = f.mean_context or context
     if mean > context:
-        raise KneecapError(f"--mean-context {mean} exceeds --context {context}",
-                           "lower --mean-context or raise --context")
+        raise KneecapError(
+            f"--mean-context {mean} exceeds --context {context}", "lower --mean-context or raise --context"
+        )
 
     pool_bytes = int(f.kv_pool_gib * GiB) if f.kv_pool_gib else None
     engine_pool = None
-    version = f.engine_version or (engines.DEFAULT_SGLANG_VERSION if f.engine == "sglang" else engines.DEFAULT_VLLM_VERSION)
+    version = f.engine_version or (
+        engines.DEFAULT_SGLANG_VERSION if f.engine == "sglang" else engines.DEFAULT_VLLM_VERSION
+    )
     engines.parse_version(version)  # a bad --engine-version fails here, whatever the model
     if f.engine:  # the engine's own formula (or the pool it logged); then the ledger re-expressed in its terms
         wt = weights_total if weights_total is not None else weights_total_bytes(deployment)
-        common = dict(total_bytes=deployment.hbm_bytes, weights_bytes=weights_bytes_per_gpu(wt, deployment),
-                      max_model_len=context, version=version)
-        vllm = dict(common, mem_util=deployment.mem_util, prefix_caching=f.prefix_caching,
-                    max_num_batched_tokens=f.max_num_batched_tokens)
-        sglang = dict(common, mem_fraction=deployment.mem_util, page_size=deployment.block_size,
-                      radix_cache=f.prefix_caching)
+        common = dict(
+            total_bytes=deployment.hbm_bytes,
+            weights_bytes=weights_bytes_per_gpu(wt, deployment),
+            max_model_len=context,
+            version=version,
+        )
+        vllm = dict(
+            common,
+            mem_util=deployment.mem_util,
+            prefix_caching=f.prefix_caching,
+            max_num_batched_tokens=f.max_num_batched_tokens,
+        )
+        sglang = dict(
+            common, mem_fraction=deployment.mem_util, page_size=deployment.block_size, radix_cache=f.prefix_caching
+        )
         if f.engine == "vllm" and pool_bytes is not None:
             engine_pool = engines.vllm_logged_pool(deployment, pool_bytes, **vllm)
         elif f.engine == "vllm":
             act = int((f.activation_gib if f.activation_gib is not None else f.overhead_gib) * GiB)
-            engine_pool = engines.vllm_pool(deployment, activation_bytes=act,
-                                            non_torch_bytes=int(f.non_torch_gib * GiB),
-                                            cudagraph_bytes=int(f.cudagraph_gib * GiB), **vllm)
+            engine_pool = engines.vllm_pool(
+                deployment,
+                activation_bytes=act,
+                non_torch_bytes=int(f.non_torch_gib * GiB),
+                cudagraph_bytes=int(f.cudagraph_gib * GiB),
+                **vllm,
+            )
         elif pool_bytes is not None:
             engine_pool = engines.sglang_logged_pool(deployment, pool_bytes, **sglang)
         else:
-            engine_pool = engines.sglang_pool(deployment, non_torch_bytes=int(f.non_torch_gib * GiB),
-                                              mamba_cache_size=f.mamba_cache_size, **sglang)
+            engine_pool = engines.sglang_pool(
+                deployment, non_torch_bytes=int(f.non_torch_gib * GiB), mamba_cache_size=f.mamba_cache_size, **sglang
+            )
         if pool_bytes is None:
-            kept = (engine_pool.activation_bytes + engine_pool.non_torch_bytes + engine_pool.cudagraph_bytes
-                    + engine_pool.state_pool_bytes)
+            kept = (
+                engine_pool.activation_bytes
+                + engine_pool.non_torch_bytes
+                + engine_pool.cudagraph_bytes
+                + engine_pool.state_pool_bytes
+            )
             deployment = dataclasses.replace(deployment, overhead_bytes=kept, frag_fraction=0.0)
     # where a linear-attention hybrid's state lives: in vLLM's block pool beside the KV (its hybrid allocator), or in
     # a pool of its own (SGLang's Mamba pool; a logged pool without --engine is read as SGLang logs it)
     state_apart = f.engine == "sglang" or (f.engine is None and pool_bytes is not None)
-    plan = build_plan(deployment, context=context, mean_context=mean, compute_batch_cap=f.compute_batch_cap,
-                      weights_total=weights_total, weights_source=source, kv_pool_bytes=pool_bytes,
-                      prefix_caching=f.prefix_caching if f.engine != "sglang" else None,
-                      vllm_version=version if f.engine == "vllm" else engines.DEFAULT_VLLM_VERSION,
-                      state_apart=state_apart)
+    plan = build_plan(
+        deployment,
+        context=context,
+        mean_context=mean,
+        compute_batch_cap=f.compute_batch_cap,
+        weights_total=weights_total,
+        weights_source=source,
+        kv_pool_bytes=pool_bytes,
+        prefix_caching=f.prefix_caching if f.engine != "sglang" else None,
+        vllm_version=version if f.engine == "vllm" else engines.DEFAULT_VLLM_VERSION,
+        state_apart=state_apart,
+    )
     if engine_pool is not None and engine_pool.max_running_requests is not None:  # SGLang: its Mamba pool's cap
         plan = dataclasses.replace(plan, max_concurrency=min(plan.max_concurrency, engine_pool.max_running_requests))
     if f.engine is None and pool_bytes is not None and plan.state_bytes_per_sequence:
-        plan = dataclasses.replace(plan, notes=plan.notes + (
-            "--kv-pool-gib without --engine is counted as SGLang logs its pool: the attention KV alone, the Mamba / "
-            "linear-attention state in a pool of its own; a pool vLLM logged ('Available KV cache memory') also holds "
-            "the state blocks: add --engine vllm",))
+        plan = dataclasses.replace(
+            plan,
+            notes=plan.notes
+            + (
+                "--kv-pool-gib without --engine is counted as SGLang logs its pool: the attention KV alone, the Mamba / "
+                "linear-attention state in a pool of its own; a pool vLLM logged ('Available KV cache memory') also holds "
+                "the state blocks: add --engine vllm",
+            ),
+        )
     return PlannedDeployment(plan, engine_pool)

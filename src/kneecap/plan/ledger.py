@@ -179,9 +179,13 @@ class Plan:
             "max_concurrency": self.max_concurrency,
             "worst_case": self.worst_case,
             "paged_at_mean_context": [
-                {"mean_context": mean, "max_seqs": seqs,
-                 "max_concurrency": seqs if self.compute_batch_cap is None else min(seqs, self.compute_batch_cap)}
-                for mean, seqs in self.typical_means()],
+                {
+                    "mean_context": mean,
+                    "max_seqs": seqs,
+                    "max_concurrency": seqs if self.compute_batch_cap is None else min(seqs, self.compute_batch_cap),
+                }
+                for mean, seqs in self.typical_means()
+            ],
             "binding": self.binding,
             "waste": {
                 "paged_bound_tokens": self.paged_waste_bound_tokens,
@@ -195,8 +199,12 @@ class Plan:
         }
 
 
-KIND_LABELS = {"full_attention": "full-attention", "sliding_attention": "sliding-window", "mla": "MLA",
-               "linear_attention": "linear-attention"}
+KIND_LABELS = {
+    "full_attention": "full-attention",
+    "sliding_attention": "sliding-window",
+    "mla": "MLA",
+    "linear_attention": "linear-attention",
+}
 
 
 def kv_factor_lines(plan: Plan) -> list[str]:
@@ -213,15 +221,21 @@ def kv_factor_lines(plan: Plan) -> list[str]:
         if kind in ("full_attention", "sliding_attention"):
             value = 2 * n * m.num_key_value_heads * m.head_dim * b
             where = f" (window {m.sliding_window:,} tokens)" if kind == "sliding_attention" else ""
-            lines.append(f"  {KIND_LABELS[kind]}{where}: 2 (K and V) × {n} layers × {m.num_key_value_heads} kv_heads × "
-                         f"{m.head_dim} head_dim × {b} B ({dt}) = {value:,} B")
+            lines.append(
+                f"  {KIND_LABELS[kind]}{where}: 2 (K and V) × {n} layers × {m.num_key_value_heads} kv_heads × "
+                f"{m.head_dim} head_dim × {b} B ({dt}) = {value:,} B"
+            )
         elif kind == "mla":
             value = n * (m.kv_lora_rank + m.qk_rope_head_dim) * b
-            lines.append(f"  MLA latent: ({m.kv_lora_rank} kv_lora_rank + {m.qk_rope_head_dim} qk_rope_head_dim) × {n} layers × "
-                         f"{b} B ({dt}) = {value:,} B  (no K/V factor 2; the same latent on every TP rank)")
+            lines.append(
+                f"  MLA latent: ({m.kv_lora_rank} kv_lora_rank + {m.qk_rope_head_dim} qk_rope_head_dim) × {n} layers × "
+                f"{b} B ({dt}) = {value:,} B  (no K/V factor 2; the same latent on every TP rank)"
+            )
         else:
-            lines.append(f"  linear-attention: {n} layers × 0 B per token (a fixed "
-                         f"{fmt_bytes(m.linear_state_bytes_per_layer)} state per layer per sequence instead)")
+            lines.append(
+                f"  linear-attention: {n} layers × 0 B per token (a fixed "
+                f"{fmt_bytes(m.linear_state_bytes_per_layer)} state per layer per sequence instead)"
+            )
     return lines
 
 
@@ -232,12 +246,17 @@ def kv_derivation(plan: Plan) -> list[str]:
     lines = [line.strip() for line in kv_factor_lines(plan)]
     lines.append(f"= {per_tok:,} B per token per sequence (whole model, all layers)")
     whole = kvmath.sequence_kv_bytes_per_gpu(m, plan.context, plan.kv_dtype_bytes, 1, 1, plan.block_size, paged=False)
-    capped = (f" (sliding-window layers hold only the last {m.sliding_window:,} tokens)"
-              if "sliding_attention" in m.layer_types and m.sliding_window and m.sliding_window < plan.context else "")
+    capped = (
+        f" (sliding-window layers hold only the last {m.sliding_window:,} tokens)"
+        if "sliding_attention" in m.layer_types and m.sliding_window and m.sliding_window < plan.context
+        else ""
+    )
     lines.append(f"a {plan.context:,}-token sequence: {whole:,} B{capped}")
     if plan.kv_bytes_per_token_per_gpu != per_tok:
-        lines.append(f"per GPU at TP={d.tp}, PP={d.pp}: {plan.kv_heads_per_gpu} KV head(s) per rank"
-                     f"{' (replicated)' if plan.kv_replicated else ''} → {plan.kv_bytes_per_token_per_gpu:,} B per token")
+        lines.append(
+            f"per GPU at TP={d.tp}, PP={d.pp}: {plan.kv_heads_per_gpu} KV head(s) per rank"
+            f"{' (replicated)' if plan.kv_replicated else ''} → {plan.kv_bytes_per_token_per_gpu:,} B per token"
+        )
     if plan.state_bytes_per_sequence:
         lines.append(f"+ {plan.state_bytes_per_sequence:,} B fixed linear-attention state per sequence per GPU")
     bs = plan.block_size
@@ -245,25 +264,37 @@ def kv_derivation(plan: Plan) -> list[str]:
         lines.append(f"vLLM's KV cache groups: {groups.describe()}")
         dp = plan.deployment.attention_dp
         ranks = f" × {dp} DP ranks" if dp > 1 else ""
-        lines.append(f"pool {plan.ledger.kv_pool_bytes:,} B / ({groups.page_bytes:,} B page × {groups.group_size} layers)"
-                     f"{ranks} = {plan.num_kv_blocks:,} blocks of {bs} tokens; {plan.kv_capacity_tokens:,} tokens at "
-                     f"{plan.context:,} per sequence")
+        lines.append(
+            f"pool {plan.ledger.kv_pool_bytes:,} B / ({groups.page_bytes:,} B page × {groups.group_size} layers)"
+            f"{ranks} = {plan.num_kv_blocks:,} blocks of {bs} tokens; {plan.kv_capacity_tokens:,} tokens at "
+            f"{plan.context:,} per sequence"
+        )
         return lines
-    lines.append(f"pool {plan.ledger.kv_pool_bytes:,} B / ({plan.kv_bytes_per_token_per_gpu:,} B × {bs}-token blocks)"
-                 f" = {plan.num_kv_blocks:,} blocks = {plan.kv_capacity_tokens:,} tokens")
+    lines.append(
+        f"pool {plan.ledger.kv_pool_bytes:,} B / ({plan.kv_bytes_per_token_per_gpu:,} B × {bs}-token blocks)"
+        f" = {plan.num_kv_blocks:,} blocks = {plan.kv_capacity_tokens:,} tokens"
+    )
     return lines
 
 
-def kv_groups(deployment: Deployment, prefix_caching: bool | None = None,
-              version: str = DEFAULT_VLLM_VERSION) -> VllmLayout | None:
+def kv_groups(
+    deployment: Deployment, prefix_caching: bool | None = None, version: str = DEFAULT_VLLM_VERSION
+) -> VllmLayout | None:
     """vLLM's KV cache groups for a model mixing layer kinds on one GPU (its attention ranks), else None.
     prefix_caching None: vLLM `version`'s default (on for hybrids from 0.26): linear-attention groups then hold 2 or 3
     state blocks per request (engines.vllm_state_blocks), 1 with it off."""
     m = deployment.model
     if len(set(kvmath.stage_layer_types(m, deployment.pp))) < 2:
         return None
-    return model_layout(m, tp=deployment.attention_tp, pp=deployment.pp, kv_dtype=deployment.kv_dtype,
-                        block_size=deployment.block_size, prefix_caching=prefix_caching, version=version)
+    return model_layout(
+        m,
+        tp=deployment.attention_tp,
+        pp=deployment.pp,
+        kv_dtype=deployment.kv_dtype,
+        block_size=deployment.block_size,
+        prefix_caching=prefix_caching,
+        version=version,
+    )
 
 
 def paged_sequence_bytes(deployment: Deployment, groups: VllmLayout | None, tokens: int, dtype_bytes) -> int:
@@ -271,11 +302,13 @@ def paged_sequence_bytes(deployment: Deployment, groups: VllmLayout | None, toke
     layer (sliding layers capped at their window), or with KV cache groups the blocks it takes in every group."""
     if groups is not None:
         return groups.block_bytes * groups.blocks_per_request(tokens, in_flight=1)
-    return kvmath.sequence_kv_bytes_per_gpu(deployment.model, tokens, dtype_bytes, deployment.attention_tp,
-                                            deployment.pp, deployment.block_size, paged=True)
+    return kvmath.sequence_kv_bytes_per_gpu(
+        deployment.model, tokens, dtype_bytes, deployment.attention_tp, deployment.pp, deployment.block_size, paged=True
+    )
 
 
 # -- the pieces -------------------------------------------------------------------------------
+
 
 def weights_total_bytes(deployment: Deployment) -> int:
     """Whole-model weight bytes at --weight-dtype.
@@ -359,15 +392,23 @@ def suggest_fit(deployment: Deployment, weights_total: int) -> str:
 def _check_inputs(deployment: Deployment, context: int, mean_context: int, compute_batch_cap: int | None) -> None:
     for flag, value in (("--context", context), ("--mean-context", mean_context)):
         if not isinstance(value, int) or value <= 0:
-            raise KneecapError(f"{flag} must be a positive whole number of tokens, got {value!r}", f"pass e.g. {flag} 8192")
+            raise KneecapError(
+                f"{flag} must be a positive whole number of tokens, got {value!r}", f"pass e.g. {flag} 8192"
+            )
     if mean_context > context:
-        raise KneecapError(f"--mean-context {mean_context} exceeds --context {context}",
-                           "the mean sequence cannot be longer than the advertised maximum: lower --mean-context or raise --context")
+        raise KneecapError(
+            f"--mean-context {mean_context} exceeds --context {context}",
+            "the mean sequence cannot be longer than the advertised maximum: lower --mean-context or raise --context",
+        )
     if compute_batch_cap is not None and (not isinstance(compute_batch_cap, int) or compute_batch_cap <= 0):
-        raise KneecapError(f"--compute-batch-cap must be a positive whole number, got {compute_batch_cap!r}",
-                           "pass e.g. --compute-batch-cap 128, or leave it out")
+        raise KneecapError(
+            f"--compute-batch-cap must be a positive whole number, got {compute_batch_cap!r}",
+            "pass e.g. --compute-batch-cap 128, or leave it out",
+        )
     if deployment.hbm_bytes <= 0:
-        raise KneecapError(f"--hbm must be a positive byte count, got {deployment.hbm_bytes!r}", "pass e.g. --hbm 192000000000")
+        raise KneecapError(
+            f"--hbm must be a positive byte count, got {deployment.hbm_bytes!r}", "pass e.g. --hbm 192000000000"
+        )
     kvmath.check_tp(deployment.model, deployment.tp)
 
 
@@ -382,11 +423,19 @@ def _missing_hbm_figure(deployment: Deployment) -> str | None:
     return None
 
 
-def build_plan(deployment: Deployment, *, context: int, mean_context: int | None = None,
-               compute_batch_cap: int | None = None, weights_total: int | None = None,
-               weights_source: str | None = None, kv_pool_bytes: int | None = None,
-               prefix_caching: bool | None = None, vllm_version: str = DEFAULT_VLLM_VERSION,
-               state_apart: bool | None = None) -> Plan:
+def build_plan(
+    deployment: Deployment,
+    *,
+    context: int,
+    mean_context: int | None = None,
+    compute_batch_cap: int | None = None,
+    weights_total: int | None = None,
+    weights_source: str | None = None,
+    kv_pool_bytes: int | None = None,
+    prefix_caching: bool | None = None,
+    vllm_version: str = DEFAULT_VLLM_VERSION,
+    state_apart: bool | None = None,
+) -> Plan:
     """The HBM ledger of `deployment` and what it holds at `context` (max) / `mean_context` (typical) tokens.
 
     weights_total: whole-model weight bytes to use instead of params x dtype (e.g. a checkpoint's size).
@@ -426,7 +475,9 @@ def build_plan(deployment: Deployment, *, context: int, mean_context: int | None
         pool_source = "ledger"
     else:
         if kv_pool_bytes <= 0:
-            raise KneecapError(f"the KV pool must be positive, got {kv_pool_bytes} bytes", "pass e.g. --kv-pool-gib 42.2")
+            raise KneecapError(
+                f"the KV pool must be positive, got {kv_pool_bytes} bytes", "pass e.g. --kv-pool-gib 42.2"
+            )
         engine_kept = usable - weights - kv_pool_bytes
         if engine_kept < 0:
             raise KneecapError(
@@ -448,8 +499,12 @@ def build_plan(deployment: Deployment, *, context: int, mean_context: int | None
     groups = None if apart else kv_groups(deployment, prefix_caching, vllm_version)
     # a pool holding the attention KV alone (SGLang keeps linear-attention state apart): sequences cost their KV only
     state = kvmath.state_bytes_per_sequence(m, atp, deployment.pp) if apart else 0
-    seq_contig = kvmath.sequence_kv_bytes_per_gpu(m, context, dtype_bytes, atp, deployment.pp, deployment.block_size,
-                                                  paged=False) - state
+    seq_contig = (
+        kvmath.sequence_kv_bytes_per_gpu(
+            m, context, dtype_bytes, atp, deployment.pp, deployment.block_size, paged=False
+        )
+        - state
+    )
     seq_paged = paged_sequence_bytes(deployment, groups, mean_context, dtype_bytes) - state
     if groups is None:
         bs = deployment.block_size
@@ -472,30 +527,50 @@ def build_plan(deployment: Deployment, *, context: int, mean_context: int | None
     if missing := _missing_hbm_figure(deployment):
         notes.append(missing)
     if dp > 1:
-        notes.append(f"DP attention: each of the {dp} GPUs keeps the whole attention weights and the KV of its own "
-                     f"sequences ({per_token_gpu:,} B per token); blocks and sequences are summed over the {dp} pools")
+        notes.append(
+            f"DP attention: each of the {dp} GPUs keeps the whole attention weights and the KV of its own "
+            f"sequences ({per_token_gpu:,} B per token); blocks and sequences are summed over the {dp} pools"
+        )
     if deployment.expert_parallel > 1:
-        notes.append(f"expert parallelism {deployment.expert_parallel}: the routed experts are split whole over "
-                     f"{deployment.expert_parallel} GPUs (same bytes per GPU as TP sharding)")
+        notes.append(
+            f"expert parallelism {deployment.expert_parallel}: the routed experts are split whole over "
+            f"{deployment.expert_parallel} GPUs (same bytes per GPU as TP sharding)"
+        )
     if replicated and "mla" not in m.layer_types and dp == 1:
-        notes.append(f"--tp {deployment.tp} exceeds the {m.num_key_value_heads} KV heads: each rank keeps a whole head, "
-                     "so the KV cache is replicated and stops shrinking with TP")
+        notes.append(
+            f"--tp {deployment.tp} exceeds the {m.num_key_value_heads} KV heads: each rank keeps a whole head, "
+            "so the KV cache is replicated and stops shrinking with TP"
+        )
     return Plan(
-        deployment=deployment, context=context, mean_context=mean_context, compute_batch_cap=cap,
-        weights_total_bytes=weights_total, weights_source=weights_source or "params x dtype",
+        deployment=deployment,
+        context=context,
+        mean_context=mean_context,
+        compute_batch_cap=cap,
+        weights_total_bytes=weights_total,
+        weights_source=weights_source or "params x dtype",
         kv_dtype_bytes=dtype_bytes,
         kv_bytes_per_token=kvmath.kv_bytes_per_token(m, dtype_bytes),
         kv_bytes_per_token_per_gpu=per_token_gpu,
-        kv_heads_per_gpu=heads, kv_replicated=replicated,
+        kv_heads_per_gpu=heads,
+        kv_replicated=replicated,
         state_bytes_per_sequence=kvmath.state_bytes_per_sequence(m, atp, deployment.pp),
-        ledger=ledger, pool_source=pool_source, block_size=bs,
-        num_kv_blocks=num_blocks, kv_capacity_tokens=capacity_tokens,
-        seq_bytes_contiguous=seq_contig, seq_bytes_paged=seq_paged,
-        max_seqs_contiguous=max_contig, max_seqs_paged=max_paged,
-        max_concurrency=max_conc, binding=binding,
-        hbm_datasheet_bytes=gpu.datasheet_bytes, hbm_device_bytes=gpu.device_bytes,
+        ledger=ledger,
+        pool_source=pool_source,
+        block_size=bs,
+        num_kv_blocks=num_blocks,
+        kv_capacity_tokens=capacity_tokens,
+        seq_bytes_contiguous=seq_contig,
+        seq_bytes_paged=seq_paged,
+        max_seqs_contiguous=max_contig,
+        max_seqs_paged=max_paged,
+        max_concurrency=max_conc,
+        binding=binding,
+        hbm_datasheet_bytes=gpu.datasheet_bytes,
+        hbm_device_bytes=gpu.device_bytes,
         hbm_framework_bytes=gpu.framework_bytes,
-        notes=tuple(notes), kv_groups=groups, state_apart=apart,
+        notes=tuple(notes),
+        kv_groups=groups,
+        state_apart=apart,
     )
 
 
@@ -515,8 +590,15 @@ def sequences_at(plan: Plan, tokens: int, kv_dtype: str | None = None) -> int:
     return d.attention_dp * (plan.ledger.kv_pool_bytes // seq) if seq > 0 else 0
 
 
-def rebuild(plan: Plan, deployment: Deployment, *, context: int | None = None, mean_context: int | None = None,
-            keep_weights: bool = True, kv_pool_bytes: int | None = None) -> Plan:
+def rebuild(
+    plan: Plan,
+    deployment: Deployment,
+    *,
+    context: int | None = None,
+    mean_context: int | None = None,
+    keep_weights: bool = True,
+    kv_pool_bytes: int | None = None,
+) -> Plan:
     """The same plan on a changed deployment (a lever or a sweep point).
 
     keep_weights: reuse the plan's whole-model weight bytes (checkpoint size) — False when the lever
@@ -525,10 +607,14 @@ def rebuild(plan: Plan, deployment: Deployment, *, context: int | None = None, m
     context = plan.context if context is None else context
     mean = plan.mean_context if mean_context is None else min(mean_context, context)
     return build_plan(
-        deployment, context=context, mean_context=min(mean, context), compute_batch_cap=plan.compute_batch_cap,
+        deployment,
+        context=context,
+        mean_context=min(mean, context),
+        compute_batch_cap=plan.compute_batch_cap,
         weights_total=plan.weights_total_bytes if keep_weights else None,
         weights_source=plan.weights_source if keep_weights else None,
-        kv_pool_bytes=kv_pool_bytes, state_apart=plan.state_apart,
+        kv_pool_bytes=kv_pool_bytes,
+        state_apart=plan.state_apart,
         prefix_caching=plan.kv_groups.prefix_caching if plan.kv_groups and plan.kv_groups.state_groups else None,
         vllm_version=plan.kv_groups.version if plan.kv_groups else DEFAULT_VLLM_VERSION,
     )

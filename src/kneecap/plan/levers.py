@@ -15,6 +15,7 @@ from kneecap.model import kv as kvmath
 from kneecap.model.weights import weight_bits
 from kneecap.plan.ledger import Plan, rebuild
 
+
 @dataclass(frozen=True)
 class Lever:
     """What one change buys: the KV pool per GPU and the paged sequences that fit."""
@@ -34,8 +35,16 @@ class Lever:
 
 def _lever(name: str, change: str, plan: Plan, base: Plan, note: str = "") -> Lever:
     gain = plan.max_seqs_paged / base.max_seqs_paged if base.max_seqs_paged else float(plan.max_seqs_paged > 0)
-    return Lever(name, change, plan.ledger.kv_pool_bytes, plan.max_seqs_paged, plan.max_concurrency,
-                 plan.deployment.num_gpus, gain, note)
+    return Lever(
+        name,
+        change,
+        plan.ledger.kv_pool_bytes,
+        plan.max_seqs_paged,
+        plan.max_concurrency,
+        plan.deployment.num_gpus,
+        gain,
+        note,
+    )
 
 
 NODE_GPUS = 8  # GPUs in one HGX / DGX / MI300X-platform node: tensor parallelism beyond it crosses nodes
@@ -64,17 +73,26 @@ def prefix_sharing(plan: Plan, prefix_tokens: int) -> Lever:
     blocks are stored once, and each sequence pays for its own blocks beyond them.
     """
     if prefix_tokens < 0 or prefix_tokens > plan.mean_context:
-        raise KneecapError(f"--prefix-tokens {prefix_tokens} must be between 0 and --mean-context {plan.mean_context}",
-                           "pass the shared system-prompt length in tokens")
+        raise KneecapError(
+            f"--prefix-tokens {prefix_tokens} must be between 0 and --mean-context {plan.mean_context}",
+            "pass the shared system-prompt length in tokens",
+        )
     shared_bytes = (prefix_tokens // plan.block_size) * plan.block_size * plan.kv_bytes_per_token_per_gpu
     per_seq = plan.seq_bytes_paged - shared_bytes
     pool = plan.ledger.kv_pool_bytes
     seqs = (pool - shared_bytes) // per_seq if per_seq > 0 and pool > shared_bytes else 0
     cap = plan.compute_batch_cap
     gain = seqs / plan.max_seqs_paged if plan.max_seqs_paged else float(seqs > 0)
-    return Lever("prefix-sharing", f"--prefix-tokens {prefix_tokens}", pool, seqs,
-                 min(seqs, cap) if cap is not None else seqs, plan.deployment.num_gpus, gain,
-                 f"{prefix_tokens // plan.block_size} shared blocks stored once")
+    return Lever(
+        "prefix-sharing",
+        f"--prefix-tokens {prefix_tokens}",
+        pool,
+        seqs,
+        min(seqs, cap) if cap is not None else seqs,
+        plan.deployment.num_gpus,
+        gain,
+        f"{prefix_tokens // plan.block_size} shared blocks stored once",
+    )
 
 
 def skipped_levers(plan: Plan) -> list[str]:
@@ -84,8 +102,10 @@ def skipped_levers(plan: Plan) -> list[str]:
     out = []
     if plan.pool_source != "override" and weight_bits(d.weight_dtype) <= 8:
         bits = weight_bits(d.weight_dtype)
-        out.append(f"fp8 weights: the weights are already {d.weight_dtype} ({bits:g}-bit)"
-                   + ("; --weight-dtype fp8 would upcast them and shrink the pool" if bits < 8 else ""))
+        out.append(
+            f"fp8 weights: the weights are already {d.weight_dtype} ({bits:g}-bit)"
+            + ("; --weight-dtype fp8 would upcast them and shrink the pool" if bits < 8 else "")
+        )
     if plan.kv_dtype_bytes <= 1:
         out.append(f"fp8 KV: the KV cache is already {d.kv_dtype}")
     return out
@@ -104,8 +124,9 @@ def compute_levers(plan: Plan, *, prefix_tokens: int | None = None) -> list[Leve
     fp8_kv = plan.kv_dtype_bytes > 1
 
     def variant(weights_fp8: bool, kv_fp8: bool) -> Plan:
-        new = dataclasses.replace(d, weight_dtype="fp8" if weights_fp8 else d.weight_dtype,
-                                  kv_dtype="fp8" if kv_fp8 else d.kv_dtype)
+        new = dataclasses.replace(
+            d, weight_dtype="fp8" if weights_fp8 else d.weight_dtype, kv_dtype="fp8" if kv_fp8 else d.kv_dtype
+        )
         if override:  # a logged pool: KV dtype changes what it holds
             return rebuild(plan, new, kv_pool_bytes=plan.ledger.kv_pool_bytes)
         return rebuild(plan, new, keep_weights=not weights_fp8)
@@ -113,8 +134,15 @@ def compute_levers(plan: Plan, *, prefix_tokens: int | None = None) -> list[Leve
     if fp8_w:
         levers.append(_lever("fp8-weights", "--weight-dtype fp8", variant(True, False), plan))
     if fp8_kv:
-        levers.append(_lever("fp8-kv", "--kv-dtype fp8", variant(False, True), plan,
-                             "an accuracy decision: gate it on a task-level eval"))
+        levers.append(
+            _lever(
+                "fp8-kv",
+                "--kv-dtype fp8",
+                variant(False, True),
+                plan,
+                "an accuracy decision: gate it on a task-level eval",
+            )
+        )
     if fp8_w and fp8_kv:
         levers.append(_lever("fp8-weights+fp8-kv", "--weight-dtype fp8 --kv-dtype fp8", variant(True, True), plan))
     if not override:
@@ -123,10 +151,14 @@ def compute_levers(plan: Plan, *, prefix_tokens: int | None = None) -> list[Leve
             try:
                 bigger = rebuild(plan, dataclasses.replace(d, tp=tp))
                 binds = {"hbm": "HBM", "compute": "the compute cap"}
-                what = (f"{binds[bigger.binding]} binds instead of {binds[plan.binding]}"
-                        if bigger.binding != plan.binding else f"{binds[bigger.binding]} still binds")
-                levers.append(_lever("more-gpus", f"--tp {tp}", bigger, plan,
-                                     f"{tp * d.pp} GPUs instead of {d.num_gpus}; {what}"))
+                what = (
+                    f"{binds[bigger.binding]} binds instead of {binds[plan.binding]}"
+                    if bigger.binding != plan.binding
+                    else f"{binds[bigger.binding]} still binds"
+                )
+                levers.append(
+                    _lever("more-gpus", f"--tp {tp}", bigger, plan, f"{tp * d.pp} GPUs instead of {d.num_gpus}; {what}")
+                )
             except KneecapError:
                 pass
     if prefix_tokens:

@@ -19,11 +19,14 @@ from dataclasses import dataclass, field
 from kneecap.errors import KneecapError
 from kneecap.model.kv import blocks_for
 
+
 @dataclass(frozen=True)
 class Remedy:
     """What would make a level fit, with numbers."""
 
-    fp8_kv_fits: bool | None  # doubling the pool (fp8 KV instead of 16-bit) makes the peak fit; None if KV is already 8-bit
+    fp8_kv_fits: (
+        bool | None
+    )  # doubling the pool (fp8 KV instead of 16-bit) makes the peak fit; None if KV is already 8-bit
     max_seq_tokens: int  # longest ISL+OSL (whole blocks) whose peak fits at this C
     pool_multiple: float  # capacity needed / capacity
     replicas: int  # data-parallel replicas of this deployment that would hold it (each serving C / replicas)
@@ -45,9 +48,14 @@ class Level:
     remedy: Remedy | None = None
 
     def to_json(self) -> dict:
-        return {"concurrency": self.concurrency, "peak_tokens": self.peak_tokens, "steady_tokens": self.steady_tokens,
-                "verdict": self.verdict, "headroom_tokens": self.headroom_tokens,
-                "fix": None if self.remedy is None else self.remedy.to_json()}
+        return {
+            "concurrency": self.concurrency,
+            "peak_tokens": self.peak_tokens,
+            "steady_tokens": self.steady_tokens,
+            "verdict": self.verdict,
+            "headroom_tokens": self.headroom_tokens,
+            "fix": None if self.remedy is None else self.remedy.to_json(),
+        }
 
 
 @dataclass(frozen=True)
@@ -62,22 +70,34 @@ class Preflight:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def to_json(self) -> dict:
-        return {"kv_capacity_tokens": self.kv_capacity_tokens, "isl": self.isl, "osl": self.osl,
-                "block_size": self.block_size, "source": self.source,
-                "levels": [lv.to_json() for lv in self.levels],
-                "max_safe_concurrency": self.max_safe_concurrency, "notes": list(self.notes)}
+        return {
+            "kv_capacity_tokens": self.kv_capacity_tokens,
+            "isl": self.isl,
+            "osl": self.osl,
+            "block_size": self.block_size,
+            "source": self.source,
+            "levels": [lv.to_json() for lv in self.levels],
+            "max_safe_concurrency": self.max_safe_concurrency,
+            "notes": list(self.notes),
+        }
 
 
 def _check(kv_capacity_tokens: int, isl: int, osl: int, concurrencies: list[int], block_size: int) -> None:
-    for flag, value in (("--kv-tokens", kv_capacity_tokens), ("--isl", isl), ("--osl", osl), ("--block-size", block_size)):
+    for flag, value in (
+        ("--kv-tokens", kv_capacity_tokens),
+        ("--isl", isl),
+        ("--osl", osl),
+        ("--block-size", block_size),
+    ):
         if not isinstance(value, int) or value <= 0:
             raise KneecapError(f"{flag} must be a positive whole number, got {value!r}", f"pass e.g. {flag} 1000")
     if not concurrencies:
         raise KneecapError("no concurrency levels", "pass e.g. --concurrency 64,128,256")
     for c in concurrencies:
         if not isinstance(c, int) or c <= 0:
-            raise KneecapError(f"concurrency levels must be positive whole numbers, got {c!r}",
-                               "pass e.g. --concurrency 64,128,256")
+            raise KneecapError(
+                f"concurrency levels must be positive whole numbers, got {c!r}", "pass e.g. --concurrency 64,128,256"
+            )
 
 
 def effective_capacity_tokens(kv_pool_bytes: int, seq_bytes: int, tokens: int, block_size: int) -> int:
@@ -109,9 +129,19 @@ def longest_fitting(sequences_at, concurrency: int, block_size: int, limit: int)
     return lo * block_size
 
 
-def remedy(capacity: int, concurrency: int, isl: int, osl: int, block_size: int, *, kv_dtype_bytes: int | None = 2,
-           gpus_per_replica: int | None = None, tp_capacities: list[tuple[int, int, int]] | None = None,
-           sequences_at=None, fp8_sequences_at=None) -> Remedy:
+def remedy(
+    capacity: int,
+    concurrency: int,
+    isl: int,
+    osl: int,
+    block_size: int,
+    *,
+    kv_dtype_bytes: int | None = 2,
+    gpus_per_replica: int | None = None,
+    tp_capacities: list[tuple[int, int, int]] | None = None,
+    sequences_at=None,
+    fp8_sequences_at=None,
+) -> Remedy:
     """What would make C concurrent ISL+OSL sequences fit a pool of `capacity` tokens.
 
     tp_capacities: (tp, num_gpus, kv_capacity_tokens) per swept TP degree, from a plan. sequences_at /
@@ -133,24 +163,41 @@ def remedy(capacity: int, concurrency: int, isl: int, osl: int, block_size: int,
     tp, gpus = next(((t, n) for t, n, cap in tp_capacities or [] if cap >= peak), (None, None))
     parts = []
     if fp8 is not None and fp8_sequences_at is not None:
-        now = sequences_at(isl + osl) if sequences_at is not None else capacity // tokens_in_blocks(isl + osl, block_size)
-        parts.append(f"fp8 KV holds {fp8_seqs:,} sequences of {isl + osl:,} tokens instead of {now:,} "
-                     f"({'fits' if fp8 else 'still short'})")
+        now = (
+            sequences_at(isl + osl) if sequences_at is not None else capacity // tokens_in_blocks(isl + osl, block_size)
+        )
+        parts.append(
+            f"fp8 KV holds {fp8_seqs:,} sequences of {isl + osl:,} tokens instead of {now:,} "
+            f"({'fits' if fp8 else 'still short'})"
+        )
     elif fp8 is not None:
         parts.append(f"fp8 KV doubles the pool to {2 * capacity:,} tokens ({'fits' if fp8 else 'still short'})")
     parts.append(f"at C={concurrency} the longest ISL+OSL that fits is {per_seq:,} tokens")
     if tp is not None:
         parts.append(f"TP={tp} ({gpus} GPUs) holds the {peak:,}-token peak")
     rep_gpus = replicas * gpus_per_replica if gpus_per_replica else None
-    parts.append(f"or {replicas} replicas of this deployment"
-                 + (f" ({rep_gpus} GPUs)" if rep_gpus else "") + f", each serving C={-(-concurrency // replicas)}")
+    parts.append(
+        f"or {replicas} replicas of this deployment"
+        + (f" ({rep_gpus} GPUs)" if rep_gpus else "")
+        + f", each serving C={-(-concurrency // replicas)}"
+    )
     return Remedy(fp8, per_seq, multiple, replicas, tp, gpus if tp is not None else rep_gpus, "; ".join(parts))
 
 
-def preflight(kv_capacity_tokens: int, *, isl: int, osl: int, concurrencies: list[int], block_size: int = 16,
-              kv_dtype_bytes: int | None = 2, gpus_per_replica: int | None = None,
-              tp_capacities: list[tuple[int, int, int]] | None = None, source: str = "--kv-tokens",
-              sequences_at=None, fp8_sequences_at=None) -> Preflight:
+def preflight(
+    kv_capacity_tokens: int,
+    *,
+    isl: int,
+    osl: int,
+    concurrencies: list[int],
+    block_size: int = 16,
+    kv_dtype_bytes: int | None = 2,
+    gpus_per_replica: int | None = None,
+    tp_capacities: list[tuple[int, int, int]] | None = None,
+    source: str = "--kv-tokens",
+    sequences_at=None,
+    fp8_sequences_at=None,
+) -> Preflight:
     """The verdict for each concurrency level against a pool of `kv_capacity_tokens` tokens."""
     _check(kv_capacity_tokens, isl, osl, concurrencies, block_size)
     per_seq_peak = tokens_in_blocks(isl + osl, block_size)
@@ -159,10 +206,22 @@ def preflight(kv_capacity_tokens: int, *, isl: int, osl: int, concurrencies: lis
     for c in concurrencies:
         peak, steady = c * per_seq_peak, c * per_seq_steady
         verdict = "fits" if peak <= kv_capacity_tokens else "tight" if steady <= kv_capacity_tokens else "exceeds"
-        fix = None if verdict == "fits" else remedy(kv_capacity_tokens, c, isl, osl, block_size,
-                                                    kv_dtype_bytes=kv_dtype_bytes, gpus_per_replica=gpus_per_replica,
-                                                    tp_capacities=tp_capacities, sequences_at=sequences_at,
-                                                    fp8_sequences_at=fp8_sequences_at)
+        fix = (
+            None
+            if verdict == "fits"
+            else remedy(
+                kv_capacity_tokens,
+                c,
+                isl,
+                osl,
+                block_size,
+                kv_dtype_bytes=kv_dtype_bytes,
+                gpus_per_replica=gpus_per_replica,
+                tp_capacities=tp_capacities,
+                sequences_at=sequences_at,
+                fp8_sequences_at=fp8_sequences_at,
+            )
+        )
         levels.append(Level(c, peak, steady, verdict, kv_capacity_tokens - peak, fix))
     max_safe = kv_capacity_tokens // per_seq_peak
     notes = (f"not even one {isl}+{osl}-token sequence fits {kv_capacity_tokens:,} tokens",) if max_safe == 0 else ()
@@ -175,8 +234,9 @@ def uniform_layers(model) -> bool:
     return kinds <= {"full_attention"} or kinds <= {"mla"}
 
 
-def pool_capacity_tokens(plan, *, tp: int, kv_pool_bytes: int, kv_bytes_per_token_per_gpu: int, tokens: int,
-                         block_size: int) -> int:
+def pool_capacity_tokens(
+    plan, *, tp: int, kv_pool_bytes: int, kv_bytes_per_token_per_gpu: int, tokens: int, block_size: int
+) -> int:
     """Tokens a pool of kv_pool_bytes per GPU holds at `tp` when every sequence is `tokens` long: whole blocks of
     the pool, as the ledger counts them, for uniform layers; a plan counted in vLLM's KV cache groups, whole requests
     of `tokens` in the groups' blocks at that TP; else (a pool holding the attention KV alone) the pool over one
@@ -192,8 +252,15 @@ def pool_capacity_tokens(plan, *, tp: int, kv_pool_bytes: int, kv_bytes_per_toke
 
         g = plan.kv_groups
         dp = tp if d.dp_attention else 1  # DP attention: a pool per rank, whole heads each
-        layout = model_layout(d.model, tp=1 if d.dp_attention else tp, pp=d.pp, kv_dtype=d.kv_dtype,
-                              block_size=d.block_size, prefix_caching=g.prefix_caching, version=g.version)
+        layout = model_layout(
+            d.model,
+            tp=1 if d.dp_attention else tp,
+            pp=d.pp,
+            kv_dtype=d.kv_dtype,
+            block_size=d.block_size,
+            prefix_caching=g.prefix_caching,
+            version=g.version,
+        )
         return groups_capacity_tokens(layout, dp * (kv_pool_bytes // layout.block_bytes), tokens)
     seq = sequence_kv_bytes_per_gpu(d.model, tokens, plan.kv_dtype_bytes, tp, d.pp, block_size, paged=True)
     if plan.state_apart:  # the pool holds the attention KV alone (SGLang's Mamba state pool is apart)
@@ -239,11 +306,28 @@ def plan_capacity(plan, engine_pool, tokens: int) -> PlanCapacity:
         bs = plan.kv_groups.block_size
         capacity = groups_capacity_tokens(plan.kv_groups, plan.num_kv_blocks, tokens)
     else:
-        capacity = pool_capacity_tokens(plan, tp=d.tp, kv_pool_bytes=plan.ledger.kv_pool_bytes,
-                                        kv_bytes_per_token_per_gpu=plan.kv_bytes_per_token_per_gpu, tokens=tokens,
-                                        block_size=bs)
-    tp_caps = [(p.tp, p.num_gpus, pool_capacity_tokens(plan, tp=p.tp, kv_pool_bytes=p.kv_pool_bytes,
-                                                       kv_bytes_per_token_per_gpu=p.kv_bytes_per_token_per_gpu,
-                                                       tokens=tokens, block_size=bs))
-               for p in tp_sweep(plan) if p.fits and p.tp > d.tp]
+        capacity = pool_capacity_tokens(
+            plan,
+            tp=d.tp,
+            kv_pool_bytes=plan.ledger.kv_pool_bytes,
+            kv_bytes_per_token_per_gpu=plan.kv_bytes_per_token_per_gpu,
+            tokens=tokens,
+            block_size=bs,
+        )
+    tp_caps = [
+        (
+            p.tp,
+            p.num_gpus,
+            pool_capacity_tokens(
+                plan,
+                tp=p.tp,
+                kv_pool_bytes=p.kv_pool_bytes,
+                kv_bytes_per_token_per_gpu=p.kv_bytes_per_token_per_gpu,
+                tokens=tokens,
+                block_size=bs,
+            ),
+        )
+        for p in tp_sweep(plan)
+        if p.fits and p.tp > d.tp
+    ]
     return PlanCapacity(capacity, bs, uniform, tp_caps)

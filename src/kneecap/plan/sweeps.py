@@ -73,8 +73,19 @@ def tp_sweep(plan: Plan) -> list[TpPoint]:
             points.append(TpPoint(tp, tp * d.pp, heads, replicated, False, 0, 0, 0, None))
             continue
         gain = p.max_seqs_paged / previous if previous else None
-        points.append(TpPoint(tp, p.deployment.num_gpus, p.kv_heads_per_gpu, p.kv_replicated, True,
-                              p.ledger.kv_pool_bytes, p.kv_bytes_per_token_per_gpu, p.max_seqs_paged, gain))
+        points.append(
+            TpPoint(
+                tp,
+                p.deployment.num_gpus,
+                p.kv_heads_per_gpu,
+                p.kv_replicated,
+                True,
+                p.ledger.kv_pool_bytes,
+                p.kv_bytes_per_token_per_gpu,
+                p.max_seqs_paged,
+                gain,
+            )
+        )
         previous = p.max_seqs_paged or None
     return points
 
@@ -93,8 +104,9 @@ def context_sweep(plan: Plan) -> list[ContextPoint]:
     for ctx in context_points(plan):
         contig = kvmath.sequence_kv_bytes_per_gpu(d.model, ctx, dtype_bytes, d.tp, d.pp, d.block_size, paged=False)
         paged = sequences_at(plan, min(plan.mean_context, ctx))  # the count section 3 and preflight use
-        out.append(ContextPoint(ctx, contig, pool // contig if contig else 0, paged,
-                                ctx == d.model.max_position_embeddings))
+        out.append(
+            ContextPoint(ctx, contig, pool // contig if contig else 0, paged, ctx == d.model.max_position_embeddings)
+        )
     return out
 
 
@@ -112,7 +124,9 @@ def paged_below_contiguous(plan: Plan, points: list[ContextPoint]) -> str | None
     if "sliding_attention" in m.layer_types and m.sliding_window:
         bs = plan.block_size
         blocks = kvmath.blocks_for(m.sliding_window, bs) + 1
-        return (f"paged holds fewer than contiguous at {where} tokens: a sliding-window layer's {m.sliding_window:,}-token "
-                f"window straddles a block boundary, so paging keeps {blocks} blocks ({blocks * bs:,} slots) per sliding "
-                f"layer where a contiguous buffer keeps exactly {m.sliding_window:,}")
+        return (
+            f"paged holds fewer than contiguous at {where} tokens: a sliding-window layer's {m.sliding_window:,}-token "
+            f"window straddles a block boundary, so paging keeps {blocks} blocks ({blocks * bs:,} slots) per sliding "
+            f"layer where a contiguous buffer keeps exactly {m.sliding_window:,}"
+        )
     return f"paged holds fewer than contiguous at {where} tokens: a paged sequence rounds up to whole blocks"

@@ -56,15 +56,23 @@ def replica_bound(plan: Plan, knobs: Knobs, req: RecommendRequest, *, pool: str 
     any_ttft = _limits_ms(req.slo, ("ttft",), None)
     t_prefill = knobs.pp * max(2.0 * active * req.isl / (n * peak), w_min / bw)
     if pool != "decode" and any_ttft is not None and t_prefill * MS_PER_S > any_ttft:
-        return Bound(0.0, f"one {req.isl}-token prefill takes at least {t_prefill * MS_PER_S:.0f} ms > TTFT limit {any_ttft:g} ms")
+        return Bound(
+            0.0,
+            f"one {req.isl}-token prefill takes at least {t_prefill * MS_PER_S:.0f} ms > TTFT limit {any_ttft:g} ms",
+        )
     if pool == "prefill":
         return Bound(peak / (flops_tok * req.isl), "peak FLOPs of the prompts")
     any_tpot = _limits_ms(req.slo, ("tpot", "itl"), None)
     if any_tpot is not None and t_round(1) / per_step * MS_PER_S > any_tpot:
-        return Bound(0.0, f"one decode step reads {w_min / 1e9:.1f} GB per GPU: at least {t_round(1) * MS_PER_S:.1f} ms "
-                          f"> TPOT limit {any_tpot:g} ms")
+        return Bound(
+            0.0,
+            f"one decode step reads {w_min / 1e9:.1f} GB per GPU: at least {t_round(1) * MS_PER_S:.1f} ms "
+            f"> TPOT limit {any_tpot:g} ms",
+        )
 
-    b_cap = min(knobs.max_num_seqs * knobs.pp, plan.kv_capacity_tokens // (req.isl + 1))  # the replica's (every DP rank's)
+    b_cap = min(
+        knobs.max_num_seqs * knobs.pp, plan.kv_capacity_tokens // (req.isl + 1)
+    )  # the replica's (every DP rank's)
     why = "KV pool / max_num_seqs"
     tpot = _limits_ms(req.slo, ("tpot", "itl"), _MEAN_BOUNDING)
     if tpot is not None:
@@ -83,8 +91,11 @@ def replica_bound(plan: Plan, knobs: Knobs, req: RecommendRequest, *, pool: str 
         return Bound(rate, why)
     ttft = _limits_ms(req.slo, ("ttft",), _MEAN_BOUNDING)
     e2e = _limits_ms(req.slo, ("e2e",), _MEAN_BOUNDING)
-    e2e_s = e2e / MS_PER_S if e2e is not None else (
-        (ttft + (req.osl - 1) * tpot) / MS_PER_S if ttft is not None and tpot is not None else None)
+    e2e_s = (
+        e2e / MS_PER_S
+        if e2e is not None
+        else ((ttft + (req.osl - 1) * tpot) / MS_PER_S if ttft is not None and tpot is not None else None)
+    )
     if e2e_s is None:
         return Bound(float(req.load), "no TTFT+TPOT or E2E limit to bound the streams")
     return Bound(float(max(1, math.floor(rate * e2e_s))), why + " (Little's law over the E2E limit)")

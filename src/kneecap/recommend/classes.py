@@ -29,13 +29,17 @@ def load_classes(path: str | Path) -> Workload:
             raise KneecapError(f"--classes file {path}: class {i + 1} needs input and output lengths", _HINT)
         unknown = set(item) - {"name", "input", "output", "weight"}
         if unknown:
-            raise KneecapError(f"--classes file {path}: class {i + 1} has unknown keys {sorted(unknown)}",
-                               "use name, input, output and weight")
+            raise KneecapError(
+                f"--classes file {path}: class {i + 1} has unknown keys {sorted(unknown)}",
+                "use name, input, output and weight",
+            )
         ins, outs = parse_length_spec(str(item["input"])), parse_length_spec(str(item["output"]))
         for what, dist in (("input", ins), ("output", outs)):
             if dist.upper_bound is None:
-                raise KneecapError(f"--classes file {path}: class {i + 1}'s {what} length has no maximum",
-                                   "add max=N to a normal or lognormal length (the context the engine must hold)")
+                raise KneecapError(
+                    f"--classes file {path}: class {i + 1}'s {what} length has no maximum",
+                    "add max=N to a normal or lognormal length (the context the engine must hold)",
+                )
         try:
             weight = float(item.get("weight", 1.0))
         except (TypeError, ValueError):
@@ -50,4 +54,3 @@ def mean_lengths(w: Workload) -> tuple[int, int]:
     isl = sum(c.weight * c.input.expected for c in w.classes) / total
     osl = sum(c.weight * c.output.expected for c in w.classes) / total
     return max(1, round(isl)), max(1, round(osl))
-

@@ -41,11 +41,24 @@ def serve_cmd(req: RecommendRequest, k: Knobs, *, checkpoint_dtype: str, disaggr
     fp8, fp8-block, ...) carries its quantization_config, which vLLM reads itself, and a different --quantization
     is refused (a ModelOpt checkpoint is "modelopt", not "fp8")."""
     dp = k.tp if k.dp_attention else 1  # DP ranks (Deployment.attention_dp), each with its own engine limits
-    tp_flag = ["--tensor-parallel-size", "1", "--data-parallel-size", str(k.tp)] if k.dp_attention else [
-        "--tensor-parallel-size", str(k.tp)]
-    parts = ["vllm", "serve", *tp_flag, "--pipeline-parallel-size", str(k.pp),
-             "--max-num-seqs", str(k.max_num_seqs // dp), "--max-num-batched-tokens", str(k.max_num_batched_tokens // dp),
-             "--max-model-len", str(req.context)]
+    tp_flag = (
+        ["--tensor-parallel-size", "1", "--data-parallel-size", str(k.tp)]
+        if k.dp_attention
+        else ["--tensor-parallel-size", str(k.tp)]
+    )
+    parts = [
+        "vllm",
+        "serve",
+        *tp_flag,
+        "--pipeline-parallel-size",
+        str(k.pp),
+        "--max-num-seqs",
+        str(k.max_num_seqs // dp),
+        "--max-num-batched-tokens",
+        str(k.max_num_batched_tokens // dp),
+        "--max-model-len",
+        str(req.context),
+    ]
     if k.kv_dtype.startswith("fp8"):
         parts += ["--kv-cache-dtype", "fp8"]
     if k.weight_dtype == "fp8" and checkpoint_dtype in ("bf16", "fp16", "f16", "fp32", "f32"):
@@ -89,15 +102,41 @@ def bench_cmd(req: RecommendRequest, share: float, max_load: float | None, *, di
     model name. With a trace: `--replay TRACE` at the speeds whose mean rates are those levels."""
     if req.trace is not None:  # the trace itself, at the speeds that offer each level's rate on average
         speeds = ",".join(f"{req.trace.speed_for(v):.4g}" for v in level_values(req.kind, share, max_load))
-        parts = ["kneecap", "bench", "--base-url", "http://127.0.0.1:8000", "--replay", req.trace.path,
-                 "--replay-speed", speeds, "--slo", format_slo(req.slo), "--seed", str(req.seed)]
+        parts = [
+            "kneecap",
+            "bench",
+            "--base-url",
+            "http://127.0.0.1:8000",
+            "--replay",
+            req.trace.path,
+            "--replay-speed",
+            speeds,
+            "--slo",
+            format_slo(req.slo),
+            "--seed",
+            str(req.seed),
+        ]
         return " ".join(shlex.quote(p) for p in parts)
     flag = "--rate" if req.kind == "rate" else "--concurrency"
-    parts = ["kneecap", "bench", "--base-url", "http://127.0.0.1:8000", "--isl", str(req.isl),
-             "--osl", str(req.osl), flag, _levels(req, share, max_load),
-             "--requests", str(confirm_requests(req, max(level_values(req.kind, share, max_load)))),
-             *(("--burstiness", f"{req.burstiness:g}") if req.kind == "rate" and req.burstiness != 1.0 else ()),
-             "--slo", format_slo(req.slo), "--seed", str(req.seed)]
+    parts = [
+        "kneecap",
+        "bench",
+        "--base-url",
+        "http://127.0.0.1:8000",
+        "--isl",
+        str(req.isl),
+        "--osl",
+        str(req.osl),
+        flag,
+        _levels(req, share, max_load),
+        "--requests",
+        str(confirm_requests(req, max(level_values(req.kind, share, max_load)))),
+        *(("--burstiness", f"{req.burstiness:g}") if req.kind == "rate" and req.burstiness != 1.0 else ()),
+        "--slo",
+        format_slo(req.slo),
+        "--seed",
+        str(req.seed),
+    ]
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -105,9 +144,11 @@ def replay_note(req: RecommendRequest, share: float, max_load: float | None) -> 
     """What the trace-replaying bench line does, and how long it takes: every level sends all the trace's rows."""
     levels = level_values(req.kind, share, max_load)
     seconds = sum(req.trace.rows / v for v in levels)
-    return (f"bench replays the trace itself (its own arrival times and lengths; the prediction assumed Poisson "
-            f"arrivals) at the speeds whose mean rates are this replica's levels ({', '.join(f'{v:g}' for v in levels)} "
-            f"requests/s); each level sends all {req.trace.rows} rows, about {seconds / 60:.3g} minutes in all")
+    return (
+        f"bench replays the trace itself (its own arrival times and lengths; the prediction assumed Poisson "
+        f"arrivals) at the speeds whose mean rates are this replica's levels ({', '.join(f'{v:g}' for v in levels)} "
+        f"requests/s); each level sends all {req.trace.rows} rows, about {seconds / 60:.3g} minutes in all"
+    )
 
 
 def trust(gpu_vendor: str, moe: bool, fp8: bool, engine: str = "vllm") -> str:
@@ -117,9 +158,12 @@ def trust(gpu_vendor: str, moe: bool, fp8: bool, engine: str = "vllm") -> str:
     except (OSError, ValueError):
         return "not validated"
     parts = []
-    for group, value, label in (("engine", engine, f"{engine} points"), ("GPU vendor", gpu_vendor, f"{gpu_vendor} GPUs"),
-                                ("MoE", "yes" if moe else "no", "MoE models" if moe else "dense models"),
-                                ("FP8", "yes" if fp8 else "no", "FP8 points" if fp8 else "non-FP8 points")):
+    for group, value, label in (
+        ("engine", engine, f"{engine} points"),
+        ("GPU vendor", gpu_vendor, f"{gpu_vendor} GPUs"),
+        ("MoE", "yes" if moe else "no", "MoE models" if moe else "dense models"),
+        ("FP8", "yes" if fp8 else "no", "FP8 points" if fp8 else "non-FP8 points"),
+    ):
         err = (groups.get(group) or {}).get(value)
         if err is not None:
             parts.append(f"{label} {err:g}%")
@@ -135,19 +179,46 @@ def pool_bench_cmds(req: RecommendRequest, prefill_replicas: int, decode_replica
     ONE decode instance, at one decode replica's share of the rate, judged on the decode terms (TPOT / ITL)."""
     seed = ["--seed", str(req.seed)]
     pre_share = req.load / prefill_replicas
-    pre = ["kneecap", "bench", "--base-url", "http://127.0.0.1:8100", "--isl", str(req.isl), "--osl", "1", "--rate",
-           _levels(req, pre_share, None), "--requests", str(CONFIRM_REQUESTS)]
+    pre = [
+        "kneecap",
+        "bench",
+        "--base-url",
+        "http://127.0.0.1:8100",
+        "--isl",
+        str(req.isl),
+        "--osl",
+        "1",
+        "--rate",
+        _levels(req, pre_share, None),
+        "--requests",
+        str(CONFIRM_REQUESTS),
+    ]
     budget = prefill_budget(req.slo, transfer_ms)
     if budget:
         pre += ["--slo", format_slo(budget)]
     decode_slo = slo_limits(req.slo, ("tpot", "itl"))
-    dec = ["kneecap", "bench", "--base-url", "http://127.0.0.1:8000", "--isl", str(req.isl), "--osl", str(req.osl),
-           "--rate", _levels(req, req.load / decode_replicas, None),
-           "--requests", str(confirm_requests(req, req.load / decode_replicas))]
+    dec = [
+        "kneecap",
+        "bench",
+        "--base-url",
+        "http://127.0.0.1:8000",
+        "--isl",
+        str(req.isl),
+        "--osl",
+        str(req.osl),
+        "--rate",
+        _levels(req, req.load / decode_replicas, None),
+        "--requests",
+        str(confirm_requests(req, req.load / decode_replicas)),
+    ]
     if decode_slo:
         dec += ["--slo", format_slo(decode_slo)]
-    return {"prefill": " ".join(shlex.quote(p) for p in pre + seed),
-            "prefill_note": f"one prefill instance alone, at {pre_share:g} requests/s (the rate / {prefill_replicas})",
-            "decode": " ".join(shlex.quote(p) for p in dec + seed),
-            "decode_note": (f"the proxy in front of all {prefill_replicas} prefill instances and one decode instance, at "
-                            f"{req.load / decode_replicas:g} requests/s (the rate / {decode_replicas})")}
+    return {
+        "prefill": " ".join(shlex.quote(p) for p in pre + seed),
+        "prefill_note": f"one prefill instance alone, at {pre_share:g} requests/s (the rate / {prefill_replicas})",
+        "decode": " ".join(shlex.quote(p) for p in dec + seed),
+        "decode_note": (
+            f"the proxy in front of all {prefill_replicas} prefill instances and one decode instance, at "
+            f"{req.load / decode_replicas:g} requests/s (the rate / {decode_replicas})"
+        ),
+    }

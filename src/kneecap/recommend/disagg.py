@@ -87,7 +87,10 @@ def prefill_times(req: RecommendRequest, k: Knobs, rate: float, n: int) -> list[
     specs, at = _draw(req, rate, n)
     schedule = tuple((a, dataclasses.replace(s, output_tokens=1)) for a, s in zip(at, specs))
     res = simulate_level(sim, _workload(req), LevelSpec(rate=rate, schedule=schedule), seed=req.seed)
-    done = {r.request_id: (r.first_token_at - r.sent_at) if r.ok and r.first_token_at is not None else None for r in res.records}
+    done = {
+        r.request_id: (r.first_token_at - r.sent_at) if r.ok and r.first_token_at is not None else None
+        for r in res.records
+    }
     return [done.get(s.request_id) for s in specs]
 
 
@@ -178,8 +181,14 @@ def run_pools(req: RecommendRequest, k: Knobs, x: int, y: int, n: int = LEVEL_RE
 
     summary, sm = until_steady(run, "rate", req.load / y, steady_requests(req, req.load / y, n))
     level = judged(req.load, summary, req.slo, sm, replicas=y)  # output tok/s: the decode pool's replicas in all
-    return PoolsOutcome(x, y, link.name, transfer_s(simulated(req, k).plan.kv_bytes_per_token_per_gpu, req.isl, link) * 1000.0,
-                        level, pre_p99[0])
+    return PoolsOutcome(
+        x,
+        y,
+        link.name,
+        transfer_s(simulated(req, k).plan.kv_bytes_per_token_per_gpu, req.isl, link) * 1000.0,
+        level,
+        pre_p99[0],
+    )
 
 
 def prefill_max(req: RecommendRequest, k: Knobs, high: float) -> MaxLoad:
@@ -243,8 +252,9 @@ def size_pools(req: RecommendRequest, k: Knobs, high: float) -> DisaggSized:
     still meets the SLO."""
     pm, dm = prefill_max(req, k, high), decode_max(req, k, high)
     if pm.value is None or dm.value is None:
-        return DisaggSized(None, pm.value, dm.value, None, None,
-                           why=pm.failed_because if pm.value is None else dm.failed_because)
+        return DisaggSized(
+            None, pm.value, dm.value, None, None, why=pm.failed_because if pm.value is None else dm.failed_because
+        )
     x = max(1, math.ceil(req.load / pm.value - 1e-9))
     y = max(1, math.ceil(req.load / dm.value - 1e-9))
     cache: dict[tuple[int, int], PoolsOutcome] = {}
@@ -258,10 +268,14 @@ def size_pools(req: RecommendRequest, k: Knobs, high: float) -> DisaggSized:
         o = check(x, y)
         if o.level.met:
             break
-        ttft_breach = any(key.startswith("ttft") and (o.level.values.get(key) or 0) > lim
-                          for key, lim in req.slo.items() if key != "error_rate")
+        ttft_breach = any(
+            key.startswith("ttft") and (o.level.values.get(key) or 0) > lim
+            for key, lim in req.slo.items()
+            if key != "error_rate"
+        )
         if ttft_breach and (o.prefill_ttft_p99_ms or 0) + o.transfer_ms > 0.5 * min(
-                lim for key, lim in req.slo.items() if key.startswith("ttft")):
+            lim for key, lim in req.slo.items() if key.startswith("ttft")
+        ):
             x += 1
         else:
             y += 1
@@ -271,5 +285,10 @@ def size_pools(req: RecommendRequest, k: Knobs, high: float) -> DisaggSized:
         x -= 1
     while y > 1 and check(x, y - 1).level.met:
         y -= 1
-    return DisaggSized(check(x, y), pm.value, dm.value, check(x - 1, y).level if x > 1 else None,
-                       check(x, y - 1).level if y > 1 else None)
+    return DisaggSized(
+        check(x, y),
+        pm.value,
+        dm.value,
+        check(x - 1, y).level if x > 1 else None,
+        check(x, y - 1).level if y > 1 else None,
+    )

@@ -35,6 +35,7 @@ class MixOptions(SimulateOptions):
     def workload(self) -> Workload:
         return self.mix if self.mix is not None else super().workload
 
+
 COARSE_REQUESTS = 200  # measured requests of any level at least: the search and the sizing check run the same levels
 FINE_REQUESTS = COARSE_REQUESTS  # the check at the stated load: the same level as the search ran there
 STEADY_FACTOR = 3.5  # a level holds >= 3.5x the requests in flight by Little's law (the stability rule asks 3x)
@@ -51,9 +52,14 @@ def planned(request: DeploymentRequest):
 def simulated(req: RecommendRequest, k: Knobs) -> SimDeployment:
     """The candidate on the simulated engine: vLLM's defaults, its two batch limits, and the request's speculative
     decoding when the candidate speculates (each sequence's accepted lengths drawn from the request's seed)."""
-    return from_plan(planned(req.deployment_request(k)), defaults=ENGINE_DEFAULTS, max_num_seqs=k.max_num_seqs,
-                     max_num_batched_tokens=k.max_num_batched_tokens,
-                     speculative=req.spec if k.spec else None, spec_seed=req.seed if k.spec else None)
+    return from_plan(
+        planned(req.deployment_request(k)),
+        defaults=ENGINE_DEFAULTS,
+        max_num_seqs=k.max_num_seqs,
+        max_num_batched_tokens=k.max_num_batched_tokens,
+        speculative=req.spec if k.spec else None,
+        spec_seed=req.seed if k.spec else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -121,12 +127,22 @@ def run_level(sim, req: RecommendRequest, load: float, requests: int) -> LevelOu
     key = {"rate": value} if req.kind == "rate" else {"concurrency": value}
 
     def run(n: int):
-        opts = MixOptions(kind=req.kind, levels=(value,), isl=req.isl, osl=req.osl, requests=n, seed=req.seed,
-                          mix=req.mix, burstiness=req.burstiness, shared_prefix_tokens=req.shared_prefix_tokens,
-                          num_prefix_groups=req.num_prefix_groups)
+        opts = MixOptions(
+            kind=req.kind,
+            levels=(value,),
+            isl=req.isl,
+            osl=req.osl,
+            requests=n,
+            seed=req.seed,
+            mix=req.mix,
+            burstiness=req.burstiness,
+            shared_prefix_tokens=req.shared_prefix_tokens,
+            num_prefix_groups=req.num_prefix_groups,
+        )
         records: list = []
         result = VirtualTimeDriver(sim, opts).run_level(
-            SweepLevel(index=0, value=value, num_requests=n, num_warmup=0, first_index=0), records.append)
+            SweepLevel(index=0, value=value, num_requests=n, num_warmup=0, first_index=0), records.append
+        )
         return records, summarize_level(records, **key), result.server_metrics
 
     summary, sm = until_steady(run, req.kind, value, level_requests(req, value, requests))
@@ -144,13 +160,21 @@ def judged(load: float, summary: dict, slo: dict, server_metrics: dict, replicas
         why.insert(0, st.get("client_behind") or f"{st.get('verdict')} ({st.get('rule')})")
     dist = lambda m, stat: (summary.get(m) or {}).get(stat)
     out = summary.get("output_tok_s")
-    return LevelOutcome(load=load, met=ok and is_steady(summary), why="; ".join(why),
-                        ttft_p99_ms=dist("ttft_ms", "p99"), tpot_p99_ms=dist("tpot_ms", "p99"),
-                        tpot_p50_ms=dist("tpot_ms", "p50"), output_tok_s=None if out is None else out * replicas,
-                        kv_usage_max=server_metrics.get("kv_usage_max"), preemptions=server_metrics.get("preemptions"),
-                        values={key: slo_value(summary, key) for key in slo}, stability=st.get("verdict"),
-                        requests=summary.get("steady_requests") or summary.get("requests") or 0,
-                        prefix_hit_rate=server_metrics.get("prefix_cache_hit_rate"))
+    return LevelOutcome(
+        load=load,
+        met=ok and is_steady(summary),
+        why="; ".join(why),
+        ttft_p99_ms=dist("ttft_ms", "p99"),
+        tpot_p99_ms=dist("tpot_ms", "p99"),
+        tpot_p50_ms=dist("tpot_ms", "p50"),
+        output_tok_s=None if out is None else out * replicas,
+        kv_usage_max=server_metrics.get("kv_usage_max"),
+        preemptions=server_metrics.get("preemptions"),
+        values={key: slo_value(summary, key) for key in slo},
+        stability=st.get("verdict"),
+        requests=summary.get("steady_requests") or summary.get("requests") or 0,
+        prefix_hit_rate=server_metrics.get("prefix_cache_hit_rate"),
+    )
 
 
 def replica_max(req: RecommendRequest, k: Knobs, bound: float) -> MaxLoad:
@@ -208,8 +232,11 @@ def size_replicas(req: RecommendRequest, k: Knobs, max_load: float, requests: in
 
     def check(n: int) -> LevelOutcome:
         if n not in cache:
-            cache[n] = fleet_level(sim, req, n, requests) if req.fleet_check else run_level(
-                sim, req, per_replica_load(req, n), requests)
+            cache[n] = (
+                fleet_level(sim, req, n, requests)
+                if req.fleet_check
+                else run_level(sim, req, per_replica_load(req, n), requests)
+            )
         return cache[n]
 
     for _ in range(MAX_REPLICA_STEPS):

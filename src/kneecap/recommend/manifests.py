@@ -65,13 +65,22 @@ def _probe(path: str, period_s: int, failures: int) -> dict:
     return {"httpGet": {"path": path, "port": PORT}, "periodSeconds": period_s, "failureThreshold": failures}
 
 
-def _container(opts: ManifestOptions, resource: str, gpus: int, command: list[str], args: list[str],
-               serving: bool) -> dict:
-    mounts = [{"name": "models", "mountPath": "/models"}, {"name": "cache", "mountPath": "/root/.cache"},
-              {"name": "dshm", "mountPath": "/dev/shm"}]
-    c = {"name": "vllm" if serving else "ray-worker", "image": opts.image, "command": command, "args": args,
-         "resources": {"limits": {resource: str(gpus)}, "requests": {resource: str(gpus)}},
-         "volumeMounts": mounts}
+def _container(
+    opts: ManifestOptions, resource: str, gpus: int, command: list[str], args: list[str], serving: bool
+) -> dict:
+    mounts = [
+        {"name": "models", "mountPath": "/models"},
+        {"name": "cache", "mountPath": "/root/.cache"},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    ]
+    c = {
+        "name": "vllm" if serving else "ray-worker",
+        "image": opts.image,
+        "command": command,
+        "args": args,
+        "resources": {"limits": {resource: str(gpus)}, "requests": {resource: str(gpus)}},
+        "volumeMounts": mounts,
+    }
     if serving:
         c["ports"] = [{"name": "http", "containerPort": PORT}]
         # loading weights and compiling can take many minutes: the startup probe allows 30 min before liveness counts
@@ -82,11 +91,15 @@ def _container(opts: ManifestOptions, resource: str, gpus: int, command: list[st
 
 
 def _pod_spec(opts: ManifestOptions, containers: list[dict]) -> dict:
-    cache = ({"persistentVolumeClaim": {"claimName": opts.cache_pvc}} if opts.cache_pvc else {"emptyDir": {}})
-    return {"containers": containers,
-            "volumes": [{"name": "models", "persistentVolumeClaim": {"claimName": opts.model_pvc}},
-                        {"name": "cache", **cache},
-                        {"name": "dshm", "emptyDir": {"medium": "Memory"}}]}
+    cache = {"persistentVolumeClaim": {"claimName": opts.cache_pvc}} if opts.cache_pvc else {"emptyDir": {}}
+    return {
+        "containers": containers,
+        "volumes": [
+            {"name": "models", "persistentVolumeClaim": {"claimName": opts.model_pvc}},
+            {"name": "cache", **cache},
+            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        ],
+    }
 
 
 def _meta(name: str, opts: ManifestOptions, labels: dict, annotations: dict | None = None) -> dict:
@@ -101,8 +114,10 @@ def _meta(name: str, opts: ManifestOptions, labels: dict, annotations: dict | No
 def _annotations(candidate: dict) -> dict:
     """What kneecap predicted, so whoever reads the object knows where it came from (values are strings)."""
     pred = candidate.get("predicted") or {}
-    out = {"kneecap.io/serve-command": candidate["serve_cmd"],
-           "kneecap.io/cost-per-hour-usd": f"{candidate['cost_per_hour']:.2f}"}
+    out = {
+        "kneecap.io/serve-command": candidate["serve_cmd"],
+        "kneecap.io/cost-per-hour-usd": f"{candidate['cost_per_hour']:.2f}",
+    }
     for key in ("ttft_p99_ms", "tpot_p99_ms"):
         if pred.get(key) is not None:
             out[f"kneecap.io/predicted-{key.replace('_', '-')}"] = f"{pred[key]:.4g}"
@@ -110,38 +125,72 @@ def _annotations(candidate: dict) -> dict:
 
 
 def _service(name: str, opts: ManifestOptions, selector: dict) -> dict:
-    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(name, opts, dict(selector)),
-            "spec": {"selector": selector, "ports": [{"name": "http", "port": PORT, "targetPort": "http"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(name, opts, dict(selector)),
+        "spec": {"selector": selector, "ports": [{"name": "http", "port": PORT, "targetPort": "http"}]},
+    }
 
 
-def _deployment(name: str, opts: ManifestOptions, labels: dict, replicas: int, container: dict,
-                annotations: dict) -> dict:
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(name, opts, labels, annotations),
-            "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-                     "template": {"metadata": {"labels": labels}, "spec": _pod_spec(opts, [container])}}}
+def _deployment(
+    name: str, opts: ManifestOptions, labels: dict, replicas: int, container: dict, annotations: dict
+) -> dict:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(name, opts, labels, annotations),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": _pod_spec(opts, [container])},
+        },
+    }
 
 
-def _leader_worker_set(name: str, opts: ManifestOptions, labels: dict, candidate: dict, resource: str,
-                       argv: list[str]) -> dict:
+def _leader_worker_set(
+    name: str, opts: ManifestOptions, labels: dict, candidate: dict, resource: str, argv: list[str]
+) -> dict:
     gpus = int(candidate["gpus_per_replica"])
     nodes = -(-gpus // opts.gpus_per_node)
     per_node = gpus // nodes
     serve = " ".join(shlex.quote(a) for a in argv)
-    leader = _container(opts, resource, per_node, ["/bin/sh", "-c"],
-                        [f"bash {MULTI_NODE_SCRIPT} leader --ray_cluster_size=$(LWS_GROUP_SIZE) && {serve}"], True)
-    worker = _container(opts, resource, per_node, ["/bin/sh", "-c"],
-                        [f"bash {MULTI_NODE_SCRIPT} worker --ray_address=$(LWS_LEADER_ADDRESS)"], False)
+    leader = _container(
+        opts,
+        resource,
+        per_node,
+        ["/bin/sh", "-c"],
+        [f"bash {MULTI_NODE_SCRIPT} leader --ray_cluster_size=$(LWS_GROUP_SIZE) && {serve}"],
+        True,
+    )
+    worker = _container(
+        opts,
+        resource,
+        per_node,
+        ["/bin/sh", "-c"],
+        [f"bash {MULTI_NODE_SCRIPT} worker --ray_address=$(LWS_LEADER_ADDRESS)"],
+        False,
+    )
     role = lambda r: {**labels, "role": r}
-    return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-            "metadata": _meta(name, opts, labels, _annotations(candidate)),
-            "spec": {"replicas": int(candidate["replicas"]), "leaderWorkerTemplate": {
-                "size": nodes, "restartPolicy": "RecreateGroupOnPodRestart",
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": _meta(name, opts, labels, _annotations(candidate)),
+        "spec": {
+            "replicas": int(candidate["replicas"]),
+            "leaderWorkerTemplate": {
+                "size": nodes,
+                "restartPolicy": "RecreateGroupOnPodRestart",
                 "leaderTemplate": {"metadata": {"labels": role("leader")}, "spec": _pod_spec(opts, [leader])},
-                "workerTemplate": {"metadata": {"labels": role("worker")}, "spec": _pod_spec(opts, [worker])}}}}
+                "workerTemplate": {"metadata": {"labels": role("worker")}, "spec": _pod_spec(opts, [worker])},
+            },
+        },
+    }
 
 
-def candidate_manifests(model_name: str, candidate: dict, rank: int, opts: ManifestOptions,
-                        vendor_label: str) -> list[dict]:
+def candidate_manifests(
+    model_name: str, candidate: dict, rank: int, opts: ManifestOptions, vendor_label: str
+) -> list[dict]:
     """The Kubernetes objects that run one recommend.json candidate (see the module docstring); `rank` 1 is the
     best. Each object is a tree of its own (no dict shared between two places, so YAML needs no anchors)."""
     return json.loads(json.dumps(_objects(model_name, candidate, rank, opts, vendor_label)))
@@ -159,13 +208,25 @@ def _objects(model_name: str, candidate: dict, rank: int, opts: ManifestOptions,
         for pool in ("prefill", "decode"):
             pool_labels = {**labels, "llm-d.ai/role": pool}
             container = _container(opts, resource, gpus, argv[:2], argv[2:], True)
-            out.append(_deployment(f"{name}-{pool}", opts, pool_labels, int(dis[f"{pool}_replicas"]), container,
-                                   _annotations(candidate)))
+            out.append(
+                _deployment(
+                    f"{name}-{pool}",
+                    opts,
+                    pool_labels,
+                    int(dis[f"{pool}_replicas"]),
+                    container,
+                    _annotations(candidate),
+                )
+            )
         out.append(_service(name, opts, {**labels, "llm-d.ai/role": "decode"}))
         return out
     if gpus > opts.gpus_per_node:
-        return [_leader_worker_set(name, opts, labels, candidate, resource, argv),
-                _service(name, opts, {**labels, "role": "leader"})]
+        return [
+            _leader_worker_set(name, opts, labels, candidate, resource, argv),
+            _service(name, opts, {**labels, "role": "leader"}),
+        ]
     container = _container(opts, resource, gpus, argv[:2], argv[2:], True)
-    return [_deployment(name, opts, labels, int(candidate["replicas"]), container, _annotations(candidate)),
-            _service(name, opts, labels)]
+    return [
+        _deployment(name, opts, labels, int(candidate["replicas"]), container, _annotations(candidate)),
+        _service(name, opts, labels),
+    ]

@@ -31,16 +31,25 @@ def _entry(gpu: str, raw, origin: str) -> Price:
     if isinstance(raw, (int, float)) and not isinstance(raw, bool):
         raw = {"usd_per_gpu_hour": raw}
     if not isinstance(raw, dict):
-        raise KneecapError(f"{origin}: price of {gpu!r} is neither a number nor an object",
-                           'write e.g. {"prices": {"h100-sxm": {"usd_per_gpu_hour": 3.29, "source": "URL"}}}')
+        raise KneecapError(
+            f"{origin}: price of {gpu!r} is neither a number nor an object",
+            'write e.g. {"prices": {"h100-sxm": {"usd_per_gpu_hour": 3.29, "source": "URL"}}}',
+        )
     value = raw.get("usd_per_gpu_hour")
     if value is not None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise KneecapError(f"{origin}: usd_per_gpu_hour of {gpu!r} must be a positive number, got {value!r}",
-                               "write dollars per GPU-hour, e.g. 3.29")
+            raise KneecapError(
+                f"{origin}: usd_per_gpu_hour of {gpu!r} must be a positive number, got {value!r}",
+                "write dollars per GPU-hour, e.g. 3.29",
+            )
         value = float(value)
-    return Price(gpu=name, usd_per_gpu_hour=value, source=str(raw.get("source", "")), date=str(raw.get("date", "")),
-                 note=str(raw.get("note", "")))
+    return Price(
+        gpu=name,
+        usd_per_gpu_hour=value,
+        source=str(raw.get("source", "")),
+        date=str(raw.get("date", "")),
+        note=str(raw.get("note", "")),
+    )
 
 
 def load_prices(path: str | Path | None = None) -> dict[str, Price]:
@@ -50,15 +59,20 @@ def load_prices(path: str | Path | None = None) -> dict[str, Price]:
     try:
         doc = json.loads(p.read_text())
     except FileNotFoundError:
-        raise KneecapError(f"--prices file {origin} not found", "pass a JSON file of {gpu: dollars per GPU-hour}") from None
+        raise KneecapError(
+            f"--prices file {origin} not found", "pass a JSON file of {gpu: dollars per GPU-hour}"
+        ) from None
     except (OSError, ValueError) as exc:
-        raise KneecapError(f"--prices file {origin} is not readable JSON ({exc})",
-                           'write e.g. {"h100-sxm": 3.29, "a100-80": 1.59}') from None
+        raise KneecapError(
+            f"--prices file {origin} is not readable JSON ({exc})", 'write e.g. {"h100-sxm": 3.29, "a100-80": 1.59}'
+        ) from None
     if not isinstance(doc, dict):
         raise KneecapError(f"--prices file {origin} is not a JSON object", 'write e.g. {"h100-sxm": 3.29}')
     table = doc.get("prices", doc)
     if not isinstance(table, dict):
-        raise KneecapError(f"--prices file {origin}: 'prices' is not an object", 'write e.g. {"prices": {"h100-sxm": 3.29}}')
+        raise KneecapError(
+            f"--prices file {origin}: 'prices' is not an object", 'write e.g. {"prices": {"h100-sxm": 3.29}}'
+        )
     out: dict[str, Price] = {}
     for gpu, raw in table.items():
         if str(gpu).startswith("_"):

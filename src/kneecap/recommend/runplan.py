@@ -49,7 +49,9 @@ def _length(d: dict) -> dict:
 def level_values(kind: str, share: float, max_load: float | None) -> list:
     """The confirming loads: half the share, the share, and the simulated maximum when above it."""
     if kind == "rate":
-        vals = sorted({round(share / 2, 3), round(share, 3)} | ({round(max_load, 3)} if max_load and max_load > share else set()))
+        vals = sorted(
+            {round(share / 2, 3), round(share, 3)} | ({round(max_load, 3)} if max_load and max_load > share else set())
+        )
         return [v for v in vals if v > 0]
     return sorted({max(1, int(share) // 2), int(share)} | ({int(max_load)} if max_load and max_load > share else set()))
 
@@ -62,10 +64,20 @@ def _budget(slo: dict) -> tuple[dict, list[str]]:
 
 def _target(req: RecommendRequest, cand: dict) -> dict:
     """The load plan's simulator target with the candidate's own settings (every field kneecap.plan.build takes)."""
-    return {"kind": "simulator", "model": req.model, "gpu": cand["gpu"], "tp": cand["tp"], "pp": cand["pp"],
-            "ep": cand.get("ep", 1), "dp_attention": bool(cand.get("dp_attention", False)),
-            "weight_dtype": cand["weight_dtype"], "kv_dtype": cand["kv_dtype"], "engine_defaults": ENGINE_DEFAULTS,
-            "max_num_seqs": cand["max_num_seqs"], "max_num_batched_tokens": cand["max_num_batched_tokens"]}
+    return {
+        "kind": "simulator",
+        "model": req.model,
+        "gpu": cand["gpu"],
+        "tp": cand["tp"],
+        "pp": cand["pp"],
+        "ep": cand.get("ep", 1),
+        "dp_attention": bool(cand.get("dp_attention", False)),
+        "weight_dtype": cand["weight_dtype"],
+        "kv_dtype": cand["kv_dtype"],
+        "engine_defaults": ENGINE_DEFAULTS,
+        "max_num_seqs": cand["max_num_seqs"],
+        "max_num_batched_tokens": cand["max_num_batched_tokens"],
+    }
 
 
 def prefill_budget(slo: dict, transfer_ms: float) -> dict:
@@ -83,64 +95,107 @@ def _prefill_plans(req: RecommendRequest, base: dict, cand: dict, name: str, cos
     classes = {c: dict(spec, output={"kind": "fixed", "value": 1}) for c, spec in base["classes"].items()}
     budget = prefill_budget(req.slo, dis["kv_transfer_ms"])
     steps = level_values("rate", share, dis.get("prefill_max_rate"))
-    desc = (f"Confirms the prefill pool of kneecap recommend's {dis['prefill_replicas']}P{dis['decode_replicas']}D "
-            f"{cand['gpu']} deployment for {req.model}: one prefill instance at its share of the rate ({share:g} requests/s), "
-            f"one output token per request, each TTFT budget less the {dis['kv_transfer_ms']:g} ms KV transfer.")
-    plan = dict(base, name=name + "-prefill", description=desc, classes=classes, slo={c: dict(budget) for c in classes},
-                load={"dimension": "rate", "steps": steps, "requests_per_cell": REQUESTS_PER_CELL, "required": share})
+    desc = (
+        f"Confirms the prefill pool of kneecap recommend's {dis['prefill_replicas']}P{dis['decode_replicas']}D "
+        f"{cand['gpu']} deployment for {req.model}: one prefill instance at its share of the rate ({share:g} requests/s), "
+        f"one output token per request, each TTFT budget less the {dis['kv_transfer_ms']:g} ms KV transfer."
+    )
+    plan = dict(
+        base,
+        name=name + "-prefill",
+        description=desc,
+        classes=classes,
+        slo={c: dict(budget) for c in classes},
+        load={"dimension": "rate", "steps": steps, "requests_per_cell": REQUESTS_PER_CELL, "required": share},
+    )
     one = dict(cost, num_gpus=cand["gpus_per_replica"])
-    return {"prefill": dict(plan, candidates=[{"name": "prefill", "target": {"kind": "server", "base_url": BASE_URL},
-                                               "cost": one}]),
-            "prefill-simulated": dict(plan, name=name + "-prefill-simulated",
-                                      candidates=[{"name": "prefill-simulated", "target": _target(req, cand), "cost": one}])}
+    return {
+        "prefill": dict(
+            plan, candidates=[{"name": "prefill", "target": {"kind": "server", "base_url": BASE_URL}, "cost": one}]
+        ),
+        "prefill-simulated": dict(
+            plan,
+            name=name + "-prefill-simulated",
+            candidates=[{"name": "prefill-simulated", "target": _target(req, cand), "cost": one}],
+        ),
+    }
 
 
-def run_plans(req: RecommendRequest, doc: dict, cand: dict, name: str, behaviour: list[dict] | None = None) -> dict[str, dict]:
+def run_plans(
+    req: RecommendRequest, doc: dict, cand: dict, name: str, behaviour: list[dict] | None = None
+) -> dict[str, dict]:
     """{"server": plan, "simulated": plan} for an aggregated candidate of recommend.json; {"server", "prefill",
     "prefill-simulated"} for a disaggregated one. A candidate marked needs_behaviour_gate carries `behaviour` (cases
     in the load plan's own shape) as its plans' behaviour gate, which `kneecap run` checks before any load."""
     dis = cand.get("disaggregated")
     share = req.load if dis else cand["predicted"]["per_replica_load"]
     if doc.get("classes"):
-        classes = {c["name"]: {"input": _length(c["input"]), "output": _length(c["output"]), "weight": c["weight"]}
-                   for c in doc["classes"]}
+        classes = {
+            c["name"]: {"input": _length(c["input"]), "output": _length(c["output"]), "weight": c["weight"]}
+            for c in doc["classes"]
+        }
     else:
-        classes = {"requests": {"input": {"kind": "fixed", "value": req.isl}, "output": {"kind": "fixed", "value": req.osl}}}
+        classes = {
+            "requests": {"input": {"kind": "fixed", "value": req.isl}, "output": {"kind": "fixed", "value": req.osl}}
+        }
     budget, dropped = _budget(dict(req.slo))
-    where = (f"{dis['prefill_replicas']} prefill + {dis['decode_replicas']} decode replicas behind one proxy, at the whole rate"
-             if dis else f"one replica at its share of the load ({share:g} {'requests/s' if req.kind == 'rate' else 'streams'})")
-    par = (f", ep {cand['ep']}" if cand.get("ep", 1) > 1 else "") + (", DP attention" if cand.get("dp_attention") else "")
-    desc = (f"Confirms kneecap recommend's {cand['replicas']} x {cand['gpus_per_replica']} {cand['gpu']} (tp {cand['tp']}, "
-            f"pp {cand['pp']}{par}, {cand['weight_dtype']} weights, {cand['kv_dtype']} KV, max_num_seqs {cand['max_num_seqs']}, "
-            f"max_num_batched_tokens {cand['max_num_batched_tokens']}) for {req.model}: {where}.")
+    where = (
+        f"{dis['prefill_replicas']} prefill + {dis['decode_replicas']} decode replicas behind one proxy, at the whole rate"
+        if dis
+        else f"one replica at its share of the load ({share:g} {'requests/s' if req.kind == 'rate' else 'streams'})"
+    )
+    par = (f", ep {cand['ep']}" if cand.get("ep", 1) > 1 else "") + (
+        ", DP attention" if cand.get("dp_attention") else ""
+    )
+    desc = (
+        f"Confirms kneecap recommend's {cand['replicas']} x {cand['gpus_per_replica']} {cand['gpu']} (tp {cand['tp']}, "
+        f"pp {cand['pp']}{par}, {cand['weight_dtype']} weights, {cand['kv_dtype']} KV, max_num_seqs {cand['max_num_seqs']}, "
+        f"max_num_batched_tokens {cand['max_num_batched_tokens']}) for {req.model}: {where}."
+    )
     if len(classes) > 1:
         desc += " Each class is ramped on its own (kneecap run's cells), not as the mix."
     if dropped:
         desc += f" SLO terms a load-plan budget cannot hold are left out: {', '.join(dropped)}."
     gate = list(behaviour or []) if cand.get("needs_behaviour_gate") else []
     if gate:
-        desc += (f" Its {' and '.join(cand['quantized_below_checkpoint'])} are quantized below the checkpoint: the "
-                 f"behaviour cases are checked first and a changed answer rejects it.")
+        desc += (
+            f" Its {' and '.join(cand['quantized_below_checkpoint'])} are quantized below the checkpoint: the "
+            f"behaviour cases are checked first and a changed answer rejects it."
+        )
     if req.trace is not None:
         desc += f" Lengths drawn from trace {req.trace.path} (files beside this plan)."
     base = {
-        "name": name, "description": desc, "seed": req.seed, "classes": classes,
+        "name": name,
+        "description": desc,
+        "seed": req.seed,
+        "classes": classes,
         "slo": {c: dict(budget) for c in classes},
-        "load": {"dimension": req.kind, "steps": level_values(req.kind, share, None if dis else cand.get("max_load")),
-                 "requests_per_cell": REQUESTS_PER_CELL, "required": share},
+        "load": {
+            "dimension": req.kind,
+            "steps": level_values(req.kind, share, None if dis else cand.get("max_load")),
+            "requests_per_cell": REQUESTS_PER_CELL,
+            "required": share,
+        },
         "repetitions": 1,
     }
     if gate:
         base["behaviour"] = gate
-    cost = {"gpu_hour_usd": cand["usd_per_gpu_hour"],
-            "num_gpus": cand["total_gpus"] if dis else cand["gpus_per_replica"]}
-    server = dict(base, candidates=[{"name": "server", "target": {"kind": "server", "base_url": BASE_URL}, "cost": cost}])
+    cost = {
+        "gpu_hour_usd": cand["usd_per_gpu_hour"],
+        "num_gpus": cand["total_gpus"] if dis else cand["gpus_per_replica"],
+    }
+    server = dict(
+        base, candidates=[{"name": "server", "target": {"kind": "server", "base_url": BASE_URL}, "cost": cost}]
+    )
     out = {"server": server}
     if dis:
         out.update(_prefill_plans(req, base, cand, name, cost))
     else:
-        out["simulated"] = dict(base, name=name + "-simulated",
-                                candidates=[{"name": "simulated", "target": _target(req, cand), "cost": cost}])
+        out["simulated"] = dict(
+            base,
+            name=name + "-simulated",
+            candidates=[{"name": "simulated", "target": _target(req, cand), "cost": cost}],
+        )
     return out
 
 

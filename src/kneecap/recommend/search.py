@@ -19,9 +19,19 @@ from kneecap.errors import KneecapError
 from kneecap.recommend import confirm
 from kneecap.recommend.bound import Bound, replica_bound
 from kneecap.recommend.disagg import NETWORK_SOURCE, size_pools
-from kneecap.recommend.evaluate import (COARSE_REQUESTS, FINE_REQUESTS, MAX_STEADY_REQUESTS, STEADY_FACTOR,
-                                        coarse_requests, per_replica_load, planned, replica_max, run_level, simulated,
-                                        size_replicas)
+from kneecap.recommend.evaluate import (
+    COARSE_REQUESTS,
+    FINE_REQUESTS,
+    MAX_STEADY_REQUESTS,
+    STEADY_FACTOR,
+    coarse_requests,
+    per_replica_load,
+    planned,
+    replica_max,
+    run_level,
+    simulated,
+    size_replicas,
+)
 from kneecap.recommend.gate import mark, quantized_for
 from kneecap.recommend.prices import Price
 from kneecap.recommend.space import Knobs, RecommendRequest
@@ -35,7 +45,10 @@ DISAGG_SETUPS = 4  # stage 4 (rate loads): at most this many setups tried as dis
 # whose bound on the pools' cost (ceil(rate / prefill bound) + ceil(rate / decode bound) replicas) is below the cheapest
 # aggregated candidate sized, cheapest bound first
 RAY_TASK_TIMEOUT_S = 3600.0
-PREFERRED_LIMITS = (256, 8192)  # the representative's limits when bounds tie (vLLM's defaults on a >= 70 GiB GPU: 1024, 8192)
+PREFERRED_LIMITS = (
+    256,
+    8192,
+)  # the representative's limits when bounds tie (vLLM's defaults on a >= 70 GiB GPU: 1024, 8192)
 
 
 @dataclass
@@ -113,8 +126,10 @@ class _Runner:
         try:
             got = ray.get(refs, timeout=RAY_TASK_TIMEOUT_S)
         except Exception as exc:  # a node died, a timeout: named, never a traceback
-            raise KneecapError(f"candidate evaluations did not finish on the Ray cluster at {self.ray_address} "
-                               f"({type(exc).__name__})", "check the cluster (ray status) and run recommend again") from None
+            raise KneecapError(
+                f"candidate evaluations did not finish on the Ray cluster at {self.ray_address} ({type(exc).__name__})",
+                "check the cluster (ray status) and run recommend again",
+            ) from None
         self.used_nodes.update(node for _, node in got)
         return [result for result, _ in got]
 
@@ -134,6 +149,7 @@ class _Runner:
 def pareto(items: list[dict], keys: tuple) -> list[dict]:
     """Items not dominated under `keys` ((getter, 'min'|'max') pairs); order kept. Of items with equal values
     under every key only the first stays (settings that change nothing the keys see are one point)."""
+
     def score(it):
         v = [g(it) for g, _ in keys]
         return None if None in v else [x if sense == "min" else -x for x, (_, sense) in zip(v, keys)]
@@ -162,26 +178,52 @@ def _binding(slo: dict, values: dict, kv_usage_max: float | None) -> tuple[str, 
     return best or "none", margin
 
 
-def _point(req: RecommendRequest, k: Knobs, price: float, replicas: int, at, max_load: float | None,
-           disaggregated: dict | None = None) -> dict:
+def _point(
+    req: RecommendRequest,
+    k: Knobs,
+    price: float,
+    replicas: int,
+    at,
+    max_load: float | None,
+    disaggregated: dict | None = None,
+) -> dict:
     """A candidate as the frontier sees it: its cost and one level's prediction at its share of the load."""
     gpus = k.gpus_per_replica * replicas
     cost = price * gpus
     r_out = at.output_tok_s if disaggregated else (at.output_tok_s * replicas if at.output_tok_s is not None else None)
     return {
-        "gpu": k.gpu, "gpus_per_replica": k.gpus_per_replica, "replicas": replicas, "tp": k.tp, "pp": k.pp, "ep": k.ep,
-        "dp_attention": k.dp_attention, "speculative": _spec_doc(req) if k.spec else None,
-        "weight_dtype": k.weight_dtype, "kv_dtype": k.kv_dtype, "max_num_seqs": k.max_num_seqs,
-        "max_num_batched_tokens": k.max_num_batched_tokens, "disaggregated": disaggregated,
-        "total_gpus": gpus, "usd_per_gpu_hour": price, "cost_per_hour": round(cost, 4),
+        "gpu": k.gpu,
+        "gpus_per_replica": k.gpus_per_replica,
+        "replicas": replicas,
+        "tp": k.tp,
+        "pp": k.pp,
+        "ep": k.ep,
+        "dp_attention": k.dp_attention,
+        "speculative": _spec_doc(req) if k.spec else None,
+        "weight_dtype": k.weight_dtype,
+        "kv_dtype": k.kv_dtype,
+        "max_num_seqs": k.max_num_seqs,
+        "max_num_batched_tokens": k.max_num_batched_tokens,
+        "disaggregated": disaggregated,
+        "total_gpus": gpus,
+        "usd_per_gpu_hour": price,
+        "cost_per_hour": round(cost, 4),
         "cost_per_mtok_output": None if not r_out else round(cost / (r_out * 3600.0 / 1e6), 4),
-        "predicted": {"ttft_p99_ms": at.ttft_p99_ms, "tpot_p99_ms": at.tpot_p99_ms, "tpot_p50_ms": at.tpot_p50_ms,
-                      "output_tok_s": r_out, "slo_values": at.values, "kv_usage_max": at.kv_usage_max,
-                      "preemptions": at.preemptions, "prefix_cache_hit_rate": at.prefix_hit_rate},
+        "predicted": {
+            "ttft_p99_ms": at.ttft_p99_ms,
+            "tpot_p99_ms": at.tpot_p99_ms,
+            "tpot_p50_ms": at.tpot_p50_ms,
+            "output_tok_s": r_out,
+            "slo_values": at.values,
+            "kv_usage_max": at.kv_usage_max,
+            "preemptions": at.preemptions,
+            "prefix_cache_hit_rate": at.prefix_hit_rate,
+        },
         "meets_slo": at.met,
         "output_tok_s_per_gpu": None if r_out is None else r_out / gpus,
         "output_tok_s_per_user": None if not at.tpot_p50_ms else 1000.0 / at.tpot_p50_ms,
-        "max_load": max_load, "sized": False,
+        "max_load": max_load,
+        "sized": False,
         "quantized_below_checkpoint": list(quantized_for(req.model, k.weight_dtype, k.kv_dtype)),
     }
 
@@ -189,16 +231,26 @@ def _point(req: RecommendRequest, k: Knobs, price: float, replicas: int, at, max
 def _spec_doc(req: RecommendRequest) -> dict:
     """A speculating candidate's method, K and the acceptance it assumes (the request's, not a measurement)."""
     s = req.spec
-    return {"method": s.method, "tokens": s.tokens, "acceptance_assumed": list(s.rates) or None,
-            "accepted_lengths_assumed": len(s.accepted_lengths) or None,
-            "expected_tokens_per_step": round(s.expected_tokens_per_step, 4)}
+    return {
+        "method": s.method,
+        "tokens": s.tokens,
+        "acceptance_assumed": list(s.rates) or None,
+        "accepted_lengths_assumed": len(s.accepted_lengths) or None,
+        "expected_tokens_per_step": round(s.expected_tokens_per_step, 4),
+    }
 
 
 def _plan_doc(plan) -> dict:
-    return {"kv_capacity_tokens": plan.kv_capacity_tokens, "num_kv_blocks": plan.num_kv_blocks,
-            "weights_bytes_per_gpu": plan.ledger.weights_bytes, "kv_pool_bytes_per_gpu": plan.ledger.kv_pool_bytes,
-            "overhead_bytes_per_gpu": plan.ledger.overhead_bytes, "hbm_bytes_per_gpu": plan.ledger.hbm_bytes,
-            "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token_per_gpu, "context": plan.context}
+    return {
+        "kv_capacity_tokens": plan.kv_capacity_tokens,
+        "num_kv_blocks": plan.num_kv_blocks,
+        "weights_bytes_per_gpu": plan.ledger.weights_bytes,
+        "kv_pool_bytes_per_gpu": plan.ledger.kv_pool_bytes,
+        "overhead_bytes_per_gpu": plan.ledger.overhead_bytes,
+        "hbm_bytes_per_gpu": plan.ledger.hbm_bytes,
+        "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token_per_gpu,
+        "context": plan.context,
+    }
 
 
 def _trust(plan) -> str:
@@ -212,28 +264,37 @@ def _met(o) -> dict:
     return {"met": o.met, "why": o.why}
 
 
-def _candidate(req: RecommendRequest, k: Knobs, price: float, plan, max_load: float, sized, bound: Bound,
-               max_load_open: bool) -> dict:
+def _candidate(
+    req: RecommendRequest, k: Knobs, price: float, plan, max_load: float, sized, bound: Bound, max_load_open: bool
+) -> dict:
     at = sized.at_load
     r = sized.replicas
     binding, margin = _binding(req.slo, at.values, at.kv_usage_max)
     share = per_replica_load(req, r)
     out = _point(req, k, price, r, at, max_load)
     out["predicted"]["per_replica_load"] = share
-    out.update({
-        "sized": True, "binding": binding, "margin": margin,
-        "one_fewer_replica": sized.one_fewer and {"replicas": r - 1, **_met(sized.one_fewer)},
-        "max_load_at_least": max_load_open,  # True: met at the top of the search (the whole
-        # load, or the roofline bound); the replica's true maximum may be higher
-        "bound": {"load": bound.load, "why": bound.why},
-        "plan": _plan_doc(plan),
-        "serve_cmd": confirm.serve_cmd(req, k, checkpoint_dtype=plan.deployment.model.weight_dtype),
-        "confirm_cmd": confirm.bench_cmd(req, share, max_load),
-        "confirm_note": confirm.replay_note(req, share, max_load) if req.trace is not None else None
-        if req.mix is None else (
-            "bench sends one length pair: the class mix's weighted means; the mix itself runs with the `kneecap run` plan"),
-        "trust": _trust(plan),
-    })
+    out.update(
+        {
+            "sized": True,
+            "binding": binding,
+            "margin": margin,
+            "one_fewer_replica": sized.one_fewer and {"replicas": r - 1, **_met(sized.one_fewer)},
+            "max_load_at_least": max_load_open,  # True: met at the top of the search (the whole
+            # load, or the roofline bound); the replica's true maximum may be higher
+            "bound": {"load": bound.load, "why": bound.why},
+            "plan": _plan_doc(plan),
+            "serve_cmd": confirm.serve_cmd(req, k, checkpoint_dtype=plan.deployment.model.weight_dtype),
+            "confirm_cmd": confirm.bench_cmd(req, share, max_load),
+            "confirm_note": confirm.replay_note(req, share, max_load)
+            if req.trace is not None
+            else None
+            if req.mix is None
+            else (
+                "bench sends one length pair: the class mix's weighted means; the mix itself runs with the `kneecap run` plan"
+            ),
+            "trust": _trust(plan),
+        }
+    )
     return out
 
 
@@ -242,44 +303,68 @@ def _disagg_candidate(req: RecommendRequest, k: Knobs, price: float, plan, ds) -
     at = p.level
     binding, margin = _binding(req.slo, at.values, at.kv_usage_max)
     g = k.gpus_per_replica
-    info = {"prefill_replicas": p.prefill, "decode_replicas": p.decode, "prefill_gpus": p.prefill * g,
-            "decode_gpus": p.decode * g, "kv_link": p.link, "kv_transfer_ms": round(p.transfer_ms, 3),
-            "kv_link_note": NETWORK_SOURCE if p.link == "network" else f"{plan.deployment.gpu.interconnect} of the GPU catalog",
-            "prefill_time_p99_ms": p.prefill_ttft_p99_ms, "prefill_max_rate": ds.prefill_max, "decode_max_rate": ds.decode_max,
-            "one_fewer_prefill": ds.one_fewer_prefill and _met(ds.one_fewer_prefill),
-            "one_fewer_decode": ds.one_fewer_decode and _met(ds.one_fewer_decode)}
+    info = {
+        "prefill_replicas": p.prefill,
+        "decode_replicas": p.decode,
+        "prefill_gpus": p.prefill * g,
+        "decode_gpus": p.decode * g,
+        "kv_link": p.link,
+        "kv_transfer_ms": round(p.transfer_ms, 3),
+        "kv_link_note": NETWORK_SOURCE
+        if p.link == "network"
+        else f"{plan.deployment.gpu.interconnect} of the GPU catalog",
+        "prefill_time_p99_ms": p.prefill_ttft_p99_ms,
+        "prefill_max_rate": ds.prefill_max,
+        "decode_max_rate": ds.decode_max,
+        "one_fewer_prefill": ds.one_fewer_prefill and _met(ds.one_fewer_prefill),
+        "one_fewer_decode": ds.one_fewer_decode and _met(ds.one_fewer_decode),
+    }
     out = _point(req, k, price, p.prefill + p.decode, at, None, info)
     out["predicted"]["per_replica_load"] = {"prefill": req.load / p.prefill, "decode": req.load / p.decode}
-    out.update({
-        "sized": True, "binding": binding, "margin": margin,
-        "one_fewer_replica": None, "max_load_at_least": False, "bound": None,
-        "plan": _plan_doc(plan),
-        "serve_cmd": confirm.serve_cmd(req, k, checkpoint_dtype=plan.deployment.model.weight_dtype,
-                                       disaggregated=True),
-        "confirm_cmd": confirm.bench_cmd(req, req.load, None, disaggregated=True),
-        "confirm_note": "run against the router in front of both pools, at the whole rate",
-        "confirm_pools": confirm.pool_bench_cmds(req, p.prefill, p.decode, p.transfer_ms),
-        "trust": _trust(plan) + "; disaggregated serving is not validated against measurements",
-    })
+    out.update(
+        {
+            "sized": True,
+            "binding": binding,
+            "margin": margin,
+            "one_fewer_replica": None,
+            "max_load_at_least": False,
+            "bound": None,
+            "plan": _plan_doc(plan),
+            "serve_cmd": confirm.serve_cmd(
+                req, k, checkpoint_dtype=plan.deployment.model.weight_dtype, disaggregated=True
+            ),
+            "confirm_cmd": confirm.bench_cmd(req, req.load, None, disaggregated=True),
+            "confirm_note": "run against the router in front of both pools, at the whole rate",
+            "confirm_pools": confirm.pool_bench_cmds(req, p.prefill, p.decode, p.transfer_ms),
+            "trust": _trust(plan) + "; disaggregated serving is not validated against measurements",
+        }
+    )
     return out
 
 
 def _no_candidate(req: RecommendRequest, c: Counts, reasons: list[str]) -> KneecapError:
     if c.pruned == c.evaluated:
-        hint = ("try more GPUs per replica (up to 8 per node; raise --max-gpus if it is lower), a GPU with more memory (--gpus), "
-                "or fp8 weights and KV (--weight-dtypes fp8 --kv-dtypes fp8)")
+        hint = (
+            "try more GPUs per replica (up to 8 per node; raise --max-gpus if it is lower), a GPU with more memory (--gpus), "
+            "or fp8 weights and KV (--weight-dtypes fp8 --kv-dtypes fp8)"
+        )
     else:
         hint = "try a looser SLO, fp8 weights and KV (--weight-dtypes fp8 --kv-dtypes fp8), or a faster GPU (--gpus)"
         if req.max_gpus is not None and c.over_gpu_limit:
             hint += ", or a higher --max-gpus"
     why = reasons[0] if reasons else (next(iter(c.prune_reasons)) if c.prune_reasons else "no candidate met the SLO")
     slo = ", ".join(f"{k}={v:g}" for k, v in req.slo.items())
-    return KneecapError(f"no deployment of {req.model} meets {slo} at {req.kind} {req.load:g} ({c.evaluated} candidates: "
-                        f"{c.pruned} do not fit, {c.infeasible} cannot meet the SLO, {c.over_gpu_limit} need more GPUs "
-                        f"than allowed; e.g. {why})", hint)
+    return KneecapError(
+        f"no deployment of {req.model} meets {slo} at {req.kind} {req.load:g} ({c.evaluated} candidates: "
+        f"{c.pruned} do not fit, {c.infeasible} cannot meet the SLO, {c.over_gpu_limit} need more GPUs "
+        f"than allowed; e.g. {why})",
+        hint,
+    )
 
 
-def _disagg_setups(req: RecommendRequest, plans: dict, by_setup: dict, coarse: list, best_cost: float, c: Counts) -> list:
+def _disagg_setups(
+    req: RecommendRequest, plans: dict, by_setup: dict, coarse: list, best_cost: float, c: Counts
+) -> list:
     """The setups worth trying as xPyD pools: a lower bound on the pools' cost (at least ceil(rate / prefill bound)
     prefill and ceil(rate / decode bound) decode replicas, replica_bound's roofline for each pool) below the cheapest
     aggregated candidate's cost; cheapest bound first, at most DISAGG_SETUPS. Each setup with its best simulated
@@ -306,8 +391,9 @@ def _disagg_setups(req: RecommendRequest, plans: dict, by_setup: dict, coarse: l
     return [it for _, _, it in scored[:DISAGG_SETUPS]]
 
 
-def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int = 1, progress=None,
-              ray: str | None = None) -> dict:
+def recommend(
+    req: RecommendRequest, prices: dict[str, Price], *, workers: int = 1, progress=None, ray: str | None = None
+) -> dict:
     """The search; returns recommend.json's document."""
     t0 = time.perf_counter()
     c = Counts()
@@ -324,9 +410,11 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
                     raise KneecapError(f"{req.model} on {k.gpus_per_replica}x {k.gpu} leaves no KV pool")
                 per_rank = plan.kv_capacity_tokens // plan.deployment.attention_dp
                 if per_rank < req.context:
-                    raise KneecapError(f"{req.model} on {k.gpus_per_replica}x {k.gpu}: "
-                                       + ("each DP rank's KV pool" if k.dp_attention else "the KV pool")
-                                       + f" holds fewer tokens than one {req.context}-token sequence")
+                    raise KneecapError(
+                        f"{req.model} on {k.gpus_per_replica}x {k.gpu}: "
+                        + ("each DP rank's KV pool" if k.dp_attention else "the KV pool")
+                        + f" holds fewer tokens than one {req.context}-token sequence"
+                    )
                 plans[k.plan_key] = plan
             except KneecapError as exc:
                 plans[k.plan_key] = exc
@@ -405,8 +493,11 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
             best_setups.append(it[2].plan_key)
     for key in best_setups[:LIMIT_VARIANTS_FOR]:
         rep = next(it for it in order if it[2].plan_key == key)
-        seqs = [it for it in by_setup[key] if it[1] not in done
-                and it[2].max_num_batched_tokens == rep[2].max_num_batched_tokens]
+        seqs = [
+            it
+            for it in by_setup[key]
+            if it[1] not in done and it[2].max_num_batched_tokens == rep[2].max_num_batched_tokens
+        ]
         simulate(seqs)
         done |= {it[1] for it in seqs}
         mine = sorted((it for it in coarse if it[2].plan_key == key), key=lambda x: (x[0], -x[5], x[1]))
@@ -434,8 +525,11 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
         sized_keys.add(it[1])
     # stage 4 (rate loads): setups whose pools' bound may beat the cheapest aggregated candidate, as disaggregated
     # prefill and decode pools (the setup's best simulated engine limits, else its representative's)
-    dis_top = _disagg_setups(req, plans, by_setup, coarse, min((x["cost_per_hour"] for x in cands), default=math.inf), c) \
-        if req.kind == "rate" else []
+    dis_top = (
+        _disagg_setups(req, plans, by_setup, coarse, min((x["cost_per_hour"] for x in cands), default=math.inf), c)
+        if req.kind == "rate"
+        else []
+    )
     dis = runner.map(_disagg, [(req, it[2], req.load) for it in dis_top])
     nodes = runner.nodes
     runner.close()
@@ -446,55 +540,112 @@ def recommend(req: RecommendRequest, prices: dict[str, Price], *, workers: int =
             dis_notes.append(f"{k.gpu} tp={k.tp} pp={k.pp} ep={k.ep}: {ds.why or 'no pool sizes met the SLO'}")
             continue
         if req.max_gpus is not None and (ds.pools.prefill + ds.pools.decode) * k.gpus_per_replica > req.max_gpus:
-            dis_notes.append(f"{k.gpu} tp={k.tp} pp={k.pp}: {ds.pools.prefill}P{ds.pools.decode}D needs more GPUs than allowed")
+            dis_notes.append(
+                f"{k.gpu} tp={k.tp} pp={k.pp}: {ds.pools.prefill}P{ds.pools.decode}D needs more GPUs than allowed"
+            )
             continue
         cands.append(_disagg_candidate(req, k, it[4], plans[k.plan_key], ds))
     if not cands:
         raise _no_candidate(req, c, reasons)
-    cands.sort(key=lambda x: (x["cost_per_hour"], x["predicted"]["ttft_p99_ms"] or math.inf, x["disaggregated"] is not None))
+    cands.sort(
+        key=lambda x: (x["cost_per_hour"], x["predicted"]["ttft_p99_ms"] or math.inf, x["disaggregated"] is not None)
+    )
     # every simulated candidate is a point: the sized ones as checked, the others at their coarse level
-    points = list(cands) + [_point(req, it[2], it[4], it[7], it[8], it[5]) for it in sorted(coarse, key=lambda x: (x[0], x[1]))
-                            if it[1] not in sized_keys and it[8] is not None
-                            and (req.max_gpus is None or it[7] * it[2].gpus_per_replica <= req.max_gpus)]
+    points = list(cands) + [
+        _point(req, it[2], it[4], it[7], it[8], it[5])
+        for it in sorted(coarse, key=lambda x: (x[0], x[1]))
+        if it[1] not in sized_keys
+        and it[8] is not None
+        and (req.max_gpus is None or it[7] * it[2].gpus_per_replica <= req.max_gpus)
+    ]
     points.sort(key=lambda x: (x["cost_per_hour"], x["predicted"]["ttft_p99_ms"] or math.inf, not x["sized"]))
     meeting = [x for x in points if x["meets_slo"]]
-    frontier = pareto(meeting, ((lambda x: x["cost_per_mtok_output"], "min"), (lambda x: x["predicted"]["ttft_p99_ms"], "min")))
-    throughput = pareto(meeting, ((lambda x: x["output_tok_s_per_gpu"], "max"), (lambda x: x["output_tok_s_per_user"], "max")))
+    frontier = pareto(
+        meeting, ((lambda x: x["cost_per_mtok_output"], "min"), (lambda x: x["predicted"]["ttft_p99_ms"], "min"))
+    )
+    throughput = pareto(
+        meeting, ((lambda x: x["output_tok_s_per_gpu"], "max"), (lambda x: x["output_tok_s_per_user"], "max"))
+    )
     doc = {
-        "model": req.model, "load": {"kind": req.kind, "value": req.load}, "isl": req.isl, "osl": req.osl,
+        "model": req.model,
+        "load": {"kind": req.kind, "value": req.load},
+        "isl": req.isl,
+        "osl": req.osl,
         "arrivals": req.arrivals,
         "burstiness": req.burstiness if req.kind == "rate" else None,
-        "classes": None if req.mix is None else [
-            {"name": c.name, "input": _length_doc(c.input, req, "input"), "output": _length_doc(c.output, req, "output"), "weight": c.weight}
-            for c in req.mix.classes],
+        "classes": None
+        if req.mix is None
+        else [
+            {
+                "name": c.name,
+                "input": _length_doc(c.input, req, "input"),
+                "output": _length_doc(c.output, req, "output"),
+                "weight": c.weight,
+            }
+            for c in req.mix.classes
+        ],
         "trace": None if req.trace is None else req.trace.summary(),
-        "slo": dict(req.slo), "gpus": list(req.gpus),
-        "router": {"policy": req.router, "shared_prefix_tokens": req.shared_prefix_tokens,
-                   "num_prefix_groups": req.num_prefix_groups,
-                   "sizing_check": "the whole load through the router over the candidate's replicas" if req.fleet_check
-                   else "one replica at its even share of the load (round-robin, no shared prefix)"},
-        "speculative": None if req.spec is None else dict(_spec_doc(req), note=(
-            "every candidate tried with and without it; the acceptance is an assumption (given, not measured): "
-            "confirm it on the served model and traffic (vLLM /metrics: vllm:spec_decode_num_accepted_tokens)")),
-        "evaluated": c.evaluated, "pruned": c.pruned, "infeasible": c.infeasible, "over_gpu_limit": c.over_gpu_limit,
-        "skipped_by_bound": c.skipped_by_bound, "simulated": c.simulated, "not_simulated": c.not_simulated,
-        "sized": len(top), "disaggregated_tried": len(dis_top), "disaggregated_not_met": dis_notes,
+        "slo": dict(req.slo),
+        "gpus": list(req.gpus),
+        "router": {
+            "policy": req.router,
+            "shared_prefix_tokens": req.shared_prefix_tokens,
+            "num_prefix_groups": req.num_prefix_groups,
+            "sizing_check": "the whole load through the router over the candidate's replicas"
+            if req.fleet_check
+            else "one replica at its even share of the load (round-robin, no shared prefix)",
+        },
+        "speculative": None
+        if req.spec is None
+        else dict(
+            _spec_doc(req),
+            note=(
+                "every candidate tried with and without it; the acceptance is an assumption (given, not measured): "
+                "confirm it on the served model and traffic (vLLM /metrics: vllm:spec_decode_num_accepted_tokens)"
+            ),
+        ),
+        "evaluated": c.evaluated,
+        "pruned": c.pruned,
+        "infeasible": c.infeasible,
+        "over_gpu_limit": c.over_gpu_limit,
+        "skipped_by_bound": c.skipped_by_bound,
+        "simulated": c.simulated,
+        "not_simulated": c.not_simulated,
+        "sized": len(top),
+        "disaggregated_tried": len(dis_top),
+        "disaggregated_not_met": dis_notes,
         "disaggregated_bounded_out": c.disagg_bounded_out,
         "prune_reasons": c.prune_reasons,
         "seconds": round(time.perf_counter() - t0, 3),
-        "search": {"coarse_requests": [COARSE_REQUESTS, MAX_STEADY_REQUESTS], "fine_requests": FINE_REQUESTS,
-                   "steady_state": f"each level sized to {STEADY_FACTOR:g}x the requests in flight (Little's law), "
-                                   "extended while transient; met only when stable", "batch": BATCH, "slack": SLACK,
-                   "representatives": n_reps, "limit_variants_for": LIMIT_VARIANTS_FOR, "refined": REFINE, "engine": "vllm defaults (simulated)",
-                   "disaggregated_setups": DISAGG_SETUPS if req.kind == "rate" else 0,
-                   "disaggregated_rule": "setups whose pools' roofline cost bound is below the cheapest aggregated candidate"
-                                         if req.kind == "rate" else "rate loads only",
-                   "dp_attention": "DP attention (ep = tp) for every tp > 1" if req.dp_attention and req.is_moe and req.is_mla
-                                   else "not tried (MLA mixture-of-experts models only)",
-                   "expert_parallel": "ep = 1 and ep = tp for MoE models" if req.expert_parallel and req.is_moe else "ep = 1 (dense model)"},
-        "ray": None if ray is None else {"address": ray, "nodes": nodes},  # where it ran (the answer does not depend on it)
-        "prices": {g: {"usd_per_gpu_hour": prices[g].usd_per_gpu_hour, "source": prices[g].source, "date": prices[g].date}
-                   for g in req.gpus},
+        "search": {
+            "coarse_requests": [COARSE_REQUESTS, MAX_STEADY_REQUESTS],
+            "fine_requests": FINE_REQUESTS,
+            "steady_state": f"each level sized to {STEADY_FACTOR:g}x the requests in flight (Little's law), "
+            "extended while transient; met only when stable",
+            "batch": BATCH,
+            "slack": SLACK,
+            "representatives": n_reps,
+            "limit_variants_for": LIMIT_VARIANTS_FOR,
+            "refined": REFINE,
+            "engine": "vllm defaults (simulated)",
+            "disaggregated_setups": DISAGG_SETUPS if req.kind == "rate" else 0,
+            "disaggregated_rule": "setups whose pools' roofline cost bound is below the cheapest aggregated candidate"
+            if req.kind == "rate"
+            else "rate loads only",
+            "dp_attention": "DP attention (ep = tp) for every tp > 1"
+            if req.dp_attention and req.is_moe and req.is_mla
+            else "not tried (MLA mixture-of-experts models only)",
+            "expert_parallel": "ep = 1 and ep = tp for MoE models"
+            if req.expert_parallel and req.is_moe
+            else "ep = 1 (dense model)",
+        },
+        "ray": None
+        if ray is None
+        else {"address": ray, "nodes": nodes},  # where it ran (the answer does not depend on it)
+        "prices": {
+            g: {"usd_per_gpu_hour": prices[g].usd_per_gpu_hour, "source": prices[g].source, "date": prices[g].date}
+            for g in req.gpus
+        },
         "candidates": cands,
         "points": points,
         "frontier": frontier,

@@ -24,7 +24,12 @@ GPUS_PER_NODE = 8  # one replica stays inside one node's NVLink domain (the cata
 TP_CHOICES = (1, 2, 4, 8)
 PP_CHOICES = (1, 2)
 MAX_NUM_SEQS_CHOICES = (64, 128, 256, 512)
-MAX_NUM_BATCHED_TOKENS_CHOICES = (2048, 4096, 8192, 16384)  # vLLM V1 defaults: 2048, 8192 (>= 70 GiB), 16384 (>= 160 GiB, 0.28 on)
+MAX_NUM_BATCHED_TOKENS_CHOICES = (
+    2048,
+    4096,
+    8192,
+    16384,
+)  # vLLM V1 defaults: 2048, 8192 (>= 70 GiB), 16384 (>= 160 GiB, 0.28 on)
 DEFAULT_WEIGHT_DTYPES = ("bf16", "fp8")
 DEFAULT_KV_DTYPES = ("bf16", "fp8")
 ENGINE_DEFAULTS = "vllm"  # the simulated engine's scheduler and CPU profile
@@ -32,8 +37,11 @@ ENGINE_DEFAULTS = "vllm"  # the simulated engine's scheduler and CPU profile
 
 def slo_limits(slo: dict, metrics: tuple[str, ...], stats: tuple[str, ...] | None = None) -> dict:
     """The SLO's latency limits (ms) on these metrics (ttft, tpot, itl, e2e), of these stats when given."""
-    return {k: v for k, v in slo.items()
-            if k != ERROR_RATE and split_key(k)[0] in metrics and (stats is None or split_key(k)[1] in stats)}
+    return {
+        k: v
+        for k, v in slo.items()
+        if k != ERROR_RATE and split_key(k)[0] in metrics and (stats is None or split_key(k)[1] in stats)
+    }
 
 
 class Knobs(NamedTuple):
@@ -106,19 +114,28 @@ class RecommendRequest:
         """The arrival pattern the simulated levels assume, in words."""
         if self.kind != "rate":
             return f"closed loop: {int(self.load)} streams, each sending its next request when the last one ends"
-        split = (f"sent to the replicas by a {self.router} router" if self.fleet_check
-                 else "split at random over the replicas")
+        split = (
+            f"sent to the replicas by a {self.router} router"
+            if self.fleet_check
+            else "split at random over the replicas"
+        )
         if self.burstiness == 1.0:
             return f"Poisson arrivals (exponential gaps, burstiness 1), {split}"
-        return (f"gamma-distributed arrival gaps of shape {self.burstiness:g} ("
-                + ("burstier" if self.burstiness < 1 else "more regular")
-                + f" than Poisson), {split}")
+        return (
+            f"gamma-distributed arrival gaps of shape {self.burstiness:g} ("
+            + ("burstier" if self.burstiness < 1 else "more regular")
+            + f" than Poisson), {split}"
+        )
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise KneecapError(f"load kind must be rate or concurrency, got {self.kind!r}", "pass --rate R or --concurrency C")
+            raise KneecapError(
+                f"load kind must be rate or concurrency, got {self.kind!r}", "pass --rate R or --concurrency C"
+            )
         if not self.load > 0 or (self.kind == "concurrency" and int(self.load) != self.load):
-            what = "a positive whole number of streams" if self.kind == "concurrency" else "a positive rate in requests/s"
+            what = (
+                "a positive whole number of streams" if self.kind == "concurrency" else "a positive rate in requests/s"
+            )
             raise KneecapError(f"--{self.kind} must be {what}, got {self.load!r}", f"pass e.g. --{self.kind} 16")
         for flag, v in (("--isl", self.isl), ("--osl", self.osl)):
             if not isinstance(v, int) or v < 1:
@@ -126,23 +143,32 @@ class RecommendRequest:
         if self.router not in ROUTERS:
             raise KneecapError(f"unknown --router {self.router!r}", f"pass one of {', '.join(ROUTERS)}")
         if self.shared_prefix_tokens and self.mix is not None:
-            raise KneecapError("--shared-prefix and --classes/--replay both given",
-                               "state shared prefixes in the class file (shared_prefix_tokens, num_prefix_groups)")
+            raise KneecapError(
+                "--shared-prefix and --classes/--replay both given",
+                "state shared prefixes in the class file (shared_prefix_tokens, num_prefix_groups)",
+            )
         if self.shared_prefix_tokens and self.shared_prefix_tokens >= self.isl:
-            raise KneecapError(f"--shared-prefix {self.shared_prefix_tokens} tokens is not shorter than "
-                               f"--isl {self.isl}", "use a prefix shorter than the prompt")
+            raise KneecapError(
+                f"--shared-prefix {self.shared_prefix_tokens} tokens is not shorter than --isl {self.isl}",
+                "use a prefix shorter than the prompt",
+            )
         if not self.burstiness > 0:
-            raise KneecapError(f"--burstiness must be > 0, got {self.burstiness!r}",
-                               "pass e.g. --burstiness 1 (Poisson arrivals) or 0.5 (burstier)")
+            raise KneecapError(
+                f"--burstiness must be > 0, got {self.burstiness!r}",
+                "pass e.g. --burstiness 1 (Poisson arrivals) or 0.5 (burstier)",
+            )
         if self.trace is not None and self.kind != "rate":
             raise KneecapError("a replayed trace sets the rate, not a concurrency", "drop --concurrency")
         latency = [k for k in self.slo if k != ERROR_RATE]
         if not latency:
-            raise KneecapError("recommend needs a latency SLO to size against",
-                               "pass e.g. --slo ttft_p99_ms=2000,tpot_p99_ms=50")
+            raise KneecapError(
+                "recommend needs a latency SLO to size against", "pass e.g. --slo ttft_p99_ms=2000,tpot_p99_ms=50"
+            )
         if not self.gpus:
-            raise KneecapError("no candidate GPU has a price",
-                               "pass --gpus with priced GPUs, or --prices FILE giving dollars per GPU-hour")
+            raise KneecapError(
+                "no candidate GPU has a price",
+                "pass --gpus with priced GPUs, or --prices FILE giving dollars per GPU-hour",
+            )
         if self.max_gpus is not None and self.max_gpus < 1:
             raise KneecapError(f"--max-gpus must be >= 1, got {self.max_gpus}", "pass e.g. --max-gpus 16")
         for d in self.weight_dtypes:
@@ -160,8 +186,17 @@ class RecommendRequest:
 
     def deployment_request(self, k: Knobs) -> DeploymentRequest:
         """The one deployment builder's request for a candidate (every other default as `kneecap plan`)."""
-        return DeploymentRequest(model=self.model, gpu=k.gpu, tp=k.tp, pp=k.pp, ep=k.ep, dp_attention=k.dp_attention,
-                                 weight_dtype=k.weight_dtype, kv_dtype=k.kv_dtype, context=self.context)
+        return DeploymentRequest(
+            model=self.model,
+            gpu=k.gpu,
+            tp=k.tp,
+            pp=k.pp,
+            ep=k.ep,
+            dp_attention=k.dp_attention,
+            weight_dtype=k.weight_dtype,
+            kv_dtype=k.kv_dtype,
+            context=self.context,
+        )
 
     @property
     def is_moe(self) -> bool:
@@ -206,6 +241,7 @@ class RecommendRequest:
                                 for mns in self.max_num_seqs_choices:
                                     for mbt in self.max_num_batched_tokens_choices:
                                         for spec in specs:
-                                            out.append(Knobs(gpu, tp, pp, wd, kd, mns * ranks, mbt * ranks, ep, dpa,
-                                                             spec))
+                                            out.append(
+                                                Knobs(gpu, tp, pp, wd, kd, mns * ranks, mbt * ranks, ep, dpa, spec)
+                                            )
         return out

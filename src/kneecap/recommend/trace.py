@@ -38,27 +38,42 @@ class TraceLoad:
 
     @property
     def workload(self) -> Workload:
-        return Workload(classes=(RequestClass(name=CLASS_NAME, input=LengthDist(kind="empirical", values=self.input_tokens),
-                                              output=LengthDist(kind="empirical", values=self.output_tokens)),))
+        return Workload(
+            classes=(
+                RequestClass(
+                    name=CLASS_NAME,
+                    input=LengthDist(kind="empirical", values=self.input_tokens),
+                    output=LengthDist(kind="empirical", values=self.output_tokens),
+                ),
+            )
+        )
 
     def summary(self) -> dict:
         n = self.rows
-        return {"file": self.path, "speed": self.speed, "rows": n, "failed_rows_left_out": self.failed_rows,
-                "mean_rate_recorded": round(self.trace_rate, 6), "rate": round(self.rate, 6),
-                "input_tokens_mean": round(sum(self.input_tokens) / n, 1),
-                "input_tokens_p99": nearest_rank(sorted(self.input_tokens), 0.99),
-                "output_tokens_mean": round(sum(self.output_tokens) / n, 1),
-                "output_tokens_p99": nearest_rank(sorted(self.output_tokens), 0.99),
-                "model": "one request class: input and output lengths each sampled from the trace's own (with replacement); "
-                         "Poisson arrivals at the trace's mean rate x the speed"}
+        return {
+            "file": self.path,
+            "speed": self.speed,
+            "rows": n,
+            "failed_rows_left_out": self.failed_rows,
+            "mean_rate_recorded": round(self.trace_rate, 6),
+            "rate": round(self.rate, 6),
+            "input_tokens_mean": round(sum(self.input_tokens) / n, 1),
+            "input_tokens_p99": nearest_rank(sorted(self.input_tokens), 0.99),
+            "output_tokens_mean": round(sum(self.output_tokens) / n, 1),
+            "output_tokens_p99": nearest_rank(sorted(self.output_tokens), 0.99),
+            "model": "one request class: input and output lengths each sampled from the trace's own (with replacement); "
+            "Poisson arrivals at the trace's mean rate x the speed",
+        }
 
     def describe(self) -> str:
         s = self.summary()
-        return (f"from trace {self.path}: {s['rows']} requests"
-                + (f" ({s['failed_rows_left_out']} failed rows left out)" if self.failed_rows else "")
-                + f", mean rate {self.trace_rate:.4g} requests/s x speed {self.speed:g} = {self.rate:.4g} requests/s; "
-                f"input tokens mean {s['input_tokens_mean']:g} / p99 {s['input_tokens_p99']}, "
-                f"output tokens mean {s['output_tokens_mean']:g} / p99 {s['output_tokens_p99']}")
+        return (
+            f"from trace {self.path}: {s['rows']} requests"
+            + (f" ({s['failed_rows_left_out']} failed rows left out)" if self.failed_rows else "")
+            + f", mean rate {self.trace_rate:.4g} requests/s x speed {self.speed:g} = {self.rate:.4g} requests/s; "
+            f"input tokens mean {s['input_tokens_mean']:g} / p99 {s['input_tokens_p99']}, "
+            f"output tokens mean {s['output_tokens_mean']:g} / p99 {s['output_tokens_p99']}"
+        )
 
     def speed_for(self, rate: float) -> float:
         """The --replay-speed at which a bench replay of the trace offers `rate` requests/s on average."""
@@ -70,9 +85,15 @@ def trace_load(path: str | Path, speed: float = 1.0) -> TraceLoad:
     trace = read_trace(path)
     replay = plan_replay(trace, replay_speed=speed)
     schedule = [(r.send_at_s * speed, r.spec) for r in replay.requests]  # at the recorded speed
-    return TraceLoad(path=str(path), speed=float(speed), rows=len(schedule), trace_rate=replay_rate(schedule),
-                     input_tokens=tuple(s.input_tokens for _, s in schedule),
-                     output_tokens=tuple(s.output_tokens for _, s in schedule), failed_rows=len(trace.failed_rows))
+    return TraceLoad(
+        path=str(path),
+        speed=float(speed),
+        rows=len(schedule),
+        trace_rate=replay_rate(schedule),
+        input_tokens=tuple(s.input_tokens for _, s in schedule),
+        output_tokens=tuple(s.output_tokens for _, s in schedule),
+        failed_rows=len(trace.failed_rows),
+    )
 
 
 def write_length_files(d: Path, t: TraceLoad) -> None:

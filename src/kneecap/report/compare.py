@@ -88,17 +88,28 @@ def run_facts(summary: dict) -> dict[str, str | None]:
     command = manifest.get("command")
     engine = summary.get("engine") or {}
     simulated = summary.get("kind") == "simulate"
-    gpu = (f"{dep.get('num_gpus')}x {dep['gpu']} (TP {dep.get('tp')}, PP {dep.get('pp')})" if dep.get("gpu")
-           else _flag(command, "--gpu"))
-    engine_text = (f"kneecap's simulated engine ({engine.get('defaults') or 'vllm'} defaults)" if simulated
-                   else " ".join(str(x) for x in (server.get("engine"), server.get("version")) if x) or None)
+    gpu = (
+        f"{dep.get('num_gpus')}x {dep['gpu']} (TP {dep.get('tp')}, PP {dep.get('pp')})"
+        if dep.get("gpu")
+        else _flag(command, "--gpu")
+    )
+    engine_text = (
+        f"kneecap's simulated engine ({engine.get('defaults') or 'vllm'} defaults)"
+        if simulated
+        else " ".join(str(x) for x in (server.get("engine"), server.get("version")) if x) or None
+    )
     dataset = _flag(command, "--replay") or _flag(command, "--dataset") or "random (synthetic prompts)"
     levels = levels_of(summary)
     seed = (summary.get("sweep") or {}).get("seed", summary.get("seed"))
-    return {"model": dep.get("model") or server.get("model_id") or manifest.get("model") or _flag(command, "--model"),
-            "GPU": gpu, "engine": engine_text, "lengths": _lengths(summary.get("workload") or {}, command),
-            "dataset": dataset, "load dimension": load_axis(levels)[0] if levels else None,
-            "seed": None if seed is None else str(seed)}
+    return {
+        "model": dep.get("model") or server.get("model_id") or manifest.get("model") or _flag(command, "--model"),
+        "GPU": gpu,
+        "engine": engine_text,
+        "lengths": _lengths(summary.get("workload") or {}, command),
+        "dataset": dataset,
+        "load dimension": load_axis(levels)[0] if levels else None,
+        "seed": None if seed is None else str(seed),
+    }
 
 
 def differences(a_summary: dict, b_summary: dict) -> list[tuple[str, str, str]]:
@@ -114,8 +125,9 @@ def _get(level: dict, path: tuple[str, ...]) -> float | None:
     return float(value) if fmt.is_number(value) else None
 
 
-def metric_delta(metric: str, label: str, unit: str, higher_is_better: bool,
-                 a: float | None, b: float | None) -> MetricDelta:
+def metric_delta(
+    metric: str, label: str, unit: str, higher_is_better: bool, a: float | None, b: float | None
+) -> MetricDelta:
     if a is None or b is None:
         return MetricDelta(metric, label, unit, a, b, None, None, None)
     delta = b - a
@@ -128,25 +140,30 @@ def metric_delta(metric: str, label: str, unit: str, higher_is_better: bool,
     return MetricDelta(metric, label, unit, a, b, delta, relative, better)
 
 
-def compare_levels(a_summary: dict, b_summary: dict,
-                   force: bool = False) -> tuple[list[LevelComparison], list[str], list[str]]:
+def compare_levels(
+    a_summary: dict, b_summary: dict, force: bool = False
+) -> tuple[list[LevelComparison], list[str], list[str]]:
     """(matched levels in load order, loads only in A, loads only in B). Sweeps of different load dimensions
     (concurrency vs rate) are refused; with `force` their levels are all unmatched."""
     a_levels, b_levels = levels_of(a_summary), levels_of(b_summary)
     a_axis, b_axis = load_axis(a_levels)[0], load_axis(b_levels)[0]
     if a_levels and b_levels and a_axis != b_axis:
         if not force:
-            raise KneecapError(f"cannot compare a {a_axis} sweep with a {b_axis} sweep level by level",
-                               "compare two concurrency sweeps or two rate sweeps, or pass --force to see both "
-                               "runs' plots side by side")
+            raise KneecapError(
+                f"cannot compare a {a_axis} sweep with a {b_axis} sweep level by level",
+                "compare two concurrency sweeps or two rate sweeps, or pass --force to see both "
+                "runs' plots side by side",
+            )
         return [], [fmt.load_text(lv) for lv in a_levels], [fmt.load_text(lv) for lv in b_levels]
     a_by = {load_value(lv, i): lv for i, lv in enumerate(a_levels)}
     b_by = {load_value(lv, i): lv for i, lv in enumerate(b_levels)}
     matched = []
     for load in sorted(set(a_by) & set(b_by)):
         la, lb = a_by[load], b_by[load]
-        deltas = tuple(metric_delta(key, label, unit, hib, _get(la, path), _get(lb, path))
-                       for key, label, unit, hib, path in METRICS)
+        deltas = tuple(
+            metric_delta(key, label, unit, hib, _get(la, path), _get(lb, path))
+            for key, label, unit, hib, path in METRICS
+        )
         matched.append(LevelComparison(load, fmt.load_text(la), deltas))
     only_a = [fmt.load_text(a_by[x]) for x in sorted(set(a_by) - set(b_by))]
     only_b = [fmt.load_text(b_by[x]) for x in sorted(set(b_by) - set(a_by))]
@@ -176,12 +193,22 @@ def metric_table(matched: list[LevelComparison], index: int) -> Table:
     for level in matched:
         d = level.deltas[index]
         sign = "+" if d.delta is not None and d.delta > 0 else ""
-        rows.append((level.load_text, _value(d.a, unit), _value(d.b, unit),
-                     sign + _value(d.delta, unit) if d.delta is not None else fmt.MISSING,
-                     fmt.pct(d.relative, signed=True), _better_cell(d.better)))
+        rows.append(
+            (
+                level.load_text,
+                _value(d.a, unit),
+                _value(d.b, unit),
+                sign + _value(d.delta, unit) if d.delta is not None else fmt.MISSING,
+                fmt.pct(d.relative, signed=True),
+                _better_cell(d.better),
+            )
+        )
     direction = "higher is better" if METRICS[index][3] else "lower is better"
-    return Table(("load", f"A ({unit})", f"B ({unit})", f"Δ B − A ({unit})", "Δ (%)", "better"), tuple(rows),
-                 caption=f"{first.label} ({direction})")
+    return Table(
+        ("load", f"A ({unit})", f"B ({unit})", f"Δ B − A ({unit})", "Δ (%)", "better"),
+        tuple(rows),
+        caption=f"{first.label} ({direction})",
+    )
 
 
 def _scoreboard(matched: list[LevelComparison]) -> Table:
@@ -190,29 +217,49 @@ def _scoreboard(matched: list[LevelComparison]) -> Table:
         verdicts = [lv.deltas[i].better for lv in matched]
         a, b, tie = verdicts.count("A"), verdicts.count("B"), verdicts.count("tie")
         overall = "B" if b > a else "A" if a > b else "even"
-        rows.append((f"{label} ({unit})", "higher" if hib else "lower", str(a), str(b), str(tie),
-                     Cell(overall, "muted" if overall == "even" else "better")))
-    return Table(("metric", "better when", "A better (levels)", "B better (levels)", "ties (levels)", "overall"),
-                 tuple(rows), caption=f"Levels where each run wins (a tie is within {fmt.pct(TIE_FRACTION, 0)})")
+        rows.append(
+            (
+                f"{label} ({unit})",
+                "higher" if hib else "lower",
+                str(a),
+                str(b),
+                str(tie),
+                Cell(overall, "muted" if overall == "even" else "better"),
+            )
+        )
+    return Table(
+        ("metric", "better when", "A better (levels)", "B better (levels)", "ties (levels)", "overall"),
+        tuple(rows),
+        caption=f"Levels where each run wins (a tie is within {fmt.pct(TIE_FRACTION, 0)})",
+    )
 
 
 def _series(results: Results) -> tuple[list[tuple[float, float]], list[tuple[float, float, str]]]:
     levels = levels_of(results.summary)
-    thr = [(load_value(lv, i), float(lv["output_tok_s"])) for i, lv in enumerate(levels)
-           if fmt.is_number(lv.get("output_tok_s"))]
+    thr = [
+        (load_value(lv, i), float(lv["output_tok_s"]))
+        for i, lv in enumerate(levels)
+        if fmt.is_number(lv.get("output_tok_s"))
+    ]
     return thr, frontier_points(levels)
 
 
 def differences_table(diff: list[tuple[str, str, str]]) -> Table:
-    return Table(("what", "A", "B"), tuple(diff), caption="What differs between the two runs: a level's delta "
-                 "then measures these differences as well as the servers")
+    return Table(
+        ("what", "A", "B"),
+        tuple(diff),
+        caption="What differs between the two runs: a level's delta "
+        "then measures these differences as well as the servers",
+    )
 
 
 def compare_document(a: Results, b: Results, force: bool = False) -> Document:
     for side, res in (("A", a), ("B", b)):
         if res.kind not in SWEEP_KINDS:
-            raise KneecapError(f"{side} ({res.path}) is a {res.kind} result; comparison is level by level",
-                               "compare two bench or simulate folders (render a plan or run on its own)")
+            raise KneecapError(
+                f"{side} ({res.path}) is a {res.kind} result; comparison is level by level",
+                "compare two bench or simulate folders (render a plan or run on its own)",
+            )
     matched, only_a, only_b = compare_levels(a.summary, b.summary, force)
     diff = differences(a.summary, b.summary)
     title = f"Comparison — A: {a.name} vs B: {b.name}"
@@ -220,31 +267,61 @@ def compare_document(a: Results, b: Results, force: bool = False) -> Document:
     for side, res in (("A", a), ("B", b)):
         banner = source_banner(res.kind, res.summary)
         blocks.append(type(banner)(f"{side} ({res.name}): {banner.title}", banner.text, banner.tone))
-    commands = [(f"{side} command", command_text((r.summary.get("manifest") or {}).get("command")) or "not recorded")
-                for side, r in (("A", a), ("B", b)) if isinstance(r.summary, dict)]
-    blocks.append(KeyValues(tuple([(f"{s} folder", str(r.path)) for s, r in (("A", a), ("B", b))] + commands),
-                            caption="What is compared"))
+    commands = [
+        (f"{side} command", command_text((r.summary.get("manifest") or {}).get("command")) or "not recorded")
+        for side, r in (("A", a), ("B", b))
+        if isinstance(r.summary, dict)
+    ]
+    blocks.append(
+        KeyValues(
+            tuple([(f"{s} folder", str(r.path)) for s, r in (("A", a), ("B", b))] + commands),
+            caption="What is compared",
+        )
+    )
     if a.kind != b.kind:
-        blocks.append(Paragraph(f"A is {a.kind} and B is {b.kind}: one side was not measured on a real server.",
-                                "warning"))
+        blocks.append(
+            Paragraph(f"A is {a.kind} and B is {b.kind}: one side was not measured on a real server.", "warning")
+        )
     if diff:
         blocks.append(Paragraph("The runs differ in " + ", ".join(k for k, _, _ in diff) + ".", "warning"))
         blocks.append(differences_table(diff))
     else:
-        blocks.append(Paragraph("Same " + ", ".join(k for k, v in run_facts(a.summary).items() if v is not None)
-                                + " in both runs (as each summary records them).", "muted"))
+        blocks.append(
+            Paragraph(
+                "Same "
+                + ", ".join(k for k, v in run_facts(a.summary).items() if v is not None)
+                + " in both runs (as each summary records them).",
+                "muted",
+            )
+        )
     if only_a or only_b:
-        blocks.append(Paragraph(f"Levels only in A: {', '.join(only_a) or 'none'}; only in B: "
-                                f"{', '.join(only_b) or 'none'} (not compared).", "muted"))
+        blocks.append(
+            Paragraph(
+                f"Levels only in A: {', '.join(only_a) or 'none'}; only in B: "
+                f"{', '.join(only_b) or 'none'} (not compared).",
+                "muted",
+            )
+        )
     if not matched:
         blocks.append(Paragraph("No load level appears in both runs: nothing to compare level by level.", "warning"))
     load_name, load_unit = load_axis(levels_of(a.summary) or levels_of(b.summary))
     (thr_a, front_a), (thr_b, front_b) = _series(a), _series(b)
-    figs = drawn("throughput", f"Output throughput vs {load_name}: A and B",
-                 plots.series_vs_load([(f"A: {a.name}", thr_a), (f"B: {b.name}", thr_b)], load_name, load_unit,
-                                      "output throughput (tok/s)", f"Output throughput vs {load_name}, run by run"))
-    figs += drawn("frontier", "Throughput–latency frontier: A and B",
-                  plots.frontier([(f"A: {a.name}", front_a), (f"B: {b.name}", front_b)]))
+    figs = drawn(
+        "throughput",
+        f"Output throughput vs {load_name}: A and B",
+        plots.series_vs_load(
+            [(f"A: {a.name}", thr_a), (f"B: {b.name}", thr_b)],
+            load_name,
+            load_unit,
+            "output throughput (tok/s)",
+            f"Output throughput vs {load_name}, run by run",
+        ),
+    )
+    figs += drawn(
+        "frontier",
+        "Throughput–latency frontier: A and B",
+        plots.frontier([(f"A: {a.name}", front_a), (f"B: {b.name}", front_b)]),
+    )
     if figs:
         blocks += [Heading("Plots")] + figs
     if matched:

@@ -74,8 +74,10 @@ class Table:
     def __post_init__(self) -> None:
         for i, row in enumerate(self.rows):
             if len(row) != len(self.columns):
-                raise KneecapError(f"report table row {i} has {len(row)} cells for {len(self.columns)} columns",
-                                   "this is a bug in the page builder: every row needs one cell per column")
+                raise KneecapError(
+                    f"report table row {i} has {len(row)} cells for {len(self.columns)} columns",
+                    "this is a bug in the page builder: every row needs one cell per column",
+                )
         if self.row_tones and len(self.row_tones) != len(self.rows):
             raise KneecapError("report table row_tones must have one tone per row", "pass one tone per row or none")
         for tone in self.row_tones:
@@ -109,8 +111,9 @@ class Figure:
 
     def __post_init__(self) -> None:
         if not self.name or not all(c.isalnum() or c in "-_" for c in self.name):
-            raise KneecapError(f"figure name {self.name!r} must be letters, digits, '-' or '_'",
-                               "use a file-name-safe figure name")
+            raise KneecapError(
+                f"figure name {self.name!r} must be letters, digits, '-' or '_'", "use a file-name-safe figure name"
+            )
         if not self.png.startswith(b"\x89PNG\r\n\x1a\n"):
             raise KneecapError(f"figure {self.name!r} is not a PNG", "plots must be rendered as PNG bytes")
 

@@ -12,8 +12,18 @@ import base64
 import re
 from html import escape
 
-from kneecap.report.document import (Banner, Cell, Code, Definitions, Document, Figure, Heading, KeyValues,
-                                     Paragraph, Table)
+from kneecap.report.document import (
+    Banner,
+    Cell,
+    Code,
+    Definitions,
+    Document,
+    Figure,
+    Heading,
+    KeyValues,
+    Paragraph,
+    Table,
+)
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
@@ -97,8 +107,15 @@ def _table(columns, rows, caption: str | None, row_tones=(), css_class: str = ""
     """Numeric columns (every cell a number, with or without its unit) align right; text aligns left."""
     texts = [[c.text if isinstance(c, Cell) else c for c in row] for row in rows]
     numeric = [i > 0 and bool(texts) and all(_is_numeric(row[i]) for row in texts) for i in range(len(columns))]
-    head = ("<thead><tr>" + "".join(f'<th class="{"num" if n else "text"}">{escape(c)}</th>'
-                                    for c, n in zip(columns, numeric)) + "</tr></thead>") if header else ""
+    head = (
+        (
+            "<thead><tr>"
+            + "".join(f'<th class="{"num" if n else "text"}">{escape(c)}</th>' for c, n in zip(columns, numeric))
+            + "</tr></thead>"
+        )
+        if header
+        else ""
+    )
     body = []
     for i, row in enumerate(rows):
         tone = row_tones[i] if row_tones else "plain"
@@ -130,8 +147,10 @@ def to_html(doc: Document) -> str:
                 toc.append((anchor, block.text))
             parts.append(f'<h{block.level} id="{escape(anchor)}">{escape(block.text)}</h{block.level}>')
         elif isinstance(block, Banner):
-            parts.append(f'<div class="banner tone-{block.tone}" role="note"><strong>{escape(block.title)}</strong>'
-                         f"{escape(block.text)}</div>")
+            parts.append(
+                f'<div class="banner tone-{block.tone}" role="note"><strong>{escape(block.title)}</strong>'
+                f"{escape(block.text)}</div>"
+            )
         elif isinstance(block, Paragraph):
             cls = f' class="tone-{block.tone}"' if block.tone != "plain" else ""
             parts.append(f"<p{cls}>{escape(block.text)}</p>")
@@ -140,17 +159,21 @@ def to_html(doc: Document) -> str:
         elif isinstance(block, Table):
             parts.append(_table(block.columns, block.rows, block.caption, block.row_tones))
         elif isinstance(block, KeyValues) and block.compact:
-            cap = f"<p class=\"grid-caption\">{escape(block.caption)}</p>" if block.caption else ""
-            cells = "".join(f"<div><dt>{escape(k)}</dt><dd{NUM_ATTR if _is_numeric(v) else ''}>{escape(v)}</dd></div>"
-                            for k, v in block.items)
+            cap = f'<p class="grid-caption">{escape(block.caption)}</p>' if block.caption else ""
+            cells = "".join(
+                f"<div><dt>{escape(k)}</dt><dd{NUM_ATTR if _is_numeric(v) else ''}>{escape(v)}</dd></div>"
+                for k, v in block.items
+            )
             parts.append(f'{cap}<dl class="grid">{cells}</dl>')
         elif isinstance(block, KeyValues):
             parts.append(_table(("item", "value"), block.items, block.caption, css_class="kv", header=False))
         elif isinstance(block, Figure):
             data = base64.b64encode(block.png).decode("ascii")
             caption = f"<strong>{escape(block.title)}.</strong> {escape(block.caption or '')}"
-            parts.append(f'<figure id="fig-{escape(block.name)}"><img alt="{escape(block.title)}" '
-                         f'src="data:image/png;base64,{data}"><figcaption>{caption}</figcaption></figure>')
+            parts.append(
+                f'<figure id="fig-{escape(block.name)}"><img alt="{escape(block.title)}" '
+                f'src="data:image/png;base64,{data}"><figcaption>{caption}</figcaption></figure>'
+            )
         elif isinstance(block, Definitions):
             parts.append(_table(("term", "unit", "definition"), block.items, None, css_class="glossary"))
     nav = "<nav>" + "".join(f'<a href="#{escape(a)}">{escape(t)}</a>' for a, t in toc) + "</nav>" if toc else ""
@@ -159,10 +182,12 @@ def to_html(doc: Document) -> str:
         body = parts[0] + nav + "".join(parts[1:])
     else:
         body = nav + "".join(parts)
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            '<meta name="referrer" content="no-referrer">'
-            f"<title>{escape(doc.title)}</title><style>{CSS}</style></head>"
-            f"<body><main>{body}<footer>Rendered by kneecap report. Self-contained: no scripts, "
-            "no network resources.</footer></main></body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<meta name="referrer" content="no-referrer">'
+        f"<title>{escape(doc.title)}</title><style>{CSS}</style></head>"
+        f"<body><main>{body}<footer>Rendered by kneecap report. Self-contained: no scripts, "
+        "no network resources.</footer></main></body></html>\n"
+    )

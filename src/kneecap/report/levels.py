@@ -9,12 +9,28 @@ from __future__ import annotations
 from kneecap.report.numbers import is_number, load_label, load_text
 from kneecap.report.plots import LoadPoint
 
-LATENCY_KEYS = ("ttft_ms", "ttft_answer_ms", "itl_ms", "tpot_ms", "e2e_ms", "ttft_from_scheduled_ms",
-                "e2e_from_scheduled_ms", "schedule_lag_ms", "chunk_gap_ms")
-LATENCY_LABELS = {"ttft_ms": "TTFT", "ttft_answer_ms": "TTFT (answer)", "itl_ms": "ITL", "tpot_ms": "TPOT",
-                  "e2e_ms": "E2E", "ttft_from_scheduled_ms": "TTFT from scheduled",
-                  "e2e_from_scheduled_ms": "E2E from scheduled", "schedule_lag_ms": "Schedule lag",
-                  "chunk_gap_ms": "Chunk gap"}
+LATENCY_KEYS = (
+    "ttft_ms",
+    "ttft_answer_ms",
+    "itl_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "ttft_from_scheduled_ms",
+    "e2e_from_scheduled_ms",
+    "schedule_lag_ms",
+    "chunk_gap_ms",
+)
+LATENCY_LABELS = {
+    "ttft_ms": "TTFT",
+    "ttft_answer_ms": "TTFT (answer)",
+    "itl_ms": "ITL",
+    "tpot_ms": "TPOT",
+    "e2e_ms": "E2E",
+    "ttft_from_scheduled_ms": "TTFT from scheduled",
+    "e2e_from_scheduled_ms": "E2E from scheduled",
+    "schedule_lag_ms": "Schedule lag",
+    "chunk_gap_ms": "Chunk gap",
+}
 
 
 def levels_of(summary: dict) -> list[dict]:
@@ -100,8 +116,11 @@ def preflight_limit(summary: dict, levels: list[dict]) -> float | None:
         return float(pre["max_safe_concurrency"])
     if is_number(summary.get("max_safe_concurrency")):
         return float(summary["max_safe_concurrency"])
-    fits = [float(lv["concurrency"]) for lv in levels
-            if is_number(lv.get("concurrency")) and preflight_verdict(lv) == "fits"]
+    fits = [
+        float(lv["concurrency"])
+        for lv in levels
+        if is_number(lv.get("concurrency")) and preflight_verdict(lv) == "fits"
+    ]
     if fits and any(preflight_verdict(lv) in ("tight", "exceeds") for lv in levels):
         return max(fits)
     return _derived_preflight_limit(summary)
@@ -112,7 +131,9 @@ def _derived_preflight_limit(summary: dict) -> float | None:
     (kneecap.plan.preflight) on them. None when any input is missing or lengths are not fixed."""
     plan, workload = summary.get("plan"), summary.get("workload")
     deployment = summary.get("deployment") if isinstance(summary.get("deployment"), dict) else {}
-    if not (isinstance(plan, dict) and isinstance(workload, dict) and summary.get("load", "concurrency") == "concurrency"):
+    if not (
+        isinstance(plan, dict) and isinstance(workload, dict) and summary.get("load", "concurrency") == "concurrency"
+    ):
         return None
     capacity, isl, osl = plan.get("kv_capacity_tokens"), workload.get("isl"), workload.get("osl")
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (capacity, isl, osl)):
@@ -135,8 +156,9 @@ def _derived_preflight_limit(summary: dict) -> float | None:
         return float(plan["num_kv_blocks"] // per_request) if per_request > 0 else None
 
     try:
-        return float(preflight(capacity, isl=isl, osl=osl, concurrencies=[1], block_size=block_size)
-                     .max_safe_concurrency)
+        return float(
+            preflight(capacity, isl=isl, osl=osl, concurrencies=[1], block_size=block_size).max_safe_concurrency
+        )
     except KneecapError:
         return None
 
@@ -193,23 +215,29 @@ def points_of(levels: list[dict]) -> list[LoadPoint]:
     points = []
     for i, lv in enumerate(levels):
         sm = lv.get("server_metrics") if isinstance(lv.get("server_metrics"), dict) else {}
-        points.append(LoadPoint(
-            load=load_value(lv, i),
-            output_tok_s=float(lv["output_tok_s"]) if is_number(lv.get("output_tok_s")) else None,
-            latency_ms={k: lv[k] for k in LATENCY_KEYS if isinstance(lv.get(k), dict)},
-            suspect=is_suspect(lv),
-            kv_usage_max=_fraction(sm.get("kv_usage_max")),
-            waiting_max=float(sm["waiting_max"]) if is_number(sm.get("waiting_max")) else None,
-            running_max=float(sm["running_max"]) if is_number(sm.get("running_max")) else None,
-        ))
+        points.append(
+            LoadPoint(
+                load=load_value(lv, i),
+                output_tok_s=float(lv["output_tok_s"]) if is_number(lv.get("output_tok_s")) else None,
+                latency_ms={k: lv[k] for k in LATENCY_KEYS if isinstance(lv.get(k), dict)},
+                suspect=is_suspect(lv),
+                kv_usage_max=_fraction(sm.get("kv_usage_max")),
+                waiting_max=float(sm["waiting_max"]) if is_number(sm.get("waiting_max")) else None,
+                running_max=float(sm["running_max"]) if is_number(sm.get("running_max")) else None,
+            )
+        )
     return points
 
 
 def frontier_points(levels: list[dict]) -> list[tuple[float, float, str]]:
     """(p99 TPOT ms, output tok/s, load) of every level that has both: the throughput-latency frontier."""
-    return [(float(lv["tpot_ms"]["p99"]), float(lv["output_tok_s"]), load_text(lv)) for lv in levels
-            if isinstance(lv.get("tpot_ms"), dict) and is_number(lv["tpot_ms"].get("p99"))
-            and is_number(lv.get("output_tok_s"))]
+    return [
+        (float(lv["tpot_ms"]["p99"]), float(lv["output_tok_s"]), load_text(lv))
+        for lv in levels
+        if isinstance(lv.get("tpot_ms"), dict)
+        and is_number(lv["tpot_ms"].get("p99"))
+        and is_number(lv.get("output_tok_s"))
+    ]
 
 
 def _fraction(value: object) -> float | None:
@@ -281,9 +309,16 @@ def level_panels(rows: tuple | list, summary: dict, levels: list[dict], max_pane
         else:
             label = f"level {key}" if key is not None else "whole run"
         t0 = series["t"][0]  # a level's clock may start where the previous level ended: count from its own start
-        panels.append({**series, "t": [t - t0 for t in series["t"]], "label": label,
-                       "time_label": "time since the level's first step (s)" if key is not None
-                       else "time since the first step (s)"})
+        panels.append(
+            {
+                **series,
+                "t": [t - t0 for t in series["t"]],
+                "label": label,
+                "time_label": "time since the level's first step (s)"
+                if key is not None
+                else "time since the first step (s)",
+            }
+        )
     if len(panels) > max_panels:
         step = (len(panels) - 1) / (max_panels - 1)
         panels = [panels[round(i * step)] for i in range(max_panels)]

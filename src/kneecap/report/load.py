@@ -74,8 +74,9 @@ class Results:
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise KneecapError(f"unknown results kind {self.kind!r} in {self.path}",
-                               f"kneecap report reads {', '.join(KINDS)} results")
+            raise KneecapError(
+                f"unknown results kind {self.kind!r} in {self.path}", f"kneecap report reads {', '.join(KINDS)} results"
+            )
 
     @property
     def name(self) -> str:
@@ -90,11 +91,15 @@ def _read_json(path: Path) -> dict:
     except (OSError, UnicodeDecodeError) as exc:
         raise KneecapError(f"cannot read {path}: {exc}", "check the path and its permissions")
     except json.JSONDecodeError as exc:
-        raise KneecapError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
-                           "re-run the command that wrote it, or recompute the summary from its records")
+        raise KneecapError(
+            f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
+            "re-run the command that wrote it, or recompute the summary from its records",
+        )
     if not isinstance(data, dict):
-        raise KneecapError(f"{path} holds a JSON {type(data).__name__}, not an object",
-                           "pass a summary.json or plan.json written by kneecap")
+        raise KneecapError(
+            f"{path} holds a JSON {type(data).__name__}, not an object",
+            "pass a summary.json or plan.json written by kneecap",
+        )
     return data
 
 
@@ -104,8 +109,10 @@ def _kind_of(data: dict, path: Path) -> str:
         return "plan"
     if kind not in KINDS:
         found = "no 'kind' key" if kind is None else f"kind {kind!r}"
-        raise KneecapError(f"{path} has {found}; kneecap report reads {', '.join(KINDS)} results",
-                           "pass a folder written by `kneecap bench|simulate|run --out DIR` or a `kneecap plan --json` file")
+        raise KneecapError(
+            f"{path} has {found}; kneecap report reads {', '.join(KINDS)} results",
+            "pass a folder written by `kneecap bench|simulate|run --out DIR` or a `kneecap plan --json` file",
+        )
     return kind
 
 
@@ -183,16 +190,20 @@ def load_results(location: str | Path) -> Results:
         _kind_of(data, path / "plan.json")
         return Results(kind="plan", path=path, summary=data)
     else:
-        raise KneecapError(f"{path} holds neither summary.json nor plan.json",
-                           "pass a folder written by `kneecap bench|simulate|run --out DIR`, or a plan.json")
+        raise KneecapError(
+            f"{path} holds neither summary.json nor plan.json",
+            "pass a folder written by `kneecap bench|simulate|run --out DIR`, or a plan.json",
+        )
     if kind == "plan":
         return Results(kind="plan", path=folder, summary=data)
 
     missing: list[str] = []
     records, absent = _read_records(folder)
     missing.extend(absent)
-    trace, timeline = (tuple(_read_jsonl_dicts(folder / name, MAX_TRACE_ROWS)) if (folder / name).is_file() else ()
-                       for name in ("trace.jsonl", "server_metrics.jsonl"))  # simulate's steps; bench's scrapes
+    trace, timeline = (
+        tuple(_read_jsonl_dicts(folder / name, MAX_TRACE_ROWS)) if (folder / name).is_file() else ()
+        for name in ("trace.jsonl", "server_metrics.jsonl")
+    )  # simulate's steps; bench's scrapes
     plan = None
     if (folder / "plan.json").is_file():
         plan_data = _read_json(folder / "plan.json")
@@ -201,5 +212,13 @@ def load_results(location: str | Path) -> Results:
     data["manifest"] = _manifest(folder, data.get("manifest"))
     if data["manifest"] is None:
         missing.append("manifest (command line, versions, environment)")
-    return Results(kind=kind, path=folder, summary=data, records=records, trace=trace, timeline=timeline,
-                   plan=plan, missing=tuple(missing))
+    return Results(
+        kind=kind,
+        path=folder,
+        summary=data,
+        records=records,
+        trace=trace,
+        timeline=timeline,
+        plan=plan,
+        missing=tuple(missing),
+    )

@@ -8,8 +8,18 @@ from __future__ import annotations
 
 import re
 
-from kneecap.report.document import (Banner, Cell, Code, Definitions, Document, Figure, Heading, KeyValues,
-                                     Paragraph, Table)
+from kneecap.report.document import (
+    Banner,
+    Cell,
+    Code,
+    Definitions,
+    Document,
+    Figure,
+    Heading,
+    KeyValues,
+    Paragraph,
+    Table,
+)
 
 # '_' inside a word (ttft_p99_ms) is never emphasis in CommonMark/GFM, so only word-edge '_' is escaped
 _MD_SPECIAL = re.compile(r"([\\`*\[\]#])|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
@@ -31,8 +41,10 @@ def _cell(cell: str | Cell) -> str:
 
 
 def _table(columns, rows) -> list[str]:
-    lines = ["| " + " | ".join(escape_md(c, True) for c in columns) + " |",
-             "|" + "|".join("---" for _ in columns) + "|"]
+    lines = [
+        "| " + " | ".join(escape_md(c, True) for c in columns) + " |",
+        "|" + "|".join("---" for _ in columns) + "|",
+    ]
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return lines
 
@@ -56,7 +68,10 @@ def to_markdown(doc: Document, image_dir: str = "plots") -> str:
             lines += [f"> **{escape_md(block.title)}**", ">", f"> {escape_md(block.text)}", ""]
         elif isinstance(block, Paragraph):
             text = escape_md(block.text)
-            lines += [f"*{text}*" if block.tone in ("muted",) else f"**{text}**" if block.tone == "warning" else text, ""]
+            lines += [
+                f"*{text}*" if block.tone in ("muted",) else f"**{text}**" if block.tone == "warning" else text,
+                "",
+            ]
         elif isinstance(block, Code):
             fence = _fence(block.text)
             lines += [fence + "sh", block.text, fence, ""]
@@ -64,9 +79,12 @@ def to_markdown(doc: Document, image_dir: str = "plots") -> str:
             lines += _caption(block.caption)
             rows = list(block.rows)
             if block.row_tones:  # mark suspect rows in the first cell so they survive plain-text viewing
-                rows = [row if tone != "warning" else (Cell("⚠ " + (row[0].text if isinstance(row[0], Cell) else row[0]),
-                                                            "warning"), *row[1:])
-                        for row, tone in zip(rows, block.row_tones)]
+                rows = [
+                    row
+                    if tone != "warning"
+                    else (Cell("⚠ " + (row[0].text if isinstance(row[0], Cell) else row[0]), "warning"), *row[1:])
+                    for row, tone in zip(rows, block.row_tones)
+                ]
             lines += _table(block.columns, rows) + [""]
         elif isinstance(block, KeyValues):
             lines += _caption(block.caption)

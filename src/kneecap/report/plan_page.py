@@ -13,9 +13,13 @@ from kneecap.report.glossary import PLAN_TERMS, glossary
 from kneecap.report.load import Results
 from kneecap.report.provenance import facts_block, manifest_blocks, source_banner
 
-LEDGER_LINES = (("weights_bytes", "weights"), ("overhead_bytes", "overhead (activations, workspace, graphs)"),
-                ("fragmentation_bytes", "fragmentation headroom"), ("reserved_bytes", "reserved (outside the engine)"),
-                ("kv_pool_bytes", "KV-cache pool"))
+LEDGER_LINES = (
+    ("weights_bytes", "weights"),
+    ("overhead_bytes", "overhead (activations, workspace, graphs)"),
+    ("fragmentation_bytes", "fragmentation headroom"),
+    ("reserved_bytes", "reserved (outside the engine)"),
+    ("kv_pool_bytes", "KV-cache pool"),
+)
 BAR_PARTS = ("weights_bytes", "overhead_bytes", "fragmentation_bytes", "kv_pool_bytes")
 
 
@@ -49,16 +53,24 @@ def _bar_parts(entry: dict, hbm_bytes: object) -> dict:
 def ledger_figure(plan: dict) -> list[Figure]:
     ledger = plan.get("ledger") if isinstance(plan.get("ledger"), dict) else {}
     hbm = ledger.get("hbm_bytes")
-    base = ("as planned", {k: ledger.get(k) for k in BAR_PARTS},
-            f"max seqs {fmt.count(_paged(plan.get('max_seqs')))}")
-    levers = [(str(lv.get("name", "?")), _bar_parts(lv, hbm), f"max seqs {fmt.count(_paged(lv.get('max_seqs')))}")
-              for lv in plan.get("levers") or [] if isinstance(lv, dict)]
-    tps = [(f"TP={row.get('tp')}", _bar_parts(row, hbm), f"max seqs {fmt.count(_paged(row.get('max_seqs')))}")
-           for row in plan.get("tp_sweep") or [] if isinstance(row, dict)]
+    base = ("as planned", {k: ledger.get(k) for k in BAR_PARTS}, f"max seqs {fmt.count(_paged(plan.get('max_seqs')))}")
+    levers = [
+        (str(lv.get("name", "?")), _bar_parts(lv, hbm), f"max seqs {fmt.count(_paged(lv.get('max_seqs')))}")
+        for lv in plan.get("levers") or []
+        if isinstance(lv, dict)
+    ]
+    tps = [
+        (f"TP={row.get('tp')}", _bar_parts(row, hbm), f"max seqs {fmt.count(_paged(row.get('max_seqs')))}")
+        for row in plan.get("tp_sweep") or []
+        if isinstance(row, dict)
+    ]
     groups = [("Per lever (per GPU)", [base] + levers if ledger else levers), ("Per TP degree (per GPU)", tps)]
-    return drawn("ledger", "HBM ledger per GPU, per lever and per TP degree",
-                 plots.ledger_bars(groups, hbm if fmt.is_number(hbm) else None),
-                 "Grey bars where only the KV pool is known lump weights, overhead and fragmentation together.")
+    return drawn(
+        "ledger",
+        "HBM ledger per GPU, per lever and per TP degree",
+        plots.ledger_bars(groups, hbm if fmt.is_number(hbm) else None),
+        "Grey bars where only the KV pool is known lump weights, overhead and fragmentation together.",
+    )
 
 
 def ledger_blocks(plan: dict) -> list[Block]:
@@ -84,56 +96,133 @@ def ledger_blocks(plan: dict) -> list[Block]:
         worst = plan.get("mean_context") == context
     if worst and fmt.is_number(context):
         full = f" if every sequence holds the full {fmt.count(context)} tokens (worst case)"
-        items += [("max sequences" + full, _seqs(plan.get("max_seqs")) + " sequences"),
-                  ("max concurrency" + full, fmt.with_unit(fmt.count(plan.get("max_concurrency")), "requests"))]
+        items += [
+            ("max sequences" + full, _seqs(plan.get("max_seqs")) + " sequences"),
+            ("max concurrency" + full, fmt.with_unit(fmt.count(plan.get("max_concurrency")), "requests")),
+        ]
         typical = [p for p in plan.get("paged_at_mean_context") or [] if isinstance(p, dict)]
         if typical:
-            items.append(("paged max sequences at a typical mean context",
-                          "; ".join(f"{fmt.count(p.get('mean_context'))} tokens → {fmt.count(p.get('max_seqs'))}"
-                                    for p in typical)))
+            items.append(
+                (
+                    "paged max sequences at a typical mean context",
+                    "; ".join(
+                        f"{fmt.count(p.get('mean_context'))} tokens → {fmt.count(p.get('max_seqs'))}" for p in typical
+                    ),
+                )
+            )
     else:
-        items += [("max sequences", _seqs(plan.get("max_seqs")) + " sequences"),
-                  ("max concurrency", fmt.with_unit(fmt.count(plan.get("max_concurrency")), "requests"))]
+        items += [
+            ("max sequences", _seqs(plan.get("max_seqs")) + " sequences"),
+            ("max concurrency", fmt.with_unit(fmt.count(plan.get("max_concurrency")), "requests")),
+        ]
     items.append(("binding limit", str(plan.get("binding", fmt.MISSING))))
     return [KeyValues(tuple(items), caption="HBM ledger per GPU (GiB = 2^30 bytes)")]
 
 
 def _facts(plan: dict) -> KeyValues | None:
     """Facts the planner wrote that the ledger and tables do not show (model, GPU, TP, dtypes, HBM basis...)."""
-    shown = {"kv_bytes_per_token", "kv_bytes_per_token_per_gpu", "kv_capacity_tokens", "max_concurrency",
-             "binding", "kind", "model_executed", "benchmark_executed", "ledger", "max_seqs", "levers", "tp_sweep",
-             "context_sweep", "notes", "manifest", "worst_case", "paged_at_mean_context", "kv_derivation"}
-    return facts_block(((key, value) for key, value in plan.items() if key not in shown and value is not None),
-                       "Deployment and planner inputs (units in the names)")
+    shown = {
+        "kv_bytes_per_token",
+        "kv_bytes_per_token_per_gpu",
+        "kv_capacity_tokens",
+        "max_concurrency",
+        "binding",
+        "kind",
+        "model_executed",
+        "benchmark_executed",
+        "ledger",
+        "max_seqs",
+        "levers",
+        "tp_sweep",
+        "context_sweep",
+        "notes",
+        "manifest",
+        "worst_case",
+        "paged_at_mean_context",
+        "kv_derivation",
+    }
+    return facts_block(
+        ((key, value) for key, value in plan.items() if key not in shown and value is not None),
+        "Deployment and planner inputs (units in the names)",
+    )
 
 
 def plan_tables(plan: dict) -> list[Block]:
     blocks: list[Block] = []
     levers = [lv for lv in plan.get("levers") or [] if isinstance(lv, dict)]
     if levers:
-        rows = tuple((str(lv.get("name", "?")), str(lv.get("change") or fmt.MISSING), fmt.gib(lv.get("kv_pool_bytes")),
-                      _seqs(lv.get("max_seqs")), fmt.count(lv.get("max_concurrency")), fmt.count(lv.get("num_gpus")),
-                      _gain(lv.get("gain")), str(lv.get("note") or ""))
-                     for lv in levers)
-        blocks.append(Table(("lever", "change", "KV pool per GPU (GiB)", "max sequences (sequences)",
-                             "max concurrency (requests)", "GPUs", "gain (× max sequences)", "note"), rows,
-                            caption="What each lever buys"))
+        rows = tuple(
+            (
+                str(lv.get("name", "?")),
+                str(lv.get("change") or fmt.MISSING),
+                fmt.gib(lv.get("kv_pool_bytes")),
+                _seqs(lv.get("max_seqs")),
+                fmt.count(lv.get("max_concurrency")),
+                fmt.count(lv.get("num_gpus")),
+                _gain(lv.get("gain")),
+                str(lv.get("note") or ""),
+            )
+            for lv in levers
+        )
+        blocks.append(
+            Table(
+                (
+                    "lever",
+                    "change",
+                    "KV pool per GPU (GiB)",
+                    "max sequences (sequences)",
+                    "max concurrency (requests)",
+                    "GPUs",
+                    "gain (× max sequences)",
+                    "note",
+                ),
+                rows,
+                caption="What each lever buys",
+            )
+        )
     tps = [row for row in plan.get("tp_sweep") or [] if isinstance(row, dict)]
     if tps:
-        rows = tuple((fmt.count(r.get("tp")), fmt.count(r.get("num_gpus")), fmt.count(r.get("kv_heads_per_gpu")),
-                      "yes" if r.get("replicated") else "no",
-                      fmt.MISSING if "fits" not in r else ("yes" if r["fits"] else "no"),
-                      fmt.gib(r.get("kv_pool_bytes")), _seqs(r.get("max_seqs")), _gain(r.get("gain")))
-                     for r in tps)
-        blocks.append(Table(("TP (degree)", "GPUs", "KV heads per GPU (heads)", "KV heads replicated", "weights fit",
-                             "KV pool per GPU (GiB)", "max sequences (sequences)", "gain (× max sequences)"), rows,
-                            caption="Tensor-parallel sweep"))
+        rows = tuple(
+            (
+                fmt.count(r.get("tp")),
+                fmt.count(r.get("num_gpus")),
+                fmt.count(r.get("kv_heads_per_gpu")),
+                "yes" if r.get("replicated") else "no",
+                fmt.MISSING if "fits" not in r else ("yes" if r["fits"] else "no"),
+                fmt.gib(r.get("kv_pool_bytes")),
+                _seqs(r.get("max_seqs")),
+                _gain(r.get("gain")),
+            )
+            for r in tps
+        )
+        blocks.append(
+            Table(
+                (
+                    "TP (degree)",
+                    "GPUs",
+                    "KV heads per GPU (heads)",
+                    "KV heads replicated",
+                    "weights fit",
+                    "KV pool per GPU (GiB)",
+                    "max sequences (sequences)",
+                    "gain (× max sequences)",
+                ),
+                rows,
+                caption="Tensor-parallel sweep",
+            )
+        )
     ctx = [row for row in plan.get("context_sweep") or [] if isinstance(row, dict)]
     if ctx:
-        rows = tuple((fmt.count(r.get("context")), fmt.count(r.get("contiguous")), fmt.count(r.get("paged")))
-                     for r in ctx)
-        blocks.append(Table(("context (tokens)", "contiguous (sequences)", "paged (sequences)"), rows,
-                            caption="Context sweep: sequences that fit"))
+        rows = tuple(
+            (fmt.count(r.get("context")), fmt.count(r.get("contiguous")), fmt.count(r.get("paged"))) for r in ctx
+        )
+        blocks.append(
+            Table(
+                ("context (tokens)", "contiguous (sequences)", "paged (sequences)"),
+                rows,
+                caption="Context sweep: sequences that fit",
+            )
+        )
     return blocks
 
 
@@ -152,10 +241,14 @@ def plan_document(results: Results) -> Document:
     blocks += [Paragraph("Note: " + n, "muted") for n in notes]
     derivation = [str(line) for line in plan.get("kv_derivation") or [] if isinstance(line, str)]
     if derivation:
-        blocks += [Heading("KV bytes per token, step by step"),
-                   Paragraph("Only K and V are cached, per layer and per KV head; the same arithmetic as the "
-                             "terminal worksheet's section 1."),
-                   Code("\n".join(derivation))]
+        blocks += [
+            Heading("KV bytes per token, step by step"),
+            Paragraph(
+                "Only K and V are cached, per layer and per KV head; the same arithmetic as the "
+                "terminal worksheet's section 1."
+            ),
+            Code("\n".join(derivation)),
+        ]
     blocks += [Heading("HBM ledger")] + ledger_blocks(plan) + ledger_figure(plan)
     tables = plan_tables(plan)
     if tables:

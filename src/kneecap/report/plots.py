@@ -119,9 +119,14 @@ def _load_axis(ax, loads: Sequence[float], load_name: str, load_unit: str) -> No
 
 
 @_plain_text
-def throughput_vs_load(points: Sequence[LoadPoint], load_name: str, load_unit: str,
-                       knee_load: float | None = None, preflight_limit: float | None = None,
-                       subject: str = "") -> bytes | None:
+def throughput_vs_load(
+    points: Sequence[LoadPoint],
+    load_name: str,
+    load_unit: str,
+    knee_load: float | None = None,
+    preflight_limit: float | None = None,
+    subject: str = "",
+) -> bytes | None:
     """Output tok/s vs concurrency (or rate), knee marked, preflight limit as a vertical line."""
     pts = [p for p in points if p.output_tok_s is not None]
     if not pts:
@@ -131,18 +136,38 @@ def throughput_vs_load(points: Sequence[LoadPoint], load_name: str, load_unit: s
     ax.plot(xs, [p.output_tok_s for p in pts], marker="o", color=PALETTE[0], label="output throughput")
     bad = [p for p in pts if p.suspect]
     if bad:
-        ax.scatter([p.load for p in bad], [p.output_tok_s for p in bad], s=160, facecolors="none",
-                   edgecolors=PALETTE[4], linewidths=2, label="suspect level (client lag)", zorder=3)
+        ax.scatter(
+            [p.load for p in bad],
+            [p.output_tok_s for p in bad],
+            s=160,
+            facecolors="none",
+            edgecolors=PALETTE[4],
+            linewidths=2,
+            label="suspect level (client lag)",
+            zorder=3,
+        )
     if knee_load is not None:
         knee_y = next((p.output_tok_s for p in pts if p.load == knee_load), None)
         if knee_y is not None:
-            ax.scatter([knee_load], [knee_y], s=220, marker="*", color=PALETTE[1], zorder=4,
-                       label=f"knee ({load_name} {knee_load:g})")
+            ax.scatter(
+                [knee_load],
+                [knee_y],
+                s=220,
+                marker="*",
+                color=PALETTE[1],
+                zorder=4,
+                label=f"knee ({load_name} {knee_load:g})",
+            )
         else:
             ax.axvline(knee_load, color=PALETTE[1], linestyle="-.", label=f"knee ({load_name} {knee_load:g})")
     if preflight_limit is not None:
-        ax.axvline(preflight_limit, color=PALETTE[2], linestyle="--", linewidth=1.5,
-                   label=f"preflight KV limit ({load_name} {preflight_limit:g})")
+        ax.axvline(
+            preflight_limit,
+            color=PALETTE[2],
+            linestyle="--",
+            linewidth=1.5,
+            label=f"preflight KV limit ({load_name} {preflight_limit:g})",
+        )
     _load_axis(ax, xs + ([preflight_limit] if preflight_limit else []), load_name, load_unit)
     ax.set_ylabel("output throughput (tok/s)")
     ax.set_ylim(bottom=0)
@@ -152,8 +177,13 @@ def throughput_vs_load(points: Sequence[LoadPoint], load_name: str, load_unit: s
 
 
 @_plain_text
-def latency_vs_load(points: Sequence[LoadPoint], load_name: str, load_unit: str,
-                    metrics: Sequence[tuple[str, str]], slo_ms: dict | None = None) -> bytes | None:
+def latency_vs_load(
+    points: Sequence[LoadPoint],
+    load_name: str,
+    load_unit: str,
+    metrics: Sequence[tuple[str, str]],
+    slo_ms: dict | None = None,
+) -> bytes | None:
     """One panel per metric (key, label): p50/p90/p99 in ms vs load, SLO lines dashed red.
 
     slo_ms maps metric key -> {percentile name: limit ms}, e.g. {"ttft_ms": {"p99": 500}}.
@@ -170,8 +200,14 @@ def latency_vs_load(points: Sequence[LoadPoint], load_name: str, load_unit: str,
             ys = [p.latency_ms[key].get(pname) for p in pts]
             pairs = [(x, y) for x, y in zip(xs, ys) if isinstance(y, (int, float))]
             if pairs:
-                ax.plot([x for x, _ in pairs], [y for _, y in pairs], linestyle=style, marker=marker,
-                        color=PALETTE[i], label=pname)
+                ax.plot(
+                    [x for x, _ in pairs],
+                    [y for _, y in pairs],
+                    linestyle=style,
+                    marker=marker,
+                    color=PALETTE[i],
+                    label=pname,
+                )
         for pname, limit in sorted((slo_ms.get(key) or {}).items()):
             ax.axhline(limit, color=SLO_COLOR, linestyle="-.", linewidth=1.4, label=f"SLO {pname} ≤ {limit:g} ms")
         _load_axis(ax, xs, load_name, load_unit)
@@ -221,8 +257,16 @@ def _place_point_labels(fig, ax, labels) -> None:
     for x, y, text, color in labels:
         chosen = None
         for dx, dy in LABEL_OFFSETS:
-            note = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=7, color=color,
-                               ha="left" if dx > 0 else "right", annotation_clip=False)
+            note = ax.annotate(
+                text,
+                (x, y),
+                textcoords="offset points",
+                xytext=(dx, dy),
+                fontsize=7,
+                color=color,
+                ha="left" if dx > 0 else "right",
+                annotation_clip=False,
+            )
             box = note.get_window_extent(fig.canvas.get_renderer())
             inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
             if inside and not any(box.overlaps(other) for other in placed):
@@ -230,18 +274,34 @@ def _place_point_labels(fig, ax, labels) -> None:
                 break
             note.remove()
         if chosen is None:  # no clear spot: keep the first offset rather than drop the label
-            note = ax.annotate(text, (x, y), textcoords="offset points", xytext=LABEL_OFFSETS[0], fontsize=7,
-                               color=color, annotation_clip=False)
+            note = ax.annotate(
+                text,
+                (x, y),
+                textcoords="offset points",
+                xytext=LABEL_OFFSETS[0],
+                fontsize=7,
+                color=color,
+                annotation_clip=False,
+            )
             chosen = note.get_window_extent(fig.canvas.get_renderer())
         placed.append(chosen)
 
 
 # bottom to top: the KV pool always sits on top, so bars of full and partial ledgers line up
-LEDGER_PARTS = (("weights_bytes", "weights"), ("overhead_bytes", "overhead"),
-                ("fragmentation_bytes", "fragmentation headroom"),
-                ("other_bytes", "weights + overhead + fragmentation"), ("kv_pool_bytes", "KV pool"))
-LEDGER_COLORS = {"weights_bytes": "#6e7781", "overhead_bytes": "#bc4c00", "fragmentation_bytes": "#d4a72c",
-                 "kv_pool_bytes": "#1a7f37", "other_bytes": "#8c959f"}
+LEDGER_PARTS = (
+    ("weights_bytes", "weights"),
+    ("overhead_bytes", "overhead"),
+    ("fragmentation_bytes", "fragmentation headroom"),
+    ("other_bytes", "weights + overhead + fragmentation"),
+    ("kv_pool_bytes", "KV pool"),
+)
+LEDGER_COLORS = {
+    "weights_bytes": "#6e7781",
+    "overhead_bytes": "#bc4c00",
+    "fragmentation_bytes": "#d4a72c",
+    "kv_pool_bytes": "#1a7f37",
+    "other_bytes": "#8c959f",
+}
 
 
 @_plain_text
@@ -270,8 +330,13 @@ def ledger_bars(groups: Sequence[tuple[str, Sequence[tuple[str, dict, str]]]], h
             if note:
                 ax.annotate(note, (x, top), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7)
         if hbm_bytes:
-            ax.axhline(hbm_bytes / GiB, color=PALETTE[1], linestyle="--", linewidth=1,
-                       label="HBM per GPU" if "HBM" not in labelled else None)
+            ax.axhline(
+                hbm_bytes / GiB,
+                color=PALETTE[1],
+                linestyle="--",
+                linewidth=1,
+                label="HBM per GPU" if "HBM" not in labelled else None,
+            )
             labelled.add("HBM")
         top_gib = max(bottoms + [float(hbm_bytes or 0) / GiB])
         ax.set_ylim(0, top_gib * 1.12 if top_gib > 0 else 1.0)  # (0, 0) is a singular range: matplotlib warns
@@ -301,27 +366,41 @@ def occupancy_over_time(panels: Sequence[dict], source: str) -> bytes | None:
     ncols = min(len(panels), 2)
     nrows = (len(panels) + ncols - 1) // ncols
     fig, axes = _figure(nrows, ncols, height_in=3.0 * nrows + 1.0, width_in=max(WIDTH_IN, 5.6 * ncols))
-    queue_top = max([v for p in panels for key in ("queue", "running") for v in (p.get(key) or []) if v is not None]
-                    + [1.0]) * 1.05
+    queue_top = (
+        max([v for p in panels for key in ("queue", "running") for v in (p.get(key) or []) if v is not None] + [1.0])
+        * 1.05
+    )
     handles: dict = {}
     for index, panel in enumerate(panels):
         ax = axes[index // ncols][index % ncols]
         kv = [(t, v * 100) for t, v in zip(panel["t"], panel["kv_usage"]) if v is not None]
         if kv:
-            (handles["kv"],) = ax.plot([t for t, _ in kv], [v for _, v in kv], color=PALETTE[2],
-                                       label="KV cache usage (% of blocks, left axis)")
+            (handles["kv"],) = ax.plot(
+                [t for t, _ in kv],
+                [v for _, v in kv],
+                color=PALETTE[2],
+                label="KV cache usage (% of blocks, left axis)",
+            )
         ax.set_ylim(0, 105)
         ax.grid(True, alpha=0.3)
         ax.set_title(panel["label"], fontsize=10)
         ax.tick_params(labelsize=8)
         ax2 = ax.twinx()
         ax2.tick_params(labelsize=8)
-        for key, color, label in (("queue", PALETTE[1], "queue depth: waiting requests (right axis)"),
-                                  ("running", PALETTE[0], "running requests (right axis)")):
+        for key, color, label in (
+            ("queue", PALETTE[1], "queue depth: waiting requests (right axis)"),
+            ("running", PALETTE[0], "running requests (right axis)"),
+        ):
             pts = [(t, v) for t, v in zip(panel["t"], panel.get(key) or []) if v is not None]
             if pts:
-                (handles[key],) = ax2.step([t for t, _ in pts], [v for _, v in pts], where="post", color=color,
-                                           alpha=0.8 if key == "queue" else 0.5, label=label)
+                (handles[key],) = ax2.step(
+                    [t for t, _ in pts],
+                    [v for _, v in pts],
+                    where="post",
+                    color=color,
+                    alpha=0.8 if key == "queue" else 0.5,
+                    label=label,
+                )
         ax2.set_ylim(0, queue_top)
         if index % ncols == 0:
             ax.set_ylabel("KV usage (%)", fontsize=9)
@@ -346,8 +425,9 @@ def peaks_vs_load(points: Sequence[LoadPoint], load_name: str, load_unit: str) -
     handles = []
     kv = [(p.load, p.kv_usage_max * 100) for p in pts if p.kv_usage_max is not None]
     if kv:
-        handles += ax.plot([x for x, _ in kv], [y for _, y in kv], marker="o", color=PALETTE[2],
-                           label="peak KV usage (%)")
+        handles += ax.plot(
+            [x for x, _ in kv], [y for _, y in kv], marker="o", color=PALETTE[2], label="peak KV usage (%)"
+        )
     ax.set_ylabel("peak KV cache usage (% of blocks)")
     ax.set_ylim(0, 105)
     _load_axis(ax, [p.load for p in pts], load_name, load_unit)
@@ -355,8 +435,14 @@ def peaks_vs_load(points: Sequence[LoadPoint], load_name: str, load_unit: str) -
     for i, (attr, label) in enumerate((("waiting_max", "peak queue depth"), ("running_max", "peak running"))):
         ys = [(p.load, getattr(p, attr)) for p in pts if getattr(p, attr) is not None]
         if ys:
-            handles += ax2.plot([x for x, _ in ys], [y for _, y in ys], marker="s", linestyle="--",
-                                color=PALETTE[1 if i == 0 else 0], label=f"{label} (requests)")
+            handles += ax2.plot(
+                [x for x, _ in ys],
+                [y for _, y in ys],
+                marker="s",
+                linestyle="--",
+                color=PALETTE[1 if i == 0 else 0],
+                label=f"{label} (requests)",
+            )
     ax2.set_ylabel("requests")
     ax2.set_ylim(bottom=0)
     ax.set_title(f"Peak KV occupancy and queue depth per level (server metrics) vs {load_name}")
@@ -393,10 +479,17 @@ def tokens_per_chunk_histogram(chunk_token_counts: Mapping[int, int]) -> bytes |
     ax.set_title(f"Tokens per chunk: {total:,} chunks, {single * 100:.0f} % carried one token")
     return _png(fig)
 
+
 @_plain_text
-def series_vs_load(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], load_name: str, load_unit: str,
-                   y_label: str, title: str, limits: Sequence[tuple[str, float]] = (),
-                   log_y: bool = False) -> bytes | None:
+def series_vs_load(
+    series: Sequence[tuple[str, Sequence[tuple[float, float]]]],
+    load_name: str,
+    load_unit: str,
+    y_label: str,
+    title: str,
+    limits: Sequence[tuple[str, float]] = (),
+    log_y: bool = False,
+) -> bytes | None:
     """Several runs or candidates on one axis: series = (name, [(load, y), ...]); limits = horizontal lines
     (budgets); log_y: a log10 y axis (latencies spanning orders of magnitude, with the budget in view)."""
     usable = [(name, pts) for name, pts in series if pts]
@@ -422,8 +515,15 @@ def series_vs_load(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], 
 
 
 @_plain_text
-def recommend_pareto(points: Sequence[tuple[float, float, str]], frontier_points: Sequence[tuple[float, float, str]],
-                     xlabel: str, ylabel: str, title: str, *, log_x: bool = False) -> bytes | None:
+def recommend_pareto(
+    points: Sequence[tuple[float, float, str]],
+    frontier_points: Sequence[tuple[float, float, str]],
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    *,
+    log_x: bool = False,
+) -> bytes | None:
     """kneecap recommend: every evaluated candidate as a grey dot, the Pareto frontier as a labelled line.
 
     points / frontier_points: (x, y, label); only the frontier's points are labelled (hundreds of labels
@@ -433,7 +533,9 @@ def recommend_pareto(points: Sequence[tuple[float, float, str]], frontier_points
     if not pts:
         return None
     fig, ax = _one_panel()
-    ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=12, color="#8c959f", label=f"evaluated candidates ({len(pts)})")
+    ax.scatter(
+        [p[0] for p in pts], [p[1] for p in pts], s=12, color="#8c959f", label=f"evaluated candidates ({len(pts)})"
+    )
     fr = sorted(p for p in frontier_points if p[0] is not None and p[1] is not None)
     if fr:
         ax.plot([p[0] for p in fr], [p[1] for p in fr], marker="o", color=PALETTE[0], label="Pareto frontier")
@@ -460,8 +562,15 @@ class SearchProbe:
 
 
 @_plain_text
-def find_max_search(probes: Sequence[SearchProbe], stat_key: str, limit: float, load_name: str, load_unit: str,
-                    answer: float | None, failed_at: float | None) -> bytes | None:
+def find_max_search(
+    probes: Sequence[SearchProbe],
+    stat_key: str,
+    limit: float,
+    load_name: str,
+    load_unit: str,
+    answer: float | None,
+    failed_at: float | None,
+) -> bytes | None:
     """The search for the highest load meeting the SLO: each probe's SLO statistic vs its load (green met,
     red failed, numbered in the order run), the budget as a horizontal line, the answer and the next step
     up that failed as vertical lines."""
@@ -472,8 +581,15 @@ def find_max_search(probes: Sequence[SearchProbe], stat_key: str, limit: float, 
     for met, color, label in ((True, PALETTE[2], "met the SLO"), (False, PALETTE[1], "failed the SLO")):
         pts = [p for p in drawn if p.met is met]
         if pts:
-            ax.scatter([p.load for p in pts], [p.value for p in pts], color=color, marker="o" if met else "x",
-                       s=36, zorder=3, label=label)
+            ax.scatter(
+                [p.load for p in pts],
+                [p.value for p in pts],
+                color=color,
+                marker="o" if met else "x",
+                s=36,
+                zorder=3,
+                label=label,
+            )
     for order, p in enumerate(probes, start=1):
         if isinstance(p.value, (int, float)):
             ax.annotate(str(order), (p.load, p.value), textcoords="offset points", xytext=(4, 4), fontsize=7)
@@ -481,7 +597,9 @@ def find_max_search(probes: Sequence[SearchProbe], stat_key: str, limit: float, 
     if answer is not None:
         ax.axvline(answer, color=PALETTE[2], linestyle="--", linewidth=1.2, label=f"answer: {answer:g}")
     if failed_at is not None:
-        ax.axvline(failed_at, color=PALETTE[1], linestyle=":", linewidth=1.2, label=f"next step up failed: {failed_at:g}")
+        ax.axvline(
+            failed_at, color=PALETTE[1], linestyle=":", linewidth=1.2, label=f"next step up failed: {failed_at:g}"
+        )
     _load_axis(ax, [p.load for p in probes], load_name, load_unit)
     ticks: list[float] = []  # bisection probes crowd together: a tick only where its label has room
     for x in sorted({p.load for p in probes if p.load > 0}):

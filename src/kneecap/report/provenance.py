@@ -24,8 +24,9 @@ def simulated_server(summary: dict) -> bool:
     `simulated: true` (kept as server.simulated) or its version string is `kneecap-serve X (simulated engine)`."""
     server = summary.get("server") if isinstance(summary.get("server"), dict) else {}
     version = server.get("version")
-    return server.get("simulated") is True or (isinstance(version, str) and (
-        SIMULATED_SERVER_MARK in version or version.startswith("kneecap-serve")))
+    return server.get("simulated") is True or (
+        isinstance(version, str) and (SIMULATED_SERVER_MARK in version or version.startswith("kneecap-serve"))
+    )
 
 
 def source_banner(kind: str, summary: dict) -> Banner:
@@ -34,38 +35,53 @@ def source_banner(kind: str, summary: dict) -> Banner:
     benchmark_executed = _flag(summary, "benchmark_executed")
     flags = f"model_executed={model_executed}, benchmark_executed={benchmark_executed}"
     if kind == "plan":
-        return Banner("PLANNED — nothing was executed",
-                      "Every number on this page is arithmetic from the model config and the GPU datasheet.", "planned")
+        return Banner(
+            "PLANNED — nothing was executed",
+            "Every number on this page is arithmetic from the model config and the GPU datasheet.",
+            "planned",
+        )
     # a bench against `kneecap serve` was measured (benchmark_executed) though no model ran: the banner below says so
     measured_simulator = kind == "bench" and benchmark_executed is not False and simulated_server(summary)
-    simulated = kind == "simulate" or benchmark_executed is False or (model_executed is False and not measured_simulator)
+    simulated = (
+        kind == "simulate" or benchmark_executed is False or (model_executed is False and not measured_simulator)
+    )
     if simulated:
         conflict = " (note: kind says bench but the flags say nothing ran on a real server)" if kind == "bench" else ""
-        return Banner("SIMULATED — not measured on a real server",
-                      "Numbers come from kneecap's simulated engine in virtual time (continuous batching, paged KV, "
-                      f"roofline step times); no model was executed. {flags}{conflict}", "simulated")
+        return Banner(
+            "SIMULATED — not measured on a real server",
+            "Numbers come from kneecap's simulated engine in virtual time (continuous batching, paged KV, "
+            f"roofline step times); no model was executed. {flags}{conflict}",
+            "simulated",
+        )
     if kind == "bench" or (model_executed and benchmark_executed):
         server = summary.get("server") if isinstance(summary.get("server"), dict) else {}
         manifest = summary.get("manifest") if isinstance(summary.get("manifest"), dict) else {}
         target = summary.get("base_url") or server.get("base_url") or manifest.get("base_url")
         if simulated_server(summary):
             where = f" at {target}" if isinstance(target, str) else ""
-            return Banner("MEASURED against a simulated engine — no model ran",
-                          f"kneecap's HTTP client measured a live server{where}, but that server is `kneecap serve`: "
-                          "kneecap's simulated engine in real time (continuous batching, paged KV, roofline step "
-                          "times). The client's timings are real; the server's latency and throughput are the "
-                          f"simulator's. The server identified itself as {server.get('version') or 'simulated'}. "
-                          f"{flags}", "simulated")
+            return Banner(
+                "MEASURED against a simulated engine — no model ran",
+                f"kneecap's HTTP client measured a live server{where}, but that server is `kneecap serve`: "
+                "kneecap's simulated engine in real time (continuous batching, paged KV, roofline step "
+                "times). The client's timings are real; the server's latency and throughput are the "
+                f"simulator's. The server identified itself as {server.get('version') or 'simulated'}. "
+                f"{flags}",
+                "simulated",
+            )
         engine = server.get("engine")
         if isinstance(target, str) and isinstance(engine, str):
             target = f"{target} ({engine}{', version ' + str(server['version']) if server.get('version') else ''})"
         where = f" against {target}" if isinstance(target, str) else ""
-        return Banner("MEASURED on a real server",
-                      f"Numbers were measured by kneecap's HTTP client{where}, with streaming timestamps per read. "
-                      f"{flags}", "measured")
-    return Banner("SOURCE UNKNOWN — measured or simulated is not recorded",
-                  f"This {kind} summary lacks the model_executed / benchmark_executed flags; treat its numbers "
-                  "with care.", "warning")
+        return Banner(
+            "MEASURED on a real server",
+            f"Numbers were measured by kneecap's HTTP client{where}, with streaming timestamps per read. {flags}",
+            "measured",
+        )
+    return Banner(
+        "SOURCE UNKNOWN — measured or simulated is not recorded",
+        f"This {kind} summary lacks the model_executed / benchmark_executed flags; treat its numbers with care.",
+        "warning",
+    )
 
 
 def command_text(command: object) -> str | None:
@@ -105,8 +121,13 @@ def manifest_blocks(summary: dict) -> list[Block]:
     """Command line first, then versions and environment as key/value lines."""
     manifest = summary.get("manifest")
     if not isinstance(manifest, dict):
-        return [Paragraph("No environment manifest in this summary: the command line, versions and "
-                          "environment that produced it are unknown.", "warning")]
+        return [
+            Paragraph(
+                "No environment manifest in this summary: the command line, versions and "
+                "environment that produced it are unknown.",
+                "warning",
+            )
+        ]
     blocks: list[Block] = []
     command = command_text(manifest.get("command"))
     if command:
@@ -121,8 +142,9 @@ def manifest_blocks(summary: dict) -> list[Block]:
         flatten(str(key), value, items)
     if items:
         shown = items[:MAX_MANIFEST_ITEMS]
-        caption = "Environment manifest" + (f" (first {MAX_MANIFEST_ITEMS} of {len(items)} entries)"
-                                            if len(items) > MAX_MANIFEST_ITEMS else "")
+        caption = "Environment manifest" + (
+            f" (first {MAX_MANIFEST_ITEMS} of {len(items)} entries)" if len(items) > MAX_MANIFEST_ITEMS else ""
+        )
         blocks.append(KeyValues(tuple(shown), caption=caption, compact=True))
     return blocks
 

@@ -10,8 +10,21 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-COLUMNS = ("", "GPU", "tp x pp", "replicas", "weights/KV", "seqs/tokens", "speculative", "$/h", "$/M output tokens", "TTFT p99 (ms)",
-           "TPOT p99 (ms)", "max load per replica", "binding (margin)")
+COLUMNS = (
+    "",
+    "GPU",
+    "tp x pp",
+    "replicas",
+    "weights/KV",
+    "seqs/tokens",
+    "speculative",
+    "$/h",
+    "$/M output tokens",
+    "TTFT p99 (ms)",
+    "TPOT p99 (ms)",
+    "max load per replica",
+    "binding (margin)",
+)
 
 
 def _f(v, spec: str) -> str:
@@ -43,11 +56,23 @@ def _rows(doc: dict) -> list[list[str]]:
     for i, c in enumerate(doc["candidates"]):
         mark = ("best " if i == 0 else "") + ("frontier" if c in doc["frontier"] else "")
         margin = "" if c["margin"] is None else f" ({c['margin']:.0%})"
-        rows.append([mark.strip(), c["gpu"], _par(c), _replicas(c), f"{c['weight_dtype']}/{c['kv_dtype']}",
-                     f"{c['max_num_seqs']}/{c['max_num_batched_tokens']}", _spec(c) or "-", f"{c['cost_per_hour']:.2f}",
-                     _f(c["cost_per_mtok_output"], ".3f"), _f(c["predicted"]["ttft_p99_ms"], ".0f"),
-                     _f(c["predicted"]["tpot_p99_ms"], ".1f"),
-                     ("≥ " if c.get("max_load_at_least") else "") + _f(c["max_load"], ".3g"), c["binding"] + margin])
+        rows.append(
+            [
+                mark.strip(),
+                c["gpu"],
+                _par(c),
+                _replicas(c),
+                f"{c['weight_dtype']}/{c['kv_dtype']}",
+                f"{c['max_num_seqs']}/{c['max_num_batched_tokens']}",
+                _spec(c) or "-",
+                f"{c['cost_per_hour']:.2f}",
+                _f(c["cost_per_mtok_output"], ".3f"),
+                _f(c["predicted"]["ttft_p99_ms"], ".0f"),
+                _f(c["predicted"]["tpot_p99_ms"], ".1f"),
+                ("≥ " if c.get("max_load_at_least") else "") + _f(c["max_load"], ".3g"),
+                c["binding"] + margin,
+            ]
+        )
     return rows
 
 
@@ -64,12 +89,28 @@ def _label(c: dict) -> str:
     return f"{n} x {c['gpus_per_replica']} {c['gpu']} {c['weight_dtype']}/{c['kv_dtype']}{spec}"
 
 
-PLOTS = (("recommend-cost-ttft.png", "cost per million output tokens vs p99 TTFT (down and left is better)",
-          lambda c: c["predicted"]["ttft_p99_ms"], lambda c: c["cost_per_mtok_output"], "p99 TTFT (ms)",
-          "$ per million output tokens", "frontier", True),
-         ("recommend-throughput.png", "output tokens/s per GPU vs per user (up and right is better)",
-          lambda c: c["output_tok_s_per_user"], lambda c: c["output_tok_s_per_gpu"],
-          "output tokens/s per user (1000 / TPOT p50)", "output tokens/s per GPU", "throughput_frontier", False))
+PLOTS = (
+    (
+        "recommend-cost-ttft.png",
+        "cost per million output tokens vs p99 TTFT (down and left is better)",
+        lambda c: c["predicted"]["ttft_p99_ms"],
+        lambda c: c["cost_per_mtok_output"],
+        "p99 TTFT (ms)",
+        "$ per million output tokens",
+        "frontier",
+        True,
+    ),
+    (
+        "recommend-throughput.png",
+        "output tokens/s per GPU vs per user (up and right is better)",
+        lambda c: c["output_tok_s_per_user"],
+        lambda c: c["output_tok_s_per_gpu"],
+        "output tokens/s per user (1000 / TPOT p50)",
+        "output tokens/s per GPU",
+        "throughput_frontier",
+        False,
+    ),
+)
 
 
 def _plots(out_dir: Path, doc: dict) -> list[tuple[str, str]]:
@@ -80,8 +121,14 @@ def _plots(out_dir: Path, doc: dict) -> list[tuple[str, str]]:
     points = [c for c in doc.get("points", doc["candidates"]) if c.get("meets_slo", True)]
     for name, title, fx, fy, xl, yl, key, log_x in PLOTS:
         try:
-            png = recommend_pareto([(fx(c), fy(c), _label(c)) for c in points],
-                                   [(fx(c), fy(c), _label(c)) for c in doc[key]], xl, yl, title, log_x=log_x)
+            png = recommend_pareto(
+                [(fx(c), fy(c), _label(c)) for c in points],
+                [(fx(c), fy(c), _label(c)) for c in doc[key]],
+                xl,
+                yl,
+                title,
+                log_x=log_x,
+            )
         except ImportError:  # matplotlib not installed: the tables still say it all
             return made
         if png is None:
@@ -91,17 +138,36 @@ def _plots(out_dir: Path, doc: dict) -> list[tuple[str, str]]:
     return made
 
 
-FRONTIER_COLUMNS = ("deployment", "tp x pp", "seqs/tokens", "$/h", "$/M output tokens", "TTFT p99 (ms)", "TPOT p99 (ms)",
-                    "output tok/s per GPU", "output tok/s per user", "checked at the load")
+FRONTIER_COLUMNS = (
+    "deployment",
+    "tp x pp",
+    "seqs/tokens",
+    "$/h",
+    "$/M output tokens",
+    "TTFT p99 (ms)",
+    "TPOT p99 (ms)",
+    "output tok/s per GPU",
+    "output tok/s per user",
+    "checked at the load",
+)
 
 
 def _frontier_rows(doc: dict) -> list[list[str]]:
-    return [[_label(c), f"{c['tp']} x {c['pp']}", f"{c['max_num_seqs']}/{c['max_num_batched_tokens']}",
-             f"{c['cost_per_hour']:.2f}", _f(c["cost_per_mtok_output"], ".3f"),
-             _f(c["predicted"]["ttft_p99_ms"], ".0f"), _f(c["predicted"]["tpot_p99_ms"], ".1f"),
-             _f(c["output_tok_s_per_gpu"], ".0f"),
-             _f(c["output_tok_s_per_user"], ".0f"), "yes (longer levels)" if c.get("sized") else "short level"]
-            for c in doc["frontier"] + [c for c in doc.get("throughput_frontier", []) if c not in doc["frontier"]]]
+    return [
+        [
+            _label(c),
+            f"{c['tp']} x {c['pp']}",
+            f"{c['max_num_seqs']}/{c['max_num_batched_tokens']}",
+            f"{c['cost_per_hour']:.2f}",
+            _f(c["cost_per_mtok_output"], ".3f"),
+            _f(c["predicted"]["ttft_p99_ms"], ".0f"),
+            _f(c["predicted"]["tpot_p99_ms"], ".1f"),
+            _f(c["output_tok_s_per_gpu"], ".0f"),
+            _f(c["output_tok_s_per_user"], ".0f"),
+            "yes (longer levels)" if c.get("sized") else "short level",
+        ]
+        for c in doc["frontier"] + [c for c in doc.get("throughput_frontier", []) if c not in doc["frontier"]]
+    ]
 
 
 def _gate(doc: dict) -> str:
@@ -111,13 +177,17 @@ def _gate(doc: dict) -> str:
         return ""
     gate = doc.get("behaviour_gate")
     if gate:
-        return (f"{len(q)} of the {len(doc['candidates'])} deployments below store weights or KV cache below the "
-                f"checkpoint's own dtype and need the behaviour gate: their `kneecap run` plans check the "
-                f"{len(gate['cases'])} behaviour cases of {gate['file']} ({', '.join(gate['cases'])}) first, and a "
-                "changed answer rejects the deployment.")
-    return (f"{len(q)} of the {len(doc['candidates'])} deployments below store weights or KV cache below the checkpoint's "
-            "own dtype, and their behaviour is unchecked: this answer assumes their output is acceptable "
-            "(pass --behaviour-gate FILE with behaviour cases to have their run plans check it).")
+        return (
+            f"{len(q)} of the {len(doc['candidates'])} deployments below store weights or KV cache below the "
+            f"checkpoint's own dtype and need the behaviour gate: their `kneecap run` plans check the "
+            f"{len(gate['cases'])} behaviour cases of {gate['file']} ({', '.join(gate['cases'])}) first, and a "
+            "changed answer rejects the deployment."
+        )
+    return (
+        f"{len(q)} of the {len(doc['candidates'])} deployments below store weights or KV cache below the checkpoint's "
+        "own dtype, and their behaviour is unchecked: this answer assumes their output is acceptable "
+        "(pass --behaviour-gate FILE with behaviour cases to have their run plans check it)."
+    )
 
 
 def _quant(c: dict) -> str:
@@ -125,9 +195,11 @@ def _quant(c: dict) -> str:
     if not q:
         return ""
     what = " and ".join("KV cache" if x == "kv" else x for x in q)
-    return (f"- {what} below the checkpoint's dtype: "
-            + ("needs the behaviour gate (its run plans carry the cases)" if c.get("needs_behaviour_gate") else
-               "behaviour unchecked (output assumed acceptable)"))
+    return f"- {what} below the checkpoint's dtype: " + (
+        "needs the behaviour gate (its run plans carry the cases)"
+        if c.get("needs_behaviour_gate")
+        else "behaviour unchecked (output assumed acceptable)"
+    )
 
 
 def _intro(doc: dict) -> list[str]:
@@ -135,40 +207,64 @@ def _intro(doc: dict) -> list[str]:
     unit = "requests/s" if load["kind"] == "rate" else "concurrent streams"
     slo = ", ".join(f"{k} = {v:g}" for k, v in doc["slo"].items())
     tr = doc.get("trace")
-    lengths = (f"lengths from trace {tr['file']} ({tr['rows']} requests; input tokens mean {tr['input_tokens_mean']:g}, "
-               f"p99 {tr['input_tokens_p99']}; output tokens mean {tr['output_tokens_mean']:g}, p99 {tr['output_tokens_p99']}; "
-               f"each drawn from the trace's own lengths), at its mean rate {tr['mean_rate_recorded']:.4g} requests/s x "
-               f"speed {tr['speed']:g}, as Poisson arrivals; the confirming bench runs replay the trace at its own times"
-               ) if tr else (f"{doc['isl']} input / {doc['osl']} output tokens per request" if not doc.get("classes") else
-               f"a mix of {len(doc['classes'])} request classes ({', '.join(c['name'] for c in doc['classes'])}; "
-               f"means {doc['isl']} input / {doc['osl']} output tokens)")
-    return [f"Model {doc['model']}, {load['value']:g} {unit}, {lengths}; SLO {slo}.",
-            f"{doc['evaluated']} candidate deployments: {doc['pruned']} do not fit, {doc['infeasible']} cannot meet the SLO by "
-            f"the roofline bound, {doc['over_gpu_limit']} need more GPUs than allowed, {doc['simulated']} were simulated "
-            f"(one replica's highest load under the SLO), {doc['sized']} sized and checked at the stated load; "
-            f"{doc['seconds']:.0f} s.",
-            "Predictions come from kneecap's simulated engine (vLLM scheduling defaults, virtual time; no model was run). "
-            + _routing(doc)
-            + (f"Assumed arrivals: {doc['arrivals']}. " if doc.get("arrivals") else "")
-            + (f"Steady state: {doc['search']['steady_state']}. "
-               if (doc.get("search") or {}).get("steady_state") else "")
-            + (f"{doc.get('disaggregated_tried', 0)} setup{' was' if doc.get('disaggregated_tried') == 1 else 's were'} also tried as disaggregated prefill and decode pools "
-               "(prompts prefilled on one pool, their KV sent to the other, which generates every output token): those whose "
-               "roofline bound on the pools' cost was below the cheapest aggregated deployment"
-               + (f" ({doc['disaggregated_bounded_out']} setups could not beat it by that bound)" if doc.get("disaggregated_bounded_out") else "")
-               + ". " if doc.get("disaggregated_tried") else
-               "Disaggregated prefill/decode is searched for rate loads only. " if doc["load"]["kind"] != "rate" else
-               "No setup's bound on disaggregated pools' cost was below the cheapest aggregated deployment. ")
-            + f"Expert parallelism: {doc.get('search', {}).get('expert_parallel', 'not searched')}. "
-            + f"DP attention: {doc.get('search', {}).get('dp_attention', 'not searched')}."
-            + (_spec_intro(doc["speculative"]) if doc.get("speculative") else ""),
-            *([_gate(doc)] if _gate(doc) else []),
-            *([f"Left out for lack of a price (pass --prices FILE to include them): "
-               + "; ".join(f"{u['gpu']} ({u['note']})" for u in doc["unpriced_gpus"]) + "."] if doc.get("unpriced_gpus") else []),
-            f"The frontier is taken over all {len(doc.get('points', doc['candidates']))} simulated candidates that meet the SLO: "
-            f"the {len(doc['candidates'])} sized ones as checked at the load, the others at one level at their share "
-            "of it; "
-            "candidates the roofline bound or the staged search left out have no prediction and are not on it."]
+    lengths = (
+        (
+            f"lengths from trace {tr['file']} ({tr['rows']} requests; input tokens mean {tr['input_tokens_mean']:g}, "
+            f"p99 {tr['input_tokens_p99']}; output tokens mean {tr['output_tokens_mean']:g}, p99 {tr['output_tokens_p99']}; "
+            f"each drawn from the trace's own lengths), at its mean rate {tr['mean_rate_recorded']:.4g} requests/s x "
+            f"speed {tr['speed']:g}, as Poisson arrivals; the confirming bench runs replay the trace at its own times"
+        )
+        if tr
+        else (
+            f"{doc['isl']} input / {doc['osl']} output tokens per request"
+            if not doc.get("classes")
+            else f"a mix of {len(doc['classes'])} request classes ({', '.join(c['name'] for c in doc['classes'])}; "
+            f"means {doc['isl']} input / {doc['osl']} output tokens)"
+        )
+    )
+    return [
+        f"Model {doc['model']}, {load['value']:g} {unit}, {lengths}; SLO {slo}.",
+        f"{doc['evaluated']} candidate deployments: {doc['pruned']} do not fit, {doc['infeasible']} cannot meet the SLO by "
+        f"the roofline bound, {doc['over_gpu_limit']} need more GPUs than allowed, {doc['simulated']} were simulated "
+        f"(one replica's highest load under the SLO), {doc['sized']} sized and checked at the stated load; "
+        f"{doc['seconds']:.0f} s.",
+        "Predictions come from kneecap's simulated engine (vLLM scheduling defaults, virtual time; no model was run). "
+        + _routing(doc)
+        + (f"Assumed arrivals: {doc['arrivals']}. " if doc.get("arrivals") else "")
+        + (f"Steady state: {doc['search']['steady_state']}. " if (doc.get("search") or {}).get("steady_state") else "")
+        + (
+            f"{doc.get('disaggregated_tried', 0)} setup{' was' if doc.get('disaggregated_tried') == 1 else 's were'} also tried as disaggregated prefill and decode pools "
+            "(prompts prefilled on one pool, their KV sent to the other, which generates every output token): those whose "
+            "roofline bound on the pools' cost was below the cheapest aggregated deployment"
+            + (
+                f" ({doc['disaggregated_bounded_out']} setups could not beat it by that bound)"
+                if doc.get("disaggregated_bounded_out")
+                else ""
+            )
+            + ". "
+            if doc.get("disaggregated_tried")
+            else "Disaggregated prefill/decode is searched for rate loads only. "
+            if doc["load"]["kind"] != "rate"
+            else "No setup's bound on disaggregated pools' cost was below the cheapest aggregated deployment. "
+        )
+        + f"Expert parallelism: {doc.get('search', {}).get('expert_parallel', 'not searched')}. "
+        + f"DP attention: {doc.get('search', {}).get('dp_attention', 'not searched')}."
+        + (_spec_intro(doc["speculative"]) if doc.get("speculative") else ""),
+        *([_gate(doc)] if _gate(doc) else []),
+        *(
+            [
+                "Left out for lack of a price (pass --prices FILE to include them): "
+                + "; ".join(f"{u['gpu']} ({u['note']})" for u in doc["unpriced_gpus"])
+                + "."
+            ]
+            if doc.get("unpriced_gpus")
+            else []
+        ),
+        f"The frontier is taken over all {len(doc.get('points', doc['candidates']))} simulated candidates that meet the SLO: "
+        f"the {len(doc['candidates'])} sized ones as checked at the load, the others at one level at their share "
+        "of it; "
+        "candidates the roofline bound or the staged search left out have no prediction and are not on it.",
+    ]
 
 
 def _routing(doc: dict) -> str:
@@ -176,18 +272,28 @@ def _routing(doc: dict) -> str:
     r = doc.get("router") or {}
     if not r or "through the router" not in r.get("sizing_check", ""):
         return "Replicas share the load evenly (rate / replicas requests/s each). "
-    prefix = (f", prompts opening with one of {r['num_prefix_groups']} shared {r['shared_prefix_tokens']}-token "
-              "prefixes" if r.get("shared_prefix_tokens") else "")
-    return (f"The sizing check at the stated load runs the replicas behind a {r['policy']} router at the whole load"
-            f"{prefix}; each deployment's prefix-cache hit rate is the fleet's. ")
+    prefix = (
+        f", prompts opening with one of {r['num_prefix_groups']} shared {r['shared_prefix_tokens']}-token prefixes"
+        if r.get("shared_prefix_tokens")
+        else ""
+    )
+    return (
+        f"The sizing check at the stated load runs the replicas behind a {r['policy']} router at the whole load"
+        f"{prefix}; each deployment's prefix-cache hit rate is the fleet's. "
+    )
 
 
 def _spec_intro(s: dict) -> str:
-    given = (f"acceptance {', '.join(f'{a:g}' for a in s['acceptance_assumed'])} by draft position"
-             if s["acceptance_assumed"] else f"{s['accepted_lengths_assumed']} accepted lengths as given")
-    return (f" Speculative decoding ({s['method']}, {s['tokens']} draft tokens per step, {given}: "
-            f"{s['expected_tokens_per_step']:.2f} tokens per step expected) was tried on and off for every candidate; "
-            "the acceptance is an assumption, not a measurement: confirm it on the served model and traffic.")
+    given = (
+        f"acceptance {', '.join(f'{a:g}' for a in s['acceptance_assumed'])} by draft position"
+        if s["acceptance_assumed"]
+        else f"{s['accepted_lengths_assumed']} accepted lengths as given"
+    )
+    return (
+        f" Speculative decoding ({s['method']}, {s['tokens']} draft tokens per step, {given}: "
+        f"{s['expected_tokens_per_step']:.2f} tokens per step expected) was tried on and off for every candidate; "
+        "the acceptance is an assumption, not a measurement: confirm it on the served model and traffic."
+    )
 
 
 def to_markdown(doc: dict, plots: list[tuple[str, str]]) -> str:
@@ -195,9 +301,15 @@ def to_markdown(doc: dict, plots: list[tuple[str, str]]) -> str:
     lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(r) + " |" for r in _rows(doc)]
     lines.append("")
-    lines += ["## Pareto frontier", "", "Cost per million output tokens against p99 TTFT, then output tokens/s per GPU "
-              "against per user (each row is on at least one of the two frontiers).", "",
-              "| " + " | ".join(FRONTIER_COLUMNS) + " |", "|" + "---|" * len(FRONTIER_COLUMNS)]
+    lines += [
+        "## Pareto frontier",
+        "",
+        "Cost per million output tokens against p99 TTFT, then output tokens/s per GPU "
+        "against per user (each row is on at least one of the two frontiers).",
+        "",
+        "| " + " | ".join(FRONTIER_COLUMNS) + " |",
+        "|" + "---|" * len(FRONTIER_COLUMNS),
+    ]
     lines += ["| " + " | ".join(r) + " |" for r in _frontier_rows(doc)]
     lines.append("")
     for name, title in plots:
@@ -205,34 +317,65 @@ def to_markdown(doc: dict, plots: list[tuple[str, str]]) -> str:
     for i, c in enumerate(doc["candidates"]):
         p = c["plan"]
         dis = c.get("disaggregated")
-        lines += [f"## {'Best: ' if i == 0 else ''}{_replicas(c)} x {c['gpus_per_replica']} {c['gpu']} "
-                  f"(tp {c['tp']}, pp {c['pp']}" + (", DP attention" if c.get("dp_attention") else
-                                                     f", ep {c['ep']}" if c.get("ep", 1) > 1 else "")
-                  + f", {c['weight_dtype']} weights, {c['kv_dtype']} KV)", "",
-                  f"- ledger per GPU: weights {p['weights_bytes_per_gpu'] / 1e9:.2f} GB, KV pool {p['kv_pool_bytes_per_gpu'] / 1e9:.2f} GB "
-                  f"({p['kv_capacity_tokens']:,} tokens), overhead {p['overhead_bytes_per_gpu'] / 1e9:.2f} GB of {p['hbm_bytes_per_gpu'] / 1e9:.2f} GB",
-                  f"- predicted at the load ({_share(c['predicted']['per_replica_load'])}): TTFT p99 "
-                  f"{_f(c['predicted']['ttft_p99_ms'], '.0f')} ms, TPOT p99 {_f(c['predicted']['tpot_p99_ms'], '.1f')} ms, "
-                  f"{_f(c['predicted']['output_tok_s'], '.0f')} output tokens/s in all, KV use up to {_f(c['predicted']['kv_usage_max'], '.0%')}",
-                  f"- binding: {c['binding']}" + ("" if c["margin"] is None else f" ({c['margin']:.0%} below its limit)"),
-                  "- one replica fewer: " + ("n/a (one replica)" if c["one_fewer_replica"] is None else
-                                             ("meets the SLO" if c["one_fewer_replica"]["met"] else
-                                              f"fails ({c['one_fewer_replica']['why']})")),
-                  f"- trust: {c['trust']}",
-                  *([_quant(c)] if _quant(c) else []),
-                  *([f"- disaggregated: {dis['prefill_replicas']} prefill and {dis['decode_replicas']} decode replicas; KV sent over "
-                     f"{dis['kv_link']} ({dis['kv_link_note']}), {dis['kv_transfer_ms']:.2f} ms for a {doc['isl']}-token prompt; "
-                     f"prefill time p99 {_f(dis['prefill_time_p99_ms'], '.0f')} ms"] if dis else []),
-                  *([f"- `kneecap run` plans: `{c['run_plan']['server']}` (against the server)"
-                     + (f", `{c['run_plan']['simulated']}` (the same plan on the simulated engine)" if "simulated" in c["run_plan"] else "")
-                     + (f", `{c['run_plan']['prefill']}` (one prefill instance alone), `{c['run_plan']['prefill-simulated']}` "
-                        "(the same on the simulated engine)" if "prefill" in c["run_plan"] else "")]
-                    if c.get("run_plan") else []),
-                  *([f"- confirm the prefill pool: `{c['confirm_pools']['prefill']}` ({c['confirm_pools']['prefill_note']})",
-                     f"- confirm the decode pool: `{c['confirm_pools']['decode']}` ({c['confirm_pools']['decode_note']})"]
-                    if c.get("confirm_pools") else []),
-                  f"- confirm on one replica: `{c['serve_cmd']}` then `{c['confirm_cmd']}`"
-                  + (f" ({c['confirm_note']})" if c.get("confirm_note") else ""), ""]
+        lines += [
+            f"## {'Best: ' if i == 0 else ''}{_replicas(c)} x {c['gpus_per_replica']} {c['gpu']} "
+            f"(tp {c['tp']}, pp {c['pp']}"
+            + (", DP attention" if c.get("dp_attention") else f", ep {c['ep']}" if c.get("ep", 1) > 1 else "")
+            + f", {c['weight_dtype']} weights, {c['kv_dtype']} KV)",
+            "",
+            f"- ledger per GPU: weights {p['weights_bytes_per_gpu'] / 1e9:.2f} GB, KV pool {p['kv_pool_bytes_per_gpu'] / 1e9:.2f} GB "
+            f"({p['kv_capacity_tokens']:,} tokens), overhead {p['overhead_bytes_per_gpu'] / 1e9:.2f} GB of {p['hbm_bytes_per_gpu'] / 1e9:.2f} GB",
+            f"- predicted at the load ({_share(c['predicted']['per_replica_load'])}): TTFT p99 "
+            f"{_f(c['predicted']['ttft_p99_ms'], '.0f')} ms, TPOT p99 {_f(c['predicted']['tpot_p99_ms'], '.1f')} ms, "
+            f"{_f(c['predicted']['output_tok_s'], '.0f')} output tokens/s in all, KV use up to {_f(c['predicted']['kv_usage_max'], '.0%')}",
+            f"- binding: {c['binding']}" + ("" if c["margin"] is None else f" ({c['margin']:.0%} below its limit)"),
+            "- one replica fewer: "
+            + (
+                "n/a (one replica)"
+                if c["one_fewer_replica"] is None
+                else ("meets the SLO" if c["one_fewer_replica"]["met"] else f"fails ({c['one_fewer_replica']['why']})")
+            ),
+            f"- trust: {c['trust']}",
+            *([_quant(c)] if _quant(c) else []),
+            *(
+                [
+                    f"- disaggregated: {dis['prefill_replicas']} prefill and {dis['decode_replicas']} decode replicas; KV sent over "
+                    f"{dis['kv_link']} ({dis['kv_link_note']}), {dis['kv_transfer_ms']:.2f} ms for a {doc['isl']}-token prompt; "
+                    f"prefill time p99 {_f(dis['prefill_time_p99_ms'], '.0f')} ms"
+                ]
+                if dis
+                else []
+            ),
+            *(
+                [
+                    f"- `kneecap run` plans: `{c['run_plan']['server']}` (against the server)"
+                    + (
+                        f", `{c['run_plan']['simulated']}` (the same plan on the simulated engine)"
+                        if "simulated" in c["run_plan"]
+                        else ""
+                    )
+                    + (
+                        f", `{c['run_plan']['prefill']}` (one prefill instance alone), `{c['run_plan']['prefill-simulated']}` "
+                        "(the same on the simulated engine)"
+                        if "prefill" in c["run_plan"]
+                        else ""
+                    )
+                ]
+                if c.get("run_plan")
+                else []
+            ),
+            *(
+                [
+                    f"- confirm the prefill pool: `{c['confirm_pools']['prefill']}` ({c['confirm_pools']['prefill_note']})",
+                    f"- confirm the decode pool: `{c['confirm_pools']['decode']}` ({c['confirm_pools']['decode_note']})",
+                ]
+                if c.get("confirm_pools")
+                else []
+            ),
+            f"- confirm on one replica: `{c['serve_cmd']}` then `{c['confirm_cmd']}`"
+            + (f" ({c['confirm_note']})" if c.get("confirm_note") else ""),
+            "",
+        ]
     lines += ["## Prices", "", "| GPU | $/GPU-hour | source | date |", "|---|---|---|---|"]
     for g, pr in doc["prices"].items():
         lines.append(f"| {g} | {pr['usd_per_gpu_hour']} | {pr['source']} | {pr['date']} |")
@@ -241,25 +384,33 @@ def to_markdown(doc: dict, plots: list[tuple[str, str]]) -> str:
 
 def to_html(doc: dict, plots: list[tuple[str, str]]) -> str:
     e = html.escape
-    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>kneecap recommend</title>"
-             "<style>body{font-family:sans-serif;max-width:70em;margin:2em auto}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:2px 6px;font-size:90%}</style></head><body><h1>kneecap recommend</h1>"]
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>kneecap recommend</title>"
+        "<style>body{font-family:sans-serif;max-width:70em;margin:2em auto}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:2px 6px;font-size:90%}</style></head><body><h1>kneecap recommend</h1>"
+    ]
     parts += [f"<p>{e(p)}</p>" for p in _intro(doc)]
     parts.append("<table><tr>" + "".join(f"<th>{e(c)}</th>" for c in COLUMNS) + "</tr>")
     parts += ["<tr>" + "".join(f"<td>{e(x)}</td>" for x in r) + "</tr>" for r in _rows(doc)]
     parts.append("</table>")
-    parts.append("<h2>Pareto frontier</h2><table><tr>" + "".join(f"<th>{e(c)}</th>" for c in FRONTIER_COLUMNS) + "</tr>")
+    parts.append(
+        "<h2>Pareto frontier</h2><table><tr>" + "".join(f"<th>{e(c)}</th>" for c in FRONTIER_COLUMNS) + "</tr>"
+    )
     parts += ["<tr>" + "".join(f"<td>{e(x)}</td>" for x in r) + "</tr>" for r in _frontier_rows(doc)]
     parts.append("</table>")
     parts += [f"<figure><img src='{e(n)}' alt='{e(t)}'><figcaption>{e(t)}</figcaption></figure>" for n, t in plots]
     for c in doc["candidates"]:
         plans = " ".join(f"kneecap run {n}" for n in (c.get("run_plan") or {}).values())
         pools = c.get("confirm_pools") or {}
-        parts.append(f"<h2>{e(_replicas(c))} x {c['gpus_per_replica']} {e(c['gpu'])} ({e(_par(c))})</h2>"
-                     f"<p>trust: {e(c['trust'])}</p>" + (f"<p>{e(_quant(c)[2:])}</p>" if _quant(c) else "")
-                     + f"<pre>{e(c['serve_cmd'])}\n{e(c['confirm_cmd'])}"
-                     + "".join(f"\n{e(pools[k])}" for k in ("prefill", "decode") if k in pools)
-                     + (f"\n{e(plans)}" if plans else "") + "</pre>")
+        parts.append(
+            f"<h2>{e(_replicas(c))} x {c['gpus_per_replica']} {e(c['gpu'])} ({e(_par(c))})</h2>"
+            f"<p>trust: {e(c['trust'])}</p>"
+            + (f"<p>{e(_quant(c)[2:])}</p>" if _quant(c) else "")
+            + f"<pre>{e(c['serve_cmd'])}\n{e(c['confirm_cmd'])}"
+            + "".join(f"\n{e(pools[k])}" for k in ("prefill", "decode") if k in pools)
+            + (f"\n{e(plans)}" if plans else "")
+            + "</pre>"
+        )
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 

@@ -86,8 +86,9 @@ def write_document(doc, directory: Path, stem: str, formats: tuple[str, ...]) ->
     return written
 
 
-def render_report(folder: str | os.PathLike, out: str | os.PathLike | None = None,
-                  formats: str | tuple[str, ...] = FORMATS) -> list[Path]:
+def render_report(
+    folder: str | os.PathLike, out: str | os.PathLike | None = None, formats: str | tuple[str, ...] = FORMATS
+) -> list[Path]:
     """Render one results folder (bench, simulate, run, or plan) as report.md and report.html.
 
     Writes into `folder` unless `out` names a directory (or a FILE.md / FILE.html). Returns the
@@ -98,16 +99,21 @@ def render_report(folder: str | os.PathLike, out: str | os.PathLike | None = Non
     return render_results(load_results(folder), out, formats)
 
 
-def render_results(results, out: str | os.PathLike | None = None,
-                   formats: str | tuple[str, ...] = FORMATS) -> list[Path]:
+def render_results(
+    results, out: str | os.PathLike | None = None, formats: str | tuple[str, ...] = FORMATS
+) -> list[Path]:
     """render_report for Results already loaded (kneecap.report.load.load_results)."""
     directory, stem = _target(out, results.path, DEFAULT_STEM)
     return write_document(build_document(results), directory, stem, _formats(formats))
 
 
-def render_comparison(folder_a: str | os.PathLike, folder_b: str | os.PathLike,
-                      out: str | os.PathLike | None = None,
-                      formats: str | tuple[str, ...] = FORMATS, force: bool = False) -> list[Path]:
+def render_comparison(
+    folder_a: str | os.PathLike,
+    folder_b: str | os.PathLike,
+    out: str | os.PathLike | None = None,
+    formats: str | tuple[str, ...] = FORMATS,
+    force: bool = False,
+) -> list[Path]:
     """Compare two bench/simulate sweeps level by level; writes compare.md / compare.html.
 
     Written into folder_b (the newer run, by convention) unless `out` says otherwise.

@@ -13,8 +13,7 @@ from collections import defaultdict
 
 from kneecap.report import numbers as fmt
 from kneecap.report import plots
-from kneecap.report.document import (Block, Cell, Code, Document, Figure, Heading, KeyValues, Paragraph, Table,
-                                     drawn)
+from kneecap.report.document import Block, Cell, Code, Document, Figure, Heading, KeyValues, Paragraph, Table, drawn
 from kneecap.report.glossary import PLAN_TERMS, RUN_TERMS, SWEEP_TERMS, glossary
 from kneecap.report.levels import level_panels
 from kneecap.report.load import Results
@@ -27,7 +26,7 @@ UNITS = {"concurrency": "concurrent requests", "rate": "req/s"}
 def _load(cell: dict) -> tuple[str, float | None]:
     load = cell.get("load")
     if isinstance(load, dict) and len(load) == 1:
-        (dim, value), = load.items()
+        ((dim, value),) = load.items()
         return str(dim), float(value) if fmt.is_number(value) else None
     for dim in ("concurrency", "rate"):
         if fmt.is_number(cell.get(dim)):
@@ -52,8 +51,14 @@ def _metric(cell: dict, key: str, pct: str | None = None) -> float | None:
 
 def _verdict_cell(verdict: object) -> Cell:
     text = str(verdict) if verdict is not None else fmt.MISSING
-    tone = {"pass": "better", "accepted": "better", "slo_breach": "worse", "limit": "worse", "rejected": "worse",
-            "not_run": "muted"}.get(text, "plain")
+    tone = {
+        "pass": "better",
+        "accepted": "better",
+        "slo_breach": "worse",
+        "limit": "worse",
+        "rejected": "worse",
+        "not_run": "muted",
+    }.get(text, "plain")
     return Cell(text, tone)
 
 
@@ -62,11 +67,21 @@ def candidates_table(candidates: list[dict], preferred: object = None) -> Table:
     for c in candidates:
         name = str(c.get("name", "?"))
         gate = c.get("gate")
-        rows.append((name + (" (preferred)" if preferred == name else ""), str(c.get("target") or fmt.MISSING),
-                     _verdict_cell(c.get("verdict")), str(gate) if gate else fmt.MISSING,
-                     fmt.rate(c.get("peak_output_tok_s")), str(c.get("reason") or fmt.MISSING)))
-    return Table(("candidate", "target", "verdict", "gate failed", "peak output (tok/s)", "reason"), tuple(rows),
-                 caption="Behaviour gate first, then SLO gate; cost is compared only between accepted candidates")
+        rows.append(
+            (
+                name + (" (preferred)" if preferred == name else ""),
+                str(c.get("target") or fmt.MISSING),
+                _verdict_cell(c.get("verdict")),
+                str(gate) if gate else fmt.MISSING,
+                fmt.rate(c.get("peak_output_tok_s")),
+                str(c.get("reason") or fmt.MISSING),
+            )
+        )
+    return Table(
+        ("candidate", "target", "verdict", "gate failed", "peak output (tok/s)", "reason"),
+        tuple(rows),
+        caption="Behaviour gate first, then SLO gate; cost is compared only between accepted candidates",
+    )
 
 
 def _failing_loads(info: dict, failed: dict) -> str:
@@ -77,8 +92,11 @@ def _failing_loads(info: dict, failed: dict) -> str:
         return "; ".join(f"{load}: {', '.join(map(str, why))}" for load, why in failed.items())
     parts = []
     for load, fails in failures.items():
-        each = [f"rep{f.get('repetition')} ({'; '.join(map(str, f.get('reasons') or [])) or f.get('verdict')})"
-                for f in fails if isinstance(f, dict)]
+        each = [
+            f"rep{f.get('repetition')} ({'; '.join(map(str, f.get('reasons') or [])) or f.get('verdict')})"
+            for f in fails
+            if isinstance(f, dict)
+        ]
         parts.append(f"{load}: {', '.join(each)}")
     return "; ".join(parts)
 
@@ -95,21 +113,44 @@ def capacity_table(capacity: dict) -> Table | None:
                 at = info.get("at_capacity") if isinstance(info.get("at_capacity"), dict) else {}
                 failed = info.get("failed") if isinstance(info.get("failed"), dict) else {}
                 cap = info.get("capacity")
-                rows.append((str(cand), str(cls), str(state), f"{dim} ({unit})" if unit else dim,
-                             Cell(_capacity(cap, info.get("offered_at_capacity")), "better" if fmt.is_number(cap)
-                                  else "worse"),
-                             ", ".join(f"{x:g}" if fmt.is_number(x) else str(x) for x in info.get("region") or [])
-                             or "empty",
-                             fmt.ms((at.get("ttft_ms") or {}).get("p99")), fmt.ms((at.get("itl_ms") or {}).get("p99")),
-                             fmt.ms((at.get("e2e_ms") or {}).get("p99")), fmt.rate(at.get("output_tok_s")),
-                             _failing_loads(info, failed) or fmt.MISSING))
+                rows.append(
+                    (
+                        str(cand),
+                        str(cls),
+                        str(state),
+                        f"{dim} ({unit})" if unit else dim,
+                        Cell(
+                            _capacity(cap, info.get("offered_at_capacity")), "better" if fmt.is_number(cap) else "worse"
+                        ),
+                        ", ".join(f"{x:g}" if fmt.is_number(x) else str(x) for x in info.get("region") or [])
+                        or "empty",
+                        fmt.ms((at.get("ttft_ms") or {}).get("p99")),
+                        fmt.ms((at.get("itl_ms") or {}).get("p99")),
+                        fmt.ms((at.get("e2e_ms") or {}).get("p99")),
+                        fmt.rate(at.get("output_tok_s")),
+                        _failing_loads(info, failed) or fmt.MISSING,
+                    )
+                )
     if not rows:
         return None
-    return Table(("candidate", "class", "state", "dimension", "capacity", "region (loads passing every repetition)",
-                  "TTFT p99 at capacity (ms)", "ITL p99 (ms)", "E2E p99 (ms)", "output at capacity (tok/s)",
-                  "failing loads and why"), tuple(rows),
-                 caption="Capacity = the highest load such that it and every lower step passed every repetition; "
-                         "for a rate, the lowest rate its repetitions were offered at beside it")
+    return Table(
+        (
+            "candidate",
+            "class",
+            "state",
+            "dimension",
+            "capacity",
+            "region (loads passing every repetition)",
+            "TTFT p99 at capacity (ms)",
+            "ITL p99 (ms)",
+            "E2E p99 (ms)",
+            "output at capacity (tok/s)",
+            "failing loads and why",
+        ),
+        tuple(rows),
+        caption="Capacity = the highest load such that it and every lower step passed every repetition; "
+        "for a rate, the lowest rate its repetitions were offered at beside it",
+    )
 
 
 def _capacity(cap, offered) -> str:
@@ -139,27 +180,76 @@ def cells_tables(cells: list[dict]) -> list[Table]:
         offered = c.get("offered") if isinstance(c.get("offered"), dict) else {}
         key = " / ".join(str(c.get(k, fmt.MISSING)) for k in ("candidate", "class", "state"))
         where = f"{key} / {_load_text(c)} / rep{c.get('repetition')}"
-        verdicts.append((str(c.get("candidate", fmt.MISSING)), str(c.get("class", fmt.MISSING)),
-                         str(c.get("state", fmt.MISSING)), _load_text(c), fmt.count(c.get("repetition")),
-                         _verdict_cell(c.get("verdict")), fmt.count(m.get("requests")), fmt.count(m.get("completed")),
-                         fmt.count(m.get("failed")), _little_text(c),
-                         "; ".join(fmt.limit_and_breaches(c)) or fmt.MISSING))
-        measured.append((where, fmt.rate(offered.get("offered_request_s")),
-                         fmt.rate(offered.get("completed_request_s")), fmt.count(offered.get("dropped")),
-                         fmt.rate(m.get("output_tok_s")),
-                         fmt.ms(_metric(c, "ttft_ms", "p50")), fmt.ms(_metric(c, "ttft_ms", "p95")),
-                         fmt.ms(_metric(c, "ttft_ms", "p99")), fmt.ms(_metric(c, "itl_ms", "p99")),
-                         fmt.ms(_metric(c, "e2e_ms", "p99")), fmt.count((m.get("ttft_ms") or {}).get("n")
-                                                                        if isinstance(m.get("ttft_ms"), dict) else None)))
+        verdicts.append(
+            (
+                str(c.get("candidate", fmt.MISSING)),
+                str(c.get("class", fmt.MISSING)),
+                str(c.get("state", fmt.MISSING)),
+                _load_text(c),
+                fmt.count(c.get("repetition")),
+                _verdict_cell(c.get("verdict")),
+                fmt.count(m.get("requests")),
+                fmt.count(m.get("completed")),
+                fmt.count(m.get("failed")),
+                _little_text(c),
+                "; ".join(fmt.limit_and_breaches(c)) or fmt.MISSING,
+            )
+        )
+        measured.append(
+            (
+                where,
+                fmt.rate(offered.get("offered_request_s")),
+                fmt.rate(offered.get("completed_request_s")),
+                fmt.count(offered.get("dropped")),
+                fmt.rate(m.get("output_tok_s")),
+                fmt.ms(_metric(c, "ttft_ms", "p50")),
+                fmt.ms(_metric(c, "ttft_ms", "p95")),
+                fmt.ms(_metric(c, "ttft_ms", "p99")),
+                fmt.ms(_metric(c, "itl_ms", "p99")),
+                fmt.ms(_metric(c, "e2e_ms", "p99")),
+                fmt.count((m.get("ttft_ms") or {}).get("n") if isinstance(m.get("ttft_ms"), dict) else None),
+            )
+        )
         tones.append("warning" if m.get("suspect") else "plain")
-    return [Table(("candidate", "class", "state", "load", "repetition", "verdict", "requests", "completed", "failed",
-                   "Little's law", "limit crossed / budgets missed"), tuple(verdicts), row_tones=tuple(tones),
-                  caption="Every cell run, per repetition (rep0 is the first): its verdict and why "
-                          "(suspect cells highlighted)"),
-            Table(("cell", "offered (req/s)", "completed (req/s)", "dropped (requests)", "output (tok/s)",
-                   "TTFT p50 (ms)", "TTFT p95 (ms)", "TTFT p99 (ms)", "ITL p99 (ms)", "E2E p99 (ms)", "n (samples)"),
-                  tuple(measured), row_tones=tuple(tones),
-                  caption="What each cell measured; offered load is shown apart from completed throughput")]
+    return [
+        Table(
+            (
+                "candidate",
+                "class",
+                "state",
+                "load",
+                "repetition",
+                "verdict",
+                "requests",
+                "completed",
+                "failed",
+                "Little's law",
+                "limit crossed / budgets missed",
+            ),
+            tuple(verdicts),
+            row_tones=tuple(tones),
+            caption="Every cell run, per repetition (rep0 is the first): its verdict and why "
+            "(suspect cells highlighted)",
+        ),
+        Table(
+            (
+                "cell",
+                "offered (req/s)",
+                "completed (req/s)",
+                "dropped (requests)",
+                "output (tok/s)",
+                "TTFT p50 (ms)",
+                "TTFT p95 (ms)",
+                "TTFT p99 (ms)",
+                "ITL p99 (ms)",
+                "E2E p99 (ms)",
+                "n (samples)",
+            ),
+            tuple(measured),
+            row_tones=tuple(tones),
+            caption="What each cell measured; offered load is shown apart from completed throughput",
+        ),
+    ]
 
 
 def _group_series(cells: list[dict], y) -> tuple[list[tuple[str, list[tuple[float, float]]]], str]:
@@ -173,8 +263,10 @@ def _group_series(cells: list[dict], y) -> tuple[list[tuple[str, list[tuple[floa
             continue
         dims.add(dim)
         grouped[(c.get("candidate"), c.get("class"), c.get("state"))][load].append(value)
-    series = [(" / ".join(str(k) for k in key if k is not None), sorted((x, max(v)) for x, v in by_load.items()))
-              for key, by_load in grouped.items()]
+    series = [
+        (" / ".join(str(k) for k in key if k is not None), sorted((x, max(v)) for x, v in by_load.items()))
+        for key, by_load in grouped.items()
+    ]
     return series, (dims.pop() if len(dims) == 1 else "load")
 
 
@@ -183,17 +275,37 @@ def run_figures(results: Results, cells: list[dict]) -> list[Figure]:
     ttft, dim = _group_series(cells, lambda c: _metric(c, "ttft_ms", "p99"))
     worksheet = results.summary.get("worksheet") if isinstance(results.summary.get("worksheet"), dict) else {}
     budgets = worksheet.get("budgets") if isinstance(worksheet.get("budgets"), dict) else {}
-    limits = [(f"{cls} budget: p99 TTFT ≤ {b['ttft_p99_ms']:g} ms", float(b["ttft_p99_ms"]))
-              for cls, b in budgets.items() if isinstance(b, dict) and fmt.is_number(b.get("ttft_p99_ms"))]
+    limits = [
+        (f"{cls} budget: p99 TTFT ≤ {b['ttft_p99_ms']:g} ms", float(b["ttft_p99_ms"]))
+        for cls, b in budgets.items()
+        if isinstance(b, dict) and fmt.is_number(b.get("ttft_p99_ms"))
+    ]
     values = [y for _, pts in ttft for _, y in pts if y and y > 0] + [v for _, v in limits]
-    out += drawn("ttft_p99", "p99 TTFT per candidate",
-        plots.series_vs_load(ttft, dim, UNITS.get(dim, ""), "TTFT p99 (ms)",
-                             f"p99 TTFT vs {dim} per candidate / class / state (worst repetition)",
-                             limits=limits, log_y=bool(values) and max(values) / min(values) >= 10))
+    out += drawn(
+        "ttft_p99",
+        "p99 TTFT per candidate",
+        plots.series_vs_load(
+            ttft,
+            dim,
+            UNITS.get(dim, ""),
+            "TTFT p99 (ms)",
+            f"p99 TTFT vs {dim} per candidate / class / state (worst repetition)",
+            limits=limits,
+            log_y=bool(values) and max(values) / min(values) >= 10,
+        ),
+    )
     thr, _ = _group_series(cells, lambda c: _metric(c, "output_tok_s"))
-    out += drawn("throughput", "Output throughput per candidate",
-        plots.series_vs_load(thr, dim, UNITS.get(dim, ""), "output throughput (tok/s)",
-                             f"Output throughput vs {dim} per candidate / class / state"))
+    out += drawn(
+        "throughput",
+        "Output throughput per candidate",
+        plots.series_vs_load(
+            thr,
+            dim,
+            UNITS.get(dim, ""),
+            "output throughput (tok/s)",
+            f"Output throughput vs {dim} per candidate / class / state",
+        ),
+    )
     # one point per load: the worst repetition (highest p99 TPOT, lowest throughput), in load order
     worst: dict = defaultdict(dict)
     for c in cells:
@@ -203,17 +315,25 @@ def run_figures(results: Results, cells: list[dict]) -> list[Figure]:
             continue
         series = f"{c.get('candidate')} / {c.get('class')}" + (f" / {c['state']}" if c.get("state") else "")
         old = worst[series].get(load)
-        worst[series][load] = (max(tpot, old[0]), min(tok_s, old[1]), _load_text(c)) if old else (tpot, tok_s,
-                                                                                                     _load_text(c))
-    out += drawn("frontier", "Throughput–latency frontier per candidate",
+        worst[series][load] = (
+            (max(tpot, old[0]), min(tok_s, old[1]), _load_text(c)) if old else (tpot, tok_s, _load_text(c))
+        )
+    out += drawn(
+        "frontier",
+        "Throughput–latency frontier per candidate",
         plots.frontier([(name, [by_load[x] for x in sorted(by_load)]) for name, by_load in worst.items()]),
-        "Each point is one load step, at its worst repetition.")
+        "Each point is one load step, at its worst repetition.",
+    )
     panels = level_panels(results.trace, results.summary, []) if results.trace else []
     if panels:
-        out += drawn("occupancy", "KV occupancy and queue depth over time",
-                     plots.occupancy_over_time(panels, "simulator trace"))
-    out += drawn("chunks", "Tokens per streamed chunk",
-        plots.tokens_per_chunk_histogram(results.records.chunk_token_counts if results.records else {}))
+        out += drawn(
+            "occupancy", "KV occupancy and queue depth over time", plots.occupancy_over_time(panels, "simulator trace")
+        )
+    out += drawn(
+        "chunks",
+        "Tokens per streamed chunk",
+        plots.tokens_per_chunk_histogram(results.records.chunk_token_counts if results.records else {}),
+    )
     return out
 
 
@@ -239,8 +359,12 @@ def run_document(results: Results) -> Document:
     blocks.append(Heading("Capacity region"))
     blocks.append(cap_table or Paragraph("No capacity region in this summary.", "warning"))
     handoff = summary.get("handoff")
-    blocks.append(KeyValues((("handoff package", f"{handoff}/ (inside this results folder)" if handoff
-                              else "none: no limit failed"),), caption="Specialist handoff"))
+    blocks.append(
+        KeyValues(
+            (("handoff package", f"{handoff}/ (inside this results folder)" if handoff else "none: no limit failed"),),
+            caption="Specialist handoff",
+        )
+    )
     plans = candidate_plans(summary, results.plan)
     if plans:
         blocks += [Heading("KV ledger")] + ledger_section(plans)

@@ -41,8 +41,10 @@ def candidate_plans(summary: dict, fallback: dict | None = None) -> dict[str, di
 def ledger_section(plans: dict[str, dict]) -> list[Block]:
     """One ledger per candidate (GiB per GPU) and a stacked bar per candidate."""
     blocks: list[Block] = []
-    columns = {name: dict(next(b for b in ledger_blocks(plan) if isinstance(b, KeyValues)).items)
-               for name, plan in plans.items()}
+    columns = {
+        name: dict(next(b for b in ledger_blocks(plan) if isinstance(b, KeyValues)).items)
+        for name, plan in plans.items()
+    }
     lines = list(dict.fromkeys(line for items in columns.values() for line in items))
     rows = tuple((line, *(columns[name].get(line, fmt.MISSING) for name in columns)) for line in lines)
     blocks.append(Table(("per GPU", *columns), rows, caption="HBM ledger per GPU and candidate (GiB = 2^30 bytes)"))
@@ -53,11 +55,19 @@ def ledger_section(plans: dict[str, dict]) -> list[Block]:
         hbm = hbm or ledger.get("hbm_bytes")
         seqs = plan.get("max_seqs")
         paged = seqs.get("paged") if isinstance(seqs, dict) else seqs
-        bars.append((name, {k: ledger.get(k) for k in BAR_PARTS},
-                     f"max seqs {fmt.count(paged)}" if fmt.is_number(paged) else ""))
+        bars.append(
+            (
+                name,
+                {k: ledger.get(k) for k in BAR_PARTS},
+                f"max seqs {fmt.count(paged)}" if fmt.is_number(paged) else "",
+            )
+        )
     same_hbm = len({p["ledger"].get("hbm_bytes") for p in plans.values()}) == 1
-    return blocks + drawn("ledger", "HBM ledger per GPU, per candidate",
-                          plots.ledger_bars([("Per candidate (per GPU)", bars)], hbm if same_hbm else None))
+    return blocks + drawn(
+        "ledger",
+        "HBM ledger per GPU, per candidate",
+        plots.ledger_bars([("Per candidate (per GPU)", bars)], hbm if same_hbm else None),
+    )
 
 
 def length_text(dist: object) -> str:
@@ -77,7 +87,9 @@ def length_text(dist: object) -> str:
     else:
         body = str(kind)
     low, high = dist.get("min"), dist.get("max")
-    clip = f" (clipped to {fmt.count(low) if fmt.is_number(low) else 1}..{fmt.count(high)})" if fmt.is_number(high) else ""
+    clip = (
+        f" (clipped to {fmt.count(low) if fmt.is_number(low) else 1}..{fmt.count(high)})" if fmt.is_number(high) else ""
+    )
     return f"{body}{clip} tokens"
 
 
@@ -92,18 +104,39 @@ def classes_table(worksheet: dict) -> Table | None:
         budget = budgets.get(name) if isinstance(budgets.get(name), dict) else {}
         budget_text = ", ".join(f"{k} ≤ {v:g}" if fmt.is_number(v) else f"{k}={v}" for k, v in budget.items())
         prefix = spec.get("shared_prefix_tokens")
-        rows.append((str(name), length_text(spec.get("input")), length_text(spec.get("output")),
-                     fmt.num(spec.get("weight"), 2), fmt.count(prefix) if fmt.is_number(prefix) else fmt.MISSING,
-                     budget_text or fmt.MISSING))
-    return Table(("class", "input length", "output length", "mix weight", "shared prefix (tokens)",
-                  "budgets (ms; error_rate as a fraction)"), tuple(rows),
-                 caption="Workload classes and their SLO budgets")
+        rows.append(
+            (
+                str(name),
+                length_text(spec.get("input")),
+                length_text(spec.get("output")),
+                fmt.num(spec.get("weight"), 2),
+                fmt.count(prefix) if fmt.is_number(prefix) else fmt.MISSING,
+                budget_text or fmt.MISSING,
+            )
+        )
+    return Table(
+        (
+            "class",
+            "input length",
+            "output length",
+            "mix weight",
+            "shared prefix (tokens)",
+            "budgets (ms; error_rate as a fraction)",
+        ),
+        tuple(rows),
+        caption="Workload classes and their SLO budgets",
+    )
 
 
 def settings_block(worksheet: dict) -> KeyValues | None:
-    return facts_block(((key, value) for key, value in worksheet.items()
-                        if key not in ("classes", "budgets", "ledger", "plan") and value is not None),
-                       "Load plan settings (units in the names)")
+    return facts_block(
+        (
+            (key, value)
+            for key, value in worksheet.items()
+            if key not in ("classes", "budgets", "ledger", "plan") and value is not None
+        ),
+        "Load plan settings (units in the names)",
+    )
 
 
 def cost_table(candidates: list[dict]) -> Table | None:
@@ -113,15 +146,37 @@ def cost_table(candidates: list[dict]) -> Table | None:
         for cls, c in cost.items():
             if not isinstance(c, dict):
                 continue
-            price = (f"{c['usd_per_gpu_hour']:g} $/GPU-hour × {fmt.count(c.get('num_gpus'))} GPUs"
-                     if fmt.is_number(c.get("usd_per_gpu_hour")) else
-                     ", ".join(f"{k} = {v:g}" for k, v in c.items() if k.startswith("usd_per") and fmt.is_number(v)
-                               and k != "usd_per_million_output_tokens") or fmt.MISSING)
-            rows.append((str(cand.get("name", "?")), str(cls), str(c.get("basis", fmt.MISSING)), price,
-                         fmt.rate(c.get("output_tok_s_at_capacity")),
-                         fmt.num(c.get("usd_per_million_output_tokens"), 3)))
+            price = (
+                f"{c['usd_per_gpu_hour']:g} $/GPU-hour × {fmt.count(c.get('num_gpus'))} GPUs"
+                if fmt.is_number(c.get("usd_per_gpu_hour"))
+                else ", ".join(
+                    f"{k} = {v:g}"
+                    for k, v in c.items()
+                    if k.startswith("usd_per") and fmt.is_number(v) and k != "usd_per_million_output_tokens"
+                )
+                or fmt.MISSING
+            )
+            rows.append(
+                (
+                    str(cand.get("name", "?")),
+                    str(cls),
+                    str(c.get("basis", fmt.MISSING)),
+                    price,
+                    fmt.rate(c.get("output_tok_s_at_capacity")),
+                    fmt.num(c.get("usd_per_million_output_tokens"), 3),
+                )
+            )
     if not rows:
         return None
-    return Table(("candidate", "class", "basis", "price as declared", "output at capacity (tok/s)",
-                  "cost ($ per 1M output tokens)"), tuple(rows),
-                 caption="Cost at the capacity found (compared only between accepted candidates)")
+    return Table(
+        (
+            "candidate",
+            "class",
+            "basis",
+            "price as declared",
+            "output at capacity (tok/s)",
+            "cost ($ per 1M output tokens)",
+        ),
+        tuple(rows),
+        caption="Cost at the capacity found (compared only between accepted candidates)",
+    )

@@ -9,9 +9,23 @@ from kneecap.report import numbers as fmt
 from kneecap.report import plots
 from kneecap.report.document import Block, Cell, Document, Figure, Heading, KeyValues, Paragraph, Table, drawn
 from kneecap.report.glossary import SWEEP_TERMS, glossary
-from kneecap.report.levels import (LATENCY_KEYS, LATENCY_LABELS, client_stats, frontier_points, is_suspect, knee_load,
-                                   level_panels, levels_of, load_axis, parse_slo, points_of, preflight_limit,
-                                   preflight_verdict, slo_spec, suspect_reason)
+from kneecap.report.levels import (
+    LATENCY_KEYS,
+    LATENCY_LABELS,
+    client_stats,
+    frontier_points,
+    is_suspect,
+    knee_load,
+    level_panels,
+    levels_of,
+    load_axis,
+    parse_slo,
+    points_of,
+    preflight_limit,
+    preflight_verdict,
+    slo_spec,
+    suspect_reason,
+)
 from kneecap.report.load import RecordDigest, Results
 from kneecap.report.provenance import facts_block, manifest_blocks, missing_block, source_banner
 
@@ -39,8 +53,9 @@ def subject_of(summary: dict) -> str:
 def headline(summary: dict, levels: list[dict], limit: float | None) -> KeyValues:
     load_name, load_unit = load_axis(levels)
     items: list[tuple[str, str]] = [("levels run", f"{len(levels)}")]
-    best = max((lv for lv in levels if fmt.is_number(lv.get("output_tok_s"))), key=lambda lv: lv["output_tok_s"],
-               default=None)
+    best = max(
+        (lv for lv in levels if fmt.is_number(lv.get("output_tok_s"))), key=lambda lv: lv["output_tok_s"], default=None
+    )
     if best is not None:
         items.append(("peak output throughput", f"{fmt.rate(best['output_tok_s'])} tok/s at {fmt.load_text(best)}"))
     knee = summary.get("knee")
@@ -61,14 +76,28 @@ def headline(summary: dict, levels: list[dict], limit: float | None) -> KeyValue
         items.append(("preflight KV limit", f"C={fmt.count(limit)} concurrent requests (worst case fits the KV pool)"))
     slo = slo_spec(summary)
     if slo:
-        items.append(("SLO", slo if isinstance(slo, str) else ", ".join(
-            f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}" for k, v in slo.items())))
+        items.append(
+            (
+                "SLO",
+                slo
+                if isinstance(slo, str)
+                else ", ".join(f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}" for k, v in slo.items()),
+            )
+        )
     suspects = [f"{fmt.load_text(lv)} ({suspect_reason(lv)})" for lv in levels if is_suspect(lv)]
     items.append(("suspect levels", "; ".join(suspects) if suspects else "none"))
     skipped = summary.get("skipped")
     if isinstance(skipped, list) and skipped:
-        items.append(("skipped levels", "; ".join(
-            f"{fmt.load_text(s)}: {s.get('reason', 'no reason recorded')}" for s in skipped if isinstance(s, dict))))
+        items.append(
+            (
+                "skipped levels",
+                "; ".join(
+                    f"{fmt.load_text(s)}: {s.get('reason', 'no reason recorded')}"
+                    for s in skipped
+                    if isinstance(s, dict)
+                ),
+            )
+        )
     failed = sum(int(lv.get("failed") or 0) for lv in levels if fmt.is_number(lv.get("failed")))
     requests = sum(int(lv.get("requests") or 0) for lv in levels if fmt.is_number(lv.get("requests")))
     items.append(("failed requests", f"{failed:,} of {requests:,} requests"))
@@ -81,8 +110,20 @@ def _flags(lv: dict) -> Cell:
 
 def level_table(levels: list[dict]) -> Table:
     """Counts and throughput per level."""
-    columns = ("load", "requests", "completed", "failed", "duration (s)", "output (tok/s)", "input (tok/s)",
-               "total (tok/s)", "requests (req/s)", "goodput (req/s)", "preflight", "flags")
+    columns = (
+        "load",
+        "requests",
+        "completed",
+        "failed",
+        "duration (s)",
+        "output (tok/s)",
+        "input (tok/s)",
+        "total (tok/s)",
+        "requests (req/s)",
+        "goodput (req/s)",
+        "preflight",
+        "flags",
+    )
     rows, tones = [], []
     for lv in levels:
         goodput = lv.get("goodput")
@@ -90,18 +131,33 @@ def level_table(levels: list[dict]) -> Table:
             goodput = goodput.get("request_s", goodput.get("req_s"))
         verdict = preflight_verdict(lv)
         failed = lv.get("failed")
-        rows.append((fmt.load_text(lv), fmt.count(lv.get("requests")), fmt.count(lv.get("completed")),
-                     Cell(fmt.count(failed), "worse" if fmt.is_number(failed) and failed > 0 else "plain"),
-                     fmt.num(lv.get("duration_s"), 2), fmt.rate(lv.get("output_tok_s")),
-                     fmt.rate(lv.get("input_tok_s")), fmt.rate(lv.get("total_tok_s")),
-                     fmt.rate(lv.get("request_s")), fmt.rate(goodput),
-                     Cell(verdict or fmt.MISSING, "worse" if verdict == "exceeds" else
-                          "warning" if verdict == "tight" else "plain"),
-                     _flags(lv)))
+        rows.append(
+            (
+                fmt.load_text(lv),
+                fmt.count(lv.get("requests")),
+                fmt.count(lv.get("completed")),
+                Cell(fmt.count(failed), "worse" if fmt.is_number(failed) and failed > 0 else "plain"),
+                fmt.num(lv.get("duration_s"), 2),
+                fmt.rate(lv.get("output_tok_s")),
+                fmt.rate(lv.get("input_tok_s")),
+                fmt.rate(lv.get("total_tok_s")),
+                fmt.rate(lv.get("request_s")),
+                fmt.rate(goodput),
+                Cell(
+                    verdict or fmt.MISSING,
+                    "worse" if verdict == "exceeds" else "warning" if verdict == "tight" else "plain",
+                ),
+                _flags(lv),
+            )
+        )
         tones.append("warning" if is_suspect(lv) else "plain")
-    return Table(columns, tuple(rows), caption="Throughput counts completed requests only, over each level's wall "
-                                               "time; failed requests are counted, never dropped.",
-                 row_tones=tuple(tones))
+    return Table(
+        columns,
+        tuple(rows),
+        caption="Throughput counts completed requests only, over each level's wall "
+        "time; failed requests are counted, never dropped.",
+        row_tones=tuple(tones),
+    )
 
 
 def _slo_cell(lv: dict) -> Cell:
@@ -110,8 +166,9 @@ def _slo_cell(lv: dict) -> Cell:
         return Cell(fmt.MISSING, "muted")
     if verdict["met"]:
         return Cell("met", "better")
-    breaches = [b.get("message", b.get("key", "?")) if isinstance(b, dict) else str(b)
-                for b in verdict.get("breaches") or []]
+    breaches = [
+        b.get("message", b.get("key", "?")) if isinstance(b, dict) else str(b) for b in verdict.get("breaches") or []
+    ]
     return Cell("missed: " + "; ".join(map(str, breaches)), "worse")
 
 
@@ -119,12 +176,33 @@ def latency_table(levels: list[dict]) -> Table:
     """The latency headline per level, with the level's SLO verdict."""
     rows, tones = [], []
     for lv in levels:
-        rows.append((fmt.load_text(lv), _slo_cell(lv), *(_pct(lv.get(key), p) for key in TABLE_LATENCIES
-                                                          for p in ("p50", "p99")), _flags(lv)))
+        rows.append(
+            (
+                fmt.load_text(lv),
+                _slo_cell(lv),
+                *(_pct(lv.get(key), p) for key in TABLE_LATENCIES for p in ("p50", "p99")),
+                _flags(lv),
+            )
+        )
         tones.append("warning" if is_suspect(lv) else "plain")
-    return Table(("load", "SLO verdict", "TTFT p50 (ms)", "TTFT p99 (ms)", "ITL p50 (ms)", "ITL p99 (ms)", "TPOT p50 (ms)",
-                  "TPOT p99 (ms)", "E2E p50 (ms)", "E2E p99 (ms)", "flags"), tuple(rows),
-                 caption="Latency per level (full percentiles below)", row_tones=tuple(tones))
+    return Table(
+        (
+            "load",
+            "SLO verdict",
+            "TTFT p50 (ms)",
+            "TTFT p99 (ms)",
+            "ITL p50 (ms)",
+            "ITL p99 (ms)",
+            "TPOT p50 (ms)",
+            "TPOT p99 (ms)",
+            "E2E p50 (ms)",
+            "E2E p99 (ms)",
+            "flags",
+        ),
+        tuple(rows),
+        caption="Latency per level (full percentiles below)",
+        row_tones=tuple(tones),
+    )
 
 
 def stability_table(levels: list[dict]) -> Table | None:
@@ -138,17 +216,41 @@ def stability_table(levels: list[dict]) -> Table | None:
     for lv in judged:
         st = lv["stability"]
         verdict = verdict_text(lv)
-        rows.append((fmt.load_text(lv), Cell(verdict, "better" if verdict == "stable" else "worse"),
-                     fmt.num(st.get("offered_rps"), 2), fmt.num(st.get("sent_rps"), 2),
-                     fmt.num(st.get("served_rps"), 2),
-                     fmt.rate(st.get("offered_output_tok_s")), fmt.rate(st.get("output_tok_s")),
-                     fmt.num(st.get("queue_trend"), 2), fmt.num(st.get("ttft_trend"), 2),
-                     fmt.num(st.get("in_flight_mean"), 1), st.get("client_behind") or st.get("rule") or fmt.MISSING))
-    caption = ("Steady state per level (the rule: docs/metrics.md, Steady state). "
-               + (stability_caption(judged) or "Every level reached steady state."))
-    return Table(("load", "steady", "offered (req/s)", "sent (req/s)", "served (req/s)", "offered output (tok/s)",
-                  "served output (tok/s)", "waiting queue trend (req/s)", "TTFT trend (last/first third)",
-                  "in flight (requests)", "why"), tuple(rows), caption=caption)
+        rows.append(
+            (
+                fmt.load_text(lv),
+                Cell(verdict, "better" if verdict == "stable" else "worse"),
+                fmt.num(st.get("offered_rps"), 2),
+                fmt.num(st.get("sent_rps"), 2),
+                fmt.num(st.get("served_rps"), 2),
+                fmt.rate(st.get("offered_output_tok_s")),
+                fmt.rate(st.get("output_tok_s")),
+                fmt.num(st.get("queue_trend"), 2),
+                fmt.num(st.get("ttft_trend"), 2),
+                fmt.num(st.get("in_flight_mean"), 1),
+                st.get("client_behind") or st.get("rule") or fmt.MISSING,
+            )
+        )
+    caption = "Steady state per level (the rule: docs/metrics.md, Steady state). " + (
+        stability_caption(judged) or "Every level reached steady state."
+    )
+    return Table(
+        (
+            "load",
+            "steady",
+            "offered (req/s)",
+            "sent (req/s)",
+            "served (req/s)",
+            "offered output (tok/s)",
+            "served output (tok/s)",
+            "waiting queue trend (req/s)",
+            "TTFT trend (last/first third)",
+            "in flight (requests)",
+            "why",
+        ),
+        tuple(rows),
+        caption=caption,
+    )
 
 
 def percentile_table(levels: list[dict], key: str) -> Table | None:
@@ -158,10 +260,18 @@ def percentile_table(levels: list[dict], key: str) -> Table | None:
     rows = []
     for lv in levels:
         st = lv.get(key) if isinstance(lv.get(key), dict) else {}
-        rows.append((fmt.load_text(lv), *(fmt.ms(st.get(p)) for p in ("mean", "p50", "p90", "p95", "p99", "max")),
-                     fmt.count(st.get("n"))))
-    return Table(("load", f"{label} mean (ms)", "p50 (ms)", "p90 (ms)", "p95 (ms)", "p99 (ms)", "max (ms)",
-                  "n (samples)"), tuple(rows), caption=f"{label} per level")
+        rows.append(
+            (
+                fmt.load_text(lv),
+                *(fmt.ms(st.get(p)) for p in ("mean", "p50", "p90", "p95", "p99", "max")),
+                fmt.count(st.get("n")),
+            )
+        )
+    return Table(
+        ("load", f"{label} mean (ms)", "p50 (ms)", "p90 (ms)", "p95 (ms)", "p99 (ms)", "max (ms)", "n (samples)"),
+        tuple(rows),
+        caption=f"{label} per level",
+    )
 
 
 def error_table(levels: list[dict], digest: RecordDigest | None) -> Table | None:
@@ -172,12 +282,21 @@ def error_table(levels: list[dict], digest: RecordDigest | None) -> Table | None
         errors = lv.get("errors") if isinstance(lv.get("errors"), dict) else {}
         for kind, n in sorted(errors.items()):
             index = lv["level"] if isinstance(lv.get("level"), int) else i  # records carry the sweep's index
-            rows.append((fmt.load_text(lv), str(kind), fmt.count(n), " • ".join(samples.get((index, str(kind)), []))
-                         or fmt.MISSING))
+            rows.append(
+                (
+                    fmt.load_text(lv),
+                    str(kind),
+                    fmt.count(n),
+                    " • ".join(samples.get((index, str(kind)), [])) or fmt.MISSING,
+                )
+            )
     if not rows:
         return None
-    return Table(("load", "error kind", "count (requests)", "sample messages (as the server sent them)"),
-                 tuple(rows), caption="Failed requests by kind")
+    return Table(
+        ("load", "error kind", "count (requests)", "sample messages (as the server sent them)"),
+        tuple(rows),
+        caption="Failed requests by kind",
+    )
 
 
 def server_table(levels: list[dict]) -> Table | None:
@@ -188,17 +307,40 @@ def server_table(levels: list[dict]) -> Table | None:
         sm = lv.get("server_metrics") if isinstance(lv.get("server_metrics"), dict) else {}
         kv = sm.get("kv_usage_max")
         kv_pct = fmt.pct(kv / 100 if fmt.is_number(kv) and kv > 1 else kv)
-        rows.append((fmt.load_text(lv), kv_pct, fmt.pct(sm.get("kv_usage_mean")), fmt.count(sm.get("running_max")),
-                     fmt.count(sm.get("waiting_max")), fmt.count(sm.get("preemptions")),
-                     fmt.pct(sm.get("prefix_cache_hit_rate"))))
-    sources = {(lv.get("server_metrics") or {}).get("source") for lv in levels if isinstance(lv.get("server_metrics"), dict)}
-    origin = {"simulator": "the simulated engine's own counters", "prometheus": "scraped from the server's /metrics",
-              "usage": "the prefix-cache hit rate from the responses' cached-token counts (the server exposed no /metrics)",
-              "none": "the server exposed none"}
+        rows.append(
+            (
+                fmt.load_text(lv),
+                kv_pct,
+                fmt.pct(sm.get("kv_usage_mean")),
+                fmt.count(sm.get("running_max")),
+                fmt.count(sm.get("waiting_max")),
+                fmt.count(sm.get("preemptions")),
+                fmt.pct(sm.get("prefix_cache_hit_rate")),
+            )
+        )
+    sources = {
+        (lv.get("server_metrics") or {}).get("source") for lv in levels if isinstance(lv.get("server_metrics"), dict)
+    }
+    origin = {
+        "simulator": "the simulated engine's own counters",
+        "prometheus": "scraped from the server's /metrics",
+        "usage": "the prefix-cache hit rate from the responses' cached-token counts (the server exposed no /metrics)",
+        "none": "the server exposed none",
+    }
     said = "; ".join(origin.get(s, str(s)) for s in sorted(sources, key=str))
-    return Table(("load", "peak KV usage (% of blocks)", "mean KV usage (% of blocks)", "peak running (requests)",
-                  "peak waiting (requests)", "preemptions (count)", "prefix-cache hit rate (% of prompt tokens)"),
-                 tuple(rows), caption=f"Server metrics per level ({said})")
+    return Table(
+        (
+            "load",
+            "peak KV usage (% of blocks)",
+            "mean KV usage (% of blocks)",
+            "peak running (requests)",
+            "peak waiting (requests)",
+            "preemptions (count)",
+            "prefix-cache hit rate (% of prompt tokens)",
+        ),
+        tuple(rows),
+        caption=f"Server metrics per level ({said})",
+    )
 
 
 def spec_table(levels: list[dict]) -> Table | None:
@@ -210,12 +352,28 @@ def spec_table(levels: list[dict]) -> Table | None:
     for lv in levels:
         sp = lv.get("spec") if isinstance(lv.get("spec"), dict) else {}
         mean = sp.get("mean_accepted_length")
-        rows.append((fmt.load_text(lv), fmt.count(sp.get("draft_tokens")), fmt.count(sp.get("accepted_tokens")),
-                     fmt.pct(sp.get("acceptance_rate")), fmt.MISSING if mean is None else f"{mean:.2f}",
-                     str(sp.get("source") or fmt.MISSING)))
-    return Table(("load", "draft tokens (tokens)", "accepted (tokens)", "acceptance rate (% of draft tokens)",
-                  "mean accepted length (tokens per step, bonus token included)", "source"), tuple(rows),
-                 caption="Speculative decoding per level")
+        rows.append(
+            (
+                fmt.load_text(lv),
+                fmt.count(sp.get("draft_tokens")),
+                fmt.count(sp.get("accepted_tokens")),
+                fmt.pct(sp.get("acceptance_rate")),
+                fmt.MISSING if mean is None else f"{mean:.2f}",
+                str(sp.get("source") or fmt.MISSING),
+            )
+        )
+    return Table(
+        (
+            "load",
+            "draft tokens (tokens)",
+            "accepted (tokens)",
+            "acceptance rate (% of draft tokens)",
+            "mean accepted length (tokens per step, bonus token included)",
+            "source",
+        ),
+        tuple(rows),
+        caption="Speculative decoding per level",
+    )
 
 
 CLIENT_KEY_PARTS = ("lag", "cpu")  # the client-health numbers worth a column (not timestamps)
@@ -232,18 +390,34 @@ def client_table(levels: list[dict]) -> Table | None:
         return None
     rows, tones = [], []
     for lv, st in zip(levels, stats):
-        rows.append((fmt.load_text(lv), *(fmt.num(st.get(k), 2) for k in keys),
-                     Cell("⚠ suspect: " + suspect_reason(lv), "warning") if is_suspect(lv) else "ok"))
+        rows.append(
+            (
+                fmt.load_text(lv),
+                *(fmt.num(st.get(k), 2) for k in keys),
+                Cell("⚠ suspect: " + suspect_reason(lv), "warning") if is_suspect(lv) else "ok",
+            )
+        )
         tones.append("warning" if is_suspect(lv) else "plain")
 
     def unit(k: str) -> str:
-        return "ms" if k.endswith("_ms") else "s" if k.endswith("_s") else "fraction of one core" \
-            if k.endswith("fraction") else "count" if k.endswith("_n") else "as named"
+        return (
+            "ms"
+            if k.endswith("_ms")
+            else "s"
+            if k.endswith("_s")
+            else "fraction of one core"
+            if k.endswith("fraction")
+            else "count"
+            if k.endswith("_n")
+            else "as named"
+        )
 
-    return Table(("load", *(f"{k.replace('_', ' ')} ({unit(k)})" for k in keys), "verdict"), tuple(rows),
-                 row_tones=tuple(tones),
-                 caption="The client's own health per level (worst worker): a lagging client measures itself, "
-                         "not the server")
+    return Table(
+        ("load", *(f"{k.replace('_', ' ')} ({unit(k)})" for k in keys), "verdict"),
+        tuple(rows),
+        row_tones=tuple(tones),
+        caption="The client's own health per level (worst worker): a lagging client measures itself, not the server",
+    )
 
 
 def figures(results: Results, levels: list[dict], limit: float | None) -> list[Figure]:
@@ -252,30 +426,52 @@ def figures(results: Results, levels: list[dict], limit: float | None) -> list[F
     points = points_of(levels)
     subject = subject_of(summary)
     out: list[Figure] = []
-    out += drawn("throughput", f"Output throughput vs {load_name}",
+    out += drawn(
+        "throughput",
+        f"Output throughput vs {load_name}",
         plots.throughput_vs_load(points, load_name, load_unit, knee_load(summary), limit, subject),
-        " ".join(filter(None, (
-            "The star marks the knee." if knee_load(summary) is not None else "No knee was found in these levels.",
-            "The dashed green line is the memory preflight limit (worst-case KV fits)." if limit is not None else "",
-            "Circled points are suspect levels (client lag)." if any(p.suspect for p in points) else ""))))
-    out += drawn("latency", f"Latency percentiles vs {load_name}",
+        " ".join(
+            filter(
+                None,
+                (
+                    "The star marks the knee."
+                    if knee_load(summary) is not None
+                    else "No knee was found in these levels.",
+                    "The dashed green line is the memory preflight limit (worst-case KV fits)."
+                    if limit is not None
+                    else "",
+                    "Circled points are suspect levels (client lag)." if any(p.suspect for p in points) else "",
+                ),
+            )
+        ),
+    )
+    out += drawn(
+        "latency",
+        f"Latency percentiles vs {load_name}",
         plots.latency_vs_load(points, load_name, load_unit, PLOT_LATENCIES, parse_slo(slo_spec(summary))),
-        "Black dash-dot lines are the SLO limits declared for the run." if parse_slo(slo_spec(summary)) else
-        "No latency SLO was declared for this run.")
-    out += drawn("frontier", "Throughput–latency frontier",
-        plots.frontier([(subject or results.name, frontier_points(levels))]))
+        "Black dash-dot lines are the SLO limits declared for the run."
+        if parse_slo(slo_spec(summary))
+        else "No latency SLO was declared for this run.",
+    )
+    out += drawn(
+        "frontier", "Throughput–latency frontier", plots.frontier([(subject or results.name, frontier_points(levels))])
+    )
     panels = level_panels(results.trace, summary, levels) if results.trace else []
     source = "simulator trace"
     if not panels and results.timeline:
         panels, source = level_panels(results.timeline, summary, levels), "server metrics"
     if panels:
         out += drawn("occupancy", "KV occupancy and queue depth over time", plots.occupancy_over_time(panels, source))
-    out += drawn("peaks", f"Peak KV occupancy and queue depth vs {load_name}",
-        plots.peaks_vs_load(points, load_name, load_unit))
+    out += drawn(
+        "peaks", f"Peak KV occupancy and queue depth vs {load_name}", plots.peaks_vs_load(points, load_name, load_unit)
+    )
     out += find_max_figure(summary, levels, load_name, load_unit)
-    out += drawn("chunks", "Tokens per streamed chunk",
+    out += drawn(
+        "chunks",
+        "Tokens per streamed chunk",
         plots.tokens_per_chunk_histogram(results.records.chunk_token_counts if results.records else {}),
-        "A chunk carrying k tokens counts as k tokens in ITL; many multi-token chunks mean per-token timing is coarse.")
+        "A chunk carrying k tokens counts as k tokens in ITL; many multi-token chunks mean per-token timing is coarse.",
+    )
     return out
 
 
@@ -301,11 +497,16 @@ def find_max_figure(summary: dict, levels: list[dict], load_name: str, load_unit
     if not isinstance(m, dict) or not m.get("probes") or term is None or len(m["probes"]) != len(levels):
         return []
     key, limit = term
-    probes = [plots.SearchProbe(load=float(p["load"]), met=bool(p.get("met")), value=slo_value(lv, key))
-              for p, lv in zip(m["probes"], levels)]
-    return drawn("find_max", f"Highest {load_name} under the SLO",
-                 plots.find_max_search(probes, key, limit, load_name, load_unit, m.get("value"), m.get("failed_at")),
-                 find_max_text(m, load_name))
+    probes = [
+        plots.SearchProbe(load=float(p["load"]), met=bool(p.get("met")), value=slo_value(lv, key))
+        for p, lv in zip(m["probes"], levels)
+    ]
+    return drawn(
+        "find_max",
+        f"Highest {load_name} under the SLO",
+        plots.find_max_search(probes, key, limit, load_name, load_unit, m.get("value"), m.get("failed_at")),
+        find_max_text(m, load_name),
+    )
 
 
 def find_max_text(m: dict, load_name: str) -> str:
@@ -318,19 +519,36 @@ def find_max_text(m: dict, load_name: str) -> str:
         answer = f"No {load_name} probed met every SLO term{every}"
     else:
         answer = f"The highest {load_name} that met every SLO term{every}: {m['value']:g}"
-    nxt = (f"; the next step up, {m['failed_at']:g}, failed ({m.get('failed_because') or 'SLO'})"
-           if m.get("failed_at") is not None else "; no higher load was found to fail within the search bounds")
+    nxt = (
+        f"; the next step up, {m['failed_at']:g}, failed ({m.get('failed_because') or 'SLO'})"
+        if m.get("failed_at") is not None
+        else "; no higher load was found to fail within the search bounds"
+    )
     return f"{answer}{nxt}. {len(m.get('probes') or [])} probes, numbered in the order they ran."
 
 
-CONFIG_KEYS = ("deployment", "engine", "workload", "plan", "step_time", "load", "seed", "status", "base_url",
-               "endpoint", "server", "workers")
+CONFIG_KEYS = (
+    "deployment",
+    "engine",
+    "workload",
+    "plan",
+    "step_time",
+    "load",
+    "seed",
+    "status",
+    "base_url",
+    "endpoint",
+    "server",
+    "workers",
+)
 
 
 def configuration(summary: dict) -> KeyValues | None:
     """What was run: deployment, engine limits, workload, KV plan figures, step-time constants, seed."""
-    return facts_block(((key, summary[key]) for key in CONFIG_KEYS if summary.get(key) is not None),
-                       "Deployment, engine, workload and seed as recorded (units in the names)")
+    return facts_block(
+        ((key, summary[key]) for key in CONFIG_KEYS if summary.get(key) is not None),
+        "Deployment, engine, workload and seed as recorded (units in the names)",
+    )
 
 
 def sweep_document(results: Results) -> Document:
@@ -360,19 +578,42 @@ def sweep_document(results: Results) -> Document:
         blocks += [t for t in (stability_table(levels),) if t is not None]
         blocks.append(Heading("Latency percentiles"))
         blocks += [t for t in (percentile_table(levels, k) for k in LATENCY_KEYS) if t is not None]
-        extra = [t for t in (error_table(levels, results.records), server_table(levels), spec_table(levels),
-                             client_table(levels)) if t]
+        extra = [
+            t
+            for t in (
+                error_table(levels, results.records),
+                server_table(levels),
+                spec_table(levels),
+                client_table(levels),
+            )
+            if t
+        ]
         if extra:
             blocks.append(Heading("Errors, server and client"))
             blocks += extra
         tpc = [lv.get("tokens_per_chunk") for lv in levels]
         if any(isinstance(s, dict) for s in tpc):
-            rows = tuple((fmt.load_text(lv), fmt.num((s or {}).get("mean"), 2), fmt.num((s or {}).get("p99"), 0),
-                          fmt.num((s or {}).get("max"), 0)) for lv, s in zip(levels, tpc))
-            blocks.append(Table(("load", "tokens per chunk, mean (tokens)", "p99 (tokens)", "max (tokens)"), rows,
-                                caption="Tokens per streamed chunk"))
-    blocks += [Heading("Glossary"), Paragraph("Each metric once, from the record's named timestamps "
-                                              "(kneecap's docs/metrics.md has the full definitions)."),
-               glossary(SWEEP_TERMS)]
+            rows = tuple(
+                (
+                    fmt.load_text(lv),
+                    fmt.num((s or {}).get("mean"), 2),
+                    fmt.num((s or {}).get("p99"), 0),
+                    fmt.num((s or {}).get("max"), 0),
+                )
+                for lv, s in zip(levels, tpc)
+            )
+            blocks.append(
+                Table(
+                    ("load", "tokens per chunk, mean (tokens)", "p99 (tokens)", "max (tokens)"),
+                    rows,
+                    caption="Tokens per streamed chunk",
+                )
+            )
+    blocks += [
+        Heading("Glossary"),
+        Paragraph(
+            "Each metric once, from the record's named timestamps (kneecap's docs/metrics.md has the full definitions)."
+        ),
+        glossary(SWEEP_TERMS),
+    ]
     return Document(title, tuple(blocks))
-

@@ -30,8 +30,9 @@ def _json(obj, status: int = 200) -> web.Response:
 
 def _error(message: str, status: int = 400, param: str | None = None) -> web.Response:
     err_type = "BadRequestError" if status == 400 else ("NotFoundError" if status == 404 else "InternalServerError")
-    return web.Response(body=wire.error_body(message, status, err_type, param), status=status,
-                        content_type="application/json")
+    return web.Response(
+        body=wire.error_body(message, status, err_type, param), status=status, content_type="application/json"
+    )
 
 
 async def _body(request: web.Request):
@@ -46,8 +47,9 @@ async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
     rt = request.app[ENGINE_KEY]
     info = request.app[INFO_KEY]
     try:
-        req = wire.parse_request(endpoint, await _body(request), served_model=info["model"],
-                                 max_model_len=info["max_model_len"])
+        req = wire.parse_request(
+            endpoint, await _body(request), served_model=info["model"], max_model_len=info["max_model_len"]
+        )
         slot = rt.submit(req.prompt_tokens, req.max_tokens, req.prompt_ids)
     except wire.BadRequest as exc:
         return _error(exc.message, 400, exc.param)
@@ -65,8 +67,9 @@ async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
             if slot.error:
                 return _error(f"generation failed: {slot.error}", 500)
             finished = True
-            return web.Response(body=wire.full_response(req, request_id, created, slot.cached_tokens),
-                                content_type="application/json")
+            return web.Response(
+                body=wire.full_response(req, request_id, created, slot.cached_tokens), content_type="application/json"
+            )
         writer = wire.ChunkWriter(req, request_id, created)
         resp = web.StreamResponse(headers=SSE_HEADERS)
         await resp.prepare(request)
@@ -87,8 +90,19 @@ async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
                 continue
             await slot.wake.wait()
         if slot.error:
-            await resp.write(b"data: " + orjson.dumps({"error": {"message": f"generation failed: {slot.error}",
-                                                                 "type": "InternalServerError", "code": 500}}) + b"\n\n")
+            await resp.write(
+                b"data: "
+                + orjson.dumps(
+                    {
+                        "error": {
+                            "message": f"generation failed: {slot.error}",
+                            "type": "InternalServerError",
+                            "code": 500,
+                        }
+                    }
+                )
+                + b"\n\n"
+            )
         else:
             await resp.write(writer.closing(slot.cached_tokens))
             finished = True
@@ -109,8 +123,16 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 async def models(request: web.Request) -> web.Response:
     info = request.app[INFO_KEY]
-    card = {"id": info["model"], "object": "model", "created": info["created"], "owned_by": "kneecap",
-            "root": info["model"], "parent": None, "max_model_len": info["max_model_len"], "permission": []}
+    card = {
+        "id": info["model"],
+        "object": "model",
+        "created": info["created"],
+        "owned_by": "kneecap",
+        "root": info["model"],
+        "parent": None,
+        "max_model_len": info["max_model_len"],
+        "permission": [],
+    }
     return _json({"object": "list", "data": [card]})
 
 
@@ -168,8 +190,9 @@ async def version(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     rt = request.app[ENGINE_KEY]
     text = exposition(request.app[INFO_KEY]["model"], rt.gauges(), rt.counters)
-    return web.Response(text=text, content_type="text/plain", charset="utf-8",
-                        headers={"X-Content-Type-Options": "nosniff"})
+    return web.Response(
+        text=text, content_type="text/plain", charset="utf-8", headers={"X-Content-Type-Options": "nosniff"}
+    )
 
 
 async def replica_metrics(request: web.Request) -> web.Response:
@@ -181,20 +204,31 @@ async def replica_metrics(request: web.Request) -> web.Response:
     except (ValueError, IndexError):
         return _error(f"no replica {request.match_info['index']!r}: replicas are 0..{len(replicas) - 1}", 404)
     text = exposition(request.app[INFO_KEY]["model"], one.gauges(), one.counters)
-    return web.Response(text=text, content_type="text/plain", charset="utf-8",
-                        headers={"X-Content-Type-Options": "nosniff"})
+    return web.Response(
+        text=text, content_type="text/plain", charset="utf-8", headers={"X-Content-Type-Options": "nosniff"}
+    )
 
 
-def build_app(target, *, time_scale: float = 1.0, served_model_name: str | None = None, replicas: int = 1,
-              router: str = "round-robin") -> web.Application:
+def build_app(
+    target,
+    *,
+    time_scale: float = 1.0,
+    served_model_name: str | None = None,
+    replicas: int = 1,
+    router: str = "round-robin",
+) -> web.Application:
     """The aiohttp Application; the engine task starts with the app and stops with it. replicas > 1: that many
     engines behind `router` (kneecap.serve.fleet)."""
     from kneecap import __version__
 
     app = web.Application(client_max_size=64 * 1024 * 1024)
-    app[INFO_KEY] = {"model": served_model_name or target.model_name, "max_model_len": target.plan.context,
-                     "created": int(time.time()), "version": f"kneecap-serve {__version__} (simulated engine)",
-                     "target": target.describe()}
+    app[INFO_KEY] = {
+        "model": served_model_name or target.model_name,
+        "max_model_len": target.plan.context,
+        "created": int(time.time()),
+        "version": f"kneecap-serve {__version__} (simulated engine)",
+        "target": target.describe(),
+    }
 
     async def on_startup(app: web.Application) -> None:
         if replicas > 1 or router != "round-robin":

@@ -48,13 +48,18 @@ class FleetRuntime:
         bs = self.replicas[0].engine.block_size
         out, h = [], 0
         for i in range(0, len(prompt_ids) - len(prompt_ids) % bs, bs):
-            h = hash((h, tuple(prompt_ids[i:i + bs])))
+            h = hash((h, tuple(prompt_ids[i : i + bs])))
             out.append(h)
         return tuple(out)
 
     def submit(self, prompt_tokens: int, max_tokens: int, prompt_ids=None) -> RequestSlot:
-        spec = RequestSpec(index=self._count, request_id=f"route-{self._count}", class_name="serve",
-                           input_tokens=prompt_tokens, output_tokens=max_tokens)
+        spec = RequestSpec(
+            index=self._count,
+            request_id=f"route-{self._count}",
+            class_name="serve",
+            input_tokens=prompt_tokens,
+            output_tokens=max_tokens,
+        )
         self._count += 1
         hashes = self._hashes(prompt_ids) if (prompt_ids and self.router.policy == "prefix") else ()
         replica = self.replicas[self.router.pick(spec, hashes)]
@@ -72,11 +77,25 @@ class FleetRuntime:
 
     def gauges(self) -> dict:
         each = [r.gauges() for r in self.replicas]
-        summed = {k: sum(g[k] for g in each) for k in ("num_running", "num_waiting", "num_preemptions",
-                                                        "num_kv_blocks", "prefix_cache_queries_tokens",
-                                                        "prefix_cache_hits_tokens", "spec_drafts", "spec_accepted")}
-        return {**each[0], **summed, "kv_usage": sum(g["kv_usage"] for g in each) / len(each),
-                "virtual_s": max(g["virtual_s"] for g in each)}
+        summed = {
+            k: sum(g[k] for g in each)
+            for k in (
+                "num_running",
+                "num_waiting",
+                "num_preemptions",
+                "num_kv_blocks",
+                "prefix_cache_queries_tokens",
+                "prefix_cache_hits_tokens",
+                "spec_drafts",
+                "spec_accepted",
+            )
+        }
+        return {
+            **each[0],
+            **summed,
+            "kv_usage": sum(g["kv_usage"] for g in each) / len(each),
+            "virtual_s": max(g["virtual_s"] for g in each),
+        }
 
     def start(self) -> None:
         for r in self.replicas:

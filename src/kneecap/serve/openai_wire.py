@@ -118,27 +118,39 @@ def parse_request(endpoint: str, body: Any, *, served_model: str, max_model_len:
         raise BadRequest(f"min_tokens ({min_tokens}) must be <= max_tokens ({max_tokens})", "min_tokens")
     if prompt_tokens + max_tokens > max_model_len:
         # vLLM's wording (serving_engine.py _validate_input)
-        raise BadRequest(f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-                         f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
-                         f"completion). Please reduce the length of the messages or completion.", "max_tokens")
+        raise BadRequest(
+            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+            f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
+            f"completion). Please reduce the length of the messages or completion.",
+            "max_tokens",
+        )
     stream = bool(body.get("stream", False))
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise BadRequest("stream_options must be an object", "stream_options")
     if options and not stream:
         raise BadRequest("stream_options can only be set when stream is true", "stream_options")
-    return ParsedRequest(endpoint=endpoint, model=model, prompt_tokens=prompt_tokens, prompt_ids=tuple(ids),
-                         max_tokens=max_tokens,
-                         stream=stream, include_usage=bool(options.get("include_usage", False)),
-                         continuous_usage=bool(options.get("continuous_usage_stats", False)))
+    return ParsedRequest(
+        endpoint=endpoint,
+        model=model,
+        prompt_tokens=prompt_tokens,
+        prompt_ids=tuple(ids),
+        max_tokens=max_tokens,
+        stream=stream,
+        include_usage=bool(options.get("include_usage", False)),
+        continuous_usage=bool(options.get("continuous_usage_stats", False)),
+    )
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> dict:
     """The usage object; with cached_tokens (the prompt tokens the prefix cache held), also
     prompt_tokens_details.cached_tokens, as vLLM 0.32 sends it in a response's final usage with
     --enable-prompt-tokens-details (vllm/entrypoints/openai/chat_completion/serving.py _make_prompt_tokens_details)."""
-    out = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-           "completion_tokens": completion_tokens}
+    out = {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+    }
     if cached_tokens is not None:
         out["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
     return out
@@ -150,8 +162,12 @@ class ChunkWriter:
 
     def __init__(self, req: ParsedRequest, request_id: str, created: int):
         self.req = req
-        self.head = {"id": request_id, "object": "text_completion" if req.endpoint == COMPLETIONS else "chat.completion.chunk",
-                     "created": created, "model": req.model}
+        self.head = {
+            "id": request_id,
+            "object": "text_completion" if req.endpoint == COMPLETIONS else "chat.completion.chunk",
+            "created": created,
+            "model": req.model,
+        }
         head = orjson.dumps(self.head)[:-1]  # without the closing brace
         if req.endpoint == COMPLETIONS:
             self._pre = b"data: " + head + b',"choices":[{"index":0,"text":"'
@@ -201,8 +217,9 @@ class ChunkWriter:
         """The usage-only chunk (when asked for) and [DONE]."""
         out = b""
         if self.req.include_usage:
-            out = self._event(dict(self.head, choices=[], usage=usage(self.req.prompt_tokens, self.req.max_tokens,
-                                                                      cached_tokens)))
+            out = self._event(
+                dict(self.head, choices=[], usage=usage(self.req.prompt_tokens, self.req.max_tokens, cached_tokens))
+            )
         return out + DONE
 
 
@@ -210,10 +227,27 @@ def full_response(req: ParsedRequest, request_id: str, created: int, cached_toke
     """The non-streamed response body."""
     text = filler_text(req.max_tokens)
     if req.endpoint == COMPLETIONS:
-        obj, choice = "text_completion", {"index": 0, "text": text, "logprobs": None, "finish_reason": "length",
-                                          "stop_reason": None}
+        obj, choice = (
+            "text_completion",
+            {"index": 0, "text": text, "logprobs": None, "finish_reason": "length", "stop_reason": None},
+        )
     else:
-        obj, choice = "chat.completion", {"index": 0, "message": {"role": "assistant", "content": text},
-                                          "logprobs": None, "finish_reason": "length"}
-    return orjson.dumps({"id": request_id, "object": obj, "created": created, "model": req.model, "choices": [choice],
-                         "usage": usage(req.prompt_tokens, req.max_tokens, cached_tokens)})
+        obj, choice = (
+            "chat.completion",
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": "length",
+            },
+        )
+    return orjson.dumps(
+        {
+            "id": request_id,
+            "object": obj,
+            "created": created,
+            "model": req.model,
+            "choices": [choice],
+            "usage": usage(req.prompt_tokens, req.max_tokens, cached_tokens),
+        }
+    )

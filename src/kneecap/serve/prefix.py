@@ -32,7 +32,7 @@ class PrefixIndex:
         bs = self.block_size
         out, h = [], 0
         for i in range(len(ids) // bs):
-            h = hash((h, tuple(ids[i * bs:(i + 1) * bs])))
+            h = hash((h, tuple(ids[i * bs : (i + 1) * bs])))
             out.append(h)
         return out
 

@@ -15,11 +15,43 @@ from typing import Sequence
 VOCAB_LOW = 1000  # ids below are "special tokens" in most vocabularies; keep clear of them
 VOCAB_SIZE = 32000
 
-FILLER_WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "engines",
-                "batch", "tokens", "in", "paged", "blocks")
+FILLER_WORDS = (
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "a",
+    "lazy",
+    "dog",
+    "while",
+    "engines",
+    "batch",
+    "tokens",
+    "in",
+    "paged",
+    "blocks",
+)
 FILLER_PIECES = tuple(" " + w for w in FILLER_WORDS)  # one output token each
-DETOKENIZE_WORDS = FILLER_WORDS + ("and", "of", "to", "is", "for", "on", "with", "as", "at", "by", "from",
-                                   "this", "that", "it", "be", "or")
+DETOKENIZE_WORDS = FILLER_WORDS + (
+    "and",
+    "of",
+    "to",
+    "is",
+    "for",
+    "on",
+    "with",
+    "as",
+    "at",
+    "by",
+    "from",
+    "this",
+    "that",
+    "it",
+    "be",
+    "or",
+)
 
 
 def encode_text(text: str) -> list[int]:

@@ -68,8 +68,10 @@ class RealtimeEngine:
 
     def __init__(self, target, *, time_scale: float = 1.0, clock=time.monotonic):
         if not (time_scale > 0 and math.isfinite(time_scale)):
-            raise KneecapError(f"--time-scale must be a positive number, got {time_scale!r}",
-                               "pass e.g. --time-scale 1 (real time) or 0.5 (twice as fast)")
+            raise KneecapError(
+                f"--time-scale must be a positive number, got {time_scale!r}",
+                "pass e.g. --time-scale 1 (real time) or 0.5 (twice as fast)",
+            )
         self.target = target
         self.engine = target.new_engine()
         self.time_scale = float(time_scale)
@@ -105,12 +107,21 @@ class RealtimeEngine:
         group, shared = (None, 0)
         if self.prefix_index is not None and prompt_ids:
             group, shared = self.prefix_index.assign(prompt_ids)
-        spec = RequestSpec(index=index, request_id=rid, class_name="serve", input_tokens=prompt_tokens,
-                           output_tokens=max_tokens, prefix_group=group, prefix_tokens=min(shared, prompt_tokens))
+        spec = RequestSpec(
+            index=index,
+            request_id=rid,
+            class_name="serve",
+            input_tokens=prompt_tokens,
+            output_tokens=max_tokens,
+            prefix_group=group,
+            prefix_tokens=min(shared, prompt_tokens),
+        )
         at = self.virtual_now()
         rejected = self.engine.add_request(spec, at=at)
         if rejected is not None:
-            raise KneecapError(rejected.error_message or "request exceeds the KV pool", "send a shorter prompt or max_tokens")
+            raise KneecapError(
+                rejected.error_message or "request exceeds the KV pool", "send a shorter prompt or max_tokens"
+            )
         slot = RequestSlot(rid, prompt_tokens, max_tokens)
         self.slots[rid] = slot
         if self._first_arrival_v is None:
@@ -209,7 +220,7 @@ class RealtimeEngine:
                 slept = await self._sleep_until(out.ended_at)
                 self._deliver(out.emitted, None)  # one step: all its tokens (a speculative step keeps several)
             else:
-                ends = engine.step_end_at[-out.num_steps:]
+                ends = engine.step_end_at[-out.num_steps :]
                 j = 0
                 while j < len(ends):
                     slept = await self._sleep_until(ends[j]) or slept
@@ -258,10 +269,18 @@ class RealtimeEngine:
     # --- gauges ---------------------------------------------------------------------------------
     def gauges(self) -> dict:
         engine = self.engine
-        return {"num_running": engine.num_running, "num_waiting": engine.num_waiting, "kv_usage": engine.kv_usage,
-                "num_preemptions": engine.stats.preemptions, "num_kv_blocks": engine.blocks.num_blocks,
-                "block_size": engine.block_size, "virtual_s": self.virtual_t,
-                "prefix_caching": engine.config.enable_prefix_caching,
-                "prefix_cache_queries_tokens": engine.blocks.query_tokens, "prefix_cache_hits_tokens": engine.blocks.hit_tokens,
-                "spec_tokens": engine.config.spec_tokens, "spec_drafts": engine.stats.spec_drafts,
-                "spec_accepted": engine.stats.spec_accepted}
+        return {
+            "num_running": engine.num_running,
+            "num_waiting": engine.num_waiting,
+            "kv_usage": engine.kv_usage,
+            "num_preemptions": engine.stats.preemptions,
+            "num_kv_blocks": engine.blocks.num_blocks,
+            "block_size": engine.block_size,
+            "virtual_s": self.virtual_t,
+            "prefix_caching": engine.config.enable_prefix_caching,
+            "prefix_cache_queries_tokens": engine.blocks.query_tokens,
+            "prefix_cache_hits_tokens": engine.blocks.hit_tokens,
+            "spec_tokens": engine.config.spec_tokens,
+            "spec_drafts": engine.stats.spec_drafts,
+            "spec_accepted": engine.stats.spec_accepted,
+        }

@@ -31,8 +31,11 @@ class BlockManager:
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
         if num_blocks < 1:
-            raise KneecapError(f"the KV pool holds {num_blocks} blocks", "give the engine memory for at least one block "
-                               "(lower --overhead-gib or --frag, raise --mem-util or --tp, or use fp8 KV)")
+            raise KneecapError(
+                f"the KV pool holds {num_blocks} blocks",
+                "give the engine memory for at least one block "
+                "(lower --overhead-gib or --frag, raise --mem-util or --tp, or use fp8 KV)",
+            )
         if block_size < 1:
             raise KneecapError(f"--block-size must be >= 1, got {block_size}", "pass e.g. --block-size 16")
         self.num_blocks = num_blocks
@@ -89,7 +92,7 @@ class BlockManager:
     def _compact(self) -> None:
         """Drop the taken front of the free list once it is at least half of it (amortised O(1) per block)."""
         if self._head > 1024 and 2 * self._head >= len(self._free):
-            del self._free[:self._head]
+            del self._free[: self._head]
             self._head = 0
 
     def _take_free(self) -> int:
@@ -119,7 +122,7 @@ class BlockManager:
         if self._num_stale:
             return [self._take_free() for _ in range(n)]  # (sets ref counts and forgets hashes itself)
         head = self._head
-        taken = self._free[head:head + n]
+        taken = self._free[head : head + n]
         if len(taken) < n:
             raise IndexError("take from an empty free queue")
         self._head = head + n
@@ -419,7 +422,7 @@ class GroupedBlockManager(BlockManager):
                 hit = next((i for i, h in enumerate(hashes[:hit]) if not self._cached_in(j, h)), hit)
                 continue
             need = blocks_for(w - 1, self.block_size)
-            while hit > 0 and not all(self._cached_in(j, h) for h in hashes[max(0, hit - need):hit]):
+            while hit > 0 and not all(self._cached_in(j, h) for h in hashes[max(0, hit - need) : hit]):
                 hit -= 1
         return hit
 
@@ -451,7 +454,7 @@ class GroupedBlockManager(BlockManager):
         if self.new_blocks_needed(seq_id, num_tokens, hashes) > self.num_free:
             return None
         first = self.num_held(seq_id) == 0
-        hit = self.lookup_prefix(hashes[:blocks_for(num_tokens, self.block_size)]) if first and hashes else 0
+        hit = self.lookup_prefix(hashes[: blocks_for(num_tokens, self.block_size)]) if first and hashes else 0
         plans = [(key, *self._group_plan(j, key, num_tokens, hashes, hit)) for j, key in enumerate(self._keys(seq_id))]
         for j, (key, taken, fresh) in enumerate(plans):  # every group's hits leave the free queue before any eviction
             table = self.tables.get(key)

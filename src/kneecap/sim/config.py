@@ -85,19 +85,28 @@ class EngineProfile:
 # their largest capture size eagerly. TensorRT-LLM's C++ runtime launches from C++ (not host-bound).
 EAGER_LAUNCH_S = 8.23e-3 / 326
 VLLM_PROFILE = EngineProfile(eager_launch_s=EAGER_LAUNCH_S, graph_mixed_tokens=512)
-SGLANG_PROFILE = EngineProfile(name="sglang", version="SGLang 0.4+ (overlap scheduler on by default)",
-                               overlap_cpu=True, cudagraph_sizes=sglang_cudagraph_sizes(), eager_launch_s=EAGER_LAUNCH_S)
+SGLANG_PROFILE = EngineProfile(
+    name="sglang",
+    version="SGLang 0.4+ (overlap scheduler on by default)",
+    overlap_cpu=True,
+    cudagraph_sizes=sglang_cudagraph_sizes(),
+    eager_launch_s=EAGER_LAUNCH_S,
+)
 # vLLM V0 (releases before 0.8, the only engine until V1's alpha in January 2025): the scheduler, input preparation
 # and output processing ran between GPU steps; the multi-step scheduling RFC measured about 4 ms of GPU idle time per
 # decode step (vllm-project/vllm#6854), so V0's fixed CPU part is 4 ms, not overlapped.
-VLLM_V0_PROFILE = EngineProfile(name="vllm", version="vLLM V0 (before 0.8)", cpu_fixed_s=4e-3, eager_launch_s=EAGER_LAUNCH_S)
+VLLM_V0_PROFILE = EngineProfile(
+    name="vllm", version="vLLM V0 (before 0.8)", cpu_fixed_s=4e-3, eager_launch_s=EAGER_LAUNCH_S
+)
 # vLLM with async scheduling on by default: the scheduler runs one step ahead, so the CPU work of step n+1 overlaps
 # step n on the GPU (vllm-project/vllm#19970 "making the scheduler operate one step ahead of the current execution").
 # It became the default with vllm-project/vllm#27614 (the last item of the plan vllm-project/vllm#27679, opened
 # 2025-10-28); vllm-project/vllm#31998 (2026-01-08) extends that default to EAGLE/MTP speculative decoding. 0.14
 # (January 2026) is taken as the first release with it; whether 0.13 already had it is not checked. Pipeline
 # parallelism kept it off until vllm-project/vllm#32359; the batch queue overlaps PP rounds anyway.
-VLLM_ASYNC_PROFILE = EngineProfile(name="vllm", version="vLLM V1 0.14+ (async scheduling on by default)", overlap_cpu=True)
+VLLM_ASYNC_PROFILE = EngineProfile(
+    name="vllm", version="vLLM V1 0.14+ (async scheduling on by default)", overlap_cpu=True
+)
 # TensorRT-LLM's PyTorch executor (PyExecutor._executor_loop_overlap: scheduling, input preparation, the TorchSampler's
 # per-request token updates and responses on one Python thread, one step ahead of the GPU) costs far more host time per
 # running request than vLLM's scheduler alone: NVIDIA measured an average host_step_time of 45.11 ms per iteration for
@@ -107,17 +116,27 @@ VLLM_ASYNC_PROFILE = EngineProfile(name="vllm", version="vLLM V1 0.14+ (async sc
 # per step. The overlap scheduler hides it only while the GPU step is the longer: step = max(gpu, cpu), so a small model
 # at thousands of sequences runs at the host's pace. Measured on Grace (GB200); x86 hosts may be faster (not modelled).
 TRTLLM_CPU_PER_SEQ_S = 28e-6
-TRTLLM_PROFILE = EngineProfile(name="trtllm", version="TensorRT-LLM 1.x PyTorch backend (overlap scheduler on by default)",
-                               cpu_per_seq_s=TRTLLM_CPU_PER_SEQ_S, overlap_cpu=True, cudagraph_sizes=(),
-                               eager_launch_s=EAGER_LAUNCH_S)
+TRTLLM_PROFILE = EngineProfile(
+    name="trtllm",
+    version="TensorRT-LLM 1.x PyTorch backend (overlap scheduler on by default)",
+    cpu_per_seq_s=TRTLLM_CPU_PER_SEQ_S,
+    overlap_cpu=True,
+    cudagraph_sizes=(),
+    eager_launch_s=EAGER_LAUNCH_S,
+)
 # TensorRT-LLM's C++ runtime (TensorRT engines: gptSessionBenchmark's static batches in 0.5-0.6, the C++ batch manager /
 # executor after, NIM's TensorRT-LLM profiles): scheduling, input preparation and the per-request updates are C++
 # (cpp/tensorrt_llm/batch_manager), not the PyTorch executor's Python, so the 28 us per request above (a PyTorch executor
 # measurement) is not applied. No public per-request figure for the C++ runtime was found: its per-request host time is
 # not modelled (0), the fixed part stays StepTimeParams.overhead_s, and its CPU/GPU overlap is kept as the PyTorch
 # profile's (not checked for this runtime).
-TRTLLM_CPP_PROFILE = EngineProfile(name="trtllm", version="TensorRT-LLM C++ runtime (TensorRT engines; releases before 0.17, NIM)",
-                                   cpu_per_seq_s=0.0, overlap_cpu=True, cudagraph_sizes=())
+TRTLLM_CPP_PROFILE = EngineProfile(
+    name="trtllm",
+    version="TensorRT-LLM C++ runtime (TensorRT engines; releases before 0.17, NIM)",
+    cpu_per_seq_s=0.0,
+    overlap_cpu=True,
+    cudagraph_sizes=(),
+)
 
 
 def trtllm_is_cpp_runtime(version: str | None) -> bool:
@@ -169,30 +188,41 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_num_seqs, int) or self.max_num_seqs < 1:
-            raise KneecapError(f"--max-num-seqs must be a whole number >= 1, got {self.max_num_seqs!r}",
-                               "pass e.g. --max-num-seqs 256")
+            raise KneecapError(
+                f"--max-num-seqs must be a whole number >= 1, got {self.max_num_seqs!r}", "pass e.g. --max-num-seqs 256"
+            )
         if not isinstance(self.max_num_batched_tokens, int) or self.max_num_batched_tokens < 1:
-            raise KneecapError(f"--max-num-batched-tokens must be a whole number >= 1, got {self.max_num_batched_tokens!r}",
-                               "pass e.g. --max-num-batched-tokens 8192")
+            raise KneecapError(
+                f"--max-num-batched-tokens must be a whole number >= 1, got {self.max_num_batched_tokens!r}",
+                "pass e.g. --max-num-batched-tokens 8192",
+            )
         if not (0.0 <= self.min_new_token_ratio <= self.init_new_token_ratio <= 1.0):
             raise KneecapError(
                 f"new-token ratios must satisfy 0 <= min ({self.min_new_token_ratio}) <= init ({self.init_new_token_ratio}) <= 1",
-                "use e.g. init 0.7, min 0.1 (SGLang) or 0 and 0 (vLLM)")
+                "use e.g. init 0.7, min 0.1 (SGLang) or 0 and 0 (vLLM)",
+            )
         if self.scheduler_delay_factor < 0:
-            raise KneecapError(f"--scheduler-delay-factor must be >= 0, got {self.scheduler_delay_factor}",
-                               "pass e.g. 0 (off) or 0.5")
+            raise KneecapError(
+                f"--scheduler-delay-factor must be >= 0, got {self.scheduler_delay_factor}", "pass e.g. 0 (off) or 0.5"
+            )
         if not isinstance(self.spec_tokens, int) or self.spec_tokens < 0:
-            raise KneecapError(f"speculative tokens per step must be a whole number >= 0, got {self.spec_tokens!r}",
-                               "pass e.g. spec_tokens=3 (0 = off)")
+            raise KneecapError(
+                f"speculative tokens per step must be a whole number >= 0, got {self.spec_tokens!r}",
+                "pass e.g. spec_tokens=3 (0 = off)",
+            )
         if not (0.0 <= self.acceptance_rate <= 1.0):
-            raise KneecapError(f"draft acceptance rate must be in [0, 1], got {self.acceptance_rate!r}",
-                               "pass e.g. acceptance_rate=0.7")
+            raise KneecapError(
+                f"draft acceptance rate must be in [0, 1], got {self.acceptance_rate!r}",
+                "pass e.g. acceptance_rate=0.7",
+            )
         if self.speculative is not None:
             object.__setattr__(self, "spec_tokens", self.speculative.tokens)
         elif self.spec_tokens:
             object.__setattr__(self, "speculative", SpecDecoding("eagle", self.spec_tokens, (self.acceptance_rate,)))
         if self.new_token_ratio_decay < 0:
-            raise KneecapError(f"new_token_ratio_decay must be >= 0, got {self.new_token_ratio_decay}", "use e.g. 0.001")
+            raise KneecapError(
+                f"new_token_ratio_decay must be >= 0, got {self.new_token_ratio_decay}", "use e.g. 0.001"
+            )
 
     @property
     def tokens_per_decode_step(self) -> float:
@@ -200,15 +230,29 @@ class EngineConfig:
         accepted drafts (SpecDecoding.expected_tokens_per_step)."""
         return 1.0 if self.speculative is None else self.speculative.expected_tokens_per_step
 
-    def with_overrides(self, *, max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
-                       enable_prefix_caching: bool | None = None,
-                       scheduler_delay_factor: float | None = None,
-                       speculative: SpecDecoding | None = None, spec_seed: int | None = None) -> "EngineConfig":
+    def with_overrides(
+        self,
+        *,
+        max_num_seqs: int | None = None,
+        max_num_batched_tokens: int | None = None,
+        enable_prefix_caching: bool | None = None,
+        scheduler_delay_factor: float | None = None,
+        speculative: SpecDecoding | None = None,
+        spec_seed: int | None = None,
+    ) -> "EngineConfig":
         """A copy with the user's flags applied (None keeps the default)."""
-        changes = {k: v for k, v in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens),
-                                     ("enable_prefix_caching", enable_prefix_caching),
-                                     ("scheduler_delay_factor", scheduler_delay_factor),
-                                     ("speculative", speculative), ("spec_seed", spec_seed)) if v is not None}
+        changes = {
+            k: v
+            for k, v in (
+                ("max_num_seqs", max_num_seqs),
+                ("max_num_batched_tokens", max_num_batched_tokens),
+                ("enable_prefix_caching", enable_prefix_caching),
+                ("scheduler_delay_factor", scheduler_delay_factor),
+                ("speculative", speculative),
+                ("spec_seed", spec_seed),
+            )
+            if v is not None
+        }
         return replace(self, **changes) if changes else self
 
 
@@ -240,8 +284,13 @@ def vllm_async_by_default(version: str | None) -> bool:
 def vllm_defaults(device_bytes: int, gpu_name: str = "") -> EngineConfig:
     """vLLM's OpenAI-server defaults for a GPU reporting `device_bytes` of memory (EngineArgs.get_batch_defaults)."""
     seqs, tokens = (1024, 8192) if device_bytes >= 70 * GiB and "a100" not in gpu_name.lower() else (256, 2048)
-    return EngineConfig(name="vllm", max_num_seqs=seqs, max_num_batched_tokens=tokens, enable_prefix_caching=True,
-                        profile=replace(VLLM_PROFILE, cudagraph_sizes=vllm_cudagraph_sizes(seqs)))
+    return EngineConfig(
+        name="vllm",
+        max_num_seqs=seqs,
+        max_num_batched_tokens=tokens,
+        enable_prefix_caching=True,
+        profile=replace(VLLM_PROFILE, cudagraph_sizes=vllm_cudagraph_sizes(seqs)),
+    )
 
 
 def sglang_defaults(device_bytes: int, pool_tokens: int, context_len: int) -> EngineConfig:
@@ -251,9 +300,16 @@ def sglang_defaults(device_bytes: int, pool_tokens: int, context_len: int) -> En
     context_len = max(1, context_len)
     running = min(max(int(pool_tokens / context_len * 512), 2048), 4096)
     running = max(1, min(running, pool_tokens // 2))
-    return EngineConfig(name="sglang", max_num_seqs=running, max_num_batched_tokens=chunk, enable_prefix_caching=True,
-                        init_new_token_ratio=0.7, min_new_token_ratio=0.1, new_token_ratio_decay=0.001,
-                        profile=SGLANG_PROFILE)
+    return EngineConfig(
+        name="sglang",
+        max_num_seqs=running,
+        max_num_batched_tokens=chunk,
+        enable_prefix_caching=True,
+        init_new_token_ratio=0.7,
+        min_new_token_ratio=0.1,
+        new_token_ratio_decay=0.001,
+        profile=SGLANG_PROFILE,
+    )
 
 
 def trtllm_defaults(pp: int = 1) -> EngineConfig:
@@ -270,13 +326,22 @@ def trtllm_defaults(pp: int = 1) -> EngineConfig:
     (`trtllm-bench throughput` chunks: its --enable_chunked_context defaults to True in
     tensorrt_llm/bench/benchmark/throughput.py, e.g. at commit 56851033051a6f9bd50e22219db64d68722a6f01; some 2025
     releases left it off for the PyTorch backend, NVIDIA/TensorRT-LLM#6956)."""
-    return EngineConfig(name="trtllm", max_num_seqs=2048 * max(1, pp), max_num_batched_tokens=8192, enable_prefix_caching=True,
-                        init_new_token_ratio=1.0, min_new_token_ratio=1.0, new_token_ratio_decay=0.0,
-                        profile=TRTLLM_PROFILE, chunked_prefill=False)
+    return EngineConfig(
+        name="trtllm",
+        max_num_seqs=2048 * max(1, pp),
+        max_num_batched_tokens=8192,
+        enable_prefix_caching=True,
+        init_new_token_ratio=1.0,
+        min_new_token_ratio=1.0,
+        new_token_ratio_decay=0.0,
+        profile=TRTLLM_PROFILE,
+        chunked_prefill=False,
+    )
 
 
-def engine_defaults(kind: str, *, device_bytes: int, gpu_name: str, pool_tokens: int, context_len: int,
-                    pp: int = 1) -> EngineConfig:
+def engine_defaults(
+    kind: str, *, device_bytes: int, gpu_name: str, pool_tokens: int, context_len: int, pp: int = 1
+) -> EngineConfig:
     """Named defaults: "vllm", "sglang" or "trtllm" (pp: pipeline stages, for TensorRT-LLM's per-micro-batch cap)."""
     if kind == "vllm":
         return vllm_defaults(device_bytes, gpu_name)
@@ -297,8 +362,12 @@ def at_release(config: EngineConfig, version: str | None) -> EngineConfig:
         if vllm_is_v0(version):
             return replace(config, max_num_seqs=256, profile=VLLM_V0_PROFILE)
         if vllm_async_by_default(version):
-            return replace(config, profile=replace(config.profile, overlap_cpu=VLLM_ASYNC_PROFILE.overlap_cpu,
-                                                   version=VLLM_ASYNC_PROFILE.version))
+            return replace(
+                config,
+                profile=replace(
+                    config.profile, overlap_cpu=VLLM_ASYNC_PROFILE.overlap_cpu, version=VLLM_ASYNC_PROFILE.version
+                ),
+            )
     if config.profile.name == "trtllm" and trtllm_is_cpp_runtime(version):
         return replace(config, profile=TRTLLM_CPP_PROFILE)
     return config

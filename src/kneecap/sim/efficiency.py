@@ -76,11 +76,24 @@ def efficiency_for(gpu_name: str, interconnect: str = "nvlink") -> Efficiency:
     vals = {k: float(entry.get(k, base[k])) for k in KEYS}
     vals["gemm_hbm"] = float(entry.get("gemm_hbm", base.get("gemm_hbm", vals["hbm"])))  # else the hbm fraction
     busbw = entry.get("allreduce_busbw_bytes_s")
-    curves = tuple((cls, tuple((int(m), float(f)) for m, f in zip(entry[f"gemm_{cls}_by_m"]["m"],
-                                                                  entry[f"gemm_{cls}_by_m"]["fraction"])))
-                   for cls in ("bf16", "fp8", "fp4") if f"gemm_{cls}_by_m" in entry)
+    curves = tuple(
+        (
+            cls,
+            tuple(
+                (int(m), float(f))
+                for m, f in zip(entry[f"gemm_{cls}_by_m"]["m"], entry[f"gemm_{cls}_by_m"]["fraction"])
+            ),
+        )
+        for cls in ("bf16", "fp8", "fp4")
+        if f"gemm_{cls}_by_m" in entry
+    )
     w4 = entry.get("moe_w4a16_hbm")
-    return Efficiency(**vals, allreduce_busbw_bytes_s=None if busbw is None else float(busbw),
-                      allreduce_link_fraction=float(base["allreduce_link_fraction"]), family=family,
-                      gemm_by_m=curves, moe_w4a16_hbm=None if w4 is None else float(w4),
-                      kernel_table=entry.get("kernel_table"))
+    return Efficiency(
+        **vals,
+        allreduce_busbw_bytes_s=None if busbw is None else float(busbw),
+        allreduce_link_fraction=float(base["allreduce_link_fraction"]),
+        family=family,
+        gemm_by_m=curves,
+        moe_w4a16_hbm=None if w4 is None else float(w4),
+        kernel_table=entry.get("kernel_table"),
+    )

@@ -32,8 +32,20 @@ from kneecap.sim.scheduler import BLOCKED_BLOCKS, BLOCKED_BUDGET, BLOCKED_SEQS, 
 from kneecap.sim.steptime import StepTimeModel
 from kneecap.workload import RequestSpec
 
-TRACE_KEYS = ("level", "step", "t", "duration_s", "num_prefill_seqs", "num_decode_seqs", "prefill_tokens",
-              "decode_tokens", "kv_blocks_used", "num_running", "num_waiting", "preemptions")
+TRACE_KEYS = (
+    "level",
+    "step",
+    "t",
+    "duration_s",
+    "num_prefill_seqs",
+    "num_decode_seqs",
+    "prefill_tokens",
+    "decode_tokens",
+    "kv_blocks_used",
+    "num_running",
+    "num_waiting",
+    "preemptions",
+)
 FAST_PATH_BLOCKED = (BLOCKED_SEQS, BLOCKED_BUDGET, BLOCKED_BLOCKS)  # admission stays impossible while only decoding
 
 
@@ -88,8 +100,9 @@ def state_blocks_per_sequence(deployment: Deployment, prefix_caching: bool | Non
     return groups.state_blocks_per_request if groups is not None else 0
 
 
-def kv_pool(deployment: Deployment, num_blocks: int, enable_prefix_caching: bool,
-            charge_state: bool = True) -> BlockManager:
+def kv_pool(
+    deployment: Deployment, num_blocks: int, enable_prefix_caching: bool, charge_state: bool = True
+) -> BlockManager:
     """The engine's KV pool of the planner's `num_blocks`, in vLLM's blocks: one block table per sequence when the
     model has one kind of layer (a block is block_size tokens of every layer); with sliding-window layers, vLLM V1's
     hybrid pool (a block is block_size tokens of one KV cache group's layers, a table per group); linear-attention
@@ -108,9 +121,19 @@ def kv_pool(deployment: Deployment, num_blocks: int, enable_prefix_caching: bool
 class Engine:
     """One simulated engine instance (a fresh KV pool, an empty cache)."""
 
-    def __init__(self, deployment: Deployment, config: EngineConfig, num_blocks: int, *,
-                 steptime: StepTimeModel | None = None, level: int = 0, trace: bool = False, fast_path: bool = True,
-                 charge_state: bool = True, token_times: bool = True):
+    def __init__(
+        self,
+        deployment: Deployment,
+        config: EngineConfig,
+        num_blocks: int,
+        *,
+        steptime: StepTimeModel | None = None,
+        level: int = 0,
+        trace: bool = False,
+        fast_path: bool = True,
+        charge_state: bool = True,
+        token_times: bool = True,
+    ):
         self.deployment = deployment
         self.config = config
         model = deployment.model
@@ -124,8 +147,9 @@ class Engine:
         # engine logged for KV alone (SGLang keeps its Mamba/DeltaNet state in a separate pool)
         self.state_blocks = state_blocks_per_sequence(deployment, config.enable_prefix_caching) if charge_state else 0
         self.microbatches = deployment.pp  # pipeline stages: micro-batches in flight per round (steptime.py)
-        self.scheduler = Scheduler(config, self.blocks, window=window or 0, state_blocks=self.state_blocks,
-                                   microbatches=self.microbatches)
+        self.scheduler = Scheduler(
+            config, self.blocks, window=window or 0, state_blocks=self.state_blocks, microbatches=self.microbatches
+        )
         self.steptime = (steptime or StepTimeModel(deployment)).for_engine(config.profile)
         self.level = level
         self.fast_path = fast_path
@@ -143,17 +167,28 @@ class Engine:
         self._last_blocked = ""
 
     # --- inputs -------------------------------------------------------------------------------
-    def add_request(self, spec: RequestSpec, at: float, *, meta: dict | None = None,
-                    scheduled_at: float | None = None) -> RequestRecord | None:
+    def add_request(
+        self, spec: RequestSpec, at: float, *, meta: dict | None = None, scheduled_at: float | None = None
+    ) -> RequestRecord | None:
         """Queue a request arriving at `at` (s). Returns a failed record at once if it can never fit the
         KV pool (prompt + output > pool), as engines reject such requests up front; else None."""
         if spec.input_tokens < 1 or spec.output_tokens < 1:
-            raise KneecapError(f"request {spec.request_id}: needs >= 1 input and output token", "fix the workload lengths")
+            raise KneecapError(
+                f"request {spec.request_id}: needs >= 1 input and output token", "fix the workload lengths"
+            )
         seq = Sequence(spec, at, self.block_size, meta, scheduled_at)
-        if self.blocks.max_blocks_for(spec.input_tokens + spec.output_tokens - 1) + self.state_blocks > self.blocks.num_blocks:
-            return self._record(seq, end_at=at, status=ERROR, error_kind="kv_capacity",
-                                error_message=f"prompt + output = {spec.input_tokens + spec.output_tokens} tokens exceed "
-                                              f"the KV pool of {self.blocks.capacity_tokens} tokens")
+        if (
+            self.blocks.max_blocks_for(spec.input_tokens + spec.output_tokens - 1) + self.state_blocks
+            > self.blocks.num_blocks
+        ):
+            return self._record(
+                seq,
+                end_at=at,
+                status=ERROR,
+                error_kind="kv_capacity",
+                error_message=f"prompt + output = {spec.input_tokens + spec.output_tokens} tokens exceed "
+                f"the KV pool of {self.blocks.capacity_tokens} tokens",
+            )
         self.scheduler.add(seq)
         self._last_blocked = "" if len(self.scheduler.waiting) == 1 else self._last_blocked
         return None
@@ -177,8 +212,9 @@ class Engine:
         self._last_blocked = ""
         if at is None:
             at = max(self.step_end_at[-1] if self.step_end_at else seq.arrival_at, seq.arrival_at)
-        return self._record(seq, end_at=at, status=CANCELLED, error_kind="cancelled",
-                            error_message="the client cancelled the request")
+        return self._record(
+            seq, end_at=at, status=CANCELLED, error_kind="cancelled", error_message="the client cancelled the request"
+        )
 
     @property
     def has_work(self) -> bool:
@@ -220,8 +256,11 @@ class Engine:
             "prefix_cache_hits_tokens": self.blocks.hit_tokens,
             "kv_usage_max": round(self.stats.kv_blocks_max / self.blocks.num_blocks, 6),
             # time-weighted over the engine's busy time (idle gaps between arrivals are not counted)
-            "kv_usage_mean": (round(self.stats.kv_block_s / self.stats.busy_s / self.blocks.num_blocks, 6)
-                              if self.stats.busy_s > 0 else None),
+            "kv_usage_mean": (
+                round(self.stats.kv_block_s / self.stats.busy_s / self.blocks.num_blocks, 6)
+                if self.stats.busy_s > 0
+                else None
+            ),
             "kv_blocks_max": self.stats.kv_blocks_max,
             "num_kv_blocks": self.blocks.num_blocks,
             "running_max": self.stats.running_max,
@@ -236,10 +275,14 @@ class Engine:
         if spec is None:
             return None
         drafted = st.spec_drafts * spec.tokens
-        return {"draft_tokens": drafted, "accepted_tokens": st.spec_accepted,
-                "acceptance_rate": round(st.spec_accepted / drafted, 6) if drafted else None,
-                "mean_accepted_length": round(1 + st.spec_accepted / st.spec_drafts, 6) if st.spec_drafts else None,
-                "method": spec.method, "source": "simulator"}
+        return {
+            "draft_tokens": drafted,
+            "accepted_tokens": st.spec_accepted,
+            "acceptance_rate": round(st.spec_accepted / drafted, 6) if drafted else None,
+            "mean_accepted_length": round(1 + st.spec_accepted / st.spec_drafts, 6) if st.spec_drafts else None,
+            "method": spec.method,
+            "source": "simulator",
+        }
 
     # --- the step -----------------------------------------------------------------------------
     def step(self, now: float, *, until: float = math.inf, max_steps: int = 1) -> StepOutcome | None:
@@ -268,10 +311,18 @@ class Engine:
         if self.microbatches > 1:  # a prefill chunk fills one micro-batch per token budget
             per = self.config.max_num_batched_tokens
             units += sum(-(-n // per) for _, n in batch.prefills)
-        dur = self.steptime.seconds(tokens, batch.pairs_full, batch.pairs_window, batch.kv_tokens_full,
-                                    batch.kv_tokens_window, batch.num_seqs, num_decodes=n_dec,
-                                    decode_kv_full=batch.decode_kv_full, decode_kv_window=batch.decode_kv_window,
-                                    microbatches=units)
+        dur = self.steptime.seconds(
+            tokens,
+            batch.pairs_full,
+            batch.pairs_window,
+            batch.kv_tokens_full,
+            batch.kv_tokens_window,
+            batch.num_seqs,
+            num_decodes=n_dec,
+            decode_kv_full=batch.decode_kv_full,
+            decode_kv_window=batch.decode_kv_window,
+            microbatches=units,
+        )
         if spec and n_dec and self.config.speculative.gpu_drafter:  # ngram drafts on the CPU
             dur += self.steptime.draft_seconds(n_dec, spec)
         end = now + dur
@@ -324,7 +375,9 @@ class Engine:
             self._last_blocked = ""  # a finish frees a slot and blocks: admission may be possible again
         preempted = self._note_preempted(batch.preempted)
         if sched.new_token_ratio > self.config.min_new_token_ratio:
-            sched.new_token_ratio = max(self.config.min_new_token_ratio, sched.new_token_ratio - self.config.new_token_ratio_decay)
+            sched.new_token_ratio = max(
+                self.config.min_new_token_ratio, sched.new_token_ratio - self.config.new_token_ratio_decay
+            )
         st = self.stats
         st.num_steps += 1
         st.busy_s += dur
@@ -333,19 +386,47 @@ class Engine:
         st.running_max = max(st.running_max, n_dec + len(batch.prefills))
         st.waiting_max = max(st.waiting_max, len(sched.waiting))
         if self.trace_rows is not None:
-            self.trace_rows.append((self.level, idx, now, dur, len(batch.prefills), n_dec, prefill_tokens, n_dec,
-                                    used_peak, len(sched.running), len(sched.waiting), len(batch.preempted)))
-        return StepOutcome(now, end, 1, len(batch.prefills), n_dec, prefill_tokens, n_dec, emitters,
-                           1 if gains is None else gains, records, preempted,
-                           blocks.num_used, len(sched.running), len(sched.waiting))
+            self.trace_rows.append(
+                (
+                    self.level,
+                    idx,
+                    now,
+                    dur,
+                    len(batch.prefills),
+                    n_dec,
+                    prefill_tokens,
+                    n_dec,
+                    used_peak,
+                    len(sched.running),
+                    len(sched.waiting),
+                    len(batch.preempted),
+                )
+            )
+        return StepOutcome(
+            now,
+            end,
+            1,
+            len(batch.prefills),
+            n_dec,
+            prefill_tokens,
+            n_dec,
+            emitters,
+            1 if gains is None else gains,
+            records,
+            preempted,
+            blocks.num_used,
+            len(sched.running),
+            len(sched.waiting),
+        )
 
     def _note_preempted(self, preempted: list[Sequence]) -> list[str]:
         self.stats.preemptions += len(preempted)
         return [s.rid for s in preempted]
 
     @staticmethod
-    def _emit(seq: Sequence, idx: int, end: float, emitters: list, gains: list | None, done: list, n: int = 1,
-              spec: int = 0) -> None:
+    def _emit(
+        seq: Sequence, idx: int, end: float, emitters: list, gains: list | None, done: list, n: int = 1, spec: int = 0
+    ) -> None:
         seq.num_output += n
         seq.num_tokens += n
         if spec:  # tokens per emitting step (records: one chunk per step, chunk_tokens its count)
@@ -449,8 +530,9 @@ class Engine:
             starts = [now] + ends[:-1]
             for j in range(k):
                 self.trace_rows.append((self.level, first + j, starts[j], durs[j], 0, n, 0, n, used_rows[j], n, nw, 0))
-        return StepOutcome(now, ends[-1], k, 0, n, 0, n * k, list(running), k, [], [], blocks.num_used, n,
-                           len(sched.waiting))
+        return StepOutcome(
+            now, ends[-1], k, 0, n, 0, n * k, list(running), k, [], [], blocks.num_used, n, len(sched.waiting)
+        )
 
     def _grouped_decode_blocks(self, running: list[Sequence], computed: list[int], k: int):
         """The block work of k decode steps on a grouped pool, as the scheduler's loop does it step by step: in each
@@ -493,8 +575,10 @@ class Engine:
         if len(self.step_end_at) <= max(keep_at_most, self._compact_at):
             return 0
         if not self.token_times:
-            raise KneecapError("an engine whose records reference its step timeline cannot forget steps",
-                               "build the Engine with token_times=True (as kneecap serve does)")
+            raise KneecapError(
+                "an engine whose records reference its step timeline cannot forget steps",
+                "build the Engine with token_times=True (as kneecap serve does)",
+            )
         sched = self.scheduler
         held = [seq.runs[0][0] for seq in sched.running if seq.runs]
         held += [seq.runs[0][0] for seq in sched.waiting if seq.runs]
@@ -507,28 +591,51 @@ class Engine:
         return drop
 
     # --- records ------------------------------------------------------------------------------
-    def _record(self, seq: Sequence, *, end_at: float, status: str = OK, error_kind: str | None = None,
-                error_message: str | None = None) -> RequestRecord:
+    def _record(
+        self,
+        seq: Sequence,
+        *,
+        end_at: float,
+        status: str = OK,
+        error_kind: str | None = None,
+        error_message: str | None = None,
+    ) -> RequestRecord:
         ends, base = self.step_end_at, self._step_base
         token_runs = [[ends[start - base], length, ends[start - base + length - 1]] for start, length in seq.runs]
         chunk_times: list[float] = []
         step_tokens = seq.step_tokens
         if self.token_times or step_tokens is not None:  # speculative steps emit several tokens: chunks per step
             for start, length in seq.runs:
-                chunk_times.extend(ends[start - base:start - base + length])
+                chunk_times.extend(ends[start - base : start - base + length])
         meta = seq.meta
         queue_s = None if seq.admitted_at is None else seq.admitted_at - seq.arrival_at
         extra = {"preemptions": seq.preemptions, "queue_s": queue_s, "cached_tokens": meta.get("cached_tokens", 0)}
         record = RequestRecord(
-            request_id=seq.rid, level=meta.get("level", self.level), concurrency=meta.get("concurrency"),
-            rate=meta.get("rate"), class_name=seq.spec.class_name, warmup=bool(meta.get("warmup", False)),
-            scheduled_at=seq.scheduled_at, sent_at=seq.arrival_at, first_token_at=seq.first_token_at,
-            first_answer_at=seq.first_token_at, end_at=end_at, chunk_times=chunk_times,
-            chunk_tokens=list(step_tokens) if step_tokens is not None else [1] * len(chunk_times), token_runs=token_runs,
-            expected_input_tokens=seq.prompt_len, expected_output_tokens=seq.output_len,
-            prompt_tokens=seq.prompt_len if status != ERROR else None, output_tokens=seq.num_output if status != ERROR else None,
-            status=status, error_kind=error_kind, error_message=error_message, extra=extra,
-            conversation_id=seq.spec.conversation_id, turn=seq.spec.turn)
+            request_id=seq.rid,
+            level=meta.get("level", self.level),
+            concurrency=meta.get("concurrency"),
+            rate=meta.get("rate"),
+            class_name=seq.spec.class_name,
+            warmup=bool(meta.get("warmup", False)),
+            scheduled_at=seq.scheduled_at,
+            sent_at=seq.arrival_at,
+            first_token_at=seq.first_token_at,
+            first_answer_at=seq.first_token_at,
+            end_at=end_at,
+            chunk_times=chunk_times,
+            chunk_tokens=list(step_tokens) if step_tokens is not None else [1] * len(chunk_times),
+            token_runs=token_runs,
+            expected_input_tokens=seq.prompt_len,
+            expected_output_tokens=seq.output_len,
+            prompt_tokens=seq.prompt_len if status != ERROR else None,
+            output_tokens=seq.num_output if status != ERROR else None,
+            status=status,
+            error_kind=error_kind,
+            error_message=error_message,
+            extra=extra,
+            conversation_id=seq.spec.conversation_id,
+            turn=seq.spec.turn,
+        )
         if not chunk_times and seq.runs:
             record.step_runs = StepRuns(self.timeline, seq.runs)
         return record

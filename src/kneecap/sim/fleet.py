@@ -108,8 +108,9 @@ class Fleet:
         self.free_at = [0.0] * replicas
 
     # --- the engine's interface ------------------------------------------------------------------
-    def add_request(self, spec: RequestSpec, at: float, *, meta: dict | None = None,
-                    scheduled_at: float | None = None) -> RequestRecord | None:
+    def add_request(
+        self, spec: RequestSpec, at: float, *, meta: dict | None = None, scheduled_at: float | None = None
+    ) -> RequestRecord | None:
         i = self.router.pick(spec)
         return self.engines[i].add_request(spec, at, meta=meta, scheduled_at=scheduled_at)
 
@@ -134,8 +135,9 @@ class Fleet:
             return None
         end, i = min(live)
         if end > until:
-            return StepOutcome(now, until, 0, 0, 0, 0, 0, [], 1, [], [], self.kv_blocks_used, self.num_running,
-                               self.num_waiting)
+            return StepOutcome(
+                now, until, 0, 0, 0, 0, 0, [], 1, [], [], self.kv_blocks_used, self.num_running, self.num_waiting
+            )
         out = self.pending[i]
         self.pending[i] = None
         self.free_at[i] = out.ended_at
@@ -174,21 +176,30 @@ class Fleet:
             drafted = sum(s["draft_tokens"] for s in specs)
             accepted = sum(s["accepted_tokens"] for s in specs)
             drafts = sum(e.stats.spec_drafts for e in self.engines)
-            spec = {"draft_tokens": drafted, "accepted_tokens": accepted,
-                    "acceptance_rate": round(accepted / drafted, 6) if drafted else None,
-                    "mean_accepted_length": round(1 + accepted / drafts, 6) if drafts else None,
-                    "method": specs[0]["method"], "source": "simulator"}
+            spec = {
+                "draft_tokens": drafted,
+                "accepted_tokens": accepted,
+                "acceptance_rate": round(accepted / drafted, 6) if drafted else None,
+                "mean_accepted_length": round(1 + accepted / drafts, 6) if drafts else None,
+                "method": specs[0]["method"],
+                "source": "simulator",
+            }
         return {
             "preemptions": sum(m["preemptions"] for m in each),
             "prefix_cache_hit_rate": round(hits / queries, 6) if queries else None,
-            "prefix_cache_queries_tokens": queries, "prefix_cache_hits_tokens": hits,
+            "prefix_cache_queries_tokens": queries,
+            "prefix_cache_hits_tokens": hits,
             "kv_usage_max": max(m["kv_usage_max"] for m in each),
             "kv_usage_mean": round(sum(means) / len(means), 6) if means else None,
             "kv_blocks_max": sum(m["kv_blocks_max"] for m in each),
             "num_kv_blocks": sum(m["num_kv_blocks"] for m in each),
-            "running_max": sum(m["running_max"] for m in each), "waiting_max": sum(m["waiting_max"] for m in each),
-            "num_steps": sum(m["num_steps"] for m in each), "spec": spec,
-            "router": self.router.policy, "routed": list(self.router.routed), "replicas": each,
+            "running_max": sum(m["running_max"] for m in each),
+            "waiting_max": sum(m["waiting_max"] for m in each),
+            "num_steps": sum(m["num_steps"] for m in each),
+            "spec": spec,
+            "router": self.router.policy,
+            "routed": list(self.router.routed),
+            "replicas": each,
         }
 
 

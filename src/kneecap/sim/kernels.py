@@ -124,21 +124,38 @@ def load_table(name: str) -> KernelTable:
         if not g:
             continue
         keep = [i for i, m in enumerate(g["m"]) if m >= MIN_TRUSTED_M]
-        gemm.append((cls, GemmCurves(
-            m=tuple(float(g["m"][i]) for i in keep),
-            sizes=tuple(float(shapes[s][0] * shapes[s][1]) for s in order),
-            fractions=tuple(tuple(g["tflops"][s][i] * 1e12 / peaks[cls] for i in keep) for s in order))))
+        gemm.append(
+            (
+                cls,
+                GemmCurves(
+                    m=tuple(float(g["m"][i]) for i in keep),
+                    sizes=tuple(float(shapes[s][0] * shapes[s][1]) for s in order),
+                    fractions=tuple(tuple(g["tflops"][s][i] * 1e12 / peaks[cls] for i in keep) for s in order),
+                ),
+            )
+        )
     pre = doc["attention_prefill"]
     per_pair = 4.0 * pre["heads"] * pre["head_dim"]
     pf = tuple(per_pair * L * L / 2.0 for L in pre["seq_len"])
     pfrac = tuple(f / (ms * 1e-3) / peaks["bf16"] for f, ms in zip(pf, pre["ms"]))
     dec = doc["attention_decode"]
     per_token = 2.0 * dec["kv_heads"] * dec["head_dim"] * 2  # K and V, bf16
-    rows = sorted((b * L * per_token, b * L * per_token / (us * 1e-6)) for b, L, us in dec["rows"]
-                  if b >= MIN_TRUSTED_DECODE_BATCH)
-    return KernelTable(name=name, source=doc["source"], gemm=tuple(gemm), prefill_flops=pf, prefill_fraction=pfrac,
-                       decode_bytes=tuple(r[0] for r in rows), decode_bytes_s=tuple(r[1] for r in rows),
-                       copy_bytes_s=float(doc["hbm_copy_bytes_s"]), peaks=peaks)
+    rows = sorted(
+        (b * L * per_token, b * L * per_token / (us * 1e-6))
+        for b, L, us in dec["rows"]
+        if b >= MIN_TRUSTED_DECODE_BATCH
+    )
+    return KernelTable(
+        name=name,
+        source=doc["source"],
+        gemm=tuple(gemm),
+        prefill_flops=pf,
+        prefill_fraction=pfrac,
+        decode_bytes=tuple(r[0] for r in rows),
+        decode_bytes_s=tuple(r[1] for r in rows),
+        copy_bytes_s=float(doc["hbm_copy_bytes_s"]),
+        peaks=peaks,
+    )
 
 
 def table_for(gpu, efficiency) -> KernelTable:
@@ -148,13 +165,23 @@ def table_for(gpu, efficiency) -> KernelTable:
     if own == gpu.name:
         return load_table(own)
     flats = None if own else (efficiency.gemm_bf16, efficiency.gemm_fp8, efficiency.gemm_fp4, efficiency.attention)
-    return _moved(own or REFERENCE_TABLE, gpu.name, (gpu.bf16_flops, gpu.fp8_flops or 0.0, gpu.fp4_flops or 0.0),
-                  gpu.hbm_bandwidth_bytes_s * efficiency.hbm, flats)
+    return _moved(
+        own or REFERENCE_TABLE,
+        gpu.name,
+        (gpu.bf16_flops, gpu.fp8_flops or 0.0, gpu.fp4_flops or 0.0),
+        gpu.hbm_bandwidth_bytes_s * efficiency.hbm,
+        flats,
+    )
 
 
 @cache
-def _moved(name: str, gpu_name: str, peaks: tuple[float, float, float], hbm_bytes_s: float,
-           flats: tuple[float, float, float, float] | None) -> KernelTable:
+def _moved(
+    name: str,
+    gpu_name: str,
+    peaks: tuple[float, float, float],
+    hbm_bytes_s: float,
+    flats: tuple[float, float, float, float] | None,
+) -> KernelTable:
     """Table `name` moved to another GPU. Sizes map by what sets each kernel's rate: a GEMM's rows by the GPU's
     ridge point (peak FLOP/s over achievable bytes/s: the same M is relatively more memory-bound where the ridge is
     higher), a prefill pass's FLOPs by the peak (the same FLOPs are a shorter pass on a faster GPU, where fixed costs
@@ -170,10 +197,23 @@ def _moved(name: str, gpu_name: str, peaks: tuple[float, float, float], hbm_byte
         if c is None or not peaks[i]:
             continue
         m_scale = ref_ridge[src] / (peaks[i] / hbm_bytes_s)
-        gemm.append((cls, GemmCurves(tuple(m * m_scale for m in c.m), c.sizes, c.fractions,
-                                     scale=1.0 if flats is None else flats[i] / c.best)))
+        gemm.append(
+            (
+                cls,
+                GemmCurves(
+                    tuple(m * m_scale for m in c.m),
+                    c.sizes,
+                    c.fractions,
+                    scale=1.0 if flats is None else flats[i] / c.best,
+                ),
+            )
+        )
     f_scale = peaks[0] / ref.peaks["bf16"]
-    return replace(ref, name=f"{name} moved to {gpu_name}" + (" (by analogy)" if flats is None else " (shape scaled)"),
-                   gemm=tuple(gemm), prefill_flops=tuple(f * f_scale for f in ref.prefill_flops),
-                   attention_scale=1.0 if flats is None else flats[3] / ref.prefill_best,
-                   bandwidth_scale=hbm_bytes_s / ref.copy_bytes_s)
+    return replace(
+        ref,
+        name=f"{name} moved to {gpu_name}" + (" (by analogy)" if flats is None else " (shape scaled)"),
+        gemm=tuple(gemm),
+        prefill_flops=tuple(f * f_scale for f in ref.prefill_flops),
+        attention_scale=1.0 if flats is None else flats[3] / ref.prefill_best,
+        bandwidth_scale=hbm_bytes_s / ref.copy_bytes_s,
+    )

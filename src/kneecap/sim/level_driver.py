@@ -18,8 +18,7 @@ from kneecap.levels import SweepLevel, LevelRun, server_metrics
 from kneecap.metrics.stability import STABLE, level_stability
 from kneecap.records import RequestRecord
 from kneecap.sim.setup import SimDeployment
-from kneecap.sim.sweep import (CLIENT_TURNAROUND_S, DELIVERY_SPREAD_S, MAX_REQUESTS_PER_LEVEL, LevelSpec,
-                               simulate_level)
+from kneecap.sim.sweep import CLIENT_TURNAROUND_S, DELIVERY_SPREAD_S, MAX_REQUESTS_PER_LEVEL, LevelSpec, simulate_level
 from kneecap.workload import LengthDist, RequestClass, RequestSpec, Workload
 from kneecap.workload.level_work import KIND_CONCURRENCY, KIND_RATE, LevelWork, WorkloadFlags, level_work
 from kneecap.workload.slices import check_until_stable
@@ -73,35 +72,56 @@ class SimulateOptions:
         if self.requests is not None and self.requests < 1:
             raise KneecapError(f"--requests must be >= 1, got {self.requests}", "pass e.g. --requests 200")
         if self.requests is not None and self.requests > MAX_REQUESTS_PER_LEVEL:
-            raise KneecapError(f"--requests {self.requests:,} exceeds the simulator's {MAX_REQUESTS_PER_LEVEL:,} "
-                               "requests per level",
-                               "simulate fewer requests per level (a level's statistics settle long before that)")
+            raise KneecapError(
+                f"--requests {self.requests:,} exceeds the simulator's {MAX_REQUESTS_PER_LEVEL:,} requests per level",
+                "simulate fewer requests per level (a level's statistics settle long before that)",
+            )
         if self.duration_s is not None and not (0 < self.duration_s <= MAX_DURATION_S):
-            raise KneecapError(f"--duration must be between 0 and {MAX_DURATION_S:,.0f} virtual seconds, "
-                               f"got {self.duration_s}", "pass e.g. --duration 600, or --requests N")
+            raise KneecapError(
+                f"--duration must be between 0 and {MAX_DURATION_S:,.0f} virtual seconds, got {self.duration_s}",
+                "pass e.g. --duration 600, or --requests N",
+            )
         if self.requests is not None and self.duration_s is not None:
             raise KneecapError("--requests and --duration both given", "pass one of them")
         if ALL_AT_ONCE in self.levels and self.duration_s is not None:
-            raise KneecapError("--concurrency max sends a fixed batch; it cannot run for --duration", "pass --requests N")
+            raise KneecapError(
+                "--concurrency max sends a fixed batch; it cannot run for --duration", "pass --requests N"
+            )
         if self.burstiness <= 0:
             raise KneecapError(f"--burstiness must be > 0, got {self.burstiness}", "pass e.g. --burstiness 1 (Poisson)")
         if self.shared_prefix_tokens and self.shared_prefix_tokens >= self.isl:
-            raise KneecapError(f"--shared-prefix {self.shared_prefix_tokens} tokens is not shorter than --isl {self.isl}",
-                               "use a prefix shorter than the prompt")
+            raise KneecapError(
+                f"--shared-prefix {self.shared_prefix_tokens} tokens is not shorter than --isl {self.isl}",
+                "use a prefix shorter than the prompt",
+            )
         if self.warmup < 0:
             raise KneecapError(f"--warmup must be >= 0, got {self.warmup}", "pass e.g. --warmup 8")
         if self.turns and (self.kind != KIND_CONCURRENCY or ALL_AT_ONCE in self.levels or self.duration_s is not None):
-            raise KneecapError("--turns runs C users' conversations in closed loop for a number of requests",
-                               "pass --concurrency C --requests N (N a multiple of --turns), without max or --duration")
-        for name, value in (("client turnaround", self.client_turnaround_s), ("delivery spread", self.delivery_spread_s)):
+            raise KneecapError(
+                "--turns runs C users' conversations in closed loop for a number of requests",
+                "pass --concurrency C --requests N (N a multiple of --turns), without max or --duration",
+            )
+        for name, value in (
+            ("client turnaround", self.client_turnaround_s),
+            ("delivery spread", self.delivery_spread_s),
+        ):
             if not (value >= 0 and math.isfinite(value)):
                 raise KneecapError(f"{name} must be a finite number of seconds >= 0, got {value!r}", "pass e.g. 1e-4")
         if self.think_time_s < 0:
             raise KneecapError(f"--think-time-s must be >= 0, got {self.think_time_s}", "pass e.g. --think-time-s 2")
-        check_until_stable(self.until_stable, self.stable_window_s, without="--requests, max, --replay, --ramp or --turns",
-                           closed_duration=not (self.kind != KIND_CONCURRENCY or self.duration_s is None
-                                                or ALL_AT_ONCE in self.levels or self.schedule or self.ramp is not None
-                                                or self.turns))
+        check_until_stable(
+            self.until_stable,
+            self.stable_window_s,
+            without="--requests, max, --replay, --ramp or --turns",
+            closed_duration=not (
+                self.kind != KIND_CONCURRENCY
+                or self.duration_s is None
+                or ALL_AT_ONCE in self.levels
+                or self.schedule
+                or self.ramp is not None
+                or self.turns
+            ),
+        )
 
     @property
     def trace_rate(self) -> float:
@@ -146,9 +166,16 @@ class SimulateOptions:
 
     @property
     def workload(self) -> Workload:
-        return Workload(classes=(RequestClass(input=self.input_lengths, output=self.output_lengths,
-                                              shared_prefix_tokens=self.shared_prefix_tokens,
-                                              num_prefix_groups=self.num_prefix_groups),))
+        return Workload(
+            classes=(
+                RequestClass(
+                    input=self.input_lengths,
+                    output=self.output_lengths,
+                    shared_prefix_tokens=self.shared_prefix_tokens,
+                    num_prefix_groups=self.num_prefix_groups,
+                ),
+            )
+        )
 
     def describe(self) -> dict:
         """summary.json's workload: what the requests were, so two runs of different workloads can be told apart
@@ -156,13 +183,19 @@ class SimulateOptions:
         r = self.ramp
         from_data = bool(self.dataset or self.schedule or self.turns)  # no one fixed prompt length
         dists = {k: v for k, v in (("isl_dist", self.isl_dist), ("osl_dist", self.osl_dist)) if v and not from_data}
-        return {"isl": None if from_data or self.isl_dist else self.isl,
-                "osl": None if from_data or self.osl_dist else self.osl, **dists,
-                "shared_prefix_tokens": self.shared_prefix_tokens, "num_prefix_groups": self.num_prefix_groups,
-                "burstiness": self.burstiness if self.kind == KIND_RATE else None,
-                "dataset_requests": len(self.dataset) or None, "replay_requests": len(self.schedule) or None,
-                "turns": self.turns or None, "think_time_s": self.think_time_s if self.turns else None,
-                "ramp": None if r is None else {"kind": r.kind, "start": r.start, "end": r.end, "duration_s": r.duration_s}}
+        return {
+            "isl": None if from_data or self.isl_dist else self.isl,
+            "osl": None if from_data or self.osl_dist else self.osl,
+            **dists,
+            "shared_prefix_tokens": self.shared_prefix_tokens,
+            "num_prefix_groups": self.num_prefix_groups,
+            "burstiness": self.burstiness if self.kind == KIND_RATE else None,
+            "dataset_requests": len(self.dataset) or None,
+            "replay_requests": len(self.schedule) or None,
+            "turns": self.turns or None,
+            "think_time_s": self.think_time_s if self.turns else None,
+            "ramp": None if r is None else {"kind": r.kind, "start": r.start, "end": r.end, "duration_s": r.duration_s},
+        }
 
 
 def _lengths(spec: str | None, tokens: int) -> LengthDist:
@@ -176,15 +209,31 @@ def _lengths(spec: str | None, tokens: int) -> LengthDist:
 
 def workload_flags(opts: SimulateOptions) -> WorkloadFlags:
     """SimulateOptions' workload flags in the shape bench's are translated from (kneecap.workload.level_work)."""
-    return WorkloadFlags(input=opts.input_lengths, output=opts.output_lengths,
-                         shared_prefix_tokens=opts.shared_prefix_tokens, num_prefix_groups=opts.num_prefix_groups,
-                         seed=opts.seed, dimension=opts.kind, dataset=opts.dataset, schedule=opts.schedule,
-                         trace_rate=opts.trace_rate if opts.schedule else None, ramp=opts.ramp, turns=opts.turns,
-                         think_time_s=opts.think_time_s)
+    return WorkloadFlags(
+        input=opts.input_lengths,
+        output=opts.output_lengths,
+        shared_prefix_tokens=opts.shared_prefix_tokens,
+        num_prefix_groups=opts.num_prefix_groups,
+        seed=opts.seed,
+        dimension=opts.kind,
+        dataset=opts.dataset,
+        schedule=opts.schedule,
+        trace_rate=opts.trace_rate if opts.schedule else None,
+        ramp=opts.ramp,
+        turns=opts.turns,
+        think_time_s=opts.think_time_s,
+    )
 
 
-def level_spec(opts: SimulateOptions, level: SweepLevel, *, workload: Workload | None = None, seed: int | None = None,
-               on_s: float | None = None, off_s: float = 0.0) -> LevelSpec:
+def level_spec(
+    opts: SimulateOptions,
+    level: SweepLevel,
+    *,
+    workload: Workload | None = None,
+    seed: int | None = None,
+    on_s: float | None = None,
+    off_s: float = 0.0,
+) -> LevelSpec:
     """One level as the virtual-clock driver runs it: its warmup's and its own work from the one translation
     bench uses (kneecap.workload.level_work), sent as kneecap.sim.sweep.level_phases sends them; a level without a
     request count (--duration) draws its requests as it goes. workload / seed: a load-plan cell's own class and
@@ -208,8 +257,13 @@ def level_spec(opts: SimulateOptions, level: SweepLevel, *, workload: Workload |
         return LevelSpec(**load, duration_s=opts.duration_s, warmup=level.num_warmup, specs=opts.dataset)
     work = level_work(flags, level, warmup=False, workload=workload)
     if opts.turns:  # C users' conversations: turn k's prompt = turn k-1's prompt + its answer + new input
-        return LevelSpec(concurrency=int(value), num_requests=level.num_requests, warmup=n_warm,
-                         conversations=_conversations(warm) + _conversations(work), think_time_s=opts.think_time_s)
+        return LevelSpec(
+            concurrency=int(value),
+            num_requests=level.num_requests,
+            warmup=n_warm,
+            conversations=_conversations(warm) + _conversations(work),
+            think_time_s=opts.think_time_s,
+        )
     return LevelSpec(**load, num_requests=level.num_requests, warmup=n_warm, specs=warm.specs + work.specs)
 
 
@@ -226,8 +280,16 @@ class VirtualTimeDriver:
     trace: keep one row per engine step (LevelRun.trace); row_writer(path, rows) appends them to trace_path.
     token_times: records list every token's time (chunk_times) instead of referencing the level's step timeline."""
 
-    def __init__(self, sim: SimDeployment, opts: SimulateOptions, *, trace: bool = False, trace_path: Path | None = None,
-                 row_writer: Callable[[Path, list], None] | None = None, token_times: bool = False):
+    def __init__(
+        self,
+        sim: SimDeployment,
+        opts: SimulateOptions,
+        *,
+        trace: bool = False,
+        trace_path: Path | None = None,
+        row_writer: Callable[[Path, list], None] | None = None,
+        token_times: bool = False,
+    ):
         self.sim = sim
         self.opts = opts
         self._token_times = token_times
@@ -235,17 +297,34 @@ class VirtualTimeDriver:
         self._trace_path = trace_path
         self._row_writer = row_writer
 
-    def run_level(self, level: SweepLevel, keep: Callable[[RequestRecord], None], *, workload: Workload | None = None,
-                  seed: int | None = None, on_s: float | None = None, off_s: float = 0.0) -> LevelRun:
+    def run_level(
+        self,
+        level: SweepLevel,
+        keep: Callable[[RequestRecord], None],
+        *,
+        workload: Workload | None = None,
+        seed: int | None = None,
+        on_s: float | None = None,
+        off_s: float = 0.0,
+    ) -> LevelRun:
         """workload / seed: a load-plan cell's own class and seed (default: the sweep's, seed + level index)."""
         opts = self.opts
         level_seed = opts.seed + level.index if seed is None else seed
         spec = level_spec(opts, level, workload=workload, seed=seed, on_s=on_s, off_s=off_s)
 
         def run(spec: LevelSpec):
-            return simulate_level(self.sim, workload or opts.workload, spec, index=level.index, seed=level_seed,
-                                  burstiness=opts.burstiness, trace=self._trace, token_times=self._token_times,
-                                  turnaround_s=opts.client_turnaround_s, delivery_spread_s=opts.delivery_spread_s)
+            return simulate_level(
+                self.sim,
+                workload or opts.workload,
+                spec,
+                index=level.index,
+                seed=level_seed,
+                burstiness=opts.burstiness,
+                trace=self._trace,
+                token_times=self._token_times,
+                turnaround_s=opts.client_turnaround_s,
+                delivery_spread_s=opts.delivery_spread_s,
+            )
 
         fields = {}
         if opts.until_stable is None:
@@ -256,8 +335,9 @@ class VirtualTimeDriver:
             horizon = min(opts.duration_s, 2 * (STABLE_WINDOWS + 1) * opts.stable_window_s)
             while True:
                 result = run(dataclasses.replace(spec, duration_s=horizon))
-                stop_s, fields["stable_p99"] = stable_stop(result.records, opts.until_stable, opts.stable_window_s,
-                                                           horizon, value=level.value)
+                stop_s, fields["stable_p99"] = stable_stop(
+                    result.records, opts.until_stable, opts.stable_window_s, horizon, value=level.value
+                )
                 if stop_s is not None or horizon >= opts.duration_s:
                     break
                 horizon = min(opts.duration_s, 2 * horizon)
@@ -271,15 +351,20 @@ class VirtualTimeDriver:
             from kneecap.workload.slices import ramp_slices
 
             fields["slices"] = ramp_slices(result.records, opts.ramp)
-        return LevelRun(server_metrics=server_metrics("simulator", **result.server_metrics), records=result.records,
-                        trace=result.trace, fields=fields)
+        return LevelRun(
+            server_metrics=server_metrics("simulator", **result.server_metrics),
+            records=result.records,
+            trace=result.trace,
+            fields=fields,
+        )
 
     def server_gone(self, summary: dict) -> str | None:
         return None  # the simulated engine never goes away
 
 
-def stable_stop(records, rel_tol: float, window_s: float, duration_s: float, *,
-                value=None) -> tuple[float | None, dict]:
+def stable_stop(
+    records, rel_tol: float, window_s: float, duration_s: float, *, value=None
+) -> tuple[float | None, dict]:
     """--until-stable on the virtual clock: the first window end k x window_s after t0, the measured requests'
     first send (before duration_s from then), at which kneecap.workload.slices.p99_stable finds the level's p99
     TTFT and ITL settled, over the records that ended by then, and the level is `stable` by the steady-state rule
@@ -306,7 +391,13 @@ def stable_stop(records, rel_tol: float, window_s: float, duration_s: float, *,
     if verdict is None:
         verdict = p99_stable(records, window_s, windows=STABLE_WINDOWS, rel_tol=rel_tol, now_s=t0 + duration_s)
     ok = verdict.stable and steady is not None and steady["verdict"] == STABLE
-    doc = dict(stable=ok, why=verdict.why if ok or not verdict.stable else f"p99s settled, but {steady['rule']}",
-               rel_tol=rel_tol, window_s=window_s, ttft_p99_ms=list(verdict.ttft_p99_ms),
-               itl_p99_ms=list(verdict.itl_p99_ms), steady_state=None if steady is None else steady["verdict"])
+    doc = dict(
+        stable=ok,
+        why=verdict.why if ok or not verdict.stable else f"p99s settled, but {steady['rule']}",
+        rel_tol=rel_tol,
+        window_s=window_s,
+        ttft_p99_ms=list(verdict.ttft_p99_ms),
+        itl_p99_ms=list(verdict.itl_p99_ms),
+        steady_state=None if steady is None else steady["verdict"],
+    )
     return (k * window_s if ok else None), doc

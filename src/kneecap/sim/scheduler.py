@@ -41,12 +41,38 @@ BLOCKED_DELAY = "scheduler_delay"
 class Sequence:
     """One request inside the engine. Token counts in tokens; times in seconds of virtual time."""
 
-    __slots__ = ("spec", "rid", "prompt_len", "output_len", "arrival_at", "scheduled_at", "num_tokens", "num_computed",
-                 "num_output", "prefix_hashes", "admitted_at", "first_token_at", "preemptions", "runs", "meta",
-                 "spec_rng", "next_tokens", "step_tokens", "_hashes_key", "_hashes", "prefix_memo")
+    __slots__ = (
+        "spec",
+        "rid",
+        "prompt_len",
+        "output_len",
+        "arrival_at",
+        "scheduled_at",
+        "num_tokens",
+        "num_computed",
+        "num_output",
+        "prefix_hashes",
+        "admitted_at",
+        "first_token_at",
+        "preemptions",
+        "runs",
+        "meta",
+        "spec_rng",
+        "next_tokens",
+        "step_tokens",
+        "_hashes_key",
+        "_hashes",
+        "prefix_memo",
+    )
 
-    def __init__(self, spec: RequestSpec, arrival_at: float, block_size: int, meta: dict | None = None,
-                 scheduled_at: float | None = None):
+    def __init__(
+        self,
+        spec: RequestSpec,
+        arrival_at: float,
+        block_size: int,
+        meta: dict | None = None,
+        scheduled_at: float | None = None,
+    ):
         self.spec = spec
         self.rid = spec.request_id
         self.prompt_len = spec.input_tokens
@@ -156,8 +182,9 @@ class Scheduler:
     # (False: lookup_prefix and new_blocks_needed rescan every prompt block each step; tests compare the two)
     remember_prefix = True
 
-    def __init__(self, config: EngineConfig, blocks: BlockManager, window: int = 0, state_blocks: int = 0,
-                 microbatches: int = 1):
+    def __init__(
+        self, config: EngineConfig, blocks: BlockManager, window: int = 0, state_blocks: int = 0, microbatches: int = 1
+    ):
         self.config = config
         # pipeline parallelism: one schedule() builds a round of `microbatches` micro-batches, each with its own
         # max_num_batched_tokens budget (vLLM V1 schedules every in-flight batch against the full budget)
@@ -259,8 +286,9 @@ class Scheduler:
                             break
                     if seq.num_computed == 0:  # preempted itself
                         break
-                    blocks.allocate(seq.rid, min(seq.num_computed + gain,
-                                                 (blocks.num_held(seq.rid) + blocks.num_free) * bs))
+                    blocks.allocate(
+                        seq.rid, min(seq.num_computed + gain, (blocks.num_held(seq.rid) + blocks.num_free) * bs)
+                    )
                 if seq.num_computed == 0:
                     continue  # preempted itself: running shrank; index i now points past the end or at the next sequence
             if k:
@@ -378,8 +406,11 @@ class Scheduler:
                 else:
                     n = min(n, (blocks.num_free - sb + hit_blocks) * bs - hit_tokens)
                 if n > 0:
-                    need = (_new_blocks(hit_tokens + n, bs, have, hit_blocks, hit_used) + sb if remember
-                            else blocks.new_blocks_needed(seq.rid, hit_tokens + n, hashes) + sb)
+                    need = (
+                        _new_blocks(hit_tokens + n, bs, have, hit_blocks, hit_used) + sb
+                        if remember
+                        else blocks.new_blocks_needed(seq.rid, hit_tokens + n, hashes) + sb
+                    )
             if need > blocks.num_free or n <= 0:
                 batch.blocked = BLOCKED_BLOCKS
                 break

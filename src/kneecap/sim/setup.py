@@ -41,19 +41,36 @@ class SimDeployment:
 
     @property
     def state_blocks_per_sequence(self) -> int:
-        return (state_blocks_per_sequence(self.plan.deployment, self.config.enable_prefix_caching)
-                if self.charge_state else 0)
+        return (
+            state_blocks_per_sequence(self.plan.deployment, self.config.enable_prefix_caching)
+            if self.charge_state
+            else 0
+        )
 
     def with_step_params(self, params: StepTimeParams) -> "SimDeployment":
         """The same deployment with other step-time constants (what calibrate varies)."""
-        return SimDeployment(plan=self.plan, config=self.config, steptime=StepTimeModel(self.plan.deployment, params),
-                             charge_state=self.charge_state)
+        return SimDeployment(
+            plan=self.plan,
+            config=self.config,
+            steptime=StepTimeModel(self.plan.deployment, params),
+            charge_state=self.charge_state,
+        )
 
-    def new_engine(self, *, level: int = 0, trace: bool = False, fast_path: bool = True,
-                   token_times: bool = True) -> Engine:
+    def new_engine(
+        self, *, level: int = 0, trace: bool = False, fast_path: bool = True, token_times: bool = True
+    ) -> Engine:
         """The one place a simulated engine is built: a fresh pool of exactly plan.num_kv_blocks blocks."""
-        return Engine(self.plan.deployment, self.config, self.plan.num_kv_blocks, steptime=self.steptime, level=level,
-                      trace=trace, fast_path=fast_path, charge_state=self.charge_state, token_times=token_times)
+        return Engine(
+            self.plan.deployment,
+            self.config,
+            self.plan.num_kv_blocks,
+            steptime=self.steptime,
+            level=level,
+            trace=trace,
+            fast_path=fast_path,
+            charge_state=self.charge_state,
+            token_times=token_times,
+        )
 
     def kv_layout(self) -> dict | None:
         """vLLM's layer groups as a dict (kneecap.plan.engines.VllmLayout) where a request's blocks are not its
@@ -65,43 +82,71 @@ class SimDeployment:
             return None
         from kneecap.plan.engines import model_layout
 
-        return dataclasses.asdict(model_layout(d.model, tp=d.attention_tp, pp=d.pp, kv_dtype=d.kv_dtype,
-                                               block_size=d.block_size))
+        return dataclasses.asdict(
+            model_layout(d.model, tp=d.attention_tp, pp=d.pp, kv_dtype=d.kv_dtype, block_size=d.block_size)
+        )
 
     def describe(self) -> dict:
         """JSON-ready facts (what summaries, /version and calibrations report)."""
         d, plan, cfg = self.plan.deployment, self.plan, self.config
         return {
-            "deployment": {"model": d.model.name, "gpu": d.gpu.name, "tp": d.tp, "pp": d.pp, "num_gpus": d.num_gpus,
-                           "weight_dtype": d.weight_dtype, "kv_dtype": d.kv_dtype, "block_size": d.block_size,
-                           "interconnect": d.gpu.interconnect},
-            "plan": {"num_kv_blocks": plan.num_kv_blocks, "kv_capacity_tokens": plan.kv_capacity_tokens,
-                     "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token_per_gpu,
-                     "kv_pool_bytes": plan.ledger.kv_pool_bytes, "context": plan.context,
-                     "pool_source": plan.pool_source, "state_blocks_per_sequence": self.state_blocks_per_sequence,
-                     # vLLM's layer groups (kneecap.plan.engines.VllmLayout) when the model mixes layer kinds: what a
-                     # request of L tokens takes of num_kv_blocks (report's preflight limit counts with it)
-                     "kv_layout": self.kv_layout(),
-                     # the unit of num_kv_blocks (and of server_metrics' num_kv_blocks): tokens x layers of one block
-                     "kv_block_tokens": plan.block_size,
-                     "kv_block_layers": plan.kv_groups.group_size if plan.kv_groups else
-                     sum(1 for k in stage_layer_types(d.model, d.pp) if k != "linear_attention")},
-            "engine": {"defaults": cfg.name, "max_num_seqs": cfg.max_num_seqs,
-                       "max_num_batched_tokens": cfg.max_num_batched_tokens,
-                       "enable_prefix_caching": cfg.enable_prefix_caching,
-                       "init_new_token_ratio": cfg.init_new_token_ratio,
-                       "scheduler_delay_factor": cfg.scheduler_delay_factor,
-                       "chunked_prefill": cfg.chunked_prefill, "profile": cfg.profile.version},
+            "deployment": {
+                "model": d.model.name,
+                "gpu": d.gpu.name,
+                "tp": d.tp,
+                "pp": d.pp,
+                "num_gpus": d.num_gpus,
+                "weight_dtype": d.weight_dtype,
+                "kv_dtype": d.kv_dtype,
+                "block_size": d.block_size,
+                "interconnect": d.gpu.interconnect,
+            },
+            "plan": {
+                "num_kv_blocks": plan.num_kv_blocks,
+                "kv_capacity_tokens": plan.kv_capacity_tokens,
+                "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token_per_gpu,
+                "kv_pool_bytes": plan.ledger.kv_pool_bytes,
+                "context": plan.context,
+                "pool_source": plan.pool_source,
+                "state_blocks_per_sequence": self.state_blocks_per_sequence,
+                # vLLM's layer groups (kneecap.plan.engines.VllmLayout) when the model mixes layer kinds: what a
+                # request of L tokens takes of num_kv_blocks (report's preflight limit counts with it)
+                "kv_layout": self.kv_layout(),
+                # the unit of num_kv_blocks (and of server_metrics' num_kv_blocks): tokens x layers of one block
+                "kv_block_tokens": plan.block_size,
+                "kv_block_layers": plan.kv_groups.group_size
+                if plan.kv_groups
+                else sum(1 for k in stage_layer_types(d.model, d.pp) if k != "linear_attention"),
+            },
+            "engine": {
+                "defaults": cfg.name,
+                "max_num_seqs": cfg.max_num_seqs,
+                "max_num_batched_tokens": cfg.max_num_batched_tokens,
+                "enable_prefix_caching": cfg.enable_prefix_caching,
+                "init_new_token_ratio": cfg.init_new_token_ratio,
+                "scheduler_delay_factor": cfg.scheduler_delay_factor,
+                "chunked_prefill": cfg.chunked_prefill,
+                "profile": cfg.profile.version,
+            },
             "step_time": self.steptime.params.to_dict(),
         }
 
 
-def from_plan(plan: Plan, *, defaults: str = "vllm", max_num_seqs: int | None = None,
-              max_num_batched_tokens: int | None = None, prefix_caching: bool | None = None,
-              step_params: StepTimeParams | None = None, charge_state: bool | None = None,
-              scheduler_delay_factor: float | None = None, engine_version: str | None = None,
-              trtllm_bench: tuple[int, int] | None = None, speculative=None,
-              spec_seed: int | None = None) -> SimDeployment:
+def from_plan(
+    plan: Plan,
+    *,
+    defaults: str = "vllm",
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    prefix_caching: bool | None = None,
+    step_params: StepTimeParams | None = None,
+    charge_state: bool | None = None,
+    scheduler_delay_factor: float | None = None,
+    engine_version: str | None = None,
+    trtllm_bench: tuple[int, int] | None = None,
+    speculative=None,
+    spec_seed: int | None = None,
+) -> SimDeployment:
     """The named engine's defaults for this plan, at engine_version's release (sim/config.py at_release), with the
     user's overrides. trtllm_bench=(isl, osl): TensorRT-LLM as `trtllm-bench throughput` runs it for those lengths
     (the limits it computes, chunked prefills). speculative: a kneecap.sim.speculative.SpecDecoding (its draws seeded
@@ -109,20 +154,35 @@ def from_plan(plan: Plan, *, defaults: str = "vllm", max_num_seqs: int | None = 
     "override")."""
     d = plan.deployment
     if plan.num_kv_blocks < 1:
-        raise KneecapError(f"{d.model.name} on {d.num_gpus}x {d.gpu.name} leaves no KV pool",
-                           "raise --tp, use a bigger GPU, or lower --weight-dtype / --overhead-gib")
-    base = engine_defaults(defaults, device_bytes=d.gpu.memory_bytes("device"), gpu_name=d.gpu.name,
-                           pool_tokens=plan.kv_capacity_tokens, context_len=plan.context, pp=d.pp)
+        raise KneecapError(
+            f"{d.model.name} on {d.num_gpus}x {d.gpu.name} leaves no KV pool",
+            "raise --tp, use a bigger GPU, or lower --weight-dtype / --overhead-gib",
+        )
+    base = engine_defaults(
+        defaults,
+        device_bytes=d.gpu.memory_bytes("device"),
+        gpu_name=d.gpu.name,
+        pool_tokens=plan.kv_capacity_tokens,
+        context_len=plan.context,
+        pp=d.pp,
+    )
     base = at_release(base, engine_version)
     if trtllm_bench is not None:
         if defaults != "trtllm":
-            raise KneecapError(f"--trtllm-bench runs TensorRT-LLM's benchmark, not --engine-defaults {defaults}",
-                               "pass --engine-defaults trtllm")
+            raise KneecapError(
+                f"--trtllm-bench runs TensorRT-LLM's benchmark, not --engine-defaults {defaults}",
+                "pass --engine-defaults trtllm",
+            )
         seqs, tokens = trtllm_bench_limits(d, *trtllm_bench)
         base = replace(base, max_num_seqs=seqs, max_num_batched_tokens=tokens, chunked_prefill=True)
-    config = base.with_overrides(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                                 enable_prefix_caching=prefix_caching, scheduler_delay_factor=scheduler_delay_factor,
-                                 speculative=speculative, spec_seed=spec_seed)
+    config = base.with_overrides(
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        enable_prefix_caching=prefix_caching,
+        scheduler_delay_factor=scheduler_delay_factor,
+        speculative=speculative,
+        spec_seed=spec_seed,
+    )
     if charge_state is None:
         charge_state = plan.pool_source != "override"
     return SimDeployment(plan=plan, config=config, steptime=StepTimeModel(d, step_params), charge_state=charge_state)

@@ -52,12 +52,16 @@ class SpecDecoding:
         if any(not (0.0 <= a <= 1.0) for a in self.acceptance):
             raise KneecapError(f"--spec-acceptance rates must be in [0, 1], got {list(self.acceptance)}", SPEC_HINT)
         if len(self.acceptance) not in (0, 1, self.tokens):
-            raise KneecapError(f"--spec-acceptance gives {len(self.acceptance)} rates for {self.tokens} draft tokens",
-                               "give one rate, or one per draft position")
+            raise KneecapError(
+                f"--spec-acceptance gives {len(self.acceptance)} rates for {self.tokens} draft tokens",
+                "give one rate, or one per draft position",
+            )
         bad = [n for n in self.accepted_lengths if not (1 <= n <= self.tokens + 1)]
         if bad:
-            raise KneecapError(f"accepted lengths must be 1..{self.tokens + 1} tokens per step (K + 1), got {bad[:5]}",
-                               "each line of the file: the tokens one verify step kept, bonus token included")
+            raise KneecapError(
+                f"accepted lengths must be 1..{self.tokens + 1} tokens per step (K + 1), got {bad[:5]}",
+                "each line of the file: the tokens one verify step kept, bonus token included",
+            )
 
     @property
     def rates(self) -> tuple[float, ...]:
@@ -110,8 +114,10 @@ def parse_acceptance(text: str, tokens: int, read_file=None) -> tuple[tuple[floa
     try:
         lengths = tuple(int(x) for x in body.split())
     except ValueError:
-        raise KneecapError(f"--spec-acceptance file {parts[0]} must hold whole numbers (tokens kept per step)",
-                           "one accepted length a line, e.g. 3") from None
+        raise KneecapError(
+            f"--spec-acceptance file {parts[0]} must hold whole numbers (tokens kept per step)",
+            "one accepted length a line, e.g. 3",
+        ) from None
     if not lengths:
         raise KneecapError(f"--spec-acceptance file {parts[0]} is empty", "one accepted length a line, e.g. 3")
     return (), lengths

@@ -20,7 +20,9 @@ def parse_step_params(spec: str | None):
         try:
             data = json.loads(path.read_text())
         except FileNotFoundError:
-            raise KneecapError(f"step-time file {spec} not found", "pass a JSON file or k=v pairs, e.g. mfu=0.4") from None
+            raise KneecapError(
+                f"step-time file {spec} not found", "pass a JSON file or k=v pairs, e.g. mfu=0.4"
+            ) from None
         except json.JSONDecodeError as exc:
             raise KneecapError(f"step-time file {spec} is not JSON ({exc.msg})", "fix the file") from None
         if isinstance(data, dict) and isinstance(data.get("step_time"), dict):
@@ -32,7 +34,9 @@ def parse_step_params(spec: str | None):
     for part in (p.strip() for p in spec.split(",") if p.strip()):
         key, sep, raw = part.partition("=")
         if not sep:
-            raise KneecapError(f"--step-params item {part!r} is not key=value", "pass e.g. --step-params mfu=0.4,overhead_s=0.003")
+            raise KneecapError(
+                f"--step-params item {part!r} is not key=value", "pass e.g. --step-params mfu=0.4,overhead_s=0.003"
+            )
         try:
             values[key.strip()] = None if raw.strip().lower() == "none" else float(raw)
         except ValueError:

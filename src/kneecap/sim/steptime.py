@@ -152,11 +152,14 @@ class StepTimeParams:
         for name in ("mfu", "bw_efficiency", "link_efficiency"):
             value = getattr(self, name)
             if not (0 < value <= FACTOR_MAX):
-                raise KneecapError(f"step-time {name} must be in (0, {FACTOR_MAX:g}], got {value!r}",
-                                   f"pass e.g. {name}=0.8")
+                raise KneecapError(
+                    f"step-time {name} must be in (0, {FACTOR_MAX:g}], got {value!r}", f"pass e.g. {name}=0.8"
+                )
         for name in ("allreduce_base_latency_s", "overhead_s", "kernel_gap_s"):
             if getattr(self, name) < 0:
-                raise KneecapError(f"step-time {name} must be >= 0, got {getattr(self, name)!r}", f"pass {name}=0 or more")
+                raise KneecapError(
+                    f"step-time {name} must be >= 0, got {getattr(self, name)!r}", f"pass {name}=0 or more"
+                )
         if self.hop_latency_s is not None and self.hop_latency_s < 0:
             raise KneecapError(f"step-time hop_latency_s must be >= 0, got {self.hop_latency_s!r}", "pass 0 or more")
         if self.activation_bytes < 1:
@@ -176,7 +179,7 @@ class StepTimeParams:
 
 
 def dtype_class(dtype: str, gpu) -> str:
-    """"bf16" | "fp8" | "fp4": the tensor-core path GEMMs over weights of `dtype` take on this GPU (module docstring)."""
+    """ "bf16" | "fp8" | "fp4": the tensor-core path GEMMs over weights of `dtype` take on this GPU (module docstring)."""
     dtype = dtype.lower()
     if dtype in ("fp8", "fp8-block", "int8") and gpu.fp8_flops:
         return "fp8"
@@ -220,8 +223,9 @@ def _part_bytes(deployment: Deployment) -> dict[str, float]:
     if dtypes == part_dtypes(model):
         parts = {k: float(v) for k, v in weight_bytes_by_part(model, None).items()}  # exact GGUF bytes where known
     else:
-        parts = {k: float(weight_bytes(n, dtypes.get(k, deployment.weight_dtype)))
-                 for k, n in param_breakdown(model).items()}
+        parts = {
+            k: float(weight_bytes(n, dtypes.get(k, deployment.weight_dtype))) for k, n in param_breakdown(model).items()
+        }
     scale = deployment.params_override / model.total_params if deployment.params_override else 1.0
     return {k: v * scale for k, v in parts.items()}
 
@@ -235,8 +239,15 @@ class StepTimeModel:
     expert-parallel over all of them, and tokens move by all-to-all instead of all-reduce.
     """
 
-    def __init__(self, deployment: Deployment, params: StepTimeParams | None = None, *, ep: int | None = None,
-                 dp_attention: bool | None = None, efficiency: Efficiency | None = None):
+    def __init__(
+        self,
+        deployment: Deployment,
+        params: StepTimeParams | None = None,
+        *,
+        ep: int | None = None,
+        dp_attention: bool | None = None,
+        efficiency: Efficiency | None = None,
+    ):
         self.deployment = deployment
         self.params = params = params or StepTimeParams()
         model, gpu, tp, pp = deployment.model, deployment.gpu, deployment.tp, deployment.pp
@@ -245,7 +256,9 @@ class StepTimeModel:
         if gpu.bf16_flops <= 0 or gpu.hbm_bandwidth_bytes_s <= 0:
             raise KneecapError(f"GPU {gpu.name} has no FLOP/s or bandwidth figure", "pick a GPU with datasheet figures")
         if not isinstance(ep, int) or ep < 1:
-            raise KneecapError(f"expert parallelism must be a whole number >= 1, got {ep!r}", "pass ep=1 (off) or the GPU count")
+            raise KneecapError(
+                f"expert parallelism must be a whole number >= 1, got {ep!r}", "pass ep=1 (off) or the GPU count"
+            )
         if dp_attention and not model.is_moe:
             raise KneecapError("DP attention needs a mixture-of-experts model", "drop dp_attention for a dense model")
         if dp_attention:
@@ -257,16 +270,22 @@ class StepTimeModel:
         dtypes = {k: v.lower() for k, v in run_part_dtypes(deployment).items()}
         # per path: GEMM FLOP/s flat (best shape), the peak, and the fraction of it by the GEMM's rows where a kernel
         # table measured it (efficiency.json gemm_<dtype>_by_m; None: flat); the weight dtype's path as attributes
-        self._rates = {c: (_peak(gpu, c) * eff.gemm(c) * params.mfu, _peak(gpu, c) * params.mfu, eff.gemm_curve(c))
-                       for c in ("bf16", "fp8", "fp4") if _peak(gpu, c)}
+        self._rates = {
+            c: (_peak(gpu, c) * eff.gemm(c) * params.mfu, _peak(gpu, c) * params.mfu, eff.gemm_curve(c))
+            for c in ("bf16", "fp8", "fp4")
+            if _peak(gpu, c)
+        }
         self.cls = gemm_class(deployment)
         self.flop_rate, self.gemm_peak, self.gemm_curve = self._rates[self.cls]
         from kneecap.model.params import param_breakdown
 
         pcount = param_breakdown(model)  # params per part, whole model (GEMM FLOPs = 2 x params x tokens)
         mlp_parts = [k for k in ("dense_mlp", "shared_experts", "linear_attention", "other") if pcount.get(k)]
-        mlp_dtype = dtypes.get(max(mlp_parts, key=pcount.get), deployment.weight_dtype) if mlp_parts \
+        mlp_dtype = (
+            dtypes.get(max(mlp_parts, key=pcount.get), deployment.weight_dtype)
+            if mlp_parts
             else deployment.weight_dtype
+        )
         head_dtype = dtypes.get("lm_head") or dtypes.get("embed") or deployment.weight_dtype
         self.cls_attn = dtype_class(dtypes.get("attention", deployment.weight_dtype), gpu)
         self.cls_mlp = dtype_class(mlp_dtype, gpu)
@@ -297,9 +316,13 @@ class StepTimeModel:
         # and the rest (MLP, shared experts, router, linear-attention projections)
         self.attn_gemm_params = pcount.get("attention", 0) / attn_tp * pscale
         self.attn_gemm_bytes = parts.get("attention", 0.0) / attn_tp
-        self.gemm_params = (pcount.get("linear_attention", 0) / tp + pcount.get("dense_mlp", 0) / tp
-                            + pcount.get("shared_experts", 0) / tp + pcount.get("router", 0)
-                            + pcount.get("other", 0) / tp) * pscale
+        self.gemm_params = (
+            pcount.get("linear_attention", 0) / tp
+            + pcount.get("dense_mlp", 0) / tp
+            + pcount.get("shared_experts", 0) / tp
+            + pcount.get("router", 0)
+            + pcount.get("other", 0) / tp
+        ) * pscale
         self.gemm_weight_bytes = attn_w + mlp_w + other_w - self.attn_gemm_bytes
         # activation bytes per token through those GEMMs: hidden in and out of the attention and MLP
         # blocks, plus the MLP intermediate (gate/up written, read back by down)
@@ -348,7 +371,9 @@ class StepTimeModel:
         moe_layers = self.num_moe_layers
         for i, kind in enumerate(model.layer_types):
             k = 2 + per_attn.get(kind, 5 + (2 if q_attn else 0))
-            is_moe_layer = i >= n_layers - moe_layers  # MoE layers are the last num_moe_layers (DeepSeek: first 3 dense)
+            is_moe_layer = (
+                i >= n_layers - moe_layers
+            )  # MoE layers are the last num_moe_layers (DeepSeek: first 3 dense)
             if is_moe_layer:
                 k += 7 + (2 if q_moe else 0) + ((3 + (2 if q_shared else 0)) if model.num_shared_experts else 0)
             else:
@@ -382,8 +407,9 @@ class StepTimeModel:
         # layers (read 2I, write I; the MoE layers' own is in _moe_seconds), rotary (read and write q and k) and
         # the KV-cache write (read k and v, write them at the cache dtype) per attention layer
         rope_mla = model.qk_rope_head_dim or 0
-        attn_elem = (n_full + n_slide) * (2 * (heads + kvh) * d * act + 2 * kvh * d * (act + kv_b)) \
-            + n_mla * (2 * (heads + 1) * rope_mla * act + (latent if n_mla else 0) * (act + kv_b))
+        attn_elem = (n_full + n_slide) * (2 * (heads + kvh) * d * act + 2 * kvh * d * (act + kv_b)) + n_mla * (
+            2 * (heads + 1) * rope_mla * act + (latent if n_mla else 0) * (act + kv_b)
+        )
         self.elem_bytes_per_token = act * (8 * h * n_layers + 3 * inter / tp * n_dense)
         self.elem_attn_bytes_per_token = float(attn_elem)
         # --- kernel table: GEMM, prefill and decode attention rates by shape (sim/kernels.py) ---------------
@@ -400,8 +426,13 @@ class StepTimeModel:
         i_eff = self.gemm_params / (3.0 * h * max(1, n_layers))  # a gated MLP of this width per layer on this GPU
         mlp_shapes = ((2 * i_eff, h), (h, i_eff))
         ie = self.expert_inter or 1.0
-        self._shapes = {"attn": attn_shapes, "mlp": mlp_shapes, "gate_up": ((2 * ie, h),), "down": ((h, ie),),
-                        "head": ((max(1.0, self.head_params / h), h),)}
+        self._shapes = {
+            "attn": attn_shapes,
+            "mlp": mlp_shapes,
+            "gate_up": ((2 * ie, h),),
+            "down": ((h, ie),),
+            "head": ((max(1.0, self.head_params / h), h),),
+        }
         self._rate_cache: dict = {}
         self.window = model.sliding_window or 0
         # each GPU attends 1/tp of the sequences under DP attention (heads are whole there)
@@ -414,14 +445,18 @@ class StepTimeModel:
         link = gpu.interconnect_bytes_s * eff.allreduce_link_fraction * params.link_efficiency
         hop = params.hop_latency_s if params.hop_latency_s is not None else HOP_LATENCY_S.get(gpu.interconnect, 1.0e-6)
         if tp > 1 and busbw <= 0:
-            raise KneecapError(f"GPU {gpu.name} has no interconnect bandwidth for --tp {tp}", "use --tp 1 or a GPU with a link figure")
+            raise KneecapError(
+                f"GPU {gpu.name} has no interconnect bandwidth for --tp {tp}", "use --tp 1 or a GPU with a link figure"
+            )
         n_allreduce = (n_layers if dp_attention else 2 * n_layers) if tp > 1 else 0
         self.tp_latency_s = n_allreduce * (params.allreduce_base_latency_s + 2 * (tp - 1) * hop)
         self.tp_s_per_byte = n_allreduce * 2.0 * (tp - 1) / tp / busbw if n_allreduce else 0.0
         if dp_attention and self.num_moe_layers and ep > 1:
             # dispatch + combine per MoE layer; each rank sends its own tokens' top-k copies
             self.a2a_latency_s = 2 * self.num_moe_layers * (params.allreduce_base_latency_s + (ep - 1) * hop)
-            self.a2a_s_per_token = 2 * self.num_moe_layers * self.top_k * self.act_bytes_per_token * (ep - 1) / ep / link / tp
+            self.a2a_s_per_token = (
+                2 * self.num_moe_layers * self.top_k * self.act_bytes_per_token * (ep - 1) / ep / link / tp
+            )
             # DP attention has no all-reduce after the MoE block either: tokens come back by the combine
             self.tp_latency_s = self.tp_s_per_byte = 0.0
         else:
@@ -448,8 +483,14 @@ class StepTimeModel:
         sizes = tuple(sorted(profile.cudagraph_sizes))
         fixed = self.params.overhead_s if profile.cpu_fixed_s is None else profile.cpu_fixed_s
         eager, mixed = profile.eager_launch_s, profile.graph_mixed_tokens
-        if (self.cpu_per_seq_s, self.overlap_cpu, self.graph_sizes, self.overhead_s, self.eager_launch_s,
-                self.graph_mixed_tokens) == (profile.cpu_per_seq_s, profile.overlap_cpu, sizes, fixed, eager, mixed):
+        if (
+            self.cpu_per_seq_s,
+            self.overlap_cpu,
+            self.graph_sizes,
+            self.overhead_s,
+            self.eager_launch_s,
+            self.graph_mixed_tokens,
+        ) == (profile.cpu_per_seq_s, profile.overlap_cpu, sizes, fixed, eager, mixed):
             return self
         other = copy.copy(self)
         other.cpu_per_seq_s, other.overlap_cpu, other.graph_sizes = profile.cpu_per_seq_s, profile.overlap_cpu, sizes
@@ -465,8 +506,13 @@ class StepTimeModel:
     def comm_seconds(self, num_tokens: float) -> float:
         """TP all-reduces, EP all-to-alls and PP sends of one pass over `num_tokens` tokens."""
         nbytes = num_tokens * self.act_bytes_per_token
-        return (self.tp_latency_s + self.tp_s_per_byte * nbytes + self.pp_latency_s + self.pp_s_per_byte * nbytes
-                + ((self.a2a_latency_s + self.a2a_s_per_token * num_tokens) if num_tokens > 0 else 0.0))
+        return (
+            self.tp_latency_s
+            + self.tp_s_per_byte * nbytes
+            + self.pp_latency_s
+            + self.pp_s_per_byte * nbytes
+            + ((self.a2a_latency_s + self.a2a_s_per_token * num_tokens) if num_tokens > 0 else 0.0)
+        )
 
     def _moe_seconds(self, t: float) -> float:
         if not self.num_moe_layers or t <= 0:
@@ -504,7 +550,10 @@ class StepTimeModel:
     def _head_seconds(self, t: float, s: float) -> float:
         """LM head over the s sampled rows, sampling, and the embedding gather of t tokens."""
         hc = 2.0 * self.head_params * s / self.gemm_rate(s, self.cls_head, "head")
-        hm = self.head_bytes / self.gemm_byte_rate + (self.sample_bytes_per_seq * s + self.embed_bytes_per_token * t) / self.byte_rate
+        hm = (
+            self.head_bytes / self.gemm_byte_rate
+            + (self.sample_bytes_per_seq * s + self.embed_bytes_per_token * t) / self.byte_rate
+        )
         return hc if hc > hm else hm
 
     def gemm_rate(self, rows: float, cls: str | None = None, group: str | None = None) -> float:
@@ -565,7 +614,9 @@ class StepTimeModel:
         memory side at the kernel table's decode rate for a pass over `kv_tokens` cached tokens."""
         sh = self.attn_share
         rate = self.decode_attention_bytes_s(kv_tokens)
-        full = max(self.f_full / self.attn_rate, self.b_full / rate) + max(self.f_mla_dec / self.attn_rate, self.b_mla / rate)
+        full = max(self.f_full / self.attn_rate, self.b_full / rate) + max(
+            self.f_mla_dec / self.attn_rate, self.b_mla / rate
+        )
         win = max(self.f_win / self.attn_rate, self.b_win / rate)
         return full * sh, win * sh
 
@@ -631,10 +682,20 @@ class StepTimeModel:
         stage = np.maximum(layers * self.pp_stage_max_frac, layers * self.pp_stage_last_frac + head) + hop
         return np.maximum(np.maximum(m * stage, full + cpu_one), cpu)
 
-    def seconds(self, num_tokens: int, pairs_full: float, pairs_window: float, kv_tokens_full: float,
-                kv_tokens_window: float, num_seqs: int, *, num_decodes: int | None = None,
-                decode_kv_full: float | None = None, decode_kv_window: float | None = None,
-                microbatches: int | None = None) -> float:
+    def seconds(
+        self,
+        num_tokens: int,
+        pairs_full: float,
+        pairs_window: float,
+        kv_tokens_full: float,
+        kv_tokens_window: float,
+        num_seqs: int,
+        *,
+        num_decodes: int | None = None,
+        decode_kv_full: float | None = None,
+        decode_kv_window: float | None = None,
+        microbatches: int | None = None,
+    ) -> float:
         """Duration of one step. pairs_*: attention (query, cached-token) pairs of every sequence; kv_tokens_*:
         cached tokens read. num_decodes / decode_kv_*: which part of those is decodes (default: all of it when
         every sequence contributes one token, else none). microbatches: how many pipeline micro-batches the
@@ -653,8 +714,11 @@ class StepTimeModel:
         m = max(1, min(m, self.pp, num_tokens))
         gemm_t = self.padded(num_tokens, num_seqs) if m == 1 else num_tokens
         sf, sw = self._slopes((dkf + dkw) / m)
-        gpu = (self._fixed_seconds(num_tokens / m, num_seqs / m, gemm_t / m) + (sf * dkf + sw * dkw) / m
-               + self._prefill_attention_seconds(pf / m, pw / m, kf / m, kw / m))
+        gpu = (
+            self._fixed_seconds(num_tokens / m, num_seqs / m, gemm_t / m)
+            + (sf * dkf + sw * dkw) / m
+            + self._prefill_attention_seconds(pf / m, pw / m, kf / m, kw / m)
+        )
         cpu = self._cpu(num_seqs, m)
         if self.pp > 1:
             return self._pp_round(float(gpu), cpu, m, num_tokens / m, num_seqs / m)
@@ -669,7 +733,9 @@ class StepTimeModel:
             return 0.0
         n = float(num_seqs)
         head = self._head_seconds(0.0, n)  # the LM head and sampling over the n rows, no embedding gather
-        body = self._fixed_seconds(n, n, n) - self.comm_seconds(n) - head - self.embed_bytes_per_token * n / self.byte_rate
+        body = (
+            self._fixed_seconds(n, n, n) - self.comm_seconds(n) - head - self.embed_bytes_per_token * n / self.byte_rate
+        )
         layer = body / max(1, self.deployment.model.num_hidden_layers)
         return spec_tokens * (layer + head)
 

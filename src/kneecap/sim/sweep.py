@@ -77,8 +77,10 @@ class LevelSpec:
             object.__setattr__(self, "num_requests", self.num_requests or len(self.schedule))
         modes = (self.concurrency is not None) + (self.rate is not None) + bool(self.all_at_once)
         if modes != 1:
-            raise KneecapError("a level needs exactly one of a concurrency, a rate or 'max'",
-                               "pass --concurrency LIST (may include max) or --rate LIST")
+            raise KneecapError(
+                "a level needs exactly one of a concurrency, a rate or 'max'",
+                "pass --concurrency LIST (may include max) or --rate LIST",
+            )
         if self.concurrency is not None and self.concurrency < 1:
             raise KneecapError(f"concurrency must be >= 1, got {self.concurrency}", "pass e.g. --concurrency 1,8,64")
         if self.rate is not None and not self.rate > 0:
@@ -90,7 +92,9 @@ class LevelSpec:
         if self.duration_s is not None and not self.duration_s > 0:
             raise KneecapError(f"--duration must be > 0 s, got {self.duration_s}", "pass e.g. --duration 60")
         if self.all_at_once and self.num_requests is None:
-            raise KneecapError("concurrency 'max' sends a fixed number of requests at once", "pass --requests N with max")
+            raise KneecapError(
+                "concurrency 'max' sends a fixed number of requests at once", "pass --requests N with max"
+            )
         if self.warmup < 0:
             raise KneecapError(f"--warmup must be >= 0, got {self.warmup}", "pass e.g. --warmup 8")
 
@@ -103,8 +107,9 @@ class LevelResult:
     end_s: float = 0.0  # virtual time when the level's last request ended
 
 
-def drive(engine: Engine, due: Callable[[float], float], ended: Callable[[float, list[RequestRecord]], None],
-          t: float = 0.0) -> bool:
+def drive(
+    engine: Engine, due: Callable[[float], float], ended: Callable[[float, list[RequestRecord]], None], t: float = 0.0
+) -> bool:
     """The one loop that drives a simulated engine on the virtual clock, from `t`. due(t) sends whatever is due
     by t and returns when the next known arrival is (math.inf: none known yet); ended(t, finished) hears of every
     step (or run of identical decode steps) ending at t with the requests it finished (possibly none), and may
@@ -182,13 +187,23 @@ def level_phases(level: LevelSpec, workload: Workload, *, seed: int, index: int,
     if warm:
         n = totals[0]
         if level.rate is not None:
-            phases.append(Phase(warmup=True, source=sources[0], total=n,
-                                offsets=arrival_offsets(level.rate, n, burstiness, seed, **bursts)))
+            phases.append(
+                Phase(
+                    warmup=True,
+                    source=sources[0],
+                    total=n,
+                    offsets=arrival_offsets(level.rate, n, burstiness, seed, **bursts),
+                )
+            )
         else:
             phases.append(Phase(warmup=True, source=sources[0], total=n, concurrency=min(level.concurrency or n, n)))
     n = totals[1]
-    measured = Phase(warmup=False, source=sources[1], total=n,
-                     horizon_s=level.duration_s if level.duration_s is not None else math.inf)
+    measured = Phase(
+        warmup=False,
+        source=sources[1],
+        total=n,
+        horizon_s=level.duration_s if level.duration_s is not None else math.inf,
+    )
     if level.schedule:
         rows = level.schedule[warm:]
         measured.offsets = [at for at, _ in rows]
@@ -197,18 +212,29 @@ def level_phases(level: LevelSpec, workload: Workload, *, seed: int, index: int,
             measured.offsets = arrival_offsets(level.rate, n, burstiness, seed, **bursts)
         else:
             n_est = min(int(math.ceil(level.rate * level.duration_s * 1.5)) + 16, MAX_REQUESTS_PER_LEVEL)
-            measured.offsets = [a for a in arrival_offsets(level.rate, n_est, burstiness, seed, **bursts)
-                                if a < level.duration_s]
+            measured.offsets = [
+                a for a in arrival_offsets(level.rate, n_est, burstiness, seed, **bursts) if a < level.duration_s
+            ]
     else:
         measured.concurrency = level.concurrency if level.concurrency is not None else n
     phases.append(measured)
     return phases
 
 
-def simulate_level(sim: SimDeployment, workload: Workload, level: LevelSpec, *, index: int = 0, seed: int = 0,
-                   burstiness: float = 1.0, trace: bool = False, fast_path: bool = True,
-                   turnaround_s: float = CLIENT_TURNAROUND_S, delivery_spread_s: float = DELIVERY_SPREAD_S,
-                   token_times: bool = False) -> LevelResult:
+def simulate_level(
+    sim: SimDeployment,
+    workload: Workload,
+    level: LevelSpec,
+    *,
+    index: int = 0,
+    seed: int = 0,
+    burstiness: float = 1.0,
+    trace: bool = False,
+    fast_path: bool = True,
+    turnaround_s: float = CLIENT_TURNAROUND_S,
+    delivery_spread_s: float = DELIVERY_SPREAD_S,
+    token_times: bool = False,
+) -> LevelResult:
     """Run one level on a fresh engine of the simulated deployment (sim.new_engine); records in completion order.
     A warmup runs first on the same engine, to its end (level_phases), leaving its prefix cache.
     turnaround_s / delivery_spread_s (seconds >= 0, as SimulateOptions checks them): a closed loop's next request
@@ -235,8 +261,16 @@ def simulate_level(sim: SimDeployment, workload: Workload, level: LevelSpec, *, 
 class _LevelRun:
     """One level's engine and records, through its phases one after the other."""
 
-    def __init__(self, engine: Engine, records: list[RequestRecord], meta_base: dict, follow: dict,
-                 turnaround_s: float, delivery_spread_s: float, think_time_s: float):
+    def __init__(
+        self,
+        engine: Engine,
+        records: list[RequestRecord],
+        meta_base: dict,
+        follow: dict,
+        turnaround_s: float,
+        delivery_spread_s: float,
+        think_time_s: float,
+    ):
         self.engine, self.records, self.meta_base, self.follow = engine, records, meta_base, follow
         self.turnaround_s, self.delivery_spread_s, self.think_time_s = turnaround_s, delivery_spread_s, think_time_s
         self.sent_in_level = 0
@@ -339,6 +373,8 @@ class _LevelRun:
                         heapq.heappush(pending, (at, len(records), None))
 
         if not drive(engine, due, ended, t0):
-            raise KneecapError("the simulated engine stopped making progress with requests still queued",
-                               "this is a simulator bug; please report the command line")
+            raise KneecapError(
+                "the simulated engine stopped making progress with requests still queued",
+                "this is a simulator bug; please report the command line",
+            )
         return back + turnaround

@@ -44,12 +44,20 @@ class BenchWorkload:
         opts = self.opts
         from kneecap.workload.ramps import parse_ramp
 
-        return WorkloadFlags(input=self.input_lengths(), output=self.output_lengths(),
-                             shared_prefix_tokens=opts.shared_prefix_tokens, num_prefix_groups=opts.num_prefix_groups,
-                             seed=opts.seed, dimension=opts.kind, dataset=tuple(r.spec for r in self.dataset),
-                             schedule=self.schedule, trace_rate=opts.trace_rate,
-                             ramp=parse_ramp(opts.ramp) if opts.ramp is not None else None, turns=opts.turns,
-                             think_time_s=opts.think_time_s)
+        return WorkloadFlags(
+            input=self.input_lengths(),
+            output=self.output_lengths(),
+            shared_prefix_tokens=opts.shared_prefix_tokens,
+            num_prefix_groups=opts.num_prefix_groups,
+            seed=opts.seed,
+            dimension=opts.kind,
+            dataset=tuple(r.spec for r in self.dataset),
+            schedule=self.schedule,
+            trace_rate=opts.trace_rate,
+            ramp=parse_ramp(opts.ramp) if opts.ramp is not None else None,
+            turns=opts.turns,
+            think_time_s=opts.think_time_s,
+        )
 
     def level(self, plan: SweepLevel, *, warmup: bool, round_index: int = 0) -> LevelWork:
         work = level_work(self.flags(), plan, warmup=warmup, round_index=round_index)
@@ -76,8 +84,11 @@ def note_skipped_rows(lines: tuple[int, ...], context: str) -> None:
     """The trace rows --skip-too-long left out, on stderr even with --quiet (bench and simulate say it alike): the
     run measures fewer rows than the trace has. `context` names the context the rows exceeded."""
     if lines:
-        print(f"note: skipped {len(lines)} trace rows longer than {context} "
-              f"(lines {', '.join(map(str, lines[:10]))}{' ...' if len(lines) > 10 else ''})", file=sys.stderr)
+        print(
+            f"note: skipped {len(lines)} trace rows longer than {context} "
+            f"(lines {', '.join(map(str, lines[:10]))}{' ...' if len(lines) > 10 else ''})",
+            file=sys.stderr,
+        )
 
 
 def load_workload(opts: BenchOptions, *, context_tokens: int | None, count_tokens=None) -> BenchWorkload:
@@ -91,8 +102,14 @@ def load_workload(opts: BenchOptions, *, context_tokens: int | None, count_token
         from kneecap.workload.datasets import LengthFilter, estimate_tokens, read_dataset, sample_dataset
 
         n = max([opts.requests_for(v) for v in opts.levels] + [1]) + opts.warmup
-        sample = sample_dataset(read_dataset(opts.dataset), n, count_tokens or estimate_tokens, seed=opts.seed,
-                                length_filter=LengthFilter(max_total_tokens=context_tokens) if context_tokens else
-                                LengthFilter(), output_len=opts.osl, default_output_len=None)
+        sample = sample_dataset(
+            read_dataset(opts.dataset),
+            n,
+            count_tokens or estimate_tokens,
+            seed=opts.seed,
+            length_filter=LengthFilter(max_total_tokens=context_tokens) if context_tokens else LengthFilter(),
+            output_len=opts.osl,
+            default_output_len=None,
+        )
         return BenchWorkload(opts, dataset=sample.requests, rejected=sample.rejected)
     return BenchWorkload(opts)

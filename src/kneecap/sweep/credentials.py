@@ -18,8 +18,9 @@ DEFAULT_KEY_ENVS = ("KNEECAP_API_KEY", "OPENAI_API_KEY")
 REPLACEMENT = "***"
 
 
-def resolve_api_key(env_name: str | None = None, file_path: str | None = None,
-                    environ: Mapping[str, str] | None = None) -> str | None:
+def resolve_api_key(
+    env_name: str | None = None, file_path: str | None = None, environ: Mapping[str, str] | None = None
+) -> str | None:
     """The key to send as `Authorization: Bearer`, or None when none is configured.
 
     An explicitly named variable or file that is missing or empty is an error (the user asked for
@@ -31,20 +32,27 @@ def resolve_api_key(env_name: str | None = None, file_path: str | None = None,
         try:
             key = path.read_text(encoding="utf-8").strip()
         except OSError as exc:
-            raise KneecapError(f"cannot read the API key file {str(path)!r}: {exc.strerror or exc}",
-                               "check --api-key-file points at a readable file holding only the key") from None
+            raise KneecapError(
+                f"cannot read the API key file {str(path)!r}: {exc.strerror or exc}",
+                "check --api-key-file points at a readable file holding only the key",
+            ) from None
         except UnicodeDecodeError:
-            raise KneecapError(f"the API key file {str(path)!r} is not UTF-8 text",
-                               "put only the key, as text, in the file") from None
+            raise KneecapError(
+                f"the API key file {str(path)!r} is not UTF-8 text", "put only the key, as text, in the file"
+            ) from None
         if not key or "\n" in key:
-            raise KneecapError(f"the API key file {str(path)!r} must hold exactly one non-empty line",
-                               "write only the key into the file")
+            raise KneecapError(
+                f"the API key file {str(path)!r} must hold exactly one non-empty line",
+                "write only the key into the file",
+            )
         return key
     if env_name is not None:
         key = environ.get(env_name, "").strip()
         if not key:
-            raise KneecapError(f"environment variable {env_name} (named by --api-key-env) is unset or empty",
-                               f"export {env_name}=... before running, or drop --api-key-env")
+            raise KneecapError(
+                f"environment variable {env_name} (named by --api-key-env) is unset or empty",
+                f"export {env_name}=... before running, or drop --api-key-env",
+            )
         return key
     for name in DEFAULT_KEY_ENVS:
         key = environ.get(name, "").strip()

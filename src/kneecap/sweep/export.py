@@ -61,9 +61,13 @@ def export_br(folder: Path, summary: dict, *, model_id: str) -> list[Path]:
     manifest_path = Path(folder) / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     sweep = {key: summary.get(key) for key in ("kind", "deployment", "server", "engine", "workload")}
-    sweep.update(model=model_id or None, run_id=[str(Path(folder).resolve()), manifest.get("created_at")],
-                 started_at=manifest.get("created_at"), kneecap_version=manifest.get("kneecap_version"),
-                 flags=command_flags(manifest.get("command")))
+    sweep.update(
+        model=model_id or None,
+        run_id=[str(Path(folder).resolve()), manifest.get("created_at")],
+        started_at=manifest.get("created_at"),
+        kneecap_version=manifest.get("kneecap_version"),
+        flags=command_flags(manifest.get("command")),
+    )
     records = RecordsFile(Path(folder) / "requests.jsonl")
     written = []
     for level in summary["levels"]:
@@ -86,8 +90,9 @@ def export_vllm(folder: Path, summary: dict, *, model_id: str, burstiness: float
     for level in summary["levels"]:
         if not level.get("duration_s") or level.get("partial"):
             continue
-        doc = to_vllm_result(level, records.level_records(level["level"]), model_id=model_id, date=date,
-                             burstiness=burstiness)
+        doc = to_vllm_result(
+            level, records.level_records(level["level"]), model_id=model_id, date=date, burstiness=burstiness
+        )
         path = out / f"level-{level['level']}.json"
         path.write_text(json.dumps(doc, indent=2) + "\n")
         written.append(path)
@@ -113,23 +118,41 @@ def export_run_br(folder: Path, summary: dict, targets: dict[str, dict]) -> list
             continue
         target = targets.get(cell["candidate"], {})
         simulated = target.get("kind") == "simulator"
-        deployment = ({"model": target.get("model"), "gpu": target.get("gpu"), "tp": target.get("tp"),
-                       "pp": target.get("pp"), "ep": target.get("ep"),
-                       "num_gpus": (target.get("tp") or 1) * (target.get("pp") or 1)} if simulated else {})
-        sweep = {"kind": "simulate" if simulated else "bench", "deployment": deployment,
-                 "engine": {"defaults": target.get("engine_defaults")} if simulated else {},
-                 "server": {} if simulated else {"model_id": target.get("model")},
-                 "workload": {}, "model": target.get("model"),
-                 "run_id": [str(Path(folder).resolve()), manifest.get("created_at"), cell["candidate"]],
-                 "started_at": manifest.get("created_at"), "kneecap_version": manifest.get("kneecap_version"),
-                 "flags": {"--cell": f"{cell['candidate']}/{cell['class']}/{cell['state']}",
-                           **{f"--{k}": str(v) for k, v in (cell.get("load") or {}).items()},
-                           "--repetition": str(cell.get("repetition"))}}
+        deployment = (
+            {
+                "model": target.get("model"),
+                "gpu": target.get("gpu"),
+                "tp": target.get("tp"),
+                "pp": target.get("pp"),
+                "ep": target.get("ep"),
+                "num_gpus": (target.get("tp") or 1) * (target.get("pp") or 1),
+            }
+            if simulated
+            else {}
+        )
+        sweep = {
+            "kind": "simulate" if simulated else "bench",
+            "deployment": deployment,
+            "engine": {"defaults": target.get("engine_defaults")} if simulated else {},
+            "server": {} if simulated else {"model_id": target.get("model")},
+            "workload": {},
+            "model": target.get("model"),
+            "run_id": [str(Path(folder).resolve()), manifest.get("created_at"), cell["candidate"]],
+            "started_at": manifest.get("created_at"),
+            "kneecap_version": manifest.get("kneecap_version"),
+            "flags": {
+                "--cell": f"{cell['candidate']}/{cell['class']}/{cell['state']}",
+                **{f"--{k}": str(v) for k, v in (cell.get("load") or {}).items()},
+                "--repetition": str(cell.get("repetition")),
+            },
+        }
         level = {**metrics, **(cell.get("load") or {}), "level": cell.get("index", 0)}
         doc = to_benchmark_report(level, read_records(Path(folder) / cell["records"]), sweep)
         doc["run"]["keywords"] = [*doc["run"]["keywords"], "run", str(cell["candidate"])]
-        doc["run"]["description"] = (f"kneecap run, cell {cell['candidate']}/{cell['class']}/{cell['state']} at "
-                                     f"{cell.get('load')} (repetition {cell.get('repetition')})")
+        doc["run"]["description"] = (
+            f"kneecap run, cell {cell['candidate']}/{cell['class']}/{cell['state']} at "
+            f"{cell.get('load')} (repetition {cell.get('repetition')})"
+        )
         path = out / f"cell-{int(cell.get('index', len(written))):04d}.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         written.append(path)

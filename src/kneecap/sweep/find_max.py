@@ -36,19 +36,28 @@ def search_max_load(sweep: Sweep, opts, *, slo: dict, repeats: int = 1, extend: 
     over capacity."""
     low, high = search_bounds(opts.kind, opts.levels)
     if not slo:
-        raise KneecapError("--find-max needs the SLO to search against", "pass e.g. --slo ttft_p99_ms=500,itl_p99_ms=50")
+        raise KneecapError(
+            "--find-max needs the SLO to search against", "pass e.g. --slo ttft_p99_ms=500,itl_p99_ms=50"
+        )
     dimension = opts.kind
     if dimension not in DIMENSIONS:
         raise KneecapError(f"--find-max searches concurrency or rate, not {dimension!r}", "pass --find-max concurrency")
     if not (0 < low <= high):
-        raise KneecapError(f"--find-max needs 0 < lowest <= highest load, got {low:g} and {high:g}",
-                           "give --concurrency LOW,HIGH (or --rate LOW,HIGH) as the search's bounds")
+        raise KneecapError(
+            f"--find-max needs 0 < lowest <= highest load, got {low:g} and {high:g}",
+            "give --concurrency LOW,HIGH (or --rate LOW,HIGH) as the search's bounds",
+        )
     count = 0
 
     def run(load: float, requests: int | None) -> dict:
         nonlocal count
-        level = SweepLevel(index=count, value=load, num_requests=requests, num_warmup=opts.warmup,
-                          first_index=count * LEVEL_INDEX_STRIDE)
+        level = SweepLevel(
+            index=count,
+            value=load,
+            num_requests=requests,
+            num_warmup=opts.warmup,
+            first_index=count * LEVEL_INDEX_STRIDE,
+        )
         count += 1
         return sweep.run_one(level)
 
@@ -57,8 +66,13 @@ def search_max_load(sweep: Sweep, opts, *, slo: dict, repeats: int = 1, extend: 
         summary = run(load, requests)
         attempt = 0
         while extend and (more := extended_requests(requests, summary.get("stability") or {}, attempt)) is not None:
-            summary["find_max"] = {"load": load, "repetition": repetition, "met": False,
-                                   "why": "transient: extended", "extended": True}
+            summary["find_max"] = {
+                "load": load,
+                "repetition": repetition,
+                "met": False,
+                "why": "transient: extended",
+                "extended": True,
+            }
             requests, attempt = more, attempt + 1
             summary = run(load, requests)
         met, breaches = level_meets_slo(summary, slo)
@@ -66,15 +80,20 @@ def search_max_load(sweep: Sweep, opts, *, slo: dict, repeats: int = 1, extend: 
         if not is_steady(summary) and not any(b["key"] == STEADY_STATE for b in breaches):
             st = summary.get("stability") or {}
             why.insert(0, "client behind" if st.get("client_behind") else str(st.get("verdict")))
-        summary["find_max"] = {"load": load, "repetition": repetition, "met": met and is_steady(summary),
-                               "why": "; ".join(why) or None}
+        summary["find_max"] = {
+            "load": load,
+            "repetition": repetition,
+            "met": met and is_steady(summary),
+            "why": "; ".join(why) or None,
+        }
         return Verdict(met=met and is_steady(summary), why="; ".join(why))
 
     try:
         result: MaxLoad = find_max(evaluate, dimension, low, high, repeats=repeats)
     except KeyboardInterrupt:
-        sweep.state.stopped = stop_record(None, INTERRUPTED, "stopped by the user (Ctrl-C / SIGTERM) during --find-max; "
-                                                             "finished levels are kept")
+        sweep.state.stopped = stop_record(
+            None, INTERRUPTED, "stopped by the user (Ctrl-C / SIGTERM) during --find-max; finished levels are kept"
+        )
         return sweep.finish(STATUS_INTERRUPTED)
     sweep.extra["max_load"] = {**result.to_json(), **answer(result, high)}
     return sweep.finish(STATUS_COMPLETE)
@@ -90,11 +109,18 @@ def answer(m: MaxLoad, high: float) -> dict:
     elif m.failed_at is None:
         text = f"at least {_fmt(m.value, None, m)}{unit}: every load searched met every SLO at steady state"
     else:
-        text = (f"{_fmt(m.value, m.failed_at, m)}{unit}: the highest load meeting every SLO at steady state "
-                f"(bracket: met at {_fmt(m.value, m.failed_at, m)}, failed at {_fmt(m.failed_at, m.value, m)}"
-                f"{'; binding: ' + binding if binding else ''})")
-    return {"answer": text, "last_met": m.value, "first_failed": m.failed_at, "binding": binding,
-            "searched_up_to": high}
+        text = (
+            f"{_fmt(m.value, m.failed_at, m)}{unit}: the highest load meeting every SLO at steady state "
+            f"(bracket: met at {_fmt(m.value, m.failed_at, m)}, failed at {_fmt(m.failed_at, m.value, m)}"
+            f"{'; binding: ' + binding if binding else ''})"
+        )
+    return {
+        "answer": text,
+        "last_met": m.value,
+        "first_failed": m.failed_at,
+        "binding": binding,
+        "searched_up_to": high,
+    }
 
 
 def _fmt(x: float | None, other: float | None, m: MaxLoad) -> str:

@@ -42,17 +42,35 @@ class HttpLevelDriver:
     `specs_for(level, warmup, round_index)` gives a level's requests (default: the run's BenchWorkload; e.g. a
     load plan's class instead); `bursts` ({"on_s", "off_s"}) sends an open loop in on/off bursts."""
 
-    def __init__(self, opts: BenchOptions, *, run_share: Callable, probe: Callable[[], bool], poll_metrics: Callable,
-                 epoch: float, progress, timeline_path=None, specs_for: Callable | None = None,
-                 bursts: dict | None = None, workload=None, reset: Callable | None = None):
+    def __init__(
+        self,
+        opts: BenchOptions,
+        *,
+        run_share: Callable,
+        probe: Callable[[], bool],
+        poll_metrics: Callable,
+        epoch: float,
+        progress,
+        timeline_path=None,
+        specs_for: Callable | None = None,
+        bursts: dict | None = None,
+        workload=None,
+        reset: Callable | None = None,
+    ):
         from kneecap.sweep.bench_workload import BenchWorkload, LevelWork
 
         self.opts = opts
         # what each level sends: the run's workload (kneecap.sweep.bench_workload), or the specs specs_for gives
         bench = workload if workload is not None else BenchWorkload(opts)
-        self._work_for = bench.level if specs_for is None else (
-            lambda level, warmup, round_index=0: LevelWork(specs=tuple(specs_for(level, warmup=warmup,
-                                                                                round_index=round_index))))
+        self._work_for = (
+            bench.level
+            if specs_for is None
+            else (
+                lambda level, warmup, round_index=0: LevelWork(
+                    specs=tuple(specs_for(level, warmup=warmup, round_index=round_index))
+                )
+            )
+        )
         self._bursts = bursts or {}
         self._reset = reset  # reset() -> the endpoints that dropped the server's prefix cache (--reset-prefix-cache)
         self._run_share, self._probe, self._poll_metrics = run_share, probe, poll_metrics
@@ -61,20 +79,30 @@ class HttpLevelDriver:
     def run_level(self, level: SweepLevel, keep: Callable[[RequestRecord], None]) -> LevelRun:
         opts = self.opts
         label = opts.level_label(level.value)
-        base = dict(level=level.index, kind=opts.kind, value=level.value, epoch=self._epoch,
-                    burstiness=opts.burstiness, seed=opts.seed + level.index, **self._bursts)
+        base = dict(
+            level=level.index,
+            kind=opts.kind,
+            value=level.value,
+            epoch=self._epoch,
+            burstiness=opts.burstiness,
+            seed=opts.seed + level.index,
+            **self._bursts,
+        )
         reset = self._reset() if self._reset is not None else None  # before the warmup: the level starts cold
         refusal = RecordWatch(keep)  # the driver ends a share at its first refused key (kneecap.client.driver.AuthCut)
         keep = refusal.keep
         if level.num_warmup:
             self._progress.start_level(label, level.num_warmup, phase="warmup")
             warm_value = min(level.value, level.num_warmup) if opts.kind == KIND_CONCURRENCY else level.value
-            warm = self._run_share(_task(self._work_for(level, warmup=True), warmup=True,
-                                         **{**base, "value": warm_value}), keep)
+            warm = self._run_share(
+                _task(self._work_for(level, warmup=True), warmup=True, **{**base, "value": warm_value}), keep
+            )
             if refusal.kind is not None:  # nothing more is sent: the level's measured requests would be refused too
                 client = merge_outcomes(warm, opts.workers)
-                return LevelRun(server_metrics=server_metrics("none"),
-                                fields={"cut": refusal.cut("warmup"), "client": client, "suspect": client["suspect"]})
+                return LevelRun(
+                    server_metrics=server_metrics("none"),
+                    fields={"cut": refusal.cut("warmup"), "client": client, "suspect": client["suspect"]},
+                )
         work = self._work_for(level, warmup=False)
         ramp = None
         if opts.ramp is not None:  # keep the ramp's records for its time slices
@@ -85,13 +113,17 @@ class HttpLevelDriver:
             def keep(record, _outer=outer):
                 ramp_records.append(record)
                 _outer(record)
+
         self._progress.start_level(label, None if opts.in_rounds else len(work.specs))
         started = time.monotonic()
         poller = self._poll_metrics()
         with poller:
             stable: dict = {}
-            outcomes = self._run_rounds(level, base, keep, started, stable, refusal) if opts.in_rounds else self._run_share(
-                _task(work, duration_s=work.duration_s or opts.duration_s, **base), keep)
+            outcomes = (
+                self._run_rounds(level, base, keep, started, stable, refusal)
+                if opts.in_rounds
+                else self._run_share(_task(work, duration_s=work.duration_s or opts.duration_s, **base), keep)
+            )
         samples = getattr(poller, "samples", lambda: [])()
         self._append_timeline(level.index, samples)
         client = merge_outcomes(outcomes, opts.workers)
@@ -108,9 +140,15 @@ class HttpLevelDriver:
             starts = [o.client["started_at"] for o in outcomes if o.client.get("started_at") is not None]
             fields["slices"] = ramp_slices(ramp_records, ramp, dimension=opts.kind, t0=min(starts) if starts else None)
         sm = scraped_server_metrics(poller.result(), samples, cached_fraction=refusal.cached_fraction())
-        return LevelRun(server_metrics=sm, fields=fields,
-                        note=(f" (client suspect: its own lag may have set these numbers; {_suspect_hint(opts.workers)})"
-                              if client["suspect"] else ""))
+        return LevelRun(
+            server_metrics=sm,
+            fields=fields,
+            note=(
+                f" (client suspect: its own lag may have set these numbers; {_suspect_hint(opts.workers)})"
+                if client["suspect"]
+                else ""
+            ),
+        )
 
     def server_gone(self, summary: dict) -> str | None:
         dropped = summary.get("failed_on_reused_connection", 0)
@@ -118,9 +156,11 @@ class HttpLevelDriver:
         if summary.get("failed") and mostly_connection_failures(summary) and not self._probe():
             return f"the server at {self.opts.base_url_clean} stopped answering during {label}"
         if dropped:
-            self._progress.note(f"warning: {label}: {dropped} request(s) failed on a reused connection the server had "
-                                "closed (llama.cpp closes its connection after each streamed response); "
-                                "--no-keepalive opens a new connection per request")
+            self._progress.note(
+                f"warning: {label}: {dropped} request(s) failed on a reused connection the server had "
+                "closed (llama.cpp closes its connection after each streamed response); "
+                "--no-keepalive opens a new connection per request"
+            )
         return None
 
     def _append_timeline(self, level: int, samples: list[dict]) -> None:
@@ -130,14 +170,23 @@ class HttpLevelDriver:
             return
         import orjson
 
-        rows = b"".join(orjson.dumps({"level": level, "t": s["at_s"] - self._epoch,
-                                      **{k: s[k] for k in ("kv_usage", "running", "waiting", "preemptions_total")}}) + b"\n"
-                        for s in samples)
+        rows = b"".join(
+            orjson.dumps(
+                {
+                    "level": level,
+                    "t": s["at_s"] - self._epoch,
+                    **{k: s[k] for k in ("kv_usage", "running", "waiting", "preemptions_total")},
+                }
+            )
+            + b"\n"
+            for s in samples
+        )
         with open(self._timeline_path, "ab") as fh:
             fh.write(rows)
 
-    def _run_rounds(self, level: SweepLevel, base: dict, keep, started: float, stable: dict,
-                    refusal: "RecordWatch") -> list[LevelOutcome]:
+    def _run_rounds(
+        self, level: SweepLevel, base: dict, keep, started: float, stable: dict, refusal: "RecordWatch"
+    ) -> list[LevelOutcome]:
         """Closed loop for --duration: rounds of level.num_requests until the duration is over, or (--until-stable)
         until the p99 of TTFT and ITL settled (kneecap.workload.slices.p99_stable, checked after each round;
         `stable` receives the last verdict), or until a round was cut by a refused key (`refusal`)."""
@@ -153,6 +202,7 @@ class HttpLevelDriver:
             def keep(record, _outer=outer):
                 level_records.append(record)
                 _outer(record)
+
         while True:
             if tol is not None and round_index:
                 now_s = time.perf_counter() - self._epoch
@@ -160,10 +210,15 @@ class HttpLevelDriver:
                 # and the level's steady-state verdict so far (kneecap.metrics.stability: every level's rule)
                 steady = level_stability(level_records, kind="concurrency", value=level.value, now_s=now_s)
                 ok = verdict.stable and steady["verdict"] == STABLE
-                stable.update(stable=ok, why=verdict.why if ok or not verdict.stable else
-                              f"p99s settled, but {steady['rule']}", rel_tol=tol,
-                              window_s=self.opts.stable_window_s, ttft_p99_ms=list(verdict.ttft_p99_ms),
-                              itl_p99_ms=list(verdict.itl_p99_ms), steady_state=steady["verdict"])
+                stable.update(
+                    stable=ok,
+                    why=verdict.why if ok or not verdict.stable else f"p99s settled, but {steady['rule']}",
+                    rel_tol=tol,
+                    window_s=self.opts.stable_window_s,
+                    ttft_p99_ms=list(verdict.ttft_p99_ms),
+                    itl_p99_ms=list(verdict.itl_p99_ms),
+                    steady_state=steady["verdict"],
+                )
                 if ok:
                     break
             remaining_s = self.opts.duration_s - (time.monotonic() - started)
@@ -209,17 +264,27 @@ class RecordWatch:
 
     def cut(self, phase: str) -> dict:
         status = self.kind[5:]
-        return {"reason": "auth_refused", "phase": phase, "error_kind": self.kind,
-                "refused": f"HTTP {status} during the {phase}",
-                "detail": f"the server refused the API key (HTTP {status}): the level ended at that first refusal; "
-                          "nothing was sent after it and the requests in flight were cancelled (recorded as "
-                          "cancelled); the records that finished are kept"}
+        return {
+            "reason": "auth_refused",
+            "phase": phase,
+            "error_kind": self.kind,
+            "refused": f"HTTP {status} during the {phase}",
+            "detail": f"the server refused the API key (HTTP {status}): the level ended at that first refusal; "
+            "nothing was sent after it and the requests in flight were cancelled (recorded as "
+            "cancelled); the records that finished are kept",
+        }
 
 
 def _task(work, **fields) -> LevelTask:
     """A LevelTask sending one LevelWork (its requests, and their times, streams or conversations)."""
-    return LevelTask(specs=work.specs, offsets=work.offsets, users=work.users, conversations=work.conversations,
-                     think_time_s=work.think_time_s, **fields)
+    return LevelTask(
+        specs=work.specs,
+        offsets=work.offsets,
+        users=work.users,
+        conversations=work.conversations,
+        think_time_s=work.think_time_s,
+        **fields,
+    )
 
 
 def scraped_server_metrics(scraped: dict | None, samples: list[dict], *, cached_fraction: float | None = None) -> dict:
@@ -240,10 +305,16 @@ def scraped_server_metrics(scraped: dict | None, samples: list[dict], *, cached_
     rate, rate_source = scraped.get("prefix_cache_hit_rate"), "prometheus"
     if rate is None and cached_fraction is not None:
         rate, rate_source = cached_fraction, "usage"
-    return server_metrics("prometheus", **{**detail, "preemptions": scraped.get("preemptions_delta"),
-                                           "kv_usage_mean": sum(usage) / len(usage) if usage else None,
-                                           "prefix_cache_hit_rate": rate,
-                                           "prefix_cache_hit_rate_source": rate_source if rate is not None else None})
+    return server_metrics(
+        "prometheus",
+        **{
+            **detail,
+            "preemptions": scraped.get("preemptions_delta"),
+            "kv_usage_mean": sum(usage) / len(usage) if usage else None,
+            "prefix_cache_hit_rate": rate,
+            "prefix_cache_hit_rate_source": rate_source if rate is not None else None,
+        },
+    )
 
 
 def _suspect_hint(workers: int) -> str:

@@ -31,7 +31,9 @@ class LevelTask:
     duration_s: float | None = None
     on_s: float | None = None  # open loop in on/off bursts (kneecap.workload.arrival_offsets)
     off_s: float = 0.0
-    offsets: tuple[float, ...] | None = None  # open loop at these send times (s from the level's start): a trace, a ramp
+    offsets: tuple[float, ...] | None = (
+        None  # open loop at these send times (s from the level's start): a trace, a ramp
+    )
     users: tuple[tuple[float, int], ...] | None = None  # closed loop whose streams follow [(t_s, streams)] (a ramp)
     conversations: tuple = ()  # --turns: kneecap.workload.multiturn.Conversation, value users hold them
     think_time_s: float = 0.0
@@ -56,8 +58,9 @@ class DriverSetup:
     answer_tokenizer: object | None = None  # --turns with token-id prompts: the answer text's ids (.token_ids(text))
 
 
-def run_task(setup: DriverSetup, task: LevelTask, on_record: Callable[[RequestRecord], None], *,
-             refused=None) -> LevelOutcome:
+def run_task(
+    setup: DriverSetup, task: LevelTask, on_record: Callable[[RequestRecord], None], *, refused=None
+) -> LevelOutcome:
     """Run one task to completion on a fresh event loop (uvloop) in this process.
 
     `refused`: the level's refused-key status shared with its other shares' processes (an object whose
@@ -78,20 +81,42 @@ def run_task(setup: DriverSetup, task: LevelTask, on_record: Callable[[RequestRe
 
     specs = list(task.specs)
     # records are streamed to on_record (and on to disk); the driver keeps none, so memory stays flat
-    common = dict(level=task.level, epoch=task.epoch, on_record=record_sink, prompts=setup.prompts,
-                  warmup=task.warmup, duration_s=task.duration_s, keep_records=False)
+    common = dict(
+        level=task.level,
+        epoch=task.epoch,
+        on_record=record_sink,
+        prompts=setup.prompts,
+        warmup=task.warmup,
+        duration_s=task.duration_s,
+        keep_records=False,
+    )
     if task.conversations:
         common.pop("duration_s")
-        coro = driver.run_conversations(setup.cfg, task.conversations, int(task.value), specs=specs,
-                                        think_time_s=task.think_time_s, answer_tokenizer=setup.answer_tokenizer, **common)
+        coro = driver.run_conversations(
+            setup.cfg,
+            task.conversations,
+            int(task.value),
+            specs=specs,
+            think_time_s=task.think_time_s,
+            answer_tokenizer=setup.answer_tokenizer,
+            **common,
+        )
     elif task.kind == "concurrency":
         coro = driver.run_closed_loop(setup.cfg, specs, int(task.value), users=task.users, **common)
     else:
-        coro = driver.run_open_loop(setup.cfg, specs, task.value, burstiness=task.burstiness, seed=task.seed,
-                                    warm_connections=min(setup.warm_connections, len(specs)),
-                                    on_s=task.on_s, off_s=task.off_s, offsets=task.offsets, **common)
+        coro = driver.run_open_loop(
+            setup.cfg,
+            specs,
+            task.value,
+            burstiness=task.burstiness,
+            seed=task.seed,
+            warm_connections=min(setup.warm_connections, len(specs)),
+            on_s=task.on_s,
+            off_s=task.off_s,
+            offsets=task.offsets,
+            **common,
+        )
     run = driver.run_sync(coro)
     # the driver's self-measurement of the level (JSON-ready: lags in ms, CPU, suspect and why), records excluded
     data = run.client_stats() | dict(started_at=run.started_at, ended_at=run.ended_at, duration_s=run.duration_s)
     return LevelOutcome(num_records=count, suspect=bool(run.suspect), client=data)
-

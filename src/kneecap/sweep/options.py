@@ -50,10 +50,14 @@ def parse_shared_prefix(spec: str | None) -> tuple[int, int]:
     try:
         num_tokens, num_groups = int(tokens), int(groups or 1)
     except ValueError:
-        raise KneecapError(f"--shared-prefix {spec!r} is not TOKENS or TOKENSxGROUPS",
-                           "pass e.g. --shared-prefix 512x8 (8 groups sharing a 512-token prefix)") from None
+        raise KneecapError(
+            f"--shared-prefix {spec!r} is not TOKENS or TOKENSxGROUPS",
+            "pass e.g. --shared-prefix 512x8 (8 groups sharing a 512-token prefix)",
+        ) from None
     if num_tokens < 1 or num_groups < 1:
-        raise KneecapError(f"--shared-prefix needs tokens >= 1 and groups >= 1, got {spec!r}", "pass e.g. --shared-prefix 512x8")
+        raise KneecapError(
+            f"--shared-prefix needs tokens >= 1 and groups >= 1, got {spec!r}", "pass e.g. --shared-prefix 512x8"
+        )
     return num_tokens, num_groups
 
 
@@ -108,82 +112,123 @@ class BenchOptions:
 
     def __post_init__(self) -> None:
         if not self.base_url or not self.base_url.startswith(("http://", "https://")):
-            raise KneecapError(f"--base-url must be an http(s) URL, got {self.base_url!r}",
-                               "pass e.g. --base-url http://127.0.0.1:8000")
+            raise KneecapError(
+                f"--base-url must be an http(s) URL, got {self.base_url!r}",
+                "pass e.g. --base-url http://127.0.0.1:8000",
+            )
         if bool(self.concurrency) == bool(self.rate):
-            raise KneecapError("pass exactly one of --concurrency and --rate",
-                               "e.g. --concurrency 1,8,64 (closed loop) or --rate 1,2,4 (open loop, requests/s)")
+            raise KneecapError(
+                "pass exactly one of --concurrency and --rate",
+                "e.g. --concurrency 1,8,64 (closed loop) or --rate 1,2,4 (open loop, requests/s)",
+            )
         if self.endpoint not in ENDPOINTS:
-            raise KneecapError(f"--endpoint must be one of {', '.join(ENDPOINTS)}, got {self.endpoint!r}",
-                               "pass --endpoint completions or --endpoint chat")
+            raise KneecapError(
+                f"--endpoint must be one of {', '.join(ENDPOINTS)}, got {self.endpoint!r}",
+                "pass --endpoint completions or --endpoint chat",
+            )
         lengths_from_data = self.replay is not None or self.dataset != "random"
         if (self.osl is None and not lengths_from_data) or (self.osl is not None and self.osl < 1):
             raise KneecapError(f"--osl must be a whole number >= 1, got {self.osl!r}", "pass e.g. --osl 1000")
         if self.replay is None and self.dataset == "random" and (self.isl is None or self.isl < 1):
-            raise KneecapError(f"--isl must be a whole number >= 1 with the random dataset, got {self.isl!r}",
-                               "pass e.g. --isl 1000")
+            raise KneecapError(
+                f"--isl must be a whole number >= 1 with the random dataset, got {self.isl!r}", "pass e.g. --isl 1000"
+            )
         if self.requests is not None and self.duration_s is not None:
             raise KneecapError("pass at most one of --requests and --duration", "drop one of them")
         if self.requests is not None and self.requests < 1:
             raise KneecapError(f"--requests must be >= 1, got {self.requests}", "pass e.g. --requests 100 (per level)")
-        for flag, value in (("--duration", self.duration_s), ("--timeout", self.timeout_s), ("--burstiness", self.burstiness)):
+        for flag, value in (
+            ("--duration", self.duration_s),
+            ("--timeout", self.timeout_s),
+            ("--burstiness", self.burstiness),
+        ):
             if value is not None and not (value > 0 and math.isfinite(value)):
                 raise KneecapError(f"{flag} must be a finite number > 0, got {value!r}", f"pass a positive {flag}")
         for flag, value in (("--warmup", self.warmup), ("--seed", self.seed)):
             if value < 0:
                 raise KneecapError(f"{flag} must be >= 0, got {value}", f"pass e.g. {flag} 0")
-        if self.prompt_salt is not None and (not self.prompt_salt or len(self.prompt_salt) > 64
-                                             or not self.prompt_salt.isprintable()):
-            raise KneecapError(f"--prompt-salt must be 1-64 printable characters, got {self.prompt_salt!r}",
-                               "pass the salt a results folder's manifest.json records, e.g. --prompt-salt 3f9a01c2")
+        if self.prompt_salt is not None and (
+            not self.prompt_salt or len(self.prompt_salt) > 64 or not self.prompt_salt.isprintable()
+        ):
+            raise KneecapError(
+                f"--prompt-salt must be 1-64 printable characters, got {self.prompt_salt!r}",
+                "pass the salt a results folder's manifest.json records, e.g. --prompt-salt 3f9a01c2",
+            )
         if self.kv_tokens is not None and self.kv_tokens < 1:
-            raise KneecapError(f"--kv-tokens must be >= 1, got {self.kv_tokens}", "pass the KV pool size in tokens, e.g. --kv-tokens 1573854")
+            raise KneecapError(
+                f"--kv-tokens must be >= 1, got {self.kv_tokens}",
+                "pass the KV pool size in tokens, e.g. --kv-tokens 1573854",
+            )
         if self.block_size is not None and self.block_size < 1:
             raise KneecapError(f"--block-size must be >= 1, got {self.block_size}", "pass e.g. --block-size 16")
         if not (1 <= self.workers <= 256):
-            raise KneecapError(f"--workers must be between 1 and 256, got {self.workers}", "pass e.g. --workers 2 (one per spare core)")
+            raise KneecapError(
+                f"--workers must be between 1 and 256, got {self.workers}", "pass e.g. --workers 2 (one per spare core)"
+            )
         if self.api_key_env is not None and self.api_key_file is not None:
             raise KneecapError("pass at most one of --api-key-env and --api-key-file", "drop one of them")
         self._check_workload()
 
     def _check_workload(self) -> None:
         """The workload flags that exclude each other, each refusal one line naming the fix."""
-        special = [flag for flag, on in (("--replay", self.replay is not None), ("--ramp", self.ramp is not None),
-                                         ("--turns", bool(self.turns))) if on]
+        special = [
+            flag
+            for flag, on in (
+                ("--replay", self.replay is not None),
+                ("--ramp", self.ramp is not None),
+                ("--turns", bool(self.turns)),
+            )
+            if on
+        ]
         if len(special) > 1:
             raise KneecapError(f"{' and '.join(special)} both given", "pass one of them per run")
         if self.replay is not None:
             if not self.rate or len(self.rate) != len(self.replay_speeds) or not self.trace_rate:
-                raise KneecapError("--replay levels are replay speeds", "pass --replay PATH [--replay-speed 1,2,4] "
-                                   "without --concurrency or --rate")
+                raise KneecapError(
+                    "--replay levels are replay speeds",
+                    "pass --replay PATH [--replay-speed 1,2,4] without --concurrency or --rate",
+                )
             if self.dataset != "random" or self.duration_s is not None or self.requests is not None:
-                raise KneecapError("--replay sends the trace's own requests, each level the whole trace",
-                                   "drop --dataset, --requests and --duration")
+                raise KneecapError(
+                    "--replay sends the trace's own requests, each level the whole trace",
+                    "drop --dataset, --requests and --duration",
+                )
         if self.ramp is not None:
             from kneecap.workload.ramps import parse_ramp
 
             parse_ramp(self.ramp)
             if len(self.levels) != 1 or self.duration_s is not None or self.requests is not None:
-                raise KneecapError("--ramp is one level whose load moves from START to END over SECONDS",
-                                   "drop --requests and --duration (the ramp's SECONDS is the level's length)")
+                raise KneecapError(
+                    "--ramp is one level whose load moves from START to END over SECONDS",
+                    "drop --requests and --duration (the ramp's SECONDS is the level's length)",
+                )
         if self.turns:
             if self.turns < 1:
                 raise KneecapError(f"--turns must be >= 1, got {self.turns}", "pass e.g. --turns 3")
             if self.kind != KIND_CONCURRENCY or self.duration_s is not None or self.dataset != "random":
-                raise KneecapError("--turns runs C users' conversations in closed loop for a number of requests",
-                                   "pass --concurrency C --requests N (N a multiple of --turns), without "
-                                   "--rate, --duration or --dataset")
+                raise KneecapError(
+                    "--turns runs C users' conversations in closed loop for a number of requests",
+                    "pass --concurrency C --requests N (N a multiple of --turns), without "
+                    "--rate, --duration or --dataset",
+                )
             for value in self.concurrency:
                 n = self.requests_for(value)
                 if n % self.turns or (self.warmup and self.warmup % self.turns):
-                    raise KneecapError(f"--requests {n} (or --warmup {self.warmup}) at C={value} is not a whole "
-                                       f"number of {self.turns}-turn conversations",
-                                       f"--requests counts turns: pass a multiple of {self.turns}")
-        check_until_stable(self.until_stable, self.stable_window_s, closed_duration=self.in_rounds and not special,
-                           without="--requests, --replay, --ramp or --turns")
+                    raise KneecapError(
+                        f"--requests {n} (or --warmup {self.warmup}) at C={value} is not a whole "
+                        f"number of {self.turns}-turn conversations",
+                        f"--requests counts turns: pass a multiple of {self.turns}",
+                    )
+        check_until_stable(
+            self.until_stable,
+            self.stable_window_s,
+            closed_duration=self.in_rounds and not special,
+            without="--requests, --replay, --ramp or --turns",
+        )
         if self.think_time_s < 0 or not math.isfinite(self.think_time_s):
-            raise KneecapError(f"--think-time-s must be a finite number >= 0, got {self.think_time_s}",
-                               "pass e.g. --think-time-s 2")
+            raise KneecapError(
+                f"--think-time-s must be a finite number >= 0, got {self.think_time_s}", "pass e.g. --think-time-s 2"
+            )
         if self.think_time_s and not self.turns:
             raise KneecapError("--think-time-s is the pause between turns of a conversation", "pass --turns K with it")
         for flag, spec in (("--isl", self.isl_dist), ("--osl", self.osl_dist)):
@@ -219,14 +264,18 @@ class BenchOptions:
 
             ramp = parse_ramp(self.ramp)
             if self.kind == KIND_CONCURRENCY:  # users keep sending until the ramp's time is over: a generous cap
-                return min(MAX_REQUESTS_PER_ROUND, max(MIN_REQUESTS_PER_LEVEL, int(ramp.duration_s *
-                                                                                max(ramp.start, ramp.end) * 4)))
+                return min(
+                    MAX_REQUESTS_PER_ROUND,
+                    max(MIN_REQUESTS_PER_LEVEL, int(ramp.duration_s * max(ramp.start, ramp.end) * 4)),
+                )
             return len(ramp_arrival_times(ramp, seed=self.seed))
         if self.requests is not None:
             return self.requests
         if self.turns:
-            return max(MIN_REQUESTS_PER_LEVEL, DEFAULT_REQUESTS_PER_STREAM * int(value)) // self.turns * self.turns \
+            return (
+                max(MIN_REQUESTS_PER_LEVEL, DEFAULT_REQUESTS_PER_STREAM * int(value)) // self.turns * self.turns
                 or self.turns
+            )
         if self.kind == KIND_CONCURRENCY:
             if self.duration_s is not None:
                 per_stream = STABLE_ROUND_REQUESTS_PER_STREAM if self.until_stable else ROUND_REQUESTS_PER_STREAM
@@ -269,6 +318,8 @@ class BenchOptions:
         merged["fail_on"] = tuple(merged.get("fail_on") or ())
         merged["replay_speeds"] = tuple(float(r) for r in merged.get("replay_speeds") or ())
         if "base_url" not in merged or "osl" not in merged:
-            raise KneecapError("the results folder's manifest.json has no bench options to resume from",
-                               "resume only a folder written by `kneecap bench`, or start a new run")
+            raise KneecapError(
+                "the results folder's manifest.json has no bench options to resume from",
+                "resume only a folder written by `kneecap bench`, or start a new run",
+            )
         return cls(**merged)

@@ -39,9 +39,14 @@ class RichProgress(SilentProgress):
 
         self.console = console or Console(file=sys.stderr, highlight=False)
         self._progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(),
-            console=self.console, refresh_per_second=self.REFRESH_PER_S, transient=False,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("failed {task.fields[failed]}"),
+            TimeElapsedColumn(),
+            console=self.console,
+            refresh_per_second=self.REFRESH_PER_S,
+            transient=False,
         )
         self._task = None
         self._failed = 0

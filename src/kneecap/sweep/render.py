@@ -64,8 +64,9 @@ def spec_text(level: dict) -> str:
     """'spec 51% accepted, 2.53 tok/step' for a speculating level ('' when the server reported none)."""
     spec = level.get("spec") or {}
     rate, length = spec.get("acceptance_rate"), spec.get("mean_accepted_length")
-    parts = ([f"{rate:.0%} accepted"] if _is_number(rate) else []) + ([f"{length:.2f} tok/step"] if _is_number(length)
-                                                                      else [])
+    parts = ([f"{rate:.0%} accepted"] if _is_number(rate) else []) + (
+        [f"{length:.2f} tok/step"] if _is_number(length) else []
+    )
     return ("spec " + ", ".join(parts)) if parts else ""
 
 
@@ -79,13 +80,19 @@ def level_notes(level: dict, knee_value) -> str:
         notes.append("partial (interrupted)")
     if level.get("suspect"):
         notes.append("client-suspect")
-    verdict = (level.get("preflight") or {}).get("verdict") if isinstance(level.get("preflight"), dict) else level.get("preflight")
+    verdict = (
+        (level.get("preflight") or {}).get("verdict")
+        if isinstance(level.get("preflight"), dict)
+        else level.get("preflight")
+    )
     if verdict in ("tight", "exceeds"):
         notes.append(f"preflight {verdict}")
     server = level.get("server_metrics") or {}
     if _is_number(server.get("kv_usage_max")):
         notes.append(f"KV max {server['kv_usage_max'] * 100:.0f}%")
-    preemptions = server.get("preemptions", server.get("preemptions_delta"))  # the contract's key, then bench's older one
+    preemptions = server.get(
+        "preemptions", server.get("preemptions_delta")
+    )  # the contract's key, then bench's older one
     if _is_number(preemptions) and preemptions > 0:
         notes.append(f"{int(preemptions)} preemptions")
     if level.get("server_dead"):
@@ -122,7 +129,9 @@ def slo_caption(summary: dict, kind: str) -> str | None:
     label = "C" if kind == "concurrency" else "rate"
     if not judged:  # e.g. preflight skipped every level: nothing to judge, not "met"
         skipped = len(summary.get("skipped") or [])
-        return "SLO not judged: no level ran" + (f" (all {skipped} skipped: they exceed the KV pool)" if skipped else "")
+        return "SLO not judged: no level ran" + (
+            f" (all {skipped} skipped: they exceed the KV pool)" if skipped else ""
+        )
     if not broke:
         return f"SLO met at every level ({len(judged)} of {len(judged)})"
     return f"SLO BREACHED at {label}={', '.join(broke)} ({len(broke)} of {len(judged)} levels)"
@@ -158,8 +167,11 @@ def summary_table(summary: dict):
         cells += [verdict_text(level), level_notes(level, knee_value)]
         table.add_row(*cells, style="red" if slo and cells[-3].startswith("BREACH") else None)
     for skipped in summary.get("skipped", []):
-        table.add_row(level_value_label(kind, skipped.get(kind)), *([MISSING] * (len(COLUMNS) + slo + 1)),
-                      f"skipped: {skipped.get('reason', '')}")
+        table.add_row(
+            level_value_label(kind, skipped.get(kind)),
+            *([MISSING] * (len(COLUMNS) + slo + 1)),
+            f"skipped: {skipped.get('reason', '')}",
+        )
     captions = []
     stopped = summary.get("stopped")
     if stopped:

@@ -51,11 +51,25 @@ class Sweep:
     records); `stop_rule(summary)`, after the runner's own checks, returns a stop record ({at, reason, detail}) or None.
     """
 
-    def __init__(self, opts: LevelOptions, *, state: SweepState, sweep_levels: list[SweepLevel], driver: LevelDriver,
-                 write_record: Callable[[RequestRecord], None], persist: Callable[[dict], None], progress,
-                 slo: dict | None, stop_limits, summarize_fn: Callable, sync: Callable[[], None], records_file,
-                 summary_fields: Callable[[], dict], on_level: Callable[[SweepLevel, LevelRun, dict, list], None] | None = None,
-                 stop_rule: Callable[[dict], dict | None] | None = None):
+    def __init__(
+        self,
+        opts: LevelOptions,
+        *,
+        state: SweepState,
+        sweep_levels: list[SweepLevel],
+        driver: LevelDriver,
+        write_record: Callable[[RequestRecord], None],
+        persist: Callable[[dict], None],
+        progress,
+        slo: dict | None,
+        stop_limits,
+        summarize_fn: Callable,
+        sync: Callable[[], None],
+        records_file,
+        summary_fields: Callable[[], dict],
+        on_level: Callable[[SweepLevel, LevelRun, dict, list], None] | None = None,
+        stop_rule: Callable[[dict], dict | None] | None = None,
+    ):
         self.opts = opts
         self.state = state
         self.sweep_levels = sweep_levels
@@ -84,10 +98,21 @@ class Sweep:
         knee = find_knee(complete, kind) if complete else None
         fields = dict(self._summary_fields())
         summary_kind = fields.pop("kind")
-        return build_summary(summary_kind, self.state.levels, knee, self.state.stopped, load=kind,
-                             status=self.state.status, skipped=self.state.skipped, preflight=self.state.preflight,
-                             server=self.state.server, connections=self.state.connections, slo=self._slo or None,
-                             **fields, **self.extra)
+        return build_summary(
+            summary_kind,
+            self.state.levels,
+            knee,
+            self.state.stopped,
+            load=kind,
+            status=self.state.status,
+            skipped=self.state.skipped,
+            preflight=self.state.preflight,
+            server=self.state.server,
+            connections=self.state.connections,
+            slo=self._slo or None,
+            **fields,
+            **self.extra,
+        )
 
     def save(self) -> dict:
         summary = self.summary()
@@ -144,26 +169,32 @@ class Sweep:
             self.state.levels.append(partial)
         from kneecap.metrics.stop import INTERRUPTED, stop_record
 
-        self.state.stopped = stop_record(level.value if level is not None else None, INTERRUPTED,
-                                         "stopped by the user (Ctrl-C / SIGTERM); finished records are kept "
-                                         "and --resume re-runs the cut level")
+        self.state.stopped = stop_record(
+            level.value if level is not None else None,
+            INTERRUPTED,
+            "stopped by the user (Ctrl-C / SIGTERM); finished records are kept and --resume re-runs the cut level",
+        )
         self.state.status = STATUS_INTERRUPTED
 
     def _skip_by_preflight(self, level: SweepLevel) -> bool:
         verdict = (level.verdict or {}).get("verdict")
         label = self.opts.level_label(level.value)
         if verdict == "tight":
-            self._progress.note(f"warning: {label} is tight for the KV pool (only the steady state fits): "
-                                f"expect preemption when requests start together")
+            self._progress.note(
+                f"warning: {label} is tight for the KV pool (only the steady state fits): "
+                f"expect preemption when requests start together"
+            )
         if verdict != "exceeds":
             return False
         if self.opts.force:
             self._progress.note(f"warning: {label} exceeds the KV pool; running it anyway (--force)")
             return False
-        self._progress.note(f"skipping {label}: it exceeds the server's KV pool "
-                            f"({_count(level.verdict.get('peak_tokens'))} tokens needed > "
-                            f"{_count(self.state.preflight.get('kv_capacity_tokens'))}); "
-                            f"--force runs it anyway")
+        self._progress.note(
+            f"skipping {label}: it exceeds the server's KV pool "
+            f"({_count(level.verdict.get('peak_tokens'))} tokens needed > "
+            f"{_count(self.state.preflight.get('kv_capacity_tokens'))}); "
+            f"--force runs it anyway"
+        )
         self.state.skipped.append({self.opts.kind: level.value, "index": level.index, "reason": "preflight_exceeds"})
         self.save()
         return True
@@ -177,10 +208,13 @@ class Sweep:
         while first > 0 and (first - 1) in skipped:
             first -= 1
         value = self.sweep_levels[first].value
-        self.state.stopped = stop_record(value, PREFLIGHT_EXCEEDS,
-                                         f"{self.opts.level_label(value)} and above exceed the KV pool of "
-                                         f"{_count((self.state.preflight or {}).get('kv_capacity_tokens'))} tokens; "
-                                         "pass --force to run them")
+        self.state.stopped = stop_record(
+            value,
+            PREFLIGHT_EXCEEDS,
+            f"{self.opts.level_label(value)} and above exceed the KV pool of "
+            f"{_count((self.state.preflight or {}).get('kv_capacity_tokens'))} tokens; "
+            "pass --force to run them",
+        )
 
     def _run_level(self, level: SweepLevel) -> dict:
         """Run one level; its summary is kept in the state (records synced) and returned."""
@@ -211,8 +245,9 @@ class Sweep:
         if self._on_level is not None:
             self._on_level(level, run, summary, records)
         ok, failed = summary.get("completed", 0), summary.get("failed", 0)
-        self._progress.end_level(f"{label}: {ok} ok, {failed} failed, {_fmt(summary.get('output_tok_s'))} output tok/s"
-                                 + run.note)
+        self._progress.end_level(
+            f"{label}: {ok} ok, {failed} failed, {_fmt(summary.get('output_tok_s'))} output tok/s" + run.note
+        )
         self.state.levels.append(summary)
         self._sync()
         return summary
@@ -231,9 +266,11 @@ class Sweep:
             return True
         refused = refused_key(summary)
         if refused:  # the key worked before the sweep began: every later request would be refused too
-            self.state.stopped = stop_record(summary[self.opts.kind], AUTH_REFUSED,
-                                             f"the server refused the API key ({refused}) during "
-                                             f"{self.opts.level_label(summary[self.opts.kind])}")
+            self.state.stopped = stop_record(
+                summary[self.opts.kind],
+                AUTH_REFUSED,
+                f"the server refused the API key ({refused}) during {self.opts.level_label(summary[self.opts.kind])}",
+            )
             return True
         stopped = check_stop(self.state.levels, self._limits) or (self._stop_rule and self._stop_rule(summary))
         if stopped:

@@ -39,8 +39,16 @@ class ThreadedMetricsPoller:
             self._ready.set()
             await self._stop.wait()
             self._result = (await poller.stop()).to_dict()
-            self._samples = [dict(at_s=x.at_s, kv_usage=x.kv_usage, running=x.running, waiting=x.waiting,
-                                  preemptions_total=x.preemptions_total) for x in poller.samples]
+            self._samples = [
+                dict(
+                    at_s=x.at_s,
+                    kv_usage=x.kv_usage,
+                    running=x.running,
+                    waiting=x.waiting,
+                    preemptions_total=x.preemptions_total,
+                )
+                for x in poller.samples
+            ]
 
         try:
             asyncio.run(watch())

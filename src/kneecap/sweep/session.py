@@ -53,9 +53,11 @@ def read_server_info(opts: BenchOptions, api_key: str | None, scrub: Scrubber, t
         reason = scrub(getattr(exc, "message", None) or str(exc)) or type(exc).__name__
         # fetch_server_info's own "cannot reach a server at URL" would say the same thing twice
         said = "" if re.fullmatch(r"cannot reach a server at \S+", reason) else f" ({reason})"
-        raise KneecapError(f"cannot reach the server at {url}{said}",
-                           f"check that it is running and listening there (curl {url}/v1/models), "
-                           "the host and port in --base-url, and any proxy or firewall") from None
+        raise KneecapError(
+            f"cannot reach the server at {url}{said}",
+            f"check that it is running and listening there (curl {url}/v1/models), "
+            "the host and port in --base-url, and any proxy or firewall",
+        ) from None
 
 
 def server_answers(opts: BenchOptions, api_key: str | None) -> bool:
@@ -75,20 +77,35 @@ def server_facts(info, redact: bool) -> dict:
     return data
 
 
-def preflight_for(opts: BenchOptions, kv_capacity_tokens: int | None, source: str,
-                  block_size: int) -> tuple[dict | None, dict]:
+def preflight_for(
+    opts: BenchOptions, kv_capacity_tokens: int | None, source: str, block_size: int
+) -> tuple[dict | None, dict]:
     """(preflight JSON, {level value: its verdict row}); nothing when it cannot be computed."""
     if not kv_capacity_tokens or opts.kind != KIND_CONCURRENCY or opts.isl is None:
         return None, {}
     from kneecap.plan.preflight import preflight
 
-    result = preflight(int(kv_capacity_tokens), isl=opts.isl, osl=opts.osl, concurrencies=list(opts.concurrency),
-                       block_size=block_size, source=source).to_json()
+    result = preflight(
+        int(kv_capacity_tokens),
+        isl=opts.isl,
+        osl=opts.osl,
+        concurrencies=list(opts.concurrency),
+        block_size=block_size,
+        source=source,
+    ).to_json()
     return result, {row["concurrency"]: row for row in result["levels"]}
 
 
-def live_client(opts: BenchOptions, info, *, model: str, api_key: str | None, resumed: bool, progress,
-                dataset_texts: tuple[str, ...] | None = None):
+def live_client(
+    opts: BenchOptions,
+    info,
+    *,
+    model: str,
+    api_key: str | None,
+    resumed: bool,
+    progress,
+    dataset_texts: tuple[str, ...] | None = None,
+):
     """(options with keepalive settled, the client setup) from kneecap.client.setup.prepare_client, the one
     `kneecap run` uses too: prompts proved by one check request (token ids inside a vocabulary the server
     states, else text calibrated by --tokenizer or the server's /tokenize, ...), then keep-alive. Neither
@@ -102,18 +119,34 @@ def live_client(opts: BenchOptions, info, *, model: str, api_key: str | None, re
 
         texts = tuple(load_prompts(opts.dataset))
     flag_name = "the resumed run's setting" if resumed else ("--keepalive" if opts.keepalive else "--no-keepalive")
-    live = prepare_client(info, base_url=opts.base_url_clean, model=model, endpoint=opts.endpoint, api_key=api_key,
-                          timeout_s=opts.timeout_s, keepalive=opts.keepalive, flag_name=flag_name,
-                          salt=opts.prompt_salt, ignore_eos=opts.ignore_eos, keep_prompts=opts.keep_prompts,
-                          tokenizer=opts.tokenizer, dataset_texts=texts, input_tokens=opts.isl,
-                          dataset_in_order=dataset_texts is not None)
+    live = prepare_client(
+        info,
+        base_url=opts.base_url_clean,
+        model=model,
+        endpoint=opts.endpoint,
+        api_key=api_key,
+        timeout_s=opts.timeout_s,
+        keepalive=opts.keepalive,
+        flag_name=flag_name,
+        salt=opts.prompt_salt,
+        ignore_eos=opts.ignore_eos,
+        keep_prompts=opts.keep_prompts,
+        tokenizer=opts.tokenizer,
+        dataset_texts=texts,
+        input_tokens=opts.isl,
+        dataset_in_order=dataset_texts is not None,
+    )
     probe = live.probe
     if probe is not None and probe.kept_alive is False:
-        progress.note(f"note: {probe.detail}, as llama.cpp's server does: opening a new connection per request "
-                      "(before its send stamp, so TTFT does not include connecting); --keepalive forces reuse")
+        progress.note(
+            f"note: {probe.detail}, as llama.cpp's server does: opening a new connection per request "
+            "(before its send stamp, so TTFT does not include connecting); --keepalive forces reuse"
+        )
     elif probe is not None and probe.kept_alive is None:
-        progress.note(f"note: could not tell whether the server keeps connections open ({probe.detail}); "
-                      "reusing them. If requests fail on reused connections, pass --no-keepalive")
+        progress.note(
+            f"note: could not tell whether the server keeps connections open ({probe.detail}); "
+            "reusing them. If requests fail on reused connections, pass --no-keepalive"
+        )
     return dataclasses.replace(opts, keepalive=live.cfg.keepalive), live
 
 
@@ -127,8 +160,17 @@ class BenchRun:
     nothing_to_do: bool = False
 
 
-def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, resume: bool, progress,
-              argv: list[str], ray=None, find_max_repeats: int | None = None) -> BenchRun:
+def run_bench(
+    opts: BenchOptions,
+    *,
+    api_key: str | None,
+    out_dir: Path | None,
+    resume: bool,
+    progress,
+    argv: list[str],
+    ray=None,
+    find_max_repeats: int | None = None,
+) -> BenchRun:
     """The sweep, end to end. `ray`: a kneecap.cluster.connect.RayTarget (--ray) spreads every level's
     streams over Ray actors across that cluster instead of this machine's processes."""
     from kneecap.metrics.accumulate import summarize_stream
@@ -154,8 +196,15 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
     if not opts.prompt_salt:  # a fresh salt per run (kept by --resume): a second run misses the first's prefix cache
         opts = dataclasses.replace(opts, prompt_salt=new_salt())
     # one check request, then the keep-alive decision, before any folder
-    opts, live = live_client(opts, info, model=model, api_key=api_key, resumed=resume, progress=progress,
-                             dataset_texts=workload.dataset_texts or None)
+    opts, live = live_client(
+        opts,
+        info,
+        model=model,
+        api_key=api_key,
+        resumed=resume,
+        progress=progress,
+        dataset_texts=workload.dataset_texts or None,
+    )
     prompt_choice, connections = live.prompts, live.connections
     prompts = prompt_choice.make(opts.seed)
     answer_tokenizer = _answer_tokenizer(opts, info, prompt_choice, model=model, api_key=api_key)
@@ -170,16 +219,26 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
             return BenchRun(summary=results.read_summary() or {}, out_dir=results.path, nothing_to_do=True)
     previous = (results.read_manifest() or {}) if resume else {}
     earlier_runs = previous.get("previous_runs", []) + (
-        [{k: previous.get(k) for k in ("created_at", "command", "clock_epoch_s")}] if previous else [])
+        [{k: previous.get(k) for k in ("created_at", "command", "clock_epoch_s")}] if previous else []
+    )
     # every time in this run's records is seconds since this perf_counter() reading (CLOCK_MONOTONIC on
     # Linux, shared by all processes on the machine): stated so that other tools' stamps can be lined up
     epoch = time.perf_counter()
-    results.write_manifest(argv, extra={"bench_options": opts.to_dict(), "levels_already_done": sorted(done),
-                                        "previous_runs": earlier_runs, "model": None if opts.redact else model,
-                                        "clock_epoch_s": epoch, "prompts": prompt_choice.to_dict()})
+    results.write_manifest(
+        argv,
+        extra={
+            "bench_options": opts.to_dict(),
+            "levels_already_done": sorted(done),
+            "previous_runs": earlier_runs,
+            "model": None if opts.redact else model,
+            "clock_epoch_s": epoch,
+            "prompts": prompt_choice.to_dict(),
+        },
+    )
 
-    setup = DriverSetup(cfg=live.cfg, prompts=prompts,
-                        warm_connections=OPEN_LOOP_WARM_CONNECTIONS, answer_tokenizer=answer_tokenizer)
+    setup = DriverSetup(
+        cfg=live.cfg, prompts=prompts, warm_connections=OPEN_LOOP_WARM_CONNECTIONS, answer_tokenizer=answer_tokenizer
+    )
     writer = results.open_writer()
     pool = None
     try:
@@ -188,9 +247,15 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
             from kneecap.sweep.workers import split_task
             from kneecap.cluster.streams import open_pool
 
-            pool = open_pool(ray, setup, max_streams=max(opts.levels) if opts.kind == KIND_CONCURRENCY else None,
-                             api_key=api_key, run_fn=run_task, split_fn=split_task,
-                             outcome_fn=lambda data: LevelOutcome(**data))
+            pool = open_pool(
+                ray,
+                setup,
+                max_streams=max(opts.levels) if opts.kind == KIND_CONCURRENCY else None,
+                api_key=api_key,
+                run_fn=run_task,
+                split_fn=split_task,
+                outcome_fn=lambda data: LevelOutcome(**data),
+            )
             opts = dataclasses.replace(opts, workers=pool.size)  # client processes: the actors
             run_share = pool.run
         elif opts.workers > 1:
@@ -208,20 +273,46 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
                 record.prompt = None
             writer.write(record)
 
-        driver = HttpLevelDriver(opts, run_share=run_share, probe=lambda: server_answers(opts, api_key),
-                                 poll_metrics=_metrics_poller(opts, api_key, progress), epoch=epoch, progress=progress,
-                                 timeline_path=results.path / "server_metrics.jsonl", workload=workload,
-                                 reset=_cache_reset(opts, api_key))
-        sweep = Sweep(opts, state=state, sweep_levels=levels_to_run, driver=driver, write_record=write_record,
-                      persist=results.write_summary, progress=progress, slo=slo, stop_limits=limits,
-                      summarize_fn=summarize_stream, sync=writer.sync, records_file=RecordsFile(results.records_path),
-                      # a server that says it is kneecap's simulated engine ran no model (it was still measured)
-                      summary_fields=lambda: {"kind": "bench", "model_executed": not info.simulated,
-                                              "benchmark_executed": True,
-                                              "workers": opts.workers, "workload": describe_workload(workload),
-                                              "sweep": {"seed": opts.seed, "requests": opts.requests,
-                                                        "duration_s": opts.duration_s, "warmup": opts.warmup,
-                                                        "burstiness": opts.burstiness}})
+        driver = HttpLevelDriver(
+            opts,
+            run_share=run_share,
+            probe=lambda: server_answers(opts, api_key),
+            poll_metrics=_metrics_poller(opts, api_key, progress),
+            epoch=epoch,
+            progress=progress,
+            timeline_path=results.path / "server_metrics.jsonl",
+            workload=workload,
+            reset=_cache_reset(opts, api_key),
+        )
+        sweep = Sweep(
+            opts,
+            state=state,
+            sweep_levels=levels_to_run,
+            driver=driver,
+            write_record=write_record,
+            persist=results.write_summary,
+            progress=progress,
+            slo=slo,
+            stop_limits=limits,
+            summarize_fn=summarize_stream,
+            sync=writer.sync,
+            records_file=RecordsFile(results.records_path),
+            # a server that says it is kneecap's simulated engine ran no model (it was still measured)
+            summary_fields=lambda: {
+                "kind": "bench",
+                "model_executed": not info.simulated,
+                "benchmark_executed": True,
+                "workers": opts.workers,
+                "workload": describe_workload(workload),
+                "sweep": {
+                    "seed": opts.seed,
+                    "requests": opts.requests,
+                    "duration_s": opts.duration_s,
+                    "warmup": opts.warmup,
+                    "burstiness": opts.burstiness,
+                },
+            },
+        )
         if find_max_repeats is not None:  # --find-max: the levels given bound the search
             from kneecap.sweep.find_max import search_max_load
 
@@ -239,7 +330,9 @@ def run_bench(opts: BenchOptions, *, api_key: str | None, out_dir: Path | None, 
     return BenchRun(summary=summary, out_dir=results.path)
 
 
-def _resume_state(results, levels_to_run: list[SweepLevel], fresh: SweepState) -> tuple[frozenset[int] | None, SweepState]:
+def _resume_state(
+    results, levels_to_run: list[SweepLevel], fresh: SweepState
+) -> tuple[frozenset[int] | None, SweepState]:
     """(levels already complete, the state carried over) for --resume, or (None, _) when nothing is left.
 
     Records of levels that are not complete are moved to requests.discarded.jsonl first, so each
@@ -281,8 +374,12 @@ def read_workload(opts: BenchOptions, info):
         note_skipped_rows(workload.too_long_lines, f"the server's {info.max_model_len:,}-token context")
     if opts.replay is not None:
         rate = replay_rate(workload.schedule)
-        opts = dataclasses.replace(opts, trace_rate=rate, replay_requests=len(workload.schedule),
-                                   rate=tuple(speed * rate for speed in opts.replay_speeds))
+        opts = dataclasses.replace(
+            opts,
+            trace_rate=rate,
+            replay_requests=len(workload.schedule),
+            rate=tuple(speed * rate for speed in opts.replay_speeds),
+        )
         workload = dataclasses.replace(workload, opts=opts)
     return opts, workload
 
@@ -300,16 +397,23 @@ def describe_workload(workload) -> dict:
     """summary.json's workload: what the requests were (isl/osl None where the data, not a flag, sized them)."""
     opts = workload.opts
     from_data = bool(workload.dataset or workload.schedule)
-    return {"isl": None if from_data or opts.turns or opts.isl_dist else opts.isl,
-            "osl": None if (from_data and opts.osl is None) or opts.osl_dist else opts.osl,
-            "isl_dist": opts.isl_dist, "osl_dist": opts.osl_dist,
-            "shared_prefix_tokens": opts.shared_prefix_tokens, "num_prefix_groups": opts.num_prefix_groups,
-            "dataset_requests": len(workload.dataset) or None, "dataset_rejected": workload.rejected or None,
-            "replay_requests": len(workload.schedule) or None,
-            "replay_speeds": list(opts.replay_speeds) or None, "trace_rate": opts.trace_rate,
-            "skipped_too_long": len(workload.too_long_lines) or None,
-            "turns": opts.turns or None, "think_time_s": opts.think_time_s if opts.turns else None,
-            "ramp": opts.ramp}
+    return {
+        "isl": None if from_data or opts.turns or opts.isl_dist else opts.isl,
+        "osl": None if (from_data and opts.osl is None) or opts.osl_dist else opts.osl,
+        "isl_dist": opts.isl_dist,
+        "osl_dist": opts.osl_dist,
+        "shared_prefix_tokens": opts.shared_prefix_tokens,
+        "num_prefix_groups": opts.num_prefix_groups,
+        "dataset_requests": len(workload.dataset) or None,
+        "dataset_rejected": workload.rejected or None,
+        "replay_requests": len(workload.schedule) or None,
+        "replay_speeds": list(opts.replay_speeds) or None,
+        "trace_rate": opts.trace_rate,
+        "skipped_too_long": len(workload.too_long_lines) or None,
+        "turns": opts.turns or None,
+        "think_time_s": opts.think_time_s if opts.turns else None,
+        "ramp": opts.ramp,
+    }
 
 
 def _answer_tokenizer(opts: BenchOptions, info, choice, *, model: str, api_key: str | None):
@@ -325,8 +429,10 @@ def _answer_tokenizer(opts: BenchOptions, info, choice, *, model: str, api_key: 
     try:
         tok.token_ids("hello")
     except KneecapError as exc:
-        raise KneecapError(f"--turns with token-id prompts needs the answers' token ids: {exc.message}",
-                           "pass --tokenizer PATH/tokenizer.json (the served model's own)") from None
+        raise KneecapError(
+            f"--turns with token-id prompts needs the answers' token ids: {exc.message}",
+            "pass --tokenizer PATH/tokenizer.json (the served model's own)",
+        ) from None
     return tok
 
 
@@ -366,10 +472,14 @@ class _PrefixCacheWatch(ThreadedMetricsPoller):
         out = super().result()
         rate = (out or {}).get("prefix_cache_hit_rate")
         if rate is not None and self._expected is not None and rate > self._expected + PREFIX_HIT_SLACK:
-            out["prefix_cache_warning"] = (f"the server found {rate:.0%} of this level's prompt tokens in its prefix "
-                                           f"cache; the workload shares {self._expected:.0%}")
-            self._progress.note(f"warning: {out['prefix_cache_warning']}: prompts repeated from an earlier run "
-                                "(same --prompt-salt?) make latencies look better than fresh traffic")
+            out["prefix_cache_warning"] = (
+                f"the server found {rate:.0%} of this level's prompt tokens in its prefix "
+                f"cache; the workload shares {self._expected:.0%}"
+            )
+            self._progress.note(
+                f"warning: {out['prefix_cache_warning']}: prompts repeated from an earlier run "
+                "(same --prompt-salt?) make latencies look better than fresh traffic"
+            )
         return out
 
 

@@ -54,22 +54,36 @@ def split_task(task: LevelTask, num_workers: int) -> list[LevelTask]:
         values = split_concurrency(int(task.value), min(num_workers, len(task.conversations)))
         convs = deal(task.conversations, len(values))
         turns = len(task.specs) // max(1, len(task.conversations))
-        by_conv = [tuple(task.specs[i * turns:(i + 1) * turns]) for i in range(len(task.conversations))]
+        by_conv = [tuple(task.specs[i * turns : (i + 1) * turns]) for i in range(len(task.conversations))]
         shares = [tuple(s for i in range(k, len(by_conv), len(values)) for s in by_conv[i]) for k in range(len(values))]
-        return [dataclasses.replace(task, value=v, specs=sp, conversations=cs, seed=task.seed * 1000 + k)
-                for k, (v, sp, cs) in enumerate(zip(values, shares, convs)) if cs]
+        return [
+            dataclasses.replace(task, value=v, specs=sp, conversations=cs, seed=task.seed * 1000 + k)
+            for k, (v, sp, cs) in enumerate(zip(values, shares, convs))
+            if cs
+        ]
     if task.offsets is not None:  # a trace's or a ramp's send times: each share keeps its requests' own times
         n = min(num_workers, max(1, len(task.specs)))
         pairs = deal(list(zip(task.specs, task.offsets)), n)
-        return [dataclasses.replace(task, value=task.value / n, specs=tuple(s for s, _ in share),
-                                    offsets=tuple(t for _, t in share), seed=task.seed * 1000 + k)
-                for k, share in enumerate(pairs) if share]
+        return [
+            dataclasses.replace(
+                task,
+                value=task.value / n,
+                specs=tuple(s for s, _ in share),
+                offsets=tuple(t for _, t in share),
+                seed=task.seed * 1000 + k,
+            )
+            for k, share in enumerate(pairs)
+            if share
+        ]
     if task.kind == "concurrency":
         values = split_concurrency(int(task.value), num_workers)
     else:
         values = split_rate(task.value, min(num_workers, max(1, len(task.specs))))
-    return [dataclasses.replace(task, value=value, specs=specs, seed=task.seed * 1000 + k)
-            for k, (value, specs) in enumerate(zip(values, deal(task.specs, len(values)))) if specs]
+    return [
+        dataclasses.replace(task, value=value, specs=specs, seed=task.seed * 1000 + k)
+        for k, (value, specs) in enumerate(zip(values, deal(task.specs, len(values))))
+        if specs
+    ]
 
 
 def _die_with_parent() -> None:
@@ -127,10 +141,15 @@ class WorkerPool:
         self._results = ctx.Queue()
         self._commands = [ctx.Queue() for _ in range(num_workers)]
         self._refused = ctx.Value("i", 0)  # the first refused key's HTTP status in any worker, this level
-        self._procs = [ctx.Process(target=_worker_main,
-                                   args=(i, setup, self._commands[i], self._results, os.getpid(), self._refused),
-                                   name=f"kneecap-bench-worker-{i}", daemon=True)
-                       for i in range(num_workers)]
+        self._procs = [
+            ctx.Process(
+                target=_worker_main,
+                args=(i, setup, self._commands[i], self._results, os.getpid(), self._refused),
+                name=f"kneecap-bench-worker-{i}",
+                daemon=True,
+            )
+            for i in range(num_workers)
+        ]
         for proc in self._procs:
             proc.start()
 
@@ -154,8 +173,10 @@ class WorkerPool:
             except queue.Empty:
                 dead = [i for i in pending if not self._procs[i].is_alive()]
                 if dead:
-                    raise KneecapError(f"client worker {dead[0]} exited (code {self._procs[dead[0]].exitcode}) during level {task.level}",
-                                       "check memory and file-descriptor limits, or run with fewer --workers") from None
+                    raise KneecapError(
+                        f"client worker {dead[0]} exited (code {self._procs[dead[0]].exitcode}) during level {task.level}",
+                        "check memory and file-descriptor limits, or run with fewer --workers",
+                    ) from None
                 continue
             if kind == "record":
                 on_record(RequestRecord.from_dict(orjson.loads(payload)))
@@ -221,7 +242,10 @@ def merge_outcomes(outcomes: Sequence[LevelOutcome], workers: int) -> dict:
         merged["streams_by_read_path"] = streams
     placed = [o.client["ray"] for o in outcomes if isinstance(o.client.get("ray"), dict)]
     if placed:
-        merged["ray"] = {"address": placed[0].get("address"), "nodes": len({p.get("node_id") for p in placed}),
-                         "actors": len({p.get("actor") for p in placed}),
-                         "lost_actors": sum(1 for o in outcomes if o.client.get("lost"))}
+        merged["ray"] = {
+            "address": placed[0].get("address"),
+            "nodes": len({p.get("node_id") for p in placed}),
+            "actors": len({p.get("actor") for p in placed}),
+            "lost_actors": sum(1 for o in outcomes if o.client.get("lost")),
+        }
     return merged

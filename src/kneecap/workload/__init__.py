@@ -13,8 +13,13 @@ from dataclasses import dataclass, field
 from kneecap.errors import KneecapError
 
 # each length distribution's parameters (positional in a length spec, kneecap.workload.lengthspec)
-LENGTH_PARAMS = {"fixed": ("value",), "uniform": ("low", "high"), "normal": ("mean", "std"), "lognormal": ("mean", "std"),
-                 "empirical": ("values",)}
+LENGTH_PARAMS = {
+    "fixed": ("value",),
+    "uniform": ("low", "high"),
+    "normal": ("mean", "std"),
+    "lognormal": ("mean", "std"),
+    "empirical": ("values",),
+}
 LENGTH_KINDS = tuple(LENGTH_PARAMS)
 
 
@@ -145,7 +150,9 @@ class RequestSpec:
     parent_id: str | None = None  # trace replay: sent only after this request's answer is back (a session's next turn)
 
 
-def make_requests(workload: Workload, n: int, seed: int = 0, start_index: int = 0, id_prefix: str = "r") -> list[RequestSpec]:
+def make_requests(
+    workload: Workload, n: int, seed: int = 0, start_index: int = 0, id_prefix: str = "r"
+) -> list[RequestSpec]:
     """n requests drawn from the workload's class mix, deterministic in (workload, n, seed, start_index)."""
     import numpy as np
 
@@ -153,13 +160,20 @@ def make_requests(workload: Workload, n: int, seed: int = 0, start_index: int = 
         raise KneecapError(f"request count must be >= 0, got {n}", "pass a positive --requests")
     rng = np.random.default_rng([seed, start_index])
     weights = np.asarray([c.weight for c in workload.classes], dtype=float)
-    picks = rng.choice(len(workload.classes), size=n, p=weights / weights.sum()) if len(workload.classes) > 1 else np.zeros(n, dtype=int)
+    picks = (
+        rng.choice(len(workload.classes), size=n, p=weights / weights.sum())
+        if len(workload.classes) > 1
+        else np.zeros(n, dtype=int)
+    )
     specs: list[RequestSpec] = []
     per_class = {}
     for ci, cls in enumerate(workload.classes):
         idx = np.nonzero(picks == ci)[0]
-        per_class[ci] = (iter(cls.input.sample(rng, len(idx)).tolist()), iter(cls.output.sample(rng, len(idx)).tolist()),
-                         iter(rng.integers(0, max(1, cls.num_prefix_groups), size=len(idx)).tolist()))
+        per_class[ci] = (
+            iter(cls.input.sample(rng, len(idx)).tolist()),
+            iter(cls.output.sample(rng, len(idx)).tolist()),
+            iter(rng.integers(0, max(1, cls.num_prefix_groups), size=len(idx)).tolist()),
+        )
     for k in range(n):
         ci = int(picks[k])
         cls = workload.classes[ci]
@@ -167,13 +181,23 @@ def make_requests(workload: Workload, n: int, seed: int = 0, start_index: int = 
         isl, osl, group = int(next(ins)), int(next(outs)), int(next(groups))
         prefix = min(cls.shared_prefix_tokens, isl - 1) if cls.shared_prefix_tokens else 0
         i = start_index + k
-        specs.append(RequestSpec(index=i, request_id=f"{id_prefix}{i}", class_name=cls.name, input_tokens=isl,
-                                 output_tokens=osl, prefix_group=group if prefix else None, prefix_tokens=prefix))
+        specs.append(
+            RequestSpec(
+                index=i,
+                request_id=f"{id_prefix}{i}",
+                class_name=cls.name,
+                input_tokens=isl,
+                output_tokens=osl,
+                prefix_group=group if prefix else None,
+                prefix_tokens=prefix,
+            )
+        )
     return specs
 
 
-def arrival_offsets(rate: float, n: int, burstiness: float = 1.0, seed: int = 0, *,
-                    on_s: float | None = None, off_s: float = 0.0) -> list[float]:
+def arrival_offsets(
+    rate: float, n: int, burstiness: float = 1.0, seed: int = 0, *, on_s: float | None = None, off_s: float = 0.0
+) -> list[float]:
     """Intended send times (s from level start) of n requests at `rate` req/s.
 
     Inter-arrival gaps are gamma-distributed with shape `burstiness` and mean 1/rate:
@@ -211,9 +235,13 @@ def concurrency_levels(spec: str) -> list[int]:
     try:
         values = [int(p) for p in spec.split(",") if p.strip()]
     except ValueError:
-        raise KneecapError(f"concurrency list {spec!r} is not a list of whole numbers", "pass e.g. --concurrency 1,8,64") from None
+        raise KneecapError(
+            f"concurrency list {spec!r} is not a list of whole numbers", "pass e.g. --concurrency 1,8,64"
+        ) from None
     if not values or any(v < 1 for v in values):
-        raise KneecapError(f"concurrency levels must be whole numbers >= 1, got {spec!r}", "pass e.g. --concurrency 1,8,64")
+        raise KneecapError(
+            f"concurrency levels must be whole numbers >= 1, got {spec!r}", "pass e.g. --concurrency 1,8,64"
+        )
     return values
 
 
@@ -222,7 +250,9 @@ def parse_rates(spec: str) -> list[float]:
     try:
         values = [float(p) for p in spec.split(",") if p.strip()]
     except ValueError:
-        raise KneecapError(f"rate list {spec!r} is not a list of numbers", "pass e.g. --rate 1,2,4 (requests/s)") from None
+        raise KneecapError(
+            f"rate list {spec!r} is not a list of numbers", "pass e.g. --rate 1,2,4 (requests/s)"
+        ) from None
     if not values or any(not (v > 0) for v in values):
         raise KneecapError(f"request rates must be numbers > 0, got {spec!r}", "pass e.g. --rate 1,2,4 (requests/s)")
     return values

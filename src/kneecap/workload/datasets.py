@@ -88,8 +88,10 @@ def entry_of_record(obj: object, line: int = 0) -> DatasetEntry | None:
     if isinstance(prompt, str):
         out = obj.get("output_len")
         if out is not None and (isinstance(out, bool) or not isinstance(out, int) or out < 1):
-            raise KneecapError(f"dataset line {line}: output_len must be a whole number >= 1, got {out!r}",
-                               'write e.g. {"prompt": "...", "output_len": 128}, or leave output_len out')
+            raise KneecapError(
+                f"dataset line {line}: output_len must be a whole number >= 1, got {out!r}",
+                'write e.g. {"prompt": "...", "output_len": 128}, or leave output_len out',
+            )
         return DatasetEntry(prompt=prompt, output_len=out, line=line) if prompt else None
     for key, role_key, text_key in (("conversations", "from", "value"), ("messages", "role", "content")):
         seq = obj.get(key)
@@ -108,8 +110,9 @@ def parse_dataset(raw: bytes, source: str = "dataset") -> list[DatasetEntry]:
         try:
             numbered = list(enumerate(orjson.loads(raw), 1))
         except orjson.JSONDecodeError as exc:
-            raise KneecapError(f"dataset {source} is not valid JSON: {exc}",
-                               "fix the file or give one JSON object per line") from None
+            raise KneecapError(
+                f"dataset {source} is not valid JSON: {exc}", "fix the file or give one JSON object per line"
+            ) from None
     else:
         numbered = []
         for lineno, line in enumerate(raw.splitlines(), 1):
@@ -118,8 +121,10 @@ def parse_dataset(raw: bytes, source: str = "dataset") -> list[DatasetEntry]:
             try:
                 numbered.append((lineno, orjson.loads(line)))
             except orjson.JSONDecodeError:
-                raise KneecapError(f"dataset {source} line {lineno} is not valid JSON",
-                                   'give one JSON object per line, e.g. {"prompt": "..."}') from None
+                raise KneecapError(
+                    f"dataset {source} line {lineno} is not valid JSON",
+                    'give one JSON object per line, e.g. {"prompt": "..."}',
+                ) from None
     entries: list[DatasetEntry] = []
     for lineno, obj in numbered:
         try:
@@ -129,8 +134,10 @@ def parse_dataset(raw: bytes, source: str = "dataset") -> list[DatasetEntry]:
         if entry is not None:
             entries.append(entry)
     if not entries:
-        raise KneecapError(f"dataset {source} holds no prompts",
-                           'use {"prompt": ...} lines, ShareGPT "conversations", or OpenAI "messages"')
+        raise KneecapError(
+            f"dataset {source} holds no prompts",
+            'use {"prompt": ...} lines, ShareGPT "conversations", or OpenAI "messages"',
+        )
     return entries
 
 
@@ -154,8 +161,9 @@ class LengthFilter:
     def __post_init__(self) -> None:
         v = self.max_total_tokens
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise KneecapError(f"length filter max_total_tokens must be a whole number >= 0, got {v!r}",
-                               "fix the filter bound")
+            raise KneecapError(
+                f"length filter max_total_tokens must be a whole number >= 0, got {v!r}", "fix the filter bound"
+            )
 
     def why_rejected(self, input_tokens: int, output_tokens: int) -> str | None:
         """None when the sample passes, else why not."""
@@ -186,9 +194,16 @@ class DatasetSample:
     oversampled: int  # requests that repeat an earlier entry because too few entries passed the filter
 
 
-def sample_dataset(entries: Sequence[DatasetEntry], n: int, count_tokens: TokenCountFn, *, seed: int = 0,
-                   length_filter: LengthFilter = NO_FILTER, output_len: int | None = None,
-                   default_output_len: int | None = None) -> DatasetSample:
+def sample_dataset(
+    entries: Sequence[DatasetEntry],
+    n: int,
+    count_tokens: TokenCountFn,
+    *,
+    seed: int = 0,
+    length_filter: LengthFilter = NO_FILTER,
+    output_len: int | None = None,
+    default_output_len: int | None = None,
+) -> DatasetSample:
     """n requests from a dataset, deterministic in (entries, n, seed, count_tokens).
 
     Entries are shuffled with the seed and taken in that order while they pass the filter (as vLLM
@@ -223,8 +238,10 @@ def sample_dataset(entries: Sequence[DatasetEntry], n: int, count_tokens: TokenC
             rejected["no_reply"] = rejected.get("no_reply", 0) + 1
             continue
         else:
-            raise KneecapError(f"dataset line {e.line} has no reply and no output_len to size the output",
-                               "add output_len to the line, or pass a fixed output length")
+            raise KneecapError(
+                f"dataset line {e.line} has no reply and no output_len to size the output",
+                "add output_len to the line, or pass a fixed output length",
+            )
         why = length_filter.why_rejected(isl, osl)
         if why is None and (isl < 1 or osl < 1):
             why = "empty"
@@ -235,14 +252,18 @@ def sample_dataset(entries: Sequence[DatasetEntry], n: int, count_tokens: TokenC
     extra = 0
     if len(picked) < n:
         if not picked:
-            raise KneecapError(f"no dataset entry passes the length filter ({dict(sorted(rejected.items()))})",
-                               "loosen the length filter or use a dataset with shorter turns")
+            raise KneecapError(
+                f"no dataset entry passes the length filter ({dict(sorted(rejected.items()))})",
+                "loosen the length filter or use a dataset with shorter turns",
+            )
         extra = n - len(picked)
         picked.extend(rng.choices(picked, k=extra))
     out = []
     for k, (e, isl, osl) in enumerate(picked):
         spec = RequestSpec(index=k, request_id=f"r{k}", class_name="dataset", input_tokens=isl, output_tokens=osl)
-        out.append(DatasetRequest(spec=spec, prompt=e.prompt, prompt_sha256=prompt_sha256(e.prompt), source_line=e.line))
+        out.append(
+            DatasetRequest(spec=spec, prompt=e.prompt, prompt_sha256=prompt_sha256(e.prompt), source_line=e.line)
+        )
     return DatasetSample(requests=tuple(out), rejected=dict(sorted(rejected.items())), oversampled=extra)
 
 
@@ -254,9 +275,13 @@ def dataset_flag(dataset: str | None, path: str | None) -> str | None:
     (not given), "random", or the file's path (--dataset PATH alone is the path too)."""
     if path is None:
         if dataset in DATASET_NAMES[1:]:
-            raise KneecapError(f"--dataset {dataset} needs the file", f"pass --dataset-path PATH with --dataset {dataset}")
+            raise KneecapError(
+                f"--dataset {dataset} needs the file", f"pass --dataset-path PATH with --dataset {dataset}"
+            )
         return dataset
     if dataset not in (None, *DATASET_NAMES[1:]):
-        raise KneecapError(f"--dataset {dataset} and --dataset-path {path} both name the data",
-                           "pass --dataset sharegpt (or jsonl) --dataset-path PATH, or the path alone")
+        raise KneecapError(
+            f"--dataset {dataset} and --dataset-path {path} both name the data",
+            "pass --dataset sharegpt (or jsonl) --dataset-path PATH, or the path alone",
+        )
     return path

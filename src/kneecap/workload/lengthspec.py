@@ -52,8 +52,11 @@ def parse_length_spec(spec: str) -> LengthDist:
     else:
         pos = [p.strip() for p in rest.split(":")]
         if len(pos) != len(_POSITIONAL[kind]):
-            raise KneecapError(f"length {text!r}: {kind} takes {len(_POSITIONAL[kind])} values "
-                               f"({', '.join(_POSITIONAL[kind])}), got {len(pos)}", _HINT)
+            raise KneecapError(
+                f"length {text!r}: {kind} takes {len(_POSITIONAL[kind])} values "
+                f"({', '.join(_POSITIONAL[kind])}), got {len(pos)}",
+                _HINT,
+            )
         params.update({k: _number(text, k, v) for k, v in zip(_POSITIONAL[kind], pos)})
         parts = []
     allowed = set(_POSITIONAL.get(kind, ())) | {"min", "max"}
@@ -61,8 +64,9 @@ def parse_length_spec(spec: str) -> LengthDist:
         key, eq, value = part.partition("=")
         key = key.strip().lower()
         if not eq or key not in allowed:
-            raise KneecapError(f"length {text!r}: unknown parameter {part!r} for {kind}",
-                               f"{kind} takes {', '.join(sorted(allowed))}")
+            raise KneecapError(
+                f"length {text!r}: unknown parameter {part!r} for {kind}", f"{kind} takes {', '.join(sorted(allowed))}"
+            )
         params[key] = _number(text, key, value.strip())
     for bound in ("min", "max"):
         if bound in params:

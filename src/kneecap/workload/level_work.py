@@ -62,9 +62,17 @@ class WorkloadFlags:
 
     def workload(self) -> Workload:
         """The lengths given as the one Workload shape."""
-        return Workload(classes=(RequestClass(name="default", input=self.input, output=self.output,
-                                              shared_prefix_tokens=self.shared_prefix_tokens,
-                                              num_prefix_groups=self.num_prefix_groups),))
+        return Workload(
+            classes=(
+                RequestClass(
+                    name="default",
+                    input=self.input,
+                    output=self.output,
+                    shared_prefix_tokens=self.shared_prefix_tokens,
+                    num_prefix_groups=self.num_prefix_groups,
+                ),
+            )
+        )
 
 
 def level_ids(level: SweepLevel, *, warmup: bool, round_index: int = 0) -> tuple[int, int, str]:
@@ -75,17 +83,22 @@ def level_ids(level: SweepLevel, *, warmup: bool, round_index: int = 0) -> tuple
     return level.num_requests or 0, start, f"L{level.index}r" if round_index == 0 else f"L{level.index}r{round_index}-"
 
 
-def requests(flags: WorkloadFlags, n: int, start: int, prefix: str, workload: Workload | None = None) -> tuple[RequestSpec, ...]:
+def requests(
+    flags: WorkloadFlags, n: int, start: int, prefix: str, workload: Workload | None = None
+) -> tuple[RequestSpec, ...]:
     """n requests from index `start`: the dataset's (cycling) or drawn with the run's seed from the lengths given
     (or from `workload`: a load plan's class, a mix of classes)."""
     if flags.dataset:
-        return tuple(dataclasses.replace(flags.dataset[i % len(flags.dataset)], index=i, request_id=f"{prefix}{i}")
-                     for i in range(start, start + n))
+        return tuple(
+            dataclasses.replace(flags.dataset[i % len(flags.dataset)], index=i, request_id=f"{prefix}{i}")
+            for i in range(start, start + n)
+        )
     return tuple(make_requests(workload or flags.workload(), n, seed=flags.seed, start_index=start, id_prefix=prefix))
 
 
-def level_work(flags: WorkloadFlags, level: SweepLevel, *, warmup: bool, round_index: int = 0,
-               workload: Workload | None = None) -> LevelWork:
+def level_work(
+    flags: WorkloadFlags, level: SweepLevel, *, warmup: bool, round_index: int = 0, workload: Workload | None = None
+) -> LevelWork:
     """What a level's warmup (warmup=True) or one of its rounds sends."""
     n, start, prefix = level_ids(level, warmup=warmup, round_index=round_index)
     if flags.schedule:  # the whole trace at this level's speed; warmup: its first rows
@@ -93,8 +106,9 @@ def level_work(flags: WorkloadFlags, level: SweepLevel, *, warmup: bool, round_i
     if flags.ramp is not None and not warmup:
         return _ramp(flags, level, start, prefix)
     if flags.turns:
-        return _conversations(flags, n, start, prefix, seed=flags.seed + level.index,
-                              count_flag="--warmup" if warmup else "--requests")
+        return _conversations(
+            flags, n, start, prefix, seed=flags.seed + level.index, count_flag="--warmup" if warmup else "--requests"
+        )
     return LevelWork(specs=requests(flags, n, start, prefix, workload))
 
 
@@ -103,23 +117,34 @@ def _replay_ids(flags: WorkloadFlags, level: SweepLevel) -> dict[str, str]:
     _, w_start, w_prefix = level_ids(level, warmup=True)
     _, m_start, m_prefix = level_ids(level, warmup=False)
     nw = level.num_warmup
-    return {s.request_id: (f"{w_prefix}{w_start + k}" if k < nw else f"{m_prefix}{m_start + k - nw}")
-            for k, (_, s) in enumerate(flags.schedule)}
+    return {
+        s.request_id: (f"{w_prefix}{w_start + k}" if k < nw else f"{m_prefix}{m_start + k - nw}")
+        for k, (_, s) in enumerate(flags.schedule)
+    }
 
 
 def _replay(flags: WorkloadFlags, level: SweepLevel, warmup: bool, start: int, prefix: str) -> LevelWork:
     speed = float(level.value) / flags.trace_rate
-    rows = flags.schedule[:level.num_warmup] if warmup else flags.schedule[level.num_warmup:]
+    rows = flags.schedule[: level.num_warmup] if warmup else flags.schedule[level.num_warmup :]
     t0 = rows[0][0] if rows else 0.0
     # equal hash ids are equal token blocks within a level; each level's blocks are its own, so a faster replay
     # does not find the previous level's whole trace in a server's prefix cache
     ids = _replay_ids(flags, level)  # a session's child names its parent by the parent's id in this level
-    specs = tuple(dataclasses.replace(s, index=start + k, request_id=f"{prefix}{start + k}",
-                                      block_hashes=tuple(h * LEVEL_HASH_STRIDE + level.index for h in s.block_hashes),
-                                      parent_id=ids.get(s.parent_id) if s.parent_id is not None else None)
-                  for k, (_, s) in enumerate(rows))
-    return LevelWork(specs=specs, offsets=tuple((at - t0) / speed for at, _ in rows),
-                     start_s=(t0 - flags.schedule[0][0]) / speed if rows else 0.0)
+    specs = tuple(
+        dataclasses.replace(
+            s,
+            index=start + k,
+            request_id=f"{prefix}{start + k}",
+            block_hashes=tuple(h * LEVEL_HASH_STRIDE + level.index for h in s.block_hashes),
+            parent_id=ids.get(s.parent_id) if s.parent_id is not None else None,
+        )
+        for k, (_, s) in enumerate(rows)
+    )
+    return LevelWork(
+        specs=specs,
+        offsets=tuple((at - t0) / speed for at, _ in rows),
+        start_s=(t0 - flags.schedule[0][0]) / speed if rows else 0.0,
+    )
 
 
 def _ramp(flags: WorkloadFlags, level: SweepLevel, start: int, prefix: str) -> LevelWork:
@@ -127,27 +152,34 @@ def _ramp(flags: WorkloadFlags, level: SweepLevel, start: int, prefix: str) -> L
 
     ramp = flags.ramp
     if flags.dimension == KIND_CONCURRENCY:
-        return LevelWork(specs=requests(flags, level.num_requests or 0, start, prefix),
-                         users=tuple(concurrency_schedule(ramp)), duration_s=ramp.duration_s)
+        return LevelWork(
+            specs=requests(flags, level.num_requests or 0, start, prefix),
+            users=tuple(concurrency_schedule(ramp)),
+            duration_s=ramp.duration_s,
+        )
     times = ramp_arrival_times(ramp, seed=flags.seed)
     return LevelWork(specs=requests(flags, len(times), start, prefix), offsets=tuple(times), duration_s=ramp.duration_s)
 
 
-def _conversations(flags: WorkloadFlags, n: int, start: int, prefix: str, seed: int,
-                   count_flag: str = "--requests") -> LevelWork:
+def _conversations(
+    flags: WorkloadFlags, n: int, start: int, prefix: str, seed: int, count_flag: str = "--requests"
+) -> LevelWork:
     """C users' K-turn conversations (workload.multiturn): n turns, n / K conversations, their new-input and
     output lengths drawn from the lengths given; the prompts grow with the answers."""
     from kneecap.workload.multiturn import expected_turns, plan_conversations
 
     if n == 0:
         return LevelWork(specs=())
-    plan = plan_conversations(n, flags.turns, flags.input, flags.output, seed=seed, think_time_s=flags.think_time_s,
-                              count_flag=count_flag)
+    plan = plan_conversations(
+        n, flags.turns, flags.input, flags.output, seed=seed, think_time_s=flags.think_time_s, count_flag=count_flag
+    )
     convs = tuple(dataclasses.replace(c, conversation_id=f"{prefix}c{c.index}") for c in plan.conversations)
     # every turn as planned, in conversation order: a driver sends turn (conversation, k) as this spec's index and
     # request id, with the prompt the conversation has grown to by then
-    specs = tuple(dataclasses.replace(t.spec, index=start + k, request_id=f"{prefix}{start + k}")
-                  for k, t in enumerate(t for conv in convs for t in expected_turns(plan, conv)))
+    specs = tuple(
+        dataclasses.replace(t.spec, index=start + k, request_id=f"{prefix}{start + k}")
+        for k, t in enumerate(t for conv in convs for t in expected_turns(plan, conv))
+    )
     return LevelWork(specs=specs, conversations=convs, think_time_s=flags.think_time_s)
 
 

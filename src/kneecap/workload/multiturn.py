@@ -46,8 +46,16 @@ class MultiTurnPlan:
     think_time_s: float = 0.0
 
 
-def plan_conversations(requests: int, turns: int, new_input: LengthDist, output: LengthDist, *, seed: int = 0,
-                       think_time_s: float = 0.0, count_flag: str = "--requests") -> MultiTurnPlan:
+def plan_conversations(
+    requests: int,
+    turns: int,
+    new_input: LengthDist,
+    output: LengthDist,
+    *,
+    seed: int = 0,
+    think_time_s: float = 0.0,
+    count_flag: str = "--requests",
+) -> MultiTurnPlan:
     """requests // turns conversations of `turns` turns; lengths drawn from the distributions, seeded.
     count_flag: the flag that gave `requests` (--requests, or --warmup for a level's warmup), named in the error."""
     import numpy as np
@@ -55,16 +63,25 @@ def plan_conversations(requests: int, turns: int, new_input: LengthDist, output:
     if turns < 1:
         raise KneecapError(f"--turns must be >= 1, got {turns}", "pass e.g. --turns 3")
     if requests < turns or requests % turns:
-        raise KneecapError(f"{count_flag} {requests} is not a whole number of {turns}-turn conversations",
-                           f"{count_flag} counts turns: pass a multiple of {turns}, e.g. {max(1, requests // turns) * turns}")
+        raise KneecapError(
+            f"{count_flag} {requests} is not a whole number of {turns}-turn conversations",
+            f"{count_flag} counts turns: pass a multiple of {turns}, e.g. {max(1, requests // turns) * turns}",
+        )
     if think_time_s < 0:
         raise KneecapError(f"--think-time-s must be >= 0, got {think_time_s}", "pass e.g. --think-time-s 2")
     n = requests // turns
     rng = np.random.default_rng([seed, 4099])
     ins = new_input.sample(rng, n * turns).reshape(n, turns)
     outs = output.sample(rng, n * turns).reshape(n, turns)
-    convs = tuple(Conversation(conversation_id=f"c{i}", index=i, new_input_tokens=tuple(int(x) for x in ins[i]),
-                               output_tokens=tuple(int(x) for x in outs[i])) for i in range(n))
+    convs = tuple(
+        Conversation(
+            conversation_id=f"c{i}",
+            index=i,
+            new_input_tokens=tuple(int(x) for x in ins[i]),
+            output_tokens=tuple(int(x) for x in outs[i]),
+        )
+        for i in range(n)
+    )
     return MultiTurnPlan(conversations=convs, think_time_s=float(think_time_s))
 
 
@@ -77,9 +94,17 @@ def expected_turns(plan: MultiTurnPlan, conv: Conversation) -> list[TurnRequest]
     for turn in range(1, conv.turns + 1):
         prompt += conv.new_input_tokens[turn - 1]
         index = conv.index * conv.turns + (turn - 1)
-        spec = RequestSpec(index=index, request_id=f"r{index}", class_name=CLASS_NAME, input_tokens=prompt,
-                           output_tokens=conv.output_tokens[turn - 1], prefix_group=conv.index,
-                           prefix_tokens=max(0, prompt - 1), conversation_id=conv.conversation_id, turn=turn)
+        spec = RequestSpec(
+            index=index,
+            request_id=f"r{index}",
+            class_name=CLASS_NAME,
+            input_tokens=prompt,
+            output_tokens=conv.output_tokens[turn - 1],
+            prefix_group=conv.index,
+            prefix_tokens=max(0, prompt - 1),
+            conversation_id=conv.conversation_id,
+            turn=turn,
+        )
         out.append(TurnRequest(spec=spec, think_time_s=plan.think_time_s if turn > 1 else 0.0))
         prompt += conv.output_tokens[turn - 1]
     return out

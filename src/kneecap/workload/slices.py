@@ -29,8 +29,9 @@ class TimeSlice:
     records: tuple[RequestRecord, ...]
 
 
-def time_slices(records: Sequence[RequestRecord], slice_s: float, t0: float | None = None,
-                num_slices: int | None = None) -> list[TimeSlice]:
+def time_slices(
+    records: Sequence[RequestRecord], slice_s: float, t0: float | None = None, num_slices: int | None = None
+) -> list[TimeSlice]:
     """Records cut into [t0 + k*slice_s, t0 + (k+1)*slice_s) by sent_at (t0: the first sent_at).
 
     Records never sent (sent_at None) are left out. Empty slices inside the run are kept, so
@@ -49,12 +50,20 @@ def time_slices(records: Sequence[RequestRecord], slice_s: float, t0: float | No
         k = int(math.floor((r.sent_at - start) / slice_s))
         if 0 <= k < n:
             buckets[k].append(r)
-    return [TimeSlice(index=k, start_s=start + k * slice_s, end_s=start + (k + 1) * slice_s, records=tuple(b))
-            for k, b in enumerate(buckets)]
+    return [
+        TimeSlice(index=k, start_s=start + k * slice_s, end_s=start + (k + 1) * slice_s, records=tuple(b))
+        for k, b in enumerate(buckets)
+    ]
 
 
-def slice_metrics(records: Sequence[RequestRecord], slice_s: float, *, ramp: Ramp | None = None,
-                  t0: float | None = None, num_slices: int | None = None) -> list[dict]:
+def slice_metrics(
+    records: Sequence[RequestRecord],
+    slice_s: float,
+    *,
+    ramp: Ramp | None = None,
+    t0: float | None = None,
+    num_slices: int | None = None,
+) -> list[dict]:
     """One summarize_level summary per time slice (duration = the slice), with the ramp's load at its middle.
 
     Each entry: {index, start_s, end_s, load, summary}. load is ramp.value_at(middle - t0) when a
@@ -69,8 +78,15 @@ def slice_metrics(records: Sequence[RequestRecord], slice_s: float, *, ramp: Ram
     for s in slices:
         mid = (s.start_s + s.end_s) / 2 - origin
         summary = summarize_level(s.records, duration_s=slice_s) if s.records else None
-        out.append({"index": s.index, "start_s": s.start_s, "end_s": s.end_s,
-                    "load": ramp.value_at(mid) if ramp is not None else None, "summary": summary})
+        out.append(
+            {
+                "index": s.index,
+                "start_s": s.start_s,
+                "end_s": s.end_s,
+                "load": ramp.value_at(mid) if ramp is not None else None,
+                "summary": summary,
+            }
+        )
     return out
 
 
@@ -91,17 +107,30 @@ def check_until_stable(fraction: float | None, window_s: float, *, closed_durati
     if fraction is None:
         return
     if not 0 < fraction < 1:
-        raise KneecapError(f"--until-stable must be a fraction between 0 and 1, got {fraction}",
-                           "pass e.g. --until-stable 0.05 (p99s within 5% over the last 3 windows)")
+        raise KneecapError(
+            f"--until-stable must be a fraction between 0 and 1, got {fraction}",
+            "pass e.g. --until-stable 0.05 (p99s within 5% over the last 3 windows)",
+        )
     if not closed_duration:
-        raise KneecapError("--until-stable ends a closed-loop --duration level early",
-                           f"pass --concurrency C --duration S (the longest a level runs), without {without}")
+        raise KneecapError(
+            "--until-stable ends a closed-loop --duration level early",
+            f"pass --concurrency C --duration S (the longest a level runs), without {without}",
+        )
     if not (window_s > 0 and math.isfinite(window_s)):
-        raise KneecapError(f"--stable-window-s must be a finite number > 0, got {window_s}", "pass e.g. --stable-window-s 10")
+        raise KneecapError(
+            f"--stable-window-s must be a finite number > 0, got {window_s}", "pass e.g. --stable-window-s 10"
+        )
 
 
-def p99_stable(records: Sequence[RequestRecord], window_s: float, *, windows: int = 3, rel_tol: float = 0.05,
-               min_samples: int = 50, now_s: float | None = None) -> StableP99:
+def p99_stable(
+    records: Sequence[RequestRecord],
+    window_s: float,
+    *,
+    windows: int = 3,
+    rel_tol: float = 0.05,
+    min_samples: int = 50,
+    now_s: float | None = None,
+) -> StableP99:
     """Has the level's p99 TTFT and ITL settled?
 
     Estimates are taken at the ends of the last windows + 1 whole windows since the first send
@@ -111,10 +140,14 @@ def p99_stable(records: Sequence[RequestRecord], window_s: float, *, windows: in
     for both TTFT and ITL, and every compared estimate had >= min_samples samples.
     """
     if not window_s > 0 or windows < 1 or not 0 < rel_tol < 1 or min_samples < 1:
-        raise KneecapError("stable-p99 needs window_s > 0, windows >= 1, 0 < rel_tol < 1 and min_samples >= 1",
-                           "e.g. window_s=10, windows=3, rel_tol=0.05, min_samples=50")
-    done = sorted((r for r in records if r.ok and not r.warmup and r.end_at is not None and r.sent_at is not None),
-                  key=lambda r: r.end_at)
+        raise KneecapError(
+            "stable-p99 needs window_s > 0, windows >= 1, 0 < rel_tol < 1 and min_samples >= 1",
+            "e.g. window_s=10, windows=3, rel_tol=0.05, min_samples=50",
+        )
+    done = sorted(
+        (r for r in records if r.ok and not r.warmup and r.end_at is not None and r.sent_at is not None),
+        key=lambda r: r.end_at,
+    )
     if not done:
         return StableP99(False, "no completed request yet", (), (), ())
     t0 = min(r.sent_at for r in done)
@@ -125,8 +158,10 @@ def p99_stable(records: Sequence[RequestRecord], window_s: float, *, windows: in
 
     from kneecap.metrics.token_gaps import token_gaps
 
-    ttft_ms = np.array([(r.first_token_at - r.sent_at) * MS_PER_S if r.first_token_at is not None else np.nan
-                        for r in done], dtype=np.float64)
+    ttft_ms = np.array(
+        [(r.first_token_at - r.sent_at) * MS_PER_S if r.first_token_at is not None else np.nan for r in done],
+        dtype=np.float64,
+    )
     end_times = np.array([r.end_at for r in done], dtype=np.float64)  # sorted: done is ordered by end_at
     ttft: list[float | None] = []
     itl: list[float | None] = []
@@ -136,13 +171,14 @@ def p99_stable(records: Sequence[RequestRecord], window_s: float, *, windows: in
         t = t[~np.isnan(t)]
         ttft.append(distribution(t)["p99"] if t.size >= min_samples else None)
         g = token_gaps(done[:m])  # the same per-token ITL as summarize_level
-        itl.append(weighted_distribution(g.itl_ms, g.itl_weights)["p99"] if int(g.itl_weights.sum()) >= min_samples
-                   else None)
+        itl.append(
+            weighted_distribution(g.itl_ms, g.itl_weights)["p99"] if int(g.itl_weights.sum()) >= min_samples else None
+        )
     verdict = StableP99(False, "", ends, tuple(ttft), tuple(itl))
     if count < windows + 1:
         return replace(verdict, why=f"{count} whole windows of {window_s:g} s so far, {windows + 1} needed")
     for name, series in (("TTFT", ttft), ("ITL", itl)):
-        tail = series[-(windows + 1):]
+        tail = series[-(windows + 1) :]
         if any(v is None for v in tail):
             return replace(verdict, why=f"fewer than {min_samples} {name} samples in a compared window")
         for prev, cur in zip(tail, tail[1:]):
@@ -155,19 +191,31 @@ def p99_stable(records: Sequence[RequestRecord], window_s: float, *, windows: in
 RAMP_SLICES = 10  # a ramp's metrics in this many equal time slices
 
 
-def ramp_slices(records: Sequence[RequestRecord], ramp: Ramp, *, dimension: str = "rate",
-                t0: float | None = None) -> list[dict]:
+def ramp_slices(
+    records: Sequence[RequestRecord], ramp: Ramp, *, dimension: str = "rate", t0: float | None = None
+) -> list[dict]:
     """A ramp's level cut into RAMP_SLICES slices by send time: the target load at each slice's middle
     (target_rate in requests/s, or target_concurrency in streams) and what the slice's requests saw.
     The rows summary.json's level carries under `slices`, for simulate and bench alike."""
     key = "target_rate" if dimension == "rate" else "target_concurrency"
     rows = []
-    for row in slice_metrics([r for r in records if not r.warmup], ramp.duration_s / RAMP_SLICES, ramp=ramp, t0=t0,
-                             num_slices=RAMP_SLICES):
+    for row in slice_metrics(
+        [r for r in records if not r.warmup], ramp.duration_s / RAMP_SLICES, ramp=ramp, t0=t0, num_slices=RAMP_SLICES
+    ):
         # exactly RAMP_SLICES rows: an empty last slice is a row with 0 requests; a request whose send stamp fell a
         # hair after the ramp's end is not the ramp's
         s = row["summary"] or {}
-        rows.append({"index": row["index"], "start_s": row["start_s"], "end_s": row["end_s"],
-                     key: row["load"], "requests": s.get("requests", 0), "completed": s.get("completed", 0),
-                     "output_tok_s": s.get("output_tok_s"), "ttft_ms": s.get("ttft_ms"), "itl_ms": s.get("itl_ms")})
+        rows.append(
+            {
+                "index": row["index"],
+                "start_s": row["start_s"],
+                "end_s": row["end_s"],
+                key: row["load"],
+                "requests": s.get("requests", 0),
+                "completed": s.get("completed", 0),
+                "output_tok_s": s.get("output_tok_s"),
+                "ttft_ms": s.get("ttft_ms"),
+                "itl_ms": s.get("itl_ms"),
+            }
+        )
     return rows

@@ -71,8 +71,10 @@ class Trace:
 
 def _whole(value: object, what: str, where: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < minimum:
-        raise KneecapError(f"{where}: {what} must be a whole number >= {minimum}, got {value!r}",
-                           "fix or remove that line of the trace")
+        raise KneecapError(
+            f"{where}: {what} must be a whole number >= {minimum}, got {value!r}",
+            "fix or remove that line of the trace",
+        )
     return int(value)
 
 
@@ -88,24 +90,35 @@ def parse_mooncake(text: str, source: str = "trace") -> Trace:
         try:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError:
-            raise KneecapError(f"{where} is not valid JSON",
-                               'each line must be {"timestamp": ms, "input_length": n, "output_length": n, "hash_ids": [...]}') from None
+            raise KneecapError(
+                f"{where} is not valid JSON",
+                'each line must be {"timestamp": ms, "input_length": n, "output_length": n, "hash_ids": [...]}',
+            ) from None
         missing = [k for k in MOONCAKE_KEYS if not isinstance(obj, dict) or k not in obj]
         if missing:
-            raise KneecapError(f"{where} lacks {', '.join(missing)}",
-                               "a Mooncake trace line needs timestamp (ms), input_length and output_length")
+            raise KneecapError(
+                f"{where} lacks {', '.join(missing)}",
+                "a Mooncake trace line needs timestamp (ms), input_length and output_length",
+            )
         ts = obj["timestamp"]
         if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts < 0:
             raise KneecapError(f"{where}: timestamp must be a number of milliseconds >= 0, got {ts!r}", "fix that line")
         hash_ids = obj.get("hash_ids")
         if hash_ids is not None:
-            if not isinstance(hash_ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hash_ids):
+            if not isinstance(hash_ids, list) or not all(
+                isinstance(h, int) and not isinstance(h, bool) for h in hash_ids
+            ):
                 raise KneecapError(f"{where}: hash_ids must be a list of integers", "fix that line")
             hash_ids = tuple(hash_ids)
-        rows.append(TraceRow(line=lineno, timestamp_s=float(ts) / 1000.0,
-                             input_tokens=_whole(obj["input_length"], "input_length", where, 1),
-                             output_tokens=_whole(obj["output_length"], "output_length", where, 1),
-                             hash_ids=hash_ids))
+        rows.append(
+            TraceRow(
+                line=lineno,
+                timestamp_s=float(ts) / 1000.0,
+                input_tokens=_whole(obj["input_length"], "input_length", where, 1),
+                output_tokens=_whole(obj["output_length"], "output_length", where, 1),
+                hash_ids=hash_ids,
+            )
+        )
     if not rows:
         raise KneecapError(f"trace {source} holds no requests", "pass a Mooncake JSONL trace with one request a line")
     return Trace(source=source, format="mooncake", rows=tuple(rows))
@@ -125,13 +138,18 @@ def parse_bailian(text: str, source: str = "trace") -> Trace:
         try:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError:
-            raise KneecapError(f"{where} is not valid JSON", 'each line must be {"chat_id": n, "parent_chat_id": n '
-                               'or -1, "timestamp": s, "input_length": n, "output_length": n, "hash_ids": [...]}') from None
+            raise KneecapError(
+                f"{where} is not valid JSON",
+                'each line must be {"chat_id": n, "parent_chat_id": n '
+                'or -1, "timestamp": s, "input_length": n, "output_length": n, "hash_ids": [...]}',
+            ) from None
         missing = [k for k in BAILIAN_KEYS if not isinstance(obj, dict) or k not in obj]
         if missing:
-            raise KneecapError(f"{where} lacks {', '.join(missing)}",
-                               "a Qwen-Bailian trace line needs chat_id, parent_chat_id, timestamp (s), input_length "
-                               "and output_length")
+            raise KneecapError(
+                f"{where} lacks {', '.join(missing)}",
+                "a Qwen-Bailian trace line needs chat_id, parent_chat_id, timestamp (s), input_length "
+                "and output_length",
+            )
         ts = obj["timestamp"]
         if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts < 0:
             raise KneecapError(f"{where}: timestamp must be a number of seconds >= 0, got {ts!r}", "fix that line")
@@ -143,15 +161,26 @@ def parse_bailian(text: str, source: str = "trace") -> Trace:
         parent = None if parent == -1 else _whole(parent, "parent_chat_id", where, 0)
         hash_ids = obj.get("hash_ids")
         if hash_ids is not None:
-            if not isinstance(hash_ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hash_ids):
+            if not isinstance(hash_ids, list) or not all(
+                isinstance(h, int) and not isinstance(h, bool) for h in hash_ids
+            ):
                 raise KneecapError(f"{where}: hash_ids must be a list of integers", "fix that line")
             hash_ids = tuple(hash_ids)
-        rows.append(TraceRow(line=lineno, timestamp_s=float(ts),
-                             input_tokens=_whole(obj["input_length"], "input_length", where, 1),
-                             output_tokens=_whole(obj["output_length"], "output_length", where, 1),
-                             hash_ids=hash_ids, chat_id=chat, parent_chat_id=parent))
+        rows.append(
+            TraceRow(
+                line=lineno,
+                timestamp_s=float(ts),
+                input_tokens=_whole(obj["input_length"], "input_length", where, 1),
+                output_tokens=_whole(obj["output_length"], "output_length", where, 1),
+                hash_ids=hash_ids,
+                chat_id=chat,
+                parent_chat_id=parent,
+            )
+        )
     if not rows:
-        raise KneecapError(f"trace {source} holds no requests", "pass a Qwen-Bailian JSONL trace with one request a line")
+        raise KneecapError(
+            f"trace {source} holds no requests", "pass a Qwen-Bailian JSONL trace with one request a line"
+        )
     return Trace(source=source, format="bailian", rows=tuple(rows))
 
 
@@ -170,8 +199,10 @@ def parse_burstgpt(text: str, source: str = "trace") -> Trace:
     need = ("Timestamp", "Request tokens", "Response tokens")
     missing = [n for n in need if n not in col]
     if missing:
-        raise KneecapError(f"trace {source} has no {', '.join(missing)} column",
-                           f"a BurstGPT CSV starts with the header {','.join(BURSTGPT_COLUMNS)}")
+        raise KneecapError(
+            f"trace {source} has no {', '.join(missing)} column",
+            f"a BurstGPT CSV starts with the header {','.join(BURSTGPT_COLUMNS)}",
+        )
     rows: list[TraceRow] = []
     failed: list[int] = []
     for lineno, fields in enumerate(reader, 2):
@@ -185,15 +216,22 @@ def parse_burstgpt(text: str, source: str = "trace") -> Trace:
             isl = float(fields[col["Request tokens"]])
             osl = float(fields[col["Response tokens"]])
         except ValueError:
-            raise KneecapError(f"{where}: Timestamp, Request tokens and Response tokens must be numbers",
-                               "fix that line") from None
+            raise KneecapError(
+                f"{where}: Timestamp, Request tokens and Response tokens must be numbers", "fix that line"
+            ) from None
         if ts < 0:
             raise KneecapError(f"{where}: Timestamp must be >= 0 seconds, got {ts}", "fix that line")
         if osl == 0:
             failed.append(lineno)
             continue
-        rows.append(TraceRow(line=lineno, timestamp_s=ts, input_tokens=_whole(isl, "Request tokens", where, 1),
-                             output_tokens=_whole(osl, "Response tokens", where, 1)))
+        rows.append(
+            TraceRow(
+                line=lineno,
+                timestamp_s=ts,
+                input_tokens=_whole(isl, "Request tokens", where, 1),
+                output_tokens=_whole(osl, "Response tokens", where, 1),
+            )
+        )
     if not rows:
         raise KneecapError(f"trace {source} holds no replayable requests", "pass a BurstGPT CSV with data rows")
     return Trace(source=source, format="burstgpt", rows=tuple(rows), failed_rows=tuple(failed))
@@ -213,8 +251,10 @@ def read_trace(path: str | Path) -> Trace:
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise KneecapError(f"cannot read trace {p}: {getattr(exc, 'strerror', None) or exc}",
-                           "pass an existing Mooncake .jsonl or BurstGPT .csv file") from None
+        raise KneecapError(
+            f"cannot read trace {p}: {getattr(exc, 'strerror', None) or exc}",
+            "pass an existing Mooncake .jsonl or BurstGPT .csv file",
+        ) from None
     return parse_trace(text, str(p))
 
 
@@ -239,8 +279,9 @@ def _lines_text(lines: Sequence[int], limit: int = 5) -> str:
     return shown + (f" and {len(lines) - limit} more" if len(lines) > limit else "")
 
 
-def plan_replay(trace: Trace, *, replay_speed: float = 1.0, max_context_tokens: int | None = None,
-                skip_too_long: bool = False) -> Replay:
+def plan_replay(
+    trace: Trace, *, replay_speed: float = 1.0, max_context_tokens: int | None = None, skip_too_long: bool = False
+) -> Replay:
     """Timed requests from a trace: send offset = (timestamp - first timestamp) / replay_speed.
 
     Rows are sent in timestamp order (stable for equal timestamps). A row whose input + output
@@ -248,7 +289,9 @@ def plan_replay(trace: Trace, *, replay_speed: float = 1.0, max_context_tokens: 
     sent, unless skip_too_long, which drops them and lists them in too_long_lines.
     """
     if not replay_speed > 0:
-        raise KneecapError(f"replay speed must be positive, got {replay_speed!r}", "pass e.g. --replay-speed 2 (twice as fast)")
+        raise KneecapError(
+            f"replay speed must be positive, got {replay_speed!r}", "pass e.g. --replay-speed 2 (twice as fast)"
+        )
     rows = sorted(trace.rows, key=lambda r: r.timestamp_s)
     too_long: list[int] = []
     if max_context_tokens is not None:
@@ -257,19 +300,28 @@ def plan_replay(trace: Trace, *, replay_speed: float = 1.0, max_context_tokens: 
             raise KneecapError(
                 f"{len(too_long)} of {len(rows)} trace rows exceed the {max_context_tokens}-token context "
                 f"(input + output), lines {_lines_text(too_long)} of {trace.source}",
-                "skip them (skip_too_long / --skip-too-long) or serve with a longer context")
+                "skip them (skip_too_long / --skip-too-long) or serve with a longer context",
+            )
         bad = set(too_long)
         rows = [r for r in rows if r.line not in bad]
     if not rows:
-        raise KneecapError(f"no request of trace {trace.source} is left to replay", "check the filters and the context length")
+        raise KneecapError(
+            f"no request of trace {trace.source} is left to replay", "check the filters and the context length"
+        )
     t0 = rows[0].timestamp_s
     out = []
     ids = {r.chat_id: f"t{i}" for i, r in enumerate(rows) if r.chat_id is not None}
     for i, r in enumerate(rows):
-        spec = RequestSpec(index=i, request_id=f"t{i}", class_name=trace.format,
-                           input_tokens=r.input_tokens, output_tokens=r.output_tokens,
-                           block_hashes=tuple(r.hash_ids or ()), block_tokens=trace.block_tokens,
-                           parent_id=ids.get(r.parent_chat_id))  # a parent outside the replay: a root
+        spec = RequestSpec(
+            index=i,
+            request_id=f"t{i}",
+            class_name=trace.format,
+            input_tokens=r.input_tokens,
+            output_tokens=r.output_tokens,
+            block_hashes=tuple(r.hash_ids or ()),
+            block_tokens=trace.block_tokens,
+            parent_id=ids.get(r.parent_chat_id),
+        )  # a parent outside the replay: a root
         out.append(TimedRequest(spec=spec, send_at_s=(r.timestamp_s - t0) / replay_speed))
     return Replay(requests=tuple(out), too_long_lines=tuple(too_long))
 
