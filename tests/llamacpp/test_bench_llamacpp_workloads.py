@@ -184,7 +184,7 @@ def test_find_max_on_llamacpp_answers_a_load_that_met_the_slo(llamacpp, cli, tmp
     assert m["value"] is not None and by_load[m["value"]]["ttft_ms"]["p50"] <= budget_ms
     if m["failed_at"] is not None:  # the next step up failed it, and says why
         assert m["value"] < m["failed_at"] and by_load[m["failed_at"]]["ttft_ms"]["p50"] > budget_ms
-        assert m["failed_because"].startswith("ttft_p50_ms")
+        assert "ttft_p50_ms" in m["failed_because"]  # (after the level's steady-state verdict, when it has one)
 
 
 def test_replay_on_llamacpp_equal_hash_ids_are_prefix_cache_hits(llamacpp, cli, tmp_path):

@@ -434,6 +434,8 @@ def simulate(
             f"context of {plan.context}",
             f"pass --context {total} or shorter lengths",
         )
+    if engine_version is not None and not engine_version.strip():
+        raise KneecapError("--engine-version '' names no release", "pass e.g. --engine-version 0.17.0, or leave it out")
     sim = from_plan(
         plan,
         defaults=engine_defaults,
