@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kneecap.cli.demo import start_server, stop_server
+from kneecap.cli.serve_process import start_server, stop_server
 
 DATA = Path(__file__).resolve().parents[1] / "workload" / "data"
 SERVER_ARGS = ["--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--context", "8192"]

@@ -215,7 +215,7 @@ def test_cli_round_trip_simulate_calibrate_simulate(cli, tmp_path):
 def test_serve_uses_the_calibration(tmp_path):
     import urllib.request
 
-    from kneecap.cli.demo import start_server, stop_server
+    from kneecap.cli.serve_process import start_server, stop_server
 
     calib = tmp_path / "calib.json"
     calib.write_text(

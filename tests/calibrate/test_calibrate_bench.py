@@ -44,7 +44,7 @@ SHAPES = {
 @pytest.fixture(scope="module")
 def served_sweeps(tmp_path_factory):
     """Both bench shapes against one `kneecap serve` at the SERVED constants: {shape: summary.json}."""
-    from kneecap.cli.demo import start_server, stop_server
+    from kneecap.cli.serve_process import start_server, stop_server
 
     pairs = ",".join(f"{k}={v}" for k, v in SERVED.items())
     proc, url = start_server([*FLAGS, "--calibration", pairs])
@@ -97,7 +97,7 @@ def test_calibrate_returns_the_served_rate_factors_through_http(tmp_path):
     time (a rate sweep, 2 and 8 req/s), then `kneecap calibrate --fit mfu,bw_efficiency` on that summary returns both
     within 5% (one run on 2 shared cores: 0.689 and 0.851, rms log error 0.018; the overhead is the served default on
     both sides)."""
-    from kneecap.cli.demo import start_server, stop_server
+    from kneecap.cli.serve_process import start_server, stop_server
 
     truth = {"mfu": 0.7, "bw_efficiency": 0.85}
     proc, url = start_server([*FLAGS, "--calibration", ",".join(f"{k}={v}" for k, v in truth.items())])

@@ -37,7 +37,7 @@ def _plan(tmp_path, url: str, *, keepalive: str = "auto") -> str:
 @pytest.fixture(scope="module")
 def serve_url():
     """`kneecap serve` on the simulated engine: it serves /metrics as vLLM does."""
-    from kneecap.cli.demo import start_server, stop_server
+    from kneecap.cli.serve_process import start_server, stop_server
 
     proc, url = start_server(["--preset", "llama-3.1-8b", "--gpu", "h100-sxm"])
     try:

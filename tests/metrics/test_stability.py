@@ -136,7 +136,7 @@ def test_simulate_marks_a_rate_the_engine_cannot_serve_over_capacity_and_a_light
 
 
 def test_bench_against_kneecap_serve_past_its_capacity_says_over_capacity(cli, tmp_path):
-    from kneecap.cli.demo import start_server, stop_server
+    from kneecap.cli.serve_process import start_server, stop_server
 
     # two sequences at a time of 100 + 20 tokens: about a dozen requests per second; 150 req/s is far past it
     proc, url = start_server(

@@ -246,7 +246,7 @@ def test_the_run_plan_rejects_a_quantized_deployment_whose_answers_fail(traced, 
     which answers no question about France), is rejected at the behaviour gate before any load is sent."""
     import yaml
 
-    from kneecap.cli.demo import start_server, stop_server
+    from kneecap.cli.serve_process import start_server, stop_server
 
     tmp, doc, _, _ = traced
     c = next(c for c in doc["candidates"] if c["needs_behaviour_gate"])

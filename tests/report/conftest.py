@@ -85,7 +85,7 @@ def plan_file(tmp_path, real_worked_plan) -> Path:
 @pytest.fixture(scope="session")
 def hostile_server():
     """`kneecap serve` whose served model name holds markup, with a small KV pool and a 512-token context."""
-    from kneecap.cli.demo import start_server, stop_server
+    from kneecap.cli.serve_process import start_server, stop_server
 
     proc, url = start_server(HOSTILE_SERVE_ARGS)
     try:
@@ -310,7 +310,7 @@ def real_plan(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def simulated_server():
     """`kneecap serve` on a free loopback port, stopped by its PID at the end of the session."""
-    from kneecap.cli.demo import start_server, stop_server
+    from kneecap.cli.serve_process import start_server, stop_server
 
     proc, url = start_server(["--preset", "llama-3.1-8b", "--gpu", "h100-sxm"])
     try:

@@ -11,7 +11,7 @@ import urllib.request
 import aiohttp
 import pytest
 
-from kneecap.cli.demo import start_server, stop_server
+from kneecap.cli.serve_process import start_server, stop_server
 from kneecap.client.server_metrics import parse_prometheus, sample_from_text
 from kneecap.serve.pseudo_tokens import filler_text
 

@@ -46,7 +46,7 @@ def test_shared_prompts_hit_the_served_cache(tmp_path):
     import json
     import urllib.request
 
-    from kneecap.cli.demo import start_server, stop_server
+    from kneecap.cli.serve_process import start_server, stop_server
     from kneecap.client.server_metrics import parse_prometheus
 
     proc, url = start_server(["--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--context", "4096"])

@@ -14,7 +14,7 @@ SPEC = ["--spec-method", "eagle", "--spec-tokens", "3", "--spec-acceptance", "0.
 
 @pytest.fixture(scope="module")
 def spec_server():
-    from kneecap.cli.demo import start_server, stop_server
+    from kneecap.cli.serve_process import start_server, stop_server
 
     proc, url = start_server(["--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--time-scale", "0.2", *SPEC])
     yield url

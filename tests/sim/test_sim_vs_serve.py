@@ -20,7 +20,7 @@ import math
 
 import pytest
 
-from kneecap.cli.demo import start_server, stop_server
+from kneecap.cli.serve_process import start_server, stop_server
 
 ARGS = ["--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--context", "8192"]
 TIME_SCALE = 8.0  # wall seconds per simulated second on the server

@@ -89,7 +89,7 @@ def test_simulate_export_br(tmp_path):
 
 @pytest.fixture(scope="module")
 def kneecap_server():
-    from kneecap.cli.demo import start_server, stop_server
+    from kneecap.cli.serve_process import start_server, stop_server
 
     proc, url = start_server(["--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--time-scale", "0.05"])
     yield url

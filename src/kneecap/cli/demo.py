@@ -19,7 +19,7 @@ from typing import Optional
 import typer
 
 from kneecap.cli.app import app, results_folder, stdout_console
-from kneecap.cli.serve_process import start_server, stop_server  # noqa: F401 (tests and bench/ start servers here)
+from kneecap.cli.serve_process import start_server, stop_server
 from kneecap.errors import KneecapError
 
 STREAMS_PER_CORE = 32  # the highest default level: streams per CPU core of the machine the demo runs on
