@@ -129,7 +129,8 @@ def _simulate(v: dict) -> None:
     isl, isl_dist = length_flag("--isl", v["isl"], DEFAULT_LENGTH)
     osl, osl_dist = length_flag("--osl", v["osl"], DEFAULT_LENGTH)
     longest = _longest("--isl", isl, isl_dist) + _longest("--osl", osl, osl_dist)
-    plan, _ = plan_deployment(_request(v))
+    # simulate's --engine-version is the simulated engine's release (--engine-defaults), not a plan --engine's
+    plan, _ = plan_deployment(_request({**v, "engine_version": None}))
     opts = SimulateOptions(
         kind=kind,
         levels=tuple(values),
@@ -147,6 +148,9 @@ def _simulate(v: dict) -> None:
     )
     if longest > plan.context:
         raise KneecapError("--isl + --osl exceed the context", "")
+    from kneecap.sim.config import check_release
+
+    check_release(v["engine_version"])
     from_plan(
         plan,
         defaults=v["engine_defaults"],

@@ -339,6 +339,7 @@ def simulate(
     from kneecap.results import ResultsDir, current_argv
     from kneecap.sim.level_driver import SimulateOptions, VirtualTimeDriver
     from kneecap.sim.setup import from_plan
+    from kneecap.sim.config import check_release
     from kneecap.sim.step_params import parse_step_params
     from kneecap.workload import parse_levels
     from kneecap.workload.datasets import dataset_flag
@@ -434,8 +435,7 @@ def simulate(
             f"context of {plan.context}",
             f"pass --context {total} or shorter lengths",
         )
-    if engine_version is not None and not engine_version.strip():
-        raise KneecapError("--engine-version '' names no release", "pass e.g. --engine-version 0.17.0, or leave it out")
+    check_release(engine_version)
     sim = from_plan(
         plan,
         defaults=engine_defaults,

@@ -275,6 +275,19 @@ def vllm_is_v0(version: str | None) -> bool:
     return release is not None and release < (0, 8)
 
 
+def check_release(version: str | None) -> None:
+    """A KneecapError unless `version` names an engine release as --engine-version takes it (plan and simulate alike):
+    MAJOR.MINOR[.PATCH], an optional leading "v" ("0.17.0", "v0.23.0"), or vLLM's "V0" engine; None (not given) is
+    fine."""
+    if version is None or re.match(r"v0(?![.\d])", version.strip(), re.IGNORECASE):
+        return
+    parts = version.strip().lstrip("vV").split(".")
+    if not version.strip() or not all(p.isdigit() for p in parts):
+        raise KneecapError(
+            f"bad engine version {version!r}: not a release", "pass it as MAJOR.MINOR, e.g. --engine-version 0.17.0"
+        )
+
+
 def vllm_async_by_default(version: str | None) -> bool:
     """True for a vLLM release that schedules asynchronously by default (0.14 and later): "0.17.0"; False for None."""
     release = None if not version or vllm_is_v0(version) else _vllm_release(version)
