@@ -266,3 +266,14 @@ def test_end_to_end_on_a_real_simulate_folder(cli, tmp_path):
     md = to_markdown(doc)
     assert "SIMULATED" in md and "gqa-70b on mi300x" in md
     assert "| SLO | ttft_p99_ms=3000 |" in md  # recovered from the recorded command line
+
+
+def test_the_reports_of_several_workers_give_each_reason_once_with_its_worst_figure():
+    from kneecap.report.levels import suspect_reason
+
+    per_worker = [
+        {"loop_lag_p99_ms": lag, "suspect_reasons": [f"event-loop lag p99 {lag} ms > 5 ms"]} for lag in (7.8, 11.9, 6.1)
+    ]
+    per_worker[1]["suspect_reasons"].append("client CPU 97% of a core > 90%")
+    text = suspect_reason({"suspect": True, "client": {"per_worker": per_worker}})
+    assert text == "event-loop lag p99 11.9 ms > 5 ms (the worst of 3 reports); client CPU 97% of a core > 90%"

@@ -6,6 +6,8 @@ Tolerant by design: keys another driver version may not write are optional, neve
 
 from __future__ import annotations
 
+import re
+
 from kneecap.report.numbers import is_number, load_label, load_text
 from kneecap.report.plots import LoadPoint
 
@@ -71,15 +73,28 @@ def client_stats(level: dict) -> dict:
     workers = [w for w in client.get("per_worker") or [] if isinstance(w, dict)]
     if not workers:
         return client
-    merged: dict = {"workers": len(workers), "suspect_reasons": []}
+    merged: dict = {"workers": len(workers)}
     for w in workers:
         for key, value in w.items():
             if is_number(value):
                 merged[key] = max(merged.get(key, value), value)
-        for reason in w.get("suspect_reasons") or []:
-            if reason not in merged["suspect_reasons"]:
-                merged["suspect_reasons"].append(reason)
+    merged["suspect_reasons"] = worst_reasons([str(r) for w in workers for r in w.get("suspect_reasons") or []])
     return merged
+
+
+def worst_reasons(reasons: list[str]) -> list[str]:
+    """One reason per kind ("event-loop lag p99 ...", "client CPU ..."), the worst figure of each, and how many
+    of the reports gave it: the reports of several workers or rounds say the same thing with their own numbers."""
+    by_kind: dict[str, list[tuple[float, str]]] = {}
+    for reason in reasons:
+        number = re.search(r"(?<![A-Za-z\d.])\d[\d,]*\.?\d*", reason)  # a figure, not "p99"
+        kind = reason[: number.start()] if number else reason
+        by_kind.setdefault(kind, []).append((float(number.group().replace(",", "")) if number else 0.0, reason))
+    out = []
+    for seen in by_kind.values():
+        worst = max(seen)[1]
+        out.append(worst if len(seen) == 1 else f"{worst} (the worst of {len(seen)} reports)")
+    return out
 
 
 def suspect_reason(level: dict) -> str:
