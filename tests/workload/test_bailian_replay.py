@@ -30,8 +30,8 @@ def test_sessions_parse_with_their_parents_and_16_token_blocks():
     by_id = {r.spec.request_id: r for r in replay.requests}
     for child, parent in _parents().items():
         spec = replay.requests[child].spec
-        assert spec.parent_id == replay.requests[parent].spec.request_id
-        assert by_id[spec.parent_id].send_at_s <= replay.requests[child].send_at_s
+        assert spec.after_ids == (replay.requests[parent].spec.request_id,)
+        assert by_id[spec.after_ids[0]].send_at_s <= replay.requests[child].send_at_s
     fan_out = [c for c, p in _parents().items() if list(_parents().values()).count(p) == 3]
     assert len(fan_out) == 3  # the agent's three sub-agent calls
 

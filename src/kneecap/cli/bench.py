@@ -77,7 +77,7 @@ def bench(
     replay: Optional[str] = typer.Option(
         None,
         "--replay",
-        help="replay a trace: Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids) or a BurstGPT CSV; requests sent at the trace's times, equal hash ids sent as equal token blocks so the server's prefix cache sees the reuse",
+        help="a trace to replay: Mooncake or Qwen-Bailian JSONL, a BurstGPT CSV, or a Weka agentic conversation (.json, or a folder of them); requests at the trace's times, a session's next request after the answers it waits for, equal hash ids sent as equal token blocks so the prefix cache sees the reuse (docs/traces.md)",
     ),
     replay_speed: Optional[str] = typer.Option(
         None,

@@ -158,7 +158,7 @@ def recommend_cmd(
     replay: Optional[str] = typer.Option(
         None,
         "--replay",
-        help="a trace as the workload (Mooncake JSONL or BurstGPT CSV) instead of --isl/--osl/--classes and --rate: lengths drawn from the trace's own, at its mean arrival rate x --replay-speed; the confirming bench run replays the trace",
+        help="a trace as the workload (Mooncake or Qwen-Bailian JSONL, BurstGPT CSV, Weka agentic JSON) instead of --isl/--osl/--classes and --rate: lengths drawn from the trace's own, at its mean arrival rate x --replay-speed; the confirming bench run replays the trace",
     ),
     replay_speed: Optional[float] = typer.Option(
         None,

@@ -245,7 +245,7 @@ def simulate(
     replay: Optional[str] = typer.Option(
         None,
         "--replay",
-        help="Replay a trace: Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids) or a BurstGPT-style CSV; requests at the trace's times, equal hash ids sharing prefix-cache blocks",
+        help="A trace to replay: Mooncake or Qwen-Bailian JSONL, a BurstGPT CSV, or a Weka agentic conversation (.json, or a folder of them); requests at the trace's times, a session's next request after the answers it waits for, equal hash ids sent as equal token blocks so the prefix cache sees the reuse (docs/traces.md)",
     ),
     replay_speed: str = typer.Option(
         "1", "--replay-speed", help="With --replay: how much faster than recorded, one level each, e.g. 1,2,4"

@@ -16,6 +16,7 @@ Does not write files (the caller's on_record does), summarise (kneecap.metrics) 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -712,18 +713,18 @@ class Client:
         cut = AuthCut()
         keep = cut.emitter(on_record, records if keep_records else None)
 
-        # a replayed trace's sessions: a child goes no earlier than its time and never before its parent's answer is
-        # back (its parent among these requests; one sent by another worker or an earlier phase counts as back)
-        answered = {
-            p.spec.request_id: asyncio.Event()
-            for p in preps
-            if any(q.spec.parent_id == p.spec.request_id for q in preps)
-        }
+        # a replayed trace's sessions: a request goes no earlier than its time and never before every answer it
+        # depends on is back, plus its think time (those among these requests; one sent by another worker or an
+        # earlier phase counts as back)
+        awaited = {a for p in preps for a in p.spec.after_ids}
+        answered = {p.spec.request_id: asyncio.Event() for p in preps if p.spec.request_id in awaited}
+        answered_at: dict[str, float] = {}  # when each awaited answer came back (perf_counter)
 
         def emit(rec: RequestRecord) -> None:
             if rec.sent_at is not None and rec.scheduled_at is not None:
                 sched.append(rec.sent_at - rec.scheduled_at)
             if rec.request_id in answered:
+                answered_at[rec.request_id] = time.perf_counter()
                 answered[rec.request_id].set()
             keep(rec)
 
@@ -741,9 +742,12 @@ class Client:
             cut.tasks.add(task)
             task.add_done_callback(done)
 
-        async def after_parent(prep: PreparedRequest, target: float) -> None:
-            await answered[prep.spec.parent_id].wait()
-            due = max(target, perf())  # scheduled: its own time, or its parent's answer if that came later
+        async def after_answers(prep: PreparedRequest, target: float) -> None:
+            mine = [a for a in prep.spec.after_ids if a in answered]
+            for a in mine:
+                await answered[a].wait()
+            last = max((answered_at[a] for a in mine), default=-math.inf)
+            due = max(target, last + prep.spec.think_s)  # scheduled: its own time, or its answers' and think time
             delay = due - perf()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -756,9 +760,8 @@ class Client:
                 if cut.cut or (duration_s is not None and offset > duration_s):
                     break
                 target = t0 + offset
-                parent = prep.spec.parent_id
-                if parent is not None and parent in answered and not answered[parent].is_set():
-                    launch(after_parent(prep, target))  # waits for its parent; the schedule goes on
+                if any(a in answered for a in prep.spec.after_ids):
+                    launch(after_answers(prep, target))  # waits for its answers; the schedule goes on
                     continue
                 delay = target - perf()
                 if delay > 0:

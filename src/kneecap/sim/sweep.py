@@ -274,7 +274,8 @@ class _LevelRun:
         self.engine, self.records, self.meta_base, self.follow = engine, records, meta_base, follow
         self.turnaround_s, self.delivery_spread_s, self.think_time_s = turnaround_s, delivery_spread_s, think_time_s
         self.sent_in_level = 0
-        self.answered: set[str] = set()  # request ids whose answers are back (a trace's children wait for these)
+        # request ids whose answers are back, and when the client had each (a trace's children wait for these)
+        self.answered: dict[str, float] = {}
 
     def phase(self, phase: Phase, t0: float) -> float:
         """Send the phase from t0 and run the engine until it is done; when the client has its last answer
@@ -327,11 +328,17 @@ class _LevelRun:
             if not fill_slot(t0):
                 break
 
-        # a replayed trace's children: held until their parent's answer is back ({parent id: [(due, spec)]}), then
-        # released to go at the later of their own time and that answer plus the client's turnaround
-        held: dict[str, list[tuple[float, RequestSpec]]] = {}
+        # a replayed trace's sessions: a request waits until every answer it depends on is back (held: {an answer
+        # it waits for: [its id]}; waiting: {its id: (its own time, it, the answers still out)}), then goes at the
+        # later of its own time and the last of those answers plus the client's turnaround and its think time
+        held: dict[str, list[str]] = {}
+        waiting: dict[str, tuple[float, RequestSpec, set[str]]] = {}
         released: list[tuple[float, int, RequestSpec]] = []
         answered = self.answered
+
+        def after_answers(at: float, spec: RequestSpec) -> float:
+            last = max((answered[a] for a in spec.after_ids), default=-math.inf)
+            return max(at, last + turnaround + spec.think_s)
 
         def due(now: float) -> float:
             nonlocal next_arrival
@@ -341,8 +348,13 @@ class _LevelRun:
                 spec = next(phase.source, None)
                 if spec is None:
                     break
-                if spec.parent_id is not None and spec.parent_id not in answered:
-                    held.setdefault(spec.parent_id, []).append((at, spec))
+                out = {a for a in spec.after_ids if a not in answered}
+                if out:
+                    waiting[spec.request_id] = (at, spec, out)
+                    for a in out:
+                        held.setdefault(a, []).append(spec.request_id)
+                elif spec.after_ids and after_answers(at, spec) > at:
+                    heapq.heappush(released, (after_answers(at, spec), spec.index, spec))
                 else:
                     send(at, spec)
             while released and released[0][0] <= now:
@@ -361,9 +373,13 @@ class _LevelRun:
             for rank, rec in enumerate(finished):
                 records.append(rec)
                 back = max(back, now + rank * spread)
-                answered.add(rec.request_id)
-                for at, child in held.pop(rec.request_id, ()):
-                    heapq.heappush(released, (max(at, now + rank * spread + turnaround), child.index, child))
+                answered[rec.request_id] = now + rank * spread
+                for child_id in held.pop(rec.request_id, ()):
+                    at, child, out = waiting[child_id]
+                    out.discard(rec.request_id)
+                    if not out:
+                        del waiting[child_id]
+                        heapq.heappush(released, (after_answers(at, child), child.index, child))
                 if phase.concurrency is not None and now < horizon:
                     nxt = follow.get(rec.request_id) if rec.ok else None
                     at = now + rank * spread + turnaround

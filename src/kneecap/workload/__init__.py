@@ -147,7 +147,10 @@ class RequestSpec:
     turn: int | None = None  # 1-based turn within the conversation; None outside multi-turn
     block_hashes: tuple[int, ...] = ()  # trace replay: one hash id per block_tokens of prompt (equal ids, equal tokens)
     block_tokens: int = TRACE_BLOCK_TOKENS  # tokens a trace's hash id stands for (Mooncake: 512, Qwen-Bailian: 16)
-    parent_id: str | None = None  # trace replay: sent only after this request's answer is back (a session's next turn)
+    # trace replay of sessions: sent only once every one of these requests' answers is back (a session's next turn;
+    # an agent resuming after its sub-agents), think_s after the last of them
+    after_ids: tuple[str, ...] = ()
+    think_s: float = 0.0
 
 
 def make_requests(

@@ -136,7 +136,8 @@ def _replay(flags: WorkloadFlags, level: SweepLevel, warmup: bool, start: int, p
             index=start + k,
             request_id=f"{prefix}{start + k}",
             block_hashes=tuple(h * LEVEL_HASH_STRIDE + level.index for h in s.block_hashes),
-            parent_id=ids.get(s.parent_id) if s.parent_id is not None else None,
+            after_ids=tuple(ids[a] for a in s.after_ids if a in ids),  # one outside this level counts as answered
+            think_s=s.think_s / speed,
         )
         for k, (_, s) in enumerate(rows)
     )

@@ -1,6 +1,7 @@
-"""Trace replay: timed request traces (Mooncake JSONL, BurstGPT CSV) -> timed request specs and prompts.
+"""Trace replay: timed request traces (Mooncake, Qwen-Bailian, BurstGPT; Weka agentic in workload/agentic.py) ->
+timed request specs and prompts.
 
-Owns parsing the two published trace formats (pure: text in; read_trace is the thin file reader),
+Owns parsing the published trace formats (pure: text in; read_trace is the thin file reader),
 the replay schedule (send offsets from the trace's timestamps, divided by replay_speed), the
 context-length check, and token prompts in which equal hash ids give equal 512-token blocks, so a
 server's prefix cache sees the trace's reuse. Sends nothing.
@@ -33,40 +34,12 @@ from pathlib import Path
 from typing import Sequence
 
 from kneecap.errors import KneecapError
-from kneecap.workload import TRACE_BLOCK_TOKENS, RequestSpec
+from kneecap.workload import RequestSpec
+from kneecap.workload.trace_rows import Trace, TraceRow
 
 BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
 BAILIAN_KEYS = ("chat_id", "parent_chat_id", "timestamp", "input_length", "output_length")
-BAILIAN_BLOCK_TOKENS = 16  # the Qwen-Bailian traces hash 16-token blocks (their README)
-
-
-@dataclass(frozen=True)
-class TraceRow:
-    """One request of a trace, as the file says it (timestamp in seconds, lengths in tokens)."""
-
-    line: int  # 1-based line in the file (the CSV header is line 1)
-    timestamp_s: float
-    input_tokens: int
-    output_tokens: int
-    hash_ids: tuple[int, ...] | None = None  # Mooncake, Qwen-Bailian
-    chat_id: int | None = None  # Qwen-Bailian: this request's id, and its parent's (None: a root)
-    parent_chat_id: int | None = None
-
-
-@dataclass(frozen=True)
-class Trace:
-    """A parsed trace: its rows in file order, and rows the format marks as failed (BurstGPT)."""
-
-    source: str
-    format: str  # "mooncake" | "bailian" | "burstgpt"
-    rows: tuple[TraceRow, ...]
-    failed_rows: tuple[int, ...] = ()  # lines of BurstGPT rows with 0 response tokens (not replayable)
-
-    @property
-    def block_tokens(self) -> int:
-        """Tokens one hash id stands for."""
-        return BAILIAN_BLOCK_TOKENS if self.format == "bailian" else TRACE_BLOCK_TOKENS
 
 
 def _whole(value: object, what: str, where: str, minimum: int) -> int:
@@ -173,8 +146,8 @@ def parse_bailian(text: str, source: str = "trace") -> Trace:
                 input_tokens=_whole(obj["input_length"], "input_length", where, 1),
                 output_tokens=_whole(obj["output_length"], "output_length", where, 1),
                 hash_ids=hash_ids,
-                chat_id=chat,
-                parent_chat_id=parent,
+                key=chat,
+                after_keys=() if parent is None else (parent,),
             )
         )
     if not rows:
@@ -243,17 +216,40 @@ def parse_trace(text: str, source: str = "trace") -> Trace:
     if text.lstrip()[:1] != "{":
         return parse_burstgpt(text, source)
     first = text.lstrip().split("\n", 1)[0]
-    return parse_bailian(text, source) if '"chat_id"' in first else parse_mooncake(text, source)
+    if '"chat_id"' in first:
+        return parse_bailian(text, source)
+    whole = _one_object(text)
+    if whole is not None:  # one JSON object, not a line each: a Weka agentic conversation
+        from kneecap.workload.agentic import parse_agentic
+
+        return parse_agentic([(source, whole)], source)
+    return parse_mooncake(text, source)
+
+
+def _one_object(text: str) -> object | None:
+    """The JSON object `text` holds, when it is one object with a "requests" list (else None)."""
+    import orjson
+
+    try:
+        obj = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) and isinstance(obj.get("requests"), list) else None
 
 
 def read_trace(path: str | Path) -> Trace:
+    """A trace file (its format from its text), or a folder of Weka agentic conversations."""
     p = Path(path)
+    if p.is_dir():
+        from kneecap.workload.agentic import read_agentic
+
+        return read_agentic(p)
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise KneecapError(
             f"cannot read trace {p}: {getattr(exc, 'strerror', None) or exc}",
-            "pass an existing Mooncake .jsonl or BurstGPT .csv file",
+            "pass an existing Mooncake or Qwen-Bailian .jsonl, BurstGPT .csv or Weka agentic .json file",
         ) from None
     return parse_trace(text, str(p))
 
@@ -310,7 +306,7 @@ def plan_replay(
         )
     t0 = rows[0].timestamp_s
     out = []
-    ids = {r.chat_id: f"t{i}" for i, r in enumerate(rows) if r.chat_id is not None}
+    ids = {r.key: f"t{i}" for i, r in enumerate(rows) if r.key is not None}
     for i, r in enumerate(rows):
         spec = RequestSpec(
             index=i,
@@ -320,8 +316,9 @@ def plan_replay(
             output_tokens=r.output_tokens,
             block_hashes=tuple(r.hash_ids or ()),
             block_tokens=trace.block_tokens,
-            parent_id=ids.get(r.parent_chat_id),
-        )  # a parent outside the replay: a root
+            after_ids=tuple(ids[k] for k in r.after_keys if k in ids),  # one outside the replay: answered
+            think_s=r.think_s / replay_speed,
+        )
         out.append(TimedRequest(spec=spec, send_at_s=(r.timestamp_s - t0) / replay_speed))
     return Replay(requests=tuple(out), too_long_lines=tuple(too_long))
 
