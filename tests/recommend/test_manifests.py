@@ -1,10 +1,11 @@
 """`kneecap recommend --manifests DIR`: Kubernetes objects that validate against Kubernetes 1.33's OpenAPI schema
 (kubernetes-validate's copy of the release's schemas, strict: no unknown field), carry the candidate's GPUs,
 replicas and exact serve flags; a replica wider than a node becomes a LeaderWorkerSet whose pod templates
-validate the same way; prefill/decode pools become one Deployment per pool labelled for llm-d's scheduler."""
+validate the same way and against LeaderWorkerSet's own released CRD schema; prefill/decode pools become one Deployment per pool labelled for llm-d's scheduler."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 from pathlib import Path
@@ -21,21 +22,38 @@ from kneecap.recommend.space import RecommendRequest
 from clitools import run_cli
 
 K8S_RELEASE = "1.33.0"
-# LeaderWorkerSet v1's own fields (github.com/kubernetes-sigs/lws, api/leaderworkerset/v1/leaderworkerset_types.go
-# and its CRD config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml): the pod templates inside are core
-# PodTemplateSpecs, validated against the Kubernetes schema below
-LWS_FIELDS = {
-    "spec": {"replicas", "leaderWorkerTemplate", "rolloutStrategy", "startupPolicy", "networkConfig"},
-    "leaderWorkerTemplate": {
-        "leaderTemplate",
-        "workerTemplate",
-        "size",
-        "restartPolicy",
-        "subGroupPolicy",
-        "volumeClaimTemplates",
-    },
-}
-LWS_RESTART_POLICIES = {"RecreateGroupOnPodRestart", "None", "Default"}
+# LeaderWorkerSet v1's schema: the openAPIV3Schema of its CRD as released (github.com/kubernetes-sigs/lws, tag v0.10.0,
+# commit 2161f38, config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml, gzipped; Apache-2.0). The pod
+# templates inside are also validated as core PodTemplateSpecs against the Kubernetes schema above.
+LWS_CRD = Path(__file__).parent / "data" / "lws-v0.10.0-leaderworkersets.yaml.gz"
+
+
+def _strict(schema: object) -> object:
+    """A CRD's structural schema as kubectl's strict field validation reads it: an object that lists its properties
+    and does not keep unknown fields takes no other field."""
+    if isinstance(schema, list):
+        return [_strict(x) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _strict(v) for k, v in schema.items()}
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _lws_validator():
+    import gzip
+
+    import jsonschema
+
+    crd = yaml.safe_load(gzip.open(LWS_CRD))
+    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return jsonschema.Draft4Validator(_strict(v1["schema"]["openAPIV3Schema"]))
 
 
 def validate(obj: dict) -> None:
@@ -43,16 +61,31 @@ def validate(obj: dict) -> None:
         kubernetes_validate.validate(obj, K8S_RELEASE, strict=True)
         return
     assert obj["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
-    spec, tmpl = obj["spec"], obj["spec"]["leaderWorkerTemplate"]
-    assert set(spec) <= LWS_FIELDS["spec"] and set(tmpl) <= LWS_FIELDS["leaderWorkerTemplate"]
-    assert isinstance(spec["replicas"], int) and isinstance(tmpl["size"], int) and tmpl["size"] >= 2
-    assert tmpl["restartPolicy"] in LWS_RESTART_POLICIES
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in _lws_validator().iter_errors(obj)]
+    assert not errors, errors
+    tmpl = obj["spec"]["leaderWorkerTemplate"]
     for role in ("leaderTemplate", "workerTemplate"):
         kubernetes_validate.validate(
             {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": tmpl[role]},
             K8S_RELEASE,
             strict=True,
         )
+
+
+def test_the_leader_worker_set_schema_refuses_what_the_release_does_not_know():
+    good = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "x"},
+        "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": {"containers": []}}}},
+    }
+    assert not list(_lws_validator().iter_errors(good))
+    typo = json.loads(json.dumps(good))
+    typo["spec"]["leaderWorkerTemplate"]["sizes"] = 2
+    assert list(_lws_validator().iter_errors(typo))
+    wrong = json.loads(json.dumps(good))
+    wrong["spec"]["leaderWorkerTemplate"]["restartPolicy"] = "Always"
+    assert list(_lws_validator().iter_errors(wrong))
 
 
 def _containers(obj: dict) -> list[dict]:
