@@ -41,16 +41,6 @@ def _read(path: str) -> str:
 
 def speculative(method: str | None, tokens: int | None, acceptance: str | None):
     """The flags as a SpecDecoding, None when none is given; a partial set is a one-line error."""
-    if method is None and tokens is None and acceptance is None:
-        return None
-    from kneecap.sim.speculative import SPEC_HINT, SpecDecoding, parse_acceptance
+    from kneecap.sim.speculative import spec_decoding
 
-    missing = [
-        f
-        for f, v in (("--spec-method", method), ("--spec-tokens", tokens), ("--spec-acceptance", acceptance))
-        if v is None
-    ]
-    if missing:
-        raise KneecapError(f"speculative decoding needs {' and '.join(missing)} too", SPEC_HINT)
-    rates, lengths = parse_acceptance(acceptance, tokens, read_file=_read)
-    return SpecDecoding(method, tokens, rates, lengths)
+    return spec_decoding(method, tokens, acceptance, read_file=_read)

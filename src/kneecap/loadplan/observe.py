@@ -36,4 +36,5 @@ def observe_cell(records: list[RequestRecord], trace: list[dict], server_metrics
     sm = server_metrics or {}
     out.update({key: sm.get(key) for key in ("kv_usage_max", "running_max", "waiting_max")})
     out["preemptions"] = sm.get("preemptions", sm.get("preemptions_delta"))
+    out["spec"] = sm.get("spec")  # speculative decoding: drafts, accepted tokens, acceptance (None: not speculating)
     return out

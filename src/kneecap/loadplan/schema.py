@@ -231,6 +231,25 @@ class SimulatorTarget(_Strict):
     max_num_batched_tokens: Optional[int] = Field(None, ge=1)
     scheduler_delay_factor: Optional[float] = Field(None, ge=0)  # vLLM V0 --scheduler-delay-factor
     prefix_caching: bool = True
+    # speculative decoding, as `kneecap simulate --spec-method/--spec-tokens/--spec-acceptance` (all three or none):
+    # the acceptance is one rate, one rate per draft position, or a file of accepted lengths per step
+    spec_method: Optional[Literal["eagle", "eagle3", "mtp", "ngram"]] = None
+    spec_tokens: Optional[int] = Field(None, ge=1)
+    spec_acceptance: Optional[Union[float, list[float], str]] = None
+
+    @model_validator(mode="after")
+    def _spec_all_or_none(self):
+        given = [v is not None for v in (self.spec_method, self.spec_tokens, self.spec_acceptance)]
+        if any(given) and not all(given):
+            raise ValueError("speculative decoding needs spec_method, spec_tokens and spec_acceptance together")
+        return self
+
+    def spec_acceptance_text(self) -> str | None:
+        """spec_acceptance as --spec-acceptance takes it."""
+        a = self.spec_acceptance
+        if a is None or isinstance(a, str):
+            return a
+        return ",".join(str(x) for x in a) if isinstance(a, list) else str(a)
 
 
 class ServerTarget(_Strict):

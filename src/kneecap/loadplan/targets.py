@@ -52,6 +52,19 @@ class Ramp:
         return self.candidate.server_gone(summary)
 
 
+def _read_lengths(path: str) -> str:
+    """A simulator target's spec_acceptance file (accepted lengths per step)."""
+    from pathlib import Path
+
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise KneecapError(
+            f"cannot read the simulator target's spec_acceptance file {path}: {exc.strerror or exc}",
+            "give rates (0.7 or [0.8, 0.6, 0.4]) or an existing file of accepted lengths",
+        ) from None
+
+
 class SimulatorCandidate:
     """A Deployment on the simulated engine. Each cell runs on a fresh engine (virtual time)."""
 
@@ -61,6 +74,7 @@ class SimulatorCandidate:
     def __init__(self, target: SimulatorTarget):
         from kneecap.plan.build import DeploymentRequest
         from kneecap.sim.setup import simulated_deployment
+        from kneecap.sim.speculative import spec_decoding
 
         self.target = target
         request = DeploymentRequest(
@@ -81,6 +95,9 @@ class SimulatorCandidate:
             max_num_batched_tokens=target.max_num_batched_tokens,
             prefix_caching=target.prefix_caching,
             scheduler_delay_factor=target.scheduler_delay_factor,
+            speculative=spec_decoding(
+                target.spec_method, target.spec_tokens, target.spec_acceptance_text(), read_file=_read_lengths
+            ),
         )
         self.plan = self.setup.plan
 

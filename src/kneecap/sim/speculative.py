@@ -121,3 +121,20 @@ def parse_acceptance(text: str, tokens: int, read_file=None) -> tuple[tuple[floa
     if not lengths:
         raise KneecapError(f"--spec-acceptance file {parts[0]} is empty", "one accepted length a line, e.g. 3")
     return (), lengths
+
+
+def spec_decoding(method: str | None, tokens: int | None, acceptance: str | None, read_file=None):
+    """Speculative decoding as a user names it (a method, K draft tokens, an acceptance: rates or a file of accepted
+    lengths read by read_file) -> a SpecDecoding; None when none of the three is given, a one-line error when only
+    some are. The CLI's --spec-* flags and a load plan's simulator target both come here."""
+    if method is None and tokens is None and acceptance is None:
+        return None
+    missing = [
+        f
+        for f, v in (("--spec-method", method), ("--spec-tokens", tokens), ("--spec-acceptance", acceptance))
+        if v is None
+    ]
+    if missing:
+        raise KneecapError(f"speculative decoding needs {' and '.join(missing)} too", SPEC_HINT)
+    rates, lengths = parse_acceptance(acceptance, tokens, read_file=read_file)
+    return SpecDecoding(method, tokens, rates, lengths)
