@@ -39,6 +39,9 @@ class Deployment:
     dp_attention: bool = False
     # text-only serving of a multimodal checkpoint (vLLM --language-model-only): its encoder is not loaded
     language_only: bool = False
+    # vLLM's start-up profile of a vision tower, which overhead_bytes includes: (images, peak bytes, kept bytes) per
+    # GPU (kneecap.plan.ledger.vision_profile); None for a text model or text-only serving
+    vision_profile: tuple[int, int, int] | None = None
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "block_size", "ep"):

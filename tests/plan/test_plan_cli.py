@@ -55,6 +55,7 @@ PLAN_KEYS = {
     "kv_heads_per_gpu",
     "kv_replicated",
     "state_bytes_per_sequence",
+    "vision_profile",
     "kv_pool_source",
     "num_kv_blocks",
     "seq_bytes",

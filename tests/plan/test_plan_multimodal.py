@@ -42,3 +42,35 @@ def test_more_gpus_is_the_next_tp_within_one_node(cli):
     assert levers(1)["more-gpus"]["change"] == "--tp 8"
     assert "binds" in levers(1)["more-gpus"]["note"]
     assert "more-gpus" not in levers(8)
+
+
+# vLLM's start-up profile of that tower (gpu_model_runner.profile_run, multimodal/encoder_budget.py at 0.32): one
+# batch of max_num_batched_tokens // 256 images (Gemma 3 pools an image to mm_tokens_per_image = 256 tokens), each
+# 64^2 = 4,096 patches holding 2 x (2 x 1152 + 2 x 4304) bytes at the MLP, plus 3 x 896^2 16-bit pixels; its
+# outputs (256 x 5376 16-bit values an image) stay cached while the language model's dummy pass runs.
+PER_IMAGE_PEAK = 4096 * 2 * (2 * 1152 + 2 * 4304) + 2 * 3 * 896**2
+PER_IMAGE_KEPT = 256 * 5376 * 2
+
+
+def test_the_start_up_profile_of_the_vision_tower_is_priced_with_vllms_image_count(cli):
+    def ledger(*extra):
+        r = cli("plan", "--model", "gemma-3-27b", "--gpu", "h100", "--engine", "vllm", "--json", *extra)
+        assert r.code == 0, r.stderr
+        return json.loads(r.stdout)
+
+    gib = 1 << 30
+    for tokens, images in ((8192, 32), (32768, 128)):
+        doc = ledger("--max-num-batched-tokens", str(tokens))
+        profile = doc["vision_profile"]
+        assert profile == {
+            "images": images,
+            "peak_bytes": images * PER_IMAGE_PEAK,
+            "kept_bytes": images * PER_IMAGE_KEPT,
+        }
+        kept = max(4 * gib, images * PER_IMAGE_PEAK) + images * PER_IMAGE_KEPT
+        assert doc["engine"]["activation_bytes"] == kept
+    # 128 images' peak (11.2 GiB) is above the 4 GiB allowance, and the pool shrinks by what it takes
+    small, large = ledger("--max-num-batched-tokens", "8192"), ledger("--max-num-batched-tokens", "32768")
+    assert small["ledger"]["kv_pool_bytes"] - large["ledger"]["kv_pool_bytes"] > 7 * gib
+    text = ledger("--language-only")
+    assert text["vision_profile"] is None and text["engine"]["activation_bytes"] == 4 * gib

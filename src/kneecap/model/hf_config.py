@@ -206,17 +206,20 @@ def _from_hf_config(
             _pos_int(cfg, key, source)
 
     count = params.count_params(cfg, model_type, layer_types, moe_layers, tied)
-    encoder = 0
+    encoder, tower = 0, None
     if isinstance(config.get("vision_config"), Mapping):
         try:
             encoder = params.vision_encoder_params(config["vision_config"], hidden, str(model_type)) or 0
-        except (KeyError, TypeError):
-            encoder = 0
+            tokens = config.get("mm_tokens_per_image")
+            tower = params.siglip_tower(config["vision_config"], tokens if isinstance(tokens, int) else None)
+        except (KeyError, TypeError, ZeroDivisionError):
+            encoder, tower = 0, None
         if encoder:
             notes.append(
                 f"vision tower and projector: {encoder / 1e9:.3g}e9 parameters at 16 bits, loaded by vLLM "
                 "beside the language model unless it serves text only (vLLM --language-model-only; kneecap "
-                "--language-only leaves them out); their activation peak is in --overhead-gib"
+                "--language-only leaves them out); the activation peak of vLLM's start-up profile of the tower is "
+                "priced beside --overhead-gib"
             )
         else:
             notes.append(
@@ -243,6 +246,7 @@ def _from_hf_config(
         sliding_window=window,
         attention_chunked=any(n.startswith("chunked-local attention") for n in notes),
         encoder_params=encoder,
+        vision_tower=tower if encoder else None,
         kv_lora_rank=cfg.get("kv_lora_rank") if family == "mla" else None,
         qk_rope_head_dim=cfg.get("qk_rope_head_dim") if family == "mla" else None,
         linear_state_bytes_per_layer=state_bytes,

@@ -32,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from kneecap.model.spec import VisionTower
+
 # Parts of a checkpoint, each priced at its own dtype by the planner.
 PARTS = (
     "embed",
@@ -289,3 +291,33 @@ def vision_encoder_params(vision: Mapping, text_hidden: int, model_type: str) ->
     tower = channels * patch * patch * h + h + (image // patch) ** 2 * h + n * layer + 2 * h
     projector = h * text_hidden + h if model_type == "gemma3_text" else 0
     return tower + projector
+
+
+def siglip_tower(vision: Mapping, tokens_per_image: int | None) -> VisionTower | None:
+    """A SigLIP tower's shapes (None for another encoder); tokens_per_image: what the model's projector pools an
+    image to (Gemma 3's mm_tokens_per_image), else one token a patch."""
+    if vision.get("model_type") != "siglip_vision_model":
+        return None
+    patches = (vision["image_size"] // vision["patch_size"]) ** 2
+    return VisionTower(
+        patches_per_image=patches,
+        hidden_size=vision["hidden_size"],
+        intermediate_size=vision["intermediate_size"],
+        image_size=vision["image_size"],
+        channels=vision.get("num_channels", 3),
+        tokens_per_image=tokens_per_image or patches,
+    )
+
+
+def vision_profile_bytes(tower: VisionTower, images: int, text_hidden: int) -> tuple[int, int]:
+    """(peak, kept) bytes of vLLM's start-up profile of a vision tower on `images` images of the largest size
+    (gpu_model_runner.profile_run: embed_multimodal on a dummy batch, its outputs kept in the encoder cache while
+    the language model's dummy pass runs). Peak: the pixels (16-bit) plus one encoder layer's live activations, the
+    residual stream and the layer's input (2 x hidden) and the MLP's up-projection and its activation (2 x
+    intermediate) a patch, 16-bit; attention runs in a fused kernel that keeps no score matrix. Kept: the
+    projected embeddings, tokens_per_image x the language model's hidden size a image, 16-bit."""
+    per_patch = 2 * (2 * tower.hidden_size + 2 * tower.intermediate_size)
+    pixels = 2 * tower.channels * tower.image_size**2
+    peak = images * (tower.patches_per_image * per_patch + pixels)
+    kept = images * tower.tokens_per_image * text_hidden * 2
+    return peak, kept

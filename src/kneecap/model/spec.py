@@ -25,6 +25,19 @@ MAX_LAYERS = 100_000
 
 
 @dataclass(frozen=True)
+class VisionTower:
+    """What a vision encoder's forward pass holds per image (a ViT: patches through hidden and MLP widths), for the
+    activation peak of the engine's start-up profile of it (kneecap.model.params.vision_profile_bytes)."""
+
+    patches_per_image: int  # (image_size / patch_size)^2
+    hidden_size: int
+    intermediate_size: int
+    image_size: int  # pixels a side
+    channels: int
+    tokens_per_image: int  # the language model's placeholder tokens an image becomes (after any pooling)
+
+
+@dataclass(frozen=True)
 class Model:
     """Architecture facts of one decoder-only model (the text model of a multimodal wrapper)."""
 
@@ -47,6 +60,7 @@ class Model:
     # a multimodal checkpoint's encoder (vision tower + projector), stored at 16 bits, which vLLM loads unless it
     # serves the language model only (--language-model-only); not in total_params / param_parts (the decoder's)
     encoder_params: int = 0
+    vision_tower: VisionTower | None = None  # that encoder's shapes, where kneecap knows them (SigLIP)
     # MLA (DeepSeek-V2/V3, Kimi-K2): cached latent = kv_lora_rank + qk_rope_head_dim elements per token per layer
     kv_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None

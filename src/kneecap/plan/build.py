@@ -340,6 +340,8 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         params_override=int(f.params) if f.params else None,
         language_only=f.language_only,
     )
+    if model.vision_tower is not None and not f.language_only and f.engine != "sglang":
+        deployment = _with_vision_profile(deployment, f, context_hint=f.context or model.max_position_embeddings)
     if weights_total is not None:  # the checkpoint's bytes: the encoder is in them (or priced here when not)
         from kneecap.plan.ledger import encoder_bytes
 
@@ -381,6 +383,10 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
             engine_pool = engines.vllm_logged_pool(deployment, pool_bytes, **vllm)
         elif f.engine == "vllm":
             act = int((f.activation_gib if f.activation_gib is not None else f.overhead_gib) * GiB)
+            if f.activation_gib is None:  # a measured peak has the tower's profile in it already
+                from kneecap.plan.ledger import with_vision_profile
+
+                act = with_vision_profile(act, deployment.vision_profile)
             engine_pool = engines.vllm_pool(
                 deployment,
                 activation_bytes=act,
@@ -430,3 +436,22 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
             ),
         )
     return PlannedDeployment(plan, engine_pool)
+
+
+def _with_vision_profile(deployment: Deployment, f: DeploymentRequest, context_hint: int | None) -> Deployment:
+    """The deployment with vLLM's start-up profile of its vision tower in overhead_bytes (kneecap.plan.ledger
+    with_vision_profile), at --max-num-batched-tokens or vLLM's default for the GPU."""
+    from kneecap.plan.ledger import vision_profile, with_vision_profile
+
+    tokens = f.max_num_batched_tokens or engines.vllm_default_batch(
+        f.engine_version or engines.DEFAULT_VLLM_VERSION,
+        deployment.hbm_bytes,
+        deployment.gpu.name,
+        context_hint or 1 << 20,
+    )
+    profile = vision_profile(deployment, tokens)
+    return dataclasses.replace(
+        deployment,
+        overhead_bytes=with_vision_profile(deployment.overhead_bytes, profile),
+        vision_profile=profile,
+    )

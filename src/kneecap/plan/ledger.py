@@ -170,6 +170,10 @@ class Plan:
             "kv_heads_per_gpu": self.kv_heads_per_gpu,
             "kv_replicated": self.kv_replicated,
             "state_bytes_per_sequence": self.state_bytes_per_sequence,
+            # vLLM's start-up profile of a vision tower, in the ledger's overhead (null: none is profiled)
+            "vision_profile": None
+            if d.vision_profile is None
+            else dict(zip(("images", "peak_bytes", "kept_bytes"), d.vision_profile)),
             "ledger": self.ledger.to_json(),
             "kv_pool_source": self.pool_source,
             "num_kv_blocks": self.num_kv_blocks,
@@ -331,6 +335,35 @@ def encoder_bytes(deployment: Deployment) -> int:
     it unquantized), none when serving text only (--language-only, vLLM --language-model-only)."""
     m = deployment.model
     return 0 if deployment.language_only or not m.encoder_params else weight_bytes(m.encoder_params, "bf16")
+
+
+def vision_profile(deployment: Deployment, max_num_batched_tokens: int) -> tuple[int, int, int] | None:
+    """(images, peak bytes, kept bytes) per GPU of vLLM's start-up profile of the model's vision tower, None when
+    there is none to profile (a text model, text-only serving, an encoder kneecap has no shapes for).
+
+    vLLM (multimodal/encoder_budget.py, 0.32) profiles max(1, encoder budget // tokens an image) images at once,
+    the budget being max_num_batched_tokens (or one image's tokens if larger); the decoder-side cap (max_num_seqs x
+    images a prompt) is far above it at the default limits. The tower's MLP is sharded over TP (vLLM's SigLIP uses
+    column/row-parallel linears), its residual stream is not."""
+    from kneecap.model.params import vision_profile_bytes
+
+    m = deployment.model
+    tower = m.vision_tower
+    if deployment.language_only or tower is None:
+        return None
+    images = max(1, max(max_num_batched_tokens, tower.tokens_per_image) // tower.tokens_per_image)
+    sharded = dataclasses.replace(tower, intermediate_size=-(-tower.intermediate_size // deployment.tp))
+    peak, kept = vision_profile_bytes(sharded, images, m.hidden_size)
+    return images, peak, kept
+
+
+def with_vision_profile(overhead_bytes: int, profile: tuple[int, int, int] | None) -> int:
+    """What the engine keeps beside the KV pool once it has profiled a vision tower: the larger of the two
+    activation peaks (the tower's, the rest's in overhead_bytes) plus the tower's outputs, cached across both."""
+    if profile is None:
+        return overhead_bytes
+    _, peak, kept = profile
+    return max(overhead_bytes, peak) + kept
 
 
 def attention_weight_fraction(deployment: Deployment) -> float:

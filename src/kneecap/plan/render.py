@@ -168,6 +168,12 @@ def plan_worksheet(
         if plan.pool_source == "ledger" and engine is None
         else "Kept by the engine (activation peak, non-torch, graphs)"
     )
+    if d.vision_profile is not None and plan.pool_source == "ledger":
+        images, peak, kept = d.vision_profile
+        over += (
+            f": the larger of the rest's and vLLM's start-up profile of the vision tower ({images} images at once,"
+            f" {_gib(peak)} GiB), + its {_gib(kept)} GiB of cached outputs"
+        )
     t.add_row(over, _e9(L.overhead_bytes), _gib(L.overhead_bytes), _pct(L.overhead_bytes, L.hbm_bytes))
     if plan.pool_source == "ledger" and d.frag_fraction > 0:
         t.add_row(
