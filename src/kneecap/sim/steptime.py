@@ -712,7 +712,12 @@ class StepTimeModel:
         kf, kw = kv_tokens_full - dkf, kv_tokens_window - dkw
         m = microbatches if microbatches is not None else min(self.pp, num_seqs)  # micro-batches in the round
         m = max(1, min(m, self.pp, num_tokens))
-        gemm_t = self.padded(num_tokens, num_seqs) if m == 1 else num_tokens
+        # every sequence decoding (a speculative verify step: the same 1 + K query tokens each) is a uniform batch, and
+        # engines replay a CUDA graph for it as for a plain decode: vLLM captures uniform decode batches of
+        # 1 + num_speculative_tokens queries a request (its uniform_decode_query_len), TensorRT-LLM the verify and
+        # draft stages in one graph (its DeepSeek-R1 MTP tech blog)
+        graph_rows = num_tokens if num_decodes == num_seqs else num_seqs
+        gemm_t = self.padded(num_tokens, graph_rows) if m == 1 else num_tokens
         sf, sw = self._slopes((dkf + dkw) / m)
         gpu = (
             self._fixed_seconds(num_tokens / m, num_seqs / m, gemm_t / m)
@@ -722,7 +727,7 @@ class StepTimeModel:
         cpu = self._cpu(num_seqs, m)
         if self.pp > 1:
             return self._pp_round(float(gpu), cpu, m, num_tokens / m, num_seqs / m)
-        floor = self.eager_floor(num_tokens, num_seqs)
+        floor = self.eager_floor(num_tokens, graph_rows)
         return self._combine(gpu if gpu > floor else floor, cpu, m)
 
     def draft_seconds(self, num_seqs: int, spec_tokens: int) -> float:
