@@ -475,11 +475,29 @@ class StepTimeModel:
         self.graph_sizes: tuple[int, ...] = ()
         self.eager_launch_s = 0.0  # host seconds per kernel of a step outside a CUDA graph (engine profile)
         self.graph_mixed_tokens = 0
+        # fp16 weights on a GPU with a faster fp16-accumulate rate: an engine that accumulates in fp16 (engine profile
+        # fp16_accumulate, llama.cpp's cuBLAS path) runs their bf16-path GEMMs at that peak (for_engine)
+        fp16_acc = getattr(gpu, "fp16_acc_flops", None)
+        self._fp16_acc_scale = (
+            fp16_acc / gpu.bf16_flops
+            if fp16_acc and deployment.weight_dtype.lower() in ("fp16", "f16", "float16")
+            else 1.0
+        )
 
     def for_engine(self, profile) -> "StepTimeModel":
         """This model bound to an engine profile (kneecap.sim.config.EngineProfile); self if nothing changes."""
         if profile is None:
             return self
+        if getattr(profile, "fp16_accumulate", False) and self._fp16_acc_scale != 1.0:
+            other = copy.copy(self)
+            scale, other._fp16_acc_scale = self._fp16_acc_scale, 1.0
+            other._rates = dict(self._rates)
+            flat, peak, curve = self._rates["bf16"]
+            other._rates["bf16"] = (flat * scale, peak * scale, curve)
+            if self.cls == "bf16":
+                other.flop_rate, other.gemm_peak, other.gemm_curve = other._rates["bf16"]
+            other._rate_cache = {}
+            return other.for_engine(profile)
         sizes = tuple(sorted(profile.cudagraph_sizes))
         fixed = self.params.overhead_s if profile.cpu_fixed_s is None else profile.cpu_fixed_s
         eager, mixed = profile.eager_launch_s, profile.graph_mixed_tokens
