@@ -32,6 +32,9 @@ class Gpu:
     fp4_flops: float | None
     interconnect: str  # "nvlink" | "xgmi" | "pcie"
     interconnect_bytes_s: float  # per GPU, per direction
+    # fp16 tensor-core FLOP/s with fp16 accumulation, where it differs from bf16_flops (fp32 accumulation): GeForce
+    # parts run it at twice the rate; None: the same rate (data-center parts)
+    fp16_acc_flops: float | None = None
     aliases: tuple[str, ...] = field(default_factory=tuple)
     sources: tuple[str, ...] = field(default_factory=tuple)
     notes: tuple[str, ...] = field(default_factory=tuple)

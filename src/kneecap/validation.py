@@ -65,7 +65,9 @@ ENGINES: dict[str, str] = {
     "some 2025 releases, NVIDIA/TensorRT-LLM#6956), and the overview's 5,000-token prompts exceed the "
     "max_num_tokens trtllm-bench computes for them, which TensorRT-LLM accepts only with chunking",
     "nim": "NVIDIA NIM's TensorRT-LLM profiles: run as tensorrt-llm above, with the C++ runtime's profile",
-    "llama.cpp": "one sequence at a time (llama-bench runs one), n_batch 2048 tokens per step; KV pool = the ledger",
+    "llama.cpp": "one sequence at a time (llama-bench runs one), n_batch 2048 tokens per step; KV pool = the ledger; "
+    "f16 weights multiplied by cuBLAS with fp16 accumulation (ggml-cuda.cu: CUBLAS_COMPUTE_16F), which GeForce parts "
+    "run at twice the fp32-accumulate rate",
 }
 GROUPS = (
     "engine",
@@ -87,6 +89,35 @@ GROUPS = (
 REGRESSION_POINTS = 2.0  # the regression test fails if a median worsens by more than this many points
 BIAS_LIMIT_PCT = 8.0  # a group of BIAS_MIN_POINTS or more whose signed median is beyond this is biased
 BIAS_MIN_POINTS = 5
+# Groups still biased beyond +-BIAS_LIMIT_PCT, each with its signed median as last measured and what drives it. The
+# bias check (bias_failures) holds these strictly: a group not listed that goes beyond the limit fails, a listed one
+# that moves further out than its figure by more than BIAS_SLACK_POINTS fails, and a listed one that comes back inside
+# the limit fails too until it is taken off this list (as a strict xfail does).
+BIAS_SLACK_POINTS = 0.5
+KNOWN_BIASED: dict[str, tuple[float, str]] = {
+    "architecture = MLA": (
+        12.7,
+        "DeepSeek-R1 at TP 8 (TensorRT-LLM 0.21, SGLang 0.5.7): TTFT 57-72% short at C <= 8 and H200 single-stream "
+        "ITL 21-39% short; the published TTFTs grow 53 us per prompt token on an H200, twice the simulated slope, "
+        "with a fixed ~145 ms no modelled mechanism accounts for (the source reports slow TTFTs in that release)",
+    ),
+    "MLA = yes": (12.7, "the same points as architecture = MLA"),
+    "MoE = yes": (13.1, "the DeepSeek-R1 points above and the gpt-oss-20b H100 points below (35 of its 54)"),
+    "architecture = MoE": (
+        13.4,
+        "gpt-oss-20b on one H100 under vLLM 0.11 (8 points, all requests at once): prompt processing simulated at about "
+        "twice the published ~30k tokens/s (TTFT 47-74% short, output tok/s 91-190% high), from 128- to 32,000-token "
+        "prompts alike; without them the group's signed median is -3.8%",
+    ),
+    "ISL band = 1025-4096": (9.6, "the gpt-oss-20b H100 points above (4 of its 30; +4.4% without them)"),
+    "metric = latency": (11.8, "the DeepSeek-R1 TTFTs above and the gpt-oss-20b H100 TTFTs (+7.0% without the latter)"),
+    "concurrency band = <= 1": (13.5, "the DeepSeek-R1 TensorRT-LLM TTFT and H200 ITL points above (9 of its 17)"),
+    "concurrency band = 17-128": (
+        -9.8,
+        "NIM Llama-3.3-70B FP8 on 2 H100 at 5000-token prompts, C 25-100 (10-394% slow: the simulated pool holds "
+        "fewer of its 5,500-token requests, so they queue) and gpt-oss-120b on one MI300X at C 64-128 (9-23% slow)",
+    ),
+}
 # GPU -> its architecture generation (the bias audit's "GPU generation" group)
 GENERATIONS = {
     "a100-40": "Ampere",
@@ -243,6 +274,7 @@ def _plan(point: Point):
 
 def _engine_config(point: Point, plan):
     from kneecap.sim.config import (
+        LLAMACPP_PROFILE,
         TRTLLM_CPP_PROFILE,
         TRTLLM_PROFILE,
         EngineConfig,
@@ -273,6 +305,7 @@ def _engine_config(point: Point, plan):
             max_num_seqs=int(o.get("max_num_seqs", 1)),
             max_num_batched_tokens=int(o.get("max_num_batched_tokens", 2048)),
             enable_prefix_caching=False,
+            profile=LLAMACPP_PROFILE,
         )
     # TensorRT-LLM (and NIM's TensorRT-LLM profiles): its own engine profile by runtime (the PyTorch executor's host
     # time per request, or the C++ runtime's), not vLLM's; a trtllm-bench run takes the limits trtllm-bench computes
@@ -515,7 +548,9 @@ def baseline_document(rows: list[dict]) -> dict:
     return {
         "about": "Median absolute error of the simulator on docs/validation.md's points, as last accepted with "
         "`python -m kneecap.validation --write-baseline`. tests/validation fails if a median worsens by "
-        f"more than {REGRESSION_POINTS:g} points against these.",
+        f"more than {REGRESSION_POINTS:g} points against these, and on any group of {BIAS_MIN_POINTS} or more points "
+        f"whose signed median is beyond ±{BIAS_LIMIT_PCT:g}% except the known biases validation.py lists, each held at "
+        "its figure.",
         "points": len(rows),
         "simulated": sum(1 for r in rows if r["error_pct"] is not None),
         "median_abs_error_pct": round(median_abs_error_pct(rows), 1),
@@ -529,8 +564,9 @@ def baseline_document(rows: list[dict]) -> dict:
     }
 
 
-def regressions(rows: list[dict], baseline: dict) -> list[str]:
-    """Medians (overall and per group) that are more than REGRESSION_POINTS worse than the baseline."""
+def regressions(rows: list[dict], baseline: dict, known: dict[str, tuple[float, str]] | None = None) -> list[str]:
+    """Medians (overall and per group) that are more than REGRESSION_POINTS worse than the baseline, and the
+    bias_failures (known: the listed biases, default KNOWN_BIASED)."""
     now = baseline_document(rows)
     out = []
     if now["median_abs_error_pct"] > baseline["median_abs_error_pct"] + REGRESSION_POINTS:
@@ -540,13 +576,24 @@ def regressions(rows: list[dict], baseline: dict) -> list[str]:
             cur = now["groups"].get(g, {}).get(v)
             if was is not None and cur is not None and cur > was + REGRESSION_POINTS:
                 out.append(f"{g} = {v}: {was}% -> {cur}%")
-    # a bias: a group beyond +-BIAS_LIMIT_PCT that was within it, or is further out than the baseline by the margin
-    was_signed = baseline.get("signed_groups", {})
-    for key, cur in biased_groups(rows).items():
-        g, v = key.split(" = ", 1)
-        was = was_signed.get(g, {}).get(v)
-        if was is None or abs(was) <= BIAS_LIMIT_PCT or abs(cur) > abs(was) + REGRESSION_POINTS:
-            out.append(f"bias {key}: signed median {was if was is not None else 'n/a'}% -> {cur:+.1f}%")
+    return out + bias_failures(rows, known)
+
+
+def bias_failures(rows: list[dict], known: dict[str, tuple[float, str]] | None = None) -> list[str]:
+    """Every group of BIAS_MIN_POINTS or more whose signed median is beyond +-BIAS_LIMIT_PCT, whatever the baseline
+    says, unless `known` (default KNOWN_BIASED) lists it and it is no further out than its figure (+ BIAS_SLACK_POINTS);
+    and every listed group that is now inside the limit (take it off the list)."""
+    known = KNOWN_BIASED if known is None else known
+    biased = biased_groups(rows)
+    out = []
+    for key, cur in biased.items():
+        if key not in known:
+            out.append(f"bias {key}: signed median {cur:+.1f}% (beyond ±{BIAS_LIMIT_PCT:g}%)")
+        elif abs(cur) > abs(known[key][0]) + BIAS_SLACK_POINTS:
+            out.append(f"bias {key}: signed median {known[key][0]:+.1f}% -> {cur:+.1f}% (a known bias, worsened)")
+    for key, (figure, _) in known.items():
+        if key not in biased:
+            out.append(f"bias {key}: listed as known at {figure:+.1f}% but now within ±{BIAS_LIMIT_PCT:g}% (remove it)")
     return out
 
 
@@ -618,7 +665,7 @@ def render_markdown(rows: list[dict]) -> str:
                 and m["signed_median_pct"] is not None
                 and abs(m["signed_median_pct"]) > BIAS_LIMIT_PCT
             ):
-                sgn += " **biased**"
+                sgn += " **biased** (known)" if f"{g} = {v}" in KNOWN_BIASED else " **biased**"
             lines.append(f"| {g} | {v} | {m['points']} | {med} | {sgn} | {m['not_simulated']} |")
             if m["median_abs_error_pct"] is not None and m["points"] >= 3:
                 ranked.append(
@@ -642,6 +689,15 @@ def render_markdown(rows: list[dict]) -> str:
         if biased
         else f"No group of {BIAS_MIN_POINTS} or more points has a signed median beyond ±{BIAS_LIMIT_PCT:g}%.",
     ]
+    known = [k for k in biased if k in KNOWN_BIASED]
+    if known:
+        lines += [
+            "",
+            "Biases not fixed yet, each held at its figure by tests/validation (a new bias, a known one further out, "
+            "or a known one back inside the limit fails the test):",
+            "",
+        ]
+        lines += [f"- {k} ({KNOWN_BIASED[k][0]:+.1f}%): {KNOWN_BIASED[k][1]}." for k in known]
     lines += ["", "How each published engine is simulated:", ""]
     lines += [
         f"- **{name}**: {how}." for name, how in ENGINES.items() if any(r["engine"].split()[0] == name for r in rows)

@@ -67,6 +67,10 @@ class EngineProfile:
     # steps with prefill tokens up to this many tokens replay a CUDA graph too (vLLM V1's piecewise graphs, which
     # capture every step of up to the largest capture size); 0: only pure decodes do (SGLang, TensorRT-LLM, vLLM V0)
     graph_mixed_tokens: int = 0
+    # whether fp16 GEMMs accumulate in fp16 (llama.cpp's cuBLAS path: LLAMACPP_PROFILE); on a GPU whose catalog entry
+    # has fp16_acc_flops (GeForce parts run fp16 accumulation at twice the fp32-accumulate rate) fp16 weights' GEMMs
+    # run at that peak
+    fp16_accumulate: bool = False
 
 
 # Per-sequence CPU time per step. vLLM: a cProfile study of the V1 engine loop measured the all-decode
@@ -136,6 +140,16 @@ TRTLLM_CPP_PROFILE = EngineProfile(
     cpu_per_seq_s=0.0,
     overlap_cpu=True,
     cudagraph_sizes=(),
+)
+
+
+# llama.cpp's CUDA backend multiplies f16 weights by cuBLAS with fp16 accumulation: ggml-cuda.cu
+# ggml_cuda_op_mul_mat_cublas sets cu_compute_type = CUBLAS_COMPUTE_16F (CUBLAS_COMPUTE_32F only on AMD CDNA) for
+# batches above its own matrix-vector kernels (ggml-org/llama.cpp, ggml/src/ggml-cuda/ggml-cuda.cu). Its prompt
+# processing over f16 weights therefore runs at the fp16-accumulate tensor rate. Its host and batching are the
+# default profile's (llama-bench runs one sequence; nothing else is stated).
+LLAMACPP_PROFILE = EngineProfile(
+    name="llama.cpp", version="llama.cpp CUDA backend (cuBLAS f16 GEMMs)", fp16_accumulate=True
 )
 
 

@@ -46,7 +46,9 @@ One step over a batch of T tokens (S sequences; decodes and prefill chunks), per
   TP all-reduce: 2 per layer (Megatron-LM, Shoeybi et al. 2019) of T x hidden x 2 B, ring:
       latency + 2(n-1)/n x bytes / bus bandwidth (nccl-tests' busbw, efficiency.json);
       latency = base + 2(n-1) x per-hop (NCCL src/graph/tuning.cc, Ring/LL: baseLat 3.6 us; hwLat 0.47 us
-      per hop over NVLink, 1.0 us over PCIe). With DP attention the attention output is not all-reduced.
+      per hop over NVLink, 1.0 us over PCIe), for a message up to CUSTOM_ALLREDUCE_MAX_BYTES (the engine's own
+      all-reduce kernel); a larger one is NCCL's, priced by NCCL's cost model at its fastest ring protocol
+      (NCCL_RING: LL, LL128, Simple). With DP attention the attention output is not all-reduced.
   EP all-to-all (DP attention + expert parallelism): dispatch and combine per MoE layer, each
       T_rank x top_k x hidden x 2 B x (ep-1)/ep over the link.
   PP: the step is one round of as many micro-batches as stages, as both engines run it. TensorRT-LLM's PyTorch
@@ -110,6 +112,38 @@ from kneecap.sim.kernels import table_for
 
 # NCCL ring all-reduce, LL protocol, latency per hop in seconds (NCCL src/graph/tuning.cc hwLat, Ring/LL).
 HOP_LATENCY_S = {"nvlink": 0.47e-6, "xgmi": 0.47e-6, "pcie": 1.0e-6}
+# An all-reduce of up to this many bytes runs the engine's own one-kernel all-reduce (one-shot / two-shot over
+# NVLink peer memory), priced as the latency above plus the ring's bytes at the bus bandwidth; larger ones go to NCCL.
+# vLLM's CustomAllreduce (vllm/distributed/device_communicators/custom_all_reduce.py: max_size = 8192 * 1024;
+# should_custom_ar: inp_size < max_size where the GPUs are fully connected or world_size == 2); SGLang runs the same
+# kernel with the same limit; TensorRT-LLM's AUTO strategy (its own one-/two-shot kernels, NCCL above) is taken as the
+# same (not checked). Over PCIe it is used only between two GPUs.
+CUSTOM_ALLREDUCE_MAX_BYTES = 8192 * 1024
+# NCCL's own cost model for an intra-node all-reduce (NVIDIA/nccl src/graph/tuning.cc, ncclTunerConstantsDefaults):
+# time = baseLat + 2 (n - 1) x hwLat + bytes x 2 (n - 1) / n / bus bandwidth, NCCL taking the fastest of
+#   Ring/LL     baseLat 6.6 us, hwLat 0.6 us (NVLink) / 1.0 (PCIe), bus bandwidth min(llMaxBw, 0.5 x busbw)
+#               (llMaxBw, GB/s, one node: Ampere 87.7, Hopper 141, Blackwell 282; none known for other GPUs)
+#   Ring/LL128  baseLat 14.0 us, hwLat 1.9 us, 0.92 x busbw (NVLink only: isLL128Enabled needs an NVLink path)
+#   Ring/Simple baseLat 8.4 us, hwLat 3.4 us (NVLink) / 5.7 (PCIe), busbw
+# busbw = efficiency.json's large-message nccl-tests figure (the achievable Simple rate). NVLS (NVLink SHARP, which
+# NCCL picks on NVSwitch systems when it may: ~475-480 GB/s busbw on 8 H100/H200, nccl-tests#212 and #272) is not
+# used: it needs NCCL's cuMem allocations, which vLLM turns off on import (NCCL_CUMEM_ENABLE=0, vllm/__init__.py and
+# later vllm/env_override.py, citing NVIDIA/nccl#1234; kept on only where multi-node NVLink's IMEX channels exist),
+# and SGLang starts with NCCL_CUMEM_ENABLE=0 and NCCL_NVLS_ENABLE=0 (sglang/srt/entrypoints/engine.py
+# _set_envs_and_config); whether a TensorRT-LLM release runs NVLS was not established, so it takes the ring too.
+NCCL_RING = {  # protocol -> (baseLat s, {hw: hwLat s})
+    "LL": (6.6e-6, {"nvlink": 0.6e-6, "pcie": 1.0e-6}),
+    "LL128": (14.0e-6, {"nvlink": 1.9e-6}),
+    "Simple": (8.4e-6, {"nvlink": 3.4e-6, "pcie": 5.7e-6}),
+}
+NCCL_LL_MAX_BUSBW = {"Ampere": 87.7e9, "Hopper": 141e9, "Blackwell": 282e9}
+# GPU -> the row of llMaxBws NCCL takes by compute capability (sm_80-89: Ampere's, sm_90: Hopper's, sm_100+:
+# Blackwell's); AMD GPUs (RCCL) have no row here: no LL cap
+NCCL_GENERATION = {
+    **dict.fromkeys(("a100-40", "a100-80", "l4", "l40s", "rtx-4090"), "Ampere"),
+    **dict.fromkeys(("h100-sxm", "h100-pcie", "h100-nvl", "h200", "h20"), "Hopper"),
+    **dict.fromkeys(("b200", "gb200", "b300", "rtx-5090", "rtx-pro-6000"), "Blackwell"),
+}
 # Passes over the fp32 logits when sampling (softmax, then top-k/top-p selection): a round count, not a
 # measurement; the term is small next to the LM head GEMM except for tiny models.
 SAMPLING_PASSES = 2
@@ -451,6 +485,20 @@ class StepTimeModel:
         n_allreduce = (n_layers if dp_attention else 2 * n_layers) if tp > 1 else 0
         self.tp_latency_s = n_allreduce * (params.allreduce_base_latency_s + 2 * (tp - 1) * hop)
         self.tp_s_per_byte = n_allreduce * 2.0 * (tp - 1) / tp / busbw if n_allreduce else 0.0
+        # one all-reduce above the engine's own kernel's limit: NCCL's fastest algorithm and protocol (NCCL_RING)
+        self.n_allreduce = n_allreduce
+        custom = gpu.interconnect != "pcie" or tp == 2
+        self.custom_ar_max_bytes = CUSTOM_ALLREDUCE_MAX_BYTES if custom else 0.0
+        hw = "pcie" if gpu.interconnect == "pcie" else "nvlink"
+        ring = 2.0 * (tp - 1) / tp if tp > 1 else 0.0
+        ll_cap = NCCL_LL_MAX_BUSBW.get(NCCL_GENERATION.get(gpu.name, ""), float("inf"))
+        candidates = []
+        for proto, (base, hw_lat) in NCCL_RING.items():
+            if hw not in hw_lat:
+                continue
+            bw = min(ll_cap, 0.5 * busbw) if proto == "LL" else (0.92 * busbw if proto == "LL128" else busbw)
+            candidates.append((base + 2 * (tp - 1) * hw_lat[hw], ring / bw))
+        self.nccl_allreduce = tuple(candidates)
         if dp_attention and self.num_moe_layers and ep > 1:
             # dispatch + combine per MoE layer; each rank sends its own tokens' top-k copies
             self.a2a_latency_s = 2 * self.num_moe_layers * (params.allreduce_base_latency_s + (ep - 1) * hop)
@@ -475,11 +523,29 @@ class StepTimeModel:
         self.graph_sizes: tuple[int, ...] = ()
         self.eager_launch_s = 0.0  # host seconds per kernel of a step outside a CUDA graph (engine profile)
         self.graph_mixed_tokens = 0
+        # fp16 weights on a GPU with a faster fp16-accumulate rate: an engine that accumulates in fp16 (engine profile
+        # fp16_accumulate, llama.cpp's cuBLAS path) runs their bf16-path GEMMs at that peak (for_engine)
+        fp16_acc = getattr(gpu, "fp16_acc_flops", None)
+        self._fp16_acc_scale = (
+            fp16_acc / gpu.bf16_flops
+            if fp16_acc and deployment.weight_dtype.lower() in ("fp16", "f16", "float16")
+            else 1.0
+        )
 
     def for_engine(self, profile) -> "StepTimeModel":
         """This model bound to an engine profile (kneecap.sim.config.EngineProfile); self if nothing changes."""
         if profile is None:
             return self
+        if getattr(profile, "fp16_accumulate", False) and self._fp16_acc_scale != 1.0:
+            other = copy.copy(self)
+            scale, other._fp16_acc_scale = self._fp16_acc_scale, 1.0
+            other._rates = dict(self._rates)
+            flat, peak, curve = self._rates["bf16"]
+            other._rates["bf16"] = (flat * scale, peak * scale, curve)
+            if self.cls == "bf16":
+                other.flop_rate, other.gemm_peak, other.gemm_curve = other._rates["bf16"]
+            other._rate_cache = {}
+            return other.for_engine(profile)
         sizes = tuple(sorted(profile.cudagraph_sizes))
         fixed = self.params.overhead_s if profile.cpu_fixed_s is None else profile.cpu_fixed_s
         eager, mixed = profile.eager_launch_s, profile.graph_mixed_tokens
@@ -506,9 +572,12 @@ class StepTimeModel:
     def comm_seconds(self, num_tokens: float) -> float:
         """TP all-reduces, EP all-to-alls and PP sends of one pass over `num_tokens` tokens."""
         nbytes = num_tokens * self.act_bytes_per_token
+        if self.tp_s_per_byte and nbytes > self.custom_ar_max_bytes:  # NCCL: its fastest algorithm at this size
+            tp = self.n_allreduce * min(lat + spb * nbytes for lat, spb in self.nccl_allreduce)
+        else:
+            tp = self.tp_latency_s + self.tp_s_per_byte * nbytes
         return (
-            self.tp_latency_s
-            + self.tp_s_per_byte * nbytes
+            tp
             + self.pp_latency_s
             + self.pp_s_per_byte * nbytes
             + ((self.a2a_latency_s + self.a2a_s_per_token * num_tokens) if num_tokens > 0 else 0.0)
