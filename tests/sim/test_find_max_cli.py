@@ -173,14 +173,15 @@ def test_rate_search_judges_at_steady_state_and_states_its_bracket(tmp_path):
 
 
 def test_a_probe_is_first_sized_from_the_nearest_lower_stable_level():
-    """3.5x the requests in flight at the nearest lower stable load, scaled by load; never below the base size,
+    """3.5x the requests in flight at the nearest lower stable load, scaled by the load ratio squared; never below
+    the base size,
     never above the extension cap; the base size alone when no lower load was stable."""
     from kneecap.metrics.stability import MAX_EXTENDED_REQUESTS
     from kneecap.sweep.find_max import first_size
 
     assert first_size(200, 8.0, {}) == 200
     assert first_size(200, 8.0, {9.0: 300.0}) == 200  # only lower loads say anything
-    assert first_size(200, 8.0, {2.0: 10.0, 4.0: 58.0}) == math.ceil(3.5 * 58.0 * 2)
+    assert first_size(200, 8.0, {2.0: 10.0, 4.0: 58.0}) == math.ceil(3.5 * 58.0 * 2**2)
     assert first_size(200, 4.4, {4.0: 10.0}) == 200
     assert first_size(200, 8.0, {4.0: 5000.0}) == MAX_EXTENDED_REQUESTS
     assert first_size(None, 8.0, {4.0: 58.0}) is None

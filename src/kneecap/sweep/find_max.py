@@ -107,14 +107,15 @@ def search_max_load(sweep: Sweep, opts, *, slo: dict, repeats: int = 1, extend: 
 
 def first_size(requests: int | None, load: float, stable_in_flight: dict[float, float]) -> int | None:
     """A simulated probe's first size, from the search's own measurements: EXTEND_FACTOR x the requests in flight at
-    the nearest lower load whose level was stable, scaled by load (Little's law at the same latency; a higher load
-    waits longer, so this stays a lower estimate and the level is still extended while transient), at least
-    `requests`, at most MAX_EXTENDED_REQUESTS. It spares the short runs that the extension rule would discard."""
+    the nearest lower load whose level was stable, scaled by the square of the load ratio (Little's law: in flight =
+    rate x latency, and a higher load also waits longer), at least `requests`, at most MAX_EXTENDED_REQUESTS. Only a
+    first guess: the level is still judged, and extended while transient. It spares the short runs that the
+    extension rule would discard."""
     lower = [x for x in stable_in_flight if x < load]
     if requests is None or not lower:
         return requests
     near = max(lower)
-    guess = math.ceil(EXTEND_FACTOR * stable_in_flight[near] * load / near)
+    guess = math.ceil(EXTEND_FACTOR * stable_in_flight[near] * (load / near) ** 2)
     return int(max(requests, min(MAX_EXTENDED_REQUESTS, guess)))
 
 
