@@ -12,7 +12,7 @@ import pytest
 
 from kneecap.metrics.slo import parse_slo
 from kneecap.plan.build import plan_deployment
-from kneecap.recommend.bound import replica_bound
+from kneecap.recommend.bound import replica_bound, steady_batch_bound
 from kneecap.recommend.evaluate import FINE_REQUESTS, per_replica_load, replica_max, run_level, simulated, size_replicas
 from kneecap.recommend.prices import DEFAULT_PRICES, load_prices
 from kneecap.recommend.search import recommend
@@ -147,14 +147,18 @@ def test_contract_keys(doc):
     ],
 )
 def test_bound_is_above_the_simulated_engine(model, gpu, tp, pp, dtype):
-    """Just past the roofline bound, a steady-state simulated level breaks the SLO (the bound only skips losers),
-    for dense and MoE models, TP and PP, bf16 and fp8."""
+    """Just past the roofline bound, and past the step-time model's bound at the steady batch, a steady-state
+    simulated level breaks the SLO (the bounds only skip losers), for dense and MoE models, TP and PP, bf16 and fp8."""
     req = small(model=model, gpus=(gpu,))
     k = Knobs(gpu, tp, pp, dtype, dtype, 256, 8192)
     plan = plan_deployment(req.deployment_request(k)).plan
     b = replica_bound(plan, k, req)
     assert b.load > 0
     assert not run_level(simulated(req, k), req, b.load * 1.05, 400).met
+    # the step-time model's bound at the steady batch: tighter than the roofline, still above the simulated engine
+    s = steady_batch_bound(simulated(req, k), k, req)
+    assert s is not None and 0 < s.load <= b.load * 1.0001
+    assert not run_level(simulated(req, k), req, s.load * 1.05, 400).met
 
 
 def test_deterministic_across_worker_counts(doc):

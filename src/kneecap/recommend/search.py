@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from kneecap.errors import KneecapError
 from kneecap.recommend import confirm
-from kneecap.recommend.bound import Bound, replica_bound
+from kneecap.recommend.bound import Bound, replica_bound, steady_batch_bound
 from kneecap.recommend.disagg import NETWORK_SOURCE, size_pools
 from kneecap.recommend.evaluate import (
     COARSE_REQUESTS,
@@ -55,7 +55,7 @@ PREFERRED_LIMITS = (
 class Counts:
     evaluated: int = 0
     pruned: int = 0  # does not fit (plan_deployment refused it, or no KV pool)
-    infeasible: int = 0  # the roofline bound says no load meets the SLO
+    infeasible: int = 0  # the bound (roofline or step-time at the steady batch) says no load meets the SLO
     over_gpu_limit: int = 0
     bound_over_gpu_limit: int = 0  # of which the bound's replica count already needs more GPUs than allowed
     skipped_by_bound: int = 0  # its lower-bound cost cannot come within SLACK of the best found
@@ -400,8 +400,9 @@ def _disagg_setups(
 
 
 def _funnel(c: Counts, ranked: list, coarse: list, best_cost: float, checked: int) -> dict:
-    """Where each candidate of the grid stopped: does not fit; ruled out by the roofline bound (it cannot meet the
-    SLO, needs more GPUs than allowed, or its bound's cost is above the answer's: it cannot cost less); simulated
+    """Where each candidate of the grid stopped: does not fit; ruled out by the bound (roofline, or the step-time
+    model at the steady batch, whichever is lower: it cannot meet the SLO, needs more GPUs than allowed, or its
+    bound's cost is above the answer's: it cannot cost less); simulated
     (one replica's highest load searched over levels sized to steady state); checked at the stated load at steady
     state; the rest fit, could cost as little as the answer by the bound, and were not simulated because another
     engine setting of their setup (GPU, parallelism, dtypes) stood for them or their setup ranked lower."""
@@ -423,7 +424,7 @@ def funnel_text(doc: dict) -> str:
     f = doc["funnel"]
     return (
         f"{f['considered']} candidates considered: {f['do_not_fit']} do not fit, {f['ruled_out_by_bound']} ruled out "
-        f"by the roofline bound (cannot meet the SLO, or cannot cost less than the answer), {f['simulated']} "
+        f"by the bound (cannot meet the SLO, or cannot cost less than the answer), {f['simulated']} "
         f"simulated (one replica's highest load, levels sized to steady state), {f['checked_at_steady_state']} "
         f"checked at steady state at the stated load; {f['represented_by_their_setup']} not simulated (another "
         f"engine setting of the same GPU, parallelism and dtypes stood for them)"
@@ -441,6 +442,7 @@ def recommend(
     plans: dict[tuple, object] = {}
     reasons: list[str] = []
     ranked = []  # (lower-bound cost, index, knobs, bound, price)
+    steady: dict[tuple, Bound | None] = {}
     for i, k in enumerate(grid):
         if k.plan_key not in plans:
             try:
@@ -464,6 +466,12 @@ def recommend(
             c.prune_reasons[msg] = c.prune_reasons.get(msg, 0) + 1
             continue
         b = replica_bound(plan, k, req)
+        if b.load > 0:  # the step-time model at the steady batch, where tighter (one engine per setup and limits)
+            key = (k.plan_key, k.max_num_seqs)
+            if key not in steady:
+                steady[key] = steady_batch_bound(simulated(req, k), k, req)
+            if steady[key] is not None and steady[key].load < b.load:
+                b = steady[key]
         if b.load <= 0:
             c.infeasible += 1
             if len(reasons) < 1:
