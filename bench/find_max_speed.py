@@ -1,12 +1,16 @@
 """Benchmark: how long `kneecap simulate --find-max rate` takes for a 1000/1000 workload (target: <= 3 s wall on
 2 cores), with the answer it gives and the machine's load average beside each figure.
 
-    python bench/find_max_speed.py [--repeats 3] [--src DIR] [--profile] [--out bench/results/find_max_speed.md]
+    python bench/find_max_speed.py [--repeats 3] [--src DIR] [--profile] [--no-bytecode]
+                                   [--out bench/results/find_max_speed.md]
 
 Each repeat is one fresh `python -m kneecap simulate ...` process (interpreter start and imports included), timed
 wall-clock, with its CPU seconds (user + system). --src runs another checkout's sources (e.g. an earlier revision's
-`src`) for a before/after on the same machine; --profile also writes cProfile's top functions (cumulative) of one
-run beside the results. A benchmark, not a unit test: timings depend on the machine and on what else runs on it.
+`src`, best a copy: `git archive REV src | tar -x -C /tmp/before`, since compiled modules are cached beside the
+sources) for a before/after on the same machine; --profile also writes cProfile's top functions (cumulative) of one
+run beside the results. By default Python may cache compiled modules (as an installed package has them; one untimed
+run first); --no-bytecode compiles every module on every run instead. A benchmark, not a unit test: timings depend
+on the machine and on what else runs on it.
 """
 
 from __future__ import annotations
@@ -34,8 +38,12 @@ def children_cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run_once(src: Path, out: Path, profile: Path | None = None) -> tuple[float, float, dict]:
+def run_once(src: Path, out: Path, profile: Path | None = None, bytecode: bool = True) -> tuple[float, float, dict]:
     env = dict(os.environ, PYTHONPATH=str(src))
+    if bytecode:  # as an installed package runs: its modules compiled once (__pycache__, git-ignored), not per run
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     pre = [sys.executable] + (["-m", "cProfile", "-o", str(profile)] if profile else []) + ["-m", "kneecap"]
     c0, t0 = children_cpu_s(), time.perf_counter()
     r = subprocess.run([*pre, *ARGS, "--out", str(out)], env=env, capture_output=True, text=True)
@@ -53,13 +61,21 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true", help="also write a cProfile summary of one run")
     ap.add_argument("--out", default=str(ROOT / "bench/results/find_max_speed.md"))
     ap.add_argument("--budget-s", type=float, default=3.0)
+    ap.add_argument(
+        "--no-bytecode",
+        dest="bytecode",
+        action="store_false",
+        help="compile every module on every run (PYTHONDONTWRITEBYTECODE=1) instead of caching it as an install does",
+    )
     args = ap.parse_args()
     src = Path(args.src).resolve()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        if args.bytecode:  # one untimed run leaves the compiled modules behind
+            run_once(src, Path(tmp) / "warm", bytecode=True)
         for i in range(args.repeats):
             load_before = os.getloadavg()[0]
-            wall, cpu, doc = run_once(src, Path(tmp) / f"run{i}")
+            wall, cpu, doc = run_once(src, Path(tmp) / f"run{i}", bytecode=args.bytecode)
             m = doc["max_load"]
             levels = doc["levels"]
             rows.append(
@@ -81,7 +97,7 @@ def main() -> int:
             import pstats
 
             prof = Path(tmp) / "prof.out"
-            run_once(src, Path(tmp) / "prof", prof)
+            run_once(src, Path(tmp) / "prof", prof, bytecode=args.bytecode)
             buf = io.StringIO()
             pstats.Stats(str(prof), stream=buf).strip_dirs().sort_stats("cumulative").print_stats(40)
             stats_path = Path(args.out).with_name(Path(args.out).stem + "_profile.txt")
@@ -111,8 +127,14 @@ def main() -> int:
         "",
         f"    kneecap {' '.join(ARGS)}",
         "",
-        "(interpreter start and imports included). CPU s: user + system seconds of that process. Load average: the "
-        "1-minute figure before and after each run (2 cores: above ~1 means other work shared them).",
+        "(interpreter start and imports included; "
+        + (
+            "modules compiled once beforehand, as an installed package has them"
+            if args.bytecode
+            else "every module compiled on every run, PYTHONDONTWRITEBYTECODE=1"
+        )
+        + "). CPU s: user + system seconds of that process. Load average: the 1-minute figure before and after each "
+        "run (2 cores: above ~1 means other work shared them).",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
