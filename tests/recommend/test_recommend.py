@@ -4,6 +4,7 @@ simulated engine, determinism over worker counts, the price table's sources, and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -11,11 +12,11 @@ import pytest
 
 from kneecap.metrics.slo import parse_slo
 from kneecap.plan.build import plan_deployment
-from kneecap.recommend.bound import replica_bound
+from kneecap.recommend.bound import replica_bound, steady_batch_bound
 from kneecap.recommend.evaluate import FINE_REQUESTS, per_replica_load, replica_max, run_level, simulated, size_replicas
 from kneecap.recommend.prices import DEFAULT_PRICES, load_prices
 from kneecap.recommend.search import recommend
-from kneecap.recommend.space import Knobs, RecommendRequest
+from kneecap.recommend.space import MAX_NUM_BATCHED_TOKENS_CHOICES, MAX_NUM_SEQS_CHOICES, Knobs, RecommendRequest
 from clitools import run_cli
 
 PRICES = load_prices()
@@ -37,6 +38,7 @@ def small(**kw) -> RecommendRequest:
         pp_choices=(1,),
         max_num_seqs_choices=(64, 256),
         max_num_batched_tokens_choices=(8192,),
+        prefix_caching_choices=(True,),
     )
     base.update(kw)
     return RecommendRequest(**base)
@@ -145,14 +147,18 @@ def test_contract_keys(doc):
     ],
 )
 def test_bound_is_above_the_simulated_engine(model, gpu, tp, pp, dtype):
-    """Just past the roofline bound, a steady-state simulated level breaks the SLO (the bound only skips losers),
-    for dense and MoE models, TP and PP, bf16 and fp8."""
+    """Just past the roofline bound, and past the step-time model's bound at the steady batch, a steady-state
+    simulated level breaks the SLO (the bounds only skip losers), for dense and MoE models, TP and PP, bf16 and fp8."""
     req = small(model=model, gpus=(gpu,))
     k = Knobs(gpu, tp, pp, dtype, dtype, 256, 8192)
     plan = plan_deployment(req.deployment_request(k)).plan
     b = replica_bound(plan, k, req)
     assert b.load > 0
     assert not run_level(simulated(req, k), req, b.load * 1.05, 400).met
+    # the step-time model's bound at the steady batch: tighter than the roofline, still above the simulated engine
+    s = steady_batch_bound(simulated(req, k), k, req)
+    assert s is not None and 0 < s.load <= b.load * 1.0001
+    assert not run_level(simulated(req, k), req, s.load * 1.05, 400).met
 
 
 def test_deterministic_across_worker_counts(doc):
@@ -549,7 +555,14 @@ def test_recommendation_holds_at_steady_state_and_one_fewer_is_over_capacity_or_
     )
     assert r.code == 0, r.stderr
     d = json.loads(r.stdout)
-    assert d["evaluated"] >= 800 and d["arrivals"].startswith("Poisson")
+    assert d["evaluated"] >= 5000 and d["arrivals"].startswith("Poisson")
+    f = d["funnel"]  # every candidate stopped at exactly one stage of the search
+    assert (
+        f["considered"]
+        == d["evaluated"]
+        == (f["do_not_fit"] + f["ruled_out_by_bound"] + f["simulated"] + f["represented_by_their_setup"])
+    )
+    assert f["checked_at_steady_state"] >= 1 and f["simulated"] == d["simulated"]
     best = d["best"]
     assert not best["disaggregated"], "this load's cheapest is aggregated; the check below simulates one replica"
     share = best["predicted"]["per_replica_load"]
@@ -576,6 +589,7 @@ def test_recommendation_holds_at_steady_state_and_one_fewer_is_over_capacity_or_
         "1000",
         "--osl",
         "1000",
+        "--prefix-caching" if best["prefix_caching"] else "--no-prefix-caching",
         "--requests",
         "1600",
         "--slo",
@@ -644,3 +658,22 @@ def test_burstiness_is_an_assumption_recommend_states(tmp_path):
         "0",
     )
     assert r.code != 0 and r.stderr.count("\n") <= 2 and "--burstiness must be > 0" in r.stderr
+
+
+def test_widened_grid_passes_every_knob_to_the_serve_command():
+    """The default grid tries max_num_seqs 32..1024, five token budgets and prefix caching on and off, and a
+    candidate's serve command carries each of them as vLLM's own flag."""
+    from kneecap.recommend.confirm import serve_cmd
+
+    req = small(max_num_seqs_choices=MAX_NUM_SEQS_CHOICES, prefix_caching_choices=(True, False))
+    req = dataclasses.replace(req, max_num_batched_tokens_choices=MAX_NUM_BATCHED_TOKENS_CHOICES)
+    grid = req.grid()
+    assert len(grid) == 2 * 2 * len(MAX_NUM_SEQS_CHOICES) * len(MAX_NUM_BATCHED_TOKENS_CHOICES) * 2
+    assert {k.max_num_seqs for k in grid} == {32, 64, 128, 256, 512, 1024}
+    assert {k.max_num_batched_tokens for k in grid} == {2048, 4096, 8192, 16384, 32768}
+    off = next(k for k in grid if not k.prefix_caching and k.max_num_seqs == 1024 and k.max_num_batched_tokens == 32768)
+    cmd = serve_cmd(req, off, checkpoint_dtype="bf16").split()
+    assert "--no-enable-prefix-caching" in cmd
+    assert cmd[cmd.index("--max-num-seqs") + 1] == "1024" and cmd[cmd.index("--max-num-batched-tokens") + 1] == "32768"
+    on = off._replace(prefix_caching=True)
+    assert "prefix-caching" not in serve_cmd(req, on, checkpoint_dtype="bf16")

@@ -41,6 +41,7 @@ def dsv3(**kw) -> RecommendRequest:
         pp_choices=(1,),
         max_num_seqs_choices=(64,),
         max_num_batched_tokens_choices=(8192,),
+        prefix_caching_choices=(True,),
     )
     base.update(kw)
     return RecommendRequest(**base)

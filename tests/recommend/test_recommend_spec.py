@@ -39,6 +39,7 @@ def req(**kw) -> RecommendRequest:
         pp_choices=(1,),
         max_num_seqs_choices=(256,),
         max_num_batched_tokens_choices=(8192,),
+        prefix_caching_choices=(True,),
         spec=EAGLE,
     )
     base.update(kw)

@@ -143,7 +143,8 @@ def test_rate_search_judges_at_steady_state_and_states_its_bracket(tmp_path):
     extended = [lv for lv in doc["levels"] if lv["find_max"].get("extended")]
     assert extended and all(lv["stability"]["verdict"] == "transient" for lv in extended)
     met = [lv for lv in doc["levels"] if lv["rate"] == m["value"]]
-    assert met[-1]["find_max"]["met"] and met[-1]["requests"] > met[0]["requests"]
+    # the answer's level ran longer than a first probe: extended, or sized from a lower probe's stable level
+    assert met[-1]["find_max"]["met"] and met[-1]["requests"] > doc["levels"][0]["requests"]
     md = html.unescape((tmp_path / "run" / "report.md").read_text())
     assert f"Find-max: {m['answer']}" in md
     # every load searched met: the answer is a lower bound
@@ -169,3 +170,18 @@ def test_rate_search_judges_at_steady_state_and_states_its_bracket(tmp_path):
     )
     assert r.code == 0, r.stderr
     assert "find-max: at least 2 req/s" in r.stdout
+
+
+def test_a_probe_is_first_sized_from_the_nearest_lower_stable_level():
+    """3.5x the requests in flight at the nearest lower stable load, scaled by the load ratio squared; never below
+    the base size,
+    never above the extension cap; the base size alone when no lower load was stable."""
+    from kneecap.metrics.stability import MAX_EXTENDED_REQUESTS
+    from kneecap.sweep.find_max import first_size
+
+    assert first_size(200, 8.0, {}) == 200
+    assert first_size(200, 8.0, {9.0: 300.0}) == 200  # only lower loads say anything
+    assert first_size(200, 8.0, {2.0: 10.0, 4.0: 58.0}) == math.ceil(3.5 * 58.0 * 2**2)
+    assert first_size(200, 4.4, {4.0: 10.0}) == 200
+    assert first_size(200, 8.0, {4.0: 5000.0}) == MAX_EXTENDED_REQUESTS
+    assert first_size(None, 8.0, {4.0: 58.0}) is None

@@ -249,7 +249,7 @@ def recommend_cmd(
     from kneecap.hardware import get_gpu
     from kneecap.metrics.slo import parse_slo
     from kneecap.recommend.prices import load_prices
-    from kneecap.recommend.search import recommend
+    from kneecap.recommend.search import funnel_text, recommend
     from kneecap.recommend.space import DEFAULT_KV_DTYPES, DEFAULT_WEIGHT_DTYPES, RecommendRequest
 
     if gpus_per_node < 1:
@@ -382,6 +382,7 @@ def recommend_cmd(
         console.print("workload " + trace.describe() + "; " + doc["trace"]["model"], soft_wrap=True)
     console.print(_table(doc))
     console.print(f"assumed arrivals: {doc['arrivals']}; {doc['search']['steady_state']}", soft_wrap=True)
+    console.print(f"search: {funnel_text(doc)}; {doc['seconds']:.0f} s", soft_wrap=True)
     if doc.get("speculative"):
         s = doc["speculative"]
         given = (

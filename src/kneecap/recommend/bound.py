@@ -6,7 +6,9 @@ at TPOT t serves at most B / (osl x t) requests/s. Used only to skip candidates 
 With a class mix it uses the mix's weighted mean lengths, which makes it an estimate rather than a strict
 bound. A speculating candidate keeps the expected 1 + a + ... + a^K tokens per decode step (its assumed acceptance),
 so its decode steps per request are osl / that; its draft passes are left out (they only make it slower).
-Owns the arithmetic; not the simulator (a test checks the simulated maximum never exceeds this bound).
+steady_batch_bound tightens it for rate loads of full-attention models with the simulated engine's own step-time
+model at the candidate's steady batch. Owns the arithmetic; not the simulator (a test checks the simulated maximum
+never exceeds either bound).
 """
 
 from __future__ import annotations
@@ -99,3 +101,40 @@ def replica_bound(plan: Plan, knobs: Knobs, req: RecommendRequest, *, pool: str 
     if e2e_s is None:
         return Bound(float(req.load), "no TTFT+TPOT or E2E limit to bound the streams")
     return Bound(float(max(1, math.floor(rate * e2e_s))), why + " (Little's law over the E2E limit)")
+
+
+def steady_batch_bound(sim, knobs: Knobs, req: RecommendRequest) -> Bound | None:
+    """A tighter bound for rate loads: capacity from the simulated engine's own step-time model at the candidate's
+    steady batch. B sequences decoding together each take at least t(B), the model's step of B decodes at the
+    shortest context a decode has (the prompt + 1: the least attention work), so a replica serves at most
+    B / (osl x t(B)) requests/s; B is at most the engine's max_num_seqs (x pp), what the KV pool holds at that
+    context, and what keeps t(B) within the TPOT limit. The best such B over powers of two and the largest allowed.
+    None where the step model's inputs are not plain full attention (sliding windows, linear-attention state), for
+    speculating candidates, a class mix or a closed loop: the roofline bound then stands alone."""
+    if req.kind != "rate" or knobs.spec or req.mix is not None:
+        return None
+    d = sim.plan.deployment
+    if set(d.model.layer_types) - {"full_attention", "mla"}:
+        return None
+    model = sim.steptime.for_engine(sim.config.profile)
+    ctx = req.isl + 1
+
+    def t(b: int) -> float:
+        return model.seconds(b, b * ctx, 0.0, b * ctx, 0.0, b)
+
+    b_cap = int(min(knobs.max_num_seqs * knobs.pp, sim.plan.kv_capacity_tokens // ctx))
+    tpot = _limits_ms(req.slo, ("tpot", "itl"), _MEAN_BOUNDING)
+    if tpot is not None:
+        limit_s = tpot / MS_PER_S
+        if b_cap < 1 or t(1) > limit_s:
+            return Bound(0.0, f"one decode step of the step-time model takes {t(1) * MS_PER_S:.1f} ms > TPOT limit")
+        lo, hi = 1, max(1, b_cap)  # the largest B whose step stays within the limit (t grows with B)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if t(mid) <= limit_s else (lo, mid - 1)
+        b_cap = lo
+    if b_cap < 1:
+        return Bound(0.0, "not one sequence fits the KV pool")
+    sizes = {b_cap} | {1 << i for i in range(b_cap.bit_length()) if (1 << i) <= b_cap}
+    best = max(sizes, key=lambda b: b / t(b))
+    return Bound(best / (req.osl * t(best)), f"step-time model: {best} decodes a step at {t(best) * MS_PER_S:.1f} ms")

@@ -63,6 +63,8 @@ def serve_cmd(req: RecommendRequest, k: Knobs, *, checkpoint_dtype: str, disaggr
         parts += ["--kv-cache-dtype", "fp8"]
     if k.weight_dtype == "fp8" and checkpoint_dtype in ("bf16", "fp16", "f16", "fp32", "f32"):
         parts += ["--quantization", "fp8"]
+    if not k.prefix_caching:  # vLLM V1 caches prefixes unless told not to (--enable-prefix-caching defaults on)
+        parts += ["--no-enable-prefix-caching"]
     if k.ep > 1 or k.dp_attention:  # vLLM: experts over the TP x DP GPUs (EP size = TP x DP)
         parts += ["--enable-expert-parallel"]
     if disaggregated:

@@ -38,7 +38,16 @@ from kneecap.metrics.slo import level_meets_slo, split_key
 from kneecap.metrics.stats import nearest_rank
 from kneecap.metrics.summarize import summarize_level
 from kneecap.metrics.stability import is_steady
-from kneecap.recommend.evaluate import RATE_RESOLUTION, LevelOutcome, judged, simulated, steady_requests, until_steady
+from kneecap.recommend.bound import replica_bound
+from kneecap.recommend.evaluate import (
+    RATE_RESOLUTION,
+    LevelOutcome,
+    judged,
+    planned,
+    simulated,
+    steady_requests,
+    until_steady,
+)
 from kneecap.recommend.space import GPUS_PER_NODE, Knobs, RecommendRequest, slo_limits
 from kneecap.sim.sweep import LevelSpec, drive, simulate_level
 from kneecap.workload import Workload, arrival_offsets, make_requests
@@ -210,7 +219,20 @@ def prefill_max(req: RecommendRequest, k: Knobs, high: float) -> MaxLoad:
                 return Verdict(met=False, why=f"prefill {key[:-3]} {v * 1000:.0f} ms + transfer {xfer_ms:.1f} ms")
         return Verdict(met=True, why="")
 
-    return find_max(evaluate, "rate", low=high / 64, high=high, resolution=RATE_RESOLUTION)
+    return _search(evaluate, req, k, high, "prefill")
+
+
+def _search(evaluate, req: RecommendRequest, k: Knobs, high: float, pool: str) -> MaxLoad:
+    """find_max of one pool's replica from an eighth of its roofline bound (replica_bound's, capped at `high`) up
+    to it; once more from 1/512 of it when the eighth already fails. The bound is a ceiling no simulated level
+    passes, so starting under it spares the doublings from far below."""
+    top = min(high, replica_bound(planned(req.deployment_request(k)), k, req, pool=pool).load)
+    if not top > 0:
+        top = high
+    m = find_max(evaluate, "rate", low=top / 8, high=top, resolution=RATE_RESOLUTION)
+    if m.value is None:
+        m = find_max(evaluate, "rate", low=top / 512, high=top / 8, resolution=RATE_RESOLUTION)
+    return m
 
 
 def decode_max(req: RecommendRequest, k: Knobs, high: float) -> MaxLoad:
@@ -233,7 +255,7 @@ def decode_max(req: RecommendRequest, k: Knobs, high: float) -> MaxLoad:
         why = [b["message"] for b in breaches] + ([] if is_steady(summary) else [summary["stability"]["verdict"]])
         return Verdict(met=ok and not failures and is_steady(summary), why="; ".join(why))
 
-    return find_max(evaluate, "rate", low=high / 64, high=high, resolution=RATE_RESOLUTION)
+    return _search(evaluate, req, k, high, "decode")
 
 
 @dataclass(frozen=True)

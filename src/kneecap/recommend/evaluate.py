@@ -50,13 +50,14 @@ def planned(request: DeploymentRequest):
 
 
 def simulated(req: RecommendRequest, k: Knobs) -> SimDeployment:
-    """The candidate on the simulated engine: vLLM's defaults, its two batch limits, and the request's speculative
+    """The candidate on the simulated engine: vLLM's defaults, its two batch limits, prefix caching, and the request's speculative
     decoding when the candidate speculates (each sequence's accepted lengths drawn from the request's seed)."""
     return from_plan(
         planned(req.deployment_request(k)),
         defaults=ENGINE_DEFAULTS,
         max_num_seqs=k.max_num_seqs,
         max_num_batched_tokens=k.max_num_batched_tokens,
+        prefix_caching=k.prefix_caching,
         speculative=req.spec if k.spec else None,
         spec_seed=req.seed if k.spec else None,
     )
@@ -177,13 +178,18 @@ def judged(load: float, summary: dict, slo: dict, server_metrics: dict, replicas
     )
 
 
-def replica_max(req: RecommendRequest, k: Knobs, bound: float) -> MaxLoad:
+def replica_max(req: RecommendRequest, k: Knobs, bound: float, levels: dict | None = None) -> MaxLoad:
     """find_max over simulated levels of one replica (coarse_requests at each load), from bound/8 up to
-    min(bound, the whole load) (once more from bound/512 when bound/8 already fails)."""
+    min(bound, the whole load) (once more from bound/512 when bound/8 already fails). levels: filled with
+    (load, requests) -> LevelOutcome of every level run, for the caller to reuse (the simulator is deterministic)."""
     sim = simulated(req, k)
+    levels = {} if levels is None else levels
 
     def evaluate(load: float, _rep: int) -> Verdict:
-        o = run_level(sim, req, load, coarse_requests(req, load))
+        key = (load, coarse_requests(req, load))
+        if key not in levels:
+            levels[key] = run_level(sim, req, load, key[1])
+        o = levels[key]
         return Verdict(met=o.met, why=o.why)
 
     high = min(bound, req.load)
@@ -222,21 +228,27 @@ def fleet_level(sim: SimDeployment, req: RecommendRequest, replicas: int, reques
     return dataclasses.replace(o, output_tok_s=None if o.output_tok_s is None else o.output_tok_s / replicas)
 
 
-def size_replicas(req: RecommendRequest, k: Knobs, max_load: float, requests: int = FINE_REQUESTS) -> Sized:
+def size_replicas(
+    req: RecommendRequest, k: Knobs, max_load: float, requests: int = FINE_REQUESTS, levels: dict | None = None
+) -> Sized:
     """Replicas = ceil(load / per-replica max), then checked at the stated load (each replica at its share, or
     with req.fleet_check the whole load through the router: fleet_level): add replicas
-    until the check meets the SLO, remove them while one fewer still meets it."""
+    until the check meets the SLO, remove them while one fewer still meets it. levels: (load, requests) ->
+    LevelOutcome already run for this candidate (replica_max's), reused where a check is the same level."""
     sim = simulated(req, k)
     r = max(1, math.ceil(req.load / max_load - 1e-9))
     cache: dict[int, LevelOutcome] = {}
+    known = levels or {}
 
     def check(n: int) -> LevelOutcome:
         if n not in cache:
-            cache[n] = (
-                fleet_level(sim, req, n, requests)
-                if req.fleet_check
-                else run_level(sim, req, per_replica_load(req, n), requests)
-            )
+            share = per_replica_load(req, n)
+            if req.fleet_check:
+                cache[n] = fleet_level(sim, req, n, requests)
+            elif (share, coarse_requests(req, share)) in known and requests == COARSE_REQUESTS:
+                cache[n] = known[(share, coarse_requests(req, share))]
+            else:
+                cache[n] = run_level(sim, req, share, requests)
         return cache[n]
 
     for _ in range(MAX_REPLICA_STEPS):

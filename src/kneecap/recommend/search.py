@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from kneecap.errors import KneecapError
 from kneecap.recommend import confirm
-from kneecap.recommend.bound import Bound, replica_bound
+from kneecap.recommend.bound import Bound, replica_bound, steady_batch_bound
 from kneecap.recommend.disagg import NETWORK_SOURCE, size_pools
 from kneecap.recommend.evaluate import (
     COARSE_REQUESTS,
@@ -55,8 +55,9 @@ PREFERRED_LIMITS = (
 class Counts:
     evaluated: int = 0
     pruned: int = 0  # does not fit (plan_deployment refused it, or no KV pool)
-    infeasible: int = 0  # the roofline bound says no load meets the SLO
+    infeasible: int = 0  # the bound (roofline or step-time at the steady batch) says no load meets the SLO
     over_gpu_limit: int = 0
+    bound_over_gpu_limit: int = 0  # of which the bound's replica count already needs more GPUs than allowed
     skipped_by_bound: int = 0  # its lower-bound cost cannot come within SLACK of the best found
     simulated: int = 0
     not_simulated: int = 0  # fits and could meet the SLO, but bounded out or not among the best setups
@@ -68,17 +69,23 @@ def _coarse(args):
     """One replica's max load (find_max), and one level at the share of the load that ceil(load / max)
     replicas would each take: the candidate's point on the frontier before any longer check."""
     req, k, bound = args
-    m = replica_max(req, k, bound)
+    levels: dict = {}  # (load, requests) -> LevelOutcome: each level run once, reused by the point and the sizing
+    m = replica_max(req, k, bound, levels)
     at = None
     if m.value is not None:
         n = max(1, math.ceil(req.load / m.value - 1e-9))
-        at = run_level(simulated(req, k), req, per_replica_load(req, n), coarse_requests(req, per_replica_load(req, n)))
-    return m.value, m.failed_at, m.failed_because, len(m.probes), at  # failed_at None: met at the top of the search
+        share = per_replica_load(req, n)
+        key = (share, coarse_requests(req, share))
+        if key not in levels:
+            levels[key] = run_level(simulated(req, k), req, share, key[1])
+        at = levels[key]
+    # failed_at None: met at the top of the search
+    return m.value, m.failed_at, m.failed_because, len(m.probes), at, levels
 
 
 def _refine(args):
-    req, k, max_load = args
-    return size_replicas(req, k, max_load, FINE_REQUESTS)
+    req, k, max_load, levels = args
+    return size_replicas(req, k, max_load, FINE_REQUESTS, levels)
 
 
 def _disagg(args):
@@ -204,6 +211,7 @@ def _point(
         "kv_dtype": k.kv_dtype,
         "max_num_seqs": k.max_num_seqs,
         "max_num_batched_tokens": k.max_num_batched_tokens,
+        "prefix_caching": k.prefix_caching,
         "disaggregated": disaggregated,
         "total_gpus": gpus,
         "usd_per_gpu_hour": price,
@@ -391,6 +399,38 @@ def _disagg_setups(
     return [it for _, _, it in scored[:DISAGG_SETUPS]]
 
 
+def _funnel(c: Counts, ranked: list, coarse: list, best_cost: float, checked: int) -> dict:
+    """Where each candidate of the grid stopped: does not fit; ruled out by the bound (roofline, or the step-time
+    model at the steady batch, whichever is lower: it cannot meet the SLO, needs more GPUs than allowed, or its
+    bound's cost is above the answer's: it cannot cost less); simulated
+    (one replica's highest load searched over levels sized to steady state); checked at the stated load at steady
+    state; the rest fit, could cost as little as the answer by the bound, and were not simulated because another
+    engine setting of their setup (GPU, parallelism, dtypes) stood for them or their setup ranked lower."""
+    simulated = {it[1] for it in coarse}
+    above = sum(1 for it in ranked if it[1] not in simulated and it[0] > best_cost * (1 + 1e-9))
+    bound_out = c.infeasible + c.bound_over_gpu_limit + above
+    return {
+        "considered": c.evaluated,
+        "do_not_fit": c.pruned,
+        "ruled_out_by_bound": bound_out,
+        "simulated": c.simulated,
+        "checked_at_steady_state": checked,
+        "represented_by_their_setup": c.evaluated - c.pruned - bound_out - c.simulated,
+    }
+
+
+def funnel_text(doc: dict) -> str:
+    """The funnel in one line, as the CLI and the report print it."""
+    f = doc["funnel"]
+    return (
+        f"{f['considered']} candidates considered: {f['do_not_fit']} do not fit, {f['ruled_out_by_bound']} ruled out "
+        f"by the bound (cannot meet the SLO, or cannot cost less than the answer), {f['simulated']} "
+        f"simulated (one replica's highest load, levels sized to steady state), {f['checked_at_steady_state']} "
+        f"checked at steady state at the stated load; {f['represented_by_their_setup']} not simulated (another "
+        f"engine setting of the same GPU, parallelism and dtypes stood for them)"
+    )
+
+
 def recommend(
     req: RecommendRequest, prices: dict[str, Price], *, workers: int = 1, progress=None, ray: str | None = None
 ) -> dict:
@@ -402,6 +442,7 @@ def recommend(
     plans: dict[tuple, object] = {}
     reasons: list[str] = []
     ranked = []  # (lower-bound cost, index, knobs, bound, price)
+    steady: dict[tuple, Bound | None] = {}
     for i, k in enumerate(grid):
         if k.plan_key not in plans:
             try:
@@ -425,6 +466,12 @@ def recommend(
             c.prune_reasons[msg] = c.prune_reasons.get(msg, 0) + 1
             continue
         b = replica_bound(plan, k, req)
+        if b.load > 0:  # the step-time model at the steady batch, where tighter (one engine per setup and limits)
+            key = (k.plan_key, k.max_num_seqs)
+            if key not in steady:
+                steady[key] = steady_batch_bound(simulated(req, k), k, req)
+            if steady[key] is not None and steady[key].load < b.load:
+                b = steady[key]
         if b.load <= 0:
             c.infeasible += 1
             if len(reasons) < 1:
@@ -433,6 +480,7 @@ def recommend(
         lb_replicas = max(1, math.ceil(req.load / b.load - 1e-9))
         if req.max_gpus is not None and lb_replicas * k.gpus_per_replica > req.max_gpus:
             c.over_gpu_limit += 1
+            c.bound_over_gpu_limit += 1
             continue
         price = prices[k.gpu].usd_per_gpu_hour
         ranked.append((price * k.gpus_per_replica * lb_replicas, i, k, b, price))
@@ -457,7 +505,7 @@ def recommend(
                 continue
             results = runner.map(_coarse, [(req, it[2], it[3].load) for it in batch])
             c.simulated += len(batch)
-            for it, (value, failed_at, because, _n, at) in zip(batch, results):
+            for it, (value, failed_at, because, _n, at, levels) in zip(batch, results):
                 if value is None:
                     if not reasons:
                         reasons.append(f"{it[2].gpu} tp={it[2].tp}: {because}")
@@ -467,7 +515,7 @@ def recommend(
                     c.over_gpu_limit += 1
                     continue
                 est = it[4] * it[2].gpus_per_replica * n
-                coarse.append((est, it[1], it[2], it[3], it[4], value, failed_at is None, n, at))
+                coarse.append((est, it[1], it[2], it[3], it[4], value, failed_at is None, n, at, levels))
                 state["best"] = min(state["best"], est)
             if progress:
                 progress(c.simulated, len(ranked))
@@ -493,17 +541,35 @@ def recommend(
             best_setups.append(it[2].plan_key)
     for key in best_setups[:LIMIT_VARIANTS_FOR]:
         rep = next(it for it in order if it[2].plan_key == key)
+        pc = rep[2].prefix_caching
         seqs = [
             it
             for it in by_setup[key]
-            if it[1] not in done and it[2].max_num_batched_tokens == rep[2].max_num_batched_tokens
+            if it[1] not in done
+            and it[2].max_num_batched_tokens == rep[2].max_num_batched_tokens
+            and it[2].prefix_caching == pc
         ]
         simulate(seqs)
         done |= {it[1] for it in seqs}
         mine = sorted((it for it in coarse if it[2].plan_key == key), key=lambda x: (x[0], -x[5], x[1]))
-        tokens = [it for it in by_setup[key] if it[1] not in done and it[2].max_num_seqs == mine[0][2].max_num_seqs]
+        tokens = [
+            it
+            for it in by_setup[key]
+            if it[1] not in done and it[2].max_num_seqs == mine[0][2].max_num_seqs and it[2].prefix_caching == pc
+        ]
         simulate(tokens)
         done |= {it[1] for it in tokens}
+        # then prefix caching the other way at the best limits so far
+        mine = sorted((it for it in coarse if it[2].plan_key == key), key=lambda x: (x[0], -x[5], x[1]))
+        b = mine[0][2]
+        caching = [
+            it
+            for it in by_setup[key]
+            if it[1] not in done
+            and (it[2].max_num_seqs, it[2].max_num_batched_tokens) == (b.max_num_seqs, b.max_num_batched_tokens)
+        ]
+        simulate(caching)
+        done |= {it[1] for it in caching}
     c.not_simulated = len(ranked) - c.simulated
 
     coarse.sort(key=lambda x: (x[0], x[1]))
@@ -514,7 +580,7 @@ def recommend(
             seen.add(it[2].plan_key)
     top += [it for it in coarse if it not in top][: REFINE - len(top)]
     top.sort(key=lambda x: (x[0], x[1]))
-    sized = runner.map(_refine, [(req, it[2], it[5]) for it in top])
+    sized = runner.map(_refine, [(req, it[2], it[5], it[9]) for it in top])
     cands, sized_keys = [], set()
     for it, s in zip(top, sized):
         if s.replicas is None:
@@ -559,6 +625,7 @@ def recommend(
         and (req.max_gpus is None or it[7] * it[2].gpus_per_replica <= req.max_gpus)
     ]
     points.sort(key=lambda x: (x["cost_per_hour"], x["predicted"]["ttft_p99_ms"] or math.inf, not x["sized"]))
+    funnel = _funnel(c, ranked, coarse, cands[0]["cost_per_hour"], len(top))
     meeting = [x for x in points if x["meets_slo"]]
     frontier = pareto(
         meeting, ((lambda x: x["cost_per_mtok_output"], "min"), (lambda x: x["predicted"]["ttft_p99_ms"], "min"))
@@ -616,6 +683,7 @@ def recommend(
         "disaggregated_not_met": dis_notes,
         "disaggregated_bounded_out": c.disagg_bounded_out,
         "prune_reasons": c.prune_reasons,
+        "funnel": funnel,
         "seconds": round(time.perf_counter() - t0, 3),
         "search": {
             "coarse_requests": [COARSE_REQUESTS, MAX_STEADY_REQUESTS],

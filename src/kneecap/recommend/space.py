@@ -23,13 +23,14 @@ KINDS = ("rate", "concurrency")
 GPUS_PER_NODE = 8  # one replica stays inside one node's NVLink domain (the catalog's interconnect is per node)
 TP_CHOICES = (1, 2, 4, 8)
 PP_CHOICES = (1, 2)
-MAX_NUM_SEQS_CHOICES = (64, 128, 256, 512)
-MAX_NUM_BATCHED_TOKENS_CHOICES = (
-    2048,
-    4096,
-    8192,
-    16384,
-)  # vLLM V1 defaults: 2048, 8192 (>= 70 GiB), 16384 (>= 160 GiB, 0.28 on)
+# vLLM V1's default max_num_seqs is 256, or 1024 on a GPU of >= 70 GiB (vllm/engine/arg_utils.py,
+# _set_default_args); the search brackets them from 32 up
+MAX_NUM_SEQS_CHOICES = (32, 64, 128, 256, 512, 1024)
+# vLLM V1 defaults: 2048, 8192 (>= 70 GiB), 16384 (>= 160 GiB, 0.28 on); 32768 for prefill-heavy traffic
+MAX_NUM_BATCHED_TOKENS_CHOICES = (2048, 4096, 8192, 16384, 32768)
+# vLLM's --enable-prefix-caching / --no-enable-prefix-caching (on by default in V1); tried both ways for models
+# without linear-attention state layers (whose KV layout, and so the plan, depends on it)
+PREFIX_CACHING_CHOICES = (True, False)
 DEFAULT_WEIGHT_DTYPES = ("bf16", "fp8")
 DEFAULT_KV_DTYPES = ("bf16", "fp8")
 ENGINE_DEFAULTS = "vllm"  # the simulated engine's scheduler and CPU profile
@@ -61,6 +62,7 @@ class Knobs(NamedTuple):
     # simulated engine schedules them; each rank's engine flag is that / tp (confirm.serve_cmd)
     dp_attention: bool = False
     spec: bool = False  # speculative decoding on (the request's method, K and acceptance: RecommendRequest.spec)
+    prefix_caching: bool = True  # vLLM --enable-prefix-caching (the engine's default) or --no-enable-prefix-caching
 
     @property
     def gpus_per_replica(self) -> int:
@@ -89,6 +91,7 @@ class RecommendRequest:
     pp_choices: tuple[int, ...] = PP_CHOICES
     max_num_seqs_choices: tuple[int, ...] = MAX_NUM_SEQS_CHOICES
     max_num_batched_tokens_choices: tuple[int, ...] = MAX_NUM_BATCHED_TOKENS_CHOICES
+    prefix_caching_choices: tuple[bool, ...] = PREFIX_CACHING_CHOICES
     seed: int = 0
     burstiness: float = 1.0  # rate loads: gamma shape of the arrival gaps (1: Poisson, < 1 burstier)
     mix: Workload | None = None  # a class file's mix (isl / osl are then its weighted means)
@@ -213,6 +216,13 @@ class RecommendRequest:
 
         return "mla" in load_model(self.model).layer_types
 
+    @property
+    def has_state_layers(self) -> bool:
+        """Linear-attention (state) layers: their KV layout depends on prefix caching, so it stays the default."""
+        from kneecap.model import load_model
+
+        return "linear_attention" in load_model(self.model).layer_types
+
     def _parallel(self, tp: int) -> list[tuple[int, bool]]:
         """(ep, dp_attention) pairs tried at this tp: MoE models with expert_parallel also ep = tp (vLLM
         --enable-expert-parallel: EP size = TP x DP); MLA MoE models with dp_attention also DP attention."""
@@ -225,10 +235,11 @@ class RecommendRequest:
 
     def grid(self) -> list[Knobs]:
         """Every candidate, in a fixed order (GPU list order, then tp, ep / DP attention (_parallel), pp, dtypes,
-        limits, then speculation off / on when the request gives one). Under DP attention each engine limit is per DP
+        limits, prefix caching on / off, then speculation off / on when the request gives one). Under DP attention each engine limit is per DP
         rank, so the replica's are tp times the choice."""
         out = []
         specs = (False, True) if self.spec is not None else (False,)
+        caching = (True,) if self.has_state_layers else self.prefix_caching_choices
         for gpu in self.gpus:
             for tp in self.tp_choices:
                 for ep, dpa in self._parallel(tp):
@@ -240,8 +251,21 @@ class RecommendRequest:
                             for kd in self.kv_dtypes:
                                 for mns in self.max_num_seqs_choices:
                                     for mbt in self.max_num_batched_tokens_choices:
-                                        for spec in specs:
-                                            out.append(
-                                                Knobs(gpu, tp, pp, wd, kd, mns * ranks, mbt * ranks, ep, dpa, spec)
-                                            )
+                                        for pc in caching:
+                                            for spec in specs:
+                                                out.append(
+                                                    Knobs(
+                                                        gpu,
+                                                        tp,
+                                                        pp,
+                                                        wd,
+                                                        kd,
+                                                        mns * ranks,
+                                                        mbt * ranks,
+                                                        ep,
+                                                        dpa,
+                                                        spec,
+                                                        pc,
+                                                    )
+                                                )
         return out

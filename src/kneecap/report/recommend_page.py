@@ -225,9 +225,9 @@ def _intro(doc: dict) -> list[str]:
     return [
         f"Model {doc['model']}, {load['value']:g} {unit}, {lengths}; SLO {slo}.",
         f"{doc['evaluated']} candidate deployments: {doc['pruned']} do not fit, {doc['infeasible']} cannot meet the SLO by "
-        f"the roofline bound, {doc['over_gpu_limit']} need more GPUs than allowed, {doc['simulated']} were simulated "
+        f"the bound, {doc['over_gpu_limit']} need more GPUs than allowed, {doc['simulated']} were simulated "
         f"(one replica's highest load under the SLO), {doc['sized']} sized and checked at the stated load; "
-        f"{doc['seconds']:.0f} s.",
+        f"{doc['seconds']:.0f} s." + (f" Search funnel: {_funnel(doc['funnel'])}." if doc.get("funnel") else ""),
         "Predictions come from kneecap's simulated engine (vLLM scheduling defaults, virtual time; no model was run). "
         + _routing(doc)
         + (f"Assumed arrivals: {doc['arrivals']}. " if doc.get("arrivals") else "")
@@ -420,3 +420,13 @@ def write_report(out_dir: Path, doc: dict) -> None:
     plots = _plots(out_dir, doc)
     (out_dir / "report.md").write_text(to_markdown(doc, plots))
     (out_dir / "report.html").write_text(to_html(doc, plots))
+
+
+def _funnel(f: dict) -> str:
+    return (
+        f"{f['considered']} considered, {f['do_not_fit']} do not fit, {f['ruled_out_by_bound']} ruled out by the "
+        f"bound (roofline, or step-time model at the steady batch: cannot meet the SLO, or cannot cost less than the "
+        f"answer), {f['simulated']} simulated, "
+        f"{f['checked_at_steady_state']} checked at steady state at the stated load, "
+        f"{f['represented_by_their_setup']} not simulated (another engine setting of their setup stood for them)"
+    )

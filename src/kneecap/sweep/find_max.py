@@ -15,7 +15,7 @@ from kneecap.errors import KneecapError
 from kneecap.levels import LEVEL_INDEX_STRIDE, SweepLevel
 from kneecap.metrics.search import MaxLoad, Verdict, find_max
 from kneecap.metrics.slo import STEADY_STATE, level_meets_slo
-from kneecap.metrics.stability import extended_requests, is_steady
+from kneecap.metrics.stability import EXTEND_FACTOR, MAX_EXTENDED_REQUESTS, STABLE, extended_requests, is_steady
 from kneecap.metrics.stop import INTERRUPTED, stop_record
 
 DIMENSIONS = ("concurrency", "rate")
@@ -48,6 +48,7 @@ def search_max_load(sweep: Sweep, opts, *, slo: dict, repeats: int = 1, extend: 
             "give --concurrency LOW,HIGH (or --rate LOW,HIGH) as the search's bounds",
         )
     count = 0
+    stable_in_flight: dict[float, float] = {}  # load -> requests in flight at its stable level (extend only)
 
     def run(load: float, requests: int | None) -> dict:
         nonlocal count
@@ -63,6 +64,8 @@ def search_max_load(sweep: Sweep, opts, *, slo: dict, repeats: int = 1, extend: 
 
     def evaluate(load: float, repetition: int) -> Verdict:
         requests = opts.requests_for(load)
+        if extend:
+            requests = first_size(requests, load, stable_in_flight)
         summary = run(load, requests)
         attempt = 0
         while extend and (more := extended_requests(requests, summary.get("stability") or {}, attempt)) is not None:
@@ -75,6 +78,9 @@ def search_max_load(sweep: Sweep, opts, *, slo: dict, repeats: int = 1, extend: 
             }
             requests, attempt = more, attempt + 1
             summary = run(load, requests)
+        st = summary.get("stability") or {}
+        if extend and st.get("verdict") == STABLE and st.get("in_flight_mean"):
+            stable_in_flight[load] = float(st["in_flight_mean"])
         met, breaches = level_meets_slo(summary, slo)
         why = [b["message"] for b in breaches]
         if not is_steady(summary) and not any(b["key"] == STEADY_STATE for b in breaches):
@@ -97,6 +103,20 @@ def search_max_load(sweep: Sweep, opts, *, slo: dict, repeats: int = 1, extend: 
         return sweep.finish(STATUS_INTERRUPTED)
     sweep.extra["max_load"] = {**result.to_json(), **answer(result, high)}
     return sweep.finish(STATUS_COMPLETE)
+
+
+def first_size(requests: int | None, load: float, stable_in_flight: dict[float, float]) -> int | None:
+    """A simulated probe's first size, from the search's own measurements: EXTEND_FACTOR x the requests in flight at
+    the nearest lower load whose level was stable, scaled by the square of the load ratio (Little's law: in flight =
+    rate x latency, and a higher load also waits longer), at least `requests`, at most MAX_EXTENDED_REQUESTS. Only a
+    first guess: the level is still judged, and extended while transient. It spares the short runs that the
+    extension rule would discard."""
+    lower = [x for x in stable_in_flight if x < load]
+    if requests is None or not lower:
+        return requests
+    near = max(lower)
+    guess = math.ceil(EXTEND_FACTOR * stable_in_flight[near] * (load / near) ** 2)
+    return int(max(requests, min(MAX_EXTENDED_REQUESTS, guess)))
 
 
 def answer(m: MaxLoad, high: float) -> dict:
