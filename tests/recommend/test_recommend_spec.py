@@ -46,10 +46,15 @@ def req(**kw) -> RecommendRequest:
     return RecommendRequest(**base)
 
 
-def test_grid_tries_each_candidate_with_and_without_speculation():
+def test_grid_tries_each_candidate_without_speculation_and_at_every_k_up_to_the_given():
     r = req(max_num_seqs_choices=(64, 256))
     grid = r.grid()
-    assert [k.spec for k in grid] == [False, True, False, True]
+    assert [k.spec for k in grid] == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert r.spec_for(2) == SpecDecoding("eagle", 2, (0.7,)) and r.spec_for(0) is None
+    per_position = req(spec=SpecDecoding("eagle", 3, (0.9, 0.8, 0.6)))
+    assert per_position.spec_for(2).rates == (0.9, 0.8)
+    measured = req(spec=SpecDecoding("eagle", 3, (), (1, 2, 4)))  # accepted lengths hold only for their K
+    assert measured.spec_token_choices == (3,)
     plain = req(spec=None, max_num_seqs_choices=(64, 256)).grid()
     assert len(plain) == 2 and not any(k.spec for k in plain)
 
@@ -60,15 +65,17 @@ def test_tight_tpot_at_low_load_is_met_only_by_speculating():
     r = req()
     doc = recommend(r, PRICES, workers=1)
     best = doc["best"]
-    assert best["speculative"]["method"] == "eagle" and best["speculative"]["acceptance_assumed"] == [0.7] * 3
+    k = best["speculative"]["tokens"]
+    assert best["speculative"]["method"] == "eagle" and best["speculative"]["acceptance_assumed"] == [0.7] * k
+    assert doc["speculative"]["tokens_tried"] == [1, 2, 3]
     assert doc["speculative"]["note"].startswith("every candidate tried with and without it")
     plain = Knobs("h100-sxm", 1, 1, "fp8", "fp8", 256, 8192)
     assert not run_level(simulated(r, plain), r, 1.0, 200).met  # the same replica without speculation fails
     argv = shlex.split(best["serve_cmd"].replace("<llama-3.1-8b checkpoint>", "M"))
     cfg = json.loads(argv[argv.index("--speculative-config") + 1])
-    assert cfg["method"] == "eagle" and cfg["num_speculative_tokens"] == 3 and "draft" in cfg["model"]
+    assert cfg["method"] == "eagle" and cfg["num_speculative_tokens"] == k and "draft" in cfg["model"]
     md = to_markdown(doc, [])
-    assert "+ eagle K=3" in md and "the acceptance is an assumption" in md
+    assert f"+ eagle K={k}" in md and "the acceptance is an assumption" in md
 
 
 @pytest.mark.parametrize("acceptance", [0.7, 0.4])
@@ -76,7 +83,7 @@ def test_speculation_pays_at_one_stream_and_less_or_not_at_256(acceptance):
     """Closed loop on one H100 (fp8 Llama-3.1-8B, EAGLE K=3): TPOT p50 without / with speculation. At one stream
     it pays; at 256 streams the step is compute-bound and the gain shrinks (acceptance 0.7) or turns into a loss,
     with less output throughput too (acceptance 0.4)."""
-    on, off = (Knobs("h100-sxm", 1, 1, "fp8", "fp8", 256, 8192, spec=s) for s in (True, False))
+    on, off = (Knobs("h100-sxm", 1, 1, "fp8", "fp8", 256, 8192, spec=s) for s in (3, 0))
     gain, tput = {}, {}
     for c in (1, 256):
         r = req(
@@ -97,7 +104,7 @@ def test_speculation_pays_at_one_stream_and_less_or_not_at_256(acceptance):
 @pytest.mark.parametrize("method", ["eagle", "ngram"])
 def test_bound_is_above_the_simulated_engine_when_speculating(method):
     r = req(slo=parse_slo("ttft_p99_ms=1500,tpot_p99_ms=40"), load=24.0, spec=SpecDecoding(method, 3, (0.7,)))
-    k = Knobs("h100-sxm", 1, 1, "fp8", "fp8", 256, 8192, spec=True)
+    k = Knobs("h100-sxm", 1, 1, "fp8", "fp8", 256, 8192, spec=3)
     b = replica_bound(plan_deployment(r.deployment_request(k)).plan, k, r)
     assert b.load > 0
     assert not run_level(simulated(r, k), r, b.load * 1.05, 400).met

@@ -48,7 +48,8 @@ def replica_bound(plan: Plan, knobs: Knobs, req: RecommendRequest, *, pool: str 
     dp = d.attention_dp
     kv_tok = plan.kv_bytes_per_token_per_gpu / dp
     n = knobs.tp * knobs.pp
-    per_step = req.spec.expected_tokens_per_step if knobs.spec and req.spec is not None else 1.0
+    spec = req.spec_for(knobs.spec)
+    per_step = spec.expected_tokens_per_step if spec is not None else 1.0
     flops_tok = 2.0 * active / n  # per GPU, per token
 
     def t_round(b: float) -> float:

@@ -72,16 +72,16 @@ def serve_cmd(req: RecommendRequest, k: Knobs, *, checkpoint_dtype: str, disaggr
     # a preset names no checkpoint: the user fills in the one they serve
     model = shlex.quote(req.model) if ("/" in req.model or Path(req.model).exists()) else f"<{req.model} checkpoint>"
     if k.spec and req.spec is not None:
-        parts += ["--speculative-config", speculative_config(req)]
+        parts += ["--speculative-config", speculative_config(req, k.spec)]
     return " ".join([*parts[:2], model, *(shlex.quote(p) for p in parts[2:])])
 
 
-def speculative_config(req: RecommendRequest) -> str:
+def speculative_config(req: RecommendRequest, tokens: int | None = None) -> str:
     """vLLM's --speculative-config JSON for the request's speculative decoding (vLLM's SpeculativeConfig,
     vllm/config/speculative.py: `method`, `num_speculative_tokens`, and `model` for a separate draft). An EAGLE or
     EAGLE-3 head is its own checkpoint, trained for the target: a placeholder names it. MTP uses the checkpoint's own
     MTP layers; n-gram drafts from the prompt (vLLM's prompt_lookup_min/max default to 5)."""
-    spec = req.spec
+    spec = req.spec_for(tokens) if tokens else req.spec
     doc = {"method": spec.method, "num_speculative_tokens": spec.tokens}
     if spec.method in ("eagle", "eagle3"):
         doc["model"] = f"<{spec.method.upper()} draft head for {req.model}>"

@@ -58,7 +58,7 @@ def simulated(req: RecommendRequest, k: Knobs) -> SimDeployment:
         max_num_seqs=k.max_num_seqs,
         max_num_batched_tokens=k.max_num_batched_tokens,
         prefix_caching=k.prefix_caching,
-        speculative=req.spec if k.spec else None,
+        speculative=req.spec_for(k.spec),
         spec_seed=req.seed if k.spec else None,
     )
 

@@ -35,6 +35,7 @@ from kneecap.recommend.evaluate import (
 from kneecap.recommend.gate import mark, quantized_for
 from kneecap.recommend.prices import Price
 from kneecap.recommend.space import Knobs, RecommendRequest
+from kneecap.sim.speculative import SpecDecoding
 
 BATCH = 4  # candidates simulated per round (fixed: the pruning between rounds must not depend on the workers)
 SLACK = 0.25  # also simulate candidates whose lower-bound cost is within 25% of the best so far (the frontier)
@@ -206,7 +207,7 @@ def _point(
         "pp": k.pp,
         "ep": k.ep,
         "dp_attention": k.dp_attention,
-        "speculative": _spec_doc(req) if k.spec else None,
+        "speculative": _spec_doc(req.spec_for(k.spec)) if k.spec else None,
         "weight_dtype": k.weight_dtype,
         "kv_dtype": k.kv_dtype,
         "max_num_seqs": k.max_num_seqs,
@@ -236,9 +237,8 @@ def _point(
     }
 
 
-def _spec_doc(req: RecommendRequest) -> dict:
+def _spec_doc(s: SpecDecoding) -> dict:
     """A speculating candidate's method, K and the acceptance it assumes (the request's, not a measurement)."""
-    s = req.spec
     return {
         "method": s.method,
         "tokens": s.tokens,
@@ -529,7 +529,7 @@ def recommend(
         items.sort(key=lambda x: (x[0], (x[2].max_num_seqs, x[2].max_num_batched_tokens) != PREFERRED_LIMITS, x[1]))
         reps.append(items[0])
     reps.sort(key=lambda x: (x[0], x[1]))
-    n_reps = MAX_REPRESENTATIVES * (2 if req.spec is not None else 1)  # speculation on / off: twice the setups
+    n_reps = MAX_REPRESENTATIVES * (1 + len(req.spec_token_choices))  # speculation off, and at each K: more setups
     simulate(reps[:n_reps])
     # stage 2: the other engine limits of the best setup — first its other max_num_seqs (at the representative's
     # token budget), then its other token budgets at the best max_num_seqs so far
@@ -665,7 +665,8 @@ def recommend(
         "speculative": None
         if req.spec is None
         else dict(
-            _spec_doc(req),
+            _spec_doc(req.spec),
+            tokens_tried=list(req.spec_token_choices),
             note=(
                 "every candidate tried with and without it; the acceptance is an assumption (given, not measured): "
                 "confirm it on the served model and traffic (vLLM /metrics: vllm:spec_decode_num_accepted_tokens)"

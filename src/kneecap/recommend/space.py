@@ -61,7 +61,7 @@ class Knobs(NamedTuple):
     # max_num_seqs / max_num_batched_tokens are then the whole replica's (every DP rank's together), as the
     # simulated engine schedules them; each rank's engine flag is that / tp (confirm.serve_cmd)
     dp_attention: bool = False
-    spec: bool = False  # speculative decoding on (the request's method, K and acceptance: RecommendRequest.spec)
+    spec: int = 0  # draft tokens K of the request's speculative decoding (RecommendRequest.spec_for); 0: off
     prefix_caching: bool = True  # vLLM --enable-prefix-caching (the engine's default) or --no-enable-prefix-caching
 
     @property
@@ -106,6 +106,20 @@ class RecommendRequest:
     router: str = "round-robin"
     shared_prefix_tokens: int = 0  # --shared-prefix TOKENSxGROUPS: each prompt starts with one of GROUPS prefixes
     num_prefix_groups: int = 1
+
+    @property
+    def spec_token_choices(self) -> tuple[int, ...]:
+        """Draft tokens tried: 1 up to the K given when the acceptance is rates (a rate per position holds for
+        fewer drafts too; more drafts pay off less as the batch grows), only K for measured accepted lengths."""
+        if self.spec is None:
+            return ()
+        if self.spec.accepted_lengths:
+            return (self.spec.tokens,)
+        return tuple(range(1, self.spec.tokens + 1))
+
+    def spec_for(self, tokens: int) -> SpecDecoding | None:
+        """The request's speculative decoding with `tokens` draft tokens (None: 0, or none given)."""
+        return self.spec.with_tokens(tokens) if tokens and self.spec is not None else None
 
     @property
     def fleet_check(self) -> bool:
@@ -238,7 +252,7 @@ class RecommendRequest:
         limits, prefix caching on / off, then speculation off / on when the request gives one). Under DP attention each engine limit is per DP
         rank, so the replica's are tp times the choice."""
         out = []
-        specs = (False, True) if self.spec is not None else (False,)
+        specs = (0, *self.spec_token_choices) if self.spec is not None else (0,)
         caching = (True,) if self.has_state_layers else self.prefix_caching_choices
         for gpu in self.gpus:
             for tp in self.tp_choices:

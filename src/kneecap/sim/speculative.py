@@ -79,6 +79,19 @@ class SpecDecoding:
             total += keep
         return total
 
+    def with_tokens(self, tokens: int) -> "SpecDecoding":
+        """The same method and acceptance with `tokens` draft tokens: one rate repeats, per-position rates keep the
+        first `tokens`; accepted lengths measured at K hold only for K."""
+        if tokens == self.tokens:
+            return self
+        if self.accepted_lengths or tokens > self.tokens:
+            raise KneecapError(
+                f"the acceptance given for {self.tokens} draft tokens says nothing of {tokens}",
+                "give one rate (it repeats at every position), or rates for at least that many positions",
+            )
+        rates = self.acceptance if len(self.acceptance) == 1 else self.acceptance[:tokens]
+        return SpecDecoding(self.method, tokens, rates, ())
+
     @property
     def gpu_drafter(self) -> bool:
         return self.method in GPU_DRAFTERS
