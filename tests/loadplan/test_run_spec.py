@@ -58,3 +58,11 @@ def test_a_partial_or_wrong_spec_setting_is_one_line(cli, tmp_path, spec, needle
     r = _run(cli, tmp_path, spec)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.code != 0 and len(lines) == 1 and needle in lines[0], r.stderr
+
+
+def test_a_file_of_accepted_lengths_is_read_beside_the_plan(cli, tmp_path):
+    (tmp_path / "lengths.txt").write_text("4\n3\n4\n2\n")  # tokens kept per verify step (K + 1 = 4 at most)
+    r = _run(cli, tmp_path, "spec_method: mtp, spec_tokens: 3, spec_acceptance: lengths.txt")
+    assert r.code == 0, r.stderr
+    eagle = {c["candidate"]: c for c in json.loads(r.stdout)["cells"]}["eagle"]["observed"]["spec"]
+    assert eagle["mean_accepted_length"] == pytest.approx(3.25, abs=0.1)

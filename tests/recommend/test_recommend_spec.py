@@ -127,3 +127,18 @@ def test_partial_spec_flags_are_one_line_errors():
         "eagle",
     )
     assert res.code != 0 and "--spec-tokens" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_the_run_plans_simulated_twin_speculates_as_the_candidate(tmp_path):
+    import yaml
+
+    from kneecap.recommend.runplan import write_run_plans
+
+    r = req()
+    doc = recommend(r, PRICES, workers=1)
+    write_run_plans(tmp_path, r, doc)
+    best = doc["candidates"][0]
+    plan = yaml.safe_load((tmp_path / best["run_plan"]["simulated"]).read_text())
+    target = plan["candidates"][0]["target"]
+    k = best["speculative"]["tokens"]
+    assert (target["spec_method"], target["spec_tokens"], target["spec_acceptance"]) == ("eagle", k, [0.7])

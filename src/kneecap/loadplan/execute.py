@@ -105,9 +105,9 @@ def _steps(spec: LoadPlanSpec, cand, classes: dict) -> list:
     )
 
 
-def _cell_count(spec: LoadPlanSpec, cand_spec, classes: dict) -> int:
+def _cell_count(spec: LoadPlanSpec, cand_spec, classes: dict, base_dir: Path) -> int:
     """How many cells one candidate's ramps hold (its share of the run order)."""
-    cand = make_candidate(cand_spec.target) if spec.load.steps == "auto" else None
+    cand = make_candidate(cand_spec.target, base_dir) if spec.load.steps == "auto" else None
     return len(_steps(spec, cand, classes)) * len(classes) * len(spec.states) * spec.repetitions
 
 
@@ -406,9 +406,9 @@ def run_load_plan(
             if (
                 not cells
             ):  # a candidate before the chosen one (assumed past its behaviour gate, as simulators always are)
-                skipped_cells += _cell_count(spec, cand_spec, classes)
+                skipped_cells += _cell_count(spec, cand_spec, classes, base_dir)
             continue
-        cand = make_candidate(cand_spec.target)
+        cand = make_candidate(cand_spec.target, base_dir)
         run.cand, run.cand_spec, run.baseline = cand, cand_spec, {}
         baseline = run.baseline
         run.any_executed = run.any_executed or cand.benchmark_executed

@@ -8,6 +8,7 @@ behaviour cases. The simulator cannot answer behaviour cases (no model is execut
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 
 from kneecap.errors import KneecapError
@@ -52,10 +53,8 @@ class Ramp:
         return self.candidate.server_gone(summary)
 
 
-def _read_lengths(path: str) -> str:
-    """A simulator target's spec_acceptance file (accepted lengths per step)."""
-    from pathlib import Path
-
+def _read_lengths(path: Path) -> str:
+    """A simulator target's spec_acceptance file (accepted lengths per step; relative to the plan)."""
     try:
         return Path(path).read_text()
     except OSError as exc:
@@ -71,7 +70,7 @@ class SimulatorCandidate:
     model_executed = False
     benchmark_executed = False
 
-    def __init__(self, target: SimulatorTarget):
+    def __init__(self, target: SimulatorTarget, base_dir: Path | None = None):
         from kneecap.plan.build import DeploymentRequest
         from kneecap.sim.setup import simulated_deployment
         from kneecap.sim.speculative import spec_decoding
@@ -96,7 +95,10 @@ class SimulatorCandidate:
             prefix_caching=target.prefix_caching,
             scheduler_delay_factor=target.scheduler_delay_factor,
             speculative=spec_decoding(
-                target.spec_method, target.spec_tokens, target.spec_acceptance_text(), read_file=_read_lengths
+                target.spec_method,
+                target.spec_tokens,
+                target.spec_acceptance_text(),
+                read_file=lambda path: _read_lengths(base_dir / path if base_dir is not None else Path(path)),
             ),
         )
         self.plan = self.setup.plan
@@ -313,5 +315,6 @@ class ServerCandidate:
             return f"<no answer: {type(exc).__name__}>"
 
 
-def make_candidate(target):
-    return SimulatorCandidate(target) if target.kind == "simulator" else ServerCandidate(target)
+def make_candidate(target, base_dir: Path | None = None):
+    """base_dir: the plan's folder, which a simulator target's spec_acceptance file is relative to."""
+    return SimulatorCandidate(target, base_dir) if target.kind == "simulator" else ServerCandidate(target)

@@ -77,7 +77,22 @@ def _target(req: RecommendRequest, cand: dict) -> dict:
         "engine_defaults": ENGINE_DEFAULTS,
         "max_num_seqs": cand["max_num_seqs"],
         "max_num_batched_tokens": cand["max_num_batched_tokens"],
+        "prefix_caching": bool(cand.get("prefix_caching", True)),
+        **_spec_fields(req, cand),
     }
+
+
+SPEC_LENGTHS_FILE = "spec-accepted-lengths.txt"  # beside the plans: the accepted lengths a candidate assumed
+
+
+def _spec_fields(req: RecommendRequest, cand: dict) -> dict:
+    """A speculating candidate's speculative decoding as the simulator target takes it: its method, K and the
+    acceptance assumed (rates, or the accepted lengths file written beside the plans)."""
+    spec = req.spec_for((cand.get("speculative") or {}).get("tokens") or 0)
+    if spec is None:
+        return {}
+    acceptance = list(spec.acceptance) if spec.acceptance else SPEC_LENGTHS_FILE
+    return {"spec_method": spec.method, "spec_tokens": spec.tokens, "spec_acceptance": acceptance}
 
 
 def prefill_budget(slo: dict, transfer_ms: float) -> dict:
@@ -208,6 +223,8 @@ def write_run_plans(d: Path, req: RecommendRequest, doc: dict, behaviour: list[d
         from kneecap.recommend.trace import write_length_files
 
         write_length_files(d, req.trace)
+    if req.spec is not None and req.spec.accepted_lengths:
+        (d / SPEC_LENGTHS_FILE).write_text("".join(f"{n}\n" for n in req.spec.accepted_lengths))
     for i, cand in enumerate(doc["candidates"]):
         names = {}
         for kind, plan in run_plans(req, doc, cand, f"confirm-{i + 1}", behaviour).items():
