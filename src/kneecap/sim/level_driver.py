@@ -155,19 +155,12 @@ class SimulateOptions(SweepSpec):
 
 def workload_flags(opts: SimulateOptions) -> WorkloadFlags:
     """SimulateOptions' workload flags in the shape bench's are translated from (kneecap.workload.level_work)."""
-    return WorkloadFlags(
-        input=opts.input_lengths,
-        output=opts.output_lengths,
-        shared_prefix_tokens=opts.shared_prefix_tokens,
-        num_prefix_groups=opts.num_prefix_groups,
-        seed=opts.seed,
+    return opts.workload_flags(
         dimension=opts.kind,
         dataset=opts.dataset,
         schedule=opts.schedule,
         trace_rate=opts.trace_rate if opts.schedule else None,
         ramp=opts.ramp,
-        turns=opts.turns,
-        think_time_s=opts.think_time_s,
     )
 
 

@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 
 from kneecap.errors import KneecapError
-from kneecap.workload import LengthDist, RequestClass, Workload
-from kneecap.workload.level_work import lengths
+from kneecap.workload import LengthDist, Workload
+from kneecap.workload.level_work import WorkloadFlags, lengths
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,13 +72,18 @@ class SweepSpec:
     @property
     def workload(self) -> Workload:
         """The lengths and shared prefix given, as the one Workload shape."""
-        return Workload(
-            classes=(
-                RequestClass(
-                    input=self.input_lengths,
-                    output=self.output_lengths,
-                    shared_prefix_tokens=self.shared_prefix_tokens,
-                    num_prefix_groups=self.num_prefix_groups,
-                ),
-            )
+        return self.workload_flags().workload()
+
+    def workload_flags(self, **driver) -> WorkloadFlags:
+        """The shared fields in the shape a level's requests are drawn from (kneecap.workload.level_work), with
+        what the driver read itself (dimension, dataset, trace schedule and rate, parsed ramp)."""
+        return WorkloadFlags(
+            input=self.input_lengths,
+            output=self.output_lengths,
+            shared_prefix_tokens=self.shared_prefix_tokens,
+            num_prefix_groups=self.num_prefix_groups,
+            seed=self.seed,
+            turns=self.turns,
+            think_time_s=self.think_time_s,
+            **driver,
         )
