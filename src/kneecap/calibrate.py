@@ -59,7 +59,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from kneecap.errors import KneecapError
-from kneecap.metrics.summary_model import LevelSummary, SweepFields, SweepSummary
+from kneecap.metrics.summary_model import LevelSummary, SweepFields, SweepSummary, WorkloadFields
 
 DEFAULT_FIT = ("mfu", "bw_efficiency", "overhead_s")
 # The compared statistic of each metric (summary.json's `levels[]`): means of TTFT and TPOT, the median ITL,
@@ -151,7 +151,7 @@ def levels_from_summary(summary: dict, *, isl: int | None = None, osl: int | Non
     doc = SweepSummary.read(summary)
     if "levels" not in doc.model_fields_set:
         raise KneecapError("the summary has no levels list", "pass the summary.json written by kneecap bench --out DIR")
-    sweep, workload = doc.sweep or SweepFields(), doc.workload or {}
+    sweep, workload = doc.sweep or SweepFields(), doc.workload or WorkloadFields()
     out = []
     for position, lv in enumerate(doc.levels):
         done = lv.completed or 0
@@ -161,8 +161,8 @@ def levels_from_summary(summary: dict, *, isl: int | None = None, osl: int | Non
             continue
         if not _steady_enough(lv):  # the client behind: the server was offered less than the level's rate
             continue
-        level_isl = isl or round((lv.input_tokens or 0) / done) or workload.get("isl")
-        level_osl = osl or round((lv.output_tokens or 0) / done) or workload.get("osl")
+        level_isl = isl or round((lv.input_tokens or 0) / done) or workload.isl
+        level_osl = osl or round((lv.output_tokens or 0) / done) or workload.osl
         if not level_isl or not level_osl:
             raise KneecapError(
                 f"level {load_c or load_r}: input/output token counts are missing",
@@ -262,7 +262,8 @@ def predict_levels(target, params, levels: list[MeasuredLevel]) -> list[dict]:
     """The simulated engine's compared statistics (STATISTICS: mean TTFT and TPOT, median ITL, all ms; output
     tok/s) of each measured level, replayed as it ran (replay_levels)."""
     return [
-        {m: statistic(LevelSummary.model_validate(s), m) for m in METRICS} for s in replay_levels(target, params, levels)
+        {m: statistic(LevelSummary.model_validate(s), m) for m in METRICS}
+        for s in replay_levels(target, params, levels)
     ]
 
 

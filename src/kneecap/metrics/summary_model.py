@@ -103,6 +103,44 @@ class SweepFields(_Doc):
     burstiness: Number | None = None
 
 
+class WorkloadFields(_Doc):
+    """What the requests were (summary.json `workload`); lengths None where the data or the turns size them."""
+
+    isl: int | None = None
+    osl: int | None = None
+    isl_dist: str | None = None
+    osl_dist: str | None = None
+    shared_prefix_tokens: int | None = None
+    num_prefix_groups: int | None = None
+    turns: int | None = None
+    burstiness: Number | None = None
+
+
+class DeploymentFields(_Doc):
+    """The simulated deployment (summary.json `deployment`, simulate only)."""
+
+    model: str | None = None
+    gpu: str | None = None
+    num_gpus: int | None = None
+    tp: int | None = None
+    pp: int | None = None
+    block_size: int | None = None
+
+
+class ServerFields(_Doc):
+    """What bench learnt of the server (summary.json `server`; strings left out with --redact)."""
+
+    engine: str | None = None
+    version: str | None = None
+    model_id: str | None = None
+
+
+class EngineFields(_Doc):
+    """The simulated engine's scheduler settings (summary.json `engine`, simulate only)."""
+
+    defaults: str | None = None  # whose defaults: vllm, sglang, trtllm
+
+
 class SweepSummary(_Doc):
     """A whole summary.json of `kneecap bench` or `kneecap simulate`."""
 
@@ -120,7 +158,10 @@ class SweepSummary(_Doc):
     max_load: dict[str, Any] | None = None
     fleet: dict[str, Any] | None = None
     sweep: SweepFields | None = None
-    workload: dict[str, Any] | None = None
+    workload: WorkloadFields | None = None
+    deployment: DeploymentFields | None = None
+    server: ServerFields | None = None
+    engine: EngineFields | None = None
     seed: int | None = None
 
     @classmethod
