@@ -60,6 +60,15 @@ class LevelSlo(_Doc):
     breaches: list = []
 
 
+class Goodput(_Doc):
+    """A level's requests that met every per-request objective (--goodput), per second."""
+
+    requests: int | None = None
+    request_s: Number | None = None
+    output_tok_s: Number | None = None
+    fraction: Number | None = None
+
+
 class LevelSummary(_Doc):
     """One sweep level: its load, counts, throughput and latency distributions, verdicts."""
 
@@ -87,6 +96,7 @@ class LevelSummary(_Doc):
     output_tokens: int | None = None
     warmup_excluded: int | None = None  # warmup requests recorded and left out of the statistics
     partial: bool | None = None  # a level cut short (interrupted): not a complete level
+    goodput: Goodput | None = None
 
     def load(self, kind: str):
         """The level's value on the sweep's dimension (`concurrency` or `rate`)."""
