@@ -361,29 +361,31 @@ def _norm(value):
 def exit_code(summary: dict, fail_on) -> tuple[int, str | None]:
     """0 unless interrupted (130), the server died under the sweep (3), it refused the key mid-sweep (4) or a
     --fail-on condition holds (1), each with the reason."""
-    if summary.get("status") == "interrupted":
+    from kneecap.metrics.summary_model import Stopped, SweepSummary
+
+    doc = SweepSummary.read(summary)
+    if doc.status == "interrupted":
         return EXIT_INTERRUPTED, "interrupted: results written so far are kept; continue with --resume"
-    stopped = summary.get("stopped") or {}
-    if stopped.get("reason") == "server_dead":
+    stopped = doc.stopped or Stopped()
+    if stopped.reason == "server_dead":
         return EXIT_SERVER_DEAD, (
-            f"bench: {stopped.get('detail') or 'the server stopped answering'}; the levels "
+            f"bench: {stopped.detail or 'the server stopped answering'}; the levels "
             "measured so far are kept (restart the server, then --resume the folder)"
         )
-    if stopped.get("reason") == "auth_refused":
+    if stopped.reason == "auth_refused":
         return EXIT_AUTH_REFUSED, (
-            f"bench: {stopped.get('detail')}; stopped there, the levels measured so far are "
+            f"bench: {stopped.detail}; stopped there, the levels measured so far are "
             "kept (set the key the server expects in KNEECAP_API_KEY or OPENAI_API_KEY, or "
             "name it with --api-key-env / --api-key-file), then --resume the folder"
         )
-    levels = summary.get("levels") or []
     if "errors" in fail_on:
-        failed = sum(lv.get("failed") or 0 for lv in levels)
+        failed = sum(lv.failed or 0 for lv in doc.levels)
         if failed:
             return EXIT_FAILED_ON, f"bench: {failed} request(s) failed (--fail-on errors)"
     if "slo" in fail_on:
-        breached = [lv for lv in levels if (lv.get("slo") or {}).get("met") is False]
+        breached = [lv for lv in doc.levels if lv.slo is not None and lv.slo.met is False]
         if breached:
             return EXIT_FAILED_ON, f"bench: the SLO was breached at {len(breached)} level(s) (--fail-on slo)"
-    if "stopped" in fail_on and stopped:
-        return EXIT_FAILED_ON, f"bench: stopped at {stopped.get('at')}: {stopped.get('reason')} (--fail-on stopped)"
+    if "stopped" in fail_on and doc.stopped is not None and doc.stopped.to_dict():
+        return EXIT_FAILED_ON, f"bench: stopped at {stopped.at}: {stopped.reason} (--fail-on stopped)"
     return 0, None

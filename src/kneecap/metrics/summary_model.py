@@ -151,6 +151,14 @@ class EngineFields(_Doc):
     defaults: str | None = None  # whose defaults: vllm, sglang, trtllm
 
 
+class Stopped(_Doc):
+    """Why a sweep ended before its last level (a stop rule, the server gone, the key refused)."""
+
+    at: Any = None  # the level's load, or its label
+    reason: str | None = None
+    detail: str | None = None
+
+
 class SweepSummary(_Doc):
     """A whole summary.json of `kneecap bench` or `kneecap simulate`."""
 
@@ -163,7 +171,7 @@ class SweepSummary(_Doc):
     levels: list[LevelSummary] = []
     skipped: list[dict[str, Any]] | None = None
     knee: dict[str, Any] | None = None
-    stopped: dict[str, Any] | None = None
+    stopped: Stopped | None = None
     slo: dict[str, Any] | None = None
     max_load: dict[str, Any] | None = None
     fleet: dict[str, Any] | None = None
