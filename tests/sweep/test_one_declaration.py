@@ -81,7 +81,13 @@ def test_a_shared_flag_gives_both_commands_the_same_error(tmp_path):
 
     sim = ("simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--no-report")
     bench_args = ("bench", "--base-url", "http://127.0.0.1:9", "--isl", "10", "--osl", "10")
-    for bad in (("--requests", "0"), ("--warmup", "-1"), ("--burstiness", "0"), ("--think-time-s", "-1")):
+    for bad in (
+        ("--requests", "0"),
+        ("--warmup", "-1"),
+        ("--burstiness", "0"),
+        ("--think-time-s", "-1"),
+        ("--isl", "nan"),
+    ):
         errors = [
             run_cli(*cmd, "--concurrency", "2", *bad, "--out", str(tmp_path / cmd[0])).stderr
             for cmd in (sim, bench_args)
