@@ -59,6 +59,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from kneecap.errors import KneecapError
+from kneecap.metrics.summary_model import LevelSummary, SweepFields, SweepSummary, WorkloadFields
 
 DEFAULT_FIT = ("mfu", "bw_efficiency", "overhead_s")
 # The compared statistic of each metric (summary.json's `levels[]`): means of TTFT and TPOT, the median ITL,
@@ -133,13 +134,12 @@ class MeasuredLevel:
         return f"C={self.concurrency}" if self.concurrency is not None else f"rate={self.rate:g}"
 
 
-def _steady_enough(level: dict) -> bool:
+def _steady_enough(level: LevelSummary) -> bool:
     """A measured level the fit may use: its client kept to its schedule (kneecap.metrics.stability). A level whose
     client fell behind offered the server less than its rate says, which its replay at that rate would not; a
     transient or over-capacity level is kept: it is replayed as it ran, just as long, so the simulated level is
     the same transient, or the same growing queue."""
-    st = level.get("stability")
-    return not isinstance(st, dict) or not st.get("client_behind")
+    return level.stability is None or not level.stability.client_behind
 
 
 def levels_from_summary(summary: dict, *, isl: int | None = None, osl: int | None = None) -> list[MeasuredLevel]:
@@ -148,26 +148,27 @@ def levels_from_summary(summary: dict, *, isl: int | None = None, osl: int | Non
     Lengths: --isl/--osl if given, else the level's mean input/output tokens per completed request.
     Each level is replayed as it ran: its index, the sweep's seed, --duration, warmup and burstiness
     (summary.json `sweep`, which simulate writes and bench writes from its options)."""
-    if not isinstance(summary, dict) or not isinstance(summary.get("levels"), list):
+    doc = SweepSummary.read(summary)
+    if "levels" not in doc.model_fields_set:
         raise KneecapError("the summary has no levels list", "pass the summary.json written by kneecap bench --out DIR")
-    sweep = summary.get("sweep") or {}
+    sweep, workload = doc.sweep or SweepFields(), doc.workload or WorkloadFields()
     out = []
-    for position, lv in enumerate(summary["levels"]):
-        done = lv.get("completed") or 0
+    for position, lv in enumerate(doc.levels):
+        done = lv.completed or 0
         ttft, tpot, itl, tput = (statistic(lv, m) for m in ("ttft_ms", "tpot_ms", "itl_ms", "output_tok_s"))
-        load_c, load_r = lv.get("concurrency"), lv.get("rate")
-        if done < 1 or not ttft or not tpot or not tput or lv.get("partial") or isinstance(load_c, str):
+        load_c, load_r = lv.concurrency, lv.rate
+        if done < 1 or not ttft or not tpot or not tput or lv.partial or isinstance(load_c, str):
             continue
         if not _steady_enough(lv):  # the client behind: the server was offered less than the level's rate
             continue
-        level_isl = isl or round((lv.get("input_tokens") or 0) / done) or (summary.get("workload") or {}).get("isl")
-        level_osl = osl or round((lv.get("output_tokens") or 0) / done) or (summary.get("workload") or {}).get("osl")
+        level_isl = isl or round((lv.input_tokens or 0) / done) or workload.isl
+        level_osl = osl or round((lv.output_tokens or 0) / done) or workload.osl
         if not level_isl or not level_osl:
             raise KneecapError(
                 f"level {load_c or load_r}: input/output token counts are missing",
                 "pass --isl and --osl as the sweep used them",
             )
-        sent = lv.get("requests") or done
+        sent = lv.requests or done
         out.append(
             MeasuredLevel(
                 concurrency=load_c,
@@ -179,11 +180,11 @@ def levels_from_summary(summary: dict, *, isl: int | None = None, osl: int | Non
                 tpot_ms=float(tpot),
                 output_tok_s=float(tput),
                 itl_ms=None if not itl else float(itl),
-                warmup=int(lv.get("warmup_excluded") or 0),
-                index=int(lv.get("level", position)),
-                seed=int(sweep.get("seed") or summary.get("seed") or 0),
-                duration_s=sweep.get("duration_s"),
-                burstiness=float(sweep.get("burstiness") or 1.0),
+                warmup=int(lv.warmup_excluded or 0),
+                index=int(position if lv.level is None else lv.level),
+                seed=int(sweep.seed or doc.seed or 0),
+                duration_s=sweep.duration_s,
+                burstiness=float(sweep.burstiness or 1.0),
             )
         )
     if not out:
@@ -260,14 +261,17 @@ def replay_levels(target, params, levels: list[MeasuredLevel]) -> list[dict]:
 def predict_levels(target, params, levels: list[MeasuredLevel]) -> list[dict]:
     """The simulated engine's compared statistics (STATISTICS: mean TTFT and TPOT, median ITL, all ms; output
     tok/s) of each measured level, replayed as it ran (replay_levels)."""
-    return [{m: statistic(s, m) for m in METRICS} for s in replay_levels(target, params, levels)]
+    return [
+        {m: statistic(LevelSummary.model_validate(s), m) for m in METRICS}
+        for s in replay_levels(target, params, levels)
+    ]
 
 
-def statistic(level_summary: dict, metric: str):
+def statistic(level: LevelSummary, metric: str):
     """The compared statistic of `metric` in one level summary (STATISTICS), or None."""
     key, stat = STATISTICS[metric]
-    value = level_summary.get(key)
-    return value if stat is None else (value or {}).get(stat)
+    value = getattr(level, key)
+    return value if stat is None or value is None else getattr(value, stat)
 
 
 def _residuals(levels: list[MeasuredLevel], predicted: list[dict], weights: dict) -> list[float]:

@@ -124,7 +124,7 @@ def _simulate(v: dict) -> None:
     params = parse_step_params(v["step_params"])
     # --isl/--osl: the declaration bench and simulate share (a whole number or a length distribution)
     from kneecap.cli.simulate import DEFAULT_LENGTH, _longest
-    from kneecap.cli.sweep_flags import length_flag
+    from kneecap.cli.sweep_flags import default, length_flag
 
     isl, isl_dist = length_flag("--isl", v["isl"], DEFAULT_LENGTH)
     osl, osl_dist = length_flag("--osl", v["osl"], DEFAULT_LENGTH)
@@ -140,9 +140,9 @@ def _simulate(v: dict) -> None:
         osl_dist=osl_dist,
         requests=v["requests"],
         duration_s=v["duration"],
-        warmup=v["warmup"],
-        seed=v["seed"],
-        burstiness=v["burstiness"],
+        warmup=default(v["warmup"], 0),  # simulate's defaults of the flags it shares with bench
+        seed=default(v["seed"], 0),
+        burstiness=default(v["burstiness"], 1.0),
         shared_prefix_tokens=prefix_tokens,
         num_prefix_groups=prefix_groups,
     )

@@ -11,7 +11,7 @@ from typing import List, Optional
 import typer
 
 from kneecap.cli import sweep_flags as flags
-from kneecap.cli.app import EXPORT_HELP, app, stdout_console
+from kneecap.cli.app import app, stdout_console
 from kneecap.errors import KneecapError
 
 EXIT_FAILED_ON = 1  # --fail-on matched
@@ -33,25 +33,17 @@ def bench(
     osl: Optional[str] = flags.OSL,
     concurrency: Optional[str] = flags.CONCURRENCY,
     rate: Optional[str] = flags.RATE,
-    burstiness: Optional[float] = typer.Option(
-        None, "--burstiness", help="gamma shape of arrivals: 1 Poisson, <1 burstier", show_default="1.0"
-    ),
-    requests: Optional[int] = typer.Option(None, "--requests", "--num-prompts", help="measured requests per level"),
-    duration: Optional[float] = typer.Option(None, "--duration", help="seconds per level (instead of --requests)"),
-    warmup: Optional[int] = typer.Option(
-        None, "--warmup", help="warmup requests per level (recorded, excluded from stats)", show_default="0"
-    ),
+    burstiness: Optional[float] = flags.BURSTINESS,
+    requests: Optional[int] = flags.REQUESTS,
+    duration: Optional[float] = flags.DURATION,
+    warmup: Optional[int] = flags.WARMUP,
     slo: Optional[str] = flags.SLO,
     find_max: Optional[str] = flags.FIND_MAX,
-    repeats: int = typer.Option(
-        1, "--repeats", help="with --find-max: a load passes only if it meets the SLO this many times"
-    ),
-    export: Optional[str] = typer.Option(None, "--export", help=EXPORT_HELP),
-    out: Optional[str] = typer.Option(
-        None, "--out", help="results folder (default ./kneecap-results/bench-<UTC time>)"
-    ),
-    json_out: bool = typer.Option(False, "--json", help="print summary.json on stdout, nothing else"),
-    quiet: bool = typer.Option(False, "--quiet", help="no progress display and no table"),
+    repeats: int = flags.REPEATS,
+    export: Optional[str] = flags.EXPORT,
+    out: Optional[str] = flags.OUT,
+    json_out: bool = flags.JSON_OUT,
+    quiet: bool = flags.QUIET,
     timeout: Optional[float] = typer.Option(
         None, "--timeout", help="per-request timeout in seconds", show_default="600"
     ),
@@ -64,52 +56,16 @@ def bench(
     ignore_eos: Optional[bool] = typer.Option(
         None, "--ignore-eos/--no-ignore-eos", help="ask for exactly --osl tokens", show_default="on"
     ),
-    dataset: Optional[str] = typer.Option(
-        None,
-        "--dataset",
-        "--dataset-name",
-        help="random, or sharegpt / jsonl with --dataset-path, or the PATH itself: ShareGPT JSON/JSONL or JSONL {prompt, output_len?}; prompts and their lengths from the data (input tokens counted by --tokenizer, else estimated at 4 characters each), rows longer than the server's context left out; records keep prompt hashes unless --keep-prompts",
-        show_default="random",
-    ),
-    dataset_path: Optional[str] = typer.Option(
-        None, "--dataset-path", help="the dataset file (with --dataset sharegpt or jsonl, or alone)"
-    ),
-    replay: Optional[str] = typer.Option(
-        None,
-        "--replay",
-        help="a trace to replay: Mooncake or Qwen-Bailian JSONL, a BurstGPT CSV, or a Weka agentic conversation (.json, or a folder of them); requests at the trace's times, a session's next request after the answers it waits for, equal hash ids sent as equal token blocks so the prefix cache sees the reuse (docs/traces.md)",
-    ),
-    replay_speed: Optional[str] = typer.Option(
-        None,
-        "--replay-speed",
-        help="with --replay: how much faster than recorded, one level each, e.g. 1,2,4",
-        show_default="1",
-    ),
-    skip_too_long: bool = typer.Option(
-        False,
-        "--skip-too-long",
-        help="with --replay: leave out rows longer than the server's context (listed) instead of stopping",
-    ),
-    ramp: Optional[str] = typer.Option(
-        None,
-        "--ramp",
-        help="KIND:START:END:SECONDS (KIND linear or exp): one level whose load moves from START to END over SECONDS, on the dimension given with --concurrency or --rate (any value there); metrics per tenth of it in summary.json's slices",
-    ),
-    turns: Optional[int] = typer.Option(
-        None,
-        "--turns",
-        help="multi-turn: each of C users holds conversations of K turns; turn k sends turn k-1's prompt + the server's answer + --isl new tokens; --requests counts turns",
-    ),
-    think_time_s: Optional[float] = typer.Option(
-        None,
-        "--think-time-s",
-        help="with --turns: seconds a user waits after an answer before its next turn",
-        show_default="0",
-    ),
+    dataset: Optional[str] = flags.DATASET,
+    dataset_path: Optional[str] = flags.DATASET_PATH,
+    replay: Optional[str] = flags.REPLAY,
+    replay_speed: Optional[str] = flags.REPLAY_SPEED,
+    skip_too_long: bool = flags.SKIP_TOO_LONG,
+    ramp: Optional[str] = flags.RAMP,
+    turns: Optional[int] = flags.TURNS,
+    think_time_s: Optional[float] = flags.THINK_TIME_S,
     until_stable: Optional[float] = flags.UNTIL_STABLE,
-    stable_window_s: Optional[float] = typer.Option(
-        None, "--stable-window-s", help="with --until-stable: seconds per window", show_default="10"
-    ),
+    stable_window_s: Optional[float] = flags.STABLE_WINDOW_S,
     goodput: Optional[List[str]] = flags.GOODPUT,
     shared_prefix: Optional[str] = flags.SHARED_PREFIX,
     prefix_hit_rate: Optional[float] = flags.PREFIX_HIT_RATE,
@@ -118,7 +74,7 @@ def bench(
         "--reset-prefix-cache",
         help="before each level, ask the server to drop its prefix cache (vLLM POST /reset_prefix_cache, SGLang /flush_cache), so each level starts cold; the level records which endpoint accepted",
     ),
-    seed: Optional[int] = typer.Option(None, "--seed", help="seed of lengths, prompts and arrivals", show_default="0"),
+    seed: Optional[int] = flags.SEED,
     prompt_salt: Optional[str] = typer.Option(
         None,
         "--prompt-salt",
@@ -155,7 +111,7 @@ def bench(
     fail_on: Optional[str] = typer.Option(None, "--fail-on", help="exit 1 on: errors, slo, stopped (comma list)"),
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="environment variable holding the API key"),
     api_key_file: Optional[str] = typer.Option(None, "--api-key-file", help="file holding the API key"),
-    no_report: bool = typer.Option(False, "--no-report", help="do not render report.md / report.html into the folder"),
+    no_report: bool = flags.NO_REPORT,
 ) -> int:
     """Drive a real OpenAI-compatible server through a concurrency or rate sweep.
 
@@ -176,14 +132,12 @@ def bench(
     from kneecap.results import current_argv
     from kneecap.workload import concurrency_levels, parse_rates
 
-    from kneecap.metrics.goodput import parse_goodput
     from kneecap.workload.datasets import dataset_flag
 
     isl_n, isl_dist = flags.length_flag("--isl", isl)
     osl_n, osl_dist = flags.length_flag("--osl", osl)
     dataset = dataset_flag(dataset, dataset_path)
-    if goodput:
-        slo = ",".join(p for p in (slo, parse_goodput(goodput)) if p)
+    slo = flags.slo_flag(slo, goodput)
     given = {
         "base_url": base_url,
         "model": model,
@@ -232,10 +186,7 @@ def bench(
     elif replay_speed is not None:
         raise KneecapError("--replay-speed scales a replayed trace's times", "pass --replay PATH with it")
     if ramp is not None:  # one level on the dimension given: its value is the ramp's mean load
-        from kneecap.workload.ramps import parse_ramp
-
-        r = parse_ramp(ramp)
-        mean = r.expected_arrivals(r.duration_s) / r.duration_s
+        _, mean = flags.ramp_flag(ramp)
         if concurrency is not None:
             given["concurrency"] = (max(1, round(mean)),)
         elif rate is not None:
@@ -258,11 +209,7 @@ def bench(
     from kneecap.sweep.export import check_format
 
     check_format(export)
-    if find_max is not None and find_max != opts.kind:
-        raise KneecapError(
-            f"--find-max {find_max} searches the dimension of the levels given, which is {opts.kind}",
-            f"pass --find-max {opts.kind}, or give --{find_max} LOW,HIGH",
-        )
+    flags.check_find_max(find_max, opts.kind, opts.levels, repeats)
     if find_max is not None and resume is not None:
         raise KneecapError("--find-max cannot be resumed", "start the search again with --out NEW_DIR")
     api_key = resolve_api_key(opts.api_key_env, opts.api_key_file)
@@ -326,11 +273,7 @@ def _replay_levels(path: str, speeds: str | None, concurrency, rate, skip_too_lo
     from kneecap.sweep.bench_workload import replay_schedule
     from kneecap.workload import parse_rates
 
-    if concurrency is not None or rate is not None:
-        raise KneecapError(
-            "--replay sends the trace's own requests at its own times",
-            "drop --concurrency/--rate (use --replay-speed to scale the trace's times)",
-        )
+    flags.check_replay_alone(concurrency, rate)
     values = tuple(parse_rates(speeds or "1"))
     trace = replay_schedule(path, None, skip_too_long)
     return {
@@ -418,29 +361,31 @@ def _norm(value):
 def exit_code(summary: dict, fail_on) -> tuple[int, str | None]:
     """0 unless interrupted (130), the server died under the sweep (3), it refused the key mid-sweep (4) or a
     --fail-on condition holds (1), each with the reason."""
-    if summary.get("status") == "interrupted":
+    from kneecap.metrics.summary_model import Stopped, SweepSummary
+
+    doc = SweepSummary.read(summary)
+    if doc.status == "interrupted":
         return EXIT_INTERRUPTED, "interrupted: results written so far are kept; continue with --resume"
-    stopped = summary.get("stopped") or {}
-    if stopped.get("reason") == "server_dead":
+    stopped = doc.stopped or Stopped()
+    if stopped.reason == "server_dead":
         return EXIT_SERVER_DEAD, (
-            f"bench: {stopped.get('detail') or 'the server stopped answering'}; the levels "
+            f"bench: {stopped.detail or 'the server stopped answering'}; the levels "
             "measured so far are kept (restart the server, then --resume the folder)"
         )
-    if stopped.get("reason") == "auth_refused":
+    if stopped.reason == "auth_refused":
         return EXIT_AUTH_REFUSED, (
-            f"bench: {stopped.get('detail')}; stopped there, the levels measured so far are "
+            f"bench: {stopped.detail}; stopped there, the levels measured so far are "
             "kept (set the key the server expects in KNEECAP_API_KEY or OPENAI_API_KEY, or "
             "name it with --api-key-env / --api-key-file), then --resume the folder"
         )
-    levels = summary.get("levels") or []
     if "errors" in fail_on:
-        failed = sum(lv.get("failed") or 0 for lv in levels)
+        failed = sum(lv.failed or 0 for lv in doc.levels)
         if failed:
             return EXIT_FAILED_ON, f"bench: {failed} request(s) failed (--fail-on errors)"
     if "slo" in fail_on:
-        breached = [lv for lv in levels if (lv.get("slo") or {}).get("met") is False]
+        breached = [lv for lv in doc.levels if lv.slo is not None and lv.slo.met is False]
         if breached:
             return EXIT_FAILED_ON, f"bench: the SLO was breached at {len(breached)} level(s) (--fail-on slo)"
-    if "stopped" in fail_on and stopped:
-        return EXIT_FAILED_ON, f"bench: stopped at {stopped.get('at')}: {stopped.get('reason')} (--fail-on stopped)"
+    if "stopped" in fail_on and doc.stopped is not None and doc.stopped.to_dict():
+        return EXIT_FAILED_ON, f"bench: stopped at {stopped.at}: {stopped.reason} (--fail-on stopped)"
     return 0, None

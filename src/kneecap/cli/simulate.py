@@ -16,7 +16,7 @@ import typer
 
 from kneecap.cli import sweep_flags as flags
 from kneecap.cli.spec_flags import SpecAcceptanceOpt, SpecMethodOpt, SpecTokensOpt, speculative
-from kneecap.cli.app import EXPORT_HELP, app, results_folder, stdout_console
+from kneecap.cli.app import app, results_folder, stdout_console
 from kneecap.cli.plan import (
     ENGINE_DEFAULTS,
     SIM_FLAGS,
@@ -184,78 +184,31 @@ def simulate(
     prefix_hit_rate: Optional[float] = flags.PREFIX_HIT_RATE,
     concurrency: Optional[str] = flags.CONCURRENCY,
     rate: Optional[str] = flags.RATE,
-    burstiness: float = typer.Option(
-        1.0, "--burstiness", help="Gamma shape of inter-arrival gaps: 1 Poisson, <1 burstier"
-    ),
-    requests: Optional[int] = typer.Option(
-        None,
-        "--requests",
-        "--num-prompts",
-        help="Measured requests per level (default max(100, 4 x C); 200 per rate level)",
-    ),
-    duration: Optional[float] = typer.Option(
-        None, "--duration", help="Virtual seconds per level during which requests are sent"
-    ),
-    warmup: int = typer.Option(0, "--warmup", help="Warmup requests per level (recorded, excluded from stats)"),
-    seed: int = typer.Option(
-        0,
-        "--seed",
-        help="Seed of lengths and arrivals, as bench: lengths drawn at sweep-unique request indices, level i's arrivals with seed + i",
-    ),
+    burstiness: Optional[float] = flags.BURSTINESS,
+    requests: Optional[int] = flags.REQUESTS,
+    duration: Optional[float] = flags.DURATION,
+    warmup: Optional[int] = flags.WARMUP,
+    seed: Optional[int] = flags.SEED,
     slo: Optional[str] = flags.SLO,
     goodput: Optional[List[str]] = flags.GOODPUT,
     until_stable: Optional[float] = flags.UNTIL_STABLE,
-    stable_window_s: float = typer.Option(
-        10.0, "--stable-window-s", help="With --until-stable: virtual seconds per window"
-    ),
+    stable_window_s: Optional[float] = flags.STABLE_WINDOW_S,
     find_max: Optional[str] = flags.FIND_MAX,
-    repeats: int = typer.Option(
-        1,
-        "--repeats",
-        help="With --find-max: a load passes only if it meets the SLO this many times (each with its own seed)",
-    ),
-    dataset: Optional[str] = typer.Option(
-        None,
-        "--dataset",
-        "--dataset-name",
-        help="random, or sharegpt / jsonl with --dataset-path, or the PATH itself: ShareGPT JSON/JSONL or JSONL {prompt, output_len?}; request lengths from the data (prompt tokens estimated at 4 characters each), sampled with --seed, rows longer than the context left out",
-        show_default="random",
-    ),
-    dataset_path: Optional[str] = typer.Option(
-        None, "--dataset-path", help="The dataset file (with --dataset sharegpt or jsonl, or alone)"
-    ),
-    ramp: Optional[str] = typer.Option(
-        None,
-        "--ramp",
-        help="KIND:START:END:SECONDS (KIND linear or exp): one open-loop level whose rate goes from START to END requests/s over SECONDS, with metrics per tenth of it",
-    ),
-    turns: Optional[int] = typer.Option(
-        None,
-        "--turns",
-        help="Multi-turn: each of C users holds conversations of K turns; each turn sends the whole history (prompt + answer) plus --isl new tokens; --requests counts turns",
-    ),
-    think_time_s: float = typer.Option(
-        0.0, "--think-time-s", help="With --turns: seconds a user waits after an answer before its next turn"
-    ),
+    repeats: int = flags.REPEATS,
+    dataset: Optional[str] = flags.DATASET,
+    dataset_path: Optional[str] = flags.DATASET_PATH,
+    ramp: Optional[str] = flags.RAMP,
+    turns: Optional[int] = flags.TURNS,
+    think_time_s: Optional[float] = flags.THINK_TIME_S,
     client_turnaround_ms: Optional[float] = typer.Option(
         None,
         "--client-turnaround-ms",
         help="Closed loops: milliseconds from a response's last token to its client's next request, network round trip included (default 0.1: a client on the server's host; a remote client's is at least its round trip)",
     ),
-    replay: Optional[str] = typer.Option(
-        None,
-        "--replay",
-        help="A trace to replay: Mooncake or Qwen-Bailian JSONL, a BurstGPT CSV, or a Weka agentic conversation (.json, or a folder of them); requests at the trace's times, a session's next request after the answers it waits for, equal hash ids sent as equal token blocks so the prefix cache sees the reuse (docs/traces.md)",
-    ),
-    replay_speed: str = typer.Option(
-        "1", "--replay-speed", help="With --replay: how much faster than recorded, one level each, e.g. 1,2,4"
-    ),
-    skip_too_long: bool = typer.Option(
-        False,
-        "--skip-too-long",
-        help="With --replay: skip trace rows longer than the context (listed on stderr) instead of stopping",
-    ),
-    export: Optional[str] = typer.Option(None, "--export", help=EXPORT_HELP),
+    replay: Optional[str] = flags.REPLAY,
+    replay_speed: Optional[str] = flags.REPLAY_SPEED,
+    skip_too_long: bool = flags.SKIP_TOO_LONG,
+    export: Optional[str] = flags.EXPORT,
     spec_method: SpecMethodOpt = None,
     spec_tokens: SpecTokensOpt = None,
     spec_acceptance: SpecAcceptanceOpt = None,
@@ -299,18 +252,16 @@ def simulate(
     calibration: Optional[str] = typer.Option(
         None, "--calibration", hidden=True, help="Deprecated spelling of --step-params"
     ),
-    out: Optional[str] = typer.Option(
-        None, "--out", help="Results folder (default ./kneecap-results/simulate-<UTC time>)"
-    ),
-    json_out: bool = typer.Option(False, "--json", help="Print summary.json on stdout, nothing else"),
+    out: Optional[str] = flags.OUT,
+    json_out: bool = flags.JSON_OUT,
     trace: bool = typer.Option(False, "--trace", help="Also write DIR/trace.jsonl: one line per engine step"),
     token_times: bool = typer.Option(
         False,
         "--token-times",
         help="Write every token's time into requests.jsonl (chunk_times, as bench does); by default a request's tokens are written as runs of engine steps, token_runs [first token s, tokens, last token s] (the summary is the same either way)",
     ),
-    quiet: bool = typer.Option(False, "--quiet", help="No table"),
-    no_report: bool = typer.Option(False, "--no-report", help="Do not render report.md / report.html into the folder"),
+    quiet: bool = flags.QUIET,
+    no_report: bool = flags.NO_REPORT,
     grid: Optional[str] = typer.Option(
         None,
         "--grid",
@@ -325,6 +276,9 @@ def simulate(
     """The same sweep as `kneecap bench`, on the simulated engine in virtual time (deterministic for a seed)."""
     if grid is not None or ray_address is not None:  # a grid of configurations (kneecap.cluster.grid)
         return _run_grid(grid, ray_address, out, json_out, quiet)
+    burstiness, warmup, seed = flags.default(burstiness, 1.0), flags.default(warmup, 0), flags.default(seed, 0)
+    think_time_s, stable_window_s = flags.default(think_time_s, 0.0), flags.default(stable_window_s, 10.0)
+    replay_speed = flags.default(replay_speed, "1")
     import dataclasses
 
     from kneecap.sweep.export import check_format
@@ -349,33 +303,16 @@ def simulate(
             "--ramp is one open-loop level on the rate dimension here",
             "drop --concurrency/--replay/--find-max (a concurrency ramp is not simulated yet)",
         )
-    if replay is not None and (concurrency or rate):
-        raise KneecapError(
-            "--replay sends the trace's own requests at its own times",
-            "drop --concurrency/--rate (use --replay-speed to scale the trace's times)",
-        )
+    if replay is not None:
+        flags.check_replay_alone(concurrency, rate)
     ramp_obj = None
     if ramp is not None:
-        from kneecap.workload.ramps import parse_ramp
-
-        ramp_obj = parse_ramp(ramp)
-        rate = f"{ramp_obj.expected_arrivals(ramp_obj.duration_s) / ramp_obj.duration_s:.12g}"  # the ramp's mean rate
+        ramp_obj, mean = flags.ramp_flag(ramp)
+        rate = f"{mean:.12g}"  # the ramp's mean rate
     kind, values = parse_levels(concurrency, rate or (replay_speed if replay is not None else None))
     check_format(export)
-    if find_max is not None:
-        if find_max != kind:
-            raise KneecapError(
-                f"--find-max {find_max} searches the dimension of the levels given, which is {kind}",
-                f"pass --find-max {kind}, or give --{find_max} LOW,HIGH",
-            )
-        if "max" in values:
-            raise KneecapError("--find-max cannot search 'max'", "give numeric bounds, e.g. --concurrency 1,512")
-        if repeats < 1:
-            raise KneecapError(f"--repeats must be >= 1, got {repeats}", "pass e.g. --repeats 3")
-    if goodput:
-        from kneecap.metrics.goodput import parse_goodput
-
-        slo = ",".join(p for p in (slo, parse_goodput(goodput)) if p)
+    flags.check_find_max(find_max, kind, values, repeats)
+    slo = flags.slo_flag(slo, goodput)
     slo_dict = parse_slo(slo) if slo else {}
     isl, isl_dist = flags.length_flag("--isl", isl, DEFAULT_LENGTH)
     prefix_tokens, prefix_groups, warmup = flags.prefix_flags(shared_prefix, prefix_hit_rate, isl, isl_dist, warmup)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import typer
 
+from kneecap.cli.app import EXPORT_HELP
 from kneecap.errors import KneecapError
 
 LENGTH_FORMS = (
@@ -72,6 +73,94 @@ UNTIL_STABLE = typer.Option(
     "judged by (docs/metrics.md); S is then the longest a level runs; the verdict is the "
     "level's stable_p99 in summary.json",
 )
+REQUESTS = typer.Option(
+    None,
+    "--requests",
+    "--num-prompts",
+    help="measured requests per level (default: bench max(10, 4 x C) in closed loop, 30 s of arrivals in open "
+    "loop; simulate max(100, 4 x C), 200 per rate level)",
+)
+DURATION = typer.Option(
+    None,
+    "--duration",
+    help="seconds per level during which requests are sent, instead of --requests (simulate: virtual seconds)",
+)
+WARMUP = typer.Option(
+    None, "--warmup", help="warmup requests per level (recorded, excluded from stats)", show_default="0"
+)
+SEED = typer.Option(
+    None,
+    "--seed",
+    help="seed of lengths, prompts and arrivals: lengths drawn at sweep-unique request indices, level i's "
+    "arrivals with seed + i",
+    show_default="0",
+)
+BURSTINESS = typer.Option(
+    None, "--burstiness", help="gamma shape of inter-arrival gaps: 1 Poisson, <1 burstier", show_default="1.0"
+)
+RAMP = typer.Option(
+    None,
+    "--ramp",
+    help="KIND:START:END:SECONDS (KIND linear or exp): one level whose load moves from START to END over "
+    "SECONDS, on the dimension given with --concurrency or --rate (any value there; simulate ramps the rate "
+    "only and needs neither); metrics per tenth of it in summary.json's slices",
+)
+TURNS = typer.Option(
+    None,
+    "--turns",
+    help="multi-turn: each of C users holds conversations of K turns; turn k sends turn k-1's prompt + the "
+    "answer + --isl new tokens; --requests counts turns",
+)
+THINK_TIME_S = typer.Option(
+    None,
+    "--think-time-s",
+    help="with --turns: seconds a user waits after an answer before its next turn",
+    show_default="0",
+)
+STABLE_WINDOW_S = typer.Option(
+    None, "--stable-window-s", help="with --until-stable: seconds per window", show_default="10"
+)
+REPEATS = typer.Option(
+    1,
+    "--repeats",
+    help="with --find-max: a load passes only if it meets the SLO this many times (each with its own seed)",
+)
+DATASET = typer.Option(
+    None,
+    "--dataset",
+    "--dataset-name",
+    help="random, or sharegpt / jsonl with --dataset-path, or the PATH itself: ShareGPT JSON/JSONL or JSONL "
+    "{prompt, output_len?}; prompts and their lengths from the data (input tokens counted by bench's "
+    "--tokenizer, else estimated at 4 characters each), sampled with --seed, rows longer than the context "
+    "left out; bench's records keep prompt hashes unless --keep-prompts",
+    show_default="random",
+)
+DATASET_PATH = typer.Option(
+    None, "--dataset-path", help="the dataset file (with --dataset sharegpt or jsonl, or alone)"
+)
+REPLAY = typer.Option(
+    None,
+    "--replay",
+    help="a trace to replay: Mooncake or Qwen-Bailian JSONL, a BurstGPT CSV, or a Weka agentic conversation (.json, "
+    "or a folder of them); requests at the trace's times, a session's next request after the answers it waits for, "
+    "equal hash ids sent as equal token blocks so the prefix cache sees the reuse (docs/traces.md)",
+)
+REPLAY_SPEED = typer.Option(
+    None,
+    "--replay-speed",
+    help="with --replay: how much faster than recorded, one level each, e.g. 1,2,4",
+    show_default="1",
+)
+SKIP_TOO_LONG = typer.Option(
+    False,
+    "--skip-too-long",
+    help="with --replay: leave out rows longer than the context (listed) instead of stopping",
+)
+EXPORT = typer.Option(None, "--export", help=EXPORT_HELP)
+OUT = typer.Option(None, "--out", help="results folder (default ./kneecap-results/<command>-<UTC time>)")
+JSON_OUT = typer.Option(False, "--json", help="print summary.json on stdout, nothing else")
+QUIET = typer.Option(False, "--quiet", help="no progress display and no table")
+NO_REPORT = typer.Option(False, "--no-report", help="do not render report.md / report.html into the folder")
 SHARED_PREFIX = typer.Option(None, "--shared-prefix", help="TOKENS or TOKENSxGROUPS of prompt shared by requests")
 PREFIX_HIT_RATE = typer.Option(
     None,
@@ -80,6 +169,11 @@ PREFIX_HIT_RATE = typer.Option(
     "prefix), primed by one warmup request before each level, so a prefix cache "
     "finds about F of each prompt cached (0 < F < 1)",
 )
+
+
+def default(value, fallback):
+    """A shared flag's value, or the command's own default where it was not given (show_default says which)."""
+    return fallback if value is None else value
 
 
 def prefix_flags(
@@ -121,3 +215,44 @@ def length_flag(flag: str, spec: str | None, default: int | None = None) -> tupl
 
     n, dist = parse_length_flag(flag, spec)
     return (default, None) if n is None and spec is None else (n, dist)
+
+
+def slo_flag(slo: str | None, goodput: list[str] | None) -> str | None:
+    """--slo with --goodput's objectives added (kneecap.metrics.goodput), as both commands judge them."""
+    if not goodput:
+        return slo
+    from kneecap.metrics.goodput import parse_goodput
+
+    return ",".join(p for p in (slo, parse_goodput(goodput)) if p)
+
+
+def check_find_max(find_max: str | None, kind: str, values, repeats: int) -> None:
+    """--find-max searches the dimension of the levels given, between numeric bounds, each load --repeats times."""
+    if find_max is None:
+        return
+    if find_max != kind:
+        raise KneecapError(
+            f"--find-max {find_max} searches the dimension of the levels given, which is {kind}",
+            f"pass --find-max {kind}, or give --{find_max} LOW,HIGH",
+        )
+    if "max" in values:
+        raise KneecapError("--find-max cannot search 'max'", "give numeric bounds, e.g. --concurrency 1,512")
+    if repeats < 1:
+        raise KneecapError(f"--repeats must be >= 1, got {repeats}", "pass e.g. --repeats 3")
+
+
+def check_replay_alone(concurrency: str | None, rate: str | None) -> None:
+    """--replay's levels are speeds of the trace: no --concurrency or --rate beside it."""
+    if concurrency is not None or rate is not None:
+        raise KneecapError(
+            "--replay sends the trace's own requests at its own times",
+            "drop --concurrency/--rate (use --replay-speed to scale the trace's times)",
+        )
+
+
+def ramp_flag(ramp: str):
+    """--ramp: (the Ramp, its mean load over its SECONDS), the level's value on its dimension."""
+    from kneecap.workload.ramps import parse_ramp
+
+    r = parse_ramp(ramp)
+    return r, r.expected_arrivals(r.duration_s) / r.duration_s

@@ -56,7 +56,10 @@ def to_vllm_result(
     """
     import numpy as np
 
-    duration = summary.get("duration_s")
+    from kneecap.metrics.summary_model import LevelSummary
+
+    level = LevelSummary.model_validate(summary)
+    duration = level.duration_s
     if not duration or duration <= 0:
         raise KneecapError("this level has no duration to export", "export a level that completed requests")
     measured = [r for r in records if not r.warmup]
@@ -72,9 +75,7 @@ def to_vllm_result(
         ],
         "itl": [g for r in ok for g in req.chunk_gaps(r)[0]],
     }
-    rate = summary.get("rate")
-    concurrency = summary.get("concurrency")
-    goodput = summary.get("goodput")
+    rate, concurrency = level.rate, level.concurrency
     out: dict = {
         "date": date,
         "endpoint_type": "openai",
@@ -92,7 +93,7 @@ def to_vllm_result(
         "total_input_tokens": total_input,
         "total_output_tokens": total_output,
         "request_throughput": len(ok) / duration,
-        "request_goodput": goodput.get("request_s") if isinstance(goodput, Mapping) else None,
+        "request_goodput": level.goodput.request_s if level.goodput is not None else None,
         "output_throughput": total_output / duration,
         "total_token_throughput": (total_input + total_output) / duration,
         "max_output_tokens_per_s": _max_output_tokens_per_s(ok),

@@ -11,6 +11,7 @@ delta between different workloads is not a comparison of servers. `compare_level
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kneecap.errors import KneecapError
 from kneecap.report import numbers as fmt
@@ -20,6 +21,9 @@ from kneecap.report.glossary import COMPARE_TERMS, glossary
 from kneecap.report.levels import frontier_points, levels_of, load_axis, load_value
 from kneecap.report.load import SWEEP_KINDS, Results
 from kneecap.report.provenance import command_text, source_banner
+
+if TYPE_CHECKING:
+    from kneecap.metrics.summary_model import WorkloadFields
 
 TIE_FRACTION = 0.01  # |B − A| below 1 % of |A| counts as a tie
 
@@ -69,43 +73,40 @@ def _flag(command: list | None, flag: str) -> str | None:
     return None
 
 
-def _lengths(work: dict, command: list | None) -> str | None:
-    isl = work.get("isl_dist") or work.get("isl") or _flag(command, "--isl")
-    osl = work.get("osl_dist") or work.get("osl") or _flag(command, "--osl")
+def _lengths(work: WorkloadFields, command: list | None) -> str | None:
+    isl = work.isl_dist or work.isl or _flag(command, "--isl")
+    osl = work.osl_dist or work.osl or _flag(command, "--osl")
     text = f"ISL {isl if isl is not None else 'from the data'} / OSL {osl if osl is not None else 'from the data'}"
-    if work.get("shared_prefix_tokens"):
-        text += f", shared prefix {work['shared_prefix_tokens']} x {work.get('num_prefix_groups') or 1}"
-    if work.get("turns"):
-        text += f", {work['turns']} turns"
+    if work.shared_prefix_tokens:
+        text += f", shared prefix {work.shared_prefix_tokens} x {work.num_prefix_groups or 1}"
+    if work.turns:
+        text += f", {work.turns} turns"
     return text
 
 
 def run_facts(summary: dict) -> dict[str, str | None]:
     """What a sweep was, fact by fact, as comparable text (None: not recorded): model, GPU, engine, lengths,
     dataset, load dimension, seed."""
-    dep, server = summary.get("deployment") or {}, summary.get("server") or {}
-    manifest = summary.get("manifest") if isinstance(summary.get("manifest"), dict) else {}
+    from kneecap.metrics.summary_model import DeploymentFields, EngineFields, ServerFields, SweepSummary, WorkloadFields
+
+    doc = SweepSummary.read(summary)
+    dep, server = doc.deployment or DeploymentFields(), doc.server or ServerFields()
+    manifest = doc.manifest if isinstance(doc.manifest, dict) else {}
     command = manifest.get("command")
-    engine = summary.get("engine") or {}
-    simulated = summary.get("kind") == "simulate"
-    gpu = (
-        f"{dep.get('num_gpus')}x {dep['gpu']} (TP {dep.get('tp')}, PP {dep.get('pp')})"
-        if dep.get("gpu")
-        else _flag(command, "--gpu")
-    )
+    gpu = f"{dep.num_gpus}x {dep.gpu} (TP {dep.tp}, PP {dep.pp})" if dep.gpu else _flag(command, "--gpu")
     engine_text = (
-        f"kneecap's simulated engine ({engine.get('defaults') or 'vllm'} defaults)"
-        if simulated
-        else " ".join(str(x) for x in (server.get("engine"), server.get("version")) if x) or None
+        f"kneecap's simulated engine ({(doc.engine or EngineFields()).defaults or 'vllm'} defaults)"
+        if doc.kind == "simulate"
+        else " ".join(str(x) for x in (server.engine, server.version) if x) or None
     )
     dataset = _flag(command, "--replay") or _flag(command, "--dataset") or "random (synthetic prompts)"
     levels = levels_of(summary)
-    seed = (summary.get("sweep") or {}).get("seed", summary.get("seed"))
+    seed = doc.sweep.seed if doc.sweep is not None and "seed" in doc.sweep.model_fields_set else doc.seed
     return {
-        "model": dep.get("model") or server.get("model_id") or manifest.get("model") or _flag(command, "--model"),
+        "model": dep.model or server.model_id or manifest.get("model") or _flag(command, "--model"),
         "GPU": gpu,
         "engine": engine_text,
-        "lengths": _lengths(summary.get("workload") or {}, command),
+        "lengths": _lengths(doc.workload or WorkloadFields(), command),
         "dataset": dataset,
         "load dimension": load_axis(levels)[0] if levels else None,
         "seed": None if seed is None else str(seed),

@@ -19,9 +19,10 @@ from kneecap.metrics.stability import STABLE, level_stability
 from kneecap.records import RequestRecord
 from kneecap.sim.setup import SimDeployment
 from kneecap.sim.sweep import CLIENT_TURNAROUND_S, DELIVERY_SPREAD_S, MAX_REQUESTS_PER_LEVEL, LevelSpec, simulate_level
-from kneecap.workload import LengthDist, RequestClass, RequestSpec, Workload
+from kneecap.workload import RequestSpec, Workload
 from kneecap.workload.level_work import KIND_CONCURRENCY, KIND_RATE, LevelWork, WorkloadFlags, level_work
 from kneecap.workload.slices import check_until_stable
+from kneecap.workload.sweep_spec import SweepSpec
 
 ALL_AT_ONCE = "max"
 DEFAULT_MAX_REQUESTS = 1000  # requests of a "max" (all at once) level when --requests is not given
@@ -33,44 +34,27 @@ MAX_DURATION_S = 86_400.0
 STABLE_WINDOWS = 3  # --until-stable compares the p99s over the last 3 windows (as bench)
 
 
-@dataclass(frozen=True)
-class SimulateOptions:
-    """One simulated sweep. Lengths in tokens, times in virtual seconds, rates in requests/s."""
+@dataclass(frozen=True, kw_only=True)
+class SimulateOptions(SweepSpec):
+    """One simulated sweep: the shared SweepSpec (times in virtual seconds) and what only the simulator reads."""
 
     kind: str  # "concurrency" | "rate"
     levels: tuple  # concurrencies (ints, or "max") or rates
     isl: int = 1000
     osl: int = 1000
-    isl_dist: str | None = None  # --isl as a length spec (kneecap.workload.lengthspec); isl is then its mean
-    osl_dist: str | None = None  # --osl as a length spec; osl is then its mean
-    requests: int | None = None
-    duration_s: float | None = None
-    warmup: int = 0
-    seed: int = 0
-    burstiness: float = 1.0
-    shared_prefix_tokens: int = 0
-    num_prefix_groups: int = 1
     force: bool = True  # the simulator runs every level: preemption past the pool is what it shows
     # --replay: the trace's requests at speed 1, (send offset s, request) in send order; levels are then the
     # replay's mean request rates (speed x the trace's own rate), each level the whole trace
     schedule: tuple = ()
     dataset: tuple = ()  # --dataset: the requests, lengths from the data, in the order every level sends them
     ramp: object | None = None  # --ramp on the rate dimension (kneecap.workload.ramps.Ramp): one level, the ramp
-    turns: int = 0  # --turns K: C users each hold K-turn conversations (requests count turns); --isl is each new input
-    think_time_s: float = 0.0  # --think-time-s: the pause between an answer and the user's next turn
-    until_stable: float | None = None  # --until-stable TOL: a --duration level ends once its p99 TTFT and ITL settled
-    stable_window_s: float = 10.0  # --stable-window-s: the windows p99_stable compares (virtual seconds)
     # closed loops: a client's turnaround from a response's end to its slot's next send, and the spread of one
     # step's responses reaching their clients one after another (kneecap.sim.sweep)
     client_turnaround_s: float = CLIENT_TURNAROUND_S
     delivery_spread_s: float = DELIVERY_SPREAD_S
 
     def __post_init__(self) -> None:
-        for flag, value in (("--isl", self.isl), ("--osl", self.osl)):
-            if value < 1:
-                raise KneecapError(f"{flag} must be >= 1, got {value}", f"pass e.g. {flag} 1000")
-        if self.requests is not None and self.requests < 1:
-            raise KneecapError(f"--requests must be >= 1, got {self.requests}", "pass e.g. --requests 200")
+        self.check()
         if self.requests is not None and self.requests > MAX_REQUESTS_PER_LEVEL:
             raise KneecapError(
                 f"--requests {self.requests:,} exceeds the simulator's {MAX_REQUESTS_PER_LEVEL:,} requests per level",
@@ -81,21 +65,15 @@ class SimulateOptions:
                 f"--duration must be between 0 and {MAX_DURATION_S:,.0f} virtual seconds, got {self.duration_s}",
                 "pass e.g. --duration 600, or --requests N",
             )
-        if self.requests is not None and self.duration_s is not None:
-            raise KneecapError("--requests and --duration both given", "pass one of them")
         if ALL_AT_ONCE in self.levels and self.duration_s is not None:
             raise KneecapError(
                 "--concurrency max sends a fixed batch; it cannot run for --duration", "pass --requests N"
             )
-        if self.burstiness <= 0:
-            raise KneecapError(f"--burstiness must be > 0, got {self.burstiness}", "pass e.g. --burstiness 1 (Poisson)")
         if self.shared_prefix_tokens and self.shared_prefix_tokens >= self.isl:
             raise KneecapError(
                 f"--shared-prefix {self.shared_prefix_tokens} tokens is not shorter than --isl {self.isl}",
                 "use a prefix shorter than the prompt",
             )
-        if self.warmup < 0:
-            raise KneecapError(f"--warmup must be >= 0, got {self.warmup}", "pass e.g. --warmup 8")
         if self.turns and (self.kind != KIND_CONCURRENCY or ALL_AT_ONCE in self.levels or self.duration_s is not None):
             raise KneecapError(
                 "--turns runs C users' conversations in closed loop for a number of requests",
@@ -107,8 +85,6 @@ class SimulateOptions:
         ):
             if not (value >= 0 and math.isfinite(value)):
                 raise KneecapError(f"{name} must be a finite number of seconds >= 0, got {value!r}", "pass e.g. 1e-4")
-        if self.think_time_s < 0:
-            raise KneecapError(f"--think-time-s must be >= 0, got {self.think_time_s}", "pass e.g. --think-time-s 2")
         check_until_stable(
             self.until_stable,
             self.stable_window_s,
@@ -156,27 +132,6 @@ class SimulateOptions:
             return "C=max"
         return f"C={int(value)}" if self.kind == KIND_CONCURRENCY else f"rate={value:g}/s"
 
-    @property
-    def input_lengths(self) -> LengthDist:
-        return _lengths(self.isl_dist, self.isl)
-
-    @property
-    def output_lengths(self) -> LengthDist:
-        return _lengths(self.osl_dist, self.osl)
-
-    @property
-    def workload(self) -> Workload:
-        return Workload(
-            classes=(
-                RequestClass(
-                    input=self.input_lengths,
-                    output=self.output_lengths,
-                    shared_prefix_tokens=self.shared_prefix_tokens,
-                    num_prefix_groups=self.num_prefix_groups,
-                ),
-            )
-        )
-
     def describe(self) -> dict:
         """summary.json's workload: what the requests were, so two runs of different workloads can be told apart
         (lengths from a dataset or a trace, or prompts that grow turn by turn, leave isl/osl as None)."""
@@ -198,30 +153,14 @@ class SimulateOptions:
         }
 
 
-def _lengths(spec: str | None, tokens: int) -> LengthDist:
-    """A --isl / --osl: its length distribution, or `tokens` each."""
-    if spec is None:
-        return LengthDist.fixed(tokens)
-    from kneecap.workload.lengthspec import parse_length_spec
-
-    return parse_length_spec(spec)
-
-
 def workload_flags(opts: SimulateOptions) -> WorkloadFlags:
     """SimulateOptions' workload flags in the shape bench's are translated from (kneecap.workload.level_work)."""
-    return WorkloadFlags(
-        input=opts.input_lengths,
-        output=opts.output_lengths,
-        shared_prefix_tokens=opts.shared_prefix_tokens,
-        num_prefix_groups=opts.num_prefix_groups,
-        seed=opts.seed,
+    return opts.workload_flags(
         dimension=opts.kind,
         dataset=opts.dataset,
         schedule=opts.schedule,
         trace_rate=opts.trace_rate if opts.schedule else None,
         ramp=opts.ramp,
-        turns=opts.turns,
-        think_time_s=opts.think_time_s,
     )
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from kneecap.levels import SweepLevel
 from kneecap.sweep.options import BenchOptions
 from kneecap.workload import RequestSpec
-from kneecap.workload.level_work import LevelWork, WorkloadFlags, lengths, level_work, requests
+from kneecap.workload.level_work import LevelWork, WorkloadFlags, level_work, requests
 from kneecap.workload.traces import TraceSchedule, replay_rate, replay_schedule
 
 __all__ = ["BenchWorkload", "LevelWork", "TraceSchedule", "load_workload", "replay_schedule", "replay_rate"]
@@ -44,19 +44,12 @@ class BenchWorkload:
         opts = self.opts
         from kneecap.workload.ramps import parse_ramp
 
-        return WorkloadFlags(
-            input=self.input_lengths(),
-            output=self.output_lengths(),
-            shared_prefix_tokens=opts.shared_prefix_tokens,
-            num_prefix_groups=opts.num_prefix_groups,
-            seed=opts.seed,
+        return opts.workload_flags(
             dimension=opts.kind,
             dataset=tuple(r.spec for r in self.dataset),
             schedule=self.schedule,
             trace_rate=opts.trace_rate,
             ramp=parse_ramp(opts.ramp) if opts.ramp is not None else None,
-            turns=opts.turns,
-            think_time_s=opts.think_time_s,
         )
 
     def level(self, plan: SweepLevel, *, warmup: bool, round_index: int = 0) -> LevelWork:
@@ -71,13 +64,7 @@ class BenchWorkload:
 
     def workload(self):
         """The lengths given (fixed, or --isl/--osl length specs) as the one Workload shape."""
-        return self.flags().workload()
-
-    def input_lengths(self):
-        return lengths(self.opts.isl_dist, self.opts.isl if self.opts.isl is not None else 1)
-
-    def output_lengths(self):
-        return lengths(self.opts.osl_dist, self.opts.osl)
+        return self.opts.workload
 
 
 def note_skipped_rows(lines: tuple[int, ...], context: str) -> None:

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from kneecap.errors import KneecapError
 from kneecap.workload.level_work import KIND_CONCURRENCY, KIND_RATE
 from kneecap.workload.slices import check_until_stable
+from kneecap.workload.sweep_spec import SweepSpec
 
 ENDPOINTS = ("completions", "chat")
 FAIL_ON = ("errors", "slo", "stopped")
@@ -61,29 +62,21 @@ def parse_shared_prefix(spec: str | None) -> tuple[int, int]:
     return num_tokens, num_groups
 
 
-@dataclass(frozen=True)
-class BenchOptions:
-    """One bench run. Lengths in tokens, times in seconds, rates in requests/s."""
+@dataclass(frozen=True, kw_only=True)
+class BenchOptions(SweepSpec):
+    """One bench run: the shared SweepSpec (osl None only where the data sizes the outputs, isl required for the
+    random dataset) and what only the HTTP client reads."""
 
     base_url: str
-    osl: int | None = None  # None only where the data sizes the outputs (a dataset without --osl, a replayed trace)
-    isl: int | None = None  # required for the random dataset; a JSONL dataset brings its own prompts
     concurrency: tuple[int, ...] = ()
     rate: tuple[float, ...] = ()
-    burstiness: float = 1.0
     model: str | None = None
     endpoint: str = "completions"
-    requests: int | None = None  # per level
-    duration_s: float | None = None  # per level
-    warmup: int = 0  # requests per level, recorded with warmup=true, excluded from statistics
     slo: str | None = None  # raw `--slo` text, parsed by kneecap.metrics.slo
     timeout_s: float = 600.0  # per request
     keepalive: bool | None = None  # None: probe the server (kneecap.client.keepalive) and decide
     ignore_eos: bool = True
     dataset: str = "random"
-    shared_prefix_tokens: int = 0
-    num_prefix_groups: int = 1
-    seed: int = 0
     prompt_salt: str | None = None  # mixed into every prompt; None: a fresh one per run (recorded, kept by --resume)
     tokenizer: str | None = None  # a local tokenizer.json to calibrate text prompts with
     kv_tokens: int | None = None  # KV pool capacity override for the preflight
@@ -97,18 +90,12 @@ class BenchOptions:
     api_key_env: str | None = None  # name of the env variable holding the key (never the key)
     api_key_file: str | None = None  # path of a file holding the key (never the key)
     # the workload beyond fixed lengths (kneecap.sweep.bench_workload builds each level's requests from these)
-    isl_dist: str | None = None  # --isl as a length spec ("lognormal:mean=1000,std=300"); isl is then its mean
-    osl_dist: str | None = None  # --osl as a length spec; osl is then its mean
     replay: str | None = None  # --replay PATH: a Mooncake JSONL or BurstGPT CSV trace, requests at its times
     replay_speeds: tuple[float, ...] = ()  # --replay-speed, one level each; `rate` then holds speed x trace_rate
     trace_rate: float | None = None  # the replayed trace's mean request rate at speed 1 (requests/s)
     replay_requests: int | None = None  # the replayed trace's rows (after --skip-too-long)
     skip_too_long: bool = False  # --skip-too-long: drop trace or dataset rows longer than the server's context
     ramp: str | None = None  # --ramp KIND:START:END:SECONDS on the dimension of --concurrency / --rate
-    turns: int = 0  # --turns K: C users each hold K-turn conversations (--requests counts turns)
-    think_time_s: float = 0.0  # --think-time-s: a user's pause between an answer and its next turn
-    until_stable: float | None = None  # --until-stable TOL: a --duration level ends once its p99 TTFT and ITL settled
-    stable_window_s: float = 10.0  # --stable-window-s: the windows p99_stable compares
 
     def __post_init__(self) -> None:
         if not self.base_url or not self.base_url.startswith(("http://", "https://")):
@@ -127,26 +114,17 @@ class BenchOptions:
                 "pass --endpoint completions or --endpoint chat",
             )
         lengths_from_data = self.replay is not None or self.dataset != "random"
-        if (self.osl is None and not lengths_from_data) or (self.osl is not None and self.osl < 1):
+        if self.osl is None and not lengths_from_data:
             raise KneecapError(f"--osl must be a whole number >= 1, got {self.osl!r}", "pass e.g. --osl 1000")
         if self.replay is None and self.dataset == "random" and (self.isl is None or self.isl < 1):
             raise KneecapError(
                 f"--isl must be a whole number >= 1 with the random dataset, got {self.isl!r}", "pass e.g. --isl 1000"
             )
-        if self.requests is not None and self.duration_s is not None:
-            raise KneecapError("pass at most one of --requests and --duration", "drop one of them")
-        if self.requests is not None and self.requests < 1:
-            raise KneecapError(f"--requests must be >= 1, got {self.requests}", "pass e.g. --requests 100 (per level)")
-        for flag, value in (
-            ("--duration", self.duration_s),
-            ("--timeout", self.timeout_s),
-            ("--burstiness", self.burstiness),
-        ):
-            if value is not None and not (value > 0 and math.isfinite(value)):
-                raise KneecapError(f"{flag} must be a finite number > 0, got {value!r}", f"pass a positive {flag}")
-        for flag, value in (("--warmup", self.warmup), ("--seed", self.seed)):
-            if value < 0:
-                raise KneecapError(f"{flag} must be >= 0, got {value}", f"pass e.g. {flag} 0")
+        self.check()
+        if self.timeout_s is not None and not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
+            raise KneecapError(
+                f"--timeout must be a finite number > 0, got {self.timeout_s!r}", "pass a positive --timeout"
+            )
         if self.prompt_salt is not None and (
             not self.prompt_salt or len(self.prompt_salt) > 64 or not self.prompt_salt.isprintable()
         ):
@@ -203,8 +181,6 @@ class BenchOptions:
                     "drop --requests and --duration (the ramp's SECONDS is the level's length)",
                 )
         if self.turns:
-            if self.turns < 1:
-                raise KneecapError(f"--turns must be >= 1, got {self.turns}", "pass e.g. --turns 3")
             if self.kind != KIND_CONCURRENCY or self.duration_s is not None or self.dataset != "random":
                 raise KneecapError(
                     "--turns runs C users' conversations in closed loop for a number of requests",
@@ -225,17 +201,6 @@ class BenchOptions:
             closed_duration=self.in_rounds and not special,
             without="--requests, --replay, --ramp or --turns",
         )
-        if self.think_time_s < 0 or not math.isfinite(self.think_time_s):
-            raise KneecapError(
-                f"--think-time-s must be a finite number >= 0, got {self.think_time_s}", "pass e.g. --think-time-s 2"
-            )
-        if self.think_time_s and not self.turns:
-            raise KneecapError("--think-time-s is the pause between turns of a conversation", "pass --turns K with it")
-        for flag, spec in (("--isl", self.isl_dist), ("--osl", self.osl_dist)):
-            if spec is not None:
-                from kneecap.workload.lengthspec import parse_length_spec
-
-                parse_length_spec(spec)
 
     # -- the sweep ---------------------------------------------------------------------------
     @property

@@ -9,6 +9,8 @@ KIND one of fixed (value), uniform (low, high), normal / lognormal (mean, std), 
 
 from __future__ import annotations
 
+import math
+
 from kneecap.errors import KneecapError
 from kneecap.workload import LENGTH_KINDS, LENGTH_PARAMS, LengthDist
 
@@ -22,6 +24,8 @@ def _number(spec: str, key: str, text: str) -> float | int:
         v = float(text)
     except ValueError:
         raise KneecapError(f"length {spec!r}: {key} must be a number, got {text!r}", _HINT) from None
+    if not math.isfinite(v):
+        raise KneecapError(f"length {spec!r}: {key} must be a finite number, got {text!r}", _HINT)
     if key in _INTEGER:
         if v != int(v):
             raise KneecapError(f"length {spec!r}: {key} must be a whole number of tokens, got {text!r}", _HINT)
