@@ -748,8 +748,8 @@ class Client:
                 await answered[a].wait()
             last = max((answered_at[a] for a in mine), default=-math.inf)
             due = max(target, last + prep.spec.think_s)  # scheduled: its own time, or its answers' and think time
-            delay = due - perf()
-            if delay > 0:
+            # never before it: an event loop's timers may fire early (uvloop's run on whole milliseconds)
+            while (delay := due - perf()) > 0:
                 await asyncio.sleep(delay)
             await self.send(
                 prep, level=level, epoch=epoch, on_record=emit, rate=rate, scheduled_at=due - epoch, warmup=warmup
