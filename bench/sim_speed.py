@@ -21,9 +21,11 @@ trace format, built from kneecap.workload) and the results are printed as ratios
 BLIS (github.com/inference-sim/inference-sim, built by bench/build_blis.sh into bench/.peers/blis) runs the same
 case through its own CLI: a closed loop of 256 users, 10,000 requests of exactly 1000 prompt and 1000 output tokens,
 Llama-3.1-70B-Instruct's config.json (shipped in its repository) on H100 with TP 8, max-num-batched-tokens 8192
-(kneecap's vLLM default on an H100) and max-num-seqs 256 (the concurrency: the cap binds in neither simulator); its own latency model (trained-physics) and KV block count
-(auto-calculated from GPU memory). Each BLIS run is timed as kneecap's are (wall from start to exit, CPU and peak RSS
-from os.wait4), with the 1-minute load average before and after each run of either simulator.
+(kneecap's vLLM default on an H100) and max-num-seqs 256 (the concurrency: the cap binds in neither simulator);
+its own latency model (trained-physics) and KV block count (auto-calculated from GPU memory: 711,530 blocks of 16
+tokens, far above the 32,000 that 256 requests of 2,000 tokens hold, so the pool binds in neither simulator).
+Each BLIS run is timed as kneecap's are (wall from start to exit, CPU and peak RSS from os.wait4), with the 1-minute
+load average before and after each run of either simulator.
 Prints one JSON document; times are this machine's (2 cores, shared with other work: the load average is
 recorded before and after), not a benchmark of record.
 """
@@ -34,6 +36,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -365,7 +368,7 @@ def side_by_side(repeats: int) -> dict:
         "runs": rows,
     }
     if k and b:
-        med = lambda rs, f: sorted(f(r) for r in rs)[len(rs) // 2]  # noqa: E731
+        med = lambda rs, f: round(statistics.median(f(r) for r in rs), 3)  # noqa: E731
         cpu = lambda r: r["user_s"] + r["sys_s"]  # noqa: E731
         doc["median"] = {
             "kneecap_wall_s": med(k, lambda r: r["wall_s"]),
@@ -479,7 +482,13 @@ def blis_markdown(sbs: dict, script_command: str, m: dict) -> list[str]:
         q = sbs["ratio_blis_over_kneecap"]
         lines += [
             "",
-            f"BLIS / kneecap, medians of the runs above: wall {q['wall']}x, CPU {q['cpu']}x, peak RSS {q['peak_rss']}x.",
+            f"BLIS / kneecap, medians of the runs above: wall {q['wall']}x, CPU {q['cpu']}x, "
+            f"peak RSS {q['peak_rss']}x.",
+            "On a loaded 2-core machine a run's wall time includes waiting for a core; CPU time is the steadier",
+            "figure. The output tok/s column is each simulator's own answer for the same case: their step-time",
+            "models differ (BLIS: its trained-physics coefficients for H100; kneecap: its per-kernel step-time model,"
+            " kneecap.sim.steptime),",
+            "so this compares how fast they compute, not which answer is right.",
         ]
     lines.append("")
     return lines
