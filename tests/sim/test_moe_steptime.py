@@ -62,3 +62,29 @@ def test_trtllm_host_time_sets_the_step_of_a_small_model_at_thousands_of_sequenc
     assert gpu < cpu and step == pytest.approx(cpu)  # host-bound: the GPU waits
     one_gpu = base.seconds(1, ctx, 0, ctx, 0, 1) - base.params.overhead_s
     assert st.seconds(1, ctx, 0, ctx, 0, 1) == pytest.approx(max(one_gpu, st.overhead_s + TRTLLM_CPU_PER_SEQ_S))
+
+
+def test_vllm_before_0_12_runs_four_bit_experts_with_marlin_on_hopper():
+    """vLLM 0.10-0.11 runs MXFP4 experts on Hopper with the Marlin MoE kernel (no triton_kernels in the install): their
+    grouped GEMMs reach at most 0.257 of the bf16 peak (an nsys capture of Marlin's MXFP4 MoE GEMM on H100); 0.12 and
+    later (triton_kernels' matmul_ogs), GPUs with FP4 hardware and bf16 experts keep the bf16 GEMM rate."""
+    from kneecap.sim.config import at_release, vllm_defaults
+
+    gib = 1 << 30
+    v011 = at_release(vllm_defaults(80 * gib, "h100-sxm"), "0.11.0").profile
+    v012 = at_release(vllm_defaults(80 * gib, "h100-sxm"), "0.12.0").profile
+    v017 = at_release(vllm_defaults(80 * gib, "h100-sxm"), "0.17.0").profile
+    assert v011.marlin_w4a16_moe and not v012.marlin_w4a16_moe and not v017.marlin_w4a16_moe
+    base = model_for("gpt-oss-20b", gpu="h100-sxm", weight_dtype="mxfp4")
+    marlin, triton = base.for_engine(v011), base.for_engine(v012)
+    peak = base.deployment.gpu.bf16_flops
+    assert marlin.moe_flop_cap == pytest.approx(0.257 * peak) and triton.moe_flop_cap == float("inf")
+    t = 8192  # a prefill chunk: every expert touched, the grouped GEMMs compute-bound
+    flops = 2.0 * base.expert_params * t * base.top_k * base.num_moe_layers
+    assert marlin._moe_seconds(t) > flops / (0.257 * peak)  # at least the Marlin-bound compute
+    assert triton._moe_seconds(t) < 0.5 * marlin._moe_seconds(t)  # the bf16 table's ~0.63 of peak
+    # a decode step streams the experts' weights: Marlin's compute ceiling does not bind there
+    assert marlin._moe_seconds(8) == pytest.approx(triton._moe_seconds(8))
+    # FP4 hardware (B200) or bf16 experts: no Marlin ceiling even under the 0.11 profile
+    assert model_for("gpt-oss-20b", gpu="b200", weight_dtype="mxfp4").for_engine(v011).moe_flop_cap == float("inf")
+    assert model_for("qwen3-30b-a3b", gpu="h100-sxm").for_engine(v011).moe_flop_cap == float("inf")

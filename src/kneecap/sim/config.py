@@ -71,6 +71,10 @@ class EngineProfile:
     # has fp16_acc_flops (GeForce parts run fp16 accumulation at twice the fp32-accumulate rate) fp16 weights' GEMMs
     # run at that peak
     fp16_accumulate: bool = False
+    # whether routed experts held in 4-bit (MXFP4/NVFP4) on a GPU without FP4 hardware run the Marlin MoE kernel (vLLM
+    # before 0.12 on CUDA: VLLM_MARLIN_MOE_NOTE); their GEMMs then reach at most the GPU's moe_marlin_w4a16 fraction
+    # of the bf16 peak (data/efficiency.json)
+    marlin_w4a16_moe: bool = False
 
 
 # Per-sequence CPU time per step. vLLM: a cProfile study of the V1 engine loop measured the all-decode
@@ -88,7 +92,15 @@ class EngineProfile:
 # for every step of up to its largest capture size, vLLM V0 decodes only; all of them run a decode batch above
 # their largest capture size eagerly. TensorRT-LLM's C++ runtime launches from C++ (not host-bound).
 EAGER_LAUNCH_S = 8.23e-3 / 326
-VLLM_PROFILE = EngineProfile(eager_launch_s=EAGER_LAUNCH_S, graph_mixed_tokens=512)
+# VLLM_MARLIN_MOE_NOTE: vLLM's MXFP4 MoE on Hopper (vllm/model_executor/layers/quantization/mxfp4.py
+# get_mxfp4_backend): FlashInfer's SM90 MXFP4 x BF16 path only when VLLM_USE_FLASHINFER_MOE_MXFP4_BF16 is set, else
+# triton_kernels' matmul_ogs (Mxfp4Backend.TRITON) when the triton_kernels package imports, else Marlin. vLLM did not
+# ship triton_kernels until vllm-project/vllm#28788 (vendored as vllm/third_party/triton_kernels, November 2025; the
+# earlier requirements entry, vllm-project/vllm#27370, broke installs: vllm-project/vllm#27672); a plain
+# `pip install vllm==0.11.0` logs "Failed to import Triton kernels" (vllm-project/vllm#26582) and runs Marlin. So the
+# 0.10-0.11 profile runs 4-bit experts with Marlin on a GPU without FP4; 0.12 is taken as the first release with
+# matmul_ogs by default (whether 0.11.1-0.11.2 shipped it is not checked). NVFP4 experts on such GPUs run Marlin too.
+VLLM_PROFILE = EngineProfile(eager_launch_s=EAGER_LAUNCH_S, graph_mixed_tokens=512, marlin_w4a16_moe=True)
 SGLANG_PROFILE = EngineProfile(
     name="sglang",
     version="SGLang 0.4+ (overlap scheduler on by default)",
@@ -302,6 +314,13 @@ def check_release(version: str | None) -> None:
         )
 
 
+def vllm_ships_triton_kernels(version: str | None) -> bool:
+    """True for a vLLM release that runs 4-bit MoE experts with triton_kernels' matmul_ogs on Hopper out of the box
+    (0.12 and later: VLLM_MARLIN_MOE_NOTE); False for None (the 0.10-0.11 profile) and earlier releases."""
+    release = None if not version or vllm_is_v0(version) else _vllm_release(version)
+    return release is not None and release >= (0, 12)
+
+
 def vllm_async_by_default(version: str | None) -> bool:
     """True for a vLLM release that schedules asynchronously by default (0.14 and later): "0.17.0"; False for None."""
     release = None if not version or vllm_is_v0(version) else _vllm_release(version)
@@ -392,9 +411,14 @@ def at_release(config: EngineConfig, version: str | None) -> EngineConfig:
             return replace(
                 config,
                 profile=replace(
-                    config.profile, overlap_cpu=VLLM_ASYNC_PROFILE.overlap_cpu, version=VLLM_ASYNC_PROFILE.version
+                    config.profile,
+                    overlap_cpu=VLLM_ASYNC_PROFILE.overlap_cpu,
+                    version=VLLM_ASYNC_PROFILE.version,
+                    marlin_w4a16_moe=False,
                 ),
             )
+        if vllm_ships_triton_kernels(version):
+            return replace(config, profile=replace(config.profile, marlin_w4a16_moe=False))
     if config.profile.name == "trtllm" and trtllm_is_cpp_runtime(version):
         return replace(config, profile=TRTLLM_CPP_PROFILE)
     return config

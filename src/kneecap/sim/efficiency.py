@@ -34,6 +34,10 @@ class Efficiency:
     # routed experts held in 4-bit (MXFP4/NVFP4) and run weight-only on a GPU without FP4 hardware: their
     # weight bytes/s over the datasheet bandwidth, where measured ("moe_w4a16_hbm"); None: gemm_hbm
     moe_w4a16_hbm: float | None = None
+    # such experts' GEMM compute ceiling where the engine runs them with the Marlin MoE kernel (Ampere mma.sync with
+    # in-register dequantisation, issue-bound on Hopper): TFLOP/s over the bf16 peak, where measured
+    # ("moe_marlin_w4a16"); None: no ceiling beyond the bf16 GEMM rate
+    moe_marlin_w4a16: float | None = None
     # the kernel table (data/kernels/<name>.json) this GPU takes by analogy ("kernel_table"); None: its own, if any
     kernel_table: str | None = None
 
@@ -88,6 +92,7 @@ def efficiency_for(gpu_name: str, interconnect: str = "nvlink") -> Efficiency:
         if f"gemm_{cls}_by_m" in entry
     )
     w4 = entry.get("moe_w4a16_hbm")
+    marlin = entry.get("moe_marlin_w4a16")
     return Efficiency(
         **vals,
         allreduce_busbw_bytes_s=None if busbw is None else float(busbw),
@@ -95,5 +100,6 @@ def efficiency_for(gpu_name: str, interconnect: str = "nvlink") -> Efficiency:
         family=family,
         gemm_by_m=curves,
         moe_w4a16_hbm=None if w4 is None else float(w4),
+        moe_marlin_w4a16=None if marlin is None else float(marlin),
         kernel_table=entry.get("kernel_table"),
     )

@@ -77,7 +77,12 @@ One step over a batch of T tokens (S sequences; decodes and prefill chunks), per
 Dtype of the GEMMs: bf16/fp16 -> bf16 peak; fp8/fp8-block/int8 (W8A8) -> fp8 peak; nvfp4/mxfp4 ->
 fp4 peak where the GPU has it, else bf16 (weight-only: the kernels upcast the 4-bit weights and multiply
 bf16 activations; vLLM's mxfp4.py runs MXFP4 MoE with Marlin or triton_kernels' matmul_ogs there, both
-W4A16); int4/awq/gptq (W4A16) -> bf16 peak. Attention runs at the bf16 attention rate. Each GEMM group (attention
+W4A16); int4/awq/gptq (W4A16) -> bf16 peak. Where the engine runs such 4-bit experts with the Marlin MoE kernel
+(vLLM before 0.12 on Hopper: sim/config.py VLLM_MARLIN_MOE_NOTE), their grouped GEMMs reach at most the GPU's
+moe_marlin_w4a16 fraction of the bf16 peak (efficiency.json: 0.257 on H100, an nsys capture of Marlin's MXFP4 MoE
+GEMM at 16k-token prefill chunks, sgl-project/sglang#38884): Marlin multiplies with Ampere's mma.sync and dequantises
+in registers, so on Hopper it is bound by instruction issue, not by the tensor cores nor by HBM.
+Attention runs at the bf16 attention rate. Each GEMM group (attention
 projections, dense MLP / shared experts, routed experts, LM head) takes the path of its own weights' dtype, as the
 plan's ledger prices them (run_part_dtypes): the LM head and embedding stay bf16 in FP8/FP4 checkpoints (NVIDIA's
 ModelOpt hf_quant_config.json lists lm_head in exclude_modules, e.g. nvidia/DeepSeek-V3.1-NVFP4 and
@@ -371,6 +376,8 @@ class StepTimeModel:
         self.sample_bytes_per_seq = float(model.vocab_size * LOGIT_BYTES * SAMPLING_PASSES)
 
         # --- MoE routed experts ---------------------------------------------------------------------
+        self._marlin_flop_rate = 0.0  # Marlin's ceiling on 4-bit experts' GEMMs where measured (0: none)
+        self.moe_flop_cap = math.inf  # the routed experts' GEMM FLOP/s ceiling under the bound engine (for_engine)
         self.num_experts = model.num_experts
         self.top_k = model.num_experts_per_tok
         routed = parts.get("routed_experts", 0.0)
@@ -384,8 +391,12 @@ class StepTimeModel:
             self.expert_inter = model.expert_params / (3 * h) / moe_tp  # an expert's intermediate width on this GPU
             # 4-bit experts run weight-only (W4A16) without FP4 hardware: their own weight-streaming rate where measured
             expert_dtype = dtypes.get("routed_experts", deployment.weight_dtype.lower())
-            if expert_dtype in ("mxfp4", "nvfp4") and not gpu.fp4_flops and eff.moe_w4a16_hbm:
+            w4a16 = expert_dtype in ("mxfp4", "nvfp4") and not gpu.fp4_flops
+            if w4a16 and eff.moe_w4a16_hbm:
                 self.expert_byte_rate = gpu.hbm_bandwidth_bytes_s * eff.moe_w4a16_hbm * params.bw_efficiency
+            # the Marlin MoE kernel's compute ceiling for them, applied where the engine runs Marlin (for_engine)
+            if w4a16 and eff.moe_marlin_w4a16:
+                self._marlin_flop_rate = gpu.bf16_flops * eff.moe_marlin_w4a16 * params.mfu
         else:
             self.num_moe_layers = 0
             self.expert_bytes = self.expert_params = self.expert_inter = 0.0
@@ -546,6 +557,12 @@ class StepTimeModel:
                 other.flop_rate, other.gemm_peak, other.gemm_curve = other._rates["bf16"]
             other._rate_cache = {}
             return other.for_engine(profile)
+        marlin = self._marlin_flop_rate if getattr(profile, "marlin_w4a16_moe", False) else 0.0
+        cap = marlin or math.inf
+        if cap != self.moe_flop_cap:
+            other = copy.copy(self)
+            other.moe_flop_cap = cap
+            return other.for_engine(profile)
         sizes = tuple(sorted(profile.cudagraph_sizes))
         fixed = self.params.overhead_s if profile.cpu_fixed_s is None else profile.cpu_fixed_s
         eager, mixed = profile.eager_launch_s, profile.graph_mixed_tokens
@@ -601,8 +618,9 @@ class StepTimeModel:
         # a by-M curve (efficiency.json) is per GEMM: the rows per touched expert; the kernel table prices the grouped
         # GEMM by its whole work (one kernel over every expert's rows) at one expert's weight shape
         m_rows = (load / hit if hit > 0 else load) if self._rates[self.cls_moe][2] is not None else load
-        c_gu = 2.0 * flops / 3.0 / self.gemm_rate(m_rows, self.cls_moe, "gate_up")
-        c_dn = flops / 3.0 / self.gemm_rate(m_rows, self.cls_moe, "down")
+        cap = self.moe_flop_cap  # the Marlin MoE kernel's ceiling where the engine runs it (module docstring)
+        c_gu = 2.0 * flops / 3.0 / min(self.gemm_rate(m_rows, self.cls_moe, "gate_up"), cap)
+        c_dn = flops / 3.0 / min(self.gemm_rate(m_rows, self.cls_moe, "down"), cap)
         # operator by operator, as the engines run a MoE block (vLLM fused_moe: grouped GEMM w13, silu_and_mul,
         # grouped GEMM w2, moe_sum; TensorRT-LLM's CUTLASS MoE: expand rows, GEMM1, activation, GEMM2, finalize):
         # each grouped GEMM is max(compute, its weights + activations in and out); the gated activation (reads 2I,
