@@ -234,7 +234,7 @@ def simulate(
     engine_version: Optional[str] = typer.Option(
         None,
         "--engine-version",
-        help="The engine release to mimic, e.g. 0.7.3 (vLLM before 0.8: V0), 0.17.0 (vLLM 0.14+: asynchronous scheduling), 0.16 (TensorRT-LLM before 0.17: the C++ runtime); default: the current defaults",
+        help="The engine release to mimic, e.g. 0.7.3 (vLLM before 0.8: V0), 0.17.0 (vLLM 0.14+: asynchronous scheduling), 0.16 (TensorRT-LLM before 0.17: the C++ runtime); default for vLLM: as 0.10-0.11 run (V1, synchronous scheduling, 4-bit experts with Marlin on GPUs without FP4)",
     ),
     trtllm_bench: bool = typer.Option(
         False,
