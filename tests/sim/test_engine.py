@@ -369,3 +369,19 @@ def test_fast_path_equals_step_by_step_on_random_workloads(num_blocks, max_seqs,
     for rid, r in exact.items():
         assert fast[rid].status == r.status and len(fast[rid].chunk_times) == len(r.token_times())
         assert fast[rid].chunk_times == pytest.approx(r.chunk_times, rel=1e-9, abs=1e-12)
+
+
+def test_a_prompt_that_fills_an_empty_pool_is_admitted_under_sglangs_reservation():
+    # 14 blocks of 4 tokens; a 53-token prompt takes all 14, leaving no free block for SGLang's new_token_ratio x its
+    # one output token: with nothing running, nothing would ever free memory, so it is admitted (it stalled before)
+    cfg = EngineConfig(
+        max_num_seqs=1,
+        max_num_batched_tokens=53,
+        init_new_token_ratio=0.7,
+        min_new_token_ratio=0.1,
+        new_token_ratio_decay=0.01,
+    )
+    for max_steps in (1, 10_000):
+        engine = Engine(deployment(block_size=4), cfg, 14)
+        records, _ = run_checked(engine, [(0.0, spec(0, 53, 1))], max_steps=max_steps)
+        assert [(r.request_id, r.status) for r in records] == [("r0", "ok")]

@@ -414,7 +414,9 @@ class Scheduler:
             if need > blocks.num_free or n <= 0:
                 batch.blocked = BLOCKED_BLOCKS
                 break
-            if not self._reserve_ok(seq, need):
+            # the reservation keeps room for the running sequences' outputs; with none running it would only hold the
+            # candidate back from a pool it fits, for ever (nothing else frees memory): SGLang admits it then
+            if running and not self._reserve_ok(seq, need):
                 batch.blocked = BLOCKED_RESERVE
                 break
             got = blocks.allocate(seq.rid, hit_tokens + n, hashes)
