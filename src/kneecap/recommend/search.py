@@ -529,11 +529,16 @@ def recommend(
         items.sort(key=lambda x: (x[0], (x[2].max_num_seqs, x[2].max_num_batched_tokens) != PREFERRED_LIMITS, x[1]))
         reps.append(items[0])
     reps.sort(key=lambda x: (x[0], x[1]))
-    n_reps = MAX_REPRESENTATIVES * (1 + len(req.spec_token_choices))  # speculation off, and at each K: more setups
-    simulate(reps[:n_reps])
+    # the cheapest setups without speculation, and as many at each K tried: the speculating ones (whose bound is the
+    # roofline's, lower) never crowd out the setups a search without speculation would simulate
+    chosen = sorted(
+        (it for k in (0, *req.spec_token_choices) for it in [r for r in reps if r[2].spec == k][:MAX_REPRESENTATIVES]),
+        key=lambda x: (x[0], x[1]),
+    )
+    simulate(chosen)
     # stage 2: the other engine limits of the best setup — first its other max_num_seqs (at the representative's
     # token budget), then its other token budgets at the best max_num_seqs so far
-    done = {it[1] for it in reps[:n_reps]}
+    done = {it[1] for it in chosen}
     order = sorted(coarse, key=lambda x: (x[0], x[1]))
     best_setups = []
     for it in order:
@@ -693,7 +698,7 @@ def recommend(
             "extended while transient; met only when stable",
             "batch": BATCH,
             "slack": SLACK,
-            "representatives": n_reps,
+            "representatives": len(chosen),
             "limit_variants_for": LIMIT_VARIANTS_FOR,
             "refined": REFINE,
             "engine": "vllm defaults (simulated)",
