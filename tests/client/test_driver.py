@@ -121,7 +121,8 @@ def test_c1_timing_matches_server_send_stamps(server):
     # may be a few microseconds earlier than that, never more
     assert min(arrival_delay) > -0.0005, numbers
     assert statistics.median(arrival_delay) < 0.001, numbers
-    assert 0 < statistics.median(ttft_err) < 0.001, numbers
+    # TTFT's end is the first of those reads: the same bound (it measured -33 us on a busy 2-core machine)
+    assert -0.0005 < statistics.median(ttft_err) < 0.001, numbers
     assert abs(statistics.mean(itl_err)) < 0.001, numbers
     assert min(request_path) > 0 and statistics.median(request_path) < 0.003, numbers
 
