@@ -283,7 +283,7 @@ def test_readme_quotes_the_committed_simulator_speed_run():
     m = re.search(
         r"load average ([\d.]+) to ([\d.]+) at the time\), `python bench/sim_speed.py [^`]*` ran "
         r"`(kneecap simulate [^`]+)` (\w+) times: ([\d.]+) to ([\d.]+) s wall, ([\d.]+) to ([\d.]+) s of CPU "
-        r"and (\d+) MB peak RSS each \(bench/results/sim_speed.md\); with `--token-times`, ([\d.]+) s wall "
+        r"and at most (\d+) MB peak RSS each \(bench/results/sim_speed.md\); with `--token-times`, ([\d.]+) s wall "
         r"and ([\d.]+) GB",
         text,
     )
@@ -296,7 +296,7 @@ def test_readme_quotes_the_committed_simulator_speed_run():
     cpus = [r["user_s"] + r["sys_s"] for r in plain]
     assert (wall_lo, wall_hi) == (f"{min(walls):.2f}", f"{max(walls):.2f}")
     assert (cpu_lo, cpu_hi) == (f"{min(cpus):.2f}", f"{max(cpus):.2f}")
-    assert {f"{r['peak_rss_mb']:.0f}" for r in plain} == {rss}
+    assert f"{max(r['peak_rss_mb'] for r in plain):.0f}" == rss
     assert (tt_wall, tt_gb) == (f"{token_times['wall_s']:.2f}", f"{token_times['peak_rss_mb'] / 1000:.1f}")
 
 
