@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from kneecap.errors import KneecapError
 
 SpecMethodOpt = Annotated[
     Optional[str],
@@ -29,18 +27,8 @@ SpecAcceptanceOpt = Annotated[
 ]
 
 
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError as exc:
-        raise KneecapError(
-            f"cannot read --spec-acceptance file {path}: {exc.strerror or exc}",
-            "pass rates such as 0.7, or an existing file of accepted lengths",
-        ) from None
-
-
 def speculative(method: str | None, tokens: int | None, acceptance: str | None):
     """The flags as a SpecDecoding, None when none is given; a partial set is a one-line error."""
     from kneecap.sim.speculative import spec_decoding
 
-    return spec_decoding(method, tokens, acceptance, read_file=_read)
+    return spec_decoding(method, tokens, acceptance)

@@ -53,17 +53,6 @@ class Ramp:
         return self.candidate.server_gone(summary)
 
 
-def _read_lengths(path: Path) -> str:
-    """A simulator target's spec_acceptance file (accepted lengths per step; relative to the plan)."""
-    try:
-        return Path(path).read_text()
-    except OSError as exc:
-        raise KneecapError(
-            f"cannot read the simulator target's spec_acceptance file {path}: {exc.strerror or exc}",
-            "give rates (0.7 or [0.8, 0.6, 0.4]) or an existing file of accepted lengths",
-        ) from None
-
-
 class SimulatorCandidate:
     """A Deployment on the simulated engine. Each cell runs on a fresh engine (virtual time)."""
 
@@ -98,7 +87,7 @@ class SimulatorCandidate:
                 target.spec_method,
                 target.spec_tokens,
                 target.spec_acceptance_text(),
-                read_file=lambda path: _read_lengths(base_dir / path if base_dir is not None else Path(path)),
+                base_dir=base_dir,
             ),
         )
         self.plan = self.setup.plan

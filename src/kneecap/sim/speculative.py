@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import random
 import zlib
+from pathlib import Path
 from dataclasses import dataclass
 
 from kneecap.errors import KneecapError
@@ -136,10 +137,10 @@ def parse_acceptance(text: str, tokens: int, read_file=None) -> tuple[tuple[floa
     return (), lengths
 
 
-def spec_decoding(method: str | None, tokens: int | None, acceptance: str | None, read_file=None):
+def spec_decoding(method: str | None, tokens: int | None, acceptance: str | None, base_dir: Path | None = None):
     """Speculative decoding as a user names it (a method, K draft tokens, an acceptance: rates or a file of accepted
-    lengths read by read_file) -> a SpecDecoding; None when none of the three is given, a one-line error when only
-    some are. The CLI's --spec-* flags and a load plan's simulator target both come here."""
+    lengths, relative to base_dir when given) -> a SpecDecoding; None when none of the three is given, a one-line
+    error when only some are. The CLI's --spec-* flags and a load plan's simulator target both come here."""
     if method is None and tokens is None and acceptance is None:
         return None
     missing = [
@@ -149,5 +150,16 @@ def spec_decoding(method: str | None, tokens: int | None, acceptance: str | None
     ]
     if missing:
         raise KneecapError(f"speculative decoding needs {' and '.join(missing)} too", SPEC_HINT)
+
+    def read_file(path: str) -> str:
+        where = base_dir / path if base_dir is not None else Path(path)
+        try:
+            return where.read_text()
+        except OSError as exc:
+            raise KneecapError(
+                f"cannot read the speculative-decoding acceptance file {where}: {exc.strerror or exc}",
+                "give rates such as 0.7 (or one per position), or an existing file of accepted lengths",
+            ) from None
+
     rates, lengths = parse_acceptance(acceptance, tokens, read_file=read_file)
     return SpecDecoding(method, tokens, rates, lengths)
