@@ -302,16 +302,14 @@ def vllm_is_v0(version: str | None) -> bool:
 
 
 def check_release(version: str | None) -> None:
-    """A KneecapError unless `version` names an engine release as --engine-version takes it (plan and simulate alike):
-    MAJOR.MINOR[.PATCH], an optional leading "v" ("0.17.0", "v0.23.0"), or vLLM's "V0" engine; None (not given) is
-    fine."""
+    """A KneecapError unless `version` names an engine release as --engine-version takes it: as `kneecap plan` reads
+    it (kneecap.plan.engines.parse_version: MAJOR.MINOR[.PATCH], an optional leading "v"), or vLLM's "V0" engine;
+    None (not given) is fine."""
+    from kneecap.plan.engines import parse_version
+
     if version is None or re.match(r"v0(?![.\d])", version.strip(), re.IGNORECASE):
         return
-    parts = version.strip().lstrip("vV").split(".")
-    if not version.strip() or not all(p.isdigit() for p in parts):
-        raise KneecapError(
-            f"bad engine version {version!r}: not a release", "pass it as MAJOR.MINOR, e.g. --engine-version 0.17.0"
-        )
+    parse_version(version)
 
 
 def vllm_ships_triton_kernels(version: str | None) -> bool:
