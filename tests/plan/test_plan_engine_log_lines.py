@@ -10,6 +10,7 @@ tests/vllm/test_vllm_sliding.py starts that server and reads the line itself).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,47 @@ def test_the_tiny_gemma3_plans_to_the_line_the_cpu_build_logged(cli, tmp_path, c
     # admits a request with): 16,384 / (8 + 5 x 2) x 1,024
     assert doc["engine"]["log_kv_cache_tokens"] == tokens
     assert doc["kv_capacity_tokens"] == int(16_384 / 18 * 1024)
+
+
+def _engine_model_doc() -> str:
+    return " ".join((Path(__file__).parents[2] / "docs" / "engine-model.md").read_text().split())
+
+
+def test_the_engine_model_page_quotes_what_its_gemma3_12b_command_prints(cli, monkeypatch):
+    """docs/engine-model.md names the command and both figures it prints: the engine's line and kneecap's own."""
+    doc = _engine_model_doc()
+    m = re.search(
+        r"`kneecap plan (--model tests/plan/configs/google--gemma-3-12b-it\.json [^`]+)` prints "
+        r"`GPU KV cache size: ([\d,]+) tokens` .*? and kneecap's capacity, ([\d,]+) tokens\.",
+        doc,
+    )
+    assert m, "the page's Gemma-3-12B sentence"
+    args, engine_line, own = m.groups()
+    monkeypatch.chdir(Path(__file__).parents[2])  # the page's path is relative to the repository
+    r = cli("plan", *args.split())
+    assert r.code == 0, r.stderr
+    assert f"GPU KV cache size: {engine_line} tokens" in r.stdout
+    assert f"kneecap's capacity (its own count, not a line the engine prints): {own} tokens" in r.stdout
+
+
+def test_the_engine_model_page_quotes_the_tiny_gemma3_lines_kneecap_prints(cli, tmp_path):
+    """The page's two tiny Gemma-3-style figures (1,024 tokens; 2,048 with a 256-token batch budget) are what
+    `kneecap plan` prints for that model (tests/vllm/test_vllm_sliding.py holds them to the CPU build's own lines)."""
+    doc = _engine_model_doc()
+    short = re.search(
+        r"prints `CPU KV cache size: ([\d,]+) tokens, Maximum concurrency for 1,024 tokens per "
+        r"request: ([\d.]+)x`",
+        doc,
+    )
+    long = re.search(r"with `--context 2048 --max-num-batched-tokens 256` ([\d.]+)x", doc)
+    assert short and long, "the page's tiny Gemma-3 sentence"
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(TINY_GEMMA3))
+    base = ("plan", "--model", str(cfg), "--cpu-kvcache-space-gib", "1")
+    r = cli(*base, "--context", "1024")
+    assert (
+        f"CPU KV cache size: {short.group(1)} tokens, Maximum concurrency for 1,024 tokens per request: "
+        f"{short.group(2)}x" in r.stdout
+    ), r.stdout
+    r = cli(*base, "--context", "2048", "--max-num-batched-tokens", "256")
+    assert f"Maximum concurrency for 2,048 tokens per request: {long.group(1)}x" in r.stdout, r.stdout
