@@ -31,6 +31,7 @@ class SpecPoint:
     speedup: float  # published: per-user output speed with speculation over without (or over `over`)
     over: dict | None = None  # the speculating configuration the speedup is measured against (None: no drafts)
     label: str = ""
+    tpot_ms: tuple[float, float] | None = None  # published TPOTs (baseline, speculating) where the source gives them
 
 
 def load_points(path: Path = POINTS_FILE) -> tuple[dict, list[SpecPoint]]:
@@ -42,9 +43,10 @@ def load_points(path: Path = POINTS_FILE) -> tuple[dict, list[SpecPoint]]:
             method=p["method"],
             tokens=p["tokens"],
             accepted_length=p["accepted_length"],
-            speedup=p["speedup"],
+            speedup=p["speedup"] if "speedup" in p else p["baseline_tpot_ms"] / p["tpot_ms"],
             over=p.get("over"),
             label=p.get("label", ""),
+            tpot_ms=(p["baseline_tpot_ms"], p["tpot_ms"]) if "tpot_ms" in p else None,
         )
         for p in doc["points"]
     ]
@@ -113,30 +115,44 @@ def _tpot_ms(d: dict, spec) -> float:
     return float(summarize_level(result.records, concurrency=d["concurrency"])["tpot_ms"]["p50"])
 
 
-def predict(point: SpecPoint) -> float:
-    """The simulated speedup: p50 TPOT of the baseline over p50 TPOT of the speculating run."""
+def simulated_tpots_ms(point: SpecPoint, cache: dict | None = None) -> tuple[float, float]:
+    """The simulated p50 TPOTs of the point's baseline and speculating runs (`cache`: runs already simulated, keyed
+    by their command line)."""
     from kneecap.sim.speculative import SpecDecoding
 
     def spec(tokens: int, accepted_length: float):
         return SpecDecoding(point.method, tokens, (position_rate(accepted_length, tokens),), ())
 
+    cache = {} if cache is None else cache
     base = spec(point.over["tokens"], point.over["accepted_length"]) if point.over else None
-    return _tpot_ms(point.deployment, base) / _tpot_ms(point.deployment, spec(point.tokens, point.accepted_length))
+    out = []
+    for cmd, s in zip(commands(point), (base, spec(point.tokens, point.accepted_length))):
+        if cmd not in cache:
+            cache[cmd] = _tpot_ms(point.deployment, s)
+        out.append(cache[cmd])
+    return out[0], out[1]
+
+
+def predict(point: SpecPoint) -> float:
+    """The simulated speedup: p50 TPOT of the baseline over p50 TPOT of the speculating run."""
+    base_ms, spec_ms = simulated_tpots_ms(point)
+    return base_ms / spec_ms
 
 
 def error_rows(points: list[SpecPoint] | None = None) -> list[dict]:
     if points is None:
         _, points = load_points()
-    rows = []
+    rows, cache = [], {}
     for p in points:
-        simulated = predict(p)
-        base_cmd, spec_cmd = commands(p)
+        base_ms, spec_ms = simulated_tpots_ms(p, cache)
+        simulated = base_ms / spec_ms
         rows.append(
             {
                 "point": p,
                 "simulated": simulated,
+                "simulated_tpot_ms": (base_ms, spec_ms),
                 "error_pct": (simulated / p.speedup - 1) * 100,
-                "commands": (base_cmd, spec_cmd),
+                "commands": commands(p),
             }
         )
     return rows
@@ -164,9 +180,29 @@ def render_markdown(rows: list[dict], sources: dict) -> str:
     lines += [
         "",
         f"{len(rows)} points: median absolute error {median_abs_error_pct(rows):.1f}%, signed median {signed:+.1f}% "
-        "(+: the simulator predicts more speedup than was measured).",
+        "(+: the simulator predicts more speedup than was measured). By method:",
         "",
     ]
+    for method in dict.fromkeys(r["point"].method for r in rows):
+        of = [r for r in rows if r["point"].method == method]
+        lines.append(
+            f"- {method}: {len(of)} points, median absolute error {median_abs_error_pct(of):.1f}%, signed median "
+            f"{statistics.median(r['error_pct'] for r in of):+.1f}%"
+        )
+    timed = [r for r in rows if r["point"].tpot_ms]
+    if timed:
+        lines += [
+            "",
+            "Where the source gives the TPOTs themselves (ms, p50 simulated):",
+            "",
+            "| source | K | baseline published | baseline simulated | speculating published | speculating simulated |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for r in timed:
+            p, (sim_base, sim_spec) = r["point"], r["simulated_tpot_ms"]
+            (pub_base, pub_spec), what = p.tpot_ms, f"[{ids[p.source]}] {p.method}"
+            lines.append(f"| {what} | {p.tokens} | {pub_base:.2f} | {sim_base:.2f} | {pub_spec:.2f} | {sim_spec:.2f} |")
+    lines.append("")
     for name, i in ids.items():
         lines.append(f"[{i}] {sources[name]['title']} — <{sources[name]['url']}>. {sources[name]['setup']}.  ")
     lines += ["", "Each row's prediction is the ratio of the p50 TPOT of these two commands (baseline first):", ""]
