@@ -42,6 +42,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -196,10 +197,10 @@ def phases(fast_path: bool = True) -> dict:
 
 
 def vidur_command(output_dir: Path, cache_dir: Path) -> list[str]:
-    """Vidur's `vidur.main` on the case of CASE, as close as its inputs allow: 10,000 requests of exactly 1000 prompt and
-    1000 decode tokens, all arriving at t=0 (its `static` interval generator; Vidur has no closed loop), one replica of
-    Llama-3-70B on H100 (DGX network profile) with TP 8, its vLLM scheduler with at most 256 requests and 8192 tokens a
-    batch; its predictor tables sized for batches of 256."""
+    """Vidur's `vidur.main` on the case of CASE, as close as its inputs allow: 10,000 requests of exactly 1000 prompt
+    and 1000 decode tokens, all arriving at t=0 (its `static` interval generator; Vidur has no closed loop), one
+    replica of Llama-3-70B on H100 (DGX network profile) with TP 8, its vLLM scheduler with at most 256 requests and
+    8192 tokens a batch; its predictor tables sized for batches of 256."""
     return [
         str(VIDUR_PY), "-m", "vidur.main",
         "--replica_config_model_name", VIDUR_MODEL,
@@ -283,7 +284,9 @@ def run_vidur(cache_dir: Path) -> dict:
         tok_s = vidur_output_tok_s(out_dir) if code == 0 else None
         if code != 0 or tok_s is None:
             lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith(" ")]
-            row["error"] = (lines[-1] if lines else f"exit {code}, no request_metrics.csv")[:500]
+            # the exception's own line (a traceback may end with an explanation after it), else the last line
+            raised = [ln for ln in lines if re.match(r"[\w.]+(Error|Exception)\b", ln)]
+            row["error"] = ((raised or lines)[-1] if lines else f"exit {code}, no request_metrics.csv")[:500]
             return row
         row["output_tok_s"] = tok_s
         return row
@@ -540,8 +543,9 @@ def vidur_markdown(sbs: dict, script_command: str, m: dict) -> list[str]:
         f"Machine: {m['cpu']}, {m['cores']} cores (shared with other work while this ran: the 1-minute load average "
         "is beside each run).",
         "",
-        f"Vidur {sbs.get('vidur_version') or '(not installed)'} from PyPI (github.com/microsoft/vidur's simulator, "
-        "installed with `python3 -m venv bench/.peers/vidur-venv && bench/.peers/vidur-venv/bin/pip install vidur`). "
+        f"Vidur {sbs.get('vidur_version') or '(not installed)'}: the simulator of the Vidur paper (MLSys 2024, "
+        "github.com/microsoft/vidur) as its authors publish it on PyPI, installed with "
+        "`python3 -m venv bench/.peers/vidur-venv && bench/.peers/vidur-venv/bin/pip install vidur`. "
         "Its runs alternate with kneecap's (the command at the top) in one process: kneecap, Vidur with an empty "
         "predictor cache (cold), kneecap, Vidur with the cache the first run left (warm), kneecap. Vidur's command "
         "(OUT and CACHE are folders the script makes):",
@@ -583,7 +587,7 @@ def vidur_markdown(sbs: dict, script_command: str, m: dict) -> list[str]:
                 f"peak RSS {q['peak_rss']}x."
             )
     else:
-        lines.append("No Vidur run finished on this machine, so there is no ratio: the error of each run is in the table.")
+        lines.append("No Vidur run finished on this machine, so there is no ratio: each run's error is in the table.")
     lines.append("")
     return lines
 
