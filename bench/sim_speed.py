@@ -453,17 +453,21 @@ def markdown(doc: dict) -> str:
         "Python's bytecode cache is on, and one small untimed run goes first so that the timed runs find",
         "kneecap's modules compiled, as a user's second run does.",
         "",
-        "| run | flags | wall s | CPU s (user + sys) | peak RSS MB | requests.jsonl MB | engine steps |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| run | flags | wall s | CPU s (user + sys) | peak RSS MB | requests.jsonl MB | engine steps "
+        "| load 1 min (before / after) |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for i, r in enumerate(doc["runs"], 1):
+        load = f"{r['load_avg_1min_before']} / {r['load_avg_1min_after']}"
         if r.get("exit"):
-            lines.append(f"| {i} | {' '.join(r['extra_flags']) or '(defaults)'} | failed: {r.get('error')} | | | | |")
+            lines.append(
+                f"| {i} | {' '.join(r['extra_flags']) or '(defaults)'} | failed: {r.get('error')} | | | | | {load} |"
+            )
             continue
         lines.append(
             f"| {i} | {' '.join(r['extra_flags']) or '(defaults)'} | {r['wall_s']:.2f} | "
             f"{r['user_s'] + r['sys_s']:.2f} | {r['peak_rss_mb']:.0f} | {r['requests_jsonl_mb']:.1f} | "
-            f"{r['engine_steps']:,} |"
+            f"{r['engine_steps']:,} | {load} |"
         )
     p = doc["phases"]
     lines += [
