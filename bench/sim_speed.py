@@ -5,9 +5,13 @@
     .venv/bin/python bench/sim_speed.py --write         # also write bench/results/sim_speed.json and .md
     .venv/bin/python bench/sim_speed.py --token-times   # also time the same command with --token-times
     .venv/bin/python bench/sim_speed.py --exact-too     # also time the step-by-step path (no event skipping)
-    .venv/bin/python bench/sim_speed.py --vidur         # also try Vidur (pip `vidur`) in bench/.peers/vidur-venv
+    .venv/bin/python bench/sim_speed.py --peers vidur --peers-only --write
+                                                        # Vidur (pip `vidur` in bench/.peers/vidur-venv) on the same
+                                                        # case, alternating with kneecap's runs, cold and warm cache
     .venv/bin/python bench/sim_speed.py --peers blis    # also run BLIS (llm-d's simulator, Go) on the same case,
                                                         # alternating with kneecap's runs (build: bench/build_blis.sh)
+    .venv/bin/python bench/sim_speed.py --case long-context --write
+                                                        # the long-context case (LONG_CASE below) instead
 
 The command is the one the README quotes, with the CLI's defaults:
     kneecap simulate --preset llama-3.1-70b --gpu h100-sxm --tp 8 --isl 1000 --osl 1000 --concurrency 256
@@ -16,8 +20,10 @@ Wall time is the subprocess's, from start to exit; CPU and peak RSS come from os
 The phases (simulate, summarise, write requests.jsonl and summary.json) are timed in CPU seconds in this process on the same
 deployment with the same engine defaults (kneecap.plan.build + kneecap.sim.setup, as the CLI builds them).
 Vidur is installed with `python3 -m venv bench/.peers/vidur-venv && bench/.peers/vidur-venv/bin/pip install vidur`.
-Both simulators get the same trace (arrival time, prompt and output tokens per request: a CSV in Vidur's
-trace format, built from kneecap.workload) and the results are printed as ratios kneecap / Vidur.
+It runs the same case through its own CLI as closely as its inputs allow (vidur_command): 10,000 requests of exactly
+1000 prompt and 1000 decode tokens, all arriving at t=0 (it has no closed loop), at most 256 in a batch, Llama-3-70B on
+H100 with TP 8, its vLLM scheduler; each run is timed as kneecap's are, with its own output tok/s, once with an empty
+execution-time predictor cache and once with the cache the first run left.
 BLIS (github.com/inference-sim/inference-sim, built by bench/build_blis.sh into bench/.peers/blis) runs the same
 case through its own CLI: a closed loop of 256 users, 10,000 requests of exactly 1000 prompt and 1000 output tokens,
 Llama-3.1-70B-Instruct's config.json (shipped in its repository) on H100 with TP 8, max-num-batched-tokens 8192
@@ -36,6 +42,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -48,6 +55,7 @@ VIDUR_PY = ROOT / ".peers" / "vidur-venv" / "bin" / "python"
 BLIS_BIN = ROOT / ".peers" / "blis"
 BLIS_SRC = ROOT / ".peers" / "blis-src"
 RESULTS = ROOT / "results"
+VIDUR_MODEL = "meta-llama/Llama-3-70B"  # Vidur's Llama-3-70B (same layers and heads as Llama-3.1-70B)
 CASE = [
     "--preset",
     "llama-3.1-70b",
@@ -66,6 +74,15 @@ CASE = [
     "--no-report",
     "--quiet",
 ]
+# the long-context case: 120,000-token prompts on Llama-3.1-405B, 8x H200, fp8 weights and KV cache, TensorRT-LLM's
+# engine defaults, as many requests at once as the KV pool admits
+LONG_CASE = [
+    "--model", "llama-3.1-405b", "--gpu", "h200", "--tp", "8",
+    "--weight-dtype", "fp8", "--kv-dtype", "fp8",
+    "--isl", "120000", "--osl", "2048",
+    "--concurrency", "max", "--engine-defaults", "trtllm",
+    "--requests", "1000", "--no-report", "--quiet",
+]  # fmt: skip
 
 
 def machine() -> dict:
@@ -179,109 +196,100 @@ def phases(fast_path: bool = True) -> dict:
     }
 
 
-def deployment_70b_h100x8():
-    from kneecap.deployment import Deployment
-    from kneecap.hardware import get_gpu
-    from kneecap.model import load_model
-    from kneecap.plan.ledger import build_plan
-
-    d = Deployment(model=load_model("llama-3.1-70b"), gpu=get_gpu("h100-sxm"), tp=8)
-    return d, build_plan(d, context=4096)
-
-
-def shared_trace(n: int, rate: float, isl: int, osl: int, seed: int = 0) -> list[tuple[float, int, int]]:
-    from kneecap.workload import Workload, arrival_offsets, make_requests
-
-    specs = make_requests(Workload.fixed(isl, osl), n, seed)
-    return [(t, s.input_tokens, s.output_tokens) for t, s in zip(arrival_offsets(rate, n, 1.0, seed), specs)]
-
-
-def kneecap_on_trace(trace) -> dict:
-    import math
-
-    from kneecap.metrics.summarize import summarize_level
-    from kneecap.sim.config import EngineConfig
-    from kneecap.sim.engine import Engine
-    from kneecap.workload import RequestSpec
-
-    d, plan = deployment_70b_h100x8()
-    engine = Engine(d, EngineConfig(max_num_seqs=256, max_num_batched_tokens=8192), plan.num_kv_blocks)
-    t0 = time.perf_counter()
-    records, t, k = [], 0.0, 0
-    while k < len(trace) or engine.has_work:
-        while k < len(trace) and trace[k][0] <= t:
-            at, isl, osl = trace[k]
-            engine.add_request(
-                RequestSpec(index=k, request_id=f"t{k}", class_name="trace", input_tokens=isl, output_tokens=osl), at
-            )
-            k += 1
-        if not engine.has_work:
-            t = trace[k][0]
-            continue
-        out = engine.step(t, until=trace[k][0] if k < len(trace) else math.inf, max_steps=1 << 20)
-        t = out.ended_at
-        records.extend(out.finished)
-    wall = time.perf_counter() - t0
-    level = summarize_level(records, rate=None, concurrency=None)
-    return {
-        "wall_s": round(wall, 3),
-        "output_tok_s": level["output_tok_s"],
-        "ttft_p50_ms": level["ttft_ms"]["p50"],
-        "tpot_p50_ms": level["tpot_ms"]["p50"],
-        "e2e_p50_ms": level["e2e_ms"]["p50"],
-    }
+def vidur_command(output_dir: Path, cache_dir: Path) -> list[str]:
+    """Vidur's `vidur.main` on the case of CASE, as close as its inputs allow: 10,000 requests of exactly 1000 prompt
+    and 1000 decode tokens, all arriving at t=0 (its `static` interval generator; Vidur has no closed loop), one
+    replica of Llama-3-70B on H100 (DGX network profile) with TP 8, its vLLM scheduler with at most 256 requests and
+    8192 tokens a batch; its predictor tables sized for batches of 256."""
+    return [
+        str(VIDUR_PY), "-m", "vidur.main",
+        "--replica_config_model_name", VIDUR_MODEL,
+        "--replica_config_device", "h100",
+        "--replica_config_network_device", "h100_dgx",
+        "--replica_config_tensor_parallel_size", "8",
+        "--replica_config_num_pipeline_stages", "1",
+        "--cluster_config_num_replicas", "1",
+        "--request_generator_config_type", "synthetic",
+        "--synthetic_request_generator_config_num_requests", "10000",
+        "--length_generator_config_type", "fixed",
+        "--fixed_request_length_generator_config_prefill_tokens", "1000",
+        "--fixed_request_length_generator_config_decode_tokens", "1000",
+        "--interval_generator_config_type", "static",
+        "--replica_scheduler_config_type", "vllm",
+        "--vllm_scheduler_config_batch_size_cap", "256",
+        "--vllm_scheduler_config_max_tokens_in_batch", "8192",
+        "--random_forrest_execution_time_predictor_config_prediction_max_batch_size", "256",
+        "--random_forrest_execution_time_predictor_config_cache_dir", str(cache_dir),
+        "--metrics_config_output_dir", str(output_dir),
+    ]  # fmt: skip
 
 
-def vidur_on_trace(trace, workdir: Path) -> dict:
-    """Run Vidur (vLLM scheduler, Llama-3-70B, H100, TP8) on the same trace; {"error": ...} if it cannot run here."""
+def vidur_version() -> str | None:
+    if not VIDUR_PY.exists():
+        return None
+    proc = subprocess.run(
+        [str(VIDUR_PY), "-c", "import importlib.metadata as m; print(m.version('vidur'))"],
+        capture_output=True,
+        text=True,
+    )
+    return proc.stdout.strip() or None
+
+
+def vidur_output_tok_s(output_dir: Path) -> float | None:
+    """Vidur's own output tok/s from its request_metrics.csv: decode tokens over the last completion. Every request
+    arrives at t=0 here, so the longest request_e2e_time is when the last one finishes."""
+    import csv
+
+    files = sorted(output_dir.rglob("request_metrics.csv"))
+    if not files:
+        return None
+    with open(files[-1], newline="") as f:
+        rows = list(csv.DictReader(f))
+    tokens = sum(float(r["request_num_decode_tokens"]) for r in rows)
+    end_s = max(float(r["request_e2e_time"]) for r in rows)
+    return round(tokens / end_s, 1) if end_s > 0 else None
+
+
+def run_vidur(cache_dir: Path) -> dict:
+    """One Vidur run of the case as a child process: wall, CPU and peak RSS (os.wait4), its own output tok/s.
+    Its execution-time predictors are cached under cache_dir: an empty folder makes a cold run, a reused one a warm run.
+    """
     if not VIDUR_PY.exists():
         return {"error": f"no Vidur environment at {VIDUR_PY.parent.parent} (pip install vidur into it first)"}
-    workdir.mkdir(parents=True, exist_ok=True)
-    csv = workdir / "trace.csv"
-    # Vidur's trace_replay format (vidur/request_generator/trace_replay_request_generator.py)
-    csv.write_text(
-        "Date,Time,PromptTokenCount,CompletionTokenCount\n" + "".join(f"2023-08-21,{a},{p},{o}\n" for a, p, o in trace)
-    )
-    cmd = [
-        str(VIDUR_PY),
-        "-m",
-        "vidur.main",
-        "--replica_config_model_name",
-        "meta-llama/Llama-3-70B",
-        "--replica_config_device",
-        "h100",
-        "--replica_config_tensor_parallel_size",
-        "8",
-        "--request_generator_config_type",
-        "trace_replay",
-        "--trace_request_generator_config_trace_file",
-        str(csv),
-        "--trace_request_generator_config_prefill_scale_factor",
-        "1",
-        "--trace_request_generator_config_decode_scale_factor",
-        "1",
-        "--trace_request_generator_config_time_scale_factor",
-        "1",
-        "--trace_request_generator_config_max_tokens",
-        "4096",
-        "--replica_scheduler_config_type",
-        "vllm",
-        "--vllm_scheduler_config_batch_size_cap",
-        "256",
-        "--vllm_scheduler_config_max_tokens_in_batch",
-        "8192",
-    ]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=1800)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip() and not ln.startswith(" ")]
-        return {"error": lines[-1] if lines else f"exit {proc.returncode}", "wall_s": round(wall, 3), "command": cmd}
-    return {
-        "wall_s": round(wall, 3),
-        "output_dir": str(workdir),
-        "note": "read Vidur's request_metrics.csv under its simulator_output folder for the latency ratios",
-    }
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    cached_before = any(cache_dir.iterdir())
+    with tempfile.TemporaryDirectory(prefix="sim_speed-vidur-") as tmp:
+        out_dir = Path(tmp) / "out"
+        env = dict(child_env(), WANDB_MODE="disabled")
+        load = os.getloadavg()[0]
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            vidur_command(out_dir, cache_dir), cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+        )
+        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.stderr.close()
+        code = os.waitstatus_to_exitcode(status)
+        row = {
+            "cache": "warm" if cached_before else "cold",
+            "exit": code,
+            "wall_s": round(wall, 3),
+            "user_s": round(usage.ru_utime, 3),
+            "sys_s": round(usage.ru_stime, 3),
+            "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+            "load_avg_1min_before": round(load, 2),
+            "load_avg_1min_after": round(os.getloadavg()[0], 2),
+        }
+        tok_s = vidur_output_tok_s(out_dir) if code == 0 else None
+        if code != 0 or tok_s is None:
+            lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith(" ")]
+            # the exception's own line (a traceback may end with an explanation after it), else the last line
+            raised = [ln for ln in lines if re.match(r"[\w.]+(Error|Exception)\b", ln)]
+            row["error"] = ((raised or lines)[-1] if lines else f"exit {code}, no request_metrics.csv")[:500]
+            return row
+        row["output_tok_s"] = tok_s
+        return row
 
 
 def blis_command(metrics_path: Path | None = None) -> list[str]:
@@ -387,6 +395,37 @@ def side_by_side(repeats: int) -> dict:
     return doc
 
 
+def side_by_side_vidur() -> dict:
+    """kneecap's CLI and Vidur on the same case, alternating: kneecap, Vidur with an empty predictor cache (cold),
+    kneecap, Vidur again with the cache the first run left (warm), kneecap; each run with its load."""
+    with tempfile.TemporaryDirectory(prefix="sim_speed-vidur-cache-") as cache:
+        rows = [{"sim": "kneecap", **run_cli([])}]
+        for _ in range(2):
+            rows.append({"sim": "vidur", **run_vidur(Path(cache))})
+            rows.append({"sim": "kneecap", **run_cli([])})
+    doc: dict = {
+        "vidur_version": vidur_version(),
+        "vidur_command": " ".join(vidur_command(Path("OUT"), Path("CACHE"))),
+        "runs": rows,
+    }
+    k = [r for r in rows if r["sim"] == "kneecap" and not r.get("exit") and "error" not in r]
+    if k:
+        cpu = lambda r: r["user_s"] + r["sys_s"]  # noqa: E731
+        med = lambda f: statistics.median(f(r) for r in k)  # noqa: E731
+        kw, kc, km = med(lambda r: r["wall_s"]), med(cpu), med(lambda r: r["peak_rss_mb"])
+        doc["kneecap_median"] = {"wall_s": round(kw, 3), "cpu_s": round(kc, 3), "peak_rss_mb": round(km, 1)}
+        doc["ratio_vidur_over_kneecap"] = {
+            r["cache"]: {
+                "wall": round(r["wall_s"] / kw, 1),
+                "cpu": round(cpu(r) / kc, 1),
+                "peak_rss": round(r["peak_rss_mb"] / km, 1),
+            }
+            for r in rows
+            if r["sim"] == "vidur" and "error" not in r
+        }
+    return doc
+
+
 def merge_markdown(generated: str, path: Path) -> str:
     """The generated text, then the sections ("## ...") of the file at `path` that it does not itself contain:
     sections written by hand below the generated table survive a rerun with --write."""
@@ -414,17 +453,21 @@ def markdown(doc: dict) -> str:
         "Python's bytecode cache is on, and one small untimed run goes first so that the timed runs find",
         "kneecap's modules compiled, as a user's second run does.",
         "",
-        "| run | flags | wall s | CPU s (user + sys) | peak RSS MB | requests.jsonl MB | engine steps |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| run | flags | wall s | CPU s (user + sys) | peak RSS MB | requests.jsonl MB | engine steps "
+        "| load 1 min (before / after) |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for i, r in enumerate(doc["runs"], 1):
+        load = f"{r['load_avg_1min_before']} / {r['load_avg_1min_after']}"
         if r.get("exit"):
-            lines.append(f"| {i} | {' '.join(r['extra_flags']) or '(defaults)'} | failed: {r.get('error')} | | | | |")
+            lines.append(
+                f"| {i} | {' '.join(r['extra_flags']) or '(defaults)'} | failed: {r.get('error')} | | | | | {load} |"
+            )
             continue
         lines.append(
             f"| {i} | {' '.join(r['extra_flags']) or '(defaults)'} | {r['wall_s']:.2f} | "
             f"{r['user_s'] + r['sys_s']:.2f} | {r['peak_rss_mb']:.0f} | {r['requests_jsonl_mb']:.1f} | "
-            f"{r['engine_steps']:,} |"
+            f"{r['engine_steps']:,} | {load} |"
         )
     p = doc["phases"]
     lines += [
@@ -435,6 +478,8 @@ def markdown(doc: dict) -> str:
         "importing kneecap.",
         "",
     ]
+    if "side_by_side_vidur" in doc:
+        lines += vidur_markdown(doc["side_by_side_vidur"], doc["script_command"], doc["machine"])
     if "side_by_side_blis" in doc:
         lines += blis_markdown(doc["side_by_side_blis"], doc["script_command"], doc["machine"])
     return "\n".join(lines)
@@ -494,47 +539,177 @@ def blis_markdown(sbs: dict, script_command: str, m: dict) -> list[str]:
     return lines
 
 
-def side_by_side_only(out: dict, args: argparse.Namespace) -> int:
-    out["side_by_side_blis"] = side_by_side(args.peer_repeats)
+def vidur_markdown(sbs: dict, script_command: str, m: dict) -> list[str]:
+    lines = [
+        "## Side by side with Vidur (Microsoft's inference simulator)",
+        "",
+        f"Written by `{script_command}` (its JSON: bench/results/sim_speed_vidur.json).",
+        f"Machine: {m['cpu']}, {m['cores']} cores (shared with other work while this ran: the 1-minute load average "
+        "is beside each run).",
+        "",
+        f"Vidur {sbs.get('vidur_version') or '(not installed)'}: the simulator of the Vidur paper (MLSys 2024, "
+        "github.com/microsoft/vidur) as its authors publish it on PyPI, installed with "
+        "`python3 -m venv bench/.peers/vidur-venv && bench/.peers/vidur-venv/bin/pip install vidur`. "
+        "Its runs alternate with kneecap's (the command at the top) in one process: kneecap, Vidur with an empty "
+        "predictor cache (cold), kneecap, Vidur with the cache the first run left (warm), kneecap. Vidur's command "
+        "(OUT and CACHE are folders the script makes):",
+        "",
+        "```",
+        sbs["vidur_command"].replace(str(ROOT), "bench"),
+        "```",
+        "",
+        "What differs from kneecap's case: Vidur has no closed loop, so all 10,000 requests arrive at t=0 and its vLLM",
+        "scheduler runs at most 256 of them at once (batch_size_cap 256, at most 8192 tokens a batch: kneecap's vLLM",
+        "defaults on an H100). The batches can match a closed loop of 256 users; the latencies cannot (Vidur's include",
+        "each request's wait in the queue from t=0), so only throughput is compared. Its model is Llama-3-70B, whose",
+        "layers and heads are Llama-3.1-70B's.",
+        "",
+        "| run | simulator | predictor cache | wall s | CPU s (user + sys) | peak RSS MB | load 1 min (before / after) "
+        "| output tok/s |",
+        "|---|---|---|---:|---:|---:|---|---:|",
+    ]
+    for i, r in enumerate(sbs["runs"], 1):
+        cache = r.get("cache", "")
+        if r.get("exit") or "error" in r:
+            where = f"{r['wall_s']:.2f}" if "wall_s" in r else ""
+            lines.append(
+                f"| {i} | {r['sim']} | {cache} | {where} | failed: `{r.get('error')}` | | "
+                f"{r.get('load_avg_1min_before', '')} / {r.get('load_avg_1min_after', '')} | |"
+            )
+            continue
+        lines.append(
+            f"| {i} | {r['sim']} | {cache} | {r['wall_s']:.2f} | {r['user_s'] + r['sys_s']:.2f} | "
+            f"{r['peak_rss_mb']:.0f} | {r['load_avg_1min_before']} / {r['load_avg_1min_after']} | "
+            f"{r['output_tok_s']:,.0f} |"
+        )
+    ratios = sbs.get("ratio_vidur_over_kneecap") or {}
+    lines.append("")
+    if ratios:
+        for cache, q in ratios.items():
+            lines.append(
+                f"Vidur ({cache} cache) / kneecap's median: wall {q['wall']}x, CPU {q['cpu']}x, "
+                f"peak RSS {q['peak_rss']}x."
+            )
+    else:
+        lines.append("No Vidur run finished on this machine, so there is no ratio: each run's error is in the table.")
+    lines.append("")
+    return lines
+
+
+def long_context_markdown(doc: dict) -> list[str]:
+    m = doc["machine"]
+    runs = doc["runs"]
+    lines = [
+        "## The long-context case: 1,000 requests of 120,000 in / 2,048 out, Llama-3.1-405B on 8x H200 (fp8)",
+        "",
+        f"Written by `{doc['script_command']}` (its JSON: bench/results/sim_speed_long_context.json). The command:",
+        "",
+        "```",
+        "kneecap simulate " + " ".join(LONG_CASE) + " --out DIR",
+        "```",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores (shared with other work while this ran), Python {m['python']}. "
+        "Each run is a subprocess, timed as the table at the top is; the 1-minute load average is beside each run.",
+        "",
+        "| run | wall s | CPU s (user + sys) | peak RSS MB | load 1 min (before / after) | engine steps | completed "
+        "| output tok/s |",
+        "|---|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    for i, r in enumerate(runs, 1):
+        if r.get("exit"):
+            lines.append(f"| {i} | failed: {r.get('error')} | | | | | | |")
+            continue
+        lines.append(
+            f"| {i} | {r['wall_s']:.2f} | {r['user_s'] + r['sys_s']:.2f} | {r['peak_rss_mb']:.0f} | "
+            f"{r['load_avg_1min_before']} / {r['load_avg_1min_after']} | {r['engine_steps']:,} | "
+            f"{r['completed']:,} | {r['output_tok_s']:,.1f} |"
+        )
+    ok = [r for r in runs if not r.get("exit")]
+    if ok:
+        wall = statistics.median(r["wall_s"] for r in ok)
+        cpu = statistics.median(r["user_s"] + r["sys_s"] for r in ok)
+        lines += [
+            "",
+            f"Median of {len(ok)} runs: {wall:.2f} s wall, {cpu:.2f} s CPU (the target is at most 10 s wall). On a "
+            "loaded 2-core machine a run's wall time includes waiting for a core; CPU time is the steadier figure.",
+        ]
+    lines.append("")
+    return lines
+
+
+def write_section(out: dict, json_name: str, section: list[str]) -> None:
+    """Write bench/results/<json_name> and replace only this section of sim_speed.md (the rest is kept)."""
+    md = RESULTS / "sim_speed.md"
+    head = md.read_text().split("\n## ")[0] if md.exists() else "# Simulator speed\n"
+    (RESULTS / json_name).write_text(json.dumps(out, indent=2) + "\n")
+    md.write_text(merge_markdown(head.rstrip("\n") + "\n\n" + "\n".join(section), md))
+
+
+def side_by_side_only(out: dict, args: argparse.Namespace, peers: set[str]) -> int:
+    if "blis" in peers:
+        out["side_by_side_blis"] = side_by_side(args.peer_repeats)
+    if "vidur" in peers:
+        out["side_by_side_vidur"] = side_by_side_vidur()
     out["load_avg_after"] = round(os.getloadavg()[0], 2)
-    text = json.dumps(out, indent=2)
-    print(text)
+    print(json.dumps(out, indent=2))
     if args.write:
-        md = RESULTS / "sim_speed.md"
-        head = md.read_text().split("\n## ")[0] if md.exists() else "# Simulator speed\n"
-        section = "\n".join(blis_markdown(out["side_by_side_blis"], out["script_command"], out["machine"]))
-        (RESULTS / "sim_speed_blis.json").write_text(text + "\n")
-        md.write_text(merge_markdown(head.rstrip("\n") + "\n\n" + section, md))
+        for peer in sorted(peers):
+            doc = {k: v for k, v in out.items() if not k.startswith("side_by_side_") or k.endswith(peer)}
+            sbs = out[f"side_by_side_{peer}"]
+            section = (blis_markdown if peer == "blis" else vidur_markdown)(sbs, out["script_command"], out["machine"])
+            write_section(doc, f"sim_speed_{peer}.json", section)
+    return 0
+
+
+def long_context_only(out: dict, args: argparse.Namespace) -> int:
+    out["command"] = ["kneecap", "simulate", *LONG_CASE]
+    out["runs"] = [run_cli([], LONG_CASE) for _ in range(max(1, args.repeats))]
+    out["load_avg_after"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(out, indent=2))
+    if args.write:
+        write_section(out, "sim_speed_long_context.json", long_context_markdown(out))
     return 0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--case",
+        choices=("decode", "long-context"),
+        default="decode",
+        help="decode: the 10,000-request case above (default); long-context: 1,000 requests of 120,000 in / 2,048 "
+        "out on Llama-3.1-405B, 8x H200, fp8 (with --write: bench/results/sim_speed_long_context.json and its "
+        "section of sim_speed.md only)",
+    )
     ap.add_argument("--repeats", type=int, default=3, help="runs of the CLI command")
     ap.add_argument("--token-times", action="store_true", help="also run the command with --token-times")
     ap.add_argument("--exact-too", action="store_true", help="also time the step-by-step path (in process)")
-    ap.add_argument("--vidur", action="store_true", help="compare with Vidur on a shared 1,000-request trace")
+    ap.add_argument("--vidur", action="store_true", help="as --peers vidur")
     ap.add_argument(
         "--peers",
         default="",
-        help="comma-separated peers to run beside kneecap: vidur (as --vidur), blis (the same 10,000-request case, "
-        "alternating with kneecap's runs; build it with bench/build_blis.sh)",
+        help="comma-separated peers to run beside kneecap on the same 10,000-request case, alternating with "
+        "kneecap's runs: vidur (pip `vidur` in bench/.peers/vidur-venv; a cold and a warm predictor cache), blis "
+        "(build it with bench/build_blis.sh)",
     )
-    ap.add_argument("--peer-repeats", type=int, default=1, help="runs of each peer in the side-by-side (default 1)")
+    ap.add_argument("--peer-repeats", type=int, default=1, help="runs of BLIS in the side-by-side (default 1)")
     ap.add_argument(
         "--peers-only",
         action="store_true",
-        help="run only the side-by-side of --peers blis; with --write, write bench/results/sim_speed_blis.json and "
-        "replace only that section of sim_speed.md",
+        help="run only the side-by-sides of --peers; with --write, write bench/results/sim_speed_<peer>.json and "
+        "replace only those sections of sim_speed.md",
     )
     ap.add_argument("--write", action="store_true", help="write bench/results/sim_speed.json and .md")
     args = ap.parse_args()
     peers = {p.strip() for p in args.peers.split(",") if p.strip()}
     if peers - {"vidur", "blis"}:
         ap.error(f"--peers: unknown peer(s) {', '.join(sorted(peers - {'vidur', 'blis'}))}; use vidur, blis")
-    args.vidur = args.vidur or "vidur" in peers
-    if args.peers_only and peers != {"blis"}:
-        ap.error("--peers-only runs the BLIS side-by-side alone: pass --peers blis with it")
+    if args.vidur:
+        peers.add("vidur")
+    if args.peers_only and not peers:
+        ap.error("--peers-only runs only the side-by-sides: pass --peers blis, --peers vidur or both with it")
+    if args.case == "long-context" and (peers or args.token_times or args.exact_too):
+        ap.error("--case long-context times kneecap alone: drop --peers, --vidur, --token-times and --exact-too")
     out = {
         "machine": machine(),
         "command": ["kneecap", "simulate", *CASE],
@@ -544,35 +719,25 @@ def main() -> int:
         "warmup": run_cli([], [*CASE[: CASE.index("--requests")], "--requests", "10", "--no-report", "--quiet"]),
         "load_avg_before": round(os.getloadavg()[0], 2),
     }
+    RESULTS.mkdir(exist_ok=True)
+    if args.case == "long-context":
+        return long_context_only(out, args)
     if args.peers_only:
-        return side_by_side_only(out, args)
+        return side_by_side_only(out, args, peers)
     out["runs"] = [run_cli([]) for _ in range(max(1, args.repeats))]
     if args.token_times:
         out["runs"].append(run_cli(["--token-times"]))
     out["phases"] = phases()
     if args.exact_too:
         out["phases_step_by_step"] = phases(fast_path=False)
-    if args.vidur:
-        trace = shared_trace(1000, 4.0, 1000, 1000)
-        mine = kneecap_on_trace(trace)
-        theirs = vidur_on_trace(trace, ROOT / ".peers" / "vidur-run")
-        out["shared_trace"] = {
-            "requests": 1000,
-            "rate": 4.0,
-            "isl": 1000,
-            "osl": 1000,
-            "kneecap": mine,
-            "vidur": theirs,
-        }
-        if "error" not in theirs:
-            out["shared_trace"]["speed_ratio_vidur_over_kneecap"] = round(theirs["wall_s"] / mine["wall_s"], 2)
+    if "vidur" in peers:
+        out["side_by_side_vidur"] = side_by_side_vidur()
     if "blis" in peers:
         out["side_by_side_blis"] = side_by_side(args.peer_repeats)
     out["load_avg_after"] = round(os.getloadavg()[0], 2)
     text = json.dumps(out, indent=2)
     print(text)
     if args.write:
-        RESULTS.mkdir(exist_ok=True)
         (RESULTS / "sim_speed.json").write_text(text + "\n")
         (RESULTS / "sim_speed.md").write_text(merge_markdown(markdown(out), RESULTS / "sim_speed.md"))
     return 0
