@@ -24,3 +24,15 @@ def test_every_figure_of_the_client_comparison_is_in_the_results_it_cites():
     results = "".join((ROOT / f).read_text() for f in cited)
     missing = [n for n in sorted(set(NUMBER.findall(sec))) if n not in results]
     assert not missing, f"README figures not in {cited}: {missing}"
+
+
+def test_every_decimal_figure_of_the_simulator_speed_paragraph_is_in_the_committed_run():
+    """docs/simulator.md's Speed section quotes bench/results/sim_speed.md (times, sizes, loads)."""
+    text = (ROOT / "docs" / "simulator.md").read_text()
+    i = text.index("Its committed run (")
+    para = text[i : text.index("Vidur (", i)]
+    results = (ROOT / "bench" / "results" / "sim_speed.md").read_text()
+    figures = [n for n in set(NUMBER.findall(para)) if "." in n]
+    assert len(figures) >= 10, figures
+    missing = sorted(n for n in figures if n not in results)
+    assert not missing, f"docs/simulator.md figures not in bench/results/sim_speed.md: {missing}"
