@@ -1,8 +1,8 @@
 """--export br: one level as an llm-d Benchmark Report (v0.2.1), the format llm-d-benchmark and inference-perf
 write, so dashboards and comparisons built on it read kneecap's levels.
 
-Pure: a level summary (metrics.summarize.summarize_level), its records and the sweep's facts in, a dict out; the
-caller writes the file. Field names, nesting, units and enums follow the report's JSON Schema as its authors publish
+Pure: a typed level summary (metrics.summary_model.LevelSummary), its records and the sweep's facts (ReportContext)
+in, a dict out; the caller writes the file. Field names, nesting, units and enums follow the report's JSON Schema as its authors publish
 it (`br_v0_2_json_schema.json` in the llmd-benchmark-report 0.2.1 package, Apache-2.0; a copy, with its source, is
 in tests/sweep/data/br/). A report describes one point of a sweep: one file per level.
 
@@ -21,9 +21,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Iterable
 
 from kneecap.metrics import request as req
+from kneecap.metrics.summary_model import (
+    DeploymentFields,
+    Distribution,
+    EngineFields,
+    LevelSummary,
+    ServerFields,
+    WorkloadFields,
+)
 from kneecap.records import RequestRecord
 
 BR_VERSION = "0.2.1"
@@ -32,16 +41,34 @@ ENGINE_LABEL = "engine-0"
 STAT_KEYS = {"mean": "mean", "min": "min", "p50": "p50", "p90": "p90", "p95": "p95", "p99": "p99", "max": "max"}
 
 
+@dataclass(frozen=True)
+class ReportContext:
+    """The sweep's facts a report carries beside its level: kind (bench/simulate), run_id (unique to the sweep),
+    started_at (ISO-8601), kneecap_version, flags ({flag: value} as typed), and the summary's deployment, server,
+    engine and workload."""
+
+    kind: str | None = None
+    run_id: object = None
+    started_at: str | None = None
+    kneecap_version: str | None = None
+    flags: dict = field(default_factory=dict)
+    model: str | None = None
+    deployment: DeploymentFields = field(default_factory=DeploymentFields)
+    server: ServerFields = field(default_factory=ServerFields)
+    engine: EngineFields = field(default_factory=EngineFields)
+    workload: WorkloadFields = field(default_factory=WorkloadFields)
+
+
 def _digest(value: object) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def _stats(dist: Mapping | None, units: str) -> dict | None:
+def _stats(dist: Distribution | None, units: str) -> dict | None:
     """A level summary's {mean, p50, ...} as the report's Statistics (None where nothing was measured)."""
-    if not isinstance(dist, Mapping) or dist.get("mean") is None:
+    if dist is None or dist.mean is None:
         return None
     out = {"units": units}
-    out.update({ours: float(dist[key]) for key, ours in STAT_KEYS.items() if dist.get(key) is not None})
+    out.update({ours: float(getattr(dist, key)) for key, ours in STAT_KEYS.items() if getattr(dist, key) is not None})
     return out
 
 
@@ -87,19 +114,19 @@ def _iso_duration(seconds: float | None) -> str | None:
     return None if seconds is None else f"PT{float(seconds):.6f}S"
 
 
-def _engine(sweep: Mapping) -> dict:
+def _engine(ctx: ReportContext) -> dict:
     """scenario.stack[0]: the server that was measured (bench) or the simulated deployment (simulate)."""
-    dep, server = sweep.get("deployment") or {}, sweep.get("server") or {}
-    simulated = sweep.get("kind") == "simulate"
+    dep, server = ctx.deployment, ctx.server
+    simulated = ctx.kind == "simulate"
     if simulated:
         tool, version = (
-            f"kneecap-simulator ({(sweep.get('engine') or {}).get('defaults') or 'vllm'} defaults)",
-            str(sweep.get("kneecap_version") or "unknown"),
+            f"kneecap-simulator ({ctx.engine.defaults or 'vllm'} defaults)",
+            str(ctx.kneecap_version or "unknown"),
         )
     else:
-        tool, version = str(server.get("engine") or "unknown"), str(server.get("version") or "unknown")
-    model = dep.get("model") or server.get("model_id") or sweep.get("model") or "unknown"
-    tp, pp, ep = int(dep.get("tp") or 1), int(dep.get("pp") or 1), int(dep.get("ep") or 1)
+        tool, version = str(server.engine or "unknown"), str(server.version or "unknown")
+    model = dep.model or server.model_id or ctx.model or "unknown"
+    tp, pp, ep = int(dep.tp or 1), int(dep.pp or 1), int(dep.ep or 1)
     standardized = {
         "kind": "inference_engine",
         "tool": tool,
@@ -108,8 +135,8 @@ def _engine(sweep: Mapping) -> dict:
         "replicas": 1,
         "model": {"name": str(model)},
         "accelerator": {
-            "model": str(dep.get("gpu") or "unknown"),
-            "count": int(dep.get("num_gpus") or 0),
+            "model": str(dep.gpu or "unknown"),
+            "count": int(dep.num_gpus or 0),
             "parallelism": {"tp": tp, "pp": pp, "ep": ep, "dp": 1},
         },
     }
@@ -121,49 +148,45 @@ def _engine(sweep: Mapping) -> dict:
     return {
         "metadata": {"label": ENGINE_LABEL, "cfg_id": _digest(standardized), "description": description},
         "standardized": standardized,
-        "native": {"args": sweep.get("flags") or {}},
+        "native": {"args": ctx.flags or {}},
     }
 
 
-def _load(level: Mapping, sweep: Mapping, inputs: list[float], outputs: list[float]) -> dict:
-    work = sweep.get("workload") or {}
-    from_data = bool(work.get("dataset_requests") or work.get("replay_requests"))
+def _load(level: LevelSummary, ctx: ReportContext, inputs: list[float], outputs: list[float]) -> dict:
+    work = ctx.workload
+    from_data = bool(work.dataset_requests or work.replay_requests)
     standardized: dict = {
         "tool": "kneecap",
-        "tool_version": str(sweep.get("kneecap_version") or "unknown"),
+        "tool_version": str(ctx.kneecap_version or "unknown"),
         "source": "sampled" if from_data else "random",
-        "input_seq_len": _seq_len(work.get("isl") if not work.get("isl_dist") else None, inputs),
-        "output_seq_len": _seq_len(work.get("osl") if not work.get("osl_dist") else None, outputs),
+        "input_seq_len": _seq_len(work.isl if not work.isl_dist else None, inputs),
+        "output_seq_len": _seq_len(work.osl if not work.osl_dist else None, outputs),
     }
-    if work.get("shared_prefix_tokens"):
-        groups = int(work.get("num_prefix_groups") or 1)
+    if work.shared_prefix_tokens:
         standardized["prefix"] = {
-            "prefix_len": {"distribution": "fixed", "value": int(work["shared_prefix_tokens"])},
-            "num_groups": groups,
+            "prefix_len": {"distribution": "fixed", "value": int(work.shared_prefix_tokens)},
+            "num_groups": int(work.num_prefix_groups or 1),
             "num_users_per_group": 1,
             "num_prefixes": 1,
         }
-    if work.get("turns"):
-        standardized["multi_turn"] = {
-            "enabled": True,
-            "max_turns": {"distribution": "fixed", "value": int(work["turns"])},
-        }
-    if isinstance(level.get("rate"), (int, float)) and level["rate"] > 0 and level["rate"] != float("inf"):
-        standardized["rate_qps"] = float(level["rate"])
-    if isinstance(level.get("concurrency"), int) and level["concurrency"] >= 1:
-        standardized["concurrency"] = int(level["concurrency"])
+    if work.turns:
+        standardized["multi_turn"] = {"enabled": True, "max_turns": {"distribution": "fixed", "value": int(work.turns)}}
+    if isinstance(level.rate, (int, float)) and level.rate > 0 and level.rate != float("inf"):
+        standardized["rate_qps"] = float(level.rate)
+    if isinstance(level.concurrency, int) and level.concurrency >= 1:
+        standardized["concurrency"] = int(level.concurrency)
     return {
         "metadata": {
             "cfg_id": _digest(standardized),
-            "description": f"kneecap {sweep.get('kind', 'sweep')} level {level.get('level')}",
+            "description": f"kneecap {ctx.kind or 'sweep'} level {level.level}",
         },
         "standardized": standardized,
-        "native": {"args": dict(sweep.get("flags") or {})},
+        "native": {"args": dict(ctx.flags or {})},
     }
 
 
-def _observability(level: Mapping) -> dict | None:
-    sm = level.get("server_metrics") or {}
+def _observability(level: LevelSummary) -> dict | None:
+    sm = level.server_metrics or {}
     aggregate: dict = {}
     if sm.get("kv_usage_mean") is not None:
         kv = {"units": "percent", "mean": 100.0 * float(sm["kv_usage_mean"])}
@@ -183,28 +206,23 @@ def _observability(level: Mapping) -> dict | None:
     return {"components": [{"component_label": ENGINE_LABEL, "aggregate": aggregate}]} if aggregate else None
 
 
-def to_benchmark_report(level: Mapping, records: Iterable[RequestRecord], sweep: Mapping) -> dict:
-    """The level as an llm-d Benchmark Report v0.2.1 document.
-
-    `sweep` holds the sweep's facts: kind (bench/simulate), run_id (unique to the sweep), started_at (ISO-8601),
-    kneecap_version, flags ({flag: value} as typed), deployment / server / engine / workload as summary.json has them.
-    Warmup records are left out, as in the summary.
-    """
+def to_benchmark_report(level: LevelSummary, records: Iterable[RequestRecord], ctx: ReportContext) -> dict:
+    """The level as an llm-d Benchmark Report v0.2.1 document; warmup records are left out, as in the summary."""
     measured = [r for r in records if not r.warmup]
     ok = [r for r in measured if r.ok]
     inputs = [float(req.input_tokens(r)) for r in ok]
     outputs = [float(r.num_output_tokens) for r in ok]
-    duration = level.get("duration_s")
+    duration = level.duration_s
     rate = lambda key: (
-        {"units": "tokens/s" if key != "request_s" else "queries/s", "mean": float(level[key])}
-        if isinstance(level.get(key), (int, float))
+        {"units": "tokens/s" if key != "request_s" else "queries/s", "mean": float(getattr(level, key))}
+        if isinstance(getattr(level, key), (int, float))
         else None
     )
     latency = {
-        "time_to_first_token": _stats(level.get("ttft_ms"), "ms"),
-        "time_per_output_token": _stats(level.get("tpot_ms"), "ms/token"),
-        "inter_token_latency": _stats(level.get("itl_ms"), "ms/token"),
-        "request_latency": _stats(level.get("e2e_ms"), "ms"),
+        "time_to_first_token": _stats(level.ttft_ms, "ms"),
+        "time_per_output_token": _stats(level.tpot_ms, "ms/token"),
+        "inter_token_latency": _stats(level.itl_ms, "ms/token"),
+        "request_latency": _stats(level.e2e_ms, "ms"),
     }
     throughput = {
         "input_token_rate": rate("input_tok_s"),
@@ -218,21 +236,21 @@ def to_benchmark_report(level: Mapping, records: Iterable[RequestRecord], sweep:
         "input_length": _sample_stats(inputs, "count"),
         "output_length": _sample_stats(outputs, "count"),
     }
-    run_time = {"start": sweep.get("started_at"), "duration": _iso_duration(duration)}
-    simulated = sweep.get("kind") == "simulate"
+    run_time = {"start": ctx.started_at, "duration": _iso_duration(duration)}
+    simulated = ctx.kind == "simulate"
+    kind = ctx.kind or "sweep"
     doc = {
         "version": BR_VERSION,
         "run": {
-            "uid": _digest([sweep.get("run_id"), level.get("level")]),
-            "eid": _digest(sweep.get("run_id")),
+            "uid": _digest([ctx.run_id, level.level]),
+            "eid": _digest(ctx.run_id),
             "time": {k: v for k, v in run_time.items() if v is not None},
             "description": (
-                f"kneecap {sweep.get('kind', 'sweep')}, level {level.get('level')}"
-                + (" (simulated: no model executed)" if simulated else "")
+                f"kneecap {kind}, level {level.level}" + (" (simulated: no model executed)" if simulated else "")
             ),
-            "keywords": ["kneecap", str(sweep.get("kind", "sweep"))] + (["simulated"] if simulated else []),
+            "keywords": ["kneecap", kind] + (["simulated"] if simulated else []),
         },
-        "scenario": {"stack": [_engine(sweep)], "load": _load(level, sweep, inputs, outputs)},
+        "scenario": {"stack": [_engine(ctx)], "load": _load(level, ctx, inputs, outputs)},
         "results": {
             "request_performance": {
                 "aggregate": {

@@ -30,6 +30,7 @@ class Distribution(_Doc):
     """One metric over a level's completed requests (ms for latencies); all None with no samples."""
 
     mean: Number | None = None
+    min: Number | None = None
     p50: Number | None = None
     p90: Number | None = None
     p95: Number | None = None
@@ -124,6 +125,8 @@ class WorkloadFields(_Doc):
     num_prefix_groups: int | None = None
     turns: int | None = None
     burstiness: Number | None = None
+    dataset_requests: int | None = None  # requests drawn from --dataset
+    replay_requests: int | None = None  # requests of a --replay trace
 
 
 class DeploymentFields(_Doc):
@@ -134,6 +137,7 @@ class DeploymentFields(_Doc):
     num_gpus: int | None = None
     tp: int | None = None
     pp: int | None = None
+    ep: int | None = None
     block_size: int | None = None
 
 

@@ -11,8 +11,16 @@ from pathlib import Path
 
 from kneecap.sweep.resume import RecordsFile
 from kneecap.errors import KneecapError
-from kneecap.metrics.export_br import to_benchmark_report
+from kneecap.metrics.export_br import ReportContext, to_benchmark_report
 from kneecap.metrics.export_vllm import to_vllm_result
+from kneecap.metrics.summary_model import (
+    DeploymentFields,
+    EngineFields,
+    LevelSummary,
+    ServerFields,
+    SweepSummary,
+    WorkloadFields,
+)
 
 FORMATS = ("vllm", "br")
 
@@ -60,21 +68,26 @@ def export_br(folder: Path, summary: dict, *, model_id: str) -> list[Path]:
     out.mkdir(exist_ok=True)
     manifest_path = Path(folder) / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
-    sweep = {key: summary.get(key) for key in ("kind", "deployment", "server", "engine", "workload")}
-    sweep.update(
+    typed = SweepSummary.read(summary)
+    ctx = ReportContext(
+        kind=typed.kind,
         model=model_id or None,
         run_id=[str(Path(folder).resolve()), manifest.get("created_at")],
         started_at=manifest.get("created_at"),
         kneecap_version=manifest.get("kneecap_version"),
         flags=command_flags(manifest.get("command")),
+        deployment=typed.deployment or DeploymentFields(),
+        server=typed.server or ServerFields(),
+        engine=typed.engine or EngineFields(),
+        workload=typed.workload or WorkloadFields(),
     )
     records = RecordsFile(Path(folder) / "requests.jsonl")
     written = []
-    for level in summary["levels"]:
-        if not level.get("duration_s") or level.get("partial"):
+    for level in typed.levels:
+        if not level.duration_s or level.partial:
             continue
-        doc = to_benchmark_report(level, records.level_records(level["level"]), sweep)
-        path = out / f"level-{level['level']}.yaml"
+        doc = to_benchmark_report(level, records.level_records(level.level), ctx)
+        path = out / f"level-{level.level}.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         written.append(path)
     return written
@@ -118,36 +131,32 @@ def export_run_br(folder: Path, summary: dict, targets: dict[str, dict]) -> list
             continue
         target = targets.get(cell["candidate"], {})
         simulated = target.get("kind") == "simulator"
-        deployment = (
-            {
-                "model": target.get("model"),
-                "gpu": target.get("gpu"),
-                "tp": target.get("tp"),
-                "pp": target.get("pp"),
-                "ep": target.get("ep"),
-                "num_gpus": (target.get("tp") or 1) * (target.get("pp") or 1),
-            }
-            if simulated
-            else {}
-        )
-        sweep = {
-            "kind": "simulate" if simulated else "bench",
-            "deployment": deployment,
-            "engine": {"defaults": target.get("engine_defaults")} if simulated else {},
-            "server": {} if simulated else {"model_id": target.get("model")},
-            "workload": {},
-            "model": target.get("model"),
-            "run_id": [str(Path(folder).resolve()), manifest.get("created_at"), cell["candidate"]],
-            "started_at": manifest.get("created_at"),
-            "kneecap_version": manifest.get("kneecap_version"),
-            "flags": {
+        ctx = ReportContext(
+            kind="simulate" if simulated else "bench",
+            model=target.get("model"),
+            run_id=[str(Path(folder).resolve()), manifest.get("created_at"), cell["candidate"]],
+            started_at=manifest.get("created_at"),
+            kneecap_version=manifest.get("kneecap_version"),
+            flags={
                 "--cell": f"{cell['candidate']}/{cell['class']}/{cell['state']}",
                 **{f"--{k}": str(v) for k, v in (cell.get("load") or {}).items()},
                 "--repetition": str(cell.get("repetition")),
             },
-        }
-        level = {**metrics, **(cell.get("load") or {}), "level": cell.get("index", 0)}
-        doc = to_benchmark_report(level, read_records(Path(folder) / cell["records"]), sweep)
+            deployment=DeploymentFields(
+                model=target.get("model"),
+                gpu=target.get("gpu"),
+                tp=target.get("tp"),
+                pp=target.get("pp"),
+                ep=target.get("ep"),
+                num_gpus=(target.get("tp") or 1) * (target.get("pp") or 1),
+            )
+            if simulated
+            else DeploymentFields(),
+            engine=EngineFields(defaults=target.get("engine_defaults")) if simulated else EngineFields(),
+            server=ServerFields() if simulated else ServerFields(model_id=target.get("model")),
+        )
+        level = LevelSummary.model_validate({**metrics, **(cell.get("load") or {}), "level": cell.get("index", 0)})
+        doc = to_benchmark_report(level, read_records(Path(folder) / cell["records"]), ctx)
         doc["run"]["keywords"] = [*doc["run"]["keywords"], "run", str(cell["candidate"])]
         doc["run"]["description"] = (
             f"kneecap run, cell {cell['candidate']}/{cell['class']}/{cell['state']} at "
