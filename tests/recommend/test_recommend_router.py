@@ -45,6 +45,10 @@ def test_prefix_router_hits_the_cache_more_than_round_robin():
         for rt in ("round-robin", "prefix")
     }
     assert hit["prefix"] > hit["round-robin"] + 0.05
+    words = (
+        f"prefix cache {hit['prefix']:.2f} of the time behind `prefix` and {hit['round-robin']:.2f} behind round-robin"
+    )
+    assert words in _recommend_doc(), words  # docs/recommend.md quotes this run
 
 
 def test_sizing_check_runs_the_fleet_and_reports_its_hit_rate():
@@ -125,3 +129,14 @@ def test_prefix_router_needs_fewer_replicas_where_prefixes_crowd_the_pool():
     assert px.replicas is not None and rr.replicas is not None
     assert px.replicas < rr.replicas
     assert px.at_load.prefix_hit_rate > rr.at_load.prefix_hit_rate
+    words = (
+        f"round-robin needs {rr.replicas} replicas (hit rate {rr.at_load.prefix_hit_rate:.2f}: every replica holds "
+        f"every group and evicts) and `prefix` {px.replicas} (hit rate {px.at_load.prefix_hit_rate:.2f})"
+    )
+    assert words in _recommend_doc(), words  # docs/recommend.md quotes this run
+
+
+def _recommend_doc() -> str:
+    from pathlib import Path
+
+    return " ".join((Path(__file__).parents[2] / "docs" / "recommend.md").read_text().split())
