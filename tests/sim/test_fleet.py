@@ -4,6 +4,8 @@ replicas that already hold it, so the fleet finds more of its prompts cached."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 
 import pytest
@@ -69,6 +71,13 @@ def test_prefix_router_finds_more_of_the_shared_prefix_cached():
     px, px_s = level("prefix", shared(200), 2000)
     assert px.server_metrics["prefix_cache_hit_rate"] > rr.server_metrics["prefix_cache_hit_rate"] + 0.15
     assert px_s["ttft_ms"]["p50"] < 0.8 * rr_s["ttft_ms"]["p50"]
+    words = (
+        f"hit rate {px.server_metrics['prefix_cache_hit_rate']:.2f} against "
+        f"{rr.server_metrics['prefix_cache_hit_rate']:.2f}, p50 TTFT {px_s['ttft_ms']['p50']:.0f} ms against "
+        f"{rr_s['ttft_ms']['p50']:.0f} ms"
+    )
+    doc = " ".join((Path(__file__).parents[2] / "docs" / "speculative-and-routing.md").read_text().split())
+    assert words in doc, words  # the page quotes this run
 
 
 def test_few_hot_prefixes_gain_little_from_the_router():
