@@ -155,6 +155,14 @@ TRTLLM_CPP_PROFILE = EngineProfile(
 )
 
 
+# The KV pool of TensorRT-LLM's in-flight batching runtime (the Executor API's batch manager, which NIM's TensorRT-LLM
+# profiles run): KvCacheConfig::kDefaultGpuMemFraction = 0.9 of the memory cudaMemGetInfo reports free once the engine
+# (weights and its activation buffers) is loaded (NVIDIA/TensorRT-LLM cpp/include/tensorrt_llm/executor/executor.h;
+# cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp, calculateMaxNumBlocks / calculateFreeMemBytes). The total it sees
+# is the device's as the CUDA runtime reports it (the framework's figure), not the datasheet's. The static-batch
+# benchmark of releases 0.5-0.6 (gptSessionBenchmark) sizes its cache per batch instead and is not sized this way.
+TRTLLM_KV_FREE_GPU_MEM_FRACTION = 0.9
+
 # llama.cpp's CUDA backend multiplies f16 weights by cuBLAS with fp16 accumulation: ggml-cuda.cu
 # ggml_cuda_op_mul_mat_cublas sets cu_compute_type = CUBLAS_COMPUTE_16F (CUBLAS_COMPUTE_32F only on AMD CDNA) for
 # batches above its own matrix-vector kernels (ggml-org/llama.cpp, ggml/src/ggml-cuda/ggml-cuda.cu). Its prompt
