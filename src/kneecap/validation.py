@@ -98,13 +98,13 @@ BIAS_MIN_POINTS = 5
 BIAS_SLACK_POINTS = 0.5
 KNOWN_BIASED: dict[str, tuple[float, str]] = {
     "architecture = MLA": (
-        12.7,
+        9.3,
         "DeepSeek-R1 at TP 8 (TensorRT-LLM 0.21, SGLang 0.5.7): TTFT 57-72% short at C <= 8 and H200 single-stream "
         "ITL 21-39% short; the published TTFTs grow 53 us per prompt token on an H200, twice the simulated slope, "
         "with a fixed ~145 ms no modelled mechanism accounts for (the source reports slow TTFTs in that release)",
     ),
-    "MLA = yes": (12.7, "the same points as architecture = MLA"),
-    "MoE = yes": (13.1, "the DeepSeek-R1 points above and the gpt-oss-20b H100 points below (35 of its 54)"),
+    "MLA = yes": (9.3, "the same points as architecture = MLA"),
+    "MoE = yes": (11.2, "the DeepSeek-R1 points above and the gpt-oss-20b H100 points below (35 of its 54)"),
     "architecture = MoE": (
         13.4,
         "gpt-oss-20b on one H100 under vLLM 0.11 (8 points, all requests at once): with its MXFP4 experts run by Marlin "
@@ -113,7 +113,7 @@ KNOWN_BIASED: dict[str, tuple[float, str]] = {
         "(TTFT 49% short); without them the group's signed median is -3.8%",
     ),
     "ISL band = 1025-4096": (9.6, "the gpt-oss-20b H100 points above (4 of its 30; +4.4% without them)"),
-    "metric = latency": (11.8, "the DeepSeek-R1 TTFTs above and the gpt-oss-20b H100 TTFTs (+7.0% without the latter)"),
+    "metric = latency": (9.4, "the DeepSeek-R1 TTFTs above and the gpt-oss-20b H100 TTFTs (+7.0% without the latter)"),
     "concurrency band = <= 1": (13.8, "the DeepSeek-R1 TensorRT-LLM TTFT and H200 ITL points above (9 of its 17)"),
 }
 # GPU -> its architecture generation (the bias audit's "GPU generation" group)

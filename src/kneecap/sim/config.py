@@ -203,6 +203,12 @@ class EngineConfig:
     # running, hold new prompts until the oldest waiting one has waited delay_factor x the latency of
     # the last step that ran prompts, so prompts batch together ("waiting to batch"). 0 = off (default).
     scheduler_delay_factor: float = 0.0
+    # whether one step mixes prefill chunks with the running decodes (vLLM V1, TensorRT-LLM's in-flight batching).
+    # False: SGLang's prefill-first policy: a step that can take prompt tokens runs them alone and the decodes wait
+    # for the next step (python/sglang/srt/managers/scheduler.py get_next_batch_to_run: "Run prefill first if
+    # possible", the decode batch only when get_new_batch_prefill returns None; --enable-mixed-chunk, which mixes
+    # them, defaults to False in server_args.py)
+    mixed_prefill_decode: bool = True
     # per-step CPU cost, CPU/GPU overlap and CUDA-graph padding of the engine these defaults mimic
     profile: EngineProfile = VLLM_PROFILE
     # speculative decoding (kneecap.sim.speculative): each decode step verifies K drafted tokens per sequence and
@@ -360,6 +366,7 @@ def sglang_defaults(device_bytes: int, pool_tokens: int, context_len: int) -> En
         init_new_token_ratio=0.7,
         min_new_token_ratio=0.1,
         new_token_ratio_decay=0.001,
+        mixed_prefill_decode=False,
         profile=SGLANG_PROFILE,
     )
 
