@@ -12,7 +12,7 @@ inter-node links) is kept in the table as "not simulated: <why>", never dropped.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import median
 
@@ -64,7 +64,9 @@ ENGINES: dict[str, str] = {
     "defaults to True (tensorrt_llm/bench/benchmark/throughput.py; it was off for the PyTorch backend in "
     "some 2025 releases, NVIDIA/TensorRT-LLM#6956), and the overview's 5,000-token prompts exceed the "
     "max_num_tokens trtllm-bench computes for them, which TensorRT-LLM accepts only with chunking",
-    "nim": "NVIDIA NIM's TensorRT-LLM profiles: run as tensorrt-llm above, with the C++ runtime's profile",
+    "nim": "NVIDIA NIM's TensorRT-LLM profiles: run as tensorrt-llm above, with the C++ runtime's profile and its "
+    "KV pool: 0.9 of the memory free after the engine loads (kv_cache_free_gpu_mem_fraction), over the total the "
+    "CUDA runtime reports; the FP8 profile's KV cache in fp8, as NVIDIA's FP8 checkpoints ship it",
     "llama.cpp": "one sequence at a time (llama-bench runs one), n_batch 2048 tokens per step; KV pool = the ledger; "
     "f16 weights multiplied by cuBLAS with fp16 accumulation (ggml-cuda.cu: CUBLAS_COMPUTE_16F), which GeForce parts "
     "run at twice the fp32-accumulate rate",
@@ -96,13 +98,13 @@ BIAS_MIN_POINTS = 5
 BIAS_SLACK_POINTS = 0.5
 KNOWN_BIASED: dict[str, tuple[float, str]] = {
     "architecture = MLA": (
-        12.7,
+        9.3,
         "DeepSeek-R1 at TP 8 (TensorRT-LLM 0.21, SGLang 0.5.7): TTFT 57-72% short at C <= 8 and H200 single-stream "
         "ITL 21-39% short; the published TTFTs grow 53 us per prompt token on an H200, twice the simulated slope, "
         "with a fixed ~145 ms no modelled mechanism accounts for (the source reports slow TTFTs in that release)",
     ),
-    "MLA = yes": (12.7, "the same points as architecture = MLA"),
-    "MoE = yes": (13.1, "the DeepSeek-R1 points above and the gpt-oss-20b H100 points below (35 of its 54)"),
+    "MLA = yes": (9.3, "the same points as architecture = MLA"),
+    "MoE = yes": (11.2, "the DeepSeek-R1 points above and the gpt-oss-20b H100 points below (35 of its 54)"),
     "architecture = MoE": (
         13.4,
         "gpt-oss-20b on one H100 under vLLM 0.11 (8 points, all requests at once): with its MXFP4 experts run by Marlin "
@@ -111,13 +113,8 @@ KNOWN_BIASED: dict[str, tuple[float, str]] = {
         "(TTFT 49% short); without them the group's signed median is -3.8%",
     ),
     "ISL band = 1025-4096": (9.6, "the gpt-oss-20b H100 points above (4 of its 30; +4.4% without them)"),
-    "metric = latency": (11.8, "the DeepSeek-R1 TTFTs above and the gpt-oss-20b H100 TTFTs (+7.0% without the latter)"),
-    "concurrency band = <= 1": (13.5, "the DeepSeek-R1 TensorRT-LLM TTFT and H200 ITL points above (9 of its 17)"),
-    "concurrency band = 17-128": (
-        -9.8,
-        "NIM Llama-3.3-70B FP8 on 2 H100 at 5000-token prompts, C 25-100 (10-394% slow: the simulated pool holds "
-        "fewer of its 5,500-token requests, so they queue) and gpt-oss-120b on one MI300X at C 64-128 (9-23% slow)",
-    ),
+    "metric = latency": (9.4, "the DeepSeek-R1 TTFTs above and the gpt-oss-20b H100 TTFTs (+7.0% without the latter)"),
+    "concurrency band = <= 1": (13.8, "the DeepSeek-R1 TensorRT-LLM TTFT and H200 ITL points above (9 of its 17)"),
 }
 # GPU -> its architecture generation (the bias audit's "GPU generation" group)
 GENERATIONS = {
@@ -270,6 +267,13 @@ def _plan(point: Point):
         mem_util=point.mem_util if point.engine == "vllm" else None,
         mem_fraction=point.mem_util if point.engine == "sglang" else None,
     )
+    if point.engine == "nim":
+        # NIM's TensorRT-LLM in-flight batching runtime sizes its pool by its own rule: 0.9 of the memory free after
+        # the engine loads, over the total the CUDA runtime reports (sim.config.TRTLLM_KV_FREE_GPU_MEM_FRACTION); the
+        # activations and context stay the ledger's default overhead
+        from kneecap.sim.config import TRTLLM_KV_FREE_GPU_MEM_FRACTION
+
+        request = replace(request, hbm="framework", frag=round(1.0 - TRTLLM_KV_FREE_GPU_MEM_FRACTION, 6))
     return plan_deployment(request).plan
 
 

@@ -352,7 +352,16 @@ def test_fast_path_equals_step_by_step_on_random_workloads(num_blocks, max_seqs,
     cfg = EngineConfig(
         max_num_seqs=max_seqs,
         max_num_batched_tokens=budget,
-        **({"init_new_token_ratio": 0.7, "min_new_token_ratio": 0.1, "new_token_ratio_decay": 0.01} if sglang else {}),
+        **(
+            {
+                "init_new_token_ratio": 0.7,
+                "min_new_token_ratio": 0.1,
+                "new_token_ratio_decay": 0.01,
+                "mixed_prefill_decode": False,
+            }
+            if sglang
+            else {}
+        ),
     )
     t, arrivals = 0.0, []
     for i, (isl, osl, group) in enumerate(lengths):

@@ -26,7 +26,6 @@ QUOTED = [
     ("MoE", "MoE", "yes", "signed"),
     ("single-stream runs", "concurrency band", "<= 1", "signed"),
     ("latency metrics", "metric", "latency", "signed"),
-    ("concurrency 17-128", "concurrency band", "17-128", "signed"),
 ]
 
 

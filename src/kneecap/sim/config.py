@@ -155,6 +155,14 @@ TRTLLM_CPP_PROFILE = EngineProfile(
 )
 
 
+# The KV pool of TensorRT-LLM's in-flight batching runtime (the Executor API's batch manager, which NIM's TensorRT-LLM
+# profiles run): KvCacheConfig::kDefaultGpuMemFraction = 0.9 of the memory cudaMemGetInfo reports free once the engine
+# (weights and its activation buffers) is loaded (NVIDIA/TensorRT-LLM cpp/include/tensorrt_llm/executor/executor.h;
+# cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp, calculateMaxNumBlocks / calculateFreeMemBytes). The total it sees
+# is the device's as the CUDA runtime reports it (the framework's figure), not the datasheet's. The static-batch
+# benchmark of releases 0.5-0.6 (gptSessionBenchmark) sizes its cache per batch instead and is not sized this way.
+TRTLLM_KV_FREE_GPU_MEM_FRACTION = 0.9
+
 # llama.cpp's CUDA backend multiplies f16 weights by cuBLAS with fp16 accumulation: ggml-cuda.cu
 # ggml_cuda_op_mul_mat_cublas sets cu_compute_type = CUBLAS_COMPUTE_16F (CUBLAS_COMPUTE_32F only on AMD CDNA) for
 # batches above its own matrix-vector kernels (ggml-org/llama.cpp, ggml/src/ggml-cuda/ggml-cuda.cu). Its prompt
@@ -195,6 +203,12 @@ class EngineConfig:
     # running, hold new prompts until the oldest waiting one has waited delay_factor x the latency of
     # the last step that ran prompts, so prompts batch together ("waiting to batch"). 0 = off (default).
     scheduler_delay_factor: float = 0.0
+    # whether one step mixes prefill chunks with the running decodes (vLLM V1, TensorRT-LLM's in-flight batching).
+    # False: SGLang's prefill-first policy: a step that can take prompt tokens runs them alone and the decodes wait
+    # for the next step (python/sglang/srt/managers/scheduler.py get_next_batch_to_run: "Run prefill first if
+    # possible", the decode batch only when get_new_batch_prefill returns None; --enable-mixed-chunk, which mixes
+    # them, defaults to False in server_args.py)
+    mixed_prefill_decode: bool = True
     # per-step CPU cost, CPU/GPU overlap and CUDA-graph padding of the engine these defaults mimic
     profile: EngineProfile = VLLM_PROFILE
     # speculative decoding (kneecap.sim.speculative): each decode step verifies K drafted tokens per sequence and
@@ -352,6 +366,7 @@ def sglang_defaults(device_bytes: int, pool_tokens: int, context_len: int) -> En
         init_new_token_ratio=0.7,
         min_new_token_ratio=0.1,
         new_token_ratio_decay=0.001,
+        mixed_prefill_decode=False,
         profile=SGLANG_PROFILE,
     )
 

@@ -14,6 +14,8 @@ Policy (vLLM V1 `Scheduler.schedule`, with decodes placed first as Sarathi-Serve
      blocks everything behind it (strict FCFS, as vLLM).
 Without chunked prefill (EngineConfig.chunked_prefill False, TensorRT-LLM's default) a prompt is never split: it
 runs whole in a step whose remaining token budget holds all of it, else waits (and, FCFS, so does the queue behind it).
+With mixed_prefill_decode False (SGLang's prefill-first policy) a step that can take prompt tokens (steps 2 and 3)
+runs only those, and the decodes run in a step of their own when no prompt tokens can.
 SGLang-like configs also require free KV for new_token_ratio x the remaining output of every running
 sequence and the candidate before admitting it (SGLang PrefillAdder).
 With scheduler_delay_factor > 0 (vLLM V0 `Scheduler._passed_delay`), admissions wait while sequences run
@@ -235,6 +237,22 @@ class Scheduler:
 
     def schedule(self) -> Batch:
         """Decide this step's batch, allocating blocks (and preempting) as it goes."""
+        if self.config.mixed_prefill_decode:
+            return self._schedule()
+        # prefill first (SGLang): prompt tokens, if any can run, make a step of their own; else the decodes alone
+        blocked = BLOCKED_NONE
+        running = self.running
+        if self.waiting or any(s.num_output == 0 or s.num_tokens - s.num_computed != 1 for s in running):
+            batch = self._after_decodes(Batch(), self.budget, running)
+            if batch.prefills:
+                return batch
+            blocked = batch.blocked
+        batch = self._schedule(then_prefill=False)
+        batch.blocked = blocked
+        return batch
+
+    def _schedule(self, then_prefill: bool = True) -> Batch:
+        """Decodes first, then (then_prefill) prefill chunks and admissions in the tokens left (Sarathi-Serve)."""
         cfg, blocks, bs, w = self.config, self.blocks, self.blocks.block_size, self.window
         batch = Batch()
         budget = self.budget
@@ -244,7 +262,7 @@ class Scheduler:
         # 1. decodes, oldest first; preempt from the tail when a block is missing
         if not k and self.decodes_at_once and self._decodes_at_once(batch, running, budget):
             budget -= len(batch.decodes)
-            return self._after_decodes(batch, budget, running)
+            return self._after_decodes(batch, budget, running) if then_prefill else batch
         # (the batch's sums are kept in locals and added in the same order as one += per decode would)
         tables = blocks.tables
         grouped = blocks.grouped
@@ -307,7 +325,7 @@ class Scheduler:
             i += 1
         batch.pairs_full, batch.kv_tokens_full, batch.decode_kv_full = pairs_full, kv_full, dec_kv_full
         batch.pairs_window, batch.kv_tokens_window, batch.decode_kv_window = pairs_window, kv_window, dec_kv_window
-        return self._after_decodes(batch, budget, running)
+        return self._after_decodes(batch, budget, running) if then_prefill else batch
 
     def _decodes_at_once(self, batch: Batch, running: list[Sequence], budget: int) -> bool:
         """Step 1 without speculative tokens when nothing can be preempted: every decode fits the token budget
