@@ -28,9 +28,7 @@ def _run(batch) -> None:
 
 
 def _steps(mixed: bool, max_seqs: int = 64) -> list[tuple[list[str], list[tuple[str, int]]]]:
-    cfg = EngineConfig(
-        name="custom", max_num_seqs=max_seqs, max_num_batched_tokens=256, mixed_prefill_decode=mixed
-    )
+    cfg = EngineConfig(name="custom", max_num_seqs=max_seqs, max_num_batched_tokens=256, mixed_prefill_decode=mixed)
     sched = Scheduler(cfg, BlockManager(1000, 16, enable_prefix_caching=False))
     sched.add(_seq(0, 100))
     out = []
