@@ -9,7 +9,7 @@ NVIDIA Dynamo's disaggregated serving have the same request path (prefill worker
 NIXL/RDMA, decode worker); Dynamo's conditional routing (short prompts prefilled locally) is not modelled.
 
 How it is simulated (nothing in the engine changes):
-1. one prefill replica at rate / X, every request with one output token (simulate_level with a schedule):
+1. one prefill replica at rate / X, every request with one output token (run_one_level with a schedule):
    each request's prefill time, queueing included;
 2. the KV transfer: kv bytes per token per GPU x prompt tokens over one GPU's link (each GPU sends its
    shard in parallel): NVLink / xGMI / PCIe of the catalog when both pools fit one node (8 GPUs), else the
@@ -49,7 +49,10 @@ from kneecap.recommend.evaluate import (
     until_steady,
 )
 from kneecap.recommend.space import GPUS_PER_NODE, Knobs, RecommendRequest, slo_limits
-from kneecap.sim.sweep import LevelSpec, drive, simulate_level
+from kneecap.levels import SweepLevel
+from kneecap.sim.level_driver import PlannedLevelDriver, SimulateOptions
+from kneecap.sim.sweep import LevelSpec, drive
+from kneecap.sweep.door import run_one_level
 from kneecap.workload import Workload, arrival_offsets, make_requests
 
 # NVIDIA DGX H100/H200 user guide, "Network ports": eight single-port ConnectX-7 cards at 400 Gb/s InfiniBand
@@ -95,10 +98,12 @@ def prefill_times(req: RecommendRequest, k: Knobs, rate: float, n: int) -> list[
     sim = simulated(req, k)
     specs, at = _draw(req, rate, n)
     schedule = tuple((a, dataclasses.replace(s, output_tokens=1)) for a, s in zip(at, specs))
-    res = simulate_level(sim, _workload(req), LevelSpec(rate=rate, schedule=schedule), seed=req.seed)
+    driver = PlannedLevelDriver(sim, _workload(req), LevelSpec(rate=rate, schedule=schedule), seed=req.seed)
+    opts = SimulateOptions(kind="rate", levels=(rate,), requests=len(schedule))
+    _, records = run_one_level(opts, driver, SweepLevel(index=0, value=rate, num_requests=n, num_warmup=0, first_index=0))
     done = {
         r.request_id: (r.first_token_at - r.sent_at) if r.ok and r.first_token_at is not None else None
-        for r in res.records
+        for r in records
     }
     return [done.get(s.request_id) for s in specs]
 

@@ -77,3 +77,16 @@ def run_sweep(
     else:
         final = sweep.run(state.done)
     return SweepSummary.read(final, "the sweep's summary")
+
+
+LIBRARY_FIELDS = {"kind": "simulate", "model_executed": False, "benchmark_executed": False}
+
+
+def run_one_level(spec: LevelOptions, driver: LevelDriver, level: SweepLevel) -> tuple[dict, list]:
+    """One level through run_sweep into a MemoryStore, for a library caller that judges a level itself (recommend,
+    validation): (its level summary as summary.json holds it, its records in the order they finished)."""
+    from kneecap.sweep.store import MemoryStore
+
+    store = MemoryStore()
+    run_sweep(spec, driver, store, fields=LIBRARY_FIELDS, levels=[level])
+    return store.summary["levels"][0], store.records
