@@ -1,5 +1,6 @@
-"""A load plan's ramps run on the one level runner through its door: each ramp is one Sweep whose levels are its cells, the cell
-verdict the sweep's stop rule; a resumed run hands the runner only the cells the earlier run did not finish."""
+"""A load plan's ramps run on the one level runner through its door (run_sweep): each ramp is one Sweep whose levels
+are its cells, the cell verdict the sweep's stop rule; a resumed run hands the runner only the cells the earlier run
+did not finish."""
 
 from __future__ import annotations
 

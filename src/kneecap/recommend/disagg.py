@@ -100,7 +100,8 @@ def prefill_times(req: RecommendRequest, k: Knobs, rate: float, n: int) -> list[
     schedule = tuple((a, dataclasses.replace(s, output_tokens=1)) for a, s in zip(at, specs))
     driver = PlannedLevelDriver(sim, _workload(req), LevelSpec(rate=rate, schedule=schedule), seed=req.seed)
     opts = SimulateOptions(kind="rate", levels=(rate,), requests=len(schedule))
-    _, records = run_one_level(opts, driver, SweepLevel(index=0, value=rate, num_requests=n, num_warmup=0, first_index=0))
+    level = SweepLevel(index=0, value=rate, num_requests=n, num_warmup=0, first_index=0)
+    _, records = run_one_level(opts, driver, level)
     done = {
         r.request_id: (r.first_token_at - r.sent_at) if r.ok and r.first_token_at is not None else None
         for r in records

@@ -10,12 +10,15 @@ returned typed (kneecap.metrics.summary_model). The store holds the summary exac
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from kneecap.levels import LevelDriver, LevelOptions, LevelRun, SweepLevel, sweep_levels
 from kneecap.metrics.stop import StopLimits
 from kneecap.sweep.runner import Sweep, SweepState
 from kneecap.sweep.store import SweepStore
+
+if TYPE_CHECKING:  # pydantic is imported when a sweep ends, not when this module is
+    from kneecap.metrics.summary_model import SweepSummary
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,7 @@ def run_sweep(
     find_max: FindMax | None = None,
     on_level: Callable[[SweepLevel, LevelRun, dict, list], None] | None = None,
     stop_rule: Callable[[dict], dict | None] | None = None,
-):
+) -> SweepSummary:
     """Run the sweep and return its summary, typed (SweepSummary); the store keeps the same summary as a dict.
 
     fields: the summary's kind and the keys only this command writes; levels: default every level of the spec
