@@ -49,7 +49,7 @@ from kneecap.recommend.evaluate import (
     until_steady,
 )
 from kneecap.recommend.space import GPUS_PER_NODE, Knobs, RecommendRequest, slo_limits
-from kneecap.levels import SweepLevel
+from kneecap.levels import LevelRun, SweepLevel, server_metrics
 from kneecap.sim.level_driver import PlannedLevelDriver, SimulateOptions
 from kneecap.sim.sweep import LevelSpec, drive
 from kneecap.sweep.door import run_one_level
@@ -110,8 +110,38 @@ def prefill_times(req: RecommendRequest, k: Knobs, rate: float, n: int) -> list[
 
 
 def decode_records(req: RecommendRequest, k: Knobs, rate: float, prefill_s: list[float | None], link: Link, n: int):
-    """One decode replica at `rate`: request i arrives at its own arrival + prefill_s[i] + its transfer with its
-    prompt's KV, which is written into the pool (blocks held until admission). Records timed from the arrival."""
+    """One decode replica at `rate` (DecodePoolDriver) through the one door, in memory: (its records, the ids of the
+    requests that failed before or without a record, its server metrics)."""
+    driver = DecodePoolDriver(req, k, prefill_s, link)
+    level = SweepLevel(index=0, value=rate, num_requests=n, num_warmup=0, first_index=0)
+    summary, records = run_one_level(SimulateOptions(kind="rate", levels=(rate,), requests=n), driver, level)
+    return records, summary["pool_failed"], summary["server_metrics"]
+
+
+@dataclass(frozen=True)
+class DecodePoolDriver:
+    """A level driver for one decode replica: request i arrives at its own arrival + prefill_s[i] + its transfer with
+    its prompt's KV, which is written into the pool (blocks held until admission). Records timed from the arrival;
+    the requests the prefill pool failed, or that the pool never admitted, are the level's `pool_failed`."""
+
+    req: RecommendRequest
+    k: Knobs
+    prefill_s: list
+    link: Link
+
+    def server_gone(self, summary: dict) -> str | None:
+        return None
+
+    def run_level(self, level: SweepLevel, keep) -> LevelRun:
+        req, k, link = self.req, self.k, self.link
+        records, failed, sm = _decode_level(req, k, level.value, self.prefill_s, link, level.num_requests)
+        for record in records:
+            keep(record)
+        metrics = server_metrics("simulator", **sm)  # the engine's own, already rounded as this shape rounds
+        return LevelRun(server_metrics=metrics, records=records, fields={"pool_failed": failed})
+
+
+def _decode_level(req: RecommendRequest, k: Knobs, rate: float, prefill_s: list[float | None], link: Link, n: int):
     sim = simulated(req, k)
     plan = sim.plan
     specs, at = _draw(req, rate, n)
