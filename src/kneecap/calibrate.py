@@ -200,17 +200,16 @@ def levels_from_summary(summary: dict, *, isl: int | None = None, osl: int | Non
 
 def replay_levels(target, params, levels: list[MeasuredLevel]) -> list[dict]:
     """Each measured level replayed as it ran (same index, seed, duration mode, warmup and load) by the one level
-    runner (kneecap.sweep.runner.Sweep) on the virtual-clock driver, in memory: its level summaries, as
+    runner's door (kneecap.sweep.door.run_sweep) on the virtual-clock driver, in memory: its level summaries, as
     `kneecap simulate` writes them. Levels that share their sweep's options run in one Sweep."""
     from itertools import groupby
 
     from kneecap.levels import LEVEL_INDEX_STRIDE, SweepLevel
     from kneecap.metrics.stop import StopLimits
-    from kneecap.metrics.summarize import summarize_level
     from kneecap.sim.level_driver import SimulateOptions, VirtualTimeDriver
-    from kneecap.sweep.memory_records import MemoryRecords
-    from kneecap.sweep.progress import SilentProgress
-    from kneecap.sweep.runner import STATUS_INTERRUPTED, Sweep, SweepState
+    from kneecap.sweep.door import run_sweep
+    from kneecap.sweep.runner import STATUS_INTERRUPTED, SweepState
+    from kneecap.sweep.store import MemoryStore
 
     def sweep_options(lv: MeasuredLevel) -> SimulateOptions:  # what the levels of a measured sweep share
         return SimulateOptions(
@@ -230,13 +229,12 @@ def replay_levels(target, params, levels: list[MeasuredLevel]) -> list[dict]:
         group = list(group)
         values = tuple(lv.concurrency if lv.concurrency is not None else lv.rate for lv in group)
         opts = replace(opts, levels=values)
-        records = MemoryRecords()
-        sweep = Sweep(
+        state = SweepState()
+        final = run_sweep(
             opts,
-            state=SweepState(),
-            driver=VirtualTimeDriver(sim, opts),
-            write_record=records.write,
-            sweep_levels=[
+            VirtualTimeDriver(sim, opts),
+            MemoryStore(),
+            levels=[
                 SweepLevel(
                     index=lv.index,
                     value=value,
@@ -246,18 +244,13 @@ def replay_levels(target, params, levels: list[MeasuredLevel]) -> list[dict]:
                 )
                 for lv, value in zip(group, values)
             ],
-            persist=lambda summary: None,
-            progress=SilentProgress(),
-            slo=None,
-            records_file=records,
-            stop_limits=StopLimits(max_error_rate=1.0),
-            summarize_fn=summarize_level,
-            sync=lambda: None,
-            summary_fields=lambda: dict(kind="simulate", model_executed=False, benchmark_executed=False),
+            state=state,
+            limits=StopLimits(max_error_rate=1.0),
+            fields=dict(kind="simulate", model_executed=False, benchmark_executed=False),
         )
-        if sweep.run()["status"] == STATUS_INTERRUPTED:
+        if final.status == STATUS_INTERRUPTED:
             raise KeyboardInterrupt
-        out += sweep.state.levels
+        out += state.levels
     return out
 
 

@@ -96,10 +96,12 @@ def commands(point: SpecPoint) -> tuple[str, str]:
 
 
 def _tpot_ms(d: dict, spec) -> float:
-    from kneecap.metrics.summarize import summarize_level
+    from kneecap.levels import SweepLevel
     from kneecap.plan.build import DeploymentRequest
+    from kneecap.sim.level_driver import PlannedLevelDriver, SimulateOptions
     from kneecap.sim.setup import simulated_deployment
-    from kneecap.sim.sweep import LevelSpec, simulate_level
+    from kneecap.sim.sweep import LevelSpec
+    from kneecap.sweep.door import run_one_level
     from kneecap.workload import LengthDist, RequestClass, Workload, make_requests
 
     request = DeploymentRequest(
@@ -111,8 +113,12 @@ def _tpot_ms(d: dict, spec) -> float:
     # commands printed beside a row give its figures
     specs = tuple(make_requests(workload, SIM_REQUESTS, seed=0, start_index=0, id_prefix="L0r"))
     level = LevelSpec(concurrency=d["concurrency"], num_requests=SIM_REQUESTS, specs=specs)
-    result = simulate_level(sim, workload, level, index=0, seed=0)
-    return float(summarize_level(result.records, concurrency=d["concurrency"])["tpot_ms"]["p50"])
+    summary, _ = run_one_level(
+        SimulateOptions(kind="concurrency", levels=(d["concurrency"],), requests=SIM_REQUESTS),
+        PlannedLevelDriver(sim, workload, level, seed=0),
+        SweepLevel(index=0, value=d["concurrency"], num_requests=SIM_REQUESTS, num_warmup=0, first_index=0),
+    )
+    return float(summary["tpot_ms"]["p50"])
 
 
 def simulated_tpots_ms(point: SpecPoint, cache: dict | None = None) -> tuple[float, float]:

@@ -350,7 +350,10 @@ def predict(point: Point) -> float:
     from kneecap.metrics.summarize import summarize_level
     from kneecap.sim.setup import SimDeployment
     from kneecap.sim.steptime import StepTimeModel
-    from kneecap.sim.sweep import LevelSpec, simulate_level
+    from kneecap.levels import SweepLevel
+    from kneecap.sim.level_driver import PlannedLevelDriver, SimulateOptions
+    from kneecap.sim.sweep import LevelSpec
+    from kneecap.sweep.door import run_one_level
     from kneecap.workload import RequestClass, Workload
 
     if point.not_simulated:
@@ -362,10 +365,13 @@ def predict(point: Point) -> float:
     )
     closed = None if point.concurrency == "max" else int(point.concurrency)
     spec = LevelSpec(concurrency=closed, all_at_once=closed is None, num_requests=point.sim_requests)
-    result = simulate_level(
-        SimDeployment(plan, config, StepTimeModel(plan.deployment)), workload, spec, index=0, seed=0
+    driver = PlannedLevelDriver(SimDeployment(plan, config, StepTimeModel(plan.deployment)), workload, spec, seed=0)
+    _, records = run_one_level(
+        SimulateOptions(kind="concurrency", levels=(point.concurrency,), requests=point.sim_requests),
+        driver,
+        SweepLevel(index=0, value=point.concurrency, num_requests=point.sim_requests, num_warmup=0, first_index=0),
     )
-    return metric_value(point, summarize_level(result.records, concurrency=closed))
+    return metric_value(point, summarize_level(records, concurrency=closed))
 
 
 def metric_value(point: Point, s: dict) -> float:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kneecap.sweep.level import LevelOutcome
-from kneecap.sweep.memory_records import MemoryRecords
+from kneecap.sweep.store import MemoryStore
 from kneecap.sweep.options import BenchOptions
 from kneecap.sweep.progress import SilentProgress
 from kneecap.sweep.http_levels import HttpLevelDriver
@@ -78,14 +78,11 @@ def make_sweep(opts, driver, written, verdicts=None, alive=True):
         state=SweepState(),
         sweep_levels=sweep_levels(opts, verdicts),
         driver=http,
-        write_record=written.write,
-        persist=lambda summary: None,
+        store=written,
         progress=SilentProgress(),
         slo=None,
         stop_limits=StopLimits(),
         summarize_fn=summarize_level,
-        sync=lambda: None,
-        records_file=written,
         summary_fields=lambda: {"kind": "bench", "model_executed": True, "benchmark_executed": True},
     )
 
@@ -94,7 +91,7 @@ OPTS = dict(base_url="http://127.0.0.1:1", isl=8, osl=4, requests=5)
 
 
 def test_every_level_runs_in_order_with_warmup_first():
-    driver, written = FakeDriver(), MemoryRecords()
+    driver, written = FakeDriver(), MemoryStore()
     summary = make_sweep(BenchOptions(**OPTS, concurrency=(1, 2, 4), warmup=2), driver, written).run()
     assert [(t.level, t.warmup) for t in driver.tasks] == [
         (0, True),
@@ -113,7 +110,7 @@ def test_resume_skips_done_levels_even_after_a_preflight_gap():
     # level 1 exceeds the pool (skipped), levels 0 and 2 were done before the kill: only level 3 may run
     opts = BenchOptions(**OPTS, concurrency=(1, 8, 2, 3))
     verdicts = {8: {"verdict": "exceeds", "peak_tokens": 999}}
-    driver, written = FakeDriver(), MemoryRecords()
+    driver, written = FakeDriver(), MemoryStore()
     sweep = make_sweep(opts, driver, written, verdicts)
     sweep.state.preflight = {"kv_capacity_tokens": 100}
     summary = sweep.run(frozenset({0, 2}))
@@ -123,7 +120,7 @@ def test_resume_skips_done_levels_even_after_a_preflight_gap():
 
 
 def test_error_rate_stops_after_the_failing_level():
-    driver, written = FakeDriver(fail_levels={1}), MemoryRecords()
+    driver, written = FakeDriver(fail_levels={1}), MemoryStore()
     summary = make_sweep(BenchOptions(**OPTS, concurrency=(1, 2, 4)), driver, written).run()
     assert [lv["level"] for lv in summary["levels"]] == [0, 1]
     assert summary["stopped"]["reason"] == "error_rate" and summary["status"] == "stopped"
@@ -146,7 +143,7 @@ def test_connection_failures_and_a_dead_probe_mean_server_dead():
                 )
             return [LevelOutcome()]
 
-    summary = make_sweep(BenchOptions(**OPTS, concurrency=(1, 2)), Refused(), MemoryRecords(), alive=False).run()
+    summary = make_sweep(BenchOptions(**OPTS, concurrency=(1, 2)), Refused(), MemoryStore(), alive=False).run()
     assert summary["stopped"]["reason"] == "server_dead" and summary["levels"][0]["server_dead"] is True
 
 
@@ -172,7 +169,7 @@ def test_interrupt_keeps_a_partial_level():
                 raise KeyboardInterrupt
             return super().__call__(task, on_record)
 
-    written = MemoryRecords()
+    written = MemoryStore()
     summary = make_sweep(BenchOptions(**OPTS, concurrency=(1, 2, 4)), CutAfterTwo(), written).run()
     assert summary["status"] == "interrupted" and summary["stopped"]["reason"] == "interrupted"
     assert [(lv["level"], lv.get("partial", False)) for lv in summary["levels"]] == [(0, False), (1, True)]
@@ -191,12 +188,12 @@ def test_a_client_failure_is_saved_as_failed_and_raised():
                 raise KneecapError("client worker 0 exited", "check memory")
             return super().__call__(task, on_record)
 
-    saved = []
+    store = MemoryStore()
     opts = BenchOptions(**OPTS, concurrency=(1, 2))
-    sweep = make_sweep(opts, WorkerDies(), MemoryRecords())
-    sweep._persist = saved.append
+    sweep = make_sweep(opts, WorkerDies(), store)
     with pytest.raises(KneecapError):
         sweep.run()
+    saved = [store.summary]
     assert saved[-1]["status"] == "failed" and [lv["level"] for lv in saved[-1]["levels"]] == [0]
 
 
@@ -210,7 +207,7 @@ def test_preflight_skip_note_writes_token_counts_with_separators():
 
     opts = BenchOptions(**OPTS, concurrency=(1, 2048))
     verdicts = {2048: {"verdict": "exceeds", "peak_tokens": 4_096_000}}
-    notes, written = Notes(), MemoryRecords()
+    notes, written = Notes(), MemoryStore()
     http = HttpLevelDriver(
         opts, run_share=FakeDriver(), probe=lambda: True, poll_metrics=NoMetrics, epoch=0.0, progress=notes
     )
@@ -219,14 +216,11 @@ def test_preflight_skip_note_writes_token_counts_with_separators():
         state=SweepState(preflight={"kv_capacity_tokens": 2_076_672}),
         sweep_levels=sweep_levels(opts, verdicts),
         driver=http,
-        write_record=written.write,
-        persist=lambda summary: None,
+        store=written,
         progress=notes,
         slo=None,
         stop_limits=StopLimits(),
         summarize_fn=summarize_level,
-        sync=lambda: None,
-        records_file=written,
         summary_fields=lambda: {"kind": "bench", "model_executed": True, "benchmark_executed": True},
     )
     summary = sweep.run()

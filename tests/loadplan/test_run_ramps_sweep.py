@@ -1,5 +1,6 @@
-"""A load plan's ramps run on the one level runner: each ramp is one Sweep whose levels are its cells, the cell
-verdict the sweep's stop rule; a resumed run hands the runner only the cells the earlier run did not finish."""
+"""A load plan's ramps run on the one level runner through its door (run_sweep): each ramp is one Sweep whose levels
+are its cells, the cell verdict the sweep's stop rule; a resumed run hands the runner only the cells the earlier run
+did not finish."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import pytest
 
 import kneecap.loadplan.execute as execute
+import kneecap.sweep.door as door
 from kneecap.loadplan.schema import load_plan_file
 from kneecap.metrics.stop import REASONS
 from kneecap.results import ResultsDir, cell_records_name
@@ -21,7 +23,7 @@ def sweeps(monkeypatch):
     """Every Sweep a run builds: the cell indices it was given and how it ended."""
     seen = []
 
-    class Spy(execute.Sweep):
+    class Spy(door.Sweep):
         def run(self, done=frozenset()):
             out = super().run(done)
             seen.append(
@@ -34,7 +36,7 @@ def sweeps(monkeypatch):
             )
             return out
 
-    monkeypatch.setattr(execute, "Sweep", Spy)
+    monkeypatch.setattr(door, "Sweep", Spy)  # every sweep enters by the one door (kneecap.sweep.door.run_sweep)
     return seen
 
 

@@ -8,7 +8,7 @@ from kneecap.metrics.stop import StopLimits
 from kneecap.metrics.summarize import summarize_level
 from kneecap.records import OK, RequestRecord
 from kneecap.sim.level_driver import SimulateOptions
-from kneecap.sweep.memory_records import MemoryRecords
+from kneecap.sweep.store import MemoryStore
 from kneecap.sweep.progress import SilentProgress
 from kneecap.sweep.runner import STATUS_STOPPED, Sweep, SweepState
 
@@ -50,8 +50,20 @@ class Driver:
         return "gone" if summary["level"] == self.gone_after else None
 
 
+class SavingStore(MemoryStore):
+    """Keeps every summary saved, not only the last."""
+
+    def __init__(self, saved: list):
+        super().__init__()
+        self.saved = saved
+
+    def save(self, summary: dict) -> None:
+        super().save(summary)
+        self.saved.append(summary)
+
+
 def sweep(driver, *, on_level=None, stop_rule=None, saved=None):
-    written = MemoryRecords()
+    written = MemoryStore() if saved is None else SavingStore(saved)
     levels = [
         SweepLevel(index=i, value=v, num_requests=4, num_warmup=0, first_index=0) for i, v in enumerate(OPTS.levels)
     ]
@@ -60,14 +72,11 @@ def sweep(driver, *, on_level=None, stop_rule=None, saved=None):
         state=SweepState(),
         sweep_levels=levels,
         driver=driver,
-        write_record=written.write,
-        persist=(saved.append if saved is not None else lambda s: None),
+        store=written,
         progress=SilentProgress(),
         slo=None,
         stop_limits=StopLimits(),
         summarize_fn=summarize_level,
-        sync=lambda: None,
-        records_file=written,
         summary_fields=lambda: {"kind": "simulate", "model_executed": False, "benchmark_executed": False},
         on_level=on_level,
         stop_rule=stop_rule,

@@ -282,13 +282,11 @@ def simulate(
     import dataclasses
 
     from kneecap.sweep.export import check_format
-    from kneecap.sweep.progress import SilentProgress
-    from kneecap.sweep.resume import RecordsFile
     from kneecap.levels import sweep_levels
-    from kneecap.sweep.runner import Sweep, SweepState
+    from kneecap.sweep.door import FindMax, run_sweep
+    from kneecap.sweep.store import ResultsStore
     from kneecap.metrics.slo import parse_slo
     from kneecap.metrics.stop import StopLimits
-    from kneecap.metrics.summarize import summarize_level
     from kneecap.plan.build import plan_deployment
     from kneecap.results import ResultsDir, current_argv
     from kneecap.sim.level_driver import SimulateOptions, VirtualTimeDriver
@@ -411,22 +409,21 @@ def simulate(
     results.records_path.unlink(missing_ok=True)  # a simulation is re-run, never resumed: start the records afresh
     facts = sim.describe()
 
-    def summary_fields() -> dict:
-        return dict(
-            kind="simulate",
-            model_executed=False,
-            benchmark_executed=False,
-            seed=seed,
-            workload=opts.describe(),
-            sweep={
-                "seed": seed,
-                "requests": requests,
-                "duration_s": duration,
-                "warmup": warmup,
-                "burstiness": burstiness,
-            },
-            **facts,
-        )
+    fields = dict(
+        kind="simulate",
+        model_executed=False,
+        benchmark_executed=False,
+        seed=seed,
+        workload=opts.describe(),
+        sweep={
+            "seed": seed,
+            "requests": requests,
+            "duration_s": duration,
+            "warmup": warmup,
+            "burstiness": burstiness,
+        },
+        **facts,
+    )
 
     with results.open_writer() as writer:
         # --export vllm re-reads requests.jsonl for per-token ITLs: it needs every token's time
@@ -437,29 +434,13 @@ def simulate(
             row_writer=_append_rows,
             token_times=token_times or export == "vllm",
         )
-        sweep = Sweep(
-            opts,
-            state=SweepState(),
-            sweep_levels=levels_to_run,
-            driver=driver,
-            write_record=writer.write,
-            persist=lambda doc: results.write_summary(_sorted(doc)),
-            progress=SilentProgress(),
-            slo=slo_dict or None,
-            stop_limits=StopLimits(slo=slo_dict),
-            summarize_fn=summarize_level,
-            sync=writer.sync,
-            records_file=RecordsFile(results.records_path),
-            summary_fields=summary_fields,
-        )
-        if find_max is not None:
-            from kneecap.sweep.find_max import search_max_load
-
-            # a transient level is run again, longer (synthetic requests only: a trace or dataset is what it is)
-            extend = not (opts.schedule or opts.dataset or opts.turns)
-            final = _sorted(search_max_load(sweep, opts, slo=slo_dict, repeats=repeats, extend=extend))
-        else:
-            final = _sorted(sweep.run())
+        store = ResultsStore(results, writer, prepare_summary=_sorted)
+        # find-max: a transient level is run again, longer (synthetic requests only: a trace or dataset is what it is)
+        extend = not (opts.schedule or opts.dataset or opts.turns)
+        search = None if find_max is None else FindMax(repeats, extend=extend)
+        limits = StopLimits(slo=slo_dict)
+        run_sweep(opts, driver, store, fields=fields, levels=levels_to_run, limits=limits, find_max=search)
+        final = store.summary
     if export is not None:
         from kneecap.sweep.export import export as export_levels
 

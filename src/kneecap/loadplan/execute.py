@@ -3,7 +3,7 @@
 Order of gates per candidate: behaviour first (a candidate that changes contract behaviour is rejected
 before anything else), then the SLO gate (a capacity region for every class with a budget, in every
 state), and only then cost at the capacity found.
-Each ramp is one sweep of the one level runner (kneecap.sweep.runner.Sweep), its cells the levels, the cell
+Each ramp is one sweep through the one door (kneecap.sweep.door.run_sweep), its cells the levels, the cell
 verdict its stop rule. Records go to DIR/records/cell-<index>.jsonl as requests finish; DIR/summary.json is
 rewritten after every cell.
 """
@@ -14,6 +14,7 @@ import math
 
 from itertools import takewhile
 from pathlib import Path
+from typing import Callable
 
 import orjson
 
@@ -34,12 +35,13 @@ from kneecap.loadplan.schema import LoadPlanSpec
 from kneecap.loadplan.targets import Ramp, make_candidate
 from kneecap.loadplan.verdicts import judge, stops_ramp, why
 from kneecap.metrics.accumulate import summarize_stream
-from kneecap.metrics.stop import AUTH_REFUSED, SERVER_DEAD, StopLimits, stop_record
+from kneecap.metrics.stop import AUTH_REFUSED, SERVER_DEAD, stop_record
 from kneecap.records import RecordWriter
 from kneecap.results import CELL_RECORDS_DIR, build_summary, cell_records_name
 from kneecap.sweep.progress import SilentProgress
 from kneecap.sweep.resume import RecordsFile
-from kneecap.sweep.runner import STATUS_INTERRUPTED, Sweep, SweepState
+from kneecap.sweep.door import run_sweep
+from kneecap.sweep.runner import STATUS_INTERRUPTED, SweepState
 from kneecap.workload import Workload
 
 DEFAULT_REQUESTS_PER_CELL = 100
@@ -123,12 +125,13 @@ def _row(cell, index: int) -> dict:
 
 
 class CellRecords:
-    """A ramp's records as the level runner writes and reads them: one file per cell (records/cell-NNNN.jsonl, a
+    """A ramp's store (kneecap.sweep.store.SweepStore): one records file per cell (records/cell-NNNN.jsonl, a
     record's level is its cell's index), each record appended as it finishes, after the plan's privacy rules (a
-    run killed mid-cell keeps every finished request); closed, fsynced, when the cell ends (`sync`)."""
+    run killed mid-cell keeps every finished request); closed, fsynced, when the cell ends (`sync`); the ramp's
+    summary handed to `on_save` after every cell (the run writes its own summary.json)."""
 
-    def __init__(self, folder: Path, privacy):
-        self._folder, self._privacy, self._open = folder, privacy, {}
+    def __init__(self, folder: Path, privacy, on_save: Callable[[dict], None] = lambda summary: None):
+        self._folder, self._privacy, self._open, self._on_save = folder, privacy, {}, on_save
 
     def write(self, record) -> None:
         if not self._privacy.keep_prompts:
@@ -148,6 +151,9 @@ class CellRecords:
 
     def level_records(self, level: int, offset: int = 0):
         return RecordsFile(self._folder / cell_records_name(level)).level_records(level, offset)
+
+    def save(self, summary: dict) -> None:
+        self._on_save(summary)
 
 
 class _Notes(SilentProgress):
@@ -230,7 +236,7 @@ class _PlanRun:
                 )
                 for c in rest
             ]
-            notes, files = _Notes(say), CellRecords(self.results.path, spec.privacy)
+            notes = _Notes(say)
             driver = Ramp(
                 self.cand,
                 notes,
@@ -273,20 +279,16 @@ class _PlanRun:
                     say(f"{by_index[row['index']].key}: run stopped: {stop['detail']}")
                 self.save()
 
-            sweep = Sweep(
+            state = SweepState()
+            final = run_sweep(
                 self.cand.ramp_options(driver),
-                state=SweepState(),
-                sweep_levels=levels,
-                driver=driver,
-                write_record=files.write,
-                persist=persist,
+                driver,
+                CellRecords(self.results.path, spec.privacy, on_save=persist),
+                levels=levels,
+                state=state,
                 progress=notes,
-                slo=None,
-                stop_limits=StopLimits(),
-                summarize_fn=summarize_stream,
-                sync=files.sync,
-                records_file=files,
-                summary_fields=lambda: {
+                summarize=summarize_stream,
+                fields={
                     "kind": "run",
                     "model_executed": self.cand.model_executed,
                     "benchmark_executed": self.cand.benchmark_executed,
@@ -294,11 +296,11 @@ class _PlanRun:
                 on_level=on_level,
                 stop_rule=stop_rule,
             )
-            if sweep.run()["status"] == STATUS_INTERRUPTED:
+            if final.status == STATUS_INTERRUPTED:
                 raise KeyboardInterrupt  # the records are kept; --resume runs the cut cell again
             if self.halted is not None:
                 return  # no later cell, not even a not_run one
-            stop_at, rest = (sweep.state.stopped or {}).get("at"), rest[len(sweep.state.levels) :]
+            stop_at, rest = (state.stopped or {}).get("at"), rest[len(state.levels) :]
         self.cells += [
             {
                 **_row(c, c.index + offset),

@@ -9,7 +9,7 @@ NVIDIA Dynamo's disaggregated serving have the same request path (prefill worker
 NIXL/RDMA, decode worker); Dynamo's conditional routing (short prompts prefilled locally) is not modelled.
 
 How it is simulated (nothing in the engine changes):
-1. one prefill replica at rate / X, every request with one output token (simulate_level with a schedule):
+1. one prefill replica at rate / X, every request with one output token (run_one_level with a schedule):
    each request's prefill time, queueing included;
 2. the KV transfer: kv bytes per token per GPU x prompt tokens over one GPU's link (each GPU sends its
    shard in parallel): NVLink / xGMI / PCIe of the catalog when both pools fit one node (8 GPUs), else the
@@ -49,7 +49,10 @@ from kneecap.recommend.evaluate import (
     until_steady,
 )
 from kneecap.recommend.space import GPUS_PER_NODE, Knobs, RecommendRequest, slo_limits
-from kneecap.sim.sweep import LevelSpec, drive, simulate_level
+from kneecap.levels import LevelRun, SweepLevel, server_metrics
+from kneecap.sim.level_driver import PlannedLevelDriver, SimulateOptions
+from kneecap.sim.sweep import LevelSpec, drive
+from kneecap.sweep.door import run_one_level
 from kneecap.workload import Workload, arrival_offsets, make_requests
 
 # NVIDIA DGX H100/H200 user guide, "Network ports": eight single-port ConnectX-7 cards at 400 Gb/s InfiniBand
@@ -95,17 +98,50 @@ def prefill_times(req: RecommendRequest, k: Knobs, rate: float, n: int) -> list[
     sim = simulated(req, k)
     specs, at = _draw(req, rate, n)
     schedule = tuple((a, dataclasses.replace(s, output_tokens=1)) for a, s in zip(at, specs))
-    res = simulate_level(sim, _workload(req), LevelSpec(rate=rate, schedule=schedule), seed=req.seed)
+    driver = PlannedLevelDriver(sim, _workload(req), LevelSpec(rate=rate, schedule=schedule), seed=req.seed)
+    opts = SimulateOptions(kind="rate", levels=(rate,), requests=len(schedule))
+    level = SweepLevel(index=0, value=rate, num_requests=n, num_warmup=0, first_index=0)
+    _, records = run_one_level(opts, driver, level)
     done = {
         r.request_id: (r.first_token_at - r.sent_at) if r.ok and r.first_token_at is not None else None
-        for r in res.records
+        for r in records
     }
     return [done.get(s.request_id) for s in specs]
 
 
 def decode_records(req: RecommendRequest, k: Knobs, rate: float, prefill_s: list[float | None], link: Link, n: int):
-    """One decode replica at `rate`: request i arrives at its own arrival + prefill_s[i] + its transfer with its
-    prompt's KV, which is written into the pool (blocks held until admission). Records timed from the arrival."""
+    """One decode replica at `rate` (DecodePoolDriver) through the one door, in memory: (its records, the ids of the
+    requests that failed before or without a record, its server metrics)."""
+    driver = DecodePoolDriver(req, k, prefill_s, link)
+    level = SweepLevel(index=0, value=rate, num_requests=n, num_warmup=0, first_index=0)
+    summary, records = run_one_level(SimulateOptions(kind="rate", levels=(rate,), requests=n), driver, level)
+    return records, summary["pool_failed"], summary["server_metrics"]
+
+
+@dataclass(frozen=True)
+class DecodePoolDriver:
+    """A level driver for one decode replica: request i arrives at its own arrival + prefill_s[i] + its transfer with
+    its prompt's KV, which is written into the pool (blocks held until admission). Records timed from the arrival;
+    the requests the prefill pool failed, or that the pool never admitted, are the level's `pool_failed`."""
+
+    req: RecommendRequest
+    k: Knobs
+    prefill_s: list
+    link: Link
+
+    def server_gone(self, summary: dict) -> str | None:
+        return None
+
+    def run_level(self, level: SweepLevel, keep) -> LevelRun:
+        req, k, link = self.req, self.k, self.link
+        records, failed, sm = _decode_level(req, k, level.value, self.prefill_s, link, level.num_requests)
+        for record in records:
+            keep(record)
+        metrics = server_metrics("simulator", **sm)  # the engine's own, already rounded as this shape rounds
+        return LevelRun(server_metrics=metrics, records=records, fields={"pool_failed": failed})
+
+
+def _decode_level(req: RecommendRequest, k: Knobs, rate: float, prefill_s: list[float | None], link: Link, n: int):
     sim = simulated(req, k)
     plan = sim.plan
     specs, at = _draw(req, rate, n)

@@ -17,11 +17,11 @@ from kneecap.levels import SweepLevel
 from kneecap.metrics.search import MaxLoad, Verdict, find_max
 from kneecap.metrics.slo import STEADY_STATE, level_meets_slo, slo_value
 from kneecap.metrics.stability import MAX_EXTENDED_REQUESTS, extended_requests, is_steady, level_stability
-from kneecap.metrics.summarize import summarize_level
 from kneecap.plan.build import DeploymentRequest, plan_deployment
 from kneecap.recommend.space import ENGINE_DEFAULTS, Knobs, RecommendRequest
 from kneecap.sim.level_driver import SimulateOptions, VirtualTimeDriver
 from kneecap.sim.setup import SimDeployment, from_plan
+from kneecap.sweep.door import run_one_level
 from kneecap.workload import Workload
 
 
@@ -125,7 +125,6 @@ def run_level(sim, req: RecommendRequest, load: float, requests: int) -> LevelOu
     """One simulated level at `load`, sized to reach steady state (until_steady) and judged against the SLO.
     `sim`: one replica (SimDeployment) or replicas behind a router (kneecap.sim.fleet.FleetDeployment)."""
     value = float(load) if req.kind == "rate" else int(load)
-    key = {"rate": value} if req.kind == "rate" else {"concurrency": value}
 
     def run(n: int):
         opts = MixOptions(
@@ -140,11 +139,9 @@ def run_level(sim, req: RecommendRequest, load: float, requests: int) -> LevelOu
             shared_prefix_tokens=req.shared_prefix_tokens,
             num_prefix_groups=req.num_prefix_groups,
         )
-        records: list = []
-        result = VirtualTimeDriver(sim, opts).run_level(
-            SweepLevel(index=0, value=value, num_requests=n, num_warmup=0, first_index=0), records.append
-        )
-        return records, summarize_level(records, **key), result.server_metrics
+        level = SweepLevel(index=0, value=value, num_requests=n, num_warmup=0, first_index=0)
+        summary, records = run_one_level(opts, VirtualTimeDriver(sim, opts), level)
+        return records, summary, summary["server_metrics"]
 
     summary, sm = until_steady(run, req.kind, value, level_requests(req, value, requests))
     return judged(value, summary, req.slo, sm)

@@ -301,6 +301,24 @@ class VirtualTimeDriver:
         return None  # the simulated engine never goes away
 
 
+class PlannedLevelDriver:
+    """A level its caller planned as the engine runs it (a kneecap.sim.sweep.LevelSpec: e.g. a schedule of its own,
+    or a fixed batch of given requests) on a fresh engine of the SimDeployment, with the caller's workload and seed:
+    for callers whose level is not a sweep flag's (recommend's disaggregated pools, the validation points)."""
+
+    def __init__(self, sim: SimDeployment, workload: Workload, plan: LevelSpec, *, seed: int = 0):
+        self.sim, self.workload, self.plan, self.seed = sim, workload, plan, seed
+
+    def run_level(self, level: SweepLevel, keep: Callable[[RequestRecord], None]) -> LevelRun:
+        result = simulate_level(self.sim, self.workload, self.plan, index=level.index, seed=self.seed)
+        for record in result.records:
+            keep(record)
+        return LevelRun(server_metrics=server_metrics("simulator", **result.server_metrics), records=result.records)
+
+    def server_gone(self, summary: dict) -> str | None:
+        return None
+
+
 def stable_stop(
     records, rel_tol: float, window_s: float, duration_s: float, *, value=None
 ) -> tuple[float | None, dict]:

@@ -4,8 +4,9 @@ progress, summary.json after every level, resume, interruption — whatever prod
 The records come from a LevelDriver passed in: the live HTTP client (kneecap.sweep.http_levels, one
 process or many), the simulated engine in virtual time (kneecap.sim.level_driver), or a test's fake.
 The runner owns the order of things and what goes into summary.json; the driver owns how a level's
-requests are sent and what it learns about the server and itself. Records reach requests.jsonl
-(through `write_record`) as they finish; a killed run keeps every level it finished.
+requests are sent and what it learns about the server and itself; the store (kneecap.sweep.store) where
+records and summaries are kept. Records reach the store (requests.jsonl) as they finish and the summary
+after every level; a killed run keeps every level it finished. Commands enter through kneecap.sweep.door.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from kneecap.levels import LevelDriver, LevelOptions, LevelRun, SweepLevel
 from kneecap.metrics.slo import level_meets_slo
 from kneecap.metrics.stability import LevelTimes, judge
 from kneecap.records import RequestRecord
+from kneecap.sweep.store import SweepStore
 
 STATUS_RUNNING = "running"
 STATUS_COMPLETE = "complete"
@@ -37,14 +39,15 @@ class SweepState:
     preflight: dict | None = None
     server: dict | None = None
     connections: dict | None = None  # keep-alive or not, and what decided it (kneecap.client.keepalive)
+    done: frozenset[int] = frozenset()  # levels a resumed run already has (not run again)
 
 
 class Sweep:
     """Runs the levels of one sweep (fresh or resumed) and keeps summary.json current.
 
     `summary_fields()` gives the summary's kind and the keys only this command writes (build_summary's
-    arguments); `persist(summary)` writes summary.json; `records_file` reads a level's records back
-    (kneecap.sweep.resume.RecordsFile, or any object with tell() and level_records(level, offset)).
+    arguments); `store` (kneecap.sweep.store.SweepStore) keeps each record as it finishes, reads a level's
+    records back and keeps the summary after every level.
 
     A command above the runner may add: `on_level(level, run, summary, records)`, once a level is summarised and
     before the stop checks, adds its fields to the summary (seeing the driver's LevelRun, e.g. a trace, and the
@@ -58,14 +61,11 @@ class Sweep:
         state: SweepState,
         sweep_levels: list[SweepLevel],
         driver: LevelDriver,
-        write_record: Callable[[RequestRecord], None],
-        persist: Callable[[dict], None],
+        store: SweepStore,
         progress,
         slo: dict | None,
         stop_limits,
         summarize_fn: Callable,
-        sync: Callable[[], None],
-        records_file,
         summary_fields: Callable[[], dict],
         on_level: Callable[[SweepLevel, LevelRun, dict, list], None] | None = None,
         stop_rule: Callable[[dict], dict | None] | None = None,
@@ -74,14 +74,11 @@ class Sweep:
         self.state = state
         self.sweep_levels = sweep_levels
         self._driver = driver
-        self._write_record = write_record
-        self._persist = persist
+        self._store = store
         self._progress = progress
         self._slo = slo
         self._limits = stop_limits
         self._summarize = summarize_fn
-        self._sync = sync
-        self._records_file = records_file
         self._summary_fields = summary_fields
         self._on_level = on_level
         self._stop_rule = stop_rule
@@ -116,7 +113,7 @@ class Sweep:
 
     def save(self) -> dict:
         summary = self.summary()
-        self._persist(summary)
+        self._store.save(summary)
         return summary
 
     # -- the loop ---------------------------------------------------------------------------
@@ -143,7 +140,7 @@ class Sweep:
             self._interrupted(current)
         except KneecapError:  # e.g. a client worker died: keep what was measured, resumable, then report
             self.state.status = STATUS_FAILED
-            self._sync()
+            self._store.sync()
             self.save()
             raise
         return self.save()
@@ -161,7 +158,7 @@ class Sweep:
 
     def _interrupted(self, level: SweepLevel | None) -> None:
         """Ctrl-C / SIGTERM: keep the records, summarise the cut level as partial (not complete)."""
-        self._sync()
+        self._store.sync()
         cut = list(self._level_records(level)) if level is not None and self._level_offset is not None else []
         if cut:
             partial = self._summarize(cut, **{self.opts.kind: level.value}, duration_s=None, slo=self._slo or None)
@@ -219,10 +216,10 @@ class Sweep:
     def _run_level(self, level: SweepLevel) -> dict:
         """Run one level; its summary is kept in the state (records synced) and returned."""
         label = self.opts.level_label(level.value)
-        self._level_offset = self._records_file.tell()
+        self._level_offset = self._store.tell()
 
         def keep(record: RequestRecord) -> None:
-            self._write_record(record)
+            self._store.write(record)
             self._progress.on_record(record.ok)
 
         run = self._driver.run_level(level, keep)
@@ -249,11 +246,11 @@ class Sweep:
             f"{label}: {ok} ok, {failed} failed, {_fmt(summary.get('output_tok_s'))} output tok/s" + run.note
         )
         self.state.levels.append(summary)
-        self._sync()
+        self._store.sync()
         return summary
 
     def _level_records(self, level: SweepLevel):
-        return self._records_file.level_records(level.index, self._level_offset or 0)
+        return self._store.level_records(level.index, self._level_offset or 0)
 
     def _after_level(self, summary: dict) -> bool:
         """Server-dead check, the key refused, the declared stop rules, then the command's. True when the sweep must stop."""

@@ -16,10 +16,12 @@ from pathlib import Path
 from kneecap.sweep.credentials import Scrubber
 from kneecap.sweep.level import DriverSetup
 from kneecap.sweep.options import KIND_CONCURRENCY, BenchOptions
-from kneecap.sweep.resume import RecordsFile, set_aside_records
+from kneecap.sweep.resume import set_aside_records
 from kneecap.sweep.http_levels import HttpLevelDriver, in_process_runner
 from kneecap.levels import SweepLevel, sweep_levels
-from kneecap.sweep.runner import STATUS_INTERRUPTED, Sweep, SweepState
+from kneecap.sweep.runner import STATUS_INTERRUPTED, SweepState
+from kneecap.sweep.door import FindMax, run_sweep
+from kneecap.sweep.store import ResultsStore
 from kneecap.sweep.server_watch import ThreadedMetricsPoller
 from kneecap.errors import KneecapError
 
@@ -266,12 +268,11 @@ def run_bench(
         else:
             run_share = in_process_runner(setup)
 
-        def write_record(record) -> None:
+        def prepare_record(record) -> None:
             if not record.ok:
                 record.error_message = None if opts.redact else scrub(record.error_message)
             if not opts.keep_prompts:
                 record.prompt = None
-            writer.write(record)
 
         driver = HttpLevelDriver(
             opts,
@@ -284,21 +285,19 @@ def run_bench(
             workload=workload,
             reset=_cache_reset(opts, api_key),
         )
-        sweep = Sweep(
+        store = ResultsStore(results, writer, prepare_record=prepare_record)
+        run_sweep(
             opts,
-            state=state,
-            sweep_levels=levels_to_run,
-            driver=driver,
-            write_record=write_record,
-            persist=results.write_summary,
+            driver,
+            store,
+            levels=levels_to_run,
+            state=dataclasses.replace(state, done=done),
+            limits=limits,
+            summarize=summarize_stream,
             progress=progress,
-            slo=slo,
-            stop_limits=limits,
-            summarize_fn=summarize_stream,
-            sync=writer.sync,
-            records_file=RecordsFile(results.records_path),
+            find_max=None if find_max_repeats is None else FindMax(find_max_repeats),  # the levels bound the search
             # a server that says it is kneecap's simulated engine ran no model (it was still measured)
-            summary_fields=lambda: {
+            fields={
                 "kind": "bench",
                 "model_executed": not info.simulated,
                 "benchmark_executed": True,
@@ -313,12 +312,7 @@ def run_bench(
                 },
             },
         )
-        if find_max_repeats is not None:  # --find-max: the levels given bound the search
-            from kneecap.sweep.find_max import search_max_load
-
-            summary = search_max_load(sweep, opts, slo=slo, repeats=find_max_repeats)
-        else:
-            summary = sweep.run(done)
+        summary = store.summary
         if summary.get("status") == STATUS_INTERRUPTED and pool is not None:
             pool.terminate()
             pool = None
