@@ -41,7 +41,7 @@ def side_entrances(source: str) -> list[str]:
 
 
 def test_the_check_finds_each_side_entrance_and_ignores_comments_and_strings():
-    source = '''
+    source = """
 # Sweep(opts) in a comment, and "simulate_level(" in a string, are not calls
 def evaluate(sim, level, keep):
     a = Sweep(opts, store=store)
@@ -53,7 +53,7 @@ def evaluate(sim, level, keep):
 class Ramp:
     def run_level(self, level, keep):
         return self.candidate.run_level(self, level, keep)  # a driver delegating its level
-'''
+"""
     assert side_entrances(source) == [
         "line 4: Sweep(",
         "line 5: simulate_level(",

@@ -103,8 +103,7 @@ def prefill_times(req: RecommendRequest, k: Knobs, rate: float, n: int) -> list[
     level = SweepLevel(index=0, value=rate, num_requests=n, num_warmup=0, first_index=0)
     _, records = run_one_level(opts, driver, level)
     done = {
-        r.request_id: (r.first_token_at - r.sent_at) if r.ok and r.first_token_at is not None else None
-        for r in records
+        r.request_id: (r.first_token_at - r.sent_at) if r.ok and r.first_token_at is not None else None for r in records
     }
     return [done.get(s.request_id) for s in specs]
 
