@@ -78,3 +78,22 @@ def test_replay_rates_print_with_four_significant_digits(tmp_path):
 
     assert re.search(r"│\s+1\.667 │", r.stdout) and re.search(r"│\s+4\.167 │", r.stdout), r.stdout
     assert "1.6666666" not in r.stdout and "4.1666666" not in r.stdout
+
+
+@pytest.mark.parametrize(
+    "value, hint",
+    [
+        ("1", "pass --find-max rate"),  # not a dimension: no "--1 LOW,HIGH" in the hint
+        ("concurrency", "pass --find-max rate, or give --concurrency LOW,HIGH"),
+    ],
+)
+@pytest.mark.parametrize("command", ["simulate", "bench"])
+def test_find_max_on_another_dimension_says_which_to_pass(command, value, hint):
+    target = (
+        ["--model", "llama-3.1-8b", "--gpu", "h100-sxm"]
+        if command == "simulate"
+        else ["--base-url", "http://127.0.0.1:9"]
+    )
+    r = run_cli(command, *target, "--isl", "10", "--osl", "10", "--rate", "1,64", "--find-max", value)
+    assert r.code != 0 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.strip().endswith(hint), r.stderr

@@ -230,6 +230,8 @@ def check_find_max(find_max: str | None, kind: str, values, repeats: int) -> Non
     """--find-max searches the dimension of the levels given, between numeric bounds, each load --repeats times."""
     if find_max is None:
         return
+    if find_max not in ("concurrency", "rate"):
+        raise KneecapError(f"--find-max {find_max!r} is not a load dimension", f"pass --find-max {kind}")
     if find_max != kind:
         raise KneecapError(
             f"--find-max {find_max} searches the dimension of the levels given, which is {kind}",
