@@ -70,6 +70,56 @@ class Goodput(_Doc):
     fraction: Number | None = None
 
 
+class ServerMetrics(_Doc):
+    """What the server (or the simulated engine) counted over a level (summary.json `server_metrics`): KV usage as
+    a fraction of blocks (older bench runs wrote a percentage), peak queue and batch, preemptions, prefix hits."""
+
+    source: str | None = None  # simulator | prometheus | usage | none
+    engine: str | None = None
+    kv_usage_max: Number | None = None
+    kv_usage_mean: Number | None = None
+    running_max: Number | None = None
+    running_mean: Number | None = None
+    waiting_max: Number | None = None
+    waiting_mean: Number | None = None
+    preemptions: Number | None = None
+    prefix_cache_hit_rate: Number | None = None
+    num_kv_blocks: Number | None = None
+    spec: dict[str, Any] | None = None
+
+
+class SpecDecoding(_Doc):
+    """Speculative decoding over a level, as the server's counters (or the simulated engine's draws) say."""
+
+    draft_tokens: Number | None = None
+    accepted_tokens: Number | None = None
+    acceptance_rate: Number | None = None
+    mean_accepted_length: Number | None = None  # tokens per step, the bonus token included
+    method: str | None = None
+    source: str | None = None
+
+
+class LevelPreflight(_Doc):
+    """The memory preflight's verdict on a concurrency level (bench): fits, tight or exceeds."""
+
+    verdict: str | None = None
+    concurrency: Number | None = None
+    peak_tokens: Number | None = None
+    steady_tokens: Number | None = None
+    headroom_tokens: Number | None = None
+    fix: dict[str, Any] | str | None = None  # how to make it fit (fp8 KV, shorter sequences, replicas)
+
+
+class FindMaxProbe(_Doc):
+    """A --find-max level: the load probed, its repetition, whether it met the SLO and why not."""
+
+    load: Number | None = None
+    repetition: int | None = None
+    met: bool | None = None
+    why: Any = None
+    extended: bool | None = None  # a transient level run again with more requests: not the probe's answer
+
+
 class LevelSummary(_Doc):
     """One sweep level: its load, counts, throughput and latency distributions, verdicts."""
 
@@ -88,11 +138,22 @@ class LevelSummary(_Doc):
     itl_ms: Distribution | None = None
     tpot_ms: Distribution | None = None
     e2e_ms: Distribution | None = None
+    ttft_answer_ms: Distribution | None = None  # to the first answer token (after any reasoning)
+    ttft_from_scheduled_ms: Distribution | None = None  # open loop: from when the request was due
+    e2e_from_scheduled_ms: Distribution | None = None
+    schedule_lag_ms: Distribution | None = None  # how late the client sent each request
+    chunk_gap_ms: Distribution | None = None
+    tokens_per_chunk: Distribution | None = None  # tokens, not ms
     errors: dict[str, int] | None = None
-    server_metrics: dict[str, Any] | None = None
+    timeouts: int | None = None
+    server_metrics: ServerMetrics | None = None
     slo: LevelSlo | None = None
     stability: Stability | None = None
-    spec: dict[str, Any] | None = None
+    spec: SpecDecoding | None = None
+    preflight: LevelPreflight | str | None = None  # bench's memory verdict per concurrency level
+    suspect: bool | str | dict[str, Any] | None = None  # the client lagged: True, or older runs' reason
+    client: dict[str, Any] | None = None  # the client's self-measurement (lag, CPU; per_worker with --workers)
+    find_max: FindMaxProbe | None = None
     input_tokens: int | None = None  # over completed measured requests
     output_tokens: int | None = None
     warmup_excluded: int | None = None  # warmup requests recorded and left out of the statistics
@@ -102,6 +163,11 @@ class LevelSummary(_Doc):
     def load(self, kind: str):
         """The level's value on the sweep's dimension (`concurrency` or `rate`)."""
         return getattr(self, kind, None)
+
+    def distribution(self, key: str) -> Distribution | None:
+        """One of the level's distributions by its summary key ('ttft_ms', 'tokens_per_chunk', ...)."""
+        value = getattr(self, key, None)
+        return value if isinstance(value, Distribution) else None
 
 
 class SweepFields(_Doc):
@@ -185,6 +251,9 @@ class SweepSummary(_Doc):
     server: ServerFields | None = None
     engine: EngineFields | None = None
     seed: int | None = None
+    preflight: dict[str, Any] | None = None  # the memory preflight of the sweep (max_safe_concurrency ...)
+    plan: dict[str, Any] | None = None  # simulate: the KV plan the engine ran with
+    server_dead: bool | None = None  # the server stopped answering during the sweep
 
     @classmethod
     def read(cls, doc: object, source: str = "the summary") -> "SweepSummary":
