@@ -7,6 +7,7 @@ import json
 import pytest
 
 from kneecap.errors import KneecapError
+from kneecap.metrics.summary_model import LevelSummary
 from kneecap.report.levels import level_panels, parse_slo, preflight_limit, slo_spec, time_series
 from kneecap.report.load import load_results
 
@@ -136,7 +137,10 @@ def test_parse_slo_forms():
 
 def test_preflight_limit_from_summary_or_verdicts():
     assert preflight_limit({"preflight": {"max_safe_concurrency": 96}}, []) == 96
-    levels = [{"concurrency": c, "preflight": v} for c, v in ((32, "fits"), (64, "fits"), (128, "exceeds"))]
+    levels = [  # bench writes each level's verdict as {verdict, ...}; older summaries wrote the word alone
+        LevelSummary.model_validate({"concurrency": c, "preflight": v})
+        for c, v in ((32, "fits"), (64, {"verdict": "fits", "fix": None}), (128, {"verdict": "exceeds", "fix": {}}))
+    ]
     assert preflight_limit({}, levels) == 64
     assert preflight_limit({}, levels[:2]) is None  # every level fits: no limit reached, none drawn
 
@@ -158,7 +162,10 @@ def test_time_series_of_the_shapes_the_commands_write():
 
 
 def test_level_panels_split_a_trace_whose_clock_restarts_per_level():
-    levels = [{"concurrency": 1, "server_metrics": {"num_kv_blocks": 100}}, {"concurrency": 8}]
+    levels = [
+        LevelSummary.model_validate(lv)
+        for lv in ({"concurrency": 1, "server_metrics": {"num_kv_blocks": 100}}, {"concurrency": 8})
+    ]
     rows = [
         {"level": 0, "t": 0.0, "kv_blocks_used": 10, "num_waiting": 0, "num_running": 1},
         {"level": 0, "t": 5.0, "kv_blocks_used": 20, "num_waiting": 0, "num_running": 1},
@@ -197,8 +204,12 @@ def test_slo_from_the_recorded_command_line():
 
 
 def test_concurrency_max_is_plotted_at_its_request_count():
+    from kneecap.metrics.summary_model import LevelSummary
     from kneecap.report.levels import load_value
 
-    assert load_value({"concurrency": "max", "requests": 512}, 3) == 512
-    assert load_value({"concurrency": 8}, 0) == 8 and load_value({"rate": 2.5}, 0) == 2.5
-    assert load_value({}, 4) == 5
+    def level(**keys):
+        return LevelSummary.model_validate(keys)
+
+    assert load_value(level(concurrency="max", requests=512), 3) == 512
+    assert load_value(level(concurrency=8), 0) == 8 and load_value(level(rate=2.5), 0) == 2.5
+    assert load_value(level(), 4) == 5

@@ -275,5 +275,7 @@ def test_the_reports_of_several_workers_give_each_reason_once_with_its_worst_fig
         {"loop_lag_p99_ms": lag, "suspect_reasons": [f"event-loop lag p99 {lag} ms > 5 ms"]} for lag in (7.8, 11.9, 6.1)
     ]
     per_worker[1]["suspect_reasons"].append("client CPU 97% of a core > 90%")
-    text = suspect_reason({"suspect": True, "client": {"per_worker": per_worker}})
+    from kneecap.metrics.summary_model import LevelSummary
+
+    text = suspect_reason(LevelSummary.model_validate({"suspect": True, "client": {"per_worker": per_worker}}))
     assert text == "event-loop lag p99 11.9 ms > 5 ms (the worst of 3 reports); client CPU 97% of a core > 90%"

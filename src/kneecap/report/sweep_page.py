@@ -5,6 +5,8 @@ Pure apart from drawing PNGs in memory: Results in, Document out.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kneecap.report import numbers as fmt
 from kneecap.report import plots
 from kneecap.report.document import Block, Cell, Document, Figure, Heading, KeyValues, Paragraph, Table, drawn
@@ -17,7 +19,6 @@ from kneecap.report.levels import (
     is_suspect,
     knee_load,
     level_panels,
-    levels_of,
     load_axis,
     parse_slo,
     points_of,
@@ -29,12 +30,20 @@ from kneecap.report.levels import (
 from kneecap.report.load import RecordDigest, Results
 from kneecap.report.provenance import facts_block, manifest_blocks, missing_block, source_banner
 
+if TYPE_CHECKING:
+    from kneecap.metrics.summary_model import Distribution, LevelSummary
+
 PLOT_LATENCIES = (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E"))
 TABLE_LATENCIES = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")  # the latency table's p50 and p99 columns
 
 
-def _pct(stats: object, name: str) -> str:
-    return fmt.ms(stats.get(name)) if isinstance(stats, dict) else fmt.MISSING
+def _stat(dist: Distribution | None, name: str) -> object:
+    """A statistic of a level's distribution as the summary wrote it (None where it wrote none)."""
+    return getattr(dist, name) if dist is not None and name in dist.model_fields_set else None
+
+
+def _pct(dist: Distribution | None, name: str) -> str:
+    return fmt.ms(_stat(dist, name)) if dist is not None else fmt.MISSING
 
 
 def subject_of(summary: dict) -> str:
@@ -50,14 +59,12 @@ def subject_of(summary: dict) -> str:
     return ""
 
 
-def headline(summary: dict, levels: list[dict], limit: float | None) -> KeyValues:
+def headline(summary: dict, levels: list[LevelSummary], limit: float | None) -> KeyValues:
     load_name, load_unit = load_axis(levels)
     items: list[tuple[str, str]] = [("levels run", f"{len(levels)}")]
-    best = max(
-        (lv for lv in levels if fmt.is_number(lv.get("output_tok_s"))), key=lambda lv: lv["output_tok_s"], default=None
-    )
+    best = max((lv for lv in levels if fmt.is_number(lv.output_tok_s)), key=lambda lv: lv.output_tok_s, default=None)
     if best is not None:
-        items.append(("peak output throughput", f"{fmt.rate(best['output_tok_s'])} tok/s at {fmt.load_text(best)}"))
+        items.append(("peak output throughput", f"{fmt.rate(best.output_tok_s)} tok/s at {fmt.load_text(best)}"))
     knee = summary.get("knee")
     if isinstance(knee, dict):
         where = fmt.load_text(knee)
@@ -98,17 +105,17 @@ def headline(summary: dict, levels: list[dict], limit: float | None) -> KeyValue
                 ),
             )
         )
-    failed = sum(int(lv.get("failed") or 0) for lv in levels if fmt.is_number(lv.get("failed")))
-    requests = sum(int(lv.get("requests") or 0) for lv in levels if fmt.is_number(lv.get("requests")))
+    failed = sum(int(lv.failed) for lv in levels if fmt.is_number(lv.failed))
+    requests = sum(int(lv.requests) for lv in levels if fmt.is_number(lv.requests))
     items.append(("failed requests", f"{failed:,} of {requests:,} requests"))
     return KeyValues(tuple(items))
 
 
-def _flags(lv: dict) -> Cell:
+def _flags(lv: LevelSummary) -> Cell:
     return Cell("⚠ suspect (client lag)", "warning") if is_suspect(lv) else Cell("", "plain")
 
 
-def level_table(levels: list[dict]) -> Table:
+def level_table(levels: list[LevelSummary]) -> Table:
     """Counts and throughput per level."""
     columns = (
         "load",
@@ -126,22 +133,22 @@ def level_table(levels: list[dict]) -> Table:
     )
     rows, tones = [], []
     for lv in levels:
-        goodput = lv.get("goodput")
-        if isinstance(goodput, dict):
-            goodput = goodput.get("request_s", goodput.get("req_s"))
+        goodput = lv.goodput
+        if goodput is not None:  # older summaries named the rate req_s
+            goodput = goodput.request_s if "request_s" in goodput.model_fields_set else getattr(goodput, "req_s", None)
         verdict = preflight_verdict(lv)
-        failed = lv.get("failed")
+        failed = lv.failed
         rows.append(
             (
                 fmt.load_text(lv),
-                fmt.count(lv.get("requests")),
-                fmt.count(lv.get("completed")),
+                fmt.count(lv.requests),
+                fmt.count(lv.completed),
                 Cell(fmt.count(failed), "worse" if fmt.is_number(failed) and failed > 0 else "plain"),
-                fmt.num(lv.get("duration_s"), 2),
-                fmt.rate(lv.get("output_tok_s")),
-                fmt.rate(lv.get("input_tok_s")),
-                fmt.rate(lv.get("total_tok_s")),
-                fmt.rate(lv.get("request_s")),
+                fmt.num(lv.duration_s, 2),
+                fmt.rate(lv.output_tok_s),
+                fmt.rate(lv.input_tok_s),
+                fmt.rate(lv.total_tok_s),
+                fmt.rate(lv.request_s),
                 fmt.rate(goodput),
                 Cell(
                     verdict or fmt.MISSING,
@@ -160,19 +167,17 @@ def level_table(levels: list[dict]) -> Table:
     )
 
 
-def _slo_cell(lv: dict) -> Cell:
-    verdict = lv.get("slo")
-    if not isinstance(verdict, dict) or "met" not in verdict:
+def _slo_cell(lv: LevelSummary) -> Cell:
+    verdict = lv.slo
+    if verdict is None or "met" not in verdict.model_fields_set:
         return Cell(fmt.MISSING, "muted")
-    if verdict["met"]:
+    if verdict.met:
         return Cell("met", "better")
-    breaches = [
-        b.get("message", b.get("key", "?")) if isinstance(b, dict) else str(b) for b in verdict.get("breaches") or []
-    ]
+    breaches = [b.get("message", b.get("key", "?")) if isinstance(b, dict) else str(b) for b in verdict.breaches or []]
     return Cell("missed: " + "; ".join(map(str, breaches)), "worse")
 
 
-def latency_table(levels: list[dict]) -> Table:
+def latency_table(levels: list[LevelSummary]) -> Table:
     """The latency headline per level, with the level's SLO verdict."""
     rows, tones = [], []
     for lv in levels:
@@ -180,7 +185,7 @@ def latency_table(levels: list[dict]) -> Table:
             (
                 fmt.load_text(lv),
                 _slo_cell(lv),
-                *(_pct(lv.get(key), p) for key in TABLE_LATENCIES for p in ("p50", "p99")),
+                *(_pct(lv.distribution(key), p) for key in TABLE_LATENCIES for p in ("p50", "p99")),
                 _flags(lv),
             )
         )
@@ -205,34 +210,35 @@ def latency_table(levels: list[dict]) -> Table:
     )
 
 
-def stability_table(levels: list[dict]) -> Table | None:
+def stability_table(levels: list[LevelSummary]) -> Table | None:
     """Steady state per level: offered, sent and served load, the waiting queue's and TTFT's trends, the verdict."""
     from kneecap.metrics.stability import stability_caption, verdict_text
 
-    judged = [lv for lv in levels if isinstance(lv.get("stability"), dict)]
+    judged = [lv for lv in levels if lv.stability is not None]
     if not judged:
         return None
     rows = []
     for lv in judged:
-        st = lv["stability"]
-        verdict = verdict_text(lv)
+        st = lv.stability
+        verdict = verdict_text({"stability": st.to_dict()})
         rows.append(
             (
                 fmt.load_text(lv),
                 Cell(verdict, "better" if verdict == "stable" else "worse"),
-                fmt.num(st.get("offered_rps"), 2),
-                fmt.num(st.get("sent_rps"), 2),
-                fmt.num(st.get("served_rps"), 2),
-                fmt.rate(st.get("offered_output_tok_s")),
-                fmt.rate(st.get("output_tok_s")),
-                fmt.num(st.get("queue_trend"), 2),
-                fmt.num(st.get("ttft_trend"), 2),
-                fmt.num(st.get("in_flight_mean"), 1),
-                st.get("client_behind") or st.get("rule") or fmt.MISSING,
+                fmt.num(st.offered_rps, 2),
+                fmt.num(st.sent_rps, 2),
+                fmt.num(st.served_rps, 2),
+                fmt.rate(st.offered_output_tok_s),
+                fmt.rate(st.output_tok_s),
+                fmt.num(st.queue_trend, 2),
+                fmt.num(st.ttft_trend, 2),
+                fmt.num(st.in_flight_mean, 1),
+                st.client_behind or st.rule or fmt.MISSING,
             )
         )
     caption = "Steady state per level (the rule: docs/metrics.md, Steady state). " + (
-        stability_caption(judged) or "Every level reached steady state."
+        stability_caption([{"stability": lv.stability.to_dict()} for lv in judged])
+        or "Every level reached steady state."
     )
     return Table(
         (
@@ -253,18 +259,18 @@ def stability_table(levels: list[dict]) -> Table | None:
     )
 
 
-def percentile_table(levels: list[dict], key: str) -> Table | None:
-    if not any(isinstance(lv.get(key), dict) for lv in levels):
+def percentile_table(levels: list[LevelSummary], key: str) -> Table | None:
+    if not any(lv.distribution(key) is not None for lv in levels):
         return None
     label = LATENCY_LABELS[key]
     rows = []
     for lv in levels:
-        st = lv.get(key) if isinstance(lv.get(key), dict) else {}
+        st = lv.distribution(key)
         rows.append(
             (
                 fmt.load_text(lv),
-                *(fmt.ms(st.get(p)) for p in ("mean", "p50", "p90", "p95", "p99", "max")),
-                fmt.count(st.get("n")),
+                *(fmt.ms(_stat(st, p)) for p in ("mean", "p50", "p90", "p95", "p99", "max")),
+                fmt.count(_stat(st, "n")),
             )
         )
     return Table(
@@ -274,14 +280,13 @@ def percentile_table(levels: list[dict], key: str) -> Table | None:
     )
 
 
-def error_table(levels: list[dict], digest: RecordDigest | None) -> Table | None:
+def error_table(levels: list[LevelSummary], digest: RecordDigest | None) -> Table | None:
     """Error counts per level and kind, with a few distinct messages from the records."""
     samples = digest.error_samples if digest is not None else {}
     rows = []
     for i, lv in enumerate(levels):
-        errors = lv.get("errors") if isinstance(lv.get("errors"), dict) else {}
-        for kind, n in sorted(errors.items()):
-            index = lv["level"] if isinstance(lv.get("level"), int) else i  # records carry the sweep's index
+        for kind, n in sorted((lv.errors or {}).items()):
+            index = lv.level if lv.level is not None else i  # records carry the sweep's index
             rows.append(
                 (
                     fmt.load_text(lv),
@@ -299,28 +304,30 @@ def error_table(levels: list[dict], digest: RecordDigest | None) -> Table | None
     )
 
 
-def server_table(levels: list[dict]) -> Table | None:
-    if not any(isinstance(lv.get("server_metrics"), dict) for lv in levels):
+def server_table(levels: list[LevelSummary]) -> Table | None:
+    measured = [lv.server_metrics for lv in levels if lv.server_metrics is not None]
+    if not measured:
         return None
     rows = []
     for lv in levels:
-        sm = lv.get("server_metrics") if isinstance(lv.get("server_metrics"), dict) else {}
-        kv = sm.get("kv_usage_max")
+        sm = lv.server_metrics
+        if sm is None:
+            rows.append((fmt.load_text(lv), *(fmt.MISSING,) * 6))
+            continue
+        kv = sm.kv_usage_max
         kv_pct = fmt.pct(kv / 100 if fmt.is_number(kv) and kv > 1 else kv)
         rows.append(
             (
                 fmt.load_text(lv),
                 kv_pct,
-                fmt.pct(sm.get("kv_usage_mean")),
-                fmt.count(sm.get("running_max")),
-                fmt.count(sm.get("waiting_max")),
-                fmt.count(sm.get("preemptions")),
-                fmt.pct(sm.get("prefix_cache_hit_rate")),
+                fmt.pct(sm.kv_usage_mean),
+                fmt.count(sm.running_max),
+                fmt.count(sm.waiting_max),
+                fmt.count(sm.preemptions),
+                fmt.pct(sm.prefix_cache_hit_rate),
             )
         )
-    sources = {
-        (lv.get("server_metrics") or {}).get("source") for lv in levels if isinstance(lv.get("server_metrics"), dict)
-    }
+    sources = {sm.source for sm in measured}
     origin = {
         "simulator": "the simulated engine's own counters",
         "prometheus": "scraped from the server's /metrics",
@@ -343,23 +350,26 @@ def server_table(levels: list[dict]) -> Table | None:
     )
 
 
-def spec_table(levels: list[dict]) -> Table | None:
+def spec_table(levels: list[LevelSummary]) -> Table | None:
     """Speculative decoding per level, as the server counted it (vLLM's spec_decode counters, SGLang's gauges, or
     the simulated engine's draws); None when no level speculated."""
-    if not any(isinstance(lv.get("spec"), dict) for lv in levels):
+    if not any(lv.spec is not None for lv in levels):
         return None
     rows = []
     for lv in levels:
-        sp = lv.get("spec") if isinstance(lv.get("spec"), dict) else {}
-        mean = sp.get("mean_accepted_length")
+        sp = lv.spec
+        if sp is None:
+            rows.append((fmt.load_text(lv), *(fmt.MISSING,) * 5))
+            continue
+        mean = sp.mean_accepted_length
         rows.append(
             (
                 fmt.load_text(lv),
-                fmt.count(sp.get("draft_tokens")),
-                fmt.count(sp.get("accepted_tokens")),
-                fmt.pct(sp.get("acceptance_rate")),
+                fmt.count(sp.draft_tokens),
+                fmt.count(sp.accepted_tokens),
+                fmt.pct(sp.acceptance_rate),
                 fmt.MISSING if mean is None else f"{mean:.2f}",
-                str(sp.get("source") or fmt.MISSING),
+                str(sp.source or fmt.MISSING),
             )
         )
     return Table(
@@ -379,7 +389,7 @@ def spec_table(levels: list[dict]) -> Table | None:
 CLIENT_KEY_PARTS = ("lag", "cpu")  # the client-health numbers worth a column (not timestamps)
 
 
-def client_table(levels: list[dict]) -> Table | None:
+def client_table(levels: list[LevelSummary]) -> Table | None:
     stats = [client_stats(lv) for lv in levels]
     keys: list[str] = []
     for st in stats:
@@ -420,7 +430,7 @@ def client_table(levels: list[dict]) -> Table | None:
     )
 
 
-def figures(results: Results, levels: list[dict], limit: float | None) -> list[Figure]:
+def figures(results: Results, levels: list[LevelSummary], limit: float | None) -> list[Figure]:
     summary = results.summary
     load_name, load_unit = load_axis(levels)
     points = points_of(levels)
@@ -487,18 +497,18 @@ def _search_key(summary: dict) -> tuple[str, float] | None:
     return key, slo[key]
 
 
-def find_max_figure(summary: dict, levels: list[dict], load_name: str, load_unit: str) -> list[Figure]:
+def find_max_figure(summary: dict, levels: list[LevelSummary], load_name: str, load_unit: str) -> list[Figure]:
     """--find-max: every probe of the search against the SLO budget (probes and levels are in the same order)."""
     from kneecap.metrics.slo import slo_value
 
     m = summary.get("max_load")
     term = _search_key(summary)
-    levels = [lv for lv in levels if not (lv.get("find_max") or {}).get("extended")]  # a probe's final level
+    levels = [lv for lv in levels if not (lv.find_max and lv.find_max.extended)]  # a probe's final level
     if not isinstance(m, dict) or not m.get("probes") or term is None or len(m["probes"]) != len(levels):
         return []
     key, limit = term
     probes = [
-        plots.SearchProbe(load=float(p["load"]), met=bool(p.get("met")), value=slo_value(lv, key))
+        plots.SearchProbe(load=float(p["load"]), met=bool(p.get("met")), value=slo_value(lv.to_dict(), key))
         for p, lv in zip(m["probes"], levels)
     ]
     return drawn(
@@ -552,8 +562,10 @@ def configuration(summary: dict) -> KeyValues | None:
 
 
 def sweep_document(results: Results) -> Document:
+    from kneecap.metrics.summary_model import SweepSummary
+
     summary = results.summary
-    levels = levels_of(summary)
+    levels = SweepSummary.read(summary, str(results.path)).levels
     limit = preflight_limit(summary, levels)
     kind_word = "Benchmark" if results.kind == "bench" else "Simulation"
     subject = subject_of(summary)
@@ -591,14 +603,14 @@ def sweep_document(results: Results) -> Document:
         if extra:
             blocks.append(Heading("Errors, server and client"))
             blocks += extra
-        tpc = [lv.get("tokens_per_chunk") for lv in levels]
-        if any(isinstance(s, dict) for s in tpc):
+        tpc = [lv.tokens_per_chunk for lv in levels]
+        if any(s is not None for s in tpc):
             rows = tuple(
                 (
                     fmt.load_text(lv),
-                    fmt.num((s or {}).get("mean"), 2),
-                    fmt.num((s or {}).get("p99"), 0),
-                    fmt.num((s or {}).get("max"), 0),
+                    fmt.num(_stat(s, "mean"), 2),
+                    fmt.num(_stat(s, "p99"), 0),
+                    fmt.num(_stat(s, "max"), 0),
                 )
                 for lv, s in zip(levels, tpc)
             )
