@@ -229,6 +229,32 @@ class Stopped(_Doc):
     detail: str | None = None
 
 
+class SearchProbe(_Doc):
+    """One evaluation of --find-max's search, in the order it ran."""
+
+    load: Number | None = None
+    repetition: int | None = None
+    met: bool | None = None
+    why: str | None = None
+
+
+class MaxLoad(_Doc):
+    """--find-max's answer (summary.json `max_load`): the highest load meeting every SLO, the next step up that
+    failed and why, and every probe."""
+
+    dimension: str | None = None  # concurrency | rate
+    value: Number | None = None  # None: even the lowest load failed
+    repeats: int | None = None
+    failed_at: Number | None = None  # None: the highest load searched met every SLO
+    failed_because: str | None = None
+    answer: str | None = None
+    last_met: Number | None = None
+    first_failed: Number | None = None
+    binding: str | None = None
+    searched_up_to: Number | None = None
+    probes: list[SearchProbe] = []
+
+
 class SweepSummary(_Doc):
     """A whole summary.json of `kneecap bench` or `kneecap simulate`."""
 
@@ -243,7 +269,7 @@ class SweepSummary(_Doc):
     knee: dict[str, Any] | None = None
     stopped: Stopped | None = None
     slo: dict[str, Any] | None = None
-    max_load: dict[str, Any] | None = None
+    max_load: MaxLoad | None = None
     fleet: dict[str, Any] | None = None
     sweep: SweepFields | None = None
     workload: WorkloadFields | None = None

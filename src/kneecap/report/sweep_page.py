@@ -31,7 +31,7 @@ from kneecap.report.load import RecordDigest, Results
 from kneecap.report.provenance import facts_block, manifest_blocks, missing_block, source_banner
 
 if TYPE_CHECKING:
-    from kneecap.metrics.summary_model import Distribution, LevelSummary
+    from kneecap.metrics.summary_model import Distribution, LevelSummary, MaxLoad, SweepSummary
 
 PLOT_LATENCIES = (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E"))
 TABLE_LATENCIES = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")  # the latency table's p50 and p99 columns
@@ -59,7 +59,8 @@ def subject_of(summary: dict) -> str:
     return ""
 
 
-def headline(summary: dict, levels: list[LevelSummary], limit: float | None) -> KeyValues:
+def headline(summary: dict, doc: SweepSummary, limit: float | None) -> KeyValues:
+    levels = doc.levels
     load_name, load_unit = load_axis(levels)
     items: list[tuple[str, str]] = [("levels run", f"{len(levels)}")]
     best = max((lv for lv in levels if fmt.is_number(lv.output_tok_s)), key=lambda lv: lv.output_tok_s, default=None)
@@ -71,12 +72,13 @@ def headline(summary: dict, levels: list[LevelSummary], limit: float | None) -> 
         items.append(("knee", f"{where}, {fmt.rate(knee.get('output_tok_s'))} tok/s output"))
     else:
         items.append(("knee", "none found in the levels run (throughput still rising, or too few levels)"))
-    stopped = summary.get("stopped")
-    if isinstance(stopped, dict):
-        at = stopped.get("at")
+    stopped = doc.stopped
+    if stopped is not None:
+        at = stopped.at
         at_text = fmt.load_text(at) if isinstance(at, dict) else f"{load_name} {at}"
-        detail = f" — {stopped['detail']}" if isinstance(stopped.get("detail"), str) else ""
-        items.append(("stopped early", f"at {at_text}: {stopped.get('reason', 'no reason recorded')}{detail}"))
+        detail = f" — {stopped.detail}" if isinstance(stopped.detail, str) else ""
+        reason = stopped.reason if "reason" in stopped.model_fields_set else "no reason recorded"
+        items.append(("stopped early", f"at {at_text}: {reason}{detail}"))
     else:
         items.append(("stopped early", "no: every planned level ran"))
     if limit is not None:
@@ -430,8 +432,8 @@ def client_table(levels: list[LevelSummary]) -> Table | None:
     )
 
 
-def figures(results: Results, levels: list[LevelSummary], limit: float | None) -> list[Figure]:
-    summary = results.summary
+def figures(results: Results, doc: SweepSummary, limit: float | None) -> list[Figure]:
+    summary, levels = results.summary, doc.levels
     load_name, load_unit = load_axis(levels)
     points = points_of(levels)
     subject = subject_of(summary)
@@ -475,7 +477,7 @@ def figures(results: Results, levels: list[LevelSummary], limit: float | None) -
     out += drawn(
         "peaks", f"Peak KV occupancy and queue depth vs {load_name}", plots.peaks_vs_load(points, load_name, load_unit)
     )
-    out += find_max_figure(summary, levels, load_name, load_unit)
+    out += find_max_figure(summary, doc, load_name, load_unit)
     out += drawn(
         "chunks",
         "Tokens per streamed chunk",
@@ -485,56 +487,58 @@ def figures(results: Results, levels: list[LevelSummary], limit: float | None) -
     return out
 
 
-def _search_key(summary: dict) -> tuple[str, float] | None:
+def _search_key(summary: dict, m: MaxLoad) -> tuple[str, float] | None:
     """The SLO term the search plot draws: the one the failing step broke, else the first declared."""
     from kneecap.metrics.slo import parse_slo as slo_terms
 
     slo = slo_terms(slo_spec(summary))  # {'ttft_p99_ms': 200.0, ...}
     if not slo:
         return None
-    because = str((summary.get("max_load") or {}).get("failed_because") or "")
+    because = str(m.failed_because or "")
     key = next((k for k in slo if because.startswith(k)), next(iter(slo)))
     return key, slo[key]
 
 
-def find_max_figure(summary: dict, levels: list[LevelSummary], load_name: str, load_unit: str) -> list[Figure]:
+def find_max_figure(summary: dict, doc: SweepSummary, load_name: str, load_unit: str) -> list[Figure]:
     """--find-max: every probe of the search against the SLO budget (probes and levels are in the same order)."""
     from kneecap.metrics.slo import slo_value
 
-    m = summary.get("max_load")
-    term = _search_key(summary)
-    levels = [lv for lv in levels if not (lv.find_max and lv.find_max.extended)]  # a probe's final level
-    if not isinstance(m, dict) or not m.get("probes") or term is None or len(m["probes"]) != len(levels):
+    m = doc.max_load
+    if m is None:
+        return []
+    term = _search_key(summary, m)
+    levels = [lv for lv in doc.levels if not (lv.find_max and lv.find_max.extended)]  # a probe's final level
+    if not m.probes or term is None or len(m.probes) != len(levels):
         return []
     key, limit = term
     probes = [
-        plots.SearchProbe(load=float(p["load"]), met=bool(p.get("met")), value=slo_value(lv.to_dict(), key))
-        for p, lv in zip(m["probes"], levels)
+        plots.SearchProbe(load=float(p.load), met=bool(p.met), value=slo_value(lv.to_dict(), key))
+        for p, lv in zip(m.probes, levels)
     ]
     return drawn(
         "find_max",
         f"Highest {load_name} under the SLO",
-        plots.find_max_search(probes, key, limit, load_name, load_unit, m.get("value"), m.get("failed_at")),
+        plots.find_max_search(probes, key, limit, load_name, load_unit, m.value, m.failed_at),
         find_max_text(m, load_name),
     )
 
 
-def find_max_text(m: dict, load_name: str) -> str:
+def find_max_text(m: MaxLoad, load_name: str) -> str:
     """One sentence: the answer, the next step up that failed and why, how many probes and repetitions."""
-    if m.get("answer"):  # the answer is in the headline; the plot shows how the search got there
-        return f"{len(m.get('probes') or [])} probes, numbered in the order they ran."
-    reps = m.get("repeats") or 1
+    if m.answer:  # the answer is in the headline; the plot shows how the search got there
+        return f"{len(m.probes)} probes, numbered in the order they ran."
+    reps = m.repeats or 1
     every = f" in each of {reps} repetitions" if reps > 1 else ""
-    if m.get("value") is None:
+    if m.value is None:
         answer = f"No {load_name} probed met every SLO term{every}"
     else:
-        answer = f"The highest {load_name} that met every SLO term{every}: {m['value']:g}"
+        answer = f"The highest {load_name} that met every SLO term{every}: {m.value:g}"
     nxt = (
-        f"; the next step up, {m['failed_at']:g}, failed ({m.get('failed_because') or 'SLO'})"
-        if m.get("failed_at") is not None
+        f"; the next step up, {m.failed_at:g}, failed ({m.failed_because or 'SLO'})"
+        if m.failed_at is not None
         else "; no higher load was found to fail within the search bounds"
     )
-    return f"{answer}{nxt}. {len(m.get('probes') or [])} probes, numbered in the order they ran."
+    return f"{answer}{nxt}. {len(m.probes)} probes, numbered in the order they ran."
 
 
 CONFIG_KEYS = (
@@ -565,7 +569,8 @@ def sweep_document(results: Results) -> Document:
     from kneecap.metrics.summary_model import SweepSummary
 
     summary = results.summary
-    levels = SweepSummary.read(summary, str(results.path)).levels
+    doc = SweepSummary.read(summary, str(results.path))
+    levels = doc.levels
     limit = preflight_limit(summary, levels)
     kind_word = "Benchmark" if results.kind == "bench" else "Simulation"
     subject = subject_of(summary)
@@ -575,13 +580,13 @@ def sweep_document(results: Results) -> Document:
     blocks += missing_block(results.missing)
     if not levels:
         blocks.append(Paragraph("This summary holds no levels: nothing ran to completion.", "warning"))
-    blocks += [Heading("Headline"), headline(summary, levels, limit)]
-    if isinstance(summary.get("max_load"), dict) and summary["max_load"].get("answer"):
-        blocks.append(Paragraph(f"Find-max: {summary['max_load']['answer']}."))
+    blocks += [Heading("Headline"), headline(summary, doc, limit)]
+    if doc.max_load is not None and doc.max_load.answer:
+        blocks.append(Paragraph(f"Find-max: {doc.max_load.answer}."))
     config = configuration(summary)
     if config:
         blocks += [Heading("Configuration"), config]
-    figs = figures(results, levels, limit) if levels else []
+    figs = figures(results, doc, limit) if levels else []
     if figs:
         blocks.append(Heading("Plots"))
         blocks += figs
