@@ -56,9 +56,18 @@ class Stability(_Doc):
     rule: str | None = None
 
 
+class SloBreach(_Doc):
+    """One SLO term a level missed: its key, the limit, the level's value, in words."""
+
+    key: str | None = None
+    limit: Number | None = None
+    value: Number | None = None
+    message: str | None = None
+
+
 class LevelSlo(_Doc):
     met: bool | None = None
-    breaches: list = []
+    breaches: list[SloBreach | str] = []
 
 
 class Goodput(_Doc):
@@ -229,6 +238,25 @@ class Stopped(_Doc):
     detail: str | None = None
 
 
+class Knee(_Doc):
+    """Where throughput stopped paying for latency (kneecap.metrics.knee): the level's load and output rate."""
+
+    concurrency: int | str | None = None
+    rate: Number | None = None
+    output_tok_s: Number | None = None
+    rule: str | None = None
+    kind: str | None = None  # saturation | collapse
+
+
+class SkippedLevel(_Doc):
+    """A planned level that did not run (e.g. preflight_exceeds), by its load and its index in the sweep."""
+
+    concurrency: int | str | None = None
+    rate: Number | None = None
+    index: int | None = None
+    reason: str | None = None
+
+
 class SearchProbe(_Doc):
     """One evaluation of --find-max's search, in the order it ran."""
 
@@ -265,8 +293,8 @@ class SweepSummary(_Doc):
     benchmark_executed: bool | None = None
     manifest: str | dict[str, Any] | None = None
     levels: list[LevelSummary] = []
-    skipped: list[dict[str, Any]] | None = None
-    knee: dict[str, Any] | None = None
+    skipped: list[SkippedLevel] | None = None
+    knee: Knee | None = None
     stopped: Stopped | None = None
     slo: dict[str, Any] | None = None
     max_load: MaxLoad | None = None

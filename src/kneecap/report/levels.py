@@ -15,7 +15,7 @@ from kneecap.report.numbers import is_number, load_label, load_text
 from kneecap.report.plots import LoadPoint
 
 if TYPE_CHECKING:
-    from kneecap.metrics.summary_model import LevelSummary
+    from kneecap.metrics.summary_model import LevelSummary, SweepSummary
 
 LATENCY_KEYS = (
     "ttft_ms",
@@ -178,9 +178,12 @@ def _derived_preflight_limit(summary: dict) -> float | None:
         return None
 
 
-def knee_load(summary: dict) -> float | None:
-    knee = summary.get("knee")
-    return _first_number(knee, ("concurrency", "rate")) if isinstance(knee, dict) else None
+def knee_load(doc: SweepSummary) -> float | None:
+    """The knee's load (its concurrency or rate), or None where the sweep found none."""
+    knee = doc.knee
+    if knee is None:
+        return None
+    return next((float(v) for v in (knee.concurrency, knee.rate) if is_number(v)), None)
 
 
 def parse_slo(slo: object) -> dict[str, dict[str, float]]:

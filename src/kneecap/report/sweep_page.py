@@ -31,7 +31,7 @@ from kneecap.report.load import RecordDigest, Results
 from kneecap.report.provenance import facts_block, manifest_blocks, missing_block, source_banner
 
 if TYPE_CHECKING:
-    from kneecap.metrics.summary_model import Distribution, LevelSummary, MaxLoad, SweepSummary
+    from kneecap.metrics.summary_model import Distribution, LevelSummary, MaxLoad, SloBreach, SweepSummary
 
 PLOT_LATENCIES = (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E"))
 TABLE_LATENCIES = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")  # the latency table's p50 and p99 columns
@@ -66,10 +66,10 @@ def headline(summary: dict, doc: SweepSummary, limit: float | None) -> KeyValues
     best = max((lv for lv in levels if fmt.is_number(lv.output_tok_s)), key=lambda lv: lv.output_tok_s, default=None)
     if best is not None:
         items.append(("peak output throughput", f"{fmt.rate(best.output_tok_s)} tok/s at {fmt.load_text(best)}"))
-    knee = summary.get("knee")
-    if isinstance(knee, dict):
+    knee = doc.knee
+    if knee is not None:
         where = fmt.load_text(knee)
-        items.append(("knee", f"{where}, {fmt.rate(knee.get('output_tok_s'))} tok/s output"))
+        items.append(("knee", f"{where}, {fmt.rate(knee.output_tok_s)} tok/s output"))
     else:
         items.append(("knee", "none found in the levels run (throughput still rising, or too few levels)"))
     stopped = doc.stopped
@@ -95,18 +95,10 @@ def headline(summary: dict, doc: SweepSummary, limit: float | None) -> KeyValues
         )
     suspects = [f"{fmt.load_text(lv)} ({suspect_reason(lv)})" for lv in levels if is_suspect(lv)]
     items.append(("suspect levels", "; ".join(suspects) if suspects else "none"))
-    skipped = summary.get("skipped")
-    if isinstance(skipped, list) and skipped:
-        items.append(
-            (
-                "skipped levels",
-                "; ".join(
-                    f"{fmt.load_text(s)}: {s.get('reason', 'no reason recorded')}"
-                    for s in skipped
-                    if isinstance(s, dict)
-                ),
-            )
-        )
+    skipped = doc.skipped
+    if skipped:
+        reasons = (s.reason if "reason" in s.model_fields_set else "no reason recorded" for s in skipped)
+        items.append(("skipped levels", "; ".join(f"{fmt.load_text(s)}: {r}" for s, r in zip(skipped, reasons))))
     failed = sum(int(lv.failed) for lv in levels if fmt.is_number(lv.failed))
     requests = sum(int(lv.requests) for lv in levels if fmt.is_number(lv.requests))
     items.append(("failed requests", f"{failed:,} of {requests:,} requests"))
@@ -175,8 +167,14 @@ def _slo_cell(lv: LevelSummary) -> Cell:
         return Cell(fmt.MISSING, "muted")
     if verdict.met:
         return Cell("met", "better")
-    breaches = [b.get("message", b.get("key", "?")) if isinstance(b, dict) else str(b) for b in verdict.breaches or []]
+    breaches = [b if isinstance(b, str) else _breach_text(b) for b in verdict.breaches]
     return Cell("missed: " + "; ".join(map(str, breaches)), "worse")
+
+
+def _breach_text(b: SloBreach) -> str:
+    """A missed SLO term in words: its message, else its key."""
+    said = b.model_fields_set
+    return str(b.message if "message" in said else b.key if "key" in said else "?")
 
 
 def latency_table(levels: list[LevelSummary]) -> Table:
@@ -441,13 +439,13 @@ def figures(results: Results, doc: SweepSummary, limit: float | None) -> list[Fi
     out += drawn(
         "throughput",
         f"Output throughput vs {load_name}",
-        plots.throughput_vs_load(points, load_name, load_unit, knee_load(summary), limit, subject),
+        plots.throughput_vs_load(points, load_name, load_unit, knee_load(doc), limit, subject),
         " ".join(
             filter(
                 None,
                 (
                     "The star marks the knee."
-                    if knee_load(summary) is not None
+                    if knee_load(doc) is not None
                     else "No knee was found in these levels.",
                     "The dashed green line is the memory preflight limit (worst-case KV fits)."
                     if limit is not None
