@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kneecap.errors import KneecapError
-from kneecap.metrics.summary_model import LevelSummary
+from kneecap.metrics.summary_model import LevelSummary, SweepSummary
 from kneecap.report.levels import level_panels, parse_slo, preflight_limit, slo_spec, time_series
 from kneecap.report.load import load_results
 
@@ -136,13 +136,14 @@ def test_parse_slo_forms():
 
 
 def test_preflight_limit_from_summary_or_verdicts():
-    assert preflight_limit({"preflight": {"max_safe_concurrency": 96}}, []) == 96
+    assert preflight_limit(SweepSummary.read({"preflight": {"max_safe_concurrency": 96}})) == 96
+    assert preflight_limit(SweepSummary.read({"max_safe_concurrency": 80})) == 80  # where older bench runs wrote it
     levels = [  # bench writes each level's verdict as {verdict, ...}; older summaries wrote the word alone
-        LevelSummary.model_validate({"concurrency": c, "preflight": v})
+        {"concurrency": c, "preflight": v}
         for c, v in ((32, "fits"), (64, {"verdict": "fits", "fix": None}), (128, {"verdict": "exceeds", "fix": {}}))
     ]
-    assert preflight_limit({}, levels) == 64
-    assert preflight_limit({}, levels[:2]) is None  # every level fits: no limit reached, none drawn
+    assert preflight_limit(SweepSummary.read({"levels": levels})) == 64
+    assert preflight_limit(SweepSummary.read({"levels": levels[:2]})) is None  # all fit: no limit reached, none drawn
 
 
 def test_time_series_of_the_shapes_the_commands_write():
@@ -189,9 +190,9 @@ def test_preflight_limit_derived_from_a_simulate_summary():
         "workload": {"isl": 1000, "osl": 200},
         "deployment": {"block_size": 16},
     }
-    assert preflight_limit(summary, []) == 115
+    assert preflight_limit(SweepSummary.read(summary)) == 115
     summary["workload"]["isl"] = None  # a length distribution, not a fixed length: no limit claimed
-    assert preflight_limit(summary, []) is None
+    assert preflight_limit(SweepSummary.read(summary)) is None
 
 
 def test_slo_from_the_recorded_command_line():

@@ -283,6 +283,24 @@ class MaxLoad(_Doc):
     probes: list[SearchProbe] = []
 
 
+class SweepPreflight(_Doc):
+    """bench's memory preflight of the sweep (summary.json `preflight`): the largest concurrency whose worst case
+    fits the server's KV pool, and each level's verdict."""
+
+    max_safe_concurrency: Number | None = None
+    kv_capacity_tokens: Number | None = None
+    block_size: int | None = None
+    levels: list[LevelPreflight] | None = None
+
+
+class PlanFields(_Doc):
+    """The KV plan a simulated engine ran with (summary.json `plan`, simulate only)."""
+
+    kv_capacity_tokens: Number | None = None
+    num_kv_blocks: Number | None = None
+    kv_layout: dict[str, Any] | None = None  # vLLM's KV cache groups (kneecap.plan.engines.VllmLayout)
+
+
 class SweepSummary(_Doc):
     """A whole summary.json of `kneecap bench` or `kneecap simulate`."""
 
@@ -305,8 +323,8 @@ class SweepSummary(_Doc):
     server: ServerFields | None = None
     engine: EngineFields | None = None
     seed: int | None = None
-    preflight: dict[str, Any] | None = None  # the memory preflight of the sweep (max_safe_concurrency ...)
-    plan: dict[str, Any] | None = None  # simulate: the KV plan the engine ran with
+    preflight: SweepPreflight | None = None
+    plan: PlanFields | None = None
     server_dead: bool | None = None  # the server stopped answering during the sweep
 
     @classmethod

@@ -128,37 +128,37 @@ def preflight_verdict(level: LevelSummary) -> str | None:
     return value if isinstance(value, str) or value is None else value.verdict
 
 
-def preflight_limit(summary: dict, levels: list[LevelSummary]) -> float | None:
+def preflight_limit(doc: SweepSummary) -> float | None:
     """The largest concurrency the memory preflight says fits: from the summary, else from level verdicts."""
-    pre = summary.get("preflight")
-    if isinstance(pre, dict) and is_number(pre.get("max_safe_concurrency")):
-        return float(pre["max_safe_concurrency"])
-    if is_number(summary.get("max_safe_concurrency")):
-        return float(summary["max_safe_concurrency"])
+    pre = doc.preflight
+    if pre is not None and is_number(pre.max_safe_concurrency):
+        return float(pre.max_safe_concurrency)
+    older = getattr(doc, "max_safe_concurrency", None)  # where older bench runs wrote it
+    if is_number(older):
+        return float(older)
+    levels = doc.levels
     fits = [float(lv.concurrency) for lv in levels if is_number(lv.concurrency) and preflight_verdict(lv) == "fits"]
     if fits and any(preflight_verdict(lv) in ("tight", "exceeds") for lv in levels):
         return max(fits)
-    return _derived_preflight_limit(summary)
+    return _derived_preflight_limit(doc)
 
 
-def _derived_preflight_limit(summary: dict) -> float | None:
+def _derived_preflight_limit(doc: SweepSummary) -> float | None:
     """A simulate summary carries its plan's KV capacity and a fixed ISL/OSL: run the same pure preflight
     (kneecap.plan.preflight) on them. None when any input is missing or lengths are not fixed."""
-    plan, workload = summary.get("plan"), summary.get("workload")
-    deployment = summary.get("deployment") if isinstance(summary.get("deployment"), dict) else {}
-    if not (
-        isinstance(plan, dict) and isinstance(workload, dict) and summary.get("load", "concurrency") == "concurrency"
-    ):
+    plan, workload = doc.plan, doc.workload
+    load = doc.load if "load" in doc.model_fields_set else "concurrency"
+    if plan is None or workload is None or load != "concurrency":
         return None
-    capacity, isl, osl = plan.get("kv_capacity_tokens"), workload.get("isl"), workload.get("osl")
+    capacity, isl, osl = plan.kv_capacity_tokens, workload.isl, workload.osl
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (capacity, isl, osl)):
         return None
-    block_size = deployment.get("block_size") if isinstance(deployment.get("block_size"), int) else 16
+    block_size = doc.deployment.block_size if doc.deployment and doc.deployment.block_size is not None else 16
     from kneecap.errors import KneecapError
     from kneecap.plan.preflight import preflight
 
-    layout = plan.get("kv_layout")
-    if isinstance(layout, dict) and isinstance(plan.get("num_kv_blocks"), int):
+    layout = plan.kv_layout
+    if layout is not None and isinstance(plan.num_kv_blocks, int):
         # vLLM's layer groups: a request of ISL+OSL tokens takes the blocks of every group (a linear-attention
         # state's blocks too), the count plan and preflight give (kneecap.plan.ledger.sequences_at)
         from kneecap.plan.engines import VllmLayout
@@ -168,7 +168,7 @@ def _derived_preflight_limit(summary: dict) -> float | None:
             per_request = groups.blocks_per_request(isl + osl, in_flight=1)
         except (TypeError, ValueError, KeyError):
             return None
-        return float(plan["num_kv_blocks"] // per_request) if per_request > 0 else None
+        return float(plan.num_kv_blocks // per_request) if per_request > 0 else None
 
     try:
         return float(

@@ -569,7 +569,7 @@ def sweep_document(results: Results) -> Document:
     summary = results.summary
     doc = SweepSummary.read(summary, str(results.path))
     levels = doc.levels
-    limit = preflight_limit(summary, levels)
+    limit = preflight_limit(doc)
     kind_word = "Benchmark" if results.kind == "bench" else "Simulation"
     subject = subject_of(summary)
     title = f"{kind_word} report — {subject or results.name}"
