@@ -21,6 +21,7 @@ from kneecap.plan.ledger import sequences_at
 from kneecap.plan.levers import compute_levers
 from kneecap.plan.preflight import plan_capacity, tokens_in_blocks
 from kneecap.plan.sweeps import context_sweep
+from kneecap.metrics.summary_model import SweepSummary
 from kneecap.report.levels import _derived_preflight_limit
 from kneecap.sim.setup import from_plan
 
@@ -87,7 +88,8 @@ def test_every_view_counts_the_same_capacity(kind, spec):
                         "load": "concurrency",
                         "deployment": {"block_size": plan.block_size},
                     }
-                    assert _derived_preflight_limit(summary) == sequences_at(plan, isl + osl), where
+                    limit = _derived_preflight_limit(SweepSummary.read(summary))
+                    assert limit == sequences_at(plan, isl + osl), where
                 for lever in compute_levers(plan):
                     if lever.name == "fp8-kv":
                         flagged = _plan(dataclasses.replace(request, kv_dtype="fp8"))

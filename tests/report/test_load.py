@@ -7,6 +7,7 @@ import json
 import pytest
 
 from kneecap.errors import KneecapError
+from kneecap.metrics.summary_model import LevelSummary, SweepSummary
 from kneecap.report.levels import level_panels, parse_slo, preflight_limit, slo_spec, time_series
 from kneecap.report.load import load_results
 
@@ -135,10 +136,14 @@ def test_parse_slo_forms():
 
 
 def test_preflight_limit_from_summary_or_verdicts():
-    assert preflight_limit({"preflight": {"max_safe_concurrency": 96}}, []) == 96
-    levels = [{"concurrency": c, "preflight": v} for c, v in ((32, "fits"), (64, "fits"), (128, "exceeds"))]
-    assert preflight_limit({}, levels) == 64
-    assert preflight_limit({}, levels[:2]) is None  # every level fits: no limit reached, none drawn
+    assert preflight_limit(SweepSummary.read({"preflight": {"max_safe_concurrency": 96}})) == 96
+    assert preflight_limit(SweepSummary.read({"max_safe_concurrency": 80})) == 80  # where older bench runs wrote it
+    levels = [  # bench writes each level's verdict as {verdict, ...}; older summaries wrote the word alone
+        {"concurrency": c, "preflight": v}
+        for c, v in ((32, "fits"), (64, {"verdict": "fits", "fix": None}), (128, {"verdict": "exceeds", "fix": {}}))
+    ]
+    assert preflight_limit(SweepSummary.read({"levels": levels})) == 64
+    assert preflight_limit(SweepSummary.read({"levels": levels[:2]})) is None  # all fit: no limit reached, none drawn
 
 
 def test_time_series_of_the_shapes_the_commands_write():
@@ -158,7 +163,10 @@ def test_time_series_of_the_shapes_the_commands_write():
 
 
 def test_level_panels_split_a_trace_whose_clock_restarts_per_level():
-    levels = [{"concurrency": 1, "server_metrics": {"num_kv_blocks": 100}}, {"concurrency": 8}]
+    levels = [
+        LevelSummary.model_validate(lv)
+        for lv in ({"concurrency": 1, "server_metrics": {"num_kv_blocks": 100}}, {"concurrency": 8})
+    ]
     rows = [
         {"level": 0, "t": 0.0, "kv_blocks_used": 10, "num_waiting": 0, "num_running": 1},
         {"level": 0, "t": 5.0, "kv_blocks_used": 20, "num_waiting": 0, "num_running": 1},
@@ -182,9 +190,9 @@ def test_preflight_limit_derived_from_a_simulate_summary():
         "workload": {"isl": 1000, "osl": 200},
         "deployment": {"block_size": 16},
     }
-    assert preflight_limit(summary, []) == 115
+    assert preflight_limit(SweepSummary.read(summary)) == 115
     summary["workload"]["isl"] = None  # a length distribution, not a fixed length: no limit claimed
-    assert preflight_limit(summary, []) is None
+    assert preflight_limit(SweepSummary.read(summary)) is None
 
 
 def test_slo_from_the_recorded_command_line():
@@ -197,8 +205,12 @@ def test_slo_from_the_recorded_command_line():
 
 
 def test_concurrency_max_is_plotted_at_its_request_count():
+    from kneecap.metrics.summary_model import LevelSummary
     from kneecap.report.levels import load_value
 
-    assert load_value({"concurrency": "max", "requests": 512}, 3) == 512
-    assert load_value({"concurrency": 8}, 0) == 8 and load_value({"rate": 2.5}, 0) == 2.5
-    assert load_value({}, 4) == 5
+    def level(**keys):
+        return LevelSummary.model_validate(keys)
+
+    assert load_value(level(concurrency="max", requests=512), 3) == 512
+    assert load_value(level(concurrency=8), 0) == 8 and load_value(level(rate=2.5), 0) == 2.5
+    assert load_value(level(), 4) == 5

@@ -204,6 +204,35 @@ def test_empty_levels_render_a_warning(tmp_path):
     assert "holds no levels" in md
 
 
+def test_a_summary_holding_what_older_runs_wrote_still_renders(rate_sim, tmp_path):
+    """The typed read keeps the forms older bench runs wrote: suspect as a reason or {reason}, the preflight
+    verdict as a word, goodput as req_s, a distribution without n, a breach as a string, a skipped level
+    without a reason, a level without server metrics."""
+    import json
+    import shutil
+
+    folder = shutil.copytree(rate_sim, tmp_path / "older")
+    doc = json.loads((folder / "summary.json").read_text())
+    first, second = doc["levels"][0], doc["levels"][1]
+    first.update(suspect="client CPU 99% of a core", goodput={"req_s": 0.25}, preflight="fits")
+    first["ttft_ms"].pop("n")
+    second.update(suspect={"reason": "event-loop lag"}, preflight="tight")
+    second["slo"] = {"met": False, "breaches": ["error_rate 0.2 > 0.1", {"key": "tpot_p99_ms", "limit": 50}]}
+    second.pop("server_metrics")
+    doc["skipped"] = [{"rate": 8.0, "index": 4, "reason": "preflight_exceeds"}, {"rate": 16.0, "index": 5}]
+    (folder / "summary.json").write_text(json.dumps(doc))
+    md = to_markdown(build_document(load_results(folder)))
+    assert "| suspect levels | 0.50 req/s (client CPU 99% of a core); 1.00 req/s (event-loop lag) |" in md
+    assert "| skipped levels | 8.00 req/s: preflight_exceeds; 16.00 req/s: no reason recorded |" in md
+    assert "missed: error_rate 0.2 &gt; 0.1; tpot_p99_ms" in md
+    level_rows = md.split("requests (req/s) | goodput (req/s)")[1]
+    assert "| 0.25 | fits |" in level_rows and "| **tight** |" in level_rows
+    ttft = md.split("TTFT mean (ms)")[1].split("\n\n")[0]
+    assert ttft.splitlines()[2].endswith("| — |")  # the first level's n, not written: a dash, not 0
+    server = md.split("peak KV usage (% of blocks)")[1].split("\n\n")[0]
+    assert "| 1.00 req/s | — | — | — | — | — | — |" in server
+
+
 def test_rate_sweep_uses_rate_axis(rate_sim):
     doc = build_document(load_results(rate_sim))
     md = to_markdown(doc)
@@ -275,5 +304,7 @@ def test_the_reports_of_several_workers_give_each_reason_once_with_its_worst_fig
         {"loop_lag_p99_ms": lag, "suspect_reasons": [f"event-loop lag p99 {lag} ms > 5 ms"]} for lag in (7.8, 11.9, 6.1)
     ]
     per_worker[1]["suspect_reasons"].append("client CPU 97% of a core > 90%")
-    text = suspect_reason({"suspect": True, "client": {"per_worker": per_worker}})
+    from kneecap.metrics.summary_model import LevelSummary
+
+    text = suspect_reason(LevelSummary.model_validate({"suspect": True, "client": {"per_worker": per_worker}}))
     assert text == "event-loop lag p99 11.9 ms > 5 ms (the worst of 3 reports); client CPU 97% of a core > 90%"

@@ -121,6 +121,7 @@ def auto_levels(cores: int) -> tuple[int, ...]:
 
 def level_advice(levels: list[dict], cores: int) -> list[str]:
     """A line for each level that is not a clean measurement: why, and what to do about it."""
+    from kneecap.metrics.summary_model import LevelSummary
     from kneecap.report.levels import suspect_reason
 
     out = []
@@ -130,7 +131,7 @@ def level_advice(levels: list[dict], cores: int) -> list[str]:
             load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
             busy = f"; the machine's load average is {load:.1f} on {cores} cores" if load is not None else ""
             out.append(
-                f"C={c} is client-suspect: {suspect_reason(lv)}{busy}. The simulated server and this client "
+                f"C={c} is client-suspect: {suspect_reason(LevelSummary.model_validate(lv))}{busy}. The simulated server and this client "
                 f"share the machine, so its numbers may be the machine's, not the server's: close other "
                 f"programs and run again, or leave this level out (--concurrency)"
             )

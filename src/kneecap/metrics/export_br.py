@@ -186,23 +186,27 @@ def _load(level: LevelSummary, ctx: ReportContext, inputs: list[float], outputs:
 
 
 def _observability(level: LevelSummary) -> dict | None:
-    sm = level.server_metrics or {}
+    sm = level.server_metrics
+    if sm is None:
+        return None
     aggregate: dict = {}
-    if sm.get("kv_usage_mean") is not None:
-        kv = {"units": "percent", "mean": 100.0 * float(sm["kv_usage_mean"])}
-        if sm.get("kv_usage_max") is not None:
-            kv["max"] = 100.0 * float(sm["kv_usage_max"])
+    if sm.kv_usage_mean is not None:
+        kv = {"units": "percent", "mean": 100.0 * float(sm.kv_usage_mean)}
+        if sm.kv_usage_max is not None:
+            kv["max"] = 100.0 * float(sm.kv_usage_max)
         aggregate["kv_cache_usage"] = kv
-    if sm.get("prefix_cache_hit_rate") is not None:
-        aggregate["cache_hit_rate"] = {"units": "percent", "mean": 100.0 * float(sm["prefix_cache_hit_rate"])}
-    for ours, theirs in (("running", "running_requests"), ("waiting", "waiting_requests")):
-        mean, peak = sm.get(f"{ours}_mean"), sm.get(f"{ours}_max")
+    if sm.prefix_cache_hit_rate is not None:
+        aggregate["cache_hit_rate"] = {"units": "percent", "mean": 100.0 * float(sm.prefix_cache_hit_rate)}
+    for mean, peak, theirs in (
+        (sm.running_mean, sm.running_max, "running_requests"),
+        (sm.waiting_mean, sm.waiting_max, "waiting_requests"),
+    ):
         if mean is not None:  # the report's Statistics needs a mean: a peak alone is not reported
             aggregate[theirs] = {"units": "count", "mean": float(mean)}
             if peak is not None:
                 aggregate[theirs]["max"] = float(peak)
-    if sm.get("preemptions") is not None:
-        aggregate["preemptions"] = {"units": "count", "mean": float(sm["preemptions"])}
+    if sm.preemptions is not None:
+        aggregate["preemptions"] = {"units": "count", "mean": float(sm.preemptions)}
     return {"components": [{"component_label": ENGINE_LABEL, "aggregate": aggregate}]} if aggregate else None
 
 

@@ -56,9 +56,18 @@ class Stability(_Doc):
     rule: str | None = None
 
 
+class SloBreach(_Doc):
+    """One SLO term a level missed: its key, the limit, the level's value, in words."""
+
+    key: str | None = None
+    limit: Number | None = None
+    value: Number | None = None
+    message: str | None = None
+
+
 class LevelSlo(_Doc):
     met: bool | None = None
-    breaches: list = []
+    breaches: list[SloBreach | str] = []
 
 
 class Goodput(_Doc):
@@ -68,6 +77,56 @@ class Goodput(_Doc):
     request_s: Number | None = None
     output_tok_s: Number | None = None
     fraction: Number | None = None
+
+
+class ServerMetrics(_Doc):
+    """What the server (or the simulated engine) counted over a level (summary.json `server_metrics`): KV usage as
+    a fraction of blocks (older bench runs wrote a percentage), peak queue and batch, preemptions, prefix hits."""
+
+    source: str | None = None  # simulator | prometheus | usage | none
+    engine: str | None = None
+    kv_usage_max: Number | None = None
+    kv_usage_mean: Number | None = None
+    running_max: Number | None = None
+    running_mean: Number | None = None
+    waiting_max: Number | None = None
+    waiting_mean: Number | None = None
+    preemptions: Number | None = None
+    prefix_cache_hit_rate: Number | None = None
+    num_kv_blocks: Number | None = None
+    spec: dict[str, Any] | None = None
+
+
+class SpecDecoding(_Doc):
+    """Speculative decoding over a level, as the server's counters (or the simulated engine's draws) say."""
+
+    draft_tokens: Number | None = None
+    accepted_tokens: Number | None = None
+    acceptance_rate: Number | None = None
+    mean_accepted_length: Number | None = None  # tokens per step, the bonus token included
+    method: str | None = None
+    source: str | None = None
+
+
+class LevelPreflight(_Doc):
+    """The memory preflight's verdict on a concurrency level (bench): fits, tight or exceeds."""
+
+    verdict: str | None = None
+    concurrency: Number | None = None
+    peak_tokens: Number | None = None
+    steady_tokens: Number | None = None
+    headroom_tokens: Number | None = None
+    fix: dict[str, Any] | str | None = None  # how to make it fit (fp8 KV, shorter sequences, replicas)
+
+
+class FindMaxProbe(_Doc):
+    """A --find-max level: the load probed, its repetition, whether it met the SLO and why not."""
+
+    load: Number | None = None
+    repetition: int | None = None
+    met: bool | None = None
+    why: Any = None
+    extended: bool | None = None  # a transient level run again with more requests: not the probe's answer
 
 
 class LevelSummary(_Doc):
@@ -88,11 +147,22 @@ class LevelSummary(_Doc):
     itl_ms: Distribution | None = None
     tpot_ms: Distribution | None = None
     e2e_ms: Distribution | None = None
+    ttft_answer_ms: Distribution | None = None  # to the first answer token (after any reasoning)
+    ttft_from_scheduled_ms: Distribution | None = None  # open loop: from when the request was due
+    e2e_from_scheduled_ms: Distribution | None = None
+    schedule_lag_ms: Distribution | None = None  # how late the client sent each request
+    chunk_gap_ms: Distribution | None = None
+    tokens_per_chunk: Distribution | None = None  # tokens, not ms
     errors: dict[str, int] | None = None
-    server_metrics: dict[str, Any] | None = None
+    timeouts: int | None = None
+    server_metrics: ServerMetrics | None = None
     slo: LevelSlo | None = None
     stability: Stability | None = None
-    spec: dict[str, Any] | None = None
+    spec: SpecDecoding | None = None
+    preflight: LevelPreflight | str | None = None  # bench's memory verdict per concurrency level
+    suspect: bool | str | dict[str, Any] | None = None  # the client lagged: True, or older runs' reason
+    client: dict[str, Any] | None = None  # the client's self-measurement (lag, CPU; per_worker with --workers)
+    find_max: FindMaxProbe | None = None
     input_tokens: int | None = None  # over completed measured requests
     output_tokens: int | None = None
     warmup_excluded: int | None = None  # warmup requests recorded and left out of the statistics
@@ -102,6 +172,11 @@ class LevelSummary(_Doc):
     def load(self, kind: str):
         """The level's value on the sweep's dimension (`concurrency` or `rate`)."""
         return getattr(self, kind, None)
+
+    def distribution(self, key: str) -> Distribution | None:
+        """One of the level's distributions by its summary key ('ttft_ms', 'tokens_per_chunk', ...)."""
+        value = getattr(self, key, None)
+        return value if isinstance(value, Distribution) else None
 
 
 class SweepFields(_Doc):
@@ -163,6 +238,69 @@ class Stopped(_Doc):
     detail: str | None = None
 
 
+class Knee(_Doc):
+    """Where throughput stopped paying for latency (kneecap.metrics.knee): the level's load and output rate."""
+
+    concurrency: int | str | None = None
+    rate: Number | None = None
+    output_tok_s: Number | None = None
+    rule: str | None = None
+    kind: str | None = None  # saturation | collapse
+
+
+class SkippedLevel(_Doc):
+    """A planned level that did not run (e.g. preflight_exceeds), by its load and its index in the sweep."""
+
+    concurrency: int | str | None = None
+    rate: Number | None = None
+    index: int | None = None
+    reason: str | None = None
+
+
+class SearchProbe(_Doc):
+    """One evaluation of --find-max's search, in the order it ran."""
+
+    load: Number | None = None
+    repetition: int | None = None
+    met: bool | None = None
+    why: str | None = None
+
+
+class MaxLoad(_Doc):
+    """--find-max's answer (summary.json `max_load`): the highest load meeting every SLO, the next step up that
+    failed and why, and every probe."""
+
+    dimension: str | None = None  # concurrency | rate
+    value: Number | None = None  # None: even the lowest load failed
+    repeats: int | None = None
+    failed_at: Number | None = None  # None: the highest load searched met every SLO
+    failed_because: str | None = None
+    answer: str | None = None
+    last_met: Number | None = None
+    first_failed: Number | None = None
+    binding: str | None = None
+    searched_up_to: Number | None = None
+    probes: list[SearchProbe] = []
+
+
+class SweepPreflight(_Doc):
+    """bench's memory preflight of the sweep (summary.json `preflight`): the largest concurrency whose worst case
+    fits the server's KV pool, and each level's verdict."""
+
+    max_safe_concurrency: Number | None = None
+    kv_capacity_tokens: Number | None = None
+    block_size: int | None = None
+    levels: list[LevelPreflight] | None = None
+
+
+class PlanFields(_Doc):
+    """The KV plan a simulated engine ran with (summary.json `plan`, simulate only)."""
+
+    kv_capacity_tokens: Number | None = None
+    num_kv_blocks: Number | None = None
+    kv_layout: dict[str, Any] | None = None  # vLLM's KV cache groups (kneecap.plan.engines.VllmLayout)
+
+
 class SweepSummary(_Doc):
     """A whole summary.json of `kneecap bench` or `kneecap simulate`."""
 
@@ -173,11 +311,11 @@ class SweepSummary(_Doc):
     benchmark_executed: bool | None = None
     manifest: str | dict[str, Any] | None = None
     levels: list[LevelSummary] = []
-    skipped: list[dict[str, Any]] | None = None
-    knee: dict[str, Any] | None = None
+    skipped: list[SkippedLevel] | None = None
+    knee: Knee | None = None
     stopped: Stopped | None = None
     slo: dict[str, Any] | None = None
-    max_load: dict[str, Any] | None = None
+    max_load: MaxLoad | None = None
     fleet: dict[str, Any] | None = None
     sweep: SweepFields | None = None
     workload: WorkloadFields | None = None
@@ -185,6 +323,9 @@ class SweepSummary(_Doc):
     server: ServerFields | None = None
     engine: EngineFields | None = None
     seed: int | None = None
+    preflight: SweepPreflight | None = None
+    plan: PlanFields | None = None
+    server_dead: bool | None = None  # the server stopped answering during the sweep
 
     @classmethod
     def read(cls, doc: object, source: str = "the summary") -> "SweepSummary":

@@ -23,7 +23,7 @@ from kneecap.report.load import SWEEP_KINDS, Results
 from kneecap.report.provenance import command_text, source_banner
 
 if TYPE_CHECKING:
-    from kneecap.metrics.summary_model import WorkloadFields
+    from kneecap.metrics.summary_model import LevelSummary, WorkloadFields
 
 TIE_FRACTION = 0.01  # |B − A| below 1 % of |A| counts as a tie
 
@@ -119,10 +119,11 @@ def differences(a_summary: dict, b_summary: dict) -> list[tuple[str, str, str]]:
     return [(k, fa[k], fb[k]) for k in fa if fa[k] is not None and fb[k] is not None and fa[k] != fb[k]]
 
 
-def _get(level: dict, path: tuple[str, ...]) -> float | None:
+def _get(level: LevelSummary, path: tuple[str, ...]) -> float | None:
+    """A number of a typed level by its summary keys, ('ttft_ms', 'p99'): None where the level has none."""
     value: object = level
     for key in path:
-        value = value.get(key) if isinstance(value, dict) else None
+        value = value.get(key) if isinstance(value, dict) else getattr(value, key, None)
     return float(value) if fmt.is_number(value) else None
 
 
@@ -238,9 +239,7 @@ def _scoreboard(matched: list[LevelComparison]) -> Table:
 def _series(results: Results) -> tuple[list[tuple[float, float]], list[tuple[float, float, str]]]:
     levels = levels_of(results.summary)
     thr = [
-        (load_value(lv, i), float(lv["output_tok_s"]))
-        for i, lv in enumerate(levels)
-        if fmt.is_number(lv.get("output_tok_s"))
+        (load_value(lv, i), float(lv.output_tok_s)) for i, lv in enumerate(levels) if fmt.is_number(lv.output_tok_s)
     ]
     return thr, frontier_points(levels)
 

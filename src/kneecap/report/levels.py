@@ -1,15 +1,21 @@
 """Reading sweep levels for a report: load points, SLO limits, preflight limit, suspect flags, and the
-time series of a simulator trace or server-metrics timeline. Pure: dicts in, plain values out.
+time series of a simulator trace or server-metrics timeline. Pure: typed levels (LevelSummary) and the
+summary in, plain values out.
 
-Tolerant by design: keys another driver version may not write are optional, never a crash.
+A level's keys are typed by kneecap.metrics.summary_model; every field is optional there, so a summary an
+older version wrote (without stability, goodput, client stats ...) still renders, with those cells empty.
 """
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from kneecap.report.numbers import is_number, load_label, load_text
 from kneecap.report.plots import LoadPoint
+
+if TYPE_CHECKING:
+    from kneecap.metrics.summary_model import LevelSummary, SweepSummary
 
 LATENCY_KEYS = (
     "ttft_ms",
@@ -35,12 +41,14 @@ LATENCY_LABELS = {
 }
 
 
-def levels_of(summary: dict) -> list[dict]:
-    levels = summary.get("levels")
-    return [lv for lv in levels if isinstance(lv, dict)] if isinstance(levels, list) else []
+def levels_of(summary: dict) -> list[LevelSummary]:
+    """The summary's levels, typed; a document that is not a summary is the one-line error SweepSummary.read gives."""
+    from kneecap.metrics.summary_model import SweepSummary
+
+    return SweepSummary.read(summary).levels
 
 
-def load_axis(levels: list[dict]) -> tuple[str, str]:
+def load_axis(levels: list[LevelSummary]) -> tuple[str, str]:
     """(name, unit) of the load axis: concurrency or rate."""
     for lv in levels:
         name, value, unit = load_label(lv)
@@ -49,26 +57,26 @@ def load_axis(levels: list[dict]) -> tuple[str, str]:
     return "level", ""
 
 
-def load_value(level: dict, index: int) -> float:
+def load_value(level: LevelSummary, index: int) -> float:
     """The level's load as a number: its concurrency or rate; `--concurrency max` (every request at
     once) is plotted at its request count; a level with neither at its position (1, 2, ...)."""
     _, value, _ = load_label(level)
     if value is not None:
         return value
-    if level.get("concurrency") == "max" and is_number(level.get("requests")):
-        return float(level["requests"])
+    if level.concurrency == "max" and is_number(level.requests):
+        return float(level.requests)
     return float(index + 1)
 
 
-def is_suspect(level: dict) -> bool:
-    return bool(level.get("suspect"))
+def is_suspect(level: LevelSummary) -> bool:
+    return bool(level.suspect)
 
 
-def client_stats(level: dict) -> dict:
+def client_stats(level: LevelSummary) -> dict:
     """The client's self-measurement of a level, one flat dict: a single driver's stats as they are;
     several workers' (client.per_worker) merged as the worst (max) of each number, reasons pooled."""
-    client = level.get("client")
-    if not isinstance(client, dict):
+    client = level.client
+    if client is None:
         return {}
     workers = [w for w in client.get("per_worker") or [] if isinstance(w, dict)]
     if not workers:
@@ -97,9 +105,9 @@ def worst_reasons(reasons: list[str]) -> list[str]:
     return out
 
 
-def suspect_reason(level: dict) -> str:
+def suspect_reason(level: LevelSummary) -> str:
     """Why a level is suspect, in words (the client's own reasons, or its lag figures)."""
-    flag = level.get("suspect")
+    flag = level.suspect
     if isinstance(flag, str):
         return flag
     if isinstance(flag, dict) and isinstance(flag.get("reason"), str):
@@ -114,51 +122,43 @@ def suspect_reason(level: dict) -> str:
     return "client saturated (latencies may measure the client, not the server)"
 
 
-def preflight_verdict(level: dict) -> str | None:
-    for key in ("preflight", "preflight_verdict", "verdict"):
-        value = level.get(key)
-        if isinstance(value, str):
-            return value
-        if isinstance(value, dict) and isinstance(value.get("verdict"), str):
-            return value["verdict"]
-    return None
+def preflight_verdict(level: LevelSummary) -> str | None:
+    """The memory preflight's verdict on the level (fits, tight, exceeds), or None where bench gave none."""
+    value = level.preflight
+    return value if isinstance(value, str) or value is None else value.verdict
 
 
-def preflight_limit(summary: dict, levels: list[dict]) -> float | None:
+def preflight_limit(doc: SweepSummary) -> float | None:
     """The largest concurrency the memory preflight says fits: from the summary, else from level verdicts."""
-    pre = summary.get("preflight")
-    if isinstance(pre, dict) and is_number(pre.get("max_safe_concurrency")):
-        return float(pre["max_safe_concurrency"])
-    if is_number(summary.get("max_safe_concurrency")):
-        return float(summary["max_safe_concurrency"])
-    fits = [
-        float(lv["concurrency"])
-        for lv in levels
-        if is_number(lv.get("concurrency")) and preflight_verdict(lv) == "fits"
-    ]
+    pre = doc.preflight
+    if pre is not None and is_number(pre.max_safe_concurrency):
+        return float(pre.max_safe_concurrency)
+    older = getattr(doc, "max_safe_concurrency", None)  # where older bench runs wrote it
+    if is_number(older):
+        return float(older)
+    levels = doc.levels
+    fits = [float(lv.concurrency) for lv in levels if is_number(lv.concurrency) and preflight_verdict(lv) == "fits"]
     if fits and any(preflight_verdict(lv) in ("tight", "exceeds") for lv in levels):
         return max(fits)
-    return _derived_preflight_limit(summary)
+    return _derived_preflight_limit(doc)
 
 
-def _derived_preflight_limit(summary: dict) -> float | None:
+def _derived_preflight_limit(doc: SweepSummary) -> float | None:
     """A simulate summary carries its plan's KV capacity and a fixed ISL/OSL: run the same pure preflight
     (kneecap.plan.preflight) on them. None when any input is missing or lengths are not fixed."""
-    plan, workload = summary.get("plan"), summary.get("workload")
-    deployment = summary.get("deployment") if isinstance(summary.get("deployment"), dict) else {}
-    if not (
-        isinstance(plan, dict) and isinstance(workload, dict) and summary.get("load", "concurrency") == "concurrency"
-    ):
+    plan, workload = doc.plan, doc.workload
+    load = doc.load if "load" in doc.model_fields_set else "concurrency"
+    if plan is None or workload is None or load != "concurrency":
         return None
-    capacity, isl, osl = plan.get("kv_capacity_tokens"), workload.get("isl"), workload.get("osl")
+    capacity, isl, osl = plan.kv_capacity_tokens, workload.isl, workload.osl
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (capacity, isl, osl)):
         return None
-    block_size = deployment.get("block_size") if isinstance(deployment.get("block_size"), int) else 16
+    block_size = doc.deployment.block_size if doc.deployment and doc.deployment.block_size is not None else 16
     from kneecap.errors import KneecapError
     from kneecap.plan.preflight import preflight
 
-    layout = plan.get("kv_layout")
-    if isinstance(layout, dict) and isinstance(plan.get("num_kv_blocks"), int):
+    layout = plan.kv_layout
+    if layout is not None and isinstance(plan.num_kv_blocks, int):
         # vLLM's layer groups: a request of ISL+OSL tokens takes the blocks of every group (a linear-attention
         # state's blocks too), the count plan and preflight give (kneecap.plan.ledger.sequences_at)
         from kneecap.plan.engines import VllmLayout
@@ -168,7 +168,7 @@ def _derived_preflight_limit(summary: dict) -> float | None:
             per_request = groups.blocks_per_request(isl + osl, in_flight=1)
         except (TypeError, ValueError, KeyError):
             return None
-        return float(plan["num_kv_blocks"] // per_request) if per_request > 0 else None
+        return float(plan.num_kv_blocks // per_request) if per_request > 0 else None
 
     try:
         return float(
@@ -178,9 +178,12 @@ def _derived_preflight_limit(summary: dict) -> float | None:
         return None
 
 
-def knee_load(summary: dict) -> float | None:
-    knee = summary.get("knee")
-    return _first_number(knee, ("concurrency", "rate")) if isinstance(knee, dict) else None
+def knee_load(doc: SweepSummary) -> float | None:
+    """The knee's load (its concurrency or rate), or None where the sweep found none."""
+    knee = doc.knee
+    if knee is None:
+        return None
+    return next((float(v) for v in (knee.concurrency, knee.rate) if is_number(v)), None)
 
 
 def parse_slo(slo: object) -> dict[str, dict[str, float]]:
@@ -226,32 +229,30 @@ def slo_spec(summary: dict) -> object:
     return None
 
 
-def points_of(levels: list[dict]) -> list[LoadPoint]:
+def points_of(levels: list[LevelSummary]) -> list[LoadPoint]:
     points = []
     for i, lv in enumerate(levels):
-        sm = lv.get("server_metrics") if isinstance(lv.get("server_metrics"), dict) else {}
+        sm = lv.server_metrics
         points.append(
             LoadPoint(
                 load=load_value(lv, i),
-                output_tok_s=float(lv["output_tok_s"]) if is_number(lv.get("output_tok_s")) else None,
-                latency_ms={k: lv[k] for k in LATENCY_KEYS if isinstance(lv.get(k), dict)},
+                output_tok_s=float(lv.output_tok_s) if is_number(lv.output_tok_s) else None,
+                latency_ms={k: d.to_dict() for k in LATENCY_KEYS if (d := lv.distribution(k)) is not None},
                 suspect=is_suspect(lv),
-                kv_usage_max=_fraction(sm.get("kv_usage_max")),
-                waiting_max=float(sm["waiting_max"]) if is_number(sm.get("waiting_max")) else None,
-                running_max=float(sm["running_max"]) if is_number(sm.get("running_max")) else None,
+                kv_usage_max=_fraction(sm.kv_usage_max) if sm else None,
+                waiting_max=float(sm.waiting_max) if sm and is_number(sm.waiting_max) else None,
+                running_max=float(sm.running_max) if sm and is_number(sm.running_max) else None,
             )
         )
     return points
 
 
-def frontier_points(levels: list[dict]) -> list[tuple[float, float, str]]:
+def frontier_points(levels: list[LevelSummary]) -> list[tuple[float, float, str]]:
     """(p99 TPOT ms, output tok/s, load) of every level that has both: the throughput-latency frontier."""
     return [
-        (float(lv["tpot_ms"]["p99"]), float(lv["output_tok_s"]), load_text(lv))
+        (float(lv.tpot_ms.p99), float(lv.output_tok_s), load_text(lv))
         for lv in levels
-        if isinstance(lv.get("tpot_ms"), dict)
-        and is_number(lv["tpot_ms"].get("p99"))
-        and is_number(lv.get("output_tok_s"))
+        if lv.tpot_ms is not None and is_number(lv.tpot_ms.p99) and is_number(lv.output_tok_s)
     ]
 
 
@@ -294,16 +295,18 @@ def time_series(rows: tuple | list, kv_blocks_total: float | None = None) -> dic
     return {"t": t, "kv_usage": kv, "queue": queue, "running": running}
 
 
-def kv_blocks_total(summary: dict, level: dict | None) -> float | None:
+def kv_blocks_total(summary: dict, level: LevelSummary | None) -> float | None:
     """The KV pool in blocks: the level's server metrics, else the summary's (plan) figure."""
-    sm = level.get("server_metrics") if isinstance(level, dict) else None
-    for source, key in ((sm, "num_kv_blocks"), (summary, "kv_blocks_total"), (summary.get("plan"), "num_kv_blocks")):
+    sm = level.server_metrics if level is not None else None
+    if sm is not None and is_number(sm.num_kv_blocks):
+        return float(sm.num_kv_blocks)
+    for source, key in ((summary, "kv_blocks_total"), (summary.get("plan"), "num_kv_blocks")):
         if isinstance(source, dict) and is_number(source.get(key)):
             return float(source[key])
     return None
 
 
-def level_panels(rows: tuple | list, summary: dict, levels: list[dict], max_panels: int = 8) -> list[dict]:
+def level_panels(rows: tuple | list, summary: dict, levels: list[LevelSummary], max_panels: int = 8) -> list[dict]:
     """Trace/timeline rows split per level (each level's clock may restart at 0): one series per panel.
 
     Rows without a 'level' key form one panel. Each panel is a time_series dict plus 'label'.

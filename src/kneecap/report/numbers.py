@@ -69,25 +69,32 @@ def with_unit(text: str, unit: str) -> str:
     return text if text == MISSING else f"{text} {unit}"
 
 
-def load_label(level: dict) -> tuple[str, float | None, str]:
+def _load_of(level: object) -> tuple[object, object]:
+    """(concurrency, rate) of a typed level (LevelSummary) or of a dict holding them (a knee, a skipped level)."""
+    if isinstance(level, dict):
+        return level.get("concurrency"), level.get("rate")
+    return getattr(level, "concurrency", None), getattr(level, "rate", None)
+
+
+def load_label(level: object) -> tuple[str, float | None, str]:
     """(axis name, load value, unit) of one sweep level: closed loop by concurrency, open loop by rate."""
-    if is_number(level.get("concurrency")):
-        return "concurrency", float(level["concurrency"]), "concurrent requests"
-    if level.get("concurrency") == "max":
+    concurrency, rate = _load_of(level)
+    if is_number(concurrency):
+        return "concurrency", float(concurrency), "concurrent requests"
+    if concurrency == "max":
         return "concurrency", None, "all at once"
-    if is_number(level.get("rate")):
-        return "rate", float(level["rate"]), "req/s"
+    if is_number(rate):
+        return "rate", float(rate), "req/s"
     return "level", None, ""
 
 
-def load_text(level: dict) -> str:
+def load_text(level: object) -> str:
     """'C=64', 'rate=2.5 req/s', 'C=max'."""
-    if level.get("concurrency") is not None:
-        value = level["concurrency"]
-        return f"C={count(value) if is_number(value) else value}"
-    if level.get("rate") is not None:
-        value = level["rate"]
-        return f"{num(value, 2) if is_number(value) else value} req/s"
+    concurrency, rate = _load_of(level)
+    if concurrency is not None:
+        return f"C={count(concurrency) if is_number(concurrency) else concurrency}"
+    if rate is not None:
+        return f"{num(rate, 2) if is_number(rate) else rate} req/s"
     return MISSING
 
 

@@ -5,6 +5,8 @@ Pure apart from drawing PNGs in memory: Results in, Document out.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kneecap.report import numbers as fmt
 from kneecap.report import plots
 from kneecap.report.document import Block, Cell, Document, Figure, Heading, KeyValues, Paragraph, Table, drawn
@@ -17,7 +19,6 @@ from kneecap.report.levels import (
     is_suspect,
     knee_load,
     level_panels,
-    levels_of,
     load_axis,
     parse_slo,
     points_of,
@@ -29,12 +30,20 @@ from kneecap.report.levels import (
 from kneecap.report.load import RecordDigest, Results
 from kneecap.report.provenance import facts_block, manifest_blocks, missing_block, source_banner
 
+if TYPE_CHECKING:
+    from kneecap.metrics.summary_model import Distribution, LevelSummary, MaxLoad, SloBreach, SweepSummary
+
 PLOT_LATENCIES = (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E"))
 TABLE_LATENCIES = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")  # the latency table's p50 and p99 columns
 
 
-def _pct(stats: object, name: str) -> str:
-    return fmt.ms(stats.get(name)) if isinstance(stats, dict) else fmt.MISSING
+def _stat(dist: Distribution | None, name: str) -> object:
+    """A statistic of a level's distribution as the summary wrote it (None where it wrote none)."""
+    return getattr(dist, name) if dist is not None and name in dist.model_fields_set else None
+
+
+def _pct(dist: Distribution | None, name: str) -> str:
+    return fmt.ms(_stat(dist, name)) if dist is not None else fmt.MISSING
 
 
 def subject_of(summary: dict) -> str:
@@ -50,26 +59,26 @@ def subject_of(summary: dict) -> str:
     return ""
 
 
-def headline(summary: dict, levels: list[dict], limit: float | None) -> KeyValues:
+def headline(summary: dict, doc: SweepSummary, limit: float | None) -> KeyValues:
+    levels = doc.levels
     load_name, load_unit = load_axis(levels)
     items: list[tuple[str, str]] = [("levels run", f"{len(levels)}")]
-    best = max(
-        (lv for lv in levels if fmt.is_number(lv.get("output_tok_s"))), key=lambda lv: lv["output_tok_s"], default=None
-    )
+    best = max((lv for lv in levels if fmt.is_number(lv.output_tok_s)), key=lambda lv: lv.output_tok_s, default=None)
     if best is not None:
-        items.append(("peak output throughput", f"{fmt.rate(best['output_tok_s'])} tok/s at {fmt.load_text(best)}"))
-    knee = summary.get("knee")
-    if isinstance(knee, dict):
+        items.append(("peak output throughput", f"{fmt.rate(best.output_tok_s)} tok/s at {fmt.load_text(best)}"))
+    knee = doc.knee
+    if knee is not None:
         where = fmt.load_text(knee)
-        items.append(("knee", f"{where}, {fmt.rate(knee.get('output_tok_s'))} tok/s output"))
+        items.append(("knee", f"{where}, {fmt.rate(knee.output_tok_s)} tok/s output"))
     else:
         items.append(("knee", "none found in the levels run (throughput still rising, or too few levels)"))
-    stopped = summary.get("stopped")
-    if isinstance(stopped, dict):
-        at = stopped.get("at")
+    stopped = doc.stopped
+    if stopped is not None:
+        at = stopped.at
         at_text = fmt.load_text(at) if isinstance(at, dict) else f"{load_name} {at}"
-        detail = f" — {stopped['detail']}" if isinstance(stopped.get("detail"), str) else ""
-        items.append(("stopped early", f"at {at_text}: {stopped.get('reason', 'no reason recorded')}{detail}"))
+        detail = f" — {stopped.detail}" if isinstance(stopped.detail, str) else ""
+        reason = stopped.reason if "reason" in stopped.model_fields_set else "no reason recorded"
+        items.append(("stopped early", f"at {at_text}: {reason}{detail}"))
     else:
         items.append(("stopped early", "no: every planned level ran"))
     if limit is not None:
@@ -86,29 +95,21 @@ def headline(summary: dict, levels: list[dict], limit: float | None) -> KeyValue
         )
     suspects = [f"{fmt.load_text(lv)} ({suspect_reason(lv)})" for lv in levels if is_suspect(lv)]
     items.append(("suspect levels", "; ".join(suspects) if suspects else "none"))
-    skipped = summary.get("skipped")
-    if isinstance(skipped, list) and skipped:
-        items.append(
-            (
-                "skipped levels",
-                "; ".join(
-                    f"{fmt.load_text(s)}: {s.get('reason', 'no reason recorded')}"
-                    for s in skipped
-                    if isinstance(s, dict)
-                ),
-            )
-        )
-    failed = sum(int(lv.get("failed") or 0) for lv in levels if fmt.is_number(lv.get("failed")))
-    requests = sum(int(lv.get("requests") or 0) for lv in levels if fmt.is_number(lv.get("requests")))
+    skipped = doc.skipped
+    if skipped:
+        reasons = (s.reason if "reason" in s.model_fields_set else "no reason recorded" for s in skipped)
+        items.append(("skipped levels", "; ".join(f"{fmt.load_text(s)}: {r}" for s, r in zip(skipped, reasons))))
+    failed = sum(int(lv.failed) for lv in levels if fmt.is_number(lv.failed))
+    requests = sum(int(lv.requests) for lv in levels if fmt.is_number(lv.requests))
     items.append(("failed requests", f"{failed:,} of {requests:,} requests"))
     return KeyValues(tuple(items))
 
 
-def _flags(lv: dict) -> Cell:
+def _flags(lv: LevelSummary) -> Cell:
     return Cell("⚠ suspect (client lag)", "warning") if is_suspect(lv) else Cell("", "plain")
 
 
-def level_table(levels: list[dict]) -> Table:
+def level_table(levels: list[LevelSummary]) -> Table:
     """Counts and throughput per level."""
     columns = (
         "load",
@@ -126,22 +127,22 @@ def level_table(levels: list[dict]) -> Table:
     )
     rows, tones = [], []
     for lv in levels:
-        goodput = lv.get("goodput")
-        if isinstance(goodput, dict):
-            goodput = goodput.get("request_s", goodput.get("req_s"))
+        goodput = lv.goodput
+        if goodput is not None:  # older summaries named the rate req_s
+            goodput = goodput.request_s if "request_s" in goodput.model_fields_set else getattr(goodput, "req_s", None)
         verdict = preflight_verdict(lv)
-        failed = lv.get("failed")
+        failed = lv.failed
         rows.append(
             (
                 fmt.load_text(lv),
-                fmt.count(lv.get("requests")),
-                fmt.count(lv.get("completed")),
+                fmt.count(lv.requests),
+                fmt.count(lv.completed),
                 Cell(fmt.count(failed), "worse" if fmt.is_number(failed) and failed > 0 else "plain"),
-                fmt.num(lv.get("duration_s"), 2),
-                fmt.rate(lv.get("output_tok_s")),
-                fmt.rate(lv.get("input_tok_s")),
-                fmt.rate(lv.get("total_tok_s")),
-                fmt.rate(lv.get("request_s")),
+                fmt.num(lv.duration_s, 2),
+                fmt.rate(lv.output_tok_s),
+                fmt.rate(lv.input_tok_s),
+                fmt.rate(lv.total_tok_s),
+                fmt.rate(lv.request_s),
                 fmt.rate(goodput),
                 Cell(
                     verdict or fmt.MISSING,
@@ -160,19 +161,23 @@ def level_table(levels: list[dict]) -> Table:
     )
 
 
-def _slo_cell(lv: dict) -> Cell:
-    verdict = lv.get("slo")
-    if not isinstance(verdict, dict) or "met" not in verdict:
+def _slo_cell(lv: LevelSummary) -> Cell:
+    verdict = lv.slo
+    if verdict is None or "met" not in verdict.model_fields_set:
         return Cell(fmt.MISSING, "muted")
-    if verdict["met"]:
+    if verdict.met:
         return Cell("met", "better")
-    breaches = [
-        b.get("message", b.get("key", "?")) if isinstance(b, dict) else str(b) for b in verdict.get("breaches") or []
-    ]
+    breaches = [b if isinstance(b, str) else _breach_text(b) for b in verdict.breaches]
     return Cell("missed: " + "; ".join(map(str, breaches)), "worse")
 
 
-def latency_table(levels: list[dict]) -> Table:
+def _breach_text(b: SloBreach) -> str:
+    """A missed SLO term in words: its message, else its key."""
+    said = b.model_fields_set
+    return str(b.message if "message" in said else b.key if "key" in said else "?")
+
+
+def latency_table(levels: list[LevelSummary]) -> Table:
     """The latency headline per level, with the level's SLO verdict."""
     rows, tones = [], []
     for lv in levels:
@@ -180,7 +185,7 @@ def latency_table(levels: list[dict]) -> Table:
             (
                 fmt.load_text(lv),
                 _slo_cell(lv),
-                *(_pct(lv.get(key), p) for key in TABLE_LATENCIES for p in ("p50", "p99")),
+                *(_pct(lv.distribution(key), p) for key in TABLE_LATENCIES for p in ("p50", "p99")),
                 _flags(lv),
             )
         )
@@ -205,34 +210,35 @@ def latency_table(levels: list[dict]) -> Table:
     )
 
 
-def stability_table(levels: list[dict]) -> Table | None:
+def stability_table(levels: list[LevelSummary]) -> Table | None:
     """Steady state per level: offered, sent and served load, the waiting queue's and TTFT's trends, the verdict."""
     from kneecap.metrics.stability import stability_caption, verdict_text
 
-    judged = [lv for lv in levels if isinstance(lv.get("stability"), dict)]
+    judged = [lv for lv in levels if lv.stability is not None]
     if not judged:
         return None
     rows = []
     for lv in judged:
-        st = lv["stability"]
-        verdict = verdict_text(lv)
+        st = lv.stability
+        verdict = verdict_text({"stability": st.to_dict()})
         rows.append(
             (
                 fmt.load_text(lv),
                 Cell(verdict, "better" if verdict == "stable" else "worse"),
-                fmt.num(st.get("offered_rps"), 2),
-                fmt.num(st.get("sent_rps"), 2),
-                fmt.num(st.get("served_rps"), 2),
-                fmt.rate(st.get("offered_output_tok_s")),
-                fmt.rate(st.get("output_tok_s")),
-                fmt.num(st.get("queue_trend"), 2),
-                fmt.num(st.get("ttft_trend"), 2),
-                fmt.num(st.get("in_flight_mean"), 1),
-                st.get("client_behind") or st.get("rule") or fmt.MISSING,
+                fmt.num(st.offered_rps, 2),
+                fmt.num(st.sent_rps, 2),
+                fmt.num(st.served_rps, 2),
+                fmt.rate(st.offered_output_tok_s),
+                fmt.rate(st.output_tok_s),
+                fmt.num(st.queue_trend, 2),
+                fmt.num(st.ttft_trend, 2),
+                fmt.num(st.in_flight_mean, 1),
+                st.client_behind or st.rule or fmt.MISSING,
             )
         )
     caption = "Steady state per level (the rule: docs/metrics.md, Steady state). " + (
-        stability_caption(judged) or "Every level reached steady state."
+        stability_caption([{"stability": lv.stability.to_dict()} for lv in judged])
+        or "Every level reached steady state."
     )
     return Table(
         (
@@ -253,18 +259,18 @@ def stability_table(levels: list[dict]) -> Table | None:
     )
 
 
-def percentile_table(levels: list[dict], key: str) -> Table | None:
-    if not any(isinstance(lv.get(key), dict) for lv in levels):
+def percentile_table(levels: list[LevelSummary], key: str) -> Table | None:
+    if not any(lv.distribution(key) is not None for lv in levels):
         return None
     label = LATENCY_LABELS[key]
     rows = []
     for lv in levels:
-        st = lv.get(key) if isinstance(lv.get(key), dict) else {}
+        st = lv.distribution(key)
         rows.append(
             (
                 fmt.load_text(lv),
-                *(fmt.ms(st.get(p)) for p in ("mean", "p50", "p90", "p95", "p99", "max")),
-                fmt.count(st.get("n")),
+                *(fmt.ms(_stat(st, p)) for p in ("mean", "p50", "p90", "p95", "p99", "max")),
+                fmt.count(_stat(st, "n")),
             )
         )
     return Table(
@@ -274,14 +280,13 @@ def percentile_table(levels: list[dict], key: str) -> Table | None:
     )
 
 
-def error_table(levels: list[dict], digest: RecordDigest | None) -> Table | None:
+def error_table(levels: list[LevelSummary], digest: RecordDigest | None) -> Table | None:
     """Error counts per level and kind, with a few distinct messages from the records."""
     samples = digest.error_samples if digest is not None else {}
     rows = []
     for i, lv in enumerate(levels):
-        errors = lv.get("errors") if isinstance(lv.get("errors"), dict) else {}
-        for kind, n in sorted(errors.items()):
-            index = lv["level"] if isinstance(lv.get("level"), int) else i  # records carry the sweep's index
+        for kind, n in sorted((lv.errors or {}).items()):
+            index = lv.level if lv.level is not None else i  # records carry the sweep's index
             rows.append(
                 (
                     fmt.load_text(lv),
@@ -299,28 +304,30 @@ def error_table(levels: list[dict], digest: RecordDigest | None) -> Table | None
     )
 
 
-def server_table(levels: list[dict]) -> Table | None:
-    if not any(isinstance(lv.get("server_metrics"), dict) for lv in levels):
+def server_table(levels: list[LevelSummary]) -> Table | None:
+    measured = [lv.server_metrics for lv in levels if lv.server_metrics is not None]
+    if not measured:
         return None
     rows = []
     for lv in levels:
-        sm = lv.get("server_metrics") if isinstance(lv.get("server_metrics"), dict) else {}
-        kv = sm.get("kv_usage_max")
+        sm = lv.server_metrics
+        if sm is None:
+            rows.append((fmt.load_text(lv), *(fmt.MISSING,) * 6))
+            continue
+        kv = sm.kv_usage_max
         kv_pct = fmt.pct(kv / 100 if fmt.is_number(kv) and kv > 1 else kv)
         rows.append(
             (
                 fmt.load_text(lv),
                 kv_pct,
-                fmt.pct(sm.get("kv_usage_mean")),
-                fmt.count(sm.get("running_max")),
-                fmt.count(sm.get("waiting_max")),
-                fmt.count(sm.get("preemptions")),
-                fmt.pct(sm.get("prefix_cache_hit_rate")),
+                fmt.pct(sm.kv_usage_mean),
+                fmt.count(sm.running_max),
+                fmt.count(sm.waiting_max),
+                fmt.count(sm.preemptions),
+                fmt.pct(sm.prefix_cache_hit_rate),
             )
         )
-    sources = {
-        (lv.get("server_metrics") or {}).get("source") for lv in levels if isinstance(lv.get("server_metrics"), dict)
-    }
+    sources = {sm.source for sm in measured}
     origin = {
         "simulator": "the simulated engine's own counters",
         "prometheus": "scraped from the server's /metrics",
@@ -343,23 +350,26 @@ def server_table(levels: list[dict]) -> Table | None:
     )
 
 
-def spec_table(levels: list[dict]) -> Table | None:
+def spec_table(levels: list[LevelSummary]) -> Table | None:
     """Speculative decoding per level, as the server counted it (vLLM's spec_decode counters, SGLang's gauges, or
     the simulated engine's draws); None when no level speculated."""
-    if not any(isinstance(lv.get("spec"), dict) for lv in levels):
+    if not any(lv.spec is not None for lv in levels):
         return None
     rows = []
     for lv in levels:
-        sp = lv.get("spec") if isinstance(lv.get("spec"), dict) else {}
-        mean = sp.get("mean_accepted_length")
+        sp = lv.spec
+        if sp is None:
+            rows.append((fmt.load_text(lv), *(fmt.MISSING,) * 5))
+            continue
+        mean = sp.mean_accepted_length
         rows.append(
             (
                 fmt.load_text(lv),
-                fmt.count(sp.get("draft_tokens")),
-                fmt.count(sp.get("accepted_tokens")),
-                fmt.pct(sp.get("acceptance_rate")),
+                fmt.count(sp.draft_tokens),
+                fmt.count(sp.accepted_tokens),
+                fmt.pct(sp.acceptance_rate),
                 fmt.MISSING if mean is None else f"{mean:.2f}",
-                str(sp.get("source") or fmt.MISSING),
+                str(sp.source or fmt.MISSING),
             )
         )
     return Table(
@@ -379,7 +389,7 @@ def spec_table(levels: list[dict]) -> Table | None:
 CLIENT_KEY_PARTS = ("lag", "cpu")  # the client-health numbers worth a column (not timestamps)
 
 
-def client_table(levels: list[dict]) -> Table | None:
+def client_table(levels: list[LevelSummary]) -> Table | None:
     stats = [client_stats(lv) for lv in levels]
     keys: list[str] = []
     for st in stats:
@@ -420,8 +430,8 @@ def client_table(levels: list[dict]) -> Table | None:
     )
 
 
-def figures(results: Results, levels: list[dict], limit: float | None) -> list[Figure]:
-    summary = results.summary
+def figures(results: Results, doc: SweepSummary, limit: float | None) -> list[Figure]:
+    summary, levels = results.summary, doc.levels
     load_name, load_unit = load_axis(levels)
     points = points_of(levels)
     subject = subject_of(summary)
@@ -429,13 +439,13 @@ def figures(results: Results, levels: list[dict], limit: float | None) -> list[F
     out += drawn(
         "throughput",
         f"Output throughput vs {load_name}",
-        plots.throughput_vs_load(points, load_name, load_unit, knee_load(summary), limit, subject),
+        plots.throughput_vs_load(points, load_name, load_unit, knee_load(doc), limit, subject),
         " ".join(
             filter(
                 None,
                 (
                     "The star marks the knee."
-                    if knee_load(summary) is not None
+                    if knee_load(doc) is not None
                     else "No knee was found in these levels.",
                     "The dashed green line is the memory preflight limit (worst-case KV fits)."
                     if limit is not None
@@ -465,7 +475,7 @@ def figures(results: Results, levels: list[dict], limit: float | None) -> list[F
     out += drawn(
         "peaks", f"Peak KV occupancy and queue depth vs {load_name}", plots.peaks_vs_load(points, load_name, load_unit)
     )
-    out += find_max_figure(summary, levels, load_name, load_unit)
+    out += find_max_figure(summary, doc, load_name, load_unit)
     out += drawn(
         "chunks",
         "Tokens per streamed chunk",
@@ -475,56 +485,58 @@ def figures(results: Results, levels: list[dict], limit: float | None) -> list[F
     return out
 
 
-def _search_key(summary: dict) -> tuple[str, float] | None:
+def _search_key(summary: dict, m: MaxLoad) -> tuple[str, float] | None:
     """The SLO term the search plot draws: the one the failing step broke, else the first declared."""
     from kneecap.metrics.slo import parse_slo as slo_terms
 
     slo = slo_terms(slo_spec(summary))  # {'ttft_p99_ms': 200.0, ...}
     if not slo:
         return None
-    because = str((summary.get("max_load") or {}).get("failed_because") or "")
+    because = str(m.failed_because or "")
     key = next((k for k in slo if because.startswith(k)), next(iter(slo)))
     return key, slo[key]
 
 
-def find_max_figure(summary: dict, levels: list[dict], load_name: str, load_unit: str) -> list[Figure]:
+def find_max_figure(summary: dict, doc: SweepSummary, load_name: str, load_unit: str) -> list[Figure]:
     """--find-max: every probe of the search against the SLO budget (probes and levels are in the same order)."""
     from kneecap.metrics.slo import slo_value
 
-    m = summary.get("max_load")
-    term = _search_key(summary)
-    levels = [lv for lv in levels if not (lv.get("find_max") or {}).get("extended")]  # a probe's final level
-    if not isinstance(m, dict) or not m.get("probes") or term is None or len(m["probes"]) != len(levels):
+    m = doc.max_load
+    if m is None:
+        return []
+    term = _search_key(summary, m)
+    levels = [lv for lv in doc.levels if not (lv.find_max and lv.find_max.extended)]  # a probe's final level
+    if not m.probes or term is None or len(m.probes) != len(levels):
         return []
     key, limit = term
     probes = [
-        plots.SearchProbe(load=float(p["load"]), met=bool(p.get("met")), value=slo_value(lv, key))
-        for p, lv in zip(m["probes"], levels)
+        plots.SearchProbe(load=float(p.load), met=bool(p.met), value=slo_value(lv.to_dict(), key))
+        for p, lv in zip(m.probes, levels)
     ]
     return drawn(
         "find_max",
         f"Highest {load_name} under the SLO",
-        plots.find_max_search(probes, key, limit, load_name, load_unit, m.get("value"), m.get("failed_at")),
+        plots.find_max_search(probes, key, limit, load_name, load_unit, m.value, m.failed_at),
         find_max_text(m, load_name),
     )
 
 
-def find_max_text(m: dict, load_name: str) -> str:
+def find_max_text(m: MaxLoad, load_name: str) -> str:
     """One sentence: the answer, the next step up that failed and why, how many probes and repetitions."""
-    if m.get("answer"):  # the answer is in the headline; the plot shows how the search got there
-        return f"{len(m.get('probes') or [])} probes, numbered in the order they ran."
-    reps = m.get("repeats") or 1
+    if m.answer:  # the answer is in the headline; the plot shows how the search got there
+        return f"{len(m.probes)} probes, numbered in the order they ran."
+    reps = m.repeats or 1
     every = f" in each of {reps} repetitions" if reps > 1 else ""
-    if m.get("value") is None:
+    if m.value is None:
         answer = f"No {load_name} probed met every SLO term{every}"
     else:
-        answer = f"The highest {load_name} that met every SLO term{every}: {m['value']:g}"
+        answer = f"The highest {load_name} that met every SLO term{every}: {m.value:g}"
     nxt = (
-        f"; the next step up, {m['failed_at']:g}, failed ({m.get('failed_because') or 'SLO'})"
-        if m.get("failed_at") is not None
+        f"; the next step up, {m.failed_at:g}, failed ({m.failed_because or 'SLO'})"
+        if m.failed_at is not None
         else "; no higher load was found to fail within the search bounds"
     )
-    return f"{answer}{nxt}. {len(m.get('probes') or [])} probes, numbered in the order they ran."
+    return f"{answer}{nxt}. {len(m.probes)} probes, numbered in the order they ran."
 
 
 CONFIG_KEYS = (
@@ -552,9 +564,12 @@ def configuration(summary: dict) -> KeyValues | None:
 
 
 def sweep_document(results: Results) -> Document:
+    from kneecap.metrics.summary_model import SweepSummary
+
     summary = results.summary
-    levels = levels_of(summary)
-    limit = preflight_limit(summary, levels)
+    doc = SweepSummary.read(summary, str(results.path))
+    levels = doc.levels
+    limit = preflight_limit(doc)
     kind_word = "Benchmark" if results.kind == "bench" else "Simulation"
     subject = subject_of(summary)
     title = f"{kind_word} report — {subject or results.name}"
@@ -563,13 +578,13 @@ def sweep_document(results: Results) -> Document:
     blocks += missing_block(results.missing)
     if not levels:
         blocks.append(Paragraph("This summary holds no levels: nothing ran to completion.", "warning"))
-    blocks += [Heading("Headline"), headline(summary, levels, limit)]
-    if isinstance(summary.get("max_load"), dict) and summary["max_load"].get("answer"):
-        blocks.append(Paragraph(f"Find-max: {summary['max_load']['answer']}."))
+    blocks += [Heading("Headline"), headline(summary, doc, limit)]
+    if doc.max_load is not None and doc.max_load.answer:
+        blocks.append(Paragraph(f"Find-max: {doc.max_load.answer}."))
     config = configuration(summary)
     if config:
         blocks += [Heading("Configuration"), config]
-    figs = figures(results, levels, limit) if levels else []
+    figs = figures(results, doc, limit) if levels else []
     if figs:
         blocks.append(Heading("Plots"))
         blocks += figs
@@ -591,14 +606,14 @@ def sweep_document(results: Results) -> Document:
         if extra:
             blocks.append(Heading("Errors, server and client"))
             blocks += extra
-        tpc = [lv.get("tokens_per_chunk") for lv in levels]
-        if any(isinstance(s, dict) for s in tpc):
+        tpc = [lv.tokens_per_chunk for lv in levels]
+        if any(s is not None for s in tpc):
             rows = tuple(
                 (
                     fmt.load_text(lv),
-                    fmt.num((s or {}).get("mean"), 2),
-                    fmt.num((s or {}).get("p99"), 0),
-                    fmt.num((s or {}).get("max"), 0),
+                    fmt.num(_stat(s, "mean"), 2),
+                    fmt.num(_stat(s, "p99"), 0),
+                    fmt.num(_stat(s, "max"), 0),
                 )
                 for lv, s in zip(levels, tpc)
             )
