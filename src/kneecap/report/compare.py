@@ -238,9 +238,7 @@ def _scoreboard(matched: list[LevelComparison]) -> Table:
 
 def _series(results: Results) -> tuple[list[tuple[float, float]], list[tuple[float, float, str]]]:
     levels = levels_of(results.summary)
-    thr = [
-        (load_value(lv, i), float(lv.output_tok_s)) for i, lv in enumerate(levels) if fmt.is_number(lv.output_tok_s)
-    ]
+    thr = [(load_value(lv, i), float(lv.output_tok_s)) for i, lv in enumerate(levels) if fmt.is_number(lv.output_tok_s)]
     return thr, frontier_points(levels)
 
 

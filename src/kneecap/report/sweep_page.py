@@ -444,9 +444,7 @@ def figures(results: Results, doc: SweepSummary, limit: float | None) -> list[Fi
             filter(
                 None,
                 (
-                    "The star marks the knee."
-                    if knee_load(doc) is not None
-                    else "No knee was found in these levels.",
+                    "The star marks the knee." if knee_load(doc) is not None else "No knee was found in these levels.",
                     "The dashed green line is the memory preflight limit (worst-case KV fits)."
                     if limit is not None
                     else "",
