@@ -182,9 +182,15 @@ def test_find_max_on_llamacpp_answers_a_load_that_met_the_slo(llamacpp, cli, tmp
     by_load = {lv["concurrency"]: lv for lv in summary["levels"]}
     assert len(summary["levels"]) == len(m["probes"]) >= 2
     assert m["value"] is not None and by_load[m["value"]]["ttft_ms"]["p50"] <= budget_ms
-    if m["failed_at"] is not None:  # the next step up failed it, and says why
-        assert m["value"] < m["failed_at"] and by_load[m["failed_at"]]["ttft_ms"]["p50"] > budget_ms
-        assert "ttft_p50_ms" in m["failed_because"]  # (after the level's steady-state verdict, when it has one)
+    if m["failed_at"] is not None:  # the next step up failed it, and says why: its TTFT, or its steady-state verdict
+        failed = by_load[m["failed_at"]]
+        st = failed.get("stability") or {}
+        assert m["value"] < m["failed_at"]
+        if failed["ttft_ms"]["p50"] > budget_ms:
+            assert "ttft_p50_ms" in m["failed_because"]  # (after the level's verdict, when it has one)
+        else:  # a 16-request level past the server's 4 slots can be too short to judge: that fails it too
+            assert st.get("verdict") != "stable" or st.get("client_behind"), (m, failed)
+            assert m["failed_because"].startswith(("client behind", str(st.get("verdict")))), m
 
 
 def test_replay_on_llamacpp_equal_hash_ids_are_prefix_cache_hits(llamacpp, cli, tmp_path):
