@@ -117,29 +117,39 @@ def child_env() -> dict:
     return env
 
 
+def timed_child(cmd: list[str], *, cwd: str | None = None, env: dict | None = None) -> tuple[dict, str]:
+    """One child process timed: (exit code, wall from start to exit, CPU and peak RSS from os.wait4's rusage, the
+    1-minute load average before and after; its stderr). stderr is read before waiting, so a child that writes more
+    than a pipe holds cannot block."""
+    load = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env if env is not None else child_env()
+    )
+    err = proc.stderr.read().decode(errors="replace")
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.stderr.close()
+    row = {
+        "exit": os.waitstatus_to_exitcode(status),
+        "wall_s": round(wall, 3),
+        "user_s": round(usage.ru_utime, 3),
+        "sys_s": round(usage.ru_stime, 3),
+        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "load_avg_1min_before": round(load, 2),
+        "load_avg_1min_after": round(os.getloadavg()[0], 2),
+    }
+    return row, err
+
+
 def run_cli(extra: list[str], case: list[str] = CASE) -> dict:
     """One `python -m kneecap simulate CASE` as a child process: wall, CPU and peak RSS (os.wait4 rusage)."""
     with tempfile.TemporaryDirectory(prefix="sim_speed-") as tmp:
         out = Path(tmp) / "out"
         cmd = [sys.executable, "-m", "kneecap", "simulate", *case, *extra, "--out", str(out)]
-        load = os.getloadavg()[0]
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=child_env())
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
-        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-        proc.stderr.close()
-        code = os.waitstatus_to_exitcode(status)
-        row = {
-            "extra_flags": extra,
-            "exit": code,
-            "wall_s": round(wall, 3),
-            "user_s": round(usage.ru_utime, 3),
-            "sys_s": round(usage.ru_stime, 3),
-            "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
-            "load_avg_1min_before": round(load, 2),
-            "load_avg_1min_after": round(os.getloadavg()[0], 2),
-        }
+        timed, err = timed_child(cmd)
+        row = {"extra_flags": extra, **timed}
+        code = row["exit"]
         if code != 0:
             row["error"] = err.strip().splitlines()[-1] if err.strip() else f"exit {code}"
             return row
@@ -261,26 +271,9 @@ def run_vidur(cache_dir: Path) -> dict:
     with tempfile.TemporaryDirectory(prefix="sim_speed-vidur-") as tmp:
         out_dir = Path(tmp) / "out"
         env = dict(child_env(), WANDB_MODE="disabled")
-        load = os.getloadavg()[0]
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(
-            vidur_command(out_dir, cache_dir), cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
-        )
-        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
-        proc.stderr.close()
-        code = os.waitstatus_to_exitcode(status)
-        row = {
-            "cache": "warm" if cached_before else "cold",
-            "exit": code,
-            "wall_s": round(wall, 3),
-            "user_s": round(usage.ru_utime, 3),
-            "sys_s": round(usage.ru_stime, 3),
-            "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
-            "load_avg_1min_before": round(load, 2),
-            "load_avg_1min_after": round(os.getloadavg()[0], 2),
-        }
+        timed, err = timed_child(vidur_command(out_dir, cache_dir), cwd=tmp, env=env)
+        row = {"cache": "warm" if cached_before else "cold", **timed}
+        code = row["exit"]
         tok_s = vidur_output_tok_s(out_dir) if code == 0 else None
         if code != 0 or tok_s is None:
             lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith(" ")]
@@ -333,25 +326,8 @@ def run_blis() -> dict:
         return {"error": f"no BLIS binary at {BLIS_BIN} (build it with bench/build_blis.sh first)"}
     with tempfile.TemporaryDirectory(prefix="sim_speed-blis-") as tmp:
         metrics = Path(tmp) / "metrics.json"
-        load = os.getloadavg()[0]
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(
-            blis_command(metrics), cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=child_env()
-        )
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
-        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-        proc.stderr.close()
-        code = os.waitstatus_to_exitcode(status)
-        row = {
-            "exit": code,
-            "wall_s": round(wall, 3),
-            "user_s": round(usage.ru_utime, 3),
-            "sys_s": round(usage.ru_stime, 3),
-            "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
-            "load_avg_1min_before": round(load, 2),
-            "load_avg_1min_after": round(os.getloadavg()[0], 2),
-        }
+        row, err = timed_child(blis_command(metrics), cwd=tmp)
+        code = row["exit"]
         if code != 0 or not metrics.exists():
             row["error"] = err.strip().splitlines()[-1] if err.strip() else f"exit {code}, no metrics file"
             return row
