@@ -19,7 +19,7 @@ from kneecap.hardware import get_gpu
 from kneecap.model.kv import check_kv_dtype, check_tp, kv_dtype_bytes
 from kneecap.model.resolve import load_model
 from kneecap.model.weights import weight_bits, weight_bytes
-from kneecap.plan import engines
+from kneecap.plan import engines, profile_peak
 from kneecap.plan.ledger import Plan, build_plan, weights_bytes_per_gpu, weights_total_bytes
 from kneecap.units import GB, GiB
 
@@ -382,17 +382,19 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         if f.engine == "vllm" and pool_bytes is not None:
             engine_pool = engines.vllm_logged_pool(deployment, pool_bytes, **vllm)
         elif f.engine == "vllm":
-            act = int((f.activation_gib if f.activation_gib is not None else f.overhead_gib) * GiB)
-            if f.activation_gib is None:  # a measured peak has the tower's profile in it already
-                from kneecap.plan.ledger import with_vision_profile
-
-                act = with_vision_profile(act, deployment.vision_profile)
+            act, act_source, profile = _vllm_activation(f, deployment, version, context)
             engine_pool = engines.vllm_pool(
                 deployment,
                 activation_bytes=act,
                 non_torch_bytes=int(f.non_torch_gib * GiB),
                 cudagraph_bytes=int(f.cudagraph_gib * GiB),
                 **vllm,
+            )
+            engine_pool = dataclasses.replace(
+                engine_pool,
+                activation_source=act_source,
+                activation_profile=profile,
+                non_torch_source="--non-torch-gib" if f.non_torch_gib else profile_peak.NON_TORCH_ASSUMED,
             )
         elif pool_bytes is not None:
             engine_pool = engines.sglang_logged_pool(deployment, pool_bytes, **sglang)
@@ -437,6 +439,30 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
             ),
         )
     return PlannedDeployment(plan, engine_pool)
+
+
+def _vllm_activation(
+    f: DeploymentRequest, deployment: Deployment, version: str, context: int
+) -> tuple[int, str, dict | None]:
+    """vLLM's activation peak in engine mode: --activation-gib when given; else the release's profile run as
+    profile_peak derives it; else --overhead-gib (with the vision tower's profile), saying why."""
+    if f.activation_gib is not None:
+        return int(f.activation_gib * GiB), "--activation-gib", None
+    peak = profile_peak.vllm_profile_peak(
+        deployment.model,
+        tp=deployment.tp,
+        gpu_name=deployment.gpu.name,
+        version=engines.parse_version(version),
+        max_model_len=context,
+        max_num_batched_tokens=f.max_num_batched_tokens,
+    )
+    if peak is not None:
+        return peak.peak_bytes, f"predicted: {peak.describe()}", {**dataclasses.asdict(peak), "phase": peak.phase}
+    from kneecap.plan.ledger import with_vision_profile
+
+    act = with_vision_profile(int(f.overhead_gib * GiB), deployment.vision_profile)
+    why = profile_peak.unmodelled_reason(deployment.model) or f"vLLM {version}'s profile run is not modelled"
+    return act, f"--overhead-gib ({f.overhead_gib:g} GiB; no prediction: {why})", None
 
 
 def _with_vision_profile(deployment: Deployment, f: DeploymentRequest, context_hint: int | None) -> Deployment:

@@ -99,6 +99,11 @@ class EnginePool:
     in_flight_tokens: int = 0  # vLLM: tokens its sliding / chunked groups reserve for the batches in flight
     rope_cache_bytes: int = 0  # vLLM: the RoPE cos/sin buffer it loads with the weights (vllm_rope_cache_bytes)
     capacity_explained: str = ""  # why kneecap's capacity differs from the logged figure (empty: they agree)
+    # vLLM: where the activation peak came from ("predicted", "--activation-gib", "--overhead-gib") and, when
+    # predicted, the profile run's phases (profile_peak.ProfilePeak fields); where non-torch memory came from
+    activation_source: str = ""
+    activation_profile: dict | None = None
+    non_torch_source: str = ""
 
     def to_json(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}

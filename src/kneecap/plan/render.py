@@ -403,6 +403,10 @@ def engine_section(engine: EnginePool, plan: Plan | None = None):
             f"  − activation peak {_gib(engine.activation_bytes)} − non-torch {_gib(engine.non_torch_bytes)}"
             f" − CUDA graphs {_gib(engine.cudagraph_bytes)} GiB = KV {_gib(engine.kv_pool_bytes)} GiB"
         )
+        if engine.activation_source:
+            lines.append(f"    activation peak: {engine.activation_source}")
+        if engine.non_torch_source:
+            lines.append(f"    non-torch: {engine.non_torch_source}")
     else:
         lines.append(
             f"  − non-torch {_gib(engine.non_torch_bytes)} GiB = KV {_gib(engine.kv_pool_bytes)} GiB"
