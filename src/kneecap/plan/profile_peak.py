@@ -119,8 +119,6 @@ def v0_sampler_bytes(model, tokens: int, rows: int) -> int:
 
 def unmodelled_reason(model) -> str:
     """Why kneecap has no profile-run rule for this model ('' if it has one)."""
-    if model.architecture not in V0_MLP_HIDDEN_LIVE:
-        return f"{model.architecture}'s layer was not read (rules: {', '.join(V0_MLP_HIDDEN_LIVE)})"
     if model.num_experts:
         return "MoE layers (the fused-MoE kernels' buffers) are not modelled"
     kinds = set(model.layer_types) - LAYER_KINDS_MODELLED
@@ -130,6 +128,8 @@ def unmodelled_reason(model) -> str:
         return "the multimodal encoder's profile is not modelled"
     if not model.intermediate_size:
         return "the config does not state intermediate_size"
+    if model.architecture not in V0_MLP_HIDDEN_LIVE:
+        return f"{model.architecture}'s layer was not read (rules: {', '.join(V0_MLP_HIDDEN_LIVE)})"
     return ""
 
 

@@ -1,0 +1,100 @@
+"""kneecap.plan.profile_peak: the activation peak of vLLM 0.6's profile run, phase by phase, and where engine mode
+falls back to --overhead-gib. The comparison with published logs is tests/plan/test_plan_engine_startup_logs.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from kneecap.model.resolve import load_model
+from kneecap.plan import profile_peak as pp
+
+CONFIGS = Path(__file__).parent / "configs"
+GiB = 2**30
+
+
+@pytest.fixture(scope="module")
+def llama3_8b():
+    return load_model(str(CONFIGS / "meta-llama--Meta-Llama-3-8B.json"))
+
+
+def _peak(model, **kw):
+    args = dict(tp=1, gpu_name="h100-sxm", version=(0, 6, 5), max_model_len=8192, max_num_batched_tokens=None)
+    return pp.vllm_profile_peak(model, **{**args, **kw})
+
+
+def test_the_forward_holds_three_hidden_wide_tensors_beside_gate_up_and_its_activation(llama3_8b):
+    m = llama3_8b
+    assert pp.v0_forward_bytes(m, 1, 1000) == 1000 * (3 * 4096 + 3 * 14336) * 2
+    # TP splits the intermediate width, not the hidden one
+    assert pp.v0_forward_bytes(m, 2, 1000) == 1000 * (3 * 4096 + 3 * 7168) * 2
+    # Qwen2's MLP keeps gate_up named through down_proj: one more hidden-wide tensor at its peak
+    qwen2 = dataclasses.replace(m, architecture="Qwen2ForCausalLM")
+    assert pp.v0_forward_bytes(qwen2, 1, 1000) - pp.v0_forward_bytes(m, 1, 1000) == 1000 * 4096 * 2
+
+
+def test_the_sampler_phase_is_the_sort_of_fp32_logits_with_its_scratch(llama3_8b):
+    m = llama3_8b
+    f = 256 * 128_256 * 4
+    held = 8192 * 4096 * 2 + 256 * 128_256 * 2  # the model's output and the 16-bit logits
+    assert pp.v0_sampler_bytes(m, 8192, 256) == held + 9 * f
+    # below 128 rows PyTorch sorts them as one full sort, with more scratch
+    f64 = 64 * 128_256 * 4
+    assert pp.v0_sampler_bytes(m, 8192, 64) == 8192 * 4096 * 2 + 64 * 128_256 * 2 + 12 * f64
+
+
+def test_the_peak_is_the_larger_phase_plus_the_cublas_workspace(llama3_8b):
+    p = _peak(llama3_8b)
+    assert p.workspace_bytes == 32 * 2**20  # sm90
+    assert p.peak_bytes == p.workspace_bytes + max(p.forward_bytes, p.sampler_bytes)
+    assert p.phase == "sampler"
+    assert _peak(llama3_8b, gpu_name="a100-80").workspace_bytes == 4096 * 1024 * 2 + 16 * 1024 * 8
+    # a long batch: the forward sets it
+    assert _peak(llama3_8b, max_model_len=20_000).phase == "forward"
+
+
+def test_tp2_on_the_driver_is_what_vllm_logged_for_meta_llama_3_8b(llama3_8b):
+    # https://github.com/vllm-project/vllm/pull/10511 (youkaichao, 2024-12-14): `vllm serve meta-llama/Meta-Llama-3-8B
+    # -tp 2` on an H100 logged "PyTorch activation peak memory 1.26GiB", as at TP 1: the driver gathers the whole
+    # vocabulary's logits, so the sampler phase does not shrink with TP
+    for tp in (1, 2):
+        assert abs(_peak(llama3_8b, tp=tp).peak_bytes / GiB - 1.26) <= 0.005
+
+
+def test_the_profile_batch_is_the_releases_default(llama3_8b):
+    assert _peak(llama3_8b, max_model_len=1024).tokens == 2048  # max(max_model_len, 2048)
+    assert _peak(llama3_8b, max_model_len=65_536).tokens == 512  # chunked prefill, on above 32K
+    assert pp.v0_batch(65_536, sliding_window=4096) == 65_536  # not for sliding-window models
+    p = _peak(llama3_8b, max_num_batched_tokens=100)
+    assert (p.tokens, p.rows) == (100, 100)
+
+
+def test_no_rule_where_the_source_was_not_read(llama3_8b):
+    assert _peak(llama3_8b, version=(0, 11, 0)) is None
+    assert _peak(llama3_8b, version=(0, 5, 4)) is None
+    assert "not read" in pp.unmodelled_reason(dataclasses.replace(llama3_8b, architecture="GemmaForCausalLM"))
+    moe = load_model("qwen3-235b-a22b")
+    assert "MoE" in pp.unmodelled_reason(moe) and _peak(moe) is None
+
+
+def _engine(cli, *args):
+    r = cli("plan", *args, "--engine", "vllm", "--json")
+    return json.loads(r.stdout)["engine"]
+
+
+def test_engine_mode_predicts_names_and_falls_back(cli):
+    base = ["--model", str(CONFIGS / "meta-llama--Meta-Llama-3-8B.json"), "--gpu", "h100-sxm", "--context", "8192"]
+    eng = _engine(cli, *base, "--engine-version", "0.6")
+    assert eng["activation_source"].startswith("predicted: vLLM 0.6 (V0) profile run of 8,192 tokens")
+    assert eng["activation_profile"]["phase"] == "sampler"
+    assert eng["activation_bytes"] == eng["activation_profile"]["peak_bytes"]
+    assert eng["non_torch_source"].startswith("assumed 0")
+    given = _engine(cli, *base, "--engine-version", "0.6", "--activation-gib", "2", "--non-torch-gib", "0.5")
+    assert (given["activation_source"], given["activation_bytes"]) == ("--activation-gib", 2 * GiB)
+    assert given["non_torch_source"] == "--non-torch-gib" and given["activation_profile"] is None
+    later = _engine(cli, *base, "--engine-version", "0.11")
+    assert later["activation_bytes"] == 4 * GiB
+    assert later["activation_source"] == "--overhead-gib (4 GiB; no prediction: vLLM 0.11's profile run is not modelled)"
