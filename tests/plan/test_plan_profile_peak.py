@@ -67,6 +67,7 @@ def test_tp2_on_the_driver_is_what_vllm_logged_for_meta_llama_3_8b(llama3_8b):
 def test_the_profile_batch_is_the_releases_default(llama3_8b):
     assert _peak(llama3_8b, max_model_len=1024).tokens == 2048  # max(max_model_len, 2048)
     assert _peak(llama3_8b, max_model_len=65_536).tokens == 512  # chunked prefill, on above 32K
+    assert _peak(llama3_8b, max_model_len=65_536, version=(0, 7, 3)).tokens == 2048  # 0.7: 2048
     assert pp.v0_batch(65_536, sliding_window=4096) == 65_536  # not for sliding-window models
     p = _peak(llama3_8b, max_num_batched_tokens=100)
     assert (p.tokens, p.rows) == (100, 100)
@@ -74,6 +75,7 @@ def test_the_profile_batch_is_the_releases_default(llama3_8b):
 
 def test_no_rule_where_the_source_was_not_read(llama3_8b):
     assert _peak(llama3_8b, version=(0, 11, 0)) is None
+    assert _peak(llama3_8b, version=(0, 8, 5)) is None
     assert _peak(llama3_8b, version=(0, 5, 4)) is None
     assert "not read" in pp.unmodelled_reason(dataclasses.replace(llama3_8b, architecture="GemmaForCausalLM"))
     moe = load_model("qwen3-235b-a22b")

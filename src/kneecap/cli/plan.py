@@ -101,7 +101,9 @@ FLAG_OPTIONS = {
     "activation_gib": Annotated[
         Optional[float],
         typer.Option(
-            "--activation-gib", help="vLLM: activation peak of its profile run, GiB (default: --overhead-gib)"
+            "--activation-gib",
+            help="vLLM: activation peak of its profile run, GiB (default: predicted for vLLM 0.6-0.7 and dense "
+            "Llama, Mistral and Qwen2 models, else --overhead-gib)",
         ),
     ],
     "non_torch_gib": Annotated[

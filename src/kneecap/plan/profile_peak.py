@@ -4,11 +4,12 @@ Owns what vLLM subtracts as "PyTorch activation peak memory" before it sizes the
 shapes and the release's profile run, with the phase that sets it. Does not own the pool formula (engines.py) nor the
 non-torch memory (CUDA context, NCCL buffers, lazily loaded kernels), which kneecap does not predict.
 
-vLLM 0.6 (V0 engine; read in the 0.6.4 and 0.6.5 sdists; both pin torch 2.5.1):
+vLLM 0.6 and 0.7 (V0 engine; read in the 0.6.4, 0.6.5, 0.7.0 and 0.7.3 sdists; all pin torch 2.5.1; the sampler,
+the Llama and Qwen2 layers and the profile run below are the same in the four):
   worker/model_runner.py profile_run: max_num_seqs dummy prompts, max_num_batched_tokens tokens together, each with
     SamplingParams(top_p=0.99, top_k=vocab_size - 1) "to reflect the accurate memory usage", run eagerly (no graphs).
   worker/worker.py determine_num_available_blocks: the activation is the rise of torch's allocated_bytes peak over the
-    run (0.6.5 utils.memory_profiling; 0.6.4 logs the peak from zero, the weights inside it).
+    run (0.6.5 and 0.7 utils.memory_profiling; 0.6.4 logs the peak from zero, the weights inside it).
   The run's peak is the larger of two phases, plus the cuBLAS workspace its first GEMM allocates and keeps:
   forward  (models/llama.py, which also serves MistralForCausalLM, and models/qwen2.py): the model's loop variable
            holds the layer's input while the layer runs (the fused add-RMSNorm works in place on it and on the
@@ -40,9 +41,9 @@ ACT_BYTES = 2  # the model's 16-bit dtype: activations, logits before the sample
 F32 = 4
 I64 = 8
 VOCAB_PADDING = 64  # vLLM 0.6.4 layers/vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
-V0_MAX_NUM_SEQS = 256  # vLLM 0.6.4 engine/arg_utils.py EngineArgs.max_num_seqs
+V0_MAX_NUM_SEQS = 256  # vLLM 0.6.4 engine/arg_utils.py EngineArgs.max_num_seqs (0.7: 256 unless VLLM_USE_V1)
 V0_MIN_BATCHED_TOKENS = 2048  # vLLM 0.6.4 config.py SchedulerConfig: max(max_model_len, 2048) without chunked prefill
-V0_CHUNKED_BATCHED_TOKENS = 512  # ... and 512 with chunked prefill
+V0_CHUNKED_BATCHED_TOKENS = {(0, 6): 512, (0, 7): 2048}  # ... and with chunked prefill (0.7.0 config.py: 2048)
 V0_LONG_CONTEXT = 32768  # engine/arg_utils.py: chunked prefill on by default above 32K (GPU, no sliding window)
 SORT_FULL_SORT_BELOW = 128  # SortStable.cu: fewer segments than this sort as one full sort
 # torch 2.5.1 CublasHandlePool.cpp: ":4096:2:16:8" (KiB x count) by default, ":4096:8" on sm90
@@ -53,9 +54,9 @@ SM90_GPUS = ("h100", "h200", "gh200", "h20", "h800")  # catalog names of compute
 # the CUDA context included; 0.6.5: what appeared outside torch since the worker started, NCCL buffers and kernels
 # loaded on first use) has no published size kneecap could cite. Engine mode takes it as 0 unless given.
 NON_TORCH_ASSUMED = "assumed 0 (not predicted; pass the engine's logged figure with --non-torch-gib)"
-V0_FAMILY = (0, 6)  # the releases whose profile run was read for this rule
+V0_FAMILY = ((0, 6), (0, 7))  # the releases whose profile run was read for this rule
 LAYER_KINDS_MODELLED = {"full_attention", "sliding_attention"}
-# [hidden]-wide tensors live at the MLP's peak besides gate_up and its activation, by vLLM 0.6 model class
+# [hidden]-wide tensors live at the MLP's peak besides gate_up and its activation, by vLLM 0.6 / 0.7 model class
 V0_MLP_HIDDEN_LIVE = {"LlamaForCausalLM": 3, "MistralForCausalLM": 3, "Qwen2ForCausalLM": 4}
 
 
@@ -88,16 +89,16 @@ def cublas_workspace_bytes(gpu_name: str) -> int:
     return CUBLAS_WORKSPACE_SM90_BYTES if gpu_name.lower().startswith(SM90_GPUS) else CUBLAS_WORKSPACE_BYTES
 
 
-def v0_batch(max_model_len: int, sliding_window: int | None) -> int:
-    """vLLM 0.6's max_num_batched_tokens when not given: 512 with the chunked prefill it turns on above 32K tokens
-    of context (not for sliding-window models), else max(max_model_len, 2048)."""
+def v0_batch(max_model_len: int, sliding_window: int | None, version: tuple[int, ...] = (0, 6)) -> int:
+    """vLLM 0.6 / 0.7's max_num_batched_tokens when not given: 512 (0.6) or 2048 (0.7) with the chunked prefill it
+    turns on above 32K tokens of context (not for sliding-window models), else max(max_model_len, 2048)."""
     if max_model_len > V0_LONG_CONTEXT and not sliding_window:
-        return V0_CHUNKED_BATCHED_TOKENS
+        return V0_CHUNKED_BATCHED_TOKENS[version[:2]]
     return max(max_model_len, V0_MIN_BATCHED_TOKENS)
 
 
 def v0_forward_bytes(model, tp: int, tokens: int) -> int:
-    """Live tensors at the peak of vLLM 0.6's eager Llama-style forward over `tokens` tokens on one TP rank."""
+    """Live tensors at the peak of vLLM 0.6 / 0.7's eager Llama-style forward over `tokens` tokens on one TP rank."""
     h = model.hidden_size
     q = model.num_attention_heads * model.head_dim // tp
     kv = model.num_key_value_heads * model.head_dim // tp if model.num_key_value_heads >= tp else model.head_dim
@@ -108,7 +109,7 @@ def v0_forward_bytes(model, tp: int, tokens: int) -> int:
 
 
 def v0_sampler_bytes(model, tokens: int, rows: int) -> int:
-    """Live tensors at the peak of vLLM 0.6's sampler (the sort in _apply_top_k_top_p) on the driver rank."""
+    """Live tensors at the peak of vLLM 0.6 / 0.7's sampler (the sort in _apply_top_k_top_p) on the driver rank."""
     vocab = model.vocab_size
     padded = -(-vocab // VOCAB_PADDING) * VOCAB_PADDING
     f = rows * vocab * F32
@@ -138,11 +139,12 @@ def vllm_profile_peak(
 ) -> ProfilePeak | None:
     """The activation peak of `version`'s profile run for a dense Llama-style model, or None where kneecap has no
     rule (the release's profile run was not read, or the model is of a kind the rule does not cover)."""
-    if version[:2] != V0_FAMILY or unmodelled_reason(model):
+    if version[:2] not in V0_FAMILY or unmodelled_reason(model):
         return None
-    tokens = max_num_batched_tokens or v0_batch(max_model_len, model.sliding_window)
+    tokens = max_num_batched_tokens or v0_batch(max_model_len, model.sliding_window, version)
     rows = min(V0_MAX_NUM_SEQS, tokens)
     forward = v0_forward_bytes(model, tp, tokens)
     sampler = v0_sampler_bytes(model, tokens, rows)
     workspace = cublas_workspace_bytes(gpu_name)
-    return ProfilePeak("0.6 (V0)", tokens, rows, forward, sampler, workspace, workspace + max(forward, sampler))
+    family = f"{version[0]}.{version[1]} (V0)"
+    return ProfilePeak(family, tokens, rows, forward, sampler, workspace, workspace + max(forward, sampler))
