@@ -23,9 +23,10 @@ the Llama and Qwen2 layers and the profile run below are the same in the four):
            casts them to fp32 (F = rows x vocab x 4 B) and _apply_top_k_top_p sorts them: values F and int64 indices 2F,
            while PyTorch's CUDA sort (aten/src/ATen/native/cuda/SortStable.cu) holds its own scratch: with >= 128 rows
            (segmented_sort_pairs) int64 reverse indices 2F and cub's alternate key and value buffers 3F
-           (DeviceSegmentedRadixSort::SortPairs without a DoubleBuffer keeps them in its temporary storage), so
-           16-bit logits + 9F at the sort; with 2-127 rows (segmented_sort_pairs_by_full_sort) two int2 index buffers
-           4F, the sorted keys F and cub's buffers 3F: + 12F). The rest of the sampler (softmax, cumsum, masks,
+           (cub/device/dispatch/dispatch_radix_sort.cuh: without a DoubleBuffer its temporary storage holds the
+           "3rd keys buffer" and "3rd values buffer", num_items each), so 16-bit logits + 9F at the sort; with
+           2-127 rows (segmented_sort_pairs_by_full_sort) two int2 index buffers 4F, the sorted keys F and cub's
+           buffers 3F: + 12F). The rest of the sampler (softmax, cumsum, masks,
            the scatter back, multinomial's exponential draw) holds less.
   cuBLAS workspace: torch 2.5.1 aten/src/ATen/cuda/CublasHandlePool.cpp getChosenWorkspaceSize, default
            CUBLAS_WORKSPACE_CONFIG ":4096:2:16:8" = 8,519,680 B, and 32 MiB on sm90 (H100, H200).
