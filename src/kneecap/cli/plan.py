@@ -127,7 +127,9 @@ FLAG_OPTIONS = {
         Optional[int],
         typer.Option(
             "--max-num-batched-tokens",
-            help="vLLM's --max-num-batched-tokens, which its sliding-window groups reserve per request in the logged maximum concurrency, and for 0.6-0.7 the batch of the profile run whose activation peak kneecap predicts (default: the release's)",
+            help="vLLM's --max-num-batched-tokens, which its sliding-window groups reserve per request in the logged "
+            "maximum concurrency, and for 0.6-0.7 the batch of the profile run whose activation peak kneecap predicts "
+            "(default: the release's)",
         ),
     ],
     "language_only": Annotated[
