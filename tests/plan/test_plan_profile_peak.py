@@ -99,7 +99,9 @@ def test_engine_mode_predicts_names_and_falls_back(cli):
     assert given["non_torch_source"] == "--non-torch-gib" and given["activation_profile"] is None
     later = _engine(cli, *base, "--engine-version", "0.11")
     assert later["activation_bytes"] == 4 * GiB
-    assert later["activation_source"] == "--overhead-gib (4 GiB; no prediction: vLLM 0.11's profile run is not modelled)"
+    assert (
+        later["activation_source"] == "--overhead-gib (4 GiB; no prediction: vLLM 0.11's profile run is not modelled)"
+    )
 
 
 def test_the_sampler_phase_is_what_vllms_own_profile_test_expects_for_opt_125m(llama3_8b):
