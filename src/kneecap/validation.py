@@ -58,7 +58,7 @@ ENGINES: dict[str, str] = {
     "and ISL/OSL (tensorrt_llm/bench/build/tuning.py); KV pool = TensorRT-LLM's own rule, as `--engine-defaults trtllm` "
     "prices it: 0.9 of the memory free once the model is loaded (the default kv_cache_free_gpu_mem_fraction; NVIDIA's "
     "overview says it used 0.95 in many cases, which the rows do not say), over the device total the CUDA runtime "
-    "reports, less the ledger's 4 GiB of activations; TensorRT-LLM's engine "
+    "reports, less the weights and the ledger's 4 GiB overhead; TensorRT-LLM's engine "
     "profile (its overlap scheduler hides the per-step CPU time under the GPU's): the PyTorch executor's "
     "host time per running request (28 us) for releases from 0.17 on and unversioned runs, none for the "
     "C++-runtime releases before 0.17; with pipeline parallelism the PyTorch executor's ranks before the last wait "

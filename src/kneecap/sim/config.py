@@ -139,8 +139,9 @@ TRTLLM_CPU_PER_SEQ_S = 28e-6
 # TRTLLM_PP_HOST_SYNC_NOTE: with pp > 1 the PyTorch executor runs PyExecutor._executor_loop_pp, one micro-batch per
 # iteration on every rank. On every rank but the last, _forward_step_inter_pp launches the stage's forward, records a
 # CUDA event and calls sampler_event.synchronize() before returning (NVIDIA/TensorRT-LLM
-# tensorrt_llm/_torch/pyexecutor/py_executor.py in the 2025 releases, the 1.0 line the published RTX PRO 6000 PP
-# table was measured with), so that rank's host only then receives the next micro-batch's tokens, updates its requests
+# tensorrt_llm/_torch/pyexecutor/py_executor.py as of mid and late 2025, the 1.0 line the published RTX PRO 6000 PP
+# table was measured with; earlier 2025 versions synchronised the last rank on its decode instead), so that rank's
+# host only then receives the next micro-batch's tokens, updates its requests
 # and schedules and prepares it: the rank's host work and its GPU stage run one after the other, not overlapped.
 # NVIDIA's own review of a fix there says an early sampler sync "would prevent overlapping" (NVIDIA/TensorRT-LLM#6976,
 # Aug 2025), and NVIDIA/TensorRT-LLM#10120 (Dec 2025) removed implicit stream syncs because they "break the overlap
