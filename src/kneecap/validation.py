@@ -12,7 +12,7 @@ inter-node links) is kept in the table as "not simulated: <why>", never dropped.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
 
@@ -55,18 +55,21 @@ ENGINES: dict[str, str] = {
     "tensorrt-llm": "TensorRT-LLM's default GUARANTEED_NO_EVICT capacity scheduler (admit a request only if the pool "
     "holds it to its last token), max_batch_size 2048 and max_num_tokens 8192 unless the point states them; a "
     "`trtllm-bench throughput` run takes the limits trtllm-bench computes from the model, the GPUs' memory "
-    "and ISL/OSL (tensorrt_llm/bench/build/tuning.py); KV pool = the planner's ledger (4 GiB overhead, 5% fragmentation "
-    "headroom: about the 0.9-0.95 kv_cache_free_gpu_memory_fraction of the runs); TensorRT-LLM's engine "
+    "and ISL/OSL (tensorrt_llm/bench/build/tuning.py); KV pool = TensorRT-LLM's own rule, as `--engine-defaults trtllm` "
+    "prices it: 0.9 of the memory free once the model is loaded (the default kv_cache_free_gpu_mem_fraction; NVIDIA's "
+    "overview says it used 0.95 in many cases, which the rows do not say), over the device total the CUDA runtime "
+    "reports, less the weights and the ledger's 4 GiB overhead; TensorRT-LLM's engine "
     "profile (its overlap scheduler hides the per-step CPU time under the GPU's): the PyTorch executor's "
     "host time per running request (28 us) for releases from 0.17 on and unversioned runs, none for the "
-    "C++-runtime releases before 0.17; prefills run whole in one step (enable_chunked_prefill defaults to "
+    "C++-runtime releases before 0.17; with pipeline parallelism the PyTorch executor's ranks before the last wait "
+    "for their own stage before the next micro-batch's host work (py_executor.py _forward_step_inter_pp), so a stage "
+    "lasts its GPU time plus that host time; prefills run whole in one step (enable_chunked_prefill defaults to "
     "False in the LLM API and trtllm-serve) except in `trtllm-bench` runs, which chunk them: its --enable_chunked_context "
     "defaults to True (tensorrt_llm/bench/benchmark/throughput.py; it was off for the PyTorch backend in "
     "some 2025 releases, NVIDIA/TensorRT-LLM#6956), and the overview's 5,000-token prompts exceed the "
     "max_num_tokens trtllm-bench computes for them, which TensorRT-LLM accepts only with chunking",
-    "nim": "NVIDIA NIM's TensorRT-LLM profiles: run as tensorrt-llm above, with the C++ runtime's profile and its "
-    "KV pool: 0.9 of the memory free after the engine loads (kv_cache_free_gpu_mem_fraction), over the total the "
-    "CUDA runtime reports; the FP8 profile's KV cache in fp8, as NVIDIA's FP8 checkpoints ship it",
+    "nim": "NVIDIA NIM's TensorRT-LLM profiles: run as tensorrt-llm above (its KV pool rule included), with the C++ "
+    "runtime's profile; the FP8 profile's KV cache in fp8, as NVIDIA's FP8 checkpoints ship it",
     "llama.cpp": "one sequence at a time (llama-bench runs one), n_batch 2048 tokens per step; KV pool = the ledger; "
     "f16 weights multiplied by cuBLAS with fp16 accumulation (ggml-cuda.cu: CUBLAS_COMPUTE_16F), which GeForce parts "
     "run at twice the fp32-accumulate rate",
@@ -112,7 +115,6 @@ KNOWN_BIASED: dict[str, tuple[float, str]] = {
         "tokens/s measured (TTFT 14-25% short, output tok/s 17-24% high), 128-token prompts about twice as fast "
         "(TTFT 49% short); without them the group's signed median is -3.8%",
     ),
-    "ISL band = 1025-4096": (9.6, "the gpt-oss-20b H100 points above (4 of its 30; +4.4% without them)"),
     "metric = latency": (9.4, "the DeepSeek-R1 TTFTs above and the gpt-oss-20b H100 TTFTs (+7.0% without the latter)"),
     "concurrency band = <= 1": (13.8, "the DeepSeek-R1 TensorRT-LLM TTFT and H200 ITL points above (9 of its 17)"),
 }
@@ -267,13 +269,14 @@ def _plan(point: Point):
         mem_util=point.mem_util if point.engine == "vllm" else None,
         mem_fraction=point.mem_util if point.engine == "sglang" else None,
     )
-    if point.engine == "nim":
-        # NIM's TensorRT-LLM in-flight batching runtime sizes its pool by its own rule: 0.9 of the memory free after
-        # the engine loads, over the total the CUDA runtime reports (sim.config.TRTLLM_KV_FREE_GPU_MEM_FRACTION); the
-        # activations and context stay the ledger's default overhead
-        from kneecap.sim.config import TRTLLM_KV_FREE_GPU_MEM_FRACTION
+    if point.engine in ("nim", "tensorrt-llm"):
+        # TensorRT-LLM (and NIM's TensorRT-LLM profiles) size the pool by the engine's own rule, as `kneecap simulate
+        # --engine-defaults trtllm` does (sim.setup.engine_pool_request): 0.9 of the memory free after the model loads.
+        # (the 0.5-0.6 static-batch runs, gptSessionBenchmark, sized theirs per batch: this pool moves two of them by
+        # at most 1.2 points)
+        from kneecap.sim.setup import engine_pool_request
 
-        request = replace(request, hbm="framework", frag=round(1.0 - TRTLLM_KV_FREE_GPU_MEM_FRACTION, 6))
+        request = engine_pool_request(request, "trtllm")
     return plan_deployment(request).plan
 
 

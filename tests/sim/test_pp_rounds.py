@@ -119,3 +119,34 @@ def test_tensorrt_llm_defaults_cap_each_micro_batch():
         simulated_deployment(req, defaults="vllm").config.max_num_seqs
         == simulated_deployment(replace(req, pp=1, tp=4), defaults="vllm").config.max_num_seqs
     )  # vLLM: over all
+
+
+def test_tensorrt_llm_ranks_wait_for_their_own_stage_before_the_next_micro_batch():
+    # TensorRT-LLM's PyTorch executor synchronises every rank but the last on its stage's forward
+    # (_forward_step_inter_pp: sampler_event.synchronize()) before that rank's host updates and prepares the next
+    # micro-batch, so a stage lasts its GPU time plus one micro-batch's host time; engines whose host overlaps its
+    # GPU (the C++ runtime, vLLM's batch queue) keep the stage's GPU time alone
+    pp, per_mb, ctx = 8, 250, 1500
+    synced = pp_model(pp)
+    overlapped = pp_model(pp, profile=replace(TRTLLM_PROFILE, pp_host_sync=False))
+    full = one_pass(synced, per_mb, ctx)
+    sends = synced.pp_latency_s + synced.pp_s_per_byte * per_mb * synced.act_bytes_per_token
+    head = synced._head_seconds(per_mb, per_mb) + 6 * synced.params.kernel_gap_s
+    layers = full - sends - head
+    cpu = synced._cpu(pp * per_mb, pp)
+    stage_gpu = max(layers * synced.pp_stage_max_frac, layers * synced.pp_stage_last_frac + head)
+    r_synced = decode_round(synced, pp * per_mb, ctx, pp)
+    r_overlapped = decode_round(overlapped, pp * per_mb, ctx, pp)
+    # the host work of this micro-batch size outlasts nothing alone: without the sync the ring binds, not the stage
+    assert r_overlapped == pytest.approx(max(pp * (stage_gpu + sends / (pp - 1)), full + cpu / pp, cpu), rel=1e-9)
+    # with it, every rank before the last pays its host work once per micro-batch, pp times a round
+    first = layers * synced.pp_stage_max_frac + cpu / pp + sends / (pp - 1)
+    assert r_synced == pytest.approx(pp * first, rel=1e-9)
+    assert r_synced > r_overlapped + (pp - 1) * cpu / pp * 0.5
+
+
+def test_the_host_sync_costs_nothing_without_pipeline_stages():
+    # pp = 1 never enters the pipeline round: the overlap scheduler's step is max(gpu, cpu) with or without the flag
+    one = pp_model(1)
+    plain = pp_model(1, profile=replace(TRTLLM_PROFILE, pp_host_sync=False))
+    assert decode_round(one, 256, 1500, 1) == decode_round(plain, 256, 1500, 1)

@@ -185,7 +185,12 @@ SIM_OPTIONS = {
 ENGINE_DEFAULTS = "vllm"
 EngineDefaultsOpt = Annotated[
     str,
-    typer.Option("--engine-defaults", help="vllm, sglang or trtllm (TensorRT-LLM): whose scheduler defaults to mimic"),
+    typer.Option(
+        "--engine-defaults",
+        help="vllm, sglang or trtllm (TensorRT-LLM): whose scheduler defaults to mimic; trtllm also sizes the KV pool "
+        "as TensorRT-LLM does (0.9 of the memory free once the model is loaded) unless --hbm, --frag or --kv-pool-gib "
+        "say otherwise",
+    ),
 ]
 MaxSeqsOpt = Annotated[
     Optional[int], typer.Option("--max-num-seqs", help="Sequences running at once (default: the engine's)")

@@ -290,7 +290,7 @@ def simulate(
     from kneecap.plan.build import plan_deployment
     from kneecap.results import ResultsDir, current_argv
     from kneecap.sim.level_driver import SimulateOptions, VirtualTimeDriver
-    from kneecap.sim.setup import from_plan
+    from kneecap.sim.setup import engine_pool_request, from_plan
     from kneecap.sim.config import check_release
     from kneecap.sim.step_params import parse_step_params
     from kneecap.workload import parse_levels
@@ -330,7 +330,7 @@ def simulate(
             )
         turnaround = {"client_turnaround_s": client_turnaround_ms / 1e3}
 
-    plan, _ = plan_deployment(request)
+    plan, _ = plan_deployment(engine_pool_request(request, engine_defaults))  # TensorRT-LLM's own pool rule
     schedule = ()
     if replay is not None:  # the levels given were speeds: each becomes the replay's mean request rate
         schedule = _replay_schedule(replay, plan.context, skip_too_long)

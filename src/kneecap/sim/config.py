@@ -75,6 +75,10 @@ class EngineProfile:
     # before 0.12 on CUDA: VLLM_MARLIN_MOE_NOTE); their GEMMs then reach at most the GPU's moe_marlin_w4a16 fraction
     # of the bf16 peak (data/efficiency.json)
     marlin_w4a16_moe: bool = False
+    # with pipeline parallelism, whether every rank but the last waits for its own stage of a micro-batch before its
+    # host goes on to the next micro-batch's work (TensorRT-LLM's PyTorch executor: TRTLLM_PP_HOST_SYNC_NOTE): a
+    # stage then lasts its GPU time plus one micro-batch's host time (sim/steptime.py, PP)
+    pp_host_sync: bool = False
 
 
 # Per-sequence CPU time per step. vLLM: a cProfile study of the V1 engine loop measured the all-decode
@@ -132,6 +136,17 @@ VLLM_ASYNC_PROFILE = EngineProfile(
 # per step. The overlap scheduler hides it only while the GPU step is the longer: step = max(gpu, cpu), so a small model
 # at thousands of sequences runs at the host's pace. Measured on Grace (GB200); x86 hosts may be faster (not modelled).
 TRTLLM_CPU_PER_SEQ_S = 28e-6
+# TRTLLM_PP_HOST_SYNC_NOTE: with pp > 1 the PyTorch executor runs PyExecutor._executor_loop_pp, one micro-batch per
+# iteration on every rank. On every rank but the last, _forward_step_inter_pp launches the stage's forward, records a
+# CUDA event and calls sampler_event.synchronize() before returning (NVIDIA/TensorRT-LLM
+# tensorrt_llm/_torch/pyexecutor/py_executor.py as of mid and late 2025, the 1.0 line the published RTX PRO 6000 PP
+# table was measured with; earlier 2025 versions synchronised the last rank on its decode instead), so that rank's
+# host only then receives the next micro-batch's tokens, updates its requests
+# and schedules and prepares it: the rank's host work and its GPU stage run one after the other, not overlapped.
+# NVIDIA's own review of a fix there says an early sampler sync "would prevent overlapping" (NVIDIA/TensorRT-LLM#6976,
+# Aug 2025), and NVIDIA/TensorRT-LLM#10120 (Dec 2025) removed implicit stream syncs because they "break the overlap
+# feature of overlap scheduler and pipeline parallelism". Later releases return the event unsynchronised (the newest
+# py_executor.py read); the first such release is not established, so the PyTorch profile keeps the sync.
 TRTLLM_PROFILE = EngineProfile(
     name="trtllm",
     version="TensorRT-LLM 1.x PyTorch backend (overlap scheduler on by default)",
@@ -139,6 +154,7 @@ TRTLLM_PROFILE = EngineProfile(
     overlap_cpu=True,
     cudagraph_sizes=(),
     eager_launch_s=EAGER_LAUNCH_S,
+    pp_host_sync=True,
 )
 # TensorRT-LLM's C++ runtime (TensorRT engines: gptSessionBenchmark's static batches in 0.5-0.6, the C++ batch manager /
 # executor after, NIM's TensorRT-LLM profiles): scheduling, input preparation and the per-request updates are C++
@@ -159,8 +175,12 @@ TRTLLM_CPP_PROFILE = EngineProfile(
 # profiles run): KvCacheConfig::kDefaultGpuMemFraction = 0.9 of the memory cudaMemGetInfo reports free once the engine
 # (weights and its activation buffers) is loaded (NVIDIA/TensorRT-LLM cpp/include/tensorrt_llm/executor/executor.h;
 # cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp, calculateMaxNumBlocks / calculateFreeMemBytes). The total it sees
-# is the device's as the CUDA runtime reports it (the framework's figure), not the datasheet's. The static-batch
-# benchmark of releases 0.5-0.6 (gptSessionBenchmark) sizes its cache per batch instead and is not sized this way.
+# is the device's as the CUDA runtime reports it (the framework's figure), not the datasheet's. The PyTorch backend
+# keeps the rule: the LLM API's KvCacheConfig.free_gpu_memory_fraction defaults to 0.9 of the memory free after the model
+# loads, and `trtllm-bench throughput` passes its --kv_cache_free_gpu_mem_fraction, default .90 ("The percentage of
+# memory to use for KV Cache after model load", tensorrt_llm/bench/benchmark/throughput.py). `--engine-defaults trtllm`
+# prices its pool this way (sim/setup.py engine_pool_request). The static-batch benchmark of releases 0.5-0.6
+# (gptSessionBenchmark) sizes its cache per batch instead and is not sized this way.
 TRTLLM_KV_FREE_GPU_MEM_FRACTION = 0.9
 
 # llama.cpp's CUDA backend multiplies f16 weights by cuBLAS with fp16 accumulation: ggml-cuda.cu

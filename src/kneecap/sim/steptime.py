@@ -72,6 +72,11 @@ One step over a batch of T tokens (S sequences; decodes and prefill chunks), per
       a stage being its decoder layers' share (ceil(L/pp)/L; the last floor(L/pp)/L plus the head) of a micro-batch's
       pass, plus one send of T/m x hidden x 2 B; the pass is every stage plus (pp-1) sends. Fewer micro-batches
       than stages leave stages idle (the bubble): the round is then one micro-batch's pass and host work.
+      TensorRT-LLM's PyTorch executor does not overlap a rank's host work with its own stage: every rank but the last
+      synchronises on its stage's forward (_forward_step_inter_pp: sampler_event.synchronize()) before it receives,
+      updates and prepares the next micro-batch (engine profile pp_host_sync, sim/config.py
+      TRTLLM_PP_HOST_SYNC_NOTE), so the stages before the last last their share of the pass plus one micro-batch's
+      host work: the round is max(m x (first stages' share + host work of one micro-batch), m x last stage, ...).
       The scheduler's token budget per round is pp x max_num_batched_tokens (one per micro-batch).
 
 Dtype of the GEMMs: bf16/fp16 -> bf16 peak; fp8/fp8-block/int8 (W8A8) -> fp8 peak; nvfp4/mxfp4 ->
@@ -531,6 +536,7 @@ class StepTimeModel:
         # engine profile (bound by for_engine): CPU per sequence, overlap, CUDA-graph capture sizes
         self.cpu_per_seq_s = 0.0
         self.overlap_cpu = False
+        self.pp_host_sync = False  # PP: a rank's host waits for its own stage (module docstring, PP)
         self.graph_sizes: tuple[int, ...] = ()
         self.eager_launch_s = 0.0  # host seconds per kernel of a step outside a CUDA graph (engine profile)
         self.graph_mixed_tokens = 0
@@ -566,6 +572,7 @@ class StepTimeModel:
         sizes = tuple(sorted(profile.cudagraph_sizes))
         fixed = self.params.overhead_s if profile.cpu_fixed_s is None else profile.cpu_fixed_s
         eager, mixed = profile.eager_launch_s, profile.graph_mixed_tokens
+        sync = getattr(profile, "pp_host_sync", False)
         if (
             self.cpu_per_seq_s,
             self.overlap_cpu,
@@ -573,12 +580,14 @@ class StepTimeModel:
             self.overhead_s,
             self.eager_launch_s,
             self.graph_mixed_tokens,
-        ) == (profile.cpu_per_seq_s, profile.overlap_cpu, sizes, fixed, eager, mixed):
+            self.pp_host_sync,
+        ) == (profile.cpu_per_seq_s, profile.overlap_cpu, sizes, fixed, eager, mixed, sync):
             return self
         other = copy.copy(self)
         other.cpu_per_seq_s, other.overlap_cpu, other.graph_sizes = profile.cpu_per_seq_s, profile.overlap_cpu, sizes
         other.overhead_s = fixed
         other.eager_launch_s, other.graph_mixed_tokens = eager, mixed
+        other.pp_host_sync = sync
         return other
 
     # --- pieces --------------------------------------------------------------------------------
@@ -761,12 +770,13 @@ class StepTimeModel:
         hop = sends / (self.pp - 1)  # a stage after the first waits on its own stream for its input
         cpu_one = cpu / m
         layers = full - sends - head
+        sync = cpu_one if self.pp_host_sync else 0.0  # a rank before the last: its stage, then its host work
         if isinstance(full, float):
-            stage = max(layers * self.pp_stage_max_frac, layers * self.pp_stage_last_frac + head) + hop
+            stage = max(layers * self.pp_stage_max_frac + sync, layers * self.pp_stage_last_frac + head) + hop
             return max(m * stage, full + cpu_one, cpu)
         import numpy as np
 
-        stage = np.maximum(layers * self.pp_stage_max_frac, layers * self.pp_stage_last_frac + head) + hop
+        stage = np.maximum(layers * self.pp_stage_max_frac + sync, layers * self.pp_stage_last_frac + head) + hop
         return np.maximum(np.maximum(m * stage, full + cpu_one), cpu)
 
     def seconds(
