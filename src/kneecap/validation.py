@@ -169,7 +169,7 @@ class Point:
     osl_low: int | None
     concurrency: int | str  # an int, or "max" (every request queued at once: offline throughput)
     requests: int | None  # requests the publisher sent (None: not stated)
-    sim_requests: int  # requests simulated (fewer for the largest offline runs; stated in the table)
+    sim_requests: int  # requests simulated: the published count; stated in points.json only where none is published
     metric: str
     published: float
     engine_overrides: dict
