@@ -165,7 +165,7 @@ def _module(path: str) -> ast.Module:
     return ast.parse((SRC / path).read_text())
 
 
-@pytest.mark.parametrize("path", ["sim/sweep.py"])
+@pytest.mark.parametrize("path", ["sim/sweep.py", "client/driver.py"])
 def test_the_simulator_and_the_client_run_the_one_schedule_not_a_copy_of_it(path):
     """Fails if slot, arrival or hold logic comes back into either driver: they build a LoadSchedule, and neither
     keeps a heap of send times, draws arrival times, reads a request's dependencies or think time, or holds
