@@ -144,17 +144,19 @@ class LoadSchedule:
             if spec is None:
                 break
             self._seen.add(spec.request_id)
-            out = {a for a in spec.after_ids if a in self._seen and a not in self.answers}
-            if out:
-                self._waiting[spec.request_id] = (at, spec, out)
-                for a in out:
-                    self._held.setdefault(a, []).append(spec.request_id)
-            elif spec.after_ids and self._after_answers(at, spec) > at:
-                heapq.heappush(self._released, (self._after_answers(at, spec), spec.index, spec))
-            else:
-                got = self._take(at, spec, None)
-                if got is not None:
-                    return got
+            if spec.after_ids:
+                out = {a for a in spec.after_ids if a in self._seen and a not in self.answers}
+                if out:
+                    self._waiting[spec.request_id] = (at, spec, out)
+                    for a in out:
+                        self._held.setdefault(a, []).append(spec.request_id)
+                    continue
+                if self._after_answers(at, spec) > at:
+                    heapq.heappush(self._released, (self._after_answers(at, spec), spec.index, spec))
+                    continue
+            got = self._take(at, spec, None)
+            if got is not None:
+                return got
         while self._released and self._released[0][0] <= now_s:
             at, _, spec = heapq.heappop(self._released)
             got = self._take(at, spec, None)
