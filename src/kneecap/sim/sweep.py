@@ -243,77 +243,54 @@ def simulate_level(
     engine = sim.new_engine(level=index, trace=trace, fast_path=fast_path, token_times=token_times)
     phases = level_phases(level, workload, seed=seed, index=index, burstiness=burstiness)
     concurrency = phases[-1].concurrency if level.rate is None else None  # 'max': the measured requests
-    meta_base = {"level": index, "concurrency": concurrency, "rate": level.rate}
     records: list[RequestRecord] = []
     follow = {conv[k].request_id: conv[k + 1] for conv in level.conversations for k in range(len(conv) - 1)}
-    run = _LevelRun(engine, records, meta_base, follow, turnaround_s, delivery_spread_s, level.think_time_s)
-    t = 0.0
+    answers: dict[str, float] = {}  # when the client had each answer back (a trace's requests wait for these)
+    t, sent = 0.0, 0
     for phase in phases:
         if not phase.warmup and len(phases) > 1:
             engine.start_measuring()  # the level's server metrics are its measured requests', as bench's
-        t = run.phase(phase, t)
-    end_s = max((r.end_at for r in records if r.end_at is not None), default=0.0)
-    return LevelResult(records=records, server_metrics=engine.server_metrics(), trace=engine.trace(), end_s=end_s)
-
-
-class _LevelRun:
-    """One level's engine and records, through its phases one after the other."""
-
-    def __init__(
-        self,
-        engine: Engine,
-        records: list[RequestRecord],
-        meta_base: dict,
-        follow: dict,
-        turnaround_s: float,
-        delivery_spread_s: float,
-        think_time_s: float,
-    ):
-        self.engine, self.records, self.meta_base, self.follow = engine, records, meta_base, follow
-        self.turnaround_s, self.delivery_spread_s, self.think_time_s = turnaround_s, delivery_spread_s, think_time_s
-        self.sent_in_level = 0
-        # request ids whose answers are back, and when the client had each (a trace's children wait for these)
-        self.answered: dict[str, float] = {}
-
-    def phase(self, phase: Phase, t0: float) -> float:
-        """Send the phase from t0 (its LoadSchedule on the virtual clock) and run the engine until it is done; when
-        the client has its last answer back (its next phase starts then, one client turnaround later)."""
-        engine, records, spread = self.engine, self.records, self.delivery_spread_s
-        meta = dict(self.meta_base, warmup=phase.warmup)
-        cap = MAX_REQUESTS_PER_LEVEL - self.sent_in_level  # --duration at a high rate: never grow without bound
+        cap = MAX_REQUESTS_PER_LEVEL - sent  # --duration at a high rate: never grow without bound
         schedule = LoadSchedule(
             phase.source,
             total=cap if phase.total is None else min(phase.total, cap),
             slots=phase.concurrency,
             offsets=phase.offsets,
             horizon_s=phase.horizon_s,
-            follow=self.follow,
-            think_time_s=self.think_time_s,
-            turnaround_s=self.turnaround_s,
-            start_s=t0,
-            answers=self.answered,
+            follow=follow,
+            think_time_s=level.think_time_s,
+            turnaround_s=turnaround_s,
+            start_s=t,
+            answers=answers,
         )
+        meta = {"level": index, "concurrency": concurrency, "rate": level.rate, "warmup": phase.warmup}
+        if not drive(engine, *_on_engine(engine, schedule, records, meta, delivery_spread_s), t):
+            raise KneecapError(
+                "the simulated engine stopped making progress with requests still queued",
+                "this is a simulator bug; please report the command line",
+            )
+        sent += schedule.sent
+        t = schedule.last_answer_s + turnaround_s  # the next phase starts one turnaround after its last answer
+    end_s = max((r.end_at for r in records if r.end_at is not None), default=0.0)
+    return LevelResult(records=records, server_metrics=engine.server_metrics(), trace=engine.trace(), end_s=end_s)
 
-        def due(now: float) -> float:
-            while (got := schedule.pop_next(now)) is not None:
-                at, spec = got
-                rejected = engine.add_request(spec, at, meta=dict(meta), scheduled_at=at)
-                if rejected is not None:  # refused at once (it can never fit): an answer at the same instant
-                    records.append(rejected)
-                    schedule.answered(spec.request_id, False, at, refused=True)
-            return schedule.next_due_s()
 
-        def ended(now: float, finished: list[RequestRecord]) -> None:
-            for rank, rec in enumerate(finished):  # the k-th answer of a step reaches its client k spreads later
-                records.append(rec)
-                schedule.answered(rec.request_id, rec.ok, now + rank * spread)
+def _on_engine(engine: Engine, schedule: LoadSchedule, records: list[RequestRecord], meta: dict, spread_s: float):
+    """drive()'s due and ended for one phase: send what the schedule has due, and hand it every answer (the k-th
+    of a step's reaches its client k x spread_s later; one the engine refuses at once is an answer then)."""
 
-        try:
-            if not drive(engine, due, ended, t0):
-                raise KneecapError(
-                    "the simulated engine stopped making progress with requests still queued",
-                    "this is a simulator bug; please report the command line",
-                )
-        finally:
-            self.sent_in_level += schedule.sent
-        return schedule.last_answer_s + self.turnaround_s
+    def due(now: float) -> float:
+        while (got := schedule.pop_next(now)) is not None:
+            at, spec = got
+            rejected = engine.add_request(spec, at, meta=dict(meta), scheduled_at=at)
+            if rejected is not None:  # it can never fit
+                records.append(rejected)
+                schedule.answered(spec.request_id, False, at, refused=True)
+        return schedule.next_due_s()
+
+    def ended(now: float, finished: list[RequestRecord]) -> None:
+        for rank, rec in enumerate(finished):
+            records.append(rec)
+            schedule.answered(rec.request_id, rec.ok, now + rank * spread_s)
+
+    return due, ended
