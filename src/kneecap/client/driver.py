@@ -826,10 +826,9 @@ class Client:
     ) -> LevelRun:
         """Run a level's LoadSchedule on the real clock: one scheduler that sleeps until the next request is due
         or an answer comes back, and a task per request, `go(spec, send)`, which sends it (send(prep, answer=...))
-        and returns its record; its answer then goes to the schedule. An open loop's records carry the time each
-        request was due (scheduled_at) and never go before it (timers may fire early: uvloop's run on whole
-        milliseconds, so the scheduler sleeps again until the time has come). An open loop is one with a
-        rate; records carry the level's concurrency or rate."""
+        and returns its record; its answer then goes to the schedule. Records carry the level's concurrency, or its
+        rate: an open loop's also carry the time each request was due (scheduled_at), and none goes before it
+        (timers may fire early: uvloop's run on whole milliseconds, so the scheduler sleeps again until then)."""
         open_loop = rate is not None
         records: list[RequestRecord] = []
         sched: list[float] = []  # an open loop's schedule lag: sent_at - scheduled_at
