@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from kneecap.client.driver import user_windows
+from kneecap.workload.ramps import user_windows
 from kneecap.client.prompts import RandomTextPrompts, RandomTokenPrompts
 from kneecap.errors import KneecapError
 from kneecap.levels import sweep_levels

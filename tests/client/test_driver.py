@@ -4,6 +4,7 @@ every fault counted by its kind without hanging, the API key kept secret."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 import hashlib
 import itertools
 import json
@@ -317,6 +318,7 @@ def test_open_loop_records_schedule(server):
     assert sched[-1] - sched[0] > 0.05  # spread out, not all at once
     assert all(r.rate == 100.0 and r.concurrency is None and r.level == 1 for r in run.records)
     assert len(run.schedule_lag_s) == 20 and max(run.schedule_lag_s) < 0.25  # generous: a loaded CI box
+    assert min(run.schedule_lag_s) >= 0  # never sent before its time (uvloop's timers may fire up to 1 ms early)
 
 
 FAULT_KINDS = {
@@ -542,3 +544,65 @@ def test_a_cpu_share_over_a_millisecond_level_is_not_a_suspicion():
     assert judge_suspect([], 0.99, [], duration_s=0.00094) == []
     assert any("client CPU" in r for r in judge_suspect([], 0.99, [], duration_s=5.0))
     assert any("event-loop lag" in r for r in judge_suspect([0.5] * 10, 0.1, [], duration_s=0.00094))
+
+
+def _conversations(requests: int, turns: int):
+    from kneecap.workload import LengthDist
+    from kneecap.workload.multiturn import expected_turns, plan_conversations
+
+    plan = plan_conversations(requests, turns, LengthDist.fixed(8), LengthDist.fixed(4))
+    specs = [
+        replace(t.spec, index=k, request_id=f"r{k}")
+        for k, t in enumerate(t for conv in plan.conversations for t in expected_turns(plan, conv))
+    ]
+    return plan.conversations, specs
+
+
+def _run_conversations(cfg, conversations, specs, concurrency, **kw):
+    from kneecap.client.driver import run_conversations
+
+    records = []
+    run = run_sync(
+        asyncio.wait_for(
+            run_conversations(
+                cfg,
+                conversations,
+                concurrency,
+                specs=specs,
+                level=0,
+                epoch=time.perf_counter(),
+                on_record=records.append,
+                **kw,
+            ),
+            BOUND_S,
+        )
+    )
+    return run, records
+
+
+def test_conversation_turns_go_in_order_a_think_time_after_their_answer_with_c_users(server):
+    url, _ = server
+    cfg = ClientConfig(
+        base_url=url, model="m", endpoint="chat", keep_prompts=True, extra_body={"scripted": {"ttft_s": 0.01}}
+    )
+    conversations, specs = _conversations(12, 3)
+    run, records = _run_conversations(cfg, conversations, specs, 2, think_time_s=0.05)
+    assert len(records) == 12 and all(r.ok for r in records)
+    by_conv: dict[str, list] = {}
+    for r in sorted(records, key=lambda r: r.sent_at):
+        by_conv.setdefault(r.conversation_id, []).append(r)
+    for turns in by_conv.values():
+        assert [r.turn for r in turns] == [1, 2, 3]
+        for prev, nxt in zip(turns, turns[1:]):
+            assert nxt.sent_at - prev.end_at >= 0.05  # the user's think time after the answer
+            assert nxt.prompt.startswith(prev.prompt) and len(nxt.prompt) > len(prev.prompt)  # grown from it
+    for r in records:  # never more than C users' requests in flight
+        assert sum(1 for o in records if o.sent_at <= r.sent_at < o.end_at) <= 2
+
+
+def test_token_id_conversations_without_an_answer_tokenizer_fail_with_the_fix_not_a_hang(server):
+    url, _ = server
+    cfg = ClientConfig(base_url=url, model="m")  # completions: token-id prompts
+    conversations, specs = _conversations(4, 2)
+    with pytest.raises(KneecapError, match="need the answer's token ids"):
+        _run_conversations(cfg, conversations, specs, 2)

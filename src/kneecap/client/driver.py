@@ -5,7 +5,8 @@ connections opened before the level's clock starts, `sent_at` stamped right befo
 handed to aiohttp, every socket read stamped on arrival (time.perf_counter, CLOCK_MONOTONIC on
 Linux), each read de-chunked, split into SSE events and decoded into (time, tokens) as it arrives
 (memory: two numbers per read; body_tap.py reads chunked bodies at the transport level),
-closed-loop (C workers) and open-loop (scheduled arrivals, no coordinated omission) levels, and the
+levels on the real clock (each runs a kneecap.workload.load_shape.LoadSchedule, the one the simulator runs in
+virtual time: closed loop, open loop with no coordinated omission, conversations, trace sessions), and the
 client's self-measurement (event-loop lag, schedule lag, CPU) that marks a level `suspect`.
 Failures never hang (total and stall timeouts) and are never retried: each becomes a record with
 an error_kind (kneecap.client.failures). The first request of a level the server refuses for its API key
@@ -19,7 +20,7 @@ import asyncio
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Mapping, Sequence
 
 import aiohttp
 
@@ -42,7 +43,9 @@ from kneecap.client.read_path import AIOHTTP, PROBE_TOKENS, TAP, TAP_KERNEL, Loo
 from kneecap.client.sse import DEFAULT_MAX_LINE_BYTES, SseParser
 from kneecap.errors import KneecapError
 from kneecap.records import CANCELLED, ERROR, OK, TIMEOUT, RequestRecord
-from kneecap.workload import RequestSpec, arrival_offsets
+from kneecap.workload import RequestSpec
+from kneecap.workload.load_shape import LoadSchedule, open_loop_offsets
+from kneecap.workload.ramps import user_windows
 
 CONNECT_TIMEOUT_S = 10.0  # opening a connection (aiohttp sock_connect)
 
@@ -631,7 +634,8 @@ class Client:
         keep_records: bool = True,
         users: Sequence[tuple[float, int]] | None = None,
     ) -> LevelRun:
-        """C workers; each sends the next spec as soon as its previous request finished.
+        """C slots; each sends the next spec as soon as its previous request finished (a LoadSchedule's closed
+        loop with no turnaround: this client's own delay is the turnaround).
 
         With duration_s, no request starts after that many seconds (those in flight finish).
         users: a concurrency ramp's [(t_s, streams)] change points (kneecap.workload.ramps.concurrency_schedule):
@@ -641,39 +645,28 @@ class Client:
         """
         if concurrency < 1:
             raise KneecapError(f"concurrency must be >= 1, got {concurrency}", "pass e.g. --concurrency 1,8,64")
-        windows = user_windows(users) if users else None
+        windows = user_windows(list(users)) if users else None
         if windows:
             concurrency = len(windows)
         self._ensure_fds(concurrency)
         preps = self.prepare(specs)
         workers = min(concurrency, len(preps))
         await self.warm(workers)
-        records: list[RequestRecord] = []
-        cut = AuthCut()
-        emit = cut.emitter(on_record, records if keep_records else None)
-
-        it = iter(preps)
-        monitor, t0 = self._start_level()
-        deadline = t0 + duration_s if duration_s is not None else None
-
-        async def worker(u: int) -> None:
-            try:
-                start, end = windows[u] if windows else (0.0, None)
-                if start > 0:
-                    await asyncio.sleep(t0 + start - time.perf_counter())
-                for prep in it:
-                    now = time.perf_counter()
-                    if cut.cut or (deadline is not None and now >= deadline) or (end is not None and now >= t0 + end):
-                        return
-                    await self.send(
-                        prep, level=level, epoch=epoch, on_record=emit, concurrency=concurrency, warmup=warmup
-                    )
-            except asyncio.CancelledError as exc:
-                cut.ended(exc)
-
-        tasks = [asyncio.ensure_future(worker(u)) for u in range(workers)]
-        cut.tasks.update(tasks)
-        return await self._closed_loop_run(tasks, monitor, level, concurrency, records, t0 - epoch, epoch, cut)
+        horizon_s = duration_s if duration_s is not None else math.inf
+        slots = dict(windows=windows[:workers]) if windows else dict(slots=workers)
+        schedule = LoadSchedule([p.spec for p in preps], total=len(preps), horizon_s=horizon_s, **slots)
+        by_spec = {id(p.spec): p for p in preps}
+        return await self._run_schedule(
+            schedule,
+            lambda spec, send: send(by_spec[id(spec)]),
+            level=level,
+            concurrency=concurrency,
+            rate=None,
+            epoch=epoch,
+            on_record=on_record,
+            warmup=warmup,
+            keep_records=keep_records,
+        )
 
     async def run_open_loop(
         self,
@@ -697,92 +690,215 @@ class Client:
         omission); scheduled_at is recorded, so latency can also be measured from the intended time.
         warm_connections pre-opens that many connections (e.g. rate x expected E2E). on_s/off_s: on/off
         bursts (see arrival_offsets). offsets: send times given instead (a trace's, a ramp's), one per spec.
-        keep_records as in run_closed_loop.
+        A replayed trace's request goes no earlier than its time and never before every answer it depends on
+        is back, plus its think time (those among these requests; one sent by another worker or an earlier
+        phase counts as back). keep_records as in run_closed_loop.
         """
         preps = self.prepare(specs)
         if offsets is not None:
             if len(offsets) != len(preps):
                 raise KneecapError(f"{len(offsets)} send times for {len(preps)} requests", "give one time per request")
         else:
-            offsets = arrival_offsets(rate, len(preps), burstiness, seed, on_s=on_s, off_s=off_s)
+            offsets = open_loop_offsets(rate, len(preps), burstiness, seed, on_s=on_s, off_s=off_s)
         self._ensure_fds(max(warm_connections, 1))
         await self.warm(min(warm_connections, len(preps)))
-        records: list[RequestRecord] = []
-        sched: list[float] = []
+        horizon_s = duration_s if duration_s is not None else math.inf
+        schedule = LoadSchedule([p.spec for p in preps], total=len(preps), offsets=offsets, horizon_s=horizon_s)
+        by_spec = {id(p.spec): p for p in preps}
+        return await self._run_schedule(
+            schedule,
+            lambda spec, send: send(by_spec[id(spec)]),
+            level=level,
+            concurrency=None,
+            rate=rate,
+            epoch=epoch,
+            on_record=on_record,
+            warmup=warmup,
+            keep_records=keep_records,
+        )
 
+    async def run_conversations(
+        self,
+        conversations: Sequence,
+        concurrency: int,
+        specs: Sequence[RequestSpec],
+        *,
+        level: int,
+        epoch: float,
+        on_record: Callable[[RequestRecord], Any],
+        think_time_s: float = 0.0,
+        answer_tokenizer=None,
+        warmup: bool = False,
+        keep_records: bool = True,
+    ) -> LevelRun:
+        """C users, each taking the next conversation and sending its turns in order (a LoadSchedule's closed
+        loop: a user sends a conversation's next turn think_time_s after its answer, a new conversation when
+        one is over).
+
+        Turn k's prompt is turn k-1's prompt + turn k-1's answer as the server streamed it + turn k's new
+        input (drawn by this client's prompt source for the turn's own index), so every earlier token is a
+        prefix of it: text prompts append the answer's text; token-id prompts append the ids
+        answer_tokenizer.token_ids(text) gives it (the server's /tokenize or the local tokenizer). `specs` are
+        the turns as planned (conversation_id, turn, index, request id, output length): the record of turn
+        (c, k) carries them, with the grown input length. A failed turn ends its conversation (there is no
+        answer to build on).
+        """
+        from kneecap.workload.multiturn import grow_prompt
+
+        if concurrency < 1:
+            raise KneecapError(f"concurrency must be >= 1, got {concurrency}", "pass e.g. --concurrency 1,8,64")
+        cfg = self.cfg
+        source = self.prompts if self.prompts is not None else default_prompt_source(cfg)
+        planned = {(s.conversation_id, s.turn): s for s in specs}
+        of = {c.conversation_id: c for c in conversations}
+        users = min(concurrency, len(conversations))
+        self._ensure_fds(users)
+        await self.warm(users)
+        loop = asyncio.get_running_loop()
+        grown: dict[str, tuple[Any, Any]] = {}  # a conversation's last prompt and answer, until its next turn
+
+        async def turn(spec: RequestSpec, send) -> RequestRecord:
+            conv = of[spec.conversation_id]
+            prompt, answer_content = grown.pop(conv.conversation_id, (None, ()))
+            fresh = source.prompt_for(
+                RequestSpec(
+                    index=spec.index,
+                    request_id=spec.request_id,
+                    class_name=spec.class_name,
+                    input_tokens=conv.new_input_tokens[spec.turn - 1],
+                    output_tokens=spec.output_tokens,
+                )
+            )
+            content = fresh.content if prompt is None else grow_prompt(prompt, answer_content, fresh.content)
+            known = fresh.num_tokens if prompt is None else (len(content) if not isinstance(content, str) else None)
+            size = len(content) if not isinstance(content, str) else (known or spec.input_tokens)
+            turn_spec = replace(spec, input_tokens=size, prefix_group=None, prefix_tokens=0)
+            pieces: list[str] = []
+            rec = await send(_prepared(cfg, turn_spec, Prompt.of(content, known)), answer=pieces)
+            if rec.ok and spec.turn < conv.turns:
+                answer_text = "".join(pieces)
+                if isinstance(content, str):
+                    answer_content = answer_text
+                else:
+                    if answer_tokenizer is None:
+                        raise KneecapError(
+                            "multi-turn token-id prompts need the answer's token ids",
+                            "pass --tokenizer PATH/tokenizer.json (the served model's own)",
+                        )
+                    answer_content = await loop.run_in_executor(None, answer_tokenizer.token_ids, answer_text)
+                grown[conv.conversation_id] = (content, answer_content)
+            return rec
+
+        schedule = LoadSchedule(
+            [planned[(c.conversation_id, 1)] for c in conversations],
+            slots=users,
+            follow={
+                planned[(c.conversation_id, k)].request_id: planned[(c.conversation_id, k + 1)]
+                for c in conversations
+                for k in range(1, c.turns)
+            },
+            think_time_s=think_time_s,
+        )
+        return await self._run_schedule(
+            schedule,
+            turn,
+            level=level,
+            concurrency=concurrency,
+            rate=None,
+            epoch=epoch,
+            on_record=on_record,
+            warmup=warmup,
+            keep_records=keep_records,
+        )
+
+    async def _run_schedule(
+        self,
+        schedule: LoadSchedule,
+        go: Callable[[RequestSpec, Callable], Awaitable[RequestRecord]],
+        *,
+        level: int,
+        concurrency: int | None,
+        rate: float | None,
+        epoch: float,
+        on_record: Callable[[RequestRecord], Any],
+        warmup: bool,
+        keep_records: bool,
+    ) -> LevelRun:
+        """Run a level's LoadSchedule on the real clock: one scheduler that sleeps until the next request is due
+        or an answer comes back, and a task per request, `go(spec, send)`, which sends it (send(prep, answer=...))
+        and returns its record; its answer then goes to the schedule. Records carry the level's concurrency, or its
+        rate: an open loop's also carry the time each request was due (scheduled_at), and none goes before it
+        (timers may fire early: uvloop's run on whole milliseconds, so the scheduler sleeps again until then)."""
+        open_loop = rate is not None
+        records: list[RequestRecord] = []
+        sched: list[float] = []  # an open loop's schedule lag: sent_at - scheduled_at
         cut = AuthCut()
         keep = cut.emitter(on_record, records if keep_records else None)
-
-        # a replayed trace's sessions: a request goes no earlier than its time and never before every answer it
-        # depends on is back, plus its think time (those among these requests; one sent by another worker or an
-        # earlier phase counts as back)
-        awaited = {a for p in preps for a in p.spec.after_ids}
-        answered = {p.spec.request_id: asyncio.Event() for p in preps if p.spec.request_id in awaited}
-        answered_at: dict[str, float] = {}  # when each awaited answer came back (perf_counter)
 
         def emit(rec: RequestRecord) -> None:
             if rec.sent_at is not None and rec.scheduled_at is not None:
                 sched.append(rec.sent_at - rec.scheduled_at)
-            if rec.request_id in answered:
-                answered_at[rec.request_id] = time.perf_counter()
-                answered[rec.request_id].set()
             keep(rec)
 
-        monitor, t0 = self._start_level()
-        in_flight: set[asyncio.Task] = set()
+        loop = asyncio.get_running_loop()
         perf = time.perf_counter
+        wake = asyncio.Event()  # set by an answer, and by the timer of the next request due
+        in_flight: set[asyncio.Task] = set()
+        failed: list[BaseException] = []
+        monitor, t0 = self._start_level()
+
+        async def one(at_s: float, spec: RequestSpec) -> None:
+            def send(prep: PreparedRequest, answer: list | None = None) -> Awaitable[RequestRecord]:
+                return self.send(
+                    prep,
+                    level=level,
+                    epoch=epoch,
+                    on_record=emit,
+                    concurrency=concurrency,
+                    rate=rate,
+                    scheduled_at=t0 + at_s - epoch if open_loop else None,
+                    warmup=warmup,
+                    answer=answer,
+                )
+
+            rec = await go(spec, send)
+            schedule.answered(spec.request_id, rec.ok, perf() - t0)
+            wake.set()
 
         def done(task: asyncio.Task) -> None:
             in_flight.discard(task)
             cut.tasks.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                failed.append(task.exception())
+                wake.set()
 
-        def launch(coro) -> None:
-            task = asyncio.ensure_future(coro)
-            in_flight.add(task)
-            cut.tasks.add(task)
-            task.add_done_callback(done)
-
-        async def after_answers(prep: PreparedRequest, target: float) -> None:
-            mine = [a for a in prep.spec.after_ids if a in answered]
-            for a in mine:
-                await answered[a].wait()
-            last = max((answered_at[a] for a in mine), default=-math.inf)
-            due = max(target, last + prep.spec.think_s)  # scheduled: its own time, or its answers' and think time
-            # never before it: an event loop's timers may fire early (uvloop's run on whole milliseconds)
-            while (delay := due - perf()) > 0:
-                await asyncio.sleep(delay)
-            await self.send(
-                prep, level=level, epoch=epoch, on_record=emit, rate=rate, scheduled_at=due - epoch, warmup=warmup
-            )
-
-        async def schedule() -> None:
-            for prep, offset in zip(preps, offsets):
-                if cut.cut or (duration_s is not None and offset > duration_s):
-                    break
-                target = t0 + offset
-                if any(a in answered for a in prep.spec.after_ids):
-                    launch(after_answers(prep, target))  # waits for its answers; the schedule goes on
-                    continue
-                delay = target - perf()
+        async def scheduler() -> None:
+            while not failed:
+                for at_s, spec in schedule.pop_due(perf() - t0):
+                    if cut.cut:
+                        return
+                    task = asyncio.ensure_future(one(at_s, spec))
+                    in_flight.add(task)
+                    cut.tasks.add(task)
+                    task.add_done_callback(done)
+                if schedule.done() or cut.cut:
+                    return
+                wake.clear()
+                delay = t0 + schedule.next_due_s() - perf()
                 if delay > 0:
-                    await asyncio.sleep(delay)
-                launch(
-                    self.send(
-                        prep,
-                        level=level,
-                        epoch=epoch,
-                        on_record=emit,
-                        rate=rate,
-                        scheduled_at=target - epoch,
-                        warmup=warmup,
-                    )
-                )
+                    timer = loop.call_later(delay, wake.set) if delay < math.inf else None
+                    try:
+                        await wake.wait()
+                    finally:
+                        if timer is not None:
+                            timer.cancel()
+            raise failed[0]
 
         try:
-            scheduler = asyncio.ensure_future(schedule())
-            cut.tasks.add(scheduler)
+            task = asyncio.ensure_future(scheduler())
+            cut.tasks.add(task)
             try:
-                await scheduler
+                await task
             except asyncio.CancelledError as exc:
                 if _cancelling(asyncio.current_task()):  # this level itself is being cancelled (Ctrl-C)
                     raise
@@ -799,132 +915,7 @@ class Client:
             if in_flight:
                 await asyncio.gather(*list(in_flight), return_exceptions=True)
             await monitor.stop()
-        t1 = time.perf_counter()
-        return self._level_run(level, None, rate, records, t0 - epoch, t1 - epoch, monitor, sched, cut)
-
-    async def run_conversations(
-        self,
-        conversations: Sequence,
-        concurrency: int,
-        specs: Sequence[RequestSpec],
-        *,
-        level: int,
-        epoch: float,
-        on_record: Callable[[RequestRecord], Any],
-        think_time_s: float = 0.0,
-        answer_tokenizer=None,
-        warmup: bool = False,
-        keep_records: bool = True,
-    ) -> LevelRun:
-        """C users, each taking the next conversation and sending its turns in order (closed loop).
-
-        Turn k's prompt is turn k-1's prompt + turn k-1's answer as the server streamed it + turn k's new
-        input (drawn by this client's prompt source for the turn's own index), so every earlier token is a
-        prefix of it: text prompts append the answer's text; token-id prompts append the ids
-        answer_tokenizer.token_ids(text) gives it (the server's /tokenize or the local tokenizer). A user
-        waits think_time_s after an answer. `specs` are the turns as planned (conversation_id, turn, index,
-        request id, output length): the record of turn (c, k) carries them, with the grown input length.
-        A failed turn ends its conversation (there is no answer to build on).
-        """
-        from kneecap.workload.multiturn import grow_prompt
-
-        if concurrency < 1:
-            raise KneecapError(f"concurrency must be >= 1, got {concurrency}", "pass e.g. --concurrency 1,8,64")
-        cfg = self.cfg
-        source = self.prompts if self.prompts is not None else default_prompt_source(cfg)
-        planned = {(s.conversation_id, s.turn): s for s in specs}
-        users = min(concurrency, len(conversations))
-        self._ensure_fds(users)
-        await self.warm(users)
-        records: list[RequestRecord] = []
-        cut = AuthCut()
-        emit = cut.emitter(on_record, records if keep_records else None)
-
-        loop = asyncio.get_running_loop()
-        it = iter(conversations)
-        monitor, t0 = self._start_level()
-
-        async def user() -> None:
-            try:
-                await conversations_of_one_user()
-            except asyncio.CancelledError as exc:
-                cut.ended(exc)
-
-        async def conversations_of_one_user() -> None:
-            for conv in it:
-                prompt, answer_content = None, ()
-                for turn in range(1, conv.turns + 1):
-                    spec = planned[(conv.conversation_id, turn)]
-                    fresh = source.prompt_for(
-                        RequestSpec(
-                            index=spec.index,
-                            request_id=spec.request_id,
-                            class_name=spec.class_name,
-                            input_tokens=conv.new_input_tokens[turn - 1],
-                            output_tokens=spec.output_tokens,
-                        )
-                    )
-                    content = fresh.content if prompt is None else grow_prompt(prompt, answer_content, fresh.content)
-                    known = (
-                        fresh.num_tokens if prompt is None else (len(content) if not isinstance(content, str) else None)
-                    )
-                    prompt = content
-                    if turn > 1 and think_time_s > 0:
-                        await asyncio.sleep(think_time_s)
-                    size = len(content) if not isinstance(content, str) else (known or spec.input_tokens)
-                    turn_spec = replace(spec, input_tokens=size, prefix_group=None, prefix_tokens=0)
-                    prep = _prepared(cfg, turn_spec, Prompt.of(content, known))
-                    pieces: list[str] = []
-                    if cut.cut:
-                        return
-                    rec = await self.send(
-                        prep,
-                        level=level,
-                        epoch=epoch,
-                        on_record=emit,
-                        concurrency=concurrency,
-                        warmup=warmup,
-                        answer=pieces,
-                    )
-                    if not rec.ok or turn == conv.turns:
-                        break
-                    answer_text = "".join(pieces)
-                    if isinstance(content, str):
-                        answer_content = answer_text
-                    else:
-                        if answer_tokenizer is None:
-                            raise KneecapError(
-                                "multi-turn token-id prompts need the answer's token ids",
-                                "pass --tokenizer PATH/tokenizer.json (the served model's own)",
-                            )
-                        answer_content = await loop.run_in_executor(None, answer_tokenizer.token_ids, answer_text)
-
-        tasks = [asyncio.ensure_future(user()) for _ in range(users)]
-        cut.tasks.update(tasks)
-        return await self._closed_loop_run(tasks, monitor, level, concurrency, records, t0 - epoch, epoch, cut)
-
-    async def _closed_loop_run(
-        self,
-        tasks: list,
-        monitor: SelfMonitor,
-        level: int,
-        concurrency: int | None,
-        records: list[RequestRecord],
-        started_at: float,
-        epoch: float,
-        cut: AuthCut,
-    ) -> LevelRun:
-        """Wait for a closed loop's streams (cancelling the rest if one fails), stop the self-monitor, and
-        give the level's run (started_at and the end in seconds since the epoch)."""
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await monitor.stop()
-        return self._level_run(
-            level, concurrency, None, records, started_at, time.perf_counter() - epoch, monitor, [], cut
-        )
+        return self._level_run(level, concurrency, rate, records, t0 - epoch, perf() - epoch, monitor, sched, cut)
 
     def _level_run(
         self,
@@ -977,18 +968,6 @@ async def run_closed_loop(
 ) -> LevelRun:
     """Closed loop at `concurrency` (keywords as Client.run_closed_loop) on `client` (or a Client opened for it)."""
     return await _on_client(cfg, prompts, client, lambda c: c.run_closed_loop(specs, concurrency, **kwargs))
-
-
-def user_windows(users: Sequence[tuple[float, int]]) -> list[tuple[float, float | None]]:
-    """[(start_s, end_s or None)] of each stream u = 1, 2, ... under a [(t_s, streams)] schedule: stream u
-    sends while the target is at least u (monotone ramps: one window each)."""
-    top = max(c for _, c in users)
-    out = []
-    for u in range(1, top + 1):
-        start = next(t for t, c in users if c >= u)
-        end = next((t for t, c in users if t > start and c < u), None)
-        out.append((start, end))
-    return out
 
 
 async def run_conversations(

@@ -1,8 +1,9 @@
 """The virtual-clock driver: one sweep level on a fresh simulated engine -> RequestRecords + trace.
 
-Owns arrival patterns in virtual time (closed loop at concurrency C, open loop at a rate, all at
-once) and the clock; not the engine (engine.py) nor summaries and files (metrics/, results.py, the CLI).
-Requests come from kneecap.workload (make_requests / arrival_offsets), exactly as the HTTP client's.
+Owns the virtual clock and a level's phases (what its warmup and its measured requests send); not when each
+request goes (kneecap.workload.load_shape.LoadSchedule, the one schedule the HTTP client runs too), the engine
+(engine.py) nor summaries and files (metrics/, results.py, the CLI). Requests come from kneecap.workload
+(make_requests), exactly as the HTTP client's.
 
 Closed loop: C requests go at t = 0; each completion sends the next one `turnaround_s` after its end (the
 client's turnaround), so it arrives while the engine's next step is already in flight and joins the step
@@ -10,6 +11,8 @@ after, as with a real client against a real-time server (`kneecap serve` + `knee
 turnaround_s = 0 the next request would join the very next step (every slot of a wave refilled at once).
 Open loop: request i goes at arrival_offsets(rate, n, burstiness, seed)[i]. "max": every request at t = 0.
 `--duration S` stops *sending* at S seconds of virtual time (what was sent still finishes).
+A request the engine refuses at once (it can never fit) is an answer at that instant: a closed-loop slot sends
+again at once, a replayed trace's requests that wait for it go.
 A warmup is its own phase before the level's on the same engine, as bench runs it (level_phases).
 drive() is the one loop under all of them (and under the disaggregated decode replica of kneecap.recommend):
 arrivals known in advance and arrivals that follow an event (a response's end, KV blocks freed) alike.
@@ -17,7 +20,6 @@ arrivals known in advance and arrivals that follow an event (a response's end, K
 
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -26,11 +28,11 @@ from kneecap.errors import KneecapError
 from kneecap.records import RequestRecord
 from kneecap.sim.engine import Engine
 from kneecap.sim.setup import SimDeployment
-from kneecap.workload import RequestSpec, Workload, arrival_offsets, make_requests
+from kneecap.workload import RequestSpec, Workload, make_requests
+from kneecap.workload.load_shape import LoadSchedule, open_loop_offsets
 
 REQUEST_CHUNK = 1024  # requests drawn per make_requests call when the count is open-ended (--duration)
 MAX_STEPS_PER_CALL = 1 << 20
-MAX_REJECTS_IN_A_ROW = 1000  # a closed loop whose every request exceeds the KV pool stops sending
 MAX_REQUESTS_PER_LEVEL = 200_000  # a --duration level stops sending after this many (memory stays bounded)
 # A closed-loop client's turnaround, seconds: from a response's last token to the slot's next send. Any value
 # shorter than one engine step gives the same schedule (the request waits for the step after the one in
@@ -192,7 +194,7 @@ def level_phases(level: LevelSpec, workload: Workload, *, seed: int, index: int,
                     warmup=True,
                     source=sources[0],
                     total=n,
-                    offsets=arrival_offsets(level.rate, n, burstiness, seed, **bursts),
+                    offsets=open_loop_offsets(level.rate, n, burstiness, seed, **bursts),
                 )
             )
         else:
@@ -208,13 +210,9 @@ def level_phases(level: LevelSpec, workload: Workload, *, seed: int, index: int,
         rows = level.schedule[warm:]
         measured.offsets = [at for at, _ in rows]
     elif level.rate is not None:
-        if n is not None:
-            measured.offsets = arrival_offsets(level.rate, n, burstiness, seed, **bursts)
-        else:
-            n_est = min(int(math.ceil(level.rate * level.duration_s * 1.5)) + 16, MAX_REQUESTS_PER_LEVEL)
-            measured.offsets = [
-                a for a in arrival_offsets(level.rate, n_est, burstiness, seed, **bursts) if a < level.duration_s
-            ]
+        measured.offsets = open_loop_offsets(
+            level.rate, n, burstiness, seed, **bursts, horizon_s=level.duration_s, max_requests=MAX_REQUESTS_PER_LEVEL
+        )
     else:
         measured.concurrency = level.concurrency if level.concurrency is not None else n
     phases.append(measured)
@@ -245,152 +243,54 @@ def simulate_level(
     engine = sim.new_engine(level=index, trace=trace, fast_path=fast_path, token_times=token_times)
     phases = level_phases(level, workload, seed=seed, index=index, burstiness=burstiness)
     concurrency = phases[-1].concurrency if level.rate is None else None  # 'max': the measured requests
-    meta_base = {"level": index, "concurrency": concurrency, "rate": level.rate}
     records: list[RequestRecord] = []
     follow = {conv[k].request_id: conv[k + 1] for conv in level.conversations for k in range(len(conv) - 1)}
-    run = _LevelRun(engine, records, meta_base, follow, turnaround_s, delivery_spread_s, level.think_time_s)
-    t = 0.0
+    answers: dict[str, float] = {}  # when the client had each answer back (a trace's requests wait for these)
+    t, sent = 0.0, 0
     for phase in phases:
         if not phase.warmup and len(phases) > 1:
             engine.start_measuring()  # the level's server metrics are its measured requests', as bench's
-        t = run.phase(phase, t)
-    end_s = max((r.end_at for r in records if r.end_at is not None), default=0.0)
-    return LevelResult(records=records, server_metrics=engine.server_metrics(), trace=engine.trace(), end_s=end_s)
-
-
-class _LevelRun:
-    """One level's engine and records, through its phases one after the other."""
-
-    def __init__(
-        self,
-        engine: Engine,
-        records: list[RequestRecord],
-        meta_base: dict,
-        follow: dict,
-        turnaround_s: float,
-        delivery_spread_s: float,
-        think_time_s: float,
-    ):
-        self.engine, self.records, self.meta_base, self.follow = engine, records, meta_base, follow
-        self.turnaround_s, self.delivery_spread_s, self.think_time_s = turnaround_s, delivery_spread_s, think_time_s
-        self.sent_in_level = 0
-        # request ids whose answers are back, and when the client had each (a trace's children wait for these)
-        self.answered: dict[str, float] = {}
-
-    def phase(self, phase: Phase, t0: float) -> float:
-        """Send the phase from t0 and run the engine until it is done; when the client has its last answer
-        back (its next phase starts then, one client turnaround later)."""
-        engine, records, follow = self.engine, self.records, self.follow
-        spread, turnaround = self.delivery_spread_s, self.turnaround_s
-        meta = dict(self.meta_base, warmup=phase.warmup)
-        horizon = t0 + phase.horizon_s
-        sent = 0
-        back = t0  # the latest a response of this phase reached its client
-
-        def send(at: float, spec: RequestSpec | None = None) -> bool | None:
-            """Send `spec` (default: the next from the source) at `at`: True if queued, False if rejected at
-            once, None if none is left."""
-            nonlocal sent, back
-            if phase.total is not None and sent >= phase.total:
-                return None
-            if self.sent_in_level >= MAX_REQUESTS_PER_LEVEL:  # --duration at a high rate: never grow without bound
-                return None
-            if spec is None:
-                spec = next(phase.source, None)
-                if spec is None:
-                    return None
-            sent += 1
-            self.sent_in_level += 1
-            rejected = engine.add_request(spec, at, meta=dict(meta), scheduled_at=at)
-            if rejected is not None:
-                records.append(rejected)
-                back = max(back, at)
-                return False
-            return True
-
-        def fill_slot(at: float, spec: RequestSpec | None = None) -> bool:
-            """Closed loop: send until one request is queued (a rejected one frees its slot at once; a rejected
-            turn ends its conversation)."""
-            for attempt in range(MAX_REJECTS_IN_A_ROW):
-                got = send(at, spec if attempt == 0 else None)
-                if got is None:
-                    return False
-                if got:
-                    return True
-            return False
-
-        arrivals = [t0 + a for a in phase.offsets]
-        next_arrival = 0
-        # closed loop: (when, order, what) a finished slot sends next, earliest first (None: the source's next); a
-        # heap, since a conversation's next turn (after a think time) may fall after a new conversation's first
-        pending: list[tuple[float, int, RequestSpec | None]] = []
-        for _ in range(phase.concurrency or 0):
-            if not fill_slot(t0):
-                break
-
-        # a replayed trace's sessions: a request waits until every answer it depends on is back (held: {an answer
-        # it waits for: [its id]}; waiting: {its id: (its own time, it, the answers still out)}), then goes at the
-        # later of its own time and the last of those answers plus the client's turnaround and its think time
-        held: dict[str, list[str]] = {}
-        waiting: dict[str, tuple[float, RequestSpec, set[str]]] = {}
-        released: list[tuple[float, int, RequestSpec]] = []
-        answered = self.answered
-
-        def after_answers(at: float, spec: RequestSpec) -> float:
-            last = max((answered[a] for a in spec.after_ids), default=-math.inf)
-            return max(at, last + turnaround + spec.think_s)
-
-        def due(now: float) -> float:
-            nonlocal next_arrival
-            while next_arrival < len(arrivals) and arrivals[next_arrival] <= now:
-                at = arrivals[next_arrival]
-                next_arrival += 1
-                spec = next(phase.source, None)
-                if spec is None:
-                    break
-                out = {a for a in spec.after_ids if a not in answered}
-                if out:
-                    waiting[spec.request_id] = (at, spec, out)
-                    for a in out:
-                        held.setdefault(a, []).append(spec.request_id)
-                elif spec.after_ids and after_answers(at, spec) > at:
-                    heapq.heappush(released, (after_answers(at, spec), spec.index, spec))
-                else:
-                    send(at, spec)
-            while released and released[0][0] <= now:
-                at, _, spec = heapq.heappop(released)
-                send(at, spec)
-            while pending and pending[0][0] <= now:
-                at, _, spec = heapq.heappop(pending)
-                fill_slot(at, spec)
-            until = arrivals[next_arrival] if next_arrival < len(arrivals) else math.inf
-            if released and released[0][0] < until:
-                until = released[0][0]
-            return pending[0][0] if pending and pending[0][0] < until else until
-
-        def ended(now: float, finished: list[RequestRecord]) -> None:
-            nonlocal back
-            for rank, rec in enumerate(finished):
-                records.append(rec)
-                back = max(back, now + rank * spread)
-                answered[rec.request_id] = now + rank * spread
-                for child_id in held.pop(rec.request_id, ()):
-                    at, child, out = waiting[child_id]
-                    out.discard(rec.request_id)
-                    if not out:
-                        del waiting[child_id]
-                        heapq.heappush(released, (after_answers(at, child), child.index, child))
-                if phase.concurrency is not None and now < horizon:
-                    nxt = follow.get(rec.request_id) if rec.ok else None
-                    at = now + rank * spread + turnaround
-                    if nxt is not None:  # the conversation's next turn, after the user's think time
-                        heapq.heappush(pending, (at + self.think_time_s, len(records), nxt))
-                    else:  # closed loop: the slot sends its next request after the turnaround
-                        heapq.heappush(pending, (at, len(records), None))
-
-        if not drive(engine, due, ended, t0):
+        cap = MAX_REQUESTS_PER_LEVEL - sent  # --duration at a high rate: never grow without bound
+        schedule = LoadSchedule(
+            phase.source,
+            total=cap if phase.total is None else min(phase.total, cap),
+            slots=phase.concurrency,
+            offsets=phase.offsets,
+            horizon_s=phase.horizon_s,
+            follow=follow,
+            think_time_s=level.think_time_s,
+            turnaround_s=turnaround_s,
+            start_s=t,
+            answers=answers,
+        )
+        meta = {"level": index, "concurrency": concurrency, "rate": level.rate, "warmup": phase.warmup}
+        if not drive(engine, *_on_engine(engine, schedule, records, meta, delivery_spread_s), t):
             raise KneecapError(
                 "the simulated engine stopped making progress with requests still queued",
                 "this is a simulator bug; please report the command line",
             )
-        return back + turnaround
+        sent += schedule.sent
+        t = schedule.last_answer_s + turnaround_s  # the next phase starts one turnaround after its last answer
+    end_s = max((r.end_at for r in records if r.end_at is not None), default=0.0)
+    return LevelResult(records=records, server_metrics=engine.server_metrics(), trace=engine.trace(), end_s=end_s)
+
+
+def _on_engine(engine: Engine, schedule: LoadSchedule, records: list[RequestRecord], meta: dict, spread_s: float):
+    """drive()'s due and ended for one phase: send what the schedule has due, and hand it every answer (the k-th
+    of a step's reaches its client k x spread_s later; one the engine refuses at once is an answer then)."""
+
+    def due(now: float) -> float:
+        while (got := schedule.pop_next(now)) is not None:
+            at, spec = got
+            rejected = engine.add_request(spec, at, meta=dict(meta), scheduled_at=at)
+            if rejected is not None:  # it can never fit
+                records.append(rejected)
+                schedule.answered(spec.request_id, False, at, refused=True)
+        return schedule.next_due_s()
+
+    def ended(now: float, finished: list[RequestRecord]) -> None:
+        for rank, rec in enumerate(finished):
+            records.append(rec)
+            schedule.answered(rec.request_id, rec.ok, now + rank * spread_s)
+
+    return due, ended

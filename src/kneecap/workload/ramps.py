@@ -125,3 +125,16 @@ def concurrency_schedule(ramp: Ramp) -> list[tuple[float, int]]:
         first = max(1, math.ceil(a - eps))
         steps = range(first - 1, max(1, math.ceil(b - eps)) - 1, -1)
     return [(0.0, first)] + [(ramp.time_of_value(c), c) for c in steps]
+
+
+def user_windows(users: list[tuple[float, int]]) -> list[tuple[float, float | None]]:
+    """[(start_s, end_s or None)] of each stream u = 1, 2, ... under a [(t_s, streams)] schedule (as
+    concurrency_schedule gives): stream u sends while the target is at least u (monotone ramps: one window each);
+    a closed loop's slots (kneecap.workload.load_shape.LoadSchedule windows)."""
+    top = max(c for _, c in users)
+    out = []
+    for u in range(1, top + 1):
+        start = next(t for t, c in users if c >= u)
+        end = next((t for t, c in users if t > start and c < u), None)
+        out.append((start, end))
+    return out
