@@ -22,8 +22,8 @@ class _Doc(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     def to_dict(self) -> dict:
-        """The object as summary.json holds it: the keys read (or set), nothing added."""
-        return self.model_dump(mode="python", exclude_unset=True)
+        """The object as summary.json holds it: the keys read (or set), nothing added, under their document names."""
+        return self.model_dump(mode="python", exclude_unset=True, by_alias=True)
 
 
 class Distribution(_Doc):
