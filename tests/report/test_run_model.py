@@ -96,3 +96,24 @@ def test_report_of_a_malformed_run_is_one_line(cli, run_dir):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and "cells.0.metrics.completed" in lines[0], r.stderr
     assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+def test_older_run_shapes_render_as_before():
+    """What older runs wrote: the load as its own key, Little's check without `applied`, a distribution without n."""
+    from kneecap.report.run_page import cells_tables
+
+    raw = {
+        "candidate": "a",
+        "class": "chat",
+        "state": "warm",
+        "rate": 2,
+        "repetition": 0,
+        "verdict": "pass",
+        "little": {"stable": False},
+        "metrics": {"completed": 3, "ttft_ms": {"p99": 12.5}, "suspect": True},
+    }
+    verdicts, measured = cells_tables(RunDocument.read({"cells": [raw]}).cells)
+    assert verdicts.rows[0][3] == "2 req/s" and verdicts.rows[0][9] == "not applied (interval not stable)"
+    assert measured.rows[0][7] == "12.5" and measured.rows[0][10] == "—" and measured.row_tones == ("warning",)
+    raw["metrics"]["ttft_ms"]["n"] = 3
+    assert cells_tables(RunDocument.read({"cells": [raw]}).cells)[1].rows[0][10] == "3"

@@ -62,6 +62,11 @@ def _metric(cell: RunCell, key: str, pct: str | None = None) -> float | None:
     return float(value) if fmt.is_number(value) else None
 
 
+def _samples(dist: Distribution | None) -> int | None:
+    """A distribution's sample count, None where the document did not say (older runs)."""
+    return dist.n if dist is not None and "n" in dist.model_fields_set else None
+
+
 def _text(value: object) -> str:
     return str(value) if value is not None else fmt.MISSING
 
@@ -217,7 +222,7 @@ def cells_tables(cells: list[RunCell]) -> list[Table]:
                 fmt.ms(_metric(c, "ttft_ms", "p99")),
                 fmt.ms(_metric(c, "itl_ms", "p99")),
                 fmt.ms(_metric(c, "e2e_ms", "p99")),
-                fmt.count(m.ttft_ms.n if m.ttft_ms is not None else None),
+                fmt.count(_samples(m.ttft_ms)),
             )
         )
         tones.append("warning" if m.suspect else "plain")
