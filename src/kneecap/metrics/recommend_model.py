@@ -271,16 +271,6 @@ class RecommendDocument(_Doc):
     @classmethod
     def read(cls, doc: object, source: str = "recommend.json") -> "RecommendDocument":
         """A recommend.json document, typed; one that is not one is a one-line error naming its first bad key."""
-        from pydantic import ValidationError
-
-        from kneecap.errors import KneecapError
-
-        try:
-            return cls.model_validate(doc)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "the document"
-            raise KneecapError(
-                f"{source} is not a kneecap recommend.json: {where}: {first['msg']}",
-                "pass the recommend.json written by kneecap recommend --out DIR",
-            ) from None
+        return cls._validated(
+            doc, source, "a kneecap recommend.json", "pass the recommend.json written by kneecap recommend --out DIR"
+        )

@@ -260,16 +260,6 @@ class RunDocument(_Doc):
     @classmethod
     def read(cls, doc: object, source: str = "the run's summary") -> "RunDocument":
         """A `kneecap run` summary.json, typed; one that is not one is a one-line error naming its first bad key."""
-        from pydantic import ValidationError
-
-        from kneecap.errors import KneecapError
-
-        try:
-            return cls.model_validate(doc)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "the document"
-            raise KneecapError(
-                f"{source} is not a kneecap run summary.json: {where}: {first['msg']}",
-                "pass the folder written by kneecap run PLAN --out DIR",
-            ) from None
+        return cls._validated(
+            doc, source, "a kneecap run summary.json", "pass the folder written by kneecap run PLAN --out DIR"
+        )
