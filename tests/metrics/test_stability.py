@@ -235,3 +235,18 @@ def test_summaries_validate_against_the_published_schema(cli, tmp_path):
     bad["levels"][0]["stability"]["verdict"] = "fine"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema)
+
+
+def test_verdict_text_and_caption_read_a_typed_level_as_its_dict():
+    from kneecap.metrics.stability import stability_caption
+    from kneecap.metrics.summary_model import LevelSummary
+
+    over = level_stability(open_loop(400, rate=10, service_s=0.5, servers=2), kind="rate")
+    behind = level_stability(open_loop(400, rate=10, service_s=0.5, lag=1.25), kind="rate")
+    short = level_stability(open_loop(100, rate=10, service_s=5.0), kind="rate")
+    levels = [{"stability": st} for st in (over, behind, short)] + [{"rate": 1}]
+    typed = [LevelSummary.model_validate(lv) for lv in levels]
+    assert [verdict_text(lv) for lv in typed] == [verdict_text(lv) for lv in levels]
+    assert [verdict_text(lv) for lv in typed] == ["OVER CAPACITY", "stable, client behind", "transient", "—"]
+    assert stability_caption(typed) == stability_caption(levels)
+    assert "1 level(s) over capacity" in stability_caption(typed) and "1 level(s) transient" in stability_caption(typed)

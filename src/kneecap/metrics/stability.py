@@ -27,9 +27,12 @@ from __future__ import annotations
 
 import math
 from array import array
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable, Union
 
 from kneecap.records import RequestRecord
+
+if TYPE_CHECKING:
+    from kneecap.metrics.summary_model import LevelSummary
 
 STABLE = "stable"
 TRANSIENT = "transient"
@@ -221,20 +224,33 @@ def is_steady(level: dict) -> bool:
     return st is None or (st.get("verdict") == STABLE and not st.get("client_behind"))
 
 
-def verdict_text(level: dict) -> str:
+Level = Union["LevelSummary", dict]  # a typed level (kneecap.metrics.summary_model) or a summary.json level dict
+
+
+def _judged(level: Level) -> tuple[str | None, object]:
+    """(verdict, client_behind) of a level, typed or a dict; (None, None) where it was not judged."""
+    if isinstance(level, dict):  # the sweep's own table, printed from the summary it is writing
+        st = level.get("stability")
+        return (st.get("verdict"), st.get("client_behind")) if isinstance(st, dict) else (None, None)
+    st = level.stability
+    return (st.verdict, st.client_behind) if st is not None else (None, None)
+
+
+def verdict_text(level: Level) -> str:
     """The level's verdict for a table cell: 'stable', 'transient', 'OVER CAPACITY' (+ ', client behind'), or '—'."""
-    st = level.get("stability")
-    if not isinstance(st, dict) or st.get("verdict") not in VERDICTS:
+    verdict, behind = _judged(level)
+    if verdict not in VERDICTS:
         return "—"
-    text = "OVER CAPACITY" if st["verdict"] == OVER_CAPACITY else st["verdict"]
-    return text + (", client behind" if st.get("client_behind") else "")
+    text = "OVER CAPACITY" if verdict == OVER_CAPACITY else verdict
+    return text + (", client behind" if behind else "")
 
 
-def stability_caption(levels: list[dict]) -> str | None:
+def stability_caption(levels: list[Level]) -> str | None:
     """One line under a table when some level is not stable: which, and what that means for its numbers."""
-    over = [lv for lv in levels if (lv.get("stability") or {}).get("verdict") == OVER_CAPACITY]
-    short = [lv for lv in levels if (lv.get("stability") or {}).get("verdict") == TRANSIENT]
-    behind = [lv for lv in levels if (lv.get("stability") or {}).get("client_behind")]
+    judged = [_judged(lv) for lv in levels]
+    over = [v for v, _ in judged if v == OVER_CAPACITY]
+    short = [v for v, _ in judged if v == TRANSIENT]
+    behind = [b for _, b in judged if b]
     parts = []
     if over:
         parts.append(

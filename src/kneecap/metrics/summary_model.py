@@ -22,8 +22,22 @@ class _Doc(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     def to_dict(self) -> dict:
-        """The object as summary.json holds it: the keys read (or set), nothing added."""
-        return self.model_dump(mode="python", exclude_unset=True)
+        """The object as summary.json holds it: the keys read (or set), nothing added, under their document names."""
+        return self.model_dump(mode="python", exclude_unset=True, by_alias=True)
+
+    @classmethod
+    def _validated(cls, doc: object, source: str, what: str, fix: str):
+        """`doc` typed; one that is not `what` is a one-line error naming its first bad key, and `fix`."""
+        from pydantic import ValidationError
+
+        from kneecap.errors import KneecapError
+
+        try:
+            return cls.model_validate(doc)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "the document"
+            raise KneecapError(f"{source} is not {what}: {where}: {first['msg']}", fix) from None
 
 
 class Distribution(_Doc):
@@ -330,16 +344,9 @@ class SweepSummary(_Doc):
     @classmethod
     def read(cls, doc: object, source: str = "the summary") -> "SweepSummary":
         """A summary.json document, typed; one that is not one is a one-line error naming its first bad key."""
-        from pydantic import ValidationError
-
-        from kneecap.errors import KneecapError
-
-        try:
-            return cls.model_validate(doc)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "the document"
-            raise KneecapError(
-                f"{source} is not a kneecap summary.json: {where}: {first['msg']}",
-                "pass the summary.json written by kneecap bench or simulate --out DIR",
-            ) from None
+        return cls._validated(
+            doc,
+            source,
+            "a kneecap summary.json",
+            "pass the summary.json written by kneecap bench or simulate --out DIR",
+        )

@@ -3,13 +3,15 @@ the capacity region per candidate/class/state, the cells with their verdicts (of
 from completed throughput), plots, handoff, glossary; the worksheet parts (ledgers, workloads,
 budgets, cost) come from run_worksheet. Pure: Results in, Document out.
 
-Cells are {candidate, class, state, load: {dimension: x}, repetition, verdict, metrics, limit,
-breaches} (kneecap.loadplan); anything missing renders as a dash.
+The run's summary.json is read typed (kneecap.metrics.run_model.RunDocument): cells are {candidate, class,
+state, load: {dimension: x}, repetition, verdict, metrics, limit, breaches} (kneecap.loadplan), a cell's
+metrics a LevelSummary; anything missing renders as a dash.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 from kneecap.report import numbers as fmt
 from kneecap.report import plots
@@ -20,33 +22,53 @@ from kneecap.report.load import Results
 from kneecap.report.provenance import manifest_blocks, missing_block, source_banner
 from kneecap.report.run_worksheet import candidate_plans, classes_table, cost_table, ledger_section, settings_block
 
+if TYPE_CHECKING:
+    from kneecap.metrics.run_model import CandidateResult, Capacity, CapacityInfo, RunCell, RunDocument
+    from kneecap.metrics.summary_model import Distribution
+
 UNITS = {"concurrency": "concurrent requests", "rate": "req/s"}
 
 
-def _load(cell: dict) -> tuple[str, float | None]:
-    load = cell.get("load")
-    if isinstance(load, dict) and len(load) == 1:
-        ((dim, value),) = load.items()
+def _load(cell: RunCell) -> tuple[str, float | None]:
+    if cell.load is not None and len(cell.load) == 1:
+        ((dim, value),) = cell.load.items()
         return str(dim), float(value) if fmt.is_number(value) else None
-    for dim in ("concurrency", "rate"):
-        if fmt.is_number(cell.get(dim)):
-            return dim, float(cell[dim])
+    for dim, value in (("concurrency", cell.concurrency), ("rate", cell.rate)):  # older documents
+        if fmt.is_number(value):
+            return dim, float(value)
     return "load", None
 
 
-def _load_text(cell: dict) -> str:
+def _load_text(cell: RunCell) -> str:
     dim, value = _load(cell)
     if value is None:
         return fmt.MISSING
     return f"C={value:g}" if dim == "concurrency" else f"{value:g} {UNITS.get(dim, '')}".strip()
 
 
-def _metric(cell: dict, key: str, pct: str | None = None) -> float | None:
-    metrics = cell.get("metrics") if isinstance(cell.get("metrics"), dict) else {}
-    value = metrics.get(key)
-    if pct is not None:
-        value = value.get(pct) if isinstance(value, dict) else None
+def _pct(dist: Distribution | None, pct: str) -> float | None:
+    """A percentile ('p50', 'p99', ...) of a distribution that may be absent."""
+    value = getattr(dist, pct) if dist is not None else None
     return float(value) if fmt.is_number(value) else None
+
+
+def _metric(cell: RunCell, key: str, pct: str | None = None) -> float | None:
+    """A cell's output rate (pct None) or a percentile of one of its latency distributions ('ttft_ms', ...)."""
+    if cell.metrics is None:
+        return None
+    if pct is not None:
+        return _pct(cell.metrics.distribution(key), pct)
+    value = getattr(cell.metrics, key)
+    return float(value) if fmt.is_number(value) else None
+
+
+def _samples(dist: Distribution | None) -> int | None:
+    """A distribution's sample count, None where the document did not say (older runs)."""
+    return dist.n if dist is not None and "n" in dist.model_fields_set else None
+
+
+def _text(value: object) -> str:
+    return str(value) if value is not None else fmt.MISSING
 
 
 def _verdict_cell(verdict: object) -> Cell:
@@ -62,19 +84,18 @@ def _verdict_cell(verdict: object) -> Cell:
     return Cell(text, tone)
 
 
-def candidates_table(candidates: list[dict], preferred: object = None) -> Table:
+def candidates_table(candidates: list[CandidateResult], preferred: object = None) -> Table:
     rows = []
     for c in candidates:
-        name = str(c.get("name", "?"))
-        gate = c.get("gate")
+        name = c.name or "?"
         rows.append(
             (
                 name + (" (preferred)" if preferred == name else ""),
-                str(c.get("target") or fmt.MISSING),
-                _verdict_cell(c.get("verdict")),
-                str(gate) if gate else fmt.MISSING,
-                fmt.rate(c.get("peak_output_tok_s")),
-                str(c.get("reason") or fmt.MISSING),
+                c.target or fmt.MISSING,
+                _verdict_cell(c.verdict),
+                c.gate or fmt.MISSING,
+                fmt.rate(c.peak_output_tok_s),
+                c.reason or fmt.MISSING,
             )
         )
     return Table(
@@ -84,51 +105,42 @@ def candidates_table(candidates: list[dict], preferred: object = None) -> Table:
     )
 
 
-def _failing_loads(info: dict, failed: dict) -> str:
+def _failing_loads(info: CapacityInfo) -> str:
     """'256: rep0 (ttft_p99_ms 828.7 > 500), rep1 (...)' per failing load: the repetition of each failure
     (rep0 is the first, as cells are named); a summary without `failures` lists the reasons alone."""
-    failures = info.get("failures") if isinstance(info.get("failures"), dict) else None
-    if failures is None:
-        return "; ".join(f"{load}: {', '.join(map(str, why))}" for load, why in failed.items())
+    if info.failures is None:
+        return "; ".join(f"{load}: {', '.join(map(str, why))}" for load, why in info.failed.items())
     parts = []
-    for load, fails in failures.items():
-        each = [
-            f"rep{f.get('repetition')} ({'; '.join(map(str, f.get('reasons') or [])) or f.get('verdict')})"
-            for f in fails
-            if isinstance(f, dict)
-        ]
+    for load, fails in info.failures.items():
+        each = [f"rep{f.repetition} ({'; '.join(map(str, f.reasons)) or f.verdict})" for f in fails]
         parts.append(f"{load}: {', '.join(each)}")
     return "; ".join(parts)
 
 
-def capacity_table(capacity: dict) -> Table | None:
+def capacity_table(capacity: Capacity) -> Table | None:
+    from kneecap.metrics.run_model import AtCapacity
+
     rows = []
     for cand, by_class in capacity.items():
-        for cls, by_state in (by_class or {}).items() if isinstance(by_class, dict) else ():
-            for state, info in (by_state or {}).items() if isinstance(by_state, dict) else ():
-                if not isinstance(info, dict):
-                    continue
-                dim = str(info.get("dimension", "load"))
+        for cls, by_state in by_class.items():
+            for state, info in by_state.items():
+                dim = info.dimension or "load"
                 unit = UNITS.get(dim, "")
-                at = info.get("at_capacity") if isinstance(info.get("at_capacity"), dict) else {}
-                failed = info.get("failed") if isinstance(info.get("failed"), dict) else {}
-                cap = info.get("capacity")
+                at = info.at_capacity or AtCapacity()
+                cap = info.capacity
                 rows.append(
                     (
                         str(cand),
                         str(cls),
                         str(state),
                         f"{dim} ({unit})" if unit else dim,
-                        Cell(
-                            _capacity(cap, info.get("offered_at_capacity")), "better" if fmt.is_number(cap) else "worse"
-                        ),
-                        ", ".join(f"{x:g}" if fmt.is_number(x) else str(x) for x in info.get("region") or [])
-                        or "empty",
-                        fmt.ms((at.get("ttft_ms") or {}).get("p99")),
-                        fmt.ms((at.get("itl_ms") or {}).get("p99")),
-                        fmt.ms((at.get("e2e_ms") or {}).get("p99")),
-                        fmt.rate(at.get("output_tok_s")),
-                        _failing_loads(info, failed) or fmt.MISSING,
+                        Cell(_capacity(cap, info.offered_at_capacity), "better" if fmt.is_number(cap) else "worse"),
+                        ", ".join(f"{x:g}" if fmt.is_number(x) else str(x) for x in info.region) or "empty",
+                        fmt.ms(_pct(at.ttft_ms, "p99")),
+                        fmt.ms(_pct(at.itl_ms, "p99")),
+                        fmt.ms(_pct(at.e2e_ms, "p99")),
+                        fmt.rate(at.output_tok_s),
+                        _failing_loads(info) or fmt.MISSING,
                     )
                 )
     if not rows:
@@ -160,57 +172,60 @@ def _capacity(cap, offered) -> str:
     return f"{cap:g}" + (f" (offered {offered:.3g})" if fmt.is_number(offered) else "")
 
 
-def _little_text(cell: dict) -> str:
-    little = cell.get("little")
-    if not isinstance(little, dict):
+def _little_text(cell: RunCell) -> str:
+    little = cell.little
+    if little is None:
         return fmt.MISSING
-    if not little.get("applied", little.get("stable")):
+    if not (little.applied if little.applied is not None else little.stable):  # older documents: `stable` alone
         return "not applied (interval not stable)"
-    consistent = little.get("consistent")
-    err = little.get("relative_error")
+    consistent = little.consistent
+    err = little.relative_error
     text = "consistent" if consistent else "inconsistent" if consistent is False else "checked"
     return f"{text} ({fmt.pct(err)} off)" if fmt.is_number(err) else text
 
 
-def cells_tables(cells: list[dict]) -> list[Table]:
+def cells_tables(cells: list[RunCell]) -> list[Table]:
     """Every cell in two tables that fit a page: its verdict and why, then what was measured."""
+    from kneecap.metrics.run_model import OfferedLoad
+    from kneecap.metrics.summary_model import LevelSummary
+
     verdicts, measured, tones = [], [], []
     for c in cells:
-        m = c.get("metrics") if isinstance(c.get("metrics"), dict) else {}
-        offered = c.get("offered") if isinstance(c.get("offered"), dict) else {}
-        key = " / ".join(str(c.get(k, fmt.MISSING)) for k in ("candidate", "class", "state"))
-        where = f"{key} / {_load_text(c)} / rep{c.get('repetition')}"
+        m = c.metrics or LevelSummary()  # a cell that did not run: every measurement a dash
+        offered = c.offered or OfferedLoad()
+        key = " / ".join(_text(v) for v in (c.candidate, c.class_name, c.state))
+        where = f"{key} / {_load_text(c)} / rep{c.repetition}"
         verdicts.append(
             (
-                str(c.get("candidate", fmt.MISSING)),
-                str(c.get("class", fmt.MISSING)),
-                str(c.get("state", fmt.MISSING)),
+                _text(c.candidate),
+                _text(c.class_name),
+                _text(c.state),
                 _load_text(c),
-                fmt.count(c.get("repetition")),
-                _verdict_cell(c.get("verdict")),
-                fmt.count(m.get("requests")),
-                fmt.count(m.get("completed")),
-                fmt.count(m.get("failed")),
+                fmt.count(c.repetition),
+                _verdict_cell(c.verdict),
+                fmt.count(m.requests),
+                fmt.count(m.completed),
+                fmt.count(m.failed),
                 _little_text(c),
-                "; ".join(fmt.limit_and_breaches(c)) or fmt.MISSING,
+                "; ".join(c.reasons()) or fmt.MISSING,
             )
         )
         measured.append(
             (
                 where,
-                fmt.rate(offered.get("offered_request_s")),
-                fmt.rate(offered.get("completed_request_s")),
-                fmt.count(offered.get("dropped")),
-                fmt.rate(m.get("output_tok_s")),
+                fmt.rate(offered.offered_request_s),
+                fmt.rate(offered.completed_request_s),
+                fmt.count(offered.dropped),
+                fmt.rate(m.output_tok_s),
                 fmt.ms(_metric(c, "ttft_ms", "p50")),
                 fmt.ms(_metric(c, "ttft_ms", "p95")),
                 fmt.ms(_metric(c, "ttft_ms", "p99")),
                 fmt.ms(_metric(c, "itl_ms", "p99")),
                 fmt.ms(_metric(c, "e2e_ms", "p99")),
-                fmt.count((m.get("ttft_ms") or {}).get("n") if isinstance(m.get("ttft_ms"), dict) else None),
+                fmt.count(_samples(m.ttft_ms)),
             )
         )
-        tones.append("warning" if m.get("suspect") else "plain")
+        tones.append("warning" if m.suspect else "plain")
     return [
         Table(
             (
@@ -252,7 +267,7 @@ def cells_tables(cells: list[dict]) -> list[Table]:
     ]
 
 
-def _group_series(cells: list[dict], y) -> tuple[list[tuple[str, list[tuple[float, float]]]], str]:
+def _group_series(cells: list[RunCell], y) -> tuple[list[tuple[str, list[tuple[float, float]]]], str]:
     """Per candidate/class/state: worst value over repetitions at each load (y(cell) -> float|None)."""
     grouped: dict = defaultdict(lambda: defaultdict(list))
     dims = set()
@@ -262,7 +277,7 @@ def _group_series(cells: list[dict], y) -> tuple[list[tuple[str, list[tuple[floa
         if load is None or value is None:
             continue
         dims.add(dim)
-        grouped[(c.get("candidate"), c.get("class"), c.get("state"))][load].append(value)
+        grouped[(c.candidate, c.class_name, c.state)][load].append(value)
     series = [
         (" / ".join(str(k) for k in key if k is not None), sorted((x, max(v)) for x, v in by_load.items()))
         for key, by_load in grouped.items()
@@ -270,15 +285,17 @@ def _group_series(cells: list[dict], y) -> tuple[list[tuple[str, list[tuple[floa
     return series, (dims.pop() if len(dims) == 1 else "load")
 
 
-def run_figures(results: Results, cells: list[dict]) -> list[Figure]:
+def run_figures(results: Results, doc: RunDocument) -> list[Figure]:
+    from kneecap.metrics.run_model import Worksheet
+
     out: list[Figure] = []
+    cells = doc.cells
     ttft, dim = _group_series(cells, lambda c: _metric(c, "ttft_ms", "p99"))
-    worksheet = results.summary.get("worksheet") if isinstance(results.summary.get("worksheet"), dict) else {}
-    budgets = worksheet.get("budgets") if isinstance(worksheet.get("budgets"), dict) else {}
+    budgets = (doc.worksheet.budgets if isinstance(doc.worksheet, Worksheet) else None) or {}
     limits = [
-        (f"{cls} budget: p99 TTFT ≤ {b['ttft_p99_ms']:g} ms", float(b["ttft_p99_ms"]))
+        (f"{cls} budget: p99 TTFT ≤ {b.ttft_p99_ms:g} ms", float(b.ttft_p99_ms))
         for cls, b in budgets.items()
-        if isinstance(b, dict) and fmt.is_number(b.get("ttft_p99_ms"))
+        if fmt.is_number(b.ttft_p99_ms)
     ]
     values = [y for _, pts in ttft for _, y in pts if y and y > 0] + [v for _, v in limits]
     out += drawn(
@@ -313,7 +330,7 @@ def run_figures(results: Results, cells: list[dict]) -> list[Figure]:
         _, load = _load(c)
         if tpot is None or tok_s is None or load is None:
             continue
-        series = f"{c.get('candidate')} / {c.get('class')}" + (f" / {c['state']}" if c.get("state") else "")
+        series = f"{c.candidate} / {c.class_name}" + (f" / {c.state}" if c.state else "")
         old = worst[series].get(load)
         worst[series][load] = (
             (max(tpot, old[0]), min(tok_s, old[1]), _load_text(c)) if old else (tpot, tok_s, _load_text(c))
@@ -338,47 +355,47 @@ def run_figures(results: Results, cells: list[dict]) -> list[Figure]:
 
 
 def run_document(results: Results) -> Document:
+    from kneecap.metrics.run_model import RunDocument, Worksheet
+
     summary = results.summary
-    name = summary.get("plan_name") or summary.get("name") or results.name
-    title = f"Load-plan worksheet — {name}"
+    doc = RunDocument.read(summary, str(results.path))
+    title = f"Load-plan worksheet — {doc.plan_name or doc.name or results.name}"
     blocks: list[Block] = [Heading(title, 1)]
-    if isinstance(summary.get("description"), str):
-        blocks.append(Paragraph(summary["description"]))
+    if doc.description is not None:
+        blocks.append(Paragraph(doc.description))
     blocks.append(source_banner("run", summary))
     blocks += manifest_blocks(summary)
     blocks += missing_block(results.missing)
-    cells = [c for c in summary.get("cells") or [] if isinstance(c, dict)]
-    candidates = [c for c in summary.get("candidates") or [] if isinstance(c, dict)]
+    cells, candidates = doc.cells, doc.candidates
     if candidates:
-        blocks += [Heading("Candidates"), candidates_table(candidates, summary.get("preferred"))]
+        blocks += [Heading("Candidates"), candidates_table(candidates, doc.preferred)]
         costs = cost_table(candidates)
         if costs:
             blocks.append(costs)
-    capacity = summary.get("capacity")
-    cap_table = capacity_table(capacity) if isinstance(capacity, dict) else None
+    cap_table = capacity_table(doc.capacity) if doc.capacity is not None else None
     blocks.append(Heading("Capacity region"))
     blocks.append(cap_table or Paragraph("No capacity region in this summary.", "warning"))
-    handoff = summary.get("handoff")
+    handoff = doc.handoff
     blocks.append(
         KeyValues(
             (("handoff package", f"{handoff}/ (inside this results folder)" if handoff else "none: no limit failed"),),
             caption="Specialist handoff",
         )
     )
-    plans = candidate_plans(summary, results.plan)
+    plans = candidate_plans(doc, results.plan)
     if plans:
         blocks += [Heading("KV ledger")] + ledger_section(plans)
-    figs = run_figures(results, cells)
+    figs = run_figures(results, doc)
     if figs:
         blocks += [Heading("Plots")] + figs
     if cells:
         blocks += [Heading("Cells"), *cells_tables(cells)]
     else:
         blocks.append(Paragraph("This summary holds no cells: nothing ran.", "warning"))
-    worksheet = summary.get("worksheet")
+    worksheet = doc.worksheet
     if isinstance(worksheet, str):
         blocks += [Heading("Worksheet"), Code(worksheet)]
-    elif isinstance(worksheet, dict):
+    elif isinstance(worksheet, Worksheet):
         parts = [b for b in (classes_table(worksheet), settings_block(worksheet)) if b is not None]
         if parts:
             blocks += [Heading("Workloads and budgets")] + parts

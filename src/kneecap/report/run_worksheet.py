@@ -1,9 +1,12 @@
 """The worksheet parts of a load-plan run page: each candidate's KV ledger, the workload
 classes with their length distributions, the budgets per class, the cost at capacity, and the
-plan's load/stop settings. Pure: run summary dict in, document blocks out.
+plan's load/stop settings. Pure: the run's typed document (kneecap.metrics.run_model) in, document blocks
+out; the plans and ledgers inside it are `kneecap plan --json` documents, rendered by plan_page.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from kneecap.report import numbers as fmt
 from kneecap.report import plots
@@ -12,25 +15,28 @@ from kneecap.report.load import PLAN_KEYS
 from kneecap.report.plan_page import BAR_PARTS, ledger_blocks
 from kneecap.report.provenance import facts_block
 
+if TYPE_CHECKING:
+    from kneecap.metrics.run_model import CandidateResult, LengthDist, RunDocument, Worksheet
 
-def candidate_plans(summary: dict, fallback: dict | None = None) -> dict[str, dict]:
+
+def candidate_plans(doc: RunDocument, fallback: dict | None = None) -> dict[str, dict]:
     """{candidate: plan-like dict with at least 'ledger'}: the identity's full plan, else the worksheet's
     ledger alone; `fallback` (a plan.json found in the folder) when neither is there."""
+    from kneecap.metrics.run_model import Worksheet
+
     out: dict[str, dict] = {}
-    identities = summary.get("identities") if isinstance(summary.get("identities"), dict) else {}
-    for name, ident in identities.items():
-        plan = ident.get("plan") if isinstance(ident, dict) else None
-        if isinstance(plan, dict) and all(k in plan for k in PLAN_KEYS):
-            out[str(name)] = plan
-    worksheet = summary.get("worksheet") if isinstance(summary.get("worksheet"), dict) else {}
-    ledgers = worksheet.get("ledger")
-    if isinstance(ledgers, dict):
+    for name, ident in (doc.identities or {}).items():
+        if ident.plan is not None and all(k in ident.plan for k in PLAN_KEYS):
+            out[str(name)] = ident.plan
+    worksheet = doc.worksheet if isinstance(doc.worksheet, Worksheet) else Worksheet()
+    ledgers = worksheet.ledger
+    if ledgers is not None:
         if all(k in ledgers for k in ("hbm_bytes", "kv_pool_bytes")):  # one ledger, not one per candidate
             ledgers = {"plan": ledgers}
         for name, ledger in ledgers.items():
             if isinstance(ledger, dict) and str(name) not in out and "kv_pool_bytes" in ledger:
                 out[str(name)] = {"ledger": ledger}
-    for source in (summary.get("plan"), worksheet.get("plan")):  # one plan for the whole run
+    for source in (doc.plan, worksheet.plan):  # one plan for the whole run
         if not out and isinstance(source, dict) and all(k in source for k in PLAN_KEYS):
             out["plan"] = source
     if not out and fallback is not None:
@@ -70,46 +76,46 @@ def ledger_section(plans: dict[str, dict]) -> list[Block]:
     )
 
 
-def length_text(dist: object) -> str:
+def length_text(dist: LengthDist | int | str | None) -> str:
     """A length distribution as words: 'lognormal mean 400, std 200 (clipped to 1..4,000) tokens'."""
-    if not isinstance(dist, dict):
+    from kneecap.metrics.run_model import LengthDist
+
+    if not isinstance(dist, LengthDist):
         return str(dist) if dist is not None else fmt.MISSING
-    kind = dist.get("kind")
+    kind = dist.kind
     if kind == "fixed":
-        body = f"fixed {fmt.count(dist.get('value'))}"
+        body = f"fixed {fmt.count(dist.value)}"
     elif kind == "uniform":
-        body = f"uniform {fmt.count(dist.get('low'))}..{fmt.count(dist.get('high'))}"
+        body = f"uniform {fmt.count(dist.low)}..{fmt.count(dist.high)}"
     elif kind in ("normal", "lognormal"):
-        body = f"{kind} mean {fmt.num(dist.get('mean'))}, std {fmt.num(dist.get('std'))}"
+        body = f"{kind} mean {fmt.num(dist.mean)}, std {fmt.num(dist.std)}"
     elif kind == "empirical":
-        source = dist.get("file") or f"{len(dist.get('values') or [])} values"
+        source = dist.file or f"{len(dist.values or [])} values"
         body = f"empirical ({source})"
     else:
         body = str(kind)
-    low, high = dist.get("min"), dist.get("max")
+    low, high = dist.min, dist.max
     clip = (
         f" (clipped to {fmt.count(low) if fmt.is_number(low) else 1}..{fmt.count(high)})" if fmt.is_number(high) else ""
     )
     return f"{body}{clip} tokens"
 
 
-def classes_table(worksheet: dict) -> Table | None:
-    classes = worksheet.get("classes")
-    if not isinstance(classes, dict) or not classes:
+def classes_table(worksheet: Worksheet) -> Table | None:
+    if not worksheet.classes:
         return None
-    budgets = worksheet.get("budgets") if isinstance(worksheet.get("budgets"), dict) else {}
+    budgets = worksheet.budgets or {}
     rows = []
-    for name, spec in classes.items():
-        spec = spec if isinstance(spec, dict) else {}
-        budget = budgets.get(name) if isinstance(budgets.get(name), dict) else {}
+    for name, spec in worksheet.classes.items():
+        budget = budgets[name].to_dict() if name in budgets else {}  # {budget key: limit}, as the plan set it
         budget_text = ", ".join(f"{k} ≤ {v:g}" if fmt.is_number(v) else f"{k}={v}" for k, v in budget.items())
-        prefix = spec.get("shared_prefix_tokens")
+        prefix = spec.shared_prefix_tokens
         rows.append(
             (
                 str(name),
-                length_text(spec.get("input")),
-                length_text(spec.get("output")),
-                fmt.num(spec.get("weight"), 2),
+                length_text(spec.input),
+                length_text(spec.output),
+                fmt.num(spec.weight, 2),
                 fmt.count(prefix) if fmt.is_number(prefix) else fmt.MISSING,
                 budget_text or fmt.MISSING,
             )
@@ -128,42 +134,29 @@ def classes_table(worksheet: dict) -> Table | None:
     )
 
 
-def settings_block(worksheet: dict) -> KeyValues | None:
-    return facts_block(
-        (
-            (key, value)
-            for key, value in worksheet.items()
-            if key not in ("classes", "budgets", "ledger", "plan") and value is not None
-        ),
-        "Load plan settings (units in the names)",
-    )
+def settings_block(worksheet: Worksheet) -> KeyValues | None:
+    return facts_block(worksheet.settings(), "Load plan settings (units in the names)")
 
 
-def cost_table(candidates: list[dict]) -> Table | None:
+def cost_table(candidates: list[CandidateResult]) -> Table | None:
     rows = []
     for cand in candidates:
-        cost = cand.get("cost") if isinstance(cand.get("cost"), dict) else {}
-        for cls, c in cost.items():
-            if not isinstance(c, dict):
+        for cls, c in (cand.cost or {}).items():
+            if c is None:
                 continue
             price = (
-                f"{c['usd_per_gpu_hour']:g} $/GPU-hour × {fmt.count(c.get('num_gpus'))} GPUs"
-                if fmt.is_number(c.get("usd_per_gpu_hour"))
-                else ", ".join(
-                    f"{k} = {v:g}"
-                    for k, v in c.items()
-                    if k.startswith("usd_per") and fmt.is_number(v) and k != "usd_per_million_output_tokens"
-                )
-                or fmt.MISSING
+                f"{c.usd_per_gpu_hour:g} $/GPU-hour × {fmt.count(c.num_gpus)} GPUs"
+                if fmt.is_number(c.usd_per_gpu_hour)
+                else ", ".join(f"{k} = {v:g}" for k, v in c.declared_prices() if fmt.is_number(v)) or fmt.MISSING
             )
             rows.append(
                 (
-                    str(cand.get("name", "?")),
+                    cand.name or "?",
                     str(cls),
-                    str(c.get("basis", fmt.MISSING)),
+                    c.basis or fmt.MISSING,
                     price,
-                    fmt.rate(c.get("output_tok_s_at_capacity")),
-                    fmt.num(c.get("usd_per_million_output_tokens"), 3),
+                    fmt.rate(c.output_tok_s_at_capacity),
+                    fmt.num(c.usd_per_million_output_tokens, 3),
                 )
             )
     if not rows:

@@ -220,7 +220,7 @@ def stability_table(levels: list[LevelSummary]) -> Table | None:
     rows = []
     for lv in judged:
         st = lv.stability
-        verdict = verdict_text({"stability": st.to_dict()})
+        verdict = verdict_text(lv)
         rows.append(
             (
                 fmt.load_text(lv),
@@ -237,7 +237,7 @@ def stability_table(levels: list[LevelSummary]) -> Table | None:
             )
         )
     caption = "Steady state per level (the rule: docs/metrics.md, Steady state). " + (
-        stability_caption([{"stability": lv.stability.to_dict()} for lv in judged])
+        stability_caption(judged)
         or "Every level reached steady state."
     )
     return Table(
