@@ -237,8 +237,7 @@ def stability_table(levels: list[LevelSummary]) -> Table | None:
             )
         )
     caption = "Steady state per level (the rule: docs/metrics.md, Steady state). " + (
-        stability_caption(judged)
-        or "Every level reached steady state."
+        stability_caption(judged) or "Every level reached steady state."
     )
     return Table(
         (
