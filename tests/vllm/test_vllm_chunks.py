@@ -87,7 +87,6 @@ def check_chunks(doc: dict, recs: list[dict]) -> None:
     for x in recs:
         assert sum(x["chunk_tokens"]) == x["output_tokens"] == OSL, x  # usage.completion_tokens, as vLLM counted
         assert max(x["chunk_tokens"]) > 1, x  # a socket read holds at least one 3-token chunk
-    gaps = itls = 0
     for lv in doc["levels"]:
         assert (lv["completed"], lv["failed"]) == (8, 0), lv
         assert lv["token_mismatch"]["output"] == lv["token_mismatch"]["output_vs_chunks"] == 0, lv["token_mismatch"]
@@ -96,9 +95,12 @@ def check_chunks(doc: dict, recs: list[dict]) -> None:
         assert lv["itl_ms"]["n"] == sum(OSL - x["chunk_tokens"][0] for x in mine), (lv["itl_ms"], mine)
         # one gap per read after the first; on a loaded machine a whole response can come in one read
         assert lv["chunk_gap_ms"]["n"] == sum(len(x["chunk_tokens"]) - 1 for x in mine) <= lv["itl_ms"]["n"]
-        gaps, itls = gaps + lv["chunk_gap_ms"]["n"], itls + lv["itl_ms"]["n"]
         assert lv["tokens_per_chunk"]["mean"] > 1 and lv["tokens_per_chunk"]["max"] >= STREAM_INTERVAL, lv
-    assert 0 < gaps < itls  # the streams came in pieces, and the pieces held several tokens each
+    # No check that the streams came in several reads: how many pieces a stream comes in is the server's doing:
+    # vLLM merges the deltas of a request its API server has not yet taken (v1/engine/output_processor.py in vLLM 0.32
+    # RequestOutputCollector.put, "RequestOutputs are merged if the producer gets ahead of the consumer"), so on a
+    # loaded machine every response of a level can come in one read (gaps 0: seen in a full CI run, with the client
+    # of the previous release as well). Each level's gaps and ITL samples are checked against its reads above.
 
 
 def test_vllm_streams_several_tokens_per_chunk_and_reasoning_deltas(vllm_chunked):
