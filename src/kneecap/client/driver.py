@@ -652,21 +652,11 @@ class Client:
         preps = self.prepare(specs)
         workers = min(concurrency, len(preps))
         await self.warm(workers)
-        horizon_s = duration_s if duration_s is not None else math.inf
         slots = dict(windows=windows[:workers]) if windows else dict(slots=workers)
-        schedule = LoadSchedule([p.spec for p in preps], total=len(preps), horizon_s=horizon_s, **slots)
-        by_spec = {id(p.spec): p for p in preps}
-        return await self._run_schedule(
-            schedule,
-            lambda spec, send: send(by_spec[id(spec)]),
-            level=level,
-            concurrency=concurrency,
-            rate=None,
-            epoch=epoch,
-            on_record=on_record,
-            warmup=warmup,
-            keep_records=keep_records,
-        )
+        return await self._run_prepared(
+            preps, duration_s, slots, level=level, concurrency=concurrency, rate=None, epoch=epoch,
+            on_record=on_record, warmup=warmup, keep_records=keep_records,
+        )  # fmt: skip
 
     async def run_open_loop(
         self,
@@ -702,20 +692,20 @@ class Client:
             offsets = open_loop_offsets(rate, len(preps), burstiness, seed, on_s=on_s, off_s=off_s)
         self._ensure_fds(max(warm_connections, 1))
         await self.warm(min(warm_connections, len(preps)))
+        return await self._run_prepared(
+            preps, duration_s, dict(offsets=offsets), level=level, concurrency=None, rate=rate, epoch=epoch,
+            on_record=on_record, warmup=warmup, keep_records=keep_records,
+        )  # fmt: skip
+
+    async def _run_prepared(
+        self, preps: list[PreparedRequest], duration_s: float | None, shape: dict, **run
+    ) -> LevelRun:
+        """Run prepared requests under the one LoadSchedule `shape` gives (slots, windows or offsets), none
+        starting after duration_s; `run`: _run_schedule's keywords."""
         horizon_s = duration_s if duration_s is not None else math.inf
-        schedule = LoadSchedule([p.spec for p in preps], total=len(preps), offsets=offsets, horizon_s=horizon_s)
+        schedule = LoadSchedule([p.spec for p in preps], total=len(preps), horizon_s=horizon_s, **shape)
         by_spec = {id(p.spec): p for p in preps}
-        return await self._run_schedule(
-            schedule,
-            lambda spec, send: send(by_spec[id(spec)]),
-            level=level,
-            concurrency=None,
-            rate=rate,
-            epoch=epoch,
-            on_record=on_record,
-            warmup=warmup,
-            keep_records=keep_records,
-        )
+        return await self._run_schedule(schedule, lambda spec, send: send(by_spec[id(spec)]), **run)
 
     async def run_conversations(
         self,
