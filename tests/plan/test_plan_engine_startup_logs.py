@@ -62,6 +62,9 @@ def compare(rec: dict) -> dict:
         row["logged_available_gib"] = logged["available_kv_gib"]
         row["predicted_available_gib"] = eng["kv_pool_bytes"] / GiB
         row["total_gap_gib"] = eng["total_bytes"] / GiB - logged["total_gib"]
+        # kneecap's "Model loading took" (weights + RoPE buffer) against the logged one, where the log prints it
+        loaded = (eng["weights_bytes"] + eng["rope_cache_bytes"]) / GiB
+        row["weights_gap_gib"] = loaded - logged["weights_gib"] if "weights_gib" in logged else 0.0
         row["mem_util"] = eng["fraction"]
         if "kv_cache_tokens" in logged:
             row["tokens_engine_mode"] = eng["log_kv_cache_tokens"]
@@ -154,6 +157,17 @@ def activation_table(rows: list[dict]) -> str:
             f"{pool(r['pool_nothing_from_log_gib'])} | {lt} | {tok('tokens_predicted_activation')} | "
             f"{tok('tokens_nothing_from_log')} |"
         )
+    out.append("")
+    for engine, label in (("V0", "V0 (0.6)"), ("V1", "V1 (0.11)")):
+        sel = [r for r in rows if "predicted_activation_gib" in r and RECORD[r["id"]]["engine"] == engine]
+        act = max(abs(r["predicted_activation_gib"] - r["logged_activation_gib"]) for r in sel)
+        with_nt = [abs(_err(r["pool_predicted_activation_gib"], r["logged_available_gib"])) for r in sel]
+        bare = [abs(_err(r["pool_nothing_from_log_gib"], r["logged_available_gib"])) for r in sel]
+        out.append(
+            f"{label}, {len(sel)} records: activation |error| at most {act:.3f} GiB; pool |error| with the logged "
+            f"non-torch median {statistics.median(with_nt):.2f}%, worst {max(with_nt):.2f}%; with nothing from the log "
+            f"median {statistics.median(bare):.2f}%, worst {max(bare):.2f}%."
+        )
     return "\n".join(out)
 
 
@@ -204,15 +218,31 @@ def test_the_moe_record_misses_by_what_the_table_says(rows):
     assert (r["tokens_given_pool"], r["logged_tokens"]) == (180_928, 178_880)
 
 
+# Records whose pool kneecap misses by its own weights: vLLM logged "weights memory" 30.59 GiB per GPU for Qwen3-32B at
+# TP 2, kneecap counts 30.52 GiB (half of the 61.03 GiB it and the TP-1 record agree on); what vLLM keeps beyond half
+# at TP 2 is not known. The pool tests require these to miss by that weights gap (and to fail the plain bound).
+WEIGHTS_UNEXPLAINED = {"qwen3-32b-2xh100-v0.11"}
+
+
+def _pool_check(r: dict, predicted_gib: float, logged_gib: float) -> None:
+    """predicted within the logged figures' rounding plus the catalog-vs-logged total gap; for WEIGHTS_UNEXPLAINED
+    records, off by kneecap's weights gap instead (and not within the plain bound)."""
+    bound = 4 * ROUNDING_GIB + abs(r["total_gap_gib"]) * r["mem_util"]
+    if r["id"] in WEIGHTS_UNEXPLAINED:
+        assert abs(predicted_gib - logged_gib) > bound, r
+        assert abs(predicted_gib - logged_gib + r["weights_gap_gib"]) <= bound, r
+    else:
+        assert abs(predicted_gib - logged_gib) <= bound, r
+
+
 def test_engine_mode_predicts_the_logged_pool_from_the_logs_two_unpredictable_inputs(rows):
     checked = 0
     for r in rows:
         if "predicted_available_gib" not in r:
             continue
         checked += 1
-        bound = 4 * ROUNDING_GIB + abs(r["total_gap_gib"]) * r["mem_util"]
-        assert abs(r["predicted_available_gib"] - r["logged_available_gib"]) <= bound, r
-    assert checked == 3
+        _pool_check(r, r["predicted_available_gib"], r["logged_available_gib"])
+    assert checked == 8
 
 
 def test_the_predicted_activation_peak_is_the_logged_one_within_its_rounding(rows):
@@ -221,6 +251,10 @@ def test_the_predicted_activation_peak_is_the_logged_one_within_its_rounding(row
     # GiB. Achieved: -0.003, +0.004 and -0.004 GiB; the forward sets the 20k / 29k peaks, the sampler's sort the H100
     # one. Leaving out the sort's scratch (5F = 0.61 GiB there), or counting two hidden-wide tensors at the MLP
     # instead of three (-0.15 GiB at 20k), fails this.
+    # vLLM 0.11 (V1): the five H100 records' peaks are the sampler's sort over 1,024 rows (the 0.11 default on an
+    # H100), achieved -0.003 to -0.005 GiB. Sampling 256 rows (V0's default, max_num_seqs not followed: -3.5 GiB for
+    # Llama-3.1-8B), FlashInfer's sort-free sampler (3.5F instead of 9.5F: -2.9 GiB), or leaving out the two
+    # [rows, hidden] tensors (-0.016 GiB) or the cuBLAS workspace (-0.031 GiB) fails this.
     checked = {}
     for r in rows:
         if "predicted_activation_gib" not in r:
@@ -232,6 +266,11 @@ def test_the_predicted_activation_peak_is_the_logged_one_within_its_rounding(row
         "llama-3.1-8b-rtx3090-20k": "forward",
         "llama-3.1-8b-rtx3090-29k": "forward",
         "llama-3-8b-h100-tp1": "sampler",
+        "llama-3.1-8b-h100-v0.11": "sampler",
+        "qwen3-0.6b-h100-v0.11": "sampler",
+        "qwen3-32b-h100-v0.11": "sampler",
+        "qwen3-32b-2xh100-v0.11": "sampler",
+        "llama-3.3-70b-fp8-2xh100-v0.11": "sampler",
     }
 
 
@@ -241,21 +280,19 @@ def test_engine_mode_with_the_predicted_activation_and_the_logged_non_torch_is_t
     for r in rows:
         if "pool_predicted_activation_gib" not in r:
             continue
-        bound = 4 * ROUNDING_GIB + abs(r["total_gap_gib"]) * r["mem_util"]
-        assert abs(r["pool_predicted_activation_gib"] - r["logged_available_gib"]) <= bound, r
+        _pool_check(r, r["pool_predicted_activation_gib"], r["logged_available_gib"])
         if "tokens_predicted_activation" in r:
             assert abs(_err(r["tokens_predicted_activation"], r["logged_tokens"])) <= 0.25, r
 
 
 def test_with_nothing_from_the_log_the_pool_is_over_by_the_non_torch_memory_kneecap_does_not_predict(rows):
     # non-torch memory is taken as 0 (no published size to cite): the pool is then over by the logged non-torch
-    # figure, within the same rounding (+9.2% / +12.1% / +3.4% here), the gap the plan's "non-torch: assumed 0" names
+    # figure, within the same rounding (V0: +9.3% / +12.1% / +3.3%; V1 0.11 on H100s: +0.2% to +3.4%, 0.13-0.14 GiB
+    # at TP 1 and 0.54-0.55 GiB at TP 2), the gap the plan's "non-torch: assumed 0" names
     for r in rows:
         if "pool_nothing_from_log_gib" not in r:
             continue
-        over = r["pool_nothing_from_log_gib"] - r["logged_available_gib"]
-        bound = 4 * ROUNDING_GIB + abs(r["total_gap_gib"]) * r["mem_util"]
-        assert abs(over - r["logged_non_torch_gib"]) <= bound, r
+        _pool_check(r, r["pool_nothing_from_log_gib"] - r["logged_non_torch_gib"], r["logged_available_gib"])
 
 
 def test_the_rope_buffer_is_what_vllm_0_6_logged_beside_the_weights(cli):

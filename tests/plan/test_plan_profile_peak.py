@@ -73,13 +73,58 @@ def test_the_profile_batch_is_the_releases_default(llama3_8b):
     assert (p.tokens, p.rows) == (100, 100)
 
 
+def test_max_num_seqs_sets_the_rows_sampled(llama3_8b):
+    # V0 profiles max_num_seqs dummy prompts (256 unless --max-num-seqs): the sort's fp32 logits scale with them
+    p64 = _peak(llama3_8b, max_num_seqs=64)
+    assert (p64.tokens, p64.rows) == (8192, 64)
+    assert p64.sampler_bytes == pp.v0_sampler_bytes(llama3_8b, 8192, 64) < _peak(llama3_8b).sampler_bytes
+    v1 = _peak(llama3_8b, version=(0, 11, 0), max_num_batched_tokens=8192, max_num_seqs=128)
+    assert v1.rows == 128 and v1.sampler_bytes == pp.v1_sampler_bytes(llama3_8b, 8192, 128)
+
+
 def test_no_rule_where_the_source_was_not_read(llama3_8b):
-    assert _peak(llama3_8b, version=(0, 11, 0)) is None
     assert _peak(llama3_8b, version=(0, 8, 5)) is None
+    assert _peak(llama3_8b, version=(0, 15, 0)) is None
+    assert _peak(llama3_8b, version=(0, 32, 0)) is None
     assert _peak(llama3_8b, version=(0, 5, 4)) is None
+    assert "Triton kernel" in pp.unmodelled_reason(llama3_8b, (0, 19))
+    assert "was not read" in pp.unmodelled_reason(llama3_8b, (0, 9))
     assert "not read" in pp.unmodelled_reason(dataclasses.replace(llama3_8b, architecture="GemmaForCausalLM"))
+    assert "not read" in pp.unmodelled_reason(dataclasses.replace(llama3_8b, architecture="GemmaForCausalLM"), (0, 11))
     moe = load_model("qwen3-235b-a22b")
     assert "MoE" in pp.unmodelled_reason(moe) and _peak(moe) is None
+    assert "MoE" in pp.unmodelled_reason(moe, (0, 11))
+
+
+def test_v1_sampler_is_v0s_sort_plus_the_gathered_rows_and_their_random_copy(llama3_8b):
+    # vLLM 0.11 profile_run holds the forward's output [tokens, hidden] and the gathered last tokens [rows, hidden]
+    # while _dummy_sampler_run adds torch.rand_like of the rows; the sampler then sorts fp32 logits as V0 does
+    m = llama3_8b
+    f = 1024 * 128_256 * 4
+    held = 8192 * 4096 * 2 + 1024 * 128_256 * 2 + 2 * 1024 * 4096 * 2
+    assert pp.v1_sampler_bytes(m, 8192, 1024) == held + 9 * f
+    # the compiled forward: residual, MLP input, gate_up and its activation
+    assert pp.v1_forward_bytes(m, 1, 1000) == 1000 * (2 * 4096 + 3 * 14336) * 2
+    p = _peak(m, version=(0, 11, 0), max_num_batched_tokens=8192, max_num_seqs=1024)
+    assert (p.release, p.phase) == ("0.11 (V1)", "sampler")
+    assert p.peak_bytes == p.workspace_bytes + p.sampler_bytes
+    assert "FlashInfer is not installed" in p.environment
+    assert "VLLM_USE_FLASHINFER_SAMPLER=1" in _peak(m, version=(0, 13, 0), max_num_batched_tokens=8192).environment
+    with pytest.raises(ValueError):  # V1 needs the server's batch: the caller resolves the release's default
+        _peak(m, version=(0, 11, 0))
+
+
+def test_v1_engine_mode_takes_the_releases_batch_for_the_gpu(cli):
+    # vLLM 0.11 engine/arg_utils.py: 8,192 tokens and 1,024 sequences on a GPU of >= 70 GiB that is not an A100,
+    # 2,048 and 256 on an A100 or a smaller GPU; --max-num-seqs / --max-num-batched-tokens replace them
+    base = ["--preset", "llama-3.1-8b", "--engine-version", "0.11", "--context", "16000"]
+    h100 = _engine(cli, *base, "--gpu", "h100-sxm")["activation_profile"]
+    a100 = _engine(cli, *base, "--gpu", "a100-80")["activation_profile"]
+    assert (h100["tokens"], h100["rows"]) == (8192, 1024)
+    assert (a100["tokens"], a100["rows"]) == (2048, 256)
+    own = _engine(cli, *base, "--gpu", "h100-sxm", "--max-num-seqs", "256", "--max-num-batched-tokens", "4096")
+    assert (own["activation_profile"]["tokens"], own["activation_profile"]["rows"]) == (4096, 256)
+    assert own["activation_bytes"] < _engine(cli, *base, "--gpu", "h100-sxm")["activation_bytes"]
 
 
 def _engine(cli, *args):
@@ -97,10 +142,13 @@ def test_engine_mode_predicts_names_and_falls_back(cli):
     given = _engine(cli, *base, "--engine-version", "0.6", "--activation-gib", "2", "--non-torch-gib", "0.5")
     assert (given["activation_source"], given["activation_bytes"]) == ("--activation-gib", 2 * GiB)
     assert given["non_torch_source"] == "--non-torch-gib" and given["activation_profile"] is None
-    later = _engine(cli, *base, "--engine-version", "0.11")
+    v1 = _engine(cli, *base, "--engine-version", "0.11")
+    assert v1["activation_source"].startswith("predicted: vLLM 0.11 (V1) profile run of 8,192 tokens in 1024 sequences")
+    assert "assumes PyTorch's top-k/top-p sort" in v1["activation_source"]
+    later = _engine(cli, *base, "--engine-version", "0.19")
     assert later["activation_bytes"] == 4 * GiB
-    assert (
-        later["activation_source"] == "--overhead-gib (4 GiB; no prediction: vLLM 0.11's profile run is not modelled)"
+    assert later["activation_source"].startswith(
+        "--overhead-gib (4 GiB; no prediction: vLLM 0.19's profile run is not modelled: from 0.16 its top-k/top-p"
     )
 
 

@@ -128,8 +128,16 @@ FLAG_OPTIONS = {
         typer.Option(
             "--max-num-batched-tokens",
             help="vLLM's --max-num-batched-tokens, which its sliding-window groups reserve per request in the logged "
-            "maximum concurrency, and for 0.6-0.7 the batch of the profile run whose activation peak kneecap predicts "
-            "(default: the release's)",
+            "maximum concurrency, and for 0.6-0.7 and 0.10-0.14 the batch of the profile run whose activation peak "
+            "kneecap predicts (default: the release's)",
+        ),
+    ],
+    "max_num_seqs": Annotated[
+        Optional[int],
+        typer.Option(
+            "--max-num-seqs",
+            help="vLLM's --max-num-seqs: the rows of logits its start-up profile run samples, which set the activation "
+            "peak kneecap predicts in engine mode (default: the release's for the GPU)",
         ),
     ],
     "language_only": Annotated[
@@ -147,8 +155,9 @@ FLAG_OPTIONS = {
         ),
     ],
 }
-ALL_FLAGS = tuple(n for n in FLAG_OPTIONS if n != "cpu_kvcache_space_gib")  # the CPU pool: `plan` only
-PLAN_FLAGS = ALL_FLAGS + ("cpu_kvcache_space_gib",)
+PLAN_ONLY = ("cpu_kvcache_space_gib", "max_num_seqs")  # the CPU pool, the profile run's rows: `plan` only
+ALL_FLAGS = tuple(n for n in FLAG_OPTIONS if n not in PLAN_ONLY)
+PLAN_FLAGS = ALL_FLAGS + PLAN_ONLY
 # what simulate, serve and calibrate take: a deployment without an engine's own pool model or a serving target
 SIM_FLAGS = (
     "preset",

@@ -64,6 +64,9 @@ class DeploymentRequest:
     # vLLM's --max-num-batched-tokens (None: the release's default for the GPU): what its sliding-window and
     # chunked-local groups reserve per request in the maximum concurrency it logs (engines.vllm_in_flight_tokens)
     max_num_batched_tokens: int | None = None
+    # vLLM's --max-num-seqs (None: the release's default for the GPU): the rows of logits its profile run samples,
+    # which set the activation peak kneecap predicts (profile_peak)
+    max_num_seqs: int | None = None
     language_only: bool = False  # serve a multimodal checkpoint's language model only (vLLM --language-model-only)
 
 
@@ -241,6 +244,7 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         ("--mean-context", f.mean_context),
         ("--compute-batch-cap", f.compute_batch_cap),
         ("--max-num-batched-tokens", f.max_num_batched_tokens),
+        ("--max-num-seqs", f.max_num_seqs),
     ):
         check_positive(flag, value, int)
     _finite_floats(f)
@@ -286,6 +290,11 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         raise KneecapError(
             "--max-num-batched-tokens here is an input of vLLM's logged maximum concurrency",
             "add --engine vllm (or --cpu-kvcache-space-gib N for the CPU build)",
+        )
+    if f.max_num_seqs is not None and (f.engine != "vllm" or f.kv_pool_gib):
+        raise KneecapError(
+            "--max-num-seqs here is an input of vLLM's profile run, whose activation peak engine mode predicts",
+            "add --engine vllm (without --kv-pool-gib), or drop --max-num-seqs",
         )
     if f.activation_gib is not None and f.engine != "vllm":
         raise KneecapError(
@@ -448,20 +457,26 @@ def _vllm_activation(
     profile_peak derives it; else --overhead-gib (with the vision tower's profile), saying why."""
     if f.activation_gib is not None:
         return int(f.activation_gib * GiB), "--activation-gib", None
+    v = engines.parse_version(version)
+    tokens, seqs = f.max_num_batched_tokens, f.max_num_seqs
+    if v[:2] in profile_peak.V1_SORT_FAMILY:  # V1 profiles the batch the server runs: the release's GPU defaults
+        tokens = tokens or engines.vllm_default_batch(version, deployment.hbm_bytes, deployment.gpu.name, context)
+        seqs = seqs or engines.vllm_default_seqs(version, deployment.hbm_bytes, deployment.gpu.name, tokens)
     peak = profile_peak.vllm_profile_peak(
         deployment.model,
         tp=deployment.tp,
         gpu_name=deployment.gpu.name,
-        version=engines.parse_version(version),
+        version=v,
         max_model_len=context,
-        max_num_batched_tokens=f.max_num_batched_tokens,
+        max_num_batched_tokens=tokens,
+        max_num_seqs=seqs,
     )
     if peak is not None:
         return peak.peak_bytes, f"predicted: {peak.describe()}", {**dataclasses.asdict(peak), "phase": peak.phase}
     from kneecap.plan.ledger import with_vision_profile
 
     act = with_vision_profile(int(f.overhead_gib * GiB), deployment.vision_profile)
-    why = profile_peak.unmodelled_reason(deployment.model) or f"vLLM {version}'s profile run is not modelled"
+    why = profile_peak.unmodelled_reason(deployment.model, v) or f"vLLM {version}'s profile run is not modelled"
     return act, f"--overhead-gib ({f.overhead_gib:g} GiB; no prediction: {why})", None
 
 

@@ -219,21 +219,32 @@ def vllm_logged_pool(
     )
 
 
+def _vllm_batch_defaults(version: str, device_bytes: int, gpu_name: str, cpu: bool) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) vLLM's OpenAI server takes when neither is given."""
+    v = parse_version(version)[:2]
+    if cpu:
+        return 2048, 128
+    if device_bytes >= 160 * GiB and v >= VLLM_LARGE_GPU_BATCH_FROM:
+        return 16384, 1024
+    if device_bytes >= 70 * GiB and "a100" not in gpu_name.lower():
+        return 8192, 1024
+    return 2048, 256
+
+
 def vllm_default_batch(version: str, device_bytes: int, gpu_name: str, max_model_len: int, cpu: bool = False) -> int:
     """vLLM's max_num_batched_tokens when --max-num-batched-tokens is not given, for its OpenAI server
     (engine/arg_utils.py get_batch_defaults, the same from 0.10 to 0.34 but the >= 160 GiB tier from 0.28): CPU
     2,048 with 128 sequences; a GPU of >= 160 GiB 16,384 (from 0.28); >= 70 GiB and not an A100 8,192 with 1,024
     sequences; else 2,048 with 256; capped at max_num_seqs x max_model_len."""
-    v = parse_version(version)[:2]
-    if cpu:
-        tokens, seqs = 2048, 128
-    elif device_bytes >= 160 * GiB and v >= VLLM_LARGE_GPU_BATCH_FROM:
-        tokens, seqs = 16384, 1024
-    elif device_bytes >= 70 * GiB and "a100" not in gpu_name.lower():
-        tokens, seqs = 8192, 1024
-    else:
-        tokens, seqs = 2048, 256
+    tokens, seqs = _vllm_batch_defaults(version, device_bytes, gpu_name, cpu)
     return min(seqs * max_model_len, tokens)
+
+
+def vllm_default_seqs(version: str, device_bytes: int, gpu_name: str, batched_tokens: int, cpu: bool = False) -> int:
+    """vLLM's max_num_seqs when --max-num-seqs is not given: the tier's default (1,024 on GPUs of >= 70 GiB that are
+    not A100s, else 256; CPU 128), capped at max_num_batched_tokens (0.11.0 engine/arg_utils.py
+    `min(default_max_num_seqs[usage_context], self.max_num_batched_tokens)`)."""
+    return min(_vllm_batch_defaults(version, device_bytes, gpu_name, cpu)[1], batched_tokens)
 
 
 def vllm_in_flight_tokens(version: str, max_num_batched_tokens: int, pp: int = 1, async_scheduling: bool = True) -> int:

@@ -30,6 +30,29 @@ the Llama and Qwen2 layers and the profile run below are the same in the four):
            the scatter back, multinomial's exponential draw) holds less.
   cuBLAS workspace: torch 2.5.1 aten/src/ATen/cuda/CublasHandlePool.cpp getChosenWorkspaceSize, default
            CUBLAS_WORKSPACE_CONFIG ":4096:2:16:8" = 8,519,680 B, and 32 MiB on sm90 (H100, H200).
+
+vLLM 0.10 to 0.14 (V1 engine; read in the 0.10.0, 0.11.0, 0.12.0, 0.13.0 and 0.14.0 sdists, torch 2.7.1 to 2.9.1):
+  v1/worker/gpu_worker.py determine_available_memory runs v1/worker/gpu_model_runner.py profile_run under
+    utils memory_profiling (utils/__init__.py in 0.11, utils/mem_utils.py from 0.12): torch_peak_increase is the
+    rise of allocated_bytes.all.peak over the run, from a reset taken after the weights are loaded.
+  profile_run: _dummy_run(max_num_tokens = max_num_batched_tokens) splits the tokens over
+    min(max_num_seqs, tokens) dummy requests and returns the forward's output [tokens, hidden] with the last token
+    of each request gathered ([rows, hidden], a copy); profile_run holds both while _dummy_sampler_run replaces the
+    rows by torch.rand_like (a third [rows, hidden]), computes the logits ([rows, vocab padded to 64] in 16 bits,
+    all-gathered on every TP rank) and runs the Sampler with temperature 0.5, top_p 0.9 and top_k vocab - 1.
+  sampler (v1/sample/sampler.py, v1/sample/ops/topk_topp_sampler.py): logits.to(float32) (F = rows x vocab x 4 B),
+    then apply_top_k_top_p sorts them (values F, int64 indices 2F) with the CUDA sort's scratch as in V0 (5F at
+    128+ rows): 16-bit logits + 9F, the V0 sampler's peak, plus the two [rows, hidden] tensors above. This is the
+    path when top-k/top-p is PyTorch's: 0.10 and 0.11 take FlashInfer's sort-free sampler whenever FlashInfer
+    imports (VLLM_USE_FLASHINFER_SAMPLER unset means on in V1), and FlashInfer is not a dependency of the PyPI
+    package (requirements/cuda.txt) though vLLM's Docker image builds it; 0.12 to 0.14 depend on FlashInfer but
+    take its sampler only with VLLM_USE_FLASHINFER_SAMPLER=1. FlashInfer's path is not modelled.
+  forward: the model runs compiled (torch.compile with Inductor, piecewise between attention ops), and Inductor
+    frees each buffer after its last use, so the MLP's peak holds the residual, the MLP's input, gate_up (2 x
+    intermediate / tp) and SiLU-and-mul's output (intermediate / tp): tokens x (2 x hidden + 3 x intermediate / tp)
+    x 2 B. No published log has a forward-set V1 peak, so this phase is unchecked.
+  Later releases: from 0.16 top-k/top-p runs a Triton kernel for 8 or more rows (v1/sample/ops/topk_topp_triton.py)
+    and from 0.25 the profile run also warms the sampler's native path; neither was read, so no rule.
 """
 
 from __future__ import annotations
@@ -56,9 +79,16 @@ SM90_GPUS = ("h100", "h200", "gh200", "h20", "h800")  # catalog names of compute
 # loaded on first use) has no published size kneecap could cite. Engine mode takes it as 0 unless given.
 NON_TORCH_ASSUMED = "assumed 0 (not predicted; pass the engine's logged figure with --non-torch-gib)"
 V0_FAMILY = ((0, 6), (0, 7))  # the releases whose profile run was read for this rule
+V1_SORT_FAMILY = ((0, 10), (0, 11), (0, 12), (0, 13), (0, 14))  # V1 releases whose profile run was read (sdists)
+V1_TRITON_TOPK_FROM = (0, 16)  # topk_topp_sampler.py: HAS_TRITON and rows >= 8 -> apply_top_k_top_p_triton
+V1_FLASHINFER_OPT_IN_FROM = (0, 12)  # 0.12: FlashInfer's sampler only with VLLM_USE_FLASHINFER_SAMPLER=1
 LAYER_KINDS_MODELLED = {"full_attention", "sliding_attention"}
 # [hidden]-wide tensors live at the MLP's peak besides gate_up and its activation, by vLLM 0.6 / 0.7 model class
 V0_MLP_HIDDEN_LIVE = {"LlamaForCausalLM": 3, "MistralForCausalLM": 3, "Qwen2ForCausalLM": 4}
+# V1 (compiled): the residual and the MLP's input beside gate_up and its activation, whatever the eager class keeps
+V1_MLP_HIDDEN_LIVE = 2
+V1_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+V1_GATHERED_ROWS = 2  # [rows, hidden] tensors profile_run holds at the sampler: the gathered rows, their rand_like
 
 
 @dataclass(frozen=True)
@@ -72,16 +102,18 @@ class ProfilePeak:
     sampler_bytes: int  # live tensors at the sampler's peak (the model's output and the logits included)
     workspace_bytes: int  # the cuBLAS workspace allocated by the run's first GEMM and kept
     peak_bytes: int  # workspace + max(forward, sampler): what vLLM logs as the activation peak
+    environment: str = ""  # what the rule assumes of the server's environment (V1: which top-k/top-p path)
 
     @property
     def phase(self) -> str:
         return "sampler" if self.sampler_bytes > self.forward_bytes else "forward"
 
     def describe(self) -> str:
+        env = f"; assumes {self.environment}" if self.environment else ""
         return (
             f"vLLM {self.release} profile run of {self.tokens:,} tokens in {self.rows} sequences: forward "
             f"{self.forward_bytes / GiB:.3f} GiB, sampler {self.sampler_bytes / GiB:.3f} GiB, cuBLAS workspace "
-            f"{self.workspace_bytes / 2**20:.1f} MiB; peak {self.peak_bytes / GiB:.3f} GiB (the {self.phase})"
+            f"{self.workspace_bytes / 2**20:.1f} MiB; peak {self.peak_bytes / GiB:.3f} GiB (the {self.phase}){env}"
         )
 
 
@@ -119,8 +151,40 @@ def v0_sampler_bytes(model, tokens: int, rows: int) -> int:
     return held + f + 3 * f + sort_scratch  # fp32 logits, sorted values and int64 indices, the sort's scratch
 
 
-def unmodelled_reason(model) -> str:
-    """Why kneecap has no profile-run rule for this model ('' if it has one)."""
+def v1_forward_bytes(model, tp: int, tokens: int) -> int:
+    """Live tensors at the peak of vLLM 0.10-0.14's compiled Llama-style forward over `tokens` tokens on one TP rank:
+    Inductor frees each buffer after its last use, so the MLP holds the residual, its input, gate_up and its
+    activation; the attention phase is counted as in V0 (unchecked: no published V1 log has a forward-set peak)."""
+    h = model.hidden_size
+    q = model.num_attention_heads * model.head_dim // tp
+    kv = model.num_key_value_heads * model.head_dim // tp if model.num_key_value_heads >= tp else model.head_dim
+    mlp = V1_MLP_HIDDEN_LIVE * h + 3 * model.intermediate_size // tp
+    attention = 3 * h + (q + 2 * kv) + q
+    return tokens * max(mlp, attention) * ACT_BYTES
+
+
+def v1_sampler_bytes(model, tokens: int, rows: int) -> int:
+    """Live tensors at the peak of vLLM 0.10-0.14's dummy sampler run with PyTorch's top-k/top-p sort: V0's sort
+    (the model's output, the 16-bit logits, fp32 logits, sorted values and indices, the sort's scratch) plus the
+    gathered last-token rows and their rand_like replacement, [rows, hidden] each."""
+    return v0_sampler_bytes(model, tokens, rows) + V1_GATHERED_ROWS * rows * model.hidden_size * ACT_BYTES
+
+
+def v1_environment(version: tuple[int, ...]) -> str:
+    """What the V1 rule assumes of the server: PyTorch's top-k/top-p sort, and when the release takes it."""
+    if version[:2] >= V1_FLASHINFER_OPT_IN_FROM:
+        return (
+            "PyTorch's top-k/top-p sort, the release's default (FlashInfer's sampler only with "
+            "VLLM_USE_FLASHINFER_SAMPLER=1, not modelled)"
+        )
+    return (
+        "PyTorch's top-k/top-p sort, taken when FlashInfer is not installed (pip install vllm does not install it "
+        "in 0.10-0.11; with it vLLM samples without sorting, not modelled)"
+    )
+
+
+def unmodelled_reason(model, version: tuple[int, ...] = V0_FAMILY[0]) -> str:
+    """Why kneecap has no profile-run rule for this model and release ('' if it has one)."""
     if model.num_experts:
         return "MoE layers (the fused-MoE kernels' buffers) are not modelled"
     kinds = set(model.layer_types) - LAYER_KINDS_MODELLED
@@ -130,22 +194,54 @@ def unmodelled_reason(model) -> str:
         return "the multimodal encoder's profile is not modelled"
     if not model.intermediate_size:
         return "the config does not state intermediate_size"
-    if model.architecture not in V0_MLP_HIDDEN_LIVE:
-        return f"{model.architecture}'s layer was not read (rules: {', '.join(V0_MLP_HIDDEN_LIVE)})"
-    return ""
+    v = version[:2]
+    name = ".".join(map(str, v))
+    if v in V1_SORT_FAMILY:
+        if model.architecture not in V1_ARCHITECTURES:
+            return f"{model.architecture}'s layer was not read (V1 rules: {', '.join(V1_ARCHITECTURES)})"
+        return ""
+    if v in V0_FAMILY:
+        if model.architecture not in V0_MLP_HIDDEN_LIVE:
+            return f"{model.architecture}'s layer was not read (rules: {', '.join(V0_MLP_HIDDEN_LIVE)})"
+        return ""
+    if v >= V1_TRITON_TOPK_FROM:
+        return (
+            f"vLLM {name}'s profile run is not modelled: from 0.16 its top-k/top-p runs a Triton kernel for 8 or "
+            "more rows (v1/sample/ops/topk_topp_triton.py) whose buffers were not read (rules: 0.6-0.7, 0.10-0.14)"
+        )
+    return f"vLLM {name}'s profile run was not read (rules: 0.6-0.7, 0.10-0.14)"
 
 
 def vllm_profile_peak(
-    model, *, tp: int, gpu_name: str, version: tuple[int, ...], max_model_len: int, max_num_batched_tokens: int | None
+    model,
+    *,
+    tp: int,
+    gpu_name: str,
+    version: tuple[int, ...],
+    max_model_len: int,
+    max_num_batched_tokens: int | None,
+    max_num_seqs: int | None = None,
 ) -> ProfilePeak | None:
     """The activation peak of `version`'s profile run for a dense Llama-style model, or None where kneecap has no
-    rule (the release's profile run was not read, or the model is of a kind the rule does not cover)."""
-    if version[:2] not in V0_FAMILY or unmodelled_reason(model):
+    rule (the release's profile run was not read, or the model is of a kind the rule does not cover). V1 releases
+    need the batch the server runs with (max_num_batched_tokens, max_num_seqs: the caller resolves the release's
+    defaults for the GPU); V0 takes its own defaults when they are None."""
+    if unmodelled_reason(model, version):
         return None
+    workspace = cublas_workspace_bytes(gpu_name)
+    if version[:2] in V1_SORT_FAMILY:
+        if not max_num_batched_tokens:
+            raise ValueError("V1's profile run needs max_num_batched_tokens (the release's default for the GPU)")
+        tokens = max_num_batched_tokens
+        rows = min(max_num_seqs or tokens, tokens)
+        forward = v1_forward_bytes(model, tp, tokens)
+        sampler = v1_sampler_bytes(model, tokens, rows)
+        family = f"{version[0]}.{version[1]} (V1)"
+        peak = workspace + max(forward, sampler)
+        return ProfilePeak(family, tokens, rows, forward, sampler, workspace, peak, v1_environment(version))
     tokens = max_num_batched_tokens or v0_batch(max_model_len, model.sliding_window, version)
-    rows = min(V0_MAX_NUM_SEQS, tokens)
+    rows = min(max_num_seqs or V0_MAX_NUM_SEQS, tokens)
     forward = v0_forward_bytes(model, tp, tokens)
     sampler = v0_sampler_bytes(model, tokens, rows)
-    workspace = cublas_workspace_bytes(gpu_name)
     family = f"{version[0]}.{version[1]} (V0)"
     return ProfilePeak(family, tokens, rows, forward, sampler, workspace, workspace + max(forward, sampler))
