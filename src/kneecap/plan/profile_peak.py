@@ -52,7 +52,7 @@ vLLM 0.10 to 0.14 (V1 engine; read in the 0.10.0, 0.11.0, 0.12.0, 0.13.0 and 0.1
     intermediate / tp) and SiLU-and-mul's output (intermediate / tp): tokens x (2 x hidden + 3 x intermediate / tp)
     x 2 B. No published log has a forward-set V1 peak, so this phase is unchecked.
   Later releases: from 0.16 top-k/top-p runs a Triton kernel for 8 or more rows (v1/sample/ops/topk_topp_triton.py)
-    and from 0.25 the profile run also warms the sampler's native path; neither was read, so no rule.
+    and by 0.25 (not in 0.20) the profile run also warms the sampler's native path; neither was read: no rule.
 """
 
 from __future__ import annotations
