@@ -165,7 +165,7 @@ def activation_table(rows: list[dict]) -> str:
         bare = [abs(_err(r["pool_nothing_from_log_gib"], r["logged_available_gib"])) for r in sel]
         out.append(
             f"{label}, {len(sel)} records: activation |error| at most {act:.3f} GiB; pool |error| with the logged "
-            f"non-torch median {statistics.median(with_nt):.2f}%, worst {max(with_nt):.2f}%; with nothing from the log "
+            f"non-torch\nmedian {statistics.median(with_nt):.2f}%, worst {max(with_nt):.2f}%; with nothing from the log "
             f"median {statistics.median(bare):.2f}%, worst {max(bare):.2f}%."
         )
     return "\n".join(out)
