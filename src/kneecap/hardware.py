@@ -35,6 +35,9 @@ class Gpu:
     # fp16 tensor-core FLOP/s with fp16 accumulation, where it differs from bf16_flops (fp32 accumulation): GeForce
     # parts run it at twice the rate; None: the same rate (data-center parts)
     fp16_acc_flops: float | None = None
+    # streaming multiprocessors (torch multi_processor_count), where sourced: vLLM 0.17+ sizes its Triton top-k/top-p
+    # buffer by them; None: not in the catalog
+    sm_count: int | None = None
     aliases: tuple[str, ...] = field(default_factory=tuple)
     sources: tuple[str, ...] = field(default_factory=tuple)
     notes: tuple[str, ...] = field(default_factory=tuple)
