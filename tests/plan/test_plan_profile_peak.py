@@ -84,11 +84,10 @@ def test_max_num_seqs_sets_the_rows_sampled(llama3_8b):
 
 def test_no_rule_where_the_source_was_not_read(llama3_8b):
     assert _peak(llama3_8b, version=(0, 8, 5)) is None
-    assert _peak(llama3_8b, version=(0, 15, 0)) is None
-    assert _peak(llama3_8b, version=(0, 32, 0)) is None
+    assert _peak(llama3_8b, version=(0, 34, 0), max_num_batched_tokens=8192) is None
     assert _peak(llama3_8b, version=(0, 5, 4)) is None
-    assert "Triton kernel" in pp.unmodelled_reason(llama3_8b, (0, 19))
     assert "was not read" in pp.unmodelled_reason(llama3_8b, (0, 9))
+    assert "0.34's profile run was not read" in pp.unmodelled_reason(llama3_8b, (0, 34))
     assert "not read" in pp.unmodelled_reason(dataclasses.replace(llama3_8b, architecture="GemmaForCausalLM"))
     assert "not read" in pp.unmodelled_reason(dataclasses.replace(llama3_8b, architecture="GemmaForCausalLM"), (0, 11))
     moe = load_model("qwen3-235b-a22b")
@@ -145,10 +144,10 @@ def test_engine_mode_predicts_names_and_falls_back(cli):
     v1 = _engine(cli, *base, "--engine-version", "0.11")
     assert v1["activation_source"].startswith("predicted: vLLM 0.11 (V1) profile run of 8,192 tokens in 1024 sequences")
     assert "assumes PyTorch's top-k/top-p sort" in v1["activation_source"]
-    later = _engine(cli, *base, "--engine-version", "0.19")
+    later = _engine(cli, *base, "--engine-version", "0.34")
     assert later["activation_bytes"] == 4 * GiB
     assert later["activation_source"].startswith(
-        "--overhead-gib (4 GiB; no prediction: vLLM 0.19's profile run is not modelled: from 0.16 its top-k/top-p"
+        "--overhead-gib (4 GiB; no prediction: vLLM 0.34's profile run was not read (rules: 0.6-0.7, 0.10-0.33)"
     )
 
 
@@ -163,3 +162,105 @@ def test_the_sampler_phase_is_what_vllms_own_profile_test_expects_for_opt_125m(l
     sampler = pp.v0_sampler_bytes(opt, 2048, 256)
     assert sampler > 2048 * (4 * 768 + 2 * 3072) * 2
     assert abs((sampler + pp.CUBLAS_WORKSPACE_BYTES) / GiB - 0.47) <= 0.005
+
+
+# vLLM 0.15 to 0.33: the release ranges of the V1 sampler's dummy run (module docstring of kneecap.plan.profile_peak)
+V1 = dict(max_num_batched_tokens=8192, max_num_seqs=1024)
+VOCAB, HIDDEN = 128_256, 4096
+
+
+def _v1(model, version, sm_count=132, **kw):
+    return _peak(model, version=version, sm_count=sm_count, **{**V1, **kw})
+
+
+def test_0_15_and_0_16_sort_as_0_14_did(llama3_8b):
+    # 0.15.0 (wheel) and 0.16.0 (sdist) carry 0.14's sampler, top-k/top-p and profile_run: the sort's 9F
+    base = _v1(llama3_8b, (0, 14, 0))
+    for version in ((0, 15, 0), (0, 16, 0)):
+        p = _v1(llama3_8b, version)
+        assert p.sampler_bytes == base.sampler_bytes == pp.v1_sampler_bytes(llama3_8b, 8192, 1024)
+        assert (p.peak_bytes, p.kept_bytes, p.sm_count) == (base.peak_bytes, 0, None)
+        # the sort does not need the GPU's SMs
+        assert _v1(llama3_8b, version, sm_count=None) == p
+
+
+def test_the_triton_buffer_is_sms_or_the_next_power_of_two_of_the_rows_by_the_vocabulary():
+    # topk_topp_triton.py: NUM_PROGRAMS = min(SMs, rows); size = min(next_power_of_2(NUM_PROGRAMS), SMs) rows of fp32
+    assert pp.triton_buffer_bytes(VOCAB, 1024, 132) == 132 * VOCAB * 4
+    assert pp.triton_buffer_bytes(VOCAB, 100, 132) == 128 * VOCAB * 4
+    assert pp.triton_buffer_bytes(VOCAB, 100, 108) == 108 * VOCAB * 4
+    assert pp.triton_buffer_bytes(VOCAB, 16, 132) == 16 * VOCAB * 4
+    assert pp.triton_buffer_bytes(VOCAB, 9, 132) == 16 * VOCAB * 4
+
+
+def test_0_17_to_0_20_mask_in_place_with_the_triton_buffer(llama3_8b):
+    # forward_native: fp32 logits (F), then Triton's in-place mask with its cached buffer, softmax (F) and the
+    # exponential noise (F), beside the forward's output, the gathered rows and their rand_like and the 16-bit logits
+    f = 1024 * VOCAB * 4
+    held = 8192 * HIDDEN * 2 + 2 * 1024 * HIDDEN * 2 + 1024 * VOCAB * 2
+    for version in ((0, 17, 0), (0, 18, 0), (0, 20, 0)):
+        p = _v1(llama3_8b, version)
+        assert p.sampler_bytes == held + 3 * f + 132 * VOCAB * 4
+        assert p.kept_bytes == p.workspace_bytes + 132 * VOCAB * 4
+        assert p.peak_bytes == p.workspace_bytes + p.sampler_bytes and p.phase == "sampler"
+        assert not p.logs_transient and "VLLM_USE_FLASHINFER_SAMPLER=1" in p.environment
+    # fewer than 8 rows still sort (0.17.0-0.25.0 apply_top_k_top_p)
+    p4 = _v1(llama3_8b, (0, 20, 0), max_num_seqs=4)
+    assert p4.sampler_bytes == pp.v1_sampler_bytes(llama3_8b, 8192, 4)
+    # the buffer follows the GPU's SMs: an A100's 108
+    assert _v1(llama3_8b, (0, 20, 0), sm_count=108).sampler_bytes == held + 3 * f + 108 * VOCAB * 4
+
+
+def test_0_21_on_adds_flashinfers_row_states_to_the_second_warm_up(llama3_8b):
+    # from 0.21 the first warm-up is FlashInfer's (its sampler on by default; 3F with a cached 1 MiB row-states
+    # buffer), the second the native one with the Triton buffer: the native one keeps the peak, FlashInfer's 1 MiB held
+    f = 1024 * VOCAB * 4
+    held = 8192 * HIDDEN * 2 + 2 * 1024 * HIDDEN * 2 + 1024 * VOCAB * 2
+    for version in ((0, 21, 0), (0, 25, 0), (0, 32, 0), (0, 33, 0)):
+        p = _v1(llama3_8b, version)
+        assert p.sampler_bytes == held + 3 * f + 132 * VOCAB * 4 + 2**20
+        assert "FlashInfer's sampler for the first sampler warm-up" in p.environment
+    assert _v1(llama3_8b, (0, 21, 0)).sampler_bytes - _v1(llama3_8b, (0, 20, 0)).sampler_bytes == 2**20
+    # 0.21-0.25 sort fewer than 8 rows in the second warm-up; 0.30+ run Triton for them, with the split workspace
+    assert _v1(llama3_8b, (0, 25, 0), max_num_seqs=4).sampler_bytes == pp.v1_sampler_bytes(llama3_8b, 8192, 4) + 2**20
+    f4 = 4 * VOCAB * 4
+    held4 = 8192 * HIDDEN * 2 + 2 * 4 * HIDDEN * 2 + 4 * VOCAB * 2
+    split = (64 * 32 * 4 + 64 * 5 * 32 * 8 * 3) * 4
+    assert _v1(llama3_8b, (0, 30, 0), max_num_seqs=4).sampler_bytes == held4 + 3 * f4 + 4 * VOCAB * 4 + split + 2**20
+    assert _v1(llama3_8b, (0, 32, 0), max_num_seqs=65).sampler_bytes == (
+        8192 * HIDDEN * 2 + 2 * 65 * HIDDEN * 2 + 65 * VOCAB * 2 + 3 * 65 * VOCAB * 4 + 128 * VOCAB * 4 + 2**20
+    )
+
+
+def test_0_30_on_logs_the_transient_part_and_subtracts_the_same(llama3_8b):
+    # mem_utils.py from 0.30: non_kv = total_consumed + (torch peak - what it still holds): the kept part cancels, so
+    # the pool is the same; what it logs as peak activation is the peak less the cuBLAS workspace and sampler caches
+    p = _v1(llama3_8b, (0, 32, 0))
+    assert p.logs_transient and p.kept_bytes == p.workspace_bytes + 132 * VOCAB * 4 + 2**20
+    assert p.transient_bytes == p.peak_bytes - p.kept_bytes
+    assert "vLLM logs 1.791 GiB of it as peak activation" in p.describe()
+    assert not _v1(llama3_8b, (0, 25, 0)).logs_transient
+
+
+def test_no_sm_count_or_unread_rows_fall_back_saying_why(llama3_8b):
+    assert _v1(llama3_8b, (0, 32, 0), sm_count=None) is None
+    why = pp.unmodelled_reason(llama3_8b, (0, 32), rows=1024, gpu_name="l4")
+    assert why.startswith("the GPU catalog has no SM count for l4")
+    # 0.26-0.29 not read: 0.25.0 sorts below 8 rows without a split workspace, 0.30.0 splits up to 64 rows
+    assert _v1(llama3_8b, (0, 27, 0), max_num_seqs=64) is None
+    assert "0.26-0.29 not read" in pp.unmodelled_reason(llama3_8b, (0, 27), rows=64, sm_count=132)
+    assert _v1(llama3_8b, (0, 27, 0)).sampler_bytes == _v1(llama3_8b, (0, 25, 0)).sampler_bytes
+
+
+def test_engine_mode_predicts_the_default_release_and_names_the_gpus_sms(cli):
+    base = ["--preset", "llama-3.1-8b", "--context", "16000"]
+    eng = _engine(cli, *base, "--gpu", "h100-sxm")  # the default release, 0.32
+    assert eng["version"] == "0.32"
+    assert eng["activation_source"].startswith(
+        "predicted: vLLM 0.32 (V1) profile run of 8,192 tokens in 1024 sequences on 132 SMs"
+    )
+    assert eng["activation_bytes"] == eng["activation_profile"]["peak_bytes"]
+    assert eng["activation_profile"]["sm_count"] == 132
+    # a GPU without a sourced SM count falls back to --overhead-gib and says so
+    l4 = _engine(cli, *base, "--gpu", "l4")
+    assert l4["activation_bytes"] == 4 * GiB and "no SM count for l4" in l4["activation_source"]

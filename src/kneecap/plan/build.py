@@ -435,6 +435,10 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         vllm_version=version if f.engine == "vllm" else engines.DEFAULT_VLLM_VERSION,
         state_apart=state_apart,
     )
+    if engine_pool is not None and engine_pool.activation_profile is not None and pool_bytes is None:
+        plan = dataclasses.replace(
+            plan, overhead_by_tp=_overhead_by_tp(f, deployment, version, context, engine_pool.activation_bytes)
+        )
     if engine_pool is not None and engine_pool.max_running_requests is not None:  # SGLang: its Mamba pool's cap
         plan = dataclasses.replace(plan, max_concurrency=min(plan.max_concurrency, engine_pool.max_running_requests))
     if f.engine is None and pool_bytes is not None and plan.state_bytes_per_sequence:
@@ -459,9 +463,10 @@ def _vllm_activation(
         return int(f.activation_gib * GiB), "--activation-gib", None
     v = engines.parse_version(version)
     tokens, seqs = f.max_num_batched_tokens, f.max_num_seqs
-    if v[:2] in profile_peak.V1_SORT_FAMILY:  # V1 profiles the batch the server runs: the release's GPU defaults
+    if profile_peak.is_v1_rule(v):  # V1 profiles the batch the server runs: the release's GPU defaults
         tokens = tokens or engines.vllm_default_batch(version, deployment.hbm_bytes, deployment.gpu.name, context)
         seqs = seqs or engines.vllm_default_seqs(version, deployment.hbm_bytes, deployment.gpu.name, tokens)
+    sm_count = deployment.gpu.sm_count
     peak = profile_peak.vllm_profile_peak(
         deployment.model,
         tp=deployment.tp,
@@ -470,14 +475,33 @@ def _vllm_activation(
         max_model_len=context,
         max_num_batched_tokens=tokens,
         max_num_seqs=seqs,
+        sm_count=sm_count,
     )
     if peak is not None:
         return peak.peak_bytes, f"predicted: {peak.describe()}", {**dataclasses.asdict(peak), "phase": peak.phase}
     from kneecap.plan.ledger import with_vision_profile
 
     act = with_vision_profile(int(f.overhead_gib * GiB), deployment.vision_profile)
-    why = profile_peak.unmodelled_reason(deployment.model, v) or f"vLLM {version}'s profile run is not modelled"
+    rows = min(seqs, tokens) if seqs and tokens else None
+    why = profile_peak.unmodelled_reason(
+        deployment.model, v, rows=rows, sm_count=sm_count, gpu_name=deployment.gpu.name
+    ) or f"vLLM {version}'s profile run is not modelled"
     return act, f"--overhead-gib ({f.overhead_gib:g} GiB; no prediction: {why})", None
+
+
+def _overhead_by_tp(
+    f: DeploymentRequest, deployment: Deployment, version: str, context: int, activation_bytes: int
+) -> tuple[tuple[int, int], ...]:
+    """The engine's kept memory at each power-of-two TP up to 64 where the profile-run peak is predicted: the
+    forward phase is per rank (the MLP's intermediate width splits over TP), so levers and the TP sweep re-plan
+    with the peak vLLM would profile there, the rest of what it keeps (non-torch, graphs, RoPE) unchanged."""
+    rest = deployment.overhead_bytes - activation_bytes
+    out = []
+    for tp in (1 << i for i in range(7)):
+        act, _, profile = _vllm_activation(f, dataclasses.replace(deployment, tp=tp), version, context)
+        if profile is not None:
+            out.append((tp, rest + act))
+    return tuple(out)
 
 
 def _with_vision_profile(deployment: Deployment, f: DeploymentRequest, context_hint: int | None) -> Deployment:

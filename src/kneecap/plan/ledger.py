@@ -92,6 +92,9 @@ class Plan:
     notes: tuple[str, ...] = field(default_factory=tuple)
     kv_groups: VllmLayout | None = None  # vLLM's KV cache groups for a model mixing layer kinds (None: one kind)
     state_apart: bool = False  # a linear-attention hybrid's state lives outside the pool (SGLang's Mamba pool)
+    # engine mode with a predicted profile-run peak: (tp, overhead_bytes) at other TP degrees, for levers and sweeps
+    # (vLLM profiles per rank, so its kept memory changes with TP; empty: the same overhead at every TP)
+    overhead_by_tp: tuple[tuple[int, int], ...] = ()
 
     # -- derived figures the worksheet prints -------------------------------------------------
     @property
@@ -639,7 +642,10 @@ def rebuild(
     """
     context = plan.context if context is None else context
     mean = plan.mean_context if mean_context is None else min(mean_context, context)
-    return build_plan(
+    by_tp = dict(plan.overhead_by_tp)
+    if deployment.tp in by_tp and deployment.overhead_bytes == plan.deployment.overhead_bytes:
+        deployment = dataclasses.replace(deployment, overhead_bytes=by_tp[deployment.tp])
+    rebuilt = build_plan(
         deployment,
         context=context,
         mean_context=min(mean, context),
@@ -651,3 +657,4 @@ def rebuild(
         prefix_caching=plan.kv_groups.prefix_caching if plan.kv_groups and plan.kv_groups.state_groups else None,
         vllm_version=plan.kv_groups.version if plan.kv_groups else DEFAULT_VLLM_VERSION,
     )
+    return dataclasses.replace(rebuilt, overhead_by_tp=plan.overhead_by_tp) if by_tp else rebuilt

