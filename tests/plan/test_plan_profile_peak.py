@@ -264,3 +264,22 @@ def test_engine_mode_predicts_the_default_release_and_names_the_gpus_sms(cli):
     # a GPU without a sourced SM count falls back to --overhead-gib and says so
     l4 = _engine(cli, *base, "--gpu", "l4")
     assert l4["activation_bytes"] == 4 * GiB and "no SM count for l4" in l4["activation_source"]
+
+
+def test_the_docs_figures_for_llama_3_1_8b_are_what_engine_mode_prints(cli):
+    # docs/engine-model.md, "The activation peak of vLLM 0.15 to 0.33's profile run": the command it names, per GPU
+    doc = (Path(__file__).parents[2] / "docs" / "engine-model.md").read_text()
+    peaks = {}
+    for gpu in ("h100-sxm", "a100-80"):
+        for version in ("0.14", "0.20", "0.32"):
+            p = _engine(cli, "--preset", "llama-3.1-8b", "--gpu", gpu, "--engine-version", version, "--context", "16000")
+            peaks[gpu, version] = p["activation_profile"]
+    h100 = [f"{peaks['h100-sxm', v]['peak_bytes'] / GiB:.3f}" for v in ("0.14", "0.20", "0.32")]
+    a100 = [f"{peaks['a100-80', v]['peak_bytes'] / GiB:.3f}" for v in ("0.14", "0.20", "0.32")]
+    logged = peaks["h100-sxm", "0.32"]["peak_bytes"] - peaks["h100-sxm", "0.32"]["kept_bytes"]
+    text = " ".join(doc.split())
+    assert (
+        f"the peak is {h100[0]} GiB at 0.14, {h100[1]} GiB at 0.20 and {h100[2]} GiB at 0.32 "
+        f"(of which 0.32 logs {logged / GiB:.3f} GiB)"
+    ) in text
+    assert f"256 sequences) {a100[0]}, {a100[1]} and {a100[2]} GiB" in text
