@@ -79,8 +79,22 @@ class EngineProfile:
     # host goes on to the next micro-batch's work (TensorRT-LLM's PyTorch executor: TRTLLM_PP_HOST_SYNC_NOTE): a
     # stage then lasts its GPU time plus one micro-batch's host time (sim/steptime.py, PP)
     pp_host_sync: bool = False
+    # the fused-MoE kernel the engine runs for bf16/fp16 and fp8 routed experts (TRITON_FUSED_MOE_NOTE), priced from
+    # published kernel tables where one exists for the GPU class (sim/moe_kernels.py); "": steptime.py's grouped-GEMM
+    # rule (TensorRT-LLM's CUTLASS MoE, llama.cpp)
+    moe_kernel: str = ""
 
 
+# TRITON_FUSED_MOE_NOTE: vLLM (V0 and V1) and SGLang run bf16/fp16 and per-tensor FP8 routed experts with the Triton
+# fused_moe kernel (vLLM model_executor/layers/fused_moe/fused_moe.py fused_experts: UnquantizedFusedMoEMethod's path
+# on CUDA where no FlashInfer MoE flag is set, and Fp8MoEMethod's Triton path; whether a 0.10-0.11 release picks
+# CUTLASS's per-tensor FP8 MoE on Hopper instead was not checked; SGLang srt/layers/moe/fused_moe_triton, its default
+# --moe-runner-backend on Hopper and Ampere). Block-FP8 experts on Hopper
+# may run DeepGEMM instead: vllm/envs.py defaults VLLM_USE_DEEP_GEMM and VLLM_MOE_USE_DEEP_GEMM to 1 (read at vLLM
+# commit f218f9c24d224800e0ea4488aa71bd8215c8bdcd; the 0.11.0 tag itself was not read), used where the deep_gemm
+# package is installed and the shapes align. No block-FP8 table is committed, so those experts keep the grouped-GEMM
+# rule.
+TRITON_FUSED_MOE = "triton_fused_moe"
 # Per-sequence CPU time per step. vLLM: a cProfile study of the V1 engine loop measured the all-decode
 # scheduler cost at 12.7 us per running request at the cap, growing ~2x per doubling of requests
 # (openfabric-systems/simllm#204); it covers Scheduler.schedule only, so it is a lower bound of the whole
@@ -104,19 +118,26 @@ EAGER_LAUNCH_S = 8.23e-3 / 326
 # `pip install vllm==0.11.0` logs "Failed to import Triton kernels" (vllm-project/vllm#26582) and runs Marlin. So the
 # 0.10-0.11 profile runs 4-bit experts with Marlin on a GPU without FP4; 0.12 is taken as the first release with
 # matmul_ogs by default (whether 0.11.1-0.11.2 shipped it is not checked). NVFP4 experts on such GPUs run Marlin too.
-VLLM_PROFILE = EngineProfile(eager_launch_s=EAGER_LAUNCH_S, graph_mixed_tokens=512, marlin_w4a16_moe=True)
+VLLM_PROFILE = EngineProfile(
+    eager_launch_s=EAGER_LAUNCH_S, graph_mixed_tokens=512, marlin_w4a16_moe=True, moe_kernel=TRITON_FUSED_MOE
+)
 SGLANG_PROFILE = EngineProfile(
     name="sglang",
     version="SGLang 0.4+ (overlap scheduler on by default)",
     overlap_cpu=True,
     cudagraph_sizes=sglang_cudagraph_sizes(),
     eager_launch_s=EAGER_LAUNCH_S,
+    moe_kernel=TRITON_FUSED_MOE,
 )
 # vLLM V0 (releases before 0.8, the only engine until V1's alpha in January 2025): the scheduler, input preparation
 # and output processing ran between GPU steps; the multi-step scheduling RFC measured about 4 ms of GPU idle time per
 # decode step (vllm-project/vllm#6854), so V0's fixed CPU part is 4 ms, not overlapped.
 VLLM_V0_PROFILE = EngineProfile(
-    name="vllm", version="vLLM V0 (before 0.8)", cpu_fixed_s=4e-3, eager_launch_s=EAGER_LAUNCH_S
+    name="vllm",
+    version="vLLM V0 (before 0.8)",
+    cpu_fixed_s=4e-3,
+    eager_launch_s=EAGER_LAUNCH_S,
+    moe_kernel=TRITON_FUSED_MOE,
 )
 # vLLM with async scheduling on by default: the scheduler runs one step ahead, so the CPU work of step n+1 overlaps
 # step n on the GPU (vllm-project/vllm#19970 "making the scheduler operate one step ahead of the current execution").
@@ -125,7 +146,7 @@ VLLM_V0_PROFILE = EngineProfile(
 # (January 2026) is taken as the first release with it; whether 0.13 already had it is not checked. Pipeline
 # parallelism kept it off until vllm-project/vllm#32359; the batch queue overlaps PP rounds anyway.
 VLLM_ASYNC_PROFILE = EngineProfile(
-    name="vllm", version="vLLM V1 0.14+ (async scheduling on by default)", overlap_cpu=True
+    name="vllm", version="vLLM V1 0.14+ (async scheduling on by default)", overlap_cpu=True, moe_kernel=TRITON_FUSED_MOE
 )
 # TensorRT-LLM's PyTorch executor (PyExecutor._executor_loop_overlap: scheduling, input preparation, the TorchSampler's
 # per-request token updates and responses on one Python thread, one step ahead of the GPU) costs far more host time per

@@ -17,7 +17,10 @@ One step over a batch of T tokens (S sequences; decodes and prefill chunks), per
       rank sets the time: mean load + sqrt(2 ln ep) standard deviations of a binomial load. Two grouped GEMMs
       (gate_up: 2/3 of the weights and FLOPs, down: 1/3), each max(compute, weights + its activations), plus
       the gated activation and the top-k combine as memory-bound kernels of their own (3I + h bytes x 2 per
-      assignment, h x 2 per token), as vLLM's fused_moe and TensorRT-LLM's CUTLASS MoE run them.
+      assignment, h x 2 per token), as vLLM's fused_moe and TensorRT-LLM's CUTLASS MoE run them. Where the
+      engine runs the Triton fused_moe kernel (profile moe_kernel) and a published timing of that kernel exists for
+      the experts' dtype and GPU class, the whole call is priced from it instead (sim/moe_kernels.py: the table's
+      factor over the roofline at the same rows per expert), less the gaps of the kernels inside it.
   Attention, per sequence group (decodes, then prefill chunks), per layer kind:
       GQA/MHA  FLOPs 4 x heads/tp x head_dim x pairs; bytes KV bytes/token/GPU x cached tokens read
       sliding  the same, each query's pairs capped at the window
@@ -119,6 +122,7 @@ from kneecap.errors import KneecapError
 from kneecap.model.kv import kv_dtype_bytes, kv_heads_per_gpu, state_bytes_per_sequence
 from kneecap.sim.efficiency import Efficiency, curve_at, efficiency_for
 from kneecap.sim.kernels import table_for
+from kneecap.sim.moe_kernels import pricer_for
 
 # NCCL ring all-reduce, LL protocol, latency per hop in seconds (NCCL src/graph/tuning.cc hwLat, Ring/LL).
 HOP_LATENCY_S = {"nvlink": 0.47e-6, "xgmi": 0.47e-6, "pcie": 1.0e-6}
@@ -383,6 +387,8 @@ class StepTimeModel:
         # --- MoE routed experts ---------------------------------------------------------------------
         self._marlin_flop_rate = 0.0  # Marlin's ceiling on 4-bit experts' GEMMs where measured (0: none)
         self.moe_flop_cap = math.inf  # the routed experts' GEMM FLOP/s ceiling under the bound engine (for_engine)
+        self.moe_pricer = None  # the fused-MoE call priced from kernel tables under the bound engine (for_engine)
+        self._moe_dtype = dtypes.get("routed_experts", deployment.weight_dtype.lower())
         self.num_experts = model.num_experts
         self.top_k = model.num_experts_per_tok
         routed = parts.get("routed_experts", 0.0)
@@ -430,6 +436,10 @@ class StepTimeModel:
                 k += 3 + (2 if q_mlp else 0)
             kernels += k
         self.kernels_per_pass = kernels
+        # of a MoE layer's kernels, those inside one fused_moe call as the kernel tables time it (top-k, align, two
+        # grouped GEMMs, activation, sum, and the activation quantisation of fp8 experts): a table's time includes
+        # their gaps (sim/moe_kernels.py), so a call priced from a table gives them back
+        self._moe_call_gap_s = (6 + (2 if q_moe else 0)) * params.kernel_gap_s
         self.kernel_s = kernels * params.kernel_gap_s
 
         # --- attention ------------------------------------------------------------------------------
@@ -563,6 +573,19 @@ class StepTimeModel:
                 other.flop_rate, other.gemm_peak, other.gemm_curve = other._rates["bf16"]
             other._rate_cache = {}
             return other.for_engine(profile)
+        kernel = getattr(profile, "moe_kernel", "")
+        pricer = (
+            pricer_for(
+                self.deployment.gpu, kernel, self._moe_dtype, self.num_experts, self.expert_inter, self.hidden,
+                self.top_k,
+            )
+            if kernel and self.num_moe_layers and self.ep == 1
+            else None
+        )
+        if pricer is not self.moe_pricer:
+            other = copy.copy(self)
+            other.moe_pricer = pricer
+            return other.for_engine(profile)
         marlin = self._marlin_flop_rate if getattr(profile, "marlin_w4a16_moe", False) else 0.0
         cap = marlin or math.inf
         if cap != self.moe_flop_cap:
@@ -612,6 +635,10 @@ class StepTimeModel:
     def _moe_seconds(self, t: float) -> float:
         if not self.num_moe_layers or t <= 0:
             return 0.0
+        if self.moe_pricer is not None:  # the engine's fused-MoE kernel, priced from its published tables
+            block = self.moe_pricer.seconds(t, self.params.mfu, self.params.bw_efficiency)
+            if block is not None:
+                return max(block - self._moe_call_gap_s, 0.0) * self.num_moe_layers
         assign = t * self.top_k  # token-expert assignments
         if self.ep > 1:
             # tokens: the whole batch (TP attention, replicated) or this rank's 1/tp share (DP attention);
