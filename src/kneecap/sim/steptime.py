@@ -117,6 +117,7 @@ from dataclasses import dataclass, fields, replace
 from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.model.kv import kv_dtype_bytes, kv_heads_per_gpu, state_bytes_per_sequence
+from kneecap.sim.attention import prefill_attention
 from kneecap.sim.efficiency import Efficiency, curve_at, efficiency_for
 from kneecap.sim.kernels import table_for
 
@@ -464,6 +465,9 @@ class StepTimeModel:
         self.elem_attn_bytes_per_token = float(attn_elem)
         # --- kernel table: GEMM, prefill and decode attention rates by shape (sim/kernels.py) ---------------
         self.table = table_for(gpu, eff)
+        # the engine's prefill attention kernel where its family has a table for this GPU (sim/attention.py; bound by
+        # for_engine); None: the kernel table's measured prefill curve
+        self.prefill_curve = None
         self.n_attn_layers = max(1, n_full + n_slide + n_mla)
         self.bf16_peak = gpu.bf16_flops * params.mfu
         kv_layer = self.b_full + self.b_win + self.b_mla  # cached bytes per token, all attention layers, this GPU
@@ -562,6 +566,20 @@ class StepTimeModel:
             if self.cls == "bf16":
                 other.flop_rate, other.gemm_peak, other.gemm_curve = other._rates["bf16"]
             other._rate_cache = {}
+            return other.for_engine(profile)
+        d, gpu = self.deployment, self.deployment.gpu
+        curve = prefill_attention(
+            profile.name,
+            profile.version,
+            gpu.name,
+            gpu.bf16_flops,
+            d.model.architecture,
+            d.model.head_dim,
+            bool(d.model.kv_lora_rank),
+        )
+        if curve != self.prefill_curve:
+            other = copy.copy(self)
+            other.prefill_curve = curve
             return other.for_engine(profile)
         marlin = self._marlin_flop_rate if getattr(profile, "marlin_w4a16_moe", False) else 0.0
         cap = marlin or math.inf
@@ -717,9 +735,12 @@ class StepTimeModel:
         return full * sh, win * sh
 
     def prefill_attention_rate(self, flops_per_layer: float) -> float:
-        """FLOP/s of a prefill attention pass of `flops_per_layer` FLOPs in one layer: the kernel table's fraction of
-        the bf16 peak at that size (sim/kernels.py)."""
-        return self.bf16_peak * self.table.prefill_attention_fraction(flops_per_layer)
+        """FLOP/s of a prefill attention pass of `flops_per_layer` FLOPs in one layer: the fraction of the bf16 peak
+        the engine's kernel family reaches at that size and the model's head dim (sim/attention.py), or where no
+        family table applies, the kernel table's at that size (sim/kernels.py)."""
+        curve = self.prefill_curve
+        frac = curve.fraction(flops_per_layer) if curve else self.table.prefill_attention_fraction(flops_per_layer)
+        return self.bf16_peak * frac
 
     def _prefill_attention_seconds(self, pairs_full: float, pairs_win: float, kv_full: float, kv_win: float) -> float:
         sh = self.attn_share
