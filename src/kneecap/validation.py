@@ -104,7 +104,7 @@ _GPUSTACK = (
     "GPUStack's vLLM 0.10.2/0.11.0 baseline runs of 100-1,000 random prompts sent at once (gpt-oss-120b on one H100 "
     "and on one A100, gpt-oss-20b on one A100, Qwen3-235B-A22B on 8 H100s and on 8 A100s, DeepSeek-R1 on 8 H200s), "
     "on nearly all of which the simulator is too fast (in the median of those 72 points TTFT 42% short, TPOT 27% "
-    "short, output tok/s +60%; the 128-token prompts' mean TTFTs are 2.8-19.4 s published, 1.7-4.7 s simulated; "
+    "short, output tok/s +61%; the 128-token prompts' mean TTFTs are 2.8-19.4 s published, 1.6-4.7 s simulated; "
     "docs/validation.md, 'Reading the table', says what their pages show)"
 )
 _GS = "GPUStack's vLLM 0.10/0.11 points (engine = vllm)"  # the same 72 points, named again
@@ -115,49 +115,49 @@ _DEEPSEEK_TRTLLM = (
 )
 _MLA = (
     "GPUStack's 12 DeepSeek-R1 points (vLLM 0.11.0 on 8 H200s, 100-1,000 random prompts sent at once: TTFT 34-92% "
-    f"short, TPOT 34-50% short, output tok/s 52-584% high) and {_DEEPSEEK_TRTLLM}; without the former +9.3%, "
+    f"short, TPOT 35-50% short, output tok/s 53-587% high) and {_DEEPSEEK_TRTLLM}; without the former +9.4%, "
     "without both +4.1%"
 )
 KNOWN_BIASED: dict[str, tuple[float, str]] = {
-    "engine = vllm": (26.6, f"72 of its 104 points are {_GPUSTACK}; without them +4.5%"),
-    "GPU vendor = NVIDIA": (12.4, f"72 of its 187 points are {_GS}; without them +3.9%"),
+    "engine = vllm": (26.3, f"72 of its 104 points are {_GPUSTACK}; without them +4.5%"),
+    "GPU vendor = NVIDIA": (12.1, f"72 of its 187 points are {_GS}; without them +3.9%"),
     "GPU generation = Ampere": (39.2, f"36 of its 42 points are {_GS}; without them -0.8%"),
-    "GPU generation = Hopper": (12.2, f"36 of its 105 points are {_GS}; without them +7.3%"),
-    "architecture = MLA": (34.5, _MLA),
-    "MLA = yes": (34.5, _MLA),
+    "GPU generation = Hopper": (11.8, f"36 of its 105 points are {_GS}; without them +7.3%"),
+    "architecture = MLA": (34.8, _MLA),
+    "MLA = yes": (34.8, _MLA),
     "architecture = MoE": (
-        27.8,
+        26.8,
         f"60 of its 87 points are {_GS}; the same lab's gpt-oss-20b on one H100 (vLLM 0.11, 8 points: TTFT "
-        "14-49% short, output tok/s 17-53% high) and TensorRT-LLM's Qwen3-235B-A22B 1000/1000 rows on 8 H100s, B200s "
-        "and H200s with their published 3,000 requests (+31.2%, +32.8%, +10.4%) add to it; without the 60 +16.7%, "
+        "9-49% short, output tok/s 11-53% high) and TensorRT-LLM's Qwen3-235B-A22B 1000/1000 rows on 8 H100s, B200s "
+        "and H200s with their published 3,000 requests (+31.2%, +32.8%, +10.4%) add to it; without the 60 +13.4%, "
         "without every GPUStack point +7.0%",
     ),
     "MoE = yes": (
-        29.2,
+        28.9,
         f"72 of its 126 points are {_GS}; the rest is the DeepSeek-R1 TensorRT-LLM points (architecture = MLA), "
         "the same lab's gpt-oss-20b H100 points and the three Qwen3-235B-A22B TensorRT-LLM rows (architecture = MoE); "
-        "without the 72 +13.6%, without every GPUStack point +9.1%, without those and the DeepSeek-R1 and "
+        "without the 72 +10.7%, without every GPUStack point +9.2%, without those and the DeepSeek-R1 and "
         "Qwen3-235B-A22B TensorRT-LLM rows +4.1%",
     ),
     "parallelism = TP > 1": (13.1, f"36 of its 88 points are {_GS}; without them +6.5%"),
-    "PP > 1 = no": (12.2, f"72 of its 195 points are {_GS}; without them +3.6%"),
-    "MLA = no": (9.2, f"60 of its 162 points are {_GS}; without them +2.4%"),
-    "FP8 = no": (22.0, f"60 of its 100 points are {_GS}; without them +0.0%"),
-    "FP4 = no": (8.4, f"36 of its 119 points are {_GS}; without them +3.9%"),
-    "FP4 = yes": (21.9, f"36 of its 82 points are {_GS}; without them +3.9%"),
-    "dtype = bf16": (11.5, f"24 of its 34 points are {_GS}; without them -2.0%"),
-    "dtype = fp4": (21.9, f"36 of its 82 points are {_GS}; without them +3.9%"),
+    "PP > 1 = no": (11.8, f"72 of its 195 points are {_GS}; without them +3.6%"),
+    "MLA = no": (9.0, f"60 of its 162 points are {_GS}; without them +2.4%"),
+    "FP8 = no": (20.6, f"60 of its 100 points are {_GS}; without them +0.0%"),
+    "FP4 = no": (8.9, f"36 of its 119 points are {_GS}; without them +3.9%"),
+    "FP4 = yes": (20.5, f"36 of its 82 points are {_GS}; without them +3.9%"),
+    "dtype = bf16": (11.9, f"24 of its 34 points are {_GS}; without them -2.0%"),
+    "dtype = fp4": (20.5, f"36 of its 82 points are {_GS}; without them +3.9%"),
     "dtype = fp8": (8.2, f"12 of its 78 points are {_GS}; without them +5.2%"),
-    "ISL band = 1025-4096": (25.8, f"36 of its 66 points are {_GS}; without them +6.2%"),
+    "ISL band = 1025-4096": (25.4, f"36 of its 66 points are {_GS}; without them +6.2%"),
     "ISL band = <= 256": (8.5, f"18 of its 52 points are {_GS}; without them +0.2%"),
-    "ISL band = > 4096": (19.4, f"18 of its 36 points are {_GS}; without them +5.6%"),
-    "OSL band = <= 256": (23.2, f"72 of its 125 points are {_GS}; without them +3.9%"),
+    "ISL band = > 4096": (15.5, f"18 of its 36 points are {_GS}; without them +5.6%"),
+    "OSL band = <= 256": (22.5, f"72 of its 125 points are {_GS}; without them +3.9%"),
     "concurrency band = <= 1": (13.8, f"10 of its 17 points are {_DEEPSEEK_TRTLLM}; without them +5.9%"),
-    "concurrency band = max (offline)": (17.3, f"72 of its 147 points are {_GS}; without them +4.8%"),
+    "concurrency band = max (offline)": (17.4, f"72 of its 147 points are {_GS}; without them +4.8%"),
     "metric = latency": (
         23.2,
         f"48 of its 93 points are TTFTs and TPOTs of {_GS}; the DeepSeek-R1 TensorRT-LLM TTFTs "
-        "(architecture = MLA) and the same lab's gpt-oss-20b H100 TTFTs add to it; without the 48 +9.4%, without "
+        "(architecture = MLA) and the same lab's gpt-oss-20b H100 TTFTs add to it; without the 48 +9.0%, without "
         "every GPUStack point +7.0%",
     ),
 }
