@@ -29,7 +29,11 @@ Which family (prefill_family), from the engine's source at the modelled release:
 No table, no family: an engine other than these (SGLang's FlashInfer, TensorRT-LLM's own kernels, vLLM V0),
 a GPU other than Hopper (FlashAttention-2 on an A100, whose published figure was not found as numbers; the Triton
 unified kernel; AMD's CK/aiter kernels; Blackwell), or a family whose table was measured on another architecture:
-the GPU's kernel table prices it (kernels.py: measured on the H200, moved to other GPUs as that module states).
+the GPU's kernel table prices it (kernels.py: measured on the H200, moved to other GPUs as that module states). Why
+not another family's curve scaled: FlashAttention-2 on Hopper runs Ampere's instructions (about half FA3's rate at 16k
+tokens in the same figure) while on an A100 it is that GPU's tuned kernel, so the ratio between two families on one
+architecture says nothing about a third; the kernel table is at least a measured pass on a real card. A head dim
+outside the tabulated ones takes the nearest curve (64 for smaller heads, 256 for larger).
 """
 
 from __future__ import annotations
@@ -43,8 +47,8 @@ from pathlib import Path
 
 ATTENTION_DIR = Path(__file__).resolve().parents[1] / "data" / "kernels" / "attention"
 # GPUs by compute capability, where a family's choice depends on it (the catalog names of data/gpus.json)
-SM90 = frozenset(("h100-sxm", "h100-pcie", "h100-nvl", "h200", "h20"))
-SM80 = frozenset(("a100-40", "a100-80"))
+SM90 = frozenset(("h100-sxm", "h100-pcie", "h100-nvl", "h200"))
+SM8X = frozenset(("a100-40", "a100-80", "l4", "l40s", "rtx-4090"))  # Ampere sm80, Ada sm89
 # the tables' GPU -> the GPUs of the same architecture (same SMs) a table applies to, its FLOPs scaled by the peaks
 SAME_ARCHITECTURE = {"h100-sxm": SM90}
 SINK_ARCHITECTURES = frozenset(("GptOssForCausalLM",))  # attention sinks (vLLM gpt_oss.py passes sinks=...)
@@ -150,7 +154,7 @@ def prefill_family(engine: str, engine_version: str, gpu_name: str, architecture
         return None
     if gpu_name in SM90:
         return "fa3"
-    if gpu_name in SM80:
+    if gpu_name in SM8X:
         return "triton" if architecture in SINK_ARCHITECTURES else "fa2"
     return None
 

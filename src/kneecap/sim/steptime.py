@@ -99,8 +99,10 @@ each GEMM's own (M, N, K) on this GPU (sim/kernels.py: data/kernels/h200.json, m
 analogy or moved to other GPUs as that module states): attention projections (qkv, o), MLP (gate_up, down),
 each routed-expert grouped GEMM (its whole load of rows at one expert's shape), LM head, each group's time the
 sum of its GEMMs'. 4-bit experts run weight-only on a GPU without FP4 stream their weights at moe_w4a16_hbm.
-Prefill attention runs at the kernel table's fraction of the bf16 peak for one layer's attention FLOPs in the
-step; decode attention streams K/V at the table's bytes/s for one layer's cached bytes in the step.
+Prefill attention runs at the fraction of the bf16 peak the engine's kernel family reaches for one layer's attention
+FLOPs in the step at the model's head dim, where that family has a table for this GPU (sim/attention.py: e.g. vLLM's
+FlashAttention-3 on Hopper), else at the kernel table's fraction for those FLOPs; decode attention streams K/V at the
+table's bytes/s for one layer's cached bytes in the step.
 Element-wise kernels, by their bytes at the HBM rate: two fused add+RMSNorm per layer (read x and the residual,
 write both: 4h), SiLU-and-mul (read 2I, write I), rotary (read and write q and k), the KV-cache write (read k and
 v, write them at the cache dtype); vLLM's fused_add_rms_norm, silu_and_mul, rotary_embedding and
