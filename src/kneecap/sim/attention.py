@@ -39,11 +39,12 @@ outside the tabulated ones takes the nearest curve (64 for smaller heads, 256 fo
 from __future__ import annotations
 
 import json
-import math
 from bisect import bisect_right
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+
+from kneecap.sim.kernels import _interp_log  # linear in log x, held at the ends
 
 ATTENTION_DIR = Path(__file__).resolve().parents[1] / "data" / "kernels" / "attention"
 # GPUs by compute capability, where a family's choice depends on it (the catalog names of data/gpus.json)
@@ -66,15 +67,6 @@ SGLANG_FA3_ARCHITECTURES = frozenset(
         "Glm4MoeForCausalLM",
     )
 )
-
-
-def _interp_log(xs: tuple[float, ...], ys: tuple[float, ...], x: float) -> float:
-    if x <= xs[0]:
-        return ys[0]
-    if x >= xs[-1]:
-        return ys[-1]
-    i = bisect_right(xs, x)
-    return ys[i - 1] + (ys[i] - ys[i - 1]) * math.log(x / xs[i - 1]) / math.log(xs[i] / xs[i - 1])
 
 
 @dataclass(frozen=True)
