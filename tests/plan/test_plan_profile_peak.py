@@ -272,7 +272,9 @@ def test_the_docs_figures_for_llama_3_1_8b_are_what_engine_mode_prints(cli):
     peaks = {}
     for gpu in ("h100-sxm", "a100-80"):
         for version in ("0.14", "0.20", "0.32"):
-            p = _engine(cli, "--preset", "llama-3.1-8b", "--gpu", gpu, "--engine-version", version, "--context", "16000")
+            p = _engine(
+                cli, "--preset", "llama-3.1-8b", "--gpu", gpu, "--engine-version", version, "--context", "16000"
+            )
             peaks[gpu, version] = p["activation_profile"]
     h100 = [f"{peaks['h100-sxm', v]['peak_bytes'] / GiB:.3f}" for v in ("0.14", "0.20", "0.32")]
     a100 = [f"{peaks['a100-80', v]['peak_bytes'] / GiB:.3f}" for v in ("0.14", "0.20", "0.32")]

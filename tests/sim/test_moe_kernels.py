@@ -34,8 +34,13 @@ def test_price_at_each_published_token_count(path):
     doc = json.loads(path.read_text())
     gpu = get_gpu(doc["gpu"])
     pricer = moe_kernels.pricer_for(
-        gpu, doc["kernel"], {"fp8_w8a8": "fp8", "fp8_block": "fp8-block"}.get(doc["dtype"], doc["dtype"]),
-        doc["num_experts"], doc["n_per_gpu"], doc["hidden"], doc["top_k"],
+        gpu,
+        doc["kernel"],
+        {"fp8_w8a8": "fp8", "fp8_block": "fp8-block"}.get(doc["dtype"], doc["dtype"]),
+        doc["num_experts"],
+        doc["n_per_gpu"],
+        doc["hidden"],
+        doc["top_k"],
     )
     assert pricer is not None
     checked = 0

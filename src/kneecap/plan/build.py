@@ -483,9 +483,10 @@ def _vllm_activation(
 
     act = with_vision_profile(int(f.overhead_gib * GiB), deployment.vision_profile)
     rows = min(seqs, tokens) if seqs and tokens else None
-    why = profile_peak.unmodelled_reason(
-        deployment.model, v, rows=rows, sm_count=sm_count, gpu_name=deployment.gpu.name
-    ) or f"vLLM {version}'s profile run is not modelled"
+    why = (
+        profile_peak.unmodelled_reason(deployment.model, v, rows=rows, sm_count=sm_count, gpu_name=deployment.gpu.name)
+        or f"vLLM {version}'s profile run is not modelled"
+    )
     return act, f"--overhead-gib ({f.overhead_gib:g} GiB; no prediction: {why})", None
 
 

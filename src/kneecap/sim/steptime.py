@@ -102,8 +102,10 @@ each GEMM's own (M, N, K) on this GPU (sim/kernels.py: data/kernels/h200.json, m
 analogy or moved to other GPUs as that module states): attention projections (qkv, o), MLP (gate_up, down),
 each routed-expert grouped GEMM (its whole load of rows at one expert's shape), LM head, each group's time the
 sum of its GEMMs'. 4-bit experts run weight-only on a GPU without FP4 stream their weights at moe_w4a16_hbm.
-Prefill attention runs at the kernel table's fraction of the bf16 peak for one layer's attention FLOPs in the
-step; decode attention streams K/V at the table's bytes/s for one layer's cached bytes in the step.
+Prefill attention runs at the fraction of the bf16 peak the engine's kernel family reaches for one layer's attention
+FLOPs in the step at the model's head dim, where that family has a table for this GPU (sim/attention.py: e.g. vLLM's
+FlashAttention-3 on Hopper), else at the kernel table's fraction for those FLOPs; decode attention streams K/V at the
+table's bytes/s for one layer's cached bytes in the step.
 Element-wise kernels, by their bytes at the HBM rate: two fused add+RMSNorm per layer (read x and the residual,
 write both: 4h), SiLU-and-mul (read 2I, write I), rotary (read and write q and k), the KV-cache write (read k and
 v, write them at the cache dtype); vLLM's fused_add_rms_norm, silu_and_mul, rotary_embedding and
@@ -120,6 +122,7 @@ from dataclasses import dataclass, fields, replace
 from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.model.kv import kv_dtype_bytes, kv_heads_per_gpu, state_bytes_per_sequence
+from kneecap.sim.attention import prefill_attention
 from kneecap.sim.efficiency import Efficiency, curve_at, efficiency_for
 from kneecap.sim.kernels import table_for
 from kneecap.sim.moe_kernels import pricer_for
@@ -474,6 +477,9 @@ class StepTimeModel:
         self.elem_attn_bytes_per_token = float(attn_elem)
         # --- kernel table: GEMM, prefill and decode attention rates by shape (sim/kernels.py) ---------------
         self.table = table_for(gpu, eff)
+        # the engine's prefill attention kernel where its family has a table for this GPU (sim/attention.py; bound by
+        # for_engine); None: the kernel table's measured prefill curve
+        self.prefill_curve = None
         self.n_attn_layers = max(1, n_full + n_slide + n_mla)
         self.bf16_peak = gpu.bf16_flops * params.mfu
         kv_layer = self.b_full + self.b_win + self.b_mla  # cached bytes per token, all attention layers, this GPU
@@ -576,7 +582,12 @@ class StepTimeModel:
         kernel = getattr(profile, "moe_kernel", "")
         pricer = (
             pricer_for(
-                self.deployment.gpu, kernel, self._moe_dtype, self.num_experts, self.expert_inter, self.hidden,
+                self.deployment.gpu,
+                kernel,
+                self._moe_dtype,
+                self.num_experts,
+                self.expert_inter,
+                self.hidden,
                 self.top_k,
             )
             if kernel and self.num_moe_layers and self.ep == 1
@@ -585,6 +596,20 @@ class StepTimeModel:
         if pricer is not self.moe_pricer:
             other = copy.copy(self)
             other.moe_pricer = pricer
+            return other.for_engine(profile)
+        d, gpu = self.deployment, self.deployment.gpu
+        curve = prefill_attention(
+            profile.name,
+            profile.version,
+            gpu.name,
+            gpu.bf16_flops,
+            d.model.architecture,
+            d.model.head_dim,
+            bool(d.model.kv_lora_rank),
+        )
+        if curve != self.prefill_curve:
+            other = copy.copy(self)
+            other.prefill_curve = curve
             return other.for_engine(profile)
         marlin = self._marlin_flop_rate if getattr(profile, "marlin_w4a16_moe", False) else 0.0
         cap = marlin or math.inf
@@ -744,9 +769,12 @@ class StepTimeModel:
         return full * sh, win * sh
 
     def prefill_attention_rate(self, flops_per_layer: float) -> float:
-        """FLOP/s of a prefill attention pass of `flops_per_layer` FLOPs in one layer: the kernel table's fraction of
-        the bf16 peak at that size (sim/kernels.py)."""
-        return self.bf16_peak * self.table.prefill_attention_fraction(flops_per_layer)
+        """FLOP/s of a prefill attention pass of `flops_per_layer` FLOPs in one layer: the fraction of the bf16 peak
+        the engine's kernel family reaches at that size and the model's head dim (sim/attention.py), or where no
+        family table applies, the kernel table's at that size (sim/kernels.py)."""
+        curve = self.prefill_curve
+        frac = curve.fraction(flops_per_layer) if curve else self.table.prefill_attention_fraction(flops_per_layer)
+        return self.bf16_peak * frac
 
     def _prefill_attention_seconds(self, pairs_full: float, pairs_win: float, kv_full: float, kv_win: float) -> float:
         sh = self.attn_share
