@@ -43,10 +43,11 @@ from __future__ import annotations
 
 import json
 import math
-from bisect import bisect_right
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+
+from kneecap.sim.kernels import _interp_log  # linear in log x, held at the ends
 
 MOE_DIR = Path(__file__).resolve().parents[1] / "data" / "kernels" / "moe"
 # Below one row per expert on average the published timings are flat (module docstring): not priced from tables.
@@ -108,15 +109,8 @@ class MoeTable:
     eta: tuple[float, ...] = ()  # measured / ideal at those points
 
     def eta_at(self, r: float) -> float:
-        """The factor at r rows per expert, linear in log r between measured points (r within their range)."""
-        xs, ys = self.rows, self.eta
-        if r <= xs[0]:
-            return ys[0]
-        if r >= xs[-1]:
-            return ys[-1]
-        i = bisect_right(xs, r)
-        w = math.log(r / xs[i - 1]) / math.log(xs[i] / xs[i - 1])
-        return ys[i - 1] + (ys[i] - ys[i - 1]) * w
+        """The factor at r rows per expert, linear in log r between measured points, held at their ends."""
+        return _interp_log(self.rows, self.eta, r)
 
 
 def _read(path: Path) -> MoeTable:

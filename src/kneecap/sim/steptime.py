@@ -125,7 +125,7 @@ from kneecap.model.kv import kv_dtype_bytes, kv_heads_per_gpu, state_bytes_per_s
 from kneecap.sim.attention import prefill_attention
 from kneecap.sim.efficiency import Efficiency, curve_at, efficiency_for
 from kneecap.sim.kernels import table_for
-from kneecap.sim.moe_kernels import pricer_for
+from kneecap.sim.moe_kernels import distinct_experts, pricer_for
 
 # NCCL ring all-reduce, LL protocol, latency per hop in seconds (NCCL src/graph/tuning.cc hwLat, Ring/LL).
 HOP_LATENCY_S = {"nvlink": 0.47e-6, "xgmi": 0.47e-6, "pcie": 1.0e-6}
@@ -640,8 +640,7 @@ class StepTimeModel:
 
     # --- pieces --------------------------------------------------------------------------------
     def distinct_experts(self, num_tokens: float) -> float:
-        e, k = self.num_experts, self.top_k
-        return e * (1.0 - (1.0 - k / e) ** num_tokens) if num_tokens > 0 else 0.0
+        return distinct_experts(self.num_experts, self.top_k, num_tokens)
 
     def comm_seconds(self, num_tokens: float) -> float:
         """TP all-reduces, EP all-to-alls and PP sends of one pass over `num_tokens` tokens."""
