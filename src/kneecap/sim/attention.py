@@ -85,15 +85,14 @@ class AttentionTable:
 
     def fraction(self, head_dim: float, flops: float) -> float:
         """Fraction of the table GPU's bf16 peak a causal pass of `flops` FLOPs at `head_dim` reaches."""
-        at = [_interp_log(f, r, max(flops, 1.0)) for f, r in zip(self.flops, self.fractions)]
-        dims = self.head_dims
-        if head_dim <= dims[0]:
-            return at[0]
-        if head_dim >= dims[-1]:
-            return at[-1]
-        i = bisect_right(dims, head_dim)
-        w = (head_dim - dims[i - 1]) / (dims[i] - dims[i - 1])
-        return at[i - 1] + (at[i] - at[i - 1]) * w
+        dims, x = self.head_dims, max(flops, 1.0)
+        if head_dim <= dims[0] or head_dim >= dims[-1]:  # the nearest curve outside the tabulated head dims
+            j = 0 if head_dim <= dims[0] else -1
+            return _interp_log(self.flops[j], self.fractions[j], x)
+        i = bisect_right(dims, head_dim)  # only the two neighbouring curves (this runs every prefill step)
+        lo = _interp_log(self.flops[i - 1], self.fractions[i - 1], x)
+        hi = _interp_log(self.flops[i], self.fractions[i], x)
+        return lo + (hi - lo) * (head_dim - dims[i - 1]) / (dims[i] - dims[i - 1])
 
 
 def call_flops(tokens_per_call: float, hidden: float, seq_len: float) -> float:
