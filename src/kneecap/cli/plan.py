@@ -102,8 +102,9 @@ FLAG_OPTIONS = {
         Optional[float],
         typer.Option(
             "--activation-gib",
-            help="vLLM: activation peak of its profile run, GiB (default: predicted for vLLM 0.6-0.7 and dense "
-            "Llama, Mistral and Qwen2 models, else --overhead-gib)",
+            help="vLLM: activation peak of its profile run, GiB (default: predicted for dense Llama, Mistral and Qwen2 "
+            "models on vLLM 0.6-0.7 and for those and Qwen3 on 0.10-0.33, from 0.17 on GPUs whose SM count the "
+            "catalog holds; else --overhead-gib, and the plan says why)",
         ),
     ],
     "non_torch_gib": Annotated[
@@ -128,7 +129,7 @@ FLAG_OPTIONS = {
         typer.Option(
             "--max-num-batched-tokens",
             help="vLLM's --max-num-batched-tokens, which its sliding-window groups reserve per request in the logged "
-            "maximum concurrency, and for 0.6-0.7 and 0.10-0.14 the batch of the profile run whose activation peak "
+            "maximum concurrency, and for 0.6-0.7 and 0.10-0.33 the batch of the profile run whose activation peak "
             "kneecap predicts (default: the release's)",
         ),
     ],
