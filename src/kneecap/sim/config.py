@@ -90,10 +90,10 @@ class EngineProfile:
 # on CUDA where no FlashInfer MoE flag is set, and Fp8MoEMethod's Triton path; whether a 0.10-0.11 release picks
 # CUTLASS's per-tensor FP8 MoE on Hopper instead was not checked; SGLang srt/layers/moe/fused_moe_triton, its default
 # --moe-runner-backend on Hopper and Ampere). Block-FP8 experts on Hopper
-# may run DeepGEMM instead: vllm/envs.py defaults VLLM_USE_DEEP_GEMM and VLLM_MOE_USE_DEEP_GEMM to 1 (read at vLLM
-# commit f218f9c24d224800e0ea4488aa71bd8215c8bdcd; the 0.11.0 tag itself was not read), used where the deep_gemm
-# package is installed and the shapes align. No block-FP8 table is committed, so those experts keep the grouped-GEMM
-# rule.
+# run it too in vLLM 0.10.2 and 0.11.0 (read in their sdists): 0.10.2 defaults VLLM_USE_DEEP_GEMM to 0, and 0.11.0 (1)
+# hands a call to DeepGEMM only with the deep_gemm package installed, at least 128 tokens and an intermediate width per
+# GPU above 512 (fused_moe/deep_gemm_moe.py _valid_deep_gemm), so DeepSeek-V3/R1 at TP 8 (256) runs Triton; vLLM's
+# block-FP8 tables price them (sim/moe_kernels.py), SGLang's keep the grouped-GEMM rule.
 TRITON_FUSED_MOE = "triton_fused_moe"
 # Per-sequence CPU time per step. vLLM: a cProfile study of the V1 engine loop measured the all-decode
 # scheduler cost at 12.7 us per running request at the cap, growing ~2x per doubling of requests

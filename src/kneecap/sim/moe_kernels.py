@@ -8,7 +8,8 @@ The data: vLLM's benchmarks/kernels/benchmark_moe.py and SGLang's tuning_fused_m
 fused_moe call at a model's shape, GPU, dtype and TP with uniform random routing; pull requests that add tuned
 configs paste those tables (each file names its source: vllm-project/vllm#24700 Mixtral bf16 TP 2 and Qwen3-30B-A3B
 fp8 on H100, vllm-project/vllm#44818 Gemma4 bf16 on H200, vllm-project/vllm#40542 Kimi-VL-A3B bf16 on A100,
-sgl-project/sglang#11730 Qwen3-235B-A22B fp8 TP 8 on H200). The Triton kernel runs each expert's rows in tiles of
+sgl-project/sglang#11730 Qwen3-235B-A22B fp8 TP 8 on H200, vllm-project/vllm#13932 DeepSeek-V3 block-FP8 at TP 1, 2, 4
+and 8 on H100). The Triton kernel runs each expert's rows in tiles of
 BLOCK_SIZE_M (16-128) rows, padded per expert, at the expert's narrow N: its efficiency follows the rows each expert
 gets, not the step's tokens.
 
@@ -31,11 +32,31 @@ its own table is priced by analogy: the kernel is taken to reach the same fracti
 per expert and similar N, and the GPU's own peak and bandwidth move it (the roofline's two terms are what change
 between GPUs of one class; the kernel's tiling is the same code).
 
+Block-FP8 experts (weight_block_size [128, 128]: DeepSeek-V3/R1, the Qwen3 FP8 checkpoints), vLLM only. vLLM 0.10.2 and
+0.11.0 run them on Hopper without expert parallelism with this Triton kernel and its block scales: Fp8MoEMethod.apply
+(model_executor/layers/quantization/fp8.py) calls fused_experts, as no all-to-all kernel is set up and
+VLLM_USE_FLASHINFER_MOE_FP8 defaults to 0; fused_experts (fused_moe/fused_moe.py) hands the call to DeepGEMM only where
+DeepGEMM is allowed (VLLM_USE_DEEP_GEMM: default 0 in 0.10.2, 1 in 0.11.0; the deep_gemm package, which vLLM's Docker
+image installs and its wheel does not) and _valid_deep_gemm holds (fused_moe/deep_gemm_moe.py: at least 128 tokens and
+an intermediate width per GPU above 512). So at N <= 512 (DeepSeek-V3/R1 at TP 8: 256; Qwen3-235B-A22B-FP8 at TP 4 and
+8: 384 and 192) both releases run Triton at every batch; at N > 512 with DeepGEMM installed 0.11 runs DeepGEMM from 128
+tokens, which is not told apart here (priced as Triton). The four tables (vllm-project/vllm#13932, timed in February
+2025 with vLLM's own benchmark_moe.py) reach 3.3-4.6x their roofline at 4-64 rows per expert (5.6x at TP 1's 96), N 256
+to 2048 alike. vLLM 0.11.0's fused_moe/configs hold a tuned config for DeepSeek's TP 8 shape on the H200
+(E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json) and none for the H100; an H200 is priced
+from the H100 tables by its own roofline, as every GPU of a class is. They are marked for vLLM only ("engines" in the
+file): SGLang ships its own fused-MoE configs per Triton release
+(python/sglang/srt/layers/moe/fused_moe_triton/configs/triton_3_*, e.g. sgl-project/sglang#7687's H200 DeepSeek-V3
+configs for Triton 3.3.1) and an SM90 swap-AB path for FP8 (sgl-project/sglang#15712), so vLLM's timing does not time
+its kernel; SGLang's block-FP8 experts keep the grouped-GEMM rule.
+
 Where it is not used, and why (steptime.py's grouped-GEMM rule prices the call instead):
 - r < MIN_ROWS_PER_EXPERT (decode batches smaller than E / k tokens): several tables are flat there (Gemma4 on H200
   185 us from 1 to 4 tokens, Kimi-VL on A100 183 us at 1) — harness and launch costs the step model prices
   separately, by its kernel gaps and the touched experts' weight stream;
-- a GPU class, dtype or kernel without a table (Blackwell, AMD, block-FP8, MXFP4/Marlin, TensorRT-LLM's CUTLASS MoE);
+- a GPU class, dtype, kernel or engine without a table (Blackwell, AMD, MXFP4/Marlin, TensorRT-LLM's CUTLASS MoE,
+  SGLang's block-FP8 experts; vLLM runs FP8 experts on Ampere with Marlin, fp8.py use_marlin below compute
+  capability 8.9). No published MXFP4 Marlin MoE or triton_kernels matmul_ogs timing at gpt-oss's shape was found;
 - expert parallelism (each rank's experts run behind an all-to-all dispatch in other kernels and layouts).
 """
 
@@ -105,6 +126,7 @@ class MoeTable:
     top_k: int
     tokens: tuple[int, ...]
     kernel_us: tuple[float, ...]
+    engines: tuple[str, ...] = ()  # engines whose kernel and configs the table times (); (): every engine running it
     rows: tuple[float, ...] = ()  # rows per expert at each trusted point (r >= MIN_ROWS_PER_EXPERT), ascending
     eta: tuple[float, ...] = ()  # measured / ideal at those points
 
@@ -129,6 +151,7 @@ def _read(path: Path) -> MoeTable:
         top_k=int(doc["top_k"]),
         tokens=tuple(int(x) for x in doc["tokens"]),
         kernel_us=tuple(float(x) for x in doc["kernel_us"]),
+        engines=tuple(doc.get("engines", ())),
     )
     if len(t.tokens) != len(t.kernel_us) or list(t.tokens) != sorted(t.tokens):
         raise ValueError(f"{path}: tokens and kernel_us must pair up, tokens ascending")
@@ -195,15 +218,24 @@ class FusedMoePricer:
 
 @cache
 def pricer_for(
-    gpu, kernel: str, weight_dtype: str, num_experts: int, n: float, hidden: float, top_k: int
+    gpu, kernel: str, weight_dtype: str, num_experts: int, n: float, hidden: float, top_k: int, engine: str = ""
 ) -> FusedMoePricer | None:
-    """The pricer for a deployment's experts (gpu: a kneecap.hardware.Gpu); None where no table of the same kernel,
-    dtype and GPU class exists (steptime.py's grouped-GEMM rule then prices the call)."""
+    """The pricer for a deployment's experts (gpu: a kneecap.hardware.Gpu) under `engine` (an engine profile's name);
+    None where no table of the same kernel, dtype and GPU class exists for that engine (steptime.py's grouped-GEMM rule
+    then prices the call)."""
     dtype = table_dtype(weight_dtype)
     cls = GPU_CLASS.get(gpu.name)
     if not kernel or dtype is None or cls is None or num_experts <= 0 or n <= 0 or _peak(gpu, dtype) <= 0:
         return None
-    same = [t for t in tables() if t.kernel == kernel and t.dtype == dtype and GPU_CLASS.get(t.gpu) == cls and t.rows]
+    same = [
+        t
+        for t in tables()
+        if t.kernel == kernel
+        and t.dtype == dtype
+        and GPU_CLASS.get(t.gpu) == cls
+        and t.rows
+        and (not t.engines or engine in t.engines)
+    ]
     if not same:
         return None
     same.sort(key=lambda t: (abs(math.log(n / t.n)), t.gpu != gpu.name, t.name))

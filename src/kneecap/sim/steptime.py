@@ -589,6 +589,7 @@ class StepTimeModel:
                 self.expert_inter,
                 self.hidden,
                 self.top_k,
+                profile.name,
             )
             if kernel and self.num_moe_layers and self.ep == 1
             else None
