@@ -773,7 +773,8 @@ class StepTimeModel:
         the engine's kernel family reaches at that size and the model's head dim (sim/attention.py), or where no
         family table applies, the kernel table's at that size (sim/kernels.py)."""
         curve = self.prefill_curve
-        frac = curve.fraction(flops_per_layer) if curve else self.table.prefill_attention_fraction(flops_per_layer)
+        kt = self.table.prefill_attention_fraction
+        frac = curve.fraction(flops_per_layer, kt) if curve else kt(flops_per_layer)
         return self.bf16_peak * frac
 
     def _prefill_attention_seconds(self, pairs_full: float, pairs_win: float, kv_full: float, kv_win: float) -> float:
