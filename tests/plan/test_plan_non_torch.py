@@ -1,0 +1,100 @@
+"""Engine mode's default non-torch memory (plan/non_torch.py): published vLLM measurements, each checked on records it
+was not derived from, and the plan saying where its figure came from."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from kneecap.plan import non_torch
+from kneecap.units import GiB
+
+DATA = json.loads((Path(__file__).parent / "data" / "engine_startup_logs.json").read_text())
+ROUNDING_GIB = 0.005  # vLLM prints GiB to 2 decimals
+
+
+def _logged_non_torch() -> dict[str, float]:
+    out = {r["id"]: r["inputs_from_log"]["non_torch_gib"] for r in DATA["records"] if r.get("inputs_from_log")}
+    out.update({m["id"]: m["non_torch_gib"] for m in DATA["non_torch_measurements"]})
+    return out
+
+
+def test_each_measurement_is_quoted_verbatim_with_its_source():
+    for m in DATA["non_torch_measurements"]:
+        assert m["url"].startswith("https://github.com/"), m["id"]
+        cells = [c.strip() for c in m["line"].strip("|").split("|")]
+        assert int(cells[1]) == m["tp"] and float(cells[6]) == m["non_torch_gib"], m["id"]
+
+
+@pytest.mark.parametrize("d", non_torch.DEFAULTS, ids=lambda d: f"{d.release}-tp{d.tp}")
+def test_each_default_is_its_records_figure_and_holds_on_the_records_it_was_not_derived_from(d):
+    logged = _logged_non_torch()
+    assert d.derived_from and d.held_out and not set(d.derived_from) & set(d.held_out)
+    # derived: the median of the records it comes from (they agree to the log's 0.01 GiB)
+    assert d.gib == statistics.median(logged[i] for i in d.derived_from)
+    # held out: each other record's logged figure within the two figures' rounding (0.01 GiB)
+    for rec in d.held_out:
+        assert abs(logged[rec] - d.gib) <= 2 * ROUNDING_GIB + 1e-9, (rec, logged[rec], d.gib)
+    # and every record is of the default's release and TP
+    for rec in d.derived_from + d.held_out:
+        assert rec.endswith(f"-v{d.release[0]}.{d.release[1]}"), rec
+        assert (f"{d.tp}xh100" in rec) == (d.tp > 1), rec
+
+
+def test_a_release_takes_the_newest_measured_release_at_or_below_it():
+    assert non_torch.measured_release((0, 10)) is None  # V0-era accounting and 0.10: not measured
+    assert non_torch.measured_release((0, 11)) == (0, 11)
+    assert non_torch.measured_release((0, 18, 1)) == (0, 11)
+    assert non_torch.measured_release((0, 19)) == (0, 19)
+    assert non_torch.measured_release((0, 32)) == (0, 19)
+    assert non_torch.measured_release((0, 34)) is None  # newer than any release read
+
+
+def test_the_tp2_figure_is_the_releases_not_another_ones():
+    # 0.11.0 logged 0.54-0.55 GiB at TP 2 and 0.19.0 2.06-2.07 GiB on the same GPU class: one figure for both would
+    # miss one release by 1.5 GiB
+    assert non_torch.vllm_non_torch("h100-sxm", 2, (0, 11))[0] == int(0.54 * GiB)
+    assert non_torch.vllm_non_torch("h100-sxm", 2, (0, 19))[0] == int(2.07 * GiB)
+    assert non_torch.vllm_non_torch("h100-sxm", 4, (0, 19))[0] == int(2.13 * GiB)
+    assert non_torch.vllm_non_torch("h100-sxm", 4, (0, 11))[0] == 0  # 0.11.0 was not measured at TP 4
+
+
+def _engine(cli, *args) -> dict:
+    r = cli("plan", "--preset", "llama-3.1-8b", "--engine", "vllm", *args, "--json")
+    assert r.code == 0, r.stderr
+    return json.loads(r.stdout)["engine"]
+
+
+def test_the_plan_says_where_its_non_torch_figure_came_from(cli):
+    eng = _engine(cli, "--gpu", "h100-sxm", "--engine-version", "0.19")
+    assert eng["non_torch_bytes"] == int(0.25 * GiB)
+    assert eng["non_torch_source"].startswith("0.25 GiB, logged by vLLM 0.19.0 at TP 1 on an H100")
+    assert "vllm-v0.19.0-accuracy-report.md" in eng["non_torch_source"]
+    # a release between measurements says it was not measured itself
+    later = _engine(cli, "--gpu", "h100-sxm", "--engine-version", "0.32")
+    assert later["non_torch_bytes"] == int(0.25 * GiB) and "vLLM 0.32 itself not measured" in later["non_torch_source"]
+    # another GPU, or an unmeasured TP: 0, saying so
+    a100 = _engine(cli, "--gpu", "a100-80gb", "--engine-version", "0.19")
+    assert a100["non_torch_bytes"] == 0 and a100["non_torch_source"].startswith("assumed 0 (not measured on a100")
+    tp8 = _engine(cli, "--gpu", "h100-sxm", "--engine-version", "0.19", "--tp", "8")
+    assert tp8["non_torch_bytes"] == 0 and "not measured at TP 8" in tp8["non_torch_source"]
+    # the user's figure wins
+    given = _engine(cli, "--gpu", "h100-sxm", "--engine-version", "0.19", "--non-torch-gib", "0.4")
+    assert given["non_torch_bytes"] == int(0.4 * GiB) and given["non_torch_source"] == "--non-torch-gib"
+    # and the text report prints the source
+    r = cli("plan", "--preset", "llama-3.1-8b", "--engine", "vllm", "--gpu", "h100-sxm", "--engine-version", "0.19")
+    assert "non-torch: 0.25 GiB, logged by vLLM 0.19.0" in " ".join(r.stdout.split())
+
+
+def test_the_tp_sweep_replans_with_each_tps_non_torch_figure():
+    from kneecap.plan.build import DeploymentRequest, plan_deployment
+
+    req = DeploymentRequest(preset="llama-3.1-8b", gpu="h100-sxm", engine="vllm", engine_version="0.19")
+    by_tp = dict(plan_deployment(req).plan.overhead_by_tp)
+    # the activation peak is the same at TP 1, 2 and 4 for this model (the sampler over the whole vocabulary sets
+    # it); the kept memory grows by the TP 2 / TP 4 non-torch figures over TP 1's
+    assert by_tp[2] - by_tp[1] == int(2.07 * GiB) - int(0.25 * GiB)
+    assert by_tp[4] - by_tp[1] == int(2.13 * GiB) - int(0.25 * GiB)
