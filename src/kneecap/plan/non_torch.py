@@ -20,7 +20,8 @@ uses the figures vLLM logged, where a record exists for that GPU, TP and release
 
   vLLM 0.11.0 on one H100 (79.18 GiB as vLLM reads it), DEBUG line "non-torch forward increase memory", published
   in llm-d-incubation/llm-d-planner docs/empirical-vllm-memory-results.md (Summary table):
-    TP 1: Llama-3.1-8B 0.13, Qwen3-0.6B 0.13, Qwen3-32B 0.14 GiB; TP 2: Qwen3-32B 0.54, Llama-3.3-70B-FP8 0.55 GiB
+    TP 1: Llama-3.1-8B 0.13, Qwen3-0.6B 0.13, Qwen3-32B 0.14, gpt-oss-20b 0.13, gpt-oss-120b 0.13,
+    Mistral-Small-3.2-24B 0.14 GiB; TP 2: Qwen3-32B 0.54, Llama-3.3-70B-FP8 0.55 GiB
   vLLM 0.19.0 on H100s (79.19 GiB), published in the same repository's
   docs/accuracy/vllm-v0.19.0-accuracy-report.md ("Sensitivity: Tensor Parallelism" table, "Actual non-torch"):
     Llama-3.1-8B-Instruct TP 1 / 2 / 4: 0.25 / 2.07 / 2.13 GiB; Qwen2.5-7B-Instruct: 0.24 / 2.06 / 2.13 GiB
@@ -61,7 +62,18 @@ class NonTorchDefault:
 
 
 DEFAULTS = (
-    NonTorchDefault((0, 11), 1, 0.13, ("llama-3.1-8b-h100-v0.11", "qwen3-0.6b-h100-v0.11"), ("qwen3-32b-h100-v0.11",)),
+    NonTorchDefault(
+        (0, 11),
+        1,
+        0.13,
+        ("llama-3.1-8b-h100-v0.11", "qwen3-0.6b-h100-v0.11"),
+        (
+            "qwen3-32b-h100-v0.11",
+            "gpt-oss-20b-h100-v0.11",
+            "gpt-oss-120b-h100-v0.11",
+            "mistral-small-3.2-24b-h100-v0.11",
+        ),
+    ),
     NonTorchDefault((0, 11), 2, 0.54, ("qwen3-32b-2xh100-v0.11",), ("llama-3.3-70b-fp8-2xh100-v0.11",)),
     NonTorchDefault((0, 19), 1, 0.25, ("llama-3.1-8b-h100-v0.19",), ("qwen2.5-7b-h100-v0.19",)),
     NonTorchDefault((0, 19), 2, 2.07, ("llama-3.1-8b-2xh100-v0.19",), ("qwen2.5-7b-2xh100-v0.19",)),
