@@ -22,11 +22,12 @@ uses the figures vLLM logged, where a record exists for that GPU, TP and release
   in llm-d-incubation/llm-d-planner docs/empirical-vllm-memory-results.md (Summary table):
     TP 1: Llama-3.1-8B 0.13, Qwen3-0.6B 0.13, Qwen3-32B 0.14, gpt-oss-20b 0.13, gpt-oss-120b 0.13,
     Mistral-Small-3.2-24B 0.14 GiB; TP 2: Qwen3-32B 0.54, Llama-3.3-70B-FP8 0.55 GiB
-  vLLM 0.19.0 on H100s (79.19 GiB), published in the same repository's
-  docs/accuracy/vllm-v0.19.0-accuracy-report.md ("Sensitivity: Tensor Parallelism" table, "Actual non-torch"):
-    Llama-3.1-8B-Instruct TP 1 / 2 / 4: 0.25 / 2.07 / 2.13 GiB; Qwen2.5-7B-Instruct: 0.24 / 2.06 / 2.13 GiB
-  Each default comes from some of those records and is checked on the others it did not come from
-  (tests/plan/test_plan_non_torch.py, the `derived_from` / `held_out` fields below).
+  vLLM 0.19.0 on H100s (79.19 GiB), the start-up DEBUG logs of 59 deployments published in the same repository
+  (accuracy/results/v0.19.0/logs, commit d3121e05; 57 without pipeline parallelism), "non-torch forward increase
+  memory": TP 1 (42 logs, 27 models) 0.24-0.27 GiB, but 0.46 GiB for the three Granite 3.x language models;
+  TP 2 (10 logs) 2.06-2.11 GiB; TP 4 (5 logs) 2.13-2.21 GiB, the larger models at the top of each range
+  Each default is one record's figure (`derived_from`) and is checked on every other record of its release and TP
+  (tests/plan/test_plan_non_torch.py): all lie within `spread_gib` of it but the `outliers` named.
 
 A release takes the measurement of the newest measured release at or below it (0.11-0.18: 0.11.0's; 0.19-0.33:
 0.19.0's), the snapshot point being the same in every release read (0.12.0-0.33.0). Only 0.11.0 and 0.19.0 are
@@ -45,39 +46,33 @@ MEASURED_GPUS = ("h100-sxm", "h100-pcie")
 OVERRIDE = "pass the engine's logged figure with --non-torch-gib"
 SOURCES = {
     (0, 11): "llm-d-planner docs/empirical-vllm-memory-results.md",
-    (0, 19): "llm-d-planner docs/accuracy/vllm-v0.19.0-accuracy-report.md",
+    (0, 19): "llm-d-planner accuracy/results/v0.19.0/logs",
 }
 
 
 @dataclass(frozen=True)
 class NonTorchDefault:
-    """One published default: the release and TP it was measured at, its size, the records it was derived from and
-    those it was checked on (ids in tests/plan/data/engine_startup_logs.json)."""
+    """One published default: the release and TP it was measured at, its size, the record it was derived from (an
+    id in tests/plan/data/engine_startup_logs.json), how far the other logged figures of that release and TP lie
+    from it (`spread_gib`, the largest distance; every other record of the data file is held out) and the models
+    that lie further (`outliers`, with their figure)."""
 
     release: tuple[int, int]
     tp: int
     gib: float
     derived_from: tuple[str, ...]
-    held_out: tuple[str, ...]
+    spread_gib: float
+    outliers: tuple[tuple[str, str, float], ...] = ()  # (model-name part that picks them, their name, figure)
 
 
 DEFAULTS = (
+    NonTorchDefault((0, 11), 1, 0.13, ("llama-3.1-8b-h100-v0.11", "qwen3-0.6b-h100-v0.11"), 0.01),
+    NonTorchDefault((0, 11), 2, 0.54, ("qwen3-32b-2xh100-v0.11",), 0.01),
     NonTorchDefault(
-        (0, 11),
-        1,
-        0.13,
-        ("llama-3.1-8b-h100-v0.11", "qwen3-0.6b-h100-v0.11"),
-        (
-            "qwen3-32b-h100-v0.11",
-            "gpt-oss-20b-h100-v0.11",
-            "gpt-oss-120b-h100-v0.11",
-            "mistral-small-3.2-24b-h100-v0.11",
-        ),
+        (0, 19), 1, 0.25, ("llama-3.1-8b-h100-v0.19",), 0.02, (("granite-3.", "Granite 3.x language models", 0.46),)
     ),
-    NonTorchDefault((0, 11), 2, 0.54, ("qwen3-32b-2xh100-v0.11",), ("llama-3.3-70b-fp8-2xh100-v0.11",)),
-    NonTorchDefault((0, 19), 1, 0.25, ("llama-3.1-8b-h100-v0.19",), ("qwen2.5-7b-h100-v0.19",)),
-    NonTorchDefault((0, 19), 2, 2.07, ("llama-3.1-8b-2xh100-v0.19",), ("qwen2.5-7b-2xh100-v0.19",)),
-    NonTorchDefault((0, 19), 4, 2.13, ("llama-3.1-8b-4xh100-v0.19",), ("qwen2.5-7b-4xh100-v0.19",)),
+    NonTorchDefault((0, 19), 2, 2.07, ("llama-3.1-8b-2xh100-v0.19",), 0.04),
+    NonTorchDefault((0, 19), 4, 2.13, ("llama-3.1-8b-4xh100-v0.19",), 0.08),
 )
 
 
@@ -107,7 +102,8 @@ def vllm_non_torch(gpu_name: str, tp: int, version: tuple[int, ...]) -> tuple[in
     if d is None:
         return 0, f"assumed 0 (not measured at TP {tp}; {OVERRIDE})"
     on = "" if release == version[:2] else f"; vLLM {version[0]}.{version[1]} itself not measured"
+    spread = f"other models within {d.spread_gib:g} GiB" + "".join(f", {name} {g:g}" for _, name, g in d.outliers)
     return int(d.gib * GiB), (
-        f"{d.gib:g} GiB, logged by vLLM {release[0]}.{release[1]}.0 at TP {tp} on an H100 ({SOURCES[release]}"
-        f"{on}; pass --non-torch-gib to override)"
+        f"{d.gib:g} GiB, logged by vLLM {release[0]}.{release[1]}.0 at TP {tp} on an H100 ({spread}; "
+        f"{SOURCES[release]}{on}; pass --non-torch-gib to override)"
     )
