@@ -55,6 +55,10 @@ def compare(rec: dict) -> dict:
     if "kv_cache_tokens" in logged:
         row["logged_tokens"] = logged["kv_cache_tokens"]
         row["tokens_given_pool"] = given["engine"]["log_kv_cache_tokens"]
+    if "max_concurrency" in logged and rec["server"] == "vllm":
+        row["logged_concurrency"] = logged["max_concurrency"]
+        row["concurrency_given_pool"] = given["engine"]["max_concurrency"]
+        row["max_model_len"] = given["engine"]["max_model_len"]
     inputs = rec.get("inputs_from_log")
     if inputs:
         measured = ["--activation-gib", str(inputs["activation_gib"]), "--non-torch-gib", str(inputs["non_torch_gib"])]
@@ -215,6 +219,23 @@ def test_tokens_from_the_logged_pool_are_the_logged_tokens_within_the_logs_round
             continue
         bound = r["rounding_gib"] * GiB / r["bytes_per_token"] + r["block"]
         assert abs(r["tokens_given_pool"] - r["logged_tokens"]) <= bound, r
+
+
+def test_the_concurrency_line_from_the_logged_pool_is_the_logged_one(rows):
+    # the "Maximum concurrency for L tokens per request: X.XXx" line: printed to 0.01, and the pool known to
+    # +-0.005 GiB (+ one block), over the blocks one request of max_model_len takes in every group. Gemma-3-12B at
+    # 0.19: 48,865 blocks over 5 sliding groups of cdiv(min(1,023 + 8,192 in flight, 8,192), 16) + 1 = 513 blocks
+    # and 1 full group of 512 = 3,077 blocks a request: 15.88x, the logged figure exactly (and 4.46x for 27B)
+    checked = []
+    for r in rows:
+        if "logged_concurrency" not in r:
+            continue
+        slack = (r["rounding_gib"] * GiB / r["bytes_per_token"] + r["block"]) / r["max_model_len"]
+        if RECORD[r["id"]]["model"].startswith("google/gemma-3"):
+            assert f"{r['concurrency_given_pool']:.2f}" == f"{r['logged_concurrency']:.2f}", r
+        assert abs(r["concurrency_given_pool"] - r["logged_concurrency"]) <= 0.005 + slack, r
+        checked.append(r["id"])
+    assert {"gemma-3-12b-h100-v0.19", "gemma-3-27b-h100-v0.19", "qwen3-8b-rtxa5000-v0.21"} <= set(checked)
 
 
 def test_sglang_counts_the_logged_pool_as_the_engine_does(rows):
