@@ -41,7 +41,7 @@ def test_each_measurement_is_quoted_verbatim_with_its_source():
             col = m["columns"]
             assert int(cells[col["tp"]]) == m["tp"] and float(cells[col["non_torch"]]) == m["non_torch_gib"], m["id"]
         else:  # a log: its non-default args and its memory-profiling line
-            args, profile = m["lines"]
+            args, profile = m["lines"][:2]
             assert ("'tensor_parallel_size': " in args) == (m["tp"] > 1), m["id"]
             assert f"'tensor_parallel_size': {m['tp']}," in args or m["tp"] == 1, m["id"]
             assert f"non-torch forward increase memory: {m['non_torch_gib']:g}GiB" in profile, m["id"]
@@ -127,3 +127,34 @@ def test_the_tp_sweep_replans_with_each_tps_non_torch_figure():
     # it); the kept memory grows by the TP 2 / TP 4 non-torch figures over TP 1's
     assert by_tp[2] - by_tp[1] == int(2.07 * GiB) - int(0.25 * GiB)
     assert by_tp[4] - by_tp[1] == int(2.13 * GiB) - int(0.25 * GiB)
+
+
+def test_the_plan_says_whether_the_release_subtracts_its_cuda_graph_estimate(cli):
+    from kneecap.plan import engines
+
+    # the range the plan quotes is the published logs' (each deployment once: records and measurements share logs)
+    est = {
+        m["url"]: m["cudagraph_estimate_gib"] for m in DATA["non_torch_measurements"] if "cudagraph_estimate_gib" in m
+    }
+    est.update(
+        {
+            r["url"]: r["logged"]["cudagraph_estimate_gib"]
+            for r in DATA["records"]
+            if "cudagraph_estimate_gib" in r["logged"]
+        }
+    )
+    for m in DATA["non_torch_measurements"]:
+        if "cudagraph_estimate_gib" in m:
+            assert f"Estimated CUDA graph memory: {m['cudagraph_estimate_gib']:.2f} GiB total" in m["lines"][2], m["id"]
+    text = engines.CUDAGRAPH_NOT_PREDICTED
+    assert f"of {min(est.values()):.2f}-{max(est.values()):.2f} GiB for the {len(est)} H100 deployments" in text
+    # 0.20 on: subtracted by vLLM, not predicted by kneecap (0 unless given); before: not subtracted at all
+    later = _engine(cli, "--gpu", "h100-sxm", "--engine-version", "0.20")
+    assert later["cudagraph_bytes"] == 0 and later["cudagraph_source"].startswith("not predicted, taken as 0")
+    given = _engine(cli, "--gpu", "h100-sxm", "--engine-version", "0.20", "--cudagraph-gib", "0.84")
+    assert given["cudagraph_bytes"] == int(0.84 * GiB) and given["cudagraph_source"] == "--cudagraph-gib"
+    assert given["kv_pool_bytes"] == later["kv_pool_bytes"] - int(0.84 * GiB)
+    older = _engine(cli, "--gpu", "h100-sxm", "--engine-version", "0.19", "--cudagraph-gib", "0.84")
+    assert older["cudagraph_bytes"] == 0 and older["cudagraph_source"].startswith("not subtracted: vLLM 0.19")
+    r = cli("plan", "--preset", "llama-3.1-8b", "--engine", "vllm", "--gpu", "h100-sxm", "--engine-version", "0.20")
+    assert "CUDA graphs: not predicted, taken as 0" in r.stdout

@@ -405,6 +405,7 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
                 activation_source=act_source,
                 activation_profile=profile,
                 non_torch_source=non_torch_source,
+                cudagraph_source=_vllm_cudagraph_source(f, version),
             )
         elif pool_bytes is not None:
             engine_pool = engines.sglang_logged_pool(deployment, pool_bytes, **sglang)
@@ -497,6 +498,13 @@ def _vllm_non_torch(f: DeploymentRequest, deployment: Deployment, version: str) 
     if f.non_torch_gib:
         return int(f.non_torch_gib * GiB), "--non-torch-gib"
     return non_torch.vllm_non_torch(deployment.gpu.name, deployment.tp, engines.parse_version(version))
+
+
+def _vllm_cudagraph_source(f: DeploymentRequest, version: str) -> str:
+    """Whether the release subtracts vLLM's CUDA-graph estimate, and where engine mode's figure came from."""
+    if engines.parse_version(version)[:2] < engines.VLLM_CUDAGRAPH_FROM:
+        return engines.CUDAGRAPH_NOT_SUBTRACTED.format(version=version)
+    return "--cudagraph-gib" if f.cudagraph_gib else engines.CUDAGRAPH_NOT_PREDICTED.format(version=version)
 
 
 def _overhead_by_tp(
