@@ -262,6 +262,13 @@ def test_the_moe_record_misses_by_what_the_table_says(rows):
 WEIGHTS_UNEXPLAINED = {"qwen3-32b-2xh100-v0.11", "qwen2.5-7b-h100-v0.19", "qwen2.5-7b-2xh100-v0.19"}
 
 
+# The V1 forward-phase rule (profile_peak: the residual, the MLP's input, gate_up and SiLU-and-mul's output) against
+# the one published V1 log whose forward sets the peak: CodeLlama-7B on vLLM 0.19 (32,016-token vocabulary, so the
+# sampler's 0.52 GiB is below the forward's 0.63 GiB) logged 0.77 GiB, the rule gives 0.660 with the cuBLAS
+# workspace: 0.11 GiB (about 1.8 [8,192, 4,096] bf16 tensors) the rule does not find. The test requires that miss.
+FORWARD_SHORT_GIB = {"codellama-7b-h100-v0.19": 0.11}
+
+
 def _pool_check(r: dict, predicted_gib: float, logged_gib: float) -> None:
     """predicted within the logged figures' rounding plus the catalog-vs-logged total gap; for WEIGHTS_UNEXPLAINED
     records, off by kneecap's weights gap instead (and not within the plain bound)."""
@@ -280,7 +287,7 @@ def test_engine_mode_predicts_the_logged_pool_from_the_logs_two_unpredictable_in
             continue
         checked += 1
         _pool_check(r, r["predicted_available_gib"], r["logged_available_gib"])
-    assert checked == 15
+    assert checked == 16
 
 
 def test_the_predicted_activation_peak_is_the_logged_one_within_its_rounding(rows):
@@ -302,7 +309,12 @@ def test_the_predicted_activation_peak_is_the_logged_one_within_its_rounding(row
         # rounding interval: an allocation of under 1 MiB the rule does not count (not identified; PyTorch's caching
         # allocator counting an unsplit block's remainder of up to 1 MiB would be one). 1 MiB more is allowed there.
         slack = 2**20 / GiB if r["version"].startswith("0.19.") else 0.0
-        assert abs(r["predicted_activation_gib"] - r["logged_activation_gib"]) <= ROUNDING_GIB + slack, r
+        if r["id"] in FORWARD_SHORT_GIB:  # the one V1 record whose forward sets the peak: the rule counts less
+            assert abs(r["predicted_activation_gib"] - r["logged_activation_gib"] + FORWARD_SHORT_GIB[r["id"]]) <= (
+                ROUNDING_GIB + slack
+            ), r
+        else:
+            assert abs(r["predicted_activation_gib"] - r["logged_activation_gib"]) <= ROUNDING_GIB + slack, r
         checked[r["id"]] = r["profile"]["phase"]
     assert checked == {
         "llama-3.1-8b-rtx3090-20k": "forward",
@@ -323,6 +335,7 @@ def test_the_predicted_activation_peak_is_the_logged_one_within_its_rounding(row
         "qwen2.5-7b-2xh100-v0.19": "sampler",
         "qwen2.5-7b-4xh100-v0.19": "sampler",
         "qwen3-8b-h100-v0.19": "sampler",
+        "codellama-7b-h100-v0.19": "forward",
     }
 
 
@@ -332,7 +345,9 @@ def test_engine_mode_with_the_predicted_activation_and_the_logged_non_torch_is_t
     for r in rows:
         if "pool_predicted_activation_gib" not in r:
             continue
-        _pool_check(r, r["pool_predicted_activation_gib"], r["logged_available_gib"])
+        # (CodeLlama's pool is over by the 0.11 GiB its predicted forward peak is short: FORWARD_SHORT_GIB)
+        short = FORWARD_SHORT_GIB.get(r["id"], 0.0)
+        _pool_check(r, r["pool_predicted_activation_gib"] - short, r["logged_available_gib"])
         if "tokens_predicted_activation" in r:
             assert abs(_err(r["tokens_predicted_activation"], r["logged_tokens"])) <= 0.25, r
 
@@ -351,13 +366,16 @@ def test_with_nothing_from_the_log_the_pool_misses_by_the_non_torch_default_agai
         d = non_torch.default_for(tuple(int(x) for x in r["version"].split(".")), _tp(RECORD[r["id"]]))
         default = d.gib if RECORD[r["id"]]["engine"] == "V1" else 0.0
         v1 += RECORD[r["id"]]["engine"] == "V1"
-        _pool_check(r, r["pool_nothing_from_log_gib"] - r["logged_non_torch_gib"] + default, r["logged_available_gib"])
+        short = FORWARD_SHORT_GIB.get(r["id"], 0.0)
+        _pool_check(
+            r, r["pool_nothing_from_log_gib"] - r["logged_non_torch_gib"] + default - short, r["logged_available_gib"]
+        )
         if RECORD[r["id"]]["engine"] == "V1":
             # five logged figures' rounding: the four of the pool check and the default's own (a logged figure)
-            assert abs(r["pool_nothing_from_log_gib"] - r["logged_available_gib"]) <= 5 * ROUNDING_GIB + abs(
+            assert abs(r["pool_nothing_from_log_gib"] - short - r["logged_available_gib"]) <= 5 * ROUNDING_GIB + abs(
                 r["total_gap_gib"]
             ) * r["mem_util"] + abs(r["weights_gap_gib"]) * (r["id"] in WEIGHTS_UNEXPLAINED), r
-    assert v1 == 12
+    assert v1 == 13
 
 
 def test_the_rope_buffer_is_what_vllm_0_6_logged_beside_the_weights(cli):

@@ -50,7 +50,8 @@ vLLM 0.10 to 0.14 (V1 engine; read in the 0.10.0, 0.11.0, 0.12.0, 0.13.0 and 0.1
   forward: the model runs compiled (torch.compile with Inductor, piecewise between attention ops), and Inductor
     frees each buffer after its last use, so the MLP's peak holds the residual, the MLP's input, gate_up (2 x
     intermediate / tp) and SiLU-and-mul's output (intermediate / tp): tokens x (2 x hidden + 3 x intermediate / tp)
-    x 2 B. No published log has a forward-set V1 peak, so this phase is unchecked.
+    x 2 B. Checked on one published log: CodeLlama-7B on vLLM 0.19.0 (H100, 8,192 tokens; its small vocabulary
+    lets the forward set the peak) logged 0.77 GiB where this gives 0.66: 0.11 GiB the rule does not find.
   0.15 and 0.16 (the 0.15.0 wheel, the 0.16.0 sdist): the sampler, top-k/top-p and profile_run are 0.14's.
 
 vLLM 0.17 to 0.33 (read in the 0.17.0, 0.21.0-0.24.0 and 0.32.0 wheels and the 0.18.0, 0.20.0, 0.25.0, 0.30.0 and
