@@ -28,9 +28,20 @@ def _logged() -> list[tuple[str, tuple[int, int], int, str, float]]:
             rel = tuple(int(x) for x in r["release"].split(".")[:2])
             out.append((r["id"], rel, _tp(r["plan"]), r["model"], r["inputs_from_log"]["non_torch_gib"]))
     for m in DATA["non_torch_measurements"]:
+        if m.get("pp", 1) > 1:  # pipeline stages: not modelled (test_pipeline_stages_are_not_modelled)
+            continue
         rel = tuple(int(x) for x in m["release"].split(".")[:2])
         out.append((m["id"], rel, m["tp"], m.get("model", m["id"]), m["non_torch_gib"]))
     return out
+
+
+def test_pipeline_stages_are_not_modelled():
+    # the figure the plan quotes for pipeline stages is the published logs' own
+    pp = [m for m in DATA["non_torch_measurements"] if m.get("pp", 1) > 1]
+    assert sorted(m["pp"] for m in pp) == [2, 4] and {m["non_torch_gib"] for m in pp} == {0.07}
+    assert {m["model"] for m in pp} == {"meta-llama/Llama-3.1-8B-Instruct"}
+    text = non_torch.vllm_non_torch("h100-sxm", 1, (0, 19), pp=2)[1]
+    assert "0.07 GiB per stage for Llama-3.1-8B at PP 2 and 4" in text
 
 
 def test_each_measurement_is_quoted_verbatim_with_its_source():
@@ -110,6 +121,9 @@ def test_the_plan_says_where_its_non_torch_figure_came_from(cli):
     assert a100["non_torch_bytes"] == 0 and a100["non_torch_source"].startswith("assumed 0 (not measured on a100")
     tp8 = _engine(cli, "--gpu", "h100-sxm", "--engine-version", "0.19", "--tp", "8")
     assert tp8["non_torch_bytes"] == 0 and "not measured at TP 8" in tp8["non_torch_source"]
+    # pipeline stages: not modelled (0.19.0 logged 0.07 GiB per stage, the PP 2 and 4 Llama logs of the same set)
+    pp = _engine(cli, "--gpu", "h100-sxm", "--engine-version", "0.19", "--pp", "2")
+    assert pp["non_torch_bytes"] == 0 and "pipeline parallelism" in pp["non_torch_source"]
     # the user's figure wins
     given = _engine(cli, "--gpu", "h100-sxm", "--engine-version", "0.19", "--non-torch-gib", "0.4")
     assert given["non_torch_bytes"] == int(0.4 * GiB) and given["non_torch_source"] == "--non-torch-gib"
@@ -134,7 +148,9 @@ def test_the_plan_says_whether_the_release_subtracts_its_cuda_graph_estimate(cli
 
     # the range the plan quotes is the published logs' (each deployment once: records and measurements share logs)
     est = {
-        m["url"]: m["cudagraph_estimate_gib"] for m in DATA["non_torch_measurements"] if "cudagraph_estimate_gib" in m
+        m["url"]: m["cudagraph_estimate_gib"]
+        for m in DATA["non_torch_measurements"]
+        if "cudagraph_estimate_gib" in m and m.get("pp", 1) == 1
     }
     est.update(
         {

@@ -497,7 +497,9 @@ def _vllm_non_torch(f: DeploymentRequest, deployment: Deployment, version: str) 
     GPU, TP and release (plan/non_torch.py), else 0, saying which."""
     if f.non_torch_gib:
         return int(f.non_torch_gib * GiB), "--non-torch-gib"
-    return non_torch.vllm_non_torch(deployment.gpu.name, deployment.tp, engines.parse_version(version))
+    return non_torch.vllm_non_torch(
+        deployment.gpu.name, deployment.tp, engines.parse_version(version), pp=deployment.pp
+    )
 
 
 def _vllm_cudagraph_source(f: DeploymentRequest, version: str) -> str:
