@@ -109,6 +109,15 @@ def test_vllm_0_22_on_logs_concurrency_times_max_model_len(cli):
     assert later["in_flight_tokens"] == 2 * 8192
 
 
+@pytest.mark.parametrize("version, tokens", [("0.20", 130_304), ("0.21", int(48_865 / 11_077 * 131_072))])
+def test_the_capacity_line_changes_at_0_21(cli, version, tokens):
+    # 0.20 divides the blocks over the 6 groups; the 0.21.0 wheel's _report_kv_cache_config already logs
+    # int(max_concurrency * max_model_len) (get_kv_cache_capacity from 0.22 computes the same)
+    args = ("plan", "--model", GEMMA3_12B, "--gpu", "h100", "--kv-pool-gib", "47.72", "--engine", "vllm")
+    eng = json.loads(cli(*args, "--engine-version", version, "--json").stdout)["engine"]
+    assert eng["log_kv_cache_tokens"] == tokens
+
+
 @pytest.mark.parametrize("context, tokens, concurrency", [(1024, 316_551, "309.13")])
 def test_the_tiny_gemma3_plans_to_the_line_the_cpu_build_logged(cli, tmp_path, context, tokens, concurrency):
     cfg = tmp_path / "config.json"

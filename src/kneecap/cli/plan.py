@@ -108,10 +108,21 @@ FLAG_OPTIONS = {
         ),
     ],
     "non_torch_gib": Annotated[
-        float, typer.Option("--non-torch-gib", help="Engine mode: non-torch memory (CUDA context, NCCL), GiB")
+        float,
+        typer.Option(
+            "--non-torch-gib",
+            help="Engine mode: non-torch memory the engine logs (NCCL buffers, kernels loaded on first use), GiB "
+            "(vLLM 0.11-0.33 on an H100: what the nearest earlier measured release, 0.11.0 or 0.19.0, logged at that "
+            "TP where it was measured; else 0, and the plan says which)",
+        ),
     ],
     "cudagraph_gib": Annotated[
-        float, typer.Option("--cudagraph-gib", help="vLLM >= 0.20: CUDA-graph memory estimate, GiB")
+        float,
+        typer.Option(
+            "--cudagraph-gib",
+            help="vLLM >= 0.20: the CUDA-graph memory estimate it logs ('Estimated CUDA graph memory'), GiB "
+            "(not predicted: 0 unless given)",
+        ),
     ],
     "mamba_cache_size": Annotated[
         Optional[int],

@@ -19,7 +19,7 @@ from kneecap.hardware import get_gpu
 from kneecap.model.kv import check_kv_dtype, check_tp, kv_dtype_bytes
 from kneecap.model.resolve import load_model
 from kneecap.model.weights import weight_bits, weight_bytes
-from kneecap.plan import engines, profile_peak
+from kneecap.plan import engines, non_torch, profile_peak
 from kneecap.plan.ledger import Plan, build_plan, weights_bytes_per_gpu, weights_total_bytes
 from kneecap.units import GB, GiB
 
@@ -392,10 +392,11 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
             engine_pool = engines.vllm_logged_pool(deployment, pool_bytes, **vllm)
         elif f.engine == "vllm":
             act, act_source, profile = _vllm_activation(f, deployment, version, context)
+            non_torch_bytes, non_torch_source = _vllm_non_torch(f, deployment, version)
             engine_pool = engines.vllm_pool(
                 deployment,
                 activation_bytes=act,
-                non_torch_bytes=int(f.non_torch_gib * GiB),
+                non_torch_bytes=non_torch_bytes,
                 cudagraph_bytes=int(f.cudagraph_gib * GiB),
                 **vllm,
             )
@@ -403,7 +404,8 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
                 engine_pool,
                 activation_source=act_source,
                 activation_profile=profile,
-                non_torch_source="--non-torch-gib" if f.non_torch_gib else profile_peak.NON_TORCH_ASSUMED,
+                non_torch_source=non_torch_source,
+                cudagraph_source=_vllm_cudagraph_source(f, version),
             )
         elif pool_bytes is not None:
             engine_pool = engines.sglang_logged_pool(deployment, pool_bytes, **sglang)
@@ -490,18 +492,37 @@ def _vllm_activation(
     return act, f"--overhead-gib ({f.overhead_gib:g} GiB; no prediction: {why})", None
 
 
+def _vllm_non_torch(f: DeploymentRequest, deployment: Deployment, version: str) -> tuple[int, str]:
+    """vLLM's non-torch memory in engine mode: --non-torch-gib when given, else the published measurement for the
+    GPU, TP and release (plan/non_torch.py), else 0, saying which."""
+    if f.non_torch_gib:
+        return int(f.non_torch_gib * GiB), "--non-torch-gib"
+    return non_torch.vllm_non_torch(
+        deployment.gpu.name, deployment.tp, engines.parse_version(version), pp=deployment.pp
+    )
+
+
+def _vllm_cudagraph_source(f: DeploymentRequest, version: str) -> str:
+    """Whether the release subtracts vLLM's CUDA-graph estimate, and where engine mode's figure came from."""
+    if engines.parse_version(version)[:2] < engines.VLLM_CUDAGRAPH_FROM:
+        return engines.CUDAGRAPH_NOT_SUBTRACTED.format(version=version)
+    return "--cudagraph-gib" if f.cudagraph_gib else engines.CUDAGRAPH_NOT_PREDICTED.format(version=version)
+
+
 def _overhead_by_tp(
     f: DeploymentRequest, deployment: Deployment, version: str, context: int, activation_bytes: int
 ) -> tuple[tuple[int, int], ...]:
     """The engine's kept memory at each power-of-two TP up to 64 where the profile-run peak is predicted: the
     forward phase is per rank (the MLP's intermediate width splits over TP), so levers and the TP sweep re-plan
     with the peak vLLM would profile there, the rest of what it keeps (non-torch, graphs, RoPE) unchanged."""
-    rest = deployment.overhead_bytes - activation_bytes
+    here = _vllm_non_torch(f, deployment, version)[0]
+    rest = deployment.overhead_bytes - activation_bytes - here
     out = []
     for tp in (1 << i for i in range(7)):
-        act, _, profile = _vllm_activation(f, dataclasses.replace(deployment, tp=tp), version, context)
+        at_tp = dataclasses.replace(deployment, tp=tp)
+        act, _, profile = _vllm_activation(f, at_tp, version, context)
         if profile is not None:
-            out.append((tp, rest + act))
+            out.append((tp, rest + act + _vllm_non_torch(f, at_tp, version)[0]))
     return tuple(out)
 
 

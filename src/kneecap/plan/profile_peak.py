@@ -2,7 +2,7 @@
 
 Owns what vLLM subtracts as "PyTorch activation peak memory" before it sizes the KV pool, predicted from the model's
 shapes and the release's profile run, with the phase that sets it. Does not own the pool formula (engines.py) nor the
-non-torch memory (CUDA context, NCCL buffers, lazily loaded kernels), which kneecap does not predict.
+non-torch memory (NCCL buffers, lazily loaded kernels: non_torch.py, published measurements where they exist).
 
 vLLM 0.6 and 0.7 (V0 engine; read in the 0.6.4, 0.6.5, 0.7.0 and 0.7.3 sdists; all pin torch 2.5.1; the sampler,
 the Llama and Qwen2 layers and the profile run below are the same in the four):
@@ -50,7 +50,8 @@ vLLM 0.10 to 0.14 (V1 engine; read in the 0.10.0, 0.11.0, 0.12.0, 0.13.0 and 0.1
   forward: the model runs compiled (torch.compile with Inductor, piecewise between attention ops), and Inductor
     frees each buffer after its last use, so the MLP's peak holds the residual, the MLP's input, gate_up (2 x
     intermediate / tp) and SiLU-and-mul's output (intermediate / tp): tokens x (2 x hidden + 3 x intermediate / tp)
-    x 2 B. No published log has a forward-set V1 peak, so this phase is unchecked.
+    x 2 B. Checked on one published log: CodeLlama-7B on vLLM 0.19.0 (H100, 8,192 tokens; its small vocabulary
+    lets the forward set the peak) logged 0.77 GiB where this gives 0.66: 0.11 GiB the rule does not find.
   0.15 and 0.16 (the 0.15.0 wheel, the 0.16.0 sdist): the sampler, top-k/top-p and profile_run are 0.14's.
 
 vLLM 0.17 to 0.33 (read in the 0.17.0, 0.21.0-0.24.0 and 0.32.0 wheels and the 0.18.0, 0.20.0, 0.25.0, 0.30.0 and
@@ -98,10 +99,6 @@ SORT_FULL_SORT_BELOW = 128  # SortStable.cu: fewer segments than this sort as on
 CUBLAS_WORKSPACE_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8
 CUBLAS_WORKSPACE_SM90_BYTES = 4096 * 8 * 1024
 SM90_GPUS = ("h100", "h200", "gh200", "h20", "h800")  # catalog names of compute capability 9.0 parts
-# Non-torch memory is not predicted: what vLLM counts there (0.6.4: everything on the GPU torch did not allocate,
-# the CUDA context included; 0.6.5: what appeared outside torch since the worker started, NCCL buffers and kernels
-# loaded on first use) has no published size kneecap could cite. Engine mode takes it as 0 unless given.
-NON_TORCH_ASSUMED = "assumed 0 (not predicted; pass the engine's logged figure with --non-torch-gib)"
 V0_FAMILY = ((0, 6), (0, 7))  # the releases whose profile run was read for this rule
 # V1 releases whose sampler sorts for every row count (0.10.0-0.14.0, 0.16.0 sdists; 0.15.0 wheel)
 V1_SORT_FAMILY = ((0, 10), (0, 11), (0, 12), (0, 13), (0, 14), (0, 15), (0, 16))

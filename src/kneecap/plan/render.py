@@ -407,6 +407,8 @@ def engine_section(engine: EnginePool, plan: Plan | None = None):
             lines.append(f"    activation peak: {engine.activation_source}")
         if engine.non_torch_source:
             lines.append(f"    non-torch: {engine.non_torch_source}")
+        if engine.cudagraph_source:
+            lines.append(f"    CUDA graphs: {engine.cudagraph_source}")
     else:
         lines.append(
             f"  − non-torch {_gib(engine.non_torch_bytes)} GiB = KV {_gib(engine.kv_pool_bytes)} GiB"
