@@ -131,6 +131,7 @@ def test_measured_calls_priced_near_their_times(name, d, r):
     (the mean of the four rows' rates) prices each within 7%, not 5%; the others within 5%."""
     st = shaped_model(r["heads"], r["head_dim"], d["gpu"])
     assert st.prefill_curve is not None and st.prefill_curve.table.family == d["family"]
+
     def work(q: dict) -> float:
         return q["batch"] * q["heads"] * q["head_dim"] * pass_pairs(q["seqlen_q"], q["seqlen_kv"])
 
