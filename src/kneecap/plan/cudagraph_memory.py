@@ -198,7 +198,8 @@ def describe_unpredicted(version: str, sizes: tuple[int, ...], graphs: dict[str,
     counts = ", ".join(f"{mode} {n}" for mode, n in graphs.items())
     return (
         f"not predicted, taken as 0: vLLM {version} subtracts what it measures at start-up, the device's free memory "
-        f"around capturing the two largest graphs of each mode ({counts} graphs, sizes 1-{sizes[-1]}), the second's "
+        f"around capturing the two largest graphs of each mode ({counts} graphs, sizes 1-{sizes[-1]}; FULL where the "
+        f"attention backend supports it), the second's "
         f"figure counted for every further graph; vLLM 0.19.0 logged {low:.2f}-{high:.2f} GiB for the "
         f"{LOGGED_DEPLOYMENTS} H100 deployments without pipeline parallelism in llm-d-planner's "
         f"accuracy/results/v0.19.0/logs; {OVERRIDE}"
