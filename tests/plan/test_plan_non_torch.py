@@ -144,7 +144,7 @@ def test_the_tp_sweep_replans_with_each_tps_non_torch_figure():
 
 
 def test_the_plan_says_whether_the_release_subtracts_its_cuda_graph_estimate(cli):
-    from kneecap.plan import engines
+    from kneecap.plan import cudagraph_memory
 
     # the range the plan quotes is the published logs' (each deployment once: records and measurements share logs)
     est = {
@@ -162,8 +162,8 @@ def test_the_plan_says_whether_the_release_subtracts_its_cuda_graph_estimate(cli
     for m in DATA["non_torch_measurements"]:
         if "cudagraph_estimate_gib" in m:
             assert f"Estimated CUDA graph memory: {m['cudagraph_estimate_gib']:.2f} GiB total" in m["lines"][2], m["id"]
-    text = engines.CUDAGRAPH_NOT_PREDICTED
-    assert f"of {min(est.values()):.2f}-{max(est.values()):.2f} GiB for the {len(est)} H100 deployments" in text
+    text = cudagraph_memory.describe_unpredicted("0.20", (1, 512), {"PIECEWISE": 51})
+    assert f"logged {min(est.values()):.2f}-{max(est.values()):.2f} GiB for the {len(est)} H100 deployments" in text
     # 0.20 on: subtracted by vLLM, not predicted by kneecap (0 unless given); before: not subtracted at all
     later = _engine(cli, "--gpu", "h100-sxm", "--engine-version", "0.20")
     assert later["cudagraph_bytes"] == 0 and later["cudagraph_source"].startswith("not predicted, taken as 0")

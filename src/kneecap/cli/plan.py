@@ -121,7 +121,7 @@ FLAG_OPTIONS = {
         typer.Option(
             "--cudagraph-gib",
             help="vLLM >= 0.20: the CUDA-graph memory estimate it logs ('Estimated CUDA graph memory'), GiB "
-            "(not predicted: 0 unless given)",
+            "(not predicted: 0 unless given; not subtracted on AMD GPUs by 0.20-0.25, which make no estimate there)",
         ),
     ],
     "mamba_cache_size": Annotated[

@@ -19,7 +19,7 @@ from kneecap.hardware import get_gpu
 from kneecap.model.kv import check_kv_dtype, check_tp, kv_dtype_bytes
 from kneecap.model.resolve import load_model
 from kneecap.model.weights import weight_bits, weight_bytes
-from kneecap.plan import engines, non_torch, profile_peak
+from kneecap.plan import cudagraph_memory, engines, non_torch, profile_peak
 from kneecap.plan.ledger import Plan, build_plan, weights_bytes_per_gpu, weights_total_bytes
 from kneecap.units import GB, GiB
 
@@ -393,11 +393,12 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         elif f.engine == "vllm":
             act, act_source, profile = _vllm_activation(f, deployment, version, context)
             non_torch_bytes, non_torch_source = _vllm_non_torch(f, deployment, version)
+            graphs_bytes, graphs_source = _vllm_cudagraph(f, deployment, version, context)
             engine_pool = engines.vllm_pool(
                 deployment,
                 activation_bytes=act,
                 non_torch_bytes=non_torch_bytes,
-                cudagraph_bytes=int(f.cudagraph_gib * GiB),
+                cudagraph_bytes=graphs_bytes,
                 **vllm,
             )
             engine_pool = dataclasses.replace(
@@ -405,7 +406,7 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
                 activation_source=act_source,
                 activation_profile=profile,
                 non_torch_source=non_torch_source,
-                cudagraph_source=_vllm_cudagraph_source(f, version),
+                cudagraph_source=graphs_source,
             )
         elif pool_bytes is not None:
             engine_pool = engines.sglang_logged_pool(deployment, pool_bytes, **sglang)
@@ -502,11 +503,25 @@ def _vllm_non_torch(f: DeploymentRequest, deployment: Deployment, version: str) 
     )
 
 
-def _vllm_cudagraph_source(f: DeploymentRequest, version: str) -> str:
-    """Whether the release subtracts vLLM's CUDA-graph estimate, and where engine mode's figure came from."""
-    if engines.parse_version(version)[:2] < engines.VLLM_CUDAGRAPH_FROM:
-        return engines.CUDAGRAPH_NOT_SUBTRACTED.format(version=version)
-    return "--cudagraph-gib" if f.cudagraph_gib else engines.CUDAGRAPH_NOT_PREDICTED.format(version=version)
+def _vllm_cudagraph(f: DeploymentRequest, deployment: Deployment, version: str, context: int) -> tuple[int, str]:
+    """vLLM's CUDA-graph estimate in engine mode and where it came from (plan/cudagraph_memory.py): whether the
+    release subtracts one on this GPU, --cudagraph-gib where given, else 0 and what the server would capture."""
+    v = engines.parse_version(version)
+    tokens = seqs = 0  # the server's batch sizes its graphs: only read where the release subtracts them
+    if v[:2] >= cudagraph_memory.SUBTRACTED_FROM:
+        tokens = f.max_num_batched_tokens or engines.vllm_default_batch(
+            version, deployment.hbm_bytes, deployment.gpu.name, context
+        )
+        seqs = f.max_num_seqs or engines.vllm_default_seqs(version, deployment.hbm_bytes, deployment.gpu.name, tokens)
+    return cudagraph_memory.vllm_cudagraph(
+        v,
+        gpu_name=deployment.gpu.name,
+        amd=deployment.gpu.label.startswith("AMD"),
+        max_num_seqs=seqs,
+        max_num_batched_tokens=tokens,
+        architecture=deployment.model.architecture,
+        given_bytes=int(f.cudagraph_gib * GiB),
+    )
 
 
 def _overhead_by_tp(

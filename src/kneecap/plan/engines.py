@@ -54,15 +54,6 @@ ENGINES = ("vllm", "sglang")
 # first vLLM minor that subtracts its CUDA-graph estimate by default: vllm/envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
 # defaults to "0" in 0.18.0-0.19.0 (the estimate exists from 0.18, opt-in) and to "1" from 0.20.0 (PyPI wheels)
 VLLM_CUDAGRAPH_FROM = (0, 20)
-# kneecap does not predict the estimate (vLLM measures it by capturing graphs); what the plan says instead
-CUDAGRAPH_NOT_PREDICTED = (
-    "not predicted, taken as 0: vLLM {version} subtracts the estimate it makes by capturing graphs at start-up "
-    "(vLLM 0.19.0 logged 'Estimated CUDA graph memory' of 0.52-1.92 GiB for the 57 H100 deployments without pipeline "
-    "parallelism in llm-d-planner's accuracy/results/v0.19.0/logs); pass the logged figure with --cudagraph-gib"
-)
-CUDAGRAPH_NOT_SUBTRACTED = (
-    "not subtracted: vLLM {version} leaves VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS off by default (on from 0.20)"
-)
 # the newest vLLM release the pool model was read from (determine_available_memory is the same as in 0.20; the
 # hybrid state-block rule below is versioned) and the one the CPU build tests run
 DEFAULT_VLLM_VERSION = "0.32"

@@ -1,0 +1,206 @@
+"""vLLM's CUDA-graph memory estimate: the graphs it captures, how it sums its measurements, why kneecap cannot
+predict the figure (pure).
+
+Owns the capture sizes a vLLM server takes by default, the rule that turns vLLM's per-mode measurements into the
+"Estimated CUDA graph memory" it subtracts from 0.20 (engines.py VLLM_CUDAGRAPH_FROM), and the words the plan prints
+about it. Does not own the pool formula (engines.py), the activation peak (profile_peak.py) nor non-torch memory
+(non_torch.py).
+
+What vLLM does (read in the 0.20.0 and 0.33.0 sdists, the capture sizes also in the 0.21.0-0.25.0 and 0.30.0
+releases; the 0.19.0 start-up logs print the same lines):
+  v1/worker/gpu_worker.py determine_available_memory (0.20.0 lines 332-425): after the profile run, unless the
+    compilation config's cudagraph_mode is NONE, model_runner.profile_cudagraph_memory() makes the estimate, and
+    available = requested - non_kv_cache_memory - the estimate when VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
+    (envs.py: default "1" from 0.20.0, "0" in 0.18.0-0.19.0, which log the estimate without subtracting it). On
+    CUDA only in 0.20.0-0.25.0 (not is_rocm(), then is_cuda()); ROCm too from 0.30.0 (is_cuda_alike()).
+  v1/worker/gpu_model_runner.py profile_cudagraph_memory (0.20.0 lines 5949-6047; 0.33.0 lines 6268-6414 add the
+    encoder graphs' own estimate): for each mode it will capture (FULL for batches of decodes only, PIECEWISE for
+    the rest under the default FULL_AND_PIECEWISE) it captures the two largest sizes only, into a scratch pool,
+    after torch.accelerator.empty_cache(), and reads the device's free memory (torch.cuda.mem_get_info) before
+    and after each: first_capture = the drop over the largest size's warm-up runs and capture, per_graph = the
+    drop over the second size's, at least 1 MiB. The estimate is
+        max over modes of first_capture + sum over modes of per_graph x (graphs in the mode - 1).
+  config/vllm.py (0.20.0 lines 1469-1522): the largest size is min(2 x max_num_seqs x (1 + speculative tokens),
+    512, max_num_batched_tokens) unless set (gpt-oss sets 1024: model_executor/models/config.py line 169; from 0.30
+    the ceiling is 1024 on data-center Blackwell); the sizes are 1, 2, 4, every 8 below 256 and every 16 from 256,
+    up to the largest, with max_num_batched_tokens (0.21+) and max_num_seqs (0.30+) added below it.
+    v1/cudagraph_dispatcher.py initialize_cudagraph_keys: FULL takes the sizes up to max_num_seqs.
+
+Why the figure is not computed here: it is a reading of the device's free memory, not a sum of tensors. The
+device-free figure moves in 2 MiB pages, and per_graph, multiplied by 50 (82 for gpt-oss), is most of the
+estimate (57-92% in vLLM 0.19.0's 57 published H100 logs without pipeline parallelism); it ranges 1-26 MiB per
+mode with no relation to the model's shape kneecap could derive (Granite-3.1-2B and -8B, both 40 layers: 26 and
+6 MiB for PIECEWISE; Llama-3.1-8B at TP 1, 2 and 4: 6, 26 and 6 MiB), so one 2 MiB page is 0.1 GiB of estimate.
+What those MiB hold (the driver's memory for the instantiated graph, pool growth where the allocator cannot reuse
+the first graph's blocks, lazily loaded kernels) is not visible to a model of the model's shapes. The engine
+therefore takes 0 (or --cudagraph-gib) and the plan says what the server would capture.
+tests/plan/test_plan_cudagraph_memory.py checks the rules on every log and prints docs/engine-model.md's tables.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kneecap.units import MiB
+
+DEFAULT_MAX_CAPTURE_SIZE = 512  # config/vllm.py: min(2 x max_num_seqs x decode query length, 512)
+# from 0.30 (0.30.0, 0.33.0 config/vllm.py default_max_graph_size) 1024 on data-center Blackwell (capability 10.x)
+BLACKWELL_MAX_CAPTURE_SIZE = 1024
+DATACENTER_BLACKWELL = ("b200", "gb200")
+# model_executor/models/config.py GptOssForCausalLMConfig (0.20.0 line 169, 0.33.0 line 559; the 0.19.0 gpt-oss log
+# captures up to 1024 too): max_cudagraph_capture_size 1024 unless the user sets the sizes
+ARCHITECTURE_MAX_CAPTURE_SIZE = {"GptOssForCausalLM": 1024}
+SMALL_SIZES = (1, 2, 4)
+STEP_SMALL, STEP_LARGE, LARGE_FROM = 8, 16, 256
+ADDS_BATCHED_TOKENS_FROM = (0, 21)  # "ensure max_num_tokens is captured" (0.21.0-0.25.0 wheels/sdist, not 0.20.0)
+ADDS_MAX_NUM_SEQS_FROM = (0, 30)  # uniform_decode_sizes = [max_num_seqs] (0.30.0, 0.33.0; 0.26-0.29 not read)
+SUBTRACTED_FROM = (0, 20)  # envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default "1"
+# gpu_worker.py makes the estimate on CUDA only in 0.20.0 ("not is_rocm()") and 0.21.0-0.25.0 ("is_cuda()"); on
+# ROCm too from 0.30.0 ("is_cuda_alike()", 0.33.0 the same); 0.26-0.29 not read
+ROCM_SKIPPED_THROUGH = (0, 25)
+ROCM_MEASURED_FROM = (0, 30)
+MIN_PER_GRAPH_BYTES = MiB  # "Use at least 1 MiB per graph for driver overhead"
+# vLLM 0.19.0's 'Estimated CUDA graph memory' over llm-d-planner's published H100 logs without pipeline parallelism
+# (tests/plan/data/engine_startup_logs.json 'cudagraph_estimates', checked by tests/plan/test_plan_cudagraph_memory.py)
+LOGGED_RANGE_GIB = (0.52, 1.92)
+LOGGED_DEPLOYMENTS = 57
+OVERRIDE = "pass the logged 'Estimated CUDA graph memory' with --cudagraph-gib"
+
+
+def max_capture_size(
+    version: tuple[int, ...],
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    *,
+    gpu_name: str = "",
+    architecture: str = "",
+) -> int:
+    """The largest batch vLLM 0.20+ captures a graph for by default: the model's override (gpt-oss: 1024) or
+    min(2 x max_num_seqs, 512; 1024 on data-center Blackwell from 0.30), capped at max_num_batched_tokens."""
+    ceiling = DEFAULT_MAX_CAPTURE_SIZE
+    if version[:2] >= ADDS_MAX_NUM_SEQS_FROM and gpu_name in DATACENTER_BLACKWELL:
+        ceiling = BLACKWELL_MAX_CAPTURE_SIZE
+    size = ARCHITECTURE_MAX_CAPTURE_SIZE.get(architecture, min(2 * max_num_seqs, ceiling))
+    return min(max_num_batched_tokens, size)
+
+
+def grid_sizes(largest: int) -> tuple[int, ...]:
+    """vLLM's default size grid up to `largest`: 1, 2, 4, every 8 below 256, every 16 from 256."""
+    sizes = {s for s in SMALL_SIZES if s <= largest}
+    if largest >= STEP_SMALL:
+        sizes.update(range(STEP_SMALL, min(largest + 1, LARGE_FROM), STEP_SMALL))
+    if largest >= LARGE_FROM:
+        sizes.update(range(LARGE_FROM, largest + 1, STEP_LARGE))
+    return tuple(sorted(sizes))
+
+
+def capture_sizes(
+    version: tuple[int, ...],
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    *,
+    gpu_name: str = "",
+    architecture: str = "",
+) -> tuple[int, ...]:
+    """The batch sizes a vLLM 0.20+ server captures graphs for when the user sets none (config/vllm.py; without
+    speculative decoding, LoRA or sequence parallelism): the grid up to the largest size, plus from 0.21
+    max_num_batched_tokens and from 0.30 max_num_seqs where they lie below it."""
+    largest = max_capture_size(
+        version, max_num_seqs, max_num_batched_tokens, gpu_name=gpu_name, architecture=architecture
+    )
+    sizes = set(grid_sizes(largest))
+    if version[:2] >= ADDS_BATCHED_TOKENS_FROM and max_num_batched_tokens <= largest:
+        sizes.add(max_num_batched_tokens)
+    if version[:2] >= ADDS_MAX_NUM_SEQS_FROM and architecture not in ARCHITECTURE_MAX_CAPTURE_SIZE:
+        if max_num_seqs <= largest:
+            sizes.add(max_num_seqs)
+    return tuple(sorted(sizes))
+
+
+def graphs_by_mode(sizes: tuple[int, ...], max_num_seqs: int) -> dict[str, int]:
+    """Graphs per mode under the default FULL_AND_PIECEWISE (v1/cudagraph_dispatcher.py initialize_cudagraph_keys):
+    PIECEWISE at every size; FULL, for batches of decodes only, at the sizes up to max_num_seqs. FULL needs an
+    attention backend that supports it (the 0.19.0 log of Llama-4-Scout captures PIECEWISE only)."""
+    return {"PIECEWISE": len(sizes), "FULL": sum(1 for s in sizes if s <= max_num_seqs)}
+
+
+@dataclass(frozen=True)
+class ModeMeasurement:
+    """What vLLM measured for one capture mode: graphs it will capture, its first capture and per-graph figures."""
+
+    mode: str
+    graphs: int
+    first_capture_bytes: int
+    per_graph_bytes: int
+
+
+def estimate_bytes(modes: list[ModeMeasurement]) -> int:
+    """vLLM's estimate from its per-mode measurements: the largest first capture (the modes share one pool) plus
+    each mode's per-graph figure (at least 1 MiB) for every graph after the first."""
+    if not modes:
+        return 0
+    shared = max(m.first_capture_bytes for m in modes)
+    return shared + sum(max(m.per_graph_bytes, MIN_PER_GRAPH_BYTES) * (m.graphs - 1) for m in modes)
+
+
+_MODE_LINE = re.compile(
+    r"Estimated (\w+) CUDA graph memory: ([\d.]+) MiB first-capture \+ \((\d+)-1\) × ([\d.]+) MiB per-graph"
+)
+
+
+def parse_mode_line(line: str) -> ModeMeasurement:
+    """One of vLLM's DEBUG lines 'Estimated <MODE> CUDA graph memory: X MiB first-capture + (N-1) × Y MiB
+    per-graph' as a measurement (the MiB figures are printed to two decimals)."""
+    m = _MODE_LINE.search(line)
+    if m is None:
+        raise ValueError(f"not a per-mode CUDA graph estimate line: {line!r}")
+    return ModeMeasurement(m[1], int(m[3]), round(float(m[2]) * MiB), round(float(m[4]) * MiB))
+
+
+def vllm_cudagraph(
+    version: tuple[int, ...],
+    *,
+    gpu_name: str,
+    amd: bool,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    architecture: str,
+    given_bytes: int = 0,
+) -> tuple[int, str]:
+    """(bytes engine mode subtracts, where the figure came from) for vLLM's CUDA-graph estimate on this release
+    and GPU: 0 where the release does not subtract it or makes none (ROCm through 0.25), the user's figure where
+    given, else 0 with the reason and what the server would measure."""
+    name = ".".join(map(str, version[:2]))
+    if version[:2] < SUBTRACTED_FROM:
+        return 0, (
+            f"not subtracted: vLLM {name} leaves VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS off by default (on from 0.20)"
+        )
+    if amd and version[:2] <= ROCM_SKIPPED_THROUGH:
+        ignored = " (--cudagraph-gib ignored)" if given_bytes else ""
+        return 0, f"none: vLLM {name} makes no CUDA-graph estimate on ROCm (v1/worker/gpu_worker.py){ignored}"
+    if given_bytes:
+        return given_bytes, "--cudagraph-gib"
+    if amd and version[:2] < ROCM_MEASURED_FROM:
+        return 0, (
+            f"not predicted, taken as 0: vLLM 0.25 makes no estimate on ROCm and 0.30 does; {name} was not read; "
+            f"{OVERRIDE}"
+        )
+    sizes = capture_sizes(
+        version, max_num_seqs, max_num_batched_tokens, gpu_name=gpu_name, architecture=architecture
+    )
+    return 0, describe_unpredicted(name, sizes, graphs_by_mode(sizes, max_num_seqs))
+
+
+def describe_unpredicted(version: str, sizes: tuple[int, ...], graphs: dict[str, int]) -> str:
+    """The plan's 'CUDA graphs:' words where the release subtracts the estimate and kneecap takes it as 0."""
+    low, high = LOGGED_RANGE_GIB
+    counts = ", ".join(f"{mode} {n}" for mode, n in graphs.items())
+    return (
+        f"not predicted, taken as 0: vLLM {version} subtracts what it measures at start-up, the device's free memory "
+        f"around capturing the two largest graphs of each mode ({counts} graphs, sizes 1-{sizes[-1]}; FULL where the "
+        f"attention backend supports it), the second's "
+        f"figure counted for every further graph; vLLM 0.19.0 logged {low:.2f}-{high:.2f} GiB for the "
+        f"{LOGGED_DEPLOYMENTS} H100 deployments without pipeline parallelism in llm-d-planner's "
+        f"accuracy/results/v0.19.0/logs; {OVERRIDE}"
+    )
