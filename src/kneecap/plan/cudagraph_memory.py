@@ -186,9 +186,7 @@ def vllm_cudagraph(
             f"not predicted, taken as 0: vLLM 0.25 makes no estimate on ROCm and 0.30 does; {name} was not read; "
             f"{OVERRIDE}"
         )
-    sizes = capture_sizes(
-        version, max_num_seqs, max_num_batched_tokens, gpu_name=gpu_name, architecture=architecture
-    )
+    sizes = capture_sizes(version, max_num_seqs, max_num_batched_tokens, gpu_name=gpu_name, architecture=architecture)
     return 0, describe_unpredicted(name, sizes, graphs_by_mode(sizes, max_num_seqs))
 
 
