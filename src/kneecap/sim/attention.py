@@ -67,7 +67,7 @@ from functools import cache
 from typing import Callable
 from pathlib import Path
 
-from kneecap.sim.kernels import _interp_log  # linear in log x, held at the ends
+from kneecap.sim.kernels import interp_log  # linear in log x, held at the ends
 
 ATTENTION_DIR = Path(__file__).resolve().parents[1] / "data" / "kernels" / "attention"
 # GPUs by compute capability, where a family's choice depends on it (the catalog names of data/gpus.json)
@@ -110,10 +110,10 @@ class AttentionTable:
         dims, x = self.head_dims, max(flops, 1.0)
         if head_dim <= dims[0] or head_dim >= dims[-1]:  # the nearest curve outside the tabulated head dims
             j = 0 if head_dim <= dims[0] else -1
-            return _interp_log(self.flops[j], self.fractions[j], x)
+            return interp_log(self.flops[j], self.fractions[j], x)
         i = bisect_right(dims, head_dim)  # only the two neighbouring curves (this runs every prefill step)
-        lo = _interp_log(self.flops[i - 1], self.fractions[i - 1], x)
-        hi = _interp_log(self.flops[i], self.fractions[i], x)
+        lo = interp_log(self.flops[i - 1], self.fractions[i - 1], x)
+        hi = interp_log(self.flops[i], self.fractions[i], x)
         return lo + (hi - lo) * (head_dim - dims[i - 1]) / (dims[i] - dims[i - 1])
 
     @property

@@ -37,7 +37,7 @@ MIN_TRUSTED_M = 128  # GEMM rows from which the table's launch and event overhea
 MIN_TRUSTED_DECODE_BATCH = 32  # decode attention: smaller batches' figures are mostly the launch and event pair
 
 
-def _interp_log(xs: tuple[float, ...], ys: tuple[float, ...], x: float) -> float:
+def interp_log(xs: tuple[float, ...], ys: tuple[float, ...], x: float) -> float:
     """Linear in log x through (xs, ys) ascending; held at the ends."""
     if x <= xs[0]:
         return ys[0]
@@ -58,7 +58,7 @@ class GemmCurves:
     scale: float = 1.0  # another GPU's best-shape fraction over this table's best (1.0: the table's own GPU)
 
     def at_shape(self, i: int, m: float) -> float:
-        return _interp_log(self.m, self.fractions[i], max(m, self.m[0]))
+        return interp_log(self.m, self.fractions[i], max(m, self.m[0]))
 
     def fraction(self, m: float, n: float, k: float) -> float:
         """Fraction of the dtype's peak a GEMM of m rows over an n x k weight reaches (module docstring)."""
@@ -101,10 +101,10 @@ class KernelTable:
         return dict(self.gemm).get(cls)
 
     def prefill_attention_fraction(self, flops: float) -> float:
-        return _interp_log(self.prefill_flops, self.prefill_fraction, max(flops, 1.0)) * self.attention_scale
+        return interp_log(self.prefill_flops, self.prefill_fraction, max(flops, 1.0)) * self.attention_scale
 
     def decode_attention_bytes_s(self, nbytes: float) -> float:
-        return _interp_log(self.decode_bytes, self.decode_bytes_s, max(nbytes, 1.0)) * self.bandwidth_scale
+        return interp_log(self.decode_bytes, self.decode_bytes_s, max(nbytes, 1.0)) * self.bandwidth_scale
 
     @property
     def prefill_best(self) -> float:

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from kneecap.sim.kernels import _interp_log  # linear in log x, held at the ends
+from kneecap.sim.kernels import interp_log  # linear in log x, held at the ends
 
 MOE_DIR = Path(__file__).resolve().parents[1] / "data" / "kernels" / "moe"
 # Below one row per expert on average the published timings are flat (module docstring): not priced from tables.
@@ -132,7 +132,7 @@ class MoeTable:
 
     def eta_at(self, r: float) -> float:
         """The factor at r rows per expert, linear in log r between measured points, held at their ends."""
-        return _interp_log(self.rows, self.eta, r)
+        return interp_log(self.rows, self.eta, r)
 
 
 def _read(path: Path) -> MoeTable:
