@@ -138,6 +138,17 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def _nothing_from_log_summary(label: str, rows: list[dict]) -> str:
+    """The pool and token |error| of engine mode with nothing from the log, median and worst, over `rows`."""
+    pools = [abs(_err(r["pool_nothing_from_log_gib"], r["logged_available_gib"])) for r in rows]
+    toks = [abs(_err(r["tokens_nothing_from_log"], r["logged_tokens"])) for r in rows if "tokens_nothing_from_log" in r]
+    return (
+        f"{label} ({len(rows)} records): pool |error| median {statistics.median(pools):.2f}%, "
+        f"worst {max(pools):.2f}%;\ntokens ({len(toks)} with a token line) median {statistics.median(toks):.2f}%, "
+        f"worst {max(toks):.2f}%."
+    )
+
+
 def activation_table(rows: list[dict]) -> str:
     """The table of docs/engine-model.md's activation section: the predicted profile-run peak against the logged
     one, and the pool and tokens it gives with the logged non-torch memory and with none of the log's figures."""
@@ -180,22 +191,10 @@ def activation_table(rows: list[dict]) -> str:
             f"median {statistics.median(bare):.2f}%, worst {max(bare):.2f}%."
         )
     v1 = [r for r in rows if r["dense"] and "pool_nothing_from_log_gib" in r and RECORD[r["id"]]["engine"] == "V1"]
-    pools = [abs(_err(r["pool_nothing_from_log_gib"], r["logged_available_gib"])) for r in v1]
-    toks = [abs(_err(r["tokens_nothing_from_log"], r["logged_tokens"])) for r in v1 if "tokens_nothing_from_log" in r]
-    out.append(
-        f"V1 dense, nothing from the log ({len(v1)} records): pool |error| median {statistics.median(pools):.2f}%, "
-        f"worst {max(pools):.2f}%;\ntokens ({len(toks)} with a token line) median {statistics.median(toks):.2f}%, "
-        f"worst {max(toks):.2f}%."
-    )
+    out.append(_nothing_from_log_summary("V1 dense, nothing from the log", v1))
     # Gemma 3's pools are over by what kneecap's weights miss (its two RoPE caches: WEIGHTS_UNEXPLAINED)
     rest = [r for r in v1 if not RECORD[r["id"]]["model"].startswith("google/gemma-3")]
-    pools = [abs(_err(r["pool_nothing_from_log_gib"], r["logged_available_gib"])) for r in rest]
-    toks = [abs(_err(r["tokens_nothing_from_log"], r["logged_tokens"])) for r in rest if "tokens_nothing_from_log" in r]
-    out.append(
-        f"Without the two Gemma 3 records ({len(rest)} records): pool |error| median {statistics.median(pools):.2f}%, "
-        f"worst {max(pools):.2f}%;\ntokens ({len(toks)} with a token line) median {statistics.median(toks):.2f}%, "
-        f"worst {max(toks):.2f}%."
-    )
+    out.append(_nothing_from_log_summary("Without the two Gemma 3 records", rest))
     return "\n".join(out)
 
 
