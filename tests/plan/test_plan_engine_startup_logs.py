@@ -245,7 +245,7 @@ def test_the_concurrency_line_from_the_logged_pool_is_the_logged_one(rows):
             assert f"{r['concurrency_given_pool']:.2f}" == f"{r['logged_concurrency']:.2f}", r
         assert abs(r["concurrency_given_pool"] - r["logged_concurrency"]) <= 0.005 + slack, r
         checked.append(r["id"])
-    gemma = {f"gemma-{m}-h100-v0.19" for m in ("2-2b", "2-9b", "2-27b", "3-12b", "3-27b")}
+    gemma = {f"gemma-{m}-h100-v0.19" for m in ("7b", "2-2b", "2-9b", "2-27b", "3-12b", "3-27b")}
     assert gemma | {"qwen3-8b-rtxa5000-v0.21"} <= set(checked)
 
 
@@ -317,7 +317,7 @@ def test_engine_mode_predicts_the_logged_pool_from_the_logs_two_unpredictable_in
             continue
         checked += 1
         _pool_check(r, r["predicted_available_gib"], r["logged_available_gib"])
-    assert checked == 21
+    assert checked == 22
 
 
 def test_the_predicted_activation_peak_is_the_logged_one_within_its_rounding(rows):
@@ -376,6 +376,7 @@ def test_the_predicted_activation_peak_is_the_logged_one_within_its_rounding(row
         "gemma-2-27b-h100-v0.19": "sampler",
         "gemma-3-12b-h100-v0.19": "sampler",
         "gemma-3-27b-h100-v0.19": "sampler",
+        "gemma-7b-h100-v0.19": "sampler",  # Gemma 1 (GemmaForCausalLM): 3.634 against the logged 3.63
     }
 
 
@@ -417,7 +418,7 @@ def test_with_nothing_from_the_log_the_pool_misses_by_the_non_torch_default_agai
             assert abs(r["pool_nothing_from_log_gib"] - short - r["logged_available_gib"]) <= 5 * ROUNDING_GIB + abs(
                 r["total_gap_gib"]
             ) * r["mem_util"] + abs(r["weights_gap_gib"]) * (r["id"] in WEIGHTS_UNEXPLAINED), r
-    assert v1 == 18
+    assert v1 == 19
 
 
 def test_the_rope_buffer_is_what_vllm_0_6_logged_beside_the_weights(cli):
