@@ -76,9 +76,10 @@ vLLM 0.10 to 0.14 (V1 engine; read in the 0.10.0, 0.11.0, 0.12.0, 0.13.0 and 0.1
     not read for this.
   Checked on every Gemma start-up log llm-d-planner published for vLLM 0.19.0 (H100, 8,192 tokens, 1,024 sequences:
     accuracy/results/v0.19.0/logs at d3121e05): torch peak increase logged / predicted (GiB) gemma-7b 3.63 / 3.634,
-    gemma-2-2b-it 3.62 / 3.619, gemma-2-9b-it 3.65 / 3.643, gemma-2-27b-it 3.66 / 3.663, gemma-3-4b-it 3.89 / 3.892,
-    gemma-3-12b-it 3.94 / 3.936, gemma-3-27b-it 3.99 / 3.990 (the Gemma-3 ones 0.183 / 0.202 / 0.226 GiB of pixels
-    and encoder outputs above the text rule).
+    gemma-2-2b-it 3.62 / 3.619, gemma-2-9b-it 3.65 / 3.643, gemma-2-27b-it 3.66 / 3.663, gemma-3-12b-it 3.94 / 3.936,
+    gemma-3-27b-it 3.99 / 3.989 (the Gemma-3 ones 0.202 / 0.226 GiB of pixels and encoder outputs above the text
+    rule; tests/plan/data/engine_startup_logs.json). gemma-3-4b-it logged 3.89, 3.892 by hand from text dimensions
+    (hidden 2,560, MLP 10,240) that no config in the repo sources.
 
 vLLM 0.17 to 0.33 (read in the 0.17.0, 0.21.0-0.24.0 and 0.32.0 wheels and the 0.18.0, 0.20.0, 0.25.0, 0.30.0 and
 0.33.0 sdists; 0.19, 0.26-0.29 and 0.31 not read and taken as their neighbours, whose code is the same for this
