@@ -260,7 +260,7 @@ def pool_error_table() -> str:
 
 def test_the_pool_error_of_taking_the_estimate_as_0():
     pcts = [p for *_, p in _pool_errors()]
-    assert len(pcts) == 13 and all(p > 0.5 for p in pcts)
+    assert len(pcts) == 14 and all(p > 0.5 for p in pcts)
 
 
 def test_the_docs_tables_are_this_modules_output():

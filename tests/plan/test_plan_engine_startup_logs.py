@@ -138,6 +138,17 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def _nothing_from_log_summary(label: str, rows: list[dict]) -> str:
+    """The pool and token |error| of engine mode with nothing from the log, median and worst, over `rows`."""
+    pools = [abs(_err(r["pool_nothing_from_log_gib"], r["logged_available_gib"])) for r in rows]
+    toks = [abs(_err(r["tokens_nothing_from_log"], r["logged_tokens"])) for r in rows if "tokens_nothing_from_log" in r]
+    return (
+        f"{label} ({len(rows)} records): pool |error| median {statistics.median(pools):.2f}%, "
+        f"worst {max(pools):.2f}%;\ntokens ({len(toks)} with a token line) median {statistics.median(toks):.2f}%, "
+        f"worst {max(toks):.2f}%."
+    )
+
+
 def activation_table(rows: list[dict]) -> str:
     """The table of docs/engine-model.md's activation section: the predicted profile-run peak against the logged
     one, and the pool and tokens it gives with the logged non-torch memory and with none of the log's figures."""
@@ -180,13 +191,10 @@ def activation_table(rows: list[dict]) -> str:
             f"median {statistics.median(bare):.2f}%, worst {max(bare):.2f}%."
         )
     v1 = [r for r in rows if r["dense"] and "pool_nothing_from_log_gib" in r and RECORD[r["id"]]["engine"] == "V1"]
-    pools = [abs(_err(r["pool_nothing_from_log_gib"], r["logged_available_gib"])) for r in v1]
-    toks = [abs(_err(r["tokens_nothing_from_log"], r["logged_tokens"])) for r in v1 if "tokens_nothing_from_log" in r]
-    out.append(
-        f"V1 dense, nothing from the log ({len(v1)} records): pool |error| median {statistics.median(pools):.2f}%, "
-        f"worst {max(pools):.2f}%;\ntokens ({len(toks)} with a token line) median {statistics.median(toks):.2f}%, "
-        f"worst {max(toks):.2f}%."
-    )
+    out.append(_nothing_from_log_summary("V1 dense, nothing from the log", v1))
+    # Gemma 3's pools are over by what kneecap's weights miss (its two RoPE caches: WEIGHTS_UNEXPLAINED)
+    rest = [r for r in v1 if not RECORD[r["id"]]["model"].startswith("google/gemma-3")]
+    out.append(_nothing_from_log_summary("Without the two Gemma 3 records", rest))
     return "\n".join(out)
 
 
@@ -237,7 +245,7 @@ def test_the_concurrency_line_from_the_logged_pool_is_the_logged_one(rows):
             assert f"{r['concurrency_given_pool']:.2f}" == f"{r['logged_concurrency']:.2f}", r
         assert abs(r["concurrency_given_pool"] - r["logged_concurrency"]) <= 0.005 + slack, r
         checked.append(r["id"])
-    gemma = {f"gemma-{m}-h100-v0.19" for m in ("2-2b", "2-9b", "2-27b", "3-12b", "3-27b")}
+    gemma = {f"gemma-{m}-h100-v0.19" for m in ("7b", "2-2b", "2-9b", "2-27b", "3-12b", "3-27b")}
     assert gemma | {"qwen3-8b-rtxa5000-v0.21"} <= set(checked)
 
 
@@ -262,7 +270,22 @@ def test_the_moe_record_misses_by_what_the_table_says(rows):
 # at TP 2 is not known; vLLM 0.19 logged 14.25 GiB for Qwen2.5-7B-Instruct, kneecap counts 14.19 GiB (7.62 billion
 # parameters at 2 B and the 8 MiB RoPE buffer), and 7.12 against kneecap's 7.10 at TP 2. The pool tests require these to miss by that weights gap (and to fail
 # the plain bound).
-WEIGHTS_UNEXPLAINED = {"qwen3-32b-2xh100-v0.11", "qwen2.5-7b-h100-v0.19", "qwen2.5-7b-2xh100-v0.19"}
+# Gemma-3-12B-it and -27B-it on vLLM 0.19 logged "Model loading took" 23.31 / 51.45 GiB, kneecap counts 22.70 / 51.09
+# GiB (its weights, vision tower included; no RoPE buffer for Gemma 3: model/hf_config.py rope_cache_elements leaves
+# out a second RoPE base and linear scaling): 0.609 / 0.353 GiB short. vLLM 0.19's source would put 0.563 / 0.281 GiB
+# of it there (gemma3.py builds a default-RoPE cache for the sliding layers and a linear-scaled one, 131,072 x 8
+# positions by rotary_embedding/linear_scaling_rope.py, for the full ones: 576 / 288 MiB at 2 B), not counted by
+# kneecap; the last 0.05 / 0.07 GiB not identified. The activation rule holds on both (the activation test).
+# Gemma-2-2B-it on vLLM 0.19 logged 4.9 GiB, kneecap counts 4.873 GiB (2.61 billion parameters at 2 B and the 4 MiB
+# RoPE buffer): 0.027 GiB short, not identified (the 9B and 27B are within 0.004 GiB).
+WEIGHTS_UNEXPLAINED = {
+    "qwen3-32b-2xh100-v0.11",
+    "qwen2.5-7b-h100-v0.19",
+    "qwen2.5-7b-2xh100-v0.19",
+    "gemma-3-12b-h100-v0.19",
+    "gemma-3-27b-h100-v0.19",
+    "gemma-2-2b-h100-v0.19",
+}
 
 
 # The V1 forward-phase rule (profile_peak: the residual, the MLP's input, gate_up and SiLU-and-mul's output) against
@@ -270,6 +293,10 @@ WEIGHTS_UNEXPLAINED = {"qwen3-32b-2xh100-v0.11", "qwen2.5-7b-h100-v0.19", "qwen2
 # sampler's 0.52 GiB is below the forward's 0.63 GiB) logged 0.77 GiB, the rule gives 0.660 with the cuBLAS
 # workspace: 0.11 GiB (about 1.8 [8,192, 4,096] bf16 tensors) the rule does not find. The test requires that miss.
 FORWARD_SHORT_GIB = {"codellama-7b-h100-v0.19": 0.11}
+
+# Gemma-2-9B-it on vLLM 0.19: the rule gives 3.643 GiB (the sampler), 2.3 MiB below the logged 3.65's rounding
+# interval (the 2B and 27B land inside theirs); not identified, allowed up to 3 MiB there.
+UNEXPLAINED_SHORT_MIB = {"gemma-2-9b-h100-v0.19": 3}
 
 
 def _pool_check(r: dict, predicted_gib: float, logged_gib: float) -> None:
@@ -290,7 +317,7 @@ def test_engine_mode_predicts_the_logged_pool_from_the_logs_two_unpredictable_in
             continue
         checked += 1
         _pool_check(r, r["predicted_available_gib"], r["logged_available_gib"])
-    assert checked == 16
+    assert checked == 22
 
 
 def test_the_predicted_activation_peak_is_the_logged_one_within_its_rounding(rows):
@@ -312,6 +339,7 @@ def test_the_predicted_activation_peak_is_the_logged_one_within_its_rounding(row
         # rounding interval: an allocation of under 1 MiB the rule does not count (not identified; PyTorch's caching
         # allocator counting an unsplit block's remainder of up to 1 MiB would be one). 1 MiB more is allowed there.
         slack = 2**20 / GiB if r["version"].startswith("0.19.") else 0.0
+        slack += UNEXPLAINED_SHORT_MIB.get(r["id"], 0) * 2**20 / GiB
         if r["id"] in FORWARD_SHORT_GIB:  # the one V1 record whose forward sets the peak: the rule counts less
             assert abs(r["predicted_activation_gib"] - r["logged_activation_gib"] + FORWARD_SHORT_GIB[r["id"]]) <= (
                 ROUNDING_GIB + slack
@@ -339,6 +367,16 @@ def test_the_predicted_activation_peak_is_the_logged_one_within_its_rounding(row
         "qwen2.5-7b-4xh100-v0.19": "sampler",
         "qwen3-8b-h100-v0.19": "sampler",
         "codellama-7b-h100-v0.19": "forward",
+        # Gemma (held out: the Llama rule with Gemma's 256,000 / 262,208-token vocabularies; Gemma-3's multimodal
+        # checkpoints add the 32 dummy images' 16-bit pixels and encoder outputs vLLM holds through the sampler):
+        # logged / predicted 3.62 / 3.619, 3.65 / 3.643, 3.66 / 3.663, 3.94 / 3.936, 3.99 / 3.989 GiB. Leaving out
+        # the pixels (0.144 GiB) or the encoder outputs (0.059 / 0.082 GiB) fails the Gemma-3 two
+        "gemma-2-2b-h100-v0.19": "sampler",
+        "gemma-2-9b-h100-v0.19": "sampler",
+        "gemma-2-27b-h100-v0.19": "sampler",
+        "gemma-3-12b-h100-v0.19": "sampler",
+        "gemma-3-27b-h100-v0.19": "sampler",
+        "gemma-7b-h100-v0.19": "sampler",  # Gemma 1 (GemmaForCausalLM): 3.634 against the logged 3.63
     }
 
 
@@ -352,7 +390,9 @@ def test_engine_mode_with_the_predicted_activation_and_the_logged_non_torch_is_t
         short = FORWARD_SHORT_GIB.get(r["id"], 0.0)
         _pool_check(r, r["pool_predicted_activation_gib"] - short, r["logged_available_gib"])
         if "tokens_predicted_activation" in r:
-            assert abs(_err(r["tokens_predicted_activation"], r["logged_tokens"])) <= 0.25, r
+            # (WEIGHTS_UNEXPLAINED: the tokens are over by as much as kneecap's weights are short, Gemma-3 +1.3%)
+            gap = 100 * abs(r["weights_gap_gib"]) / r["logged_available_gib"] * (r["id"] in WEIGHTS_UNEXPLAINED)
+            assert abs(_err(r["tokens_predicted_activation"], r["logged_tokens"])) <= 0.25 + gap, r
 
 
 def test_with_nothing_from_the_log_the_pool_misses_by_the_non_torch_default_against_the_logged_figure(rows):
@@ -378,7 +418,7 @@ def test_with_nothing_from_the_log_the_pool_misses_by_the_non_torch_default_agai
             assert abs(r["pool_nothing_from_log_gib"] - short - r["logged_available_gib"]) <= 5 * ROUNDING_GIB + abs(
                 r["total_gap_gib"]
             ) * r["mem_util"] + abs(r["weights_gap_gib"]) * (r["id"] in WEIGHTS_UNEXPLAINED), r
-    assert v1 == 13
+    assert v1 == 19
 
 
 def test_the_rope_buffer_is_what_vllm_0_6_logged_beside_the_weights(cli):

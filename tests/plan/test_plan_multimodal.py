@@ -59,7 +59,8 @@ def test_the_start_up_profile_of_the_vision_tower_is_priced_with_vllms_image_cou
         return json.loads(r.stdout)
 
     gib = 1 << 30
-    for tokens, images in ((8192, 32), (32768, 128)):
+    pixels = 2 * 3 * 896**2  # 16-bit, held by profile_run (batched_dummy_mm_inputs) with the outputs
+    for tokens, images, phase in ((8192, 32, "sampler"), (32768, 128, "encoder")):
         doc = ledger("--max-num-batched-tokens", str(tokens))
         profile = doc["vision_profile"]
         assert profile == {
@@ -67,10 +68,18 @@ def test_the_start_up_profile_of_the_vision_tower_is_priced_with_vllms_image_cou
             "peak_bytes": images * PER_IMAGE_PEAK,
             "kept_bytes": images * PER_IMAGE_KEPT,
         }
-        kept = max(4 * gib, images * PER_IMAGE_PEAK) + images * PER_IMAGE_KEPT
-        assert doc["engine"]["activation_bytes"] == kept
-    # 128 images' peak (11.2 GiB) is above the 4 GiB allowance, and the pool shrinks by what it takes
+        # engine mode (vLLM 0.32 by default) predicts the profile run: the encoder's phase, and the pixels and
+        # outputs held through the language model's pass and the sampler (kneecap.plan.profile_peak)
+        act = doc["engine"]["activation_profile"]
+        assert (act["images"], act["encoder_bytes"]) == (images, images * PER_IMAGE_PEAK)
+        assert act["encoder_held_bytes"] == images * (PER_IMAGE_KEPT + pixels)
+        assert act["phase"] == phase
+        assert doc["engine"]["activation_bytes"] == act["workspace_bytes"] + max(
+            act["encoder_bytes"], act["forward_bytes"], act["sampler_bytes"]
+        )
+    # 128 images' peak (11.2 GiB) sets the run's peak, and the pool shrinks by what it takes
     small, large = ledger("--max-num-batched-tokens", "8192"), ledger("--max-num-batched-tokens", "32768")
     assert small["ledger"]["kv_pool_bytes"] - large["ledger"]["kv_pool_bytes"] > 7 * gib
     text = ledger("--language-only")
-    assert text["vision_profile"] is None and text["engine"]["activation_bytes"] == 4 * gib
+    assert text["vision_profile"] is None and text["engine"]["activation_profile"]["images"] == 0
+    assert text["engine"]["activation_bytes"] < small["engine"]["activation_bytes"]

@@ -479,6 +479,7 @@ def _vllm_activation(
         max_num_batched_tokens=tokens,
         max_num_seqs=seqs,
         sm_count=sm_count,
+        encoder=not deployment.language_only,
     )
     if peak is not None:
         return peak.peak_bytes, f"predicted: {peak.describe()}", {**dataclasses.asdict(peak), "phase": peak.phase}
@@ -487,7 +488,14 @@ def _vllm_activation(
     act = with_vision_profile(int(f.overhead_gib * GiB), deployment.vision_profile)
     rows = min(seqs, tokens) if seqs and tokens else None
     why = (
-        profile_peak.unmodelled_reason(deployment.model, v, rows=rows, sm_count=sm_count, gpu_name=deployment.gpu.name)
+        profile_peak.unmodelled_reason(
+            deployment.model,
+            v,
+            rows=rows,
+            sm_count=sm_count,
+            gpu_name=deployment.gpu.name,
+            encoder=not deployment.language_only,
+        )
         or f"vLLM {version}'s profile run is not modelled"
     )
     return act, f"--overhead-gib ({f.overhead_gib:g} GiB; no prediction: {why})", None

@@ -349,12 +349,13 @@ def vision_profile(deployment: Deployment, max_num_batched_tokens: int) -> tuple
     images a prompt) is far above it at the default limits. The tower's MLP is sharded over TP (vLLM's SigLIP uses
     column/row-parallel linears), its residual stream is not."""
     from kneecap.model.params import vision_profile_bytes
+    from kneecap.plan.profile_peak import profiled_images
 
     m = deployment.model
     tower = m.vision_tower
     if deployment.language_only or tower is None:
         return None
-    images = max(1, max(max_num_batched_tokens, tower.tokens_per_image) // tower.tokens_per_image)
+    images = profiled_images(tower, max_num_batched_tokens)
     sharded = dataclasses.replace(tower, intermediate_size=-(-tower.intermediate_size // deployment.tp))
     peak, kept = vision_profile_bytes(sharded, images, m.hidden_size)
     return images, peak, kept

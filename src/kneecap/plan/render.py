@@ -168,7 +168,9 @@ def plan_worksheet(
         if plan.pool_source == "ledger" and engine is None
         else "Kept by the engine (activation peak, non-torch, graphs)"
     )
-    if d.vision_profile is not None and plan.pool_source == "ledger":
+    # (engine mode with a predicted profile run: the encoder's profile is in the activation peak it describes)
+    predicted = engine is not None and engine.activation_profile is not None
+    if d.vision_profile is not None and plan.pool_source == "ledger" and not predicted:
         images, peak, kept = d.vision_profile
         over += (
             f": the larger of the rest's and vLLM's start-up profile of the vision tower ({images} images at once,"
