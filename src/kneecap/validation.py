@@ -45,13 +45,14 @@ METRICS: dict[str, tuple[str, str, str | None, float]] = {
 # Published engine -> the simulated scheduler and KV pool it is run with. Stated in docs/validation.md.
 ENGINES: dict[str, str] = {
     "vllm": "kneecap's vLLM defaults for the GPU (max_num_seqs / max_num_batched_tokens by GPU memory, chunked "
-    "prefill, prefix caching) and vLLM's own KV-pool model (`--engine vllm`, gpu_memory_utilization 0.9 "
-    "unless the point states one); a point whose engine is vLLM V0 (releases before 0.8) runs with V0's profile "
+    "prefill, prefix caching) and vLLM's own KV-pool model at the point's release (`--engine vllm --engine-version`, "
+    "gpu_memory_utilization 0.9 unless the point states one; a V0 point without a release number: the default "
+    "release's); a point whose engine is vLLM V0 (releases before 0.8) runs with V0's profile "
     "(max_num_seqs 256, 4 ms of CPU per step between steps), and one from 0.14 on with its default asynchronous scheduling "
     "(the next step's CPU work overlaps the GPU's)",
     "sglang": "kneecap's SGLang defaults (chunked_prefill_size by GPU memory, max_running_requests from the pool, "
-    "new-token-ratio admission reserve) and SGLang's KV-pool model (`--engine sglang`, mem_fraction_static "
-    "0.88 unless the point states one)",
+    "new-token-ratio admission reserve) and SGLang's KV-pool model at the point's release (`--engine sglang "
+    "--engine-version`, mem_fraction_static 0.88 unless the point states one)",
     "tensorrt-llm": "TensorRT-LLM's default GUARANTEED_NO_EVICT capacity scheduler (admit a request only if the pool "
     "holds it to its last token), max_batch_size 2048 and max_num_tokens 8192 unless the point states them; a "
     "`trtllm-bench throughput` run takes the limits trtllm-bench computes from the model, the GPUs' memory "
@@ -68,9 +69,10 @@ ENGINES: dict[str, str] = {
     "defaults to True (tensorrt_llm/bench/benchmark/throughput.py; it was off for the PyTorch backend in "
     "some 2025 releases, NVIDIA/TensorRT-LLM#6956), and the overview's 5,000-token prompts exceed the "
     "max_num_tokens trtllm-bench computes for them, which TensorRT-LLM accepts only with chunking",
-    "nim": "NVIDIA NIM's TensorRT-LLM profiles: run as tensorrt-llm above (its KV pool rule included), with the C++ "
-    "runtime's profile; the FP8 profile's KV cache in fp8, as NVIDIA's FP8 checkpoints ship it",
-    "llama.cpp": "one sequence at a time (llama-bench runs one), n_batch 2048 tokens per step; KV pool = the ledger; "
+    "nim": "NVIDIA NIM's TensorRT-LLM profiles (`--engine-defaults nim`): run as tensorrt-llm above (its KV pool rule "
+    "included), with the C++ runtime's profile; the FP8 profile's KV cache in fp8, as NVIDIA's FP8 checkpoints ship it",
+    "llama.cpp": "`--engine-defaults llamacpp`: one sequence at a time (llama-bench runs one), n_batch 2048 tokens per "
+    "step; KV pool = the ledger; "
     "f16 weights multiplied by cuBLAS with fp16 accumulation (ggml-cuda.cu: CUBLAS_COMPUTE_16F), which GeForce parts "
     "run at twice the fp32-accumulate rate",
 }
@@ -103,8 +105,8 @@ BIAS_SLACK_POINTS = 0.5
 _GPUSTACK = (
     "GPUStack's vLLM 0.10.2/0.11.0 baseline runs of 100-1,000 random prompts sent at once (gpt-oss-120b on one H100 "
     "and on one A100, gpt-oss-20b on one A100, Qwen3-235B-A22B on 8 H100s and on 8 A100s, DeepSeek-R1 on 8 H200s), "
-    "on most of which the simulator is too fast (in the median of those 72 points TTFT 32% short, TPOT 3% "
-    "short, output tok/s +39%; the 128-token prompts' mean TTFTs are 2.8-19.4 s published, 2.0-5.0 s simulated; "
+    "on most of which the simulator is too fast (in the median of those 72 points TTFT 33% short, TPOT 3% "
+    "short, output tok/s +42%; the 128-token prompts' mean TTFTs are 2.8-19.4 s published, 2.0-5.0 s simulated; "
     "docs/validation.md, 'Reading the table', says what their pages show)"
 )
 _GS = "GPUStack's vLLM 0.10/0.11 points (engine = vllm)"  # the same 72 points, named again
@@ -117,7 +119,7 @@ KNOWN_BIASED: dict[str, tuple[float, str]] = {
     "engine = vllm": (17.6, f"72 of its 104 points are {_GPUSTACK}; without them +4.5%"),
     "GPU generation = Ampere": (37.0, f"36 of its 42 points are {_GS}; without them -0.8%"),
     "architecture = MoE": (
-        23.2,
+        23.3,
         f"60 of its 87 points are {_GS}; the same lab's gpt-oss-20b on one H100 (vLLM 0.11, 8 points: TTFT "
         "9-49% short, output tok/s 11-53% high) and TensorRT-LLM's Qwen3-235B-A22B 1000/1000 rows on 8 H100s, B200s "
         "and H200s with their published 3,000 requests (+31.2%, +32.8%, +10.4%) add to it; without the 60 +13.4%, "
@@ -277,11 +279,23 @@ def load_points(path: Path = POINTS_FILE) -> list[Point]:
     return points
 
 
-def _plan(point: Point):
-    """The Plan the simulator runs on: the same builder as `kneecap simulate` (engine pool model for vLLM/SGLang)."""
-    from kneecap.plan.build import DeploymentRequest, plan_deployment
+# Published engine -> the simulated engine's defaults (`kneecap simulate --engine-defaults`)
+ENGINE_DEFAULTS = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "trtllm", "nim": "nim", "llama.cpp": "llamacpp"}
 
-    engine_mode = point.engine if point.engine in ("vllm", "sglang") else None
+
+def _release(point: Point) -> str | None:
+    """The release `--engine-version` is given: the point's, except NIM's (a NIM release, not TensorRT-LLM's: its
+    profile is the C++ runtime's whatever the release)."""
+    return None if point.engine == "nim" else point.engine_version
+
+
+def _plan(point: Point):
+    """The Plan the simulator runs on: the one builder `kneecap simulate` plans with (kneecap.plan.build, the engine's
+    own pool rule by sim.setup.engine_pool_request: vLLM's and SGLang's memory accounting at the point's release,
+    TensorRT-LLM's for it and NIM)."""
+    from kneecap.plan.build import DeploymentRequest, plan_deployment
+    from kneecap.sim.setup import engine_pool_request
+
     request = DeploymentRequest(
         model=point.model_spec(),
         gpu=point.gpu,
@@ -292,72 +306,38 @@ def _plan(point: Point):
         weight_dtype=point.weight_dtype,
         kv_dtype=point.kv_dtype,
         context=point.isl + point.osl,
-        engine=engine_mode,
+        engine=point.engine if point.engine in ("vllm", "sglang") else None,
         mem_util=point.mem_util if point.engine == "vllm" else None,
         mem_fraction=point.mem_util if point.engine == "sglang" else None,
     )
-    if point.engine in ("nim", "tensorrt-llm"):
-        # TensorRT-LLM (and NIM's TensorRT-LLM profiles) size the pool by the engine's own rule, as `kneecap simulate
-        # --engine-defaults trtllm` does (sim.setup.engine_pool_request): 0.9 of the memory free after the model loads.
-        # (the 0.5-0.6 static-batch runs, gptSessionBenchmark, sized theirs per batch: this pool moves two of them by
-        # at most 1.2 points)
-        from kneecap.sim.setup import engine_pool_request
-
-        request = engine_pool_request(request, "trtllm")
-    return plan_deployment(request).plan
+    # (the 0.5-0.6 static-batch TensorRT-LLM runs, gptSessionBenchmark, sized their pool per batch: TensorRT-LLM's
+    # rule moves two of them by at most 1.2 points)
+    return plan_deployment(engine_pool_request(request, ENGINE_DEFAULTS[point.engine], _release(point))).plan
 
 
-def _engine_config(point: Point, plan):
-    from kneecap.sim.config import (
-        LLAMACPP_PROFILE,
-        TRTLLM_CPP_PROFILE,
-        TRTLLM_PROFILE,
-        EngineConfig,
-        at_release,
-        engine_defaults,
-        trtllm_is_cpp_runtime,
-    )
-
-    d = plan.deployment
+def _engine_knobs(point: Point) -> dict:
+    """The engine flags of the point's run, as from_plan (and `kneecap simulate`) takes them: the engine's defaults
+    at the point's release (vLLM V0 before 0.8, async scheduling from 0.14; TensorRT-LLM's C++ runtime before 0.17),
+    a trtllm-bench run's limits, the batch limits and prefix caching the point states. TensorRT-LLM's and NIM's
+    prefix reuse is off (nothing in the runs is shared)."""
     o = point.engine_overrides
-    if point.engine in ("vllm", "sglang"):
-        base = engine_defaults(
-            point.engine,
-            device_bytes=d.gpu.memory_bytes("device"),
-            gpu_name=d.gpu.name,
-            pool_tokens=plan.kv_capacity_tokens,
-            context_len=plan.context,
-        )
-        base = at_release(base, point.engine_version)  # vLLM V0 (before 0.8), async scheduling (0.14+)
-        return base.with_overrides(
-            max_num_seqs=o.get("max_num_seqs"),
-            max_num_batched_tokens=o.get("max_num_batched_tokens"),
-            enable_prefix_caching=o.get("enable_prefix_caching"),
-        )
-    if point.engine == "llama.cpp":
-        return EngineConfig(
-            name="custom",
-            max_num_seqs=int(o.get("max_num_seqs", 1)),
-            max_num_batched_tokens=int(o.get("max_num_batched_tokens", 2048)),
-            enable_prefix_caching=False,
-            profile=LLAMACPP_PROFILE,
-        )
-    # TensorRT-LLM (and NIM's TensorRT-LLM profiles): its own engine profile by runtime (the PyTorch executor's host
-    # time per request, or the C++ runtime's), not vLLM's; a trtllm-bench run takes the limits trtllm-bench computes
-    # for it. Prefills are chunked in trtllm-bench runs only (ENGINES["tensorrt-llm"])
-    seqs, tokens = trtllm_bench_limits(point, plan) if o.get("trtllm_bench") else (2048, 8192)
-    cpp = point.engine == "nim" or trtllm_is_cpp_runtime(point.engine_version)
-    return EngineConfig(
-        name="custom",
-        max_num_seqs=int(o.get("max_num_seqs", seqs)),
-        max_num_batched_tokens=int(o.get("max_num_batched_tokens", tokens)),
-        enable_prefix_caching=False,
-        init_new_token_ratio=1.0,
-        min_new_token_ratio=1.0,
-        new_token_ratio_decay=0.0,
-        profile=TRTLLM_CPP_PROFILE if cpp else TRTLLM_PROFILE,
-        chunked_prefill=bool(o.get("chunked_prefill", bool(o.get("trtllm_bench")))),
+    prefix = o.get("enable_prefix_caching")
+    return dict(
+        defaults=ENGINE_DEFAULTS[point.engine],
+        engine_version=_release(point),
+        trtllm_bench=(point.isl, point.osl) if o.get("trtllm_bench") else None,
+        max_num_seqs=o.get("max_num_seqs"),
+        max_num_batched_tokens=o.get("max_num_batched_tokens"),
+        prefix_caching=False if point.engine in ("tensorrt-llm", "nim") and prefix is None else prefix,
     )
+
+
+def sim_deployment(point: Point):
+    """The simulated deployment of the point's run: its Plan (_plan) and engine (_engine_knobs), built by
+    kneecap.sim.setup.from_plan as `kneecap simulate` builds it."""
+    from kneecap.sim.setup import from_plan
+
+    return from_plan(_plan(point), **_engine_knobs(point))
 
 
 def trtllm_bench_limits(point: Point, plan) -> tuple[int, int]:
@@ -378,8 +358,6 @@ def predict(point: Point) -> float:
 
     Raises NotSimulated when the setup needs a knob the simulator does not have."""
     from kneecap.metrics.summarize import summarize_level
-    from kneecap.sim.setup import SimDeployment
-    from kneecap.sim.steptime import StepTimeModel
     from kneecap.levels import SweepLevel
     from kneecap.sim.level_driver import PlannedLevelDriver, SimulateOptions
     from kneecap.sim.sweep import LevelSpec
@@ -388,14 +366,13 @@ def predict(point: Point) -> float:
 
     if point.not_simulated:
         raise NotSimulated(point.not_simulated)
-    plan = _plan(point)
-    config = _engine_config(point, plan)
+    sim = sim_deployment(point)
     workload = Workload(
         classes=(RequestClass(input=_lengths(point.isl, point.isl_low), output=_lengths(point.osl, point.osl_low)),)
     )
     closed = None if point.concurrency == "max" else int(point.concurrency)
     spec = LevelSpec(concurrency=closed, all_at_once=closed is None, num_requests=point.sim_requests)
-    driver = PlannedLevelDriver(SimDeployment(plan, config, StepTimeModel(plan.deployment)), workload, spec, seed=0)
+    driver = PlannedLevelDriver(sim, workload, spec, seed=0)
     _, records = run_one_level(
         SimulateOptions(kind="concurrency", levels=(point.concurrency,), requests=point.sim_requests),
         driver,
@@ -417,19 +394,13 @@ def metric_value(point: Point, s: dict) -> float:
 
 def command_line(point: Point) -> str | None:
     """The `kneecap simulate` command that reproduces the point's prediction (its first level's summary read with
-    metric_value), or None where simulate has no flag for what the point needs: the vLLM and SGLang pool models
-    (simulate has no --engine), NIM's and llama.cpp's profiles, random lengths, per-point engine overrides other
-    than the batch limits, TensorRT-LLM's default batch cap with PP (simulate's is per micro-batch)."""
-    o = point.engine_overrides
-    if (
-        point.not_simulated
-        or point.engine != "tensorrt-llm"
-        or point.isl_low
-        or point.osl_low
-        or set(o) - {"trtllm_bench", "max_num_seqs", "max_num_batched_tokens"}
-        or (point.pp > 1 and not o.get("trtllm_bench") and "max_num_seqs" not in o)
-    ):
+    metric_value): the same plan and engine flags predict() runs with (_plan, _engine_knobs); None for a point that is
+    not simulated."""
+    import shlex
+
+    if point.not_simulated:
         return None
+    knobs = _engine_knobs(point)
     model = (
         f"--model {POINTS_FILE.parent.relative_to(DOC_FILE.parents[1]) / point.model}"
         if point.model.endswith(".json")
@@ -441,18 +412,30 @@ def command_line(point: Point) -> str | None:
     parts += ["--dp-attention"] if point.dp_attention else []
     parts += [f"--weight-dtype {point.weight_dtype}"] if point.weight_dtype else []
     parts += [f"--kv-dtype {point.kv_dtype}"] if point.kv_dtype else []
+    parts += [f"--context {point.isl + point.osl}"]
+    if point.engine in ("vllm", "sglang"):
+        parts += [f"--engine {point.engine}"]
+        if point.mem_util is not None:
+            parts += [f"--{'mem-util' if point.engine == 'vllm' else 'mem-fraction'} {point.mem_util:g}"]
+    else:
+        parts += [f"--engine-defaults {knobs['defaults']}"]
+    parts += [f"--engine-version {shlex.quote(knobs['engine_version'])}"] if knobs["engine_version"] else []
+    parts += ["--trtllm-bench"] if knobs["trtllm_bench"] else []
+    parts += [f"--{k.replace('_', '-')} {knobs[k]}" for k in ("max_num_seqs", "max_num_batched_tokens") if knobs[k]]
+    if knobs["prefix_caching"] is not None:
+        parts += ["--prefix-caching" if knobs["prefix_caching"] else "--no-prefix-caching"]
     parts += [
-        f"--context {point.isl + point.osl}",
-        f"--isl {point.isl}",
-        f"--osl {point.osl}",
+        f"--isl {_length_flag(point.isl, point.isl_low)}",
+        f"--osl {_length_flag(point.osl, point.osl_low)}",
         f"--concurrency {point.concurrency}",
         f"--requests {point.sim_requests}",
-        "--engine-defaults trtllm",
     ]
-    parts += [f"--engine-version {point.engine_version}"] if point.engine_version else []
-    parts += ["--trtllm-bench"] if o.get("trtllm_bench") else []
-    parts += [f"--{k.replace('_', '-')} {o[k]}" for k in ("max_num_seqs", "max_num_batched_tokens") if k in o]
-    return " ".join(parts + ["--no-prefix-caching", "--no-report", "--quiet"])
+    return " ".join(parts + ["--no-report", "--quiet"])
+
+
+def _length_flag(high: int, low: int | None) -> str:
+    """--isl / --osl for _lengths(high, low): N, or uniform:LOW:HIGH (kneecap.workload.lengthspec)."""
+    return str(high) if low is None else f"uniform:{low}:{high}"
 
 
 def features(point: Point) -> dict[str, str]:
@@ -754,10 +737,9 @@ def render_markdown(rows: list[dict]) -> str:
     if cmds:
         lines += [
             "",
-            f"The `kneecap simulate` command that reproduces each prediction ({len(cmds)} of {len(rows)} points; "
-            "the others need a flag simulate does not have yet: the vLLM and SGLang pool models, NIM's and "
-            "llama.cpp's profiles, random lengths), its first level read as the metric says; "
-            "tests/validation runs a sample of them:",
+            f"The `kneecap simulate` command that reproduces each prediction ({len(cmds)} of {len(rows)} points: "
+            "every simulated one), its first level read as the metric says; tests/validation runs one of each "
+            "engine:",
             "",
         ]
         lines += [f"- {i}: `{c}`" for i, c in cmds]

@@ -129,8 +129,16 @@ def _simulate(v: dict) -> None:
     isl, isl_dist = length_flag("--isl", v["isl"], DEFAULT_LENGTH)
     osl, osl_dist = length_flag("--osl", v["osl"], DEFAULT_LENGTH)
     longest = _longest("--isl", isl, isl_dist) + _longest("--osl", osl, osl_dist)
-    # simulate's --engine-version is the simulated engine's release (--engine-defaults), not a plan --engine's
-    plan, _ = plan_deployment(_request({**v, "engine_version": None}))
+    # simulate's --engine-version is the simulated engine's release (--engine-defaults), and with --engine the
+    # release of its pool model too (sim.setup.engine_pool_request)
+    from kneecap.cli.simulate import _engine_defaults
+    from kneecap.sim.config import check_release
+    from kneecap.sim.setup import engine_pool_request
+
+    defaults = _engine_defaults(v["engine_defaults"], v["engine"])
+    check_release(v["engine_version"])
+    request = engine_pool_request(_request({**v, "engine_version": None}), defaults, v["engine_version"])
+    plan, _ = plan_deployment(request)
     opts = SimulateOptions(
         kind=kind,
         levels=tuple(values),
@@ -148,12 +156,9 @@ def _simulate(v: dict) -> None:
     )
     if longest > plan.context:
         raise KneecapError("--isl + --osl exceed the context", "")
-    from kneecap.sim.config import check_release
-
-    check_release(v["engine_version"])
     from_plan(
         plan,
-        defaults=v["engine_defaults"],
+        defaults=defaults,
         max_num_seqs=v["max_num_seqs"],
         max_num_batched_tokens=v["max_num_batched_tokens"],
         prefix_caching=v["prefix_caching"],

@@ -105,6 +105,72 @@ def test_engine_defaults_and_overrides(run):
     assert json.loads(res.stdout)["engine"]["max_num_seqs"] == 1024  # vLLM on a >= 70 GiB GPU
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--engine", "vllm"),
+        ("--engine", "vllm", "--engine-version", "0.11.0", "--mem-util", "0.85"),
+        ("--engine", "sglang", "--mem-fraction", "0.8"),
+    ],
+)
+def test_engine_sizes_the_pool_as_plan_does_and_its_scheduler_follows(run, cli, args):
+    """--engine on simulate is `kneecap plan --engine`: the same pool (release and memory fraction included), not
+    the ledger's; the scheduler defaults are that engine's."""
+    res, _ = run("--concurrency", "2", *args)
+    assert res.code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    plan = json.loads(cli("plan", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", *args, "--json").stdout)
+    ledger = json.loads(cli("plan", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--json").stdout)
+    assert doc["plan"]["kv_capacity_tokens"] == plan["kv_capacity_tokens"] != ledger["kv_capacity_tokens"]
+    assert doc["engine"]["defaults"] == args[1]
+
+
+def test_engine_version_sets_the_pools_release_with_engine(run):
+    """vLLM 0.11.0's memory accounting on an H100 leaves another pool than the default release's; a V0 name without a
+    release number keeps the default release's pool (and runs V0's scheduler: 256 sequences)."""
+    pools = {}
+    for version in (None, "0.11.0", "V0"):
+        res, _ = run("--concurrency", "2", "--engine", "vllm", *(("--engine-version", version) if version else ()))
+        assert res.code == 0, res.stderr
+        doc = json.loads(res.stdout)
+        pools[version] = doc["plan"]["kv_capacity_tokens"]
+        if version == "V0":
+            assert doc["engine"]["max_num_seqs"] == 256 and doc["engine"]["profile"].startswith("vLLM V0")
+    assert pools["0.11.0"] != pools[None] == pools["V0"]
+
+
+def test_nim_and_llamacpp_defaults(run):
+    """--engine-defaults nim: TensorRT-LLM's defaults and pool rule on its C++ runtime; llamacpp: one sequence at a
+    time, 2048-token batches, no prompt cache, the ledger's pool."""
+    docs = {}
+    for defaults in ("trtllm", "nim", "llamacpp", "vllm"):
+        res, _ = run("--concurrency", "2", "--engine-defaults", defaults)
+        assert res.code == 0, res.stderr
+        docs[defaults] = json.loads(res.stdout)
+    nim, trt, llama = docs["nim"], docs["trtllm"], docs["llamacpp"]
+    assert nim["plan"]["kv_capacity_tokens"] == trt["plan"]["kv_capacity_tokens"]
+    assert nim["engine"]["profile"].startswith("TensorRT-LLM C++ runtime") and not trt["engine"]["profile"].startswith(
+        "TensorRT-LLM C++ runtime"
+    )
+    assert (nim["engine"]["max_num_seqs"], nim["engine"]["chunked_prefill"]) == (2048, False)
+    assert llama["plan"]["kv_capacity_tokens"] == docs["vllm"]["plan"]["kv_capacity_tokens"]
+    assert (llama["engine"]["max_num_seqs"], llama["engine"]["max_num_batched_tokens"]) == (1, 2048)
+    assert llama["engine"]["enable_prefix_caching"] is False and llama["engine"]["profile"].startswith("llama.cpp")
+    assert llama["levels"][0]["server_metrics"]["running_max"] == 1
+
+
+def test_a_pre_release_names_its_release(run):
+    """--engine-version 0.21.0rc2 (a release candidate) is TensorRT-LLM 0.21's PyTorch executor; 0.16rc1 its C++
+    runtime."""
+    profiles = {}
+    for version in ("0.21.0rc2", "0.16rc1"):
+        res, _ = run("--concurrency", "2", "--engine-defaults", "trtllm", "--engine-version", version)
+        assert res.code == 0, res.stderr
+        profiles[version] = json.loads(res.stdout)["engine"]["profile"]
+    assert profiles["0.16rc1"].startswith("TensorRT-LLM C++ runtime")
+    assert profiles["0.21.0rc2"].startswith("TensorRT-LLM 1.x PyTorch")
+
+
 def test_step_params_change_the_prediction(run):
     slow, _ = run("--concurrency", "1", "--step-params", "bw_efficiency=0.4")
     fast, _ = run("--concurrency", "1", "--step-params", "bw_efficiency=0.8")
@@ -129,6 +195,10 @@ def test_step_params_change_the_prediction(run):
         (["--concurrency", "1", "--requests", "0"], "--requests"),
         (["--concurrency", "1", "--gpu", "h900"], "h900"),
         (["--concurrency", "1", "--isl", "0"], "--isl"),
+        (["--concurrency", "1", "--engine", "sglang", "--engine-defaults", "vllm"], "--engine-defaults"),
+        (["--concurrency", "1", "--engine", "tgi"], "tgi"),
+        (["--concurrency", "1", "--mem-fraction", "0.8"], "--mem-fraction"),
+        (["--concurrency", "1", "--engine", "vllm", "--engine-version", "latest"], "latest"),
     ],
 )
 def test_bad_input_is_one_line_no_traceback(run, args, needle):

@@ -75,7 +75,7 @@ def test_cpp_runtime_by_release(version, cpp):
 
 
 def test_validation_runs_cpp_releases_and_nim_without_the_pytorch_executors_host_time():
-    from kneecap.validation import _engine_config, _plan, load_points
+    from kneecap.validation import load_points, sim_deployment
 
     points = {p.id: p for p in load_points()}
     cases = {
@@ -86,9 +86,9 @@ def test_validation_runs_cpp_releases_and_nim_without_the_pytorch_executors_host
         "trtllm-llama-3.1-8b-h100-sxm-tp1-fp8-5000-500": (TRTLLM_PROFILE, True),
     }  # trtllm-bench chunks
     for pid, (profile, chunked) in cases.items():
-        cfg = _engine_config(points[pid], _plan(points[pid]))
+        cfg = sim_deployment(points[pid]).config
         assert cfg.profile is profile and cfg.chunked_prefill is chunked, pid
     # trtllm-bench's own limits leave a 5,000-token prompt over max_num_tokens: only chunked prefill runs it
     bench = points["trtllm-llama-3.1-8b-h100-sxm-tp1-fp8-5000-500"]
-    assert _engine_config(bench, _plan(bench)).max_num_batched_tokens < bench.isl
+    assert sim_deployment(bench).config.max_num_batched_tokens < bench.isl
     assert TRTLLM_CPP_PROFILE.cpu_per_seq_s == 0.0 and TRTLLM_PROFILE.cpu_per_seq_s == pytest.approx(28e-6)

@@ -14,6 +14,7 @@ from kneecap.validation import (
     BASELINE_FILE,
     BIAS_LIMIT_PCT,
     DOC_FILE,
+    ENGINES,
     GROUPS,
     KNOWN_BIASED,
     POINTS_FILE,
@@ -202,19 +203,46 @@ def test_trtllm_bench_runs_take_the_limits_trtllm_bench_computes():
     assert seqs % 8 == 0 and seqs // 8 == 384 and tokens == 2048
 
 
+def test_every_simulated_point_has_its_command_line():
+    """Each simulated point prints the `kneecap simulate` line that reproduces it; a point not simulated prints none."""
+    from kneecap.validation import command_line
+
+    points = load_points()
+    assert all(command_line(p) for p in points if not p.not_simulated)
+    assert all(command_line(p) is None for p in points if p.not_simulated)
+
+
+def _sample(points):
+    """The cheapest simulated point of each published engine, of each vLLM release class (V0, synchronous V1, async
+    scheduling) and of random lengths, and the cheapest trtllm-bench run."""
+    from kneecap.validation import command_line
+
+    cost = sorted((p for p in points if command_line(p)), key=lambda p: p.sim_requests * (p.isl + p.osl))
+    wanted = [lambda p, e=e: p.engine == e for e in ENGINES] + [
+        lambda p: p.engine == "vllm" and (p.engine_version or "").startswith("V0"),
+        lambda p: p.engine == "vllm" and p.engine_version == "0.17.0",
+        lambda p: p.isl_low is not None,
+        lambda p: "--trtllm-bench" in command_line(p),
+    ]
+    sample = []
+    for want in wanted:
+        p = next(p for p in cost if want(p))
+        sample += [p] if p not in sample else []
+    return sample
+
+
 def test_a_sample_of_the_printed_command_lines_reproduce_their_predictions(tmp_path):
     """The `kneecap simulate` line printed for a point, run as a user types it, gives the prediction in the table
-    (its first level read the same way): the four cheapest lines, and the cheapest of the trtllm-bench lines."""
+    (its first level read the same way): one line of each engine, of each vLLM release class, of random lengths and
+    of a trtllm-bench run, the cheapest of each."""
     import shlex
     import subprocess
     import sys
 
     from kneecap.validation import command_line, metric_value
 
-    lines = [p for p in load_points() if command_line(p)]
-    assert len(lines) >= 60
-    cost = sorted(lines, key=lambda p: p.sim_requests * (p.isl + p.osl))
-    sample = cost[:4] + [next(p for p in cost if "--trtllm-bench" in command_line(p))]
+    sample = _sample(load_points())
+    assert {p.engine for p in sample} == set(ENGINES)
     for i, p in enumerate(sample):
         args = shlex.split(command_line(p))
         assert args[:2] == ["kneecap", "simulate"]

@@ -190,28 +190,44 @@ SIM_FLAGS = (
     "hbm",
     "kv_pool_gib",
 )
-# the simulated engine has no --engine: a pool it is given is read one way, as SGLang logs it
+# `kneecap simulate` also takes the engine pool models of `kneecap plan` (--engine, --mem-fraction)
+SIMULATE_FLAGS = SIM_FLAGS + ("engine", "mem_fraction")
+# without --engine, a pool the simulated engine is given is read one way, as SGLang logs it
 SIM_OPTIONS = {
     **FLAG_OPTIONS,
     "kv_pool_gib": Annotated[
         Optional[float],
         typer.Option(
             "--kv-pool-gib",
-            help="A KV pool an engine logged (GiB per GPU) for the simulated engine: counted as attention KV only, as SGLang logs it (a Mamba / linear-attention hybrid's state is kept apart)",
+            help="A KV pool an engine logged (GiB per GPU) for the simulated engine: counted as attention KV only, as "
+            "SGLang logs it (a Mamba / linear-attention hybrid's state is kept apart); with --engine vllm as vLLM lays "
+            "it out",
+        ),
+    ],
+    "engine": Annotated[
+        Optional[str],
+        typer.Option(
+            "--engine",
+            help="Size the KV pool by this engine's own memory accounting, as `kneecap plan --engine` does: vllm "
+            "(--mem-util is its gpu_memory_utilization, default 0.9) or sglang (--mem-fraction, default 0.88), at "
+            "--engine-version's release; the scheduler defaults are that engine's too",
         ),
     ],
 }
 
 # the simulated engine's scheduler knobs, for the commands that run it (simulate, serve, calibrate)
 ENGINE_DEFAULTS = "vllm"
-EngineDefaultsOpt = Annotated[
-    str,
-    typer.Option(
-        "--engine-defaults",
-        help="vllm, sglang or trtllm (TensorRT-LLM): whose scheduler defaults to mimic; trtllm also sizes the KV pool "
-        "as TensorRT-LLM does (0.9 of the memory free once the model is loaded) unless --hbm, --frag or --kv-pool-gib "
-        "say otherwise",
-    ),
+ENGINE_DEFAULTS_HELP = (
+    "Whose scheduler defaults to mimic: vllm, sglang, trtllm (TensorRT-LLM), nim (NVIDIA NIM's TensorRT-LLM "
+    "profiles: TensorRT-LLM's defaults on its C++ runtime) or llamacpp (llama.cpp as llama-bench runs it: one sequence "
+    "at a time, 2048-token batches); trtllm and nim also size the KV pool as TensorRT-LLM does (0.9 of the memory free "
+    "once the model is loaded) unless --hbm, --frag or --kv-pool-gib say otherwise"
+)
+EngineDefaultsOpt = Annotated[str, typer.Option("--engine-defaults", help=ENGINE_DEFAULTS_HELP)]
+# simulate's: default --engine's engine, else vllm
+SimEngineDefaultsOpt = Annotated[
+    Optional[str],
+    typer.Option("--engine-defaults", help=ENGINE_DEFAULTS_HELP + " (default: --engine's engine, else vllm)"),
 ]
 MaxSeqsOpt = Annotated[
     Optional[int], typer.Option("--max-num-seqs", help="Sequences running at once (default: the engine's)")

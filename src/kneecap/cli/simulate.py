@@ -18,12 +18,11 @@ from kneecap.cli import sweep_flags as flags
 from kneecap.cli.spec_flags import SpecAcceptanceOpt, SpecMethodOpt, SpecTokensOpt, speculative
 from kneecap.cli.app import app, results_folder, stdout_console
 from kneecap.cli.plan import (
-    ENGINE_DEFAULTS,
-    SIM_FLAGS,
     SIM_OPTIONS,
-    EngineDefaultsOpt,
+    SIMULATE_FLAGS,
     MaxBatchedOpt,
     MaxSeqsOpt,
+    SimEngineDefaultsOpt,
     deployment_flags,
 )
 from kneecap.errors import KneecapError
@@ -175,7 +174,7 @@ def _table(summary: dict):
 
 
 @app.command("simulate")
-@deployment_flags(SIM_FLAGS, SIM_OPTIONS)
+@deployment_flags(SIMULATE_FLAGS, SIM_OPTIONS)
 def simulate(
     request=None,
     isl: Optional[str] = flags.ISL,
@@ -229,12 +228,16 @@ def simulate(
         "--scheduler-delay-factor",
         help="vLLM V0's prompt batching delay: hold new prompts until the oldest waited X x the last prompt step (0 = off)",
     ),
-    engine_defaults: EngineDefaultsOpt = ENGINE_DEFAULTS,
+    engine_defaults: SimEngineDefaultsOpt = None,
     # --- engine release and benchmark mode (kneecap.sim.config.at_release / trtllm_bench_limits) ---
     engine_version: Optional[str] = typer.Option(
         None,
         "--engine-version",
-        help="The engine release to mimic, e.g. 0.7.3 (vLLM before 0.8: V0), 0.17.0 (vLLM 0.14+: asynchronous scheduling), 0.16 (TensorRT-LLM before 0.17: the C++ runtime); default for vLLM: as 0.10-0.11 run (V1, synchronous scheduling, 4-bit experts with Marlin on GPUs without FP4)",
+        help="The engine release to mimic, e.g. 0.7.3 (vLLM before 0.8: V0), 0.17.0 (vLLM 0.14+: asynchronous "
+        "scheduling), 0.16 (TensorRT-LLM before 0.17: the C++ runtime); default for vLLM: as 0.10-0.11 run (V1, "
+        "synchronous scheduling, 4-bit experts with Marlin on GPUs without FP4). With --engine, also the release whose "
+        "memory accounting sizes the KV pool, as on `kneecap plan` (V0 without a release number: the pool model's "
+        "default release)",
     ),
     trtllm_bench: bool = typer.Option(
         False,
@@ -242,7 +245,9 @@ def simulate(
         help="With --engine-defaults trtllm: run as `trtllm-bench throughput` does for --isl/--osl (the max batch size and tokens it computes from the model, the GPUs' memory and the lengths; chunked prefills)",
     ),
     prefix_caching: Optional[bool] = typer.Option(
-        None, "--prefix-caching/--no-prefix-caching", help="Prefix caching (default on, as both engines)"
+        None,
+        "--prefix-caching/--no-prefix-caching",
+        help="Prefix caching (default: the engine's: on for vLLM, SGLang and TensorRT-LLM, off for llama.cpp)",
     ),
     step_params: Optional[str] = typer.Option(
         None,
@@ -330,7 +335,10 @@ def simulate(
             )
         turnaround = {"client_turnaround_s": client_turnaround_ms / 1e3}
 
-    plan, _ = plan_deployment(engine_pool_request(request, engine_defaults))  # TensorRT-LLM's own pool rule
+    engine_defaults = _engine_defaults(engine_defaults, request.engine)
+    check_release(engine_version)
+    # the engine's own pool rule: vLLM's or SGLang's memory accounting (--engine), TensorRT-LLM's (trtllm, nim)
+    plan, _ = plan_deployment(engine_pool_request(request, engine_defaults, engine_version))
     schedule = ()
     if replay is not None:  # the levels given were speeds: each becomes the replay's mean request rate
         schedule = _replay_schedule(replay, plan.context, skip_too_long)
@@ -370,7 +378,6 @@ def simulate(
             f"context of {plan.context}",
             f"pass --context {total} or shorter lengths",
         )
-    check_release(engine_version)
     sim = from_plan(
         plan,
         defaults=engine_defaults,
@@ -464,6 +471,16 @@ def simulate(
         console.print(_table(final))
         console.print(f"results: {results.path}")
     return 0
+
+
+def _engine_defaults(defaults: str | None, engine: str | None) -> str:
+    """--engine-defaults, or --engine's engine, or vllm; --engine with another engine's defaults is an error."""
+    if engine is not None and defaults is not None and defaults != engine:
+        raise KneecapError(
+            f"--engine {engine} sizes the pool as {engine} does, but --engine-defaults {defaults} schedules as another",
+            f"drop --engine-defaults (it follows --engine), or drop --engine {engine}",
+        )
+    return defaults or engine or "vllm"
 
 
 def _dataset_specs(path: str, opts, context: int) -> tuple:

@@ -28,7 +28,7 @@ from kneecap.errors import KneecapError
 from kneecap.sim.speculative import SpecDecoding
 from kneecap.units import GiB, MiB
 
-ENGINE_DEFAULTS = ("vllm", "sglang", "trtllm")
+ENGINE_DEFAULTS = ("vllm", "sglang", "trtllm", "nim", "llamacpp")
 
 
 def vllm_cudagraph_sizes(max_num_seqs: int) -> tuple[int, ...]:
@@ -356,15 +356,27 @@ def vllm_is_v0(version: str | None) -> bool:
     return release is not None and release < (0, 8)
 
 
+_PRE_RELEASE = re.compile(r"[.-]?(?:rc|a|b|dev|post)\d*$", re.IGNORECASE)  # "0.21.0rc2", "0.11.1.dev3"
+
+
 def check_release(version: str | None) -> None:
     """A KneecapError unless `version` names an engine release as --engine-version takes it: as `kneecap plan` reads
-    it (kneecap.plan.engines.parse_version: MAJOR.MINOR[.PATCH], an optional leading "v"), or vLLM's "V0" engine;
-    None (not given) is fine."""
+    it (kneecap.plan.engines.parse_version: MAJOR.MINOR[.PATCH], an optional leading "v"), with an optional
+    pre-release tag ("0.21.0rc2": taken as its release), or vLLM's "V0" engine; None (not given) is fine."""
     from kneecap.plan.engines import parse_version
 
+    number = release_number(version)
+    if number is not None:
+        parse_version(number)
+
+
+def release_number(version: str | None) -> str | None:
+    """The release an --engine-version names, without a pre-release tag ("0.21.0rc2" -> "0.21.0"), or None for none
+    given or vLLM's "V0" engine named without a release ("V0 (Oct 2024)"): what the engine's pool model (`kneecap plan
+    --engine-version`) is given."""
     if version is None or re.match(r"v0(?![.\d])", version.strip(), re.IGNORECASE):
-        return
-    parse_version(version)
+        return None
+    return _PRE_RELEASE.sub("", version.strip())
 
 
 def vllm_ships_triton_kernels(version: str | None) -> bool:
@@ -439,16 +451,40 @@ def trtllm_defaults(pp: int = 1) -> EngineConfig:
     )
 
 
+def nim_defaults(pp: int = 1) -> EngineConfig:
+    """NVIDIA NIM's TensorRT-LLM profiles: TensorRT-LLM's defaults (trtllm_defaults) run by its C++ runtime
+    (TensorRT engines: TRTLLM_CPP_PROFILE), the KV pool sized by the same rule (sim/setup.py engine_pool_request)."""
+    return replace(trtllm_defaults(pp), name="nim", profile=TRTLLM_CPP_PROFILE)
+
+
+def llamacpp_defaults() -> EngineConfig:
+    """llama.cpp as llama-bench runs it: one sequence at a time, n_batch 2048 tokens per step (llama-bench's default
+    -b 2048), no prompt cache; its CUDA backend's f16 GEMMs accumulate in fp16 (LLAMACPP_PROFILE). The KV pool is the
+    planner's ledger."""
+    return EngineConfig(
+        name="llamacpp",
+        max_num_seqs=1,
+        max_num_batched_tokens=2048,
+        enable_prefix_caching=False,
+        profile=LLAMACPP_PROFILE,
+    )
+
+
 def engine_defaults(
     kind: str, *, device_bytes: int, gpu_name: str, pool_tokens: int, context_len: int, pp: int = 1
 ) -> EngineConfig:
-    """Named defaults: "vllm", "sglang" or "trtllm" (pp: pipeline stages, for TensorRT-LLM's per-micro-batch cap)."""
+    """Named defaults: "vllm", "sglang", "trtllm", "nim" or "llamacpp" (pp: pipeline stages, for TensorRT-LLM's
+    per-micro-batch cap)."""
     if kind == "vllm":
         return vllm_defaults(device_bytes, gpu_name)
     if kind == "sglang":
         return sglang_defaults(device_bytes, pool_tokens, context_len)
     if kind == "trtllm":
         return trtllm_defaults(pp)
+    if kind == "nim":
+        return nim_defaults(pp)
+    if kind == "llamacpp":
+        return llamacpp_defaults()
     raise KneecapError(f"unknown --engine-defaults {kind!r}", f"use one of {', '.join(ENGINE_DEFAULTS)}")
 
 

@@ -18,6 +18,7 @@ from kneecap.sim.config import (
     EngineConfig,
     at_release,
     engine_defaults,
+    release_number,
     trtllm_bench_limits,
 )
 from kneecap.sim.engine import Engine, state_blocks_per_sequence
@@ -194,19 +195,23 @@ def from_plan(
     return SimDeployment(plan=plan, config=config, steptime=StepTimeModel(d, step_params), charge_state=charge_state)
 
 
-def engine_pool_request(request: DeploymentRequest, defaults: str) -> DeploymentRequest:
+def engine_pool_request(
+    request: DeploymentRequest, defaults: str, engine_version: str | None = None
+) -> DeploymentRequest:
     """The request whose Plan prices the KV pool as the named engine sizes it, where the planner's ledger is not that
-    engine's rule. TensorRT-LLM (defaults "trtllm"): KvCacheConfig's free_gpu_memory_fraction, 0.9 of the memory the
-    CUDA runtime reports free once the model is loaded (sim/config.py TRTLLM_KV_FREE_GPU_MEM_FRACTION): the device total
-    as the framework sees it (--hbm framework), less the weights and the ledger's overhead, times 0.9 (--frag 0.1).
-    A request that states its own memory (--hbm, --frag or --kv-pool-gib off their defaults) is kept as given; vLLM's
-    and SGLang's pools are the plan's engine models (--engine), not this."""
+    engine's rule. TensorRT-LLM (defaults "trtllm", and "nim": NIM's TensorRT-LLM profiles): KvCacheConfig's
+    free_gpu_memory_fraction, 0.9 of the memory the CUDA runtime reports free once the model is loaded (sim/config.py
+    TRTLLM_KV_FREE_GPU_MEM_FRACTION): the device total as the framework sees it (--hbm framework), less the weights and
+    the ledger's overhead, times 0.9 (--frag 0.1). A request that states its own memory (--hbm, --frag or --kv-pool-gib
+    off their defaults) is kept as given. vLLM's and SGLang's pools are the plan's engine models (request.engine, as
+    `kneecap plan --engine`), at engine_version's release where it names one (sim/config.py release_number)."""
+    if request.engine is not None:
+        return request if engine_version is None else replace(request, engine_version=release_number(engine_version))
     if (
-        defaults != "trtllm"
+        defaults not in ("trtllm", "nim")
         or request.kv_pool_gib is not None
         or request.hbm != DEFAULTS.hbm
         or request.frag != DEFAULTS.frag
-        or request.engine is not None
     ):
         return request
     return replace(request, hbm="framework", frag=round(1.0 - TRTLLM_KV_FREE_GPU_MEM_FRACTION, 6))
@@ -215,5 +220,6 @@ def engine_pool_request(request: DeploymentRequest, defaults: str) -> Deployment
 def simulated_deployment(request: DeploymentRequest, **engine_knobs) -> SimDeployment:
     """A request -> its Plan (kneecap.plan.build, exactly as `kneecap plan`, with the engine's own pool rule:
     engine_pool_request) -> from_plan(plan, **engine_knobs)."""
-    plan, _ = plan_deployment(engine_pool_request(request, engine_knobs.get("defaults", "vllm")))
+    defaults, version = engine_knobs.get("defaults", "vllm"), engine_knobs.get("engine_version")
+    plan, _ = plan_deployment(engine_pool_request(request, defaults, version))
     return from_plan(plan, **engine_knobs)
