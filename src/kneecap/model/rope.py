@@ -23,7 +23,7 @@ the load) and come out of the KV pool. Rules read in vLLM's published sources, 0
   yarn_scaling_rope.py:77-78);
   longrope: original_max_position_embeddings + max_position (a short and a long cache concatenated into one
   buffer, phi3_long_rope_scaled_rope.py:81-95);
-- Gemma 3 (models/gemma3.py:166-185; 0.11.0 :155-169; 0.32.0 :157-162 reads both from rope_parameters): the
+- Gemma 3 (models/gemma3.py:167-185; 0.11.0 :154-170; 0.32.0 :157-162 reads both from rope_parameters): the
   sliding layers use the default RoPE at rope_local_base_freq, the full layers the config's RoPE (linear x 8 in the
   published checkpoints), so two caches: 131,072 and 1,048,576 rows.
 
