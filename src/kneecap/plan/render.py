@@ -398,7 +398,7 @@ def engine_section(engine: EnginePool, plan: Plan | None = None):
     elif engine.engine == "vllm":
         if engine.rope_cache_bytes:
             lines[-1] += (
-                f" + RoPE cos/sin buffer {engine.rope_cache_bytes / 2**20:,.0f} MiB = "
+                f" + RoPE cos/sin caches {engine.rope_cache_bytes / 2**20:,.0f} MiB ({engine.rope_caches}) = "
                 f"{_gib(engine.weights_bytes + engine.rope_cache_bytes)} GiB ('Model loading took')"
             )
         lines.append(
