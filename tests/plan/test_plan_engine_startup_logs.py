@@ -59,6 +59,8 @@ def compare(rec: dict) -> dict:
         row["logged_concurrency"] = logged["max_concurrency"]
         row["concurrency_given_pool"] = given["engine"]["max_concurrency"]
         row["max_model_len"] = given["engine"]["max_model_len"]
+    if rec["server"] == "sglang":
+        row.update(_sglang_figures(rec, given))
     inputs = rec.get("inputs_from_log")
     if inputs:
         measured = ["--activation-gib", str(inputs["activation_gib"]), "--non-torch-gib", str(inputs["non_torch_gib"])]
@@ -89,6 +91,32 @@ def compare(rec: dict) -> dict:
     return row
 
 
+def _sglang_figures(rec: dict, given: dict) -> dict:
+    """SGLang engine mode with nothing from the log but the server arguments, then with the memory its log says was
+    in use before the weights load (--non-torch-gib), and SGLang's own rule on its logged free memory."""
+    bare = _engine(rec["plan"], "sglang")
+    eng = bare["engine"]
+    out = {
+        "mem_fraction": eng["fraction"],
+        "tokens_server_args": eng["log_kv_cache_tokens"],
+        "pool_server_args_gib": eng["kv_pool_bytes"] / GiB,
+        "total_gib": eng["total_bytes"] / GiB,
+        "weights_gib": eng["weights_bytes"] / GiB,
+    }
+    mem = rec.get("sglang_memory")
+    if mem:
+        pre_load = eng["total_bytes"] / GiB - mem["free_before_weights_gib"]
+        with_pre = _engine([*rec["plan"], "--non-torch-gib", f"{pre_load:.6f}"], "sglang")["engine"]
+        out["pre_load_gib"] = pre_load
+        out["tokens_with_pre_load"] = with_pre["log_kv_cache_tokens"]
+        out["weights_gap_gib"] = mem["weights_usage_gib"] - eng["weights_bytes"] / GiB
+        # model_runner.py profile_max_num_token, on the logged figures: rest = free after the weights - free before
+        # them x (1 - mem_fraction_static), in cells of the per-token bytes (bytes_per_token: kneecap's, K + V)
+        rest = mem["free_after_weights_gib"] - mem["free_before_weights_gib"] * (1 - eng["fraction"])
+        out["tokens_sglang_rule"] = int(rest * GiB // given["kv_bytes_per_token_per_gpu"])
+    return out
+
+
 def _tp(rec: dict) -> int:
     plan = rec["plan"]
     return int(plan[plan.index("--tp") + 1]) if "--tp" in plan else 1
@@ -105,6 +133,7 @@ def table(rows: list[dict]) -> str:
         "tokens | error |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    rows = [r for r in rows if RECORD[r["id"]]["server"] == "vllm"]  # SGLang's records: sglang_table
     for r in rows:
         name = r["id"] + ("" if r["dense"] else " (MoE)")
         lt = f"{r['logged_tokens']:,}" if "logged_tokens" in r else "not quoted"
@@ -198,6 +227,33 @@ def activation_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def sglang_table(rows: list[dict]) -> str:
+    """The SGLang table of docs/engine-model.md: tokens from the logged pool, in engine mode from the server
+    arguments alone, with the log's memory in use before the weights, and SGLang's rule on the logged memory."""
+    out = [
+        "| record | release | mem_fraction_static, TP | logged tokens | kneecap, logged pool | server args only | "
+        "+ logged pre-load memory | weights: logged − kneecap | SGLang's rule on the logged memory |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def tok(r: dict, key: str) -> str:
+        return f"{r[key]:,} ({_err(r[key], r['logged_tokens']):+.2f}%)" if key in r else "—"
+
+    for r in rows:
+        rec = RECORD[r["id"]]
+        if rec["server"] != "sglang":
+            continue
+        name = r["id"] + ("" if r["dense"] else " (MoE)")
+        pre = f"{tok(r, 'tokens_with_pre_load')}, {r['pre_load_gib']:.2f} GiB" if "pre_load_gib" in r else "not logged"
+        gap = f"{r['weights_gap_gib']:+.2f} GiB" if "weights_gap_gib" in r else "not logged"
+        out.append(
+            f"| {name} | {r['version']} | {r['mem_fraction']}, {_tp(rec)} | {r['logged_tokens']:,} | "
+            f"{tok(r, 'tokens_given_pool')} | {tok(r, 'tokens_server_args')} | {pre} | {gap} | "
+            f"{tok(r, 'tokens_sglang_rule')} |"
+        )
+    return "\n".join(out)
+
+
 @pytest.fixture(scope="module")
 def rows() -> list[dict]:
     return [compare(r) for r in RECORDS]
@@ -255,6 +311,44 @@ def test_sglang_counts_the_logged_pool_as_the_engine_does(rows):
     (r,) = [r for r in rows if r["id"] == "sglang-qwen3-235b-a22b-fp8-4xh100"]
     assert r["tokens_given_pool"] == 367_224
     assert abs(r["tokens_given_pool"] - r["logged_tokens"]) <= r["rounding_gib"] * GiB / r["bytes_per_token"] + 1
+
+
+def test_sglangs_rule_on_its_logged_memory_is_its_logged_token_count(rows):
+    # model_runner.py (0.4.3.post4-0.5.2): rest = free after the weights - free before them x (1 - mem_fraction_static).
+    # On the logged figures (each printed to 0.01 GiB; Llama's free-before is the sum of two) it gives 442,771 for
+    # 442,750 and 46,620 for 46,611. Reserving 1 - mem_fraction_static of the GPU's total instead (kneecap's rule
+    # before) would take (1 - f) x the pre-load memory more: 0.07 GiB (590 tokens) on the H100, 0.13 GiB on the L4s.
+    checked = []
+    for r in rows:
+        if "tokens_sglang_rule" not in r:
+            continue
+        slack_gib = 0.01 + (1 - r["mem_fraction"]) * 0.01
+        assert abs(r["tokens_sglang_rule"] - r["logged_tokens"]) <= slack_gib * GiB / r["bytes_per_token"] + 1, r
+        checked.append(r["id"])
+    assert checked == ["sglang-llama-3.1-8b-h100-v0.4.4", "sglang-qwq-32b-4xl4-v0.4.3"]
+
+
+# SGLang engine mode, tokens: (server arguments alone, + the memory the log shows in use before the weights load).
+# What is left is what kneecap does not know: the memory in use before the weights (CUDA context, NCCL: 0.60 GiB on
+# the H100, 0.86 GiB below the L4's driver total, which kneecap takes for want of a PyTorch figure) and what SGLang's
+# "mem usage" holds beyond the weight tensors (+0.15 GiB for Llama-3.1-8B, +0.28 GiB per GPU for QwQ-32B at TP 4,
+# not identified). On a 24 GB GPU at TP 4 those are a third of a 2.84 GiB pool.
+SGLANG_ENGINE_MODE = {
+    "sglang-llama-3.1-8b-h100-v0.4.4": (448_345, 444_020),
+    "sglang-qwq-32b-4xl4-v0.4.3": (63_293, 51_259),
+}
+
+
+def test_sglang_engine_mode_misses_by_the_memory_kneecap_does_not_know(rows):
+    got = {
+        r["id"]: (r["tokens_server_args"], r["tokens_with_pre_load"]) for r in rows if "tokens_with_pre_load" in r
+    }
+    assert got == SGLANG_ENGINE_MODE
+    errors = {k: [round(_err(t, RECORD[k]["logged"]["kv_cache_tokens"]), 2) for t in v] for k, v in got.items()}
+    assert errors == {
+        "sglang-llama-3.1-8b-h100-v0.4.4": [1.26, 0.29],
+        "sglang-qwq-32b-4xl4-v0.4.3": [35.79, 9.97],
+    }
 
 
 def test_the_moe_record_misses_by_what_the_table_says(rows):
@@ -585,6 +679,7 @@ def test_the_real_engine_builds_the_rope_buffers_kneecap_counts(tmp_path, vllm_p
 def test_the_docs_table_is_this_modules_output(rows):
     assert table(rows) in DOC.read_text()
     assert activation_table(rows) in DOC.read_text()
+    assert sglang_table(rows) in DOC.read_text()
 
 
 if __name__ == "__main__":
@@ -592,3 +687,5 @@ if __name__ == "__main__":
     print(table(computed))
     print()
     print(activation_table(computed))
+    print()
+    print(sglang_table(computed))

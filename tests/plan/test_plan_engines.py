@@ -65,8 +65,10 @@ def test_vllm_before_0_20_does_not_subtract_cuda_graphs():
 
 
 def test_sglang_pool_by_hand():
-    # budget = int(80 GiB x 0.88) = 75,591,424,409; rest = budget - 16e9 - 0.5 GiB = 59,054,553,497
-    # max_total_num_tokens = 59,054,553,497 // 131,072 = 450,550
+    # SGLang reserves 1 - 0.88 of what is free before the weights (80 - 0.5 GiB = 85,362,475,008 B), not of the total:
+    # budget = int(85,362,475,008 x 0.88) = 75,118,978,007; rest = budget - 16e9 = 59,118,978,007
+    # max_total_num_tokens = 59,118,978,007 // 131,072 = 451,042 (reserving 0.12 x 80 GiB and taking the 0.5 GiB
+    # whole would give 450,550)
     p = sglang_pool(
         DEP,
         total_bytes=80 * GiB,
@@ -75,10 +77,11 @@ def test_sglang_pool_by_hand():
         max_model_len=32768,
         non_torch_bytes=GiB // 2,
     )
-    assert p.kv_capacity_tokens == 450_550
-    # the buffers hold one padding page more: (450,550 + 1) x 131,072 / 2 B = 27.50 GiB each for K and V
-    assert p.log_lines == ("KV Cache is allocated. #tokens: 450550, K size: 27.50 GB, V size: 27.50 GB",)
-    assert any("max_total_num_tokens=450550, ..." in n for n in p.notes)
+    assert p.kv_capacity_tokens == 451_042
+    assert p.budget_bytes == 75_118_978_007
+    # the buffers hold one padding page more: (451,042 + 1) x 131,072 / 2 B = 27.53 GiB each for K and V
+    assert p.log_lines == ("KV Cache is allocated. #tokens: 451042, K size: 27.53 GB, V size: 27.53 GB",)
+    assert any("max_total_num_tokens=451042, ..." in n for n in p.notes)
 
 
 def test_no_room_is_a_one_line_error():

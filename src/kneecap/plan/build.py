@@ -415,9 +415,12 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
                 deployment, non_torch_bytes=int(f.non_torch_gib * GiB), mamba_cache_size=f.mamba_cache_size, **sglang
             )
         if pool_bytes is None:
+            # SGLang reserves 1 - mem_fraction_static of what is free before the weights load, so the memory in use
+            # before them (--non-torch-gib) costs its pool only mem_fraction_static x that (engines.sglang_pool)
+            before = int(engine_pool.total_bytes * engine_pool.fraction) - engine_pool.budget_bytes
             kept = (
                 engine_pool.activation_bytes
-                + engine_pool.non_torch_bytes
+                + (before if f.engine == "sglang" else engine_pool.non_torch_bytes)
                 + engine_pool.cudagraph_bytes
                 + engine_pool.state_pool_bytes
                 + engine_pool.rope_cache_bytes  # vLLM's RoPE buffer, loaded beside the weights

