@@ -340,9 +340,7 @@ SGLANG_ENGINE_MODE = {
 
 
 def test_sglang_engine_mode_misses_by_the_memory_kneecap_does_not_know(rows):
-    got = {
-        r["id"]: (r["tokens_server_args"], r["tokens_with_pre_load"]) for r in rows if "tokens_with_pre_load" in r
-    }
+    got = {r["id"]: (r["tokens_server_args"], r["tokens_with_pre_load"]) for r in rows if "tokens_with_pre_load" in r}
     assert got == SGLANG_ENGINE_MODE
     errors = {k: [round(_err(t, RECORD[k]["logged"]["kv_cache_tokens"]), 2) for t in v] for k, v in got.items()}
     assert errors == {
