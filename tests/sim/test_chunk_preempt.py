@@ -9,28 +9,11 @@ from dataclasses import replace
 
 from kneecap.sim.blocks import BlockManager
 from kneecap.sim.config import EngineConfig, sglang_defaults, trtllm_defaults, vllm_defaults
-from kneecap.sim.scheduler import Scheduler, Sequence
-from kneecap.workload import RequestSpec
+from kneecap.sim.scheduler import Scheduler
+from simkit import apply_step as _run
+from simkit import sched_seq as _seq
 
 GiB = 1 << 30
-
-
-def _seq(i: int, isl: int, osl: int = 8) -> Sequence:
-    spec = RequestSpec(index=i, request_id=f"r{i}", class_name="c", input_tokens=isl, output_tokens=osl)
-    return Sequence(spec, 0.0, 16)
-
-
-def _run(batch) -> None:
-    """Apply a step as the engine does: prompt tokens computed; a finished prompt or a decode emits one token."""
-    for seq, k in batch.prefills:
-        seq.num_computed += k
-        if seq.num_computed == seq.num_tokens:
-            seq.num_output += 1
-            seq.num_tokens += 1
-    for seq in batch.decodes:
-        seq.num_computed += 1
-        seq.num_output += 1
-        seq.num_tokens += 1
 
 
 def _two_prompts(whole: bool):
