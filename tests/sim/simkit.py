@@ -8,6 +8,8 @@ from kneecap.hardware import get_gpu
 from kneecap.model.spec import Model
 from kneecap.sim.blocks import BlockManager, blocks_for
 from kneecap.sim.engine import Engine
+from kneecap.sim.scheduler import Sequence
+from kneecap.workload import RequestSpec
 
 
 def tiny_model(**kw) -> Model:
@@ -152,3 +154,22 @@ def sim_of(d: Deployment, config, num_blocks: int, *, charge_state: bool = True)
         steptime=StepTimeModel(d),
         charge_state=charge_state,
     )
+
+
+def sched_seq(i: int, isl: int, osl: int = 8) -> Sequence:
+    """Request i as a scheduler Sequence (16-token blocks), arrived at 0."""
+    spec = RequestSpec(index=i, request_id=f"r{i}", class_name="c", input_tokens=isl, output_tokens=osl)
+    return Sequence(spec, 0.0, 16)
+
+
+def apply_step(batch) -> None:
+    """Apply a step as the engine does: prompt tokens computed; a finished prompt or a decode emits one token."""
+    for seq, k in batch.prefills:
+        seq.num_computed += k
+        if seq.num_computed == seq.num_tokens:
+            seq.num_output += 1
+            seq.num_tokens += 1
+    for seq in batch.decodes:
+        seq.num_computed += 1
+        seq.num_output += 1
+        seq.num_tokens += 1

@@ -5,26 +5,9 @@ from __future__ import annotations
 
 from kneecap.sim.blocks import BlockManager
 from kneecap.sim.config import EngineConfig, engine_defaults, sglang_defaults
-from kneecap.sim.scheduler import BLOCKED_SEQS, Scheduler, Sequence
-from kneecap.workload import RequestSpec
-
-
-def _seq(i: int, isl: int, osl: int = 8) -> Sequence:
-    spec = RequestSpec(index=i, request_id=f"r{i}", class_name="c", input_tokens=isl, output_tokens=osl)
-    return Sequence(spec, 0.0, 16)
-
-
-def _run(batch) -> None:
-    """Apply a step as the engine does: prompt tokens computed; a finished prompt or a decode emits one token."""
-    for seq, k in batch.prefills:
-        seq.num_computed += k
-        if seq.num_computed == seq.num_tokens:
-            seq.num_output += 1
-            seq.num_tokens += 1
-    for seq in batch.decodes:
-        seq.num_computed += 1
-        seq.num_output += 1
-        seq.num_tokens += 1
+from kneecap.sim.scheduler import BLOCKED_SEQS, Scheduler
+from simkit import apply_step as _run
+from simkit import sched_seq as _seq
 
 
 def _steps(mixed: bool, max_seqs: int = 64) -> list[tuple[list[str], list[tuple[str, int]]]]:

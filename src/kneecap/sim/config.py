@@ -266,6 +266,12 @@ class EngineConfig:
     # context request is scheduled only if all its tokens fit max_num_tokens, else the batch is closed). A prompt
     # longer than max_num_batched_tokens itself (which TensorRT-LLM rejects) is still chunked.
     chunked_prefill: bool = True
+    # a running sequence's next prefill chunk gets all its KV blocks or, when too few are free, the most recently
+    # admitted running sequences are preempted (recompute) until it fits, itself last (vLLM V1 Scheduler.schedule:
+    # allocate_slots returns None and the loop preempts self.running.pop(); vllm/v1/core/sched/scheduler.py, read in
+    # 0.10.2, 0.11.0, 0.19.0 and 0.32.0). vLLM V0 (before 0.8) reserved a prompt's blocks whole at admission, which is
+    # not modelled; it keeps this V1 rule. False: the chunk shrinks to the free blocks and nothing is preempted for it.
+    chunk_whole_or_preempt: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_num_seqs, int) or self.max_num_seqs < 1:
@@ -401,6 +407,7 @@ def vllm_defaults(device_bytes: int, gpu_name: str = "") -> EngineConfig:
         max_num_batched_tokens=tokens,
         enable_prefix_caching=True,
         profile=replace(VLLM_PROFILE, cudagraph_sizes=vllm_cudagraph_sizes(seqs)),
+        chunk_whole_or_preempt=True,
     )
 
 

@@ -8,7 +8,10 @@ Policy (vLLM V1 `Scheduler.schedule`, with decodes placed first as Sarathi-Serve
      none is free preempts the most recently admitted running sequence (recompute: its blocks are
      freed, it goes back to the *front* of the queue and later recomputes prompt + generated tokens),
      possibly itself;
-  2. running sequences still in prefill, in admission order, a chunk each within the token budget;
+  2. running sequences still in prefill, in admission order, a chunk each within the token budget; where free blocks
+     are short, vLLM (EngineConfig.chunk_whole_or_preempt) preempts the most recently admitted running sequences for
+     the whole chunk, possibly the sequence itself (then no chunk runs and nothing is admitted this step), as its
+     allocate_slots gives a chunk all its blocks or none; otherwise the chunk shrinks to the free blocks;
   3. new admissions from the queue, first come first served, while the sequence cap, the token budget
      and the free blocks allow (a cache hit on a shared prefix skips those tokens). The queue head
      blocks everything behind it (strict FCFS, as vLLM).
@@ -371,13 +374,20 @@ class Scheduler:
             n = remaining if remaining < budget else budget
             if blocks.grouped:
                 blocks.trim(seq.rid, seq.num_computed)
-                fit = self._grouped_fit(seq, seq.num_computed, n)
+            if cfg.chunk_whole_or_preempt and (len(running) > 1 or running[0] is not seq):
+                # vLLM V1: the chunk's blocks are allocated whole or the newest running request is preempted (alone,
+                # it shrinks to what fits below: vLLM's start-up check makes one request of max_model_len fit)
+                if not self._make_room(seq, n, batch):
+                    break  # preempted itself: vLLM stops scheduling running requests for this step
             else:
-                fit = (blocks.num_held(seq.rid) + blocks.num_free) * bs - seq.num_computed
-            if n > fit:
-                n = fit
-            if n <= 0:
-                continue
+                if blocks.grouped:
+                    fit = self._grouped_fit(seq, seq.num_computed, n)
+                else:
+                    fit = (blocks.num_held(seq.rid) + blocks.num_free) * bs - seq.num_computed
+                if n > fit:
+                    n = fit
+                if n <= 0:
+                    continue
             blocks.allocate(seq.rid, seq.num_computed + n)
             self._add_prefill(batch, seq, n)
             budget -= n
@@ -452,6 +462,34 @@ class Scheduler:
             self._add_prefill(batch, seq, n)
             budget -= n
         return batch
+
+    def _make_room(self, seq: Sequence, n: int, batch: Batch) -> bool:
+        """Free blocks for `n` more prompt tokens of running `seq` by preempting the most recently admitted running
+        sequences (vLLM V1 `Scheduler.schedule`: allocate_slots gives a chunk all its blocks or none, and a running
+        request it fails for preempts `self.running.pop()` until it fits). False when `seq` preempted itself."""
+        blocks, running = self.blocks, self.running
+        while blocks.new_blocks_needed(seq.rid, seq.num_computed + n) > blocks.num_free:
+            victim = running.pop()
+            if victim in batch.decodes:
+                self._unschedule_decode(victim, batch)
+            self._preempt(victim, batch)
+            if victim is seq:
+                return False
+        return True
+
+    def _unschedule_decode(self, seq: Sequence, batch: Batch) -> None:
+        """Take back a decode this step had scheduled (its sequence is being preempted): its share of the sums."""
+        batch.decodes.remove(seq)
+        k = self.config.spec_tokens
+        ctx = seq.num_computed + 1
+        batch.pairs_full -= ctx * (1 + k) + k * (k + 1) / 2
+        batch.kv_tokens_full -= ctx
+        batch.decode_kv_full -= ctx
+        if self.window:
+            m = min(ctx, self.window)
+            batch.pairs_window -= m * (1 + k)
+            batch.kv_tokens_window -= m
+            batch.decode_kv_window -= m
 
     def _grouped_fit(self, seq: Sequence, start: int, n: int, hashes=(), extra: int = 0) -> int:
         """The most tokens m <= n past `start` that the free blocks cover in every layer group (0 if none)."""
