@@ -167,6 +167,8 @@ def test_a_server_that_ran_the_other_kernel_can_be_named():
     with pytest.raises(KneecapError, match="unknown MXFP4 MoE backend 'cutlass'") as err:
         vllm_mxfp4.mxfp4_backend("h100-sxm", (0, 10, 2), "cutlass")
     assert err.value.hint == "use one of marlin, triton"
+    with pytest.raises(KneecapError, match="Triton on a100-80 .compute capability 8.x"):
+        vllm_mxfp4.mxfp4_backend("a100-80", (0, 11, 0), "triton")
 
 
 def test_other_models_and_dtypes_get_no_padding():

@@ -75,6 +75,13 @@ def mxfp4_backend(gpu_name: str, version: tuple[int, ...], chosen: str | None = 
     if chosen is not None:
         if chosen not in BACKENDS:
             raise KneecapError(f"unknown MXFP4 MoE backend {chosen!r}", f"use one of {', '.join(BACKENDS)}")
+        major = capability_major(gpu_name)
+        if chosen == "triton" and major is not None and not 9 <= major < 11:
+            raise KneecapError(
+                f"vLLM does not run MXFP4 experts with Triton on {gpu_name} (compute capability {major}.x; its Triton "
+                "MoE kernels need 9.0 to 10.x)",
+                "leave the MoE backend to the release's default, or name marlin",
+            )
         return chosen
     major = capability_major(gpu_name)
     if major is None:
