@@ -68,6 +68,9 @@ class DeploymentRequest:
     # which set the activation peak kneecap predicts (profile_peak)
     max_num_seqs: int | None = None
     language_only: bool = False  # serve a multimodal checkpoint's language model only (vLLM --language-model-only)
+    # the kernel vLLM runs MXFP4 MoE experts with (gpt-oss): None, the release's default for the GPU (vllm_mxfp4);
+    # "marlin" or "triton" for a server that ran the other one (Hopper with triton_kernels installed at 0.10 / 0.11)
+    moe_backend: str | None = None
 
 
 DEFAULTS = DeploymentRequest()
@@ -396,6 +399,7 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
             graphs_bytes, graphs_source = _vllm_cudagraph(f, deployment, version, context)
             engine_pool = engines.vllm_pool(
                 deployment,
+                moe_backend=f.moe_backend,
                 activation_bytes=act,
                 non_torch_bytes=non_torch_bytes,
                 cudagraph_bytes=graphs_bytes,
@@ -424,6 +428,7 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
                 + engine_pool.cudagraph_bytes
                 + engine_pool.state_pool_bytes
                 + engine_pool.rope_cache_bytes  # vLLM's RoPE buffer, loaded beside the weights
+                + engine_pool.expert_pad_bytes  # vLLM's Marlin padding of MXFP4 experts, loaded with them
             )
             deployment = dataclasses.replace(deployment, overhead_bytes=kept, frag_fraction=0.0)
     # where a linear-attention hybrid's state lives: in vLLM's block pool beside the KV (its hybrid allocator), or in

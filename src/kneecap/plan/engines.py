@@ -53,6 +53,7 @@ from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.model import kv as kvmath
 from kneecap.model import rope
+from kneecap.plan import vllm_mxfp4
 from kneecap.units import GiB
 
 ENGINES = ("vllm", "sglang")
@@ -104,6 +105,9 @@ class EnginePool:
     in_flight_tokens: int = 0  # vLLM: tokens its sliding / chunked groups reserve for the batches in flight
     rope_cache_bytes: int = 0  # vLLM: the RoPE cos/sin buffers it loads with the weights (vllm_rope_cache_bytes)
     rope_caches: str = ""  # vLLM: those buffers, rows x rotary dims each ("" where none is counted)
+    # vLLM: what its MXFP4 expert kernel holds beyond the checkpoint's expert bytes (Marlin's padding, vllm_mxfp4)
+    expert_pad_bytes: int = 0
+    experts_note: str = ""  # vLLM: how the MXFP4 experts were counted ("" for other models)
     capacity_explained: str = ""  # why kneecap's capacity differs from the logged figure (empty: they agree)
     # vLLM: where the activation peak came from ("predicted", "--activation-gib", "--overhead-gib") and, when
     # predicted, the profile run's phases (profile_peak.ProfilePeak fields); where non-torch memory came from
@@ -153,14 +157,16 @@ def vllm_pool(
     version: str = DEFAULT_VLLM_VERSION,
     prefix_caching: bool | None = None,
     max_num_batched_tokens: int | None = None,
+    moe_backend: str | None = None,
 ) -> EnginePool:
-    """vLLM's pool: util x total - weights (with the RoPE buffer it loads beside them) - activation peak - non-torch
-    (- CUDA graphs from v0.20), blocks of block_size."""
+    """vLLM's pool: util x total - weights (with the RoPE buffer it loads beside them and, for MXFP4 experts run by
+    Marlin, its padding: vllm_mxfp4) - activation peak - non-torch (- CUDA graphs from v0.20), blocks of block_size."""
     _check_fraction("--mem-util", mem_util)
     _check_nonneg(activation_bytes=activation_bytes, non_torch_bytes=non_torch_bytes, cudagraph_bytes=cudagraph_bytes)
     graphs = cudagraph_bytes if parse_version(version) >= VLLM_CUDAGRAPH_FROM else 0
     rope_bytes = vllm_rope_cache_bytes(deployment.model, version)
-    loaded = weights_bytes + rope_bytes  # what vLLM logs as "Model loading took X GiB"
+    pad_bytes = vllm_mxfp4.marlin_extra_bytes(deployment, parse_version(version), moe_backend)
+    loaded = weights_bytes + pad_bytes + rope_bytes  # what vLLM logs as "Model loading took X GiB"
     requested = int(total_bytes * mem_util)
     available = requested - loaded - activation_bytes - non_torch_bytes - graphs
     if available <= 0:
@@ -184,7 +190,12 @@ def vllm_pool(
         max_num_batched_tokens=max_num_batched_tokens,
         rope_cache_bytes=rope_bytes,
     )
-    return dataclasses.replace(pool, rope_caches=rope.describe(deployment.model.rope_caches, parse_version(version)))
+    return dataclasses.replace(
+        pool,
+        rope_caches=rope.describe(deployment.model.rope_caches, parse_version(version)),
+        expert_pad_bytes=pad_bytes,
+        experts_note=vllm_mxfp4.describe(deployment, parse_version(version), pad_bytes, moe_backend),
+    )
 
 
 def vllm_rope_cache_bytes(model, version: str = DEFAULT_VLLM_VERSION) -> int:

@@ -396,11 +396,18 @@ def engine_section(engine: EnginePool, plan: Plan | None = None):
             )
         )
     elif engine.engine == "vllm":
+        if engine.expert_pad_bytes:
+            lines[-1] += f" + {_gib(engine.expert_pad_bytes)} GiB: {engine.experts_note}"
+        elif engine.experts_note:
+            lines[-1] += f" ({engine.experts_note})"
+        loaded = engine.weights_bytes + engine.expert_pad_bytes + engine.rope_cache_bytes
         if engine.rope_cache_bytes:
             lines[-1] += (
                 f" + RoPE cos/sin caches {engine.rope_cache_bytes / 2**20:,.0f} MiB ({engine.rope_caches}) = "
-                f"{_gib(engine.weights_bytes + engine.rope_cache_bytes)} GiB ('Model loading took')"
+                f"{_gib(loaded)} GiB ('Model loading took')"
             )
+        elif engine.expert_pad_bytes:
+            lines[-1] += f" = {_gib(loaded)} GiB ('Model loading took')"
         lines.append(
             f"  − activation peak {_gib(engine.activation_bytes)} − non-torch {_gib(engine.non_torch_bytes)}"
             f" − CUDA graphs {_gib(engine.cudagraph_bytes)} GiB = KV {_gib(engine.kv_pool_bytes)} GiB"
