@@ -191,3 +191,13 @@ def test_the_docs_table_is_this_modules_output(rows):
 
 if __name__ == "__main__":
     print(table([compare(r) for r in RECORDS]))
+
+
+def test_the_user_names_the_kernel_with_moe_backend():
+    base = ["--preset", "gpt-oss-120b", "--gpu", "h100-sxm", "--context", "32768", "--json", "--engine", "vllm"]
+    base += ["--engine-version", "0.10.2"]
+    default = json.loads(run_cli("plan", *base, cwd=str(ROOT)).stdout)["engine"]
+    triton = json.loads(run_cli("plan", *base, "--moe-backend", "triton", cwd=str(ROOT)).stdout)["engine"]
+    assert default["expert_pad_bytes"] > 5 * GiB and triton["expert_pad_bytes"] == 0
+    bad = run_cli("plan", *base[:-3], "--gpu", "a100-80", "--moe-backend", "triton", cwd=str(ROOT))
+    assert bad.code != 0 and len(bad.stderr.strip().splitlines()) == 1 and "name marlin" in bad.stderr

@@ -91,6 +91,15 @@ FLAG_OPTIONS = {
     "mem_fraction": Annotated[
         Optional[float], typer.Option("--mem-fraction", help="SGLang --mem-fraction-static (default 0.88)")
     ],
+    "moe_backend": Annotated[
+        Optional[str],
+        typer.Option(
+            "--moe-backend",
+            help="vLLM: the kernel that ran MXFP4 experts (gpt-oss): marlin (pads the experts' weights) or triton "
+            "(default: the release's choice for the GPU; at 0.10-0.11 Hopper runs triton only where the server has "
+            "the triton_kernels package)",
+        ),
+    ],
     "engine_version": Annotated[
         Optional[str],
         typer.Option(
@@ -192,7 +201,7 @@ SIM_FLAGS = (
     "kv_pool_gib",
 )
 # `kneecap simulate` also takes the engine pool models of `kneecap plan` (--engine, --mem-fraction)
-SIMULATE_FLAGS = SIM_FLAGS + ("engine", "mem_fraction")
+SIMULATE_FLAGS = SIM_FLAGS + ("engine", "mem_fraction", "moe_backend")
 # without --engine, a pool the simulated engine is given is read one way, as SGLang logs it
 SIM_OPTIONS = {
     **FLAG_OPTIONS,
