@@ -202,3 +202,14 @@ def test_the_user_names_the_kernel_with_moe_backend():
     ampere = [a if a != "h100-sxm" else "a100-80" for a in base]
     bad = run_cli("plan", *ampere, "--moe-backend", "triton", cwd=str(ROOT))
     assert bad.code != 0 and len(bad.stderr.strip().splitlines()) == 1 and "name marlin" in bad.stderr
+
+
+def test_moe_backend_is_refused_where_it_would_change_nothing():
+    base = ["--preset", "gpt-oss-120b", "--gpu", "h100-sxm", "--context", "32768"]
+    for args, words in (
+        (["--moe-backend", "marlin"], "add --engine vllm"),  # the ledger keeps the checkpoint's bytes
+        (["--engine", "sglang", "--moe-backend", "triton"], "add --engine vllm"),
+        (["--preset", "llama-3.1-8b", "--engine", "vllm", "--moe-backend", "cutlass"], "use one of marlin, triton"),
+    ):
+        bad = run_cli("plan", *base, *args, cwd=str(ROOT))
+        assert bad.code != 0 and len(bad.stderr.strip().splitlines()) == 1 and words in bad.stderr, (args, bad.stderr)

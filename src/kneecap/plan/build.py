@@ -19,7 +19,7 @@ from kneecap.hardware import get_gpu
 from kneecap.model.kv import check_kv_dtype, check_tp, kv_dtype_bytes
 from kneecap.model.resolve import load_model
 from kneecap.model.weights import weight_bits, weight_bytes
-from kneecap.plan import cudagraph_memory, engines, non_torch, profile_peak
+from kneecap.plan import cudagraph_memory, engines, non_torch, profile_peak, vllm_mxfp4
 from kneecap.plan.ledger import Plan, build_plan, weights_bytes_per_gpu, weights_total_bytes
 from kneecap.units import GB, GiB
 
@@ -275,6 +275,13 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
                 )
     if f.mem_fraction is not None and f.engine != "sglang":
         raise KneecapError("--mem-fraction is SGLang's mem_fraction_static", "add --engine sglang, or use --mem-util")
+    if f.moe_backend is not None and f.engine != "vllm":
+        raise KneecapError(
+            "--moe-backend is the kernel vLLM ran MXFP4 experts with (its padding enters vLLM's pool model only)",
+            "add --engine vllm, or drop --moe-backend",
+        )
+    if f.moe_backend is not None:
+        vllm_mxfp4.check_backend(f.moe_backend)
     if f.mamba_cache_size is not None and f.engine != "sglang":
         raise KneecapError("--mamba-cache-size is SGLang's --max-mamba-cache-size", "add --engine sglang")
     if f.ep > 1 and f.tp % f.ep:

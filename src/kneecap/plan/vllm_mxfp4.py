@@ -68,13 +68,18 @@ def capability_major(gpu_name: str) -> int | None:
 BACKENDS = ("marlin", "triton")  # the kernels a caller may name instead of the release's default
 
 
+def check_backend(chosen: str) -> None:
+    """A KneecapError unless `chosen` is a kernel a caller may name (BACKENDS)."""
+    if chosen not in BACKENDS:
+        raise KneecapError(f"unknown MXFP4 MoE backend {chosen!r}", f"use one of {', '.join(BACKENDS)}")
+
+
 def mxfp4_backend(gpu_name: str, version: tuple[int, ...], chosen: str | None = None) -> str:
     """The MXFP4 MoE backend vLLM picks at this release on this GPU: "marlin", "triton", "flashinfer" or "other" (AMD
     and the GPUs kneecap has not placed). `chosen` ("marlin" | "triton") names the one a server ran instead of the
     default (a 0.10 / 0.11 install with triton_kernels on Hopper runs Triton; VLLM_MXFP4_USE_MARLIN=1 forces Marlin)."""
     if chosen is not None:
-        if chosen not in BACKENDS:
-            raise KneecapError(f"unknown MXFP4 MoE backend {chosen!r}", f"use one of {', '.join(BACKENDS)}")
+        check_backend(chosen)
         major = capability_major(gpu_name)
         if chosen == "triton" and major is not None and not 9 <= major < 11:
             raise KneecapError(
