@@ -80,3 +80,24 @@ def test_vllm_defaults_carry_the_rule_and_the_other_engines_do_not():
     assert not sglang_defaults(80 * GiB, 100_000, 32_768).chunk_whole_or_preempt
     assert not trtllm_defaults().chunk_whole_or_preempt
     assert not replace(EngineConfig(), name="custom").chunk_whole_or_preempt
+
+
+def test_a_preempted_decode_gives_its_budget_back():
+    """The decode taken out of the step no longer holds its token of the step's budget: a running prompt behind the
+    chunk that preempted it gets that token (vLLM walks its running list in order, so the victim, behind the chunk,
+    was never charged)."""
+    cfg = EngineConfig(name="custom", max_num_seqs=8, max_num_batched_tokens=32, chunk_whole_or_preempt=True)
+    sched = Scheduler(cfg, BlockManager(9, 16, enable_prefix_caching=False))
+    old, mid, new = _seq(0, 200), _seq(1, 40), _seq(2, 20, osl=40)
+    sched.running = [old, mid, new]
+    sched.blocks.allocate(old.rid, 64)  # old: 64 of 200 prompt tokens computed, 4 blocks
+    old.num_computed = 64
+    sched.blocks.allocate(mid.rid, 20)  # mid: 20 of 40 prompt tokens computed, 2 blocks (room for 12 more)
+    mid.num_computed = 20
+    sched.blocks.allocate(new.rid, 32)  # new: decoding at 32 tokens, 2 blocks; its decode takes the 9th and last block
+    new.num_computed, new.num_tokens, new.num_output = 32, 33, 1
+    batch = sched.schedule()
+    # old's chunk (32 - 1 = 31 tokens) needs 2 more blocks with none free: new is preempted (3 blocks back)
+    assert batch.preempted == [new] and batch.decodes == []
+    # new's decode token goes back to the budget, and mid, next in line, takes it
+    assert [(s.rid, k) for s, k in batch.prefills] == [("r0", 31), ("r1", 1)]

@@ -377,8 +377,10 @@ class Scheduler:
             if cfg.chunk_whole_or_preempt and (len(running) > 1 or running[0] is not seq):
                 # vLLM V1: the chunk's blocks are allocated whole or the newest running request is preempted (alone,
                 # it shrinks to what fits below: vLLM's start-up check makes one request of max_model_len fit)
-                if not self._make_room(seq, n, batch):
+                restored = self._make_room(seq, n, batch)
+                if restored is None:
                     break  # preempted itself: vLLM stops scheduling running requests for this step
+                budget += restored
             else:
                 if blocks.grouped:
                     fit = self._grouped_fit(seq, seq.num_computed, n)
@@ -463,22 +465,29 @@ class Scheduler:
             budget -= n
         return batch
 
-    def _make_room(self, seq: Sequence, n: int, batch: Batch) -> bool:
+    def _make_room(self, seq: Sequence, n: int, batch: Batch) -> int | None:
         """Free blocks for `n` more prompt tokens of running `seq` by preempting the most recently admitted running
         sequences (vLLM V1 `Scheduler.schedule`: allocate_slots gives a chunk all its blocks or none, and a running
-        request it fails for preempts `self.running.pop()` until it fits). False when `seq` preempted itself."""
+        request it fails for preempts `self.running.pop()` until it fits). None when `seq` preempted itself, else the
+        step's token budget given back by decodes taken out of this step.
+
+        vLLM walks its running list once, in order, so a victim behind `seq` was never charged to the budget; this
+        scheduler charges decodes first (step 1), so it gives their tokens back (vLLM 0.32.0 does the same
+        explicitly, `token_budget += restored`, where its priority policy can pick an already scheduled victim)."""
         blocks, running = self.blocks, self.running
+        restored = 0
         while blocks.new_blocks_needed(seq.rid, seq.num_computed + n) > blocks.num_free:
             victim = running.pop()
             if victim in batch.decodes:
-                self._unschedule_decode(victim, batch)
+                restored += self._unschedule_decode(victim, batch)
             self._preempt(victim, batch)
             if victim is seq:
-                return False
-        return True
+                return None
+        return restored
 
-    def _unschedule_decode(self, seq: Sequence, batch: Batch) -> None:
-        """Take back a decode this step had scheduled (its sequence is being preempted): its share of the sums."""
+    def _unschedule_decode(self, seq: Sequence, batch: Batch) -> int:
+        """Take back a decode this step had scheduled (its sequence is being preempted): its share of the sums, and
+        the tokens it held of the step's budget (returned: 1 + the speculative tokens)."""
         batch.decodes.remove(seq)
         k = self.config.spec_tokens
         ctx = seq.num_computed + 1
@@ -490,6 +499,7 @@ class Scheduler:
             batch.pairs_window -= m * (1 + k)
             batch.kv_tokens_window -= m
             batch.decode_kv_window -= m
+        return 1 + k
 
     def _grouped_fit(self, seq: Sequence, start: int, n: int, hashes=(), extra: int = 0) -> int:
         """The most tokens m <= n past `start` that the free blocks cover in every layer group (0 if none)."""
