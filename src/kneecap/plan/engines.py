@@ -54,7 +54,7 @@ from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.model import kv as kvmath
 from kneecap.model import rope
-from kneecap.plan import vllm_mxfp4
+from kneecap.plan import sglang_load, vllm_mxfp4
 from kneecap.units import GiB
 
 ENGINES = ("vllm", "sglang")
@@ -107,6 +107,9 @@ class EnginePool:
     # the RoPE cos/sin buffers the engine loads with the weights (vllm_rope_cache_bytes, sglang_rope_cache_bytes)
     rope_cache_bytes: int = 0
     rope_caches: str = ""  # those buffers, rows x rotary dims each ("" where none is counted)
+    # SGLang: what PyTorch's caching allocator reserves for the load beyond the weights and the RoPE cache
+    # (segment rounding, vocabulary padding: plan/sglang_load.py), inside its "Load weight end" mem usage
+    allocator_bytes: int = 0
     # vLLM: what its MXFP4 expert kernel holds beyond the checkpoint's expert bytes (Marlin's padding, vllm_mxfp4)
     expert_pad_bytes: int = 0
     experts_note: str = ""  # vLLM: how the MXFP4 experts were counted ("" for other models)
@@ -785,6 +788,12 @@ SGLANG_FP32_ROPE_FROM = (0, 4, 3)
 _SGLANG_ROPE_KINDS = ("default", "llama3")
 
 
+def sglang_rope_temp_bytes(model) -> int:
+    """Bytes of each float32 temporary (freqs, cos, sin: max_position x rotary_dim / 2) SGLang's RoPE cache is
+    computed from (RotaryEmbedding._compute_cos_sin_cache), for the caches sglang_rope_cache_bytes counts."""
+    return sum(c.positions * c.rotary_dim // 2 * 4 for c in model.rope_caches)
+
+
 def sglang_rope_cache_bytes(model, version: str = DEFAULT_SGLANG_VERSION) -> int:
     """The RoPE cos/sin caches SGLang builds on the GPU while it loads the weights: max_position x rotary_dim values,
     4 bytes each from 0.4.3 (2 before). Llama-3.1-8B and QwQ-32B: 131,072 x 128 x 4 B = 64 MiB on every GPU. 0 when
@@ -833,11 +842,16 @@ def sglang_pool(
     free_before_weights = total_bytes - non_torch_bytes  # SGLang logs it: "Load weight begin. avail mem=X GB"
     budget = int(free_before_weights * mem_fraction)
     rope_bytes = sglang_rope_cache_bytes(deployment.model, version)
-    rest = budget - weights_bytes - rope_bytes
+    # what PyTorch's caching allocator reserves beyond the tensors (its segment rounding, the vocabulary padding)
+    temp = sglang_rope_temp_bytes(deployment.model) if rope_bytes else 0
+    extra = sglang_load.load_overhead_bytes(
+        deployment.model, deployment.tp, deployment.weight_dtype, weights_bytes, rope_bytes, temp
+    )
+    rest = budget - weights_bytes - rope_bytes - (extra or 0)
     if rest <= 0:
         raise KneecapError(
             f"SGLang would have no KV cache: {mem_fraction} x {free_before_weights / GiB:.2f} GiB free before the "
-            f"weights - {(weights_bytes + rope_bytes) / GiB:.2f} GiB weights = {rest / GiB:.2f} GiB",
+            f"weights - {(weights_bytes + rope_bytes + (extra or 0)) / GiB:.2f} GiB weights = {rest / GiB:.2f} GiB",
             "raise --mem-fraction, add GPUs (--tp) or use a smaller --weight-dtype",
         )
     m = deployment.model
@@ -885,7 +899,18 @@ def sglang_pool(
     caches = rope.describe(deployment.model.rope_caches, parse_version(version)) if rope_bytes else ""
     if caches and "float32" not in caches and parse_version(version) >= SGLANG_FP32_ROPE_FROM:
         caches += ", float32"
-    return dataclasses.replace(pool, notes=tuple(lines) + pool.notes, rope_cache_bytes=rope_bytes, rope_caches=caches)
+    if extra is None:
+        lines.append(
+            "SGLang's load also holds what PyTorch's caching allocator rounds its tensors up to; kneecap models it "
+            "for 16-bit Llama and Qwen2 dense checkpoints only, so this plan counts the weights' own bytes"
+        )
+    return dataclasses.replace(
+        pool,
+        notes=tuple(lines) + pool.notes,
+        rope_cache_bytes=rope_bytes,
+        rope_caches=caches,
+        allocator_bytes=extra or 0,
+    )
 
 
 def sglang_logged_pool(

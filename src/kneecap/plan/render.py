@@ -423,13 +423,15 @@ def engine_section(engine: EnginePool, plan: Plan | None = None):
             f"  (total {_gib(engine.total_bytes)} − in use before the weights {_gib(engine.non_torch_bytes)}) GiB"
             f" × {engine.fraction} = {_gib(engine.budget_bytes)} GiB budget"
         )
-        loaded = engine.weights_bytes + engine.rope_cache_bytes
+        loaded = engine.weights_bytes + engine.rope_cache_bytes + engine.allocator_bytes
         rope_part = (
             f" + RoPE cos/sin cache {engine.rope_cache_bytes / 2**20:,.0f} MiB ({engine.rope_caches})"
             if engine.rope_cache_bytes
             else ""
         )
-        total = f" = {_gib(loaded)} GiB" if rope_part else ""
+        if engine.allocator_bytes:
+            rope_part += f" + allocator rounding {engine.allocator_bytes / 2**20:,.0f} MiB (PyTorch's segments)"
+        total = f" = {_gib(loaded)} GiB ('Load weight end' mem usage)" if rope_part else ""
         lines.append(f"  − weights {_gib(engine.weights_bytes)} GiB{rope_part}{total}")
         if engine.state_pool_bytes:
             lines.append(f"  − Mamba state pool {_gib(engine.state_pool_bytes)} GiB")
