@@ -358,6 +358,16 @@ def test_sglang_engine_mode_misses_by_the_memory_kneecap_does_not_know(rows):
     assert gaps == {"sglang-llama-3.1-8b-h100-v0.4.4": 0.09, "sglang-qwq-32b-4xl4-v0.4.3": 0.0}
 
 
+def test_the_plan_names_the_pre_load_memory_the_published_sglang_logs_show(rows):
+    # engine mode takes 0 for the memory in use before the weights and says what these logs showed, and how to read it
+    pre = {r["id"]: f"{r['pre_load_gib']:.2f}" for r in rows if "pre_load_gib" in r}
+    assert pre == {"sglang-llama-3.1-8b-h100-v0.4.4": "0.60", "sglang-qwq-32b-4xl4-v0.4.3": "0.86"}
+    r = run_cli("plan", *RECORD["sglang-qwq-32b-4xl4-v0.4.3"]["plan"], "--engine", "sglang", cwd=str(ROOT))
+    text = " ".join(r.stdout.split())
+    assert "0.60 GiB on an H100 at TP 1, 0.86 GiB on L4s at TP 4 in published logs" in text, text
+    assert "pass --non-torch-gib = total − your log's 'Load weight begin. avail mem'" in text
+
+
 def test_the_moe_record_misses_by_what_the_table_says(rows):
     # Qwen3-235B-A22B-FP8 on 4 H100s with a KV connector: 8.11 GiB holds 11,308 blocks of 16 tokens at 48,128 B a
     # token, but vLLM logged 11,180 (1.1% fewer). vLLM sizes every TP rank to the smallest rank's blocks and the thread

@@ -423,6 +423,12 @@ def engine_section(engine: EnginePool, plan: Plan | None = None):
             f"  (total {_gib(engine.total_bytes)} − in use before the weights {_gib(engine.non_torch_bytes)}) GiB"
             f" × {engine.fraction} = {_gib(engine.budget_bytes)} GiB budget"
         )
+        if not engine.non_torch_bytes:
+            lines.append(
+                "    in use before the weights: not known, 0 taken (the CUDA context and NCCL: 0.60 GiB on an H100 at"
+                " TP 1, 0.86 GiB on L4s at TP 4 in published logs); pass --non-torch-gib = total − your log's"
+                " 'Load weight begin. avail mem'"
+            )
         loaded = engine.weights_bytes + engine.rope_cache_bytes + engine.allocator_bytes
         rope_part = (
             f" + RoPE cos/sin cache {engine.rope_cache_bytes / 2**20:,.0f} MiB ({engine.rope_caches})"
