@@ -845,8 +845,12 @@ def sglang_pool(
     rope_bytes = sglang_rope_cache_bytes(deployment.model, version)
     # what PyTorch's caching allocator reserves beyond the tensors (its segment rounding, the vocabulary padding)
     temp = sglang_rope_temp_bytes(deployment.model) if rope_bytes else 0
-    extra = sglang_load.load_overhead_bytes(
-        deployment.model, deployment.tp, deployment.weight_dtype, weights_bytes, rope_bytes, temp
+    extra = (
+        sglang_load.load_overhead_bytes(
+            deployment.model, deployment.tp, deployment.weight_dtype, weights_bytes, rope_bytes, temp
+        )
+        if deployment.pp == 1  # the replay puts every layer on one rank
+        else None
     )
     rest = budget - weights_bytes - rope_bytes - (extra or 0)
     if rest <= 0:

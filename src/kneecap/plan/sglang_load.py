@@ -148,15 +148,16 @@ def load_overhead_bytes(
 ) -> int | None:
     """Bytes SGLang's load reserves on one TP rank beyond the weights kneecap counts there (weights_bytes) and its
     RoPE cache (rope_temp_bytes: each of the float32 freqs, cos and sin it is computed from): the allocator's rounding
-    plus the vocabulary padding. None where kneecap does not model the load: another
-    model file, MoE, MLA, linear attention, weights that are not 16-bit, heads or MLP width that TP does not divide."""
+    plus the vocabulary padding. None where kneecap does not model the load: another model file, MoE, MLA, linear
+    attention, weights that are not 16-bit, heads or MLP width that TP does not divide, a model without its
+    parameter breakdown (param_parts)."""
     shardable = (
         model.num_attention_heads % tp == 0
         and (model.num_key_value_heads % tp == 0 or tp % model.num_key_value_heads == 0)
         and model.intermediate_size
         and model.intermediate_size % tp == 0
     )
-    plain = set(model.layer_types) <= {"full_attention"} and not model.num_experts
+    plain = set(model.layer_types) <= {"full_attention"} and not model.num_experts and bool(model.param_parts)
     if model.architecture not in SGLANG_DENSE_FILES or not plain or not shardable or weight_dtype not in (
         "bf16",
         "fp16",
