@@ -907,7 +907,8 @@ def sglang_pool(
     if extra is None:
         lines.append(
             "SGLang's load also holds what PyTorch's caching allocator rounds its tensors up to; kneecap models it "
-            "for 16-bit Llama and Qwen2 dense checkpoints only, so this plan counts the weights' own bytes"
+            "for 16-bit Llama and Qwen2 dense checkpoints without pipeline stages, so this plan counts the weights' "
+            "own bytes"
         )
     return dataclasses.replace(
         pool,
