@@ -109,7 +109,10 @@ def _sglang_figures(rec: dict, given: dict) -> dict:
         with_pre = _engine([*rec["plan"], "--non-torch-gib", f"{pre_load:.6f}"], "sglang")["engine"]
         out["pre_load_gib"] = pre_load
         out["tokens_with_pre_load"] = with_pre["log_kv_cache_tokens"]
-        out["weights_gap_gib"] = mem["weights_usage_gib"] - eng["weights_bytes"] / GiB
+        # SGLang's "mem usage" of "Load weight end" against what kneecap has the load take (weights, RoPE cache and
+        # the caching allocator's rounding)
+        loaded = eng["weights_bytes"] + eng["rope_cache_bytes"] + eng["allocator_bytes"]
+        out["weights_gap_gib"] = mem["weights_usage_gib"] - loaded / GiB
         # model_runner.py profile_max_num_token, on the logged figures: rest = free after the weights - free before
         # them x (1 - mem_fraction_static), in cells of the per-token bytes (bytes_per_token: kneecap's, K + V)
         rest = mem["free_after_weights_gib"] - mem["free_before_weights_gib"] * (1 - eng["fraction"])
@@ -245,7 +248,7 @@ def sglang_table(rows: list[dict]) -> str:
             continue
         name = r["id"] + ("" if r["dense"] else " (MoE)")
         pre = f"{tok(r, 'tokens_with_pre_load')}, {r['pre_load_gib']:.2f} GiB" if "pre_load_gib" in r else "not logged"
-        gap = f"{r['weights_gap_gib']:+.2f} GiB" if "weights_gap_gib" in r else "not logged"
+        gap = f"{round(r['weights_gap_gib'], 2) + 0.0:+.2f} GiB" if "weights_gap_gib" in r else "not logged"
         out.append(
             f"| {name} | {r['version']} | {r['mem_fraction']}, {_tp(rec)} | {r['logged_tokens']:,} | "
             f"{tok(r, 'tokens_given_pool')} | {tok(r, 'tokens_server_args')} | {pre} | {gap} | "
@@ -329,13 +332,16 @@ def test_sglangs_rule_on_its_logged_memory_is_its_logged_token_count(rows):
 
 
 # SGLang engine mode, tokens: (server arguments alone, + the memory the log shows in use before the weights load).
-# What is left is what kneecap does not know: the memory in use before the weights (CUDA context, NCCL: 0.60 GiB on
-# the H100, 0.86 GiB below the L4's driver total, which kneecap takes for want of a PyTorch figure) and what SGLang's
-# "mem usage" holds beyond the weight tensors (+0.15 GiB for Llama-3.1-8B, +0.28 GiB per GPU for QwQ-32B at TP 4,
-# not identified). On a 24 GB GPU at TP 4 those are a third of a 2.84 GiB pool.
+# kneecap takes out of the pool what SGLang's load holds: the weights, its float32 RoPE cos/sin cache (64 MiB for both
+# models) and the caching allocator's segment rounding (plan/sglang_load.py: 1.5 MiB for Llama-3.1-8B at TP 1, 227 MiB
+# per GPU for QwQ-32B at TP 4). What is left is what kneecap does not know: the memory in use before the weights
+# (CUDA context, NCCL: 0.60 GiB on the H100, 0.86 GiB below the L4's driver total, which kneecap takes for want of a
+# PyTorch figure; 0.13 GiB of it the QwQ log's "Init torch distributed ends. mem usage") and, for Llama-3.1-8B on the
+# H100, 0.09 GiB of "mem usage" beyond the weights, not identified. On a 24 GB GPU at TP 4 the pre-load memory is a
+# quarter of a 2.84 GiB pool.
 SGLANG_ENGINE_MODE = {
-    "sglang-llama-3.1-8b-h100-v0.4.4": (448_345, 444_020),
-    "sglang-qwq-32b-4xl4-v0.4.3": (63_293, 51_259),
+    "sglang-llama-3.1-8b-h100-v0.4.4": (447_821, 443_496),
+    "sglang-qwq-32b-4xl4-v0.4.3": (58_638, 46_604),
 }
 
 
@@ -344,9 +350,22 @@ def test_sglang_engine_mode_misses_by_the_memory_kneecap_does_not_know(rows):
     assert got == SGLANG_ENGINE_MODE
     errors = {k: [round(_err(t, RECORD[k]["logged"]["kv_cache_tokens"]), 2) for t in v] for k, v in got.items()}
     assert errors == {
-        "sglang-llama-3.1-8b-h100-v0.4.4": [1.26, 0.29],
-        "sglang-qwq-32b-4xl4-v0.4.3": [35.79, 9.97],
+        "sglang-llama-3.1-8b-h100-v0.4.4": [1.15, 0.17],
+        "sglang-qwq-32b-4xl4-v0.4.3": [25.8, -0.02],
     }
+    # the weights SGLang logged ("mem usage" of "Load weight end") less kneecap's weights and RoPE cache
+    gaps = {r["id"]: round(r["weights_gap_gib"], 2) for r in rows if "tokens_with_pre_load" in r}
+    assert gaps == {"sglang-llama-3.1-8b-h100-v0.4.4": 0.09, "sglang-qwq-32b-4xl4-v0.4.3": 0.0}
+
+
+def test_the_plan_names_the_pre_load_memory_the_published_sglang_logs_show(rows):
+    # engine mode takes 0 for the memory in use before the weights and says what these logs showed, and how to read it
+    pre = {r["id"]: f"{r['pre_load_gib']:.2f}" for r in rows if "pre_load_gib" in r}
+    assert pre == {"sglang-llama-3.1-8b-h100-v0.4.4": "0.60", "sglang-qwq-32b-4xl4-v0.4.3": "0.86"}
+    r = run_cli("plan", *RECORD["sglang-qwq-32b-4xl4-v0.4.3"]["plan"], "--engine", "sglang", cwd=str(ROOT))
+    text = " ".join(r.stdout.split())
+    assert "0.60 GiB on an H100 at TP 1, 0.86 GiB on L4s at TP 4 in published logs" in text, text
+    assert "pass --non-torch-gib = total − your log's 'Load weight begin. avail mem'" in text
 
 
 def test_the_moe_record_misses_by_what_the_table_says(rows):

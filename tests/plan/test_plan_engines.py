@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.hardware import get_gpu
-from kneecap.model.spec import Model
-from kneecap.plan.engines import parse_version, sglang_pool, vllm_pool
+from kneecap.model.spec import Model, RopeCache
+from kneecap.plan.engines import parse_version, sglang_pool, sglang_rope_cache_bytes, vllm_pool
 
 GiB = 2**30
 # An 8B-class dense model: 32 layers x 8 KV heads x 128 dim x 2 B x 2 (K, V) = 131,072 B per token.
@@ -82,6 +84,32 @@ def test_sglang_pool_by_hand():
     # the buffers hold one padding page more: (451,042 + 1) x 131,072 / 2 B = 27.53 GiB each for K and V
     assert p.log_lines == ("KV Cache is allocated. #tokens: 451042, K size: 27.53 GB, V size: 27.53 GB",)
     assert any("max_total_num_tokens=451042, ..." in n for n in p.notes)
+
+
+LLAMA3_ROPE = RopeCache(kind="llama3", positions=131_072, rotary_dim=128, element_bytes=2, theta=500_000.0)
+
+
+def test_sglang_loads_a_float32_rope_cache_with_the_weights():
+    # SGLang keeps the cos/sin cache in float32 on CUDA from 0.4.3 (rotary_embedding.py: cast to the model dtype only
+    # off CUDA): 131,072 rows x 128 x 4 B = 64 MiB, where 0.4.1.post7 casts it to the 16-bit dtype (32 MiB)
+    m = dataclasses.replace(M8, rope_caches=(LLAMA3_ROPE,))
+    assert sglang_rope_cache_bytes(m, "0.4.4") == 131_072 * 128 * 4 == 64 * 2**20
+    assert sglang_rope_cache_bytes(m, "0.5") == 64 * 2**20
+    assert sglang_rope_cache_bytes(m, "0.4.1") == 32 * 2**20
+    # a RoPE kind whose SGLang class was not read (here YaRN) counts nothing rather than a guess
+    yarn = dataclasses.replace(LLAMA3_ROPE, kind="yarn", positions=32_768, factor=4.0)
+    assert sglang_rope_cache_bytes(dataclasses.replace(M8, rope_caches=(yarn,))) == 0
+    # the pool of test_sglang_pool_by_hand less the cache: (59,118,978,007 - 67,108,864) // 131,072 = 450,530
+    p = sglang_pool(
+        Deployment(m, get_gpu("h100-sxm")),
+        total_bytes=80 * GiB,
+        weights_bytes=16_000_000_000,
+        mem_fraction=0.88,
+        max_model_len=32768,
+        non_torch_bytes=GiB // 2,
+        version="0.4.4",
+    )
+    assert (p.kv_capacity_tokens, p.rope_cache_bytes, p.rope_caches) == (450_530, 64 * 2**20, "131,072 x 128, float32")
 
 
 def test_no_room_is_a_one_line_error():

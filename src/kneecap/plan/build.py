@@ -434,7 +434,8 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
                 + (before if f.engine == "sglang" else engine_pool.non_torch_bytes)
                 + engine_pool.cudagraph_bytes
                 + engine_pool.state_pool_bytes
-                + engine_pool.rope_cache_bytes  # vLLM's RoPE buffer, loaded beside the weights
+                + engine_pool.rope_cache_bytes  # the engine's RoPE buffer, loaded beside the weights
+                + engine_pool.allocator_bytes  # SGLang: the caching allocator's rounding of the load (sglang_load)
                 + engine_pool.expert_pad_bytes  # vLLM's Marlin padding of MXFP4 experts, loaded with them
             )
             deployment = dataclasses.replace(deployment, overhead_bytes=kept, frag_fraction=0.0)

