@@ -30,10 +30,10 @@ renders a model's Jinja chat template on the API server's event loop before the 
 (entrypoints/openai/serving_engine.py _preprocess_chat: apply_hf_chat_template, then the tokenizer's await; the awaits
 before it return at once for a text-only request to the served model), and 0.11.0's apply_hf_chat_template calls
 resolve_chat_template_kwargs (entrypoints/chat_utils.py:1575-1599), which builds a jinja2 environment and parses the
-whole template on every request, uncached (0.11.1 and later cache it, _cached_resolve_chat_template_kwargs; 0.10.2 has
-no such call). Requests sent together therefore all pass that synchronous part before any reaches the engine.
-vllm-project/vllm#20065 measured the same kind of per-request template walk (_detect_content_format, cached since) as
-"6-8 seconds delay before prompts actually are started to process" for 1,000 requests. gpt-oss renders with
+whole template on every request, uncached (0.11.1-0.12.0 and 0.32.0 cache it, _cached_resolve_chat_template_kwargs;
+0.10.2 has no such call). Requests sent together therefore all pass that synchronous part before any reaches the
+engine. vllm-project/vllm#20065 measured the same kind of per-request template walk (_detect_content_format, cached
+since) as "6-8 seconds delay before prompts actually are started to process" for 1,000 requests. gpt-oss renders with
 openai-harmony instead (serving_chat.py use_harmony), which fits its small D. bench/chat_template_parse.py times that
 per-request parse for a given template file.
 """
