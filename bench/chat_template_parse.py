@@ -3,6 +3,11 @@ parsing the model's Jinja chat template (bench/short_prompt_pacing.py names it a
 before GPUStack's short-prompt runs start).
 
     $KNEECAP_VLLM_PYTHON bench/chat_template_parse.py TEMPLATE.jinja [TEMPLATE.jinja ...]
+    $KNEECAP_VLLM_PYTHON bench/chat_template_parse.py --markdown bench/templates/*.jinja SDIST/examples/*.jinja
+
+--markdown prints one table row per template and the host (CPU model, cores, load average before and after): what
+bench/results/chat_template_parse.md holds and kneecap's --endpoint chat prices vLLM 0.11.0's requests with
+(kneecap.sim.config.CHAT_TEMPLATE_PARSE_MS).
 
 Needs only jinja2 (the vLLM venv has it; kneecap's does not). For each template it repeats what vLLM 0.11.0's
 resolve_chat_template_kwargs (vllm/entrypoints/chat_utils.py:1575-1599) does on every request: a new
@@ -16,6 +21,8 @@ tokenizer_config.json or chat_template.jinja.
 
 from __future__ import annotations
 
+import os
+import platform
 import sys
 import time
 
@@ -43,23 +50,48 @@ def render_ms(template: str, repeats: int = 200) -> float:
     """CPU ms per render of the compiled template for one 128-word user message."""
     compiled = _env().from_string(template)
     messages = [{"role": "user", "content": "word " * 128}]
+    try:
+        compiled.render(messages=messages, add_generation_prompt=True, bos_token="")
+    except Exception:  # a template that needs more than one user message (tools, a system turn): not timed
+        return float("nan")
     t0 = time.process_time()
     for _ in range(repeats):
         compiled.render(messages=messages, add_generation_prompt=True, bos_token="")
     return (time.process_time() - t0) / repeats * 1e3
 
 
-def main(paths: list[str]) -> int:
+def host() -> str:
+    """The host's CPU model, cores and load average (the parse is CPU-bound: its cost is the host's)."""
+    model = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return f"{model}, {os.cpu_count()} logical CPUs, load average {load} (1/5/15 min)"
+
+
+def main(argv: list[str]) -> int:
+    markdown = "--markdown" in argv
+    paths = [a for a in argv if a != "--markdown"]
     if not paths:
         print("error: name at least one chat template file; e.g. examples/tool_chat_template_deepseekr1.jinja")
         return 2
+    if markdown:
+        print(f"host before: {host()}; jinja2 {jinja2.__version__}, Python {platform.python_version()}\n")
+        print("| template | chars | parse ms CPU per request | compiled render ms |")
+        print("|---|---:|---:|---:|")
     for path in paths:
         with open(path, encoding="utf-8") as f:
             template = f.read()
-        print(
-            f"{path}: {len(template)} chars, parse {parse_ms(template):.2f} ms CPU per request, "
-            f"compiled render {render_ms(template):.3f} ms"
-        )
+        parse, render = parse_ms(template), render_ms(template)
+        if markdown:
+            print(f"| {path} | {len(template)} | {parse:.2f} | {render:.3f} |")
+        else:
+            print(f"{path}: {len(template)} chars, parse {parse:.2f} ms CPU per request, render {render:.3f} ms")
+    if markdown:
+        print(f"\nhost after: {host()}")
     return 0
 
 

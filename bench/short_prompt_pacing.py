@@ -24,20 +24,23 @@ deployment of Qwen3 on the same H100 host (FP8, TP 4, 16,384 tokens a step: dura
 5.53 s, P99 5.80 s) gives D = 5.13 s against the baseline's 5.25 s: the dead time follows the host and the model's
 chat template, not the GPU work (SAME_HOST below).
 
-A candidate read in vLLM 0.11.0's source, not modelled: /v1/chat/completions renders a model's Jinja chat template
-on the API server's event loop before the request first waits (entrypoints/openai/serving_engine.py _preprocess_chat:
-apply_hf_chat_template, then the tokenizer's await; the awaits before it return at once for a text-only request to the
-served model), and 0.11.0's apply_hf_chat_template calls
+A candidate read in vLLM 0.11.0's source (modelled since by `kneecap simulate --endpoint chat`, sim/frontend.py; the
+validation points of these pages run with it, this script without it: the engine's run alone): /v1/chat/completions
+renders a model's Jinja chat template on the API server's event loop before the request first waits
+(entrypoints/openai/serving_engine.py _preprocess_chat: apply_hf_chat_template, then the tokenizer's await; the awaits
+before it return at once for a text-only request to the served model), and 0.11.0's apply_hf_chat_template calls
 resolve_chat_template_kwargs (entrypoints/chat_utils.py:1575-1599), which builds a jinja2 environment and parses the
-whole template on every request, uncached (0.32.0 caches it: renderers/hf.py _cached_resolve_chat_template_kwargs;
+whole template on every request, uncached (0.11.1-0.12.0 and 0.32.0 cache it, _cached_resolve_chat_template_kwargs;
 0.10.2 has no such call). Requests sent together therefore all pass that synchronous part before any reaches the
 engine. vllm-project/vllm#20065 measured the same kind of per-request template walk (_detect_content_format, cached
-since) as "6-8 seconds delay before prompts actually are started to process" for 1,000 requests. gpt-oss renders
-with openai-harmony instead (serving_chat.py use_harmony), which fits its small D. bench/chat_template_parse.py times
-that per-request parse for a given template file.
+since) as "6-8 seconds delay before prompts actually are started to process" for 1,000 requests. gpt-oss renders with
+openai-harmony instead (serving_chat.py use_harmony), which fits its small D. bench/chat_template_parse.py times that
+per-request parse for a given template file.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from kneecap import validation as V
 from kneecap.levels import SweepLevel
@@ -48,7 +51,7 @@ from kneecap.workload import RequestClass, RequestSpec, Workload
 
 
 def _records(point, *, isl: int, gap_s: float = 0.0):
-    sim = V.sim_deployment(point)
+    sim = V.sim_deployment(dataclasses.replace(point, endpoint="completions"))  # the engine alone, no front end
     n = point.sim_requests
     wl = Workload(classes=(RequestClass(input=V._lengths(isl, None), output=V._lengths(point.osl, None)),))
     if gap_s:

@@ -49,7 +49,9 @@ ENGINES: dict[str, str] = {
     "gpu_memory_utilization 0.9 unless the point states one; a V0 point without a release number: the default "
     "release's); a point whose engine is vLLM V0 (releases before 0.8) runs with V0's profile "
     "(max_num_seqs 256, 4 ms of CPU per step between steps), and one from 0.14 on with its default asynchronous scheduling "
-    "(the next step's CPU work overlaps the GPU's)",
+    "(the next step's CPU work overlaps the GPU's); a point whose client sent through /v1/chat/completions runs with "
+    "`--endpoint chat`: the API server's event loop prepares each request's chat template before the engine sees it "
+    "(0.11.0 parses the template afresh for every request, priced as measured on a 2-core build VM; docs/simulator.md)",
     "sglang": "kneecap's SGLang defaults (chunked_prefill_size by GPU memory, max_running_requests from the pool, "
     "new-token-ratio admission reserve) and SGLang's KV-pool model at the point's release (`--engine sglang "
     "--engine-version`, mem_fraction_static 0.88 unless the point states one)",
@@ -201,6 +203,9 @@ class Point:
     published: float
     engine_overrides: dict
     not_simulated: str | None  # a reason stated in the data (e.g. inter-node links)
+    # the API the benchmark client sent through, where the source states it: "chat" (/v1/chat/completions: the
+    # server's chat-template work on its event loop, kneecap.sim.frontend) or "completions" (the default)
+    endpoint: str = "completions"
 
     @classmethod
     def from_dict(cls, d: dict) -> "Point":
@@ -231,6 +236,7 @@ class Point:
                 published=float(d["published"]),
                 engine_overrides=dict(d.get("engine_overrides") or {}),
                 not_simulated=d.get("not_simulated"),
+                endpoint=d.get("endpoint", "completions"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise KneecapError(f"validation point {d.get('id', '?')}: bad or missing field ({exc})", _FIX) from None
@@ -242,6 +248,8 @@ class Point:
             raise KneecapError(
                 f"validation point {point.id}: unknown engine {point.engine!r}", f"use one of {sorted(ENGINES)}"
             )
+        if point.endpoint not in ("completions", "chat"):
+            raise KneecapError(f'validation point {point.id}: endpoint must be "completions" or "chat"', _FIX)
         if point.concurrency != "max" and not (isinstance(point.concurrency, int) and point.concurrency >= 1):
             raise KneecapError(f'validation point {point.id}: concurrency must be an int >= 1 or "max"', _FIX)
         if (
@@ -316,8 +324,9 @@ def _plan(point: Point):
 def _engine_knobs(point: Point) -> dict:
     """The engine flags of the point's run, as from_plan (and `kneecap simulate`) takes them: the engine's defaults
     at the point's release (vLLM V0 before 0.8, async scheduling from 0.14; TensorRT-LLM's C++ runtime before 0.17),
-    a trtllm-bench run's limits, the batch limits and prefix caching the point states. TensorRT-LLM's and NIM's
-    prefix reuse is off (nothing in the runs is shared)."""
+    a trtllm-bench run's limits, the batch limits and prefix caching the point states, the endpoint its client sent
+    through (the chat endpoint's per-request cost at the release: sim/config.py chat_frontend_ms). TensorRT-LLM's and
+    NIM's prefix reuse is off (nothing in the runs is shared)."""
     o = point.engine_overrides
     prefix = o.get("enable_prefix_caching")
     return dict(
@@ -327,6 +336,7 @@ def _engine_knobs(point: Point) -> dict:
         max_num_seqs=o.get("max_num_seqs"),
         max_num_batched_tokens=o.get("max_num_batched_tokens"),
         prefix_caching=False if point.engine in ("tensorrt-llm", "nim") and prefix is None else prefix,
+        endpoint=point.endpoint,
     )
 
 
@@ -422,6 +432,7 @@ def command_line(point: Point) -> str | None:
     parts += [f"--{k.replace('_', '-')} {knobs[k]}" for k in ("max_num_seqs", "max_num_batched_tokens") if knobs[k]]
     if knobs["prefix_caching"] is not None:
         parts += ["--prefix-caching" if knobs["prefix_caching"] else "--no-prefix-caching"]
+    parts += ["--endpoint chat"] if knobs["endpoint"] == "chat" else []
     parts += [
         f"--isl {_length_flag(point.isl, point.isl_low)}",
         f"--osl {_length_flag(point.osl, point.osl_low)}",

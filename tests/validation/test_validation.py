@@ -212,6 +212,24 @@ def test_every_simulated_point_has_its_command_line():
     assert all(command_line(p) is None for p in points if p.not_simulated)
 
 
+def test_chat_endpoint_points_print_it_and_run_through_the_servers_event_loop():
+    """The sources that state /v1/chat/completions (GPUStack's performance lab: `vllm bench serve --backend openai-chat
+    --endpoint /v1/chat/completions`) are chat points; their command lines say so and their simulated deployment puts
+    the release's per-request chat-template cost in front of the engine (vLLM 0.11.0: a parse; gpt-oss: harmony, 0)."""
+    from kneecap.sim.config import CHAT_TEMPLATE_PARSE_MS
+    from kneecap.validation import command_line, sim_deployment
+
+    points = {p.id: p for p in load_points()}
+    chat = [p for p in points.values() if p.endpoint == "chat"]
+    assert chat and all("/gpustack/gpustack/" in p.source_url for p in chat)
+    assert all("--endpoint chat" in command_line(p) for p in chat)
+    assert not any("--endpoint" in (command_line(p) or "") for p in points.values() if p.endpoint != "chat")
+    qwen = sim_deployment(points["gpustack-vllm-qwen3-235b-a22b-h100-sxm-tp8-128-4-ttft_ms_mean"])
+    assert qwen.config.frontend_s_per_request == pytest.approx(CHAT_TEMPLATE_PARSE_MS["qwen3"] / 1e3)
+    oss = sim_deployment(points["gpustack-vllm-gpt-oss-20b-h100-128-4-ttft_ms_mean"])
+    assert oss.config.frontend_s_per_request == 0.0 and "harmony" in oss.config.frontend_note
+
+
 def _sample(points):
     """The cheapest simulated point of each published engine, of each vLLM release class (V0, synchronous V1, async
     scheduling) and of random lengths, and the cheapest trtllm-bench run."""
@@ -223,6 +241,8 @@ def _sample(points):
         lambda p: p.engine == "vllm" and p.engine_version == "0.17.0",
         lambda p: p.isl_low is not None,
         lambda p: "--trtllm-bench" in command_line(p),
+        # the chat endpoint at the release that parses its template per request (the API server's event loop)
+        lambda p: "--endpoint chat" in command_line(p) and p.engine_version == "0.11.0" and "gpt-oss" not in p.model,
     ]
     sample = []
     for want in wanted:

@@ -29,6 +29,11 @@ from kneecap.sim.speculative import SpecDecoding
 from kneecap.units import GiB, MiB
 
 ENGINE_DEFAULTS = ("vllm", "sglang", "trtllm", "nim", "llamacpp")
+# the OpenAI API endpoint the requests come through: /v1/completions (the prompt as sent) or /v1/chat/completions (the
+# server applies the model's chat template first, on its event loop: CHAT_FRONTEND_NOTE)
+ENDPOINT_COMPLETIONS = "completions"
+ENDPOINT_CHAT = "chat"
+ENDPOINTS = (ENDPOINT_COMPLETIONS, ENDPOINT_CHAT)
 
 
 def vllm_cudagraph_sizes(max_num_seqs: int) -> tuple[int, ...]:
@@ -83,6 +88,10 @@ class EngineProfile:
     # published kernel tables where one exists for the GPU class (sim/moe_kernels.py); "": steptime.py's grouped-GEMM
     # rule (TensorRT-LLM's CUTLASS MoE, llama.cpp)
     moe_kernel: str = ""
+    # what the release's OpenAI server does with a chat template on each /v1/chat/completions request, on its one
+    # event loop before the request reaches the engine (CHAT_FRONTEND_NOTE): CHAT_PARSE (a fresh parse of the whole
+    # template), CHAT_RENDER (a render of the compiled, cached template), "" (not modelled for this engine)
+    chat_template: str = ""
 
 
 # TRITON_FUSED_MOE_NOTE: vLLM (V0 and V1) and SGLang run bf16/fp16 and per-tensor FP8 routed experts with the Triton
@@ -118,8 +127,57 @@ EAGER_LAUNCH_S = 8.23e-3 / 326
 # `pip install vllm==0.11.0` logs "Failed to import Triton kernels" (vllm-project/vllm#26582) and runs Marlin. So the
 # 0.10-0.11 profile runs 4-bit experts with Marlin on a GPU without FP4; 0.12 is taken as the first release with
 # matmul_ogs by default (whether 0.11.1-0.11.2 shipped it is not checked). NVFP4 experts on such GPUs run Marlin too.
+# CHAT_FRONTEND_NOTE: vLLM's OpenAI server prepares a chat request on its single asyncio event loop before the request
+# first waits (kneecap.sim.frontend), so requests sent together queue behind each other's preparation. vLLM 0.11.0's
+# apply_hf_chat_template calls resolve_chat_template_kwargs (vllm/entrypoints/chat_utils.py:1575-1599), which builds a
+# new sandboxed jinja2 environment and parses the whole template on every request, uncached; 0.10.0 and 0.10.2 have no
+# such call, and 0.11.1, 0.11.2 and 0.12.0 cache it (`_cached_resolve_chat_template_kwargs = lru_cache(...)`,
+# chat_utils.py:1535 in 0.11.1/0.11.2, :1682 in 0.12.0), as 0.32.0 does (renderers/hf.py) -- read in those sdists. The
+# other releases render a compiled template (transformers caches the compilation). Releases between 0.8 and 0.9.1
+# detected the template's content format with an uncached Jinja walk on every request (vllm-project/vllm#20065: "6-8
+# seconds delay" for 1,000 requests, cached since); that walk is not priced (those releases get CHAT_RENDER). gpt-oss
+# renders with openai-harmony, not Jinja (serving_chat.py use_harmony): not priced (0). SGLang, TensorRT-LLM, NIM and
+# llama.cpp: not read, not modelled (0).
+CHAT_PARSE = "parse"
+CHAT_RENDER = "render"
+# CPU ms per request measured by bench/chat_template_parse.py on a shared 2-core Intel Xeon build VM at load ~0.5-1.7
+# (bench/results/chat_template_parse.md): a vLLM 0.11.0-style parse, and a render of the compiled template. The cost
+# is the host's: --frontend-ms-per-request gives a user's own.
+CHAT_TEMPLATE_PARSE_MS = {"qwen3": 10.89, "deepseek-r1": 11.12}
+CHAT_TEMPLATE_RENDER_MS = {"qwen3": 0.027, "deepseek-r1": 0.025}
+# a template not measured: the median over vLLM 0.11.0's 34 example templates (examples/*.jinja) in the same run
+DEFAULT_CHAT_TEMPLATE_PARSE_MS = 6.64
+DEFAULT_CHAT_TEMPLATE_RENDER_MS = 0.015
+# which measured template stands for a model preset's: Qwen3's (bench/templates/qwen3.jinja) for the Qwen3 MoE
+# presets; DeepSeek-R1's tokenizer_config template (bench/templates/deepseek-r1.jinja) for deepseek-v3, whose preset
+# runs DeepSeek-V3 and R1 alike (V3's and R1-0528's own templates, of the same structure, were not timed)
+MODEL_CHAT_TEMPLATES = {"qwen3-235b-a22b": "qwen3", "qwen3-30b-a3b": "qwen3", "deepseek-v3": "deepseek-r1"}
+HARMONY_MODELS = ("gpt-oss-20b", "gpt-oss-120b")
+
+
+def chat_frontend_ms(profile: EngineProfile, model_name: str) -> tuple[float, str]:
+    """CPU ms the engine's API server spends on its event loop per /v1/chat/completions request before the request
+    reaches the engine (CHAT_FRONTEND_NOTE), and what that figure is, in a user's words."""
+    if not profile.chat_template:
+        return 0.0, f"not modelled for {profile.version} (0)"
+    if model_name in HARMONY_MODELS:
+        return 0.0, "gpt-oss renders its prompt with openai-harmony, not a Jinja template: not priced (0)"
+    template = MODEL_CHAT_TEMPLATES.get(model_name)
+    parse = profile.chat_template == CHAT_PARSE
+    table = CHAT_TEMPLATE_PARSE_MS if parse else CHAT_TEMPLATE_RENDER_MS
+    what = "a fresh parse of the chat template per request" if parse else "a render of the cached chat template"
+    if template is None:
+        ms = DEFAULT_CHAT_TEMPLATE_PARSE_MS if parse else DEFAULT_CHAT_TEMPLATE_RENDER_MS
+        return ms, f"{what}; {model_name}'s template not measured: the median of vLLM's example templates"
+    return table[template], f"{what}, {template}'s template as measured on a 2-core Xeon VM"
+
+
 VLLM_PROFILE = EngineProfile(
-    eager_launch_s=EAGER_LAUNCH_S, graph_mixed_tokens=512, marlin_w4a16_moe=True, moe_kernel=TRITON_FUSED_MOE
+    eager_launch_s=EAGER_LAUNCH_S,
+    graph_mixed_tokens=512,
+    marlin_w4a16_moe=True,
+    moe_kernel=TRITON_FUSED_MOE,
+    chat_template=CHAT_RENDER,
 )
 SGLANG_PROFILE = EngineProfile(
     name="sglang",
@@ -138,6 +196,7 @@ VLLM_V0_PROFILE = EngineProfile(
     cpu_fixed_s=4e-3,
     eager_launch_s=EAGER_LAUNCH_S,
     moe_kernel=TRITON_FUSED_MOE,
+    chat_template=CHAT_RENDER,
 )
 # vLLM with async scheduling on by default: the scheduler runs one step ahead, so the CPU work of step n+1 overlaps
 # step n on the GPU (vllm-project/vllm#19970 "making the scheduler operate one step ahead of the current execution").
@@ -146,7 +205,11 @@ VLLM_V0_PROFILE = EngineProfile(
 # (January 2026) is taken as the first release with it; whether 0.13 already had it is not checked. Pipeline
 # parallelism kept it off until vllm-project/vllm#32359; the batch queue overlaps PP rounds anyway.
 VLLM_ASYNC_PROFILE = EngineProfile(
-    name="vllm", version="vLLM V1 0.14+ (async scheduling on by default)", overlap_cpu=True, moe_kernel=TRITON_FUSED_MOE
+    name="vllm",
+    version="vLLM V1 0.14+ (async scheduling on by default)",
+    overlap_cpu=True,
+    moe_kernel=TRITON_FUSED_MOE,
+    chat_template=CHAT_RENDER,
 )
 # TensorRT-LLM's PyTorch executor (PyExecutor._executor_loop_overlap: scheduling, input preparation, the TorchSampler's
 # per-request token updates and responses on one Python thread, one step ahead of the GPU) costs far more host time per
@@ -272,6 +335,10 @@ class EngineConfig:
     # 0.10.2, 0.11.0, 0.19.0 and 0.32.0). vLLM V0 (before 0.8) reserved a prompt's blocks whole at admission, which is
     # not modelled; it keeps this V1 rule. False: the chunk shrinks to the free blocks and nothing is preempted for it.
     chunk_whole_or_preempt: bool = False
+    # the API server's event-loop CPU seconds per request before the engine sees it (kneecap.sim.frontend; 0: off) and
+    # what the figure is ("" when no endpoint or cost was asked for: summaries then say nothing of it)
+    frontend_s_per_request: float = 0.0
+    frontend_note: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_num_seqs, int) or self.max_num_seqs < 1:
@@ -306,6 +373,12 @@ class EngineConfig:
             object.__setattr__(self, "spec_tokens", self.speculative.tokens)
         elif self.spec_tokens:
             object.__setattr__(self, "speculative", SpecDecoding("eagle", self.spec_tokens, (self.acceptance_rate,)))
+        if not (self.frontend_s_per_request >= 0 and math.isfinite(self.frontend_s_per_request)):
+            raise KneecapError(
+                f"--frontend-ms-per-request must be a finite number of milliseconds >= 0, got "
+                f"{self.frontend_s_per_request * 1e3!r}",
+                "pass e.g. --frontend-ms-per-request 5 (your API server's CPU time per request)",
+            )
         if self.new_token_ratio_decay < 0:
             raise KneecapError(
                 f"new_token_ratio_decay must be >= 0, got {self.new_token_ratio_decay}", "use e.g. 0.001"
@@ -390,6 +463,12 @@ def vllm_ships_triton_kernels(version: str | None) -> bool:
     (0.12 and later: VLLM_MARLIN_MOE_NOTE); False for None (the 0.10-0.11 profile) and earlier releases."""
     release = None if not version or vllm_is_v0(version) else _vllm_release(version)
     return release is not None and release >= (0, 12)
+
+
+def vllm_parses_chat_template(version: str | None) -> bool:
+    """True for the vLLM release whose chat endpoint parses the chat template afresh on every request (0.11.0 of the
+    releases read: CHAT_FRONTEND_NOTE); False for None and every other release."""
+    return bool(version) and not vllm_is_v0(version) and release_number(version) in ("0.11.0", "v0.11.0")
 
 
 def vllm_async_by_default(version: str | None) -> bool:
@@ -497,11 +576,14 @@ def engine_defaults(
 
 def at_release(config: EngineConfig, version: str | None) -> EngineConfig:
     """An engine's defaults (config) as the named release runs them: vLLM before 0.8 is V0 (256 sequences, V0's CPU
-    time between steps); vLLM 0.14 and later schedule asynchronously (the CPU work overlaps the GPU's); TensorRT-LLM
-    before 0.17 has only the C++ runtime (its profile). None, or any other release: config unchanged."""
+    time between steps); vLLM 0.14 and later schedule asynchronously (the CPU work overlaps the GPU's); vLLM 0.11.0
+    parses the chat template on every chat request (CHAT_FRONTEND_NOTE); TensorRT-LLM before 0.17 has only the C++
+    runtime (its profile). None, or any other release: config unchanged."""
     if not version:
         return config
     if config.profile.name == "vllm":
+        if vllm_parses_chat_template(version):
+            config = replace(config, profile=replace(config.profile, chat_template=CHAT_PARSE))
         if vllm_is_v0(version):
             return replace(config, max_num_seqs=256, profile=VLLM_V0_PROFILE)
         if vllm_async_by_default(version):

@@ -14,9 +14,12 @@ from kneecap.model.kv import stage_layer_types
 from kneecap.plan.build import DEFAULTS, DeploymentRequest, plan_deployment
 from kneecap.plan.ledger import Plan
 from kneecap.sim.config import (
+    ENDPOINT_COMPLETIONS,
+    ENDPOINTS,
     TRTLLM_KV_FREE_GPU_MEM_FRACTION,
     EngineConfig,
     at_release,
+    chat_frontend_ms,
     engine_defaults,
     release_number,
     trtllm_bench_limits,
@@ -134,6 +137,12 @@ class SimDeployment:
                 "scheduler_delay_factor": cfg.scheduler_delay_factor,
                 "chunked_prefill": cfg.chunked_prefill,
                 "profile": cfg.profile.version,
+                # the API server's event loop before the engine (kneecap.sim.frontend), when it was asked for
+                **(
+                    {"frontend": {"ms_per_request": cfg.frontend_s_per_request * 1e3, "what": cfg.frontend_note}}
+                    if cfg.frontend_note
+                    else {}
+                ),
             },
             "step_time": self.steptime.params.to_dict(),
         }
@@ -153,12 +162,16 @@ def from_plan(
     trtllm_bench: tuple[int, int] | None = None,
     speculative=None,
     spec_seed: int | None = None,
+    endpoint: str = ENDPOINT_COMPLETIONS,
+    frontend_ms_per_request: float | None = None,
 ) -> SimDeployment:
     """The named engine's defaults for this plan, at engine_version's release (sim/config.py at_release), with the
     user's overrides. trtllm_bench=(isl, osl): TensorRT-LLM as `trtllm-bench throughput` runs it for those lengths
     (the limits it computes, chunked prefills). speculative: a kneecap.sim.speculative.SpecDecoding (its draws seeded
     by spec_seed). charge_state defaults to True unless the plan's pool came from an engine log (pool_source
-    "override")."""
+    "override"). endpoint "chat": requests come through the API server's /v1/chat/completions, whose event loop spends
+    the engine release's chat-template cost on each before the engine sees it (sim/config.py chat_frontend_ms,
+    kneecap.sim.frontend); frontend_ms_per_request: that cost given instead (any endpoint)."""
     d = plan.deployment
     if plan.num_kv_blocks < 1:
         raise KneecapError(
@@ -190,9 +203,24 @@ def from_plan(
         speculative=speculative,
         spec_seed=spec_seed,
     )
+    config = _with_frontend(config, d.model.name, endpoint, frontend_ms_per_request)
     if charge_state is None:
         charge_state = plan.pool_source != "override"
     return SimDeployment(plan=plan, config=config, steptime=StepTimeModel(d, step_params), charge_state=charge_state)
+
+
+def _with_frontend(config: EngineConfig, model_name: str, endpoint: str, ms: float | None) -> EngineConfig:
+    """The config with the API server's per-request event-loop cost of `endpoint` (or the given `ms`) set."""
+    if endpoint not in ENDPOINTS:
+        raise KneecapError(f"unknown --endpoint {endpoint!r}", f"use one of {', '.join(ENDPOINTS)}")
+    if ms is not None:  # EngineConfig refuses a negative or non-finite cost
+        note = f"{endpoint} endpoint, {ms:g} ms per request as given"
+        return replace(config, frontend_s_per_request=ms / 1e3, frontend_note=note)
+    if endpoint == ENDPOINT_COMPLETIONS:
+        return config
+    ms, what = chat_frontend_ms(config.profile, model_name)
+    note = f"chat endpoint, {ms:g} ms per request: {what}"
+    return replace(config, frontend_s_per_request=ms / 1e3, frontend_note=note)
 
 
 def engine_pool_request(

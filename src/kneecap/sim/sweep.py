@@ -27,6 +27,7 @@ from typing import Callable, Iterator
 from kneecap.errors import KneecapError
 from kneecap.records import RequestRecord
 from kneecap.sim.engine import Engine
+from kneecap.sim.frontend import EventLoopFrontEnd
 from kneecap.sim.setup import SimDeployment
 from kneecap.workload import RequestSpec, Workload, make_requests
 from kneecap.workload.load_shape import LoadSchedule, open_loop_offsets
@@ -241,6 +242,9 @@ def simulate_level(
     token_times: records list every token's time in chunk_times (else they reference the level's step
     timeline: the same times, summarised exactly, without one float per token)."""
     engine = sim.new_engine(level=index, trace=trace, fast_path=fast_path, token_times=token_times)
+    # the API server's event loop in front of the engine (kneecap.sim.frontend), where the engine's config prices it
+    cost_s = sim.config.frontend_s_per_request
+    front = EventLoopFrontEnd(cost_s) if cost_s > 0 else None
     phases = level_phases(level, workload, seed=seed, index=index, burstiness=burstiness)
     concurrency = phases[-1].concurrency if level.rate is None else None  # 'max': the measured requests
     records: list[RequestRecord] = []
@@ -264,7 +268,7 @@ def simulate_level(
             answers=answers,
         )
         meta = {"level": index, "concurrency": concurrency, "rate": level.rate, "warmup": phase.warmup}
-        if not drive(engine, *_on_engine(engine, schedule, records, meta, delivery_spread_s), t):
+        if not drive(engine, *_on_engine(engine, schedule, records, meta, delivery_spread_s, front), t):
             raise KneecapError(
                 "the simulated engine stopped making progress with requests still queued",
                 "this is a simulator bug; please report the command line",
@@ -275,18 +279,36 @@ def simulate_level(
     return LevelResult(records=records, server_metrics=engine.server_metrics(), trace=engine.trace(), end_s=end_s)
 
 
-def _on_engine(engine: Engine, schedule: LoadSchedule, records: list[RequestRecord], meta: dict, spread_s: float):
+def _on_engine(
+    engine: Engine,
+    schedule: LoadSchedule,
+    records: list[RequestRecord],
+    meta: dict,
+    spread_s: float,
+    front: EventLoopFrontEnd | None = None,
+):
     """drive()'s due and ended for one phase: send what the schedule has due, and hand it every answer (the k-th
-    of a step's reaches its client k x spread_s later; one the engine refuses at once is an answer then)."""
+    of a step's reaches its client k x spread_s later; one the engine refuses at once is an answer then). front: the
+    API server's event loop, which hands the engine each request when its round ends (kneecap.sim.frontend); the
+    request keeps its send time (TTFT counts from it)."""
+
+    def submit(at: float, spec: RequestSpec, now: float) -> None:
+        rejected = engine.add_request(spec, at, meta=dict(meta), scheduled_at=at)
+        if rejected is not None:  # it can never fit
+            records.append(rejected)
+            schedule.answered(spec.request_id, False, now, refused=True)
 
     def due(now: float) -> float:
         while (got := schedule.pop_next(now)) is not None:
-            at, spec = got
-            rejected = engine.add_request(spec, at, meta=dict(meta), scheduled_at=at)
-            if rejected is not None:  # it can never fit
-                records.append(rejected)
-                schedule.answered(spec.request_id, False, at, refused=True)
-        return schedule.next_due_s()
+            if front is None:
+                submit(got[0], got[1], got[0])
+            else:
+                front.arrive(got[0], got)
+        if front is None:
+            return schedule.next_due_s()
+        for released_at, (at, spec) in front.release(now):
+            submit(at, spec, released_at)
+        return min(schedule.next_due_s(), front.next_s())
 
     def ended(now: float, finished: list[RequestRecord]) -> None:
         for rank, rec in enumerate(finished):
