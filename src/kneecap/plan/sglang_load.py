@@ -85,7 +85,7 @@ class CachingAllocator:
         seg, i = best
         left = seg.blocks[i][0] - size
         if (small and left >= MIN_BLOCK) or (not small and left > SMALL_SIZE):
-            seg.blocks[i:i + 1] = [[size, owner], [left, None]]
+            seg.blocks[i : i + 1] = [[size, owner], [left, None]]
         else:
             seg.blocks[i][1] = owner
 
@@ -119,9 +119,11 @@ def dense_load_tensors(
     h, inter = model.hidden_size, (model.intermediate_size or 0) // tp
     parts = dict(model.param_parts)
     per_layer_attn = parts.get("attention", 0) // model.num_hidden_layers
-    has_bias = per_layer_attn - model.hidden_size * (2 * model.num_attention_heads + 2 * model.num_key_value_heads) * (
-        model.head_dim
-    ) == (model.num_attention_heads + 2 * model.num_key_value_heads) * model.head_dim
+    has_bias = (
+        per_layer_attn
+        - model.hidden_size * (2 * model.num_attention_heads + 2 * model.num_key_value_heads) * (model.head_dim)
+        == (model.num_attention_heads + 2 * model.num_key_value_heads) * model.head_dim
+    )
     vocab_rows = -(-model.vocab_size // VOCAB_PADDING) * VOCAB_PADDING // tp
     events = [("alloc", "embed", vocab_rows * h * element_bytes)]
     for i in range(model.num_hidden_layers):
@@ -158,9 +160,15 @@ def load_overhead_bytes(
         and model.intermediate_size % tp == 0
     )
     plain = set(model.layer_types) <= {"full_attention"} and not model.num_experts and bool(model.param_parts)
-    if model.architecture not in SGLANG_DENSE_FILES or not plain or not shardable or weight_dtype not in (
-        "bf16",
-        "fp16",
+    if (
+        model.architecture not in SGLANG_DENSE_FILES
+        or not plain
+        or not shardable
+        or weight_dtype
+        not in (
+            "bf16",
+            "fp16",
+        )
     ):
         return None
     alloc = CachingAllocator()
