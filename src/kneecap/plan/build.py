@@ -456,7 +456,9 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
     )
     if engine_pool is not None and f.engine == "vllm" and pool_bytes is None:
         wt = weights_total if weights_total is not None else weights_total_bytes(deployment)
-        plan = dataclasses.replace(plan, overhead_by_tp=_overhead_by_tp(f, deployment, version, context, engine_pool, wt))
+        plan = dataclasses.replace(
+            plan, overhead_by_tp=_overhead_by_tp(f, deployment, version, context, engine_pool, wt)
+        )
     if engine_pool is not None and engine_pool.max_running_requests is not None:  # SGLang: its Mamba pool's cap
         plan = dataclasses.replace(plan, max_concurrency=min(plan.max_concurrency, engine_pool.max_running_requests))
     if f.engine is None and pool_bytes is not None and plan.state_bytes_per_sequence:

