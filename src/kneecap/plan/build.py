@@ -437,6 +437,7 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
                 + engine_pool.rope_cache_bytes  # the engine's RoPE buffer, loaded beside the weights
                 + engine_pool.allocator_bytes  # SGLang: the caching allocator's rounding of the load (sglang_load)
                 + engine_pool.expert_pad_bytes  # vLLM's Marlin padding of MXFP4 experts, loaded with them
+                + engine_pool.load_extra_bytes  # vLLM's padded vocabulary, replicated tensors, allocator blocks
             )
             deployment = dataclasses.replace(deployment, overhead_bytes=kept, frag_fraction=0.0)
     # where a linear-attention hybrid's state lives: in vLLM's block pool beside the KV (its hybrid allocator), or in
@@ -454,9 +455,10 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         vllm_version=version if f.engine == "vllm" else engines.DEFAULT_VLLM_VERSION,
         state_apart=state_apart,
     )
-    if engine_pool is not None and engine_pool.activation_profile is not None and pool_bytes is None:
+    if engine_pool is not None and f.engine == "vllm" and pool_bytes is None:
+        wt = weights_total if weights_total is not None else weights_total_bytes(deployment)
         plan = dataclasses.replace(
-            plan, overhead_by_tp=_overhead_by_tp(f, deployment, version, context, engine_pool.activation_bytes)
+            plan, overhead_by_tp=_overhead_by_tp(f, deployment, version, context, engine_pool, wt)
         )
     if engine_pool is not None and engine_pool.max_running_requests is not None:  # SGLang: its Mamba pool's cap
         plan = dataclasses.replace(plan, max_concurrency=min(plan.max_concurrency, engine_pool.max_running_requests))
@@ -549,19 +551,26 @@ def _vllm_cudagraph(f: DeploymentRequest, deployment: Deployment, version: str, 
 
 
 def _overhead_by_tp(
-    f: DeploymentRequest, deployment: Deployment, version: str, context: int, activation_bytes: int
+    f: DeploymentRequest, deployment: Deployment, version: str, context: int, pool, weights_total: int
 ) -> tuple[tuple[int, int], ...]:
-    """The engine's kept memory at each power-of-two TP up to 64 where the profile-run peak is predicted: the
+    """The engine's kept memory at each power-of-two TP up to 64: where the profile-run peak is predicted, the
     forward phase is per rank (the MLP's intermediate width splits over TP), so levers and the TP sweep re-plan
-    with the peak vLLM would profile there, the rest of what it keeps (non-torch, graphs, RoPE) unchanged."""
+    with the peak vLLM would profile there; what vLLM's load holds beyond the weights (engines.vllm_load_extra:
+    padding, whole-on-every-rank tensors, allocator blocks) is per rank too; the rest (graphs, RoPE) unchanged."""
     here = _vllm_non_torch(f, deployment, version)[0]
-    rest = deployment.overhead_bytes - activation_bytes - here
+    rest = deployment.overhead_bytes - pool.activation_bytes - here - pool.load_extra_bytes
     out = []
     for tp in (1 << i for i in range(7)):
         at_tp = dataclasses.replace(deployment, tp=tp)
-        act, _, profile = _vllm_activation(f, at_tp, version, context)
-        if profile is not None:
-            out.append((tp, rest + act + _vllm_non_torch(f, at_tp, version)[0]))
+        act, non_torch = pool.activation_bytes, here
+        if pool.activation_profile is not None:
+            act, _, profile = _vllm_activation(f, at_tp, version, context)
+            if profile is None:
+                continue
+            non_torch = _vllm_non_torch(f, at_tp, version)[0]
+        weights = weights_bytes_per_gpu(weights_total, at_tp)
+        extra = engines.vllm_load_extra(at_tp, version, weights, pool.rope_cache_bytes, pool.expert_pad_bytes)[0]
+        out.append((tp, rest + act + non_torch + extra))
     return tuple(out)
 
 

@@ -55,7 +55,7 @@ from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.model import kv as kvmath
 from kneecap.model import rope
-from kneecap.plan import sglang_load, vllm_mxfp4
+from kneecap.plan import sglang_load, vllm_allocator, vllm_mxfp4
 from kneecap.units import GiB
 
 ENGINES = ("vllm", "sglang")
@@ -113,6 +113,10 @@ class EnginePool:
     allocator_bytes: int = 0
     # vLLM: what its MXFP4 expert kernel holds beyond the checkpoint's expert bytes (Marlin's padding, vllm_mxfp4)
     expert_pad_bytes: int = 0
+    # vLLM: what its load holds beyond kneecap's weights and RoPE caches (vllm_load_extra: the vocabulary padded to 64
+    # rows, tensors every TP rank keeps whole, PyTorch's caching-allocator blocks), and how that was found
+    load_extra_bytes: int = 0
+    load_note: str = ""
     experts_note: str = ""  # vLLM: how the MXFP4 experts were counted ("" for other models)
     capacity_explained: str = ""  # why kneecap's capacity differs from the logged figure (empty: they agree)
     # vLLM: where the activation peak came from ("predicted", "--activation-gib", "--overhead-gib") and, when
@@ -172,7 +176,8 @@ def vllm_pool(
     graphs = cudagraph_bytes if parse_version(version) >= VLLM_CUDAGRAPH_FROM else 0
     rope_bytes = vllm_rope_cache_bytes(deployment.model, version)
     pad_bytes = vllm_mxfp4.marlin_extra_bytes(deployment, parse_version(version), moe_backend)
-    loaded = weights_bytes + pad_bytes + rope_bytes  # what vLLM logs as "Model loading took X GiB"
+    extra_bytes, load_note = vllm_load_extra(deployment, version, weights_bytes, rope_bytes, pad_bytes)
+    loaded = weights_bytes + pad_bytes + rope_bytes + extra_bytes  # what vLLM logs as "Model loading took X GiB"
     requested = int(total_bytes * mem_util)
     available = requested - loaded - activation_bytes - non_torch_bytes - graphs
     if available <= 0:
@@ -201,7 +206,31 @@ def vllm_pool(
         rope_caches=rope.describe(deployment.model.rope_caches, parse_version(version)),
         expert_pad_bytes=pad_bytes,
         experts_note=vllm_mxfp4.describe(deployment, parse_version(version), pad_bytes, moe_backend),
+        load_extra_bytes=extra_bytes,
+        load_note=load_note,
     )
+
+
+def vllm_load_extra(
+    deployment: Deployment, version: str, weights_bytes: int, rope_bytes: int, pad_bytes: int = 0
+) -> tuple[int, str]:
+    """(bytes vLLM's "Model loading took" holds beyond kneecap's per-GPU weights and RoPE caches, what they are):
+    the model's tensors as vLLM builds them on one TP rank, run through PyTorch's caching allocator
+    (vllm_allocator), less those two; (0, why not) where the layout is not one vllm_allocator replays."""
+    m = deployment.model
+    encoder = 0 if deployment.language_only else m.encoder_params
+    if pad_bytes or deployment.pp > 1 or deployment.ep > 1 or deployment.dp_attention:
+        why = "pipeline stages, expert parallelism, attention data parallelism or MXFP4 experts"
+    elif weights_bytes != -(-2 * (m.total_params + encoder) // deployment.num_gpus):
+        why = "weights not all at 16 bits"
+    else:
+        loaded = vllm_allocator.vllm_loaded_bytes(
+            m, deployment.tp, parse_version(version), with_vision=not deployment.language_only
+        )
+        if isinstance(loaded, int):
+            return loaded - weights_bytes - rope_bytes, "vLLM's tensors through PyTorch's caching allocator"
+        why = loaded
+    return 0, f"the tensors' sum (not replayed through PyTorch's caching allocator: {why})"
 
 
 def vllm_rope_cache_bytes(model, version: str = DEFAULT_VLLM_VERSION) -> int:

