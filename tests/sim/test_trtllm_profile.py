@@ -92,3 +92,33 @@ def test_validation_runs_cpp_releases_and_nim_without_the_pytorch_executors_host
     bench = points["trtllm-llama-3.1-8b-h100-sxm-tp1-fp8-5000-500"]
     assert sim_deployment(bench).config.max_num_batched_tokens < bench.isl
     assert TRTLLM_CPP_PROFILE.cpu_per_seq_s == 0.0 and TRTLLM_PROFILE.cpu_per_seq_s == pytest.approx(28e-6)
+
+
+def test_pytorch_executor_launches_eager_steps_on_the_thread_of_its_host_work():
+    """TensorRT-LLM's overlap loop schedules, launches the forward and handles the previous step's responses on one
+    Python thread (sim/config.py TRTLLM_SERIAL_HOST_NOTE): a prefill step outside a CUDA graph keeps that thread busy
+    for its launches plus its per-request work; SGLang launches from a thread of its own, so the longer of the two."""
+    from kneecap.deployment import Deployment
+    from kneecap.hardware import get_gpu
+    from kneecap.model import load_model
+    from kneecap.sim.config import SGLANG_PROFILE
+    from kneecap.sim.steptime import StepTimeModel
+
+    base = StepTimeModel(Deployment(model=load_model("llama-3.1-8b"), gpu=get_gpu("h200")))
+    trt, sg = base.for_engine(TRTLLM_PROFILE), base.for_engine(SGLANG_PROFILE)
+    launches = trt.kernels_per_pass * TRTLLM_PROFILE.eager_launch_s  # 326 kernels x 25 us = 8.2 ms
+    seqs = 300  # a 64-token prompt joining 299 decodes at context 100: a few ms of GPU work
+    step = (64 + 299, 64 * 65 / 2 + 299 * 100, 0, 299 * 100 + 64, 0, seqs)
+    kw = dict(num_decodes=299, decode_kv_full=299 * 100.0, decode_kv_window=0.0)
+    host = trt._cpu(seqs, 1)  # 2 ms + 300 x 28 us = 10.4 ms
+    gpu = base.seconds(*step, **kw) - base._cpu(seqs, 1)  # about 14 ms of kernels
+    assert trt.eager_floor(363, seqs) == pytest.approx(launches)
+    assert host < gpu and launches < gpu < host + launches  # each alone hides under the GPU's step, not both
+    assert trt.seconds(*step, **kw) == pytest.approx(host + launches)  # one thread: 18.6 ms, not max(...) = 14.3
+    assert sg.seconds(*step, **kw) < host + launches  # SGLang: its launches and its host work side by side
+    # a pure decode replays its CUDA graph: nothing launched op by op, the host work alone against the GPU's
+    decode = (seqs, seqs * 100.0, 0, seqs * 100.0, 0, seqs)
+    assert trt.eager_floor(seqs, seqs) == 0.0
+    assert trt.seconds(*decode) == pytest.approx(max(host, base.seconds(*decode) - base._cpu(seqs, 1)))
+    assert TRTLLM_PROFILE.serial_host_launch and not SGLANG_PROFILE.serial_host_launch
+    assert not TRTLLM_CPP_PROFILE.eager_launch_s  # the C++ runtime: launches from C++, not host-bound

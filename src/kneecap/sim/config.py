@@ -84,6 +84,11 @@ class EngineProfile:
     # host goes on to the next micro-batch's work (TensorRT-LLM's PyTorch executor: TRTLLM_PP_HOST_SYNC_NOTE): a
     # stage then lasts its GPU time plus one micro-batch's host time (sim/steptime.py, PP)
     pp_host_sync: bool = False
+    # whether the host launches a step's kernels on the same thread that does the per-step CPU work (scheduling, input
+    # preparation, the previous step's responses): TensorRT-LLM's PyTorch executor (TRTLLM_SERIAL_HOST_NOTE). With the
+    # CPU work overlapped, a step outside a CUDA graph then lasts max(gpu, cpu + kernels x eager_launch_s), not
+    # max(gpu, kernels x eager_launch_s, cpu) (SGLang's overlap scheduler launches from a thread of its own)
+    serial_host_launch: bool = False
     # the fused-MoE kernel the engine runs for bf16/fp16 and fp8 routed experts (TRITON_FUSED_MOE_NOTE), priced from
     # published kernel tables where one exists for the GPU class (sim/moe_kernels.py); "": steptime.py's grouped-GEMM
     # rule (TensorRT-LLM's CUTLASS MoE, llama.cpp)
@@ -231,6 +236,15 @@ TRTLLM_CPU_PER_SEQ_S = 28e-6
 # Aug 2025), and NVIDIA/TensorRT-LLM#10120 (Dec 2025) removed implicit stream syncs because they "break the overlap
 # feature of overlap scheduler and pipeline parallelism". Later releases return the event unsynchronised (the newest
 # py_executor.py read); the first such release is not established, so the PyTorch profile keeps the sync.
+# TRTLLM_SERIAL_HOST_NOTE: the overlap scheduler's loop (PyExecutor._executor_loop_overlap) is one Python thread that,
+# each iteration, schedules the next batch (_schedule), launches its forward (_forward_step: a CUDA-graph replay for a
+# pure-decode batch of a captured size, else the model's Python code op by op), launches its sampling (_sample_async),
+# and only then handles the previous batch's tokens and responses (_process_previous_batch), as TensorRT-LLM's
+# "Overlap Scheduler" docs show the loop; NVIDIA's own feature request to pipeline it (NVIDIA/TensorRT-LLM#13957) names
+# "the scheduler, forward dispatch, sampler post-processing, and request management on a single Python thread". So
+# what the overlap hides is the GPU's step under all of that host work together: a step run outside a CUDA graph
+# costs the host its kernel launches on top of its per-request work. SGLang's overlap scheduler launches the forward
+# from a worker thread of its own, so there the two stay apart.
 TRTLLM_PROFILE = EngineProfile(
     name="trtllm",
     version="TensorRT-LLM 1.x PyTorch backend (overlap scheduler on by default)",
@@ -239,6 +253,7 @@ TRTLLM_PROFILE = EngineProfile(
     cudagraph_sizes=(),
     eager_launch_s=EAGER_LAUNCH_S,
     pp_host_sync=True,
+    serial_host_launch=True,
 )
 # TensorRT-LLM's C++ runtime (TensorRT engines: gptSessionBenchmark's static batches in 0.5-0.6, the C++ batch manager /
 # executor after, NIM's TensorRT-LLM profiles): scheduling, input preparation and the per-request updates are C++

@@ -8,7 +8,9 @@ One step over a batch of T tokens (S sequences; decodes and prefill chunks), per
 
     gpu_s  = sum over operators of max(FLOPs / achievable FLOP/s, bytes / achievable HBM bytes/s)
            + communication (TP all-reduce, EP all-to-all, PP sends; not overlapped with compute)
-    step_s = gpu_s + cpu_s, or max(gpu_s, cpu_s) when the engine overlaps its CPU work (engine profile)
+    step_s = gpu_s + cpu_s, or max(gpu_s, cpu_s) when the engine overlaps its CPU work (engine profile); a step
+             outside a CUDA graph lasts at least its kernel launches, which TensorRT-LLM's PyTorch executor makes on
+             the thread of its CPU work: max(gpu_s, cpu_s + launches) there (sim/config.py TRTLLM_SERIAL_HOST_NOTE)
 
   GEMMs (per layer, TP-sharded): attention projections, dense MLP / shared experts, router; each
       FLOPs 2 x params x T, bytes params x bytes/param + activations in and out (T x width x 2 B).
@@ -556,6 +558,7 @@ class StepTimeModel:
         self.graph_sizes: tuple[int, ...] = ()
         self.eager_launch_s = 0.0  # host seconds per kernel of a step outside a CUDA graph (engine profile)
         self.graph_mixed_tokens = 0
+        self.serial_launch = False  # eager launches on the thread of the per-step CPU work (engine profile)
         # fp16 weights on a GPU with a faster fp16-accumulate rate: an engine that accumulates in fp16 (engine profile
         # fp16_accumulate, llama.cpp's cuBLAS path) runs their bf16-path GEMMs at that peak (for_engine)
         fp16_acc = getattr(gpu, "fp16_acc_flops", None)
@@ -622,6 +625,7 @@ class StepTimeModel:
         fixed = self.params.overhead_s if profile.cpu_fixed_s is None else profile.cpu_fixed_s
         eager, mixed = profile.eager_launch_s, profile.graph_mixed_tokens
         sync = getattr(profile, "pp_host_sync", False)
+        serial = getattr(profile, "serial_host_launch", False)
         if (
             self.cpu_per_seq_s,
             self.overlap_cpu,
@@ -630,13 +634,15 @@ class StepTimeModel:
             self.eager_launch_s,
             self.graph_mixed_tokens,
             self.pp_host_sync,
-        ) == (profile.cpu_per_seq_s, profile.overlap_cpu, sizes, fixed, eager, mixed, sync):
+            self.serial_launch,
+        ) == (profile.cpu_per_seq_s, profile.overlap_cpu, sizes, fixed, eager, mixed, sync, serial):
             return self
         other = copy.copy(self)
         other.cpu_per_seq_s, other.overlap_cpu, other.graph_sizes = profile.cpu_per_seq_s, profile.overlap_cpu, sizes
         other.overhead_s = fixed
         other.eager_launch_s, other.graph_mixed_tokens = eager, mixed
         other.pp_host_sync = sync
+        other.serial_launch = serial
         return other
 
     # --- pieces --------------------------------------------------------------------------------
@@ -881,6 +887,8 @@ class StepTimeModel:
         if self.pp > 1:
             return self._pp_round(float(gpu), cpu, m, num_tokens / m, num_seqs / m)
         floor = self.eager_floor(num_tokens, graph_rows)
+        if floor and self.serial_launch and self.overlap_cpu:  # one host thread: launches, then the per-step work
+            return gpu if gpu > cpu + floor else cpu + floor
         return self._combine(gpu if gpu > floor else floor, cpu, m)
 
     def draft_seconds(self, num_seqs: int, spec_tokens: int) -> float:
@@ -923,6 +931,8 @@ class StepTimeModel:
         if self.pp > 1:
             return self._pp_round(gpu, cpu, m, num_seqs / m, num_seqs / m)
         floor = self.eager_floor(num_seqs, num_seqs)
+        if floor and self.serial_launch and self.overlap_cpu:  # one host thread: launches, then the per-step work
+            return np.maximum(gpu, cpu + floor)
         if floor:
             gpu = np.maximum(gpu, floor)
         if m > 1 or self.overlap_cpu:
