@@ -51,15 +51,22 @@ def test_moe_decode_of_one_token_still_reads_only_its_experts():
 
 def test_trtllm_host_time_sets_the_step_of_a_small_model_at_thousands_of_sequences():
     """TensorRT-LLM's overlap scheduler hides host time only under a longer GPU step: 1536 decodes of a small MoE
-    on a B200 take the host's 2 ms + 1536 x 28 us, 1 decode takes the GPU's time."""
+    on a B200 replaying a CUDA graph (as trtllm-bench captures them) take the host's 2 ms + 1536 x 28 us, 1 decode
+    takes the GPU's time; under the LLM API's default capture sizes (up to 128) the 1536 decodes run eagerly, their
+    launches on the same host thread."""
+    from dataclasses import replace
+
     base = model_for("qwen3-30b-a3b", weight_dtype="nvfp4", kv_dtype="fp8")  # no engine profile: gpu + 2 ms
-    st = base.for_engine(trtllm_defaults().profile)
+    st = base.for_engine(replace(trtllm_defaults().profile, cudagraph_sizes=()))  # every decode batch captured
     assert TRTLLM_CPU_PER_SEQ_S == pytest.approx(28e-6)
     n, ctx = 1536, 1500
     step = st.seconds(n, n * ctx, 0, n * ctx, 0, n)
     cpu = st.overhead_s + n * TRTLLM_CPU_PER_SEQ_S
     gpu = base.seconds(n, n * ctx, 0, n * ctx, 0, n) - base.params.overhead_s
     assert gpu < cpu and step == pytest.approx(cpu)  # host-bound: the GPU waits
+    llm_api = base.for_engine(trtllm_defaults().profile)
+    launches = llm_api.kernels_per_pass * llm_api.eager_launch_s
+    assert llm_api.seconds(n, n * ctx, 0, n * ctx, 0, n) == pytest.approx(cpu + launches)
     one_gpu = base.seconds(1, ctx, 0, ctx, 0, 1) - base.params.overhead_s
     assert st.seconds(1, ctx, 0, ctx, 0, 1) == pytest.approx(max(one_gpu, st.overhead_s + TRTLLM_CPU_PER_SEQ_S))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from kneecap.sim.blocks import BlockManager
@@ -83,11 +85,11 @@ def test_validation_runs_cpp_releases_and_nim_without_the_pytorch_executors_host
         "trtllm05-llama-2-7b-h100-sxm-tp1-bs1-128-1-ttft_ms_mean": (TRTLLM_CPP_PROFILE, False),
         "nim-llama-3.3-70b-h100-tp2-fp8-5000-500-c1-output_tok_s": (TRTLLM_CPP_PROFILE, False),
         "trtllm-issue5929-deepseek-r1-h200-tp8-fp8-bs1-1600-600-ttft_s_p50": (TRTLLM_PROFILE, False),  # trtllm-serve
-        "trtllm-llama-3.1-8b-h100-sxm-tp1-fp8-5000-500": (TRTLLM_PROFILE, True),
-    }  # trtllm-bench chunks
+        "trtllm-llama-3.1-8b-h100-sxm-tp1-fp8-5000-500": (replace(TRTLLM_PROFILE, cudagraph_sizes=()), True),
+    }  # trtllm-bench chunks, and captures every decode batch up to its own max_batch_size
     for pid, (profile, chunked) in cases.items():
         cfg = sim_deployment(points[pid]).config
-        assert cfg.profile is profile and cfg.chunked_prefill is chunked, pid
+        assert cfg.profile == profile and cfg.chunked_prefill is chunked, pid
     # trtllm-bench's own limits leave a 5,000-token prompt over max_num_tokens: only chunked prefill runs it
     bench = points["trtllm-llama-3.1-8b-h100-sxm-tp1-fp8-5000-500"]
     assert sim_deployment(bench).config.max_num_batched_tokens < bench.isl
@@ -117,8 +119,42 @@ def test_pytorch_executor_launches_eager_steps_on_the_thread_of_its_host_work():
     assert trt.seconds(*step, **kw) == pytest.approx(host + launches)  # one thread: 18.6 ms, not max(...) = 14.3
     assert sg.seconds(*step, **kw) < host + launches  # SGLang: its launches and its host work side by side
     # a pure decode replays its CUDA graph: nothing launched op by op, the host work alone against the GPU's
-    decode = (seqs, seqs * 100.0, 0, seqs * 100.0, 0, seqs)
-    assert trt.eager_floor(seqs, seqs) == 0.0
-    assert trt.seconds(*decode) == pytest.approx(max(host, base.seconds(*decode) - base._cpu(seqs, 1)))
+    decode = (128, 128 * 100.0, 0, 128 * 100.0, 0, 128)  # 128: a size the LLM API captures by default
+    assert trt.eager_floor(128, 128) == 0.0
+    assert trt.seconds(*decode) == pytest.approx(max(trt._cpu(128, 1), base.seconds(*decode) - base._cpu(128, 1)))
     assert TRTLLM_PROFILE.serial_host_launch and not SGLANG_PROFILE.serial_host_launch
     assert not TRTLLM_CPP_PROFILE.eager_launch_s  # the C++ runtime: launches from C++, not host-bound
+
+
+def test_llm_api_graphs_decodes_of_its_default_capture_sizes_only_and_does_not_pad():
+    """TensorRT-LLM's default CudaGraphConfig captures batch sizes 1-31, 32, 64 and 128 without padding: a decode batch
+    of another size runs eagerly, its kernels launched on the executor's thread; trtllm-bench captures every size up to
+    its own max_batch_size."""
+    import numpy as np
+
+    from kneecap.deployment import Deployment
+    from kneecap.hardware import get_gpu
+    from kneecap.model import load_model
+    from kneecap.sim.config import trtllm_cudagraph_sizes
+    from kneecap.sim.steptime import StepTimeModel
+    from kneecap.validation import load_points, sim_deployment
+
+    assert TRTLLM_PROFILE.cudagraph_sizes == trtllm_cudagraph_sizes() == tuple(range(1, 32)) + (32, 64, 128)
+    trt = StepTimeModel(Deployment(model=load_model("llama-3.1-8b"), gpu=get_gpu("h200"))).for_engine(TRTLLM_PROFILE)
+    launches = trt.kernels_per_pass * TRTLLM_PROFILE.eager_launch_s
+    assert [trt.eager_floor(n, n) for n in (1, 31, 32, 64, 128)] == [0.0] * 5
+    assert [trt.eager_floor(n, n) for n in (33, 40, 100, 129, 1000)] == pytest.approx([launches] * 5)
+    assert trt.padded(40, 40) == 40  # no padding: 40 rows, run eagerly
+    for n in (32, 40):  # a run of decode steps is priced as the same steps one by one
+        ctx = np.full(n, 500)
+        run = trt.decode_run_seconds(n, ctx, 3)
+        one = [trt.seconds(n, n * (500.0 + j), 0, n * (500.0 + j), 0, n) for j in range(3)]
+        assert run.tolist() == pytest.approx(one, rel=1e-6)
+    eager40 = trt.seconds(40, 40 * 500.0, 0, 40 * 500.0, 0, 40)
+    assert eager40 == pytest.approx(max(eager40, trt._cpu(40, 1) + launches)) and eager40 >= trt._cpu(40, 1) + launches
+    assert trt.seconds(32, 32 * 500.0, 0, 32 * 500.0, 0, 32) < trt._cpu(32, 1) + launches  # graph replay: no launches
+    # trtllm-bench's runs: graphs up to their own max_batch_size (1,792 sequences here)
+    points = {p.id: p for p in load_points()}
+    bench = sim_deployment(points["trtllm-qwen3-30b-a3b-b200-tp1-nvfp4-1000-1000"])
+    assert bench.config.profile.cudagraph_sizes == () and bench.config.max_num_seqs == 1792
+    assert bench.steptime.for_engine(bench.config.profile).eager_floor(1500, 1500) == 0.0

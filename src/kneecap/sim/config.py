@@ -50,6 +50,17 @@ def sglang_cudagraph_sizes(max_bs: int = 160) -> tuple[int, ...]:
     return tuple([1, 2, 4] + list(range(8, max_bs + 1, 8)))
 
 
+def trtllm_cudagraph_sizes(max_batch_size: int = 128) -> tuple[int, ...]:
+    """The batch sizes TensorRT-LLM's PyTorch backend captures CUDA graphs for when its LLM API / trtllm-serve run
+    with the default cuda_graph_config (tensorrt_llm/llmapi/llm_args.py: cuda_graph_config defaults to
+    CudaGraphConfig(), whose max_batch_size 0 means 128 and enable_padding False; _generate_cuda_graph_batch_sizes
+    without padding: 1-31, 32, 64, 128, then powers of two from 256 below max_batch_size, and max_batch_size)."""
+    sizes = list(range(1, 32)) + [32, 64, 128]
+    sizes += [2**i for i in range(8, math.ceil(math.log2(max_batch_size)))] if max_batch_size > 1 else []
+    sizes = sorted(x for x in set(sizes) if x <= max_batch_size)
+    return tuple(sizes if sizes and sizes[-1] == max_batch_size else sizes + [max_batch_size])
+
+
 @dataclass(frozen=True)
 class EngineProfile:
     """How an engine spends its per-step CPU time and pads decode batches; which version the values follow."""
@@ -62,8 +73,13 @@ class EngineProfile:
     # whether the CPU work of step n+1 runs while the GPU computes step n (vLLM --async-scheduling, SGLang's
     # overlap scheduler, TensorRT-LLM's overlap scheduler): step = max(gpu, cpu) instead of gpu + cpu
     overlap_cpu: bool = False
-    # pure-decode batches pad up to the next of these (CUDA graphs); above the largest they run eagerly
+    # pure-decode batches pad up to the next of these (CUDA graphs); above the largest they run eagerly; () = every
+    # pure decode replays a graph of its own size
     cudagraph_sizes: tuple[int, ...] = field(default_factory=lambda: vllm_cudagraph_sizes(256))
+    # whether a pure-decode batch of a size not captured pads up to the next captured size (vLLM, SGLang) or runs
+    # eagerly (TensorRT-LLM's default CudaGraphConfig, enable_padding False: cuda_graph_runner.py maybe_get_cuda_graph
+    # returns no graph for a batch size not in its supported batch sizes)
+    graph_padding: bool = True
     # fixed CPU seconds per step of this engine version; None: StepTimeParams.overhead_s (what calibrate fits)
     cpu_fixed_s: float | None = None
     # host seconds to launch one kernel of a step that runs outside a CUDA graph (Python model code: EAGER_LAUNCH_S;
@@ -244,13 +260,20 @@ TRTLLM_CPU_PER_SEQ_S = 28e-6
 # "the scheduler, forward dispatch, sampler post-processing, and request management on a single Python thread". So
 # what the overlap hides is the GPU's step under all of that host work together: a step run outside a CUDA graph
 # costs the host its kernel launches on top of its per-request work. SGLang's overlap scheduler launches the forward
-# from a worker thread of its own, so there the two stay apart.
+# from a worker thread (SGLang 0.4 managers/tp_worker_overlap_thread.py, TpModelWorkerClient.forward_thread), though
+# the two threads share Python's GIL; SGLang's profile is left as it was.
+# Which pure decodes replay a graph: the LLM API's default CudaGraphConfig (trtllm_cudagraph_sizes: 1-31, 32, 64, 128,
+# no padding); any other decode batch runs eagerly. `trtllm-bench throughput` captures every batch size up to its
+# own max_batch_size with padding on (tensorrt_llm/bench/benchmark/utils/general.py get_settings: cuda_graph_config
+# max_batch_size = the benchmark's max_batch_size), so sim/setup.py gives its runs graphs for every decode
+# (cudagraph_sizes ()); the padding of those runs is not modelled.
 TRTLLM_PROFILE = EngineProfile(
     name="trtllm",
     version="TensorRT-LLM 1.x PyTorch backend (overlap scheduler on by default)",
     cpu_per_seq_s=TRTLLM_CPU_PER_SEQ_S,
     overlap_cpu=True,
-    cudagraph_sizes=(),
+    cudagraph_sizes=trtllm_cudagraph_sizes(),
+    graph_padding=False,
     eager_launch_s=EAGER_LAUNCH_S,
     pp_host_sync=True,
     serial_host_launch=True,

@@ -194,7 +194,9 @@ def from_plan(
                 "pass --engine-defaults trtllm",
             )
         seqs, tokens = trtllm_bench_limits(d, *trtllm_bench)
-        base = replace(base, max_num_seqs=seqs, max_num_batched_tokens=tokens, chunked_prefill=True)
+        # trtllm-bench captures CUDA graphs up to its own max_batch_size (sim/config.py TRTLLM_PROFILE's note)
+        profile = replace(base.profile, cudagraph_sizes=())
+        base = replace(base, max_num_seqs=seqs, max_num_batched_tokens=tokens, chunked_prefill=True, profile=profile)
     config = base.with_overrides(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,

@@ -559,6 +559,7 @@ class StepTimeModel:
         self.eager_launch_s = 0.0  # host seconds per kernel of a step outside a CUDA graph (engine profile)
         self.graph_mixed_tokens = 0
         self.serial_launch = False  # eager launches on the thread of the per-step CPU work (engine profile)
+        self.graph_padding = True  # a decode batch of a size not captured pads up (True) or runs eagerly (False)
         # fp16 weights on a GPU with a faster fp16-accumulate rate: an engine that accumulates in fp16 (engine profile
         # fp16_accumulate, llama.cpp's cuBLAS path) runs their bf16-path GEMMs at that peak (for_engine)
         fp16_acc = getattr(gpu, "fp16_acc_flops", None)
@@ -626,6 +627,7 @@ class StepTimeModel:
         eager, mixed = profile.eager_launch_s, profile.graph_mixed_tokens
         sync = getattr(profile, "pp_host_sync", False)
         serial = getattr(profile, "serial_host_launch", False)
+        pad = getattr(profile, "graph_padding", True)
         if (
             self.cpu_per_seq_s,
             self.overlap_cpu,
@@ -635,7 +637,8 @@ class StepTimeModel:
             self.graph_mixed_tokens,
             self.pp_host_sync,
             self.serial_launch,
-        ) == (profile.cpu_per_seq_s, profile.overlap_cpu, sizes, fixed, eager, mixed, sync, serial):
+            self.graph_padding,
+        ) == (profile.cpu_per_seq_s, profile.overlap_cpu, sizes, fixed, eager, mixed, sync, serial, pad):
             return self
         other = copy.copy(self)
         other.cpu_per_seq_s, other.overlap_cpu, other.graph_sizes = profile.cpu_per_seq_s, profile.overlap_cpu, sizes
@@ -643,6 +646,7 @@ class StepTimeModel:
         other.eager_launch_s, other.graph_mixed_tokens = eager, mixed
         other.pp_host_sync = sync
         other.serial_launch = serial
+        other.graph_padding = pad
         return other
 
     # --- pieces --------------------------------------------------------------------------------
@@ -795,19 +799,25 @@ class StepTimeModel:
         return t * sh
 
     def padded(self, num_tokens: int, num_seqs: int) -> int:
-        """GEMM rows of a pure-decode step under CUDA graphs: padded up to the next capture size."""
-        if num_tokens != num_seqs or not self.graph_sizes or num_tokens > self.graph_sizes[-1]:
+        """GEMM rows of a pure-decode step under CUDA graphs: padded up to the next capture size (engines that pad)."""
+        sizes = self.graph_sizes
+        if num_tokens != num_seqs or not sizes or num_tokens > sizes[-1] or not self.graph_padding:
             return num_tokens
-        return self.graph_sizes[bisect_left(self.graph_sizes, num_tokens)]
+        return sizes[bisect_left(sizes, num_tokens)]
 
-    def eager_floor(self, num_tokens: int, num_seqs: int) -> float:
+    def eager_floor(self, num_tokens: int, num_seqs: int, requests: int | None = None) -> float:
         """The host's launch time of a step that runs outside a CUDA graph (0 when it replays one, or the engine
         launches from C++): a prefill or mixed step above the engine's graph_mixed_tokens, or a pure decode above its
-        largest capture size (engine profile; sim/config.py EAGER_LAUNCH_S)."""
+        largest capture size, or, for an engine that does not pad, of a size it did not capture (requests: the
+        decode batch's requests, by which TensorRT-LLM keys its graphs; default num_tokens) (engine profile;
+        sim/config.py EAGER_LAUNCH_S)."""
         if not self.eager_launch_s:
             return 0.0
         if num_tokens == num_seqs:  # pure decode: eager only above the largest capture size (none known: captured)
-            eager = bool(self.graph_sizes) and num_tokens > self.graph_sizes[-1]
+            sizes = self.graph_sizes
+            eager = bool(sizes) and (
+                num_tokens > sizes[-1] or (not self.graph_padding and (requests or num_tokens) not in sizes)
+            )
         else:
             eager = num_tokens > self.graph_mixed_tokens
         return self.kernels_per_pass * self.eager_launch_s if eager else 0.0
@@ -886,7 +896,7 @@ class StepTimeModel:
         cpu = self._cpu(num_seqs, m)
         if self.pp > 1:
             return self._pp_round(float(gpu), cpu, m, num_tokens / m, num_seqs / m)
-        floor = self.eager_floor(num_tokens, graph_rows)
+        floor = self.eager_floor(num_tokens, graph_rows, num_seqs)
         if floor and self.serial_launch and self.overlap_cpu:  # one host thread: launches, then the per-step work
             return gpu if gpu > cpu + floor else cpu + floor
         return self._combine(gpu if gpu > floor else floor, cpu, m)
