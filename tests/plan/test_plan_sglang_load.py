@@ -1,5 +1,6 @@
 """SGLang's weight load as PyTorch's caching allocator reserves it (plan/sglang_load.py), against hand-computed
-segments and the "Load weight end. ... mem usage" figures SGLang logged."""
+segments and the "Load weight end. ... mem usage" figures SGLang logged (the allocator's rules:
+test_plan_caching_allocator.py)."""
 
 from __future__ import annotations
 
@@ -9,33 +10,10 @@ import pytest
 
 from kneecap.model import load_model
 from kneecap.plan.engines import sglang_rope_cache_bytes, sglang_rope_temp_bytes
-from kneecap.plan.sglang_load import CachingAllocator, allocation_size, load_overhead_bytes
+from kneecap.plan.sglang_load import load_overhead_bytes
 
-MiB, GiB = 2**20, 2**30
+GiB = 2**30
 QWQ = str(Path(__file__).parent / "configs" / "Qwen--QwQ-32B.json")
-
-
-def test_segment_sizes_by_request():
-    # get_allocation_size: <= 1 MiB -> a 2 MiB small segment; < 10 MiB -> 20 MiB; else rounded up to 2 MiB
-    assert allocation_size(4096) == 2 * MiB
-    assert allocation_size(3 * MiB) == 20 * MiB
-    assert allocation_size(12 * MiB + MiB // 2) == 14 * MiB
-    assert allocation_size(64 * MiB) == 64 * MiB
-
-
-def test_the_allocator_packs_small_tensors_and_rounds_large_ones():
-    a = CachingAllocator()
-    a.alloc("norm1", 10 * 1024)
-    a.alloc("norm2", 10 * 1024)  # the same 2 MiB segment
-    a.alloc("o_proj", 12 * MiB + MiB // 2)  # its own 14 MiB segment; the 1.5 MiB left is split off, still reserved
-    assert a.reserved_bytes == 2 * MiB + 14 * MiB
-    a.alloc("tmp", 32 * MiB)
-    a.free("tmp")
-    a.empty_cache()  # a segment with nothing allocated goes back to the driver
-    assert a.reserved_bytes == 16 * MiB
-    a.alloc("big", 20 * MiB)
-    a.alloc("small_large", MiB + MiB // 2)  # fits the 1.5 MiB block left in o_proj's segment: no new segment
-    assert a.reserved_bytes == 16 * MiB + 20 * MiB
 
 
 def _loaded(spec: str, tp: int) -> tuple[int, int, int]:

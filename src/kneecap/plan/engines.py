@@ -55,7 +55,7 @@ from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.model import kv as kvmath
 from kneecap.model import rope
-from kneecap.plan import sglang_load, vllm_allocator, vllm_mxfp4
+from kneecap.plan import sglang_load, vllm_load, vllm_mxfp4
 from kneecap.units import GiB
 
 ENGINES = ("vllm", "sglang")
@@ -216,7 +216,7 @@ def vllm_load_extra(
 ) -> tuple[int, str]:
     """(bytes vLLM's "Model loading took" holds beyond kneecap's per-GPU weights and RoPE caches, what they are):
     the model's tensors as vLLM builds them on one TP rank, run through PyTorch's caching allocator
-    (vllm_allocator), less those two; (0, why not) where the layout is not one vllm_allocator replays."""
+    (vllm_load), less those two; (0, why not) where the layout is not one vllm_load replays."""
     m = deployment.model
     encoder = 0 if deployment.language_only else m.encoder_params
     if pad_bytes or deployment.pp > 1 or deployment.ep > 1 or deployment.dp_attention:
@@ -224,7 +224,7 @@ def vllm_load_extra(
     elif weights_bytes != -(-2 * (m.total_params + encoder) // deployment.num_gpus):
         why = "weights not all at 16 bits"
     else:
-        loaded = vllm_allocator.vllm_loaded_bytes(
+        loaded = vllm_load.vllm_loaded_bytes(
             m, deployment.tp, parse_version(version), with_vision=not deployment.language_only
         )
         if isinstance(loaded, int):
