@@ -4,6 +4,7 @@ test_plan_caching_allocator.py)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,13 @@ def test_what_is_not_modelled_returns_none(spec, tp, dtype):
     # another model file (an MoE), a quantized checkpoint, a TP size the heads do not divide into
     m = load_model(spec)
     assert load_overhead_bytes(m, tp, dtype, m.total_params * 2 // tp, 0, 0) is None
+
+
+def test_engine_mode_takes_the_replay_out_of_the_pool_and_prints_it(cli):
+    # the same figure in the JSON the pool uses and in the weights line, which sums to the logged 15.54 GiB
+    args = ["plan", "--model", QWQ, "--tp", "4", "--gpu", "l4", "--engine", "sglang", "--engine-version", "0.4.3"]
+    eng = json.loads(cli(*args, "--json").stdout)["engine"]
+    assert eng["load_extra_bytes"] == 237_991_424
+    text = " ".join(cli(*args).stdout.split())
+    assert "+ 227.0 MiB as SGLang allocates them" in text
+    assert "= 15.54 GiB ('Load weight end' mem usage)" in text

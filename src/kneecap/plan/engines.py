@@ -108,13 +108,12 @@ class EnginePool:
     # the RoPE cos/sin buffers the engine loads with the weights (vllm_rope_cache_bytes, sglang_rope_cache_bytes)
     rope_cache_bytes: int = 0
     rope_caches: str = ""  # those buffers, rows x rotary dims each ("" where none is counted)
-    # SGLang: what PyTorch's caching allocator reserves for the load beyond the weights and the RoPE cache
-    # (segment rounding, vocabulary padding: plan/sglang_load.py), inside its "Load weight end" mem usage
-    allocator_bytes: int = 0
     # vLLM: what its MXFP4 expert kernel holds beyond the checkpoint's expert bytes (Marlin's padding, vllm_mxfp4)
     expert_pad_bytes: int = 0
-    # vLLM: what its load holds beyond kneecap's weights and RoPE caches (vllm_load_extra: the vocabulary padded to 64
-    # rows, tensors every TP rank keeps whole, PyTorch's caching-allocator blocks), and how that was found
+    # what the load holds beyond kneecap's weights and RoPE caches, as PyTorch's caching allocator counts it (the
+    # vocabulary padded to 64 rows, tensors every TP rank keeps whole, the allocator's blocks or segments): inside
+    # vLLM's "Model loading took" (vllm_load_extra) and SGLang's "Load weight end" mem usage (plan/sglang_load.py);
+    # load_note says how vLLM's was found (SGLang's pool says it in notes when its load is not replayed)
     load_extra_bytes: int = 0
     load_note: str = ""
     experts_note: str = ""  # vLLM: how the MXFP4 experts were counted ("" for other models)
@@ -944,7 +943,7 @@ def sglang_pool(
         notes=tuple(lines) + pool.notes,
         rope_cache_bytes=rope_bytes,
         rope_caches=caches,
-        allocator_bytes=extra or 0,
+        load_extra_bytes=extra or 0,
     )
 
 
