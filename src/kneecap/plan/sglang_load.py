@@ -18,7 +18,9 @@ the TP ranks. Not modelled: expandable segments (PYTORCH_CUDA_ALLOC_CONF=expanda
 tensors in 2 MiB pages), quantized checkpoints, MoE, MLA and other model files (load_overhead_bytes returns None).
 The two engines share the allocator, not the tensor order: vLLM's replay (vllm_load.py, from vLLM's model files)
 adds four float32 attention scale scalars per layer, o_proj biases, q/k norms, Gemma's files and the RoPE's arange and
-inv_freq temporaries; this one, from SGLang's llama.py / qwen2.py, has none of them.
+inv_freq temporaries; this one, from SGLang's llama.py / qwen2.py, has none of them (SGLang's RadixAttention sets its
+k_scale / v_scale to None, not to tensors, without a quantization config: layers/radix_attention.py as read on the
+main branch, the 0.4.x file not compared).
 """
 
 from __future__ import annotations
