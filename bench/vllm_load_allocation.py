@@ -1,5 +1,5 @@
 """The weights vLLM logs ("Model loading took X GiB") against kneecap's engine mode, before and after it replays vLLM's
-tensors through PyTorch's caching allocator (kneecap.plan.vllm_allocator), for every vLLM start-up log in
+tensors through PyTorch's caching allocator (kneecap.plan.vllm_load), for every vLLM start-up log in
 tests/plan/data/engine_startup_logs.json that prints the figure:
 
     PYTHONPATH=src python bench/vllm_load_allocation.py

@@ -111,7 +111,7 @@ def _sglang_figures(rec: dict, given: dict) -> dict:
         out["tokens_with_pre_load"] = with_pre["log_kv_cache_tokens"]
         # SGLang's "mem usage" of "Load weight end" against what kneecap has the load take (weights, RoPE cache and
         # the caching allocator's rounding)
-        loaded = eng["weights_bytes"] + eng["rope_cache_bytes"] + eng["allocator_bytes"]
+        loaded = eng["weights_bytes"] + eng["rope_cache_bytes"] + eng["load_extra_bytes"]
         out["weights_gap_gib"] = mem["weights_usage_gib"] - loaded / GiB
         # model_runner.py profile_max_num_token, on the logged figures: rest = free after the weights - free before
         # them x (1 - mem_fraction_static), in cells of the per-token bytes (bytes_per_token: kneecap's, K + V)
@@ -374,7 +374,7 @@ def test_the_moe_record_misses_by_what_the_table_says(rows):
 
 
 # What engine mode loads ("Model loading took": kneecap's weights and RoPE caches, replayed as vLLM allocates them,
-# plan/vllm_allocator.py) against the logged figure. Not replayed, so the tensors' sum: vLLM 0.6 (before the releases
+# plan/vllm_load.py) against the logged figure. Not replayed, so the tensors' sum: vLLM 0.6 (before the releases
 # whose model files were read) and FP8 weights, whose scales and post-load processing are not modelled; the FP8
 # record's sum is 0.0155 GiB under the logged 33.88 GiB (the test requires that miss).
 WEIGHTS_NOT_REPLAYED_GAP_GIB = {"llama-3.3-70b-fp8-2xh100-v0.11": -0.0155}

@@ -1,41 +1,20 @@
 """SGLang's weight load as PyTorch's caching allocator reserves it (plan/sglang_load.py), against hand-computed
-segments and the "Load weight end. ... mem usage" figures SGLang logged."""
+segments and the "Load weight end. ... mem usage" figures SGLang logged (the allocator's rules:
+test_plan_caching_allocator.py)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from kneecap.model import load_model
 from kneecap.plan.engines import sglang_rope_cache_bytes, sglang_rope_temp_bytes
-from kneecap.plan.sglang_load import CachingAllocator, allocation_size, load_overhead_bytes
+from kneecap.plan.sglang_load import load_overhead_bytes
 
-MiB, GiB = 2**20, 2**30
+GiB = 2**30
 QWQ = str(Path(__file__).parent / "configs" / "Qwen--QwQ-32B.json")
-
-
-def test_segment_sizes_by_request():
-    # get_allocation_size: <= 1 MiB -> a 2 MiB small segment; < 10 MiB -> 20 MiB; else rounded up to 2 MiB
-    assert allocation_size(4096) == 2 * MiB
-    assert allocation_size(3 * MiB) == 20 * MiB
-    assert allocation_size(12 * MiB + MiB // 2) == 14 * MiB
-    assert allocation_size(64 * MiB) == 64 * MiB
-
-
-def test_the_allocator_packs_small_tensors_and_rounds_large_ones():
-    a = CachingAllocator()
-    a.alloc("norm1", 10 * 1024)
-    a.alloc("norm2", 10 * 1024)  # the same 2 MiB segment
-    a.alloc("o_proj", 12 * MiB + MiB // 2)  # its own 14 MiB segment; the 1.5 MiB left is split off, still reserved
-    assert a.reserved_bytes == 2 * MiB + 14 * MiB
-    a.alloc("tmp", 32 * MiB)
-    a.free("tmp")
-    a.empty_cache()  # a segment with nothing allocated goes back to the driver
-    assert a.reserved_bytes == 16 * MiB
-    a.alloc("big", 20 * MiB)
-    a.alloc("small_large", MiB + MiB // 2)  # fits the 1.5 MiB block left in o_proj's segment: no new segment
-    assert a.reserved_bytes == 16 * MiB + 20 * MiB
 
 
 def _loaded(spec: str, tp: int) -> tuple[int, int, int]:
@@ -73,3 +52,13 @@ def test_what_is_not_modelled_returns_none(spec, tp, dtype):
     # another model file (an MoE), a quantized checkpoint, a TP size the heads do not divide into
     m = load_model(spec)
     assert load_overhead_bytes(m, tp, dtype, m.total_params * 2 // tp, 0, 0) is None
+
+
+def test_engine_mode_takes_the_replay_out_of_the_pool_and_prints_it(cli):
+    # the same figure in the JSON the pool uses and in the weights line, which sums to the logged 15.54 GiB
+    args = ["plan", "--model", QWQ, "--tp", "4", "--gpu", "l4", "--engine", "sglang", "--engine-version", "0.4.3"]
+    eng = json.loads(cli(*args, "--json").stdout)["engine"]
+    assert eng["load_extra_bytes"] == 237_991_424
+    text = " ".join(cli(*args).stdout.split())
+    assert "+ 227.0 MiB as SGLang allocates them" in text
+    assert "= 15.54 GiB ('Load weight end' mem usage)" in text

@@ -435,9 +435,8 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
                 + engine_pool.cudagraph_bytes
                 + engine_pool.state_pool_bytes
                 + engine_pool.rope_cache_bytes  # the engine's RoPE buffer, loaded beside the weights
-                + engine_pool.allocator_bytes  # SGLang: the caching allocator's rounding of the load (sglang_load)
                 + engine_pool.expert_pad_bytes  # vLLM's Marlin padding of MXFP4 experts, loaded with them
-                + engine_pool.load_extra_bytes  # vLLM's padded vocabulary, replicated tensors, allocator blocks
+                + engine_pool.load_extra_bytes  # the load as PyTorch's caching allocator holds it, beyond the tensors
             )
             deployment = dataclasses.replace(deployment, overhead_bytes=kept, frag_fraction=0.0)
     # where a linear-attention hybrid's state lives: in vLLM's block pool beside the KV (its hybrid allocator), or in

@@ -55,7 +55,7 @@ from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.model import kv as kvmath
 from kneecap.model import rope
-from kneecap.plan import sglang_load, vllm_allocator, vllm_mxfp4
+from kneecap.plan import sglang_load, vllm_load, vllm_mxfp4
 from kneecap.units import GiB
 
 ENGINES = ("vllm", "sglang")
@@ -108,13 +108,12 @@ class EnginePool:
     # the RoPE cos/sin buffers the engine loads with the weights (vllm_rope_cache_bytes, sglang_rope_cache_bytes)
     rope_cache_bytes: int = 0
     rope_caches: str = ""  # those buffers, rows x rotary dims each ("" where none is counted)
-    # SGLang: what PyTorch's caching allocator reserves for the load beyond the weights and the RoPE cache
-    # (segment rounding, vocabulary padding: plan/sglang_load.py), inside its "Load weight end" mem usage
-    allocator_bytes: int = 0
     # vLLM: what its MXFP4 expert kernel holds beyond the checkpoint's expert bytes (Marlin's padding, vllm_mxfp4)
     expert_pad_bytes: int = 0
-    # vLLM: what its load holds beyond kneecap's weights and RoPE caches (vllm_load_extra: the vocabulary padded to 64
-    # rows, tensors every TP rank keeps whole, PyTorch's caching-allocator blocks), and how that was found
+    # what the load holds beyond kneecap's weights and RoPE caches, as PyTorch's caching allocator counts it (the
+    # vocabulary padded to 64 rows, tensors every TP rank keeps whole, the allocator's blocks or segments): inside
+    # vLLM's "Model loading took" (vllm_load_extra) and SGLang's "Load weight end" mem usage (plan/sglang_load.py);
+    # load_note says how vLLM's was found (SGLang's pool says it in notes when its load is not replayed)
     load_extra_bytes: int = 0
     load_note: str = ""
     experts_note: str = ""  # vLLM: how the MXFP4 experts were counted ("" for other models)
@@ -216,7 +215,7 @@ def vllm_load_extra(
 ) -> tuple[int, str]:
     """(bytes vLLM's "Model loading took" holds beyond kneecap's per-GPU weights and RoPE caches, what they are):
     the model's tensors as vLLM builds them on one TP rank, run through PyTorch's caching allocator
-    (vllm_allocator), less those two; (0, why not) where the layout is not one vllm_allocator replays."""
+    (vllm_load), less those two; (0, why not) where the layout is not one vllm_load replays."""
     m = deployment.model
     encoder = 0 if deployment.language_only else m.encoder_params
     if pad_bytes or deployment.pp > 1 or deployment.ep > 1 or deployment.dp_attention:
@@ -224,7 +223,7 @@ def vllm_load_extra(
     elif weights_bytes != -(-2 * (m.total_params + encoder) // deployment.num_gpus):
         why = "weights not all at 16 bits"
     else:
-        loaded = vllm_allocator.vllm_loaded_bytes(
+        loaded = vllm_load.vllm_loaded_bytes(
             m, deployment.tp, parse_version(version), with_vision=not deployment.language_only
         )
         if isinstance(loaded, int):
@@ -944,7 +943,7 @@ def sglang_pool(
         notes=tuple(lines) + pool.notes,
         rope_cache_bytes=rope_bytes,
         rope_caches=caches,
-        allocator_bytes=extra or 0,
+        load_extra_bytes=extra or 0,
     )
 
 

@@ -370,6 +370,32 @@ def pool_line(plan: Plan) -> str:
     )
 
 
+# the figure each engine logs for its weights as loaded, and what PyTorch's caching allocator counts in it
+_LOADED_AS = {
+    "vllm": ("vLLM", "'Model loading took'", "blocks"),  # torch.cuda.memory_allocated once the load is over
+    "sglang": ("SGLang", "'Load weight end' mem usage", "segments"),  # the free-memory drop after empty_cache
+}
+
+
+def _as_loaded(engine: EnginePool) -> str:
+    """What follows "weights X GiB" in both engines' sections: what the load holds beside the weights (RoPE caches,
+    vLLM's MXFP4 padding, the caching allocator's share), summed to the figure the engine logs."""
+    name, logged, counts = _LOADED_AS[engine.engine]
+    loaded = engine.weights_bytes + engine.expert_pad_bytes + engine.rope_cache_bytes + engine.load_extra_bytes
+    out = ""
+    if engine.rope_cache_bytes:
+        caches = "caches" if " + " in engine.rope_caches else "cache"
+        out += f" + RoPE cos/sin {caches} {engine.rope_cache_bytes / 2**20:,.0f} MiB ({engine.rope_caches})"
+    if engine.load_extra_bytes:
+        out += (
+            f" + {engine.load_extra_bytes / 2**20:,.1f} MiB as {name} allocates them (vocabulary padded to 64 rows,"
+            f" tensors every GPU keeps whole, PyTorch's allocator {counts})"
+        )
+    if engine.rope_cache_bytes or engine.expert_pad_bytes or engine.load_extra_bytes:
+        out += f" = {_gib(loaded)} GiB ({logged})"
+    return out
+
+
 def engine_section(engine: EnginePool, plan: Plan | None = None):
     from rich.text import Text
 
@@ -400,16 +426,7 @@ def engine_section(engine: EnginePool, plan: Plan | None = None):
             lines[-1] += f" + {_gib(engine.expert_pad_bytes)} GiB: {engine.experts_note}"
         elif engine.experts_note:
             lines[-1] += f" ({engine.experts_note})"
-        loaded = engine.weights_bytes + engine.expert_pad_bytes + engine.rope_cache_bytes + engine.load_extra_bytes
-        if engine.rope_cache_bytes:
-            lines[-1] += f" + RoPE cos/sin caches {engine.rope_cache_bytes / 2**20:,.0f} MiB ({engine.rope_caches})"
-        if engine.load_extra_bytes:
-            lines[-1] += (
-                f" + {engine.load_extra_bytes / 2**20:,.1f} MiB as vLLM allocates them (vocabulary padded to 64 rows,"
-                " tensors every GPU keeps whole, PyTorch's 2 MiB memory blocks)"
-            )
-        if engine.rope_cache_bytes or engine.expert_pad_bytes or engine.load_extra_bytes:
-            lines[-1] += f" = {_gib(loaded)} GiB ('Model loading took')"
+        lines[-1] += _as_loaded(engine)
         lines.append(
             f"  − activation peak {_gib(engine.activation_bytes)} − non-torch {_gib(engine.non_torch_bytes)}"
             f" − CUDA graphs {_gib(engine.cudagraph_bytes)} GiB = KV {_gib(engine.kv_pool_bytes)} GiB"
@@ -433,16 +450,7 @@ def engine_section(engine: EnginePool, plan: Plan | None = None):
                 " TP 1, 0.86 GiB on L4s at TP 4 in published logs); pass --non-torch-gib = total − your log's"
                 " 'Load weight begin. avail mem'"
             )
-        loaded = engine.weights_bytes + engine.rope_cache_bytes + engine.allocator_bytes
-        rope_part = (
-            f" + RoPE cos/sin cache {engine.rope_cache_bytes / 2**20:,.0f} MiB ({engine.rope_caches})"
-            if engine.rope_cache_bytes
-            else ""
-        )
-        if engine.allocator_bytes:
-            rope_part += f" + allocator rounding {engine.allocator_bytes / 2**20:,.0f} MiB (PyTorch's segments)"
-        total = f" = {_gib(loaded)} GiB ('Load weight end' mem usage)" if rope_part else ""
-        lines.append(f"  − weights {_gib(engine.weights_bytes)} GiB{rope_part}{total}")
+        lines.append(f"  − weights {_gib(engine.weights_bytes)} GiB{_as_loaded(engine)}")
         if engine.state_pool_bytes:
             lines.append(f"  − Mamba state pool {_gib(engine.state_pool_bytes)} GiB")
         lines.append(

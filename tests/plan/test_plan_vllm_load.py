@@ -1,5 +1,5 @@
-"""plan/vllm_allocator: the caching-allocator rules one at a time (each test fails when its rule is taken out), the
-tensors vLLM builds against lists written by hand from its model files, and what engine mode does with them."""
+"""plan/vllm_load: the tensors vLLM builds against lists written by hand from its model files and against what the
+real engine registers, and what engine mode does with them (the allocator's rules: test_plan_caching_allocator.py)."""
 
 from __future__ import annotations
 
@@ -9,73 +9,18 @@ from pathlib import Path
 import pytest
 
 from kneecap.model.resolve import load_model
-from kneecap.plan import vllm_allocator as va
+from kneecap.plan import vllm_load as va
+from kneecap.plan.caching_allocator import replay
 
 MiB = 2**20
 CONFIGS = Path(__file__).parent / "configs"
-
-
-def allocated(sizes_and_frees: list, max_split: int | None = None) -> int:
-    """Run ("a", key, bytes) / ("f", key) through the allocator model; the allocated bytes at the end."""
-    return va.run(sizes_and_frees, max_split)
-
-
-def test_requests_are_rounded_to_512_bytes():
-    assert allocated([("a", None, 1)]) == 512
-    assert allocated([("a", None, 1000)]) == 1024
-
-
-def test_small_requests_take_the_small_pool_not_a_large_blocks_remainder():
-    # 18.5 MiB takes a new 20 MiB segment (2 MiB rounding) and leaves 1.5 MiB, split off; a 1 MiB request is small and
-    # counts 1 MiB. Served from the large pool, it would take the 1.5 MiB block and leave 0.5 MiB: unsplit, 1.5 counted
-    assert allocated([("a", None, int(18.5 * MiB)), ("a", None, MiB)]) == int(19.5 * MiB)
-
-
-def test_requests_under_10_mib_get_a_20_mib_segment():
-    # 9 MiB: a 20 MiB segment, 11 MiB split off; 10.5 MiB then takes that block, 0.5 MiB left: unsplit, 11 counted.
-    # (A 10 MiB segment would leave 1 MiB, unsplit: 10 + a new 12 MiB segment split for 10.5 = 20.5 MiB)
-    assert allocated([("a", None, 9 * MiB), ("a", None, int(10.5 * MiB))]) == 20 * MiB
-
-
-def test_larger_requests_round_their_segment_to_2_mib_and_split_only_above_1_mib():
-    # 11 MiB: a 12 MiB segment, 1 MiB would remain: not split, 12 counted; 10.5 MiB: 1.5 remains, split, 10.5 counted
-    assert allocated([("a", None, 11 * MiB)]) == 12 * MiB
-    assert allocated([("a", None, int(10.5 * MiB))]) == int(10.5 * MiB)
-
-
-def test_the_smallest_free_block_that_fits_is_taken():
-    # free blocks of 16 and 14 MiB (16 first); 13.5 MiB takes the 14 (0.5 left, whole: 14 counted), not the 16
-    # (2.5 left, split: 13.5 counted)
-    ops = [("a", "x", 16 * MiB), ("a", "y", 14 * MiB), ("f", "x"), ("f", "y"), ("a", None, int(13.5 * MiB))]
-    assert allocated(ops) == 14 * MiB
-
-
-def test_freed_neighbours_merge():
-    # two 6 MiB tensors from one 20 MiB segment, freed: one 20 MiB block, which 17 MiB splits (17 counted). Unmerged,
-    # 17 MiB would take a new 18 MiB segment, 1 MiB left: 18 counted
-    ops = [("a", "x", 6 * MiB), ("a", "y", 6 * MiB), ("f", "x"), ("f", "y"), ("a", None, 17 * MiB)]
-    assert allocated(ops) == 17 * MiB
-
-
-def test_vllms_load_split_limit_keeps_large_tensors_whole():
-    # max_split_size 20 MiB (vLLM 0.21+ around load_model): 20.5 MiB keeps its whole 22 MiB segment; without it the
-    # 1.5 MiB left is split off
-    assert allocated([("a", None, int(20.5 * MiB))], max_split=20 * MiB) == 22 * MiB
-    assert allocated([("a", None, int(20.5 * MiB))]) == int(20.5 * MiB)
-
-
-def test_a_large_request_takes_no_free_block_20_mib_larger_than_itself_under_the_split_limit():
-    # a freed 40 MiB block and a 20 MiB request: under max_split_size the block is 20 MiB too large (the request
-    # gets its own 20 MiB segment); taking it, unsplit (20 MiB >= the limit), would count 40
-    ops = [("a", "x", 40 * MiB), ("f", "x"), ("a", None, 20 * MiB)]
-    assert allocated(ops, max_split=20 * MiB) == 20 * MiB
 
 
 def test_vllm_releases_from_0_21_load_under_the_split_limit():
     qwen = load_model(str(CONFIGS / "Qwen--Qwen2.5-7B-Instruct.json"))
     at = {v: va.vllm_loaded_bytes(qwen, 1, v) for v in ((0, 20), (0, 21))}
     ops = va.vllm_load_ops(qwen, 1, (0, 20))
-    assert at[(0, 20)] == va.run(ops) and at[(0, 21)] == va.run(ops, 20 * MiB)
+    assert at[(0, 20)] == replay(ops).allocated_bytes and at[(0, 21)] == replay(ops, 20 * MiB).allocated_bytes
     assert at[(0, 21)] > at[(0, 20)]
 
 

