@@ -28,7 +28,7 @@ def bench(
     model: Optional[str] = typer.Option(
         None, "--model", help="model name to request", show_default="the server's first model"
     ),
-    endpoint: Optional[str] = typer.Option(None, "--endpoint", help="completions | chat", show_default="completions"),
+    endpoint: Optional[str] = flags.ENDPOINT,
     isl: Optional[str] = flags.ISL,
     osl: Optional[str] = flags.OSL,
     concurrency: Optional[str] = flags.CONCURRENCY,

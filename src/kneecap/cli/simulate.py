@@ -244,15 +244,7 @@ def simulate(
         "--trtllm-bench",
         help="With --engine-defaults trtllm: run as `trtllm-bench throughput` does for --isl/--osl (the max batch size and tokens it computes from the model, the GPUs' memory and the lengths; chunked prefills)",
     ),
-    endpoint: str = typer.Option(
-        "completions",
-        "--endpoint",
-        help="The API the requests come through: completions (/v1/completions, the prompt as sent) or chat "
-        "(/v1/chat/completions: the server prepares each request's chat template on its one event loop before the "
-        "engine sees it, so requests sent together wait for each other; priced by engine release and model, e.g. "
-        "vLLM 0.11.0 parses the template afresh for every request, about 11 ms for Qwen3's or DeepSeek-R1's on a "
-        "2-core Xeon VM; later releases cache it)",
-    ),
+    endpoint: Optional[str] = flags.ENDPOINT,
     frontend_ms_per_request: Optional[float] = typer.Option(
         None,
         "--frontend-ms-per-request",
@@ -405,7 +397,7 @@ def simulate(
         trtllm_bench=(isl, osl) if trtllm_bench else None,
         speculative=speculative(spec_method, spec_tokens, spec_acceptance),
         spec_seed=seed,
-        endpoint=endpoint,
+        endpoint=endpoint or "completions",
         frontend_ms_per_request=frontend_ms_per_request,
     )
     if replicas != 1 and sim.config.frontend_s_per_request > 0:

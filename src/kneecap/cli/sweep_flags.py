@@ -18,6 +18,16 @@ LENGTH_FORMS = (
     "lognormal:mean=1000,std=300,max=4096, empirical:120,340,800"
 )
 
+ENDPOINT = typer.Option(
+    None,
+    "--endpoint",
+    help="The API the requests come through: completions (/v1/completions, the prompt as sent) or chat "
+    "(/v1/chat/completions). [simulate: the server prepares each request's chat template on its one event loop "
+    "before the engine sees it, so requests sent together wait for each other; priced by engine release and model, "
+    "e.g. vLLM 0.11.0 parses the template afresh for every request, about 11 ms for Qwen3's or DeepSeek-R1's on a "
+    "2-core Xeon VM; later releases cache it]",
+    show_default="completions",
+)
 ISL = typer.Option(
     None,
     "--isl",
