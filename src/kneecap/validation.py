@@ -17,6 +17,7 @@ from pathlib import Path
 from statistics import median
 
 from kneecap.errors import KneecapError
+from kneecap.workload.endpoints import CHAT, COMPLETIONS, ENDPOINTS
 
 DATA_DIR = Path(__file__).parent / "data" / "validation"
 POINTS_FILE = DATA_DIR / "points.json"
@@ -205,7 +206,7 @@ class Point:
     not_simulated: str | None  # a reason stated in the data (e.g. inter-node links)
     # the API the benchmark client sent through, where the source states it: "chat" (/v1/chat/completions: the
     # server's chat-template work on its event loop, kneecap.sim.frontend) or "completions" (the default)
-    endpoint: str = "completions"
+    endpoint: str = COMPLETIONS
 
     @classmethod
     def from_dict(cls, d: dict) -> "Point":
@@ -236,7 +237,7 @@ class Point:
                 published=float(d["published"]),
                 engine_overrides=dict(d.get("engine_overrides") or {}),
                 not_simulated=d.get("not_simulated"),
-                endpoint=d.get("endpoint", "completions"),
+                endpoint=d.get("endpoint", COMPLETIONS),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise KneecapError(f"validation point {d.get('id', '?')}: bad or missing field ({exc})", _FIX) from None
@@ -248,8 +249,8 @@ class Point:
             raise KneecapError(
                 f"validation point {point.id}: unknown engine {point.engine!r}", f"use one of {sorted(ENGINES)}"
             )
-        if point.endpoint not in ("completions", "chat"):
-            raise KneecapError(f'validation point {point.id}: endpoint must be "completions" or "chat"', _FIX)
+        if point.endpoint not in ENDPOINTS:
+            raise KneecapError(f"validation point {point.id}: endpoint must be one of {', '.join(ENDPOINTS)}", _FIX)
         if point.concurrency != "max" and not (isinstance(point.concurrency, int) and point.concurrency >= 1):
             raise KneecapError(f'validation point {point.id}: concurrency must be an int >= 1 or "max"', _FIX)
         if (
@@ -432,7 +433,7 @@ def command_line(point: Point) -> str | None:
     parts += [f"--{k.replace('_', '-')} {knobs[k]}" for k in ("max_num_seqs", "max_num_batched_tokens") if knobs[k]]
     if knobs["prefix_caching"] is not None:
         parts += ["--prefix-caching" if knobs["prefix_caching"] else "--no-prefix-caching"]
-    parts += ["--endpoint chat"] if knobs["endpoint"] == "chat" else []
+    parts += ["--endpoint chat"] if knobs["endpoint"] == CHAT else []
     parts += [
         f"--isl {_length_flag(point.isl, point.isl_low)}",
         f"--osl {_length_flag(point.osl, point.osl_low)}",

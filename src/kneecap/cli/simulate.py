@@ -26,6 +26,7 @@ from kneecap.cli.plan import (
     deployment_flags,
 )
 from kneecap.errors import KneecapError
+from kneecap.workload.endpoints import COMPLETIONS
 
 TRACE_FILE = "trace.jsonl"
 
@@ -397,7 +398,7 @@ def simulate(
         trtllm_bench=(isl, osl) if trtllm_bench else None,
         speculative=speculative(spec_method, spec_tokens, spec_acceptance),
         spec_seed=seed,
-        endpoint=endpoint or "completions",
+        endpoint=endpoint or COMPLETIONS,
         frontend_ms_per_request=frontend_ms_per_request,
     )
     if replicas != 1 and sim.config.frontend_s_per_request > 0:

@@ -46,6 +46,7 @@ from kneecap.records import CANCELLED, ERROR, OK, TIMEOUT, RequestRecord
 from kneecap.workload import RequestSpec
 from kneecap.workload.load_shape import LoadSchedule, open_loop_offsets
 from kneecap.workload.ramps import user_windows
+from kneecap.workload.endpoints import COMPLETIONS, endpoint_path
 
 CONNECT_TIMEOUT_S = 10.0  # opening a connection (aiohttp sock_connect)
 
@@ -56,7 +57,7 @@ class ClientConfig:
 
     base_url: str
     model: str
-    endpoint: str = oa.COMPLETIONS  # "completions" | "chat"
+    endpoint: str = COMPLETIONS  # "completions" | "chat"
     api_key: str | None = field(default=None, repr=False)
     timeout_s: float = 600.0  # per request, total (connect + wait + stream)
     stall_timeout_s: float = 120.0  # longest silence between two reads (and before the response starts)
@@ -76,7 +77,7 @@ class ClientConfig:
         if url.endswith("/v1"):
             url = url[:-3]
         object.__setattr__(self, "base_url", url)
-        oa.endpoint_path(self.endpoint)
+        endpoint_path(self.endpoint)
         for name in ("timeout_s", "stall_timeout_s"):
             if not getattr(self, name) > 0:
                 raise KneecapError(f"{name} must be positive, got {getattr(self, name)!r}", f"pass a positive {name}")
@@ -85,7 +86,7 @@ class ClientConfig:
 
     @property
     def url(self) -> str:
-        return self.base_url + oa.endpoint_path(self.endpoint)
+        return self.base_url + endpoint_path(self.endpoint)
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ class PreparedRequest:
 
 def default_prompt_source(cfg: ClientConfig) -> PromptSource:
     """Token ids on /v1/completions (exact ISL); random words on chat (ISL approximate, usage tells)."""
-    return RandomTokenPrompts() if cfg.endpoint == oa.COMPLETIONS else RandomTextPrompts()
+    return RandomTokenPrompts() if cfg.endpoint == COMPLETIONS else RandomTextPrompts()
 
 
 def prepare_requests(

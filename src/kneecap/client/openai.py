@@ -19,24 +19,14 @@ import orjson
 
 from kneecap.client.sse import SseEvent
 from kneecap.errors import KneecapError
+from kneecap.workload.endpoints import CHAT, COMPLETIONS, check_endpoint
 
-COMPLETIONS = "completions"
-CHAT = "chat"
-ENDPOINTS = (COMPLETIONS, CHAT)
-ENDPOINT_PATHS = {COMPLETIONS: "/v1/completions", CHAT: "/v1/chat/completions"}
 
 _DONE = b"[DONE]"
 
 # error_kind values produced while decoding (the driver adds the transport ones)
 MALFORMED_SSE = "malformed_sse"
 SERVER_ERROR_EVENT = "server_error_event"
-
-
-def endpoint_path(endpoint: str) -> str:
-    try:
-        return ENDPOINT_PATHS[endpoint]
-    except KeyError:
-        raise KneecapError(f"unknown endpoint {endpoint!r}", "use --endpoint completions or --endpoint chat") from None
 
 
 def request_body(
@@ -71,7 +61,7 @@ def request_body(
             )
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
-        endpoint_path(endpoint)  # raises the one-line error
+        check_endpoint(endpoint)  # raises the one-line error
     body["max_tokens"] = int(max_tokens)
     if stream:
         body["stream"] = True

@@ -28,6 +28,7 @@ from kneecap.client.prompts import (
 from kneecap.client.server_info import LLAMACPP, SGLANG, VLLM, ServerInfo
 from kneecap.errors import KneecapError
 from kneecap.workload import RequestSpec
+from kneecap.workload.endpoints import COMPLETIONS, endpoint_path
 
 STALL_TIMEOUT_S = 120.0  # longest silence inside one response before it counts as a stall
 CHECK_TIMEOUT_S = 120.0  # the check request (a cold server may be slow to answer its first one)
@@ -198,7 +199,7 @@ def prompt_candidates(
             )
         ]
     out: list[PromptChoice] = []
-    completions = endpoint == oa.COMPLETIONS
+    completions = endpoint == COMPLETIONS
     if tokenizer is not None:
         local = LocalTokenizer(tokenizer)
         out.append(
@@ -379,7 +380,7 @@ def settle_prompts(
                 "pass --model with a name GET /v1/models lists",
             )
         if answer.status in (404, 405, 501) or (answer.status == 200 and not answer.json_answer):
-            what = f"POST {oa.endpoint_path(cfg.endpoint)} answered HTTP {answer.status}"
+            what = f"POST {endpoint_path(cfg.endpoint)} answered HTTP {answer.status}"
             raise not_openai_error(cfg.base_url, what + (f": {answer.message[:60]!r}" if answer.message else ""))
         if answer.status not in (400, 422):  # 5xx, 429...: the server's trouble, not the prompt's; the sweep shows it
             note = f"the check request answered HTTP {answer.status}: prompts not proved"

@@ -16,9 +16,8 @@ from typing import Any
 import orjson
 
 from kneecap.serve.pseudo_tokens import encode_text, filler_piece, filler_text
+from kneecap.workload.endpoints import CHAT, COMPLETIONS
 
-COMPLETIONS = "completions"
-CHAT = "chat"
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # vLLM CompletionRequest.max_tokens default (protocol.py), as OpenAI's
 DONE = b"data: [DONE]\n\n"
 

@@ -29,11 +29,6 @@ from kneecap.sim.speculative import SpecDecoding
 from kneecap.units import GiB, MiB
 
 ENGINE_DEFAULTS = ("vllm", "sglang", "trtllm", "nim", "llamacpp")
-# the OpenAI API endpoint the requests come through: /v1/completions (the prompt as sent) or /v1/chat/completions (the
-# server applies the model's chat template first, on its event loop: CHAT_FRONTEND_NOTE)
-ENDPOINT_COMPLETIONS = "completions"
-ENDPOINT_CHAT = "chat"
-ENDPOINTS = (ENDPOINT_COMPLETIONS, ENDPOINT_CHAT)
 
 
 def vllm_cudagraph_sizes(max_num_seqs: int) -> tuple[int, ...]:

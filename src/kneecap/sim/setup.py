@@ -14,8 +14,6 @@ from kneecap.model.kv import stage_layer_types
 from kneecap.plan.build import DEFAULTS, DeploymentRequest, plan_deployment
 from kneecap.plan.ledger import Plan
 from kneecap.sim.config import (
-    ENDPOINT_COMPLETIONS,
-    ENDPOINTS,
     TRTLLM_KV_FREE_GPU_MEM_FRACTION,
     EngineConfig,
     at_release,
@@ -26,6 +24,7 @@ from kneecap.sim.config import (
 )
 from kneecap.sim.engine import Engine, state_blocks_per_sequence
 from kneecap.sim.steptime import StepTimeModel, StepTimeParams
+from kneecap.workload.endpoints import COMPLETIONS, check_endpoint
 
 
 @dataclass(frozen=True)
@@ -162,7 +161,7 @@ def from_plan(
     trtllm_bench: tuple[int, int] | None = None,
     speculative=None,
     spec_seed: int | None = None,
-    endpoint: str = ENDPOINT_COMPLETIONS,
+    endpoint: str = COMPLETIONS,
     frontend_ms_per_request: float | None = None,
 ) -> SimDeployment:
     """The named engine's defaults for this plan, at engine_version's release (sim/config.py at_release), with the
@@ -213,12 +212,11 @@ def from_plan(
 
 def _with_frontend(config: EngineConfig, model_name: str, endpoint: str, ms: float | None) -> EngineConfig:
     """The config with the API server's per-request event-loop cost of `endpoint` (or the given `ms`) set."""
-    if endpoint not in ENDPOINTS:
-        raise KneecapError(f"unknown --endpoint {endpoint!r}", f"use one of {', '.join(ENDPOINTS)}")
+    check_endpoint(endpoint)
     if ms is not None:  # EngineConfig refuses a negative or non-finite cost
         note = f"{endpoint} endpoint, {ms:g} ms per request as given"
         return replace(config, frontend_s_per_request=ms / 1e3, frontend_note=note)
-    if endpoint == ENDPOINT_COMPLETIONS:
+    if endpoint == COMPLETIONS:
         return config
     ms, what = chat_frontend_ms(config.profile, model_name)
     note = f"chat endpoint, {ms:g} ms per request: {what}"

@@ -11,11 +11,11 @@ import math
 from dataclasses import asdict, dataclass, fields
 
 from kneecap.errors import KneecapError
+from kneecap.workload.endpoints import COMPLETIONS, check_endpoint
 from kneecap.workload.level_work import KIND_CONCURRENCY, KIND_RATE
 from kneecap.workload.slices import check_until_stable
 from kneecap.workload.sweep_spec import SweepSpec
 
-ENDPOINTS = ("completions", "chat")
 FAIL_ON = ("errors", "slo", "stopped")
 
 # Default requests per level when neither --requests nor --duration is given:
@@ -71,7 +71,7 @@ class BenchOptions(SweepSpec):
     concurrency: tuple[int, ...] = ()
     rate: tuple[float, ...] = ()
     model: str | None = None
-    endpoint: str = "completions"
+    endpoint: str = COMPLETIONS
     slo: str | None = None  # raw `--slo` text, parsed by kneecap.metrics.slo
     timeout_s: float = 600.0  # per request
     keepalive: bool | None = None  # None: probe the server (kneecap.client.keepalive) and decide
@@ -108,11 +108,7 @@ class BenchOptions(SweepSpec):
                 "pass exactly one of --concurrency and --rate",
                 "e.g. --concurrency 1,8,64 (closed loop) or --rate 1,2,4 (open loop, requests/s)",
             )
-        if self.endpoint not in ENDPOINTS:
-            raise KneecapError(
-                f"--endpoint must be one of {', '.join(ENDPOINTS)}, got {self.endpoint!r}",
-                "pass --endpoint completions or --endpoint chat",
-            )
+        check_endpoint(self.endpoint)
         lengths_from_data = self.replay is not None or self.dataset != "random"
         if self.osl is None and not lengths_from_data:
             raise KneecapError(f"--osl must be a whole number >= 1, got {self.osl!r}", "pass e.g. --osl 1000")
