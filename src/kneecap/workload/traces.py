@@ -51,6 +51,16 @@ def _whole(value: object, what: str, where: str, minimum: int) -> int:
     return int(value)
 
 
+def _hash_ids(obj: dict, where: str) -> tuple[int, ...] | None:
+    """A row's optional hash_ids (the prompt's prefix blocks) as a tuple, or None where the row has none."""
+    hash_ids = obj.get("hash_ids")
+    if hash_ids is None:
+        return None
+    if not isinstance(hash_ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hash_ids):
+        raise KneecapError(f"{where}: hash_ids must be a list of integers", "fix that line")
+    return tuple(hash_ids)
+
+
 def parse_mooncake(text: str, source: str = "trace") -> Trace:
     """Rows of a Mooncake-format JSONL trace. Any broken line raises, naming the file and line."""
     import orjson
@@ -76,13 +86,7 @@ def parse_mooncake(text: str, source: str = "trace") -> Trace:
         ts = obj["timestamp"]
         if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts < 0:
             raise KneecapError(f"{where}: timestamp must be a number of milliseconds >= 0, got {ts!r}", "fix that line")
-        hash_ids = obj.get("hash_ids")
-        if hash_ids is not None:
-            if not isinstance(hash_ids, list) or not all(
-                isinstance(h, int) and not isinstance(h, bool) for h in hash_ids
-            ):
-                raise KneecapError(f"{where}: hash_ids must be a list of integers", "fix that line")
-            hash_ids = tuple(hash_ids)
+        hash_ids = _hash_ids(obj, where)
         rows.append(
             TraceRow(
                 line=lineno,
@@ -132,13 +136,7 @@ def parse_bailian(text: str, source: str = "trace") -> Trace:
         seen.add(chat)
         parent = obj["parent_chat_id"]
         parent = None if parent == -1 else _whole(parent, "parent_chat_id", where, 0)
-        hash_ids = obj.get("hash_ids")
-        if hash_ids is not None:
-            if not isinstance(hash_ids, list) or not all(
-                isinstance(h, int) and not isinstance(h, bool) for h in hash_ids
-            ):
-                raise KneecapError(f"{where}: hash_ids must be a list of integers", "fix that line")
-            hash_ids = tuple(hash_ids)
+        hash_ids = _hash_ids(obj, where)
         rows.append(
             TraceRow(
                 line=lineno,
