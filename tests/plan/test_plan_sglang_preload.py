@@ -6,10 +6,10 @@ memory in use by then (the CUDA context, torch.distributed and NCCL, custom all-
 URL each) give that figure as kneecap's catalog total less "avail mem". Two of them are the engine-mode records of
 tests/plan/data/engine_startup_logs.json (Llama-3.1-8B on one H100, QwQ-32B on four L4s) and are held out: no figure
 is derived from them. The others are checked here for one thing: whether a default by GPU class and TP would be
-defensible. They are not: one record at TP 1 besides the held-out H100, no 24 GB GPU besides the held-out L4s, and
-at TP > 1 the figure runs from 0.96 to 2.46 GiB with the GPU, the custom all-reduce and the release, which on the
-QwQ-32B L4 pool (2.84 GiB at TP 4) is from -3% to -48% of its tokens. So engine mode keeps 0 and says how to read
-the figure from the log.
+defensible. They are not: two records at TP 1 besides the held-out H100, neither naming its GPU; no 24 GB GPU
+besides the held-out L4s; and at TP > 1 the figure runs from 0.96 to 2.46 GiB with the GPU, the custom all-reduce
+and the release, which on the QwQ-32B L4 pool (2.84 GiB at TP 4) is from -3% to -48% of its tokens. So engine mode
+keeps 0 and says how to read the figure from the log.
 
 `PYTHONPATH=src python tests/plan/test_plan_sglang_preload.py` prints the table docs/engine-model.md carries; the
 test requires the page to carry it verbatim.
