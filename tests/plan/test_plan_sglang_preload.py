@@ -159,3 +159,17 @@ def test_docs_carry_the_table(table_rows):
 
 if __name__ == "__main__":
     print(table(rows()))
+
+
+def test_the_plan_quotes_the_published_range():
+    """`kneecap plan --engine sglang` without --non-torch-gib quotes the range these records span, by TP."""
+    from kneecap.plan.render import SGLANG_PRELOAD_GIB_PUBLISHED
+
+    def span(records):
+        lows, highs = zip(*(pre_load_gib(r) for r in records))
+        return f"{min(lows):.2f}-{max(highs):.2f}"
+
+    one = [r for r in RECORDS if r["tp"] == 1]
+    many = [r for r in RECORDS if r["tp"] > 1]
+    tps = sorted({r["tp"] for r in many})
+    assert SGLANG_PRELOAD_GIB_PUBLISHED == (f"{span(one)} GiB at TP 1, {span(many)} GiB at TP {tps[0]} to {tps[-1]}")

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
 import pytest
 from clitools import run_cli
 from pydantic import BaseModel
 
 from kneecap.errors import KneecapError
-from kneecap.metrics import recommend_model
+from kneecap.metrics import recommend_model, schemas
 from kneecap.metrics.recommend_model import Candidate, RecommendDocument
 from kneecap.report.recommend_page import to_html, to_markdown
 
@@ -52,6 +53,9 @@ def recommended(tmp_path_factory) -> dict:
 
 
 def test_recommend_json_round_trips(recommended):
+    jsonschema.validate(
+        recommended, schemas.schema("recommend.schema.json")
+    )  # the published docs/recommend.schema.json
     typed = RecommendDocument.read(recommended)
     # the same keys, values and JSON types (an int stays an int, a float a float, None null)
     assert json.dumps(typed.to_dict(), sort_keys=True) == json.dumps(recommended, sort_keys=True)

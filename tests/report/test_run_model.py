@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
 import pytest
 from pydantic import BaseModel
 
 from kneecap.errors import KneecapError
-from kneecap.metrics import run_model
+from kneecap.metrics import run_model, schemas
 from kneecap.metrics.run_model import CapacityInfo, RunCell, RunDocument
 from kneecap.metrics.summary_model import Distribution, LevelSummary
 
@@ -41,6 +42,7 @@ def _run_objects(value, path="doc"):
 @pytest.mark.parametrize("fixture", ["real_run", "run_two"])
 def test_a_run_summary_round_trips(fixture, request):
     doc = json.loads((request.getfixturevalue(fixture) / "summary.json").read_text())
+    jsonschema.validate(doc, schemas.schema("run.schema.json"))  # the published docs/run.schema.json
     typed = RunDocument.read(doc)
     # the same keys, values and JSON types (an int stays an int, a float a float, None null)
     assert json.dumps(typed.to_dict(), sort_keys=True) == json.dumps(doc, sort_keys=True)

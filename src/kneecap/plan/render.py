@@ -371,6 +371,10 @@ def pool_line(plan: Plan) -> str:
 
 
 # the figure each engine logs for its weights as loaded, and what PyTorch's caching allocator counts in it
+# what SGLang's start-up logs published with a URL show in use before the weights load (their catalog total less
+# "Load weight begin. avail mem"; tests/plan/data/sglang_preload_logs.json, which tests/plan/test_plan_sglang_preload.py
+# holds this range to)
+SGLANG_PRELOAD_GIB_PUBLISHED = "0.38-0.60 GiB at TP 1, 0.86-2.46 GiB at TP 4 to 16"
 _LOADED_AS = {
     "vllm": ("vLLM", "'Model loading took'", "blocks"),  # torch.cuda.memory_allocated once the load is over
     "sglang": ("SGLang", "'Load weight end' mem usage", "segments"),  # the free-memory drop after empty_cache
@@ -446,9 +450,9 @@ def engine_section(engine: EnginePool, plan: Plan | None = None):
         )
         if not engine.non_torch_bytes:
             lines.append(
-                "    in use before the weights: not known, 0 taken (the CUDA context and NCCL: 0.60 GiB on an H100 at"
-                " TP 1, 0.86 GiB on L4s at TP 4 in published logs); pass --non-torch-gib = total − your log's"
-                " 'Load weight begin. avail mem'"
+                "    in use before the weights: not known, 0 taken (the CUDA context, NCCL and custom all-reduce:"
+                f" {SGLANG_PRELOAD_GIB_PUBLISHED} in published logs, by GPU, TP and release; docs/engine-model.md);"
+                " pass --non-torch-gib = total − your log's 'Load weight begin. avail mem'"
             )
         lines.append(f"  − weights {_gib(engine.weights_bytes)} GiB{_as_loaded(engine)}")
         if engine.state_pool_bytes:
