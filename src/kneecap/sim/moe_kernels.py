@@ -50,6 +50,28 @@ file): SGLang ships its own fused-MoE configs per Triton release
 configs for Triton 3.3.1) and an SM90 swap-AB path for FP8 (sgl-project/sglang#15712), so vLLM's timing does not time
 its kernel; SGLang's block-FP8 experts keep the grouped-GEMM rule.
 
+Tuned or default config: not told apart. vLLM 0.10.2 and 0.11.0 run a tuned config only where the release ships a
+file named for the shape (fused_moe/fused_moe.py get_config_file_name and get_moe_configs, lines 738-800 in 0.11.0:
+"E=<E>,N=<N>,device_name=<name>[,dtype=<dtype>][,block_shape=[128,128]].json" under fused_moe/configs, N the
+per-GPU intermediate width, w2's last dimension, and the name the GPU reports with spaces as underscores, e.g.
+NVIDIA_A100-SXM4-80GB, NVIDIA_H100_80GB_HBM3, NVIDIA_H200); elsewhere try_get_optimal_moe_config falls back to
+get_default_config (the same in both releases). Every vLLM deployment of this kernel that the validation set holds
+has a shipped file in both releases (read in their wheels): Qwen3-235B-A22B bf16 at TP 8 (E=128,N=192) on the
+A100-SXM4-80GB and the H100 SXM, DeepSeek-R1 block-FP8 at TP 8 on the H200
+(E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128]), Mixtral-8x7B bf16 at TP 2 on the H200
+(E=8,N=7168). Some tables time the default config rather than a tuned one: the Qwen3-30B-A3B FP8 H100 table (neither
+release ships E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8.json), the SGLang Qwen3-235B-A22B FP8
+H200 table (its "without tuned kernel" block), and which config the DeepSeek-V3 H100 tables ran is not stated (neither
+release ships an H100 block-FP8 file for E=256 at N 256 to 2048). A call with no shipped file is not priced
+differently. At decode sizes the one whole-call timing found of that default on Ampere is as close to the roofline as
+the tuned A100 table: vllm-project/vllm#19049 ("Before this PR": Qwen3-30B-A3B bf16, E=128, N=768, an A100 PCIe
+40GB, the printed config BLOCK_SIZE_M 16, N 32, K 64, GROUP_SIZE_M 1, which is get_default_config's for M <= E) runs
+611-943 us from 16 to 96 tokens, 1.17-1.21 x its roofline at 1-6 rows per expert, where the tuned Kimi-VL A100 table
+is at 1.19-1.20 (1.5 and 6 rows per expert). No timing of that default against a tuned config at one shape of the
+whole fused_moe call on Hopper, or on Ampere past 96 tokens, was found (vllm-project/vllm#40542, #44818, #37814 and
+#35457 date from 2026, when vLLM's main had replaced that default (#34846, February 2026), and do not name a release
+that keeps it; #44152 times single kernel launches; #34846's own old-against-new tables were not read in full).
+
 Where it is not used, and why (steptime.py's grouped-GEMM rule prices the call instead):
 - r < MIN_ROWS_PER_EXPERT (decode batches smaller than E / k tokens): several tables are flat there (Gemma4 on H200
   185 us from 1 to 4 tokens, Kimi-VL on A100 183 us at 1) — harness and launch costs the step model prices
