@@ -49,8 +49,10 @@ ROPE_KINDS = ("default", "llama3", "linear")  # the RoPE classes whose temporari
 
 # model files that build q_norm / k_norm before the RoPE (gemma3.py:159-160 before :181; qwen3.py after: :142-143)
 QK_NORM_BEFORE_ROPE = ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")
-# architectures whose vLLM model file builds the layout below (and in the order below)
-DENSE_ARCHITECTURES = (
+# architectures whose vLLM model file builds its tensors in the order vllm_load_ops replays (read per file; the
+# same names as profile_peak.V1_ARCHITECTURES by coincidence of what was read, not by rule: each list says what its
+# own module read)
+LOAD_ORDER_ARCHITECTURES = (
     "LlamaForCausalLM",
     "MistralForCausalLM",
     "Qwen2ForCausalLM",
@@ -156,7 +158,7 @@ def _siglip_ops(model) -> list[Op] | str:
 def vllm_load_ops(model, tp: int, version: tuple[int, ...], *, with_vision: bool = True) -> list[Op] | str:
     """The tensors vLLM allocates on one TP rank while it builds `model` (16-bit weights), in order, with the RoPE
     caches' temporaries; a string saying why when the layout is not one this module covers."""
-    if model.architecture not in DENSE_ARCHITECTURES:
+    if model.architecture not in LOAD_ORDER_ARCHITECTURES:
         return f"{model.architecture} is not a layout kneecap replays through PyTorch's allocator"
     if set(model.layer_types) - {"full_attention", "sliding_attention"}:
         return "layer kinds other than full and sliding attention"
