@@ -466,3 +466,8 @@ def test_engine_mode_plans_gpt_oss_with_the_rule_and_the_named_sampler(cli):
         "flashinfer",
     )
     assert late.code != 0 and "0.10 and 0.11 only" in late.stderr
+    # the sort named explicitly is the default; an unknown sampler is refused
+    same = cli("plan", *base, "--engine", "vllm", "--vllm-sampler", "pytorch")
+    assert same.code != 0 and "7.37 GiB" in same.stderr
+    odd = cli("plan", *base, "--engine", "vllm", "--vllm-sampler", "triton")
+    assert odd.code != 0 and "pass pytorch or flashinfer" in odd.stderr

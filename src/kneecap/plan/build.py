@@ -529,7 +529,7 @@ VLLM_SAMPLERS = ("pytorch", "flashinfer")
 
 
 def _check_vllm_sampler(f: DeploymentRequest) -> None:
-    """--vllm-sampler: vLLM's engine mode only, one of VLLM_SAMPLERS, FlashInfer's at the releases it is modelled for."""
+    """--vllm-sampler: vLLM's engine mode only, one of VLLM_SAMPLERS, at the releases whose choice is modelled."""
     if f.engine != "vllm":
         raise KneecapError(
             "--vllm-sampler is the sampler of vLLM's start-up profile run (it enters vLLM's pool model only)",
@@ -540,9 +540,10 @@ def _check_vllm_sampler(f: DeploymentRequest) -> None:
             f"--vllm-sampler {f.vllm_sampler} is not a sampler kneecap knows", "pass pytorch or flashinfer"
         )
     version = f.engine_version or engines.DEFAULT_VLLM_VERSION
-    if f.vllm_sampler == "flashinfer" and not profile_peak.is_flashinfer_sampler_rule(engines.parse_version(version)):
+    if not profile_peak.is_flashinfer_sampler_rule(engines.parse_version(version)):
         raise KneecapError(
-            f"--vllm-sampler flashinfer is modelled for vLLM 0.10 and 0.11 only (not {version})",
+            f"--vllm-sampler applies to vLLM 0.10 and 0.11 only (not {version}): later releases' samplers are "
+            "modelled as their defaults",
             "drop --vllm-sampler, or pass --activation-gib with the torch peak increase your server logged",
         )
 

@@ -443,7 +443,7 @@ def v1_environment(version: tuple[int, ...]) -> str:
         )
     return (
         "PyTorch's top-k/top-p sort, taken when FlashInfer is not installed (pip install vllm does not install it "
-        "in 0.10-0.11; with it vLLM samples without sorting, not modelled)"
+        "in 0.10-0.11; with it vLLM samples without sorting: --vllm-sampler flashinfer)"
     )
 
 
