@@ -52,7 +52,10 @@ vLLM 0.10 to 0.14 (V1 engine; read in the 0.10.0, 0.11.0, 0.12.0, 0.13.0 and 0.1
     flashinfer_sample calls top_k_top_p_sampling_from_logits (sampling.py:887-1004), which with its default
     "top_k_first" order runs top_k_mask_logits (a torch.empty_like copy of the fp32 logits, :374) and torch.softmax:
     the fp32 logits, the masked copy and the probabilities, 3F and no sort, beside the same held tensors. Not
-    modelled for 0.12-0.16 (other FlashInfer releases).
+    modelled for 0.12-0.16 (other FlashInfer releases). vLLM's official Docker image took this path in June 2025
+    (it logged "Using FlashInfer for top-p & top-k sampling", and VLLM_USE_FLASHINFER_SAMPLER=0 cost it 1.51 GiB of
+    KV cache: https://github.com/flashinfer-ai/flashinfer/issues/1180), while llm-d-planner's v0.11.0-image runs
+    (the records checked here) sorted: the caller says which (engine mode: --vllm-sampler; the sort by default).
   forward: the model runs compiled (torch.compile with Inductor, piecewise between attention ops), and Inductor
     frees each buffer after its last use, so the MLP's peak holds the residual, the MLP's input, gate_up (2 x
     intermediate / tp) and SiLU-and-mul's output (intermediate / tp): tokens x (2 x hidden + 3 x intermediate / tp)
