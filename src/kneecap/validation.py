@@ -316,6 +316,7 @@ def _plan(point: Point):
         engine=point.engine if point.engine in ("vllm", "sglang") else None,
         mem_util=point.mem_util if point.engine == "vllm" else None,
         mem_fraction=point.mem_util if point.engine == "sglang" else None,
+        vllm_sampler=point.engine_overrides.get("vllm_sampler"),
     )
     # (the 0.5-0.6 static-batch TensorRT-LLM runs, gptSessionBenchmark, sized their pool per batch: TensorRT-LLM's
     # rule moves two of them by at most 1.2 points)
@@ -429,6 +430,8 @@ def command_line(point: Point) -> str | None:
     else:
         parts += [f"--engine-defaults {knobs['defaults']}"]
     parts += [f"--engine-version {shlex.quote(knobs['engine_version'])}"] if knobs["engine_version"] else []
+    sampler = point.engine_overrides.get("vllm_sampler")
+    parts += [f"--vllm-sampler {sampler}"] if sampler else []
     parts += ["--trtllm-bench"] if knobs["trtllm_bench"] else []
     parts += [f"--{k.replace('_', '-')} {knobs[k]}" for k in ("max_num_seqs", "max_num_batched_tokens") if knobs[k]]
     if knobs["prefix_caching"] is not None:

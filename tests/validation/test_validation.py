@@ -203,6 +203,22 @@ def test_trtllm_bench_runs_take_the_limits_trtllm_bench_computes():
     assert seqs % 8 == 0 and seqs // 8 == 384 and tokens == 2048
 
 
+def test_a_point_names_the_sampler_its_vllm_server_took():
+    """GPUStack's gpt-oss-120b baseline on one H100 (vLLM 0.10.2 at its defaults) started, which the pip wheel's
+    sorting sampler leaves no KV cache for; the points name FlashInfer's (--vllm-sampler flashinfer)."""
+    import dataclasses
+
+    from kneecap.validation import _plan, command_line
+
+    points = {p.id: p for p in load_points()}
+    oss = points["gpustack-vllm-gpt-oss-120b-h100-sxm-tp1-4000-200-tpot_ms_mean"]
+    assert oss.engine_overrides == {"vllm_sampler": "flashinfer"}
+    assert "--vllm-sampler flashinfer" in command_line(oss)
+    _plan(oss)  # plans
+    with pytest.raises(KneecapError, match="would have no KV cache"):
+        _plan(dataclasses.replace(oss, engine_overrides={}))
+
+
 def test_every_simulated_point_has_its_command_line():
     """Each simulated point prints the `kneecap simulate` line that reproduces it; a point not simulated prints none."""
     from kneecap.validation import command_line

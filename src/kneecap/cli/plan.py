@@ -100,6 +100,15 @@ FLAG_OPTIONS = {
             "the triton_kernels package)",
         ),
     ],
+    "vllm_sampler": Annotated[
+        Optional[str],
+        typer.Option(
+            "--vllm-sampler",
+            help="vLLM 0.10-0.11: the sampler its start-up profile run took, which sets the activation peak: pytorch "
+            "(sorts the logits; the default, as pip install vllm has no FlashInfer) or flashinfer (a server with "
+            "FlashInfer installed samples without sorting)",
+        ),
+    ],
     "engine_version": Annotated[
         Optional[str],
         typer.Option(
@@ -201,7 +210,7 @@ SIM_FLAGS = (
     "kv_pool_gib",
 )
 # `kneecap simulate` also takes the engine pool models of `kneecap plan` (--engine, --mem-fraction)
-SIMULATE_FLAGS = SIM_FLAGS + ("engine", "mem_fraction", "moe_backend")
+SIMULATE_FLAGS = SIM_FLAGS + ("engine", "mem_fraction", "moe_backend", "vllm_sampler")
 # without --engine, a pool the simulated engine is given is read one way, as SGLang logs it
 SIM_OPTIONS = {
     **FLAG_OPTIONS,

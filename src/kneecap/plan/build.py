@@ -71,6 +71,9 @@ class DeploymentRequest:
     # the kernel vLLM runs MXFP4 MoE experts with (gpt-oss): None, the release's default for the GPU (vllm_mxfp4);
     # "marlin" or "triton" for a server that ran the other one (Hopper with triton_kernels installed at 0.10 / 0.11)
     moe_backend: str | None = None
+    # vLLM 0.10 / 0.11's sampler in the profile run: None or "pytorch", its top-k/top-p sort (the pip wheel, which
+    # does not install FlashInfer); "flashinfer" for a server with FlashInfer installed, whose sampler does not sort
+    vllm_sampler: str | None = None
 
 
 DEFAULTS = DeploymentRequest()
@@ -267,6 +270,7 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
             ("--non-torch-gib", f.non_torch_gib, 0.0),
             ("--cudagraph-gib", f.cudagraph_gib, 0.0),
             ("--mamba-cache-size", f.mamba_cache_size, None),
+            ("--vllm-sampler", f.vllm_sampler, None),
         ):
             if value != default:
                 raise KneecapError(
@@ -282,6 +286,8 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         )
     if f.moe_backend is not None:
         vllm_mxfp4.check_backend(f.moe_backend)
+    if f.vllm_sampler is not None:
+        _check_vllm_sampler(f)
     if f.mamba_cache_size is not None and f.engine != "sglang":
         raise KneecapError("--mamba-cache-size is SGLang's --max-mamba-cache-size", "add --engine sglang")
     if f.ep > 1 and f.tp % f.ep:
@@ -497,6 +503,7 @@ def _vllm_activation(
         max_num_seqs=seqs,
         sm_count=sm_count,
         encoder=not deployment.language_only,
+        flashinfer_sampler=f.vllm_sampler == "flashinfer",
     )
     if peak is not None:
         return peak.peak_bytes, f"predicted: {peak.describe()}", {**dataclasses.asdict(peak), "phase": peak.phase}
@@ -516,6 +523,29 @@ def _vllm_activation(
         or f"vLLM {version}'s profile run is not modelled"
     )
     return act, f"--overhead-gib ({f.overhead_gib:g} GiB; no prediction: {why})", None
+
+
+VLLM_SAMPLERS = ("pytorch", "flashinfer")
+
+
+def _check_vllm_sampler(f: DeploymentRequest) -> None:
+    """--vllm-sampler: vLLM's engine mode only, one of VLLM_SAMPLERS, at the releases whose choice is modelled."""
+    if f.engine != "vllm":
+        raise KneecapError(
+            "--vllm-sampler is the sampler of vLLM's start-up profile run (it enters vLLM's pool model only)",
+            "add --engine vllm, or drop --vllm-sampler",
+        )
+    if f.vllm_sampler not in VLLM_SAMPLERS:
+        raise KneecapError(
+            f"--vllm-sampler {f.vllm_sampler} is not a sampler kneecap knows", "pass pytorch or flashinfer"
+        )
+    version = f.engine_version or engines.DEFAULT_VLLM_VERSION
+    if not profile_peak.is_flashinfer_sampler_rule(engines.parse_version(version)):
+        raise KneecapError(
+            f"--vllm-sampler applies to vLLM 0.10 and 0.11 only (not {version}): later releases' samplers are "
+            "modelled as their defaults",
+            "drop --vllm-sampler, or pass --activation-gib with the torch peak increase your server logged",
+        )
 
 
 def _vllm_non_torch(f: DeploymentRequest, deployment: Deployment, version: str) -> tuple[int, str]:

@@ -46,7 +46,16 @@ vLLM 0.10 to 0.14 (V1 engine; read in the 0.10.0, 0.11.0, 0.12.0, 0.13.0 and 0.1
     path when top-k/top-p is PyTorch's: 0.10 and 0.11 take FlashInfer's sort-free sampler whenever FlashInfer
     imports (VLLM_USE_FLASHINFER_SAMPLER unset means on in V1), and FlashInfer is not a dependency of the PyPI
     package (requirements/cuda.txt) though vLLM's Docker image builds it; 0.12 to 0.14 depend on FlashInfer but
-    take its sampler only with VLLM_USE_FLASHINFER_SAMPLER=1. FlashInfer's path is not modelled.
+    take its sampler only with VLLM_USE_FLASHINFER_SAMPLER=1. FlashInfer's path is modelled for 0.10 and 0.11 where
+    the caller says the server has FlashInfer (the wheels list it as the extra "flashinfer": flashinfer-python 0.3.0
+    in 0.10.2, 0.3.1 in 0.11.0, whose flashinfer/sampling.py is the same): v1/sample/ops/topk_topp_sampler.py
+    flashinfer_sample calls top_k_top_p_sampling_from_logits (sampling.py:887-1004), which with its default
+    "top_k_first" order runs top_k_mask_logits (a torch.empty_like copy of the fp32 logits, :374) and torch.softmax:
+    the fp32 logits, the masked copy and the probabilities, 3F and no sort, beside the same held tensors. Not
+    modelled for 0.12-0.16 (other FlashInfer releases). vLLM's official Docker image took this path in June 2025
+    (it logged "Using FlashInfer for top-p & top-k sampling", and VLLM_USE_FLASHINFER_SAMPLER=0 cost it 1.51 GiB of
+    KV cache: https://github.com/flashinfer-ai/flashinfer/issues/1180), while llm-d-planner's v0.11.0-image runs
+    (the records checked here) sorted: the caller says which (engine mode: --vllm-sampler; the sort by default).
   forward: the model runs compiled (torch.compile with Inductor, piecewise between attention ops), and Inductor
     frees each buffer after its last use, so the MLP's peak holds the residual, the MLP's input, gate_up (2 x
     intermediate / tp) and SiLU-and-mul's output (intermediate / tp): tokens x (2 x hidden + 3 x intermediate / tp)
@@ -80,6 +89,31 @@ vLLM 0.10 to 0.14 (V1 engine; read in the 0.10.0, 0.11.0, 0.12.0, 0.13.0 and 0.1
     gemma-3-27b-it 3.99 / 3.989 (the Gemma-3 ones 0.202 / 0.226 GiB of pixels and encoder outputs above the text
     rule; tests/plan/data/engine_startup_logs.json). gemma-3-4b-it logged 3.89, 3.892 by hand from text dimensions
     (hidden 2,560, MLP 10,240) that no config in the repo sources.
+
+gpt-oss (GptOssForCausalLM, MXFP4 experts; read in the 0.10.2 and 0.11.0 wheels), 0.10 and 0.11 only:
+  The profile run and the sampler are the dense models' above (the sampler is model-independent); only the forward
+  differs. models/gpt_oss.py MLPBlock.forward: router logits g = router(x) ([tokens, experts] bf16), then the
+  FusedMoE custom op (opaque to Inductor). fused_moe/layer.py forward (0.10.2 :1608-1624, 0.11.0 :1813-1815) pads
+  the input to the quantization method's hidden size (F.pad: a new [tokens, padded hidden] tensor) and returns the
+  output sliced back. On the Marlin path (quantization/mxfp4.py apply -> fused_moe/fused_marlin_moe.py
+  fused_marlin_moe, the same in both wheels: :114-127 and :203) the kernel allocates intermediate_cache2
+  [tokens x top_k, N] and intermediate_cache13 [tokens x top_k x max(2N, K)] in the model's dtype and, for the sum
+  over the top-k, the output [tokens, K] (N, K: the intermediate and hidden sizes padded to 128 and 256,
+  quantization/mxfp4.py create_weights :184-199 in 0.10.2), beside the fp32 top-k weights and int32 ids
+  (select_experts). The MoE phase's live tensors: the residual, the MoE input, the router logits, the padded input,
+  the top-k weights and ids, the two caches and the output: tokens x ((2 x hidden + 2 x K + experts) x 2 B +
+  top_k x 8 B + top_k x (N + max(2N, K)) x 2 B). No chunking on this path (VLLM_FUSED_MOE_CHUNK_SIZE is the Triton
+  fused_experts path's). The triton_kernels matmul_ogs path (Hopper with triton_kernels installed) was not read for
+  its buffers: the Marlin figure stands for it. At the release's defaults the forward is far below the sampler
+  (gpt-oss-120b on an H100: 0.72 GiB against 7.34 GiB), so the sampler sets the peak whichever kernel runs.
+  Checked on llm-d-planner's vLLM 0.11.0 H100 measurements (docs/empirical-vllm-memory-results.md at e50305a,
+  max-model-len 16,000, the release's 8,192 tokens and 1,024 sequences): gpt-oss-20b and gpt-oss-120b both logged a
+  torch peak increase of 7.38 GiB, the rule 7.374 (PyTorch's sort over 1,024 rows of the 201,088-token vocabulary);
+  2-12 MiB the rule does not find. The same sort is in vLLM 0.10.1's -2.14 GiB pool for gpt-oss-120b on one H100
+  (https://github.com/vllm-project/vllm/issues/23278: 71.27 GiB - 65.97 GiB of Marlin-padded weights - 7.37 GiB
+  leaves -2.07 GiB, 0.07 GiB for non-torch memory, not logged there). With FlashInfer installed the sampler does not
+  sort (above): 2.77 GiB there, the forward still below it. Qwen3MoeForCausalLM and MixtralForCausalLM (the Triton
+  fused_experts path, chunked) were not read.
 
 vLLM 0.17 to 0.33 (read in the 0.17.0, 0.21.0-0.24.0 and 0.32.0 wheels and the 0.18.0, 0.20.0, 0.25.0, 0.30.0 and
 0.33.0 sdists; 0.19, 0.26-0.29 and 0.31 not read and taken as their neighbours, whose code is the same for this
@@ -167,6 +201,22 @@ V1_ARCHITECTURES = (
 # 0.13.0 profile_run keeps each item's encoder output as is (0.11.0 / 0.12.0 expand it to the encoder budget)
 V1_MULTIMODAL_ARCHITECTURES = ("Gemma3ForConditionalGeneration",)
 V1_ENCODER_RULE_FROM = (0, 13)
+# MoE architectures whose profile-run forward was read, and the releases it was read in
+V1_MOE_ARCHITECTURES = ("GptOssForCausalLM",)
+V1_MOE_RELEASES = ((0, 10), (0, 11))
+# quantization/mxfp4.py create_weights (0.10.2 :184-199, 0.11.0 :198-200), Marlin: round_up(intermediate, 128),
+# round_up(hidden, 256)
+MARLIN_INTERMEDIATE_ALIGN = 128
+MARLIN_HIDDEN_ALIGN = 256
+MOE_FORWARD_ENVIRONMENT = "; the MoE layers' buffers as the Marlin kernel allocates them (Triton's not read)"
+# FlashInfer's sampler, read for the releases whose wheel pins it as the flashinfer extra (0.10.2 flashinfer-python
+# 0.3.0, 0.11.0 0.3.1; their sampling.py top_k_top_p_sampling_from_logits is the same)
+FLASHINFER_SAMPLER_RELEASES = ((0, 10), (0, 11))
+FLASHINFER_ENVIRONMENT = (
+    "FlashInfer's sort-free sampler (FlashInfer installed, VLLM_USE_FLASHINFER_SAMPLER not 0: the release's choice "
+    "then)"
+)
+TOPK_ENTRY_BYTES = 4 + 4  # select_experts: fp32 top-k weights and int32 top-k ids, per token and chosen expert
 V1_GATHERED_ROWS = 2  # [rows, hidden] tensors profile_run holds at the sampler: the gathered rows, their rand_like
 
 
@@ -269,11 +319,49 @@ def v1_forward_bytes(model, tp: int, tokens: int) -> int:
     return tokens * max(mlp, attention) * ACT_BYTES
 
 
+def _round_up(n: int, align: int) -> int:
+    return -(-n // align) * align
+
+
+def v1_moe_forward_bytes(model, tp: int, tokens: int) -> int:
+    """Live tensors at the peak of vLLM 0.10 / 0.11's gpt-oss forward over `tokens` tokens on one TP rank: the
+    attention phase as for the dense models, and the MoE phase on the Marlin path: the residual, the MoE input, the
+    router logits, the input padded to the kernel's hidden size, the top-k weights and ids, fused_marlin_moe's
+    intermediate_cache2 [tokens x top_k, N] and intermediate_cache13 [tokens x top_k x max(2N, K)] and the output
+    [tokens, K] (N, K: the per-rank intermediate and the hidden size, padded to 128 and 256)."""
+    h = model.hidden_size
+    q = model.num_attention_heads * model.head_dim // tp
+    kv = model.num_key_value_heads * model.head_dim // tp if model.num_key_value_heads >= tp else model.head_dim
+    attention = (3 * h + (q + 2 * kv) + q) * ACT_BYTES
+    n = _round_up(-(-model.intermediate_size // tp), MARLIN_INTERMEDIATE_ALIGN)
+    k = _round_up(h, MARLIN_HIDDEN_ALIGN)
+    top_k = model.num_experts_per_tok
+    moe = (2 * h + 2 * k + model.num_experts) * ACT_BYTES + top_k * TOPK_ENTRY_BYTES
+    moe += top_k * (n + max(2 * n, k)) * ACT_BYTES
+    return tokens * max(attention, moe)
+
+
 def v1_sampler_bytes(model, tokens: int, rows: int) -> int:
     """Live tensors at the peak of vLLM 0.10-0.14's dummy sampler run with PyTorch's top-k/top-p sort: V0's sort
     (the model's output, the 16-bit logits, fp32 logits, sorted values and indices, the sort's scratch) plus the
     gathered last-token rows and their rand_like replacement, [rows, hidden] each."""
     return v0_sampler_bytes(model, tokens, rows) + V1_GATHERED_ROWS * rows * model.hidden_size * ACT_BYTES
+
+
+def is_flashinfer_sampler_rule(version: tuple[int, ...]) -> bool:
+    """Whether kneecap models FlashInfer's sampler in `version`'s profile run (0.10 and 0.11: FlashInfer 0.3.0 /
+    0.3.1, the versions the wheel's flashinfer extra pins, were read)."""
+    return version[:2] in FLASHINFER_SAMPLER_RELEASES
+
+
+def v1_flashinfer_sampler_bytes(model, tokens: int, rows: int) -> int:
+    """Live tensors at the peak of vLLM 0.10 / 0.11's dummy sampler run when FlashInfer is installed: the forward's
+    output, the gathered rows and their rand_like, the 16-bit logits, then the fp32 logits and FlashInfer 0.3's
+    top_k_top_p_sampling_from_logits (top_k_mask_logits' masked copy, then softmax's probabilities): 3F, no sort."""
+    padded = -(-model.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
+    held = tokens * model.hidden_size * ACT_BYTES + V1_GATHERED_ROWS * rows * model.hidden_size * ACT_BYTES
+    f = rows * model.vocab_size * F32
+    return held + rows * padded * ACT_BYTES + 3 * f
 
 
 def profiled_images(tower, max_num_batched_tokens: int) -> int:
@@ -358,7 +446,7 @@ def v1_environment(version: tuple[int, ...]) -> str:
         )
     return (
         "PyTorch's top-k/top-p sort, taken when FlashInfer is not installed (pip install vllm does not install it "
-        "in 0.10-0.11; with it vLLM samples without sorting, not modelled)"
+        "in 0.10-0.11; with it vLLM samples without sorting: --vllm-sampler flashinfer)"
     )
 
 
@@ -384,12 +472,18 @@ def unmodelled_reason(
     the GPU's SM count and, through the releases not read, the rows sampled (max_num_seqs; None: not checked).
     `encoder`: whether the server profiles a multimodal checkpoint's encoder (False: it serves the language model
     only)."""
+    v = version[:2]
     if model.num_experts:
-        return "MoE layers (the fused-MoE kernels' buffers) are not modelled"
+        if model.architecture not in V1_MOE_ARCHITECTURES:
+            return "MoE layers (the fused-MoE kernels' buffers) are not modelled"
+        if v not in V1_MOE_RELEASES:
+            return (
+                f"{model.architecture}'s MoE layers were read for vLLM 0.10 and 0.11 only (the fused-MoE kernels' "
+                "buffers in other releases are not modelled)"
+            )
     kinds = set(model.layer_types) - LAYER_KINDS_MODELLED
     if kinds:
         return f"{', '.join(sorted(kinds))} layers are not modelled"
-    v = version[:2]
     name = ".".join(map(str, v))
     if encoder and (model.vision_tower is not None or model.encoder_params):
         if not is_v1_rule(v) or model.architecture not in V1_MULTIMODAL_ARCHITECTURES or model.vision_tower is None:
@@ -407,8 +501,9 @@ def unmodelled_reason(
         return ""
     if not is_v1_rule(v):
         return f"vLLM {name}'s profile run was not read ({RULES})"
-    if model.architecture not in V1_ARCHITECTURES:
-        return f"{model.architecture}'s layer was not read (V1 rules: {', '.join(V1_ARCHITECTURES)})"
+    read = V1_ARCHITECTURES + V1_MOE_ARCHITECTURES
+    if model.architecture not in read:
+        return f"{model.architecture}'s layer was not read (V1 rules: {', '.join(read)})"
     if v >= V1_TRITON_TOPK_FROM and not sm_count:
         return (
             f"the GPU catalog has no SM count for {gpu_name or 'this GPU'}, which sizes the [SMs, vocab] buffer of "
@@ -434,12 +529,17 @@ def vllm_profile_peak(
     max_num_seqs: int | None = None,
     sm_count: int | None = None,
     encoder: bool = True,
+    flashinfer_sampler: bool = False,
 ) -> ProfilePeak | None:
-    """The activation peak of `version`'s profile run for a dense Llama-style model, or None where kneecap has no
-    rule (the release's profile run was not read, or the model or GPU is of a kind the rule does not cover). V1
-    releases need the batch the server runs with (max_num_batched_tokens, max_num_seqs: the caller resolves the
+    """The activation peak of `version`'s profile run for a dense Llama-style model or gpt-oss, or None where kneecap
+    has no rule (the release's profile run was not read, or the model or GPU is of a kind the rule does not cover).
+    V1 releases need the batch the server runs with (max_num_batched_tokens, max_num_seqs: the caller resolves the
     release's defaults for the GPU) and, from 0.17, the GPU's SM count; V0 takes its own defaults when None.
-    `encoder`: whether the server profiles a multimodal checkpoint's vision encoder (False: language model only)."""
+    `encoder`: whether the server profiles a multimodal checkpoint's vision encoder (False: language model only).
+    `flashinfer_sampler`: vLLM 0.10 / 0.11 with FlashInfer installed, whose sampler does not sort (ValueError for
+    other releases: not modelled there)."""
+    if flashinfer_sampler and not is_flashinfer_sampler_rule(version):
+        raise ValueError(f"FlashInfer's sampler is modelled for vLLM 0.10 and 0.11 only, not {version}")
     workspace = cublas_workspace_bytes(gpu_name)
     v = version[:2]
     if not is_v1_rule(v):
@@ -461,12 +561,19 @@ def vllm_profile_peak(
     if encoder and model.vision_tower is not None:
         images, encoder_peak, held = v1_encoder_profile(model, tp, tokens)
     mm = dict(images=images, encoder_bytes=encoder_peak, encoder_held_bytes=held)
-    forward = held + v1_forward_bytes(model, tp, tokens)
+    layer_bytes = v1_moe_forward_bytes if model.num_experts else v1_forward_bytes
+    forward = held + layer_bytes(model, tp, tokens)
     family = f"{version[0]}.{version[1]} (V1)"
     if v < V1_TRITON_TOPK_FROM:
-        sampler = held + v1_sampler_bytes(model, tokens, rows)
+        sort = not flashinfer_sampler
+        sampler = held + (
+            v1_sampler_bytes(model, tokens, rows) if sort else v1_flashinfer_sampler_bytes(model, tokens, rows)
+        )
         peak = workspace + max(forward, sampler, encoder_peak)
-        return ProfilePeak(family, tokens, rows, forward, sampler, workspace, peak, v1_environment(version), **mm)
+        env = (v1_environment(version) if sort else FLASHINFER_ENVIRONMENT) + (
+            MOE_FORWARD_ENVIRONMENT if model.num_experts else ""
+        )
+        return ProfilePeak(family, tokens, rows, forward, sampler, workspace, peak, env, **mm)
     assert sm_count  # unmodelled_reason says why otherwise
     sampler = held + v1_triton_sampler_bytes(model, tokens, rows, sm_count, version)
     kept = workspace + v1_sampler_cache_bytes(model.vocab_size, rows, sm_count, version)
