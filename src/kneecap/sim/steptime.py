@@ -56,6 +56,10 @@ One step over a batch of T tokens (S sequences; decodes and prefill chunks), per
       (NCCL_RING: LL, LL128, Simple). With DP attention the attention output is not all-reduced.
   EP all-to-all (DP attention + expert parallelism): dispatch and combine per MoE layer, each
       T_rank x top_k x hidden x 2 B x (ep-1)/ep over the link.
+  DP attention, uneven steps: each rank runs its own requests and a prompt runs whole on the rank it was given, while
+      every rank waits for the others at each MoE layer; a step with n prompt chunks prices its attention side (the
+      attention projections, prefill attention, the attention's element-wise kernels) on the busiest rank: the
+      decodes' even share plus 1 / min(n, ranks) of the prompt tokens (StepTimeModel._dp_busiest).
   PP: the step is one round of as many micro-batches as stages, as both engines run it. TensorRT-LLM's PyTorch
       backend (NVIDIA/TensorRT-LLM tensorrt_llm/_torch/pyexecutor/py_executor.py, e.g. at commit
       9521caf4696c1fb79b0f946f0d980f8f0ebd3e64 and in the 1.x releases: PyExecutor sets num_micro_batches =
@@ -505,6 +509,7 @@ class StepTimeModel:
         self.window = model.sliding_window or 0
         # each GPU attends 1/tp of the sequences under DP attention (heads are whole there)
         self.attn_share = 1.0 / tp if dp_attention else 1.0
+        self.dp_ranks = tp if dp_attention else 1  # attention data-parallel ranks (_dp_busiest)
 
         # --- communication --------------------------------------------------------------------------
         self.act_bytes_per_token = float(h * act)
@@ -744,21 +749,23 @@ class StepTimeModel:
             self._rate_cache[key] = rate
         return rate
 
-    def _fixed_seconds(self, t: float, s: float, gemm_t: float) -> float:
-        """Everything but the context-dependent attention: GEMMs, experts, head, sampling, state, comm."""
+    def _fixed_seconds(self, t: float, s: float, gemm_t: float, attn_t: float | None = None) -> float:
+        """Everything but the context-dependent attention: GEMMs, experts, head, sampling, state, comm. attn_t: the
+        tokens of the busiest DP-attention rank's attention side (default: its even share of gemm_t)."""
         if t <= 0:
             return 0.0
         c = 2.0 * self.gemm_params * gemm_t / self.gemm_rate(gemm_t, self.cls_mlp, "mlp")
         m = self.gemm_weight_bytes / self.gemm_byte_rate + self.gemm_act_bytes_per_token * gemm_t / self.byte_rate
         g = c if c > m else m
-        ta = gemm_t * self.attn_share
+        ta = gemm_t * self.attn_share if attn_t is None else attn_t
         c = 2.0 * self.attn_gemm_params * ta / self.gemm_rate(ta, self.cls_attn, "attn")
         m = self.attn_gemm_bytes / self.gemm_byte_rate
         g += c if c > m else m
         g += self._head_seconds(t, s)
         g += self._moe_seconds(gemm_t)
         g += self.state_bytes_per_seq * s * self.attn_share / self.byte_rate
-        g += (self.elem_bytes_per_token * t + self.elem_attn_bytes_per_token * t * self.attn_share) / self.byte_rate
+        ea = t * self.attn_share if attn_t is None else attn_t
+        g += (self.elem_bytes_per_token * t + self.elem_attn_bytes_per_token * ea) / self.byte_rate
         return g + self.kernel_s + self.comm_seconds(t)
 
     def decode_attention_bytes_s(self, kv_tokens: float) -> float:
@@ -787,8 +794,12 @@ class StepTimeModel:
         frac = curve.fraction(flops_per_layer, kt) if curve else kt(flops_per_layer)
         return self.bf16_peak * frac
 
-    def _prefill_attention_seconds(self, pairs_full: float, pairs_win: float, kv_full: float, kv_win: float) -> float:
-        sh = self.attn_share
+    def _prefill_attention_seconds(
+        self, pairs_full: float, pairs_win: float, kv_full: float, kv_win: float, share: float | None = None
+    ) -> float:
+        """Prefill attention of the step's prompt chunks on the busiest GPU (share: its fraction of them; default
+        the even share)."""
+        sh = self.attn_share if share is None else share
         flops = (self.f_full + self.f_mla_pre) * pairs_full + self.f_win * pairs_win
         if flops <= 0:
             return 0.0
@@ -888,10 +899,11 @@ class StepTimeModel:
         graph_rows = num_tokens if num_decodes == num_seqs else num_seqs
         gemm_t = self.padded(num_tokens, graph_rows) if m == 1 else num_tokens
         sf, sw = self._slopes((dkf + dkw) / m)
+        attn_t, share = self._dp_busiest(num_tokens, num_seqs, num_decodes)
         gpu = (
-            self._fixed_seconds(num_tokens / m, num_seqs / m, gemm_t / m)
+            self._fixed_seconds(num_tokens / m, num_seqs / m, gemm_t / m, None if attn_t is None else attn_t / m)
             + (sf * dkf + sw * dkw) / m
-            + self._prefill_attention_seconds(pf / m, pw / m, kf / m, kw / m)
+            + self._prefill_attention_seconds(pf / m, pw / m, kf / m, kw / m, share)
         )
         cpu = self._cpu(num_seqs, m)
         if self.pp > 1:
@@ -900,6 +912,23 @@ class StepTimeModel:
         if floor and self.serial_launch and self.overlap_cpu:  # one host thread: launches, then the per-step work
             return gpu if gpu > cpu + floor else cpu + floor
         return self._combine(gpu if gpu > floor else floor, cpu, m)
+
+    def _dp_busiest(self, num_tokens: int, num_seqs: int, num_decodes: int) -> tuple[float | None, float | None]:
+        """Under DP attention, the busiest rank of a step with prompt chunks: (its attention-side tokens, its share of
+        the step's prefill attention); (None, None) when the even share holds (no DP attention, or decodes only).
+
+        Each DP rank schedules its own requests, and a new request goes whole to one rank (TensorRT-LLM's
+        ExecutorRequestQueue._balance_requests_across_ranks: to the rank with the fewest active tokens, at most
+        ceil(requests / ranks) each), so a step's n prompt chunks sit on
+        min(n, ranks) ranks while its decodes spread over all of them. Every rank meets the others at each MoE
+        layer's collectives, so the step's attention side lasts as long as that busiest rank's: its decodes' even
+        share plus 1 / min(n, ranks) of the prompt tokens."""
+        dp = self.dp_ranks
+        prompt = num_tokens - num_decodes
+        if dp <= 1 or prompt <= 0:
+            return None, None
+        holders = min(dp, max(1, num_seqs - num_decodes))
+        return num_decodes / dp + prompt / holders, 1.0 / holders
 
     def draft_seconds(self, num_seqs: int, spec_tokens: int) -> float:
         """Drafting `spec_tokens` tokens for `num_seqs` decoding sequences: each draft step is one decoder layer's
