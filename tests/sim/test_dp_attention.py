@@ -5,6 +5,8 @@ tokens by all-gather and reduce-scatter."""
 from __future__ import annotations
 
 
+import pytest
+
 from kneecap.deployment import Deployment
 from kneecap.hardware import get_gpu
 from kneecap.model import load_model
@@ -53,3 +55,23 @@ def test_decode_steps_and_tensor_parallel_attention_keep_the_even_share():
     assert dp._dp_busiest(512, 512, 512) == (None, None)
     tp = dp_model()
     assert tp._dp_busiest(1512, 513, 512) == (None, None)
+
+
+def test_tensorrt_llm_gathers_every_ranks_tokens_for_the_moe_off_gb200():
+    from kneecap.sim.config import SGLANG_PROFILE, TRTLLM_PROFILE
+    from kneecap.sim.steptime import moe_dp_gathers
+
+    dp = dp_model(dp_attention=True)
+    trt = dp.for_engine(TRTLLM_PROFILE)
+    h, layers, busbw = 4096, 94, 370e9  # Qwen3-235B-A22B; H100 SXM's all-reduce bus bandwidth (efficiency.json)
+    # all-gather of FP8 activations with 8 expert ids and weights (8 B each), reduce-scatter of bf16 outputs, 7/8 of
+    # every token through each rank's ring
+    per_token = layers * (h * 1.0 + 8 * 8 + 2 * h) * 7 / 8 / busbw
+    assert trt.moe_gathers and trt.a2a_s_per_token == pytest.approx(per_token, rel=1e-9)
+    # the all-to-all sends each rank's own tokens' 8 copies there and back: more bytes than the gather at top-k = ep
+    assert dp.a2a_s_per_token > 1.2 * trt.a2a_s_per_token
+    assert trt.comm_seconds(2000) < dp.comm_seconds(2000)
+    assert not dp.for_engine(SGLANG_PROFILE).moe_gathers  # SGLang's DP attention keeps the all-to-all
+    # the NVLink all-to-all only on a multi-node NVLink system and an EP group larger than top-k
+    assert moe_dp_gathers("allgather", "b200", 8, 8) and moe_dp_gathers("allgather", "gb200", 8, 8)
+    assert not moe_dp_gathers("allgather", "gb200", 16, 8) and not moe_dp_gathers("", "h100-sxm", 8, 8)

@@ -104,6 +104,10 @@ class EngineProfile:
     # published kernel tables where one exists for the GPU class (sim/moe_kernels.py); "": steptime.py's grouped-GEMM
     # rule (TensorRT-LLM's CUTLASS MoE, llama.cpp)
     moe_kernel: str = ""
+    # how the MoE moves tokens under DP attention: "" an all-to-all to the experts' ranks and back; "allgather" every
+    # rank gathers all ranks' tokens and reduce-scatters the outputs (TensorRT-LLM's CUTLASS MoE off GB200 NVL:
+    # sim/steptime.py moe_dp_gathers)
+    moe_dp_comm: str = ""
     # what the release's OpenAI server does with a chat template on each /v1/chat/completions request, on its one
     # event loop before the request reaches the engine (CHAT_FRONTEND_NOTE): CHAT_PARSE (a fresh parse of the whole
     # template), CHAT_RENDER (a render of the compiled, cached template), "" (not modelled for this engine)
@@ -272,6 +276,7 @@ TRTLLM_PROFILE = EngineProfile(
     eager_launch_s=EAGER_LAUNCH_S,
     pp_host_sync=True,
     serial_host_launch=True,
+    moe_dp_comm="allgather",
 )
 # TensorRT-LLM's C++ runtime (TensorRT engines: gptSessionBenchmark's static batches in 0.5-0.6, the C++ batch manager /
 # executor after, NIM's TensorRT-LLM profiles): scheduling, input preparation and the per-request updates are C++

@@ -55,7 +55,12 @@ One step over a batch of T tokens (S sequences; decodes and prefill chunks), per
       all-reduce kernel); a larger one is NCCL's, priced by NCCL's cost model at its fastest ring protocol
       (NCCL_RING: LL, LL128, Simple). With DP attention the attention output is not all-reduced.
   EP all-to-all (DP attention + expert parallelism): dispatch and combine per MoE layer, each
-      T_rank x top_k x hidden x 2 B x (ep-1)/ep over the link.
+      T_rank x top_k x hidden x 2 B x (ep-1)/ep over the link. TensorRT-LLM's CUTLASS MoE gathers instead
+      (moe_dp_gathers; NVIDIA/TensorRT-LLM tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py, 2025:
+      select_alltoall_method_type, forward_chunk, reducescatter_or_allreduce): per MoE layer an all-gather of every
+      rank's tokens (activations at the experts' input dtype, top-k ids and weights) and a reduce-scatter of the bf16
+      outputs, each (ep-1)/ep x T x bytes per token through every rank at the bus bandwidth; each rank then runs its
+      experts over all T gathered tokens and combines all of them.
   DP attention, uneven steps: each rank runs its own requests and a prompt runs whole on the rank it was given, while
       every rank waits for the others at each MoE layer; a step with n prompt chunks prices its attention side (the
       attention projections, prefill attention, the attention's element-wise kernels) on the busiest rank: the
@@ -285,6 +290,26 @@ def _part_bytes(deployment: Deployment) -> dict[str, float]:
         }
     scale = deployment.params_override / model.total_params if deployment.params_override else 1.0
     return {k: v * scale for k, v in parts.items()}
+
+
+def _moe_input_bytes(dtype: str) -> float:
+    """Bytes per element of the activations TensorRT-LLM's CUTLASS MoE gathers: NVFP4 experts quantise them to FP4
+    first (half a byte and one scale byte per 16), per-tensor FP8 experts to FP8, others send bf16 (block-FP8 experts
+    quantise inside the kernel) (fused_moe_cutlass.py forward_chunk: fp4_quantize / static_quantize_e4m3_per_tensor
+    before allgather)."""
+    return {"nvfp4": 0.5 + 1.0 / 16, "fp8": 1.0}.get(dtype, 2.0)
+
+
+def moe_dp_gathers(comm: str, gpu_name: str, ep: int, top_k: int) -> bool:
+    """Whether the MoE under DP attention gathers every rank's tokens (all-gather + reduce-scatter) rather than sending
+    each token to its experts' ranks (all-to-all). comm "allgather" (TensorRT-LLM's CUTLASS MoE): its
+    select_alltoall_method_type turns the all-to-all on only for an EP group larger than top_k on a multi-node NVLink
+    system (GB200 NVL; MnnvlMemory.supports_mnnvl), DeepEP only when asked by environment variable; otherwise every
+    rank all-gathers the tokens and reduce-scatters the outputs (reducescatter_or_allreduce). "" (the others):
+    all-to-all."""
+    if comm != "allgather":
+        return False
+    return not (gpu_name.startswith("gb") and ep > top_k)
 
 
 class StepTimeModel:
@@ -546,8 +571,20 @@ class StepTimeModel:
             )
             # DP attention has no all-reduce after the MoE block either: tokens come back by the combine
             self.tp_latency_s = self.tp_s_per_byte = 0.0
+            # or, where the engine gathers every rank's tokens instead (the profile's moe_dp_comm, for_engine): per
+            # MoE layer an all-gather of the tokens' activations (at the experts' input dtype) with their top-k ids and
+            # weights (int32 + fp32 each), and a reduce-scatter of the bf16 outputs, each a ring of (ep-1)/ep of the
+            # step's tokens through this rank at the collectives' bus bandwidth
+            gathered = _moe_input_bytes(dtypes.get("routed_experts", deployment.weight_dtype.lower())) * h
+            gathered += 8.0 * self.top_k
+            self._allgather_comm = (
+                2 * self.num_moe_layers * (params.allreduce_base_latency_s + (ep - 1) * hop),
+                self.num_moe_layers * (gathered + act * h) * (ep - 1) / ep / busbw,
+            )
         else:
             self.a2a_latency_s = self.a2a_s_per_token = 0.0
+            self._allgather_comm = None
+        self.moe_gathers = False  # every rank runs the MoE over all the step's tokens (for_engine: moe_dp_comm)
         self.pp = pp
         self.pp_latency_s = (pp - 1) * (params.allreduce_base_latency_s + hop) if pp > 1 else 0.0
         self.pp_s_per_byte = (pp - 1) / max(link, 1.0) if pp > 1 else 0.0
@@ -587,6 +624,15 @@ class StepTimeModel:
             if self.cls == "bf16":
                 other.flop_rate, other.gemm_peak, other.gemm_curve = other._rates["bf16"]
             other._rate_cache = {}
+            return other.for_engine(profile)
+        gathers = self._allgather_comm is not None and moe_dp_gathers(
+            getattr(profile, "moe_dp_comm", ""), self.deployment.gpu.name, self.ep, self.top_k
+        )
+        if gathers != self.moe_gathers:
+            other = copy.copy(self)
+            other.moe_gathers = gathers
+            if gathers:
+                other.a2a_latency_s, other.a2a_s_per_token = self._allgather_comm
             return other.for_engine(profile)
         kernel = getattr(profile, "moe_kernel", "")
         pricer = (
@@ -706,7 +752,8 @@ class StepTimeModel:
         w = self.expert_bytes * hit / self.expert_byte_rate
         c1, m1 = c_gu, w * 2.0 / 3.0 + act * (h + 2 * inter) * load / self.byte_rate  # gate_up: 2 of 3 matrices
         c2, m2 = c_dn, w / 3.0 + act * (inter + h) * load / self.byte_rate  # down
-        rows = t / self.ep if (self.ep > 1 and self.dp_attention) else t  # tokens this rank combines
+        # tokens this rank combines: its own under an all-to-all, every rank's once they are gathered
+        rows = t / self.ep if (self.ep > 1 and self.dp_attention and not self.moe_gathers) else t
         elem = act * (3 * inter * load + h * load + h * rows) / self.byte_rate
         return ((c1 if c1 > m1 else m1) + (c2 if c2 > m2 else m2) + elem) * self.num_moe_layers
 
@@ -918,7 +965,8 @@ class StepTimeModel:
         the step's prefill attention); (None, None) when the even share holds (no DP attention, or decodes only).
 
         Each DP rank schedules its own requests, and a new request goes whole to one rank (TensorRT-LLM's
-        ExecutorRequestQueue._balance_requests_across_ranks: to the rank with the fewest active tokens, at most
+        tensorrt_llm/_torch/pyexecutor/executor_request_queue.py, _schedule_attention_dp_requests and
+        _balance_requests_across_ranks: to the rank with the fewest active tokens, at most
         ceil(requests / ranks) each), so a step's n prompt chunks sit on
         min(n, ranks) ranks while its decodes spread over all of them. Every rank meets the others at each MoE
         layer's collectives, so the step's attention side lasts as long as that busiest rank's: its decodes' even
