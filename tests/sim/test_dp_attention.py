@@ -75,3 +75,13 @@ def test_tensorrt_llm_gathers_every_ranks_tokens_for_the_moe_off_gb200():
     # the NVLink all-to-all only on a multi-node NVLink system and an EP group larger than top-k
     assert moe_dp_gathers("allgather", "b200", 8, 8) and moe_dp_gathers("allgather", "gb200", 8, 8)
     assert not moe_dp_gathers("allgather", "gb200", 16, 8) and not moe_dp_gathers("", "h100-sxm", 8, 8)
+
+
+def test_trtllm_bench_limits_are_each_attention_dp_ranks():
+    from dataclasses import replace
+
+    from kneecap.sim.config import trtllm_bench_limits
+
+    d = Deployment(model=load_model("qwen3-235b-a22b"), gpu=get_gpu("h100-sxm"), tp=8, weight_dtype="fp8")
+    seqs, tokens = trtllm_bench_limits(d, 1000, 1000)
+    assert trtllm_bench_limits(replace(d, dp_attention=True), 1000, 1000) == (8 * seqs, 8 * tokens)

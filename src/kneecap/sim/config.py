@@ -647,7 +647,12 @@ def trtllm_bench_limits(deployment, isl: int, osl: int) -> tuple[int, int]:
     that 0.95 of the GPUs' memory left after the weights holds as KV cache (bytes per element by quantization:
     NVFP4 0.5, FP8 1, else 2; KV heads at least tp), at most 4096 / pp per micro-batch, rounded up (to 32 below
     256, 128 below 1024, else 256; at least 64); tokens = that batch x (1 + isl / osl), at most 32768, rounded up
-    (to 256 below 4096 and at least 2048, 512 below 8192, else 1024). Each of the pp micro-batches gets that batch."""
+    (to 256 below 4096 and at least 2048, 512 below 8192, else 1024). Each of the pp micro-batches gets that batch.
+    Under attention data parallelism those limits are each rank's (NVIDIA/TensorRT-LLM
+    tensorrt_llm/_torch/pyexecutor/py_executor.py _fetch_new_requests: total_max_num_active_requests = tp_size x
+    max_num_active_requests; fused_moe_cutlass.py: "The maximum number of tokens in MoE are multiplied by DP size when
+    attention DP is enabled"), though the estimate above already counts every GPU's memory: the deployment's limits
+    are attention_dp times them."""
     d = deployment
     model = d.model
     elem = {"nvfp4": 0.5, "fp8": 1.0, "fp8-block": 1.0}.get(d.weight_dtype.lower(), 2.0)
@@ -660,7 +665,8 @@ def trtllm_bench_limits(deployment, isl: int, osl: int) -> tuple[int, int]:
     raw_token = min(raw_bs * (1 + isl / osl), 32768)
     bs = _round_up_banded(raw_bs, ((256, 32), (1024, 128), (math.inf, 256)), at_least=64)
     tokens = _round_up_banded(raw_token, ((4096, 256), (8192, 512), (math.inf, 1024)), at_least=2048)
-    return bs * d.pp, tokens
+    dp = d.attention_dp
+    return bs * d.pp * dp, tokens * dp
 
 
 def _round_up_banded(value: float, bands: tuple[tuple[float, int], ...], at_least: int) -> int:
