@@ -104,6 +104,10 @@ class EngineProfile:
     # published kernel tables where one exists for the GPU class (sim/moe_kernels.py); "": steptime.py's grouped-GEMM
     # rule (TensorRT-LLM's CUTLASS MoE, llama.cpp)
     moe_kernel: str = ""
+    # how the MoE moves tokens under DP attention: "" an all-to-all to the experts' ranks and back; "allgather" every
+    # rank gathers all ranks' tokens and reduce-scatters the outputs (TensorRT-LLM's CUTLASS MoE off GB200 NVL:
+    # sim/steptime.py moe_dp_gathers)
+    moe_dp_comm: str = ""
     # what the release's OpenAI server does with a chat template on each /v1/chat/completions request, on its one
     # event loop before the request reaches the engine (CHAT_FRONTEND_NOTE): CHAT_PARSE (a fresh parse of the whole
     # template), CHAT_RENDER (a render of the compiled, cached template), "" (not modelled for this engine)
@@ -272,6 +276,7 @@ TRTLLM_PROFILE = EngineProfile(
     eager_launch_s=EAGER_LAUNCH_S,
     pp_host_sync=True,
     serial_host_launch=True,
+    moe_dp_comm="allgather",
 )
 # TensorRT-LLM's C++ runtime (TensorRT engines: gptSessionBenchmark's static batches in 0.5-0.6, the C++ batch manager /
 # executor after, NIM's TensorRT-LLM profiles): scheduling, input preparation and the per-request updates are C++
@@ -642,7 +647,12 @@ def trtllm_bench_limits(deployment, isl: int, osl: int) -> tuple[int, int]:
     that 0.95 of the GPUs' memory left after the weights holds as KV cache (bytes per element by quantization:
     NVFP4 0.5, FP8 1, else 2; KV heads at least tp), at most 4096 / pp per micro-batch, rounded up (to 32 below
     256, 128 below 1024, else 256; at least 64); tokens = that batch x (1 + isl / osl), at most 32768, rounded up
-    (to 256 below 4096 and at least 2048, 512 below 8192, else 1024). Each of the pp micro-batches gets that batch."""
+    (to 256 below 4096 and at least 2048, 512 below 8192, else 1024). Each of the pp micro-batches gets that batch.
+    Under attention data parallelism those limits are each rank's (NVIDIA/TensorRT-LLM
+    tensorrt_llm/_torch/pyexecutor/py_executor.py _fetch_new_requests: total_max_num_active_requests = tp_size x
+    max_num_active_requests; fused_moe_cutlass.py: "The maximum number of tokens in MoE are multiplied by DP size when
+    attention DP is enabled"), though the estimate above already counts every GPU's memory: the deployment's limits
+    are attention_dp times them."""
     d = deployment
     model = d.model
     elem = {"nvfp4": 0.5, "fp8": 1.0, "fp8-block": 1.0}.get(d.weight_dtype.lower(), 2.0)
@@ -655,7 +665,8 @@ def trtllm_bench_limits(deployment, isl: int, osl: int) -> tuple[int, int]:
     raw_token = min(raw_bs * (1 + isl / osl), 32768)
     bs = _round_up_banded(raw_bs, ((256, 32), (1024, 128), (math.inf, 256)), at_least=64)
     tokens = _round_up_banded(raw_token, ((4096, 256), (8192, 512), (math.inf, 1024)), at_least=2048)
-    return bs * d.pp, tokens
+    dp = d.attention_dp
+    return bs * d.pp * dp, tokens * dp
 
 
 def _round_up_banded(value: float, bands: tuple[tuple[float, int], ...], at_least: int) -> int:

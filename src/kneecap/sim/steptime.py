@@ -55,7 +55,16 @@ One step over a batch of T tokens (S sequences; decodes and prefill chunks), per
       all-reduce kernel); a larger one is NCCL's, priced by NCCL's cost model at its fastest ring protocol
       (NCCL_RING: LL, LL128, Simple). With DP attention the attention output is not all-reduced.
   EP all-to-all (DP attention + expert parallelism): dispatch and combine per MoE layer, each
-      T_rank x top_k x hidden x 2 B x (ep-1)/ep over the link.
+      T_rank x top_k x hidden x 2 B x (ep-1)/ep over the link. TensorRT-LLM's CUTLASS MoE gathers instead
+      (moe_dp_gathers; NVIDIA/TensorRT-LLM tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py, 2025:
+      select_alltoall_method_type, forward_chunk, reducescatter_or_allreduce): per MoE layer an all-gather of every
+      rank's tokens (activations at the experts' input dtype, top-k ids and weights) and a reduce-scatter of the bf16
+      outputs, each (ep-1)/ep x T x bytes per token through every rank at the bus bandwidth; each rank then runs its
+      experts over all T gathered tokens and combines all of them.
+  DP attention, uneven steps: each rank runs its own requests and a prompt runs whole on the rank it was given, while
+      every rank waits for the others at each MoE layer; a step with n prompt chunks prices its attention side (the
+      attention projections, prefill attention, the attention's element-wise kernels) on the busiest rank: the
+      decodes' even share plus 1 / min(n, ranks) of the prompt tokens (StepTimeModel._dp_busiest).
   PP: the step is one round of as many micro-batches as stages, as both engines run it. TensorRT-LLM's PyTorch
       backend (NVIDIA/TensorRT-LLM tensorrt_llm/_torch/pyexecutor/py_executor.py, e.g. at commit
       9521caf4696c1fb79b0f946f0d980f8f0ebd3e64 and in the 1.x releases: PyExecutor sets num_micro_batches =
@@ -283,6 +292,26 @@ def _part_bytes(deployment: Deployment) -> dict[str, float]:
     return {k: v * scale for k, v in parts.items()}
 
 
+def _moe_input_bytes(dtype: str) -> float:
+    """Bytes per element of the activations TensorRT-LLM's CUTLASS MoE gathers: NVFP4 experts quantise them to FP4
+    first (half a byte and one scale byte per 16), per-tensor FP8 experts to FP8, others send bf16 (block-FP8 experts
+    quantise inside the kernel) (fused_moe_cutlass.py forward_chunk: fp4_quantize / static_quantize_e4m3_per_tensor
+    before allgather)."""
+    return {"nvfp4": 0.5 + 1.0 / 16, "fp8": 1.0}.get(dtype, 2.0)
+
+
+def moe_dp_gathers(comm: str, gpu_name: str, ep: int, top_k: int) -> bool:
+    """Whether the MoE under DP attention gathers every rank's tokens (all-gather + reduce-scatter) rather than sending
+    each token to its experts' ranks (all-to-all). comm "allgather" (TensorRT-LLM's CUTLASS MoE): its
+    select_alltoall_method_type turns the all-to-all on only for an EP group larger than top_k on a multi-node NVLink
+    system (GB200 NVL; MnnvlMemory.supports_mnnvl), DeepEP only when asked by environment variable; otherwise every
+    rank all-gathers the tokens and reduce-scatters the outputs (reducescatter_or_allreduce). "" (the others):
+    all-to-all."""
+    if comm != "allgather":
+        return False
+    return not (gpu_name.startswith("gb") and ep > top_k)
+
+
 class StepTimeModel:
     """Per-GPU coefficients of the operator model for one Deployment, precomputed once; `seconds()` per step.
 
@@ -505,6 +534,7 @@ class StepTimeModel:
         self.window = model.sliding_window or 0
         # each GPU attends 1/tp of the sequences under DP attention (heads are whole there)
         self.attn_share = 1.0 / tp if dp_attention else 1.0
+        self.dp_ranks = tp if dp_attention else 1  # attention data-parallel ranks (_dp_busiest)
 
         # --- communication --------------------------------------------------------------------------
         self.act_bytes_per_token = float(h * act)
@@ -541,8 +571,20 @@ class StepTimeModel:
             )
             # DP attention has no all-reduce after the MoE block either: tokens come back by the combine
             self.tp_latency_s = self.tp_s_per_byte = 0.0
+            # or, where the engine gathers every rank's tokens instead (the profile's moe_dp_comm, for_engine): per
+            # MoE layer an all-gather of the tokens' activations (at the experts' input dtype) with their top-k ids and
+            # weights (int32 + fp32 each), and a reduce-scatter of the bf16 outputs, each a ring of (ep-1)/ep of the
+            # step's tokens through this rank at the collectives' bus bandwidth
+            gathered = _moe_input_bytes(dtypes.get("routed_experts", deployment.weight_dtype.lower())) * h
+            gathered += 8.0 * self.top_k
+            self._allgather_comm = (
+                2 * self.num_moe_layers * (params.allreduce_base_latency_s + (ep - 1) * hop),
+                self.num_moe_layers * (gathered + act * h) * (ep - 1) / ep / busbw,
+            )
         else:
             self.a2a_latency_s = self.a2a_s_per_token = 0.0
+            self._allgather_comm = None
+        self.moe_gathers = False  # every rank runs the MoE over all the step's tokens (for_engine: moe_dp_comm)
         self.pp = pp
         self.pp_latency_s = (pp - 1) * (params.allreduce_base_latency_s + hop) if pp > 1 else 0.0
         self.pp_s_per_byte = (pp - 1) / max(link, 1.0) if pp > 1 else 0.0
@@ -582,6 +624,15 @@ class StepTimeModel:
             if self.cls == "bf16":
                 other.flop_rate, other.gemm_peak, other.gemm_curve = other._rates["bf16"]
             other._rate_cache = {}
+            return other.for_engine(profile)
+        gathers = self._allgather_comm is not None and moe_dp_gathers(
+            getattr(profile, "moe_dp_comm", ""), self.deployment.gpu.name, self.ep, self.top_k
+        )
+        if gathers != self.moe_gathers:
+            other = copy.copy(self)
+            other.moe_gathers = gathers
+            if gathers:
+                other.a2a_latency_s, other.a2a_s_per_token = self._allgather_comm
             return other.for_engine(profile)
         kernel = getattr(profile, "moe_kernel", "")
         pricer = (
@@ -701,7 +752,8 @@ class StepTimeModel:
         w = self.expert_bytes * hit / self.expert_byte_rate
         c1, m1 = c_gu, w * 2.0 / 3.0 + act * (h + 2 * inter) * load / self.byte_rate  # gate_up: 2 of 3 matrices
         c2, m2 = c_dn, w / 3.0 + act * (inter + h) * load / self.byte_rate  # down
-        rows = t / self.ep if (self.ep > 1 and self.dp_attention) else t  # tokens this rank combines
+        # tokens this rank combines: its own under an all-to-all, every rank's once they are gathered
+        rows = t / self.ep if (self.ep > 1 and self.dp_attention and not self.moe_gathers) else t
         elem = act * (3 * inter * load + h * load + h * rows) / self.byte_rate
         return ((c1 if c1 > m1 else m1) + (c2 if c2 > m2 else m2) + elem) * self.num_moe_layers
 
@@ -744,21 +796,23 @@ class StepTimeModel:
             self._rate_cache[key] = rate
         return rate
 
-    def _fixed_seconds(self, t: float, s: float, gemm_t: float) -> float:
-        """Everything but the context-dependent attention: GEMMs, experts, head, sampling, state, comm."""
+    def _fixed_seconds(self, t: float, s: float, gemm_t: float, attn_t: float | None = None) -> float:
+        """Everything but the context-dependent attention: GEMMs, experts, head, sampling, state, comm. attn_t: the
+        tokens of the busiest DP-attention rank's attention side (default: its even share of gemm_t)."""
         if t <= 0:
             return 0.0
         c = 2.0 * self.gemm_params * gemm_t / self.gemm_rate(gemm_t, self.cls_mlp, "mlp")
         m = self.gemm_weight_bytes / self.gemm_byte_rate + self.gemm_act_bytes_per_token * gemm_t / self.byte_rate
         g = c if c > m else m
-        ta = gemm_t * self.attn_share
+        ta = gemm_t * self.attn_share if attn_t is None else attn_t
         c = 2.0 * self.attn_gemm_params * ta / self.gemm_rate(ta, self.cls_attn, "attn")
         m = self.attn_gemm_bytes / self.gemm_byte_rate
         g += c if c > m else m
         g += self._head_seconds(t, s)
         g += self._moe_seconds(gemm_t)
         g += self.state_bytes_per_seq * s * self.attn_share / self.byte_rate
-        g += (self.elem_bytes_per_token * t + self.elem_attn_bytes_per_token * t * self.attn_share) / self.byte_rate
+        ea = t * self.attn_share if attn_t is None else attn_t
+        g += (self.elem_bytes_per_token * t + self.elem_attn_bytes_per_token * ea) / self.byte_rate
         return g + self.kernel_s + self.comm_seconds(t)
 
     def decode_attention_bytes_s(self, kv_tokens: float) -> float:
@@ -787,8 +841,12 @@ class StepTimeModel:
         frac = curve.fraction(flops_per_layer, kt) if curve else kt(flops_per_layer)
         return self.bf16_peak * frac
 
-    def _prefill_attention_seconds(self, pairs_full: float, pairs_win: float, kv_full: float, kv_win: float) -> float:
-        sh = self.attn_share
+    def _prefill_attention_seconds(
+        self, pairs_full: float, pairs_win: float, kv_full: float, kv_win: float, share: float | None = None
+    ) -> float:
+        """Prefill attention of the step's prompt chunks on the busiest GPU (share: its fraction of them; default
+        the even share)."""
+        sh = self.attn_share if share is None else share
         flops = (self.f_full + self.f_mla_pre) * pairs_full + self.f_win * pairs_win
         if flops <= 0:
             return 0.0
@@ -888,10 +946,11 @@ class StepTimeModel:
         graph_rows = num_tokens if num_decodes == num_seqs else num_seqs
         gemm_t = self.padded(num_tokens, graph_rows) if m == 1 else num_tokens
         sf, sw = self._slopes((dkf + dkw) / m)
+        attn_t, share = self._dp_busiest(num_tokens, num_seqs, num_decodes)
         gpu = (
-            self._fixed_seconds(num_tokens / m, num_seqs / m, gemm_t / m)
+            self._fixed_seconds(num_tokens / m, num_seqs / m, gemm_t / m, None if attn_t is None else attn_t / m)
             + (sf * dkf + sw * dkw) / m
-            + self._prefill_attention_seconds(pf / m, pw / m, kf / m, kw / m)
+            + self._prefill_attention_seconds(pf / m, pw / m, kf / m, kw / m, share)
         )
         cpu = self._cpu(num_seqs, m)
         if self.pp > 1:
@@ -900,6 +959,24 @@ class StepTimeModel:
         if floor and self.serial_launch and self.overlap_cpu:  # one host thread: launches, then the per-step work
             return gpu if gpu > cpu + floor else cpu + floor
         return self._combine(gpu if gpu > floor else floor, cpu, m)
+
+    def _dp_busiest(self, num_tokens: int, num_seqs: int, num_decodes: int) -> tuple[float | None, float | None]:
+        """Under DP attention, the busiest rank of a step with prompt chunks: (its attention-side tokens, its share of
+        the step's prefill attention); (None, None) when the even share holds (no DP attention, or decodes only).
+
+        Each DP rank schedules its own requests, and a new request goes whole to one rank (TensorRT-LLM's
+        tensorrt_llm/_torch/pyexecutor/executor_request_queue.py, _schedule_attention_dp_requests and
+        _balance_requests_across_ranks: to the rank with the fewest active tokens, at most
+        ceil(requests / ranks) each), so a step's n prompt chunks sit on
+        min(n, ranks) ranks while its decodes spread over all of them. Every rank meets the others at each MoE
+        layer's collectives, so the step's attention side lasts as long as that busiest rank's: its decodes' even
+        share plus 1 / min(n, ranks) of the prompt tokens."""
+        dp = self.dp_ranks
+        prompt = num_tokens - num_decodes
+        if dp <= 1 or prompt <= 0:
+            return None, None
+        holders = min(dp, max(1, num_seqs - num_decodes))
+        return num_decodes / dp + prompt / holders, 1.0 / holders
 
     def draft_seconds(self, num_seqs: int, spec_tokens: int) -> float:
         """Drafting `spec_tokens` tokens for `num_seqs` decoding sequences: each draft step is one decoder layer's
