@@ -440,6 +440,7 @@ def test_engine_mode_plans_gpt_oss_with_the_rule_and_the_named_sampler(cli):
     # the pip wheel's sort leaves gpt-oss-120b no KV cache on one H100 at the defaults
     r = cli("plan", *base, "--engine", "vllm")
     assert r.code != 0 and "would have no KV cache" in r.stderr and "7.37 GiB" in r.stderr
+    assert "--vllm-sampler flashinfer" in r.stderr and len(r.stderr.strip().splitlines()) == 1  # the way out, one line
     eng = _engine(cli, *base, "--vllm-sampler", "flashinfer")
     assert eng["activation_source"].startswith("predicted: vLLM 0.10 (V1) profile run of 8,192 tokens in 1024")
     assert "FlashInfer's sort-free sampler" in eng["activation_source"]

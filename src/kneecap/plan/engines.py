@@ -183,7 +183,9 @@ def vllm_pool(
         raise KneecapError(
             f"vLLM would have no KV cache: {mem_util} x {total_bytes / GiB:.2f} GiB - {loaded / GiB:.2f} GiB weights "
             f"- {(activation_bytes + non_torch_bytes + graphs) / GiB:.2f} GiB activations/graphs = {available / GiB:.2f} GiB",
-            "raise --mem-util, add GPUs (--tp) or use a smaller --weight-dtype",
+            "raise --mem-util, add GPUs (--tp), use a smaller --weight-dtype, or shrink the start-up profile run's "
+            "peak (--max-num-seqs, --max-num-batched-tokens; vLLM 0.10/0.11 with FlashInfer installed: "
+            "--vllm-sampler flashinfer)",
         )
     pool = _vllm_blocks(
         deployment,
