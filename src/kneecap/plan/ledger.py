@@ -381,7 +381,8 @@ def with_vision_profile(overhead_bytes: int, profile: tuple[int, int, int] | Non
 #     enable_dp_lm_head), off by default: server_args.py:347), and the dense and shared-expert MLPs too (deepseek_v2.py
 #     DeepseekV2MLP at the TP size unless --moe-dense-tp-size 1 or DeepEP);
 #   TensorRT-LLM (PyTorch backend, enable_attention_dp): the embedding (modeling_qwen3_moe.py Qwen3MoEModel.__init__:
-#     Embedding() without a mapping "when attention_dp is enabled", commit 03441af), the LM head (modeling_utils.py
+#     Embedding() without a mapping "when attention_dp is enabled", commit 03441af; modeling_deepseekv3.py
+#     DeepseekV3Model: Embedding() without a mapping whatever the layout), the LM head (modeling_utils.py
 #     DecoderModelForCausalLM.__init__: LMHead() without a mapping under enable_attention_dp, commit 000a01d; the
 #     prototype enable_lm_head_tp_in_adp, off by default, splits it), and DeepSeek-V3's dense and shared-expert MLPs
 #     (modeling_deepseekv3.py _compute_mlp_tp_size / _compute_shared_expert_tp_size: "If using attention DP, the MLP
@@ -389,7 +390,8 @@ def with_vision_profile(overhead_bytes: int, profile: tuple[int, int, int] | Non
 #   vLLM (--data-parallel-size N --enable-expert-parallel): each DP rank is its own engine at TP 1 here, so every
 #     layer but the routed experts is whole on it; only the FusedMoE layers span the DP x TP GPUs
 #     (model_executor/layers/fused_moe/config.py FusedMoEParallelConfig.make: ep_size = dp_size x tp_size).
-# Without an engine the ledger keeps what all three keep whole.
+# Without an engine the ledger keeps what all three keep whole. Linear-attention layers (hybrids) are left split: no
+# engine source for them under attention DP has been read.
 _ALWAYS_WHOLE = ("attention", "norms", "router")
 DP_ATTENTION_WHOLE_PARTS: dict[str, frozenset[str]] = {
     "sglang": frozenset((*_ALWAYS_WHOLE, "embed")),
