@@ -37,6 +37,10 @@ class Deployment:
     # each of the tp GPUs holds the whole attention weights and attends only its own sequences, whose KV it keeps
     # (a KV pool per DP rank); the MoE layers run expert-parallel over the same GPUs
     dp_attention: bool = False
+    # the engine whose layout of the other weights DP attention follows ("sglang", "tensorrt-llm", "vllm"): which
+    # parts every rank holds whole beside the attention (kneecap.plan.ledger.DP_ATTENTION_WHOLE_PARTS); None: the
+    # parts all three hold whole
+    dp_attention_engine: str | None = None
     # text-only serving of a multimodal checkpoint (vLLM --language-model-only): its encoder is not loaded
     language_only: bool = False
     # vLLM's start-up profile of a vision tower, which overhead_bytes includes: (images, peak bytes, kept bytes) per

@@ -8,7 +8,7 @@ import pytest
 from kneecap.errors import KneecapError
 from kneecap.model import kv as kvmath
 from kneecap.plan.build import DeploymentRequest, plan_deployment
-from kneecap.plan.ledger import attention_weight_fraction
+from kneecap.plan.ledger import attention_weight_fraction, dp_attention_whole_fraction
 from kneecap.sim.steptime import StepTimeModel
 
 
@@ -28,8 +28,9 @@ def test_dp_attention_replicates_attention_weights_and_keeps_a_pool_per_rank():
     tp, dp = plan(), plan(dp_attention=True)
     d = dp.deployment
     attn = dp.weights_total_bytes * attention_weight_fraction(d)
-    assert attn > 0
-    assert dp.ledger.weights_bytes - tp.ledger.weights_bytes == pytest.approx(attn * 7 / 8, rel=1e-6)
+    whole = dp.weights_total_bytes * dp_attention_whole_fraction(d)  # the attention and more (the embedding ...)
+    assert attn > 0 and whole > attn
+    assert dp.ledger.weights_bytes - tp.ledger.weights_bytes == pytest.approx(whole * 7 / 8, rel=1e-6)
     per_token = kvmath.kv_bytes_per_token_per_gpu(d.model, dp.kv_dtype_bytes, 1, 1)
     assert dp.kv_bytes_per_token_per_gpu == per_token  # MLA: the latent is whole either way
     assert dp.num_kv_blocks == 8 * (dp.ledger.kv_pool_bytes // (per_token * dp.block_size))

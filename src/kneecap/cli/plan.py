@@ -33,6 +33,14 @@ FLAG_OPTIONS = {
             help="Attention data-parallel over the --tp GPUs: whole attention weights and a KV pool per GPU (MoE models)",
         ),
     ],
+    "dp_attention_engine": Annotated[
+        Optional[str],
+        typer.Option(
+            "--dp-attention-engine",
+            help="With --dp-attention: whose layout of the other weights to count, sglang, tensorrt-llm or vllm "
+            "(which hold the embedding, LM head and dense MLPs whole on each GPU; default: the parts all three do)",
+        ),
+    ],
     "weight_dtype": Annotated[
         Optional[str],
         typer.Option(
@@ -198,6 +206,7 @@ SIM_FLAGS = (
     "pp",
     "ep",
     "dp_attention",
+    "dp_attention_engine",
     "weight_dtype",
     "kv_dtype",
     "params",

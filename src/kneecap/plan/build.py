@@ -20,7 +20,13 @@ from kneecap.model.kv import check_kv_dtype, check_tp, kv_dtype_bytes
 from kneecap.model.resolve import load_model
 from kneecap.model.weights import weight_bits, weight_bytes
 from kneecap.plan import cudagraph_memory, engines, non_torch, profile_peak, vllm_mxfp4
-from kneecap.plan.ledger import Plan, build_plan, weights_bytes_per_gpu, weights_total_bytes
+from kneecap.plan.ledger import (
+    Plan,
+    build_plan,
+    dp_attention_whole_parts,
+    weights_bytes_per_gpu,
+    weights_total_bytes,
+)
 from kneecap.units import GB, GiB
 
 
@@ -37,6 +43,9 @@ class DeploymentRequest:
     pp: int = 1
     ep: int = 1  # expert parallelism over the tp GPUs (MoE models)
     dp_attention: bool = False  # attention data parallelism over the tp GPUs (MoE models)
+    # the engine whose DP-attention layout of the weights to count: "sglang", "tensorrt-llm" or "vllm" (None: the
+    # parts every engine keeps whole on each rank; kneecap.plan.ledger.DP_ATTENTION_WHOLE_PARTS)
+    dp_attention_engine: str | None = None
     weight_dtype: str | None = None
     kv_dtype: str | None = None
     params: float | None = None
@@ -297,6 +306,12 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         )
     if f.dp_attention and f.tp < 2:
         raise KneecapError("--dp-attention splits the sequences over the --tp GPUs; --tp is 1", "pass --tp 2 or more")
+    if f.dp_attention_engine is not None:
+        if not f.dp_attention:
+            raise KneecapError(
+                "an engine's DP-attention weight layout was given without DP attention", "add --dp-attention"
+            )
+        dp_attention_whole_parts(f.dp_attention_engine)  # names the engines it knows when it does not know this one
     if f.dp_attention and f.engine:
         raise KneecapError(
             "--dp-attention with --engine: the engines' pool models are per TP group, not per DP rank",
@@ -355,6 +370,7 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         pp=f.pp,
         ep=f.ep,
         dp_attention=f.dp_attention,
+        dp_attention_engine=f.dp_attention_engine,
         weight_dtype=weight_dtype,
         kv_dtype=kv_dtype,
         block_size=f.block_size or (1 if f.engine == "sglang" else 16),

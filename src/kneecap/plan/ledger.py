@@ -370,23 +370,83 @@ def with_vision_profile(overhead_bytes: int, profile: tuple[int, int, int] | Non
     return max(overhead_bytes, peak) + kept
 
 
+# Under attention data parallelism, the parts of the model each engine keeps whole on every GPU of a stage (the
+# rest is split over the tp GPUs as under TP: the routed experts expert-parallel). Read from the engines' sources:
+#   every engine: the attention projections (each rank attends its own sequences), the RMSNorms, and the MoE router
+#     (TensorRT-LLM modeling_qwen3_moe.py Qwen3Gate: a whole (num_experts, hidden) weight; SGLang 0.5.2
+#     models/qwen2_moe.py:155 ReplicatedLinear; vLLM below);
+#   SGLang (0.5.2, --enable-dp-attention): the embedding too (models/qwen2_moe.py:461-464 and models/deepseek_v2.py:
+#     2174-2177, VocabParallelEmbedding(enable_tp=not is_dp_attention_enabled())); the LM head stays split over all tp
+#     GPUs (models/qwen3_moe.py:663-668 and deepseek_v2.py:2378-2383 ParallelLMHead(use_attn_tp_group=
+#     enable_dp_lm_head), off by default: server_args.py:347), and the dense and shared-expert MLPs too (deepseek_v2.py
+#     DeepseekV2MLP at the TP size unless --moe-dense-tp-size 1 or DeepEP);
+#   TensorRT-LLM (PyTorch backend, enable_attention_dp): the embedding (modeling_qwen3_moe.py Qwen3MoEModel.__init__:
+#     Embedding() without a mapping "when attention_dp is enabled", commit 03441af; modeling_deepseekv3.py
+#     DeepseekV3Model: Embedding() without a mapping whatever the layout), the LM head (modeling_utils.py
+#     DecoderModelForCausalLM.__init__: LMHead() without a mapping under enable_attention_dp, commit 000a01d; the
+#     prototype enable_lm_head_tp_in_adp, off by default, splits it), and DeepSeek-V3's dense and shared-expert MLPs
+#     (modeling_deepseekv3.py _compute_mlp_tp_size / _compute_shared_expert_tp_size: "If using attention DP, the MLP
+#     also uses DP instead of TP", tp size 1);
+#   vLLM (--data-parallel-size N --enable-expert-parallel): each DP rank is its own engine at TP 1 here, so every
+#     layer but the routed experts is whole on it; only the FusedMoE layers span the DP x TP GPUs
+#     (model_executor/layers/fused_moe/config.py FusedMoEParallelConfig.make: ep_size = dp_size x tp_size).
+# Without an engine the ledger keeps what all three keep whole. Linear-attention layers (hybrids) are left split: no
+# engine source for them under attention DP has been read.
+_ALWAYS_WHOLE = ("attention", "norms", "router")
+DP_ATTENTION_WHOLE_PARTS: dict[str, frozenset[str]] = {
+    "sglang": frozenset((*_ALWAYS_WHOLE, "embed")),
+    "tensorrt-llm": frozenset((*_ALWAYS_WHOLE, "embed", "lm_head", "dense_mlp", "shared_experts")),
+    "vllm": frozenset((*_ALWAYS_WHOLE, "embed", "lm_head", "dense_mlp", "shared_experts")),
+}
+
+
+def dp_attention_whole_parts(engine: str | None) -> frozenset[str]:
+    """The model parts every attention-DP rank holds whole under `engine` (None: those every engine holds whole)."""
+    if engine is None:
+        return frozenset.intersection(*DP_ATTENTION_WHOLE_PARTS.values())
+    if engine not in DP_ATTENTION_WHOLE_PARTS:
+        raise KneecapError(
+            f"no attention-DP weight layout for engine {engine!r}",
+            f"use one of {sorted(DP_ATTENTION_WHOLE_PARTS)}, or none",
+        )
+    return DP_ATTENTION_WHOLE_PARTS[engine]
+
+
+def _parts_fraction(deployment: Deployment, parts: frozenset[str] | tuple[str, ...]) -> float:
+    """These parts' share of the whole model's weight bytes, each at its dtype (0 when the model has no breakdown)."""
+    m = deployment.model
+    counts = dict(m.param_parts)
+    if deployment.params_override or not counts or set(counts) == {"other"}:
+        return 0.0
+    dtypes = part_dtypes_at(m, deployment.weight_dtype)
+    total = weights_total_bytes(deployment)
+    held = sum(
+        weight_bytes(n, dtypes.get(part, deployment.weight_dtype)) for part, n in counts.items() if part in parts
+    )
+    return held / total if total else 0.0
+
+
 def attention_weight_fraction(deployment: Deployment) -> float:
     """The attention projections' share of the whole model's weight bytes (0 when the model has no breakdown)."""
-    m = deployment.model
-    parts = dict(m.param_parts)
-    if deployment.params_override or "attention" not in parts:
+    return _parts_fraction(deployment, ("attention",))
+
+
+def dp_attention_whole_fraction(deployment: Deployment) -> float:
+    """The share of the model's weight bytes each attention-DP rank holds whole (dp_attention_whole_parts of the
+    deployment's engine); 0 without DP attention."""
+    if not deployment.dp_attention:
         return 0.0
-    total = weights_total_bytes(deployment)
-    return weight_bytes(parts["attention"], deployment.weight_dtype) / total if total else 0.0
+    return _parts_fraction(deployment, dp_attention_whole_parts(deployment.dp_attention_engine))
 
 
 def weights_bytes_per_gpu(total_bytes: int, deployment: Deployment) -> int:
     """Weights on one GPU: split evenly over tp x pp ranks, rounded up. Under DP attention every GPU of a stage
-    also holds the whole attention projections (each rank attends its own sequences); experts stay split."""
+    also holds whole the parts its engine keeps whole (DP_ATTENTION_WHOLE_PARTS: the attention, as each rank attends
+    its own sequences, and more per engine); the routed experts stay split."""
     per_gpu = -(-total_bytes // deployment.num_gpus)
     if deployment.dp_attention:
-        attn = total_bytes * attention_weight_fraction(deployment)
-        per_gpu += int(attn / deployment.pp * (1 - 1 / deployment.tp))
+        whole = total_bytes * dp_attention_whole_fraction(deployment)
+        per_gpu += int(whole / deployment.pp * (1 - 1 / deployment.tp))
     return per_gpu
 
 

@@ -223,6 +223,11 @@ def _with_frontend(config: EngineConfig, model_name: str, endpoint: str, ms: flo
     return replace(config, frontend_s_per_request=ms / 1e3, frontend_note=note)
 
 
+# The engine defaults (`--engine-defaults`) -> the engine whose DP-attention layout of the weights the plan counts
+# (kneecap.plan.ledger.DP_ATTENTION_WHOLE_PARTS; NIM runs TensorRT-LLM).
+DP_ATTENTION_ENGINES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt-llm", "nim": "tensorrt-llm"}
+
+
 def engine_pool_request(
     request: DeploymentRequest, defaults: str, engine_version: str | None = None
 ) -> DeploymentRequest:
@@ -232,7 +237,11 @@ def engine_pool_request(
     TRTLLM_KV_FREE_GPU_MEM_FRACTION): the device total as the framework sees it (--hbm framework), less the weights and
     the ledger's overhead, times 0.9 (--frag 0.1). A request that states its own memory (--hbm, --frag or --kv-pool-gib
     off their defaults) is kept as given. vLLM's and SGLang's pools are the plan's engine models (request.engine, as
-    `kneecap plan --engine`), at engine_version's release where it names one (sim/config.py release_number)."""
+    `kneecap plan --engine`), at engine_version's release where it names one (sim/config.py release_number). Under DP
+    attention the request also names the engine whose weight layout the ledger counts (DP_ATTENTION_ENGINES), unless it
+    names one itself."""
+    if request.dp_attention and request.dp_attention_engine is None and defaults in DP_ATTENTION_ENGINES:
+        request = replace(request, dp_attention_engine=DP_ATTENTION_ENGINES[defaults])
     if request.engine is not None:
         return request if engine_version is None else replace(request, engine_version=release_number(engine_version))
     if (
