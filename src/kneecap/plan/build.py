@@ -504,6 +504,8 @@ def _vllm_activation(
         sm_count=sm_count,
         encoder=not deployment.language_only,
         flashinfer_sampler=f.vllm_sampler == "flashinfer",
+        weight_dtype=deployment.weight_dtype,
+        ep=deployment.ep,
     )
     if peak is not None:
         return peak.peak_bytes, f"predicted: {peak.describe()}", {**dataclasses.asdict(peak), "phase": peak.phase}
@@ -519,6 +521,7 @@ def _vllm_activation(
             sm_count=sm_count,
             gpu_name=deployment.gpu.name,
             encoder=not deployment.language_only,
+            weight_dtype=deployment.weight_dtype,
         )
         or f"vLLM {version}'s profile run is not modelled"
     )
