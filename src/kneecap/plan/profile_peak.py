@@ -117,10 +117,11 @@ gpt-oss (GptOssForCausalLM, MXFP4 experts; read in the 0.10.2 and 0.11.0 wheels)
 Qwen3-MoE and Mixtral (Qwen3MoeForCausalLM, MixtralForCausalLM with 16-bit experts; read in the 0.10.2 and 0.11.0
 wheels), 0.10 and 0.11 only:
   The profile run and the sampler are the dense models' (above); the forward's MoE phase is Triton's fused_experts.
-  models/qwen3_moe.py Qwen3MoeSparseMoeBlock.forward (0.11.0 :162-184) and models/mixtral.py MixtralMoE.forward
-  (0.10.2 :102-109): router logits ([tokens, experts] 16-bit), then FusedMoE, whose forward_native calls the
+  models/qwen3_moe.py Qwen3MoeSparseMoeBlock.forward (0.11.0 :162-184, 0.10.2 :172-186) and models/mixtral.py
+  MixtralMoE.forward (0.10.2 :102-109, 0.11.0 :127-134): router logits ([tokens, experts] 16-bit), then FusedMoE, whose forward_native calls the
   vllm::moe_forward custom op (fused_moe/layer.py 0.11.0 :1808-1840, :2136-2161, mutates_args=["hidden_states"];
-  opaque to Inductor). UnquantizedFusedMoEMethod.forward_cuda (0.11.0 :530-628) selects the experts
+  opaque to Inductor). UnquantizedFusedMoEMethod.forward_cuda (0.11.0 :530-628, 0.10.2 :443-525; 0.10.2 has no
+  FlashInfer branch there) selects the experts
   (fused_moe.py fused_topk :980-1003: fp32 top-k weights, int32 ids; the fp32 copy of the router logits is freed on
   return) and, with no ROCm AITER, no FlashInfer CUTLASS (VLLM_USE_FLASHINFER_MOE_FP16 off by default, and it needs
   expert parallelism) and no modular kernel (set only for the all-to-all backends of DP/EP), calls fused_experts
