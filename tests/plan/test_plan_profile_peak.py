@@ -465,6 +465,9 @@ def test_triton_moe_rule_covers_16_bit_experts_only():
     assert "fp8 experts" in pp.unmodelled_reason(m, (0, 11), weight_dtype="fp8")
     assert pp.vllm_profile_peak(m, **{**V11_H100, "tp": 8}, version=(0, 11, 0), weight_dtype="fp8") is None
     assert "0.10 and 0.11 only" in pp.unmodelled_reason(m, (0, 13), rows=1024, sm_count=132)
+    # data-parallel attention gathers every rank's tokens before the experts
+    assert "data-parallel attention" in pp.unmodelled_reason(m, (0, 11), dp_attention=True)
+    assert pp.vllm_profile_peak(m, **{**V11_H100, "tp": 8}, version=(0, 11, 0), dp_attention=True) is None
     # a checkpoint with dense MLP layers between its MoE layers (mlp_only_layers): their width is not known
     mixed = dataclasses.replace(m, num_moe_layers=m.num_hidden_layers - 2)
     assert "dense MLP layers" in pp.unmodelled_reason(mixed, (0, 11))

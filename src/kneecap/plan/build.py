@@ -506,6 +506,7 @@ def _vllm_activation(
         flashinfer_sampler=f.vllm_sampler == "flashinfer",
         weight_dtype=deployment.weight_dtype,
         ep=deployment.ep,
+        dp_attention=deployment.dp_attention,
     )
     if peak is not None:
         return peak.peak_bytes, f"predicted: {peak.describe()}", {**dataclasses.asdict(peak), "phase": peak.phase}
@@ -522,6 +523,7 @@ def _vllm_activation(
             gpu_name=deployment.gpu.name,
             encoder=not deployment.language_only,
             weight_dtype=deployment.weight_dtype,
+            dp_attention=deployment.dp_attention,
         )
         or f"vLLM {version}'s profile run is not modelled"
     )

@@ -534,11 +534,13 @@ def unmodelled_reason(
     gpu_name: str = "",
     encoder: bool = True,
     weight_dtype: str | None = None,
+    dp_attention: bool = False,
 ) -> str:
     """Why kneecap has no profile-run rule for this model and release ('' if it has one). From 0.17 the rule needs
     the GPU's SM count and, through the releases not read, the rows sampled (max_num_seqs; None: not checked).
     `encoder`: whether the server profiles a multimodal checkpoint's encoder (False: it serves the language model
-    only). `weight_dtype`: the dtype the server runs the weights in (None: the checkpoint's)."""
+    only). `weight_dtype`: the dtype the server runs the weights in (None: the checkpoint's). `dp_attention`: vLLM
+    runs data-parallel attention (DP with expert parallelism)."""
     v = version[:2]
     if model.num_experts:
         if model.architecture not in V1_MOE_ARCHITECTURES:
@@ -554,6 +556,11 @@ def unmodelled_reason(
                 return (
                     f"{dtype} experts' fused-MoE kernel buffers are not modelled (the rule covers 16-bit experts, "
                     "Triton's fused_experts)"
+                )
+            if dp_attention:
+                return (
+                    "data-parallel attention's MoE dispatch (every rank's tokens gathered before the experts) is "
+                    "not modelled"
                 )
             if model.num_moe_layers != model.num_hidden_layers:
                 return "the dense MLP layers between the MoE layers are not modelled (their width is not in the model)"
@@ -608,6 +615,7 @@ def vllm_profile_peak(
     flashinfer_sampler: bool = False,
     weight_dtype: str | None = None,
     ep: int = 1,
+    dp_attention: bool = False,
 ) -> ProfilePeak | None:
     """The activation peak of `version`'s profile run for a dense Llama-style model or gpt-oss, or None where kneecap
     has no rule (the release's profile run was not read, or the model or GPU is of a kind the rule does not cover).
@@ -617,7 +625,7 @@ def vllm_profile_peak(
     `flashinfer_sampler`: vLLM 0.10 / 0.11 with FlashInfer installed, whose sampler does not sort (ValueError for
     other releases: not modelled there). `weight_dtype`: the dtype the server runs the weights in (None: the
     checkpoint's); the Triton MoE rule covers 16-bit experts only. `ep`: the expert-parallel group (each expert
-    cut tp / ep ways)."""
+    cut tp / ep ways). `dp_attention`: data-parallel attention (not modelled for the Triton MoE rule)."""
     if flashinfer_sampler and not is_flashinfer_sampler_rule(version):
         raise ValueError(f"FlashInfer's sampler is modelled for vLLM 0.10 and 0.11 only, not {version}")
     workspace = cublas_workspace_bytes(gpu_name)
@@ -636,7 +644,14 @@ def vllm_profile_peak(
     tokens = max_num_batched_tokens
     rows = min(max_num_seqs or tokens, tokens)
     why = unmodelled_reason(
-        model, version, rows=rows, sm_count=sm_count, gpu_name=gpu_name, encoder=encoder, weight_dtype=weight_dtype
+        model,
+        version,
+        rows=rows,
+        sm_count=sm_count,
+        gpu_name=gpu_name,
+        encoder=encoder,
+        weight_dtype=weight_dtype,
+        dp_attention=dp_attention,
     )
     if why:
         return None
