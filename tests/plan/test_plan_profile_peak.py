@@ -92,7 +92,8 @@ def test_no_rule_where_the_source_was_not_read(llama3_8b):
     assert "not read" in pp.unmodelled_reason(dataclasses.replace(llama3_8b, architecture="PhiForCausalLM"), (0, 11))
     moe = load_model("qwen3-235b-a22b")
     assert "MoE" in pp.unmodelled_reason(moe) and _peak(moe) is None
-    assert "MoE" in pp.unmodelled_reason(moe, (0, 11))
+    assert "0.10 and 0.11 only" in pp.unmodelled_reason(moe, (0, 6))
+    assert "MoE" in pp.unmodelled_reason(load_model("deepseek-v3"), (0, 11))
 
 
 def test_v1_sampler_is_v0s_sort_plus_the_gathered_rows_and_their_random_copy(llama3_8b):
@@ -419,8 +420,65 @@ def test_gpt_oss_rule_is_read_for_0_10_and_0_11_only():
     assert "0.10 and 0.11 only" in pp.unmodelled_reason(m, (0, 19), rows=1024, sm_count=132)
     assert pp.vllm_profile_peak(m, **V11_H100, version=(0, 12, 0)) is None
     assert "0.10 and 0.11 only" in pp.unmodelled_reason(m, (0, 6))
-    # other MoE architectures: no rule
-    assert "MoE layers" in pp.unmodelled_reason(load_model("qwen3-235b-a22b"), (0, 11))
+    # other MoE architectures: no rule (DeepSeek-V3's MLA and block-FP8 experts)
+    assert "MoE layers" in pp.unmodelled_reason(load_model("deepseek-v3"), (0, 11))
+
+
+# Qwen3-MoE and Mixtral (16-bit experts) on vLLM 0.10 / 0.11: Triton's fused_experts, called in place, allocates
+# cache13 [tokens x top_k x max(2N, K)] and intermediate_cache2 [tokens x top_k, N] (N: the expert's width / TP)
+
+
+def test_qwen3_moe_forward_holds_fused_experts_two_caches():
+    m = load_model("qwen3-235b-a22b")
+    # moe_intermediate_size 1,536 (not the config's dense intermediate_size 12,288), / TP 8 = 192; hidden 4,096;
+    # top-8 of 128 experts
+    assert pp.expert_intermediate_size(m) == 1536
+    per_token = (2 * 4096 + 128) * 2 + 8 * 8 + 8 * (max(2 * 192, 4096) + 192) * 2
+    assert pp.v1_triton_moe_forward_bytes(m, 8, 1000) == 1000 * per_token
+    # expert parallelism over the 8 ranks: whole experts, N = 1,536
+    per_token_ep = (2 * 4096 + 128) * 2 + 8 * 8 + 8 * (max(2 * 1536, 4096) + 1536) * 2
+    assert pp.v1_triton_moe_forward_bytes(m, 8, 1000, ep=8) == 1000 * per_token_ep
+    # the caches stop growing at VLLM_FUSED_MOE_CHUNK_SIZE (32,768) tokens
+    big = pp.v1_triton_moe_forward_bytes(m, 8, 65_536)
+    assert big == 65_536 * ((2 * 4096 + 128) * 2 + 8 * 8) + 32_768 * 8 * (4096 + 192) * 2
+    # GPUStack's 8 x H100 server (0.11's 8,192 tokens, 1,024 sequences): the sampler's sort over 151,936 logits
+    # sets the peak, the forward 0.65 GiB
+    p = pp.vllm_profile_peak(m, **{**V11_H100, "tp": 8}, version=(0, 11, 0))
+    assert (
+        p.phase == "sampler" and abs(p.forward_bytes / GiB - 0.651) < 0.001 and abs(p.peak_bytes / GiB - 5.615) < 0.001
+    )
+    assert "Triton's fused_experts" in p.environment
+
+
+def test_mixtral_at_tp_1_is_set_by_its_experts_caches():
+    # 2 x 14,336 gate_up and 14,336 SiLU-and-mul per chosen expert, top 2, at 8,192 tokens: 1.44 GiB, above the
+    # sort over 32,000 logits (1.24 GiB)
+    m = load_model("mixtral-8x7b")
+    p = pp.vllm_profile_peak(m, **V11_H100, version=(0, 10, 2))
+    assert p.phase == "forward" and abs(p.forward_bytes / GiB - 1.438) < 0.001
+    assert pp.vllm_profile_peak(m, **{**V11_H100, "tp": 2}, version=(0, 10, 2)).phase == "sampler"
+
+
+def test_triton_moe_rule_covers_16_bit_experts_only():
+    m = load_model("qwen3-235b-a22b")
+    assert pp.unmodelled_reason(m, (0, 11)) == ""
+    assert "fp8 experts" in pp.unmodelled_reason(m, (0, 11), weight_dtype="fp8")
+    assert pp.vllm_profile_peak(m, **{**V11_H100, "tp": 8}, version=(0, 11, 0), weight_dtype="fp8") is None
+    assert "0.10 and 0.11 only" in pp.unmodelled_reason(m, (0, 13), rows=1024, sm_count=132)
+    # data-parallel attention gathers every rank's tokens before the experts
+    assert "data-parallel attention" in pp.unmodelled_reason(m, (0, 11), dp_attention=True)
+    assert pp.vllm_profile_peak(m, **{**V11_H100, "tp": 8}, version=(0, 11, 0), dp_attention=True) is None
+    # a checkpoint with dense MLP layers between its MoE layers (mlp_only_layers): their width is not known
+    mixed = dataclasses.replace(m, num_moe_layers=m.num_hidden_layers - 2)
+    assert "dense MLP layers" in pp.unmodelled_reason(mixed, (0, 11))
+
+
+def test_engine_mode_plans_qwen3_moe_with_the_rule_and_falls_back_for_fp8(cli):
+    base = ["--preset", "qwen3-235b-a22b", "--tp", "8", "--gpu", "h100-sxm", "--engine-version", "0.11", "--context"]
+    eng = _engine(cli, *base, "32768")
+    assert eng["activation_profile"]["phase"] == "sampler" and abs(eng["activation_bytes"] / GiB - 5.615) < 0.001
+    fp8 = _engine(cli, *base, "32768", "--weight-dtype", "fp8")
+    assert "fp8 experts" in fp8["activation_source"] and fp8["activation_profile"] is None
 
 
 def test_flashinfers_sampler_masks_and_softmaxes_without_sorting(llama3_8b):

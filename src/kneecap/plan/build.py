@@ -520,6 +520,9 @@ def _vllm_activation(
         sm_count=sm_count,
         encoder=not deployment.language_only,
         flashinfer_sampler=f.vllm_sampler == "flashinfer",
+        weight_dtype=deployment.weight_dtype,
+        ep=deployment.ep,
+        dp_attention=deployment.dp_attention,
     )
     if peak is not None:
         return peak.peak_bytes, f"predicted: {peak.describe()}", {**dataclasses.asdict(peak), "phase": peak.phase}
@@ -535,6 +538,8 @@ def _vllm_activation(
             sm_count=sm_count,
             gpu_name=deployment.gpu.name,
             encoder=not deployment.language_only,
+            weight_dtype=deployment.weight_dtype,
+            dp_attention=deployment.dp_attention,
         )
         or f"vLLM {version}'s profile run is not modelled"
     )

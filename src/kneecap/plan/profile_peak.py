@@ -112,8 +112,36 @@ gpt-oss (GptOssForCausalLM, MXFP4 experts; read in the 0.10.2 and 0.11.0 wheels)
   2-12 MiB the rule does not find. The same sort is in vLLM 0.10.1's -2.14 GiB pool for gpt-oss-120b on one H100
   (https://github.com/vllm-project/vllm/issues/23278: 71.27 GiB - 65.97 GiB of Marlin-padded weights - 7.37 GiB
   leaves -2.07 GiB, 0.07 GiB for non-torch memory, not logged there). With FlashInfer installed the sampler does not
-  sort (above): 2.77 GiB there, the forward still below it. Qwen3MoeForCausalLM and MixtralForCausalLM (the Triton
-  fused_experts path, chunked) were not read.
+  sort (above): 2.77 GiB there, the forward still below it.
+
+Qwen3-MoE and Mixtral (Qwen3MoeForCausalLM, MixtralForCausalLM with 16-bit experts; read in the 0.10.2 and 0.11.0
+wheels), 0.10 and 0.11 only:
+  The profile run and the sampler are the dense models' (above); the forward's MoE phase is Triton's fused_experts.
+  models/qwen3_moe.py Qwen3MoeSparseMoeBlock.forward (0.11.0 :162-184, 0.10.2 :172-186) and models/mixtral.py
+  MixtralMoE.forward (0.10.2 :102-109, 0.11.0 :127-134): router logits ([tokens, experts] 16-bit), then FusedMoE, whose forward_native calls the
+  vllm::moe_forward custom op (fused_moe/layer.py 0.11.0 :1808-1840, :2136-2161, mutates_args=["hidden_states"];
+  opaque to Inductor). UnquantizedFusedMoEMethod.forward_cuda (0.11.0 :530-628, 0.10.2 :443-525; 0.10.2 has no
+  FlashInfer branch there) selects the experts
+  (fused_moe.py fused_topk :980-1003: fp32 top-k weights, int32 ids; the fp32 copy of the router logits is freed on
+  return) and, with no ROCm AITER, no FlashInfer CUTLASS (VLLM_USE_FLASHINFER_MOE_FP16 off by default, and it needs
+  expert parallelism) and no modular kernel (set only for the all-to-all backends of DP/EP), calls fused_experts
+  with inplace=True: the output is written into the MoE input. fused_experts_impl (0.11.0 :1484-1707, 0.10.2 :1498)
+  sizes its caches for M = min(tokens, VLLM_FUSED_MOE_CHUNK_SIZE) tokens (envs.py: 32,768 by default):
+  cache13 [M x top_k x max(N', K)] (intermediate_cache1 and 3 share it), intermediate_cache2 [M x top_k, N' / 2],
+  in the model's dtype (N' = w13's rows = 2 x the expert's width / TP, K = hidden). The MoE phase's live tensors:
+  the residual, the MoE input, the router logits, the top-k weights and ids and the two caches: tokens x ((2 x
+  hidden + experts) x 2 B + top_k x 8 B) + M x top_k x (max(2N, K) + N) x 2 B, N the expert's width / TP
+  (moe_intermediate_size for Qwen3-MoE, intermediate_size for Mixtral: kneecap reads it as expert_params / (3 x
+  hidden)); with expert parallelism each expert is cut tp / ep ways. moe_align_block_size's sorted ids (int32,
+  tokens x top_k plus padding) are below 1 MiB at the release's batches and not counted. After the op the TP
+  all-reduce makes a new [tokens, hidden] tensor with the caches freed. Qwen3-235B-A22B at TP 8 (8,192 tokens):
+  0.65 GiB, far below the sampler's sort over 151,936 logits (5.58 GiB); Mixtral-8x7B at TP 1: 1.44 GiB, above
+  its sort over 32,000 logits (1.24 GiB), so its forward sets the peak. Not modelled: quantized experts (FP8 and
+  the others take other kernels: CUTLASS, DeepGEMM, Marlin), checkpoints with dense MLP layers between the MoE ones
+  (Qwen3-MoE's mlp_only_layers: their width is not in the model), data-parallel attention (its naive dispatch
+  gathers every rank's tokens). No published torch peak increase of these models on 0.10 / 0.11 was found to
+  check it (llm-d-planner's table has MoE rows for gpt-oss only).
+  DeepSeek-V2/V3 (MLA attention, block-FP8 experts whose kernel depends on DeepGEMM being installed) not modelled.
 
 vLLM 0.17 to 0.33 (read in the 0.17.0, 0.21.0-0.24.0 and 0.32.0 wheels and the 0.18.0, 0.20.0, 0.25.0, 0.30.0 and
 0.33.0 sdists; 0.19, 0.26-0.29 and 0.31 not read and taken as their neighbours, whose code is the same for this
@@ -201,14 +229,25 @@ V1_ARCHITECTURES = (
 # 0.13.0 profile_run keeps each item's encoder output as is (0.11.0 / 0.12.0 expand it to the encoder budget)
 V1_MULTIMODAL_ARCHITECTURES = ("Gemma3ForConditionalGeneration",)
 V1_ENCODER_RULE_FROM = (0, 13)
-# MoE architectures whose profile-run forward was read, and the releases it was read in
-V1_MOE_ARCHITECTURES = ("GptOssForCausalLM",)
+# MoE architectures whose profile-run forward was read, and the releases it was read in: gpt-oss on the Marlin
+# kernel, the others (16-bit experts) on the Triton fused_experts path
+V1_MOE_ARCHITECTURES = ("GptOssForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM")
+V1_TRITON_MOE_ARCHITECTURES = ("Qwen3MoeForCausalLM", "MixtralForCausalLM")
+TRITON_MOE_WEIGHT_DTYPES = ("bf16", "fp16")  # UnquantizedFusedMoEMethod; quantized experts take other kernels
+# envs.py VLLM_FUSED_MOE_CHUNK_SIZE default "32768" (0.10.2 :630, 0.11.0 :778): fused_experts_impl's caches are
+# sized for min(tokens, chunk) tokens
+FUSED_MOE_CHUNK_SIZE = 32768
+GATED_EXPERT_MATRICES = 3  # gate, up, down: [hidden, width] each
 V1_MOE_RELEASES = ((0, 10), (0, 11))
 # quantization/mxfp4.py create_weights (0.10.2 :184-199, 0.11.0 :198-200), Marlin: round_up(intermediate, 128),
 # round_up(hidden, 256)
 MARLIN_INTERMEDIATE_ALIGN = 128
 MARLIN_HIDDEN_ALIGN = 256
 MOE_FORWARD_ENVIRONMENT = "; the MoE layers' buffers as the Marlin kernel allocates them (Triton's not read)"
+TRITON_MOE_FORWARD_ENVIRONMENT = (
+    "; the MoE layers' buffers as Triton's fused_experts allocates them for 16-bit experts without expert "
+    "parallelism (each rank's experts cut to intermediate / TP)"
+)
 # FlashInfer's sampler, read for the releases whose wheel pins it as the flashinfer extra (0.10.2 flashinfer-python
 # 0.3.0, 0.11.0 0.3.1; their sampling.py top_k_top_p_sampling_from_logits is the same)
 FLASHINFER_SAMPLER_RELEASES = ((0, 10), (0, 11))
@@ -341,6 +380,33 @@ def v1_moe_forward_bytes(model, tp: int, tokens: int) -> int:
     return tokens * max(attention, moe)
 
 
+def expert_intermediate_size(model) -> int:
+    """One routed expert's intermediate width: its gate, up and down projections (no biases in Qwen3-MoE and
+    Mixtral) hold 3 x hidden x width parameters. The config's moe_intermediate_size where it has one (Qwen3-MoE;
+    its intermediate_size is the dense MLP's), Mixtral's intermediate_size."""
+    return model.expert_params // (GATED_EXPERT_MATRICES * model.hidden_size)
+
+
+def v1_triton_moe_forward_bytes(model, tp: int, tokens: int, ep: int = 1) -> int:
+    """Live tensors at the peak of vLLM 0.10 / 0.11's forward over `tokens` tokens on one TP rank for a model whose
+    16-bit experts run Triton's fused_experts (Qwen3-MoE, Mixtral): the attention phase as for the dense models, and
+    the MoE phase: the residual, the MoE input (fused_experts writes its output into it, inplace=True), the router
+    logits, the fp32 top-k weights and int32 ids, and fused_experts_impl's cache13 [M x top_k x max(2N, K)] and
+    intermediate_cache2 [M x top_k, N] in the model's dtype (N: the per-rank intermediate, K: the hidden size, M: the
+    tokens up to VLLM_FUSED_MOE_CHUNK_SIZE). With expert parallelism over `ep` of the TP ranks each expert is cut
+    tp / ep ways (vLLM's --enable-expert-parallel: ep = tp, whole experts)."""
+    h = model.hidden_size
+    q = model.num_attention_heads * model.head_dim // tp
+    kv = model.num_key_value_heads * model.head_dim // tp if model.num_key_value_heads >= tp else model.head_dim
+    attention = tokens * (3 * h + (q + 2 * kv) + q) * ACT_BYTES
+    n = -(-expert_intermediate_size(model) // max(1, tp // ep))
+    top_k = model.num_experts_per_tok
+    chunk = min(tokens, FUSED_MOE_CHUNK_SIZE)
+    moe = tokens * ((2 * h + model.num_experts) * ACT_BYTES + top_k * TOPK_ENTRY_BYTES)
+    moe += chunk * top_k * (max(2 * n, h) + n) * ACT_BYTES
+    return max(attention, moe)
+
+
 def v1_sampler_bytes(model, tokens: int, rows: int) -> int:
     """Live tensors at the peak of vLLM 0.10-0.14's dummy sampler run with PyTorch's top-k/top-p sort: V0's sort
     (the model's output, the 16-bit logits, fp32 logits, sorted values and indices, the sort's scratch) plus the
@@ -467,11 +533,14 @@ def unmodelled_reason(
     sm_count: int | None = None,
     gpu_name: str = "",
     encoder: bool = True,
+    weight_dtype: str | None = None,
+    dp_attention: bool = False,
 ) -> str:
     """Why kneecap has no profile-run rule for this model and release ('' if it has one). From 0.17 the rule needs
     the GPU's SM count and, through the releases not read, the rows sampled (max_num_seqs; None: not checked).
     `encoder`: whether the server profiles a multimodal checkpoint's encoder (False: it serves the language model
-    only)."""
+    only). `weight_dtype`: the dtype the server runs the weights in (None: the checkpoint's). `dp_attention`: vLLM
+    runs data-parallel attention (DP with expert parallelism)."""
     v = version[:2]
     if model.num_experts:
         if model.architecture not in V1_MOE_ARCHITECTURES:
@@ -481,6 +550,20 @@ def unmodelled_reason(
                 f"{model.architecture}'s MoE layers were read for vLLM 0.10 and 0.11 only (the fused-MoE kernels' "
                 "buffers in other releases are not modelled)"
             )
+        if model.architecture in V1_TRITON_MOE_ARCHITECTURES:
+            dtype = (weight_dtype or model.weight_dtype or "bf16").lower()
+            if dtype not in TRITON_MOE_WEIGHT_DTYPES:
+                return (
+                    f"{dtype} experts' fused-MoE kernel buffers are not modelled (the rule covers 16-bit experts, "
+                    "Triton's fused_experts)"
+                )
+            if dp_attention:
+                return (
+                    "data-parallel attention's MoE dispatch (every rank's tokens gathered before the experts) is "
+                    "not modelled"
+                )
+            if model.num_moe_layers != model.num_hidden_layers:
+                return "the dense MLP layers between the MoE layers are not modelled (their width is not in the model)"
     kinds = set(model.layer_types) - LAYER_KINDS_MODELLED
     if kinds:
         return f"{', '.join(sorted(kinds))} layers are not modelled"
@@ -530,6 +613,9 @@ def vllm_profile_peak(
     sm_count: int | None = None,
     encoder: bool = True,
     flashinfer_sampler: bool = False,
+    weight_dtype: str | None = None,
+    ep: int = 1,
+    dp_attention: bool = False,
 ) -> ProfilePeak | None:
     """The activation peak of `version`'s profile run for a dense Llama-style model or gpt-oss, or None where kneecap
     has no rule (the release's profile run was not read, or the model or GPU is of a kind the rule does not cover).
@@ -537,7 +623,9 @@ def vllm_profile_peak(
     release's defaults for the GPU) and, from 0.17, the GPU's SM count; V0 takes its own defaults when None.
     `encoder`: whether the server profiles a multimodal checkpoint's vision encoder (False: language model only).
     `flashinfer_sampler`: vLLM 0.10 / 0.11 with FlashInfer installed, whose sampler does not sort (ValueError for
-    other releases: not modelled there)."""
+    other releases: not modelled there). `weight_dtype`: the dtype the server runs the weights in (None: the
+    checkpoint's); the Triton MoE rule covers 16-bit experts only. `ep`: the expert-parallel group (each expert
+    cut tp / ep ways). `dp_attention`: data-parallel attention (not modelled for the Triton MoE rule)."""
     if flashinfer_sampler and not is_flashinfer_sampler_rule(version):
         raise ValueError(f"FlashInfer's sampler is modelled for vLLM 0.10 and 0.11 only, not {version}")
     workspace = cublas_workspace_bytes(gpu_name)
@@ -555,14 +643,26 @@ def vllm_profile_peak(
         raise ValueError("V1's profile run needs max_num_batched_tokens (the release's default for the GPU)")
     tokens = max_num_batched_tokens
     rows = min(max_num_seqs or tokens, tokens)
-    if unmodelled_reason(model, version, rows=rows, sm_count=sm_count, gpu_name=gpu_name, encoder=encoder):
+    why = unmodelled_reason(
+        model,
+        version,
+        rows=rows,
+        sm_count=sm_count,
+        gpu_name=gpu_name,
+        encoder=encoder,
+        weight_dtype=weight_dtype,
+        dp_attention=dp_attention,
+    )
+    if why:
         return None
     images = encoder_peak = held = 0
     if encoder and model.vision_tower is not None:
         images, encoder_peak, held = v1_encoder_profile(model, tp, tokens)
     mm = dict(images=images, encoder_bytes=encoder_peak, encoder_held_bytes=held)
-    layer_bytes = v1_moe_forward_bytes if model.num_experts else v1_forward_bytes
-    forward = held + layer_bytes(model, tp, tokens)
+    if model.architecture in V1_TRITON_MOE_ARCHITECTURES:
+        forward = held + v1_triton_moe_forward_bytes(model, tp, tokens, ep)
+    else:
+        forward = held + (v1_moe_forward_bytes if model.num_experts else v1_forward_bytes)(model, tp, tokens)
     family = f"{version[0]}.{version[1]} (V1)"
     if v < V1_TRITON_TOPK_FROM:
         sort = not flashinfer_sampler
@@ -570,9 +670,11 @@ def vllm_profile_peak(
             v1_sampler_bytes(model, tokens, rows) if sort else v1_flashinfer_sampler_bytes(model, tokens, rows)
         )
         peak = workspace + max(forward, sampler, encoder_peak)
-        env = (v1_environment(version) if sort else FLASHINFER_ENVIRONMENT) + (
-            MOE_FORWARD_ENVIRONMENT if model.num_experts else ""
-        )
+        moe_env = ""
+        if model.num_experts:
+            triton = model.architecture in V1_TRITON_MOE_ARCHITECTURES
+            moe_env = TRITON_MOE_FORWARD_ENVIRONMENT if triton else MOE_FORWARD_ENVIRONMENT
+        env = (v1_environment(version) if sort else FLASHINFER_ENVIRONMENT) + moe_env
         return ProfilePeak(family, tokens, rows, forward, sampler, workspace, peak, env, **mm)
     assert sm_count  # unmodelled_reason says why otherwise
     sampler = held + v1_triton_sampler_bytes(model, tokens, rows, sm_count, version)
