@@ -195,6 +195,13 @@ GENERATIONS = {
 }
 
 
+# the engine flags a point may state (engine_overrides), as _engine_knobs, _plan and command_line read them; any other
+# key would be dropped without a word
+ENGINE_OVERRIDES = frozenset(
+    {"max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching", "trtllm_bench", "vllm_sampler"}
+)
+
+
 class NotSimulated(Exception):
     """The point needs a knob the simulator does not have; the message says which."""
 
@@ -275,6 +282,12 @@ class Point:
             )
         if point.endpoint not in ENDPOINTS:
             raise KneecapError(f"validation point {point.id}: endpoint must be one of {', '.join(ENDPOINTS)}", _FIX)
+        unknown = sorted(set(point.engine_overrides) - ENGINE_OVERRIDES)
+        if unknown:
+            raise KneecapError(
+                f"validation point {point.id}: unknown engine_overrides {', '.join(unknown)}",
+                f"use only {', '.join(sorted(ENGINE_OVERRIDES))}",
+            )
         if point.concurrency != "max" and not (isinstance(point.concurrency, int) and point.concurrency >= 1):
             raise KneecapError(f'validation point {point.id}: concurrency must be an int >= 1 or "max"', _FIX)
         if (

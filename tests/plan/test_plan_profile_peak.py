@@ -375,10 +375,10 @@ def test_gpt_oss_moe_forward_holds_marlins_two_caches_and_the_padded_input():
     m = load_model("gpt-oss-120b")
     # hidden 2,880 -> K 3,072 (256), intermediate 2,880 -> N 2,944 (128); top-4 of 128 experts
     per_token = (2 * 2880 + 2 * 3072 + 128) * 2 + 4 * 8 + 4 * (2944 + max(2 * 2944, 3072)) * 2
-    assert pp.v1_moe_forward_bytes(m, 1, 1000) == 1000 * per_token
+    assert pp.v1_marlin_moe_forward_bytes(m, 1, 1000) == 1000 * per_token
     # TP 2 halves N (1,440 -> 1,536 after padding), not the hidden width
     per_token_tp2 = (2 * 2880 + 2 * 3072 + 128) * 2 + 4 * 8 + 4 * (1536 + max(2 * 1536, 3072)) * 2
-    assert pp.v1_moe_forward_bytes(m, 2, 1000) == 1000 * per_token_tp2
+    assert pp.v1_marlin_moe_forward_bytes(m, 2, 1000) == 1000 * per_token_tp2
     # a long enough batch makes the forward the peak
     big = pp.vllm_profile_peak(m, **{**V11_H100, "max_num_batched_tokens": 131_072}, version=(0, 11, 0))
     assert big.phase == "forward" and big.forward_bytes == 131_072 * per_token

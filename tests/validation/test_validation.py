@@ -78,6 +78,8 @@ def test_a_bad_point_is_a_one_line_error_naming_the_field():
         Point.from_dict({**good, "engine": "tgi-9"})
     with pytest.raises(KneecapError, match="bad or missing field"):
         Point.from_dict({k: v for k, v in good.items() if k != "isl"})
+    with pytest.raises(KneecapError, match="unknown engine_overrides max_num_seq"):  # a typo is not dropped silently
+        Point.from_dict({**good, "engine_overrides": {"max_num_seq": 64}})
 
 
 def test_points_needing_a_missing_knob_stay_in_the_table_with_the_reason():

@@ -325,15 +325,20 @@ def v0_batch(max_model_len: int, sliding_window: int | None, version: tuple[int,
     return max(max_model_len, V0_MIN_BATCHED_TOKENS)
 
 
-def v0_forward_bytes(model, tp: int, tokens: int) -> int:
-    """Live tensors at the peak of vLLM 0.6 / 0.7's eager Llama-style forward over `tokens` tokens on one TP rank."""
+def attention_phase_elements(model, tp: int) -> int:
+    """16-bit elements per token live in the attention phase of a forward on one TP rank, the same in every release
+    read: the loop input, the residual, o_proj's output, qkv and the attention output."""
     h = model.hidden_size
     q = model.num_attention_heads * model.head_dim // tp
     kv = model.num_key_value_heads * model.head_dim // tp if model.num_key_value_heads >= tp else model.head_dim
+    return 3 * h + (q + 2 * kv) + q
+
+
+def v0_forward_bytes(model, tp: int, tokens: int) -> int:
+    """Live tensors at the peak of vLLM 0.6 / 0.7's eager Llama-style forward over `tokens` tokens on one TP rank."""
     # loop input, residual, MLP input (Qwen2: and down_proj's output beside gate_up), gate_up (2I), act (I)
-    mlp = V0_MLP_HIDDEN_LIVE[model.architecture] * h + 3 * model.intermediate_size // tp
-    attention = 3 * h + (q + 2 * kv) + q  # loop input, residual, o_proj output, qkv, attention output
-    return tokens * max(mlp, attention) * ACT_BYTES
+    mlp = V0_MLP_HIDDEN_LIVE[model.architecture] * model.hidden_size + 3 * model.intermediate_size // tp
+    return tokens * max(mlp, attention_phase_elements(model, tp)) * ACT_BYTES
 
 
 def v0_sampler_bytes(model, tokens: int, rows: int) -> int:
@@ -350,28 +355,22 @@ def v1_forward_bytes(model, tp: int, tokens: int) -> int:
     """Live tensors at the peak of vLLM 0.10-0.14's compiled Llama-style forward over `tokens` tokens on one TP rank:
     Inductor frees each buffer after its last use, so the MLP holds the residual, its input, gate_up and its
     activation; the attention phase is counted as in V0 (unchecked: no published V1 log has a forward-set peak)."""
-    h = model.hidden_size
-    q = model.num_attention_heads * model.head_dim // tp
-    kv = model.num_key_value_heads * model.head_dim // tp if model.num_key_value_heads >= tp else model.head_dim
-    mlp = V1_MLP_HIDDEN_LIVE * h + 3 * model.intermediate_size // tp
-    attention = 3 * h + (q + 2 * kv) + q
-    return tokens * max(mlp, attention) * ACT_BYTES
+    mlp = V1_MLP_HIDDEN_LIVE * model.hidden_size + 3 * model.intermediate_size // tp
+    return tokens * max(mlp, attention_phase_elements(model, tp)) * ACT_BYTES
 
 
 def _round_up(n: int, align: int) -> int:
     return -(-n // align) * align
 
 
-def v1_moe_forward_bytes(model, tp: int, tokens: int) -> int:
+def v1_marlin_moe_forward_bytes(model, tp: int, tokens: int) -> int:
     """Live tensors at the peak of vLLM 0.10 / 0.11's gpt-oss forward over `tokens` tokens on one TP rank: the
     attention phase as for the dense models, and the MoE phase on the Marlin path: the residual, the MoE input, the
     router logits, the input padded to the kernel's hidden size, the top-k weights and ids, fused_marlin_moe's
     intermediate_cache2 [tokens x top_k, N] and intermediate_cache13 [tokens x top_k x max(2N, K)] and the output
     [tokens, K] (N, K: the per-rank intermediate and the hidden size, padded to 128 and 256)."""
     h = model.hidden_size
-    q = model.num_attention_heads * model.head_dim // tp
-    kv = model.num_key_value_heads * model.head_dim // tp if model.num_key_value_heads >= tp else model.head_dim
-    attention = (3 * h + (q + 2 * kv) + q) * ACT_BYTES
+    attention = attention_phase_elements(model, tp) * ACT_BYTES
     n = _round_up(-(-model.intermediate_size // tp), MARLIN_INTERMEDIATE_ALIGN)
     k = _round_up(h, MARLIN_HIDDEN_ALIGN)
     top_k = model.num_experts_per_tok
@@ -396,9 +395,7 @@ def v1_triton_moe_forward_bytes(model, tp: int, tokens: int, ep: int = 1) -> int
     tokens up to VLLM_FUSED_MOE_CHUNK_SIZE). With expert parallelism over `ep` of the TP ranks each expert is cut
     tp / ep ways (vLLM's --enable-expert-parallel: ep = tp, whole experts)."""
     h = model.hidden_size
-    q = model.num_attention_heads * model.head_dim // tp
-    kv = model.num_key_value_heads * model.head_dim // tp if model.num_key_value_heads >= tp else model.head_dim
-    attention = tokens * (3 * h + (q + 2 * kv) + q) * ACT_BYTES
+    attention = tokens * attention_phase_elements(model, tp) * ACT_BYTES
     n = -(-expert_intermediate_size(model) // max(1, tp // ep))
     top_k = model.num_experts_per_tok
     chunk = min(tokens, FUSED_MOE_CHUNK_SIZE)
@@ -414,6 +411,16 @@ def v1_sampler_bytes(model, tokens: int, rows: int) -> int:
     return v0_sampler_bytes(model, tokens, rows) + V1_GATHERED_ROWS * rows * model.hidden_size * ACT_BYTES
 
 
+def v1_three_f_sampler_bytes(model, tokens: int, rows: int) -> int:
+    """A V1 sampler that does not sort, at its peak: the forward's output, the gathered rows and their rand_like, the
+    16-bit logits, and three fp32 [rows, vocab] tensors (FlashInfer 0.3's masked copy and softmax beside the fp32
+    logits in 0.10 / 0.11; forward_native's probs and exponential noise in 0.17+)."""
+    padded = -(-model.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
+    held = tokens * model.hidden_size * ACT_BYTES + V1_GATHERED_ROWS * rows * model.hidden_size * ACT_BYTES
+    f = rows * model.vocab_size * F32
+    return held + rows * padded * ACT_BYTES + 3 * f
+
+
 def is_flashinfer_sampler_rule(version: tuple[int, ...]) -> bool:
     """Whether kneecap models FlashInfer's sampler in `version`'s profile run (0.10 and 0.11: FlashInfer 0.3.0 /
     0.3.1, the versions the wheel's flashinfer extra pins, were read)."""
@@ -424,10 +431,7 @@ def v1_flashinfer_sampler_bytes(model, tokens: int, rows: int) -> int:
     """Live tensors at the peak of vLLM 0.10 / 0.11's dummy sampler run when FlashInfer is installed: the forward's
     output, the gathered rows and their rand_like, the 16-bit logits, then the fp32 logits and FlashInfer 0.3's
     top_k_top_p_sampling_from_logits (top_k_mask_logits' masked copy, then softmax's probabilities): 3F, no sort."""
-    padded = -(-model.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
-    held = tokens * model.hidden_size * ACT_BYTES + V1_GATHERED_ROWS * rows * model.hidden_size * ACT_BYTES
-    f = rows * model.vocab_size * F32
-    return held + rows * padded * ACT_BYTES + 3 * f
+    return v1_three_f_sampler_bytes(model, tokens, rows)
 
 
 def profiled_images(tower, max_num_batched_tokens: int) -> int:
@@ -485,10 +489,7 @@ def v1_triton_sampler_bytes(model, tokens: int, rows: int, sm_count: int, versio
     cache = v1_sampler_cache_bytes(model.vocab_size, rows, sm_count, version)
     if not v1_takes_triton(version, rows):
         return v1_sampler_bytes(model, tokens, rows) + cache
-    padded = -(-model.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
-    held = tokens * model.hidden_size * ACT_BYTES + V1_GATHERED_ROWS * rows * model.hidden_size * ACT_BYTES
-    f = rows * model.vocab_size * F32
-    return held + rows * padded * ACT_BYTES + 3 * f + cache
+    return v1_three_f_sampler_bytes(model, tokens, rows) + cache
 
 
 def v1_environment(version: tuple[int, ...]) -> str:
@@ -617,9 +618,9 @@ def vllm_profile_peak(
     ep: int = 1,
     dp_attention: bool = False,
 ) -> ProfilePeak | None:
-    """The activation peak of `version`'s profile run for a dense Llama-style model or gpt-oss, or None where kneecap
-    has no rule (the release's profile run was not read, or the model or GPU is of a kind the rule does not cover).
-    V1 releases need the batch the server runs with (max_num_batched_tokens, max_num_seqs: the caller resolves the
+    """The activation peak of `version`'s profile run for a dense Llama-style model, gpt-oss, Qwen3-MoE or Mixtral, or
+    None where kneecap has no rule (the release's profile run was not read, or the model or GPU is of a kind the rule
+    does not cover). V1 releases need the batch the server runs with (max_num_batched_tokens, max_num_seqs: the caller resolves the
     release's defaults for the GPU) and, from 0.17, the GPU's SM count; V0 takes its own defaults when None.
     `encoder`: whether the server profiles a multimodal checkpoint's vision encoder (False: language model only).
     `flashinfer_sampler`: vLLM 0.10 / 0.11 with FlashInfer installed, whose sampler does not sort (ValueError for
@@ -662,7 +663,7 @@ def vllm_profile_peak(
     if model.architecture in V1_TRITON_MOE_ARCHITECTURES:
         forward = held + v1_triton_moe_forward_bytes(model, tp, tokens, ep)
     else:
-        forward = held + (v1_moe_forward_bytes if model.num_experts else v1_forward_bytes)(model, tp, tokens)
+        forward = held + (v1_marlin_moe_forward_bytes if model.num_experts else v1_forward_bytes)(model, tp, tokens)
     family = f"{version[0]}.{version[1]} (V1)"
     if v < V1_TRITON_TOPK_FROM:
         sort = not flashinfer_sampler

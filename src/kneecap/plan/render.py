@@ -370,11 +370,11 @@ def pool_line(plan: Plan) -> str:
     )
 
 
-# the figure each engine logs for its weights as loaded, and what PyTorch's caching allocator counts in it
 # what SGLang's start-up logs published with a URL show in use before the weights load (their catalog total less
 # "Load weight begin. avail mem"; tests/plan/data/sglang_preload_logs.json, which tests/plan/test_plan_sglang_preload.py
 # holds this range to)
 SGLANG_PRELOAD_GIB_PUBLISHED = "0.38-0.60 GiB at TP 1, 0.86-2.46 GiB at TP 4 to 16"
+# the figure each engine logs for its weights as loaded, and what PyTorch's caching allocator counts in it
 _LOADED_AS = {
     "vllm": ("vLLM", "'Model loading took'", "blocks"),  # torch.cuda.memory_allocated once the load is over
     "sglang": ("SGLang", "'Load weight end' mem usage", "segments"),  # the free-memory drop after empty_cache
