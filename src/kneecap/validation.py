@@ -133,16 +133,17 @@ KNOWN_BIASED: dict[str, tuple[float, str]] = {
         18.6,
         f"60 of its 87 points are {_GS}; the same lab's gpt-oss-20b on one H100 (vLLM 0.11, 8 points: TTFT "
         "9-49% short, output tok/s 11-52% high) and TensorRT-LLM's attention-DP rows (Qwen3-235B-A22B 1000/1000 on 8 "
-        "H100s, B200s and H200s with their published 3,000 requests: +59.4%, +59.5%, +38.1%; Qwen3-30B-A3B on two RTX "
+        "H100s, B200s and H200s with their published 3,000 requests: +59.3%, +59.5%, +38.1%; Qwen3-30B-A3B on two RTX "
         "PRO 6000s +22.4%) add to it; without the 60 +16.7%, without every GPUStack point +10.3%, without those and "
         "the TensorRT-LLM Qwen3-235B-A22B and DeepSeek-R1 rows +3.5%",
     ),
     "parallelism = EP > 1": (
         21.9,
-        "4 of its 8 points are TensorRT-LLM's attention-DP trtllm-bench rows (Qwen3-235B-A22B on 8 H100s +59.4%, 8 "
+        "4 of its 8 points are TensorRT-LLM's attention-DP trtllm-bench rows (Qwen3-235B-A22B on 8 H100s +59.3%, 8 "
         "B200s +59.5%, 8 H200s +38.1%; Qwen3-30B-A3B on two RTX PRO 6000s +22.4%): with each rank's own batch limits "
-        "(py_executor.py: tp_size x max_num_active_requests) they run about 1,700 sequences on 8 H100s, where the "
-        "simulated decode step takes about 48 ms and the published rate implies about 114 ms; none of communication, "
+        "(py_executor.py: tp_size x max_num_active_requests) they run up to 1,604 sequences at once on 8 H100s (the "
+        "row's command, 'running max'), about 108 ms per token each at the published rate and 68 ms at the simulated "
+        "one; none of communication, "
         "KV pool or host time accounts for it (TensorRT-LLM's expert kernels split over 8 GPUs, uneven routing and "
         "per-step rank synchronisation are not modelled); without those four -3.9% over the other four, which are "
         f"{_DEEPSEEK_TRTLLM.split(':')[0]} (two ITLs) and SGLang's DeepSeek-R1 on 8 B200s",
