@@ -164,15 +164,16 @@ def test_the_plan_says_whether_the_release_subtracts_its_cuda_graph_estimate(cli
     for m in DATA["non_torch_measurements"]:
         if "cudagraph_estimate_gib" in m:
             assert f"Estimated CUDA graph memory: {m['cudagraph_estimate_gib']:.2f} GiB total" in m["lines"][2], m["id"]
-    text = cudagraph_memory.describe_unpredicted("0.20", (1, 512), {"PIECEWISE": 51})
-    assert f"logged {min(est.values()):.2f}-{max(est.values()):.2f} GiB for the {len(est)} H100 deployments" in text
-    # 0.20 on: subtracted by vLLM, not predicted by kneecap (0 unless given); before: not subtracted at all
+    text = cudagraph_memory.describe_default("0.20", (1, 512), {"PIECEWISE": 51}, 0)
+    assert f"the {len(est)} vLLM 0.19.0 H100 logs" in text
+    assert f"those logs read {min(est.values()):.2f}-{max(est.values()):.2f} GiB" in text
+    # 0.20 on: subtracted by vLLM, the default unless given; before: not subtracted at all
     later = _engine(cli, "--gpu", "h100-sxm", "--engine-version", "0.20")
-    assert later["cudagraph_bytes"] == 0 and later["cudagraph_source"].startswith("not predicted, taken as 0")
+    assert later["cudagraph_bytes"] > 0 and later["cudagraph_from"] == "default"
     given = _engine(cli, "--gpu", "h100-sxm", "--engine-version", "0.20", "--cudagraph-gib", "0.84")
     assert given["cudagraph_bytes"] == int(0.84 * GiB) and given["cudagraph_source"] == "--cudagraph-gib"
-    assert given["kv_pool_bytes"] == later["kv_pool_bytes"] - int(0.84 * GiB)
+    assert given["kv_pool_bytes"] == later["kv_pool_bytes"] + later["cudagraph_bytes"] - int(0.84 * GiB)
     older = _engine(cli, "--gpu", "h100-sxm", "--engine-version", "0.19", "--cudagraph-gib", "0.84")
     assert older["cudagraph_bytes"] == 0 and older["cudagraph_source"].startswith("not subtracted: vLLM 0.19")
     r = cli("plan", "--preset", "llama-3.1-8b", "--engine", "vllm", "--gpu", "h100-sxm", "--engine-version", "0.20")
-    assert "CUDA graphs: not predicted, taken as 0" in r.stdout
+    assert "CUDA graphs: 0.84 GiB, a default" in r.stdout

@@ -63,7 +63,7 @@ class DeploymentRequest:
     engine_version: str | None = None
     activation_gib: float | None = None
     non_torch_gib: float = 0.0
-    cudagraph_gib: float = 0.0
+    cudagraph_gib: float | None = None
     mamba_cache_size: int | None = None  # SGLang --max-mamba-cache-size (linear-attention hybrids)
     cpu_kvcache_space_gib: int | None = None  # vLLM CPU build's VLLM_CPU_KVCACHE_SPACE (whole GiB): plan_vllm_cpu
     # vLLM's --enable-prefix-caching (None: the release's default): how many state blocks a linear-attention
@@ -277,7 +277,7 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         for flag, value, default in (
             ("--activation-gib", f.activation_gib, None),
             ("--non-torch-gib", f.non_torch_gib, 0.0),
-            ("--cudagraph-gib", f.cudagraph_gib, 0.0),
+            ("--cudagraph-gib", f.cudagraph_gib, None),
             ("--mamba-cache-size", f.mamba_cache_size, None),
             ("--vllm-sampler", f.vllm_sampler, None),
         ):
@@ -425,13 +425,13 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         elif f.engine == "vllm":
             act, act_source, profile = _vllm_activation(f, deployment, version, context)
             non_torch_bytes, non_torch_source = _vllm_non_torch(f, deployment, version)
-            graphs_bytes, graphs_source = _vllm_cudagraph(f, deployment, version, context)
+            graphs = _vllm_cudagraph(f, deployment, version, context)
             engine_pool = engines.vllm_pool(
                 deployment,
                 moe_backend=f.moe_backend,
                 activation_bytes=act,
                 non_torch_bytes=non_torch_bytes,
-                cudagraph_bytes=graphs_bytes,
+                cudagraph_bytes=graphs.bytes,
                 **vllm,
             )
             engine_pool = dataclasses.replace(
@@ -439,7 +439,8 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
                 activation_source=act_source,
                 activation_profile=profile,
                 non_torch_source=non_torch_source,
-                cudagraph_source=graphs_source,
+                cudagraph_source=graphs.source,
+                cudagraph_from=graphs.basis,
             )
         elif pool_bytes is not None:
             engine_pool = engines.sglang_logged_pool(deployment, pool_bytes, **sglang)
@@ -579,9 +580,12 @@ def _vllm_non_torch(f: DeploymentRequest, deployment: Deployment, version: str) 
     )
 
 
-def _vllm_cudagraph(f: DeploymentRequest, deployment: Deployment, version: str, context: int) -> tuple[int, str]:
+def _vllm_cudagraph(
+    f: DeploymentRequest, deployment: Deployment, version: str, context: int
+) -> cudagraph_memory.CudaGraphTerm:
     """vLLM's CUDA-graph estimate in engine mode and where it came from (plan/cudagraph_memory.py): whether the
-    release subtracts one on this GPU, --cudagraph-gib where given, else 0 and what the server would capture."""
+    release subtracts one on this GPU, --cudagraph-gib where given, else the default for the graphs the server
+    would capture."""
     v = engines.parse_version(version)
     tokens = seqs = 0  # the server's batch sizes its graphs: only read where the release subtracts them
     if v[:2] >= cudagraph_memory.SUBTRACTED_FROM:
@@ -596,7 +600,7 @@ def _vllm_cudagraph(f: DeploymentRequest, deployment: Deployment, version: str, 
         max_num_seqs=seqs,
         max_num_batched_tokens=tokens,
         architecture=deployment.model.architecture,
-        given_bytes=int(f.cudagraph_gib * GiB),
+        given_bytes=None if f.cudagraph_gib is None else int(f.cudagraph_gib * GiB),
     )
 
 

@@ -1,9 +1,9 @@
 """vLLM's CUDA-graph memory estimate: the graphs it captures, how it sums its measurements, why kneecap cannot
-predict the figure (pure).
+compute the figure from the model, and the default it takes from published logs instead (pure).
 
 Owns the capture sizes a vLLM server takes by default, the rule that turns vLLM's per-mode measurements into the
-"Estimated CUDA graph memory" it subtracts from 0.20 (engines.py VLLM_CUDAGRAPH_FROM), and the words the plan prints
-about it. Does not own the pool formula (engines.py), the activation peak (profile_peak.py) nor non-torch memory
+"Estimated CUDA graph memory" it subtracts from 0.20 (engines.py VLLM_CUDAGRAPH_FROM), the default figure, and the
+words the plan prints about it. Does not own the pool formula (engines.py), the activation peak (profile_peak.py) nor non-torch memory
 (non_torch.py).
 
 What vLLM does (read in the 0.20.0 and 0.33.0 sdists, the capture sizes also in the 0.21.0-0.25.0 and 0.30.0
@@ -26,14 +26,20 @@ releases; the 0.19.0 start-up logs print the same lines):
     up to the largest, with max_num_batched_tokens (0.21+) and max_num_seqs (0.30+) added below it.
     v1/cudagraph_dispatcher.py initialize_cudagraph_keys: FULL takes the sizes up to max_num_seqs.
 
-Why the figure is not computed here: it is a reading of the device's free memory, not a sum of tensors. The
-device-free figure moves in 2 MiB pages, and per_graph, multiplied by 50 (82 for gpt-oss), is most of the
+Why the figure is not computed from the model: it is a reading of the device's free memory, not a sum of tensors.
+The device-free figure moves in 2 MiB pages, and per_graph, multiplied by 50 (82 for gpt-oss), is most of the
 estimate (57-92% in vLLM 0.19.0's 57 published H100 logs without pipeline parallelism); it ranges 1-26 MiB per
 mode with no relation to the model's shape kneecap could derive (Granite-3.1-2B and -8B, both 40 layers: 26 and
 6 MiB for PIECEWISE; Llama-3.1-8B at TP 1, 2 and 4: 6, 26 and 6 MiB), so one 2 MiB page is 0.1 GiB of estimate.
 What those MiB hold (the driver's memory for the instantiated graph, pool growth where the allocator cannot reuse
-the first graph's blocks, lazily loaded kernels) is not visible to a model of the model's shapes. The engine
-therefore takes 0 (or --cudagraph-gib) and the plan says what the server would capture.
+the first graph's blocks, lazily loaded kernels) is not visible to a model of the model's shapes.
+
+The default (where the release subtracts the estimate and the user passes none): vLLM's own sum over the server's
+graphs per mode, with each mode's median first capture and median per-graph figure over those 57 logs
+(DEFAULT_FIRST_CAPTURE_MIB, DEFAULT_PER_GRAPH_MIB), so a server capturing fewer graphs (a small max_num_seqs) gets a
+smaller figure. Predicting each log from the other 56 this way misses by 0.20 GiB in the median and 1.08 GiB at
+worst (LEAVE_ONE_OUT_ERROR_GIB; the logs at TP > 1 whose per-graph figure reads 16-26 MiB). Medians per TP (1 or
+more) predict no better (0.22 and 1.13 GiB), so none is taken. --cudagraph-gib replaces the default, 0 included.
 tests/plan/test_plan_cudagraph_memory.py checks the rules on every log and prints docs/engine-model.md's tables.
 """
 
@@ -42,7 +48,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kneecap.units import MiB
+from kneecap.units import GiB, MiB
 
 DEFAULT_MAX_CAPTURE_SIZE = 512  # config/vllm.py: min(2 x max_num_seqs x decode query length, 512)
 # from 0.30 (0.30.0, 0.33.0 config/vllm.py default_max_graph_size) 1024 on data-center Blackwell (capability 10.x)
@@ -65,6 +71,13 @@ MIN_PER_GRAPH_BYTES = MiB  # "Use at least 1 MiB per graph for driver overhead"
 # (tests/plan/data/engine_startup_logs.json 'cudagraph_estimates', checked by tests/plan/test_plan_cudagraph_memory.py)
 LOGGED_RANGE_GIB = (0.52, 1.92)
 LOGGED_DEPLOYMENTS = 57
+LOGGED_MEDIAN_GIB = 0.84
+# the medians of those logs' per-mode DEBUG lines ('Estimated <MODE> CUDA graph memory: X MiB first-capture + (N-1) x
+# Y MiB per-graph'), MiB; and how far the default they give lands from each log when that log is left out (GiB:
+# median, worst); tests/plan/test_plan_cudagraph_memory.py recomputes all three from the logs
+DEFAULT_FIRST_CAPTURE_MIB = {"PIECEWISE": 128, "FULL": 260}
+DEFAULT_PER_GRAPH_MIB = {"PIECEWISE": 6, "FULL": 6}
+LEAVE_ONE_OUT_ERROR_GIB = (0.20, 1.08)
 OVERRIDE = "pass the logged 'Estimated CUDA graph memory' with --cudagraph-gib"
 
 
@@ -158,6 +171,28 @@ def parse_mode_line(line: str) -> ModeMeasurement:
     return ModeMeasurement(m[1], int(m[3]), round(float(m[2]) * MiB), round(float(m[4]) * MiB))
 
 
+def default_estimate_bytes(graphs: dict[str, int]) -> int:
+    """The default estimate for a server capturing `graphs` per mode: vLLM's sum (estimate_bytes) with each mode's
+    median first capture and per-graph figure over the published 0.19.0 logs."""
+    return estimate_bytes(
+        [
+            ModeMeasurement(mode, n, DEFAULT_FIRST_CAPTURE_MIB[mode] * MiB, DEFAULT_PER_GRAPH_MIB[mode] * MiB)
+            for mode, n in graphs.items()
+            if n > 0
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class CudaGraphTerm:
+    """What engine mode subtracts for vLLM's CUDA graphs: the bytes, the plan's words on them, and where the figure
+    came from: "--cudagraph-gib" (the user's), "default" (default_estimate_bytes) or "none" (not subtracted)."""
+
+    bytes: int
+    source: str
+    basis: str
+
+
 def vllm_cudagraph(
     version: tuple[int, ...],
     *,
@@ -166,39 +201,52 @@ def vllm_cudagraph(
     max_num_seqs: int,
     max_num_batched_tokens: int,
     architecture: str,
-    given_bytes: int = 0,
-) -> tuple[int, str]:
-    """(bytes engine mode subtracts, where the figure came from) for vLLM's CUDA-graph estimate on this release
-    and GPU: 0 where the release does not subtract it or makes none (ROCm through 0.25), the user's figure where
-    given, else 0 with the reason and what the server would measure."""
+    given_bytes: int | None = None,
+) -> CudaGraphTerm:
+    """vLLM's CUDA-graph estimate on this release and GPU as engine mode takes it: nothing where the release does not
+    subtract it or makes none (ROCm through 0.25), the user's figure where given (0 included), else the default for
+    the graphs the server would capture (0 on ROCm 0.26-0.29, not read)."""
     name = ".".join(map(str, version[:2]))
     if version[:2] < SUBTRACTED_FROM:
-        return 0, (
-            f"not subtracted: vLLM {name} leaves VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS off by default (on from 0.20)"
+        return CudaGraphTerm(
+            0,
+            f"not subtracted: vLLM {name} leaves VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS off by default (on from 0.20)",
+            "none",
         )
     if amd and version[:2] <= ROCM_SKIPPED_THROUGH:
         ignored = " (--cudagraph-gib ignored)" if given_bytes else ""
-        return 0, f"none: vLLM {name} makes no CUDA-graph estimate on ROCm (v1/worker/gpu_worker.py){ignored}"
-    if given_bytes:
-        return given_bytes, "--cudagraph-gib"
+        return CudaGraphTerm(
+            0, f"none: vLLM {name} makes no CUDA-graph estimate on ROCm (v1/worker/gpu_worker.py){ignored}", "none"
+        )
+    if given_bytes is not None:
+        return CudaGraphTerm(given_bytes, "--cudagraph-gib", "--cudagraph-gib")
     if amd and version[:2] < ROCM_MEASURED_FROM:
-        return 0, (
+        return CudaGraphTerm(
+            0,
             f"not predicted, taken as 0: vLLM 0.25 makes no estimate on ROCm and 0.30 does; {name} was not read; "
-            f"{OVERRIDE}"
+            f"{OVERRIDE}",
+            "none",
         )
     sizes = capture_sizes(version, max_num_seqs, max_num_batched_tokens, gpu_name=gpu_name, architecture=architecture)
-    return 0, describe_unpredicted(name, sizes, graphs_by_mode(sizes, max_num_seqs))
+    graphs = graphs_by_mode(sizes, max_num_seqs)
+    estimate = default_estimate_bytes(graphs)
+    return CudaGraphTerm(estimate, describe_default(name, sizes, graphs, estimate), "default")
 
 
-def describe_unpredicted(version: str, sizes: tuple[int, ...], graphs: dict[str, int]) -> str:
-    """The plan's 'CUDA graphs:' words where the release subtracts the estimate and kneecap takes it as 0."""
+def describe_default(version: str, sizes: tuple[int, ...], graphs: dict[str, int], estimate: int) -> str:
+    """The plan's 'CUDA graphs:' words where the release subtracts the estimate and kneecap takes the default."""
     low, high = LOGGED_RANGE_GIB
     counts = ", ".join(f"{mode} {n}" for mode, n in graphs.items())
+    firsts = ", ".join(f"{mode} {DEFAULT_FIRST_CAPTURE_MIB[mode]}" for mode in graphs)
+    per = ", ".join(f"{mode} {DEFAULT_PER_GRAPH_MIB[mode]}" for mode in graphs)
+    loo_median, loo_worst = LEAVE_ONE_OUT_ERROR_GIB
     return (
-        f"not predicted, taken as 0: vLLM {version} subtracts what it measures at start-up, the device's free memory "
-        f"around capturing the two largest graphs of each mode ({counts} graphs, sizes 1-{sizes[-1]}; FULL where the "
-        f"attention backend supports it), the second's "
-        f"figure counted for every further graph; vLLM 0.19.0 logged {low:.2f}-{high:.2f} GiB for the "
-        f"{LOGGED_DEPLOYMENTS} H100 deployments without pipeline parallelism in llm-d-planner's "
-        f"accuracy/results/v0.19.0/logs; {OVERRIDE}"
+        f"{estimate / GiB:.2f} GiB, a default: vLLM {version} subtracts what it measures at start-up, the "
+        f"device's free memory around capturing the two largest graphs of each mode, the second's figure counted for "
+        f"every further graph; kneecap applies that sum to the graphs this server captures ({counts} graphs, sizes "
+        f"1-{sizes[-1]}; FULL where the attention backend supports it) with the medians of the {LOGGED_DEPLOYMENTS} "
+        f"vLLM 0.19.0 H100 logs without pipeline parallelism in llm-d-planner's accuracy/results/v0.19.0/logs (first "
+        f"capture {firsts} MiB; per further graph {per} MiB); those logs read {low:.2f}-{high:.2f} GiB (median "
+        f"{LOGGED_MEDIAN_GIB:.2f}), and the default misses a log left out of the medians by {loo_median:.2f} GiB in "
+        f"the median, {loo_worst:.2f} at worst; {OVERRIDE}"
     )

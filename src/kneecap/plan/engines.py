@@ -124,6 +124,8 @@ class EnginePool:
     activation_profile: dict | None = None
     non_torch_source: str = ""
     cudagraph_source: str = ""  # vLLM: whether the release subtracts its CUDA-graph estimate, and where it came from
+    # vLLM: "--cudagraph-gib" (the user's figure), "default" (the one from published logs) or "none" (not subtracted)
+    cudagraph_from: str = ""
 
     def to_json(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
