@@ -265,6 +265,22 @@ def test_the_users_figure_replaces_the_default_and_0_subtracts_none(engine):
     assert zero["kv_pool_bytes"] == default["kv_pool_bytes"] + default["cudagraph_bytes"]
 
 
+def test_the_simulators_vllm_pool_takes_the_default_too():
+    """`kneecap simulate --engine vllm --engine-version 0.20.0` plans its pool as `kneecap plan --engine vllm` does
+    (sim.setup.engine_pool_request), so the default is subtracted there too; `--cudagraph-gib 0` gives it back."""
+    from dataclasses import replace
+
+    from kneecap.plan.build import DeploymentRequest, plan_deployment
+    from kneecap.sim.setup import engine_pool_request
+
+    request = DeploymentRequest(preset="llama-3.1-8b", gpu="h100-sxm", engine="vllm")
+
+    def pool(r: DeploymentRequest) -> int:
+        return plan_deployment(engine_pool_request(r, "vllm", "0.20.0")).plan.ledger.kv_pool_bytes
+
+    assert pool(replace(request, cudagraph_gib=0.0)) - pool(request) == 860 * MiB
+
+
 def test_releases_that_do_not_subtract_the_estimate_take_no_default(engine):
     for version in ("0.11", "0.19"):
         eng = engine("--gpu", "h100-sxm", "--engine-version", version)
