@@ -149,7 +149,7 @@ FLAG_OPTIONS = {
             "--cudagraph-gib",
             help="vLLM >= 0.20: the CUDA-graph memory estimate it logs ('Estimated CUDA graph memory'), GiB "
             "(default: vLLM's sum for the graphs the server captures, with the median per-mode figures of 57 "
-            "published vLLM 0.19.0 H100 logs, about 0.84 GiB with vLLM's defaults; 0 subtracts none; not subtracted "
+            "published vLLM 0.19.0 H100 logs, 0.84 GiB for an H100 with vLLM's defaults; 0 subtracts none; not subtracted "
             "on AMD GPUs by 0.20-0.25, which make no estimate there)",
         ),
     ],
