@@ -15,7 +15,8 @@ Defaults, as the engines compute them when the user passes nothing:
         (model_runner.py, max_num_reqs). The radix (prefix) cache is on by default. New requests are
         admitted only if the pool can also hold new_token_ratio x their remaining output
         (SGLANG_INIT_NEW_TOKEN_RATIO 0.7, decaying by 0.001 per decode step to a floor of 0.1;
-        reset after a retraction) — schedule_policy.py PrefillAdder.
+        reset after a retraction) — schedule_policy.py PrefillAdder. Its overlap scheduler forms each batch while
+        the step before it runs, so a request arriving mid-step waits one more step (SCHEDULES_AHEAD_NOTE).
 """
 
 from __future__ import annotations
@@ -112,6 +113,9 @@ class EngineProfile:
     # event loop before the request reaches the engine (CHAT_FRONTEND_NOTE): CHAT_PARSE (a fresh parse of the whole
     # template), CHAT_RENDER (a render of the compiled, cached template), "" (not modelled for this engine)
     chat_template: str = ""
+    # whether the scheduler forms step n + 1's batch while the GPU runs step n (SCHEDULES_AHEAD_NOTE): a request that
+    # arrives during step n joins step n + 2 at the earliest, while the engine is busy
+    schedules_ahead: bool = False
 
 
 # TRITON_FUSED_MOE_NOTE: vLLM (V0 and V1) and SGLang run bf16/fp16 and per-tensor FP8 routed experts with the Triton
@@ -199,10 +203,21 @@ VLLM_PROFILE = EngineProfile(
     moe_kernel=TRITON_FUSED_MOE,
     chat_template=CHAT_RENDER,
 )
+# SCHEDULES_AHEAD_NOTE: SGLang's overlap event loop (python/sglang/srt/managers/scheduler.py event_loop_overlap, at
+# 0.5.7 lines 1099-1150) receives requests, forms the next batch and launches it, and only then waits for the previous
+# batch's result (pop_and_process) before going round again. The batch it forms at the top of the loop is queued
+# behind the one still on the GPU, so a request that arrives while step n runs is taken in when step n + 1 starts and
+# runs in step n + 2: its time to first token is the rest of step n, all of step n + 1, then its prefill. The
+# prefill's token still goes out when its step ends (its result is processed right after the next batch is launched).
+# An idle engine loops without a batch in flight and takes a new request at once. Read at 0.5.7; the profile applies
+# it to every SGLang release with the overlap scheduler on (earlier releases' loops not read). vLLM's async scheduling
+# and TensorRT-LLM's overlap scheduler also run one step ahead; whether they admit new requests the same way is not
+# checked here.
 SGLANG_PROFILE = EngineProfile(
     name="sglang",
     version="SGLang 0.4+ (overlap scheduler on by default)",
     overlap_cpu=True,
+    schedules_ahead=True,
     cudagraph_sizes=sglang_cudagraph_sizes(),
     eager_launch_s=EAGER_LAUNCH_S,
     moe_kernel=TRITON_FUSED_MOE,

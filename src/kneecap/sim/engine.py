@@ -165,6 +165,9 @@ class Engine:
         self.stats = EngineStats()
         self.trace_rows: list[tuple] | None = [] if trace else None
         self._last_blocked = ""
+        # the last step's start and end (EngineProfile.schedules_ahead: its batch was formed one step earlier)
+        self._prev_step = (-math.inf, -math.inf)
+        self._schedules_ahead = config.profile.schedules_ahead
 
     # --- inputs -------------------------------------------------------------------------------
     def add_request(
@@ -297,6 +300,11 @@ class Engine:
     def _one_step(self, now: float) -> StepOutcome | None:
         sched, blocks, bs = self.scheduler, self.blocks, self.block_size
         sched.now = now
+        # a scheduler one step ahead formed this step's batch when the last one started, if the GPU ran on without a
+        # gap and had decodes to run; an idle engine takes in whatever is queued at once
+        prev_start, prev_end = self._prev_step
+        ahead = self._schedules_ahead and prev_end == now and bool(sched.running)
+        sched.receive_before = prev_start if ahead else None
         batch = sched.schedule()
         self._last_blocked = batch.blocked
         if batch.num_seqs == 0:
@@ -326,6 +334,7 @@ class Engine:
         if spec and n_dec and self.config.speculative.gpu_drafter:  # ngram drafts on the CPU
             dur += self.steptime.draft_seconds(n_dec, spec)
         end = now + dur
+        self._prev_step = (now, end)
         if batch.admitted:
             sched.last_prompt_latency = dur  # vLLM V0: time from the prompt step's schedule() to the next
         idx = self._step_base + len(self.step_end_at)
@@ -498,6 +507,7 @@ class Engine:
             return None
         first = self._step_base + len(self.step_end_at)
         self.step_end_at.extend(ends)
+        self._prev_step = (ends[-2] if k > 1 else now, ends[-1])
         used_before = blocks.num_used
         if grouped:
             used = self._grouped_decode_blocks(running, c.tolist(), k)

@@ -41,6 +41,7 @@ BLOCKED_BUDGET = "token_budget"
 BLOCKED_BLOCKS = "kv_blocks"
 BLOCKED_RESERVE = "kv_reserve"
 BLOCKED_DELAY = "scheduler_delay"
+BLOCKED_AHEAD = "scheduled_ahead"  # arrived after the batch was formed (EngineProfile.schedules_ahead)
 
 
 class Sequence:
@@ -68,6 +69,7 @@ class Sequence:
         "_hashes_key",
         "_hashes",
         "prefix_memo",
+        "received",
     )
 
     def __init__(
@@ -108,6 +110,8 @@ class Sequence:
         # block_hashes' last answer and the key it was built for (a waiting sequence asks every step)
         self._hashes_key: tuple | None = None
         self._hashes: tuple = ()
+        # whether the engine's scheduler has taken it in (Scheduler.receive_before)
+        self.received = False
         self.prefix_memo: list | None = None  # BlockManager.prefix_hit's remembered lookup for this sequence
 
     def block_hashes(self, block_size: int) -> tuple:
@@ -208,6 +212,9 @@ class Scheduler:
         # the schedule() call that admitted prompts and the next call, i.e. that step's duration
         self.now = 0.0
         self.last_prompt_latency = 0.0
+        # a scheduler that forms step n + 1's batch while step n runs (EngineProfile.schedules_ahead): the engine
+        # sets this to step n's start, and only requests that arrived before it can join; None: every queued one
+        self.receive_before: float | None = None
 
     def _passed_delay(self) -> bool:
         """vLLM V0 `_passed_delay`: admit prompts only once the oldest waiting request has waited
@@ -402,6 +409,12 @@ class Scheduler:
             batch.blocked = BLOCKED_DELAY
             return batch
         remember = self.remember_prefix and not blocks.grouped
+        ahead = self.receive_before
+        if ahead is None:  # an idle engine's loop takes in every request queued so far
+            for seq in reversed(waiting):
+                if seq.received:
+                    break
+                seq.received = True
         while waiting:
             if len(running) >= cfg.max_num_seqs:
                 batch.blocked = BLOCKED_SEQS
@@ -410,6 +423,11 @@ class Scheduler:
                 batch.blocked = BLOCKED_BUDGET
                 break
             seq = waiting[0]
+            if not seq.received:
+                if ahead is not None and seq.arrival_at >= ahead:
+                    batch.blocked = BLOCKED_AHEAD
+                    break
+                seq.received = True
             hashes = seq.block_hashes(bs) if blocks.enable_prefix_caching else ()
             if remember:  # (hit_used: hits on blocks in use, which take no free block)
                 hit_blocks, hit_used, seq.prefix_memo = blocks.prefix_hit(hashes, seq.prefix_memo)

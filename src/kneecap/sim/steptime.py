@@ -970,7 +970,14 @@ class StepTimeModel:
         ceil(requests / ranks) each), so a step's n prompt chunks sit on
         min(n, ranks) ranks while its decodes spread over all of them. Every rank meets the others at each MoE
         layer's collectives, so the step's attention side lasts as long as that busiest rank's: its decodes' even
-        share plus 1 / min(n, ranks) of the prompt tokens."""
+        share plus 1 / min(n, ranks) of the prompt tokens.
+
+        SGLang places requests differently, with the same result for a step's prompts: its data-parallel controller
+        deals each new request to the next rank in turn, whatever their load (0.5.7 server_args.py:379,
+        load_balance_method "round_robin" by default; managers/data_parallel_controller.py:507-515,
+        round_robin_scheduler), so n prompts that arrived one after another sit on min(n, ranks) ranks too. Round
+        robin does not look at the ranks' running requests, so under SGLang the decodes need not be spread evenly as
+        they are here; that imbalance would take each request's rank, which the simulator does not track."""
         dp = self.dp_ranks
         prompt = num_tokens - num_decodes
         if dp <= 1 or prompt <= 0:
