@@ -10,6 +10,7 @@ from kneecap.errors import KneecapError
 from kneecap.model.params import part_dtypes_at
 from kneecap.model.weights import weight_bytes
 from kneecap.plan.build import DeploymentRequest, plan_deployment
+from kneecap.plan.ledger import rank_weight_fraction
 from kneecap.sim.setup import engine_pool_request
 
 
@@ -81,7 +82,9 @@ def test_the_simulated_engine_names_its_layout():
 def test_without_dp_attention_the_engine_layout_changes_nothing():
     base = dict(preset="qwen3-235b-a22b", gpu="h100-sxm", tp=8, context=4096, weight_dtype="fp8")
     tp = plan_deployment(DeploymentRequest(**base)).plan
-    assert tp.ledger.weights_bytes == -(-tp.weights_total_bytes // 8)
+    # the TP layout alone: split over 8 but the router, the norms and the KV-head copies (test_tp_replicated_weights)
+    assert tp.ledger.weights_bytes == -(-tp.weights_total_bytes * rank_weight_fraction(tp.deployment) // 1)
+    assert split_over_tp(tp) < tp.ledger.weights_bytes < plan(None).ledger.weights_bytes
 
 
 @pytest.mark.parametrize(
