@@ -98,3 +98,33 @@ def test_refusals(kw, match):
     base = dict(preset="qwen3-235b-a22b", gpu="h100-sxm", tp=8, context=4096)
     with pytest.raises(KneecapError, match=match):
         plan_deployment(DeploymentRequest(**base, **kw))
+
+
+def test_the_json_names_the_engine_whose_layout_it_counts(cli):
+    import json
+
+    args = ("plan", "--preset", "qwen3-235b-a22b", "--gpu", "h100-sxm", "--tp", "8", "--context", "4096")
+    dp = ("--weight-dtype", "fp8", "--dp-attention")
+    assert json.loads(cli(*args, *dp, "--dp-attention-engine", "sglang", "--json").stdout)["dp_attention_engine"] == (
+        "sglang"
+    )
+    assert json.loads(cli(*args, *dp, "--json").stdout)["dp_attention_engine"] is None
+
+
+def test_the_worksheet_names_the_weights_each_gpu_holds_whole(cli):
+    from kneecap.plan.ledger import whole_on_every_rank
+
+    assert whole_on_every_rank(plan("tensorrt-llm").deployment) == [
+        "attention",
+        "norms",
+        "router",
+        "embedding",
+        "LM head",
+    ]
+    tp = plan_deployment(
+        DeploymentRequest(preset="qwen3-235b-a22b", gpu="h100-sxm", tp=8, context=4096, weight_dtype="fp8")
+    ).plan
+    assert whole_on_every_rank(tp.deployment) == ["norms", "router", "K/V heads (one a GPU, copied)"]
+    args = ("plan", "--preset", "qwen3-235b-a22b", "--gpu", "h100-sxm", "--tp", "8", "--context", "4096")
+    text = cli(*args, "--weight-dtype", "fp8", "--dp-attention", "--dp-attention-engine", "tensorrt-llm").stdout
+    assert "/ 8, but attention, norms," in " ".join(text.split())

@@ -156,6 +156,8 @@ class Plan:
             "pp": d.pp,
             "ep": d.expert_parallel,
             "dp_attention": d.dp_attention,
+            # whose DP-attention weight layout the ledger counts (null: the parts every engine keeps whole)
+            "dp_attention_engine": d.dp_attention_engine,
             "num_gpus": d.num_gpus,
             "weight_dtype": d.weight_dtype,
             "kv_dtype": d.kv_dtype,
@@ -451,6 +453,38 @@ def weights_bytes_per_gpu(total_bytes: int, deployment: Deployment) -> int:
     per engine); the routed experts stay split. `total_bytes` may differ from params x dtype (a checkpoint's size):
     each part's share of it is its share of params x dtype."""
     return -(-total_bytes * rank_weight_fraction(deployment) // deployment.pp)
+
+
+# what the worksheet calls each part a rank may hold whole
+_PART_NAMES = {
+    "attention": "attention",
+    "norms": "norms",
+    "router": "router",
+    "embed": "embedding",
+    "lm_head": "LM head",
+    "dense_mlp": "dense MLPs",
+    "shared_experts": "shared experts",
+}
+
+
+def whole_on_every_rank(deployment: Deployment) -> list[str]:
+    """What each GPU of a stage holds beyond its even share of the weights, in the worksheet's words: under DP
+    attention the parts its engine keeps whole, else the TP layout's (model.params.tp_layout)."""
+    m = deployment.model
+    counts = dict(m.param_parts)
+    if deployment.tp <= 1 or deployment.params_override or not counts or set(counts) == {"other"}:
+        return []
+    if deployment.dp_attention:
+        whole = dp_attention_whole_parts(deployment.dp_attention_engine)
+        return [name for part, name in _PART_NAMES.items() if part in whole and counts.get(part)]
+    layout = tp_layout(m, deployment.tp)
+    names = [_PART_NAMES[p] for p in ("norms", "router") if layout.get(p, (0, 0))[1]]
+    split, whole = layout.get("attention", (0, 0))
+    if split + whole > counts.get("attention", 0):
+        names.append("K/V heads (one a GPU, copied)")
+    if "mla" in m.layer_types and whole:
+        names.append("MLA down-projections")
+    return names
 
 
 def rank_weight_fraction(deployment: Deployment) -> Fraction:
