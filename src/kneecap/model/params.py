@@ -335,15 +335,17 @@ def vision_profile_bytes(tower: VisionTower, images: int, text_hidden: int) -> t
 #              TensorRT-LLM modeling_qwen3_moe.py Qwen3Gate, a whole (num_experts, hidden) weight).
 #   K/V heads  QKVParallelLinear gives each rank one KV head when TP reaches the KV head count, replicated
 #              tp / kv_heads times (vLLM layers/linear.py:903-905 num_kv_head_replicas = divide(tp_size,
-#              total_num_kv_heads); SGLang's layers/linear.py copies it; TensorRT-LLM attention.py: num_key_value_heads
-#              = ceil(kv_heads / tp) per rank). Their biases follow them.
+#              total_num_kv_heads); SGLang's layers/linear.py copies it; TensorRT-LLM _torch/modules/attention.py
+#              Attention.__init__ at commit 00547a2: num_key_value_heads = ceil(kv_heads / tp) a rank, qkv_proj of
+#              tp x (q + 2 kv) columns). Their biases follow them.
 #   o_proj bias  RowParallelLinear keeps its bias at the full output size on every rank (vLLM layers/linear.py:
 #              1281-1282).
 #   MLA        the down-projections q_a_proj and kv_a_proj_with_mqa and their layernorms are whole on every rank
 #              (vLLM models/deepseek_v2.py DeepseekV2MLAAttention :877-891 fused_qkv_a_proj = MergedColumnParallelLinear(disable_tp=True) or
 #              kv_a_proj_with_mqa = ReplicatedLinear, q_a_layernorm :894, kv_a_layernorm :909; SGLang
 #              models/deepseek_v2.py fused_qkv_a_proj_with_mqa = ReplicatedLinear; TensorRT-LLM attention.py MLA:
-#              kv_a_proj_with_mqa = Linear(hidden, q_lora + kv_lora + rope) without a mapping).
+#              kv_a_proj_with_mqa = Linear(hidden, q_lora + kv_lora + rope) without a mapping, so whole).
+#              (TensorRT-LLM's MLA also keeps k_b_proj_trans / v_b_proj copies of kv_b_proj: not counted.)
 # Not followed (small, or not read): the biases of GELU MLPs' down projections (Phi, StarCoder2), Qwen2-MoE's
 # shared_expert_gate (h -> 1), the linear-attention layers' norms; the vocabulary padding of the embedding.
 
