@@ -10,6 +10,7 @@ from kneecap.errors import KneecapError
 from kneecap.model.params import part_dtypes_at
 from kneecap.model.weights import weight_bytes
 from kneecap.plan.build import DeploymentRequest, plan_deployment
+from kneecap.plan.ledger import rank_weight_fraction
 from kneecap.sim.setup import engine_pool_request
 
 
@@ -81,7 +82,9 @@ def test_the_simulated_engine_names_its_layout():
 def test_without_dp_attention_the_engine_layout_changes_nothing():
     base = dict(preset="qwen3-235b-a22b", gpu="h100-sxm", tp=8, context=4096, weight_dtype="fp8")
     tp = plan_deployment(DeploymentRequest(**base)).plan
-    assert tp.ledger.weights_bytes == -(-tp.weights_total_bytes // 8)
+    # the TP layout alone: split over 8 but the router, the norms and the KV-head copies (test_tp_replicated_weights)
+    assert tp.ledger.weights_bytes == -(-tp.weights_total_bytes * rank_weight_fraction(tp.deployment) // 1)
+    assert split_over_tp(tp) < tp.ledger.weights_bytes < plan(None).ledger.weights_bytes
 
 
 @pytest.mark.parametrize(
@@ -95,3 +98,33 @@ def test_refusals(kw, match):
     base = dict(preset="qwen3-235b-a22b", gpu="h100-sxm", tp=8, context=4096)
     with pytest.raises(KneecapError, match=match):
         plan_deployment(DeploymentRequest(**base, **kw))
+
+
+def test_the_json_names_the_engine_whose_layout_it_counts(cli):
+    import json
+
+    args = ("plan", "--preset", "qwen3-235b-a22b", "--gpu", "h100-sxm", "--tp", "8", "--context", "4096")
+    dp = ("--weight-dtype", "fp8", "--dp-attention")
+    assert json.loads(cli(*args, *dp, "--dp-attention-engine", "sglang", "--json").stdout)["dp_attention_engine"] == (
+        "sglang"
+    )
+    assert json.loads(cli(*args, *dp, "--json").stdout)["dp_attention_engine"] is None
+
+
+def test_the_worksheet_names_the_weights_each_gpu_holds_whole(cli):
+    from kneecap.plan.ledger import whole_on_every_rank
+
+    assert whole_on_every_rank(plan("tensorrt-llm").deployment) == [
+        "attention",
+        "norms",
+        "router",
+        "embedding",
+        "LM head",
+    ]
+    tp = plan_deployment(
+        DeploymentRequest(preset="qwen3-235b-a22b", gpu="h100-sxm", tp=8, context=4096, weight_dtype="fp8")
+    ).plan
+    assert whole_on_every_rank(tp.deployment) == ["norms", "router", "K/V heads (one a GPU, copied)"]
+    args = ("plan", "--preset", "qwen3-235b-a22b", "--gpu", "h100-sxm", "--tp", "8", "--context", "4096")
+    text = cli(*args, "--weight-dtype", "fp8", "--dp-attention", "--dp-attention-engine", "tensorrt-llm").stdout
+    assert "/ 8, but attention, norms," in " ".join(text.split())

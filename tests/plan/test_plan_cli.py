@@ -42,6 +42,7 @@ PLAN_KEYS = {
     "pp",
     "ep",
     "dp_attention",
+    "dp_attention_engine",
     "num_gpus",
     "weight_dtype",
     "kv_dtype",

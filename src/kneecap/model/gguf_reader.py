@@ -176,6 +176,7 @@ def _model_from_gguf(meta: dict, tensors, *, source: str, default_name: str) -> 
         sliding_window=window,
         kv_lora_rank=kv_lora if "mla" in kinds else None,
         qk_rope_head_dim=rope_dim if "mla" in kinds else None,
+        q_lora_rank=key("attention.q_lora_rank", required=False) if "mla" in kinds else None,
         linear_state_bytes_per_layer=state,
         num_experts=num_experts if moe_layers else 0,
         num_experts_per_tok=top_k if moe_layers else 0,

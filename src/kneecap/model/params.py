@@ -321,3 +321,76 @@ def vision_profile_bytes(tower: VisionTower, images: int, text_hidden: int) -> t
     peak = images * (tower.patches_per_image * per_patch + pixels)
     kept = images * tower.tokens_per_image * text_hidden * 2
     return peak, kept
+
+
+# -- what one tensor-parallel rank holds --------------------------------------------------------------------------
+# Every part is split over the TP ranks except what the engines build whole on each rank. Read in vLLM 0.11.0
+# (model_executor/), SGLang 0.5 (python/sglang/srt/) and TensorRT-LLM's PyTorch backend (tensorrt_llm/_torch/);
+# all three agree on each of these, so the rule needs no engine:
+#   norms      RMSNorm / LayerNorm weights are plain parameters of the full width on every rank (vLLM
+#              models/llama.py:304-306,368, qwen3_moe.py:339-341,395; the attention's q_norm / k_norm over head_dim
+#              too: qwen3.py:136-137, qwen3_moe.py:265-266).
+#   router     the MoE gate is ReplicatedLinear (vLLM models/qwen3_moe.py:156, mixtral.py:106, qwen2_moe.py:125,
+#              deepseek_v2.py:158 with its e_score_correction_bias :164; SGLang models/qwen2_moe.py:155;
+#              TensorRT-LLM modeling_qwen3_moe.py Qwen3Gate, a whole (num_experts, hidden) weight).
+#   K/V heads  QKVParallelLinear gives each rank one KV head when TP reaches the KV head count, replicated
+#              tp / kv_heads times (vLLM layers/linear.py:903-905 num_kv_head_replicas = divide(tp_size,
+#              total_num_kv_heads); SGLang's layers/linear.py copies it; TensorRT-LLM _torch/modules/attention.py
+#              Attention.__init__ at commit 00547a2: num_key_value_heads = ceil(kv_heads / tp) a rank, qkv_proj of
+#              tp x (q + 2 kv) columns). Their biases follow them.
+#   o_proj bias  RowParallelLinear keeps its bias at the full output size on every rank (vLLM layers/linear.py:
+#              1281-1282).
+#   MLA        the down-projections q_a_proj and kv_a_proj_with_mqa and their layernorms are whole on every rank
+#              (vLLM models/deepseek_v2.py DeepseekV2MLAAttention :877-891 fused_qkv_a_proj = MergedColumnParallelLinear(disable_tp=True) or
+#              kv_a_proj_with_mqa = ReplicatedLinear, q_a_layernorm :894, kv_a_layernorm :909; SGLang
+#              models/deepseek_v2.py fused_qkv_a_proj_with_mqa = ReplicatedLinear; TensorRT-LLM attention.py MLA:
+#              kv_a_proj_with_mqa = Linear(hidden, q_lora + kv_lora + rope) without a mapping, so whole).
+#              (TensorRT-LLM's MLA also keeps k_b_proj_trans / v_b_proj copies of kv_b_proj: not counted.)
+# Not followed (small, or not read): the biases of GELU MLPs' down projections (Phi, StarCoder2), Qwen2-MoE's
+# shared_expert_gate (h -> 1), the linear-attention layers' norms; the vocabulary padding of the embedding.
+
+
+def _gqa_extras(model) -> tuple[bool, bool, bool]:
+    """(q/k/v bias, o bias, q/k norms) of a GQA layer, read off the attention count as vLLM's layout reader does:
+    anything else beyond q/k/v/o (gated queries, sinks, biases of other shapes) is left split."""
+    gqa = model.count_layers("full_attention") + model.count_layers("sliding_attention")
+    attention = dict(model.param_parts).get("attention", 0)
+    if not gqa or "mla" in model.layer_types or attention % gqa:
+        return False, False, False
+    h, n, k, d = model.hidden_size, model.num_attention_heads, model.num_key_value_heads, model.head_dim
+    extra = attention // gqa - (h * (n + 2 * k) * d + n * d * h)
+    return {
+        (n + 2 * k) * d: (True, False, False),
+        (n + 2 * k) * d + h: (True, True, False),
+        2 * d: (False, False, True),
+    }.get(extra, (False, False, False))
+
+
+def tp_layout(model, tp: int) -> dict[str, tuple[int, int]]:
+    """(split, whole) parameters of each part (keys of param_breakdown) on a TP-`tp` deployment: each rank holds
+    split / tp + whole. split counts the K/V heads as often as the ranks hold copies of them (tp / kv_heads when TP
+    exceeds the KV heads), whole what every rank builds in full (the rules above). At tp 1: (count, 0)."""
+    counts = param_breakdown(model)
+    if tp <= 1 or set(counts) == {"other"}:
+        return {part: (n, 0) for part, n in counts.items()}
+    whole = dict.fromkeys(counts, 0)
+    extra_split = dict.fromkeys(counts, 0)
+    whole["norms"] = counts.get("norms", 0)
+    whole["router"] = counts.get("router", 0)
+    h, k, d = model.hidden_size, model.num_key_value_heads, model.head_dim
+    if "attention" in counts:
+        gqa = model.count_layers("full_attention") + model.count_layers("sliding_attention")
+        qkv_bias, o_bias, qk_norm = _gqa_extras(model)
+        copies = max(0, max(1, k // tp) * tp - k)  # K/V heads beyond the model's, over all ranks
+        extra_split["attention"] = gqa * copies * 2 * d * (h + (1 if qkv_bias else 0))
+        whole["attention"] = gqa * ((h if o_bias else 0) + (2 * d if qk_norm else 0))
+        if "mla" in model.layer_types:
+            q_lora = model.q_lora_rank or 0
+            kv_a = model.kv_lora_rank + model.qk_rope_head_dim
+            whole["attention"] += model.count_layers("mla") * (h * (q_lora + kv_a) + q_lora + model.kv_lora_rank)
+    return {part: (n - whole[part] + extra_split[part], whole[part]) for part, n in counts.items()}
+
+
+def params_per_rank(model, tp: int) -> dict[str, float]:
+    """Parameters of each part one TP rank holds (tp_layout: split / tp + whole)."""
+    return {part: split / tp + whole for part, (split, whole) in tp_layout(model, tp).items()}

@@ -77,6 +77,7 @@ class Model:
     # MLA (DeepSeek-V2/V3, Kimi-K2): cached latent = kv_lora_rank + qk_rope_head_dim elements per token per layer
     kv_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
+    q_lora_rank: int | None = None  # MLA query down-projection width (None: DeepSeek-V2-Lite's plain q_proj)
     # Linear-attention / SSM layers: fixed state per sequence per layer, in bytes (recurrent + conv state)
     linear_state_bytes_per_layer: int = 0
     # MoE

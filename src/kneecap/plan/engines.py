@@ -224,7 +224,7 @@ def vllm_load_extra(
     encoder = 0 if deployment.language_only else m.encoder_params
     if pad_bytes or deployment.pp > 1 or deployment.ep > 1 or deployment.dp_attention:
         why = "pipeline stages, expert parallelism, attention data parallelism or MXFP4 experts"
-    elif weights_bytes != -(-2 * (m.total_params + encoder) // deployment.num_gpus):
+    elif weights_bytes != _sixteen_bit_weights_per_rank(m, encoder, deployment.tp):
         why = "weights not all at 16 bits"
     else:
         loaded = vllm_load.vllm_loaded_bytes(
@@ -234,6 +234,18 @@ def vllm_load_extra(
             return loaded - weights_bytes - rope_bytes, "vLLM's tensors through PyTorch's caching allocator"
         why = loaded
     return 0, f"the tensors' sum (not replayed through PyTorch's caching allocator: {why})"
+
+
+def _sixteen_bit_weights_per_rank(model, encoder_params: int, tp: int) -> int:
+    """What the ledger puts on one TP rank when every weight is 16-bit (kneecap.model.params.tp_layout)."""
+    from fractions import Fraction
+
+    from kneecap.model.params import tp_layout
+
+    layout = tp_layout(model, tp)
+    split = sum(s for s, _ in layout.values()) + encoder_params
+    whole = sum(w for _, w in layout.values())
+    return -(-(Fraction(2 * split, tp) + 2 * whole) // 1)
 
 
 def vllm_rope_cache_bytes(model, version: str = DEFAULT_VLLM_VERSION) -> int:

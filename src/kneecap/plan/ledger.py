@@ -7,7 +7,10 @@ KV formula (kneecap.model.kv), weight bits (kneecap.model.weights), levers and s
 
 Arithmetic, bytes per GPU (seed 003 §1.2-1.4; every division rounds down unless noted):
     usable      = hbm x mem_util
-    weights     = params x bits/8 / (tp x pp)            (rounded up: a weight byte is never shared)
+    weights     = (split / tp + whole) / pp              (rounded up: a weight byte is never shared; split / whole:
+                                                          each part's bytes as the engines shard it over TP,
+                                                          model.params.tp_layout; params x bits/8 / (tp x pp)
+                                                          for a model without a parameter breakdown)
     rest        = usable - weights - overhead
     frag        = rest x frag_fraction                     (headroom for allocator fragmentation)
     kv_pool     = rest - frag
@@ -27,11 +30,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.model import kv as kvmath
-from kneecap.model.params import part_dtypes_at
+from kneecap.model.params import part_dtypes_at, tp_layout
 from kneecap.model.weights import weight_bits, weight_bytes
 from kneecap.plan.engines import DEFAULT_VLLM_VERSION, VllmLayout, model_layout, prefix_caching_notes
 from kneecap.units import GiB
@@ -152,6 +156,8 @@ class Plan:
             "pp": d.pp,
             "ep": d.expert_parallel,
             "dp_attention": d.dp_attention,
+            # whose DP-attention weight layout the ledger counts (null: the parts every engine keeps whole)
+            "dp_attention_engine": d.dp_attention_engine,
             "num_gpus": d.num_gpus,
             "weight_dtype": d.weight_dtype,
             "kv_dtype": d.kv_dtype,
@@ -440,14 +446,68 @@ def dp_attention_whole_fraction(deployment: Deployment) -> float:
 
 
 def weights_bytes_per_gpu(total_bytes: int, deployment: Deployment) -> int:
-    """Weights on one GPU: split evenly over tp x pp ranks, rounded up. Under DP attention every GPU of a stage
-    also holds whole the parts its engine keeps whole (DP_ATTENTION_WHOLE_PARTS: the attention, as each rank attends
-    its own sequences, and more per engine); the routed experts stay split."""
-    per_gpu = -(-total_bytes // deployment.num_gpus)
+    """Weights on one GPU, rounded up: each part split over the tp ranks of a stage but what every rank holds whole
+    (kneecap.model.params.tp_layout: the norms, the MoE router, K/V heads copied when TP exceeds them, MLA's
+    down-projections), over the pp stages. Under DP attention every GPU of a stage also holds whole the parts its
+    engine keeps whole (DP_ATTENTION_WHOLE_PARTS: the attention, as each rank attends its own sequences, and more
+    per engine); the routed experts stay split. `total_bytes` may differ from params x dtype (a checkpoint's size):
+    each part's share of it is its share of params x dtype."""
+    return -(-total_bytes * rank_weight_fraction(deployment) // deployment.pp)
+
+
+# what the worksheet calls each part a rank may hold whole
+_PART_NAMES = {
+    "attention": "attention",
+    "norms": "norms",
+    "router": "router",
+    "embed": "embedding",
+    "lm_head": "LM head",
+    "dense_mlp": "dense MLPs",
+    "shared_experts": "shared experts",
+}
+
+
+def whole_on_every_rank(deployment: Deployment) -> list[str]:
+    """What each GPU of a stage holds beyond its even share of the weights, in the worksheet's words: under DP
+    attention the parts its engine keeps whole, else the TP layout's (model.params.tp_layout)."""
+    m = deployment.model
+    counts = dict(m.param_parts)
+    if deployment.tp <= 1 or deployment.params_override or not counts or set(counts) == {"other"}:
+        return []
     if deployment.dp_attention:
-        whole = total_bytes * dp_attention_whole_fraction(deployment)
-        per_gpu += int(whole / deployment.pp * (1 - 1 / deployment.tp))
-    return per_gpu
+        whole = dp_attention_whole_parts(deployment.dp_attention_engine)
+        return [name for part, name in _PART_NAMES.items() if part in whole and counts.get(part)]
+    layout = tp_layout(m, deployment.tp)
+    names = [_PART_NAMES[p] for p in ("norms", "router") if layout.get(p, (0, 0))[1]]
+    split, whole = layout.get("attention", (0, 0))
+    if split + whole > counts.get("attention", 0):
+        names.append("K/V heads (one a GPU, copied)")
+    if "mla" in m.layer_types and whole:
+        names.append("MLA down-projections")
+    return names
+
+
+def rank_weight_fraction(deployment: Deployment) -> Fraction:
+    """The share of the whole model's weight bytes one GPU of a stage holds (1 / tp when every part splits evenly;
+    exact, for the ledger's rounding)."""
+    tp = deployment.tp
+    m = deployment.model
+    counts = dict(m.param_parts)
+    if tp <= 1 or deployment.params_override or not counts or set(counts) == {"other"}:
+        return Fraction(1, tp)
+    dtypes = part_dtypes_at(m, deployment.weight_dtype)
+    total = weights_total_bytes(deployment)
+    if not total:
+        return Fraction(1, tp)
+    whole_parts = dp_attention_whole_parts(deployment.dp_attention_engine) if deployment.dp_attention else ()
+    held = Fraction(
+        total - sum(weight_bytes(n, dtypes.get(p, deployment.weight_dtype)) for p, n in counts.items() if n)
+    )
+    held /= tp  # bytes outside the breakdown (a vision encoder): split
+    for part, (split, whole) in tp_layout(m, tp).items():
+        part_bytes = weight_bytes(counts[part], dtypes.get(part, deployment.weight_dtype))
+        held += part_bytes if part in whole_parts else Fraction(part_bytes * (split + whole * tp), tp * counts[part])
+    return held / total
 
 
 def usable_bytes(deployment: Deployment) -> int:

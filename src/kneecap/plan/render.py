@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kneecap.model.kv import blocks_for, sequence_kv_bytes_per_gpu
 from kneecap.plan.engines import EnginePool
-from kneecap.plan.ledger import Plan, kv_factor_lines
+from kneecap.plan.ledger import Plan, kv_factor_lines, whole_on_every_rank
 from kneecap.plan.levers import Lever, skipped_levers
 from kneecap.plan.preflight import Preflight
 from kneecap.plan.sweeps import ContextPoint, TpPoint, paged_below_contiguous
@@ -162,6 +162,9 @@ def plan_worksheet(
         )
     if d.num_gpus > 1:
         wlabel += f" / {d.num_gpus}"
+        whole = whole_on_every_rank(d)
+        if whole:
+            wlabel += f", but {', '.join(whole)} whole on each GPU" + (" of a stage" if d.pp > 1 else "")
     t.add_row(wlabel, _e9(L.weights_bytes), _gib(L.weights_bytes), _pct(L.weights_bytes, L.hbm_bytes))
     over = (
         "Activations + workspace + graphs"

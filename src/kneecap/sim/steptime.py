@@ -389,15 +389,22 @@ class StepTimeModel:
         attn_tp = 1 if dp_attention else tp  # attention weights and heads split over this many GPUs
 
         # --- GEMM weight bytes per GPU, summed over layers (pipeline stages run one after another) -------
-        # dense-in-T GEMMs: every weight read once per step, 2 FLOPs per weight per token
-        attn_w = parts.get("attention", 0.0) / attn_tp + parts.get("linear_attention", 0.0) / tp
+        # dense-in-T GEMMs: every weight read once per step, 2 FLOPs per weight per token. The attention's share on
+        # one rank is the ledger's (kneecap.model.params.tp_layout: K/V heads copied when TP exceeds them, MLA's
+        # down-projections whole on every rank); under DP attention all of it.
+        from kneecap.model.params import params_per_rank
+
+        attn_share = 1.0
+        if not dp_attention and pcount.get("attention"):
+            attn_share = params_per_rank(model, tp)["attention"] / pcount["attention"]
+        attn_w = parts.get("attention", 0.0) * attn_share + parts.get("linear_attention", 0.0) / tp
         mlp_w = parts.get("dense_mlp", 0.0) / tp + parts.get("shared_experts", 0.0) / tp + parts.get("router", 0.0)
         other_w = parts.get("other", 0.0) / tp
         pscale = deployment.params_override / model.total_params if deployment.params_override else 1.0
         # two GEMM groups: the attention projections (under DP attention: whole weights, 1/tp of the tokens)
         # and the rest (MLP, shared experts, router, linear-attention projections)
-        self.attn_gemm_params = pcount.get("attention", 0) / attn_tp * pscale
-        self.attn_gemm_bytes = parts.get("attention", 0.0) / attn_tp
+        self.attn_gemm_params = pcount.get("attention", 0) * attn_share * pscale
+        self.attn_gemm_bytes = parts.get("attention", 0.0) * attn_share
         self.gemm_params = (
             pcount.get("linear_attention", 0) / tp
             + pcount.get("dense_mlp", 0) / tp
