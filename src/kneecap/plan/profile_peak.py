@@ -168,10 +168,12 @@ TritonExperts, modular_kernel.py buffer allocation, v1/worker/workspace.py, qwen
   below the sampler at the release's defaults. Checked on llm-d-planner's vLLM 0.19.0 H100 logs (8,192 tokens,
   1,024 sequences; accuracy/results/v0.19.0/logs at d3121e05): torch peak increase logged / predicted (GiB)
   Qwen3-30B-A3B TP 1 2.68 / 2.674 (the 0.5 GiB workspace above the sampler's 2.14), Mixtral-8x7B TP 2 1.21 / 1.209
-  (0.66 GiB), gpt-oss-20b TP 2 2.87 / 2.870 (no workspace). Other releases stay on the fallback: 0.12 calls
-  fused_experts with its own caches (no workspace manager); 0.13 to 0.17 have the workspace manager but chunk the
-  modular kernel and pick the kernel differently (0.13 calls fused_experts directly), not read for this; from 0.22
-  the modular kernel's experts, backend choice and workspace growth changed (not read for this).
+  (0.66 GiB), gpt-oss-20b TP 2 2.87 / 2.870 (no workspace). Other releases stay on the fallback: 0.12 and 0.13
+  call fused_experts directly with caches of its own (0.12 has no workspace manager); 0.14 to 0.17 chunk the modular
+  kernel at VLLM_FUSED_MOE_CHUNK_SIZE (envs.py: 16,384 by default; above it the full-size output is a third view of
+  the workspace) and 0.14 to 0.16 choose the kernel differently (0.17.0's backend choice, kernel construction and
+  workspace manager are 0.19's; its qwen3_moe.py differs and was not read): not modelled; from 0.22 the modular
+  kernel's experts, backend choice and workspace growth changed (not read for this).
 
 vLLM 0.17 to 0.33 (read in the 0.17.0, 0.21.0-0.24.0 and 0.32.0 wheels and the 0.18.0, 0.20.0, 0.25.0, 0.30.0 and
 0.33.0 sdists; 0.19, 0.26-0.29 and 0.31 not read and taken as their neighbours, whose code is the same for this
