@@ -136,3 +136,12 @@ def test_docs_table_is_what_plan_prints(preset, engine, kw):
     line = next(x for x in e.log_lines if "#tokens" in x or "GPU KV cache size" in x)
     row = f"| {e.weights_bytes / GiB:.2f} GiB | `{line.split('KV Cache is allocated. ')[-1]}` |"
     assert f"{row} {e.log_kv_cache_tokens_all_ranks:,} tokens |" in doc
+
+
+def test_simulate_pool_follows_engine_not_the_scheduler_defaults():
+    from kneecap.sim.setup import engine_pool_request
+
+    request = DeploymentRequest(preset="deepseek-v3", gpu="h200", tp=8, context=4096, dp_attention=True)
+    sized = engine_pool_request(DeploymentRequest(**{**request.__dict__, "engine": "sglang"}), "vllm")
+    assert plan_deployment(sized).plan.deployment.dp_attention_engine == "sglang"
+    assert engine_pool_request(request, "vllm").dp_attention_engine == "vllm"
