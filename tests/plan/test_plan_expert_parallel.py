@@ -59,7 +59,10 @@ def test_gqa_dp_attention_holds_whole_heads_per_rank():
     [
         (dict(ep=3), "--ep 3 must divide --tp 8"),
         (dict(tp=1, dp_attention=True), "--tp is 1"),
-        (dict(dp_attention=True, engine="sglang"), "--dp-attention with --engine"),
+        (
+            dict(dp_attention=True, engine="sglang", dp_attention_engine="vllm"),
+            "--dp-attention-engine vllm with --engine sglang",
+        ),
         (dict(preset="llama-3.1-8b", ep=2, tp=2), "needs a mixture-of-experts model"),
         (dict(preset="llama-3.1-8b", tp=2, dp_attention=True), "needs a mixture-of-experts model"),
     ],

@@ -38,7 +38,8 @@ FLAG_OPTIONS = {
         typer.Option(
             "--dp-attention-engine",
             help="With --dp-attention: whose layout of the other weights to count, sglang, tensorrt-llm or vllm "
-            "(which hold the embedding, LM head and dense MLPs whole on each GPU; default: the parts all three do)",
+            "(which hold the embedding, LM head and dense MLPs whole on each GPU; default: --engine's, else the parts "
+            "all three do)",
         ),
     ],
     "weight_dtype": Annotated[

@@ -313,10 +313,12 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
             )
         dp_attention_whole_parts(f.dp_attention_engine)  # names the engines it knows when it does not know this one
     if f.dp_attention and f.engine:
-        raise KneecapError(
-            "--dp-attention with --engine: the engines' pool models are per TP group, not per DP rank",
-            "drop --engine (the ledger keeps a pool per DP rank), or drop --dp-attention",
-        )
+        if f.dp_attention_engine not in (None, f.engine):
+            raise KneecapError(
+                f"--dp-attention-engine {f.dp_attention_engine} with --engine {f.engine}: the engine's pool is "
+                "computed from the weights it loads itself",
+                "drop --dp-attention-engine (it follows --engine)",
+            )
     if f.max_num_batched_tokens is not None and f.engine != "vllm":
         raise KneecapError(
             "--max-num-batched-tokens here is an input of vLLM's logged maximum concurrency",
@@ -332,6 +334,8 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
             "--activation-gib is an input of the vLLM engine model", "add --engine vllm, or use --overhead-gib"
         )
 
+    if f.dp_attention and f.engine:  # the engine's own layout of the weights each DP rank holds whole
+        f = dataclasses.replace(f, dp_attention_engine=f.engine)
     gpu = get_gpu(f.gpu)
     if f.kv_dtype:
         kv_dtype_bytes(f.kv_dtype)  # validates the name
@@ -339,6 +343,12 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         weight_bits(f.weight_dtype)
     model = load_model(spec)
     check_tp(model, f.tp)  # before any engine arithmetic, so the message is about the heads
+    if f.dp_attention and f.engine and "linear_attention" in model.layer_types:
+        raise KneecapError(
+            f"--dp-attention with --engine {f.engine}: how {model.name}'s Mamba / linear-attention state is laid "
+            "out per DP rank is not modelled",
+            "drop --engine (the ledger keeps a pool per DP rank), or drop --dp-attention",
+        )
     weights_total = source = None
     weight_dtype = f.weight_dtype
     if not f.weight_dtype and not f.params:
@@ -448,6 +458,20 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
             engine_pool = engines.sglang_pool(
                 deployment, non_torch_bytes=int(f.non_torch_gib * GiB), mamba_cache_size=f.mamba_cache_size, **sglang
             )
+        if f.engine == "sglang" and f.dp_attention and f.mem_fraction is None and deployment.gpu.device_bytes:
+            own, reserved, dp_extra = engines.sglang_default_mem_fraction(
+                deployment.gpu.device_bytes / 2**20, deployment.tp, deployment.pp, deployment.tp, dp_attention=True
+            )
+            engine_pool = dataclasses.replace(
+                engine_pool,
+                notes=engine_pool.notes
+                + (
+                    f"SGLang 0.5.7 without --mem-fraction-static picks {own} here by itself: it reserves "
+                    f"{reserved:,.0f} MiB of the {deployment.gpu.device_bytes / 2**20:,.0f} MiB, {dp_extra:,.0f} MiB "
+                    f"of it for DP attention's padding; kneecap took {deployment.mem_util}: pass --mem-fraction "
+                    f"{own} for SGLang's own choice",
+                ),
+            )
         if pool_bytes is None:
             # SGLang reserves 1 - mem_fraction_static of what is free before the weights load, so the memory in use
             # before them (--non-torch-gib) costs its pool only mem_fraction_static x that (engines.sglang_pool)
@@ -483,7 +507,8 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
             plan, overhead_by_tp=_overhead_by_tp(f, deployment, version, context, engine_pool, wt)
         )
     if engine_pool is not None and engine_pool.max_running_requests is not None:  # SGLang: its Mamba pool's cap
-        plan = dataclasses.replace(plan, max_concurrency=min(plan.max_concurrency, engine_pool.max_running_requests))
+        running = engine_pool.max_running_requests * max(1, engine_pool.dp_attention_ranks)  # each rank's cap
+        plan = dataclasses.replace(plan, max_concurrency=min(plan.max_concurrency, running))
     if f.engine is None and pool_bytes is not None and plan.state_bytes_per_sequence:
         plan = dataclasses.replace(
             plan,
@@ -512,7 +537,7 @@ def _vllm_activation(
     sm_count = deployment.gpu.sm_count
     peak = profile_peak.vllm_profile_peak(
         deployment.model,
-        tp=deployment.tp,
+        tp=deployment.attention_tp,  # --data-parallel-size: each DP rank's engine runs the dense layers whole
         gpu_name=deployment.gpu.name,
         version=v,
         max_model_len=context,
@@ -575,6 +600,11 @@ def _vllm_non_torch(f: DeploymentRequest, deployment: Deployment, version: str) 
     GPU, TP and release (plan/non_torch.py), else 0, saying which."""
     if f.non_torch_gib:
         return int(f.non_torch_gib * GiB), "--non-torch-gib"
+    if deployment.dp_attention:  # the measurements are of TP groups; a DP rank's communicators span all the GPUs
+        return 0, (
+            "no published measurement under --data-parallel-size: 0 taken; pass --non-torch-gib with the "
+            "non-torch memory your log reports"
+        )
     return non_torch.vllm_non_torch(
         deployment.gpu.name, deployment.tp, engines.parse_version(version), pp=deployment.pp
     )

@@ -42,6 +42,18 @@ SGLang (python/sglang/srt/model_executor/model_runner.py `profile_max_num_token`
     memory in use before the weights load (pre_load, --non-torch-gib) is scaled by mem_fraction_static
     cell_size    = kv_heads_per_gpu x head_dim x layers x 2 x elem   (MLA: (kv_lora_rank + rope) x layers x elem)
     max_total_num_tokens = rest_memory // cell_size, rounded down to page_size
+Attention data parallelism (--dp-attention, with --dp = --tp), per DP rank:
+    SGLang 0.5.7 (--enable-dp-attention): the rule above on every GPU with the weights that rank holds
+    (ledger.DP_ATTENTION_WHOLE_PARTS["sglang"]) and a cell of whole KV heads (model_runner_kv_cache_mixin.py:84-89
+    get_num_kv_heads(get_attention_tp_size()), attention TP = tp / dp = 1; free memory the minimum over all GPUs,
+    lines 113-118); each rank's scheduler logs its own pool (managers/scheduler.py:2860-2880 prefixes "DP<rank>");
+    without --mem-fraction-static it picks a smaller fraction than under TP (sglang_default_mem_fraction)
+    vLLM 0.11.0 (--data-parallel-size N --enable-expert-parallel): each DP rank is an engine core of its own
+    (v1/engine/core.py:169-203 _initialize_kv_caches, its own determine_available_memory, gpu_worker.py:222-280,
+    with no term for the other ranks; the profile run's DP padding, gpu_model_runner.py:1814-1844, pads every rank to
+    the same token count, which all ranks profile alike): the rule above at TP 1 with the rank's weights
+    (ledger.DP_ATTENTION_WHOLE_PARTS["vllm"]). Not modelled: the MoE dispatch's gathered tokens in the profile run
+    (profile_peak), the non-torch memory of the DP / EP communicators (no published measurement)
 """
 
 from __future__ import annotations
@@ -117,6 +129,12 @@ class EnginePool:
     load_extra_bytes: int = 0
     load_note: str = ""
     experts_note: str = ""  # vLLM: how the MXFP4 experts were counted ("" for other models)
+    # attention data parallelism (SGLang --enable-dp-attention, vLLM --data-parallel-size with expert parallelism):
+    # the DP ranks, each with a pool like this one, so every figure above is one rank's and its log lines are what
+    # each rank logs (0: no DP attention, one pool per GPU of a TP group); the tokens logged over all ranks together
+    # (log_kv_cache_tokens where there is one pool)
+    dp_attention_ranks: int = 0
+    log_kv_cache_tokens_all_ranks: int = 0
     capacity_explained: str = ""  # why kneecap's capacity differs from the logged figure (empty: they agree)
     # vLLM: where the activation peak came from ("predicted", "--activation-gib", "--overhead-gib") and, when
     # predicted, the profile run's phases (profile_peak.ProfilePeak fields); where non-torch memory came from
@@ -355,6 +373,14 @@ def _vllm_blocks(
     )
     notes = prefix_caching_notes(deployment.model, layout, num_blocks, max_model_len, in_flight)
     own = capacity_tokens(layout, num_blocks, max_model_len)
+    dp = deployment.attention_dp if deployment.dp_attention else 0
+    if dp:
+        notes = (
+            f"--data-parallel-size {dp}: each DP rank is an engine of its own (vllm/v1/engine/core.py "
+            "_initialize_kv_caches, one profile run per rank), whose GPU logs these lines for its own pool: "
+            f"{dp} x {tokens:,} = {dp * tokens:,} tokens over the ranks",
+            *notes,
+        )
     return EnginePool(
         "vllm",
         version,
@@ -380,6 +406,8 @@ def _vllm_blocks(
         in_flight_tokens=in_flight,
         capacity_explained=explain_capacity(layout, num_blocks, max_model_len, in_flight, tokens, own),
         rope_cache_bytes=rope_cache_bytes,
+        dp_attention_ranks=dp,
+        log_kv_cache_tokens_all_ranks=max(dp, 1) * tokens,
     )
 
 
@@ -679,7 +707,7 @@ def vllm_layout(
     None: that release's default (vllm_prefix_caching_default)."""
     return model_layout(
         deployment.model,
-        tp=deployment.tp,
+        tp=deployment.attention_tp,  # under DP attention each DP rank is a TP-1 engine with whole heads
         pp=deployment.pp,
         kv_dtype=deployment.kv_dtype,
         block_size=deployment.block_size,
@@ -850,6 +878,32 @@ def sglang_rope_cache_bytes(model, version: str = DEFAULT_SGLANG_VERSION) -> int
     return sum(c.positions * c.rotary_dim * max(element, c.element_bytes) for c in caches)
 
 
+def sglang_default_mem_fraction(device_mib: float, tp: int, pp: int = 1, dp: int = 1, dp_attention: bool = False):
+    """The --mem-fraction-static SGLang 0.5.7 picks when it is not given (server_args.py _handle_gpu_memory_settings,
+    lines 828-951), for a text model without speculative decoding or piecewise CUDA graphs, and the MiB it reserves.
+
+    device_mib is nvidia-smi's memory.total (utils/common.py get_nvgpu_memory_capacity). By that total it sets
+    chunked_prefill_size and cuda_graph_max_bs (H100 / H200 class: 8192 and 512 at TP 4 and up, 256 below; 160 GiB
+    and up: 16384 and 512), then reserves 512 + 1.5 x max(chunked_prefill_size, 2048) + 2 x cuda_graph_max_bs +
+    tp x pp / 8 x 1024 MiB, and under DP attention 3 x cuda_graph_max_bs x dp more ("DP attention needs more padding")
+    and, where cuda_graph_max_bs > 300, 1.5 x cuda_graph_max_bs x dp more; at least 10 GiB on GPUs over 60 GiB.
+    Returns (fraction rounded to 3 places, reserved MiB, of which DP attention's)."""
+    tiers = ((20, 2048, 8, 8), (35, 2048, 24, 80), (60, 4096, 32, 160), (90, 8192, 256, 512), (160, 8192, 256, 512))
+    chunk, graph_bs = 16384, 512
+    for below_gib, c, small_tp, large_tp in tiers:
+        if device_mib < below_gib * 1024:
+            chunk, graph_bs = c, (small_tp if tp < 4 else large_tp)
+            break
+    reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp * pp / 8 * 1024
+    dp_extra = 0.0
+    if dp_attention:
+        dp_extra = graph_bs * dp * 3 + (graph_bs * dp * 1.5 if graph_bs > 300 else 0)
+        reserved += dp_extra
+    if device_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((device_mib - reserved) / device_mib, 3), reserved, dp_extra
+
+
 def sglang_default_running_requests(tokens: int, context_len: int) -> int:
     """SGLang's max_running_requests when --max-running-requests is not given (before the Mamba cap)."""
     return min(max(int(tokens / context_len * 512), 2048), 4096)
@@ -893,7 +947,7 @@ def sglang_pool(
         sglang_load.load_overhead_bytes(
             deployment.model, deployment.tp, deployment.weight_dtype, weights_bytes, rope_bytes, temp
         )
-        if deployment.pp == 1  # the replay puts every layer on one rank
+        if deployment.pp == 1  # the replay puts every layer on one rank (MoE, and so DP attention, is not replayed)
         else None
     )
     rest = budget - weights_bytes - rope_bytes - (extra or 0)
@@ -1013,7 +1067,9 @@ def _sglang_cells(
     whose Mamba pool is known, how many requests may run at once."""
     m = deployment.model
     dtype_bytes = kvmath.kv_dtype_bytes(deployment.kv_dtype)
-    cell = kvmath.kv_bytes_per_token_per_gpu(m, dtype_bytes, deployment.tp, deployment.pp)
+    # the cell is at the attention TP size (model_runner_kv_cache_mixin.py get_cell_size_per_token:
+    # get_num_kv_heads(get_attention_tp_size())): tp under plain TP, 1 under DP attention with --dp = --tp
+    cell = kvmath.kv_bytes_per_token_per_gpu(m, dtype_bytes, deployment.attention_tp, deployment.pp)
     tokens = (rest // cell) // page_size * page_size if cell else 0
     pool = tokens * cell
     # SGLang 0.5.9 mem_cache/memory_pool.py: each layer's K and V buffers hold size + page_size tokens (a padding
@@ -1030,6 +1086,12 @@ def _sglang_cells(
     notes: list[str] = [
         f'SGLang\'s scheduler logs "max_total_num_tokens={tokens}, ..." with context_len={max_model_len}'
     ]
+    dp = deployment.attention_dp
+    if dp > 1:
+        notes[0] = (
+            f'each of the {dp} DP ranks\' schedulers logs "max_total_num_tokens={tokens}, ..." with '
+            f"context_len={max_model_len}: its own pool, {dp} x {tokens:,} = {dp * tokens:,} tokens over the ranks"
+        )
     running = None
     if mamba_slots:
         ratio = SGLANG_MAMBA_RADIX_RATIO if radix else 1
@@ -1083,4 +1145,6 @@ def _sglang_cells(
         pool_given=pool_given,
         max_running_requests=running,
         log_kv_cache_tokens=tokens,
+        dp_attention_ranks=dp if deployment.dp_attention else 0,
+        log_kv_cache_tokens_all_ranks=dp * tokens,
     )

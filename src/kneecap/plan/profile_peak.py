@@ -614,6 +614,14 @@ def unmodelled_reason(
     runs data-parallel attention (DP with expert parallelism)."""
     v = version[:2]
     if model.num_experts:
+        # vLLM 0.11 under --data-parallel-size with expert parallelism: VLLM_ALL2ALL_BACKEND defaults to
+        # "allgather_reducescatter" (envs.py:1240-1241), whose dispatch all-gathers every DP rank's tokens before the
+        # experts (distributed/device_communicators/all2all.py:97-120 AgRsAll2AllManager), whatever the MoE kernel
+        if dp_attention:
+            return (
+                "data-parallel attention's MoE dispatch (every rank's tokens gathered before the experts) is "
+                "not modelled"
+            )
         if model.architecture not in V1_MOE_ARCHITECTURES:
             return "MoE layers (the fused-MoE kernels' buffers) are not modelled"
         if v not in V1_MOE_RELEASES + V1_WORKSPACE_MOE_RELEASES:
@@ -627,11 +635,6 @@ def unmodelled_reason(
                 return (
                     f"{dtype} experts' fused-MoE kernel buffers are not modelled (the rule covers 16-bit experts, "
                     "Triton's fused_experts)"
-                )
-            if dp_attention:
-                return (
-                    "data-parallel attention's MoE dispatch (every rank's tokens gathered before the experts) is "
-                    "not modelled"
                 )
             if model.num_moe_layers != model.num_hidden_layers:
                 return "the dense MLP layers between the MoE layers are not modelled (their width is not in the model)"

@@ -464,10 +464,23 @@ def engine_section(engine: EnginePool, plan: Plan | None = None):
             f"  = KV {_gib(engine.kv_pool_bytes)} GiB, whole tokens (activations and graphs live in the other"
             f" {1 - engine.fraction:.2f} of the free memory)"
         )
-    lines.append("  the engine would log:")
+    dp = engine.dp_attention_ranks
+    if dp:  # SGLang --enable-dp-attention: every figure above is one DP rank's, each rank logs its own pool
+        lines.insert(
+            2,
+            f"  per DP rank: each of the {dp} GPUs is a DP rank with its own pool, sized as below from the weights"
+            " it holds",
+        )
+        lines.append(
+            f"  each of the {dp} DP ranks would log (its own pool; {dp} × {engine.log_kv_cache_tokens:,} ="
+            f" {engine.log_kv_cache_tokens_all_ranks:,} tokens over the ranks):"
+        )
+    else:
+        lines.append("  the engine would log:")
     lines += [f"    {line}" for line in engine.log_lines]
     lines.append(
         f"  kneecap's capacity (its own count, not a line the engine prints): {engine.kv_capacity_tokens:,} tokens"
+        + (f" per DP rank, {dp * engine.kv_capacity_tokens:,} over the {dp} ranks" if dp else "")
     )
     if engine.capacity_explained:
         lines.append(f"    why they differ: {engine.capacity_explained}")

@@ -239,8 +239,13 @@ def engine_pool_request(
     off their defaults) is kept as given. vLLM's and SGLang's pools are the plan's engine models (request.engine, as
     `kneecap plan --engine`), at engine_version's release where it names one (sim/config.py release_number). Under DP
     attention the request also names the engine whose weight layout the ledger counts (DP_ATTENTION_ENGINES), unless it
-    names one itself."""
-    if request.dp_attention and request.dp_attention_engine is None and defaults in DP_ATTENTION_ENGINES:
+    names one itself or sizes its pool by an engine's rule (request.engine: that engine's layout)."""
+    if (
+        request.dp_attention
+        and request.dp_attention_engine is None
+        and request.engine is None
+        and defaults in DP_ATTENTION_ENGINES
+    ):
         request = replace(request, dp_attention_engine=DP_ATTENTION_ENGINES[defaults])
     if request.engine is not None:
         return request if engine_version is None else replace(request, engine_version=release_number(engine_version))
