@@ -164,3 +164,20 @@ def _placed(placement: str):
     for i in range(8):
         eng.add_request(RequestSpec(index=i, request_id=f"r{i}", class_name="c", input_tokens=100, output_tokens=4), 0)
     return list(eng.scheduler.waiting)
+
+
+def test_a_decode_step_replays_the_cuda_graph_of_its_busiest_ranks_batch():
+    sg = _model(SGLANG_PROFILE)
+    largest = sg.graph_sizes[-1]
+    per_rank = largest // 4  # 8 ranks: twice the largest capture size in all, a quarter of it on each rank
+    n = 8 * per_rank
+    kv = n * 1000.0
+    floor = sg.eager_floor(n, n)
+    assert floor > 0  # the whole batch is above the largest capture size: launched kernel by kernel
+    graphed = _decode_step(sg, [[1000] * per_rank for _ in range(8)])
+    assert graphed < 0.7 * floor  # each rank's batch is in a captured graph: not host-bound
+    assert sg.seconds(n, kv, 0, kv, 0, n) >= floor  # the even share without ranks keeps the whole batch's test
+    # a busiest rank above the largest capture size runs eagerly, whatever the others hold
+    lopsided = [[1000] * (largest + 8)] + [[1000] * per_rank for _ in range(7)]
+    assert _decode_step(sg, lopsided) >= sg.eager_floor(largest + 8, largest + 8)
+    assert sg._graph_rows(n, per_rank) == n and sg._graph_rows(n - 8, per_rank - 1) == n

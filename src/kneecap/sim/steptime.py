@@ -70,6 +70,8 @@ One step over a batch of T tokens (S sequences; decodes and prefill chunks), per
       tracks each request's rank and a step's attention side is its busiest rank's own: the attention projections and
       element-wise kernels of its tokens, its decodes' K/V reads and its prompts' attention, the rank whose sum is the
       largest; the MoE, the head and the communication still see every rank's tokens (StepTimeModel._busiest_rank).
+      A decode step then replays the CUDA graph of the busiest rank's batch on every rank, each padding its own batch
+      to that capture size, and runs eagerly only when that rank's batch is above the largest (_graph_rows).
   PP: the step is one round of as many micro-batches as stages, as both engines run it. TensorRT-LLM's PyTorch
       backend (NVIDIA/TensorRT-LLM tensorrt_llm/_torch/pyexecutor/py_executor.py, e.g. at commit
       9521caf4696c1fb79b0f946f0d980f8f0ebd3e64 and in the 1.x releases: PyExecutor sets num_micro_batches =
@@ -1006,8 +1008,13 @@ class StepTimeModel:
         gemm_t = self.padded(num_tokens, graph_rows) if m == 1 else num_tokens
         if ranks is not None and self.rank_by_rank:
             ta, dec, pre = self._busiest_rank(ranks)
+            if num_tokens == num_seqs:  # a decode step's CUDA graph is the busiest rank's batch (_graph_rows)
+                top = int(max(r[0] for r in ranks))
+                gemm_t = self._graph_rows(num_tokens, top)
+                gpu = self._fixed_seconds(num_tokens, num_seqs, gemm_t, ta) + dec + pre
+                return self._finish_step(gpu, num_seqs, top, top, top)
             gpu = self._fixed_seconds(num_tokens, num_seqs, gemm_t, ta) + dec + pre
-            return self._finish_step(gpu, num_tokens, num_seqs, graph_rows)
+            return self._finish_step(gpu, num_seqs, num_tokens, graph_rows, num_seqs)
         sf, sw = self._slopes((dkf + dkw) / m)
         attn_t, share = self._dp_busiest(num_tokens, num_seqs, num_decodes)
         gpu = (
@@ -1023,10 +1030,23 @@ class StepTimeModel:
             return gpu if gpu > cpu + floor else cpu + floor
         return self._combine(gpu if gpu > floor else floor, cpu, m)
 
-    def _finish_step(self, gpu: float, num_tokens: int, num_seqs: int, graph_rows: int) -> float:
-        """A one-micro-batch step of `gpu` seconds on the GPU with its host work and launch floor (seconds())."""
+    def _graph_rows(self, num_tokens: int, top: int) -> int:
+        """Rows the MoE and the other all-rank GEMMs see in a DP-attention decode step of `num_tokens` whose busiest
+        rank decodes `top`: every rank pads its batch to the capture size that holds the busiest rank's (SGLang 0.5.7
+        model_executor/cuda_graph_runner.py:373-394 can_run and :775-785 replay_prepare: the graph's batch is
+        max(global_num_tokens), where the MLP gathers the ranks' tokens, its default), so dp x that size; the
+        tokens themselves when the busiest rank's batch is above the largest capture size (no graph)."""
+        padded = self.padded(top, top)
+        sizes = self.graph_sizes
+        if not sizes or top > sizes[-1] or not self.graph_padding:
+            return num_tokens
+        return max(num_tokens, padded * self.dp_ranks)
+
+    def _finish_step(self, gpu: float, num_seqs: int, floor_tokens: int, floor_rows: int, floor_requests: int) -> float:
+        """A one-micro-batch step of `gpu` seconds on the GPU with its host work and launch floor (seconds();
+        floor_*: eager_floor's arguments)."""
         cpu = self._cpu(num_seqs, 1)
-        floor = self.eager_floor(num_tokens, graph_rows, num_seqs)
+        floor = self.eager_floor(floor_tokens, floor_rows, floor_requests)
         if floor and self.serial_launch and self.overlap_cpu:
             return gpu if gpu > cpu + floor else cpu + floor
         return self._combine(gpu if gpu > floor else floor, cpu, 1)
@@ -1117,9 +1137,10 @@ class StepTimeModel:
 
         j = np.arange(num_steps, dtype=np.float64)
         ctx0 = contexts.astype(np.float64)
-        gemm_t = self.padded(num_seqs, num_seqs)
         mid = num_steps // 2
         dp = self.dp_ranks
+        top = int(np.bincount(ranks, minlength=dp).max())
+        gemm_t = self._graph_rows(num_seqs, top)
         totals, gpus = [], []
         for r in range(dp):
             sel = ranks == r
@@ -1133,16 +1154,18 @@ class StepTimeModel:
             gpus.append(self._fixed_seconds(num_seqs, num_seqs, gemm_t, n_r) + dec)
         busiest = np.argmax(np.stack(totals), axis=0)
         gpu = np.stack(gpus)[busiest, np.arange(num_steps)]
-        return self._finish_decode_run(gpu, num_seqs, 1)
+        return self._finish_decode_run(gpu, num_seqs, 1, top)
 
-    def _finish_decode_run(self, gpu, num_seqs: int, m: int):
-        """decode_run_seconds' steps of `gpu` seconds (numpy array) on the GPU with their host work and launch floor."""
+    def _finish_decode_run(self, gpu, num_seqs: int, m: int, graph_batch: int | None = None):
+        """decode_run_seconds' steps of `gpu` seconds (numpy array) on the GPU with their host work and launch floor
+        (graph_batch: the batch whose CUDA graph the step replays, default num_seqs)."""
         import numpy as np
 
         cpu = self._cpu(num_seqs, m)
         if self.pp > 1:
             return self._pp_round(gpu, cpu, m, num_seqs / m, num_seqs / m)
-        floor = self.eager_floor(num_seqs, num_seqs)
+        g = num_seqs if graph_batch is None else graph_batch
+        floor = self.eager_floor(g, g)
         if floor and self.serial_launch and self.overlap_cpu:  # one host thread: launches, then the per-step work
             return np.maximum(gpu, cpu + floor)
         if floor:
