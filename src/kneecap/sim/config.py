@@ -116,6 +116,21 @@ class EngineProfile:
     # whether the scheduler forms step n + 1's batch while the GPU runs step n (SCHEDULES_AHEAD_NOTE): a request that
     # arrives during step n joins step n + 2 at the earliest, while the engine is busy
     schedules_ahead: bool = False
+    # under DP attention, how a new request is given its rank (DP_PLACEMENT_NOTE): "least_tokens" the rank with the
+    # fewest active tokens (TensorRT-LLM), "round_robin" the next rank in turn whatever the load (SGLang), kept for the
+    # request's life; with round robin the simulator tracks each request's rank and prices a step by its busiest rank
+    dp_placement: str = "least_tokens"
+
+
+# DP_PLACEMENT_NOTE: SGLang 0.5.7 defaults load_balance_method to "round_robin" (python/sglang/srt/server_args.py:379);
+# its data-parallel controller sends each request to the next rank in turn (managers/data_parallel_controller.py:507-515,
+# round_robin_scheduler), and "minimum_tokens" is deprecated there and falls back to round robin (:554-562). Each rank's
+# scheduler then runs its own prefill-first policy (managers/scheduler.py:1822-1846, get_next_batch_to_run: a rank with a
+# new prefill batch runs it, the others decode) and only syncs token counts with the other ranks before the MoE
+# (managers/scheduler_dp_attn_mixin.py:104-193, prepare_mlp_sync_batch_raw: a rank with nothing runs an idle batch); with
+# speculative decoding the sync comes before the decodes, so a prefill on any rank idles the others (scheduler.py:1825-1831).
+# TensorRT-LLM gives a new request to the rank with the fewest active tokens (sim/steptime.py StepTimeModel._dp_busiest).
+DP_PLACEMENTS = ("least_tokens", "round_robin")
 
 
 # TRITON_FUSED_MOE_NOTE: vLLM (V0 and V1) and SGLang run bf16/fp16 and per-tensor FP8 routed experts with the Triton
@@ -221,6 +236,7 @@ SGLANG_PROFILE = EngineProfile(
     cudagraph_sizes=sglang_cudagraph_sizes(),
     eager_launch_s=EAGER_LAUNCH_S,
     moe_kernel=TRITON_FUSED_MOE,
+    dp_placement="round_robin",  # DP_PLACEMENT_NOTE
 )
 # vLLM V0 (releases before 0.8, the only engine until V1's alpha in January 2025): the scheduler, input preparation
 # and output processing ran between GPU steps; the multi-step scheduling RFC measured about 4 ms of GPU idle time per

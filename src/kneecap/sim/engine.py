@@ -151,6 +151,8 @@ class Engine:
             config, self.blocks, window=window or 0, state_blocks=self.state_blocks, microbatches=self.microbatches
         )
         self.steptime = (steptime or StepTimeModel(deployment)).for_engine(config.profile)
+        if self.steptime.rank_by_rank:  # DP attention, requests dealt round robin: each request's rank is tracked
+            self.scheduler.dp_ranks = self.steptime.dp_ranks
         self.level = level
         self.fast_path = fast_path
         # end time of every step since step number _step_base (requests' runs hold step numbers);
@@ -330,6 +332,7 @@ class Engine:
             decode_kv_full=batch.decode_kv_full,
             decode_kv_window=batch.decode_kv_window,
             microbatches=units,
+            ranks=sched.rank_loads(batch) if sched.dp_ranks > 1 else None,
         )
         if spec and n_dec and self.config.speculative.gpu_drafter:  # ngram drafts on the CPU
             dur += self.steptime.draft_seconds(n_dec, spec)
@@ -494,7 +497,10 @@ class Engine:
         k = min(k, int(np.searchsorted(need, blocks.num_free, side="right")))
         if k < 2:
             return None
-        durs = self.steptime.decode_run_seconds(n, c + 1, k).tolist()
+        ranks = None
+        if sched.dp_ranks > 1:
+            ranks = np.fromiter((s.dp_rank for s in running), dtype=np.int64, count=n)
+        durs = self.steptime.decode_run_seconds(n, c + 1, k, ranks).tolist()
         t = now
         ends = []
         for d in durs:

@@ -18,7 +18,11 @@ Policy (vLLM V1 `Scheduler.schedule`, with decodes placed first as Sarathi-Serve
 Without chunked prefill (EngineConfig.chunked_prefill False, TensorRT-LLM's default) a prompt is never split: it
 runs whole in a step whose remaining token budget holds all of it, else waits (and, FCFS, so does the queue behind it).
 With mixed_prefill_decode False (SGLang's prefill-first policy) a step that can take prompt tokens (steps 2 and 3)
-runs only those, and the decodes run in a step of their own when no prompt tokens can.
+runs only those, and the decodes run in a step of their own when no prompt tokens can. Under DP attention with
+requests dealt to the ranks round robin (dp_ranks > 1: SGLang, sim/config.py DP_PLACEMENT_NOTE) each rank decides that
+for itself: a step that runs prompt tokens also runs the decodes of the ranks that hold none of them (without
+speculative decoding; those decodes do not take from the prompt token budget, and one that would need a block the
+pool does not have free waits for the next step instead of preempting).
 SGLang-like configs also require free KV for new_token_ratio x the remaining output of every running
 sequence and the candidate before admitting it (SGLang PrefillAdder).
 With scheduler_delay_factor > 0 (vLLM V0 `Scheduler._passed_delay`), admissions wait while sequences run
@@ -70,6 +74,7 @@ class Sequence:
         "_hashes",
         "prefix_memo",
         "received",
+        "dp_rank",
     )
 
     def __init__(
@@ -113,6 +118,7 @@ class Sequence:
         # whether the engine's scheduler has taken it in (Scheduler.receive_before)
         self.received = False
         self.prefix_memo: list | None = None  # BlockManager.prefix_hit's remembered lookup for this sequence
+        self.dp_rank = 0  # its DP-attention rank where the scheduler deals ranks round robin (Scheduler.dp_ranks)
 
     def block_hashes(self, block_size: int) -> tuple:
         """Hashes of the full blocks a (re)admission may find cached: the shared prefix, then (after a
@@ -215,6 +221,10 @@ class Scheduler:
         # a scheduler that forms step n + 1's batch while step n runs (EngineProfile.schedules_ahead): the engine
         # sets this to step n's start, and only requests that arrived before it can join; None: every queued one
         self.receive_before: float | None = None
+        # DP-attention ranks the requests are dealt to round robin, in order of arrival (1: not tracked); the engine
+        # sets it where the step-time model prices each rank's own load (StepTimeModel.rank_by_rank)
+        self.dp_ranks = 1
+        self._next_rank = 0
 
     def _passed_delay(self) -> bool:
         """vLLM V0 `_passed_delay`: admit prompts only once the oldest waiting request has waited
@@ -225,6 +235,9 @@ class Scheduler:
         return True
 
     def add(self, seq: Sequence) -> None:
+        if self.dp_ranks > 1:
+            seq.dp_rank = self._next_rank
+            self._next_rank = (self._next_rank + 1) % self.dp_ranks
         self.waiting.append(seq)
 
     def _preempt(self, victim: Sequence, batch: Batch) -> None:
@@ -255,11 +268,40 @@ class Scheduler:
         if self.waiting or any(s.num_output == 0 or s.num_tokens - s.num_computed != 1 for s in running):
             batch = self._after_decodes(Batch(), self.budget, running)
             if batch.prefills:
+                if self.dp_ranks > 1 and not self.config.spec_tokens:
+                    self._other_ranks_decode(batch)
                 return batch
             blocked = batch.blocked
         batch = self._schedule(then_prefill=False)
         batch.blocked = blocked
         return batch
+
+    def _other_ranks_decode(self, batch: Batch) -> None:
+        """Prefill first per DP rank: add to a step of prompt chunks the decodes of the ranks that run none, oldest
+        first, each that the free blocks allow (no preemption)."""
+        busy = {seq.dp_rank for seq, _ in batch.prefills}
+        blocks, w, bs = self.blocks, self.window, self.blocks.block_size
+        grouped = blocks.grouped
+        for seq in self.running:
+            if seq.dp_rank in busy or seq.num_output == 0 or seq.num_tokens - seq.num_computed != 1:
+                continue
+            computed = seq.num_computed
+            if grouped:
+                blocks.trim(seq.rid, computed)
+            if blocks.num_held(seq.rid) * bs < computed + 1:
+                if blocks.new_blocks_needed(seq.rid, computed + 1) > blocks.num_free:
+                    continue
+                blocks.allocate(seq.rid, computed + 1)
+            batch.decodes.append(seq)
+            ctx = computed + 1
+            batch.pairs_full += ctx
+            batch.kv_tokens_full += ctx
+            batch.decode_kv_full += ctx
+            if w:
+                m = ctx if ctx < w else w
+                batch.pairs_window += m
+                batch.kv_tokens_window += m
+                batch.decode_kv_window += m
 
     def _schedule(self, then_prefill: bool = True) -> Batch:
         """Decodes first, then (then_prefill) prefill chunks and admissions in the tokens left (Sarathi-Serve)."""
@@ -540,6 +582,33 @@ class Scheduler:
         if self.window:
             batch.pairs_window += _window_pairs(p, n, self.window)
             batch.kv_tokens_window += min(p + n, self.window)
+
+    def rank_loads(self, batch: Batch) -> list[tuple]:
+        """Each DP rank's share of `batch` (StepTimeModel.seconds' ranks): (tokens, decode kv full, decode kv window,
+        prefill pairs full, prefill pairs window, prefill kv full, prefill kv window), before the step runs."""
+        k, w = self.config.spec_tokens, self.window
+        loads = [[0.0] * 7 for _ in range(self.dp_ranks)]
+        extra = k * (k + 1) / 2
+        for seq in batch.decodes:
+            ctx = seq.num_computed + 1
+            r = loads[seq.dp_rank]
+            r[0] += 1 + k
+            r[1] += ctx
+            r[3] += ctx * k + extra  # the verify pass's query tokens beyond one a sequence
+            if w:
+                m = ctx if ctx < w else w
+                r[2] += m
+                r[4] += m * k
+        for seq, n in batch.prefills:
+            p = seq.num_computed
+            r = loads[seq.dp_rank]
+            r[0] += n
+            r[3] += n * p + n * (n + 1) / 2
+            r[5] += p + n
+            if w:
+                r[4] += _window_pairs(p, n, w)
+                r[6] += min(p + n, w)
+        return [tuple(r) for r in loads]
 
     def finish(self, seq: Sequence) -> None:
         """Remove a finished sequence and free its blocks."""

@@ -64,7 +64,14 @@ One step over a batch of T tokens (S sequences; decodes and prefill chunks), per
   DP attention, uneven steps: each rank runs its own requests and a prompt runs whole on the rank it was given, while
       every rank waits for the others at each MoE layer; a step with n prompt chunks prices its attention side (the
       attention projections, prefill attention, the attention's element-wise kernels) on the busiest rank: the
-      decodes' even share plus 1 / min(n, ranks) of the prompt tokens (StepTimeModel._dp_busiest).
+      decodes' even share plus 1 / min(n, ranks) of the prompt tokens (StepTimeModel._dp_busiest). That is
+      TensorRT-LLM's placement (a new request to the rank with the fewest active tokens). SGLang deals each request to
+      the next rank in turn whatever the load and keeps it there (sim/config.py DP_PLACEMENT_NOTE), so the engine
+      tracks each request's rank and a step's attention side is its busiest rank's own: the attention projections and
+      element-wise kernels of its tokens, its decodes' K/V reads and its prompts' attention, the rank whose sum is the
+      largest; the MoE, the head and the communication still see every rank's tokens (StepTimeModel._busiest_rank).
+      A decode step then replays the CUDA graph of the busiest rank's batch on every rank, each padding its own batch
+      to that capture size, and runs eagerly only when that rank's batch is above the largest (_graph_rows).
   PP: the step is one round of as many micro-batches as stages, as both engines run it. TensorRT-LLM's PyTorch
       backend (NVIDIA/TensorRT-LLM tensorrt_llm/_torch/pyexecutor/py_executor.py, e.g. at commit
       9521caf4696c1fb79b0f946f0d980f8f0ebd3e64 and in the 1.x releases: PyExecutor sets num_micro_batches =
@@ -542,6 +549,9 @@ class StepTimeModel:
         # each GPU attends 1/tp of the sequences under DP attention (heads are whole there)
         self.attn_share = 1.0 / tp if dp_attention else 1.0
         self.dp_ranks = tp if dp_attention else 1  # attention data-parallel ranks (_dp_busiest)
+        # how a request is given its rank (EngineProfile.dp_placement): "round_robin" makes the engine track each
+        # request's rank and hand seconds() the step's load per rank (rank_by_rank)
+        self.dp_placement = "least_tokens"
 
         # --- communication --------------------------------------------------------------------------
         self.act_bytes_per_token = float(h * act)
@@ -686,6 +696,11 @@ class StepTimeModel:
         sync = getattr(profile, "pp_host_sync", False)
         serial = getattr(profile, "serial_host_launch", False)
         pad = getattr(profile, "graph_padding", True)
+        placement = getattr(profile, "dp_placement", "least_tokens")
+        if placement != self.dp_placement:
+            other = copy.copy(self)
+            other.dp_placement = placement
+            return other.for_engine(profile)
         if (
             self.cpu_per_seq_s,
             self.overlap_cpu,
@@ -802,6 +817,41 @@ class StepTimeModel:
                 self._rate_cache.clear()
             self._rate_cache[key] = rate
         return rate
+
+    @property
+    def rank_by_rank(self) -> bool:
+        """Whether a step is priced from each DP-attention rank's own load (ranks placed round robin, no PP)."""
+        return self.dp_ranks > 1 and self.dp_placement == "round_robin" and self.pp == 1
+
+    def _attn_side_seconds(self, ta: float) -> float:
+        """The part of _fixed_seconds that one DP-attention rank's `ta` tokens set: the attention projections and
+        the attention's element-wise kernels."""
+        c = 2.0 * self.attn_gemm_params * ta / self.gemm_rate(ta, self.cls_attn, "attn") if ta > 0 else 0.0
+        m = self.attn_gemm_bytes / self.gemm_byte_rate
+        return (c if c > m else m) + self.elem_attn_bytes_per_token * ta / self.byte_rate
+
+    def _rank_decode_seconds(self, kv_full: float, kv_window: float) -> float:
+        """Decode attention of one DP-attention rank's decodes over `kv_*` cached tokens (the slopes hold the even
+        share 1 / ranks: scaled back up to the one rank's)."""
+        if kv_full <= 0 and kv_window <= 0:
+            return 0.0
+        dp = self.dp_ranks
+        sf, sw = self._slopes((kv_full + kv_window) * dp)
+        return (sf * kv_full + sw * kv_window) * dp
+
+    def _busiest_rank(self, ranks) -> tuple:
+        """Of the step's per-rank loads (tokens, decode kv full, decode kv window, prefill pairs full, pairs window,
+        prefill kv full, kv window), the busiest rank's: (its tokens, its decode attention seconds, its prefill
+        attention seconds), the rank whose attention side lasts longest (the first of equals)."""
+        best = None
+        best_s = -1.0
+        for ta, dkf, dkw, pf, pw, kf, kw in ranks:
+            dec = self._rank_decode_seconds(dkf, dkw)
+            pre = self._prefill_attention_seconds(pf, pw, kf, kw, 1.0)
+            total = self._attn_side_seconds(ta) + dec + pre
+            if total > best_s:
+                best, best_s = (ta, dec, pre), total
+        return best
 
     def _fixed_seconds(self, t: float, s: float, gemm_t: float, attn_t: float | None = None) -> float:
         """Everything but the context-dependent attention: GEMMs, experts, head, sampling, state, comm. attn_t: the
@@ -929,11 +979,15 @@ class StepTimeModel:
         decode_kv_full: float | None = None,
         decode_kv_window: float | None = None,
         microbatches: int | None = None,
+        ranks=None,
     ) -> float:
         """Duration of one step. pairs_*: attention (query, cached-token) pairs of every sequence; kv_tokens_*:
         cached tokens read. num_decodes / decode_kv_*: which part of those is decodes (default: all of it when
         every sequence contributes one token, else none). microbatches: how many pipeline micro-batches the
-        step's work splits into (default min(pp, num_seqs): one sequence's chunk stays in one micro-batch)."""
+        step's work splits into (default min(pp, num_seqs): one sequence's chunk stays in one micro-batch). ranks: under
+        DP attention with requests placed round robin (rank_by_rank), each rank's load (tokens, decode kv full, decode
+        kv window, prefill pairs full, prefill pairs window, prefill kv full, prefill kv window; speculative verify
+        pairs beyond the decodes' kv count as prefill pairs): the step's attention side is its busiest rank's."""
         if num_tokens <= 0:
             return 0.0
         if num_decodes is None:
@@ -952,6 +1006,15 @@ class StepTimeModel:
         # draft stages in one graph (its DeepSeek-R1 MTP tech blog)
         graph_rows = num_tokens if num_decodes == num_seqs else num_seqs
         gemm_t = self.padded(num_tokens, graph_rows) if m == 1 else num_tokens
+        if ranks is not None and self.rank_by_rank:
+            ta, dec, pre = self._busiest_rank(ranks)
+            if num_tokens == num_seqs:  # a decode step's CUDA graph is the busiest rank's batch (_graph_rows)
+                top = int(max(r[0] for r in ranks))
+                gemm_t = self._graph_rows(num_tokens, top)
+                gpu = self._fixed_seconds(num_tokens, num_seqs, gemm_t, ta) + dec + pre
+                return self._finish_step(gpu, num_seqs, top, top, top)
+            gpu = self._fixed_seconds(num_tokens, num_seqs, gemm_t, ta) + dec + pre
+            return self._finish_step(gpu, num_seqs, num_tokens, graph_rows, num_seqs)
         sf, sw = self._slopes((dkf + dkw) / m)
         attn_t, share = self._dp_busiest(num_tokens, num_seqs, num_decodes)
         gpu = (
@@ -966,6 +1029,27 @@ class StepTimeModel:
         if floor and self.serial_launch and self.overlap_cpu:  # one host thread: launches, then the per-step work
             return gpu if gpu > cpu + floor else cpu + floor
         return self._combine(gpu if gpu > floor else floor, cpu, m)
+
+    def _graph_rows(self, num_tokens: int, top: int) -> int:
+        """Rows the MoE and the other all-rank GEMMs see in a DP-attention decode step of `num_tokens` whose busiest
+        rank decodes `top`: every rank pads its batch to the capture size that holds the busiest rank's (SGLang 0.5.7
+        model_executor/cuda_graph_runner.py:373-394 can_run and :775-785 replay_prepare: the graph's batch is
+        max(global_num_tokens), where the MLP gathers the ranks' tokens, its default), so dp x that size; the
+        tokens themselves when the busiest rank's batch is above the largest capture size (no graph)."""
+        padded = self.padded(top, top)
+        sizes = self.graph_sizes
+        if not sizes or top > sizes[-1] or not self.graph_padding:
+            return num_tokens
+        return max(num_tokens, padded * self.dp_ranks)
+
+    def _finish_step(self, gpu: float, num_seqs: int, floor_tokens: int, floor_rows: int, floor_requests: int) -> float:
+        """A one-micro-batch step of `gpu` seconds on the GPU with its host work and launch floor (seconds();
+        floor_*: eager_floor's arguments)."""
+        cpu = self._cpu(num_seqs, 1)
+        floor = self.eager_floor(floor_tokens, floor_rows, floor_requests)
+        if floor and self.serial_launch and self.overlap_cpu:
+            return gpu if gpu > cpu + floor else cpu + floor
+        return self._combine(gpu if gpu > floor else floor, cpu, 1)
 
     def _dp_busiest(self, num_tokens: int, num_seqs: int, num_decodes: int) -> tuple[float | None, float | None]:
         """Under DP attention, the busiest rank of a step with prompt chunks: (its attention-side tokens, its share of
@@ -982,9 +1066,9 @@ class StepTimeModel:
         SGLang places requests differently, with the same result for a step's prompts: its data-parallel controller
         deals each new request to the next rank in turn, whatever their load (0.5.7 server_args.py:379,
         load_balance_method "round_robin" by default; managers/data_parallel_controller.py:507-515,
-        round_robin_scheduler), so n prompts that arrived one after another sit on min(n, ranks) ranks too. Round
-        robin does not look at the ranks' running requests, so under SGLang the decodes need not be spread evenly as
-        they are here; that imbalance would take each request's rank, which the simulator does not track."""
+        round_robin_scheduler), and round robin does not look at the ranks' running requests, so its decodes need not
+        be spread evenly: for such an engine (EngineProfile.dp_placement "round_robin") the engine tracks each
+        request's rank and seconds() prices the busiest rank's own load instead (rank_by_rank, _busiest_rank)."""
         dp = self.dp_ranks
         prompt = num_tokens - num_decodes
         if dp <= 1 or prompt <= 0:
@@ -1006,11 +1090,14 @@ class StepTimeModel:
         layer = body / max(1, self.deployment.model.num_hidden_layers)
         return spec_tokens * (layer + head)
 
-    def decode_run_seconds(self, num_seqs: int, contexts, num_steps: int):
+    def decode_run_seconds(self, num_seqs: int, contexts, num_steps: int, ranks=None):
         """Durations (numpy array) of `num_steps` consecutive pure-decode steps of the same `num_seqs` sequences
-        whose contexts (cached tokens after step 0) are `contexts` (numpy int array); each step adds one token each."""
+        whose contexts (cached tokens after step 0) are `contexts` (numpy int array); each step adds one token each.
+        ranks: each sequence's DP-attention rank (numpy int array) where the model prices rank by rank."""
         import numpy as np
 
+        if ranks is not None and self.rank_by_rank:
+            return self._decode_run_by_rank(num_seqs, contexts, num_steps, ranks)
         j = np.arange(num_steps, dtype=np.float64)
         ctx0 = contexts.astype(np.float64)
         full = float(ctx0.sum()) + num_seqs * j  # pairs == kv tokens read for a decode
@@ -1028,10 +1115,57 @@ class StepTimeModel:
         m = self.pp if num_seqs >= self.pp else num_seqs
         gemm_t = self.padded(num_seqs, num_seqs) if m == 1 else num_seqs
         gpu = self._fixed_seconds(num_seqs / m, num_seqs / m, gemm_t / m) + (sf * full + sw * window) / m
+        return self._finish_decode_run(gpu, num_seqs, m)
+
+    def _window_sums(self, ctx0, j):
+        """Per step j, the sum over sequences of min(ctx + j, W) (exact, via sorted contexts); zeros without a
+        sliding window."""
+        import numpy as np
+
+        if not self.window:
+            return np.zeros(len(j))
+        w = float(self.window)
+        srt = np.sort(ctx0)
+        csum = np.concatenate(([0.0], np.cumsum(srt)))
+        cut = np.searchsorted(srt, w - j, side="left")  # count with ctx < W - j
+        return csum[cut] + cut * j + (len(srt) - cut) * w
+
+    def _decode_run_by_rank(self, num_seqs: int, contexts, num_steps: int, ranks):
+        """decode_run_seconds rank by rank (rank_by_rank): each step lasts as long as its busiest rank's attention
+        side (its decodes' projections and K/V reads), the rest of the step over all the sequences."""
+        import numpy as np
+
+        j = np.arange(num_steps, dtype=np.float64)
+        ctx0 = contexts.astype(np.float64)
+        mid = num_steps // 2
+        dp = self.dp_ranks
+        top = int(np.bincount(ranks, minlength=dp).max())
+        gemm_t = self._graph_rows(num_seqs, top)
+        totals, gpus = [], []
+        for r in range(dp):
+            sel = ranks == r
+            n_r = int(sel.sum())
+            c_r = ctx0[sel]
+            full = float(c_r.sum()) + n_r * j
+            window = self._window_sums(c_r, j) if n_r else np.zeros(num_steps)
+            sf, sw = self._slopes(float(full[mid] + window[mid]) * dp)
+            dec = (sf * full + sw * window) * dp
+            totals.append(self._attn_side_seconds(n_r) + dec)
+            gpus.append(self._fixed_seconds(num_seqs, num_seqs, gemm_t, n_r) + dec)
+        busiest = np.argmax(np.stack(totals), axis=0)
+        gpu = np.stack(gpus)[busiest, np.arange(num_steps)]
+        return self._finish_decode_run(gpu, num_seqs, 1, top)
+
+    def _finish_decode_run(self, gpu, num_seqs: int, m: int, graph_batch: int | None = None):
+        """decode_run_seconds' steps of `gpu` seconds (numpy array) on the GPU with their host work and launch floor
+        (graph_batch: the batch whose CUDA graph the step replays, default num_seqs)."""
+        import numpy as np
+
         cpu = self._cpu(num_seqs, m)
         if self.pp > 1:
             return self._pp_round(gpu, cpu, m, num_seqs / m, num_seqs / m)
-        floor = self.eager_floor(num_seqs, num_seqs)
+        g = num_seqs if graph_batch is None else graph_batch
+        floor = self.eager_floor(g, g)
         if floor and self.serial_launch and self.overlap_cpu:  # one host thread: launches, then the per-step work
             return np.maximum(gpu, cpu + floor)
         if floor:
