@@ -334,7 +334,7 @@ WORKSPACE_MOE_FORWARD_ENVIRONMENT = (
 )
 MLA_MOE_FORWARD_ENVIRONMENT = (
     "; DeepSeek's MLA layers as vLLM's profile run takes them (no attention computed: an empty prefill-context "
-    "buffer from 0.11, the output zero-filled) and its experts on Triton's fused_experts without expert parallelism "
+    "buffer from 0.11, the output zero-filled) and its experts on Triton's fused_experts, each cut TP / EP ways "
     "(block-FP8 experts quantize their inputs per 128-wide group; DeepGEMM is skipped for experts 512 wide or less "
     "per rank)"
 )
