@@ -133,6 +133,18 @@ def test_sliding_and_mla_gguf(tmp_path):
     mla = load_model(str(_write(tmp_path / "ds.gguf", "deepseek2", meta, tensors)))
     assert set(mla.layer_types) == {"mla"}
     assert kv_bytes_per_token(mla, 2) == 3 * (16 + 8) * 2  # 144
+    assert mla.v_head_dim is None  # no value length written
+
+
+def test_mla_gguf_value_head_width_from_either_converter(tmp_path):
+    tensors = {"token_embd.weight": ((10, 32), np.float32)}
+    base = {"block_count": 3, "embedding_length": 32, "head_count": 2, "kv_lora_rank": 16, "rope_dimension_count": 8}
+    # llama.cpp before MLA-as-MQA: key/value lengths are the per-head q/k and v widths
+    old = {**base, "key_length": 24, "value_length": 12}
+    assert load_model(str(_write(tmp_path / "old.gguf", "deepseek2", old, tensors))).v_head_dim == 12
+    # since: value_length is the latent (kv_lora_rank), the v width is value_length_mla
+    new = {**base, "key_length": 24, "value_length": 16, "key_length_mla": 24, "value_length_mla": 12}
+    assert load_model(str(_write(tmp_path / "new.gguf", "deepseek2", new, tensors))).v_head_dim == 12
 
 
 def test_gguf_missing_key_is_one_line(tmp_path):

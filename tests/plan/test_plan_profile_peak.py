@@ -93,7 +93,7 @@ def test_no_rule_where_the_source_was_not_read(llama3_8b):
     moe = load_model("qwen3-235b-a22b")
     assert "MoE" in pp.unmodelled_reason(moe) and _peak(moe) is None
     assert "0.10, 0.11, 0.18 and 0.19 only" in pp.unmodelled_reason(moe, (0, 6))
-    assert "MoE" in pp.unmodelled_reason(load_model("deepseek-v3"), (0, 11))
+    assert "Hopper GPUs only" in pp.unmodelled_reason(load_model("deepseek-v3"), (0, 11), gpu_name="a100-80")
 
 
 def test_v1_sampler_is_v0s_sort_plus_the_gathered_rows_and_their_random_copy(llama3_8b):
@@ -423,8 +423,9 @@ def test_gpt_oss_rule_is_read_for_0_10_0_11_0_18_and_0_19_only():
         assert "0.10, 0.11, 0.18 and 0.19 only" in pp.unmodelled_reason(m, unread, rows=1024, sm_count=132)
     assert pp.vllm_profile_peak(m, **V11_H100, version=(0, 12, 0)) is None
     assert "0.10, 0.11, 0.18 and 0.19 only" in pp.unmodelled_reason(m, (0, 6))
-    # other MoE architectures: no rule (DeepSeek-V3's MLA and block-FP8 experts)
-    assert "MoE layers" in pp.unmodelled_reason(load_model("deepseek-v3"), (0, 11))
+    # other MoE architectures: no rule
+    other = dataclasses.replace(m, architecture="Qwen2MoeForCausalLM")
+    assert "MoE layers" in pp.unmodelled_reason(other, (0, 11))
 
 
 # Qwen3-MoE and Mixtral (16-bit experts) on vLLM 0.10 / 0.11: Triton's fused_experts, called in place, allocates
@@ -627,3 +628,82 @@ def test_the_docs_figures_for_the_0_19_moe_logs_are_the_rules():
     assert f"Mixtral-8x7B-Instruct at TP 2 {x[0]:.2f} / {x[1]:.3f} GiB (without its" in text
     assert f"workspace {x[2]:.3f})" in text
     assert f"gpt-oss-20b at TP 2 {g[0]:.2f} / {g[1]:.3f} GiB" in text
+
+
+# DeepSeek-V3/R1 on vLLM 0.10 / 0.11 (Hopper): MLA attention is not computed in the profile run (0.11 allocates its
+# prefill-context buffer instead), the block-FP8 experts run Triton's fused_experts, the sampler's sort over 129,280
+# logits sets the peak
+V11_H200 = dict(gpu_name="h200", max_model_len=163_840, max_num_batched_tokens=8192, max_num_seqs=1024)
+
+
+def test_mla_workspace_is_8_requests_or_4_pages_a_sequence_capped_at_64ki_tokens():
+    assert pp.mla_workspace_tokens(163_840, 1024) == 65_536  # the 64Ki cap
+    assert pp.mla_workspace_tokens(1024, 16) == 8 * 1024  # 8 full-length requests
+    assert pp.mla_workspace_tokens(1024, 64) == 4 * 64 * 64  # 4 pages of 64 tokens a sequence
+    assert pp.mla_workspace_tokens(8192, 2048) == 2048 * 64  # at least a page a sequence, above the cap
+
+
+def test_deepseek_v3_keeps_the_mla_widths_the_profile_buffer_needs():
+    m = load_model("deepseek-v3")
+    assert (m.head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank) == (192, 64, 128, 512)
+    # 0.11's [65,536 tokens, 128 / 8 heads, 128 nope + 128 v] in bf16: 512 MiB, dropped at once
+    assert pp.mla_profile_buffer_bytes(m, 8, 65_536) == 512 * 2**20
+
+
+def test_deepseek_v3_forward_phases_at_tp_8():
+    m = load_model("deepseek-v3")
+    kw = dict(max_model_len=163_840, max_num_seqs=1024, block_fp8=True)
+    t, h = 8192, 7168
+    # attention: loop input, residual, o_proj output, q (16 heads x 192), kv_c_normed 512, k_pe 64, output 16 x 128
+    attention = t * (3 * h + 16 * 192 + 512 + 64 + 16 * 128) * 2
+    assert pp.mla_attention_phase_elements(m, 8) * 2 * t == attention
+    # MoE: residual, input, router logits (256), shared output, top-8 weights and ids, cache13 8 x max(2 x 256, 7168),
+    # cache2 8 x 256, the fp8 input with a scale per 128 and the fp8 cache2 with its scales
+    routed = t * ((3 * h + 256) * 2 + 8 * 8) + t * 8 * (7168 + 256) * 2 + t * (h + 56 * 4) + t * 8 * (256 + 2 * 4)
+    assert pp.v1_mla_moe_forward_bytes(m, 8, t, version=(0, 11), **kw) == routed
+    assert attention + 512 * 2**20 < routed
+    # 16-bit experts: no fp8 copies
+    bf16 = pp.v1_mla_moe_forward_bytes(m, 8, t, version=(0, 11), **{**kw, "block_fp8": False})
+    assert routed - bf16 == t * (h + 56 * 4) + t * 8 * (256 + 2 * 4)
+    # a short batch: 0.11's buffer makes the attention phase the larger, 0.10 has none
+    few = dict(kw, max_num_seqs=16)
+    with_buffer = pp.v1_mla_moe_forward_bytes(m, 8, 256, version=(0, 11), **few)
+    assert with_buffer == 256 * pp.mla_attention_phase_elements(m, 8) * 2 + 512 * 2**20
+    without = pp.v1_mla_moe_forward_bytes(m, 8, 256, version=(0, 10), **few)  # the experts' phase, 42 MiB
+    assert 256 * pp.mla_attention_phase_elements(m, 8) * 2 < without < 64 * 2**20
+
+
+def test_deepseek_v3_on_8_h200s_under_0_11_is_set_by_the_sampler():
+    m = load_model("deepseek-v3")
+    p = pp.vllm_profile_peak(m, **V11_H200, tp=8, version=(0, 11, 0))
+    assert p.phase == "sampler" and abs(p.forward_bytes / GiB - 1.311) < 0.001
+    # the sort over 1,024 rows of 129,280 logits: 9F + the 16-bit logits, the forward's output and two gathered rows
+    f = 1024 * 129_280 * 4
+    held = 8192 * 7168 * 2 + 2 * 1024 * 7168 * 2 + 1024 * 129_280 * 2
+    assert p.sampler_bytes == held + 9 * f
+    assert abs(p.peak_bytes / GiB - 4.853) < 0.001 and "MLA" in p.environment
+
+
+def test_deepseek_rule_covers_hopper_block_fp8_or_16_bit_experts_on_triton_at_0_10_and_0_11():
+    m = load_model("deepseek-v3")
+    h200 = dict(gpu_name="h200", tp=8)
+    assert pp.unmodelled_reason(m, (0, 11), **h200) == ""
+    assert pp.unmodelled_reason(m, (0, 10), **h200, weight_dtype="bf16") == ""
+    assert "0.10 and 0.11 only" in pp.unmodelled_reason(m, (0, 19), **h200, rows=1024, sm_count=132)
+    assert "Hopper GPUs only" in pp.unmodelled_reason(m, (0, 11), gpu_name="b200", tp=8)
+    assert "nvfp4 experts" in pp.unmodelled_reason(m, (0, 11), **h200, weight_dtype="nvfp4")
+    # whole experts (2,048 wide) on each rank take DeepGEMM where installed, on by default from 0.11 only
+    assert "DeepGEMM" in pp.unmodelled_reason(m, (0, 11), **h200, ep=8)
+    assert pp.vllm_profile_peak(m, **V11_H200, tp=8, ep=8, version=(0, 11, 0)) is None
+    assert pp.unmodelled_reason(m, (0, 10), **h200, ep=8) == ""
+    assert "data-parallel attention" in pp.unmodelled_reason(m, (0, 11), **h200, dp_attention=True)
+    no_v = dataclasses.replace(m, v_head_dim=None)
+    assert "v_head_dim" in pp.unmodelled_reason(no_v, (0, 11), **h200)
+
+
+def test_engine_mode_plans_deepseek_v3_on_8_h200s_with_the_rule(cli):
+    eng = _engine(cli, "--preset", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--engine-version", "0.11")
+    assert eng["activation_profile"]["phase"] == "sampler" and abs(eng["activation_bytes"] / GiB - 4.853) < 0.001
+    assert "MLA" in eng["activation_source"]
+    ep = _engine(cli, "--preset", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--engine-version", "0.11", "--ep", "8")
+    assert "DeepGEMM" in ep["activation_source"] and ep["activation_profile"] is None

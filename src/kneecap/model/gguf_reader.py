@@ -177,6 +177,7 @@ def _model_from_gguf(meta: dict, tensors, *, source: str, default_name: str) -> 
         kv_lora_rank=kv_lora if "mla" in kinds else None,
         qk_rope_head_dim=rope_dim if "mla" in kinds else None,
         q_lora_rank=key("attention.q_lora_rank", required=False) if "mla" in kinds else None,
+        v_head_dim=_mla_value_length(key) if "mla" in kinds else None,
         linear_state_bytes_per_layer=state,
         num_experts=num_experts if moe_layers else 0,
         num_experts_per_tok=top_k if moe_layers else 0,
@@ -200,6 +201,15 @@ def _file_type(meta: dict) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int):
         return None
     return file_type_name(value)
+
+
+def _mla_value_length(key) -> int | None:
+    """An MLA model's v_head_dim: llama.cpp's converter writes it as attention.value_length_mla since it serves MLA
+    as MQA over the latent (value_length then being kv_lora_rank); older files, without key_length_mla, wrote it as
+    value_length (convert_hf_to_gguf.py DeepseekV2Model.set_gguf_parameters)."""
+    if key("attention.key_length_mla", required=False) or key("attention.value_length_mla", required=False):
+        return key("attention.value_length_mla", required=False)
+    return key("attention.value_length", required=False)
 
 
 def _vocab_from_tensors(tensors, hidden: int) -> int | None:

@@ -250,6 +250,7 @@ def _from_hf_config(
         kv_lora_rank=cfg.get("kv_lora_rank") if family == "mla" else None,
         qk_rope_head_dim=cfg.get("qk_rope_head_dim") if family == "mla" else None,
         q_lora_rank=cfg.get("q_lora_rank") if family == "mla" else None,
+        v_head_dim=cfg.get("v_head_dim") if family == "mla" else None,
         linear_state_bytes_per_layer=state_bytes,
         num_experts=count.num_experts,
         num_experts_per_tok=count.num_experts_per_tok,

@@ -78,6 +78,7 @@ class Model:
     kv_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
     q_lora_rank: int | None = None  # MLA query down-projection width (None: DeepSeek-V2-Lite's plain q_proj)
+    v_head_dim: int | None = None  # MLA value head width (head_dim is the query/key's: qk_nope + qk_rope)
     # Linear-attention / SSM layers: fixed state per sequence per layer, in bytes (recurrent + conv state)
     linear_state_bytes_per_layer: int = 0
     # MoE

@@ -566,6 +566,8 @@ def _vllm_activation(
             encoder=not deployment.language_only,
             weight_dtype=deployment.weight_dtype,
             dp_attention=deployment.dp_attention,
+            tp=deployment.attention_tp,
+            ep=deployment.ep,
         )
         or f"vLLM {version}'s profile run is not modelled"
     )

@@ -141,7 +141,43 @@ wheels), 0.10 and 0.11 only:
   (Qwen3-MoE's mlp_only_layers: their width is not in the model), data-parallel attention (its naive dispatch
   gathers every rank's tokens). No published torch peak increase of these models on 0.10 / 0.11 was found to
   check it (llm-d-planner's table has MoE rows for gpt-oss only).
-  DeepSeek-V2/V3 (MLA attention, block-FP8 experts whose kernel depends on DeepGEMM being installed) not modelled.
+
+DeepSeek-V2/V3 and R1 (DeepseekV2ForCausalLM, DeepseekV3ForCausalLM: MLA attention, MoE with shared experts; read in
+the 0.10.2 and 0.11.0 wheels), 0.10 and 0.11, Hopper GPUs only:
+  The profile run and the sampler are the dense models' (above). The forward's phases:
+  attention: _dummy_run builds attention metadata only with force_attention or full CUDA graphs
+    (v1/worker/gpu_model_runner.py 0.11.0 :3021-3024; profile_run :3390-3392 passes neither), so MLACommonImpl.forward
+    gets none and returns output.fill_(0) (v1/attention/backends/mla/common.py 0.11.0 :1648-1660, 0.10.2 :1503-1507).
+    0.11 first allocates, and drops, torch.empty([chunked_prefill_workspace_size, heads / TP, qk_nope_head_dim +
+    v_head_dim]) "to simulate the worse case output size for kv_b_proj(kv_c_normed)"; the workspace is
+    determine_chunked_prefill_workspace_size (:442-467): min(max(8 x max_model_len, 4 x max_num_seqs x block),
+    64Ki), at least max_num_seqs x block, the block 64 as platforms/cuda.py (:141-165) forces for FlashMLA, the
+    default MLA backend off Blackwell (FlashMLA runs on sm90). Live at the call (model_executor/layers/mla.py
+    :119-170): q [heads / TP, qk_nope + qk_rope], kv_c_normed [kv_lora_rank], k_pe [qk_rope] and the output
+    [heads / TP, v_head_dim] Attention allocates, beside the residual; counted with the loop input and o_proj's
+    output as attention_phase_elements does.
+  dense MLP (the first first_k_dense_replace layers, models/deepseek_v2.py DeepseekV2MLP, intermediate_size wide):
+    the Llama rule (gate_up, SiLU-and-mul, down).
+  MoE (deepseek_v2.py DeepseekV2MoE.forward 0.11.0 :242-285; SharedFusedMoE; fused_moe/layer.py forward_impl
+    :1982-2081 through the moe_forward_shared custom op, mutates_args=["hidden_states"], :2164-2188): router logits
+    ([tokens, experts], 16-bit: the gate is unquantized), the shared experts' MLP first (its [tokens, hidden] output
+    kept through the routed experts), grouped_topk's fp32 weights and int32 ids (fused_moe.py :1034-1106; its
+    [tokens, experts] fp32 scores are freed on return), then Fp8MoEMethod.apply (quantization/fp8.py :897-1090:
+    no FlashInfer, VLLM_USE_FLASHINFER_MOE_FP8 off by default; no Marlin on sm89+; no modular kernel without DP/EP
+    all-to-all) calls fused_experts with allow_deep_gemm. DeepGEMM runs only where it imports, is on
+    (VLLM_USE_DEEP_GEMM: "1" by default in 0.11.0 envs.py:1148-1149, "0" in 0.10.2 :974-975) and the experts'
+    width per rank (w2's N) is above 512 (fused_moe.py :1392-1402, deep_gemm_moe.py _valid_deep_gemm :34-72, E8M0
+    only on Blackwell or with VLLM_USE_DEEP_GEMM_E8M0_HOPPER): DeepSeek-V3's 2,048 / TP 4 or 8 takes Triton's
+    fused_experts_impl in place, whose caches are the Qwen3-MoE rule's, plus for block-FP8 experts
+    moe_kernel_quantize_input's per-128-group fp8 copies of the input [M, hidden] and of intermediate_cache2
+    [M x top_k, N] with their fp32 scales (fused_moe/utils.py _fp8_quantize -> per_token_group_quant_fp8). The
+    fp8 linear layers' own input quantization (a [tokens, K] fp8 copy) is below these phases and not counted.
+  DeepSeek-V3 at TP 8 on H200s (8,192 tokens, 1,024 sequences, max_model_len 163,840): attention 0.92 GiB (0.5 GiB of
+  it the buffer), experts 1.31 GiB, the sort over 129,280 logits 4.82 GiB: peak 4.853 GiB. Unchecked: no published
+  vLLM 0.10 / 0.11 start-up log of DeepSeek-V3/R1 with its torch peak increase was found. Not modelled: other GPUs
+  (pre-Ada takes Marlin, Blackwell DeepGEMM / CUTLASS with another MLA backend and block size), experts wider than
+  512 on a rank under 0.11 (expert parallelism, TP 2: DeepGEMM's buffers where it is installed), per-tensor FP8 or
+  other quantized experts, data-parallel attention, DeepSeek-V3.2 (its indexer).
 
 MoE on vLLM 0.18 and 0.19 (read in the 0.19.0 wheel; the 0.18.0 wheel's oracle/unquantized.py, fused_moe.py
 TritonExperts, modular_kernel.py buffer allocation, v1/worker/workspace.py, qwen3_moe.py and mixtral.py are the same):
@@ -296,9 +332,32 @@ WORKSPACE_MOE_FORWARD_ENVIRONMENT = (
     "; the MoE layers' buffers as Triton's modular kernel takes them from vLLM's workspace buffer for 16-bit experts "
     "without expert parallelism (each rank's experts cut to intermediate / TP), kept from the first MoE layer on"
 )
+MLA_MOE_FORWARD_ENVIRONMENT = (
+    "; DeepSeek's MLA layers as vLLM's profile run takes them (no attention computed: an empty prefill-context "
+    "buffer from 0.11, the output zero-filled) and its experts on Triton's fused_experts, each cut TP / EP ways "
+    "(block-FP8 experts quantize their inputs per 128-wide group; DeepGEMM is skipped for experts 512 wide or less "
+    "per rank)"
+)
 TRITON_KERNELS_MOE_ENVIRONMENT = (
     "; gpt-oss's experts on the bundled triton_kernels path, which keeps no buffer (its forward priced as Marlin's)"
 )
+# DeepSeek-V2/V3 (MLA attention; read in the 0.10.2 and 0.11.0 wheels): the model files' architectures, the
+# expert dtypes the rule covers (block-FP8 on Hopper's Triton fused_experts, 16-bit on the unquantized one)
+V1_MLA_ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
+MLA_MOE_WEIGHT_DTYPES = ("fp8-block", "bf16", "fp16")
+# 0.11.0 v1/attention/backends/mla/common.py:1648-1660: the profile run's empty [workspace, heads, nope + v] buffer
+# (not in 0.10.2: :1503-1507 only zero-fills the output)
+MLA_PROFILE_BUFFER_FROM = (0, 11)
+MLA_WORKSPACE_CAP = 64 * 1024  # common.py:448-460 determine_chunked_prefill_workspace_size: "limiting it to 64k tokens"
+FLASHMLA_BLOCK_SIZE = (
+    64  # platforms/cuda.py:152-165 (0.11.0): FlashMLA by default off Blackwell, block size forced to 64
+)
+# fused_moe.py fused_experts (0.11.0 :1392-1402; deep_gemm_moe.py _valid_deep_gemm :63-72, the same in 0.10.2):
+# DeepGEMM only for an expert width per rank (w2's N) above 512; VLLM_USE_DEEP_GEMM "1" by default in 0.11.0
+# (envs.py:1148-1149), "0" in 0.10.2 (:974-975)
+DEEP_GEMM_MIN_N = 513
+DEEP_GEMM_DEFAULT_FROM = (0, 11)
+FP8_GROUP = 128  # per_token_group_quant_fp8's group: the checkpoints' weight_block_size [128, 128]
 TOPK_ENTRY_BYTES = 4 + 4  # select_experts: fp32 top-k weights and int32 top-k ids, per token and chosen expert
 V1_GATHERED_ROWS = 2  # [rows, hidden] tensors profile_run holds at the sampler: the gathered rows, their rand_like
 
@@ -474,6 +533,87 @@ def v1_workspace_moe_forward_bytes(model, tp: int, tokens: int, ep: int = 1) -> 
     return moe_workspace_bytes(model, tp, tokens, ep) + max(attention, moe)
 
 
+def mla_workspace_tokens(max_model_len: int, max_num_seqs: int, block_size: int = FLASHMLA_BLOCK_SIZE) -> int:
+    """vLLM 0.11's chunked-prefill workspace for MLA, in tokens (v1/attention/backends/mla/common.py:442-467
+    determine_chunked_prefill_workspace_size): min(max(8 x max_model_len, 4 x max_num_seqs x block), 64Ki), at least
+    max_num_seqs x block."""
+    size = min(max(8 * max_model_len, 4 * max_num_seqs * block_size), MLA_WORKSPACE_CAP)
+    return max(size, max_num_seqs * block_size)
+
+
+def mla_profile_buffer_bytes(model, tp: int, workspace_tokens: int) -> int:
+    """The buffer vLLM 0.11's MLA attention allocates, and drops, on the profile run in place of attention
+    (common.py:1648-1660): [workspace tokens, heads / TP, qk_nope_head_dim + v_head_dim] in the model's dtype, "the
+    worse case output size for kv_b_proj(kv_c_normed) in _compute_prefill_context"."""
+    nope = model.head_dim - model.qk_rope_head_dim
+    return workspace_tokens * (model.num_attention_heads // tp) * (nope + model.v_head_dim) * ACT_BYTES
+
+
+def mla_attention_phase_elements(model, tp: int) -> int:
+    """16-bit elements per token live at an MLA layer's attention call on one TP rank (0.11.0
+    model_executor/layers/mla.py:119-170): the loop input, the residual and o_proj's output (as for the other
+    models), q [heads / TP, qk_nope + qk_rope], kv_c_normed [kv_lora_rank], k_pe [qk_rope] and the attention output
+    [heads / TP, v_head_dim] the layer allocates."""
+    heads = model.num_attention_heads // tp
+    return (
+        3 * model.hidden_size
+        + heads * model.head_dim
+        + model.kv_lora_rank
+        + model.qk_rope_head_dim
+        + (heads * model.v_head_dim)
+    )
+
+
+def _fp8_group_bytes(width: int) -> int:
+    """Bytes a token's row takes quantized per 128-wide group: fp8 values and one fp32 scale a group
+    (quantization/utils/fp8_utils.py per_token_group_quant_fp8, through fused_moe/utils.py _fp8_quantize)."""
+    return width + -(-width // FP8_GROUP) * F32
+
+
+def v1_mla_moe_forward_bytes(
+    model,
+    tp: int,
+    tokens: int,
+    *,
+    max_model_len: int,
+    max_num_seqs: int,
+    version: tuple[int, ...],
+    block_fp8: bool,
+    ep: int = 1,
+) -> int:
+    """Live tensors at the peak of vLLM 0.10 / 0.11's DeepSeek-V2/V3 forward over `tokens` tokens on one TP rank: the
+    larger of its phases.
+    attention: no attention metadata in the profile run, so the MLA backend only zero-fills the output, after (0.11)
+      allocating the prefill-context buffer (mla_profile_buffer_bytes) beside the tensors at the call.
+    dense MLP (the first first_k_dense_replace layers, intermediate_size wide): the Llama rule, the residual, its
+      input, gate_up and SiLU-and-mul's output.
+    MoE (models/deepseek_v2.py DeepseekV2MoE.forward :242-285, fused_moe/layer.py forward_impl :1982-2081): the router
+      logits [tokens, experts], then the shared experts' MLP (its output [tokens, hidden] kept through the routed
+      experts), grouped_topk's fp32 weights and int32 ids, and Triton's fused_experts_impl (fused_moe.py, in place):
+      cache13 [M x top_k x max(2N, K)] and intermediate_cache2 [M x top_k, N] in 16 bits, and for block-FP8 experts
+      the per-group fp8 copies of the input [M, K] and of intermediate_cache2, with their fp32 scales (M: the tokens
+      up to VLLM_FUSED_MOE_CHUNK_SIZE, N: the expert's width / (TP / EP), K: hidden). `block_fp8`: the experts are
+      block-FP8 (else 16-bit)."""
+    h = model.hidden_size
+    buffer = 0
+    if version[:2] >= MLA_PROFILE_BUFFER_FROM:
+        buffer = mla_profile_buffer_bytes(model, tp, mla_workspace_tokens(max_model_len, max_num_seqs))
+    attention = tokens * mla_attention_phase_elements(model, tp) * ACT_BYTES + buffer
+    dense = tokens * (V1_MLP_HIDDEN_LIVE * h + 3 * model.intermediate_size // tp) * ACT_BYTES
+    width = expert_intermediate_size(model)
+    shared = -(-model.num_shared_experts * width // tp)  # the shared experts' MLP: TP-sharded, not expert-parallel
+    held = (2 * h + model.num_experts) * ACT_BYTES  # the residual, the MoE input (and output), the router logits
+    shared_phase = tokens * (held + 3 * shared * ACT_BYTES)
+    n = -(-width // max(1, tp // ep))
+    top_k = model.num_experts_per_tok
+    chunk = min(tokens, FUSED_MOE_CHUNK_SIZE)
+    routed = tokens * (held + (h if shared else 0) * ACT_BYTES + top_k * TOPK_ENTRY_BYTES)
+    routed += chunk * top_k * (max(2 * n, h) + n) * ACT_BYTES
+    if block_fp8:
+        routed += chunk * _fp8_group_bytes(h) + chunk * top_k * _fp8_group_bytes(n)
+    return max(attention, dense, shared_phase, routed)
+
+
 def v1_sampler_bytes(model, tokens: int, rows: int) -> int:
     """Live tensors at the peak of vLLM 0.10-0.14's dummy sampler run with PyTorch's top-k/top-p sort: V0's sort
     (the model's output, the 16-bit logits, fp32 logits, sorted values and indices, the sort's scratch) plus the
@@ -606,12 +746,15 @@ def unmodelled_reason(
     encoder: bool = True,
     weight_dtype: str | None = None,
     dp_attention: bool = False,
+    tp: int = 1,
+    ep: int = 1,
 ) -> str:
     """Why kneecap has no profile-run rule for this model and release ('' if it has one). From 0.17 the rule needs
     the GPU's SM count and, through the releases not read, the rows sampled (max_num_seqs; None: not checked).
     `encoder`: whether the server profiles a multimodal checkpoint's encoder (False: it serves the language model
     only). `weight_dtype`: the dtype the server runs the weights in (None: the checkpoint's). `dp_attention`: vLLM
-    runs data-parallel attention (DP with expert parallelism)."""
+    runs data-parallel attention (DP with expert parallelism). `tp`, `ep`: the tensor- and expert-parallel sizes, which
+    set the experts' width on each rank (DeepSeek's kernel choice depends on it)."""
     v = version[:2]
     if model.num_experts:
         # vLLM 0.11 under --data-parallel-size with expert parallelism: VLLM_ALL2ALL_BACKEND defaults to
@@ -622,9 +765,13 @@ def unmodelled_reason(
                 "data-parallel attention's MoE dispatch (every rank's tokens gathered before the experts) is "
                 "not modelled"
             )
-        if model.architecture not in V1_MOE_ARCHITECTURES:
+        if model.architecture in V1_MLA_ARCHITECTURES:
+            why = _mla_unmodelled_reason(model, v, gpu_name, weight_dtype, max(1, tp // ep))
+            if why:
+                return why
+        elif model.architecture not in V1_MOE_ARCHITECTURES:
             return "MoE layers (the fused-MoE kernels' buffers) are not modelled"
-        if v not in V1_MOE_RELEASES + V1_WORKSPACE_MOE_RELEASES:
+        elif v not in V1_MOE_RELEASES + V1_WORKSPACE_MOE_RELEASES:
             return (
                 f"{model.architecture}'s MoE layers were read for vLLM 0.10, 0.11, 0.18 and 0.19 only (the fused-MoE "
                 "kernels' buffers in other releases are not modelled)"
@@ -639,6 +786,8 @@ def unmodelled_reason(
             if model.num_moe_layers != model.num_hidden_layers:
                 return "the dense MLP layers between the MoE layers are not modelled (their width is not in the model)"
     kinds = set(model.layer_types) - LAYER_KINDS_MODELLED
+    if model.num_experts and model.architecture in V1_MLA_ARCHITECTURES:
+        kinds -= {"mla"}
     if kinds:
         return f"{', '.join(sorted(kinds))} layers are not modelled"
     name = ".".join(map(str, v))
@@ -658,7 +807,7 @@ def unmodelled_reason(
         return ""
     if not is_v1_rule(v):
         return f"vLLM {name}'s profile run was not read ({RULES})"
-    read = V1_ARCHITECTURES + V1_MOE_ARCHITECTURES
+    read = V1_ARCHITECTURES + V1_MOE_ARCHITECTURES + V1_MLA_ARCHITECTURES
     if model.architecture not in read:
         return f"{model.architecture}'s layer was not read (V1 rules: {', '.join(read)})"
     if v >= V1_TRITON_TOPK_FROM and not sm_count:
@@ -671,6 +820,35 @@ def unmodelled_reason(
         return (
             f"with {rows} sequences vLLM {name}'s top-k/top-p path was not read (0.25.0 sorts fewer than 8 rows, "
             "0.30.0 runs the Triton kernel with a split-row workspace up to 64; 0.26-0.29 not read)"
+        )
+    return ""
+
+
+def _mla_unmodelled_reason(model, v: tuple[int, ...], gpu_name: str, weight_dtype: str | None, cut: int) -> str:
+    """Why the DeepSeek-V2/V3 rule (MLA, MoE) does not cover this model, release and GPU ('' if it does); `cut`: the
+    ways each expert is split (TP / EP)."""
+    if v not in V1_MOE_RELEASES:
+        return f"{model.architecture}'s profile run was read for vLLM 0.10 and 0.11 only"
+    if not gpu_name.lower().startswith(SM90_GPUS):
+        return (
+            f"{model.architecture}'s profile run was read for Hopper GPUs only (FlashMLA's block size, Triton's FP8 "
+            "experts; other GPUs take other kernels)"
+        )
+    if not (model.v_head_dim and model.kv_lora_rank and model.qk_rope_head_dim):
+        return "the config does not state the MLA widths (v_head_dim, kv_lora_rank, qk_rope_head_dim)"
+    if not model.intermediate_size:
+        return "the config does not state intermediate_size (the dense MLP layers' width)"
+    dtype = (weight_dtype or model.weight_dtype or "bf16").lower()
+    if dtype not in MLA_MOE_WEIGHT_DTYPES:
+        return (
+            f"{dtype} experts' fused-MoE kernel buffers are not modelled (the rule covers block-FP8 and 16-bit experts "
+            "on Triton's fused_experts)"
+        )
+    width = -(-expert_intermediate_size(model) // cut)
+    if dtype == "fp8-block" and v >= DEEP_GEMM_DEFAULT_FROM and width >= DEEP_GEMM_MIN_N:
+        return (
+            f"experts {width} wide on each rank take DeepGEMM where it is installed (VLLM_USE_DEEP_GEMM is on by "
+            "default from 0.11), whose buffers are not modelled"
         )
     return ""
 
@@ -691,7 +869,8 @@ def vllm_profile_peak(
     ep: int = 1,
     dp_attention: bool = False,
 ) -> ProfilePeak | None:
-    """The activation peak of `version`'s profile run for a dense Llama-style model, gpt-oss, Qwen3-MoE or Mixtral, or
+    """The activation peak of `version`'s profile run for a dense Llama-style model, gpt-oss, Qwen3-MoE, Mixtral or
+    DeepSeek-V2/V3, or
     None where kneecap has no rule (the release's profile run was not read, or the model or GPU is of a kind the rule
     does not cover). V1 releases need the batch the server runs with (max_num_batched_tokens, max_num_seqs: the caller resolves the
     release's defaults for the GPU) and, from 0.17, the GPU's SM count; V0 takes its own defaults when None.
@@ -727,6 +906,8 @@ def vllm_profile_peak(
         encoder=encoder,
         weight_dtype=weight_dtype,
         dp_attention=dp_attention,
+        tp=tp,
+        ep=ep,
     )
     if why:
         return None
@@ -736,6 +917,18 @@ def vllm_profile_peak(
     mm = dict(images=images, encoder_bytes=encoder_peak, encoder_held_bytes=held)
     if model.architecture in V1_TRITON_MOE_ARCHITECTURES:
         forward = held + v1_triton_moe_forward_bytes(model, tp, tokens, ep)
+    elif model.architecture in V1_MLA_ARCHITECTURES:
+        block_fp8 = (weight_dtype or model.weight_dtype or "").lower() == "fp8-block"
+        forward = held + v1_mla_moe_forward_bytes(
+            model,
+            tp,
+            tokens,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs or tokens,
+            version=v,
+            block_fp8=block_fp8,
+            ep=ep,
+        )
     else:
         forward = held + (v1_marlin_moe_forward_bytes if model.num_experts else v1_forward_bytes)(model, tp, tokens)
     family = f"{version[0]}.{version[1]} (V1)"
@@ -746,7 +939,9 @@ def vllm_profile_peak(
         )
         peak = workspace + max(forward, sampler, encoder_peak)
         moe_env = ""
-        if model.num_experts:
+        if model.architecture in V1_MLA_ARCHITECTURES:
+            moe_env = MLA_MOE_FORWARD_ENVIRONMENT
+        elif model.num_experts:
             triton = model.architecture in V1_TRITON_MOE_ARCHITECTURES
             moe_env = TRITON_MOE_FORWARD_ENVIRONMENT if triton else MOE_FORWARD_ENVIRONMENT
         env = (v1_environment(version) if sort else FLASHINFER_ENVIRONMENT) + moe_env
