@@ -147,6 +147,20 @@ def test_mla_gguf_value_head_width_from_either_converter(tmp_path):
     assert load_model(str(_write(tmp_path / "new.gguf", "deepseek2", new, tensors))).v_head_dim == 12
 
 
+def test_mla_gguf_head_dim_is_the_per_head_width_not_the_latent(tmp_path):
+    # DeepSeek-V3's widths: kv_lora_rank 512, qk_rope 64, qk_nope 128, v 128 (config.json head_dim 128 + 64 = 192)
+    tensors = {"token_embd.weight": ((10, 64), np.float32)}
+    base = {"block_count": 2, "embedding_length": 64, "head_count": 4, "kv_lora_rank": 512, "rope_dimension_count": 64}
+    # a current converter: key_length is the latent row (512 + 64 = 576), key_length_mla the per-head 192
+    new = {**base, "key_length": 576, "value_length": 512, "key_length_mla": 192, "value_length_mla": 128}
+    model = load_model(str(_write(tmp_path / "new.gguf", "deepseek2", new, tensors)))
+    assert (model.head_dim, model.v_head_dim) == (192, 128)
+    assert kv_bytes_per_token(model, 2) == 2 * (512 + 64) * 2  # the cache is still the latent + rope row
+    # an older converter: key_length was the per-head width itself
+    old = {**base, "key_length": 192, "value_length": 128}
+    assert load_model(str(_write(tmp_path / "old.gguf", "deepseek2", old, tensors))).head_dim == 192
+
+
 def test_gguf_missing_key_is_one_line(tmp_path):
     from kneecap.errors import KneecapError
 

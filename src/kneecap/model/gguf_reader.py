@@ -130,7 +130,7 @@ def _model_from_gguf(meta: dict, tensors, *, source: str, default_name: str) -> 
                 f"{source}: MLA model without {arch}.attention.kv_lora_rank / rope.dimension_count",
                 "re-convert with a current llama.cpp",
             )
-        head_dim = key("attention.key_length", required=False) or head_dim
+        head_dim = _mla_key_length(key) or head_dim
 
     parts, part_bytes, types_by_part, experts_by_layer = _tally(tensors, blocks)
     total = sum(parts.values())
@@ -201,6 +201,17 @@ def _file_type(meta: dict) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int):
         return None
     return file_type_name(value)
+
+
+def _mla_key_length(key) -> int | None:
+    """An MLA model's per-head q/k width (qk_nope_head_dim + qk_rope_head_dim, the head_dim of its config.json).
+
+    Current llama.cpp converters serve MLA as MQA over the latent: they write attention.key_length as
+    kv_lora_rank + qk_rope_head_dim (576 for DeepSeek-V3) and the per-head width as attention.key_length_mla (192)
+    (llama.cpp conversion/deepseek.py:349-353, vendored in the llama-cpp-python 0.3.36 sdist; gguf-py
+    constants.py:179-180 in gguf 0.19.0). Older files, without key_length_mla, wrote the per-head width as
+    key_length."""
+    return key("attention.key_length_mla", required=False) or key("attention.key_length", required=False)
 
 
 def _mla_value_length(key) -> int | None:
