@@ -64,7 +64,10 @@ FLAG_OPTIONS = {
     ],
     "block_size": Annotated[
         Optional[int],
-        typer.Option("--block-size", help="Tokens per KV block (paged allocation; 16, SGLang page size 1)"),
+        typer.Option(
+            "--block-size",
+            help="Tokens per KV block (paged allocation; 16, vLLM's MLA backend's block with --engine vllm, SGLang page size 1)",
+        ),
     ],
     "compute_batch_cap": Annotated[
         Optional[int], typer.Option("--compute-batch-cap", help="Latency/SLO cap on concurrent sequences")

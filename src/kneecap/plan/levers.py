@@ -127,6 +127,8 @@ def compute_levers(plan: Plan, *, prefix_tokens: int | None = None) -> list[Leve
         new = dataclasses.replace(
             d, weight_dtype="fp8" if weights_fp8 else d.weight_dtype, kv_dtype="fp8" if kv_fp8 else d.kv_dtype
         )
+        if kv_fp8 and plan.fp8_kv_block_size:  # the engine's block for an fp8 cache (vLLM's MLA backends)
+            new = dataclasses.replace(new, block_size=plan.fp8_kv_block_size)
         if override:  # a logged pool: KV dtype changes what it holds
             return rebuild(plan, new, kv_pool_bytes=plan.ledger.kv_pool_bytes)
         return rebuild(plan, new, keep_weights=not weights_fp8)
