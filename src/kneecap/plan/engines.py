@@ -68,6 +68,7 @@ from kneecap.errors import KneecapError
 from kneecap.model import kv as kvmath
 from kneecap.model import rope
 from kneecap.plan import sglang_load, vllm_load, vllm_mxfp4
+from kneecap.plan.profile_peak import SM90_GPUS
 from kneecap.units import GiB
 
 ENGINES = ("vllm", "sglang")
@@ -772,7 +773,6 @@ def model_layout(
 VLLM_DEFAULT_BLOCK_SIZE = (
     16  # vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE (platforms/cuda.py:126-127 in 0.11.0)
 )
-VLLM_SM90_GPUS = ("h100", "h200", "gh200", "h20", "h800")  # catalog names of compute capability 9.0 parts
 VLLM_SM100_GPUS = ("b200", "gb200")  # compute capability 10.0
 VLLM_FLASHMLA_FORCED_FROM = (0, 8)  # 0.7.3's platforms/cuda.py forces no MLA block size; 0.8.0's forces FlashMLA's
 VLLM_MLA_BACKEND_BLOCK_FROM = (0, 18)  # block size from the chosen backend's kernel sizes, not forced by the platform
@@ -804,7 +804,7 @@ def vllm_block_size(model, gpu_name: str, version: str, kv_dtype: str) -> int:
     name = gpu_name.lower()
     if v < VLLM_FLASHMLA_FORCED_FROM:
         return VLLM_DEFAULT_BLOCK_SIZE
-    if name.startswith(VLLM_SM90_GPUS):
+    if name.startswith(SM90_GPUS):
         if v < VLLM_MLA_BACKEND_BLOCK_FROM:
             return 64
         return 64 if kv_dtype.lower().startswith("fp8") else VLLM_DEFAULT_BLOCK_SIZE
