@@ -195,7 +195,9 @@ def test_find_max_on_llamacpp_answers_a_load_that_met_the_slo(llamacpp, cli, tmp
 
 def test_replay_on_llamacpp_equal_hash_ids_are_prefix_cache_hits(llamacpp, cli, tmp_path):
     # every row shares its first 512-token block (hash id 0) and has one of its own: llama.cpp's slot cache
-    # (its own usage.prompt_tokens_details.cached_tokens) finds exactly that block for every row after the first
+    # (its own usage.prompt_tokens_details.cached_tokens) finds that block for every row after the first. It may find
+    # a token or two more: a row's own block is drawn at random, and its first tokens can equal those its slot last
+    # held (a clean-clone run logged 513 once), so the own block counts as matched only by that chance
     trace = tmp_path / "shared.jsonl"
     rows = [{"timestamp": 300 * i, "input_length": 600, "output_length": 4, "hash_ids": [0, 1 + i]} for i in range(6)]
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -203,8 +205,9 @@ def test_replay_on_llamacpp_equal_hash_ids_are_prefix_cache_hits(llamacpp, cli, 
     assert summary["levels"][0]["completed"] == 6, summary["levels"][0]["errors"]
     mine = sorted(records, key=lambda r: r.scheduled_at)
     assert [r.prompt_tokens for r in mine] == [600] * 6
-    assert [r.extra.get("cached_tokens") for r in mine] == [0] + [512] * 5
+    cached = [r.extra.get("cached_tokens") for r in mine]
+    assert cached[0] == 0 and all(512 <= c <= 516 for c in cached[1:]), cached
     # llama.cpp's /metrics has no prefix-cache counters: the level's hit rate is those counts over its prompt tokens
     sm = summary["levels"][0]["server_metrics"]
     assert sm["source"] == "prometheus" and sm["prefix_cache_hit_rate_source"] == "usage", sm
-    assert sm["prefix_cache_hit_rate"] == pytest.approx(5 * 512 / (6 * 600), abs=1e-6)
+    assert sm["prefix_cache_hit_rate"] == pytest.approx(sum(cached) / (6 * 600), abs=1e-6)
