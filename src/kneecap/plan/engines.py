@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 from collections import Counter
 from dataclasses import dataclass
 
@@ -67,6 +68,7 @@ from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.model import kv as kvmath
 from kneecap.model import rope
+from kneecap.model.params import tp_layout
 from kneecap.plan import sglang_load, vllm_load, vllm_mxfp4
 from kneecap.plan.profile_peak import SM90_GPUS
 from kneecap.units import GiB
@@ -257,10 +259,6 @@ def vllm_load_extra(
 
 def _sixteen_bit_weights_per_rank(model, encoder_params: int, tp: int) -> int:
     """What the ledger puts on one TP rank when every weight is 16-bit (kneecap.model.params.tp_layout)."""
-    from fractions import Fraction
-
-    from kneecap.model.params import tp_layout
-
     layout = tp_layout(model, tp)
     split = sum(s for s, _ in layout.values()) + encoder_params
     whole = sum(w for _, w in layout.values())

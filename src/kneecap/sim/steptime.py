@@ -140,6 +140,7 @@ from dataclasses import dataclass, fields, replace
 from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.model.kv import kv_dtype_bytes, kv_heads_per_gpu, state_bytes_per_sequence
+from kneecap.model.params import params_per_rank
 from kneecap.sim.attention import prefill_attention
 from kneecap.sim.efficiency import Efficiency, curve_at, efficiency_for
 from kneecap.sim.kernels import table_for
@@ -399,8 +400,6 @@ class StepTimeModel:
         # dense-in-T GEMMs: every weight read once per step, 2 FLOPs per weight per token. The attention's share on
         # one rank is the ledger's (kneecap.model.params.tp_layout: K/V heads copied when TP exceeds them, MLA's
         # down-projections whole on every rank); under DP attention all of it.
-        from kneecap.model.params import params_per_rank
-
         attn_share = 1.0
         if not dp_attention and pcount.get("attention"):
             attn_share = params_per_rank(model, tp)["attention"] / pcount["attention"]
