@@ -49,6 +49,7 @@ PLAN_KEYS = {
     "context",
     "mean_context",
     "block_size",
+    "block_size_requested",
     "compute_batch_cap",
     "hbm",
     "weights_total_bytes",

@@ -374,6 +374,7 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         if mem_util is not None:
             raise KneecapError("--mem-util is vLLM's knob", "use --mem-fraction for --engine sglang")
         mem_util = f.mem_fraction if f.mem_fraction is not None else engines.SGLANG_EXAMPLE_MEM_FRACTION
+    block_size, block_override = _block_size(f, model, gpu, kv_dtype)
     deployment = Deployment(
         model=model,
         gpu=gpu,
@@ -384,7 +385,7 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         dp_attention_engine=f.dp_attention_engine,
         weight_dtype=weight_dtype,
         kv_dtype=kv_dtype,
-        block_size=f.block_size or _default_block_size(f, model, gpu, kv_dtype),
+        block_size=block_size,
         hbm=hbm,
         overhead_bytes=int(f.overhead_gib * GiB),
         frag_fraction=f.frag,
@@ -513,6 +514,8 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         fp8_block = engines.vllm_block_size(model, gpu.name, version, "fp8")
         if fp8_block != deployment.block_size:
             plan = dataclasses.replace(plan, fp8_kv_block_size=fp8_block)
+    if block_override:  # the engine forces its attention backend's block over the user's --block-size
+        plan = dataclasses.replace(plan, block_size_requested=f.block_size, notes=plan.notes + (block_override,))
     if engine_pool is not None and engine_pool.max_running_requests is not None:  # SGLang: its Mamba pool's cap
         running = engine_pool.max_running_requests * max(1, engine_pool.dp_attention_ranks)  # each rank's cap
         plan = dataclasses.replace(plan, max_concurrency=min(plan.max_concurrency, running))
@@ -527,6 +530,17 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
             ),
         )
     return PlannedDeployment(plan, engine_pool)
+
+
+def _block_size(f: DeploymentRequest, model, gpu, kv_dtype: str) -> tuple[int, str | None]:
+    """Tokens per KV block the plan counts, and the words on it where the engine overrides the user's --block-size
+    (vLLM 0.8-0.17's MLA backends: engines.vllm_engine_block_size)."""
+    if not f.block_size:
+        return _default_block_size(f, model, gpu, kv_dtype), None
+    if f.engine == "vllm":
+        version = f.engine_version or engines.DEFAULT_VLLM_VERSION
+        return engines.vllm_engine_block_size(model, gpu.name, version, f.block_size)
+    return f.block_size, None
 
 
 def _default_block_size(f: DeploymentRequest, model, gpu, kv_dtype: str) -> int:

