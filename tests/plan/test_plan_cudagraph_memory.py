@@ -67,13 +67,34 @@ def _server_batch(e: dict) -> tuple[int, int]:
 
 NO_PP = [e for e in ESTIMATES if e["pp"] == 1]
 MODES = ("PIECEWISE", "FULL")
+MODEL_CONFIGS = ROOT / "tests" / "model" / "configs"
+# the logged architectures whose attention is not plain: a published config of each, read as kneecap reads a model
+# (Kimi-VL's language model is vLLM's DeepseekV2ForCausalLM, model_executor/models/kimi_vl.py: MLA, as DeepSeek-V2)
+TRAIT_CONFIGS = {
+    "Llama4ForConditionalGeneration": "llama-4-scout-17b-16e-instruct.json",
+    "DeepseekV2ForCausalLM": "deepseek-v2-lite.json",
+    "KimiVLForConditionalGeneration": "deepseek-v2-lite.json",
+}
 
 
-def _graphs(e: dict) -> dict[str, int]:
-    """The graphs per mode kneecap gives the logged server (FULL counted even where the log captured none)."""
+def _traits(e: dict) -> dict[str, bool]:
+    """{mla, chunked_local} for the log's model: from the config of its architecture, else plain attention."""
+    config = TRAIT_CONFIGS.get(_architecture(e))
+    if config is None:
+        return {"mla": False, "chunked_local": False}
+    from kneecap.model import load_model
+
+    model = load_model(str(MODEL_CONFIGS / config))
+    return {"mla": "mla" in model.layer_types, "chunked_local": model.attention_chunked}
+
+
+def _graphs(e: dict, full_by_backend: bool = True) -> dict[str, int]:
+    """The graphs per mode kneecap gives the logged server (full_by_backend=False: FULL counted even where the
+    attention backend captures none, as kneecap did before it resolved the mode per backend)."""
     seqs, tokens = _server_batch(e)
     sizes = cg.capture_sizes((0, 20), seqs, tokens, gpu_name="h100-sxm", architecture=_architecture(e))
-    return cg.graphs_by_mode(sizes, seqs)
+    why_not = cg.no_full_graphs((0, 19), "h100-sxm", **_traits(e)) if full_by_backend else None
+    return cg.graphs_by_mode(sizes, seqs, full=why_not is None)
 
 
 def _medians(logs: list[dict]) -> tuple[dict[str, float], dict[str, float]]:
@@ -122,6 +143,28 @@ def test_the_graphs_captured_are_the_logged_ones():
         for mode, (graphs, largest) in _logged_graphs(e).items():
             assert (predicted[mode], sizes[-1]) == (graphs, largest), e["id"]
     assert {_logged_graphs(e)["PIECEWISE"] for e in ESTIMATES} == {(51, 512), (83, 1024)}
+
+
+def test_the_modes_captured_are_the_logged_ones():
+    # FULL decode graphs only where every attention backend supports them: Llama-4-Scout's chunked local attention
+    # does not, and its log profiles PIECEWISE alone; every other log profiles both
+    for e in ESTIMATES:
+        assert set(_graphs(e)) == set(_logged_graphs(e)) == {m.mode for m in _modes(e)}, e["id"]
+    piecewise_only = [e["id"] for e in ESTIMATES if "FULL" not in _logged_graphs(e)]
+    assert piecewise_only == ["meta-llama-llama-4-scout--h100-80gb--tp4pp1dp1--8192"]
+
+
+def test_the_backend_decides_whether_full_graphs_are_captured():
+    assert cg.no_full_graphs((0, 20), "h100-sxm", mla=False, chunked_local=True).startswith("its chunked local")
+    assert cg.no_full_graphs((0, 33), "b200", mla=False, chunked_local=True)
+    # MLA: FlashAttention MLA / FlashMLA on 9.x, FlashInfer / CUTLASS MLA on 10.x capture FULL; Triton MLA elsewhere
+    # captures none through 0.21 and FULL from 0.22
+    assert cg.no_full_graphs((0, 20), "h100-sxm", mla=True, chunked_local=False) is None
+    assert cg.no_full_graphs((0, 20), "b200", mla=True, chunked_local=False) is None
+    assert "Triton MLA" in cg.no_full_graphs((0, 21), "a100-80", mla=True, chunked_local=False)
+    assert cg.no_full_graphs((0, 22), "a100-80", mla=True, chunked_local=False) is None
+    assert cg.no_full_graphs((0, 20), "a100-80", mla=False, chunked_local=False) is None
+    assert cg.graphs_by_mode((1, 2, 4), 2, full=False) == {"PIECEWISE": 3}
 
 
 def test_the_capture_sizes_follow_the_release():
@@ -237,7 +280,7 @@ def engine(cli):
 
 
 def test_the_plan_takes_the_default_for_the_graphs_the_server_would_capture(cli, engine):
-    backend = "; FULL where the attention backend supports it)"
+    backend = "; FULL for batches of decodes up to max_num_seqs)"
     later = engine("--gpu", "h100-sxm", "--engine-version", "0.20")
     assert later["cudagraph_bytes"] == cg.default_estimate_bytes({"PIECEWISE": 51, "FULL": 51}) == 860 * MiB
     assert later["cudagraph_from"] == "default"
@@ -249,11 +292,32 @@ def test_the_plan_takes_the_default_for_the_graphs_the_server_would_capture(cli,
     small = engine("--gpu", "h100-sxm", "--engine-version", "0.32", "--max-num-seqs", "100")
     assert "(PIECEWISE 29, FULL 16 graphs, sizes 1-200" + backend in small["cudagraph_source"]
     assert small["cudagraph_bytes"] == cg.default_estimate_bytes({"PIECEWISE": 29, "FULL": 16})
+    # --max-num-batched-tokens caps the sizes too (the largest is at most the token budget)
+    budget = engine("--gpu", "h100-sxm", "--engine-version", "0.20", "--max-num-batched-tokens", "256")
+    assert "(PIECEWISE 35, FULL 35 graphs, sizes 1-256" + backend in budget["cudagraph_source"]
     blackwell = engine("--gpu", "b200", "--engine-version", "0.32")
     assert "(PIECEWISE 83, FULL 83 graphs, sizes 1-1024" + backend in blackwell["cudagraph_source"]
     assert blackwell["cudagraph_bytes"] == cg.default_estimate_bytes({"PIECEWISE": 83, "FULL": 83})
     r = cli("plan", "--preset", "llama-3.1-8b", "--engine", "vllm", "--gpu", "h100-sxm", "--engine-version", "0.20")
     assert "CUDA graphs: 0.84 GiB, a default" in r.stdout and "− CUDA graphs 0.84 GiB" in r.stdout
+
+
+def test_the_plan_counts_no_full_graphs_where_the_attention_backend_captures_none(cli):
+    def engine(model: str, *args) -> dict:
+        r = cli("plan", "--model", str(MODEL_CONFIGS / model), "--engine", "vllm", *args, "--context", "8192", "--json")
+        assert r.code == 0, r.stderr
+        return json.loads(r.stdout)["engine"]
+
+    scout = engine("llama-4-scout-17b-16e-instruct.json", "--gpu", "h100-sxm", "--tp", "4", "--engine-version", "0.20")
+    assert scout["cudagraph_bytes"] == cg.default_estimate_bytes({"PIECEWISE": 51}) == (128 + 50 * 6) * MiB
+    assert "(PIECEWISE 51 graphs, sizes 1-512; no FULL graphs: its chunked local attention" in scout["cudagraph_source"]
+    lite = "deepseek-v2-lite.json"
+    assert engine(lite, "--gpu", "a100-80", "--engine-version", "0.21")["cudagraph_bytes"] == (128 + 50 * 6) * MiB
+    assert (
+        "FULL for batches of decodes"
+        in engine(lite, "--gpu", "a100-80", "--engine-version", "0.22")["cudagraph_source"]
+    )
+    assert engine(lite, "--gpu", "h100-sxm", "--engine-version", "0.21")["cudagraph_bytes"] == 860 * MiB
 
 
 def test_the_users_figure_replaces_the_default_and_0_subtracts_none(engine):

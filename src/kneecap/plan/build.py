@@ -664,6 +664,8 @@ def _vllm_cudagraph(
         max_num_batched_tokens=tokens,
         architecture=deployment.model.architecture,
         given_bytes=None if f.cudagraph_gib is None else int(f.cudagraph_gib * GiB),
+        mla="mla" in deployment.model.layer_types,
+        chunked_local=deployment.model.attention_chunked,
     )
 
 

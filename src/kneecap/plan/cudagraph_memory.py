@@ -25,6 +25,26 @@ releases; the 0.19.0 start-up logs print the same lines):
     the ceiling is 1024 on data-center Blackwell); the sizes are 1, 2, 4, every 8 below 256 and every 16 from 256,
     up to the largest, with max_num_batched_tokens (0.21+) and max_num_seqs (0.30+) added below it.
     v1/cudagraph_dispatcher.py initialize_cudagraph_keys: FULL takes the sizes up to max_num_seqs.
+  Which modes it captures (read in 0.19.0, 0.20.0, 0.21.0, 0.25.0 and 0.33.0): the default cudagraph_mode is
+    FULL_AND_PIECEWISE (config/vllm.py, 0.20.0 line 248), and v1/worker/gpu_model_runner.py
+    _check_and_update_cudagraph_mode (0.20.0 lines 6345-6385) takes the least CUDA-graph support of the model's
+    attention backends (AttentionCGSupport: ALWAYS, UNIFORM_BATCH, UNIFORM_SINGLE_TOKEN_DECODE, NEVER) into
+    config/compilation.py resolve_cudagraph_mode_and_sizes (0.20.0 lines 1301-1371): mixed batches stay PIECEWISE
+    whatever the support; decode batches get FULL graphs unless a backend's support is NEVER, where the mode falls
+    to PIECEWISE alone (lines 1346-1363, attention being a splitting op by default). Every backend kneecap can name
+    captures FULL decode graphs (FlashAttention ALWAYS or UNIFORM_BATCH, FlashInfer UNIFORM_BATCH or
+    UNIFORM_SINGLE_TOKEN_DECODE, Triton ALWAYS, FlashAttention MLA, FlashMLA and FlashInfer MLA UNIFORM_BATCH,
+    CUTLASS MLA UNIFORM_SINGLE_TOKEN_DECODE: v1/attention/backends/), except:
+      chunked local attention (Llama 4): model_executor/layers/attention/chunked_local_attention.py wraps the
+        backend in a builder whose get_cudagraph_support returns NEVER (0.20.0 lines 41-49; the same in 0.19.0,
+        0.21.0, 0.25.0, 0.33.0; the 0.19.0 log of Llama-4-Scout profiles PIECEWISE only);
+      MLA on a GPU that is neither compute capability 9.x nor 10.x takes Triton MLA (platforms/cuda.py
+        _get_backend_priorities: FlashAttention MLA needs 9.x, FlashMLA 9.x or 10.x, FlashInfer and CUTLASS MLA
+        10.x), whose builder is MLACommonMetadataBuilder with the base class's NEVER through 0.21
+        (model_executor/layers/attention/mla_attention.py 0.20.0 lines 1203-1210, v1/attention/backend.py line 519);
+        from 0.22 TritonMLAMetadataBuilder declares UNIFORM_BATCH (0.22.0 triton_mla.py line 33; 0.25.0, 0.33.0).
+    Not modelled: FlexAttention (NEVER in 0.19.0, ALWAYS from 0.20.0; vLLM falls back to it only where no other
+    backend fits), speculative decoding, and ROCm's backends.
 
 Why the figure is not computed from the model: it is a reading of the device's free memory, not a sum of tensors.
 The device-free figure moves in 2 MiB pages, and per_graph, multiplied by 50 (82 for gpt-oss), is most of the
@@ -35,11 +55,11 @@ What those MiB hold (the driver's memory for the instantiated graph, pool growth
 the first graph's blocks, lazily loaded kernels) is not visible to a model of the model's shapes.
 
 The default (where the release subtracts the estimate and the user passes none): vLLM's own sum over the server's
-graphs per mode, with each mode's median first capture and median per-graph figure over those 57 logs
+graphs per mode (FULL only where its attention backends capture them: no_full_graphs), with each mode's median first capture and median per-graph figure over those 57 logs
 (DEFAULT_FIRST_CAPTURE_MIB, DEFAULT_PER_GRAPH_MIB), so a server capturing fewer graphs (a small max_num_seqs) gets a
 smaller figure. Predicting each log from the other 56 this way misses by 0.20 GiB in the median and 1.08 GiB at
 worst (LEAVE_ONE_OUT_ERROR_GIB; the logs at TP > 1 whose per-graph figure reads 16-26 MiB). Medians per TP (1 or
-more) predict no better (0.22 and 1.13 GiB), so none is taken. --cudagraph-gib replaces the default, 0 included.
+more) predict no better (0.21 and 1.13 GiB), so none is taken. --cudagraph-gib replaces the default, 0 included.
 tests/plan/test_plan_cudagraph_memory.py checks the rules on every log and prints docs/engine-model.md's tables.
 """
 
@@ -48,6 +68,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kneecap.plan.profile_peak import SM90_GPUS
 from kneecap.units import GiB, MiB
 
 DEFAULT_MAX_CAPTURE_SIZE = 512  # config/vllm.py: min(2 x max_num_seqs x decode query length, 512)
@@ -131,11 +152,32 @@ def capture_sizes(
     return tuple(sorted(sizes))
 
 
-def graphs_by_mode(sizes: tuple[int, ...], max_num_seqs: int) -> dict[str, int]:
+TRITON_MLA_FULL_FROM = (0, 22)  # TritonMLAMetadataBuilder: UNIFORM_BATCH (0.21.0 and before: NEVER)
+
+
+def no_full_graphs(version: tuple[int, ...], gpu_name: str, *, mla: bool, chunked_local: bool) -> str | None:
+    """Why vLLM 0.19+ captures no FULL graphs for this model on this NVIDIA GPU under its default
+    FULL_AND_PIECEWISE mode (an attention backend whose CUDA-graph support is NEVER), or None where it captures
+    them (see the module docstring for the backends and their support)."""
+    if chunked_local:
+        return "its chunked local attention supports no full CUDA graph, so vLLM captures PIECEWISE only"
+    name = gpu_name.lower()
+    if mla and version[:2] < TRITON_MLA_FULL_FROM and not name.startswith(SM90_GPUS + DATACENTER_BLACKWELL):
+        return (
+            f"its MLA attention runs on Triton MLA on {gpu_name} (the other MLA backends need compute capability 9.x "
+            f"or 10.x), which supports no full CUDA graph before vLLM 0.22, so vLLM captures PIECEWISE only"
+        )
+    return None
+
+
+def graphs_by_mode(sizes: tuple[int, ...], max_num_seqs: int, full: bool = True) -> dict[str, int]:
     """Graphs per mode under the default FULL_AND_PIECEWISE (v1/cudagraph_dispatcher.py initialize_cudagraph_keys):
-    PIECEWISE at every size; FULL, for batches of decodes only, at the sizes up to max_num_seqs. FULL needs an
-    attention backend that supports it (the 0.19.0 log of Llama-4-Scout captures PIECEWISE only)."""
-    return {"PIECEWISE": len(sizes), "FULL": sum(1 for s in sizes if s <= max_num_seqs)}
+    PIECEWISE at every size; FULL, for batches of decodes only, at the sizes up to max_num_seqs, unless the attention
+    backend captures none (full=False: no_full_graphs)."""
+    graphs = {"PIECEWISE": len(sizes)}
+    if full:
+        graphs["FULL"] = sum(1 for s in sizes if s <= max_num_seqs)
+    return graphs
 
 
 @dataclass(frozen=True)
@@ -202,6 +244,8 @@ def vllm_cudagraph(
     max_num_batched_tokens: int,
     architecture: str,
     given_bytes: int | None = None,
+    mla: bool = False,
+    chunked_local: bool = False,
 ) -> CudaGraphTerm:
     """vLLM's CUDA-graph estimate on this release and GPU as engine mode takes it: nothing where the release does not
     subtract it or makes none (ROCm through 0.25), the user's figure where given (0 included), else the default for
@@ -228,23 +272,28 @@ def vllm_cudagraph(
             "none",
         )
     sizes = capture_sizes(version, max_num_seqs, max_num_batched_tokens, gpu_name=gpu_name, architecture=architecture)
-    graphs = graphs_by_mode(sizes, max_num_seqs)
+    # the chunked-local wrapper refuses FULL graphs on any platform; ROCm's MLA backends were not read
+    why_not = no_full_graphs(version, gpu_name, mla=mla and not amd, chunked_local=chunked_local)
+    graphs = graphs_by_mode(sizes, max_num_seqs, full=why_not is None)
     estimate = default_estimate_bytes(graphs)
-    return CudaGraphTerm(estimate, describe_default(name, sizes, graphs, estimate), "default")
+    return CudaGraphTerm(estimate, describe_default(name, sizes, graphs, estimate, why_not), "default")
 
 
-def describe_default(version: str, sizes: tuple[int, ...], graphs: dict[str, int], estimate: int) -> str:
+def describe_default(
+    version: str, sizes: tuple[int, ...], graphs: dict[str, int], estimate: int, no_full: str | None = None
+) -> str:
     """The plan's 'CUDA graphs:' words where the release subtracts the estimate and kneecap takes the default."""
     low, high = LOGGED_RANGE_GIB
     counts = ", ".join(f"{mode} {n}" for mode, n in graphs.items())
     firsts = ", ".join(f"{mode} {DEFAULT_FIRST_CAPTURE_MIB[mode]}" for mode in graphs)
     per = ", ".join(f"{mode} {DEFAULT_PER_GRAPH_MIB[mode]}" for mode in graphs)
     loo_median, loo_worst = LEAVE_ONE_OUT_ERROR_GIB
+    full = "FULL for batches of decodes up to max_num_seqs" if no_full is None else f"no FULL graphs: {no_full}"
     return (
         f"{estimate / GiB:.2f} GiB, a default: vLLM {version} subtracts what it measures at start-up, the "
         f"device's free memory around capturing the two largest graphs of each mode, the second's figure counted for "
         f"every further graph; kneecap applies that sum to the graphs this server captures ({counts} graphs, sizes "
-        f"1-{sizes[-1]}; FULL where the attention backend supports it) with the medians of the {LOGGED_DEPLOYMENTS} "
+        f"1-{sizes[-1]}; {full}) with the medians of the {LOGGED_DEPLOYMENTS} "
         f"vLLM 0.19.0 H100 logs without pipeline parallelism in llm-d-planner's accuracy/results/v0.19.0/logs (first "
         f"capture {firsts} MiB; per further graph {per} MiB); those logs read {low:.2f}-{high:.2f} GiB (median "
         f"{LOGGED_MEDIAN_GIB:.2f}), and the default misses a log left out of the medians by {loo_median:.2f} GiB in "
