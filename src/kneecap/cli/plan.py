@@ -66,7 +66,8 @@ FLAG_OPTIONS = {
         Optional[int],
         typer.Option(
             "--block-size",
-            help="Tokens per KV block (paged allocation; 16, vLLM's MLA backend's block with --engine vllm, SGLang page size 1)",
+            help="Tokens per KV block (paged allocation; 16, vLLM's MLA backend's block with --engine vllm, SGLang page size "
+            "1); vLLM 0.8-0.17 replaces a block its MLA backend cannot use, and the plan counts the engine's",
         ),
     ],
     "compute_batch_cap": Annotated[
