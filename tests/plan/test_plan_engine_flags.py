@@ -163,6 +163,15 @@ def test_sglang_radix_cache_caps_the_running_requests_of_a_hybrid(cli):
     assert on["engine"]["prefix_caching"] is True and off["engine"]["prefix_caching"] is False
 
 
+@pytest.mark.parametrize("version, ratio", [("0.5.6", 3), ("0.5.7", 5), ("0.5.8", 3), ("0.5.9", 3), ("0.5", 3)])
+def test_sglang_radix_cache_share_of_the_mamba_slots_by_release(cli, version, ratio):
+    # 0.5.7 adds two slots a request for the extra buffer even when that buffer is off (its default)
+    doc = _sglang(cli, "nemotron-h-8b-base-8k.json", "--engine-version", version)
+    slots = int(re.search(r"max_mamba_cache_size: (\d+)", " ".join(doc["engine"]["notes"])).group(1))
+    assert doc["engine"]["max_running_requests"] == slots // ratio
+    assert any(f" // {ratio}" in n for n in doc["engine"]["notes"])
+
+
 def test_sglang_plan_counts_a_hybrid_as_its_engine_pool(cli):
     doc = _sglang(cli, "Qwen--Qwen3.5-27B.json", "--tp", "2")
     # the Mamba state has its own pool: the plan's tokens are SGLang's max_total_num_tokens, in cells of 1 token

@@ -939,7 +939,19 @@ SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9  # sglang server_args.mamba_full_memory_rat
 # hybrid at most max_mamba_cache_size // ratio, ratio MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO = 3 with the radix
 # cache on (its default: the Mamba pool also holds the states of cached prefixes, MambaRadixCache) and 1 with
 # --disable-radix-cache; the "extra_buffer" scheduler strategy (not the default "no_buffer") adds 2, not modelled.
+# 0.5.5 and 0.5.6 (model_runner.py, 0.5.6 lines 1687-1695) and 0.5.8 (model_runner_kv_cache_mixin.py:268-281) read
+# the same. 0.5.7 alone adds MAMBA_CACHE_V2_ADDITIONAL_RATIO_OVERLAP = 2 whenever the extra buffer is off or no
+# speculative decoding runs (model_runner_kv_cache_mixin.py:289-304: the `else` of `enable_mamba_extra_buffer() and
+# not spec`), so with its defaults (mamba_scheduler_strategy "auto" -> "no_buffer", server_args.py:766-769) a hybrid
+# runs at most max_mamba_cache_size // 5 requests with the radix cache on. Read in the PyPI sdists / wheels.
 SGLANG_MAMBA_RADIX_RATIO = 3
+SGLANG_MAMBA_RADIX_RATIO_0_5_7 = 5
+
+
+def sglang_mamba_radix_ratio(version: str) -> int:
+    """How many Mamba state slots each running request takes with the radix cache on, at SGLang `version` (a
+    MAJOR.MINOR version names the newest patch release kneecap read: 3)."""
+    return SGLANG_MAMBA_RADIX_RATIO_0_5_7 if parse_version(version)[:3] == (0, 5, 7) else SGLANG_MAMBA_RADIX_RATIO
 
 
 # SGLang keeps a RoPE cos/sin cache in float32 on CUDA GPUs: layers/rotary_embedding.py RotaryEmbedding.__init__
@@ -1026,7 +1038,7 @@ def sglang_pool(
     (`handle_max_mamba_cache`): --max-mamba-cache-size request slots when given, else the share
     ratio / (1 + ratio) of what is left (mamba_full_memory_ratio, 0.9); only full-attention layers
     then count in the cell size. radix_cache (None: on, SGLang's default; False: --disable-radix-cache) sets how many
-    of the slots may run at once (SGLANG_MAMBA_RADIX_RATIO).
+    of the slots may run at once (sglang_mamba_radix_ratio: a third of them, a fifth on 0.5.7).
     """
     _check_fraction("--mem-fraction", mem_fraction)
     _check_nonneg(non_torch_bytes=non_torch_bytes)
@@ -1186,7 +1198,7 @@ def _sglang_cells(
         )
     running = None
     if mamba_slots:
-        ratio = SGLANG_MAMBA_RADIX_RATIO if radix else 1
+        ratio = sglang_mamba_radix_ratio(version) if radix else 1
         default = sglang_default_running_requests(tokens, max_model_len)
         running = min(default, mamba_slots // ratio)
         if radix:
@@ -1209,7 +1221,7 @@ def _sglang_cells(
     elif radix_cache is not None and pool_given:
         notes.append(
             "SGLang's radix cache sets how many requests its Mamba state pool lets run at once (a third of "
-            "its slots with the radix cache, all without); the pool given holds the attention KV only, so "
+            "its slots with the radix cache, a fifth on 0.5.7, all without); the pool given holds the attention KV only, so "
             "that limit is not known here"
         )
     layout = f"page size {page_size}" + (f", Mamba state pool {mamba_bytes:,} B" if mamba_bytes else "")
