@@ -55,7 +55,8 @@ ENGINES: dict[str, str] = {
     "(0.11.0 parses the template afresh for every request, priced as measured on a 2-core build VM; docs/simulator.md)",
     "sglang": "kneecap's SGLang defaults (chunked_prefill_size by GPU memory, max_running_requests from the pool, "
     "new-token-ratio admission reserve) and SGLang's KV-pool model at the point's release (`--engine sglang "
-    "--engine-version`, mem_fraction_static 0.88 unless the point states one)",
+    "--engine-version`, mem_fraction_static as the point states it, else the one that release picks itself for the GPU "
+    "and TP)",
     "tensorrt-llm": "TensorRT-LLM's default GUARANTEED_NO_EVICT capacity scheduler (admit a request only if the pool "
     "holds it to its last token), max_batch_size 2048 and max_num_tokens 8192 unless the point states them; a "
     "`trtllm-bench throughput` run takes the limits trtllm-bench computes from the model, the GPUs' memory "

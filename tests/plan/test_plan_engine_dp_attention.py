@@ -83,10 +83,15 @@ def test_vllm_each_dp_rank_is_its_own_engine():
 def test_sglang_default_mem_fraction_under_dp_attention():
     # H200 (nvidia-smi 143,771 MiB), TP 8: chunked prefill 8192, CUDA graphs up to 512; DP attention over 8 ranks
     # adds 512 x 8 x 3 + 512 x 8 x 1.5 = 18,432 MiB to 512 + 12,288 + 1,024 + 1,024
-    assert sglang_default_mem_fraction(143771, 8, dp=8, dp_attention=True) == (0.769, 33280.0, 18432.0)
-    assert sglang_default_mem_fraction(143771, 8) == (round((143771 - 14848) / 143771, 3), 14848.0, 0.0)
-    _, e = plan("deepseek-v3", "sglang")
-    assert any("picks 0.769 here by itself" in n for n in e.notes)
+    own = sglang_default_mem_fraction(143771, 8, dp=8, dp_attention=True, version="0.5.7")
+    assert (own.fraction, own.reserved_mib, own.dp_extra_mib) == (0.769, 33280.0, 18432.0)
+    own = sglang_default_mem_fraction(143771, 8, version="0.5.7")
+    assert (own.fraction, own.reserved_mib, own.dp_extra_mib) == (round((143771 - 14848) / 143771, 3), 14848.0, 0.0)
+    # without --mem-fraction engine mode takes SGLang's own 0.769 and says so
+    p, e = plan("deepseek-v3", "sglang")
+    assert (e.fraction, e.fraction_source) == (0.769, "sglang default")
+    assert "33,280 MiB kept back of 143,771 MiB" in e.fraction_note
+    assert "18,432 for DP attention's padding" in e.fraction_note
 
 
 @pytest.mark.parametrize(

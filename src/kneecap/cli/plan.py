@@ -102,7 +102,12 @@ FLAG_OPTIONS = {
         Optional[str], typer.Option("--engine", help="Model how an engine sizes its pool: vllm or sglang")
     ],
     "mem_fraction": Annotated[
-        Optional[float], typer.Option("--mem-fraction", help="SGLang --mem-fraction-static (default 0.88)")
+        Optional[float],
+        typer.Option(
+            "--mem-fraction",
+            help="SGLang --mem-fraction-static (default: the one SGLang picks itself at --engine-version for the "
+            "GPU's memory, TP and DP attention)",
+        ),
     ],
     "moe_backend": Annotated[
         Optional[str],
@@ -244,8 +249,8 @@ SIM_OPTIONS = {
         typer.Option(
             "--engine",
             help="Size the KV pool by this engine's own memory accounting, as `kneecap plan --engine` does: vllm "
-            "(--mem-util is its gpu_memory_utilization, default 0.9) or sglang (--mem-fraction, default 0.88), at "
-            "--engine-version's release; the scheduler defaults are that engine's too",
+            "(--mem-util is its gpu_memory_utilization, default 0.9) or sglang (--mem-fraction, default the one "
+            "SGLang picks itself for the GPU and TP), at --engine-version's release; the scheduler defaults are that engine's too",
         ),
     ],
 }

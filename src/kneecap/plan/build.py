@@ -368,12 +368,24 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
     if f.engine and f.hbm == "datasheet":
         hbm = "framework"  # an engine reads the total the framework sees, not the datasheet
     mem_util = f.mem_util
+    own_fraction = None
     if f.engine == "vllm" and mem_util is None:
         mem_util = engines.VLLM_DEFAULT_MEM_UTIL
     if f.engine == "sglang":
         if mem_util is not None:
             raise KneecapError("--mem-util is vLLM's knob", "use --mem-fraction for --engine sglang")
-        mem_util = f.mem_fraction if f.mem_fraction is not None else engines.SGLANG_EXAMPLE_MEM_FRACTION
+        if f.mem_fraction is not None:
+            mem_util = f.mem_fraction
+        else:  # SGLang's own choice when --mem-fraction-static is not given, by release, GPU size, TP and DP
+            own_fraction = engines.sglang_default_mem_fraction(
+                _nvidia_smi_mib(gpu, hbm),
+                f.tp,
+                f.pp,
+                f.tp if f.dp_attention else 1,
+                dp_attention=f.dp_attention,
+                version=f.engine_version or engines.DEFAULT_SGLANG_VERSION,
+            )
+            mem_util = own_fraction.fraction
     block_size, block_override = _block_size(f, model, gpu, kv_dtype)
     deployment = Deployment(
         model=model,
@@ -460,20 +472,8 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
             engine_pool = engines.sglang_pool(
                 deployment, non_torch_bytes=int(f.non_torch_gib * GiB), mamba_cache_size=f.mamba_cache_size, **sglang
             )
-        if f.engine == "sglang" and f.dp_attention and f.mem_fraction is None and deployment.gpu.device_bytes:
-            own, reserved, dp_extra = engines.sglang_default_mem_fraction(
-                deployment.gpu.device_bytes / 2**20, deployment.tp, deployment.pp, deployment.tp, dp_attention=True
-            )
-            engine_pool = dataclasses.replace(
-                engine_pool,
-                notes=engine_pool.notes
-                + (
-                    f"SGLang 0.5.7 without --mem-fraction-static picks {own} here by itself: it reserves "
-                    f"{reserved:,.0f} MiB of the {deployment.gpu.device_bytes / 2**20:,.0f} MiB, {dp_extra:,.0f} MiB "
-                    f"of it for DP attention's padding; kneecap took {deployment.mem_util}: pass --mem-fraction "
-                    f"{own} for SGLang's own choice",
-                ),
-            )
+        if f.engine == "sglang":
+            engine_pool = dataclasses.replace(engine_pool, **_sglang_fraction_source(f, deployment, own_fraction))
         if pool_bytes is None:
             # SGLang reserves 1 - mem_fraction_static of what is free before the weights load, so the memory in use
             # before them (--non-torch-gib) costs its pool only mem_fraction_static x that (engines.sglang_pool)
@@ -541,6 +541,32 @@ def _block_size(f: DeploymentRequest, model, gpu, kv_dtype: str) -> tuple[int, s
         version = f.engine_version or engines.DEFAULT_VLLM_VERSION
         return engines.vllm_engine_block_size(model, gpu.name, version, f.block_size)
     return f.block_size, None
+
+
+def _nvidia_smi_mib(gpu, hbm: str | int) -> float:
+    """The GPU's memory as SGLang reads it to pick its mem_fraction_static (nvidia-smi's memory.total, MiB): a total
+    given in bytes (--hbm N), else the driver's figure, else the datasheet's."""
+    total = hbm if isinstance(hbm, int) else (gpu.device_bytes or gpu.datasheet_bytes)
+    return total / 2**20
+
+
+def _sglang_fraction_source(f: DeploymentRequest, deployment: Deployment, own) -> dict:
+    """EnginePool fields saying where SGLang's mem_fraction_static came from, and a note for the release's own one."""
+    if own is None:
+        return {"fraction_source": "given", "fraction_note": "--mem-fraction as given"}
+    dp = f" and {deployment.tp} DP-attention ranks" if f.dp_attention else ""
+    version = f.engine_version or engines.DEFAULT_SGLANG_VERSION
+    note = (
+        f"SGLang {version}'s own choice without --mem-fraction-static for this GPU, TP {deployment.tp}"
+        f"{f' x PP {deployment.pp}' if deployment.pp > 1 else ''}{dp} (server_args.py of {own.releases}): "
+        f"{own.how}; pass --mem-fraction with the mem_fraction_static your server's log prints to use that instead"
+    )
+    if (deployment.model.vision_tower is not None or deployment.model.encoder_params) and not f.language_only:
+        note += (
+            "; SGLang lowers it further for a multimodal model by its vision encoder's size, which kneecap does not "
+            "model"
+        )
+    return {"fraction_source": "sglang default", "fraction_note": note}
 
 
 def _default_block_size(f: DeploymentRequest, model, gpu, kv_dtype: str) -> int:

@@ -47,7 +47,8 @@ Attention data parallelism (--dp-attention, with --dp = --tp), per DP rank:
     (ledger.DP_ATTENTION_WHOLE_PARTS["sglang"]) and a cell of whole KV heads (model_runner_kv_cache_mixin.py:84-89
     get_num_kv_heads(get_attention_tp_size()), attention TP = tp / dp = 1; free memory the minimum over all GPUs,
     lines 113-118); each rank's scheduler logs its own pool (managers/scheduler.py:2860-2880 prefixes "DP<rank>");
-    without --mem-fraction-static it picks a smaller fraction than under TP (sglang_default_mem_fraction)
+    without --mem-fraction-static it picks a smaller fraction than under TP (sglang_default_mem_fraction, which
+    engine mode takes when --mem-fraction is not given)
     vLLM 0.11.0 (--data-parallel-size N --enable-expert-parallel): each DP rank is an engine core of its own
     (v1/engine/core.py:169-203 _initialize_kv_caches, its own determine_available_memory, gpu_worker.py:222-280,
     with no term for the other ranks; the profile run's DP padding, gpu_model_runner.py:1814-1844, pads every rank to
@@ -60,6 +61,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from fractions import Fraction
 from collections import Counter
 from dataclasses import dataclass
@@ -87,7 +89,6 @@ VLLM_DEFAULT_MEM_UTIL = 0.9  # vLLM's --gpu-memory-utilization default
 VLLM_CAPACITY_LINE_FROM = (0, 21)
 VLLM_IN_FLIGHT_BATCHES_FROM = (0, 26)  # sliding groups reserve max_concurrent_batches x max_num_batched_tokens
 VLLM_LARGE_GPU_BATCH_FROM = (0, 28)  # GPUs with >= 160 GiB get the 16,384-token default batch
-SGLANG_EXAMPLE_MEM_FRACTION = 0.88  # a typical --mem-fraction-static (SGLang picks one by GPU size when unset)
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,10 @@ class EnginePool:
     # (log_kv_cache_tokens where there is one pool)
     dp_attention_ranks: int = 0
     log_kv_cache_tokens_all_ranks: int = 0
+    # SGLang: where mem_fraction_static came from ("given": --mem-fraction; "sglang default": the release's own choice
+    # for this GPU, TP and DP, sglang_default_mem_fraction) and, for the latter, how the release picked it
+    fraction_source: str = ""
+    fraction_note: str = ""
     capacity_explained: str = ""  # why kneecap's capacity differs from the logged figure (empty: they agree)
     # vLLM: where the activation peak came from ("predicted", "--activation-gib", "--overhead-gib") and, when
     # predicted, the profile run's phases (profile_peak.ProfilePeak fields); where non-torch memory came from
@@ -982,30 +987,138 @@ def sglang_rope_cache_bytes(model, version: str = DEFAULT_SGLANG_VERSION) -> int
     return sum(c.positions * c.rotary_dim * max(element, c.element_bytes) for c in caches)
 
 
-def sglang_default_mem_fraction(device_mib: float, tp: int, pp: int = 1, dp: int = 1, dp_attention: bool = False):
-    """The --mem-fraction-static SGLang 0.5.7 picks when it is not given (server_args.py _handle_gpu_memory_settings,
-    lines 828-951), for a text model without speculative decoding or piecewise CUDA graphs, and the MiB it reserves.
+# SGLang's own --mem-fraction-static when the flag is not given, by release (server_args.py of each PyPI sdist; gpu_mem
+# is nvidia-smi's memory.total in MiB, the smallest over the GPUs: utils get_nvgpu_memory_capacity). Five rules:
+#   "tp"      through 0.4.5: a table by TP size, whatever the GPU (0.4.1.post7 lines 187-197, 0.4.3.post4 and
+#             0.4.4.post1 lines 204-214, 0.4.5 lines 233-243)
+#   "tp-13"   0.4.6: that table on GPUs of at most 81,920 MiB, else (gpu_mem - 13 GiB) / gpu_mem (lines 224-238)
+#   "tp-48"   0.4.7: the table by TP x PP up to 81,920 MiB, else 0.88; over 180,000 MiB 0.79, over 96 GiB
+#             min(f + 48 GiB x (1 - f) / gpu_mem, (gpu_mem - 18 GiB) / gpu_mem) (lines 253-283)
+#   "tiers"   0.4.8 through 0.5.2: a reserve by GPU size, (2.8 + TP x PP / 10) GiB below 35 GiB, (9.5 + TP x PP / 2)
+#             below 90, (12 + TP x PP / 2) below 160, 32 GiB above, 4 GiB more under DP attention, fraction
+#             round((gpu_mem - reserve) / gpu_mem, 3) (0.4.8 lines 274-315, 0.4.9.post2 282-321, 0.5.2 452-496)
+#   "reserve" from 0.5.3 (_handle_gpu_memory_settings: 0.5.3 line 542, 0.5.5 lines 665-823, 0.5.7 803-951, 0.5.9
+#             911-1063): chunked_prefill_size and cuda_graph_max_bs by GPU size and TP, then a reserve of
+#             512 + 1.5 x max(chunked_prefill_size, 2048) + 2 x cuda_graph_max_bs + TP x PP / 8 x 1024 MiB, under DP
+#             attention 3 x cuda_graph_max_bs x DP more and, where cuda_graph_max_bs > 300, 1.5 x cuda_graph_max_bs x
+#             DP more, at least 10 GiB on GPUs over 60 GiB; below 35 GiB at TP < 4 the CUDA-graph batch is 16 in 0.5.3
+#             and 0.5.4 and 24 from 0.5.5. The piecewise CUDA-graph term counts only with --enable-piecewise-cuda-graph
+#             (off by default in 0.5.5-0.5.9).
+# Not modelled: speculative decoding's extra reserve, and multimodal models, whose fraction SGLang lowers (x 0.90 in
+# 0.4.9.post2 line 331; by the vision encoder's layers and width from 0.5.2, adjust_mem_fraction_for_vlm).
+_SGLANG_TP_TABLE = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))  # 0.4.1.post7 server_args.py:187-197
+# "reserve" rule: (below GiB, chunked_prefill_size, cuda_graph_max_bs at TP < 4, at TP >= 4); 16,384 and 512 above
+_SGLANG_RESERVE_TIERS = (
+    (20, 2048, 8, 8),
+    (35, 2048, 24, 80),
+    (60, 4096, 32, 160),
+    (90, 8192, 256, 512),
+    (160, 8192, 256, 512),
+)
+SGLANG_FRACTION_RULES = (  # (first release, rule, the releases whose server_args.py was read for it)
+    ((0, 0, 0), "tp", "0.4.1.post7-0.4.5"),
+    ((0, 4, 6), "tp-13", "0.4.6"),
+    ((0, 4, 7), "tp-48", "0.4.7"),
+    ((0, 4, 8), "tiers", "0.4.8-0.5.2"),
+    ((0, 5, 3), "reserve", "0.5.3-0.5.9"),
+)
 
-    device_mib is nvidia-smi's memory.total (utils/common.py get_nvgpu_memory_capacity). By that total it sets
-    chunked_prefill_size and cuda_graph_max_bs (H100 / H200 class: 8192 and 512 at TP 4 and up, 256 below; 160 GiB
-    and up: 16384 and 512), then reserves 512 + 1.5 x max(chunked_prefill_size, 2048) + 2 x cuda_graph_max_bs +
-    tp x pp / 8 x 1024 MiB, and under DP attention 3 x cuda_graph_max_bs x dp more ("DP attention needs more padding")
-    and, where cuda_graph_max_bs > 300, 1.5 x cuda_graph_max_bs x dp more; at least 10 GiB on GPUs over 60 GiB.
-    Returns (fraction rounded to 3 places, reserved MiB, of which DP attention's)."""
-    tiers = ((20, 2048, 8, 8), (35, 2048, 24, 80), (60, 4096, 32, 160), (90, 8192, 256, 512), (160, 8192, 256, 512))
+
+def sglang_release(version: str) -> tuple[int, int, int]:
+    """An SGLang release as (major, minor, patch): '0.4.3.post4' -> (0, 4, 3); a MAJOR.MINOR alone ('0.5', kneecap's
+    default) is read as that line's newest release kneecap read the rules of (patch 99)."""
+    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.?(?:post|rc|dev)\d*)?", version.strip())
+    if not m:
+        raise KneecapError(f"bad engine version {version!r}", "pass it as MAJOR.MINOR, e.g. --engine-version 0.5.9")
+    return int(m[1]), int(m[2]), int(m[3]) if m[3] is not None else 99
+
+
+@dataclass(frozen=True)
+class SglangFraction:
+    """The --mem-fraction-static an SGLang release picks by itself (sglang_default_mem_fraction)."""
+
+    fraction: float
+    reserved_mib: float | None  # what the rule keeps back, MiB of nvidia-smi's total (None: a table by TP size)
+    dp_extra_mib: float  # of which DP attention's
+    rule: str  # SGLANG_FRACTION_RULES
+    releases: str  # the releases read for that rule
+    how: str  # in words, with the figures
+
+
+def sglang_default_mem_fraction(
+    device_mib: float,
+    tp: int,
+    pp: int = 1,
+    dp: int = 1,
+    dp_attention: bool = False,
+    version: str = DEFAULT_SGLANG_VERSION,
+) -> SglangFraction:
+    """The --mem-fraction-static SGLang picks when it is not given, for a text model without speculative decoding
+    (SGLANG_FRACTION_RULES), at `version`. device_mib is nvidia-smi's memory.total (the GPU's device_bytes / 2**20)."""
+    release = sglang_release(version)
+    rule, releases = next((r, s) for first, r, s in reversed(SGLANG_FRACTION_RULES) if release >= first)
+    mib, par = device_mib, tp * pp
+    if rule in ("tp", "tp-13", "tp-48"):
+        by = tp if rule != "tp-48" else par
+        table = next(f for at_least, f in _SGLANG_TP_TABLE if by >= at_least)
+        what = "TP" if rule != "tp-48" else "TP x PP"
+        how = f"its table by {what} size ({table} at {what} {by}"
+        if rule == "tp":
+            return SglangFraction(table, None, 0.0, rule, releases, how + ", whatever the GPU)")
+        if mib <= 81920:
+            return SglangFraction(table, None, 0.0, rule, releases, how + f", GPUs of at most 81,920 MiB: {mib:,.0f})")
+        if rule == "tp-13":
+            f = (mib - 13 * 1024) / mib
+            return SglangFraction(f, 13 * 1024.0, 0.0, rule, releases, f"13,312 MiB kept back of {mib:,.0f} MiB")
+        if mib > 180_000:
+            return SglangFraction(0.79, None, 0.0, rule, releases, f"0.79 on GPUs over 180,000 MiB ({mib:,.0f})")
+        if mib <= 96 * 1024:
+            return SglangFraction(0.88, None, 0.0, rule, releases, f"0.88 on GPUs of 81,921-98,304 MiB ({mib:,.0f})")
+        f = min(0.88 + 48 * 1024 * 0.12 / mib, (mib - 18 * 1024) / mib)
+        return SglangFraction(
+            f,
+            mib * (1 - f),
+            0.0,
+            rule,
+            releases,
+            f"min(0.88 + 48 GiB x 0.12 / {mib:,.0f} MiB, ({mib:,.0f} - 18,432) / {mib:,.0f})",
+        )
+    if rule == "tiers":
+        if mib < 35 * 1024:
+            reserved, base = (2.8 + par / 10) * 1024, "(2.8 + TP x PP / 10) GiB below 35 GiB"
+        elif mib < 90 * 1024:
+            reserved, base = (9.5 + par / 2) * 1024, "(9.5 + TP x PP / 2) GiB below 90 GiB"
+        elif mib < 160 * 1024:
+            reserved, base = (12 + par / 2) * 1024, "(12 + TP x PP / 2) GiB below 160 GiB"
+        else:
+            reserved, base = 32 * 1024.0, "32 GiB from 160 GiB"
+        dp_extra = 4 * 1024.0 if dp_attention else 0.0
+        reserved += dp_extra
+        how = f"{reserved:,.0f} MiB kept back of {mib:,.0f} MiB: {base}" + (
+            " + 4 GiB for DP attention" if dp_extra else ""
+        )
+        return SglangFraction(round((mib - reserved) / mib, 3), reserved, dp_extra, rule, releases, how)
     chunk, graph_bs = 16384, 512
-    for below_gib, c, small_tp, large_tp in tiers:
-        if device_mib < below_gib * 1024:
+    for below_gib, c, small_tp, large_tp in _SGLANG_RESERVE_TIERS:
+        if mib < below_gib * 1024:
             chunk, graph_bs = c, (small_tp if tp < 4 else large_tp)
+            if below_gib == 35 and tp < 4 and release < (0, 5, 5):
+                graph_bs = 16
             break
     reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp * pp / 8 * 1024
+    parts = f"512 + 1.5 x {chunk:,} prefill tokens + 2 x {graph_bs} CUDA-graph batch + {tp * pp} / 8 x 1,024"
     dp_extra = 0.0
     if dp_attention:
         dp_extra = graph_bs * dp * 3 + (graph_bs * dp * 1.5 if graph_bs > 300 else 0)
         reserved += dp_extra
-    if device_mib > 60 * 1024:
+        parts += f" + {dp_extra:,.0f} for DP attention's padding"
+    floor = mib > 60 * 1024 and reserved < 10 * 1024
+    if mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
-    return round((device_mib - reserved) / device_mib, 3), reserved, dp_extra
+    how = f"{reserved:,.0f} MiB kept back of {mib:,.0f} MiB: " + (
+        f"at least 10,240 on GPUs over 60 GiB ({parts})" if floor else parts
+    )
+    return SglangFraction(round((mib - reserved) / mib, 3), reserved, dp_extra, rule, releases, how)
 
 
 def sglang_default_running_requests(tokens: int, context_len: int) -> int:

@@ -449,8 +449,10 @@ def engine_section(engine: EnginePool, plan: Plan | None = None):
     else:  # SGLang: mem_fraction_static of the memory free before the weights load, less what the load takes
         lines[-1] = (
             f"  (total {_gib(engine.total_bytes)} − in use before the weights {_gib(engine.non_torch_bytes)}) GiB"
-            f" × {engine.fraction} = {_gib(engine.budget_bytes)} GiB budget"
+            f" × {round(engine.fraction, 3):g} = {_gib(engine.budget_bytes)} GiB budget"
         )
+        if engine.fraction_source == "sglang default":
+            lines.append(f"    mem_fraction_static {round(engine.fraction, 3):g}: {engine.fraction_note}")
         if not engine.non_torch_bytes:
             lines.append(
                 "    in use before the weights: not known, 0 taken (the CUDA context, NCCL and custom all-reduce:"
