@@ -4,8 +4,9 @@ gpt-oss counterpart of bench/chat_template_parse.py).
 
     OPENAI_HARMONY_VENV/bin/python bench/harmony_render.py [--markdown] [--requests N] [--lengths 128,2000,...]
 
---markdown prints the table that bench/results/harmony_render.md holds and kneecap's --endpoint chat prices gpt-oss
-requests with (kneecap.sim.config HARMONY_RENDER_MS).
+--markdown prints the table that bench/results/harmony_render.md holds and the line kneecap's --endpoint chat prices
+gpt-oss requests with (kneecap.sim.config HARMONY_RENDER_MS): the render's cost as a fixed part plus a part per prompt
+token, plus the streamed response's harmony parser, created once per request before it first waits for the engine.
 
 What it times, per request, is what both releases run synchronously in OpenAIServingChat.create_chat_completion for a
 gpt-oss model (serving_chat.py: `self.use_harmony = model_config.hf_config.model_type == "gpt_oss"`, :146 in 0.11.0;
@@ -177,13 +178,16 @@ def time_stream_tokens(encoding, rounds: int = 200) -> float:
 
 
 def fit(points: list[tuple[int, float]]) -> tuple[float, float]:
-    """Least-squares line ms = fixed + per_token x tokens through (prompt tokens rendered, median ms) points."""
-    n = len(points)
-    mx = sum(x for x, _ in points) / n
-    my = sum(y for _, y in points) / n
-    sxx = sum((x - mx) ** 2 for x, _ in points)
-    per_token = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
-    return my - per_token * mx, per_token
+    """The line ms = fixed + per_token x tokens through (prompt tokens, median ms) points that minimises the squared
+    relative errors (weights 1 / ms^2: a plain least-squares line would follow the 32,000-token point and miss the
+    short prompts' cost by half)."""
+    w = [1.0 / y**2 for _, y in points]
+    s, sx, sy = sum(w), sum(wi * x for wi, (x, _) in zip(w, points)), sum(wi * y for wi, (_, y) in zip(w, points))
+    sxx = sum(wi * x * x for wi, (x, _) in zip(w, points))
+    sxy = sum(wi * x * y for wi, (x, y) in zip(w, points))
+    det = s * sxx - sx * sx
+    per_token = (s * sxy - sx * sy) / det if det else 0.0
+    return (sy - per_token * sx) / s, per_token
 
 
 def host() -> str:
@@ -249,9 +253,14 @@ def main(argv: list[str]) -> int:
     fixed, per_token = fit(points)
     parser_ms, token_ms = time_stream_parser(encoding), time_stream_tokens(encoding)
     print(
-        f"\nrender line through the medians (prompt tokens asked): {fixed:.4f} ms + {per_token * 1e3:.4f} us per "
-        f"prompt token; stream parser per request {parser_ms:.4f} ms; stream parsing per generated token "
-        f"{token_ms * 1e3:.2f} us"
+        f"\nrender line through the medians (prompt tokens asked, relative least squares): {fixed:.4f} ms + "
+        f"{per_token * 1e3:.4f} us per prompt token; stream parser per request {parser_ms:.4f} ms; stream parsing "
+        f"per generated token {token_ms * 1e3:.2f} us"
+    )
+    for input_len, median in points:
+        print(f"  {input_len} tokens: line {fixed + per_token * input_len:.3f} ms vs median {median:.3f} ms")
+    print(
+        f"priced per request (render line + stream parser): {fixed + parser_ms:.4f} ms + {per_token * 1e3:.4f} us/token"
     )
     if markdown:
         print(f"\nhost after: {host()}")
