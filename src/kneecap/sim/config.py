@@ -185,7 +185,7 @@ EAGER_LAUNCH_S = 8.23e-3 / 326
 # developer message and the user's messages, and render_for_completion (harmony_utils.py:249-253) has
 # openai-harmony's Rust encoder render and tokenise the whole prompt: all on the event loop, the prompt's
 # tokenisation included (the Jinja path tokenises behind an await). Both releases ask for openai-harmony >= 0.0.3
-# (requirements/common.txt:51); 0.0.4 was the newest from 2025-08-09 to 2025-11-05, when both came out.
+# (requirements/common.txt:51); 0.0.4 was the newest from 2025-08-09 to 2025-11-05, the window both came out in.
 # bench/harmony_render.py times that code with openai-harmony 0.0.4 for `vllm bench serve`'s random-dataset chat
 # requests (HARMONY_RENDER_MS: a fixed part and a part per prompt token). vLLM 0.10.1.1 runs the same synchronous
 # render (read in its sdist; its system message keeps the commentary channel) and shares the price; 0.11.2 and
