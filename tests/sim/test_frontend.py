@@ -16,9 +16,11 @@ from kneecap.sim.config import (
     CHAT_RENDER,
     CHAT_TEMPLATE_PARSE_MS,
     DEFAULT_CHAT_TEMPLATE_PARSE_MS,
+    HARMONY_RENDER_MS,
     EngineConfig,
     at_release,
     chat_frontend_ms,
+    chat_frontend_ms_per_prompt_token,
     sglang_defaults,
     vllm_defaults,
 )
@@ -129,10 +131,85 @@ def test_chat_cost_by_engine_release_and_template():
     assert chat_frontend_ms(parse, "deepseek-v3")[0] == CHAT_TEMPLATE_PARSE_MS["deepseek-r1"]
     ms, what = chat_frontend_ms(parse, "llama-3.1-8b")
     assert ms == DEFAULT_CHAT_TEMPLATE_PARSE_MS and "not measured" in what
-    assert chat_frontend_ms(parse, "gpt-oss-120b")[0] == 0.0  # openai-harmony, not Jinja
+    assert chat_frontend_ms(parse, "gpt-oss-120b")[0] == HARMONY_RENDER_MS["fixed"]  # openai-harmony, not Jinja
     assert chat_frontend_ms(vllm.profile, "qwen3-235b-a22b")[0] < 0.1  # a render, not a parse
     ms, what = chat_frontend_ms(sglang_defaults(80 * GiB, 100_000, 4096).profile, "qwen3-235b-a22b")
     assert ms == 0.0 and "not modelled" in what
+
+
+@given(times, st.lists(costs, min_size=60, max_size=60))
+@settings(max_examples=200, deadline=None)
+def test_a_round_lasts_the_sum_of_its_requests_costs(arrivals, per_request):
+    """Costs that differ by request (a prompt-length part): the online loop, fed each request's prompt tokens, hands
+    out engine_arrivals' times for those costs, and a burst reaches the engine after the sum of them."""
+    per_token = 1e-4
+    tokens = [int(c * 1e4) for c in per_request[: len(arrivals)]]
+    cost_of = [0.001 + k * per_token for k in tokens]
+    front: EventLoopFrontEnd[int] = EventLoopFrontEnd(0.001, per_token)
+    got: list[tuple[float, int]] = []
+    i, now = 0, 0.0
+    while i < len(arrivals) or front.held:
+        nxt = min(arrivals[i] if i < len(arrivals) else math.inf, front.next_s())
+        now = max(now, nxt)
+        while i < len(arrivals) and arrivals[i] <= now:
+            front.arrive(arrivals[i], i, tokens[i])
+            i += 1
+        got += front.release(now)
+    assert [item for _, item in got] == list(range(len(arrivals)))
+    assert [t for t, _ in got] == pytest.approx(engine_arrivals(arrivals, cost_of))
+    if arrivals:
+        assert engine_arrivals([0.0] * len(cost_of), cost_of)[-1] == pytest.approx(math.fsum(cost_of))
+
+
+def test_per_request_costs_are_checked():
+    assert engine_arrivals([0.0, 0.0, 5.0], [0.1, 0.2, 0.3]) == pytest.approx([0.3, 0.3, 5.3])
+    with pytest.raises(ValueError, match="one cost per request"):
+        engine_arrivals([0.0, 1.0], [0.1])
+    with pytest.raises(ValueError):
+        EventLoopFrontEnd(0.0, 0.0)
+    with pytest.raises(ValueError):
+        EventLoopFrontEnd(0.0, -1.0)
+
+
+def test_the_engine_sees_a_burst_after_each_prompt_is_rendered():
+    """A cost per prompt token (gpt-oss's harmony render): n requests of 64 tokens sent together reach the engine
+    after n x (fixed + 64 x per token)."""
+    n, fixed, per_token = 40, 0.0003, 1e-5
+    level = LevelSpec(all_at_once=True, num_requests=n, specs=tuple(_spec(i) for i in range(n)))
+    base = _run(level, 0.0)
+    sim = sim_of(
+        deployment(),
+        EngineConfig(max_num_seqs=64, frontend_s_per_request=fixed, frontend_s_per_prompt_token=per_token),
+        4096,
+    )
+    front = {r.request_id: r for r in simulate_level(sim, None, level).records}
+    for rid, rec in front.items():
+        assert rec.first_token_at == pytest.approx(base[rid].first_token_at + n * (fixed + 64 * per_token))
+
+
+def test_gpt_oss_chat_cost_by_release():
+    """vLLM 0.10.1 through 0.11.0 render a gpt-oss chat request with openai-harmony on the event loop, tokenising the
+    prompt there: a fixed part and a part per prompt token; other releases, other models and other engines: none."""
+    vllm = vllm_defaults(80 * GiB, "h100-sxm")
+    assert HARMONY_RENDER_MS["fixed"] > 0 and HARMONY_RENDER_MS["per_token"] > 0
+    for release in ("0.10.1", "0.10.1.1", "0.10.2", "0.11.0", "v0.11.0", "0.10.1+gptoss"):
+        profile = at_release(vllm, release).profile
+        assert profile.harmony_render, release
+        for model in ("gpt-oss-20b", "gpt-oss-120b"):
+            ms, what = chat_frontend_ms(profile, model)
+            assert ms == HARMONY_RENDER_MS["fixed"] and "openai-harmony" in what, release
+            assert chat_frontend_ms_per_prompt_token(profile, model) == HARMONY_RENDER_MS["per_token"]
+        assert chat_frontend_ms_per_prompt_token(profile, "qwen3-235b-a22b") == 0.0
+    for release in (None, "0.10.0", "0.11.1", "0.11.2", "0.12.0", "0.17.0", "0.7.3"):
+        profile = at_release(vllm, release).profile
+        assert not profile.harmony_render, release
+        ms, what = chat_frontend_ms(profile, "gpt-oss-120b")
+        assert ms == 0.0 and "not priced" in what, release
+        assert chat_frontend_ms_per_prompt_token(profile, "gpt-oss-120b") == 0.0
+    sglang = sglang_defaults(80 * GiB, 100_000, 4096).profile
+    assert chat_frontend_ms_per_prompt_token(sglang, "gpt-oss-120b") == 0.0
+    with pytest.raises(KneecapError, match="per prompt token"):
+        EngineConfig(frontend_s_per_prompt_token=-1e-6)
 
 
 def test_a_negative_cost_is_refused():
@@ -183,3 +260,27 @@ def test_cli_frontend_override_and_errors(tmp_path):
         res = run_cli(*QWEN, *BURST, *args, "--out", str(tmp_path / "err"))
         assert res.code != 0 and needle in res.stderr, res.stderr
         assert "Traceback" not in res.stderr
+
+
+GPT_OSS = ["simulate", "--model", "gpt-oss-20b", "--gpu", "h100-sxm", "--tp", "1", "--engine-defaults", "vllm"]
+
+
+def test_cli_gpt_oss_chat_pays_the_harmony_render_per_prompt_token(tmp_path):
+    """gpt-oss-20b on vLLM 0.11.0 through /v1/chat/completions: 100 requests of 2,000 tokens sent at once reach the
+    engine after 100 harmony renders of 2,000-token prompts, so the mean TTFT grows by 100 x (fixed + 2,000 x per
+    token); the summary names both parts."""
+    from clitools import run_cli
+    import json
+
+    burst = ["--concurrency", "max", "--isl", "2000", "--osl", "4", "--requests", "100", "--json", "--no-report"]
+    out = {}
+    for name, extra in (("plain", ()), ("chat", ("--endpoint", "chat"))):
+        res = run_cli(*GPT_OSS, *burst, "--engine-version", "0.11.0", *extra, "--out", str(tmp_path / name))
+        assert res.code == 0, res.stderr
+        out[name] = json.loads(res.stdout)
+    front = out["chat"]["engine"]["frontend"]
+    assert front["ms_per_request"] == HARMONY_RENDER_MS["fixed"]
+    assert front["ms_per_prompt_token"] == pytest.approx(HARMONY_RENDER_MS["per_token"])
+    grow_ms = out["chat"]["levels"][0]["ttft_ms"]["mean"] - out["plain"]["levels"][0]["ttft_ms"]["mean"]
+    per_request = HARMONY_RENDER_MS["fixed"] + 2000 * HARMONY_RENDER_MS["per_token"]
+    assert grow_ms == pytest.approx(100 * per_request, rel=1e-6)

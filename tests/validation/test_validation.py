@@ -233,8 +233,9 @@ def test_every_simulated_point_has_its_command_line():
 def test_chat_endpoint_points_print_it_and_run_through_the_servers_event_loop():
     """The sources that state /v1/chat/completions (GPUStack's performance lab: `vllm bench serve --backend openai-chat
     --endpoint /v1/chat/completions`) are chat points; their command lines say so and their simulated deployment puts
-    the release's per-request chat-template cost in front of the engine (vLLM 0.11.0: a parse; gpt-oss: harmony, 0)."""
-    from kneecap.sim.config import CHAT_TEMPLATE_PARSE_MS
+    the release's per-request chat-template cost in front of the engine (vLLM 0.11.0: a parse; gpt-oss: the harmony
+    render, a fixed part and a part per prompt token)."""
+    from kneecap.sim.config import CHAT_TEMPLATE_PARSE_MS, HARMONY_RENDER_MS
     from kneecap.validation import command_line, sim_deployment
 
     points = {p.id: p for p in load_points()}
@@ -245,7 +246,10 @@ def test_chat_endpoint_points_print_it_and_run_through_the_servers_event_loop():
     qwen = sim_deployment(points["gpustack-vllm-qwen3-235b-a22b-h100-sxm-tp8-128-4-ttft_ms_mean"])
     assert qwen.config.frontend_s_per_request == pytest.approx(CHAT_TEMPLATE_PARSE_MS["qwen3"] / 1e3)
     oss = sim_deployment(points["gpustack-vllm-gpt-oss-20b-h100-128-4-ttft_ms_mean"])
-    assert oss.config.frontend_s_per_request == 0.0 and "harmony" in oss.config.frontend_note
+    assert oss.config.frontend_s_per_request == pytest.approx(HARMONY_RENDER_MS["fixed"] / 1e3)
+    assert oss.config.frontend_s_per_prompt_token == pytest.approx(HARMONY_RENDER_MS["per_token"] / 1e3)
+    assert "harmony" in oss.config.frontend_note
+    assert qwen.config.frontend_s_per_prompt_token == 0.0
 
 
 def _sample(points):

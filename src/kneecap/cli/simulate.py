@@ -401,7 +401,7 @@ def simulate(
         endpoint=endpoint or COMPLETIONS,
         frontend_ms_per_request=frontend_ms_per_request,
     )
-    if replicas != 1 and sim.config.frontend_s_per_request > 0:
+    if replicas != 1 and (sim.config.frontend_s_per_request > 0 or sim.config.frontend_s_per_prompt_token > 0):
         raise KneecapError(
             "--endpoint chat / --frontend-ms-per-request model one API server's event loop, not one per replica",
             "drop --replicas, or simulate one replica with its share of the load",

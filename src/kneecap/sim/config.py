@@ -113,6 +113,9 @@ class EngineProfile:
     # event loop before the request reaches the engine (CHAT_FRONTEND_NOTE): CHAT_PARSE (a fresh parse of the whole
     # template), CHAT_RENDER (a render of the compiled, cached template), "" (not modelled for this engine)
     chat_template: str = ""
+    # whether the release's chat endpoint renders a gpt-oss prompt with openai-harmony on that event loop at a measured
+    # cost (HARMONY_RENDER_MS; CHAT_FRONTEND_NOTE): vLLM 0.10.1 through 0.11.0
+    harmony_render: bool = False
     # whether the scheduler forms step n + 1's batch while the GPU runs step n (SCHEDULES_AHEAD_NOTE): a request that
     # arrives during step n joins step n + 2 at the earliest, while the engine is busy
     schedules_ahead: bool = False
@@ -175,8 +178,19 @@ EAGER_LAUNCH_S = 8.23e-3 / 326
 # other releases render a compiled template (transformers caches the compilation). Releases between 0.8 and 0.9.1
 # detected the template's content format with an uncached Jinja walk on every request (vllm-project/vllm#20065: "6-8
 # seconds delay" for 1,000 requests, cached since); that walk is not priced (those releases get CHAT_RENDER). gpt-oss
-# renders with openai-harmony, not Jinja (serving_chat.py use_harmony): not priced (0). SGLang, TensorRT-LLM, NIM and
-# llama.cpp: not read, not modelled (0).
+# takes another path: OpenAIServingChat sets use_harmony for model_type "gpt_oss" (vllm/entrypoints/openai/
+# serving_chat.py:146 in 0.11.0, :144 in 0.10.2) and then calls _make_request_with_harmony without an await (:260 in
+# 0.11.0, :248 in 0.10.2; the method at :1564-1597 and :1558-1591, the same code), which builds the system message
+# (harmony_utils.py get_system_message, :61-100 in 0.11.0: today's date, the default reasoning effort), an empty
+# developer message and the user's messages, and render_for_completion (harmony_utils.py:249-253) has
+# openai-harmony's Rust encoder render and tokenise the whole prompt: all on the event loop, the prompt's
+# tokenisation included (the Jinja path tokenises behind an await). Both releases ask for openai-harmony >= 0.0.3
+# (requirements/common.txt:51); 0.0.4 was the newest from 2025-08-09 to 2025-11-05, the window both came out in.
+# bench/harmony_render.py times that code with openai-harmony 0.0.4 for `vllm bench serve`'s random-dataset chat
+# requests (HARMONY_RENDER_MS: a fixed part and a part per prompt token). vLLM 0.10.1.1 runs the same synchronous
+# render (read in its sdist; its system message keeps the commentary channel) and shares the price; 0.11.2 and
+# 0.12.0 do too (read) but install openai-harmony 0.0.8 and build the messages differently: not timed, so 0, as are
+# releases not read and an unnamed release. SGLang, TensorRT-LLM, NIM and llama.cpp: not read, not modelled (0).
 CHAT_PARSE = "parse"
 CHAT_RENDER = "render"
 # CPU ms per request measured by bench/chat_template_parse.py on a shared 2-core Intel Xeon build VM at load ~0.5-1.7
@@ -192,6 +206,13 @@ DEFAULT_CHAT_TEMPLATE_RENDER_MS = 0.015
 # runs DeepSeek-V3 and R1 alike (V3's and R1-0528's own templates, of the same structure, were not timed)
 MODEL_CHAT_TEMPLATES = {"qwen3-235b-a22b": "qwen3", "qwen3-30b-a3b": "qwen3", "deepseek-v3": "deepseek-r1"}
 HARMONY_MODELS = ("gpt-oss-20b", "gpt-oss-120b")
+# gpt-oss's harmony render on the event loop (CHAT_FRONTEND_NOTE): CPU ms per request = fixed + per_token x the
+# prompt's tokens. bench/harmony_render.py's medians for random-dataset prompts of 128, 2,000, 4,000 and 32,000 tokens
+# (0.418, 2.590, 4.723, 33.265 ms) on the same 2-core Xeon VM class as CHAT_TEMPLATE_PARSE_MS, at load ~1.3
+# (bench/results/harmony_render.md): the line through them with the least squared relative error, 0.2825 ms + 1.0877
+# us per token (within 7% of each), plus 0.0616 ms for the streamed response's harmony parser, which the response's
+# generator creates once per request before it first waits for the engine (serving_chat.py:499-503 in 0.11.0)
+HARMONY_RENDER_MS = {"fixed": 0.344, "per_token": 0.001088}
 
 
 def chat_frontend_ms(profile: EngineProfile, model_name: str) -> tuple[float, str]:
@@ -200,7 +221,12 @@ def chat_frontend_ms(profile: EngineProfile, model_name: str) -> tuple[float, st
     if not profile.chat_template:
         return 0.0, f"not modelled for {profile.version} (0)"
     if model_name in HARMONY_MODELS:
-        return 0.0, "gpt-oss renders its prompt with openai-harmony, not a Jinja template: not priced (0)"
+        if not profile.harmony_render:
+            return 0.0, "gpt-oss's openai-harmony render, timed for vLLM 0.10.1 through 0.11.0 only: not priced (0)"
+        return HARMONY_RENDER_MS["fixed"], (
+            f"gpt-oss's openai-harmony render and tokenisation of the prompt, {HARMONY_RENDER_MS['per_token'] * 1e3:g} "
+            "us more per prompt token, as measured on a 2-core Xeon VM"
+        )
     template = MODEL_CHAT_TEMPLATES.get(model_name)
     parse = profile.chat_template == CHAT_PARSE
     table = CHAT_TEMPLATE_PARSE_MS if parse else CHAT_TEMPLATE_RENDER_MS
@@ -209,6 +235,14 @@ def chat_frontend_ms(profile: EngineProfile, model_name: str) -> tuple[float, st
         ms = DEFAULT_CHAT_TEMPLATE_PARSE_MS if parse else DEFAULT_CHAT_TEMPLATE_RENDER_MS
         return ms, f"{what}; {model_name}'s template not measured: the median of vLLM's example templates"
     return table[template], f"{what}, {template}'s template as measured on a 2-core Xeon VM"
+
+
+def chat_frontend_ms_per_prompt_token(profile: EngineProfile, model_name: str) -> float:
+    """The part of chat_frontend_ms that grows with the request's prompt, CPU ms per prompt token: gpt-oss's harmony
+    render tokenises the prompt on the event loop (CHAT_FRONTEND_NOTE); 0 for every other model and release."""
+    if profile.chat_template and profile.harmony_render and model_name in HARMONY_MODELS:
+        return HARMONY_RENDER_MS["per_token"]
+    return 0.0
 
 
 VLLM_PROFILE = EngineProfile(
@@ -408,6 +442,9 @@ class EngineConfig:
     # what the figure is ("" when no endpoint or cost was asked for: summaries then say nothing of it)
     frontend_s_per_request: float = 0.0
     frontend_note: str = ""
+    # the part of that cost that grows with the request's prompt, CPU seconds per prompt token (gpt-oss's harmony
+    # render: sim/config.py chat_frontend_ms_per_prompt_token; 0: none)
+    frontend_s_per_prompt_token: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_num_seqs, int) or self.max_num_seqs < 1:
@@ -447,6 +484,12 @@ class EngineConfig:
                 f"--frontend-ms-per-request must be a finite number of milliseconds >= 0, got "
                 f"{self.frontend_s_per_request * 1e3!r}",
                 "pass e.g. --frontend-ms-per-request 5 (your API server's CPU time per request)",
+            )
+        if not (self.frontend_s_per_prompt_token >= 0 and math.isfinite(self.frontend_s_per_prompt_token)):
+            raise KneecapError(
+                f"the API server's cost per prompt token must be a finite number >= 0, got "
+                f"{self.frontend_s_per_prompt_token!r} s",
+                "give a cost per prompt token of 0 or more",
             )
         if self.new_token_ratio_decay < 0:
             raise KneecapError(
@@ -538,6 +581,15 @@ def vllm_parses_chat_template(version: str | None) -> bool:
     """True for the vLLM release whose chat endpoint parses the chat template afresh on every request (0.11.0 of the
     releases read: CHAT_FRONTEND_NOTE); False for None and every other release."""
     return bool(version) and not vllm_is_v0(version) and release_number(version) in ("0.11.0", "v0.11.0")
+
+
+def vllm_renders_harmony(version: str | None) -> bool:
+    """True for a vLLM release whose chat endpoint renders gpt-oss prompts with openai-harmony at the measured cost
+    (0.10.1 through 0.11.0: CHAT_FRONTEND_NOTE); False for None and every other release."""
+    if not version or vllm_is_v0(version):
+        return False
+    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", version.strip(), re.IGNORECASE)
+    return m is not None and (0, 10, 1) <= tuple(int(x or 0) for x in m.groups()) < (0, 11, 1)
 
 
 def vllm_async_by_default(version: str | None) -> bool:
@@ -646,13 +698,16 @@ def engine_defaults(
 def at_release(config: EngineConfig, version: str | None) -> EngineConfig:
     """An engine's defaults (config) as the named release runs them: vLLM before 0.8 is V0 (256 sequences, V0's CPU
     time between steps); vLLM 0.14 and later schedule asynchronously (the CPU work overlaps the GPU's); vLLM 0.11.0
-    parses the chat template on every chat request (CHAT_FRONTEND_NOTE); TensorRT-LLM before 0.17 has only the C++
+    parses the chat template on every chat request and 0.10.1 through 0.11.0 render gpt-oss prompts with
+    openai-harmony on the server's event loop at a measured cost (CHAT_FRONTEND_NOTE); TensorRT-LLM before 0.17 has only the C++
     runtime (its profile). None, or any other release: config unchanged."""
     if not version:
         return config
     if config.profile.name == "vllm":
         if vllm_parses_chat_template(version):
             config = replace(config, profile=replace(config.profile, chat_template=CHAT_PARSE))
+        if vllm_renders_harmony(version):
+            config = replace(config, profile=replace(config.profile, harmony_render=True))
         if vllm_is_v0(version):
             return replace(config, max_num_seqs=256, profile=VLLM_V0_PROFILE)
         if vllm_async_by_default(version):

@@ -16,8 +16,11 @@ works in rounds: a round that starts at s handles, one after another, every requ
 at cost_s each; the engine submits they continue with run after the round, so all of them reach the engine at the
 round's end. The next round starts at that end, or at the next arrival if none is waiting.
 
-A lone request waits exactly cost_s; N requests sent together all wait N x cost_s; cost 0 changes nothing. Not
-modelled: the loop's other work (HTTP parsing, streaming the responses out, the tokenizer), which shares it.
+A lone request waits exactly cost_s; N requests sent together all wait N x cost_s; cost 0 changes nothing. A cost
+may also grow with the request's prompt (s_per_token x its prompt tokens, on top of cost_s): gpt-oss's chat path
+renders and tokenises the whole prompt on the loop (sim/config.py CHAT_FRONTEND_NOTE); a round then lasts the sum of
+its requests' costs. Not modelled: the loop's other work (HTTP parsing, streaming the responses out, the tokenizer
+where it runs behind an await), which shares it.
 """
 
 from __future__ import annotations
@@ -29,11 +32,16 @@ from typing import Generic, Sequence, TypeVar
 T = TypeVar("T")
 
 
-def engine_arrivals(arrivals_s: Sequence[float], cost_s: float) -> list[float]:
+def engine_arrivals(arrivals_s: Sequence[float], cost_s: float | Sequence[float]) -> list[float]:
     """When each request reaches the engine, for requests sent at arrivals_s (seconds, in ascending order) to a
-    server whose event loop spends cost_s seconds on each (the module's rounds). O(N), same order."""
-    if cost_s < 0 or not math.isfinite(cost_s):
-        raise ValueError(f"cost_s must be a finite number >= 0, got {cost_s!r}")
+    server whose event loop spends cost_s seconds on each (one figure for all, or one per request: the module's
+    rounds). O(N), same order."""
+    costs = [cost_s] * len(arrivals_s) if isinstance(cost_s, (int, float)) else list(cost_s)
+    if len(costs) != len(arrivals_s):
+        raise ValueError(f"one cost per request: {len(costs)} costs for {len(arrivals_s)} requests")
+    for c in costs:
+        if c < 0 or not math.isfinite(c):
+            raise ValueError(f"cost_s must be a finite number >= 0, got {c!r}")
     out: list[float] = []
     free_at = -math.inf  # the end of the last round
     i, n = 0, len(arrivals_s)
@@ -42,32 +50,38 @@ def engine_arrivals(arrivals_s: Sequence[float], cost_s: float) -> list[float]:
         j = i
         while j < n and arrivals_s[j] <= start:
             j += 1
-        free_at = start + (j - i) * cost_s
+        free_at = start + math.fsum(costs[i:j])
         out.extend([free_at] * (j - i))
         i = j
     return out
 
 
 class EventLoopFrontEnd(Generic[T]):
-    """engine_arrivals as the virtual clock runs it, arrival by arrival: arrive(at, item) for each request as its
-    send time comes (in time order), release(now) -> the items that reach the engine by `now`, as (time, item) in
-    order; next_s() -> when the next one does (math.inf: none held)."""
+    """engine_arrivals as the virtual clock runs it, arrival by arrival: arrive(at, item, tokens) for each request as
+    its send time comes (in time order; tokens: its prompt's, priced at s_per_token on top of cost_s),
+    release(now) -> the items that reach the engine by `now`, as (time, item) in order; next_s() -> when the next
+    one does (math.inf: none held)."""
 
-    def __init__(self, cost_s: float):
-        if not (cost_s > 0 and math.isfinite(cost_s)):
-            raise ValueError(f"cost_s must be a finite number > 0, got {cost_s!r}")
+    def __init__(self, cost_s: float, s_per_token: float = 0.0):
+        for name, v in (("cost_s", cost_s), ("s_per_token", s_per_token)):
+            if not (v >= 0 and math.isfinite(v)):
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+        if cost_s == 0 and s_per_token == 0:
+            raise ValueError("cost_s or s_per_token must be > 0 (with both 0 the loop changes nothing)")
         self.cost_s = cost_s
-        self._waiting: deque[tuple[float, T]] = deque()  # arrived, not yet in a round
+        self.s_per_token = s_per_token
+        self._waiting: deque[tuple[float, float, T]] = deque()  # arrived, not yet in a round: (at, cost, item)
         self._round: list[T] = []  # the round in progress
         self._round_start = -math.inf
         self._round_end = -math.inf
 
-    def arrive(self, at: float, item: T) -> None:
+    def arrive(self, at: float, item: T, tokens: int = 0) -> None:
+        cost = self.cost_s + tokens * self.s_per_token
         if self._round and at <= self._round_start:  # in by the round's start: that round handles it
             self._round.append(item)
-            self._round_end += self.cost_s
+            self._round_end += cost
         else:
-            self._waiting.append((at, item))
+            self._waiting.append((at, cost, item))
 
     def release(self, now: float) -> list[tuple[float, T]]:
         out: list[tuple[float, T]] = []
@@ -82,10 +96,13 @@ class EventLoopFrontEnd(Generic[T]):
             start = max(self._round_end, self._waiting[0][0])
             if start > now:
                 break
+            end = start
             while self._waiting and self._waiting[0][0] <= start:
-                self._round.append(self._waiting.popleft()[1])
+                _, cost, item = self._waiting.popleft()
+                self._round.append(item)
+                end += cost
             self._round_start = start
-            self._round_end = start + len(self._round) * self.cost_s
+            self._round_end = end
         return out
 
     def next_s(self) -> float:

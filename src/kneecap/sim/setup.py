@@ -18,6 +18,7 @@ from kneecap.sim.config import (
     EngineConfig,
     at_release,
     chat_frontend_ms,
+    chat_frontend_ms_per_prompt_token,
     engine_defaults,
     release_number,
     trtllm_bench_limits,
@@ -138,7 +139,18 @@ class SimDeployment:
                 "profile": cfg.profile.version,
                 # the API server's event loop before the engine (kneecap.sim.frontend), when it was asked for
                 **(
-                    {"frontend": {"ms_per_request": cfg.frontend_s_per_request * 1e3, "what": cfg.frontend_note}}
+                    {
+                        "frontend": {
+                            "ms_per_request": cfg.frontend_s_per_request * 1e3,
+                            # the part that grows with the prompt (gpt-oss's harmony render), when there is one
+                            **(
+                                {"ms_per_prompt_token": cfg.frontend_s_per_prompt_token * 1e3}
+                                if cfg.frontend_s_per_prompt_token
+                                else {}
+                            ),
+                            "what": cfg.frontend_note,
+                        }
+                    }
                     if cfg.frontend_note
                     else {}
                 ),
@@ -219,8 +231,11 @@ def _with_frontend(config: EngineConfig, model_name: str, endpoint: str, ms: flo
     if endpoint == COMPLETIONS:
         return config
     ms, what = chat_frontend_ms(config.profile, model_name)
+    per_token_ms = chat_frontend_ms_per_prompt_token(config.profile, model_name)
     note = f"chat endpoint, {ms:g} ms per request: {what}"
-    return replace(config, frontend_s_per_request=ms / 1e3, frontend_note=note)
+    return replace(
+        config, frontend_s_per_request=ms / 1e3, frontend_s_per_prompt_token=per_token_ms / 1e3, frontend_note=note
+    )
 
 
 # The engine defaults (`--engine-defaults`) -> the engine whose DP-attention layout of the weights the plan counts

@@ -243,8 +243,8 @@ def simulate_level(
     timeline: the same times, summarised exactly, without one float per token)."""
     engine = sim.new_engine(level=index, trace=trace, fast_path=fast_path, token_times=token_times)
     # the API server's event loop in front of the engine (kneecap.sim.frontend), where the engine's config prices it
-    cost_s = sim.config.frontend_s_per_request
-    front = EventLoopFrontEnd(cost_s) if cost_s > 0 else None
+    cost_s, per_token_s = sim.config.frontend_s_per_request, sim.config.frontend_s_per_prompt_token
+    front = EventLoopFrontEnd(cost_s, per_token_s) if cost_s > 0 or per_token_s > 0 else None
     phases = level_phases(level, workload, seed=seed, index=index, burstiness=burstiness)
     concurrency = phases[-1].concurrency if level.rate is None else None  # 'max': the measured requests
     records: list[RequestRecord] = []
@@ -303,7 +303,7 @@ def _on_engine(
             if front is None:
                 submit(got[0], got[1], got[0])
             else:
-                front.arrive(got[0], got)
+                front.arrive(got[0], got, got[1].input_tokens)
         if front is None:
             return schedule.next_due_s()
         for released_at, (at, spec) in front.release(now):
