@@ -122,21 +122,21 @@ _DEEPSEEK_TRTLLM = (
     "ms no modelled mechanism accounts for (the source reports slow TTFTs in that release)"
 )
 KNOWN_BIASED: dict[str, tuple[float, str]] = {
-    "engine = vllm": (12.1, f"76 of its 108 points are {_GPUSTACK}; without them +4.5%"),
+    "engine = vllm": (10.4, f"76 of its 108 points are {_GPUSTACK}; without them +3.1%"),
     "GPU generation = Ampere": (
-        30.8,
+        30.1,
         f"38 of its 44 points are {_GS}; without them -0.8%. gpt-oss-120b on one A100 now keeps the KV pool vLLM "
         "0.11.0's profile run leaves it (its sampler's 1.84 GiB peak at 256 sequences, where a 4 GiB guess stood: "
         "3.55 GiB of pool, was 1.40), which holds more prompts at once and shows its prompts running far faster "
-        "than published (TTFT 42-63% short), while the same page's ShareGPT run at 4 requests in flight is 18% short on TPOT, as the H100 page's is 12.5%: the gap is in the prompts; kneecap has no Marlin ceiling for the A100 (the H100's 0.257 of peak was measured there), and no published timing of vLLM's Marlin MXFP4 experts or Triton sink "
+        "than published (TTFT 40-62% short), while the same page's ShareGPT run at 4 requests in flight is 18% short on TPOT, as the H100 page's is 12.5%: the gap is in the prompts; kneecap has no Marlin ceiling for the A100 (the H100's 0.257 of peak was measured there), and no published timing of vLLM's Marlin MXFP4 experts or Triton sink "
         "attention on an A100 was found to price them",
     ),
     "architecture = MoE": (
-        18.1,
+        16.6,
         f"64 of its 91 points are {_GS}; the same lab's gpt-oss-20b on one H100 (vLLM 0.11, 8 points: TTFT "
-        "9-49% short, output tok/s 11-52% high) and TensorRT-LLM's attention-DP rows (Qwen3-235B-A22B 1000/1000 on 8 "
+        "2-34% short, output tok/s 7-32% high) and TensorRT-LLM's attention-DP rows (Qwen3-235B-A22B 1000/1000 on 8 "
         "H100s, B200s and H200s with their published 3,000 requests: +59.3%, +59.5%, +38.1%; Qwen3-30B-A3B on two RTX "
-        "PRO 6000s +22.4%) add to it; without the 64 +16.7%, without every GPUStack point +10.3%, without those and "
+        "PRO 6000s +22.4%) add to it; without the 64 +13.4%, without every GPUStack point +10.3%, without those and "
         "the TensorRT-LLM Qwen3-235B-A22B and DeepSeek-R1 rows +3.5%",
     ),
     "parallelism = EP > 1": (
@@ -150,33 +150,22 @@ KNOWN_BIASED: dict[str, tuple[float, str]] = {
         "per-step rank synchronisation are not modelled); without those four -4.5% over the other four, which are "
         f"{_DEEPSEEK_TRTLLM.split(':')[0]} (two ITLs) and SGLang's DeepSeek-R1 on 8 B200s",
     ),
-    "parallelism = one GPU": (
-        8.4,
-        f"40 of its 103 points are {_GS} on one GPU (gpt-oss on an H100 and on an A100; their A100 prompts run far "
-        "faster than published, GPU generation = Ampere says why); without them -0.3%, without every GPUStack point -1.7%",
-    ),
     "MoE = yes": (
-        15.0,
+        12.9,
         f"76 of its 130 points are {_GS}; the rest is the DeepSeek-R1 TensorRT-LLM points (MLA), "
         "the same lab's gpt-oss-20b H100 points and TensorRT-LLM's attention-DP rows (architecture = MoE); "
-        "without the 76 +12.2%, without every GPUStack point +8.2%, without those and the DeepSeek-R1 and "
+        "without the 76 +11.1%, without every GPUStack point +8.2%, without those and the DeepSeek-R1 and "
         "Qwen3-235B-A22B TensorRT-LLM rows +0.6%",
     ),
-    "FP8 = no": (12.4, f"64 of its 104 points are {_GS}; without them +0.0%"),
-    "FP4 = yes": (15.3, f"40 of its 86 points are {_GS}; without them +3.9%"),
-    "dtype = fp4": (15.3, f"40 of its 86 points are {_GS}; without them +3.9%"),
-    "ISL band = 1025-4096": (11.2, f"36 of its 66 points are {_GS}; without them +6.2%"),
-    "ISL band = > 4096": (
-        11.2,
-        f"18 of its 36 points are {_GS} (the 32k-token prompts; gpt-oss-120b on one A100 among them, output tok/s "
-        "+169%); without them +5.6%",
-    ),
-    "OSL band = <= 256": (10.2, f"76 of its 129 points are {_GS}; without them +3.9%"),
+    "FP8 = no": (10.9, f"64 of its 104 points are {_GS}; without them +0.0%"),
+    "FP4 = yes": (12.2, f"40 of its 86 points are {_GS}; without them +2.7%"),
+    "dtype = fp4": (12.2, f"40 of its 86 points are {_GS}; without them +2.7%"),
+    "ISL band = 1025-4096": (10.2, f"36 of its 66 points are {_GS}; without them +6.2%"),
     "concurrency band = <= 1": (13.8, f"10 of its 17 points are {_DEEPSEEK_TRTLLM}; without them +5.9%"),
     "metric = latency": (
-        11.8,
+        10.4,
         f"50 of its 95 points are TTFTs and TPOTs of {_GS}; the DeepSeek-R1 TensorRT-LLM TTFTs "
-        "(MLA) and the same lab's gpt-oss-20b H100 TTFTs add to it; without the 50 +9.0%, without "
+        "(MLA) and the same lab's gpt-oss-20b H100 TTFTs add to it; without the 50 +7.3%, without "
         "every GPUStack point +7.2%",
     ),
 }
