@@ -110,9 +110,10 @@ _GPUSTACK = (
     "GPUStack's vLLM 0.10.2/0.11.0 baseline runs of 100-1,000 random prompts sent at once (gpt-oss-120b on one H100 "
     "and on one A100, gpt-oss-20b on one A100, Qwen3-235B-A22B on 8 H100s and on 8 A100s, DeepSeek-R1 on 8 H200s) "
     "and gpt-oss-120b's ShareGPT runs at 4 requests in flight on the same H100 and A100, "
-    "on most of which the simulator is too fast (in the median of those 76 points TTFT 16% short, TPOT 14% "
-    "short, output tok/s +20%; the 128-token prompts' mean TTFTs are 2.8-19.4 s published, 1.6-15.9 s simulated, "
-    "vLLM 0.11.0's per-request chat-template parse priced at this project's build machine's measurement; "
+    "on most of which the simulator is too fast (in the median of those 76 points TTFT 10% short, TPOT 14% "
+    "short, output tok/s +17%; the 128-token prompts' mean TTFTs are 2.8-19.4 s published, 2.1-15.9 s simulated, "
+    "vLLM 0.11.0's per-request chat-template parse and gpt-oss's openai-harmony render priced at this project's "
+    "build machine's measurements; "
     "docs/validation.md, 'Reading the table', says what their pages show)"
 )
 _GS = "GPUStack's vLLM 0.10/0.11 points (engine = vllm)"  # the same 76 points, named again
