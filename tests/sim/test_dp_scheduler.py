@@ -108,3 +108,16 @@ def test_the_lower_reserve_admits_what_sglangs_single_rank_reserve_holds_back():
 
     assert admitted(dp_attention=False) == []
     assert admitted(dp_attention=True) == ["r1"]
+
+
+def test_a_summary_states_the_scheduler_sglang_runs_under_dp_attention():
+    from kneecap.plan.ledger import build_plan
+    from kneecap.sim.setup import from_plan
+
+    def engine_facts(dp_attention: bool) -> dict:
+        return from_plan(build_plan(_deployment(dp_attention), context=8192), defaults="sglang").describe()["engine"]
+
+    dp, plain = engine_facts(True), engine_facts(False)
+    assert dp["dp_rank_prompt_tokens"] == dp["max_num_batched_tokens"] // 4
+    assert dp["init_new_token_ratio"] == pytest.approx(0.21)
+    assert "dp_rank_prompt_tokens" not in plain and plain["init_new_token_ratio"] == 0.7

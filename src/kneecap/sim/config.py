@@ -17,6 +17,8 @@ Defaults, as the engines compute them when the user passes nothing:
         (SGLANG_INIT_NEW_TOKEN_RATIO 0.7, decaying by 0.001 per decode step to a floor of 0.1;
         reset after a retraction) — schedule_policy.py PrefillAdder. Its overlap scheduler forms each batch while
         the step before it runs, so a request arriving mid-step waits one more step (SCHEDULES_AHEAD_NOTE).
+        Under DP attention each rank takes chunked_prefill_size // dp_size prompt tokens a step and reserves at
+        0.3 of those ratios (DP_SCHEDULER_NOTE).
 """
 
 from __future__ import annotations
@@ -149,6 +151,14 @@ DP_PLACEMENTS = ("least_tokens", "round_robin")
 # (model_executor/model_runner.py:523-532: a given --max-running-requests is divided by dp_size); the simulator keeps
 # one pool and one sequence cap for all ranks. Read at 0.5.7; applied to every SGLang release (earlier ones not read).
 SGLANG_DP_CONSERVATIVENESS = 0.3
+
+
+def dp_rank_tokens(config: EngineConfig, ranks: int) -> int:
+    """Each DP rank's prompt tokens a step where the engine schedules `ranks` ranks on their own (DP_SCHEDULER_NOTE):
+    max_num_batched_tokens // ranks for a profile that splits its chunk, at least 1; 0: one budget for all ranks."""
+    if ranks <= 1 or not config.profile.dp_splits_chunk:
+        return 0
+    return max(1, config.max_num_batched_tokens // ranks)
 
 
 def under_dp_attention(config: EngineConfig, ranks: int) -> EngineConfig:

@@ -27,7 +27,7 @@ from kneecap.plan.engines import vllm_layout
 from kneecap.plan.ledger import kv_groups
 from kneecap.records import CANCELLED, ERROR, OK, RequestRecord, StepRuns, StepTimeline
 from kneecap.sim.blocks import BlockManager, GroupedBlockManager
-from kneecap.sim.config import EngineConfig, under_dp_attention
+from kneecap.sim.config import EngineConfig, dp_rank_tokens, under_dp_attention
 from kneecap.sim.scheduler import BLOCKED_BLOCKS, BLOCKED_BUDGET, BLOCKED_SEQS, Scheduler, Sequence
 from kneecap.sim.steptime import StepTimeModel
 from kneecap.workload import RequestSpec
@@ -155,8 +155,7 @@ class Engine:
         )
         if self.steptime.rank_by_rank:  # DP attention, requests dealt round robin: each request's rank is tracked
             self.scheduler.dp_ranks = self.steptime.dp_ranks
-            if config.profile.dp_splits_chunk:  # each rank's own prompt tokens a step: the chunk over the ranks
-                self.scheduler.rank_tokens = max(1, config.max_num_batched_tokens // self.steptime.dp_ranks)
+            self.scheduler.rank_tokens = dp_rank_tokens(config, self.steptime.dp_ranks)  # SGLang: chunk / ranks
         self.level = level
         self.fast_path = fast_path
         # end time of every step since step number _step_base (requests' runs hold step numbers);
