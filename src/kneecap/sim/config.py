@@ -17,6 +17,8 @@ Defaults, as the engines compute them when the user passes nothing:
         (SGLANG_INIT_NEW_TOKEN_RATIO 0.7, decaying by 0.001 per decode step to a floor of 0.1;
         reset after a retraction) — schedule_policy.py PrefillAdder. Its overlap scheduler forms each batch while
         the step before it runs, so a request arriving mid-step waits one more step (SCHEDULES_AHEAD_NOTE).
+        Under DP attention each rank takes chunked_prefill_size // dp_size prompt tokens a step and reserves at
+        0.3 of those ratios (DP_SCHEDULER_NOTE).
 """
 
 from __future__ import annotations
@@ -123,6 +125,11 @@ class EngineProfile:
     # fewest active tokens (TensorRT-LLM), "round_robin" the next rank in turn whatever the load (SGLang), kept for the
     # request's life; with round robin the simulator tracks each request's rank and prices a step by its busiest rank
     dp_placement: str = "least_tokens"
+    # under DP attention (DP_SCHEDULER_NOTE): whether each rank's scheduler takes at most max_num_batched_tokens // ranks
+    # prompt tokens a step (SGLang divides its chunked prefill size by the DP size), and the factor its admission
+    # reserve's new-token ratios are multiplied by (SGLang's schedule_conservativeness x 0.3); 1.0: unchanged
+    dp_splits_chunk: bool = False
+    dp_conservativeness: float = 1.0
 
 
 # DP_PLACEMENT_NOTE: SGLang 0.5.7 defaults load_balance_method to "round_robin" (python/sglang/srt/server_args.py:379);
@@ -134,6 +141,42 @@ class EngineProfile:
 # speculative decoding the sync comes before the decodes, so a prefill on any rank idles the others (scheduler.py:1825-1831).
 # TensorRT-LLM gives a new request to the rank with the fewest active tokens (sim/steptime.py StepTimeModel._dp_busiest).
 DP_PLACEMENTS = ("least_tokens", "round_robin")
+# DP_SCHEDULER_NOTE: with --enable-dp-attention SGLang 0.5.7 multiplies schedule_conservativeness by 0.3 and divides
+# chunked_prefill_size by dp_size (python/sglang/srt/server_args.py:1806-1809, _handle_data_parallelism; "to avoid MoE
+# kernel issues"). Every DP rank runs a Scheduler of its own: it builds its PrefillAdder with that chunked_prefill_size
+# as rem_chunk_tokens and max_prefill_tokens (default 16384, server_args.py:301) as rem_input_tokens
+# (managers/scheduler.py:1908-1927; managers/schedule_policy.py:316-340), so each rank's prompt tokens in a step stop at
+# chunked_prefill_size // dp_size. The reserve's ratios come from the conservativeness (scheduler.py:803-815):
+# init_new_token_ratio = min(SGLANG_INIT_NEW_TOKEN_RATIO 0.7 x conservativeness, 1), min_new_token_ratio = init x
+# SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14, decay = (init - min) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS 600 per step
+# (srt/environ.py:205-207), all three linear in the conservativeness, so under DP attention each is 0.3 of its
+# value (0.21, 0.029, 0.0003 a step). Each rank also has its own KV pool and its own max_running_requests
+# (model_executor/model_runner.py:523-532: a given --max-running-requests is divided by dp_size); the simulator keeps
+# one pool and one sequence cap for all ranks. Read at 0.5.7; applied to every SGLang release (earlier ones not read).
+SGLANG_DP_CONSERVATIVENESS = 0.3
+
+
+def dp_rank_tokens(config: EngineConfig, ranks: int) -> int:
+    """Each DP rank's prompt tokens a step where the engine schedules `ranks` ranks on their own (DP_SCHEDULER_NOTE):
+    max_num_batched_tokens // ranks for a profile that splits its chunk, at least 1; 0: one budget for all ranks."""
+    if ranks <= 1 or not config.profile.dp_splits_chunk:
+        return 0
+    return max(1, config.max_num_batched_tokens // ranks)
+
+
+def under_dp_attention(config: EngineConfig, ranks: int) -> EngineConfig:
+    """The config as the engine runs it with attention data-parallel over `ranks` ranks (DP_SCHEDULER_NOTE): its
+    admission reserve's new-token ratios times the profile's dp_conservativeness. ranks 1: config unchanged."""
+    factor = config.profile.dp_conservativeness
+    if ranks <= 1 or factor == 1.0:
+        return config
+    init = min(1.0, config.init_new_token_ratio * factor)
+    return replace(
+        config,
+        init_new_token_ratio=init,
+        min_new_token_ratio=min(init, config.min_new_token_ratio * factor),
+        new_token_ratio_decay=config.new_token_ratio_decay * factor,
+    )
 
 
 # TRITON_FUSED_MOE_NOTE: vLLM (V0 and V1) and SGLang run bf16/fp16 and per-tensor FP8 routed experts with the Triton
@@ -271,6 +314,8 @@ SGLANG_PROFILE = EngineProfile(
     eager_launch_s=EAGER_LAUNCH_S,
     moe_kernel=TRITON_FUSED_MOE,
     dp_placement="round_robin",  # DP_PLACEMENT_NOTE
+    dp_splits_chunk=True,  # DP_SCHEDULER_NOTE
+    dp_conservativeness=SGLANG_DP_CONSERVATIVENESS,
 )
 # vLLM V0 (releases before 0.8, the only engine until V1's alpha in January 2025): the scheduler, input preparation
 # and output processing ran between GPU steps; the multi-step scheduling RFC measured about 4 ms of GPU idle time per

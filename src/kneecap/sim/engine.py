@@ -27,7 +27,7 @@ from kneecap.plan.engines import vllm_layout
 from kneecap.plan.ledger import kv_groups
 from kneecap.records import CANCELLED, ERROR, OK, RequestRecord, StepRuns, StepTimeline
 from kneecap.sim.blocks import BlockManager, GroupedBlockManager
-from kneecap.sim.config import EngineConfig
+from kneecap.sim.config import EngineConfig, dp_rank_tokens, under_dp_attention
 from kneecap.sim.scheduler import BLOCKED_BLOCKS, BLOCKED_BUDGET, BLOCKED_SEQS, Scheduler, Sequence
 from kneecap.sim.steptime import StepTimeModel
 from kneecap.workload import RequestSpec
@@ -135,6 +135,9 @@ class Engine:
         token_times: bool = True,
     ):
         self.deployment = deployment
+        self.steptime = (steptime or StepTimeModel(deployment)).for_engine(config.profile)
+        # under DP attention the engine's scheduler runs its own admission reserve (sim/config.py DP_SCHEDULER_NOTE)
+        config = under_dp_attention(config, self.steptime.dp_ranks)
         self.config = config
         model = deployment.model
         spec = config.speculative
@@ -150,9 +153,9 @@ class Engine:
         self.scheduler = Scheduler(
             config, self.blocks, window=window or 0, state_blocks=self.state_blocks, microbatches=self.microbatches
         )
-        self.steptime = (steptime or StepTimeModel(deployment)).for_engine(config.profile)
         if self.steptime.rank_by_rank:  # DP attention, requests dealt round robin: each request's rank is tracked
             self.scheduler.dp_ranks = self.steptime.dp_ranks
+            self.scheduler.rank_tokens = dp_rank_tokens(config, self.steptime.dp_ranks)  # SGLang: chunk / ranks
         self.level = level
         self.fast_path = fast_path
         # end time of every step since step number _step_base (requests' runs hold step numbers);
@@ -474,8 +477,8 @@ class Engine:
             return None
         if sched.waiting and self._last_blocked == BLOCKED_BLOCKS and self.config.init_new_token_ratio > 0:
             return None  # SGLang's reserve shrinks as its ratio decays: admission may open mid-run
-        if sched.waiting and self._last_blocked == BLOCKED_BUDGET and n < sched.budget:
-            return None  # the budget was spent on prefill chunks, which are done: decodes alone leave room now
+        if sched.waiting and self._last_blocked == BLOCKED_BUDGET and (n < sched.budget or sched.rank_tokens):
+            return None  # the budget (or a DP rank's) was spent on prefill chunks, which are done: room now
         rem = math.inf
         for seq in running:
             if seq.num_output == 0 or seq.num_tokens - seq.num_computed != 1:

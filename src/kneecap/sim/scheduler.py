@@ -14,7 +14,9 @@ Policy (vLLM V1 `Scheduler.schedule`, with decodes placed first as Sarathi-Serve
      allocate_slots gives a chunk all its blocks or none; otherwise the chunk shrinks to the free blocks;
   3. new admissions from the queue, first come first served, while the sequence cap, the token budget
      and the free blocks allow (a cache hit on a shared prefix skips those tokens). The queue head
-     blocks everything behind it (strict FCFS, as vLLM).
+     blocks everything behind it (strict FCFS, as vLLM). Under SGLang's DP attention (rank_tokens) each rank takes
+     at most the chunked prefill size over the DP size of prompt tokens a step, from its own queue: a request whose
+     rank's tokens are spent waits for the next step and the requests of other ranks behind it go on.
 Without chunked prefill (EngineConfig.chunked_prefill False, TensorRT-LLM's default) a prompt is never split: it
 runs whole in a step whose remaining token budget holds all of it, else waits (and, FCFS, so does the queue behind it).
 With mixed_prefill_decode False (SGLang's prefill-first policy) a step that can take prompt tokens (steps 2 and 3)
@@ -225,6 +227,9 @@ class Scheduler:
         # sets it where the step-time model prices each rank's own load (StepTimeModel.rank_by_rank)
         self.dp_ranks = 1
         self._next_rank = 0
+        # with dp_ranks > 1: each rank's prompt tokens a step (SGLang's chunked prefill size over the DP size: each
+        # rank schedules its own queue against it; sim/config.py DP_SCHEDULER_NOTE); 0: one budget for all ranks
+        self.rank_tokens = 0
 
     def _passed_delay(self) -> bool:
         """vLLM V0 `_passed_delay`: admit prompts only once the oldest waiting request has waited
@@ -411,16 +416,21 @@ class Scheduler:
     def _after_decodes(self, batch: Batch, budget: int, running: list[Sequence]) -> Batch:
         """Steps 2 and 3 of schedule(): prefill chunks of running sequences, then admissions."""
         cfg, blocks, bs = self.config, self.blocks, self.blocks.block_size
+        # each DP rank's own prompt-token budget this step (rank_tokens), or None: the step's budget alone
+        rank_left = [self.rank_tokens] * self.dp_ranks if self.rank_tokens and self.dp_ranks > 1 else None
         # 2. running sequences still in prefill (chunked)
         for seq in running if len(batch.decodes) < len(running) else ():  # (none when every one decodes)
             if budget <= 0:
                 break
             if seq.num_output > 0 and seq.num_tokens - seq.num_computed == 1:  # decoding
                 continue
+            room = budget if rank_left is None else min(budget, rank_left[seq.dp_rank])
+            if room <= 0:
+                continue  # its rank's prompt tokens are spent this step
             remaining = seq.num_tokens - seq.num_computed
-            if remaining > budget and not cfg.chunked_prefill and remaining <= cfg.max_num_batched_tokens:
+            if remaining > room and not cfg.chunked_prefill and remaining <= cfg.max_num_batched_tokens:
                 continue  # not chunked: it runs whole in a later step
-            n = remaining if remaining < budget else budget
+            n = remaining if remaining < room else room
             if blocks.grouped:
                 blocks.trim(seq.rid, seq.num_computed)
             if cfg.chunk_whole_or_preempt and (len(running) > 1 or running[0] is not seq):
@@ -442,6 +452,8 @@ class Scheduler:
             blocks.allocate(seq.rid, seq.num_computed + n)
             self._add_prefill(batch, seq, n)
             budget -= n
+            if rank_left is not None:
+                rank_left[seq.dp_rank] -= n
         # 3. admissions, FCFS (none in a step that preempted: vLLM V1 admits only when nothing was preempted)
         waiting = self.waiting
         passed_delay = self._passed_delay()
@@ -457,19 +469,27 @@ class Scheduler:
                 if seq.received:
                     break
                 seq.received = True
-        while waiting:
+        i = 0  # the queue position tried (past the requests of ranks whose prompt tokens are spent: rank_left)
+        while i < len(waiting):
             if len(running) >= cfg.max_num_seqs:
                 batch.blocked = BLOCKED_SEQS
                 break
             if budget <= 0:
                 batch.blocked = BLOCKED_BUDGET
                 break
-            seq = waiting[0]
+            seq = waiting[i]
             if not seq.received:
                 if ahead is not None and seq.arrival_at >= ahead:
                     batch.blocked = BLOCKED_AHEAD
                     break
                 seq.received = True
+            room = budget
+            if rank_left is not None:
+                room = min(budget, rank_left[seq.dp_rank])
+                if room <= 0:  # its rank's queue waits for the next step; the other ranks take from theirs
+                    batch.blocked = BLOCKED_BUDGET
+                    i += 1
+                    continue
             hashes = seq.block_hashes(bs) if blocks.enable_prefix_caching else ()
             if remember:  # (hit_used: hits on blocks in use, which take no free block)
                 hit_blocks, hit_used, seq.prefix_memo = blocks.prefix_hit(hashes, seq.prefix_memo)
@@ -479,11 +499,11 @@ class Scheduler:
             hashes = hashes[:hit_blocks] if hit_blocks < len(hashes) else hashes
             hit_tokens = hit_blocks * bs
             n = seq.num_tokens - hit_tokens
-            if n > budget:
+            if n > room:
                 if not cfg.chunked_prefill and n <= cfg.max_num_batched_tokens:
                     batch.blocked = BLOCKED_BUDGET  # not chunked: the whole prompt waits for a step with room
                     break
-                n = budget
+                n = room
             sb = self.state_blocks
             if remember:  # new_blocks_needed(seq.rid, hit_tokens + n, hashes) from the remembered lookup
                 need = _new_blocks(hit_tokens + n, bs, have, hit_blocks, hit_used) + sb
@@ -518,11 +538,16 @@ class Scheduler:
             blocks.count_query(seq.num_tokens, got)
             seq.num_computed = got
             seq.prefix_memo = None  # (a later preemption gives it new hashes: nothing to remember)
-            waiting.popleft()
+            if i:
+                del waiting[i]
+            else:
+                waiting.popleft()
             running.append(seq)
             batch.admitted.append(seq)
             self._add_prefill(batch, seq, n)
             budget -= n
+            if rank_left is not None:
+                rank_left[seq.dp_rank] -= n
         return batch
 
     def _make_room(self, seq: Sequence, n: int, batch: Batch) -> int | None:

@@ -19,9 +19,11 @@ from kneecap.sim.config import (
     at_release,
     chat_frontend_ms,
     chat_frontend_ms_per_prompt_token,
+    dp_rank_tokens,
     engine_defaults,
     release_number,
     trtllm_bench_limits,
+    under_dp_attention,
 )
 from kneecap.sim.engine import Engine, state_blocks_per_sequence
 from kneecap.sim.steptime import StepTimeModel, StepTimeParams
@@ -99,6 +101,10 @@ class SimDeployment:
     def describe(self) -> dict:
         """JSON-ready facts (what summaries, /version and calibrations report)."""
         d, plan, cfg = self.plan.deployment, self.plan, self.config
+        # the engine's scheduler under DP attention (sim/config.py DP_SCHEDULER_NOTE), as Engine builds it
+        cfg = under_dp_attention(cfg, self.steptime.dp_ranks)
+        ranked = self.steptime.for_engine(cfg.profile).rank_by_rank
+        rank_tokens = dp_rank_tokens(cfg, self.steptime.dp_ranks) if ranked else 0
         return {
             "deployment": {
                 "model": d.model.name,
@@ -136,6 +142,8 @@ class SimDeployment:
                 "init_new_token_ratio": cfg.init_new_token_ratio,
                 "scheduler_delay_factor": cfg.scheduler_delay_factor,
                 "chunked_prefill": cfg.chunked_prefill,
+                # each DP-attention rank's prompt tokens a step, where the engine splits its chunk between them
+                **({"dp_rank_prompt_tokens": rank_tokens} if rank_tokens else {}),
                 "profile": cfg.profile.version,
                 # the API server's event loop before the engine (kneecap.sim.frontend), when it was asked for
                 **(
