@@ -21,7 +21,6 @@ tokenizer_config.json or chat_template.jinja.
 
 from __future__ import annotations
 
-import os
 import platform
 import sys
 import time
@@ -30,6 +29,7 @@ import jinja2
 import jinja2.ext
 import jinja2.meta
 import jinja2.sandbox
+from hostinfo import host
 
 
 def _env():
@@ -58,18 +58,6 @@ def render_ms(template: str, repeats: int = 200) -> float:
     for _ in range(repeats):
         compiled.render(messages=messages, add_generation_prompt=True, bos_token="")
     return (time.process_time() - t0) / repeats * 1e3
-
-
-def host() -> str:
-    """The host's CPU model, cores and load average (the parse is CPU-bound: its cost is the host's)."""
-    model = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return f"{model}, {os.cpu_count()} logical CPUs, load average {load} (1/5/15 min)"
 
 
 def main(argv: list[str]) -> int:

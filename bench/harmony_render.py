@@ -50,6 +50,7 @@ import sys
 import time
 
 import numpy as np
+from hostinfo import host
 from openai_harmony import (
     ChannelConfig,
     Conversation,
@@ -188,18 +189,6 @@ def fit(points: list[tuple[int, float]]) -> tuple[float, float]:
     det = s * sxx - sx * sx
     per_token = (s * sxy - sx * sy) / det if det else 0.0
     return (sy - per_token * sx) / s, per_token
-
-
-def host() -> str:
-    """The host's CPU model, cores and load average (the render is CPU-bound: its cost is the host's)."""
-    model = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return f"{model}, {os.cpu_count()} logical CPUs, load average {load} (1/5/15 min)"
 
 
 def check_vocab() -> None:
