@@ -73,21 +73,27 @@ def test_rounds_as_asyncio_runs_them():
         engine_arrivals([0.0], -1.0)
 
 
-@given(times, costs)
-@settings(max_examples=300, deadline=None)
-def test_the_online_loop_is_the_rounds_rule(arrivals, cost):
-    """Fed arrival by arrival as the virtual clock goes (every send at or before `now` known at `now`), the event loop
-    hands out exactly engine_arrivals' times, in order."""
-    front: EventLoopFrontEnd[int] = EventLoopFrontEnd(cost)
+def _drive(front: EventLoopFrontEnd[int], arrivals: list[float], tokens: list[int]) -> list[tuple[float, int]]:
+    """Feed `front` request i (sent at arrivals[i], tokens[i] prompt tokens) as the virtual clock goes, every send at
+    or before `now` known at `now`; what it releases, in order."""
     got: list[tuple[float, int]] = []
     i, now = 0, 0.0
     while i < len(arrivals) or front.held:
         nxt = min(arrivals[i] if i < len(arrivals) else math.inf, front.next_s())
         now = max(now, nxt)
         while i < len(arrivals) and arrivals[i] <= now:
-            front.arrive(arrivals[i], i)
+            front.arrive(arrivals[i], i, tokens[i])
             i += 1
         got += front.release(now)
+    return got
+
+
+@given(times, costs)
+@settings(max_examples=300, deadline=None)
+def test_the_online_loop_is_the_rounds_rule(arrivals, cost):
+    """Fed arrival by arrival as the virtual clock goes (every send at or before `now` known at `now`), the event loop
+    hands out exactly engine_arrivals' times, in order."""
+    got = _drive(EventLoopFrontEnd(cost), arrivals, [0] * len(arrivals))
     assert [item for _, item in got] == list(range(len(arrivals)))
     assert [t for t, _ in got] == pytest.approx(engine_arrivals(arrivals, cost))
 
@@ -145,16 +151,7 @@ def test_a_round_lasts_the_sum_of_its_requests_costs(arrivals, per_request):
     per_token = 1e-4
     tokens = [int(c * 1e4) for c in per_request[: len(arrivals)]]
     cost_of = [0.001 + k * per_token for k in tokens]
-    front: EventLoopFrontEnd[int] = EventLoopFrontEnd(0.001, per_token)
-    got: list[tuple[float, int]] = []
-    i, now = 0, 0.0
-    while i < len(arrivals) or front.held:
-        nxt = min(arrivals[i] if i < len(arrivals) else math.inf, front.next_s())
-        now = max(now, nxt)
-        while i < len(arrivals) and arrivals[i] <= now:
-            front.arrive(arrivals[i], i, tokens[i])
-            i += 1
-        got += front.release(now)
+    got = _drive(EventLoopFrontEnd(0.001, per_token), arrivals, tokens)
     assert [item for _, item in got] == list(range(len(arrivals)))
     assert [t for t, _ in got] == pytest.approx(engine_arrivals(arrivals, cost_of))
     if arrivals:
