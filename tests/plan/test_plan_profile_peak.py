@@ -233,14 +233,50 @@ def test_0_21_on_adds_flashinfers_row_states_to_the_second_warm_up(llama3_8b):
     )
 
 
-def test_0_30_on_logs_the_transient_part_and_subtracts_the_same(llama3_8b):
-    # mem_utils.py from 0.30: non_kv = total_consumed + (torch peak - what it still holds): the kept part cancels, so
-    # the pool is the same; what it logs as peak activation is the peak less the cuBLAS workspace and sampler caches
+def test_0_27_on_logs_the_transient_part_and_the_graph_estimate_and_subtracts_the_same(llama3_8b):
+    # mem_utils.py from 0.27 (0.27.0 :317-326): non_kv = total_consumed + (torch peak - what it still holds): the kept
+    # part cancels, so the pool is the same; what gpu_worker.py logs as peak activation is the peak less the cuBLAS
+    # workspace and sampler caches, plus the CUDA-graph estimate it subtracts (0.27.0 :527-529). 0.26.0 logs the peak.
     p = _v1(llama3_8b, (0, 32, 0))
     assert p.logs_transient and p.kept_bytes == p.workspace_bytes + 132 * VOCAB * 4 + 2**20
     assert p.transient_bytes == p.peak_bytes - p.kept_bytes
     assert "vLLM logs 1.791 GiB of it as peak activation" in p.describe()
-    assert not _v1(llama3_8b, (0, 25, 0)).logs_transient
+    graphs = int(0.84 * GiB)
+    assert p.logged_bytes(graphs) == p.transient_bytes + graphs
+    assert "vLLM logs 2.631 GiB as peak activation: 1.791 GiB of it (the 0.095 GiB the run keeps" in p.describe(graphs)
+    assert "and its 0.840 GiB CUDA-graph estimate" in p.describe(graphs)
+    assert _v1(llama3_8b, (0, 27, 0)).logs_transient
+    for version in ((0, 25, 0), (0, 26, 0)):
+        old = _v1(llama3_8b, version)
+        assert not old.logs_transient and old.logged_bytes(graphs) == old.peak_bytes
+        assert "as peak activation" not in old.describe(graphs)
+
+
+PEAK_LINES = json.loads((Path(__file__).parent / "data" / "engine_startup_logs.json").read_text())[
+    "peak_activation_lines"
+]
+
+
+def test_published_lines_log_the_graph_estimate_inside_peak_activation_from_0_27():
+    # vLLM's own arithmetic on its printed figures (each rounded to 0.01 GiB): 0.26.0 prints weights, the torch peak
+    # increase and non-torch memory and subtracts its estimate apart; 0.27 prints consumed memory and a peak
+    # activation that holds the estimate. The other reading misses each line by the estimate (0.13-1.32 GiB).
+    checked = []
+    for rec in PEAK_LINES:
+        text = " ".join(rec["lines"])
+        for key, figure in rec["logged"].items():
+            assert f"{figure} GiB" in text, (rec["id"], key)
+        lg = rec["logged"]
+        inside = tuple(int(x) for x in rec["release"].split(".")[:2]) >= pp.V1_TOTAL_CONSUMED_FROM
+        held = lg.get("consumed_gib", lg.get("weights_gib", 0) + lg.get("non_torch_gib", 0))
+        estimate = lg["cudagraph_estimate_gib"]
+        available = lg["requested_gib"] - held - lg["peak_activation_gib"] - (0.0 if inside else estimate)
+        other = available - estimate if inside else available + estimate
+        rounding = 0.005 * len(lg)  # each figure printed to 0.01 GiB
+        assert abs(available - lg["available_gib"]) <= rounding, rec["id"]
+        assert abs(other - lg["available_gib"]) > rounding, rec["id"]
+        checked.append(inside)
+    assert checked == [False, True, True]
 
 
 def test_no_sm_count_or_unread_rows_fall_back_saying_why(llama3_8b):
@@ -283,7 +319,7 @@ def test_the_docs_figures_for_llama_3_1_8b_are_what_engine_mode_prints(cli):
     text = " ".join(doc.split())
     assert (
         f"the peak is {h100[0]} GiB at 0.14, {h100[1]} GiB at 0.20 and {h100[2]} GiB at 0.32 "
-        f"(of which 0.32 logs {logged / GiB:.3f} GiB)"
+        f"(0.32 logs {logged / GiB:.3f} GiB of it, plus its CUDA-graph estimate, as peak activation)"
     ) in text
     assert f"256 sequences) {a100[0]}, {a100[1]} and {a100[2]} GiB" in text
 

@@ -447,9 +447,9 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         if f.engine == "vllm" and pool_bytes is not None:
             engine_pool = engines.vllm_logged_pool(deployment, pool_bytes, **vllm)
         elif f.engine == "vllm":
-            act, act_source, profile = _vllm_activation(f, deployment, version, context)
-            non_torch_bytes, non_torch_source = _vllm_non_torch(f, deployment, version)
             graphs = _vllm_cudagraph(f, deployment, version, context)
+            act, act_source, profile = _vllm_activation(f, deployment, version, context, graphs.bytes)
+            non_torch_bytes, non_torch_source = _vllm_non_torch(f, deployment, version)
             engine_pool = engines.vllm_pool(
                 deployment,
                 moe_backend=f.moe_backend,
@@ -580,10 +580,11 @@ def _default_block_size(f: DeploymentRequest, model, gpu, kv_dtype: str) -> int:
 
 
 def _vllm_activation(
-    f: DeploymentRequest, deployment: Deployment, version: str, context: int
+    f: DeploymentRequest, deployment: Deployment, version: str, context: int, cudagraph_bytes: int = 0
 ) -> tuple[int, str, dict | None]:
     """vLLM's activation peak in engine mode: --activation-gib when given; else the release's profile run as
-    profile_peak derives it; else --overhead-gib (with the vision tower's profile), saying why."""
+    profile_peak derives it; else --overhead-gib (with the vision tower's profile), saying why. cudagraph_bytes: the
+    CUDA-graph estimate the plan subtracts, which vLLM 0.27+ prints inside its "peak activation"."""
     if f.activation_gib is not None:
         return int(f.activation_gib * GiB), "--activation-gib", None
     v = engines.parse_version(version)
@@ -608,7 +609,11 @@ def _vllm_activation(
         dp_attention=deployment.dp_attention,
     )
     if peak is not None:
-        return peak.peak_bytes, f"predicted: {peak.describe()}", {**dataclasses.asdict(peak), "phase": peak.phase}
+        return (
+            peak.peak_bytes,
+            f"predicted: {peak.describe(cudagraph_bytes)}",
+            {**dataclasses.asdict(peak), "phase": peak.phase},
+        )
     from kneecap.plan.ledger import with_vision_profile
 
     act = with_vision_profile(int(f.overhead_gib * GiB), deployment.vision_profile)

