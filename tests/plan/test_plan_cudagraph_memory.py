@@ -353,15 +353,15 @@ def test_releases_that_do_not_subtract_the_estimate_take_no_default(engine):
 
 
 def test_rocm_releases_that_make_no_estimate_subtract_none(engine):
-    # 0.20-0.25 estimate on CUDA only (gpu_worker.py); 0.30 on ROCm too
+    # 0.20-0.25 estimate on CUDA only (gpu_worker.py); 0.26 on ROCm too (is_cuda_alike(): 0.26.0 :501-506)
     for version in ("0.20", "0.25"):
         eng = engine("--gpu", "mi300x", "--engine-version", version, "--cudagraph-gib", "0.8")
         assert eng["cudagraph_bytes"] == 0 and eng["cudagraph_source"].startswith(f"none: vLLM {version} makes no")
         assert eng["cudagraph_source"].endswith("(--cudagraph-gib ignored)")
         assert engine("--gpu", "mi300x", "--engine-version", version)["cudagraph_bytes"] == 0
-    assert engine("--gpu", "mi300x", "--engine-version", "0.30")["cudagraph_from"] == "default"
-    unread = engine("--gpu", "mi300x", "--engine-version", "0.27")
-    assert unread["cudagraph_source"].startswith("not predicted") and unread["cudagraph_bytes"] == 0
+    for version in ("0.26", "0.27", "0.29", "0.30"):
+        eng = engine("--gpu", "mi300x", "--engine-version", version)
+        assert eng["cudagraph_from"] == "default" and eng["cudagraph_bytes"] > 0, version
     given = engine("--gpu", "mi300x", "--engine-version", "0.30", "--cudagraph-gib", "0.8")
     assert given["cudagraph_bytes"] == int(0.8 * GiB)
 

@@ -12,7 +12,7 @@ releases; the 0.19.0 start-up logs print the same lines):
     compilation config's cudagraph_mode is NONE, model_runner.profile_cudagraph_memory() makes the estimate, and
     available = requested - non_kv_cache_memory - the estimate when VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
     (envs.py: default "1" from 0.20.0, "0" in 0.18.0-0.19.0, which log the estimate without subtracting it). On
-    CUDA only in 0.20.0-0.25.0 (not is_rocm(), then is_cuda()); ROCm too from 0.30.0 (is_cuda_alike()).
+    CUDA only in 0.20.0-0.25.0 (not is_rocm(), then is_cuda()); ROCm too from 0.26.0 (is_cuda_alike()).
   v1/worker/gpu_model_runner.py profile_cudagraph_memory (0.20.0 lines 5949-6047; 0.33.0 lines 6268-6414 add the
     encoder graphs' own estimate): for each mode it will capture (FULL for batches of decodes only, PIECEWISE for
     the rest under the default FULL_AND_PIECEWISE) it captures the two largest sizes only, into a scratch pool,
@@ -84,9 +84,9 @@ ADDS_BATCHED_TOKENS_FROM = (0, 21)  # "ensure max_num_tokens is captured" (0.21.
 ADDS_MAX_NUM_SEQS_FROM = (0, 30)  # uniform_decode_sizes = [max_num_seqs] (0.30.0, 0.33.0; 0.26-0.29 not read)
 SUBTRACTED_FROM = (0, 20)  # envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default "1"
 # gpu_worker.py makes the estimate on CUDA only in 0.20.0 ("not is_rocm()") and 0.21.0-0.25.0 ("is_cuda()"); on
-# ROCm too from 0.30.0 ("is_cuda_alike()", 0.33.0 the same); 0.26-0.29 not read
+# ROCm too from 0.26.0 ("is_cuda_alike()": 0.26.0 v1/worker/gpu_worker.py:501-506, 0.27.0 :513-517, the same in
+# 0.28.0-0.34.0)
 ROCM_SKIPPED_THROUGH = (0, 25)
-ROCM_MEASURED_FROM = (0, 30)
 MIN_PER_GRAPH_BYTES = MiB  # "Use at least 1 MiB per graph for driver overhead"
 # vLLM 0.19.0's 'Estimated CUDA graph memory' over llm-d-planner's published H100 logs without pipeline parallelism
 # (tests/plan/data/engine_startup_logs.json 'cudagraph_estimates', checked by tests/plan/test_plan_cudagraph_memory.py)
@@ -249,7 +249,7 @@ def vllm_cudagraph(
 ) -> CudaGraphTerm:
     """vLLM's CUDA-graph estimate on this release and GPU as engine mode takes it: nothing where the release does not
     subtract it or makes none (ROCm through 0.25), the user's figure where given (0 included), else the default for
-    the graphs the server would capture (0 on ROCm 0.26-0.29, not read)."""
+    the graphs the server would capture."""
     name = ".".join(map(str, version[:2]))
     if version[:2] < SUBTRACTED_FROM:
         return CudaGraphTerm(
@@ -264,13 +264,6 @@ def vllm_cudagraph(
         )
     if given_bytes is not None:
         return CudaGraphTerm(given_bytes, "--cudagraph-gib", "--cudagraph-gib")
-    if amd and version[:2] < ROCM_MEASURED_FROM:
-        return CudaGraphTerm(
-            0,
-            f"not predicted, taken as 0: vLLM 0.25 makes no estimate on ROCm and 0.30 does; {name} was not read; "
-            f"{OVERRIDE}",
-            "none",
-        )
     sizes = capture_sizes(version, max_num_seqs, max_num_batched_tokens, gpu_name=gpu_name, architecture=architecture)
     # the chunked-local wrapper refuses FULL graphs on any platform; ROCm's MLA backends were not read
     why_not = no_full_graphs(version, gpu_name, mla=mla and not amd, chunked_local=chunked_local)
