@@ -205,7 +205,7 @@ def test_0_17_to_0_20_mask_in_place_with_the_triton_buffer(llama3_8b):
         assert p.kept_bytes == p.workspace_bytes + 132 * VOCAB * 4
         assert p.peak_bytes == p.workspace_bytes + p.sampler_bytes and p.phase == "sampler"
         assert not p.logs_transient and "VLLM_USE_FLASHINFER_SAMPLER=1" in p.environment
-    # fewer than 8 rows still sort (0.17.0-0.25.0 apply_top_k_top_p)
+    # fewer than 8 rows still sort (0.17.0-0.29.0 apply_top_k_top_p)
     p4 = _v1(llama3_8b, (0, 20, 0), max_num_seqs=4)
     assert p4.sampler_bytes == pp.v1_sampler_bytes(llama3_8b, 8192, 4)
     # the buffer follows the GPU's SMs: an A100's 108
@@ -279,14 +279,23 @@ def test_published_lines_log_the_graph_estimate_inside_peak_activation_from_0_27
     assert checked == [False, True, True]
 
 
-def test_no_sm_count_or_unread_rows_fall_back_saying_why(llama3_8b):
+def test_no_sm_count_falls_back_saying_why(llama3_8b):
     assert _v1(llama3_8b, (0, 32, 0), sm_count=None) is None
-    why = pp.unmodelled_reason(llama3_8b, (0, 32), rows=1024, gpu_name="l4")
+    why = pp.unmodelled_reason(llama3_8b, (0, 32), gpu_name="l4")
     assert why.startswith("the GPU catalog has no SM count for l4")
-    # 0.26-0.29 not read: 0.25.0 sorts below 8 rows without a split workspace, 0.30.0 splits up to 64 rows
-    assert _v1(llama3_8b, (0, 27, 0), max_num_seqs=64) is None
-    assert "0.26-0.29 not read" in pp.unmodelled_reason(llama3_8b, (0, 27), rows=64, sm_count=132)
-    assert _v1(llama3_8b, (0, 27, 0)).sampler_bytes == _v1(llama3_8b, (0, 25, 0)).sampler_bytes
+
+
+def test_0_26_to_0_29_take_0_25s_row_rule(llama3_8b):
+    # 0.26.0-0.29.0 topk_topp_sampler.py (:356 / :360): `HAS_TRITON and logits.shape[0] >= 8`, and their
+    # topk_topp_triton.py has no split-row pass: Triton from 8 rows with no split workspace, the sort below, as 0.25
+    for version in ((0, 26, 0), (0, 27, 0), (0, 29, 0)):
+        for seqs in (4, 64, 1024):
+            p, base = _v1(llama3_8b, version, max_num_seqs=seqs), _v1(llama3_8b, (0, 25, 0), max_num_seqs=seqs)
+            assert p.sampler_bytes == base.sampler_bytes, (version, seqs)
+    # 0.30 adds the split workspace up to 64 rows
+    assert _v1(llama3_8b, (0, 30, 0), max_num_seqs=64).sampler_bytes == (
+        _v1(llama3_8b, (0, 29, 0), max_num_seqs=64).sampler_bytes + pp.SPLIT_WORKSPACE_BYTES
+    )
 
 
 def test_engine_mode_predicts_the_default_release_and_names_the_gpus_sms(cli):

