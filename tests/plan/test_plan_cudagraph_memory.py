@@ -134,7 +134,7 @@ def test_each_log_is_quoted_with_its_source():
 
 
 def test_the_graphs_captured_are_the_logged_ones():
-    # vLLM 0.19.0 captures the sizes 0.20.0's config/vllm.py gives (the 0.21 and 0.30 additions lie above 512 here):
+    # vLLM 0.19.0 captures the sizes 0.20.0's config/vllm.py gives (the 0.21 and 0.31 additions lie above 512 here):
     # 51 sizes up to 512 by default, 83 up to 1,024 for gpt-oss; FULL up to max_num_seqs
     for e in ESTIMATES:
         seqs, tokens = _server_batch(e)
@@ -169,13 +169,16 @@ def test_the_backend_decides_whether_full_graphs_are_captured():
 
 def test_the_capture_sizes_follow_the_release():
     assert cg.grid_sizes(512)[:6] == (1, 2, 4, 8, 16, 24) and cg.grid_sizes(512)[-3:] == (480, 496, 512)
-    # a small max_num_seqs: the largest is 2 x max_num_seqs; 0.21 adds max_num_batched_tokens, 0.30 max_num_seqs
+    # a small max_num_seqs: the largest is 2 x max_num_seqs; 0.21 adds max_num_batched_tokens, 0.31 max_num_seqs
+    # (0.31.0 config/vllm.py:2539-2540; 0.30.0 fills uniform_decode_sizes for speculative decoding only)
     assert cg.capture_sizes((0, 20), 100, 150)[-1] == 144
     assert cg.capture_sizes((0, 21), 100, 150)[-2:] == (144, 150)
     assert cg.capture_sizes((0, 25), 100, 8192)[-2:] == (192, 200) and 100 not in cg.capture_sizes((0, 25), 100, 8192)
-    assert 100 in cg.capture_sizes((0, 30), 100, 8192)
-    # data-center Blackwell from 0.30: up to 1,024
-    assert cg.capture_sizes((0, 30), 1024, 16384, gpu_name="b200")[-1] == 1024
+    assert 100 not in cg.capture_sizes((0, 30), 100, 8192)
+    assert 100 in cg.capture_sizes((0, 31), 100, 8192)
+    # data-center Blackwell from 0.28 (0.28.0 config/vllm.py:1937-1939): up to 1,024; 0.27.0 still 512
+    assert cg.capture_sizes((0, 28), 1024, 16384, gpu_name="b200")[-1] == 1024
+    assert cg.capture_sizes((0, 27), 1024, 16384, gpu_name="b200")[-1] == 512
     assert cg.capture_sizes((0, 25), 1024, 16384, gpu_name="b200")[-1] == 512
 
 

@@ -6,8 +6,8 @@ Owns the capture sizes a vLLM server takes by default, the rule that turns vLLM'
 words the plan prints about it. Does not own the pool formula (engines.py), the activation peak (profile_peak.py) nor non-torch memory
 (non_torch.py).
 
-What vLLM does (read in the 0.20.0 and 0.33.0 sdists, the capture sizes also in the 0.21.0-0.25.0 and 0.30.0
-releases; the 0.19.0 start-up logs print the same lines):
+What vLLM does (read in the 0.20.0 and 0.33.0 sdists, the capture sizes also in the 0.21.0-0.31.0 releases; the
+0.19.0 start-up logs print the same lines):
   v1/worker/gpu_worker.py determine_available_memory (0.20.0 lines 332-425): after the profile run, unless the
     compilation config's cudagraph_mode is NONE, model_runner.profile_cudagraph_memory() makes the estimate, and
     available = requested - non_kv_cache_memory - the estimate when VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
@@ -21,9 +21,9 @@ releases; the 0.19.0 start-up logs print the same lines):
     drop over the second size's, at least 1 MiB. The estimate is
         max over modes of first_capture + sum over modes of per_graph x (graphs in the mode - 1).
   config/vllm.py (0.20.0 lines 1469-1522): the largest size is min(2 x max_num_seqs x (1 + speculative tokens),
-    512, max_num_batched_tokens) unless set (gpt-oss sets 1024: model_executor/models/config.py line 169; from 0.30
+    512, max_num_batched_tokens) unless set (gpt-oss sets 1024: model_executor/models/config.py line 169; from 0.28
     the ceiling is 1024 on data-center Blackwell); the sizes are 1, 2, 4, every 8 below 256 and every 16 from 256,
-    up to the largest, with max_num_batched_tokens (0.21+) and max_num_seqs (0.30+) added below it.
+    up to the largest, with max_num_batched_tokens (0.21+) and max_num_seqs (0.31+) added below it.
     v1/cudagraph_dispatcher.py initialize_cudagraph_keys: FULL takes the sizes up to max_num_seqs.
   Which modes it captures (read in 0.19.0, 0.20.0, 0.21.0, 0.25.0 and 0.33.0): the default cudagraph_mode is
     FULL_AND_PIECEWISE (config/vllm.py, 0.20.0 line 248), and v1/worker/gpu_model_runner.py
@@ -72,8 +72,10 @@ from kneecap.plan.profile_peak import SM90_GPUS
 from kneecap.units import GiB, MiB
 
 DEFAULT_MAX_CAPTURE_SIZE = 512  # config/vllm.py: min(2 x max_num_seqs x decode query length, 512)
-# from 0.30 (0.30.0, 0.33.0 config/vllm.py default_max_graph_size) 1024 on data-center Blackwell (capability 10.x)
+# from 0.28 (0.28.0 config/vllm.py:1937-1939 default_max_graph_size = 1024 if is_device_capability_family(100) else
+# 512, the same in 0.29.0-0.33.0; 0.26.0 :1795 and 0.27.0 :1834 still min(..., 512)) 1024 on data-center Blackwell
 BLACKWELL_MAX_CAPTURE_SIZE = 1024
+BLACKWELL_CEILING_FROM = (0, 28)
 DATACENTER_BLACKWELL = ("b200", "gb200")
 # model_executor/models/config.py GptOssForCausalLMConfig (0.20.0 line 169, 0.33.0 line 559; the 0.19.0 gpt-oss log
 # captures up to 1024 too): max_cudagraph_capture_size 1024 unless the user sets the sizes
@@ -81,7 +83,9 @@ ARCHITECTURE_MAX_CAPTURE_SIZE = {"GptOssForCausalLM": 1024}
 SMALL_SIZES = (1, 2, 4)
 STEP_SMALL, STEP_LARGE, LARGE_FROM = 8, 16, 256
 ADDS_BATCHED_TOKENS_FROM = (0, 21)  # "ensure max_num_tokens is captured" (0.21.0-0.25.0 wheels/sdist, not 0.20.0)
-ADDS_MAX_NUM_SEQS_FROM = (0, 30)  # uniform_decode_sizes = [max_num_seqs] (0.30.0, 0.33.0; 0.26-0.29 not read)
+# `elif max_num_seqs <= max_cudagraph_capture_size: uniform_decode_sizes = [max_num_seqs]` (0.31.0 config/vllm.py
+# :2539-2540, 0.32.0 :2443, 0.33.0 :2549); 0.26.0-0.30.0 fill uniform_decode_sizes for speculative decoding only
+ADDS_MAX_NUM_SEQS_FROM = (0, 31)
 SUBTRACTED_FROM = (0, 20)  # envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default "1"
 # gpu_worker.py makes the estimate on CUDA only in 0.20.0 ("not is_rocm()") and 0.21.0-0.25.0 ("is_cuda()"); on
 # ROCm too from 0.26.0 ("is_cuda_alike()": 0.26.0 v1/worker/gpu_worker.py:501-506, 0.27.0 :513-517, the same in
@@ -111,9 +115,9 @@ def max_capture_size(
     architecture: str = "",
 ) -> int:
     """The largest batch vLLM 0.20+ captures a graph for by default: the model's override (gpt-oss: 1024) or
-    min(2 x max_num_seqs, 512; 1024 on data-center Blackwell from 0.30), capped at max_num_batched_tokens."""
+    min(2 x max_num_seqs, 512; 1024 on data-center Blackwell from 0.28), capped at max_num_batched_tokens."""
     ceiling = DEFAULT_MAX_CAPTURE_SIZE
-    if version[:2] >= ADDS_MAX_NUM_SEQS_FROM and gpu_name in DATACENTER_BLACKWELL:
+    if version[:2] >= BLACKWELL_CEILING_FROM and gpu_name in DATACENTER_BLACKWELL:
         ceiling = BLACKWELL_MAX_CAPTURE_SIZE
     size = ARCHITECTURE_MAX_CAPTURE_SIZE.get(architecture, min(2 * max_num_seqs, ceiling))
     return min(max_num_batched_tokens, size)
@@ -139,7 +143,7 @@ def capture_sizes(
 ) -> tuple[int, ...]:
     """The batch sizes a vLLM 0.20+ server captures graphs for when the user sets none (config/vllm.py; without
     speculative decoding, LoRA or sequence parallelism): the grid up to the largest size, plus from 0.21
-    max_num_batched_tokens and from 0.30 max_num_seqs where they lie below it."""
+    max_num_batched_tokens and from 0.31 max_num_seqs where they lie below it."""
     largest = max_capture_size(
         version, max_num_seqs, max_num_batched_tokens, gpu_name=gpu_name, architecture=architecture
     )
