@@ -138,9 +138,10 @@ FLAG_OPTIONS = {
         Optional[float],
         typer.Option(
             "--activation-gib",
-            help="vLLM: activation peak of its profile run, GiB (default: predicted for dense Llama, Mistral and Qwen2 "
-            "models on vLLM 0.6-0.7 and for those and Qwen3 on 0.10-0.33, from 0.17 on GPUs whose SM count the "
-            "catalog holds; else --overhead-gib, and the plan says why)",
+            help="vLLM: activation peak of its profile run, GiB: its DEBUG line's 'torch peak memory increase' (the "
+            "'peak activation' 0.27+ print at INFO leaves out what the run keeps and adds the CUDA-graph estimate) "
+            "(default: predicted for dense Llama, Mistral and Qwen2 models on vLLM 0.6-0.7 and for those and Qwen3 on "
+            "0.10-0.33, from 0.17 on GPUs whose SM count the catalog holds; else --overhead-gib, and the plan says why)",
         ),
     ],
     "non_torch_gib": Annotated[
