@@ -382,10 +382,10 @@ def test_gemma_3_multimodal_holds_the_dummy_images_pixels_and_outputs_through_th
     # served as a language model only (no encoder profile), the text rule
     assert pp.vllm_profile_peak(m, **V19_H100, encoder=False).peak_bytes == text.peak_bytes
     # 0.11 and 0.12 expand each image's output to the encoder budget before caching it: not modelled
-    reason = pp.unmodelled_reason(m, (0, 12), rows=1024, sm_count=132)
+    reason = pp.unmodelled_reason(m, (0, 12), sm_count=132)
     assert "0.11 and 0.12 expand" in reason
     assert pp.vllm_profile_peak(m, **{**V19_H100, "version": (0, 12, 0)}) is None
-    assert pp.unmodelled_reason(m, (0, 12), rows=1024, sm_count=132, encoder=False) == ""
+    assert pp.unmodelled_reason(m, (0, 12), sm_count=132, encoder=False) == ""
     # a multimodal wrapper whose encoder profile was not read falls back as before
     other = dataclasses.replace(m, architecture="LlavaForConditionalGeneration")
     assert "multimodal encoder's profile is not modelled" in pp.unmodelled_reason(other, (0, 19))
@@ -462,10 +462,10 @@ def test_gpt_oss_120b_on_one_h100_at_0_10_1_had_no_kv_cache_for_the_sort():
 def test_gpt_oss_rule_is_read_for_0_10_0_11_0_18_and_0_19_only():
     m = load_model("gpt-oss-120b")
     assert pp.unmodelled_reason(m, (0, 11)) == "" and pp.unmodelled_reason(m, (0, 10)) == ""
-    assert pp.unmodelled_reason(m, (0, 19), rows=1024, sm_count=132) == ""
-    assert pp.unmodelled_reason(m, (0, 18), rows=1024, sm_count=132) == ""
+    assert pp.unmodelled_reason(m, (0, 19), sm_count=132) == ""
+    assert pp.unmodelled_reason(m, (0, 18), sm_count=132) == ""
     for unread in ((0, 12), (0, 17), (0, 22)):
-        assert "0.10, 0.11, 0.18 and 0.19 only" in pp.unmodelled_reason(m, unread, rows=1024, sm_count=132)
+        assert "0.10, 0.11, 0.18 and 0.19 only" in pp.unmodelled_reason(m, unread, sm_count=132)
     assert pp.vllm_profile_peak(m, **V11_H100, version=(0, 12, 0)) is None
     assert "0.10, 0.11, 0.18 and 0.19 only" in pp.unmodelled_reason(m, (0, 6))
     # other MoE architectures: no rule
@@ -513,8 +513,8 @@ def test_triton_moe_rule_covers_16_bit_experts_only():
     assert pp.unmodelled_reason(m, (0, 11)) == ""
     assert "fp8 experts" in pp.unmodelled_reason(m, (0, 11), weight_dtype="fp8")
     assert pp.vllm_profile_peak(m, **{**V11_H100, "tp": 8}, version=(0, 11, 0), weight_dtype="fp8") is None
-    assert "0.10, 0.11, 0.18 and 0.19 only" in pp.unmodelled_reason(m, (0, 13), rows=1024, sm_count=132)
-    assert "fp8 experts" in pp.unmodelled_reason(m, (0, 19), rows=1024, sm_count=132, weight_dtype="fp8")
+    assert "0.10, 0.11, 0.18 and 0.19 only" in pp.unmodelled_reason(m, (0, 13), sm_count=132)
+    assert "fp8 experts" in pp.unmodelled_reason(m, (0, 19), sm_count=132, weight_dtype="fp8")
     # data-parallel attention gathers every rank's tokens before the experts
     assert "data-parallel attention" in pp.unmodelled_reason(m, (0, 11), dp_attention=True)
     assert pp.vllm_profile_peak(m, **{**V11_H100, "tp": 8}, version=(0, 11, 0), dp_attention=True) is None
@@ -734,7 +734,7 @@ def test_deepseek_rule_covers_hopper_block_fp8_or_16_bit_experts_on_triton_at_0_
     h200 = dict(gpu_name="h200", tp=8)
     assert pp.unmodelled_reason(m, (0, 11), **h200) == ""
     assert pp.unmodelled_reason(m, (0, 10), **h200, weight_dtype="bf16") == ""
-    assert "0.10 and 0.11 only" in pp.unmodelled_reason(m, (0, 19), **h200, rows=1024, sm_count=132)
+    assert "0.10 and 0.11 only" in pp.unmodelled_reason(m, (0, 19), **h200, sm_count=132)
     assert "Hopper GPUs only" in pp.unmodelled_reason(m, (0, 11), gpu_name="b200", tp=8)
     assert "nvfp4 experts" in pp.unmodelled_reason(m, (0, 11), **h200, weight_dtype="nvfp4")
     # whole experts (2,048 wide) on each rank take DeepGEMM where installed, on by default from 0.11 only
