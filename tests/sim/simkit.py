@@ -97,6 +97,16 @@ def check_engine(engine: Engine) -> None:
         assert bm.num_held(("state", seq.rid)) == 0
     ids = [s.rid for s in sched.running] + [s.rid for s in sched.waiting]
     assert len(ids) == len(set(ids))
+    for r, rank in enumerate(getattr(sched, "ranks", ())):  # SGLang's DP attention: each rank's own pool and cap
+        pool = rank.blocks
+        held = set()
+        for seq in rank.running:
+            assert seq.dp_rank == r
+            for key in (bm._keys(seq.rid) if bm.grouped else (seq.rid,)) + (("state", seq.rid),):
+                held.update(bm.tables.get(key, ()))
+        assert pool.used == len(held) <= pool.num_blocks, (r, pool.used, len(held), pool.num_blocks)
+        assert len(rank.running) <= rank.config.max_num_seqs
+        assert all(seq.dp_rank == r for seq in rank.waiting)
 
 
 def run_checked(engine: Engine, arrivals, *, max_steps: int = 1, closed_loop=None, forget_steps: bool = False):
@@ -125,7 +135,9 @@ def run_checked(engine: Engine, arrivals, *, max_steps: int = 1, closed_loop=Non
         out = engine.step(t, until=until, max_steps=max_steps)
         assert out is not None, "engine stalled with work queued"
         assert out.ended_at > t
-        assert out.prefill_tokens + out.decode_tokens <= engine.config.max_num_batched_tokens * out.num_steps
+        # (under SGLang's DP attention each rank's step is held to the budget)
+        ranks = engine.scheduler.dp_ranks
+        assert out.prefill_tokens + out.decode_tokens <= engine.config.max_num_batched_tokens * out.num_steps * ranks
         check_engine(engine)
         if forget_steps:
             engine.forget_finished_steps(keep_at_most=0)

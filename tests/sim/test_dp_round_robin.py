@@ -15,6 +15,7 @@ from kneecap.hardware import get_gpu
 from kneecap.model import load_model
 from kneecap.sim.blocks import BlockManager
 from kneecap.sim.config import SGLANG_PROFILE, TRTLLM_PROFILE, EngineConfig, sglang_defaults
+from kneecap.sim.dp_ranks import RankedScheduler
 from kneecap.sim.engine import Engine
 from kneecap.sim.scheduler import Scheduler
 from kneecap.sim.steptime import StepTimeModel
@@ -97,8 +98,8 @@ def test_a_prompt_on_one_rank_beside_the_other_ranks_decodes():
 
 def _rr_steps(dp_ranks: int) -> list[tuple[list[str], list[str]]]:
     cfg = EngineConfig(name="custom", max_num_seqs=64, max_num_batched_tokens=256, mixed_prefill_decode=False)
-    sched = Scheduler(cfg, BlockManager(1000, 16, enable_prefix_caching=False))
-    sched.dp_ranks = dp_ranks
+    pool = BlockManager(1000, 16, enable_prefix_caching=False)
+    sched = RankedScheduler(cfg, pool, dp_ranks, 256 // dp_ranks) if dp_ranks > 1 else Scheduler(cfg, pool)
     out = []
     for step in range(4):
         if step < 3:  # r0, r1, r2 arrive one a step: ranks 0, 1, 0
@@ -114,7 +115,7 @@ def test_each_rank_runs_prefill_first_on_its_own():
         ([], ["r0"]),
         (["r0"], ["r1"]),  # rank 0 has no prompt: r0 decodes beside rank 1's prompt
         (["r1"], ["r2"]),  # r2 is rank 0's: r0 waits, rank 1's r1 decodes
-        (["r0", "r1", "r2"], []),
+        (["r0", "r2", "r1"], []),  # (rank by rank)
     ]
     # one rank (no DP attention): the global prefill-first
     assert _rr_steps(1) == [([], ["r0"]), ([], ["r1"]), ([], ["r2"]), (["r0", "r1", "r2"], [])]
@@ -147,7 +148,7 @@ def _decode_durations(placement: str, fast_path: bool = True) -> list[float]:
 
 def test_round_robin_placement_prices_decodes_on_the_rank_with_the_long_contexts():
     rr, lt = _decode_durations("round_robin"), _decode_durations("least_tokens")
-    assert [s.dp_rank for s in _placed("round_robin")] == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert [s.dp_rank for s in _placed("round_robin")] == [0, 1, 2, 3, 0, 1, 2, 3]  # (in order of arrival)
     assert [s.dp_rank for s in _placed("least_tokens")] == [0] * 8  # not tracked
     # ranks 0 and 2 each read two 6000-token contexts, where the even share reads a quarter of all eight
     assert rr[0][0] > lt[0][0] * 1.01
@@ -163,7 +164,7 @@ def _placed(placement: str):
     eng = _engine(placement)
     for i in range(8):
         eng.add_request(RequestSpec(index=i, request_id=f"r{i}", class_name="c", input_tokens=100, output_tokens=4), 0)
-    return list(eng.scheduler.waiting)
+    return sorted(eng.scheduler.waiting, key=lambda s: s.spec.index)
 
 
 def test_a_decode_step_replays_the_cuda_graph_of_its_busiest_ranks_batch():

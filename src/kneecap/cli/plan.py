@@ -271,7 +271,12 @@ SimEngineDefaultsOpt = Annotated[
     typer.Option("--engine-defaults", help=ENGINE_DEFAULTS_HELP + " (default: --engine's engine, else vllm)"),
 ]
 MaxSeqsOpt = Annotated[
-    Optional[int], typer.Option("--max-num-seqs", help="Sequences running at once (default: the engine's)")
+    Optional[int],
+    typer.Option(
+        "--max-num-seqs",
+        help="Sequences running at once (default: the engine's); with --dp-attention under SGLang, the total, each "
+        "DP rank running its share",
+    ),
 ]
 MaxBatchedOpt = Annotated[
     Optional[int], typer.Option("--max-num-batched-tokens", help="Tokens per step (default: the engine's)")

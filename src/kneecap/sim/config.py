@@ -17,8 +17,9 @@ Defaults, as the engines compute them when the user passes nothing:
         (SGLANG_INIT_NEW_TOKEN_RATIO 0.7, decaying by 0.001 per decode step to a floor of 0.1;
         reset after a retraction) — schedule_policy.py PrefillAdder. Its overlap scheduler forms each batch while
         the step before it runs, so a request arriving mid-step waits one more step (SCHEDULES_AHEAD_NOTE).
-        Under DP attention each rank takes chunked_prefill_size // dp_size prompt tokens a step and reserves at
-        0.3 of those ratios (DP_SCHEDULER_NOTE).
+        Under DP attention each rank has its own pool, its own max_running_requests by the rule above from its own
+        pool, takes chunked_prefill_size // dp_size prompt tokens a step and reserves at 0.3 of those ratios
+        (DP_SCHEDULER_NOTE).
 """
 
 from __future__ import annotations
@@ -150,9 +151,13 @@ DP_PLACEMENTS = ("least_tokens", "round_robin")
 # init_new_token_ratio = min(SGLANG_INIT_NEW_TOKEN_RATIO 0.7 x conservativeness, 1), min_new_token_ratio = init x
 # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14, decay = (init - min) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS 600 per step
 # (srt/environ.py:205-207), all three linear in the conservativeness, so under DP attention each is 0.3 of its
-# value (0.21, 0.029, 0.0003 a step). Each rank also has its own KV pool and its own max_running_requests
-# (model_executor/model_runner.py:523-532: a given --max-running-requests is divided by dp_size); the simulator keeps
-# one pool and one sequence cap for all ranks. Read at 0.5.7; applied to every SGLang release (earlier ones not read).
+# value (0.21, 0.029, 0.0003 a step). The ratio decays only in a decode step (scheduler.py:2140-2144,
+# update_running_batch, which runs only when no prefill batch was formed: 1833-1841), with or without DP attention.
+# Each rank also has its own KV pool (the deployment's over the DP size), its own max_running_requests
+# (model_executor/model_runner.py:523-532: a given --max-running-requests is divided by dp_size, else min(the rank's
+# pool tokens // 2, its request slots)) and its own new-token ratio: sim/dp_ranks.py runs a scheduler per rank. Read at
+# 0.5.7, the cap and the decay also at 0.5.5 and 0.5.6; applied to every SGLang release. The rank's max_prefill_tokens
+# (16384) is not modelled: the rank's chunk (chunked_prefill_size // dp_size) is below it at every default.
 SGLANG_DP_CONSERVATIVENESS = 0.3
 
 
@@ -656,16 +661,20 @@ def vllm_defaults(device_bytes: int, gpu_name: str = "") -> EngineConfig:
     )
 
 
-def sglang_defaults(device_bytes: int, pool_tokens: int, context_len: int) -> EngineConfig:
-    """SGLang's defaults: chunked_prefill_size by GPU memory, max_running_requests from the pool size."""
+def sglang_defaults(device_bytes: int, pool_tokens: int, context_len: int, dp: int = 1) -> EngineConfig:
+    """SGLang's defaults: chunked_prefill_size by GPU memory, max_running_requests from the pool size. Under DP
+    attention over `dp` ranks each rank derives its cap from its own pool (pool_tokens // dp; DP_SCHEDULER_NOTE), and
+    max_num_seqs is the deployment's, dp times a rank's."""
     gpu_mib = device_bytes / MiB
     chunk = 2048 if gpu_mib < 35 * 1024 else 8192 if gpu_mib < 160 * 1024 else 16384
     context_len = max(1, context_len)
-    running = min(max(int(pool_tokens / context_len * 512), 2048), 4096)
-    running = max(1, min(running, pool_tokens // 2))
+    dp = max(1, dp)
+    rank_tokens = pool_tokens // dp
+    running = min(max(int(rank_tokens / context_len * 512), 2048), 4096)
+    running = max(1, min(running, rank_tokens // 2))
     return EngineConfig(
         name="sglang",
-        max_num_seqs=running,
+        max_num_seqs=running * dp,
         max_num_batched_tokens=chunk,
         enable_prefix_caching=True,
         init_new_token_ratio=0.7,
@@ -723,14 +732,14 @@ def llamacpp_defaults() -> EngineConfig:
 
 
 def engine_defaults(
-    kind: str, *, device_bytes: int, gpu_name: str, pool_tokens: int, context_len: int, pp: int = 1
+    kind: str, *, device_bytes: int, gpu_name: str, pool_tokens: int, context_len: int, pp: int = 1, dp: int = 1
 ) -> EngineConfig:
     """Named defaults: "vllm", "sglang", "trtllm", "nim" or "llamacpp" (pp: pipeline stages, for TensorRT-LLM's
-    per-micro-batch cap)."""
+    per-micro-batch cap; dp: attention data-parallel ranks, for SGLang's per-rank cap)."""
     if kind == "vllm":
         return vllm_defaults(device_bytes, gpu_name)
     if kind == "sglang":
-        return sglang_defaults(device_bytes, pool_tokens, context_len)
+        return sglang_defaults(device_bytes, pool_tokens, context_len, dp)
     if kind == "trtllm":
         return trtllm_defaults(pp)
     if kind == "nim":

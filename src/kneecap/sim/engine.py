@@ -28,6 +28,7 @@ from kneecap.plan.ledger import kv_groups
 from kneecap.records import CANCELLED, ERROR, OK, RequestRecord, StepRuns, StepTimeline
 from kneecap.sim.blocks import BlockManager, GroupedBlockManager
 from kneecap.sim.config import EngineConfig, dp_rank_tokens, under_dp_attention
+from kneecap.sim.dp_ranks import RankedScheduler
 from kneecap.sim.scheduler import BLOCKED_BLOCKS, BLOCKED_BUDGET, BLOCKED_SEQS, Scheduler, Sequence
 from kneecap.sim.steptime import StepTimeModel
 from kneecap.workload import RequestSpec
@@ -150,12 +151,19 @@ class Engine:
         # engine logged for KV alone (SGLang keeps its Mamba/DeltaNet state in a separate pool)
         self.state_blocks = state_blocks_per_sequence(deployment, config.enable_prefix_caching) if charge_state else 0
         self.microbatches = deployment.pp  # pipeline stages: micro-batches in flight per round (steptime.py)
-        self.scheduler = Scheduler(
-            config, self.blocks, window=window or 0, state_blocks=self.state_blocks, microbatches=self.microbatches
-        )
-        if self.steptime.rank_by_rank:  # DP attention, requests dealt round robin: each request's rank is tracked
-            self.scheduler.dp_ranks = self.steptime.dp_ranks
-            self.scheduler.rank_tokens = dp_rank_tokens(config, self.steptime.dp_ranks)  # SGLang: chunk / ranks
+        # the blocks one request may hold at most (under SGLang's DP attention: one rank's own pool)
+        self._request_blocks = self.blocks.num_blocks
+        self.scheduler: Scheduler | RankedScheduler
+        if self.steptime.rank_by_rank:  # SGLang's DP attention: a scheduler, pool and cap per rank (sim/dp_ranks.py)
+            dp = self.steptime.dp_ranks
+            self.scheduler = RankedScheduler(
+                config, self.blocks, dp, dp_rank_tokens(config, dp), window=window or 0, state_blocks=self.state_blocks
+            )
+            self._request_blocks = self.scheduler.pools[0].num_blocks
+        else:
+            self.scheduler = Scheduler(
+                config, self.blocks, window=window or 0, state_blocks=self.state_blocks, microbatches=self.microbatches
+            )
         self.level = level
         self.fast_path = fast_path
         # end time of every step since step number _step_base (requests' runs hold step numbers);
@@ -187,15 +195,16 @@ class Engine:
         seq = Sequence(spec, at, self.block_size, meta, scheduled_at)
         if (
             self.blocks.max_blocks_for(spec.input_tokens + spec.output_tokens - 1) + self.state_blocks
-            > self.blocks.num_blocks
+            > self._request_blocks
         ):
+            ranks, cap = self.scheduler.dp_ranks, self.blocks.capacity_tokens
+            pool = f"a DP rank's KV pool of {cap // ranks} tokens" if ranks > 1 else f"the KV pool of {cap} tokens"
             return self._record(
                 seq,
                 end_at=at,
                 status=ERROR,
                 error_kind="kv_capacity",
-                error_message=f"prompt + output = {spec.input_tokens + spec.output_tokens} tokens exceed "
-                f"the KV pool of {self.blocks.capacity_tokens} tokens",
+                error_message=f"prompt + output = {spec.input_tokens + spec.output_tokens} tokens exceed {pool}",
             )
         self.scheduler.add(seq)
         self._last_blocked = "" if len(self.scheduler.waiting) == 1 else self._last_blocked
@@ -389,10 +398,7 @@ class Engine:
         if done:
             self._last_blocked = ""  # a finish frees a slot and blocks: admission may be possible again
         preempted = self._note_preempted(batch.preempted)
-        if sched.new_token_ratio > self.config.min_new_token_ratio:
-            sched.new_token_ratio = max(
-                self.config.min_new_token_ratio, sched.new_token_ratio - self.config.new_token_ratio_decay
-            )
+        sched.note_step(batch)  # SGLang's reserve ratio decays in decode steps
         st = self.stats
         st.num_steps += 1
         st.busy_s += dur
@@ -468,7 +474,12 @@ class Engine:
         sched, blocks, bs = self.scheduler, self.blocks, self.block_size
         running = sched.running
         n = len(running)
-        if n == 0 or n > sched.budget or self.config.spec_tokens:
+        ranked = sched.dp_ranks > 1  # RankedScheduler: each rank's decodes, pool and budget its own
+        if n == 0 or self.config.spec_tokens:
+            return None
+        if (max(len(s.running) for s in sched.ranks) if ranked else n) > sched.budget:
+            return None
+        if ranked and blocks.grouped:
             return None
         grouped = blocks.grouped
         if grouped and sched.waiting and self._last_blocked == BLOCKED_BLOCKS:
@@ -498,11 +509,16 @@ class Engine:
                 return None
             need = need * num_groups
         k = min(k, int(np.searchsorted(need, blocks.num_free, side="right")))
+        ranks = None
+        if ranked:  # each rank's decodes take blocks of its own pool
+            ranks = np.fromiter((s.dp_rank for s in running), dtype=np.int64, count=n)
+            for r, pool in enumerate(sched.pools):
+                if k < 2:
+                    break
+                own = np.bincount((-c[ranks == r]) % bs, minlength=bs)
+                k = min(k, int(np.searchsorted(np.cumsum(np.resize(own, k)), pool.num_free, side="right")))
         if k < 2:
             return None
-        ranks = None
-        if sched.dp_ranks > 1:
-            ranks = np.fromiter((s.dp_rank for s in running), dtype=np.int64, count=n)
         durs = self.steptime.decode_run_seconds(n, c + 1, k, ranks).tolist()
         t = now
         ends = []
@@ -522,7 +538,14 @@ class Engine:
             used = self._grouped_decode_blocks(running, c.tolist(), k)
         else:
             counts = ((c + k + bs - 1) // bs - (c + bs - 1) // bs).tolist()
-            blocks.take_many([s.rid for s in running], counts)
+            if ranked:  # running lists the ranks' sequences rank by rank
+                at = 0
+                for rank, pool in zip(sched.ranks, sched.pools):
+                    m = len(rank.running)
+                    pool.take_many([s.rid for s in rank.running], counts[at : at + m])
+                    at += m
+            else:
+                blocks.take_many([s.rid for s in running], counts)
             used = used_before + need[:k]  # blocks in use during each decode step
         for seq in running:
             seq.num_computed += k
@@ -533,9 +556,7 @@ class Engine:
                 runs[-1][1] += k
             else:
                 runs.append([first, k])
-        cfg = self.config
-        if sched.new_token_ratio > cfg.min_new_token_ratio:
-            sched.new_token_ratio = max(cfg.min_new_token_ratio, sched.new_token_ratio - k * cfg.new_token_ratio_decay)
+        sched.decay(k)
         st = self.stats
         st.num_steps += k
         st.busy_s += sum(durs[:k])

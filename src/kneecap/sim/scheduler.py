@@ -14,19 +14,17 @@ Policy (vLLM V1 `Scheduler.schedule`, with decodes placed first as Sarathi-Serve
      allocate_slots gives a chunk all its blocks or none; otherwise the chunk shrinks to the free blocks;
   3. new admissions from the queue, first come first served, while the sequence cap, the token budget
      and the free blocks allow (a cache hit on a shared prefix skips those tokens). The queue head
-     blocks everything behind it (strict FCFS, as vLLM). Under SGLang's DP attention (rank_tokens) each rank takes
-     at most the chunked prefill size over the DP size of prompt tokens a step, from its own queue: a request whose
-     rank's tokens are spent waits for the next step and the requests of other ranks behind it go on.
+     blocks everything behind it (strict FCFS, as vLLM). With rank_tokens set (one rank of SGLang's DP attention)
+     a step takes at most that many prompt tokens.
 Without chunked prefill (EngineConfig.chunked_prefill False, TensorRT-LLM's default) a prompt is never split: it
 runs whole in a step whose remaining token budget holds all of it, else waits (and, FCFS, so does the queue behind it).
 With mixed_prefill_decode False (SGLang's prefill-first policy) a step that can take prompt tokens (steps 2 and 3)
 runs only those, and the decodes run in a step of their own when no prompt tokens can. Under DP attention with
-requests dealt to the ranks round robin (dp_ranks > 1: SGLang, sim/config.py DP_PLACEMENT_NOTE) each rank decides that
-for itself: a step that runs prompt tokens also runs the decodes of the ranks that hold none of them (without
-speculative decoding; those decodes do not take from the prompt token budget, and one that would need a block the
-pool does not have free waits for the next step instead of preempting).
+requests dealt to the ranks round robin (SGLang, sim/config.py DP_PLACEMENT_NOTE) RankedScheduler runs one Scheduler
+per rank, each over its own share of the pool (RankPool), and merges their batches.
 SGLang-like configs also require free KV for new_token_ratio x the remaining output of every running
-sequence and the candidate before admitting it (SGLang PrefillAdder).
+sequence and the candidate before admitting it (SGLang PrefillAdder); the ratio decays on steps that run decodes
+alone (note_step).
 With scheduler_delay_factor > 0 (vLLM V0 `Scheduler._passed_delay`), admissions wait while sequences run
 until the oldest waiting request has waited delay_factor x the duration of the last step that ran prompts.
 """
@@ -120,7 +118,7 @@ class Sequence:
         # whether the engine's scheduler has taken it in (Scheduler.receive_before)
         self.received = False
         self.prefix_memo: list | None = None  # BlockManager.prefix_hit's remembered lookup for this sequence
-        self.dp_rank = 0  # its DP-attention rank where the scheduler deals ranks round robin (Scheduler.dp_ranks)
+        self.dp_rank = 0  # its DP-attention rank where requests are dealt round robin (sim/dp_ranks.py)
 
     def block_hashes(self, block_size: int) -> tuple:
         """Hashes of the full blocks a (re)admission may find cached: the shared prefix, then (after a
@@ -223,12 +221,10 @@ class Scheduler:
         # a scheduler that forms step n + 1's batch while step n runs (EngineProfile.schedules_ahead): the engine
         # sets this to step n's start, and only requests that arrived before it can join; None: every queued one
         self.receive_before: float | None = None
-        # DP-attention ranks the requests are dealt to round robin, in order of arrival (1: not tracked); the engine
-        # sets it where the step-time model prices each rank's own load (StepTimeModel.rank_by_rank)
+        # DP-attention ranks this scheduler's batches are priced over (RankedScheduler: more than one)
         self.dp_ranks = 1
-        self._next_rank = 0
-        # with dp_ranks > 1: each rank's prompt tokens a step (SGLang's chunked prefill size over the DP size: each
-        # rank schedules its own queue against it; sim/config.py DP_SCHEDULER_NOTE); 0: one budget for all ranks
+        # one DP rank's prompt tokens a step (SGLang's chunked prefill size over the DP size; sim/config.py
+        # DP_SCHEDULER_NOTE); 0: the step's budget alone
         self.rank_tokens = 0
 
     def _passed_delay(self) -> bool:
@@ -240,10 +236,21 @@ class Scheduler:
         return True
 
     def add(self, seq: Sequence) -> None:
-        if self.dp_ranks > 1:
-            seq.dp_rank = self._next_rank
-            self._next_rank = (self._next_rank + 1) % self.dp_ranks
         self.waiting.append(seq)
+
+    def note_step(self, batch: Batch) -> None:
+        """After `batch` ran: the admission reserve's ratio decays by one step where the step ran decodes alone and
+        retracted nothing (SGLang's update_running_batch, the only place it decays: sim/config.py DP_SCHEDULER_NOTE)."""
+        if batch.decodes and not batch.prefills and not batch.preempted:
+            self.decay(1)
+
+    def decay(self, steps: int) -> None:
+        """`steps` decode steps' decay of the new-token ratio, down to its floor."""
+        cfg = self.config
+        if self.new_token_ratio > cfg.min_new_token_ratio:
+            self.new_token_ratio = max(
+                cfg.min_new_token_ratio, self.new_token_ratio - steps * cfg.new_token_ratio_decay
+            )
 
     def _preempt(self, victim: Sequence, batch: Batch) -> None:
         bs = self.blocks.block_size
@@ -268,45 +275,22 @@ class Scheduler:
         if self.config.mixed_prefill_decode:
             return self._schedule()
         # prefill first (SGLang): prompt tokens, if any can run, make a step of their own; else the decodes alone
-        blocked = BLOCKED_NONE
+        batch = self.prefill_batch()
+        return batch if batch.prefills else self.decode_batch(batch.blocked)
+
+    def prefill_batch(self) -> Batch:
+        """Prefill first: the prompt chunks and admissions a step can take (no decodes); empty, with why the queue
+        waits, when none can run."""
         running = self.running
         if self.waiting or any(s.num_output == 0 or s.num_tokens - s.num_computed != 1 for s in running):
-            batch = self._after_decodes(Batch(), self.budget, running)
-            if batch.prefills:
-                if self.dp_ranks > 1 and not self.config.spec_tokens:
-                    self._other_ranks_decode(batch)
-                return batch
-            blocked = batch.blocked
+            return self._after_decodes(Batch(), self.budget, running)
+        return Batch()
+
+    def decode_batch(self, blocked: str = BLOCKED_NONE) -> Batch:
+        """Prefill first: a step of the running decodes alone (`blocked`: why the queue waits)."""
         batch = self._schedule(then_prefill=False)
         batch.blocked = blocked
         return batch
-
-    def _other_ranks_decode(self, batch: Batch) -> None:
-        """Prefill first per DP rank: add to a step of prompt chunks the decodes of the ranks that run none, oldest
-        first, each that the free blocks allow (no preemption)."""
-        busy = {seq.dp_rank for seq, _ in batch.prefills}
-        blocks, w, bs = self.blocks, self.window, self.blocks.block_size
-        grouped = blocks.grouped
-        for seq in self.running:
-            if seq.dp_rank in busy or seq.num_output == 0 or seq.num_tokens - seq.num_computed != 1:
-                continue
-            computed = seq.num_computed
-            if grouped:
-                blocks.trim(seq.rid, computed)
-            if blocks.num_held(seq.rid) * bs < computed + 1:
-                if blocks.new_blocks_needed(seq.rid, computed + 1) > blocks.num_free:
-                    continue
-                blocks.allocate(seq.rid, computed + 1)
-            batch.decodes.append(seq)
-            ctx = computed + 1
-            batch.pairs_full += ctx
-            batch.kv_tokens_full += ctx
-            batch.decode_kv_full += ctx
-            if w:
-                m = ctx if ctx < w else w
-                batch.pairs_window += m
-                batch.kv_tokens_window += m
-                batch.decode_kv_window += m
 
     def _schedule(self, then_prefill: bool = True) -> Batch:
         """Decodes first, then (then_prefill) prefill chunks and admissions in the tokens left (Sarathi-Serve)."""
@@ -416,17 +400,15 @@ class Scheduler:
     def _after_decodes(self, batch: Batch, budget: int, running: list[Sequence]) -> Batch:
         """Steps 2 and 3 of schedule(): prefill chunks of running sequences, then admissions."""
         cfg, blocks, bs = self.config, self.blocks, self.blocks.block_size
-        # each DP rank's own prompt-token budget this step (rank_tokens), or None: the step's budget alone
-        rank_left = [self.rank_tokens] * self.dp_ranks if self.rank_tokens and self.dp_ranks > 1 else None
+        if self.rank_tokens and budget > self.rank_tokens:  # one DP rank's prompt tokens a step
+            budget = self.rank_tokens
         # 2. running sequences still in prefill (chunked)
         for seq in running if len(batch.decodes) < len(running) else ():  # (none when every one decodes)
             if budget <= 0:
                 break
             if seq.num_output > 0 and seq.num_tokens - seq.num_computed == 1:  # decoding
                 continue
-            room = budget if rank_left is None else min(budget, rank_left[seq.dp_rank])
-            if room <= 0:
-                continue  # its rank's prompt tokens are spent this step
+            room = budget
             remaining = seq.num_tokens - seq.num_computed
             if remaining > room and not cfg.chunked_prefill and remaining <= cfg.max_num_batched_tokens:
                 continue  # not chunked: it runs whole in a later step
@@ -452,8 +434,6 @@ class Scheduler:
             blocks.allocate(seq.rid, seq.num_computed + n)
             self._add_prefill(batch, seq, n)
             budget -= n
-            if rank_left is not None:
-                rank_left[seq.dp_rank] -= n
         # 3. admissions, FCFS (none in a step that preempted: vLLM V1 admits only when nothing was preempted)
         waiting = self.waiting
         passed_delay = self._passed_delay()
@@ -469,27 +449,20 @@ class Scheduler:
                 if seq.received:
                     break
                 seq.received = True
-        i = 0  # the queue position tried (past the requests of ranks whose prompt tokens are spent: rank_left)
-        while i < len(waiting):
+        while waiting:
             if len(running) >= cfg.max_num_seqs:
                 batch.blocked = BLOCKED_SEQS
                 break
             if budget <= 0:
                 batch.blocked = BLOCKED_BUDGET
                 break
-            seq = waiting[i]
+            seq = waiting[0]
             if not seq.received:
                 if ahead is not None and seq.arrival_at >= ahead:
                     batch.blocked = BLOCKED_AHEAD
                     break
                 seq.received = True
             room = budget
-            if rank_left is not None:
-                room = min(budget, rank_left[seq.dp_rank])
-                if room <= 0:  # its rank's queue waits for the next step; the other ranks take from theirs
-                    batch.blocked = BLOCKED_BUDGET
-                    i += 1
-                    continue
             hashes = seq.block_hashes(bs) if blocks.enable_prefix_caching else ()
             if remember:  # (hit_used: hits on blocks in use, which take no free block)
                 hit_blocks, hit_used, seq.prefix_memo = blocks.prefix_hit(hashes, seq.prefix_memo)
@@ -538,16 +511,11 @@ class Scheduler:
             blocks.count_query(seq.num_tokens, got)
             seq.num_computed = got
             seq.prefix_memo = None  # (a later preemption gives it new hashes: nothing to remember)
-            if i:
-                del waiting[i]
-            else:
-                waiting.popleft()
+            waiting.popleft()
             running.append(seq)
             batch.admitted.append(seq)
             self._add_prefill(batch, seq, n)
             budget -= n
-            if rank_left is not None:
-                rank_left[seq.dp_rank] -= n
         return batch
 
     def _make_room(self, seq: Sequence, n: int, batch: Batch) -> int | None:

@@ -144,6 +144,15 @@ class SimDeployment:
                 "chunked_prefill": cfg.chunked_prefill,
                 # each DP-attention rank's prompt tokens a step, where the engine splits its chunk between them
                 **({"dp_rank_prompt_tokens": rank_tokens} if rank_tokens else {}),
+                # where each DP-attention rank schedules on its own (sim/dp_ranks.py): its running-request cap and pool
+                **(
+                    {
+                        "dp_rank_max_num_seqs": max(1, cfg.max_num_seqs // self.steptime.dp_ranks),
+                        "dp_rank_kv_blocks": plan.num_kv_blocks // self.steptime.dp_ranks,
+                    }
+                    if ranked
+                    else {}
+                ),
                 "profile": cfg.profile.version,
                 # the API server's event loop before the engine (kneecap.sim.frontend), when it was asked for
                 **(
@@ -204,6 +213,7 @@ def from_plan(
         pool_tokens=plan.kv_capacity_tokens,
         context_len=plan.context,
         pp=d.pp,
+        dp=d.attention_dp,
     )
     base = at_release(base, engine_version)
     if trtllm_bench is not None:
