@@ -149,7 +149,7 @@ FLAG_OPTIONS = {
         typer.Option(
             "--non-torch-gib",
             help="Engine mode: non-torch memory the engine logs (NCCL buffers, kernels loaded on first use), GiB "
-            "(vLLM 0.11-0.33 on an H100: what the nearest earlier measured release, 0.11.0 or 0.19.0, logged at that "
+            "(vLLM 0.11-0.34 on an H100: what the nearest earlier measured release, 0.11.0 or 0.19.0, logged at that "
             "TP where it was measured; else 0, and the plan says which); SGLang: the memory in use before the "
             "weights load (CUDA context, NCCL), which costs its pool mem_fraction_static x that amount (default 0)",
         ),
