@@ -460,3 +460,14 @@ if __name__ == "__main__":
     print(estimates_table())
     print()
     print(pool_error_table())
+
+
+def test_from_0_34_the_plan_says_the_graphs_are_held_not_estimated():
+    # 0.34.0 v1/worker/gpu/model_runner.py:1121-1128: no estimate with the extensible KV cache (its default); the cache
+    # is sized after capture, so the graphs are in what the worker holds; capture_model logs "took X GiB"
+    kw = dict(gpu_name="h100-sxm", amd=False, max_num_seqs=256, max_num_batched_tokens=8192, architecture="")
+    new, old = cg.vllm_cudagraph((0, 34), **kw), cg.vllm_cudagraph((0, 33), **kw)
+    assert new.bytes == old.bytes  # the same capture sizes (config/vllm.py _set_cudagraph_sizes, 0.34.0 :2322-2530)
+    assert "vLLM 0.34 sizes its KV cache after capturing its graphs" in new.source
+    assert "'Graph capturing finished in N secs, took X GiB'" in new.source
+    assert "vLLM 0.33 subtracts what it measures at start-up" in old.source

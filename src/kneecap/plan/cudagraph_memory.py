@@ -6,8 +6,10 @@ Owns the capture sizes a vLLM server takes by default, the rule that turns vLLM'
 words the plan prints about it. Does not own the pool formula (engines.py), the activation peak (profile_peak.py) nor non-torch memory
 (non_torch.py).
 
-What vLLM does (read in the 0.20.0 and 0.33.0 sdists, the capture sizes also in the 0.21.0-0.31.0 releases; the
-0.19.0 start-up logs print the same lines):
+What vLLM does (read in the 0.20.0 and 0.33.0 sdists, the capture sizes also in the 0.21.0-0.31.0 releases and the
+0.34.0 wheel, config/vllm.py:2322-2530 _set_cudagraph_sizes, the default mode FULL_AND_PIECEWISE at :339 and the
+chunked-local NEVER at model_executor/layers/attention/chunked_local_attention.py:48 as in 0.33.0; the 0.19.0
+start-up logs print the same lines; 0.34.0 makes no estimate by default, ESTIMATE_SKIPPED_FROM below):
   v1/worker/gpu_worker.py determine_available_memory (0.20.0 lines 332-425): after the profile run, unless the
     compilation config's cudagraph_mode is NONE, model_runner.profile_cudagraph_memory() makes the estimate, and
     available = requested - non_kv_cache_memory - the estimate when VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
@@ -91,6 +93,11 @@ SUBTRACTED_FROM = (0, 20)  # envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS de
 # ROCm too from 0.26.0 ("is_cuda_alike()": 0.26.0 v1/worker/gpu_worker.py:501-506, 0.27.0 :513-517, the same in
 # 0.28.0-0.34.0)
 ROCM_SKIPPED_THROUGH = (0, 25)
+# 0.34.0 makes no estimate with its extensible KV cache, on by default on CUDA and ROCm: profile_cudagraph_memory
+# returns 0 (v1/worker/gpu/model_runner.py:1121-1128) and the cache is sized after capture from the memory then in use
+# (v1/worker/gpu_worker.py:1088-1092, 1227-1238), which holds the graphs; capture_model logs what they took, "Graph
+# capturing finished in N secs, took X GiB" (model_runner.py:1227-1232)
+ESTIMATE_SKIPPED_FROM = (0, 34)
 MIN_PER_GRAPH_BYTES = MiB  # "Use at least 1 MiB per graph for driver overhead"
 # vLLM 0.19.0's 'Estimated CUDA graph memory' over llm-d-planner's published H100 logs without pipeline parallelism
 # (tests/plan/data/engine_startup_logs.json 'cudagraph_estimates', checked by tests/plan/test_plan_cudagraph_memory.py)
@@ -273,26 +280,42 @@ def vllm_cudagraph(
     why_not = no_full_graphs(version, gpu_name, mla=mla and not amd, chunked_local=chunked_local)
     graphs = graphs_by_mode(sizes, max_num_seqs, full=why_not is None)
     estimate = default_estimate_bytes(graphs)
-    return CudaGraphTerm(estimate, describe_default(name, sizes, graphs, estimate, why_not), "default")
+    measured = version[:2] >= ESTIMATE_SKIPPED_FROM
+    return CudaGraphTerm(estimate, describe_default(name, sizes, graphs, estimate, why_not, measured), "default")
 
 
 def describe_default(
-    version: str, sizes: tuple[int, ...], graphs: dict[str, int], estimate: int, no_full: str | None = None
+    version: str,
+    sizes: tuple[int, ...],
+    graphs: dict[str, int],
+    estimate: int,
+    no_full: str | None = None,
+    measured: bool = False,
 ) -> str:
-    """The plan's 'CUDA graphs:' words where the release subtracts the estimate and kneecap takes the default."""
+    """The plan's 'CUDA graphs:' words where the release subtracts the estimate and kneecap takes the default
+    (`measured`: the release sizes its cache after capturing the graphs and makes no estimate, ESTIMATE_SKIPPED_FROM)."""
     low, high = LOGGED_RANGE_GIB
     counts = ", ".join(f"{mode} {n}" for mode, n in graphs.items())
     firsts = ", ".join(f"{mode} {DEFAULT_FIRST_CAPTURE_MIB[mode]}" for mode in graphs)
     per = ", ".join(f"{mode} {DEFAULT_PER_GRAPH_MIB[mode]}" for mode in graphs)
     loo_median, loo_worst = LEAVE_ONE_OUT_ERROR_GIB
     full = "FULL for batches of decodes up to max_num_seqs" if no_full is None else f"no FULL graphs: {no_full}"
+    what = (
+        f"vLLM {version} sizes its KV cache after capturing its graphs, so it holds what they take (it makes no "
+        "estimate); kneecap takes the estimate earlier releases subtract, the"
+        if measured
+        else f"vLLM {version} subtracts what it measures at start-up, the"
+    )
+    override = (
+        "pass what 'Graph capturing finished in N secs, took X GiB' logs with --cudagraph-gib" if measured else OVERRIDE
+    )
     return (
-        f"{estimate / GiB:.2f} GiB, a default: vLLM {version} subtracts what it measures at start-up, the "
+        f"{estimate / GiB:.2f} GiB, a default: {what} "
         f"device's free memory around capturing the two largest graphs of each mode, the second's figure counted for "
         f"every further graph; kneecap applies that sum to the graphs this server captures ({counts} graphs, sizes "
         f"1-{sizes[-1]}; {full}) with the medians of the {LOGGED_DEPLOYMENTS} "
         f"vLLM 0.19.0 H100 logs without pipeline parallelism in llm-d-planner's accuracy/results/v0.19.0/logs (first "
         f"capture {firsts} MiB; per further graph {per} MiB); those logs read {low:.2f}-{high:.2f} GiB (median "
         f"{LOGGED_MEDIAN_GIB:.2f}), and the default misses a log left out of the medians by {loo_median:.2f} GiB in "
-        f"the median, {loo_worst:.2f} at worst; {OVERRIDE}"
+        f"the median, {loo_worst:.2f} at worst; {override}"
     )

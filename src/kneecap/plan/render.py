@@ -436,7 +436,9 @@ def engine_section(engine: EnginePool, plan: Plan | None = None):
         lines[-1] += _as_loaded(engine)
         lines.append(
             f"  − activation peak {_gib(engine.activation_bytes)} − non-torch {_gib(engine.non_torch_bytes)}"
-            f" − CUDA graphs {_gib(engine.cudagraph_bytes)} GiB = KV {_gib(engine.kv_pool_bytes)} GiB"
+            f" − CUDA graphs {_gib(engine.cudagraph_bytes)}"
+            + (f" − kept free after warm-up {_gib(engine.sizing_margin_bytes)}" if engine.sizing_margin_bytes else "")
+            + f" GiB = KV {_gib(engine.kv_pool_bytes)} GiB"
         )
         if engine.load_note and not engine.load_extra_bytes:
             lines.append(f"    weights as loaded: {engine.load_note}")
