@@ -7,9 +7,10 @@ words the plan prints about it. Does not own the pool formula (engines.py), the 
 (non_torch.py).
 
 What vLLM does (read in the 0.20.0 and 0.33.0 sdists, the capture sizes also in the 0.21.0-0.31.0 releases and the
-0.34.0 wheel, config/vllm.py:2322-2530 _set_cudagraph_sizes, the default mode FULL_AND_PIECEWISE at :339 and the
-chunked-local NEVER at model_executor/layers/attention/chunked_local_attention.py:48 as in 0.33.0; the 0.19.0
-start-up logs print the same lines; 0.34.0 makes no estimate by default, ESTIMATE_SKIPPED_FROM below):
+0.34.0 wheel: config/vllm.py:2322-2530 _set_cudagraph_sizes, the default mode FULL_AND_PIECEWISE at :339 and the
+chunked-local NEVER at model_executor/layers/attention/chunked_local_attention.py:48 as in 0.33.0, but token and
+request sizes resolved apart, SPLIT_SIZES_FROM below; the 0.19.0 start-up logs print the same lines; 0.34.0 makes no
+estimate by default, ESTIMATE_SKIPPED_FROM below):
   v1/worker/gpu_worker.py determine_available_memory (0.20.0 lines 332-425): after the profile run, unless the
     compilation config's cudagraph_mode is NONE, model_runner.profile_cudagraph_memory() makes the estimate, and
     available = requested - non_kv_cache_memory - the estimate when VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
@@ -67,6 +68,7 @@ tests/plan/test_plan_cudagraph_memory.py checks the rules on every log and print
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -161,6 +163,62 @@ def capture_sizes(
         if max_num_seqs <= largest:
             sizes.add(max_num_seqs)
     return tuple(sorted(sizes))
+
+
+# 0.34.0 resolves two lists (config/vllm.py:2558-2680 _split_cudagraph_capture_sizes): the token counts of the
+# PIECEWISE graphs for mixed batches and the request counts of the FULL graphs for batches of decodes
+# (v1/worker/gpu/cudagraph_utils.py:153-164, 290-330). Without speculative decoding or sizes the user sets: on
+# compute capability 10.0 (B200 / GB200) the token grid up to min(8192, max_num_batched_tokens) and the request grid
+# up to max_num_seqs (config/compilation.py:89-131 prefill_cudagraph_capture_grid, decode_cudagraph_capture_grid,
+# _walk_grid :78-87); elsewhere the shared sizes of capture_sizes for both, the request counts capped at max_num_seqs;
+# gpt-oss, off compute capability 10.0, sets the token sizes to the 0.33 grid below min(max_num_batched_tokens, 1024)
+# plus that figure and the request grid up to min(1024, max_num_seqs) (model_executor/models/config.py:837-882)
+SPLIT_SIZES_FROM = (0, 34)
+GPT_OSS_TOKEN_CAP = 1024
+WIDE_PREFILL_TOKENS = 8192  # config/compilation.py: "None (default): 8192 on SM100 GPUs"
+
+
+def _walk_grid(limit: int, step) -> list[int]:
+    """config/compilation.py _walk_grid (0.34.0 :78-87): sizes 1 .. limit, each the next multiple of the largest power
+    of two not above step(size)."""
+    grid, size = [], 1
+    while size < limit:
+        grid.append(size)
+        stride = 1 << max(0, math.floor(math.log2(max(1.0, step(size)))))
+        size = (size // stride + 1) * stride
+    return [*grid, limit] if limit else []
+
+
+def prefill_grid(max_tokens: int) -> list[int]:
+    """0.34.0 prefill_cudagraph_capture_grid (performance_mode "balanced", the default): 54 sizes at 8192."""
+    return _walk_grid(max_tokens, lambda t: min(t, max(8, t / 4), 0.07 * max(t, 4096)))
+
+
+def decode_grid(max_requests: int) -> list[int]:
+    """0.34.0 decode_cudagraph_capture_grid: every count up to 6, then coarser steps (64 sizes at 1024)."""
+    return _walk_grid(max_requests, lambda n: 0.65 * n ** (2 / 3))
+
+
+def split_capture_sizes(
+    version: tuple[int, ...],
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    *,
+    gpu_name: str = "",
+    architecture: str = "",
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(PIECEWISE token counts, FULL request counts) a vLLM 0.34+ server captures when the user sets none
+    (SPLIT_SIZES_FROM)."""
+    if gpu_name in DATACENTER_BLACKWELL:
+        tokens = min(WIDE_PREFILL_TOKENS, max_num_batched_tokens)
+        return tuple(prefill_grid(tokens)), tuple(decode_grid(max_num_seqs))
+    if architecture in ARCHITECTURE_MAX_CAPTURE_SIZE:
+        cap = min(max_num_batched_tokens, GPT_OSS_TOKEN_CAP)
+        legacy = grid_sizes(GPT_OSS_TOKEN_CAP)
+        tokens = tuple(sorted({s for s in legacy if s < cap} | {cap}))
+        return tokens, tuple(decode_grid(min(GPT_OSS_TOKEN_CAP, max_num_seqs)))
+    shared = capture_sizes(version, max_num_seqs, max_num_batched_tokens, gpu_name=gpu_name)
+    return shared, tuple(sorted({min(s, max_num_seqs) for s in shared}))
 
 
 TRITON_MLA_FULL_FROM = (0, 22)  # TritonMLAMetadataBuilder: UNIFORM_BATCH (0.21.0 and before: NEVER)
@@ -275,10 +333,18 @@ def vllm_cudagraph(
         )
     if given_bytes is not None:
         return CudaGraphTerm(given_bytes, "--cudagraph-gib", "--cudagraph-gib")
-    sizes = capture_sizes(version, max_num_seqs, max_num_batched_tokens, gpu_name=gpu_name, architecture=architecture)
     # the chunked-local wrapper refuses FULL graphs on any platform; ROCm's MLA backends were not read
     why_not = no_full_graphs(version, gpu_name, mla=mla and not amd, chunked_local=chunked_local)
-    graphs = graphs_by_mode(sizes, max_num_seqs, full=why_not is None)
+    if version[:2] >= SPLIT_SIZES_FROM:
+        sizes, requests = split_capture_sizes(
+            version, max_num_seqs, max_num_batched_tokens, gpu_name=gpu_name, architecture=architecture
+        )
+        graphs = {"PIECEWISE": len(sizes), **({"FULL": len(requests)} if why_not is None else {})}
+    else:
+        sizes = capture_sizes(
+            version, max_num_seqs, max_num_batched_tokens, gpu_name=gpu_name, architecture=architecture
+        )
+        graphs = graphs_by_mode(sizes, max_num_seqs, full=why_not is None)
     estimate = default_estimate_bytes(graphs)
     measured = version[:2] >= ESTIMATE_SKIPPED_FROM
     return CudaGraphTerm(estimate, describe_default(name, sizes, graphs, estimate, why_not, measured), "default")
