@@ -324,3 +324,6 @@ def test_plan_on_vllm_034_keeps_the_margin_in_the_ledger(cli):
     eng = doc["engine"]
     assert eng["fraction"] == 1.0 and eng["sizing_margin_bytes"] > 0
     assert doc["num_kv_blocks"] == eng["num_blocks"]  # the ledger keeps the margin too
+    text = cli(*args, "--engine-version", "0.34").stdout
+    assert "Kept by the engine (activation peak, non-torch, graphs, margin)" in text
+    assert "kept free after warm-up 3.00 GiB" in text  # max(1 GiB, 0.75 x 4 GiB --overhead-gib)

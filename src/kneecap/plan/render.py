@@ -169,7 +169,8 @@ def plan_worksheet(
     over = (
         "Activations + workspace + graphs"
         if plan.pool_source == "ledger" and engine is None
-        else "Kept by the engine (activation peak, non-torch, graphs)"
+        else "Kept by the engine (activation peak, non-torch, graphs"
+        + (", margin)" if engine is not None and engine.sizing_margin_bytes else ")")
     )
     # (engine mode with a predicted profile run: the encoder's profile is in the activation peak it describes)
     predicted = engine is not None and engine.activation_profile is not None
