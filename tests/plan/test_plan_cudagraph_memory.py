@@ -460,3 +460,40 @@ if __name__ == "__main__":
     print(estimates_table())
     print()
     print(pool_error_table())
+
+
+def test_from_0_34_the_plan_says_the_graphs_are_held_not_estimated():
+    # 0.34.0 v1/worker/gpu/model_runner.py:1121-1128: no estimate with the extensible KV cache (its default); the cache
+    # is sized after capture, so the graphs are in what the worker holds; capture_model logs "took X GiB"
+    kw = dict(gpu_name="h100-sxm", amd=False, max_num_seqs=256, max_num_batched_tokens=8192, architecture="")
+    new, old = cg.vllm_cudagraph((0, 34), **kw), cg.vllm_cudagraph((0, 33), **kw)
+    assert new.bytes == old.bytes  # the same capture sizes (config/vllm.py _set_cudagraph_sizes, 0.34.0 :2322-2530)
+    assert "vLLM 0.34 sizes its KV cache after capturing its graphs" in new.source
+    assert "'Graph capturing finished in N secs, took X GiB'" in new.source
+    assert "vLLM 0.33 subtracts what it measures at start-up" in old.source
+
+
+def test_0_34_grids_have_the_sizes_vllm_documents():
+    # config/compilation.py (0.34.0): "54 sizes at 8192" (prefill_cudagraph_capture_grid), "64 sizes at 1024"
+    # (decode_cudagraph_capture_grid); "1, 2, 4, every 8 up to 64, four sizes per doubling up to 1024"
+    assert len(cg.prefill_grid(8192)) == 54 and cg.prefill_grid(8192)[-1] == 8192
+    assert cg.prefill_grid(8192)[:14] == [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112]
+    assert len(cg.decode_grid(1024)) == 64 and cg.decode_grid(1024)[:7] == [1, 2, 3, 4, 5, 6, 8]
+
+
+@pytest.mark.parametrize(
+    ("gpu", "arch", "graphs_033", "graphs_034"),
+    [
+        # H100: the shared sizes for both kinds, as 0.33's FULL graphs up to max_num_seqs
+        ("h100-sxm", "", {"PIECEWISE": 51, "FULL": 51}, {"PIECEWISE": 51, "FULL": 51}),
+        # B200 (compute capability 10.0): the token grid up to 8192 and the request grid up to max_num_seqs
+        ("b200", "", {"PIECEWISE": 83, "FULL": 83}, {"PIECEWISE": 54, "FULL": 64}),
+        # gpt-oss off 10.0: the 0.33 token sizes up to 1024, the request grid up to min(1024, max_num_seqs)
+        ("h100-sxm", "GptOssForCausalLM", {"PIECEWISE": 83, "FULL": 83}, {"PIECEWISE": 83, "FULL": 64}),
+    ],
+)
+def test_0_34_captures_token_and_request_sizes_apart(gpu, arch, graphs_033, graphs_034):
+    kw = dict(gpu_name=gpu, amd=False, max_num_seqs=1024, max_num_batched_tokens=8192, architecture=arch)
+    for version, graphs in (((0, 33), graphs_033), ((0, 34), graphs_034)):
+        term = cg.vllm_cudagraph(version, **kw)
+        assert term.bytes == cg.default_estimate_bytes(graphs), (version, term.source)

@@ -10,7 +10,14 @@ from kneecap.deployment import Deployment
 from kneecap.errors import KneecapError
 from kneecap.hardware import get_gpu
 from kneecap.model.spec import Model, RopeCache
-from kneecap.plan.engines import parse_version, sglang_pool, sglang_rope_cache_bytes, vllm_pool
+from kneecap.plan.engines import (
+    parse_version,
+    sglang_pool,
+    sglang_rope_cache_bytes,
+    vllm_default_mem_util,
+    vllm_extensible_available,
+    vllm_pool,
+)
 
 GiB = 2**30
 # An 8B-class dense model: 32 layers x 8 KV heads x 128 dim x 2 B x 2 (K, V) = 131,072 B per token.
@@ -266,3 +273,57 @@ def test_the_ledger_counts_vllms_blocks(preset, tp):
         pool.kv_capacity_tokens,
     )
     assert plan.max_seqs_paged == plan.paged_max_seqs_at(16384) > 0
+
+
+def test_vllm_034_sizes_its_kv_cache_after_warm_up_by_hand():
+    # vLLM 0.34's extensible KV cache (v1/worker/extensible_kv_cache.py:592-618), util 1.0 by default:
+    # non-KV = 16e9 weights + 0.5 GiB non-torch + 1 GiB graphs; margin = max(1 GiB, 0.75 x 2 GiB) = 1.5 GiB
+    # available = min(80 GiB - non-KV, 80 GiB - non-KV - 1.5 GiB) - 2 GiB = 75 GiB - 16e9 = 64,530,636,800
+    # blocks = 64,530,636,800 // 2,097,152 = 30,770 -> 492,320 tokens; the margin keeps 1.5 GiB beyond the 1.0 budget
+    p = vllm(version="0.34", mem_util=1.0)
+    assert p.kv_pool_bytes == 64_530_636_800
+    assert p.num_blocks == 30_770
+    assert p.kv_capacity_tokens == 492_320
+    assert p.sizing_margin_bytes == 1_610_612_736
+    # the line it logs before warm-up: 80 GiB - 16e9 - 2 GiB - 0.5 GiB, no graph estimate with this cache
+    assert p.log_lines[0] == "Available KV cache memory: 62.60 GiB"
+    assert p.log_lines[1] == "GPU KV cache size: 492,320 tokens"
+    assert "after warm-up" in p.notes[0] and "keeps 1.50 GiB more free" in p.notes[0]
+    # 0.33 at the same utilization: requested - everything, no margin (80 GiB - 16e9 - 3.5 GiB)
+    assert vllm(version="0.33", mem_util=1.0).kv_pool_bytes == 66_141_249_536
+    assert vllm(version="0.33", mem_util=1.0).sizing_margin_bytes == 0
+
+
+def test_vllm_034_at_a_given_utilization_is_the_estimate_formula_where_the_utilization_binds():
+    # util 0.9: 72 GiB - non-KV - 2 GiB < 80 GiB - non-KV - 1.5 GiB - 2 GiB, so the 0.20-0.33 figure (57,551,314,944)
+    p = vllm(version="0.34", mem_util=0.9)
+    assert p.kv_pool_bytes == 57_551_314_944 and p.sizing_margin_bytes == 0
+    assert "the utilization binds before the margin" in p.notes[0]
+
+
+def test_vllm_034_margin_floor_is_3_gib_on_rocm():
+    # extensible_kv_cache.py:64 KV_CACHE_MARGIN_FLOOR_BYTES = 3 GiB on ROCm (1 GiB on CUDA)
+    assert vllm_extensible_available(80 * GiB, 80 * GiB, 20 * GiB, 2 * GiB, rocm=True) == (55 * GiB, 3 * GiB)
+    # CUDA: max(1 GiB, 0.75 x 2 GiB) = 1.5 GiB
+    assert vllm_extensible_available(80 * GiB, 80 * GiB, 20 * GiB, 2 * GiB) == (56 * GiB + GiB // 2, 3 * GiB // 2)
+    assert vllm_extensible_available(80 * GiB, 80 * GiB, 20 * GiB, GiB // 2) == (59 * GiB - GiB // 2, GiB)
+
+
+def test_vllm_default_utilization_is_1_from_0_34():
+    # config/cache.py:495-501 resolved_gpu_memory_utilization: 1.0 with the extensible KV cache (0.34's default)
+    assert vllm_default_mem_util("0.34") == 1.0
+    assert vllm_default_mem_util("0.34.1") == 1.0
+    assert vllm_default_mem_util("0.33") == 0.9
+
+
+def test_plan_on_vllm_034_keeps_the_margin_in_the_ledger(cli):
+    import json
+
+    args = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--context", "8192", "--engine", "vllm"]
+    doc = json.loads(cli(*args, "--engine-version", "0.34", "--json").stdout)
+    eng = doc["engine"]
+    assert eng["fraction"] == 1.0 and eng["sizing_margin_bytes"] > 0
+    assert doc["num_kv_blocks"] == eng["num_blocks"]  # the ledger keeps the margin too
+    text = cli(*args, "--engine-version", "0.34").stdout
+    assert "Kept by the engine (activation peak, non-torch, graphs, margin)" in text
+    assert "kept free after warm-up 3.00 GiB" in text  # max(1 GiB, 0.75 x 4 GiB --overhead-gib)

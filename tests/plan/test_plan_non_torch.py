@@ -87,7 +87,8 @@ def test_a_release_takes_the_newest_measured_release_at_or_below_it():
     assert non_torch.measured_release((0, 18, 1)) == (0, 11)
     assert non_torch.measured_release((0, 19)) == (0, 19)
     assert non_torch.measured_release((0, 32)) == (0, 19)
-    assert non_torch.measured_release((0, 34)) is None  # newer than any release read
+    assert non_torch.measured_release((0, 34)) == (0, 19)  # 0.34.0 takes its snapshot where 0.33.0 does
+    assert non_torch.measured_release((0, 35)) is None  # newer than any release read
 
 
 def test_the_tp2_figure_is_the_releases_not_another_ones():

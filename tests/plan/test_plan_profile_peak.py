@@ -87,7 +87,11 @@ def test_no_rule_where_the_source_was_not_read(llama3_8b):
     assert _peak(llama3_8b, version=(0, 34, 0), max_num_batched_tokens=8192) is None
     assert _peak(llama3_8b, version=(0, 5, 4)) is None
     assert "was not read" in pp.unmodelled_reason(llama3_8b, (0, 9))
-    assert "0.34's profile run was not read" in pp.unmodelled_reason(llama3_8b, (0, 34))
+    # 0.34.0 keeps only Model Runner V2 (v1/worker/gpu_worker.py:579-587): the plan says so, not just "not read"
+    assert "vLLM 0.34 profiles with its second model runner (Model Runner V2) only" in pp.unmodelled_reason(
+        llama3_8b, (0, 34)
+    )
+    assert "Model Runner V2" in pp.unmodelled_reason(llama3_8b, (0, 35))
     assert "not read" in pp.unmodelled_reason(dataclasses.replace(llama3_8b, architecture="GemmaForCausalLM"))
     assert "not read" in pp.unmodelled_reason(dataclasses.replace(llama3_8b, architecture="PhiForCausalLM"), (0, 11))
     moe = load_model("qwen3-235b-a22b")
@@ -148,7 +152,8 @@ def test_engine_mode_predicts_names_and_falls_back(cli):
     later = _engine(cli, *base, "--engine-version", "0.34")
     assert later["activation_bytes"] == 4 * GiB
     assert later["activation_source"].startswith(
-        "--overhead-gib (4 GiB; no prediction: vLLM 0.34's profile run was not read (rules: 0.6-0.7, 0.10-0.33)"
+        "--overhead-gib (4 GiB; no prediction: vLLM 0.34 profiles with its second model runner (Model Runner V2) "
+        "only, whose profile run and two-pass dummy sampler kneecap does not model (rules: 0.6-0.7, 0.10-0.33)"
     )
 
 

@@ -118,6 +118,14 @@ def test_layouts_not_replayed_say_why():
     assert "TP > 1" in va.vllm_load_ops(load_model(str(CONFIGS / "google--gemma-3-12b-it.json")), 2, (0, 19))
 
 
+def test_gemma_1_is_not_replayed_from_0_34_which_builds_it_through_the_transformers_backend():
+    # 0.34.0 model_executor/models/registry.py:787 maps GemmaForCausalLM to TransformersForCausalLM (0.33.0: gemma.py)
+    gemma = load_model(str(Path(__file__).parents[1] / "model" / "configs" / "google--gemma-7b.json"))
+    assert not isinstance(va.vllm_load_ops(gemma, 1, (0, 33)), str)
+    why = va.vllm_load_ops(gemma, 1, (0, 34))
+    assert isinstance(why, str) and "Transformers backend" in why
+
+
 QWEN_019 = ["--model", str(CONFIGS / "Qwen--Qwen2.5-7B-Instruct.json"), "--gpu", "h100-sxm", "--engine", "vllm"]
 
 

@@ -82,7 +82,10 @@ FLAG_OPTIONS = {
     ],
     "mem_util": Annotated[
         Optional[float],
-        typer.Option("--mem-util", help="Fraction of HBM the engine may use (1.0; vLLM engine mode 0.9)"),
+        typer.Option(
+            "--mem-util",
+            help="Fraction of HBM the engine may use (1.0; vLLM engine mode 0.9, 1.0 from --engine-version 0.34)",
+        ),
     ],
     "hbm": Annotated[
         str,
@@ -149,7 +152,7 @@ FLAG_OPTIONS = {
         typer.Option(
             "--non-torch-gib",
             help="Engine mode: non-torch memory the engine logs (NCCL buffers, kernels loaded on first use), GiB "
-            "(vLLM 0.11-0.33 on an H100: what the nearest earlier measured release, 0.11.0 or 0.19.0, logged at that "
+            "(vLLM 0.11-0.34 on an H100: what the nearest earlier measured release, 0.11.0 or 0.19.0, logged at that "
             "TP where it was measured; else 0, and the plan says which); SGLang: the memory in use before the "
             "weights load (CUDA context, NCCL), which costs its pool mem_fraction_static x that amount (default 0)",
         ),
@@ -250,7 +253,7 @@ SIM_OPTIONS = {
         typer.Option(
             "--engine",
             help="Size the KV pool by this engine's own memory accounting, as `kneecap plan --engine` does: vllm "
-            "(--mem-util is its gpu_memory_utilization, default 0.9) or sglang (--mem-fraction, default the one "
+            "(--mem-util is its gpu_memory_utilization, default 0.9; 1.0 from 0.34) or sglang (--mem-fraction, default the one "
             "SGLang picks itself for the GPU and TP), at --engine-version's release; the scheduler defaults are that engine's too",
         ),
     ],

@@ -3,8 +3,9 @@
 
 vLLM computes each cache while it builds the model and keeps it on the GPU as a non-persistent buffer, so its bytes
 are in the "Model loading took X GiB" figure (DeviceMemoryProfiler around load_model reads the allocated bytes after
-the load) and come out of the KV pool. Rules read in vLLM's published sources, 0.10.2 to 0.33.0
-(vllm/model_executor/layers/rotary_embedding/; line numbers are 0.19.0's unless another release is named):
+the load) and come out of the KV pool. Rules read in vLLM's published sources, 0.10.2 to 0.33.0, and compared with the
+0.34.0 wheel, whose rotary_embedding/ differs from 0.33.0's in mrope.py only and whose models/gemma3.py and gpt_oss.py
+are 0.33.0's (vllm/model_executor/layers/rotary_embedding/; line numbers are 0.19.0's unless another release is named):
 
 - one buffer per distinct RoPE: get_rope (__init__.py:68-78, _ROPE_DICT) keys a cache on head size, rotary dims,
   max_position, neox style, the RoPE parameters and dtype, so every layer with the same RoPE shares one buffer;
@@ -12,7 +13,7 @@ the load) and come out of the KV pool. Rules read in vLLM's published sources, 0
   int(head_dim x partial_rotary_factor) (__init__.py:62-66; 0.11.0 __init__.py:57-58);
 - dtype: computed in float32, then cast to `dtype` (base.py:58-63; 0.11.0 base.py:45-49), which get_rope takes as
   torch's default dtype while vLLM builds the model, the model's 16-bit dtype; gpt-oss asks for float32
-  (models/gpt_oss.py get_rope(..., dtype=torch.float32), 0.10.2 to 0.33.0): 4 bytes a value;
+  (models/gpt_oss.py get_rope(..., dtype=torch.float32), 0.10.2 to 0.34.0): 4 bytes a value;
 - rows, from the max_position the model file passes (config max_position_embeddings for every model kneecap reads):
   default, llama3, ntk, dynamic with alpha: max_position (base.py:86; llama3_rope.py and ntk_scaling_rope.py
   change the frequencies only);

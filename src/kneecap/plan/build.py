@@ -370,7 +370,7 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
     mem_util = f.mem_util
     own_fraction = None
     if f.engine == "vllm" and mem_util is None:
-        mem_util = engines.VLLM_DEFAULT_MEM_UTIL
+        mem_util = engines.vllm_default_mem_util(f.engine_version or engines.DEFAULT_VLLM_VERSION)
     if f.engine == "sglang":
         if mem_util is not None:
             raise KneecapError("--mem-util is vLLM's knob", "use --mem-fraction for --engine sglang")
@@ -486,6 +486,7 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
                 + engine_pool.rope_cache_bytes  # the engine's RoPE buffer, loaded beside the weights
                 + engine_pool.expert_pad_bytes  # vLLM's Marlin padding of MXFP4 experts, loaded with them
                 + engine_pool.load_extra_bytes  # the load as PyTorch's caching allocator holds it, beyond the tensors
+                + engine_pool.sizing_margin_bytes  # vLLM 0.34+: what its post-warm-up sizing keeps free besides
             )
             deployment = dataclasses.replace(deployment, overhead_bytes=kept, frag_fraction=0.0)
     # where a linear-attention hybrid's state lives: in vLLM's block pool beside the KV (its hybrid allocator), or in

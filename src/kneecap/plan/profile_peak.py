@@ -272,6 +272,11 @@ V0_FAMILY = ((0, 6), (0, 7))  # the releases whose profile run was read for this
 V1_SORT_FAMILY = ((0, 10), (0, 11), (0, 12), (0, 13), (0, 14), (0, 15), (0, 16))
 V1_TRITON_TOPK_FROM = (0, 17)  # 0.17.0 topk_topp_sampler.py: `HAS_TRITON and logits.shape[0] >= 8` -> Triton
 V1_NEWEST_READ = (0, 33)  # the last release whose profile run was read for these rules
+# 0.34.0 removes the model runner these rules read (v1/worker/gpu_model_runner.py and v1/sample/sampler.py are not in
+# the wheel): v1/worker/gpu_worker.py:579-587 _make_model_runner builds v1/worker/gpu/model_runner.py's GPUModelRunner
+# ("Model Runner V2") alone, whose profile_run (:1070-1104) spreads the batch over min(tokens, max_num_seqs) requests
+# and whose _dummy_sampler_run (:1039-1063) samples twice, the second pass with the warm-up parameters' fp32 logits
+V1_RUNNER_REMOVED_IN = (0, 34)
 TRITON_MIN_ROWS = 8  # 0.17.0-0.29.0: fewer rows take PyTorch's sort
 V1_TRITON_EVERY_ROW_FROM = (0, 30)  # 0.30.0 apply_top_k_top_p: `if HAS_TRITON:` for every row count
 V1_SECOND_WARMUP_FROM = (0, 21)  # 0.21.0 gpu_model_runner _dummy_sampler_run: "Also warm forward_native"
@@ -824,6 +829,11 @@ def unmodelled_reason(
         if model.architecture not in V0_MLP_HIDDEN_LIVE:
             return f"{model.architecture}'s layer was not read (rules: {', '.join(V0_MLP_HIDDEN_LIVE)})"
         return ""
+    if v >= V1_RUNNER_REMOVED_IN:
+        return (
+            f"vLLM {name} profiles with its second model runner (Model Runner V2) only, whose profile run and "
+            f"two-pass dummy sampler kneecap does not model ({RULES})"
+        )
     if not is_v1_rule(v):
         return f"vLLM {name}'s profile run was not read ({RULES})"
     read = V1_ARCHITECTURES + V1_MOE_ARCHITECTURES + V1_MLA_ARCHITECTURES

@@ -169,7 +169,8 @@ def plan_worksheet(
     over = (
         "Activations + workspace + graphs"
         if plan.pool_source == "ledger" and engine is None
-        else "Kept by the engine (activation peak, non-torch, graphs)"
+        else "Kept by the engine (activation peak, non-torch, graphs"
+        + (", margin)" if engine is not None and engine.sizing_margin_bytes else ")")
     )
     # (engine mode with a predicted profile run: the encoder's profile is in the activation peak it describes)
     predicted = engine is not None and engine.activation_profile is not None
@@ -436,7 +437,9 @@ def engine_section(engine: EnginePool, plan: Plan | None = None):
         lines[-1] += _as_loaded(engine)
         lines.append(
             f"  − activation peak {_gib(engine.activation_bytes)} − non-torch {_gib(engine.non_torch_bytes)}"
-            f" − CUDA graphs {_gib(engine.cudagraph_bytes)} GiB = KV {_gib(engine.kv_pool_bytes)} GiB"
+            f" − CUDA graphs {_gib(engine.cudagraph_bytes)}"
+            + (f" − kept free after warm-up {_gib(engine.sizing_margin_bytes)}" if engine.sizing_margin_bytes else "")
+            + f" GiB = KV {_gib(engine.kv_pool_bytes)} GiB"
         )
         if engine.load_note and not engine.load_extra_bytes:
             lines.append(f"    weights as loaded: {engine.load_note}")

