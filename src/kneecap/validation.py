@@ -47,7 +47,7 @@ METRICS: dict[str, tuple[str, str, str | None, float]] = {
 ENGINES: dict[str, str] = {
     "vllm": "kneecap's vLLM defaults for the GPU (max_num_seqs / max_num_batched_tokens by GPU memory, chunked "
     "prefill, prefix caching) and vLLM's own KV-pool model at the point's release (`--engine vllm --engine-version`, "
-    "gpu_memory_utilization 0.9 unless the point states one; a V0 point without a release number: the default "
+    "gpu_memory_utilization the release's default (0.9 through 0.19, 0.92 from 0.20) unless the point states one; a V0 point without a release number: the default "
     "release's); a point whose engine is vLLM V0 (releases before 0.8) runs with V0's profile "
     "(max_num_seqs 256, 4 ms of CPU per step between steps), and one from 0.14 on with its default asynchronous scheduling "
     "(the next step's CPU work overlaps the GPU's); a point whose client sent through /v1/chat/completions runs with "

@@ -313,7 +313,10 @@ def test_vllm_default_utilization_is_1_from_0_34():
     # config/cache.py:495-501 resolved_gpu_memory_utilization: 1.0 with the extensible KV cache (0.34's default)
     assert vllm_default_mem_util("0.34") == 1.0
     assert vllm_default_mem_util("0.34.1") == 1.0
-    assert vllm_default_mem_util("0.33") == 0.9
+    assert vllm_default_mem_util("0.33") == 0.92
+    assert vllm_default_mem_util("0.20") == 0.92
+    assert vllm_default_mem_util("0.19") == 0.9
+    assert vllm_default_mem_util("0.11.0") == 0.9
 
 
 def test_plan_on_vllm_034_keeps_the_margin_in_the_ledger(cli):

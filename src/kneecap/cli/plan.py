@@ -253,7 +253,7 @@ SIM_OPTIONS = {
         typer.Option(
             "--engine",
             help="Size the KV pool by this engine's own memory accounting, as `kneecap plan --engine` does: vllm "
-            "(--mem-util is its gpu_memory_utilization, default 0.9; 1.0 from 0.34) or sglang (--mem-fraction, default the one "
+            "(--mem-util is its gpu_memory_utilization, default 0.9 through 0.19, 0.92 from 0.20, 1.0 from 0.34) or sglang (--mem-fraction, default the one "
             "SGLang picks itself for the GPU and TP), at --engine-version's release; the scheduler defaults are that engine's too",
         ),
     ],

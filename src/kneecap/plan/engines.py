@@ -86,7 +86,13 @@ VLLM_CUDAGRAPH_FROM = (0, 20)
 # hybrid state-block rule below is versioned) and the one the CPU build tests run
 DEFAULT_VLLM_VERSION = "0.32"
 DEFAULT_SGLANG_VERSION = "0.5"
-VLLM_DEFAULT_MEM_UTIL = 0.9  # vLLM's --gpu-memory-utilization default
+# vLLM's --gpu-memory-utilization default: 0.9 through 0.19 (config/cache.py CacheConfig, 0.10.2-0.19.0 wheels:
+# "gpu_memory_utilization: float = 0.9", Field(default=0.9) in 0.19.0), 0.92 from 0.20 (config/cache.py:66 in the
+# 0.20.0-0.24.0 wheels, :68 in 0.25.0, :215 in 0.33.0: Field(default=0.92); 0.34.0 keeps 0.92 with its extensible KV
+# cache off, config/cache.py:495-501)
+VLLM_DEFAULT_MEM_UTIL = 0.9
+VLLM_DEFAULT_MEM_UTIL_FROM_0_20 = 0.92
+VLLM_MEM_UTIL_092_FROM = (0, 20)
 # vLLM 0.34 sizes its KV cache after warm-up and CUDA-graph capture by default on CUDA and ROCm (the "extensible KV
 # cache": config/cache.py:216-235 enable_extensible_kv_cache, settled on where supported by config/vllm.py:3180-3260
 # _resolve_extensible_kv_cache; absent from 0.33.0). Its --gpu-memory-utilization then defaults to 1.0
@@ -203,9 +209,12 @@ def _check_nonneg(**values: int) -> None:
 
 def vllm_default_mem_util(version: str) -> float:
     """The --gpu-memory-utilization vLLM takes when none is given: 1.0 from 0.34, whose KV cache is sized after
-    warm-up by default (VLLM_EXTENSIBLE_KV_FROM), else VLLM_DEFAULT_MEM_UTIL."""
-    if parse_version(version)[:2] >= VLLM_EXTENSIBLE_KV_FROM:
+    warm-up by default (VLLM_EXTENSIBLE_KV_FROM), 0.92 from 0.20, 0.9 before (VLLM_DEFAULT_MEM_UTIL)."""
+    release = parse_version(version)[:2]
+    if release >= VLLM_EXTENSIBLE_KV_FROM:
         return VLLM_EXTENSIBLE_MEM_UTIL
+    if release >= VLLM_MEM_UTIL_092_FROM:
+        return VLLM_DEFAULT_MEM_UTIL_FROM_0_20
     return VLLM_DEFAULT_MEM_UTIL
 
 
