@@ -3,6 +3,8 @@ that checks the engine's invariants after every step."""
 
 from __future__ import annotations
 
+import pytest
+
 from kneecap.deployment import Deployment
 from kneecap.hardware import get_gpu
 from kneecap.model.spec import Model
@@ -185,3 +187,37 @@ def apply_step(batch) -> None:
         seq.num_computed += 1
         seq.num_output += 1
         seq.num_tokens += 1
+
+
+def spec(i: int, isl: int, osl: int, group: int | None = None, prefix: int = 0) -> RequestSpec:
+    """Request i ("r<i>", class "c") of isl prompt and osl output tokens, its first `prefix` tokens shared by `group`."""
+    return RequestSpec(
+        index=i,
+        request_id=f"r{i}",
+        class_name="c",
+        input_tokens=isl,
+        output_tokens=osl,
+        prefix_group=group,
+        prefix_tokens=prefix,
+    )
+
+
+def assert_fast_path_matches_step_by_step(make_engine, lengths, gaps) -> None:
+    """Requests of (isl, osl, group) `lengths` sent `gaps` seconds apart (a group shares its first min(8, isl - 1)
+    tokens): a fresh make_engine() run one step at a time and one left to its decode fast path give the same records,
+    preemptions and steps (run_checked checks every step of both)."""
+    t, arrivals = 0.0, []
+    for i, (isl, osl, group) in enumerate(lengths):
+        t += gaps[i]
+        prefix = min(8, isl - 1) if group else 0
+        arrivals.append((t, spec(i, isl, osl, group if prefix else None, prefix)))
+    results = []
+    for max_steps in (1, 10_000):
+        engine = make_engine()
+        records, _ = run_checked(engine, arrivals, max_steps=max_steps)
+        results.append(({r.request_id: r for r in records}, engine.stats.preemptions, engine.stats.num_steps))
+    (exact, pre_a, steps_a), (fast, pre_b, steps_b) = results
+    assert exact.keys() == fast.keys() and pre_a == pre_b and steps_a == steps_b
+    for rid, r in exact.items():
+        assert fast[rid].status == r.status and len(fast[rid].chunk_times) == len(r.token_times())
+        assert fast[rid].chunk_times == pytest.approx(r.chunk_times, rel=1e-9, abs=1e-12)

@@ -8,14 +8,13 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from simkit import deployment, run_checked
+from simkit import assert_fast_path_matches_step_by_step, deployment, run_checked, spec
 
 from kneecap.deployment import Deployment
 from kneecap.hardware import get_gpu
 from kneecap.model import load_model
 from kneecap.sim.config import SGLANG_PROFILE, EngineConfig, sglang_defaults
 from kneecap.sim.engine import Engine
-from kneecap.workload import RequestSpec
 
 # a prefill-first scheduler without an admission reserve (SGLang's profile: requests dealt to the ranks round robin)
 PLAIN = EngineConfig(
@@ -35,23 +34,11 @@ def _dp_engine(config: EngineConfig, num_blocks: int, tp: int = 2, block_size: i
     return Engine(d, config, num_blocks=num_blocks, **kw)
 
 
-def _spec(i: int, isl: int, osl: int, group: int | None = None, prefix: int = 0) -> RequestSpec:
-    return RequestSpec(
-        index=i,
-        request_id=f"r{i}",
-        class_name="c",
-        input_tokens=isl,
-        output_tokens=osl,
-        prefix_group=group,
-        prefix_tokens=prefix,
-    )
-
-
 def test_a_full_rank_queues_its_requests_while_the_other_rank_has_room():
     """Two ranks of 20 blocks of 16 tokens. r0 (rank 0) takes 18 of its rank's blocks; r2, dealt to rank 0 too, needs
     3 more: it waits for r0 to finish, though the other rank's blocks would hold it."""
     eng = _dp_engine(PLAIN, num_blocks=40)
-    arrivals = [(0.0, _spec(0, 280, 30)), (0.0, _spec(1, 20, 10)), (0.0, _spec(2, 40, 10))]
+    arrivals = [(0.0, spec(0, 280, 30)), (0.0, spec(1, 20, 10)), (0.0, spec(2, 40, 10))]
     for t, s in arrivals:
         eng.add_request(s, t)
     assert {s.rid: s.dp_rank for s in eng.scheduler.waiting} == {"r0": 0, "r1": 1, "r2": 0}
@@ -68,17 +55,17 @@ def test_a_full_rank_queues_its_requests_while_the_other_rank_has_room():
 
 def test_a_request_longer_than_one_ranks_pool_is_refused():
     eng = _dp_engine(PLAIN, num_blocks=40)  # 320 tokens a rank, 640 in all
-    rejected = eng.add_request(_spec(0, 400, 10), 0.0)
+    rejected = eng.add_request(spec(0, 400, 10), 0.0)
     assert rejected is not None and rejected.error_kind == "kv_capacity"
     assert "a DP rank's KV pool of 320 tokens" in rejected.error_message
-    assert eng.add_request(_spec(1, 300, 10), 0.0) is None
+    assert eng.add_request(spec(1, 300, 10), 0.0) is None
 
 
 def test_each_rank_runs_at_most_its_share_of_the_running_requests():
     """max_num_seqs 4 over two ranks: two each. r1 and r3 (rank 1) finish with their first token; r4, rank 0's third,
     still waits for rank 0's two to finish, though only two requests run in all."""
     config = replace(PLAIN, max_num_seqs=4)
-    arrivals = [(0.0, _spec(i, 20, 1 if i % 2 else 50)) for i in range(5)]
+    arrivals = [(0.0, spec(i, 20, 1 if i % 2 else 50)) for i in range(5)]
     eng = _dp_engine(config, num_blocks=2000)
     for t, s in arrivals:
         eng.add_request(s, t)
@@ -129,7 +116,7 @@ def test_the_new_token_ratio_decays_only_in_decode_steps():
     """A 150-token prompt runs in three steps of at most 64 tokens: the ratio stays at 0.7; each of the four decode steps
     after it takes 0.01 off (SGLang decays it in update_running_batch, which runs only when no prompt can)."""
     eng = Engine(deployment(block_size=4), SGLANG_LIKE, num_blocks=200, fast_path=False)
-    eng.add_request(_spec(0, 150, 5), 0.0)
+    eng.add_request(spec(0, 150, 5), 0.0)
     t, ratios = 0.0, []
     while eng.has_work:
         out = eng.step(t)
@@ -145,8 +132,8 @@ def test_each_dp_rank_decays_its_own_ratio_in_its_own_decode_steps():
     eng = _dp_engine(config, num_blocks=400, fast_path=False)
     init, decay = eng.config.init_new_token_ratio, eng.config.new_token_ratio_decay
     assert init == pytest.approx(0.21) and decay == pytest.approx(0.003)
-    eng.add_request(_spec(0, 20, 30), 0.0)
-    eng.add_request(_spec(1, 200, 30), 0.0)
+    eng.add_request(spec(0, 20, 30), 0.0)
+    eng.add_request(spec(1, 200, 30), 0.0)
     t = 0.0
     for _ in range(4):
         t = eng.step(t).ended_at
@@ -174,28 +161,14 @@ def test_dp_ranks_fast_path_equals_step_by_step(num_blocks, max_seqs, budget, le
         max_num_batched_tokens=budget,
         **({"init_new_token_ratio": 0.7, "min_new_token_ratio": 0.1, "new_token_ratio_decay": 0.01} if reserve else {}),
     )
-    t, arrivals = 0.0, []
-    for i, (isl, osl, group) in enumerate(lengths):
-        t += gaps[i]
-        prefix = min(8, isl - 1) if group else 0
-        arrivals.append((t, _spec(i, isl, osl, group if prefix else None, prefix)))
-    results = []
-    for max_steps in (1, 10_000):
-        engine = _dp_engine(config, num_blocks, block_size=4)
-        records, _ = run_checked(engine, arrivals, max_steps=max_steps)
-        results.append(({r.request_id: r for r in records}, engine.stats.preemptions, engine.stats.num_steps))
-    (exact, pre_a, steps_a), (fast, pre_b, steps_b) = results
-    assert exact.keys() == fast.keys() and pre_a == pre_b and steps_a == steps_b
-    for rid, r in exact.items():
-        assert fast[rid].status == r.status and len(fast[rid].chunk_times) == len(r.token_times())
-        assert fast[rid].chunk_times == pytest.approx(r.chunk_times, rel=1e-9, abs=1e-12)
+    assert_fast_path_matches_step_by_step(lambda: _dp_engine(config, num_blocks, block_size=4), lengths, gaps)
 
 
 def test_a_rank_caches_its_own_prefixes():
     """Four requests of one shared 64-token prefix over two ranks: each rank computes the prefix once, its second request
     hits its own cache (SGLang keeps a radix cache per rank)."""
     eng = _dp_engine(PLAIN, num_blocks=400)
-    arrivals = [(0.2 * i, _spec(i, 100, 4, group=0, prefix=64)) for i in range(4)]  # each after the last ran
+    arrivals = [(0.2 * i, spec(i, 100, 4, group=0, prefix=64)) for i in range(4)]  # each after the last ran
     records, _ = run_checked(eng, arrivals)
     cached = {r.request_id: r.extra["cached_tokens"] for r in records}
     assert cached == {"r0": 0, "r1": 0, "r2": 64, "r3": 64}
@@ -205,7 +178,7 @@ def test_the_ranks_queues_read_as_one_at_their_tail():
     """What `kneecap serve` does with the queue: take out the requests that arrived after a time, then put them back."""
     eng = _dp_engine(PLAIN, num_blocks=400)
     for i in range(5):
-        eng.add_request(_spec(i, 20, 4), 0.1 * i)
+        eng.add_request(spec(i, 20, 4), 0.1 * i)
     waiting = eng.scheduler.waiting
     assert len(waiting) == 5 and waiting[-1].rid == "r4"
     held = []

@@ -8,23 +8,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simkit import check_blocks, check_engine, deployment, hybrid_model, run_checked, sim_of, tiny_model
+from simkit import (
+    assert_fast_path_matches_step_by_step,
+    check_blocks,
+    check_engine,
+    deployment,
+    hybrid_model,
+    run_checked,
+    sim_of,
+    spec,
+    tiny_model,
+)
 from kneecap.sim.config import EngineConfig
 from kneecap.sim.engine import Engine
 from kneecap.sim.sweep import CLIENT_TURNAROUND_S, LevelSpec, simulate_level
-from kneecap.workload import LengthDist, RequestClass, RequestSpec, Workload, make_requests
-
-
-def spec(i, isl, osl, group=None, prefix=0):
-    return RequestSpec(
-        index=i,
-        request_id=f"r{i}",
-        class_name="c",
-        input_tokens=isl,
-        output_tokens=osl,
-        prefix_group=group,
-        prefix_tokens=prefix,
-    )
+from kneecap.workload import LengthDist, RequestClass, Workload, make_requests
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -363,21 +361,7 @@ def test_fast_path_equals_step_by_step_on_random_workloads(num_blocks, max_seqs,
             else {}
         ),
     )
-    t, arrivals = 0.0, []
-    for i, (isl, osl, group) in enumerate(lengths):
-        t += gaps[i]
-        prefix = min(8, isl - 1) if group else 0
-        arrivals.append((t, spec(i, isl, osl, group if prefix else None, prefix)))
-    results = []
-    for max_steps in (1, 10_000):
-        engine = Engine(deployment(block_size=4), cfg, num_blocks)
-        records, _ = run_checked(engine, arrivals, max_steps=max_steps)
-        results.append(({r.request_id: r for r in records}, engine.stats.preemptions, engine.stats.num_steps))
-    (exact, pre_a, steps_a), (fast, pre_b, steps_b) = results
-    assert exact.keys() == fast.keys() and pre_a == pre_b and steps_a == steps_b
-    for rid, r in exact.items():
-        assert fast[rid].status == r.status and len(fast[rid].chunk_times) == len(r.token_times())
-        assert fast[rid].chunk_times == pytest.approx(r.chunk_times, rel=1e-9, abs=1e-12)
+    assert_fast_path_matches_step_by_step(lambda: Engine(deployment(block_size=4), cfg, num_blocks), lengths, gaps)
 
 
 def test_a_prompt_that_fills_an_empty_pool_is_admitted_under_sglangs_reservation():

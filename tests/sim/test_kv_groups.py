@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simkit import check_blocks, deployment, run_checked, tiny_model
+from simkit import check_blocks, deployment, run_checked, spec, tiny_model
 from kneecap.model.presets import load_preset
 from kneecap.plan.build import DeploymentRequest, plan_deployment
 from kneecap.plan.engines import model_layout
@@ -21,21 +21,8 @@ from kneecap.sim.blocks import BlockManager, GroupedBlockManager, blocks_for
 from kneecap.sim.config import EngineConfig
 from kneecap.sim.engine import Engine
 from kneecap.sim.setup import from_plan
-from kneecap.workload import RequestSpec
 
 CONFIGS = Path(__file__).resolve().parent.parent / "model" / "configs"
-
-
-def spec(i, isl, osl, group=None, prefix=0):
-    return RequestSpec(
-        index=i,
-        request_id=f"r{i}",
-        class_name="c",
-        input_tokens=isl,
-        output_tokens=osl,
-        prefix_group=group,
-        prefix_tokens=prefix,
-    )
 
 
 def sliding_model(window=64):
