@@ -42,6 +42,16 @@ class Gpu:
     sources: tuple[str, ...] = field(default_factory=tuple)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
+    @property
+    def vendor(self) -> str:
+        """'NVIDIA' or 'AMD': the first word of the catalog label, which every entry starts with its vendor."""
+        return self.label.split()[0]
+
+    @property
+    def is_amd(self) -> bool:
+        """An AMD Instinct part (ROCm builds of the engines): engines apply some rules on ROCm only."""
+        return self.vendor == "AMD"
+
     def memory_bytes(self, which: str = "datasheet") -> int:
         """HBM bytes per GPU under the chosen accounting: 'datasheet' | 'device' | 'framework'."""
         if which == "datasheet":
@@ -72,6 +82,11 @@ class Gpu:
                 raise KneecapError(
                     f"GPU {self.name!r}: {name} must be positive", "fix the entry in kneecap/data/gpus.json"
                 )
+        if not self.label or self.label.split()[0] not in VENDORS:
+            raise KneecapError(
+                f"GPU {self.name!r}: label {self.label!r} does not start with its vendor",
+                f"start the label in kneecap/data/gpus.json with one of {', '.join(VENDORS)}",
+            )
         if self.interconnect not in INTERCONNECTS:
             raise KneecapError(
                 f"GPU {self.name!r}: unknown interconnect {self.interconnect!r}",
@@ -90,6 +105,7 @@ class Gpu:
 
 
 INTERCONNECTS = ("nvlink", "xgmi", "pcie")
+VENDORS = ("NVIDIA", "AMD")
 
 
 def _normalize(name: str) -> str:

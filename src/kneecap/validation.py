@@ -17,6 +17,7 @@ from pathlib import Path
 from statistics import median
 
 from kneecap.errors import KneecapError
+from kneecap.hardware import get_gpu
 from kneecap.workload.endpoints import CHAT, COMPLETIONS, ENDPOINTS
 
 DATA_DIR = Path(__file__).parent / "data" / "validation"
@@ -497,7 +498,7 @@ def features(point: Point) -> dict[str, str]:
     main = (point.weight_dtype or model.weight_dtype or "bf16").lower()
     return {
         "engine": point.engine,
-        "GPU vendor": "AMD" if point.gpu.lower().startswith("mi") else "NVIDIA",
+        "GPU vendor": get_gpu(point.gpu).vendor,
         "GPU generation": GENERATIONS.get(point.gpu, "other"),
         "architecture": "MLA" if "mla" in model.layer_types else ("MoE" if model.is_moe else "dense"),
         "parallelism": "PP > 1"

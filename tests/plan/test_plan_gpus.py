@@ -109,35 +109,45 @@ def test_unknown_gpu_suggests_nearest(typo, suggested):
     assert "did you mean" in err.value.hint and suggested in err.value.hint.split("known GPUs")[0]
 
 
-def test_gpu_validation_rejects_bad_entries():
-    with pytest.raises(KneecapError):
-        Gpu(
-            name="x",
-            label="x",
-            datasheet_bytes=0,
-            device_bytes=None,
-            framework_bytes=None,
-            hbm_bandwidth_bytes_s=1e12,
-            bf16_flops=1e12,
-            fp8_flops=None,
-            fp4_flops=None,
-            interconnect="pcie",
-            interconnect_bytes_s=1e9,
-        )
-    with pytest.raises(KneecapError):
-        Gpu(
-            name="x",
-            label="x",
-            datasheet_bytes=1,
-            device_bytes=None,
-            framework_bytes=None,
-            hbm_bandwidth_bytes_s=1e12,
-            bf16_flops=1e12,
-            fp8_flops=None,
-            fp4_flops=None,
-            interconnect="carrier-pigeon",
-            interconnect_bytes_s=1e9,
-        )
+def _entry(**overrides) -> dict:
+    entry = dict(
+        name="x",
+        label="NVIDIA X",
+        datasheet_bytes=1,
+        device_bytes=None,
+        framework_bytes=None,
+        hbm_bandwidth_bytes_s=1e12,
+        bf16_flops=1e12,
+        fp8_flops=None,
+        fp4_flops=None,
+        interconnect="pcie",
+        interconnect_bytes_s=1e9,
+    )
+    return entry | overrides
+
+
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        ({"datasheet_bytes": 0}, "datasheet_bytes"),
+        ({"interconnect": "carrier-pigeon"}, "interconnect"),
+        ({"label": "X 80GB"}, "vendor"),
+        ({"label": ""}, "vendor"),
+    ],
+)
+def test_gpu_validation_rejects_bad_entries(bad, message):
+    Gpu(**_entry())  # the good entry is accepted
+    with pytest.raises(KneecapError, match=message):
+        Gpu(**_entry(**bad))
+
+
+def test_vendor_is_read_from_the_catalog_label():
+    vendors = {gpu.name: (gpu.vendor, gpu.is_amd) for gpu in list_gpus()}
+    assert vendors["mi300x"] == ("AMD", True) and vendors["mi355x"] == ("AMD", True)
+    assert vendors["h100-sxm"] == ("NVIDIA", False) and vendors["rtx-4090"] == ("NVIDIA", False)
+    assert {v for v, _ in vendors.values()} == {"NVIDIA", "AMD"}
+    # every AMD part in the catalog is an xgmi one, and no NVIDIA part is
+    assert all(gpu.is_amd == (gpu.interconnect == "xgmi") for gpu in list_gpus())
 
 
 @pytest.mark.parametrize(

@@ -187,3 +187,27 @@ def test_the_ranks_queues_read_as_one_at_their_tail():
     assert [s.rid for s in held] == ["r4", "r3"] and len(waiting) == 3
     waiting.extend(reversed(held))
     assert [[s.rid for s in rank.waiting] for rank in eng.scheduler.ranks] == [["r0", "r2", "r4"], ["r1", "r3"]]
+
+
+def test_a_merged_batch_joins_every_list_and_sums_every_figure():
+    from dataclasses import fields
+
+    from kneecap.sim.scheduler import BLOCKED_NONE, Batch
+
+    def part(i: int) -> Batch:
+        b = Batch()
+        for f in fields(Batch):
+            if f.name != "blocked":
+                setattr(b, f.name, [f"{f.name}{i}"] if isinstance(getattr(b, f.name), list) else float(i + 1))
+        return b
+
+    merged = Batch.merged([part(0), part(1), part(2)], blocked="kv")
+    for f in fields(Batch):
+        value = getattr(merged, f.name)
+        if f.name == "blocked":
+            assert value == "kv"
+        elif isinstance(value, list):
+            assert value == [f"{f.name}0", f"{f.name}1", f"{f.name}2"], f.name
+        else:
+            assert value == 6.0, f.name
+    assert Batch.merged([]).blocked == BLOCKED_NONE and Batch.merged([]).num_seqs == 0

@@ -51,7 +51,7 @@ def test_curve_is_linear_between_points_scales_below_and_holds_above():
 
 
 def test_mi300x_fp8_has_a_table_and_nvidia_keeps_its_flat_figure():
-    amd = efficiency_for("mi300x", "xgmi")
+    amd = efficiency_for("mi300x")
     fracs = [f for _, f in amd.gemm_curve("fp8")]
     assert fracs[0] < 0.01 and max(fracs) < amd.gemm_fp8  # below the flat 0.45 at every measured M
     assert curve_at(amd.gemm_curve("fp8"), 128) == pytest.approx(0.1665)

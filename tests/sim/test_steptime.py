@@ -173,7 +173,7 @@ def test_efficiency_file_covers_every_gpu_with_sources():
         for text in entry.get("sources", {}).values():
             assert text.split(":")[0] in doc["sources"], text
     for gpu in list_gpus():
-        eff = efficiency_for(gpu.name, gpu.interconnect)
+        eff = efficiency_for(gpu.name)
         assert 0 < eff.gemm_bf16 <= 1 and 0 < eff.hbm <= 1 and 0 < eff.attention <= 1
 
 

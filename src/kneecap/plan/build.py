@@ -689,7 +689,7 @@ def _vllm_cudagraph(
     return cudagraph_memory.vllm_cudagraph(
         v,
         gpu_name=deployment.gpu.name,
-        amd=deployment.gpu.label.startswith("AMD"),
+        amd=deployment.gpu.is_amd,
         max_num_seqs=seqs,
         max_num_batched_tokens=tokens,
         architecture=deployment.model.architecture,

@@ -260,7 +260,7 @@ def vllm_pool(
     margin = 0
     extensible = parse_version(version)[:2] >= VLLM_EXTENSIBLE_KV_FROM
     if extensible:
-        rocm = deployment.gpu.label.startswith("AMD")
+        rocm = deployment.gpu.is_amd
         available, margin = vllm_extensible_available(
             requested, total_bytes, loaded + non_torch_bytes + graphs, activation_bytes, rocm
         )
@@ -291,7 +291,7 @@ def vllm_pool(
         # the "Available KV cache memory" it logs is the profile's figure, before warm-up: the capacity it reserves,
         # without the graphs (not estimated with this cache) and the margin (gpu_worker.py:749-797)
         reserved = requested - loaded - activation_bytes - non_torch_bytes
-        floor = VLLM_EXTENSIBLE_MARGIN_FLOOR["rocm" if deployment.gpu.label.startswith("AMD") else "cuda"]
+        floor = VLLM_EXTENSIBLE_MARGIN_FLOOR["rocm" if deployment.gpu.is_amd else "cuda"]
         note = (
             f"vLLM {version} sizes its KV cache after warm-up and CUDA-graph capture (its extensible KV cache, on "
             f"by default): util x total - what it holds then, capped at the total less what it holds and a margin of "

@@ -263,9 +263,8 @@ def _plan_doc(plan) -> dict:
 
 def _trust(plan) -> str:
     d = plan.deployment
-    vendor = "AMD" if d.gpu.interconnect == "xgmi" else "NVIDIA"
     moe = d.model.active_params < d.model.total_params
-    return confirm.trust(vendor, moe, "fp8" in (d.weight_dtype, d.kv_dtype))
+    return confirm.trust(d.gpu.vendor, moe, "fp8" in (d.weight_dtype, d.kv_dtype))
 
 
 def _met(o) -> dict:

@@ -270,21 +270,8 @@ class RankedScheduler:
             elif not self.config.spec_tokens:  # the ranks without a prompt decode beside it
                 parts = [p if p.prefills else sched.decode_batch(p.blocked) for sched, p in zip(ranks, parts)]
         self._parts = parts
-        batch = Batch()
-        for p in parts:
-            batch.decodes += p.decodes
-            batch.prefills += p.prefills
-            batch.preempted += p.preempted
-            batch.admitted += p.admitted
-            batch.pairs_full += p.pairs_full
-            batch.pairs_window += p.pairs_window
-            batch.kv_tokens_full += p.kv_tokens_full
-            batch.kv_tokens_window += p.kv_tokens_window
-            batch.decode_kv_full += p.decode_kv_full
-            batch.decode_kv_window += p.decode_kv_window
         waits = {p.blocked for sched, p in zip(ranks, parts) if sched.waiting}
-        batch.blocked = next((b for b in _BLOCKED_ORDER if b in waits), BLOCKED_NONE)
-        return batch
+        return Batch.merged(parts, blocked=next((b for b in _BLOCKED_ORDER if b in waits), BLOCKED_NONE))
 
     def note_step(self, batch: Batch) -> None:
         """After the step: each rank's ratio decays where that rank ran decodes alone (Scheduler.note_step)."""

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from kneecap.hardware import get_gpu
+
 EFFICIENCY_FILE = Path(__file__).resolve().parents[1] / "data" / "efficiency.json"
 KEYS = ("gemm_bf16", "gemm_fp8", "gemm_fp4", "attention", "hbm")
 
@@ -67,15 +69,11 @@ def _doc() -> dict:
     return json.loads(EFFICIENCY_FILE.read_text())
 
 
-def family_of(gpu_name: str, interconnect: str) -> str:
-    return "amd" if gpu_name.startswith("mi") or interconnect == "xgmi" else "nvidia"
-
-
-def efficiency_for(gpu_name: str, interconnect: str = "nvlink") -> Efficiency:
-    """The GPU's own figures where data/efficiency.json has them, else its family's."""
+def efficiency_for(gpu_name: str) -> Efficiency:
+    """The GPU's own figures where data/efficiency.json has them, else its vendor's family's."""
     doc = _doc()
     entry = doc["gpus"].get(gpu_name, {})
-    family = entry.get("family") or family_of(gpu_name, interconnect)
+    family = entry.get("family") or get_gpu(gpu_name).vendor.lower()
     base = doc["families"][family]
     vals = {k: float(entry.get(k, base[k])) for k in KEYS}
     vals["gemm_hbm"] = float(entry.get("gemm_hbm", base.get("gemm_hbm", vals["hbm"])))  # else the hbm fraction

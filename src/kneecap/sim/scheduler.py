@@ -32,7 +32,7 @@ until the oldest waiting request has waited delay_factor x the duration of the l
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from kneecap.sim.blocks import BlockManager, blocks_for
 from kneecap.sim.config import EngineConfig
@@ -158,6 +158,16 @@ class Batch:
     decode_kv_full: float = 0.0  # the decodes' share of pairs_full / kv_tokens_full (equal for a decode)
     decode_kv_window: float = 0.0
     blocked: str = BLOCKED_NONE
+
+    @classmethod
+    def merged(cls, parts: list["Batch"], blocked: str = BLOCKED_NONE) -> "Batch":
+        """One step made of several schedulers' batches (DP attention ranks): every list joined and every figure
+        summed, field by field, so that a field added to Batch is merged too; `blocked` is the caller's to say."""
+        batch = cls(blocked=blocked)
+        for f in fields(cls):
+            if f.name != "blocked":
+                setattr(batch, f.name, sum((getattr(p, f.name) for p in parts), start=getattr(batch, f.name)))
+        return batch
 
     @property
     def num_seqs(self) -> int:

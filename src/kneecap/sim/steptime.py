@@ -354,7 +354,7 @@ class StepTimeModel:
         if dp_attention:
             ep = max(ep, tp)
         self.ep, self.dp_attention = ep, dp_attention
-        self.efficiency = eff = efficiency or efficiency_for(gpu.name, gpu.interconnect)
+        self.efficiency = eff = efficiency or efficiency_for(gpu.name)
         # each GEMM group runs on the tensor-core path of its own weights' dtype (run_part_dtypes): a ModelOpt
         # NVFP4 checkpoint's LM head, gpt-oss's attention, every checkpoint's router are bf16 GEMMs
         dtypes = {k: v.lower() for k, v in run_part_dtypes(deployment).items()}
