@@ -594,6 +594,7 @@ def _vllm_activation(
         tokens = tokens or engines.vllm_default_batch(version, deployment.hbm_bytes, deployment.gpu.name, context)
         seqs = seqs or engines.vllm_default_seqs(version, deployment.hbm_bytes, deployment.gpu.name, tokens)
     sm_count = deployment.gpu.sm_count
+    amd = getattr(deployment.gpu, "is_amd", deployment.gpu.label.startswith("AMD"))  # which runner vLLM builds
     peak = profile_peak.vllm_profile_peak(
         deployment.model,
         tp=deployment.attention_tp,  # --data-parallel-size: each DP rank's engine runs the dense layers whole
@@ -608,10 +609,11 @@ def _vllm_activation(
         weight_dtype=deployment.weight_dtype,
         ep=deployment.ep,
         dp_attention=deployment.dp_attention,
+        amd=amd,
     )
     if peak is not None:
         return (
-            peak.peak_bytes,
+            peak.charged_bytes,
             f"predicted: {peak.describe(cudagraph_bytes)}",
             {**dataclasses.asdict(peak), "phase": peak.phase},
         )
@@ -629,6 +631,7 @@ def _vllm_activation(
             dp_attention=deployment.dp_attention,
             tp=deployment.attention_tp,
             ep=deployment.ep,
+            amd=amd,
         )
         or f"vLLM {version}'s profile run is not modelled"
     )
@@ -686,7 +689,7 @@ def _vllm_cudagraph(
             version, deployment.hbm_bytes, deployment.gpu.name, context
         )
         seqs = f.max_num_seqs or engines.vllm_default_seqs(version, deployment.hbm_bytes, deployment.gpu.name, tokens)
-    return cudagraph_memory.vllm_cudagraph(
+    term = cudagraph_memory.vllm_cudagraph(
         v,
         gpu_name=deployment.gpu.name,
         amd=deployment.gpu.label.startswith("AMD"),
@@ -697,6 +700,7 @@ def _vllm_cudagraph(
         mla="mla" in deployment.model.layer_types,
         chunked_local=deployment.model.attention_chunked,
     )
+    return term
 
 
 def _overhead_by_tp(

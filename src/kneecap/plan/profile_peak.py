@@ -376,6 +376,79 @@ FP8_GROUP = 128  # per_token_group_quant_fp8's group: the checkpoints' weight_bl
 TOPK_ENTRY_BYTES = 4 + 4  # select_experts: fp32 top-k weights and int32 top-k ids, per token and chosen expert
 V1_GATHERED_ROWS = 2  # [rows, hidden] tensors profile_run holds at the sampler: the gathered rows, their rand_like
 
+# Which model runner vLLM builds when VLLM_USE_V2_MODEL_RUNNER is unset and no feature Model Runner V2 lacks is on
+# (speculative decoding, dual batch overlap, custom logits processors ...: config/vllm.py
+# _get_v2_model_runner_unsupported_features), Triton installed, a generating model. config/vllm.py per release:
+#   0.22.0 :69 DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES {Qwen3}; 0.23.0 :69-75 {Llama, Mistral, Qwen3}; 0.24.0 :68-77
+#   adds DeepseekV2, Qwen2Moe, GraniteMoe; the runner is V2 for the listed architectures only (0.24.0 :550-561).
+#   0.25.0 :557-574 and 0.26.0 :605-621 _is_default_v2_model_runner_model: every model that is not MoE, not hybrid
+#   (Mamba / linear attention) and not attention-free, and the listed MoE ones (0.25.0 :68-74, 0.26.0 :68-77).
+#   0.27.0 :69-101 and :637-658, 0.28.0 :69-93 and :691-712: the same, a listed architecture V2 even when hybrid; on ROCm
+#   KimiK3 (0.27) and DeepseekV4 (0.28) are taken off the list.
+#   0.29.0 :645-676, 0.30.0 :675-690, 0.31.0 :701-760: every model, except on ROCm ROCM_DEFAULT_MRV1_ARCHITECTURES
+#   (0.29.0 :71-73 DeepseekV32, DeepseekV4; 0.30.0 :73-75 and 0.31.0 :75-77 add GlmMoeDsa).
+#   0.32.0 :703-739 and 0.33.0 :731-767: every model on every platform. 0.34.0 v1/worker/gpu_worker.py:579-587
+#   builds V2 alone (V1_RUNNER_REMOVED_IN). Before 0.22 V1 (no default list).
+# The worker picks it the same way on CUDA and ROCm (v1/worker/gpu_worker.py: self.use_v2_model_runner =
+# vllm_config.use_v2_model_runner, 0.22.0 :153 and :313, 0.26.0 :174 and :402).
+V2_DEFAULT_ARCHITECTURES = {
+    (0, 22): ("Qwen3ForCausalLM",),
+    (0, 23): ("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"),
+    (0, 24): (
+        "Qwen3ForCausalLM",
+        "DeepseekV2ForCausalLM",
+        "Qwen2MoeForCausalLM",
+        "GraniteMoeForCausalLM",
+        "LlamaForCausalLM",
+        "MistralForCausalLM",
+    ),
+    (0, 25): ("DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM"),
+    (0, 26): (
+        "DeepseekV2ForCausalLM",
+        "GraniteMoeForCausalLM",
+        "InklingForCausalLM",
+        "InklingForConditionalGeneration",
+        "LongcatFlashNgramForCausalLM",
+        "Qwen2MoeForCausalLM",
+    ),
+}
+V2_DEFAULT_ARCHITECTURES[(0, 27)] = V2_DEFAULT_ARCHITECTURES[(0, 26)] + ("KimiK3ForConditionalGeneration",)
+V2_DEFAULT_ARCHITECTURES[(0, 28)] = V2_DEFAULT_ARCHITECTURES[(0, 27)] + ("DeepseekV4ForCausalLM",)
+V2_ROCM_EXCLUDED = {(0, 27): ("KimiK3ForConditionalGeneration",), (0, 28): ("DeepseekV4ForCausalLM",)}
+V2_READ_FROM = (0, 22)  # the first release whose V2 profile run was read (its first default architecture)
+V2_DENSE_DEFAULT_FROM = (0, 25)  # every dense, non-hybrid model
+V2_HYBRID_LISTED_FROM = (0, 27)  # a listed hybrid architecture takes V2 (0.25 / 0.26: every hybrid V1)
+V2_EVERY_MODEL_FROM = (0, 29)  # every model (ROCm: but ROCM_DEFAULT_MRV1_ARCHITECTURES)
+V2_ROCM_V1_ARCHITECTURES = {
+    (0, 29): ("DeepseekV32ForCausalLM", "DeepseekV4ForCausalLM"),
+    (0, 30): ("DeepseekV32ForCausalLM", "DeepseekV4ForCausalLM", "GlmMoeDsaForCausalLM"),
+    (0, 31): ("DeepseekV32ForCausalLM", "DeepseekV4ForCausalLM", "GlmMoeDsaForCausalLM"),
+}
+V2_EVERY_PLATFORM_FROM = (0, 32)
+# Model Runner V2's dummy sampler run (v1/worker/gpu/model_runner.py _dummy_sampler_run, 0.22.0-0.32.0 the same:
+# 0.32.0 :972-984) samples once with the sampling states as initialised, temperature 0, top_k = vocab, top_p 1
+# (sample/states.py 0.32.0 :17-35): greedy, no top-k/top-p. 0.22.0-0.25.0 sample/sampler.py apply_sampling_params
+# still copies the logits to fp32 first (0.22.0 :133); 0.26.0 (:163-167: a copy only for raw logprobs) and
+# 0.27.0-0.32.0 (0.27.0 :155-159, 0.32.0 :238-242: returned as they are when no request needs processing) do not.
+V2_NO_FP32_COPY_FROM = (0, 26)
+# 0.33.0 :1040-1062 (0.34.0 the same) add a second pass with SamplingParams.for_sampler_warmup() (penalties, logit
+# bias, bad words, min-p, top-k 50, top-p 0.9, logprobs 5, prompt logprobs): its fp32 pipeline is not modelled
+V2_TWO_PASS_SAMPLER_FROM = (0, 33)
+# sample/gumbel.py gumbel_sample (0.22.0 :206-210, 0.32.0 :376-380): int64 argmax and fp32 max per 1,024-wide block
+GUMBEL_BLOCK = 1024
+GUMBEL_ENTRY_BYTES = 8 + 4
+# sample/penalties.py PenaltiesState (0.22.0-0.32.0 :32-47): prompt_bin_mask [max_num_seqs, vocab / 32] and
+# output_bin_counts [max_num_seqs, vocab], int32 on the GPU, built with the Sampler in load_model (0.32.0
+# model_runner.py :484-485) before the profile run and kept: from 0.27 in vLLM's total_consumed (the drop in free
+# memory since the worker's first snapshot, utils/mem_utils.py 0.27.0 :317-326), through 0.26 in no term (0.26.0
+# gpu_worker.py :511-515 sums weights, the torch peak increase from the run's start and non-torch memory)
+I32 = 4
+V2_BIN_MASK_BITS = 32
+V2_RUNNER_BUFFERS_COUNTED_FROM = (0, 27)
+# 0.27.0 v1/worker/gpu/model_runner.py profile_run first profiles a multimodal encoder (not in 0.22.0-0.26.0)
+V2_ENCODER_PROFILE_FROM = (0, 27)
+V2_SAMPLE_ROWS_HELD = 1  # profile_run holds hidden_states[logits_indices] ([rows, hidden]); V1 adds a rand_like
+
 
 @dataclass(frozen=True)
 class ProfilePeak:
@@ -395,6 +468,14 @@ class ProfilePeak:
     images: int = 0  # multimodal: the dummy images the encoder is profiled on (0: no encoder profile)
     encoder_bytes: int = 0  # live tensors at the encoder's peak (its pixels and one layer's activations)
     encoder_held_bytes: int = 0  # the pixels and encoder outputs held through the forward and sampler (in both)
+    runner: str = "v1"  # the model runner whose profile run this is: "v1" or "v2" (Model Runner V2)
+    # Model Runner V2 (0.27+): the penalty tables it allocates before the run and keeps, in vLLM's consumed memory
+    runner_buffer_bytes: int = 0
+
+    @property
+    def charged_bytes(self) -> int:
+        """What the pool loses to the profile run: the peak, and Model Runner V2's buffers where vLLM counts them."""
+        return self.peak_bytes + self.runner_buffer_bytes
 
     @property
     def transient_bytes(self) -> int:
@@ -427,16 +508,23 @@ class ProfilePeak:
                     f"{cudagraph_bytes / GiB:.3f} GiB CUDA-graph estimate"
                 )
         encoder = ""
+        held = "outputs" if self.runner == "v2" else "pixels and outputs"
         if self.images:
             encoder = (
-                f"encoder on {self.images} images {self.encoder_bytes / GiB:.3f} GiB (their pixels and outputs, "
+                f"encoder on {self.images} images {self.encoder_bytes / GiB:.3f} GiB (their {held}, "
                 f"{self.encoder_held_bytes / GiB:.3f} GiB, held through the forward and sampler), "
+            )
+        buffers = ""
+        if self.runner_buffer_bytes:
+            buffers = (
+                f"; plus {self.runner_buffer_bytes / GiB:.3f} GiB of penalty tables Model Runner V2 allocates before "
+                "the run and keeps (in vLLM's consumed memory)"
             )
         return (
             f"vLLM {self.release} profile run of {self.tokens:,} tokens in {self.rows} sequences{sms}: {encoder}"
             f"forward {self.forward_bytes / GiB:.3f} GiB, sampler {self.sampler_bytes / GiB:.3f} GiB, cuBLAS workspace "
             f"{self.workspace_bytes / 2**20:.1f} MiB; peak {self.peak_bytes / GiB:.3f} GiB (the {self.phase})"
-            f"{logged}{env}"
+            f"{logged}{buffers}{env}"
         )
 
 
@@ -752,13 +840,64 @@ def v1_environment(version: tuple[int, ...]) -> str:
     )
 
 
+def vllm_model_runner(
+    version: tuple[int, ...], architecture: str, *, moe: bool, hybrid: bool = False, amd: bool = False
+) -> str:
+    """Which model runner vLLM `version` builds by default for `architecture`: "v2" (Model Runner V2,
+    v1/worker/gpu/model_runner.py) or "v1" (v1/worker/gpu_model_runner.py). `moe`: the model has routed experts;
+    `hybrid`: it mixes Mamba / linear-attention layers with attention; `amd`: a ROCm GPU. Assumes
+    VLLM_USE_V2_MODEL_RUNNER unset and none of the features V2 lacks (speculative decoding, dual batch overlap,
+    custom logits processors ...), as the plan does elsewhere."""
+    v = version[:2]
+    if v >= V1_RUNNER_REMOVED_IN or v >= V2_EVERY_PLATFORM_FROM:
+        return "v2"
+    if v >= V2_EVERY_MODEL_FROM:
+        return "v1" if amd and architecture in V2_ROCM_V1_ARCHITECTURES[v] else "v2"
+    listed = set(V2_DEFAULT_ARCHITECTURES.get(v, ()))
+    if amd:
+        listed -= set(V2_ROCM_EXCLUDED.get(v, ()))
+    if v < V2_DENSE_DEFAULT_FROM:
+        return "v2" if architecture in listed else "v1"
+    if architecture in listed and (not hybrid or v >= V2_HYBRID_LISTED_FROM):
+        return "v2"
+    return "v2" if not moe and not hybrid else "v1"
+
+
+def v2_sampler_bytes(model, tokens: int, rows: int, version: tuple[int, ...]) -> int:
+    """Live tensors at the peak of Model Runner V2's dummy sampler run (0.22-0.32: one greedy pass): the forward's
+    output [tokens, hidden] and its last-token rows [rows, hidden] that profile_run holds, the 16-bit logits
+    ([rows, vocab padded to 64]), through 0.25 their fp32 copy, and gumbel_sample's per-block argmax and max."""
+    padded = -(-model.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
+    held = (tokens + V2_SAMPLE_ROWS_HELD * rows) * model.hidden_size * ACT_BYTES
+    fp32 = 0 if version[:2] >= V2_NO_FP32_COPY_FROM else rows * model.vocab_size * F32
+    gumbel = rows * -(-model.vocab_size // GUMBEL_BLOCK) * GUMBEL_ENTRY_BYTES
+    return held + rows * padded * ACT_BYTES + fp32 + gumbel
+
+
+def v2_runner_buffer_bytes(model, max_num_seqs: int) -> int:
+    """What Model Runner V2 allocates with its sampler before the profile run and keeps: the penalty tables,
+    prompt_bin_mask [max_num_seqs, vocab / 32] and output_bin_counts [max_num_seqs, vocab], int32
+    (sample/penalties.py). The smaller tables (logit bias, stop tokens, input buffers: about 12 MiB at 1,024
+    sequences) are not counted."""
+    vocab = model.vocab_size
+    return max_num_seqs * (-(-vocab // V2_BIN_MASK_BITS) + vocab) * I32
+
+
 def is_v1_rule(version: tuple[int, ...]) -> bool:
     """Whether `version` is a V1 release kneecap has a profile-run rule for (0.10-0.33): those profile the batch the
     server runs with, so the caller resolves the release's batch defaults for the GPU."""
     return V1_SORT_FAMILY[0] <= version[:2] <= V1_NEWEST_READ
 
 
-RULES = "rules: 0.6-0.7, 0.10-0.33"
+RULES = "rules: 0.6-0.7, V1 0.10-0.33, Model Runner V2 0.22-0.32"
+
+
+def model_runner(model, version: tuple[int, ...], amd: bool = False) -> str:
+    """vllm_model_runner for a kneecap model: its architecture, whether it has experts, whether it is hybrid."""
+    if not V1_SORT_FAMILY[0] <= version[:2]:
+        return "v1"
+    hybrid = "linear_attention" in model.layer_types
+    return vllm_model_runner(version, model.architecture, moe=bool(model.num_experts), hybrid=hybrid, amd=amd)
 
 
 def unmodelled_reason(
@@ -772,9 +911,12 @@ def unmodelled_reason(
     dp_attention: bool = False,
     tp: int = 1,
     ep: int = 1,
+    amd: bool = False,
+    runner: str | None = None,
 ) -> str:
-    """Why kneecap has no profile-run rule for this model and release ('' if it has one). From 0.17 the rule needs
-    the GPU's SM count.
+    """Why kneecap has no profile-run rule for this model and release ('' if it has one). From 0.17 V1's rule needs
+    the GPU's SM count. `amd`: a ROCm GPU (which model runner vLLM builds depends on it); `runner`: "v1" or "v2" where
+    the server is made to build that one (VLLM_USE_V2_MODEL_RUNNER), None for the release's default.
     `encoder`: whether the server profiles a multimodal checkpoint's encoder (False: it serves the language model
     only). `weight_dtype`: the dtype the server runs the weights in (None: the checkpoint's). `dp_attention`: vLLM
     runs data-parallel attention (DP with expert parallelism). `tp`, `ep`: the tensor- and expert-parallel sizes, which
@@ -815,6 +957,7 @@ def unmodelled_reason(
     if kinds:
         return f"{', '.join(sorted(kinds))} layers are not modelled"
     name = ".".join(map(str, v))
+    runner = runner or model_runner(model, v, amd)
     if encoder and (model.vision_tower is not None or model.encoder_params):
         if not is_v1_rule(v) or model.architecture not in V1_MULTIMODAL_ARCHITECTURES or model.vision_tower is None:
             return "the multimodal encoder's profile is not modelled"
@@ -829,17 +972,26 @@ def unmodelled_reason(
         if model.architecture not in V0_MLP_HIDDEN_LIVE:
             return f"{model.architecture}'s layer was not read (rules: {', '.join(V0_MLP_HIDDEN_LIVE)})"
         return ""
-    if v >= V1_RUNNER_REMOVED_IN:
+    if runner == "v2" and v >= V2_TWO_PASS_SAMPLER_FROM:
+        only = " (its only runner)" if v >= V1_RUNNER_REMOVED_IN else ""
         return (
-            f"vLLM {name} profiles with its second model runner (Model Runner V2) only, whose profile run and "
-            f"two-pass dummy sampler kneecap does not model ({RULES})"
+            f"vLLM {name} profiles {model.architecture} with Model Runner V2{only}, whose dummy sampler's second "
+            "pass (the warm-up sampling parameters: fp32 logits, penalties, top-k/top-p, logprobs) kneecap does not "
+            f"model ({RULES})"
         )
     if not is_v1_rule(v):
         return f"vLLM {name}'s profile run was not read ({RULES})"
     read = V1_ARCHITECTURES + V1_MOE_ARCHITECTURES + V1_MLA_ARCHITECTURES
     if model.architecture not in read:
         return f"{model.architecture}'s layer was not read (V1 rules: {', '.join(read)})"
-    if v >= V1_TRITON_TOPK_FROM and not sm_count:
+    if runner == "v2" and v < V2_READ_FROM:
+        return f"Model Runner V2's profile run was read from vLLM 0.22 on, not in {name} ({RULES})"
+    if runner == "v2" and amd:
+        return (
+            f"vLLM {name} builds Model Runner V2 for {model.architecture}; its profile run was read for CUDA GPUs "
+            "only (ROCm's BLAS workspace and sampler warm-ups not read)"
+        )
+    if runner == "v1" and v >= V1_TRITON_TOPK_FROM and not sm_count:
         return (
             f"the GPU catalog has no SM count for {gpu_name or 'this GPU'}, which sizes the [SMs, vocab] buffer of "
             f"vLLM {name}'s Triton top-k/top-p kernel (v1/sample/ops/topk_topp_triton.py)"
@@ -876,6 +1028,83 @@ def _mla_unmodelled_reason(model, v: tuple[int, ...], gpu_name: str, weight_dtyp
     return ""
 
 
+def v2_environment(version: tuple[int, ...], architecture: str, amd: bool) -> str:
+    """Why the release builds Model Runner V2 for this model, and what its dummy sampler does."""
+    v = version[:2]
+    if v >= V2_EVERY_PLATFORM_FROM:
+        why = "its default runner for every model"
+    elif v >= V2_EVERY_MODEL_FROM:
+        why = "its default runner for every model" + (" but a few DeepSeek-style ones on ROCm" if amd else " on CUDA")
+    elif architecture in V2_DEFAULT_ARCHITECTURES.get(v, ()):
+        why = f"its default runner for {architecture}"
+    else:
+        why = "its default runner for dense, non-hybrid models"
+    copy = "" if v >= V2_NO_FP32_COPY_FROM else ", copied to fp32 first"
+    return (
+        f"Model Runner V2, {why} (VLLM_USE_V2_MODEL_RUNNER=0 and features V2 lacks, such as speculative decoding or "
+        f"custom logits processors, keep V1); its dummy sampler samples greedily from the 16-bit logits{copy}, "
+        "no top-k/top-p"
+    )
+
+
+def v2_encoder_profile(model, tp: int, tokens: int) -> tuple[int, int, int]:
+    """(images, encoder-phase bytes, held bytes) of Model Runner V2's encoder profile (0.27-0.32): the same dummy
+    images and encoder phase as V1's (v1_encoder_profile), but only the outputs are held after it.
+    v1/worker/gpu/mm/encoder_runner.py profile_encoder_cache (0.32.0 :111-147) moves the batched pixels to the GPU
+    inside execute_mm_encoder (:150-175), whose locals go when it returns, and keeps the outputs in the encoder
+    cache (encoder_outputs["tmp_i"]) until profile_run's reset_encoder_cache after the sampler (model_runner.py
+    :991-1021)."""
+    images, peak, held = v1_encoder_profile(model, tp, tokens)
+    tower = model.vision_tower
+    pixels = images * tower.channels * tower.image_size**2 * ACT_BYTES
+    return images, peak, held - pixels
+
+
+def v2_profile_peak(
+    model,
+    tp: int,
+    tokens: int,
+    rows: int,
+    max_num_seqs: int,
+    workspace: int,
+    version: tuple[int, ...],
+    amd: bool,
+    *,
+    encoder: bool = True,
+) -> ProfilePeak:
+    """Model Runner V2's profile run (0.22-0.32) for a dense model: v1/worker/gpu/model_runner.py profile_run
+    (0.32.0 :991-1021) runs _dummy_run over max_num_batched_tokens tokens split over min(tokens, max_num_seqs)
+    requests (:841-853), the same compiled model as V1 (its forward rule), then _dummy_sampler_run (:972-984) on the
+    last-token rows: compute_logits and one greedy pass of the sampler (v2_sampler_bytes). What the run keeps: the
+    cuBLAS workspace; from 0.27 vLLM counts the penalty tables V2 allocated before it (v2_runner_buffer_bytes).
+    A multimodal checkpoint's encoder is profiled first from 0.27 (v2_encoder_profile; 0.22.0-0.26.0 profile_run
+    has no encoder step), `encoder` False where the server runs the language model only."""
+    v = version[:2]
+    images = encoder_peak = held = 0
+    if encoder and model.vision_tower is not None and v >= V2_ENCODER_PROFILE_FROM:
+        images, encoder_peak, held = v2_encoder_profile(model, tp, tokens)
+    forward = held + v1_forward_bytes(model, tp, tokens)
+    sampler = held + v2_sampler_bytes(model, tokens, rows, v)
+    counted = v >= V2_RUNNER_BUFFERS_COUNTED_FROM
+    return ProfilePeak(
+        f"{version[0]}.{version[1]} (Model Runner V2)",
+        tokens,
+        rows,
+        forward,
+        sampler,
+        workspace,
+        workspace + max(forward, sampler, encoder_peak),
+        v2_environment(v, model.architecture, amd),
+        kept_bytes=workspace,
+        logs_transient=v >= V1_TOTAL_CONSUMED_FROM,
+        images=images,
+        encoder_bytes=encoder_peak,
+        encoder_held_bytes=held,
+        runner="v2",
+        runner_buffer_bytes=v2_runner_buffer_bytes(model, max_num_seqs) if counted else 0,
+    )
+
+
 def vllm_profile_peak(
     model,
     *,
@@ -891,6 +1120,8 @@ def vllm_profile_peak(
     weight_dtype: str | None = None,
     ep: int = 1,
     dp_attention: bool = False,
+    amd: bool = False,
+    runner: str | None = None,
 ) -> ProfilePeak | None:
     """The activation peak of `version`'s profile run for a dense Llama-style model, gpt-oss, Qwen3-MoE, Mixtral or
     DeepSeek-V2/V3, or
@@ -902,7 +1133,9 @@ def vllm_profile_peak(
     `flashinfer_sampler`: vLLM 0.10 / 0.11 with FlashInfer installed, whose sampler does not sort (ValueError for
     other releases: not modelled there). `weight_dtype`: the dtype the server runs the weights in (None: the
     checkpoint's); the Triton MoE rule covers 16-bit experts only. `ep`: the expert-parallel group (each expert
-    cut tp / ep ways). `dp_attention`: data-parallel attention (not modelled for the Triton MoE rule)."""
+    cut tp / ep ways). `dp_attention`: data-parallel attention (not modelled for the Triton MoE rule). `amd`: a ROCm
+    GPU. Where the release builds Model Runner V2 for the model (vllm_model_runner) its profile run is V2's; `runner`
+    ("v1" / "v2") names the runner instead (VLLM_USE_V2_MODEL_RUNNER set)."""
     if flashinfer_sampler and not is_flashinfer_sampler_rule(version):
         raise ValueError(f"FlashInfer's sampler is modelled for vLLM 0.10 and 0.11 only, not {version}")
     workspace = cublas_workspace_bytes(gpu_name)
@@ -930,9 +1163,13 @@ def vllm_profile_peak(
         dp_attention=dp_attention,
         tp=tp,
         ep=ep,
+        amd=amd,
+        runner=runner,
     )
     if why:
         return None
+    if (runner or model_runner(model, v, amd)) == "v2":
+        return v2_profile_peak(model, tp, tokens, rows, max_num_seqs or tokens, workspace, v, amd, encoder=encoder)
     images = encoder_peak = held = 0
     if encoder and model.vision_tower is not None:
         images, encoder_peak, held = v1_encoder_profile(model, tp, tokens)

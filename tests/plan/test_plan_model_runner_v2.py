@@ -1,0 +1,176 @@
+"""kneecap.plan.profile_peak: which model runner vLLM builds by default (config/vllm.py, per release) and Model Runner
+V2's profile run (v1/worker/gpu/model_runner.py), as engine mode predicts them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kneecap.model.resolve import load_model
+from kneecap.plan import profile_peak as pp
+
+CONFIGS = Path(__file__).parent / "configs"
+GiB = 2**30
+VOCAB, HIDDEN = 128_256, 4096
+
+
+@pytest.fixture(scope="module")
+def llama3_8b():
+    return load_model(str(CONFIGS / "meta-llama--Meta-Llama-3-8B.json"))
+
+
+def _runner(version, arch, moe=False, hybrid=False, amd=False):
+    return pp.vllm_model_runner(version, arch, moe=moe, hybrid=hybrid, amd=amd)
+
+
+@pytest.mark.parametrize(
+    ("version", "arch", "moe", "hybrid", "amd", "runner"),
+    [
+        # before 0.22 there is no default list: V1
+        ((0, 21), "Qwen3ForCausalLM", False, False, False, "v1"),
+        # 0.22.0 config/vllm.py:69: Qwen3 alone
+        ((0, 22), "Qwen3ForCausalLM", False, False, False, "v2"),
+        ((0, 22), "LlamaForCausalLM", False, False, False, "v1"),
+        # 0.23.0 :69-75: Llama, Mistral, Qwen3
+        ((0, 23), "LlamaForCausalLM", False, False, False, "v2"),
+        ((0, 23), "MistralForCausalLM", False, False, False, "v2"),
+        ((0, 23), "Qwen2ForCausalLM", False, False, False, "v1"),
+        # 0.24.0 :68-77 adds three MoE architectures, still listed ones only
+        ((0, 24), "Qwen2MoeForCausalLM", True, False, False, "v2"),
+        ((0, 24), "Qwen2ForCausalLM", False, False, False, "v1"),
+        # 0.25.0 :557-574: every dense, non-hybrid model; unlisted MoE and hybrids stay V1
+        ((0, 25), "Qwen2ForCausalLM", False, False, False, "v2"),
+        ((0, 25), "Gemma3ForConditionalGeneration", False, False, False, "v2"),
+        ((0, 25), "Qwen3MoeForCausalLM", True, False, False, "v1"),
+        ((0, 26), "Qwen3NextForCausalLM", True, True, False, "v1"),
+        ((0, 26), "GraniteMoeHybridForCausalLM", False, True, False, "v1"),
+        # 0.27.0 :69-101: KimiK3 listed, but not on ROCm
+        ((0, 27), "KimiK3ForConditionalGeneration", True, False, False, "v2"),
+        ((0, 27), "KimiK3ForConditionalGeneration", True, False, True, "v1"),
+        # 0.28.0 :69-93: DeepseekV4 listed, but not on ROCm
+        ((0, 28), "DeepseekV4ForCausalLM", True, False, False, "v2"),
+        ((0, 28), "DeepseekV4ForCausalLM", True, False, True, "v1"),
+        ((0, 28), "MixtralForCausalLM", True, False, False, "v1"),
+        # 0.29.0 :645-676: every model, ROCm keeps V1 for ROCM_DEFAULT_MRV1_ARCHITECTURES
+        ((0, 29), "MixtralForCausalLM", True, False, False, "v2"),
+        ((0, 29), "Qwen3NextForCausalLM", True, True, True, "v2"),
+        ((0, 29), "DeepseekV32ForCausalLM", True, False, True, "v1"),
+        ((0, 29), "GlmMoeDsaForCausalLM", True, False, True, "v2"),
+        # 0.30.0 :73-75 adds GlmMoeDsa to the ROCm list
+        ((0, 30), "GlmMoeDsaForCausalLM", True, False, True, "v1"),
+        ((0, 31), "DeepseekV4ForCausalLM", True, False, True, "v1"),
+        # 0.32.0 :703-739: every model on every platform
+        ((0, 32), "DeepseekV32ForCausalLM", True, False, True, "v2"),
+        ((0, 33), "LlamaForCausalLM", False, False, True, "v2"),
+        # 0.34.0 removes V1
+        ((0, 34), "LlamaForCausalLM", False, False, False, "v2"),
+    ],
+)
+def test_the_runner_vllm_builds_by_default(version, arch, moe, hybrid, amd, runner):
+    assert _runner(version, arch, moe, hybrid, amd) == runner
+
+
+def test_the_v2_sampler_samples_greedily_from_the_16_bit_logits(llama3_8b):
+    # profile_run holds the forward's output and its last-token rows (no rand_like); _dummy_sampler_run computes the
+    # 16-bit logits and samples greedily: gumbel_sample's int64 argmax and fp32 max per 1,024-wide block
+    padded = VOCAB  # 128,256 is a multiple of 64
+    gumbel = 1024 * -(-VOCAB // 1024) * 12
+    held = (8192 + 1024) * HIDDEN * 2
+    assert pp.v2_sampler_bytes(llama3_8b, 8192, 1024, (0, 26)) == held + 1024 * padded * 2 + gumbel
+    # 0.22.0-0.25.0 apply_sampling_params still copies the logits to fp32 whatever the requests
+    f = 1024 * VOCAB * 4
+    for version in ((0, 22), (0, 25)):
+        assert pp.v2_sampler_bytes(llama3_8b, 8192, 1024, version) == held + 1024 * padded * 2 + f + gumbel
+    assert pp.v2_sampler_bytes(llama3_8b, 8192, 1024, (0, 32)) == pp.v2_sampler_bytes(llama3_8b, 8192, 1024, (0, 26))
+
+
+def _peak(model, version, **kw):
+    args = dict(
+        tp=1,
+        gpu_name="h100-sxm",
+        version=version,
+        max_model_len=16000,
+        max_num_batched_tokens=8192,
+        max_num_seqs=1024,
+        sm_count=132,
+    )
+    return pp.vllm_profile_peak(model, **{**args, **kw})
+
+
+def test_llama_from_0_23_is_profiled_by_model_runner_v2(llama3_8b):
+    v1 = _peak(llama3_8b, (0, 22, 0))
+    assert (v1.runner, v1.phase) == ("v1", "sampler")
+    for version in ((0, 23, 0), (0, 26, 0), (0, 32, 0)):
+        p = _peak(llama3_8b, version)
+        assert p.release == f"{version[0]}.{version[1]} (Model Runner V2)" and p.runner == "v2"
+        # the same compiled forward as V1's rule; the greedy sampler sits below it from 0.26
+        assert p.forward_bytes == pp.v1_forward_bytes(llama3_8b, 1, 8192) == v1.forward_bytes
+        assert p.sampler_bytes == pp.v2_sampler_bytes(llama3_8b, 8192, 1024, version)
+        assert p.peak_bytes == p.workspace_bytes + max(p.forward_bytes, p.sampler_bytes)
+        assert p.kept_bytes == p.workspace_bytes and p.sm_count is None
+    assert _peak(llama3_8b, (0, 32, 0)).phase == "forward"
+    # VLLM_USE_V2_MODEL_RUNNER=0: the V1 rule at the same release
+    assert _peak(llama3_8b, (0, 32, 0), runner="v1").release == "0.32 (V1)"
+    # V2 needs no SM count (no Triton top-k/top-p buffer)
+    assert _peak(llama3_8b, (0, 32, 0), sm_count=None) == _peak(llama3_8b, (0, 32, 0))
+
+
+def test_v2s_penalty_tables_come_off_the_pool_from_0_27(llama3_8b):
+    # sample/penalties.py: prompt_bin_mask [seqs, vocab / 32] and output_bin_counts [seqs, vocab], int32, allocated
+    # with the sampler before the run; 0.27+ count them in total_consumed, 0.26 in no term
+    tables = 1024 * (-(-VOCAB // 32) + VOCAB) * 4
+    assert pp.v2_runner_buffer_bytes(llama3_8b, 1024) == tables
+    p26, p27 = _peak(llama3_8b, (0, 26, 0)), _peak(llama3_8b, (0, 27, 0))
+    assert p26.runner_buffer_bytes == 0 and p26.charged_bytes == p26.peak_bytes
+    assert p27.runner_buffer_bytes == tables and p27.charged_bytes == p27.peak_bytes + tables
+    assert p27.logs_transient and not p26.logs_transient
+    assert "plus 0.505 GiB of penalty tables Model Runner V2 allocates before the run" in p27.describe()
+    # they scale with max_num_seqs
+    assert _peak(llama3_8b, (0, 32, 0), max_num_seqs=256).runner_buffer_bytes == tables // 4
+
+
+def test_where_v2_is_not_modelled_the_plan_says_why(llama3_8b):
+    # 0.33's second warm-up pass (fp32 logits, penalties, top-k/top-p, logprobs) is not modelled
+    assert _peak(llama3_8b, (0, 33, 0)) is None
+    why = pp.unmodelled_reason(llama3_8b, (0, 33))
+    assert why.startswith("vLLM 0.33 profiles LlamaForCausalLM with Model Runner V2, whose dummy sampler's second pass")
+    # ... but a server made to run V1 at 0.33 keeps V1's rule
+    assert _peak(llama3_8b, (0, 33, 0), runner="v1").runner == "v1"
+    # ROCm under V2 was not read
+    assert _peak(llama3_8b, (0, 32, 0), amd=True, gpu_name="mi300x") is None
+    assert "read for CUDA GPUs only" in pp.unmodelled_reason(llama3_8b, (0, 32), amd=True)
+    # V2 forced before 0.22: not read
+    assert "from vLLM 0.22 on" in pp.unmodelled_reason(llama3_8b, (0, 20), runner="v2")
+
+
+def test_gemma_3_under_v2_profiles_the_encoder_from_0_27_holding_its_outputs_only():
+    m = load_model("gemma-3-27b")
+    p26 = _peak(m, (0, 26, 0))  # 0.22.0-0.26.0 profile_run profiles no encoder
+    assert (p26.runner, p26.images, p26.encoder_held_bytes) == ("v2", 0, 0)
+    p32 = _peak(m, (0, 32, 0))
+    images, encoder, held_v1 = pp.v1_encoder_profile(m, 1, 8192)
+    pixels = images * 3 * 896**2 * 2
+    assert (p32.images, p32.encoder_bytes, p32.encoder_held_bytes) == (images, encoder, held_v1 - pixels)
+    assert p32.sampler_bytes == p32.encoder_held_bytes + pp.v2_sampler_bytes(m, 8192, 1024, (0, 32))
+    assert "(their outputs, " in p32.describe()
+
+
+def _engine(cli, *args):
+    r = cli("plan", *args, "--engine", "vllm", "--json")
+    assert r.code == 0, r.stderr
+    return json.loads(r.stdout)["engine"]
+
+
+def test_engine_mode_follows_the_runner(cli):
+    base = ["--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--context", "16000"]
+    v1 = _engine(cli, *base, "--engine-version", "0.22")
+    v2 = _engine(cli, *base, "--engine-version", "0.23")
+    assert v1["activation_profile"]["runner"] == "v1" and v2["activation_profile"]["runner"] == "v2"
+    # the default release: the peak and the penalty tables come off the pool
+    d = _engine(cli, *base)
+    prof = d["activation_profile"]
+    assert d["version"] == "0.32" and prof["runner"] == "v2"
+    assert d["activation_bytes"] == prof["peak_bytes"] + prof["runner_buffer_bytes"]
+    assert "Model Runner V2, its default runner for every model" in d["activation_source"]
