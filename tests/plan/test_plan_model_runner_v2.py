@@ -163,11 +163,17 @@ def _engine(cli, *args):
     return json.loads(r.stdout)["engine"]
 
 
-def test_engine_mode_follows_the_runner(cli):
+def test_engine_mode_follows_the_runner_and_its_graph_estimate(cli):
     base = ["--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--context", "16000"]
     v1 = _engine(cli, *base, "--engine-version", "0.22")
     v2 = _engine(cli, *base, "--engine-version", "0.23")
     assert v1["activation_profile"]["runner"] == "v1" and v2["activation_profile"]["runner"] == "v2"
+    # Model Runner V2's profile_cudagraph_memory returns 0 through 0.28: nothing subtracted, --cudagraph-gib ignored
+    assert v1["cudagraph_bytes"] > 0 and v2["cudagraph_bytes"] == 0
+    assert v2["cudagraph_source"].startswith("none: vLLM 0.23 builds Model Runner V2 for LlamaForCausalLM")
+    given = _engine(cli, *base, "--engine-version", "0.28", "--cudagraph-gib", "1")
+    assert given["cudagraph_bytes"] == 0 and "(--cudagraph-gib ignored)" in given["cudagraph_source"]
+    assert _engine(cli, *base, "--engine-version", "0.29")["cudagraph_bytes"] > 0  # V2 measures from 0.29
     # the default release: the peak and the penalty tables come off the pool
     d = _engine(cli, *base)
     prof = d["activation_profile"]

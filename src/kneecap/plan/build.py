@@ -683,6 +683,7 @@ def _vllm_cudagraph(
     release subtracts one on this GPU, --cudagraph-gib where given, else the default for the graphs the server
     would capture."""
     v = engines.parse_version(version)
+    amd = getattr(deployment.gpu, "is_amd", deployment.gpu.label.startswith("AMD"))
     tokens = seqs = 0  # the server's batch sizes its graphs: only read where the release subtracts them
     if v[:2] >= cudagraph_memory.SUBTRACTED_FROM:
         tokens = f.max_num_batched_tokens or engines.vllm_default_batch(
@@ -700,6 +701,20 @@ def _vllm_cudagraph(
         mla="mla" in deployment.model.layer_types,
         chunked_local=deployment.model.attention_chunked,
     )
+    # where the release calls it, Model Runner V2's estimate is 0 through 0.28 (profile_peak.V2_CUDAGRAPH_ESTIMATE_FROM)
+    model = deployment.model
+    if (
+        term.basis != "none"
+        and v[:2] < profile_peak.V2_CUDAGRAPH_ESTIMATE_FROM
+        and profile_peak.model_runner(model, v, amd) == "v2"
+    ):
+        ignored = " (--cudagraph-gib ignored)" if f.cudagraph_gib else ""
+        return cudagraph_memory.CudaGraphTerm(
+            0,
+            f"none: vLLM {version} builds Model Runner V2 for {model.architecture}, whose CUDA-graph estimate is 0 "
+            f"through 0.28 (v1/worker/gpu/model_runner.py profile_cudagraph_memory){ignored}",
+            "none",
+        )
     return term
 
 

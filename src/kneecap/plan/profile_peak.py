@@ -445,6 +445,11 @@ GUMBEL_ENTRY_BYTES = 8 + 4
 I32 = 4
 V2_BIN_MASK_BITS = 32
 V2_RUNNER_BUFFERS_COUNTED_FROM = (0, 27)
+# Model Runner V2's profile_cudagraph_memory returns 0 ("It is TBD whether we keep this API or not") in 0.22.0-0.28.0
+# (v1/worker/gpu/model_runner.py 0.22.0 :620-622, 0.25.0 :680-682, 0.28.0 :843-845), so vLLM subtracts no CUDA-graph
+# estimate there (vllm-project/vllm#49233 reports the start-up OOM it caused); 0.29.0 :896-898 measures
+# (v1/worker/gpu/cudagraph_utils.py profile_cudagraph_memory)
+V2_CUDAGRAPH_ESTIMATE_FROM = (0, 29)
 # 0.27.0 v1/worker/gpu/model_runner.py profile_run first profiles a multimodal encoder (not in 0.22.0-0.26.0)
 V2_ENCODER_PROFILE_FROM = (0, 27)
 V2_SAMPLE_ROWS_HELD = 1  # profile_run holds hidden_states[logits_indices] ([rows, hidden]); V1 adds a rand_like
