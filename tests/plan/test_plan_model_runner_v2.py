@@ -117,6 +117,20 @@ def test_llama_from_0_23_is_profiled_by_model_runner_v2(llama3_8b):
     assert _peak(llama3_8b, (0, 32, 0), sm_count=None) == _peak(llama3_8b, (0, 32, 0))
 
 
+def test_0_33_adds_a_warm_up_pass_with_fp32_logits_and_flashinfers_top_k_top_p(llama3_8b):
+    # 0.33.0 _dummy_sampler_run samples the same logits again with SamplingParams.for_sampler_warmup(): the fp32 copy,
+    # then FlashInfer 0.7.2.post1's top_k_mask_logits (an fp32 copy and a cached 1 MiB buffer) and softmax: 3F
+    f = 1024 * VOCAB * 4
+    held = (8192 + 1024) * HIDDEN * 2 + 1024 * VOCAB * 2
+    assert pp.v2_sampler_bytes(llama3_8b, 8192, 1024, (0, 33)) == held + 3 * f + 2**20
+    p = _peak(llama3_8b, (0, 33, 0))
+    assert (p.runner, p.phase) == ("v2", "sampler")
+    assert p.kept_bytes == p.workspace_bytes + 2**20
+    assert "then with the warm-up parameters: fp32 logits and FlashInfer's top-k/top-p" in p.environment
+    # V1's 0.33 rule holds the gathered rows' rand_like and the Triton buffer besides: V2's peak is below it
+    assert p.sampler_bytes < _peak(llama3_8b, (0, 33, 0), runner="v1").sampler_bytes
+
+
 def test_v2s_penalty_tables_come_off_the_pool_from_0_27(llama3_8b):
     # sample/penalties.py: prompt_bin_mask [seqs, vocab / 32] and output_bin_counts [seqs, vocab], int32, allocated
     # with the sampler before the run; 0.27+ count them in total_consumed, 0.26 in no term
@@ -132,12 +146,11 @@ def test_v2s_penalty_tables_come_off_the_pool_from_0_27(llama3_8b):
 
 
 def test_where_v2_is_not_modelled_the_plan_says_why(llama3_8b):
-    # 0.33's second warm-up pass (fp32 logits, penalties, top-k/top-p, logprobs) is not modelled
-    assert _peak(llama3_8b, (0, 33, 0)) is None
-    why = pp.unmodelled_reason(llama3_8b, (0, 33))
-    assert why.startswith("vLLM 0.33 profiles LlamaForCausalLM with Model Runner V2, whose dummy sampler's second pass")
-    # ... but a server made to run V1 at 0.33 keeps V1's rule
-    assert _peak(llama3_8b, (0, 33, 0), runner="v1").runner == "v1"
+    # 0.34 pins a FlashInfer release that cannot be read (flashinfer-python 0.7.3 is not on PyPI)
+    assert _peak(llama3_8b, (0, 34, 0)) is None
+    why = pp.unmodelled_reason(llama3_8b, (0, 34))
+    assert why.startswith("vLLM 0.34 profiles LlamaForCausalLM with Model Runner V2 (its only runner), whose dummy")
+    assert "FlashInfer release it pins (0.7.3 for 0.34)" in why
     # ROCm under V2 was not read
     assert _peak(llama3_8b, (0, 32, 0), amd=True, gpu_name="mi300x") is None
     assert "read for CUDA GPUs only" in pp.unmodelled_reason(llama3_8b, (0, 32), amd=True)

@@ -153,8 +153,8 @@ def test_engine_mode_predicts_names_and_falls_back(cli):
     assert later["activation_bytes"] == 4 * GiB
     assert later["activation_source"].startswith(
         "--overhead-gib (4 GiB; no prediction: vLLM 0.34 profiles LlamaForCausalLM with Model Runner V2 (its only "
-        "runner), whose dummy sampler's second pass (the warm-up sampling parameters: fp32 logits, penalties, "
-        "top-k/top-p, logprobs) kneecap does not model (rules: 0.6-0.7, V1 0.10-0.33, Model Runner V2 0.22-0.32)"
+        "runner), whose dummy sampler's second pass samples with the FlashInfer release it pins (0.7.3 for 0.34), "
+        "which is not on PyPI to read (rules: 0.6-0.7, V1 0.10-0.33, Model Runner V2 0.22-0.33)"
     )
 
 

