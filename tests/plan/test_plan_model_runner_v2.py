@@ -3,6 +3,7 @@ V2's profile run (v1/worker/gpu/model_runner.py), as engine mode predicts them."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -23,6 +24,18 @@ def llama3_8b():
 
 def _runner(version, arch, moe=False, hybrid=False, amd=False):
     return pp.vllm_model_runner(version, arch, moe=moe, hybrid=hybrid, amd=amd)
+
+
+def test_0_22_and_0_23_keep_v1_for_quantized_checkpoints():
+    # 0.22.0 / 0.23.0 _is_default_v2_model_runner_model: a listed architecture, `not model_config.is_moe and not
+    # model_config.is_quantized` (the HF config has a quantization_config); 0.24.0 drops the condition
+    for version in ((0, 22), (0, 23)):
+        assert pp.vllm_model_runner(version, "Qwen3ForCausalLM", moe=False, quantized=True) == "v1"
+    assert pp.vllm_model_runner((0, 24), "Qwen3ForCausalLM", moe=False, quantized=True) == "v2"
+    assert pp.vllm_model_runner((0, 25), "Qwen2ForCausalLM", moe=False, quantized=True) == "v2"
+    # a kneecap model: an FP8 checkpoint of Llama is V1 at 0.23, V2 at 0.24
+    fp8 = dataclasses.replace(load_model(str(CONFIGS / "meta-llama--Meta-Llama-3-8B.json")), weight_dtype="fp8")
+    assert (pp.model_runner(fp8, (0, 23)), pp.model_runner(fp8, (0, 24))) == ("v1", "v2")
 
 
 @pytest.mark.parametrize(

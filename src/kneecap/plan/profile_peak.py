@@ -385,8 +385,11 @@ V1_GATHERED_ROWS = 2  # [rows, hidden] tensors profile_run holds at the sampler:
 # Which model runner vLLM builds when VLLM_USE_V2_MODEL_RUNNER is unset and no feature Model Runner V2 lacks is on
 # (speculative decoding, dual batch overlap, custom logits processors ...: config/vllm.py
 # _get_v2_model_runner_unsupported_features), Triton installed, a generating model. config/vllm.py per release:
-#   0.22.0 :69 DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES {Qwen3}; 0.23.0 :69-75 {Llama, Mistral, Qwen3}; 0.24.0 :68-77
-#   adds DeepseekV2, Qwen2Moe, GraniteMoe; the runner is V2 for the listed architectures only (0.24.0 :550-561).
+#   0.22.0 :69 DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES {Qwen3}; 0.23.0 :69-75 {Llama, Mistral, Qwen3}, V2 for a listed
+#   architecture that is not MoE and whose checkpoint is not quantized (0.22.0 :518-532, 0.23.0 :544-558
+#   `not model_config.is_moe and not model_config.is_quantized`; config/model.py is_quantized: the HF config has a
+#   quantization_config); 0.24.0 :68-77 adds DeepseekV2, Qwen2Moe, GraniteMoe, V2 for any listed architecture
+#   (0.24.0 :550-561).
 #   0.25.0 :557-574 and 0.26.0 :605-621 _is_default_v2_model_runner_model: every model that is not MoE, not hybrid
 #   (Mamba / linear attention) and not attention-free, and the listed MoE ones (0.25.0 :68-74, 0.26.0 :68-77).
 #   0.27.0 :69-101 and :637-658, 0.28.0 :69-93 and :691-712: the same, a listed architecture V2 even when hybrid; on ROCm
@@ -422,6 +425,7 @@ V2_DEFAULT_ARCHITECTURES[(0, 27)] = V2_DEFAULT_ARCHITECTURES[(0, 26)] + ("KimiK3
 V2_DEFAULT_ARCHITECTURES[(0, 28)] = V2_DEFAULT_ARCHITECTURES[(0, 27)] + ("DeepseekV4ForCausalLM",)
 V2_ROCM_EXCLUDED = {(0, 27): ("KimiK3ForConditionalGeneration",), (0, 28): ("DeepseekV4ForCausalLM",)}
 V2_READ_FROM = (0, 22)  # the first release whose V2 profile run was read (its first default architecture)
+V2_QUANTIZED_FROM = (0, 24)  # 0.22 / 0.23 keep V1 for quantized checkpoints
 V2_DENSE_DEFAULT_FROM = (0, 25)  # every dense, non-hybrid model
 V2_HYBRID_LISTED_FROM = (0, 27)  # a listed hybrid architecture takes V2 (0.25 / 0.26: every hybrid V1)
 V2_EVERY_MODEL_FROM = (0, 29)  # every model (ROCm: but ROCM_DEFAULT_MRV1_ARCHITECTURES)
@@ -861,11 +865,18 @@ def v1_environment(version: tuple[int, ...]) -> str:
 
 
 def vllm_model_runner(
-    version: tuple[int, ...], architecture: str, *, moe: bool, hybrid: bool = False, amd: bool = False
+    version: tuple[int, ...],
+    architecture: str,
+    *,
+    moe: bool,
+    hybrid: bool = False,
+    amd: bool = False,
+    quantized: bool = False,
 ) -> str:
     """Which model runner vLLM `version` builds by default for `architecture`: "v2" (Model Runner V2,
     v1/worker/gpu/model_runner.py) or "v1" (v1/worker/gpu_model_runner.py). `moe`: the model has routed experts;
-    `hybrid`: it mixes Mamba / linear-attention layers with attention; `amd`: a ROCm GPU. Assumes
+    `hybrid`: it mixes Mamba / linear-attention layers with attention; `amd`: a ROCm GPU; `quantized`: the checkpoint
+    is quantized (its config has a quantization_config). Assumes
     VLLM_USE_V2_MODEL_RUNNER unset and none of the features V2 lacks (speculative decoding, dual batch overlap,
     custom logits processors ...), as the plan does elsewhere."""
     v = version[:2]
@@ -877,7 +888,8 @@ def vllm_model_runner(
     if amd:
         listed -= set(V2_ROCM_EXCLUDED.get(v, ()))
     if v < V2_DENSE_DEFAULT_FROM:
-        return "v2" if architecture in listed else "v1"
+        excluded = v < V2_QUANTIZED_FROM and (moe or quantized)
+        return "v2" if architecture in listed and not excluded else "v1"
     if architecture in listed and (not hybrid or v >= V2_HYBRID_LISTED_FROM):
         return "v2"
     return "v2" if not moe and not hybrid else "v1"
@@ -917,12 +929,19 @@ def is_v1_rule(version: tuple[int, ...]) -> bool:
 RULES = "rules: 0.6-0.7, V1 0.10-0.33, Model Runner V2 0.22-0.33"
 
 
+UNQUANTIZED_DTYPES = (None, "bf16", "fp16", "fp32")  # checkpoint dtypes without a quantization_config
+
+
 def model_runner(model, version: tuple[int, ...], amd: bool = False) -> str:
-    """vllm_model_runner for a kneecap model: its architecture, whether it has experts, whether it is hybrid."""
+    """vllm_model_runner for a kneecap model: its architecture, whether it has experts, whether it is hybrid, whether
+    its checkpoint is quantized (a weight dtype other than 16 or 32 bits)."""
     if not V1_SORT_FAMILY[0] <= version[:2]:
         return "v1"
     hybrid = "linear_attention" in model.layer_types
-    return vllm_model_runner(version, model.architecture, moe=bool(model.num_experts), hybrid=hybrid, amd=amd)
+    quantized = (model.weight_dtype or None) not in UNQUANTIZED_DTYPES
+    return vllm_model_runner(
+        version, model.architecture, moe=bool(model.num_experts), hybrid=hybrid, amd=amd, quantized=quantized
+    )
 
 
 def unmodelled_reason(
