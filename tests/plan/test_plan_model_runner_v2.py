@@ -99,6 +99,19 @@ def test_the_v2_sampler_samples_greedily_from_the_16_bit_logits(llama3_8b):
     assert pp.v2_sampler_bytes(llama3_8b, 8192, 1024, (0, 32)) == pp.v2_sampler_bytes(llama3_8b, 8192, 1024, (0, 26))
 
 
+def test_gemma_2s_soft_cap_holds_two_16_bit_logits_above_the_greedy_pass():
+    # layers/logits_processor.py forward: logits / soft_cap, tanh, * soft_cap, each a new 16-bit tensor beside the
+    # previous one: two at a time, above the greedy pass's one (0.26-0.32), under 0.22-0.25's fp32 copy and 0.33's 3F
+    m = load_model(str(CONFIGS / "google--gemma-2-9b-it.json"))
+    rows, vocab, hidden = 1024, 256_000, m.hidden_size
+    held = (8192 + rows) * hidden * 2
+    assert pp.v2_sampler_bytes(m, 8192, rows, (0, 32)) == held + 2 * rows * vocab * 2
+    greedy = held + rows * vocab * 2 + rows * 250 * 12
+    assert pp.v2_sampler_bytes(dataclasses.replace(m, architecture="GemmaForCausalLM"), 8192, rows, (0, 32)) == greedy
+    assert pp.v2_sampler_bytes(m, 8192, rows, (0, 25)) == held + rows * vocab * (2 + 4) + rows * 250 * 12
+    assert pp.v2_sampler_bytes(m, 8192, rows, (0, 33)) == held + rows * vocab * (2 + 12) + 2**20
+
+
 def _peak(model, version, **kw):
     args = dict(
         tp=1,

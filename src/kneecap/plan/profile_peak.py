@@ -469,6 +469,9 @@ V2_RUNNER_BUFFERS_COUNTED_FROM = (0, 27)
 # estimate there (vllm-project/vllm#49233 reports the start-up OOM it caused); 0.29.0 :896-898 measures
 # (v1/worker/gpu/cudagraph_utils.py profile_cudagraph_memory)
 V2_CUDAGRAPH_ESTIMATE_FROM = (0, 29)
+# LogitsProcessor(soft_cap=config.final_logit_softcapping): Gemma 2 (models/gemma2.py, 0.32.0 :343; its configs set
+# 30.0); Gemma 3's configs leave it unset
+SOFT_CAP_ARCHITECTURES = ("Gemma2ForCausalLM",)
 # 0.27.0 v1/worker/gpu/model_runner.py profile_run first profiles a multimodal encoder (not in 0.22.0-0.26.0)
 V2_ENCODER_PROFILE_FROM = (0, 27)
 V2_SAMPLE_ROWS_HELD = 1  # profile_run holds hidden_states[logits_indices] ([rows, hidden]); V1 adds a rand_like
@@ -900,15 +903,19 @@ def v2_sampler_bytes(model, tokens: int, rows: int, version: tuple[int, ...]) ->
     last-token rows [rows, hidden] that profile_run holds, the 16-bit logits ([rows, vocab padded to 64]), then
     0.22-0.32 (one greedy pass): through 0.25 their fp32 copy, and gumbel_sample's per-block argmax and max;
     0.33 (a second pass with the warm-up parameters): the fp32 copy, FlashInfer's masked copy and softmax (3F) and
-    its cached 1 MiB row-states buffer."""
+    its cached 1 MiB row-states buffer. Gemma 2's final soft cap makes each of its three steps a new 16-bit logits
+    tensor beside the one before (layers/logits_processor.py forward, 0.32.0 :113-116): two at a time, the peak where
+    the greedy pass adds no fp32 copy (0.26-0.32)."""
     padded = -(-model.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
-    held = (tokens + V2_SAMPLE_ROWS_HELD * rows) * model.hidden_size * ACT_BYTES + rows * padded * ACT_BYTES
+    logits = rows * padded * ACT_BYTES
+    held = (tokens + V2_SAMPLE_ROWS_HELD * rows) * model.hidden_size * ACT_BYTES + logits
     f = rows * model.vocab_size * F32
+    softcap = held + logits if model.architecture in SOFT_CAP_ARCHITECTURES else 0
     if version[:2] >= V2_TWO_PASS_SAMPLER_FROM:
-        return held + 3 * f + FLASHINFER_ROW_STATES_BYTES
+        return max(held + 3 * f + FLASHINFER_ROW_STATES_BYTES, softcap)
     fp32 = 0 if version[:2] >= V2_NO_FP32_COPY_FROM else f
     gumbel = rows * -(-model.vocab_size // GUMBEL_BLOCK) * GUMBEL_ENTRY_BYTES
-    return held + fp32 + gumbel
+    return max(held + fp32 + gumbel, softcap)
 
 
 def v2_runner_buffer_bytes(model, max_num_seqs: int) -> int:
