@@ -545,7 +545,7 @@ class ProfilePeak:
         if self.runner_buffer_bytes:
             buffers = (
                 f"; plus {self.runner_buffer_bytes / GiB:.3f} GiB of penalty tables Model Runner V2 allocates before "
-                "the run and keeps (in vLLM's consumed memory)"
+                f"the run and keeps (in vLLM's consumed memory): {self.charged_bytes / GiB:.3f} GiB off the pool"
             )
         return (
             f"vLLM {self.release} profile run of {self.tokens:,} tokens in {self.rows} sequences{sms}: {encoder}"
