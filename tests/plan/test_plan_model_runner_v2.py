@@ -219,3 +219,23 @@ def test_engine_mode_follows_the_runner_and_its_graph_estimate(cli):
     assert d["version"] == "0.32" and prof["runner"] == "v2"
     assert d["activation_bytes"] == prof["peak_bytes"] + prof["runner_buffer_bytes"]
     assert "Model Runner V2, its default runner for every model" in d["activation_source"]
+
+
+def test_the_docs_figures_for_llama_3_1_8b_under_v2_are_what_engine_mode_prints(cli):
+    # docs/engine-model.md, "Which model runner vLLM builds ...": the command it names, per GPU and release
+    doc = " ".join((Path(__file__).parents[2] / "docs" / "engine-model.md").read_text().split())
+    base = ["--preset", "llama-3.1-8b", "--context", "16000"]
+    h100, a100 = _engine(cli, *base, "--gpu", "h100-sxm"), _engine(cli, *base, "--gpu", "a100-80")
+    h33 = _engine(cli, *base, "--gpu", "h100-sxm", "--engine-version", "0.33")
+    p, q, r = h100["activation_profile"], a100["activation_profile"], h33["activation_profile"]
+
+    def gib(x):
+        return f"{x / GiB:.3f}"
+
+    assert (
+        f"the forward sets the peak, {gib(p['peak_bytes'])} GiB ({gib(p['peak_bytes'] - p['kept_bytes'])} GiB of it "
+        f"logged as peak activation, plus the CUDA-graph estimate), with {gib(p['runner_buffer_bytes'])} GiB of "
+        f"penalty tables: {gib(h100['activation_bytes'])} GiB off the pool"
+    ) in doc
+    assert f"(2,048 tokens, 256 sequences) {gib(q['peak_bytes'])} GiB and {gib(q['runner_buffer_bytes'])} GiB" in doc
+    assert f"sets the H100's peak, {gib(r['peak_bytes'])} GiB, {gib(h33['activation_bytes'])} GiB off the pool" in doc
