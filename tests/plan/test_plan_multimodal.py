@@ -59,8 +59,7 @@ def test_the_start_up_profile_of_the_vision_tower_is_priced_with_vllms_image_cou
         return json.loads(r.stdout)
 
     gib = 1 << 30
-    pixels = 2 * 3 * 896**2  # 16-bit, held by profile_run (batched_dummy_mm_inputs) with the outputs
-    for tokens, images, phase in ((8192, 32, "sampler"), (32768, 128, "encoder")):
+    for tokens, images in ((8192, 32), (32768, 128)):
         doc = ledger("--max-num-batched-tokens", str(tokens))
         profile = doc["vision_profile"]
         assert profile == {
@@ -68,13 +67,14 @@ def test_the_start_up_profile_of_the_vision_tower_is_priced_with_vllms_image_cou
             "peak_bytes": images * PER_IMAGE_PEAK,
             "kept_bytes": images * PER_IMAGE_KEPT,
         }
-        # engine mode (vLLM 0.32 by default) predicts the profile run: the encoder's phase, and the pixels and
-        # outputs held through the language model's pass and the sampler (kneecap.plan.profile_peak)
+        # engine mode (vLLM 0.32 by default, Model Runner V2) predicts the profile run: the encoder's phase, and the
+        # outputs held through the language model's pass and the greedy sampler (the pixels go with the encoder
+        # call's locals; kneecap.plan.profile_peak v2_encoder_profile), the encoder's phase the peak at both batches
         act = doc["engine"]["activation_profile"]
         assert (act["images"], act["encoder_bytes"]) == (images, images * PER_IMAGE_PEAK)
-        assert act["encoder_held_bytes"] == images * (PER_IMAGE_KEPT + pixels)
-        assert act["phase"] == phase
-        assert doc["engine"]["activation_bytes"] == act["workspace_bytes"] + max(
+        assert act["encoder_held_bytes"] == images * PER_IMAGE_KEPT
+        assert (act["runner"], act["phase"]) == ("v2", "encoder")
+        assert doc["engine"]["activation_bytes"] == act["workspace_bytes"] + act["runner_buffer_bytes"] + max(
             act["encoder_bytes"], act["forward_bytes"], act["sampler_bytes"]
         )
     # 128 images' peak (11.2 GiB) sets the run's peak, and the pool shrinks by what it takes

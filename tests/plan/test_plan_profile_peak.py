@@ -88,7 +88,7 @@ def test_no_rule_where_the_source_was_not_read(llama3_8b):
     assert _peak(llama3_8b, version=(0, 5, 4)) is None
     assert "was not read" in pp.unmodelled_reason(llama3_8b, (0, 9))
     # 0.34.0 keeps only Model Runner V2 (v1/worker/gpu_worker.py:579-587): the plan says so, not just "not read"
-    assert "vLLM 0.34 profiles with its second model runner (Model Runner V2) only" in pp.unmodelled_reason(
+    assert "vLLM 0.34 profiles LlamaForCausalLM with Model Runner V2 (its only runner)" in pp.unmodelled_reason(
         llama3_8b, (0, 34)
     )
     assert "Model Runner V2" in pp.unmodelled_reason(llama3_8b, (0, 35))
@@ -152,8 +152,9 @@ def test_engine_mode_predicts_names_and_falls_back(cli):
     later = _engine(cli, *base, "--engine-version", "0.34")
     assert later["activation_bytes"] == 4 * GiB
     assert later["activation_source"].startswith(
-        "--overhead-gib (4 GiB; no prediction: vLLM 0.34 profiles with its second model runner (Model Runner V2) "
-        "only, whose profile run and two-pass dummy sampler kneecap does not model (rules: 0.6-0.7, 0.10-0.33)"
+        "--overhead-gib (4 GiB; no prediction: vLLM 0.34 profiles LlamaForCausalLM with Model Runner V2 (its only "
+        "runner), whose dummy sampler's second pass samples with the FlashInfer release it pins (0.7.3 for 0.34), "
+        "which is not on PyPI to read (rules: 0.6-0.7, V1 0.10-0.33, Model Runner V2 0.22-0.33)"
     )
 
 
@@ -176,7 +177,9 @@ VOCAB, HIDDEN = 128_256, 4096
 
 
 def _v1(model, version, sm_count=132, **kw):
-    return _peak(model, version=version, sm_count=sm_count, **{**V1, **kw})
+    # the V1 runner's rule, where the server builds it: from 0.23 vLLM builds Model Runner V2 for Llama by default
+    # (test_plan_model_runner_v2.py), V1 only with VLLM_USE_V2_MODEL_RUNNER=0 or a feature V2 lacks
+    return _peak(model, version=version, sm_count=sm_count, runner="v1", **{**V1, **kw})
 
 
 def test_0_15_and_0_16_sort_as_0_14_did(llama3_8b):
@@ -286,8 +289,10 @@ def test_published_lines_log_the_graph_estimate_inside_peak_activation_from_0_27
 
 def test_no_sm_count_falls_back_saying_why(llama3_8b):
     assert _v1(llama3_8b, (0, 32, 0), sm_count=None) is None
-    why = pp.unmodelled_reason(llama3_8b, (0, 32), gpu_name="l4")
+    why = pp.unmodelled_reason(llama3_8b, (0, 32), gpu_name="l4", runner="v1")
     assert why.startswith("the GPU catalog has no SM count for l4")
+    # Model Runner V2 (the default for Llama from 0.23) has no Triton top-k/top-p buffer: no SM count needed
+    assert pp.unmodelled_reason(llama3_8b, (0, 32), gpu_name="l4") == ""
 
 
 def test_0_26_to_0_29_take_0_25s_row_rule(llama3_8b):
@@ -305,15 +310,19 @@ def test_0_26_to_0_29_take_0_25s_row_rule(llama3_8b):
 
 def test_engine_mode_predicts_the_default_release_and_names_the_gpus_sms(cli):
     base = ["--preset", "llama-3.1-8b", "--context", "16000"]
-    eng = _engine(cli, *base, "--gpu", "h100-sxm")  # the default release, 0.32
+    eng = _engine(cli, *base, "--gpu", "h100-sxm")  # the default release, 0.32: Model Runner V2 for Llama
     assert eng["version"] == "0.32"
     assert eng["activation_source"].startswith(
-        "predicted: vLLM 0.32 (V1) profile run of 8,192 tokens in 1024 sequences on 132 SMs"
+        "predicted: vLLM 0.32 (Model Runner V2) profile run of 8,192 tokens in 1024 sequences:"
     )
-    assert eng["activation_bytes"] == eng["activation_profile"]["peak_bytes"]
-    assert eng["activation_profile"]["sm_count"] == 132
-    # a GPU without a sourced SM count falls back to --overhead-gib and says so
-    l4 = _engine(cli, *base, "--gpu", "l4")
+    prof = eng["activation_profile"]
+    assert eng["activation_bytes"] == prof["peak_bytes"] + prof["runner_buffer_bytes"] > prof["peak_bytes"]
+    # the V1 rule, which needs the GPU's SMs, is the release before Model Runner V2 became Llama's default
+    old = _engine(cli, *base, "--gpu", "h100-sxm", "--engine-version", "0.22")
+    assert old["activation_source"].startswith("predicted: vLLM 0.22 (V1) profile run of 8,192 tokens")
+    assert old["activation_profile"]["sm_count"] == 132
+    # a GPU without a sourced SM count falls back to --overhead-gib there and says so
+    l4 = _engine(cli, *base, "--gpu", "l4", "--engine-version", "0.22")
     assert l4["activation_bytes"] == 4 * GiB and "no SM count for l4" in l4["activation_source"]
 
 
@@ -322,20 +331,19 @@ def test_the_docs_figures_for_llama_3_1_8b_are_what_engine_mode_prints(cli):
     doc = (Path(__file__).parents[2] / "docs" / "engine-model.md").read_text()
     peaks = {}
     for gpu in ("h100-sxm", "a100-80"):
-        for version in ("0.14", "0.20", "0.32"):
+        for version in ("0.14", "0.20", "0.22"):  # 0.22: the last release that builds V1 for Llama by default
             p = _engine(
                 cli, "--preset", "llama-3.1-8b", "--gpu", gpu, "--engine-version", version, "--context", "16000"
             )
             peaks[gpu, version] = p["activation_profile"]
-    h100 = [f"{peaks['h100-sxm', v]['peak_bytes'] / GiB:.3f}" for v in ("0.14", "0.20", "0.32")]
-    a100 = [f"{peaks['a100-80', v]['peak_bytes'] / GiB:.3f}" for v in ("0.14", "0.20", "0.32")]
-    logged = peaks["h100-sxm", "0.32"]["peak_bytes"] - peaks["h100-sxm", "0.32"]["kept_bytes"]
+    h100 = [f"{peaks['h100-sxm', v]['peak_bytes'] / GiB:.3f}" for v in ("0.14", "0.20", "0.22")]
+    a100 = [f"{peaks['a100-80', v]['peak_bytes'] / GiB:.3f}" for v in ("0.14", "0.20", "0.22")]
     text = " ".join(doc.split())
-    assert (
-        f"the peak is {h100[0]} GiB at 0.14, {h100[1]} GiB at 0.20 and {h100[2]} GiB at 0.32 "
-        f"(0.32 logs {logged / GiB:.3f} GiB of it, plus its CUDA-graph estimate, as peak activation)"
-    ) in text
+    assert f"the peak is {h100[0]} GiB at 0.14, {h100[1]} GiB at 0.20 and {h100[2]} GiB at 0.22, the last" in text
     assert f"256 sequences) {a100[0]}, {a100[1]} and {a100[2]} GiB" in text
+    # a server made to run V1 at 0.27+ logs the peak less what the run keeps as peak activation
+    v1 = _v1(load_model("llama-3.1-8b"), (0, 32, 0))
+    assert f"peak activation ({v1.transient_bytes / GiB:.3f} GiB of {v1.peak_bytes / GiB:.3f} at 0.32)" in text
 
 
 # The Gemma start-up logs llm-d-planner published for vLLM 0.19.0 (accuracy/results/v0.19.0/logs at commit d3121e05;

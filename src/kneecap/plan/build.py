@@ -594,6 +594,7 @@ def _vllm_activation(
         tokens = tokens or engines.vllm_default_batch(version, deployment.hbm_bytes, deployment.gpu.name, context)
         seqs = seqs or engines.vllm_default_seqs(version, deployment.hbm_bytes, deployment.gpu.name, tokens)
     sm_count = deployment.gpu.sm_count
+    amd = getattr(deployment.gpu, "is_amd", deployment.gpu.label.startswith("AMD"))  # which runner vLLM builds
     peak = profile_peak.vllm_profile_peak(
         deployment.model,
         tp=deployment.attention_tp,  # --data-parallel-size: each DP rank's engine runs the dense layers whole
@@ -608,10 +609,11 @@ def _vllm_activation(
         weight_dtype=deployment.weight_dtype,
         ep=deployment.ep,
         dp_attention=deployment.dp_attention,
+        amd=amd,
     )
     if peak is not None:
         return (
-            peak.peak_bytes,
+            peak.charged_bytes,
             f"predicted: {peak.describe(cudagraph_bytes)}",
             {**dataclasses.asdict(peak), "phase": peak.phase},
         )
@@ -629,6 +631,7 @@ def _vllm_activation(
             dp_attention=deployment.dp_attention,
             tp=deployment.attention_tp,
             ep=deployment.ep,
+            amd=amd,
         )
         or f"vLLM {version}'s profile run is not modelled"
     )
@@ -680,13 +683,14 @@ def _vllm_cudagraph(
     release subtracts one on this GPU, --cudagraph-gib where given, else the default for the graphs the server
     would capture."""
     v = engines.parse_version(version)
+    amd = getattr(deployment.gpu, "is_amd", deployment.gpu.label.startswith("AMD"))
     tokens = seqs = 0  # the server's batch sizes its graphs: only read where the release subtracts them
     if v[:2] >= cudagraph_memory.SUBTRACTED_FROM:
         tokens = f.max_num_batched_tokens or engines.vllm_default_batch(
             version, deployment.hbm_bytes, deployment.gpu.name, context
         )
         seqs = f.max_num_seqs or engines.vllm_default_seqs(version, deployment.hbm_bytes, deployment.gpu.name, tokens)
-    return cudagraph_memory.vllm_cudagraph(
+    term = cudagraph_memory.vllm_cudagraph(
         v,
         gpu_name=deployment.gpu.name,
         amd=deployment.gpu.is_amd,
@@ -697,6 +701,21 @@ def _vllm_cudagraph(
         mla="mla" in deployment.model.layer_types,
         chunked_local=deployment.model.attention_chunked,
     )
+    # where the release calls it, Model Runner V2's estimate is 0 through 0.28 (profile_peak.V2_CUDAGRAPH_ESTIMATE_FROM)
+    model = deployment.model
+    if (
+        term.basis != "none"
+        and v[:2] < profile_peak.V2_CUDAGRAPH_ESTIMATE_FROM
+        and profile_peak.model_runner(model, v, amd) == "v2"
+    ):
+        ignored = " (--cudagraph-gib ignored)" if f.cudagraph_gib else ""
+        return cudagraph_memory.CudaGraphTerm(
+            0,
+            f"none: vLLM {version} builds Model Runner V2 for {model.architecture}, whose CUDA-graph estimate is 0 "
+            f"through 0.28 (v1/worker/gpu/model_runner.py profile_cudagraph_memory){ignored}",
+            "none",
+        )
+    return term
 
 
 def _overhead_by_tp(

