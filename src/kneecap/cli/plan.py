@@ -144,7 +144,8 @@ FLAG_OPTIONS = {
             help="vLLM: activation peak of its profile run, GiB: its DEBUG line's 'torch peak memory increase' (the "
             "'peak activation' 0.27+ print at INFO leaves out what the run keeps and adds the CUDA-graph estimate) "
             "(default: predicted for dense Llama, Mistral and Qwen2 models on vLLM 0.6-0.7 and for those and Qwen3 on "
-            "0.10-0.33, from 0.17 on GPUs whose SM count the catalog holds; else --overhead-gib, and the plan says why)",
+            "0.10-0.33 (0.17+ with vLLM's first model runner: on GPUs whose SM count the catalog holds; Model Runner V2, "
+            "the default for these models from 0.23-0.25, needs none); else --overhead-gib, and the plan says why)",
         ),
     ],
     "non_torch_gib": Annotated[

@@ -594,7 +594,7 @@ def _vllm_activation(
         tokens = tokens or engines.vllm_default_batch(version, deployment.hbm_bytes, deployment.gpu.name, context)
         seqs = seqs or engines.vllm_default_seqs(version, deployment.hbm_bytes, deployment.gpu.name, tokens)
     sm_count = deployment.gpu.sm_count
-    amd = getattr(deployment.gpu, "is_amd", deployment.gpu.label.startswith("AMD"))  # which runner vLLM builds
+    amd = deployment.gpu.is_amd  # which runner vLLM builds
     peak = profile_peak.vllm_profile_peak(
         deployment.model,
         tp=deployment.attention_tp,  # --data-parallel-size: each DP rank's engine runs the dense layers whole
@@ -683,7 +683,7 @@ def _vllm_cudagraph(
     release subtracts one on this GPU, --cudagraph-gib where given, else the default for the graphs the server
     would capture."""
     v = engines.parse_version(version)
-    amd = getattr(deployment.gpu, "is_amd", deployment.gpu.label.startswith("AMD"))
+    amd = deployment.gpu.is_amd
     tokens = seqs = 0  # the server's batch sizes its graphs: only read where the release subtracts them
     if v[:2] >= cudagraph_memory.SUBTRACTED_FROM:
         tokens = f.max_num_batched_tokens or engines.vllm_default_batch(
