@@ -103,7 +103,7 @@ def calibrate_command(
         defaults=engine_defaults,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
-        step_params=parse_step_params(start),
+        step_params=parse_step_params(start, "--start"),
     )
     names = tuple(n.strip() for n in fit.split(",") if n.strip())
     result = calibrate(target, levels, fit=names)

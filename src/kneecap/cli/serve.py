@@ -89,7 +89,7 @@ def serve(
         defaults=engine_defaults,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
-        step_params=parse_step_params(calibration),
+        step_params=parse_step_params(calibration, "--calibration"),
         speculative=speculative(spec_method, spec_tokens, spec_acceptance),
         spec_seed=seed,
     )

@@ -333,7 +333,7 @@ def simulate(
     dataset = None if dataset == "random" else dataset
     if calibration and step_params:
         raise KneecapError("--calibration and --step-params both given", "pass one of them")
-    params_obj = parse_step_params(calibration or step_params)
+    params_obj = parse_step_params(calibration or step_params, "--calibration" if calibration else "--step-params")
     turnaround = {}
     if client_turnaround_ms is not None:
         if not (client_turnaround_ms >= 0 and math.isfinite(client_turnaround_ms)):
