@@ -20,3 +20,11 @@ def test_calibrate_summary_that_is_a_folder(capsys, tmp_path):
         capsys, "calibrate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--summary", str(tmp_path)
     )
     assert "is a folder" in line and str(tmp_path / "summary.json") in line
+
+
+def test_recommend_list_flags_that_name_nothing(capsys):
+    base = ("recommend", "--model", "llama-3.1-8b", "--isl", "100", "--osl", "10", "--rate", "1")
+    line = _one_error_line(capsys, *base, "--slo", "ttft_p99_ms=2000", "--gpus", ",")
+    assert line.startswith("error: --gpus ',' lists nothing")
+    line = _one_error_line(capsys, *base, "--slo", "ttft_p99_ms=2000", "--gpus", "h100-sxm", "--kv-dtypes", " , ")
+    assert line.startswith("error: --kv-dtypes ' , ' lists nothing")
