@@ -601,14 +601,14 @@ _PRE_RELEASE = re.compile(r"[.-]?(?:rc|a|b|dev|post)\d*$", re.IGNORECASE)  # "0.
 
 
 def check_release(version: str | None) -> None:
-    """A KneecapError unless `version` names an engine release as --engine-version takes it: as `kneecap plan` reads
-    it (kneecap.plan.engines.parse_version: MAJOR.MINOR[.PATCH], an optional leading "v"), with an optional
-    pre-release tag ("0.21.0rc2": taken as its release), or vLLM's "V0" engine; None (not given) is fine."""
-    from kneecap.plan.engines import parse_version
-
+    """A KneecapError, quoting `version` as given, unless it names an engine release as --engine-version takes it:
+    whole numbers MAJOR.MINOR[.PATCH] with an optional leading "v" (what kneecap.plan.engines.parse_version reads),
+    with an optional pre-release tag ("0.21.0rc2": taken as its release), or vLLM's "V0" engine; None is fine."""
     number = release_number(version)
-    if number is not None:
-        parse_version(number)
+    if number is not None and not re.fullmatch(r"v?\d+(?:\.\d+)*", number, re.IGNORECASE):
+        raise KneecapError(
+            f"bad engine version {version!r}", "pass the release as MAJOR.MINOR[.PATCH], e.g. --engine-version 0.11.0"
+        )
 
 
 def release_number(version: str | None) -> str | None:
