@@ -28,3 +28,35 @@ def test_recommend_list_flags_that_name_nothing(capsys):
     assert line.startswith("error: --gpus ',' lists nothing")
     line = _one_error_line(capsys, *base, "--slo", "ttft_p99_ms=2000", "--gpus", "h100-sxm", "--kv-dtypes", " , ")
     assert line.startswith("error: --kv-dtypes ' , ' lists nothing")
+
+
+_SERVER_PLAN = """name: one-server
+classes:
+  c1:
+    input: {kind: fixed, value: 10}
+    output: {kind: fixed, value: 8}
+slo:
+  c1: {ttft_p99_ms: 5000}
+load: {dimension: concurrency, steps: [1], requests_per_cell: 2}
+candidates:
+  - name: s
+    target: {kind: server, base_url: "URL", model: m}
+"""
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_run_names_the_plan_field_of_a_candidate_server_it_cannot_use(capsys, tmp_path):
+    """The hint names the plan's target.base_url, not preflight's --server / --kv-tokens, which run has not."""
+    plan = tmp_path / "plan.yaml"
+    for url, said in ((f"http://127.0.0.1:{_closed_port()}", "cannot reach"), ("127.0.0.1:8000", "not an http(s) URL")):
+        plan.write_text(_SERVER_PLAN.replace("URL", url))
+        line = _one_error_line(capsys, "run", "--quiet", "--no-report", str(plan), "--out", str(tmp_path / "out"))
+        assert said in line and "target.base_url" in line, line
+        assert "--kv-tokens" not in line and "--server" not in line, line

@@ -275,20 +275,29 @@ def _json(answer: tuple[int, bytes] | None) -> Any:
         return None
 
 
-async def fetch_server_info_async(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> ServerInfo:
-    """Ask the server (all endpoints at once). Raises KneecapError only if nothing answered at all."""
+async def fetch_server_info_async(
+    base_url: str,
+    api_key: str | None = None,
+    timeout_s: float = 5.0,
+    *,
+    flag: str = "--server",
+    otherwise: str = "pass --kv-tokens N",
+) -> ServerInfo:
+    """Ask the server (all endpoints at once). Raises KneecapError only if nothing answered at all (or the URL is
+    not http(s)); its hint names `flag`, where the user gave the URL, and `otherwise`, what else they can do."""
     import aiohttp
 
     root = base_url.strip().rstrip("/").removesuffix("/v1")
     if not root.startswith(("http://", "https://")):
-        raise KneecapError(f"server URL {base_url!r} is not an http(s) URL", "pass e.g. --server http://127.0.0.1:8000")
+        raise KneecapError(f"server URL {base_url!r} is not an http(s) URL", f"pass e.g. {flag} http://127.0.0.1:8000")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     paths = ("/v1/models", "/version", "/metrics", "/get_server_info", "/props", "/slots")
     async with aiohttp.ClientSession() as session:
         answers = await asyncio.gather(*(_get(session, root + p, headers, timeout_s) for p in paths))
     if all(a is None for a in answers):
         raise KneecapError(
-            f"cannot reach a server at {root}", "check the URL and that the server is up, or pass --kv-tokens N"
+            f"cannot reach a server at {root}",
+            f"check {flag} and that the server is up" + (f", or {otherwise}" if otherwise else ""),
         )
     got = dict(zip(paths, answers))
     metrics = got["/metrics"]
@@ -306,6 +315,13 @@ async def fetch_server_info_async(base_url: str, api_key: str | None = None, tim
     )
 
 
-def fetch_server_info(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> ServerInfo:
+def fetch_server_info(
+    base_url: str,
+    api_key: str | None = None,
+    timeout_s: float = 5.0,
+    *,
+    flag: str = "--server",
+    otherwise: str = "pass --kv-tokens N",
+) -> ServerInfo:
     """Blocking wrapper for CLI commands (do not call from inside a running event loop)."""
-    return asyncio.run(fetch_server_info_async(base_url, api_key, timeout_s))
+    return asyncio.run(fetch_server_info_async(base_url, api_key, timeout_s, flag=flag, otherwise=otherwise))
