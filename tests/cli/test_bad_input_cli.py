@@ -60,3 +60,12 @@ def test_run_names_the_plan_field_of_a_candidate_server_it_cannot_use(capsys, tm
         line = _one_error_line(capsys, "run", "--quiet", "--no-report", str(plan), "--out", str(tmp_path / "out"))
         assert said in line and "target.base_url" in line, line
         assert "--kv-tokens" not in line and "--server" not in line, line
+
+
+def test_run_resume_of_a_folder_that_does_not_exist_creates_nothing(capsys, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(_SERVER_PLAN.replace("URL", "http://127.0.0.1:8000"))
+    missing = tmp_path / "no-such-run"
+    line = _one_error_line(capsys, "run", "--quiet", str(plan), "--resume", str(missing))
+    assert "does not exist" in line, line
+    assert not missing.exists()
