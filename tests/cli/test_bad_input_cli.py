@@ -69,3 +69,9 @@ def test_run_resume_of_a_folder_that_does_not_exist_creates_nothing(capsys, tmp_
     line = _one_error_line(capsys, "run", "--quiet", str(plan), "--resume", str(missing))
     assert "does not exist" in line, line
     assert not missing.exists()
+
+
+def test_serve_on_an_address_this_machine_lacks_is_told_to_fix_the_host(capsys):
+    """192.0.2.1 is a documentation address (RFC 5737) no machine holds: --host is wrong, not --port."""
+    line = _one_error_line(capsys, "serve", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--host", "192.0.2.1")
+    assert line.startswith("error: cannot bind 192.0.2.1:8000") and "pass --host" in line and "--port" not in line
