@@ -274,7 +274,7 @@ def _replay_levels(path: str, speeds: str | None, concurrency, rate, skip_too_lo
     from kneecap.workload import parse_rates
 
     flags.check_replay_alone(concurrency, rate)
-    values = tuple(parse_rates(speeds or "1"))
+    values = tuple(parse_rates(speeds or "1", "--replay-speed"))
     trace = replay_schedule(path, None, skip_too_long)
     return {
         "replay": path,
