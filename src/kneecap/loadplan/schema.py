@@ -11,6 +11,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from kneecap.errors import KneecapError
+from kneecap.list_file import duplicate_yaml_key
 from kneecap.workload import LENGTH_PARAMS, LengthDist, RequestClass
 
 
@@ -410,6 +411,12 @@ def load_plan_file(path: str | Path) -> tuple[LoadPlanSpec, Path]:
         ) from None
     if not isinstance(data, dict):
         raise KneecapError(f"{path}: a load plan must be a YAML mapping", "see examples/ for the layout")
+    twice = duplicate_yaml_key(root)
+    if twice is not None:
+        raise KneecapError(
+            f"{path}:{twice[1]}: {twice[0]!r} is given twice in one mapping",
+            "keep one of them (YAML would keep only the last, silently)",
+        )
     try:
         spec = LoadPlanSpec.model_validate(data)
     except ValidationError as exc:
