@@ -3,6 +3,8 @@ never `internal error` (kneecap.cli.main's last resort for an exception no layer
 
 from __future__ import annotations
 
+import pytest
+
 from kneecap.cli import main
 
 
@@ -75,3 +77,30 @@ def test_serve_on_an_address_this_machine_lacks_is_told_to_fix_the_host(capsys):
     """192.0.2.1 is a documentation address (RFC 5737) no machine holds: --host is wrong, not --port."""
     line = _one_error_line(capsys, "serve", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--host", "192.0.2.1")
     assert line.startswith("error: cannot bind 192.0.2.1:8000") and "pass --host" in line and "--port" not in line
+
+
+_SIM = ("simulate", "--preset", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "10", "--osl", "10", "--requests", "5")
+
+
+@pytest.mark.parametrize(
+    "flag,value,said",
+    [
+        ("--seed", str(2**70), "error: --seed must be at most 4294967295"),
+        ("--turns", "0", "error: --turns must be a whole number >= 1, got 0"),
+        ("--scheduler-delay-factor", "nan", "error: --scheduler-delay-factor must be a finite number >= 0"),
+    ],
+)
+def test_simulate_refuses_before_running_what_it_could_not_write_or_mean(capsys, tmp_path, flag, value, said):
+    """--seed past 64 bits used to run the whole sweep, then fail writing summary.json; --turns 0 and a NaN
+    --scheduler-delay-factor were taken silently."""
+    out = tmp_path / "out"
+    line = _one_error_line(capsys, *_SIM, "--out", str(out), "--quiet", "--no-report", flag, value)
+    assert line.startswith(said), line
+    assert not out.exists()
+
+
+def test_bench_turns_zero_is_refused_before_the_server_is_asked(capsys):
+    line = _one_error_line(
+        capsys, "bench", "--base-url", f"http://127.0.0.1:{_closed_port()}", "--isl", "10", "--osl", "8", "--turns", "0"
+    )
+    assert line.startswith("error: --turns must be a whole number >= 1"), line

@@ -134,6 +134,7 @@ def bench(
 
     from kneecap.workload.datasets import dataset_flag
 
+    flags.check_turns(turns)
     isl_n, isl_dist = flags.length_flag("--isl", isl)
     osl_n, osl_dist = flags.length_flag("--osl", osl)
     dataset = dataset_flag(dataset, dataset_path)

@@ -327,6 +327,7 @@ def simulate(
     flags.check_find_max(find_max, kind, values, repeats)
     slo = flags.slo_flag(slo, goodput)
     slo_dict = parse_slo(slo) if slo else {}
+    flags.check_turns(turns)
     isl, isl_dist = flags.length_flag("--isl", isl, DEFAULT_LENGTH)
     prefix_tokens, prefix_groups, warmup = flags.prefix_flags(shared_prefix, prefix_hit_rate, isl, isl_dist, warmup)
     osl, osl_dist = flags.length_flag("--osl", osl, DEFAULT_LENGTH)

@@ -511,9 +511,10 @@ class EngineConfig:
                 f"new-token ratios must satisfy 0 <= min ({self.min_new_token_ratio}) <= init ({self.init_new_token_ratio}) <= 1",
                 "use e.g. init 0.7, min 0.1 (SGLang) or 0 and 0 (vLLM)",
             )
-        if self.scheduler_delay_factor < 0:
+        if not (self.scheduler_delay_factor >= 0 and math.isfinite(self.scheduler_delay_factor)):
             raise KneecapError(
-                f"--scheduler-delay-factor must be >= 0, got {self.scheduler_delay_factor}", "pass e.g. 0 (off) or 0.5"
+                f"--scheduler-delay-factor must be a finite number >= 0, got {self.scheduler_delay_factor}",
+                "pass e.g. 0 (off) or 0.5",
             )
         if not isinstance(self.spec_tokens, int) or self.spec_tokens < 0:
             raise KneecapError(
