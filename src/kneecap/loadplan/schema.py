@@ -13,10 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from kneecap.errors import KneecapError
 from kneecap.list_file import duplicate_yaml_key
 from kneecap.workload import LENGTH_PARAMS, LengthDist, RequestClass
+from kneecap.workload.sweep_spec import SEED_MAX
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: YAML's .inf and .nan are refused in every number of a plan (a cost of .inf, a NaN weight)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class LengthSpec(_Strict):
@@ -284,7 +286,7 @@ class CandidateSpec(_Strict):
 class LoadPlanSpec(_Strict):
     name: str
     description: str = ""
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=SEED_MAX)  # as --seed: summary.json holds it and the cells' seeds as integers
     classes: dict[str, ClassSpec]
     slo: dict[str, Budget] = {}
     behaviour: list[BehaviourCase] = []
