@@ -151,6 +151,12 @@ def levels_from_summary(summary: dict, *, isl: int | None = None, osl: int | Non
     Lengths: --isl/--osl if given, else the level's mean input/output tokens per completed request.
     Each level is replayed as it ran: its index, the sweep's seed, --duration, warmup and burstiness
     (summary.json `sweep`, which simulate writes and bench writes from its options)."""
+    for flag, value, least in (("--isl", isl, 1), ("--osl", osl, 2)):  # TPOT needs a second output token
+        if value is not None and value < least:
+            raise KneecapError(
+                f"{flag} must be a whole number >= {least}, got {value}",
+                f"pass the sweep's {flag}, or leave {flag} out for each level's mean",
+            )
     doc = SweepSummary.read(summary)
     if "levels" not in doc.model_fields_set:
         raise KneecapError("the summary has no levels list", "pass the summary.json written by kneecap bench --out DIR")

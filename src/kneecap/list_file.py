@@ -10,6 +10,31 @@ from pathlib import Path
 from kneecap.errors import KneecapError
 
 
+def duplicate_yaml_key(root) -> tuple[str, int] | None:
+    """The first mapping key given twice in a composed YAML document (yaml.compose's node tree), with the 1-based
+    line of its second appearance; None when every key is given once. PyYAML keeps the last of two equal keys
+    without a word, so a pasted or retyped line would change a setting silently."""
+    import yaml
+
+    stack, seen_nodes = [root], set()
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys: set[str] = set()
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    if key.value in keys:
+                        return key.value, key.start_mark.line + 1
+                    keys.add(key.value)
+                stack.extend((key, value))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+    return None
+
+
 def read_list_file(
     path: str | Path, flag: str, key: str | None, what: str, hint: str, *, mappings: bool = False
 ) -> list:
@@ -30,8 +55,14 @@ def read_list_file(
             import yaml
 
             data = yaml.safe_load(text)
+            twice = duplicate_yaml_key(yaml.compose(text))
     except Exception as exc:  # yaml.YAMLError / ValueError: say which file and why, one line
         raise KneecapError(f"{flag} file {path} does not parse ({' '.join(str(exc).split())})", hint) from None
+    if p.suffix.lower() != ".json" and twice is not None:
+        raise KneecapError(
+            f"{flag} file {path}:{twice[1]}: {twice[0]!r} is given twice in one mapping",
+            "keep one of them (YAML would keep only the last, silently)",
+        )
     items = data.get(key) if key is not None and isinstance(data, dict) else data
     if not isinstance(items, list) or not items or (mappings and not all(isinstance(i, dict) for i in items)):
         raise KneecapError(f"{flag} file {path} holds no list of {what}", hint)

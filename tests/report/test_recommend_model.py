@@ -75,7 +75,7 @@ def test_the_page_reads_the_typed_document_as_the_dict(recommended):
 @pytest.mark.parametrize(
     "bad, where",
     [
-        ("[]", "the document"),
+        ("[]", "it holds a JSON list, not an object"),
         ('{"candidates": {"best": 1}}', "candidates"),
         ('{"candidates": [{"predicted": {"ttft_p99_ms": "fast"}}]}', "candidates.0.predicted.ttft_p99_ms"),
     ],

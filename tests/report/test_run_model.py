@@ -76,7 +76,7 @@ def test_a_cell_written_back_keeps_its_document_names():
 @pytest.mark.parametrize(
     "bad, where",
     [
-        ([], "the document"),
+        ([], "it holds a JSON list, not an object"),
         ({"cells": "twelve"}, "cells"),
         ({"cells": [{"metrics": {"ttft_ms": {"p99": "slow"}}}]}, "cells.0.metrics.ttft_ms.p99"),
         ({"capacity": {"a": {"chat": {"warm": {"region": 4}}}}}, "capacity.a.chat.warm.region"),

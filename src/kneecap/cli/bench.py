@@ -134,6 +134,7 @@ def bench(
 
     from kneecap.workload.datasets import dataset_flag
 
+    flags.check_turns(turns)
     isl_n, isl_dist = flags.length_flag("--isl", isl)
     osl_n, osl_dist = flags.length_flag("--osl", osl)
     dataset = dataset_flag(dataset, dataset_path)
@@ -274,7 +275,7 @@ def _replay_levels(path: str, speeds: str | None, concurrency, rate, skip_too_lo
     from kneecap.workload import parse_rates
 
     flags.check_replay_alone(concurrency, rate)
-    values = tuple(parse_rates(speeds or "1"))
+    values = tuple(parse_rates(speeds or "1", "--replay-speed"))
     trace = replay_schedule(path, None, skip_too_long)
     return {
         "replay": path,

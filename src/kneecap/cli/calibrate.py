@@ -93,6 +93,15 @@ def calibrate_command(
         raise KneecapError(
             f"summary {summary} not found", "pass the summary.json that kneecap bench --out DIR wrote"
         ) from None
+    except IsADirectoryError:
+        raise KneecapError(
+            f"--summary {summary} is a folder",
+            f"pass the summary.json in it: --summary {path / 'summary.json'}",
+        ) from None
+    except OSError as exc:
+        raise KneecapError(
+            f"cannot read summary {summary}: {exc.strerror or exc}", "check --summary names a readable file"
+        ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise KneecapError(
             f"summary {summary} is not JSON ({exc})", "pass a summary.json written by kneecap bench"
@@ -103,7 +112,7 @@ def calibrate_command(
         defaults=engine_defaults,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
-        step_params=parse_step_params(start),
+        step_params=parse_step_params(start, "--start"),
     )
     names = tuple(n.strip() for n in fit.split(",") if n.strip())
     result = calibrate(target, levels, fit=names)

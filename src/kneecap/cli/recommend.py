@@ -27,6 +27,16 @@ def _csv(value: str | None) -> tuple[str, ...] | None:
     return tuple(v.strip().lower() for v in (value or "").split(",") if v.strip()) or None
 
 
+def _listed(flag: str, value: str | None, example: str) -> tuple[str, ...] | None:
+    """A comma list flag: None when not given; a KneecapError when given but naming nothing (e.g. --gpus ',')."""
+    if value is None:
+        return None
+    names = _csv(value)
+    if names is None:
+        raise KneecapError(f"{flag} {value!r} lists nothing", f"pass e.g. {flag} {example}, or leave {flag} out")
+    return names
+
+
 def _fmt(v, spec: str = ".3g") -> str:
     return "-" if v is None else format(v, spec)
 
@@ -312,8 +322,9 @@ def recommend_cmd(
     from kneecap.sweep.options import parse_shared_prefix
 
     prefix_tokens, prefix_groups = parse_shared_prefix(shared_prefix)
-    if gpus:
-        names = tuple(dict.fromkeys(get_gpu(g).name for g in _csv(gpus)))
+    gpu_names = _listed("--gpus", gpus, "h100-sxm,a100-80")
+    if gpu_names:
+        names = tuple(dict.fromkeys(get_gpu(g).name for g in gpu_names))
         unpriced = [g for g in names if g not in table or table[g].usd_per_gpu_hour is None]
         if unpriced:
             raise KneecapError(
@@ -335,8 +346,8 @@ def recommend_cmd(
         slo=parse_slo(slo),
         gpus=names,
         max_gpus=max_gpus,
-        weight_dtypes=_csv(weight_dtypes) or DEFAULT_WEIGHT_DTYPES,
-        kv_dtypes=_csv(kv_dtypes) or DEFAULT_KV_DTYPES,
+        weight_dtypes=_listed("--weight-dtypes", weight_dtypes, "bf16,fp8") or DEFAULT_WEIGHT_DTYPES,
+        kv_dtypes=_listed("--kv-dtypes", kv_dtypes, "bf16,fp8") or DEFAULT_KV_DTYPES,
         seed=seed,
         mix=mix,
         trace=trace,

@@ -75,6 +75,10 @@ def run(
         if out and Path(out) != Path(resume):
             raise KneecapError("--resume and --out name different folders", "pass only --resume DIR")
         folder = Path(resume)
+        if not folder.is_dir():  # checked before ResultsDir, which would create it
+            raise KneecapError(
+                f"--resume folder {folder} does not exist", "pass the results folder of an earlier kneecap run"
+            )
         results = ResultsDir(folder)
         if not results.summary_path.exists():
             raise KneecapError(

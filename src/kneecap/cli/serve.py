@@ -68,7 +68,9 @@ def serve(
 ) -> int:
     """An OpenAI-compatible simulated engine on a local port, in real time (no GPU, no model download)."""
     import asyncio
+    import errno
     import signal
+    import socket
     import sys
 
     from kneecap.sim.setup import simulated_deployment
@@ -89,7 +91,7 @@ def serve(
         defaults=engine_defaults,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
-        step_params=parse_step_params(calibration),
+        step_params=parse_step_params(calibration, "--calibration"),
         speculative=speculative(spec_method, spec_tokens, spec_acceptance),
         spec_seed=seed,
     )
@@ -114,9 +116,13 @@ def serve(
             await site.start()
         except OSError as exc:
             await runner.cleanup()
+            # a host name that does not resolve, or an address this machine does not have: the host is wrong
+            bad_host = isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL
             raise KneecapError(
                 f"cannot bind {host}:{port}: {exc.strerror or exc}",
-                "pick another --port (or --port 0 for any free one)",
+                "pass --host an address of this machine, e.g. 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)"
+                if bad_host
+                else "pick another --port (or --port 0 for any free one)",
             ) from None
         bound_host, bound_port = runner.addresses[0][:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host

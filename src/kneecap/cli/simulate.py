@@ -306,7 +306,7 @@ def simulate(
     from kneecap.sim.setup import engine_pool_request, from_plan
     from kneecap.sim.config import check_release
     from kneecap.sim.step_params import parse_step_params
-    from kneecap.workload import parse_levels
+    from kneecap.workload import parse_levels, parse_rates
     from kneecap.workload.datasets import dataset_flag
 
     if ramp is not None and (concurrency or replay is not None or find_max is not None):
@@ -320,11 +320,14 @@ def simulate(
     if ramp is not None:
         ramp_obj, mean = flags.ramp_flag(ramp)
         rate = f"{mean:.12g}"  # the ramp's mean rate
+    if replay is not None and replay_speed is not None and not rate:
+        parse_rates(replay_speed, "--replay-speed")  # the levels below; a bad list is named as given
     kind, values = parse_levels(concurrency, rate or (replay_speed if replay is not None else None))
     check_format(export)
     flags.check_find_max(find_max, kind, values, repeats)
     slo = flags.slo_flag(slo, goodput)
     slo_dict = parse_slo(slo) if slo else {}
+    flags.check_turns(turns)
     isl, isl_dist = flags.length_flag("--isl", isl, DEFAULT_LENGTH)
     prefix_tokens, prefix_groups, warmup = flags.prefix_flags(shared_prefix, prefix_hit_rate, isl, isl_dist, warmup)
     osl, osl_dist = flags.length_flag("--osl", osl, DEFAULT_LENGTH)
@@ -333,7 +336,7 @@ def simulate(
     dataset = None if dataset == "random" else dataset
     if calibration and step_params:
         raise KneecapError("--calibration and --step-params both given", "pass one of them")
-    params_obj = parse_step_params(calibration or step_params)
+    params_obj = parse_step_params(calibration or step_params, "--calibration" if calibration else "--step-params")
     turnaround = {}
     if client_turnaround_ms is not None:
         if not (client_turnaround_ms >= 0 and math.isfinite(client_turnaround_ms)):

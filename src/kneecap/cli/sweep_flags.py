@@ -253,6 +253,15 @@ def check_find_max(find_max: str | None, kind: str, values, repeats: int) -> Non
         raise KneecapError(f"--repeats must be >= 1, got {repeats}", "pass e.g. --repeats 3")
 
 
+def check_turns(turns: int | None) -> None:
+    """--turns K names conversations of K >= 1 turns; 0 given on purpose is not 'one turn' silently."""
+    if turns is not None and turns < 1:
+        raise KneecapError(
+            f"--turns must be a whole number >= 1, got {turns}",
+            "pass e.g. --turns 3, or leave --turns out for single requests",
+        )
+
+
 def check_replay_alone(concurrency: str | None, rate: str | None) -> None:
     """--replay's levels are speeds of the trace: no --concurrency or --rate beside it."""
     if concurrency is not None or rate is not None:

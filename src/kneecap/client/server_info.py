@@ -275,20 +275,57 @@ def _json(answer: tuple[int, bytes] | None) -> Any:
         return None
 
 
-async def fetch_server_info_async(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> ServerInfo:
-    """Ask the server (all endpoints at once). Raises KneecapError only if nothing answered at all."""
+def check_server_url(url: str, flag: str) -> None:
+    """A KneecapError unless `url` is an http(s) server root kneecap can append /v1/... to: no user:password@ and
+    no ?query or #fragment (where an API key would travel in the URL, into manifests and logs). The error never
+    repeats what follows the host."""
+    from urllib.parse import urlsplit
+
+    if not url or not url.strip().startswith(("http://", "https://")):
+        raise KneecapError(f"{flag} must be an http(s) URL, got {url!r}", f"pass e.g. {flag} http://127.0.0.1:8000")
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0..65535
+    except ValueError as exc:
+        raise KneecapError(f"{flag} is not a valid URL ({exc})", f"pass e.g. {flag} http://127.0.0.1:8000") from None
+    root = f"{parts.scheme}://{parts.hostname or ''}" + (f":{parts.port}" if parts.port is not None else "")
+    if "@" in parts.netloc:
+        raise KneecapError(
+            f"{flag} carries credentials before its host ({parts.scheme}://...@{parts.hostname or ''})",
+            f"pass {flag} {root} and the API key in KNEECAP_API_KEY (or --api-key-env / --api-key-file)",
+        )
+    if parts.query or parts.fragment or url.strip().endswith(("?", "#")):
+        raise KneecapError(
+            f"{flag} has a ?query or #fragment after {root}{parts.path}",
+            f"pass the server's root alone, e.g. {flag} {root}; an API key goes in KNEECAP_API_KEY "
+            "(or --api-key-env / --api-key-file)",
+        )
+
+
+async def fetch_server_info_async(
+    base_url: str,
+    api_key: str | None = None,
+    timeout_s: float = 5.0,
+    *,
+    flag: str = "--server",
+    otherwise: str = "pass --kv-tokens N",
+) -> ServerInfo:
+    """Ask the server (all endpoints at once). Raises KneecapError only if nothing answered at all (or the URL is
+    not http(s)); its hint names `flag`, where the user gave the URL, and `otherwise`, what else they can do."""
     import aiohttp
 
     root = base_url.strip().rstrip("/").removesuffix("/v1")
     if not root.startswith(("http://", "https://")):
-        raise KneecapError(f"server URL {base_url!r} is not an http(s) URL", "pass e.g. --server http://127.0.0.1:8000")
+        raise KneecapError(f"server URL {base_url!r} is not an http(s) URL", f"pass e.g. {flag} http://127.0.0.1:8000")
+    check_server_url(base_url, flag)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     paths = ("/v1/models", "/version", "/metrics", "/get_server_info", "/props", "/slots")
     async with aiohttp.ClientSession() as session:
         answers = await asyncio.gather(*(_get(session, root + p, headers, timeout_s) for p in paths))
     if all(a is None for a in answers):
         raise KneecapError(
-            f"cannot reach a server at {root}", "check the URL and that the server is up, or pass --kv-tokens N"
+            f"cannot reach a server at {root}",
+            f"check {flag} and that the server is up" + (f", or {otherwise}" if otherwise else ""),
         )
     got = dict(zip(paths, answers))
     metrics = got["/metrics"]
@@ -306,6 +343,13 @@ async def fetch_server_info_async(base_url: str, api_key: str | None = None, tim
     )
 
 
-def fetch_server_info(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> ServerInfo:
+def fetch_server_info(
+    base_url: str,
+    api_key: str | None = None,
+    timeout_s: float = 5.0,
+    *,
+    flag: str = "--server",
+    otherwise: str = "pass --kv-tokens N",
+) -> ServerInfo:
     """Blocking wrapper for CLI commands (do not call from inside a running event loop)."""
-    return asyncio.run(fetch_server_info_async(base_url, api_key, timeout_s))
+    return asyncio.run(fetch_server_info_async(base_url, api_key, timeout_s, flag=flag, otherwise=otherwise))

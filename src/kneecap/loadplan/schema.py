@@ -11,11 +11,14 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from kneecap.errors import KneecapError
+from kneecap.list_file import duplicate_yaml_key
 from kneecap.workload import LENGTH_PARAMS, LengthDist, RequestClass
+from kneecap.workload.sweep_spec import SEED_MAX
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: YAML's .inf and .nan are refused in every number of a plan (a cost of .inf, a NaN weight)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class LengthSpec(_Strict):
@@ -283,7 +286,7 @@ class CandidateSpec(_Strict):
 class LoadPlanSpec(_Strict):
     name: str
     description: str = ""
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=SEED_MAX)  # as --seed: summary.json holds it and the cells' seeds as integers
     classes: dict[str, ClassSpec]
     slo: dict[str, Budget] = {}
     behaviour: list[BehaviourCase] = []
@@ -410,6 +413,12 @@ def load_plan_file(path: str | Path) -> tuple[LoadPlanSpec, Path]:
         ) from None
     if not isinstance(data, dict):
         raise KneecapError(f"{path}: a load plan must be a YAML mapping", "see examples/ for the layout")
+    twice = duplicate_yaml_key(root)
+    if twice is not None:
+        raise KneecapError(
+            f"{path}:{twice[1]}: {twice[0]!r} is given twice in one mapping",
+            "keep one of them (YAML would keep only the last, silently)",
+        )
     try:
         spec = LoadPlanSpec.model_validate(data)
     except ValidationError as exc:

@@ -170,7 +170,9 @@ class ServerCandidate:
                 f"export {target.api_key_env}=... before kneecap run",
             )
         try:
-            self.info = fetch_server_info(target.base_url, api_key=self.api_key, timeout_s=10)
+            self.info = fetch_server_info(
+                target.base_url, api_key=self.api_key, timeout_s=10, flag="target.base_url", otherwise=""
+            )
             # the same checks, prompt decision and keep-alive decision as `kneecap bench` (kneecap.client.setup)
             self.model = check_server(self.info, target.model, url=target.base_url)
             self.live = prepare_client(

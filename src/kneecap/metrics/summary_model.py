@@ -32,6 +32,9 @@ class _Doc(BaseModel):
 
         from kneecap.errors import KneecapError
 
+        if not isinstance(doc, (dict, cls)):  # pydantic would say "Input should be a valid dictionary or instance"
+            kind = {list: "list", str: "string", bool: "true/false", type(None): "null"}.get(type(doc), "number")
+            raise KneecapError(f"{source} is not {what}: it holds a JSON {kind}, not an object", fix)
         try:
             return cls.model_validate(doc)
         except ValidationError as exc:

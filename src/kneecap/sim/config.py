@@ -511,9 +511,10 @@ class EngineConfig:
                 f"new-token ratios must satisfy 0 <= min ({self.min_new_token_ratio}) <= init ({self.init_new_token_ratio}) <= 1",
                 "use e.g. init 0.7, min 0.1 (SGLang) or 0 and 0 (vLLM)",
             )
-        if self.scheduler_delay_factor < 0:
+        if not (self.scheduler_delay_factor >= 0 and math.isfinite(self.scheduler_delay_factor)):
             raise KneecapError(
-                f"--scheduler-delay-factor must be >= 0, got {self.scheduler_delay_factor}", "pass e.g. 0 (off) or 0.5"
+                f"--scheduler-delay-factor must be a finite number >= 0, got {self.scheduler_delay_factor}",
+                "pass e.g. 0 (off) or 0.5",
             )
         if not isinstance(self.spec_tokens, int) or self.spec_tokens < 0:
             raise KneecapError(
@@ -601,14 +602,14 @@ _PRE_RELEASE = re.compile(r"[.-]?(?:rc|a|b|dev|post)\d*$", re.IGNORECASE)  # "0.
 
 
 def check_release(version: str | None) -> None:
-    """A KneecapError unless `version` names an engine release as --engine-version takes it: as `kneecap plan` reads
-    it (kneecap.plan.engines.parse_version: MAJOR.MINOR[.PATCH], an optional leading "v"), with an optional
-    pre-release tag ("0.21.0rc2": taken as its release), or vLLM's "V0" engine; None (not given) is fine."""
-    from kneecap.plan.engines import parse_version
-
+    """A KneecapError, quoting `version` as given, unless it names an engine release as --engine-version takes it:
+    whole numbers MAJOR.MINOR[.PATCH] with an optional leading "v" (what kneecap.plan.engines.parse_version reads),
+    with an optional pre-release tag ("0.21.0rc2": taken as its release), or vLLM's "V0" engine; None is fine."""
     number = release_number(version)
-    if number is not None:
-        parse_version(number)
+    if number is not None and not re.fullmatch(r"v?\d+(?:\.\d+)*", number, re.IGNORECASE):
+        raise KneecapError(
+            f"bad engine version {version!r}", "pass the release as MAJOR.MINOR[.PATCH], e.g. --engine-version 0.11.0"
+        )
 
 
 def release_number(version: str | None) -> str | None:

@@ -11,17 +11,32 @@ from kneecap.errors import KneecapError
 from kneecap.sim.steptime import StepTimeParams
 
 
-def parse_step_params(spec: str | None):
-    """'mfu=0.4,bw_efficiency=0.7' or a JSON file ({"step_time": {...}} or a flat mapping) -> StepTimeParams."""
+def parse_step_params(spec: str | None, flag: str = "--step-params"):
+    """'mfu=0.4,bw_efficiency=0.7' or a JSON file ({"step_time": {...}} or a flat mapping) -> StepTimeParams;
+    `flag` is the option the user gave it with, which errors name."""
     if not spec:
         return StepTimeParams()
     path = Path(spec)
     if path.suffix == ".json" or path.exists():
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise KneecapError(
-                f"step-time file {spec} not found", "pass a JSON file or k=v pairs, e.g. mfu=0.4"
+                f"step-time file {spec} not found", f"pass {flag} a JSON file or k=v pairs, e.g. mfu=0.4"
+            ) from None
+        except IsADirectoryError:
+            raise KneecapError(
+                f"step-time file {spec} is a folder",
+                f"pass {flag} the calibration JSON inside it (kneecap calibrate --out FILE), or k=v pairs",
+            ) from None
+        except OSError as exc:
+            raise KneecapError(
+                f"cannot read step-time file {spec}: {exc.strerror or exc}", f"check {flag} names a readable file"
+            ) from None
+        except UnicodeDecodeError:
+            raise KneecapError(
+                f"step-time file {spec} is not UTF-8 text",
+                f"pass {flag} a JSON file such as kneecap calibrate --out FILE writes",
             ) from None
         except json.JSONDecodeError as exc:
             raise KneecapError(f"step-time file {spec} is not JSON ({exc.msg})", "fix the file") from None
@@ -34,13 +49,12 @@ def parse_step_params(spec: str | None):
     for part in (p.strip() for p in spec.split(",") if p.strip()):
         key, sep, raw = part.partition("=")
         if not sep:
-            raise KneecapError(
-                f"--step-params item {part!r} is not key=value", "pass e.g. --step-params mfu=0.4,overhead_s=0.003"
-            )
+            raise KneecapError(f"{flag} item {part!r} is not key=value", f"pass e.g. {flag} mfu=0.4,overhead_s=0.003")
         try:
             values[key.strip()] = None if raw.strip().lower() == "none" else float(raw)
         except ValueError:
-            raise KneecapError(f"--step-params {key}={raw!r} is not a number", "pass e.g. mfu=0.4") from None
-    if "activation_bytes" in values and values["activation_bytes"] is not None:
-        values["activation_bytes"] = int(values["activation_bytes"])
+            raise KneecapError(f"{flag} {key}={raw!r} is not a number", "pass e.g. mfu=0.4") from None
+    count = values.get("activation_bytes")
+    if isinstance(count, float) and count.is_integer():  # a whole count; anything else StepTimeParams refuses
+        values["activation_bytes"] = int(count)
     return StepTimeParams.from_dict(values)

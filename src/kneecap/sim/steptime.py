@@ -134,6 +134,7 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 from bisect import bisect_left
 from dataclasses import dataclass, fields, replace
 
@@ -219,6 +220,20 @@ class StepTimeParams:
     kernel_gap_s: float = 3.3e-6
 
     def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None and f.name == "hop_latency_s":
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+                example = "1e-06, or none to take it from the interconnect" if f.default is None else f.default
+                raise KneecapError(
+                    f"step-time {f.name} must be a finite number, got {value!r}", f"pass e.g. {f.name}={example}"
+                )
+        if self.activation_bytes != int(self.activation_bytes):
+            raise KneecapError(
+                f"step-time activation_bytes must be a whole number of bytes, got {self.activation_bytes!r}",
+                "use 2 (bf16)",
+            )
         for name in ("mfu", "bw_efficiency", "link_efficiency"):
             value = getattr(self, name)
             if not (0 < value <= FACTOR_MAX):

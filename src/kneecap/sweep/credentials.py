@@ -45,7 +45,7 @@ def resolve_api_key(
                 f"the API key file {str(path)!r} must hold exactly one non-empty line",
                 "write only the key into the file",
             )
-        return key
+        return _printable(key, f"the API key file {str(path)!r}", "write only the key into the file")
     if env_name is not None:
         key = environ.get(env_name, "").strip()
         if not key:
@@ -53,12 +53,20 @@ def resolve_api_key(
                 f"environment variable {env_name} (named by --api-key-env) is unset or empty",
                 f"export {env_name}=... before running, or drop --api-key-env",
             )
-        return key
+        return _printable(key, f"environment variable {env_name}", f"export {env_name} holding only the key")
     for name in DEFAULT_KEY_ENVS:
         key = environ.get(name, "").strip()
         if key:
-            return key
+            return _printable(key, f"environment variable {name}", f"export {name} holding only the key")
     return None
+
+
+def _printable(key: str, where: str, fix: str) -> str:
+    """The key, unless it holds a control character (a line break, a tab, an escape), which no HTTP header may
+    carry: an error naming where it came from (never its content) instead of a failed connection."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in key):
+        raise KneecapError(f"the API key in {where} holds a control character (a line break or tab?)", fix)
+    return key
 
 
 class Scrubber:

@@ -98,11 +98,9 @@ class BenchOptions(SweepSpec):
     ramp: str | None = None  # --ramp KIND:START:END:SECONDS on the dimension of --concurrency / --rate
 
     def __post_init__(self) -> None:
-        if not self.base_url or not self.base_url.startswith(("http://", "https://")):
-            raise KneecapError(
-                f"--base-url must be an http(s) URL, got {self.base_url!r}",
-                "pass e.g. --base-url http://127.0.0.1:8000",
-            )
+        from kneecap.client.server_info import check_server_url
+
+        check_server_url(self.base_url, "--base-url")
         if bool(self.concurrency) == bool(self.rate):
             raise KneecapError(
                 "pass exactly one of --concurrency and --rate",

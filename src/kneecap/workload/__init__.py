@@ -248,16 +248,20 @@ def concurrency_levels(spec: str) -> list[int]:
     return values
 
 
-def parse_rates(spec: str) -> list[float]:
-    """Parse '0.5,1,2' (requests/s) into positive floats; 'inf' sends every request at once."""
+def parse_rates(spec: str, flag: str = "--rate") -> list[float]:
+    """Parse '0.5,1,2' (requests/s) into positive floats; 'inf' sends every request at once. With flag
+    "--replay-speed" the same list is read as speed-ups of a replayed trace, and errors say so."""
+    what, example = (
+        ("replay speeds", "--replay-speed 1,2,4 (times as fast as recorded)")
+        if flag == "--replay-speed"
+        else ("request rates", f"{flag} 1,2,4 (requests/s)")
+    )
     try:
         values = [float(p) for p in spec.split(",") if p.strip()]
     except ValueError:
-        raise KneecapError(
-            f"rate list {spec!r} is not a list of numbers", "pass e.g. --rate 1,2,4 (requests/s)"
-        ) from None
+        raise KneecapError(f"{flag} {spec!r} is not a list of numbers", f"pass e.g. {example}") from None
     if not values or any(not (v > 0) for v in values):
-        raise KneecapError(f"request rates must be numbers > 0, got {spec!r}", "pass e.g. --rate 1,2,4 (requests/s)")
+        raise KneecapError(f"{what} must be numbers > 0, got {spec!r}", f"pass e.g. {example}")
     return values
 
 

@@ -15,6 +15,10 @@ from kneecap.errors import KneecapError
 from kneecap.workload import LengthDist, Workload
 from kneecap.workload.level_work import WorkloadFlags, lengths
 
+# The largest --seed: level i draws with seed + i and a worker with seed x 1000 + k, all held in summary.json as
+# 64-bit integers; 2**32 - 1 is the range NumPy's legacy seeding takes, far inside it.
+SEED_MAX = 2**32 - 1
+
 
 @dataclass(frozen=True, kw_only=True)
 class SweepSpec:
@@ -52,6 +56,8 @@ class SweepSpec:
         for flag, value in (("--warmup", self.warmup), ("--seed", self.seed)):
             if value < 0:
                 raise KneecapError(f"{flag} must be >= 0, got {value}", f"pass e.g. {flag} 0")
+        if self.seed > SEED_MAX:  # summary.json holds it (and seeds derived from it) as a 64-bit integer
+            raise KneecapError(f"--seed must be at most {SEED_MAX}, got {self.seed}", "pass e.g. --seed 0")
         if self.turns < 0:
             raise KneecapError(f"--turns must be >= 1, got {self.turns}", "pass e.g. --turns 3")
         if self.think_time_s < 0 or not math.isfinite(self.think_time_s):

@@ -211,6 +211,11 @@ def parse_burstgpt(text: str, source: str = "trace") -> Trace:
 def parse_trace(text: str, source: str = "trace") -> Trace:
     """JSONL when the first non-blank character is '{' (Qwen-Bailian when its first object has a chat_id, else
     Mooncake), else a BurstGPT-style CSV."""
+    if not text.strip():
+        raise KneecapError(
+            f"trace {source} is empty",
+            "pass a Mooncake or Qwen-Bailian JSONL, a BurstGPT CSV or a Weka agentic .json file with its requests",
+        )
     if text.lstrip()[:1] != "{":
         return parse_burstgpt(text, source)
     first = text.lstrip().split("\n", 1)[0]
