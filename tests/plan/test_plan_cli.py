@@ -287,6 +287,14 @@ BAD = [
     (["plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--engine", "vllm", "--tp", "3"], "does not divide"),
     (["plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--mamba-cache-size", "64"], "--mamba-cache-size"),
     (["plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--mem-fraction", "0.8"], "--mem-fraction"),
+    (
+        ["plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--engine", "sglang", "--mem-fraction", "2"],
+        "--mem-fraction must be in (0, 1]",
+    ),
+    (
+        ["plan", "--preset", "gqa-70b", "--gpu", "mi300x", "--engine", "vllm", "--engine-version", "-1.2"],
+        "bad engine version '-1.2'",
+    ),
     (["plan", "--gpu", "mi300x"], "no model given"),
     (["plan", "--preset", "gqa-70b"], "no GPU given"),
     (["preflight", "--kv-tokens", "0"], "--kv-tokens must be"),

@@ -125,7 +125,7 @@ def test_no_room_is_a_one_line_error():
     assert "no KV cache" in err.value.message
 
 
-@pytest.mark.parametrize("bad", ["x.y", "0.2o"])
+@pytest.mark.parametrize("bad", ["x.y", "0.2o", "-1.2", "+1", "1_0", "0.21.0rc2", ""])
 def test_bad_version(bad):
     with pytest.raises(KneecapError):
         parse_version(bad)

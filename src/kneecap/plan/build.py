@@ -375,6 +375,11 @@ def plan_deployment(f: DeploymentRequest) -> PlannedDeployment:
         if mem_util is not None:
             raise KneecapError("--mem-util is vLLM's knob", "use --mem-fraction for --engine sglang")
         if f.mem_fraction is not None:
+            if not 0 < f.mem_fraction <= 1:  # checked here: past this line the pool rules know it as mem_util
+                raise KneecapError(
+                    f"--mem-fraction must be in (0, 1], got {f.mem_fraction!r}",
+                    "pass SGLang's --mem-fraction-static, e.g. --mem-fraction 0.88",
+                )
             mem_util = f.mem_fraction
         else:  # SGLang's own choice when --mem-fraction-static is not given, by release, GPU size, TP and DP
             own_fraction = engines.sglang_default_mem_fraction(

@@ -184,13 +184,12 @@ class EnginePool:
 
 
 def parse_version(version: str) -> tuple[int, ...]:
-    """'0.21.1' -> (0, 21, 1); KneecapError for anything else."""
-    try:
-        return tuple(int(p) for p in version.strip().lstrip("v").split("."))
-    except ValueError:
-        raise KneecapError(
-            f"bad engine version {version!r}", "pass it as MAJOR.MINOR, e.g. --engine-version 0.21"
-        ) from None
+    """'0.21.1' -> (0, 21, 1); KneecapError for anything else (whole numbers only: int() alone would take "-1", "+1"
+    and "1_0")."""
+    text = version.strip()
+    if not re.fullmatch(r"v?\d+(?:\.\d+)*", text):
+        raise KneecapError(f"bad engine version {version!r}", "pass it as MAJOR.MINOR, e.g. --engine-version 0.21")
+    return tuple(int(p) for p in text.lstrip("v").split("."))
 
 
 def _check_fraction(flag: str, value: float) -> None:
