@@ -557,3 +557,16 @@ def test_the_plan_says_which_runners_measurement_its_default_is(cli, engine):
     assert "a default for Model Runner V2's measurement: vLLM 0.32 builds Model Runner V2" in dense["cudagraph_source"]
     r = cli("plan", "--preset", "llama-3.1-8b", "--engine", "vllm", "--gpu", "h100-sxm", "--engine-version", "0.32")
     assert "CUDA graphs: 0.94 GiB, a default for Model Runner V2" in r.stdout and "− CUDA graphs 0.94 GiB" in r.stdout
+
+
+def test_the_docs_state_model_runner_v2s_figures_from_the_logs():
+    doc = " ".join(DOC.read_text().split())
+    took = [_capture_gib(e) for e in NO_PP]
+    excess = sorted(_capture_gib(e) - _total_gib(e) for e in NO_PP)
+    errs = [abs(_v2_default_without(e) - _capture_gib(e)) for e in NO_PP]
+    v1 = [abs(_default_without(e) / GiB - _capture_gib(e)) for e in NO_PP]
+    assert f"{min(took):.2f}–{max(took):.2f} GiB, median {statistics.median(took):.2f}" in doc
+    assert f"median {cg.V2_CAPTURE_EXCESS_GIB:.2f} GiB above their estimate" in doc
+    assert f"(−{-excess[0]:.2f} to +{excess[-1]:.2f} GiB" in doc
+    assert f"{statistics.median(errs):.2f} GiB in the median, {max(errs):.2f} at worst" in doc
+    assert f"V1's default alone misses it by {statistics.median(v1):.2f} and {max(v1):.2f}" in doc
