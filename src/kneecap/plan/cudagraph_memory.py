@@ -62,7 +62,9 @@ graphs per mode (FULL only where its attention backends capture them: no_full_gr
 (DEFAULT_FIRST_CAPTURE_MIB, DEFAULT_PER_GRAPH_MIB), so a server capturing fewer graphs (a small max_num_seqs) gets a
 smaller figure. Predicting each log from the other 56 this way misses by 0.20 GiB in the median and 1.08 GiB at
 worst (LEAVE_ONE_OUT_ERROR_GIB; the logs at TP > 1 whose per-graph figure reads 16-26 MiB). Medians per TP (1 or
-more) predict no better (0.21 and 1.13 GiB), so none is taken. --cudagraph-gib replaces the default, 0 included.
+more) predict no better (0.21 and 1.13 GiB), so none is taken. Where 0.29-0.33 build Model Runner V2, whose
+estimate is a capture of the graphs (V2_CAPTURE_EXCESS_GIB below), the default adds the median by which what the logs'
+capture took exceeded their estimate. --cudagraph-gib replaces the default, 0 included.
 tests/plan/test_plan_cudagraph_memory.py checks the rules on every log and prints docs/engine-model.md's tables.
 """
 
@@ -113,7 +115,7 @@ DEFAULT_FIRST_CAPTURE_MIB = {"PIECEWISE": 128, "FULL": 260}
 DEFAULT_PER_GRAPH_MIB = {"PIECEWISE": 6, "FULL": 6}
 LEAVE_ONE_OUT_ERROR_GIB = (0.20, 1.08)
 OVERRIDE = "pass the logged 'Estimated CUDA graph memory' with --cudagraph-gib"
-# Model Runner V2 (built for every model from 0.29, for dense models from 0.23-0.25: profile_peak.model_runner)
+# Model Runner V2 (which release builds it for which model: profile_peak.vllm_model_runner; every model from 0.29)
 # measures its own estimate from 0.29 (profile_peak.V2_CUDAGRAPH_ESTIMATE_FROM), the same way in 0.29.0-0.33.0:
 # v1/worker/gpu/cudagraph_utils.py profile_cudagraph_memory (0.29.0 :718-801, 0.30.0 :847-930, 0.31.0 :854-937,
 # 0.32.0 :873-957, 0.33.0 :922-1009) points vLLM's graph pool at a throwaway one, allocates a minimal KV cache and runs
