@@ -120,20 +120,20 @@ QWEN35 = (
 
 def test_the_qwen35_hybrid_has_one_capacity_in_plan_and_preflight(cli):
     """Qwen3.5-397B on 8 RTX PRO 6000 (vLLM 0.32's layout: 528-token blocks, 3 Gated DeltaNet groups of 2 state
-    blocks beside the full-attention group; the norms, router and replicated K/V heads whole on each GPU; the CUDA-graph default, 0.84 GiB, subtracted; gpu_memory_utilization 0.92, vLLM's default from 0.20): 4,754 blocks; a
-    4,096-token request takes 8 + 6 = 14, so 339 run at once in plan's section 3, its context sweep and preflight; at C=400 the longest ISL+OSL is 5 blocks (2,640
-    tokens) and fp8 KV holds 475 (the state does not shrink with the KV dtype), as plan's fp8-kv lever says."""
+    blocks beside the full-attention group; the norms, router and replicated K/V heads whole on each GPU; the CUDA-graph default under Model Runner V2, 0.94 GiB, subtracted; gpu_memory_utilization 0.92, vLLM's default from 0.20): 4,741 blocks; a
+    4,096-token request takes 8 + 6 = 14, so 338 run at once in plan's section 3, its context sweep and preflight; at C=400 the longest ISL+OSL is 5 blocks (2,640
+    tokens) and fp8 KV holds 474 (the state does not shrink with the KV dtype), as plan's fp8-kv lever says."""
     import json
 
     plan = json.loads(cli("plan", *QWEN35, "--mean-context", "4096", "--json").stdout)
     pre = json.loads(
         cli("preflight", *QWEN35, "--isl", "3000", "--osl", "1096", "--concurrency", "400", "--json").stdout
     )
-    assert plan["num_kv_blocks"] == 4754 and plan["max_seqs"]["paged"] == 339 == pre["max_safe_concurrency"]
-    assert next(p["paged"] for p in plan["context_sweep"] if p["context"] == 4096) == 339
+    assert plan["num_kv_blocks"] == 4741 and plan["max_seqs"]["paged"] == 338 == pre["max_safe_concurrency"]
+    assert next(p["paged"] for p in plan["context_sweep"] if p["context"] == 4096) == 338
     fix = pre["levels"][0]["fix"]
     assert fix["max_seq_tokens"] == 2640 and fix["fp8_kv_fits"] is True
     fp8 = next(lv for lv in plan["levers"] if lv["name"] == "fp8-kv")
-    assert f"fp8 KV holds {fp8['max_seqs']} sequences of 4,096 tokens instead of 339" in fix["text"]
+    assert f"fp8 KV holds {fp8['max_seqs']} sequences of 4,096 tokens instead of 338" in fix["text"]
     text = cli("plan", *QWEN35, "--mean-context", "4096").stdout
-    assert "pool = 4,754 blocks of 528 tokens (4,754 × 528 = 2,510,112 token slots" in text
+    assert "pool = 4,741 blocks of 528 tokens (4,741 × 528 = 2,503,248 token slots" in text

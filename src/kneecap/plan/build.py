@@ -705,6 +705,7 @@ def _vllm_cudagraph(
         given_bytes=None if f.cudagraph_gib is None else int(f.cudagraph_gib * GiB),
         mla="mla" in deployment.model.layer_types,
         chunked_local=deployment.model.attention_chunked,
+        runner=profile_peak.model_runner(deployment.model, v, amd),
     )
     # where the release calls it, Model Runner V2's estimate is 0 through 0.28 (profile_peak.V2_CUDAGRAPH_ESTIMATE_FROM)
     model = deployment.model

@@ -62,7 +62,9 @@ graphs per mode (FULL only where its attention backends capture them: no_full_gr
 (DEFAULT_FIRST_CAPTURE_MIB, DEFAULT_PER_GRAPH_MIB), so a server capturing fewer graphs (a small max_num_seqs) gets a
 smaller figure. Predicting each log from the other 56 this way misses by 0.20 GiB in the median and 1.08 GiB at
 worst (LEAVE_ONE_OUT_ERROR_GIB; the logs at TP > 1 whose per-graph figure reads 16-26 MiB). Medians per TP (1 or
-more) predict no better (0.21 and 1.13 GiB), so none is taken. --cudagraph-gib replaces the default, 0 included.
+more) predict no better (0.21 and 1.13 GiB), so none is taken. Where 0.29-0.33 build Model Runner V2, whose
+estimate is a capture of the graphs (V2_CAPTURE_EXCESS_GIB below), the default adds the median by which what the logs'
+capture took exceeded their estimate. --cudagraph-gib replaces the default, 0 included.
 tests/plan/test_plan_cudagraph_memory.py checks the rules on every log and prints docs/engine-model.md's tables.
 """
 
@@ -72,7 +74,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from kneecap.plan.profile_peak import SM90_GPUS
+from kneecap.plan.profile_peak import SM90_GPUS, V2_CUDAGRAPH_ESTIMATE_FROM
 from kneecap.units import GiB, MiB
 
 DEFAULT_MAX_CAPTURE_SIZE = 512  # config/vllm.py: min(2 x max_num_seqs x decode query length, 512)
@@ -113,6 +115,25 @@ DEFAULT_FIRST_CAPTURE_MIB = {"PIECEWISE": 128, "FULL": 260}
 DEFAULT_PER_GRAPH_MIB = {"PIECEWISE": 6, "FULL": 6}
 LEAVE_ONE_OUT_ERROR_GIB = (0.20, 1.08)
 OVERRIDE = "pass the logged 'Estimated CUDA graph memory' with --cudagraph-gib"
+# Model Runner V2 (which release builds it for which model: profile_peak.vllm_model_runner; every model from 0.29)
+# measures its own estimate from 0.29 (profile_peak.V2_CUDAGRAPH_ESTIMATE_FROM), the same way in 0.29.0-0.33.0:
+# v1/worker/gpu/cudagraph_utils.py profile_cudagraph_memory (0.29.0 :718-801, 0.30.0 :847-930, 0.31.0 :854-937,
+# 0.32.0 :873-957, 0.33.0 :922-1009) points vLLM's graph pool at a throwaway one, allocates a minimal KV cache and runs
+# the real capture_model once; CudaGraphManager.capture (0.29.0 :332-347, 0.32.0 :439-454, 0.33.0 :444-459) captures
+# every PIECEWISE graph, then only the two largest FULL graphs (_FULL_GRAPH_PROFILING_SAMPLES = 2), reading the
+# device's free memory (torch.accelerator.get_memory_info) around each FULL capture. The estimate is capture_model's
+# drop in free memory (model_runner.py 0.29.0 :958, 0.32.0 :1125, 0.33.0 :1161: what its "Graph capturing finished in
+# N secs, took X GiB" line prints) less the two FULL samples plus first + second x (FULL graphs - 1)
+# (_extrapolate_full_graph_memory, at least 1 MiB per graph). So V2 subtracts a capture of the graphs, not V1's
+# two-per-mode extrapolation; gpu_worker.py (0.29.0 :570, 0.32.0 :704, 0.33.0 :717) subtracts it as V1's, and logs
+# "CUDA graph pool memory: X GiB (actual), Y GiB (estimated)" after the real capture (0.29.0 :798, 0.32.0 :972).
+# The same 57 logs print what their (V1) capture took: median 0.10 GiB above their V1 estimate (-0.93 to +0.46; the
+# printed figures' difference), so the default under V2 is the V1 default plus that median; it misses each log's
+# capture, left out of the medians, by V2_LEAVE_ONE_OUT_ERROR_GIB (median, worst), where the V1 default alone misses
+# it by 0.12 and 1.01 GiB. A V2 capture is taken to take what V1's did for the same graphs: no V2 log was found.
+V2_CAPTURE_EXCESS_GIB = 0.10
+V2_LEAVE_ONE_OUT_ERROR_GIB = (0.12, 0.91)
+V2_OVERRIDE = "pass the '(estimated)' figure of the logged 'CUDA graph pool memory' line with --cudagraph-gib"
 
 
 def max_capture_size(
@@ -315,10 +336,12 @@ def vllm_cudagraph(
     given_bytes: int | None = None,
     mla: bool = False,
     chunked_local: bool = False,
+    runner: str = "v1",
 ) -> CudaGraphTerm:
     """vLLM's CUDA-graph estimate on this release and GPU as engine mode takes it: nothing where the release does not
     subtract it or makes none (ROCm through 0.25), the user's figure where given (0 included), else the default for
-    the graphs the server would capture."""
+    the graphs the server would capture (`runner`, "v1" or "v2": the model runner the release builds for the model,
+    profile_peak.model_runner; the caller handles V2's 0 through 0.28)."""
     name = ".".join(map(str, version[:2]))
     if version[:2] < SUBTRACTED_FROM:
         return CudaGraphTerm(
@@ -347,6 +370,9 @@ def vllm_cudagraph(
         graphs = graphs_by_mode(sizes, max_num_seqs, full=why_not is None)
     estimate = default_estimate_bytes(graphs)
     measured = version[:2] >= ESTIMATE_SKIPPED_FROM
+    if runner == "v2" and V2_CUDAGRAPH_ESTIMATE_FROM <= version[:2] and not measured:
+        estimate += round(V2_CAPTURE_EXCESS_GIB * GiB)
+        return CudaGraphTerm(estimate, describe_v2_default(name, sizes, graphs, estimate, why_not), "default")
     return CudaGraphTerm(estimate, describe_default(name, sizes, graphs, estimate, why_not, measured), "default")
 
 
@@ -384,4 +410,24 @@ def describe_default(
         f"capture {firsts} MiB; per further graph {per} MiB); those logs read {low:.2f}-{high:.2f} GiB (median "
         f"{LOGGED_MEDIAN_GIB:.2f}), and the default misses a log left out of the medians by {loo_median:.2f} GiB in "
         f"the median, {loo_worst:.2f} at worst; {override}"
+    )
+
+
+def describe_v2_default(
+    version: str, sizes: tuple[int, ...], graphs: dict[str, int], estimate: int, no_full: str | None = None
+) -> str:
+    """The plan's 'CUDA graphs:' words where the release builds Model Runner V2, which measures its estimate by
+    capturing the graphs (V2_CAPTURE_EXCESS_GIB), and kneecap takes the default."""
+    counts = ", ".join(f"{mode} {n}" for mode, n in graphs.items())
+    full = "FULL for batches of decodes up to max_num_seqs" if no_full is None else f"no FULL graphs: {no_full}"
+    loo_median, loo_worst = V2_LEAVE_ONE_OUT_ERROR_GIB
+    return (
+        f"{estimate / GiB:.2f} GiB, a default for Model Runner V2's measurement: vLLM {version} builds Model Runner "
+        f"V2, which subtracts what capturing this server's graphs takes at start-up ({counts} graphs, sizes "
+        f"1-{sizes[-1]}; {full}), capturing every PIECEWISE graph and extrapolating the FULL ones from the two "
+        f"largest; kneecap takes Model Runner V1's estimate for those graphs with the medians of the {LOGGED_DEPLOYMENTS} vLLM "
+        f"0.19.0 H100 logs without pipeline parallelism in llm-d-planner's accuracy/results/v0.19.0/logs, plus "
+        f"{V2_CAPTURE_EXCESS_GIB:.2f} GiB, the median by which what those logs' capture took exceeded their estimate "
+        f"(no Model Runner V2 log was found); it misses a log's capture left out of the medians by {loo_median:.2f} "
+        f"GiB in the median, {loo_worst:.2f} at worst; {V2_OVERRIDE}"
     )
