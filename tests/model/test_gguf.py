@@ -210,3 +210,65 @@ def test_nemotron_h_style_hybrid_gguf(tmp_path):
     parts = param_breakdown(model)
     # ssm_in 200*32 + ssm_out 32*64 = 8,448; attn_q 32*32 = 1,024; ffn_up 128*32 = 4,096
     assert (parts["linear_attention"], parts["attention"], parts["dense_mlp"]) == (8_448, 1_024, 4_096)
+
+
+_TINY_META = {
+    "block_count": 2,
+    "embedding_length": 64,
+    "head_count": 4,
+    "head_count_kv": 2,
+    "context_length": 2048,
+    "feed_forward_length": 128,
+}
+
+# where a cut lands -> the words the error must use for it
+_CUTS = [
+    ("empty", "file is empty"),
+    ("magic", "magic number"),
+    ("counts", "metadata count"),
+    ("key", "the key of metadata entry"),
+    ("value", "the value of metadata entry 2 of"),
+    ("tensor_name", "the name of tensor info 1 of"),
+    ("tensor_dims", "the dimensions of tensor info"),
+    ("data", "bytes missing"),
+    ("last_byte", "1 bytes missing"),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf_bytes(tmp_path_factory) -> tuple[bytes, dict]:
+    path = _write(tmp_path_factory.mktemp("g") / "tiny.gguf", "llama", _TINY_META, _dense_tensors(2, 64, 32, 128, 100))
+    data = path.read_bytes()
+    reader = gguf.GGUFReader(str(path))
+    fields = list(reader.fields.values())
+    kv = [f for f in fields if not f.name.startswith("GGUF.")]
+    first_tensor = reader.tensors[0].field
+    ends = [t.data_offset + t.n_bytes for t in reader.tensors]
+    offsets = {
+        "empty": 0,
+        "magic": 2,
+        "counts": 20,
+        "key": kv[0].offset + 10,  # inside the first key's text
+        "value": kv[1].offset + 8 + len(kv[1].name) + 4 + 3,  # inside the second entry's value
+        "tensor_name": first_tensor.offset + 9,
+        "tensor_dims": first_tensor.offset + 8 + len(reader.tensors[0].name) + 4 + 3,
+        "data": reader.data_offset + 100,
+        "last_byte": max(ends) - 1,
+    }
+    return data, offsets
+
+
+@pytest.mark.parametrize(("where", "words"), _CUTS, ids=[c[0] for c in _CUTS])
+def test_truncated_gguf_names_where_it_ends(tmp_path, tiny_gguf_bytes, where, words):
+    from kneecap.errors import KneecapError
+
+    data, offsets = tiny_gguf_bytes
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(data[: offsets[where]])
+    with pytest.raises(KneecapError) as info:
+        load_model(str(path))
+    line = info.value.one_line()
+    assert "\n" not in line and "truncated or corrupt" in line and words in line, line
+    assert "re-download" in info.value.hint and "gguf-dump" in info.value.hint
+    for internal in ("unpack", "out of bounds", "reshape", "dtype", "mmap"):
+        assert internal not in line, line

@@ -14,6 +14,7 @@ Key names: gguf.constants.Keys (e.g. `llama.block_count`, `llama.attention.head_
 from __future__ import annotations
 
 import re
+import struct
 from collections import Counter
 from pathlib import Path
 
@@ -43,7 +44,14 @@ def read_gguf(path: str | Path) -> Model:
     path = Path(path)
     try:
         reader = GGUFReader(str(path), "r")
-    except (ValueError, OSError, IndexError, KeyError) as exc:
+    except (ValueError, OSError, IndexError, KeyError, TypeError) as exc:
+        short = _where_short(path)
+        if short:
+            raise KneecapError(
+                f"{path}: GGUF file is truncated or corrupt: {short}",
+                "re-download it (compare its size with the source's) or re-convert it; `gguf-dump FILE` shows "
+                "how far it reads",
+            ) from None
         reason = " ".join(str(exc).split())[:120] or type(exc).__name__
         raise KneecapError(
             f"{path}: not a readable GGUF file ({reason})",
@@ -335,3 +343,136 @@ def _linear_state_bytes(meta: dict, arch: str, notes: list[str]) -> int:
     dv = inner // nv
     notes.append("linear-attention state from ssm.* keys, held in f32 as llama.cpp does (recurrent + conv state)")
     return nv * dv * dk * 4 + (conv - 1) * (2 * nk * dk + nv * dv) * 4
+
+
+# GGUF layout, as gguf-py's GGUFReader walks it (gguf 0.19.0 gguf/gguf_reader.py:132-184, 217-316; the format is
+# ggml docs/gguf.md): magic u32, version u32, tensor_count u64, kv_count u64; kv_count entries of key (u64 length +
+# bytes), value type u32, value; tensor_count infos of name, n_dims u32, dims u64 x n_dims, type u32, offset u64;
+# padding to general.alignment (32 by default); then the tensor data, each tensor at data start + its offset.
+# Value types (gguf/constants.py GGUFValueType): 0 u8, 1 i8, 2 u16, 3 i16, 4 u32, 5 i32, 6 f32, 7 bool, 8 string,
+# 9 array (item type u32, count u64, items), 10 u64, 11 i64, 12 f64.
+_SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_STRING, _ARRAY = 8, 9
+
+
+class _Short(Exception):
+    """The file ends (or a length runs) past its last byte while reading `what`."""
+
+    def __init__(self, what: str, offset: int):
+        super().__init__(what)
+        self.what, self.offset = what, offset
+
+
+def _where_short(path: Path) -> str | None:
+    """Where a GGUF file that gguf's reader refused ends short: 'the file ends at byte N, inside <field>', or
+    'tensor T needs bytes up to N but the file has M'; None when the layout is whole (the fault is elsewhere)."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as fh:
+            return _walk(fh, size)
+    except _Short as short:
+        return f"its {size:,} bytes end inside {short.what} (which starts at byte {short.offset:,})"
+    except (OSError, ValueError, struct.error):
+        return None
+
+
+def _walk(fh, size: int) -> str | None:
+    state = {"pos": 0}
+
+    def take(n: int, what: str) -> bytes:
+        start = state["pos"]
+        if n < 0 or start + n > size:
+            raise _Short(what, start)
+        data = fh.read(n)
+        if len(data) != n:
+            raise _Short(what, start)
+        state["pos"] = start + n
+        return data
+
+    def skip(n: int, what: str) -> None:
+        start = state["pos"]
+        if n < 0 or start + n > size:
+            raise _Short(what, start)
+        fh.seek(start + n)
+        state["pos"] = start + n
+
+    def u32(what: str) -> int:
+        return struct.unpack("<I", take(4, what))[0]
+
+    def u64(what: str) -> int:
+        return struct.unpack("<Q", take(8, what))[0]
+
+    def string(what: str) -> str:
+        n = u64(f"the length of {what}")
+        return take(n, what).decode("utf-8", "replace")
+
+    def value(vtype: int, what: str, depth: int = 0) -> object:
+        if vtype in _SCALAR_SIZES:
+            raw = take(_SCALAR_SIZES[vtype], what)
+            return int.from_bytes(raw, "little") if vtype == 4 else None
+        if vtype == _STRING:
+            string(what)
+            return None
+        if vtype == _ARRAY and depth < 4:
+            itype = u32(f"the item type of {what}")
+            count = u64(f"the length of {what}")
+            if itype in _SCALAR_SIZES:
+                skip(count * _SCALAR_SIZES[itype], what)
+            else:
+                for i in range(count):
+                    value(itype, f"item {i:,} of {what}", depth + 1)
+            return None
+        raise ValueError(f"unknown value type {vtype}")
+
+    if size == 0:
+        raise _Short("the header (the file is empty)", 0)
+    if take(4, "the header's magic number") != b"GGUF":
+        return None
+    u32("the header's version")
+    n_tensors = u64("the header's tensor count")
+    n_kv = u64("the header's metadata count")
+    alignment = 32
+    for i in range(n_kv):
+        where = f"metadata entry {i + 1:,} of {n_kv:,}"
+        key = string(f"the key of {where}")
+        where = f"{where} ({key!r})"
+        vtype = u32(f"the value type of {where}")
+        got = value(vtype, f"the value of {where}")
+        if key == "general.alignment" and vtype == 4 and got:
+            alignment = got
+    infos = []
+    for i in range(n_tensors):
+        where = f"tensor info {i + 1:,} of {n_tensors:,}"
+        name = string(f"the name of {where}")
+        where = f"{where} ({name!r})"
+        n_dims = u32(f"the dimension count of {where}")
+        if n_dims > 8:
+            return None
+        dims = [u64(f"the dimensions of {where}") for _ in range(n_dims)]
+        ggml_type = u32(f"the type of {where}")
+        infos.append((name, dims, ggml_type, u64(f"the data offset of {where}")))
+    data_start = -(-state["pos"] // alignment) * alignment
+    return _tensor_past_end(infos, data_start, size)
+
+
+def _tensor_past_end(infos, data_start: int, size: int) -> str | None:
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    worst = None
+    for name, dims, ggml_type, offset in infos:
+        try:
+            block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
+        except (ValueError, KeyError):
+            return None
+        n = 1
+        for d in dims:
+            n *= d
+        end = data_start + offset + n * type_size // block
+        if end > size and (worst is None or end > worst[1]):
+            worst = (name, end)
+    if worst is None:
+        return None
+    return (
+        f"tensor {worst[0]!r} needs bytes up to {worst[1]:,} but the file has {size:,} "
+        f"({worst[1] - size:,} bytes missing)"
+    )
