@@ -16,7 +16,7 @@ QUICK = Path(__file__).resolve().parents[2] / "examples" / "quick.yaml"
 @pytest.mark.parametrize(
     "old,new,field,said",
     [
-        ("gpu_hour_usd: 2.5", "gpu_hour_usd: .inf", "candidates.0.cost.gpu_hour_usd", "finite number"),
+        ("gpu_hour_usd: 2.5", "gpu_hour_usd: .inf", "candidates[0].cost.gpu_hour_usd", "finite number"),
         ("weight: 3", "weight: .nan", "classes.short-message.weight", "finite number"),
         ("seed: 1", "seed: -1", "seed", "greater than or equal to 0"),
         ("seed: 1", f"seed: {2**70}", "seed", "less than or equal to 4294967295"),

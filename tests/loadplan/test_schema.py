@@ -76,13 +76,13 @@ def test_good_plan_loads(tmp_path):
             "    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm, max_num_seqs: 16}\n",
             "    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm, max_num_seqs: 0}\n",
             19,
-            "candidates.0.target.max_num_seqs",
+            "candidates[0].target.max_num_seqs",
         ),
         (
             "    target: {kind: simulator, model: llama-3.1-8b, gpu: h100-sxm, max_num_seqs: 16}\n",
             "    target: {kind: server, base_url: 'http://127.0.0.1:8000', keepalive: sometimes}\n",
             19,
-            "candidates.0.target.keepalive",
+            "candidates[0].target.keepalive",
         ),
     ],
 )
@@ -150,9 +150,18 @@ def test_simulator_target_takes_expert_parallelism_and_dp_attention(tmp_path):
     assert (plain.candidates[0].target.ep, plain.candidates[0].target.dp_attention) == (1, False)
     with pytest.raises(KneecapError) as info:
         load_plan_file(write(tmp_path, plan.replace("ep: 8,", "ep: 0,")))
-    assert ":19:" in info.value.one_line() and "candidates.0.target.ep" in info.value.one_line()
+    assert ":19:" in info.value.one_line() and "candidates[0].target.ep" in info.value.one_line()
     dense = GOOD.replace("gpu: h100-sxm,", "gpu: h100-sxm, tp: 2, ep: 2,")
     spec, _ = load_plan_file(write(tmp_path, dense))
     with pytest.raises(KneecapError) as info:
         make_candidate(spec.candidates[0].target)
     assert "mixture-of-experts" in info.value.one_line()
+
+
+def test_a_union_field_of_the_wrong_type_names_the_plan_key_not_the_union_branch(tmp_path):
+    p = write(tmp_path, GOOD.replace("  steps: [1, 2, 4]\n", "  steps: fast\n"))
+    with pytest.raises(KneecapError) as exc:
+        load_plan_file(p)
+    line = exc.value.one_line()
+    assert f"{p}:15: load.steps: expected a list or 'auto', got the string 'fast'" in line, line
+    assert "list[float]" not in line and "more" not in line

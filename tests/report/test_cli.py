@@ -48,7 +48,7 @@ def test_errors_are_one_line(cli, tmp_path, bench_dir, plan_file):
     summary["levels"][1]["ttft_ms"] = "fast"  # a level that is not what bench writes: the typed read refuses it
     (tmp_path / "odd").mkdir()
     (tmp_path / "odd" / "summary.json").write_text(json.dumps(summary))
-    _one_line_error(cli("report", str(tmp_path / "odd")), "is not a kneecap summary.json: levels.1.ttft_ms")
+    _one_line_error(cli("report", str(tmp_path / "odd")), "is not a kneecap summary.json: levels[1].ttft_ms")
 
 
 def test_report_module_keeps_matplotlib_off_the_startup_path():

@@ -77,7 +77,7 @@ def test_the_page_reads_the_typed_document_as_the_dict(recommended):
     [
         ("[]", "it holds a JSON list, not an object"),
         ('{"candidates": {"best": 1}}', "candidates"),
-        ('{"candidates": [{"predicted": {"ttft_p99_ms": "fast"}}]}', "candidates.0.predicted.ttft_p99_ms"),
+        ('{"candidates": [{"predicted": {"ttft_p99_ms": "fast"}}]}', "candidates[0].predicted.ttft_p99_ms"),
     ],
 )
 def test_a_document_that_is_not_recommend_json_is_one_line(bad, where):

@@ -78,7 +78,7 @@ def test_a_cell_written_back_keeps_its_document_names():
     [
         ([], "it holds a JSON list, not an object"),
         ({"cells": "twelve"}, "cells"),
-        ({"cells": [{"metrics": {"ttft_ms": {"p99": "slow"}}}]}, "cells.0.metrics.ttft_ms.p99"),
+        ({"cells": [{"metrics": {"ttft_ms": {"p99": "slow"}}}]}, "cells[0].metrics.ttft_ms.p99"),
         ({"capacity": {"a": {"chat": {"warm": {"region": 4}}}}}, "capacity.a.chat.warm.region"),
     ],
 )
@@ -96,7 +96,7 @@ def test_report_of_a_malformed_run_is_one_line(cli, run_dir):
     r = cli("report", str(run_dir))
     assert r.code == 2, r.stderr
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:") and "cells.0.metrics.completed" in lines[0], r.stderr
+    assert len(lines) == 1 and lines[0].startswith("error:") and "cells[0].metrics.completed" in lines[0], r.stderr
     assert "Traceback" not in r.stderr and r.stdout == ""
 
 

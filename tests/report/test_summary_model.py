@@ -85,3 +85,24 @@ def test_a_document_that_is_not_a_summary_is_one_line(bad):
     with pytest.raises(KneecapError) as exc:
         SweepSummary.read(bad, "summary.json")
     assert "\n" not in str(exc.value) and str(exc.value).startswith("summary.json is not a kneecap summary.json")
+
+
+@pytest.mark.parametrize(
+    ("bad", "said"),
+    [
+        # a number field holding a string fails both branches of int | float: one problem, no branch names
+        ({"levels": [{"ttft_ms": {"p99": "slow"}}]}, "levels[0].ttft_ms.p99: expected a number, got the string 'slow'"),
+        (
+            {"levels": [{}, {"concurrency": [4]}]},
+            "levels[1].concurrency: expected a whole number or a string, got a list",
+        ),
+        ({"levels": [{"ttft_ms": {"n": 1.5}}]}, "levels[0].ttft_ms.n: expected a whole number, got 1.5"),
+        ({"levels": [{"preflight": 7}]}, "levels[0].preflight: expected an object or a string, got 7"),
+    ],
+)
+def test_a_wrong_type_deep_inside_names_the_users_path_and_the_type(bad, said):
+    with pytest.raises(KneecapError) as exc:
+        SweepSummary.read(bad, "summary.json")
+    assert said in exc.value.message, exc.value.message
+    for branch in (".int", ".float", ".str", "LevelPreflight", "function-"):
+        assert branch not in exc.value.message

@@ -10,7 +10,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
-from kneecap.errors import KneecapError
+from kneecap.errors import KneecapError, field_path, path_text, validation_problem
 from kneecap.list_file import duplicate_yaml_key
 from kneecap.workload import LENGTH_PARAMS, LengthDist, RequestClass
 from kneecap.workload.sweep_spec import SEED_MAX
@@ -360,6 +360,17 @@ def _error_text(err: dict) -> str:
     return "unknown field (typo?)" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
 
 
+def _problem(errors: list[dict], doc: object) -> tuple[tuple, str, int]:
+    """pydantic's errors on the YAML document `doc` -> (the first bad field's path in it, the problem in users'
+    terms, how many other fields are bad): a value failing each branch of a union is one problem."""
+    errors = [dict(e, loc=_user_path(e["loc"])) for e in errors]
+    path, text = validation_problem(errors, doc)
+    if errors[0]["type"] == "extra_forbidden":
+        text = _error_text(errors[0])
+    paths = {field_path(e["loc"], doc, e["type"] == "missing") for e in errors}
+    return path, text, len(paths) - 1
+
+
 def behaviour_cases(items: list, source: str, hint: str) -> list[dict]:
     """A list of behaviour cases outside a load plan (e.g. recommend's --behaviour-gate file), each checked as a
     plan's `behaviour:` entries are, with distinct names; one line naming `source` and the case on any error."""
@@ -368,9 +379,8 @@ def behaviour_cases(items: list, source: str, hint: str) -> list[dict]:
         try:
             case = BehaviourCase.model_validate(item)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            field = ".".join(str(p) for p in _user_path(err["loc"])) or "(the case)"
-            raise KneecapError(f"{source}: case {i + 1}: {field}: {_error_text(err)}", hint) from None
+            path, text, _ = _problem(exc.errors(), item)
+            raise KneecapError(f"{source}: case {i + 1}: {path_text(path) or '(the case)'}: {text}", hint) from None
         cases.append(case.model_dump(exclude_none=True))
     if repeat := _repeated_names([c["name"] for c in cases]):
         raise KneecapError(f"{source}: {repeat}", "give every case its own name")
@@ -422,12 +432,10 @@ def load_plan_file(path: str | Path) -> tuple[LoadPlanSpec, Path]:
     try:
         spec = LoadPlanSpec.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = _user_path(err["loc"])
-        field = ".".join(str(p) for p in loc) or "(top level)"
+        loc, msg, others = _problem(exc.errors(), data)
+        field = path_text(loc) or "(top level)"
         line = _node_line(root, loc)
-        msg = _error_text(err)
-        more = f" (+{len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        more = f" (+{others} more)" if others else ""
         raise KneecapError(
             f"{path}:{line}: {field}: {msg}{more}", "fix that field; see examples/ for valid plans"
         ) from None

@@ -30,7 +30,7 @@ class _Doc(BaseModel):
         """`doc` typed; one that is not `what` is a one-line error naming its first bad key, and `fix`."""
         from pydantic import ValidationError
 
-        from kneecap.errors import KneecapError
+        from kneecap.errors import KneecapError, path_text, validation_problem
 
         if not isinstance(doc, (dict, cls)):  # pydantic would say "Input should be a valid dictionary or instance"
             kind = {list: "list", str: "string", bool: "true/false", type(None): "null"}.get(type(doc), "number")
@@ -38,9 +38,8 @@ class _Doc(BaseModel):
         try:
             return cls.model_validate(doc)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "the document"
-            raise KneecapError(f"{source} is not {what}: {where}: {first['msg']}", fix) from None
+            path, problem = validation_problem(exc.errors(), doc)
+            raise KneecapError(f"{source} is not {what}: {path_text(path) or 'the document'}: {problem}", fix) from None
 
 
 class Distribution(_Doc):
