@@ -66,3 +66,26 @@ def test_a_file_of_accepted_lengths_is_read_beside_the_plan(cli, tmp_path):
     assert r.code == 0, r.stderr
     eagle = {c["candidate"]: c for c in json.loads(r.stdout)["cells"]}["eagle"]["observed"]["spec"]
     assert eagle["mean_accepted_length"] == pytest.approx(3.25, abs=0.1)
+
+
+@pytest.mark.parametrize(
+    "spec,needle",
+    [
+        ("spec_method: eagle, spec_tokens: 3, spec_acceptance: 1.5", "spec_acceptance rates must be in [0, 1]"),
+        ("spec_method: eagle, spec_tokens: 3, spec_acceptance: [0.8, 0.6]", "spec_acceptance gives 2 rates for 3"),
+        ("spec_method: eagle, spec_tokens: 3, spec_acceptance: '0.5,x'", "spec_acceptance '0.5,x' is neither"),
+        ("spec_method: eagle, spec_tokens: 3, spec_acceptance: words.txt", "spec_acceptance file words.txt must"),
+    ],
+)
+def test_a_bad_acceptance_in_a_plan_names_the_plan_key_and_its_line(tmp_path, spec, needle):
+    from kneecap.errors import KneecapError
+    from kneecap.loadplan.schema import load_plan_file
+
+    (tmp_path / "words.txt").write_text("three\n")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(textwrap.dedent(PLAN % spec))
+    with pytest.raises(KneecapError) as info:
+        load_plan_file(plan)  # refused on load, before any cell runs
+    line = info.value.one_line()
+    assert f"{plan}:17: candidates[1].target.spec_acceptance: {needle}" in line, line
+    assert "--spec" not in line, line

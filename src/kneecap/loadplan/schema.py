@@ -439,4 +439,27 @@ def load_plan_file(path: str | Path) -> tuple[LoadPlanSpec, Path]:
         raise KneecapError(
             f"{path}:{line}: {field}: {msg}{more}", "fix that field; see examples/ for valid plans"
         ) from None
+    _check_speculation(spec, root, path)
     return spec, path.parent
+
+
+def _check_speculation(spec: LoadPlanSpec, root, path: Path) -> None:
+    """Each simulator target's spec_method / spec_tokens / spec_acceptance (rates, or a file beside the plan) as the
+    simulator will take them; an error names the plan's key and its line."""
+    from kneecap.sim.speculative import PLAN_NAMES, spec_decoding
+
+    for i, candidate in enumerate(spec.candidates):
+        target = candidate.target
+        if not isinstance(target, SimulatorTarget):
+            continue
+        try:
+            spec_decoding(
+                target.spec_method,
+                target.spec_tokens,
+                target.spec_acceptance_text(),
+                base_dir=path.parent,
+                names=PLAN_NAMES,
+            )
+        except KneecapError as exc:
+            loc = ("candidates", i, "target", "spec_acceptance")
+            raise KneecapError(f"{path}:{_node_line(root, loc)}: {path_text(loc)}: {exc.message}", exc.hint) from None

@@ -62,7 +62,7 @@ class SimulatorCandidate:
     def __init__(self, target: SimulatorTarget, base_dir: Path | None = None):
         from kneecap.plan.build import DeploymentRequest
         from kneecap.sim.setup import simulated_deployment
-        from kneecap.sim.speculative import spec_decoding
+        from kneecap.sim.speculative import PLAN_NAMES, spec_decoding
 
         self.target = target
         request = DeploymentRequest(
@@ -88,6 +88,7 @@ class SimulatorCandidate:
                 target.spec_tokens,
                 target.spec_acceptance_text(),
                 base_dir=base_dir,
+                names=PLAN_NAMES,
             ),
         )
         self.plan = self.setup.plan

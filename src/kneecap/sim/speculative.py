@@ -35,6 +35,52 @@ SPEC_HINT = "e.g. --spec-method eagle --spec-tokens 3 --spec-acceptance 0.7 (or 
 
 
 @dataclass(frozen=True)
+class SpecNames:
+    """What the user called the three settings, for errors: the CLI's flags, or a load plan's keys."""
+
+    method: str = "--spec-method"
+    tokens: str = "--spec-tokens"
+    acceptance: str = "--spec-acceptance"
+    hint: str = SPEC_HINT
+
+
+CLI_NAMES = SpecNames()
+PLAN_NAMES = SpecNames(
+    "spec_method",
+    "spec_tokens",
+    "spec_acceptance",
+    "e.g. spec_method: eagle, spec_tokens: 3, spec_acceptance: 0.7 (or [0.8, 0.6, 0.4] by position, or a file "
+    "beside the plan)",
+)
+
+
+def check_spec(
+    method: str, tokens: int, acceptance: tuple, accepted_lengths: tuple, names: SpecNames = CLI_NAMES
+) -> None:
+    """A one-line error naming the setting (as `names` spells it) when method, tokens or acceptance is not one
+    speculative decoding can take."""
+    if method not in METHODS:
+        raise KneecapError(f"unknown {names.method} {method!r}", f"pass one of {', '.join(METHODS)}")
+    if not isinstance(tokens, int) or tokens < 1:
+        raise KneecapError(f"{names.tokens} must be a whole number >= 1, got {tokens!r}", names.hint)
+    if bool(acceptance) == bool(accepted_lengths):
+        raise KneecapError("speculative decoding needs its acceptance", names.hint)
+    if any(not (0.0 <= a <= 1.0) for a in acceptance):
+        raise KneecapError(f"{names.acceptance} rates must be in [0, 1], got {list(acceptance)}", names.hint)
+    if len(acceptance) not in (0, 1, tokens):
+        raise KneecapError(
+            f"{names.acceptance} gives {len(acceptance)} rates for {tokens} draft tokens",
+            "give one rate, or one per draft position",
+        )
+    bad = [n for n in accepted_lengths if not (1 <= n <= tokens + 1)]
+    if bad:
+        raise KneecapError(
+            f"accepted lengths must be 1..{tokens + 1} tokens per step (K + 1), got {bad[:5]}",
+            "each line of the file: the tokens one verify step kept, bonus token included",
+        )
+
+
+@dataclass(frozen=True)
 class SpecDecoding:
     """One deployment's speculative decoding: method, K draft tokens per step, and its acceptance."""
 
@@ -44,25 +90,7 @@ class SpecDecoding:
     accepted_lengths: tuple[int, ...] = ()  # or: tokens kept per step, drawn from uniformly
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise KneecapError(f"unknown --spec-method {self.method!r}", f"pass one of {', '.join(METHODS)}")
-        if not isinstance(self.tokens, int) or self.tokens < 1:
-            raise KneecapError(f"--spec-tokens must be a whole number >= 1, got {self.tokens!r}", SPEC_HINT)
-        if bool(self.acceptance) == bool(self.accepted_lengths):
-            raise KneecapError("speculative decoding needs its acceptance", SPEC_HINT)
-        if any(not (0.0 <= a <= 1.0) for a in self.acceptance):
-            raise KneecapError(f"--spec-acceptance rates must be in [0, 1], got {list(self.acceptance)}", SPEC_HINT)
-        if len(self.acceptance) not in (0, 1, self.tokens):
-            raise KneecapError(
-                f"--spec-acceptance gives {len(self.acceptance)} rates for {self.tokens} draft tokens",
-                "give one rate, or one per draft position",
-            )
-        bad = [n for n in self.accepted_lengths if not (1 <= n <= self.tokens + 1)]
-        if bad:
-            raise KneecapError(
-                f"accepted lengths must be 1..{self.tokens + 1} tokens per step (K + 1), got {bad[:5]}",
-                "each line of the file: the tokens one verify step kept, bonus token included",
-            )
+        check_spec(self.method, self.tokens, self.acceptance, self.accepted_lengths)
 
     @property
     def rates(self) -> tuple[float, ...]:
@@ -114,7 +142,9 @@ class SpecDecoding:
         return kept
 
 
-def parse_acceptance(text: str, tokens: int, read_file=None) -> tuple[tuple[float, ...], tuple[int, ...]]:
+def parse_acceptance(
+    text: str, tokens: int, read_file=None, names: SpecNames = CLI_NAMES
+) -> tuple[tuple[float, ...], tuple[int, ...]]:
     """--spec-acceptance: 'P', 'P1,P2,...' (per position) or a FILE of accepted lengths (one integer a line, or
     whitespace separated) -> (rates, accepted_lengths). `read_file(path) -> str` reads the file (the CLI's)."""
     parts = [p.strip() for p in text.split(",") if p.strip()]
@@ -123,33 +153,38 @@ def parse_acceptance(text: str, tokens: int, read_file=None) -> tuple[tuple[floa
     except ValueError:
         pass
     if read_file is None or len(parts) != 1:
-        raise KneecapError(f"--spec-acceptance {text!r} is neither rates nor a file", SPEC_HINT)
+        raise KneecapError(f"{names.acceptance} {text!r} is neither rates nor a file", names.hint)
     body = read_file(parts[0])
     try:
         lengths = tuple(int(x) for x in body.split())
     except ValueError:
         raise KneecapError(
-            f"--spec-acceptance file {parts[0]} must hold whole numbers (tokens kept per step)",
+            f"{names.acceptance} file {parts[0]} must hold whole numbers (tokens kept per step)",
             "one accepted length a line, e.g. 3",
         ) from None
     if not lengths:
-        raise KneecapError(f"--spec-acceptance file {parts[0]} is empty", "one accepted length a line, e.g. 3")
+        raise KneecapError(f"{names.acceptance} file {parts[0]} is empty", "one accepted length a line, e.g. 3")
     return (), lengths
 
 
-def spec_decoding(method: str | None, tokens: int | None, acceptance: str | None, base_dir: Path | None = None):
+def spec_decoding(
+    method: str | None,
+    tokens: int | None,
+    acceptance: str | None,
+    base_dir: Path | None = None,
+    names: SpecNames = CLI_NAMES,
+):
     """Speculative decoding as a user names it (a method, K draft tokens, an acceptance: rates or a file of accepted
     lengths, relative to base_dir when given) -> a SpecDecoding; None when none of the three is given, a one-line
-    error when only some are. The CLI's --spec-* flags and a load plan's simulator target both come here."""
+    error when only some are. The CLI's --spec-* flags and a load plan's simulator target both come here; errors
+    name the settings as `names` spells them (the flags, or PLAN_NAMES: the plan's keys)."""
     if method is None and tokens is None and acceptance is None:
         return None
     missing = [
-        f
-        for f, v in (("--spec-method", method), ("--spec-tokens", tokens), ("--spec-acceptance", acceptance))
-        if v is None
+        f for f, v in ((names.method, method), (names.tokens, tokens), (names.acceptance, acceptance)) if v is None
     ]
     if missing:
-        raise KneecapError(f"speculative decoding needs {' and '.join(missing)} too", SPEC_HINT)
+        raise KneecapError(f"speculative decoding needs {' and '.join(missing)} too", names.hint)
 
     def read_file(path: str) -> str:
         where = base_dir / path if base_dir is not None else Path(path)
@@ -161,5 +196,6 @@ def spec_decoding(method: str | None, tokens: int | None, acceptance: str | None
                 "give rates such as 0.7 (or one per position), or an existing file of accepted lengths",
             ) from None
 
-    rates, lengths = parse_acceptance(acceptance, tokens, read_file=read_file)
+    rates, lengths = parse_acceptance(acceptance, tokens, read_file=read_file, names=names)
+    check_spec(method, tokens, rates, lengths, names)
     return SpecDecoding(method, tokens, rates, lengths)
