@@ -6,12 +6,12 @@ Owns loading and checking prices; not which GPUs exist (kneecap.hardware) nor wh
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from kneecap.errors import KneecapError
+from kneecap.list_file import strict_json
 from kneecap.hardware import get_gpu
 
 DEFAULT_PRICES = Path(__file__).resolve().parents[1] / "data" / "prices.json"
@@ -57,7 +57,7 @@ def load_prices(path: str | Path | None = None) -> dict[str, Price]:
     origin = str(path) if path else "kneecap/data/prices.json"
     p = Path(path) if path else DEFAULT_PRICES
     try:
-        doc = json.loads(p.read_text())
+        doc = strict_json(p.read_text(), f"--prices file {origin}")
     except FileNotFoundError:
         raise KneecapError(
             f"--prices file {origin} not found", "pass a JSON file of {gpu: dollars per GPU-hour}"

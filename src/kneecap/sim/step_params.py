@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from kneecap.errors import KneecapError
+from kneecap.list_file import strict_json
 from kneecap.sim.steptime import StepTimeParams
 
 
@@ -19,7 +20,7 @@ def parse_step_params(spec: str | None, flag: str = "--step-params"):
     path = Path(spec)
     if path.suffix == ".json" or path.exists():
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = strict_json(path.read_text(encoding="utf-8"), f"step-time file {spec}")
         except FileNotFoundError:
             raise KneecapError(
                 f"step-time file {spec} not found", f"pass {flag} a JSON file or k=v pairs, e.g. mfu=0.4"
