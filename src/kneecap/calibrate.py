@@ -53,6 +53,8 @@ Identifiability: at the result the fit's weighted Jacobian (residuals by log-fac
 condition number (largest / smallest singular value) is above CONDITION_LIMIT the sweep cannot tell the factors
 of the weakest direction apart (one concurrency-1 level: 2.8e4; only saturated levels: 1.4e3; the sweeps the
 tests fit: 16-34), and the result carries a warning naming them instead of passing off a guess as a fit.
+A fitted factor that ends on one of its bounds (within AT_BOUND) is named in `at_bound` and in a warning: the solver
+wanted it further out, so its value is the bound's, which the sweep did not determine.
 Deterministic: no random starts.
 """
 
@@ -93,6 +95,7 @@ WEIGHT_ROUNDS = 5  # measure the jitter and refit at most this many times,
 SETTLED = 1e-3  # until a refit moves no factor by more than 0.1%
 CONDITION_LIMIT = 1e3  # a fit whose Jacobian's condition number is above this cannot separate its factors
 WEAK_COMPONENT = 0.3  # a factor whose share of the weakest direction is at least this is named in the warning
+AT_BOUND = 0.01  # a fitted factor within 1% (in log space) of one of its BOUNDS ended on it: the solver stopped there
 
 
 @dataclass(frozen=True)
@@ -308,6 +311,7 @@ class CalibrationResult:
     evaluations: int = 0  # replays of the measured sweep in the simulated engine
     condition: float = 1.0  # of the fit's weighted Jacobian at the result (largest / smallest singular value)
     warnings: list[str] = field(default_factory=list)
+    at_bound: list[str] = field(default_factory=list)  # fitted factors that ended on one of their BOUNDS
 
     def to_dict(self) -> dict:
         return {
@@ -321,6 +325,7 @@ class CalibrationResult:
             "evaluations": self.evaluations,
             "condition": round(self.condition, 1),
             "warnings": self.warnings,
+            "at_bound": self.at_bound,
             "levels": self.levels,
         }
 
@@ -374,6 +379,24 @@ def unidentified_warning(condition: float, weakest: dict) -> list[str]:
         "trade off against each other and may be far from the engine's; add levels at other loads (a "
         "concurrency 1 level and one that fills the batch) and calibrate again"
     ]
+
+
+def bound_warnings(params, fit: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """(the fitted factors that ended within AT_BOUND of one of their BOUNDS, one warning line each): the solver
+    stopped against the bound, so the value is the bound's, not one the sweep determined."""
+    names, lines = [], []
+    for name in fit:
+        value = getattr(params, name)
+        for side, bound in zip(("lower", "upper"), BOUNDS[name]):
+            if abs(math.log(value / bound)) <= AT_BOUND:
+                names.append(name)
+                lines.append(
+                    f"{name} hit its {side} bound {bound:g}: the sweep does not determine it (or a factor left "
+                    "out of --fit is off), so the calibration holds the bound, not a measured value; measure more "
+                    "levels at other loads, or fit other factors"
+                )
+                break
+    return names, lines
 
 
 def calibrate(
@@ -476,9 +499,11 @@ def calibrate(
         x = np.asarray(best, dtype=float)
     params = params_at(x)
     condition, weakest = identifiability(jacobian(lambda x: wt * residuals(x), x, FINE_STEP), fit)
+    at_bound, bound_lines = bound_warnings(params, fit)
     return CalibrationResult(
         condition=condition,
-        warnings=unidentified_warning(condition, weakest),
+        warnings=unidentified_warning(condition, weakest) + bound_lines,
+        at_bound=at_bound,
         params=params,
         fitted=tuple(fit),
         initial={n: getattr(start, n) for n in fit},

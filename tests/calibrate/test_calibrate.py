@@ -450,3 +450,38 @@ def test_the_cli_recovers_a_gpu_slower_than_the_catalog_from_a_rate_sweep(cli, t
     assert fitted["step_time"]["mfu"] == pytest.approx(0.7, rel=0.02)
     assert fitted["step_time"]["bw_efficiency"] == pytest.approx(0.85, rel=0.02)
     assert fitted["rms_log_error"] < 0.005
+
+
+@pytest.mark.parametrize(
+    "truth, at_bound",
+    [
+        # one concurrency-1 level measured with a faster HBM and a smaller step overhead than the defaults, fitted
+        # for mfu and bw_efficiency only (overhead_s stays at its 2 ms default): bw_efficiency runs into its bound
+        ({"mfu": 0.5, "bw_efficiency": 3.9, "overhead_s": 0.0001}, ["bw_efficiency"]),
+        ({"mfu": 0.5, "bw_efficiency": 0.6}, []),  # the same one level, the rest at the defaults: both recovered
+    ],
+)
+def test_a_factor_that_ends_on_its_bound_is_named_and_the_run_still_succeeds(cli, tmp_path, truth, at_bound):
+    simulated_levels(cli, tmp_path, ["--concurrency", "1", "--requests", "16"], truth)
+    out = tmp_path / "c.json"
+    r = cli(
+        "calibrate",
+        "--summary",
+        str(tmp_path / "sweep" / "summary.json"),
+        *FLAGS,
+        "--fit",
+        "mfu,bw_efficiency",
+        "--out",
+        str(out),
+    )
+    assert r.code == 0, r.stderr  # scripts depend on exit 0
+    calib = json.loads(out.read_text())
+    assert calib["at_bound"] == at_bound
+    said = [ln for ln in r.stderr.splitlines() if "bound" in ln]
+    if at_bound:
+        assert said == [f"warning: {w}" for w in calib["warnings"] if "bound" in w] and len(said) == 1, r.stderr
+        assert said[0].startswith("warning: bw_efficiency hit its upper bound 4: the sweep does not determine it")
+        assert calib["step_time"]["bw_efficiency"] == pytest.approx(4.0, rel=0.01)  # the upper bound
+        assert "bw_efficiency 1 -> 4 (on its bound: not determined)" in r.stdout
+    else:
+        assert not said and "on its bound" not in r.stdout, r.stderr

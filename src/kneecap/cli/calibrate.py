@@ -129,7 +129,11 @@ def calibrate_command(
         sys.stdout.write(json.dumps(calib, sort_keys=True) + "\n")
         return 0
     console = stdout_console(highlight=False)
-    fitted = ", ".join(f"{n} {result.initial[n]:.4g} -> {getattr(result.params, n):.4g}" for n in result.fitted)
+    fitted = ", ".join(
+        f"{n} {result.initial[n]:.4g} -> {getattr(result.params, n):.4g}"
+        + (" (on its bound: not determined)" if n in result.at_bound else "")
+        for n in result.fitted
+    )
     console.print(
         _table(
             calib,
