@@ -53,11 +53,15 @@ def test_prices_file(tmp_path):
     assert exc.value.message == f"--prices file {path}:2: 'h100-sxm' is given twice in one object"
 
 
-def test_model_config_json(tmp_path):
+def test_model_config_json_keeps_the_last_value_as_the_engines_do(tmp_path):
+    """A checkpoint's config.json is read as transformers and vLLM read it (json.load: the last of two equal keys),
+    not refused: the plan describes what the engine would serve from the file its author published."""
     from kneecap.model import load_model
 
     path = tmp_path / "config.json"
-    path.write_text('{"model_type": "llama",\n "num_hidden_layers": 32,\n "num_hidden_layers": 16}')
-    with pytest.raises(KneecapError) as exc:
-        load_model(str(path))
-    assert exc.value.message == f"{path}:3: 'num_hidden_layers' is given twice in one object"
+    path.write_text(
+        '{"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, '
+        '"intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,\n'
+        ' "num_hidden_layers": 32,\n "num_hidden_layers": 16}'
+    )
+    assert load_model(str(path)).num_hidden_layers == 16

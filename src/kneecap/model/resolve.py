@@ -15,7 +15,6 @@ import re
 from pathlib import Path
 
 from kneecap.errors import KneecapError
-from kneecap.list_file import strict_json
 from kneecap.model.spec import Model
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -96,7 +95,9 @@ def read_json(path: Path) -> dict:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise KneecapError(f"cannot read {path}: {reason}", "check the path and its permissions") from None
     try:
-        data = strict_json(text, str(path))
+        # a key given twice keeps its last value, as the engines read a checkpoint's config (transformers'
+        # PretrainedConfig.from_json_file and vLLM call json.load): plan what they would serve, not refuse it
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise KneecapError(
             f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
