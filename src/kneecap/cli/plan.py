@@ -143,9 +143,11 @@ FLAG_OPTIONS = {
             "--activation-gib",
             help="vLLM: activation peak of its profile run, GiB: its DEBUG line's 'torch peak memory increase' (the "
             "'peak activation' 0.27+ print at INFO leaves out what the run keeps and adds the CUDA-graph estimate) "
-            "(default: predicted for dense Llama, Mistral and Qwen2 models on vLLM 0.6-0.7 and for those and Qwen3 on "
-            "0.10-0.33 (0.17+ with vLLM's first model runner: on GPUs whose SM count the catalog holds; Model Runner V2, "
-            "the default for these models from 0.23-0.25, needs none); else --overhead-gib, and the plan says why)",
+            "(default: predicted for dense Llama, Mistral and Qwen2 models on vLLM 0.6-0.7; for those, Qwen3 and Gemma "
+            "1-3 on 0.10-0.33; for gpt-oss, Qwen3-MoE, Mixtral and DeepSeek-V2/V3 at the releases whose MoE kernels were "
+            "read, with vLLM's first model runner (from 0.17 on GPUs whose SM count the catalog holds; Model Runner V2, "
+            "vLLM's default from 0.22-0.29 by model, needs none); else --overhead-gib, and the plan's activation line "
+            "says why)",
         ),
     ],
     "non_torch_gib": Annotated[
