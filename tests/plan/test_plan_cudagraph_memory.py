@@ -551,6 +551,17 @@ def test_model_runner_v2_from_0_29_subtracts_a_capture_not_v1s_extrapolation():
     assert cg.vllm_cudagraph((0, 32), **kw, runner="v2", given_bytes=GiB).bytes == GiB
 
 
+def test_model_runner_v2_through_0_28_subtracts_nothing_whatever_is_given():
+    # v1/worker/gpu/model_runner.py profile_cudagraph_memory returns 0 through 0.28.0; V1 at the same releases does not
+    kw = dict(gpu_name="h100-sxm", amd=False, max_num_seqs=1024, max_num_batched_tokens=8192, architecture="X")
+    for version in ((0, 23), (0, 25), (0, 28)):
+        v2 = cg.vllm_cudagraph(version, **kw, runner="v2")
+        assert (v2.bytes, v2.basis) == (0, "none") and v2.source.startswith(f"none: vLLM 0.{version[1]} builds")
+        given = cg.vllm_cudagraph(version, **kw, runner="v2", given_bytes=GiB)
+        assert given.bytes == 0 and given.source.endswith("(--cudagraph-gib ignored)")
+        assert cg.vllm_cudagraph(version, **kw).bytes > 0
+
+
 def test_the_plan_says_which_runners_measurement_its_default_is(cli, engine):
     dense = engine("--gpu", "h100-sxm", "--engine-version", "0.32")  # Model Runner V2 for Llama from 0.29
     assert dense["cudagraph_bytes"] == 860 * MiB + round(cg.V2_CAPTURE_EXCESS_GIB * GiB)

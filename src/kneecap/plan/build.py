@@ -695,10 +695,10 @@ def _vllm_cudagraph(
             version, deployment.hbm_bytes, deployment.gpu.name, context
         )
         seqs = f.max_num_seqs or engines.vllm_default_seqs(version, deployment.hbm_bytes, deployment.gpu.name, tokens)
-    term = cudagraph_memory.vllm_cudagraph(
+    return cudagraph_memory.vllm_cudagraph(
         v,
         gpu_name=deployment.gpu.name,
-        amd=deployment.gpu.is_amd,
+        amd=amd,
         max_num_seqs=seqs,
         max_num_batched_tokens=tokens,
         architecture=deployment.model.architecture,
@@ -707,21 +707,6 @@ def _vllm_cudagraph(
         chunked_local=deployment.model.attention_chunked,
         runner=profile_peak.model_runner(deployment.model, v, amd),
     )
-    # where the release calls it, Model Runner V2's estimate is 0 through 0.28 (profile_peak.V2_CUDAGRAPH_ESTIMATE_FROM)
-    model = deployment.model
-    if (
-        term.basis != "none"
-        and v[:2] < profile_peak.V2_CUDAGRAPH_ESTIMATE_FROM
-        and profile_peak.model_runner(model, v, amd) == "v2"
-    ):
-        ignored = " (--cudagraph-gib ignored)" if f.cudagraph_gib else ""
-        return cudagraph_memory.CudaGraphTerm(
-            0,
-            f"none: vLLM {version} builds Model Runner V2 for {model.architecture}, whose CUDA-graph estimate is 0 "
-            f"through 0.28 (v1/worker/gpu/model_runner.py profile_cudagraph_memory){ignored}",
-            "none",
-        )
-    return term
 
 
 def _overhead_by_tp(

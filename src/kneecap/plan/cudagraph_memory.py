@@ -341,7 +341,7 @@ def vllm_cudagraph(
     """vLLM's CUDA-graph estimate on this release and GPU as engine mode takes it: nothing where the release does not
     subtract it or makes none (ROCm through 0.25), the user's figure where given (0 included), else the default for
     the graphs the server would capture (`runner`, "v1" or "v2": the model runner the release builds for the model,
-    profile_peak.model_runner; the caller handles V2's 0 through 0.28)."""
+    profile_peak.model_runner; Model Runner V2's estimate is 0 through 0.28)."""
     name = ".".join(map(str, version[:2]))
     if version[:2] < SUBTRACTED_FROM:
         return CudaGraphTerm(
@@ -353,6 +353,14 @@ def vllm_cudagraph(
         ignored = " (--cudagraph-gib ignored)" if given_bytes else ""
         return CudaGraphTerm(
             0, f"none: vLLM {name} makes no CUDA-graph estimate on ROCm (v1/worker/gpu_worker.py){ignored}", "none"
+        )
+    if runner == "v2" and version[:2] < V2_CUDAGRAPH_ESTIMATE_FROM:
+        ignored = " (--cudagraph-gib ignored)" if given_bytes else ""
+        return CudaGraphTerm(
+            0,
+            f"none: vLLM {name} builds Model Runner V2 for {architecture}, whose CUDA-graph estimate is 0 through "
+            f"0.28 (v1/worker/gpu/model_runner.py profile_cudagraph_memory){ignored}",
+            "none",
         )
     if given_bytes is not None:
         return CudaGraphTerm(given_bytes, "--cudagraph-gib", "--cudagraph-gib")
